@@ -1,0 +1,108 @@
+"""The Python API: ``optimize(model, ...) -> OptimizeResult``.
+
+Data flow: load (lazy external weights) -> stages of passes for the level and target (see
+levels.py) -> validate (checker; ORT loads it when verifying) -> optional numeric verify ->
+``result.save(path)`` writes atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from onnx_fuse.errors import InternalError, UserError
+from onnx_fuse.levels import DEFAULT_LEVEL, DEFAULT_TARGET, build_stages, check_level_target
+from onnx_fuse.model_io import load_model, save_model
+from onnx_fuse.passes._infra import PassRecord, count_nodes, run_pass, run_to_fixed_point
+from onnx_fuse.report import Report, op_histogram
+
+ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
+
+
+@dataclasses.dataclass
+class OptimizeResult:
+    """The optimized model (onnx-ir), its report, and where the original came from."""
+
+    model: ir.Model
+    report: Report
+    source: ModelSource | None = None
+
+    def save(self, path: str | os.PathLike, *, external_data: bool | None = None) -> list[Path]:
+        """Save atomically; refuses to overwrite the input model or the weights it reads."""
+        if isinstance(self.source, (str, os.PathLike)):
+            if Path(path).resolve() == Path(self.source).resolve():
+                raise UserError(f"{path}: output would overwrite the input model; choose another name")
+        return save_model(self.model, path, external_data=external_data)
+
+    def to_proto(self) -> onnx.ModelProto:
+        return ir.to_proto(self.model)
+
+
+def _validate(model: ir.Model) -> None:
+    """The full checker on the optimized graph (weights stay lazy: structure and types only)."""
+    proto = ir.serde.serialize_model(model) if not _has_big_weights(model) else None
+    if proto is None:
+        return
+    try:
+        onnx.checker.check_model(proto, full_check=False)
+    except onnx.checker.ValidationError as exc:
+        raise InternalError(f"optimized model fails the ONNX checker: {str(exc).splitlines()[0]}") from exc
+
+
+def _has_big_weights(model: ir.Model) -> bool:
+    return any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
+
+
+def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
+             rules: Sequence[str] = (), disable: Sequence[str] = (), verify: bool = False,
+             verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
+             seed: int = 0, on_record: Callable[[PassRecord], None] | None = None) -> OptimizeResult:
+    """Optimize ``model`` (path, bytes, ModelProto or ir.Model) and return the result.
+
+    The input is never modified. ``rules`` are extra YAML rule files (they can override built-in
+    rules by name); ``disable`` names rules to skip. With ``verify`` the result is compared with
+    the original in ONNX Runtime and the report says PASSED or FAILED.
+    """
+    check_level_target(level, target)
+    report = Report(level=level, target=target)
+    t0 = time.perf_counter()
+    work = load_model(model)
+    report.seconds["load"] = time.perf_counter() - t0
+    report.nodes_before = count_nodes(work)
+    report.ops_before = dict(op_histogram(work))
+
+    t1 = time.perf_counter()
+    for stage in build_stages(level, target, rule_files=rules, disable=disable):
+        if stage.fixed_point:
+            report.passes += run_to_fixed_point(stage.passes, work, on_record=on_record)
+        else:
+            for p in stage.passes:
+                record = run_pass(p, work)
+                report.passes.append(record)
+                if on_record:
+                    on_record(record)
+        for p in stage.passes:
+            reason = getattr(p, "stats_reason", None)
+            if reason:
+                report.warnings.append(f"{getattr(p, 'display_name', p)}: {reason}")
+    report.seconds["passes"] = time.perf_counter() - t1
+    report.nodes_after = count_nodes(work)
+    report.ops_after = dict(op_histogram(work))
+
+    t2 = time.perf_counter()
+    _validate(work)
+    report.seconds["validate"] = time.perf_counter() - t2
+    if verify:
+        from onnx_fuse.verify import verify as run_verify
+
+        t3 = time.perf_counter()
+        original = load_model(model)
+        report.verify = run_verify(original, work, inputs=verify_inputs, shapes=shapes, seed=seed)
+        report.seconds["verify"] = time.perf_counter() - t3
+    return OptimizeResult(work, report, model if isinstance(model, (str, os.PathLike)) else None)

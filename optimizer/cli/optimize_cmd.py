@@ -1,0 +1,75 @@
+"""``onnx-fuse optimize IN -o OUT``: optimize a model, print the report, optionally verify."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_common_optimize_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-O", dest="level", type=int, choices=range(5), default=3, metavar="0..4",
+                   help="optimization level (default 3: cleanup, norms/GELU/RoPE, attention)")
+    p.add_argument("--target", choices=("ort", "onnx", "trt"), default="ort",
+                   help="which ops to emit: ONNX Runtime contrib ops, standard ONNX, or TensorRT "
+                        "plus onnx-fuse plugins (default ort)")
+    p.add_argument("--rules", action="append", default=[], metavar="FILE",
+                   help="extra YAML rule file; may override a built-in rule by name (repeatable)")
+    p.add_argument("--disable", action="append", default=[], metavar="NAME",
+                   help="skip the rule or pass with this name (repeatable)")
+    p.add_argument("--verify", action="store_true",
+                   help="run original and optimized in ONNX Runtime and compare outputs")
+    p.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random verify inputs")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="concrete shape for an input or symbolic dim, e.g. input_ids=2x16 or batch=2")
+    p.add_argument("--report", metavar="FILE.json", help="write the report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the verdict")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more detail; tracebacks")
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("optimize", help="optimize an ONNX model",
+                       description="Optimize an ONNX model and write the result atomically.")
+    p.add_argument("input", help="input .onnx model (never modified)")
+    p.add_argument("-o", "--output", required=True, help="output .onnx path")
+    p.add_argument("--external-data", choices=("auto", "yes", "no"), default="auto",
+                   help="store weights beside the output in OUTPUT.data (auto: when the input had "
+                        "external data or the model is over 2 GB)")
+    add_common_optimize_flags(p)
+    return p
+
+
+def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
+    """Shared by optimize and demo: run with a progress display, print and write the report."""
+    from rich.console import Console
+
+    from onnx_fuse.api import optimize
+    from onnx_fuse.verify import parse_shapes
+
+    console = Console(stderr=True, quiet=args.quiet)
+    shapes = parse_shapes(args.shape)
+    with console.status(f"[bold]{progress_label}[/bold]") as status:
+        def on_record(record):
+            status.update(f"[bold]{progress_label}[/bold]: {record.name} "
+                          f"({record.nodes_after} nodes)")
+
+        result = optimize(source, level=args.level, target=args.target, rules=args.rules,
+                          disable=args.disable, verify=args.verify, verify_inputs=args.inputs,
+                          shapes=shapes, seed=args.seed, on_record=on_record)
+    out = Console(quiet=False)
+    if args.quiet:
+        out.print("PASSED" if result.report.passed else "FAILED")
+    else:
+        result.report.render(out, verbose=bool(args.verbose))
+    if args.report:
+        result.report.write_json(args.report)
+    return result, (0 if result.report.passed else 1)
+
+
+def run(args) -> int:
+    result, code = run_and_report(args, args.input, progress_label=f"optimizing {args.input}")
+    external = {"auto": None, "yes": True, "no": False}[args.external_data]
+    if code == 0:
+        result.save(args.output, external_data=external)
+    else:
+        print(f"error: verification failed; {args.output} not written", flush=True)
+    return code

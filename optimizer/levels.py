@@ -1,0 +1,77 @@
+"""Optimization levels O0..O4 as ordered pass lists, in one place.
+
+O0  load and save only (still validates and re-serializes).
+O1  cleanup: shape inference, constant folding, identity/no-op removal, CSE, dead code, to a fixed
+    point. Folding runs before identity removal so a Reshape whose shape became constant can be
+    recognised as a no-op; CSE runs after both so that folded twins collapse; DCE runs last to
+    drop what the others orphaned.
+O2  O1 + rule packs of level 2 (normalizations, GELU family, Gemm/bias forms, RoPE).
+O3  O2 + rule packs of level 3 (attention). Attention rules run after the norm/RoPE packs because
+    their patterns are written against already-fused RotaryEmbedding and norm ops.
+O4  O3 + level-4 rules: target-specific rewrites (paged KV, plugin ops, precision conversion).
+Cleanup runs again after the rules, since rewrites leave dead nodes and foldable constants behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
+from onnx_fuse.errors import UserError
+
+LEVELS = (0, 1, 2, 3, 4)
+TARGETS = ("ort", "onnx", "trt")
+DEFAULT_LEVEL = 3
+DEFAULT_TARGET = "ort"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """A named group of passes run together to a fixed point."""
+
+    name: str
+    passes: tuple[ir.passes.PassBase, ...]
+    fixed_point: bool = True
+
+
+def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
+    from onnx_fuse.passes.constant_folding import ConstantFoldingPass
+    from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
+    from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+    from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
+
+    return (
+        ConstantFoldingPass(),
+        IdentityEliminationPass(),
+        CommonSubexpressionEliminationPass(),
+        DeadCodeEliminationPass(),
+    )
+
+
+def check_level_target(level: int, target: str) -> None:
+    if level not in LEVELS:
+        raise UserError(f"unknown optimization level {level!r}; choose one of 0..4")
+    if target not in TARGETS:
+        raise UserError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+
+
+def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
+                 disable: Sequence[str] = ()) -> list[Stage]:
+    """The ordered stages for ``level`` and ``target``; user rules join the built-in packs."""
+    check_level_target(level, target)
+    if level == 0:
+        return []
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    stages = [Stage("shape-inference", (ShapeInferencePass(),), fixed_point=False),
+              Stage("cleanup", cleanup_passes())]
+    if level >= 2:
+        from onnx_fuse.rewrite import RewritePass, load_rule_set
+
+        rule_set = load_rule_set(target=target, max_level=level, user_files=rule_files,
+                                 disable=disable)
+        stages.append(Stage("fusion", (RewritePass(rule_set),), fixed_point=False))
+        stages.append(Stage("cleanup", cleanup_passes()))
+    return stages

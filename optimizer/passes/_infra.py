@@ -1,0 +1,92 @@
+"""Pass infrastructure: every transformation is a pass that says truthfully whether it changed
+the model, and the runner times it, counts nodes and names the offending pass on failure.
+
+Passes build on onnx-ir's pass classes (``ir.passes.InPlacePass``): they mutate the model in place
+and return ``ir.passes.PassResult(model, modified)``. Ours add ``stats``, a counter of what they did
+(e.g. ``{"folded": 12}``), which the report shows.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+import onnx_ir as ir
+
+from onnx_fuse.errors import InternalError, OnnxFuseError
+
+
+class FusePass(ir.passes.InPlacePass):
+    """Base of onnx-fuse passes: in place, with a name and a stats counter for the report."""
+
+    #: Report name; defaults to the class name without the ``Pass`` suffix, kebab-cased.
+    name: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stats: collections.Counter[str] = collections.Counter()
+
+    @property
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        base = type(self).__name__.removesuffix("Pass")
+        return "".join("-" + c.lower() if c.isupper() else c for c in base).lstrip("-")
+
+
+@dataclasses.dataclass
+class PassRecord:
+    """What one run of one pass did, for the report."""
+
+    name: str
+    modified: bool
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    stats: dict[str, int]
+
+
+def count_nodes(model: ir.Model) -> int:
+    """Nodes in the main graph and every subgraph."""
+    return sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))
+
+
+def run_pass(p: ir.passes.PassBase, model: ir.Model) -> PassRecord:
+    """Run one pass in place and record it. A crash is reported as an InternalError naming it."""
+    name = getattr(p, "display_name", type(p).__name__)
+    stats_before = collections.Counter(getattr(p, "stats", {}))
+    before = count_nodes(model)
+    start = time.perf_counter()
+    try:
+        result = p(model)
+    except OnnxFuseError:
+        raise
+    except Exception as exc:  # a bug in the pass: keep the cause, name the pass
+        raise InternalError(f"pass {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    seconds = time.perf_counter() - start
+    if result.model is not model:
+        raise InternalError(f"pass {name!r} returned a new model; passes must work in place")
+    stats = collections.Counter(getattr(p, "stats", {}))
+    stats.subtract(stats_before)
+    return PassRecord(name, bool(result.modified), seconds, before, count_nodes(model),
+                      {k: v for k, v in stats.items() if v})
+
+
+def run_to_fixed_point(passes: Sequence[ir.passes.PassBase], model: ir.Model, *,
+                       max_rounds: int = 8,
+                       on_record: Callable[[PassRecord], None] | None = None) -> list[PassRecord]:
+    """Run ``passes`` in order, repeating the sequence until no pass changes the model."""
+    records: list[PassRecord] = []
+    for _ in range(max_rounds):
+        changed = False
+        for p in passes:
+            record = run_pass(p, model)
+            records.append(record)
+            if on_record:
+                on_record(record)
+            changed |= record.modified
+        if not changed:
+            break
+    return records

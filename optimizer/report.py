@@ -1,0 +1,148 @@
+"""The optimization report: what each pass and rule did, node counts, timings, verdict.
+
+One data structure, two renderings: a rich table for the terminal and a JSON dict for --report.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import PassRecord
+
+
+def op_histogram(model: ir.Model) -> collections.Counter[str]:
+    """Count ops (``domain::Op`` outside the default domain) over the graph and its subgraphs."""
+    hist: collections.Counter[str] = collections.Counter()
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        hist[key] += 1
+    return hist
+
+
+@dataclasses.dataclass
+class Report:
+    level: int
+    target: str
+    nodes_before: int = 0
+    nodes_after: int = 0
+    ops_before: dict[str, int] = dataclasses.field(default_factory=dict)
+    ops_after: dict[str, int] = dataclasses.field(default_factory=dict)
+    passes: list[PassRecord] = dataclasses.field(default_factory=list)
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    verify: dict[str, Any] | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def rule_fires(self) -> dict[str, int]:
+        """Fires per rule, summed over all runs of the rewrite passes."""
+        fires: collections.Counter[str] = collections.Counter()
+        for record in self.passes:
+            if record.name == "rewrite":
+                fires.update(record.stats)
+        return dict(sorted(fires.items()))
+
+    @property
+    def op_delta(self) -> dict[str, int]:
+        keys = set(self.ops_before) | set(self.ops_after)
+        delta = {k: self.ops_after.get(k, 0) - self.ops_before.get(k, 0) for k in keys}
+        return {k: v for k, v in sorted(delta.items()) if v}
+
+    @property
+    def passed(self) -> bool:
+        return self.verify is None or bool(self.verify.get("passed"))
+
+    def pass_summary(self) -> list[dict[str, Any]]:
+        """Pass records merged by name: runs, changes, seconds, node delta and stats."""
+        merged: dict[str, dict[str, Any]] = {}
+        for r in self.passes:
+            m = merged.setdefault(r.name, {"pass": r.name, "runs": 0, "changed": 0, "seconds": 0.0,
+                                           "nodes_removed": 0, "stats": collections.Counter()})
+            m["runs"] += 1
+            m["changed"] += int(r.modified)
+            m["seconds"] += r.seconds
+            m["nodes_removed"] += r.nodes_before - r.nodes_after
+            m["stats"].update(r.stats)
+        for m in merged.values():
+            m["stats"] = dict(sorted(m["stats"].items()))
+            m["seconds"] = round(m["seconds"], 6)
+        return list(merged.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "target": self.target,
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "ops_before": dict(sorted(self.ops_before.items())),
+            "ops_after": dict(sorted(self.ops_after.items())),
+            "op_delta": self.op_delta,
+            "passes": self.pass_summary(),
+            "rule_fires": self.rule_fires,
+            "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
+            "verify": self.verify,
+            "warnings": self.warnings,
+            "status": "PASSED" if self.passed else "FAILED",
+        }
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        """Write atomically: a half-written report is as bad as a half-written model."""
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        os.replace(tmp, target)
+
+    def render(self, console=None, *, verbose: bool = False) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = console or Console()
+        head = Table(title=f"onnx-fuse  O{self.level}  target={self.target}", show_header=False)
+        head.add_row("nodes", f"{self.nodes_before} -> {self.nodes_after}")
+        head.add_row("time", " ".join(f"{k} {v:.3f}s" for k, v in self.seconds.items()))
+        console.print(head)
+        if self.op_delta:
+            ops = Table(title="op histogram delta")
+            ops.add_column("op")
+            ops.add_column("before", justify="right")
+            ops.add_column("after", justify="right")
+            ops.add_column("delta", justify="right")
+            for op, d in self.op_delta.items():
+                ops.add_row(op, str(self.ops_before.get(op, 0)), str(self.ops_after.get(op, 0)),
+                            f"{d:+d}")
+            console.print(ops)
+        passes = Table(title="passes")
+        for col in ("pass", "runs", "changed", "nodes removed", "seconds", "details"):
+            passes.add_column(col, justify="left" if col in ("pass", "details") else "right")
+        for m in self.pass_summary():
+            if m["pass"] == "rewrite" and not verbose:
+                details = f"{sum(m['stats'].values())} fires (see rules)"
+            else:
+                details = ", ".join(f"{k}={v}" for k, v in m["stats"].items())
+            passes.add_row(m["pass"], str(m["runs"]), str(m["changed"]), str(m["nodes_removed"]),
+                           f"{m['seconds']:.3f}", details)
+        console.print(passes)
+        if self.rule_fires:
+            rules = Table(title="rules fired")
+            rules.add_column("rule")
+            rules.add_column("fires", justify="right")
+            for name, n in self.rule_fires.items():
+                rules.add_row(name, str(n))
+            console.print(rules)
+        for w in self.warnings:
+            console.print(f"[yellow]warning:[/yellow] {w}")
+        if self.verify is not None:
+            vt = Table(title=f"verify (atol={self.verify['atol']}, rtol={self.verify['rtol']})")
+            for col in ("output", "max abs", "max rel", "mean abs", "ok"):
+                vt.add_column(col, justify="left" if col == "output" else "right")
+            for o in self.verify["outputs"]:
+                vt.add_row(o["name"], f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
+                           f"{o['mean_abs']:.3g}", "yes" if o["passed"] else "[red]NO[/red]")
+            console.print(vt)
+        console.print("[bold green]PASSED[/bold green]" if self.passed else "[bold red]FAILED[/bold red]")
