@@ -65,13 +65,20 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         return []
     from onnx_fuse.passes.shape_inference import ShapeInferencePass
 
-    stages = [Stage("shape-inference", (ShapeInferencePass(),), fixed_point=False),
-              Stage("cleanup", cleanup_passes())]
+    def keep(passes) -> tuple[ir.passes.PassBase, ...]:
+        return tuple(p for p in passes if p.display_name not in disable)
+
+    pass_names = {p.display_name for p in (*cleanup_passes(), ShapeInferencePass())}
+    stages = [Stage("shape-inference", keep((ShapeInferencePass(),)), fixed_point=False),
+              Stage("cleanup", keep(cleanup_passes()))]
     if level >= 2:
         from onnx_fuse.rewrite import RewritePass, load_rule_set
 
+        # Names that are not passes must be rules; the rule loader rejects unknown ones.
         rule_set = load_rule_set(target=target, max_level=level, user_files=rule_files,
-                                 disable=disable)
+                                 disable=[d for d in disable if d not in pass_names])
         stages.append(Stage("fusion", (RewritePass(rule_set),), fixed_point=False))
-        stages.append(Stage("cleanup", cleanup_passes()))
-    return stages
+        stages.append(Stage("cleanup", keep(cleanup_passes())))
+    elif unknown := [d for d in disable if d not in pass_names]:
+        raise UserError(f"--disable {unknown[0]!r}: no pass of that name runs at O{level}")
+    return [s for s in stages if s.passes]
