@@ -1,0 +1,73 @@
+"""verify: comparison statistics, tolerance handling, input generation, failure detection."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnx_fuse.errors import UserError, VerificationError
+from onnx_fuse.verify import compare_arrays, make_inputs, parse_shapes, verify
+
+
+def _unary_model(op: str, **attrs) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_compare_passes_within_tolerance_and_reports_stats():
+    ref = np.array([1.0, 2.0, -3.0], np.float32)
+    got = ref + np.float32(1e-6)
+    d = compare_arrays("y", ref, got, atol=1e-5, rtol=0)
+    assert d.passed and 0 < d.max_abs < 2e-6
+
+
+def test_compare_fails_over_tolerance_shape_dtype_and_nan():
+    ref = np.array([1.0, 2.0], np.float32)
+    assert not compare_arrays("y", ref, ref + 1, 1e-3, 1e-3).passed
+    assert not compare_arrays("y", ref, ref[:1], 1e-3, 1e-3).passed
+    assert not compare_arrays("y", ref, ref.astype(np.float64), 1e-3, 1e-3).passed
+    nan = ref.copy()
+    nan[0] = np.nan
+    assert not compare_arrays("y", ref, nan, 1e-3, 1e-3).passed
+    assert compare_arrays("y", nan, nan.copy(), 1e-3, 1e-3).passed  # NaN in the same place is equal
+
+
+def test_compare_integers_exact():
+    a = np.arange(4)
+    assert compare_arrays("i", a, a.copy(), 0, 0).passed
+    b = a.copy()
+    b[2] += 1
+    assert not compare_arrays("i", a, b, 10, 10).passed
+
+
+def test_verify_detects_a_wrong_rewrite():
+    original = _unary_model("Relu")
+    wrong = _unary_model("Sigmoid")
+    assert verify(original, original)["passed"]
+    result = verify(original, wrong)
+    assert not result["passed"] and result["outputs"][0]["max_abs"] > 0.1
+    with pytest.raises(VerificationError, match="output 'y' differs"):
+        verify(original, wrong, raise_on_failure=True)
+
+
+def test_make_inputs_uses_symbolic_dims_consistently_and_is_seeded():
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq"]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])])
+    model = helper.make_model(graph)
+    feeds = make_inputs(model, shapes={"batch": (3,), "seq": (5,)}, seed=1)
+    assert feeds["a"].shape == feeds["b"].shape == (3, 5)
+    again = make_inputs(model, shapes={"batch": (3,), "seq": (5,)}, seed=1)
+    np.testing.assert_array_equal(feeds["a"], again["a"])
+
+
+def test_parse_shapes():
+    assert parse_shapes(["input_ids=2x16", "batch=4", "x=1,2,3"]) == {
+        "input_ids": (2, 16), "batch": (4,), "x": (1, 2, 3)}
+    with pytest.raises(UserError, match="bad --shape"):
+        parse_shapes(["input_ids=2xq"])
