@@ -1,0 +1,61 @@
+"""The Python API and report: inputs untouched, report contents, levels and flags checked."""
+
+import json
+
+import onnx
+import onnx_ir as ir
+import pytest
+
+import onnx_fuse
+from onnx_fuse.demo_model import build_demo_model
+from onnx_fuse.errors import UserError
+
+
+def test_optimize_O0_keeps_graph_and_reports():
+    model = build_demo_model(layers=1)
+    before = model.SerializeToString()
+    result = onnx_fuse.optimize(model, level=0, verify=True)
+    assert model.SerializeToString() == before  # the caller's proto is untouched
+    rep = result.report.to_dict()
+    assert rep["nodes_before"] == rep["nodes_after"] == len(model.graph.node)
+    assert rep["status"] == "PASSED" and rep["verify"]["passed"]
+    assert rep["ops_before"]["MatMul"] == 8  # 6 projections + 2 attention products
+
+
+def test_optimize_does_not_mutate_an_ir_model():
+    model = ir.from_proto(build_demo_model(layers=1))
+    n = len(model.graph)
+    onnx_fuse.optimize(model, level=1)
+    assert len(model.graph) == n
+
+
+def test_report_json_is_written_atomically(tmp_path):
+    result = onnx_fuse.optimize(build_demo_model(layers=1), level=0)
+    path = tmp_path / "r.json"
+    result.report.write_json(path)
+    data = json.loads(path.read_text())
+    assert data["level"] == 0 and data["target"] == "ort"
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"level": 7}, "unknown optimization level"),
+    ({"target": "tpu"}, "unknown target"),
+    ({"level": 1, "disable": ["no-such-pass"]}, "no pass of that name"),
+])
+def test_bad_options_are_user_errors(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        onnx_fuse.optimize(build_demo_model(layers=1), **kwargs)
+
+
+def test_save_refuses_to_overwrite_input(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(build_demo_model(layers=1), src)
+    data = src.read_bytes()
+    result = onnx_fuse.optimize(src, level=0)
+    with pytest.raises(UserError, match="overwrite the input"):
+        result.save(src)
+    assert src.read_bytes() == data
+    out = tmp_path / "o.onnx"
+    result.save(out)
+    onnx.checker.check_model(onnx.load(out), full_check=True)
