@@ -1,0 +1,443 @@
+"""Constant folding: evaluate nodes whose inputs are all constants and store the results.
+
+Cases handled:
+- inputs that are initializers (never ones that are also graph inputs: those can be overridden at
+  run time), Constant nodes, and earlier folded results;
+- Shape / Size of a value whose (sliced) shape is static, whatever produces it: the pattern that
+  dynamo exports use for every reshape;
+- the common shape and elementwise ops in NumPy, with ONNX semantics (integer Div truncates,
+  dtypes are kept exactly, Reshape 0/-1, Slice clamping); anything else deterministic through
+  ``onnx.reference.ReferenceEvaluator``, with the output dtype checked against ONNX inference.
+
+Never folded: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
+default domain, nodes with subgraphs, results over ``MAX_OUTPUT_ELEMENTS`` / ``MAX_OUTPUT_BYTES``,
+inputs over ``MAX_INPUT_BYTES`` (a large external weight is never read just to fold it), and dtypes
+NumPy does not represent exactly (bfloat16, float8, int4, strings).
+
+Results become initializers named after the value they replace (deterministic); inside subgraphs,
+and where the value is a graph output, they become Constant nodes so names and scopes stay valid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import FusePass
+
+MAX_OUTPUT_ELEMENTS = 1 << 20
+MAX_OUTPUT_BYTES = 4 << 20
+MAX_INPUT_BYTES = 16 << 20
+
+NONDETERMINISTIC = frozenset({
+    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+    "Bernoulli", "Dropout",
+})
+# Ops whose output can be far larger than their inputs: folded only when the size is known first.
+_EXPANDING = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Pad", "OneHot", "Resize",
+                        "Upsample", "EyeLike", "MatMul", "Gemm", "Einsum", "CumSum"})
+_FOLDABLE_DTYPES = frozenset({
+    ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT8, ir.DataType.INT16,
+    ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT8, ir.DataType.UINT16,
+    ir.DataType.UINT32, ir.DataType.UINT64, ir.DataType.BOOL,
+})
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+class _NoFold(Exception):
+    """This node cannot be folded safely; the message says why (counted in stats)."""
+
+
+def _default_domain(node: ir.Node) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    a = node.attributes.get(name)
+    if a is None:
+        return default
+    if a.is_ref():
+        raise _NoFold("reference attribute")
+    return a.value
+
+
+def constant_tensor(value: ir.Value | None) -> ir.TensorProtocol | None:
+    """The tensor behind ``value`` when it is a true constant, else None.
+
+    An initializer that is also a graph input is not a constant (callers may feed it).
+    """
+    if value is None or value.is_graph_input():
+        return None
+    if value.is_initializer():
+        return value.const_value
+    node = value.producer()
+    if node is None or node.op_type != "Constant" or not _default_domain(node):
+        return None
+    if len(node.attributes) != 1:
+        return None
+    (name, a), = node.attributes.items()
+    if a.is_ref():
+        return None
+    if name == "value":
+        return a.value
+    scalars = {"value_float": np.float32, "value_int": np.int64}
+    lists = {"value_floats": np.float32, "value_ints": np.int64}
+    if name in scalars:
+        return ir.tensor(np.array(a.value, scalars[name]))
+    if name in lists:
+        return ir.tensor(np.array(list(a.value), lists[name]))
+    return None  # strings, sparse: not folded
+
+
+def _to_numpy(tensor: ir.TensorProtocol) -> np.ndarray:
+    if tensor.dtype not in _FOLDABLE_DTYPES:
+        raise _NoFold(f"dtype {tensor.dtype}")
+    if tensor.nbytes > MAX_INPUT_BYTES:
+        raise _NoFold("input too large")
+    arr = tensor.numpy()
+    return arr.reshape(tuple(tensor.shape.numpy()))
+
+
+def _ints(arr: np.ndarray | None) -> list[int] | None:
+    return None if arr is None else [int(v) for v in np.asarray(arr).reshape(-1)]
+
+
+def _check_size(shape) -> None:
+    n = int(np.prod([int(d) for d in shape], dtype=np.float64)) if len(shape) else 1
+    if n > MAX_OUTPUT_ELEMENTS:
+        raise _NoFold("output too large")
+
+
+# --- NumPy implementations with ONNX semantics -------------------------------------------------
+
+def _div(node, x, y):
+    if np.issubdtype(x.dtype, np.floating):
+        return np.divide(x, y).astype(x.dtype, copy=False)
+    if np.any(y == 0):
+        raise _NoFold("integer division by zero")
+    q = np.floor_divide(x, y)
+    # ONNX (like C) truncates toward zero; floor_divide rounds toward -inf.
+    fix = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+    return (q + fix.astype(q.dtype)).astype(x.dtype, copy=False)
+
+
+def _same(fn):
+    def run(node, *args):
+        out = fn(*args)
+        return np.asarray(out).astype(args[0].dtype, copy=False)
+    return run
+
+
+def _cast(node, x):
+    to = ir.DataType(_attr(node, "to"))
+    if to not in _FOLDABLE_DTYPES:
+        raise _NoFold(f"cast to {to}")
+    target = to.numpy()
+    if np.issubdtype(x.dtype, np.floating) and np.issubdtype(target, np.integer):
+        info = np.iinfo(target)
+        if not np.all(np.isfinite(x)) or x.size and (x.min() < info.min or x.max() > info.max):
+            raise _NoFold("cast out of range")  # implementation-defined in ONNX
+    return x.astype(target)
+
+
+def _reshape(node, x, shape):
+    shape = _ints(shape)
+    allowzero = _attr(node, "allowzero", 0)
+    out = []
+    for i, d in enumerate(shape):
+        out.append(x.shape[i] if d == 0 and not allowzero else d)
+    return x.reshape(out)
+
+
+def _unsqueeze(node, x, axes=None):
+    axes = _ints(axes) if axes is not None else list(_attr(node, "axes", []))
+    rank = x.ndim + len(axes)
+    for a in sorted(a + rank if a < 0 else a for a in axes):
+        x = np.expand_dims(x, a)
+    return x
+
+
+def _squeeze(node, x, axes=None):
+    axes = _ints(axes) if axes is not None else _attr(node, "axes", None)
+    if axes is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(int(a) for a in axes)) if len(axes) else x
+
+
+def _concat(node, *xs):
+    return np.concatenate(xs, axis=_attr(node, "axis"))
+
+
+def _gather(node, x, idx):
+    axis = _attr(node, "axis", 0)
+    dim = x.shape[axis]
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        raise _NoFold("index out of range")
+    return np.take(x, idx.astype(np.int64), axis=axis)
+
+
+def _slice(node, x, starts=None, ends=None, axes=None, steps=None):
+    if starts is None:  # opset < 10: attributes
+        starts, ends = _attr(node, "starts"), _attr(node, "ends")
+        axes = _attr(node, "axes", None)
+    starts, ends = _ints(starts), _ints(ends)
+    axes = list(range(len(starts))) if axes is None else _ints(axes)
+    steps = [1] * len(starts) if steps is None else _ints(steps)
+    index = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        if st == 0:
+            raise _NoFold("slice step 0")
+        a = a + x.ndim if a < 0 else a
+        dim = x.shape[a]
+        # Python slicing clamps exactly like ONNX for all step signs once ends are bounded.
+        s = max(min(s, dim), -dim - 1) if s < 0 else min(s, dim)
+        e = max(e, -dim - 1) if e < 0 else min(e, dim)
+        index[a] = slice(s, None if (st < 0 and e < -dim) else e, st)
+    return x[tuple(index)]
+
+
+def _transpose(node, x):
+    perm = _attr(node, "perm", None)
+    return np.transpose(x, None if perm is None else list(perm))
+
+
+def _expand(node, x, shape):
+    out_shape = np.broadcast_shapes(x.shape, tuple(_ints(shape)))
+    _check_size(out_shape)
+    return np.broadcast_to(x, out_shape).copy()
+
+
+def _constant_of_shape(node, shape):
+    dims = _ints(shape)
+    _check_size(dims)
+    value = _attr(node, "value", None)
+    if value is None:
+        return np.zeros(dims, np.float32)
+    fill = _to_numpy(value).reshape(-1)
+    return np.full(dims, fill[0], dtype=fill.dtype)
+
+
+def _range(node, start, limit, delta):
+    s, l, d = start.item(), limit.item(), delta.item()
+    if d == 0:
+        raise _NoFold("range delta 0")
+    n = max(int(np.ceil((l - s) / d)), 0)
+    _check_size([n])
+    return (s + np.arange(n) * d).astype(start.dtype) if n else np.zeros(0, start.dtype)
+
+
+def _where(node, c, x, y):
+    return np.where(c, x, y).astype(x.dtype, copy=False)
+
+
+def _reduce(fn):
+    def run(node, x, axes=None):
+        keep = bool(_attr(node, "keepdims", 1))
+        if axes is None:
+            axes_list = _attr(node, "axes", None)
+        else:
+            axes_list = _ints(axes)
+        if axes_list is not None and len(axes_list) == 0:
+            if _attr(node, "noop_with_empty_axes", 0):
+                return x
+            axes_list = None
+        out = fn(x, axis=None if axes_list is None else tuple(axes_list), keepdims=keep)
+        return np.asarray(out).astype(x.dtype, copy=False)
+    return run
+
+
+_NUMPY_OPS = {
+    "Add": _same(np.add), "Sub": _same(np.subtract), "Mul": _same(np.multiply), "Div": _div,
+    "Neg": _same(np.negative), "Abs": _same(np.abs), "Min": _same(np.minimum),
+    "Max": _same(np.maximum),
+    "Equal": lambda n, a, b: np.equal(a, b), "Less": lambda n, a, b: np.less(a, b),
+    "Greater": lambda n, a, b: np.greater(a, b), "Not": lambda n, a: np.logical_not(a),
+    "And": lambda n, a, b: np.logical_and(a, b), "Or": lambda n, a, b: np.logical_or(a, b),
+    "Where": _where, "Cast": _cast, "Reshape": _reshape, "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze, "Concat": _concat, "Gather": _gather, "Slice": _slice,
+    "Transpose": _transpose, "Expand": _expand, "ConstantOfShape": _constant_of_shape,
+    "Range": _range, "Identity": lambda n, x: x,
+    "ReduceProd": _reduce(np.prod), "ReduceSum": _reduce(np.sum),
+}
+# Binary ops whose two inputs share one dtype in ONNX; anything else there is a malformed model.
+_SAME_DTYPE = frozenset({"Add", "Sub", "Mul", "Div", "Min", "Max", "Equal", "Less", "Greater"})
+
+
+def _static_dims(value: ir.Value, start: int | None, end: int | None) -> list[int] | None:
+    shape = value.shape
+    if shape is None:
+        return None
+    dims = list(shape)[slice(start, end)]
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    return [int(d) for d in dims]
+
+
+def _fold_shape_op(node: ir.Node) -> list[np.ndarray] | None:
+    """Shape / Size of a value whose relevant dims are static, without reading the value."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None:
+        return None
+    if node.op_type == "Shape":
+        dims = _static_dims(x, _attr(node, "start", None), _attr(node, "end", None))
+        return None if dims is None else [np.array(dims, np.int64)]
+    dims = _static_dims(x, None, None)
+    return None if dims is None else [np.array(int(np.prod(dims, dtype=np.int64)), np.int64)]
+
+
+def _opset(node: ir.Node, model: ir.Model) -> int:
+    return node.version or model.opset_imports.get("", onnx.defs.onnx_opset_version())
+
+
+def _reference_eval(node: ir.Node, args: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+    """Run one node through onnx's reference evaluator; check dtypes against ONNX inference."""
+    from onnx.reference import ReferenceEvaluator
+
+    in_names = [f"i{k}" if a is not None else "" for k, a in enumerate(args)]
+    out_names = [f"o{k}" if v is not None else "" for k, v in enumerate(node.outputs)]
+    proto_node = ir.serde.serialize_node(node)
+    del proto_node.input[:]
+    proto_node.input.extend(in_names)
+    del proto_node.output[:]
+    proto_node.output.extend(out_names)
+    inputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+              for n, a in zip(in_names, args) if a is not None]
+    outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in out_names if n]
+    graph = onnx.helper.make_graph([proto_node], "fold", inputs, outputs)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        expected = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.output}
+        results = ReferenceEvaluator(model).run(None, {n: a for n, a in zip(in_names, args) if n})
+    except Exception as exc:  # the reference does not cover this op/opset: leave the node alone
+        raise _NoFold(f"reference: {type(exc).__name__}") from None
+    out = []
+    for name, r in zip([n for n in out_names if n], results):
+        r = np.asarray(r)
+        want = expected.get(name, 0)
+        if not want or onnx.helper.np_dtype_to_tensor_dtype(r.dtype) != want:
+            raise _NoFold("reference result dtype differs from ONNX inference")
+        out.append(r)
+    return out
+
+
+class ConstantFoldingPass(FusePass):
+    """Replace nodes computable at optimization time by their results (see module docstring)."""
+
+    name = "constant-folding"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        self._main = model.graph
+        for graph in model.graphs():
+            for node in list(graph):
+                if node.graph is graph and self._try_fold(node, graph, model):
+                    modified = True
+        return ir.passes.PassResult(model, modified=modified)
+
+    # -- one node ---------------------------------------------------------------------------
+
+    def _try_fold(self, node: ir.Node, graph: ir.Graph, model: ir.Model) -> bool:
+        if not _default_domain(node) or node.op_type in NONDETERMINISTIC or node.op_type == "Constant":
+            return False
+        if any(isinstance(a, (ir.Attr,)) and a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+               for a in node.attributes.values()):
+            return False
+        if not node.outputs or all(not o.uses() and not o.is_graph_output() for o in node.outputs):
+            return False  # dead: DCE's job, and folding it would only cost time
+        try:
+            results = self._evaluate(node, model)
+            if results is None:
+                return False
+            self._check_results(node, results)
+        except _NoFold as why:
+            self.stats[f"skipped: {str(why).split(':')[0]}"] += 1
+            return False
+        for out, arr in zip(node.outputs, results):
+            self._replace(out, arr, graph)
+        graph.remove(node, safe=True)
+        self.stats[node.op_type] += 1
+        return True
+
+    def _evaluate(self, node: ir.Node, model: ir.Model) -> list[np.ndarray] | None:
+        if node.op_type in ("Shape", "Size"):
+            folded = _fold_shape_op(node)
+            if folded is not None:
+                return folded
+        tensors = [constant_tensor(v) if v is not None else None for v in node.inputs]
+        if any(t is None for v, t in zip(node.inputs, tensors) if v is not None):
+            return None  # some input is not constant
+        if not node.inputs and node.op_type not in ("ConstantOfShape",):
+            return None  # source ops (e.g. RandomX, EyeLike without input): not ours to fold
+        args = [_to_numpy(t) if t is not None else None for t in tensors]
+        fn = _NUMPY_OPS.get(node.op_type)
+        if node.op_type in _SAME_DTYPE and len({a.dtype for a in args if a is not None}) > 1:
+            raise _NoFold("mixed dtypes")
+        if fn is not None:
+            while args and args[-1] is None:
+                args.pop()
+            if any(a is None for a in args):
+                fn = None  # an omitted optional input in the middle: leave it to the reference
+        if fn is not None:
+            with np.errstate(all="ignore"):
+                try:
+                    out = fn(node, *args)
+                except _NoFold:
+                    raise
+                except Exception as exc:  # malformed node; the runtime will report it, not us
+                    raise _NoFold(f"numpy: {type(exc).__name__}") from None
+            return [np.asarray(out)]
+        if node.op_type in _EXPANDING and not self._static_outputs_small(node):
+            raise _NoFold("output size unknown")
+        if sum(a.size for a in args if a is not None) > MAX_OUTPUT_ELEMENTS:
+            raise _NoFold("inputs too large")
+        return _reference_eval(node, args, _opset(node, model))
+
+    @staticmethod
+    def _static_outputs_small(node: ir.Node) -> bool:
+        for out in node.outputs:
+            if out.shape is None or not all(isinstance(d, int) for d in out.shape):
+                return False
+            _check_size(list(out.shape))
+        return True
+
+    @staticmethod
+    def _check_results(node: ir.Node, results: list[np.ndarray]) -> None:
+        if len(results) != len(node.outputs):
+            raise _NoFold("output count")
+        for out, arr in zip(node.outputs, results):
+            if arr.size > MAX_OUTPUT_ELEMENTS or arr.nbytes > MAX_OUTPUT_BYTES:
+                raise _NoFold("output too large")
+            try:
+                dtype = ir.DataType.from_numpy(arr.dtype)
+            except (TypeError, ValueError):
+                raise _NoFold("result dtype") from None
+            if dtype not in _FOLDABLE_DTYPES:
+                raise _NoFold("result dtype")
+            if out.dtype is not None and out.dtype != dtype:
+                raise _NoFold(f"dtype mismatch {dtype} vs declared {out.dtype}")
+            if out.shape is not None and all(isinstance(d, int) for d in out.shape):
+                if tuple(int(d) for d in out.shape) != arr.shape:
+                    raise _NoFold("shape mismatch with declared shape")
+
+    _main: ir.Graph | None = None
+
+    def _replace(self, out: ir.Value, arr: np.ndarray, graph: ir.Graph) -> None:
+        name = out.name
+        tensor = ir.tensor(np.ascontiguousarray(arr), name=name)
+        # Main graph: an initializer. Graph outputs and subgraph values: a Constant node in
+        # place, which keeps the output name and the value's scope.
+        if out.is_graph_output() or graph is not self._main or not name:
+            const = ir.node("Constant", [], attributes={"value": tensor})
+            new = const.outputs[0]
+            graph.insert_before(out.producer(), const)
+        else:
+            new = ir.Value(name=None, const_value=tensor)
+        new.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
+        new.shape = ir.Shape(arr.shape)
+        out.replace_all_uses_with(new, replace_graph_outputs=True)
+        out.name = None
+        new.name = name
+        if new.producer() is None:
+            graph.register_initializer(new)

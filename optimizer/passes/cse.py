@@ -1,0 +1,139 @@
+"""Common subexpression elimination: a node that repeats an earlier one (same op, domain,
+attributes and input values) reuses the earlier node's outputs.
+
+Cases handled:
+- nodes in the main graph and, separately, inside each subgraph (never across scopes);
+- identical small initializers (same dtype, shape and bytes; not graph inputs, not graph
+  outputs) are merged into the first one, so that their consumers become twins too;
+- Constant nodes compare by their tensor's dtype, shape and bytes.
+
+Never merged: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
+default domain (their purity is unknown; ours may write in place), nodes with subgraph attributes,
+and pairs whose outputs are both graph outputs (each name must stay). When only the later output
+is a graph output, the kept value takes its name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import FusePass
+
+NONDETERMINISTIC = frozenset({
+    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+    "Bernoulli", "Dropout",
+})
+MAX_DEDUP_BYTES = 1 << 16  # initializers and tensor attributes compared by content up to this
+_UNHASHABLE = object()
+
+
+def _tensor_key(t: ir.TensorProtocol | None):
+    if t is None:
+        return None
+    if t.nbytes > MAX_DEDUP_BYTES:
+        return _UNHASHABLE
+    try:
+        data = t.tobytes()
+    except Exception:
+        return _UNHASHABLE
+    return (t.dtype, tuple(t.shape), hashlib.sha1(data).hexdigest(), data)
+
+
+def _attr_key(attr: ir.Attr):
+    if attr.is_ref():
+        return ("ref", attr.ref_attr_name)
+    kind = attr.type
+    if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return _UNHASHABLE
+    if kind == ir.AttributeType.TENSOR:
+        return _tensor_key(attr.value)
+    if kind == ir.AttributeType.TENSORS:
+        keys = tuple(_tensor_key(t) for t in attr.value)
+        return _UNHASHABLE if _UNHASHABLE in keys else keys
+    if kind in (ir.AttributeType.SPARSE_TENSOR, ir.AttributeType.SPARSE_TENSORS,
+                ir.AttributeType.TYPE_PROTO, ir.AttributeType.TYPE_PROTOS):
+        return _UNHASHABLE
+    value = attr.value
+    if isinstance(value, (list, tuple)):
+        # Floats compare by repr so that NaN attributes equal themselves and -0.0 != 0.0.
+        return (kind, tuple(repr(v) if isinstance(v, float) else v for v in value))
+    return (kind, repr(value) if isinstance(value, float) else value)
+
+
+def _node_key(node: ir.Node):
+    if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC:
+        return None
+    attrs = []
+    for name in sorted(node.attributes):
+        k = _attr_key(node.attributes[name])
+        if k is _UNHASHABLE or (isinstance(k, tuple) and _UNHASHABLE in k):
+            return None
+        attrs.append((name, k))
+    inputs = tuple(id(v) if v is not None else None for v in node.inputs)
+    return (node.op_type, node.overload, node.version, len(node.outputs), inputs, tuple(attrs))
+
+
+def _merge_values(graph: ir.Graph, keep: list[ir.Value], drop: list[ir.Value]) -> bool:
+    """Point every use of ``drop[i]`` at ``keep[i]``; False (nothing done) if names would clash."""
+    for k, d in zip(keep, drop):
+        if d.is_graph_output() and (k.is_graph_output() or k.is_graph_input() or k.is_initializer()):
+            return False
+    for k, d in zip(keep, drop):
+        if d.is_graph_output():
+            name = d.name
+            d.replace_all_uses_with(k, replace_graph_outputs=True)
+            d.name = None
+            k.name = name
+        else:
+            d.replace_all_uses_with(k)
+    return True
+
+
+class CommonSubexpressionEliminationPass(FusePass):
+    """Merge repeated computations and duplicate small initializers (see module docstring)."""
+
+    name = "cse"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = self._dedupe_initializers(model.graph)
+        for graph in model.graphs():
+            modified |= self._cse_graph(graph)
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _dedupe_initializers(self, graph: ir.Graph) -> bool:
+        seen: dict[object, ir.Value] = {}
+        modified = False
+        for value in list(graph.initializers.values()):
+            if value.is_graph_input() or value.is_graph_output() or value.const_value is None:
+                continue
+            key = _tensor_key(value.const_value)
+            if key is _UNHASHABLE or key is None:
+                continue
+            first = seen.setdefault(key, value)
+            if first is value:
+                continue
+            value.replace_all_uses_with(first)
+            graph.initializers.pop(value.name)
+            self.stats["initializers"] += 1
+            modified = True
+        return modified
+
+    def _cse_graph(self, graph: ir.Graph) -> bool:
+        seen: dict[object, ir.Node] = {}
+        modified = False
+        for node in list(graph):
+            if node.graph is not graph:
+                continue
+            key = _node_key(node)
+            if key is None:
+                continue
+            first = seen.setdefault(key, node)
+            if first is node:
+                continue
+            if _merge_values(graph, list(first.outputs), list(node.outputs)):
+                graph.remove(node, safe=True)
+                self.stats[node.op_type] += 1
+                modified = True
+        return modified

@@ -1,0 +1,249 @@
+"""Identity elimination: remove nodes that provably pass their input through unchanged.
+
+Cases handled (each counted in ``stats`` under the op type):
+- Identity; Dropout in inference mode (no training_mode, or a constant false one) whose mask
+  output is unused; Cast / CastLike to the input's own dtype; Concat of a single input;
+- Reshape to the same shape (constant shape whose entries are 0 = copy, or equal to the input's
+  static dim, at most one -1), Expand to a shape the input already has, Transpose with the identity
+  permutation, Slice over whole axes with step 1, Squeeze without axes of a static shape with no 1s,
+  Pad with all-zero pads, Flatten of a rank-2 input at axis 1;
+- x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 where the constant broadcasts into x without changing
+  its shape (dtype is the same by the op's contract).
+
+Graph outputs keep their names: when the removed node's output is a graph output, the producer's
+value is renamed to it; when that cannot be done (the input is a graph input, an initializer, an
+outer-scope value or already a graph output), the node stays as (or becomes) an Identity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes.constant_folding import constant_tensor
+
+_BIG = 1 << 62  # Slice ends at or beyond this mean "to the end" whatever the dim
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    a = node.attributes.get(name)
+    if a is None or a.is_ref():
+        return default if a is None else _Unknown
+    return a.value
+
+
+class _Unknown:  # a reference attribute (inside a function): value not known here
+    pass
+
+
+def _const_ints(value: ir.Value | None) -> list[int] | None:
+    t = constant_tensor(value)
+    if t is None or not t.dtype.is_integer() or t.size > 64:
+        return None
+    return [int(v) for v in t.numpy().reshape(-1)]
+
+
+def _all_equal(value: ir.Value | None, target: float) -> bool:
+    t = constant_tensor(value)
+    if t is None or t.size > 4096 or t.dtype in (ir.DataType.STRING,) or t.dtype.bitwidth < 8:
+        return False
+    try:
+        arr = t.numpy()
+    except Exception:
+        return False
+    return arr.size > 0 and bool(np.all(arr == target))
+
+
+def _dims(value: ir.Value) -> list | None:
+    return None if value.shape is None else list(value.shape)
+
+
+def _broadcasts_into(const: ir.Value, x: ir.Value) -> bool:
+    """True when broadcasting ``const`` against ``x`` leaves x's shape unchanged."""
+    t = constant_tensor(const)
+    dims = _dims(x)
+    if t is None or dims is None or len(t.shape) > len(dims):
+        return False
+    for c, d in zip(reversed(list(t.shape)), reversed(dims)):
+        if c != 1 and not (isinstance(d, int) and d == c):
+            return False
+    return True
+
+
+class IdentityEliminationPass(FusePass):
+    """Remove identity-like nodes (see module docstring)."""
+
+    name = "identity-elimination"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in model.graphs():
+            for node in list(graph):
+                if node.graph is not graph or node.domain not in ("", "ai.onnx"):
+                    continue
+                source = self._passthrough_input(node)
+                if source is not None and self._bypass(node, source, graph):
+                    self.stats[node.op_type] += 1
+                    modified = True
+        return ir.passes.PassResult(model, modified=modified)
+
+    # -- which input passes through unchanged, if any -----------------------------------------
+
+    def _passthrough_input(self, node: ir.Node) -> ir.Value | None:
+        op = node.op_type
+        ins = list(node.inputs)
+        if not ins or ins[0] is None or not node.outputs:
+            return None
+        x = ins[0]
+        if op == "Identity":
+            return x
+        if op == "Dropout":
+            return x if self._inference_dropout(node) else None
+        if len(node.outputs) != 1:
+            return None
+        if op == "Cast":
+            to = _attr(node, "to")
+            return x if x.dtype is not None and to is not _Unknown and to == x.dtype.value else None
+        if op == "CastLike":
+            return x if x.dtype is not None and len(ins) > 1 and ins[1] is not None and ins[1].dtype == x.dtype else None
+        if op == "Concat":
+            return x if len(ins) == 1 else None
+        if op == "Reshape":
+            return x if len(ins) > 1 and self._same_reshape(node, x, ins[1]) else None
+        if op == "Expand":
+            return x if len(ins) > 1 and self._same_expand(x, ins[1]) else None
+        if op == "Transpose":
+            perm = _attr(node, "perm")
+            rank = len(x.shape) if x.shape is not None else None
+            if perm is None:
+                return x if rank is not None and rank <= 1 else None
+            return x if perm is not _Unknown and list(perm) == list(range(len(perm))) else None
+        if op == "Slice":
+            return x if self._whole_slice(node, x) else None
+        if op == "Squeeze":
+            dims = _dims(x)
+            if len(ins) == 1 and _attr(node, "axes") is None and dims is not None:
+                return x if all(isinstance(d, int) and d != 1 for d in dims) else None
+            return None
+        if op == "Pad":
+            pads = _const_ints(ins[1]) if len(ins) > 1 else _attr(node, "pads")
+            return x if pads is not None and pads is not _Unknown and all(p == 0 for p in pads) else None
+        if op == "Flatten":
+            dims = _dims(x)
+            axis = _attr(node, "axis", 1)
+            return x if dims is not None and len(dims) == 2 and axis in (1, -1) else None
+        if op in ("Add", "Mul") and len(ins) == 2 and ins[1] is not None:
+            neutral = 0.0 if op == "Add" else 1.0
+            for a, b in ((ins[0], ins[1]), (ins[1], ins[0])):
+                if _all_equal(b, neutral) and _broadcasts_into(b, a):
+                    return a
+            return None
+        if op in ("Sub", "Div") and len(ins) == 2 and ins[1] is not None:
+            neutral = 0.0 if op == "Sub" else 1.0
+            return x if _all_equal(ins[1], neutral) and _broadcasts_into(ins[1], x) else None
+        return None
+
+    @staticmethod
+    def _inference_dropout(node: ir.Node) -> bool:
+        if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+            return False
+        ins = list(node.inputs)
+        if len(ins) > 2 and ins[2] is not None:
+            t = constant_tensor(ins[2])
+            if t is None or bool(t.numpy().reshape(-1)[0]):
+                return False
+        is_test = _attr(node, "is_test", None)  # opset <= 6
+        return is_test is None or is_test == 1
+
+    @staticmethod
+    def _same_reshape(node: ir.Node, x: ir.Value, shape_value: ir.Value) -> bool:
+        target = _const_ints(shape_value)
+        dims = _dims(x)
+        if target is None or dims is None or len(target) != len(dims):
+            return False
+        allowzero = _attr(node, "allowzero", 0)
+        minus_one = 0
+        for t, d in zip(target, dims):
+            if t == 0 and not allowzero:
+                continue
+            if t == -1:
+                minus_one += 1
+            elif not (isinstance(d, int) and d == t):
+                return False
+        # With every other dim kept, a single -1 can only be the original dim again.
+        return minus_one <= 1
+
+    @staticmethod
+    def _same_expand(x: ir.Value, shape_value: ir.Value) -> bool:
+        target = _const_ints(shape_value)
+        dims = _dims(x)
+        if target is None or dims is None or len(target) > len(dims):
+            return False
+        return all(t == 1 or (isinstance(d, int) and d == t)
+                   for t, d in zip(reversed(target), reversed(dims)))
+
+    @staticmethod
+    def _whole_slice(node: ir.Node, x: ir.Value) -> bool:
+        ins = list(node.inputs) + [None] * 5
+        dims = _dims(x)
+        if dims is None:
+            return False
+        if ins[1] is None:  # opset < 10: attributes
+            starts, ends, axes, steps = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes"), None
+            if _Unknown in (starts, ends, axes):
+                return False
+        else:
+            starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
+            axes = _const_ints(ins[3]) if ins[3] is not None else None
+            steps = _const_ints(ins[4]) if ins[4] is not None else None
+            if starts is None or ends is None or (ins[3] is not None and axes is None) or (
+                    ins[4] is not None and steps is None):
+                return False
+        starts, ends = list(starts), list(ends)
+        axes = list(range(len(starts))) if axes is None else list(axes)
+        steps = [1] * len(starts) if steps is None else list(steps)
+        for s, e, a, st in zip(starts, ends, axes, steps):
+            if not -len(dims) <= a < len(dims) or st != 1:
+                return False
+            d = dims[a]
+            static = isinstance(d, int)
+            if not (s == 0 or (static and s <= -d)):
+                return False
+            if not (e >= _BIG or (static and e >= d)):
+                return False
+        return True
+
+    # -- the rewrite --------------------------------------------------------------------------
+
+    @staticmethod
+    def _bypass(node: ir.Node, source: ir.Value, graph: ir.Graph) -> bool:
+        out = node.outputs[0]
+        if not out.is_graph_output():
+            out.replace_all_uses_with(source)
+            graph.remove(node, safe=True)
+            return True
+        producer = source.producer()
+        renamable = (producer is not None and producer.graph is graph and not source.is_graph_output()
+                     and not source.is_graph_input() and not source.is_initializer())
+        if renamable:
+            name = out.name
+            out.replace_all_uses_with(source, replace_graph_outputs=True)
+            graph.remove(node, safe=True)
+            out.name = None
+            source.name = name
+            if source.type is None:
+                source.type = out.type
+            return True
+        if node.op_type == "Identity" and len(node.inputs) == 1 and len(node.outputs) == 1:
+            return False
+        ident = ir.node("Identity", [source])
+        graph.insert_before(node, ident)
+        new = ident.outputs[0]
+        new.type, new.shape = out.type, out.shape
+        name = out.name
+        out.replace_all_uses_with(new, replace_graph_outputs=True)
+        graph.remove(node, safe=True)
+        out.name = None
+        new.name = name
+        return True
