@@ -1,0 +1,272 @@
+"""NumPy reference for the onnx_fuse attention ops: the oracle for CPU and GPU tests.
+
+Two levels, one semantics (docs/ops.md):
+
+* ONNX-level ops, exactly as the nodes in domain ``onnx_fuse`` compute them:
+  ``fused_attention_op`` (``FusedAttention``) and ``paged_attention_op``
+  (``PagedAttention``), with packed-head inputs ``[B, S, H*D]``.
+* Kernel-level functions with explicit head axes, matching plugins/kernels/*.cu:
+  ``fused_attention`` (layouts ``bshd``, ``bhsd`` or packed ``bsh``), ``paged_attention``
+  and ``append_kv``.
+
+Everything is computed in float64 and returned in the query's dtype (or ``out_dtype``).
+NumPy has no bfloat16: tests pass bf16 data upcast to float32.
+
+Conventions shared with the kernels:
+- GQA: query head ``h`` reads kv head ``h // (Hq // Hkv)``.
+- ``seq_lens[b]`` (prefill): valid tokens of sequence ``b``; keys at positions >= it are
+  masked, output rows at positions >= it are zeros.
+- causal (prefill): key ``j`` is visible to query ``i`` iff ``j <= i``.
+- paged: ``seq_lens[b]`` counts the tokens in the cache *including* the ``Sq`` new ones; new
+  token ``i`` sits at position ``p = seq_lens[b] - Sq + i`` and sees cache positions ``0..p``.
+- ``scale`` None or 0.0 means ``1/sqrt(D)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "append_kv",
+    "fused_attention",
+    "fused_attention_op",
+    "paged_attention",
+    "paged_attention_op",
+    "resolve_scale",
+]
+
+
+def resolve_scale(scale: float | None, head_dim: int) -> float:
+    """Softmax scale; ``None`` or 0.0 (the ONNX attribute default) means 1/sqrt(head_dim)."""
+    if scale is None or float(scale) == 0.0:
+        return 1.0 / float(np.sqrt(head_dim))
+    return float(scale)
+
+
+def _split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
+    b, s, hd = x.shape
+    if hd % num_heads:
+        raise ValueError(f"last dim {hd} is not a multiple of num_heads={num_heads}")
+    return x.reshape(b, s, num_heads, hd // num_heads)
+
+
+def _to_bshd(x: np.ndarray, layout: str, num_heads: int | None, name: str) -> np.ndarray:
+    if layout == "bshd":
+        if x.ndim != 4:
+            raise ValueError(f"{name}: layout bshd needs a rank-4 array, got shape {x.shape}")
+        return x
+    if layout == "bhsd":
+        if x.ndim != 4:
+            raise ValueError(f"{name}: layout bhsd needs a rank-4 array, got shape {x.shape}")
+        return x.transpose(0, 2, 1, 3)
+    if layout == "bsh":
+        if x.ndim != 3 or num_heads is None:
+            raise ValueError(f"{name}: layout bsh needs a rank-3 array and its head count")
+        return _split_heads(x, num_heads)
+    raise ValueError(f"unknown layout {layout!r} (bshd, bhsd or bsh)")
+
+
+def _softmax_rows(scores: np.ndarray, visible: np.ndarray) -> np.ndarray:
+    """Row softmax of float64 scores where ``visible`` is False -> weight 0; empty rows -> 0."""
+    s = np.where(visible, scores, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.where(visible, np.exp(s - m), 0.0)
+    denom = p.sum(axis=-1, keepdims=True)
+    return np.divide(p, denom, out=np.zeros_like(p), where=denom > 0)
+
+
+def fused_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    seq_lens: np.ndarray | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    layout: str = "bshd",
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    out_dtype=None,
+) -> np.ndarray:
+    """Prefill/encoder attention; returns the output in the input ``layout``.
+
+    Layouts: ``bshd`` q [B,S,Hq,D], k/v [B,S,Hkv,D] (the kernel's); ``bhsd`` [B,H,S,D];
+    ``bsh`` packed [B,S,H*D] (needs ``num_heads`` and ``num_kv_heads``).
+    """
+    qh = _to_bshd(np.asarray(q), layout, num_heads, "q").astype(np.float64)
+    kh = _to_bshd(np.asarray(k), layout, num_kv_heads, "k").astype(np.float64)
+    vh = _to_bshd(np.asarray(v), layout, num_kv_heads, "v").astype(np.float64)
+    B, S, Hq, D = qh.shape
+    _, Skv, Hkv, Dk = kh.shape
+    if Dk != D or vh.shape != kh.shape or kh.shape[0] != B:
+        raise ValueError(f"shape mismatch: q {qh.shape}, k {kh.shape}, v {vh.shape}")
+    if Hq % Hkv:
+        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
+    if Skv != S:
+        raise ValueError(f"FusedAttention needs equal query and key lengths, got {S} and {Skv}")
+    sc = resolve_scale(scale, D)
+    lens = np.full(B, S, dtype=np.int64) if seq_lens is None else np.clip(np.asarray(seq_lens, np.int64), 0, S)
+    if lens.shape != (B,):
+        raise ValueError(f"seq_lens must have shape [{B}], got {lens.shape}")
+
+    group = Hq // Hkv
+    kx = np.repeat(kh, group, axis=2)  # [B,S,Hq,D]
+    vx = np.repeat(vh, group, axis=2)
+    scores = np.einsum("bihd,bjhd->bhij", qh, kx) * sc  # [B,Hq,S,S]
+    pos = np.arange(S)
+    key_ok = pos[None, :] < lens[:, None]  # [B,S]
+    visible = np.broadcast_to(key_ok[:, None, None, :], scores.shape)
+    if causal:
+        visible = visible & (pos[None, None, None, :] <= pos[None, None, :, None])
+    p = _softmax_rows(scores, visible)
+    out = np.einsum("bhij,bjhd->bihd", p, vx)  # [B,S,Hq,D]
+    out = out * (pos[None, :] < lens[:, None])[:, :, None, None]
+    dt = out_dtype or np.asarray(q).dtype
+    if layout == "bhsd":
+        out = out.transpose(0, 2, 1, 3)
+    elif layout == "bsh":
+        out = out.reshape(B, S, Hq * D)
+    return out.astype(dt)
+
+
+def _gather_cache(pool: np.ndarray, table_row: np.ndarray, length: int) -> np.ndarray:
+    """Logical tokens [0, length) of one sequence from a pool [NB, BS, Hkv, D]."""
+    bs = pool.shape[1]
+    pos = np.arange(length)
+    return pool[table_row[pos // bs], pos % bs]  # [length, Hkv, D]
+
+
+def paged_attention(
+    q: np.ndarray,
+    k_pool: np.ndarray,
+    v_pool: np.ndarray,
+    block_tables: np.ndarray,
+    seq_lens: np.ndarray,
+    *,
+    scale: float | None = None,
+    out_dtype=None,
+) -> np.ndarray:
+    """Attention of new query tokens over a block-paged cache (kernel layouts).
+
+    q: [B, Hq, D] (decode, one token) or [B, Sq, Hq, D]; pools [NB, BS, Hkv, D];
+    block_tables int32 [B, max_blocks]; seq_lens int32 [B] (cache length incl. new tokens).
+    Returns q's shape.
+    """
+    q = np.asarray(q)
+    decode = q.ndim == 3
+    qh = (q[:, None] if decode else q).astype(np.float64)
+    B, Sq, Hq, D = qh.shape
+    NB, BS, Hkv, Dk = k_pool.shape
+    if Dk != D or v_pool.shape != k_pool.shape:
+        raise ValueError(f"pool shapes {k_pool.shape}/{v_pool.shape} do not fit q {q.shape}")
+    if Hq % Hkv:
+        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
+    group = Hq // Hkv
+    sc = resolve_scale(scale, D)
+    tables = np.asarray(block_tables)
+    lens = np.asarray(seq_lens, np.int64)
+    out = np.zeros((B, Sq, Hq, D), np.float64)
+    for b in range(B):
+        L = int(lens[b])
+        if L <= 0:
+            continue
+        if L > tables.shape[1] * BS:
+            raise ValueError(f"seq_lens[{b}]={L} exceeds the block table ({tables.shape[1]} x {BS})")
+        kc = np.repeat(_gather_cache(k_pool, tables[b], L).astype(np.float64), group, axis=1)
+        vc = np.repeat(_gather_cache(v_pool, tables[b], L).astype(np.float64), group, axis=1)
+        scores = np.einsum("ihd,jhd->hij", qh[b], kc) * sc  # [Hq,Sq,L]
+        qpos = L - Sq + np.arange(Sq)
+        visible = np.arange(L)[None, None, :] <= qpos[None, :, None]
+        p = _softmax_rows(scores, np.broadcast_to(visible, scores.shape))
+        out[b] = np.einsum("hij,jhd->ihd", p, vc)
+    out = out[:, 0] if decode else out
+    return out.astype(out_dtype or q.dtype)
+
+
+def append_kv(
+    k_pool: np.ndarray,
+    v_pool: np.ndarray,
+    k_new: np.ndarray,
+    v_new: np.ndarray,
+    block_tables: np.ndarray,
+    seq_lens: np.ndarray,
+    *,
+    inplace: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Write new tokens k_new/v_new [B, Sq, Hkv, D] ([B, Hkv, D] for one) into the pools.
+
+    Token ``i`` of sequence ``b`` goes to position ``seq_lens[b] - Sq + i``; positions < 0 or
+    past the block table are skipped (as the kernel does). Returns the (new) pools.
+    """
+    kn = np.asarray(k_new)
+    vn = np.asarray(v_new)
+    if kn.ndim == 3:
+        kn, vn = kn[:, None], vn[:, None]
+    kp = k_pool if inplace else np.array(k_pool, copy=True)
+    vp = v_pool if inplace else np.array(v_pool, copy=True)
+    B, Sq = kn.shape[:2]
+    BS = kp.shape[1]
+    tables = np.asarray(block_tables)
+    for b in range(B):
+        for i in range(Sq):
+            p = int(seq_lens[b]) - Sq + i
+            if p < 0 or p >= tables.shape[1] * BS:
+                continue
+            blk = tables[b, p // BS]
+            kp[blk, p % BS] = kn[b, i]
+            vp[blk, p % BS] = vn[b, i]
+    return kp, vp
+
+
+# --------------------------------------------------------------------------------------
+# ONNX-level ops (domain onnx_fuse), exactly as docs/ops.md defines them.
+
+
+def fused_attention_op(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    seq_lens: np.ndarray | None = None,
+    *,
+    num_heads: int,
+    kv_num_heads: int | None = None,
+    scale: float = 0.0,
+    causal: int = 0,
+) -> np.ndarray:
+    """``onnx_fuse::FusedAttention``: query [B,S,Hq*D], key/value [B,S,Hkv*D] -> [B,S,Hq*D]."""
+    kvh = kv_num_heads or num_heads
+    return fused_attention(
+        query, key, value, seq_lens=seq_lens, causal=bool(causal), scale=scale,
+        layout="bsh", num_heads=num_heads, num_kv_heads=kvh,
+    )
+
+
+def paged_attention_op(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    key_cache: np.ndarray,
+    value_cache: np.ndarray,
+    block_tables: np.ndarray,
+    seq_lens: np.ndarray,
+    *,
+    num_heads: int,
+    kv_num_heads: int | None = None,
+    scale: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``onnx_fuse::PagedAttention``: append then attend.
+
+    query [B,Sq,Hq*D], key/value [B,Sq,Hkv*D] (the new tokens), caches [NB,BS,Hkv,D],
+    block_tables int32 [B,max_blocks], seq_lens int32 [B] (incl. the new tokens).
+    Returns (output [B,Sq,Hq*D], key_cache_out, value_cache_out); TensorRT updates the caches
+    in place, ONNX Runtime returns the new caches.
+    """
+    kvh = kv_num_heads or num_heads
+    qh = _split_heads(np.asarray(query), num_heads)
+    kn = _split_heads(np.asarray(key), kvh)
+    vn = _split_heads(np.asarray(value), kvh)
+    kc, vc = append_kv(key_cache, value_cache, kn, vn, block_tables, seq_lens)
+    out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale)
+    B, Sq = qh.shape[:2]
+    return out.reshape(B, Sq, -1), kc, vc

@@ -1,0 +1,338 @@
+// Fused multi-head attention forward (prefill / encoder), FlashAttention-2 style.
+//
+// Layouts (element strides are arguments, the last dim must be contiguous):
+//   Q [B, S, Hq, D], K [B, S, Hkv, D], V [B, S, Hkv, D], O [B, S, Hq, D]
+//   seq_lens int32 [B] (optional): valid length of each sequence, for queries and keys
+//   alike; output rows at positions >= seq_lens[b] are written as zeros.
+// Semantics: O = softmax(scale * Q K^T + mask) V per (batch, query head), with query
+// head h reading kv head h / (Hq / Hkv) (MHA when Hq == Hkv, GQA/MQA otherwise), the
+// causal mask top-left aligned (key j visible to query i iff j <= i).
+// dtypes: fp16 or bf16 in and out, fp32 accumulation and softmax. D in {64, 128}.
+//
+// Algorithm: one CTA per (query tile of 16*NWARPS rows, query head, batch). Each warp
+// owns 16 query rows; Q fragments stay in registers, K/V tiles of 64 keys stream
+// through a two-stage cp.async pipeline in swizzled shared memory; S = Q K^T and
+// O += P V run on mma.sync m16n8k16 (sm_80+ tensor cores) with an online softmax in
+// the exp2 domain. Rows and keys past seq_lens are zero-filled on load and masked.
+//
+// Entry points: extern "C" __global__ kernels named onnx_fuse_fa_fwd_<dt>_d<D>_w<W>_<mask>
+// (for embedding as PTX/cubin, e.g. a TensorRT plugin) and the host launch function
+// onnx_fuse_fused_attention_fwd (pointers, dims, stream), which picks the variant.
+
+#include "attention_common.cuh"
+#include "cuda_check.cuh"
+
+namespace onnx_fuse {
+
+constexpr int kFaBlockN = 64;
+
+template <int D, int NWARPS>
+constexpr int fa_smem_bytes() {
+  return (16 * NWARPS * D + 2 * 2 * kFaBlockN * D) * 2;
+}
+
+template <typename T, int D, int NWARPS, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2) {
+  using Tr = MmaTraits<T>;
+  constexpr int BM = 16 * NWARPS;
+  constexpr int BN = kFaBlockN;
+  constexpr int NT = 32 * NWARPS;
+  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  static_assert(D % 64 == 0, "D must be a multiple of 64");
+
+  extern __shared__ __align__(128) unsigned char fa_smem[];
+  T* sQ = reinterpret_cast<T*>(fa_smem);
+  T* sK = sQ + BM * D;          // [2][BN][D]
+  T* sV = sK + 2 * BN * D;      // [2][BN][D]
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+  // Heaviest causal tiles first.
+  const int m_block = CAUSAL ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+  const int hq = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  const int m0 = m_block * BM;
+
+  const T* qb = q + b * q_sb + hq * q_sh;
+  const T* kb = k + b * k_sb + hkv * k_sh;
+  const T* vb = v + b * v_sb + hkv * v_sh;
+  T* ob = o + b * o_sb + hq * o_sh;
+
+  if (m0 >= L) {  // whole tile is padding: zeros
+    for (int c = tid; c < BM * CPR; c += NT) {
+      int r = c / CPR, cc = c % CPR;
+      if (m0 + r < S) *reinterpret_cast<uint4*>(ob + (m0 + r) * o_ss + cc * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+
+  const int n_end = CAUSAL ? min(L, m0 + BM) : L;
+  const int n_tiles = (n_end + BN - 1) / BN;
+
+  auto load_kv = [&](int tile, int buf) {
+    const int n0 = tile * BN;
+    T* dk = sK + buf * BN * D;
+    T* dv = sV + buf * BN * D;
+#pragma unroll
+    for (int i = 0; i < (BN * CPR) / NT; ++i) {
+      int c = tid + i * NT;
+      int r = c / CPR, cc = c % CPR;
+      bool ok = (n0 + r) < L;
+      int rr = ok ? (n0 + r) : 0;
+      cp_async_16(smem_u32(dk + swz<D>(r, cc * 8)), kb + rr * k_ss + cc * 8, ok);
+      cp_async_16(smem_u32(dv + swz<D>(r, cc * 8)), vb + rr * v_ss + cc * 8, ok);
+    }
+  };
+
+  // Prologue: Q tile and first K/V tile.
+#pragma unroll
+  for (int i = 0; i < (BM * CPR + NT - 1) / NT; ++i) {
+    int c = tid + i * NT;
+    if (c < BM * CPR) {
+      int r = c / CPR, cc = c % CPR;
+      bool ok = (m0 + r) < L;
+      int rr = ok ? (m0 + r) : 0;
+      cp_async_16(smem_u32(sQ + swz<D>(r, cc * 8)), qb + rr * q_ss + cc * 8, ok);
+    }
+  }
+  load_kv(0, 0);
+  cp_async_commit();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY};
+  float row_l[2] = {0.f, 0.f};
+  uint32_t qf[D / 16][4];
+
+  const int row0 = m0 + warp * 16 + g;  // this thread's two query rows: row0, row0 + 8
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_tiles) {
+      load_kv(j + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        int r = warp * 16 + (lane & 15);
+        int c = kk * 16 + (lane >> 4) * 8;
+        ldmatrix_x4(qf[kk], smem_u32(sQ + swz<D>(r, c)));
+      }
+    }
+    const T* tk = sK + buf * BN * D;
+    const T* tv = sV + buf * BN * D;
+
+    // S = Q K^T for 16 rows x 64 keys per warp.
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int nn = 0; nn < BN / 16; ++nn) {
+        uint32_t bf[4];
+        int r = nn * 16 + (lane & 7) + ((lane >> 4) << 3);
+        int c = kk * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(bf, smem_u32(tk + swz<D>(r, c)));
+        Tr::mma(s[2 * nn], qf[kk], bf[0], bf[1]);
+        Tr::mma(s[2 * nn + 1], qf[kk], bf[2], bf[3]);
+      }
+    }
+
+    // Scale into the log2 domain and mask.
+    const int n0 = j * BN;
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + warp * 16);
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * scale_log2;
+        if (need_mask) {
+          int col = n0 + nt * 8 + 2 * t4 + (e & 1);
+          int row = row0 + (e >> 1) * 8;
+          if (col >= L || (CAUSAL && col > row)) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    }
+
+    // Online softmax.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+      mx = quad_max(mx);
+      const float m_new = fmaxf(row_m[h], mx);
+      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+      const float alpha = exp2f(row_m[h] - m_use);
+      row_m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        float p0 = exp2f(s[nt][2 * h] - m_use);
+        float p1 = exp2f(s[nt][2 * h + 1] - m_use);
+        s[nt][2 * h] = p0;
+        s[nt][2 * h + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_l[h] = row_l[h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * h] *= alpha;
+        acc[dt][2 * h + 1] *= alpha;
+      }
+    }
+
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = Tr::pack(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = Tr::pack(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = Tr::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = Tr::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t bf[4];
+        int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        int c = dd * 16 + (lane >> 4) * 8;
+        ldmatrix_x4_trans(bf, smem_u32(tv + swz<D>(r, c)));
+        Tr::mma(acc[2 * dd], pa, bf[0], bf[1]);
+        Tr::mma(acc[2 * dd + 1], pa, bf[2], bf[3]);
+      }
+    }
+    __syncthreads();  // buffer `buf` is refilled by the next iteration's prefetch
+  }
+
+  // Epilogue: normalize and store; rows past L are zeros.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int row = row0 + h * 8;
+    const float inv = (l > 0.f && row < L) ? 1.f / l : 0.f;
+    if (row < S) {
+      T* orow = ob + row * o_ss;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        uint32_t packed = Tr::pack(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
+        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
+      }
+    }
+  }
+}
+
+}  // namespace onnx_fuse
+
+using onnx_fuse::fa_fwd_body;
+
+#define OF_FA_KERNEL(NAME, T, D, W, CAUSAL)                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2) {                                      \
+    fa_fwd_body<T, D, W, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,     \
+                                 k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);  \
+  }
+
+#define OF_FA_KERNELS_DT(DTN, T)                                       \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w4_full, T, 64, 4, false)   \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w4_causal, T, 64, 4, true)  \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w8_full, T, 64, 8, false)   \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w8_causal, T, 64, 8, true)  \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w4_full, T, 128, 4, false) \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w4_causal, T, 128, 4, true) \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w8_full, T, 128, 8, false) \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w8_causal, T, 128, 8, true)
+
+OF_FA_KERNELS_DT(f16, __half)
+OF_FA_KERNELS_DT(bf16, __nv_bfloat16)
+
+// ----------------------------------------------------------------------------------------
+// Host launch function.
+
+namespace {
+
+using FaKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
+                            int, long long, long long, long long, long long, long long,
+                            long long, long long, long long, long long, long long, long long,
+                            long long, float);
+
+template <typename KFn>
+FaKernelFn as_fn(KFn f) { return reinterpret_cast<FaKernelFn>(f); }
+
+FaKernelFn pick(int dtype, int D, int warps, bool causal) {
+#define OF_PICK(DTN, DD, W)                                                          \
+  if (D == DD && warps == W)                                                         \
+    return causal ? as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_w##W##_causal)             \
+                  : as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_w##W##_full);
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PICK(f16, 64, 4) OF_PICK(f16, 64, 8) OF_PICK(f16, 128, 4) OF_PICK(f16, 128, 8)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PICK(bf16, 64, 4) OF_PICK(bf16, 64, 8) OF_PICK(bf16, 128, 4) OF_PICK(bf16, 128, 8)
+  }
+#undef OF_PICK
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Dynamic shared memory (bytes) a variant needs; 0 for an unsupported (D, warps).
+int onnx_fuse_fused_attention_smem_bytes(int head_dim, int warps) {
+  if (head_dim == 64) return warps == 4 ? onnx_fuse::fa_smem_bytes<64, 4>() : warps == 8 ? onnx_fuse::fa_smem_bytes<64, 8>() : 0;
+  if (head_dim == 128) return warps == 4 ? onnx_fuse::fa_smem_bytes<128, 4>() : warps == 8 ? onnx_fuse::fa_smem_bytes<128, 8>() : 0;
+  return 0;
+}
+
+// Launches the fused attention forward. Strides are in elements; the last (head-dim)
+// axis must be contiguous and every row 16-byte aligned. warps: 4 or 8 (query tile of
+// 64 or 128 rows), 0 = default (8). seq_lens may be null (all sequences full length S).
+// Returns 0 or a cudaError_t code.
+int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
+                                  void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
+                                  int D, long long q_sb, long long q_ss, long long q_sh,
+                                  long long k_sb, long long k_ss, long long k_sh,
+                                  long long v_sb, long long v_ss, long long v_sh,
+                                  long long o_sb, long long o_ss, long long o_sh, float scale,
+                                  int causal, int warps, cudaStream_t stream) {
+  if (warps == 0) warps = 8;
+  OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
+  OF_REQUIRE(B <= 65535 && Hq <= 65535);
+  OF_REQUIRE(q && k && v && o);
+  OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
+             k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
+  FaKernelFn fn = pick(dtype, D, warps, causal != 0);
+  OF_REQUIRE(fn != nullptr);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, warps);
+  OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int bm = 16 * warps;
+  dim3 grid((S + bm - 1) / bm, Hq, B);
+  fn<<<grid, 32 * warps, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                         k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                         scale * onnx_fuse::kLog2e);
+  OF_CUDA_CHECK_LAUNCH();
+  return 0;
+}
+
+}  // extern "C"

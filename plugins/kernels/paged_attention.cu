@@ -1,0 +1,425 @@
+// Paged attention for decode (one query token per sequence) over a block-paged KV pool,
+// its split-K reduction, and the kernel that appends new K/V tokens into the pool.
+//
+// Layouts (contiguous unless a stride is given):
+//   q            [B, Hq, D]                      (row stride q_sb elements)
+//   k_pool/v_pool [num_blocks, block_size, Hkv, D]
+//   block_tables int32 [B, max_blocks]: physical block of logical block i of sequence b
+//   seq_lens     int32 [B]: tokens in the cache for sequence b (the new token included)
+//   out          [B, Hq, D]                      (row stride o_sb elements)
+// Query head h reads kv head h / G, G = Hq / Hkv in 1..16. fp16 or bf16, D in {64, 128}.
+//
+// Decode algorithm: one CTA (4 warps) per (kv head, split, batch). The G query heads of
+// a kv head form the 16 rows of one mma.sync tile (rows >= G are zero), so K/V bytes are
+// read once per kv head. The split's tokens stream through a 3-stage cp.async pipeline in
+// tiles of 64 tokens gathered through the block table; warp w handles tokens
+// [16w, 16w + 16) of each tile with its own online softmax, and the 4 warps merge at the
+// end. With num_splits > 1 each CTA writes an fp32 partial (O, log2-sum-exp) to the
+// workspace and onnx_fuse_pa_reduce_* combines them (FlashDecoding).
+//
+// Append: onnx_fuse_append_kv_* writes new tokens k_new/v_new [B, Sq, Hkv, D] at cache
+// positions seq_lens[b] - Sq + i (i < Sq) of sequence b, in place.
+
+#include "attention_common.cuh"
+#include "cuda_check.cuh"
+
+namespace onnx_fuse {
+
+constexpr int kPaTile = 64;    // tokens per pipeline stage
+constexpr int kPaStages = 3;
+constexpr int kPaWarps = 4;
+
+template <int D>
+constexpr int pa_smem_bytes() {
+  // Q tile (16 x D) + stages x (K + V tiles); the merge scratch reuses the stages.
+  return (16 * D + kPaStages * 2 * kPaTile * D) * 2;
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void pa_decode_body(
+    const T* __restrict__ q, long long q_sb, const T* __restrict__ k_pool,
+    const T* __restrict__ v_pool, const int* __restrict__ block_tables,
+    const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
+    float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv,
+    int block_size, int max_blocks, int part_tokens, float scale_log2) {
+  using Tr = MmaTraits<T>;
+  constexpr int NT = 32 * kPaWarps;
+  constexpr int CPR = D / 8;
+  constexpr int TILE_ELEMS = kPaTile * D;
+
+  extern __shared__ __align__(128) unsigned char pa_smem[];
+  T* sQ = reinterpret_cast<T*>(pa_smem);
+  T* sKV = sQ + 16 * D;  // [stage][K|V][kPaTile][D]
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const int hkv = blockIdx.x;
+  const int split = blockIdx.y;
+  const int num_splits = gridDim.y;
+  const int b = blockIdx.z;
+  const int G = Hq / Hkv;
+
+  const int L = max(seq_lens[b], 0);
+  const int t_begin = split * part_tokens;
+  const int t_end = min(L, t_begin + part_tokens);
+
+  if (t_begin >= t_end) {  // nothing to do for this split (short sequence)
+    if (num_splits > 1) {
+      if (tid < G) part_lse[((size_t)b * Hq + hkv * G + tid) * num_splits + split] = -INFINITY;
+    } else {
+      for (int c = tid; c < G * CPR; c += NT) {
+        int r = c / CPR, cc = c % CPR;
+        *reinterpret_cast<uint4*>(out + b * o_sb + (hkv * G + r) * D + cc * 8) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    return;
+  }
+  const int n_tiles = (t_end - t_begin + kPaTile - 1) / kPaTile;
+  const int* bt = block_tables + (size_t)b * max_blocks;
+  const long long tok_stride = (long long)Hkv * D;
+
+  // Q rows: query heads hkv*G .. hkv*G+G-1; rows >= G zero.
+  const T* qb = q + b * q_sb + (size_t)hkv * G * D;
+  for (int c = tid; c < 16 * CPR; c += NT) {
+    int r = c / CPR, cc = c % CPR;
+    cp_async_16(smem_u32(sQ + swz<D>(r, cc * 8)), qb + (r < G ? r : 0) * D + cc * 8, r < G);
+  }
+
+  auto load_tile = [&](int tile, int stage) {
+    const int t0 = t_begin + tile * kPaTile;
+    T* dk = sKV + stage * 2 * TILE_ELEMS;
+    T* dv = dk + TILE_ELEMS;
+#pragma unroll
+    for (int i = 0; i < (kPaTile * CPR) / NT; ++i) {
+      int c = tid + i * NT;
+      int r = c / CPR, cc = c % CPR;
+      int tok = t0 + r;
+      bool ok = tok < t_end;
+      long long off = 0;
+      if (ok) {
+        int blk = bt[tok / block_size];
+        off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
+      }
+      cp_async_16(smem_u32(dk + swz<D>(r, cc * 8)), k_pool + off + cc * 8, ok);
+      cp_async_16(smem_u32(dv + swz<D>(r, cc * 8)), v_pool + off + cc * 8, ok);
+    }
+  };
+
+  // Prologue: Q joins the first group; fill kPaStages - 1 stages.
+#pragma unroll
+  for (int st = 0; st < kPaStages - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY};
+  float row_l[2] = {0.f, 0.f};
+  uint32_t qf[D / 16][4];
+
+  for (int j = 0; j < n_tiles; ++j) {
+    // Keep kPaStages - 1 tiles in flight: issue tile j + kPaStages - 1 (maybe empty group).
+    {
+      int nxt = j + kPaStages - 1;
+      if (nxt < n_tiles) load_tile(nxt, nxt % kPaStages);
+      cp_async_commit();
+    }
+    cp_async_wait<kPaStages - 1>();
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        int r = lane & 15;
+        int c = kk * 16 + (lane >> 4) * 8;
+        ldmatrix_x4(qf[kk], smem_u32(sQ + swz<D>(r, c)));
+      }
+    }
+    const T* tk = sKV + (j % kPaStages) * 2 * TILE_ELEMS;
+    const T* tv = tk + TILE_ELEMS;
+    const int kr = warp * 16;  // this warp's 16 tokens in the tile
+
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t bf[4];
+      int r = kr + (lane & 7) + ((lane >> 4) << 3);
+      int c = kk * 16 + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4(bf, smem_u32(tk + swz<D>(r, c)));
+      Tr::mma(s[0], qf[kk], bf[0], bf[1]);
+      Tr::mma(s[1], qf[kk], bf[2], bf[3]);
+    }
+    const int tok0 = t_begin + j * kPaTile + kr;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
+        s[nt][e] = tok < t_end ? s[nt][e] * scale_log2 : -INFINITY;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = quad_max(fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
+      const float m_new = fmaxf(row_m[h], mx);
+      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+      const float alpha = exp2f(row_m[h] - m_use);
+      row_m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float p0 = exp2f(s[nt][2 * h] - m_use), p1 = exp2f(s[nt][2 * h + 1] - m_use);
+        s[nt][2 * h] = p0;
+        s[nt][2 * h + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_l[h] = row_l[h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * h] *= alpha;
+        acc[dt][2 * h + 1] *= alpha;
+      }
+    }
+    uint32_t pa[4];
+    pa[0] = Tr::pack(s[0][0], s[0][1]);
+    pa[1] = Tr::pack(s[0][2], s[0][3]);
+    pa[2] = Tr::pack(s[1][0], s[1][1]);
+    pa[3] = Tr::pack(s[1][2], s[1][3]);
+#pragma unroll
+    for (int dd = 0; dd < D / 16; ++dd) {
+      uint32_t bf[4];
+      int r = kr + (lane & 7) + ((lane >> 3) & 1) * 8;
+      int c = dd * 16 + (lane >> 4) * 8;
+      ldmatrix_x4_trans(bf, smem_u32(tv + swz<D>(r, c)));
+      Tr::mma(acc[2 * dd], pa, bf[0], bf[1]);
+      Tr::mma(acc[2 * dd + 1], pa, bf[2], bf[3]);
+    }
+    __syncthreads();  // stage j % kPaStages is refilled by a later iteration
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the 4 warps: scratch m[4][16], l[4][16], o[4][16][D] (fp32) over the stages.
+  float* sm = reinterpret_cast<float*>(sKV);
+  float* sl = sm + kPaWarps * 16;
+  float* so = sl + kPaWarps * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int r = g + 8 * h;
+    if (t4 == 0) {
+      sm[warp * 16 + r] = row_m[h];
+      sl[warp * 16 + r] = l;
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      float2 val = make_float2(acc[dt][2 * h], acc[dt][2 * h + 1]);
+      *reinterpret_cast<float2*>(so + (warp * 16 + r) * D + dt * 8 + 2 * t4) = val;
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < G * D; idx += NT) {
+    const int r = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kPaWarps; ++w) M = fmaxf(M, sm[w * 16 + r]);
+    const float Mu = (M == -INFINITY) ? 0.f : M;
+    float lsum = 0.f, osum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kPaWarps; ++w) {
+      float f = exp2f(sm[w * 16 + r] - Mu);
+      lsum += sl[w * 16 + r] * f;
+      osum += so[(w * 16 + r) * D + d] * f;
+    }
+    const int hq = hkv * G + r;
+    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+    if (num_splits == 1) {
+      out[b * o_sb + (size_t)hq * D + d] = Tr::from_float(osum * inv);
+    } else {
+      const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
+      part_o[pidx * D + d] = osum * inv;
+      if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+    }
+  }
+}
+
+// Combines num_splits partials per (batch, query head): grid (Hq, B), D threads.
+template <typename T, int D>
+__device__ __forceinline__ void pa_reduce_body(const float* __restrict__ part_o,
+                                               const float* __restrict__ part_lse,
+                                               T* __restrict__ out, long long o_sb, int Hq,
+                                               int num_splits) {
+  const int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  const size_t base = ((size_t)b * Hq + hq) * num_splits;
+  float M = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) M = fmaxf(M, part_lse[base + s]);
+  float wsum = 0.f, osum = 0.f;
+  if (M != -INFINITY) {
+    for (int s = 0; s < num_splits; ++s) {
+      const float lse = part_lse[base + s];
+      if (lse == -INFINITY) continue;
+      const float w = exp2f(lse - M);
+      wsum += w;
+      osum += w * part_o[(base + s) * D + d];
+    }
+  }
+  out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(wsum > 0.f ? osum / wsum : 0.f);
+}
+
+// Append: one thread per 16-byte chunk of a new token row.
+template <typename T, int D>
+__device__ __forceinline__ void append_kv_body(
+    const T* __restrict__ k_new, const T* __restrict__ v_new, long long n_sb, long long n_ss,
+    T* __restrict__ k_pool, T* __restrict__ v_pool, const int* __restrict__ block_tables,
+    const int* __restrict__ seq_lens, int B, int Sq, int Hkv, int block_size, int max_blocks) {
+  constexpr int CPR = D / 8;
+  const long long total = (long long)B * Sq * Hkv * CPR;
+  for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < total;
+       c += (long long)gridDim.x * blockDim.x) {
+    const int cc = c % CPR;
+    long long rest = c / CPR;
+    const int h = rest % Hkv;
+    rest /= Hkv;
+    const int i = rest % Sq;
+    const int b = rest / Sq;
+    const int pos = seq_lens[b] - Sq + i;
+    if (pos < 0 || pos >= max_blocks * block_size) continue;
+    const int blk = block_tables[(size_t)b * max_blocks + pos / block_size];
+    const long long dst = (((long long)blk * block_size + pos % block_size) * Hkv + h) * D + cc * 8;
+    const long long src = b * n_sb + i * n_ss + (long long)h * D + cc * 8;
+    *reinterpret_cast<uint4*>(k_pool + dst) = *reinterpret_cast<const uint4*>(k_new + src);
+    *reinterpret_cast<uint4*>(v_pool + dst) = *reinterpret_cast<const uint4*>(v_new + src);
+  }
+}
+
+}  // namespace onnx_fuse
+
+using onnx_fuse::append_kv_body;
+using onnx_fuse::pa_decode_body;
+using onnx_fuse::pa_reduce_body;
+
+#define OF_PA_KERNELS(DTN, T, D)                                                               \
+  extern "C" __global__ void __launch_bounds__(128) onnx_fuse_pa_decode_##DTN##_d##D(        \
+      const T* q, long long q_sb, const T* k_pool, const T* v_pool, const int* block_tables,  \
+      const int* seq_lens, T* out, long long o_sb, float* part_o, float* part_lse, int Hq,    \
+      int Hkv, int block_size, int max_blocks, int part_tokens, float scale_log2) {           \
+    pa_decode_body<T, D>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb, part_o,  \
+                         part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, scale_log2); \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(D) onnx_fuse_pa_reduce_##DTN##_d##D(          \
+      const float* part_o, const float* part_lse, T* out, long long o_sb, int Hq,             \
+      int num_splits) {                                                                        \
+    pa_reduce_body<T, D>(part_o, part_lse, out, o_sb, Hq, num_splits);                         \
+  }                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) onnx_fuse_append_kv_##DTN##_d##D(        \
+      const T* k_new, const T* v_new, long long n_sb, long long n_ss, T* k_pool, T* v_pool,   \
+      const int* block_tables, const int* seq_lens, int B, int Sq, int Hkv, int block_size,   \
+      int max_blocks) {                                                                        \
+    append_kv_body<T, D>(k_new, v_new, n_sb, n_ss, k_pool, v_pool, block_tables, seq_lens, B, \
+                         Sq, Hkv, block_size, max_blocks);                                     \
+  }
+
+OF_PA_KERNELS(f16, __half, 64)
+OF_PA_KERNELS(f16, __half, 128)
+OF_PA_KERNELS(bf16, __nv_bfloat16, 64)
+OF_PA_KERNELS(bf16, __nv_bfloat16, 128)
+
+// ----------------------------------------------------------------------------------------
+// Host launch functions.
+
+extern "C" {
+
+int onnx_fuse_paged_attention_smem_bytes(int head_dim) {
+  return head_dim == 64 ? onnx_fuse::pa_smem_bytes<64>()
+                        : head_dim == 128 ? onnx_fuse::pa_smem_bytes<128>() : 0;
+}
+
+// fp32 workspace bytes for num_splits > 1 (0 when num_splits == 1).
+long long onnx_fuse_paged_attention_workspace_bytes(int B, int Hq, int D, int num_splits) {
+  if (num_splits <= 1) return 0;
+  return (long long)B * Hq * num_splits * (D + 1) * 4;
+}
+
+// Decode attention over the paged pool. part_tokens (a multiple of 64) is the number of
+// tokens one split covers; num_splits * part_tokens must cover the longest sequence
+// (use onnx_fuse.plugins.launch_plan.plan_paged_decode). workspace: at least
+// onnx_fuse_paged_attention_workspace_bytes(...) bytes, may be null when num_splits == 1.
+int onnx_fuse_paged_attention_decode(int dtype, const void* q, long long q_sb,
+                                     const void* k_pool, const void* v_pool,
+                                     const int* block_tables, const int* seq_lens, void* out,
+                                     long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                     int D, int block_size, int max_blocks, int part_tokens,
+                                     int num_splits, float scale, cudaStream_t stream) {
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaTile == 0);
+  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
+  OF_REQUIRE(block_size > 0 && max_blocks > 0 && q_sb % 8 == 0);
+  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
+  const int smem = onnx_fuse_paged_attention_smem_bytes(D);
+  OF_REQUIRE(smem > 0);
+  float* part_o = reinterpret_cast<float*>(workspace);
+  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  dim3 grid(Hkv, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD)                                                                   \
+  if (D == DD) {                                                                                \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD,                         \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+    onnx_fuse_pa_decode_##DTN##_d##DD<<<grid, 128, smem, stream>>>(                             \
+        (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
+        o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2);             \
+    OF_CUDA_CHECK_LAUNCH();                                                                     \
+    if (num_splits > 1) {                                                                       \
+      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
+                                                                        (T*)out, o_sb, Hq,      \
+                                                                        num_splits);            \
+      OF_CUDA_CHECK_LAUNCH();                                                                   \
+    }                                                                                           \
+    return 0;                                                                                   \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_LAUNCH(f16, __half, 64)
+    OF_LAUNCH(f16, __half, 128)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_LAUNCH(bf16, __nv_bfloat16, 64)
+    OF_LAUNCH(bf16, __nv_bfloat16, 128)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// Writes k_new/v_new [B, Sq, Hkv, D] (strides n_sb, n_ss; head rows contiguous) into the
+// pools at positions seq_lens[b] - Sq + i; positions outside the block table are skipped.
+int onnx_fuse_append_kv(int dtype, const void* k_new, const void* v_new, long long n_sb,
+                        long long n_ss, void* k_pool, void* v_pool, const int* block_tables,
+                        const int* seq_lens, int B, int Sq, int Hkv, int D, int block_size,
+                        int max_blocks, cudaStream_t stream) {
+  OF_REQUIRE(B > 0 && Sq > 0 && Hkv > 0 && block_size > 0 && max_blocks > 0);
+  OF_REQUIRE(n_sb % 8 == 0 && n_ss % 8 == 0);
+  const long long chunks = (long long)B * Sq * Hkv * (D / 8);
+  const int threads = 256;
+  const long long want = (chunks + threads - 1) / threads;
+  const int blocks = static_cast<int>(want < 65535 ? want : 65535);
+#define OF_LAUNCH(DTN, T, DD)                                                                \
+  if (D == DD) {                                                                             \
+    onnx_fuse_append_kv_##DTN##_d##DD<<<blocks, threads, 0, stream>>>(                       \
+        (const T*)k_new, (const T*)v_new, n_sb, n_ss, (T*)k_pool, (T*)v_pool, block_tables,  \
+        seq_lens, B, Sq, Hkv, block_size, max_blocks);                                       \
+    OF_CUDA_CHECK_LAUNCH();                                                                  \
+    return 0;                                                                                \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_LAUNCH(f16, __half, 64)
+    OF_LAUNCH(f16, __half, 128)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_LAUNCH(bf16, __nv_bfloat16, 64)
+    OF_LAUNCH(bf16, __nv_bfloat16, 128)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
