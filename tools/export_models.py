@@ -91,6 +91,24 @@ def _wrap(model, arch: str):
     return Decoder()
 
 
+def _randomize(model) -> None:
+    """Give every parameter distinct random values (the HF init leaves biases 0 and norm weights 1,
+    which hides bias/gamma bugs in a fusion and lets the exporter share one initializer for all)."""
+    import torch
+
+    g = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if p.ndim == 1 and ("norm" in name.lower() or name.endswith(("ln_1.weight", "ln_2.weight",
+                                                                        "ln_f.weight"))):
+                p.copy_(1.0 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
+            elif p.ndim == 1:
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(0.1 * noise)
+
+
 def export_one(arch: str, attn: str, exporter: str, out_dir: Path) -> dict:
     import torch
     import transformers
@@ -99,6 +117,7 @@ def export_one(arch: str, attn: str, exporter: str, out_dir: Path) -> dict:
     torch.manual_seed(SEED)
     config = cfg_cls(**kw, attn_implementation=attn)
     model = model_cls(config).eval()
+    _randomize(model)
     feeds = _inputs(arch)
     names = list(feeds)
     wrapper = _wrap(model, arch).eval()
