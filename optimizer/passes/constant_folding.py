@@ -425,7 +425,7 @@ class ConstantFoldingPass(FusePass):
 
     def _replace(self, out: ir.Value, arr: np.ndarray, graph: ir.Graph) -> None:
         name = out.name
-        tensor = ir.tensor(np.ascontiguousarray(arr), name=name)
+        tensor = ir.tensor(np.array(arr, order="C", copy=True), name=name)
         # Main graph: an initializer. Graph outputs and subgraph values: a Constant node in
         # place, which keeps the output name and the value's scope.
         if out.is_graph_output() or graph is not self._main or not name:
