@@ -1,0 +1,481 @@
+"""Precision conversion: float32 weights and compute -> float16 or bfloat16, with fp32 islands.
+
+TensorRT 11 builds strongly typed networks, so precision has to live in the ONNX graph. This pass
+decides, per node, whether it computes in the low type (LOW) or stays in float32 (KEEP), then
+converts weights and dtype attributes and inserts Cast nodes where the two meet. See
+docs/precision.md for the policy, the fp32 op list and the measured tolerances.
+
+Cases handled:
+- compute-bound ops (MatMul, Gemm, Conv, attention ops) are LOW; ops in ``fp32_ops`` (norms, Softmax,
+  Exp/Log/Pow/Erf/Sqrt, reductions, Cos/Sin, Range...) are KEEP; every other op follows its inputs:
+  KEEP when one of its float inputs is float32 (so a decomposed LayerNorm stays fp32 as a whole);
+- float values computed from integers (Cast(int->float) and what follows from it with constants:
+  positions, masks, rotary angles) stay float32, and so does everything upstream of a shape sink
+  (Cast to an integer type, Range, Resize scales/roi, OneHot depth);
+- each op's type constraints (ONNX schemas; ORT's for com.microsoft) decide which slots may change
+  type: a slot typed ``tensor(float)`` (Resize scales, SkipLayerNorm's mean) stays float32, and an
+  op whose constraints exclude the low type, or of an unknown domain, is KEEP;
+- ops with dtype attributes (Cast ``to``, ConstantOfShape ``value``, Random* / EyeLike /
+  Bernoulli ``dtype``) are rewritten consistently with their outputs;
+- initializers and Constant nodes are converted (float16: clipped to +-65504, overflow and flush to
+  zero counted in stats), or duplicated when both precisions consume them;
+- graph inputs/outputs keep float32 unless ``keep_io_types=False``; boundary Casts get deterministic
+  names ``<value>__to_fp16`` (one per value and dtype); exact Cast pairs (low->fp32->low) and
+  identity Casts left by the conversion are removed;
+- nodes with subgraphs (If/Loop/Scan) are KEEP and their bodies are untouched; an outer value a body
+  reads is cast back to float32 for it.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Iterable, Sequence
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import FusePass
+
+F32 = ir.DataType.FLOAT
+LOW_TYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
+_TYPE_STR = {ir.DataType.FLOAT16: "tensor(float16)", ir.DataType.BFLOAT16: "tensor(bfloat16)"}
+_SUFFIX = {F32: "fp32", ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16"}
+FP16_MAX = float(np.finfo(np.float16).max)
+
+#: Ops computed in the low type whenever their type constraints allow it (where the speed is).
+LOW_OPS = frozenset({
+    "MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "MultiHeadAttention",
+    "GroupQueryAttention", "PackedAttention", "PackedMultiHeadAttention",
+})
+
+#: Ops kept in float32 by default: reductions and statistics that lose accuracy in 16 bits.
+DEFAULT_FP32_OPS = frozenset({
+    # normalizations (their mean/variance reductions)
+    "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "GroupNormalization",
+    "InstanceNormalization", "LpNormalization", "MeanVarianceNormalization",
+    # softmax statistics
+    "Softmax", "LogSoftmax",
+    # transcendental functions and powers
+    "Exp", "Log", "Pow", "Erf", "Sqrt", "Reciprocal", "Cos", "Sin", "Softplus",
+    # reductions and scans
+    "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
+    "ReduceLogSumExp", "ReduceProd", "CumSum",
+    # shape arithmetic
+    "Range",
+})
+
+#: (op, input index) whose float value decides a shape or integer value: upstream stays float32.
+_SHAPE_SINKS = {("Range", 0), ("Range", 1), ("Range", 2), ("Resize", 1), ("Resize", 2),
+                ("Upsample", 1), ("OneHot", 1)}
+#: Ops whose float output type is an attribute: op -> (attribute, default is float32 when absent).
+_DTYPE_ATTRS = {"Cast": ("to", False), "RandomNormal": ("dtype", True),
+                "RandomUniform": ("dtype", True), "RandomNormalLike": ("dtype", False),
+                "RandomUniformLike": ("dtype", False), "EyeLike": ("dtype", False),
+                "Bernoulli": ("dtype", False)}
+#: Ops that read only the shape of their input: any dtype will do, no Cast needed.
+_SHAPE_READERS = frozenset({"Shape", "Size"})
+_INT_TYPES = frozenset(t for t in ir.DataType if t.is_integer())
+
+
+# --- type constraints --------------------------------------------------------------------------
+
+@functools.cache
+def _ort_schemas() -> dict[tuple[str, str], list]:
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as C
+    except ImportError:  # no ORT: contrib ops are simply kept in float32
+        return {}
+    index: dict[tuple[str, str], list] = collections.defaultdict(list)
+    for s in C.get_all_operator_schema():
+        index[(s.domain, s.name)].append(s)
+    return index
+
+
+@functools.cache
+def _signature(domain: str, op_type: str, version: int):
+    """``(inputs, outputs)``: per formal parameter ``(allowed type strings, variadic)``; or None."""
+    domain = "" if domain == "ai.onnx" else domain
+    try:
+        s = onnx.defs.get_schema(op_type, version, domain)
+        constraints = {t.type_param_str: set(t.allowed_type_strs) for t in s.type_constraints}
+
+        def formals(params):
+            return [(constraints.get(p.type_str, {p.type_str}),
+                     p.option == onnx.defs.OpSchema.FormalParameterOption.Variadic) for p in params]
+
+        return formals(s.inputs), formals(s.outputs)
+    except onnx.defs.SchemaError:
+        pass
+    candidates = [s for s in _ort_schemas().get((domain, op_type), []) if s.since_version <= version]
+    if not candidates:
+        return None
+    s = max(candidates, key=lambda c: c.since_version)
+    constraints = {t.type_param_str: set(t.allowed_type_strs) for t in s.type_constraints}
+
+    def ort_formals(params):
+        return [(constraints.get(p.typeStr, {p.typeStr}), "Variadic" in str(p.option)) for p in params]
+
+    return ort_formals(s.inputs), ort_formals(s.outputs)
+
+
+def _slot_allows(formals, index: int, type_str: str) -> bool:
+    if index < len(formals):
+        return type_str in formals[index][0]
+    return bool(formals) and formals[-1][1] and type_str in formals[-1][0]
+
+
+# --- the pass ----------------------------------------------------------------------------------
+
+class PrecisionConversionPass(FusePass):
+    """Convert float32 compute and weights to ``precision`` ("fp16" or "bf16"), fp32 islands kept."""
+
+    name = "precision"
+
+    def __init__(self, precision: str = "fp16", *, keep_io_types: bool = True,
+                 fp32_ops: Iterable[str] = DEFAULT_FP32_OPS) -> None:
+        super().__init__()
+        if precision not in LOW_TYPES:
+            raise ValueError(f"precision must be one of {sorted(LOW_TYPES)}, not {precision!r}")
+        self.precision = precision
+        self.low = LOW_TYPES[precision]
+        self.keep_io_types = keep_io_types
+        self.fp32_ops = frozenset(fp32_ops)
+
+    # Decisions ---------------------------------------------------------------------------------
+
+    def _lowerable(self, node: ir.Node, opsets: dict[str, int]) -> tuple[set[int], set[int]] | None:
+        """Float32 input/output slots that may take the low type, or None if the node must stay."""
+        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+               for a in node.attributes.values()):
+            return None
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        version = node.version or opsets.get(domain)
+        if version is None:
+            return None
+        sig = _signature(domain, node.op_type, version)
+        if sig is None:
+            return None
+        low = _TYPE_STR[self.low]
+        ins, outs = set(), set()
+        for i, v in enumerate(node.inputs):
+            if v is not None and v.dtype is None:
+                return None
+            if v is not None and v.dtype == F32 and _slot_allows(sig[0], i, low):
+                ins.add(i)
+        for i, v in enumerate(node.outputs):
+            if v.dtype is None:
+                return None
+            if v.dtype == F32:
+                if not _slot_allows(sig[1], i, low):
+                    if node.op_type not in _DTYPE_ATTRS:
+                        continue
+                outs.add(i)
+        return ins, outs
+
+    def _decide(self, graph: ir.Graph, opsets: dict[str, int]) -> tuple[dict, set[ir.Node]]:
+        """``slots``: node -> lowerable slots for LOW nodes; plus the set of KEEP nodes."""
+        forced = self._shape_upstream(graph)
+        int_derived: set[ir.Value] = set()
+        fp32_values: set[ir.Value] = set()  # float32 values that stay float32 (non-constant)
+        for inp in graph.inputs:
+            if inp.dtype == F32 and (self.keep_io_types or inp.is_initializer()):
+                fp32_values.add(inp)
+        slots: dict[ir.Node, tuple[set[int], set[int]]] = {}
+        keep: set[ir.Node] = set()
+        for node in graph:
+            if node.domain in ("", "ai.onnx") and (
+                    node.op_type == "Constant" or node.op_type in _SHAPE_READERS):
+                continue
+            floats_out = [v for v in node.outputs if v.dtype == F32]
+            floats_in = [v for v in node.inputs if v is not None and v.dtype == F32]
+            if self._is_int_derived(node, int_derived):
+                int_derived.update(floats_out)
+            if not floats_out and not floats_in:
+                continue  # integer, bool and string ops are untouched
+            lowerable = self._lowerable(node, opsets)
+            is_keep = (lowerable is None or not (lowerable[0] or lowerable[1])
+                       or node in forced or node.op_type in self.fp32_ops
+                       or any(v in int_derived for v in floats_out)
+                       or (node.op_type == "Cast" and not _casts_to_float(node)))
+            if not is_keep and node.op_type not in LOW_OPS:
+                is_keep = any(v in fp32_values for v in floats_in)  # follow the inputs
+            if is_keep:
+                keep.add(node)
+                fp32_values.update(floats_out)
+            else:
+                slots[node] = lowerable
+                fp32_values.update(v for i, v in enumerate(node.outputs)
+                                   if v.dtype == F32 and i not in lowerable[1])
+        return slots, keep
+
+    @staticmethod
+    def _is_int_derived(node: ir.Node, int_derived: set[ir.Value]) -> bool:
+        """Float outputs computed from integer data (Cast(int->float)) and constants only."""
+        if node.op_type in ("Cast", "CastLike") and node.inputs[0] is not None:
+            return node.inputs[0].dtype in _INT_TYPES or node.inputs[0] in int_derived
+        if node.op_type in _DTYPE_ATTRS or node.op_type in ("Shape", "Size", "ConstantOfShape"):
+            return False
+        seen = False
+        for v in node.inputs:
+            if v is None or v.dtype in _INT_TYPES or v.dtype == ir.DataType.BOOL:
+                continue
+            if v in int_derived:
+                seen = True
+            elif not _is_constant(v):
+                return False
+        return seen
+
+    @staticmethod
+    def _shape_upstream(graph: ir.Graph) -> set[ir.Node]:
+        """Nodes whose float32 results flow into a shape sink (Cast to int, Range, scales...)."""
+        stack = []
+        for node in graph:
+            if node.op_type == "Cast" and node.inputs[0] is not None and not _casts_to_float(node):
+                if _attr_int(node, "to") in {int(t) for t in _INT_TYPES}:
+                    stack.append(node.inputs[0])
+            for i, v in enumerate(node.inputs):
+                if v is not None and (node.op_type, i) in _SHAPE_SINKS:
+                    stack.append(v)
+        found: set[ir.Node] = set()
+        while stack:
+            v = stack.pop()
+            p = v.producer()
+            if v.dtype != F32 or p is None or p in found or p.graph is not graph:
+                continue
+            found.add(p)
+            stack.extend(x for x in p.inputs if x is not None)
+        return found
+
+    # Rewrite -----------------------------------------------------------------------------------
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        opsets = dict(model.opset_imports)
+        if any(v.dtype is None for n in graph for v in n.outputs):
+            _infer_types(model)
+        slots, keep = self._decide(graph, opsets)
+        self._names = {v.name for n in ir.traversal.RecursiveGraphIterator(graph) for v in n.outputs}
+        self._names |= {v.name for v in graph.inputs} | set(graph.initializers)
+        self._node_names = {n.name for n in ir.traversal.RecursiveGraphIterator(graph)}
+        if not slots:
+            return ir.passes.PassResult(model, modified=False)
+        # Which dtype does each use of a float32 value require?
+        wants: dict[ir.Value, dict[ir.DataType, list[tuple[ir.Node, int]]]] = {}
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            lowered_in = slots[node][0] if node in slots else set()
+            if node.op_type in _SHAPE_READERS and node.domain in ("", "ai.onnx"):
+                continue
+            for i, v in enumerate(node.inputs):
+                if v is not None and v.dtype == F32:
+                    dtype = self.low if i in lowered_in else F32
+                    wants.setdefault(v, {}).setdefault(dtype, []).append((node, i))
+        # Low nodes: outputs and dtype attributes.
+        for node, (_, outs) in slots.items():
+            for i in outs:
+                node.outputs[i].type = ir.TensorType(self.low)
+            self._retype_attributes(node, outs)
+            self.stats["nodes-lowered"] += 1
+        self.stats["nodes-kept-fp32"] += len(keep)
+        if not self.keep_io_types:
+            for inp in graph.inputs:
+                if inp.dtype == F32 and not inp.is_initializer():
+                    inp.type = ir.TensorType(self.low)
+                    self.stats["io-converted"] += 1
+        # Constants first (they are converted or duplicated, never cast at run time).
+        for v, by_dtype in list(wants.items()):
+            if _is_constant(v) and not v.is_graph_input():
+                self._convert_constant(graph, v, by_dtype)
+                del wants[v]
+        # Boundary casts for everything else.
+        for v, by_dtype in wants.items():
+            for dtype, uses in by_dtype.items():
+                if dtype != v.dtype:
+                    cast = self._cast_after(graph, v, dtype)
+                    for node, i in uses:
+                        node.replace_input_with(i, cast)
+        self._fix_outputs(graph)
+        self._remove_redundant_casts(graph)
+        return ir.passes.PassResult(model, modified=True)
+
+    def _retype_attributes(self, node: ir.Node, outs: set[int]) -> None:
+        if 0 not in outs:
+            return
+        if node.op_type in _DTYPE_ATTRS:
+            attr, default_float = _DTYPE_ATTRS[node.op_type]
+            present = attr in node.attributes
+            if (present and _attr_int(node, attr) == int(F32)) or (not present and default_float):
+                node.attributes[attr] = ir.AttrInt64(attr, int(self.low))
+        elif node.op_type == "ConstantOfShape":
+            a = node.attributes.get("value")
+            if a is not None:
+                node.attributes["value"] = ir.AttrTensor("value", self._convert_tensor(a.as_tensor()))
+            else:  # default is float32 zero
+                node.attributes["value"] = ir.AttrTensor(
+                    "value", ir.tensor(np.zeros(1, self.low.numpy())))
+
+    def _convert_tensor(self, t: ir.TensorProtocol, name: str | None = None) -> ir.Tensor:
+        arr = t.numpy().astype(np.float32)
+        finite = np.isfinite(arr)
+        if self.low == ir.DataType.FLOAT16:
+            over = finite & (np.abs(arr) > FP16_MAX)
+            self.stats["values-clipped"] += int(over.sum())
+            arr = np.where(over, np.clip(arr, -FP16_MAX, FP16_MAX), arr)
+            out = arr.astype(np.float16)
+        else:
+            out = arr.astype(ml_dtypes.bfloat16)
+        self.stats["values-flushed-to-zero"] += int(((arr != 0) & (out == 0)).sum())
+        return ir.Tensor(out, name=name if name is not None else t.name)
+
+    def _convert_constant(self, graph: ir.Graph, v: ir.Value, by_dtype: dict) -> None:
+        if self.low not in by_dtype:
+            return
+        both = F32 in by_dtype or v.is_graph_output()
+        producer = v.producer()
+        if producer is None:  # an initializer
+            new = self._convert_tensor(v.const_value)
+            if both:
+                target = ir.Value(name=self._fresh(f"{v.name}__{_SUFFIX[self.low]}"),
+                                  shape=v.shape, type=ir.TensorType(self.low), const_value=new)
+                new.name = target.name
+                graph.register_initializer(target)
+                for node, i in by_dtype[self.low]:
+                    node.replace_input_with(i, target)
+            else:
+                v.const_value = new
+                v.type = ir.TensorType(self.low)
+            self.stats["initializers-converted"] += 1
+            return
+        tensor = self._convert_tensor(ir.convenience.get_const_tensor(v) or v.const_value)
+        if both:
+            out_name = self._fresh(f"{v.name}__{_SUFFIX[self.low]}")
+            new_node = ir.node("Constant", [], attributes={"value": tensor}, name=self._fresh_node(
+                f"{producer.name or v.name}__{_SUFFIX[self.low]}"), outputs=[ir.Value(name=out_name)])
+            new_node.outputs[0].type = ir.TensorType(self.low)
+            new_node.outputs[0].shape = v.shape
+            graph.insert_after(producer, new_node)
+            for node, i in by_dtype[self.low]:
+                node.replace_input_with(i, new_node.outputs[0])
+        else:
+            for key in ("value_float", "value_floats"):
+                producer.attributes.pop(key, None)
+            producer.attributes["value"] = ir.AttrTensor("value", tensor)
+            v.type = ir.TensorType(self.low)
+            v.const_value = tensor
+        self.stats["constants-converted"] += 1
+
+    def _cast_after(self, graph: ir.Graph, v: ir.Value, dtype: ir.DataType) -> ir.Value:
+        suffix = _SUFFIX[dtype]
+        out = ir.Value(name=self._fresh(f"{v.name}__to_{suffix}"), shape=v.shape,
+                       type=ir.TensorType(dtype))
+        cast = ir.node("Cast", [v], attributes={"to": dtype}, outputs=[out],
+                       name=self._fresh_node(f"precision/cast/{v.name}__to_{suffix}"))
+        producer = v.producer()
+        if producer is not None and producer.graph is graph:
+            graph.insert_after(producer, cast)
+        else:
+            graph.insert_before(graph.node(0), cast) if len(graph) else graph.append(cast)
+        self.stats["casts-inserted"] += 1
+        return out
+
+    def _fix_outputs(self, graph: ir.Graph) -> None:
+        """Graph outputs get their original float32 back (or the low type without keep_io)."""
+        for idx, v in enumerate(list(graph.outputs)):
+            want = F32 if self.keep_io_types else self.low
+            if v.dtype not in (F32, self.low) or v.dtype == want:
+                continue
+            if not self.keep_io_types and (v.is_graph_input() or v.is_initializer()):
+                continue
+            if self.keep_io_types and v.dtype == self.low and v.is_graph_input():
+                continue
+            original = v.name
+            v.name = self._fresh(f"{original}__{_SUFFIX[v.dtype]}")
+            existing = [c.outputs[0] for c in v.consumers() if c.op_type == "Cast"
+                        and c.graph is graph and _attr_int(c, "to") == int(want)
+                        and not c.outputs[0].is_graph_output()]
+            out = existing[0] if existing else self._cast_after(graph, v, want)
+            out.name = original
+            graph.outputs[idx] = out
+            self.stats["io-converted"] += (want != F32)
+
+    def _remove_redundant_casts(self, graph: ir.Graph) -> None:
+        """Drop Casts that became identities and exact pairs low->fp32->low (fp32->low is lossy)."""
+        for node in list(graph):
+            if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+                continue
+            src, out = node.inputs[0], node.outputs[0]
+            if src is None or out.is_graph_output():
+                continue
+            to = _attr_int(node, "to")
+            replacement = None
+            if src.dtype is not None and int(src.dtype) == to:
+                replacement = src
+            else:
+                p = src.producer()
+                if (p is not None and p.op_type == "Cast" and p.domain in ("", "ai.onnx")
+                        and p.inputs[0] is not None and p.inputs[0].dtype == self.low
+                        and _attr_int(p, "to") == int(F32) and to == int(self.low)):
+                    replacement = p.inputs[0]
+            if replacement is None:
+                continue
+            out.replace_all_uses_with(replacement)
+            graph.remove(node, safe=True)
+            self.stats["casts-removed"] += 1
+            if p_unused := (src.producer() if not src.uses() else None):
+                if p_unused.op_type == "Cast" and not any(o.is_graph_output() for o in p_unused.outputs):
+                    graph.remove(p_unused, safe=True)
+                    self.stats["casts-removed"] += 1
+
+    def _fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        self._names.add(name)
+        return name
+
+    def _fresh_node(self, base: str) -> str:
+        name, k = base, 1
+        while name in self._node_names:
+            name, k = f"{base}_{k}", k + 1
+        self._node_names.add(name)
+        return name
+
+
+def _infer_types(model: ir.Model) -> None:
+    """Dtypes drive every decision: infer them where missing (best effort; untyped nodes stay)."""
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    try:
+        ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+    except Exception:  # noqa: BLE001 - a node without a type is kept in float32 below
+        pass
+
+
+def _attr_int(node: ir.Node, name: str) -> int | None:
+    a = node.attributes.get(name)
+    return None if a is None else int(a.value)
+
+
+def _casts_to_float(node: ir.Node) -> bool:
+    return _attr_int(node, "to") in (int(F32), int(ir.DataType.FLOAT16), int(ir.DataType.BFLOAT16),
+                                     int(ir.DataType.DOUBLE))
+
+
+def _is_constant(v: ir.Value) -> bool:
+    if v.is_initializer():
+        return v.const_value is not None
+    p = v.producer()
+    return p is not None and p.op_type == "Constant" and p.domain in ("", "ai.onnx") and (
+        "value" in p.attributes or "value_float" in p.attributes or "value_floats" in p.attributes)
+
+
+def precision_pass(precision: str | None, *, keep_io_types: bool = True,
+                   fp32_ops: Sequence[str] | None = None) -> list[ir.passes.PassBase]:
+    """The passes for ``--precision``: none for None/"fp32", else one PrecisionConversionPass."""
+    if precision in (None, "fp32"):
+        return []
+    return [PrecisionConversionPass(precision, keep_io_types=keep_io_types,
+                                    fp32_ops=DEFAULT_FP32_OPS if fp32_ops is None else fp32_ops)]
