@@ -113,14 +113,15 @@ def fused_attention(
     group = Hq // Hkv
     kx = np.repeat(kh, group, axis=2)  # [B,S,Hq,D]
     vx = np.repeat(vh, group, axis=2)
-    scores = np.einsum("bihd,bjhd->bhij", qh, kx) * sc  # [B,Hq,S,S]
+    qt = qh.transpose(0, 2, 1, 3)  # [B,Hq,S,D]
+    scores = np.matmul(qt, kx.transpose(0, 2, 3, 1)) * sc  # [B,Hq,S,S]
     pos = np.arange(S)
     key_ok = pos[None, :] < lens[:, None]  # [B,S]
     visible = np.broadcast_to(key_ok[:, None, None, :], scores.shape)
     if causal:
         visible = visible & (pos[None, None, None, :] <= pos[None, None, :, None])
     p = _softmax_rows(scores, visible)
-    out = np.einsum("bhij,bjhd->bihd", p, vx)  # [B,S,Hq,D]
+    out = np.matmul(p, vx.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)  # [B,S,Hq,D]
     out = out * (pos[None, :] < lens[:, None])[:, :, None, None]
     dt = out_dtype or np.asarray(q).dtype
     if layout == "bhsd":
@@ -175,11 +176,11 @@ def paged_attention(
             raise ValueError(f"seq_lens[{b}]={L} exceeds the block table ({tables.shape[1]} x {BS})")
         kc = np.repeat(_gather_cache(k_pool, tables[b], L).astype(np.float64), group, axis=1)
         vc = np.repeat(_gather_cache(v_pool, tables[b], L).astype(np.float64), group, axis=1)
-        scores = np.einsum("ihd,jhd->hij", qh[b], kc) * sc  # [Hq,Sq,L]
+        scores = np.matmul(qh[b].transpose(1, 0, 2), kc.transpose(1, 2, 0)) * sc  # [Hq,Sq,L]
         qpos = L - Sq + np.arange(Sq)
         visible = np.arange(L)[None, None, :] <= qpos[None, :, None]
         p = _softmax_rows(scores, np.broadcast_to(visible, scores.shape))
-        out[b] = np.einsum("hij,jhd->ihd", p, vc)
+        out[b] = np.matmul(p, vc.transpose(1, 0, 2)).transpose(1, 0, 2)
     out = out[:, 0] if decode else out
     return out.astype(out_dtype or q.dtype)
 

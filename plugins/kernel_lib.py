@@ -1,0 +1,129 @@
+"""ctypes binding of ``libonnx_fuse_kernels.so`` (built by ``onnx_fuse.plugins.build_kernels``).
+
+Thin wrappers over the ``extern "C"`` launch functions in plugins/kernels/*.cu that take
+torch CUDA tensors (torch is imported lazily, by the caller); used by the GPU tests and
+tools/bench_kernels.py. Launch planning comes from ``onnx_fuse.plugins.launch_plan``.
+
+    lib = KernelLib.load()                       # or KernelLib.load("path/to/lib.so")
+    lib.fused_attention(q, k, v, out, seq_lens=lens, causal=True)   # [B,S,H,D] tensors
+    lib.paged_decode(q, k_pool, v_pool, block_tables, seq_lens, out)
+    lib.append_kv(k_new, v_new, k_pool, v_pool, block_tables, seq_lens)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+from onnx_fuse.plugins import launch_plan as lp
+
+__all__ = ["KernelLib", "KernelError", "default_library_path"]
+
+_i, _ll, _f, _p = ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_void_p
+
+
+class KernelError(RuntimeError):
+    """A launch function returned a CUDA error code."""
+
+
+def default_library_path() -> Path:
+    env = os.environ.get("ONNX_FUSE_KERNEL_LIB")
+    if env:
+        return Path(env)
+    from onnx_fuse.plugins.build_kernels import DEFAULT_BUILD_DIR, LIB_NAME
+
+    return DEFAULT_BUILD_DIR / LIB_NAME
+
+
+def _dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _ptr(t) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+class KernelLib:
+    def __init__(self, cdll: ctypes.CDLL):
+        self._lib = cdll
+        fa = cdll.onnx_fuse_fused_attention_fwd
+        fa.argtypes = [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _i, _i, _p]
+        fa.restype = _i
+        pa = cdll.onnx_fuse_paged_attention_decode
+        pa.argtypes = [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i, _f, _p]
+        pa.restype = _i
+        ap = cdll.onnx_fuse_append_kv
+        ap.argtypes = [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p]
+        ap.restype = _i
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "KernelLib":
+        p = Path(path) if path is not None else default_library_path()
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} not found: run `python -m onnx_fuse.plugins.build_kernels`")
+        return cls(ctypes.CDLL(str(p)))
+
+    @staticmethod
+    def _stream(stream) -> int:
+        if stream is not None:
+            return int(stream)
+        import torch
+
+        return torch.cuda.current_stream().cuda_stream
+
+    @staticmethod
+    def _check(rc: int, what: str) -> None:
+        if rc != 0:
+            raise KernelError(f"{what} failed with CUDA error code {rc}")
+
+    def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
+                        warps=None, stream=None) -> None:
+        """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous)."""
+        B, S, Hq, D = q.shape
+        Hkv = k.shape[2]
+        for t in (q, k, v, out):
+            if t.stride(3) != 1:
+                raise ValueError("the head-dim axis must be contiguous")
+        plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, warps=warps)
+        sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
+        rc = self._lib.onnx_fuse_fused_attention_fwd(
+            plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
+            *st, sc, int(bool(causal)), plan.warps, self._stream(stream))
+        self._check(rc, "onnx_fuse_fused_attention_fwd")
+
+    def paged_decode(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, scale=None,
+                     num_splits=None, max_seq_len=None, workspace=None, plan=None, stream=None):
+        """q/out [B,Hq,D]; pools [NB,BS,Hkv,D]; int32 block_tables [B,MB], seq_lens [B].
+
+        Returns the plan used; allocates the split-K workspace when none is passed.
+        """
+        B, Hq, D = q.shape
+        _, BS, Hkv, _ = k_pool.shape
+        MB = block_tables.shape[1]
+        if plan is None:
+            plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q),
+                                        num_splits=num_splits, max_seq_len=max_seq_len)
+        if plan.num_splits > 1 and workspace is None:
+            import torch
+
+            workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
+        sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        rc = self._lib.onnx_fuse_paged_attention_decode(
+            plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
+            _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
+            plan.part_tokens, plan.num_splits, sc, self._stream(stream))
+        self._check(rc, "onnx_fuse_paged_attention_decode")
+        return plan
+
+    def append_kv(self, k_new, v_new, k_pool, v_pool, block_tables, seq_lens, *, stream=None):
+        """k_new/v_new [B,Sq,Hkv,D] (same strides) into pools at seq_lens[b]-Sq+i."""
+        B, Sq, Hkv, D = k_new.shape
+        if k_new.stride() != v_new.stride() or k_new.stride(2) != D or k_new.stride(3) != 1:
+            raise ValueError("k_new and v_new need equal strides with contiguous [Hkv, D] rows")
+        rc = self._lib.onnx_fuse_append_kv(
+            lp.DTYPE_CODE[lp._dt(_dtype_name(k_new))], _ptr(k_new), _ptr(v_new), k_new.stride(0),
+            k_new.stride(1), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables), _ptr(seq_lens), B, Sq,
+            Hkv, D, k_pool.shape[1], block_tables.shape[1], self._stream(stream))
+        self._check(rc, "onnx_fuse_append_kv")

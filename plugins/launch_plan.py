@@ -1,0 +1,242 @@
+"""Host-side launch planning for the attention kernels: variant, grid, tile and split count.
+
+Plain Python, no GPU needed: the TensorRT plugins, the ctypes wrappers
+(``onnx_fuse.plugins.kernel_lib``) and the benchmark all plan through here, and the numbers
+(tile sizes, shared memory) mirror plugins/kernels/*.cu; tests/plugins/test_launch_plan.py
+checks that the kernel names exist in the sources.
+
+- ``plan_fused_attention``: query tile of 128 rows (8 warps) by default, 64 rows (4 warps)
+  when 128-row tiles leave the chip under-filled; grid (query tiles, Hq, B).
+- ``plan_paged_decode``: one CTA per (kv head, split, sequence); splits the context so the
+  grid covers about ``target_waves`` waves of the chip, each split a multiple of 64 tokens
+  and at least ``min_split_tokens``; a reduction kernel combines splits when there are several.
+- ``plan_append_kv``: grid-stride copy, one thread per 16-byte chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "DeviceInfo",
+    "FusedAttentionPlan",
+    "H200",
+    "PagedDecodePlan",
+    "AppendKVPlan",
+    "SUPPORTED_HEAD_DIMS",
+    "plan_append_kv",
+    "plan_fused_attention",
+    "plan_paged_decode",
+]
+
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_DTYPES = ("float16", "bfloat16")
+_DT = {"float16": "f16", "fp16": "f16", "half": "f16", "bfloat16": "bf16", "bf16": "bf16"}
+DTYPE_CODE = {"f16": 0, "bf16": 1}
+
+FA_BLOCK_N = 64  # keys per tile (kFaBlockN)
+PA_TILE = 64  # tokens per pipeline stage (kPaTile)
+PA_STAGES = 3  # kPaStages
+PA_WARPS = 4  # kPaWarps
+MAX_GROUP = 16  # query heads per kv head in one mma tile
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What planning needs to know about the GPU (defaults: H200 SXM)."""
+
+    name: str = "NVIDIA H200"
+    num_sms: int = 132
+    max_smem_per_block: int = 227 * 1024
+    smem_per_sm: int = 228 * 1024
+    regs_per_sm: int = 65536
+    max_threads_per_sm: int = 2048
+
+    @classmethod
+    def from_torch(cls, index: int = 0) -> "DeviceInfo":
+        import torch  # lazy: planning itself needs no GPU
+
+        p = torch.cuda.get_device_properties(index)
+        smem_block = getattr(p, "shared_memory_per_block_optin", cls.max_smem_per_block)
+        smem_sm = getattr(p, "shared_memory_per_multiprocessor", cls.smem_per_sm)
+        return cls(name=p.name, num_sms=p.multi_processor_count, max_smem_per_block=smem_block,
+                   smem_per_sm=smem_sm, regs_per_sm=getattr(p, "regs_per_multiprocessor", 65536))
+
+
+H200 = DeviceInfo()
+
+
+def _dt(dtype: str) -> str:
+    key = str(dtype).replace("torch.", "").replace("numpy.", "")
+    if key not in _DT:
+        raise ValueError(f"unsupported dtype {dtype!r}: use float16 or bfloat16")
+    return _DT[key]
+
+
+def _check_heads(num_heads: int, num_kv_heads: int) -> int:
+    if num_heads <= 0 or num_kv_heads <= 0 or num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} must be a positive multiple of num_kv_heads={num_kv_heads}")
+    return num_heads // num_kv_heads
+
+
+def _check_head_dim(head_dim: int) -> None:
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim={head_dim} not supported by the kernels (supported: {SUPPORTED_HEAD_DIMS})")
+
+
+def fa_smem_bytes(head_dim: int, warps: int) -> int:
+    """Dynamic shared memory of the fused-attention kernel (mirrors fa_smem_bytes<D, W>)."""
+    return (16 * warps * head_dim + 2 * 2 * FA_BLOCK_N * head_dim) * 2
+
+
+def pa_smem_bytes(head_dim: int) -> int:
+    """Dynamic shared memory of the paged decode kernel (mirrors pa_smem_bytes<D>)."""
+    return (16 * head_dim + PA_STAGES * 2 * PA_TILE * head_dim) * 2
+
+
+@dataclass(frozen=True)
+class FusedAttentionPlan:
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    warps: int
+    block_m: int
+    block_n: int
+    dtype_code: int
+
+    @property
+    def ctas(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+def plan_fused_attention(
+    batch: int,
+    seq_len: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: str = "float16",
+    *,
+    causal: bool = False,
+    warps: int | None = None,
+    device: DeviceInfo = H200,
+) -> FusedAttentionPlan:
+    """Pick the fused-attention variant and grid."""
+    _check_heads(num_heads, num_kv_heads)
+    _check_head_dim(head_dim)
+    dt = _dt(dtype)
+    if batch <= 0 or seq_len <= 0:
+        raise ValueError(f"batch={batch} and seq_len={seq_len} must be positive")
+    if batch > 65535 or num_heads > 65535:
+        raise ValueError("batch and num_heads must be <= 65535 (grid y/z limits)")
+    if warps is None:
+        # 128-row tiles reuse each K/V tile twice as much; fall back to 64-row tiles when the
+        # bigger ones would give fewer CTAs than two per SM.
+        ctas_128 = math.ceil(seq_len / 128) * num_heads * batch
+        warps = 8 if ctas_128 >= 2 * device.num_sms else 4
+    if warps not in (4, 8):
+        raise ValueError(f"warps={warps} must be 4 or 8")
+    smem = fa_smem_bytes(head_dim, warps)
+    if smem > device.max_smem_per_block:
+        raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
+    bm = 16 * warps
+    name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_w{warps}_{'causal' if causal else 'full'}"
+    return FusedAttentionPlan(
+        kernel=name, grid=(math.ceil(seq_len / bm), num_heads, batch), block=(32 * warps, 1, 1),
+        smem_bytes=smem, warps=warps, block_m=bm, block_n=FA_BLOCK_N, dtype_code=DTYPE_CODE[dt],
+    )
+
+
+def fused_attention_flops(batch: int, seq_len: int, num_heads: int, head_dim: int, causal: bool) -> float:
+    """Matrix FLOPs of the forward pass (4*B*H*S^2*D, halved when causal), the usual count."""
+    f = 4.0 * batch * num_heads * seq_len * seq_len * head_dim
+    return f / 2 if causal else f
+
+
+@dataclass(frozen=True)
+class PagedDecodePlan:
+    kernel: str
+    reduce_kernel: str | None
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    part_tokens: int
+    num_splits: int
+    workspace_bytes: int
+    reduce_grid: tuple[int, int, int] | None
+    reduce_block: tuple[int, int, int] | None
+    dtype_code: int
+
+
+def plan_paged_decode(
+    batch: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    max_blocks: int,
+    dtype: str = "float16",
+    *,
+    max_seq_len: int | None = None,
+    num_splits: int | None = None,
+    target_waves: float = 4.0,
+    ctas_per_sm: int = 2,
+    min_split_tokens: int = 256,
+    device: DeviceInfo = H200,
+) -> PagedDecodePlan:
+    """Pick split count and grid for decode over the paged pool.
+
+    ``max_seq_len`` defaults to the block table's capacity (``max_blocks * block_size``),
+    which is all a TensorRT plugin knows at enqueue time; CTAs past a sequence's end exit.
+    """
+    group = _check_heads(num_heads, num_kv_heads)
+    _check_head_dim(head_dim)
+    dt = _dt(dtype)
+    if group > MAX_GROUP:
+        raise ValueError(f"GQA group {group} > {MAX_GROUP} is not supported by the decode kernel")
+    if batch <= 0 or batch > 65535 or block_size <= 0 or max_blocks <= 0:
+        raise ValueError("batch in 1..65535, block_size and max_blocks positive")
+    cap = max_blocks * block_size
+    ctx = min(max_seq_len, cap) if max_seq_len is not None else cap
+    ctx = max(ctx, 1)
+    base = batch * num_kv_heads
+    max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_TILE)))
+    if num_splits is None:
+        want = math.ceil(target_waves * device.num_sms * ctas_per_sm / base)
+        num_splits = max(1, min(want, max_splits))
+    num_splits = max(1, min(num_splits, math.ceil(ctx / PA_TILE)))
+    part = math.ceil(math.ceil(ctx / num_splits) / PA_TILE) * PA_TILE
+    num_splits = math.ceil(ctx / part)
+    ws = batch * num_heads * num_splits * (head_dim + 1) * 4 if num_splits > 1 else 0
+    return PagedDecodePlan(
+        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}",
+        reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
+        grid=(num_kv_heads, num_splits, batch), block=(32 * PA_WARPS, 1, 1),
+        smem_bytes=pa_smem_bytes(head_dim), part_tokens=part, num_splits=num_splits,
+        workspace_bytes=ws,
+        reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
+        reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
+        dtype_code=DTYPE_CODE[dt],
+    )
+
+
+def paged_decode_kv_bytes(seq_lens, num_kv_heads: int, head_dim: int, itemsize: int = 2) -> int:
+    """Bytes of K and V the decode must read: sum(seq_lens) * Hkv * D * 2 (K and V)."""
+    return int(sum(int(x) for x in seq_lens)) * num_kv_heads * head_dim * itemsize * 2
+
+
+@dataclass(frozen=True)
+class AppendKVPlan:
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+def plan_append_kv(batch: int, new_tokens: int, num_kv_heads: int, head_dim: int, dtype: str = "float16") -> AppendKVPlan:
+    _check_head_dim(head_dim)
+    dt = _dt(dtype)
+    chunks = batch * new_tokens * num_kv_heads * (head_dim // 8)
+    blocks = max(1, min(65535, math.ceil(chunks / 256)))
+    return AppendKVPlan(kernel=f"onnx_fuse_append_kv_{dt}_d{head_dim}", grid=(blocks, 1, 1), block=(256, 1, 1))

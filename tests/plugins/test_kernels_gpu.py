@@ -1,0 +1,240 @@
+"""GPU tests of the attention kernels against the NumPy reference (onnx_fuse.reference).
+
+Every case draws fresh random inputs, poisons the output with NaN before the launch, and
+checks ||out - ref|| / ||ref|| (float64 reference on the same fp16/bf16 values) under a
+per-dtype bound; a NaN anywhere fails. Paged cases also fill every pool slot the kernel must
+not read with NaN. Run on a CUDA machine:
+
+    python -m onnx_fuse.plugins.build_kernels --what lib && pytest -m gpu tests/plugins/test_kernels_gpu.py
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from onnx_fuse import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)", allow_module_level=True)
+
+# ||out - ref|| / ||ref|| bounds: fp16 rounding of P and O ~1e-3, bf16 ~8x coarser.
+TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(scope="module")
+def lib():
+    from onnx_fuse.plugins import build_kernels
+    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
+
+    path = default_library_path()
+    if not path.is_file():
+        if build_kernels.find_nvcc() is None:
+            pytest.skip(f"{path} missing and nvcc not found to build it")
+        build_kernels.build(what=("lib",), archs=("90",) if torch.cuda.get_device_capability()[0] >= 9 else ("80",))
+    return KernelLib.load(path)
+
+
+def _rel_err(out: torch.Tensor, expect: np.ndarray) -> float:
+    o = out.detach().float().cpu().numpy().astype(np.float64)
+    assert np.isfinite(o).all(), f"non-finite output: {np.count_nonzero(~np.isfinite(o))} elements"
+    e = expect.astype(np.float64)
+    denom = np.linalg.norm(e)
+    num = np.linalg.norm(o - e)
+    return float(num / denom) if denom > 0 else float(num)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy()
+
+
+def _rand(shape, dtype, gen):
+    return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+
+
+# ------------------------------------------------------------------ fused attention (prefill)
+
+FA_CASES = [
+    # B, S, Hq, Hkv, D, causal, seq_lens, warps
+    (2, 128, 4, 4, 64, False, None, None),
+    (2, 128, 4, 4, 64, True, None, 4),
+    (1, 1, 2, 1, 128, True, None, None),
+    (1, 1, 2, 2, 64, False, None, 8),
+    (2, 77, 8, 2, 128, True, [77, 33], None),
+    (3, 200, 6, 3, 64, False, [200, 1, 0], 8),
+    (2, 515, 4, 1, 128, False, [515, 260], 4),
+    (2, 515, 4, 1, 128, True, [515, 260], 8),
+    (1, 1024, 4, 4, 128, True, None, 8),
+    (1, 1000, 8, 8, 128, False, None, 4),
+    (2, 333, 16, 1, 64, True, [300, 333], 4),
+    (4, 64, 12, 4, 128, False, [64, 63, 17, 2], 8),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}W{}".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "", c[7]))
+def test_fused_attention_matches_reference(lib, case, dtype):
+    B, S, Hq, Hkv, D, causal, lens, warps = case
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
+    q = _rand((B, S, Hq, D), dtype, gen)
+    k = _rand((B, S, Hkv, D), dtype, gen)
+    v = _rand((B, S, Hkv, D), dtype, gen)
+    seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
+    if seq is not None:  # padding content must not matter: poison it
+        for b, L in enumerate(lens):
+            k[b, L:] = float("nan")
+            v[b, L:] = float("nan")
+            q[b, L:] = float("nan")
+    out = torch.full_like(q, float("nan"))
+    scale = 0.7 / D**0.5
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, warps=warps)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(np.nan_to_num(_np(q)), np.nan_to_num(_np(k)), np.nan_to_num(_np(v)),
+                                 seq_lens=lens, causal=causal, scale=scale, out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+    if lens is not None:  # padded rows are exact zeros
+        for b, L in enumerate(lens):
+            assert torch.count_nonzero(out[b, L:]).item() == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_fused_attention_strided_packed_qkv(lib, dtype):
+    """Q/K/V as views of one packed [B, S, (Hq + 2*Hkv) * D] tensor; output in a [B,H,S,D] buffer."""
+    B, S, Hq, Hkv, D = 2, 190, 8, 2, 128
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    qkv = _rand((B, S, Hq + 2 * Hkv, D), dtype, gen)
+    q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:]
+    out_bhsd = torch.full((B, Hq, S, D), float("nan"), dtype=dtype, device="cuda")
+    out = out_bhsd.transpose(1, 2)
+    lib.fused_attention(q, k, v, out, causal=True)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[dtype]
+
+
+def test_fused_attention_onnx_level_contract(lib):
+    """The ONNX-level op ([B,S,H*D] inputs) computes what the kernel computes."""
+    B, S, Hq, Hkv, D = 2, 70, 4, 2, 64
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q = _rand((B, S, Hq * D), torch.float16, gen)
+    k = _rand((B, S, Hkv * D), torch.float16, gen)
+    v = _rand((B, S, Hkv * D), torch.float16, gen)
+    lens = np.array([70, 41], np.int32)
+    out = torch.full_like(q, float("nan"))
+    lib.fused_attention(q.view(B, S, Hq, D), k.view(B, S, Hkv, D), v.view(B, S, Hkv, D),
+                        out.view(B, S, Hq, D), seq_lens=torch.from_numpy(lens).cuda(), causal=True)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention_op(_np(q), _np(k), _np(v), lens, num_heads=Hq, kv_num_heads=Hkv, causal=1)
+    assert _rel_err(out, expect) < TOL[torch.float16]
+
+
+# ------------------------------------------------------------------ paged attention (decode)
+
+
+def _make_pool(B, Hkv, D, block_size, lens, dtype, gen, spare_blocks=3):
+    """Random pools with shuffled block tables; every slot past a sequence's end is NaN."""
+    blocks_per = [max(1, -(-L // block_size)) for L in lens]
+    max_blocks = max(blocks_per) + 1
+    nb = sum(blocks_per) + spare_blocks
+    k_pool = torch.full((nb, block_size, Hkv, D), float("nan"), dtype=dtype, device="cuda")
+    v_pool = torch.full_like(k_pool, float("nan"))
+    perm = torch.randperm(nb, generator=torch.Generator().manual_seed(int(gen.initial_seed()) % 1000))
+    tables = torch.full((B, max_blocks), -1, dtype=torch.int32)  # unused entries: invalid ids
+    i = 0
+    for b, L in enumerate(lens):
+        for j in range(blocks_per[b]):
+            blk = int(perm[i])
+            i += 1
+            tables[b, j] = blk
+            n = min(block_size, L - j * block_size)
+            if n > 0:
+                k_pool[blk, :n] = _rand((n, Hkv, D), dtype, gen)
+                v_pool[blk, :n] = _rand((n, Hkv, D), dtype, gen)
+    return k_pool, v_pool, tables.cuda()
+
+
+def _ref_pool(pool: torch.Tensor) -> np.ndarray:
+    return np.nan_to_num(_np(pool))  # the reference never reads the NaN slots either
+
+
+PA_CASES = [
+    # B, Hq, Hkv, D, block_size, lens, num_splits
+    (3, 8, 8, 128, 16, [1, 16, 33], None),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], None),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 1),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 7),
+    (2, 16, 1, 128, 32, [2049, 100], None),
+    (2, 16, 1, 64, 64, [130, 4096], 5),
+    (5, 12, 4, 64, 32, [31, 32, 33, 300, 1], None),
+    (2, 4, 4, 64, 16, [15, 17], 2),
+    (2, 28, 4, 128, 64, [640, 65], None),
+    (1, 2, 1, 128, 16, [5000], None),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", PA_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
+def test_paged_decode_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, lens, splits = case
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    lib.paged_decode(q, k_pool, v_pool, tables, seq, out, num_splits=splits)
+    torch.cuda.synchronize()
+    expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
+                                 np.array(lens), out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+
+
+def test_paged_decode_zero_length_sequence(lib):
+    B, Hq, Hkv, D, bs = 2, 8, 2, 64, 16
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, [0, 40], torch.float16, gen)
+    q = _rand((B, Hq, D), torch.float16, gen)
+    out = torch.full_like(q, float("nan"))
+    for splits in (1, 3):
+        out.fill_(float("nan"))
+        lib.paged_decode(q, k_pool, v_pool, tables, torch.tensor([0, 40], dtype=torch.int32, device="cuda"),
+                         out, num_splits=splits)
+        torch.cuda.synchronize()
+        assert torch.count_nonzero(out[0]).item() == 0
+        expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
+                                     np.array([0, 40]), out_dtype=np.float64)
+        assert _rel_err(out, expect) < TOL[torch.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("new_tokens", [1, 3])
+@pytest.mark.parametrize("bs", [16, 32, 64])
+def test_append_kv_then_decode(lib, dtype, new_tokens, bs):
+    """Append new tokens in place (exact copy), then decode over the updated pool."""
+    B, Hq, Hkv, D = 3, 16, 4, 128
+    lens = [bs * 2 + 5, bs - 1, 1 + new_tokens]  # after the append
+    gen = torch.Generator(device="cuda").manual_seed(bs * 10 + new_tokens)
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
+    k_new = _rand((B, new_tokens, Hkv, D), dtype, gen)
+    v_new = _rand((B, new_tokens, Hkv, D), dtype, gen)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    exp_k, exp_v = ref.append_kv(_np(k_pool), _np(v_pool), _np(k_new), _np(v_new), tables.cpu().numpy(), lens)
+    lib.append_kv(k_new, v_new, k_pool, v_pool, tables, seq)
+    torch.cuda.synchronize()
+    assert np.array_equal(_np(k_pool), exp_k, equal_nan=True)
+    assert np.array_equal(_np(v_pool), exp_v, equal_nan=True)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    lib.paged_decode(q, k_pool, v_pool, tables, seq, out)
+    torch.cuda.synchronize()
+    expect = ref.paged_attention(_np(q), np.nan_to_num(exp_k), np.nan_to_num(exp_v), tables.cpu().numpy(),
+                                 np.array(lens), out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[dtype]

@@ -1,0 +1,219 @@
+"""Build, check and time every attention kernel variant in one run; print a table.
+
+    python tools/bench_kernels.py [--quick] [--json OUT.json]
+
+Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
+and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
+Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
+contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
+The device copy bandwidth (bytes read + written) is measured in the same run. Every timed
+variant is first checked against a torch reference (||out-ref||/||ref||), and rounds are
+interleaved: each candidate is timed twice, in two passes, and both medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--no-build", action="store_true")
+    a = ap.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from onnx_fuse.plugins import build_kernels
+    from onnx_fuse.plugins import launch_plan as lp
+    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to benchmark")
+        return 2
+    dev = torch.cuda.get_device_properties(0)
+    print(f"device: {dev.name}, {dev.multi_processor_count} SMs, torch {torch.__version__}", flush=True)
+    if not a.no_build or not default_library_path().is_file():
+        t0 = time.perf_counter()
+        try:
+            lib = KernelLib.load()
+            print("using the prebuilt kernel library", flush=True)
+        except OSError as e:
+            print(f"prebuilt library unusable ({e}); building", flush=True)
+            build_kernels.build(what=("lib",), archs=("90",))
+            lib = KernelLib.load()
+        print(f"library ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    else:
+        lib = KernelLib.load()
+
+    def bench(fn) -> float:
+        return do_bench(fn, warmup=25, rep=150, return_mode="median")  # ms
+
+    def rel(out, ref) -> float:
+        o, r = out.double(), ref.double()
+        if not torch.isfinite(o).all():
+            return float("nan")
+        return float((o - r).norm() / r.norm())
+
+    rows = []  # dicts
+    # --- copy bandwidth
+    x = torch.empty(2 * 1024**3 // 2, dtype=torch.float16, device="cuda").normal_()
+    y = torch.empty_like(x)
+    ms = [bench(lambda: y.copy_(x)) for _ in range(2)]
+    copy_bw = [2 * x.numel() * 2 / (m * 1e-3) / 1e9 for m in ms]
+    print(f"device copy: {copy_bw[0]:.0f} / {copy_bw[1]:.0f} GB/s (read+write)", flush=True)
+    rows.append({"kind": "copy", "name": "device copy 2 GiB", "unit": "GB/s", "values": copy_bw})
+    del x, y
+
+    # --- prefill
+    pre_shapes = [(4, 4096, 32, 32, 128, False), (4, 4096, 32, 32, 128, True), (4, 4096, 32, 8, 128, False),
+                  (8, 2048, 32, 32, 64, False)]
+    dts = [torch.float16, torch.bfloat16]
+    if a.quick:
+        pre_shapes = pre_shapes[:2]
+        dts = dts[:1]
+    for dt in dts:
+        for (B, S, Hq, Hkv, D, causal) in pre_shapes:
+            g = torch.Generator(device="cuda").manual_seed(0)
+            q = torch.randn(B, S, Hq, D, device="cuda", dtype=dt, generator=g)
+            k = torch.randn(B, S, Hkv, D, device="cuda", dtype=dt, generator=g)
+            v = torch.randn(B, S, Hkv, D, device="cuda", dtype=dt, generator=g)
+            out = torch.empty_like(q)
+            flops = lp.fused_attention_flops(B, S, Hq, D, causal)
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            gqa = Hq != Hkv
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+                ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa).transpose(1, 2)
+            cands = {}
+            for w in (4, 8):
+                cands[f"ours mma.sync w{w}"] = (lambda w=w: lib.fused_attention(q, k, v, out, causal=causal, warps=w), True)
+            for name, be in (("torch FA2", SDPBackend.FLASH_ATTENTION), ("torch cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                def f(be=be):
+                    with sdpa_kernel([be]):
+                        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
+                cands[name] = (f, False)
+            results = {n: [] for n in cands}
+            errs = {}
+            for n, (fn, ours) in cands.items():
+                try:
+                    if ours:
+                        out.fill_(float("nan"))
+                        fn()
+                        torch.cuda.synchronize()
+                        errs[n] = rel(out, ref)
+                    else:
+                        errs[n] = rel(fn().transpose(1, 2), ref)
+                except Exception as e:  # a backend may not support this shape
+                    errs[n] = f"unavailable: {type(e).__name__}: {str(e)[:80]}"
+            for _ in range(2):
+                for n, (fn, _) in cands.items():
+                    if isinstance(errs[n], str):
+                        continue
+                    results[n].append(flops / (bench(fn) * 1e-3) / 1e12)
+            tag = f"prefill {str(dt)[6:]} B{B} S{S} H{Hq}/{Hkv} D{D} {'causal' if causal else 'full'}"
+            for n in cands:
+                rows.append({"kind": "prefill", "name": f"{tag} | {n}", "unit": "TFLOP/s",
+                             "values": results[n], "rel_err": errs[n]})
+                print(f"{tag} | {n}: {results[n]} err {errs[n]}", flush=True)
+            del q, k, v, out, qt, kt, vt, ref
+            torch.cuda.empty_cache()
+
+    # --- decode
+    dec_shapes = [(64, 32, 8, 128, 4096, 16), (64, 32, 8, 128, 4096, 32), (64, 32, 8, 128, 4096, 64),
+                  (16, 32, 8, 128, 16384, 16), (64, 32, 32, 128, 2048, 16), (128, 16, 1, 64, 4096, 16)]
+    if a.quick:
+        dec_shapes = dec_shapes[:1]
+    for dt in dts:
+        for (B, Hq, Hkv, D, ctx, bs) in dec_shapes:
+            g = torch.Generator(device="cuda").manual_seed(1)
+            nb_per = ctx // bs
+            nb = B * nb_per
+            k_pool = torch.randn(nb, bs, Hkv, D, device="cuda", dtype=dt, generator=g)
+            v_pool = torch.randn(nb, bs, Hkv, D, device="cuda", dtype=dt, generator=g)
+            perm = torch.randperm(nb, device="cuda", generator=g).to(torch.int32)
+            tables = perm.view(B, nb_per).contiguous()
+            seq = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
+            q = torch.randn(B, Hq, D, device="cuda", dtype=dt, generator=g)
+            out = torch.empty_like(q)
+            # contiguous copy of the same cache: [B, Hkv, ctx, D]
+            kc = k_pool[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2).contiguous()
+            vc = v_pool[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2).contiguous()
+            qs = q.view(B, Hq, 1, D)
+            ref = F.scaled_dot_product_attention(qs.float(), kc.float(), vc.float(), enable_gqa=True).view(B, Hq, D)
+            kv_bytes = lp.paged_decode_kv_bytes([ctx] * B, Hkv, D, 2)
+            cands = {}
+            auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
+            ws = torch.empty(max(1, 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
+            for sp in sorted({auto.num_splits, 1, 2, 4, 8}):
+                plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp)
+                label = f"ours paged split={plan.num_splits}{' (auto)' if sp == auto.num_splits else ''}"
+                cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
+            cands["torch SDPA contiguous KV"] = (lambda: F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True), False)
+
+            def gather_sdpa():
+                kg = k_pool[tables.long()].view(B, ctx, Hkv, D).transpose(1, 2)
+                vg = v_pool[tables.long()].view(B, ctx, Hkv, D).transpose(1, 2)
+                return F.scaled_dot_product_attention(qs, kg, vg, enable_gqa=True)
+            cands["torch gather + SDPA"] = (gather_sdpa, False)
+            results = {n: [] for n in cands}
+            errs = {}
+            for n, (fn, ours) in cands.items():
+                try:
+                    if ours:
+                        out.fill_(float("nan"))
+                        fn()
+                        torch.cuda.synchronize()
+                        errs[n] = rel(out, ref)
+                    else:
+                        errs[n] = rel(fn().view(B, Hq, D), ref)
+                except Exception as e:
+                    errs[n] = f"unavailable: {type(e).__name__}: {str(e)[:80]}"
+            for _ in range(2):
+                for n, (fn, _) in cands.items():
+                    if isinstance(errs[n], str):
+                        continue
+                    results[n].append(kv_bytes / (bench(fn) * 1e-3) / 1e9)
+            tag = f"decode {str(dt)[6:]} B{B} H{Hq}/{Hkv} D{D} ctx{ctx} bs{bs}"
+            for n in cands:
+                rows.append({"kind": "decode", "name": f"{tag} | {n}", "unit": "GB/s",
+                             "values": results[n], "rel_err": errs[n]})
+                print(f"{tag} | {n}: {results[n]} err {errs[n]}", flush=True)
+            del k_pool, v_pool, kc, vc, ws
+            torch.cuda.empty_cache()
+
+    # append (bandwidth of the in-place write, for completeness)
+    B, Hkv, D, bs = 64, 8, 128, 16
+    k_pool = torch.randn(B * 256, bs, Hkv, D, device="cuda", dtype=torch.float16)
+    v_pool = torch.randn_like(k_pool)
+    tables = torch.arange(B * 256, device="cuda", dtype=torch.int32).view(B, 256)
+    seq = torch.full((B,), 4000, dtype=torch.int32, device="cuda")
+    kn = torch.randn(B, 1, Hkv, D, device="cuda", dtype=torch.float16)
+    vn = torch.randn_like(kn)
+    t = bench(lambda: lib.append_kv(kn, vn, k_pool, v_pool, tables, seq))
+    rows.append({"kind": "append", "name": "append_kv fp16 B64 Hkv8 D128 (1 token)", "unit": "us", "values": [t * 1e3]})
+
+    print("\n| kind | case | candidate | result | unit | rel err |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        case, _, cand = r["name"].partition(" | ")
+        vals = " / ".join(f"{v:.0f}" if v >= 10 else f"{v:.2f}" for v in r["values"]) or "-"
+        err = r.get("rel_err", "")
+        err = f"{err:.1e}" if isinstance(err, float) else str(err)
+        print(f"| {r['kind']} | {case} | {cand or '-'} | {vals} | {r['unit']} | {err} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

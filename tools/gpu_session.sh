@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call: make onnx_fuse importable, check the kernel library loads (rebuild there if
+# not), run the GPU tests, then the kernel benchmark. Logs go to $OUT (or ./out).
+#   usage: bash tools/gpu_session.sh [tests|bench|all] [extra bench args]
+set -o pipefail
+MODE=${1:-all}; shift || true
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+ROOT=$(pwd)
+# import name onnx_fuse -> optimizer/, onnx_fuse.plugins -> plugins/ (no install needed)
+PKG=/tmp/of_pkg/onnx_fuse; rm -rf /tmp/of_pkg; mkdir -p "$PKG"
+for f in "$ROOT"/optimizer/*; do ln -s "$f" "$PKG/$(basename "$f")"; done
+ln -s "$ROOT/plugins" "$PKG/plugins"; ln -s "$ROOT/rules" "$PKG/rules"
+export PYTHONPATH=/tmp/of_pkg${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+python3 -c "from onnx_fuse.plugins.kernel_lib import KernelLib; KernelLib.load()" 2>&1 \
+  || { echo "rebuilding kernel library here"; python3 -m onnx_fuse.plugins.build_kernels --what lib --arch 90 2>&1 | tee "$OUT/build.log"; }
+if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  timeout 300 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=40 -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -40
+fi
+if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+  timeout 400 python3 tools/bench_kernels.py --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
+fi
