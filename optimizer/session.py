@@ -242,29 +242,57 @@ class InferenceSession(onnxruntime.InferenceSession):
                 reason = f"optimization failed ({type(exc).__name__}: {_first_line(exc)})"
             else:
                 t1 = time.perf_counter()
-                try:
-                    # ORT's own EP fallback is off for this attempt: if the optimized graph does
-                    # not load with the requested providers, we want the original, not CPU.
-                    super().__init__(source, sess_options, providers, provider_options,
-                                     **{**kwargs, "enable_fallback": 0})
-                    self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
-                    stats.optimized = True
-                except Exception as exc:  # noqa: BLE001
-                    reason = ("ONNX Runtime could not load the optimized model "
-                              f"({type(exc).__name__}: {_first_line(exc)})")
+                reason = self._load(source, path_or_bytes, sess_options, providers, provider_options,
+                                    kwargs, stats)
                 stats.seconds["ort_load"] = time.perf_counter() - t1
         if stats.optimized:
             self._evict(stats, cache_dir, cache_size_limit)
             stats.seconds["total"] = time.perf_counter() - t0
             return
-        # Fallback: exactly what onnxruntime would do. Its exception (bad model, bad providers)
-        # propagates unchanged; only if it succeeds do we say why we could not optimize.
         self._onnx_fuse_keepalive = None
-        super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+        if not getattr(self, "_onnx_fuse_loaded_original", False):
+            # Exactly what onnxruntime would do. Its exception (bad model, bad providers)
+            # propagates unchanged; only if it succeeds do we say why we could not optimize.
+            super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
         stats.fallback_reason = reason
         stats.seconds["total"] = time.perf_counter() - t0
         warnings.warn(f"onnx-fuse: {reason}; running the original model unoptimized",
                       OnnxFuseWarning, stacklevel=2)
+
+    def _load(self, source: str | bytes, original: Any, sess_options: Any, providers: Any,
+              provider_options: Any, kwargs: dict[str, Any], stats: SessionStats) -> str | None:
+        """Build the ORT session from ``source``; return None, or why the original must be used.
+
+        ORT's EP fallback (retry on CPU when a provider fails) is off at first: if the optimized
+        graph is what a provider refuses, we want the original with that provider, not our graph
+        on the CPU. If the original fails the same way, the graph is not to blame, and the
+        optimized one is loaded the way ORT would load any model, EP fallback and all.
+        """
+        user_fallback = int(kwargs.get("enable_fallback", 1)) == 1
+        strict = {**kwargs, "enable_fallback": 0}
+        try:
+            super().__init__(source, sess_options, providers, provider_options, **strict)
+            self._enable_fallback = user_fallback
+            stats.optimized = True
+            return None
+        except Exception as exc:  # noqa: BLE001
+            reason = ("ONNX Runtime could not load the optimized model "
+                      f"({type(exc).__name__}: {_first_line(exc)})")
+        try:
+            super().__init__(original, sess_options, providers, provider_options, **strict)
+            self._enable_fallback = user_fallback
+            self._onnx_fuse_loaded_original = True
+            return reason
+        except Exception:  # noqa: BLE001 - not our graph's fault
+            pass
+        if user_fallback:
+            try:
+                super().__init__(source, sess_options, providers, provider_options, **kwargs)
+                stats.optimized = True
+                return None
+            except Exception:  # noqa: BLE001 - the caller builds the original and lets ORT raise
+                pass
+        return reason
 
     # -- stats shortcuts ---------------------------------------------------------------------------
 
