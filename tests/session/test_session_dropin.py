@@ -201,8 +201,6 @@ def test_errors_are_onnxruntimes(InferenceSession, small_bytes, tmp_path):
         "providers conflict": lambda S: S(small_bytes, providers=["TensorrtExecutionProvider",
                                                                  "NvTensorRTRTXExecutionProvider"]),
         "bad type": lambda S: S(12345, providers=CPU),
-        "bad feed name": lambda S: S(small_bytes, providers=CPU).run(None, {"nope": np.zeros((1, 4), np.float32)}),
-        "bad feed dtype": lambda S: S(small_bytes, providers=CPU).run(None, {"x": np.zeros((1, 4), np.int64)}),
     }
     for what, case in cases.items():
         want, _ = _error_of(lambda: case(onnxruntime.InferenceSession))
@@ -211,3 +209,22 @@ def test_errors_are_onnxruntimes(InferenceSession, small_bytes, tmp_path):
         assert got is want, f"{what}: raised {got}, onnxruntime raises {want}"
         if want is not None:
             assert not fuse_warnings, f"{what}: a user error must not also warn: {fuse_warnings[0].message}"
+
+
+def test_run_errors_are_onnxruntimes(InferenceSession, small_bytes):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OnnxFuseWarning)  # the default level may fall back today
+        sess = InferenceSession(small_bytes, providers=CPU)
+    ref = ref_session(small_bytes)
+    cases = {
+        "bad feed name": lambda s: s.run(None, {"nope": np.zeros((1, 4), np.float32)}),
+        "bad feed dtype": lambda s: s.run(None, {"x": np.zeros((1, 4), np.int64)}),
+        "bad feed rank": lambda s: s.run(None, {"x": np.zeros((4,), np.float32)}),
+        "bad output name": lambda s: s.run(["nope"], small_feeds()),
+        "missing feed": lambda s: s.run(None, {}),
+    }
+    for what, case in cases.items():
+        want, _ = _error_of(lambda: case(ref))
+        got, _ = _error_of(lambda: case(sess))
+        assert want is not None, what
+        assert got is want, f"{what}: raised {got}, onnxruntime raises {want}"
