@@ -86,6 +86,10 @@ def _merge_values(graph: ir.Graph, keep: list[ir.Value], drop: list[ir.Value]) -
             d.replace_all_uses_with(k, replace_graph_outputs=True)
             d.name = None
             k.name = name
+            if k.type is None:  # a graph output must carry its type
+                k.type = d.type
+            if k.shape is None:
+                k.shape = d.shape
         else:
             d.replace_all_uses_with(k)
     return True

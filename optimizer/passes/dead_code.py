@@ -23,6 +23,8 @@ class DeadCodeEliminationPass(FusePass):
         modified |= RemoveUnusedOpsetsPass()(model).modified
         removed_nodes = before_nodes - count_nodes(model)
         removed_inits = before_inits - sum(len(g.initializers) for g in model.graphs())
-        self.stats["nodes-removed"] += removed_nodes
-        self.stats["initializers-removed"] += removed_inits
+        if removed_nodes:
+            self.stats["nodes-removed"] += removed_nodes
+        if removed_inits:
+            self.stats["initializers-removed"] += removed_inits
         return ir.passes.PassResult(model, modified=bool(modified or removed_nodes or removed_inits))

@@ -232,8 +232,10 @@ class IdentityEliminationPass(FusePass):
             graph.remove(node, safe=True)
             out.name = None
             source.name = name
-            if source.type is None:
+            if source.type is None:  # a graph output must carry its type
                 source.type = out.type
+            if source.shape is None:
+                source.shape = out.shape
             return True
         if node.op_type == "Identity" and len(node.inputs) == 1 and len(node.outputs) == 1:
             return False

@@ -200,7 +200,8 @@ class PrecisionConversionPass(FusePass):
             is_keep = (lowerable is None or not (lowerable[0] or lowerable[1])
                        or node in forced or node.op_type in self.fp32_ops
                        or any(v in int_derived for v in floats_out)
-                       or (node.op_type == "Cast" and not _casts_to_float(node)))
+                       or (node.op_type == "Cast" and not _casts_to_float(node))
+                       or _is_upcast(node, self.low))
             if not is_keep and node.op_type not in LOW_OPS:
                 is_keep = any(v in fp32_values for v in floats_in)  # follow the inputs
             if is_keep:
@@ -462,6 +463,12 @@ def _attr_int(node: ir.Node, name: str) -> int | None:
 def _casts_to_float(node: ir.Node) -> bool:
     return _attr_int(node, "to") in (int(F32), int(ir.DataType.FLOAT16), int(ir.DataType.BFLOAT16),
                                      int(ir.DataType.DOUBLE))
+
+
+def _is_upcast(node: ir.Node, low: ir.DataType) -> bool:
+    """Cast(low -> float32) is deliberate (ours from an earlier run, or the exporter's): keep it."""
+    return (node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype == low
+            and _attr_int(node, "to") == int(F32))
 
 
 def _is_constant(v: ir.Value) -> bool:

@@ -1,0 +1,60 @@
+"""ShapeInferencePass: adds types and symbolic shapes, reports a change only when it adds some."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnx_fuse.passes.shape_inference import ShapeInferencePass
+from pass_testing import apply, ops, parse
+
+HEADER = '<ir_version: 9, opset_import: ["" : 18]>'
+
+
+def test_infers_symbolic_shapes_then_reports_unmodified():
+    proto = parse(HEADER + '''
+    g (float[B, S, 8] x) => (float[B, S, 8] y)
+    <int64[3] s = {0, 0, 8}>
+    {
+        a = Relu(x)
+        t = Transpose<perm = [1, 0, 2]>(a)
+        r = Reshape(a, s)
+        y = Add(r, a)
+    }''')
+    model, modified, p = apply(ShapeInferencePass, proto)
+    assert modified and p.stats["values-typed"] > 0
+    values = {n.outputs[0].name: n.outputs[0] for n in model.graph}
+    assert values["t"].dtype == ir.DataType.FLOAT
+    assert [str(d) for d in values["t"].shape] == ["S", "B", "8"]
+    assert values["r"].shape is not None and values["r"].shape[2] == 8
+    assert ops(model) == {"Relu": 1, "Transpose": 1, "Reshape": 1, "Add": 1}
+    again = ShapeInferencePass()
+    assert not again(model).modified
+
+
+def test_inference_failure_is_reported_not_raised(monkeypatch):
+    import onnx
+
+    def broken(*args, **kwargs):
+        raise onnx.shape_inference.InferenceError("[ShapeInferenceError] boom\nmore")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", broken)
+    proto = parse(HEADER + '''
+    g (float[3] x) => (float[3] y)
+    {
+        a = Relu(x)
+        y = Neg(a)
+    }''')
+    model, modified, p = apply(ShapeInferencePass, proto)
+    assert not modified and p.stats == {"failed": 1}
+    assert p.stats_reason == "shape inference failed: [ShapeInferenceError] boom"
+    assert model.graph.node(0).outputs[0].type is None
+
+
+def test_static_dim_refines_symbolic_but_never_overwrites_known_dim():
+    proto = parse(HEADER + '''
+    g (float[2, 8] x) => (float[B, 8] y)
+    {
+        y = Relu(x)
+    }''')
+    model, modified, _ = apply(ShapeInferencePass, proto)
+    assert modified and list(model.graph.outputs[0].shape) == [2, 8]
