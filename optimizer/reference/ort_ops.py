@@ -1,0 +1,146 @@
+"""Run graphs holding our ``onnx_fuse`` ops in ONNX Runtime (CPU) through their NumPy references.
+
+ONNX Runtime finds onnxruntime-extensions Python custom ops only in domain ``ai.onnx.contrib``,
+and a Python custom op has a fixed input count and attribute set. So ``prepare_session`` rewrites
+a copy of the model: every ``onnx_fuse::Op`` node becomes ``ai.onnx.contrib::OnnxFuse_<Op>_<n>``
+(``n`` = its input count, so optional inputs map to distinct registrations), gets every
+attribute of the op's contract filled with the contract default where absent, and loses the
+TensorRT-only attributes (``plugin_version``, ``plugin_namespace``). The Python ops call
+onnx_fuse.reference.attention, the oracle of docs/ops.md.
+
+Covered ops (float32 tensors; NumPy has no bfloat16 and the references compute in float64):
+  FusedAttention(query, key, value[, seq_lens])                       -> output
+  PagedAttention(query, key, value, key_cache, value_cache, block_tables, seq_lens)
+                                                     -> output, key_cache_out, value_cache_out
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import onnx
+
+OUR_DOMAIN = "onnx_fuse"
+ORT_CONTRIB_DOMAIN = "ai.onnx.contrib"
+TRT_ONLY_ATTRS = ("plugin_version", "plugin_namespace")
+
+__all__ = ["prepare_session", "OUR_DOMAIN", "ORT_CONTRIB_DOMAIN"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _OpSpec:
+    """One registration: op name, input dtypes, output dtypes, attributes with defaults."""
+
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: tuple[tuple[str, str, object], ...]  # (name, "int"|"float", default)
+    body: Callable
+
+    @property
+    def registered_name(self) -> str:
+        return f"OnnxFuse_{self.op}_{len(self.inputs)}"
+
+
+def _fused_attention(query, key, value, seq_lens=None, *, num_heads, kv_num_heads, scale, causal):
+    from onnx_fuse.reference.attention import fused_attention_op
+
+    return fused_attention_op(query, key, value, seq_lens, num_heads=int(num_heads),
+                              kv_num_heads=int(kv_num_heads) or None, scale=float(scale),
+                              causal=int(causal))
+
+
+def _paged_attention(query, key, value, key_cache, value_cache, block_tables, seq_lens, *,
+                     num_heads, kv_num_heads, scale):
+    from onnx_fuse.reference.attention import paged_attention_op
+
+    return paged_attention_op(query, key, value, key_cache, value_cache, block_tables, seq_lens,
+                              num_heads=int(num_heads), kv_num_heads=int(kv_num_heads) or None,
+                              scale=float(scale))
+
+
+_ATTN_ATTRS = (("num_heads", "int", None), ("kv_num_heads", "int", 0), ("scale", "float", 0.0))
+_SPECS = (
+    _OpSpec("FusedAttention", ("float", "float", "float"), ("float",),
+            _ATTN_ATTRS + (("causal", "int", 0),), _fused_attention),
+    _OpSpec("FusedAttention", ("float", "float", "float", "int32"), ("float",),
+            _ATTN_ATTRS + (("causal", "int", 0),), _fused_attention),
+    _OpSpec("PagedAttention", ("float", "float", "float", "float", "float", "int32", "int32"),
+            ("float", "float", "float"), _ATTN_ATTRS, _paged_attention),
+)
+_SPEC_BY_KEY = {(s.op, len(s.inputs)): s for s in _SPECS}
+_registered: set[str] = set()
+
+
+def _register(spec: _OpSpec) -> None:
+    """Register the Python op once per process (onnxruntime-extensions keeps a global table)."""
+    if spec.registered_name in _registered:
+        return
+    from onnxruntime_extensions import PyCustomOpDef, onnx_op
+
+    dt = {"float": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
+          "int64": PyCustomOpDef.dt_int64}
+    at = {"int": PyCustomOpDef.dt_int64, "float": PyCustomOpDef.dt_float}
+    onnx_op(op_type=spec.registered_name, inputs=[dt[t] for t in spec.inputs],
+            outputs=[dt[t] for t in spec.outputs],
+            attrs={name: at[kind] for name, kind, _ in spec.attrs})(spec.body)
+    _registered.add(spec.registered_name)
+
+
+def _retarget(node: onnx.NodeProto) -> _OpSpec:
+    n_inputs = len(node.input)
+    while n_inputs and not node.input[n_inputs - 1]:
+        n_inputs -= 1  # trailing omitted optional inputs
+    spec = _SPEC_BY_KEY.get((node.op_type, n_inputs))
+    if spec is None:
+        known = sorted({f"{s.op}/{len(s.inputs)}" for s in _SPECS})
+        raise ValueError(f"node {node.name!r}: no NumPy reference for onnx_fuse::{node.op_type} with "
+                         f"{n_inputs} inputs (have: {', '.join(known)})")
+    if any(not name for name in node.input[:n_inputs]):
+        raise ValueError(f"node {node.name!r}: onnx_fuse::{node.op_type} reference needs every input "
+                         "up to the last one given")
+    present = {a.name: a for a in node.attribute}
+    kept = []
+    for name, kind, default in spec.attrs:
+        if name in present:
+            kept.append(present[name])
+        elif default is None:
+            raise ValueError(f"node {node.name!r}: onnx_fuse::{node.op_type} needs attribute {name!r}")
+        else:
+            kept.append(onnx.helper.make_attribute(name, default))
+    extra = set(present) - {n for n, _, _ in spec.attrs} - set(TRT_ONLY_ATTRS)
+    if extra:
+        raise ValueError(f"node {node.name!r}: unknown attributes {sorted(extra)} on onnx_fuse::{node.op_type}")
+    del node.input[n_inputs:]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    node.domain = ORT_CONTRIB_DOMAIN
+    node.op_type = spec.registered_name
+    return spec
+
+
+def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
+    """A copy of ``proto`` whose onnx_fuse ops run as onnxruntime-extensions Python ops.
+
+    Registers those Python ops (once per process) and the extensions' custom-op library on
+    ``opts`` (an ``onnxruntime.SessionOptions``). Raises ValueError for an onnx_fuse op or input
+    count that has no reference. Nodes inside functions/subgraphs are not retargeted.
+    """
+    import onnxruntime_extensions
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    used = False
+    for node in out.graph.node:
+        if node.domain == OUR_DOMAIN:
+            _register(_retarget(node))
+            used = True
+    if used:
+        imports = [o for o in out.opset_import if o.domain != OUR_DOMAIN]
+        del out.opset_import[:]
+        out.opset_import.extend(imports)
+        if not any(o.domain == ORT_CONTRIB_DOMAIN for o in imports):
+            out.opset_import.append(onnx.helper.make_opsetid(ORT_CONTRIB_DOMAIN, 1))
+        opts.register_custom_ops_library(onnxruntime_extensions.get_library_path())
+    return out
