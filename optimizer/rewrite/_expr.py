@@ -1,0 +1,385 @@
+"""The safe expression language of `where: check:` entries and rewrite attributes.
+
+Text is parsed with Python's ``ast`` and every node is checked against a whitelist at load time;
+evaluation is our own small interpreter over that tree (never ``eval``). Values are Python
+numbers, strings, lists, NumPy arrays, and graph values (``ir.Value``) that only the whitelisted
+functions (``rank``, ``shape``, ``value``...) can look into.
+
+Cases handled: arithmetic, comparisons (chained; symbolic dims compare as strings; an unknown dim
+makes the comparison unprovable), boolean logic, conditional expressions, indexing/slicing, and
+calls of the functions in ``FUNCTIONS``. Guards: exponent and repetition sizes are bounded so a
+rule cannot make the optimizer allocate gigabytes.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+
+class ExprSyntaxError(ValueError):
+    """The text is not a valid expression of the language (reported at load)."""
+
+
+class EvalFailure(Exception):
+    """Evaluation could not prove the expression: unknown shape, not a constant, unbound name."""
+
+
+class UnknownDim:
+    """A dimension with no static size and no symbol: equal to nothing, unequal to nothing."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "?"
+
+
+UNKNOWN_DIM = UnknownDim()
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+_ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd,
+            ast.Not, ast.Compare, ast.IfExp, ast.Call, ast.Name, ast.Load, ast.Constant, ast.List,
+            ast.Tuple, ast.Subscript, ast.Slice, ast.keyword, *_BINOPS, *_CMPOPS)
+
+_MAX_REPEAT = 1 << 16
+_MAX_EXPONENT = 256
+
+
+# --------------------------------------------------------------------------------------------
+# Functions callable from expressions. Each takes evaluated arguments; ``ctx`` gives access to
+# graph facts (the constant value of a graph value, whether a pattern output is consumed...).
+
+
+def _as_value(v: Any, fn: str) -> ir.Value:
+    if not isinstance(v, ir.Value):
+        raise EvalFailure(f"{fn}() needs a graph value, got {type(v).__name__}")
+    return v
+
+
+def _shape(ctx, v) -> list:
+    v = _as_value(v, "shape")
+    if v.shape is None:
+        raise EvalFailure(f"shape of {v.name!r} is unknown")
+    dims = []
+    for d in v.shape.dims:
+        if isinstance(d, int):
+            dims.append(d)
+        elif getattr(d, "value", None) is not None:
+            dims.append(d.value)
+        else:
+            dims.append(UNKNOWN_DIM)
+    return dims
+
+
+def _rank(ctx, v) -> int:
+    v = _as_value(v, "rank")
+    if v.shape is None:
+        raise EvalFailure(f"rank of {v.name!r} is unknown")
+    return len(v.shape)
+
+
+def _dtype(ctx, v) -> str:
+    v = _as_value(v, "dtype")
+    if v.dtype is None:
+        raise EvalFailure(f"dtype of {v.name!r} is unknown")
+    return dtype_name(v.dtype)
+
+
+def _elem_type(ctx, v) -> int:
+    v = _as_value(v, "elem_type")
+    if v.dtype is None:
+        raise EvalFailure(f"dtype of {v.name!r} is unknown")
+    return int(v.dtype)
+
+
+def _value(ctx, v) -> np.ndarray:
+    v = _as_value(v, "value")
+    arr = ctx.constant(v)
+    if arr is None:
+        raise EvalFailure(f"{v.name!r} is not a constant")
+    return arr
+
+
+def _is_const(ctx, v) -> bool:
+    return ctx.constant(_as_value(v, "is_const")) is not None
+
+
+def _scalarize(x, fn: str):
+    if isinstance(x, np.ndarray):
+        if x.size != 1:
+            raise EvalFailure(f"{fn}() of an array with {x.size} elements")
+        return x.reshape(-1)[0].item()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def _float(ctx, x) -> float:
+    x = _scalarize(x, "float")
+    if isinstance(x, str):
+        raise EvalFailure("float() of a string")
+    return float(x)
+
+
+def _int(ctx, x) -> int:
+    x = _scalarize(x, "int")
+    if isinstance(x, (str, UnknownDim)):
+        raise EvalFailure(f"int() of a non-number {x!r}")
+    return int(x)
+
+
+def _array(ctx, x, dtype: str = "float") -> np.ndarray:
+    try:
+        np_dtype = ir.DataType[name_to_dtype(dtype).name].numpy()
+    except KeyError as exc:
+        raise EvalFailure(f"unknown dtype {dtype!r}") from exc
+    arr = np.asarray(x, dtype=np_dtype)
+    if arr.size > 1 << 22:
+        raise EvalFailure("array too large")
+    return arr
+
+
+def _list(ctx, x) -> list:
+    if isinstance(x, np.ndarray):
+        return x.tolist() if x.ndim else [x.item()]
+    return list(x)
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "rank": _rank,
+    "shape": _shape,
+    "dim": lambda ctx, v, i: _shape(ctx, v)[i],
+    "dtype": _dtype,
+    "elem_type": _elem_type,
+    "value": _value,
+    "is_const": _is_const,
+    "bound": lambda ctx, name: ctx.is_bound(name),
+    "consumed": lambda ctx, v: ctx.consumed(_as_value(v, "consumed")),
+    "float": _float,
+    "int": _int,
+    "bool": lambda ctx, x: bool(_scalarize(x, "bool")),
+    "len": lambda ctx, x: len(x),
+    "abs": lambda ctx, x: abs(x),
+    "min": lambda ctx, *a: min(*a),
+    "max": lambda ctx, *a: max(*a),
+    "sum": lambda ctx, x: sum(_list(ctx, x)),
+    "all": lambda ctx, x: bool(np.all(x)),
+    "any": lambda ctx, x: bool(np.any(x)),
+    "list": _list,
+    "sqrt": lambda ctx, x: np.sqrt(x) if isinstance(x, np.ndarray) else math.sqrt(x),
+    "prod": lambda ctx, x: int(np.prod(x)) if all(isinstance(i, (int, np.integer)) for i in x) else float(np.prod(x)),
+    "round": lambda ctx, x, n=0: round(x, n),
+    "array": _array,
+    "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
+}
+
+# Names the `bound()` function receives unevaluated (it asks about a pattern name).
+_QUOTED_ARG_FUNCTIONS = {"bound"}
+
+
+def dtype_name(dtype: ir.DataType) -> str:
+    name = dtype.name.lower()
+    return {"double": "double", "float": "float"}.get(name, name)
+
+
+_DTYPE_ALIASES = {"float32": "FLOAT", "fp32": "FLOAT", "fp16": "FLOAT16", "half": "FLOAT16",
+                  "float64": "DOUBLE", "fp64": "DOUBLE", "bf16": "BFLOAT16"}
+
+
+def name_to_dtype(name: str) -> ir.DataType:
+    key = _DTYPE_ALIASES.get(name.lower(), name.upper())
+    return ir.DataType[key]
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class Expr:
+    """A parsed, whitelisted expression; ``names`` are the free names it reads."""
+
+    __slots__ = ("text", "tree", "names", "calls")
+
+    def __init__(self, text: str, tree: ast.Expression, names: frozenset[str], calls: frozenset[str]):
+        self.text = text
+        self.tree = tree
+        self.names = names
+        self.calls = calls
+
+    def __repr__(self) -> str:
+        return f"Expr({self.text!r})"
+
+    def evaluate(self, env: Mapping[str, Any], ctx) -> Any:
+        return _eval(self.tree.body, env, ctx)
+
+
+def parse(text: str) -> Expr:
+    """Parse and whitelist ``text``; raises ExprSyntaxError with a short reason."""
+    if len(text) > 2000:
+        raise ExprSyntaxError("expression longer than 2000 characters")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExprSyntaxError(f"bad expression {text.strip()!r}: {exc.msg}") from None
+    names: set[str] = set()
+    calls: set[str] = set()
+    func_nodes = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED):
+            what = type(node).__name__
+            if isinstance(node, ast.Attribute):
+                what = f"attribute access '.{node.attr}'"
+            raise ExprSyntaxError(f"{what} is not allowed in expressions ({text.strip()!r})")
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+                fname = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
+                raise ExprSyntaxError(f"unknown function {fname!r}; allowed: "
+                                      f"{', '.join(sorted(FUNCTIONS))}")
+            calls.add(node.func.id)
+            if node.func.id in _QUOTED_ARG_FUNCTIONS:
+                if len(node.args) != 1 or not isinstance(node.args[0], ast.Name):
+                    raise ExprSyntaxError(f"{node.func.id}() takes one pattern name")
+        elif isinstance(node, ast.Constant):
+            if not isinstance(node.value, (int, float, str, bool, type(None))):
+                raise ExprSyntaxError(f"literal {node.value!r} is not allowed")
+        elif isinstance(node, ast.Name) and id(node) not in func_nodes:
+            names.add(node.id)
+    return Expr(text.strip(), tree, frozenset(names), frozenset(calls))
+
+
+def _check_size(op: type, a: Any, b: Any) -> None:
+    if op is ast.Pow and isinstance(b, (int, float)) and abs(b) > _MAX_EXPONENT and \
+            not isinstance(a, (float, np.floating)):
+        raise EvalFailure("exponent too large")
+    if op is ast.Mult:
+        for seq, n in ((a, b), (b, a)):
+            if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and n * max(len(seq), 1) > _MAX_REPEAT:
+                raise EvalFailure("repetition too large")
+
+
+def _eval(node: ast.AST, env: Mapping[str, Any], ctx) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise EvalFailure(f"name {node.id!r} is not bound in this match")
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval(e, env, ctx) for e in node.elts]
+    if isinstance(node, ast.BinOp):
+        a = _eval(node.left, env, ctx)
+        b = _eval(node.right, env, ctx)
+        if isinstance(a, UnknownDim) or isinstance(b, UnknownDim):
+            raise EvalFailure("arithmetic on an unknown dimension")
+        _check_size(type(node.op), a, b)
+        try:
+            return _BINOPS[type(node.op)](a, b)
+        except (TypeError, ZeroDivisionError, ValueError, OverflowError) as exc:
+            raise EvalFailure(f"{ast.unparse(node)}: {exc}") from None
+    if isinstance(node, ast.UnaryOp):
+        v = _eval(node.operand, env, ctx)
+        if isinstance(node.op, ast.Not):
+            return not _truth(v)
+        if isinstance(v, UnknownDim):
+            raise EvalFailure("arithmetic on an unknown dimension")
+        try:
+            return -v if isinstance(node.op, ast.USub) else +v
+        except TypeError as exc:
+            raise EvalFailure(f"{ast.unparse(node)}: {exc}") from None
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            result: Any = True
+            for e in node.values:
+                result = _eval(e, env, ctx)
+                if not _truth(result):
+                    return result
+            return result
+        result = False
+        for e in node.values:
+            result = _eval(e, env, ctx)
+            if _truth(result):
+                return result
+        return result
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env, ctx)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = _eval(right_node, env, ctx)
+            if _has_unknown(left) or _has_unknown(right):
+                raise EvalFailure(f"{ast.unparse(node)}: involves an unknown dimension")
+            try:
+                ok = _CMPOPS[type(op)](_norm(left), _norm(right))
+            except TypeError as exc:
+                raise EvalFailure(f"{ast.unparse(node)}: {exc}") from None
+            if not _truth(ok):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return _eval(node.body if _truth(_eval(node.test, env, ctx)) else node.orelse, env, ctx)
+    if isinstance(node, ast.Subscript):
+        base = _eval(node.value, env, ctx)
+        if isinstance(node.slice, ast.Slice):
+            parts = [None if p is None else _eval(p, env, ctx)
+                     for p in (node.slice.lower, node.slice.upper, node.slice.step)]
+            key: Any = slice(*parts)
+        else:
+            key = _eval(node.slice, env, ctx)
+            if isinstance(key, list):
+                key = tuple(key)
+        try:
+            return base[key]
+        except (IndexError, KeyError, TypeError) as exc:
+            raise EvalFailure(f"{ast.unparse(node)}: {exc}") from None
+    if isinstance(node, ast.Call):
+        fname = node.func.id  # type: ignore[attr-defined]
+        if fname in _QUOTED_ARG_FUNCTIONS:
+            return FUNCTIONS[fname](ctx, node.args[0].id)  # type: ignore[attr-defined]
+        fn = FUNCTIONS[fname]
+        if fn is None:
+            raise EvalFailure(f"{fname}() is only allowed as a whole rewrite statement")
+        args = [_eval(a, env, ctx) for a in node.args]
+        kwargs = {k.arg: _eval(k.value, env, ctx) for k in node.keywords if k.arg}
+        try:
+            return fn(ctx, *args, **kwargs)
+        except EvalFailure:
+            raise
+        except (TypeError, ValueError, IndexError, OverflowError) as exc:
+            raise EvalFailure(f"{fname}(): {exc}") from None
+    raise EvalFailure(f"cannot evaluate {type(node).__name__}")  # unreachable after parse()
+
+
+def _truth(v: Any) -> bool:
+    if isinstance(v, np.ndarray):
+        return bool(np.all(v))
+    if isinstance(v, UnknownDim):
+        raise EvalFailure("truth value of an unknown dimension")
+    return bool(v)
+
+
+def _has_unknown(v: Any) -> bool:
+    if isinstance(v, UnknownDim):
+        return True
+    return isinstance(v, (list, tuple)) and any(isinstance(x, UnknownDim) for x in v)
+
+
+def _norm(v: Any) -> Any:
+    """Compare lists and tuples alike; compare NumPy arrays element-wise into one bool."""
+    if isinstance(v, tuple):
+        return list(v)
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return v.item()
+    return v

@@ -1,0 +1,258 @@
+"""Reading rule files: safe YAML with line numbers and limits, then validation per rule.
+
+YAML is composed with PyYAML's safe loader into a node tree (no Python objects are ever
+constructed from tags) and converted by hand, which keeps the line of every key and refuses:
+files over 1 MiB, more than 20000 nodes after alias expansion, aliases nested deeper than 8,
+recursive aliases, non-string keys and duplicate keys. Every problem is a RuleError with
+``file:line``; ``load_file`` collects one error per bad rule so `rules check` can print them all.
+
+Built-in packs are the ``rules/<family>/*.yaml`` files of the ``onnx_fuse.rules`` package, found
+with importlib.resources and read in sorted path order.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from onnx_fuse.rewrite._rule import Rule, RuleError, RuleSet, build_rule
+
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 20000
+MAX_ALIAS_DEPTH = 8
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+_FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+class _Data:
+    """Conversion state: node count, nodes seen (for alias detection), a scalar constructor."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seen: set[int] = set()
+        self.loader = yaml.SafeLoader("")
+
+
+class Mapping(dict):
+    """A dict that remembers its own line, each key's line, and block-scalar styles."""
+
+    line: int = 0
+    lines: dict
+    styles: dict
+
+
+def _convert(node: yaml.Node, state: _Data, stack: tuple[int, ...], alias_depth: int, file: str) -> Any:
+    state.count += 1
+    if state.count > MAX_NODES:
+        raise RuleError(f"more than {MAX_NODES} YAML nodes (after alias expansion); refusing",
+                        node.start_mark.line + 1, file)
+    if id(node) in stack:
+        raise RuleError("recursive YAML alias", node.start_mark.line + 1, file)
+    seen = state.seen
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if id(node) in seen:      # a node reached twice is an alias use
+            alias_depth += 1
+            if alias_depth > MAX_ALIAS_DEPTH:
+                raise RuleError(f"YAML aliases nested deeper than {MAX_ALIAS_DEPTH}; refusing",
+                                node.start_mark.line + 1, file)
+        seen.add(id(node))
+    stack = stack + (id(node),)
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag not in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                            "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"):
+            raise RuleError(f"unsupported YAML tag {node.tag!r}", line, file)
+        value = state.loader.construct_object(node, deep=True)
+        if isinstance(value, str) and not node.style and _FLOAT_RE.match(value):
+            return float(value)  # YAML 1.1 reads `1e-3` as a string; rule authors mean a number
+        return value
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(n, state, stack, alias_depth, file) for n in node.value]
+    if isinstance(node, yaml.MappingNode):
+        out = Mapping()
+        out.line = line
+        out.lines = {}
+        out.styles = {}
+        for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode) or knode.tag == "tag:yaml.org,2002:merge":
+                raise RuleError("mapping keys must be plain strings (no merge keys)", knode.start_mark.line + 1, file)
+            key = state.loader.construct_object(knode)
+            if not isinstance(key, str):
+                key = str(key)
+            if key in out:
+                raise RuleError(f"duplicate key {key!r}", knode.start_mark.line + 1, file)
+            out[key] = _convert(vnode, state, stack, alias_depth, file)
+            out.lines[key] = knode.start_mark.line + 1
+            if isinstance(vnode, yaml.ScalarNode):
+                out.styles[key] = vnode.style or ""
+            if isinstance(vnode, yaml.SequenceNode):
+                for i, item in enumerate(vnode.value):
+                    out.lines[f"{key}[{i}]"] = item.start_mark.line + 1
+        return out
+    raise RuleError(f"unsupported YAML node {type(node).__name__}", line, file)
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    if len(text.encode("utf-8", "replace")) > MAX_FILE_BYTES:
+        raise RuleError(f"rule file larger than {MAX_FILE_BYTES} bytes; refusing", 0, file)
+    try:
+        root = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise RuleError(f"YAML syntax: {exc.problem or exc.context}", (mark.line + 1) if mark else 0, file) from None
+    except yaml.YAMLError as exc:
+        raise RuleError(f"YAML: {exc}", 0, file) from None
+    if root is None:
+        return None
+    return _convert(root, _Data(), (), 0, file)
+
+
+def load_text(text: str, file: str = "<rules>", *, builtin: bool = False) -> tuple[list[Rule], list[RuleError]]:
+    """Parse every rule in ``text``; return the good rules and one error per bad rule."""
+    try:
+        data = parse_yaml(text, file)
+    except RuleError as exc:
+        return [], [exc]
+    if isinstance(data, Mapping):
+        if set(data) != {"rules"}:
+            extra = sorted(set(data) - {"rules"})
+            return [], [RuleError(f"a rule file holds `rules: [...]`; unexpected key(s) {extra}",
+                                  data.lines.get(extra[0], data.line) if extra else data.line, file)]
+        items = data["rules"]
+        list_line = data.lines.get("rules", 1)
+    else:
+        items, list_line = data, 1
+    if not isinstance(items, list):
+        return [], [RuleError("expected a list of rules", list_line, file)]
+    src_lines = text.splitlines()
+    rules: list[Rule] = []
+    errors: list[RuleError] = []
+    names: dict[str, int] = {}
+    starts = [it.line if isinstance(it, Mapping) else 0 for it in items]
+    for idx, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            errors.append(RuleError("each rule must be a mapping", list_line, file))
+            continue
+        end = next((s for s in starts[idx + 1:] if s), len(src_lines) + 1)
+        source = "\n".join(src_lines[item.line - 1: end - 1]).rstrip()
+        where = item.get("where")
+        where_lines = where.lines if isinstance(where, Mapping) else {}
+        try:
+            rule = build_rule(item, line=item.line, lines=item.lines, styles=item.styles,
+                              where_lines=where_lines, file=file, source=_dedent_item(source))
+        except RuleError as exc:
+            exc.file = file
+            if not exc.line:
+                exc.line = item.line
+            errors.append(exc)
+            continue
+        rule.builtin = builtin
+        if rule.name in names:
+            errors.append(RuleError(f"rule {rule.name!r} is defined twice in this file (first at "
+                                    f"line {names[rule.name]})", item.lines.get("name", item.line), file))
+            continue
+        names[rule.name] = item.line
+        rules.append(rule)
+    return rules, errors
+
+
+def _dedent_item(source: str) -> str:
+    lines = source.splitlines()
+    if not lines:
+        return source
+    first = lines[0]
+    stripped = first.lstrip()
+    if stripped.startswith("- "):
+        indent = len(first) - len(stripped) + 2
+        lines[0] = " " * indent + stripped[2:]
+    import textwrap
+    return textwrap.dedent("\n".join(lines))
+
+
+def load_file(path: str | os.PathLike) -> tuple[list[Rule], list[RuleError]]:
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            return [], [RuleError(f"rule file larger than {MAX_FILE_BYTES} bytes; refusing", 0, str(p))]
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [], [RuleError("no such rule file", 0, str(p))]
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [RuleError(f"cannot read rule file: {exc}", 0, str(p))]
+    return load_text(text, str(p))
+
+
+def builtin_files() -> list[tuple[str, str]]:
+    """(display path, text) of every built-in rule file, in sorted path order."""
+    root = importlib.resources.files("onnx_fuse.rules")
+    found: list[tuple[str, str]] = []
+
+    def walk(node, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            rel = f"{prefix}{child.name}"
+            if child.is_dir():
+                if not child.name.startswith((".", "_")):
+                    walk(child, rel + "/")
+            elif child.name.endswith((".yaml", ".yml")):
+                found.append((f"rules/{rel}", child.read_text(encoding="utf-8")))
+
+    walk(root, "")
+    return found
+
+
+def load_builtin() -> tuple[list[Rule], list[RuleError]]:
+    rules: list[Rule] = []
+    errors: list[RuleError] = []
+    seen: dict[str, str] = {}
+    for path, text in builtin_files():
+        got, errs = load_text(text, path, builtin=True)
+        errors += errs
+        for r in got:
+            if r.name in seen:
+                errors.append(RuleError(f"built-in rule {r.name!r} is also defined in {seen[r.name]}",
+                                        r.line, path))
+                continue
+            seen[r.name] = path
+            rules.append(r)
+    return rules, errors
+
+
+def load_rules(*, user_files: Sequence[str | os.PathLike] = (), builtin: bool = True,
+               disable: Iterable[str] = ()) -> tuple[RuleSet, list[RuleError], list[str]]:
+    """All rules: built-ins, then user files (a user rule replaces a built-in of the same name).
+
+    Returns the rule set, every error, and notes on overrides.
+    """
+    rule_set = RuleSet()
+    errors: list[RuleError] = []
+    notes: list[str] = []
+    if builtin:
+        rules, errs = load_builtin()
+        errors += errs
+        for r in rules:
+            rule_set.add(r)
+    user_seen: dict[str, str] = {}
+    for f in user_files:
+        rules, errs = load_file(f)
+        errors += errs
+        for r in rules:
+            if r.name in user_seen:
+                errors.append(RuleError(f"rule {r.name!r} is also defined in {user_seen[r.name]}", r.line, r.file))
+                continue
+            user_seen[r.name] = r.file
+            old = rule_set.add(r)
+            if old is not None:
+                notes.append(f"{r.file}:{r.line}: rule {r.name!r} overrides the one in {old.file}")
+    for name in disable:
+        rule_set.remove(name)
+    return rule_set, errors, notes

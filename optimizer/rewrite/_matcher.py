@@ -1,0 +1,479 @@
+"""The matcher: from a candidate anchor node, walk backwards along producers binding the pattern.
+
+Matching is a depth-first search over *goals* (pattern name, graph value) with backtracking over
+commutative input orders, alternatives, and optional nodes (present first, then absent). Binding
+is undone through a trail, so a failed branch leaves no trace. Constraints from `where` on a name
+are checked the moment it binds, so a wrong constant prunes early. After a full structural match:
+intermediates must not escape, then the `check` expressions run.
+
+Cost per anchor is bounded by the pattern (a few dozen nodes), so a pass is linear in the number
+of candidate anchors. ``GraphFacts`` caches constant values and schema attribute defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_fuse.rewrite import _expr
+from onnx_fuse.rewrite._pattern import OpPattern
+from onnx_fuse.rewrite._result import (STAGE_CHECK, STAGE_CONSTRAINT, STAGE_ESCAPE, STAGE_STRUCTURE,
+                                       Tracer, describe_node, describe_value)
+from onnx_fuse.rewrite._rule import COMMUTATIVE, PROMOTED_ATTRIBUTES, Rule, ValueConstraint
+
+_MAX_CONST_ELEMENTS = 1 << 20  # scalar/value constraints never materialize larger weights
+
+
+def norm_domain(d: str) -> str:
+    return "" if d == "ai.onnx" else d
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_default(op_type: str, opset: int, name: str) -> Any:
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    attr = schema.attributes.get(name)
+    if attr is None or not attr.default_value.name:
+        return None
+    return _plain(onnx.helper.get_attribute_value(attr.default_value))
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def attr_value(attr: ir.Attr) -> Any:
+    v = attr.value
+    if isinstance(v, ir.TensorProtocol):
+        return v.numpy()
+    if isinstance(v, (ir.Graph, ir.GraphProtocol)):
+        return v
+    return _plain(v)
+
+
+def values_equal(a: Any, b: Any, rtol: float = 1e-6) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        try:
+            return bool(np.allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
+                                    rtol=rtol, atol=0.0))
+        except (ValueError, TypeError):
+            return False
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(values_equal(x, y, rtol) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+            return abs(a - b) <= rtol * max(abs(a), abs(b)) or a == b
+        return False
+    return a == b
+
+
+class GraphFacts:
+    """Per-pass facts about a graph: constants (cached) and the default-domain opset."""
+
+    def __init__(self, graph: ir.Graph, opset: int | None):
+        self.graph = graph
+        self.opset = opset
+        self._consts: dict[ir.Value, np.ndarray | None] = {}
+
+    def const_tensor(self, v: ir.Value) -> ir.TensorProtocol | None:
+        if v.is_graph_input():
+            return None          # an initializer that is also an input can be overridden
+        if v.const_value is not None:
+            return v.const_value
+        prod = v.producer()
+        if prod is not None and prod.op_type == "Constant" and norm_domain(prod.domain) == "":
+            attrs = prod.attributes
+            if "value" in attrs:
+                return attrs["value"].value
+            for key in ("value_float", "value_floats", "value_int", "value_ints"):
+                if key in attrs:
+                    dtype = np.float32 if "float" in key else np.int64
+                    return ir.tensor(np.asarray(attrs[key].value, dtype=dtype))
+        return None
+
+    def constant(self, v: ir.Value) -> np.ndarray | None:
+        if v in self._consts:
+            return self._consts[v]
+        t = self.const_tensor(v)
+        arr = None
+        if t is not None:
+            size = 1
+            for d in t.shape:
+                size *= int(d)
+            if size <= _MAX_CONST_ELEMENTS:
+                try:
+                    arr = t.numpy()
+                except Exception:  # an unreadable external tensor is not a usable constant
+                    arr = None
+        self._consts[v] = arr
+        return arr
+
+    def forget(self, v: ir.Value) -> None:
+        self._consts.pop(v, None)
+
+
+@dataclasses.dataclass
+class Match:
+    """A successful match: bindings and the matched nodes (in pattern statement order)."""
+
+    rule: Rule
+    anchor: ir.Node
+    values: dict[str, ir.Value]
+    attrs: dict[str, Any]
+    nodes: dict[int, ir.Node]
+
+    def node_list(self) -> list[ir.Node]:
+        return [self.nodes[i] for i in sorted(self.nodes)]
+
+
+class _ExprContext:
+    """What expression functions may ask about the graph during checks and rewrites."""
+
+    def __init__(self, facts: GraphFacts, values: dict, attrs: dict, matched: Any):
+        self.facts = facts
+        self.values = values
+        self.attrs = attrs
+        self.matched = matched
+
+    def constant(self, v: ir.Value) -> np.ndarray | None:
+        return self.facts.constant(v)
+
+    def is_bound(self, name: str) -> bool:
+        return name in self.values or name in self.attrs
+
+    def consumed(self, v: ir.Value) -> bool:
+        if v.is_graph_output():
+            return True
+        return any(u.node not in self.matched for u in v.uses())
+
+
+class Matcher:
+    """Matches one rule at candidate anchor nodes."""
+
+    def __init__(self, rule: Rule):
+        self.rule = rule
+        self.stmts = rule.match
+        self.producers = rule.producers
+        self.where = rule.where
+        self.escape_ok = frozenset(n for n, c in rule.where.items() if c.escape)
+
+    # --- entry point ------------------------------------------------------------------------
+
+    def match(self, anchor: ir.Node, facts: GraphFacts, tracer: Tracer | None = None) -> Match | None:
+        rule = self.rule
+        anchor_var = rule.outputs[0]
+        si, oi = self.producers[anchor_var]
+        if oi >= len(anchor.outputs):
+            if tracer:
+                tracer.record(0, STAGE_STRUCTURE, f"anchor has {len(anchor.outputs)} outputs",
+                              self.stmts[si].source, describe_node(anchor), [])
+            return None
+        self.facts = facts
+        self.tracer = tracer
+        self.values: dict[str, ir.Value] = {}
+        self.attrs: dict[str, Any] = {}
+        self.nodes: dict[int, ir.Node] = {}
+        self.used: dict[ir.Node, int] = {}
+        self.symbols: dict[str, Any] = {}
+        self.trail: list[tuple[dict, Any]] = []
+        self.result: Match | None = None
+        self.anchor = anchor
+        self._solve((anchor_var, anchor.outputs[oi], None))
+        result = self.result
+        self.facts = None  # type: ignore[assignment]
+        self.values = self.attrs = self.symbols = {}  # type: ignore[assignment]
+        self.nodes, self.used, self.trail = {}, {}, []
+        return result
+
+    # --- binding with undo ------------------------------------------------------------------
+
+    def _set(self, d: dict, key: Any, value: Any) -> None:
+        self.trail.append((d, key))
+        d[key] = value
+
+    def _undo(self, mark: int) -> None:
+        trail = self.trail
+        while len(trail) > mark:
+            d, key = trail.pop()
+            del d[key]
+
+    def _fail(self, stage: int, reason: str | Callable[[], str], step: str, culprit: Any = None) -> bool:
+        if self.tracer is not None:
+            if callable(reason):
+                reason = reason()
+            if isinstance(culprit, ir.Node):
+                culprit = describe_node(culprit)
+            elif isinstance(culprit, ir.Value) or (culprit is None and False):
+                culprit = describe_value(culprit)
+            matched = [(self.stmts[i].source, self.nodes[i].name or "<unnamed>") for i in sorted(self.nodes)]
+            self.tracer.record(len(self.nodes), stage, reason, step, culprit or "", matched)
+        return False
+
+    # --- search -----------------------------------------------------------------------------
+
+    def _solve(self, goals) -> bool:
+        if goals is None:
+            return self._finish()
+        var, gv, rest = goals
+        if var in self.values:
+            if self.values[var] is gv:
+                return self._solve(rest)
+            return self._fail(STAGE_STRUCTURE, lambda: f"{var!r} is bound to {self.values[var].name!r} but "
+                              f"this input is {gv.name if gv is not None else '<missing>'!r}",
+                              f"{var} used twice", gv)
+        prod = self.producers.get(var)
+        if prod is None:  # a leaf
+            if gv is None:
+                return self._fail(STAGE_STRUCTURE, f"input {var!r} is missing on the node", var)
+            mark = len(self.trail)
+            self._set(self.values, var, gv)
+            if self._check_value(var, gv) and self._solve(rest):
+                return True
+            self._undo(mark)
+            return False
+        si, oi = prod
+        stmt = self.stmts[si]
+        if gv is None:
+            return self._fail(STAGE_STRUCTURE, f"{var!r} would be a missing input", stmt.source)
+        if si in self.nodes:  # another output of this statement already matched its node
+            if gv.producer() is self.nodes[si] and gv.index() == oi:
+                mark = len(self.trail)
+                self._set(self.values, var, gv)
+                if self._check_value(var, gv) and self._solve(rest):
+                    return True
+                self._undo(mark)
+                return False
+            return self._fail(STAGE_STRUCTURE, f"{var!r} is not output {oi} of the node matched for "
+                              f"this statement", stmt.source, gv)
+        node = gv.producer()
+        for alt in stmt.alternatives:
+            if node is not None and self._try_node(var, gv, node, si, oi, alt, rest):
+                return True
+            if alt.optional:
+                if node is None:
+                    pass
+                # absent: the statement's output *is* the first input
+                mark = len(self.trail)
+                self._set(self.values, var, gv)
+                if self._check_value(var, gv) and self._solve((alt.inputs[0], gv, rest)):
+                    return True
+                self._undo(mark)
+        if node is None:
+            return self._fail(STAGE_STRUCTURE, f"{var!r} has no producer (it is a graph input or "
+                              f"initializer) but the pattern needs {stmt.source!r}", stmt.source, gv)
+        return False
+
+    def _try_node(self, var: str, gv: ir.Value, node: ir.Node, si: int, oi: int, alt: OpPattern,
+                  rest) -> bool:
+        stmt = self.stmts[si]
+        step = stmt.source
+        if node.op_type != alt.op_type or norm_domain(node.domain) != alt.domain:
+            dom = f"{alt.domain}::" if alt.domain else ""
+            return self._fail(STAGE_STRUCTURE, lambda: f"expected {dom}{alt.op_type}, found "
+                              f"{node.domain + '::' if node.domain else ''}{node.op_type}", step, node)
+        if gv.index() != oi:
+            return self._fail(STAGE_STRUCTURE, f"value is output {gv.index()} of the node, pattern "
+                              f"wants output {oi}", step, gv)
+        if node in self.used:
+            return self._fail(STAGE_STRUCTURE, "node already matched by another pattern statement", step, node)
+        for j, name in enumerate(stmt.outputs):
+            if name is not None and j >= len(node.outputs):
+                return self._fail(STAGE_STRUCTURE, f"node has only {len(node.outputs)} outputs", step, node)
+        inputs = list(node.inputs)
+        promoted = PROMOTED_ATTRIBUTES.get(alt.op_type) if alt.domain == "" else None
+        n_pat = len(alt.inputs)
+        real = len(inputs)
+        while real and inputs[real - 1] is None:
+            real -= 1
+        if promoted:
+            slots = set(promoted.values())
+            real = n_pat + sum(1 for k in range(n_pat, real) if inputs[k] is not None and k not in slots)
+        if (real < n_pat) or (not alt.variadic and real != n_pat):
+            return self._fail(STAGE_STRUCTURE, f"node has {real} inputs, pattern has {n_pat}"
+                              f"{' or more' if alt.variadic else ''}", step, node)
+        mark = len(self.trail)
+        # attributes
+        for ap in alt.attrs.values():
+            ok, value, why = self._node_attr(node, alt, ap.name)
+            if not ok:
+                self._undo(mark)
+                return self._fail(STAGE_STRUCTURE, why, step, node)
+            if ap.capture is not None:
+                if ap.capture in self.attrs:
+                    if not values_equal(self.attrs[ap.capture], value):
+                        self._undo(mark)
+                        return self._fail(STAGE_STRUCTURE, f"{ap.name}={value!r} differs from "
+                                          f"{ap.capture}={self.attrs[ap.capture]!r} bound earlier", step, node)
+                else:
+                    self._set(self.attrs, ap.capture, value)
+            elif not values_equal(value, ap.literal):
+                self._undo(mark)
+                return self._fail(STAGE_STRUCTURE, f"attribute {ap.name}={value!r}, pattern wants "
+                                  f"{ap.literal!r}", step, node)
+        self._set(self.nodes, si, node)
+        self._set(self.used, node, si)
+        self._set(self.values, var, gv)
+        if not self._check_value(var, gv):
+            self._undo(mark)
+            return False
+        orders = [list(range(n_pat))]
+        if alt.op_type in COMMUTATIVE and alt.domain == "" and n_pat == 2 and not alt.variadic \
+                and inputs[0] is not inputs[1] and alt.inputs[0] != alt.inputs[1]:
+            orders.append([1, 0])
+        for order in orders:
+            goals = rest
+            for j in range(len(stmt.outputs) - 1, -1, -1):
+                name = stmt.outputs[j]
+                if name is not None and j != oi:
+                    goals = (name, node.outputs[j], goals)
+            for k in range(n_pat - 1, -1, -1):
+                pin = alt.inputs[k]
+                if pin is not None:
+                    goals = (pin, inputs[order[k]], goals)
+            if self._solve(goals):
+                return True
+        self._undo(mark)
+        return False
+
+    def _node_attr(self, node: ir.Node, alt: OpPattern, name: str) -> tuple[bool, Any, str]:
+        attr = node.attributes.get(name)
+        if attr is not None:
+            return True, attr_value(attr), ""
+        promoted = PROMOTED_ATTRIBUTES.get(alt.op_type, {}) if alt.domain == "" else {}
+        if name in promoted:
+            idx = promoted[name]
+            if idx < len(node.inputs) and node.inputs[idx] is not None:
+                arr = self.facts.constant(node.inputs[idx])
+                if arr is None:
+                    return False, None, f"input {idx} ({name}) is not a constant"
+                return True, _plain(arr.tolist()), ""
+        if alt.domain == "" and self.facts.opset is not None:
+            default = _schema_default(alt.op_type, self.facts.opset, name)
+            if default is not None:
+                return True, default, ""
+        return True, None, ""
+
+    # --- constraints --------------------------------------------------------------------------
+
+    def _check_value(self, var: str, gv: ir.Value) -> bool:
+        c = self.where.get(var)
+        if c is None:
+            return True
+        why = self._constraint_failure(c, gv)
+        if why is None:
+            return True
+        return self._fail(STAGE_CONSTRAINT, why, f"where {var}", gv)
+
+    def _constraint_failure(self, c: ValueConstraint, gv: ir.Value) -> str | None:
+        if c.dtypes is not None:
+            if gv.dtype is None:
+                return f"{c.name}: dtype unknown, needs one of {list(c.dtypes)}"
+            name = _expr.dtype_name(gv.dtype)
+            if name not in c.dtypes:
+                return f"{c.name}: dtype {name}, needs one of {list(c.dtypes)}"
+        if c.rank is not None:
+            if gv.shape is None:
+                return f"{c.name}: rank unknown"
+            r = len(gv.shape)
+            if isinstance(c.rank, frozenset):
+                if r not in c.rank:
+                    return f"{c.name}: rank {r}, needs {sorted(c.rank)}"
+            else:
+                lo, hi = c.rank
+                if (lo is not None and r < lo) or (hi is not None and r > hi):
+                    return f"{c.name}: rank {r}, needs between {lo} and {hi}"
+        if c.shape is not None:
+            if gv.shape is None:
+                return f"{c.name}: shape unknown"
+            if len(gv.shape) != len(c.shape):
+                return f"{c.name}: rank {len(gv.shape)}, shape pattern has {len(c.shape)} dims"
+            for i, (want, have) in enumerate(zip(c.shape, gv.shape.dims)):
+                have_v = have if isinstance(have, int) else getattr(have, "value", None)
+                if want == "_":
+                    continue
+                if isinstance(want, int):
+                    if have_v != want:
+                        return f"{c.name}: dim {i} is {have_v}, needs {want}"
+                    continue
+                if have_v is None:
+                    return f"{c.name}: dim {i} is unknown, needs symbol {want}"
+                if want in self.symbols:
+                    if self.symbols[want] != have_v:
+                        return f"{c.name}: dim {i} is {have_v}, but {want} = {self.symbols[want]}"
+                else:
+                    self._set(self.symbols, want, have_v)
+        if c.const is not None or c.scalar is not None or c.value is not None:
+            is_const = self.facts.const_tensor(gv) is not None
+            if c.const is False and is_const:
+                return f"{c.name}: must not be a constant"
+            if (c.const or c.scalar is not None or c.value is not None) and not is_const:
+                return f"{c.name}: not a constant"
+            if c.scalar is not None or c.value is not None:
+                arr = self.facts.constant(gv)
+                if arr is None:
+                    return f"{c.name}: constant too large or unreadable"
+                if arr.dtype.kind not in "fiub":
+                    return f"{c.name}: constant of dtype {arr.dtype} is not numeric"
+                want = c.scalar if c.scalar is not None else np.asarray(c.value, dtype=np.float64)
+                a = arr.astype(np.float64)
+                try:
+                    ok = a.size > 0 and bool(np.allclose(a, np.broadcast_to(want, np.broadcast_shapes(
+                        a.shape, np.shape(want))), rtol=c.rtol, atol=c.atol))
+                    if ok and c.value is not None and np.broadcast_shapes(a.shape, np.shape(want)) != a.shape:
+                        ok = False  # the constant would broadcast the data to a bigger shape
+                except ValueError:
+                    ok = False
+                if not ok:
+                    shown = a.reshape(-1)[:4].tolist()
+                    return f"{c.name}: constant {shown}{'...' if a.size > 4 else ''} != {want} " \
+                           f"(rtol={c.rtol}, atol={c.atol})"
+        return None
+
+    # --- after a full structural match -------------------------------------------------------
+
+    def _finish(self) -> bool:
+        rule = self.rule
+        outs = {self.values[o] for o in rule.outputs}
+        allowed = {self.values[n] for n in self.escape_ok if n in self.values}
+        for node in self.used:
+            for o in node.outputs:
+                if o in outs or o in allowed:
+                    continue
+                if o.is_graph_output():
+                    return self._fail(STAGE_ESCAPE, f"intermediate {o.name!r} is a graph output",
+                                      "intermediates must not escape", o)
+                for use in o.uses():
+                    if use.node not in self.used:
+                        return self._fail(STAGE_ESCAPE, lambda: f"intermediate {o.name!r} is also "
+                                          f"used by {describe_node(use.node)}", "intermediates must not escape",
+                                          use.node)
+        if rule.checks:
+            env = {**self.values, **self.attrs}
+            ctx = _ExprContext(self.facts, self.values, self.attrs, self.used)
+            for chk in rule.checks:
+                try:
+                    ok = chk.expr.evaluate(env, ctx)
+                    if isinstance(ok, np.ndarray):
+                        ok = bool(np.all(ok))
+                    reason = chk.message
+                except _expr.EvalFailure as exc:
+                    ok, reason = False, f"{chk.message} ({exc})"
+                if not ok:
+                    culprit = next((self.values[n] for n in sorted(chk.expr.names) if n in self.values), None)
+                    return self._fail(STAGE_CHECK, reason, f"check {chk.expr.text}", culprit)
+        self.result = Match(rule, self.anchor, dict(self.values), dict(self.attrs), dict(self.nodes))
+        return True

@@ -1,0 +1,465 @@
+"""Applying rules: plan a replacement off-graph, validate it, then commit; RewritePass drives it.
+
+For one match, ``plan`` evaluates the rewrite statements (computed values, new initializers, new
+ops with their attributes) without touching the graph, and validates every new default-domain
+node: ``onnx.checker.check_node`` against its schema at the model's opset, then output types by
+``onnx.shape_inference.infer_node_outputs``; an inferred dtype or rank that disagrees with the
+value it replaces rejects the plan. ``commit`` then inserts the nodes before the anchor (every
+matched node is an ancestor of the anchor, so all inputs are defined there), redirects uses of
+the pattern outputs (graph outputs keep their names), removes the matched nodes nothing uses any
+more, and keeps the op index current. A rejected plan leaves the graph untouched.
+
+``RewritePass`` applies rules by priority to a fixed point over the main graph and subgraphs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.rewrite import _expr
+from onnx_fuse.rewrite._matcher import GraphFacts, Match, Matcher, _ExprContext, norm_domain
+from onnx_fuse.rewrite._rule import Rule, RuleSet
+
+RULE_TAG = "onnx_fuse.rule"
+
+
+class RewriteRejected(Exception):
+    """The replacement for a match is invalid; the match is left alone."""
+
+
+class NameAuthority:
+    """Unique, deterministic node and value names across the model."""
+
+    def __init__(self, model: ir.Model):
+        self.used: set[str] = set()
+        self._next: dict[str, int] = {}
+        for g in model.graphs():
+            for v in (*g.inputs, *g.initializers.values()):
+                if v.name:
+                    self.used.add(v.name)
+            for n in g:
+                if n.name:
+                    self.used.add(n.name)
+                for o in n.outputs:
+                    if o.name:
+                        self.used.add(o.name)
+
+    def propose(self, base: str, taken: set[str]) -> str:
+        base = re.sub(r"\s+", "_", base) or "n"
+        if base not in self.used and base not in taken:
+            return base
+        k = self._next.get(base, 1)
+        while f"{base}_{k}" in self.used or f"{base}_{k}" in taken:
+            k += 1
+        return f"{base}_{k}"
+
+    def commit(self, names: Iterable[str]) -> None:
+        for n in names:
+            self.used.add(n)
+            m = re.match(r"^(.*)_(\d+)$", n)
+            if m and m.group(1) in self._next:
+                self._next[m.group(1)] = max(self._next[m.group(1)], int(m.group(2)) + 1)
+
+
+@dataclasses.dataclass
+class _NewNode:
+    domain: str
+    op_type: str
+    inputs: list[Any]                 # ir.Value | _NewValue | None
+    attrs: dict[str, Any]
+    name: str
+    outputs: list[_NewValue | None]
+
+
+@dataclasses.dataclass(eq=False)
+class _NewValue:
+    name: str
+    var: str | None = None
+    dtype: ir.DataType | None = None
+    shape: ir.Shape | None = None
+    initializer: np.ndarray | None = None
+    ir_value: ir.Value | None = None
+
+
+@dataclasses.dataclass
+class Plan:
+    match: Match
+    nodes: list[_NewNode]
+    initializers: list[_NewValue]
+    outputs: dict[str, Any]           # pattern output -> ir.Value | _NewValue
+    names: list[str]
+
+
+def _py(v: Any) -> Any:
+    """Expression result -> attribute-friendly Python value."""
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, (list, tuple)):
+        items = [_py(x) for x in v]
+        if items and all(isinstance(x, int) for x in items):
+            return items
+        if items and all(isinstance(x, (int, float)) for x in items):
+            return [float(x) for x in items]
+        return items
+    return v
+
+
+def _ir_attr(name: str, v: Any) -> ir.Attr:
+    if isinstance(v, np.ndarray):
+        return ir.AttrTensor(name, ir.tensor(v))
+    if v is None:
+        raise RewriteRejected(f"attribute {name} evaluated to None")
+    try:
+        return ir.convenience.convert_attribute(name, v)
+    except (TypeError, ValueError) as exc:
+        raise RewriteRejected(f"attribute {name}={v!r}: {exc}") from None
+
+
+def _type_proto(dtype: ir.DataType | None, shape: ir.Shape | None) -> onnx.TypeProto | None:
+    if dtype is None:
+        return None
+    dims = None
+    if shape is not None:
+        dims = [d if isinstance(d, int) else (getattr(d, "value", None)) for d in shape.dims]
+    return onnx.helper.make_tensor_type_proto(int(dtype), dims)
+
+
+class Rewriter:
+    """Plans and commits replacements in one model."""
+
+    def __init__(self, model: ir.Model, *, validate: bool = True):
+        self.model = model
+        self.names = NameAuthority(model)
+        self.validate = validate
+        self.opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+        self.needs_sort: set[ir.Graph] = set()
+
+    # --- plan -------------------------------------------------------------------------------
+
+    def plan(self, match: Match, facts: GraphFacts) -> Plan:
+        rule = match.rule
+        matched = set(match.nodes.values())
+        ctx = _ExprContext(facts, match.values, match.attrs, matched)
+        env: dict[str, Any] = {**match.values, **match.attrs}
+        taken: set[str] = set()
+        base = match.anchor.name or rule.name
+        nodes: list[_NewNode] = []
+        inits: list[_NewValue] = []
+
+        def new_name(stem: str) -> str:
+            n = self.names.propose(stem, taken)
+            taken.add(n)
+            return n
+
+        for st in rule.rewrite:
+            try:
+                if st.kind == "expr":
+                    env[st.outputs[0]] = st.expr.evaluate(env, ctx)  # type: ignore[union-attr]
+                elif st.kind == "alias":
+                    env[st.outputs[0]] = env[st.alias]  # type: ignore[index]
+                elif st.kind == "initializer":
+                    raw = st.expr.evaluate(env, ctx)  # type: ignore[union-attr]
+                    arr = np.asarray(raw)
+                    if arr.dtype == np.float64 and not isinstance(raw, np.ndarray):
+                        arr = arr.astype(np.float32)  # a Python number/list: float32, as ONNX models use
+                    if arr.dtype.kind not in "fiub":
+                        raise RewriteRejected(f"initializer {st.outputs[0]} is not numeric")
+                    nv = _NewValue(new_name(f"{base}_{st.outputs[0]}"), st.outputs[0],
+                                   ir.DataType.from_numpy(arr.dtype), ir.Shape(arr.shape), arr)
+                    inits.append(nv)
+                    env[st.outputs[0]] = nv
+                else:
+                    op = st.op
+                    assert op is not None
+                    inputs = [None if i is None else env[i] for i in op.inputs]
+                    for i, v in zip(op.inputs, inputs):
+                        if i is not None and not isinstance(v, (ir.Value, _NewValue)):
+                            raise RewriteRejected(f"input {i!r} is not a tensor")
+                    attrs = {k: _py(e.evaluate(env, ctx)) for k, e in op.attrs.items()}
+                    outs: list[_NewValue | None] = []
+                    for name, cond in zip(st.outputs, st.conditional):
+                        if name is None or (cond and not ctx.consumed(match.values[name])):
+                            outs.append(None)
+                            continue
+                        old = match.values.get(name)
+                        if name in rule.outputs and old is not None and old.is_graph_output():
+                            vname = old.name  # graph outputs keep their names
+                        else:
+                            vname = new_name(f"{base}_{name}")
+                        nv = _NewValue(vname, name)
+                        outs.append(nv)
+                        env[name] = nv
+                    nodes.append(_NewNode(op.domain, op.op_type, inputs, attrs,
+                                          new_name(f"{base}/{rule.name}"), outs))
+            except _expr.EvalFailure as exc:
+                raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
+        outputs = {o: env[o] for o in rule.outputs}
+        plan = Plan(match, nodes, inits, outputs, sorted(taken))
+        self._validate(plan)
+        return plan
+
+    def _validate(self, plan: Plan) -> None:
+        known: dict[Any, tuple[ir.DataType | None, ir.Shape | None]] = {}
+        for nv in plan.initializers:
+            known[nv] = (nv.dtype, nv.shape)
+
+        def type_of(v: Any) -> tuple[ir.DataType | None, ir.Shape | None]:
+            if isinstance(v, _NewValue):
+                return known.get(v, (None, None))
+            return (v.dtype, v.shape)
+
+        opset_imports = [onnx.helper.make_opsetid(d, v) for d, v in self.model.opset_imports.items()]
+        for nn in plan.nodes:
+            if nn.domain == "" and self.validate:
+                proto = self._node_proto(nn)
+                try:
+                    schema = onnx.defs.get_schema(nn.op_type, self.opset or onnx.defs.onnx_opset_version(), "")
+                except onnx.defs.SchemaError:
+                    raise RewriteRejected(f"{nn.op_type} does not exist at opset {self.opset}") from None
+                ctx = onnx.checker.C.CheckerContext()
+                ctx.ir_version = self.model.ir_version or onnx.IR_VERSION
+                ctx.opset_imports = {d: v for d, v in self.model.opset_imports.items()}
+                try:
+                    onnx.checker.check_node(proto, ctx)
+                except (onnx.checker.ValidationError, Exception) as exc:
+                    raise RewriteRejected(f"{nn.op_type}: {str(exc).strip().splitlines()[0]}") from None
+                input_types = {}
+                for name, v in zip(proto.input, nn.inputs):
+                    if v is None:
+                        continue
+                    tp = _type_proto(*type_of(v))
+                    if tp is not None:
+                        input_types[name] = tp
+                try:
+                    inferred = onnx.shape_inference.infer_node_outputs(
+                        schema, proto, input_types, opset_imports=opset_imports,
+                        ir_version=self.model.ir_version or onnx.IR_VERSION)
+                except Exception as exc:  # inference errors are a rejected rewrite, not a crash
+                    raise RewriteRejected(f"{nn.op_type}: type inference failed: "
+                                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+                for out in nn.outputs:
+                    if out is None or out.name not in inferred:
+                        continue
+                    t = inferred[out.name].tensor_type
+                    dtype = ir.DataType(t.elem_type) if t.elem_type else None
+                    shape = None
+                    if t.HasField("shape"):
+                        shape = ir.Shape([d.dim_value if d.HasField("dim_value") else
+                                          (d.dim_param or None) for d in t.shape.dim])
+                    known[out] = (dtype, shape)
+                    out.dtype, out.shape = dtype, shape
+        # replaced values keep their type; a disagreeing inferred type is a wrong rewrite
+        for var, new in plan.outputs.items():
+            old = plan.match.values[var]
+            ndtype, nshape = type_of(new)
+            if old.dtype is not None and ndtype is not None and ndtype != old.dtype:
+                raise RewriteRejected(f"output {var}: replacement has dtype {ndtype.name}, original "
+                                      f"{old.dtype.name}")
+            if old.shape is not None and nshape is not None and len(old.shape) != len(nshape):
+                raise RewriteRejected(f"output {var}: replacement has rank {len(nshape)}, original "
+                                      f"{len(old.shape)}")
+            if old.shape is not None and nshape is not None:
+                for i, (a, b) in enumerate(zip(old.shape.dims, nshape.dims)):
+                    if isinstance(a, int) and isinstance(b, int) and a != b:
+                        raise RewriteRejected(f"output {var}: replacement dim {i} is {b}, original {a}")
+
+    @staticmethod
+    def _node_proto(nn: _NewNode) -> onnx.NodeProto:
+        ins = ["" if v is None else v.name for v in nn.inputs]
+        outs = ["" if v is None else v.name for v in nn.outputs]
+        while outs and outs[-1] == "":
+            outs.pop()
+        attrs = {}
+        for k, v in nn.attrs.items():
+            attrs[k] = onnx.numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v
+        try:
+            return onnx.helper.make_node(nn.op_type, ins, outs, name=nn.name, domain=nn.domain, **attrs)
+        except (TypeError, ValueError) as exc:
+            raise RewriteRejected(f"{nn.op_type}: bad attribute: {exc}") from None
+
+    # --- commit -----------------------------------------------------------------------------
+
+    def commit(self, plan: Plan, graph: ir.Graph, index: dict[tuple[str, str], dict[ir.Node, None]]) -> None:
+        rule = plan.match.rule
+        match = plan.match
+        anchor = match.anchor
+        # graph outputs being replaced give up their name first (the new value takes it)
+        for var in rule.outputs:
+            old = match.values[var]
+            if old.is_graph_output() and isinstance(plan.outputs[var], _NewValue):
+                old.name = self.names.propose(f"{old.name}__replaced", set())
+                self.names.commit([old.name])
+        for nv in plan.initializers:
+            v = ir.Value(name=nv.name, type=ir.TensorType(nv.dtype), shape=nv.shape,
+                         const_value=ir.tensor(nv.initializer, name=nv.name))
+            graph.register_initializer(v)
+            nv.ir_value = v
+        new_nodes: list[ir.Node] = []
+
+        def real(v: Any) -> ir.Value | None:
+            if isinstance(v, _NewValue):
+                assert v.ir_value is not None
+                return v.ir_value
+            return v
+
+        for nn in plan.nodes:
+            attrs = [_ir_attr(k, v) for k, v in nn.attrs.items()]
+            node = ir.Node(nn.domain, nn.op_type, [real(v) for v in nn.inputs], attrs,
+                           num_outputs=len(nn.outputs), name=nn.name, metadata_props={RULE_TAG: rule.name})
+            for out, nv in zip(node.outputs, nn.outputs):
+                if nv is None:
+                    out.name = ""
+                    continue
+                out.name = nv.name
+                nv.ir_value = out
+                if nv.var in rule.outputs:
+                    old = match.values[nv.var]
+                    out.dtype = old.dtype if old.dtype is not None else nv.dtype
+                    out.shape = old.shape if old.shape is not None else nv.shape
+                else:
+                    out.dtype, out.shape = nv.dtype, nv.shape
+            new_nodes.append(node)
+        # an alias of an existing value to a graph output needs an Identity to carry the name
+        for var in rule.outputs:
+            old, new = match.values[var], plan.outputs[var]
+            if not isinstance(new, _NewValue) and old.is_graph_output() and new is not old:
+                ident = ir.Node("", "Identity", [new], name=self.names.propose(f"{anchor.name}/{rule.name}", set()),
+                                metadata_props={RULE_TAG: rule.name})
+                self.names.commit([ident.name])
+                keep = old.name
+                old.name = self.names.propose(f"{keep}__replaced", set())
+                self.names.commit([old.name])
+                ident.outputs[0].name = keep
+                ident.outputs[0].dtype, ident.outputs[0].shape = old.dtype, old.shape
+                new_nodes.append(ident)
+                plan.outputs[var] = ident.outputs[0]
+        if new_nodes:
+            graph.insert_before(anchor, new_nodes)
+        for d in {nn.domain for nn in plan.nodes if nn.domain not in ("", "ai.onnx")}:
+            if d not in self.model.opset_imports:
+                self.model.opset_imports[d] = rule.domains.get(d, 1)
+            if d not in graph.opset_imports and graph is self.model.graph:
+                graph.opset_imports[d] = self.model.opset_imports[d]
+        self.names.commit(plan.names)
+        # redirect uses
+        matched = set(match.nodes.values())
+        for var in rule.outputs:
+            old, new = match.values[var], real(plan.outputs[var])
+            if new is old:
+                continue
+            if var != rule.outputs[0] and any(u.node not in matched for u in old.uses()):
+                self.needs_sort.add(graph)  # outside consumers may sit before the anchor
+            ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+        # remove matched nodes that nothing outside the removable set uses any more
+        removable = dict.fromkeys(match.node_list())
+        changed = True
+        while changed:
+            changed = False
+            for n in list(removable):
+                for o in n.outputs:
+                    if o.is_graph_output() or any(u.node not in removable for u in o.uses()):
+                        del removable[n]
+                        changed = True
+                        break
+        if removable:
+            graph.remove(list(removable), safe=True)
+        for n in removable:
+            bucket = index.get((norm_domain(n.domain), n.op_type))
+            if bucket is not None:
+                bucket.pop(n, None)
+        for n in new_nodes:
+            index.setdefault((norm_domain(n.domain), n.op_type), {})[n] = None
+
+
+def build_index(graph: ir.Graph) -> dict[tuple[str, str], dict[ir.Node, None]]:
+    """Nodes by (domain, op type), in graph order; kept current by ``Rewriter.commit``."""
+    index: dict[tuple[str, str], dict[ir.Node, None]] = {}
+    for node in graph:
+        index.setdefault((norm_domain(node.domain), node.op_type), {})[node] = None
+    return index
+
+
+def candidates(rule: Rule, index: dict[tuple[str, str], dict[ir.Node, None]]) -> list[ir.Node]:
+    keys = rule.anchor_keys
+    if len(keys) == 1:
+        return list(index.get(keys[0], ()))
+    out: list[ir.Node] = []
+    for k in keys:
+        out.extend(index.get(k, ()))
+    return out
+
+
+class RewritePass(FusePass):
+    """Apply a rule set by priority, to a fixed point. ``stats[rule] = fires``."""
+
+    name = "rewrite"
+
+    def __init__(self, rule_set: RuleSet | Iterable[Rule], *, validate: bool = True, max_rounds: int = 16):
+        super().__init__()
+        self.rule_set = rule_set if isinstance(rule_set, RuleSet) else RuleSet(rule_set)
+        self.validate = validate
+        self.max_rounds = max_rounds
+        self.rejected: list[tuple[str, str, str]] = []   # (rule, anchor, reason)
+        self.stats_reason: str | None = None
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        rewriter = Rewriter(model, validate=self.validate)
+        rules = [r for r in self.rule_set.ordered() if r.opset_ok(rewriter.opset)]
+        matchers = [(r, Matcher(r)) for r in rules]
+        modified = False
+        self.rejected = []
+        for graph in list(model.graphs()):
+            modified |= self._run_graph(graph, matchers, rewriter)
+        for graph in rewriter.needs_sort:
+            graph.sort()
+        if self.rejected:
+            by_rule: dict[str, int] = {}
+            for r, _, _ in self.rejected:
+                by_rule[r] = by_rule.get(r, 0) + 1
+            first = self.rejected[0]
+            self.stats_reason = (f"{len(self.rejected)} rewrite(s) rejected by validation "
+                                 f"({', '.join(f'{k}: {v}' for k, v in sorted(by_rule.items()))}); first: "
+                                 f"{first[0]} at {first[1]!r}: {first[2]}")
+        else:
+            self.stats_reason = None
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _run_graph(self, graph: ir.Graph, matchers: list[tuple[Rule, Matcher]], rewriter: Rewriter) -> bool:
+        index = build_index(graph)
+        facts = GraphFacts(graph, rewriter.opset)
+        modified = False
+        rejected_at: set[tuple[str, ir.Node]] = set()
+        for _ in range(self.max_rounds):
+            fired = 0
+            for rule, matcher in matchers:
+                for node in candidates(rule, index):
+                    if node.graph is not graph or (rule.name, node) in rejected_at:
+                        continue
+                    match = matcher.match(node, facts)
+                    if match is None:
+                        continue
+                    try:
+                        plan = rewriter.plan(match, facts)
+                    except RewriteRejected as exc:
+                        rejected_at.add((rule.name, node))
+                        self.rejected.append((rule.name, node.name or "", str(exc)))
+                        continue
+                    rewriter.commit(plan, graph, index)
+                    self.stats[rule.name] += 1
+                    fired += 1
+            if not fired:
+                break
+            modified = True
+        return modified
