@@ -10,8 +10,9 @@ Cases handled:
   ``onnx.reference.ReferenceEvaluator``, with the output dtype checked against ONNX inference.
 
 Never folded: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
-default domain, nodes with subgraphs, results over ``MAX_OUTPUT_ELEMENTS`` / ``MAX_OUTPUT_BYTES``,
-inputs over ``MAX_INPUT_BYTES`` (a large external weight is never read just to fold it), and dtypes
+default domain, nodes with subgraphs, results over ``MAX_OUTPUT_ELEMENTS`` / ``MAX_OUTPUT_BYTES``
+(data-moving ops such as Transpose, whose result is no bigger than their input, may produce up to
+``MAX_INPUT_BYTES``), inputs over ``MAX_INPUT_BYTES`` (a large external weight is never read just to fold it), and dtypes
 NumPy does not represent exactly (bfloat16, float8, int4, strings).
 
 Results become initializers named after the value they replace (deterministic); inside subgraphs,
@@ -29,6 +30,9 @@ from onnx_fuse.passes._infra import FusePass
 MAX_OUTPUT_ELEMENTS = 1 << 20
 MAX_OUTPUT_BYTES = 4 << 20
 MAX_INPUT_BYTES = 16 << 20
+# Transposes of constants bigger than this are folded lazily: the result is computed when the
+# model is saved (tensor by tensor), so folding a model's weight transposes costs no time here.
+LAZY_BYTES = 1 << 20
 
 NONDETERMINISTIC = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
@@ -37,6 +41,9 @@ NONDETERMINISTIC = frozenset({
 # Ops whose output can be far larger than their inputs: folded only when the size is known first.
 _EXPANDING = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Pad", "OneHot", "Resize",
                         "Upsample", "EyeLike", "MatMul", "Gemm", "Einsum", "CumSum"})
+# Ops that only move or relabel data: their result is no bigger than their input, so they may fold
+# up to MAX_INPUT_BYTES (the transposed weights of exported Linear layers).
+_SIZE_PRESERVING = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten"})
 _FOLDABLE_DTYPES = frozenset({
     ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT8, ir.DataType.INT16,
     ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT8, ir.DataType.UINT16,
@@ -247,6 +254,14 @@ def _reduce(fn):
     return run
 
 
+def _float_unary(fn):
+    def run(node, x):
+        if not np.issubdtype(x.dtype, np.floating):
+            raise _NoFold("integer input to float op")
+        return fn(x).astype(x.dtype, copy=False)
+    return run
+
+
 _NUMPY_OPS = {
     "Add": _same(np.add), "Sub": _same(np.subtract), "Mul": _same(np.multiply), "Div": _div,
     "Neg": _same(np.negative), "Abs": _same(np.abs), "Min": _same(np.minimum),
@@ -259,6 +274,9 @@ _NUMPY_OPS = {
     "Transpose": _transpose, "Expand": _expand, "ConstantOfShape": _constant_of_shape,
     "Range": _range, "Identity": lambda n, x: x,
     "ReduceProd": _reduce(np.prod), "ReduceSum": _reduce(np.sum),
+    "Sqrt": _float_unary(np.sqrt), "Reciprocal": _float_unary(np.reciprocal),
+    "Exp": _float_unary(np.exp), "Log": _float_unary(np.log), "Floor": _float_unary(np.floor),
+    "Ceil": _float_unary(np.ceil),
 }
 # Binary ops whose two inputs share one dtype in ONNX; anything else there is a malformed model.
 _SAME_DTYPE = frozenset({"Add", "Sub", "Mul", "Div", "Min", "Max", "Equal", "Less", "Greater"})
@@ -284,6 +302,25 @@ def _fold_shape_op(node: ir.Node) -> list[np.ndarray] | None:
         return None if dims is None else [np.array(dims, np.int64)]
     dims = _static_dims(x, None, None)
     return None if dims is None else [np.array(int(np.prod(dims, dtype=np.int64)), np.int64)]
+
+
+def _lazy_transpose(node: ir.Node) -> ir.LazyTensor | None:
+    """Transpose of a large constant, as a tensor computed only when its bytes are needed."""
+    if node.op_type != "Transpose" or not node.inputs:
+        return None
+    src = constant_tensor(node.inputs[0])
+    if src is None or src.dtype not in _FOLDABLE_DTYPES or not LAZY_BYTES < src.nbytes <= MAX_INPUT_BYTES:
+        return None
+    dims = [int(d) for d in src.shape.numpy()]
+    perm = _attr(node, "perm", None)
+    perm = list(range(len(dims)))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(perm) != list(range(len(dims))):
+        raise _NoFold("bad perm")
+
+    def compute() -> ir.TensorProtocol:
+        return ir.tensor(np.ascontiguousarray(np.transpose(src.numpy().reshape(dims), perm)))
+
+    return ir.LazyTensor(compute, dtype=src.dtype, shape=ir.Shape([dims[p] for p in perm]))
 
 
 def _opset(node: ir.Node, model: ir.Model) -> int:
@@ -347,15 +384,23 @@ class ConstantFoldingPass(FusePass):
         if not node.outputs or all(not o.uses() and not o.is_graph_output() for o in node.outputs):
             return False  # dead: DCE's job, and folding it would only cost time
         try:
-            results = self._evaluate(node, model)
-            if results is None:
-                return False
-            self._check_results(node, results)
+            lazy = _lazy_transpose(node)
+            if lazy is not None:
+                tensors = [lazy]
+            else:
+                results = self._evaluate(node, model)
+                if results is None:
+                    return False
+                self._check_results(node, results)
+                tensors = [ir.tensor(np.array(arr, order="C", copy=True)) for arr in results]
+            for out, t in zip(node.outputs, tensors):
+                if out.dtype is not None and out.dtype != t.dtype:
+                    raise _NoFold(f"dtype mismatch {t.dtype} vs declared {out.dtype}")
         except _NoFold as why:
             self.stats[f"skipped: {str(why).split(':')[0]}"] += 1
             return False
-        for out, arr in zip(node.outputs, results):
-            self._replace(out, arr, graph)
+        for out, t in zip(node.outputs, tensors):
+            self._replace(out, t, graph)
         graph.remove(node, safe=True)
         self.stats[node.op_type] += 1
         return True
@@ -370,6 +415,7 @@ class ConstantFoldingPass(FusePass):
             return None  # some input is not constant
         if not node.inputs and node.op_type not in ("ConstantOfShape",):
             return None  # source ops (e.g. RandomX, EyeLike without input): not ours to fold
+        self._check_declared_size(node)
         args = [_to_numpy(t) if t is not None else None for t in tensors]
         fn = _NUMPY_OPS.get(node.op_type)
         if node.op_type in _SAME_DTYPE and len({a.dtype for a in args if a is not None}) > 1:
@@ -395,6 +441,19 @@ class ConstantFoldingPass(FusePass):
         return _reference_eval(node, args, _opset(node, model))
 
     @staticmethod
+    def _check_declared_size(node: ir.Node) -> None:
+        """Refuse before computing anything when inference already says the result is too big."""
+        limit = MAX_INPUT_BYTES if node.op_type in _SIZE_PRESERVING else MAX_OUTPUT_BYTES
+        for out in node.outputs:
+            if out.shape is None or out.dtype is None or not all(isinstance(d, int) for d in out.shape):
+                continue
+            n = int(np.prod([int(d) for d in out.shape], dtype=np.float64))
+            if node.op_type not in _SIZE_PRESERVING and n > MAX_OUTPUT_ELEMENTS:
+                raise _NoFold("output too large")
+            if out.dtype.bitwidth and n * out.dtype.bitwidth // 8 > limit:
+                raise _NoFold("output too large")
+
+    @staticmethod
     def _static_outputs_small(node: ir.Node) -> bool:
         for out in node.outputs:
             if out.shape is None or not all(isinstance(d, int) for d in out.shape):
@@ -407,7 +466,10 @@ class ConstantFoldingPass(FusePass):
         if len(results) != len(node.outputs):
             raise _NoFold("output count")
         for out, arr in zip(node.outputs, results):
-            if arr.size > MAX_OUTPUT_ELEMENTS or arr.nbytes > MAX_OUTPUT_BYTES:
+            if node.op_type in _SIZE_PRESERVING:
+                if arr.nbytes > MAX_INPUT_BYTES:
+                    raise _NoFold("output too large")
+            elif arr.size > MAX_OUTPUT_ELEMENTS or arr.nbytes > MAX_OUTPUT_BYTES:
                 raise _NoFold("output too large")
             try:
                 dtype = ir.DataType.from_numpy(arr.dtype)
@@ -423,9 +485,9 @@ class ConstantFoldingPass(FusePass):
 
     _main: ir.Graph | None = None
 
-    def _replace(self, out: ir.Value, arr: np.ndarray, graph: ir.Graph) -> None:
+    def _replace(self, out: ir.Value, tensor: ir.TensorProtocol, graph: ir.Graph) -> None:
         name = out.name
-        tensor = ir.tensor(np.array(arr, order="C", copy=True), name=name)
+        tensor.name = name
         # Main graph: an initializer. Graph outputs and subgraph values: a Constant node in
         # place, which keeps the output name and the value's scope.
         if out.is_graph_output() or graph is not self._main or not name:
@@ -434,8 +496,8 @@ class ConstantFoldingPass(FusePass):
             graph.insert_before(out.producer(), const)
         else:
             new = ir.Value(name=None, const_value=tensor)
-        new.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
-        new.shape = ir.Shape(arr.shape)
+        new.type = ir.TensorType(tensor.dtype)
+        new.shape = ir.Shape(list(tensor.shape))
         out.replace_all_uses_with(new, replace_graph_outputs=True)
         out.name = None
         new.name = name

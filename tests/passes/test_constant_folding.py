@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 
@@ -296,3 +297,22 @@ def test_binary_ops_match_onnxruntime(op, dtype):
     assert modified and ops(model) == {"Add": 1}
     assert model.graph.initializers["t"].const_value.dtype == model.graph.initializers["a"].const_value.dtype
     check_same(proto, model, atol=0, rtol=0)
+
+
+def test_large_weight_transpose_is_folded_lazily_and_correctly():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((640, 512)).astype(np.float32)  # 1.3 MB > LAZY_BYTES
+    proto = parse(HEADER + '''
+    g (float[N, 640] x) => (float[N, 640] y)
+    {
+        wt = Transpose<perm = [1, 0]>(w)
+        h = MatMul(x, w)
+        y = MatMul(h, wt)
+    }''')
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(w, "w"))
+    model, modified, _ = apply(ConstantFoldingPass, proto)
+    assert modified and ops(model) == {"MatMul": 2}
+    folded = model.graph.initializers["wt"].const_value
+    assert isinstance(folded, ir.LazyTensor) and list(folded.shape) == [512, 640]
+    np.testing.assert_array_equal(folded.numpy(), w.T)
+    check_same(proto, model)
