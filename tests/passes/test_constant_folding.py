@@ -304,12 +304,13 @@ def test_large_weight_transpose_is_folded_lazily_and_correctly():
     w = rng.standard_normal((640, 512)).astype(np.float32)  # 1.3 MB > LAZY_BYTES
     proto = parse(HEADER + '''
     g (float[N, 640] x) => (float[N, 640] y)
+    <float[1, 1] w = {0.0}>
     {
         wt = Transpose<perm = [1, 0]>(w)
         h = MatMul(x, w)
         y = MatMul(h, wt)
     }''')
-    proto.graph.initializer.append(onnx.numpy_helper.from_array(w, "w"))
+    proto.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, "w"))
     model, modified, _ = apply(ConstantFoldingPass, proto)
     assert modified and ops(model) == {"MatMul": 2}
     folded = model.graph.initializers["wt"].const_value
