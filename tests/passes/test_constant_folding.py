@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.parser
 import onnx_ir as ir
 import pytest
 
@@ -302,7 +303,7 @@ def test_binary_ops_match_onnxruntime(op, dtype):
 def test_large_weight_transpose_is_folded_lazily_and_correctly():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((640, 512)).astype(np.float32)  # 1.3 MB > LAZY_BYTES
-    proto = parse(HEADER + '''
+    proto = onnx.parser.parse_model(HEADER + '''
     g (float[N, 640] x) => (float[N, 640] y)
     <float[1, 1] w = {0.0}>
     {
@@ -311,6 +312,7 @@ def test_large_weight_transpose_is_folded_lazily_and_correctly():
         y = MatMul(h, wt)
     }''')
     proto.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, "w"))
+    onnx.checker.check_model(proto, full_check=True)
     model, modified, _ = apply(ConstantFoldingPass, proto)
     assert modified and ops(model) == {"MatMul": 2}
     folded = model.graph.initializers["wt"].const_value
