@@ -66,6 +66,8 @@ DEFAULT_FP32_OPS = frozenset({
     "ReduceLogSumExp", "ReduceProd", "CumSum",
     # shape arithmetic
     "Range",
+    # sampling: ORT's CPU provider has no float16 kernels for these; samples are cast instead
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
 })
 
 #: (op, input index) whose float value decides a shape or integer value: upstream stays float32.
@@ -97,7 +99,7 @@ def _ort_schemas() -> dict[tuple[str, str], list]:
 
 @functools.cache
 def _signature(domain: str, op_type: str, version: int):
-    """``(inputs, outputs)``: per formal parameter ``(allowed type strings, variadic)``; or None."""
+    """``(inputs, outputs)``: per formal ``(allowed type strings, variadic, type var)``; or None."""
     domain = "" if domain == "ai.onnx" else domain
     try:
         s = onnx.defs.get_schema(op_type, version, domain)
@@ -105,7 +107,8 @@ def _signature(domain: str, op_type: str, version: int):
 
         def formals(params):
             return [(constraints.get(p.type_str, {p.type_str}),
-                     p.option == onnx.defs.OpSchema.FormalParameterOption.Variadic) for p in params]
+                     p.option == onnx.defs.OpSchema.FormalParameterOption.Variadic, p.type_str)
+                    for p in params]
 
         return formals(s.inputs), formals(s.outputs)
     except onnx.defs.SchemaError:
@@ -117,9 +120,39 @@ def _signature(domain: str, op_type: str, version: int):
     constraints = {t.type_param_str: set(t.allowed_type_strs) for t in s.type_constraints}
 
     def ort_formals(params):
-        return [(constraints.get(p.typeStr, {p.typeStr}), "Variadic" in str(p.option)) for p in params]
+        return [(constraints.get(p.typeStr, {p.typeStr}), "Variadic" in str(p.option), p.typeStr)
+                for p in params]
 
     return ort_formals(s.inputs), ort_formals(s.outputs)
+
+
+def _formal(formals, index: int):
+    if index < len(formals):
+        return formals[index]
+    return formals[-1] if formals and formals[-1][1] else None
+
+
+def _fill_output_types(graph: ir.Graph, opsets: dict[str, int]) -> bool:
+    """Type outputs that onnx inference skipped (contrib ops) from the schema's type variables."""
+    filled = False
+    for node in graph:
+        if all(v.dtype is not None for v in node.outputs):
+            continue
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        sig = _signature(domain, node.op_type, node.version or opsets.get(domain, 1))
+        if sig is None:
+            continue
+        bound = {}
+        for i, v in enumerate(node.inputs):
+            f = _formal(sig[0], i)
+            if v is not None and v.dtype is not None and f is not None:
+                bound.setdefault(f[2], v.dtype)
+        for i, v in enumerate(node.outputs):
+            f = _formal(sig[1], i)
+            if v.dtype is None and f is not None and f[2] in bound:
+                v.dtype = bound[f[2]]
+                filled = True
+    return filled
 
 
 def _slot_allows(formals, index: int, type_str: str) -> bool:
@@ -164,7 +197,8 @@ class PrecisionConversionPass(FusePass):
         for i, v in enumerate(node.inputs):
             if v is not None and v.dtype is None:
                 return None
-            if v is not None and v.dtype == F32 and _slot_allows(sig[0], i, low):
+            if v is not None and v.dtype == F32 and _slot_allows(sig[0], i, low) and (
+                    not _reads_shape_only(node, i)):
                 ins.add(i)
         for i, v in enumerate(node.outputs):
             if v.dtype is None:
@@ -191,7 +225,8 @@ class PrecisionConversionPass(FusePass):
                     node.op_type == "Constant" or node.op_type in _SHAPE_READERS):
                 continue
             floats_out = [v for v in node.outputs if v.dtype == F32]
-            floats_in = [v for v in node.inputs if v is not None and v.dtype == F32]
+            floats_in = [v for i, v in enumerate(node.inputs)
+                         if v is not None and v.dtype == F32 and not _reads_shape_only(node, i)]
             if self._is_int_derived(node, int_derived):
                 int_derived.update(floats_out)
             if not floats_out and not floats_in:
@@ -258,6 +293,8 @@ class PrecisionConversionPass(FusePass):
         opsets = dict(model.opset_imports)
         if any(v.dtype is None for n in graph for v in n.outputs):
             _infer_types(model)
+            if _fill_output_types(graph, opsets):
+                _infer_types(model)
         slots, keep = self._decide(graph, opsets)
         self._names = {v.name for n in ir.traversal.RecursiveGraphIterator(graph) for v in n.outputs}
         self._names |= {v.name for v in graph.inputs} | set(graph.initializers)
@@ -268,10 +305,8 @@ class PrecisionConversionPass(FusePass):
         wants: dict[ir.Value, dict[ir.DataType, list[tuple[ir.Node, int]]]] = {}
         for node in ir.traversal.RecursiveGraphIterator(graph):
             lowered_in = slots[node][0] if node in slots else set()
-            if node.op_type in _SHAPE_READERS and node.domain in ("", "ai.onnx"):
-                continue
             for i, v in enumerate(node.inputs):
-                if v is not None and v.dtype == F32:
+                if v is not None and v.dtype == F32 and not _reads_shape_only(node, i):
                     dtype = self.low if i in lowered_in else F32
                     wants.setdefault(v, {}).setdefault(dtype, []).append((node, i))
         # Low nodes: outputs and dtype attributes.
@@ -463,6 +498,16 @@ def _attr_int(node: ir.Node, name: str) -> int | None:
 def _casts_to_float(node: ir.Node) -> bool:
     return _attr_int(node, "to") in (int(F32), int(ir.DataType.FLOAT16), int(ir.DataType.BFLOAT16),
                                      int(ir.DataType.DOUBLE))
+
+
+def _reads_shape_only(node: ir.Node, index: int) -> bool:
+    """Shape/Size, and *Like ops given a dtype, read only their input's shape: any dtype will do."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in _SHAPE_READERS:
+        return True
+    return (node.op_type in ("RandomNormalLike", "RandomUniformLike", "EyeLike") and index == 0
+            and "dtype" in node.attributes)
 
 
 def _is_upcast(node: ir.Node, low: ir.DataType) -> bool:
