@@ -13,7 +13,7 @@ import onnx_ir as ir
 from onnx_fuse.errors import UserError
 from onnx_fuse.rewrite._matcher import GraphFacts, Matcher, norm_domain
 from onnx_fuse.rewrite._result import STAGE_REWRITE, MatchResult, MatchStatus, Tracer
-from onnx_fuse.rewrite._rewriter import Rewriter, RewriteRejected
+from onnx_fuse.rewrite._rewriter import NoProgress, Rewriter, RewriteRejected
 from onnx_fuse.rewrite._rule import Rule, RuleSet
 
 
@@ -42,7 +42,8 @@ def explain(model: ir.Model, rules: RuleSet | Rule, rule_name: str | None = None
     found_node = False
     for graph in model.graphs():
         facts = GraphFacts(graph, rewriter.opset)
-        for n in graph:
+        for pos, n in enumerate(graph):
+            label = n.name or f"#{pos} {n.op_type}"
             if node is not None and n.name != node:
                 continue
             key = (norm_domain(n.domain), n.op_type)
@@ -50,7 +51,7 @@ def explain(model: ir.Model, rules: RuleSet | Rule, rule_name: str | None = None
                 if node is not None:
                     found_node = True
                     want = " | ".join(f"{d + '::' if d else ''}{o}" for d, o in rule.anchor_keys)
-                    results.append(MatchResult(rule.name, n.name, MatchStatus.NO_MATCH,
+                    results.append(MatchResult(rule.name, label, MatchStatus.NO_MATCH,
                                                f"the rule's pattern ends in {want}, this node is a "
                                                f"{n.op_type}", rule.anchor.source, f"node {n.name!r}"))
                 continue
@@ -58,16 +59,21 @@ def explain(model: ir.Model, rules: RuleSet | Rule, rule_name: str | None = None
             tracer = Tracer()
             m = matcher.match(n, facts, tracer)
             if m is None:
-                results.append(tracer.result(rule.name, n.name or "<unnamed>"))
+                results.append(tracer.result(rule.name, label))
                 continue
             matched = [(rule.match[i].source, m.nodes[i].name or "<unnamed>") for i in sorted(m.nodes)]
             try:
                 rewriter.plan(m, facts)
+            except NoProgress:
+                results.append(MatchResult(rule.name, label, MatchStatus.NO_MATCH,
+                                           "the rewrite would reproduce the matched nodes (no progress)",
+                                           "rewrite", "", matched))
+                continue
             except RewriteRejected as exc:
                 tracer.record(len(m.nodes), STAGE_REWRITE, str(exc), "rewrite", "", matched)
-                results.append(tracer.result(rule.name, n.name or "<unnamed>"))
+                results.append(tracer.result(rule.name, label))
                 continue
-            results.append(MatchResult(rule.name, n.name or "<unnamed>", MatchStatus.MATCHED, matched=matched))
+            results.append(MatchResult(rule.name, label, MatchStatus.MATCHED, matched=matched))
     if node is not None and not found_node:
         raise UserError(f"no node named {node!r} in the model")
     return results

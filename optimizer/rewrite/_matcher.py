@@ -217,7 +217,7 @@ class Matcher:
                 reason = reason()
             if isinstance(culprit, ir.Node):
                 culprit = describe_node(culprit)
-            elif isinstance(culprit, ir.Value) or (culprit is None and False):
+            elif isinstance(culprit, ir.Value):
                 culprit = describe_value(culprit)
             matched = [(self.stmts[i].source, self.nodes[i].name or "<unnamed>") for i in sorted(self.nodes)]
             self.tracer.record(len(self.nodes), stage, reason, step, culprit or "", matched)
@@ -264,12 +264,10 @@ class Matcher:
             if node is not None and self._try_node(var, gv, node, si, oi, alt, rest):
                 return True
             if alt.optional:
-                if node is None:
-                    pass
-                # absent: the statement's output *is* the first input
+                # absent: the statement's output *is* its pass-through input
                 mark = len(self.trail)
                 self._set(self.values, var, gv)
-                if self._check_value(var, gv) and self._solve((alt.inputs[0], gv, rest)):
+                if self._check_value(var, gv) and self._solve((alt.passthrough, gv, rest)):
                     return True
                 self._undo(mark)
         if node is None:

@@ -54,6 +54,7 @@ class OpPattern:
     attrs: dict[str, AttrPattern]
     variadic: bool = False             # `...`: any further inputs
     optional: bool = False             # `Op?(...)`
+    passthrough: str | None = None     # optional op: the input it stands for when absent
 
     @property
     def key(self) -> tuple[str, str]:
@@ -64,6 +65,8 @@ class OpPattern:
         args = [a or "_" for a in self.inputs] + (["..."] if self.variadic else [])
         for a in self.attrs.values():
             args.append(f"{a.name}={a.capture if a.capture else repr(a.literal)}")
+        if self.optional and self.passthrough != (self.inputs[0] if self.inputs else None):
+            args.append(f"pass={self.passthrough}")
         return f"{dom}{self.op_type}{'?' if self.optional else ''}({', '.join(args)})"
 
 
@@ -248,10 +251,20 @@ def _parse_match_op(text: str) -> OpPattern:
             inputs.append(None)
         else:
             inputs.append(_check_ident(arg, "input"))
-    if optional and (not inputs or inputs[0] is None):
-        raise PatternSyntaxError(f"optional op {op}? needs a named first input (the value it "
-                                 "stands for when absent)")
-    return OpPattern(domain, op, inputs, attrs, variadic, optional)
+    passthrough = None
+    if "pass" in attrs:
+        pa = attrs.pop("pass")
+        if not optional:
+            raise PatternSyntaxError(f"`pass=` is only for optional ops ({op}?)")
+        if pa.capture is None or pa.capture not in inputs:
+            raise PatternSyntaxError(f"`pass=` must name one of the inputs of {op}?")
+        passthrough = pa.capture
+    elif optional:
+        if not inputs or inputs[0] is None:
+            raise PatternSyntaxError(f"optional op {op}? needs a named first input or `pass=NAME` "
+                                     "(the value it stands for when absent)")
+        passthrough = inputs[0]
+    return OpPattern(domain, op, inputs, attrs, variadic, optional, passthrough)
 
 
 def _parse_outputs(lhs: str, *, allow_conditional: bool) -> tuple[list[str | None], list[bool]]:

@@ -25,7 +25,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.rewrite import _expr
-from onnx_fuse.rewrite._matcher import GraphFacts, Match, Matcher, _ExprContext, norm_domain
+from onnx_fuse.rewrite._matcher import GraphFacts, Match, Matcher, _ExprContext, attr_value, norm_domain
 from onnx_fuse.rewrite._rule import Rule, RuleSet
 
 RULE_TAG = "onnx_fuse.rule"
@@ -33,6 +33,11 @@ RULE_TAG = "onnx_fuse.rule"
 
 class RewriteRejected(Exception):
     """The replacement for a match is invalid; the match is left alone."""
+
+
+class NoProgress(Exception):
+    """The replacement is the matched subgraph itself (e.g. an optional part was absent);
+    applying it would loop forever, so the match is skipped."""
 
 
 class NameAuthority:
@@ -168,6 +173,8 @@ class Rewriter:
                 if st.kind == "expr":
                     env[st.outputs[0]] = st.expr.evaluate(env, ctx)  # type: ignore[union-attr]
                 elif st.kind == "alias":
+                    if st.alias not in env:
+                        raise RewriteRejected(f"rewrite line {st.line}: {st.alias!r} is unbound")
                     env[st.outputs[0]] = env[st.alias]  # type: ignore[index]
                 elif st.kind == "initializer":
                     raw = st.expr.evaluate(env, ctx)  # type: ignore[union-attr]
@@ -183,6 +190,10 @@ class Rewriter:
                 else:
                     op = st.op
                     assert op is not None
+                    missing = [i for i in op.inputs if i is not None and i not in env]
+                    if missing:
+                        raise RewriteRejected(f"rewrite line {st.line}: {missing[0]!r} is unbound "
+                                              "(it belongs to an optional part that is absent)")
                     inputs = [None if i is None else env[i] for i in op.inputs]
                     for i, v in zip(op.inputs, inputs):
                         if i is not None and not isinstance(v, (ir.Value, _NewValue)):
@@ -207,8 +218,34 @@ class Rewriter:
                 raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
         outputs = {o: env[o] for o in rule.outputs}
         plan = Plan(match, nodes, inits, outputs, sorted(taken))
+        if self._is_noop(plan):
+            raise NoProgress(rule.name)
         self._validate(plan)
         return plan
+
+    @staticmethod
+    def _is_noop(plan: Plan) -> bool:
+        """True when the new nodes equal the matched ones (same ops, attributes, outside inputs)."""
+        match = plan.match
+        if all(plan.outputs[o] is match.values[o] for o in match.rule.outputs):
+            return True
+        if plan.initializers or len(plan.nodes) != len(match.nodes):
+            return False
+        matched = set(match.nodes.values())
+
+        def sig_old(n: ir.Node):
+            ins = tuple("<inner>" if v is not None and v.producer() in matched else (id(v) if v is not None else None)
+                        for v in n.inputs)
+            attrs = tuple(sorted((k, repr(_py(attr_value(a)))) for k, a in n.attributes.items()))
+            return (norm_domain(n.domain), n.op_type, ins, attrs)
+
+        def sig_new(n: _NewNode):
+            ins = tuple("<inner>" if isinstance(v, _NewValue) else (id(v) if v is not None else None)
+                        for v in n.inputs)
+            attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
+            return (n.domain, n.op_type, ins, attrs)
+
+        return sorted(map(repr, map(sig_old, matched))) == sorted(map(repr, map(sig_new, plan.nodes)))
 
     def _validate(self, plan: Plan) -> None:
         known: dict[Any, tuple[ir.DataType | None, ir.Shape | None]] = {}
@@ -452,6 +489,9 @@ class RewritePass(FusePass):
                         continue
                     try:
                         plan = rewriter.plan(match, facts)
+                    except NoProgress:
+                        rejected_at.add((rule.name, node))
+                        continue
                     except RewriteRejected as exc:
                         rejected_at.add((rule.name, node))
                         self.rejected.append((rule.name, node.name or "", str(exc)))
