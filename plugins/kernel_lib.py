@@ -48,10 +48,10 @@ class KernelLib:
     def __init__(self, cdll: ctypes.CDLL):
         self._lib = cdll
         fa = cdll.onnx_fuse_fused_attention_fwd
-        fa.argtypes = [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _i, _i, _p]
+        fa.argtypes = [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _i, _i, _i, _i, _p]
         fa.restype = _i
-        pa = cdll.onnx_fuse_paged_attention_decode
-        pa.argtypes = [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i, _f, _p]
+        pa = cdll.onnx_fuse_paged_attention_decode_ex
+        pa.argtypes = [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _p]
         pa.restype = _i
         ap = cdll.onnx_fuse_append_kv
         ap.argtypes = [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p]
@@ -78,23 +78,24 @@ class KernelLib:
             raise KernelError(f"{what} failed with CUDA error code {rc}")
 
     def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
-                        warps=None, stream=None) -> None:
+                        variant=None, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous)."""
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):
             if t.stride(3) != 1:
                 raise ValueError("the head-dim axis must be contiguous")
-        plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, warps=warps)
+        plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, variant=variant)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
         rc = self._lib.onnx_fuse_fused_attention_fwd(
             plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
-            *st, sc, int(bool(causal)), plan.warps, self._stream(stream))
+            *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, self._stream(stream))
         self._check(rc, "onnx_fuse_fused_attention_fwd")
 
     def paged_decode(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, scale=None,
-                     num_splits=None, max_seq_len=None, workspace=None, plan=None, stream=None):
+                     num_splits=None, max_seq_len=None, workspace=None, plan=None, variant=None,
+                     stream=None):
         """q/out [B,Hq,D]; pools [NB,BS,Hkv,D]; int32 block_tables [B,MB], seq_lens [B].
 
         Returns the plan used; allocates the split-K workspace when none is passed.
@@ -103,8 +104,8 @@ class KernelLib:
         _, BS, Hkv, _ = k_pool.shape
         MB = block_tables.shape[1]
         if plan is None:
-            plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q),
-                                        num_splits=num_splits, max_seq_len=max_seq_len)
+            plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
+                                        max_seq_len=max_seq_len, variant=variant)
         if plan.num_splits > 1 and workspace is None:
             import torch
 
@@ -113,8 +114,8 @@ class KernelLib:
         rc = self._lib.onnx_fuse_paged_attention_decode(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
             _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
-            plan.part_tokens, plan.num_splits, sc, self._stream(stream))
-        self._check(rc, "onnx_fuse_paged_attention_decode")
+            plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, self._stream(stream))
+        self._check(rc, "onnx_fuse_paged_attention_decode_ex")
         return plan
 
     def append_kv(self, k_new, v_new, k_pool, v_pool, block_tables, seq_lens, *, stream=None):

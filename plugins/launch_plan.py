@@ -35,10 +35,13 @@ SUPPORTED_DTYPES = ("float16", "bfloat16")
 _DT = {"float16": "f16", "fp16": "f16", "half": "f16", "bfloat16": "bf16", "bf16": "bf16"}
 DTYPE_CODE = {"f16": 0, "bf16": 1}
 
-FA_BLOCK_N = 64  # keys per tile (kFaBlockN)
-PA_TILE = 64  # tokens per pipeline stage (kPaTile)
-PA_STAGES = 3  # kPaStages
-PA_WARPS = 4  # kPaWarps
+# Fused-attention variants compiled in fused_attention.cu: (block_m, block_n, warps).
+FA_VARIANTS = ((64, 64, 4), (128, 64, 8), (128, 64, 4), (128, 32, 4))
+FA_DEFAULT = (128, 64, 8)
+# Paged decode variants compiled in paged_attention.cu: (warps, stages); a tile is 16*warps tokens.
+PA_VARIANTS = ((4, 3), (2, 6), (2, 4), (1, 8), (8, 3))
+PA_DEFAULT = (4, 3)
+PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 
 
@@ -85,14 +88,14 @@ def _check_head_dim(head_dim: int) -> None:
         raise ValueError(f"head_dim={head_dim} not supported by the kernels (supported: {SUPPORTED_HEAD_DIMS})")
 
 
-def fa_smem_bytes(head_dim: int, warps: int) -> int:
-    """Dynamic shared memory of the fused-attention kernel (mirrors fa_smem_bytes<D, W>)."""
-    return (16 * warps * head_dim + 2 * 2 * FA_BLOCK_N * head_dim) * 2
+def fa_smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
+    """Dynamic shared memory of the fused-attention kernel: Q tile + 2 stages of K and V."""
+    return (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
 
 
-def pa_smem_bytes(head_dim: int) -> int:
-    """Dynamic shared memory of the paged decode kernel (mirrors pa_smem_bytes<D>)."""
-    return (16 * head_dim + PA_STAGES * 2 * PA_TILE * head_dim) * 2
+def pa_smem_bytes(head_dim: int, warps: int, stages: int) -> int:
+    """Dynamic shared memory of the paged decode kernel: Q tile + stages of K and V tiles."""
+    return (16 * head_dim + stages * 2 * 16 * warps * head_dim) * 2
 
 
 @dataclass(frozen=True)
@@ -120,10 +123,10 @@ def plan_fused_attention(
     dtype: str = "float16",
     *,
     causal: bool = False,
-    warps: int | None = None,
+    variant: tuple[int, int, int] | None = None,
     device: DeviceInfo = H200,
 ) -> FusedAttentionPlan:
-    """Pick the fused-attention variant and grid."""
+    """Pick the fused-attention variant (block_m, block_n, warps) and grid."""
     _check_heads(num_heads, num_kv_heads)
     _check_head_dim(head_dim)
     dt = _dt(dtype)
@@ -131,21 +134,22 @@ def plan_fused_attention(
         raise ValueError(f"batch={batch} and seq_len={seq_len} must be positive")
     if batch > 65535 or num_heads > 65535:
         raise ValueError("batch and num_heads must be <= 65535 (grid y/z limits)")
-    if warps is None:
+    if variant is None:
         # 128-row tiles reuse each K/V tile twice as much; fall back to 64-row tiles when the
         # bigger ones would give fewer CTAs than two per SM.
         ctas_128 = math.ceil(seq_len / 128) * num_heads * batch
-        warps = 8 if ctas_128 >= 2 * device.num_sms else 4
-    if warps not in (4, 8):
-        raise ValueError(f"warps={warps} must be 4 or 8")
-    smem = fa_smem_bytes(head_dim, warps)
+        variant = FA_DEFAULT if ctas_128 >= 2 * device.num_sms else (64, 64, 4)
+    variant = tuple(variant)
+    if variant not in FA_VARIANTS:
+        raise ValueError(f"variant {variant} not compiled; choose one of {FA_VARIANTS}")
+    bm, bn, warps = variant
+    smem = fa_smem_bytes(head_dim, bm, bn)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    bm = 16 * warps
-    name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_w{warps}_{'causal' if causal else 'full'}"
+    name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}_{'causal' if causal else 'full'}"
     return FusedAttentionPlan(
         kernel=name, grid=(math.ceil(seq_len / bm), num_heads, batch), block=(32 * warps, 1, 1),
-        smem_bytes=smem, warps=warps, block_m=bm, block_n=FA_BLOCK_N, dtype_code=DTYPE_CODE[dt],
+        smem_bytes=smem, warps=warps, block_m=bm, block_n=bn, dtype_code=DTYPE_CODE[dt],
     )
 
 
@@ -168,6 +172,8 @@ class PagedDecodePlan:
     reduce_grid: tuple[int, int, int] | None
     reduce_block: tuple[int, int, int] | None
     dtype_code: int
+    warps: int
+    stages: int
 
 
 def plan_paged_decode(
@@ -181,6 +187,7 @@ def plan_paged_decode(
     *,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
+    variant: tuple[int, int] | None = None,
     target_waves: float = 4.0,
     ctas_per_sm: int = 2,
     min_split_tokens: int = 256,
@@ -201,24 +208,29 @@ def plan_paged_decode(
     cap = max_blocks * block_size
     ctx = min(max_seq_len, cap) if max_seq_len is not None else cap
     ctx = max(ctx, 1)
+    variant = tuple(variant) if variant is not None else PA_DEFAULT
+    if variant not in PA_VARIANTS:
+        raise ValueError(f"variant {variant} not compiled; choose one of {PA_VARIANTS}")
+    warps, stages = variant
+    smem = pa_smem_bytes(head_dim, warps, stages)
     base = batch * num_kv_heads
-    max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_TILE)))
+    max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
     if num_splits is None:
         want = math.ceil(target_waves * device.num_sms * ctas_per_sm / base)
         num_splits = max(1, min(want, max_splits))
-    num_splits = max(1, min(num_splits, math.ceil(ctx / PA_TILE)))
-    part = math.ceil(math.ceil(ctx / num_splits) / PA_TILE) * PA_TILE
+    num_splits = max(1, min(num_splits, math.ceil(ctx / PA_SPLIT_ALIGN)))
+    part = math.ceil(math.ceil(ctx / num_splits) / PA_SPLIT_ALIGN) * PA_SPLIT_ALIGN
     num_splits = math.ceil(ctx / part)
     ws = batch * num_heads * num_splits * (head_dim + 1) * 4 if num_splits > 1 else 0
     return PagedDecodePlan(
-        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}",
+        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}",
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
-        grid=(num_kv_heads, num_splits, batch), block=(32 * PA_WARPS, 1, 1),
-        smem_bytes=pa_smem_bytes(head_dim), part_tokens=part, num_splits=num_splits,
+        grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
+        smem_bytes=smem, part_tokens=part, num_splits=num_splits,
         workspace_bytes=ws,
         reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
         reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
-        dtype_code=DTYPE_CODE[dt],
+        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages,
     )
 
 

@@ -92,11 +92,13 @@ def main() -> int:
             flops = lp.fused_attention_flops(B, S, Hq, D, causal)
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             gqa = Hq != Hkv
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-                ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa).transpose(1, 2)
+            with sdpa_kernel([SDPBackend.MATH]):  # fp32 reference on the same values
+                ref = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), is_causal=causal,
+                                                     enable_gqa=gqa).transpose(1, 2)
             cands = {}
-            for w in (4, 8):
-                cands[f"ours mma.sync w{w}"] = (lambda w=w: lib.fused_attention(q, k, v, out, causal=causal, warps=w), True)
+            for var in lp.FA_VARIANTS:
+                label = "ours mma.sync m{}n{}w{}".format(*var) + (" (default)" if var == lp.FA_DEFAULT else "")
+                cands[label] = (lambda var=var: lib.fused_attention(q, k, v, out, causal=causal, variant=var), True)
             for name, be in (("torch FA2", SDPBackend.FLASH_ATTENTION), ("torch cuDNN", SDPBackend.CUDNN_ATTENTION)):
                 def f(be=be):
                     with sdpa_kernel([be]):
@@ -134,7 +136,7 @@ def main() -> int:
     if a.quick:
         dec_shapes = dec_shapes[:1]
     for dt in dts:
-        for (B, Hq, Hkv, D, ctx, bs) in dec_shapes:
+        for (B, Hq, Hkv, D, ctx, bs) in (dec_shapes if dt == torch.float16 else dec_shapes[:1]):
             g = torch.Generator(device="cuda").manual_seed(1)
             nb_per = ctx // bs
             nb = B * nb_per
@@ -154,10 +156,13 @@ def main() -> int:
             cands = {}
             auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
             ws = torch.empty(max(1, 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
-            for sp in sorted({auto.num_splits, 1, 2, 4, 8}):
-                plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp)
-                label = f"ours paged split={plan.num_splits}{' (auto)' if sp == auto.num_splits else ''}"
-                cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
+            variants = lp.PA_VARIANTS
+            for var in variants:
+                for sp in sorted({auto.num_splits, 1, 2}):
+                    plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
+                    label = (f"ours paged w{var[0]}s{var[1]} split={plan.num_splits}"
+                             f"{' (auto)' if sp == auto.num_splits and var == lp.PA_DEFAULT else ''}")
+                    cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
             cands["torch SDPA contiguous KV"] = (lambda: F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True), False)
 
             def gather_sdpa():

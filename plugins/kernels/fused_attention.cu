@@ -9,8 +9,8 @@
 // causal mask top-left aligned (key j visible to query i iff j <= i).
 // dtypes: fp16 or bf16 in and out, fp32 accumulation and softmax. D in {64, 128}.
 //
-// Algorithm: one CTA per (query tile of 16*NWARPS rows, query head, batch). Each warp
-// owns 16 query rows; Q fragments stay in registers, K/V tiles of 64 keys stream
+// Algorithm: one CTA per (query tile of 64 or 128 rows, query head, batch). Each warp
+// owns 16 or 32 query rows (Q fragments in registers, or reloaded from shared memory), K/V tiles of 64 keys stream
 // through a two-stage cp.async pipeline in swizzled shared memory; S = Q K^T and
 // O += P V run on mma.sync m16n8k16 (sm_80+ tensor cores) with an online softmax in
 // the exp2 domain. Rows and keys past seq_lens are zero-filled on load and masked.
@@ -24,14 +24,15 @@
 
 namespace onnx_fuse {
 
-constexpr int kFaBlockN = 64;
-
-template <int D, int NWARPS>
+template <int D, int NWARPS, int MT, int BN>
 constexpr int fa_smem_bytes() {
-  return (16 * NWARPS * D + 2 * 2 * kFaBlockN * D) * 2;
+  return (16 * MT * NWARPS * D + 2 * 2 * BN * D) * 2;
 }
 
-template <typename T, int D, int NWARPS, bool CAUSAL>
+// MT: 16-row m-tiles per warp. MT == 1 keeps the warp's Q fragments in registers; MT == 2
+// reloads them from shared memory each k-step but reuses every K/V fragment twice, which
+// halves shared-memory traffic per FLOP (FlashAttention-2's choice for D = 128).
+template <typename T, int D, int NWARPS, int MT, int BN, bool CAUSAL>
 __device__ __forceinline__ void fa_fwd_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -39,10 +40,11 @@ __device__ __forceinline__ void fa_fwd_body(
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
     float scale_log2) {
   using Tr = MmaTraits<T>;
-  constexpr int BM = 16 * NWARPS;
-  constexpr int BN = kFaBlockN;
+  constexpr int WM = 16 * MT;       // rows per warp
+  constexpr int BM = WM * NWARPS;   // rows per CTA
   constexpr int NT = 32 * NWARPS;
   constexpr int CPR = D / 8;  // 16-byte chunks per row
+  constexpr bool Q_IN_REGS = (MT == 1);
   static_assert(D % 64 == 0, "D must be a multiple of 64");
 
   extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -109,14 +111,21 @@ __device__ __forceinline__ void fa_fwd_body(
   load_kv(0, 0);
   cp_async_commit();
 
-  float acc[D / 8][4];
+  float acc[MT][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  float row_m[2] = {-INFINITY, -INFINITY};
-  float row_l[2] = {0.f, 0.f};
-  uint32_t qf[D / 16][4];
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) acc[mt][i][0] = acc[mt][i][1] = acc[mt][i][2] = acc[mt][i][3] = 0.f;
+  float row_m[MT][2], row_l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    row_m[mt][0] = row_m[mt][1] = -INFINITY;
+    row_l[mt][0] = row_l[mt][1] = 0.f;
+  }
+  uint32_t qf[Q_IN_REGS ? D / 16 : 1][4];
 
-  const int row0 = m0 + warp * 16 + g;  // this thread's two query rows: row0, row0 + 8
+  const int wrow = warp * WM;           // first row of this warp within the tile
+  const int row0 = m0 + wrow + g;       // rows row0 + 16*mt + {0, 8}
 
   for (int j = 0; j < n_tiles; ++j) {
     const int buf = j & 1;
@@ -128,95 +137,117 @@ __device__ __forceinline__ void fa_fwd_body(
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (j == 0) {
+    if (Q_IN_REGS && j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        int r = warp * 16 + (lane & 15);
+        int r = wrow + (lane & 15);
         int c = kk * 16 + (lane >> 4) * 8;
-        ldmatrix_x4(qf[kk], smem_u32(sQ + swz<D>(r, c)));
+        ldmatrix_x4(qf[Q_IN_REGS ? kk : 0], smem_u32(sQ + swz<D>(r, c)));
       }
     }
     const T* tk = sK + buf * BN * D;
     const T* tv = sV + buf * BN * D;
 
-    // S = Q K^T for 16 rows x 64 keys per warp.
-    float s[BN / 8][4];
+    // S = Q K^T for WM rows x 64 keys per warp.
+    float s[MT][BN / 8][4];
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if (Q_IN_REGS) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[mt][e] = qf[Q_IN_REGS ? kk : 0][e];
+        } else {
+          int r = wrow + mt * 16 + (lane & 15);
+          int c = kk * 16 + (lane >> 4) * 8;
+          ldmatrix_x4(qa[mt], smem_u32(sQ + swz<D>(r, c)));
+        }
+      }
 #pragma unroll
       for (int nn = 0; nn < BN / 16; ++nn) {
         uint32_t bf[4];
         int r = nn * 16 + (lane & 7) + ((lane >> 4) << 3);
         int c = kk * 16 + ((lane >> 3) & 1) * 8;
         ldmatrix_x4(bf, smem_u32(tk + swz<D>(r, c)));
-        Tr::mma(s[2 * nn], qf[kk], bf[0], bf[1]);
-        Tr::mma(s[2 * nn + 1], qf[kk], bf[2], bf[3]);
-      }
-    }
-
-    // Scale into the log2 domain and mask.
-    const int n0 = j * BN;
-    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + warp * 16);
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * scale_log2;
-        if (need_mask) {
-          int col = n0 + nt * 8 + 2 * t4 + (e & 1);
-          int row = row0 + (e >> 1) * 8;
-          if (col >= L || (CAUSAL && col > row)) x = -INFINITY;
+        for (int mt = 0; mt < MT; ++mt) {
+          Tr::mma(s[mt][2 * nn], qa[mt], bf[0], bf[1]);
+          Tr::mma(s[mt][2 * nn + 1], qa[mt], bf[2], bf[3]);
         }
-        s[nt][e] = x;
       }
     }
 
-    // Online softmax.
+    // Mask (only tiles that cross the diagonal or the sequence end) and online softmax in
+    // the exp2 domain: p = exp2(s * scale_log2 - m).
+    const int n0 = j * BN;
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
+    for (int mt = 0; mt < MT; ++mt) {
+      if (need_mask) {
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
-      mx = quad_max(mx);
-      const float m_new = fmaxf(row_m[h], mx);
-      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      const float alpha = exp2f(row_m[h] - m_use);
-      row_m[h] = m_new;
-      float sum = 0.f;
+        for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        float p0 = exp2f(s[nt][2 * h] - m_use);
-        float p1 = exp2f(s[nt][2 * h + 1] - m_use);
-        s[nt][2 * h] = p0;
-        s[nt][2 * h + 1] = p1;
-        sum += p0 + p1;
+          for (int e = 0; e < 4; ++e) {
+            int col = n0 + nt * 8 + 2 * t4 + (e & 1);
+            int row = row0 + mt * 16 + (e >> 1) * 8;
+            if (col >= L || (CAUSAL && col > row)) s[mt][nt][e] = -INFINITY;
+          }
       }
-      row_l[h] = row_l[h] * alpha + sum;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        acc[dt][2 * h] *= alpha;
-        acc[dt][2 * h + 1] *= alpha;
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = quad_max(mx) * scale_log2;  // scale_log2 > 0 keeps the max
+        const float m_new = fmaxf(row_m[mt][h], mx);
+        const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+        const float alpha = exp2f(row_m[mt][h] - m_use);
+        row_m[mt][h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+          float p0 = exp2f(fmaf(s[mt][nt][2 * h], scale_log2, -m_use));
+          float p1 = exp2f(fmaf(s[mt][nt][2 * h + 1], scale_log2, -m_use));
+          s[mt][nt][2 * h] = p0;
+          s[mt][nt][2 * h + 1] = p1;
+          sum += p0 + p1;
+        }
+        row_l[mt][h] = row_l[mt][h] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          acc[mt][dt][2 * h] *= alpha;
+          acc[mt][dt][2 * h + 1] *= alpha;
+        }
       }
     }
 
     // O += P V.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t pa[4];
-      pa[0] = Tr::pack(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = Tr::pack(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = Tr::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = Tr::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = Tr::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = Tr::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = Tr::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = Tr::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t bf[4];
         int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         int c = dd * 16 + (lane >> 4) * 8;
         ldmatrix_x4_trans(bf, smem_u32(tv + swz<D>(r, c)));
-        Tr::mma(acc[2 * dd], pa, bf[0], bf[1]);
-        Tr::mma(acc[2 * dd + 1], pa, bf[2], bf[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Tr::mma(acc[mt][2 * dd], pa[mt], bf[0], bf[1]);
+          Tr::mma(acc[mt][2 * dd + 1], pa[mt], bf[2], bf[3]);
+        }
       }
     }
     __syncthreads();  // buffer `buf` is refilled by the next iteration's prefetch
@@ -224,47 +255,52 @@ __device__ __forceinline__ void fa_fwd_body(
 
   // Epilogue: normalize and store; rows past L are zeros.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = quad_sum(row_l[h]);
-    const int row = row0 + h * 8;
-    const float inv = (l > 0.f && row < L) ? 1.f / l : 0.f;
-    if (row < S) {
-      T* orow = ob + row * o_ss;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        uint32_t packed = Tr::pack(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
-        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(row_l[mt][h]);
+      const int row = row0 + mt * 16 + h * 8;
+      const float inv = (l > 0.f && row < L) ? 1.f / l : 0.f;
+      if (row < S) {
+        T* orow = ob + row * o_ss;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          uint32_t packed = Tr::pack(acc[mt][dt][2 * h] * inv, acc[mt][dt][2 * h + 1] * inv);
+          *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
+        }
       }
     }
-  }
 }
 
 }  // namespace onnx_fuse
 
 using onnx_fuse::fa_fwd_body;
 
-#define OF_FA_KERNEL(NAME, T, D, W, CAUSAL)                                                     \
+#define OF_FA_KERNEL(NAME, T, D, W, MT, BN, CAUSAL)                                             \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2) {                                      \
-    fa_fwd_body<T, D, W, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,     \
-                                 k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);  \
+    fa_fwd_body<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, \
+                                     k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,           \
+                                     scale_log2);                                              \
   }
 
-#define OF_FA_KERNELS_DT(DTN, T)                                       \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w4_full, T, 64, 4, false)   \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w4_causal, T, 64, 4, true)  \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w8_full, T, 64, 8, false)   \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_w8_causal, T, 64, 8, true)  \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w4_full, T, 128, 4, false) \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w4_causal, T, 128, 4, true) \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w8_full, T, 128, 8, false) \
-  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_w8_causal, T, 128, 8, true)
+// Variant name: onnx_fuse_fa_fwd_<dt>_d<D>_m<rows per CTA>n<keys per tile>w<warps>_<full|causal>.
+#define OF_FA_VARIANT(DTN, T, D, BMV, BNV, W, MT)                                                  \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_full, T, D, W, MT, BNV, false) \
+  OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_causal, T, D, W, MT, BNV, true)
+#define OF_FA_KERNELS_D(DTN, T, D)          \
+  OF_FA_VARIANT(DTN, T, D, 64, 64, 4, 1)    \
+  OF_FA_VARIANT(DTN, T, D, 128, 64, 8, 1)   \
+  OF_FA_VARIANT(DTN, T, D, 128, 64, 4, 2)   \
+  OF_FA_VARIANT(DTN, T, D, 128, 32, 4, 2)
 
-OF_FA_KERNELS_DT(f16, __half)
-OF_FA_KERNELS_DT(bf16, __nv_bfloat16)
+OF_FA_KERNELS_D(f16, __half, 64)
+OF_FA_KERNELS_D(f16, __half, 128)
+OF_FA_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // ----------------------------------------------------------------------------------------
 // Host launch function.
@@ -279,16 +315,19 @@ using FaKernelFn = void (*)(const void*, const void*, const void*, void*, const 
 template <typename KFn>
 FaKernelFn as_fn(KFn f) { return reinterpret_cast<FaKernelFn>(f); }
 
-FaKernelFn pick(int dtype, int D, int warps, bool causal) {
-#define OF_PICK(DTN, DD, W)                                                          \
-  if (D == DD && warps == W)                                                         \
-    return causal ? as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_w##W##_causal)             \
-                  : as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_w##W##_full);
+FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool causal) {
+#define OF_PICK(DTN, DD, BMV, BNV, W)                                                          \
+  if (D == DD && block_m == BMV && block_n == BNV && warps == W)                               \
+    return causal ? as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_m##BMV##n##BNV##w##W##_causal)      \
+                  : as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_m##BMV##n##BNV##w##W##_full);
+#define OF_PICK_D(DTN, DD) \
+  OF_PICK(DTN, DD, 64, 64, 4) OF_PICK(DTN, DD, 128, 64, 8) OF_PICK(DTN, DD, 128, 64, 4) OF_PICK(DTN, DD, 128, 32, 4)
   if (dtype == onnx_fuse::kFloat16) {
-    OF_PICK(f16, 64, 4) OF_PICK(f16, 64, 8) OF_PICK(f16, 128, 4) OF_PICK(f16, 128, 8)
+    OF_PICK_D(f16, 64) OF_PICK_D(f16, 128)
   } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PICK(bf16, 64, 4) OF_PICK(bf16, 64, 8) OF_PICK(bf16, 128, 4) OF_PICK(bf16, 128, 8)
+    OF_PICK_D(bf16, 64) OF_PICK_D(bf16, 128)
   }
+#undef OF_PICK_D
 #undef OF_PICK
   return nullptr;
 }
@@ -297,37 +336,41 @@ FaKernelFn pick(int dtype, int D, int warps, bool causal) {
 
 extern "C" {
 
-// Dynamic shared memory (bytes) a variant needs; 0 for an unsupported (D, warps).
-int onnx_fuse_fused_attention_smem_bytes(int head_dim, int warps) {
-  if (head_dim == 64) return warps == 4 ? onnx_fuse::fa_smem_bytes<64, 4>() : warps == 8 ? onnx_fuse::fa_smem_bytes<64, 8>() : 0;
-  if (head_dim == 128) return warps == 4 ? onnx_fuse::fa_smem_bytes<128, 4>() : warps == 8 ? onnx_fuse::fa_smem_bytes<128, 8>() : 0;
-  return 0;
+// Dynamic shared memory (bytes) of a variant (Q tile + double-buffered K and V tiles).
+int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n) {
+  return (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
 }
 
 // Launches the fused attention forward. Strides are in elements; the last (head-dim)
-// axis must be contiguous and every row 16-byte aligned. warps: 4 or 8 (query tile of
-// 64 or 128 rows), 0 = default (8). seq_lens may be null (all sequences full length S).
-// Returns 0 or a cudaError_t code.
+// axis must be contiguous and every row 16-byte aligned. Variant (block_m, block_n, warps):
+// (64, 64, 4), (128, 64, 8), (128, 64, 4) or (128, 32, 4); (0, 0, 0) = default (plan it with
+// onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
+// must be > 0. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
                                   long long k_sb, long long k_ss, long long k_sh,
                                   long long v_sb, long long v_ss, long long v_sh,
                                   long long o_sb, long long o_ss, long long o_sh, float scale,
-                                  int causal, int warps, cudaStream_t stream) {
-  if (warps == 0) warps = 8;
+                                  int causal, int block_m, int block_n, int warps,
+                                  cudaStream_t stream) {
+  if (block_m == 0 && block_n == 0 && warps == 0) {
+    block_m = 128;
+    block_n = 64;
+    warps = 8;
+  }
+  OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
   OF_REQUIRE(B <= 65535 && Hq <= 65535);
   OF_REQUIRE(q && k && v && o);
   OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
-  FaKernelFn fn = pick(dtype, D, warps, causal != 0);
+  FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
-  const int smem = onnx_fuse_fused_attention_smem_bytes(D, warps);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n);
   OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const int bm = 16 * warps;
-  dim3 grid((S + bm - 1) / bm, Hq, B);
+  dim3 grid((S + block_m - 1) / block_m, Hq, B);
   fn<<<grid, 32 * warps, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                          scale * onnx_fuse::kLog2e);

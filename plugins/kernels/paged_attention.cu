@@ -9,11 +9,11 @@
 //   out          [B, Hq, D]                      (row stride o_sb elements)
 // Query head h reads kv head h / G, G = Hq / Hkv in 1..16. fp16 or bf16, D in {64, 128}.
 //
-// Decode algorithm: one CTA (4 warps) per (kv head, split, batch). The G query heads of
+// Decode algorithm: one CTA (W warps) per (kv head, split, batch). The G query heads of
 // a kv head form the 16 rows of one mma.sync tile (rows >= G are zero), so K/V bytes are
-// read once per kv head. The split's tokens stream through a 3-stage cp.async pipeline in
-// tiles of 64 tokens gathered through the block table; warp w handles tokens
-// [16w, 16w + 16) of each tile with its own online softmax, and the 4 warps merge at the
+// read once per kv head. The split's tokens stream through an S-stage cp.async pipeline in
+// tiles of 16*W tokens gathered through the block table; warp w handles tokens
+// [16w, 16w + 16) of each tile with its own online softmax, and the warps merge at the
 // end. With num_splits > 1 each CTA writes an fp32 partial (O, log2-sum-exp) to the
 // workspace and onnx_fuse_pa_reduce_* combines them (FlashDecoding).
 //
@@ -25,17 +25,16 @@
 
 namespace onnx_fuse {
 
-constexpr int kPaTile = 64;    // tokens per pipeline stage
-constexpr int kPaStages = 3;
-constexpr int kPaWarps = 4;
+constexpr int kPaSplitAlign = 64;  // split lengths are multiples of this many tokens
 
-template <int D>
+// Variant (W warps, S stages): tiles of 16 * W tokens, warp w handles tokens [16w, 16w + 16).
+template <int D, int W, int S>
 constexpr int pa_smem_bytes() {
   // Q tile (16 x D) + stages x (K + V tiles); the merge scratch reuses the stages.
-  return (16 * D + kPaStages * 2 * kPaTile * D) * 2;
+  return (16 * D + S * 2 * 16 * W * D) * 2;
 }
 
-template <typename T, int D>
+template <typename T, int D, int kPaWarps, int kPaStages>
 __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ q, long long q_sb, const T* __restrict__ k_pool,
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
@@ -44,7 +43,10 @@ __device__ __forceinline__ void pa_decode_body(
     int block_size, int max_blocks, int part_tokens, float scale_log2) {
   using Tr = MmaTraits<T>;
   constexpr int NT = 32 * kPaWarps;
+  constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
+  static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * D * 2,
+                "merge scratch must fit in the pipeline stages");
   constexpr int TILE_ELEMS = kPaTile * D;
 
   extern __shared__ __align__(128) unsigned char pa_smem[];
@@ -301,14 +303,23 @@ using onnx_fuse::append_kv_body;
 using onnx_fuse::pa_decode_body;
 using onnx_fuse::pa_reduce_body;
 
+// Decode variant name: onnx_fuse_pa_decode_<dt>_d<D>_w<warps>s<stages>.
+#define OF_PA_DECODE(DTN, T, D, W, ST)                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * W) onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST( \
+      const T* q, long long q_sb, const T* k_pool, const T* v_pool, const int* block_tables,   \
+      const int* seq_lens, T* out, long long o_sb, float* part_o, float* part_lse, int Hq,     \
+      int Hkv, int block_size, int max_blocks, int part_tokens, float scale_log2) {            \
+    pa_decode_body<T, D, W, ST>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,    \
+                                part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, \
+                                scale_log2);                                                   \
+  }
+
 #define OF_PA_KERNELS(DTN, T, D)                                                               \
-  extern "C" __global__ void __launch_bounds__(128) onnx_fuse_pa_decode_##DTN##_d##D(        \
-      const T* q, long long q_sb, const T* k_pool, const T* v_pool, const int* block_tables,  \
-      const int* seq_lens, T* out, long long o_sb, float* part_o, float* part_lse, int Hq,    \
-      int Hkv, int block_size, int max_blocks, int part_tokens, float scale_log2) {           \
-    pa_decode_body<T, D>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb, part_o,  \
-                         part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, scale_log2); \
-  }                                                                                            \
+  OF_PA_DECODE(DTN, T, D, 4, 3)                                                                \
+  OF_PA_DECODE(DTN, T, D, 2, 6)                                                                \
+  OF_PA_DECODE(DTN, T, D, 2, 4)                                                                \
+  OF_PA_DECODE(DTN, T, D, 1, 8)                                                                \
+  OF_PA_DECODE(DTN, T, D, 8, 3)                                                                \
   extern "C" __global__ void __launch_bounds__(D) onnx_fuse_pa_reduce_##DTN##_d##D(          \
       const float* part_o, const float* part_lse, T* out, long long o_sb, int Hq,             \
       int num_splits) {                                                                        \
@@ -332,9 +343,9 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 128)
 
 extern "C" {
 
-int onnx_fuse_paged_attention_smem_bytes(int head_dim) {
-  return head_dim == 64 ? onnx_fuse::pa_smem_bytes<64>()
-                        : head_dim == 128 ? onnx_fuse::pa_smem_bytes<128>() : 0;
+// Dynamic shared memory of decode variant (warps, stages).
+int onnx_fuse_paged_attention_smem_bytes(int head_dim, int warps, int stages) {
+  return (16 * head_dim + stages * 2 * 16 * warps * head_dim) * 2;
 }
 
 // fp32 workspace bytes for num_splits > 1 (0 when num_splits == 1).
@@ -347,28 +358,33 @@ long long onnx_fuse_paged_attention_workspace_bytes(int B, int Hq, int D, int nu
 // tokens one split covers; num_splits * part_tokens must cover the longest sequence
 // (use onnx_fuse.plugins.launch_plan.plan_paged_decode). workspace: at least
 // onnx_fuse_paged_attention_workspace_bytes(...) bytes, may be null when num_splits == 1.
-int onnx_fuse_paged_attention_decode(int dtype, const void* q, long long q_sb,
-                                     const void* k_pool, const void* v_pool,
-                                     const int* block_tables, const int* seq_lens, void* out,
-                                     long long o_sb, void* workspace, int B, int Hq, int Hkv,
-                                     int D, int block_size, int max_blocks, int part_tokens,
-                                     int num_splits, float scale, cudaStream_t stream) {
-  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hq % Hkv == 0 && Hq / Hkv <= 16);
-  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaTile == 0);
+// Variant (warps, stages): (4, 3), (2, 6), (2, 4), (1, 8) or (8, 3); (0, 0) = default.
+int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb,
+                                        const void* k_pool, const void* v_pool,
+                                        const int* block_tables, const int* seq_lens, void* out,
+                                        long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                        int D, int block_size, int max_blocks, int part_tokens,
+                                        int num_splits, float scale, int warps, int stages,
+                                        cudaStream_t stream) {
+  if (warps == 0 && stages == 0) {
+    warps = 4;
+    stages = 3;
+  }
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
   OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
   OF_REQUIRE(block_size > 0 && max_blocks > 0 && q_sb % 8 == 0);
   OF_REQUIRE(num_splits == 1 || workspace != nullptr);
-  const int smem = onnx_fuse_paged_attention_smem_bytes(D);
-  OF_REQUIRE(smem > 0);
+  const int smem = onnx_fuse_paged_attention_smem_bytes(D, warps, stages);
   float* part_o = reinterpret_cast<float*>(workspace);
   float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD)                                                                   \
-  if (D == DD) {                                                                                \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD,                         \
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
+  if (D == DD && warps == W && stages == ST) {                                                  \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST,           \
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa_decode_##DTN##_d##DD<<<grid, 128, smem, stream>>>(                             \
+    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST<<<grid, 32 * W, smem, stream>>>(            \
         (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
         o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2);             \
     OF_CUDA_CHECK_LAUNCH();                                                                     \
@@ -380,15 +396,32 @@ int onnx_fuse_paged_attention_decode(int dtype, const void* q, long long q_sb,
     }                                                                                           \
     return 0;                                                                                   \
   }
+#define OF_LAUNCH_D(DTN, T, DD) \
+  OF_LAUNCH(DTN, T, DD, 4, 3) OF_LAUNCH(DTN, T, DD, 2, 6) OF_LAUNCH(DTN, T, DD, 2, 4) \
+  OF_LAUNCH(DTN, T, DD, 1, 8) OF_LAUNCH(DTN, T, DD, 8, 3)
   if (dtype == onnx_fuse::kFloat16) {
-    OF_LAUNCH(f16, __half, 64)
-    OF_LAUNCH(f16, __half, 128)
+    OF_LAUNCH_D(f16, __half, 64)
+    OF_LAUNCH_D(f16, __half, 128)
   } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_LAUNCH(bf16, __nv_bfloat16, 64)
-    OF_LAUNCH(bf16, __nv_bfloat16, 128)
+    OF_LAUNCH_D(bf16, __nv_bfloat16, 64)
+    OF_LAUNCH_D(bf16, __nv_bfloat16, 128)
   }
+#undef OF_LAUNCH_D
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// Same with the default variant.
+int onnx_fuse_paged_attention_decode(int dtype, const void* q, long long q_sb,
+                                     const void* k_pool, const void* v_pool,
+                                     const int* block_tables, const int* seq_lens, void* out,
+                                     long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                     int D, int block_size, int max_blocks, int part_tokens,
+                                     int num_splits, float scale, cudaStream_t stream) {
+  return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables,
+                                             seq_lens, out, o_sb, workspace, B, Hq, Hkv, D,
+                                             block_size, max_blocks, part_tokens, num_splits,
+                                             scale, 0, 0, stream);
 }
 
 // Writes k_new/v_new [B, Sq, Hkv, D] (strides n_sb, n_ss; head rows contiguous) into the

@@ -61,27 +61,30 @@ def _rand(shape, dtype, gen):
 # ------------------------------------------------------------------ fused attention (prefill)
 
 FA_CASES = [
-    # B, S, Hq, Hkv, D, causal, seq_lens, warps
+    # B, S, Hq, Hkv, D, causal, seq_lens, variant (block_m, block_n, warps) or None = planned
     (2, 128, 4, 4, 64, False, None, None),
-    (2, 128, 4, 4, 64, True, None, 4),
+    (2, 128, 4, 4, 64, True, None, (64, 64, 4)),
     (1, 1, 2, 1, 128, True, None, None),
-    (1, 1, 2, 2, 64, False, None, 8),
-    (2, 77, 8, 2, 128, True, [77, 33], None),
-    (3, 200, 6, 3, 64, False, [200, 1, 0], 8),
-    (2, 515, 4, 1, 128, False, [515, 260], 4),
-    (2, 515, 4, 1, 128, True, [515, 260], 8),
-    (1, 1024, 4, 4, 128, True, None, 8),
-    (1, 1000, 8, 8, 128, False, None, 4),
-    (2, 333, 16, 1, 64, True, [300, 333], 4),
-    (4, 64, 12, 4, 128, False, [64, 63, 17, 2], 8),
-]
+    (1, 1, 2, 2, 64, False, None, (128, 32, 4)),
+    (2, 77, 8, 2, 128, True, [77, 33], (128, 64, 4)),
+    (3, 200, 6, 3, 64, False, [200, 1, 0], (128, 64, 8)),
+    (2, 515, 4, 1, 128, False, [515, 260], (64, 64, 4)),
+    (2, 515, 4, 1, 128, True, [515, 260], (128, 64, 8)),
+    (2, 515, 4, 1, 128, True, [515, 260], (128, 32, 4)),
+    (1, 1024, 4, 4, 128, True, None, (128, 64, 4)),
+    (1, 1000, 8, 8, 128, False, None, (128, 32, 4)),
+    (1, 1000, 8, 8, 128, False, None, (128, 64, 4)),
+    (2, 333, 16, 1, 64, True, [300, 333], (128, 64, 4)),
+    (2, 333, 16, 1, 64, False, [300, 333], (128, 32, 4)),
+    (4, 64, 12, 4, 128, False, [64, 63, 17, 2], (128, 64, 8))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}W{}".format(
-    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "", c[7]))
+@pytest.mark.parametrize("case", FA_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-{}".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "",
+    "x".join(map(str, c[7])) if c[7] else "auto"))
 def test_fused_attention_matches_reference(lib, case, dtype):
-    B, S, Hq, Hkv, D, causal, lens, warps = case
+    B, S, Hq, Hkv, D, causal, lens, variant = case
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
     q = _rand((B, S, Hq, D), dtype, gen)
     k = _rand((B, S, Hkv, D), dtype, gen)
@@ -94,7 +97,7 @@ def test_fused_attention_matches_reference(lib, case, dtype):
             q[b, L:] = float("nan")
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / D**0.5
-    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, warps=warps)
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant)
     torch.cuda.synchronize()
     expect = ref.fused_attention(np.nan_to_num(_np(q)), np.nan_to_num(_np(k)), np.nan_to_num(_np(v)),
                                  seq_lens=lens, causal=causal, scale=scale, out_dtype=np.float64)
@@ -190,6 +193,25 @@ def test_paged_decode_matches_reference(lib, case, dtype):
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     out = torch.full_like(q, float("nan"))
     lib.paged_decode(q, k_pool, v_pool, tables, seq, out, num_splits=splits)
+    torch.cuda.synchronize()
+    expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
+                                 np.array(lens), out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("variant", [(4, 3), (2, 6), (2, 4), (1, 8), (8, 3)], ids=lambda v: f"w{v[0]}s{v[1]}")
+@pytest.mark.parametrize("splits", [1, None, 5])
+@pytest.mark.parametrize("D", [64, 128])
+def test_paged_decode_variants(lib, variant, splits, D):
+    B, Hq, Hkv, bs, lens = 3, 24, 4, 16, [1500, 47, 1]
+    dtype = torch.float16
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr((variant, splits, D)).encode()))
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    lib.paged_decode(q, k_pool, v_pool, tables, torch.tensor(lens, dtype=torch.int32, device="cuda"), out,
+                     num_splits=splits, variant=variant)
     torch.cuda.synchronize()
     expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
                                  np.array(lens), out_dtype=np.float64)
