@@ -64,8 +64,7 @@ def run(args) -> int:
                           on_note=lambda m: err.print(f"note: {escape(m)}"))
     meta = result.meta
     how = "cache hit" if result.cache_hit else f"built in {meta['build_seconds']:.2f} s"
-    out = Console(highlight=False)
-    out.print(escape(f"{result.plan} ({meta['plan_bytes']:,} bytes, {how}) with "
-                     f"{meta['builder']['library']} {meta['builder']['version']}, "
-                     f"GPU {meta['gpu']}; sidecar {result.sidecar}"))
+    print(f"{result.plan} ({meta['plan_bytes']:,} bytes, {how}) with "
+          f"{meta['builder']['library']} {meta['builder']['version']}, GPU {meta['gpu']}; "
+          f"sidecar {result.sidecar}")
     return 0

@@ -33,9 +33,9 @@ def run(args) -> int:
     out = Console(highlight=False)
     head = (f"{args.model}: {result.nodes} nodes ({result.plugin_nodes} onnx_fuse plugin), "
             f"checked against {result.library} {result.version} ONNX parser data")
-    out.print(escape(head))
+    out.print(escape(head), soft_wrap=True)
     for note in result.notes:
-        out.print(f"note: {escape(note)}")
+        out.print(f"note: {escape(note)}", soft_wrap=True)
     if result.supported:
         out.print("[bold green]SUPPORTED[/bold green]: every node parses")
         return 0
