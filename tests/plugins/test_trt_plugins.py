@@ -1,0 +1,222 @@
+"""FusedAttention / PagedAttention TensorRT plugins: static contracts (check-trt), the
+tensorrt.plugin function signatures, the AOT kernel adapters (nvcc), and real-TensorRT tests
+that skip where `import tensorrt` fails."""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+from onnx_fuse.plugins import fused_attention_plugin as fa
+from onnx_fuse.plugins import paged_attention_plugin as pa
+from onnx_fuse.plugins.check_trt import check_model
+
+try:
+    import tensorrt  # noqa: F401
+
+    HAVE_TRT = True
+except Exception:  # noqa: BLE001
+    HAVE_TRT = False
+
+needs_trt = pytest.mark.skipif(not HAVE_TRT, reason="needs full TensorRT (`import tensorrt` "
+                                                    "fails: only TensorRT-RTX is installable here)")
+
+
+def _reasons(model):
+    return [i.reason for i in check_model(model).issues]
+
+
+# ---------------------------------------------------------------------------- FusedAttention
+
+def test_valid_fused_attention_node_is_supported(models):
+    r = check_model(models.fused_attention())
+    assert r.supported, r.issues
+    assert r.plugin_nodes == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(version=None), "plugin_version must be '1'"),
+    (dict(version="2"), "plugin_version must be '1'"),
+    (dict(namespace="other"), "plugin_namespace must be 'onnx_fuse'"),
+    (dict(num_heads=3), "not a multiple of 3 heads"),
+    (dict(kv_num_heads=3), "kv_num_heads=3 must be positive and divide num_heads=2"),
+    (dict(causal=2), "causal must be 0 or 1"),
+    (dict(scale=-1.0), "scale must be >= 0"),
+    (dict(bogus=1), "unknown attribute"),
+])
+def test_fused_attention_contract_violations(models, change, message):
+    node = models.fused_attention_node(inputs=["q", "k", "v", "lens"], **change)
+    reasons = _reasons(models.fused_attention(node))
+    assert any(message in r for r in reasons), reasons
+
+
+def test_fused_attention_missing_attribute(models):
+    node = models.fused_attention_node(inputs=["q", "k", "v", "lens"])
+    del node.attribute[[a.name for a in node.attribute].index("scale")]
+    assert any("'scale' is missing" in r for r in _reasons(models.fused_attention(node)))
+
+
+def test_fused_attention_dtype_head_size_and_inputs(models):
+    assert any("float16 or bfloat16" in r for r in _reasons(models.fused_attention(dtype=TP.FLOAT)))
+    assert any("head size 48" in r for r in _reasons(models.fused_attention(hidden=96)))
+    assert any("seq_lens must be int32" in r
+               for r in _reasons(models.fused_attention(lens_dtype=TP.INT64)))
+    no_lens = models.fused_attention(models.fused_attention_node(inputs=["q", "k", "v"]),
+                                     with_lens=False)
+    assert any("needs 4 inputs" in r for r in _reasons(no_lens))
+
+
+def test_gqa_fused_attention_is_supported(models):
+    node = models.fused_attention_node(inputs=["q", "k", "v", "lens"], num_heads=4,
+                                       kv_num_heads=2)
+    m = models.fused_attention(node, hidden=256, kv_hidden=128)
+    assert check_model(m).supported
+
+
+def test_unknown_op_in_our_domain(models):
+    m = models.fused_attention()
+    m.graph.node[0].op_type = "FusedMLP"
+    assert any("no onnx-fuse plugin named 'FusedMLP'" in r for r in _reasons(m))
+
+
+# ---------------------------------------------------------------------------- PagedAttention
+
+def _paged_model(*, sq=1, hq=4, hkv=2, d=64, table_dtype=TP.INT32, dtype=TP.FLOAT16, **attrs):
+    ins = [helper.make_tensor_value_info("q", dtype, ["b", sq, hq * d]),
+           helper.make_tensor_value_info("k", dtype, ["b", sq, hkv * d]),
+           helper.make_tensor_value_info("v", dtype, ["b", sq, hkv * d]),
+           helper.make_tensor_value_info("kc", dtype, ["nb", 16, hkv, d]),
+           helper.make_tensor_value_info("vc", dtype, ["nb", 16, hkv, d]),
+           helper.make_tensor_value_info("bt", table_dtype, ["b", "mb"]),
+           helper.make_tensor_value_info("lens", TP.INT32, ["b"])]
+    a = {"num_heads": hq, "kv_num_heads": hkv, "scale": 0.0, "plugin_version": "1",
+         "plugin_namespace": "onnx_fuse", **attrs}
+    node = helper.make_node("PagedAttention", [i.name for i in ins], ["y", "kc_out", "vc_out"],
+                            name="pa0", domain="onnx_fuse", **a)
+    outs = [helper.make_tensor_value_info("y", dtype, ["b", sq, hq * d]),
+            helper.make_tensor_value_info("kc_out", dtype, ["nb", 16, hkv, d]),
+            helper.make_tensor_value_info("vc_out", dtype, ["nb", 16, hkv, d])]
+    g = helper.make_graph([node], "pa", ins, outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20),
+                                               helper.make_opsetid("onnx_fuse", 1)])
+
+
+def test_valid_paged_attention_node_is_supported():
+    r = check_model(_paged_model())
+    assert r.supported, r.issues
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(sq=4), "decode only"),
+    (dict(table_dtype=TP.INT64), "block_tables must be int32"),
+    (dict(hq=64, hkv=2), "GQA group 32 > 16"),
+    (dict(dtype=TP.FLOAT), "float16 or bfloat16"),
+    (dict(d=80), "head size 80"),
+])
+def test_paged_attention_contract_violations(kw, message):
+    reasons = _reasons(_paged_model(**kw))
+    assert any(message in r for r in reasons), reasons
+
+
+# ---------------------------------------------------------------------------- QDP signatures
+
+def _params(fn):
+    return list(inspect.signature(fn).parameters)
+
+
+@pytest.mark.parametrize("mod", [fa, pa])
+def test_plugin_functions_follow_the_tensorrt_plugin_schema(mod):
+    """The argument-order rules tensorrt.plugin enforces at registration (documented in its
+    Python plugin guide), checked without TensorRT: tensors first, then attributes in
+    registration order; impl adds outputs, stream[, tactic]; aot_impl adds outputs, tactic."""
+    reg = _params(mod.register)
+    attrs = list(mod.ATTRIBUTES)
+    tensors = reg[: len(reg) - len(attrs)]
+    assert reg[len(tensors):] == attrs
+    assert tuple(tensors) == mod.INPUTS
+    impl = _params(mod.impl)
+    assert impl[: len(reg)] == reg and impl[len(reg):][:2] == ["outputs", "stream"]
+    assert _params(mod.aot_impl) == reg + ["outputs", "tactic"]
+    tune = _params(mod.autotune)
+    assert tune[: len(tensors)] == tensors and tune[-1] == "outputs"
+    assert all(p in attrs for p in tune[len(tensors):-1])
+    # No defaults (tensorrt.plugin rejects them) and string annotations everywhere.
+    for fn in (mod.register, mod.impl, mod.aot_impl, mod.autotune):
+        sig = inspect.signature(fn)
+        assert all(p.default is inspect.Parameter.empty for p in sig.parameters.values())
+        assert all(p.annotation is not inspect.Parameter.empty for p in sig.parameters.values())
+
+
+def test_plugin_modules_import_without_tensorrt():
+    import sys
+
+    assert "tensorrt" not in sys.modules or HAVE_TRT
+    assert fa.trtp is None or HAVE_TRT
+
+
+# ---------------------------------------------------------------------------- AOT adapters
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_fused_attention_aot_adapter_compiles_every_variant(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNX_FUSE_CACHE_DIR", str(tmp_path))
+    from onnx_fuse.plugins.engine_builder import compile_adapter, ptx_entries
+
+    for d in fa.HEAD_DIMS:
+        variants = fa.aot_variants(d)
+        assert variants, f"no AOT variants for head size {d}"
+        entries = set(ptx_entries(compile_adapter("fused_attention", fa.adapter_source())))
+        for bm, bn, w, tile in variants:
+            for dt in ("f16", "bf16"):
+                for causal in (0, 1):
+                    assert fa.aot_entry(dt, d, tile, causal) in entries
+            assert fa.smem_bytes(d, bm, bn) > 0 and w in (1, 2, 4, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_paged_attention_aot_adapter_compiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNX_FUSE_CACHE_DIR", str(tmp_path))
+    from onnx_fuse.plugins.engine_builder import aot_kernel_ptx, ptx_entries
+
+    for warps, stages in pa.decode_variants():
+        for d in pa.HEAD_DIMS:
+            name = pa.aot_entry("bf16", d, warps, stages)
+            assert name in ptx_entries(aot_kernel_ptx("paged_attention", name,
+                                                      pa.adapter_source()))
+
+
+# ---------------------------------------------------------------------------- real TensorRT
+
+@pytest.mark.tensorrt
+@needs_trt
+def test_plugins_register_with_tensorrt():
+    from onnx_fuse.plugins.trt_backend import load_backend
+
+    backend = load_backend("tensorrt")
+    fa.register_plugin(backend)
+    pa.register_plugin(backend)
+    registry = backend.module.get_plugin_registry()
+    names = {(c.name, c.plugin_namespace) for c in registry.all_creators}
+    assert ("FusedAttention", "onnx_fuse") in names and ("PagedAttention", "onnx_fuse") in names
+
+
+@pytest.mark.tensorrt
+@needs_trt
+def test_build_engine_with_fused_attention_plugin(models, tmp_path):
+    from onnx_fuse.plugins.engine_builder import BuildOptions, build_engine, parse_profiles
+
+    path = tmp_path / "fa.onnx"
+    node = models.fused_attention_node(inputs=["q", "k", "v", "lens"], aot=1)
+    onnx.save(models.fused_attention(node), path)
+    r = build_engine(path, tmp_path / "fa.plan", BuildOptions(
+        profiles=parse_profiles(["q:1x1x128,1x64x128,2x256x128", "k:1x1x128,1x64x128,2x256x128",
+                                 "v:1x1x128,1x64x128,2x256x128", "lens:1,1,2"]),
+        cache_dir="", progress=False, backend="tensorrt"))
+    assert r.meta["plugins"] == [{"name": "FusedAttention", "version": "1",
+                                  "namespace": "onnx_fuse", "nodes": 1}]
