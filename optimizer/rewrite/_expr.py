@@ -192,9 +192,14 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 _QUOTED_ARG_FUNCTIONS = {"bound"}
 
 
+_DTYPE_NAMES: dict[ir.DataType, str] = {}
+
+
 def dtype_name(dtype: ir.DataType) -> str:
-    name = dtype.name.lower()
-    return {"double": "double", "float": "float"}.get(name, name)
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name.lower()
+    return name
 
 
 _DTYPE_ALIASES = {"float32": "FLOAT", "fp32": "FLOAT", "fp16": "FLOAT16", "half": "FLOAT16",
@@ -212,19 +217,20 @@ def name_to_dtype(name: str) -> ir.DataType:
 class Expr:
     """A parsed, whitelisted expression; ``names`` are the free names it reads."""
 
-    __slots__ = ("text", "tree", "names", "calls")
+    __slots__ = ("text", "tree", "names", "calls", "_fn")
 
     def __init__(self, text: str, tree: ast.Expression, names: frozenset[str], calls: frozenset[str]):
         self.text = text
         self.tree = tree
         self.names = names
         self.calls = calls
+        self._fn = _compile(tree.body)
 
     def __repr__(self) -> str:
         return f"Expr({self.text!r})"
 
     def evaluate(self, env: Mapping[str, Any], ctx) -> Any:
-        return _eval(self.tree.body, env, ctx)
+        return self._fn(env, ctx)
 
 
 def parse(text: str) -> Expr:
@@ -383,3 +389,93 @@ def _norm(v: Any) -> Any:
     if isinstance(v, np.ndarray) and v.ndim == 0:
         return v.item()
     return v
+
+
+def _compile(node: ast.AST) -> Callable[[Mapping[str, Any], Any], Any]:
+    """Turn a whitelisted tree into nested closures (about 3x faster than walking it per call).
+
+    Semantics are those of ``_eval``; nodes without a fast form fall back to it.
+    """
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return lambda env, ctx: value
+    if isinstance(node, ast.Name):
+        name = node.id
+
+        def load(env, ctx):
+            try:
+                return env[name]
+            except KeyError:
+                raise EvalFailure(f"name {name!r} is not bound in this match") from None
+        return load
+    if isinstance(node, ast.Call) and node.func.id not in _QUOTED_ARG_FUNCTIONS \
+            and FUNCTIONS.get(node.func.id) is not None and not node.keywords:  # type: ignore[attr-defined]
+        fname = node.func.id  # type: ignore[attr-defined]
+        fn = FUNCTIONS[fname]
+        args = [_compile(a) for a in node.args]
+
+        def call(env, ctx):
+            try:
+                return fn(ctx, *[a(env, ctx) for a in args])
+            except EvalFailure:
+                raise
+            except (TypeError, ValueError, IndexError, OverflowError) as exc:
+                raise EvalFailure(f"{fname}(): {exc}") from None
+        return call
+    if isinstance(node, ast.Compare):
+        left_f = _compile(node.left)
+        pairs = [(_CMPOPS[type(op)], _compile(r)) for op, r in zip(node.ops, node.comparators)]
+        text = ast.unparse(node)
+
+        def compare(env, ctx):
+            left = left_f(env, ctx)
+            for op, right_f in pairs:
+                right = right_f(env, ctx)
+                if _has_unknown(left) or _has_unknown(right):
+                    raise EvalFailure(f"{text}: involves an unknown dimension")
+                try:
+                    ok = op(_norm(left), _norm(right))
+                except TypeError as exc:
+                    raise EvalFailure(f"{text}: {exc}") from None
+                if not _truth(ok):
+                    return False
+                left = right
+            return True
+        return compare
+    if isinstance(node, ast.BoolOp):
+        parts = [_compile(v) for v in node.values]
+        if isinstance(node.op, ast.And):
+            def and_(env, ctx):
+                result: Any = True
+                for f in parts:
+                    result = f(env, ctx)
+                    if not _truth(result):
+                        return result
+                return result
+            return and_
+
+        def or_(env, ctx):
+            result: Any = False
+            for f in parts:
+                result = f(env, ctx)
+                if _truth(result):
+                    return result
+            return result
+        return or_
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = _compile(node.operand)
+        return lambda env, ctx: not _truth(inner(env, ctx))
+    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
+        base_f, key_f = _compile(node.value), _compile(node.slice)
+        text = ast.unparse(node)
+
+        def subscript(env, ctx):
+            base, key = base_f(env, ctx), key_f(env, ctx)
+            if isinstance(key, list):
+                key = tuple(key)
+            try:
+                return base[key]
+            except (IndexError, KeyError, TypeError) as exc:
+                raise EvalFailure(f"{text}: {exc}") from None
+        return subscript
+    return lambda env, ctx: _eval(node, env, ctx)

@@ -28,6 +28,8 @@ from onnx_fuse.rewrite._result import (STAGE_CHECK, STAGE_CONSTRAINT, STAGE_ESCA
 from onnx_fuse.rewrite._rule import COMMUTATIVE, PROMOTED_ATTRIBUTES, Rule, ValueConstraint
 
 _MAX_CONST_ELEMENTS = 1 << 20  # scalar/value constraints never materialize larger weights
+_ORDERS = [[list(range(n))] for n in range(64)]
+_BOTH_ORDERS = [[0, 1], [1, 0]]
 
 
 def norm_domain(d: str) -> str:
@@ -56,11 +58,17 @@ def _plain(v: Any) -> Any:
     return v
 
 
+_AT = ir.AttributeType
+
+
 def attr_value(attr: ir.Attr) -> Any:
+    t = attr.type
     v = attr.value
-    if isinstance(v, ir.TensorProtocol):
+    if t is _AT.INT or t is _AT.FLOAT:
+        return v
+    if t is _AT.TENSOR:
         return v.numpy()
-    if isinstance(v, (ir.Graph, ir.GraphProtocol)):
+    if t in (_AT.GRAPH, _AT.GRAPHS):
         return v
     return _plain(v)
 
@@ -166,6 +174,16 @@ class Matcher:
 
     def __init__(self, rule: Rule):
         self.rule = rule
+        # per alternative: (pattern inputs, promoted input slots, commutative, highest named output)
+        self._alt_info: dict[int, tuple[int, frozenset[int], bool, int]] = {}
+        for stmt in rule.match:
+            max_out = max(j for j, o in enumerate(stmt.outputs) if o is not None)
+            for alt in stmt.alternatives:
+                n_pat = len(alt.inputs)
+                slots = frozenset(PROMOTED_ATTRIBUTES.get(alt.op_type, {}).values()) if alt.domain == "" else frozenset()
+                comm = (alt.op_type in COMMUTATIVE and alt.domain == "" and n_pat == 2 and not alt.variadic
+                        and alt.inputs[0] != alt.inputs[1])
+                self._alt_info[id(alt)] = (n_pat, slots, comm, max_out)
         self.stmts = rule.match
         self.producers = rule.producers
         self.where = rule.where
@@ -232,13 +250,13 @@ class Matcher:
         if var in self.values:
             if self.values[var] is gv:
                 return self._solve(rest)
-            return self._fail(STAGE_STRUCTURE, lambda: f"{var!r} is bound to {self.values[var].name!r} but "
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, lambda: f"{var!r} is bound to {self.values[var].name!r} but "
                               f"this input is {gv.name if gv is not None else '<missing>'!r}",
                               f"{var} used twice", gv)
         prod = self.producers.get(var)
         if prod is None:  # a leaf
             if gv is None:
-                return self._fail(STAGE_STRUCTURE, f"input {var!r} is missing on the node", var)
+                return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"input {var!r} is missing on the node", var)
             mark = len(self.trail)
             self._set(self.values, var, gv)
             if self._check_value(var, gv) and self._solve(rest):
@@ -248,7 +266,7 @@ class Matcher:
         si, oi = prod
         stmt = self.stmts[si]
         if gv is None:
-            return self._fail(STAGE_STRUCTURE, f"{var!r} would be a missing input", stmt.source)
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"{var!r} would be a missing input", stmt.source)
         if si in self.nodes:  # another output of this statement already matched its node
             if gv.producer() is self.nodes[si] and gv.index() == oi:
                 mark = len(self.trail)
@@ -257,7 +275,7 @@ class Matcher:
                     return True
                 self._undo(mark)
                 return False
-            return self._fail(STAGE_STRUCTURE, f"{var!r} is not output {oi} of the node matched for "
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"{var!r} is not output {oi} of the node matched for "
                               f"this statement", stmt.source, gv)
         node = gv.producer()
         for alt in stmt.alternatives:
@@ -271,7 +289,7 @@ class Matcher:
                     return True
                 self._undo(mark)
         if node is None:
-            return self._fail(STAGE_STRUCTURE, f"{var!r} has no producer (it is a graph input or "
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"{var!r} has no producer (it is a graph input or "
                               f"initializer) but the pattern needs {stmt.source!r}", stmt.source, gv)
         return False
 
@@ -279,29 +297,28 @@ class Matcher:
                   rest) -> bool:
         stmt = self.stmts[si]
         step = stmt.source
-        if node.op_type != alt.op_type or norm_domain(node.domain) != alt.domain:
+        if node.op_type != alt.op_type or (node.domain != alt.domain and norm_domain(node.domain) != alt.domain):
+            if self.tracer is None:
+                return False
             dom = f"{alt.domain}::" if alt.domain else ""
-            return self._fail(STAGE_STRUCTURE, lambda: f"expected {dom}{alt.op_type}, found "
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, lambda: f"expected {dom}{alt.op_type}, found "
                               f"{node.domain + '::' if node.domain else ''}{node.op_type}", step, node)
         if gv.index() != oi:
-            return self._fail(STAGE_STRUCTURE, f"value is output {gv.index()} of the node, pattern "
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"value is output {gv.index()} of the node, pattern "
                               f"wants output {oi}", step, gv)
         if node in self.used:
-            return self._fail(STAGE_STRUCTURE, "node already matched by another pattern statement", step, node)
-        for j, name in enumerate(stmt.outputs):
-            if name is not None and j >= len(node.outputs):
-                return self._fail(STAGE_STRUCTURE, f"node has only {len(node.outputs)} outputs", step, node)
-        inputs = list(node.inputs)
-        promoted = PROMOTED_ATTRIBUTES.get(alt.op_type) if alt.domain == "" else None
-        n_pat = len(alt.inputs)
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, "node already matched by another pattern statement", step, node)
+        n_pat, slots, commutative, max_out = self._alt_info[id(alt)]
+        if max_out >= len(node.outputs):
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"node has only {len(node.outputs)} outputs", step, node)
+        inputs = node.inputs
         real = len(inputs)
         while real and inputs[real - 1] is None:
             real -= 1
-        if promoted:
-            slots = set(promoted.values())
+        if slots and real > n_pat:
             real = n_pat + sum(1 for k in range(n_pat, real) if inputs[k] is not None and k not in slots)
-        if (real < n_pat) or (not alt.variadic and real != n_pat):
-            return self._fail(STAGE_STRUCTURE, f"node has {real} inputs, pattern has {n_pat}"
+        if real != n_pat and (real < n_pat or not alt.variadic):
+            return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"node has {real} inputs, pattern has {n_pat}"
                               f"{' or more' if alt.variadic else ''}", step, node)
         mark = len(self.trail)
         # attributes
@@ -309,29 +326,30 @@ class Matcher:
             ok, value, why = self._node_attr(node, alt, ap.name)
             if not ok:
                 self._undo(mark)
-                return self._fail(STAGE_STRUCTURE, why, step, node)
+                return self.tracer is not None and self._fail(STAGE_STRUCTURE, why, step, node)
             if ap.capture is not None:
                 if ap.capture in self.attrs:
                     if not values_equal(self.attrs[ap.capture], value):
                         self._undo(mark)
-                        return self._fail(STAGE_STRUCTURE, f"{ap.name}={value!r} differs from "
+                        return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"{ap.name}={value!r} differs from "
                                           f"{ap.capture}={self.attrs[ap.capture]!r} bound earlier", step, node)
                 else:
                     self._set(self.attrs, ap.capture, value)
             elif not values_equal(value, ap.literal):
                 self._undo(mark)
-                return self._fail(STAGE_STRUCTURE, f"attribute {ap.name}={value!r}, pattern wants "
+                return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"attribute {ap.name}={value!r}, pattern wants "
                                   f"{ap.literal!r}", step, node)
-        self._set(self.nodes, si, node)
-        self._set(self.used, node, si)
-        self._set(self.values, var, gv)
-        if not self._check_value(var, gv):
+        trail = self.trail
+        self.nodes[si] = node
+        self.used[node] = si
+        self.values[var] = gv
+        trail.append((self.nodes, si))
+        trail.append((self.used, node))
+        trail.append((self.values, var))
+        if var in self.where and not self._check_value(var, gv):
             self._undo(mark)
             return False
-        orders = [list(range(n_pat))]
-        if alt.op_type in COMMUTATIVE and alt.domain == "" and n_pat == 2 and not alt.variadic \
-                and inputs[0] is not inputs[1] and alt.inputs[0] != alt.inputs[1]:
-            orders.append([1, 0])
+        orders = _ORDERS[n_pat] if not (commutative and inputs[0] is not inputs[1]) else _BOTH_ORDERS
         for order in orders:
             goals = rest
             for j in range(len(stmt.outputs) - 1, -1, -1):
@@ -374,7 +392,7 @@ class Matcher:
         why = self._constraint_failure(c, gv)
         if why is None:
             return True
-        return self._fail(STAGE_CONSTRAINT, why, f"where {var}", gv)
+        return self.tracer is not None and self._fail(STAGE_CONSTRAINT, why, f"where {var}", gv)
 
     def _constraint_failure(self, c: ValueConstraint, gv: ir.Value) -> str | None:
         if c.dtypes is not None:
@@ -426,6 +444,11 @@ class Matcher:
                     return f"{c.name}: constant too large or unreadable"
                 if arr.dtype.kind not in "fiub":
                     return f"{c.name}: constant of dtype {arr.dtype} is not numeric"
+                if c.scalar is not None and arr.size == 1:  # fast path: the common scalar constant
+                    got = float(arr.reshape(-1)[0])
+                    if abs(got - c.scalar) <= c.atol + c.rtol * abs(c.scalar):
+                        return None
+                    return f"{c.name}: constant {[got]} != {c.scalar} (rtol={c.rtol}, atol={c.atol})"
                 want = c.scalar if c.scalar is not None else np.asarray(c.value, dtype=np.float64)
                 a = arr.astype(np.float64)
                 try:
@@ -452,11 +475,11 @@ class Matcher:
                 if o in outs or o in allowed:
                     continue
                 if o.is_graph_output():
-                    return self._fail(STAGE_ESCAPE, f"intermediate {o.name!r} is a graph output",
+                    return self.tracer is not None and self._fail(STAGE_ESCAPE, f"intermediate {o.name!r} is a graph output",
                                       "intermediates must not escape", o)
                 for use in o.uses():
                     if use.node not in self.used:
-                        return self._fail(STAGE_ESCAPE, lambda: f"intermediate {o.name!r} is also "
+                        return self.tracer is not None and self._fail(STAGE_ESCAPE, lambda: f"intermediate {o.name!r} is also "
                                           f"used by {describe_node(use.node)}", "intermediates must not escape",
                                           use.node)
         if rule.checks:
@@ -472,6 +495,6 @@ class Matcher:
                     ok, reason = False, f"{chk.message} ({exc})"
                 if not ok:
                     culprit = next((self.values[n] for n in sorted(chk.expr.names) if n in self.values), None)
-                    return self._fail(STAGE_CHECK, reason, f"check {chk.expr.text}", culprit)
+                    return self.tracer is not None and self._fail(STAGE_CHECK, reason, f"check {chk.expr.text}", culprit)
         self.result = Match(rule, self.anchor, dict(self.values), dict(self.attrs), dict(self.nodes))
         return True
