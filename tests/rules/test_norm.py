@@ -1,0 +1,225 @@
+"""rules/norm: layer_norm.yaml, rms_norm.yaml, skip_norm.yaml on tiny graphs, every target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+TARGETS = ["ort", "onnx", "trt"]
+D = 16
+
+
+def _ln_graph(h, *, square="pow", bias=True, axes=(-1,), eps=1e-5, extra_consumer=False,
+              cast=False):
+    """x -> decomposed LayerNorm (axes as a ReduceMean input, opset 23)."""
+    n = h.node
+    xin = "xf" if cast else "x"
+    nodes = [n("Cast", ["x"], ["xf"], to=1)] if cast else []
+    nodes += [
+        n("ReduceMean", [xin, "axes"], ["m"], keepdims=1),
+        n("Sub", [xin, "m"], ["d"]),
+        n("Pow", ["d", "two"], ["sq"]) if square == "pow" else n("Mul", ["d", "d"], ["sq"]),
+        n("ReduceMean", ["sq", "axes"], ["v"], keepdims=1),
+        n("Add", ["v", "eps"], ["ve"]),
+        n("Sqrt", ["ve"], ["sd"]),
+        n("Div", ["d", "sd"], ["nrm"]),
+    ]
+    last = "nrm"
+    if cast:
+        nodes.append(n("Cast", ["nrm"], ["nc"], to=10))
+        last = "nc"
+    nodes.append(n("Mul", ["g", last], ["y0"]))  # gamma first: commuted input
+    out = "y0"
+    if bias:
+        nodes.append(n("Add", ["y0", "b"], ["y"]))
+        out = "y"
+    outputs = [h.vi(out, ["batch", "seq", D], 10 if cast else 1)]
+    if extra_consumer:
+        nodes.append(n("Relu", ["d"], ["side"]))
+        outputs.append(h.vi("side", ["batch", "seq", D]))
+    dt = np.float16 if cast else np.float32
+    inits = {"axes": np.array(axes, np.int64), "two": np.array(2.0, np.float32),
+             "eps": np.array(eps, np.float32), "g": (1 + 0.1 * h.rng.standard_normal(D)).astype(dt),
+             "b": (0.1 * h.rng.standard_normal(D)).astype(dt)}
+    return h.make_model(nodes, [h.vi("x", ["batch", "seq", D], 10 if cast else 1)], outputs, inits)
+
+
+def _feeds(h, dtype=np.float32):
+    return {"x": (h.rng.standard_normal((2, 5, D)) * 3 + 1).astype(dtype)}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("square", ["pow", "mul"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_fuses(h, target, square, bias):
+    model = _ln_graph(h, square=square, bias=bias, eps=1e-6)
+    out = h.fuse(model, target)
+    assert h.ops(out) == {"LayerNormalization": 1}, h.ops(out)
+    assert h.fired(out) == {"layer-norm" if bias else "layer-norm-no-bias": 1}
+    ln = out.graph.node[0]
+    eps = next(a.f for a in ln.attribute if a.name == "epsilon")
+    assert eps == pytest.approx(1e-6, rel=1e-6)
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_layer_norm_mixed_precision_cast_island(h):
+    model = _ln_graph(h, cast=True)
+    out = h.fuse(model, "onnx")
+    assert h.ops(out) == {"LayerNormalization": 1}
+    h.assert_close(model, out, _feeds(h, np.float16), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("axes,why", [((1,), "last axis"), ((-2, -1), "last axis")])
+def test_layer_norm_wrong_axis_does_not_fuse(h, axes, why):
+    model = _ln_graph(h, axes=axes)
+    out = h.fuse(model, "onnx")
+    assert "LayerNormalization" not in h.ops(out)
+    assert any(why in r for r in h.reasons(model, "onnx", "layer-norm")), h.reasons(model, "onnx", "layer-norm")
+
+
+def test_layer_norm_escaping_intermediate_does_not_fuse(h):
+    model = _ln_graph(h, extra_consumer=True)
+    out = h.fuse(model, "onnx")
+    assert "LayerNormalization" not in h.ops(out)
+    assert any("is also used by" in r for r in h.reasons(model, "onnx", "layer-norm"))
+
+
+def test_layer_norm_wrong_square_constant_does_not_fuse(h):
+    model = _ln_graph(h)
+    for init in model.graph.initializer:
+        if init.name == "two":
+            init.CopyFrom(__import__("onnx").numpy_helper.from_array(np.array(3.0, np.float32), "two"))
+    out = h.fuse(model, "onnx")
+    assert "LayerNormalization" not in h.ops(out)
+
+
+# --- RMSNorm ---------------------------------------------------------------------------------
+
+def _rms_graph(h, *, form="reciprocal", cast=False, square="pow", axes=(-1,), eps=1e-6,
+               back_to=None, gamma_d=D, x_dtype=1):
+    n = h.node
+    xin = "xf" if cast else "x"
+    nodes = [n("Cast", ["x"], ["xf"], to=1)] if cast else []
+    nodes.append(n("Pow", [xin, "two"], ["sq"]) if square == "pow" else n("Mul", [xin, xin], ["sq"]))
+    nodes += [n("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+              n("Add", ["ms", "eps"], ["ve"]),
+              n("Sqrt", ["ve"], ["sd"])]
+    if form == "reciprocal":
+        nodes += [n("Reciprocal", ["sd"], ["inv"]), n("Mul", [xin, "inv"], ["nrm"])]
+    elif form == "div1":
+        nodes += [n("Div", ["one", "sd"], ["inv"]), n("Mul", [xin, "inv"], ["nrm"])]
+    else:
+        nodes += [n("Div", [xin, "sd"], ["nrm"])]
+    last = "nrm"
+    if cast:
+        nodes.append(n("Cast", ["nrm"], ["nc"], to=back_to if back_to is not None else x_dtype))
+        last = "nc"
+    nodes.append(n("Mul", [last, "g"], ["y"]))
+    dt = np.float16 if x_dtype == 10 else np.float32
+    out_dtype = (back_to if back_to is not None else x_dtype) if cast else x_dtype
+    inits = {"axes": np.array(axes, np.int64), "two": np.array(2.0, np.float32),
+             "one": np.array(1.0, np.float32), "eps": np.array(eps, np.float32),
+             "g": (1 + 0.1 * h.rng.standard_normal(gamma_d)).astype(np.float16 if out_dtype == 10 else np.float32)}
+    return h.make_model(nodes, [h.vi("x", ["batch", "seq", D], x_dtype)],
+                        [h.vi("y", ["batch", "seq", D], out_dtype)], inits)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("form", ["reciprocal", "div1", "div"])
+@pytest.mark.parametrize("square", ["pow", "mul"])
+def test_rms_norm_fuses(h, target, form, square):
+    model = _rms_graph(h, form=form, square=square)
+    out = h.fuse(model, target)
+    assert h.ops(out) == {"RMSNormalization": 1}, h.ops(out)
+    assert set(h.fired(out)) == {"rms-norm-div" if form == "div" else "rms-norm"}
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_rms_norm_float32_island_fp16(h):
+    """HF LlamaRMSNorm in fp16: Cast to float32, normalize, Cast back, times gamma."""
+    model = _rms_graph(h, cast=True, x_dtype=10)
+    out = h.fuse(model, "onnx")
+    assert h.ops(out) == {"RMSNormalization": 1}
+    h.assert_close(model, out, _feeds(h, np.float16), atol=2e-2, rtol=2e-2)
+
+
+def test_rms_norm_cast_to_other_dtype_does_not_fuse(h):
+    """float32 x, float32 island, result cast to float16: RMSNormalization would keep float32."""
+    model = _rms_graph(h, cast=True, x_dtype=1, back_to=10)
+    out = h.fuse(model, "onnx")
+    assert "RMSNormalization" not in h.ops(out)
+    assert any("back to x's dtype" in r for r in h.reasons(model, "onnx", "rms-norm"))
+
+
+def test_rms_norm_wrong_axis_and_wrong_gamma_do_not_fuse(h):
+    m1 = _rms_graph(h, axes=(1,))
+    assert "RMSNormalization" not in h.ops(h.fuse(m1, "onnx"))
+    assert any("last axis" in r for r in h.reasons(m1, "onnx", "rms-norm"))
+    m2 = _rms_graph(h, gamma_d=1)
+    assert "RMSNormalization" not in h.ops(h.fuse(m2, "onnx"))
+    assert any("gamma must cover" in r for r in h.reasons(m2, "onnx", "rms-norm"))
+
+
+def test_rms_norm_needs_opset_23(h):
+    model = _rms_graph(h)
+    model.opset_import[0].version = 22
+    out = h.fuse(model, "onnx")   # the target upgrades the opset first, so it still fuses
+    assert h.ops(out) == {"RMSNormalization": 1}
+    assert out.opset_import[0].version == 23
+
+
+# --- Skip norms (ort) ------------------------------------------------------------------------
+
+def _skip_graph(h, *, kind="layer", bias=False, sum_out=False, skip_shape=("batch", "seq", D)):
+    n = h.node
+    nodes = []
+    a = "x"
+    if bias:
+        nodes.append(n("Add", ["x", "bias"], ["xb"]))
+        a = "xb"
+    nodes.append(n("Add", ["r", a], ["s"]))
+    if kind == "layer":
+        nodes.append(n("LayerNormalization", ["s", "g", "beta"], ["y"], axis=-1, epsilon=1e-5))
+    else:
+        nodes.append(n("RMSNormalization", ["s", "g"], ["y"], axis=-1, epsilon=1e-6))
+    outputs = [h.vi("y", ["batch", "seq", D])]
+    if sum_out:
+        outputs.append(h.vi("s", ["batch", "seq", D]))
+    inits = {"g": (1 + 0.1 * h.rng.standard_normal(D)).astype(np.float32),
+             "beta": (0.1 * h.rng.standard_normal(D)).astype(np.float32),
+             "bias": (0.1 * h.rng.standard_normal(D)).astype(np.float32)}
+    if kind != "layer":
+        del inits["beta"]
+    if not bias:
+        del inits["bias"]
+    return h.make_model(nodes, [h.vi("x", ["batch", "seq", D]), h.vi("r", list(skip_shape))],
+                        outputs, inits)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("sum_out", [False, True])
+def test_skip_norm_fuses_for_ort(h, kind, bias, sum_out):
+    model = _skip_graph(h, kind=kind, bias=bias, sum_out=sum_out)
+    out = h.fuse(model, "ort")
+    op = "SkipLayerNormalization" if kind == "layer" else "SkipSimplifiedLayerNormalization"
+    assert h.ops(out) == {f"com.microsoft::{op}": 1}, h.ops(out)
+    node = out.graph.node[0]
+    assert len(node.input) == (5 if kind == "layer" else 4) if bias else True
+    assert (len(node.output) == 4 and bool(node.output[3])) == sum_out
+    feeds = {"x": h.rng.standard_normal((2, 5, D)).astype(np.float32),
+             "r": h.rng.standard_normal((2, 5, D)).astype(np.float32)}
+    h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_skip_norm_is_ort_only(h, target):
+    out = h.fuse(_skip_graph(h), target)
+    assert h.ops(out) == {"Add": 1, "LayerNormalization": 1}
+
+
+def test_skip_norm_broadcast_skip_does_not_fuse(h):
+    model = _skip_graph(h, skip_shape=(1, "seq", D))
+    out = h.fuse(model, "ort")
+    assert "com.microsoft::SkipLayerNormalization" not in h.ops(out)
+    assert any("same shape" in r for r in h.reasons(model, "ort", "skip-layer-norm"))
