@@ -192,7 +192,7 @@ def run_plan(plan_path: Path, feeds: dict, backend_name: str | None = None) -> t
 def compare_outputs(ref: dict, got: dict, *, ref_name: str, got_name: str,
                     rtol: float | None, atol: float | None) -> tuple[bool, list[dict]]:
     """Compare with Polygraphy's simple comparator (per-dtype default tolerances)."""
-    from polygraphy.comparator import Comparator, CompareFunc, IterationResult, RunResults
+    from polygraphy.comparator import Comparator, IterationResult, RunResults
     from polygraphy.logger import G_LOGGER
 
     from onnx_fuse.verify import DEFAULT_TOLERANCE
@@ -214,8 +214,7 @@ def compare_outputs(ref: dict, got: dict, *, ref_name: str, got_name: str,
                 (got_name, [IterationResult({name: g}, runner_name=got_name)]),
                 (ref_name, [IterationResult({name: r}, runner_name=ref_name)]),
             ])
-            acc = Comparator.compare_accuracy(results, compare_func=CompareFunc.simple(
-                rtol=t, atol=a, check_shapes=True))
+            acc = Comparator.compare_accuracy(results, compare_func=_simple_compare(t, a))
             passed = bool(acc)
             same_shape = r.shape == g.shape
             diff = (np.abs(g.astype(np.float64) - r.astype(np.float64))
@@ -227,6 +226,17 @@ def compare_outputs(ref: dict, got: dict, *, ref_name: str, got_name: str,
     finally:
         G_LOGGER.module_severity = old
     return ok, rows
+
+
+def _simple_compare(rtol: float, atol: float):
+    try:  # Polygraphy >= 0.50; CompareFunc.simple is deprecated
+        from polygraphy.comparator import SimpleCompareFunc
+
+        return SimpleCompareFunc(rtol=rtol, atol=atol, check_shapes=True)
+    except ImportError:
+        from polygraphy.comparator import CompareFunc
+
+        return CompareFunc.simple(rtol=rtol, atol=atol, check_shapes=True)
 
 
 # --------------------------------------------------------------------------- entry point
