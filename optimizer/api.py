@@ -62,12 +62,15 @@ def _has_big_weights(model: ir.Model) -> bool:
 def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
              rules: Sequence[str] = (), disable: Sequence[str] = (), verify: bool = False,
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
-             seed: int = 0, on_record: Callable[[PassRecord], None] | None = None) -> OptimizeResult:
+             seed: int = 0, on_record: Callable[[PassRecord], None] | None = None,
+             precision: str | None = None) -> OptimizeResult:
     """Optimize ``model`` (path, bytes, ModelProto or ir.Model) and return the result.
 
     The input is never modified. ``rules`` are extra YAML rule files (they can override built-in
     rules by name); ``disable`` names rules to skip. With ``verify`` the result is compared with
-    the original in ONNX Runtime and the report says PASSED or FAILED.
+    the original in ONNX Runtime and the report says PASSED or FAILED. ``precision`` ("fp16" or
+    "bf16") converts weights and compute last, keeping fp32 islands (docs/precision.md); verify
+    then uses that precision's tolerance, and runs bf16 with emulated bf16 storage in ORT.
     """
     check_level_target(level, target)
     report = Report(level=level, target=target)
@@ -78,7 +81,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     report.ops_before = dict(op_histogram(work))
 
     t1 = time.perf_counter()
-    for stage in build_stages(level, target, rule_files=rules, disable=disable):
+    for stage in build_stages(level, target, rule_files=rules, disable=disable, precision=precision):
         if stage.fixed_point:
             report.passes += run_to_fixed_point(stage.passes, work, on_record=on_record)
         else:
@@ -103,6 +106,13 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
 
         t3 = time.perf_counter()
         original = load_model(model)
-        report.verify = run_verify(original, work, inputs=verify_inputs, shapes=shapes, seed=seed)
+        candidate, tol = work, {}
+        if precision:
+            from onnx_fuse.passes.precision import VERIFY_TOLERANCE, emulate_bf16
+
+            tol = dict(zip(("atol", "rtol"), VERIFY_TOLERANCE[precision]))
+            candidate = emulate_bf16(ir.to_proto(work)) if precision == "bf16" else work
+        report.verify = run_verify(original, candidate, inputs=verify_inputs, shapes=shapes,
+                                   seed=seed, **tol)
         report.seconds["verify"] = time.perf_counter() - t3
     return OptimizeResult(work, report, model if isinstance(model, (str, os.PathLike)) else None)

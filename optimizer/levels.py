@@ -10,6 +10,9 @@ O3  O2 + rule packs of level 3 (attention). Attention rules run after the norm/R
     their patterns are written against already-fused RotaryEmbedding and norm ops.
 O4  O3 + level-4 rules: target-specific rewrites (paged KV, plugin ops, precision conversion).
 Cleanup runs again after the rules, since rewrites leave dead nodes and foldable constants behind.
+Precision (``precision="fp16"|"bf16"``, any level) runs last, after the final cleanup: rules match
+the float32 patterns exporters write, and folding must not compute constants in 16 bits. It leaves
+nothing dead behind, so no cleanup follows it.
 """
 
 from __future__ import annotations
@@ -58,17 +61,22 @@ def check_level_target(level: int, target: str) -> None:
 
 
 def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
-                 disable: Sequence[str] = ()) -> list[Stage]:
+                 disable: Sequence[str] = (), precision: str | None = None) -> list[Stage]:
     """The ordered stages for ``level`` and ``target``; user rules join the built-in packs."""
     check_level_target(level, target)
+    from onnx_fuse.passes.precision import precision_pass
+
+    if precision not in (None, "fp16", "bf16"):
+        raise UserError(f"unknown precision {precision!r}; choose fp16 or bf16")
+    final = [Stage("precision", tuple(precision_pass(precision)), fixed_point=False)]
     if level == 0:
-        return []
+        return [s for s in final if s.passes]
     from onnx_fuse.passes.shape_inference import ShapeInferencePass
 
     def keep(passes) -> tuple[ir.passes.PassBase, ...]:
         return tuple(p for p in passes if p.display_name not in disable)
 
-    pass_names = {p.display_name for p in (*cleanup_passes(), ShapeInferencePass())}
+    pass_names = {p.display_name for p in (*cleanup_passes(), ShapeInferencePass())} | {"precision"}
     stages = [Stage("shape-inference", keep((ShapeInferencePass(),)), fixed_point=False),
               Stage("cleanup", keep(cleanup_passes()))]
     if level >= 2:
@@ -81,4 +89,5 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         stages.append(Stage("cleanup", keep(cleanup_passes())))
     elif unknown := [d for d in disable if d not in pass_names]:
         raise UserError(f"--disable {unknown[0]!r}: no pass of that name runs at O{level}")
+    stages += [Stage(s.name, keep(s.passes), s.fixed_point) for s in final]
     return [s for s in stages if s.passes]

@@ -15,6 +15,10 @@ def add_common_optimize_flags(p: argparse.ArgumentParser) -> None:
                    help="extra YAML rule file; may override a built-in rule by name (repeatable)")
     p.add_argument("--disable", action="append", default=[], metavar="NAME",
                    help="skip the rule or pass with this name (repeatable)")
+    p.add_argument("--precision", choices=("fp16", "bf16"), default=None,
+                   help="convert weights and compute to fp16/bf16, keeping fp32 islands for norms, "
+                        "softmax and shape math; graph inputs/outputs keep their dtype "
+                        "(default: leave float32)")
     p.add_argument("--verify", action="store_true",
                    help="run original and optimized in ONNX Runtime and compare outputs")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random)")
@@ -54,7 +58,8 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
 
         result = optimize(source, level=args.level, target=args.target, rules=args.rules,
                           disable=args.disable, verify=args.verify, verify_inputs=args.inputs,
-                          shapes=shapes, seed=args.seed, on_record=on_record)
+                          shapes=shapes, seed=args.seed, on_record=on_record,
+                          precision=args.precision)
     out = Console(quiet=False)
     if args.quiet:
         out.print("PASSED" if result.report.passed else "FAILED")
