@@ -524,6 +524,53 @@ def _is_constant(v: ir.Value) -> bool:
         "value" in p.attributes or "value_float" in p.attributes or "value_floats" in p.attributes)
 
 
+#: ``optimize(verify=True)`` tolerance (atol, rtol) on outputs of a converted model, elementwise
+#: |got - ref| <= atol + rtol * |ref|; measured errors are in docs/precision.md.
+VERIFY_TOLERANCE = {"fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2)}
+
+
+def emulate_bf16(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a bf16 model that ONNX Runtime's CPU provider can run (it has no bf16 MatMul).
+
+    Every bfloat16 value becomes float32 rounded through Cast(->bf16->fp32) (ORT runs those),
+    bf16 initializers and dtype attributes become float32 (exactly). Arithmetic is float32, as
+    bf16 kernels accumulate in float32: what is modelled is the rounding of every stored tensor.
+    Types come from the model's value_info (onnx-ir writes them), so contrib ops are covered.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    bf16, f32 = TensorProto.BFLOAT16, TensorProto.FLOAT
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    g = m.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    for init in g.initializer:
+        if init.data_type == bf16:
+            init.CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(init).astype(np.float32), init.name))
+    nodes = []
+    for node in g.node:
+        nodes.append(node)
+        for i, out in enumerate(node.output):
+            if types.get(out) != bf16:
+                continue
+            for a in node.attribute:
+                if a.name in ("to", "dtype") and a.i == bf16:
+                    a.i = f32
+                elif a.name == "value" and a.t.data_type == bf16:
+                    a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32)))
+            raw = f"{out}__emulated"
+            node.output[i] = raw
+            nodes += [helper.make_node("Cast", [raw], [raw + "_bf16"], to=bf16),
+                      helper.make_node("Cast", [raw + "_bf16"], [out], to=f32)]
+    del g.node[:]
+    g.node.extend(nodes)
+    for v in [*g.value_info, *g.input, *g.output]:
+        if v.type.tensor_type.elem_type == bf16:
+            v.type.tensor_type.elem_type = f32
+    return m
+
+
 def precision_pass(precision: str | None, *, keep_io_types: bool = True,
                    fp32_ops: Sequence[str] | None = None) -> list[ir.passes.PassBase]:
     """The passes for ``--precision``: none for None/"fp32", else one PrecisionConversionPass."""

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 
 from onnx_fuse.demo_model import build_demo_model
 from onnx_fuse.passes.precision import (DEFAULT_FP32_OPS, PrecisionConversionPass,
-                                        precision_pass)
+                                        emulate_bf16, precision_pass)
 from onnx_fuse.verify import make_inputs, make_session
 
 #: Max abs error relative to the output's max magnitude. Measured (docs/precision.md): fp16 <= 1.1e-3,
@@ -45,44 +45,6 @@ def run(proto: onnx.ModelProto, feeds: dict, precision: str = "fp16") -> list[np
 
         return [np.asarray(o) for o in ReferenceEvaluator(proto).run(None, feeds)]
     return make_session(proto).run(None, feeds)
-
-
-def emulate_bf16(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The bf16 graph with bf16 storage emulated in float32, runnable in ORT (contrib ops too).
-
-    Every bfloat16 value becomes float32 rounded through Cast(->bf16->fp32), which ORT's CPU
-    provider runs; bf16 initializers become float32 (exactly). Arithmetic is float32, as bf16
-    kernels accumulate in float32; the rounding of every stored tensor is what is modelled.
-    """
-    m = onnx.ModelProto()
-    m.CopyFrom(proto)
-    g = m.graph
-    types = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
-    for init in g.initializer:
-        if init.data_type == T.BFLOAT16:
-            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float32),
-                                                  init.name))
-    nodes = []
-    for node in g.node:
-        nodes.append(node)
-        for i, out in enumerate(node.output):
-            if types.get(out) != T.BFLOAT16:
-                continue
-            for a in node.attribute:
-                if a.name in ("to", "dtype") and a.i == T.BFLOAT16:
-                    a.i = T.FLOAT
-                elif a.name == "value" and a.t.data_type == T.BFLOAT16:
-                    a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32)))
-            raw = f"{out}__emulated"
-            node.output[i] = raw
-            nodes += [helper.make_node("Cast", [raw], [raw + "_bf16"], to=T.BFLOAT16),
-                      helper.make_node("Cast", [raw + "_bf16"], [out], to=T.FLOAT)]
-    del g.node[:]
-    g.node.extend(nodes)
-    for v in [*g.value_info, *g.input, *g.output]:
-        if v.type.tensor_type.elem_type == T.BFLOAT16:
-            v.type.tensor_type.elem_type = T.FLOAT
-    return m
 
 
 def rel_err(ref: np.ndarray, got: np.ndarray) -> float:
@@ -500,3 +462,25 @@ def test_exported_models(name, level, precision):
     for r, g in zip(ref, got):
         assert g.dtype == r.dtype
         assert rel_err(r, g) <= TOL[precision]
+
+
+# --- wiring: optimize(precision=...) -----------------------------------------------------------
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("level", [0, 1])
+def test_optimize_api_precision(level, precision):
+    import onnx_fuse
+
+    result = onnx_fuse.optimize(build_demo_model(), level=level, precision=precision, verify=True)
+    assert result.report.passed, result.report.verify
+    assert result.report.passes[-1].name == "precision" and result.report.passes[-1].modified
+    low = ir.DataType.FLOAT16 if precision == "fp16" else ir.DataType.BFLOAT16
+    assert {n.inputs[0].dtype for n in result.model.graph if n.op_type == "MatMul"} == {low}
+
+
+def test_optimize_api_rejects_unknown_precision():
+    import onnx_fuse
+    from onnx_fuse.errors import UserError
+
+    with pytest.raises(UserError, match="precision"):
+        onnx_fuse.optimize(build_demo_model(), level=1, precision="fp8")
