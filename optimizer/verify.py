@@ -41,13 +41,24 @@ _ONNX_TO_NP = {
 
 
 def to_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
+    """A self-contained proto for ORT: weights stored outside are read in (ORT, given bytes,
+    resolves external files against the current directory, not the model's folder)."""
     if isinstance(model, onnx.ModelProto):
         return model
-    if isinstance(model, ir.Model):
-        return ir.to_proto(model)
-    from onnx_fuse.model_io import load_model
+    if not isinstance(model, ir.Model):
+        from onnx_fuse.model_io import load_model
 
-    return ir.to_proto(load_model(model))
+        model = load_model(model)
+    proto = ir.to_proto(model)
+    external = {name: v.const_value for g in model.graphs() for name, v in g.initializers.items()
+                if isinstance(v.const_value, ir.ExternalTensor)}
+    if external:
+        for t in proto.graph.initializer:
+            if t.data_location == onnx.TensorProto.EXTERNAL and t.name in external:
+                t.raw_data = external[t.name].tobytes()
+                t.data_location = onnx.TensorProto.DEFAULT
+                del t.external_data[:]
+    return proto
 
 
 def uses_our_ops(proto: onnx.ModelProto) -> bool:
