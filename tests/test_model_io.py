@@ -1,0 +1,257 @@
+"""Safe model I/O: every bad input is a one-line UserError; saves are atomic; inputs untouched."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_fuse
+from onnx_fuse import model_io
+from onnx_fuse.errors import InternalError, UserError
+from onnx_fuse.model_io import load_model, save_model
+from onnx_fuse.verify import verify
+
+
+def small_model(n: int = 64) -> onnx.ModelProto:
+    """y = (x @ W + b) with W foldable through an Identity; weights big enough to go external."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")
+    nodes = [helper.make_node("Identity", ["W"], ["Wi"]),
+             helper.make_node("MatMul", ["x", "Wi"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", n])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+def save_external(model: onnx.ModelProto, folder: Path, name="m.onnx", location="m.data") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=0)
+    return path
+
+
+def set_location(path: Path, **entries: str) -> None:
+    """Rewrite the external_data entries of every external tensor in the saved model file."""
+    proto = onnx.load_model(path, load_external_data=False)
+    for t in proto.graph.initializer:
+        if t.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            info.update(entries)
+            del t.external_data[:]
+            for k, v in info.items():
+                t.external_data.add(key=k, value=v)
+    path.write_bytes(proto.SerializeToString())
+
+
+def assert_one_line_user_error(exc_info, pattern: str):
+    message = str(exc_info.value)
+    assert "\n" not in message
+    assert pattern in message, message
+
+
+# --- broken files ---------------------------------------------------------------------------
+
+def test_garbage_bytes(tmp_path):
+    p = tmp_path / "g.onnx"
+    p.write_bytes(b"\x08\xff\xff\xff garbage \x00\x12" * 10)
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, str(p))
+
+
+def test_truncated_protobuf(tmp_path):
+    data = small_model().SerializeToString()
+    p = tmp_path / "t.onnx"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "not")
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "e.onnx"
+    p.write_bytes(b"")
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "empty")
+
+
+def test_missing_file_and_folder(tmp_path):
+    with pytest.raises(UserError) as e:
+        load_model(tmp_path / "nope.onnx")
+    assert_one_line_user_error(e, "no such file")
+    with pytest.raises(UserError) as e:
+        load_model(tmp_path)
+    assert_one_line_user_error(e, "not a file")
+
+
+def test_invalid_graph(tmp_path):
+    model = small_model()
+    model.graph.node[1].input[0] = "undefined_value"
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(model.SerializeToString())
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "invalid ONNX graph")
+
+
+def test_opset_too_new(tmp_path):
+    model = small_model()
+    model.opset_import[0].version = onnx.defs.onnx_opset_version() + 1
+    p = tmp_path / "new.onnx"
+    p.write_bytes(model.SerializeToString())
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "newer than")
+
+
+# --- external data --------------------------------------------------------------------------
+
+def test_external_location_outside_folder(tmp_path):
+    (tmp_path / "outside.data").write_bytes(b"\0" * (1 << 16))
+    p = save_external(small_model(), tmp_path / "model")
+    set_location(p, location="../outside.data")
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "outside the model's folder")
+
+
+def test_external_absolute_path(tmp_path):
+    p = save_external(small_model(), tmp_path / "model")
+    set_location(p, location=str((tmp_path / "model" / "m.data").resolve()))
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "absolute")
+
+
+def test_external_symlink(tmp_path):
+    p = save_external(small_model(), tmp_path / "model")
+    os.symlink(tmp_path / "model" / "m.data", tmp_path / "model" / "link.data")
+    set_location(p, location="link.data")
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "symlink")
+
+
+def test_external_hardlink(tmp_path):
+    p = save_external(small_model(), tmp_path / "model")
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes((tmp_path / "model" / "m.data").read_bytes())
+    os.link(secret, tmp_path / "model" / "hard.data")
+    set_location(p, location="hard.data")
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "hard links")
+
+
+@pytest.mark.parametrize("entries", [{"offset": "99999999"}, {"length": "99999999"},
+                                     {"offset": "-4"}])
+def test_external_range_beyond_file(tmp_path, entries):
+    p = save_external(small_model(), tmp_path / "model")
+    set_location(p, **entries)
+    with pytest.raises(UserError) as e:
+        load_model(p)
+    assert_one_line_user_error(e, "beyond the end")
+
+
+def test_external_data_round_trip_and_inputs_untouched(tmp_path):
+    src = save_external(small_model(), tmp_path / "in")
+    before = {f.name: f.read_bytes() for f in (tmp_path / "in").iterdir()}
+    model = load_model(src)
+    assert isinstance(model.graph.initializers["W"].const_value, ir.ExternalTensor)
+    result = onnx_fuse.optimize(src, level=1)
+    assert "Identity" not in result.report.ops_after
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    written = result.save(out)
+    # Weights came external, so they stay external beside the output.
+    assert sorted(p.name for p in written) == ["o.onnx", "o.onnx.data"]
+    assert (tmp_path / "out" / "o.onnx.data").stat().st_size >= 64 * 64 * 4
+    after = {f.name: f.read_bytes() for f in (tmp_path / "in").iterdir()}
+    assert after == before
+    assert verify(onnx.load(src), onnx.load(out))["passed"]
+
+
+def test_forced_external_save_of_embedded_model(tmp_path):
+    model = load_model(small_model())
+    out = tmp_path / "x.onnx"
+    written = save_model(model, out, external_data=True)
+    assert [p.name for p in written] == ["x.onnx.data", "x.onnx"]
+    proto = onnx.load_model(out, load_external_data=False)
+    assert all(t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer
+               if t.name == "W")
+    reloaded = load_model(out)
+    assert verify(small_model(), reloaded)["passed"]
+
+
+def test_refuses_to_overwrite_input_or_its_weights(tmp_path):
+    src = save_external(small_model(), tmp_path, name="w", location="w.data")
+    data = (tmp_path / "w.data").read_bytes()
+    result = onnx_fuse.optimize(src, level=1)
+    with pytest.raises(UserError) as e:
+        result.save(src)
+    assert_one_line_user_error(e, "overwrite")
+    # Output "w" would write its weights to "w.data", which the model still reads.
+    with pytest.raises(UserError) as e:
+        save_model(result.model, tmp_path / "w2")  # fine: different data file
+        result.save(tmp_path / "w")
+    assert (tmp_path / "w.data").read_bytes() == data
+
+
+def test_save_into_folder_or_missing_folder_is_user_error(tmp_path):
+    model = load_model(small_model())
+    with pytest.raises(UserError) as e:
+        save_model(model, tmp_path)
+    assert_one_line_user_error(e, "is a folder")
+    with pytest.raises(UserError) as e:
+        save_model(model, tmp_path / "no" / "such" / "dir.onnx")
+    assert_one_line_user_error(e, "does not exist")
+
+
+# --- atomic save ----------------------------------------------------------------------------
+
+def test_failed_save_leaves_no_partial_output(tmp_path, monkeypatch):
+    out = tmp_path / "o.onnx"
+    out.write_bytes(b"previous good model")
+
+    def crash(model, path, **kw):
+        Path(path).write_bytes(b"half a mod")  # a partial file, then the crash
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model_io.ir, "save", crash)
+    with pytest.raises(OSError):
+        save_model(load_model(small_model()), out)
+    assert out.read_bytes() == b"previous good model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]  # no temp folder left
+
+
+def test_failing_pass_writes_nothing(tmp_path, monkeypatch):
+    from onnx_fuse.cli.main import main
+    from onnx_fuse.passes.constant_folding import ConstantFoldingPass
+
+    src = tmp_path / "m.onnx"
+    onnx.save(small_model(), src)
+    before = src.read_bytes()
+
+    def boom(self, model):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(ConstantFoldingPass, "call", boom)
+    with pytest.raises(InternalError, match="constant-folding"):
+        onnx_fuse.optimize(src, level=1)
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "-O", "1", "-q"]) == 1
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert src.read_bytes() == before
