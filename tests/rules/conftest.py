@@ -95,7 +95,7 @@ def make_model(nodes, inputs, outputs, inits=(), opset: int = 23) -> onnx.ModelP
                           [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
     model.ir_version = 10
-    return onnx.shape_inference.infer_shapes(model)
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
 
 
 def vi(name, shape, elem=F32):

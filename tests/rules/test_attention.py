@@ -1,0 +1,207 @@
+"""rules/attention: mha.yaml, gqa.yaml, sdpa_key_transpose.yaml on hand-built attention blocks.
+
+Each block goes from 3-D projections q3/k3/v3 [B,S,H*D] through the head split, the scores, an
+additive mask [B,1,S,S], Softmax and the head merge, in the exporters' variants: eager (K^T
+straight from [B,S,H,D], scale after the MatMul as Mul or Div) and sdpa (K^T as
+Reshape/Transpose/Reshape, sqrt(scale) on q and k, NaN guard after Softmax); GQA with repeat_kv and
+RotaryEmbedding. Numerics are compared with the original in ORT; near-misses must not fuse.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+B, S, H, D = 2, 6, 4, 8
+HID = H * D
+
+
+def _block(h, *, form="eager", scale_op="mul", kv_heads=H, rope=False, mask_shape=("b", 1, "s", "s"),
+           softmax_axis=-1, k_perm=None, escape_scores=False, merge_to_2d=False, rep_axis=2):
+    n = h.node
+    hd_k = kv_heads * D
+    nodes = [
+        n("Shape", ["q3"], ["q3s"]),
+        n("Slice", ["q3s", "c0", "c2"], ["bs"]),                     # [B, S]
+        n("Concat", ["bs", "hq", "dd"], ["split_shape"], axis=0),     # [B, S, H, D]
+        n("Concat", ["bs", "kvh", "dd"], ["kv_split_shape"], axis=0),  # [B, S, Hkv, D]
+        n("Reshape", ["q3", "split_shape"], ["qr"]),
+        n("Transpose", ["qr"], ["q4"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["k3", "kv_split_shape"], ["kr"]),
+        n("Reshape", ["v3", "kv_split_shape"], ["vr"]),
+        n("Transpose", ["vr"], ["v4"], perm=[0, 2, 1, 3]),
+    ]
+    q, k_bhsd = "q4", None
+    if rope:
+        nodes += [n("RotaryEmbedding", ["q4", "cos", "sin"], ["qe"])]
+        q = "qe"
+    if form == "eager" and not rope and kv_heads == H:
+        nodes.append(n("Transpose", ["kr"], ["kt"], perm=k_perm or [0, 2, 3, 1]))
+    else:
+        nodes.append(n("Transpose", ["kr"], ["k4"], perm=[0, 2, 1, 3]))
+        k_bhsd = "k4"
+        if rope:
+            nodes.append(n("RotaryEmbedding", ["k4", "cos", "sin"], ["ke"]))
+            k_bhsd = "ke"
+        v_src = "v4"
+        if kv_heads != H:
+            rep = H // kv_heads
+            nodes += [
+                n("Shape", [k_bhsd], ["ks5"]),
+                n("Gather", ["ks5", "i0"], ["b0"]), n("Gather", ["ks5", "i2"], ["s0"]),
+                n("Concat", ["b0", "kvh", "rep", "s0", "dd"], ["exp_shape"], axis=0),
+                n("Concat", ["b0", "hq", "s0", "dd"], ["rep_shape"], axis=0),
+                n("Unsqueeze", [k_bhsd, "ax_rep"], ["ku"]), n("Expand", ["ku", "exp_shape"], ["kx"]),
+                n("Reshape", ["kx", "rep_shape"], ["kxr"]),
+                n("Unsqueeze", ["v4", "ax_rep"], ["vu"]), n("Expand", ["vu", "exp_shape"], ["vx"]),
+                n("Reshape", ["vx", "rep_shape"], ["vxr"]),
+            ]
+            k_bhsd, v_src = "kxr", "vxr"
+        if form == "sdpa":
+            nodes += [
+                n("Shape", [k_bhsd], ["k4s"]),
+                n("Slice", ["k4s", "c2", "c4"], ["sd_"]),
+                n("Concat", ["m1", "sd_"], ["flat_shape"], axis=0),
+                n("Reshape", [k_bhsd, "flat_shape"], ["kf"]),
+                n("Transpose", ["kf"], ["kft"], perm=[0, 2, 1]),
+                n("Slice", ["k4s", "c0", "c2"], ["bh"]),
+                n("Slice", ["k4s", "c3", "c4"], ["dlast"]),
+                n("Slice", ["k4s", "c2", "c3"], ["slast"]),
+                n("Concat", ["bh", "dlast", "slast"], ["kt_shape"], axis=0),
+                n("Reshape", ["kft", "kt_shape"], ["kt"]),
+            ]
+        else:
+            nodes.append(n("Transpose", [k_bhsd], ["kt"], perm=k_perm or [0, 1, 3, 2]))
+    v = "vxr" if kv_heads != H else "v4"
+    if form == "sdpa":
+        nodes += [n("Mul", [q, "sqrt_scale"], ["qs"]), n("Mul", ["kt", "sqrt_scale"], ["ks"]),
+                  n("MatMul", ["qs", "ks"], ["sc"])]
+        scores = "sc"
+    else:
+        nodes.append(n("MatMul", [q, "kt"], ["sc"]))
+        if scale_op == "mul":
+            nodes.append(n("Mul", ["sc", "scale"], ["ss"]))
+        else:
+            nodes.append(n("Div", ["sc", "sqrt_d"], ["ss"]))
+        scores = "ss"
+    nodes += [n("Add", [scores, "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=softmax_axis)]
+    probs = "p"
+    if form == "sdpa":
+        nodes += [n("IsNaN", ["p"], ["isn"]), n("Where", ["isn", "zero", "p"], ["pz"])]
+        probs = "pz"
+    nodes += [n("MatMul", [probs, v], ["o"]), n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3])]
+    outputs = [h.vi("y", [None, HID] if merge_to_2d else ["b", "s", HID])]
+    if merge_to_2d:
+        nodes.append(n("Reshape", ["ot", "flat2"], ["y"]))
+    else:
+        nodes += [n("Concat", ["bs", "m1"], ["merge_shape"], axis=0), n("Reshape", ["ot", "merge_shape"], ["y"])]
+    if escape_scores:
+        nodes.append(n("ReduceMax", ["sm"], ["side"], keepdims=0))
+        outputs.append(h.vi("side", None))
+    half = np.linspace(0, 1, D // 2, dtype=np.float32)
+    inits = {
+        "c0": np.array([0], np.int64), "c2": np.array([2], np.int64), "c3": np.array([3], np.int64),
+        "c4": np.array([4], np.int64), "m1": np.array([-1], np.int64), "dd": np.array([D], np.int64),
+        "i0": np.array([0], np.int64), "i2": np.array([2], np.int64),
+        "kvh": np.array([kv_heads], np.int64), "rep": np.array([H // kv_heads], np.int64),
+        "hq": np.array([H], np.int64), "ax_rep": np.array([rep_axis], np.int64),
+        "flat2": np.array([-1, HID], np.int64),
+        "scale": np.array(1 / np.sqrt(D), np.float32), "sqrt_d": np.array(np.sqrt(D), np.float32),
+        "sqrt_scale": np.array(D ** -0.25, np.float32), "zero": np.array(0.0, np.float32),
+        "cos": np.cos(np.outer(np.arange(S), half))[None].repeat(B, 0).astype(np.float32),
+        "sin": np.sin(np.outer(np.arange(S), half))[None].repeat(B, 0).astype(np.float32),
+    }
+    inputs = [h.vi("q3", ["b", "s", HID]), h.vi("k3", ["b", "s", hd_k]), h.vi("v3", ["b", "s", hd_k]),
+              h.vi("mask", list(mask_shape))]
+    return h.make_model(nodes, inputs, outputs, inits)
+
+
+def _feeds(h, kv_heads=H, mask_rows=S, causal=True):
+    hd_k = kv_heads * D
+    mask = np.zeros((B, 1, mask_rows, S), np.float32)
+    if causal:
+        mask += np.triu(np.full((mask_rows, S), np.finfo(np.float32).min), 1)
+    mask[1, :, :, S - 2:] = np.finfo(np.float32).min  # right padding on row 1
+    return {"q3": h.rng.standard_normal((B, S, HID)).astype(np.float32),
+            "k3": h.rng.standard_normal((B, S, hd_k)).astype(np.float32),
+            "v3": h.rng.standard_normal((B, S, hd_k)).astype(np.float32), "mask": mask}
+
+
+MHA_OP = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
+GQA_OP = {"ort": "com.microsoft::GroupQueryAttention", "onnx": "Attention", "trt": "Attention"}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("form,scale_op", [("eager", "mul"), ("eager", "div"), ("sdpa", "mul")])
+def test_mha_fuses(h, target, form, scale_op):
+    model = _block(h, form=form, scale_op=scale_op)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 1, ops
+    assert "Softmax" not in ops and "MatMul" not in ops, ops
+    h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_mha_merge_to_2d(h, target):
+    """GPT-2 merges heads to [B*S, H*D] for its Gemm; the merge Reshape is re-applied."""
+    model = _block(h, merge_to_2d=True)
+    out = h.fuse(model, target)
+    assert h.ops(out)["Attention"] == 1
+    h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("form", ["eager", "sdpa"])
+@pytest.mark.parametrize("kv_heads,rope", [(2, True), (1, False), (H, True)])
+def test_gqa_and_rope_attention_fuses(h, target, form, kv_heads, rope):
+    model = _block(h, form=form, kv_heads=kv_heads, rope=rope)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[GQA_OP[target]] == 1, ops
+    assert "Softmax" not in ops and "Unsqueeze" not in ops, ops
+    h.assert_close(model, out, _feeds(h, kv_heads=kv_heads))
+
+
+def _assert_no_fusion(h, model, rule, why, targets=("ort", "onnx")):
+    for target in targets:
+        out = h.fuse(model, target)
+        assert "Softmax" in h.ops(out), (target, h.ops(out))
+    rs = h.reasons(model, "onnx", rule)
+    assert any(re.search(why, r) for r in rs), rs
+
+
+def test_softmax_over_wrong_axis_does_not_fuse(h):
+    _assert_no_fusion(h, _block(h, softmax_axis=2), "mha-attention23", "softmax must run over the keys")
+
+
+def test_wrong_key_transpose_does_not_fuse(h):
+    # [0,2,1,3] on K gives [B,H,S,D]: q @ that is not q @ k^T (D == S would even type-check)
+    model = _block(h, k_perm=[0, 2, 1, 3])
+    out = h.fuse(model, "onnx")
+    assert "Softmax" in h.ops(out)
+
+
+def test_escaping_scores_do_not_fuse(h):
+    _assert_no_fusion(h, _block(h, escape_scores=True), "mha-attention23", "is also used by")
+
+
+def test_mask_with_one_row_does_not_fuse_for_ort(h):
+    """ORT's attention_bias needs one row per query; a [B,1,1,S] key-padding mask is refused."""
+    model = _block(h, mask_shape=("b", 1, 1, "s"))
+    out = h.fuse(model, "ort")
+    assert "Softmax" in h.ops(out)
+    assert any("one row per query" in r for r in h.reasons(model, "ort", "mha-ort"))
+
+
+def test_mask_of_wrong_rank_does_not_fuse(h):
+    model = _block(h, mask_shape=("s", "s"))
+    _assert_no_fusion(h, model, "mha-attention23", "rank")
+
+
+def test_repeat_on_wrong_axis_does_not_fuse(h):
+    """Unsqueeze at axis 1 then Expand/Reshape interleaves heads differently: not repeat_kv."""
+    model = _block(h, kv_heads=2, rope=True, rep_axis=1)
+    _assert_no_fusion(h, model, "gqa-attention23", "repetition axis must follow the head axis")
