@@ -39,7 +39,7 @@ from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 import onnx
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
-           "check_node", "register_plugin", "register", "impl", "aot_impl", "autotune",
+           "check_node", "register_plugin", "resolve_annotations", "register", "impl", "aot_impl", "autotune",
            "adapter_source", "aot_variants"]
 
 PLUGIN_NAME = "FusedAttention"
@@ -357,6 +357,15 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
     return name.encode(), ptx, params, extra
 
 
+def resolve_annotations(fn, plugin_module) -> None:
+    """Turn ``fn``'s string annotations ("trtp.TensorDesc", ...) into the classes
+    tensorrt.plugin compares against (it uses issubclass on them). ``-> None`` stays None."""
+    hints = typing.get_type_hints(fn, globalns={**fn.__globals__, "trtp": plugin_module})
+    if hints.get("return") is type(None):
+        hints["return"] = None
+    fn.__annotations__ = hints
+
+
 def register_plugin(backend) -> None:
     """Register the plugin with tensorrt.plugin (once per process). Needs full TensorRT."""
     global trtp, trt, _registered
@@ -365,7 +374,7 @@ def register_plugin(backend) -> None:
     trtp = backend.plugin_module()
     trt = backend.module
     for fn in (register, impl, aot_impl, autotune):
-        fn.__annotations__ = typing.get_type_hints(fn)   # resolve the string annotations
+        resolve_annotations(fn, trtp)
     trtp.register(PLUGIN_ID)(register)
     trtp.impl(PLUGIN_ID)(impl)
     if hasattr(trtp, "aot_impl"):

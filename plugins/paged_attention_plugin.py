@@ -26,13 +26,13 @@ from __future__ import annotations
 import math
 import re
 import struct
-import typing
 from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 
 import onnx
 
 from onnx_fuse.plugins.fused_attention_plugin import (FLOAT_TYPES, HEAD_DIMS, _tname,
-                                                      check_attributes, check_plugin_identity)
+                                                      check_attributes, check_plugin_identity,
+                                                      resolve_annotations)
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
            "check_node", "register_plugin", "register", "impl", "aot_impl", "autotune",
@@ -294,7 +294,7 @@ def register_plugin(backend) -> None:
     trtp = backend.plugin_module()
     trt = backend.module
     for fn in (register, impl, aot_impl, autotune):
-        fn.__annotations__ = typing.get_type_hints(fn)
+        resolve_annotations(fn, trtp)
     trtp.register(PLUGIN_ID)(register)
     trtp.impl(PLUGIN_ID)(impl)
     if hasattr(trtp, "aot_impl"):

@@ -152,6 +152,30 @@ def test_plugin_functions_follow_the_tensorrt_plugin_schema(mod):
         assert all(p.annotation is not inspect.Parameter.empty for p in sig.parameters.values())
 
 
+@pytest.mark.parametrize("mod", [fa, pa])
+def test_string_annotations_resolve_to_classes(mod):
+    """Our resolver (not TensorRT) turns "trtp.X" strings into classes and keeps -> None."""
+    import copy
+    import types
+    import typing
+
+    ns = types.SimpleNamespace(**{n: type(n, (), {}) for n in (
+        "TensorDesc", "Tensor", "AutoTuneCombination", "KernelLaunchParams", "SymExprs")})
+    for name in ("register", "impl", "aot_impl", "autotune"):
+        original = getattr(mod, name)
+        fn = types.FunctionType(original.__code__, original.__globals__, name)
+        fn.__annotations__ = copy.copy(original.__annotations__)
+        fa.resolve_annotations(fn, ns)
+        hints = fn.__annotations__
+        first = mod.INPUTS[0]
+        assert hints[first] in (ns.TensorDesc, ns.Tensor)
+        if name == "impl":
+            assert hints["return"] is None and hints["stream"] is int
+            assert typing.get_origin(hints["outputs"]) is tuple
+        if name == "aot_impl":
+            assert typing.get_args(hints["return"])[2] is ns.KernelLaunchParams
+
+
 def test_plugin_modules_import_without_tensorrt():
     import sys
 
