@@ -176,6 +176,8 @@ class Matcher:
         self.rule = rule
         # per alternative: (pattern inputs, promoted input slots, commutative, highest named output)
         self._alt_info: dict[int, tuple[int, frozenset[int], bool, int]] = {}
+        self._visit: dict[int, list[int]] = {}
+        self._visit_traced: dict[int, list[int]] = {}
         for stmt in rule.match:
             max_out = max(j for j, o in enumerate(stmt.outputs) if o is not None)
             for alt in stmt.alternatives:
@@ -183,7 +185,15 @@ class Matcher:
                 slots = frozenset(PROMOTED_ATTRIBUTES.get(alt.op_type, {}).values()) if alt.domain == "" else frozenset()
                 comm = (alt.op_type in COMMUTATIVE and alt.domain == "" and n_pat == 2 and not alt.variadic
                         and alt.inputs[0] != alt.inputs[1])
+                # inputs to visit: constrained leaves first (cheap, prune early), then the rest;
+                # pushed in reverse because goals are a stack
+                prio = sorted(range(n_pat), key=lambda k, a=alt: (
+                    0 if a.inputs[k] in rule.where and a.inputs[k] not in rule.producers else
+                    (1 if a.inputs[k] not in rule.producers else 2), k))
                 self._alt_info[id(alt)] = (n_pat, slots, comm, max_out)
+                self._visit[id(alt)] = [k for k in reversed(prio) if alt.inputs[k] is not None]
+                # with a tracer: plain input order, so the furthest failure is the deepest walk
+                self._visit_traced[id(alt)] = [k for k in range(n_pat - 1, -1, -1) if alt.inputs[k] is not None]
         self.stmts = rule.match
         self.producers = rule.producers
         self.where = rule.where
@@ -356,10 +366,9 @@ class Matcher:
                 name = stmt.outputs[j]
                 if name is not None and j != oi:
                     goals = (name, node.outputs[j], goals)
-            for k in range(n_pat - 1, -1, -1):
-                pin = alt.inputs[k]
-                if pin is not None:
-                    goals = (pin, inputs[order[k]], goals)
+            pins = alt.inputs
+            for k in (self._visit if self.tracer is None else self._visit_traced)[id(alt)]:
+                goals = (pins[k], inputs[order[k]], goals)
             if self._solve(goals):
                 return True
         self._undo(mark)

@@ -150,6 +150,7 @@ class Rewriter:
         self.validate = validate
         self.opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
         self.needs_sort: set[ir.Graph] = set()
+        self._checked: dict[tuple, list | str] = {}
 
     # --- plan -------------------------------------------------------------------------------
 
@@ -257,44 +258,25 @@ class Rewriter:
                 return known.get(v, (None, None))
             return (v.dtype, v.shape)
 
-        opset_imports = [onnx.helper.make_opsetid(d, v) for d, v in self.model.opset_imports.items()]
         for nn in plan.nodes:
             if nn.domain == "" and self.validate:
-                proto = self._node_proto(nn)
-                try:
-                    schema = onnx.defs.get_schema(nn.op_type, self.opset or onnx.defs.onnx_opset_version(), "")
-                except onnx.defs.SchemaError:
-                    raise RewriteRejected(f"{nn.op_type} does not exist at opset {self.opset}") from None
-                ctx = onnx.checker.C.CheckerContext()
-                ctx.ir_version = self.model.ir_version or onnx.IR_VERSION
-                ctx.opset_imports = {d: v for d, v in self.model.opset_imports.items()}
-                try:
-                    onnx.checker.check_node(proto, ctx)
-                except (onnx.checker.ValidationError, Exception) as exc:
-                    raise RewriteRejected(f"{nn.op_type}: {str(exc).strip().splitlines()[0]}") from None
-                input_types = {}
-                for name, v in zip(proto.input, nn.inputs):
-                    if v is None:
+                in_types = [None if v is None else type_of(v) for v in nn.inputs]
+                key = self._cache_key(nn, in_types)
+                cached = self._checked.get(key) if key is not None else None
+                if cached is None:
+                    try:
+                        cached = self._check_node(nn, in_types)
+                    except RewriteRejected as exc:
+                        cached = str(exc)
+                    if key is not None:
+                        self._checked[key] = cached
+                if isinstance(cached, str):
+                    raise RewriteRejected(cached)
+                for out, inferred in zip(nn.outputs, cached):
+                    if out is None or inferred is None:
                         continue
-                    tp = _type_proto(*type_of(v))
-                    if tp is not None:
-                        input_types[name] = tp
-                try:
-                    inferred = onnx.shape_inference.infer_node_outputs(
-                        schema, proto, input_types, opset_imports=opset_imports,
-                        ir_version=self.model.ir_version or onnx.IR_VERSION)
-                except Exception as exc:  # inference errors are a rejected rewrite, not a crash
-                    raise RewriteRejected(f"{nn.op_type}: type inference failed: "
-                                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
-                for out in nn.outputs:
-                    if out is None or out.name not in inferred:
-                        continue
-                    t = inferred[out.name].tensor_type
-                    dtype = ir.DataType(t.elem_type) if t.elem_type else None
-                    shape = None
-                    if t.HasField("shape"):
-                        shape = ir.Shape([d.dim_value if d.HasField("dim_value") else
-                                          (d.dim_param or None) for d in t.shape.dim])
+                    dtype, shape = inferred
+                    shape = None if shape is None else ir.Shape(list(shape.dims))  # cached: copy
                     known[out] = (dtype, shape)
                     out.dtype, out.shape = dtype, shape
         # replaced values keep their type; a disagreeing inferred type is a wrong rewrite
@@ -311,6 +293,62 @@ class Rewriter:
                 for i, (a, b) in enumerate(zip(old.shape.dims, nshape.dims)):
                     if isinstance(a, int) and isinstance(b, int) and a != b:
                         raise RewriteRejected(f"output {var}: replacement dim {i} is {b}, original {a}")
+
+    @staticmethod
+    def _cache_key(nn: _NewNode, in_types: list) -> tuple | None:
+        """Identical new nodes (same op, attributes, input types) validate identically."""
+        try:
+            attrs = tuple(sorted((k, (v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) else
+                                  repr(v)) for k, v in nn.attrs.items()))
+            ins = tuple(None if t is None else (t[0], None if t[1] is None else tuple(
+                d if isinstance(d, int) else getattr(d, "value", None) for d in t[1].dims)) for t in in_types)
+        except Exception:  # an attribute we cannot key: validate without the cache
+            return None
+        outs = tuple(o is not None for o in nn.outputs)
+        return (nn.op_type, attrs, ins, outs)
+
+    def _check_node(self, nn: _NewNode, in_types: list) -> list:
+        """Checker + type inference of one default-domain node: inferred (dtype, shape) per output."""
+        proto = self._node_proto(nn)
+        try:
+            schema = onnx.defs.get_schema(nn.op_type, self.opset or onnx.defs.onnx_opset_version(), "")
+        except onnx.defs.SchemaError:
+            raise RewriteRejected(f"{nn.op_type} does not exist at opset {self.opset}") from None
+        ctx = onnx.checker.C.CheckerContext()
+        ctx.ir_version = self.model.ir_version or onnx.IR_VERSION
+        ctx.opset_imports = dict(self.model.opset_imports.items())
+        try:
+            onnx.checker.check_node(proto, ctx)
+        except Exception as exc:  # ValidationError and friends: the rewrite is invalid
+            raise RewriteRejected(f"{nn.op_type}: {str(exc).strip().splitlines()[0]}") from None
+        input_types = {}
+        for name, t in zip(proto.input, in_types):
+            if t is None:
+                continue
+            tp = _type_proto(*t)
+            if tp is not None:
+                input_types[name] = tp
+        opset_imports = [onnx.helper.make_opsetid(d, v) for d, v in self.model.opset_imports.items()]
+        try:
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, proto, input_types, opset_imports=opset_imports,
+                ir_version=self.model.ir_version or onnx.IR_VERSION)
+        except Exception as exc:  # inference errors are a rejected rewrite, not a crash
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RewriteRejected(f"{nn.op_type}: type inference failed: {msg}") from None
+        result: list = []
+        for out in nn.outputs:
+            if out is None or out.name not in inferred:
+                result.append(None)
+                continue
+            t = inferred[out.name].tensor_type
+            dtype = ir.DataType(t.elem_type) if t.elem_type else None
+            shape = None
+            if t.HasField("shape"):
+                shape = ir.Shape([d.dim_value if d.HasField("dim_value") else
+                                  (d.dim_param or None) for d in t.shape.dim])
+            result.append((dtype, shape))
+        return result
 
     @staticmethod
     def _node_proto(nn: _NewNode) -> onnx.NodeProto:
@@ -411,7 +449,11 @@ class Rewriter:
                         changed = True
                         break
         if removable:
-            graph.remove(list(removable), safe=True)
+            for n in removable:  # detach inputs ourselves: cheaper than remove(safe=True)
+                for i, v in enumerate(n.inputs):
+                    if v is not None:
+                        n.replace_input_with(i, None)
+            graph.remove(list(removable), safe=False)
         for n in removable:
             bucket = index.get((norm_domain(n.domain), n.op_type))
             if bucket is not None:
