@@ -51,7 +51,7 @@ class KernelLib:
         fa.argtypes = [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _i, _i, _i, _i, _p]
         fa.restype = _i
         pa = cdll.onnx_fuse_paged_attention_decode_ex
-        pa.argtypes = [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _p]
+        pa.argtypes = [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _i, _p]
         pa.restype = _i
         ap = cdll.onnx_fuse_append_kv
         ap.argtypes = [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p]
@@ -111,10 +111,11 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        rc = self._lib.onnx_fuse_paged_attention_decode(
+        rc = self._lib.onnx_fuse_paged_attention_decode_ex(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
             _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
-            plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, self._stream(stream))
+            plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.bulk,
+            self._stream(stream))
         self._check(rc, "onnx_fuse_paged_attention_decode_ex")
         return plan
 

@@ -37,10 +37,11 @@ DTYPE_CODE = {"f16": 0, "bf16": 1}
 
 # Fused-attention variants compiled in fused_attention.cu: (block_m, block_n, warps).
 FA_VARIANTS = ((64, 64, 4), (128, 64, 8), (128, 64, 4), (128, 32, 4))
-FA_DEFAULT = (128, 64, 8)
-# Paged decode variants compiled in paged_attention.cu: (warps, stages); a tile is 16*warps tokens.
-PA_VARIANTS = ((4, 3), (2, 6), (2, 4), (1, 8), (8, 3))
-PA_DEFAULT = (4, 3)
+FA_DEFAULT = (128, 64, 4)
+# Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
+# 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
+PA_VARIANTS = ((4, 3, 0), (8, 3, 0), (4, 3, 1), (2, 6, 1), (8, 3, 1))
+PA_DEFAULT = (4, 3, 0)
 PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 
@@ -55,6 +56,7 @@ class DeviceInfo:
     smem_per_sm: int = 228 * 1024
     regs_per_sm: int = 65536
     max_threads_per_sm: int = 2048
+    compute_capability: tuple[int, int] = (9, 0)
 
     @classmethod
     def from_torch(cls, index: int = 0) -> "DeviceInfo":
@@ -64,7 +66,8 @@ class DeviceInfo:
         smem_block = getattr(p, "shared_memory_per_block_optin", cls.max_smem_per_block)
         smem_sm = getattr(p, "shared_memory_per_multiprocessor", cls.smem_per_sm)
         return cls(name=p.name, num_sms=p.multi_processor_count, max_smem_per_block=smem_block,
-                   smem_per_sm=smem_sm, regs_per_sm=getattr(p, "regs_per_multiprocessor", 65536))
+                   smem_per_sm=smem_sm, regs_per_sm=getattr(p, "regs_per_multiprocessor", 65536),
+                   compute_capability=(p.major, p.minor))
 
 
 H200 = DeviceInfo()
@@ -93,9 +96,11 @@ def fa_smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
     return (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
 
 
-def pa_smem_bytes(head_dim: int, warps: int, stages: int) -> int:
-    """Dynamic shared memory of the paged decode kernel: Q tile + stages of K and V tiles."""
-    return (16 * head_dim + stages * 2 * 16 * warps * head_dim) * 2
+def pa_smem_bytes(head_dim: int, warps: int, stages: int, bulk: int = 0) -> int:
+    """Dynamic shared memory of the paged decode kernel (mirrors pa_smem_bytes in the .cu):
+    mbarriers (128 B) + Q tile + stages of K and V tiles (rows padded by 8 elements when bulk)."""
+    row = head_dim + 8 if bulk else head_dim
+    return 128 + (16 * head_dim + stages * 2 * 16 * warps * row) * 2
 
 
 @dataclass(frozen=True)
@@ -135,10 +140,16 @@ def plan_fused_attention(
     if batch > 65535 or num_heads > 65535:
         raise ValueError("batch and num_heads must be <= 65535 (grid y/z limits)")
     if variant is None:
-        # 128-row tiles reuse each K/V tile twice as much; fall back to 64-row tiles when the
-        # bigger ones would give fewer CTAs than two per SM.
+        # 32 rows per warp (128-row CTA of 4 warps) reuses each K/V fragment twice; measured on
+        # the H200 (docs/PERF.md) 32-key tiles win for D=128 without a mask, 64-key tiles
+        # otherwise. Fall back to 64-row tiles when 128-row ones give under two CTAs per SM.
         ctas_128 = math.ceil(seq_len / 128) * num_heads * batch
-        variant = FA_DEFAULT if ctas_128 >= 2 * device.num_sms else (64, 64, 4)
+        if ctas_128 < 2 * device.num_sms:
+            variant = (64, 64, 4)
+        elif head_dim == 128 and not causal:
+            variant = (128, 32, 4)
+        else:
+            variant = FA_DEFAULT
     variant = tuple(variant)
     if variant not in FA_VARIANTS:
         raise ValueError(f"variant {variant} not compiled; choose one of {FA_VARIANTS}")
@@ -174,6 +185,7 @@ class PagedDecodePlan:
     dtype_code: int
     warps: int
     stages: int
+    bulk: int
 
 
 def plan_paged_decode(
@@ -187,7 +199,7 @@ def plan_paged_decode(
     *,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
-    variant: tuple[int, int] | None = None,
+    variant: tuple[int, int, int] | None = None,
     target_waves: float = 4.0,
     ctas_per_sm: int = 2,
     min_split_tokens: int = 256,
@@ -211,8 +223,10 @@ def plan_paged_decode(
     variant = tuple(variant) if variant is not None else PA_DEFAULT
     if variant not in PA_VARIANTS:
         raise ValueError(f"variant {variant} not compiled; choose one of {PA_VARIANTS}")
-    warps, stages = variant
-    smem = pa_smem_bytes(head_dim, warps, stages)
+    warps, stages, bulk = variant
+    if bulk and device.compute_capability < (9, 0):
+        raise ValueError(f"bulk-copy variant {variant} needs compute capability 9.0+")
+    smem = pa_smem_bytes(head_dim, warps, stages, bulk)
     base = batch * num_kv_heads
     max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
     if num_splits is None:
@@ -223,14 +237,14 @@ def plan_paged_decode(
     num_splits = math.ceil(ctx / part)
     ws = batch * num_heads * num_splits * (head_dim + 1) * 4 if num_splits > 1 else 0
     return PagedDecodePlan(
-        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}",
+        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{'b' if bulk else ''}",
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
         grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
         smem_bytes=smem, part_tokens=part, num_splits=num_splits,
         workspace_bytes=ws,
         reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
         reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
-        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages,
+        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=bulk,
     )
 
 

@@ -357,7 +357,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   if (block_m == 0 && block_n == 0 && warps == 0) {
     block_m = 128;
     block_n = 64;
-    warps = 8;
+    warps = 4;
   }
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);

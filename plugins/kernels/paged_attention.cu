@@ -27,14 +27,17 @@ namespace onnx_fuse {
 
 constexpr int kPaSplitAlign = 64;  // split lengths are multiples of this many tokens
 
-// Variant (W warps, S stages): tiles of 16 * W tokens, warp w handles tokens [16w, 16w + 16).
-template <int D, int W, int S>
-constexpr int pa_smem_bytes() {
-  // Q tile (16 x D) + stages x (K + V tiles); the merge scratch reuses the stages.
-  return (16 * D + S * 2 * 16 * W * D) * 2;
+// Variant (W warps, S stages, BULK): tiles of 16 * W tokens, warp w handles tokens
+// [16w, 16w + 16). BULK = 0 gathers token rows with cp.async into XOR-swizzled tiles;
+// BULK = 1 (sm_90+) issues one bulk async copy (the Hopper copy engine) per token row into
+// tiles whose rows are padded by 16 bytes, completing on one mbarrier per stage.
+__host__ __device__ constexpr int pa_row_elems(int D, int bulk) { return bulk ? D + 8 : D; }
+__host__ __device__ constexpr int pa_smem_bytes(int D, int W, int S, int bulk) {
+  // mbarriers (128 B) + Q tile (16 x D) + stages x (K + V tiles); the merge scratch reuses the stages.
+  return 128 + (16 * D + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
 }
 
-template <typename T, int D, int kPaWarps, int kPaStages>
+template <typename T, int D, int kPaWarps, int kPaStages, int BULK>
 __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ q, long long q_sb, const T* __restrict__ k_pool,
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
@@ -45,13 +48,17 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int NT = 32 * kPaWarps;
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
-  static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * D * 2,
+  constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
+  static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
-  constexpr int TILE_ELEMS = kPaTile * D;
+  constexpr int TILE_ELEMS = kPaTile * RS;
+  // Element offset of (row, col) in a K/V tile: swizzled for cp.async, padded for bulk.
+  auto kv_off = [](int r, int c) { return BULK ? r * RS + c : swz<D>(r, c); };
 
   extern __shared__ __align__(128) unsigned char pa_smem[];
-  T* sQ = reinterpret_cast<T*>(pa_smem);
-  T* sKV = sQ + 16 * D;  // [stage][K|V][kPaTile][D]
+  uint64_t* mbar = reinterpret_cast<uint64_t*>(pa_smem);  // [kPaStages], BULK only
+  T* sQ = reinterpret_cast<T*>(pa_smem + 128);
+  T* sKV = sQ + 16 * D;  // [stage][K|V][kPaTile][RS]
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -90,23 +97,46 @@ __device__ __forceinline__ void pa_decode_body(
     cp_async_16(smem_u32(sQ + swz<D>(r, cc * 8)), qb + (r < G ? r : 0) * D + cc * 8, r < G);
   }
 
+  if (BULK) {
+    if (tid == 0) {
+      for (int st = 0; st < kPaStages; ++st) mbar_init(smem_u32(mbar + st), 1);
+      mbar_fence_init();
+    }
+    __syncthreads();
+  }
+
   auto load_tile = [&](int tile, int stage) {
     const int t0 = t_begin + tile * kPaTile;
     T* dk = sKV + stage * 2 * TILE_ELEMS;
     T* dv = dk + TILE_ELEMS;
-#pragma unroll
-    for (int i = 0; i < (kPaTile * CPR) / NT; ++i) {
-      int c = tid + i * NT;
-      int r = c / CPR, cc = c % CPR;
-      int tok = t0 + r;
-      bool ok = tok < t_end;
-      long long off = 0;
-      if (ok) {
-        int blk = bt[tok / block_size];
-        off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
+    if constexpr (BULK != 0) {
+      // One row copy per (token, K|V); rows past the end re-read the last valid token (finite
+      // data that the softmax masks), so every stage receives exactly the same byte count.
+      const uint32_t bar = smem_u32(mbar + stage);
+      if (tid == 0) mbar_arrive_expect_tx(bar, 2 * kPaTile * D * 2);
+      for (int c = tid; c < 2 * kPaTile; c += NT) {
+        const int r = c % kPaTile;
+        const int tok = min(t0 + r, t_end - 1);
+        const int blk = bt[tok / block_size];
+        const long long off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
+        const bool is_v = c >= kPaTile;
+        bulk_copy_g2s(smem_u32((is_v ? dv : dk) + r * RS), (is_v ? v_pool : k_pool) + off, D * 2, bar);
       }
-      cp_async_16(smem_u32(dk + swz<D>(r, cc * 8)), k_pool + off + cc * 8, ok);
-      cp_async_16(smem_u32(dv + swz<D>(r, cc * 8)), v_pool + off + cc * 8, ok);
+    } else {
+#pragma unroll
+      for (int i = 0; i < (kPaTile * CPR) / NT; ++i) {
+        int c = tid + i * NT;
+        int r = c / CPR, cc = c % CPR;
+        int tok = t0 + r;
+        bool ok = tok < t_end;
+        long long off = 0;
+        if (ok) {
+          int blk = bt[tok / block_size];
+          off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
+        }
+        cp_async_16(smem_u32(dk + kv_off(r, cc * 8)), k_pool + off + cc * 8, ok);
+        cp_async_16(smem_u32(dv + kv_off(r, cc * 8)), v_pool + off + cc * 8, ok);
+      }
     }
   };
 
@@ -131,7 +161,12 @@ __device__ __forceinline__ void pa_decode_body(
       if (nxt < n_tiles) load_tile(nxt, nxt % kPaStages);
       cp_async_commit();
     }
-    cp_async_wait<kPaStages - 1>();
+    if (BULK) {
+      if (j == 0) cp_async_wait<0>();  // Q
+      mbar_wait_parity(smem_u32(mbar + j % kPaStages), (j / kPaStages) & 1);
+    } else {
+      cp_async_wait<kPaStages - 1>();
+    }
     __syncthreads();
     if (j == 0) {
 #pragma unroll
@@ -151,7 +186,7 @@ __device__ __forceinline__ void pa_decode_body(
       uint32_t bf[4];
       int r = kr + (lane & 7) + ((lane >> 4) << 3);
       int c = kk * 16 + ((lane >> 3) & 1) * 8;
-      ldmatrix_x4(bf, smem_u32(tk + swz<D>(r, c)));
+      ldmatrix_x4(bf, smem_u32(tk + kv_off(r, c)));
       Tr::mma(s[0], qf[kk], bf[0], bf[1]);
       Tr::mma(s[1], qf[kk], bf[2], bf[3]);
     }
@@ -195,7 +230,7 @@ __device__ __forceinline__ void pa_decode_body(
       uint32_t bf[4];
       int r = kr + (lane & 7) + ((lane >> 3) & 1) * 8;
       int c = dd * 16 + (lane >> 4) * 8;
-      ldmatrix_x4_trans(bf, smem_u32(tv + swz<D>(r, c)));
+      ldmatrix_x4_trans(bf, smem_u32(tv + kv_off(r, c)));
       Tr::mma(acc[2 * dd], pa, bf[0], bf[1]);
       Tr::mma(acc[2 * dd + 1], pa, bf[2], bf[3]);
     }
@@ -303,23 +338,29 @@ using onnx_fuse::append_kv_body;
 using onnx_fuse::pa_decode_body;
 using onnx_fuse::pa_reduce_body;
 
-// Decode variant name: onnx_fuse_pa_decode_<dt>_d<D>_w<warps>s<stages>.
-#define OF_PA_DECODE(DTN, T, D, W, ST)                                                          \
-  extern "C" __global__ void __launch_bounds__(32 * W) onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST( \
-      const T* q, long long q_sb, const T* k_pool, const T* v_pool, const int* block_tables,   \
-      const int* seq_lens, T* out, long long o_sb, float* part_o, float* part_lse, int Hq,     \
-      int Hkv, int block_size, int max_blocks, int part_tokens, float scale_log2) {            \
-    pa_decode_body<T, D, W, ST>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,    \
-                                part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, \
-                                scale_log2);                                                   \
+// Decode variant name: onnx_fuse_pa_decode_<dt>_d<D>_w<warps>s<stages>[b] (b: bulk copies).
+#define OF_PA_DECODE(DTN, T, D, W, ST, BULK, SUF)                                               \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                          \
+      onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##SUF(                                      \
+          const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
+          const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
+          float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
+          float scale_log2) {                                                                   \
+    pa_decode_body<T, D, W, ST, BULK>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out,     \
+                                      o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks,  \
+                                      part_tokens, scale_log2);                                 \
   }
 
+// The variant list; launch_plan.PA_VARIANTS mirrors it (warps, stages, bulk).
+#define OF_PA_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 4, 3, 0, )            \
+  X(DTN, T, D, 8, 3, 0, )            \
+  X(DTN, T, D, 4, 3, 1, b)           \
+  X(DTN, T, D, 2, 6, 1, b)           \
+  X(DTN, T, D, 8, 3, 1, b)
+
 #define OF_PA_KERNELS(DTN, T, D)                                                               \
-  OF_PA_DECODE(DTN, T, D, 4, 3)                                                                \
-  OF_PA_DECODE(DTN, T, D, 2, 6)                                                                \
-  OF_PA_DECODE(DTN, T, D, 2, 4)                                                                \
-  OF_PA_DECODE(DTN, T, D, 1, 8)                                                                \
-  OF_PA_DECODE(DTN, T, D, 8, 3)                                                                \
+  OF_PA_VARIANTS(OF_PA_DECODE, DTN, T, D)                                                      \
   extern "C" __global__ void __launch_bounds__(D) onnx_fuse_pa_reduce_##DTN##_d##D(          \
       const float* part_o, const float* part_lse, T* out, long long o_sb, int Hq,             \
       int num_splits) {                                                                        \
@@ -343,9 +384,9 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 128)
 
 extern "C" {
 
-// Dynamic shared memory of decode variant (warps, stages).
-int onnx_fuse_paged_attention_smem_bytes(int head_dim, int warps, int stages) {
-  return (16 * head_dim + stages * 2 * 16 * warps * head_dim) * 2;
+// Dynamic shared memory of decode variant (warps, stages, bulk).
+int onnx_fuse_paged_attention_smem_bytes(int head_dim, int warps, int stages, int bulk) {
+  return onnx_fuse::pa_smem_bytes(head_dim, warps, stages, bulk);
 }
 
 // fp32 workspace bytes for num_splits > 1 (0 when num_splits == 1).
@@ -358,33 +399,41 @@ long long onnx_fuse_paged_attention_workspace_bytes(int B, int Hq, int D, int nu
 // tokens one split covers; num_splits * part_tokens must cover the longest sequence
 // (use onnx_fuse.plugins.launch_plan.plan_paged_decode). workspace: at least
 // onnx_fuse_paged_attention_workspace_bytes(...) bytes, may be null when num_splits == 1.
-// Variant (warps, stages): (4, 3), (2, 6), (2, 4), (1, 8) or (8, 3); (0, 0) = default.
+// Variant (warps, stages, bulk): (4, 3, 0), (8, 3, 0), (4, 3, 1), (2, 6, 1), (8, 3, 1);
+// (0, 0, 0) = default; bulk variants need compute capability 9.0+.
 int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb,
                                         const void* k_pool, const void* v_pool,
                                         const int* block_tables, const int* seq_lens, void* out,
                                         long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                         int D, int block_size, int max_blocks, int part_tokens,
                                         int num_splits, float scale, int warps, int stages,
-                                        cudaStream_t stream) {
+                                        int bulk, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
+    bulk = 0;
   }
   OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
   OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
   OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
   OF_REQUIRE(block_size > 0 && max_blocks > 0 && q_sb % 8 == 0);
   OF_REQUIRE(num_splits == 1 || workspace != nullptr);
-  const int smem = onnx_fuse_paged_attention_smem_bytes(D, warps, stages);
+  if (bulk) {
+    int dev = 0, major = 0;
+    OF_CUDA_TRY(cudaGetDevice(&dev));
+    OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    OF_REQUIRE(major >= 9);
+  }
+  const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, bulk);
   float* part_o = reinterpret_cast<float*>(workspace);
   float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
-  if (D == DD && warps == W && stages == ST) {                                                  \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST,           \
+#define OF_LAUNCH(DTN, T, DD, W, ST, BULK, SUF)                                                 \
+  if (D == DD && warps == W && stages == ST && bulk == BULK) {                                  \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF,      \
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST<<<grid, 32 * W, smem, stream>>>(            \
+    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF<<<grid, 32 * W, smem, stream>>>(       \
         (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
         o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2);             \
     OF_CUDA_CHECK_LAUNCH();                                                                     \
@@ -396,17 +445,13 @@ int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb
     }                                                                                           \
     return 0;                                                                                   \
   }
-#define OF_LAUNCH_D(DTN, T, DD) \
-  OF_LAUNCH(DTN, T, DD, 4, 3) OF_LAUNCH(DTN, T, DD, 2, 6) OF_LAUNCH(DTN, T, DD, 2, 4) \
-  OF_LAUNCH(DTN, T, DD, 1, 8) OF_LAUNCH(DTN, T, DD, 8, 3)
   if (dtype == onnx_fuse::kFloat16) {
-    OF_LAUNCH_D(f16, __half, 64)
-    OF_LAUNCH_D(f16, __half, 128)
+    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 128)
   } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_LAUNCH_D(bf16, __nv_bfloat16, 64)
-    OF_LAUNCH_D(bf16, __nv_bfloat16, 128)
+    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
   }
-#undef OF_LAUNCH_D
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -421,7 +466,7 @@ int onnx_fuse_paged_attention_decode(int dtype, const void* q, long long q_sb,
   return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables,
                                              seq_lens, out, o_sb, workspace, B, Hq, Hkv, D,
                                              block_size, max_blocks, part_tokens, num_splits,
-                                             scale, 0, 0, stream);
+                                             scale, 0, 0, 0, stream);
 }
 
 // Writes k_new/v_new [B, Sq, Hkv, D] (strides n_sb, n_ss; head rows contiguous) into the
