@@ -49,6 +49,7 @@ class UpgradeOpsetPass(FusePass):
         try:
             proto = ir.to_proto(model)
             converted = onnx.version_converter.convert_version(proto, self.target)
+            _restore_value_info(proto, converted)
             onnx.checker.check_model(converted, full_check=False)
             new = ir.serde.deserialize_model(converted)
         except Exception as exc:  # the converter lacks an adapter, or its output is invalid
@@ -60,6 +61,17 @@ class UpgradeOpsetPass(FusePass):
         model.functions.update(new.functions)
         self.stats[f"opset {current}->{self.target}"] += 1
         return ir.passes.PassResult(model, True)
+
+
+def _restore_value_info(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+    """Keep exactly the value_info the model had. The converter runs onnx shape inference and
+    names every unknown dim (``unk__N``); those names would then pose as facts that the
+    pipeline's own shape inference cannot improve, and it drops some exact shapes the exporter
+    wrote (head counts behind Reshape(-1)). A value's type and shape do not depend on the opset."""
+    produced = {o for n in after.graph.node for o in n.output}
+    kept = [v for v in before.graph.value_info if v.name in produced]
+    del after.graph.value_info[:]
+    after.graph.value_info.extend(kept)
 
 
 def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
