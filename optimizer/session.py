@@ -344,9 +344,9 @@ class InferenceSession(onnxruntime.InferenceSession):
             else:
                 stats.report = entry.manifest.get("report")
             stats.cache_entry = str(entry.path)
-            # Without external data ORT gets bytes, so set_providers() and EP fallback never need
-            # the entry again (it may be evicted later); with external data it needs the folder.
-            return str(entry.model_path) if entry.has_external_data else entry.model_path.read_bytes()
+            # By path: ORT loads a 340 MB model from a file in about half the time it takes from
+            # bytes (docs/PERF.md). set_providers() re-reads it, see docs/session.md.
+            return str(entry.model_path)
         result, external = self._optimize(source, stats, level=level, verify=verify, rules=rules)
         if not external and not _too_big_for_bytes(result.model):
             return result.to_proto().SerializeToString()
@@ -365,8 +365,10 @@ class InferenceSession(onnxruntime.InferenceSession):
             bad = [o for o in result.report.verify["outputs"] if not o["passed"]]
             raise VerificationError(f"verification failed: output {bad[0]['name']!r} max abs diff "
                                  f"{bad[0]['max_abs']:.3g}")
+        t = time.perf_counter()
         original = _original_proto(source)
         keep_interface(result.model, original)
+        stats.seconds["interface"] = time.perf_counter() - t
         stats.report = _report_summary(result)
         return result, isinstance(source, str) and _has_external_data(original)
 

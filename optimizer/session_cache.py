@@ -58,6 +58,8 @@ MODEL_NAME = "model.onnx"
 LOCK_TIMEOUT_S = 900.0
 # Staging folders older than this belong to crashed processes and are swept during eviction.
 STALE_TMP_S = 3600.0
+# Digest memos not rewritten for this long are swept too (the worst case is one rehash).
+STALE_DIGEST_S = 30 * 86400.0
 _RACY_S = 2.0
 _CHUNK = 8 * 1024 * 1024
 
@@ -91,18 +93,23 @@ def _hash_file(path: Path) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 over onnx-fuse's own .py sources and YAML rules: a dev checkout changes it on edit."""
-    import onnx_fuse
+    """sha256 over onnx-fuse's own sources, rules and plugin contracts (.py/.yaml/.json).
 
-    roots = {Path(onnx_fuse.__file__).resolve().parent}
-    with contextlib.suppress(ImportError):
-        import onnx_fuse.rules as rules_pkg
+    The version number alone would let an editable install serve graphs from older rules.
+    Hashing ~200 small files costs a few milliseconds, once per process.
+    """
+    import importlib.util
 
-        roots.add(Path(next(iter(rules_pkg.__path__))).resolve())
+    roots = set()
+    for name in ("onnx_fuse", "onnx_fuse.rules", "onnx_fuse.plugins"):
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(name)  # finds without importing the subpackage
+            if spec is not None and spec.submodule_search_locations:
+                roots.update(Path(p).resolve() for p in spec.submodule_search_locations)
     h = hashlib.sha256()
     for root in sorted(roots):
         for p in sorted(root.rglob("*")):
-            if p.suffix in (".py", ".yaml", ".yml", ".json") and p.is_file() and "__pycache__" not in p.parts:
+            if p.suffix in (".py", ".yaml", ".yml", ".json") and "__pycache__" not in p.parts and p.is_file():
                 h.update(str(p.relative_to(root)).encode() + b"\0")
                 h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
@@ -359,9 +366,11 @@ class ModelCache:
 
     def _sweep_tmp(self) -> None:
         now = time.time()
-        for p in self.tmp.iterdir():
+        stale = [(p, STALE_TMP_S) for p in self.tmp.iterdir()]
+        stale += [(p, STALE_DIGEST_S) for p in self.digests.iterdir()]
+        for p, age in stale:
             with contextlib.suppress(OSError):
-                if now - p.stat().st_mtime > STALE_TMP_S:
+                if now - p.stat().st_mtime > age:
                     if p.is_dir():
                         shutil.rmtree(p, ignore_errors=True)
                     else:
