@@ -380,3 +380,45 @@ def test_default_level_works_or_falls_back_once(demo_bytes):
 def test_verify_on_first_optimization(small_bytes):
     sess = InferenceSession(small_bytes, providers=CPU, optimize_level=1, verify=True)
     assert sess.onnx_fuse_optimized and sess.onnx_fuse_stats.report["verify_passed"] is True
+
+
+def test_fallback_when_verification_fails(monkeypatch, small_bytes):
+    """A wrong rewrite (here: a perturbed weight) caught by verify=True falls back."""
+    import onnx_ir as ir
+
+    from onnx_fuse.verify import verify as run_verify
+
+    real = session_mod.optimize
+
+    def wrong_rewrite(source, **kwargs):
+        want_verify = kwargs.pop("verify", False)
+        result = real(source, **kwargs)
+        w = result.model.graph.initializers["W"]
+        w.const_value = ir.tensor(w.const_value.numpy() * 1.5, name="W")
+        if want_verify:
+            result.report.verify = run_verify(onnx.ModelProto.FromString(source), result.model)
+        return result
+
+    monkeypatch.setattr(session_mod, "optimize", wrong_rewrite)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checked = InferenceSession(small_bytes, providers=CPU, optimize_level=1, verify=True)
+    (warning,) = _fuse_warnings(caught)
+    assert "verification failed" in str(warning.message)
+    assert not checked.onnx_fuse_optimized
+    assert_same_outputs(checked, small_bytes, {"x": np.ones((2, 4), np.float32)})
+    # Without verify the same wrong rewrite would have been served: the check is what caught it.
+    unchecked = InferenceSession(small_bytes, providers=CPU, optimize_level=1)
+    ref = onnxruntime.InferenceSession(small_bytes, providers=CPU)
+    feeds = {"x": np.ones((2, 4), np.float32)}
+    assert unchecked.onnx_fuse_optimized
+    assert not np.allclose(unchecked.run(["y"], feeds)[0], ref.run(["y"], feeds)[0])
+
+
+def test_unusable_cache_dir_still_optimizes(small_bytes, tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("in the way")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OnnxFuseWarning)
+        sess = InferenceSession(small_bytes, providers=CPU, optimize_level=1, cache_dir=not_a_dir)
+    assert sess.onnx_fuse_optimized and sess.onnx_fuse_cache_hit is None
