@@ -33,6 +33,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     ep.add_argument("--node", metavar="NODE", help="only this anchor node")
     ep.add_argument("--rules", action="append", default=[], metavar="FILE", help="extra rule file")
     ep.add_argument("--json", action="store_true", help="print the results as JSON")
+    ep.add_argument("--raw", action="store_true",
+                    help="skip shape inference (by default types are inferred first, as in optimize)")
     return p
 
 
@@ -100,6 +102,11 @@ def _explain(args) -> int:
 
     rs = load_rule_set(user_files=args.rules)
     model = load_model(args.model)
+    if not args.raw:
+        # the pipeline infers types before the rules run; dtype/shape constraints need them
+        from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+        ShapeInferencePass()(model)
     results = explain(model, rs, args.rule, node=args.node)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))

@@ -96,6 +96,8 @@ class GraphFacts:
         self.graph = graph
         self.opset = opset
         self._consts: dict[ir.Value, np.ndarray | None] = {}
+        # (id(constraint), value) -> failure reason or None; constraints without shape symbols only
+        self.constraint_cache: dict[tuple[int, ir.Value], str | None] = {}
 
     def const_tensor(self, v: ir.Value) -> ir.TensorProtocol | None:
         if v.is_graph_input():
@@ -362,10 +364,12 @@ class Matcher:
         orders = _ORDERS[n_pat] if not (commutative and inputs[0] is not inputs[1]) else _BOTH_ORDERS
         for order in orders:
             goals = rest
-            for j in range(len(stmt.outputs) - 1, -1, -1):
-                name = stmt.outputs[j]
-                if name is not None and j != oi:
-                    goals = (name, node.outputs[j], goals)
+            if max_out:
+                outs = node.outputs
+                for j in range(len(stmt.outputs) - 1, -1, -1):
+                    name = stmt.outputs[j]
+                    if name is not None and j != oi:
+                        goals = (name, outs[j], goals)
             pins = alt.inputs
             for k in (self._visit if self.tracer is None else self._visit_traced)[id(alt)]:
                 goals = (pins[k], inputs[order[k]], goals)
@@ -398,7 +402,15 @@ class Matcher:
         c = self.where.get(var)
         if c is None:
             return True
-        why = self._constraint_failure(c, gv)
+        if c.shape is None:  # no symbols: the answer depends on the value alone, cache it
+            key = (id(c), gv)
+            cache = self.facts.constraint_cache
+            if key in cache:
+                why = cache[key]
+            else:
+                why = cache[key] = self._constraint_failure(c, gv)
+        else:
+            why = self._constraint_failure(c, gv)
         if why is None:
             return True
         return self.tracer is not None and self._fail(STAGE_CONSTRAINT, why, f"where {var}", gv)

@@ -132,3 +132,30 @@ def test_explain_cli_and_api(files, capsys):
     with pytest.raises(UserError, match="no node named"):
         explain(model_ir, rs, "scaled-relu", node="nope")
     assert main(["rules", "explain", str(tmp / "near.onnx"), "--rule", "nope"]) == 2
+
+
+def test_pipeline_output_is_byte_identical_across_runs(files):
+    from onnx_fuse.api import optimize
+
+    rules, model, _ = files
+    proto = model_from_text("""
+    <ir_version: 10, opset_import: ["" : 20]>
+    g (float[N, 8] x) => (float[N, 8] y) {
+      c_sqrt2 = Constant<value = float {1.4142135}>()
+      c_one = Constant<value = float {1.0}>()
+      c_half = Constant<value = float {0.5}>()
+      t = Div(x, c_sqrt2)
+      e = Erf(t)
+      a = Add(c_one, e)
+      m = Mul(a, x)
+      g1 = Mul(m, c_half)
+      s = Constant<value = float {2.0}>()
+      r = Relu(g1)
+      y = Mul(s, r)
+    }""")
+    outs = []
+    for _ in range(2):
+        res = optimize(proto.SerializeToString(), level=3, target="onnx", rules=[str(rules)])
+        outs.append(res.to_proto().SerializeToString())
+        assert res.report.rule_fires == {"gelu-erf": 1, "scaled-relu": 1}
+    assert outs[0] == outs[1]
