@@ -203,11 +203,8 @@ class PrecisionConversionPass(FusePass):
         for i, v in enumerate(node.outputs):
             if v.dtype is None:
                 return None
-            if v.dtype == F32:
-                if not _slot_allows(sig[1], i, low):
-                    if node.op_type not in _DTYPE_ATTRS:
-                        continue
-                outs.add(i)
+            if v.dtype == F32 and (_slot_allows(sig[1], i, low) or node.op_type in _DTYPE_ATTRS):
+                outs.add(i)  # a dtype attribute decides these outputs' type (rewritten below)
         return ins, outs
 
     def _decide(self, graph: ir.Graph, opsets: dict[str, int]) -> tuple[dict, set[ir.Node]]:
@@ -333,7 +330,9 @@ class PrecisionConversionPass(FusePass):
                     cast = self._cast_after(graph, v, dtype)
                     for node, i in uses:
                         node.replace_input_with(i, cast)
+        f32_outputs = [i for i, v in enumerate(graph.outputs) if v.dtype == F32]
         self._fix_outputs(graph)
+        self.stats["io-converted"] += sum(graph.outputs[i].dtype != F32 for i in f32_outputs)
         self._remove_redundant_casts(graph)
         return ir.passes.PassResult(model, modified=True)
 
@@ -435,7 +434,6 @@ class PrecisionConversionPass(FusePass):
             out = existing[0] if existing else self._cast_after(graph, v, want)
             out.name = original
             graph.outputs[idx] = out
-            self.stats["io-converted"] += (want != F32)
 
     def _remove_redundant_casts(self, graph: ir.Graph) -> None:
         """Drop Casts that became identities and exact pairs low->fp32->low (fp32->low is lossy)."""

@@ -141,7 +141,7 @@ def test_keep_io_types_false_converts_io():
     assert out.graph.input[0].type.tensor_type.elem_type == T.FLOAT16
     assert out.graph.input[1].type.tensor_type.elem_type == T.INT64  # integers untouched
     assert out.graph.output[0].type.tensor_type.elem_type == T.FLOAT16
-    assert p.stats["io-converted"] == 2
+    assert p.stats["io-converted"] == 2  # hidden_states and last_hidden_state
     feeds = make_inputs(proto, seed=1)
     ref = make_session(proto).run(None, feeds)[0]
     feeds16 = dict(feeds, hidden_states=feeds["hidden_states"].astype(np.float16))
