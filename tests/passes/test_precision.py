@@ -484,3 +484,18 @@ def test_optimize_api_rejects_unknown_precision():
 
     with pytest.raises(UserError, match="precision"):
         onnx_fuse.optimize(build_demo_model(), level=1, precision="fp8")
+
+
+def test_cli_precision_flag(tmp_path):
+    from onnx_fuse.cli.main import main
+
+    src, out = tmp_path / "demo.onnx", tmp_path / "demo.fp16.onnx"
+    onnx.save(build_demo_model(), src)
+    assert main(["optimize", str(src), "-o", str(out), "-O", "1", "--precision", "fp16",
+                 "--verify", "-q"]) == 0
+    saved = onnx.load(out)
+    assert {i.data_type for i in saved.graph.initializer if i.name.startswith("w_")} == {T.FLOAT16}
+    assert saved.graph.output[0].type.tensor_type.elem_type == T.FLOAT
+    with pytest.raises(SystemExit) as exc:
+        main(["optimize", str(src), "-o", str(out), "--precision", "fp8"])
+    assert exc.value.code == 2
