@@ -39,8 +39,8 @@ from onnx_fuse.errors import InternalError, UserError
 from onnx_fuse.plugins.trt_backend import TrtBackend, gpu_identity, load_backend
 
 __all__ = ["BuildOptions", "BuildResult", "Profile", "InputRange", "build_engine", "parse_profiles",
-           "parse_size", "plugin_nodes", "default_cache_dir", "model_inputs", "PLUGIN_DOMAIN",
-           "PLUGIN_OPS"]
+           "parse_size", "plugin_nodes", "prepare_for_tensorrt", "default_cache_dir",
+           "model_inputs", "PLUGIN_DOMAIN", "PLUGIN_OPS"]
 
 PLUGIN_DOMAIN = "onnx_fuse"
 # Plugin op type -> module under onnx_fuse.plugins that registers it (lazily, on first use).
@@ -521,6 +521,40 @@ def _check_plugins(nodes, options: BuildOptions, backend: TrtBackend) -> None:
                         "install full TensorRT, or optimize with --target onnx for TensorRT-RTX")
 
 
+def prepare_for_tensorrt(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy of ``proto`` whose plugin nodes carry what the TensorRT plugins need (contract
+    attribute defaults, ``aot = 1``, a computed seq_lens where FusedAttention has none).
+    Returns (copy, number of nodes changed). Main graph only; plugin nodes in subgraphs are
+    left as they are."""
+    import importlib
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    names = {n for node in _all_nodes(out.graph) for n in (*node.input, *node.output)}
+    names |= {t.name for t in out.graph.initializer} | {v.name for v in out.graph.input}
+    counter = [0]
+
+    def fresh(base: str) -> str:
+        while True:
+            counter[0] += 1
+            name = f"{base}__trt{counter[0]}"
+            if name not in names:
+                names.add(name)
+                return name
+
+    new_nodes, changed = [], 0
+    for node in out.graph.node:
+        if node.domain == PLUGIN_DOMAIN and node.op_type in PLUGIN_OPS:
+            before = node.SerializeToString()
+            extra = importlib.import_module(PLUGIN_OPS[node.op_type]).prepare_node(node, fresh)
+            new_nodes.extend(extra)
+            changed += node.SerializeToString() != before
+        new_nodes.append(node)
+    del out.graph.node[:]
+    out.graph.node.extend(new_nodes)
+    return out, changed
+
+
 def _register_plugins(nodes, backend: TrtBackend) -> None:
     import importlib
 
@@ -735,7 +769,11 @@ def _build(proto, model_path: Path | None, what: str, options: BuildOptions,
         builder = trt.Builder(logger)
         network = builder.create_network(0)
         parser = trt.OnnxParser(network, logger)
-        if model_path is not None:
+        if nodes:
+            prepared, _ = prepare_for_tensorrt(proto)
+            ok = parser.parse(prepared.SerializeToString(),
+                              str(model_path) if model_path is not None else None)
+        elif model_path is not None:
             ok = parser.parse_from_file(str(model_path))
         else:
             ok = parser.parse(proto.SerializeToString())

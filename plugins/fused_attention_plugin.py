@@ -7,9 +7,10 @@ plugin through TensorRT's ONNX parser: op type ``FusedAttention``, ``plugin_name
     inputs   query [B, S, Hq*D], key [B, S, Hkv*D], value [B, S, Hkv*D]  fp16 | bf16 (same)
              seq_lens int32 [B] (valid length per sequence; required by the plugin)
     output   [B, S, Hq*D], query's dtype
-    attrs    num_heads (Hq), kv_num_heads (Hkv, divides Hq), scale (0.0 = 1/sqrt(D)),
-             causal (0/1); every attribute must be present on the node (TensorRT's Python
-             plugins have no attribute defaults)
+    attrs    num_heads (Hq), kv_num_heads (Hkv, divides Hq; 0 = Hq), scale (0.0 = 1/sqrt(D)),
+             causal (0/1). TensorRT's Python plugins have no attribute defaults, so the engine
+             builder writes the contract defaults onto the node (:func:`prepare_node`), with
+             ``aot = 1`` and, when seq_lens is absent, a seq_lens input of all S
     limits   D = hidden / num_heads in {64, 128}; hidden sizes static
 
 Functions, kept separate as tensorrt.plugin expects:
@@ -39,7 +40,8 @@ from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 import onnx
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
-           "check_node", "register_plugin", "resolve_annotations", "register", "impl", "aot_impl", "autotune",
+           "check_node", "prepare_node", "register_plugin", "resolve_annotations",
+           "register", "impl", "aot_impl", "autotune",
            "adapter_source", "aot_variants"]
 
 PLUGIN_NAME = "FusedAttention"
@@ -55,6 +57,9 @@ ATTRIBUTES = {
     "scale": (onnx.AttributeProto.FLOAT, "softmax scale; 0.0 means 1/sqrt(D)"),
     "causal": (onnx.AttributeProto.INT, "1: key j visible to query i iff j <= i"),
 }
+# Contract defaults (docs/ops.md): TensorRT Python plugins have no attribute defaults, so the
+# builder writes them onto the node (prepare_node) before TensorRT's parser sees it.
+ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0, "causal": 0}
 HEAD_DIMS = (64, 128)
 FLOAT_TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 _BLOCK_N = 64  # keys per K/V tile when a variant name does not say (kFaBlockN)
@@ -136,13 +141,17 @@ def check_plugin_identity(node: onnx.NodeProto, version: str, namespace: str) ->
     return issues
 
 
-def check_attributes(node: onnx.NodeProto, spec: dict, allowed_extra=("plugin_version",
-                     "plugin_namespace", "aot")) -> tuple[list[str], dict]:
+def check_attributes(node: onnx.NodeProto, spec: dict, defaults: dict,
+                     allowed_extra=("plugin_version", "plugin_namespace", "aot")
+                     ) -> tuple[list[str], dict]:
     issues, values = [], {}
     attrs = _attrs(node)
     for name, (atype, _) in spec.items():
         if name not in attrs:
-            issues.append(f"attribute {name!r} is missing (TensorRT plugins have no defaults)")
+            if name in defaults:
+                values[name] = defaults[name]   # the builder writes the default
+            else:
+                issues.append(f"attribute {name!r} is missing (it has no default)")
             continue
         if attrs[name].type != atype:
             issues.append(f"attribute {name!r} must be "
@@ -165,15 +174,16 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
     ``info`` is a :class:`onnx_fuse.plugins.trt_support.GraphInfo` (types and shapes).
     """
     issues = check_plugin_identity(node, PLUGIN_VERSION, PLUGIN_NAMESPACE)
-    more, a = check_attributes(node, ATTRIBUTES)
+    more, a = check_attributes(node, ATTRIBUTES, ATTRIBUTE_DEFAULTS)
     issues += more
     inputs = list(node.input)
-    if len(inputs) != len(INPUTS) or not all(inputs):
-        issues.append(f"needs {len(INPUTS)} inputs ({', '.join(INPUTS)}); got {len(inputs)} "
-                      "(the plugin has no optional inputs: give seq_lens = S for full sequences)")
+    if len(inputs) not in (3, 4) or not all(inputs[:3]):
+        issues.append(f"needs inputs query, key, value[, seq_lens]; got {len(inputs)}")
     if len([o for o in node.output if o]) != 1:
         issues.append("has exactly one output")
     hq, hkv = a.get("num_heads"), a.get("kv_num_heads")
+    if hkv == 0:
+        hkv = hq
     if isinstance(hq, int) and hq <= 0:
         issues.append(f"num_heads must be positive (got {hq})")
     if isinstance(hq, int) and isinstance(hkv, int) and hq > 0:
@@ -216,6 +226,41 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
         if t is not None and t != onnx.TensorProto.INT32:
             issues.append(f"seq_lens must be int32 (got {_tname(t)})")
     return list(dict.fromkeys(issues))
+
+
+def prepare_node(node: onnx.NodeProto, fresh_name) -> list[onnx.NodeProto]:
+    """Make ``node`` what the TensorRT plugin needs, in place: contract defaults written out,
+    ``aot = 1`` (the embedded kernel, no Python at run time) unless set, and a seq_lens input of
+    all S when absent. Returns nodes to insert before it (the seq_lens computation)."""
+    have = {a.name for a in node.attribute}
+    for name, value in ATTRIBUTE_DEFAULTS.items():
+        if name not in have:
+            node.attribute.append(onnx.helper.make_attribute(name, value))
+    if "aot" not in have:
+        node.attribute.append(onnx.helper.make_attribute("aot", 1))
+    if len(node.input) >= 4 and node.input[3]:
+        return []
+    # seq_lens[b] = S for every b: Expand(Cast(Shape(q)[1], int32), Shape(q)[0:1])
+    q = node.input[0]
+    shape, s, b, s32, lens = (fresh_name(f"{node.name or 'fa'}_{x}")
+                              for x in ("shape", "s", "b", "s32", "seq_lens"))
+    i1, i0 = fresh_name("one_i64"), fresh_name("zero_i64_1d")
+    extra = [
+        onnx.helper.make_node("Shape", [q], [shape]),
+        onnx.helper.make_node("Constant", [], [i1], value=onnx.helper.make_tensor(
+            i1, onnx.TensorProto.INT64, [], [1])),
+        onnx.helper.make_node("Constant", [], [i0], value=onnx.helper.make_tensor(
+            i0, onnx.TensorProto.INT64, [1], [0])),
+        onnx.helper.make_node("Gather", [shape, i1], [s]),
+        onnx.helper.make_node("Gather", [shape, i0], [b]),
+        onnx.helper.make_node("Cast", [s], [s32], to=onnx.TensorProto.INT32),
+        onnx.helper.make_node("Expand", [s32, b], [lens]),
+    ]
+    del node.input[3:]
+    if len(node.input) < 3:
+        raise ValueError(f"FusedAttention node {node.name!r} has fewer than 3 inputs")
+    node.input.append(lens)
+    return extra
 
 
 # --------------------------------------------------------------------------- tensorrt.plugin
@@ -304,6 +349,7 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
     """JIT path: one launch of the library's fused attention on TensorRT's stream."""
     dt = "float16" if _dtype_tag(query.dtype) == "f16" else "bfloat16"
     _head_dim(int(query.shape[2]), num_heads)
+    kv_num_heads = kv_num_heads or num_heads
     lens = _View(seq_lens.data_ptr, seq_lens.shape, seq_lens.strides, "int32")
     kernel_lib().fused_attention(
         heads_view(query, num_heads, dt), heads_view(key, kv_num_heads, dt),
@@ -333,6 +379,7 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
     if not hidden.is_constant:
         raise ValueError("FusedAttention needs a static hidden size (heads * head_dim)")
     d = _head_dim(int(hidden.constant_value), num_heads)
+    kv_num_heads = kv_num_heads or num_heads
     variants = aot_variants(d)
     if not 1 <= tactic <= len(variants):
         tactic = 1

@@ -10,8 +10,8 @@ plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_name
     outputs  output [B, 1, Hq*D]; key_cache_out, value_cache_out: the caches, updated in place
              (TensorRT aliases them to inputs 3 and 4; the new token is written at position
              seq_lens[b] - 1)
-    attrs    num_heads, kv_num_heads (divides num_heads, group <= 16), scale (0.0 = 1/sqrt(D));
-             all present on the node
+    attrs    num_heads, kv_num_heads (divides num_heads, group <= 16; 0 = num_heads), scale
+             (0.0 = 1/sqrt(D)); the builder writes defaults and ``aot = 1`` (prepare_node)
     limits   decode only (one new token per sequence); D in {64, 128}; hidden sizes static
 
 Functions, kept separate as tensorrt.plugin expects: :func:`register` (shape/type rule and the
@@ -35,7 +35,8 @@ from onnx_fuse.plugins.fused_attention_plugin import (FLOAT_TYPES, HEAD_DIMS, _t
                                                       resolve_annotations)
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
-           "check_node", "register_plugin", "register", "impl", "aot_impl", "autotune",
+           "check_node", "prepare_node", "register_plugin", "register", "impl", "aot_impl",
+           "autotune",
            "adapter_source", "decode_variants"]
 
 PLUGIN_NAME = "PagedAttention"
@@ -49,6 +50,7 @@ ATTRIBUTES = {
     "kv_num_heads": (onnx.AttributeProto.INT, "key/value heads Hkv; divides Hq, Hq/Hkv <= 16"),
     "scale": (onnx.AttributeProto.FLOAT, "softmax scale; 0.0 means 1/sqrt(D)"),
 }
+ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0}   # docs/ops.md; written by prepare_node
 MAX_GROUP = 16
 _TILE = 64  # the JIT path's split granularity (a multiple of every variant's token tile)
 
@@ -116,7 +118,7 @@ _registered = False
 def check_node(node: onnx.NodeProto, info) -> list[str]:
     """Why TensorRT could not build this PagedAttention node with our plugin ([] if it can)."""
     issues = check_plugin_identity(node, PLUGIN_VERSION, PLUGIN_NAMESPACE)
-    more, a = check_attributes(node, ATTRIBUTES)
+    more, a = check_attributes(node, ATTRIBUTES, ATTRIBUTE_DEFAULTS)
     issues += more
     inputs = list(node.input)
     if len(inputs) != len(INPUTS) or not all(inputs):
@@ -125,6 +127,8 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
     if len(outputs) != len(OUTPUTS):
         issues.append(f"needs {len(OUTPUTS)} outputs ({', '.join(OUTPUTS)}); got {len(outputs)}")
     hq, hkv = a.get("num_heads"), a.get("kv_num_heads")
+    if hkv == 0:
+        hkv = hq
     if isinstance(hq, int) and isinstance(hkv, int):
         if hq <= 0 or hkv <= 0 or hq % hkv:
             issues.append(f"kv_num_heads={hkv} must be positive and divide num_heads={hq}")
@@ -166,6 +170,17 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
         if bt is not None and len(bt) != 2:
             issues.append("block_tables must be rank 2 [B, max_blocks]")
     return list(dict.fromkeys(issues))
+
+
+def prepare_node(node: onnx.NodeProto, fresh_name) -> list[onnx.NodeProto]:
+    """Write the contract defaults and ``aot = 1`` onto ``node`` (in place); no new nodes."""
+    have = {a.name for a in node.attribute}
+    for name, value in ATTRIBUTE_DEFAULTS.items():
+        if name not in have:
+            node.attribute.append(onnx.helper.make_attribute(name, value))
+    if "aot" not in have:
+        node.attribute.append(onnx.helper.make_attribute("aot", 1))
+    return []
 
 
 # --------------------------------------------------------------------------- tensorrt.plugin
@@ -222,6 +237,7 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
     dt = "float16" if _dtype_tag(query.dtype) == "f16" else "bfloat16"
     b, _, hidden = (int(x) for x in query.shape)
     d = _dims(hidden, num_heads)
+    kv_num_heads = kv_num_heads or num_heads
 
     def view(t, dtype=dt):
         return _View(t.data_ptr, t.shape, t.strides, dtype)
@@ -262,6 +278,7 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
     if not hidden.is_constant:
         raise ValueError("PagedAttention needs a static hidden size (heads * head_dim)")
     d = _dims(int(hidden.constant_value), num_heads)
+    kv_num_heads = kv_num_heads or num_heads
     variants = decode_variants()
     warps, stages = variants[tactic - 1] if 1 <= tactic <= len(variants) else variants[0]
     name = aot_entry(_dtype_tag(query.dtype), d, warps, stages)

@@ -118,7 +118,6 @@ def parse_with_rtx(models: list[tuple[str, bytes]], jobs: int = 2) -> dict[str, 
     return results
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_RTX, reason="TensorRT-RTX (tensorrt_rtx_bindings) is not installed")
 def test_check_trt_agrees_with_rtx_parser_on_onnx_node_tests():
     from onnx.backend.test.loader import load_model_tests

@@ -55,10 +55,40 @@ def test_fused_attention_contract_violations(models, change, message):
     assert any(message in r for r in reasons), reasons
 
 
-def test_fused_attention_missing_attribute(models):
+def test_fused_attention_missing_attributes(models):
     node = models.fused_attention_node(inputs=["q", "k", "v", "lens"])
     del node.attribute[[a.name for a in node.attribute].index("scale")]
-    assert any("'scale' is missing" in r for r in _reasons(models.fused_attention(node)))
+    assert check_model(models.fused_attention(node)).supported   # has a contract default
+    del node.attribute[[a.name for a in node.attribute].index("num_heads")]
+    assert any("'num_heads' is missing" in r for r in _reasons(models.fused_attention(node)))
+
+
+def test_prepare_for_tensorrt_fills_defaults_and_seq_lens(models):
+    import numpy as np
+
+    from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
+    from onnx_fuse.verify import make_session
+
+    node = helper.make_node("FusedAttention", ["q", "k", "v"], ["y"], name="fa",
+                            domain="onnx_fuse", num_heads=2, causal=1, plugin_version="1",
+                            plugin_namespace="onnx_fuse")
+    m = models.fused_attention(node, dtype=TP.FLOAT, with_lens=False)
+    prepared, changed = prepare_for_tensorrt(m)
+    assert changed == 1 and len(m.graph.node) == 1        # the input model is untouched
+    fa_node = prepared.graph.node[-1]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in fa_node.attribute}
+    assert attrs["aot"] == 1 and attrs["kv_num_heads"] == 0 and attrs["scale"] == 0.0
+    assert len(fa_node.input) == 4
+    onnx.checker.check_model(prepared)
+    # Only the fp32 dtype rule is left (the kernels are fp16/bf16); structure is complete.
+    assert all("float16 or bfloat16" in r for r in _reasons(prepared))
+    # The computed seq_lens (all S) gives the same result as no seq_lens, in the ORT reference.
+    del fa_node.attribute[[a.name for a in fa_node.attribute].index("aot")]  # TRT-only
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal((2, 5, 128)).astype(np.float32) for n in "qkv"}
+    want = make_session(m).run(None, feeds)[0]
+    got = make_session(prepared).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_fused_attention_dtype_head_size_and_inputs(models):
@@ -68,7 +98,10 @@ def test_fused_attention_dtype_head_size_and_inputs(models):
                for r in _reasons(models.fused_attention(lens_dtype=TP.INT64)))
     no_lens = models.fused_attention(models.fused_attention_node(inputs=["q", "k", "v"]),
                                      with_lens=False)
-    assert any("needs 4 inputs" in r for r in _reasons(no_lens))
+    assert check_model(no_lens).supported          # the builder computes seq_lens = S
+    two = models.fused_attention(models.fused_attention_node(inputs=["q", "k"]),
+                                 with_lens=False)
+    assert any("needs inputs query, key, value" in r for r in _reasons(two))
 
 
 def test_gqa_fused_attention_is_supported(models):
