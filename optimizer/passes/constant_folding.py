@@ -4,7 +4,8 @@ Cases handled:
 - inputs that are initializers (never ones that are also graph inputs: those can be overridden at
   run time), Constant nodes, and earlier folded results;
 - Shape / Size of a value whose (sliced) shape is static, whatever produces it: the pattern that
-  dynamo exports use for every reshape;
+  dynamo exports use for every reshape; CastLike of a constant to a value of known dtype;
+- main-graph Constant nodes are lifted to initializers of the same name (so CSE merges twins);
 - the common shape and elementwise ops in NumPy, with ONNX semantics (integer Div truncates,
   dtypes are kept exactly, Reshape 0/-1, Slice clamping); anything else deterministic through
   ``onnx.reference.ReferenceEvaluator``, with the output dtype checked against ONNX inference.
@@ -137,7 +138,10 @@ def _same(fn):
 
 
 def _cast(node, x):
-    to = ir.DataType(_attr(node, "to"))
+    return _cast_to(x, ir.DataType(_attr(node, "to")))
+
+
+def _cast_to(x: np.ndarray, to: ir.DataType) -> np.ndarray:
     if to not in _FOLDABLE_DTYPES:
         raise _NoFold(f"cast to {to}")
     target = to.numpy()
@@ -376,8 +380,10 @@ class ConstantFoldingPass(FusePass):
     # -- one node ---------------------------------------------------------------------------
 
     def _try_fold(self, node: ir.Node, graph: ir.Graph, model: ir.Model) -> bool:
-        if not _default_domain(node) or node.op_type in NONDETERMINISTIC or node.op_type == "Constant":
+        if not _default_domain(node) or node.op_type in NONDETERMINISTIC:
             return False
+        if node.op_type == "Constant":
+            return self._lift_constant(node, graph)
         if any(isinstance(a, (ir.Attr,)) and a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                for a in node.attributes.values()):
             return False
@@ -405,11 +411,31 @@ class ConstantFoldingPass(FusePass):
         self.stats[node.op_type] += 1
         return True
 
+    def _lift_constant(self, node: ir.Node, graph: ir.Graph) -> bool:
+        """A main-graph Constant node becomes an initializer of the same name (so CSE can merge
+        duplicates); graph outputs and subgraph Constants stay as they are."""
+        out = node.outputs[0] if len(node.outputs) == 1 else None
+        if graph is not self._main or out is None or out.is_graph_output() or not out.uses():
+            return False
+        tensor = constant_tensor(out)
+        if tensor is None or not out.name:
+            return False
+        self._replace(out, tensor, graph)
+        graph.remove(node, safe=True)
+        self.stats["Constant-lifted"] += 1
+        return True
+
     def _evaluate(self, node: ir.Node, model: ir.Model) -> list[np.ndarray] | None:
         if node.op_type in ("Shape", "Size"):
             folded = _fold_shape_op(node)
             if folded is not None:
                 return folded
+        if node.op_type == "CastLike" and len(node.inputs) == 2 and node.inputs[1] is not None:
+            # The second input only supplies a dtype: its values need not be constant.
+            src, like = constant_tensor(node.inputs[0]), node.inputs[1].dtype
+            if src is None or like is None:
+                return None
+            return [_cast_to(_to_numpy(src), like)]
         tensors = [constant_tensor(v) if v is not None else None for v in node.inputs]
         if any(t is None for v, t in zip(node.inputs, tensors) if v is not None):
             return None  # some input is not constant

@@ -319,3 +319,23 @@ def test_large_weight_transpose_is_folded_lazily_and_correctly():
     assert isinstance(folded, ir.LazyTensor) and list(folded.shape) == [512, 640]
     np.testing.assert_array_equal(folded.numpy(), w.T)
     check_same(proto, model)
+
+
+def test_constant_nodes_lift_to_initializers_and_castlike_folds_by_dtype():
+    proto = parse(HEADER + '''
+    g (int64[N] n, float[N] x) => (float[N] y, int64[2] k)
+    {
+        k = Constant<value_ints = [3, 4]>()
+        z = Constant<value = float {0.5}>()
+        zi = CastLike(z, n)
+        zf = Cast<to = 1>(zi)
+        y = Add(x, zf)
+    }''')
+    model, modified, p = apply(ConstantFoldingPass, proto)
+    assert modified
+    # k is a graph output: it stays a Constant node. z is lifted; CastLike needs only n's dtype.
+    assert ops(model) == {"Constant": 1, "Add": 1}
+    assert p.stats == {"Constant-lifted": 1, "CastLike": 1, "Cast": 1}
+    zi = model.graph.initializers["zi"].const_value
+    assert zi.dtype == ir.DataType.INT64 and zi.numpy() == 0  # 0.5 cast to int64 truncates
+    check_same(proto, model)
