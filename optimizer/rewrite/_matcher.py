@@ -200,6 +200,45 @@ class Matcher:
         self.producers = rule.producers
         self.where = rule.where
         self.escape_ok = frozenset(n for n, c in rule.where.items() if c.escape)
+        # Prefilter of the anchor: per alternative of the anchor statement and per input, the op
+        # keys its producer must have (None: anything). Cheaper than starting the search.
+        self._prefilter: list[tuple[tuple[str, str], list[frozenset | None], bool]] = []
+        for alt in rule.anchor.alternatives:
+            need: list[frozenset | None] = []
+            for name in alt.inputs:
+                prod = rule.producers.get(name) if name else None
+                st = rule.match[prod[0]] if prod else None
+                if st is None or st.optional:
+                    need.append(None)
+                else:
+                    need.append(frozenset(a.key for a in st.alternatives))
+            self._prefilter.append((alt.key, need, self._alt_info[id(alt)][2]))
+
+    def quick_reject(self, anchor: ir.Node) -> bool:
+        """True if no anchor alternative can match: a needed input producer has the wrong op."""
+        key = (norm_domain(anchor.domain), anchor.op_type)
+        inputs = anchor.inputs
+        for akey, need, commutative in self._prefilter:
+            if akey != key:
+                continue
+            if self._inputs_fit(inputs, need, (0, 1) if len(need) == 2 else None):
+                return False
+            if commutative and len(inputs) == 2 and self._inputs_fit(inputs, need, (1, 0)):
+                return False
+        return True
+
+    @staticmethod
+    def _inputs_fit(inputs, need, order) -> bool:
+        for k, keys in enumerate(need):
+            if keys is None:
+                continue
+            i = order[k] if order else k
+            if i >= len(inputs) or inputs[i] is None:
+                return False
+            prod = inputs[i].producer()
+            if prod is None or (norm_domain(prod.domain), prod.op_type) not in keys:
+                return False
+        return True
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -211,6 +250,8 @@ class Matcher:
             if tracer:
                 tracer.record(0, STAGE_STRUCTURE, f"anchor has {len(anchor.outputs)} outputs",
                               self.stmts[si].source, describe_node(anchor), [])
+            return None
+        if tracer is None and self.quick_reject(anchor):
             return None
         self.facts = facts
         self.tracer = tracer
