@@ -40,8 +40,8 @@ FA_VARIANTS = ((64, 64, 4), (128, 64, 8), (128, 64, 4), (128, 32, 4))
 FA_DEFAULT = (128, 64, 4)
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
-PA_VARIANTS = ((4, 3, 0), (8, 3, 0), (4, 3, 1), (2, 6, 1), (8, 3, 1))
-PA_DEFAULT = (4, 3, 0)
+PA_VARIANTS = ((4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1))
+PA_DEFAULT = (4, 3, 0)  # portable default (sm_80+); plan_paged_decode picks bulk on sm_90 for D=128
 PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 
@@ -98,9 +98,10 @@ def fa_smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
 
 def pa_smem_bytes(head_dim: int, warps: int, stages: int, bulk: int = 0) -> int:
     """Dynamic shared memory of the paged decode kernel (mirrors pa_smem_bytes in the .cu):
-    mbarriers (128 B) + Q tile + stages of K and V tiles (rows padded by 8 elements when bulk)."""
+    [bulk: mbarriers (128 B)] + Q tile + stages of K and V tiles (rows padded by 8 elements
+    when bulk)."""
     row = head_dim + 8 if bulk else head_dim
-    return 128 + (16 * head_dim + stages * 2 * 16 * warps * row) * 2
+    return (128 if bulk else 0) + (16 * head_dim + stages * 2 * 16 * warps * row) * 2
 
 
 @dataclass(frozen=True)
@@ -200,12 +201,16 @@ def plan_paged_decode(
     max_seq_len: int | None = None,
     num_splits: int | None = None,
     variant: tuple[int, int, int] | None = None,
-    target_waves: float = 4.0,
+    target_waves: float = 1.5,
     ctas_per_sm: int = 2,
     min_split_tokens: int = 256,
     device: DeviceInfo = H200,
 ) -> PagedDecodePlan:
-    """Pick split count and grid for decode over the paged pool.
+    """Pick variant, split count and grid for decode over the paged pool.
+
+    Splits: enough CTAs for ``target_waves`` waves of ``ctas_per_sm`` per SM, no split under
+    ``min_split_tokens``; measured on the H200, fewer and longer splits read faster, so the
+    default aims at about one and a half waves.
 
     ``max_seq_len`` defaults to the block table's capacity (``max_blocks * block_size``),
     which is all a TensorRT plugin knows at enqueue time; CTAs past a sequence's end exit.
@@ -220,7 +225,10 @@ def plan_paged_decode(
     cap = max_blocks * block_size
     ctx = min(max_seq_len, cap) if max_seq_len is not None else cap
     ctx = max(ctx, 1)
-    variant = tuple(variant) if variant is not None else PA_DEFAULT
+    if variant is None:
+        # Measured on the H200 (docs/PERF.md): bulk copies win for 256-byte rows (D=128).
+        variant = (4, 3, 1) if head_dim == 128 and device.compute_capability >= (9, 0) else PA_DEFAULT
+    variant = tuple(variant)
     if variant not in PA_VARIANTS:
         raise ValueError(f"variant {variant} not compiled; choose one of {PA_VARIANTS}")
     warps, stages, bulk = variant

@@ -161,7 +161,7 @@ def main() -> int:
                 for sp in sorted({auto.num_splits, 1, 2}):
                     plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
                     label = (f"ours paged w{var[0]}s{var[1]}{' bulk' if var[2] else ''} split={plan.num_splits}"
-                             f"{' (auto)' if sp == auto.num_splits and var == lp.PA_DEFAULT else ''}")
+                             f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
             cands["torch SDPA contiguous KV"] = (lambda: F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True), False)
 

@@ -33,11 +33,12 @@ constexpr int kPaSplitAlign = 64;  // split lengths are multiples of this many t
 // tiles whose rows are padded by 16 bytes, completing on one mbarrier per stage.
 __host__ __device__ constexpr int pa_row_elems(int D, int bulk) { return bulk ? D + 8 : D; }
 __host__ __device__ constexpr int pa_smem_bytes(int D, int W, int S, int bulk) {
-  // mbarriers (128 B) + Q tile (16 x D) + stages x (K + V tiles); the merge scratch reuses the stages.
-  return 128 + (16 * D + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
+  // [bulk: mbarriers (128 B)] + Q tile (16 x D) + stages x (K + V tiles); the merge scratch
+  // reuses the stages.
+  return (bulk ? 128 : 0) + (16 * D + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
 }
 
-template <typename T, int D, int kPaWarps, int kPaStages, int BULK>
+template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0>
 __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ q, long long q_sb, const T* __restrict__ k_pool,
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
@@ -57,7 +58,7 @@ __device__ __forceinline__ void pa_decode_body(
 
   extern __shared__ __align__(128) unsigned char pa_smem[];
   uint64_t* mbar = reinterpret_cast<uint64_t*>(pa_smem);  // [kPaStages], BULK only
-  T* sQ = reinterpret_cast<T*>(pa_smem + 128);
+  T* sQ = reinterpret_cast<T*>(pa_smem + (BULK ? 128 : 0));
   T* sKV = sQ + 16 * D;  // [stage][K|V][kPaTile][RS]
 
   const int tid = threadIdx.x;
@@ -105,47 +106,59 @@ __device__ __forceinline__ void pa_decode_body(
     __syncthreads();
   }
 
+  // cp.async path: 16-byte chunks, zero-filled past the end of the split.
   auto load_tile = [&](int tile, int stage) {
     const int t0 = t_begin + tile * kPaTile;
     T* dk = sKV + stage * 2 * TILE_ELEMS;
     T* dv = dk + TILE_ELEMS;
-    if constexpr (BULK != 0) {
-      // One row copy per (token, K|V); rows past the end re-read the last valid token (finite
-      // data that the softmax masks), so every stage receives exactly the same byte count.
-      const uint32_t bar = smem_u32(mbar + stage);
-      if (tid == 0) mbar_arrive_expect_tx(bar, 2 * kPaTile * D * 2);
-      for (int c = tid; c < 2 * kPaTile; c += NT) {
-        const int r = c % kPaTile;
-        const int tok = min(t0 + r, t_end - 1);
-        const int blk = bt[tok / block_size];
-        const long long off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
-        const bool is_v = c >= kPaTile;
-        bulk_copy_g2s(smem_u32((is_v ? dv : dk) + r * RS), (is_v ? v_pool : k_pool) + off, D * 2, bar);
-      }
-    } else {
 #pragma unroll
-      for (int i = 0; i < (kPaTile * CPR) / NT; ++i) {
-        int c = tid + i * NT;
-        int r = c / CPR, cc = c % CPR;
-        int tok = t0 + r;
-        bool ok = tok < t_end;
-        long long off = 0;
-        if (ok) {
-          int blk = bt[tok / block_size];
-          off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
-        }
-        cp_async_16(smem_u32(dk + kv_off(r, cc * 8)), k_pool + off + cc * 8, ok);
-        cp_async_16(smem_u32(dv + kv_off(r, cc * 8)), v_pool + off + cc * 8, ok);
+    for (int i = 0; i < (kPaTile * CPR) / NT; ++i) {
+      int c = tid + i * NT;
+      int r = c / CPR, cc = c % CPR;
+      int tok = t0 + r;
+      bool ok = tok < t_end;
+      long long off = 0;
+      if (ok) {
+        int blk = bt[tok / block_size];
+        off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
       }
+      cp_async_16(smem_u32(dk + kv_off(r, cc * 8)), k_pool + off + cc * 8, ok);
+      cp_async_16(smem_u32(dv + kv_off(r, cc * 8)), v_pool + off + cc * 8, ok);
     }
   };
+
+  // Bulk path: thread tid copies row (tid % kPaTile) of K (tid < kPaTile) or V of every
+  // tile, one bulk copy each; rows past the end re-read the last valid token (finite data
+  // the softmax masks), so every stage receives the same byte count. The block-table lookup
+  // for the next tile is done one iteration ahead, so its latency hides behind the math.
+  static_assert(!BULK || 2 * kPaTile == NT, "bulk variants copy one row per thread");
+  const int my_r = tid % kPaTile;
+  const bool my_v = tid >= kPaTile;
+  auto bulk_row_off = [&](int tile) -> long long {
+    const int tok = min(t_begin + tile * kPaTile + my_r, t_end - 1);
+    const int blk = bt[tok / block_size];
+    return ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
+  };
+  auto bulk_issue = [&](int tile, long long off) {
+    const int stage = tile % kPaStages;
+    const uint32_t bar = smem_u32(mbar + stage);
+    if (tid == 0) mbar_arrive_expect_tx(bar, 2 * kPaTile * D * 2);
+    T* dst = sKV + stage * 2 * TILE_ELEMS + (my_v ? TILE_ELEMS : 0) + my_r * RS;
+    bulk_copy_g2s(smem_u32(dst), (my_v ? v_pool : k_pool) + off, D * 2, bar);
+  };
+  long long pending_off = 0;
 
   // Prologue: Q joins the first group; fill kPaStages - 1 stages.
 #pragma unroll
   for (int st = 0; st < kPaStages - 1; ++st) {
-    if (st < n_tiles) load_tile(st, st);
+    if constexpr (BULK != 0) {
+      if (st < n_tiles) bulk_issue(st, bulk_row_off(st));
+    } else {
+      if (st < n_tiles) load_tile(st, st);
+    }
     cp_async_commit();
   }
+  if constexpr (BULK != 0) pending_off = bulk_row_off(kPaStages - 1);
 
   float acc[D / 8][4];
 #pragma unroll
@@ -158,7 +171,14 @@ __device__ __forceinline__ void pa_decode_body(
     // Keep kPaStages - 1 tiles in flight: issue tile j + kPaStages - 1 (maybe empty group).
     {
       int nxt = j + kPaStages - 1;
-      if (nxt < n_tiles) load_tile(nxt, nxt % kPaStages);
+      if constexpr (BULK != 0) {
+        if (nxt < n_tiles) {
+          bulk_issue(nxt, pending_off);
+          pending_off = bulk_row_off(nxt + 1);
+        }
+      } else {
+        if (nxt < n_tiles) load_tile(nxt, nxt % kPaStages);
+      }
       cp_async_commit();
     }
     if (BULK) {
@@ -356,7 +376,7 @@ using onnx_fuse::pa_reduce_body;
   X(DTN, T, D, 4, 3, 0, )            \
   X(DTN, T, D, 8, 3, 0, )            \
   X(DTN, T, D, 4, 3, 1, b)           \
-  X(DTN, T, D, 2, 6, 1, b)           \
+  X(DTN, T, D, 4, 2, 1, b)           \
   X(DTN, T, D, 8, 3, 1, b)
 
 #define OF_PA_KERNELS(DTN, T, D)                                                               \
@@ -399,7 +419,7 @@ long long onnx_fuse_paged_attention_workspace_bytes(int B, int Hq, int D, int nu
 // tokens one split covers; num_splits * part_tokens must cover the longest sequence
 // (use onnx_fuse.plugins.launch_plan.plan_paged_decode). workspace: at least
 // onnx_fuse_paged_attention_workspace_bytes(...) bytes, may be null when num_splits == 1.
-// Variant (warps, stages, bulk): (4, 3, 0), (8, 3, 0), (4, 3, 1), (2, 6, 1), (8, 3, 1);
+// Variant (warps, stages, bulk): (4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1);
 // (0, 0, 0) = default; bulk variants need compute capability 9.0+.
 int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb,
                                         const void* k_pool, const void* v_pool,

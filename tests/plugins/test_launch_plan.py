@@ -148,3 +148,19 @@ def test_append_plan_and_byte_counts():
     assert lp.paged_decode_kv_bytes([4096] * 64, 8, 128) == 64 * 4096 * 8 * 128 * 2 * 2
     assert lp.fused_attention_flops(4, 4096, 32, 128, False) == 4 * 4 * 32 * 4096**2 * 128
     assert lp.fused_attention_flops(1, 10, 1, 64, True) == lp.fused_attention_flops(1, 10, 1, 64, False) / 2
+
+
+def test_yaml_contracts_match_the_planner():
+    import yaml
+
+    root = KERNELS.parent
+    fa = yaml.safe_load((root / "fused_attention.yaml").read_text())
+    pa = yaml.safe_load((root / "paged_attention.yaml").read_text())
+    assert {tuple(v) for v in fa["kernel"]["variants"]} == set(lp.FA_VARIANTS)
+    assert {tuple(v) for v in pa["kernel"]["variants"]} == set(lp.PA_VARIANTS)
+    assert [i["name"] for i in fa["inputs"]] == ["query", "key", "value", "seq_lens"]
+    assert [i["name"] for i in pa["inputs"]] == ["query", "key", "value", "key_cache", "value_cache",
+                                                 "block_tables", "seq_lens"]
+    for c in (fa, pa):
+        assert c["domain"] == "onnx_fuse" and c["plugin"]["version"] == "1"
+        assert set(c["dtype_combinations"]["kernel"]) == set(lp.SUPPORTED_DTYPES)

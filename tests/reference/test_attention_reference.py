@@ -1,0 +1,180 @@
+"""The NumPy attention references (onnx_fuse.reference) against independent computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnx_fuse import reference as ref
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def _sdpa(q, k, v, *, causal, scale, lens=None):
+    """torch float64 SDPA on [B,S,H,D] numpy arrays with GQA expansion and key padding."""
+    B, S, Hq, D = q.shape
+    g = Hq // k.shape[2]
+    qt = torch.from_numpy(q).double().transpose(1, 2)
+    kt = torch.from_numpy(np.repeat(k, g, axis=2)).double().transpose(1, 2)
+    vt = torch.from_numpy(np.repeat(v, g, axis=2)).double().transpose(1, 2)
+    mask = torch.ones(B, 1, S, S, dtype=torch.bool)
+    if causal:
+        mask &= torch.ones(S, S, dtype=torch.bool).tril()
+    if lens is not None:
+        mask &= (torch.arange(S)[None, :] < torch.tensor(lens)[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale).transpose(1, 2).numpy()
+    if lens is not None:
+        for b, L in enumerate(lens):
+            out[b, L:] = 0.0
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2), (6, 1)])
+def test_fused_matches_torch_sdpa(causal, heads):
+    Hq, Hkv = heads
+    r = _rng(Hq * 10 + causal)
+    q = r.standard_normal((2, 37, Hq, 16))
+    k = r.standard_normal((2, 37, Hkv, 16))
+    v = r.standard_normal((2, 37, Hkv, 16))
+    got = ref.fused_attention(q, k, v, causal=causal, scale=0.3)
+    np.testing.assert_allclose(got, _sdpa(q, k, v, causal=causal, scale=0.3), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_padding_zeroes_rows_and_ignores_padded_values(causal):
+    r = _rng(1)
+    lens = [37, 20, 1, 0]
+    q = r.standard_normal((4, 37, 4, 8))
+    k = r.standard_normal((4, 37, 2, 8))
+    v = r.standard_normal((4, 37, 2, 8))
+    expect = _sdpa(q, k, v, causal=causal, scale=None, lens=[max(L, 1) for L in lens])
+    expect[3] = 0.0
+    for b, L in enumerate(lens):  # garbage in the padding must not leak
+        k[b, L:] = 1e6
+        v[b, L:] = -1e6
+    got = ref.fused_attention(q, k, v, seq_lens=np.array(lens, np.int32), causal=causal)
+    np.testing.assert_allclose(got, expect, rtol=1e-10, atol=1e-12)
+    assert not got[3].any() and not got[1, 20:].any()
+
+
+def test_fused_layouts_and_onnx_op_agree():
+    r = _rng(2)
+    B, S, Hq, Hkv, D = 2, 9, 4, 2, 8
+    q = r.standard_normal((B, S, Hq, D)).astype(np.float32)
+    k = r.standard_normal((B, S, Hkv, D)).astype(np.float32)
+    v = r.standard_normal((B, S, Hkv, D)).astype(np.float32)
+    base = ref.fused_attention(q, k, v, causal=True)
+    assert base.dtype == np.float32
+    bhsd = ref.fused_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                               causal=True, layout="bhsd")
+    np.testing.assert_allclose(bhsd.transpose(0, 2, 1, 3), base, rtol=1e-6)
+    op = ref.fused_attention_op(q.reshape(B, S, -1), k.reshape(B, S, -1), v.reshape(B, S, -1),
+                                num_heads=Hq, kv_num_heads=Hkv, causal=1, scale=0.0)
+    np.testing.assert_allclose(op.reshape(B, S, Hq, D), base, rtol=1e-6)
+    # scale 0.0 and None both mean 1/sqrt(D)
+    np.testing.assert_allclose(ref.fused_attention(q, k, v, scale=0.0), ref.fused_attention(q, k, v), rtol=0)
+    assert ref.resolve_scale(0.0, 64) == ref.resolve_scale(None, 64) == 0.125
+
+
+@pytest.mark.parametrize("bad", [
+    dict(k_shape=(1, 5, 3, 8)),            # 4 % 3 != 0
+    dict(k_shape=(1, 6, 2, 8)),            # S mismatch
+    dict(layout="nope"),
+])
+def test_fused_rejects_bad_shapes(bad):
+    q = np.zeros((1, 5, 4, 8))
+    k = np.zeros(bad.get("k_shape", (1, 5, 2, 8)))
+    with pytest.raises(ValueError):
+        ref.fused_attention(q, k, k, layout=bad.get("layout", "bshd"))
+
+
+def _paged_setup(r, B, Hkv, D, bs, lens, nb_extra=2):
+    blocks = [max(1, -(-L // bs)) for L in lens]
+    nb = sum(blocks) + nb_extra
+    perm = r.permutation(nb)
+    tables = np.full((B, max(blocks) + 1), -1, np.int32)
+    kp = np.full((nb, bs, Hkv, D), np.nan)
+    vp = np.full((nb, bs, Hkv, D), np.nan)
+    contig_k = [r.standard_normal((L, Hkv, D)) for L in lens]
+    contig_v = [r.standard_normal((L, Hkv, D)) for L in lens]
+    i = 0
+    for b, L in enumerate(lens):
+        for j in range(blocks[b]):
+            tables[b, j] = perm[i]
+            i += 1
+        for p in range(L):
+            kp[tables[b, p // bs], p % bs] = contig_k[b][p]
+            vp[tables[b, p // bs], p % bs] = contig_v[b][p]
+    return kp, vp, tables, contig_k, contig_v
+
+
+@pytest.mark.parametrize("bs", [1, 4, 16])
+def test_paged_decode_equals_dense_attention(bs):
+    r = _rng(bs)
+    B, Hq, Hkv, D, lens = 3, 8, 2, 8, [1, 17, 40]
+    kp, vp, tables, ck, cv = _paged_setup(r, B, Hkv, D, bs, lens)
+    q = r.standard_normal((B, Hq, D))
+    got = ref.paged_attention(q, kp, vp, tables, np.array(lens), scale=0.5)
+    assert np.isfinite(got).all()  # NaN slots in the pool are never read
+    for b, L in enumerate(lens):
+        dense = ref.fused_attention(q[b][None, None], ck[b][None], cv[b][None], scale=0.5) if L == 1 else None
+        kk = np.repeat(ck[b], Hq // Hkv, axis=1)
+        vv = np.repeat(cv[b], Hq // Hkv, axis=1)
+        s = np.einsum("hd,lhd->hl", q[b], kk) * 0.5
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(got[b], np.einsum("hl,lhd->hd", p, vv), rtol=1e-10, atol=1e-12)
+        if dense is not None:
+            np.testing.assert_allclose(got[b], dense[0, 0], rtol=1e-10)
+
+
+def test_paged_chunked_prefill_is_causal_over_cache():
+    """Sq new tokens at the end of the cache = causal attention over the whole sequence."""
+    r = _rng(5)
+    Hq, Hkv, D, bs, L, Sq = 4, 2, 8, 4, 11, 5
+    kp, vp, tables, ck, cv = _paged_setup(r, 1, Hkv, D, bs, [L])
+    qfull = r.standard_normal((1, L, Hq, D))
+    full = ref.fused_attention(qfull, ck[0][None], cv[0][None], causal=True)
+    got = ref.paged_attention(qfull[:, L - Sq:], kp, vp, tables, np.array([L]))
+    np.testing.assert_allclose(got, full[:, L - Sq:], rtol=1e-10, atol=1e-12)
+
+
+def test_append_kv_and_paged_op_roundtrip():
+    r = _rng(6)
+    B, Hq, Hkv, D, bs = 2, 4, 2, 8, 4
+    lens_after = np.array([6, 9], np.int32)
+    kp, vp, tables, ck, cv = _paged_setup(r, B, Hkv, D, bs, [5, 8], nb_extra=2)
+    tables[1, 2] = np.setdiff1d(np.arange(kp.shape[0]), tables[tables >= 0])[0]
+    kn = r.standard_normal((B, 1, Hkv * D))
+    vn = r.standard_normal((B, 1, Hkv * D))
+    q = r.standard_normal((B, 1, Hq * D))
+    out, kc, vc = ref.paged_attention_op(q, kn, vn, kp, vp, tables, lens_after, num_heads=Hq, kv_num_heads=Hkv)
+    assert np.isnan(kp[tables[0, 1], 1]).all()  # inputs untouched (functional in ORT)
+    for b in range(B):
+        p = int(lens_after[b]) - 1
+        np.testing.assert_array_equal(kc[tables[b, p // bs], p % bs], kn[b, 0].reshape(Hkv, D))
+        np.testing.assert_array_equal(vc[tables[b, p // bs], p % bs], vn[b, 0].reshape(Hkv, D))
+        # Decode over the updated cache = dense attention over old tokens + the new one.
+        full_k = np.concatenate([ck[b][: p], kn[b, 0].reshape(1, Hkv, D)])
+        full_v = np.concatenate([cv[b][: p], vn[b, 0].reshape(1, Hkv, D)])
+        L = p + 1
+        dense = ref.fused_attention(np.repeat(q[b].reshape(1, 1, Hq, D), L, axis=1), full_k[None], full_v[None])
+        np.testing.assert_allclose(out[b, 0], dense[0, -1].reshape(-1), rtol=1e-10, atol=1e-12)
+    # In place: same result, pools modified.
+    k2, v2 = ref.append_kv(kp, vp, kn.reshape(B, 1, Hkv, D), vn.reshape(B, 1, Hkv, D), tables, lens_after, inplace=True)
+    assert k2 is kp and np.array_equal(kp, kc, equal_nan=True)
+
+
+def test_paged_zero_length_and_overflow():
+    r = _rng(7)
+    kp, vp, tables, _, _ = _paged_setup(r, 2, 1, 8, 4, [0, 3])
+    out = ref.paged_attention(r.standard_normal((2, 2, 8)), kp, vp, tables, np.array([0, 3]))
+    assert not out[0].any() and np.isfinite(out).all()
+    with pytest.raises(ValueError, match="exceeds"):
+        ref.paged_attention(np.zeros((2, 2, 8)), kp, vp, tables, np.array([0, 999]))
