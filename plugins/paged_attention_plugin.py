@@ -60,7 +60,7 @@ _TILE = 64  # the JIT path's split granularity (a multiple of every variant's to
 # re-expanding the kernel file's own OF_PA_KERNELS(...) lines with the macro redefined.
 AOT_ADAPTER_HEADER = r"""
 #include "paged_attention.cu"
-#define OF_PA_TRT(DTN, T, D, W, ST)                                                            \
+#define OF_PA_TRT(DTN, T, D, W, ST, BULK)                                                      \
   extern "C" __global__ void __launch_bounds__(32 * W) onnx_fuse_pa_trt_##DTN##_d##D##_w##W##s##ST( \
       const T* q, const T* k_new, const T* v_new, const T* k_pool_in, const T* v_pool_in,      \
       const int* block_tables, const int* seq_lens, int Hq, int Hkv, int block_size,           \
@@ -79,7 +79,8 @@ AOT_ADAPTER_HEADER = r"""
     }                                                                                          \
     __syncthreads();                                                                           \
     const long long row = (long long)Hq * D;                                                   \
-    onnx_fuse::pa_decode_body<T, D, W, ST>(q, row, k_pool, v_pool, block_tables, seq_lens,     \
+    onnx_fuse::pa_decode_body<T, D, W, ST, BULK>(q, row, k_pool, v_pool, block_tables,         \
+                                                 seq_lens,                                     \
                                            out, row, nullptr, nullptr, Hq, Hkv, block_size,    \
                                            max_blocks, part_tokens,                            \
                                            __int_as_float(scale_log2_bits));                   \
@@ -88,12 +89,14 @@ AOT_ADAPTER_HEADER = r"""
 
 
 def decode_variants() -> list[tuple[int, int]]:
-    """(warps, pipeline stages) of each decode variant paged_attention.cu instantiates."""
+    """(warps, pipeline stages) of each non-bulk decode variant in paged_attention.cu's
+    OF_PA_VARIANTS list. Bulk-copy variants (sm_90+) are left out: the AOT PTX targets
+    compute_80 and must run on every supported GPU."""
     from onnx_fuse.plugins.build_kernels import KERNEL_DIR
 
     text = (KERNEL_DIR / "paged_attention.cu").read_text()
-    found = re.findall(r"OF_PA_DECODE\(DTN,\s*T,\s*D,\s*(\d+),\s*(\d+)\)", text)
-    return sorted({(int(w), int(st)) for w, st in found}) or [(4, 3)]
+    found = re.findall(r"X\(DTN,\s*T,\s*D,\s*(\d+),\s*(\d+),\s*(\d+)\s*,", text)
+    return sorted({(int(w), int(st)) for w, st, bulk in found if bulk == "0"}) or [(4, 3)]
 
 
 def adapter_source() -> str:
@@ -103,7 +106,7 @@ def adapter_source() -> str:
 
     text = (KERNEL_DIR / "paged_attention.cu").read_text()
     types = re.findall(r"^OF_PA_KERNELS\((\w+),\s*([\w:]+),\s*(\d+)\)\s*$", text, flags=re.MULTILINE)
-    lines = [f"OF_PA_TRT({dt}, {t}, {d}, {w}, {st})"
+    lines = [f"OF_PA_TRT({dt}, {t}, {d}, {w}, {st}, 0)"
              for dt, t, d in types for w, st in decode_variants()]
     return AOT_ADAPTER_HEADER + "\n".join(lines) + "\n"
 

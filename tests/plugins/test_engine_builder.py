@@ -147,6 +147,41 @@ def test_corrupt_cache_entry_is_rebuilt(encoder, tmp_path, damage):
 
 
 @needs_builder
+def test_progress_monitor_reports_build_phases(encoder, tmp_path, monkeypatch):
+    """TensorRT's IProgressMonitor drives the display: phases start, steps complete, finish."""
+    import contextlib
+
+    from onnx_fuse.plugins import engine_builder as eb
+
+    events = []
+
+    class Recorder:  # the slice of rich.progress.Progress the monitor uses
+        def __init__(self):
+            self.tasks = {}
+
+        def add_task(self, description, total):
+            task = len(self.tasks)
+            self.tasks[task] = type("Task", (), {"total": total})
+            events.append(("start", description.strip(), total))
+            return task
+
+        def update(self, task, **kw):
+            events.append(("update", task, kw))
+
+    @contextlib.contextmanager
+    def recording(enabled, label):
+        yield Recorder() if enabled else None
+
+    monkeypatch.setattr(eb, "_progress", recording)
+    build_engine(encoder, tmp_path / "a.plan", _opts(tmp_path, progress=True, cache_dir=""))
+    if not BACKEND.progress_monitor:
+        pytest.skip(f"{BACKEND.label} has no progress monitor")
+    starts = [e for e in events if e[0] == "start"]
+    assert starts and starts[0][2] >= 1
+    assert any(e[0] == "update" and e[2].get("visible") is False for e in events)  # finished
+
+
+@needs_builder
 def test_no_cache_never_writes_cache(encoder, tmp_path):
     r = build_engine(encoder, tmp_path / "a.plan", _opts(tmp_path, cache_dir=""))
     assert not r.cache_hit and r.meta["cache"]["dir"] is None

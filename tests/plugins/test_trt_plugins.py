@@ -156,6 +156,38 @@ def test_paged_attention_contract_violations(kw, message):
     assert any(message in r for r in reasons), reasons
 
 
+# ---------------------------------------------------------------------------- contract files
+
+@pytest.mark.parametrize("mod, contract", [(fa, "fused_attention.yaml"),
+                                           (pa, "paged_attention.yaml")])
+def test_plugin_matches_machine_readable_contract(mod, contract):
+    """plugins/<op>.yaml (written with the kernels) and the plugin agree on names."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(fa.__file__).with_name(contract)
+    if not path.exists():
+        pytest.skip(f"plugins/{contract} not written yet")
+    doc = yaml.safe_load(path.read_text())
+
+    def names(section):
+        items = doc.get(section) or []
+        if isinstance(items, dict):
+            return list(items)
+        return [i["name"] if isinstance(i, dict) else str(i) for i in items]
+
+    if doc.get("inputs"):
+        assert names("inputs")[: len(mod.INPUTS)] == list(mod.INPUTS)[: len(names("inputs"))]
+    if doc.get("attributes"):
+        ours = set(mod.ATTRIBUTES)
+        theirs = set(names("attributes")) - {"plugin_version", "plugin_namespace", "aot"}
+        assert theirs == ours
+    for key in ("version", "plugin_version"):
+        if key in doc:
+            assert str(doc[key]) == mod.PLUGIN_VERSION
+
+
 # ---------------------------------------------------------------------------- QDP signatures
 
 def _params(fn):
