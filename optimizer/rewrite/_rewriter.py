@@ -15,6 +15,7 @@ more, and keeps the op index current. A rejected plan leaves the graph untouched
 from __future__ import annotations
 
 import dataclasses
+import gc
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -494,6 +495,18 @@ class RewritePass(FusePass):
         self.stats_reason: str | None = None
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        # The graph is one big web of reference cycles (nodes <-> values); a full cyclic-GC sweep
+        # of it on every allocation threshold made large models superlinear. Nothing here creates
+        # garbage cycles that must be freed mid-pass, so collect once afterwards instead.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._call(model)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _call(self, model: ir.Model) -> ir.passes.PassResult:
         rewriter = Rewriter(model, validate=self.validate)
         rules = [r for r in self.rule_set.ordered() if r.opset_ok(rewriter.opset)]
         matchers = [(r, Matcher(r)) for r in rules]
