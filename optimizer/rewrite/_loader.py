@@ -82,9 +82,19 @@ def _convert(node: yaml.Node, state: _Data, stack: tuple[int, ...], alias_depth:
         out.line = line
         out.lines = {}
         out.styles = {}
+        merged: list[Mapping] = []
         for knode, vnode in node.value:
-            if not isinstance(knode, yaml.ScalarNode) or knode.tag == "tag:yaml.org,2002:merge":
-                raise RuleError("mapping keys must be plain strings (no merge keys)", knode.start_mark.line + 1, file)
+            if isinstance(knode, yaml.ScalarNode) and knode.tag == "tag:yaml.org,2002:merge":
+                # `<<: *shared` (or a list of them): keys written here win over merged ones
+                sources = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
+                for src in sources:
+                    got = _convert(src, state, stack, alias_depth, file)
+                    if not isinstance(got, Mapping):
+                        raise RuleError("`<<` merges mappings only", knode.start_mark.line + 1, file)
+                    merged.append(got)
+                continue
+            if not isinstance(knode, yaml.ScalarNode):
+                raise RuleError("mapping keys must be plain strings", knode.start_mark.line + 1, file)
             key = state.loader.construct_object(knode)
             if not isinstance(key, str):
                 key = str(key)
@@ -97,6 +107,15 @@ def _convert(node: yaml.Node, state: _Data, stack: tuple[int, ...], alias_depth:
             if isinstance(vnode, yaml.SequenceNode):
                 for i, item in enumerate(vnode.value):
                     out.lines[f"{key}[{i}]"] = item.start_mark.line + 1
+        for src in merged:
+            for key, value in src.items():
+                if key not in out:
+                    out[key] = value
+                    for lk, ln in src.lines.items():
+                        if lk == key or lk.startswith(f"{key}["):
+                            out.lines[lk] = ln
+                    if key in src.styles:
+                        out.styles[key] = src.styles[key]
         return out
     raise RuleError(f"unsupported YAML node {type(node).__name__}", line, file)
 

@@ -146,3 +146,32 @@ def test_target_and_level_selection():
     assert all(r.level <= 2 and "ort" in r.targets for r in rs)
     assert len(load_rule_set(target="ort", max_level=1)) == sum(
         1 for r in load_rule_set(target="ort") if r.level <= 1)
+
+
+def test_yaml_anchors_and_merge_keys_share_blocks_between_rules():
+    text = """\
+rules:
+  - name: relu-relu
+    doc: Relu(Relu(x)) -> Relu(x)
+    targets: [ort]
+    match: &chain |
+      a = Relu(x)
+      y = Relu(a)
+    where: &shared
+      x: {dtype: float}
+      a: {escape: false}
+    rewrite: |
+      y = Relu(x)
+  - name: relu-relu-f16
+    doc: Relu(Relu(x)) -> Relu(x), float16
+    targets: [ort]
+    match: *chain
+    where:
+      <<: *shared
+      x: {dtype: float16}
+    rewrite: |
+      y = Relu(x)
+"""
+    rules, errors = load_text(text, "f.yaml")
+    assert not errors, [str(e) for e in errors]
+    assert rules[1].where["x"].dtypes == ("float16",) and "a" in rules[1].where
