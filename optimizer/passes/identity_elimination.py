@@ -3,8 +3,9 @@
 Cases handled (each counted in ``stats`` under the op type):
 - Identity; Dropout in inference mode (no training_mode, or a constant false one) whose mask
   output is unused; Cast / CastLike to the input's own dtype; Concat of a single input;
-- Reshape to the same shape (constant shape whose entries are 0 = copy, or equal to the input's
-  static dim, at most one -1), Expand to a shape the input already has, Transpose with the identity
+- Reshape to the same shape (entries 0 = copy, equal to the input's static dim, or the same
+  symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
+  shape the input already has (same reasoning), Transpose with the identity
   permutation, Slice over whole axes with step 1, Squeeze without axes of a static shape with no 1s,
   Pad with all-zero pads, Flatten of a rank-2 input at axis 1;
 - x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 where the constant broadcasts into x without changing
@@ -53,6 +54,90 @@ def _all_equal(value: ir.Value | None, target: float) -> bool:
     except Exception:
         return False
     return arr.size > 0 and bool(np.all(arr == target))
+
+
+def _shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] | None:
+    """What a small int tensor holds, symbolically: (entries, is_scalar) where an entry is an int
+    or the name of a symbolic dim, followed through the Shape -> Gather/Slice/Squeeze/Unsqueeze/
+    Reshape/Concat/Cast chains exporters emit. None when some entry is not known."""
+    if value is None or depth > 12:
+        return None
+    t = constant_tensor(value)
+    if t is not None:
+        if not t.dtype.is_integer() or t.size > 16:
+            return None
+        return [int(v) for v in t.numpy().reshape(-1)], len(t.shape) == 0
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return None
+    op, ins = node.op_type, list(node.inputs)
+    if op == "Shape":
+        x = ins[0]
+        if x is None or x.shape is None:
+            return None
+        dims = list(x.shape)[slice(_attr(node, "start", None), _attr(node, "end", None))]
+        out = []
+        for d in dims:
+            if isinstance(d, int):
+                out.append(d)
+            elif d.value is not None:
+                out.append(str(d.value))
+            else:
+                return None
+        return out, False
+    if op in ("Identity", "Cast") or op in ("Squeeze", "Unsqueeze", "Reshape"):
+        if op == "Cast" and not ir.DataType(_attr(node, "to")).is_integer():
+            return None
+        inner = _shape_entries(ins[0], depth + 1)
+        if inner is None:
+            return None
+        entries, scalar = inner
+        if op in ("Identity", "Cast"):
+            return inner
+        if op == "Squeeze":
+            return (entries, True) if len(entries) == 1 and not scalar else None
+        if op == "Unsqueeze":
+            return (entries, False) if scalar and _const_ints(ins[1] if len(ins) > 1 else None) == [0] else None
+        target = _const_ints(ins[1]) if len(ins) > 1 else None
+        return (entries, False) if len(entries) == 1 and target in ([-1], [1]) else None
+    if op == "Concat" and _attr(node, "axis") in (0, -1):
+        out = []
+        for v in ins:
+            inner = _shape_entries(v, depth + 1)
+            if inner is None or inner[1]:
+                return None
+            out += inner[0]
+        return out, False
+    if op == "Gather" and _attr(node, "axis", 0) == 0 and len(ins) == 2:
+        inner, idx = _shape_entries(ins[0], depth + 1), constant_tensor(ins[1])
+        if inner is None or inner[1] or idx is None or idx.size > 16:
+            return None
+        picked = []
+        for i in (int(k) for k in idx.numpy().reshape(-1)):
+            if not -len(inner[0]) <= i < len(inner[0]):
+                return None
+            picked.append(inner[0][i])
+        return picked, len(idx.shape) == 0
+    if op == "Slice" and len(ins) >= 3:
+        inner = _shape_entries(ins[0], depth + 1)
+        starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
+        axes = _const_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else [0]
+        steps = _const_ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1]
+        if inner is None or inner[1] or starts is None or ends is None or len(starts) != 1:
+            return None
+        if axes not in ([0], [-1]) or steps != [1]:
+            return None
+        n = len(inner[0])
+        s, e = (max(min(v, n), -n) for v in (starts[0], ends[0]))
+        return inner[0][s:e], False
+    return None
+
+
+def _dim_matches(entry, dim) -> bool:
+    """An entry of a shape value denotes this dim: the same int, or the same symbolic name."""
+    if isinstance(entry, int):
+        return isinstance(dim, int) and dim == entry
+    return not isinstance(dim, int) and dim.value is not None and str(dim.value) == entry
 
 
 def _dims(value: ir.Value) -> list | None:
@@ -158,30 +243,30 @@ class IdentityEliminationPass(FusePass):
 
     @staticmethod
     def _same_reshape(node: ir.Node, x: ir.Value, shape_value: ir.Value) -> bool:
-        target = _const_ints(shape_value)
+        found = _shape_entries(shape_value)
         dims = _dims(x)
-        if target is None or dims is None or len(target) != len(dims):
+        if found is None or found[1] or dims is None or len(found[0]) != len(dims):
             return False
         allowzero = _attr(node, "allowzero", 0)
         minus_one = 0
-        for t, d in zip(target, dims):
+        for t, d in zip(found[0], dims):
             if t == 0 and not allowzero:
                 continue
             if t == -1:
                 minus_one += 1
-            elif not (isinstance(d, int) and d == t):
+            elif not _dim_matches(t, d):
                 return False
         # With every other dim kept, a single -1 can only be the original dim again.
         return minus_one <= 1
 
     @staticmethod
     def _same_expand(x: ir.Value, shape_value: ir.Value) -> bool:
-        target = _const_ints(shape_value)
+        found = _shape_entries(shape_value)
         dims = _dims(x)
-        if target is None or dims is None or len(target) > len(dims):
+        if found is None or found[1] or dims is None or len(found[0]) > len(dims):
             return False
-        return all(t == 1 or (isinstance(d, int) and d == t)
-                   for t, d in zip(reversed(target), reversed(dims)))
+        return all(t == 1 or _dim_matches(t, d)
+                   for t, d in zip(reversed(found[0]), reversed(dims)))
 
     @staticmethod
     def _whole_slice(node: ir.Node, x: ir.Value) -> bool:

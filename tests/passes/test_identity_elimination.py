@@ -235,3 +235,33 @@ def test_renamed_graph_output_keeps_its_declared_type_without_inference():
     assert modified and ops(model) == {"Relu": 1}
     assert model.graph.outputs[0].dtype is not None and model.graph.outputs[0].shape is not None
     check_same(proto, model)
+
+
+DYNAMO_CHAIN = '''
+    g (float[B, S, 8] x, int64[B, S] mask) => (float[B, S, 8] y)
+    <int64[1] m1 = {-1}, int64[1] eight = {8}>
+    {
+        s0 = Shape<start = 0, end = 1>(mask)
+        s1 = Shape<start = 1, end = 2>(mask)
+        q0 = Squeeze(s0)
+        q1 = Squeeze(s1)
+        r0 = Reshape(q0, m1)
+        r1 = Reshape(q1, m1)
+        shape = Concat<axis = 0>(%s)
+        t = Reshape(x, shape)
+        y = Relu(t)
+    }'''
+
+
+def test_dynamo_style_reshape_to_own_symbolic_shape_is_removed():
+    proto, model, modified, p = run(DYNAMO_CHAIN % "r0, r1, eight")
+    assert modified and p.stats == {"Reshape": 1}
+    assert ops(model)["Reshape"] == 2 and ops(model)["Relu"] == 1  # the two on the shape path stay
+    check_same(proto, model, inputs={"x": np.ones((2, 3, 8), np.float32),
+                                     "mask": np.ones((2, 3), np.int64)})
+
+
+def test_reshape_with_swapped_symbolic_dims_is_kept():
+    proto, model, modified, _ = run(DYNAMO_CHAIN.replace("float[B, S, 8] y", "float[S, B, 8] y")
+                                    % "r1, r0, eight")
+    assert not modified and ops(model)["Reshape"] == 3
