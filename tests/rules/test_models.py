@@ -128,3 +128,42 @@ def test_renamed_model_fuses_the_same(h, name):
     got = h.run(fused, renamed_feeds)
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("name", DYNAMO)
+def test_trt_level4_uses_the_fused_attention_plugin(h, name):
+    """-O4 --target trt: the proven HF mask becomes seq_lens (+causal) for onnx_fuse::FusedAttention;
+    equal to the original on unpadded positions (padded rows are zeros by the plugin contract)."""
+    entry = MANIFEST[name]
+    original = onnx.load(str(MODELS / entry["file"]))
+    fused = h.fuse(original, "trt", level=4)
+    ops = h.ops(fused)
+    assert ops["onnx_fuse::FusedAttention"] == entry["num_layers"], dict(ops)
+    assert "Attention" not in ops and "Softmax" not in ops
+    for node in fused.graph.node:
+        if node.op_type == "FusedAttention":
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            assert attrs["plugin_version"] == b"1" and attrs["plugin_namespace"] == b"onnx_fuse"
+            assert attrs["causal"] == (0 if entry["arch"] == "bert" else 1)
+            assert attrs["num_heads"] == entry["num_heads"]
+            assert attrs["kv_num_heads"] == entry["num_kv_heads"]
+    feeds = feeds_for(entry)
+    h.assert_close(original, fused, feeds, atol=1e-4, rtol=1e-3, valid=feeds["attention_mask"])
+    # ... and the padded rows really differ (the contract is not silently the graph's)
+    ref, got = h.run(original, feeds)[0], h.run(fused, feeds)[0]
+    pad = ~feeds["attention_mask"].astype(bool)
+    assert np.abs(ref[pad] - got[pad]).max() > 1e-3
+
+
+def test_trt_level4_soft_mask_is_not_the_plugin_contract(h):
+    """A mask that only down-weights padded keys (-1e4 instead of ~-inf) is not seq_lens: keep Attention-23."""
+    entry = MANIFEST["llama_sdpa_dynamo"]
+    model = onnx.load(str(MODELS / entry["file"]))
+    where = next(n for n in model.graph.node if n.op_type == "Where" and len(n.input) == 3
+                 and any(i.name == n.input[2] for i in model.graph.initializer))
+    init = next(i for i in model.graph.initializer if i.name == where.input[2])
+    init.CopyFrom(onnx.numpy_helper.from_array(np.array(-1e4, np.float32), init.name))
+    fused = h.fuse(model, "trt", level=4)
+    ops = h.ops(fused)
+    assert ops["Attention"] == 2 and "onnx_fuse::FusedAttention" not in ops
+    h.assert_close(model, fused, feeds_for(entry), atol=1e-4, rtol=1e-3)
