@@ -146,4 +146,7 @@ def check_model(source: str | os.PathLike | bytes | onnx.ModelProto) -> CheckRes
     result = CheckResult(library=data.library, version=data.version)
     proto = _infer(proto, result.notes)
     _Checker(proto, data, result).graph(proto.graph, None, "")
+    if result.plugin_nodes:
+        result.notes.append(f"{result.plugin_nodes} onnx_fuse plugin node(s): building needs full "
+                            "TensorRT (TensorRT-RTX has no plugin layers)")
     return result
