@@ -335,6 +335,9 @@ class _Sink(threading.local):
 
 
 _sink = _Sink()
+# Builds in progress on any thread, newest last: messages TensorRT logs from its own worker
+# threads go to the newest one.
+_active: list[list[tuple[str, str]]] = []
 _logger_lock = threading.Lock()
 _loggers: dict[int, object] = {}
 
@@ -353,8 +356,9 @@ def _logger(backend: TrtBackend):
                 trt.ILogger.__init__(self)
 
             def log(self, severity, msg):
-                if _sink.stack:
-                    _sink.stack[-1].append((str(severity).rsplit(".", 1)[-1], msg))
+                target = _sink.stack[-1] if _sink.stack else (_active[-1] if _active else None)
+                if target is not None:
+                    target.append((str(severity).rsplit(".", 1)[-1], msg))
 
         got = _loggers[id(backend.module)] = _RoutingLogger()
         return got
@@ -364,10 +368,14 @@ def _logger(backend: TrtBackend):
 def _capture():
     messages: list[tuple[str, str]] = []
     _sink.stack.append(messages)
+    with _logger_lock:
+        _active.append(messages)
     try:
         yield messages
     finally:
         _sink.stack.pop()
+        with _logger_lock:
+            _active.remove(messages)
 
 
 def _errors(messages) -> list[str]:

@@ -182,6 +182,29 @@ def test_progress_monitor_reports_build_phases(encoder, tmp_path, monkeypatch):
 
 
 @needs_builder
+def test_concurrent_builds_of_one_engine_build_once(encoder, tmp_path):
+    """The per-key file lock: two threads asking for the same engine, one builds, one hits."""
+    import threading
+
+    results, errors = [], []
+
+    def build(name):
+        try:
+            results.append(build_engine(encoder, tmp_path / name, _opts(tmp_path)))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build, args=(f"{i}.plan",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(r.cache_hit for r in results) == [False, True]
+    assert (tmp_path / "0.plan").read_bytes() == (tmp_path / "1.plan").read_bytes()
+
+
+@needs_builder
 def test_no_cache_never_writes_cache(encoder, tmp_path):
     r = build_engine(encoder, tmp_path / "a.plan", _opts(tmp_path, cache_dir=""))
     assert not r.cache_hit and r.meta["cache"]["dir"] is None
