@@ -8,11 +8,12 @@ Artifacts (in ``plugins/kernels/build/`` by default, which git ignores):
   the ``extern "C" __global__`` kernels, for embedding (a TensorRT plugin's AOT path) or for
   loading with the driver API / cupy ``RawModule``.
 - ``libonnx_fuse_kernels.so``: every family plus its ``extern "C"`` host launch functions
-  (pointers, dims, stream), cudart linked statically, machine code for each arch plus PTX
-  of the newest; loaded by ``onnx_fuse.plugins.kernel_lib`` (ctypes) in the GPU tests.
+  (pointers, dims, stream), cudart linked statically, machine code for each arch (sm_90a in
+  place of sm_90 when both are asked for, so the wgmma kernels are what runs on Hopper) plus
+  PTX of the oldest; loaded by ``onnx_fuse.plugins.kernel_lib`` (ctypes) in the GPU tests.
 
-No kernel uses wgmma/TMA yet, so no sm_90a target is built (``--arch 90a`` adds one with
-``-gencode=arch=compute_90a,code=sm_90a``).
+Arch ``90a`` builds ``-gencode=arch=compute_90a,code=sm_90a``: the fused-attention wgmma
+variant exists only there (its body traps in the sm_80 / sm_90 builds).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 DEFAULT_BUILD_DIR = KERNEL_DIR / "build"
 LIB_NAME = "libonnx_fuse_kernels.so"
-DEFAULT_ARCHS = ("80", "90")
+DEFAULT_ARCHS = ("80", "90", "90a")
 COMMON_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-lineinfo", "-Xptxas=-warn-spills"]
 
 __all__ = ["BuildError", "BuildResult", "build", "find_nvcc", "kernel_sources", "main"]
@@ -82,7 +83,8 @@ def _jobs(out_dir: Path, what: set[str], archs: tuple[str, ...]) -> list[tuple[l
                 jobs.append(([_gencode(arch, "sm"), "-cubin", str(src), "-o", str(out)], out))
     if "lib" in what:
         out = out_dir / LIB_NAME
-        gens = [_gencode(a, "sm") for a in archs] + [_gencode(archs[-1], "compute")]
+        sass = [a for a in archs if not (a == "90" and "90a" in archs)]
+        gens = [_gencode(a, "sm") for a in sass] + [_gencode(archs[0], "compute")]
         cmd = gens + ["-shared", "-Xcompiler=-fPIC", "-cudart=static", *map(str, srcs), "-o", str(out)]
         jobs.append((cmd, out))
     return jobs

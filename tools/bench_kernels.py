@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--only", choices=["prefill", "decode"], default=None, help="one family")
     a = ap.parse_args()
 
     import torch
@@ -50,7 +51,7 @@ def main() -> int:
             print("using the prebuilt kernel library", flush=True)
         except OSError as e:
             print(f"prebuilt library unusable ({e}); building", flush=True)
-            build_kernels.build(what=("lib",), archs=("90",))
+            build_kernels.build(what=("lib",), archs=("90a",))
             lib = KernelLib.load()
         print(f"library ready in {time.perf_counter() - t0:.1f} s", flush=True)
     else:
@@ -82,6 +83,8 @@ def main() -> int:
     if a.quick:
         pre_shapes = pre_shapes[:2]
         dts = dts[:1]
+    if a.only == "decode":
+        pre_shapes = []
     for dt in dts:
         for (B, S, Hq, Hkv, D, causal) in pre_shapes:
             g = torch.Generator(device="cuda").manual_seed(0)
@@ -135,6 +138,8 @@ def main() -> int:
                   (16, 32, 8, 128, 16384, 16), (64, 32, 32, 128, 2048, 16), (128, 16, 1, 64, 4096, 16)]
     if a.quick:
         dec_shapes = dec_shapes[:1]
+    if a.only == "prefill":
+        dec_shapes = []
     for dt in dts:
         for (B, Hq, Hkv, D, ctx, bs) in (dec_shapes if dt == torch.float16 else dec_shapes[:1]):
             g = torch.Generator(device="cuda").manual_seed(1)

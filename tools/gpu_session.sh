@@ -14,7 +14,7 @@ ln -s "$ROOT/plugins" "$PKG/plugins"; ln -s "$ROOT/rules" "$PKG/rules"
 export PYTHONPATH=/tmp/of_pkg${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "from onnx_fuse.plugins.kernel_lib import KernelLib; KernelLib.load()" 2>&1 \
-  || { echo "rebuilding kernel library here"; python3 -m onnx_fuse.plugins.build_kernels --what lib --arch 90 2>&1 | tee "$OUT/build.log"; }
+  || { echo "rebuilding kernel library here"; python3 -m onnx_fuse.plugins.build_kernels --what lib --arch 90a 2>&1 | tee "$OUT/build.log"; }
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 300 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=40 -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi

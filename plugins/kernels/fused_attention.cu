@@ -21,6 +21,7 @@
 
 #include "attention_common.cuh"
 #include "cuda_check.cuh"
+#include "wgmma.cuh"
 
 namespace onnx_fuse {
 
@@ -272,9 +273,223 @@ __device__ __forceinline__ void fa_fwd_body(
     }
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Hopper path (sm_90a): two warpgroups per CTA, 64 query rows each (BM = 128), 128-key tiles.
+// S = Q K^T runs as wgmma with Q and K from 128B-swizzled shared memory (K-major); the
+// softmax runs on the fp32 accumulators in registers; O += P V runs as wgmma with P from
+// registers and V from shared memory read transposed (MN-major). K/V tiles are double
+// buffered with cp.async (the loads of tile j+1 overlap the math of tile j).
+constexpr int kWgBM = 128;
+constexpr int kWgBN = 128;
+
+template <int D>
+constexpr int fa_wgmma_smem_bytes() {
+  return 1024 + (kWgBM * D + 2 * 2 * kWgBN * D) * 2;  // + slack to align the base to 1024 B
+}
+
+// Byte offset of 16-byte chunk q of row r in a [R][D] tile stored as D/64 column blocks of
+// [R][64] with the 128-byte swizzle (chunk ^= row % 8).
+template <int R>
+__device__ __forceinline__ uint32_t sw128_off(int r, int q) {
+  return (uint32_t)((q >> 3) * R * 128 + r * 128 + (((q & 7) ^ (r & 7)) << 4));
+}
+
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_wgmma_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2) {
+#if OF_WGMMA_OK
+  using Tr = MmaTraits<T>;
+  using WG = wg::Mma<T, kWgBN>;
+  using WGO = wg::Mma<T, D>;
+  constexpr int BM = kWgBM, BN = kWgBN, NT = 256, CPR = D / 8;
+  static_assert(D == 64 || D == 128, "D must be 64 or 128");
+
+  extern __shared__ unsigned char fa_smem[];
+  const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
+  const uint32_t sQ = sbase;
+  const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*BN*D*2, V after it
+
+  const int tid = threadIdx.x;
+  const int wgi = tid >> 7;            // warpgroup 0/1: rows [64*wgi, 64*wgi + 64)
+  const int warp = (tid >> 5) & 3;     // warp within the warpgroup: 16 rows each
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+  const int m_block = CAUSAL ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+  const int hq = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  const int m0 = m_block * BM;
+
+  const T* qb = q + b * q_sb + hq * q_sh;
+  const T* kb = k + b * k_sb + hkv * k_sh;
+  const T* vb = v + b * v_sb + hkv * v_sh;
+  T* ob = o + b * o_sb + hq * o_sh;
+
+  if (m0 >= L) {
+    for (int c = tid; c < BM * CPR; c += NT) {
+      int r = c / CPR, cc = c % CPR;
+      if (m0 + r < S) *reinterpret_cast<uint4*>(ob + (m0 + r) * o_ss + cc * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int n_end = CAUSAL ? min(L, m0 + BM) : L;
+  const int n_tiles = (n_end + BN - 1) / BN;
+
+  auto load_kv = [&](int tile, int stage) {
+    const int n0 = tile * BN;
+    const uint32_t dk = sKV + stage * 2 * BN * D * 2;
+    const uint32_t dv = dk + BN * D * 2;
+#pragma unroll
+    for (int i = 0; i < (BN * CPR) / NT; ++i) {
+      int c = tid + i * NT;
+      int r = c / CPR, cc = c % CPR;
+      bool ok = (n0 + r) < L;
+      int rr = ok ? (n0 + r) : 0;
+      cp_async_16(dk + sw128_off<BN>(r, cc), kb + rr * k_ss + cc * 8, ok);
+      cp_async_16(dv + sw128_off<BN>(r, cc), vb + rr * v_ss + cc * 8, ok);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < (BM * CPR) / NT; ++i) {
+    int c = tid + i * NT;
+    int r = c / CPR, cc = c % CPR;
+    bool ok = (m0 + r) < L;
+    int rr = ok ? (m0 + r) : 0;
+    cp_async_16(sQ + sw128_off<BM>(r, cc), qb + rr * q_ss + cc * 8, ok);
+  }
+  load_kv(0, 0);
+  cp_async_commit();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY};
+  float row_l[2] = {0.f, 0.f};
+  const int wrow = wgi * 64 + warp * 16;
+  const int row0 = m0 + wrow + g;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int stage = j & 1;
+    if (j + 1 < n_tiles) {
+      load_kv(j + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    wg::fence_proxy_async();
+    __syncthreads();
+    const uint32_t tk = sKV + stage * 2 * BN * D * 2;
+    const uint32_t tv = tk + BN * D * 2;
+
+    float s[BN / 8][4];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t koff = (kk & 3) * 32;  // 16 elements = 32 bytes within the 128 B row
+      const uint64_t da = wg::desc_sw128(sQ + (kk >> 2) * BM * 128 + wgi * 64 * 128 + koff, 16, 1024);
+      const uint64_t db = wg::desc_sw128(tk + (kk >> 2) * BN * 128 + koff, 16, 1024);
+      WG::ss(s, da, db, kk > 0 ? 1 : 0);
+    }
+    wg::commit();
+    wg::wait0();
+    wg::fence_acc(s);
+
+    const int n0 = j * BN;
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int col = n0 + nt * 8 + 2 * t4 + (e & 1);
+          int row = row0 + (e >> 1) * 8;
+          if (col >= L || (CAUSAL && col > row)) s[nt][e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+      mx = quad_max(mx) * scale_log2;
+      const float m_new = fmaxf(row_m[h], mx);
+      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+      const float alpha = exp2f(row_m[h] - m_use);
+      row_m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        float p0 = exp2f(fmaf(s[nt][2 * h], scale_log2, -m_use));
+        float p1 = exp2f(fmaf(s[nt][2 * h + 1], scale_log2, -m_use));
+        s[nt][2 * h] = p0;
+        s[nt][2 * h + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_l[h] = row_l[h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * h] *= alpha;
+        acc[dt][2 * h + 1] *= alpha;
+      }
+    }
+
+    uint32_t pa[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = Tr::pack(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = Tr::pack(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = Tr::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = Tr::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    wg::fence_acc(acc);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      // V tile rows kk*16.. (keys) as the K dimension, D columns as N (MN-major, transposed).
+      const uint64_t db = wg::desc_sw128(tv + kk * 16 * 128, BN * 128, 1024);
+      WGO::rs_tb(acc, pa[kk], db, 1);
+    }
+    wg::commit();
+    wg::wait0();
+    wg::fence_acc(acc);
+    __syncthreads();  // stage is refilled by the next iteration's prefetch
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int row = row0 + h * 8;
+    const float inv = (l > 0.f && row < L) ? 1.f / l : 0.f;
+    if (row < S) {
+      T* orow = ob + row * o_ss;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        uint32_t packed = Tr::pack(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
+        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
+      }
+    }
+  }
+#else
+  // Not an sm_90a build: same grid, block (256 threads, 128 rows) and a subset of the shared
+  // memory, so run the mma.sync 128x64 8-warp body instead; results are identical in kind.
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+#endif
+}
+
 }  // namespace onnx_fuse
 
 using onnx_fuse::fa_fwd_body;
+using onnx_fuse::fa_fwd_wgmma_body;
 
 #define OF_FA_KERNEL(NAME, T, D, W, MT, BN, CAUSAL)                                             \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                   \
@@ -296,6 +511,26 @@ using onnx_fuse::fa_fwd_body;
   OF_FA_VARIANT(DTN, T, D, 128, 64, 8, 1)   \
   OF_FA_VARIANT(DTN, T, D, 128, 64, 4, 2)   \
   OF_FA_VARIANT(DTN, T, D, 128, 32, 4, 2)
+
+// wgmma variant (sm_90a): onnx_fuse_fa_fwd_<dt>_d<D>_m128n128w8_<mask>; in builds for other
+// targets the same entry runs the mma.sync 128x64 8-warp body (same grid and block).
+#define OF_FA_WG_KERNEL(NAME, T, D, CAUSAL)                                                      \
+  extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2) {                                      \
+    fa_fwd_wgmma_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,  \
+                                    k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,            \
+                                    scale_log2);                                               \
+  }
+#define OF_FA_WG_KERNELS_D(DTN, T, D)                                                    \
+  OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w8_full, T, D, false)           \
+  OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w8_causal, T, D, true)
+OF_FA_WG_KERNELS_D(f16, __half, 64)
+OF_FA_WG_KERNELS_D(f16, __half, 128)
+OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 OF_FA_KERNELS_D(f16, __half, 64)
 OF_FA_KERNELS_D(f16, __half, 128)
@@ -320,8 +555,9 @@ FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool caus
   if (D == DD && block_m == BMV && block_n == BNV && warps == W)                               \
     return causal ? as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_m##BMV##n##BNV##w##W##_causal)      \
                   : as_fn(onnx_fuse_fa_fwd_##DTN##_d##DD##_m##BMV##n##BNV##w##W##_full);
-#define OF_PICK_D(DTN, DD) \
-  OF_PICK(DTN, DD, 64, 64, 4) OF_PICK(DTN, DD, 128, 64, 8) OF_PICK(DTN, DD, 128, 64, 4) OF_PICK(DTN, DD, 128, 32, 4)
+#define OF_PICK_D(DTN, DD)                                                                  \
+  OF_PICK(DTN, DD, 64, 64, 4) OF_PICK(DTN, DD, 128, 64, 8) OF_PICK(DTN, DD, 128, 64, 4)     \
+  OF_PICK(DTN, DD, 128, 32, 4) OF_PICK(DTN, DD, 128, 128, 8)
   if (dtype == onnx_fuse::kFloat16) {
     OF_PICK_D(f16, 64) OF_PICK_D(f16, 128)
   } else if (dtype == onnx_fuse::kBFloat16) {
@@ -338,12 +574,16 @@ extern "C" {
 
 // Dynamic shared memory (bytes) of a variant (Q tile + double-buffered K and V tiles).
 int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n) {
-  return (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
+  const int bytes = (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
+  const bool wgmma = block_m == onnx_fuse::kWgBM && block_n == onnx_fuse::kWgBN;
+  return wgmma ? bytes + 1024 : bytes;  // wgmma variant: + base alignment slack
 }
 
 // Launches the fused attention forward. Strides are in elements; the last (head-dim)
 // axis must be contiguous and every row 16-byte aligned. Variant (block_m, block_n, warps):
-// (64, 64, 4), (128, 64, 8), (128, 64, 4) or (128, 32, 4); (0, 0, 0) = default (plan it with
+// (64, 64, 4), (128, 64, 8), (128, 64, 4) or (128, 32, 4) with mma.sync (sm_80+), or
+// (128, 128, 8) with wgmma (sm_90a machine code; other builds fall back to mma.sync inside
+// the same entry); (0, 0, 0) = default (plan it with
 // onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
 // must be > 0. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,

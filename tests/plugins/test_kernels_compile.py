@@ -1,7 +1,8 @@
 """Every kernel family in plugins/kernels/ compiles with nvcc for sm_80 and sm_90.
 
-Skips when nvcc is not installed. Builds cubins for both architectures (front end and
-ptxas, so register/shared-memory limits are checked too) plus sm_90 PTX, in parallel, into a
+Skips when nvcc is not installed. Builds cubins for sm_80 and sm_90a (front end and ptxas, so
+register/shared-memory limits are checked too; sm_90a holds the wgmma kernels) plus
+compute_90 PTX (the plain sm_90 front end), in parallel, into a
 temporary folder, and checks that every kernel the launch planner can name is in the cubins.
 """
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH or 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("kernels")
-    res = build_kernels.build(out, what=("cubin",), archs=("80", "90"))
+    res = build_kernels.build(out, what=("cubin",), archs=("80", "90a"))
     ptx = build_kernels.build(out, what=("ptx",), archs=("90",))
     return res, ptx
 
@@ -29,7 +30,7 @@ def test_every_family_compiles(built):
     fams = [p.stem for p in build_kernels.kernel_sources()]
     assert {"fused_attention", "paged_attention"} <= set(fams)
     for fam in fams:
-        for arch in ("80", "90"):
+        for arch in ("80", "90a"):
             cubin = res.out_dir / f"{fam}.sm_{arch}.cubin"
             assert cubin.is_file() and cubin.stat().st_size > 0
         assert (res.out_dir / f"{fam}.compute_90.ptx").is_file()
@@ -38,7 +39,7 @@ def test_every_family_compiles(built):
 
 def test_planned_kernels_exist_in_the_cubins(built):
     res, _ = built
-    blobs = {arch: b"".join(p.read_bytes() for p in res.out_dir.glob(f"*.sm_{arch}.cubin")) for arch in ("80", "90")}
+    blobs = {arch: b"".join(p.read_bytes() for p in res.out_dir.glob(f"*.sm_{arch}.cubin")) for arch in ("80", "90a")}
     names = set()
     for dt in ("float16", "bfloat16"):
         for d in lp.SUPPORTED_HEAD_DIMS:

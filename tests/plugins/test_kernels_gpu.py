@@ -37,7 +37,7 @@ def lib():
     if not path.is_file():
         if build_kernels.find_nvcc() is None:
             pytest.skip(f"{path} missing and nvcc not found to build it")
-        build_kernels.build(what=("lib",), archs=("90",) if torch.cuda.get_device_capability()[0] >= 9 else ("80",))
+        build_kernels.build(what=("lib",), archs=("90a",) if torch.cuda.get_device_capability()[0] >= 9 else ("80",))
     return KernelLib.load(path)
 
 
@@ -76,7 +76,16 @@ FA_CASES = [
     (1, 1000, 8, 8, 128, False, None, (128, 64, 4)),
     (2, 333, 16, 1, 64, True, [300, 333], (128, 64, 4)),
     (2, 333, 16, 1, 64, False, [300, 333], (128, 32, 4)),
-    (4, 64, 12, 4, 128, False, [64, 63, 17, 2], (128, 64, 8))]
+    (4, 64, 12, 4, 128, False, [64, 63, 17, 2], (128, 64, 8)),
+    # Hopper wgmma variant (sm_90a)
+    (2, 128, 4, 4, 128, False, None, (128, 128, 8)),
+    (2, 128, 4, 4, 64, False, None, (128, 128, 8)),
+    (1, 1, 2, 1, 128, True, None, (128, 128, 8)),
+    (2, 515, 4, 1, 128, True, [515, 260], (128, 128, 8)),
+    (2, 333, 16, 1, 64, True, [300, 333], (128, 128, 8)),
+    (1, 1000, 8, 8, 128, False, None, (128, 128, 8)),
+    (3, 200, 6, 3, 64, False, [200, 1, 0], (128, 128, 8)),
+    (1, 1024, 4, 4, 128, True, None, (128, 128, 8))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
