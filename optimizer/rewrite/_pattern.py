@@ -88,6 +88,25 @@ class RewriteOp:
     op_type: str
     inputs: list[str | None]           # None: an omitted optional input
     attrs: dict[str, _expr.Expr]
+    type_hint: tuple[str, str] | None = None   # (`like` | `dtype`, name): outputs' type
+
+
+_HINT_RE = re.compile(rf"\)\s*:\s*(\w+)\(\s*({_IDENT})\s*\)\s*$")
+
+
+def _split_hint(rhs: str) -> tuple[str, tuple[str, str] | None]:
+    """``Op(...) : like(v)`` -> (``Op(...)``, ("like", "v"))."""
+    m = _HINT_RE.search(rhs)
+    if not m:
+        return rhs, None
+    call = rhs[: m.start() + 1]
+    try:
+        _parse_call(call)
+    except PatternSyntaxError:
+        return rhs, None  # the `:` was inside the call after all; let the call parser complain
+    if m.group(1) not in ("like", "dtype"):
+        raise PatternSyntaxError(f"unknown type hint {m.group(1)}(); use like(name) or dtype(name)")
+    return call, (m.group(1), m.group(2))
 
 
 @dataclasses.dataclass
@@ -341,7 +360,10 @@ def parse_rewrite(block: str, first_line: int) -> list[RewriteStatement]:
             lhs, rhs = _split_assign(text)
             outs, cond = _parse_outputs(lhs, allow_conditional=True)
             if _OPCALL_START.match(rhs):
-                st = RewriteStatement(outs, cond, "op", op=_parse_rewrite_op(rhs))
+                call, hint = _split_hint(rhs)
+                op = _parse_rewrite_op(call)
+                op.type_hint = hint
+                st = RewriteStatement(outs, cond, "op", op=op)
             elif _IDENT_RE.match(rhs) and rhs not in ("True", "False", "None"):
                 st = RewriteStatement(outs, cond, "alias", alias=rhs)
             else:

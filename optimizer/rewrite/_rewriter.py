@@ -83,6 +83,7 @@ class _NewNode:
     attrs: dict[str, Any]
     name: str
     outputs: list[_NewValue | None]
+    type_hint: tuple[str, Any] | None = None   # ("like" | "dtype", ir.Value | _NewValue)
 
 
 @dataclasses.dataclass(eq=False)
@@ -214,8 +215,14 @@ class Rewriter:
                         nv = _NewValue(vname, name)
                         outs.append(nv)
                         env[name] = nv
+                    hint = None
+                    if op.type_hint is not None:
+                        if op.type_hint[1] not in env:
+                            raise RewriteRejected(f"rewrite line {st.line}: type hint "
+                                                  f"{op.type_hint[1]!r} is unbound")
+                        hint = (op.type_hint[0], env[op.type_hint[1]])
                     nodes.append(_NewNode(op.domain, op.op_type, inputs, attrs,
-                                          new_name(f"{base}/{rule.name}"), outs))
+                                          new_name(f"{base}/{rule.name}"), outs, hint))
             except _expr.EvalFailure as exc:
                 raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
         outputs = {o: env[o] for o in rule.outputs}
@@ -259,7 +266,26 @@ class Rewriter:
                 return known.get(v, (None, None))
             return (v.dtype, v.shape)
 
+        uncertain: set[_NewValue] = set()   # types guessed (dtype of the first input), not inferred
         for nn in plan.nodes:
+            if nn.domain != "" or not self.validate:
+                # no schema here: outputs follow the type hint, else the first input's dtype
+                if nn.type_hint is not None:
+                    how, ref = nn.type_hint
+                    dtype, shape = type_of(ref)
+                    guess = (dtype, shape if how == "like" else None)
+                else:
+                    first = next((v for v in nn.inputs if v is not None), None)
+                    guess = (type_of(first)[0] if first is not None else None, None)
+                    uncertain.update(o for o in nn.outputs if o is not None)
+                for out in nn.outputs:
+                    if out is not None:
+                        shape = None if guess[1] is None else ir.Shape(list(guess[1].dims))
+                        known[out] = (guess[0], shape)
+                        out.dtype, out.shape = guess[0], shape
+                continue
+            if any(v in uncertain for v in nn.inputs if isinstance(v, _NewValue)):
+                uncertain.update(o for o in nn.outputs if o is not None)
             if nn.domain == "" and self.validate:
                 in_types = [None if v is None else type_of(v) for v in nn.inputs]
                 key = self._cache_key(nn, in_types)
@@ -283,6 +309,8 @@ class Rewriter:
         # replaced values keep their type; a disagreeing inferred type is a wrong rewrite
         for var, new in plan.outputs.items():
             old = plan.match.values[var]
+            if new in uncertain:
+                continue  # a guessed type proves nothing either way; the original's type is kept
             ndtype, nshape = type_of(new)
             if old.dtype is not None and ndtype is not None and ndtype != old.dtype:
                 raise RewriteRejected(f"output {var}: replacement has dtype {ndtype.name}, original "
@@ -294,6 +322,17 @@ class Rewriter:
                 for i, (a, b) in enumerate(zip(old.shape.dims, nshape.dims)):
                     if isinstance(a, int) and isinstance(b, int) and a != b:
                         raise RewriteRejected(f"output {var}: replacement dim {i} is {b}, original {a}")
+
+    @staticmethod
+    def _detach(nodes: list[ir.Node]) -> list[ir.Node]:
+        """Drop the nodes' input references (cheaper than remove(safe=True)); return the producers
+        of those inputs, which may have become dead."""
+        inputs = [v for n in nodes for v in n.inputs if v is not None]
+        for n in nodes:
+            for i, v in enumerate(n.inputs):
+                if v is not None:
+                    n.replace_input_with(i, None)
+        return _producers_of(inputs)
 
     @staticmethod
     def _cache_key(nn: _NewNode, in_types: list) -> tuple | None:
@@ -449,18 +488,32 @@ class Rewriter:
                         del removable[n]
                         changed = True
                         break
-        if removable:
-            for n in removable:  # detach inputs ourselves: cheaper than remove(safe=True)
-                for i, v in enumerate(n.inputs):
-                    if v is not None:
-                        n.replace_input_with(i, None)
-            graph.remove(list(removable), safe=False)
-        for n in removable:
+        # then whatever only fed them (Shape/Slice/Concat cones of removed Reshapes...), so later
+        # rules in this pass see the graph as dead-code elimination would leave it
+        removed = list(removable)
+        frontier = self._detach(removed)
+        if removed:
+            graph.remove(removed, safe=False)
+        while frontier:
+            dead = []
+            for n in frontier:
+                if n.graph is graph and n not in dead and not any(
+                        o.is_graph_output() or o.uses() for o in n.outputs):
+                    dead.append(n)
+            frontier = self._detach(dead)
+            if dead:
+                graph.remove(dead, safe=False)
+                removed.extend(dead)
+        for n in removed:
             bucket = index.get((norm_domain(n.domain), n.op_type))
             if bucket is not None:
                 bucket.pop(n, None)
         for n in new_nodes:
             index.setdefault((norm_domain(n.domain), n.op_type), {})[n] = None
+
+
+def _producers_of(values) -> list[ir.Node]:
+    return list(dict.fromkeys(v.producer() for v in values if v is not None and v.producer() is not None))
 
 
 def build_index(graph: ir.Graph) -> dict[tuple[str, str], dict[ir.Node, None]]:

@@ -502,6 +502,8 @@ def _analyze_rewrite(rule: Rule) -> None:
                 if i not in bound and i not in defined:
                     raise RuleError(f"rewrite uses {i!r}, which is not bound by the match or an "
                                     "earlier rewrite statement", st.line)
+            if op.type_hint is not None and op.type_hint[1] not in bound and op.type_hint[1] not in defined:
+                raise RuleError(f"type hint names {op.type_hint[1]!r}, which is not a bound tensor", st.line)
             for aname, ex in op.attrs.items():
                 for n in sorted(ex.names):
                     if n not in bound and n not in computed and n not in defined:

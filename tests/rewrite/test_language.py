@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from rw_testing import apply, assert_same_outputs, builtin, model_from_text, ops, rules_from_yaml
 
@@ -625,3 +626,58 @@ def test_subgraph_is_rewritten_too():
     assert p.stats == {"relu-relu": 1}
     feeds = {"c": np.array(True), "x": RNG.standard_normal(4).astype(np.float32)}
     assert_same_outputs(proto, model, feeds)
+
+
+def test_nodes_left_dead_by_a_rewrite_are_removed_in_the_same_pass():
+    rules = """
+    rules:
+      - name: noop-reshape-relu
+        doc: Relu(Reshape(x, Shape(x))) -> Relu(x)
+        targets: [ort]
+        match: |
+          r = Reshape(x, s)
+          y = Relu(r)
+        where:
+          check: ["shape(r) == shape(x) : the Reshape must be a no-op"]
+        rewrite: |
+          y = Relu(x)
+    """
+    proto = model_from_text("""
+    <ir_version: 10, opset_import: ["" : 20]>
+    g (float[N, 4] x) => (float[N, 4] y) {
+      s = Shape(x)
+      r = Reshape(x, s)
+      y = Relu(r) }""")
+    model, p, _ = apply(proto, rules)
+    assert p.stats == {"noop-reshape-relu": 1}
+    assert ops(model) == ["Relu"]  # the Shape that only fed the Reshape went with it
+    assert_same_outputs(proto, model, x_feed(3, 4))
+
+
+def test_type_hint_for_custom_op_outputs():
+    rules = """
+    rules:
+      - name: custom-then-reshape
+        doc: Reshape(Relu(x), s) -> Reshape(mycorp::MyRelu(x), s)
+        targets: [ort]
+        match: |
+          a = Relu(x)
+          y = Reshape(a, s)
+        rewrite: |
+          b = mycorp::MyRelu(x) : like(x)
+          y = Reshape(b, s)
+    """
+    proto = model_from_text("""
+    <ir_version: 10, opset_import: ["" : 20]>
+    g (float[2, 4] x) => (float[8] y) {
+      s = Constant<value = int64[1] {8}>()
+      a = Relu(x)
+      y = Reshape(a, s) }""")
+    model, p, _ = apply(proto, rules)
+    assert p.stats == {"custom-then-reshape": 1}
+    (node,) = [n for n in model.graph if n.op_type == "MyRelu"]
+    assert node.outputs[0].dtype == ir.DataType.FLOAT and list(node.outputs[0].shape) == [2, 4]
+    bad = rules.replace(": like(x)", ": shape(x)")
+    from onnx_fuse.rewrite import load_text
+    _, errors = load_text(bad, "f.yaml")
+    assert errors and "unknown type hint shape()" in str(errors[0])
