@@ -422,3 +422,31 @@ def test_unusable_cache_dir_still_optimizes(small_bytes, tmp_path):
         warnings.simplefilter("error", OnnxFuseWarning)
         sess = InferenceSession(small_bytes, providers=CPU, optimize_level=1, cache_dir=not_a_dir)
     assert sess.onnx_fuse_optimized and sess.onnx_fuse_cache_hit is None
+
+
+def test_ort_format_models_pass_through(small_bytes, tmp_path, isolated_cache):
+    so = onnxruntime.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "small.ort")
+    so.add_session_config_entry("session.save_model_format", "ORT")
+    onnxruntime.InferenceSession(small_bytes, so, providers=CPU)
+    ort_file = tmp_path / "small.ort"
+    feeds = {"x": np.ones((2, 4), np.float32)}
+    for source in (str(ort_file), ort_file.read_bytes()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", OnnxFuseWarning)
+            sess = InferenceSession(source, providers=CPU)
+        assert not sess.onnx_fuse_optimized and "ORT-format" in sess.onnx_fuse_stats.fallback_reason
+        assert_same_outputs(sess, small_bytes, feeds)
+    assert not entries(isolated_cache)
+
+
+def test_key_covers_versions(monkeypatch, small_bytes, isolated_cache):
+    import onnx_fuse.session_cache as cache_mod
+
+    cache = ModelCache(isolated_cache)
+    k1, parts = cache.key_for(small_bytes, {"level": 1})
+    assert set(parts["versions"]) >= {"onnx_fuse", "onnx_fuse_code", "onnx", "onnx_ir", "onnxruntime"}
+    real = cache_mod.versions()
+    monkeypatch.setattr(cache_mod, "versions", lambda: {**real, "onnxruntime": "0.0.0"})
+    k2, _ = cache.key_for(small_bytes, {"level": 1})
+    assert k1 != k2
