@@ -450,3 +450,26 @@ def test_key_covers_versions(monkeypatch, small_bytes, isolated_cache):
     monkeypatch.setattr(cache_mod, "versions", lambda: {**real, "onnxruntime": "0.0.0"})
     k2, _ = cache.key_for(small_bytes, {"level": 1})
     assert k1 != k2
+
+
+def test_provider_errors_are_not_blamed_on_the_graph(small_bytes):
+    """A provider ORT cannot create fails for the original too: ORT's own EP fallback applies to
+    the optimized graph, as it would to the original, and nothing is blamed on onnx-fuse."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OnnxFuseWarning)
+        sess = InferenceSession(small_bytes, providers=["NoSuchExecutionProvider"], optimize_level=1)
+    ref = onnxruntime.InferenceSession(small_bytes, providers=["NoSuchExecutionProvider"])
+    assert sess.onnx_fuse_optimized
+    assert sess.get_providers() == ref.get_providers()
+    with pytest.raises(type(_raised(lambda: onnxruntime.InferenceSession(
+            small_bytes, providers=["NoSuchExecutionProvider"], enable_fallback=0)))):
+        InferenceSession(small_bytes, providers=["NoSuchExecutionProvider"], optimize_level=1,
+                         enable_fallback=0)
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError("expected an exception")
