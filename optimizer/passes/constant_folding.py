@@ -4,7 +4,8 @@ Cases handled:
 - inputs that are initializers (never ones that are also graph inputs: those can be overridden at
   run time), Constant nodes, and earlier folded results;
 - Shape / Size of a value whose (sliced) shape is static, whatever produces it: the pattern that
-  dynamo exports use for every reshape; CastLike of a constant to a value of known dtype;
+  dynamo exports use for every reshape, and Gather/Slice/Concat/... of a partly symbolic shape
+  vector that pick only static dims; CastLike of a constant to a value of known dtype;
 - main-graph Constant nodes are lifted to initializers of the same name (so CSE merges twins);
 - the common shape and elementwise ops in NumPy, with ONNX semantics (integer Div truncates,
   dtypes are kept exactly, Reshape 0/-1, Slice clamping); anything else deterministic through
@@ -27,6 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._shape_values import shape_entries
 
 MAX_OUTPUT_ELEMENTS = 1 << 20
 MAX_OUTPUT_BYTES = 4 << 20
@@ -45,6 +47,8 @@ _EXPANDING = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Pad", "On
 # Ops that only move or relabel data: their result is no bigger than their input, so they may fold
 # up to MAX_INPUT_BYTES (the transposed weights of exported Linear layers).
 _SIZE_PRESERVING = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten"})
+# Ops through which a partly symbolic shape vector can still yield static entries (_shape_values).
+_SHAPE_VALUE_OPS = frozenset({"Gather", "Slice", "Concat", "Squeeze", "Unsqueeze", "Reshape", "Cast"})
 _FOLDABLE_DTYPES = frozenset({
     ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT8, ir.DataType.INT16,
     ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT8, ir.DataType.UINT16,
@@ -430,6 +434,15 @@ class ConstantFoldingPass(FusePass):
             folded = _fold_shape_op(node)
             if folded is not None:
                 return folded
+        out_dtype = node.outputs[0].dtype
+        if (node.op_type in _SHAPE_VALUE_OPS and out_dtype is not None and out_dtype.is_integer()
+                and any(constant_tensor(v) is None for v in node.inputs if v is not None)):
+            # A slice/gather/concat of a partly symbolic shape that only picks static dims.
+            found = shape_entries(node.outputs[0])
+            if found is not None and all(isinstance(e, int) for e in found[0]):
+                arr = np.array(found[0], dtype=out_dtype.numpy())
+                return [arr.reshape(()) if found[1] else arr]
+            return None
         if node.op_type == "CastLike" and len(node.inputs) == 2 and node.inputs[1] is not None:
             # The second input only supplies a dtype: its values need not be constant.
             src, like = constant_tensor(node.inputs[0]), node.inputs[1].dtype

@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._shape_values import shape_entries as _shape_entries
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _BIG = 1 << 62  # Slice ends at or beyond this mean "to the end" whatever the dim
@@ -54,83 +55,6 @@ def _all_equal(value: ir.Value | None, target: float) -> bool:
     except Exception:
         return False
     return arr.size > 0 and bool(np.all(arr == target))
-
-
-def _shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] | None:
-    """What a small int tensor holds, symbolically: (entries, is_scalar) where an entry is an int
-    or the name of a symbolic dim, followed through the Shape -> Gather/Slice/Squeeze/Unsqueeze/
-    Reshape/Concat/Cast chains exporters emit. None when some entry is not known."""
-    if value is None or depth > 12:
-        return None
-    t = constant_tensor(value)
-    if t is not None:
-        if not t.dtype.is_integer() or t.size > 16:
-            return None
-        return [int(v) for v in t.numpy().reshape(-1)], len(t.shape) == 0
-    node = value.producer()
-    if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
-        return None
-    op, ins = node.op_type, list(node.inputs)
-    if op == "Shape":
-        x = ins[0]
-        if x is None or x.shape is None:
-            return None
-        dims = list(x.shape)[slice(_attr(node, "start", None), _attr(node, "end", None))]
-        out = []
-        for d in dims:
-            if isinstance(d, int):
-                out.append(d)
-            elif d.value is not None:
-                out.append(str(d.value))
-            else:
-                return None
-        return out, False
-    if op in ("Identity", "Cast") or op in ("Squeeze", "Unsqueeze", "Reshape"):
-        if op == "Cast" and not ir.DataType(_attr(node, "to")).is_integer():
-            return None
-        inner = _shape_entries(ins[0], depth + 1)
-        if inner is None:
-            return None
-        entries, scalar = inner
-        if op in ("Identity", "Cast"):
-            return inner
-        if op == "Squeeze":
-            return (entries, True) if len(entries) == 1 and not scalar else None
-        if op == "Unsqueeze":
-            return (entries, False) if scalar and _const_ints(ins[1] if len(ins) > 1 else None) == [0] else None
-        target = _const_ints(ins[1]) if len(ins) > 1 else None
-        return (entries, False) if len(entries) == 1 and target in ([-1], [1]) else None
-    if op == "Concat" and _attr(node, "axis") in (0, -1):
-        out = []
-        for v in ins:
-            inner = _shape_entries(v, depth + 1)
-            if inner is None or inner[1]:
-                return None
-            out += inner[0]
-        return out, False
-    if op == "Gather" and _attr(node, "axis", 0) == 0 and len(ins) == 2:
-        inner, idx = _shape_entries(ins[0], depth + 1), constant_tensor(ins[1])
-        if inner is None or inner[1] or idx is None or idx.size > 16:
-            return None
-        picked = []
-        for i in (int(k) for k in idx.numpy().reshape(-1)):
-            if not -len(inner[0]) <= i < len(inner[0]):
-                return None
-            picked.append(inner[0][i])
-        return picked, len(idx.shape) == 0
-    if op == "Slice" and len(ins) >= 3:
-        inner = _shape_entries(ins[0], depth + 1)
-        starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
-        axes = _const_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else [0]
-        steps = _const_ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1]
-        if inner is None or inner[1] or starts is None or ends is None or len(starts) != 1:
-            return None
-        if axes not in ([0], [-1]) or steps != [1]:
-            return None
-        n = len(inner[0])
-        s, e = (max(min(v, n), -n) for v in (starts[0], ends[0]))
-        return inner[0][s:e], False
-    return None
 
 
 def _dim_matches(entry, dim) -> bool:
