@@ -131,6 +131,7 @@ def _fill(cache_dir: str, model: bytes, barrier, slow: float):
     return sess.onnx_fuse_optimized, sess.onnx_fuse_cache_hit, out
 
 
+@pytest.mark.slow
 def test_concurrent_fill_from_two_processes(demo_bytes, tmp_path, monkeypatch):
     # Spawned children import this module by name: make sure the repository root is on the path.
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
