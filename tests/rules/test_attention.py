@@ -205,3 +205,47 @@ def test_repeat_on_wrong_axis_does_not_fuse(h):
     """Unsqueeze at axis 1 then Expand/Reshape interleaves heads differently: not repeat_kv."""
     model = _block(h, kv_heads=2, rope=True, rep_axis=1)
     _assert_no_fusion(h, model, "gqa-attention23", "repetition axis must follow the head axis")
+
+
+def _with_projections(h, model, *, shared_input=True):
+    """Replace inputs q3/k3/v3 by x @ W + b (BERT's biased projections of one input)."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    keep = [i for i in g.input if i.name not in ("q3", "k3", "v3")]
+    del g.input[:]
+    g.input.extend(keep + [h.vi("x", ["b", "s", HID])] + ([] if shared_input else [h.vi("x2", ["b", "s", HID])]))
+    proj = []
+    for n in "qkv":
+        src = "x" if (shared_input or n != "v") else "x2"
+        proj += [h.node("MatMul", [src, f"w{n}"], [f"m{n}"]), h.node("Add", [f"m{n}", f"b{n}"], [f"{n}3"])]
+        g.initializer.extend([onnx.numpy_helper.from_array((0.2 * h.rng.standard_normal((HID, HID))).astype(np.float32), f"w{n}"),
+                              onnx.numpy_helper.from_array((0.1 * h.rng.standard_normal(HID)).astype(np.float32), f"b{n}")])
+    for node in g.node:  # the head split shapes read x, as in a dynamo export
+        if node.op_type == "Shape" and node.input[0] == "q3":
+            node.input[0] = "x"
+    nodes = proj + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.value_info[:]
+    return onnx.shape_inference.infer_shapes(m, data_prop=True)
+
+
+@pytest.mark.parametrize("form", ["eager", "sdpa"])
+def test_packed_qkv_attention_for_ort(h, form):
+    model = _with_projections(h, _block(h, form=form))
+    out = h.fuse(model, "ort")
+    ops = h.ops(out)
+    assert ops["com.microsoft::Attention"] == 1 and "MatMul" not in ops, ops
+    feeds = _feeds(h)
+    feeds = {"x": feeds["q3"], "mask": feeds["mask"]}
+    h.assert_close(model, out, feeds)
+
+
+def test_packed_qkv_needs_one_input(h):
+    """v projected from another tensor (cross attention): MultiHeadAttention, not packed Attention."""
+    model = _with_projections(h, _block(h), shared_input=False)
+    ops = h.ops(h.fuse(model, "ort"))
+    assert "com.microsoft::Attention" not in ops and ops["com.microsoft::MultiHeadAttention"] == 1, ops

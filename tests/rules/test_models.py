@@ -20,7 +20,7 @@ MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 MANIFEST = json.loads((MODELS / "manifest.json").read_text())["models"]
 
 ATTENTION = {
-    "ort": {"com.microsoft::MultiHeadAttention", "com.microsoft::GroupQueryAttention"},
+    "ort": {"com.microsoft::Attention", "com.microsoft::MultiHeadAttention", "com.microsoft::GroupQueryAttention"},
     "onnx": {"Attention"},
     "trt": {"Attention", "onnx_fuse::FusedAttention"},
 }
