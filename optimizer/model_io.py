@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 
 from onnx_fuse.errors import UserError
 from onnx_fuse.external_data import check_external_data
+from onnx_fuse.structure_check import check_structure, skeleton_from_proto
 
 # The protobuf hard limit is 2 GiB; leave room for the graph itself.
 _PROTO_LIMIT = 1_800_000_000
@@ -56,14 +57,10 @@ def _check_opsets(proto: onnx.ModelProto, what: str) -> None:
                                 f"{MIN_ONNX_OPSET}); convert it with onnx.version_converter first")
 
 
-def _check_graph(proto: onnx.ModelProto, what: str, path: Path | None = None) -> None:
+def _check_graph(proto: onnx.ModelProto, what: str) -> None:
+    """Structure, types and op schemas; external references were already checked by us."""
     try:
-        # Without external data the checker still validates structure, types and op schemas.
-        # A proto that refers to external files is checked by path: given a bare proto, onnx
-        # looks for those files relative to the current directory instead of the model's.
-        external = path is not None and any(
-            t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
-        onnx.checker.check_model(str(path) if external else proto, full_check=False)
+        check_structure(skeleton_from_proto(proto))
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid graph"
         raise UserError(f"{what}: invalid ONNX graph: {first}") from None
@@ -75,7 +72,6 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True) -> tupl
         proto = _parse(bytes(source), "<bytes>")
         base_dir = None
         what = "<bytes>"
-        path = None
     else:
         path = Path(source)
         what = str(path)
@@ -92,7 +88,7 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True) -> tupl
         raise UserError("<bytes>: model refers to external data but was given as bytes; load it "
                         "from its file instead")
     if check:
-        _check_graph(proto, what, path)
+        _check_graph(proto, what)
     return proto, base_dir
 
 
