@@ -12,7 +12,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["InferenceSession", "OptimizeResult", "optimize", "verify", "__version__"]
+from onnx_fuse.errors import OnnxFuseError, OnnxFuseWarning, UserError
+
+__all__ = ["InferenceSession", "OnnxFuseError", "OnnxFuseWarning", "OptimizeResult", "UserError",
+           "optimize", "verify", "__version__"]
 
 
 def __getattr__(name: str):

@@ -28,3 +28,7 @@ class VerificationError(OnnxFuseError):
     """The optimized model's outputs differ from the original's beyond tolerance."""
 
     exit_code = 1
+
+
+class OnnxFuseWarning(UserWarning):
+    """onnx-fuse could not optimize a model and runs the original instead."""

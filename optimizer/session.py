@@ -37,7 +37,7 @@ import onnx_ir as ir
 import onnxruntime
 
 from onnx_fuse.api import optimize
-from onnx_fuse.errors import VerificationError
+from onnx_fuse.errors import OnnxFuseWarning, VerificationError
 from onnx_fuse.model_io import save_model
 from onnx_fuse.session_cache import DEFAULT_SIZE_LIMIT, MODEL_NAME, ModelCache, default_cache_dir
 
@@ -50,10 +50,6 @@ DEFAULT_OPTIMIZE_LEVEL = 3
 ORT_TARGET_PROVIDERS = frozenset({"CPUExecutionProvider", "CUDAExecutionProvider"})
 #: TensorRT providers take standard ops only: the ``onnx`` target.
 TRT_PROVIDERS = frozenset({"TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider"})
-
-
-class OnnxFuseWarning(UserWarning):
-    """onnx-fuse could not optimize a model and runs the original instead."""
 
 
 class InterfaceMismatch(Exception):
