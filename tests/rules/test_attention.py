@@ -144,12 +144,13 @@ def test_mha_fuses(h, target, form, scale_op):
     h.assert_close(model, out, _feeds(h))
 
 
-@pytest.mark.parametrize("target", ["onnx", "trt"])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_mha_merge_to_2d(h, target):
     """GPT-2 merges heads to [B*S, H*D] for its Gemm; the merge Reshape is re-applied."""
     model = _block(h, merge_to_2d=True)
     out = h.fuse(model, target)
-    assert h.ops(out)["Attention"] == 1
+    assert h.ops(out)[MHA_OP[target]] == 1
+    assert target != "ort" or "mha-ort-flat" in h.fired(out)
     h.assert_close(model, out, _feeds(h))
 
 

@@ -31,10 +31,7 @@ UNFUSED_MARKERS = ("Softmax", "Erf", "Tanh", "Sqrt", "ReduceMean", "Neg")
 
 DYNAMO = sorted(n for n in MANIFEST if n.endswith("_dynamo"))
 # Known gaps, each with the reason; strict so that a fix shows up as XPASS and the mark goes.
-XFAIL = {
-    ("gpt2_sdpa_dynamo", "ort"): "GPT-2 merges heads to [B*S,H*D]: needs docs/rules-requests.md 4",
-    ("gpt2_eager_dynamo", "ort"): "GPT-2 merges heads to [B*S,H*D]: needs docs/rules-requests.md 4",
-}
+XFAIL: dict[tuple[str, str], str] = {}
 
 
 def feeds_for(entry: dict, seed: int = 0) -> dict[str, np.ndarray]:
