@@ -1,0 +1,89 @@
+"""optimizer/targets: per-target facts and passes (UpgradeOpsetPass, PluginAttributesPass)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+
+from onnx_fuse.targets import onnx as onnx_target
+from onnx_fuse.targets import ort as ort_target
+from onnx_fuse.targets import trt as trt_target
+from onnx_fuse.verify import make_session
+
+MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+
+
+def _tiny(opset: int) -> ir.Model:
+    nodes = [oh.make_node("ReduceMean", ["x"], ["m"], axes=[-1], keepdims=1) if opset < 18 else
+             oh.make_node("ReduceMean", ["x", "ax"], ["m"], keepdims=1),
+             oh.make_node("Sub", ["x", "m"], ["y"])]
+    inits = [] if opset < 18 else [onnx.numpy_helper.from_array(np.array([-1], np.int64), "ax")]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])], inits)
+    return ir.serde.deserialize_model(oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)]))
+
+
+@pytest.mark.parametrize("opset", [13, 17, 20])
+def test_upgrade_opset_changes_and_keeps_semantics(opset):
+    model = _tiny(opset)
+    before = ir.to_proto(model)
+    p = onnx_target.UpgradeOpsetPass()
+    assert p(model).modified is True
+    assert model.opset_imports[""] == 23
+    after = ir.to_proto(model)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(make_session(before).run(None, {"x": x})[0],
+                                  make_session(after).run(None, {"x": x})[0])
+    # ... and reports no change the second time
+    assert onnx_target.UpgradeOpsetPass()(model).modified is False
+
+
+def test_upgrade_opset_keeps_the_exporters_shapes():
+    """Exact head counts from the dynamo exporter survive the conversion (no unk__ dims)."""
+    model = ir.load(str(MODELS / "llama_sdpa_dynamo.onnx"))
+    shapes = {v.name: str(v.shape) for n in model.graph for v in n.outputs if v.shape is not None}
+    onnx_target.UpgradeOpsetPass()(model)
+    after = {v.name: str(v.shape) for n in model.graph for v in n.outputs if v.shape is not None}
+    same = [k for k in shapes if after.get(k) == shapes[k]]
+    assert len(same) == len(shapes), set(shapes) - set(same)
+    assert not any("unk__" in s for s in after.values())
+
+
+def test_upgrade_opset_refuses_what_it_cannot_convert():
+    g = oh.make_graph([oh.make_node("Foo", ["x"], ["y"], domain="")], "g",
+                      [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    proto = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    model = ir.serde.deserialize_model(proto)
+    p = onnx_target.UpgradeOpsetPass()
+    assert p(model).modified is False
+    assert model.opset_imports[""] == 17
+    assert "kept opset 17" in p.stats_reason
+
+
+def test_targets_expose_the_same_small_interface():
+    for t in (onnx_target, ort_target, trt_target):
+        assert t.DOMAINS[""] == 23
+        assert [type(p).__name__ for p in t.pre_fusion_passes(2)] == ["UpgradeOpsetPass"]
+        assert t.pre_fusion_passes(1) == [] and t.post_fusion_passes(1) == []
+    assert ort_target.DOMAINS["com.microsoft"] == 1 and trt_target.DOMAINS["onnx_fuse"] == 1
+
+
+def test_trt_plugin_attributes_are_filled_once():
+    node = oh.make_node("FusedAttention", ["q", "k", "v"], ["y"], domain="onnx_fuse", num_heads=2)
+    vis = [oh.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3, 8]) for n in "qkv"]
+    g = oh.make_graph([node], "g", vis, [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8])])
+    model = ir.serde.deserialize_model(oh.make_model(g, opset_imports=[oh.make_opsetid("", 23)]))
+    p = trt_target.PluginAttributesPass()
+    assert p(model).modified is True
+    n = next(iter(model.graph))
+    assert n.attributes["plugin_version"].value == "1"
+    assert n.attributes["plugin_namespace"].value == "onnx_fuse"
+    assert model.opset_imports["onnx_fuse"] == 1
+    assert trt_target.PluginAttributesPass()(model).modified is False
