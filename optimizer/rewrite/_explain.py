@@ -61,7 +61,7 @@ def explain(model: ir.Model, rules: RuleSet | Rule, rule_name: str | None = None
             if m is None:
                 results.append(tracer.result(rule.name, label))
                 continue
-            matched = [(rule.match[i].source, m.nodes[i].name or "<unnamed>") for i in sorted(m.nodes)]
+            matched = [(rule.match[i].source, m.nodes[i].name or f"<unnamed {m.nodes[i].op_type}>") for i in sorted(m.nodes)]
             try:
                 rewriter.plan(m, facts)
             except NoProgress:

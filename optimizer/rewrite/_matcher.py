@@ -290,7 +290,7 @@ class Matcher:
                 culprit = describe_node(culprit)
             elif isinstance(culprit, ir.Value):
                 culprit = describe_value(culprit)
-            matched = [(self.stmts[i].source, self.nodes[i].name or "<unnamed>") for i in sorted(self.nodes)]
+            matched = [(self.stmts[i].source, self.nodes[i].name or f"<unnamed {self.nodes[i].op_type}>") for i in sorted(self.nodes)]
             self.tracer.record(len(self.nodes), stage, reason, step, culprit or "", matched)
         return False
 

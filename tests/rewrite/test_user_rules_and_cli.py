@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import textwrap
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
