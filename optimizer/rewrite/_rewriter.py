@@ -238,7 +238,13 @@ class Rewriter:
         match = plan.match
         if all(plan.outputs[o] is match.values[o] for o in match.rule.outputs):
             return True
-        if plan.initializers or len(plan.nodes) != len(match.nodes):
+        # an alias of a graph output becomes an Identity at commit: count it as a new node
+        implicit = [_NewNode("", "Identity", [plan.outputs[o]], {}, "", [])
+                    for o in match.rule.outputs
+                    if not isinstance(plan.outputs[o], _NewValue) and match.values[o].is_graph_output()
+                    and plan.outputs[o] is not match.values[o]]
+        new_nodes = plan.nodes + implicit
+        if plan.initializers or len(new_nodes) != len(match.nodes):
             return False
         matched = set(match.nodes.values())
 
@@ -254,7 +260,7 @@ class Rewriter:
             attrs = tuple(sorted((k, repr(v)) for k, v in n.attrs.items()))
             return (n.domain, n.op_type, ins, attrs)
 
-        return sorted(map(repr, map(sig_old, matched))) == sorted(map(repr, map(sig_new, plan.nodes)))
+        return sorted(map(repr, map(sig_old, matched))) == sorted(map(repr, map(sig_new, new_nodes)))
 
     def _validate(self, plan: Plan) -> None:
         known: dict[Any, tuple[ir.DataType | None, ir.Shape | None]] = {}
