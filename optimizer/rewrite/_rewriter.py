@@ -571,20 +571,21 @@ class RewritePass(FusePass):
         matchers = [(r, Matcher(r)) for r in rules]
         modified = False
         self.rejected = []
+        self.unsettled: list[str] = []
         for graph in list(model.graphs()):
             modified |= self._run_graph(graph, matchers, rewriter)
         for graph in rewriter.needs_sort:
             graph.sort()
+        reasons = list(self.unsettled)
         if self.rejected:
             by_rule: dict[str, int] = {}
             for r, _, _ in self.rejected:
                 by_rule[r] = by_rule.get(r, 0) + 1
             first = self.rejected[0]
-            self.stats_reason = (f"{len(self.rejected)} rewrite(s) rejected by validation "
-                                 f"({', '.join(f'{k}: {v}' for k, v in sorted(by_rule.items()))}); first: "
-                                 f"{first[0]} at {first[1]!r}: {first[2]}")
-        else:
-            self.stats_reason = None
+            reasons.append(f"{len(self.rejected)} rewrite(s) rejected by validation "
+                           f"({', '.join(f'{k}: {v}' for k, v in sorted(by_rule.items()))}); first: "
+                           f"{first[0]} at {first[1]!r}: {first[2]}")
+        self.stats_reason = "; ".join(reasons) or None
         return ir.passes.PassResult(model, modified=modified)
 
     def _run_graph(self, graph: ir.Graph, matchers: list[tuple[Rule, Matcher]], rewriter: Rewriter) -> bool:
@@ -594,6 +595,7 @@ class RewritePass(FusePass):
         rejected_at: set[tuple[str, ir.Node]] = set()
         for _ in range(self.max_rounds):
             fired = 0
+            last_round: set[str] = set()
             for rule, matcher in matchers:
                 for node in candidates(rule, index):
                     if node.graph is not graph or (rule.name, node) in rejected_at:
@@ -613,7 +615,11 @@ class RewritePass(FusePass):
                     rewriter.commit(plan, graph, index)
                     self.stats[rule.name] += 1
                     fired += 1
+                    last_round.add(rule.name)
             if not fired:
                 break
             modified = True
+        else:
+            self.unsettled.append(f"graph {graph.name!r}: still firing after {self.max_rounds} rounds "
+                                  f"(rules undoing each other?): {', '.join(sorted(last_round))}")
         return modified

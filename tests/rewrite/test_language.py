@@ -716,3 +716,35 @@ def test_alias_of_graph_output_terminates():
     # the graph output needs a node to carry its name: rewriting Identity into Identity is no
     # progress, so the rule does not fire (and never loops)
     assert not modified and not p.stats and ops(model) == ["Relu", "Identity"]
+
+
+def test_rules_undoing_each_other_stop_and_warn():
+    rules = """
+    rules:
+      - name: relu-to-neg-neg
+        doc: Relu(x) -> Relu(Neg(Neg(x)))  (test only)
+        targets: [ort]
+        match: |
+          y = Relu(x)
+        where:
+          x: {const: false}
+        rewrite: |
+          a = Neg(x)
+          b = Neg(a)
+          y = Relu(b)
+      - name: neg-neg
+        doc: Neg(Neg(x)) -> x  (test only)
+        targets: [ort]
+        match: |
+          a = Neg(x)
+          y = Neg(a)
+        rewrite: |
+          y = x
+    """
+    proto = model_from_text("""
+    <ir_version: 10, opset_import: ["" : 20]>
+    g (float[4] x) => (float[4] z) { r = Relu(x)
+      z = Sigmoid(r) }""")
+    model, p, _ = apply(proto, rules)
+    assert "still firing after 16 rounds" in p.stats_reason
+    assert_same_outputs(proto, model, x_feed(4))
