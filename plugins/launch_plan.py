@@ -35,11 +35,14 @@ SUPPORTED_DTYPES = ("float16", "bfloat16")
 _DT = {"float16": "f16", "fp16": "f16", "half": "f16", "bfloat16": "bf16", "bf16": "bf16"}
 DTYPE_CODE = {"f16": 0, "bf16": 1}
 
-# Fused-attention variants compiled in fused_attention.cu: (block_m, block_n, warps). The
-# first four use mma.sync (sm_80+); (128, 128, 8) uses Hopper wgmma in the sm_90a build (in
-# other builds its entry falls back to the mma.sync 128x64 8-warp body).
+# Fused-attention variants compiled in fused_attention.cu: (block_m, block_n, warps).
+# (64, 64, 4), (128, 64, 4), (128, 32, 4) use mma.sync (sm_80+); (128, 128, 8) and (128, 64, 8)
+# use Hopper wgmma in the sm_90a build (in other builds their entries run the mma.sync
+# 128x64 8-warp body).
 FA_VARIANTS = ((64, 64, 4), (128, 64, 8), (128, 64, 4), (128, 32, 4), (128, 128, 8))
-FA_WGMMA = (128, 128, 8)
+FA_WGMMA = (128, 128, 8)       # wgmma, 128-key tiles, 2 K/V stages
+FA_WGMMA_PIPE = (128, 64, 8)   # wgmma, 64-key tiles, 3 stages, S of tile j+1 overlaps softmax of j
+FA_WGMMA_VARIANTS = (FA_WGMMA, FA_WGMMA_PIPE)
 FA_DEFAULT = (128, 64, 4)
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -94,11 +97,15 @@ def _check_head_dim(head_dim: int) -> None:
         raise ValueError(f"head_dim={head_dim} not supported by the kernels (supported: {SUPPORTED_HEAD_DIMS})")
 
 
-def fa_smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
+def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4) -> int:
     """Dynamic shared memory of the fused-attention kernel: Q tile + 2 stages of K and V
     (+ 1 KiB to align the wgmma variant's swizzled tiles to 1024 bytes)."""
     b = (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
-    return b + 1024 if (block_m, block_n) == FA_WGMMA[:2] else b
+    if (block_m, block_n) == FA_WGMMA[:2]:
+        return b + 1024
+    if (block_m, block_n, warps) == FA_WGMMA_PIPE:
+        return 1024 + (block_m * head_dim + 3 * 2 * block_n * head_dim) * 2
+    return b
 
 
 def pa_smem_bytes(head_dim: int, warps: int, stages: int, bulk: int = 0) -> int:
@@ -162,7 +169,7 @@ def plan_fused_attention(
     if variant not in FA_VARIANTS:
         raise ValueError(f"variant {variant} not compiled; choose one of {FA_VARIANTS}")
     bm, bn, warps = variant
-    smem = fa_smem_bytes(head_dim, bm, bn)
+    smem = fa_smem_bytes(head_dim, bm, bn, warps)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}_{'causal' if causal else 'full'}"

@@ -100,7 +100,10 @@ def main() -> int:
                                                      enable_gqa=gqa).transpose(1, 2)
             cands = {}
             for var in lp.FA_VARIANTS:
-                label = "ours mma.sync m{}n{}w{}".format(*var) + (" (default)" if var == lp.FA_DEFAULT else "")
+                eng = "wgmma" if var in lp.FA_WGMMA_VARIANTS else "mma.sync"
+                planned = lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dt)[6:], causal=causal)
+                label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}" + (
+                    " (planned)" if var == (planned.block_m, planned.block_n, planned.warps) else "")
                 cands[label] = (lambda var=var: lib.fused_attention(q, k, v, out, causal=causal, variant=var), True)
             for name, be in (("torch FA2", SDPBackend.FLASH_ATTENTION), ("torch cuDNN", SDPBackend.CUDNN_ATTENTION)):
                 def f(be=be):

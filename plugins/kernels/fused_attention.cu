@@ -486,10 +486,226 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
 #endif
 }
 
+
+// Pipelined Hopper path (sm_90a), 64-key tiles, 3 K/V stages: each warpgroup issues the
+// S = Q K^T wgmma of tile j+1 before it runs the softmax of tile j, so the tensor cores work
+// on the next tile while the softmax runs (FlashAttention-3's intra-warpgroup overlap), then
+// issues O += P V for tile j and waits for both. Loads of tile j+2 overlap tile j's math.
+constexpr int kWpBN = 64;
+constexpr int kWpStages = 3;
+
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2) {
+#if OF_WGMMA_OK
+  using Tr = MmaTraits<T>;
+  using WG = wg::Mma<T, kWpBN>;
+  using WGO = wg::Mma<T, D>;
+  constexpr int BM = kWgBM, BN = kWpBN, NT = 256, CPR = D / 8, ST = kWpStages;
+  constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
+
+  extern __shared__ unsigned char fa_smem[];
+  const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
+  const uint32_t sQ = sbase;
+  const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*TILE, V at + TILE
+
+  const int tid = threadIdx.x;
+  const int wgi = tid >> 7;
+  const int warp = (tid >> 5) & 3;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+  const int m_block = CAUSAL ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+  const int hq = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  const int m0 = m_block * BM;
+
+  const T* qb = q + b * q_sb + hq * q_sh;
+  const T* kb = k + b * k_sb + hkv * k_sh;
+  const T* vb = v + b * v_sb + hkv * v_sh;
+  T* ob = o + b * o_sb + hq * o_sh;
+
+  if (m0 >= L) {
+    for (int c = tid; c < BM * CPR; c += NT) {
+      int r = c / CPR, cc = c % CPR;
+      if (m0 + r < S) *reinterpret_cast<uint4*>(ob + (m0 + r) * o_ss + cc * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int n_end = CAUSAL ? min(L, m0 + BM) : L;
+  const int n_tiles = (n_end + BN - 1) / BN;
+
+  auto load_kv = [&](int tile) {
+    const int n0 = tile * BN;
+    const uint32_t dk = sKV + (tile % ST) * 2 * TILE;
+    const uint32_t dv = dk + TILE;
+#pragma unroll
+    for (int i = 0; i < (BN * CPR) / NT; ++i) {
+      int c = tid + i * NT;
+      int r = c / CPR, cc = c % CPR;
+      bool ok = (n0 + r) < L;
+      int rr = ok ? (n0 + r) : 0;
+      cp_async_16(dk + sw128_off<BN>(r, cc), kb + rr * k_ss + cc * 8, ok);
+      cp_async_16(dv + sw128_off<BN>(r, cc), vb + rr * v_ss + cc * 8, ok);
+    }
+  };
+  auto issue_s = [&](float (&sacc)[BN / 8][4], int tile) {
+    const uint32_t tk = sKV + (tile % ST) * 2 * TILE;
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t koff = (kk & 3) * 32;
+      const uint64_t da = wg::desc_sw128(sQ + (kk >> 2) * BM * 128 + wgi * 64 * 128 + koff, 16, 1024);
+      const uint64_t db = wg::desc_sw128(tk + (kk >> 2) * BN * 128 + koff, 16, 1024);
+      WG::ss(sacc, da, db, kk > 0 ? 1 : 0);
+    }
+    wg::commit();
+    wg::fence_acc(sacc);
+  };
+
+#pragma unroll
+  for (int i = 0; i < (BM * CPR) / NT; ++i) {
+    int c = tid + i * NT;
+    int r = c / CPR, cc = c % CPR;
+    bool ok = (m0 + r) < L;
+    int rr = ok ? (m0 + r) : 0;
+    cp_async_16(sQ + sw128_off<BM>(r, cc), qb + rr * q_ss + cc * 8, ok);
+  }
+  load_kv(0);
+  cp_async_commit();
+  if (n_tiles > 1) load_kv(1);
+  cp_async_commit();
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY};
+  float row_l[2] = {0.f, 0.f};
+  const int wrow = wgi * 64 + warp * 16;
+  const int row0 = m0 + wrow + g;
+
+  float s_cur[BN / 8][4], s_nxt[BN / 8][4];
+  cp_async_wait<1>();  // Q and tile 0
+  wg::fence_proxy_async();
+  __syncthreads();
+  issue_s(s_cur, 0);
+  wg::wait0();
+  wg::fence_acc(s_cur);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const bool has_next = j + 1 < n_tiles;
+    if (has_next) {
+      cp_async_wait<0>();  // tile j+1
+      wg::fence_proxy_async();
+    }
+    __syncthreads();  // tile j+1 visible to all; every warpgroup is done with tile j-1's stage
+    if (j + 2 < n_tiles) load_kv(j + 2);  // into the stage of tile j-1
+    cp_async_commit();
+    if (has_next) issue_s(s_nxt, j + 1);
+
+    // Softmax of tile j (overlaps the S wgmma of tile j+1).
+    const int n0 = j * BN;
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int col = n0 + nt * 8 + 2 * t4 + (e & 1);
+          int row = row0 + (e >> 1) * 8;
+          if (col >= L || (CAUSAL && col > row)) s_cur[nt][e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s_cur[nt][2 * h], s_cur[nt][2 * h + 1]));
+      mx = quad_max(mx) * scale_log2;
+      const float m_new = fmaxf(row_m[h], mx);
+      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+      const float alpha = exp2f(row_m[h] - m_use);
+      row_m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        float p0 = exp2f(fmaf(s_cur[nt][2 * h], scale_log2, -m_use));
+        float p1 = exp2f(fmaf(s_cur[nt][2 * h + 1], scale_log2, -m_use));
+        s_cur[nt][2 * h] = p0;
+        s_cur[nt][2 * h + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_l[h] = row_l[h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * h] *= alpha;
+        acc[dt][2 * h + 1] *= alpha;
+      }
+    }
+    uint32_t pa[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = Tr::pack(s_cur[2 * kk][0], s_cur[2 * kk][1]);
+      pa[kk][1] = Tr::pack(s_cur[2 * kk][2], s_cur[2 * kk][3]);
+      pa[kk][2] = Tr::pack(s_cur[2 * kk + 1][0], s_cur[2 * kk + 1][1]);
+      pa[kk][3] = Tr::pack(s_cur[2 * kk + 1][2], s_cur[2 * kk + 1][3]);
+    }
+    const uint32_t tv = sKV + (j % ST) * 2 * TILE + TILE;
+    wg::fence_acc(acc);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint64_t db = wg::desc_sw128(tv + kk * 16 * 128, BN * 128, 1024);
+      WGO::rs_tb(acc, pa[kk], db, 1);
+    }
+    wg::commit();
+    wg::wait0();  // S of tile j+1 and O of tile j
+    wg::fence_acc(acc);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");  // live until the wait
+    if (has_next) {
+      wg::fence_acc(s_nxt);
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_cur[nt][e] = s_nxt[nt][e];
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int row = row0 + h * 8;
+    const float inv = (l > 0.f && row < L) ? 1.f / l : 0.f;
+    if (row < S) {
+      T* orow = ob + row * o_ss;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        uint32_t packed = Tr::pack(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
+        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
+      }
+    }
+  }
+#else
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+#endif
+}
+
 }  // namespace onnx_fuse
 
 using onnx_fuse::fa_fwd_body;
 using onnx_fuse::fa_fwd_wgmma_body;
+using onnx_fuse::fa_fwd_wgmma_pipe_body;
 
 #define OF_FA_KERNEL(NAME, T, D, W, MT, BN, CAUSAL)                                             \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                   \
@@ -508,7 +724,6 @@ using onnx_fuse::fa_fwd_wgmma_body;
   OF_FA_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_causal, T, D, W, MT, BNV, true)
 #define OF_FA_KERNELS_D(DTN, T, D)          \
   OF_FA_VARIANT(DTN, T, D, 64, 64, 4, 1)    \
-  OF_FA_VARIANT(DTN, T, D, 128, 64, 8, 1)   \
   OF_FA_VARIANT(DTN, T, D, 128, 64, 4, 2)   \
   OF_FA_VARIANT(DTN, T, D, 128, 32, 4, 2)
 
@@ -524,9 +739,23 @@ using onnx_fuse::fa_fwd_wgmma_body;
                                     k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,            \
                                     scale_log2);                                               \
   }
+#define OF_FA_WGP_KERNEL(NAME, T, D, CAUSAL)                                                     \
+  extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2) {                                      \
+    fa_fwd_wgmma_pipe_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,   \
+                                         k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, \
+                                         scale_log2);                                          \
+  }
+// m128n128w8: wgmma, 128-key tiles, 2 stages; m128n64w8: pipelined wgmma, 64-key tiles,
+// 3 stages. Both fall back to the mma.sync 128x64 8-warp body outside sm_90a builds.
 #define OF_FA_WG_KERNELS_D(DTN, T, D)                                                    \
   OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w8_full, T, D, false)           \
-  OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w8_causal, T, D, true)
+  OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w8_causal, T, D, true)          \
+  OF_FA_WGP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n64w8_full, T, D, false)           \
+  OF_FA_WGP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n64w8_causal, T, D, true)
 OF_FA_WG_KERNELS_D(f16, __half, 64)
 OF_FA_WG_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
@@ -573,17 +802,19 @@ FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool caus
 extern "C" {
 
 // Dynamic shared memory (bytes) of a variant (Q tile + double-buffered K and V tiles).
-int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n) {
+int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n, int warps) {
   const int bytes = (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
-  const bool wgmma = block_m == onnx_fuse::kWgBM && block_n == onnx_fuse::kWgBN;
-  return wgmma ? bytes + 1024 : bytes;  // wgmma variant: + base alignment slack
+  if (block_m == onnx_fuse::kWgBM && block_n == onnx_fuse::kWgBN) return bytes + 1024;  // wgmma
+  if (block_m == onnx_fuse::kWgBM && block_n == onnx_fuse::kWpBN && warps == 8)  // pipelined wgmma
+    return 1024 + (block_m * head_dim + onnx_fuse::kWpStages * 2 * block_n * head_dim) * 2;
+  return bytes;
 }
 
 // Launches the fused attention forward. Strides are in elements; the last (head-dim)
 // axis must be contiguous and every row 16-byte aligned. Variant (block_m, block_n, warps):
-// (64, 64, 4), (128, 64, 8), (128, 64, 4) or (128, 32, 4) with mma.sync (sm_80+), or
-// (128, 128, 8) with wgmma (sm_90a machine code; other builds fall back to mma.sync inside
-// the same entry); (0, 0, 0) = default (plan it with
+// (64, 64, 4), (128, 64, 4) or (128, 32, 4) with mma.sync (sm_80+), or (128, 128, 8) and
+// (128, 64, 8) with wgmma (sm_90a machine code; other builds run the mma.sync 128x64 8-warp
+// body inside the same entries); (0, 0, 0) = default (plan it with
 // onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
 // must be > 0. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
@@ -607,7 +838,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
   FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
-  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   dim3 grid((S + block_m - 1) / block_m, Hq, B);

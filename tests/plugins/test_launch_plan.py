@@ -24,14 +24,15 @@ def _kernel_names() -> set[str]:
     pa_d = re.findall(r"^OF_PA_KERNELS\((\w+), [\w ]+, (\d+)\)", pa, re.M)
     assert fa_vars and pa_vars and fa_d and pa_d
     wg_d = re.findall(r"^OF_FA_WG_KERNELS_D\((\w+), [\w ]+, (\d+)\)", fa, re.M)
-    wg_name = re.search(r"OF_FA_WG_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_(m\d+n\d+w\d+)_full", fa).group(1)
+    wg_names = re.findall(r"OF_FA_WGP?_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_(m\d+n\d+w\d+)_full", fa)
     for dt, d in fa_d:
         for bm, bn, w in fa_vars:
             for mask in ("full", "causal"):
                 names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_m{bm}n{bn}w{w}_{mask}")
     for dt, d in wg_d:
-        for mask in ("full", "causal"):
-            names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_{wg_name}_{mask}")
+        for wg_name in wg_names:
+            for mask in ("full", "causal"):
+                names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_{wg_name}_{mask}")
     for dt, d in pa_d:
         for w, s, _, suf in pa_vars:
             names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}{suf}")
@@ -45,9 +46,9 @@ def test_variant_tables_match_the_sources():
     pa = (KERNELS / "paged_attention.cu").read_text()
     fa_vars = {tuple(map(int, v)) for v in re.findall(r"^\s*OF_FA_VARIANT\(DTN, T, D, (\d+), (\d+), (\d+), \d\)", fa, re.M)}
     pa_vars = {tuple(map(int, v)) for v in re.findall(r"^\s*X\(DTN, T, D, (\d+), (\d+), (\d), b?\)", pa, re.M)}
-    wg = re.search(r"OF_FA_WG_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)_full", fa)
-    assert fa_vars | {tuple(map(int, wg.groups()))} == set(lp.FA_VARIANTS)
-    assert tuple(map(int, wg.groups())) == lp.FA_WGMMA
+    wg = {tuple(map(int, m)) for m in re.findall(r"OF_FA_WGP?_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)_full", fa)}
+    assert fa_vars | wg == set(lp.FA_VARIANTS)
+    assert wg == set(lp.FA_WGMMA_VARIANTS)
     assert pa_vars == set(lp.PA_VARIANTS)
     assert lp.FA_DEFAULT in fa_vars and lp.PA_DEFAULT in pa_vars
 
@@ -62,7 +63,7 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
     assert p.grid == (math.ceil(S / p.block_m), Hq, B)
     assert p.grid[0] * p.block_m >= S > (p.grid[0] - 1) * p.block_m
     assert p.block == (32 * p.warps, 1, 1)
-    assert p.smem_bytes == lp.fa_smem_bytes(D, p.block_m, p.block_n) <= lp.H200.max_smem_per_block
+    assert p.smem_bytes == lp.fa_smem_bytes(D, p.block_m, p.block_n, p.warps) <= lp.H200.max_smem_per_block
     assert p.kernel.endswith("causal" if causal else "full")
 
 
