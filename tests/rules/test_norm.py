@@ -218,19 +218,10 @@ def test_skip_norm_is_ort_only(h, target):
     assert h.ops(out) == {"Add": 1, "LayerNormalization": 1}
 
 
-@pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_skip_norm_batch_broadcast_skip_fuses(h, kind):
-    """skip [1, S, D] (position embeddings) broadcast over the batch: the contrib ops allow it."""
-    model = _skip_graph(h, kind=kind, skip_shape=(1, "seq", D))
-    out = h.fuse(model, "ort")
-    assert len(out.graph.node) == 1 and out.graph.node[0].domain == "com.microsoft", h.ops(out)
-    feeds = {"x": h.rng.standard_normal((2, 5, D)).astype(np.float32),
-             "r": h.rng.standard_normal((1, 5, D)).astype(np.float32)}
-    h.assert_close(model, out, feeds)
-
-
-def test_skip_norm_sequence_broadcast_skip_does_not_fuse(h):
-    model = _skip_graph(h, skip_shape=("batch", 1, D))
+@pytest.mark.parametrize("skip_shape", [(1, "seq", D), ("batch", 1, D)])
+def test_skip_norm_broadcast_skip_does_not_fuse(h, skip_shape):
+    """[1,S,D] would be legal for the contrib op but is slower on ORT CPU; [B,1,D] is not legal."""
+    model = _skip_graph(h, skip_shape=skip_shape)
     out = h.fuse(model, "ort")
     assert "com.microsoft::SkipLayerNormalization" not in h.ops(out)
-    assert any("skip must have the input's shape" in r for r in h.reasons(model, "ort", "skip-layer-norm"))
+    assert any("same shape" in r for r in h.reasons(model, "ort", "skip-layer-norm"))
