@@ -18,6 +18,7 @@ nothing dead behind, so no cleanup follows it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Sequence
 
 import onnx_ir as ir
@@ -74,7 +75,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
     from onnx_fuse.passes.shape_inference import ShapeInferencePass
 
     def keep(passes) -> tuple[ir.passes.PassBase, ...]:
-        return tuple(p for p in passes if p.display_name not in disable)
+        return tuple(p for p in passes if getattr(p, "display_name", None) not in disable)
 
     pass_names = {p.display_name for p in (*cleanup_passes(), ShapeInferencePass())} | {"precision"}
     stages = [Stage("shape-inference", keep((ShapeInferencePass(),)), fixed_point=False),
@@ -82,10 +83,18 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
     if level >= 2:
         from onnx_fuse.rewrite import RewritePass, load_rule_set
 
+        # The target prepares the model for its rules (e.g. the onnx target raises the opset to
+        # the one its fused standard ops need) and fixes up what they emitted afterwards.
+        target_module = importlib.import_module(f"onnx_fuse.targets.{target}")
+        pre = tuple(target_module.pre_fusion_passes(level))
+        post = tuple(target_module.post_fusion_passes(level))
+        pass_names |= {p.display_name for p in (*pre, *post) if hasattr(p, "display_name")}
         # Names that are not passes must be rules; the rule loader rejects unknown ones.
         rule_set = load_rule_set(target=target, max_level=level, user_files=rule_files,
                                  disable=[d for d in disable if d not in pass_names])
+        stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
         stages.append(Stage("fusion", (RewritePass(rule_set),), fixed_point=False))
+        stages.append(Stage("target-finish", keep(post), fixed_point=False))
         stages.append(Stage("cleanup", keep(cleanup_passes())))
     elif unknown := [d for d in disable if d not in pass_names]:
         raise UserError(f"--disable {unknown[0]!r}: no pass of that name runs at O{level}")
