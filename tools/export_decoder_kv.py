@@ -1,0 +1,154 @@
+"""Export a tiny LLaMA decoder WITH a KV cache into tests/data/models/llama_kv_dynamo.onnx.
+
+LlamaForCausalLM (2 layers, hidden 64, 4 query heads / 2 kv heads, head dim 16, vocab 128, random
+weights from a fixed seed), use_cache=True, dynamo exporter. Interface (the shape of a decode step
+of a Hugging Face style KV-cache export):
+
+  inputs   input_ids int64 [batch, sequence]
+           attention_mask int64 [batch, past_sequence + sequence]
+           past_key_values.{i}.key / .value float32 [batch, 2, past_sequence, 16]
+  outputs  logits float32 [batch, sequence, 128]
+           present.{i}.key / .value float32 [batch, 2, past_sequence + sequence, 16]
+
+Kept separate from tools/export_models.py (the prefill exports, use_cache=False). The export is
+checked against torch in ONNX Runtime before it is written; a manifest entry goes to
+tests/data/models/llama_kv_dynamo.json.
+
+    /work/venv/bin/python tools/export_decoder_kv.py [--out tests/data/models]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from pathlib import Path
+
+SEED = 0
+LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB = 2, 64, 4, 2, 128
+HEAD_DIM = HIDDEN // HEADS
+BATCH, SEQ, PAST = 2, 2, 5  # example shapes (>1 so the exporter keeps the dims dynamic)
+NAME = "llama_kv_dynamo"
+
+
+def _model():
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(SEED)
+    config = tf.LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128,
+                            vocab_size=VOCAB, max_position_embeddings=128,
+                            num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                            use_cache=True, tie_word_embeddings=False, attn_implementation="sdpa")
+    model = tf.LlamaForCausalLM(config).eval()
+    g = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():  # distinct random values everywhere (norm weights around 1)
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            p.copy_(1.0 + 0.1 * noise if (p.ndim == 1 and "norm" in name) else 0.1 * noise)
+    return config, model
+
+
+def _wrapper(model):
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    class DecoderWithCache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids, attention_mask, past_k0, past_v0, past_k1, past_v1):
+            past = (past_k0, past_v0, past_k1, past_v1)  # LAYERS == 2
+            cache = DynamicCache(config=model.config)
+            for i in range(LAYERS):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                         use_cache=True, return_dict=True)
+            pkv = out.past_key_values
+            present = []
+            for i in range(LAYERS):
+                layer = pkv.layers[i]
+                present += [layer.keys, layer.values]
+            return (out.logits, *present)
+
+    return DecoderWithCache().eval()
+
+
+def _feeds(batch: int, seq: int, past: int):
+    import torch
+
+    g = torch.Generator().manual_seed(SEED + 1)
+    feeds = {"input_ids": torch.randint(0, VOCAB, (batch, seq), generator=g),
+             "attention_mask": torch.ones(batch, past + seq, dtype=torch.int64)}
+    for i in range(LAYERS):
+        for kv in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kv}"] = torch.randn(batch, KV_HEADS, past, HEAD_DIM,
+                                                             generator=g)
+    return feeds
+
+
+def export(out_dir: Path) -> dict:
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+    import transformers
+
+    config, model = _model()
+    wrapper = _wrapper(model)
+    feeds = _feeds(BATCH, SEQ, PAST)
+    names = list(feeds)
+    outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
+    batch = torch.export.Dim("batch", max=64)
+    seq = torch.export.Dim("sequence", max=64)
+    past = torch.export.Dim("past_sequence", max=64)
+    total = torch.export.Dim("total_sequence", max=128)
+    dyn = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: total}}
+    dyn.update({n: {0: batch, 2: past} for n in names if n.startswith("past_key_values")})
+    path = out_dir / f"{NAME}.onnx"
+    args = tuple(feeds[n] for n in names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
+                                 dynamic_shapes=tuple(dyn.get(n) for n in names), dynamo=True,
+                                 optimize=True, verbose=False)
+        prog.save(str(path), external_data=False)
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    max_abs = 0.0
+    for b, s, p in ((BATCH, SEQ, PAST), (1, 1, 9), (2, 1, 4), (3, 3, 2)):  # decode and chunks
+        f = _feeds(b, s, p)
+        with torch.no_grad():
+            ref = wrapper(*(f[n] for n in names))
+        got = sess.run(None, {n: f[n].numpy() for n in names})
+        max_abs = max(max_abs, *(float(np.max(np.abs(g - r.numpy()))) for g, r in zip(got, ref)))
+    if max_abs > 1e-4:
+        raise SystemExit(f"export does not match torch: max abs diff {max_abs}")
+    entry = {
+        "file": path.name, "arch": "llama", "model_class": "LlamaForCausalLM",
+        "attn_implementation": "sdpa", "exporter": "dynamo", "use_cache": True,
+        "num_layers": LAYERS, "num_heads": HEADS, "num_kv_heads": KV_HEADS, "head_dim": HEAD_DIM,
+        "hidden_size": HIDDEN, "vocab_size": VOCAB, "inputs": names, "outputs": outputs,
+        "bytes": path.stat().st_size, "nodes": len(proto.graph.node), "seed": SEED,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "onnx": onnx.__version__, "ort_vs_torch_max_abs": max_abs,
+    }
+    (out_dir / f"{NAME}.json").write_text(json.dumps(entry, indent=2) + "\n")
+    return entry
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests/data/models"))
+    ns = ap.parse_args(argv)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    entry = export(out)
+    print(json.dumps(entry, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
