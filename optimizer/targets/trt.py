@@ -53,4 +53,11 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
-    return [PluginAttributesPass()] if level >= 2 else []
+    if level < 2:
+        return []
+    if level < 4:
+        return [PluginAttributesPass()]
+    # O4: paged KV (docs/paged_kv.md) before the attribute fixup, which then covers its nodes too.
+    from onnx_fuse.targets.trt_paged_kv import PagedKVPass
+
+    return [PagedKVPass(), PluginAttributesPass()]
