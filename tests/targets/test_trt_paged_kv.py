@@ -187,7 +187,7 @@ def test_o3_output_is_rewritten_by_the_pass_alone():
 def test_present_consumed_elsewhere_is_not_rewritten():
     proto = _o3_kv()
     proto.graph.node.append(onnx.helper.make_node("ReduceSum", ["present.1.value"], ["kv_sum"], keepdims=0))
-    proto.graph.output.append(onnx.helper.make_tensor_value_info("kv_sum", onnx.TensorProto.FLOAT, None))
+    proto.graph.output.append(onnx.helper.make_tensor_value_info("kv_sum", onnx.TensorProto.FLOAT, []))
     _refused(proto, "consumed outside its attention")
 
 
@@ -225,3 +225,15 @@ def test_non_causal_mask_is_not_rewritten():
             node.input[list(node.input).index("val_160")] = "bias"
     g.input.append(onnx.helper.make_tensor_value_info("bias", onnx.TensorProto.FLOAT, ["b", 1, "s", "t"]))
     _refused(proto, "not a causal mask")
+
+
+def test_disable_and_refusal_reach_the_report():
+    o4 = onnx_fuse.optimize(str(KV_MODEL), level=4, target="trt", disable=["trt-paged-kv"]).model
+    assert _ops(o4)["PagedAttention"] == 0
+    assert [v.name for v in o4.graph.inputs][2:4] == ["past_key_values.0.key", "past_key_values.0.value"]
+    proto = _o3_kv()
+    proto.graph.node.append(onnx.helper.make_node("ReduceSum", ["present.0.key"], ["kv_sum"], keepdims=0))
+    proto.graph.output.append(onnx.helper.make_tensor_value_info("kv_sum", onnx.TensorProto.FLOAT, []))
+    result = onnx_fuse.optimize(proto, level=4, target="trt")
+    assert _ops(result.model)["PagedAttention"] == 0
+    assert any("trt-paged-kv: not rewritten" in w and "consumed outside" in w for w in result.report.warnings)
