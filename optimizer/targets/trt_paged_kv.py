@@ -30,12 +30,12 @@ models where only some past inputs are rewritable. The rewrite is all or nothing
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 
 PLUGIN_DOMAIN = "onnx_fuse"
 PLUGIN_VERSION = "1"
@@ -159,6 +159,11 @@ def _concat_of_past(v: ir.Value) -> ir.Node:
     return node
 
 
+#: A mask built with one of these among its producers is taken as causal (HF masking_utils uses
+#: LessOrEqual(kv_idx, q_idx); older exporters Trilu or a comparison of positions).
+_CAUSAL_OPS = frozenset({"LessOrEqual", "Trilu", "GreaterOrEqual", "Less", "Greater"})
+
+
 def _ancestors_have(v: ir.Value, op_types: set[str], limit: int = 64) -> bool:
     seen, stack = set(), [v]
     while stack and len(seen) < limit:
@@ -191,7 +196,8 @@ def _match(pv: ir.Node) -> _Plan | None:
     node = _prod(p)
     if node is not None and node.op_type == "Where":
         isn = _prod(node.inputs[0])
-        if isn is None or isn.op_type != "IsNaN" or _scalar(node.inputs[1]) != 0.0 or isn.inputs[0] is not node.inputs[2]:
+        if (isn is None or isn.op_type != "IsNaN" or _scalar(node.inputs[1]) != 0.0
+                or isn.inputs[0] is not node.inputs[2]):
             raise _Refuse("probabilities Where is not the NaN guard Where(IsNaN(p), 0, p)")
         _only_user(p, pv)
         sm_v = node.inputs[2]
@@ -228,12 +234,13 @@ def _match(pv: ir.Node) -> _Plan | None:
     for present in (k_present, v_present):
         if len(_users(present)) != 1:
             raise _Refuse(f"present {present.name!r} is consumed outside its attention")
-    if mask.shape is None or len(mask.shape) != 4 or not _ancestors_have(mask, {"LessOrEqual", "Trilu", "GreaterOrEqual", "Less", "Greater"}):
+    if mask.shape is None or len(mask.shape) != 4 or not _ancestors_have(mask, _CAUSAL_OPS):
         raise _Refuse("the mask is not a causal mask (the contract attends causally)")
     # Output: Transpose(0, 2, 1, 3) -> Reshape to [B, S, Hq*D]
     out = pv.outputs[0]
     t = _users(out)
-    if len(t) != 1 or out.is_graph_output() or t[0].op_type != "Transpose" or _ints_attr(t[0], "perm") != [0, 2, 1, 3]:
+    if (len(t) != 1 or out.is_graph_output() or t[0].op_type != "Transpose"
+            or _ints_attr(t[0], "perm") != [0, 2, 1, 3]):
         raise _Refuse("attention output is not transposed back to [B, S, H, D]")
     r = _users(t[0].outputs[0])
     if len(r) != 1 or t[0].outputs[0].is_graph_output() or r[0].op_type != "Reshape":
@@ -280,7 +287,6 @@ _ROPE_PATH_OPS = {"Cast", "Mul", "Div", "Add", "Cos", "Sin", "Expand", "Concat",
 
 def _plan_shape_uses(graph: ir.Graph, plans: list[_Plan], live: set[int]) -> _ShapeUse:
     uses = _ShapeUse([], [], [])
-    pasts = {id(p.past_k) for p in plans} | {id(p.past_v) for p in plans}
     concats = {id(p.concat_k) for p in plans} | {id(p.concat_v) for p in plans}
     for past in [p.past_k for p in plans] + [p.past_v for p in plans]:
         for user in _users(past):
@@ -298,7 +304,6 @@ def _plan_shape_uses(graph: ir.Graph, plans: list[_Plan], live: set[int]) -> _Sh
                 _plan_past_len(user, live, uses)
             else:
                 raise _Refuse(f"Shape(past)[{start}:{end}] has no paged equivalent")
-    del pasts
     return uses
 
 
@@ -371,9 +376,9 @@ class PagedKVPass(FusePass):
             pasts = [p.past_k for p in plans] + [p.past_v for p in plans]
             if len({id(v) for v in pasts}) != len(pasts):
                 raise _Refuse("a past tensor feeds two attentions")
-            cached_inputs = [v for v in graph.inputs if v.name.startswith("past_key_values") or
-                             any(u.op_type == "Concat" for u in _users(v)) and v.shape is not None
-                             and len(v.shape) == 4]
+            cached_inputs = [v for v in graph.inputs if v.name.startswith(("past_key", "past_value"))
+                             or (v.shape is not None and len(v.shape) == 4
+                                 and any(u.op_type == "Concat" for u in _users(v)))]
             stray = [v.name for v in cached_inputs if id(v) not in {id(p) for p in pasts}]
             if stray:
                 raise _Refuse(f"past input(s) {stray} are not read by a rewritable attention")
@@ -408,7 +413,8 @@ class PagedKVPass(FusePass):
             packed = []
             nodes = []
             for name, v in (("q", p.q), ("k", p.k_new), ("v", p.v_new)):
-                t = ir.node("Transpose", [v], attributes={"perm": [0, 2, 1, 3]}, name=f"paged_kv_{layer}_{name}_t")
+                t = ir.node("Transpose", [v], attributes={"perm": [0, 2, 1, 3]},
+                            name=f"paged_kv_{layer}_{name}_t")
                 r = ir.node("Reshape", [t.outputs[0], merge], name=f"paged_kv_{layer}_{name}_m")
                 nodes += [t, r]
                 packed.append(r.outputs[0])
@@ -445,7 +451,8 @@ class PagedKVPass(FusePass):
         for add in su.cache_pos:
             rng = next(_prod(i) for i in add.inputs if _prod(i) is not None and _prod(i).op_type == "Range")
             s_len = rng.inputs[1]
-            lens64 = ir.node("Cast", [seq_lens], attributes={"to": ir.DataType.INT64}, name=f"{add.name}_paged_lens")
+            lens64 = ir.node("Cast", [seq_lens], attributes={"to": ir.DataType.INT64},
+                             name=f"{add.name}_paged_lens")
             col = ir.node("Unsqueeze", [lens64.outputs[0], _const(graph, f"{add.name}_paged_ax1", [1])],
                           name=f"{add.name}_paged_col")
             start = ir.node("Sub", [col.outputs[0], s_len], name=f"{add.name}_paged_start")
@@ -490,56 +497,3 @@ def _graph_inputs_above(v: ir.Value, limit: int = 256) -> list[ir.Value]:
         seen.add(id(node))
         stack.extend(i for i in node.inputs if i is not None)
     return found
-
-
-# --------------------------------------------------------------------------------------
-# Verification harness: contiguous past_key_values feeds -> paged pool feeds.
-
-
-def paged_inputs_from_contiguous(feeds: dict, block_size: int, *, past_lens=None, new_tokens: int = 1,
-                                 spare_blocks: int = 3, seed: int = 0, fill=np.nan,
-                                 layers: list[str] | None = None) -> dict:
-    """Feeds for the rewritten model from the original model's feeds.
-
-    ``feeds`` holds ``past_key_values.{i}.key/.value`` [B, Hkv, P, D] (and the other inputs,
-    passed through except ``attention_mask``); sequence ``b`` uses its first ``past_lens[b]``
-    past positions (default: all P). Each sequence gets ``ceil((past_lens[b] + new_tokens) /
-    block_size)`` blocks, drawn shuffled from a pool with ``spare_blocks`` extra blocks, so the
-    tables are non-contiguous and out of order; unused slots hold ``fill`` (NaN: a read of them
-    shows). ``seq_lens = past_lens + new_tokens`` (the contract counts the new tokens).
-    """
-    rng = np.random.default_rng(seed)
-    layers = layers or sorted({k.split(".")[1] for k in feeds if k.startswith("past_key_values.")}, key=int)
-    k0 = np.asarray(feeds[f"past_key_values.{layers[0]}.key"])
-    B, Hkv, P, D = k0.shape
-    lens = np.full(B, P, np.int64) if past_lens is None else np.asarray(past_lens, np.int64)
-    if np.any(lens > P) or np.any(lens < 0):
-        raise ValueError(f"past_lens {lens} outside [0, {P}]")
-    need = [max(1, math.ceil((int(n) + new_tokens) / block_size)) for n in lens]
-    max_blocks = max(need)
-    num_blocks = sum(need) + spare_blocks
-    perm = rng.permutation(num_blocks)
-    tables = np.full((B, max_blocks), -1, np.int32)
-    at = 0
-    for b in range(B):
-        tables[b, :need[b]] = perm[at:at + need[b]]
-        at += need[b]
-    out = {k: v for k, v in feeds.items() if not k.startswith("past_key_values.") and k != "attention_mask"}
-    for layer in layers:
-        for kv, tag in (("key", "k"), ("value", "v")):
-            past = np.asarray(feeds[f"past_key_values.{layer}.{kv}"])
-            pool = np.full((num_blocks, block_size, Hkv, D), fill, past.dtype)
-            for b in range(B):
-                for pos in range(int(lens[b])):
-                    pool[tables[b, pos // block_size], pos % block_size] = past[b, :, pos]
-            out[f"kv_pool_{tag}.{layer}"] = pool
-    out["block_tables"] = tables
-    out["seq_lens"] = (lens + new_tokens).astype(np.int32)
-    return out
-
-
-def gather_pool(pool: np.ndarray, table_row: np.ndarray, length: int) -> np.ndarray:
-    """Logical positions [0, length) of one sequence as [Hkv, length, D] (present.* layout)."""
-    bs = pool.shape[1]
-    pos = np.arange(length)
-    return pool[np.asarray(table_row)[pos // bs], pos % bs].transpose(1, 0, 2)

@@ -19,7 +19,8 @@ import onnx_ir as ir
 import pytest
 
 import onnx_fuse
-from onnx_fuse.targets.trt_paged_kv import PagedKVPass, gather_pool, paged_inputs_from_contiguous
+from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
+from onnx_fuse.targets.trt_paged_kv import PagedKVPass
 from onnx_fuse.verify import make_session
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
