@@ -254,6 +254,9 @@ def _match(pv: ir.Node) -> _Plan | None:
         raise _Refuse("attention output is not [B, S, Hq*D]")
     if hq % hkv or not 1 <= hq // hkv <= 16 or _static(concat_v.inputs[0], 3) != d:
         raise _Refuse(f"heads {hq}/{hkv} or head size do not fit the contract")
+    for rep in (tr.inputs[0], vrep):  # the repetition (or none) must give q's heads, nothing else
+        if rep.shape is None or len(rep.shape) != 4 or _static(rep, 1) != hq or _static(rep, 3) != d:
+            raise _Refuse(f"K/V {rep.name!r} as attended is not [B, {hq}, T, {d}]")
     past_k = concat_k.inputs[0]
     layer = past_k.name.split(".")[1] if past_k.name.count(".") == 2 else None
     return _Plan(layer or "", q, concat_k.inputs[1], concat_v.inputs[1], past_k, concat_v.inputs[0],
