@@ -50,7 +50,10 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         x = ins[0]
         if x is None or x.shape is None:
             return None
-        dims = list(x.shape)[slice(_attr(node, "start", None), _attr(node, "end", None))]
+        start, end = _attr(node, "start", None), _attr(node, "end", None)
+        if not all(v is None or isinstance(v, int) for v in (start, end)):
+            return None
+        dims = list(x.shape)[slice(start, end)]
         out = []
         for d in dims:
             if isinstance(d, int):
@@ -61,7 +64,8 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
                 return None
         return out, False
     if op in ("Identity", "Cast") or op in ("Squeeze", "Unsqueeze", "Reshape"):
-        if op == "Cast" and not ir.DataType(_attr(node, "to")).is_integer():
+        to = _attr(node, "to") if op == "Cast" else None
+        if op == "Cast" and not (isinstance(to, int) and ir.DataType(to).is_integer()):
             return None
         inner = shape_entries(ins[0], depth + 1)
         if inner is None:

@@ -356,3 +356,28 @@ def test_gather_of_symbolic_dim_is_not_folded():
     model, modified, _ = apply(ConstantFoldingPass, proto, shape_inference=True)
     assert not modified
     assert ops(model) == {"Shape": 1, "Gather": 1, "Unsqueeze": 1, "Concat": 1, "Reshape": 1}
+
+
+def test_slice_of_partly_symbolic_shape_picks_static_tail():
+    # Dynamo's attention reshape: Slice(Shape(x), -1, INT64_MAX) where only the last dim is static.
+    proto = parse(HEADER + '''
+    g (float[B, S, 64] x) => (float[B, S, 64] y)
+    <int64[1] s = {-1}, int64[1] e = {9223372036854775807}, int64[1] lo = {0},
+     int64[1] m2 = {-1}, int64[1] m1 = {-1}>
+    {
+        sh = Shape(x)
+        last = Slice(sh, s, e)
+        head = Slice(sh, lo, m2)
+        c = Cast<to = 7>(last)
+        shape = Concat<axis = 0>(m1, c)
+        flat = Reshape(x, shape)
+        back = Concat<axis = 0>(head, c)
+        y = Reshape(flat, back)
+    }''')
+    model, modified, p = apply(ConstantFoldingPass, proto, shape_inference=True)
+    assert modified
+    # last, c and shape fold; head holds symbolic dims and stays, and so does back.
+    assert p.stats == {"Slice": 1, "Cast": 1, "Concat": 1}
+    assert ops(model) == {"Shape": 1, "Slice": 1, "Concat": 1, "Reshape": 2}
+    np.testing.assert_array_equal(model.graph.initializers["shape"].const_value.numpy(), [-1, 64])
+    check_same(proto, model, inputs={"x": np.random.default_rng(0).standard_normal((2, 3, 64)).astype(np.float32)})
