@@ -229,11 +229,27 @@ def builtin_files() -> list[tuple[str, str]]:
     return found
 
 
+# Parsed built-ins keyed by the files' texts: every optimize() call (and every InferenceSession)
+# needs them, parsing takes ~0.2 s, and rules are not mutated once loaded. An edited file has a
+# new text, so it is parsed again.
+_BUILTIN_CACHE: dict[tuple[tuple[str, str], ...], tuple[list[Rule], list[RuleError]]] = {}
+
+
 def load_builtin() -> tuple[list[Rule], list[RuleError]]:
+    files = tuple(builtin_files())
+    cached = _BUILTIN_CACHE.get(files)
+    if cached is None:
+        cached = _parse_builtin(files)
+        _BUILTIN_CACHE.clear()
+        _BUILTIN_CACHE[files] = cached
+    return list(cached[0]), list(cached[1])
+
+
+def _parse_builtin(files) -> tuple[list[Rule], list[RuleError]]:
     rules: list[Rule] = []
     errors: list[RuleError] = []
     seen: dict[str, str] = {}
-    for path, text in builtin_files():
+    for path, text in files:
         got, errs = load_text(text, path, builtin=True)
         errors += errs
         for r in got:
