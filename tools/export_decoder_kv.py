@@ -1,20 +1,24 @@
-"""Export a tiny LLaMA decoder WITH a KV cache into tests/data/models/llama_kv_dynamo.onnx.
+"""Export tiny decoders WITH a KV cache into tests/data/models/{llama,gpt2}_kv_dynamo.onnx.
 
-LlamaForCausalLM (2 layers, hidden 64, 4 query heads / 2 kv heads, head dim 16, vocab 128, random
-weights from a fixed seed), use_cache=True, dynamo exporter. Interface (the shape of a decode step
-of a Hugging Face style KV-cache export):
+  llama  LlamaForCausalLM (2 layers, hidden 64, 4 query heads / 2 kv heads, head dim 16, vocab 128):
+         GQA, RoPE, RMSNorm
+  gpt2   GPT2LMHeadModel (2 layers, hidden 64, 4 heads, head dim 16, vocab 128): MHA, learned
+         absolute position embeddings, Conv1D (the attention output is merged to [B*S, H*D])
+
+Random weights from a fixed seed, use_cache=True, dynamo exporter. Interface (the shape of a
+decode step of a Hugging Face style KV-cache export):
 
   inputs   input_ids int64 [batch, sequence]
            attention_mask int64 [batch, past_sequence + sequence]
-           past_key_values.{i}.key / .value float32 [batch, 2, past_sequence, 16]
+           past_key_values.{i}.key / .value float32 [batch, Hkv, past_sequence, 16]
   outputs  logits float32 [batch, sequence, 128]
-           present.{i}.key / .value float32 [batch, 2, past_sequence + sequence, 16]
+           present.{i}.key / .value float32 [batch, Hkv, past_sequence + sequence, 16]
 
 Kept separate from tools/export_models.py (the prefill exports, use_cache=False). The export is
 checked against torch in ONNX Runtime before it is written; a manifest entry goes to
-tests/data/models/llama_kv_dynamo.json.
+tests/data/models/<name>.json.
 
-    /work/venv/bin/python tools/export_decoder_kv.py [--out tests/data/models]
+    /work/venv/bin/python tools/export_decoder_kv.py [--out tests/data/models] [--arch llama gpt2]
 """
 
 from __future__ import annotations
@@ -25,27 +29,34 @@ import warnings
 from pathlib import Path
 
 SEED = 0
-LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB = 2, 64, 4, 2, 128
+LAYERS, HIDDEN, HEADS, VOCAB = 2, 64, 4, 128
+KV_HEADS = {"llama": 2, "gpt2": 4}
 HEAD_DIM = HIDDEN // HEADS
 BATCH, SEQ, PAST = 2, 2, 5  # example shapes (>1 so the exporter keeps the dims dynamic)
-NAME = "llama_kv_dynamo"
 
 
-def _model():
+def _model(arch: str):
     import torch
     import transformers as tf
 
     torch.manual_seed(SEED)
-    config = tf.LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128,
-                            vocab_size=VOCAB, max_position_embeddings=128,
-                            num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                            use_cache=True, tie_word_embeddings=False, attn_implementation="sdpa")
-    model = tf.LlamaForCausalLM(config).eval()
+    if arch == "llama":
+        config = tf.LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128,
+                                vocab_size=VOCAB, max_position_embeddings=128,
+                                num_attention_heads=HEADS, num_key_value_heads=KV_HEADS[arch],
+                                use_cache=True, tie_word_embeddings=False, attn_implementation="sdpa")
+        model = tf.LlamaForCausalLM(config).eval()
+    else:
+        config = tf.GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, n_inner=128,
+                               vocab_size=VOCAB, n_positions=128, use_cache=True,
+                               attn_implementation="sdpa")
+        model = tf.GPT2LMHeadModel(config).eval()
     g = torch.Generator().manual_seed(SEED)
     with torch.no_grad():  # distinct random values everywhere (norm weights around 1)
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g)
-            p.copy_(1.0 + 0.1 * noise if (p.ndim == 1 and "norm" in name) else 0.1 * noise)
+            is_norm = p.ndim == 1 and ("norm" in name or ".ln_" in name or name.startswith("transformer.ln_f"))
+            p.copy_(1.0 + 0.1 * noise if (is_norm and name.endswith("weight")) else 0.1 * noise)
     return config, model
 
 
@@ -75,7 +86,7 @@ def _wrapper(model):
     return DecoderWithCache().eval()
 
 
-def _feeds(batch: int, seq: int, past: int):
+def _feeds(batch: int, seq: int, past: int, kv_heads: int):
     import torch
 
     g = torch.Generator().manual_seed(SEED + 1)
@@ -83,21 +94,23 @@ def _feeds(batch: int, seq: int, past: int):
              "attention_mask": torch.ones(batch, past + seq, dtype=torch.int64)}
     for i in range(LAYERS):
         for kv in ("key", "value"):
-            feeds[f"past_key_values.{i}.{kv}"] = torch.randn(batch, KV_HEADS, past, HEAD_DIM,
+            feeds[f"past_key_values.{i}.{kv}"] = torch.randn(batch, kv_heads, past, HEAD_DIM,
                                                              generator=g)
     return feeds
 
 
-def export(out_dir: Path) -> dict:
+def export(arch: str, out_dir: Path) -> dict:
     import numpy as np
     import onnx
     import onnxruntime as ort
     import torch
     import transformers
 
-    config, model = _model()
+    config, model = _model(arch)
     wrapper = _wrapper(model)
-    feeds = _feeds(BATCH, SEQ, PAST)
+    kv_heads = KV_HEADS[arch]
+    name = f"{arch}_kv_dynamo"
+    feeds = _feeds(BATCH, SEQ, PAST, kv_heads)
     names = list(feeds)
     outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
     batch = torch.export.Dim("batch", max=64)
@@ -106,7 +119,7 @@ def export(out_dir: Path) -> dict:
     total = torch.export.Dim("total_sequence", max=128)
     dyn = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: total}}
     dyn.update({n: {0: batch, 2: past} for n in names if n.startswith("past_key_values")})
-    path = out_dir / f"{NAME}.onnx"
+    path = out_dir / f"{name}.onnx"
     args = tuple(feeds[n] for n in names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -119,7 +132,7 @@ def export(out_dir: Path) -> dict:
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     max_abs = 0.0
     for b, s, p in ((BATCH, SEQ, PAST), (1, 1, 9), (2, 1, 4), (3, 3, 2)):  # decode and chunks
-        f = _feeds(b, s, p)
+        f = _feeds(b, s, p, kv_heads)
         with torch.no_grad():
             ref = wrapper(*(f[n] for n in names))
         got = sess.run(None, {n: f[n].numpy() for n in names})
@@ -127,26 +140,28 @@ def export(out_dir: Path) -> dict:
     if max_abs > 1e-4:
         raise SystemExit(f"export does not match torch: max abs diff {max_abs}")
     entry = {
-        "file": path.name, "arch": "llama", "model_class": "LlamaForCausalLM",
+        "file": path.name, "arch": arch, "model_class": type(model).__name__,
         "attn_implementation": "sdpa", "exporter": "dynamo", "use_cache": True,
-        "num_layers": LAYERS, "num_heads": HEADS, "num_kv_heads": KV_HEADS, "head_dim": HEAD_DIM,
+        "num_layers": LAYERS, "num_heads": HEADS, "num_kv_heads": kv_heads, "head_dim": HEAD_DIM,
         "hidden_size": HIDDEN, "vocab_size": VOCAB, "inputs": names, "outputs": outputs,
         "bytes": path.stat().st_size, "nodes": len(proto.graph.node), "seed": SEED,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "onnx": onnx.__version__, "ort_vs_torch_max_abs": max_abs,
     }
-    (out_dir / f"{NAME}.json").write_text(json.dumps(entry, indent=2) + "\n")
+    (out_dir / f"{name}.json").write_text(json.dumps(entry, indent=2) + "\n")
     return entry
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests/data/models"))
+    ap.add_argument("--arch", nargs="*", default=list(KV_HEADS), choices=list(KV_HEADS))
     ns = ap.parse_args(argv)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    entry = export(out)
-    print(json.dumps(entry, indent=2))
+    for arch in ns.arch:
+        entry = export(arch, out)
+        print(json.dumps({k: entry[k] for k in ("file", "bytes", "nodes", "ort_vs_torch_max_abs")}))
     return 0
 
 

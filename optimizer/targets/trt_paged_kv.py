@@ -250,8 +250,10 @@ def _match(pv: ir.Node) -> _Plan | None:
     hkv = _static(k_present, 1)
     if hq is None or d is None or hkv is None or q.shape is None or len(q.shape) != 4:
         raise _Refuse("q heads / head size are not static")
-    if y.shape is None or len(y.shape) != 3 or _static(y, 2) != hq * d:
-        raise _Refuse("attention output is not [B, S, Hq*D]")
+    # [B, S, Hq*D] (LLaMA), or [B*S, Hq*D] (GPT-2's Conv1D): the merge Reshape then stays, fed
+    # with the packed output (dims 0, 1 agree, so even a 0 in its shape copies the same size).
+    if y.shape is None or len(y.shape) not in (2, 3) or _static(y, len(y.shape) - 1) != hq * d:
+        raise _Refuse("attention output is not merged to [B, S, Hq*D] or [B*S, Hq*D]")
     if hq % hkv or not 1 <= hq // hkv <= 16 or _static(concat_v.inputs[0], 3) != d:
         raise _Refuse(f"heads {hq}/{hkv} or head size do not fit the contract")
     for rep in (tr.inputs[0], vrep):  # the repetition (or none) must give q's heads, nothing else
@@ -266,7 +268,9 @@ def _match(pv: ir.Node) -> _Plan | None:
 def _live_nodes(graph: ir.Graph, plans: list[_Plan]) -> set[int]:
     """Nodes still needed once the planned attentions read only q / k_new / v_new."""
     presents = {id(p.concat_k.outputs[0]) for p in plans} | {id(p.concat_v.outputs[0]) for p in plans}
-    cut = {id(p.out_node): (p.q, p.k_new, p.v_new) for p in plans}
+    # A rank-2 merge Reshape stays (see _match): its shape input stays live too.
+    cut = {id(p.out_node): (p.q, p.k_new, p.v_new, *p.out_node.inputs[1:]) if len(p.out_node.outputs[0].shape) == 2
+           else (p.q, p.k_new, p.v_new) for p in plans}
     live: set[int] = set()
     stack = [o for o in graph.outputs if id(o) not in presents]
     while stack:
@@ -283,6 +287,8 @@ class _ShapeUse:
     batch: list[ir.Node]          # Shape(past, 0:1)
     cache_pos: list[ir.Node]      # Add(Range(0, S, 1), Squeeze?(Shape(past, 2:3)))
     rope_unsq: list[ir.Node]      # Unsqueeze(cache_pos, [0, 2]) feeding RoPE
+    abs_unsq: list[ir.Node] = dataclasses.field(default_factory=list)  # Unsqueeze(cache_pos, [0])
+    #                                                   feeding a position-embedding Gather (GPT-2)
 
 
 _ROPE_PATH_OPS = {"Cast", "Mul", "Div", "Add", "Cos", "Sin", "Expand", "Concat", "Unsqueeze"}
@@ -327,10 +333,36 @@ def _plan_past_len(shape: ir.Node, live: set[int], uses: _ShapeUse) -> None:
             for u2 in _users(user.outputs[0]):
                 if id(u2) not in live:
                     continue
+                if u2.op_type == "Unsqueeze" and _axes(u2) == [0]:
+                    _check_position_embedding(u2, live)
+                    uses.abs_unsq.append(u2)
+                    continue
                 if u2.op_type != "Unsqueeze" or _axes(u2) != [0, 2]:
                     raise _Refuse(f"cache_position feeds {u2.op_type} {u2.name!r}, not the RoPE positions")
                 _check_rope_path(u2, live)
                 uses.rope_unsq.append(u2)
+
+
+def _check_position_embedding(unsq: ir.Node, live: set[int]) -> None:
+    """position_ids [1, S] may become [B, S] only if they index a position-embedding table whose
+    rows are added to a [B, S, H] tensor (so the sum keeps its shape)."""
+    out = unsq.outputs[0]
+    if out.is_graph_output():
+        raise _Refuse("position ids reach a graph output")
+    for gather, idx in out.uses():
+        if id(gather) not in live:
+            continue
+        if (gather.op_type != "Gather" or idx != 1 or gather.inputs[0].const_value is None
+                or gather.attributes.get("axis", ir.AttrInt64("axis", 0)).value != 0):
+            raise _Refuse(f"position ids feed {gather.op_type} {gather.name!r}, not a position embedding")
+        emb = gather.outputs[0]
+        for add, _ in emb.uses():
+            if id(add) not in live:
+                continue
+            other = next((i for i in add.inputs if i is not emb), None)
+            if (add.op_type != "Add" or other is None or other.shape is None or add.outputs[0].shape is None
+                    or len(other.shape) != 3 or list(other.shape) != list(add.outputs[0].shape)):
+                raise _Refuse(f"position embeddings feed {add.op_type} {add.name!r}, not an Add to [B, S, H]")
 
 
 def _check_rope_path(start: ir.Node, live: set[int]) -> None:
@@ -432,11 +464,15 @@ class PagedKVPass(FusePass):
             y = p.out_node.outputs[0]
             out, kout, vout = pa.outputs
             out.name = f"paged_attention_{layer}_out"
-            out.type, out.shape = y.type, y.shape
+            out.type = y.type
+            out.shape = ir.Shape([p.q.shape[0], p.q.shape[2], p.num_heads * p.head_dim])
             kout.name, vout.name = f"kv_pool_k_out.{layer}", f"kv_pool_v_out.{layer}"
             for o, pool in ((kout, pools[0]), (vout, pools[1])):
                 o.type, o.shape = pool.type, pool.shape
-            y.replace_all_uses_with(out)
+            if len(y.shape) == 3:
+                y.replace_all_uses_with(out)
+            else:
+                p.out_node.replace_input_with(0, out)
             # present.* outputs become the updated pools (aliases of the pool inputs in TensorRT).
             for concat, new_out in ((p.concat_k, kout), (p.concat_v, vout)):
                 present = concat.outputs[0]
@@ -468,6 +504,9 @@ class PagedKVPass(FusePass):
                              name=f"{u.name}_paged")
                 new_nodes.append(uq)
                 u.outputs[0].replace_all_uses_with(uq.outputs[0])
+            for u in [u for u in su.abs_unsq if u.inputs[0] is add.outputs[0]]:
+                anchor = anchor or u
+                u.outputs[0].replace_all_uses_with(pos.outputs[0])  # [B, S] position ids
             if anchor is not None:
                 graph.insert_before(anchor, new_nodes)
         ir.passes.common.RemoveUnusedNodesPass()(model)

@@ -1,8 +1,8 @@
 """Paged-KV rewriting at O4 for target trt (optimizer/targets/trt_paged_kv.py, docs/paged_kv.md).
 
-The real export tests/data/models/llama_kv_dynamo.onnx (tools/export_decoder_kv.py: LLaMA, 2
-layers, 4 q / 2 kv heads, head dim 16, past_key_values inputs, present outputs) is optimized at
-O4/trt; the rewritten model runs in ONNX Runtime with PagedAttention through its NumPy reference
+The real exports tests/data/models/{llama,gpt2}_kv_dynamo.onnx (tools/export_decoder_kv.py: LLaMA
+with 4 q / 2 kv heads and RoPE, GPT-2 with 4 heads and learned positions; 2 layers, head dim 16,
+past_key_values inputs, present outputs) are optimized at O4/trt; the rewritten model runs in ONNX Runtime with PagedAttention through its NumPy reference
 (onnx_fuse.reference.ort_ops) and is compared with the original export. A ragged batch (different
 past lengths per sequence) cannot be fed to the contiguous original, so the original runs once per
 sequence with that sequence's own past, and the paged batch must match each of them.
@@ -25,29 +25,35 @@ from onnx_fuse.verify import make_session
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 KV_MODEL = MODELS / "llama_kv_dynamo.onnx"
-LAYERS, HKV, D, VOCAB = 2, 2, 16, 128
+LAYERS, D, VOCAB = 2, 16, 128
+HKV = {"llama_kv_dynamo": 2, "gpt2_kv_dynamo": 4}
 
 
 def _ops(model: ir.Model) -> collections.Counter:
     return collections.Counter(n.op_type for n in model.graph)
 
 
-@pytest.fixture(scope="module")
-def paged() -> ir.Model:
-    return onnx_fuse.optimize(str(KV_MODEL), level=4, target="trt").model
+@pytest.fixture(scope="module", params=sorted(HKV))
+def name(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def sessions(paged):
-    return make_session(onnx.load(str(KV_MODEL))), make_session(paged)
+def paged(name) -> ir.Model:
+    return onnx_fuse.optimize(str(MODELS / f"{name}.onnx"), level=4, target="trt").model
 
 
-def _feeds(batch: int, past: int, new: int, seed: int = 0) -> dict:
+@pytest.fixture(scope="module")
+def sessions(name, paged):
+    return make_session(onnx.load(str(MODELS / f"{name}.onnx"))), make_session(paged), HKV[name]
+
+
+def _feeds(batch: int, past: int, new: int, seed: int = 0, hkv: int = 2) -> dict:
     rng = np.random.default_rng(seed)
     feeds = {"input_ids": rng.integers(0, VOCAB, (batch, new)).astype(np.int64)}
     for i in range(LAYERS):
         for kv in ("key", "value"):
-            feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal((batch, HKV, past, D)).astype(np.float32)
+            feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal((batch, hkv, past, D)).astype(np.float32)
     return feeds
 
 
@@ -64,7 +70,7 @@ def _run(sess, feeds: dict) -> dict:
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
-def test_every_layer_becomes_paged_attention(paged):
+def test_every_layer_becomes_paged_attention(name, paged):
     ops = _ops(paged)
     assert ops["PagedAttention"] == LAYERS
     assert ops["Softmax"] == 0 and ops["Concat"] <= 5  # attention cores and KV Concats are gone
@@ -78,20 +84,20 @@ def test_every_layer_becomes_paged_attention(paged):
             assert node.domain == "onnx_fuse"
             attrs = {k: a.value for k, a in node.attributes.items()}
             assert attrs["plugin_version"] == "1" and attrs["plugin_namespace"] == "onnx_fuse"
-            assert attrs["num_heads"] == 4 and attrs["kv_num_heads"] == HKV
+            assert attrs["num_heads"] == 4 and attrs["kv_num_heads"] == HKV[name]
             assert attrs["scale"] == pytest.approx(1 / np.sqrt(D), rel=1e-6)
     by_name = {v.name: v for v in paged.graph.inputs}
     assert by_name["block_tables"].dtype == ir.DataType.INT32
     assert by_name["seq_lens"].dtype == ir.DataType.INT32
-    assert list(by_name["kv_pool_k.0"].shape)[2:] == [HKV, D]
+    assert list(by_name["kv_pool_k.0"].shape)[2:] == [HKV[name], D]
     onnx.checker.check_model(ir.to_proto(paged))
 
 
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("past_lens", [(7, 3), (0, 9), (9, 9)])
 def test_decode_ragged_batch_matches_original(sessions, block_size, past_lens):
-    orig, new = sessions
-    feeds = _feeds(2, max(past_lens), 1, seed=block_size)
+    orig, new, hkv = sessions
+    feeds = _feeds(2, max(past_lens), 1, seed=block_size, hkv=hkv)
     pf = paged_inputs_from_contiguous(feeds, block_size, past_lens=past_lens, new_tokens=1, seed=1)
     assert np.any(pf["block_tables"][:, :-1] + 1 != pf["block_tables"][:, 1:]) or block_size == 16
     got = _run(new, pf)
@@ -107,8 +113,8 @@ def test_decode_ragged_batch_matches_original(sessions, block_size, past_lens):
 
 def test_untouched_pool_slots_stay_as_they_were(sessions):
     """Only the new token's slot changes; the NaN garbage elsewhere is never read (logits finite)."""
-    _, new = sessions
-    feeds = _feeds(2, 6, 1, seed=3)
+    _, new, hkv = sessions
+    feeds = _feeds(2, 6, 1, seed=3, hkv=hkv)
     pf = paged_inputs_from_contiguous(feeds, 4, past_lens=(6, 2), seed=2)
     got = _run(new, pf)
     assert np.isfinite(got["logits"]).all()
@@ -120,9 +126,9 @@ def test_untouched_pool_slots_stay_as_they_were(sessions):
 
 def test_chunked_prefill_matches_original_in_the_reference(sessions):
     """Sq = 3 new tokens per sequence: causal within the chunk (reference only; the kernel is Sq = 1)."""
-    orig, new = sessions
+    orig, new, hkv = sessions
     past_lens = (5, 2)
-    feeds = _feeds(2, 5, 3, seed=7)
+    feeds = _feeds(2, 5, 3, seed=7, hkv=hkv)
     pf = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=3, seed=4)
     got = _run(new, pf)
     for b, L in enumerate(past_lens):
@@ -132,8 +138,8 @@ def test_chunked_prefill_matches_original_in_the_reference(sessions):
 
 def test_decode_loop_feeds_pools_back(sessions):
     """Three decode steps: the updated pools of one step are the next step's input."""
-    orig, new = sessions
-    feeds = _feeds(1, 4, 1, seed=11)
+    orig, new, hkv = sessions
+    feeds = _feeds(1, 4, 1, seed=11, hkv=hkv)
     pf = paged_inputs_from_contiguous(feeds, 2, past_lens=(4,), new_tokens=3, seed=5)  # room for 3 steps
     ref_past = {k: v for k, v in feeds.items() if k.startswith("past_key_values.")}
     rng = np.random.default_rng(12)
