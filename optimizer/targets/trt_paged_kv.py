@@ -1,14 +1,15 @@
 """Paged-KV rewriting (level 4, target trt): contiguous past/present KV tensors -> a block-paged
 pool read and written by onnx_fuse::PagedAttention (docs/ops.md, docs/paged_kv.md).
 
-Handled form (what the dynamo exporter writes for a Hugging Face decoder with a KV cache; the
-level-3 attention rules do not fuse it, the Concat sits inside their pattern):
+Handled form (what the dynamo exporter writes for a Hugging Face decoder with a KV cache, LLaMA
+and GPT-2 checked; the level-3 attention rules do not fuse it, the Concat sits inside their
+pattern):
 
     present_k = Concat(past_k, k_new, axis=2)             past_k: graph input [B, Hkv, P, D]
     present_v = Concat(past_v, v_new, axis=2)
     krep/vrep = Reshape(Expand(Unsqueeze(present, 2)))    optional GQA head repetition
     p = Softmax(MatMul(Mul?(q, c), Mul?(Transpose(krep, 0,1,3,2), c)) * s? + mask)   [Where(IsNaN)]
-    y = Reshape(Transpose(MatMul(p, vrep), 0,2,1,3))      [B, S, Hq*D]
+    y = Reshape(Transpose(MatMul(p, vrep), 0,2,1,3))      [B, S, Hq*D] or [B*S, Hq*D]
 
 becomes ``y, kpool', vpool' = onnx_fuse::PagedAttention(q3, k3, v3, kpool, vpool, block_tables,
 seq_lens)`` with new graph inputs ``kv_pool_k.{i}`` / ``kv_pool_v.{i}`` [num_blocks, block_size,
@@ -18,8 +19,9 @@ updated pools; aliases of the inputs in TensorRT) in place of ``present.*``. The
 so does the padding mask input when nothing else reads it (seq_lens carries the lengths).
 
 What the past tensors told the rest of the graph is re-derived: the batch size (Shape(past, 0:1))
-from seq_lens, and the RoPE positions (cache_position = Range(0, S) + past length) per sequence as
-seq_lens[b] - S + i, since sequences of a paged batch have different lengths.
+from seq_lens, and the positions (cache_position = Range(0, S) + past length, feeding RoPE cos/sin
+or a position-embedding Gather) per sequence as seq_lens[b] - S + i, since sequences of a paged
+batch have different lengths.
 
 Refused (nothing changes, a ``refused:<reason>`` stat says why): present consumed by anything but
 its attention and the graph output, past not a rank-4 [B, Hkv, P, D] graph input concatenated on
