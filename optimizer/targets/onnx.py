@@ -49,6 +49,9 @@ class UpgradeOpsetPass(FusePass):
         try:
             proto = ir.to_proto(model)
             converted = onnx.version_converter.convert_version(proto, self.target)
+            changed = _interface_change(proto, converted)
+            if changed:
+                raise ValueError(f"the conversion would change the model's interface: {changed}")
             _restore_value_info(proto, converted)
             onnx.checker.check_model(converted, full_check=False)
             new = ir.serde.deserialize_model(converted)
@@ -61,6 +64,20 @@ class UpgradeOpsetPass(FusePass):
         model.functions.update(new.functions)
         self.stats[f"opset {current}->{self.target}"] += 1
         return ir.passes.PassResult(model, True)
+
+
+def _interface_change(before: onnx.ModelProto, after: onnx.ModelProto) -> str:
+    """'' when inputs and outputs keep names, dtypes and shapes; else what changed. Some adapters
+    do change them (Scan-8 -> 9 drops the batch axis of every scan input): refuse those."""
+    def sig(values):
+        return [(v.name, v.type.SerializeToString()) for v in values]
+
+    for kind, a, b in (("inputs", before.graph.input, after.graph.input),
+                       ("outputs", before.graph.output, after.graph.output)):
+        if sig(a) != sig(b):
+            diff = next((x[0] for x, y in zip(sig(a), sig(b)) if x != y), "count")
+            return f"{kind} differ ({diff})"
+    return ""
 
 
 def _restore_value_info(before: onnx.ModelProto, after: onnx.ModelProto) -> None:

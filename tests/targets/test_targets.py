@@ -87,3 +87,19 @@ def test_trt_plugin_attributes_are_filled_once():
     assert n.attributes["plugin_namespace"].value == "onnx_fuse"
     assert model.opset_imports["onnx_fuse"] == 1
     assert trt_target.PluginAttributesPass()(model).modified is False
+
+
+def test_upgrade_opset_refuses_to_change_the_interface():
+    """Scan-8 -> Scan-9 drops the batch axis of the scan inputs: the model's I/O would change."""
+    import warnings
+
+    from onnx.backend.test import loader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tc = next(t for t in loader.load_model_tests(kind="node") if t.name == "test_scan_sum")
+    model = ir.serde.deserialize_model(tc.model)
+    p = onnx_target.UpgradeOpsetPass()
+    assert p(model).modified is False
+    assert model.opset_imports[""] == 8
+    assert "interface" in p.stats_reason
