@@ -176,9 +176,6 @@ def test_node_suite_o1(baseline):
     _check_level(baseline, 1, "ort")
 
 
-# Marked slow: each optimize at O2 loads and compiles the YAML rule packs again (~0.1 s), so the
-# 1397 cases take 5-8 min per target on 2 cores; with a cached rule set they would take ~30 s.
-@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_node_suite_o2(baseline, target):
     try:
