@@ -68,22 +68,9 @@ def fused_counts(proto: onnx.ModelProto) -> dict[str, int]:
 
 
 def run_onnx_fuse(path: Path, target: str, level: int = 3) -> onnx.ModelProto:
-    """onnx_fuse.optimize -O3 for ``target``, with the target's pre/post fusion passes applied
-    around it (idempotent; until levels.build_stages calls them, docs/rules-requests.md 1)."""
-    import importlib
-
-    import onnx_ir as ir
-
     import onnx_fuse
 
-    tmod = importlib.import_module(f"onnx_fuse.targets.{target}")
-    work = ir.load(str(path))
-    for p in tmod.pre_fusion_passes(level):
-        p(work)
-    model = onnx_fuse.optimize(work, level=level, target=target).model
-    for p in tmod.post_fusion_passes(level):
-        p(model)
-    return ir.to_proto(model)
+    return onnx_fuse.optimize(str(path), level=level, target=target).to_proto()
 
 
 def run_ort_optimizer(path: Path, entry: dict) -> onnx.ModelProto:
