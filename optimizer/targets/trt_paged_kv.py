@@ -407,15 +407,15 @@ class PagedKVPass(FusePass):
                 plan = _match(node)
                 if plan is not None:
                     plans.append(plan)
-            if not plans:
+            cached_inputs = [v for v in graph.inputs if v.name.startswith(("past_key", "past_value"))
+                             or (v.shape is not None and len(v.shape) == 4
+                                 and any(u.op_type == "Concat" for u in _users(v)))]
+            if not plans and not cached_inputs:
                 self.stats["no-kv-cache"] += 1
                 return ir.passes.PassResult(model, False)
             pasts = [p.past_k for p in plans] + [p.past_v for p in plans]
             if len({id(v) for v in pasts}) != len(pasts):
                 raise _Refuse("a past tensor feeds two attentions")
-            cached_inputs = [v for v in graph.inputs if v.name.startswith(("past_key", "past_value"))
-                             or (v.shape is not None and len(v.shape) == 4
-                                 and any(u.op_type == "Concat" for u in _users(v)))]
             stray = [v.name for v in cached_inputs if id(v) not in {id(p) for p in pasts}]
             if stray:
                 raise _Refuse(f"past input(s) {stray} are not read by a rewritable attention")

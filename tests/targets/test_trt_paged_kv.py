@@ -244,3 +244,17 @@ def test_disable_and_refusal_reach_the_report():
     result = onnx_fuse.optimize(proto, level=4, target="trt")
     assert _ops(result.model)["PagedAttention"] == 0
     assert any("trt-paged-kv: not rewritten" in w and "consumed outside" in w for w in result.report.warnings)
+
+
+def test_value_cache_in_another_layout_is_refused_not_ignored():
+    """Every V side fails to match (past V transposed in the graph): past inputs exist, so the
+    pass says why instead of reporting a model without cache."""
+    proto = _o3_kv()
+    g = proto.graph
+    for i in range(LAYERS):
+        name = f"past_key_values.{i}.value"
+        for node in g.node:
+            if node.op_type == "Concat" and node.input[0] == name:
+                node.input[0] = f"{name}_t"
+        g.node.insert(0, onnx.helper.make_node("Transpose", [name], [f"{name}_t"], perm=[0, 1, 2, 3]))
+    _refused(proto, "not read by a rewritable attention")
