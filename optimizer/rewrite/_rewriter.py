@@ -226,11 +226,36 @@ class Rewriter:
             except _expr.EvalFailure as exc:
                 raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
         outputs = {o: env[o] for o in rule.outputs}
+        nodes, inits = self._live(nodes, inits, outputs)
         plan = Plan(match, nodes, inits, outputs, sorted(taken))
         if self._is_noop(plan):
             raise NoProgress(rule.name)
         self._validate(plan)
         return plan
+
+    @staticmethod
+    def _live(nodes: list[_NewNode], inits: list[_NewValue],
+              outputs: dict[str, Any]) -> tuple[list[_NewNode], list[_NewValue]]:
+        """Only the new nodes and initializers the pattern outputs depend on: a computed choice
+        (``mb = mx if dim(mask, 2) == 1 else mask``) leaves the branch not taken unbuilt."""
+        producer = {id(o): n for n in nodes for o in n.outputs if o is not None}
+        live_nodes: set[int] = set()
+        live_values: set[int] = set()
+        stack = [v for v in outputs.values() if isinstance(v, _NewValue)]
+        while stack:
+            v = stack.pop()
+            if id(v) in live_values:
+                continue
+            live_values.add(id(v))
+            n = producer.get(id(v))
+            if n is None or id(n) in live_nodes:
+                continue
+            live_nodes.add(id(n))
+            stack.extend(i for i in n.inputs if isinstance(i, _NewValue))
+            if n.type_hint is not None and isinstance(n.type_hint[1], _NewValue):
+                stack.append(n.type_hint[1])
+        return ([n for n in nodes if id(n) in live_nodes],
+                [v for v in inits if id(v) in live_values])
 
     @staticmethod
     def _is_noop(plan: Plan) -> bool:

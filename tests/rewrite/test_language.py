@@ -380,6 +380,44 @@ def test_new_initializer_from_folded_constants():
     assert_same_outputs(proto, model, x_feed(2, 3))
 
 
+CHOICE = """
+rules:
+  - name: row-broadcast-add
+    doc: Add(x, b)  ->  Add(x, Expand(b, Shape(x))) when b has one row
+    targets: [ort]
+    match: |
+      y = Add(x, b)
+    where:
+      x: {rank: 2, const: false}
+      b: {rank: 2, const: false}
+    rewrite: |
+      one = initializer(array([1], "int64"))
+      xs = Shape(x)
+      bx = Expand(b, xs)
+      bb = bx if dim(b, 0) == 1 else b
+      s = Sub(x, bb)
+      y = Add(x, bb)
+"""
+
+
+@pytest.mark.parametrize("rows,emitted", [(1, ["Shape", "Expand", "Add"]), (4, ["Add"])])
+def test_computed_choice_of_value_builds_only_the_branch_taken(rows, emitted):
+    """`bb = bx if ... else b` picks a tensor; new nodes and initializers nothing uses (the Expand
+    branch not taken, the unused Sub, `one`) are not built."""
+    proto = model_from_text(f"""
+    <ir_version: 10, opset_import: ["" : 20]>
+    g (float[4, 8] x, float[{rows}, 8] b) => (float[4, 8] y) {{
+      y = Add(x, b) }}""")
+    model, p, _ = apply(proto, CHOICE)
+    assert ops(model) == emitted
+    assert not model.graph.initializers
+    if rows == 1:
+        assert p.stats == {"row-broadcast-add": 1}
+        assert_same_outputs(proto, model, {**x_feed(4, 8), "b": np.ones((1, 8), np.float32)})
+    else:
+        assert p.stats == {}  # only the same Add would be rebuilt: no progress
+
+
 def test_symbolic_shape_equality_in_check():
     rules = """
     rules:

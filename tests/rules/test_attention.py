@@ -1,10 +1,11 @@
 """rules/attention: mha.yaml, gqa.yaml, sdpa_key_transpose.yaml on hand-built attention blocks.
 
 Each block goes from 3-D projections q3/k3/v3 [B,S,H*D] through the head split, the scores, an
-additive mask [B,1,S,S], Softmax and the head merge, in the exporters' variants: eager (K^T
-straight from [B,S,H,D], scale after the MatMul as Mul or Div) and sdpa (K^T as
-Reshape/Transpose/Reshape, sqrt(scale) on q and k, NaN guard after Softmax); GQA with repeat_kv and
-RotaryEmbedding. Numerics are compared with the original in ORT; near-misses must not fuse.
+additive mask [B,1,S,S] (or the key-padding [B,1,1,S], broadcast in the rewrite), Softmax and the
+head merge, in the exporters' variants: eager (K^T straight from [B,S,H,D], scale after the
+MatMul as Mul or Div) and sdpa (K^T as Reshape/Transpose/Reshape, sqrt(scale) on q and k, NaN guard
+after Softmax); GQA with repeat_kv and RotaryEmbedding. Numerics are compared with the original in
+ORT; near-misses must not fuse.
 """
 
 from __future__ import annotations
@@ -189,17 +190,53 @@ def test_escaping_scores_do_not_fuse(h):
     _assert_no_fusion(h, _block(h, escape_scores=True), "mha-attention23", "is also used by")
 
 
-def test_mask_with_one_row_does_not_fuse_for_ort(h):
-    """ORT's attention_bias needs one row per query; a [B,1,1,S] key-padding mask is refused."""
-    model = _block(h, mask_shape=("b", 1, 1, "s"))
+KEY_PADDING = ("b", 1, 1, "s")  # transformers 4.x BERT: (1 - mask) * -10000 unsqueezed to [B,1,1,T]
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("kv_heads,rope,op", [(H, False, MHA_OP), (2, True, GQA_OP)])
+def test_key_padding_mask_is_broadcast_to_one_row_per_query(h, target, kv_heads, rope, op):
+    """The fused ops need a bias row per query: a [B,1,1,T] mask is expanded to [B,1,S,T]."""
+    model = _block(h, kv_heads=kv_heads, rope=rope, mask_shape=KEY_PADDING)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[op[target]] == 1 and "Softmax" not in ops, ops
+    assert [n.op_type for n in out.graph.node if "mask" in n.input] == ["Expand"]
+    # every row compared, the padded query positions of batch row 1 included
+    h.assert_close(model, out, _feeds(h, kv_heads=kv_heads, mask_rows=1, causal=False))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_mask_with_a_row_per_query_is_passed_as_is(h, target):
+    out = h.fuse(_block(h), target)
+    (user,) = [n for n in out.graph.node if "mask" in n.input]
+    assert user.op_type == MHA_OP[target].split("::")[-1]
+
+
+@pytest.mark.parametrize("form", ["eager", "sdpa"])
+def test_key_padding_mask_with_packed_qkv_for_ort(h, form):
+    model = _with_projections(h, _block(h, form=form, mask_shape=KEY_PADDING))
     out = h.fuse(model, "ort")
-    assert "Softmax" in h.ops(out)
-    assert any("one row per query" in r for r in h.reasons(model, "ort", "mha-ort"))
+    ops = h.ops(out)
+    assert ops["com.microsoft::Attention"] == 1 and "MatMul" not in ops, ops
+    assert [n.op_type for n in out.graph.node if "mask" in n.input] == ["Expand"]
+    feeds = _feeds(h, mask_rows=1, causal=False)
+    h.assert_close(model, out, {"x": feeds["q3"], "mask": feeds["mask"]})
 
 
-def test_mask_of_wrong_rank_does_not_fuse(h):
-    model = _block(h, mask_shape=("s", "s"))
-    _assert_no_fusion(h, model, "mha-attention23", "rank")
+@pytest.mark.parametrize("kv_heads,rope,rule", [(H, False, "mha-attention23"), (2, True, "gqa-attention23")])
+def test_mask_with_one_column_does_not_fuse(h, kv_heads, rope, rule):
+    """[B,1,T,1] broadcasts over the keys: not a bias the fused ops take (they need T columns)."""
+    model = _block(h, kv_heads=kv_heads, rope=rope, mask_shape=("b", 1, "s", 1))
+    _assert_no_fusion(h, model, rule, "check failed: the bias must have one column per key",
+                      targets=("ort", "onnx", "trt"))
+    assert any("one column per key" in r for r in h.reasons(model, "ort", rule.replace("attention23", "ort")))
+
+
+@pytest.mark.parametrize("mask_shape", [("s", "s"), ("b", 1, "s")])
+def test_mask_of_wrong_rank_does_not_fuse(h, mask_shape):
+    model = _block(h, mask_shape=mask_shape)
+    _assert_no_fusion(h, model, "mha-attention23", "rank", targets=("ort", "onnx", "trt"))
 
 
 def test_repeat_on_wrong_axis_does_not_fuse(h):
