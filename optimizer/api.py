@@ -17,7 +17,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_fuse.errors import InternalError, UserError
-from onnx_fuse.levels import DEFAULT_LEVEL, DEFAULT_TARGET, build_stages, check_level_target
+from onnx_fuse.levels import DEFAULT_LEVEL, DEFAULT_TARGET, Stage, build_stages, check_level_target
 from onnx_fuse.model_io import load_model, save_model
 from onnx_fuse.passes._infra import PassRecord, count_nodes, run_pass, run_to_fixed_point
 from onnx_fuse.report import Report, op_histogram
@@ -53,6 +53,37 @@ def _validate(model: ir.Model) -> None:
         raise InternalError(f"optimized model fails the ONNX checker: {str(exc).splitlines()[0]}") from exc
 
 
+def _run_stage(stage: Stage, work: ir.Model, report: Report,
+               on_record: Callable[[PassRecord], None] | None = None) -> None:
+    if stage.fixed_point:
+        report.passes += run_to_fixed_point(stage.passes, work, on_record=on_record)
+    else:
+        for p in stage.passes:
+            record = run_pass(p, work)
+            report.passes.append(record)
+            if on_record:
+                on_record(record)
+    for p in stage.passes:
+        reason = getattr(p, "stats_reason", None)
+        if reason:
+            report.warnings.append(f"{getattr(p, 'display_name', p)}: {reason}")
+
+
+def prepare_for_fusion(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
+                       rules: Sequence[str] = (), disable: Sequence[str] = ()) -> ir.Model:
+    """A copy of ``model`` as optimize()'s fusion stage sees it: every stage before "fusion"
+    (shape inference, cleanup, the target's pre-fusion passes such as its opset upgrade) applied.
+    ``rules explain`` matches on this. Below level 2 (no fusion) it is the fully cleaned model."""
+    check_level_target(level, target)
+    work = load_model(model)
+    report = Report(level=level, target=target)
+    for stage in build_stages(level, target, rule_files=rules, disable=disable):
+        if stage.name == "fusion":
+            break
+        _run_stage(stage, work, report)
+    return work
+
+
 def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
              rules: Sequence[str] = (), disable: Sequence[str] = (), verify: bool = False,
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -76,18 +107,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
 
     t1 = time.perf_counter()
     for stage in build_stages(level, target, rule_files=rules, disable=disable, precision=precision):
-        if stage.fixed_point:
-            report.passes += run_to_fixed_point(stage.passes, work, on_record=on_record)
-        else:
-            for p in stage.passes:
-                record = run_pass(p, work)
-                report.passes.append(record)
-                if on_record:
-                    on_record(record)
-        for p in stage.passes:
-            reason = getattr(p, "stats_reason", None)
-            if reason:
-                report.warnings.append(f"{getattr(p, 'display_name', p)}: {reason}")
+        _run_stage(stage, work, report, on_record)
     report.seconds["passes"] = time.perf_counter() - t1
     report.nodes_after = count_nodes(work)
     report.ops_after = dict(op_histogram(work))

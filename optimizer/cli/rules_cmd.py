@@ -3,7 +3,8 @@
     onnx-fuse rules list [--target T] [--level N] [--rules FILE]
     onnx-fuse rules show NAME [--rules FILE]
     onnx-fuse rules check FILE...           prints every `file:line: problem`; exit 2 on any
-    onnx-fuse rules explain MODEL --rule NAME [--node NODE] [--rules FILE] [--json]
+    onnx-fuse rules explain MODEL --rule NAME [--target T] [--node NODE] [--rules FILE] [--json]
+                                            on the model as optimize's fusion stage sees it
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     ep = rsub.add_parser("explain", help="why a rule does or does not match in a model")
     ep.add_argument("model")
     ep.add_argument("--rule", required=True, metavar="NAME")
+    ep.add_argument("--target", choices=("ort", "onnx", "trt"),
+                    help="prepare the model as optimize does for this target (default: the rule's first)")
     ep.add_argument("--node", metavar="NODE", help="only this anchor node")
     ep.add_argument("--rules", action="append", default=[], metavar="FILE", help="extra rule file")
     ep.add_argument("--json", action="store_true", help="print the results as JSON")
     ep.add_argument("--raw", action="store_true",
-                    help="skip shape inference (by default types are inferred first, as in optimize)")
+                    help="match the model as loaded (by default it is prepared as optimize prepares it "
+                         "for the rules: shape inference, cleanup, the target's passes such as its "
+                         "opset upgrade)")
     return p
 
 
@@ -97,16 +102,22 @@ def _check(args) -> int:
 
 
 def _explain(args) -> int:
+    from onnx_fuse.api import prepare_for_fusion
+    from onnx_fuse.errors import UserError
     from onnx_fuse.model_io import load_model
     from onnx_fuse.rewrite import explain, load_rule_set
 
     rs = load_rule_set(user_files=args.rules)
-    model = load_model(args.model)
-    if not args.raw:
-        # the pipeline infers types before the rules run; dtype/shape constraints need them
-        from onnx_fuse.passes.shape_inference import ShapeInferencePass
-
-        ShapeInferencePass()(model)
+    rule = rs.get(args.rule)
+    if args.raw or rule is None:  # an unknown rule: explain() names it and suggests close ones
+        model = load_model(args.model)
+    else:
+        target = args.target or rule.targets[0]
+        if target not in rule.targets:
+            raise UserError(f"rule {rule.name!r} does not run for target {target!r} "
+                            f"(its targets: {', '.join(rule.targets)})")
+        # the passes before the rules (and the rule's level) as `optimize -O LEVEL --target T` runs them
+        model = prepare_for_fusion(args.model, level=max(rule.level, 2), target=target, rules=args.rules)
     results = explain(model, rs, args.rule, node=args.node)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
