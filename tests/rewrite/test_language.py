@@ -37,7 +37,7 @@ def gelu(opset=20, add="Add(e, c_one)", mul="Mul(x, a)", half="0.5"):
     return model_from_text(GELU.format(opset=opset, add=add, mul=mul, half=half))
 
 
-# --- the built-in example pack, commutative inputs, targets, opset gates ------------------------
+# --- the built-in example rules (erf GELU), commutative inputs, targets, opset gates ------------
 
 
 @pytest.mark.parametrize("add", ["Add(e, c_one)", "Add(c_one, e)"])

@@ -75,7 +75,7 @@ def test_rules_list_and_show(files, capsys):
     assert "gelu-erf-ort" in out and "gelu-erf " not in out
     assert main(["rules", "show", "gelu-erf"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# rules/basic/gelu.yaml:") and "y = Gelu(x" in out
+    assert out.startswith("# rules/activation/gelu.yaml:") and "y = Gelu(x" in out
     assert main(["rules", "show", "no-such-rule"]) == 2
 
 

@@ -1,4 +1,5 @@
-"""rules/activation: gelu.yaml (tanh forms, QuickGelu) and bias_gelu.yaml; rules/linear/gemm.yaml."""
+"""rules/activation: gelu.yaml (tanh forms, QuickGelu; the erf forms, the rule language's example, are
+tested in tests/rewrite/test_language.py) and bias_gelu.yaml; rules/linear/gemm.yaml."""
 
 from __future__ import annotations
 
