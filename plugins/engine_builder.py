@@ -795,6 +795,11 @@ def _build(proto, model_path: Path | None, what: str, options: BuildOptions,
                             "ranges yet: fold them into constants or make them ordinary inputs")
         config = builder.create_builder_config()
         local_notes: list[str] = []
+        decomposable = _allow_attention_decomposition(trt, network)
+        if decomposable:
+            local_notes.append(f"{decomposable} attention layer(s) marked decomposable: TensorRT "
+                               "uses its fused kernel where one exists for the shapes and dtype, "
+                               "else plain layers")
         if any(n.op_type == "PagedAttention" for n in nodes):
             # The cache outputs alias the cache inputs (in-place update).
             feature = getattr(trt.PreviewFeature, "ALIASED_PLUGIN_IO_10_03", None)
@@ -837,6 +842,27 @@ def _build(proto, model_path: Path | None, what: str, options: BuildOptions,
     if plan.nbytes == 0:
         raise InternalError("TensorRT returned an empty plan")
     return plan, sidecar
+
+
+def _allow_attention_decomposition(trt, network) -> int:
+    """Mark every IAttention decomposable; return how many.
+
+    The parser maps Attention-23 (what the trt target emits at O3) to IAttention, which by default
+    must run on a dedicated fused kernel: an fp32 graph or an unsupported head size then fails the
+    whole build ("Attention operation was not supported by a dedicated kernel"). Decomposable
+    attention still takes the fused kernel when one fits.
+    """
+    output_type = getattr(trt.LayerType, "ATTENTION_OUTPUT", None)
+    if output_type is None:  # a TensorRT without IAttention
+        return 0
+    count = 0
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if layer.type == output_type:
+            layer.__class__ = trt.IAttentionOutputLayer  # the bindings' documented downcast
+            layer.attention.decomposable = True
+            count += 1
+    return count
 
 
 def read_sidecar(plan: str | os.PathLike) -> dict | None:

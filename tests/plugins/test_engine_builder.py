@@ -366,3 +366,24 @@ def test_plan_files_are_not_left_half_written(encoder, tmp_path):
     assert out.read_bytes() == b"old"
     assert os.listdir(tmp_path) == sorted(os.listdir(tmp_path))  # nothing temporary lying around
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+@needs_builder
+@pytest.mark.parametrize("name", sorted(n for n in _manifest() if "dynamo" in n) or ["<none>"])
+def test_trt_target_outputs_of_exported_models_build(name, tmp_path):
+    """What users build: the optimizer's trt-target output at O3 (attention as Attention-23, norms,
+    GELU and RoPE as standard ops) becomes a plan with dynamic profiles, attention included."""
+    import onnx_fuse
+
+    entry = _manifest().get(name)
+    if entry is None or not (MODELS_DIR / entry["file"]).exists():
+        pytest.skip("tests/data/models has no exported models")
+    result = onnx_fuse.optimize(MODELS_DIR / entry["file"], level=3, target="trt")
+    fused = result.report.ops_after
+    assert fused.get("Attention", 0) == 2, fused  # both layers fused before TensorRT sees them
+    optimized = tmp_path / f"{name}.trt.onnx"
+    result.save(optimized)
+    specs = [f"{inp}:1x1,2x16,4x64" for inp in entry["inputs"]]
+    r = build_engine(optimized, tmp_path / f"{name}.plan",
+                     _opts(tmp_path, profiles=parse_profiles(specs), cache_dir="", plugins=False))
+    assert r.meta["plan_bytes"] > 10_000
