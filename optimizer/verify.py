@@ -97,19 +97,33 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _concrete_shape(vi: onnx.ValueInfoProto, shapes: Mapping[str, tuple[int, ...]]) -> list[int]:
+def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """A value for every symbolic input dim: the user's (--shape batch=2), else small defaults
+    that are not 1, so broadcasting bugs show (2 for a leading, batch-like dim, 8 otherwise).
+
+    Decoder exports with a KV cache name their mask's length ``total_<x>`` beside ``past_<x>`` and
+    ``<x>`` (Hugging Face's dynamo exports do); it must equal their sum, or the original model
+    itself fails to run on the random inputs.
+    """
+    values: dict[str, int] = {}
+    for vi in model.graph.input:
+        for i, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.dim_param and d.dim_param not in values:
+                given = shapes.get(d.dim_param)
+                values[d.dim_param] = given[0] if given else (2 if i == 0 else 8)
+    for name in values:
+        base = name.removeprefix("total_")
+        if base != name and name not in shapes and base in values and f"past_{base}" in values:
+            values[name] = values[base] + values[f"past_{base}"]
+    return values
+
+
+def _concrete_shape(vi: onnx.ValueInfoProto, shapes: Mapping[str, tuple[int, ...]],
+                    symbols: Mapping[str, int]) -> list[int]:
     if vi.name in shapes:
         return list(shapes[vi.name])
-    dims = []
-    for i, d in enumerate(vi.type.tensor_type.shape.dim):
-        if d.HasField("dim_value"):
-            dims.append(d.dim_value)
-        elif d.dim_param and d.dim_param in shapes:
-            dims.append(shapes[d.dim_param][0])
-        else:
-            # Unknown dims: small but not 1, so broadcasting bugs show; batch-like first dim 2.
-            dims.append(2 if i == 0 else 8)
-    return dims
+    return [d.dim_value if d.HasField("dim_value") else symbols.get(d.dim_param) or (2 if i == 0 else 8)
+            for i, d in enumerate(vi.type.tensor_type.shape.dim)]
 
 
 def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -118,6 +132,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
     rng = np.random.default_rng(seed)
     shapes = shapes or {}
     inits = {i.name for i in model.graph.initializer}
+    symbols = _symbol_values(model, shapes)
     feeds: dict[str, np.ndarray] = {}
     for vi in model.graph.input:
         if vi.name in inits:
@@ -129,7 +144,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
             raise UserError(f"input {vi.name!r} has dtype {onnx.TensorProto.DataType.Name(elem)}, "
                             "which random inputs do not cover; give --inputs FILE.npz")
         dtype = np.dtype(_ONNX_TO_NP[elem])
-        shape = _concrete_shape(vi, shapes)
+        shape = _concrete_shape(vi, shapes, symbols)
         lname = vi.name.lower()
         if dtype == np.bool_:
             arr = rng.random(shape) < 0.5

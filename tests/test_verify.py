@@ -71,3 +71,27 @@ def test_parse_shapes():
         "input_ids": (2, 16), "batch": (4,), "x": (1, 2, 3)}
     with pytest.raises(UserError, match="bad --shape"):
         parse_shapes(["input_ids=2xq"])
+
+
+def test_kv_cache_total_length_is_past_plus_new():
+    """total_sequence = past_sequence + sequence, or a decoder's original model cannot run."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["mask"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "total_sequence"]),
+         helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", 2, "past_sequence", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, ["batch", "total_sequence"])])
+    model = helper.make_model(graph)
+    feeds = make_inputs(model, shapes={"past_sequence": (5,), "sequence": (1,)})
+    assert feeds["mask"].shape == (2, 6) and feeds["past"].shape == (2, 2, 5, 4)
+    assert make_inputs(model, shapes={"total_sequence": (3,)})["mask"].shape == (2, 3)  # user wins
+
+
+def test_verify_runs_a_kv_cache_decoder_export():
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "models" / "llama_kv_dynamo.onnx"
+    if not path.exists():
+        pytest.skip("tests/data/models/llama_kv_dynamo.onnx is not there")
+    model = onnx.load(path)
+    assert verify(model, model)["passed"]
