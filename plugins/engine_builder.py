@@ -24,18 +24,20 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import re
-import tempfile
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import onnx
 
 from onnx_fuse.errors import InternalError, UserError
+from onnx_fuse.plugins.build_profiles import (InputRange, Profile, model_inputs, parse_profiles,
+                                              parse_size, validate_profiles)
+from onnx_fuse.plugins.engine_cache import (EngineCache, atomic_write, default_cache_dir, sha256_hex,
+                                            write_json)
 from onnx_fuse.plugins.trt_backend import TrtBackend, gpu_identity, load_backend
 
 __all__ = ["BuildOptions", "BuildResult", "Profile", "InputRange", "build_engine", "parse_profiles",
@@ -53,85 +55,6 @@ SIDECAR_SCHEMA = 1
 _BUILDER_REVISION = 1
 # Ampere and newer compute capabilities TensorRT-RTX 1.7 can target (it has no sm_90 target).
 _RTX_AMPERE_PLUS = ("SM80", "SM86", "SM89", "SM120", "SM121")
-
-
-# --------------------------------------------------------------------------- profiles and sizes
-
-Dims = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class InputRange:
-    """min / opt / max shape of one input in one optimization profile."""
-
-    min: Dims
-    opt: Dims
-    max: Dims
-
-    def as_json(self) -> dict:
-        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One optimization profile: input name -> range."""
-
-    inputs: dict[str, InputRange]
-
-    def as_json(self) -> dict:
-        return {name: r.as_json() for name, r in self.inputs.items()}
-
-
-def _dims(text: str, spec: str) -> Dims:
-    text = text.strip()
-    if text in ("", "scalar"):
-        return ()
-    try:
-        dims = tuple(int(d) for d in re.split(r"[x×]", text))
-    except ValueError:
-        raise UserError(f"--profile {spec!r}: {text!r} is not a shape like 4x128") from None
-    if any(d < 0 for d in dims):
-        raise UserError(f"--profile {spec!r}: dimensions must be >= 0")
-    return dims
-
-
-def parse_profiles(specs: Iterable[str]) -> list[Profile]:
-    """``NAME:MIN,OPT,MAX`` (or ``NAME:SHAPE`` for a fixed shape) -> profiles.
-
-    Specs for different inputs go into one profile; naming an input a second time starts the next
-    profile, so ``a:.. b:.. a:.. b:..`` is two profiles over inputs a and b.
-    """
-    profiles: list[dict[str, InputRange]] = []
-    for spec in specs:
-        name, sep, rest = spec.rpartition(":")
-        if not sep or not name:
-            raise UserError(f"--profile {spec!r}: expected NAME:MIN,OPT,MAX, e.g. "
-                            "input_ids:1x1,4x128,8x512")
-        parts = rest.split(",")
-        if len(parts) == 1:
-            parts = parts * 3
-        if len(parts) != 3:
-            raise UserError(f"--profile {spec!r}: give three shapes MIN,OPT,MAX (or one fixed "
-                            "shape)")
-        lo, opt, hi = (_dims(p, spec) for p in parts)
-        if not profiles or name in profiles[-1]:
-            profiles.append({})
-        profiles[-1][name] = InputRange(lo, opt, hi)
-    return [Profile(p) for p in profiles]
-
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int | None) -> int | None:
-    """``"4G"``, ``"512MiB"``, ``"1.5g"``, ``"1048576"`` -> bytes (binary units)."""
-    if text is None or isinstance(text, int):
-        return text
-    m = _SIZE.match(str(text))
-    if not m:
-        raise UserError(f"--workspace {text!r}: expected a size like 4G, 512M or 1073741824")
-    scale = 1024 ** " kmgt".index(m.group(2).lower() or " ")
-    return int(float(m.group(1)) * scale)
 
 
 # --------------------------------------------------------------------------- options and results
@@ -169,14 +92,6 @@ class BuildResult:
     cache_hit: bool
     seconds: float                        # wall time of this call (build or cache copy)
     notes: list[str] = field(default_factory=list)
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("ONNX_FUSE_CACHE_DIR")
-    if base:
-        return Path(base) / "engines"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "onnx-fuse" / "engines"
 
 
 # --------------------------------------------------------------------------- model inspection
@@ -232,99 +147,6 @@ def plugin_nodes(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
                                             and node.domain not in ("", "ai.onnx")):
             out.append(node)
     return out
-
-
-def model_inputs(proto: onnx.ModelProto) -> dict[str, tuple[int, list[int | str | None] | None]]:
-    """Real inputs (not initializers): name -> (elem_type, dims or None when the rank is unknown).
-
-    A dim is an int (fixed), a str (named, e.g. "batch") or None (unnamed dynamic).
-    """
-    inits = {t.name for t in proto.graph.initializer}
-    out = {}
-    for vi in proto.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = None
-        if tt.HasField("shape"):
-            dims = []
-            for d in tt.shape.dim:
-                if d.HasField("dim_value") and d.dim_value >= 0:
-                    dims.append(int(d.dim_value))
-                elif d.HasField("dim_param") and d.dim_param:
-                    dims.append(d.dim_param)
-                else:
-                    dims.append(None)
-        out[vi.name] = (tt.elem_type, dims)
-    return out
-
-
-def _is_dynamic(dims) -> bool:
-    return dims is None or any(not isinstance(d, int) for d in dims)
-
-
-def _example_profile(name: str, dims) -> str:
-    if dims is None:
-        return f"{name}:MIN,OPT,MAX"
-    lo = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
-    opt = "x".join(str(d) if isinstance(d, int) else "4" for d in dims)
-    hi = "x".join(str(d) if isinstance(d, int) else "16" for d in dims)
-    return f"{name}:{lo},{opt},{hi}"
-
-
-def validate_profiles(proto: onnx.ModelProto, profiles: Sequence[Profile]) -> None:
-    """Check profiles against the model's inputs before anything is built."""
-    inputs = model_inputs(proto)
-    dynamic = {n: d for n, (_, d) in inputs.items() if _is_dynamic(d)}
-    if dynamic and not profiles:
-        example = " ".join(f"--profile {_example_profile(n, d)}" for n, d in dynamic.items())
-        raise UserError(f"model has dynamic inputs ({', '.join(dynamic)}); give an optimization "
-                        f"profile for each, e.g. {example}")
-    for index, profile in enumerate(profiles):
-        where = f"profile {index}" if len(profiles) > 1 else "profile"
-        for name, rng in profile.inputs.items():
-            if name not in inputs:
-                raise UserError(f"{where}: model has no input {name!r} (inputs: "
-                                f"{', '.join(inputs) or 'none'})")
-            ranks = {len(rng.min), len(rng.opt), len(rng.max)}
-            if len(ranks) != 1:
-                raise UserError(f"{where}: {name}: MIN, OPT and MAX have different ranks "
-                                f"({len(rng.min)}, {len(rng.opt)}, {len(rng.max)})")
-            dims = inputs[name][1]
-            if dims is not None and len(dims) != len(rng.min):
-                raise UserError(f"{where}: {name} has rank {len(dims)} in the model "
-                                f"({_fmt_dims(dims)}) but the profile gives rank {len(rng.min)}")
-            for axis in range(len(rng.min)):
-                lo, opt, hi = rng.min[axis], rng.opt[axis], rng.max[axis]
-                if not lo <= opt <= hi:
-                    raise UserError(f"{where}: {name} axis {axis}: need MIN <= OPT <= MAX, got "
-                                    f"{lo}, {opt}, {hi}")
-                fixed = dims[axis] if dims is not None else None
-                if isinstance(fixed, int) and not lo == opt == hi == fixed:
-                    raise UserError(f"{where}: {name} axis {axis} is fixed at {fixed} in the "
-                                    f"model; the profile says {lo},{opt},{hi}")
-        missing = [n for n in dynamic if n not in profile.inputs]
-        if missing:
-            example = " ".join(f"--profile {_example_profile(n, dynamic[n])}" for n in missing)
-            raise UserError(f"{where}: no shape range for dynamic input(s) "
-                            f"{', '.join(missing)}; add {example}")
-        # TensorRT's ONNX parser treats equal dim names as equal dims: ranges must agree.
-        named: dict[str, tuple[str, int, tuple[int, int, int]]] = {}
-        for name, rng in profile.inputs.items():
-            dims = inputs[name][1] or []
-            for axis, d in enumerate(dims):
-                if isinstance(d, str):
-                    r = (rng.min[axis], rng.opt[axis], rng.max[axis])
-                    seen = named.setdefault(d, (name, axis, r))
-                    if seen[2] != r:
-                        raise UserError(
-                            f"{where}: dim {d!r} is {','.join(map(str, seen[2]))} on "
-                            f"{seen[0]} axis {seen[1]} but {','.join(map(str, r))} on {name} "
-                            f"axis {axis}; inputs sharing a named dim need the same range")
-
-
-def _fmt_dims(dims) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 # --------------------------------------------------------------------------- logging and progress
@@ -421,78 +243,6 @@ def _progress(enabled: bool, label: str):
                   MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True),
                   transient=True) as progress:
         yield progress
-
-
-# --------------------------------------------------------------------------- atomic files, cache
-
-def _atomic_write(path: Path, data: bytes | memoryview) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    _atomic_write(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
-
-
-def _sha256(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-class EngineCache:
-    """``<dir>/<key[:2]>/<key>.plan`` plus ``<key>.json`` holding the plan's size and sha256.
-
-    An entry is only used when both files exist and the plan matches its checksum; anything
-    else (truncated copy, bit rot, a crash between the two writes) is reported and rebuilt.
-    """
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-
-    def paths(self, key: str) -> tuple[Path, Path]:
-        d = self.root / key[:2]
-        return d / f"{key}.plan", d / f"{key}.json"
-
-    def lock(self, key: str):
-        from filelock import FileLock
-
-        d = self.root / key[:2]
-        d.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(d / f"{key}.lock"), timeout=3600)
-
-    def get(self, key: str) -> tuple[bytes | None, dict | None, str]:
-        """(plan, meta, "") on a hit; (None, None, why) on a miss or a bad entry."""
-        plan_path, meta_path = self.paths(key)
-        if not plan_path.exists() and not meta_path.exists():
-            return None, None, ""
-        try:
-            meta = json.loads(meta_path.read_text())
-            data = plan_path.read_bytes()
-        except (OSError, ValueError) as exc:
-            return None, None, f"cache entry {key[:12]} unreadable ({type(exc).__name__})"
-        if len(data) != meta.get("plan_bytes") or _sha256(data) != meta.get("plan_sha256"):
-            return None, None, (f"cache entry {key[:12]} is corrupt ({len(data)} bytes, expected "
-                                f"{meta.get('plan_bytes')} with a matching sha256)")
-        return data, meta, ""
-
-    def put(self, key: str, plan: bytes | memoryview, meta: dict) -> None:
-        plan_path, meta_path = self.paths(key)
-        _atomic_write(plan_path, plan)
-        _write_json(meta_path, meta)   # written last: its presence marks a complete entry
-
-    def drop(self, key: str) -> None:
-        for p in self.paths(key):
-            with contextlib.suppress(OSError):
-                p.unlink()
 
 
 # --------------------------------------------------------------------------- the build
@@ -665,7 +415,7 @@ def _timing_cache(config, options: BuildOptions, backend: TrtBackend, notes: lis
 
     def save() -> dict:
         blob = config.get_timing_cache().serialize()
-        _atomic_write(p, memoryview(blob))
+        atomic_write(p, memoryview(blob))
         return {"path": str(p), "used": True, "loaded_bytes": len(data), "saved_bytes": blob.nbytes}
 
     return save
@@ -731,18 +481,18 @@ def build_engine(source: str | os.PathLike | bytes, output: str | os.PathLike,
                                model={"path": str(model_path) if model_path else None,
                                       "sha256": model_sha},
                                cache={"key": key, "hit": True, "dir": str(cache.root)})
-                _atomic_write(out, data)
+                atomic_write(out, data)
                 side = _write_sidecar(out, sidecar)
                 return BuildResult(out, side, sidecar, True, time.perf_counter() - t0, notes)
         plan, sidecar = _build(proto, model_path, what, options, backend, nodes, note)
         sidecar.update(
-            plan=out.name, plan_bytes=plan.nbytes, plan_sha256=_sha256(plan),
+            plan=out.name, plan_bytes=plan.nbytes, plan_sha256=sha256_hex(plan),
             model={"path": str(model_path) if model_path else None, "sha256": model_sha},
             gpu=gpu, plugins=plugins, options=options.key_fields(), options_hash=options_hash,
             cache={"key": key, "hit": False, "dir": str(cache.root) if cache else None},
         )
         sidecar = _ordered(sidecar)
-        _atomic_write(out, memoryview(plan))
+        atomic_write(out, memoryview(plan))
         side = _write_sidecar(out, sidecar)
         if cache:
             cache.put(key, memoryview(plan), {"plan_bytes": plan.nbytes,
@@ -762,7 +512,7 @@ def _ordered(d: dict) -> dict:
 
 def _write_sidecar(plan: Path, sidecar: dict) -> Path:
     side = plan.with_name(plan.name + ".json")
-    _write_json(side, _ordered(sidecar))
+    write_json(side, _ordered(sidecar))
     return side
 
 
@@ -873,67 +623,3 @@ def read_sidecar(plan: str | os.PathLike) -> dict | None:
         return json.loads(side.read_text())
     except ValueError:
         return None
-
-
-
-# --------------------------------------------------------------------------- AOT kernel PTX
-
-def compile_adapter(family: str, adapter_source: str, arch: str = "80") -> bytes:
-    """PTX of ``adapter_source`` (which includes ``plugins/kernels/<family>.cu``), built with
-    build_kernels' nvcc flags and cached under the engine cache folder by source hash."""
-    from onnx_fuse.plugins import build_kernels as bk
-
-    h = hashlib.sha256(adapter_source.encode())
-    for src in sorted(bk.KERNEL_DIR.glob("*.cu*")) + sorted(bk.KERNEL_DIR.glob("*.h")):
-        h.update(src.name.encode())
-        h.update(src.read_bytes())
-    h.update(arch.encode())
-    cached = default_cache_dir().parent / "aot" / f"{family}-{h.hexdigest()[:24]}.ptx"
-    if cached.is_file():
-        return cached.read_bytes()
-    nvcc = bk.find_nvcc()
-    if nvcc is None:
-        raise UserError(f"building the AOT implementation of the {family} plugin needs nvcc "
-                        "(CUDA 12+), which is not on PATH or under $CUDA_HOME")
-    import subprocess
-
-    with tempfile.TemporaryDirectory(prefix="onnx-fuse-aot-") as tmp:
-        src = Path(tmp) / f"{family}_trt_adapter.cu"
-        src.write_text(adapter_source)
-        out = Path(tmp) / "out.ptx"
-        cmd = [nvcc, f"-gencode=arch=compute_{arch},code=compute_{arch}", "-ptx",
-               *bk.COMMON_FLAGS, "-I", str(bk.KERNEL_DIR), str(src), "-o", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0 or not out.is_file():
-            raise InternalError(f"nvcc failed on the {family} TensorRT adapter: "
-                                f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
-        data = out.read_bytes()
-    _atomic_write(cached, data)
-    return data
-
-
-def ptx_entries(ptx: bytes) -> list[str]:
-    """Names of the kernels (``.entry``) in a PTX module."""
-    return re.findall(r"\.entry\s+([A-Za-z_][\w$]*)\s*\(", ptx.decode(errors="replace"))
-
-
-def aot_kernel_ptx(family: str, entry: str, adapter_source: str, arch: str = "80") -> bytes:
-    """PTX holding ``entry`` for a TensorRT AOT plugin implementation.
-
-    Prefers what ``python -m onnx_fuse.plugins.build_kernels`` produced
-    (``plugins/kernels/build/<family>.compute_<arch>.ptx``) when it already contains ``entry``;
-    otherwise compiles ``adapter_source``: entry points in the argument order TensorRT's AOT
-    launcher uses (input pointers, int32 scalars, output pointers) around the same kernel bodies.
-    """
-    from onnx_fuse.plugins import build_kernels as bk
-
-    built = bk.DEFAULT_BUILD_DIR / f"{family}.compute_{arch}.ptx"
-    if built.is_file():
-        text = built.read_bytes()
-        if entry in ptx_entries(text):
-            return text
-    data = compile_adapter(family, adapter_source, arch)
-    if entry not in ptx_entries(data):
-        raise UserError(f"the {family} kernels have no variant {entry} (have: "
-                        f"{', '.join(ptx_entries(data)[:8])} ...)")
-    return data

@@ -101,7 +101,7 @@ _VARIANT = re.compile(
 def aot_variants(head_dim: int) -> list[tuple[int, int, int, str]]:
     """(rows per CTA, keys per tile, warps, tile tag) of every AOT variant for ``head_dim``;
     tactic i+1 is the i-th. Compiles the adapter once (cached by source hash)."""
-    from onnx_fuse.plugins.engine_builder import compile_adapter, ptx_entries
+    from onnx_fuse.plugins.aot_ptx import compile_adapter, ptx_entries
 
     found = set()
     for name in ptx_entries(compile_adapter("fused_attention", adapter_source())):
@@ -373,7 +373,7 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
              causal: int, outputs: "Tuple[trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
     """AOT path: kernel name, PTX, launch grid and int32 scalar arguments (symbolic in B, S)."""
-    from onnx_fuse.plugins.engine_builder import aot_kernel_ptx
+    from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx
 
     hidden = query.shape_expr[2]
     if not hidden.is_constant:

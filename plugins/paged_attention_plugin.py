@@ -275,7 +275,7 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
              outputs: "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
     """AOT path: one fused append + single-split decode kernel, grid (Hkv, 1, B)."""
-    from onnx_fuse.plugins.engine_builder import aot_kernel_ptx
+    from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx
 
     hidden = query.shape_expr[2]
     if not hidden.is_constant:

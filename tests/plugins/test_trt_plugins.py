@@ -254,7 +254,7 @@ def test_plugin_modules_import_without_tensorrt():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_fused_attention_aot_adapter_compiles_every_variant(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNX_FUSE_CACHE_DIR", str(tmp_path))
-    from onnx_fuse.plugins.engine_builder import compile_adapter, ptx_entries
+    from onnx_fuse.plugins.aot_ptx import compile_adapter, ptx_entries
 
     for d in fa.HEAD_DIMS:
         variants = fa.aot_variants(d)
@@ -271,7 +271,7 @@ def test_fused_attention_aot_adapter_compiles_every_variant(tmp_path, monkeypatc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_paged_attention_aot_adapter_compiles(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNX_FUSE_CACHE_DIR", str(tmp_path))
-    from onnx_fuse.plugins.engine_builder import aot_kernel_ptx, ptx_entries
+    from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx, ptx_entries
 
     for warps, stages in pa.decode_variants():
         for d in pa.HEAD_DIMS:
