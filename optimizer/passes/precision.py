@@ -51,6 +51,11 @@ LOW_OPS = frozenset({
     "GroupQueryAttention", "PackedAttention", "PackedMultiHeadAttention",
 })
 
+#: Plugin ops of domain ``onnx_fuse`` whose machine-readable contract (plugins/<file>.yaml) gives
+#: their dtypes: they are LOW for every low type the kernels take (``dtype_combinations.kernel``).
+PLUGIN_CONTRACTS = {"FusedAttention": "fused_attention.yaml", "PagedAttention": "paged_attention.yaml"}
+PLUGIN_DOMAIN = "onnx_fuse"
+
 #: Ops kept in float32 by default: reductions and statistics that lose accuracy in 16 bits.
 DEFAULT_FP32_OPS = frozenset({
     # normalizations (their mean/variance reductions)
@@ -97,10 +102,70 @@ def _ort_schemas() -> dict[tuple[str, str], list]:
     return index
 
 
+_ONNX_TYPE_STR = {"float32": "tensor(float)", "float": "tensor(float)",
+                  "float16": "tensor(float16)", "bfloat16": "tensor(bfloat16)",
+                  "int32": "tensor(int32)", "int64": "tensor(int64)"}
+
+
+@functools.cache
+def _plugin_contract(op_type: str) -> dict | None:
+    """The parsed plugins/<op>.yaml contract of an ``onnx_fuse`` op, or None (unknown / unreadable)."""
+    fname = PLUGIN_CONTRACTS.get(op_type)
+    if fname is None:
+        return None
+    try:
+        from importlib import resources
+
+        import yaml
+
+        return yaml.safe_load(resources.files("onnx_fuse.plugins").joinpath(fname).read_text())
+    except Exception:  # noqa: BLE001 - no contract: the op is kept in float32, as unknown ops are
+        return None
+
+
+def _plugin_signature(op_type: str):
+    """``_signature`` for an ``onnx_fuse`` op from its contract's per-slot dtypes, or None.
+
+    A slot typed ``T`` takes every type of ``dtype_combinations`` (kernel and reference); a slot
+    with a concrete dtype (``int32``: seq_lens, block_tables) takes only that one.
+    """
+    c = _plugin_contract(op_type)
+    try:
+        combos = c["dtype_combinations"]
+        t_types = {_ONNX_TYPE_STR[t] for k in ("kernel", "reference") for t in combos.get(k, ())}
+
+        def formals(params):
+            out = []
+            for p in params:
+                dt = str(p["dtype"])
+                out.append((t_types if dt == "T" else {_ONNX_TYPE_STR[dt]}, False, dt))
+            return out
+
+        return formals(c["inputs"]), formals(c["outputs"])
+    except (TypeError, KeyError, AttributeError):
+        return None
+
+
+def plugin_low_ops(low: ir.DataType) -> frozenset[str]:
+    """``onnx_fuse`` ops whose kernels take ``low`` (per their contracts): always LOW, like MatMul."""
+    out = set()
+    for op in PLUGIN_CONTRACTS:
+        c = _plugin_contract(op)
+        try:
+            kernel = {_ONNX_TYPE_STR[t] for t in c["dtype_combinations"]["kernel"]}
+        except (TypeError, KeyError, AttributeError):
+            continue
+        if _TYPE_STR[low] in kernel and _plugin_signature(op) is not None:
+            out.add(op)
+    return frozenset(out)
+
+
 @functools.cache
 def _signature(domain: str, op_type: str, version: int):
     """``(inputs, outputs)``: per formal ``(allowed type strings, variadic, type var)``; or None."""
     domain = "" if domain == "ai.onnx" else domain
+    if domain == PLUGIN_DOMAIN:
+        return _plugin_signature(op_type)
     try:
         s = onnx.defs.get_schema(op_type, version, domain)
         constraints = {t.type_param_str: set(t.allowed_type_strs) for t in s.type_constraints}
@@ -177,6 +242,7 @@ class PrecisionConversionPass(FusePass):
         self.low = LOW_TYPES[precision]
         self.keep_io_types = keep_io_types
         self.fp32_ops = frozenset(fp32_ops)
+        self.plugin_low_ops = plugin_low_ops(self.low)
 
     # Decisions ---------------------------------------------------------------------------------
 
@@ -234,7 +300,9 @@ class PrecisionConversionPass(FusePass):
                        or any(v in int_derived for v in floats_out)
                        or (node.op_type == "Cast" and not _casts_to_float(node))
                        or _is_upcast(node, self.low))
-            if not is_keep and node.op_type not in LOW_OPS:
+            always_low = (node.op_type in self.plugin_low_ops if node.domain == PLUGIN_DOMAIN
+                          else node.op_type in LOW_OPS)
+            if not is_keep and not always_low:
                 is_keep = any(v in fp32_values for v in floats_in)  # follow the inputs
             if is_keep:
                 keep.add(node)

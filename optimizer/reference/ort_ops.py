@@ -8,7 +8,17 @@ attribute of the op's contract filled with the contract default where absent, an
 TensorRT-only attributes (``plugin_version``, ``plugin_namespace``). The Python ops call
 onnx_fuse.reference.attention, the oracle of docs/ops.md.
 
-Covered ops (float32 tensors; NumPy has no bfloat16 and the references compute in float64):
+The Python ops are registered with float32 signatures only: onnxruntime-extensions 0.15 declares
+``PyCustomOpDef.dt_float16`` but its runtime rejects it ("Type float16 not supported by python
+customops api", microsoft/onnxruntime-extensions#812, and aborts the process), so dtype-specific
+registrations are not possible. A node whose query is float16 or bfloat16 is instead wrapped:
+``prepare_session`` inserts ``Cast(-> float32)`` on its float inputs and ``Cast(-> T)`` on its
+float outputs around the float32 registration. That is the kernels' numerics (T storage, at least
+fp32 accumulation; the references compute in float64) with T-rounded results. ORT's CPU Cast
+handles float16 and bfloat16; the rest of a bf16 graph usually is not runnable on ORT CPU, see
+``onnx_fuse.passes.precision.emulate_bf16``.
+
+Covered ops (float32, float16 or bfloat16 tensors; integer inputs int32):
   FusedAttention(query, key, value[, seq_lens])                       -> output
   PagedAttention(query, key, value, key_cache, value_cache, block_tables, seq_lens)
                                                      -> output, key_cache_out, value_cache_out
@@ -41,6 +51,10 @@ class _OpSpec:
     @property
     def registered_name(self) -> str:
         return f"OnnxFuse_{self.op}_{len(self.inputs)}"
+
+
+#: Float element types run by wrapping the float32 registration in Casts.
+_WRAPPED_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 
 def _fused_attention(query, key, value, seq_lens=None, *, num_heads, kv_num_heads, scale, causal):
@@ -120,23 +134,72 @@ def _retarget(node: onnx.NodeProto) -> _OpSpec:
     return spec
 
 
+def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """Element type per value name: declared types, else ONNX shape inference (best effort)."""
+    def collect(m):
+        g = m.graph
+        t = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.output, *g.value_info]
+             if v.type.tensor_type.elem_type}
+        t.update({i.name: i.data_type for i in g.initializer})
+        return t
+
+    types = collect(proto)
+    if any(n.domain == OUR_DOMAIN and n.input and n.input[0] not in types for n in proto.graph.node):
+        try:
+            types = {**collect(onnx.shape_inference.infer_shapes(proto)), **types}
+        except Exception:  # noqa: BLE001 - unknown types fall back to float32
+            pass
+    return types
+
+
 def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
     """A copy of ``proto`` whose onnx_fuse ops run as onnxruntime-extensions Python ops.
 
     Registers those Python ops (once per process) and the extensions' custom-op library on
-    ``opts`` (an ``onnxruntime.SessionOptions``). Raises ValueError for an onnx_fuse op or input
-    count that has no reference. Nodes inside functions/subgraphs are not retargeted.
+    ``opts`` (an ``onnxruntime.SessionOptions``). A node whose query is float16 or bfloat16 runs the
+    float32 registration between Casts. Raises ValueError for an onnx_fuse op or input count that
+    has no reference. Nodes inside functions/subgraphs are not retargeted.
     """
     import onnxruntime_extensions
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     used = False
+    types = None
+    nodes = []
     for node in out.graph.node:
-        if node.domain == OUR_DOMAIN:
-            _register(_retarget(node))
-            used = True
+        if node.domain != OUR_DOMAIN:
+            nodes.append(node)
+            continue
+        if types is None:
+            types = _elem_types(out)
+        elem = types.get(node.input[0]) if node.input else None
+        spec = _retarget(node)
+        _register(spec)
+        used = True
+        if elem not in _WRAPPED_FLOATS:
+            nodes.append(node)
+            continue
+        # float16/bfloat16: Cast float inputs to float32, run the float32 op, Cast outputs back.
+        tag = onnx.TensorProto.DataType.Name(elem).lower()
+        for i, t in enumerate(spec.inputs):
+            if t == "float" and i < len(node.input) and node.input[i]:
+                wide = f"{node.input[i]}__{node.name}__ref_f32_{i}"
+                nodes.append(onnx.helper.make_node("Cast", [node.input[i]], [wide],
+                                                   to=onnx.TensorProto.FLOAT,
+                                                   name=f"{node.name}__ref_cast_in_{i}"))
+                node.input[i] = wide
+        after = []
+        for i, t in enumerate(spec.outputs):
+            if t == "float" and i < len(node.output) and node.output[i]:
+                wide = f"{node.output[i]}__{node.name}__ref_f32_{i}"
+                after.append(onnx.helper.make_node("Cast", [wide], [node.output[i]], to=elem,
+                                                   name=f"{node.name}__ref_cast_out_{i}_{tag}"))
+                node.output[i] = wide
+        nodes += [node, *after]
     if used:
+        del out.graph.node[:]
+        out.graph.node.extend(nodes)
         imports = [o for o in out.opset_import if o.domain != OUR_DOMAIN]
         del out.opset_import[:]
         out.opset_import.extend(imports)

@@ -374,14 +374,17 @@ def test_contrib_ops_follow_ort_contracts():
     assert rel_err(ref, make_session(out).run(None, feeds)[0]) <= TOL["fp16"]
 
 
-def test_unknown_domain_is_kept_fp32():
+@pytest.mark.parametrize("domain, op", [("acme", "FusedAttention"), ("onnx_fuse", "NoContract")])
+def test_unknown_domain_is_kept_fp32(domain, op):
+    """Unknown domains, and onnx_fuse ops without a contract, stay float32 (contract ops: see
+    tests/passes/test_precision_plugin_ops.py)."""
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
-             helper.make_node("FusedAttention", ["h"], ["y"], domain="onnx_fuse", name="fa")]
+             helper.make_node(op, ["h"], ["y"], domain=domain, name="fa")]
     proto = model(nodes, [vi("x", T.FLOAT, [2, 4])], [vi("y", T.FLOAT, [2, 4])], [w("W", 4, 4)],
-                  extra_opsets=[helper.make_opsetid("onnx_fuse", 1)])
+                  extra_opsets=[helper.make_opsetid(domain, 1)])
     m = ir.from_proto(proto)
     PrecisionConversionPass("fp16")(m)
-    fa = next(n for n in m.graph if n.op_type == "FusedAttention")
+    fa = next(n for n in m.graph if n.op_type == op)
     assert fa.inputs[0].dtype == ir.DataType.FLOAT and fa.outputs[0].dtype == ir.DataType.FLOAT
 
 
