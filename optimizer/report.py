@@ -145,4 +145,6 @@ class Report:
                 vt.add_row(o["name"], f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
                            f"{o['mean_abs']:.3g}", "yes" if o["passed"] else "[red]NO[/red]")
             console.print(vt)
+            for note in self.verify.get("notes", []):
+                console.print(f"note: {note}")
         console.print("[bold green]PASSED[/bold green]" if self.passed else "[bold red]FAILED[/bold red]")

@@ -95,3 +95,22 @@ def test_verify_runs_a_kv_cache_decoder_export():
         pytest.skip("tests/data/models/llama_kv_dynamo.onnx is not there")
     model = onnx.load(path)
     assert verify(model, model)["passed"]
+
+
+def test_changed_inputs_are_a_clear_user_error():
+    original = _unary_model("Relu")
+    renamed = _unary_model("Relu")
+    renamed.graph.input[0].name = "x2"
+    renamed.graph.node[0].input[0] = "x2"
+    with pytest.raises(UserError, match=r"changed the model's inputs \(added x2; removed x\)"):
+        verify(original, renamed)
+
+
+def test_masks_unpadded_on_request():
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["attention_mask"], ["y"])], "g",
+        [helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 6])])
+    model = helper.make_model(graph)
+    assert make_inputs(model)["attention_mask"].min() == 0  # padded by default
+    assert make_inputs(model, pad_masks=False)["attention_mask"].min() == 1
