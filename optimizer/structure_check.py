@@ -37,8 +37,18 @@ def skeleton_from_proto(proto: onnx.ModelProto) -> onnx.ModelProto:
     return skeleton
 
 
-def skeleton_from_ir(model: ir.Model) -> onnx.ModelProto:
-    """The same skeleton, serialized from onnx-ir node by node without touching tensor data."""
+#: Location written into weight-less initializer placeholders (see ``skeleton_from_ir``).
+PLACEHOLDER_LOCATION = "__onnx_fuse_weight_placeholder__"
+
+
+def skeleton_from_ir(model: ir.Model, *, placeholders: bool = False) -> onnx.ModelProto:
+    """The same skeleton, serialized from onnx-ir node by node without touching tensor data.
+
+    With ``placeholders`` the initializers stay initializers, each an external-data reference to
+    ``PLACEHOLDER_LOCATION`` with its real dtype and dims, and intermediate value types are kept:
+    a graph that tools such as onnx's version converter can transform without copying weights
+    (``restore_placeholders`` puts the real tensors back).
+    """
     proto = onnx.ModelProto()
     proto.ir_version = model.ir_version
     for domain, version in model.opset_imports.items():
@@ -54,6 +64,21 @@ def skeleton_from_ir(model: ir.Model) -> onnx.ModelProto:
         g.output.append(ir.serde.serialize_value(value))
     for node in graph:
         g.node.append(ir.serde.serialize_node(node))
+    if placeholders:
+        outputs = {v.name for v in graph.outputs}
+        for node in graph:
+            for out in node.outputs:
+                if out.name and out.name not in outputs and (out.type is not None or out.shape is not None):
+                    g.value_info.append(ir.serde.serialize_value(out))
+        for name, value in graph.initializers.items():
+            tensor = value.const_value
+            t = g.initializer.add()
+            t.name = name
+            t.data_type = int(tensor.dtype if tensor is not None else value.dtype)
+            t.dims.extend(tensor.shape.numpy() if tensor is not None else ())
+            t.data_location = onnx.TensorProto.EXTERNAL
+            t.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
+        return proto
     inits = []
     for name, value in graph.initializers.items():
         tensor = value.const_value
@@ -67,3 +92,12 @@ def skeleton_from_ir(model: ir.Model) -> onnx.ModelProto:
 def check_structure(proto: onnx.ModelProto) -> None:
     """Raise onnx.checker.ValidationError if the graph's structure, types or schemas are wrong."""
     onnx.checker.check_model(proto, full_check=False)
+
+
+def restore_placeholders(new: ir.Model, old: ir.Model) -> None:
+    """Give ``new``'s placeholder initializers (``skeleton_from_ir(..., placeholders=True)``) the
+    tensors of the same-named initializers of ``old``."""
+    for name, value in new.graph.initializers.items():
+        tensor = value.const_value
+        if getattr(tensor, "location", None) == PLACEHOLDER_LOCATION:
+            value.const_value = old.graph.initializers[name].const_value
