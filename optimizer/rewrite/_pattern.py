@@ -139,10 +139,11 @@ def _strip_comment(line: str) -> str:
     return "".join(out).strip()
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split ``text`` at ``sep`` characters outside brackets and quotes."""
-    parts, depth, quote, cur = [], 0, None, []
-    for ch in text:
+def top_level(text: str, *, strict: bool = False):
+    """(index, char) of each character of ``text`` outside brackets and quotes (brackets and
+    quote marks themselves are not yielded). ``strict`` raises on unbalanced brackets or quotes."""
+    depth, quote = 0, None
+    for i, ch in enumerate(text):
         if quote:
             if ch == quote:
                 quote = None
@@ -152,32 +153,24 @@ def _split_top(text: str, sep: str) -> list[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-            if depth < 0:
+            if depth < 0 and strict:
                 raise PatternSyntaxError(f"unbalanced {ch!r}")
-        elif ch == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-    if depth != 0 or quote:
+        elif depth == 0:
+            yield i, ch
+    if strict and (depth != 0 or quote):
         raise PatternSyntaxError("unbalanced brackets or quotes")
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split ``text`` at ``sep`` characters outside brackets and quotes."""
+    cuts = [i for i, ch in top_level(text, strict=True) if ch == sep]
+    bounds = zip([-1, *cuts], [*cuts, len(text)])
+    return [text[a + 1:b].strip() for a, b in bounds]
 
 
 def _split_assign(stmt: str) -> tuple[str, str]:
-    depth, quote = 0, None
-    for i, ch in enumerate(stmt):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "=" and depth == 0:
+    for i, ch in top_level(stmt):
+        if ch == "=":
             nxt = stmt[i + 1: i + 2]
             prv = stmt[i - 1: i] if i else ""
             if nxt != "=" and prv not in "!<>=":

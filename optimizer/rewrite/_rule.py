@@ -21,7 +21,7 @@ import onnx
 
 from onnx_fuse.rewrite import _expr
 from onnx_fuse.rewrite._pattern import (MatchStatement, PatternSyntaxError, RewriteStatement,
-                                        parse_match, parse_rewrite)
+                                        parse_match, parse_rewrite, top_level)
 
 TARGETS = ("ort", "onnx", "trt")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -400,18 +400,8 @@ def _build_where(rule: Rule, where: Any, line: int, where_lines: Mapping[str, in
 
 def _split_message(item: str) -> tuple[str, str]:
     """``"expr : message"`` -> (expr, message); a ':' inside brackets (a slice) is not the split."""
-    depth, quote = 0, None
-    for i, ch in enumerate(item):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == ":" and depth == 0:
+    for i, ch in top_level(item):
+        if ch == ":":
             return item[:i].strip(), item[i + 1:].strip()
     return item.strip(), ""
 
