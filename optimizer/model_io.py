@@ -130,6 +130,19 @@ def _weights_bytes(model: ir.Model) -> int:
     return total
 
 
+def check_output_path(path: str | os.PathLike, *, what: str = "output model") -> Path:
+    """Fail early, before any work, on an output path that cannot be written; return its folder."""
+    out = Path(path)
+    if out.exists() and out.is_dir():
+        raise UserError(f"{out}: is a folder; give a file name for the {what}")
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        raise UserError(f"{out}: output folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{out}: output folder {str(parent)!r} is not writable")
+    return parent
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, *, external_data: bool | None = None) -> list[Path]:
     """Atomically save ``model`` to ``path``; return the files written.
 
@@ -137,11 +150,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, external_data: bool 
     None decides (external when the model came with external data or is over the protobuf limit).
     """
     out = Path(path)
-    if out.exists() and out.is_dir():
-        raise UserError(f"{out}: is a folder; give a file name for the output model")
-    parent = out.resolve().parent
-    if not parent.exists():
-        raise UserError(f"{out}: output folder {str(parent)!r} does not exist")
+    parent = check_output_path(out)
     sources = _external_files(model)
     if external_data is None:
         external_data = bool(sources) or _weights_bytes(model) > _PROTO_LIMIT

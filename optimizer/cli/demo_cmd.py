@@ -9,7 +9,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from onnx_fuse.cli.optimize_cmd import add_common_optimize_flags
+from onnx_fuse.cli.optimize_cmd import add_common_optimize_flags, check_outputs
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -26,6 +26,7 @@ def run(args) -> int:
     from onnx_fuse.demo_model import build_demo_model
 
     args.verify = True  # the demo always checks its numbers
+    check_outputs(args)
     model = build_demo_model(layers=args.layers)
     result, code = run_and_report(args, model, progress_label="optimizing the demo encoder")
     if args.output and code == 0:

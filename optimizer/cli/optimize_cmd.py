@@ -70,7 +70,24 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
     return result, (0 if result.report.passed else 1)
 
 
+def check_outputs(args) -> None:
+    """Bad output paths are reported before minutes of optimization, not after."""
+    from onnx_fuse.model_io import check_output_path
+
+    if getattr(args, "output", None):
+        check_output_path(args.output)
+    if args.report:
+        check_output_path(args.report, what="report")
+
+
 def run(args) -> int:
+    from pathlib import Path
+
+    from onnx_fuse.errors import UserError
+
+    check_outputs(args)
+    if Path(args.output).resolve() == Path(args.input).resolve():
+        raise UserError(f"{args.output}: output would overwrite the input model; choose another name")
     result, code = run_and_report(args, args.input, progress_label=f"optimizing {args.input}")
     external = {"auto": None, "yes": True, "no": False}[args.external_data]
     if code == 0:

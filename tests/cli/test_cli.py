@@ -108,3 +108,19 @@ def test_subprocess_demo_o1(tmp_path):
     onnx.checker.check_model(model, full_check=True)
     ops = [n.op_type for n in model.graph.node]
     assert "Identity" not in ops and "Concat" not in ops and ops.count("Cast") == 1
+
+
+@pytest.mark.parametrize("flag", ["-o", "--report"])
+def test_unwritable_output_fails_before_any_work(tmp_path, capsys, flag):
+    """The output path is checked first: with a corrupt input AND a missing output folder, the
+    error names the output, so nobody waits through an optimization to learn it."""
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    args = ["optimize", str(bad), "-o", str(tmp_path / "out.onnx")]
+    if flag == "-o":
+        args[3] = str(tmp_path / "missing" / "out.onnx")
+    else:
+        args += ["--report", str(tmp_path / "missing" / "r.json")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "output folder" in err[0] and "missing" in err[0]
