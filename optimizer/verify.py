@@ -126,6 +126,20 @@ def _concrete_shape(vi: onnx.ValueInfoProto, shapes: Mapping[str, tuple[int, ...
             for i, d in enumerate(vi.type.tensor_type.shape.dim)]
 
 
+def _gather_bound(model: onnx.ModelProto, name: str) -> int:
+    """Rows of the smallest constant table that input ``name`` indexes directly through Gather
+    (a huge number when it indexes none)."""
+    tables = {t.name: t for t in model.graph.initializer}
+    bound = 1 << 62
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
+            table = tables.get(node.input[0])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if table is not None and table.dims:
+                bound = min(bound, table.dims[axis % len(table.dims)])
+    return bound
+
+
 def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]] | None = None,
                 seed: int = 0, pad_masks: bool = True) -> dict[str, np.ndarray]:
     """Random inputs for every real graph input (initializer-backed inputs are left alone).
@@ -159,7 +173,9 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
             elif "position" in lname and shape:
                 arr = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
             else:
-                arr = rng.integers(0, 4, size=shape, dtype=dtype)
+                # Token ids and type ids index embedding tables: stay inside the smallest.
+                high = min(4, _gather_bound(model, vi.name))
+                arr = rng.integers(0, max(high, 1), size=shape, dtype=dtype)
         else:
             arr = rng.standard_normal(shape).astype(dtype)
         feeds[vi.name] = arr
@@ -253,7 +269,13 @@ def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None
         raise UserError(f"ONNX Runtime cannot run the original model: {str(exc).splitlines()[0]}") from None
     opt_sess = make_session(opt_proto)
     names = [o.name for o in ref_sess.get_outputs()]
-    ref_out = ref_sess.run(names, feeds)
+    try:
+        ref_out = ref_sess.run(names, feeds)
+    except Exception as exc:  # the inputs do not suit the model: the user has to give them
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot verify: ONNX Runtime fails to run the original model on these "
+                        f"inputs ({first[:300]}); give inputs with --inputs FILE.npz or dims with "
+                        "--shape") from None
     opt_out = opt_sess.run(names, feeds)
     diffs = []
     for name, r, g in zip(names, ref_out, opt_out):

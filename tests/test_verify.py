@@ -114,3 +114,29 @@ def test_masks_unpadded_on_request():
     model = helper.make_model(graph)
     assert make_inputs(model)["attention_mask"].min() == 0  # padded by default
     assert make_inputs(model, pad_masks=False)["attention_mask"].min() == 1
+
+
+def test_index_inputs_stay_inside_the_embedding_table():
+    """token_type_ids index a 2-row table: random ids in [0, 4) would crash the original model."""
+    table = np.arange(6, dtype=np.float32).reshape(2, 3)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "token_type_ids"], ["y"])], "g",
+        [helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 3])],
+        [onnx.numpy_helper.from_array(table, "table")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    ids = make_inputs(model)["token_type_ids"]
+    assert ids.min() >= 0 and ids.max() <= 1 and len(np.unique(ids)) == 2
+    assert verify(model, model)["passed"]
+
+
+def test_inputs_the_original_cannot_run_are_a_user_error():
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(UserError, match="fails to run the original model on these inputs.*--inputs"):
+        verify(model, model, inputs={"x": np.zeros((2, 8), np.float32),
+                                     "shape": np.array([3, 3], np.int64)})
