@@ -34,13 +34,14 @@ from __future__ import annotations
 import math
 import re
 import struct
+import sys
 import typing
 from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 
 import onnx
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
-           "check_node", "prepare_node", "register_plugin", "resolve_annotations",
+           "check_node", "prepare_node", "register_plugin", "register_plugin_module", "resolve_annotations",
            "register", "impl", "aot_impl", "autotune",
            "adapter_source", "aot_variants"]
 
@@ -413,18 +414,24 @@ def resolve_annotations(fn, plugin_module) -> None:
     fn.__annotations__ = hints
 
 
+def register_plugin_module(module, backend) -> None:
+    """Register ``module``'s register / impl / aot_impl / autotune with tensorrt.plugin, once per
+    process, and set the module's ``trtp`` / ``trt`` globals that those functions use. Shared by
+    every plugin module. Needs full TensorRT."""
+    if module._registered:
+        return
+    plugin = backend.plugin_module()
+    module.trtp, module.trt = plugin, backend.module
+    for fn in (module.register, module.impl, module.aot_impl, module.autotune):
+        resolve_annotations(fn, plugin)
+    plugin.register(module.PLUGIN_ID)(module.register)
+    plugin.impl(module.PLUGIN_ID)(module.impl)
+    if hasattr(plugin, "aot_impl"):
+        plugin.aot_impl(module.PLUGIN_ID)(module.aot_impl)
+    plugin.autotune(module.PLUGIN_ID)(module.autotune)
+    module._registered = True
+
+
 def register_plugin(backend) -> None:
     """Register the plugin with tensorrt.plugin (once per process). Needs full TensorRT."""
-    global trtp, trt, _registered
-    if _registered:
-        return
-    trtp = backend.plugin_module()
-    trt = backend.module
-    for fn in (register, impl, aot_impl, autotune):
-        resolve_annotations(fn, trtp)
-    trtp.register(PLUGIN_ID)(register)
-    trtp.impl(PLUGIN_ID)(impl)
-    if hasattr(trtp, "aot_impl"):
-        trtp.aot_impl(PLUGIN_ID)(aot_impl)
-    trtp.autotune(PLUGIN_ID)(autotune)
-    _registered = True
+    register_plugin_module(sys.modules[__name__], backend)

@@ -26,13 +26,14 @@ from __future__ import annotations
 import math
 import re
 import struct
+import sys
 from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 
 import onnx
 
 from onnx_fuse.plugins.fused_attention_plugin import (FLOAT_TYPES, HEAD_DIMS, _tname,
                                                       check_attributes, check_plugin_identity,
-                                                      resolve_annotations)
+                                                      register_plugin_module)
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
            "check_node", "prepare_node", "register_plugin", "register", "impl", "aot_impl",
@@ -308,16 +309,4 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
 
 def register_plugin(backend) -> None:
     """Register the plugin with tensorrt.plugin (once per process). Needs full TensorRT."""
-    global trtp, trt, _registered
-    if _registered:
-        return
-    trtp = backend.plugin_module()
-    trt = backend.module
-    for fn in (register, impl, aot_impl, autotune):
-        resolve_annotations(fn, trtp)
-    trtp.register(PLUGIN_ID)(register)
-    trtp.impl(PLUGIN_ID)(impl)
-    if hasattr(trtp, "aot_impl"):
-        trtp.aot_impl(PLUGIN_ID)(aot_impl)
-    trtp.autotune(PLUGIN_ID)(autotune)
-    _registered = True
+    register_plugin_module(sys.modules[__name__], backend)
