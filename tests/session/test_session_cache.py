@@ -62,7 +62,7 @@ def test_miss_then_hit(demo_bytes, isolated_cache):
     assert report["nodes_after"] < report["nodes_before"] == 111
     (entry,) = entries(isolated_cache)
     manifest = json.loads((entry / MANIFEST).read_text())
-    assert manifest["options"]["level"] == 1 and set(manifest["files"]) == {MODEL_NAME}
+    assert manifest["options"]["level"] == 1 and set(manifest["files"]) == {MODEL_NAME, MODEL_NAME + ".data"}
     assert len(onnx.load(str(entry / MODEL_NAME)).graph.node) == report["nodes_after"]
     for sess in (first, second):
         assert_same_outputs(sess, demo_bytes, demo_feeds())
@@ -153,10 +153,11 @@ def test_concurrent_fill_from_two_processes(demo_bytes, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip-byte", "delete-model", "garbage-manifest"])
-def test_damaged_entry_is_rebuilt(demo_bytes, isolated_cache, damage):
+@pytest.mark.parametrize("victim", [MODEL_NAME, MODEL_NAME + ".data"])  # the graph, the weights
+def test_damaged_entry_is_rebuilt(demo_bytes, isolated_cache, damage, victim):
     InferenceSession(demo_bytes, providers=CPU, optimize_level=1)
     (entry,) = entries(isolated_cache)
-    model_file = entry / MODEL_NAME
+    model_file = entry / victim
     good = model_file.read_bytes()
     if damage == "truncate":
         with open(model_file, "r+b") as f:
