@@ -16,6 +16,20 @@ TOL = {np.dtype(np.float32): (1e-5, 1e-4), np.dtype(np.float16): (1e-2, 1e-2),
        np.dtype(np.float64): (1e-9, 1e-7)}
 
 
+#: The smallest complete rule, shared by the language and loader tests.
+RELU_RELU = """\
+rules:
+  - name: relu-relu
+    doc: Relu(Relu(x)) -> Relu(x)
+    targets: [ort]
+    match: |
+      a = Relu(x)
+      y = Relu(a)
+    rewrite: |
+      y = Relu(x)
+"""
+
+
 def model_from_text(text: str) -> onnx.ModelProto:
     proto = onnx.parser.parse_model(textwrap.dedent(text))
     onnx.checker.check_model(proto)

@@ -7,7 +7,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from rw_testing import apply, assert_same_outputs, builtin, model_from_text, ops, rules_from_yaml
+from rw_testing import (RELU_RELU, apply, assert_same_outputs, builtin, model_from_text, ops,
+                        rules_from_yaml)
 
 from onnx_fuse.rewrite import RULE_TAG, MatchStatus, explain
 
@@ -534,18 +535,6 @@ def test_escape_true_keeps_the_shared_intermediate():
 
 
 # --- application: names, metadata, priority, fixed point, determinism, rollback ----------------------
-
-RELU_RELU = """
-rules:
-  - name: relu-relu
-    doc: Relu(Relu(x)) -> Relu(x)
-    targets: [ort]
-    match: |
-      a = Relu(x)
-      y = Relu(a)
-    rewrite: |
-      y = Relu(x)
-"""
 
 
 def relu_chain(n: int):

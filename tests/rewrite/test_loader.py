@@ -9,18 +9,7 @@ import pytest
 from onnx_fuse.errors import UserError
 from onnx_fuse.rewrite import load_rule_set, load_text
 from onnx_fuse.rewrite._loader import builtin_files, load_builtin
-
-GOOD = """\
-rules:
-  - name: relu-relu
-    doc: Relu(Relu(x)) -> Relu(x)
-    targets: [ort]
-    match: |
-      a = Relu(x)
-      y = Relu(a)
-    rewrite: |
-      y = Relu(x)
-"""
+from rw_testing import RELU_RELU as GOOD
 
 
 def errors_of(text: str) -> list[str]:
