@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from onnx_fuse.rewrite._fragments import Fragment, build_fragment
 from onnx_fuse.rewrite._rule import Rule, RuleError, RuleSet, build_rule
 
 MAX_FILE_BYTES = 1 << 20
@@ -135,26 +136,69 @@ def parse_yaml(text: str, file: str) -> Any:
     return _convert(root, _Data(), (), 0, file)
 
 
-def load_text(text: str, file: str = "<rules>", *, builtin: bool = False) -> tuple[list[Rule], list[RuleError]]:
-    """Parse every rule in ``text``; return the good rules and one error per bad rule."""
+def _file_parts(data: Any, file: str) -> tuple[Any, int, list, list[RuleError]]:
+    """(rule items, their line, fragment items, errors) of a parsed rule file."""
+    if isinstance(data, Mapping):
+        extra = sorted(set(data) - {"rules", "fragments"})
+        if extra or "rules" not in data and "fragments" not in data:
+            return None, data.line, [], [RuleError(
+                f"a rule file holds `rules: [...]` (and optionally `fragments: [...]`); unexpected "
+                f"key(s) {extra}", data.lines.get(extra[0], data.line) if extra else data.line, file)]
+        frags = data.get("fragments", [])
+        if not isinstance(frags, list):
+            return None, data.line, [], [RuleError("`fragments` must be a list", data.lines.get("fragments", 1), file)]
+        return data.get("rules", []), data.lines.get("rules", 1), frags, []
+    return data, 1, [], []
+
+
+def parse_fragments(text: str, file: str) -> tuple[dict[str, Fragment], list[RuleError]]:
+    """The fragments a rule file defines (for other files that use them)."""
+    try:
+        data = parse_yaml(text, file)
+    except RuleError:
+        return {}, []   # load_text reports it
+    _, _, items, errors = _file_parts(data, file)
+    return _build_fragments(items, file, errors)
+
+
+def _build_fragments(items: list, file: str, errors: list[RuleError]) -> tuple[dict[str, Fragment], list[RuleError]]:
+    found: dict[str, Fragment] = {}
+    for item in items:
+        if not isinstance(item, Mapping):
+            errors.append(RuleError("each fragment must be a mapping", 0, file))
+            continue
+        try:
+            frag = build_fragment(item, file=file, line=item.line)
+        except RuleError as exc:
+            exc.file = file
+            errors.append(exc)
+            continue
+        if frag.name in found:
+            errors.append(RuleError(f"fragment {frag.name!r} is defined twice", item.line, file))
+            continue
+        found[frag.name] = frag
+    return found, errors
+
+
+def load_text(text: str, file: str = "<rules>", *, builtin: bool = False,
+              fragments: dict[str, Fragment] | None = None) -> tuple[list[Rule], list[RuleError]]:
+    """Parse every rule in ``text``; return the good rules and one error per bad rule.
+    ``fragments`` are those defined elsewhere (the built-in ones) that this file may use."""
     try:
         data = parse_yaml(text, file)
     except RuleError as exc:
         return [], [exc]
-    if isinstance(data, Mapping):
-        if set(data) != {"rules"}:
-            extra = sorted(set(data) - {"rules"})
-            return [], [RuleError(f"a rule file holds `rules: [...]`; unexpected key(s) {extra}",
-                                  data.lines.get(extra[0], data.line) if extra else data.line, file)]
-        items = data["rules"]
-        list_line = data.lines.get("rules", 1)
-    else:
-        items, list_line = data, 1
+    items, list_line, frag_items, errors = _file_parts(data, file)
+    if errors:
+        return [], errors
+    own, errors = _build_fragments(frag_items, file, [])
+    if errors:
+        return [], errors
+    fragments = {**(fragments or {}), **own}
     if not isinstance(items, list):
         return [], [RuleError("expected a list of rules", list_line, file)]
     src_lines = text.splitlines()
     rules: list[Rule] = []
-    errors: list[RuleError] = []
     names: dict[str, int] = {}
     starts = [it.line if isinstance(it, Mapping) else 0 for it in items]
     for idx, item in enumerate(items):
@@ -167,7 +211,8 @@ def load_text(text: str, file: str = "<rules>", *, builtin: bool = False) -> tup
         where_lines = where.lines if isinstance(where, Mapping) else {}
         try:
             rule = build_rule(item, line=item.line, lines=item.lines, styles=item.styles,
-                              where_lines=where_lines, file=file, source=_dedent_item(source))
+                              where_lines=where_lines, file=file, source=_dedent_item(source),
+                              fragments=fragments)
         except RuleError as exc:
             exc.file = file
             if not exc.line:
@@ -208,7 +253,32 @@ def load_file(path: str | os.PathLike) -> tuple[list[Rule], list[RuleError]]:
         return [], [RuleError("no such rule file", 0, str(p))]
     except (OSError, UnicodeDecodeError) as exc:
         return [], [RuleError(f"cannot read rule file: {exc}", 0, str(p))]
-    return load_text(text, str(p))
+    return load_text(text, str(p), fragments=builtin_fragments())
+
+
+_FRAGMENT_CACHE: dict[tuple[tuple[str, str], ...], dict[str, Fragment]] = {}
+
+
+def builtin_fragments() -> dict[str, Fragment]:
+    """Fragments defined by the built-in packs; every rule file (built-in or user) may use them."""
+    files = tuple(builtin_files())
+    if files not in _FRAGMENT_CACHE:
+        _FRAGMENT_CACHE.clear()
+        _FRAGMENT_CACHE[files] = _collect_fragments(files, [])
+    return _FRAGMENT_CACHE[files]
+
+
+def _collect_fragments(files, errors: list[RuleError]) -> dict[str, Fragment]:
+    """Fragments across files; a name defined twice is an error (per-file errors are reported
+    by load_text when the file itself is loaded)."""
+    fragments: dict[str, Fragment] = {}
+    for path, text in files:
+        for name, frag in parse_fragments(text, path)[0].items():
+            if name in fragments:
+                errors.append(RuleError(f"fragment {name!r} is also defined in {fragments[name].file}",
+                                        frag.line, path))
+            fragments[name] = frag
+    return fragments
 
 
 def builtin_files() -> list[tuple[str, str]]:
@@ -249,8 +319,9 @@ def _parse_builtin(files) -> tuple[list[Rule], list[RuleError]]:
     rules: list[Rule] = []
     errors: list[RuleError] = []
     seen: dict[str, str] = {}
+    fragments = _collect_fragments(files, errors)
     for path, text in files:
-        got, errs = load_text(text, path, builtin=True)
+        got, errs = load_text(text, path, builtin=True, fragments=fragments)
         errors += errs
         for r in got:
             if r.name in seen:

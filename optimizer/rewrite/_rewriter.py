@@ -27,7 +27,8 @@ import onnx_ir as ir
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.rewrite import _expr
 from onnx_fuse.rewrite._matcher import GraphFacts, Match, Matcher, _ExprContext, attr_value, norm_domain
-from onnx_fuse.rewrite._rule import Rule, RuleSet
+from onnx_fuse.errors import InternalError
+from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN, STAGES, Rule, RuleSet
 
 RULE_TAG = "onnx_fuse.rule"
 
@@ -94,6 +95,13 @@ class _NewValue:
     shape: ir.Shape | None = None
     initializer: np.ndarray | None = None
     ir_value: ir.Value | None = None
+
+
+@dataclasses.dataclass
+class _Unbound:
+    """The value of a rewrite statement that could not be built (an input was unbound)."""
+
+    why: str
 
 
 @dataclasses.dataclass
@@ -176,6 +184,9 @@ class Rewriter:
                 if st.kind == "expr":
                     env[st.outputs[0]] = st.expr.evaluate(env, ctx)  # type: ignore[union-attr]
                 elif st.kind == "alias":
+                    if st.alias not in env and st.alias in match.rule.leaves:
+                        env[st.outputs[0]] = _Unbound(f"rewrite line {st.line}: {st.alias!r} is unbound")
+                        continue
                     if st.alias not in env:
                         raise RewriteRejected(f"rewrite line {st.line}: {st.alias!r} is unbound")
                     env[st.outputs[0]] = env[st.alias]  # type: ignore[index]
@@ -193,10 +204,18 @@ class Rewriter:
                 else:
                     op = st.op
                     assert op is not None
-                    missing = [i for i in op.inputs if i is not None and i not in env]
+                    missing = [i for i in op.inputs if i is not None and
+                               (i not in env or isinstance(env[i], _Unbound))]
                     if missing:
-                        raise RewriteRejected(f"rewrite line {st.line}: {missing[0]!r} is unbound "
-                                              "(it belongs to an optional part that is absent)")
+                        # built only if a pattern output needs it (a choice like
+                        # `kk = k4 if bound(k4) else kt` leaves the other side unused)
+                        why = (env[missing[0]].why if isinstance(env.get(missing[0]), _Unbound) else
+                               f"rewrite line {st.line}: {missing[0]!r} is unbound (it belongs to "
+                               "an optional part that is absent)")
+                        for name in st.outputs:
+                            if name is not None:
+                                env[name] = _Unbound(why)
+                        continue
                     inputs = [None if i is None else env[i] for i in op.inputs]
                     for i, v in zip(op.inputs, inputs):
                         if i is not None and not isinstance(v, (ir.Value, _NewValue)):
@@ -226,6 +245,9 @@ class Rewriter:
             except _expr.EvalFailure as exc:
                 raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
         outputs = {o: env[o] for o in rule.outputs}
+        for o, v in outputs.items():
+            if isinstance(v, _Unbound):
+                raise RewriteRejected(v.why)
         nodes, inits = self._live(nodes, inits, outputs)
         plan = Plan(match, nodes, inits, outputs, sorted(taken))
         if self._is_noop(plan):
@@ -570,10 +592,17 @@ class RewritePass(FusePass):
 
     name = "rewrite"
 
-    def __init__(self, rule_set: RuleSet | Iterable[Rule], *, validate: bool = True, max_rounds: int = 16):
+    def __init__(self, rule_set: RuleSet | Iterable[Rule], *, validate: bool = True, max_rounds: int = 16,
+                 local_check: bool = False):
         super().__init__()
         self.rule_set = rule_set if isinstance(rule_set, RuleSet) else RuleSet(rule_set)
         self.validate = validate
+        # verify=True: each planned rewrite also runs against the matched nodes (_local_check.py)
+        self.local_check = None
+        if local_check:
+            from onnx_fuse.rewrite._local_check import LocalChecker
+
+            self.local_check = LocalChecker()
         self.max_rounds = max_rounds
         self.rejected: list[tuple[str, str, str]] = []   # (rule, anchor, reason)
         self.stats_reason: str | None = None
@@ -593,12 +622,19 @@ class RewritePass(FusePass):
     def _call(self, model: ir.Model) -> ir.passes.PassResult:
         rewriter = Rewriter(model, validate=self.validate)
         rules = [r for r in self.rule_set.ordered() if r.opset_ok(rewriter.opset)]
-        matchers = [(r, Matcher(r)) for r in rules]
         modified = False
         self.rejected = []
         self.unsettled: list[str] = []
-        for graph in list(model.graphs()):
-            modified |= self._run_graph(graph, matchers, rewriter)
+        # Stages run in order, each to its own fixed point: recognition into canonical ops must be
+        # complete before lowering picks the target op, and the layout glue lowerings leave is
+        # simplified last (it would otherwise break patterns of the earlier stages).
+        for stage in STAGES:
+            matchers = [(r, Matcher(r)) for r in rules if r.stage == stage]
+            if not matchers:
+                continue
+            for graph in list(model.graphs()):
+                modified |= self._run_graph(graph, matchers, rewriter)
+        self._refuse_canonical_leftovers(model)
         for graph in rewriter.needs_sort:
             graph.sort()
         reasons = list(self.unsettled)
@@ -612,6 +648,17 @@ class RewritePass(FusePass):
                            f"{first[0]} at {first[1]!r}: {first[2]}")
         self.stats_reason = "; ".join(reasons) or None
         return ir.passes.PassResult(model, modified=modified)
+
+    def _refuse_canonical_leftovers(self, model: ir.Model) -> None:
+        """Canonical ops are internal: every one the fuse stage made must have been lowered (or
+        expanded back) by now. One left over is a rule-set bug, never a model to save."""
+        for graph in model.graphs():
+            for node in graph:
+                if norm_domain(node.domain) == CANONICAL_DOMAIN:
+                    rule = node.metadata_props.get(RULE_TAG, "?")
+                    raise InternalError(f"canonical op {node.op_type} (made by rule {rule!r}) has no "
+                                        "lowering for this target; a rule set that makes canonical ops "
+                                        "must lower or expand every one of them")
 
     def _run_graph(self, graph: ir.Graph, matchers: list[tuple[Rule, Matcher]], rewriter: Rewriter) -> bool:
         index = build_index(graph)
@@ -636,6 +683,10 @@ class RewritePass(FusePass):
                     except RewriteRejected as exc:
                         rejected_at.add((rule.name, node))
                         self.rejected.append((rule.name, node.name or "", str(exc)))
+                        continue
+                    if self.local_check is not None and (why := self.local_check(plan, rewriter.model)):
+                        rejected_at.add((rule.name, node))
+                        self.rejected.append((rule.name, node.name or "", f"numeric check: {why}"))
                         continue
                     rewriter.commit(plan, graph, index)
                     self.stats[rule.name] += 1

@@ -20,13 +20,21 @@ from typing import Any
 import onnx
 
 from onnx_fuse.rewrite import _expr
+from onnx_fuse.rewrite._fragments import Fragment, expand, rename_text
 from onnx_fuse.rewrite._pattern import (MatchStatement, PatternSyntaxError, RewriteStatement,
                                         parse_match, parse_rewrite, top_level)
 
 TARGETS = ("ort", "onnx", "trt")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RULE_KEYS = {"name", "doc", "level", "priority", "targets", "opset", "domains", "match", "where",
-              "rewrite", "outputs"}
+              "rewrite", "outputs", "stage"}
+#: The phases of a RewritePass, in order; each runs to a fixed point before the next starts.
+#: ``fuse`` rewrites exporter idioms (into target ops or into canonical ops), ``lower`` turns
+#: canonical ops into the target's ops, ``simplify`` removes the layout glue lowerings leave
+#: (Transpose pairs, Reshape chains). See docs/rules.md "Stages".
+STAGES = ("fuse", "lower", "simplify")
+#: Domain of the canonical ops (attention with optional past...): internal, never saved.
+CANONICAL_DOMAIN = "onnx_fuse.canonical"
 _CONSTRAINT_KEYS = {"scalar", "value", "rtol", "atol", "const", "dtype", "rank", "shape", "escape"}
 
 # Attributes that later opsets turned into inputs: op -> {attribute: input index}. A pattern
@@ -93,6 +101,10 @@ class Rule:
     checks: list[Check]
     level: int = 2
     priority: int = 0
+    stage: str = "fuse"
+    # per-target rewrite blocks (`rewrite: {ort: ..., onnx: ...}`); ``rewrite`` is the one in
+    # force once the rule is selected for a target (RuleSet.select)
+    rewrites: dict[str, list[RewriteStatement]] = dataclasses.field(default_factory=dict)
     opset_min: int | None = None
     opset_max: int | None = None
     domains: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -119,6 +131,12 @@ class Rule:
 
     def applies_to(self, target: str | None, max_level: int | None) -> bool:
         return (target is None or target in self.targets) and (max_level is None or self.level <= max_level)
+
+    def for_target(self, target: str | None) -> Rule:
+        if not self.rewrites or target is None:
+            return self
+        block = self.rewrites.get(target, self.rewrites.get("default"))
+        return dataclasses.replace(self, rewrite=block, targets=(target,))
 
     def opset_ok(self, opset: int | None) -> bool:
         if opset is None:
@@ -160,7 +178,9 @@ class RuleSet:
         return sorted(self._rules.values(), key=lambda r: (-r.priority, r.name))
 
     def select(self, *, target: str | None = None, max_level: int | None = None) -> RuleSet:
-        return RuleSet(r for r in self.ordered() if r.applies_to(target, max_level))
+        """The rules for ``target`` and ``max_level``; a rule with per-target rewrite blocks
+        comes with the block of ``target`` in force."""
+        return RuleSet(r.for_target(target) for r in self.ordered() if r.applies_to(target, max_level))
 
     def names(self) -> list[str]:
         return [r.name for r in self.ordered()]
@@ -227,7 +247,8 @@ def _block_first_line(lines: Mapping[str, int], styles: Mapping[str, str], key: 
 
 
 def build_rule(data: Mapping, *, line: int, lines: Mapping[str, int], styles: Mapping[str, str],
-               where_lines: Mapping[str, int] | None = None, file: str = "", source: str = "") -> Rule:
+               where_lines: Mapping[str, int] | None = None, file: str = "", source: str = "",
+               fragments: Mapping[str, Fragment] | None = None) -> Rule:
     for key in data:
         if key not in _RULE_KEYS:
             raise RuleError(f"unknown key `{key}` (allowed: {', '.join(sorted(_RULE_KEYS))})",
@@ -239,6 +260,9 @@ def build_rule(data: Mapping, *, line: int, lines: Mapping[str, int], styles: Ma
     doc = data.get("doc", "")
     if not isinstance(doc, str) or not doc.strip():
         raise RuleError(f"rule {name!r} needs a one-line `doc` (source -> result)", lines.get("doc", line))
+    stage = data.get("stage", "fuse")
+    if stage not in STAGES:
+        raise RuleError(f"`stage` must be one of {', '.join(STAGES)}", lines.get("stage", line))
     targets = _req(data, "targets", list, line, lines)
     for t in targets:
         if t not in TARGETS:
@@ -263,23 +287,61 @@ def build_rule(data: Mapping, *, line: int, lines: Mapping[str, int], styles: Ma
     if not isinstance(domains, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in domains.items()):
         raise RuleError("`domains` must map a domain name to its opset version", lines.get("domains", line))
 
+    fragments = fragments or {}
     match_text = _req(data, "match", str, line, lines)
-    try:
-        match = parse_match(match_text, _block_first_line(lines, styles, "match"))
-    except PatternSyntaxError as exc:
-        raise RuleError(str(exc), _block_first_line(lines, styles, "match") + exc.line_offset) from None
-    rewrite_text = _req(data, "rewrite", str, line, lines)
-    try:
-        rewrite = parse_rewrite(rewrite_text, _block_first_line(lines, styles, "rewrite"))
-    except PatternSyntaxError as exc:
-        raise RuleError(str(exc), _block_first_line(lines, styles, "rewrite") + exc.line_offset) from None
+    match, frag_where, frag_checks = _parse_block(match_text, "match", _block_first_line(lines, styles, "match"),
+                                                  fragments)
+    rewrite_data = data.get("rewrite")
+    rewrites: dict[str, list[RewriteStatement]] = {}
+    if isinstance(rewrite_data, Mapping):
+        rline = lines.get("rewrite", line)
+        for key, text in rewrite_data.items():
+            kline = rewrite_data.lines.get(key, rline) if hasattr(rewrite_data, "lines") else rline
+            if key != "default" and key not in targets:
+                raise RuleError(f"rewrite block {key!r} is not one of the rule's targets "
+                                f"({', '.join(targets)}) or `default`", kline)
+            if not isinstance(text, str):
+                raise RuleError(f"rewrite block {key!r} must be statements (`{key}: |`)", kline)
+            first = kline + 1 if getattr(rewrite_data, "styles", {}).get(key) in ("|", ">") else kline
+            rewrites[key], _, _ = _parse_block(text, "rewrite", first, fragments)
+        missing = [t for t in targets if t not in rewrites and "default" not in rewrites]
+        if missing:
+            raise RuleError(f"no rewrite block for target(s) {', '.join(missing)} (and no `default`)", rline)
+        rewrite = rewrites.get(targets[0], rewrites.get("default"))
+    else:
+        rewrite_text = _req(data, "rewrite", str, line, lines)
+        rewrite, _, _ = _parse_block(rewrite_text, "rewrite", _block_first_line(lines, styles, "rewrite"),
+                                     fragments)
 
     rule = Rule(name=name, doc=doc.strip(), targets=tuple(targets), match=match, rewrite=rewrite,
-                outputs=[], where={}, checks=[], level=level, priority=priority, opset_min=opset_min,
-                opset_max=opset_max, domains=dict(domains), file=file, line=line, source=source)
+                outputs=[], where={}, checks=[], level=level, priority=priority, stage=stage,
+                rewrites=rewrites, opset_min=opset_min, opset_max=opset_max, domains=dict(domains),
+                file=file, line=line, source=source)
     _analyze_pattern(rule, data, lines)
-    _build_where(rule, data.get("where", {}), lines.get("where", line), where_lines or {})
-    _analyze_rewrite(rule)
+    where = data.get("where", {})
+    if frag_where or frag_checks:
+        if not isinstance(where, Mapping):
+            raise RuleError("`where` must be a mapping of names to constraints", lines.get("where", line))
+        own_checks = where.get("check", [])
+        own_checks = [own_checks] if isinstance(own_checks, str) else list(own_checks)
+        merged = {**{k: spec for k, (spec, _) in frag_where.items()},
+                  **{k: v for k, v in where.items() if k != "check"}}
+        merged["check"] = own_checks
+        where_lines = dict(where_lines or {})
+        for k, (_, ln) in frag_where.items():
+            where_lines.setdefault(k, ln)
+        for (text, ln, mapping) in frag_checks:
+            if not isinstance(text, str):
+                raise RuleError("each fragment check is a string \"expression : message\"", ln)
+            expr_text, message = _split_message(text)
+            where_lines[f"check[{len(merged['check'])}]"] = ln
+            merged["check"].append(f"{rename_text(expr_text, mapping)} : {message or expr_text}")
+        where = merged
+    _build_where(rule, where, lines.get("where", line), where_lines or {})
+    for target, block in rewrites.items():
+        _analyze_rewrite(dataclasses.replace(rule, rewrite=block))
+    if not rewrites:
+        _analyze_rewrite(rule)
     return rule
 
 
@@ -472,6 +534,24 @@ def _constraint(name: str, spec: Mapping, line: int, rule: Rule) -> ValueConstra
     if c.scalar is not None and c.value is not None:
         raise RuleError(f"{name}: give `scalar` or `value`, not both", line)
     return c
+
+
+def _parse_block(text: str, kind: str, first_line: int, fragments: Mapping[str, Fragment]):
+    """Expand fragment calls, then parse. Returns (statements, fragment constraints as
+    {name: (spec, file line)}, fragment checks as (text, file line, renaming))."""
+    try:
+        expanded, offsets, where, checks = expand(text, kind, fragments)
+    except PatternSyntaxError as exc:
+        raise RuleError(str(exc), first_line + exc.line_offset) from None
+    try:
+        stmts = (parse_match if kind == "match" else parse_rewrite)(expanded, 0)
+    except PatternSyntaxError as exc:
+        off = offsets[exc.line_offset] if 0 <= exc.line_offset < len(offsets) else exc.line_offset
+        raise RuleError(str(exc), first_line + off) from None
+    for st in stmts:
+        st.line = first_line + offsets[st.line]
+    return (stmts, {k: (spec, first_line + off) for k, (spec, off) in where.items()},
+            [(c, first_line + off, m) for c, off, m in checks])
 
 
 def _analyze_rewrite(rule: Rule) -> None:
