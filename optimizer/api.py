@@ -69,6 +69,32 @@ def _run_stage(stage: Stage, work: ir.Model, report: Report,
             report.warnings.append(f"{getattr(p, 'display_name', p)}: {reason}")
 
 
+def _local_checkers(stages: Sequence[Stage], seed: int) -> list:
+    """Turn on the per-rewrite numeric check in every rewrite pass of ``stages``."""
+    from onnx_fuse.rewrite import RewritePass
+    from onnx_fuse.rewrite._local_check import LocalChecker
+
+    checkers = []
+    for stage in stages:
+        for p in stage.passes:
+            if isinstance(p, RewritePass):
+                p.local_check = LocalChecker(seed)
+                checkers.append(p.local_check)
+    return checkers
+
+
+def _rewrite_checks(checkers: Sequence, report: Report) -> dict:
+    """Merged per-rewrite check counts; each rolled-back rewrite also becomes a warning."""
+    from onnx_fuse.rewrite._local_check import CheckStats
+
+    total = CheckStats()
+    for c in checkers:
+        total.merge(c.stats)
+    for f in total.failed:
+        report.warnings.append(f"rule {f['rule']} at {f['node']!r} rolled back: {f['reason']}")
+    return total.to_dict()
+
+
 def prepare_for_fusion(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
                        rules: Sequence[str] = (), disable: Sequence[str] = ()) -> ir.Model:
     """A copy of ``model`` as optimize()'s fusion stage sees it: every stage before "fusion"
@@ -106,7 +132,9 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     report.ops_before = dict(op_histogram(work))
 
     t1 = time.perf_counter()
-    for stage in build_stages(level, target, rule_files=rules, disable=disable, precision=precision):
+    stages = build_stages(level, target, rule_files=rules, disable=disable, precision=precision)
+    checkers = _local_checkers(stages, seed) if verify else []
+    for stage in stages:
         _run_stage(stage, work, report, on_record)
     report.seconds["passes"] = time.perf_counter() - t1
     report.nodes_after = count_nodes(work)
@@ -128,5 +156,6 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
             candidate = emulate_bf16(ir.to_proto(work)) if precision == "bf16" else work
         report.verify = run_verify(original, candidate, inputs=verify_inputs, shapes=shapes,
                                    seed=seed, **tol)
+        report.verify["rewrites"] = _rewrite_checks(checkers, report)
         report.seconds["verify"] = time.perf_counter() - t3
     return OptimizeResult(work, report, model if isinstance(model, (str, os.PathLike)) else None)

@@ -1,0 +1,501 @@
+"""A numeric check of one rewrite before it is committed (``optimize(..., verify=True)``).
+
+The matched subgraph and its planned replacement are each cut out into a small model whose inputs
+are the pattern's boundary values and whose outputs are the pattern outputs; both run in ONNX
+Runtime (CPU, its graph optimizations off) on the same random inputs and the outputs are compared
+with verify's per-dtype tolerances. A replacement that differs, or that ORT refuses while the
+original runs, is a failed check and the caller drops the rewrite.
+
+Inputs are random but sensible: symbolic dims get the small values verify uses (2 for a leading
+dim, 8 otherwise, ``total_x = past_x + x``, simple sums such as ``s0 + s1`` evaluated), integer
+values that index a table stay inside it, masks are mostly kept with the first key always kept,
+position-like ints count up. A boundary value whose shape is not fully known, a node with a
+subgraph, or an original that ORT cannot run on the random inputs makes the rewrite "unchecked":
+counted, never failed.
+
+Layers of one model repeat the same rewrite on the same shapes with different weights, so the
+small models are built canonically (values and nodes renamed by position, constants larger than a
+few elements fed as inputs) and their ORT sessions are cached by that canonical form.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+# Constants up to this many elements stay initializers (shapes, axes, epsilons: values a rule
+# may have checked); larger ones become inputs fed their real values, so sessions are shared.
+_INLINE_CONST = 16
+# Rules never look at the values of larger constants (the matcher's cap): random data serves.
+_MAX_CONST_ELEMENTS = 1 << 20
+_SHAPE_OPERANDS = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("ConstantOfShape", 0), ("Range", 0),
+                   ("Range", 1), ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
+                   ("Squeeze", 1), ("Unsqueeze", 1), ("Split", 1), ("Pad", 1), ("TopK", 1),
+                   ("OneHot", 1), ("Resize", 3), ("ReduceSum", 1), ("ReduceMean", 1)}
+
+
+@dataclasses.dataclass
+class CheckStats:
+    """What the local checks did in one pass: counts, and the rewrites rolled back."""
+
+    checked: int = 0
+    unchecked: int = 0
+    seconds: float = 0.0
+    failed: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    unchecked_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def merge(self, other: CheckStats) -> None:
+        self.checked += other.checked
+        self.unchecked += other.unchecked
+        self.seconds += other.seconds
+        self.failed += other.failed
+        for k, v in other.unchecked_reasons.items():
+            self.unchecked_reasons[k] = self.unchecked_reasons.get(k, 0) + v
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checked": self.checked, "unchecked": self.unchecked, "rolled_back": len(self.failed),
+                "failed": list(self.failed), "seconds": round(self.seconds, 6),
+                "unchecked_reasons": dict(sorted(self.unchecked_reasons.items()))}
+
+
+class Unchecked(Exception):
+    """The rewrite cannot be checked locally (unknown shape, subgraph, inputs the original
+    refuses): not a failure."""
+
+
+# --- symbolic dims ------------------------------------------------------------------------------
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv}
+
+
+def _eval_dim(text: str, env: Mapping[str, int]) -> int | None:
+    """``s0 + s1``, ``2*s0``, ``past_sequence_length + 1`` with known symbols; None otherwise."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def ev(n: ast.AST) -> int | None:
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.Name):
+            return env.get(n.id)
+        if isinstance(n, ast.BinOp) and type(n.op) in _BINOPS:
+            a, b = ev(n.left), ev(n.right)
+            return None if a is None or b is None else _BINOPS[type(n.op)](a, b)
+        return None
+
+    return ev(tree)
+
+
+class _Dims:
+    """One consistent value per symbolic dim name within a check."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+
+    def concrete(self, shape: ir.Shape | None) -> list[int]:
+        if shape is None:
+            raise Unchecked("boundary shape unknown")
+        out = []
+        for i, d in enumerate(shape.dims):
+            if isinstance(d, int):
+                out.append(d)
+                continue
+            name = getattr(d, "value", None)
+            if not name:
+                raise Unchecked("boundary shape has an unnamed dim")
+            out.append(self.value(name, i))
+        return out
+
+    def value(self, name: str, axis: int) -> int:
+        if name in self.values:
+            return self.values[name]
+        base = name.removeprefix("total_")
+        if base != name and base in self.values and f"past_{base}" in self.values:
+            v = self.values[base] + self.values[f"past_{base}"]
+        elif name.isidentifier():
+            v = 2 if axis == 0 else 8
+        else:
+            v = _eval_dim(name, {k: x for k, x in self.values.items() if k.isidentifier()})
+            if v is None:
+                # bind the plain names inside the expression first, then evaluate
+                try:
+                    names = [n.id for n in ast.walk(ast.parse(name, mode="eval")) if isinstance(n, ast.Name)]
+                except SyntaxError:
+                    raise Unchecked(f"symbolic dim {name!r} not understood") from None
+                for n in names:
+                    self.value(n, 1)
+                v = _eval_dim(name, self.values)
+            if v is None or v < 0:
+                raise Unchecked(f"symbolic dim {name!r} not understood")
+        self.values[name] = v
+        return v
+
+
+# --- building the two small models --------------------------------------------------------------
+
+def _np_dtype(dtype: ir.DataType | None) -> np.dtype:
+    if dtype is None:
+        raise Unchecked("boundary dtype unknown")
+    try:
+        return np.dtype(dtype.numpy())
+    except Exception:
+        raise Unchecked(f"dtype {dtype} not covered by random inputs") from None
+
+
+def _random_value(v: ir.Value, shape: list[int], consumers: list[tuple[ir.Node, int]],
+                  rng: np.random.Generator, dims: _Dims) -> np.ndarray:
+    dtype = _np_dtype(v.dtype)
+    lname = (v.name or "").lower()
+    if dtype == np.bool_:
+        arr = rng.random(shape) < 0.8
+        if arr.ndim:
+            arr[..., 0] = True   # every row keeps one key: an all-masked row is not a real input
+        return arr
+    if np.issubdtype(dtype, np.integer):
+        for node, i in consumers:
+            if (node.op_type, i) in _SHAPE_OPERANDS:
+                raise Unchecked(f"integer input feeds {node.op_type} as a shape or axes")
+        bound = None
+        for node, i in consumers:
+            if node.op_type in ("Gather", "GatherElements") and i == 1:
+                data = node.inputs[0]
+                axis = node.attributes["axis"].value if "axis" in node.attributes else 0
+                if data is not None and data.shape is not None and len(data.shape) > 0:
+                    d = data.shape.dims[axis % len(data.shape)]
+                    n = d if isinstance(d, int) else dims.values.get(getattr(d, "value", None) or "")
+                    if n:
+                        bound = n if bound is None else min(bound, n)
+        if bound is not None:
+            return rng.integers(0, max(bound, 1), size=shape, dtype=dtype)
+        if "mask" in lname:
+            return np.ones(shape, dtype)
+        if ("position" in lname or "pos" in lname) and shape:
+            return np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
+        return rng.integers(0, 4, size=shape, dtype=dtype)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    raise Unchecked(f"dtype {dtype} not covered by random inputs")
+
+
+def _const_tensor(v: ir.Value) -> Any:
+    """The value's tensor when it is an initializer or a Constant node's output."""
+    if v.is_graph_input():
+        return None          # an initializer that is also an input can be overridden
+    if v.const_value is not None:
+        return v.const_value
+    prod = v.producer()
+    if prod is not None and prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
+        attrs = prod.attributes
+        if "value" in attrs:
+            return attrs["value"].value
+        for key in ("value_float", "value_floats", "value_int", "value_ints"):
+            if key in attrs:
+                return ir.tensor(np.asarray(attrs[key].value,
+                                            dtype=np.float32 if "float" in key else np.int64))
+    return None
+
+
+def _const_array(v: ir.Value) -> np.ndarray | None:
+    t = _const_tensor(v)
+    if t is None:
+        return None
+    size = 1
+    for d in t.shape:
+        size *= int(d)
+    if size > _MAX_CONST_ELEMENTS:
+        return None
+    try:
+        return np.asarray(t.numpy())
+    except Exception:  # an unreadable external tensor: treat as an input
+        return None
+
+
+class _Canon:
+    """Canonical value names (by first appearance) so identical subgraphs serialize identically."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+
+    def __call__(self, key: Any) -> str:
+        k = id(key)
+        if k not in self.names:
+            self.names[k] = f"v{len(self.names)}"
+        return self.names[k]
+
+
+def _node_proto(op: Any, canon: _Canon, idx: int, attrs_proto: Sequence[onnx.AttributeProto],
+                inputs: Sequence[Any], outputs: Sequence[Any]) -> onnx.NodeProto:
+    node = onnx.NodeProto()
+    node.op_type = op.op_type
+    node.domain = "" if op.domain in ("", "ai.onnx") else op.domain
+    node.name = f"n{idx}"
+    node.input.extend("" if v is None else canon(v) for v in inputs)
+    node.output.extend("" if v is None or (isinstance(v, ir.Value) and not v.name) else canon(v)
+                       for v in outputs)
+    node.attribute.extend(attrs_proto)
+    return node
+
+
+def _old_node(node: ir.Node, canon: _Canon, idx: int) -> onnx.NodeProto:
+    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+        raise Unchecked("a matched node holds a subgraph")
+    attrs = [ir.serde.serialize_attribute(a) for a in node.attributes.values()]
+    return _node_proto(node, canon, idx, attrs, list(node.inputs), list(node.outputs))
+
+
+def _new_node(nn: Any, canon: _Canon, idx: int) -> onnx.NodeProto:
+    attrs = []
+    for k, v in nn.attrs.items():
+        val = onnx.numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v
+        attrs.append(onnx.helper.make_attribute(k, val))
+    return _node_proto(nn, canon, idx, attrs, nn.inputs, nn.outputs)
+
+
+@dataclasses.dataclass
+class _Side:
+    model: onnx.ModelProto
+    key: bytes
+    feeds: dict[str, np.ndarray]
+
+
+def _build(nodes: list[tuple[str, Any]], outputs: Sequence[Any], out_types: Sequence[ir.DataType],
+           new_inits: Mapping[int, np.ndarray], values: dict[int, np.ndarray],
+           inline: set[int], opsets: Mapping[str, int], ir_version: int) -> _Side:
+    """One side's model: ``nodes`` are ("old", ir.Node) or ("new", _NewNode) in order."""
+    canon = _Canon()
+    protos = [_old_node(n, canon, i) if kind == "old" else _new_node(n, canon, i)
+              for i, (kind, n) in enumerate(nodes)]
+    produced = {o for p in protos for o in p.output if o}
+    graph_inputs, inits, feeds = [], [], {}
+    for k, name in list(canon.names.items()):
+        if name in produced:
+            continue
+        if k in new_inits:
+            inits.append(onnx.numpy_helper.from_array(new_inits[k], name))
+            continue
+        arr = values[k]
+        if k in inline:
+            inits.append(onnx.numpy_helper.from_array(arr, name))
+            continue
+        graph_inputs.append(onnx.helper.make_tensor_value_info(
+            name, onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
+        feeds[name] = arr
+    outs, node_list = [], list(protos)
+    for i, (o, t) in enumerate(zip(outputs, out_types)):
+        node_list.append(onnx.helper.make_node("Identity", [canon(o)], [f"out{i}"], name=f"out{i}"))
+        outs.append(onnx.helper.make_tensor_value_info(f"out{i}", int(t), None))
+    graph = onnx.helper.make_graph(node_list, "local_check", graph_inputs, outs, inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(d, v)
+                                                         for d, v in opsets.items()])
+    model.ir_version = ir_version
+    # Inline constants are part of the structure; fed inputs are not.
+    key = hashlib.sha256(model.SerializeToString(deterministic=True)).digest()
+    return _Side(model, key, feeds)
+
+
+# --- running ------------------------------------------------------------------------------------
+
+_SESSIONS: dict[bytes, Any] = {}
+_SESSION_CACHE_LIMIT = 256
+
+
+def _session(side: _Side):
+    sess = _SESSIONS.get(side.key)
+    if sess is None:
+        from onnx_fuse.verify import make_session
+
+        sess = make_session(side.model, threads=1, quiet=True)
+        if len(_SESSIONS) >= _SESSION_CACHE_LIMIT:
+            _SESSIONS.pop(next(iter(_SESSIONS)))
+        _SESSIONS[side.key] = sess
+    return sess
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _boundary(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any], new_outputs: Sequence[Any]):
+    """Values consumed by either side and produced by neither, with their old-side consumers."""
+    produced = {id(o) for n in old_nodes for o in n.outputs}
+    produced |= {id(o) for nn in new_nodes for o in nn.outputs if o is not None}
+    boundary: dict[int, ir.Value] = {}
+    consumers: dict[int, list[tuple[ir.Node, int]]] = {}
+    for n in old_nodes:
+        for i, v in enumerate(n.inputs):
+            if v is not None and id(v) not in produced:
+                boundary[id(v)] = v
+                consumers.setdefault(id(v), []).append((n, i))
+    for v in [*(x for nn in new_nodes for x in nn.inputs), *new_outputs]:
+        if isinstance(v, ir.Value) and id(v) not in produced:
+            boundary[id(v)] = v
+    return boundary, consumers
+
+
+_CONE_LIMIT = 48
+
+
+def _shape_cone(v: ir.Value) -> list[ir.Node]:
+    """The nodes computing ``v`` back to constants, graph inputs and the inputs of
+    Shape/Size (whose data does not matter); empty when that cone is large or holds subgraphs."""
+    order: list[ir.Node] = []
+    seen: set[int] = set()
+
+    def visit(x: ir.Value) -> bool:
+        n = x.producer()
+        if n is None or _const_array(x) is not None or id(n) in seen:
+            return True
+        if len(seen) >= _CONE_LIMIT or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                                           for a in n.attributes.values()):
+            return False
+        seen.add(id(n))
+        if n.op_type not in ("Shape", "Size") or n.domain not in ("", "ai.onnx"):
+            if not all(visit(i) for i in n.inputs if i is not None):
+                return False
+        order.append(n)
+        return True
+
+    return order if visit(v) else []
+
+
+def _known_dims(v: ir.Value) -> bool:
+    return v.shape is not None and all(isinstance(d, int) or getattr(d, "value", None) for d in v.shape.dims)
+
+
+def _plain_dims(v: ir.Value) -> bool:
+    return v.shape is not None and all(isinstance(d, int) or str(getattr(d, "value", "")).isidentifier()
+                                       for d in v.shape.dims)
+
+
+def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
+                  new_inits: Mapping[Any, np.ndarray], old_outputs: Sequence[ir.Value],
+                  new_outputs: Sequence[Any], opsets: Mapping[str, int], *, ir_version: int = 10,
+                  seed: int = 0) -> str | None:
+    """Run the matched nodes and their replacement on the same random inputs.
+
+    ``new_nodes`` are the rewriter's planned nodes (op_type, domain, inputs, attrs, outputs),
+    ``new_inits`` maps planned initializer values to their arrays, ``old_outputs`` are the pattern
+    outputs and ``new_outputs`` what replaces each (a planned value or an existing one).
+    Returns None when they agree, else the reason; raises Unchecked when it cannot tell.
+    """
+    from onnx_fuse.verify import DEFAULT_TOLERANCE, compare_arrays
+
+    producer = {id(o): n for n in old_nodes for o in n.outputs}
+    # The replacement may reuse values computed inside the match: keep the nodes computing them.
+    stack = [v for nn in new_nodes for v in nn.inputs if isinstance(v, ir.Value)]
+    stack += [v for v in new_outputs if isinstance(v, ir.Value)]
+    seen: set[int] = set()
+    while stack:
+        v = stack.pop()
+        n = producer.get(id(v))
+        if n is None or id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend(x for x in n.inputs if x is not None)
+    kept = [n for n in old_nodes if id(n) in seen]
+
+    # Integer values computed outside the match (Shape -> Gather -> Concat feeding a Reshape)
+    # are recomputed from the shapes of the random inputs, so they agree with them.
+    boundary, consumers = _boundary(old_nodes, new_nodes, new_outputs)
+    pre: list[ir.Node] = []
+    # So are values of unknown shape (cos/sin computed from positions), when their cone is small.
+    for v in boundary.values():
+        if v.producer() is None or _const_array(v) is not None:
+            continue
+        if (v.dtype is not None and v.dtype.is_integer()) or not _known_dims(v):
+            pre += [n for n in _shape_cone(v) if n not in pre]
+    if pre:
+        boundary, consumers = _boundary([*pre, *old_nodes], new_nodes, new_outputs)
+    rng = np.random.default_rng(seed)
+    dims = _Dims()
+    values: dict[int, np.ndarray] = {}
+    inline: set[int] = set()
+    for k, v in boundary.items():
+        arr = _const_array(v)
+        if arr is not None:
+            values[k] = arr
+            if arr.size <= _INLINE_CONST:
+                inline.add(k)
+    # Plain symbols first, so that a dim such as ``s0 + s1`` sees the values of both terms.
+    for k, v in sorted(boundary.items(), key=lambda kv: not _plain_dims(kv[1])):
+        if k not in values:
+            values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims)
+
+    out_types = [o.dtype for o in old_outputs]
+    if any(t is None for t in out_types):
+        raise Unchecked("pattern output dtype unknown")
+    ids_new_inits = {id(k): a for k, a in new_inits.items()}
+    opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
+    old_side = _build([("old", n) for n in (*pre, *old_nodes)], old_outputs, out_types, {}, values, inline,
+                      opsets, ir_version)
+    new_side = _build([("old", n) for n in (*pre, *kept)] + [("new", n) for n in new_nodes], new_outputs,
+                      out_types, ids_new_inits, values, inline, opsets, ir_version)
+    try:
+        ref = _session(old_side).run(None, old_side.feeds)
+    except Exception as exc:  # random inputs the original refuses: cannot tell
+        raise Unchecked(f"original refuses random inputs ({_first_line(exc)})") from None
+    try:
+        got = _session(new_side).run(None, new_side.feeds)
+    except Exception as exc:
+        return f"ONNX Runtime fails on the replacement where the original runs: {_first_line(exc)}"
+    for i, (r, g) in enumerate(zip(ref, got)):
+        r, g = np.asarray(r), np.asarray(g)
+        atol, rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
+        d = compare_arrays(f"out{i}", r, g, atol, rtol)
+        if not d.passed:
+            name = old_outputs[i].name or f"output {i}"
+            detail = d.reason or f"max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g}"
+            return f"replacement changes {name!r} on random inputs ({detail})"
+    return None
+
+
+class LocalChecker:
+    """Called by RewritePass on each planned rewrite: None to commit, or why to drop it."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.stats = CheckStats()
+
+    def reset(self) -> None:
+        self.stats = CheckStats()
+
+    def __call__(self, plan: Any, model: ir.Model) -> str | None:
+        import time
+
+        t0 = time.perf_counter()
+        match = plan.match
+        rule = match.rule
+        opsets = dict(model.opset_imports.items())
+        for nn in plan.nodes:
+            if nn.domain not in ("", "ai.onnx") and nn.domain not in opsets:
+                opsets[nn.domain] = rule.domains.get(nn.domain, 1)
+        anchor = match.anchor.name or ""
+        try:
+            reason = check_rewrite(match.node_list(), plan.nodes,
+                                   {nv: nv.initializer for nv in plan.initializers},
+                                   [match.values[o] for o in rule.outputs],
+                                   [plan.outputs[o] for o in rule.outputs], opsets,
+                                   ir_version=model.ir_version or onnx.IR_VERSION, seed=self.seed)
+        except Unchecked as exc:
+            self.stats.unchecked += 1
+            key = f"{rule.name}: {exc}"
+            self.stats.unchecked_reasons[key] = self.stats.unchecked_reasons.get(key, 0) + 1
+            reason = None
+        else:
+            self.stats.checked += 1
+            if reason is not None:
+                self.stats.failed.append({"rule": rule.name, "node": anchor, "reason": reason})
+        self.stats.seconds += time.perf_counter() - t0
+        return reason

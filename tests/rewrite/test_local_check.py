@@ -1,0 +1,154 @@
+"""The per-rewrite numeric check (optimize(verify=True)): a wrong rewrite is rolled back and named,
+a right one is committed, an uncheckable one is counted, never failed."""
+
+import textwrap
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_fuse
+from onnx_fuse.rewrite import RewritePass, RuleSet, load_text
+
+RELU_TO_SIGMOID = """\
+rules:
+  - name: wrong-relu
+    doc: Relu(x) -> Sigmoid(x) (deliberately wrong)
+    targets: [ort, onnx, trt]
+    match: |
+      y = Relu(x)
+    rewrite: |
+      y = Sigmoid(x)
+"""
+
+DOUBLE_RELU = """\
+rules:
+  - name: relu-relu
+    doc: Relu(Relu(x)) -> Relu(x)
+    targets: [ort, onnx, trt]
+    match: |
+      a = Relu(x)
+      y = Relu(a)
+    rewrite: |
+      y = Relu(x)
+"""
+
+
+def _rules(text: str) -> RuleSet:
+    rules, errors = load_text(textwrap.dedent(text), "<test>")
+    assert not errors
+    return RuleSet(rules)
+
+
+def _model(nodes, x_shape=("batch", "seq", 4)) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, list(x_shape))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _relu_add():
+    return _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])])
+
+
+def _ops(model) -> list[str]:
+    m = model.model if hasattr(model, "model") else model
+    return [n.op_type for n in m.graph]
+
+
+def test_wrong_user_rule_fires_without_verify(tmp_path):
+    rule_file = tmp_path / "wrong.yaml"
+    rule_file.write_text(RELU_TO_SIGMOID)
+    result = onnx_fuse.optimize(_relu_add(), level=2, rules=[str(rule_file)])
+    assert result.report.rule_fires.get("wrong-relu") == 1
+    assert "Sigmoid" in _ops(result)
+
+
+def test_wrong_user_rule_is_rolled_back_and_named_with_verify(tmp_path):
+    rule_file = tmp_path / "wrong.yaml"
+    rule_file.write_text(RELU_TO_SIGMOID)
+    result = onnx_fuse.optimize(_relu_add(), level=2, rules=[str(rule_file)], verify=True)
+    assert "wrong-relu" not in result.report.rule_fires
+    assert "Relu" in _ops(result) and "Sigmoid" not in _ops(result)
+    checks = result.report.verify["rewrites"]
+    assert checks["rolled_back"] == 1
+    assert checks["failed"][0]["rule"] == "wrong-relu"
+    assert "changes" in checks["failed"][0]["reason"]
+    assert any("wrong-relu" in w and "rolled back" in w for w in result.report.warnings)
+    assert result.report.passed  # the model that was kept is right
+    assert result.report.to_dict()["verify"]["rewrites"]["rolled_back"] == 1
+
+
+def test_right_rule_is_checked_and_kept():
+    model = _model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["z"])])
+    p = RewritePass(_rules(DOUBLE_RELU), local_check=True)
+    ir_model = ir.from_proto(model)
+    assert p(ir_model).modified
+    assert _ops(ir_model) == ["Relu"]
+    assert p.local_check.stats.checked == 1 and not p.local_check.stats.failed
+
+
+def test_pass_without_flag_does_not_check():
+    p = RewritePass(_rules(RELU_TO_SIGMOID))
+    ir_model = ir.from_proto(_relu_add())
+    assert p(ir_model).modified and p.local_check is None
+    assert "Sigmoid" in _ops(ir_model)
+
+
+def test_unknown_boundary_shape_is_unchecked_not_failed():
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])],
+                   x_shape=(None, 4))
+    model.graph.input[0].type.tensor_type.shape.dim[0].Clear()  # a dim with no name at all
+    p = RewritePass(_rules(RELU_TO_SIGMOID), local_check=True)
+    ir_model = ir.from_proto(model)
+    p(ir_model)
+    stats = p.local_check.stats
+    assert stats.unchecked == 1 and stats.checked == 0 and not stats.failed
+    assert any("unnamed dim" in k for k in stats.unchecked_reasons)
+    assert "Sigmoid" in _ops(ir_model)  # not checked: committed as without verify
+
+
+def test_shape_inputs_computed_outside_the_match_are_recomputed():
+    """Reshape(x, Concat(Shape(x)[0:2], [2, 2])) -> the match holds only the Reshape; its shape
+    operand comes from outside and must agree with the random x, or nothing could be checked."""
+    text = """\
+    rules:
+      - name: reshape-then-flatten
+        doc: Reshape(Reshape(x, s), t) -> Reshape(x, t)
+        targets: [ort]
+        match: |
+          a = Reshape(x, s)
+          y = Reshape(a, t)
+        rewrite: |
+          y = Reshape(x, t)
+    """
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sh"], end=2),
+        helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", TensorProto.INT64, [2], [2, 2])),
+        helper.make_node("Concat", ["sh", "two"], ["s"], axis=0),
+        helper.make_node("Reshape", ["x", "s"], ["a"]),
+        helper.make_node("Constant", [], ["t"], value=helper.make_tensor("t", TensorProto.INT64, [3], [0, 0, 4])),
+        helper.make_node("Reshape", ["a", "t"], ["z"]),
+    ]
+    p = RewritePass(_rules(text), local_check=True)
+    ir_model = ir.from_proto(onnx.shape_inference.infer_shapes(_model(nodes)))
+    assert p(ir_model).modified
+    assert p.local_check.stats.checked == 1, p.local_check.stats
+
+
+@pytest.mark.parametrize("name", ["llama_sdpa_dynamo", "bert_sdpa_dynamo", "gpt2_kv_dynamo"])
+def test_builtin_rules_pass_their_checks_on_exports(name):
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "data" / "models" / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not there")
+    plain = onnx_fuse.optimize(path, level=3)
+    checked = onnx_fuse.optimize(path, level=3, verify=True)
+    rw = checked.report.verify["rewrites"]
+    assert rw["failed"] == [] and rw["checked"] > 0
+    assert checked.report.rule_fires == plain.report.rule_fires
+    assert rw["checked"] + rw["unchecked"] == sum(plain.report.rule_fires.values())
+    assert np.isfinite(rw["seconds"])
