@@ -1,6 +1,8 @@
 """The optimization report: what each pass and rule did, node counts, timings, verdict.
 
-One data structure, two renderings: a rich table for the terminal and a JSON dict for --report.
+One data structure, two renderings: tables for people and a JSON dict for --report. Tables are
+drawn with rich on a terminal; anywhere else (a pipe, a file) they are plain lines at full width,
+never cut or wrapped, so grep finds every name.
 """
 
 from __future__ import annotations
@@ -10,11 +12,40 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
+from rich.markup import escape
 
 from onnx_fuse.passes._infra import PassRecord
+
+
+def print_table(console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *,
+                right: Sequence[str] = ()) -> None:
+    """A table on ``console``: rich on a terminal, else a title line, a header line and one
+    plain line per row, columns padded to their widest cell and separated by two spaces.
+
+    Cells are plain text (never rich markup)."""
+    if console.is_terminal:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=Text(title) if title else None)
+        for col in columns:
+            table.add_column(col, justify="right" if col in right else "left", overflow="fold")
+        for row in rows:
+            table.add_row(*(Text(str(c)) for c in row))
+        console.print(table)
+        return
+    cells = [list(columns)] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(columns))]
+    lines = [f"{title}:"] if title else []
+    for r in cells:
+        parts = [c.rjust(w) if col in right else c.ljust(w) for c, w, col in zip(r, widths, columns)]
+        lines.append("  ".join(parts).rstrip())
+    console.file.write("\n".join(lines) + "\n")
+    console.file.flush()
 
 
 def op_histogram(model: ir.Model) -> collections.Counter[str]:
@@ -100,51 +131,36 @@ class Report:
 
     def render(self, console=None, *, verbose: bool = False) -> None:
         from rich.console import Console
-        from rich.table import Table
 
         console = console or Console()
-        head = Table(title=f"onnx-fuse  O{self.level}  target={self.target}", show_header=False)
-        head.add_row("nodes", f"{self.nodes_before} -> {self.nodes_after}")
-        head.add_row("time", " ".join(f"{k} {v:.3f}s" for k, v in self.seconds.items()))
-        console.print(head)
+        print_table(console, f"onnx-fuse  O{self.level}  target={self.target}", ("item", "value"), [
+            ("nodes", f"{self.nodes_before} -> {self.nodes_after}"),
+            ("time", " ".join(f"{k} {v:.3f}s" for k, v in self.seconds.items()))])
         if self.op_delta:
-            ops = Table(title="op histogram delta")
-            ops.add_column("op")
-            ops.add_column("before", justify="right")
-            ops.add_column("after", justify="right")
-            ops.add_column("delta", justify="right")
-            for op, d in self.op_delta.items():
-                ops.add_row(op, str(self.ops_before.get(op, 0)), str(self.ops_after.get(op, 0)),
-                            f"{d:+d}")
-            console.print(ops)
-        passes = Table(title="passes")
-        for col in ("pass", "runs", "changed", "nodes removed", "seconds", "details"):
-            passes.add_column(col, justify="left" if col in ("pass", "details") else "right")
+            print_table(console, "op histogram delta", ("op", "before", "after", "delta"),
+                        [(op, str(self.ops_before.get(op, 0)), str(self.ops_after.get(op, 0)), f"{d:+d}")
+                         for op, d in self.op_delta.items()], right=("before", "after", "delta"))
+        rows = []
         for m in self.pass_summary():
             if m["pass"] == "rewrite" and not verbose:
                 details = f"{sum(m['stats'].values())} fires (see rules)"
             else:
                 details = ", ".join(f"{k}={v}" for k, v in m["stats"].items())
-            passes.add_row(m["pass"], str(m["runs"]), str(m["changed"]), str(m["nodes_removed"]),
-                           f"{m['seconds']:.3f}", details)
-        console.print(passes)
+            rows.append((m["pass"], str(m["runs"]), str(m["changed"]), str(m["nodes_removed"]),
+                         f"{m['seconds']:.3f}", details))
+        print_table(console, "passes", ("pass", "runs", "changed", "nodes removed", "seconds", "details"),
+                    rows, right=("runs", "changed", "nodes removed", "seconds"))
         if self.rule_fires:
-            rules = Table(title="rules fired")
-            rules.add_column("rule")
-            rules.add_column("fires", justify="right")
-            for name, n in self.rule_fires.items():
-                rules.add_row(name, str(n))
-            console.print(rules)
+            print_table(console, "rules fired", ("rule", "fires"),
+                        [(name, str(n)) for name, n in self.rule_fires.items()], right=("fires",))
         for w in self.warnings:
-            console.print(f"[yellow]warning:[/yellow] {w}")
+            console.print(f"[yellow]warning:[/yellow] {escape(w)}", soft_wrap=True)
         if self.verify is not None:
-            vt = Table(title=f"verify (atol={self.verify['atol']}, rtol={self.verify['rtol']})")
-            for col in ("output", "max abs", "max rel", "mean abs", "ok"):
-                vt.add_column(col, justify="left" if col == "output" else "right")
-            for o in self.verify["outputs"]:
-                vt.add_row(o["name"], f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
-                           f"{o['mean_abs']:.3g}", "yes" if o["passed"] else "[red]NO[/red]")
-            console.print(vt)
+            print_table(console, f"verify (atol={self.verify['atol']}, rtol={self.verify['rtol']})",
+                        ("output", "max abs", "max rel", "mean abs", "ok"),
+                        [(o["name"], f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}", f"{o['mean_abs']:.3g}",
+                          "yes" if o["passed"] else "NO") for o in self.verify["outputs"]],
+                        right=("max abs", "max rel", "mean abs", "ok"))
             for note in self.verify.get("notes", []):
-                console.print(f"note: {note}")
+                console.print(f"note: {escape(note)}", soft_wrap=True)
         console.print("[bold green]PASSED[/bold green]" if self.passed else "[bold red]FAILED[/bold red]")

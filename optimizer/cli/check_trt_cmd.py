@@ -22,30 +22,25 @@ def run(args) -> int:
 
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
+    from onnx_fuse.report import print_table
     from onnx_fuse.plugins.check_trt import check_model
 
     result = check_model(args.model)
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
         return 0 if result.supported else 1
-    out = Console(highlight=False)
+    out = Console(highlight=False, soft_wrap=True)
     head = (f"{args.model}: {result.nodes} nodes ({result.plugin_nodes} onnx_fuse plugin), "
             f"checked against {result.library} {result.version} ONNX parser data")
-    out.print(escape(head), soft_wrap=True)
+    out.print(escape(head))
     for note in result.notes:
-        out.print(f"note: {escape(note)}", soft_wrap=True)
+        out.print(f"note: {escape(note)}")
     if result.supported:
         out.print("[bold green]SUPPORTED[/bold green]: every node parses")
         return 0
-    table = Table(show_lines=False)
-    for col in ("node", "op", "graph", "reason"):
-        table.add_column(col, overflow="fold")
-    for issue in result.issues:
-        table.add_row(escape(issue.node), escape(issue.op), escape(issue.graph or "main"),
-                      escape(issue.reason))
-    out.print(table)
+    print_table(out, "", ("node", "op", "graph", "reason"),
+                [(i.node, i.op, i.graph or "main", i.reason) for i in result.issues])
     out.print(f"[bold red]NOT SUPPORTED[/bold red]: {len(result.issues)} offending "
               f"node(s)/tensor(s)")
     return 1

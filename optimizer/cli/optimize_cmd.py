@@ -60,7 +60,7 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
                           disable=args.disable, verify=args.verify, verify_inputs=args.inputs,
                           shapes=shapes, seed=args.seed, on_record=on_record,
                           precision=args.precision)
-    out = Console(quiet=False)
+    out = Console(quiet=False, highlight=False, soft_wrap=True)
     if args.quiet:
         out.print("PASSED" if result.report.passed else "FAILED")
     else:
@@ -81,6 +81,7 @@ def check_outputs(args) -> None:
 
 
 def run(args) -> int:
+    import sys
     from pathlib import Path
 
     from onnx_fuse.errors import UserError
@@ -93,5 +94,5 @@ def run(args) -> int:
     if code == 0:
         result.save(args.output, external_data=external)
     else:
-        print(f"error: verification failed; {args.output} not written", flush=True)
+        print(f"error: verification failed; {args.output} not written", file=sys.stderr, flush=True)
     return code

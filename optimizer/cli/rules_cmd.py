@@ -93,7 +93,7 @@ def _check(args) -> int:
         total_rules += len(rules)
         total_errors += len(errors)
         for e in errors:
-            print(str(e) if e.file else f"{f}: {e}")
+            print(str(e) if e.file else f"{f}: {e}", file=sys.stderr)
     if total_errors:
         print(f"{total_errors} error(s); {total_rules} rule(s) OK", file=sys.stderr)
         return 2

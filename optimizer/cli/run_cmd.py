@@ -36,10 +36,10 @@ def run(args) -> int:
     import numpy as np
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     from onnx_fuse.plugins.engine_builder import BuildOptions, parse_profiles
     from onnx_fuse.plugins.runner import is_plan, run as run_source
+    from onnx_fuse.report import print_table
     from onnx_fuse.verify import parse_shapes
 
     backend = args.backend or ("trt" if is_plan(args.source) else "ort")
@@ -48,30 +48,25 @@ def run(args) -> int:
                         rtol=args.rtol, atol=args.atol,
                         build_options=BuildOptions(profiles=parse_profiles(args.profile),
                                                    progress=False))
-    out = Console(highlight=False)
+    out = Console(highlight=False, soft_wrap=True)
     for note in result.notes:
         out.print(f"note: {escape(note)}")
-    table = Table(title=f"{escape(args.source)} on {result.backend} "
-                        f"({result.seconds * 1e3:.2f} ms)")
-    for col in ("output", "shape", "dtype", "mean", "min", "max"):
-        table.add_column(col)
+    rows = []
     for name, arr in result.outputs.items():
         a = np.asarray(arr)
         num = a.astype(np.float64) if a.size and a.dtype != np.bool_ else None
         stats = (f"{num.mean():.4g}", f"{num.min():.4g}", f"{num.max():.4g}") if num is not None \
             else ("-", "-", "-")
-        table.add_row(escape(name), "x".join(map(str, a.shape)) or "scalar", str(a.dtype), *stats)
-    out.print(table)
+        rows.append((name, "x".join(map(str, a.shape)) or "scalar", str(a.dtype), *stats))
+    print_table(out, f"{args.source} on {result.backend} ({result.seconds * 1e3:.2f} ms)",
+                ("output", "shape", "dtype", "mean", "min", "max"), rows, right=("mean", "min", "max"))
     if args.save_outputs:
         np.savez(args.save_outputs, **result.outputs)
     if result.passed is None:
         return 0
-    cmp = Table(title=f"{result.backend} vs {escape(result.reference_name)} (polygraphy)")
-    for col in ("output", "max abs diff", "atol", "rtol", "result"):
-        cmp.add_column(col)
-    for row in result.comparison:
-        cmp.add_row(escape(row["name"]), f"{row['max_abs']:.3g}", f"{row['atol']:g}",
-                    f"{row['rtol']:g}", "PASSED" if row["passed"] else "FAILED")
-    out.print(cmp)
+    print_table(out, f"{result.backend} vs {result.reference_name} (polygraphy)",
+                ("output", "max abs diff", "atol", "rtol", "result"),
+                [(row["name"], f"{row['max_abs']:.3g}", f"{row['atol']:g}", f"{row['rtol']:g}",
+                  "PASSED" if row["passed"] else "FAILED") for row in result.comparison])
     out.print("[bold green]PASSED[/bold green]" if result.passed else "[bold red]FAILED[/bold red]")
     return 0 if result.passed else 1
