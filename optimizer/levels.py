@@ -1,10 +1,12 @@
 """Optimization levels O0..O4 as ordered pass lists, in one place.
 
 O0  load and save only (still validates and re-serializes).
-O1  cleanup: shape inference, constant folding, identity/no-op removal, CSE, dead code, to a fixed
-    point. Folding runs before identity removal so a Reshape whose shape became constant can be
-    recognised as a no-op; CSE runs after both so that folded twins collapse; DCE runs last to
-    drop what the others orphaned.
+O1  cleanup: shape inference, constant folding, inlining of If with a constant condition,
+    identity/no-op removal, CSE, dead code, to a fixed point. Folding runs before identity removal
+    so a Reshape whose shape became constant can be recognised as a no-op; If inlining runs right
+    after folding made a condition constant (ORT would otherwise inline the branch on load, after
+    our folding, and trip over what it exposes); CSE runs after both so that folded twins
+    collapse; DCE runs last to drop what the others orphaned.
 O2  O1 + rule packs of level 2 (normalizations, GELU family, Gemm/bias forms, RoPE).
 O3  O2 + rule packs of level 3 (attention). Attention rules run after the norm/RoPE packs because
     their patterns are written against already-fused RotaryEmbedding and norm ops.
@@ -42,12 +44,14 @@ class Stage:
 
 def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     from onnx_fuse.passes.constant_folding import ConstantFoldingPass
+    from onnx_fuse.passes.constant_if import InlineConstantIfPass
     from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
     from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
     from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
 
     return (
         ConstantFoldingPass(),
+        InlineConstantIfPass(),
         IdentityEliminationPass(),
         CommonSubexpressionEliminationPass(),
         DeadCodeEliminationPass(),
