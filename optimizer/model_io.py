@@ -1,13 +1,19 @@
-"""Loading and saving models: lazy external weights, safety checks, atomic writes.
+"""Loading and saving models: lazy weights, safety checks, atomic writes, bounded memory.
 
 Load: the protobuf is parsed without external data; every external reference is validated
 (``external_data.check_external_data``) and then memory-mapped lazily by onnx-ir, so a 4 GiB model
-costs almost no resident memory until a pass needs a tensor's values.
+costs almost no resident memory until a pass needs a tensor's values. Weights stored inside a large
+.onnx are mapped the same way, from the .onnx file itself (``proto_stream``). A ModelProto or
+onnx-ir model with external data needs the folder of its weight files (``base_dir``); relative
+paths are never resolved against the current directory.
 
-Save: everything is written into a temporary folder beside the output and moved into place with
-``os.replace``, weights first and the .onnx last, so a crash never leaves a half-written model.
-Models whose weights exceed the 2 GB protobuf limit (or that came with external data) are saved
-with their weights in ``<output name>.data`` beside the output.
+Save: with external data everything is written into a temporary folder beside the output and moved
+into place, weights first and the .onnx last, so a crash never leaves a half-written model.
+Embedded weights are streamed one tensor at a time (``proto_stream.write_embedded``) through
+``fileio.output_file``: atomic for regular files, written through for FIFOs and devices, symlinks
+followed to their target. Models whose weights exceed the 2 GB protobuf limit (or that came with
+external data) are saved with their weights in ``<output name>.data`` beside the output; asking
+for embedded weights over the limit is refused.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
+from onnx_fuse import fileio
 from onnx_fuse.errors import UserError
-from onnx_fuse.external_data import check_external_data
+from onnx_fuse.external_data import check_external_data, check_ir_external_data, has_external_data
+from onnx_fuse.proto_stream import WireError, embedded_nbytes, skeleton_with_mapped_weights, write_embedded
 from onnx_fuse.structure_check import check_structure, skeleton_from_proto
 
 # The protobuf hard limit is 2 GiB; leave room for the graph itself.
@@ -30,6 +38,12 @@ _PROTO_LIMIT = 1_800_000_000
 # ONNX opsets this build of onnx knows; newer models are refused rather than half-understood.
 MAX_ONNX_OPSET = onnx.defs.onnx_opset_version()
 MIN_ONNX_OPSET = 7
+# Model files at least this big have their embedded weights mapped instead of read (proto_stream);
+# below it reading the file costs less than walking it.
+MAP_FILES_FROM = 32 * 1024 * 1024
+# Model files whose embedded weights were mapped: references to them are not "external data" when
+# save decides where the weights go.
+_MAPPED_MODEL_FILES: set[Path] = set()
 
 
 def _parse(data: bytes, what: str) -> onnx.ModelProto:
@@ -66,8 +80,38 @@ def _check_graph(proto: onnx.ModelProto, what: str) -> None:
         raise UserError(f"{what}: invalid ONNX graph: {first}") from None
 
 
-def load_proto(source: str | os.PathLike | bytes, *, check: bool = True) -> tuple[onnx.ModelProto, str | None]:
-    """Parse and validate a model; return the proto (external data not loaded) and its folder."""
+def _read_model_file(path: Path, what: str, map_weights: bool) -> tuple[onnx.ModelProto, list[int]]:
+    """Parse a model file (refusing FIFOs and devices unread); with ``map_weights`` large embedded
+    weights become references to the file itself. Returns the proto and the mapped indices."""
+    try:
+        f = fileio.open_regular(path)
+    except fileio.NotRegularFileError as exc:
+        raise UserError(str(exc).replace(", not a regular file", "; give an ONNX model file")) from None
+    except OSError as exc:
+        raise UserError(f"{what}: cannot read ({exc.strerror or exc})") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if map_weights and size >= MAP_FILES_FROM:
+            try:
+                data, mapped = skeleton_with_mapped_weights(f, path.resolve().name)
+                return _parse(data, what), mapped
+            except (WireError, UserError, OSError):
+                f.seek(0)  # not what we expected: parse it plainly, which says what is wrong
+        try:
+            data = f.read()
+        except OSError as exc:
+            raise UserError(f"{what}: cannot read ({exc.strerror or exc})") from None
+    return _parse(data, what), []
+
+
+def load_proto(source: str | os.PathLike | bytes, *, check: bool = True,
+               map_weights: bool = False) -> tuple[onnx.ModelProto, str | None]:
+    """Parse and validate a model; return the proto (external data not loaded) and its folder.
+
+    ``map_weights``: see ``_read_model_file``; only for callers that hand the proto to onnx-ir
+    with the returned folder as base directory.
+    """
+    mapped: list[int] = []
     if isinstance(source, (bytes, bytearray, memoryview)):
         proto = _parse(bytes(source), "<bytes>")
         base_dir = None
@@ -77,14 +121,16 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True) -> tupl
         what = str(path)
         if not path.exists():
             raise UserError(f"{what}: no such file")
-        if not path.is_file():
-            raise UserError(f"{what}: not a file")
-        proto = _parse(path.read_bytes(), what)
+        if path.is_dir():
+            raise UserError(f"{what}: is a folder, not a file")
+        proto, mapped = _read_model_file(path, what, map_weights)
         base_dir = str(path.resolve().parent)
+        if mapped:
+            _MAPPED_MODEL_FILES.add(path.resolve())
     _check_opsets(proto, what)
     if base_dir is not None:
-        check_external_data(proto, base_dir)
-    elif any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        check_external_data(proto, base_dir, mapped)
+    elif has_external_data(proto):
         raise UserError("<bytes>: model refers to external data but was given as bytes; load it "
                         "from its file instead")
     if check:
@@ -92,22 +138,38 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True) -> tupl
     return proto, base_dir
 
 
-def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *, check: bool = True) -> ir.Model:
-    """Load a model into onnx-ir with external weights mapped lazily. Never modifies the input."""
+def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *, check: bool = True,
+               base_dir: str | os.PathLike | None = None) -> ir.Model:
+    """Load a model into onnx-ir with weights mapped lazily. Never modifies the input.
+
+    ``base_dir``: for a ModelProto or onnx-ir model with external data, the folder its weight
+    files are in (an onnx-ir model loaded from a file already knows it).
+    """
     if isinstance(source, ir.Model):
         # Work on a copy: the caller's model must stay untouched.
-        return ir.from_proto(ir.to_proto(source))
+        model = source.clone()
+        check_ir_external_data(model, base_dir)
+        return model
     if isinstance(source, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(source)
         _check_opsets(proto, "<model>")
+        if has_external_data(proto):
+            if base_dir is None:
+                raise UserError("<model>: the ModelProto refers to external data; pass base_dir= "
+                                "(the folder of its weight files) or load the model from its file")
+            check_external_data(proto, base_dir)
         if check:
             _check_graph(proto, "<model>")
-        return ir.serde.deserialize_model(proto)
-    proto, base_dir = load_proto(source, check=check)
+        model = ir.serde.deserialize_model(proto)
+        if base_dir is not None:
+            ir.external_data.set_base_dir(model.graph, os.fspath(Path(base_dir).resolve()))
+        return model
+    proto, folder = load_proto(source, check=check, map_weights=True)
     model = ir.serde.deserialize_model(proto)
-    if base_dir is not None:
-        ir.external_data.set_base_dir(model.graph, base_dir)
+    del proto
+    if folder is not None:
+        ir.external_data.set_base_dir(model.graph, folder)
     return model
 
 
@@ -121,58 +183,81 @@ def _external_files(model: ir.Model) -> set[Path]:
     return files
 
 
-def _weights_bytes(model: ir.Model) -> int:
-    total = 0
-    for graph in model.graphs():
-        for value in graph.initializers.values():
-            if value.const_value is not None:
-                total += value.const_value.nbytes
-    return total
-
-
 def check_output_path(path: str | os.PathLike, *, what: str = "output model") -> Path:
-    """Fail early, before any work, on an output path that cannot be written; return its folder."""
+    """Fail early, before any work, on an output path that cannot be written; return its folder.
+
+    A symlink is checked where it leads (that is where the file is written); a special file
+    (FIFO, /dev/null, /dev/stdout) must be writable itself.
+    """
     out = Path(path)
-    if out.exists() and out.is_dir():
+    if fileio.is_special_output(out):
+        if not os.access(out, os.W_OK):
+            raise UserError(f"{out}: not writable")
+        return out.parent
+    if out.is_dir():
         raise UserError(f"{out}: is a folder; give a file name for the {what}")
-    parent = out.resolve().parent
+    target = fileio.resolve_output(out)
+    parent = target.parent
     if not parent.is_dir():
         raise UserError(f"{out}: output folder {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK):
         raise UserError(f"{out}: output folder {str(parent)!r} is not writable")
+    if len(os.fsencode(target.name)) > 255 - 20:  # room for the temp file's suffix
+        raise UserError(f"{out}: file name is too long ({len(os.fsencode(target.name))} bytes)")
     return parent
 
 
 def save_model(model: ir.Model, path: str | os.PathLike, *, external_data: bool | None = None) -> list[Path]:
-    """Atomically save ``model`` to ``path``; return the files written.
+    """Save ``model`` to ``path``; return the files written.
 
-    external_data: True puts weights in ``<name>.data`` beside the output, False embeds them,
-    None decides (external when the model came with external data or is over the protobuf limit).
+    external_data: True puts weights in ``<name>.data`` beside the output, False embeds them
+    (refused over the 2 GB protobuf limit), None decides: external when the model came with
+    external data or is over the limit. A symlink is followed and its target replaced; a special
+    file (FIFO, /dev/stdout) is written through and can only take embedded weights.
     """
     out = Path(path)
-    parent = check_output_path(out)
+    check_output_path(out)
+    special = fileio.is_special_output(out)
     sources = _external_files(model)
+    weights = embedded_nbytes(model)
     if external_data is None:
-        external_data = bool(sources) or _weights_bytes(model) > _PROTO_LIMIT
-    data_name = out.name + ".data"
-    for target in (parent / out.name, parent / data_name):
-        if target.resolve() in sources:
+        external_data = not special and (bool(sources - _MAPPED_MODEL_FILES) or weights > _PROTO_LIMIT)
+    if not external_data and weights > _PROTO_LIMIT:
+        raise UserError(f"{out}: the model has {weights / 1e9:.1f} GB of weights; a single ONNX "
+                        "file holds at most 2 GB, so they must go to external data "
+                        "(--external-data yes, or save(external_data=True))")
+    if special:
+        if external_data:
+            raise UserError(f"{out}: is not a regular file, so no weights file can go beside it; "
+                            "save with embedded weights (--external-data no) or to a file")
+        with fileio.output_file(out) as f:
+            write_embedded(model, f)
+        return [out]
+    target = fileio.resolve_output(out)
+    if not external_data:
+        if target in sources:
             raise UserError(f"{out}: writing here would overwrite {target.name!r}, which the model "
+                            "still reads its weights from; choose another output name")
+        with fileio.output_file(target) as f:
+            write_embedded(model, f)
+        return [target]
+    parent = target.parent
+    data_name = target.name + ".data"
+    for dest in (target, parent / data_name):
+        if dest.resolve() in sources:
+            raise UserError(f"{out}: writing here would overwrite {dest.name!r}, which the model "
                             "still reads its weights from; choose another output name")
     written: list[Path] = []
     tmp_dir = Path(tempfile.mkdtemp(prefix=".onnx-fuse-", dir=parent))
     try:
-        tmp_model = tmp_dir / out.name
-        if external_data:
-            ir.save(model, tmp_model, external_data=data_name, size_threshold_bytes=1024)
-        else:
-            ir.save(model, tmp_model)
+        tmp_model = tmp_dir / target.name
+        ir.save(model, tmp_model, external_data=data_name, size_threshold_bytes=1024)
         tmp_data = tmp_dir / data_name
         if tmp_data.exists():
             os.replace(tmp_data, parent / data_name)
             written.append(parent / data_name)
-        os.replace(tmp_model, parent / out.name)
-        written.append(parent / out.name)
+        os.replace(tmp_model, target)
+        written.append(target)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
     return written

@@ -221,19 +221,25 @@ def test_save_into_folder_or_missing_folder_is_user_error(tmp_path):
 
 # --- atomic save ----------------------------------------------------------------------------
 
-def test_failed_save_leaves_no_partial_output(tmp_path, monkeypatch):
+@pytest.mark.parametrize("external", [False, True])
+def test_failed_save_leaves_no_partial_output(tmp_path, monkeypatch, external):
     out = tmp_path / "o.onnx"
     out.write_bytes(b"previous good model")
 
-    def crash(model, path, **kw):
-        Path(path).write_bytes(b"half a mod")  # a partial file, then the crash
+    def crash_embedded(model, f):
+        f.write(b"half a mod")  # a partial file, then the crash
         raise OSError("disk full")
 
-    monkeypatch.setattr(model_io.ir, "save", crash)
+    def crash_external(model, path, **kw):
+        Path(path).write_bytes(b"half a mod")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model_io, "write_embedded", crash_embedded)
+    monkeypatch.setattr(model_io.ir, "save", crash_external)
     with pytest.raises(OSError):
-        save_model(load_model(small_model()), out)
+        save_model(load_model(small_model()), out, external_data=external)
     assert out.read_bytes() == b"previous good model"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]  # no temp folder left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]  # no temp file left
 
 
 def test_failing_pass_writes_nothing(tmp_path, monkeypatch):

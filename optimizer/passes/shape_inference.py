@@ -6,6 +6,13 @@ lacked, or a static dim where it had a symbolic or unknown one; a known dim is n
 The pass changes only value metadata, so it reports ``modified`` only when some value gained
 something. Inference is best effort: when onnx raises, the model is left as it was, ``stats``
 counts the failure and ``stats_reason`` carries the first line of the error for the report.
+
+Data propagation (constant shape math such as ``Concat(Shape(x)[0:1], [1024])``) is only run when
+no 1-D value is longer than ``DATA_PROP_MAX_LEN``: onnx turns every 1-D operand of Add/Mul/Concat/
+Gather/Slice into a list of dims, about 50 bytes and a microsecond per element, whether or not its
+values are known (a 1-D weight of 100 MB cost 5 GB and 20 s). Shape vectors are a few elements
+long, so a first inference without propagation finds the long vectors, and only a model without
+them pays for the second one with propagation.
 """
 
 from __future__ import annotations
@@ -15,6 +22,31 @@ import onnx_ir as ir
 from onnx_ir.passes.common import _c_api_utils
 
 from onnx_fuse.passes._infra import FusePass
+
+#: Longest 1-D value (elements) for which data propagation still runs; see the module docstring.
+DATA_PROP_MAX_LEN = 4096
+
+
+def _graph_values(graph: onnx.GraphProto):
+    yield from graph.input
+    yield from graph.value_info
+    yield from graph.output
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _graph_values(attr.g)
+            for g in attr.graphs:
+                yield from _graph_values(g)
+
+
+def longest_vector(proto: onnx.ModelProto) -> int:
+    """The most static elements of any 1-D tensor value the model declares or inferred."""
+    longest = 0
+    for vi in _graph_values(proto.graph):
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is not None and tt.HasField("shape") and len(tt.shape.dim) == 1:
+            longest = max(longest, tt.shape.dim[0].dim_value)
+    return longest
 
 
 def _merge_shape(old: ir.Shape | None, new: ir.Shape | None) -> tuple[ir.Shape | None, int]:
@@ -48,8 +80,15 @@ class ShapeInferencePass(FusePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+            plain = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
+                                                      data_prop=False)
+            if not self.data_prop:
+                return plain
+            if longest_vector(plain) > DATA_PROP_MAX_LEN:
+                self.stats["data-prop-skipped"] += 1
+                return plain
             return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
-                                                     data_prop=self.data_prop)
+                                                     data_prop=True)
 
         try:
             inferred = ir.serde.deserialize_model(_c_api_utils.call_onnx_api(infer, model))
