@@ -1,0 +1,320 @@
+"""Differential fuzzer: random valid ONNX graphs (tools/fuzz_motifs.py) x levels x targets, each
+optimized with onnx_fuse.optimize and compared with the original in ONNX Runtime.
+
+The original runs with ORT's graph optimizations off; the optimized model with ORT's defaults
+on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.reference.ort_ops, like
+--verify). Each run is classified:
+
+  ok             same output names, dtypes, shapes and values (per-dtype tolerance)
+  wrong          an output's values differ
+  crash          optimize raised something other than a UserError
+  refused-input  optimize refused the input with a UserError (fine)
+  ort-refused    ORT cannot load or run the optimized model
+  signature      an output's name, dtype, rank or shape changed (declared or at run time)
+  invalid-graph  ORT cannot run the original (a generator bug; not counted as a failure)
+  ort-itself     a failure that ORT's own graph optimizations cause on the original too (ORT's
+                 bug, not ours; not counted as a failure)
+
+O1 runs no target-specific pass (levels.py), so it is optimized once per graph and its result
+stands for every target. Every failing case is saved (original.onnx, optimized.onnx, feeds.npz,
+info.json) under OUT/failures/<class>/seed<S>_O<L>_<target>/; OUT/summary.json has the counts.
+
+    python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
+        [--targets ort,onnx,trt] [--jobs 1] [--out fuzz_out]
+
+Exit status: 0 when no run failed, 1 otherwise, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz_motifs import make_case  # noqa: E402
+
+FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature")
+CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", *FAIL_CLASSES)
+# atol is scaled by the output's largest magnitude: fused kernels reorder float sums.
+TOLERANCE = {np.dtype(np.float32): (1e-4, 1e-3), np.dtype(np.float16): (1e-2, 2e-2),
+             np.dtype(np.float64): (1e-9, 1e-7)}
+
+
+def case_seed(seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:400] if text else ''}"
+
+
+def _session(model: onnx.ModelProto, ort_optimizations: bool):
+    from onnx_fuse.verify import make_session
+
+    return make_session(model, threads=1, ort_optimizations=ort_optimizations)
+
+
+def _signature(vi: onnx.ValueInfoProto):
+    t = vi.type.tensor_type
+    dims = None
+    if t.HasField("shape"):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    return vi.name, t.elem_type, dims
+
+
+def signature_diff(original: onnx.ModelProto, optimized: onnx.ModelProto) -> str | None:
+    """The first declared output whose name, dtype, rank or static dims changed."""
+    a = [_signature(v) for v in original.graph.output]
+    b = [_signature(v) for v in optimized.graph.output]
+    if [x[0] for x in a] != [x[0] for x in b]:
+        return f"output names {[x[0] for x in a]} -> {[x[0] for x in b]}"
+    for (name, ta, da), (_, tb, db) in zip(a, b):
+        if ta and tb and ta != tb:
+            return f"output {name!r}: dtype {ta} -> {tb}"
+        if da is not None and db is not None:
+            if len(da) != len(db):
+                return f"output {name!r}: rank {len(da)} -> {len(db)}"
+            for i, (x, y) in enumerate(zip(da, db)):
+                if x is not None and y is not None and x != y:
+                    return f"output {name!r}: dim {i} {x} -> {y}"
+    return None
+
+
+def compare(names, ref, got) -> tuple[str, str]:
+    for name, r, g in zip(names, ref, got):
+        r, g = np.asarray(r), np.asarray(g)
+        if r.shape != g.shape or r.dtype != g.dtype:
+            return "signature", f"output {name!r}: run-time {g.dtype}{list(g.shape)}, original {r.dtype}{list(r.shape)}"
+        if r.dtype.kind != "f":
+            if not np.array_equal(r, g):
+                return "wrong", f"output {name!r}: integer values differ"
+            continue
+        r64, g64 = r.astype(np.float64), g.astype(np.float64)
+        if not np.array_equal(np.isnan(r64), np.isnan(g64)):
+            return "wrong", f"output {name!r}: NaN positions differ"
+        ok = ~np.isnan(r64)
+        atol, rtol = TOLERANCE.get(r.dtype, (1e-4, 1e-3))
+        scale = max(1.0, float(np.max(np.abs(r64[ok]), initial=0.0)))
+        err = np.abs(g64[ok] - r64[ok])
+        if err.size and not np.all(err <= atol * scale + rtol * np.abs(r64[ok])):
+            return "wrong", f"output {name!r}: max abs diff {float(err.max()):.3g} (scale {scale:.3g})"
+    return "ok", ""
+
+
+def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str):
+    """Optimize and compare; returns (class, detail, optimized proto or None, rule fires)."""
+    import onnx_fuse
+    from onnx_fuse.errors import UserError
+
+    try:
+        result = onnx_fuse.optimize(original, level=level, target=target)
+        optimized = result.to_proto()
+    except UserError as exc:
+        return "refused-input", _first_line(exc), None, {}
+    except Exception as exc:  # noqa: BLE001 - anything else is an optimizer bug
+        tb = traceback.format_exc(limit=-3)
+        return "crash", _first_line(exc) + "\n" + tb, None, {}
+    fires = dict(result.report.rule_fires)
+    sig = signature_diff(original, optimized)
+    if sig:
+        return "signature", sig, optimized, fires
+    try:
+        sess = _session(optimized, ort_optimizations=True)
+        names = [o.name for o in original.graph.output]
+        got = sess.run(names, feeds)
+    except Exception as exc:  # noqa: BLE001 - ORT's refusal, whatever its type
+        return "ort-refused", _first_line(exc), optimized, fires
+    cls, detail = compare(names, ref_out, got)
+    if cls != "ok" and _ort_itself(original, feeds, ref_out):
+        return "ort-itself", detail, optimized, fires
+    return cls, detail, optimized, fires
+
+
+def _ort_itself(original: onnx.ModelProto, feeds, ref_out) -> bool:
+    """Whether ORT's default graph optimizations alone already break the original."""
+    try:
+        got = _session(original, ort_optimizations=True).run([o.name for o in original.graph.output], feeds)
+    except Exception:  # noqa: BLE001
+        return True
+    return compare([o.name for o in original.graph.output], ref_out, got)[0] != "ok"
+
+
+def fuzz_graph(task):
+    """All level x target runs of one graph: a list of result dicts (plus models of failures)."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # the failures we provoke are reported, not logged
+    seed, levels, targets = task
+    case = make_case(seed)
+    base = {"seed": seed, "motifs": case.motifs, "traps": case.traps}
+    try:
+        sess = _session(case.model, ort_optimizations=False)
+        names = [o.name for o in case.model.graph.output]
+        ref_out = sess.run(names, case.feeds)
+    except Exception as exc:  # noqa: BLE001
+        return [dict(base, level=0, target="-", cls="invalid-graph", detail=_first_line(exc), fires={})], case, {}
+    results, models = [], {}
+    for level in levels:
+        o1_done = None
+        for target in targets:
+            if level == 1 and o1_done is not None:
+                cls, detail, opt, fires = o1_done
+            else:
+                cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target)
+                o1_done = (cls, detail, opt, fires) if level == 1 else None
+            results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
+            if cls in FAIL_CLASSES:
+                models[(level, target)] = opt
+    return results, case, models
+
+
+def _save_failure(out: Path, res: dict, case, optimized) -> str:
+    folder = out / "failures" / res["cls"] / f"seed{res['seed']}_O{res['level']}_{res['target']}"
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(case.model, folder / "original.onnx")
+    if optimized is not None:
+        onnx.save(optimized, folder / "optimized.onnx")
+    np.savez(folder / "feeds.npz", **case.feeds)
+    info = {k: res[k] for k in ("seed", "level", "target", "cls", "detail", "motifs", "traps")}
+    (folder / "info.json").write_text(json.dumps(info, indent=1) + "\n")
+    return str(folder)
+
+
+def builtin_rules(levels, targets) -> list[str]:
+    from onnx_fuse.rewrite._loader import load_builtin
+
+    return sorted(r.name for r in load_builtin()[0]
+                  if r.level <= max(levels) and set(r.targets) & set(targets))
+
+
+def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None = None,
+         start: int = 0, progress=None) -> dict:
+    """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``)."""
+    tasks = [(case_seed(seed, i), tuple(levels), tuple(targets)) for i in range(start, start + count)]
+    counts = collections.Counter()
+    by_combo: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    fires = collections.Counter()
+    motifs = collections.Counter()
+    failures = []
+    refusals = collections.Counter()
+    t0 = time.time()
+    if jobs > 1:
+        pool = multiprocessing.get_context("spawn").Pool(jobs)
+        stream = pool.imap(fuzz_graph, tasks, chunksize=2)
+    else:
+        pool, stream = None, map(fuzz_graph, tasks)
+    try:
+        for done, (results, case, models) in enumerate(stream, 1):
+            motifs.update(case.motifs)
+            for res in results:
+                counts[res["cls"]] += 1
+                by_combo[f"O{res['level']}/{res['target']}"][res["cls"]] += 1
+                fires.update(res["fires"])
+                if res["cls"] == "refused-input":
+                    refusals[res["detail"][:160]] += 1
+                if res["cls"] in FAIL_CLASSES or res["cls"] == "invalid-graph":
+                    entry = {k: res[k] for k in ("seed", "level", "target", "cls", "detail")}
+                    entry["detail"] = entry["detail"].splitlines()[0] if entry["detail"] else ""
+                    if out is not None:
+                        entry["saved"] = _save_failure(out, res, case, models.get((res["level"], res["target"])))
+                    failures.append(entry)
+            if progress:
+                progress(done, len(tasks), counts)
+    finally:
+        if pool is not None:
+            pool.terminate()
+    expected = builtin_rules(levels, targets)
+    summary = {
+        "count": count, "seed": seed, "start": start, "levels": list(levels), "targets": list(targets),
+        "runs": sum(counts.values()), "seconds": round(time.time() - t0, 1),
+        "classes": {c: counts.get(c, 0) for c in CLASSES},
+        "failed": sum(counts.get(c, 0) for c in FAIL_CLASSES),
+        "by_level_target": {k: dict(v) for k, v in sorted(by_combo.items())},
+        "rule_fires": dict(sorted(fires.items())),
+        "rules_never_fired": [r for r in expected if not fires.get(r)],
+        "motifs": dict(sorted(motifs.items())),
+        "refusals": dict(refusals.most_common(20)),
+        "failures": failures,
+    }
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=".summary", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(summary, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, out / "summary.json")
+    return summary
+
+
+def _int_list(text: str, allowed) -> list:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(v not in allowed for v in values):
+        raise argparse.ArgumentTypeError(f"choose from {sorted(allowed)}, got {text!r}")
+    return values
+
+
+def _targets(text: str) -> list[str]:
+    values = [t.strip() for t in text.split(",") if t.strip()]
+    if not values or any(t not in ("ort", "onnx", "trt") for t in values):
+        raise argparse.ArgumentTypeError(f"targets are ort, onnx, trt; got {text!r}")
+    return values
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=100, help="graphs to generate")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0, help="index of the first graph (resume a run)")
+    ap.add_argument("--levels", type=lambda s: _int_list(s, {1, 2, 3, 4}), default=[1, 2, 3, 4])
+    ap.add_argument("--targets", type=_targets, default=["ort", "onnx", "trt"])
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    if args.count < 1 or args.jobs < 1 or args.start < 0:
+        ap.error("--count and --jobs must be >= 1, --start >= 0")
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out}: not a folder")
+
+    def progress(done, total, counts):
+        if not args.quiet and (done % 25 == 0 or done == total):
+            print(f"[{done}/{total}] " + " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+                  file=sys.stderr, flush=True)
+
+    summary = fuzz(args.count, args.seed, args.levels, args.targets, args.jobs, args.out,
+                   args.start, progress)
+    print(f"{summary['count']} graphs, {summary['runs']} runs, {summary['seconds']} s")
+    for cls in CLASSES:
+        print(f"  {cls:14s} {summary['classes'][cls]}")
+    print("rule fires:")
+    for name, n in summary["rule_fires"].items():
+        print(f"  {name:32s} {n}")
+    print("rules never fired: " + (", ".join(summary["rules_never_fired"]) or "none"))
+    seen = set()
+    for f in summary["failures"]:
+        key = (f["cls"], f["detail"][:60])
+        if key not in seen:
+            seen.add(key)
+            print(f"  {f['cls']}: seed {f['seed']} O{f['level']} {f['target']}: {f['detail'][:200]}")
+    print(f"summary: {args.out / 'summary.json'}")
+    return 1 if summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,541 @@
+"""Random valid ONNX graphs for the differential fuzzer (tools/fuzz_differential.py).
+
+``make_case(seed)`` builds one graph with onnx.helper from 1-3 motifs (decomposed LayerNorm /
+RMSNorm, GELU forms, skip + norm, MatMul + bias, RoPE rotate-half, MHA / GQA attention blocks),
+each drawn as a fusable form, a near miss (one detail a rule must refuse) or with traps
+(intermediates that are also graph outputs or feed other nodes, broadcasting constants that change
+the output shape, masks with symbolic dims that are 1 at run time, odd head sizes, initializers
+that are also graph inputs, fp16, scalar vs [1] constants, outputs of shape () vs (1,)). Symbolic
+dims get a run-time value per graph (often 1: query length 1 is a trap of its own), and the feeds
+are generated with the graph, so a case is fully determined by its seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper
+
+F32, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
+NP = {F32: np.float32, F16: np.float16, I64: np.int64, TensorProto.INT32: np.int32,
+      TensorProto.BOOL: np.bool_}
+HEAD_SIZES = (4, 8, 12, 16, 24, 64)
+
+Dim = int | str
+
+
+@dataclasses.dataclass
+class Case:
+    seed: int
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    motifs: list[str]
+    traps: list[str]
+
+
+class Builder:
+    """Accumulates nodes, initializers, inputs and feeds; symbolic dims resolve through ``syms``."""
+
+    def __init__(self, rng: np.random.Generator, dtype: int):
+        self.rng = rng
+        self.dtype = dtype
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[str] = []
+        self.feeds: dict[str, np.ndarray] = {}
+        self.syms: dict[str, int] = {}
+        self.traps: list[str] = []
+        self._n = 0
+
+    # --- naming and randomness -------------------------------------------------------------
+    def name(self, stem: str) -> str:
+        self._n += 1
+        return f"{stem}_{self._n}"
+
+    def p(self, prob: float) -> bool:
+        return bool(self.rng.random() < prob)
+
+    def pick(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def trap(self, what: str) -> None:
+        if what not in self.traps:
+            self.traps.append(what)
+
+    # --- dims ------------------------------------------------------------------------------
+    def dim(self, stem: str, choices: tuple[int, ...], p_sym: float = 0.5) -> Dim:
+        """A dim that is static or a fresh symbol, with a run-time value from ``choices``."""
+        value = int(self.pick(choices))
+        if self.p(p_sym):
+            sym = f"{stem}{len(self.syms)}"
+            self.syms[sym] = value
+            return sym
+        return value
+
+    def rt(self, d: Dim) -> int:
+        return self.syms[d] if isinstance(d, str) else d
+
+    # --- values ----------------------------------------------------------------------------
+    def np_dtype(self, dtype: int | None = None):
+        return NP[self.dtype if dtype is None else dtype]
+
+    def const(self, arr, dtype: int | None = None, stem: str = "c", as_input: bool = False) -> str:
+        """An initializer (sometimes a Constant node); ``as_input`` also lists it as a graph input
+        (an overridable default, which optimizers must not treat as a constant)."""
+        arr = np.asarray(arr)
+        if dtype is not None or arr.dtype.kind == "f":
+            arr = arr.astype(self.np_dtype(dtype))
+        name = self.name(stem)
+        if not as_input and self.p(0.25):
+            self.nodes.append(oh.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name)))
+        else:
+            self.inits.append(numpy_helper.from_array(arr, name))
+            if as_input:
+                self.inputs.append(oh.make_tensor_value_info(name, oh.np_dtype_to_tensor_dtype(arr.dtype),
+                                                             list(arr.shape)))
+                self.trap("initializer-is-input")
+        return name
+
+    def scalar(self, value: float, dtype: int | None = None, stem: str = "c") -> str:
+        """A float constant of shape (), [1] or (rarely) [1, 1]: all are 'scalars' to a rule."""
+        shape = self.pick([(), (), (1,), (1,), (1, 1)])
+        return self.const(np.full(shape, value), dtype, stem)
+
+    def ints(self, values, stem: str = "i") -> str:
+        return self.const(np.asarray(values, dtype=np.int64), I64, stem)
+
+    def weight(self, shape, stem: str = "w", scale: float | None = None) -> str:
+        scale = scale if scale is not None else 1.0 / np.sqrt(shape[0])
+        arr = self.rng.standard_normal(shape) * scale
+        return self.const(arr, stem=stem, as_input=self.p(0.04))
+
+    def input(self, shape: list[Dim], dtype: int | None = None, stem: str = "x", kind: str = "normal") -> str:
+        dtype = self.dtype if dtype is None else dtype
+        name = self.name(stem)
+        self.inputs.append(oh.make_tensor_value_info(name, dtype, shape))
+        concrete = [self.rt(d) for d in shape]
+        if kind == "mask01":
+            arr = np.ones(concrete, dtype=NP[dtype])
+            if arr.ndim == 2 and arr.shape[1] > 1:
+                arr[-1, arr.shape[1] // 2:] = 0
+        elif kind == "positive":
+            arr = (np.abs(self.rng.standard_normal(concrete)) + 0.5).astype(NP[dtype])
+        else:
+            arr = self.rng.standard_normal(concrete).astype(NP[dtype])
+        self.feeds[name] = arr
+        return name
+
+    def op(self, op: str, inputs: list[str], n_out: int = 1, domain: str = "", **attrs):
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(oh.make_node(op, inputs, outs, domain=domain or None, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def output(self, name: str) -> None:
+        if name not in self.outputs:
+            self.outputs.append(name)
+
+    def maybe_expose(self, name: str, prob: float = 0.08) -> None:
+        """Trap: an intermediate of a pattern is also a graph output."""
+        if self.p(prob):
+            self.output(name)
+            self.trap("intermediate-is-output")
+
+    def maybe_share(self, name: str, prob: float = 0.06) -> None:
+        """Trap: an intermediate of a pattern has another consumer outside it."""
+        if self.p(prob):
+            self.output(self.op("Neg", [name]))
+            self.trap("intermediate-multi-consumer")
+
+
+# --- motifs on a hidden state [B, S, D] -----------------------------------------------------
+# Each takes the builder and a hidden value (name, shape) and returns the next hidden value.
+
+
+def _reduce_mean(b: Builder, x: str, opset: int) -> str:
+    axes = [-1]
+    if opset >= 18:
+        return b.op("ReduceMean", [x, b.ints(axes)], keepdims=1)
+    return b.op("ReduceMean", [x], axes=axes, keepdims=1)
+
+
+def motif_layer_norm(b: Builder, x: str, shape: list[Dim], opset: int, standalone: bool = False) -> str:
+    d = shape[-1]
+    near = b.p(0.2)
+    xin = x
+    island = b.dtype == F16 and b.p(0.5)
+    if island:
+        x = b.op("Cast", [x], to=F32)
+    cdt = F32 if island else None
+    m = _reduce_mean(b, x, opset)
+    diff = b.op("Sub", [x, m])
+    b.maybe_share(m)
+    sq = b.op("Pow", [diff, b.scalar(2.0, cdt)]) if b.p(0.5) else b.op("Mul", [diff, diff])
+    v = _reduce_mean(b, sq, opset)
+    # trap: an epsilon of a higher rank broadcasts the output up to its rank
+    high_eps = near and b.p(0.3)
+    eps = b.scalar(1e-5, cdt) if not high_eps else b.const(np.full((1, 1, 1, 1), 1e-5), cdt)
+    sd = b.op("Sqrt", [b.op("Add", [v, eps])])
+    n = b.op("Div", [diff, sd])
+    b.maybe_expose(n)
+    if island:
+        n = b.op("Cast", [n], to=b.dtype)
+    g_shape = [d] if not (near and b.p(0.5)) else [1, d]   # near miss: 2-D gamma
+    g = b.const(1.0 + 0.1 * b.rng.standard_normal(g_shape), stem="gamma", as_input=b.p(0.05))
+    y = b.op("Mul", [n, g] if b.p(0.5) else [g, n])
+    if b.p(0.7):
+        y = b.op("Add", [y, b.const(0.1 * b.rng.standard_normal([d]), stem="beta")])
+    if high_eps:
+        b.trap("rank-raising-constant")
+        if len(shape) < 4 and not standalone:   # keep the hidden state's shape for the next motif
+            y = b.op("Reshape", [y, b.op("Shape", [xin])])
+    return y
+
+
+def motif_rms_norm(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    d = shape[-1]
+    island = b.dtype == F16 and b.p(0.5)
+    if island:
+        x = b.op("Cast", [x], to=F32)
+    cdt = F32 if island else None
+    sq = b.op("Pow", [x, b.scalar(2.0, cdt)]) if b.p(0.5) else b.op("Mul", [x, x])
+    ms = _reduce_mean(b, sq, opset)
+    sd = b.op("Sqrt", [b.op("Add", [ms, b.scalar(1e-6, cdt)])])
+    form = b.pick(["recip", "div1", "div"])
+    if form == "recip":
+        n = b.op("Mul", [x, b.op("Reciprocal", [sd])])
+    elif form == "div1":
+        n = b.op("Mul", [x, b.op("Div", [b.scalar(1.0, cdt), sd])])
+    else:
+        n = b.op("Div", [x, sd])
+    b.maybe_expose(sd)
+    if island:
+        n = b.op("Cast", [n], to=b.dtype)
+    g = b.const(1.0 + 0.1 * b.rng.standard_normal([d]), stem="gamma", as_input=b.p(0.05))
+    return b.op("Mul", [n, g] if b.p(0.5) else [g, n])
+
+
+def _gelu_body(b: Builder, x: str, form: str, near: bool) -> str:
+    half = b.scalar(0.5 if not near else 0.45)
+    if form == "erf":
+        t = b.op("Div", [x, b.scalar(1.4142135)]) if b.p(0.5) else b.op("Mul", [x, b.scalar(0.70710678)])
+        a = b.op("Add", [b.op("Erf", [t]), b.scalar(1.0)])
+        b.maybe_share(a)
+        if b.p(0.5):
+            return b.op("Mul", [b.op("Mul", [x, a]), half])
+        return b.op("Mul", [b.op("Mul", [x, half]), a])
+    if form == "tanh":
+        p3 = b.op("Pow", [x, b.scalar(3.0)])
+        a = b.op("Add", [x, b.op("Mul", [p3, b.scalar(0.044715)])])
+        t = b.op("Tanh", [b.op("Mul", [a, b.scalar(0.7978845608)])])
+        a1 = b.op("Add", [t, b.scalar(1.0)])
+        b.maybe_expose(t)
+        if b.p(0.5):
+            return b.op("Mul", [b.op("Mul", [x, half]), a1])
+        return b.op("Mul", [b.op("Mul", [x, a1]), half])
+    # quick gelu
+    return b.op("Mul", [x, b.op("Sigmoid", [b.op("Mul", [x, b.scalar(1.702)])])])
+
+
+def motif_gelu(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    form = b.pick(["erf", "erf", "tanh", "quick"])
+    if b.p(0.4):  # bias Add before (BiasGelu / FastGelu with bias)
+        x = b.op("Add", [x, b.const(0.1 * b.rng.standard_normal([shape[-1]]), stem="bias")])
+    return _gelu_body(b, x, form, b.p(0.1))
+
+
+def motif_skip_norm(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    skip_shape = list(shape)
+    if b.p(0.15):
+        skip_shape[0] = 1      # near miss: skip broadcast over the batch
+        b.trap("broadcast-skip")
+    skip = b.input(skip_shape, stem="skip")
+    if b.p(0.4):
+        x = b.op("Add", [x, b.const(0.1 * b.rng.standard_normal([shape[-1]]), stem="bias")])
+    s = b.op("Add", [x, skip] if b.p(0.5) else [skip, x])
+    if b.p(0.3):
+        b.output(s)   # the residual sum is also needed (next layer / graph output)
+    if b.p(0.5) and opset >= 17:
+        g = b.const(1.0 + 0.1 * b.rng.standard_normal([shape[-1]]), stem="gamma")
+        ins = [s, g] + ([b.const(0.1 * b.rng.standard_normal([shape[-1]]), stem="beta")] if b.p(0.7) else [])
+        y = b.op("LayerNormalization", ins, axis=-1, epsilon=1e-5)
+    elif b.p(0.5):
+        y = motif_layer_norm(b, s, shape, opset)
+    else:
+        y = motif_rms_norm(b, s, shape, opset)
+    return y
+
+
+def motif_gemm(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    """x @ W + b with x flattened to 2-D (Gemm), then restored with Shape(x)."""
+    d = shape[-1]
+    x2 = b.op("Reshape", [x, b.ints([-1, d])])
+    m = b.op("MatMul", [x2, b.weight([d, d])])
+    bias_shape = b.pick([[d], [d], [1, d], [1]])
+    y = b.op("Add", [m, b.const(0.1 * b.rng.standard_normal(bias_shape), stem="bias")])
+    b.maybe_expose(m, 0.05)
+    return b.op("Reshape", [y, b.op("Shape", [x])])
+
+
+def motif_linear3d(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    d = shape[-1]
+    m = b.op("MatMul", [x, b.weight([d, d])])
+    return b.op("Add", [m, b.const(0.1 * b.rng.standard_normal([d]), stem="bias")])
+
+
+def _rope(b: Builder, x4: str, freqs: str, dh: int, near: bool) -> str:
+    """x*cos + rotate_half(x)*sin with cos/sin of concat(f, f) unsqueezed at the head axis."""
+    cat = b.op("Concat", [freqs, freqs], axis=-1)
+    co = b.op("Cos", [cat])
+    si = b.op("Sin", [cat])
+    if b.p(0.3):
+        co = b.op("Mul", [co, b.scalar(1.0)])
+        si = b.op("Mul", [si, b.scalar(1.0)])
+    cu = b.op("Unsqueeze", [co, b.ints([1])])
+    su = b.op("Unsqueeze", [si, b.ints([1])])
+    half = dh // 2
+    split = half if not near else max(1, half - 1)
+    x1 = b.op("Slice", [x4, b.ints([0]), b.ints([split]), b.ints([-1]), b.ints([1])])
+    big = b.pick([dh, 2 ** 62])
+    x2 = b.op("Slice", [x4, b.ints([split]), b.ints([big]), b.ints([-1])])
+    r = b.op("Concat", [b.op("Neg", [x2]), x1], axis=-1)
+    c = b.op("Mul", [x4, cu])
+    s = b.op("Mul", [r, su] if b.p(0.5) else [su, r])
+    return b.op("Add", [c, s])
+
+
+def _freqs(b: Builder, bsz: Dim, seq: Dim, dh: int) -> str:
+    return b.input([b.pick([1, bsz]), seq, dh // 2], kind="normal", stem="freqs")
+
+
+def motif_rope(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    """Standalone RoPE on x split into heads, then merged back."""
+    bsz, seq, d = shape
+    dh = b.pick([h for h in HEAD_SIZES if d % h == 0 and h % 2 == 0])
+    x4 = b.op("Transpose", [b.op("Reshape", [x, b.ints([0, 0, d // dh, dh])])], perm=[0, 2, 1, 3])
+    y = _rope(b, x4, _freqs(b, bsz, seq, dh), dh, b.p(0.1))
+    return b.op("Reshape", [b.op("Transpose", [y], perm=[0, 2, 1, 3]), b.ints([0, 0, d])])
+
+
+def _mask(b: Builder, bsz: Dim, seq: Dim, kv: Dim, heads: int) -> str | None:
+    kind = b.pick(["b1st", "b11t", "11st", "bhst", "111t", "sym", "sym", "bert", "none"])
+    b.trap(f"mask-{kind}")
+    if kind == "none":
+        return None
+    if kind == "bert":
+        am = b.input([bsz, kv], dtype=I64, stem="attention_mask", kind="mask01")
+        f = b.op("Cast", [am], to=b.dtype)
+        inv = b.op("Sub", [b.scalar(1.0), f])
+        m = b.op("Mul", [inv, b.scalar(-10000.0)])
+        return b.op("Unsqueeze", [m, b.ints([1, 2])])
+    if kind == "sym":
+        # dims of the mask's own: at run time 1 (broadcast) or the full size, unknown to the rules
+        def own(stem, full):
+            value = int(b.pick([1, b.rt(full)]))
+            if b.p(0.7):
+                sym = f"{stem}{len(b.syms)}"
+                b.syms[sym] = value
+                return sym
+            return value
+        shape = [own("mb", bsz), 1 if b.p(0.7) else own("mh", heads), own("mq", seq), own("mk", kv)]
+    else:
+        shape = {"b1st": [bsz, 1, seq, kv], "b11t": [bsz, 1, 1, kv], "11st": [1, 1, seq, kv],
+                 "bhst": [bsz, heads, seq, kv], "111t": [1, 1, 1, kv]}[kind]
+    return b.input(shape, stem="mask")
+
+
+def _split_heads(b: Builder, t: str, heads: int, dh: int, shape3: list[Dim]) -> str:
+    form = b.pick(["zeros", "minus", "static"])
+    if form == "static" and all(isinstance(d, int) for d in shape3[:2]):
+        target = [shape3[0], shape3[1], heads, dh]
+    elif form == "minus":
+        target = [0, 0, -1, dh]
+    else:
+        target = [0, 0, heads, dh]
+    return b.op("Reshape", [t, b.ints(target)])
+
+
+def _proj(b: Builder, x: str, d_in: int, d_out: int, bias: bool) -> str:
+    m = b.op("MatMul", [x, b.weight([d_in, d_out])])
+    return b.op("Add", [m, b.const(0.1 * b.rng.standard_normal([d_out]), stem="bias")]) if bias else m
+
+
+def motif_attention(b: Builder, x: str, shape: list[Dim], opset: int, gqa: bool = False) -> str:
+    bsz, seq, d = shape
+    dh = b.pick(HEAD_SIZES)
+    heads = b.pick([1, 2, 4]) if not gqa else b.pick([2, 4])
+    kv_heads = heads if not gqa else b.pick([h for h in (1, 2) if heads % h == 0 and h < heads])
+    d_model = heads * dh
+    if d != d_model:
+        x = _proj(b, x, d, d_model, False)
+    cross = b.p(0.15)
+    if cross:
+        kv_len = b.dim("kv", (1, 2, 3, 6), 0.6)
+        src = b.input([bsz, kv_len, d_model], stem="memory")
+        b.trap("cross-attention")
+    else:
+        kv_len, src = seq, x
+    biased = b.p(0.6)
+    q3 = _proj(b, x, d_model, d_model, biased)
+    k3 = _proj(b, src, d_model, kv_heads * dh, biased)
+    v3 = _proj(b, src, d_model, kv_heads * dh, biased)
+    q4 = b.op("Transpose", [_split_heads(b, q3, heads, dh, [bsz, seq])], perm=[0, 2, 1, 3])
+    kr = _split_heads(b, k3, kv_heads, dh, [bsz, kv_len])
+    rope = (gqa or b.p(0.3)) and b.p(0.6) and not cross
+    k4 = None
+    if rope or gqa or b.p(0.5):
+        k4 = b.op("Transpose", [kr], perm=[0, 2, 1, 3])
+    if rope:
+        f = _freqs(b, bsz, seq, dh)
+        q4 = _rope(b, q4, f, dh, False)
+        k4 = _rope(b, k4, f, dh, False)
+        b.trap("rope-in-attention")
+    vr = _split_heads(b, v3, kv_heads, dh, [bsz, kv_len])
+    v4 = b.op("Transpose", [vr], perm=[0, 2, 1, 3])
+    if kv_heads != heads:
+        n_rep = heads // kv_heads
+
+        def repeat(t4):
+            u = b.op("Unsqueeze", [t4, b.ints([2])])
+            e = b.op("Expand", [u, b.ints([1, 1, n_rep, 1, 1])])
+            return b.op("Reshape", [e, b.ints([0, heads, -1, dh])])
+        k4, v4 = repeat(k4), repeat(v4)
+    if k4 is None:
+        kt = b.op("Transpose", [kr], perm=[0, 2, 3, 1])
+    elif b.p(0.2) and all(isinstance(t, int) for t in (bsz, kv_len)):
+        # the dynamo sdpa form of K^T: flatten, transpose, unflatten
+        kf = b.op("Reshape", [k4, b.ints([-1, kv_len, dh])])
+        kt = b.op("Reshape", [b.op("Transpose", [kf], perm=[0, 2, 1]), b.ints([bsz, heads, dh, kv_len])])
+    else:
+        kt = b.op("Transpose", [k4], perm=[0, 1, 3, 2])
+    scale = 1.0 / np.sqrt(dh)
+    where = b.pick(["mul", "div", "qk", "none"])
+    if where == "qk":
+        q4 = b.op("Mul", [q4, b.scalar(np.sqrt(scale))])
+        kt = b.op("Mul", [kt, b.scalar(np.sqrt(scale))])
+    sc = b.op("MatMul", [q4, kt])
+    if where == "mul":
+        sc = b.op("Mul", [sc, b.scalar(scale)])
+    elif where == "div":
+        near = b.p(0.1)   # near miss: a per-head scale
+        c = b.const(np.full([heads, 1, 1], np.sqrt(dh)) * (1 + 0.1 * np.arange(heads)[:, None, None])) \
+            if near else b.scalar(float(np.sqrt(dh)))
+        sc = b.op("Div", [sc, c])
+    mask = _mask(b, bsz, seq, kv_len, heads)
+    if mask is not None:
+        sc = b.op("Add", [sc, mask] if b.p(0.8) else [mask, sc])
+    b.maybe_expose(sc, 0.05)
+    p = b.op("Softmax", [sc], axis=b.pick([-1, -1, 3]) if not b.p(0.05) else 2)
+    if b.p(0.2):
+        p = b.op("Where", [b.op("IsNaN", [p]), b.scalar(0.0), p])
+    o = b.op("MatMul", [p, v4])
+    ot = b.op("Transpose", [o], perm=[0, 2, 1, 3])
+    merge = b.pick(["zeros", "zeros", "static", "flat"])
+    if merge == "flat":
+        y = b.op("Reshape", [ot, b.ints([-1, d_model])])
+        b.output(y)
+        b.trap("attention-flat-output")
+        y = b.op("Reshape", [y, b.op("Shape", [q3])])
+    else:
+        y = b.op("Reshape", [ot, b.ints([0, 0, d_model] if merge == "zeros" else [0, 0, -1])])
+    return y if d == d_model else _proj(b, y, d_model, d, b.p(0.5))   # o_proj back to the hidden width
+
+
+def motif_gqa(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    return motif_attention(b, x, shape, opset, gqa=True)
+
+
+HIDDEN_MOTIFS = {
+    "layer_norm": motif_layer_norm, "rms_norm": motif_rms_norm, "gelu": motif_gelu,
+    "skip_norm": motif_skip_norm, "gemm": motif_gemm, "linear3d": motif_linear3d, "rope": motif_rope,
+    "attention": motif_attention, "gqa": motif_gqa,
+}
+# attention and norms carry most rules: draw them more often
+WEIGHTS = {"layer_norm": 2, "rms_norm": 2, "gelu": 2, "skip_norm": 2, "gemm": 1, "linear3d": 1,
+           "rope": 1, "attention": 4, "gqa": 3}
+
+
+# --- standalone motifs (own inputs; small or odd shapes) --------------------------------------
+
+
+def standalone_gelu_small(b: Builder, opset: int) -> None:
+    """GELU on a tensor of rank 0, 1 or 2 whose constants may have a higher rank: the output
+    shape is the broadcast of both ((): a [1] constant makes it (1,))."""
+    rank = b.pick([0, 0, 1, 1, 2])
+    shape = [b.pick([1, 3])] * rank
+    x = b.input(shape, stem="xs")
+    b.trap(f"gelu-rank{rank}")
+    y = _gelu_body(b, x, b.pick(["erf", "tanh", "quick"]), False)
+    b.output(y)
+
+
+def standalone_layer_norm_rank(b: Builder, opset: int) -> None:
+    """LayerNorm over the last axis of a 2-D or 4-D tensor."""
+    rank = b.pick([2, 4])
+    d = b.pick([4, 8])
+    shape = [b.dim("n", (1, 3))] + [b.pick([2, 3])] * (rank - 2) + [d]
+    x = b.input(shape, stem="xr")
+    y = motif_layer_norm(b, x, shape, opset, True) if b.p(0.5) else motif_rms_norm(b, x, shape, opset)
+    b.output(y)
+
+
+STANDALONE = {"gelu_small": standalone_gelu_small, "norm_rank": standalone_layer_norm_rank}
+
+
+def make_case(seed: int) -> Case:
+    rng = np.random.default_rng(seed)
+    dtype = F16 if rng.random() < 0.15 else F32
+    b = Builder(rng, dtype)
+    opset = int(b.pick([17, 18, 18, 20, 23]))
+    if dtype == F16:
+        b.trap("fp16")
+    motifs: list[str] = []
+    if b.p(0.85):
+        bsz = b.dim("batch", (1, 2, 3), 0.6)
+        seq = b.dim("seq", (1, 1, 2, 3, 5, 8), 0.6)
+        d = int(b.pick([8, 16, 24, 32, 64]))
+        shape = [bsz, seq, d]
+        h = b.input(shape, stem="hidden")
+        names = list(WEIGHTS)
+        w = np.array([WEIGHTS[n] for n in names], dtype=float)
+        n_motifs = int(b.pick([1, 1, 2, 2, 3]))
+        for _ in range(n_motifs):
+            name = names[int(rng.choice(len(names), p=w / w.sum()))]
+            motifs.append(name)
+            h = HIDDEN_MOTIFS[name](b, h, shape, opset)
+            if b.p(0.15):
+                b.output(h)
+        b.output(h)
+    for name, fn in STANDALONE.items():
+        if not motifs or b.p(0.15):
+            motifs.append(name)
+            fn(b, opset)
+    outputs = [oh.make_tensor_value_info(o, 0, None) for o in b.outputs]
+    graph = oh.make_graph(b.nodes, f"fuzz_{seed}", b.inputs, outputs, initializer=b.inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
+    model = _declare_outputs(model, b)
+    return Case(seed, model, b.feeds, motifs, b.traps)
+
+
+def _declare_outputs(model: onnx.ModelProto, b: Builder) -> onnx.ModelProto:
+    """Give graph outputs the types shape inference finds; sometimes leave the shape off."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    by_name = {v.name: v for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    del model.graph.output[:]
+    for name in b.outputs:
+        vi = by_name.get(name)
+        out = onnx.ValueInfoProto()
+        if vi is not None and vi.type.tensor_type.elem_type:
+            out.CopyFrom(vi)
+            if b.p(0.2):   # rank only: the dims unknown (the checker wants a shape field)
+                for d in out.type.tensor_type.shape.dim:
+                    d.Clear()
+        else:
+            out = oh.make_tensor_value_info(name, b.dtype, None)
+        out.name = name
+        model.graph.output.append(out)
+    return model
