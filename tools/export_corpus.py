@@ -1,0 +1,549 @@
+"""Export the fusion corpus: tiny transformers models in the styles users export, into tests/data/corpus/.
+
+Each file is `<arch>__<style>__<weights>.onnx`; tests/data/corpus/manifest.json records how it was
+made (config, class, exporter and versions, opset, inputs/outputs with dims, features, sha256, bytes,
+the ONNX Runtime check) and, under "failed", what could not be exported with a one-line reason.
+
+Architectures: tools/corpus_specs.py. Styles:
+  dyn_mask       torch.onnx.export(dynamo=True), dynamic batch/sequence, attention_mask where taken
+  static_nomask  dynamo, static shapes, no attention_mask
+  kv             dynamo, decoders with a KV cache (past_key_values.N.key/value in, present.N.* out)
+  optimum        optimum-cli export onnx in /work/venvs/optimum (tools/optimum_venv.sh): models are
+                 built there from the same config and saved locally; nothing comes from the Hub
+  torchscript    torch.onnx.export(dynamo=False), opset 17, dynamic axes
+Weights: "trained" (every constant-initialised parameter, norm scales and biases perturbed; seeded)
+for every style; "default" (plain seeded init) for dyn_mask.
+
+Node metadata (the dynamo exporter's stack traces) and doc strings are stripped to keep the
+corpus small; the graph is otherwise what the exporter wrote. Every file is loaded and run in ONNX
+Runtime (CPU) on inputs built from the manifest, and compared with torch for our own exports.
+
+    python tools/export_corpus.py [--only ARCH ...] [--styles STYLE ...] [--weights W ...] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus_specs import SPECS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "tests/data/corpus"
+OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
+STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript")
+SEED = 0
+BATCH, SEQ, PAST = 2, 8, 5
+# example sizes for symbolic dims, by the names dynamo (ours) and Optimum give them
+DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_length": SEQ,
+              "past_sequence": PAST, "past_sequence_length": PAST, "total_sequence": PAST + SEQ,
+              "encoder_sequence_length": SEQ}
+
+
+def _one_line(exc: BaseException) -> str:
+    while exc.__cause__ is not None:  # the exporters wrap the real reason
+        exc = exc.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+# ---- models ---------------------------------------------------------------------------------
+
+def perturb(model, seed: int = SEED) -> list[str]:
+    """Trained-like weights: every bias -> 0.1*randn, every parameter initialised to a constant
+    (norm scales, layer scales, zero-init vectors) -> c + 0.1*randn. Returns the names touched."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    touched = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not p.is_floating_point():
+                continue
+            noise = torch.randn(p.shape, generator=g)
+            flat = p.detach().reshape(-1)
+            if name.endswith("bias"):
+                p.copy_(0.1 * noise)
+            elif flat.numel() and bool(torch.all(flat == flat[0])):
+                p.copy_(flat[0] + 0.1 * noise)
+            else:
+                continue
+            touched.append(name)
+    return touched
+
+
+def build_model(arch: str, weights: str):
+    import torch
+    import transformers as tf
+
+    spec = SPECS[arch]
+    torch.manual_seed(SEED)
+    config = getattr(tf, spec["config_class"])(**spec["config"])
+    model = getattr(tf, spec["model_class"])(config).eval()
+    touched = perturb(model) if weights == "trained" else []
+    return config, model, touched
+
+
+def _past_shapes(model, ids):
+    """[(key_shape, value_shape)] per layer from a real forward with use_cache (no guessing of
+    kv heads / head_dim per architecture)."""
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True, return_dict=True)
+    return [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in out.past_key_values.layers]
+
+
+class _Wrap:
+    """torch.nn.Module wrappers that take named tensors and return plain tensors."""
+
+    @staticmethod
+    def make(spec, model, style, n_layers):
+        import torch
+
+        kind, part = spec["kind"], spec["part"]
+
+        class Plain(torch.nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, *args):
+                kw = dict(zip(self.names, args))
+                if kind == "decoder":
+                    return self.m(**kw, use_cache=False, return_dict=True).logits
+                target = self.m.get_encoder() if part == "encoder" else self.m
+                return target(**kw, return_dict=True).last_hidden_state
+
+        class WithCache(torch.nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, input_ids, attention_mask, *past):
+                from transformers.cache_utils import DynamicCache
+
+                cache = DynamicCache(config=model.config)
+                for i in range(n_layers):
+                    cache.update(past[2 * i], past[2 * i + 1], i)
+                out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                             use_cache=True, return_dict=True)
+                present = []
+                for layer in out.past_key_values.layers[:n_layers]:
+                    present += [layer.keys, layer.values]
+                return (out.logits, *present)
+
+        return WithCache if style == "kv" else Plain
+
+
+def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
+    """Named example tensors (torch) and their dims (symbolic name or int) for a style."""
+    import torch
+
+    spec = SPECS[arch]
+    cfg = spec["config"]
+    kind = spec["kind"]
+    g = torch.Generator().manual_seed(seed + 1)
+    static = style == "static_nomask"
+    vocab = cfg.get("vocab_size", 128)
+    feeds, dims = {}, {}
+    if kind == "vision":
+        size, ch = cfg["image_size"], cfg["num_channels"]
+        feeds["pixel_values"] = torch.randn(batch, ch, size, size, generator=g)
+        dims["pixel_values"] = [batch if static else "batch", ch, size, size]
+        return feeds, dims
+    if kind == "speech":
+        mels, frames = cfg["num_mel_bins"], 2 * cfg["max_source_positions"]
+        feeds["input_features"] = torch.randn(batch, mels, frames, generator=g)
+        dims["input_features"] = [batch if static else "batch", mels, frames]
+        return feeds, dims
+    bs = [batch, seq] if static else ["batch", "sequence"]
+    feeds["input_ids"] = torch.randint(3, vocab, (batch, seq), generator=g)
+    dims["input_ids"] = bs
+    if static:
+        return feeds, dims
+    if style == "kv":
+        feeds["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.int64)
+        dims["attention_mask"] = ["batch", "total_sequence"]
+        ids = torch.randint(3, vocab, (batch, past), generator=g)
+        for i, (ks, vs) in enumerate(_past_shapes(model, ids)):
+            for kv, shape in (("key", ks), ("value", vs)):
+                name = f"past_key_values.{i}.{kv}"
+                feeds[name] = torch.randn(batch, shape[1], past, shape[3], generator=g)
+                dims[name] = ["batch", shape[1], "past_sequence", shape[3]]
+        return feeds, dims
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    if kind == "encoder" and batch > 1:
+        mask[-1, seq // 2:] = 0  # a padded row: the mask matters
+    feeds["attention_mask"] = mask
+    dims["attention_mask"] = bs
+    if "token_type_ids" in _forward_args(spec) and cfg.get("type_vocab_size", 0) > 1:
+        feeds["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.int64)
+        dims["token_type_ids"] = bs
+    return feeds, dims
+
+
+def _forward_args(spec):
+    import inspect
+
+    import transformers as tf
+
+    return set(inspect.signature(getattr(tf, spec["model_class"]).forward).parameters)
+
+
+def _dynamic_shapes(dims, kv):
+    import torch
+
+    made = {}
+
+    def dim(name):
+        if name not in made:
+            made[name] = torch.export.Dim(name, min=1 if name == "batch" else 2,
+                                          max=64 if name == "batch" else 128)
+        return made[name]
+
+    specs = [{i: dim(d) for i, d in enumerate(ds) if isinstance(d, str)} or None for ds in dims.values()]
+    # the wrappers take (*args) or (input_ids, attention_mask, *past): nest the varargs part
+    return (tuple(specs),) if not kv else (specs[0], specs[1], tuple(specs[2:]))
+
+
+def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
+    import numpy as np
+    import torch
+
+    spec = SPECS[arch]
+    config, model, touched = build_model(arch, weights)
+    n_layers = config.num_hidden_layers
+    feeds, dims = example_inputs(arch, style, model)
+    names = list(feeds)
+    wrapper = _Wrap.make(spec, model, style, n_layers)(names).eval()
+    if spec["kind"] == "decoder":
+        outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+                                if style == "kv" else [])
+    else:
+        outputs = ["last_hidden_state"]
+    args = tuple(feeds[n] for n in names)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if style == "torchscript":
+            axes = {n: {i: d for i, d in enumerate(ds) if isinstance(d, str)} for n, ds in dims.items()}
+            torch.onnx.export(wrapper, args, str(tmp), input_names=names, output_names=outputs,
+                              dynamic_axes=axes, dynamo=False, opset_version=17)
+        else:
+            static = style == "static_nomask"
+            prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
+                                     dynamic_shapes=None if static else _dynamic_shapes(dims, style == "kv"),
+                                     dynamo=True, verbose=False)
+            prog.save(str(tmp), external_data=False)
+    _strip(tmp)
+    # numeric check against torch at the example shape and (dynamic exports) a second shape
+    shapes = [(BATCH, SEQ, PAST)] + ([] if style == "static_nomask" else [(1, 5, 3)])
+    diffs = []
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    for b, s, p in shapes:
+        f, _ = example_inputs(arch, style, model, batch=b, seq=s, past=p, seed=SEED + 7)
+        with torch.no_grad():
+            ref = wrapper(*(f[n] for n in names))
+        ref = ref if isinstance(ref, tuple) else (ref,)
+        got = sess.run(None, {n: f[n].numpy() for n in names})
+        diffs.append(max(float(np.max(np.abs(a - r.numpy()))) for a, r in zip(got, ref)))
+    if not all(d < 1e-3 for d in diffs):
+        raise RuntimeError(f"ONNX Runtime differs from torch: max abs {max(diffs):.3g}")
+    os.replace(tmp, path)
+    import transformers
+
+    exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if style == "torchscript"
+                else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
+                      "dynamic_shapes": style != "static_nomask"})
+    exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    return {"hf_class": spec["model_class"] + (f".get_encoder()" if spec["part"] else ""),
+            "attn_implementation": getattr(config, "_attn_implementation", None),
+            "exporter": exporter, "perturbed_params": len(touched),
+            "torch_check": {"shapes": [list(s) for s in shapes], "max_abs": max(diffs)}}
+
+
+# ---- optimum --------------------------------------------------------------------------------
+
+def _optimum_save(arch: str, weights: str, out_dir: str) -> None:
+    """Runs inside the optimum venv: build the tiny model there and save_pretrained it."""
+    import torch
+    import transformers as tf
+
+    spec = SPECS[arch]
+    torch.manual_seed(SEED)
+    kw = dict(spec["config"])
+    config = getattr(tf, spec["config_class"])(**kw)
+    model = getattr(tf, spec["model_class"])(config).eval()
+    if weights == "trained":
+        perturb(model)
+    model.save_pretrained(out_dir)
+
+
+def export_optimum(arch: str, weights: str, path: Path) -> dict:
+    spec = SPECS[arch]
+    py, cli = OPTIMUM_VENV / "bin/python", OPTIMUM_VENV / "bin/optimum-cli"
+    if not cli.exists():
+        raise RuntimeError(f"no optimum venv at {OPTIMUM_VENV} (run tools/optimum_venv.sh)")
+    task = spec["optimum_task"] or {"decoder": "text-generation-with-past", "encoder": "feature-extraction",
+                                    "vision": "image-feature-extraction"}[spec["kind"]]
+    with tempfile.TemporaryDirectory() as tmpd:
+        hf, onx = Path(tmpd, "hf"), Path(tmpd, "onnx")
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
+        env.pop("VIRTUAL_ENV", None)
+        run = subprocess.run([str(py), __file__, "_optimum_save", arch, weights, str(hf)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        if run.returncode:
+            raise RuntimeError("save_pretrained in the optimum venv: " + _last_error(run.stderr))
+        run = subprocess.run([str(cli), "export", "onnx", "--model", str(hf), "--task", task, str(onx)],
+                             env=env, capture_output=True, text=True, timeout=600)
+        candidates = [onx / n for n in ("model.onnx", "encoder_model.onnx")]
+        src = next((c for c in candidates if c.exists()), None)
+        if run.returncode or src is None:
+            raise RuntimeError("optimum-cli: " + _last_error(run.stderr + run.stdout))
+        if any(p.suffix == ".onnx_data" or p.name.endswith(".data") for p in onx.iterdir()):
+            raise RuntimeError("optimum wrote external data")
+        tmp = path.with_name(f".{path.name}.tmp")
+        shutil.copyfile(src, tmp)
+        _strip(tmp)
+        os.replace(tmp, path)
+        validated = "validated" in (run.stdout + run.stderr).lower()
+        versions = subprocess.run([str(py), "-c", "import importlib.metadata as m, json; print(json.dumps("
+                                   "{p: m.version(p) for p in ('optimum-onnx', 'optimum', 'transformers',"
+                                   " 'torch', 'onnx')}))"], capture_output=True, text=True, env=env).stdout
+    return {"hf_class": spec["model_class"] + (".get_encoder()" if spec["part"] else ""),
+            "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
+                         "versions": json.loads(versions or "{}"), "optimum_validation_ran": validated}}
+
+
+def _last_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errs = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", ln)]
+    return (errs or lines or ["(no output)"])[-1][:300]
+
+
+# ---- checks and manifest --------------------------------------------------------------------
+
+def _strip(path: Path) -> None:
+    import onnx
+
+    proto = onnx.load(str(path))
+    for graph in _graphs(proto.graph):
+        for node in graph.node:
+            del node.metadata_props[:]
+            node.doc_string = ""
+    onnx.save(proto, str(path))
+
+
+def _graphs(graph):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.g.node:
+                yield from _graphs(attr.g)
+            for g in attr.graphs:
+                yield from _graphs(g)
+
+
+def _io(values):
+    from onnx import helper
+
+    out = []
+    for v in values:
+        t = v.type.tensor_type
+        dims = [d.dim_param if d.HasField("dim_param") else (d.dim_value if d.HasField("dim_value") else "?")
+                for d in t.shape.dim]
+        out.append({"name": v.name, "dtype": helper.tensor_dtype_to_np_dtype(t.elem_type).name, "dims": dims})
+    return out
+
+
+def dim_value(d, values=None):
+    """An int for a manifest dim: ints stay, names and sums of names ('past_sequence_length +
+    sequence_length') take the example sizes."""
+    values = values or DIM_VALUES
+    if isinstance(d, int):
+        return d
+    total = 0
+    for term in str(d).split("+"):
+        term = term.strip()
+        if term.isdigit():
+            total += int(term)
+        elif term in values:
+            total += values[term]
+        else:
+            raise KeyError(f"unknown dim {d!r}")
+    return total
+
+
+def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict:
+    """NumPy example inputs for a manifest entry: ids inside the vocabulary, masks of ones, positions
+    after the past, floats from a normal distribution."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for inp in entry["inputs"]:
+        name, shape = inp["name"], [dim_value(d) for d in inp["dims"]]
+        if "mask" in name:
+            feeds[name] = np.ones(shape, dtype=inp["dtype"])
+        elif name == "position_ids":
+            feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum")
+                                                                  and entry["kind"] == "decoder" else 0),
+                                          shape).astype(inp["dtype"])
+        elif inp["dtype"].startswith("int"):
+            feeds[name] = (np.zeros(shape) if "type" in name else rng.integers(3, vocab, shape)).astype(inp["dtype"])
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(inp["dtype"])
+    return feeds
+
+
+def ort_check(path: Path, entry: dict) -> dict:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = feeds_from_manifest(entry, entry["vocab_size"] or 128)
+    outs = sess.run(None, feeds)
+    import numpy as np
+
+    if not all(np.isfinite(o).all() for o in outs if o.dtype.kind == "f"):
+        raise RuntimeError("ORT outputs are not finite")
+    return {"ran": True, "ort": ort.__version__, "output_shapes": [list(o.shape) for o in outs]}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> dict:
+    import onnx
+
+    spec = SPECS[arch]
+    cfg = spec["config"]
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto)
+    opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
+    g = lambda *ks: next((cfg[k] for k in ks if k in cfg), None)  # noqa: E731
+    entry = {
+        "file": path.name, "arch": arch, "kind": spec["kind"], "style": style, "weights": weights,
+        "model_type": spec["model_type"], "ort_model_type": spec["ort_model_type"],
+        "config_class": spec["config_class"], "config": cfg,
+        "num_layers": g("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers"),
+        "num_heads": g("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads"),
+        "num_kv_heads": (1 if cfg.get("multi_query") else g("num_key_value_heads", "num_attention_heads",
+                                                            "n_head", "n_heads", "num_heads",
+                                                            "encoder_attention_heads")),
+        "hidden_size": g("hidden_size", "n_embd", "d_model", "dim"),
+        "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder") else None,
+        "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
+                                        "static_nomask": ["static-shapes"],
+                                        "kv": ["dynamic-shapes", "kv-cache"],
+                                        "optimum": ["dynamic-shapes", "torchscript-exporter"]
+                                        + (["kv-cache"] if spec["kind"] == "decoder" else []),
+                                        "torchscript": ["dynamic-shapes", "torchscript-exporter"]}[style],
+        "opset": opsets.get("ai.onnx"), "opset_imports": opsets,
+        "inputs": _io(proto.graph.input), "outputs": _io(proto.graph.output),
+        "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
+        "seed": SEED, "postprocess": "node metadata_props and doc_string stripped",
+    }
+    entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or entry["hidden_size"] // entry["num_heads"]
+    entry.update(extra)
+    entry["ort_check"] = ort_check(path, entry)
+    return entry
+
+
+def plan(archs, styles, weights_list):
+    for arch in archs:
+        kind = SPECS[arch]["kind"]
+        for style in styles:
+            if style == "kv" and kind != "decoder":
+                continue
+            for weights in weights_list:
+                if weights == "default" and style != "dyn_mask":
+                    continue
+                yield arch, style, weights
+
+
+def _record(path: Path, name: str, entry: dict | None, reason: str | None) -> dict:
+    """Merge one result into the manifest under a file lock (several shards may run at once)."""
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock"):
+        manifest = json.loads(path.read_text()) if path.exists() else {}
+        manifest["about"] = ("Made by tools/export_corpus.py; file names <arch>__<style>__<weights>.onnx. "
+                             "'failed' holds the exports that could not be made, with the reason.")
+        manifest["example_dims"] = DIM_VALUES
+        files, failed = manifest.setdefault("files", {}), manifest.setdefault("failed", {})
+        if entry is None:
+            files.pop(name + ".onnx", None)
+            failed[name] = reason
+        else:
+            failed.pop(name, None)
+            files[name + ".onnx"] = entry
+        manifest["files"], manifest["failed"] = dict(sorted(files.items())), dict(sorted(failed.items()))
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+        os.replace(tmp, path)
+    return manifest
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_optimum_save"]:
+        _optimum_save(*argv[1:4])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--only", nargs="*", default=None, help="architectures (default: all)")
+    ap.add_argument("--styles", nargs="*", default=list(STYLES), choices=STYLES)
+    ap.add_argument("--weights", nargs="*", default=["trained", "default"], choices=["trained", "default"])
+    ap.add_argument("--list", action="store_true", help="print the planned files and exit")
+    ns = ap.parse_args(argv)
+    unknown = sorted(set(ns.only or ()) - set(SPECS))
+    if unknown:
+        print(f"error: unknown architecture(s) {', '.join(unknown)}; known: {', '.join(SPECS)}", file=sys.stderr)
+        return 2
+    todo = list(plan(ns.only or list(SPECS), ns.styles, ns.weights))
+    if ns.list:
+        for arch, style, weights in todo:
+            print(f"{arch}__{style}__{weights}.onnx")
+        return 0
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    mpath = out / "manifest.json"
+    manifest = {"files": {}, "failed": {}}
+    for arch, style, weights in todo:
+        name = f"{arch}__{style}__{weights}"
+        path = out / f"{name}.onnx"
+        try:
+            extra = export_optimum(arch, weights, path) if style == "optimum" else \
+                export_torch(arch, style, weights, path)
+            entry = make_entry(arch, style, weights, path, extra)
+        except Exception as exc:  # one failure must not stop the corpus: it is recorded
+            reason = _one_line(exc)
+            print(f"{name}: FAILED {reason}", flush=True)
+            path.unlink(missing_ok=True)
+            path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
+            manifest = _record(mpath, name, None, reason)
+            continue
+        print(f"{name}: {entry['nodes']} nodes, {entry['bytes'] / 1e3:.0f} kB, opset {entry['opset']}", flush=True)
+        manifest = _record(mpath, name, entry, None)
+    total = sum(e["bytes"] for e in manifest["files"].values())
+    print(f"corpus: {len(manifest['files'])} files, {total / 1e6:.1f} MB, {len(manifest['failed'])} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
