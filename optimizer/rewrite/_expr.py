@@ -160,6 +160,41 @@ def _list(ctx, x) -> list:
     return list(x)
 
 
+def _const_array(x, fn: str) -> np.ndarray:
+    if isinstance(x, ir.Value):
+        raise EvalFailure(f"{fn}() needs an array; use value() on a graph value first")
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        raise EvalFailure(f"{fn}() of a non-numeric value")
+    return arr
+
+
+def _slice_axis(ctx, x, axis, start=None, end=None, step=None) -> np.ndarray:
+    """``x`` sliced along one axis, as NumPy's ``x[..., start:end:step, ...]`` (a view, no copy)."""
+    arr = _const_array(x, "slice_axis")
+    axis = _int(ctx, axis)
+    if not -arr.ndim <= axis < arr.ndim:
+        raise EvalFailure(f"slice_axis(): axis {axis} out of range for rank {arr.ndim}")
+    key = [slice(None)] * arr.ndim
+    key[axis] = slice(*(None if v is None else _int(ctx, v) for v in (start, end, step)))
+    return arr[tuple(key)]
+
+
+def _allclose(ctx, a, b, rtol=1e-5, atol=1e-6) -> bool:
+    """Element-wise closeness of two arrays (broadcast); False when they cannot broadcast."""
+    a, b = _const_array(a, "allclose"), _const_array(b, "allclose")
+    try:
+        np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        return False
+    return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=float(rtol), atol=float(atol)))
+
+
+def _reshape(ctx, x, shape) -> np.ndarray:
+    arr = _const_array(x, "reshape")
+    return arr.reshape([_int(ctx, d) for d in _list(ctx, shape)])
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "rank": _rank,
     "shape": _shape,
@@ -185,6 +220,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "prod": lambda ctx, x: int(np.prod(x)) if all(isinstance(i, (int, np.integer)) for i in x) else float(np.prod(x)),
     "round": lambda ctx, x, n=0: round(x, n),
     "array": _array,
+    "slice_axis": _slice_axis,
+    "allclose": _allclose,
+    "reshape": _reshape,
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
 }
 
