@@ -85,10 +85,12 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
     stages = [Stage("shape-inference", keep((ShapeInferencePass(),)), fixed_point=False),
               Stage("cleanup", keep(cleanup_passes()))]
     if level >= 2:
-        from onnx_fuse.rewrite import RewritePass, load_rule_set
+        from onnx_fuse.rewrite import load_rule_set
+        from onnx_fuse.targets.onnx import OpsetOnDemandRewritePass
 
-        # The target prepares the model for its rules (e.g. the onnx target raises the opset to
-        # the one its fused standard ops need) and fixes up what they emitted afterwards.
+        # The target prepares the model for its rules and fixes up what they emitted afterwards.
+        # The rules themselves run through OpsetOnDemandRewritePass: a model is raised to opset 23
+        # only when a rule that needs it fires (docs/rules.md, "Targets, levels, opsets").
         target_module = importlib.import_module(f"onnx_fuse.targets.{target}")
         pre = tuple(target_module.pre_fusion_passes(level))
         post = tuple(target_module.post_fusion_passes(level))
@@ -97,7 +99,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         rule_set = load_rule_set(target=target, max_level=level, user_files=rule_files,
                                  disable=[d for d in disable if d not in pass_names])
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
-        stages.append(Stage("fusion", (RewritePass(rule_set),), fixed_point=False))
+        stages.append(Stage("fusion", (OpsetOnDemandRewritePass(rule_set),), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))
         stages.append(Stage("cleanup", keep(cleanup_passes())))
     elif unknown := [d for d in disable if d not in pass_names]:

@@ -38,8 +38,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     ep.add_argument("--json", action="store_true", help="print the results as JSON")
     ep.add_argument("--raw", action="store_true",
                     help="match the model as loaded (by default it is prepared as optimize prepares it "
-                         "for the rules: shape inference, cleanup, the target's passes such as its "
-                         "opset upgrade)")
+                         "for the rules: shape inference, cleanup, the target's passes, and the opset "
+                         "upgrade when the rule needs a newer opset)")
     return p
 
 
@@ -118,6 +118,11 @@ def _explain(args) -> int:
                             f"(its targets: {', '.join(rule.targets)})")
         # the passes before the rules (and the rule's level) as `optimize -O LEVEL --target T` runs them
         model = prepare_for_fusion(args.model, level=max(rule.level, 2), target=target, rules=args.rules)
+        if rule.opset_min is not None:
+            # optimize raises the opset on demand when a rule like this one fires (targets/onnx.py)
+            from onnx_fuse.targets.onnx import UpgradeOpsetPass
+
+            UpgradeOpsetPass(rule.opset_min)(model)
     results = explain(model, rs, args.rule, node=args.node)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))

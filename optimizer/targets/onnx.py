@@ -1,18 +1,26 @@
 """Target ``onnx``: standard ONNX ops only (LayerNormalization-17, Gelu-20, RMSNormalization-23,
 RotaryEmbedding-23, Attention-23), which ONNX Runtime 1.32 CPU runs.
 
-Facts: the default-domain opset the emitted ops need (23) and the pass that raises a model to it
-before fusion (``UpgradeOpsetPass``, also used by the ort and trt targets). The rule packs gate
-their opset-23 rules with ``opset: {min: 23}``; a model that cannot be converted keeps its opset
-and simply gets fewer fusions.
+Facts: the default-domain opset the emitted ops need (23), the conversion that raises a model to
+it (``upgraded_copy`` / ``UpgradeOpsetPass``) and the fusion pass of every target,
+``OpsetOnDemandRewritePass``, which upgrades only when an emitted op needs it.
+
+Opset policy (all targets): the rule packs gate their opset-23 rules with ``opset: {min: 23}``.
+A model older than that is converted only when one of those rules then fires; a model on which
+none fires keeps its own opset (the rules run on it as it is). A model that cannot be converted
+keeps its opset and simply gets fewer fusions, with the reason in the report. Nothing is ever
+converted down.
 """
 
 from __future__ import annotations
+
+import collections
 
 import onnx
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.rewrite import RewritePass
 from onnx_fuse.structure_check import (check_structure, restore_placeholders, skeleton_from_ir,
                                        skeleton_from_proto)
 
@@ -27,13 +35,35 @@ def default_opset(model: ir.Model) -> int | None:
     return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
 
 
-class UpgradeOpsetPass(FusePass):
-    """Raise the model's default-domain opset to ``target`` with onnx's version converter.
+def upgraded_copy(model: ir.Model, target: int = FUSION_OPSET) -> ir.Model:
+    """A new model: ``model`` converted to default-domain opset ``target`` with onnx's version
+    converter. It shares the weights (external tensors are not read). Raises ValueError (or the
+    converter's error) when some op has no adapter or the result would differ in interface."""
+    # Weights travel as placeholders: converting never needs their bytes, and copying a
+    # BERT-base worth of them through protobuf twice cost seconds.
+    proto = skeleton_from_ir(model, placeholders=True)
+    converted = onnx.version_converter.convert_version(proto, target)
+    changed = _interface_change(proto, converted)
+    if changed:
+        raise ValueError(f"the conversion would change the model's interface: {changed}")
+    _restore_value_info(proto, converted)
+    check_structure(skeleton_from_proto(converted))
+    new = ir.serde.deserialize_model(converted)
+    restore_placeholders(new, model)
+    return new
 
-    Runs only where the model is older and every op converts; the converted graph replaces the
-    old one in place (weights stay where they were: external tensors are not read). Models
-    already at or above ``target``, or that fail to convert or to check, are left unchanged with
-    the reason in ``stats_reason``.
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+class UpgradeOpsetPass(FusePass):
+    """Raise the model's default-domain opset to ``target`` in place (``upgraded_copy``).
+
+    Models already at or above ``target``, or that fail to convert or to check, are left
+    unchanged with the reason in ``stats_reason``. The pipeline itself converts on demand
+    (``OpsetOnDemandRewritePass``); this pass serves ``rules explain`` and tests.
     """
 
     name = "upgrade-opset"
@@ -49,26 +79,61 @@ class UpgradeOpsetPass(FusePass):
         if current is None or current >= self.target:
             return ir.passes.PassResult(model, False)
         try:
-            # Weights travel as placeholders: converting never needs their bytes, and copying a
-            # BERT-base worth of them through protobuf twice cost seconds.
-            proto = skeleton_from_ir(model, placeholders=True)
-            converted = onnx.version_converter.convert_version(proto, self.target)
-            changed = _interface_change(proto, converted)
-            if changed:
-                raise ValueError(f"the conversion would change the model's interface: {changed}")
-            _restore_value_info(proto, converted)
-            check_structure(skeleton_from_proto(converted))
-            new = ir.serde.deserialize_model(converted)
-            restore_placeholders(new, model)
+            new = upgraded_copy(model, self.target)
         except Exception as exc:  # the converter lacks an adapter, or its output is invalid
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.stats_reason = f"kept opset {current}: cannot convert to {self.target} ({first[:200]})"
+            self.stats_reason = f"kept opset {current}: cannot convert to {self.target} ({_first_line(exc)})"
             return ir.passes.PassResult(model, False)
-        model.graph = new.graph
-        model.functions.clear()
-        model.functions.update(new.functions)
+        _adopt(model, new)
         self.stats[f"opset {current}->{self.target}"] += 1
         return ir.passes.PassResult(model, True)
+
+
+def _adopt(model: ir.Model, new: ir.Model) -> None:
+    model.graph = new.graph
+    model.functions.clear()
+    model.functions.update(new.functions)
+
+
+class OpsetOnDemandRewritePass(RewritePass):
+    """The rule packs, with the model raised to ``FUSION_OPSET`` only when an emitted op needs it.
+
+    A model older than the opset some rules require (``opset: {min: N}``) is converted on a copy
+    and the rules run there first. The copy is kept when a rule that needed the newer opset fired
+    on it: the result is then what the rules give on the upgraded model. Otherwise the copy is
+    dropped and the rules run on the model at its own opset. Models at or above the opset, and
+    rule sets without such rules, take the single ordinary run. The cost of the second run is
+    paid only by old models on which no opset-gated rule fires.
+    """
+
+    def __init__(self, rule_set, *, fusion_opset: int = FUSION_OPSET, **kwargs) -> None:
+        super().__init__(rule_set, **kwargs)
+        self.fusion_opset = fusion_opset
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        current = default_opset(model)
+        gated = {r.name for r in self.rule_set.ordered()
+                 if r.opset_min is not None and current is not None and r.opset_min > current}
+        if not gated or current is None or current >= self.fusion_opset:
+            return super().call(model)
+        try:
+            trial = upgraded_copy(model, self.fusion_opset)
+        except Exception as exc:
+            result = super().call(model)
+            note = f"kept opset {current}: cannot convert to {self.fusion_opset} ({_first_line(exc)})"
+            self.stats_reason = "; ".join(x for x in (note, self.stats_reason) if x)
+            return result
+        before = collections.Counter(self.stats)
+        result = super().call(trial)
+        fired = {name for name, n in (self.stats - before).items() if n > 0}
+        if fired & gated:
+            _adopt(model, trial)
+            note = (f"opset {current}->{self.fusion_opset} for "
+                    f"{', '.join(sorted(fired & gated))}")
+            self.stats_reason = "; ".join(x for x in (note, self.stats_reason) if x)
+            return ir.passes.PassResult(model, True)
+        self.stats.clear()
+        self.stats.update(before)
+        return super().call(model)
 
 
 def _interface_change(before: onnx.ModelProto, after: onnx.ModelProto) -> str:
@@ -97,8 +162,8 @@ def _restore_value_info(before: onnx.ModelProto, after: onnx.ModelProto) -> None
 
 
 def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
-    """Passes to run right before the rule packs (level >= 2)."""
-    return [UpgradeOpsetPass(FUSION_OPSET)] if level >= 2 else []
+    """Passes to run right before the rule packs: none (the opset is raised on demand)."""
+    return []
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:

@@ -2,16 +2,16 @@
 GroupQueryAttention, SkipLayerNormalization, SkipSimplifiedLayerNormalization, BiasGelu, FastGelu,
 QuickGelu, RotaryEmbedding) plus standard ops, for ONNX Runtime 1.32.
 
-Facts: the contrib domain and its opset, and the default-domain opset raised before fusion
-(standalone RMSNorm has no contrib form that the ONNX checker accepts, so it becomes
-RMSNormalization-23, which ORT 1.32 runs on the CPU).
+Facts: the contrib domain and its opset. Standalone RMSNorm has no contrib form that the ONNX
+checker accepts, so it becomes RMSNormalization-23 (ORT 1.32 runs it on the CPU); that is the
+case where an ort-target model is raised to opset 23 (on demand: targets/onnx.py).
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.targets.onnx import FUSION_OPSET, UpgradeOpsetPass
+from onnx_fuse.targets.onnx import FUSION_OPSET
 
 NAME = "ort"
 CONTRIB_DOMAIN = "com.microsoft"
@@ -19,7 +19,7 @@ DOMAINS = {"": FUSION_OPSET, CONTRIB_DOMAIN: 1}
 
 
 def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
-    return [UpgradeOpsetPass(FUSION_OPSET)] if level >= 2 else []
+    return []  # the opset is raised on demand by the fusion pass (targets/onnx.py)
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
-from onnx_fuse.targets.onnx import FUSION_OPSET, UpgradeOpsetPass
+from onnx_fuse.targets.onnx import FUSION_OPSET
 
 NAME = "trt"
 PLUGIN_DOMAIN = "onnx_fuse"
@@ -49,7 +49,7 @@ class PluginAttributesPass(FusePass):
 
 
 def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
-    return [UpgradeOpsetPass(FUSION_OPSET)] if level >= 2 else []
+    return []  # the opset is raised on demand by the fusion pass (targets/onnx.py)
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:

@@ -70,9 +70,36 @@ def test_upgrade_opset_refuses_what_it_cannot_convert():
 def test_targets_expose_the_same_small_interface():
     for t in (onnx_target, ort_target, trt_target):
         assert t.DOMAINS[""] == 23
-        assert [type(p).__name__ for p in t.pre_fusion_passes(2)] == ["UpgradeOpsetPass"]
-        assert t.pre_fusion_passes(1) == [] and t.post_fusion_passes(1) == []
+        assert t.pre_fusion_passes(2) == [] and t.pre_fusion_passes(1) == []  # opset: on demand
+        assert t.post_fusion_passes(1) == []
     assert ort_target.DOMAINS["com.microsoft"] == 1 and trt_target.DOMAINS["onnx_fuse"] == 1
+
+
+@pytest.mark.parametrize("model_name, target, opset", [
+    ("bert_sdpa_dynamo", "ort", 20),        # contrib ops only: the model keeps its opset
+    ("gpt2_eager_torchscript", "ort", 17),
+    ("bert_sdpa_dynamo", "onnx", 23),       # Attention-23 fired: raised
+    ("llama_sdpa_dynamo", "ort", 23),       # RMSNormalization-23 fired: raised
+])
+def test_opset_is_raised_only_when_an_emitted_op_needs_it(model_name, target, opset):
+    from onnx_fuse import optimize
+
+    result = optimize(str(MODELS / f"{model_name}.onnx"), level=3, target=target)
+    assert onnx_target.default_opset(result.model) == opset
+    notes = [w for w in result.report.warnings if "->23 for" in w]
+    assert bool(notes) == (opset == 23), result.report.warnings
+    if opset != 23:
+        assert result.report.rule_fires  # the rules did run on the model at its own opset
+
+
+def test_o2_keeps_the_opset_when_nothing_needs_23():
+    """O2 on an opset-13 model with nothing to fuse: no conversion, ops keep their versions."""
+    from onnx_fuse import optimize
+
+    model = _tiny(13)
+    result = optimize(model, level=2, target="ort")
+    assert onnx_target.default_opset(result.model) == 13
+    assert [n.op_type for n in result.model.graph] == ["ReduceMean", "Sub"]
 
 
 def test_trt_plugin_attributes_are_filled_once():
