@@ -34,8 +34,16 @@ class OptimizeResult:
     report: Report
     source: ModelSource | None = None
 
-    def save(self, path: str | os.PathLike, *, external_data: bool | None = None) -> list[Path]:
-        """Save atomically; refuses to overwrite the input model or the weights it reads."""
+    def save(self, path: str | os.PathLike, *, external_data: bool | None = None,
+             force: bool = False) -> list[Path]:
+        """Save atomically; refuses to overwrite the input model or the weights it reads, and
+        refuses a model that failed verification (VerificationError) unless ``force``."""
+        if not self.report.passed and not force:
+            from onnx_fuse.errors import VerificationError
+
+            raise VerificationError(f"{path}: not written: the optimized model failed verification "
+                                    f"({self.report.verify_failure}); save(..., force=True) writes it "
+                                    "anyway")
         if isinstance(self.source, (str, os.PathLike)):
             if Path(path).resolve() == Path(self.source).resolve():
                 raise UserError(f"{path}: output would overwrite the input model; choose another name")
@@ -147,7 +155,8 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
         from onnx_fuse.verify import verify as run_verify
 
         t3 = time.perf_counter()
-        original = load_model(model)
+        # A path is handed over as it is: ORT then reads its weights from their files.
+        original = model if isinstance(model, (str, os.PathLike)) else load_model(model)
         candidate, tol = work, {}
         if precision:
             from onnx_fuse.passes.precision import VERIFY_TOLERANCE, emulate_bf16

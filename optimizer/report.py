@@ -87,7 +87,32 @@ class Report:
 
     @property
     def passed(self) -> bool:
+        """False only when verification ran and failed (exit 1); see ``status``."""
         return self.verify is None or bool(self.verify.get("passed"))
+
+    @property
+    def status(self) -> str:
+        """PASSED or FAILED when verification ran; NOT VERIFIED when it did not."""
+        if self.verify is None or self.verify.get("skipped"):
+            return "NOT VERIFIED"
+        return "PASSED" if self.passed else "FAILED"
+
+    @property
+    def status_reason(self) -> str:
+        if self.verify is None:
+            return "verification not requested (--verify / verify=True)"
+        if self.verify.get("skipped"):
+            return self.verify["skipped"]
+        return "" if self.passed else self.verify_failure
+
+    @property
+    def verify_failure(self) -> str:
+        """One line: why verification failed ("" when it did not)."""
+        if self.verify is None or self.passed:
+            return ""
+        from onnx_fuse.verify import failure_summary
+
+        return failure_summary(self.verify)
 
     def pass_summary(self) -> list[dict[str, Any]]:
         """Pass records merged by name: runs, changes, seconds, node delta and stats."""
@@ -119,7 +144,8 @@ class Report:
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
             "verify": self.verify,
             "warnings": self.warnings,
-            "status": "PASSED" if self.passed else "FAILED",
+            "status": self.status,
+            "status_reason": self.status_reason,
         }
 
     def write_json(self, path: str | os.PathLike) -> None:
@@ -155,12 +181,20 @@ class Report:
                         [(name, str(n)) for name, n in self.rule_fires.items()], right=("fires",))
         for w in self.warnings:
             console.print(f"[yellow]warning:[/yellow] {escape(w)}", soft_wrap=True)
-        if self.verify is not None:
+        if self.verify is not None and self.verify.get("outputs"):
             print_table(console, f"verify (atol={self.verify['atol']}, rtol={self.verify['rtol']})",
                         ("output", "max abs", "max rel", "mean abs", "ok"),
                         [(o["name"], f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}", f"{o['mean_abs']:.3g}",
                           "yes" if o["passed"] else "NO") for o in self.verify["outputs"]],
                         right=("max abs", "max rel", "mean abs", "ok"))
+        if self.verify is not None:
             for note in self.verify.get("notes", []):
                 console.print(f"note: {escape(note)}", soft_wrap=True)
-        console.print("[bold green]PASSED[/bold green]" if self.passed else "[bold red]FAILED[/bold red]")
+            rw = self.verify.get("rewrites")
+            if rw:
+                console.print(f"rewrites checked one by one: {rw['checked']} checked, "
+                              f"{rw['unchecked']} unchecked, {rw['rolled_back']} rolled back",
+                              soft_wrap=True)
+        style = {"PASSED": "bold green", "FAILED": "bold red"}.get(self.status, "bold yellow")
+        reason = f": {escape(self.status_reason)}" if self.status_reason else ""
+        console.print(f"[{style}]{self.status}[/{style}]{reason}", soft_wrap=True)

@@ -179,7 +179,10 @@ def _random_value(v: ir.Value, shape: list[int], consumers: list[tuple[ir.Node, 
         if bound is not None:
             return rng.integers(0, max(bound, 1), size=shape, dtype=dtype)
         if "mask" in lname:
-            return np.ones(shape, dtype)
+            arr = np.ones(shape, dtype)
+            if arr.ndim >= 2 and arr.shape[0] > 1 and arr.shape[-1] > 1:
+                arr[-1, arr.shape[-1] // 2:] = 0   # one padded row, as verify feeds
+            return arr
         if ("position" in lname or "pos" in lname) and shape:
             return np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
         return rng.integers(0, 4, size=shape, dtype=dtype)
@@ -234,11 +237,22 @@ class _Canon:
         return self.names[k]
 
 
+#: Canonical ops (internal, docs/ops.md) run here as the standard op with their semantics:
+#: Attention/AttentionKV on [B,H,S,D] tensors are Attention-23 with scale and softcap.
+_CANONICAL_DOMAIN = "onnx_fuse.canonical"
+_CANONICAL_AS = {"Attention": "Attention", "AttentionKV": "Attention"}
+_CANONICAL_ATTRS = ("scale", "softcap")
+_CANONICAL_OPSET = 23
+
+
 def _node_proto(op: Any, canon: _Canon, idx: int, attrs_proto: Sequence[onnx.AttributeProto],
                 inputs: Sequence[Any], outputs: Sequence[Any]) -> onnx.NodeProto:
     node = onnx.NodeProto()
     node.op_type = op.op_type
     node.domain = "" if op.domain in ("", "ai.onnx") else op.domain
+    if node.domain == _CANONICAL_DOMAIN and op.op_type in _CANONICAL_AS:
+        node.op_type, node.domain = _CANONICAL_AS[op.op_type], ""
+        attrs_proto = [a for a in attrs_proto if a.name in _CANONICAL_ATTRS]
     node.name = f"n{idx}"
     node.input.extend("" if v is None else canon(v) for v in inputs)
     node.output.extend("" if v is None or (isinstance(v, ir.Value) and not v.name) else canon(v)
@@ -276,6 +290,7 @@ def _build(nodes: list[tuple[str, Any]], outputs: Sequence[Any], out_types: Sequ
     canon = _Canon()
     protos = [_old_node(n, canon, i) if kind == "old" else _new_node(n, canon, i)
               for i, (kind, n) in enumerate(nodes)]
+    out_names = [canon(o) for o in outputs]   # an output may be a boundary value itself (y = x)
     produced = {o for p in protos for o in p.output if o}
     graph_inputs, inits, feeds = [], [], {}
     for k, name in list(canon.names.items()):
@@ -292,9 +307,13 @@ def _build(nodes: list[tuple[str, Any]], outputs: Sequence[Any], out_types: Sequ
             name, onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
         feeds[name] = arr
     outs, node_list = [], list(protos)
-    for i, (o, t) in enumerate(zip(outputs, out_types)):
-        node_list.append(onnx.helper.make_node("Identity", [canon(o)], [f"out{i}"], name=f"out{i}"))
+    for i, (o, t) in enumerate(zip(out_names, out_types)):
+        node_list.append(onnx.helper.make_node("Identity", [o], [f"out{i}"], name=f"out{i}"))
         outs.append(onnx.helper.make_tensor_value_info(f"out{i}", int(t), None))
+    opsets = dict(opsets)
+    if any(p.op_type == "Attention" and p.domain == "" for p in protos):
+        opsets[""] = max(opsets.get("", 0), _CANONICAL_OPSET)
+        opsets.pop(_CANONICAL_DOMAIN, None)
     graph = onnx.helper.make_graph(node_list, "local_check", graph_inputs, outs, inits)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(d, v)
                                                          for d, v in opsets.items()])
@@ -344,10 +363,10 @@ def _boundary(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any], new_output
     return boundary, consumers
 
 
-_CONE_LIMIT = 48
+_CONE_LIMIT = 64
 
 
-def _shape_cone(v: ir.Value) -> list[ir.Node]:
+def _shape_cone(v: ir.Value, *, stop_at_known: bool = False) -> list[ir.Node]:
     """The nodes computing ``v`` back to constants, graph inputs and the inputs of
     Shape/Size (whose data does not matter); empty when that cone is large or holds subgraphs."""
     order: list[ir.Node] = []
@@ -357,6 +376,8 @@ def _shape_cone(v: ir.Value) -> list[ir.Node]:
         n = x.producer()
         if n is None or _const_array(x) is not None or id(n) in seen:
             return True
+        if stop_at_known and x is not v and _known_dims(x) and not (x.dtype and x.dtype.is_integer()):
+            return True   # a leaf fed random data of its known shape
         if len(seen) >= _CONE_LIMIT or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                                            for a in n.attributes.values()):
             return False
@@ -410,12 +431,17 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     # are recomputed from the shapes of the random inputs, so they agree with them.
     boundary, consumers = _boundary(old_nodes, new_nodes, new_outputs)
     pre: list[ir.Node] = []
-    # So are values of unknown shape (cos/sin computed from positions), when their cone is small.
+    # So is every other value whose cone is small (an attention mask built from attention_mask,
+    # cos/sin computed from positions): random data there would not be a mask the model can make,
+    # and rules may rely on what it computes (a causal mask) without matching it.
+    old_ids = {id(n) for n in old_nodes}
     for v in boundary.values():
         if v.producer() is None or _const_array(v) is not None:
             continue
-        if (v.dtype is not None and v.dtype.is_integer()) or not _known_dims(v):
-            pre += [n for n in _shape_cone(v) if n not in pre]
+        cone = _shape_cone(v) or (_shape_cone(v, stop_at_known=True) if not _known_dims(v) else [])
+        if any(id(n) in old_ids for n in cone):
+            continue
+        pre += [n for n in cone if n not in pre]
     if pre:
         boundary, consumers = _boundary([*pre, *old_nodes], new_nodes, new_outputs)
     rng = np.random.default_rng(seed)
