@@ -1,0 +1,213 @@
+"""rules/rope/rotary_const.yaml, rotary_interleaved.yaml, rotary_partial.yaml: RoPE whose cos/sin
+tables are constants (folded by static-shape exports, or gathered by position_ids), in the
+rotate-half and interleaved forms, [B, H, S, D] and [B, S, H, D] layouts, full and partial rotary.
+Each graph is built here with onnx.helper; numerics are checked in ONNX Runtime against the
+original graph; near-misses assert no fusion and the reason `explain` gives."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+B, H, S, D = 2, 3, 5, 16
+P = 12              # rows of a gathered table (max positions)
+BIG = np.iinfo(np.int64).max
+
+
+def _angles(rows: int, rd: int, *, bad_halves=False) -> np.ndarray:
+    inv = 1.0 / (10000 ** (np.arange(0, rd, 2) / rd))
+    f = np.arange(rows)[:, None] * inv[None, :]               # [rows, rd/2]
+    return f, (2 * f if bad_halves else f)
+
+
+def _tables(rows, rd, *, form, bad_halves=False, scale=1.0):
+    """cos/sin [rows, rd]: cos(concat(f, f)) (half form) or repeat_interleave(cos(f), 2)."""
+    f, g = _angles(rows, rd, bad_halves=bad_halves)
+    if form == "half":
+        ang = np.concatenate([f, g], axis=-1)
+    else:
+        ang = np.stack([f, g], axis=-1).reshape(rows, rd)
+    return (scale * np.cos(ang)).astype(np.float32), (scale * np.sin(ang)).astype(np.float32)
+
+
+def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=False, scale=1.0,
+           head_varying=False, slice_start=0, pass_start=None, step=1):
+    """x -> [x_rot, x_pass split] -> x_rot*cos + rotate(x_rot)*sin -> [concat x_pass] -> y."""
+    n = h.node
+    shape = [B, H, S, D] if layout == "bhsd" else [B, S, H, D]
+    inits = {"i0": np.array([0], np.int64), "i1": np.array([1], np.int64),
+             "ilast": np.array([-1], np.int64), "ibig": np.array([BIG], np.int64),
+             "istep": np.array([step], np.int64), "i2": np.array([2], np.int64),
+             "ipast": np.array([6], np.int64)}
+    nodes, inputs = [], []
+    xr = "x"
+    if rd < D:
+        inits["ird"] = np.array([rd], np.int64)
+        inits["ipass"] = np.array([rd if pass_start is None else pass_start], np.int64)
+        nodes += [n("Slice", ["x", "i0", "ird", "ilast"], ["xr"]),
+                  n("Slice", ["x", "ipass", "ibig", "ilast"], ["xp"])]
+        xr = "xr"
+    cos, sin = _tables(S if tables == "folded" else P, rd, form=form, bad_halves=bad_halves, scale=scale)
+    if tables == "folded":
+        tshape = [1, 1, S, rd] if layout == "bhsd" else [1, S, 1, rd]
+        cu, su = cos.reshape(tshape), sin.reshape(tshape)
+        if head_varying:   # a different table per head: not a function of the position alone
+            cu = np.concatenate([cu * (1.0 - 0.1 * k) for k in range(H)], axis=1)
+            su = np.concatenate([su * (1.0 - 0.1 * k) for k in range(H)], axis=1)
+        inits.update(cu=cu, su=su)
+    else:   # [P, rd] tables cut to the sequence (optional) and gathered by position_ids
+        inits.update(ct=cos, st=sin, ax0=np.array([0], np.int64), ax1=np.array([1], np.int64),
+                     istart=np.array([slice_start], np.int64))
+        ct, st = "ct", "st"
+        if tables == "sliced":
+            nodes += [n("Shape", ["pos"], ["plen"], start=1, end=2),
+                      n("Add", ["plen", "ipast"], ["pend"]),   # past + new tokens
+                      n("Slice", ["ct", "istart", "pend", "ax0", "i1"], ["cts"]),
+                      n("Slice", ["st", "istart", "pend", "ax0", "i1"], ["sts"])]
+            ct, st = "cts", "sts"
+        nodes += [n("Gather", [ct, "pos"], ["cg"], axis=0), n("Gather", [st, "pos"], ["sg"], axis=0),
+                  n("Unsqueeze", ["cg", "ax1"], ["cu"]), n("Unsqueeze", ["sg", "ax1"], ["su"])]
+        inputs.append(h.vi("pos", ["b", "s"], 7))
+    nodes.append(n("Mul", [xr, "cu"], ["c"]))
+    if form == "half":
+        inits["ihalf"] = np.array([rd // 2], np.int64)
+        nodes += [n("Slice", [xr, "i0", "ihalf", "ilast", "istep"], ["x1"]),
+                  n("Slice", [xr, "ihalf", "ibig", "ilast", "istep"], ["x2"]),
+                  n("Neg", ["x2"], ["nx2"]), n("Concat", ["nx2", "x1"], ["r"], axis=-1)]
+    else:
+        inits["shp"] = np.array([0, 0, 0, -1], np.int64)
+        nodes += [n("Slice", [xr, "i0", "ibig", "ilast", "i2"], ["xe"]),
+                  n("Slice", [xr, "i1", "ibig", "ilast", "i2"], ["xo"]),
+                  n("Neg", ["xo"], ["nxo"]), n("Unsqueeze", ["nxo", "ilast"], ["nu"]),
+                  n("Unsqueeze", ["xe", "ilast"], ["eu"]), n("Concat", ["nu", "eu"], ["stk"], axis=-1),
+                  n("Reshape", ["stk", "shp"], ["r"])]
+    nodes += [n("Mul", ["r", "su"], ["s"]), n("Add", ["c", "s"], ["yr" if rd < D else "y"])]
+    if rd < D:
+        nodes.append(n("Concat", ["yr", "xp"], ["y"], axis=-1))
+    xshape = shape if tables == "folded" else (["b", H, "s", D] if layout == "bhsd" else ["b", "s", H, D])
+    yshape = list(xshape)
+    if pass_start is not None:
+        yshape[-1] = rd + D - pass_start
+    inputs.insert(0, h.vi("x", xshape))
+    return h.make_model(nodes, inputs, [h.vi("y", yshape)], inits)
+
+
+def _feeds(h, model):
+    names = [i.name for i in model.graph.input]
+    layout_bshd = model.graph.input[0].type.tensor_type.shape.dim[2].dim_value == H
+    f = {"x": h.rng.standard_normal((B, S, H, D) if layout_bshd else (B, H, S, D)).astype(np.float32)}
+    if "pos" in names:   # positions after a past of 3 tokens, a different offset per row
+        f["pos"] = (np.arange(S)[None, :] + np.array([[3], [5]])).astype(np.int64)
+    return f
+
+
+def _rotary_nodes(model):
+    return [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+
+
+def _attr(node, name, default=None):
+    return next((a.i for a in node.attribute if a.name == name), default)
+
+
+# ------------------------------------------------------------------------------------------------
+# Positive cases
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("form,layout,rule", [
+    ("half", "bhsd", "rotary-const-table"),
+    ("half", "bshd", "rotary-const-table-bshd"),
+    ("interleaved", "bhsd", "rotary-interleaved-const-table"),
+    ("interleaved", "bshd", "rotary-interleaved-const-table-bshd"),
+])
+def test_folded_tables_fuse(h, target, form, layout, rule):
+    model = _graph(h, form=form, layout=layout)
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "Slice" not in ops, ops
+    assert h.fired(out)[rule] >= 1, h.fired(out)
+    (rot,) = _rotary_nodes(out)
+    assert _attr(rot, "interleaved", 0) == (form == "interleaved")
+    if layout == "bshd":
+        assert _attr(rot, "num_heads") == H and ops["Reshape"] == 2, ops
+    h.assert_close(model, out, _feeds(h, model))
+
+
+@pytest.mark.parametrize("tables", ["gathered", "sliced"])
+def test_gathered_tables_fuse_with_position_ids(h, tables):
+    model = _graph(h, tables=tables)
+    out = h.fuse(model, "onnx", level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "Gather" not in ops, ops
+    (rot,) = _rotary_nodes(out)
+    assert len(rot.input) == 4 and rot.input[3], "position_ids must be passed"
+    cache = next(i for i in out.graph.initializer if i.name == rot.input[1])
+    assert list(cache.dims) == [P, D // 2]   # the half-width [max_pos, D/2] table
+    h.assert_close(model, out, _feeds(h, model))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+@pytest.mark.parametrize("form,layout,tables", [
+    ("half", "bhsd", "folded"), ("half", "bshd", "folded"), ("half", "bhsd", "gathered"),
+    ("interleaved", "bshd", "folded"), ("interleaved", "bhsd", "folded"),
+])
+def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
+    rd = 8
+    model = _graph(h, form=form, layout=layout, tables=tables, rd=rd)
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Concat" not in ops and "Neg" not in ops, ops
+    (rot,) = _rotary_nodes(out)
+    assert _attr(rot, "rotary_embedding_dim") == rd
+    assert any(k.startswith("rotary-partial") for k in h.fired(out)), h.fired(out)
+    h.assert_close(model, out, _feeds(h, model))
+
+
+# ------------------------------------------------------------------------------------------------
+# Near-misses: one per constraint. Each must leave the rotation unfused and say why.
+
+
+@pytest.mark.parametrize("kw,rule,why", [
+    (dict(bad_halves=True), "rotary-const-table", "halves differ"),
+    (dict(scale=0.5), "rotary-const-table", "not a rotation"),
+    (dict(head_varying=True), "rotary-const-table", r"\[1\|B, 1, S, D\]"),
+    (dict(layout="bshd", bad_halves=True), "rotary-const-table-bshd", "halves differ"),
+    (dict(form="interleaved", bad_halves=True), "rotary-interleaved-const-table", "even and odd"),
+    (dict(form="interleaved", scale=1.1), "rotary-interleaved-const-table", "not a rotation"),
+    (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
+    (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
+])
+def test_near_misses_do_not_fuse(h, kw, rule, why):
+    model = _graph(h, **kw)
+    out = h.fuse(model, "onnx", level=2)
+    assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
+    rs = h.reasons(model, "onnx", rule)
+    assert any(re.search(why, r) for r in rs), rs
+    h.assert_close(model, out, _feeds(h, model))
+
+
+def test_interleaved_tables_do_not_fuse_as_rotate_half(h):
+    """A repeat_interleave'd table under the rotate-half form: halves differ, nothing fuses."""
+    model = _graph(h, form="half")
+    cu = next(i for i in model.graph.initializer if i.name == "cu")
+    from onnx import numpy_helper
+    c, s = _tables(S, D, form="interleaved")
+    for name, t in (("cu", c), ("su", s)):
+        init = next(i for i in model.graph.initializer if i.name == name)
+        init.CopyFrom(numpy_helper.from_array(t.reshape(1, 1, S, D), name))
+    assert cu is not None
+    out = h.fuse(model, "onnx", level=2)
+    assert "RotaryEmbedding" not in h.ops(out)
+
+
+def test_partial_split_not_at_rotary_dim_does_not_merge(h):
+    """x_pass starting past x_rot's end (a gap): the inner rotation fuses, the partial rule not."""
+    model = _graph(h, rd=8, pass_start=10)
+    out = h.fuse(model, "onnx", level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and ops["Concat"] == 1, ops
+    assert _attr(_rotary_nodes(out)[0], "rotary_embedding_dim", 0) == 0
+    rs = h.reasons(out, "onnx", "rotary-partial")
+    assert any("split the head dim at rd" in r for r in rs), rs
