@@ -223,6 +223,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "slice_axis": _slice_axis,
     "allclose": _allclose,
     "reshape": _reshape,
+    # two pattern names bound to one graph value (an optional node was absent between them)
+    "same": lambda ctx, a, b: a is b,
+    "take": lambda ctx, a, idx: [_list(ctx, a)[int(i)] for i in _list(ctx, idx)],
+    "iota": lambda ctx, n: list(range(int(n))),
+    "is_int": lambda ctx, x: isinstance(x, (int, np.integer)) and not isinstance(x, bool),
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
 }
 

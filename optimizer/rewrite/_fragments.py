@@ -61,7 +61,7 @@ def _body_names(kind: str, body: str) -> set[str]:
                 for e in st.op.attrs.values():
                     names.update(e.names)
                 if st.op.type_hint is not None:
-                    names.add(st.op.type_hint[1])
+                    names.update(st.op.type_hint[1])
             if st.expr is not None:
                 names.update(st.expr.names)
             if st.alias:

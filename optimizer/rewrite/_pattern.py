@@ -88,14 +88,15 @@ class RewriteOp:
     op_type: str
     inputs: list[str | None]           # None: an omitted optional input
     attrs: dict[str, _expr.Expr]
-    type_hint: tuple[str, str] | None = None   # (`like` | `dtype`, name): outputs' type
+    # (`like` | `dtype`, names): the outputs' type, one name for all outputs or one per output
+    type_hint: tuple[str, tuple[str, ...]] | None = None
 
 
-_HINT_RE = re.compile(rf"\)\s*:\s*(\w+)\(\s*({_IDENT})\s*\)\s*$")
+_HINT_RE = re.compile(rf"\)\s*:\s*(\w+)\(\s*({_IDENT}(?:\s*,\s*{_IDENT})*)\s*\)\s*$")
 
 
-def _split_hint(rhs: str) -> tuple[str, tuple[str, str] | None]:
-    """``Op(...) : like(v)`` -> (``Op(...)``, ("like", "v"))."""
+def _split_hint(rhs: str) -> tuple[str, tuple[str, tuple[str, ...]] | None]:
+    """``Op(...) : like(v)`` -> (``Op(...)``, ("like", ("v",))); ``like(a, b)``: one per output."""
     m = _HINT_RE.search(rhs)
     if not m:
         return rhs, None
@@ -106,7 +107,7 @@ def _split_hint(rhs: str) -> tuple[str, tuple[str, str] | None]:
         return rhs, None  # the `:` was inside the call after all; let the call parser complain
     if m.group(1) not in ("like", "dtype"):
         raise PatternSyntaxError(f"unknown type hint {m.group(1)}(); use like(name) or dtype(name)")
-    return call, (m.group(1), m.group(2))
+    return call, (m.group(1), tuple(n.strip() for n in m.group(2).split(",")))
 
 
 @dataclasses.dataclass

@@ -84,7 +84,7 @@ class _NewNode:
     attrs: dict[str, Any]
     name: str
     outputs: list[_NewValue | None]
-    type_hint: tuple[str, Any] | None = None   # ("like" | "dtype", ir.Value | _NewValue)
+    type_hint: tuple[str, list] | None = None   # ("like" | "dtype", [ir.Value | _NewValue] one or per output)
 
 
 @dataclasses.dataclass(eq=False)
@@ -218,8 +218,11 @@ class Rewriter:
                         continue
                     inputs = [None if i is None else env[i] for i in op.inputs]
                     for i, v in zip(op.inputs, inputs):
-                        if i is not None and not isinstance(v, (ir.Value, _NewValue)):
+                        # a computed None omits an optional input (`m = mask if bound(mask) else None`)
+                        if i is not None and v is not None and not isinstance(v, (ir.Value, _NewValue)):
                             raise RewriteRejected(f"input {i!r} is not a tensor")
+                    while inputs and inputs[-1] is None:
+                        inputs.pop()
                     attrs = {k: _py(e.evaluate(env, ctx)) for k, e in op.attrs.items()}
                     outs: list[_NewValue | None] = []
                     for name, cond in zip(st.outputs, st.conditional):
@@ -236,10 +239,12 @@ class Rewriter:
                         env[name] = nv
                     hint = None
                     if op.type_hint is not None:
-                        if op.type_hint[1] not in env:
-                            raise RewriteRejected(f"rewrite line {st.line}: type hint "
-                                                  f"{op.type_hint[1]!r} is unbound")
-                        hint = (op.type_hint[0], env[op.type_hint[1]])
+                        refs = []
+                        for hn in op.type_hint[1]:
+                            if hn not in env or not isinstance(env[hn], (ir.Value, _NewValue)):
+                                raise RewriteRejected(f"rewrite line {st.line}: type hint {hn!r} is unbound")
+                            refs.append(env[hn])
+                        hint = (op.type_hint[0], refs)
                     nodes.append(_NewNode(op.domain, op.op_type, inputs, attrs,
                                           new_name(f"{base}/{rule.name}"), outs, hint))
             except _expr.EvalFailure as exc:
@@ -248,6 +253,8 @@ class Rewriter:
         for o, v in outputs.items():
             if isinstance(v, _Unbound):
                 raise RewriteRejected(v.why)
+            if not isinstance(v, (ir.Value, _NewValue)):
+                raise RewriteRejected(f"pattern output {o!r} must be a tensor, the rewrite made it {v!r}")
         nodes, inits = self._live(nodes, inits, outputs)
         plan = Plan(match, nodes, inits, outputs, sorted(taken))
         if self._is_noop(plan):
@@ -274,8 +281,8 @@ class Rewriter:
                 continue
             live_nodes.add(id(n))
             stack.extend(i for i in n.inputs if isinstance(i, _NewValue))
-            if n.type_hint is not None and isinstance(n.type_hint[1], _NewValue):
-                stack.append(n.type_hint[1])
+            if n.type_hint is not None:
+                stack.extend(r for r in n.type_hint[1] if isinstance(r, _NewValue))
         return ([n for n in nodes if id(n) in live_nodes],
                 [v for v in inits if id(v) in live_values])
 
@@ -324,14 +331,16 @@ class Rewriter:
             if nn.domain != "" or not self.validate:
                 # no schema here: outputs follow the type hint, else the first input's dtype
                 if nn.type_hint is not None:
-                    how, ref = nn.type_hint
-                    dtype, shape = type_of(ref)
-                    guess = (dtype, shape if how == "like" else None)
+                    how, refs = nn.type_hint
+                    guesses = []
+                    for ref in (refs if len(refs) > 1 else refs * len(nn.outputs)):
+                        dtype, shape = type_of(ref)
+                        guesses.append((dtype, shape if how == "like" else None))
                 else:
                     first = next((v for v in nn.inputs if v is not None), None)
-                    guess = (type_of(first)[0] if first is not None else None, None)
+                    guesses = [(type_of(first)[0] if first is not None else None, None)] * len(nn.outputs)
                     uncertain.update(o for o in nn.outputs if o is not None)
-                for out in nn.outputs:
+                for out, guess in zip(nn.outputs, guesses):
                     if out is not None:
                         shape = None if guess[1] is None else ir.Shape(list(guess[1].dims))
                         known[out] = (guess[0], shape)
@@ -352,8 +361,17 @@ class Rewriter:
                         self._checked[key] = cached
                 if isinstance(cached, str):
                     raise RewriteRejected(cached)
-                for out, inferred in zip(nn.outputs, cached):
-                    if out is None or inferred is None:
+                hints: list = [None] * len(nn.outputs)
+                if nn.type_hint is not None:   # where ONNX inference says nothing (Attention's present)
+                    how, refs = nn.type_hint
+                    hints = [(type_of(r)[0], type_of(r)[1] if how == "like" else None)
+                             for r in (refs if len(refs) > 1 else refs * len(nn.outputs))]
+                for out, inferred, hint in zip(nn.outputs, cached, hints):
+                    if out is None:
+                        continue
+                    if inferred is None or (inferred[1] is None and hint is not None and hint[1] is not None):
+                        inferred = hint if hint is not None else inferred
+                    if inferred is None:
                         continue
                     dtype, shape = inferred
                     shape = None if shape is None else ir.Shape(list(shape.dims))  # cached: copy
@@ -362,9 +380,17 @@ class Rewriter:
         # replaced values keep their type; a disagreeing inferred type is a wrong rewrite
         for var, new in plan.outputs.items():
             old = plan.match.values[var]
+            ndtype, nshape = type_of(new)
+            if self.validate and old.is_graph_output() and (
+                    new in uncertain or (old.dtype is not None and ndtype is None)
+                    or (old.shape is not None and nshape is None)):
+                # a graph output's dtype and shape are the model's contract: they must be proven
+                # kept (schema inference or a `: like(...)` hint), not assumed
+                raise RewriteRejected(f"output {var} is a graph output and the replacement's dtype "
+                                      "and rank are not proven to match it (no schema; give the op "
+                                      "a `: like(...)` type hint)")
             if new in uncertain:
                 continue  # a guessed type proves nothing either way; the original's type is kept
-            ndtype, nshape = type_of(new)
             if old.dtype is not None and ndtype is not None and ndtype != old.dtype:
                 raise RewriteRejected(f"output {var}: replacement has dtype {ndtype.name}, original "
                                       f"{old.dtype.name}")

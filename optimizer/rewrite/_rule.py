@@ -572,8 +572,12 @@ def _analyze_rewrite(rule: Rule) -> None:
                 if i not in bound and i not in defined:
                     raise RuleError(f"rewrite uses {i!r}, which is not bound by the match or an "
                                     "earlier rewrite statement", st.line)
-            if op.type_hint is not None and op.type_hint[1] not in bound and op.type_hint[1] not in defined:
-                raise RuleError(f"type hint names {op.type_hint[1]!r}, which is not a bound tensor", st.line)
+            for hn in (op.type_hint[1] if op.type_hint is not None else ()):
+                if hn not in bound and hn not in defined:
+                    raise RuleError(f"type hint names {hn!r}, which is not a bound tensor", st.line)
+            if op.type_hint is not None and len(op.type_hint[1]) not in (1, len(st.outputs)):
+                raise RuleError(f"type hint gives {len(op.type_hint[1])} types for {len(st.outputs)} "
+                                "outputs (give one for all, or one per output)", st.line)
             for aname, ex in op.attrs.items():
                 for n in sorted(ex.names):
                     if n not in bound and n not in computed and n not in defined:
@@ -613,6 +617,4 @@ def _analyze_rewrite(rule: Rule) -> None:
         if o not in defined:
             raise RuleError(f"the rewrite does not define pattern output {o!r}",
                             rule.rewrite[-1].line if rule.rewrite else rule.line)
-        if o in computed:
-            raise RuleError(f"pattern output {o!r} must be a tensor (an op output, initializer or alias)",
-                            rule.rewrite[-1].line)
+        # a computed output must evaluate to a tensor (`y = a if cond else b`); checked per match
