@@ -21,6 +21,11 @@ from onnx_fuse.errors import UserError
 from onnx_fuse.fileio import file_kind
 
 
+class UnsafeExternalDataError(UserError):
+    """An external-data reference that we refuse to follow (outside the folder, a link, a special
+    file, a range past the end, or no folder to resolve it in)."""
+
+
 def _iter_graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     yield from graph.initializer
     for sparse in graph.sparse_initializer:
@@ -56,40 +61,40 @@ def external_info(tensor: onnx.TensorProto) -> dict[str, str]:
 def _file_size(where: str, location: str, base: Path, sizes: dict[Path, int]) -> int:
     """Size of the regular file ``location`` names inside ``base``, after every safety check."""
     if not location:
-        raise UserError(f"{where}: external data has no location")
+        raise UnsafeExternalDataError(f"{where}: external data has no location")
     if "\0" in location:
-        raise UserError(f"{where}: external data location contains a NUL byte")
+        raise UnsafeExternalDataError(f"{where}: external data location contains a NUL byte")
     if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
-        raise UserError(f"{where}: external data location {location!r} is absolute; "
+        raise UnsafeExternalDataError(f"{where}: external data location {location!r} is absolute; "
                         "only paths relative to the model's folder are allowed")
     # Normalize without following links first, to catch ``..`` escapes on their own.
     normalized = Path(os.path.normpath(base / location))
     if base != normalized and base not in normalized.parents:
-        raise UserError(f"{where}: external data location {location!r} points outside the "
+        raise UnsafeExternalDataError(f"{where}: external data location {location!r} points outside the "
                         f"model's folder {str(base)!r}")
     if normalized in sizes:
         return sizes[normalized]
     try:
         st = os.lstat(normalized)
     except FileNotFoundError:
-        raise UserError(f"{where}: external data file {location!r} not found beside the "
+        raise UnsafeExternalDataError(f"{where}: external data file {location!r} not found beside the "
                         "model") from None
     except OSError as exc:
-        raise UserError(f"{where}: external data file {location!r} unreadable "
+        raise UnsafeExternalDataError(f"{where}: external data file {location!r} unreadable "
                         f"({exc.strerror})") from None
     if stat.S_ISLNK(st.st_mode):
-        raise UserError(f"{where}: external data file {location!r} is a symlink; refusing "
+        raise UnsafeExternalDataError(f"{where}: external data file {location!r} is a symlink; refusing "
                         "to follow it")
     if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{where}: external data {location!r} is {file_kind(st.st_mode)}, "
+        raise UnsafeExternalDataError(f"{where}: external data {location!r} is {file_kind(st.st_mode)}, "
                         "not a regular file")
     if st.st_nlink > 1:
-        raise UserError(f"{where}: external data file {location!r} has {st.st_nlink} hard "
+        raise UnsafeExternalDataError(f"{where}: external data file {location!r} has {st.st_nlink} hard "
                         "links; refusing a file that may alias one outside the model's folder")
     # A symlinked folder on the way also escapes: compare the real path.
     real = normalized.resolve()
     if base != real and base not in real.parents:
-        raise UserError(f"{where}: external data location {location!r} resolves outside "
+        raise UnsafeExternalDataError(f"{where}: external data location {location!r} resolves outside "
                         "the model's folder")
     sizes[normalized] = st.st_size
     return st.st_size
@@ -101,9 +106,9 @@ def _check_range(where: str, location: str, offset: str | int | None, length: st
         start = int(offset or 0)
         count = int(length) if length not in (None, "") else file_size - start
     except ValueError:
-        raise UserError(f"{where}: external data offset/length are not integers") from None
+        raise UnsafeExternalDataError(f"{where}: external data offset/length are not integers") from None
     if start < 0 or count < 0 or start + count > file_size:
-        raise UserError(f"{where}: external data range [{start}, {start + count}) lies beyond "
+        raise UnsafeExternalDataError(f"{where}: external data range [{start}, {start + count}) lies beyond "
                         f"the end of {location!r} ({file_size} bytes)")
     return count
 
@@ -159,7 +164,7 @@ def check_ir_external_data(model: ir.Model, base_dir: str | os.PathLike | None) 
         where = f"tensor {tensor.name!r}"
         folder = tensor.base_dir or base_dir
         if not folder:
-            raise UserError(f"{where}: the model refers to external data ({tensor.location!r}) "
+            raise UnsafeExternalDataError(f"{where}: the model refers to external data ({tensor.location!r}) "
                             "but no folder to find it in; load the model from its file or pass "
                             "base_dir= (the folder of its weight files)")
         size = _file_size(where, os.fspath(tensor.location), Path(folder).resolve(), sizes)

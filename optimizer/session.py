@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
+import stat
 import tempfile
 import time
 import warnings
@@ -35,13 +35,16 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 import onnxruntime
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail as _OrtFail
 
+from onnx_fuse import fileio
 from onnx_fuse.api import optimize
-from onnx_fuse.errors import OnnxFuseWarning, VerificationError
-from onnx_fuse.model_io import save_model
-from onnx_fuse.session_cache import DEFAULT_SIZE_LIMIT, MODEL_NAME, ModelCache, default_cache_dir
+from onnx_fuse.errors import OnnxFuseWarning, UserError, VerificationError
+from onnx_fuse.external_data import UnsafeExternalDataError, external_info, has_external_data, iter_model_tensors
+from onnx_fuse.model_io import load_proto, save_model
+from onnx_fuse.session_cache import DEFAULT_SIZE_LIMIT, MODEL_NAME, ModelCache
 
-__all__ = ["InferenceSession", "OnnxFuseWarning", "SessionStats", "choose_target"]
+__all__ = ["InferenceSession", "OnnxFuseWarning", "SessionStats", "UnsafeModelError", "choose_target"]
 
 log = logging.getLogger("onnx_fuse.session")
 
@@ -54,6 +57,41 @@ TRT_PROVIDERS = frozenset({"TensorrtExecutionProvider", "NvTensorRTRTXExecutionP
 
 class InterfaceMismatch(Exception):
     """The optimized graph's inputs or outputs differ from the original's."""
+
+
+class UnsafeModelError(UserError, _OrtFail):
+    """The model file is a FIFO or device, or its external data points outside its folder, through
+    a link, or at a special file: refused before anything reads it, and never handed to ONNX
+    Runtime either (it follows hard links). Also an ``onnxruntime`` ``Fail``, which is what ONNX
+    Runtime raises for most of these, so drop-in code catches it the same way."""
+
+
+def check_source(source: Any) -> list[str] | None:
+    """Refuse an unsafe model file (UnsafeModelError); return its external-data locations.
+
+    None when it is not a file we can parse: ONNX Runtime then reports what is wrong, as usual.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path = os.fspath(source)
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeModelError(f"{path}: is {fileio.file_kind(st.st_mode)}, not a model file; "
+                               "refusing to read it")
+    try:
+        proto, _ = load_proto(path, check=False, map_weights=True)
+    except UnsafeExternalDataError as exc:
+        raise UnsafeModelError(f"{path}: {exc}") from None
+    except UserError:
+        return None
+    own = os.path.basename(os.path.realpath(path))  # mapped weights refer to the file itself
+    return sorted({external_info(t).get("location", "") for t in iter_model_tensors(proto)
+                   if t.data_location == onnx.TensorProto.EXTERNAL} - {"", own})
 
 
 @dataclasses.dataclass
@@ -168,15 +206,10 @@ def keep_interface(model: ir.Model, original: onnx.ModelProto) -> None:
 
 
 def _original_proto(source: str | os.PathLike | bytes) -> onnx.ModelProto:
+    """The original's interface and metadata; large embedded weights are mapped, not read."""
     if isinstance(source, (bytes, bytearray)):
         return onnx.ModelProto.FromString(bytes(source))
-    return onnx.load_model(os.fspath(source), load_external_data=False)
-
-
-def _has_external_data(proto: onnx.ModelProto) -> bool:
-    from onnx_fuse.external_data import iter_model_tensors
-
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in iter_model_tensors(proto))
+    return load_proto(source, check=False, map_weights=True)[0]
 
 
 def _report_summary(result) -> dict[str, Any]:
@@ -185,10 +218,6 @@ def _report_summary(result) -> dict[str, Any]:
             "rule_fires": report.rule_fires, "op_delta": report.op_delta,
             "seconds": {k: round(v, 4) for k, v in report.seconds.items()},
             "verify_passed": None if report.verify is None else bool(report.verify.get("passed"))}
-
-
-def _file_sha(path: str | os.PathLike) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,10 +257,11 @@ class InferenceSession(onnxruntime.InferenceSession):
             stats.fallback_reason = "ORT-format model: left as it is"
             return
         stats.target = target or choose_target(providers, sess_options)
+        external = check_source(path_or_bytes)  # before anything hashes or loads it
         reason = None
         with contextlib.ExitStack() as stack:
             try:
-                source = self._prepare(path_or_bytes, stats, stack, level=optimize_level,
+                source = self._prepare(path_or_bytes, external, stats, stack, level=optimize_level,
                                        cache_dir=cache_dir, size_limit=cache_size_limit,
                                        verify=verify, rules=rules)
             except Exception as exc:  # noqa: BLE001 - any failure of ours means: run the original
@@ -302,7 +332,8 @@ class InferenceSession(onnxruntime.InferenceSession):
 
     # -- building ----------------------------------------------------------------------------------
 
-    def _prepare(self, source: Any, stats: SessionStats, stack: contextlib.ExitStack, *, level: int,
+    def _prepare(self, source: Any, external: list[str] | None, stats: SessionStats,
+                 stack: contextlib.ExitStack, *, level: int,
                  cache_dir: Any, size_limit: int, verify: bool, rules: Sequence[Any]) -> str | bytes:
         """Return what ORT should load: a cache entry's path or bytes, or an in-memory model."""
         if isinstance(source, os.PathLike):
@@ -314,8 +345,8 @@ class InferenceSession(onnxruntime.InferenceSession):
         if cache is not None:
             t = time.perf_counter()
             options = {"level": level, "target": stats.target, "verify": bool(verify),
-                       "rules": [[Path(r).name, _file_sha(r)] for r in rules]}
-            key, _ = cache.key_for(source, options)
+                       "rules": [[Path(r).name, fileio.sha256_file(r)] for r in rules]}
+            key, _ = cache.key_for(source, options, external)
             stats.cache_key = key
             stats.seconds["hash"] = time.perf_counter() - t
             lock = cache.lock(key)
@@ -369,13 +400,13 @@ class InferenceSession(onnxruntime.InferenceSession):
         keep_interface(result.model, original)
         stats.seconds["interface"] = time.perf_counter() - t
         stats.report = _report_summary(result)
-        return result, isinstance(source, str) and _has_external_data(original)
+        return result, isinstance(source, str) and has_external_data(original)
 
     @staticmethod
     def _open_cache(cache_dir: Any, size_limit: int) -> ModelCache | None:
         if cache_dir is False:
             return None
-        root = default_cache_dir() if cache_dir is None or cache_dir is True else Path(cache_dir)
+        root = fileio.cache_dir() if cache_dir is None or cache_dir is True else Path(cache_dir)
         try:
             return ModelCache(root, size_limit)
         except OSError as exc:

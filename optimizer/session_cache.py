@@ -7,9 +7,11 @@ One entry per (model content, options, versions), in a folder of its own::
                                  manifest.json     key parts, versions, sha256 + size of every file
     <cache_dir>/v1/locks/<key>.lock                per-entry file lock (filelock)
     <cache_dir>/v1/digests/*.json                  memo: file stat fingerprint -> sha256
-    <cache_dir>/v1/tmp/                            staging folders, moved into entries/ with os.replace
+    <cache_dir>/v1/tmp/<key>-<id>/                 staging folders, moved into entries/ with os.replace
 
-The key is the sha256 of the model file's bytes, the bytes of every external-data file it names,
+The key is the sha256 of the model file's bytes, the bytes of every external-data file it names
+(validated by ``external_data`` first: nothing outside the model's folder, no FIFO or device, is
+read),
 the options that change the optimized graph (level, target, rule files' contents) and the versions
 of onnx-fuse (plus a hash of its own sources and rules, so an editable install never serves a stale
 graph), onnx, onnx-ir and onnxruntime. Content, not size + mtime, because size + mtime miss real
@@ -21,11 +23,18 @@ timestamp tick as the memo would otherwise go unseen).
 
 Filling is safe across processes: the entry lock is held while checking, building and loading an
 entry; the entry is built in a staging folder and appears in one ``os.replace``, manifest included,
-so a reader without the lock sees either no entry or a whole one. A hit checks every file's size and
-sha256 (memoized) against the manifest; a truncated or corrupted entry is moved aside and rebuilt.
+so a reader without the lock sees either no entry or a whole one. A hit reads every file of the
+entry and checks its size and CRC-32 against the manifest, every time: a memo keyed by stat would
+miss bit rot and any corruption that keeps size and times, and a flipped bit served as a hit is a
+silently wrong output. CRC-32 catches every 1-bit error and every burst up to 32 bits at about three
+times the speed of sha256 here, and the read leaves the pages cached for ONNX Runtime's own read.
+A truncated, corrupted or foreign entry (a plain file or a symlink in its place) is moved aside
+and rebuilt.
+
 The cache has a size limit; after each fill the least recently used entries (by the manifest's
 mtime, which every hit touches; filesystem atime is unreliable under relatime/noatime) are removed,
-skipping any whose lock is held by another session.
+skipping any whose lock is held by another session. Staging folders count towards the limit; one
+whose entry lock nobody holds belongs to a process that died while saving and is removed at once.
 """
 
 from __future__ import annotations
@@ -38,14 +47,17 @@ import json
 import logging
 import os
 import shutil
-import tempfile
+import stat
 import time
 import uuid
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import filelock
+
+from onnx_fuse import fileio
 
 log = logging.getLogger("onnx_fuse.session")
 
@@ -56,23 +68,15 @@ MODEL_NAME = "model.onnx"
 # A lock held longer than this by another process (a huge model being optimized) makes us give up
 # on the cache for this session and optimize in memory instead of waiting forever.
 LOCK_TIMEOUT_S = 900.0
-# Staging folders older than this belong to crashed processes and are swept during eviction.
-STALE_TMP_S = 3600.0
+# Temp files in tmp/ that no lock vouches for (a digest memo's temp file) are swept after this.
+STALE_TMP_S = 600.0
 # Digest memos not rewritten for this long are swept too (the worst case is one rehash).
 STALE_DIGEST_S = 30 * 86400.0
 _RACY_S = 2.0
-_CHUNK = 8 * 1024 * 1024
+_KEY_LEN = 64  # hex sha256
 
-
-def default_cache_dir() -> Path:
-    """$ONNX_FUSE_CACHE_DIR, else $XDG_CACHE_HOME/onnx-fuse, else ~/.cache/onnx-fuse."""
-    env = os.environ.get("ONNX_FUSE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg and os.path.isabs(xdg):  # the XDG spec says to ignore relative values
-        return Path(xdg) / "onnx-fuse"
-    return Path.home() / ".cache" / "onnx-fuse"
+#: The cache folder (fileio holds the one definition).
+default_cache_dir = fileio.cache_dir
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,12 +87,22 @@ def _fingerprint(st: os.stat_result) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def _file_sums(path: Path) -> tuple[str, int]:
+    """sha256 and CRC-32 of a file in one read (at commit, for the manifest)."""
+    sha, crc = hashlib.sha256(), 0
+    with fileio.open_regular(path, nofollow=True) as f:
+        while chunk := f.read(fileio.CHUNK):
+            sha.update(chunk)
+            crc = zlib.crc32(chunk, crc)
+    return sha.hexdigest(), crc
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with fileio.open_regular(path, nofollow=True) as f:
+        while chunk := f.read(fileio.CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 @functools.lru_cache(maxsize=1)
@@ -172,11 +186,10 @@ class ModelCache:
     def _memo_path(self, path: Path) -> Path:
         return self.digests / (hashlib.sha256(os.fsencode(path)).hexdigest()[:40] + ".json")
 
-    def file_digest(self, path: str | os.PathLike, *, trusted_fresh: bool = False) -> str:
-        """sha256 of a file, memoized by its stat fingerprint.
+    def file_digest(self, path: str | os.PathLike) -> str:
+        """sha256 of a source file (model or weights), memoized by its stat fingerprint.
 
-        ``trusted_fresh`` memoizes even a just-written file: for entry files this cache wrote and
-        closed itself, where no concurrent writer can hide in the same timestamp tick.
+        Entry files are never served from this memo: ``lookup`` reads them in full.
         """
         path = Path(path).resolve()
         memo = self._memo_path(path)
@@ -185,26 +198,25 @@ class ModelCache:
             data = json.loads(memo.read_text())
             if data["path"] == str(path) and data["stat"] == _fingerprint(st):
                 return data["sha256"]
-        digest = _hash_file(path)
+        digest = fileio.sha256_file(path)  # refuses FIFOs and devices unread
         self.files_hashed += 1
         after = path.stat()
         unchanged = _fingerprint(after) == _fingerprint(st)
-        if unchanged and (trusted_fresh or time.time() - after.st_mtime > _RACY_S):
-            _write_json_atomic(memo, {"path": str(path), "stat": _fingerprint(after), "sha256": digest},
-                               self.tmp)
+        if unchanged and time.time() - after.st_mtime > _RACY_S:
+            fileio.write_json(memo, {"path": str(path), "stat": _fingerprint(after), "sha256": digest})
         return digest
-
-    def _forget_digest(self, path: Path) -> None:
-        with contextlib.suppress(OSError):
-            self._memo_path(path.resolve()).unlink()
 
     # -- keys ------------------------------------------------------------------------------------
 
-    def key_for(self, source: str | os.PathLike | bytes, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    def key_for(self, source: str | os.PathLike | bytes, options: Mapping[str, Any],
+                external: Sequence[str] | None = None) -> tuple[str, dict[str, Any]]:
         """The entry key for a model and the options that shape its optimized graph.
 
-        Returns the hex key and the parts it hashes (kept in the manifest for humans).
-        Raises OSError for unreadable files; the caller treats that as "do not optimize".
+        ``external``: the model's external-data locations, already validated by the caller
+        (``external_data.check_external_data``); None validates them here. Nothing outside the
+        model's folder and no special file is ever read. Returns the hex key and the parts it
+        hashes (kept in the manifest for humans). Raises OSError for unreadable files and
+        UserError for unsafe external data.
         """
         parts: dict[str, Any] = {"format": FORMAT, "options": dict(options), "versions": versions()}
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -212,27 +224,25 @@ class ModelCache:
             parts["external"] = []
         else:
             path = Path(source).resolve()
+            if external is None:
+                external = self._external_locations(path)
             parts["model"] = self.file_digest(path)
-            base = path.parent
-            parts["external"] = [[loc, self.file_digest(base / loc)]
-                                 for loc in self._external_locations(path, parts["model"])]
+            parts["external"] = [[loc, self.file_digest(path.parent / loc)] for loc in external]
         blob = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest(), parts
 
-    def _external_locations(self, path: Path, model_digest: str) -> list[str]:
-        """Sorted external-data locations a model file names; memoized by the model's digest."""
-        memo = self.digests / f"ext-{model_digest}.json"
-        with contextlib.suppress(OSError, ValueError):
-            return list(json.loads(memo.read_text()))
+    @staticmethod
+    def _external_locations(path: Path) -> list[str]:
+        """Sorted external-data locations of a model file, each checked before anything reads it."""
+        from onnx_fuse.external_data import external_info, iter_model_tensors
+        from onnx_fuse.model_io import load_proto
+
         import onnx
 
-        from onnx_fuse.external_data import external_info, iter_model_tensors
-
-        proto = onnx.load_model(str(path), load_external_data=False)
-        locs = sorted({external_info(t).get("location", "") for t in iter_model_tensors(proto)
-                       if t.data_location == onnx.TensorProto.EXTERNAL} - {""})
-        _write_json_atomic(memo, locs, self.tmp)
-        return locs
+        proto, _ = load_proto(path, check=False, map_weights=True)  # validates external data
+        return sorted({external_info(t).get("location", "") for t in iter_model_tensors(proto)
+                       if t.data_location == onnx.TensorProto.EXTERNAL
+                       and not external_info(t).get("location", "") == path.name} - {""})
 
     # -- entries ---------------------------------------------------------------------------------
 
@@ -245,40 +255,51 @@ class ModelCache:
         Call with the entry lock held.
         """
         path = self.entries / key
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
-        problem = self._check(path, key)
+        manifest, problem = self._check(path, key)
         if problem:
             log.warning("onnx-fuse cache entry %s is broken (%s); rebuilding it", path, problem)
             self._remove(path)
             return None
-        manifest = json.loads((path / MANIFEST).read_text())
         with contextlib.suppress(OSError):
             os.utime(path / MANIFEST)  # LRU clock
         return Entry(key, path, manifest)
 
-    def _check(self, path: Path, key: str) -> str | None:
+    @staticmethod
+    def _check(path: Path, key: str) -> tuple[dict[str, Any], str | None]:
+        """The entry's manifest and None, or why the entry cannot be used (contents read in full)."""
         try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return {}, "not a folder"
             manifest = json.loads((path / MANIFEST).read_text())
             files = manifest["files"]
             if manifest.get("key") != key or MODEL_NAME not in files:
-                return "manifest does not match its key"
+                return {}, "manifest does not match its key"
             for name, want in files.items():
                 f = path / name
-                if not f.is_file():
-                    return f"{name} is missing"
-                if f.stat().st_size != want["size"]:
-                    return f"{name} has {f.stat().st_size} bytes, manifest says {want['size']}"
-                if self.file_digest(f) != want["sha256"]:
-                    return f"{name} checksum differs from the manifest"
+                st = os.lstat(f)
+                if not stat.S_ISREG(st.st_mode):
+                    return {}, f"{name} is not a regular file"
+                if st.st_size != want["size"]:
+                    return {}, f"{name} has {st.st_size} bytes, manifest says {want['size']}"
+                if "crc32" not in want:
+                    return {}, f"{name} has no checksum (older cache format)"
+                if _crc32(f) != want["crc32"]:
+                    return {}, f"{name} checksum differs from the manifest (corrupted on disk)"
+        except FileNotFoundError as exc:
+            return {}, f"{Path(exc.filename or '?').name} is missing"
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            return f"unreadable manifest ({exc})"
-        return None
+            return {}, f"unreadable manifest ({exc})"
+        return manifest, None
 
     @contextlib.contextmanager
     def staging(self, key: str) -> Iterator[Path]:
-        """A fresh staging folder for building ``key``; removed afterwards unless committed."""
-        stage = self.tmp / f"{key[:16]}-{uuid.uuid4().hex[:12]}"
+        """A fresh staging folder for building ``key``; removed afterwards unless committed.
+
+        Call with the entry lock held: the lock is what tells the sweeper the folder is in use.
+        """
+        stage = self.tmp / f"{key}-{uuid.uuid4().hex[:12]}"
         stage.mkdir()
         try:
             yield stage
@@ -293,32 +314,27 @@ class ModelCache:
         files = {}
         for f in sorted(stage.iterdir()):
             if f.is_file():
-                files[f.name] = {"size": f.stat().st_size, "sha256": _hash_file(f)}
+                sha, crc = _file_sums(f)
+                files[f.name] = {"size": f.stat().st_size, "sha256": sha, "crc32": crc}
         manifest = {"key": key, "format": FORMAT, "created": time.time(), "files": files, **info}
-        _write_json_atomic(stage / MANIFEST, manifest, stage)
+        fileio.write_json(stage / MANIFEST, manifest, indent=1, sort_keys=True)
         final = self.entries / key
-        if final.exists():
+        if os.path.lexists(final):
             self._remove(final)
         os.replace(stage, final)
-        # Memoize the digests of the files we just wrote, so the first hit does not rehash them.
-        for name, meta in files.items():
-            st = (final / name).stat()
-            if st.st_size == meta["size"]:
-                _write_json_atomic(self._memo_path((final / name).resolve()),
-                                   {"path": str((final / name).resolve()), "stat": _fingerprint(st),
-                                    "sha256": meta["sha256"]}, self.tmp)
         return Entry(key, final, manifest)
 
     def _remove(self, path: Path) -> None:
-        """Move an entry aside in one rename (readers never see half of it), then delete it."""
+        """Move an entry aside in one rename (readers never see half of it), then delete it.
+
+        Whatever is there: a folder, a plain file or a symlink (never followed) in its place.
+        """
         trash = self.tmp / f"trash-{path.name[:16]}-{uuid.uuid4().hex[:8]}"
         try:
             os.replace(path, trash)
-        except OSError:
+        except FileNotFoundError:
             return
-        for f in trash.iterdir():
-            self._forget_digest(path / f.name)
-        shutil.rmtree(trash, ignore_errors=True)
+        _delete(trash)
 
     # -- eviction --------------------------------------------------------------------------------
 
@@ -326,28 +342,37 @@ class ModelCache:
         """(last use, bytes, folder) for every entry, oldest first."""
         out = []
         for path in self.entries.iterdir():
+            if not path.is_dir() or path.is_symlink():
+                with contextlib.suppress(OSError):
+                    self._remove(path)  # never a valid entry: a plain file or a link in its place
+                continue
             try:
                 used = (path / MANIFEST).stat().st_mtime
-                size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+                size = _tree_bytes(path)
             except OSError:
-                continue  # being removed or never finished
+                continue  # being removed, never finished, or not a folder (lookup removes it)
             out.append((used, size, path))
         return sorted(out)
 
+    def staging_bytes(self) -> int:
+        """Bytes in tmp/: staging folders being filled now, and leftovers not yet swept."""
+        return _tree_bytes(self.tmp)
+
     def total_bytes(self) -> int:
-        return sum(size for _, size, _ in self.list_entries())
+        return sum(size for _, size, _ in self.list_entries()) + self.staging_bytes()
 
     def evict(self, *, keep: Sequence[str] = ()) -> list[str]:
         """Remove least recently used entries until the cache fits its limit; return their keys.
 
-        Entries in ``keep`` and entries whose lock another session holds are skipped.
+        Staging folders count towards the limit. Entries in ``keep`` and entries whose lock
+        another session holds are skipped.
         """
         removed: list[str] = []
         try:
             with filelock.FileLock(str(self.locks / "evict.lock"), timeout=0):
                 self._sweep_tmp()
                 entries = self.list_entries()
-                total = sum(size for _, size, _ in entries)
+                total = sum(size for _, size, _ in entries) + self.staging_bytes()
                 for _, size, path in entries:
                     if total <= self.size_limit:
                         break
@@ -365,25 +390,48 @@ class ModelCache:
         return removed
 
     def _sweep_tmp(self) -> None:
+        """Remove what dead processes left in tmp/ and old digest memos.
+
+        A staging folder is named after its entry key; if nobody holds that entry's lock, the
+        process that was filling it is gone (killed mid-save) and the folder goes now, not after
+        a timeout. Trash folders are always leftovers. Other temp files go after STALE_TMP_S.
+        """
         now = time.time()
-        stale = [(p, STALE_TMP_S) for p in self.tmp.iterdir()]
-        stale += [(p, STALE_DIGEST_S) for p in self.digests.iterdir()]
-        for p, age in stale:
+        for p in self.tmp.iterdir():
+            key = p.name.split("-", 1)[0]
             with contextlib.suppress(OSError):
-                if now - p.stat().st_mtime > age:
-                    if p.is_dir():
-                        shutil.rmtree(p, ignore_errors=True)
-                    else:
-                        p.unlink()
+                if p.name.startswith("trash-"):
+                    _delete(p)
+                elif len(key) == _KEY_LEN and p.is_dir():
+                    try:
+                        with self.lock(key).acquire(timeout=0):
+                            _delete(p)
+                    except filelock.Timeout:
+                        pass  # being filled right now
+                elif now - p.lstat().st_mtime > STALE_TMP_S:
+                    _delete(p)
+        for p in self.digests.iterdir():
+            with contextlib.suppress(OSError):
+                if now - p.lstat().st_mtime > STALE_DIGEST_S:
+                    _delete(p)
 
 
-def _write_json_atomic(path: Path, data: Any, tmp_dir: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".json-", dir=tmp_dir)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def _delete(path: Path) -> None:
+    """Delete a folder tree, a file or a symlink (the link, not its target)."""
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (links not followed); missing parts count 0."""
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(root, name))
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total

@@ -21,6 +21,7 @@ from onnx import helper
 
 import onnx_fuse
 import onnx_fuse.session as session_mod
+from onnx_fuse import fileio
 from onnx_fuse.session import InferenceSession, OnnxFuseWarning, choose_target
 from onnx_fuse.session_cache import MANIFEST, MODEL_NAME, ModelCache, default_cache_dir
 
@@ -95,9 +96,9 @@ def test_key_changes_with_options_and_content(small_bytes, isolated_cache, tmp_p
     cache = ModelCache(isolated_cache)
     rule = tmp_path / "extra.yaml"
     rule.write_text("# rules v1\n")
-    k1 = cache.key_for(small_bytes, {"rules": [session_mod._file_sha(rule)]})[0]
+    k1 = cache.key_for(small_bytes, {"rules": [fileio.sha256_file(rule)]})[0]
     rule.write_text("# rules v2\n")
-    k2 = cache.key_for(small_bytes, {"rules": [session_mod._file_sha(rule)]})[0]
+    k2 = cache.key_for(small_bytes, {"rules": [fileio.sha256_file(rule)]})[0]
     assert k1 != k2
 
 
@@ -180,12 +181,17 @@ def test_damaged_entry_is_rebuilt(demo_bytes, isolated_cache, damage, victim):
     assert InferenceSession(demo_bytes, providers=CPU, optimize_level=1).onnx_fuse_cache_hit is True
 
 
-def test_hit_reuses_digest_memo(demo_bytes, isolated_cache):
-    InferenceSession(demo_bytes, providers=CPU, optimize_level=1)
+def test_source_digests_are_memoized(small_bytes, isolated_cache, tmp_path):
+    src = tmp_path / "m.onnx"
+    src.write_bytes(small_bytes)
+    old = time.time() - 60  # older than the racy window, so the memo may keep it
+    os.utime(src, (old, old))
+    InferenceSession(str(src), providers=CPU, optimize_level=1)
     cache = ModelCache(isolated_cache)
+    cache.key_for(str(src), {})
+    assert cache.files_hashed == 0  # the model's digest came from the memo
     (entry,) = entries(isolated_cache)
     assert cache.lookup(entry.name) is not None
-    assert cache.files_hashed == 0  # the fill memoized the entry's digests
 
 
 def test_eviction_under_small_limit(isolated_cache):
