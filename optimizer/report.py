@@ -11,7 +11,6 @@ import collections
 import dataclasses
 import json
 import os
-from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
@@ -149,11 +148,11 @@ class Report:
         }
 
     def write_json(self, path: str | os.PathLike) -> None:
-        """Write atomically: a half-written report is as bad as a half-written model."""
-        target = Path(path)
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, target)
+        """Write like cp (fileio.output_file): atomically for a regular file (a half-written
+        report is as bad as a half-written model), through a FIFO or /dev/stdout."""
+        from onnx_fuse.fileio import write_json
+
+        write_json(path, self.to_dict(), indent=2)
 
     def render(self, console=None, *, verbose: bool = False) -> None:
         from rich.console import Console

@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 from onnx_fuse.errors import InternalError, UserError
-from onnx_fuse.plugins.engine_cache import atomic_write, default_cache_dir
+from onnx_fuse.fileio import cache_dir
+from onnx_fuse.plugins.engine_cache import atomic_write
 
 def compile_adapter(family: str, adapter_source: str, arch: str = "80") -> bytes:
     """PTX of ``adapter_source`` (which includes ``plugins/kernels/<family>.cu``), built with
@@ -23,7 +24,7 @@ def compile_adapter(family: str, adapter_source: str, arch: str = "80") -> bytes
         h.update(src.name.encode())
         h.update(src.read_bytes())
     h.update(arch.encode())
-    cached = default_cache_dir().parent / "aot" / f"{family}-{h.hexdigest()[:24]}.ptx"
+    cached = cache_dir() / "aot" / f"{family}-{h.hexdigest()[:24]}.ptx"
     if cached.is_file():
         return cached.read_bytes()
     nvcc = bk.find_nvcc()

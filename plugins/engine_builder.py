@@ -97,6 +97,9 @@ class BuildResult:
 # --------------------------------------------------------------------------- model inspection
 
 def _load(source: str | os.PathLike | bytes) -> tuple[onnx.ModelProto, Path | None, str]:
+    """The model (external data validated, not loaded), its path and a sha256 over its bytes and
+    the bytes of every external-data file it names."""
+    from onnx_fuse.fileio import hash_stream, open_regular
     from onnx_fuse.model_io import load_proto
 
     proto, base_dir = load_proto(source, check=False)
@@ -104,17 +107,13 @@ def _load(source: str | os.PathLike | bytes) -> tuple[onnx.ModelProto, Path | No
         return proto, None, hashlib.sha256(bytes(source)).hexdigest()
     path = Path(source).resolve()
     h = hashlib.sha256()
-    _hash_file(path, h)
+    with open_regular(path) as f:
+        hash_stream(f, h)
     for loc in sorted(_external_locations(proto)):
         h.update(b"\0" + loc.encode())
-        _hash_file(Path(base_dir) / loc, h)
+        with open_regular(Path(base_dir) / loc, nofollow=True) as f:
+            hash_stream(f, h)
     return proto, path, h.hexdigest()
-
-
-def _hash_file(path: Path, h) -> None:
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
 
 
 def _external_locations(proto: onnx.ModelProto) -> set[str]:
@@ -445,11 +444,10 @@ def build_engine(source: str | os.PathLike | bytes, output: str | os.PathLike,
                  on_note: Callable[[str], None] | None = None) -> BuildResult:
     """Build (or fetch from the cache) the plan for ``source`` and write ``output`` + sidecar."""
     t0 = time.perf_counter()
+    from onnx_fuse.model_io import check_output_path
+
     out = Path(output)
-    if out.exists() and out.is_dir():
-        raise UserError(f"{out}: is a folder; give a file name for the plan")
-    if not out.resolve().parent.exists():
-        raise UserError(f"{out}: output folder {str(out.resolve().parent)!r} does not exist")
+    check_output_path(out, what="plan")
     what = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
     proto, model_path, model_sha = _load(source)
     backend = load_backend(options.backend)

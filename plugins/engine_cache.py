@@ -1,45 +1,28 @@
-"""The engine cache of ``onnx-fuse build`` and the atomic file writes it (and the AOT PTX cache)
-rely on: a crash never leaves a half-written plan where a complete one is expected."""
+"""The engine cache of ``onnx-fuse build``. File writes, hashes and the cache folder come from
+``onnx_fuse.fileio`` (one definition each): a crash never leaves a half-written plan where a
+complete one is expected, and files follow the umask like every other output."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from onnx_fuse import fileio
+from onnx_fuse.fileio import sha256_bytes as sha256_hex
 
 
 def default_cache_dir() -> Path:
-    """$ONNX_FUSE_CACHE_DIR/engines, else $XDG_CACHE_HOME/onnx-fuse/engines (~/.cache by default)."""
-    base = os.environ.get("ONNX_FUSE_CACHE_DIR")
-    if base:
-        return Path(base) / "engines"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "onnx-fuse" / "engines"
+    """The engine cache: ``engines/`` in onnx-fuse's cache folder (fileio.cache_dir)."""
+    return fileio.cache_dir() / "engines"
+
 
 def atomic_write(path: Path, data: bytes | memoryview) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    fileio.write_bytes(path, data)
 
 
 def write_json(path: Path, obj: dict) -> None:
-    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
-
-
-def sha256_hex(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
+    fileio.write_json(path, obj, indent=2)
 
 
 class EngineCache:

@@ -15,7 +15,6 @@ else the plan's OPT profile shapes, else small defaults).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -242,11 +241,9 @@ def _simple_compare(rtol: float, atol: float):
 # --------------------------------------------------------------------------- entry point
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from onnx_fuse.fileio import sha256_file
+
+    return sha256_file(path)
 
 
 def run(source: str | os.PathLike, *, backend: str = "ort", inputs: str | None = None,

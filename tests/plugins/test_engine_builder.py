@@ -387,3 +387,15 @@ def test_trt_target_outputs_of_exported_models_build(name, tmp_path):
     r = build_engine(optimized, tmp_path / f"{name}.plan",
                      _opts(tmp_path, profiles=parse_profiles(specs), cache_dir="", plugins=False))
     assert r.meta["plan_bytes"] > 10_000
+
+
+@needs_builder
+def test_plan_and_sidecar_follow_the_umask(encoder, tmp_path):
+    """Like `optimize`, `build` creates files with 0666 & ~umask (they used to be 0600)."""
+    old = os.umask(0o022)
+    try:
+        r = build_engine(encoder, tmp_path / "a.plan", _opts(tmp_path, cache_dir=""))
+    finally:
+        os.umask(old)
+    assert oct(r.plan.stat().st_mode & 0o777) == oct(0o644)
+    assert oct(r.sidecar.stat().st_mode & 0o777) == oct(0o644)
