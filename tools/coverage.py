@@ -1,0 +1,378 @@
+"""Coverage matrix: what onnx-fuse and the anchors fuse on each file of the export corpus.
+
+For every corpus file (tests/data/corpus/manifest.json, or an --only subset) and each column
+  ort O3, onnx O3, trt O3, trt O4     onnx_fuse.optimize(path, level, target, verify=True)
+  onnxscript                          onnxscript.rewriter.ort_fusions.optimize_for_ort
+  ort-tools                           onnxruntime.transformers.optimizer.optimize_model
+                                      (model_type from the architecture, heads/hidden from the manifest)
+it counts in the optimized graph: fused attention ops, norms, RoPE and GELU ops, and whether the
+optimized model matches the original in ONNX Runtime (onnx_fuse.verify; the anchors' outputs are
+checked the same way). Attention layers expected = the manifest's num_layers. Each file runs in
+its own subprocess with a time limit, so a crash or a hang costs one row, not the run.
+
+    python tools/coverage.py [--only NAME_SUBSTRING ...] [--json out/coverage.json] [--resume]
+                             [--markdown docs/coverage.md] [-j 2] [--timeout 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests/data/corpus"
+COLUMNS = ("ort-O3", "onnx-O3", "trt-O3", "trt-O4", "onnxscript", "ort-tools")
+CONFIG_TIMEOUT = 300  # seconds per column inside a worker (checked between columns)
+
+ATTENTION = {"com.microsoft::Attention", "com.microsoft::MultiHeadAttention",
+             "com.microsoft::GroupQueryAttention", "com.microsoft::PackedAttention",
+             "com.microsoft::PackedMultiHeadAttention", "Attention", "onnx_fuse::FusedAttention",
+             "onnx_fuse::PagedAttention"}
+NORMS = {"LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+         "com.microsoft::SimplifiedLayerNormalization", "com.microsoft::SkipLayerNormalization",
+         "com.microsoft::SkipSimplifiedLayerNormalization", "com.microsoft::EmbedLayerNormalization",
+         "com.microsoft::LayerNormalization"}
+ROPE = {"RotaryEmbedding", "com.microsoft::RotaryEmbedding"}
+GELU = {"Gelu", "com.microsoft::Gelu", "com.microsoft::FastGelu", "com.microsoft::BiasGelu",
+        "com.microsoft::QuickGelu"}
+
+
+def count_ops(ops: dict[str, int]) -> dict[str, int]:
+    """Category counts from an op histogram keyed 'domain::Op' ('Op' for the default domain)."""
+    norm = lambda k: k.replace("ai.onnx::", "")  # noqa: E731
+    ops = {norm(k): v for k, v in ops.items()}
+    return {cat: sum(v for k, v in ops.items() if k in names)
+            for cat, names in (("attn", ATTENTION), ("norm", NORMS), ("rope", ROPE), ("gelu", GELU))}
+
+
+def _histogram(proto) -> dict[str, int]:
+    import collections
+
+    hist: collections.Counter[str] = collections.Counter()
+
+    def walk(graph):
+        for node in graph.node:
+            hist[node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"] += 1
+            for attr in node.attribute:
+                if attr.g.node:
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(proto.graph)
+    return dict(hist)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:240] if text else ''}"
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(seconds: int):
+    import signal
+
+    def handler(signum, frame):
+        raise _Timeout(f"column took over {seconds} s")
+
+    signal.signal(signal.SIGALRM, handler)
+    signal.alarm(seconds)
+
+
+def _verify(original_path: str, optimized) -> dict:
+    from onnx_fuse.verify import failure_summary, verify
+
+    result = verify(original_path, optimized)
+    return {"passed": bool(result.get("passed")),
+            "reason": None if result.get("passed") else failure_summary(result)}
+
+
+def run_onnx_fuse(path: str, level: int, target: str) -> dict:
+    import onnx_fuse
+    from onnx_fuse.errors import UserError
+
+    t0 = time.perf_counter()
+    try:
+        result = onnx_fuse.optimize(path, level=level, target=target, verify=True)
+        verify = result.report.verify or {}
+        row = {"verify": {"passed": bool(verify.get("passed")),
+                          "reason": None if verify.get("passed") else _verify_reason(verify)}}
+    except UserError as exc:
+        if "changed the model's inputs" not in str(exc):
+            raise
+        # the O4 paged-KV rewrite replaces the KV inputs: optimize again without verify
+        result = onnx_fuse.optimize(path, level=level, target=target, verify=False)
+        row = {"verify": {"passed": None, "reason": "not run: paged KV changes the inputs"}}
+    row["ops"] = dict(sorted(result.report.ops_after.items()))
+    row["counts"] = count_ops(result.report.ops_after)
+    row["rule_fires"] = result.report.rule_fires
+    row["seconds"] = round(time.perf_counter() - t0, 2)
+    return row
+
+
+def _verify_reason(verify: dict) -> str:
+    from onnx_fuse.verify import failure_summary
+
+    return failure_summary(verify)
+
+
+def run_onnxscript(path: str) -> dict:
+    import onnx_ir as ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    t0 = time.perf_counter()
+    model = ir.load(path)
+    model, fusions = optimize_for_ort(model)
+    proto = ir.to_proto(model)
+    hist = _histogram(proto)
+    return {"ops": dict(sorted(hist.items())), "counts": count_ops(hist), "verify": _verify(path, proto),
+            "fusions": {k: v for k, v in fusions.items() if v}, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def run_ort_tools(path: str, entry: dict) -> dict:
+    import io
+    import logging
+    from contextlib import redirect_stdout
+
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+    t0 = time.perf_counter()
+    with redirect_stdout(io.StringIO()):
+        opt = optimize_model(path, model_type=entry["ort_model_type"] or "bert", num_heads=entry["num_heads"],
+                             hidden_size=entry["hidden_size"])
+    proto = opt.model
+    hist = _histogram(proto)
+    return {"ops": dict(sorted(hist.items())), "counts": count_ops(hist), "verify": _verify(path, proto),
+            "model_type": entry["ort_model_type"], "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def worker(name: str, corpus: Path, columns: list[str]) -> dict:
+    """All columns for one file; a failing column records its one-line error."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    entry = manifest["files"][name]
+    path = str(corpus / name)
+    row = {"file": name, "arch": entry["arch"], "style": entry["style"], "weights": entry["weights"],
+           "kind": entry["kind"], "expected_attn": entry["num_layers"], "columns": {}}
+    for col in columns:
+        _alarm(CONFIG_TIMEOUT)
+        try:
+            if col == "onnxscript":
+                res = run_onnxscript(path)
+            elif col == "ort-tools":
+                res = run_ort_tools(path, entry)
+            else:
+                target, level = col.split("-O")
+                res = run_onnx_fuse(path, int(level), target)
+        except (Exception, _Timeout) as exc:  # noqa: BLE001 -- the matrix records crashes
+            res = {"error": _one_line(exc)}
+        finally:
+            import signal
+
+            signal.alarm(0)
+        row["columns"][col] = res
+    return row
+
+
+def _run_file(name: str, corpus: Path, columns: list[str], timeout: int) -> dict:
+    cmd = [sys.executable, __file__, "_worker", name, "--corpus", str(corpus), "--columns", *columns]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"file": name, "error": f"timed out after {timeout} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not lines:
+        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
+        return {"file": name, "error": f"worker exit {proc.returncode}: {tail[0][:240]}"}
+    return json.loads(lines[-1])
+
+
+# ---- rendering ------------------------------------------------------------------------------
+
+def fully_fused(row: dict, col: str) -> bool:
+    res = row.get("columns", {}).get(col, {})
+    if "counts" not in res:
+        return False
+    verified = res["verify"]["passed"] in (True, None) if col == "trt-O4" else res["verify"]["passed"]
+    return res["counts"]["attn"] == row["expected_attn"] and bool(verified)
+
+
+def summary(rows: list[dict], columns: list[str]) -> dict:
+    out = {}
+    for col in columns:
+        ran = [r for r in rows if "counts" in r.get("columns", {}).get(col, {})]
+        out[col] = {"files": len(rows), "ran": len(ran),
+                    "attn_fully_fused": sum(r["columns"][col]["counts"]["attn"] == r["expected_attn"] for r in ran),
+                    "verified": sum(bool(r["columns"][col]["verify"]["passed"]) for r in ran),
+                    "fully_fused_and_verified": sum(fully_fused(r, col) for r in rows),
+                    "errors": len(rows) - len(ran)}
+    return out
+
+
+def _cell(row: dict, col: str) -> str:
+    if "error" in row:
+        return "worker failed"
+    res = row["columns"].get(col)
+    if res is None:
+        return ""
+    if "error" in res:
+        return "crash"
+    c, v = res["counts"], res["verify"]["passed"]
+    mark = "ok" if v else ("n/a" if v is None else "**FAIL**")
+    return f"{c['attn']}/{row['expected_attn']} · {c['norm']} · {c['rope']} · {c['gelu']} · {mark}"
+
+
+def render_markdown(rows: list[dict], columns: list[str], header: dict) -> str:
+    lines = ["# Fusion coverage over the export corpus", "",
+             f"Generated by `{header['command']}` on {header['machine']}, {header['date']} "
+             f"(onnx-fuse at git {header['git']}; onnxruntime {header['versions']['onnxruntime']}, "
+             f"onnxscript {header['versions']['onnxscript']}). Do not edit by hand.", "",
+             "Corpus: tests/data/corpus (tools/export_corpus.py; how each file was made is in its "
+             "manifest.json). Columns: onnx-fuse `optimize(level, target, verify=True)` per target and "
+             "level; `onnxscript` = onnxscript.rewriter.ort_fusions.optimize_for_ort; `ort-tools` = "
+             "onnxruntime.transformers.optimizer.optimize_model (model_type guessed from the "
+             "architecture). Each cell: **attention fused/expected** · norms · RoPE · GELU · numeric check "
+             "against the original in ONNX Runtime (ok, **FAIL**, n/a where the paged-KV rewrite changes "
+             "the inputs). `crash` = the optimizer raised (reason in the JSON).", "",
+             "## Summary: files with attention fully fused and verified", "",
+             "| column | fully fused + verified | attention fully fused | verified | crashed |",
+             "|---|---|---|---|---|"]
+    summ = summary(rows, columns)
+    for col in columns:
+        s = summ[col]
+        lines.append(f"| {col} | {s['fully_fused_and_verified']}/{s['files']} | {s['attn_fully_fused']}/{s['files']}"
+                     f" | {s['verified']}/{s['files']} | {s['errors']} |")
+    by_style: dict[str, list[dict]] = {}
+    for r in rows:
+        by_style.setdefault(r.get("style", "?"), []).append(r)
+    lines += ["", "Per export style (fully fused + verified / files):", "",
+              "| style | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for style, rs in sorted(by_style.items()):
+        lines.append(f"| {style} | " + " | ".join(f"{summary(rs, [c])[c]['fully_fused_and_verified']}/{len(rs)}"
+                                                   for c in columns) + " |")
+    lines += ["", "## Per file", "", "| file | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for r in rows:
+        lines.append(f"| {r['file'].removesuffix('.onnx')} | " + " | ".join(_cell(r, c) for c in columns) + " |")
+    failures = _failure_reasons(rows, columns)
+    if failures:
+        lines += ["", "## Most common verify failures and crashes", "", "| count | column | reason |", "|---|---|---|"]
+        for (col, reason), n in failures[:25]:
+            lines.append(f"| {n} | {col} | {reason.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _failure_reasons(rows, columns):
+    import collections
+    import re
+
+    seen: collections.Counter = collections.Counter()
+    for r in rows:
+        for col in columns:
+            res = r.get("columns", {}).get(col, {})
+            reason = res.get("error") or (res.get("verify") or {}).get("reason")
+            if reason and not reason.startswith("not run"):
+                seen[(col, re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", reason)[:160])] += 1
+    return seen.most_common()
+
+
+def _git_head() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_worker"]:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("name")
+        ap.add_argument("--corpus")
+        ap.add_argument("--columns", nargs="*")
+        ns = ap.parse_args(argv[1:])
+        print(json.dumps(worker(ns.name, Path(ns.corpus), ns.columns)))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default=str(CORPUS))
+    ap.add_argument("--only", nargs="*", help="keep files whose name contains one of these strings")
+    ap.add_argument("--columns", nargs="*", default=list(COLUMNS), choices=COLUMNS)
+    ap.add_argument("--json", default=str(ROOT / "out/coverage.json"), help="where the full results go")
+    ap.add_argument("--markdown", help="also write the table here (e.g. docs/coverage.md)")
+    ap.add_argument("-j", "--jobs", type=int, default=1)
+    ap.add_argument("--resume", action="store_true", help="reuse rows of unchanged files from --json")
+    ap.add_argument("--timeout", type=int, default=1200, help="seconds per file (all columns)")
+    ap.add_argument("--machine", default=None, help="machine description for the Markdown header")
+    ns = ap.parse_args(argv)
+    corpus = Path(ns.corpus)
+    mpath = corpus / "manifest.json"
+    if not mpath.exists():
+        print(f"error: {mpath} not found; run tools/export_corpus.py first", file=sys.stderr)
+        return 2
+    names = sorted(json.loads(mpath.read_text())["files"])
+    if ns.only:
+        names = [n for n in names if any(s in n for s in ns.only)]
+    if not names:
+        print("error: no corpus file matches --only", file=sys.stderr)
+        return 2
+    files = json.loads(mpath.read_text())["files"]
+    rows: dict[str, dict] = {}
+    if ns.resume and Path(ns.json).exists():  # keep rows of unchanged files that ran every column
+        for row in json.loads(Path(ns.json).read_text())["rows"]:
+            entry = files.get(row["file"])
+            if (entry and row.get("sha256") == entry["sha256"] and "error" not in row
+                    and set(ns.columns) <= set(row["columns"])):
+                rows[row["file"]] = row
+    todo = [n for n in names if n not in rows]
+    print(f"{len(names) - len(todo)} files reused from {ns.json}, {len(todo)} to run", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, ns.jobs)) as pool:
+        futures = {pool.submit(_run_file, n, corpus, ns.columns, ns.timeout): n for n in todo}
+        for fut in concurrent.futures.as_completed(futures):
+            row = fut.result()
+            row["sha256"] = files[row["file"]]["sha256"]
+            rows[row["file"]] = row
+            _atomic_write(Path(ns.json), json.dumps({"partial": True, "rows": list(rows.values())}, indent=1))
+            print(f"[{len(rows)}/{len(names)}] {row['file']}: "
+                  + ("  ".join(f"{c}={_cell(row, c)}" for c in ns.columns) if "error" not in row else row["error"]),
+                  flush=True)
+    ordered = [rows[n] for n in names]
+    import onnxruntime
+    import onnxscript
+
+    header = {"command": "python tools/coverage.py " + " ".join(argv),
+              "machine": ns.machine or f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "git": _git_head(), "versions": {"onnxruntime": onnxruntime.__version__,
+                                               "onnxscript": onnxscript.__version__}}
+    summ = summary(ordered, ns.columns)
+    _atomic_write(Path(ns.json), json.dumps({"header": header, "summary": summ, "rows": ordered}, indent=1) + "\n")
+    if ns.markdown:
+        _atomic_write(Path(ns.markdown), render_markdown(ordered, ns.columns, header))
+    print("summary: " + "; ".join(f"{c} {s['fully_fused_and_verified']}/{s['files']} fully fused+verified"
+                                  f" (attn {s['attn_fully_fused']}, verified {s['verified']}, crashed {s['errors']})"
+                                  for c, s in summ.items()))
+    return 0
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
