@@ -122,11 +122,16 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
              rules: Sequence[str] = (), disable: Sequence[str] = (), verify: bool = False,
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
              seed: int = 0, on_record: Callable[[PassRecord], None] | None = None,
-             precision: str | None = None) -> OptimizeResult:
+             precision: str | None = None, base_dir: str | os.PathLike | None = None) -> OptimizeResult:
     """Optimize ``model`` (path, bytes, ModelProto or ir.Model) and return the result.
 
-    The input is never modified. ``rules`` are extra YAML rule files (they can override built-in
-    rules by name); ``disable`` names rules to skip. With ``verify`` the result is compared with
+    ``base_dir``: the folder of the weight files of a ModelProto or onnx-ir model with external
+    data (a path knows its folder); without it such a model is refused, never resolved against
+    the current directory.
+
+    The input is never modified. ``rules`` are extra YAML rule files, one path or a list (they
+    can override built-in rules by name); ``disable`` names rules or passes to skip, one name or
+    a list (an unknown name is a UserError). With ``verify`` the result is compared with
     the original in ONNX Runtime and the report says PASSED or FAILED. ``precision`` ("fp16" or
     "bf16") converts weights and compute last, keeping fp32 islands (docs/precision.md); verify
     then uses that precision's tolerance, and runs bf16 with emulated bf16 storage in ORT.
@@ -134,7 +139,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     check_level_target(level, target)
     report = Report(level=level, target=target)
     t0 = time.perf_counter()
-    work = load_model(model)
+    work = load_model(model, base_dir=base_dir)
     report.seconds["load"] = time.perf_counter() - t0
     report.nodes_before = count_nodes(work)
     report.ops_before = dict(op_histogram(work))
@@ -156,7 +161,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
 
         t3 = time.perf_counter()
         # A path is handed over as it is: ORT then reads its weights from their files.
-        original = model if isinstance(model, (str, os.PathLike)) else load_model(model)
+        original = model if isinstance(model, (str, os.PathLike)) else load_model(model, base_dir=base_dir)
         candidate, tol = work, {}
         if precision:
             from onnx_fuse.passes.precision import VERIFY_TOLERANCE, emulate_bf16

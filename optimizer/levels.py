@@ -20,8 +20,10 @@ nothing dead behind, so no cleanup follows it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 
 import onnx_ir as ir
 
@@ -65,10 +67,31 @@ def check_level_target(level: int, target: str) -> None:
         raise UserError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
 
 
+def as_list(value, what: str) -> list:
+    """``rules=``/``disable=`` as a list: one str (or path) is a one-element list, not its
+    characters; anything but strings and paths is refused."""
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        return [value]
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        raise UserError(f"{what} must be a name or a list of names, not {type(value).__name__}")
+    items = list(value)
+    bad = [v for v in items if not isinstance(v, (str, os.PathLike))]
+    if bad:
+        raise UserError(f"{what} must hold names (str), got {type(bad[0]).__name__} {bad[0]!r}")
+    return items
+
+
 def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
                  disable: Sequence[str] = (), precision: str | None = None) -> list[Stage]:
-    """The ordered stages for ``level`` and ``target``; user rules join the built-in packs."""
+    """The ordered stages for ``level`` and ``target``; user rules join the built-in packs.
+
+    Every ``disable`` name must be a pass that runs at ``level`` or a rule (built-in or from
+    ``rule_files``, for any target); anything else is a UserError naming it."""
     check_level_target(level, target)
+    rule_files = as_list(rule_files, "rules")
+    disable = [str(d) for d in as_list(disable, "disable")]
     from onnx_fuse.passes.precision import precision_pass
 
     if precision not in (None, "fp16", "bf16"):
@@ -95,9 +118,20 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         pre = tuple(target_module.pre_fusion_passes(level))
         post = tuple(target_module.post_fusion_passes(level))
         pass_names |= {p.display_name for p in (*pre, *post) if hasattr(p, "display_name")}
-        # Names that are not passes must be rules; the rule loader rejects unknown ones.
-        rule_set = load_rule_set(target=target, max_level=level, user_files=rule_files,
-                                 disable=[d for d in disable if d not in pass_names])
+        # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
+        idle = {p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
+                                         *target_module.post_fusion_passes(max(LEVELS)))
+                if hasattr(p, "display_name")} - pass_names
+        # Names that are not passes must be rules, of any target or level (a script that
+        # disables gelu-erf-ort keeps working with --target onnx); anything else is a typo.
+        rule_set = load_rule_set(user_files=rule_files)
+        for name in (d for d in disable if d not in pass_names | idle):
+            if name not in rule_set:
+                close = difflib.get_close_matches(name, [*rule_set.names(), *pass_names], n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else "; see `onnx-fuse rules list`"
+                raise UserError(f"--disable {name!r}: no rule or pass of that name{hint}")
+            rule_set.remove(name)
+        rule_set = rule_set.select(target=target, max_level=level)
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
         stages.append(Stage("fusion", (OpsetOnDemandRewritePass(rule_set),), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))

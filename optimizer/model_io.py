@@ -32,6 +32,7 @@ from onnx_fuse.errors import UserError
 from onnx_fuse.external_data import check_external_data, check_ir_external_data, has_external_data
 from onnx_fuse.proto_stream import WireError, embedded_nbytes, skeleton_with_mapped_weights, write_embedded
 from onnx_fuse.structure_check import check_structure, skeleton_from_proto
+from onnx_fuse.text_check import check_text
 
 # The protobuf hard limit is 2 GiB; leave room for the graph itself.
 _PROTO_LIMIT = 1_800_000_000
@@ -127,6 +128,7 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True,
         base_dir = str(path.resolve().parent)
         if mapped:
             _MAPPED_MODEL_FILES.add(path.resolve())
+    check_text(proto, what)  # non-UTF-8 names would fail deep inside the checker or onnx-ir
     _check_opsets(proto, what)
     if base_dir is not None:
         check_external_data(proto, base_dir, mapped)
@@ -153,6 +155,7 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
     if isinstance(source, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(source)
+        check_text(proto, "<model>")
         _check_opsets(proto, "<model>")
         if has_external_data(proto):
             if base_dir is None:

@@ -38,6 +38,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--external-data", choices=("auto", "yes", "no"), default="auto",
                    help="store weights beside the output in OUTPUT.data (auto: when the input had "
                         "external data or the model is over 2 GB)")
+    p.add_argument("--force", action="store_true",
+                   help="write the output even when --verify fails (the exit code stays 1)")
     add_common_optimize_flags(p)
     return p
 
@@ -62,7 +64,7 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
                           precision=args.precision)
     out = Console(quiet=False, highlight=False, soft_wrap=True)
     if args.quiet:
-        out.print("PASSED" if result.report.passed else "FAILED")
+        out.print(result.report.status)
     else:
         result.report.render(out, verbose=bool(args.verbose))
     if args.report:
@@ -72,12 +74,16 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
 
 def check_outputs(args) -> None:
     """Bad output paths are reported before minutes of optimization, not after."""
+    from onnx_fuse.errors import UserError
     from onnx_fuse.model_io import check_output_path
 
-    if getattr(args, "output", None):
-        check_output_path(args.output)
-    if args.report:
-        check_output_path(args.report, what="report")
+    for path, what in ((getattr(args, "output", None), "output model"), (args.report, "report")):
+        if not path:
+            continue
+        try:
+            check_output_path(path, what=what)
+        except OSError as exc:  # e.g. a name over the file system's 255 bytes: ENAMETOOLONG
+            raise UserError(f"{path}: cannot write the {what} there ({exc.strerror or exc})") from None
 
 
 def run(args) -> int:
@@ -91,8 +97,10 @@ def run(args) -> int:
         raise UserError(f"{args.output}: output would overwrite the input model; choose another name")
     result, code = run_and_report(args, args.input, progress_label=f"optimizing {args.input}")
     external = {"auto": None, "yes": True, "no": False}[args.external_data]
-    if code == 0:
-        result.save(args.output, external_data=external)
-    else:
-        print(f"error: verification failed; {args.output} not written", file=sys.stderr, flush=True)
+    if code == 0 or args.force:
+        result.save(args.output, external_data=external, force=args.force)
+    if code != 0:
+        what = "written anyway (--force)" if args.force else "not written (--force writes it anyway)"
+        print(f"error: verification failed ({result.report.verify_failure}); {args.output} {what}",
+              file=sys.stderr, flush=True)
     return code

@@ -3,7 +3,9 @@
 YAML is composed with PyYAML's safe loader into a node tree (no Python objects are ever
 constructed from tags) and converted by hand, which keeps the line of every key and refuses:
 files over 1 MiB, more than 20000 nodes after alias expansion, aliases nested deeper than 8,
-recursive aliases, non-string keys and duplicate keys. Every problem is a RuleError with
+recursive aliases, nesting deeper than 64 levels, non-string keys, duplicate keys, and every tag
+other than YAML's plain str/int/float/bool/null/seq/map (``!!python/object/apply:...`` is named
+and refused, never silently dropped). Every problem is a RuleError with
 ``file:line``; ``load_file`` collects one error per bad rule so `rules check` can print them all.
 
 Built-in packs are the ``rules/<family>/*.yaml`` files of the ``onnx_fuse.rules`` package, found
@@ -27,6 +29,10 @@ from onnx_fuse.rewrite._rule import Rule, RuleError, RuleSet, build_rule
 MAX_FILE_BYTES = 1 << 20
 MAX_NODES = 20000
 MAX_ALIAS_DEPTH = 8
+MAX_DEPTH = 64
+
+_SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null"))
+_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -51,8 +57,21 @@ class Mapping(dict):
     styles: dict
 
 
+def _tag_name(tag: str) -> str:
+    """``!!python/object/apply:os.system`` as the author wrote it, not the expanded URI."""
+    return "!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag
+
+
 def _convert(node: yaml.Node, state: _Data, stack: tuple[int, ...], alias_depth: int, file: str) -> Any:
     state.count += 1
+    if len(stack) >= MAX_DEPTH:
+        raise RuleError(f"YAML nested deeper than {MAX_DEPTH} levels; refusing",
+                        node.start_mark.line + 1, file)
+    allowed = _SCALAR_TAGS if isinstance(node, yaml.ScalarNode) else _COLLECTION_TAGS
+    if node.tag not in allowed:
+        raise RuleError(f"unsupported YAML tag {_tag_name(node.tag)!r}; rule files hold plain "
+                        "strings, numbers, booleans, lists and mappings only",
+                        node.start_mark.line + 1, file)
     if state.count > MAX_NODES:
         raise RuleError(f"more than {MAX_NODES} YAML nodes (after alias expansion); refusing",
                         node.start_mark.line + 1, file)
@@ -69,9 +88,6 @@ def _convert(node: yaml.Node, state: _Data, stack: tuple[int, ...], alias_depth:
     stack = stack + (id(node),)
     line = node.start_mark.line + 1
     if isinstance(node, yaml.ScalarNode):
-        if node.tag not in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-                            "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"):
-            raise RuleError(f"unsupported YAML tag {node.tag!r}", line, file)
         value = state.loader.construct_object(node, deep=True)
         if isinstance(value, str) and not node.style and _FLOAT_RE.match(value):
             return float(value)  # YAML 1.1 reads `1e-3` as a string; rule authors mean a number
@@ -131,6 +147,8 @@ def parse_yaml(text: str, file: str) -> Any:
         raise RuleError(f"YAML syntax: {exc.problem or exc.context}", (mark.line + 1) if mark else 0, file) from None
     except yaml.YAMLError as exc:
         raise RuleError(f"YAML: {exc}", 0, file) from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise RuleError(f"YAML nested too deeply (over {MAX_DEPTH} levels); refusing", 0, file) from None
     if root is None:
         return None
     return _convert(root, _Data(), (), 0, file)
