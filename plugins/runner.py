@@ -270,8 +270,13 @@ def run(source: str | os.PathLike, *, backend: str = "ort", inputs: str | None =
         outs, secs = run_ort(proto, feeds, optimized=True)
         result = RunResult("ort", outs, feeds, secs, notes=notes)
         if compare:
-            ref, _ = run_ort(proto, feeds, optimized=False)
-            result.reference, result.reference_name = ref, "ort (graph optimizations off)"
+            # --model names the reference (e.g. the original of an optimized model); without it
+            # the same model runs with ORT's graph optimizations off.
+            ref_proto = _load_model(model) if model else proto
+            ref, _ = run_ort(ref_proto, feeds, optimized=False)
+            result.reference = ref
+            result.reference_name = (f"{model} in ort (graph optimizations off)" if model
+                                     else "ort (graph optimizations off)")
             result.passed, result.comparison = compare_outputs(
                 ref, outs, ref_name=result.reference_name, got_name="ort", rtol=rtol, atol=atol)
         return result

@@ -9,9 +9,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "run", help="run a model in ONNX Runtime or a plan in TensorRT",
         description="Run MODEL (ONNX Runtime) or PLAN (TensorRT) once and print its outputs. "
-                    "--compare checks against a reference with Polygraphy's comparator: ORT with "
-                    "graph optimizations off for --backend ort, the ONNX model in ORT for "
-                    "--backend trt. Exit 0 (1 when a comparison fails).")
+                    "--compare checks against a reference with Polygraphy's comparator: --model (or "
+                    "MODEL itself) in ORT with graph optimizations off for --backend ort, the "
+                    "ONNX model in ORT for --backend trt. Exit 0 (1 when a comparison fails).")
     p.add_argument("source", metavar="MODEL|PLAN", help=".onnx model or TensorRT .plan")
     p.add_argument("--backend", choices=("ort", "trt"), default=None,
                    help="ort (default for .onnx) or trt (default for a plan; a model is built "
@@ -22,7 +22,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="shape for a dynamic input or symbolic dim, e.g. input_ids=2x16, batch=2")
     p.add_argument("--compare", action="store_true", help="compare with the reference")
     p.add_argument("--model", metavar="MODEL.onnx",
-                   help="reference model for a plan (default: the one its sidecar names)")
+                   help="reference model for --compare: for a plan, default the one its sidecar "
+                        "names; for --backend ort, e.g. the original of an optimized model "
+                        "(default: MODEL itself with graph optimizations off)")
     p.add_argument("--profile", action="extend", nargs="+", default=[],
                    metavar="NAME:MIN,OPT,MAX", help="profiles when a model is built for trt")
     p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
