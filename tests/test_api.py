@@ -72,3 +72,85 @@ def test_prepare_for_fusion_runs_the_stages_before_the_rules():
     assert "Identity" not in ops and "Softmax" in ops  # cleanup ran, the rules did not
     assert proto.opset_import[0].version == 18  # the input is untouched
     assert prepare_for_fusion(proto, level=1, target="onnx").opset_imports[""] == 18  # O1: no rules, no upgrade
+
+
+WRONG_RULE = """\
+rules:
+  - name: wrong-relu
+    doc: Relu(x) -> Sigmoid(x) (deliberately wrong)
+    targets: [ort, onnx, trt]
+    match: |
+      y = Relu(x)
+    rewrite: |
+      y = Sigmoid(x)
+"""
+
+
+def _unchecked_wrong(tmp_path):
+    """A wrong user rule on a model whose input dim has no name: the per-rewrite check cannot
+    run (unknown shape), so only the whole-model verification can catch it."""
+    from onnx import TensorProto, helper
+
+    rule = tmp_path / "wrong.yaml"
+    rule.write_text(WRONG_RULE)
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    return src, rule
+
+
+def test_save_refuses_a_model_that_failed_verification(tmp_path):
+    from onnx_fuse.errors import VerificationError
+
+    src, rule = _unchecked_wrong(tmp_path)
+    result = onnx_fuse.optimize(src, level=2, rules=[str(rule)], verify=True)
+    assert result.report.status == "FAILED" and not result.report.passed
+    assert result.report.verify["rewrites"]["unchecked"] >= 1
+    out = tmp_path / "o.onnx"
+    with pytest.raises(VerificationError, match="failed verification.*output 'z' differs.*force=True"):
+        result.save(out)
+    assert not out.exists()
+    result.save(out, force=True)
+    assert out.exists()
+
+
+def test_cli_verify_failure_writes_nothing_unless_forced(tmp_path, capsys):
+    from onnx_fuse.cli.main import main
+
+    src, rule = _unchecked_wrong(tmp_path)
+    out = tmp_path / "o.onnx"
+    args = ["optimize", str(src), "-o", str(out), "-O", "2", "--rules", str(rule), "--verify", "-q"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert not out.exists()
+    assert "FAILED" in captured.out
+    assert "verification failed (output 'z' differs" in captured.err and "--force" in captured.err
+    assert main([*args, "--force"]) == 1
+    assert out.exists()
+
+
+def test_status_says_not_verified_without_verify():
+    result = onnx_fuse.optimize(build_demo_model(layers=1), level=1)
+    rep = result.report.to_dict()
+    assert rep["status"] == "NOT VERIFIED" and "not requested" in rep["status_reason"]
+    assert result.report.passed  # nothing failed: exit 0
+    from io import StringIO
+
+    from rich.console import Console
+
+    buf = StringIO()
+    result.report.render(Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "NOT VERIFIED" in text and "PASSED" not in text
+
+
+def test_verified_report_names_its_checks():
+    result = onnx_fuse.optimize(build_demo_model(layers=1), level=3, verify=True)
+    rep = result.report.to_dict()
+    assert rep["status"] == "PASSED" and rep["status_reason"] == ""
+    assert rep["verify"]["ort_optimizations"] == {"original": "off", "optimized": "default"}
+    assert rep["verify"]["rewrites"]["checked"] >= 1

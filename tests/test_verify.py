@@ -140,3 +140,233 @@ def test_inputs_the_original_cannot_run_are_a_user_error():
     with pytest.raises(UserError, match="fails to run the original model on these inputs.*--inputs"):
         verify(model, model, inputs={"x": np.zeros((2, 8), np.float32),
                                      "shape": np.array([3, 3], np.int64)})
+
+
+# --- decoders with a KV cache, Optimum's naming ---------------------------------------------------
+
+def _decoder_body(past: bool, suffix: str = "", scale: float = 1.0) -> tuple[list, list]:
+    """Nodes of a tiny decoder step: new K/V from the embedded ids, concatenated after the past
+    when ``past``; the mask must cover exactly past + new tokens (Mul broadcasts over it) and
+    the positions are passed through. Returns (nodes, output names)."""
+    s = suffix
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], [f"x{s}"]),
+        helper.make_node("Reshape", [f"x{s}", "heads"], [f"xr{s}"]),
+        helper.make_node("Transpose", [f"xr{s}"], [f"kn{s}"], perm=[0, 2, 1, 3]),
+    ]
+    if past:
+        nodes += [helper.make_node("Concat", ["past_key_values.0.key", f"kn{s}"], [f"k{s}"], axis=2),
+                  helper.make_node("Concat", ["past_key_values.0.value", f"kn{s}"], [f"v{s}"], axis=2)]
+    else:
+        nodes += [helper.make_node("Identity", [f"kn{s}"], [f"k{s}"]),
+                  helper.make_node("Identity", [f"kn{s}"], [f"v{s}"])]
+    nodes += [
+        helper.make_node("Cast", ["attention_mask"], [f"mf{s}"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", [f"mf{s}", "axes13"], [f"m4{s}"]),
+        helper.make_node("Mul", [f"k{s}", f"m4{s}"], [f"km{s}"]),
+        helper.make_node("Mul", [f"km{s}", "scale"], [f"kms{s}"]),
+        helper.make_node("ReduceSum", [f"kms{s}", "axes2"], [f"y{s}"], keepdims=0),
+    ]
+    return nodes, [f"y{s}", f"k{s}", f"v{s}"]
+
+
+def _optimum_decoder(*, merged: bool = False, wrong_no_cache_branch: bool = False) -> onnx.ModelProto:
+    inits = [onnx.numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(16, 4) / 64, "emb"),
+             onnx.numpy_helper.from_array(np.array([0, 0, 1, 4], np.int64), "heads"),
+             onnx.numpy_helper.from_array(np.array([1, 3], np.int64), "axes13"),
+             onnx.numpy_helper.from_array(np.array([2], np.int64), "axes2"),
+             onnx.numpy_helper.from_array(np.array(1.0, np.float32), "scale"),
+             onnx.numpy_helper.from_array(np.array(2.0 if wrong_no_cache_branch else 1.0, np.float32),
+                                          "scale_nc")]
+    past_shape = ["batch_size", 1, "past_sequence_length", 4]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                            ["batch_size", "past_sequence_length + 1"]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+              helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, past_shape),
+              helper.make_tensor_value_info("past_key_values.0.value", TensorProto.FLOAT, past_shape)]
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("present.0.value", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("positions", TensorProto.INT64, None)]
+    pos = helper.make_node("Identity", ["position_ids"], ["positions"])
+    if not merged:
+        nodes, names = _decoder_body(True)
+        nodes += [helper.make_node("Identity", [n], [o.name]) for n, o in zip(names, outs)] + [pos]
+    else:
+        inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+        branches = []
+        for with_past, sfx in ((True, "_wp"), (False, "_nc")):
+            body, names = _decoder_body(with_past, sfx)
+            if not with_past:
+                body[-2].input[1] = "scale_nc"
+            branches.append(helper.make_graph(
+                body, f"branch{sfx}", [], [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                                           for n in names]))
+        nodes = [helper.make_node("If", ["use_cache_branch"], [o.name for o in outs[:3]],
+                                  then_branch=branches[0], else_branch=branches[1]), pos]
+    graph = helper.make_graph(nodes, "decoder", inputs, outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_optimum_decoder_inputs_cover_past_and_new_tokens():
+    model = _optimum_decoder()
+    feeds = make_inputs(model)
+    past = feeds["past_key_values.0.key"].shape[2]
+    new = feeds["input_ids"].shape[1]
+    assert past != new and past > 0
+    assert feeds["attention_mask"].shape == (2, past + new)       # spans past + new tokens
+    np.testing.assert_array_equal(feeds["position_ids"][0], past + np.arange(new))
+    np.testing.assert_array_equal(feeds["position_ids"][1], past + np.arange(new))
+    result = verify(model, model)     # the original runs on them
+    assert result["passed"] and result["cases"] == []
+    assert make_inputs(model, shapes={"past_sequence_length": (3,), "sequence_length": (1,)})[
+        "attention_mask"].shape == (2, 4)
+
+
+def test_merged_decoder_verifies_both_branches():
+    model = _optimum_decoder(merged=True)
+    result = verify(model, model)
+    assert result["passed"]
+    assert result["cases"] == ["use_cache_branch=1", "use_cache_branch=0"]
+    names = [o["name"] for o in result["outputs"]]
+    assert "logits [use_cache_branch=1]" in names and "logits [use_cache_branch=0]" in names
+    from onnx_fuse.verify import input_cases
+
+    (_, with_past), (_, no_past) = input_cases(model)
+    assert with_past["use_cache_branch"].tolist() == [True] and no_past["use_cache_branch"].tolist() == [False]
+    assert no_past["past_key_values.0.key"].shape[2] == 0
+    assert no_past["attention_mask"].shape[1] == no_past["input_ids"].shape[1]
+    np.testing.assert_array_equal(no_past["position_ids"][0], np.arange(no_past["input_ids"].shape[1]))
+
+
+def test_merged_decoder_difference_in_the_no_cache_branch_is_caught():
+    result = verify(_optimum_decoder(merged=True), _optimum_decoder(merged=True, wrong_no_cache_branch=True))
+    bad = {o["name"] for o in result["outputs"] if not o["passed"]}
+    assert not result["passed"]
+    assert "logits [use_cache_branch=0]" in bad and "logits [use_cache_branch=1]" not in bad
+
+
+def test_past_key_and_past_value_naming():
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["past_key.0", "k"], ["present_key.0"], axis=2)], "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", "t"]),
+         helper.make_tensor_value_info("past_key.0", TensorProto.FLOAT, ["b", 2, "p", 4]),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, ["b", 2, "s", 4])],
+        [helper.make_tensor_value_info("present_key.0", TensorProto.FLOAT, None)])
+    feeds = make_inputs(helper.make_model(graph))
+    assert feeds["attention_mask"].shape[1] == feeds["past_key.0"].shape[2] + feeds["input_ids"].shape[1]
+
+
+@pytest.mark.parametrize("name", ["llama_kv_dynamo", "gpt2_kv_dynamo"])
+def test_dynamo_kv_exports_verify_after_optimization(name):
+    from pathlib import Path
+
+    import onnx_fuse
+
+    path = Path(__file__).parent / "data" / "models" / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not there")
+    result = onnx_fuse.optimize(path, level=3, verify=True)
+    assert result.report.status == "PASSED", result.report.status_reason
+
+
+def test_optimum_corpus_decoders_run_on_random_inputs():
+    """Optimum exports in the corpus (when it has been built): the original runs on our inputs."""
+    from pathlib import Path
+
+    corpus = Path(__file__).parent / "data" / "corpus"
+    files = sorted(p for p in corpus.glob("**/*__optimum__*.onnx") if "kv" in p.name or "past" in p.name
+                   or "with_past" in str(p)) if corpus.exists() else []
+    if not files:
+        pytest.skip("no Optimum KV-cache exports under tests/data/corpus")
+    for path in files[:4]:
+        result = verify(str(path), str(path))
+        assert result["passed"], path.name
+
+
+# --- what ORT cannot run ---------------------------------------------------------------------------
+
+def test_custom_op_is_a_one_line_user_error():
+    graph = helper.make_graph(
+        [helper.make_node("Foo", ["x"], ["y"], domain="my.ops")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("my.ops", 1)])
+    with pytest.raises(UserError, match=r"^cannot verify: the model uses the custom op my\.ops::Foo") as info:
+        verify(model, model)
+    assert "\n" not in str(info.value)
+
+
+def test_optimized_model_ort_refuses_fails_verification():
+    """What users would hit loading the optimized model is a failed verification, not a crash."""
+    original = _unary_model("Relu")
+    broken = _unary_model("Relu")
+    del broken.graph.node[:]
+    broken.graph.node.append(helper.make_node("MultiHeadAttention", ["x", "x", "x"], ["y"],
+                                              domain="com.microsoft"))  # num_heads missing
+    broken.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    result = verify(original, broken)
+    assert not result["passed"] and "refuses the optimized model" in result["error"]
+    with pytest.raises(VerificationError, match="refuses the optimized model"):
+        verify(original, broken, raise_on_failure=True)
+
+
+def test_big_models_run_from_files_not_inlined(tmp_path, monkeypatch):
+    """Over the inline limit ORT loads each side from a file with external data (the 2 GB
+    protobuf limit and copies of every weight do not apply); a user's path is used as it is."""
+    import onnx_ir as ir
+
+    import onnx_fuse.verify as verify_module
+
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
+        [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    src = tmp_path / "m.onnx"
+    onnx.save_model(model, str(src), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.onnx.data", size_threshold=0)
+    monkeypatch.setattr(verify_module, "_INLINE_LIMIT", 0)
+    from onnx_fuse.model_io import load_model
+
+    assert verify(str(src), load_model(src))["passed"]
+    wrong = ir.from_proto(model)
+    wrong.graph.initializers["w"].const_value = ir.tensor(w * 2, name="w")
+    assert not verify(str(src), wrong)["passed"]
+
+
+def test_session_warns_when_verification_fails(tmp_path):
+    import warnings
+
+    import onnx_fuse
+
+    rule = tmp_path / "wrong.yaml"
+    rule.write_text("""\
+rules:
+  - name: wrong-relu
+    doc: Relu(x) -> Sigmoid(x) (deliberately wrong)
+    targets: [ort, onnx, trt]
+    match: |
+      y = Relu(x)
+    rewrite: |
+      y = Sigmoid(x)
+""")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 4])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), src)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = onnx_fuse.InferenceSession(str(src), providers=["CPUExecutionProvider"], verify=True,
+                                          rules=[str(rule)], cache_dir=False)
+    assert any(issubclass(w.category, onnx_fuse.OnnxFuseWarning) and "verification failed" in str(w.message)
+               for w in caught)
+    x = np.array([[-1.0, 0.5, 2.0, -3.0]], np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0) + x)  # the original runs
