@@ -134,6 +134,11 @@ MHA_OP = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt"
 GQA_OP = {"ort": "com.microsoft::GroupQueryAttention", "onnx": "Attention", "trt": "Attention"}
 
 
+def _op_for(kv_heads):
+    """ORT gets MultiHeadAttention when K/V have q's heads, GroupQueryAttention otherwise."""
+    return MHA_OP if kv_heads == H else GQA_OP
+
+
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 @pytest.mark.parametrize("form,scale_op", [("eager", "mul"), ("eager", "div"), ("sdpa", "mul")])
 def test_mha_fuses(h, target, form, scale_op):
@@ -151,7 +156,7 @@ def test_mha_merge_to_2d(h, target):
     model = _block(h, merge_to_2d=True)
     out = h.fuse(model, target)
     assert h.ops(out)[MHA_OP[target]] == 1
-    assert target != "ort" or "mha-ort-flat" in h.fired(out)
+    assert target != "ort" or "attention-mha-ort" in h.fired(out)
     h.assert_close(model, out, _feeds(h))
 
 
@@ -162,7 +167,7 @@ def test_gqa_and_rope_attention_fuses(h, target, form, kv_heads, rope):
     model = _block(h, form=form, kv_heads=kv_heads, rope=rope)
     out = h.fuse(model, target)
     ops = h.ops(out)
-    assert ops[GQA_OP[target]] == 1, ops
+    assert ops[_op_for(kv_heads)[target]] == 1, ops
     assert "Softmax" not in ops and "Unsqueeze" not in ops, ops
     h.assert_close(model, out, _feeds(h, kv_heads=kv_heads))
 
@@ -176,7 +181,7 @@ def _assert_no_fusion(h, model, rule, why, targets=("ort", "onnx")):
 
 
 def test_softmax_over_wrong_axis_does_not_fuse(h):
-    _assert_no_fusion(h, _block(h, softmax_axis=2), "mha-attention23", "softmax must run over the keys")
+    _assert_no_fusion(h, _block(h, softmax_axis=2), "attention", "softmax must run over the keys")
 
 
 def test_wrong_key_transpose_does_not_fuse(h):
@@ -187,7 +192,7 @@ def test_wrong_key_transpose_does_not_fuse(h):
 
 
 def test_escaping_scores_do_not_fuse(h):
-    _assert_no_fusion(h, _block(h, escape_scores=True), "mha-attention23", "is also used by")
+    _assert_no_fusion(h, _block(h, escape_scores=True), "attention", "is also used by")
 
 
 KEY_PADDING = ("b", 1, 1, "s")  # transformers 4.x BERT: (1 - mask) * -10000 unsqueezed to [B,1,1,T]
@@ -224,25 +229,37 @@ def test_key_padding_mask_with_packed_qkv_for_ort(h, form):
     h.assert_close(model, out, {"x": feeds["q3"], "mask": feeds["mask"]})
 
 
-@pytest.mark.parametrize("kv_heads,rope,rule", [(H, False, "mha-attention23"), (2, True, "gqa-attention23")])
-def test_mask_with_one_column_does_not_fuse(h, kv_heads, rope, rule):
-    """[B,1,T,1] broadcasts over the keys: not a bias the fused ops take (they need T columns)."""
-    model = _block(h, kv_heads=kv_heads, rope=rope, mask_shape=("b", 1, "s", 1))
-    _assert_no_fusion(h, model, rule, "check failed: the bias must have one column per key",
-                      targets=("ort", "onnx", "trt"))
-    assert any("one column per key" in r for r in h.reasons(model, "ort", rule.replace("attention23", "ort")))
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("kv_heads,rope", [(H, False), (2, True)])
+@pytest.mark.parametrize("mask_shape", [("b", 1, "s", 1), ("s", "s"), (1, "s", "s"), (1, 1, 1, "s")])
+def test_masks_that_broadcast_fuse_exactly(h, target, kv_heads, rope, mask_shape):
+    """Any additive bias that broadcasts to [B,H,S,T] is the canonical op's mask: one column for
+    all keys, rank 2 or 3, one row for every batch and query. The lowering expands it to the
+    [.,.,S,T] the fused ops take, so every shape gives the original's numbers."""
+    model = _block(h, kv_heads=kv_heads, rope=rope, mask_shape=mask_shape)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[_op_for(kv_heads)[target]] == 1 and "Softmax" not in ops, ops
+    feeds = _feeds(h, kv_heads=kv_heads, causal=False)
+    dims = {"b": B, "s": S}
+    shape = [dims.get(d, d) for d in mask_shape]
+    feeds["mask"] = (h.rng.standard_normal(shape) * 3).astype(np.float32)
+    h.assert_close(model, out, feeds)
 
 
-@pytest.mark.parametrize("mask_shape", [("s", "s"), ("b", 1, "s")])
-def test_mask_of_wrong_rank_does_not_fuse(h, mask_shape):
-    model = _block(h, mask_shape=mask_shape)
-    _assert_no_fusion(h, model, "mha-attention23", "rank", targets=("ort", "onnx", "trt"))
+def test_mask_of_rank_five_does_not_fuse(h):
+    model = _block(h, mask_shape=("b", 1, 1, "s", "s"))
+    _assert_no_fusion(h, model, "attention", "the mask must broadcast to")
 
 
-def test_repeat_on_wrong_axis_does_not_fuse(h):
-    """Unsqueeze at axis 1 then Expand/Reshape interleaves heads differently: not repeat_kv."""
+def test_repeat_on_wrong_axis_is_not_folded(h):
+    """Unsqueeze at axis 1 then Expand/Reshape interleaves heads differently: not repeat_kv. The
+    attention still fuses, on the expanded K/V (q's head count), and gives the same numbers."""
     model = _block(h, kv_heads=2, rope=True, rep_axis=1)
-    _assert_no_fusion(h, model, "gqa-attention23", "repetition axis must follow the head axis")
+    rs = h.reasons(model, "onnx", "attention-repeat-kv")
+    out = h.fuse(model, "onnx")
+    assert "attention-repeat-kv" not in h.fired(out) and "Softmax" not in h.ops(out)
+    h.assert_close(model, out, _feeds(h, kv_heads=2))
 
 
 def _with_projections(h, model, *, shared_input=True):
