@@ -57,6 +57,18 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
             cu = np.concatenate([cu * (1.0 - 0.1 * k) for k in range(H)], axis=1)
             su = np.concatenate([su * (1.0 - 0.1 * k) for k in range(H)], axis=1)
         inits.update(cu=cu, su=su)
+    elif tables == "sincos":   # GPT-J: concat(sin, cos) [P, rd], GatherND, Split, repeat_interleave
+        f, _ = _angles(P, rd)
+        inits.update(tab=(scale * np.concatenate([np.sin(f), np.cos(f)], axis=-1)).astype(np.float32),
+                     ax24=np.array([2, 4], np.int64), rep=np.array([1, 1, 1, 1, 2], np.int64),
+                     rshp=np.array([0, 0, 1, rd], np.int64))
+        nodes += [n("Unsqueeze", ["pos", "ilast"], ["pu"]), n("GatherND", ["tab", "pu"], ["g"]),
+                  n("Split", ["g"], ["gs", "gc"], axis=-1, num_outputs=2)]
+        for part, out in (("gs", "su"), ("gc", "cu")):
+            nodes += [n("Unsqueeze", [part, "ax24"], [part + "5"]),
+                      n("Expand", [part + "5", "rep"], [part + "x"]),
+                      n("Reshape", [part + "x", "rshp"], [out])]
+        inputs.append(h.vi("pos", ["b", "s"], 7))
     else:   # [P, rd] tables cut to the sequence (optional) and gathered by position_ids
         inits.update(ct=cos, st=sin, ax0=np.array([0], np.int64), ax1=np.array([1], np.int64),
                      istart=np.array([slice_start], np.int64))
@@ -148,10 +160,23 @@ def test_gathered_tables_fuse_with_position_ids(h, tables):
     h.assert_close(model, out, _feeds(h, model))
 
 
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_gathered_sincos_table_interleaved_fuses(h, target):
+    """GPT-J / CodeGen dynamic export: embed_positions gathered, split, repeat_interleave'd."""
+    model = _graph(h, form="interleaved", layout="bshd", tables="sincos")
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "GatherND" not in ops and "Neg" not in ops, ops
+    (rot,) = _rotary_nodes(out)
+    assert _attr(rot, "interleaved") == 1 and _attr(rot, "num_heads") == H and rot.input[3]
+    h.assert_close(model, out, _feeds(h, model))
+
+
 @pytest.mark.parametrize("target", ["ort", "onnx"])
 @pytest.mark.parametrize("form,layout,tables", [
     ("half", "bhsd", "folded"), ("half", "bshd", "folded"), ("half", "bhsd", "gathered"),
     ("interleaved", "bshd", "folded"), ("interleaved", "bhsd", "folded"),
+    ("interleaved", "bshd", "sincos"),
 ])
 def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     rd = 8
@@ -178,6 +203,8 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     (dict(form="interleaved", scale=1.1), "rotary-interleaved-const-table", "not a rotation"),
     (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
     (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
+    (dict(form="interleaved", layout="bshd", tables="sincos", scale=0.9),
+     "rotary-interleaved-gathered-sincos", "not a rotation"),
 ])
 def test_near_misses_do_not_fuse(h, kw, rule, why):
     model = _graph(h, **kw)
