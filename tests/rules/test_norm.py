@@ -10,7 +10,7 @@ D = 16
 
 
 def _ln_graph(h, *, square="pow", bias=True, axes=(-1,), eps=1e-5, extra_consumer=False,
-              cast=False):
+              cast=False, rsqrt=False):
     """x -> decomposed LayerNorm (axes as a ReduceMean input, opset 23)."""
     n = h.node
     xin = "xf" if cast else "x"
@@ -22,8 +22,11 @@ def _ln_graph(h, *, square="pow", bias=True, axes=(-1,), eps=1e-5, extra_consume
         n("ReduceMean", ["sq", "axes"], ["v"], keepdims=1),
         n("Add", ["v", "eps"], ["ve"]),
         n("Sqrt", ["ve"], ["sd"]),
-        n("Div", ["d", "sd"], ["nrm"]),
     ]
+    if rsqrt:   # Cohere's LayerNorm: (x - mean) * rsqrt(var + eps)
+        nodes += [n("Reciprocal", ["sd"], ["inv"]), n("Mul", ["inv", "d"], ["nrm"])]
+    else:
+        nodes.append(n("Div", ["d", "sd"], ["nrm"]))
     last = "nrm"
     if cast:
         nodes.append(n("Cast", ["nrm"], ["nc"], to=10))
@@ -59,6 +62,16 @@ def test_layer_norm_fuses(h, target, square, bias):
     ln = out.graph.node[0]
     eps = next(a.f for a in ln.attribute if a.name == "epsilon")
     assert eps == pytest.approx(1e-6, rel=1e-6)
+    h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_rsqrt_form_is_layer_norm_not_rms(h, target, bias):
+    """(x - mean) * rsqrt(var + eps) * g: RMSNorm of x - mean would also compute it; LN must win."""
+    model = _ln_graph(h, rsqrt=True, bias=bias)
+    out = h.fuse(model, target)
+    assert h.ops(out) == {"LayerNormalization": 1}, h.ops(out)
     h.assert_close(model, out, _feeds(h))
 
 
