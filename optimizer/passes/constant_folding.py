@@ -11,6 +11,13 @@ Cases handled:
   dtypes are kept exactly, Reshape 0/-1, Slice clamping); anything else deterministic through
   ``onnx.reference.ReferenceEvaluator``, with the output dtype checked against ONNX inference.
 
+Integer overflow: runtimes disagree (ORT reduces integers through float64, so an int64
+ReduceProd that overflows gives INT64_MAX and one above 2**53 is rounded; it wraps Mul/Add), so
+an integer Add/Sub/Mul/Neg/Abs/Div/Range whose exact result does not fit its dtype, and an
+integer ReduceSum/ReduceProd whose |x| reduction exceeds 2**53, are not folded (checked with
+exact Python integers); the other integer arithmetic ops (MatMul, CumSum, Pow, ReduceSumSquare,
+...) are not folded at all.
+
 Never folded: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
 default domain, nodes with subgraphs, results over ``MAX_OUTPUT_ELEMENTS`` / ``MAX_OUTPUT_BYTES``
 (data-moving ops such as Transpose, whose result is no bigger than their input, may produce up to
@@ -55,6 +62,14 @@ _FOLDABLE_DTYPES = frozenset({
     ir.DataType.UINT32, ir.DataType.UINT64, ir.DataType.BOOL,
 })
 _INT64_MAX = np.iinfo(np.int64).max
+# Integer ops checked for overflow against exact Python-integer arithmetic (_check_exact_ints).
+_INT_CHECKED = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Div", "ReduceSum", "ReduceProd"})
+# Integer arithmetic the reference evaluator would compute with NumPy's wrapping (or float) math:
+# never folded for integer outputs, since no runtime is bound to agree on overflow.
+_INT_UNCHECKED = frozenset({"MatMul", "Gemm", "Einsum", "CumSum", "Pow", "ReduceSumSquare",
+                            "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMean",
+                            "MatMulInteger", "Sum", "Mean", "Conv", "ConvInteger"})
+_EXACT_CHECK_ELEMENTS = 1 << 16
 
 
 class _NoFold(Exception):
@@ -239,6 +254,10 @@ def _range(node, start, limit, delta):
         raise _NoFold("range delta 0")
     n = max(int(np.ceil((l - s) / d)), 0)
     _check_size([n])
+    if n and np.issubdtype(start.dtype, np.integer):
+        info = np.iinfo(start.dtype)
+        if not info.min <= int(s) + (n - 1) * int(d) <= info.max:
+            raise _NoFold("integer overflow")
     return (s + np.arange(n) * d).astype(start.dtype) if n else np.zeros(0, start.dtype)
 
 
@@ -286,6 +305,31 @@ _NUMPY_OPS = {
     "Exp": _float_unary(np.exp), "Log": _float_unary(np.log), "Floor": _float_unary(np.floor),
     "Ceil": _float_unary(np.ceil),
 }
+def _check_exact_ints(node: ir.Node, fn, args: list[np.ndarray], out: np.ndarray) -> None:
+    """Refuse a folded integer result that differs from exact integer arithmetic (overflow)."""
+    if not np.issubdtype(out.dtype, np.integer) or out.dtype == np.bool_:
+        return
+    if sum(a.size for a in args) > _EXACT_CHECK_ELEMENTS:
+        raise _NoFold("integer overflow not checkable")
+    if node.op_type == "Div":
+        info = np.iinfo(out.dtype)
+        x, y = args
+        if info.min < 0 and np.any((x == info.min) & (y == -1)):
+            raise _NoFold("integer overflow")
+        return
+    info = np.iinfo(out.dtype)
+    lo, hi = info.min, info.max
+    if node.op_type in ("ReduceSum", "ReduceProd"):
+        # ORT reduces integers through float64 (3037000499**2 comes out ...960, an overflow
+        # saturates to INT64_MAX): agree with exact arithmetic only while every partial result
+        # is exact in float64, i.e. the reduction of |x| stays within 2**53.
+        args = [np.abs(args[0].astype(object)), *args[1:]]
+        lo, hi = -(1 << 53), 1 << 53
+    exact = np.asarray(fn(node, *(a.astype(object) for a in args)), dtype=object)
+    if exact.size and any(not lo <= int(v) <= hi for v in exact.reshape(-1)):
+        raise _NoFold("integer overflow")
+
+
 # Binary ops whose two inputs share one dtype in ONNX; anything else there is a malformed model.
 _SAME_DTYPE = frozenset({"Add", "Sub", "Mul", "Div", "Min", "Max", "Equal", "Less", "Greater"})
 
@@ -472,7 +516,15 @@ class ConstantFoldingPass(FusePass):
                     raise
                 except Exception as exc:  # malformed node; the runtime will report it, not us
                     raise _NoFold(f"numpy: {type(exc).__name__}") from None
-            return [np.asarray(out)]
+            out = np.asarray(out)
+            if node.op_type in _INT_CHECKED:
+                _check_exact_ints(node, fn, args, out)
+            return [out]
+        first = next((a for a in args if a is not None), None)
+        if node.op_type in _INT_UNCHECKED and any(
+                o.dtype.is_integer() if o.dtype is not None
+                else first is not None and np.issubdtype(first.dtype, np.integer) for o in node.outputs):
+            raise _NoFold("integer arithmetic")
         if node.op_type in _EXPANDING and not self._static_outputs_small(node):
             raise _NoFold("output size unknown")
         if sum(a.size for a in args if a is not None) > MAX_OUTPUT_ELEMENTS:
