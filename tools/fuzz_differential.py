@@ -20,7 +20,7 @@ stands for every target. Every failing case is saved (original.onnx, optimized.o
 info.json) under OUT/failures/<class>/seed<S>_O<L>_<target>/; OUT/summary.json has the counts.
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
-        [--targets ort,onnx,trt] [--jobs 1] [--out fuzz_out]
+        [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
 
 Exit status: 0 when no run failed, 1 otherwise, 2 on bad arguments.
 """
@@ -113,13 +113,13 @@ def compare(names, ref, got) -> tuple[str, str]:
     return "ok", ""
 
 
-def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str):
+def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=()):
     """Optimize and compare; returns (class, detail, optimized proto or None, rule fires)."""
     import onnx_fuse
     from onnx_fuse.errors import UserError
 
     try:
-        result = onnx_fuse.optimize(original, level=level, target=target)
+        result = onnx_fuse.optimize(original, level=level, target=target, rules=list(rules))
         optimized = result.to_proto()
     except UserError as exc:
         return "refused-input", _first_line(exc), None, {}
@@ -155,8 +155,8 @@ def fuzz_graph(task):
     """All level x target runs of one graph: a list of result dicts (plus models of failures)."""
     import onnxruntime
 
-    onnxruntime.set_default_logger_severity(3)  # the failures we provoke are reported, not logged
-    seed, levels, targets = task
+    onnxruntime.set_default_logger_severity(4)  # the failures we provoke are reported, not logged
+    seed, levels, targets, rules = task
     case = make_case(seed)
     base = {"seed": seed, "motifs": case.motifs, "traps": case.traps}
     try:
@@ -172,7 +172,7 @@ def fuzz_graph(task):
             if level == 1 and o1_done is not None:
                 cls, detail, opt, fires = o1_done
             else:
-                cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target)
+                cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules)
                 o1_done = (cls, detail, opt, fires) if level == 1 else None
             results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
             if cls in FAIL_CLASSES:
@@ -200,9 +200,11 @@ def builtin_rules(levels, targets) -> list[str]:
 
 
 def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None = None,
-         start: int = 0, progress=None) -> dict:
-    """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``)."""
-    tasks = [(case_seed(seed, i), tuple(levels), tuple(targets)) for i in range(start, start + count)]
+         start: int = 0, progress=None, rules=()) -> dict:
+    """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``).
+    ``rules`` are extra rule files, passed to optimize() (a user's rules can be fuzzed too)."""
+    rules = tuple(str(r) for r in rules)
+    tasks = [(case_seed(seed, i), tuple(levels), tuple(targets), rules) for i in range(start, start + count)]
     counts = collections.Counter()
     by_combo: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     fires = collections.Counter()
@@ -238,6 +240,7 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
     expected = builtin_rules(levels, targets)
     summary = {
         "count": count, "seed": seed, "start": start, "levels": list(levels), "targets": list(targets),
+        "rules": list(rules),
         "runs": sum(counts.values()), "seconds": round(time.time() - t0, 1),
         "classes": {c: counts.get(c, 0) for c in CLASSES},
         "failed": sum(counts.get(c, 0) for c in FAIL_CLASSES),
@@ -284,6 +287,8 @@ def main(argv=None) -> int:
     ap.add_argument("--levels", type=lambda s: _int_list(s, {1, 2, 3, 4}), default=[1, 2, 3, 4])
     ap.add_argument("--targets", type=_targets, default=["ort", "onnx", "trt"])
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--rules", action="append", default=[], metavar="FILE",
+                    help="extra rule file for optimize() (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -297,8 +302,11 @@ def main(argv=None) -> int:
             print(f"[{done}/{total}] " + " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
                   file=sys.stderr, flush=True)
 
+    missing = [r for r in args.rules if not Path(r).is_file()]
+    if missing:
+        ap.error(f"--rules {missing[0]}: no such file")
     summary = fuzz(args.count, args.seed, args.levels, args.targets, args.jobs, args.out,
-                   args.start, progress)
+                   args.start, progress, args.rules)
     print(f"{summary['count']} graphs, {summary['runs']} runs, {summary['seconds']} s")
     for cls in CLASSES:
         print(f"  {cls:14s} {summary['classes'][cls]}")
