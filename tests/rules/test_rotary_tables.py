@@ -57,6 +57,21 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
             cu = np.concatenate([cu * (1.0 - 0.1 * k) for k in range(H)], axis=1)
             su = np.concatenate([su * (1.0 - 0.1 * k) for k in range(H)], axis=1)
         inits.update(cu=cu, su=su)
+    elif tables == "computed":   # Cohere: cos/sin of repeat_interleave(positions * inv_freq, 2)
+        inv = (1.0 / (10000 ** (np.arange(0, rd, 2) / rd))).astype(np.float32)
+        inits.update(inv=inv, z=np.array(0, np.int64), o=np.array(1, np.int64),
+                     ax02=np.array([0, 2], np.int64), ax1=np.array([1], np.int64),
+                     rep=np.array([1, 1, 1, 2], np.int64), rshp=np.array([1, -1, rd], np.int64))
+        nodes += [n("Shape", ["x"], ["xs"], start=2, end=3), n("Squeeze", ["xs"], ["s0"]),
+                  n("Range", ["z", "s0", "o"], ["pr"]), n("Unsqueeze", ["pr", "ax02"], ["p3"]),
+                  n("Cast", ["p3"], ["pf"], to=1), n("Mul", ["pf", "inv"], ["f"]),
+                  n("Unsqueeze", ["f", "ilast"], ["fu"]), n("Expand", ["fu", "rep"], ["fx"]),
+                  n("Reshape", ["fx", "rshp"], ["ri"]), n("Cos", ["ri"], ["co"]), n("Sin", ["ri"], ["si"])]
+        if scale != 1.0:
+            inits["scal"] = np.array(scale, np.float32)
+            nodes += [n("Mul", ["co", "scal"], ["com"]), n("Mul", ["si", "scal"], ["sim"])]
+        c_, s_ = ("com", "sim") if scale != 1.0 else ("co", "si")
+        nodes += [n("Unsqueeze", [c_, "ax1"], ["cu"]), n("Unsqueeze", [s_, "ax1"], ["su"])]
     elif tables == "sincos":   # GPT-J: concat(sin, cos) [P, rd], GatherND, Split, repeat_interleave
         f, _ = _angles(P, rd)
         inits.update(tab=(scale * np.concatenate([np.sin(f), np.cos(f)], axis=-1)).astype(np.float32),
@@ -98,7 +113,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
     nodes += [n("Mul", ["r", "su"], ["s"]), n("Add", ["c", "s"], ["yr" if rd < D else "y"])]
     if rd < D:
         nodes.append(n("Concat", ["yr", "xp"], ["y"], axis=-1))
-    xshape = shape if tables == "folded" else (["b", H, "s", D] if layout == "bhsd" else ["b", "s", H, D])
+    xshape = shape if tables in ("folded",) else (["b", H, "s", D] if layout == "bhsd" else ["b", "s", H, D])
     yshape = list(xshape)
     if pass_start is not None:
         yshape[-1] = rd + D - pass_start
@@ -161,6 +176,19 @@ def test_gathered_tables_fuse_with_position_ids(h, tables):
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_computed_interleaved_tables_fuse(h, target):
+    """Cohere's dynamic export: cos/sin of repeat_interleave(f, 2) computed in the graph."""
+    model = _graph(h, form="interleaved", tables="computed")
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
+    assert "rotary-interleaved-computed" in h.fired(out), h.fired(out)
+    (rot,) = _rotary_nodes(out)
+    assert _attr(rot, "interleaved") == 1
+    h.assert_close(model, out, _feeds(h, model))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_gathered_sincos_table_interleaved_fuses(h, target):
     """GPT-J / CodeGen dynamic export: embed_positions gathered, split, repeat_interleave'd."""
     model = _graph(h, form="interleaved", layout="bshd", tables="sincos")
@@ -203,6 +231,7 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     (dict(form="interleaved", scale=1.1), "rotary-interleaved-const-table", "not a rotation"),
     (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
     (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
+    (dict(form="interleaved", tables="computed", scale=0.5), "rotary-interleaved-computed", "c_one"),
     (dict(form="interleaved", layout="bshd", tables="sincos", scale=0.9),
      "rotary-interleaved-gathered-sincos", "not a rotation"),
 ])
