@@ -370,3 +370,35 @@ rules:
                for w in caught)
     x = np.array([[-1.0, 0.5, 2.0, -3.0]], np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0) + x)  # the original runs
+
+
+def test_session_warns_when_ort_refuses_the_optimized_model(tmp_path):
+    """A verification that fails without any output compared (ORT refuses the optimized model)
+    still gives the session a one-line reason."""
+    import warnings
+
+    import onnx_fuse
+
+    rule = tmp_path / "refused.yaml"
+    rule.write_text("""\
+rules:
+  - name: refused-relu
+    doc: Relu(x) -> com.microsoft::MultiHeadAttention without num_heads (ORT refuses it)
+    targets: [ort, onnx, trt]
+    match: |
+      y = Relu(x)
+    rewrite: |
+      y = com.microsoft::MultiHeadAttention(x, x, x) : like(x)
+""")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 4, 8])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), src)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        onnx_fuse.InferenceSession(str(src), providers=["CPUExecutionProvider"], verify=True,
+                                   rules=[str(rule)], cache_dir=False)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, onnx_fuse.OnnxFuseWarning)]
+    assert len(msgs) == 1 and "VerificationError" in msgs[0] and "refuses the optimized model" in msgs[0], msgs
