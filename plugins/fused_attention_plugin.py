@@ -11,7 +11,7 @@ plugin through TensorRT's ONNX parser: op type ``FusedAttention``, ``plugin_name
              causal (0/1). TensorRT's Python plugins have no attribute defaults, so the engine
              builder writes the contract defaults onto the node (:func:`prepare_node`), with
              ``aot = 1`` and, when seq_lens is absent, a seq_lens input of all S
-    limits   D = hidden / num_heads in {64, 128}; hidden sizes static
+    limits   D = hidden / num_heads in {64, 80, 96, 128, 256}; hidden sizes static
 
 Functions, kept separate as tensorrt.plugin expects:
 
@@ -61,7 +61,7 @@ ATTRIBUTES = {
 # Contract defaults (docs/ops.md): TensorRT Python plugins have no attribute defaults, so the
 # builder writes them onto the node (prepare_node) before TensorRT's parser sees it.
 ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0, "causal": 0}
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 80, 96, 128, 256)  # launch_plan.SUPPORTED_HEAD_DIMS
 FLOAT_TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 _BLOCK_N = 64  # keys per K/V tile when a variant name does not say (kFaBlockN)
 
@@ -364,9 +364,11 @@ def aot_entry(dtype_tag: str, head_dim: int, tile: str, causal: int) -> str:
 
 
 def smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
-    """Dynamic shared memory of a variant: a Q tile plus double-buffered K and V tiles, 16-bit
-    (the layout of fa_smem_bytes in fused_attention.cu)."""
-    return (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
+    """Dynamic shared memory of a (4-warp, mma.sync) variant: a Q tile plus double-buffered K and
+    V tiles, 16-bit, rows padded when D % 64 != 0 (fa_smem_bytes in fused_attention.cu)."""
+    from onnx_fuse.plugins.launch_plan import fa_smem_bytes
+
+    return fa_smem_bytes(head_dim, block_m, block_n, 4)
 
 
 def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",

@@ -25,12 +25,14 @@ __all__ = [
     "PagedDecodePlan",
     "AppendKVPlan",
     "SUPPORTED_HEAD_DIMS",
+    "fa_variants",
+    "pa_variants",
     "plan_append_kv",
     "plan_fused_attention",
     "plan_paged_decode",
 ]
 
-SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256)
 SUPPORTED_DTYPES = ("float16", "bfloat16")
 _DT = {"float16": "f16", "fp16": "f16", "half": "f16", "bfloat16": "bf16", "bf16": "bf16"}
 DTYPE_CODE = {"f16": 0, "bf16": 1}
@@ -44,10 +46,18 @@ FA_WGMMA = (128, 128, 8)       # wgmma, 128-key tiles, 2 K/V stages
 FA_WGMMA_PIPE = (128, 64, 8)   # wgmma, 64-key tiles, 3 stages, S of tile j+1 overlaps softmax of j
 FA_WGMMA_VARIANTS = (FA_WGMMA, FA_WGMMA_PIPE)
 FA_DEFAULT = (128, 64, 4)
+# D = 256 compiles two variants: mma.sync 64x64 (4 warps) and wgmma (128, 64, 8), which at D = 256
+# is the 2-stage body with 64-key tiles (no pipelined variant: its 3 stages would not fit).
+FA_VARIANTS_D256 = ((64, 64, 4), (128, 64, 8))
+# D = 64 adds (64, 128, 4): wgmma with one warpgroup per CTA and two CTAs per SM (sm_90a build;
+# elsewhere the entry runs the mma.sync 64x64 body).
+FA_WGMMA_1WG = (64, 128, 4)
+FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG,)
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
 PA_VARIANTS = ((4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1))
-PA_DEFAULT = (4, 3, 0)  # portable default (sm_80+); plan_paged_decode picks bulk on sm_90 for D=128
+PA_DEFAULT = (4, 3, 0)  # portable default (sm_80+); plan_paged_decode picks bulk on sm_90 for D >= 80
+PA_VARIANTS_D256 = ((4, 3, 0), (4, 3, 1), (4, 2, 1))  # 8 warps x 512-byte rows do not fit
 PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 
@@ -97,23 +107,43 @@ def _check_head_dim(head_dim: int) -> None:
         raise ValueError(f"head_dim={head_dim} not supported by the kernels (supported: {SUPPORTED_HEAD_DIMS})")
 
 
+def fa_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
+    """(block_m, block_n, warps) variants compiled for ``head_dim``."""
+    _check_head_dim(head_dim)
+    return {256: FA_VARIANTS_D256, 64: FA_VARIANTS_D64}.get(head_dim, FA_VARIANTS)
+
+
+def pa_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
+    """(warps, stages, bulk) decode variants compiled for ``head_dim``."""
+    _check_head_dim(head_dim)
+    return PA_VARIANTS_D256 if head_dim == 256 else PA_VARIANTS
+
+
+def _tile_row(head_dim: int) -> int:
+    """Shared-memory row pitch (elements): swizzled rows when D % 64 == 0, else padded by 8."""
+    return head_dim if head_dim % 64 == 0 else head_dim + 8
+
+
 def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4) -> int:
-    """Dynamic shared memory of the fused-attention kernel: Q tile + 2 stages of K and V
-    (+ 1 KiB to align the wgmma variant's swizzled tiles to 1024 bytes)."""
-    b = (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
-    if (block_m, block_n) == FA_WGMMA[:2]:
-        return b + 1024
-    if (block_m, block_n, warps) == FA_WGMMA_PIPE:
-        return 1024 + (block_m * head_dim + 3 * 2 * block_n * head_dim) * 2
-    return b
+    """Dynamic shared memory of the fused-attention kernel (mirrors
+    onnx_fuse_fused_attention_smem_bytes): mma.sync: Q tile + 2 stages of K and V, rows of
+    ``_tile_row``; wgmma (8 warps): tiles padded to a multiple of 64 columns, 3 stages for the
+    pipelined 64-key variant at D <= 128, + 1 KiB to align the swizzled tiles to 1024 bytes."""
+    if (block_m, block_n, warps) == FA_WGMMA_1WG:
+        return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
+    if warps == 8 and block_m == 128:
+        dp = -(-head_dim // 64) * 64
+        stages = 3 if (block_n == 64 and head_dim <= 128) else 2
+        return 1024 + (block_m * dp + stages * 2 * block_n * dp) * 2
+    return (block_m + 2 * 2 * block_n) * _tile_row(head_dim) * 2
 
 
 def pa_smem_bytes(head_dim: int, warps: int, stages: int, bulk: int = 0) -> int:
     """Dynamic shared memory of the paged decode kernel (mirrors pa_smem_bytes in the .cu):
     [bulk: mbarriers (128 B)] + Q tile + stages of K and V tiles (rows padded by 8 elements
-    when bulk)."""
-    row = head_dim + 8 if bulk else head_dim
-    return (128 if bulk else 0) + (16 * head_dim + stages * 2 * 16 * warps * row) * 2
+    when bulk or when D is not a multiple of 64)."""
+    row = head_dim + 8 if (bulk or head_dim % 64) else head_dim
+    return (128 if bulk else 0) + (16 * _tile_row(head_dim) + stages * 2 * 16 * warps * row) * 2
 
 
 @dataclass(frozen=True)
@@ -157,17 +187,22 @@ def plan_fused_attention(
         # the H200 (docs/PERF.md) 32-key tiles win for D=128 without a mask, 64-key tiles
         # otherwise. Fall back to 64-row tiles when 128-row ones give under two CTAs per SM.
         ctas_128 = math.ceil(seq_len / 128) * num_heads * batch
+        hopper = device.compute_capability == (9, 0)
         if ctas_128 < 2 * device.num_sms:
             variant = (64, 64, 4)
-        elif head_dim == 128 and device.compute_capability == (9, 0):
-            variant = FA_WGMMA  # 380-410 TFLOP/s on the H200 against ~300 for mma.sync
+        elif head_dim == 256:
+            variant = (128, 64, 8) if hopper else (64, 64, 4)
+        elif head_dim in (80, 96, 128) and hopper:
+            variant = FA_WGMMA  # 380-410 TFLOP/s on the H200 at D=128 against ~300 for mma.sync
+        elif head_dim == 64 and hopper:
+            variant = FA_WGMMA_1WG  # 325-348 TFLOP/s on the H200 against 280-290 for mma.sync
         elif head_dim == 128 and not causal:
             variant = (128, 32, 4)
         else:
             variant = FA_DEFAULT
     variant = tuple(variant)
-    if variant not in FA_VARIANTS:
-        raise ValueError(f"variant {variant} not compiled; choose one of {FA_VARIANTS}")
+    if variant not in fa_variants(head_dim):
+        raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {fa_variants(head_dim)}")
     bm, bn, warps = variant
     smem = fa_smem_bytes(head_dim, bm, bn, warps)
     if smem > device.max_smem_per_block:
@@ -240,15 +275,21 @@ def plan_paged_decode(
     ctx = min(max_seq_len, cap) if max_seq_len is not None else cap
     ctx = max(ctx, 1)
     if variant is None:
-        # Measured on the H200 (docs/PERF.md): bulk copies win for 256-byte rows (D=128).
-        variant = (4, 3, 1) if head_dim == 128 and device.compute_capability >= (9, 0) else PA_DEFAULT
+        # Measured on the H200 (docs/PERF.md): bulk copies win from 160-byte rows up (D >= 80),
+        # not for 128-byte ones (D = 64); at D = 80 and 96 two stages (4 CTAs per SM) beat three.
+        if head_dim >= 80 and device.compute_capability >= (9, 0):
+            variant = (4, 2, 1) if head_dim in (80, 96) else (4, 3, 1)
+        else:
+            variant = PA_DEFAULT
     variant = tuple(variant)
-    if variant not in PA_VARIANTS:
-        raise ValueError(f"variant {variant} not compiled; choose one of {PA_VARIANTS}")
+    if variant not in pa_variants(head_dim):
+        raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {pa_variants(head_dim)}")
     warps, stages, bulk = variant
     if bulk and device.compute_capability < (9, 0):
         raise ValueError(f"bulk-copy variant {variant} needs compute capability 9.0+")
     smem = pa_smem_bytes(head_dim, warps, stages, bulk)
+    if smem > device.max_smem_per_block:
+        raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     base = batch * num_kv_heads
     max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
     if num_splits is None:

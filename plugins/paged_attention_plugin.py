@@ -12,7 +12,7 @@ plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_name
              seq_lens[b] - 1)
     attrs    num_heads, kv_num_heads (divides num_heads, group <= 16; 0 = num_heads), scale
              (0.0 = 1/sqrt(D)); the builder writes defaults and ``aot = 1`` (prepare_node)
-    limits   decode only (one new token per sequence); D in {64, 128}; hidden sizes static
+    limits   decode only (one new token per sequence); D in {64, 80, 96, 128, 256}; hidden sizes static
 
 Functions, kept separate as tensorrt.plugin expects: :func:`register` (shape/type rule and the
 in-place aliasing), :func:`autotune`, :func:`impl` (JIT: ``KernelLib.append_kv`` then
@@ -265,8 +265,18 @@ def aot_entry(dtype_tag: str, head_dim: int, warps: int, stages: int) -> str:
 
 
 def smem_bytes(head_dim: int, warps: int, stages: int) -> int:
-    """Q tile (16 x D) + stages x (K + V tiles of 16*warps tokens), 16-bit (pa_smem_bytes)."""
-    return (16 * head_dim + stages * 2 * 16 * warps * head_dim) * 2
+    """Q tile (16 rows) + stages x (K + V tiles of 16*warps tokens), 16-bit (pa_smem_bytes)."""
+    from onnx_fuse.plugins.launch_plan import pa_smem_bytes
+
+    return pa_smem_bytes(head_dim, warps, stages, 0)
+
+
+def _fits(head_dim: int, warps: int, stages: int) -> bool:
+    """Whether a variant's shared memory fits a block (8 warps x 3 stages does not at D = 256;
+    its adapter entry is compiled but never launched)."""
+    from onnx_fuse.plugins.launch_plan import H200
+
+    return smem_bytes(head_dim, warps, stages) <= H200.max_smem_per_block
 
 
 def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
@@ -285,6 +295,8 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
     kv_num_heads = kv_num_heads or num_heads
     variants = decode_variants()
     warps, stages = variants[tactic - 1] if 1 <= tactic <= len(variants) else variants[0]
+    if not _fits(d, warps, stages):
+        warps, stages = variants[0]
     name = aot_entry(_dtype_tag(query.dtype), d, warps, stages)
     ptx = aot_kernel_ptx("paged_attention", name, adapter_source())
     block_size = key_cache.shape_expr[1]

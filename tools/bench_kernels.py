@@ -78,7 +78,8 @@ def main() -> int:
 
     # --- prefill
     pre_shapes = [(4, 4096, 32, 32, 128, False), (4, 4096, 32, 32, 128, True), (4, 4096, 32, 8, 128, False),
-                  (8, 2048, 32, 32, 64, False)]
+                  (8, 2048, 32, 32, 64, False), (4, 4096, 32, 32, 64, False), (4, 4096, 32, 32, 80, False),
+                  (4, 4096, 32, 32, 96, False), (4, 4096, 16, 16, 256, False), (4, 4096, 16, 16, 256, True)]
     dts = [torch.float16, torch.bfloat16]
     if a.quick:
         pre_shapes = pre_shapes[:2]
@@ -99,8 +100,8 @@ def main() -> int:
                 ref = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), is_causal=causal,
                                                      enable_gqa=gqa).transpose(1, 2)
             cands = {}
-            for var in lp.FA_VARIANTS:
-                eng = "wgmma" if var in lp.FA_WGMMA_VARIANTS else "mma.sync"
+            for var in lp.fa_variants(D):
+                eng = "wgmma" if var in lp.FA_WGMMA_VARIANTS + (lp.FA_WGMMA_1WG,) else "mma.sync"
                 planned = lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dt)[6:], causal=causal)
                 label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}" + (
                     " (planned)" if var == (planned.block_m, planned.block_n, planned.warps) else "")
@@ -137,14 +138,16 @@ def main() -> int:
             torch.cuda.empty_cache()
 
     # --- decode
-    dec_shapes = [(64, 32, 8, 128, 4096, 16), (64, 32, 8, 128, 4096, 32), (64, 32, 8, 128, 4096, 64),
-                  (16, 32, 8, 128, 16384, 16), (64, 32, 32, 128, 2048, 16), (128, 16, 1, 64, 4096, 16)]
+    dec_shapes = [(64, 32, 8, 128, 4096, 16), (128, 16, 1, 64, 4096, 16), (64, 32, 8, 128, 4096, 32),
+                  (64, 32, 8, 128, 4096, 64), (16, 32, 8, 128, 16384, 16), (64, 32, 32, 128, 2048, 16),
+                  (64, 32, 8, 64, 4096, 16), (64, 32, 8, 80, 4096, 16), (64, 32, 8, 96, 4096, 16),
+                  (64, 32, 8, 256, 4096, 16)]
     if a.quick:
         dec_shapes = dec_shapes[:1]
     if a.only == "prefill":
         dec_shapes = []
     for dt in dts:
-        for (B, Hq, Hkv, D, ctx, bs) in (dec_shapes if dt == torch.float16 else dec_shapes[:1]):
+        for (B, Hq, Hkv, D, ctx, bs) in (dec_shapes if dt == torch.float16 else dec_shapes[:2]):
             g = torch.Generator(device="cuda").manual_seed(1)
             nb_per = ctx // bs
             nb = B * nb_per
@@ -163,10 +166,12 @@ def main() -> int:
             kv_bytes = lp.paged_decode_kv_bytes([ctx] * B, Hkv, D, 2)
             cands = {}
             auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
-            ws = torch.empty(max(1, 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
-            variants = lp.PA_VARIANTS
+            ws = torch.empty(max(1, 2 * 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
+            variants = lp.pa_variants(D)
             for var in variants:
-                for sp in sorted({auto.num_splits, 1, 2}):
+                # split sweep on the two headline shapes (block 16, D 128 GQA and D 64 MQA) only
+                sweep = {1, 2, 2 * auto.num_splits} if bs == 16 and ctx == 4096 and D in (64, 128) and Hkv in (1, 8) else {1}
+                for sp in sorted({auto.num_splits} | sweep):
                     plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
                     label = (f"ours paged w{var[0]}s{var[1]}{' bulk' if var[2] else ''} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")

@@ -79,6 +79,20 @@ __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
+// [rows][D] tile for any D that is a multiple of 16: swizzled when D % 64 == 0, otherwise rows
+// padded by 16 bytes (D = 80, 96: an odd number of 16-byte chunks per row, so 8 consecutive
+// rows of one chunk column still land in 8 distinct bank groups). tile_row<D> is the row pitch.
+template <int D>
+__host__ __device__ constexpr int tile_row() { return D % 64 == 0 ? D : D + 8; }
+template <int D>
+__device__ __forceinline__ int tile_off(int row, int col) {
+  if constexpr (D % 64 == 0) {
+    return swz<D>(row, col);
+  } else {
+    return row * (D + 8) + col;
+  }
+}
+
 // mbarrier + bulk async copy (Hopper copy engine, sm_90+). On older targets they trap; the
 // host launchers never pick a bulk variant there.
 __device__ __forceinline__ void mbar_init(uint32_t addr, int count) {

@@ -7,7 +7,7 @@
 // Semantics: O = softmax(scale * Q K^T + mask) V per (batch, query head), with query
 // head h reading kv head h / (Hq / Hkv) (MHA when Hq == Hkv, GQA/MQA otherwise), the
 // causal mask top-left aligned (key j visible to query i iff j <= i).
-// dtypes: fp16 or bf16 in and out, fp32 accumulation and softmax. D in {64, 128}.
+// dtypes: fp16 or bf16 in and out, fp32 accumulation and softmax. D in {64, 80, 96, 128, 256}.
 //
 // Algorithm: one CTA per (query tile of 64 or 128 rows, query head, batch). Each warp
 // owns 16 or 32 query rows (Q fragments in registers, or reloaded from shared memory), K/V tiles of 64 keys stream
@@ -27,12 +27,13 @@ namespace onnx_fuse {
 
 template <int D, int NWARPS, int MT, int BN>
 constexpr int fa_smem_bytes() {
-  return (16 * MT * NWARPS * D + 2 * 2 * BN * D) * 2;
+  return (16 * MT * NWARPS + 2 * 2 * BN) * tile_row<D>() * 2;
 }
 
 // MT: 16-row m-tiles per warp. MT == 1 keeps the warp's Q fragments in registers; MT == 2
 // reloads them from shared memory each k-step but reuses every K/V fragment twice, which
-// halves shared-memory traffic per FLOP (FlashAttention-2's choice for D = 128).
+// halves shared-memory traffic per FLOP (FlashAttention-2's choice for D = 128). At D = 256
+// the Q fragments (64 registers) are reloaded from shared memory even with MT == 1.
 template <typename T, int D, int NWARPS, int MT, int BN, bool CAUSAL>
 __device__ __forceinline__ void fa_fwd_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
@@ -45,13 +46,14 @@ __device__ __forceinline__ void fa_fwd_body(
   constexpr int BM = WM * NWARPS;   // rows per CTA
   constexpr int NT = 32 * NWARPS;
   constexpr int CPR = D / 8;  // 16-byte chunks per row
-  constexpr bool Q_IN_REGS = (MT == 1);
-  static_assert(D % 64 == 0, "D must be a multiple of 64");
+  constexpr bool Q_IN_REGS = (MT == 1 && D <= 128);
+  constexpr int RD = tile_row<D>();  // shared-memory row pitch (elements)
+  static_assert(D % 16 == 0, "D must be a multiple of 16");
 
   extern __shared__ __align__(128) unsigned char fa_smem[];
   T* sQ = reinterpret_cast<T*>(fa_smem);
-  T* sK = sQ + BM * D;          // [2][BN][D]
-  T* sV = sK + 2 * BN * D;      // [2][BN][D]
+  T* sK = sQ + BM * RD;         // [2][BN][RD]
+  T* sV = sK + 2 * BN * RD;     // [2][BN][RD]
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -85,16 +87,17 @@ __device__ __forceinline__ void fa_fwd_body(
 
   auto load_kv = [&](int tile, int buf) {
     const int n0 = tile * BN;
-    T* dk = sK + buf * BN * D;
-    T* dv = sV + buf * BN * D;
+    T* dk = sK + buf * BN * RD;
+    T* dv = sV + buf * BN * RD;
 #pragma unroll
-    for (int i = 0; i < (BN * CPR) / NT; ++i) {
+    for (int i = 0; i < (BN * CPR + NT - 1) / NT; ++i) {
       int c = tid + i * NT;
+      if ((BN * CPR) % NT != 0 && c >= BN * CPR) break;
       int r = c / CPR, cc = c % CPR;
       bool ok = (n0 + r) < L;
       int rr = ok ? (n0 + r) : 0;
-      cp_async_16(smem_u32(dk + swz<D>(r, cc * 8)), kb + rr * k_ss + cc * 8, ok);
-      cp_async_16(smem_u32(dv + swz<D>(r, cc * 8)), vb + rr * v_ss + cc * 8, ok);
+      cp_async_16(smem_u32(dk + tile_off<D>(r, cc * 8)), kb + rr * k_ss + cc * 8, ok);
+      cp_async_16(smem_u32(dv + tile_off<D>(r, cc * 8)), vb + rr * v_ss + cc * 8, ok);
     }
   };
 
@@ -106,7 +109,7 @@ __device__ __forceinline__ void fa_fwd_body(
       int r = c / CPR, cc = c % CPR;
       bool ok = (m0 + r) < L;
       int rr = ok ? (m0 + r) : 0;
-      cp_async_16(smem_u32(sQ + swz<D>(r, cc * 8)), qb + rr * q_ss + cc * 8, ok);
+      cp_async_16(smem_u32(sQ + tile_off<D>(r, cc * 8)), qb + rr * q_ss + cc * 8, ok);
     }
   }
   load_kv(0, 0);
@@ -143,11 +146,11 @@ __device__ __forceinline__ void fa_fwd_body(
       for (int kk = 0; kk < D / 16; ++kk) {
         int r = wrow + (lane & 15);
         int c = kk * 16 + (lane >> 4) * 8;
-        ldmatrix_x4(qf[Q_IN_REGS ? kk : 0], smem_u32(sQ + swz<D>(r, c)));
+        ldmatrix_x4(qf[Q_IN_REGS ? kk : 0], smem_u32(sQ + tile_off<D>(r, c)));
       }
     }
-    const T* tk = sK + buf * BN * D;
-    const T* tv = sV + buf * BN * D;
+    const T* tk = sK + buf * BN * RD;
+    const T* tv = sV + buf * BN * RD;
 
     // S = Q K^T for WM rows x 64 keys per warp.
     float s[MT][BN / 8][4];
@@ -166,7 +169,7 @@ __device__ __forceinline__ void fa_fwd_body(
         } else {
           int r = wrow + mt * 16 + (lane & 15);
           int c = kk * 16 + (lane >> 4) * 8;
-          ldmatrix_x4(qa[mt], smem_u32(sQ + swz<D>(r, c)));
+          ldmatrix_x4(qa[mt], smem_u32(sQ + tile_off<D>(r, c)));
         }
       }
 #pragma unroll
@@ -174,7 +177,7 @@ __device__ __forceinline__ void fa_fwd_body(
         uint32_t bf[4];
         int r = nn * 16 + (lane & 7) + ((lane >> 4) << 3);
         int c = kk * 16 + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(bf, smem_u32(tk + swz<D>(r, c)));
+        ldmatrix_x4(bf, smem_u32(tk + tile_off<D>(r, c)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           Tr::mma(s[mt][2 * nn], qa[mt], bf[0], bf[1]);
@@ -243,7 +246,7 @@ __device__ __forceinline__ void fa_fwd_body(
         uint32_t bf[4];
         int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         int c = dd * 16 + (lane >> 4) * 8;
-        ldmatrix_x4_trans(bf, smem_u32(tv + swz<D>(r, c)));
+        ldmatrix_x4_trans(bf, smem_u32(tv + tile_off<D>(r, c)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           Tr::mma(acc[mt][2 * dd], pa[mt], bf[0], bf[1]);
@@ -283,9 +286,17 @@ __device__ __forceinline__ void fa_fwd_body(
 constexpr int kWgBM = 128;
 constexpr int kWgBN = 128;
 
+// Head sizes that are not a multiple of 64 (80, 96) are stored padded to the next multiple of 64
+// (DP) in shared memory, in 64-column swizzled blocks: S = Q K^T runs exactly D/16 k-steps and
+// O += P V runs m64nDk16 (N = 80 or 96 reads the second block in part), so no work is padded.
+// D = 256 uses 64-key tiles (registers and shared memory).
 template <int D>
-constexpr int fa_wgmma_smem_bytes() {
-  return 1024 + (kWgBM * D + 2 * 2 * kWgBN * D) * 2;  // + slack to align the base to 1024 B
+__host__ __device__ constexpr int fa_wg_dp() { return (D + 63) / 64 * 64; }
+template <int D>
+__host__ __device__ constexpr int fa_wg_bn() { return D > 128 ? 64 : kWgBN; }
+template <int D>
+__host__ __device__ constexpr int fa_wgmma_smem_bytes() {  // + 1024 slack to align the base to 1024 B
+  return 1024 + (kWgBM * fa_wg_dp<D>() + 2 * 2 * fa_wg_bn<D>() * fa_wg_dp<D>()) * 2;
 }
 
 // Byte offset of 16-byte chunk q of row r in a [R][D] tile stored as D/64 column blocks of
@@ -295,7 +306,9 @@ __device__ __forceinline__ uint32_t sw128_off(int r, int q) {
   return (uint32_t)((q >> 3) * R * 128 + r * 128 + (((q & 7) ^ (r & 7)) << 4));
 }
 
-template <typename T, int D, bool CAUSAL>
+// NWG = warpgroups per CTA (64 query rows each). NWG = 1 (m64n128w4, D = 64) runs two CTAs per
+// SM that are not tied by a CTA barrier, so one CTA's softmax can overlap the other's wgmma.
+template <typename T, int D, bool CAUSAL, int NWG = 2>
 __device__ __forceinline__ void fa_fwd_wgmma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -304,15 +317,15 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
     float scale_log2) {
 #if OF_WGMMA_OK
   using Tr = MmaTraits<T>;
-  using WG = wg::Mma<T, kWgBN>;
+  constexpr int BM = 64 * NWG, BN = fa_wg_bn<D>(), DP = fa_wg_dp<D>(), NT = 128 * NWG, CPR = D / 8;
+  using WG = wg::Mma<T, BN>;
   using WGO = wg::Mma<T, D>;
-  constexpr int BM = kWgBM, BN = kWgBN, NT = 256, CPR = D / 8;
-  static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
 
   extern __shared__ unsigned char fa_smem[];
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
-  const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*BN*D*2, V after it
+  const uint32_t sKV = sQ + BM * DP * 2;  // stage s: K at sKV + s*2*BN*D*2, V after it
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;            // warpgroup 0/1: rows [64*wgi, 64*wgi + 64)
@@ -345,11 +358,12 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
 
   auto load_kv = [&](int tile, int stage) {
     const int n0 = tile * BN;
-    const uint32_t dk = sKV + stage * 2 * BN * D * 2;
-    const uint32_t dv = dk + BN * D * 2;
+    const uint32_t dk = sKV + stage * 2 * BN * DP * 2;
+    const uint32_t dv = dk + BN * DP * 2;
 #pragma unroll
-    for (int i = 0; i < (BN * CPR) / NT; ++i) {
+    for (int i = 0; i < (BN * CPR + NT - 1) / NT; ++i) {
       int c = tid + i * NT;
+      if ((BN * CPR) % NT != 0 && c >= BN * CPR) break;
       int r = c / CPR, cc = c % CPR;
       bool ok = (n0 + r) < L;
       int rr = ok ? (n0 + r) : 0;
@@ -387,8 +401,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
     }
     wg::fence_proxy_async();
     __syncthreads();
-    const uint32_t tk = sKV + stage * 2 * BN * D * 2;
-    const uint32_t tv = tk + BN * D * 2;
+    const uint32_t tk = sKV + stage * 2 * BN * DP * 2;
+    const uint32_t tv = tk + BN * DP * 2;
 
     float s[BN / 8][4];
     wg::fence();
@@ -481,8 +495,9 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
 #else
   // Not an sm_90a build: same grid, block (256 threads, 128 rows) and a subset of the shared
   // memory, so run the mma.sync 128x64 8-warp body instead; results are identical in kind.
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+  fa_fwd_body<T, D, 4 * NWG, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                            k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                            scale_log2);
 #endif
 }
 
@@ -503,15 +518,17 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
     float scale_log2) {
 #if OF_WGMMA_OK
   using Tr = MmaTraits<T>;
+  constexpr int DP = fa_wg_dp<D>();
   using WG = wg::Mma<T, kWpBN>;
   using WGO = wg::Mma<T, D>;
   constexpr int BM = kWgBM, BN = kWpBN, NT = 256, CPR = D / 8, ST = kWpStages;
-  constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
+  constexpr uint32_t TILE = BN * DP * 2;  // bytes of one K or V tile
+  static_assert(D % 16 == 0 && D <= 128, "pipelined variant: D a multiple of 16, at most 128");
 
   extern __shared__ unsigned char fa_smem[];
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
-  const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*TILE, V at + TILE
+  const uint32_t sKV = sQ + BM * DP * 2;  // stage s: K at sKV + s*2*TILE, V at + TILE
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
@@ -547,8 +564,9 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
     const uint32_t dk = sKV + (tile % ST) * 2 * TILE;
     const uint32_t dv = dk + TILE;
 #pragma unroll
-    for (int i = 0; i < (BN * CPR) / NT; ++i) {
+    for (int i = 0; i < (BN * CPR + NT - 1) / NT; ++i) {
       int c = tid + i * NT;
+      if ((BN * CPR) % NT != 0 && c >= BN * CPR) break;
       int r = c / CPR, cc = c % CPR;
       bool ok = (n0 + r) < L;
       int rr = ok ? (n0 + r) : 0;
@@ -756,15 +774,51 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w8_causal, T, D, true)          \
   OF_FA_WGP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n64w8_full, T, D, false)           \
   OF_FA_WGP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n64w8_causal, T, D, true)
+// One warpgroup per CTA, two CTAs per SM (D = 64 only: its tiles leave room for two CTAs).
+#define OF_FA_WG1_KERNEL(NAME, T, D, CAUSAL)                                                     \
+  extern "C" __global__ void __launch_bounds__(128, 2) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2) {                                      \
+    fa_fwd_wgmma_body<T, D, CAUSAL, 1>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,     \
+                                       k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,   \
+                                       scale_log2);                                            \
+  }
+#define OF_FA_WG1_KERNELS_D64(DTN, T)                                              \
+  OF_FA_WG1_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m64n128w4_full, T, 64, false)       \
+  OF_FA_WG1_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m64n128w4_causal, T, 64, true)
+// D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
+// stages of 256-wide K/V tiles do not fit in shared memory).
+#define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
+  OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w8_full, T, 256, false)       \
+  OF_FA_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w8_causal, T, 256, true)
+// D = 256 with mma.sync: 64-row tiles only (two m-tiles per warp would need 256 accumulators).
+#define OF_FA_KERNELS_D256(DTN, T) OF_FA_VARIANT(DTN, T, 256, 64, 64, 4, 1)
+
 OF_FA_WG_KERNELS_D(f16, __half, 64)
+OF_FA_WG_KERNELS_D(f16, __half, 80)
+OF_FA_WG_KERNELS_D(f16, __half, 96)
 OF_FA_WG_KERNELS_D(f16, __half, 128)
+OF_FA_WG_KERNELS_D256(f16, __half)
+OF_FA_WG1_KERNELS_D64(f16, __half)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
+OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WG_KERNELS_D256(bf16, __nv_bfloat16)
+OF_FA_WG1_KERNELS_D64(bf16, __nv_bfloat16)
 
 OF_FA_KERNELS_D(f16, __half, 64)
+OF_FA_KERNELS_D(f16, __half, 80)
+OF_FA_KERNELS_D(f16, __half, 96)
 OF_FA_KERNELS_D(f16, __half, 128)
+OF_FA_KERNELS_D256(f16, __half)
 OF_FA_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_KERNELS_D(bf16, __nv_bfloat16, 80)
+OF_FA_KERNELS_D(bf16, __nv_bfloat16, 96)
 OF_FA_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_KERNELS_D256(bf16, __nv_bfloat16)
 
 // ----------------------------------------------------------------------------------------
 // Host launch function.
@@ -787,11 +841,15 @@ FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool caus
 #define OF_PICK_D(DTN, DD)                                                                  \
   OF_PICK(DTN, DD, 64, 64, 4) OF_PICK(DTN, DD, 128, 64, 8) OF_PICK(DTN, DD, 128, 64, 4)     \
   OF_PICK(DTN, DD, 128, 32, 4) OF_PICK(DTN, DD, 128, 128, 8)
+#define OF_PICK_ALL(DTN)                                                                    \
+  OF_PICK_D(DTN, 64) OF_PICK_D(DTN, 80) OF_PICK_D(DTN, 96) OF_PICK_D(DTN, 128)              \
+  OF_PICK(DTN, 256, 64, 64, 4) OF_PICK(DTN, 256, 128, 64, 8) OF_PICK(DTN, 64, 64, 128, 4)
   if (dtype == onnx_fuse::kFloat16) {
-    OF_PICK_D(f16, 64) OF_PICK_D(f16, 128)
+    OF_PICK_ALL(f16)
   } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PICK_D(bf16, 64) OF_PICK_D(bf16, 128)
+    OF_PICK_ALL(bf16)
   }
+#undef OF_PICK_ALL
 #undef OF_PICK_D
 #undef OF_PICK
   return nullptr;
@@ -802,19 +860,26 @@ FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool caus
 extern "C" {
 
 // Dynamic shared memory (bytes) of a variant (Q tile + double-buffered K and V tiles).
+// wgmma variants (8 warps): tiles padded to a multiple of 64 columns, 1 KiB alignment slack, 3
+// stages for the pipelined one (64-key tiles, D <= 128). mma.sync: rows padded to tile_row<D>.
 int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n, int warps) {
-  const int bytes = (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
-  if (block_m == onnx_fuse::kWgBM && block_n == onnx_fuse::kWgBN) return bytes + 1024;  // wgmma
-  if (block_m == onnx_fuse::kWgBM && block_n == onnx_fuse::kWpBN && warps == 8)  // pipelined wgmma
-    return 1024 + (block_m * head_dim + onnx_fuse::kWpStages * 2 * block_n * head_dim) * 2;
-  return bytes;
+  if (warps == 4 && block_m == 64 && block_n == 128)  // wgmma, one warpgroup (D = 64)
+    return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
+  if (warps == 8 && block_m == onnx_fuse::kWgBM) {
+    const int dp = (head_dim + 63) / 64 * 64;
+    const int stages = (block_n == onnx_fuse::kWpBN && head_dim <= 128) ? onnx_fuse::kWpStages : 2;
+    return 1024 + (block_m * dp + stages * 2 * block_n * dp) * 2;
+  }
+  const int rd = head_dim % 64 == 0 ? head_dim : head_dim + 8;
+  return (block_m + 2 * 2 * block_n) * rd * 2;
 }
 
 // Launches the fused attention forward. Strides are in elements; the last (head-dim)
-// axis must be contiguous and every row 16-byte aligned. Variant (block_m, block_n, warps):
-// (64, 64, 4), (128, 64, 4) or (128, 32, 4) with mma.sync (sm_80+), or (128, 128, 8) and
-// (128, 64, 8) with wgmma (sm_90a machine code; other builds run the mma.sync 128x64 8-warp
-// body inside the same entries); (0, 0, 0) = default (plan it with
+// axis must be contiguous and every row 16-byte aligned. D in {64, 80, 96, 128, 256}. Variant
+// (block_m, block_n, warps): (64, 64, 4), (128, 64, 4) or (128, 32, 4) with mma.sync (sm_80+),
+// or (128, 128, 8) and (128, 64, 8) with wgmma (sm_90a machine code; other builds run the
+// mma.sync 128x64 8-warp body inside the same entries); D = 256 has (64, 64, 4) and
+// (128, 64, 8) only; D = 64 also has (64, 128, 4), wgmma with one warpgroup per CTA; (0, 0, 0) = default (plan it with
 // onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
 // must be > 0. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
@@ -826,7 +891,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
                                   int causal, int block_m, int block_n, int warps,
                                   cudaStream_t stream) {
   if (block_m == 0 && block_n == 0 && warps == 0) {
-    block_m = 128;
+    block_m = D == 256 ? 64 : 128;
     block_n = 64;
     warps = 4;
   }

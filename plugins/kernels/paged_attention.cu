@@ -7,7 +7,8 @@
 //   block_tables int32 [B, max_blocks]: physical block of logical block i of sequence b
 //   seq_lens     int32 [B]: tokens in the cache for sequence b (the new token included)
 //   out          [B, Hq, D]                      (row stride o_sb elements)
-// Query head h reads kv head h / G, G = Hq / Hkv in 1..16. fp16 or bf16, D in {64, 128}.
+// Query head h reads kv head h / G, G = Hq / Hkv in 1..16. fp16 or bf16, D in {64, 80, 96,
+// 128, 256} (D = 256: 4-warp variants only, shared memory).
 //
 // Decode algorithm: one CTA (W warps) per (kv head, split, batch). The G query heads of
 // a kv head form the 16 rows of one mma.sync tile (rows >= G are zero), so K/V bytes are
@@ -31,11 +32,12 @@ constexpr int kPaSplitAlign = 64;  // split lengths are multiples of this many t
 // [16w, 16w + 16). BULK = 0 gathers token rows with cp.async into XOR-swizzled tiles;
 // BULK = 1 (sm_90+) issues one bulk async copy (the Hopper copy engine) per token row into
 // tiles whose rows are padded by 16 bytes, completing on one mbarrier per stage.
-__host__ __device__ constexpr int pa_row_elems(int D, int bulk) { return bulk ? D + 8 : D; }
+// Rows are also padded when D is not a multiple of 64 (80, 96: see tile_off).
+__host__ __device__ constexpr int pa_row_elems(int D, int bulk) { return (bulk || D % 64 != 0) ? D + 8 : D; }
 __host__ __device__ constexpr int pa_smem_bytes(int D, int W, int S, int bulk) {
-  // [bulk: mbarriers (128 B)] + Q tile (16 x D) + stages x (K + V tiles); the merge scratch
+  // [bulk: mbarriers (128 B)] + Q tile (16 rows) + stages x (K + V tiles); the merge scratch
   // reuses the stages.
-  return (bulk ? 128 : 0) + (16 * D + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
+  return (bulk ? 128 : 0) + (16 * (D % 64 == 0 ? D : D + 8) + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
 }
 
 template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0>
@@ -54,12 +56,14 @@ __device__ __forceinline__ void pa_decode_body(
                 "merge scratch must fit in the pipeline stages");
   constexpr int TILE_ELEMS = kPaTile * RS;
   // Element offset of (row, col) in a K/V tile: swizzled for cp.async, padded for bulk.
-  auto kv_off = [](int r, int c) { return BULK ? r * RS + c : swz<D>(r, c); };
+  auto kv_off = [](int r, int c) { return (BULK || D % 64 != 0) ? r * RS + c : swz<D>(r, c); };
+  // Q fragments stay in registers up to D = 128; at D = 256 they are reloaded per tile.
+  constexpr bool QREG = D <= 128;
 
   extern __shared__ __align__(128) unsigned char pa_smem[];
   uint64_t* mbar = reinterpret_cast<uint64_t*>(pa_smem);  // [kPaStages], BULK only
   T* sQ = reinterpret_cast<T*>(pa_smem + (BULK ? 128 : 0));
-  T* sKV = sQ + 16 * D;  // [stage][K|V][kPaTile][RS]
+  T* sKV = sQ + 16 * tile_row<D>();  // [stage][K|V][kPaTile][RS]
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -95,7 +99,7 @@ __device__ __forceinline__ void pa_decode_body(
   const T* qb = q + b * q_sb + (size_t)hkv * G * D;
   for (int c = tid; c < 16 * CPR; c += NT) {
     int r = c / CPR, cc = c % CPR;
-    cp_async_16(smem_u32(sQ + swz<D>(r, cc * 8)), qb + (r < G ? r : 0) * D + cc * 8, r < G);
+    cp_async_16(smem_u32(sQ + tile_off<D>(r, cc * 8)), qb + (r < G ? r : 0) * D + cc * 8, r < G);
   }
 
   if (BULK) {
@@ -112,8 +116,9 @@ __device__ __forceinline__ void pa_decode_body(
     T* dk = sKV + stage * 2 * TILE_ELEMS;
     T* dv = dk + TILE_ELEMS;
 #pragma unroll
-    for (int i = 0; i < (kPaTile * CPR) / NT; ++i) {
+    for (int i = 0; i < (kPaTile * CPR + NT - 1) / NT; ++i) {
       int c = tid + i * NT;
+      if ((kPaTile * CPR) % NT != 0 && c >= kPaTile * CPR) break;
       int r = c / CPR, cc = c % CPR;
       int tok = t0 + r;
       bool ok = tok < t_end;
@@ -165,7 +170,7 @@ __device__ __forceinline__ void pa_decode_body(
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   float row_m[2] = {-INFINITY, -INFINITY};
   float row_l[2] = {0.f, 0.f};
-  uint32_t qf[D / 16][4];
+  uint32_t qf[QREG ? D / 16 : 1][4];
 
   for (int j = 0; j < n_tiles; ++j) {
     // Keep kPaStages - 1 tiles in flight: issue tile j + kPaStages - 1 (maybe empty group).
@@ -188,12 +193,12 @@ __device__ __forceinline__ void pa_decode_body(
       cp_async_wait<kPaStages - 1>();
     }
     __syncthreads();
-    if (j == 0) {
+    if (QREG && j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         int r = lane & 15;
         int c = kk * 16 + (lane >> 4) * 8;
-        ldmatrix_x4(qf[kk], smem_u32(sQ + swz<D>(r, c)));
+        ldmatrix_x4(qf[QREG ? kk : 0], smem_u32(sQ + tile_off<D>(r, c)));
       }
     }
     const T* tk = sKV + (j % kPaStages) * 2 * TILE_ELEMS;
@@ -207,8 +212,15 @@ __device__ __forceinline__ void pa_decode_body(
       int r = kr + (lane & 7) + ((lane >> 4) << 3);
       int c = kk * 16 + ((lane >> 3) & 1) * 8;
       ldmatrix_x4(bf, smem_u32(tk + kv_off(r, c)));
-      Tr::mma(s[0], qf[kk], bf[0], bf[1]);
-      Tr::mma(s[1], qf[kk], bf[2], bf[3]);
+      if constexpr (QREG) {
+        Tr::mma(s[0], qf[QREG ? kk : 0], bf[0], bf[1]);
+        Tr::mma(s[1], qf[QREG ? kk : 0], bf[2], bf[3]);
+      } else {
+        uint32_t qa[4];
+        ldmatrix_x4(qa, smem_u32(sQ + tile_off<D>(lane & 15, kk * 16 + (lane >> 4) * 8)));
+        Tr::mma(s[0], qa, bf[0], bf[1]);
+        Tr::mma(s[1], qa, bf[2], bf[3]);
+      }
     }
     const int tok0 = t_begin + j * kPaTile + kr;
 #pragma unroll
@@ -379,8 +391,9 @@ using onnx_fuse::pa_reduce_body;
   X(DTN, T, D, 4, 2, 1, b)           \
   X(DTN, T, D, 8, 3, 1, b)
 
+#define OF_PA_VARIANTS_ALL OF_PA_VARIANTS
 #define OF_PA_KERNELS(DTN, T, D)                                                               \
-  OF_PA_VARIANTS(OF_PA_DECODE, DTN, T, D)                                                      \
+  OF_PA_VARIANTS_ALL(OF_PA_DECODE, DTN, T, D)                                                  \
   extern "C" __global__ void __launch_bounds__(D) onnx_fuse_pa_reduce_##DTN##_d##D(          \
       const float* part_o, const float* part_lse, T* out, long long o_sb, int Hq,             \
       int num_splits) {                                                                        \
@@ -394,10 +407,24 @@ using onnx_fuse::pa_reduce_body;
                          Sq, Hkv, block_size, max_blocks);                                     \
   }
 
+// D = 256: the 4-warp variants (8 warps x 3 stages of 512-byte rows exceed shared memory).
+#define OF_PA_VARIANTS_D256(X, DTN, T, D) \
+  X(DTN, T, D, 4, 3, 0, )                 \
+  X(DTN, T, D, 4, 3, 1, b)                \
+  X(DTN, T, D, 4, 2, 1, b)
+
 OF_PA_KERNELS(f16, __half, 64)
+OF_PA_KERNELS(f16, __half, 80)
+OF_PA_KERNELS(f16, __half, 96)
 OF_PA_KERNELS(f16, __half, 128)
 OF_PA_KERNELS(bf16, __nv_bfloat16, 64)
+OF_PA_KERNELS(bf16, __nv_bfloat16, 80)
+OF_PA_KERNELS(bf16, __nv_bfloat16, 96)
 OF_PA_KERNELS(bf16, __nv_bfloat16, 128)
+#undef OF_PA_VARIANTS_ALL
+#define OF_PA_VARIANTS_ALL OF_PA_VARIANTS_D256
+OF_PA_KERNELS(f16, __half, 256)
+OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
 
 // ----------------------------------------------------------------------------------------
 // Host launch functions.
@@ -419,8 +446,9 @@ long long onnx_fuse_paged_attention_workspace_bytes(int B, int Hq, int D, int nu
 // tokens one split covers; num_splits * part_tokens must cover the longest sequence
 // (use onnx_fuse.plugins.launch_plan.plan_paged_decode). workspace: at least
 // onnx_fuse_paged_attention_workspace_bytes(...) bytes, may be null when num_splits == 1.
-// Variant (warps, stages, bulk): (4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1);
-// (0, 0, 0) = default; bulk variants need compute capability 9.0+.
+// Variant (warps, stages, bulk): (4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1); D = 256:
+// the three 4-warp ones. D in {64, 80, 96, 128, 256}. (0, 0, 0) = default; bulk variants need
+// compute capability 9.0+.
 int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb,
                                         const void* k_pool, const void* v_pool,
                                         const int* block_tables, const int* seq_lens, void* out,
@@ -467,10 +495,16 @@ int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb
   }
   if (dtype == onnx_fuse::kFloat16) {
     OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 80)
+    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 96)
     OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 128)
+    OF_PA_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
   } else if (dtype == onnx_fuse::kBFloat16) {
     OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 80)
+    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 96)
     OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
+    OF_PA_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
   }
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
@@ -511,10 +545,16 @@ int onnx_fuse_append_kv(int dtype, const void* k_new, const void* v_new, long lo
   }
   if (dtype == onnx_fuse::kFloat16) {
     OF_LAUNCH(f16, __half, 64)
+    OF_LAUNCH(f16, __half, 80)
+    OF_LAUNCH(f16, __half, 96)
     OF_LAUNCH(f16, __half, 128)
+    OF_LAUNCH(f16, __half, 256)
   } else if (dtype == onnx_fuse::kBFloat16) {
     OF_LAUNCH(bf16, __nv_bfloat16, 64)
+    OF_LAUNCH(bf16, __nv_bfloat16, 80)
+    OF_LAUNCH(bf16, __nv_bfloat16, 96)
     OF_LAUNCH(bf16, __nv_bfloat16, 128)
+    OF_LAUNCH(bf16, __nv_bfloat16, 256)
   }
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);

@@ -85,7 +85,32 @@ FA_CASES = [
     (2, 333, 16, 1, 64, True, [300, 333], (128, 128, 8)),
     (1, 1000, 8, 8, 128, False, None, (128, 128, 8)),
     (3, 200, 6, 3, 64, False, [200, 1, 0], (128, 128, 8)),
-    (1, 1024, 4, 4, 128, True, None, (128, 128, 8))]
+    (1, 1024, 4, 4, 128, True, None, (128, 128, 8)),
+    # head sizes 80, 96 (rows padded in shared memory; wgmma with D padded to 128) and 256
+    (2, 300, 4, 2, 80, False, [300, 129], None),
+    (2, 300, 4, 2, 80, True, [300, 129], (64, 64, 4)),
+    (2, 300, 4, 2, 80, True, None, (128, 32, 4)),
+    (1, 515, 4, 4, 80, False, None, (128, 64, 4)),
+    (2, 515, 4, 1, 80, True, [515, 260], (128, 128, 8)),
+    (1, 515, 4, 4, 80, False, None, (128, 64, 8)),
+    (2, 333, 6, 3, 96, False, [333, 17], None),
+    (2, 333, 6, 3, 96, True, None, (64, 64, 4)),
+    (1, 333, 6, 6, 96, False, None, (128, 32, 4)),
+    (2, 333, 6, 3, 96, True, [300, 333], (128, 64, 4)),
+    (2, 515, 4, 1, 96, True, [515, 260], (128, 128, 8)),
+    (1, 1000, 4, 4, 96, False, None, (128, 128, 8)),
+    (1, 515, 4, 2, 96, True, None, (128, 64, 8)),
+    (2, 300, 4, 2, 256, False, [300, 129], None),
+    (2, 300, 4, 2, 256, True, [300, 129], (64, 64, 4)),
+    (2, 515, 4, 1, 256, True, [515, 260], (128, 64, 8)),
+    (1, 1000, 4, 4, 256, False, None, (128, 64, 8)),
+    (1, 1, 2, 1, 256, True, None, (128, 64, 8)),
+    # D = 64 wgmma with one warpgroup per CTA
+    (2, 128, 4, 4, 64, False, None, (64, 128, 4)),
+    (2, 333, 16, 1, 64, True, [300, 333], (64, 128, 4)),
+    (3, 200, 6, 3, 64, False, [200, 1, 0], (64, 128, 4)),
+    (1, 1000, 8, 8, 64, True, None, (64, 128, 4)),
+    (1, 1, 2, 1, 64, True, None, (64, 128, 4))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -189,6 +214,12 @@ PA_CASES = [
     (2, 4, 4, 64, 16, [15, 17], 2),
     (2, 28, 4, 128, 64, [640, 65], None),
     (1, 2, 1, 128, 16, [5000], None),
+    (3, 16, 4, 80, 16, [1000, 1, 77], None),
+    (2, 8, 1, 80, 32, [2049, 100], 3),
+    (3, 12, 4, 96, 16, [700, 5, 64], None),
+    (2, 28, 4, 96, 64, [640, 65], 1),
+    (3, 8, 2, 256, 16, [900, 1, 300], None),
+    (2, 16, 1, 256, 32, [2049, 100], 4),
 ]
 
 
@@ -212,8 +243,12 @@ def test_paged_decode_matches_reference(lib, case, dtype):
 @pytest.mark.parametrize("variant", [(4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1)],
                          ids=lambda v: f"w{v[0]}s{v[1]}{'b' if v[2] else ''}")
 @pytest.mark.parametrize("splits", [1, None, 5])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 80, 96, 128, 256])
 def test_paged_decode_variants(lib, variant, splits, D):
+    from onnx_fuse.plugins import launch_plan as lp
+
+    if variant not in lp.pa_variants(D):
+        pytest.skip(f"variant {variant} is not compiled for D={D} (shared memory)")
     B, Hq, Hkv, bs, lens = 3, 24, 4, 16, [1500, 47, 1]
     dtype = torch.float16
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr((variant, splits, D)).encode()))
@@ -249,11 +284,12 @@ def test_paged_decode_zero_length_sequence(lib):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("new_tokens", [1, 3])
 @pytest.mark.parametrize("bs", [16, 32, 64])
-def test_append_kv_then_decode(lib, dtype, new_tokens, bs):
+@pytest.mark.parametrize("D", [80, 128, 256])
+def test_append_kv_then_decode(lib, dtype, new_tokens, bs, D):
     """Append new tokens in place (exact copy), then decode over the updated pool."""
-    B, Hq, Hkv, D = 3, 16, 4, 128
+    B, Hq, Hkv = 3, 16, 4
     lens = [bs * 2 + 5, bs - 1, 1 + new_tokens]  # after the append
-    gen = torch.Generator(device="cuda").manual_seed(bs * 10 + new_tokens)
+    gen = torch.Generator(device="cuda").manual_seed(bs * 10 + new_tokens + D)
     k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
     k_new = _rand((B, new_tokens, Hkv, D), dtype, gen)
     v_new = _rand((B, new_tokens, Hkv, D), dtype, gen)

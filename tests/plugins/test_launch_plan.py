@@ -13,49 +13,102 @@ from onnx_fuse.plugins import launch_plan as lp
 KERNELS = Path(lp.__file__).resolve().parent / "kernels"
 
 
-def _kernel_names() -> set[str]:
-    """Every extern "C" __global__ name the sources define, with the variant macros expanded."""
+def _block(text: str, head: str) -> str:
+    """The body of the multi-line macro definition that starts with ``head``."""
+    i = text.index(head)
+    j = text.find("\n\n", i)
+    return text[i:j]
+
+
+def _variants_by_d() -> tuple[dict, dict, dict]:
+    """Per head size: fused-attention variants, their wgmma subset, and decode variants, as the
+    .cu files instantiate them (macro lists expanded by hand)."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     pa = (KERNELS / "paged_attention.cu").read_text()
+    var = r"OF_FA_VARIANT\(DTN, T, (?:D|256), (\d+), (\d+), (\d+), \d\)"
+    mma = {tuple(map(int, v)) for v in re.findall(var, _block(fa, "#define OF_FA_KERNELS_D("))}
+    mma256 = {tuple(map(int, v)) for v in re.findall(var, _block(fa, "#define OF_FA_KERNELS_D256("))}
+    wg_re = r"OF_FA_WGP?_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d(?:##D##|256)_m(\d+)n(\d+)w(\d+)_full"
+    wg = {tuple(map(int, v)) for v in re.findall(wg_re, _block(fa, "#define OF_FA_WG_KERNELS_D("))}
+    wg256 = {tuple(map(int, v)) for v in re.findall(wg_re, _block(fa, "#define OF_FA_WG_KERNELS_D256("))}
+    wg1 = {tuple(map(int, v)) for v in re.findall(r"OF_FA_WG1_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d64_m(\d+)n(\d+)w(\d+)_full",
+                                                  _block(fa, "#define OF_FA_WG1_KERNELS_D64("))}
+    assert wg1 and re.search(r"^OF_FA_WG1_KERNELS_D64\(bf16", fa, re.M)
+    x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
+    pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
+    pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
+    fa_d = {int(d) for d in re.findall(r"^OF_FA_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    wg_d = {int(d) for d in re.findall(r"^OF_FA_WG_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    pa_d = {int(d) for d in re.findall(r"^OF_PA_KERNELS\(\w+, [\w ]+, (\d+)\)", pa, re.M)}
+    assert mma and mma256 and wg and wg256 and pav and pav256
+    assert re.search(r"^OF_FA_KERNELS_D256\(f16", fa, re.M) and re.search(r"^OF_FA_WG_KERNELS_D256\(f16", fa, re.M)
+    fav, wgv, pvs = {}, {}, {}
+    for d in fa_d | {256}:
+        fav[d] = (mma256 if d == 256 else mma) | (wg256 if d == 256 else (wg if d in wg_d else set()))
+        if d == 64:
+            fav[d] |= wg1
+        wgv[d] = wg256 if d == 256 else wg
+    for d in pa_d:
+        pvs[d] = pav256 if d == 256 else pav
+    return fav, wgv, pvs
+
+
+def _kernel_names() -> set[str]:
+    """Every extern "C" __global__ name the sources define, with the variant macros expanded."""
+    fav, _, pvs = _variants_by_d()
     names = set()
-    fa_vars = re.findall(r"^\s*OF_FA_VARIANT\(DTN, T, D, (\d+), (\d+), (\d+), \d\)", fa, re.M)
-    pa_vars = re.findall(r"^\s*X\(DTN, T, D, (\d+), (\d+), (\d), (b?)\)", pa, re.M)
-    fa_d = re.findall(r"^OF_FA_KERNELS_D\((\w+), [\w ]+, (\d+)\)", fa, re.M)
-    pa_d = re.findall(r"^OF_PA_KERNELS\((\w+), [\w ]+, (\d+)\)", pa, re.M)
-    assert fa_vars and pa_vars and fa_d and pa_d
-    wg_d = re.findall(r"^OF_FA_WG_KERNELS_D\((\w+), [\w ]+, (\d+)\)", fa, re.M)
-    wg_names = re.findall(r"OF_FA_WGP?_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_(m\d+n\d+w\d+)_full", fa)
-    for dt, d in fa_d:
-        for bm, bn, w in fa_vars:
-            for mask in ("full", "causal"):
-                names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_m{bm}n{bn}w{w}_{mask}")
-    for dt, d in wg_d:
-        for wg_name in wg_names:
-            for mask in ("full", "causal"):
-                names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_{wg_name}_{mask}")
-    for dt, d in pa_d:
-        for w, s, _, suf in pa_vars:
-            names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}{suf}")
-        names.add(f"onnx_fuse_pa_reduce_{dt}_d{d}")
-        names.add(f"onnx_fuse_append_kv_{dt}_d{d}")
+    for dt in ("f16", "bf16"):
+        for d, vs in fav.items():
+            for bm, bn, w in vs:
+                for mask in ("full", "causal"):
+                    names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_m{bm}n{bn}w{w}_{mask}")
+        for d, vs in pvs.items():
+            for w, s, b in vs:
+                names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}{'b' if b else ''}")
+            names.add(f"onnx_fuse_pa_reduce_{dt}_d{d}")
+            names.add(f"onnx_fuse_append_kv_{dt}_d{d}")
     return names
 
 
 def test_variant_tables_match_the_sources():
+    fav, wgv, pvs = _variants_by_d()
+    assert set(fav) == set(pvs) == set(lp.SUPPORTED_HEAD_DIMS)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        assert fav[d] == set(lp.fa_variants(d)), d
+        assert pvs[d] == set(lp.pa_variants(d)), d
+    assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
+    assert set(lp.FA_VARIANTS) == fav[128] and lp.FA_DEFAULT in fav[64]
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG}
+    assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
+
+
+def test_smem_formulas_match_the_launchers():
+    """launch_plan's shared-memory sizes equal the .cu formulas (read off their source text)."""
     fa = (KERNELS / "fused_attention.cu").read_text()
-    pa = (KERNELS / "paged_attention.cu").read_text()
-    fa_vars = {tuple(map(int, v)) for v in re.findall(r"^\s*OF_FA_VARIANT\(DTN, T, D, (\d+), (\d+), (\d+), \d\)", fa, re.M)}
-    pa_vars = {tuple(map(int, v)) for v in re.findall(r"^\s*X\(DTN, T, D, (\d+), (\d+), (\d), b?\)", pa, re.M)}
-    wg = {tuple(map(int, m)) for m in re.findall(r"OF_FA_WGP?_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)_full", fa)}
-    assert fa_vars | wg == set(lp.FA_VARIANTS)
-    assert wg == set(lp.FA_WGMMA_VARIANTS)
-    assert pa_vars == set(lp.PA_VARIANTS)
-    assert lp.FA_DEFAULT in fa_vars and lp.PA_DEFAULT in pa_vars
+    assert "const int stages = (block_n == onnx_fuse::kWpBN && head_dim <= 128) ? onnx_fuse::kWpStages : 2;" in fa
+    assert "return 1024 + (block_m * dp + stages * 2 * block_n * dp) * 2;" in fa
+    assert lp.fa_smem_bytes(128, 128, 128, 8) == 1024 + (128 * 128 + 2 * 2 * 128 * 128) * 2
+    assert lp.fa_smem_bytes(80, 128, 128, 8) == lp.fa_smem_bytes(128, 128, 128, 8)  # padded to 128
+    assert lp.fa_smem_bytes(128, 128, 64, 8) == 1024 + (128 * 128 + 3 * 2 * 64 * 128) * 2
+    assert lp.fa_smem_bytes(256, 128, 64, 8) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
+    assert lp.fa_smem_bytes(96, 64, 64, 4) == (64 + 4 * 64) * 104 * 2
+    assert lp.fa_smem_bytes(64, 128, 32, 4) == (128 + 4 * 32) * 64 * 2
+    assert lp.fa_smem_bytes(64, 64, 128, 4) == 1024 + (64 * 64 + 2 * 2 * 128 * 64) * 2
+    assert 2 * (lp.fa_smem_bytes(64, 64, 128, 4) + 1024) <= lp.H200.smem_per_sm  # two CTAs per SM
+    assert lp.pa_smem_bytes(128, 4, 3, 1) == 128 + (16 * 128 + 3 * 2 * 64 * 136) * 2
+    assert lp.pa_smem_bytes(80, 4, 3, 0) == (16 * 88 + 3 * 2 * 64 * 88) * 2
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        for v in lp.fa_variants(d):
+            assert lp.fa_smem_bytes(d, *v) <= lp.H200.max_smem_per_block, (d, v)
+        for v in lp.pa_variants(d):
+            assert lp.pa_smem_bytes(d, *v) <= lp.H200.max_smem_per_block, (d, v)
+    assert lp.pa_smem_bytes(256, 8, 3, 0) > lp.H200.max_smem_per_block  # why D=256 has no 8-warp variant
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "torch.float16"])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(4, 4096, 32, 32, 128), (1, 1, 2, 1, 64), (2, 77, 8, 2, 128), (1, 300, 4, 4, 64)])
+@pytest.mark.parametrize("shape", [(4, 4096, 32, 32, 128), (1, 1, 2, 1, 64), (2, 77, 8, 2, 128), (1, 300, 4, 4, 64),
+                                   (4, 4096, 32, 32, 80), (2, 2048, 32, 8, 96), (4, 4096, 16, 16, 256), (1, 50, 2, 1, 256)])
 def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
     B, S, Hq, Hkv, D = shape
     p = lp.plan_fused_attention(B, S, Hq, Hkv, D, dtype, causal=causal)
@@ -75,19 +128,39 @@ def test_fused_plan_small_problem_uses_small_tiles():
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
     assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True, device=ampere).block_n == 64
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 64).block_n == 64
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 64).block_n == 128  # wgmma, one warpgroup per CTA
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 64, device=ampere).block_n == 64
 
 
-@pytest.mark.parametrize("variant", lp.FA_VARIANTS)
-def test_fused_plan_every_variant(variant):
-    p = lp.plan_fused_attention(2, 1000, 8, 2, 64, "bfloat16", variant=variant)
-    assert (p.block_m, p.block_n, p.warps) == variant
-    assert p.kernel in _kernel_names()
-    assert p.dtype_code == 1
+@pytest.mark.parametrize("head_dim", lp.SUPPORTED_HEAD_DIMS)
+def test_fused_plan_every_variant(head_dim):
+    for variant in lp.fa_variants(head_dim):
+        p = lp.plan_fused_attention(2, 1000, 8, 2, head_dim, "bfloat16", variant=variant)
+        assert (p.block_m, p.block_n, p.warps) == variant
+        assert p.kernel in _kernel_names()
+        assert p.dtype_code == 1
+        assert p.smem_bytes == lp.fa_smem_bytes(head_dim, *variant)
+
+
+def test_fused_plan_picks_per_head_size():
+    """On the H200 every head size gets a wgmma variant at large shapes (D=64: one warpgroup per
+    CTA; D=256: its 64-key body); elsewhere mma.sync."""
+    for d in (80, 96, 128):
+        assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
+    p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
+    assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
+    assert p256.kernel.endswith("d256_m128n64w8_full")
+    p64 = lp.plan_fused_attention(4, 4096, 32, 32, 64)
+    assert (p64.block_m, p64.block_n, p64.warps) == lp.FA_WGMMA_1WG and p64.kernel.endswith("d64_m64n128w4_full")
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    assert lp.plan_fused_attention(4, 4096, 16, 16, 256, device=ampere).block_m == 64
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 96, device=ampere).warps == 4
+    with pytest.raises(ValueError, match="not compiled for D=256"):
+        lp.plan_fused_attention(4, 4096, 16, 16, 256, variant=(128, 32, 4))
 
 
 @pytest.mark.parametrize("bad", [
-    dict(head_dim=96), dict(num_heads=6, num_kv_heads=4), dict(dtype="float32"), dict(seq_len=0),
+    dict(head_dim=112), dict(head_dim=32), dict(num_heads=6, num_kv_heads=4), dict(dtype="float32"), dict(seq_len=0),
     dict(variant=(256, 64, 4)),
 ])
 def test_fused_plan_rejects(bad):
@@ -131,6 +204,20 @@ def test_decode_plan_split_heuristic():
     assert lp.plan_paged_decode(1, 32, 8, 128, 16, 2048, max_seq_len=100).num_splits == 1
 
 
+@pytest.mark.parametrize("head_dim", lp.SUPPORTED_HEAD_DIMS)
+def test_decode_plan_every_head_size(head_dim):
+    p = lp.plan_paged_decode(64, 32, 8, head_dim, 16, 256)
+    assert p.kernel in _kernel_names() and f"_d{head_dim}_" in p.kernel
+    assert (p.warps, p.stages, p.bulk) in lp.pa_variants(head_dim)
+    assert p.bulk == (1 if head_dim >= 80 else 0)  # H200 default: bulk rows from 160 bytes up
+    assert p.smem_bytes == lp.pa_smem_bytes(head_dim, p.warps, p.stages, p.bulk)
+    for v in lp.pa_variants(head_dim):
+        q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, "bfloat16", num_splits=3, variant=v)
+        assert q.kernel in _kernel_names() and q.reduce_kernel in _kernel_names()
+        assert q.reduce_block == (head_dim, 1, 1)
+    assert lp.plan_append_kv(2, 1, 2, head_dim).kernel in _kernel_names()
+
+
 def test_decode_plan_forced_splits_and_variants():
     for v in lp.PA_VARIANTS:
         p = lp.plan_paged_decode(4, 32, 8, 64, 32, 100, "bfloat16", num_splits=7, variant=v)
@@ -144,7 +231,8 @@ def test_decode_plan_forced_splits_and_variants():
         lp.plan_paged_decode(1, 8, 8, 64, 16, 2, variant=(4, 3, 1), device=ampere)
 
 
-@pytest.mark.parametrize("bad", [dict(num_heads=40, num_kv_heads=2), dict(head_dim=80), dict(variant=(3, 3, 0)),
+@pytest.mark.parametrize("bad", [dict(num_heads=40, num_kv_heads=2), dict(head_dim=72), dict(variant=(3, 3, 0)),
+                                 dict(head_dim=256, variant=(8, 3, 1)),
                                  dict(dtype="int8"), dict(batch=0)])
 def test_decode_plan_rejects(bad):
     args = dict(batch=2, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16, max_blocks=4)
@@ -173,6 +261,10 @@ def test_yaml_contracts_match_the_planner():
     assert [i["name"] for i in fa["inputs"]] == ["query", "key", "value", "seq_lens"]
     assert [i["name"] for i in pa["inputs"]] == ["query", "key", "value", "key_cache", "value_cache",
                                                  "block_tables", "seq_lens"]
+    assert {tuple(v) for v in fa["kernel"]["variants_d256"]} == set(lp.fa_variants(256))
+    assert {tuple(v) for v in pa["kernel"]["variants_d256"]} == set(lp.pa_variants(256))
     for c in (fa, pa):
+        assert tuple(c["kernel"]["head_dims"]) == lp.SUPPORTED_HEAD_DIMS
+        assert any(str(lp.SUPPORTED_HEAD_DIMS[1]) in k for k in c["constraints"])
         assert c["domain"] == "onnx_fuse" and c["plugin"]["version"] == "1"
         assert set(c["dtype_combinations"]["kernel"]) == set(lp.SUPPORTED_DTYPES)
