@@ -195,6 +195,17 @@ def _reshape(ctx, x, shape) -> np.ndarray:
     return arr.reshape([_int(ctx, d) for d in _list(ctx, shape)])
 
 
+def _producer_ops(v, n: int) -> list[str]:
+    ops: list[str] = []
+    while v is not None and len(ops) < n:
+        node = v.producer()
+        if node is None:
+            break
+        ops.append(node.op_type)
+        v = node.inputs[0] if node.inputs else None
+    return ops
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "rank": _rank,
     "shape": _shape,
@@ -225,6 +236,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "reshape": _reshape,
     # two pattern names bound to one graph value (an optional node was absent between them)
     "same": lambda ctx, a, b: a is b,
+    # op types met walking up first inputs from a value, at most n nodes
+    "producer_ops": lambda ctx, v, n: _producer_ops(_as_value(v, "producer_ops"), int(n)),
     "take": lambda ctx, a, idx: [_list(ctx, a)[int(i)] for i in _list(ctx, idx)],
     "iota": lambda ctx, n: list(range(int(n))),
     "is_int": lambda ctx, x: isinstance(x, (int, np.integer)) and not isinstance(x, bool),
