@@ -9,11 +9,12 @@ H, D = 2, 8
 BIG = np.iinfo(np.int64).max
 
 
-def _rope_graph(h, *, dup=True, scaling=None, half=D // 2, step=1, two_inputs=False):
-    """x [B,H,S,D]; f [1,S,D/2] from positions; y = x*cos + rotate_half(x)*sin (HF LLaMA)."""
+def _rope_graph(h, *, dup=True, scaling=None, half=D // 2, step=1, two_inputs=False, bshd=False):
+    """x [B,H,S,D] (or [B,S,H,D] with cos/sin unsqueezed at axis 2); f [1,S,D/2] from positions;
+    y = x*cos + rotate_half(x)*sin (HF LLaMA)."""
     n = h.node
     nodes = [
-        n("Shape", ["x"], ["xs"], start=2, end=3),                      # S
+        n("Shape", ["x"], ["xs"], start=1 if bshd else 2, end=2 if bshd else 3),   # S
         n("Squeeze", ["xs"], ["s0"]),
         n("Range", ["zero", "s0", "one_i"], ["pos"]),
         n("Unsqueeze", ["pos", "ax02"], ["pos3"]),                    # [1,S,1]
@@ -38,8 +39,9 @@ def _rope_graph(h, *, dup=True, scaling=None, half=D // 2, step=1, two_inputs=Fa
         n("Mul", ["r", "su"], ["s"]),
         n("Add", ["c", "s"], ["y"]),
     ]
-    outputs = [h.vi("y", ["b", H, "s", D])]
-    inputs = [h.vi("x", ["b", H, "s", D])]
+    xshape = ["b", "s", H, D] if bshd else ["b", H, "s", D]
+    outputs = [h.vi("y", xshape)]
+    inputs = [h.vi("x", xshape)]
     if two_inputs:  # k shares the caches: a second RoPE on another tensor
         nodes += [n("Mul", ["k", "cu"], ["kc"]),
                   n("Slice", ["k", "s_0", "s_half", "s_ax", "s_step"], ["k1"]),
@@ -50,7 +52,7 @@ def _rope_graph(h, *, dup=True, scaling=None, half=D // 2, step=1, two_inputs=Fa
         inputs.append(h.vi("k", ["b", H, "s", D]))
     inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
     inits = {"zero": np.array(0, np.int64), "one_i": np.array(1, np.int64),
-             "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64),
+             "ax02": np.array([0, 2], np.int64), "ax1": np.array([2 if bshd else 1], np.int64),
              "inv_freq": inv, "s_0": np.array([0], np.int64), "s_half": np.array([half], np.int64),
              "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64),
              "s_step": np.array([step], np.int64)}
@@ -62,8 +64,8 @@ def _rope_graph(h, *, dup=True, scaling=None, half=D // 2, step=1, two_inputs=Fa
     return h.make_model(nodes, inputs, outputs, inits)
 
 
-def _feeds(h, two=False):
-    f = {"x": h.rng.standard_normal((2, H, 5, D)).astype(np.float32)}
+def _feeds(h, two=False, bshd=False):
+    f = {"x": h.rng.standard_normal((2, 5, H, D) if bshd else (2, H, 5, D)).astype(np.float32)}
     if two:
         f["k"] = h.rng.standard_normal((2, H, 5, D)).astype(np.float32)
     return f
@@ -78,6 +80,19 @@ def test_rotate_half_fuses(h, target, scaling):
     assert ops["RotaryEmbedding"] == 1, ops
     assert "Neg" not in ops and "Slice" not in ops, ops
     h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rotate_half_before_head_transpose_fuses_3d(h, target):
+    """[B,S,H,D] layout (cos/sin unsqueezed at axis 2): RotaryEmbedding's 3-D form, num_heads=H."""
+    model = _rope_graph(h, bshd=True)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and ops["Reshape"] == 2, ops
+    rot = next(x for x in out.graph.node if x.op_type == "RotaryEmbedding")
+    assert next(a.i for a in rot.attribute if a.name == "num_heads") == H
+    assert "rotary-rotate-half-bshd" in h.fired(out)
+    h.assert_close(model, out, _feeds(h, bshd=True))
 
 
 def test_rotate_half_shared_caches_q_and_k(h):
