@@ -116,3 +116,11 @@ def test_failed_verification_message_goes_to_stderr(tmp_path, capsys):
     assert captured.out.strip() == "FAILED"
     assert "verification failed" in captured.err
     assert not out.exists()
+
+
+def test_demo_without_output_says_nothing_was_kept(capsys):
+    assert main(["demo", "-O", "1"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "round trip" in line)
+    assert "temporary folder" in line and "nothing kept" in line and "-o FILE" in line
+    assert "saved and reloaded" not in out
