@@ -261,3 +261,220 @@ def test_failing_pass_writes_nothing(tmp_path, monkeypatch):
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
     assert src.read_bytes() == before
+
+
+# --- models handed over in memory -------------------------------------------------------------
+
+def _proto_with_external(tmp_path: Path) -> tuple[onnx.ModelProto, Path]:
+    folder = tmp_path / "model"
+    path = save_external(small_model(), folder)
+    return onnx.load_model(path, load_external_data=False), folder
+
+
+def test_modelproto_with_external_data_needs_its_folder(tmp_path, monkeypatch):
+    proto, folder = _proto_with_external(tmp_path)
+    # The current directory holds a file of the same name: it must never be read.
+    decoy = tmp_path / "cwd"
+    decoy.mkdir()
+    (decoy / "m.data").write_bytes(b"\x42" * (1 << 16))
+    monkeypatch.chdir(decoy)
+    with pytest.raises(UserError) as e:
+        onnx_fuse.optimize(proto, level=1)
+    assert_one_line_user_error(e, "base_dir")
+    result = onnx_fuse.optimize(proto, level=1, base_dir=folder)
+    out = tmp_path / "o.onnx"
+    result.save(out, external_data=False)
+    saved = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    want = numpy_helper.to_array(small_model().graph.initializer[0])
+    np.testing.assert_array_equal(saved["W"], want)
+
+
+def test_modelproto_base_dir_does_not_lift_the_checks(tmp_path):
+    proto, folder = _proto_with_external(tmp_path)
+    (tmp_path / "secret").write_bytes(b"s" * (1 << 16))
+    for t in proto.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "../secret"
+    with pytest.raises(UserError) as e:
+        onnx_fuse.optimize(proto, level=1, base_dir=folder)
+    assert_one_line_user_error(e, "outside the model's folder")
+
+
+def test_ir_model_external_tensor_without_folder_is_refused(tmp_path, monkeypatch):
+    proto, folder = _proto_with_external(tmp_path)
+    model = ir.serde.deserialize_model(proto)  # ExternalTensor with no base folder
+    monkeypatch.chdir(folder)  # the relative path would resolve here
+    with pytest.raises(UserError) as e:
+        load_model(model)
+    assert_one_line_user_error(e, "base_dir")
+    assert load_model(model, base_dir=folder).graph.initializers["W"].const_value.numpy().shape == (64, 64)
+
+
+# --- embedded saves -------------------------------------------------------------------------
+
+def test_embedded_save_of_external_model_holds_the_weights(tmp_path):
+    """--external-data no used to write a model still pointing at the source's weight file."""
+    src = save_external(small_model(), tmp_path / "in")
+    result = onnx_fuse.optimize(src, level=1)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    written = result.save(out_dir / "o.onnx", external_data=False)
+    assert [p.name for p in written] == ["o.onnx"]
+    proto = onnx.load_model(out_dir / "o.onnx", load_external_data=False)
+    assert not any(t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer)
+    onnx.checker.check_model(proto, full_check=True)
+    (tmp_path / "in" / "m.data").unlink()  # the output must not need the source any more
+    assert verify(small_model(), proto)["passed"]
+
+
+def _sparse_external_model(folder: Path, n_bytes: int) -> Path:
+    """A model whose one float weight lives in a sparse file of ``n_bytes`` (no disk cost)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "big.data", "wb") as f:
+        f.truncate(n_bytes)
+    t = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[n_bytes // 4])
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "big.data"), ("offset", "0"), ("length", str(n_bytes))):
+        t.external_data.add(key=k, value=v)
+    g = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n_bytes // 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n_bytes // 4])], [t])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    (folder / "big.onnx").write_bytes(m.SerializeToString())
+    return folder / "big.onnx"
+
+
+@pytest.mark.parametrize("how", ["save", "cli"])
+def test_embedding_over_2gb_is_refused(tmp_path, how):
+    src = _sparse_external_model(tmp_path / "in", 2_200_000_000)
+    out = tmp_path / "o.onnx"
+    if how == "save":
+        model = load_model(src)
+        with pytest.raises(UserError) as e:
+            save_model(model, out, external_data=False)
+        assert_one_line_user_error(e, "at most 2 GB")
+    else:
+        from onnx_fuse.cli.main import main
+
+        assert main(["optimize", str(src), "-o", str(out), "-O", "0", "-q",
+                     "--external-data", "no"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_streamed_embedded_save_round_trips(tmp_path):
+    """Large initializers are appended one by one after the skeleton; the file is one ModelProto."""
+    model = small_model(n=128)
+    model.graph.initializer.append(numpy_helper.from_array(np.arange(5, dtype=np.int64), "small"))
+    model.graph.initializer.append(helper.make_tensor("s", TensorProto.STRING, [2], [b"a", b"bc"]))
+    out = tmp_path / "o.onnx"
+    save_model(load_model(model), out, external_data=False)
+    back = onnx.load(out)
+    onnx.checker.check_model(back, full_check=True)
+    got = {t.name: numpy_helper.to_array(t) for t in back.graph.initializer}
+    for t in model.graph.initializer:
+        np.testing.assert_array_equal(got[t.name], numpy_helper.to_array(t))
+
+
+def test_weights_inside_a_large_onnx_are_mapped_not_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_io, "MAP_FILES_FROM", 0)  # map even this small file
+    src = tmp_path / "m.onnx"
+    onnx.save(small_model(), src)
+    model = load_model(src)
+    w = model.graph.initializers["W"].const_value
+    assert isinstance(w, ir.ExternalTensor) and Path(w.path).resolve() == src.resolve()
+    result = onnx_fuse.optimize(src, level=1)
+    written = result.save(tmp_path / "o.onnx")  # still embedded: the source was one file
+    assert [p.name for p in written] == ["o.onnx"]
+    assert verify(small_model(), onnx.load(tmp_path / "o.onnx"))["passed"]
+
+
+# --- where outputs land ------------------------------------------------------------------------
+
+def test_symlinked_output_replaces_the_link_target(tmp_path):
+    """Used to write into the target's folder under the link's name, leaving the target stale."""
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    target = real_dir / "model.onnx"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.onnx"
+    os.symlink(target, link)
+    result = onnx_fuse.optimize(small_model(), level=1)
+    result.save(link)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert verify(small_model(), onnx.load(target))["passed"]
+    assert sorted(p.name for p in real_dir.iterdir()) == ["model.onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.onnx", "real"]
+    # With external data the weights go beside the target, under the target's name.
+    result.save(link, external_data=True)
+    assert sorted(p.name for p in real_dir.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert verify(small_model(), onnx.load(target))["passed"]
+
+
+def test_dangling_symlink_output_creates_its_target(tmp_path):
+    link = tmp_path / "link.onnx"
+    os.symlink(tmp_path / "made.onnx", link)
+    onnx_fuse.optimize(small_model(), level=1).save(link)
+    assert link.is_symlink() and (tmp_path / "made.onnx").is_file()
+
+
+def test_special_file_outputs_are_written_through(tmp_path):
+    import stat
+    import threading
+
+    result = onnx_fuse.optimize(small_model(), level=1)
+    result.save("/dev/null")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    result.save(fifo)
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert verify(small_model(), onnx.ModelProto.FromString(got[0]))["passed"]
+    with pytest.raises(UserError) as e:
+        result.save(fifo, external_data=True)
+    assert_one_line_user_error(e, "not a regular file")
+
+
+def test_outputs_follow_the_umask_and_keep_an_existing_mode(tmp_path):
+    old = os.umask(0o027)
+    try:
+        onnx_fuse.optimize(small_model(), level=1).save(tmp_path / "new.onnx")
+        existing = tmp_path / "old.onnx"
+        existing.write_bytes(b"x")
+        existing.chmod(0o604)
+        onnx_fuse.optimize(small_model(), level=1).save(existing)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.onnx").stat().st_mode & 0o777 == 0o640
+    assert existing.stat().st_mode & 0o777 == 0o604
+
+
+def test_cli_report_and_output_through_symlink_and_fifo(tmp_path):
+    import json
+    import stat
+    import subprocess
+    import sys
+    import threading
+
+    src = tmp_path / "m.onnx"
+    onnx.save(small_model(), src)
+    report_target = tmp_path / "r.json"
+    os.symlink(report_target, tmp_path / "report-link.json")
+    fifo = tmp_path / "out.pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    proc = subprocess.run([sys.executable, "-m", "onnx_fuse.cli.main", "optimize", str(src), "-o",
+                           str(fifo), "-O", "1", "-q", "--report", str(tmp_path / "report-link.json")],
+                          capture_output=True, text=True, timeout=120)
+    reader.join(timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and (tmp_path / "report-link.json").is_symlink()
+    assert json.loads(report_target.read_text())["level"] == 1
+    assert verify(small_model(), onnx.ModelProto.FromString(got[0]))["passed"]
