@@ -188,17 +188,28 @@ def worker(name: str, corpus: Path, columns: list[str]) -> dict:
     return row
 
 
-def _run_file(name: str, corpus: Path, columns: list[str], timeout: int) -> dict:
-    cmd = [sys.executable, __file__, "_worker", name, "--corpus", str(corpus), "--columns", *columns]
+def _run_batch(names: list[str], corpus: Path, columns: list[str], timeout: int) -> list[dict]:
+    """One worker process for a batch (imports and rule loading once); files a crashed or
+    timed-out worker left without a row are run again alone."""
+    cmd = [sys.executable, __file__, "_worker", *names, "--corpus", str(corpus), "--columns", *columns]
+    err = None
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"file": name, "error": f"timed out after {timeout} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode or not lines:
-        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
-        return {"file": name, "error": f"worker exit {proc.returncode}: {tail[0][:240]}"}
-    return json.loads(lines[-1])
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout * len(names))
+        out, code = proc.stdout, proc.returncode
+        if code:
+            tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
+            err = f"worker exit {code}: {tail[0][:240]}"
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = f"timed out after {timeout * len(names)} s"
+    rows = {r["file"]: r for r in (json.loads(ln) for ln in out.splitlines() if ln.startswith("{"))}
+    missing = [n for n in names if n not in rows]
+    if missing and len(names) > 1:
+        for n in missing:
+            rows.update({r["file"]: r for r in _run_batch([n], corpus, columns, timeout)})
+    elif missing:
+        rows[names[0]] = {"file": names[0], "error": err or "worker printed no result"}
+    return [rows[n] for n in names]
 
 
 # ---- rendering ------------------------------------------------------------------------------
@@ -301,11 +312,12 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_worker"]:
         ap = argparse.ArgumentParser()
-        ap.add_argument("name")
+        ap.add_argument("names", nargs="+")
         ap.add_argument("--corpus")
         ap.add_argument("--columns", nargs="*")
         ns = ap.parse_args(argv[1:])
-        print(json.dumps(worker(ns.name, Path(ns.corpus), ns.columns)))
+        for name in ns.names:
+            print(json.dumps(worker(name, Path(ns.corpus), ns.columns)), flush=True)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=str(CORPUS))
@@ -315,7 +327,9 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", help="also write the table here (e.g. docs/coverage.md)")
     ap.add_argument("-j", "--jobs", type=int, default=1)
     ap.add_argument("--resume", action="store_true", help="reuse rows of unchanged files from --json")
-    ap.add_argument("--timeout", type=int, default=1200, help="seconds per file (all columns)")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per file (all columns)")
+    ap.add_argument("--batch", type=int, default=8, help="files per worker process")
+    ap.add_argument("--label", help="what onnx-fuse version ran, for the header (default: git HEAD)")
     ap.add_argument("--machine", default=None, help="machine description for the Markdown header")
     ns = ap.parse_args(argv)
     corpus = Path(ns.corpus)
@@ -339,16 +353,17 @@ def main(argv=None) -> int:
                 rows[row["file"]] = row
     todo = [n for n in names if n not in rows]
     print(f"{len(names) - len(todo)} files reused from {ns.json}, {len(todo)} to run", flush=True)
+    batches = [todo[i:i + ns.batch] for i in range(0, len(todo), ns.batch)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, ns.jobs)) as pool:
-        futures = {pool.submit(_run_file, n, corpus, ns.columns, ns.timeout): n for n in todo}
+        futures = [pool.submit(_run_batch, b, corpus, ns.columns, ns.timeout) for b in batches]
         for fut in concurrent.futures.as_completed(futures):
-            row = fut.result()
-            row["sha256"] = files[row["file"]]["sha256"]
-            rows[row["file"]] = row
+            for row in fut.result():
+                row["sha256"] = files[row["file"]]["sha256"]
+                rows[row["file"]] = row
+                print(f"[{len(rows)}/{len(names)}] {row['file']}: "
+                      + ("  ".join(f"{c}={_cell(row, c)}" for c in ns.columns) if "error" not in row
+                         else row["error"]), flush=True)
             _atomic_write(Path(ns.json), json.dumps({"partial": True, "rows": list(rows.values())}, indent=1))
-            print(f"[{len(rows)}/{len(names)}] {row['file']}: "
-                  + ("  ".join(f"{c}={_cell(row, c)}" for c in ns.columns) if "error" not in row else row["error"]),
-                  flush=True)
     ordered = [rows[n] for n in names]
     import onnxruntime
     import onnxscript
@@ -356,7 +371,7 @@ def main(argv=None) -> int:
     header = {"command": "python tools/coverage.py " + " ".join(argv),
               "machine": ns.machine or f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "git": _git_head(), "versions": {"onnxruntime": onnxruntime.__version__,
+              "git": ns.label or _git_head(), "versions": {"onnxruntime": onnxruntime.__version__,
                                                "onnxscript": onnxscript.__version__}}
     summ = summary(ordered, ns.columns)
     _atomic_write(Path(ns.json), json.dumps({"header": header, "summary": summ, "rows": ordered}, indent=1) + "\n")

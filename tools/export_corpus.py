@@ -51,11 +51,14 @@ DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_le
 
 
 def _one_line(exc: BaseException) -> str:
+    outer = type(exc).__name__
     while exc.__cause__ is not None:  # the exporters wrap the real reason
         exc = exc.__cause__
+    if type(exc).__name__ != outer:
+        outer = f"{outer} <- {type(exc).__name__}"
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
     first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first[:300]}"
+    return f"{outer}: {first[:300]}"
 
 
 # ---- models ---------------------------------------------------------------------------------
@@ -497,6 +500,23 @@ def _record(path: Path, name: str, entry: dict | None, reason: str | None) -> di
     return manifest
 
 
+def _export_one(arch, style, weights, name, path, mpath) -> dict:
+    try:
+        extra = export_optimum(arch, weights, path) if style == "optimum" else \
+            export_torch(arch, style, weights, path)
+        entry = make_entry(arch, style, weights, path, extra)
+    except Exception as exc:  # one failure must not stop the corpus: it is recorded
+        reason = _one_line(exc)
+        print(f"{name}: FAILED {reason}", flush=True)
+        path.unlink(missing_ok=True)
+        path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
+        return _record(mpath, name, None, reason)
+    print(f"{name}: {entry['nodes']} nodes, {entry['bytes'] / 1e3:.0f} kB, opset {entry['opset']}", flush=True)
+    return _record(mpath, name, entry, None)
+
+
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_optimum_save"]:
@@ -508,7 +528,9 @@ def main(argv=None) -> int:
     ap.add_argument("--styles", nargs="*", default=list(STYLES), choices=STYLES)
     ap.add_argument("--weights", nargs="*", default=["trained", "default"], choices=["trained", "default"])
     ap.add_argument("--list", action="store_true", help="print the planned files and exit")
-    ap.add_argument("--missing", action="store_true", help="skip files the manifest already lists")
+    ap.add_argument("--missing", action="store_true",
+                    help="skip what the manifest lists (made or failed) and what another run is making")
+    ap.add_argument("--retry-failed", action="store_true", help="with --missing: retry recorded failures")
     ns = ap.parse_args(argv)
     unknown = sorted(set(ns.only or ()) - set(SPECS))
     if unknown:
@@ -523,25 +545,23 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     mpath = out / "manifest.json"
     manifest = {"files": {}, "failed": {}}
-    if ns.missing and mpath.exists():
-        have = json.loads(mpath.read_text())["files"]
-        todo = [t for t in todo if "__".join(t) + ".onnx" not in have or not (out / ("__".join(t) + ".onnx")).exists()]
     for arch, style, weights in todo:
         name = f"{arch}__{style}__{weights}"
         path = out / f"{name}.onnx"
+        claim = out / f".{name}.claim"
+        if ns.missing:  # several shards may share one list: skip what another made or is making
+            done = json.loads(mpath.read_text()) if mpath.exists() else {}
+            if (name + ".onnx" in done.get("files", {}) and path.exists()) or \
+                    (name in done.get("failed", {}) and not ns.retry_failed):
+                continue
+            try:
+                os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                continue
         try:
-            extra = export_optimum(arch, weights, path) if style == "optimum" else \
-                export_torch(arch, style, weights, path)
-            entry = make_entry(arch, style, weights, path, extra)
-        except Exception as exc:  # one failure must not stop the corpus: it is recorded
-            reason = _one_line(exc)
-            print(f"{name}: FAILED {reason}", flush=True)
-            path.unlink(missing_ok=True)
-            path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
-            manifest = _record(mpath, name, None, reason)
-            continue
-        print(f"{name}: {entry['nodes']} nodes, {entry['bytes'] / 1e3:.0f} kB, opset {entry['opset']}", flush=True)
-        manifest = _record(mpath, name, entry, None)
+            manifest = _export_one(arch, style, weights, name, path, mpath)
+        finally:
+            claim.unlink(missing_ok=True)
     total = sum(e["bytes"] for e in manifest["files"].values())
     print(f"corpus: {len(manifest['files'])} files, {total / 1e6:.1f} MB, {len(manifest['failed'])} failed")
     return 0
