@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from onnx_fuse.errors import UserError, VerificationError
 
-OUR_DOMAIN = "onnx_fuse"
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN as OUR_DOMAIN
 
 # Default tolerances per output dtype: fused kernels reorder float sums, so bit equality is not
 # expected; these bound the error of a correct rewrite on random inputs.

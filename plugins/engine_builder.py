@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import onnx
 
 from onnx_fuse.errors import InternalError, UserError
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.plugins.build_profiles import (InputRange, Profile, model_inputs, parse_profiles,
                                               parse_size, validate_profiles)
 from onnx_fuse.plugins.engine_cache import (EngineCache, atomic_write, default_cache_dir, sha256_hex,
@@ -44,7 +45,6 @@ __all__ = ["BuildOptions", "BuildResult", "Profile", "InputRange", "build_engine
            "parse_size", "plugin_nodes", "prepare_for_tensorrt", "default_cache_dir",
            "model_inputs", "PLUGIN_DOMAIN", "PLUGIN_OPS"]
 
-PLUGIN_DOMAIN = "onnx_fuse"
 # Plugin op type -> module under onnx_fuse.plugins that registers it (lazily, on first use).
 PLUGIN_OPS = {
     "FusedAttention": "onnx_fuse.plugins.fused_attention_plugin",

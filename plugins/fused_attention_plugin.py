@@ -40,14 +40,15 @@ from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 
 import onnx
 
+from onnx_fuse.plugin_ids import PLUGIN_NAMESPACE, PLUGIN_VERSIONS
+
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
            "check_node", "prepare_node", "register_plugin", "register_plugin_module", "resolve_annotations",
            "register", "impl", "aot_impl", "autotune",
            "adapter_source", "aot_variants"]
 
 PLUGIN_NAME = "FusedAttention"
-PLUGIN_NAMESPACE = "onnx_fuse"
-PLUGIN_VERSION = "1"
+PLUGIN_VERSION = PLUGIN_VERSIONS[PLUGIN_NAME]
 PLUGIN_ID = f"{PLUGIN_NAMESPACE}::{PLUGIN_NAME}"
 INPUTS = ("query", "key", "value", "seq_lens")
 OUTPUTS = ("output",)

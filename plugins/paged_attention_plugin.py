@@ -31,6 +31,8 @@ from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 
 import onnx
 
+from onnx_fuse.plugin_ids import PLUGIN_NAMESPACE, PLUGIN_VERSIONS
+
 from onnx_fuse.plugins.fused_attention_plugin import (FLOAT_TYPES, HEAD_DIMS, _tname,
                                                       check_attributes, check_plugin_identity,
                                                       register_plugin_module)
@@ -41,8 +43,7 @@ __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "AT
            "adapter_source", "decode_variants"]
 
 PLUGIN_NAME = "PagedAttention"
-PLUGIN_NAMESPACE = "onnx_fuse"
-PLUGIN_VERSION = "1"
+PLUGIN_VERSION = PLUGIN_VERSIONS[PLUGIN_NAME]
 PLUGIN_ID = f"{PLUGIN_NAMESPACE}::{PLUGIN_NAME}"
 INPUTS = ("query", "key", "value", "key_cache", "value_cache", "block_tables", "seq_lens")
 OUTPUTS = ("output", "key_cache_out", "value_cache_out")

@@ -10,12 +10,13 @@ import functools
 import onnx
 import onnx_ir as ir
 
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN  # noqa: F401 - precision.py imports it from here
+
 TYPE_STR = {ir.DataType.FLOAT16: "tensor(float16)", ir.DataType.BFLOAT16: "tensor(bfloat16)"}
 
 #: Plugin ops of domain ``onnx_fuse`` whose machine-readable contract (plugins/<file>.yaml) gives
 #: their dtypes: they are LOW for every low type the kernels take (``dtype_combinations.kernel``).
 PLUGIN_CONTRACTS = {"FusedAttention": "fused_attention.yaml", "PagedAttention": "paged_attention.yaml"}
-PLUGIN_DOMAIN = "onnx_fuse"
 
 
 @functools.cache

@@ -31,9 +31,10 @@ from collections.abc import Callable
 
 import onnx
 
-OUR_DOMAIN = "onnx_fuse"
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN as OUR_DOMAIN
+from onnx_fuse.plugin_ids import TRT_ONLY_ATTRS
+
 ORT_CONTRIB_DOMAIN = "ai.onnx.contrib"
-TRT_ONLY_ATTRS = ("plugin_version", "plugin_namespace")
 
 __all__ = ["prepare_session", "OUR_DOMAIN", "ORT_CONTRIB_DOMAIN"]
 

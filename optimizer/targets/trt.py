@@ -13,14 +13,11 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN, PLUGIN_DOMAIN_VERSION, PLUGIN_NAMESPACE, PLUGIN_VERSIONS
 from onnx_fuse.targets.onnx import FUSION_OPSET
 
 NAME = "trt"
-PLUGIN_DOMAIN = "onnx_fuse"
-PLUGIN_NAMESPACE = "onnx_fuse"
-#: plugin name -> plugin version, as registered by plugins/ (docs/ops.md).
-PLUGIN_VERSIONS = {"FusedAttention": "1", "PagedAttention": "1"}
-DOMAINS = {"": FUSION_OPSET, PLUGIN_DOMAIN: 1}
+DOMAINS = {"": FUSION_OPSET, PLUGIN_DOMAIN: PLUGIN_DOMAIN_VERSION}
 
 
 class PluginAttributesPass(FusePass):

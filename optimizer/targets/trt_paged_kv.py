@@ -39,9 +39,9 @@ import onnx_ir as ir
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 
-PLUGIN_DOMAIN = "onnx_fuse"
-PLUGIN_VERSION = "1"
-PLUGIN_NAMESPACE = "onnx_fuse"
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN, PLUGIN_DOMAIN_VERSION, PLUGIN_NAMESPACE, PLUGIN_VERSIONS
+
+PLUGIN_VERSION = PLUGIN_VERSIONS["PagedAttention"]
 
 __all__ = ["PagedKVPass", "paged_inputs_from_contiguous", "gather_pool"]
 
@@ -519,7 +519,7 @@ class PagedKVPass(FusePass):
         graph.inputs.clear()
         graph.inputs.extend(keep + new_inputs)
         if PLUGIN_DOMAIN not in model.opset_imports:
-            model.opset_imports[PLUGIN_DOMAIN] = 1
+            model.opset_imports[PLUGIN_DOMAIN] = PLUGIN_DOMAIN_VERSION
 
 
 def _const(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:

@@ -130,3 +130,41 @@ def test_upgrade_opset_refuses_to_change_the_interface():
     assert p(model).modified is False
     assert model.opset_imports[""] == 8
     assert "interface" in p.stats_reason
+
+
+def test_plugin_ids_agree_everywhere():
+    """The YAML rule packs and plugin contracts write the plugin ids as data: they must say what
+    onnx_fuse.plugin_ids says (the Python side imports it)."""
+    import re
+
+    import yaml
+
+    from onnx_fuse import plugin_ids
+    from onnx_fuse.plugins import fused_attention_plugin, paged_attention_plugin
+
+    root = Path(__file__).resolve().parents[2]
+    for name, module in (("fused_attention", fused_attention_plugin), ("paged_attention", paged_attention_plugin)):
+        contract = yaml.safe_load((root / "plugins" / f"{name}.yaml").read_text())
+        op = contract["op"]
+        assert contract["domain"] == plugin_ids.PLUGIN_DOMAIN
+        plugin = contract["plugin"]
+        assert (plugin["name"], plugin["version"], plugin["namespace"]) == (
+            op, plugin_ids.PLUGIN_VERSIONS[op], plugin_ids.PLUGIN_NAMESPACE)
+        attrs = contract["attributes"]
+        assert attrs["plugin_version"]["default"] == plugin_ids.PLUGIN_VERSIONS[op]
+        assert attrs["plugin_namespace"]["default"] == plugin_ids.PLUGIN_NAMESPACE
+        assert module.PLUGIN_ID == f"{plugin_ids.PLUGIN_NAMESPACE}::{op}"
+    seen = 0
+    call = re.compile(rf"{plugin_ids.PLUGIN_DOMAIN}::(\w+)\(([^)]*)\)")
+    for path in (root / "rules").rglob("*.yaml"):
+        text = path.read_text()
+        for version in re.findall(rf"domains:\s*{{[^}}]*{plugin_ids.PLUGIN_DOMAIN}:\s*(\d+)", text):
+            assert int(version) == plugin_ids.PLUGIN_DOMAIN_VERSION, path
+        for op, args in call.findall(text):
+            for key, want in (("plugin_version", plugin_ids.PLUGIN_VERSIONS.get(op)),
+                              ("plugin_namespace", plugin_ids.PLUGIN_NAMESPACE)):
+                got = re.search(rf'{key}="([^"]*)"', args)
+                if got:
+                    seen += 1
+                    assert got.group(1) == want, (path.name, op, key)
+    assert seen >= 2  # the FusedAttention lowerings write both attributes
