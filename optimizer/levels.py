@@ -8,8 +8,11 @@ O1  cleanup: shape inference, constant folding, inlining of If with a constant c
     our folding, and trip over what it exposes); CSE runs after both so that folded twins
     collapse; DCE runs last to drop what the others orphaned.
 O2  O1 + rule packs of level 2 (normalizations, GELU family, Gemm/bias forms, RoPE).
-O3  O2 + rule packs of level 3 (attention). Attention rules run after the norm/RoPE packs because
-    their patterns are written against already-fused RotaryEmbedding and norm ops.
+O3  O2 + rule packs of level 3 (attention). All rules of the chosen levels run in ONE rewrite
+    pass: by stage (fuse, then lower, then simplify), and inside a stage by priority, highest
+    first, which puts attention recognition (100) ahead of most norm rules (layer-norm 60). The
+    stage repeats rounds until nothing fires, so an attention pattern written against ops another
+    rule fuses (RotaryEmbedding, a norm) matches in the round after that rule fired.
 O4  O3 + level-4 rules: target-specific rewrites (paged KV, plugin ops, precision conversion).
 Cleanup runs again after the rules, since rewrites leave dead nodes and foldable constants behind.
 Precision (``precision="fp16"|"bf16"``, any level) runs last, after the final cleanup: rules match
@@ -25,11 +28,15 @@ import importlib
 import os
 from collections.abc import Iterable, Sequence
 
-import onnx_ir as ir
+from typing import TYPE_CHECKING
 
 from onnx_fuse.errors import UserError
 
+if TYPE_CHECKING:  # kept light: the CLI imports TARGETS to build its --help
+    import onnx_ir as ir
+
 LEVELS = (0, 1, 2, 3, 4)
+#: The one list of targets (CLI choices, rule files, API checks all read it).
 TARGETS = ("ort", "onnx", "trt")
 DEFAULT_LEVEL = 3
 DEFAULT_TARGET = "ort"

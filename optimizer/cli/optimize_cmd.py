@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from onnx_fuse.levels import DEFAULT_TARGET, TARGETS
+
 
 def add_common_optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-O", dest="level", type=int, choices=range(5), default=3, metavar="0..4",
                    help="optimization level (default 3: cleanup, norms/GELU/RoPE, attention)")
-    p.add_argument("--target", choices=("ort", "onnx", "trt"), default="ort",
+    p.add_argument("--target", choices=TARGETS, default=DEFAULT_TARGET,
                    help="which ops to emit: ONNX Runtime contrib ops, standard ONNX, or TensorRT "
                         "plus onnx-fuse plugins (default ort)")
     p.add_argument("--rules", action="append", default=[], metavar="FILE",

@@ -13,6 +13,8 @@ import argparse
 import json
 import sys
 
+from onnx_fuse.levels import TARGETS
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("rules", help="list, show, check and explain fusion rules",
@@ -20,7 +22,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="count", default=0, help="tracebacks on internal errors")
     rsub = p.add_subparsers(dest="rules_command", metavar="ACTION")
     lp = rsub.add_parser("list", help="list rules: name, level, targets, priority, doc")
-    lp.add_argument("--target", choices=("ort", "onnx", "trt"), help="only rules for this target")
+    lp.add_argument("--target", choices=TARGETS, help="only rules for this target")
     lp.add_argument("--level", type=int, choices=range(5), metavar="0..4", help="only rules run at this level")
     lp.add_argument("--rules", action="append", default=[], metavar="FILE", help="extra rule file")
     sp = rsub.add_parser("show", help="print one rule's YAML and where it comes from")
@@ -31,7 +33,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     ep = rsub.add_parser("explain", help="why a rule does or does not match in a model")
     ep.add_argument("model")
     ep.add_argument("--rule", required=True, metavar="NAME")
-    ep.add_argument("--target", choices=("ort", "onnx", "trt"),
+    ep.add_argument("--target", choices=TARGETS,
                     help="prepare the model as optimize does for this target (default: the rule's first)")
     ep.add_argument("--node", metavar="NODE", help="only this anchor node")
     ep.add_argument("--rules", action="append", default=[], metavar="FILE", help="extra rule file")

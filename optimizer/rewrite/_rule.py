@@ -19,12 +19,12 @@ from typing import Any
 
 import onnx
 
+from onnx_fuse.levels import TARGETS  # the one target list (re-exported by onnx_fuse.rewrite)
 from onnx_fuse.rewrite import _expr
 from onnx_fuse.rewrite._fragments import Fragment, expand, rename_text
 from onnx_fuse.rewrite._pattern import (MatchStatement, PatternSyntaxError, RewriteStatement,
                                         parse_match, parse_rewrite, top_level)
 
-TARGETS = ("ort", "onnx", "trt")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RULE_KEYS = {"name", "doc", "level", "priority", "targets", "opset", "domains", "match", "where",
               "rewrite", "outputs", "stage"}

@@ -168,3 +168,38 @@ def test_plugin_ids_agree_everywhere():
                     seen += 1
                     assert got.group(1) == want, (path.name, op, key)
     assert seen >= 2  # the FusedAttention lowerings write both attributes
+
+
+def test_one_target_list():
+    """levels.TARGETS is the list: the rule engine re-exports it and every CLI --target uses it."""
+    import argparse
+
+    from onnx_fuse import levels, rewrite
+    from onnx_fuse.cli.main import _parser
+
+    assert rewrite.TARGETS is levels.TARGETS
+    found = 0
+    stack = [_parser()]
+    while stack:
+        parser = stack.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            elif "--target" in action.option_strings:
+                assert tuple(action.choices) == levels.TARGETS
+                found += 1
+    assert found >= 4  # optimize, demo, rules list, rules explain
+
+
+def test_levels_docstring_states_the_rule_order():
+    """levels.py says attention recognition runs before the norm rules, in one stage: true."""
+    from onnx_fuse import levels
+    from onnx_fuse.rewrite import load_rule_set
+
+    assert "attention recognition (100) ahead of most norm rules (layer-norm 60)" in " ".join(
+        levels.__doc__.split())
+    ordered = [r for r in load_rule_set(target="ort", max_level=3).ordered() if r.stage == "fuse"]
+    names = [r.name for r in ordered]
+    assert names.index("attention") < names.index("layer-norm")
+    by_name = {r.name: r for r in ordered}
+    assert (by_name["attention"].priority, by_name["layer-norm"].priority) == (100, 60)
