@@ -33,7 +33,7 @@ def _tables(rows, rd, *, form, bad_halves=False, scale=1.0):
 
 
 def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=False, scale=1.0,
-           head_varying=False, slice_start=0, pass_start=None, step=1):
+           head_varying=False, slice_start=0, pass_start=None, step=1, elem=1):
     """x -> [x_rot, x_pass split] -> x_rot*cos + rotate(x_rot)*sin -> [concat x_pass] -> y."""
     n = h.node
     shape = [B, H, S, D] if layout == "bhsd" else [B, S, H, D]
@@ -117,14 +117,17 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
     yshape = list(xshape)
     if pass_start is not None:
         yshape[-1] = rd + D - pass_start
-    inputs.insert(0, h.vi("x", xshape))
-    return h.make_model(nodes, inputs, [h.vi("y", yshape)], inits)
+    if elem != 1:   # a float16/bfloat16 model: x, y and the tables in that dtype
+        dt = {10: np.float16, 16: __import__("ml_dtypes").bfloat16}[elem]
+        inits = {k: (v.astype(dt) if v.dtype == np.float32 else v) for k, v in inits.items()}
+    inputs.insert(0, h.vi("x", xshape, elem))
+    return h.make_model(nodes, inputs, [h.vi("y", yshape, elem)], inits)
 
 
-def _feeds(h, model):
+def _feeds(h, model, dtype=np.float32):
     names = [i.name for i in model.graph.input]
     layout_bshd = model.graph.input[0].type.tensor_type.shape.dim[2].dim_value == H
-    f = {"x": h.rng.standard_normal((B, S, H, D) if layout_bshd else (B, H, S, D)).astype(np.float32)}
+    f = {"x": h.rng.standard_normal((B, S, H, D) if layout_bshd else (B, H, S, D)).astype(dtype)}
     if "pos" in names:   # positions after a past of 3 tokens, a different offset per row
         f["pos"] = (np.arange(S)[None, :] + np.array([[3], [5]])).astype(np.int64)
     return f
@@ -160,6 +163,15 @@ def test_folded_tables_fuse(h, target, form, layout, rule):
     if layout == "bshd":
         assert _attr(rot, "num_heads") == H and ops["Reshape"] == 2, ops
     h.assert_close(model, out, _feeds(h, model))
+
+
+@pytest.mark.parametrize("form,layout", [("half", "bhsd"), ("interleaved", "bshd")])
+def test_folded_float16_tables_fuse(h, form, layout):
+    """float16 tables: cos^2 + sin^2 is 1 only within float16 rounding; the rule allows it."""
+    model = _graph(h, form=form, layout=layout, elem=10)
+    out = h.fuse(model, "onnx", level=2)
+    assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h, model, np.float16), atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("tables", ["gathered", "sliced"])
