@@ -58,3 +58,33 @@ def test_static_dim_refines_symbolic_but_never_overwrites_known_dim():
     }''')
     model, modified, _ = apply(ShapeInferencePass, proto)
     assert modified and list(model.graph.outputs[0].shape) == [2, 8]
+
+
+def test_data_propagation_runs_on_shape_math_but_not_over_long_vectors():
+    """onnx's data propagation expands every 1-D operand into a dims list (a 100 MB 1-D weight
+    took 5.2 GB and 20 s); it is skipped when a 1-D value is longer than DATA_PROP_MAX_LEN."""
+    from onnx_fuse.passes.shape_inference import DATA_PROP_MAX_LEN
+
+    shape_math = '''
+        s = Shape(x)
+        b = Slice(s, zero, one)
+        t = Concat<axis = 0>(b, eight)
+        r = Reshape(x, t)
+        y = Add(v, v)
+    }'''
+    inits = '<int64[1] zero = {0}, int64[1] one = {1}, int64[1] eight = {8}>'
+
+    def run(n):
+        proto = parse(HEADER + f'''
+        g (float[2, 4, 2] x, float[{n}] v) => (float[{n}] y)
+        {inits}
+        {{''' + shape_math)
+        model, _, p = apply(ShapeInferencePass, proto)
+        r = next(n.outputs[0] for n in model.graph if n.op_type == "Reshape")
+        return r.shape, p.stats
+
+    shape, stats = run(16)
+    assert list(shape) == [2, 8] and "data-prop-skipped" not in stats  # propagated
+    shape, stats = run(DATA_PROP_MAX_LEN + 1)
+    assert stats["data-prop-skipped"] == 1
+    assert shape is not None and len(shape) == 2  # the rank is still known
