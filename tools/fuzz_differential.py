@@ -11,6 +11,8 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
   refused-input  optimize refused the input with a UserError (fine)
   ort-refused    ORT cannot load or run the optimized model
   signature      an output's name, dtype, rank or shape changed (declared or at run time)
+  trt-refused    (target trt) `onnx-fuse check-trt` accepts the original but not the optimized
+                 model (TensorRT's parser support and our plugin contracts, checked without TensorRT)
   invalid-graph  ORT cannot run the original (a generator bug; not counted as a failure)
   ort-itself     a failure that ORT's own graph optimizations cause on the original too (ORT's
                  bug, not ours; not counted as a failure)
@@ -44,7 +46,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_motifs import make_case  # noqa: E402
 
-FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature")
+FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused")
 CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", *FAIL_CLASSES)
 # atol is scaled by the output's largest magnitude: fused kernels reorder float sums.
 TOLERANCE = {np.dtype(np.float32): (1e-4, 1e-3), np.dtype(np.float16): (1e-2, 2e-2),
@@ -139,7 +141,24 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     cls, detail = compare(names, ref_out, got)
     if cls != "ok" and _ort_itself(original, feeds, ref_out):
         return "ort-itself", detail, optimized, fires
+    if cls == "ok" and target == "trt":
+        refused = _trt_refused(original, optimized)
+        if refused:
+            return "trt-refused", refused, optimized, fires
     return cls, detail, optimized, fires
+
+
+def _trt_refused(original: onnx.ModelProto, optimized: onnx.ModelProto) -> str | None:
+    """check-trt's first issue with the optimized model when it accepts the original."""
+    from onnx_fuse.plugins.check_trt import check_model
+
+    try:
+        after = check_model(optimized)
+        if after.supported or not check_model(original).supported:
+            return None
+    except Exception as exc:  # noqa: BLE001 - check-trt itself broke on our output
+        return "check-trt raised " + _first_line(exc)
+    return str(after.issues[0])[:400]
 
 
 def _ort_itself(original: onnx.ModelProto, feeds, ref_out) -> bool:

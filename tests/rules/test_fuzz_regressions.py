@@ -85,10 +85,10 @@ def attention_model(*, heads: int, kv_heads: int, head: int, mask_shape, kv_len=
              _i64("merge", [0, 0, d]), _init("scale", [np.sqrt(head)])]
     src = "mem" if cross else "x"
     nodes = [oh.make_node("MatMul", ["x", "wq"], ["q3"]), oh.make_node("MatMul", [src, "wk"], ["k3"]),
-             oh.make_node("MatMul", [src, "wv"], ["v3"]),
-             oh.make_node("Reshape", ["q3", "qs"], ["qr"]), oh.make_node("Transpose", ["qr"], ["q4"], perm=[0, 2, 1, 3]),
-             oh.make_node("Reshape", ["k3", "ks"], ["kr"]), oh.make_node("Transpose", ["kr"], ["k4"], perm=[0, 2, 1, 3]),
-             oh.make_node("Reshape", ["v3", "ks"], ["vr"]), oh.make_node("Transpose", ["vr"], ["v4"], perm=[0, 2, 1, 3])]
+             oh.make_node("MatMul", [src, "wv"], ["v3"])]
+    for t, shape in (("q", "qs"), ("k", "ks"), ("v", "ks")):
+        nodes += [oh.make_node("Reshape", [f"{t}3", shape], [f"{t}r"]),
+                  oh.make_node("Transpose", [f"{t}r"], [f"{t}4"], perm=[0, 2, 1, 3])]
     k, v = "k4", "v4"
     if kv_heads != heads:
         n = heads // kv_heads
