@@ -1,0 +1,49 @@
+"""Second tier for rules/rope and rules/norm: exports of the corpus (tests/data/corpus, made by
+tools/export_corpus.py; a file not there yet skips). At -O2 --target onnx every rotary embedding
+and every normalization must be fused (no Neg / ReduceMean left) and the result must verify."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+import onnx_fuse
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
+
+# (file stem, rotary embeddings expected): static exports carry constant cos/sin tables
+# (rotary_const.yaml / rotary_interleaved.yaml), *__default ones have all-ones norm scales that
+# cleanup drops (the scale-less norm rules), partial and interleaved rotary have their own rules.
+CASES = [
+    ("llama__static_nomask__trained", 4),
+    ("llama__dyn_mask__default", 4),
+    ("mistral__static_nomask__trained", 4),
+    ("falcon__static_nomask__trained", 4),
+    ("qwen3__static_nomask__trained", 4),
+    ("gemma__static_nomask__trained", 4),
+    ("phi__static_nomask__trained", 4),
+    ("phi__dyn_mask__trained", 4),
+    ("gpt_neox__static_nomask__trained", 4),
+    ("gpt_neox__dyn_mask__default", 4),
+    ("gptj__static_nomask__trained", 4),
+    ("gptj__dyn_mask__trained", 4),
+    ("cohere__static_nomask__trained", 4),
+    ("cohere__dyn_mask__trained", 4),
+    ("stablelm__static_nomask__trained", 4),
+    ("olmo2__dyn_mask__default", 4),
+]
+
+
+@pytest.mark.parametrize("stem,rotary", CASES, ids=[c[0] for c in CASES])
+def test_rope_and_norms_fuse_on_corpus_export(stem, rotary):
+    path = CORPUS / f"{stem}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path.name} not in the corpus yet (tools/export_corpus.py)")
+    result = onnx_fuse.optimize(str(path), level=2, target="onnx", verify=True)
+    ops = collections.Counter(n.op_type for n in result.to_proto().graph.node)
+    assert ops["RotaryEmbedding"] == rotary, (ops, result.report.rule_fires)
+    assert "Neg" not in ops and "ReduceMean" not in ops, (ops, result.report.rule_fires)
+    assert result.report.verify["passed"], result.report.verify
+    assert result.report.verify["rewrites"]["rolled_back"] == 0, result.report.verify["rewrites"]
