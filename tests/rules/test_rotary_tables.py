@@ -174,10 +174,11 @@ def test_folded_float16_tables_fuse(h, form, layout):
     h.assert_close(model, out, _feeds(h, model, np.float16), atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 @pytest.mark.parametrize("tables", ["gathered", "sliced"])
-def test_gathered_tables_fuse_with_position_ids(h, tables):
+def test_gathered_tables_fuse_with_position_ids(h, tables, target):
     model = _graph(h, tables=tables)
-    out = h.fuse(model, "onnx", level=2)
+    out = h.fuse(model, target, level=2)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "Gather" not in ops, ops
     (rot,) = _rotary_nodes(out)
