@@ -380,9 +380,18 @@ def motif_attention(b: Builder, x: str, shape: list[Dim], opset: int, gqa: bool 
     else:
         kv_len, src = seq, x
     biased = b.p(0.6)
-    q3 = _proj(b, x, d_model, d_model, biased)
-    k3 = _proj(b, src, d_model, kv_heads * dh, biased)
-    v3 = _proj(b, src, d_model, kv_heads * dh, biased)
+    if not cross and not gqa and all(isinstance(t, int) for t in (bsz, seq)) and b.p(0.6):
+        # GPT-2 Conv1D: one Gemm on x flattened to [B*S, D], back to [B, S, 3D], split in thirds
+        x2 = b.op("Reshape", [x, b.ints([-1, d_model])])
+        g = b.op("Gemm", [x2, b.weight([d_model, 3 * d_model]),
+                          b.const(0.1 * b.rng.standard_normal([3 * d_model]), stem="bias")])
+        g3 = b.op("Reshape", [g, b.ints([bsz, seq, 3 * d_model])])
+        q3, k3, v3 = b.op("Split", [g3, b.ints([d_model] * 3)], n_out=3, axis=2)
+        b.trap("packed-gemm-qkv")
+    else:
+        q3 = _proj(b, x, d_model, d_model, biased)
+        k3 = _proj(b, src, d_model, kv_heads * dh, biased)
+        v3 = _proj(b, src, d_model, kv_heads * dh, biased)
     q4 = b.op("Transpose", [_split_heads(b, q3, heads, dh, [bsz, seq])], perm=[0, 2, 1, 3])
     kr = _split_heads(b, k3, kv_heads, dh, [bsz, kv_len])
     rope = (gqa or b.p(0.3)) and b.p(0.6) and not cross
