@@ -99,7 +99,9 @@ def _rewrite_checks(checkers: Sequence, report: Report) -> dict:
     for c in checkers:
         total.merge(c.stats)
     for f in total.failed:
-        report.warnings.append(f"rule {f['rule']} at {f['node']!r} rolled back: {f['reason']}")
+        what = f"kept ({f['kept']})" if "kept" in f else "rolled back"
+        report.warnings.append(f"rule {f['rule']} at {f['node']!r} failed its numeric check, "
+                               f"{what}: {f['reason']}")
     return total.to_dict()
 
 
