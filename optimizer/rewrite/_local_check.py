@@ -101,8 +101,9 @@ def _eval_dim(text: str, env: Mapping[str, int]) -> int | None:
 class _Dims:
     """One consistent value per symbolic dim name within a check."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: set[str] = frozenset()) -> None:
         self.values: dict[str, int] = {}
+        self.names = names   # every dim name of the check, so total_x can find x and past_x
 
     def concrete(self, shape: ir.Shape | None) -> list[int]:
         if shape is None:
@@ -122,8 +123,9 @@ class _Dims:
         if name in self.values:
             return self.values[name]
         base = name.removeprefix("total_")
-        if base != name and base in self.values and f"past_{base}" in self.values:
-            v = self.values[base] + self.values[f"past_{base}"]
+        known = set(self.values) | set(self.names)
+        if base != name and base in known and f"past_{base}" in known:
+            v = self.value(base, 1) + self.value(f"past_{base}", 1)
         elif name.isidentifier():
             v = 2 if axis == 0 else 8
         else:
@@ -169,14 +171,22 @@ def _random_value(v: ir.Value, shape: list[int], consumers: list[tuple[ir.Node, 
                 raise Unchecked(f"integer input feeds {node.op_type} as a shape or axes")
         bound = None
         for node, i in consumers:
-            if node.op_type in ("Gather", "GatherElements") and i == 1:
-                data = node.inputs[0]
+            data = node.inputs[0]
+            if i != 1 or data is None or data.shape is None or len(data.shape) == 0:
+                continue
+            if node.op_type in ("Gather", "GatherElements"):
                 axis = node.attributes["axis"].value if "axis" in node.attributes else 0
-                if data is not None and data.shape is not None and len(data.shape) > 0:
-                    d = data.shape.dims[axis % len(data.shape)]
-                    n = d if isinstance(d, int) else dims.values.get(getattr(d, "value", None) or "")
-                    if n:
-                        bound = n if bound is None else min(bound, n)
+                axes = [axis % len(data.shape)]
+            elif node.op_type == "GatherND" and shape:
+                batch = node.attributes["batch_dims"].value if "batch_dims" in node.attributes else 0
+                axes = list(range(batch, min(batch + shape[-1], len(data.shape))))
+            else:
+                continue
+            for ax in axes:   # stay inside every axis the index reads (one bound for all)
+                d = data.shape.dims[ax]
+                n = d if isinstance(d, int) else dims.values.get(getattr(d, "value", None) or "")
+                if n:
+                    bound = n if bound is None else min(bound, n)
         if bound is not None:
             return rng.integers(0, max(bound, 1), size=shape, dtype=dtype)
         if "mask" in lname:
@@ -512,7 +522,8 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     if pre:
         boundary, consumers = _boundary([*pre, *old_nodes], new_nodes, new_outputs)
     rng = np.random.default_rng(seed)
-    dims = _Dims()
+    dims = _Dims({str(getattr(d, "value", "")) for v in boundary.values() if v.shape is not None
+                  for d in v.shape.dims if not isinstance(d, int)})
     values: dict[int, np.ndarray] = {}
     inline: set[int] = set()
     for k, v in boundary.items():

@@ -173,3 +173,15 @@ def test_corpus_exports_never_crash_and_failed_lowerings_are_named():
                 assert f["rule"] and f["reason"]
                 named = [w for w in result.report.warnings if f["rule"] in w and "numeric check" in w]
                 assert named, (path.name, f)
+
+
+def test_symbolic_dims_are_consistent():
+    from onnx_fuse.rewrite._local_check import _Dims
+
+    dims = _Dims({"total_sequence", "past_sequence", "sequence"})
+    # total_x first: x and past_x are bound on the way, so the sum holds whatever the order
+    total = dims.value("total_sequence", 1)
+    assert total == dims.value("past_sequence", 1) + dims.value("sequence", 1)
+    assert dims.value("past_sequence + sequence", 3) == total
+    assert dims.value("2*sequence", 2) == 2 * dims.value("sequence", 1)
+    assert dims.value("batch", 0) == 2
