@@ -99,6 +99,9 @@ class Builder:
                 self.inputs.append(oh.make_tensor_value_info(name, oh.np_dtype_to_tensor_dtype(arr.dtype),
                                                              list(arr.shape)))
                 self.trap("initializer-is-input")
+                if self.p(0.5):   # the user overrides the default: folding it would be wrong
+                    self.feeds[name] = (arr * 1.5 + 0.01).astype(arr.dtype)
+                    self.trap("initializer-overridden")
         return name
 
     def scalar(self, value: float, dtype: int | None = None, stem: str = "c") -> str:
