@@ -367,9 +367,9 @@ def aot_entry(dtype_tag: str, head_dim: int, tile: str, causal: int) -> str:
 def smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
     """Dynamic shared memory of a (4-warp, mma.sync) variant: a Q tile plus double-buffered K and
     V tiles, 16-bit, rows padded when D % 64 != 0 (fa_smem_bytes in fused_attention.cu)."""
-    from onnx_fuse.plugins.launch_plan import fa_smem_bytes
+    from onnx_fuse.plugins.launch_plan import fa_mma_smem_bytes
 
-    return fa_smem_bytes(head_dim, block_m, block_n, 4)
+    return fa_mma_smem_bytes(head_dim, block_m, block_n)
 
 
 def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",

@@ -37,7 +37,8 @@ SUPPORTED_DTYPES = ("float16", "bfloat16")
 _DT = {"float16": "f16", "fp16": "f16", "half": "f16", "bfloat16": "bf16", "bf16": "bf16"}
 DTYPE_CODE = {"f16": 0, "bf16": 1}
 
-# Fused-attention variants compiled in fused_attention.cu: (block_m, block_n, warps).
+# Fused-attention variants compiled in fused_attention.cu: (block_m, block_n, warps). In the sm_90a
+# build the (64, 64, 4) entry runs wgmma with one warpgroup at D <= 128 (see fa_engine).
 # (64, 64, 4), (128, 64, 4), (128, 32, 4) use mma.sync (sm_80+); (128, 128, 8) and (128, 64, 8)
 # use Hopper wgmma in the sm_90a build (in other builds their entries run the mma.sync
 # 128x64 8-warp body).
@@ -131,11 +132,29 @@ def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4) -> 
     pipelined 64-key variant at D <= 128, + 1 KiB to align the swizzled tiles to 1024 bytes."""
     if (block_m, block_n, warps) == FA_WGMMA_1WG:
         return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
+    dp = -(-head_dim // 64) * 64
     if warps == 8 and block_m == 128:
-        dp = -(-head_dim // 64) * 64
         stages = 3 if (block_n == 64 and head_dim <= 128) else 2
         return 1024 + (block_m * dp + stages * 2 * block_n * dp) * 2
+    mma = fa_mma_smem_bytes(head_dim, block_m, block_n)
+    if (block_m, block_n, warps) == (64, 64, 4) and head_dim <= 128:  # wgmma body in sm_90a builds
+        return max(mma, 1024 + (block_m * dp + 2 * 2 * block_n * dp) * 2)
+    return mma
+
+
+def fa_mma_smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
+    """Shared memory of the mma.sync body alone (what the TensorRT AOT kernels need)."""
     return (block_m + 2 * 2 * block_n) * _tile_row(head_dim) * 2
+
+
+def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(9, 0)) -> str:
+    """Which body a variant's entry runs in the library built for ``compute_capability``
+    (the sm_90a build on Hopper): "wgmma" or "mma.sync"."""
+    if compute_capability != (9, 0):
+        return "mma.sync"
+    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG,):
+        return "wgmma"
+    return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
 
 def pa_smem_bytes(head_dim: int, warps: int, stages: int, bulk: int = 0) -> int:

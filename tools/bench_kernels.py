@@ -101,7 +101,7 @@ def main() -> int:
                                                      enable_gqa=gqa).transpose(1, 2)
             cands = {}
             for var in lp.fa_variants(D):
-                eng = "wgmma" if var in lp.FA_WGMMA_VARIANTS + (lp.FA_WGMMA_1WG,) else "mma.sync"
+                eng = lp.fa_engine(var, D, torch.cuda.get_device_capability())
                 planned = lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dt)[6:], causal=causal)
                 label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}" + (
                     " (planned)" if var == (planned.block_m, planned.block_n, planned.warps) else "")

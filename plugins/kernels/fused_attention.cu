@@ -306,9 +306,10 @@ __device__ __forceinline__ uint32_t sw128_off(int r, int q) {
   return (uint32_t)((q >> 3) * R * 128 + r * 128 + (((q & 7) ^ (r & 7)) << 4));
 }
 
-// NWG = warpgroups per CTA (64 query rows each). NWG = 1 (m64n128w4, D = 64) runs two CTAs per
-// SM that are not tied by a CTA barrier, so one CTA's softmax can overlap the other's wgmma.
-template <typename T, int D, bool CAUSAL, int NWG = 2>
+// NWG = warpgroups per CTA (64 query rows each). NWG = 1 (m64n128w4 at D = 64, m64n64w4 at
+// D <= 128) runs two or more CTAs per SM that are not tied by a CTA barrier, so one CTA's
+// softmax can overlap another's wgmma. BNV: keys per tile (0 = fa_wg_bn<D>()).
+template <typename T, int D, bool CAUSAL, int NWG = 2, int BNV = 0>
 __device__ __forceinline__ void fa_fwd_wgmma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -317,7 +318,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
     float scale_log2) {
 #if OF_WGMMA_OK
   using Tr = MmaTraits<T>;
-  constexpr int BM = 64 * NWG, BN = fa_wg_bn<D>(), DP = fa_wg_dp<D>(), NT = 128 * NWG, CPR = D / 8;
+  constexpr int BM = 64 * NWG, BN = BNV ? BNV : fa_wg_bn<D>(), DP = fa_wg_dp<D>(), NT = 128 * NWG,
+                CPR = D / 8;
   using WG = wg::Mma<T, BN>;
   using WGO = wg::Mma<T, D>;
   static_assert(D % 16 == 0 && D <= 256, "D must be a multiple of 16, at most 256");
@@ -719,9 +721,36 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
 #endif
 }
 
+// Body of the mma.sync-named entries: in sm_90a builds the 64x64 4-warp variant at D <= 128 runs
+// the one-warpgroup wgmma body (same tile geometry: 64 rows, 64-key tiles, 128 threads); every
+// other variant, and every variant in other builds, runs fa_fwd_body.
+template <typename T, int D, int W, int MT, int BN, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_entry(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2) {
+#if OF_WGMMA_OK
+  if constexpr (W == 4 && MT == 1 && BN == 64 && D <= 128) {
+    fa_fwd_wgmma_body<T, D, CAUSAL, 1, 64>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                           k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                           scale_log2);
+  } else {
+    fa_fwd_body<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                         k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                         scale_log2);
+  }
+#else
+  fa_fwd_body<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+#endif
+}
+
 }  // namespace onnx_fuse
 
 using onnx_fuse::fa_fwd_body;
+using onnx_fuse::fa_fwd_entry;
 using onnx_fuse::fa_fwd_wgmma_body;
 using onnx_fuse::fa_fwd_wgmma_pipe_body;
 
@@ -731,9 +760,9 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2) {                                      \
-    fa_fwd_body<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, \
-                                     k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,           \
-                                     scale_log2);                                              \
+    fa_fwd_entry<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,     \
+                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,   \
+                                          scale_log2);                                            \
   }
 
 // Variant name: onnx_fuse_fa_fwd_<dt>_d<D>_m<rows per CTA>n<keys per tile>w<warps>_<full|causal>.
@@ -871,7 +900,13 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
     return 1024 + (block_m * dp + stages * 2 * block_n * dp) * 2;
   }
   const int rd = head_dim % 64 == 0 ? head_dim : head_dim + 8;
-  return (block_m + 2 * 2 * block_n) * rd * 2;
+  const int mma = (block_m + 2 * 2 * block_n) * rd * 2;
+  if (warps == 4 && block_m == 64 && block_n == 64 && head_dim <= 128) {  // wgmma in sm_90a builds
+    const int dp = (head_dim + 63) / 64 * 64;
+    const int wg = 1024 + (block_m * dp + 2 * 2 * block_n * dp) * 2;
+    return wg > mma ? wg : mma;
+  }
+  return mma;
 }
 
 // Launches the fused attention forward. Strides are in elements; the last (head-dim)

@@ -91,7 +91,14 @@ def test_smem_formulas_match_the_launchers():
     assert lp.fa_smem_bytes(80, 128, 128, 8) == lp.fa_smem_bytes(128, 128, 128, 8)  # padded to 128
     assert lp.fa_smem_bytes(128, 128, 64, 8) == 1024 + (128 * 128 + 3 * 2 * 64 * 128) * 2
     assert lp.fa_smem_bytes(256, 128, 64, 8) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
-    assert lp.fa_smem_bytes(96, 64, 64, 4) == (64 + 4 * 64) * 104 * 2
+    assert lp.fa_smem_bytes(96, 128, 64, 4) == (128 + 4 * 64) * 104 * 2
+    assert lp.fa_mma_smem_bytes(96, 64, 64) == (64 + 4 * 64) * 104 * 2
+    # (64, 64, 4) also runs the one-warpgroup wgmma body (sm_90a, D <= 128): the larger of both
+    assert lp.fa_smem_bytes(96, 64, 64, 4) == 1024 + (64 * 128 + 4 * 64 * 128) * 2
+    assert lp.fa_smem_bytes(256, 64, 64, 4) == lp.fa_mma_smem_bytes(256, 64, 64)
+    assert "const int wg = 1024 + (block_m * dp + 2 * 2 * block_n * dp) * 2;" in fa
+    assert lp.fa_engine((64, 64, 4), 128) == "wgmma" and lp.fa_engine((64, 64, 4), 256) == "mma.sync"
+    assert lp.fa_engine((64, 64, 4), 128, (8, 0)) == "mma.sync" and lp.fa_engine(lp.FA_WGMMA, 80) == "wgmma"
     assert lp.fa_smem_bytes(64, 128, 32, 4) == (128 + 4 * 32) * 64 * 2
     assert lp.fa_smem_bytes(64, 64, 128, 4) == 1024 + (64 * 64 + 2 * 2 * 128 * 64) * 2
     assert 2 * (lp.fa_smem_bytes(64, 64, 128, 4) + 1024) <= lp.H200.smem_per_sm  # two CTAs per SM
