@@ -72,6 +72,22 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
             nodes += [n("Mul", ["co", "scal"], ["com"]), n("Mul", ["si", "scal"], ["sim"])]
         c_, s_ = ("com", "sim") if scale != 1.0 else ("co", "si")
         nodes += [n("Unsqueeze", [c_, "ax1"], ["cu"]), n("Unsqueeze", [s_, "ax1"], ["su"])]
+    elif tables == "computed-half":   # GLM: repeat_interleave(cos(concat(f, f))[..., :rd/2], 2)
+        inv = (1.0 / (10000 ** (np.arange(0, rd, 2) / rd))).astype(np.float32)
+        inits.update(inv=inv, z=np.array(0, np.int64), o=np.array(1, np.int64),
+                     ax02=np.array([0, 2], np.int64), ax1=np.array([1], np.int64),
+                     rep=np.array([1, 1, 1, 1, 2], np.int64), rshp=np.array([0, 0, 0, -1], np.int64),
+                     hcut=np.array([rd // 2], np.int64))
+        nodes += [n("Shape", ["x"], ["xs"], start=2, end=3), n("Squeeze", ["xs"], ["s0"]),
+                  n("Range", ["z", "s0", "o"], ["pr"]), n("Unsqueeze", ["pr", "ax02"], ["p3"]),
+                  n("Cast", ["p3"], ["pf"], to=1), n("Mul", ["pf", "inv"], ["f"]),
+                  n("Concat", ["f", "f"], ["cat"], axis=-1), n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"])]
+        for part, out in (("co", "cu"), ("si", "su")):
+            nodes += [n("Unsqueeze", [part, "ax1"], [part + "4"]),
+                      n("Slice", [part + "4", "i0", "hcut", "ilast"], [part + "h"]),
+                      n("Unsqueeze", [part + "h", "ilast"], [part + "5"]),
+                      n("Expand", [part + "5", "rep"], [part + "x"]),
+                      n("Reshape", [part + "x", "rshp"], [out])]
     elif tables == "sincos":   # GPT-J: concat(sin, cos) [P, rd], GatherND, Split, repeat_interleave
         f, _ = _angles(P, rd)
         inits.update(tab=(scale * np.concatenate([np.sin(f), np.cos(f)], axis=-1)).astype(np.float32),
@@ -189,13 +205,16 @@ def test_gathered_tables_fuse_with_position_ids(h, tables, target):
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-def test_computed_interleaved_tables_fuse(h, target):
-    """Cohere's dynamic export: cos/sin of repeat_interleave(f, 2) computed in the graph."""
-    model = _graph(h, form="interleaved", tables="computed")
+@pytest.mark.parametrize("tables,rule", [("computed", "rotary-interleaved-computed"),
+                                         ("computed-half", "rotary-interleaved-computed-half")])
+def test_computed_interleaved_tables_fuse(h, target, tables, rule):
+    """Dynamic exports: Cohere's cos(repeat_interleave(f, 2)); GLM's repeat_interleave of the first
+    half of cos(concat(f, f))."""
+    model = _graph(h, form="interleaved", tables=tables)
     out = h.fuse(model, target, level=2)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
-    assert "rotary-interleaved-computed" in h.fired(out), h.fired(out)
+    assert rule in h.fired(out), h.fired(out)
     (rot,) = _rotary_nodes(out)
     assert _attr(rot, "interleaved") == 1
     h.assert_close(model, out, _feeds(h, model))
@@ -217,14 +236,14 @@ def test_gathered_sincos_table_interleaved_fuses(h, target):
 @pytest.mark.parametrize("form,layout,tables", [
     ("half", "bhsd", "folded"), ("half", "bshd", "folded"), ("half", "bhsd", "gathered"),
     ("interleaved", "bshd", "folded"), ("interleaved", "bhsd", "folded"),
-    ("interleaved", "bshd", "sincos"),
+    ("interleaved", "bshd", "sincos"), ("interleaved", "bhsd", "computed-half"),
 ])
 def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     rd = 8
     model = _graph(h, form=form, layout=layout, tables=tables, rd=rd)
     out = h.fuse(model, target, level=2)
     ops = h.ops(out)
-    assert ops["RotaryEmbedding"] == 1 and "Concat" not in ops and "Neg" not in ops, ops
+    assert ops["RotaryEmbedding"] == 1 and "Slice" not in ops and "Neg" not in ops, ops
     (rot,) = _rotary_nodes(out)
     assert _attr(rot, "rotary_embedding_dim") == rd
     assert any(k.startswith("rotary-partial") for k in h.fired(out)), h.fired(out)
