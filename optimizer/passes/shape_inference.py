@@ -77,6 +77,7 @@ class ShapeInferencePass(FusePass):
         super().__init__()
         self.data_prop = data_prop
         self.stats_reason: str | None = None
+        self._refining = False
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -110,6 +111,16 @@ class ShapeInferencePass(FusePass):
                     gained += 1
                 value.shape, added = _merge_shape(value.shape, other.shape)
                 gained += added
+        # Reshape targets onnx cannot size (a -1 beside symbolic entries): when some became
+        # static, infer once more so the facts reach the values after them (Transpose, RoPE...)
+        from onnx_fuse.passes.reshape_dims import refine_reshape_outputs
+
+        refined = refine_reshape_outputs(model) if not self._refining else 0
+        if refined:
+            self.stats["reshape-dims"] += refined
+            again = ShapeInferencePass(data_prop=self.data_prop)
+            again._refining = True   # one more round only; its stats are not this pass's
+            gained += again.call(model).modified
         if gained:
             self.stats["values-typed"] += gained
-        return ir.passes.PassResult(model, modified=gained > 0)
+        return ir.passes.PassResult(model, modified=gained > 0 or refined > 0)

@@ -31,6 +31,9 @@ from onnx_fuse.errors import InternalError
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN, STAGES, Rule, RuleSet
 
 RULE_TAG = "onnx_fuse.rule"
+#: ops whose ONNX shape inference (onnx 1.23) writes dim_value 0 for a dim it cannot compute
+#: (Attention-23's output hidden size when v's last dim is symbolic): read 0 as unknown there
+_ZERO_MEANS_UNKNOWN = frozenset({"Attention"})
 
 
 class RewriteRejected(Exception):
@@ -464,8 +467,10 @@ class Rewriter:
             dtype = ir.DataType(t.elem_type) if t.elem_type else None
             shape = None
             if t.HasField("shape"):
-                shape = ir.Shape([d.dim_value if d.HasField("dim_value") else
-                                  (d.dim_param or None) for d in t.shape.dim])
+                unknown_zero = nn.op_type in _ZERO_MEANS_UNKNOWN
+                shape = ir.Shape([(d.dim_value if not (unknown_zero and d.dim_value == 0) else None)
+                                  if d.HasField("dim_value") else (d.dim_param or None)
+                                  for d in t.shape.dim])
             result.append((dtype, shape))
         return result
 

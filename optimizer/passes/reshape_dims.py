@@ -1,0 +1,79 @@
+"""Static dims of Reshape outputs that onnx's inference leaves unknown, from symbolic shape values.
+
+TorchScript and Optimum exports split heads with ``Reshape(x [B,S,64], Concat(Shape(x)[0],
+Shape(x)[1], [-1], [16]))``: onnx sees two symbolic entries and cannot size the ``-1``, so the head
+count (4) stays unknown and every rule that needs it gives up. The entries are the input's own
+dims (``shape_entries`` follows the Shape -> Gather -> Concat chain), so they cancel: ``-1`` is the
+product of the input's remaining dims divided by the other entries. Only exact cases are filled:
+every entry known (an int, a symbol, or 0 = copy), at most one -1, and the division exact.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx_ir as ir
+
+from onnx_fuse.passes._shape_values import _attr, shape_entries
+
+
+def _key(d) -> object:
+    return d if isinstance(d, int) else (str(d.value) if d.value is not None else None)
+
+
+def reshape_output_dims(node: ir.Node) -> list | None:
+    """The output dims (ints or symbol names) of a Reshape, or None when not exactly known."""
+    x, shp = (list(node.inputs) + [None, None])[:2]
+    if x is None or x.shape is None or _attr(node, "allowzero", 0) != 0:
+        return None
+    got = shape_entries(shp)
+    if got is None or got[1]:
+        return None
+    entries = list(got[0])
+    ins = [_key(d) for d in x.shape]
+    if None in ins:
+        return None
+    out = [ins[i] if e == 0 and i < len(ins) else e for i, e in enumerate(entries)]
+    if out.count(-1) > 1:
+        return None
+    if -1 not in out:
+        return out
+    # cancel the symbols and numbers that appear on both sides, then divide what is left
+    left, right = Counter(ins), Counter(d for d in out if d != -1)
+    common = left & right
+    left, right = left - common, right - common
+    if any(isinstance(k, str) for k in (*left, *right)):
+        return None
+    num = 1
+    for k, n in left.items():
+        num *= k ** n
+    den = 1
+    for k, n in right.items():
+        den *= k ** n
+    if den == 0 or num % den:
+        return None
+    return [num // den if d == -1 else d for d in out]
+
+
+def refine_reshape_outputs(model: ir.Model) -> int:
+    """Give Reshape outputs the static dims ``reshape_output_dims`` proves; returns how many."""
+    gained = 0
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.outputs:
+            continue
+        out = node.outputs[0]
+        dims = reshape_output_dims(node)
+        if dims is None or (out.shape is not None and len(out.shape) != len(dims)):
+            continue
+        old = list(out.shape) if out.shape is not None else [None] * len(dims)
+        new, changed = [], False
+        for o, d in zip(old, dims):
+            if isinstance(d, int) and not isinstance(o, int):
+                new.append(d)
+                changed = True
+            else:
+                new.append(o if o is not None else d)
+        if changed:
+            out.shape = ir.Shape(new)
+            gained += 1
+    return gained
