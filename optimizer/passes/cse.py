@@ -4,7 +4,9 @@ attributes and input values) reuses the earlier node's outputs.
 Cases handled:
 - nodes in the main graph and, separately, inside each subgraph (never across scopes);
 - identical small initializers (same dtype, shape and bytes; not graph inputs, not graph
-  outputs) are merged into the first one, so that their consumers become twins too;
+  outputs) are merged into the first one, so that their consumers become twins too; tensors the
+  optimizer computed itself (NumPy-backed ``ir.Tensor``: folded results, rule-made caches such as
+  RoPE's per-layer half tables) are merged at any size, loaded weights only up to 64 KiB;
 - Constant nodes compare by their tensor's dtype, shape and bytes.
 
 Never merged: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
@@ -39,6 +42,25 @@ def _tensor_key(t: ir.TensorProtocol | None):
     except Exception:
         return _UNHASHABLE
     return (t.dtype, tuple(t.shape), hashlib.sha1(data).hexdigest(), data)
+
+
+def _large_computed_key(value: ir.Value, seen: dict) -> object:
+    """Key of a large tensor the optimizer computed (NumPy-backed ``ir.Tensor``), equal to an
+    earlier one's key only when the contents are equal. A cheap probe (dtype, shape, first and last
+    elements) finds candidates; only those are compared in full, so distinct weights converted in
+    memory (precision) are never read whole here. Loaded weights are never keyed."""
+    t = value.const_value
+    if type(t) is not ir.Tensor:
+        return _UNHASHABLE
+    flat = np.ascontiguousarray(t.numpy()).reshape(-1)
+    probe = ("large", t.dtype, tuple(t.shape), flat[:32].tobytes(), flat[-32:].tobytes())
+    n = 0
+    while (probe, n) in seen:   # bitwise equality (NaN payloads included), without copies
+        other = np.ascontiguousarray(seen[(probe, n)].const_value.numpy()).reshape(-1)
+        if np.array_equal(other.view(np.uint8), flat.view(np.uint8)):
+            return (probe, n)
+        n += 1
+    return (probe, n)
 
 
 def _attr_key(attr: ir.Attr):
@@ -113,6 +135,8 @@ class CommonSubexpressionEliminationPass(FusePass):
             if value.is_graph_input() or value.is_graph_output() or value.const_value is None:
                 continue
             key = _tensor_key(value.const_value)
+            if key is _UNHASHABLE:
+                key = _large_computed_key(value, seen)
             if key is _UNHASHABLE or key is None:
                 continue
             first = seen.setdefault(key, value)

@@ -299,3 +299,31 @@ def test_partial_split_not_at_rotary_dim_does_not_merge(h):
     assert _attr(_rotary_nodes(out)[0], "rotary_embedding_dim", 0) == 0
     rs = h.reasons(out, "onnx", "rotary-partial")
     assert any("split the head dim at rd" in r for r in rs), rs
+
+
+def test_large_tables_shared_by_q_and_k_give_one_cache_pair(h):
+    """Each fired rewrite makes its own half-width cache initializers; cleanup must merge the
+    copies (here 128 KiB each, over CSE's 64 KiB limit for loaded weights), else a 32-layer model
+    would carry 4 copies per layer."""
+    n = h.node
+    s_, d_ = 1024, 64
+    f, _ = _angles(s_, d_)
+    emb = np.concatenate([f, f], axis=-1)
+    inits = {"cu": np.cos(emb).astype(np.float32).reshape(1, 1, s_, d_),
+             "su": np.sin(emb).astype(np.float32).reshape(1, 1, s_, d_),
+             "i0": np.array([0], np.int64), "ih": np.array([d_ // 2], np.int64),
+             "ib": np.array([BIG], np.int64), "il": np.array([-1], np.int64)}
+    nodes, outs = [], []
+    for x in ("q", "k"):
+        nodes += [n("Mul", [x, "cu"], [x + "c"]), n("Slice", [x, "i0", "ih", "il"], [x + "1"]),
+                  n("Slice", [x, "ih", "ib", "il"], [x + "2"]), n("Neg", [x + "2"], [x + "n"]),
+                  n("Concat", [x + "n", x + "1"], [x + "r"], axis=-1), n("Mul", [x + "r", "su"], [x + "s"]),
+                  n("Add", [x + "c", x + "s"], [x + "y"])]
+        outs.append(h.vi(x + "y", [1, 2, s_, d_]))
+    model = h.make_model(nodes, [h.vi("q", [1, 2, s_, d_]), h.vi("k", [1, 2, s_, d_])], outs, inits)
+    out = h.fuse(model, "onnx", level=2)
+    assert h.ops(out)["RotaryEmbedding"] == 2
+    caches = [i for i in out.graph.initializer if list(i.dims) == [1, s_, d_ // 2]]
+    assert len(caches) == 2, [i.name for i in caches]   # one cos, one sin
+    feeds = {x: h.rng.standard_normal((1, 2, s_, d_)).astype(np.float32) for x in "qk"}
+    h.assert_close(model, out, feeds)
