@@ -64,9 +64,13 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                      rep=np.array([1, 1, 1, 2], np.int64), rshp=np.array([1, -1, rd], np.int64))
         nodes += [n("Shape", ["x"], ["xs"], start=2, end=3), n("Squeeze", ["xs"], ["s0"]),
                   n("Range", ["z", "s0", "o"], ["pr"]), n("Unsqueeze", ["pr", "ax02"], ["p3"]),
-                  n("Cast", ["p3"], ["pf"], to=1), n("Mul", ["pf", "inv"], ["f"]),
-                  n("Unsqueeze", ["f", "ilast"], ["fu"]), n("Expand", ["fu", "rep"], ["fx"]),
-                  n("Reshape", ["fx", "rshp"], ["ri"]), n("Cos", ["ri"], ["co"]), n("Sin", ["ri"], ["si"])]
+                  n("Cast", ["p3"], ["pf"], to=1), n("Mul", ["pf", "inv"], ["f"])]
+        if form == "half":   # LLaMA / GPT-NeoX / Phi: cos/sin of concat(f, f)
+            nodes += [n("Concat", ["f", "f"], ["ri"], axis=-1)]
+        else:
+            nodes += [n("Unsqueeze", ["f", "ilast"], ["fu"]), n("Expand", ["fu", "rep"], ["fx"]),
+                      n("Reshape", ["fx", "rshp"], ["ri"])]
+        nodes += [n("Cos", ["ri"], ["co"]), n("Sin", ["ri"], ["si"])]
         if scale != 1.0:
             inits["scal"] = np.array(scale, np.float32)
             nodes += [n("Mul", ["co", "scal"], ["com"]), n("Mul", ["si", "scal"], ["sim"])]
@@ -237,6 +241,7 @@ def test_gathered_sincos_table_interleaved_fuses(h, target):
     ("half", "bhsd", "folded"), ("half", "bshd", "folded"), ("half", "bhsd", "gathered"),
     ("interleaved", "bshd", "folded"), ("interleaved", "bhsd", "folded"),
     ("interleaved", "bshd", "sincos"), ("interleaved", "bhsd", "computed-half"),
+    ("half", "bhsd", "computed"), ("interleaved", "bhsd", "computed"),
 ])
 def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     rd = 8
