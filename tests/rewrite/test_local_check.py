@@ -185,3 +185,24 @@ def test_symbolic_dims_are_consistent():
     assert dims.value("past_sequence + sequence", 3) == total
     assert dims.value("2*sequence", 2) == 2 * dims.value("sequence", 1)
     assert dims.value("batch", 0) == 2
+
+
+def test_rewrites_inside_if_branches_are_checked():
+    """Optimum's merged decoder keeps its layers inside If branches: rewrites there are checked
+    too (values from the outer graph are inputs of the cut-out subgraph)."""
+    def branch(name, op):
+        return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_r"]),
+                                  helper.make_node("Add", [f"{name}_r", "x"], [f"{name}_y"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, ["batch", 4])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["z"], then_branch=branch("t", "Relu"), else_branch=branch("e", "Neg"))],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 4])])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    p = RewritePass(_rules(RELU_TO_SIGMOID), local_check=True)
+    ir_model = ir.from_proto(model)
+    p(ir_model)
+    assert p.local_check.stats.checked == 1 and len(p.local_check.stats.failed) == 1
+    then_ops = [n.op_type for n in next(iter(ir_model.graph)).attributes["then_branch"].value]
+    assert then_ops == ["Relu", "Add"]
