@@ -379,8 +379,10 @@ class _Side:
             from onnx_fuse.model_io import load_proto
 
             self.skeleton, _ = load_proto(model)      # checks external data; reads no weights
-            if uses_our_ops(self.skeleton):
-                self.ir = load_model_lazily(model)
+            if uses_our_ops(self.skeleton):   # our ops are retargeted on a copy, never in place
+                from onnx_fuse.model_io import load_model
+
+                self.ir = load_model(model)
             else:
                 self.path = Path(model)
         elif isinstance(model, onnx.ModelProto):
@@ -408,17 +410,7 @@ class _Side:
                     from onnx_fuse.reference.ort_ops import prepare_session
 
                     onnx.save(prepare_session(proto, opts), path)
-        elif uses_our_ops(self.skeleton):
-            from onnx_fuse.reference.ort_ops import prepare_session
-
-            prepare_session(self.skeleton, opts)  # registers the ops; the file is left as it is
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
-def load_model_lazily(path: str | os.PathLike) -> ir.Model:
-    from onnx_fuse.model_io import load_model
-
-    return load_model(path)
 
 
 def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None = None,
