@@ -241,9 +241,12 @@ class IdentityEliminationPass(FusePass):
             graph.remove(node, safe=True)
             out.name = None
             source.name = name
-            if source.type is None:  # a graph output must carry its type
+            # the graph output's declared type is the model's contract: it wins over what
+            # inference says of the source (ONNX's Attention-23 inference writes 0 for an
+            # unknown V width)
+            if out.type is not None:
                 source.type = out.type
-            if source.shape is None:
+            if out.shape is not None:
                 source.shape = out.shape
             return True
         if node.op_type == "Identity" and len(node.inputs) == 1 and len(node.outputs) == 1:

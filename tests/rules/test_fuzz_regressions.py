@@ -234,3 +234,20 @@ def test_graph_output_replacement_needs_a_proven_type(tmp_path, hint):
     assert fired == (1 if hint == "like" else 0)
     if hint == "none":
         assert any("graph output" in w for w in result.report.warnings)
+
+
+def test_graph_output_keeps_its_declared_shape_when_a_noop_reshape_is_bypassed():
+    """Found at O3 --target trt: the no-op Reshape feeding a graph output was removed and the
+    output took the shape ONNX infers for Attention-23 with an unknown V width: [1, s, 0]."""
+    nodes = [oh.make_node("Attention", ["q", "k", "v"], ["a"], q_num_heads=2, kv_num_heads=2),
+             oh.make_node("Reshape", ["a", "shp"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("q", F32, [1, "s", 32]),
+                                       oh.make_tensor_value_info("k", F32, [1, "s", 32]),
+                                       oh.make_tensor_value_info("v", F32, [1, "s", None])],
+                          [oh.make_tensor_value_info("y", F32, [1, "s", 32])], initializer=[_i64("shp", [0, 0, -1])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 23)], ir_version=9)
+    optimized = onnx_fuse.optimize(model, level=1).to_proto()
+    dims = optimized.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims] == [1, "s", 32]
+    feeds = {n: np.ones([1, 3, 32], np.float32) for n in ("q", "k", "v")}
+    _same(_run(model, feeds, ort_opt=False), _run(optimized, feeds, ort_opt=True))
