@@ -227,6 +227,16 @@ class Rewriter:
                     while inputs and inputs[-1] is None:
                         inputs.pop()
                     attrs = {k: _py(e.evaluate(env, ctx)) for k, e in op.attrs.items()}
+                    # hints resolve before this statement binds its outputs: `like(present)` names
+                    # the matched value being replaced (its type is the one to keep)
+                    hint = None
+                    if op.type_hint is not None:
+                        refs = []
+                        for hn in op.type_hint[1]:
+                            if hn not in env or not isinstance(env[hn], (ir.Value, _NewValue)):
+                                raise RewriteRejected(f"rewrite line {st.line}: type hint {hn!r} is unbound")
+                            refs.append(env[hn])
+                        hint = (op.type_hint[0], refs)
                     outs: list[_NewValue | None] = []
                     for name, cond in zip(st.outputs, st.conditional):
                         if name is None or (cond and not ctx.consumed(match.values[name])):
@@ -240,14 +250,6 @@ class Rewriter:
                         nv = _NewValue(vname, name)
                         outs.append(nv)
                         env[name] = nv
-                    hint = None
-                    if op.type_hint is not None:
-                        refs = []
-                        for hn in op.type_hint[1]:
-                            if hn not in env or not isinstance(env[hn], (ir.Value, _NewValue)):
-                                raise RewriteRejected(f"rewrite line {st.line}: type hint {hn!r} is unbound")
-                            refs.append(env[hn])
-                        hint = (op.type_hint[0], refs)
                     nodes.append(_NewNode(op.domain, op.op_type, inputs, attrs,
                                           new_name(f"{base}/{rule.name}"), outs, hint))
             except _expr.EvalFailure as exc:

@@ -1,0 +1,60 @@
+"""optimizer/passes/reshape_dims.py: the -1 of a Reshape target built from the input's own symbolic
+dims (TorchScript / Optimum head splits) is sized exactly, through ShapeInferencePass."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import helper as oh
+
+from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+I64 = onnx.TensorProto.INT64
+
+
+def _model(target_tail, hidden=64):
+    """x [B,S,hidden] -> Reshape(x, Concat(Shape(x)[0], Shape(x)[1], *target_tail)) -> Transpose."""
+    n = oh.make_node
+    nodes = [n("Shape", ["x"], ["sx"]),
+             n("Gather", ["sx", "i0"], ["b"], axis=0), n("Gather", ["sx", "i1"], ["s"], axis=0),
+             n("Unsqueeze", ["b", "ax0"], ["bu"]), n("Unsqueeze", ["s", "ax0"], ["su"]),
+             n("Concat", ["bu", "su", "tail"], ["shp"], axis=0),
+             n("Reshape", ["x", "shp"], ["r"])]
+    inits = [oh.make_tensor("i0", I64, [], [0]), oh.make_tensor("i1", I64, [], [1]),
+             oh.make_tensor("ax0", I64, [1], [0]),
+             oh.make_tensor("tail", I64, [len(target_tail)], list(target_tail))]
+    rank = 2 + len(target_tail)
+    if rank == 4:
+        nodes.append(n("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3]))
+    else:
+        nodes.append(n("Identity", ["r"], ["y"]))
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", "S", hidden])],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    return ir.serde.deserialize_model(oh.make_model(g, opset_imports=[oh.make_opsetid("", 20)]))
+
+
+def _dims(model, name):
+    v = next(o for node in model.graph for o in node.outputs if o.name == name)
+    return None if v.shape is None else [d if isinstance(d, int) else (d.value or "?") for d in v.shape]
+
+
+def test_minus_one_beside_the_inputs_own_dims_is_sized_and_reaches_later_values():
+    model = _model([-1, 16])
+    p = ShapeInferencePass()
+    result = p(model)
+    assert result.modified and p.stats["reshape-dims"] == 1
+    assert _dims(model, "r") == ["B", "S", 4, 16]
+    assert _dims(model, "y") == ["B", 4, "S", 16]   # the second round carries it on
+
+
+@pytest.mark.parametrize("tail,hidden", [([-1, 24], 64),      # 64 / 24 is not exact
+                                         ([-1, -1], 64),      # two unknowns
+                                         ([-1, 16], 60)])     # 60 / 16 is not exact
+def test_inexact_or_ambiguous_targets_stay_unknown(tail, hidden):
+    model = _model(tail, hidden)
+    p = ShapeInferencePass()
+    p(model)
+    assert "reshape-dims" not in p.stats
+    dims = _dims(model, "r")
+    assert dims is None or not all(isinstance(d, int) for d in dims[2:])

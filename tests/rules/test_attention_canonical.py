@@ -1,0 +1,119 @@
+"""rules/attention/recognize.yaml + lower.yaml on forms beyond the classic prefill block: a KV cache
+(Concat of past and new K/V, present as graph outputs), no mask at all (static exports), Gemma-2
+softcapping, MQA by broadcast. q/k/v enter as [B,H,S,D] graph inputs, so nothing about how they
+were projected matters (the recognizer treats them as leaves). Numerics against the original."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+B, H, S, P, D = 2, 4, 3, 5, 8
+T = P + S
+
+
+def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0):
+    n = h.node
+    nodes, outputs = [], []
+    k, v = "k_new", "v_new"
+    if cache:
+        nodes += [n("Concat", ["past_k", "k_new"], ["present_k"], axis=2),
+                  n("Concat", ["past_v", "v_new"], ["present_v"], axis=2)]
+        k, v = "present_k", "present_v"
+        outputs += [h.vi("present_k", [B, kv_heads, T, D]), h.vi("present_v", [B, kv_heads, T, D])]
+    tk = T if cache else S
+    if kv_heads != H:
+        nodes += [n("Unsqueeze", [k, "ax2"], ["ku"]), n("Expand", ["ku", "rep5"], ["kx"]),
+                  n("Reshape", ["kx", "rep4"], ["kr"]),
+                  n("Unsqueeze", [v, "ax2"], ["vu"]), n("Expand", ["vu", "rep5"], ["vx"]),
+                  n("Reshape", ["vx", "rep4"], ["vr"])]
+        k, v = "kr", "vr"
+    nodes += [n("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"])]
+    scores = "ss"
+    if softcap:
+        nodes += [n("Div", [scores, "cap"], ["cd"]), n("Tanh", ["cd"], ["th"]), n("Mul", ["th", "cap"], ["cm"])]
+        scores = "cm"
+    if mask:
+        nodes.append(n("Add", [scores, "mask"], ["sm"]))
+        scores = "sm"
+    nodes += [n("Softmax", [scores], ["p"], axis=-1), n("MatMul", ["p", v], ["o"])]
+    inputs = [h.vi("q", [B, H, S, D]), h.vi("k_new", [B, kv_heads, S, D]), h.vi("v_new", [B, kv_heads, S, D])]
+    if cache:
+        inputs += [h.vi("past_k", [B, kv_heads, P, D]), h.vi("past_v", [B, kv_heads, P, D])]
+    if mask:
+        inputs.append(h.vi("mask", [B, 1, S, tk]))
+    inits = {"scale": np.array(D ** -0.5, np.float32), "cap": np.array(softcap or 1.0, np.float32),
+             "ax2": np.array([2], np.int64), "rep5": np.array([B, kv_heads, H // kv_heads, tk, D], np.int64),
+             "rep4": np.array([B, H, tk, D], np.int64)}
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])] + outputs, inits)
+
+
+def _feeds(h, kv_heads=H, cache=True, mask=True):
+    r = h.rng
+    f = {"q": r.standard_normal((B, H, S, D)), "k_new": r.standard_normal((B, kv_heads, S, D)),
+         "v_new": r.standard_normal((B, kv_heads, S, D))}
+    tk = T if cache else S
+    if cache:
+        f["past_k"] = r.standard_normal((B, kv_heads, P, D))
+        f["past_v"] = r.standard_normal((B, kv_heads, P, D))
+    if mask:
+        m = np.zeros((B, 1, S, tk))
+        m += np.triu(np.full((S, tk), -1e9), 1 + tk - S)   # causal over past + new
+        m[1, :, :, :2] = -1e9                                 # left padding on row 1
+        f["mask"] = m
+    return {k: v.astype(np.float32) for k, v in f.items()}
+
+
+@pytest.mark.parametrize("kv_heads,ort_op", [(H, "com.microsoft::MultiHeadAttention"), (2, "Attention"),
+                                             (1, "Attention")])
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_kv_cache_attention_keeps_past_and_present(h, target, kv_heads, ort_op):
+    model = _block(h, kv_heads=kv_heads)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    want = ort_op if target == "ort" else "Attention"
+    assert ops[want] == 1 and "Softmax" not in ops and "Concat" not in ops, ops
+    assert "attention-kv-cache" in h.fired(out) or ops[want] == 1
+    assert [o.name for o in out.graph.output] == ["o", "present_k", "present_v"]
+    h.assert_close(model, out, _feeds(h, kv_heads=kv_heads))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("kv_heads", [H, 2])
+def test_attention_without_a_mask_fuses(h, target, kv_heads):
+    """Static-shape exports without an attention_mask have no Add at all."""
+    model = _block(h, kv_heads=kv_heads, cache=False, mask=False)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    h.assert_close(model, out, _feeds(h, kv_heads=kv_heads, cache=False, mask=False))
+
+
+@pytest.mark.parametrize("target,op", [("ort", "com.microsoft::GroupQueryAttention"), ("onnx", "Attention")])
+def test_softcapped_attention_fuses_with_its_softcap(h, target, op):
+    model = _block(h, kv_heads=2, cache=False, softcap=5.0)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[op] == 1 and "Tanh" not in ops, ops
+    (node,) = [n for n in out.graph.node if n.op_type == op.split("::")[-1]]
+    assert {a.name: a.f for a in node.attribute}["softcap"] == 5.0
+    h.assert_close(model, out, _feeds(h, kv_heads=2, cache=False))
+
+
+def test_tanh_without_the_softcap_scaling_is_not_a_softcap(h):
+    """Div(c) -> Tanh -> Mul(d) with d != c is not softcapping: the Tanh stays."""
+    model = _block(h, kv_heads=H, cache=False, softcap=5.0)
+    import onnx
+
+    for init in model.graph.initializer:
+        if init.name == "cap":
+            init.CopyFrom(onnx.numpy_helper.from_array(np.array(5.0, np.float32), "cap"))
+    # a second constant for the Mul
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(4.0, np.float32), "cap2"))
+    for node in model.graph.node:
+        if node.op_type == "Mul" and "th" in node.input:
+            node.input[1] = "cap2"
+    out = h.fuse(model, "onnx")
+    assert "Tanh" in h.ops(out) or "Softmax" in h.ops(out)
+    h.assert_close(model, out, _feeds(h, cache=False))
