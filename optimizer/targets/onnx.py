@@ -101,8 +101,9 @@ class OpsetOnDemandRewritePass(RewritePass):
     and the rules run there first. The copy is kept when a rule that needed the newer opset fired
     on it: the result is then what the rules give on the upgraded model. Otherwise the copy is
     dropped and the rules run on the model at its own opset. Models at or above the opset, and
-    rule sets without such rules, take the single ordinary run. The cost of the second run is
-    paid only by old models on which no opset-gated rule fires.
+    models in which no such rule could fire (some op of its pattern is missing, see
+    ``_could_fire``), take the single ordinary run. The cost of the trial is paid only by old
+    models that have every op of an opset-gated pattern.
     """
 
     def __init__(self, rule_set, *, fusion_opset: int = FUSION_OPSET, **kwargs) -> None:
@@ -111,9 +112,12 @@ class OpsetOnDemandRewritePass(RewritePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         current = default_opset(model)
-        gated = {r.name for r in self.rule_set.ordered()
-                 if r.opset_min is not None and current is not None and r.opset_min > current}
-        if not gated or current is None or current >= self.fusion_opset:
+        if current is None or current >= self.fusion_opset:
+            return super().call(model)
+        rules = self.rule_set.ordered()
+        possible = _could_fire(rules, model)
+        gated = {r.name for r in rules if r.opset_min is not None and r.opset_min > current}
+        if not gated & possible:
             return super().call(model)
         try:
             trial = upgraded_copy(model, self.fusion_opset)
@@ -134,6 +138,32 @@ class OpsetOnDemandRewritePass(RewritePass):
         self.stats.clear()
         self.stats.update(before)
         return super().call(model)
+
+
+def _normal_key(domain: str, op_type: str) -> tuple[str, str]:
+    return ("" if domain == "ai.onnx" else domain, op_type)
+
+
+def _could_fire(rules, model: ir.Model) -> set[str]:
+    """Names of the rules whose every non-optional pattern statement finds its op in the model,
+    counting ops that rules which could fire emit (canonical ops the lowerings match). A cheap
+    over-approximation: a rule outside it cannot fire, so no trial upgrade is made for it."""
+    present = {_normal_key(n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(model.graph)}
+    possible: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for rule in rules:
+            if rule.name in possible:
+                continue
+            needed = [stmt for stmt in rule.match if not stmt.optional]
+            if all(any(_normal_key(*alt.key) in present for alt in stmt.alternatives) for stmt in needed):
+                possible.add(rule.name)
+                emitted = {_normal_key(st.op.domain, st.op.op_type) for st in rule.rewrite
+                           if st.kind == "op" and st.op is not None}
+                present |= emitted
+                grew = True  # another pass: what it emits may complete other patterns
+    return possible
 
 
 def _interface_change(before: onnx.ModelProto, after: onnx.ModelProto) -> str:
