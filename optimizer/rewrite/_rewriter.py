@@ -253,6 +253,11 @@ class Rewriter:
                     nodes.append(_NewNode(op.domain, op.op_type, inputs, attrs,
                                           new_name(f"{base}/{rule.name}"), outs, hint))
             except _expr.EvalFailure as exc:
+                if st.kind in ("expr", "initializer") and any(
+                        n not in env or isinstance(env[n], _Unbound) for n in st.expr.names):  # type: ignore[union-attr]
+                    # reads a leaf of an absent part: unbuilt unless a pattern output needs it
+                    env[st.outputs[0]] = _Unbound(f"rewrite line {st.line} ({st.source}): {exc}")
+                    continue
                 raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
         outputs = {o: env[o] for o in rule.outputs}
         for o, v in outputs.items():
