@@ -108,6 +108,14 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
         inits.update(ct=cos, st=sin, ax0=np.array([0], np.int64), ax1=np.array([1], np.int64),
                      istart=np.array([slice_start], np.int64))
         ct, st = "ct", "st"
+        if tables == "sliced4":   # transformers 4.31-4.35: [1, 1, P, D], [:, :, :seq], squeeze(1).squeeze(0)
+            inits.update(ct=cos.reshape(1, 1, P, rd), st=sin.reshape(1, 1, P, rd), ax2=np.array([2], np.int64))
+            nodes += [n("Shape", ["pos"], ["plen"], start=1, end=2),
+                      n("Add", ["plen", "ipast"], ["pend"])]
+            for t in ("ct", "st"):
+                nodes += [n("Slice", [t, "istart", "pend", "ax2", "i1"], [t + "s"]),
+                          n("Squeeze", [t + "s", "ax1"], [t + "q1"]), n("Squeeze", [t + "q1", "ax0"], [t + "q"])]
+            ct, st = "ctq", "stq"
         if tables == "sliced":
             nodes += [n("Shape", ["pos"], ["plen"], start=1, end=2),
                       n("Add", ["plen", "ipast"], ["pend"]),   # past + new tokens
@@ -185,17 +193,18 @@ def test_folded_tables_fuse(h, target, form, layout, rule):
     h.assert_close(model, out, _feeds(h, model))
 
 
-@pytest.mark.parametrize("form,layout", [("half", "bhsd"), ("interleaved", "bshd")])
-def test_folded_float16_tables_fuse(h, form, layout):
+@pytest.mark.parametrize("form,layout,tables", [("half", "bhsd", "folded"), ("interleaved", "bshd", "folded"),
+                                               ("half", "bhsd", "sliced4")])
+def test_float16_tables_fuse(h, form, layout, tables):
     """float16 tables: cos^2 + sin^2 is 1 only within float16 rounding; the rule allows it."""
-    model = _graph(h, form=form, layout=layout, elem=10)
+    model = _graph(h, form=form, layout=layout, tables=tables, elem=10)
     out = h.fuse(model, "onnx", level=2)
     assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, _feeds(h, model, np.float16), atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-@pytest.mark.parametrize("tables", ["gathered", "sliced"])
+@pytest.mark.parametrize("tables", ["gathered", "sliced", "sliced4"])
 def test_gathered_tables_fuse_with_position_ids(h, tables, target):
     model = _graph(h, tables=tables)
     out = h.fuse(model, target, level=2)
@@ -268,6 +277,7 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     (dict(form="interleaved", scale=1.1), "rotary-interleaved-const-table", "not a rotation"),
     (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
     (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
+    (dict(tables="sliced4", slice_start=1), "rotary-gathered-table", "first rows"),
     (dict(form="interleaved", tables="computed", scale=0.5), "rotary-interleaved-computed", "c_one"),
     (dict(form="interleaved", layout="bshd", tables="sincos", scale=0.9),
      "rotary-interleaved-gathered-sincos", "not a rotation"),
