@@ -399,7 +399,8 @@ def motif_attention(b: Builder, x: str, shape: list[Dim], opset: int, gqa: bool 
     kr = _split_heads(b, k3, kv_heads, dh, [bsz, kv_len])
     rope = (gqa or b.p(0.3)) and b.p(0.6) and not cross
     k4 = None
-    if rope or gqa or b.p(0.5):
+    kv_cache = not cross and b.p(0.2)
+    if rope or gqa or kv_cache or b.p(0.5):
         k4 = b.op("Transpose", [kr], perm=[0, 2, 1, 3])
     if rope:
         f = _freqs(b, bsz, seq, dh)
@@ -408,6 +409,19 @@ def motif_attention(b: Builder, x: str, shape: list[Dim], opset: int, gqa: bool 
         b.trap("rope-in-attention")
     vr = _split_heads(b, v3, kv_heads, dh, [bsz, kv_len])
     v4 = b.op("Transpose", [vr], perm=[0, 2, 1, 3])
+    if kv_cache:
+        # decoder step with a KV cache: present = Concat(past, new) on the sequence axis, a graph output
+        past = b.dim("past", (1, 3, 5), 0.6)
+        if isinstance(past, int) and isinstance(seq, int):
+            kv_len = past + seq
+        else:
+            kv_len = f"total{len(b.syms)}"
+            b.syms[kv_len] = b.rt(past) + b.rt(seq)
+        k4 = b.op("Concat", [b.input([bsz, kv_heads, past, dh], stem="past_key"), k4], axis=2)
+        v4 = b.op("Concat", [b.input([bsz, kv_heads, past, dh], stem="past_value"), v4], axis=2)
+        b.output(k4)
+        b.output(v4)
+        b.trap("kv-cache")
     if kv_heads != heads:
         n_rep = heads // kv_heads
 
