@@ -156,7 +156,7 @@ def _could_fire(rules, model: ir.Model) -> set[str]:
         for rule in rules:
             if rule.name in possible:
                 continue
-            needed = [stmt for stmt in rule.match if not stmt.optional]
+            needed = _required_statements(rule)
             if all(any(_normal_key(*alt.key) in present for alt in stmt.alternatives) for stmt in needed):
                 possible.add(rule.name)
                 emitted = {_normal_key(st.op.domain, st.op.op_type) for st in rule.rewrite
@@ -164,6 +164,26 @@ def _could_fire(rules, model: ir.Model) -> set[str]:
                 present |= emitted
                 grew = True  # another pass: what it emits may complete other patterns
     return possible
+
+
+def _required_statements(rule) -> list:
+    """The match statements every match needs: those reached from the pattern outputs through
+    present nodes. A statement that only feeds an optional node (``isn = IsNaN(p)`` under
+    ``Where?(isn, 0, p, pass=p)``) is not required: the optional node may be absent."""
+    producer = {o: st for st in rule.match for o in st.outputs if o}
+    required, seen, stack = [], set(), list(rule.outputs)
+    while stack:
+        st = producer.get(stack.pop())
+        if st is None or id(st) in seen:
+            continue
+        seen.add(id(st))
+        if st.optional:   # absent: the pattern goes on at its pass-through input only
+            alt = st.alternatives[0]
+            stack.append(alt.passthrough or next((i for i in alt.inputs if i), None))
+            continue
+        required.append(st)
+        stack.extend(set.intersection(*({i for i in alt.inputs if i} for alt in st.alternatives)))
+    return required
 
 
 def _interface_change(before: onnx.ModelProto, after: onnx.ModelProto) -> str:

@@ -10,7 +10,11 @@ against the original (ORT optimizations off): same output names, shapes, dtypes 
 (c) GELU whose 'scalar' constants have a higher rank than x: the graph output of shape (1,) came
     back as () (and FastGelu refused a rank-0 input).
 Plus the rewriter rule behind (c): a graph output may only be replaced by a value whose dtype
-and rank are proven (schema inference or a `: like(...)` hint).
+and rank are proven (schema inference or a `: like(...)` hint). Later finds: a no-op Reshape
+bypass gave a graph output ONNX's bogus Attention-23 shape [1, s, 0]; an opset-18/20 model crashed
+at O3 (canonical Attention left without a lowering: the opset trial thought the recognizer could
+not fire because of its IsNaN statement, which only feeds an optional Where) -- the attention
+tests here on opset 18 cover that.
 """
 
 from __future__ import annotations
