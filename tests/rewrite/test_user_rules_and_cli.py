@@ -87,11 +87,11 @@ def test_rules_check_good_and_bad(files, capsys):
     bad.write_text(SCALED_RELU.replace("Relu(x)\n", "Reluu(x)\n", 1).replace("targets: [ort, onnx, trt]",
                                                                                "targets: [ort, tpu]"))
     assert main(["rules", "check", str(bad)]) == 2
-    out = capsys.readouterr().out
-    assert out.startswith(f"{bad}:4: unknown target 'tpu'")
+    err = capsys.readouterr().err  # errors go to stderr
+    assert err.startswith(f"{bad}:4: unknown target 'tpu'")
     bad.write_text(SCALED_RELU.replace("r = Relu(x)", "r = Reluu(x)"))
     assert main(["rules", "check", str(bad)]) == 2
-    assert capsys.readouterr().out.startswith(f"{bad}:6: unknown ONNX op 'Reluu'")
+    assert capsys.readouterr().err.startswith(f"{bad}:6: unknown ONNX op 'Reluu'")
 
 
 def test_bad_user_rule_in_optimize_is_one_line_exit_2(files, capsys):
