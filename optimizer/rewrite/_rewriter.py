@@ -360,11 +360,14 @@ class Rewriter:
                 uncertain.update(o for o in nn.outputs if o is not None)
             if nn.domain == "" and self.validate:
                 in_types = [None if v is None else type_of(v) for v in nn.inputs]
+                in_data = [_small_int_constant(v) for v in nn.inputs]
                 key = self._cache_key(nn, in_types)
+                if key is not None:
+                    key = (*key, tuple(None if d is None else d.tobytes() for d in in_data))
                 cached = self._checked.get(key) if key is not None else None
                 if cached is None:
                     try:
-                        cached = self._check_node(nn, in_types)
+                        cached = self._check_node(nn, in_types, in_data)
                     except RewriteRejected as exc:
                         cached = str(exc)
                     if key is not None:
@@ -436,8 +439,10 @@ class Rewriter:
         outs = tuple(o is not None for o in nn.outputs)
         return (nn.op_type, attrs, ins, outs)
 
-    def _check_node(self, nn: _NewNode, in_types: list) -> list:
-        """Checker + type inference of one default-domain node: inferred (dtype, shape) per output."""
+    def _check_node(self, nn: _NewNode, in_types: list, in_data: list | None = None) -> list:
+        """Checker + type inference of one default-domain node: inferred (dtype, shape) per output.
+        ``in_data``: small integer constants among the inputs (a Reshape target), so inference
+        can size the outputs."""
         proto = self._node_proto(nn)
         try:
             schema = onnx.defs.get_schema(nn.op_type, self.opset or onnx.defs.onnx_opset_version(), "")
@@ -459,8 +464,10 @@ class Rewriter:
                 input_types[name] = tp
         opset_imports = [onnx.helper.make_opsetid(d, v) for d, v in self.model.opset_imports.items()]
         try:
+            data = {name: onnx.numpy_helper.from_array(d, name)
+                    for name, d in zip(proto.input, in_data or []) if d is not None and name}
             inferred = onnx.shape_inference.infer_node_outputs(
-                schema, proto, input_types, opset_imports=opset_imports,
+                schema, proto, input_types, input_data=data or None, opset_imports=opset_imports,
                 ir_version=self.model.ir_version or onnx.IR_VERSION)
         except Exception as exc:  # inference errors are a rejected rewrite, not a crash
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -601,6 +608,21 @@ class Rewriter:
                 bucket.pop(n, None)
         for n in new_nodes:
             index.setdefault((norm_domain(n.domain), n.op_type), {})[n] = None
+
+
+def _small_int_constant(v: Any) -> np.ndarray | None:
+    """The value of a small integer constant input (new initializer or existing one), else None."""
+    arr = None
+    if isinstance(v, _NewValue) and v.initializer is not None:
+        arr = v.initializer
+    elif isinstance(v, ir.Value) and v.const_value is not None and v.const_value.size <= 64:
+        try:
+            arr = v.const_value.numpy()
+        except Exception:  # an external or exotic tensor: no data for inference
+            return None
+    if arr is None or arr.dtype.kind not in "iu" or arr.size > 64:
+        return None
+    return np.asarray(arr)
 
 
 def _producers_of(values) -> list[ir.Node]:
