@@ -254,9 +254,9 @@ _CANONICAL_DOMAIN = "onnx_fuse.canonical"
 def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodeProto]:
     """Canonical Attention / AttentionKV (q, k, v [B,H,S,D], mask?, past_k?, past_v?) as the
     plain ops of what it means: softmax(softcap(scale * q k^T) + mask) v, kv heads repeated for
-    GQA, past concatenated before the new K/V. Written out rather than run as Attention-23, whose
-    ORT kernel zeroes fully masked rows where the exporters' graphs (and the ops the canonical op
-    lowers to) give the uniform average."""
+    GQA, past concatenated before the new K/V, rows with every key at -inf giving zeros. Written
+    out rather than run as Attention-23, which also zeroes rows whose mask is the finite minimum
+    (sliding-window exports), where the exporters' graphs give the uniform average."""
     a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
     ins = list(node.input) + [""] * (6 - len(node.input))
     q, k, v, mask = ins[:4]
@@ -307,8 +307,11 @@ def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodePr
             zero, ninf = add("CastLike", [const(0.0, dtype), scores]), add("CastLike", [const(-np.inf, dtype), scores])
             bias = add("Where", [mask, zero, ninf])
         scores = add("Add", [scores, bias])
-    nodes.append(onnx.helper.make_node("MatMul", [add("Softmax", [scores], axis=-1), v], [out[0]],
-                                       name=f"{tag}_out"))
+    probs = add("Softmax", [scores], axis=-1)
+    # A row whose keys are all masked (-inf) gives zeros, as the lowered ops (ORT's contrib ops,
+    # Attention-23) and the exporters' IsNaN guards do; a finite-min mask still averages.
+    probs = add("Where", [add("IsNaN", [probs]), add("CastLike", [const(0.0, dtype), probs]), probs])
+    nodes.append(onnx.helper.make_node("MatMul", [probs, v], [out[0]], name=f"{tag}_out"))
     return nodes
 
 
