@@ -23,6 +23,7 @@ info.json) under OUT/failures/<class>/seed<S>_O<L>_<target>/; OUT/summary.json h
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
         [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
+    python tools/fuzz_differential.py --replay fuzz_out/failures/signature/seed123_O3_trt ...
 
 Exit status: 0 when no run failed, 1 otherwise, 2 on bad arguments.
 """
@@ -280,6 +281,21 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
     return summary
 
 
+def replay(folders, rules=()) -> list[tuple[str, str, str]]:
+    """Re-run saved cases (folders written under OUT/failures/): (folder, class then, class now)."""
+    out = []
+    for folder in folders:
+        folder = Path(folder)
+        info = json.loads((folder / "info.json").read_text())
+        model = onnx.load(folder / "original.onnx")
+        with np.load(folder / "feeds.npz") as data:
+            feeds = {k: data[k] for k in data.files}
+        ref = _session(model, ort_optimizations=False).run([o.name for o in model.graph.output], feeds)
+        cls, detail, _, _ = run_one(model, feeds, ref, info["level"], info["target"], rules)
+        out.append((str(folder), info["cls"], cls + (f": {detail.splitlines()[0][:160]}" if detail else "")))
+    return out
+
+
 def _int_list(text: str, allowed) -> list:
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
@@ -310,7 +326,17 @@ def main(argv=None) -> int:
                     help="extra rule file for optimize() (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--replay", nargs="+", metavar="CASE",
+                    help="re-run saved failing cases (OUT/failures/<class>/<case>) and print their class now")
     args = ap.parse_args(argv)
+    if args.replay:
+        bad = [c for c in args.replay if not (Path(c) / "info.json").is_file()]
+        if bad:
+            ap.error(f"--replay {bad[0]}: not a saved case (no info.json)")
+        results = replay(args.replay, args.rules)
+        for folder, then, now in results:
+            print(f"{folder}: {then} -> {now}")
+        return 0 if all(now.startswith(("ok", "refused-input", "ort-itself")) for _, _, now in results) else 1
     if args.count < 1 or args.jobs < 1 or args.start < 0:
         ap.error("--count and --jobs must be >= 1, --start >= 0")
     if args.out.exists() and not args.out.is_dir():

@@ -103,6 +103,10 @@ def test_planted_wrong_rule_is_caught_and_saved(tmp_path):
     assert (saved / "original.onnx").is_file() and (saved / "optimized.onnx").is_file()
     assert json.loads((saved / "info.json").read_text())["cls"] == "wrong"
     assert json.loads((out / "summary.json").read_text())["classes"]["wrong"] == summary["classes"]["wrong"]
+    # the saved case reproduces: wrong again with the planted rule, fine with the built-in one
+    (_, then, now), = fd.replay([saved], rules=[rule])
+    assert (then, now.split(":")[0]) == ("wrong", "wrong")
+    assert fd.replay([saved])[0][2] == "ok"
 
 
 def test_signature_diff_names_rank_and_dtype_changes():
