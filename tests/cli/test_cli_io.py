@@ -124,3 +124,18 @@ def test_demo_without_output_says_nothing_was_kept(capsys):
     line = next(line for line in out.splitlines() if "round trip" in line)
     assert "temporary folder" in line and "nothing kept" in line and "-o FILE" in line
     assert "saved and reloaded" not in out
+
+
+def test_piped_check_trt_keeps_long_op_names_on_one_line(tmp_path):
+    op = "AnUnknownOperatorWithAVeryLongNameThatWouldBeSplitInATable" + "X" * 40
+    nodes = [helper.make_node(op, ["x"], ["y"], domain="mycorp")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("mycorp", 1)])
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    proc = subprocess.run([sys.executable, "-m", "onnx_fuse.cli.main", "check-trt", str(src)],
+                          capture_output=True, text=True, timeout=180, env={**os.environ, "COLUMNS": "80"})
+    assert proc.returncode == 1, proc.stderr
+    assert any(f"mycorp::{op}" in line.split() for line in proc.stdout.splitlines()), proc.stdout
+    assert not any(ch in proc.stdout for ch in "│┃━─…")
