@@ -24,6 +24,8 @@ from onnx_fuse.report import Report, op_histogram
 from onnx_fuse.structure_check import check_structure, skeleton_from_ir
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
+#: ``rules=`` / ``disable=``: one name (or path) or a list of them (levels.as_list).
+Names = str | os.PathLike | Sequence[str | os.PathLike]
 
 
 @dataclasses.dataclass
@@ -106,7 +108,7 @@ def _rewrite_checks(checkers: Sequence, report: Report) -> dict:
 
 
 def prepare_for_fusion(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
-                       rules: Sequence[str] = (), disable: Sequence[str] = ()) -> ir.Model:
+                       rules: Names = (), disable: Names = ()) -> ir.Model:
     """A copy of ``model`` as optimize()'s fusion stage sees it: every stage before "fusion"
     (shape inference, cleanup, the target's pre-fusion passes such as its opset upgrade) applied.
     ``rules explain`` matches on this. Below level 2 (no fusion) it is the fully cleaned model."""
@@ -121,7 +123,7 @@ def prepare_for_fusion(model: ModelSource, *, level: int = DEFAULT_LEVEL, target
 
 
 def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
-             rules: Sequence[str] = (), disable: Sequence[str] = (), verify: bool = False,
+             rules: Names = (), disable: Names = (), verify: bool = False,
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
              seed: int = 0, on_record: Callable[[PassRecord], None] | None = None,
              precision: str | None = None, base_dir: str | os.PathLike | None = None) -> OptimizeResult:
