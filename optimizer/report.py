@@ -194,6 +194,8 @@ class Report:
                 console.print(f"rewrites checked one by one: {rw['checked']} checked, "
                               f"{rw['unchecked']} unchecked, {rw['rolled_back']} rolled back",
                               soft_wrap=True)
+                for why, n in (rw.get("unchecked_reasons", {}).items() if verbose else ()):
+                    console.print(f"  unchecked x{n}: {escape(why)}", soft_wrap=True)
         style = {"PASSED": "bold green", "FAILED": "bold red"}.get(self.status, "bold yellow")
         reason = f": {escape(self.status_reason)}" if self.status_reason else ""
         console.print(f"[{style}]{self.status}[/{style}]{reason}", soft_wrap=True)
