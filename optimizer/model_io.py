@@ -29,7 +29,8 @@ from google.protobuf.message import DecodeError
 
 from onnx_fuse import fileio
 from onnx_fuse.errors import UserError
-from onnx_fuse.external_data import check_external_data, check_ir_external_data, has_external_data
+from onnx_fuse.external_data import (check_external_data, check_ir_external_data, external_info,
+                                     has_external_data, iter_model_tensors)
 from onnx_fuse.proto_stream import WireError, embedded_nbytes, skeleton_with_mapped_weights, write_embedded
 from onnx_fuse.structure_check import check_structure, skeleton_from_proto
 from onnx_fuse.text_check import check_text
@@ -70,6 +71,36 @@ def _check_opsets(proto: onnx.ModelProto, what: str) -> None:
             if opset.version < MIN_ONNX_OPSET:
                 raise UserError(f"{what}: ONNX opset {opset.version} is too old (need >= "
                                 f"{MIN_ONNX_OPSET}); convert it with onnx.version_converter first")
+
+
+def _check_tensors(proto: onnx.ModelProto, what: str) -> None:
+    """Every stored tensor is what it declares: a known dtype, dims >= 0, and as many bytes as
+    its dims need (raw or external). Without this, a 16-byte tensor declaring 2^40 elements
+    reaches the passes, which read past its end or allocate for its claim."""
+    for tensor in iter_model_tensors(proto):
+        where = f"{what}: tensor {tensor.name!r}"
+        try:
+            dtype = ir.DataType(tensor.data_type)
+        except ValueError:
+            dtype = None
+        if dtype is None or dtype == ir.DataType.UNDEFINED:
+            raise UserError(f"{where}: unknown data type {tensor.data_type}")
+        if any(d < 0 for d in tensor.dims):
+            raise UserError(f"{where}: negative dimension in {list(tensor.dims)}")
+        count = 1
+        for d in tensor.dims:
+            count *= d
+        if dtype == ir.DataType.STRING:
+            continue
+        need = (count * dtype.bitwidth + 7) // 8
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            length = external_info(tensor).get("length")
+            if length is not None and length.isdigit() and int(length) != need:
+                raise UserError(f"{where}: dims {list(tensor.dims)} need {need} bytes but its "
+                                f"external data holds {length}")
+        elif tensor.HasField("raw_data") and len(tensor.raw_data) != need:
+            raise UserError(f"{where}: dims {list(tensor.dims)} need {need} bytes but it holds "
+                            f"{len(tensor.raw_data)}")
 
 
 def _check_graph(proto: onnx.ModelProto, what: str) -> None:
@@ -135,6 +166,7 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True,
     elif has_external_data(proto):
         raise UserError("<bytes>: model refers to external data but was given as bytes; load it "
                         "from its file instead")
+    _check_tensors(proto, what)
     if check:
         _check_graph(proto, what)
     return proto, base_dir
@@ -162,6 +194,7 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
                 raise UserError("<model>: the ModelProto refers to external data; pass base_dir= "
                                 "(the folder of its weight files) or load the model from its file")
             check_external_data(proto, base_dir)
+        _check_tensors(proto, "<model>")
         if check:
             _check_graph(proto, "<model>")
         model = ir.serde.deserialize_model(proto)
@@ -193,6 +226,10 @@ def check_output_path(path: str | os.PathLike, *, what: str = "output model") ->
     (FIFO, /dev/null, /dev/stdout) must be writable itself.
     """
     out = Path(path)
+    longest = max((len(os.fsencode(part)) for part in out.parts), default=0)
+    if longest > 255 - 20:  # a name component, with room for the temp file's affixes
+        raise UserError(f"{_short(out)}: a file or folder name in the path is too long "
+                        f"({longest} bytes; at most 235)")
     if fileio.is_special_output(out):
         if not os.access(out, os.W_OK):
             raise UserError(f"{out}: not writable")
@@ -205,9 +242,14 @@ def check_output_path(path: str | os.PathLike, *, what: str = "output model") ->
         raise UserError(f"{out}: output folder {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK):
         raise UserError(f"{out}: output folder {str(parent)!r} is not writable")
-    if len(os.fsencode(target.name)) > 255 - 20:  # room for the temp file's suffix
-        raise UserError(f"{out}: file name is too long ({len(os.fsencode(target.name))} bytes)")
+    if len(os.fsencode(target.name)) > 255 - 20:  # a symlink may lead to a long name
+        raise UserError(f"{out}: the file name it leads to is too long")
     return parent
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else text[:60] + "..." + text[-40:]
 
 
 def save_model(model: ir.Model, path: str | os.PathLike, *, external_data: bool | None = None) -> list[Path]:
