@@ -721,6 +721,264 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
 #endif
 }
 
+// Warp-specialized Hopper path (sm_90a), m128n128w12: three warpgroups. Warpgroup 0 produces:
+// its 128 threads issue the cp.async loads of Q and of the K/V tiles (128 keys) into
+// kWsStages stages and, once a stage's copies have landed, fences them for the tensor cores and
+// arrives on that stage's "full" mbarrier; the warpgroup gives its registers back (setmaxnreg).
+// Warpgroups 1 and 2 own 64 query rows each and take turns on the tensor cores (named barriers
+// 1 and 2, FlashAttention-3's ping-pong): in its turn a warpgroup issues S = Q K^T of tile j+1
+// and O += P V of tile j back to back, then runs the softmax of tile j+1 while the other
+// warpgroup's GEMMs run. A consumer frees a stage on its "empty" mbarrier once its PV is done.
+constexpr int kWsStages = 3;
+
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_ws_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2) {
+#if OF_WGMMA_OK
+  using Tr = MmaTraits<T>;
+  constexpr int BM = 128, BN = 128, ST = kWsStages, NT = 384, CPR = D / 8;
+  constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
+  using WG = wg::Mma<T, BN>;
+  using WGO = wg::Mma<T, D>;
+  static_assert(D == 64 || D == 128, "warp-specialized variant: D = 64 or 128");
+
+  extern __shared__ unsigned char fa_smem[];
+  __shared__ __align__(8) uint64_t ws_bars[1 + 2 * ST];  // Q, full[ST], empty[ST]
+  const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
+  const uint32_t sQ = sbase;
+  const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*TILE, V at + TILE
+  const uint32_t qbar = smem_u32(&ws_bars[0]);
+  const uint32_t full0 = smem_u32(&ws_bars[1]);
+  const uint32_t empty0 = smem_u32(&ws_bars[1 + ST]);
+
+  const int tid = threadIdx.x;
+  const int wgi = tid >> 7;
+  const int m_block = CAUSAL ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+  const int hq = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  const int m0 = m_block * BM;
+
+  const T* qb = q + b * q_sb + hq * q_sh;
+  const T* kb = k + b * k_sb + hkv * k_sh;
+  const T* vb = v + b * v_sb + hkv * v_sh;
+  T* ob = o + b * o_sb + hq * o_sh;
+
+  if (m0 >= L) {
+    for (int c = tid; c < BM * CPR; c += NT) {
+      int r = c / CPR, cc = c % CPR;
+      if (m0 + r < S) *reinterpret_cast<uint4*>(ob + (m0 + r) * o_ss + cc * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  const int n_end = CAUSAL ? min(L, m0 + BM) : L;
+  const int n_tiles = (n_end + BN - 1) / BN;
+
+  if (tid == 0) {
+    mbar_init(qbar, 128);
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full0 + 8 * s, 128);
+      mbar_init(empty0 + 8 * s, 256);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wgi == 0) {  // ---------------------------------------------------------------- producer
+    wg::regs_dec<40>();
+    // Thread t copies 16-byte chunk cc = t % CPR of rows r0 + (128 / CPR) * i: the swizzled
+    // chunk position depends on the row only through row % 8, which is the same for all its rows.
+    constexpr int RSTEP = 128 / CPR;  // rows per pass of the warpgroup (8 at D=128, 16 at D=64)
+    const int cc = tid % CPR, r0 = tid / CPR;
+    const uint32_t soff = sw128_off<BM>(r0, cc);  // BM == BN: same offset in Q, K and V tiles
+#pragma unroll
+    for (int i = 0; i < BM / RSTEP; ++i) {
+      const int r = r0 + i * RSTEP;
+      const bool ok = (m0 + r) < L;
+      cp_async_16(sQ + soff + i * RSTEP * 128, qb + (ok ? (m0 + r) : 0) * q_ss + cc * 8, ok);
+    }
+    cp_async_commit();
+    auto load_kv = [&](int tile) {
+      const int n0 = tile * BN;
+      const uint32_t dk = sKV + (tile % ST) * 2 * TILE + soff;
+      const uint32_t dv = dk + TILE;
+      const T* ks = kb + (long long)(n0 + r0) * k_ss + cc * 8;
+      const T* vs = vb + (long long)(n0 + r0) * v_ss + cc * 8;
+#pragma unroll
+      for (int i = 0; i < BN / RSTEP; ++i) {
+        const bool ok = (n0 + r0 + i * RSTEP) < L;
+        cp_async_16(dk + i * RSTEP * 128, ok ? ks + (long long)i * RSTEP * k_ss : kb, ok);
+        cp_async_16(dv + i * RSTEP * 128, ok ? vs + (long long)i * RSTEP * v_ss : vb, ok);
+      }
+      cp_async_commit();
+    };
+    load_kv(0);
+    cp_async_wait<1>();  // Q has landed
+    wg::fence_proxy_async();
+    wg::mbar_arrive(qbar);
+    for (int j = 1; j <= n_tiles; ++j) {
+      if (j < n_tiles) {
+        if (j >= ST) mbar_wait_parity(empty0 + 8 * (j % ST), ((j / ST) - 1) & 1);
+        load_kv(j);
+        cp_async_wait<1>();  // tile j-1 has landed
+      } else {
+        cp_async_wait<0>();
+      }
+      wg::fence_proxy_async();
+      wg::mbar_arrive(full0 + 8 * ((j - 1) % ST));
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------------------- consumers
+  wg::regs_inc<232>();
+  const int cw = wgi - 1;  // consumer warpgroup 0/1: rows [64*cw, 64*cw + 64)
+  const int warp = (tid >> 5) & 3;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const int wrow = cw * 64 + warp * 16;
+  const int row0 = m0 + wrow + g;
+  const int my_bar = 1 + cw, other_bar = 2 - cw;
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY};
+  float row_l[2] = {0.f, 0.f};
+  uint32_t pa[BN / 16][4];
+
+  auto issue_s = [&](float (&sacc)[BN / 8][4], int tile) {
+    const uint32_t tk = sKV + (tile % ST) * 2 * TILE;
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t koff = (kk & 3) * 32;
+      const uint64_t da = wg::desc_sw128(sQ + (kk >> 2) * BM * 128 + cw * 64 * 128 + koff, 16, 1024);
+      const uint64_t db = wg::desc_sw128(tk + (kk >> 2) * BN * 128 + koff, 16, 1024);
+      WG::ss(sacc, da, db, kk > 0 ? 1 : 0);
+    }
+  };
+  // Mask, online softmax of tile `tile` (exp2 domain), rescale O, pack P into pa.
+  auto softmax = [&](float (&sv)[BN / 8][4], int tile) {
+    const int n0 = tile * BN;
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int col = n0 + nt * 8 + 2 * t4 + (e & 1);
+          int row = row0 + (e >> 1) * 8;
+          if (col >= L || (CAUSAL && col > row)) sv[nt][e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(sv[nt][2 * h], sv[nt][2 * h + 1]));
+      mx = quad_max(mx) * scale_log2;
+      const float m_new = fmaxf(row_m[h], mx);
+      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+      const float alpha = exp2f(row_m[h] - m_use);
+      row_m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        float p0 = exp2f(fmaf(sv[nt][2 * h], scale_log2, -m_use));
+        float p1 = exp2f(fmaf(sv[nt][2 * h + 1], scale_log2, -m_use));
+        sv[nt][2 * h] = p0;
+        sv[nt][2 * h + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_l[h] = row_l[h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * h] *= alpha;
+        acc[dt][2 * h + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = Tr::pack(sv[2 * kk][0], sv[2 * kk][1]);
+      pa[kk][1] = Tr::pack(sv[2 * kk][2], sv[2 * kk][3]);
+      pa[kk][2] = Tr::pack(sv[2 * kk + 1][0], sv[2 * kk + 1][1]);
+      pa[kk][3] = Tr::pack(sv[2 * kk + 1][2], sv[2 * kk + 1][3]);
+    }
+  };
+
+  // Turn order: consumer 0 first. Barrier `my_bar` completes when this warpgroup syncs on it
+  // and the other one has arrived; consumer 1 skips its last arrive so the counts match.
+  if (cw == 1) wg::bar_arrive(1, 256);
+  mbar_wait_parity(qbar, 0);
+  mbar_wait_parity(full0, 0);
+  {
+    float s0[BN / 8][4];
+    wg::bar_sync(my_bar, 256);
+    issue_s(s0, 0);
+    wg::commit();
+    wg::bar_arrive(other_bar, 256);
+    wg::wait0();
+    wg::fence_acc(s0);
+    softmax(s0, 0);
+  }
+  for (int j = 0; j < n_tiles; ++j) {
+    const bool has_next = j + 1 < n_tiles;
+    float s_nxt[BN / 8][4];
+    if (has_next) mbar_wait_parity(full0 + 8 * ((j + 1) % ST), ((j + 1) / ST) & 1);
+    wg::bar_sync(my_bar, 256);
+    if (has_next) issue_s(s_nxt, j + 1);
+    const uint32_t tv = sKV + (j % ST) * 2 * TILE + TILE;
+    wg::fence_acc(acc);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint64_t db = wg::desc_sw128(tv + kk * 16 * 128, BN * 128, 1024);
+      WGO::rs_tb(acc, pa[kk], db, 1);
+    }
+    wg::commit();
+    if (!(cw == 1 && j == n_tiles - 1)) wg::bar_arrive(other_bar, 256);
+    wg::wait0();  // S of tile j+1 and O of tile j
+    wg::fence_acc(acc);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");  // live until the wait
+    wg::mbar_arrive(empty0 + 8 * (j % ST));
+    if (has_next) {
+      wg::fence_acc(s_nxt);
+      softmax(s_nxt, j + 1);
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int row = row0 + h * 8;
+    const float inv = (l > 0.f && row < L) ? 1.f / l : 0.f;
+    if (row < S) {
+      T* orow = ob + row * o_ss;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        uint32_t packed = Tr::pack(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
+        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
+      }
+    }
+  }
+#else
+  // Not an sm_90a build: the first 256 threads run the mma.sync 128x64 8-warp body.
+  if (threadIdx.x >= 256) return;
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+#endif
+}
+
 // Body of the mma.sync-named entries: in sm_90a builds the 64x64 4-warp variant at D <= 128 runs
 // the one-warpgroup wgmma body (same tile geometry: 64 rows, 64-key tiles, 128 threads); every
 // other variant, and every variant in other builds, runs fa_fwd_body.
@@ -751,6 +1009,7 @@ __device__ __forceinline__ void fa_fwd_entry(
 
 using onnx_fuse::fa_fwd_body;
 using onnx_fuse::fa_fwd_entry;
+using onnx_fuse::fa_fwd_ws_body;
 using onnx_fuse::fa_fwd_wgmma_body;
 using onnx_fuse::fa_fwd_wgmma_pipe_body;
 
@@ -817,6 +1076,19 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WG1_KERNELS_D64(DTN, T)                                              \
   OF_FA_WG1_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m64n128w4_full, T, 64, false)       \
   OF_FA_WG1_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m64n128w4_causal, T, 64, true)
+// Warp-specialized (producer warpgroup + two ping-ponging consumer warpgroups), D = 64 and 128.
+#define OF_FA_WS_KERNEL(NAME, T, D, CAUSAL)                                                      \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2) {                                      \
+    fa_fwd_ws_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,     \
+                                 k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);  \
+  }
+#define OF_FA_WS_KERNELS_D(DTN, T, D)                                                    \
+  OF_FA_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12_full, T, D, false)          \
+  OF_FA_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12_causal, T, D, true)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -831,12 +1103,16 @@ OF_FA_WG_KERNELS_D(f16, __half, 96)
 OF_FA_WG_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D256(f16, __half)
 OF_FA_WG1_KERNELS_D64(f16, __half)
+OF_FA_WS_KERNELS_D(f16, __half, 64)
+OF_FA_WS_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WG_KERNELS_D256(bf16, __nv_bfloat16)
 OF_FA_WG1_KERNELS_D64(bf16, __nv_bfloat16)
+OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 OF_FA_KERNELS_D(f16, __half, 64)
 OF_FA_KERNELS_D(f16, __half, 80)
@@ -872,7 +1148,8 @@ FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool caus
   OF_PICK(DTN, DD, 128, 32, 4) OF_PICK(DTN, DD, 128, 128, 8)
 #define OF_PICK_ALL(DTN)                                                                    \
   OF_PICK_D(DTN, 64) OF_PICK_D(DTN, 80) OF_PICK_D(DTN, 96) OF_PICK_D(DTN, 128)              \
-  OF_PICK(DTN, 256, 64, 64, 4) OF_PICK(DTN, 256, 128, 64, 8) OF_PICK(DTN, 64, 64, 128, 4)
+  OF_PICK(DTN, 256, 64, 64, 4) OF_PICK(DTN, 256, 128, 64, 8) OF_PICK(DTN, 64, 64, 128, 4)       \
+  OF_PICK(DTN, 64, 128, 128, 12) OF_PICK(DTN, 128, 128, 128, 12)
   if (dtype == onnx_fuse::kFloat16) {
     OF_PICK_ALL(f16)
   } else if (dtype == onnx_fuse::kBFloat16) {
@@ -892,6 +1169,8 @@ extern "C" {
 // wgmma variants (8 warps): tiles padded to a multiple of 64 columns, 1 KiB alignment slack, 3
 // stages for the pipelined one (64-key tiles, D <= 128). mma.sync: rows padded to tile_row<D>.
 int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n, int warps) {
+  if (warps == 12)  // warp-specialized wgmma, 3 stages (D = 64, 128)
+    return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;
   if (warps == 4 && block_m == 64 && block_n == 128)  // wgmma, one warpgroup (D = 64)
     return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
   if (warps == 8 && block_m == onnx_fuse::kWgBM) {
@@ -914,7 +1193,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // (block_m, block_n, warps): (64, 64, 4), (128, 64, 4) or (128, 32, 4) with mma.sync (sm_80+),
 // or (128, 128, 8) and (128, 64, 8) with wgmma (sm_90a machine code; other builds run the
 // mma.sync 128x64 8-warp body inside the same entries); D = 256 has (64, 64, 4) and
-// (128, 64, 8) only; D = 64 also has (64, 128, 4), wgmma with one warpgroup per CTA; (0, 0, 0) = default (plan it with
+// (128, 64, 8) only; D = 64 also has (64, 128, 4), wgmma with one warpgroup per CTA; D = 64
+// and 128 also have (128, 128, 12), warp-specialized wgmma (producer + 2 consumer warpgroups); (0, 0, 0) = default (plan it with
 // onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
 // must be > 0. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,

@@ -51,6 +51,32 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// Warp specialization (sm_90a): register budget per warpgroup, named barriers among a subset of
+// the CTA's threads, and a plain mbarrier arrive.
+template <int R>
+__device__ __forceinline__ void regs_dec() {
+#if OF_WGMMA_OK
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void regs_inc() {
+#if OF_WGMMA_OK
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t addr) {
+#if OF_WGMMA_OK
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(addr) : "memory");
+#endif
+}
+
 template <int N>
 __device__ __forceinline__ void fence_acc(float (&d)[N][4]) {
 #pragma unroll

@@ -34,6 +34,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
     wg1 = {tuple(map(int, v)) for v in re.findall(r"OF_FA_WG1_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d64_m(\d+)n(\d+)w(\d+)_full",
                                                   _block(fa, "#define OF_FA_WG1_KERNELS_D64("))}
     assert wg1 and re.search(r"^OF_FA_WG1_KERNELS_D64\(bf16", fa, re.M)
+    ws = {tuple(map(int, v)) for v in re.findall(r"OF_FA_WS_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)_full",
+                                                 _block(fa, "#define OF_FA_WS_KERNELS_D("))}
+    ws_d = {int(d) for d in re.findall(r"^OF_FA_WS_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert ws and ws_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -47,6 +51,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         fav[d] = (mma256 if d == 256 else mma) | (wg256 if d == 256 else (wg if d in wg_d else set()))
         if d == 64:
             fav[d] |= wg1
+        if d in ws_d:
+            fav[d] |= ws
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -77,8 +83,8 @@ def test_variant_tables_match_the_sources():
         assert fav[d] == set(lp.fa_variants(d)), d
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
-    assert set(lp.FA_VARIANTS) == fav[128] and lp.FA_DEFAULT in fav[64]
-    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG}
+    assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -90,6 +96,8 @@ def test_smem_formulas_match_the_launchers():
     assert lp.fa_smem_bytes(128, 128, 128, 8) == 1024 + (128 * 128 + 2 * 2 * 128 * 128) * 2
     assert lp.fa_smem_bytes(80, 128, 128, 8) == lp.fa_smem_bytes(128, 128, 128, 8)  # padded to 128
     assert lp.fa_smem_bytes(128, 128, 64, 8) == 1024 + (128 * 128 + 3 * 2 * 64 * 128) * 2
+    assert lp.fa_smem_bytes(128, 128, 128, 12) == 1024 + (128 * 128 + 3 * 2 * 128 * 128) * 2
+    assert "return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;" in fa
     assert lp.fa_smem_bytes(256, 128, 64, 8) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
     assert lp.fa_smem_bytes(96, 128, 64, 4) == (128 + 4 * 64) * 104 * 2
     assert lp.fa_mma_smem_bytes(96, 64, 64) == (64 + 4 * 64) * 104 * 2
@@ -130,7 +138,7 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
 def test_fused_plan_small_problem_uses_small_tiles():
     assert lp.plan_fused_attention(1, 128, 2, 2, 128).block_m == 64  # 2 CTAs of 128 rows would idle the chip
     big = lp.plan_fused_attention(4, 4096, 32, 32, 128)
-    assert (big.block_m, big.block_n, big.warps) == lp.FA_WGMMA  # H200 default
+    assert (big.block_m, big.block_n, big.warps) == lp.FA_WS  # H200 default: warp-specialized
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
@@ -152,8 +160,9 @@ def test_fused_plan_every_variant(head_dim):
 def test_fused_plan_picks_per_head_size():
     """On the H200 every head size gets a wgmma variant at large shapes (D=64: one warpgroup per
     CTA; D=256: its 64-key body); elsewhere mma.sync."""
-    for d in (80, 96, 128):
+    for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
@@ -269,6 +278,9 @@ def test_yaml_contracts_match_the_planner():
     assert [i["name"] for i in pa["inputs"]] == ["query", "key", "value", "key_cache", "value_cache",
                                                  "block_tables", "seq_lens"]
     assert {tuple(v) for v in fa["kernel"]["variants_d256"]} == set(lp.fa_variants(256))
+    base = {tuple(v) for v in fa["kernel"]["variants"]}
+    assert base | {tuple(v) for v in fa["kernel"]["variants_d64_extra"]} == set(lp.fa_variants(64))
+    assert base | {tuple(v) for v in fa["kernel"]["variants_d128_extra"]} == set(lp.fa_variants(128))
     assert {tuple(v) for v in pa["kernel"]["variants_d256"]} == set(lp.pa_variants(256))
     for c in (fa, pa):
         assert tuple(c["kernel"]["head_dims"]) == lp.SUPPORTED_HEAD_DIMS
