@@ -423,9 +423,14 @@ class InferenceSession(onnxruntime.InferenceSession):
             log.warning("onnx-fuse cache eviction failed: %s", exc)
 
 
+#: Without a cache, models with more weights than this go to ORT as a temporary file (weights
+#: streamed out one at a time) instead of one serialized protobuf: two whole copies in memory.
+BYTES_HANDOFF_LIMIT = 64 * 1024 * 1024
+
+
 def _too_big_for_bytes(model: ir.Model) -> bool:
     total = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
-    return total > 1_800_000_000
+    return total > BYTES_HANDOFF_LIMIT
 
 
 def _first_line(exc: BaseException) -> str:

@@ -203,3 +203,17 @@ def test_staging_folder_of_a_killed_save_is_counted_and_swept(isolated_cache):
         assert not dead.exists()
         assert live.exists()
     assert cache.staging_bytes() < 300_000
+
+
+def test_without_cache_large_models_reach_ort_as_a_file(monkeypatch):
+    """Over BYTES_HANDOFF_LIMIT the optimized model is streamed to a temp file, not serialized
+    whole into memory (twice) to be handed over as bytes."""
+    import onnx_fuse.session as session_mod
+
+    monkeypatch.setattr(session_mod, "BYTES_HANDOFF_LIMIT", 0)
+    model = small_model(hidden=64).SerializeToString()
+    sess = InferenceSession(model, providers=CPU, optimize_level=1, cache_dir=False)
+    assert sess.onnx_fuse_optimized and sess._onnx_fuse_keepalive is not None
+    x = np.ones((2, 4), np.float32)
+    ref = onnxruntime.InferenceSession(model, providers=CPU)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-6)
