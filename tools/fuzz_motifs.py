@@ -126,6 +126,8 @@ class Builder:
             arr = np.ones(concrete, dtype=NP[dtype])
             if arr.ndim == 2 and arr.shape[1] > 1:
                 arr[-1, arr.shape[1] // 2:] = 0
+        elif kind == "position":
+            arr = np.broadcast_to(np.arange(concrete[-1], dtype=NP[dtype]), concrete).copy()
         elif kind == "positive":
             arr = (np.abs(self.rng.standard_normal(concrete)) + 0.5).astype(NP[dtype])
         else:
@@ -188,8 +190,11 @@ def motif_layer_norm(b: Builder, x: str, shape: list[Dim], opset: int, standalon
     if island:
         n = b.op("Cast", [n], to=b.dtype)
     g_shape = [d] if not (near and b.p(0.5)) else [1, d]   # near miss: 2-D gamma
-    g = b.const(1.0 + 0.1 * b.rng.standard_normal(g_shape), stem="gamma", as_input=b.p(0.05))
-    y = b.op("Mul", [n, g] if b.p(0.5) else [g, n])
+    if b.p(0.15):
+        y = n   # no gamma: bias only, or no affine part at all
+    else:
+        g = b.const(1.0 + 0.1 * b.rng.standard_normal(g_shape), stem="gamma", as_input=b.p(0.05))
+        y = b.op("Mul", [n, g] if b.p(0.5) else [g, n])
     if b.p(0.7):
         y = b.op("Add", [y, b.const(0.1 * b.rng.standard_normal([d]), stem="beta")])
     if high_eps:
@@ -216,8 +221,13 @@ def motif_rms_norm(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     else:
         n = b.op("Div", [x, sd])
     b.maybe_expose(sd)
+    scale = b.pick(["after", "after", "inside", "none"]) if island else "after"
+    if scale == "inside":   # Gemma: the float32 island multiplies by the scale before casting back
+        n = b.op("Mul", [n, b.const(1.0 + 0.1 * b.rng.standard_normal([d]), F32, stem="gamma")])
     if island:
         n = b.op("Cast", [n], to=b.dtype)
+    if scale != "after":
+        return n
     g = b.const(1.0 + 0.1 * b.rng.standard_normal([d]), stem="gamma", as_input=b.p(0.05))
     return b.op("Mul", [n, g] if b.p(0.5) else [g, n])
 
@@ -290,29 +300,59 @@ def motif_linear3d(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     return b.op("Add", [m, b.const(0.1 * b.rng.standard_normal([d]), stem="bias")])
 
 
-def _rope(b: Builder, x4: str, freqs: str, dh: int, near: bool) -> str:
-    """x*cos + rotate_half(x)*sin with cos/sin of concat(f, f) unsqueezed at the head axis."""
+def _rope_tables(b: Builder, bsz: Dim, seq: Dim, rd: int) -> tuple[str, str]:
+    """cos/sin [1|B, 1, S, rd]: computed from input frequencies f (cos(concat(f, f))), constant
+    tables (static S), or rows of a constant [P, rd] table gathered by position ids."""
+    mode = b.pick(["freqs", "freqs", "const", "gathered"])
+    if mode == "const" and isinstance(seq, int):
+        f = b.rng.standard_normal([b.pick([1, b.rt(bsz)]) if isinstance(bsz, int) else 1, seq, rd // 2])
+        ang = np.concatenate([f, f], axis=-1)[:, None]
+        b.trap("rope-const-table")
+        return b.const(np.cos(ang), stem="cos"), b.const(np.sin(ang), stem="sin")
+    if mode == "gathered":
+        rows = b.rt(seq) + int(b.pick([0, 3]))
+        f = b.rng.standard_normal([rows, rd // 2])
+        ang = np.concatenate([f, f], axis=-1)
+        pos = b.input([bsz, seq], dtype=I64, stem="position_ids", kind="position")
+        b.trap("rope-gathered-table")
+        cos = b.op("Gather", [b.const(np.cos(ang), stem="cos_table"), pos])
+        sin = b.op("Gather", [b.const(np.sin(ang), stem="sin_table"), pos])
+        return b.op("Unsqueeze", [cos, b.ints([1])]), b.op("Unsqueeze", [sin, b.ints([1])])
+    freqs = b.input([b.pick([1, bsz]), seq, rd // 2], kind="normal", stem="freqs")
     cat = b.op("Concat", [freqs, freqs], axis=-1)
     co = b.op("Cos", [cat])
     si = b.op("Sin", [cat])
     if b.p(0.3):
         co = b.op("Mul", [co, b.scalar(1.0)])
         si = b.op("Mul", [si, b.scalar(1.0)])
-    cu = b.op("Unsqueeze", [co, b.ints([1])])
-    su = b.op("Unsqueeze", [si, b.ints([1])])
-    half = dh // 2
+    return b.op("Unsqueeze", [co, b.ints([1])]), b.op("Unsqueeze", [si, b.ints([1])])
+
+
+def _rotary_dim(b: Builder, dh: int) -> int:
+    """The whole head, or (partial rotary) its first half when that is still even."""
+    return dh // 2 if dh % 4 == 0 and b.p(0.2) else dh
+
+
+def _rope(b: Builder, x4: str, tables: tuple[str, str], dh: int, rd: int, near: bool) -> str:
+    """x*cos + rotate_half(x)*sin over the first rd dims of the head (rd < dh: partial rotary,
+    the rest passes through)."""
+    cu, su = tables
+    xr = x4
+    if rd < dh:
+        xr = b.op("Slice", [x4, b.ints([0]), b.ints([rd]), b.ints([-1])])
+        b.trap("rope-partial")
+    half = rd // 2
     split = half if not near else max(1, half - 1)
-    x1 = b.op("Slice", [x4, b.ints([0]), b.ints([split]), b.ints([-1]), b.ints([1])])
-    big = b.pick([dh, 2 ** 62])
-    x2 = b.op("Slice", [x4, b.ints([split]), b.ints([big]), b.ints([-1])])
+    x1 = b.op("Slice", [xr, b.ints([0]), b.ints([split]), b.ints([-1]), b.ints([1])])
+    big = b.pick([rd, 2 ** 62])
+    x2 = b.op("Slice", [xr, b.ints([split]), b.ints([big]), b.ints([-1])])
     r = b.op("Concat", [b.op("Neg", [x2]), x1], axis=-1)
-    c = b.op("Mul", [x4, cu])
+    c = b.op("Mul", [xr, cu])
     s = b.op("Mul", [r, su] if b.p(0.5) else [su, r])
-    return b.op("Add", [c, s])
-
-
-def _freqs(b: Builder, bsz: Dim, seq: Dim, dh: int) -> str:
-    return b.input([b.pick([1, bsz]), seq, dh // 2], kind="normal", stem="freqs")
+    y = b.op("Add", [c, s])
+    if rd < dh:
+        y = b.op("Concat", [y, b.op("Slice", [x4, b.ints([rd]), b.ints([dh]), b.ints([-1])])], axis=-1)
+    return y
 
 
 def motif_rope(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
@@ -320,7 +360,8 @@ def motif_rope(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     bsz, seq, d = shape
     dh = b.pick([h for h in HEAD_SIZES if d % h == 0 and h % 2 == 0])
     x4 = b.op("Transpose", [b.op("Reshape", [x, b.ints([0, 0, d // dh, dh])])], perm=[0, 2, 1, 3])
-    y = _rope(b, x4, _freqs(b, bsz, seq, dh), dh, b.p(0.1))
+    rd = _rotary_dim(b, dh)
+    y = _rope(b, x4, _rope_tables(b, bsz, seq, rd), dh, rd, b.p(0.1))
     return b.op("Reshape", [b.op("Transpose", [y], perm=[0, 2, 1, 3]), b.ints([0, 0, d])])
 
 
@@ -403,9 +444,10 @@ def motif_attention(b: Builder, x: str, shape: list[Dim], opset: int, gqa: bool 
     if rope or gqa or kv_cache or b.p(0.5):
         k4 = b.op("Transpose", [kr], perm=[0, 2, 1, 3])
     if rope:
-        f = _freqs(b, bsz, seq, dh)
-        q4 = _rope(b, q4, f, dh, False)
-        k4 = _rope(b, k4, f, dh, False)
+        rd = _rotary_dim(b, dh)
+        tables = _rope_tables(b, bsz, seq, rd)
+        q4 = _rope(b, q4, tables, dh, rd, False)
+        k4 = _rope(b, k4, tables, dh, rd, False)
         b.trap("rope-in-attention")
     vr = _split_heads(b, v3, kv_heads, dh, [bsz, kv_len])
     v4 = b.op("Transpose", [vr], perm=[0, 2, 1, 3])
