@@ -444,15 +444,38 @@ def failure_summary(result: Mapping[str, Any]) -> str:
             f"{bad['max_rel']:.3g} {bad['reason']}").strip()
 
 
+_PAGED_BLOCK = 4   # not a divisor of the default past + new length: a sequence spans a partial block
+
+
+def _run_paged(opt_sess, ref_out: dict, feeds: dict, seed: int) -> list[tuple]:
+    """Run the paged-KV rewrite on the original's feeds turned into pool feeds; pair its
+    outputs with the original's (present.* read back out of the pools)."""
+    from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous, paged_pairs
+
+    new_tokens = feeds["input_ids"].shape[1]
+    paged_feeds = paged_inputs_from_contiguous(feeds, _PAGED_BLOCK, new_tokens=new_tokens, seed=seed)
+    wanted = {i.name for i in opt_sess.get_inputs()}
+    opt_names = [o.name for o in opt_sess.get_outputs()]
+    # inputs the rewrite kept (an attention_mask still read elsewhere) get the original's feed
+    run_feeds = {k: paged_feeds[k] if k in paged_feeds else feeds[k] for k in wanted}
+    opt_out = dict(zip(opt_names, opt_sess.run(opt_names, run_feeds)))
+    past = next(v for k, v in feeds.items() if k.startswith("past_key_values.")).shape[2]
+    return paged_pairs(ref_out, opt_out, paged_feeds, past + new_tokens)
+
+
 def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict[str, Any]:
+    from onnx_fuse.targets.paged_kv_feeds import is_paged_rewrite
+
     ref_inputs, opt_inputs = _real_inputs(ref.skeleton), _real_inputs(opt.skeleton)
-    if ref_inputs != opt_inputs:
+    paged = inputs is None and is_paged_rewrite(ref_inputs, opt_inputs)
+    if ref_inputs != opt_inputs and not paged:
         added = ", ".join(sorted(opt_inputs - ref_inputs)) or "none"
         removed = ", ".join(sorted(ref_inputs - opt_inputs)) or "none"
+        paged_hint = (" (a paged-KV model is verified from random inputs only: drop --inputs, or "
+                      "compare with onnx_fuse.targets.paged_kv_feeds)"
+                      if is_paged_rewrite(ref_inputs, opt_inputs) else "")
         raise UserError(f"cannot verify: optimization changed the model's inputs (added {added}; "
-                        f"removed {removed}), so the two cannot run on the same feeds; the paged-KV "
-                        "rewrite does this at -O4 --target trt (skip it with --disable "
-                        "trt-paged-kv, or compare with onnx_fuse.targets.paged_kv_feeds)")
+                        f"removed {removed}), so the two cannot run on the same feeds{paged_hint}")
     custom = _custom_op(ref.skeleton)
     if custom is not None:
         raise UserError(f"cannot verify: the model uses the custom op {custom}, which ONNX Runtime "
@@ -464,9 +487,12 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
     elif inputs is None:
         # FusedAttention's contract writes zeros in padded query rows, where the original graph
         # computes values nobody reads: random masks stay unpadded so the comparison is fair.
-        pad = not any(n.domain == OUR_DOMAIN and n.op_type == "FusedAttention"
-                      for n in opt.skeleton.graph.node)
-        if not pad:
+        pad = not paged and not any(n.domain == OUR_DOMAIN and n.op_type == "FusedAttention"
+                                    for n in opt.skeleton.graph.node)
+        if paged:
+            notes.append("paged KV: the original's past fed as shuffled blocks of a pool "
+                         f"(block size {_PAGED_BLOCK}), its present.* compared with the pools read back")
+        elif not pad:
             notes.append("masks unpadded: FusedAttention zeroes padded query rows by contract")
         cases = input_cases(ref.skeleton, shapes=shapes, seed=seed, pad_masks=pad)
         if len(cases) > 1:
@@ -507,11 +533,14 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
                             "with --shape") from None
         suffix = f" [{label}]" if label else ""
         try:
-            opt_out = opt_sess.run(names, feeds)
+            if paged:
+                pairs = _run_paged(opt_sess, dict(zip(names, ref_out)), feeds, seed)
+            else:
+                pairs = list(zip(names, ref_out, opt_sess.run(names, feeds)))
         except Exception as exc:
             result["error"] = f"ONNX Runtime fails to run the optimized model{suffix}: {_first_line(exc)}"
             return result
-        for name, r, g in zip(names, ref_out, opt_out):
+        for name, r, g in pairs:
             r, g = np.asarray(r), np.asarray(g)
             d_atol, d_rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
             diffs.append(compare_arrays(name + suffix, r, g, d_atol if atol is None else atol,

@@ -406,3 +406,34 @@ rules:
                                    rules=[str(rule)], cache_dir=False)
     msgs = [str(w.message) for w in caught if issubclass(w.category, onnx_fuse.OnnxFuseWarning)]
     assert len(msgs) == 1 and "VerificationError" in msgs[0] and "refuses the optimized model" in msgs[0], msgs
+
+
+@pytest.mark.parametrize("name", ["llama_kv_dynamo", "gpt2_kv_dynamo"])
+def test_paged_kv_rewrite_is_verified_against_the_contiguous_original(name):
+    """-O4 --target trt turns the KV cache into pools: verify feeds the original's past as
+    shuffled pool blocks and compares present.* with the pools read back, and logits as they are."""
+    from pathlib import Path
+
+    import onnx_ir as ir
+
+    import onnx_fuse
+
+    path = Path(__file__).parent / "data" / "models" / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not there")
+    result = onnx_fuse.optimize(path, level=4, target="trt", verify=True)
+    if "onnx_fuse::PagedAttention" not in result.report.ops_after:
+        pytest.skip("the paged-KV rewrite did not fire on this export")
+    assert result.report.status == "PASSED", result.report.status_reason
+    names = {o["name"] for o in result.report.verify["outputs"]}
+    assert {"logits", "present.0.key", "present.1.value"} <= names
+    # the same model with a wrong softmax scale must fail
+    wrong = ir.from_proto(ir.to_proto(result.model))
+    for node in wrong.graph:
+        if node.op_type == "PagedAttention":
+            node.attributes["scale"] = ir.AttrFloat32("scale", node.attributes["scale"].value * 2)
+    bad = verify(str(path), wrong)
+    assert not bad["passed"]
+    assert any(o["name"] == "logits" and not o["passed"] for o in bad["outputs"])
+    with pytest.raises(UserError, match="paged-KV model is verified from random inputs only"):
+        verify(str(path), result.model, inputs=make_inputs(onnx.load(path)))

@@ -60,3 +60,28 @@ def gather_pool(pool: np.ndarray, table_row: np.ndarray, length: int) -> np.ndar
     bs = pool.shape[1]
     pos = np.arange(length)
     return pool[np.asarray(table_row)[pos // bs], pos % bs].transpose(1, 0, 2)
+
+
+def is_paged_rewrite(original_inputs: set[str], optimized_inputs: set[str]) -> bool:
+    """True when ``optimized`` is the paged-KV rewrite of ``original`` (docs/paged_kv.md):
+    contiguous ``past_key_values.*`` in, block tables, sequence lengths and pools out."""
+    return ({"block_tables", "seq_lens"} <= optimized_inputs
+            and any(n.startswith("kv_pool_k.") for n in optimized_inputs)
+            and any(n.startswith("past_key_values.") for n in original_inputs))
+
+
+def paged_pairs(ref_out: dict, opt_out: dict, paged_feeds: dict, total_len: int) -> list[tuple]:
+    """(name, original, paged) output pairs to compare: outputs of the same name as they are, and
+    each ``present.{i}.key/value`` with the sequences read back out of ``kv_pool_{k,v}_out.{i}``."""
+    pairs = []
+    for name, ref in ref_out.items():
+        if name in opt_out:
+            pairs.append((name, ref, opt_out[name]))
+            continue
+        parts = name.split(".")
+        if len(parts) == 3 and parts[0] == "present" and parts[2] in ("key", "value"):
+            pool = opt_out.get(f"kv_pool_{parts[2][0]}_out.{parts[1]}")
+            if pool is not None:
+                got = np.stack([gather_pool(pool, row, total_len) for row in paged_feeds["block_tables"]])
+                pairs.append((name, ref, got.astype(ref.dtype)))
+    return pairs
