@@ -195,6 +195,18 @@ def _reshape(ctx, x, shape) -> np.ndarray:
     return arr.reshape([_int(ctx, d) for d in _list(ctx, shape)])
 
 
+def _known_shape(ctx, v, dims) -> bool:
+    """Whether ``v`` provably has these dims (ints or symbols; None = any); never fails."""
+    if not isinstance(v, ir.Value) or v.shape is None or len(v.shape) != len(dims):
+        return False
+    for got, want in zip(_shape(ctx, v), dims):
+        if want is None:
+            continue
+        if isinstance(got, UnknownDim) or isinstance(want, UnknownDim) or got != want:
+            return False
+    return True
+
+
 def _producer_ops(v, n: int) -> list[str]:
     ops: list[str] = []
     while v is not None and len(ops) < n:
@@ -238,6 +250,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "same": lambda ctx, a, b: a is b,
     # op types met walking up first inputs from a value, at most n nodes
     "producer_ops": lambda ctx, v, n: _producer_ops(_as_value(v, "producer_ops"), int(n)),
+    "has_shape": lambda ctx, v, dims: _known_shape(ctx, v, _list(ctx, dims)),
     "take": lambda ctx, a, idx: [_list(ctx, a)[int(i)] for i in _list(ctx, idx)],
     "iota": lambda ctx, n: list(range(int(n))),
     "is_int": lambda ctx, x: isinstance(x, (int, np.integer)) and not isinstance(x, bool),

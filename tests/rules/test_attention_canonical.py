@@ -12,7 +12,7 @@ B, H, S, P, D = 2, 4, 3, 5, 8
 T = P + S
 
 
-def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0):
+def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0, fill=False, repeat=True):
     n = h.node
     nodes, outputs = [], []
     k, v = "k_new", "v_new"
@@ -22,7 +22,7 @@ def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0):
         k, v = "present_k", "present_v"
         outputs += [h.vi("present_k", [B, kv_heads, T, D]), h.vi("present_v", [B, kv_heads, T, D])]
     tk = T if cache else S
-    if kv_heads != H:
+    if kv_heads != H and repeat:
         nodes += [n("Unsqueeze", [k, "ax2"], ["ku"]), n("Expand", ["ku", "rep5"], ["kx"]),
                   n("Reshape", ["kx", "rep4"], ["kr"]),
                   n("Unsqueeze", [v, "ax2"], ["vu"]), n("Expand", ["vu", "rep5"], ["vx"]),
@@ -37,13 +37,18 @@ def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0):
     if mask:
         nodes.append(n("Add", [scores, "mask"], ["sm"]))
         scores = "sm"
+    if fill:   # masked_fill(bool mask, finfo.min), MPT / older eager attention
+        nodes.append(n("Where", ["bmask", "fillv", scores], ["sw"]))
+        scores = "sw"
     nodes += [n("Softmax", [scores], ["p"], axis=-1), n("MatMul", ["p", v], ["o"])]
     inputs = [h.vi("q", [B, H, S, D]), h.vi("k_new", [B, kv_heads, S, D]), h.vi("v_new", [B, kv_heads, S, D])]
     if cache:
         inputs += [h.vi("past_k", [B, kv_heads, P, D]), h.vi("past_v", [B, kv_heads, P, D])]
     if mask:
         inputs.append(h.vi("mask", [B, 1, S, tk]))
-    inits = {"scale": np.array(D ** -0.5, np.float32), "cap": np.array(softcap or 1.0, np.float32),
+    if fill:
+        inputs.append(h.vi("bmask", [B, 1, S, tk], elem=9))
+    inits = {"scale": np.array(D ** -0.5, np.float32), "fillv": np.array(np.finfo(np.float32).min, np.float32), "cap": np.array(softcap or 1.0, np.float32),
              "ax2": np.array([2], np.int64), "rep5": np.array([B, kv_heads, H // kv_heads, tk, D], np.int64),
              "rep4": np.array([B, H, tk, D], np.int64)}
     return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])] + outputs, inits)
@@ -131,3 +136,28 @@ def test_fully_masked_rows_keep_the_exported_numbers(h, target, kv_heads):
     out = h.fuse(model, target)
     assert "Softmax" not in h.ops(out)
     h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("mask", [True, False])
+def test_masked_fill_is_an_additive_bias(h, target, mask):
+    """Where(bool, finfo.min, scores) (masked_fill), alone or after an ALiBi-like additive bias."""
+    model = _block(h, cache=False, mask=mask, fill=True)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    feeds = _feeds(h, cache=False, mask=mask)
+    bm = np.zeros((B, 1, S, S), bool)
+    bm[..., np.triu_indices(S, 1)[0], np.triu_indices(S, 1)[1]] = True
+    bm[1, ..., 0] = True
+    feeds["bmask"] = bm
+    h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target,op", [("ort", "com.microsoft::GroupQueryAttention"), ("onnx", "Attention")])
+def test_one_kv_head_by_broadcast_is_mqa(h, target, op):
+    """Falcon's MQA: K/V [B,1,T,D] broadcast by the MatMuls, no repeat_kv."""
+    model = _block(h, kv_heads=1, cache=False, repeat=False)
+    out = h.fuse(model, target)
+    assert h.ops(out)[op] == 1 and "Softmax" not in h.ops(out)
+    h.assert_close(model, out, _feeds(h, kv_heads=1, cache=False))
