@@ -164,3 +164,18 @@ def test_trt_level4_soft_mask_is_not_the_plugin_contract(h):
     ops = h.ops(fused)
     assert ops["Attention"] == 2 and "onnx_fuse::FusedAttention" not in ops
     h.assert_close(model, fused, feeds_for(entry), atol=1e-4, rtol=1e-3)
+
+
+def test_trt_level4_keeps_attention_attributes_the_plugin_lacks(h):
+    """Attention-23 with softcap (or is_causal) is not FusedAttention: the O4 rule names every
+    attribute it drops (softcap=30 used to be silently lost)."""
+    entry = MANIFEST["bert_sdpa_dynamo"]
+    original = onnx.load(str(MODELS / entry["file"]))
+    o3 = h.fuse(original, "trt", level=3)
+    for node in o3.graph.node:
+        if node.op_type == "Attention":
+            node.attribute.append(onnx.helper.make_attribute("softcap", 30.0))
+    fused = h.fuse(o3, "trt", level=4)
+    ops = h.ops(fused)
+    assert ops["Attention"] == entry["num_layers"] and "onnx_fuse::FusedAttention" not in ops, dict(ops)
+    h.assert_close(o3, fused, feeds_for(entry))
