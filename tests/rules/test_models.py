@@ -174,7 +174,9 @@ def test_trt_level4_keeps_attention_attributes_the_plugin_lacks(h):
     o3 = h.fuse(original, "trt", level=3)
     for node in o3.graph.node:
         if node.op_type == "Attention":
-            node.attribute.append(onnx.helper.make_attribute("softcap", 30.0))
+            keep = [a for a in node.attribute if a.name != "softcap"]
+            del node.attribute[:]
+            node.attribute.extend(keep + [onnx.helper.make_attribute("softcap", 30.0)])
     fused = h.fuse(o3, "trt", level=4)
     ops = h.ops(fused)
     assert ops["Attention"] == entry["num_layers"] and "onnx_fuse::FusedAttention" not in ops, dict(ops)
