@@ -93,13 +93,13 @@ def _local_checkers(stages: Sequence[Stage], seed: int) -> list:
     return checkers
 
 
-def _rewrite_checks(checkers: Sequence, report: Report) -> dict:
+def _rewrite_checks(checkers: Sequence, report: Report, work: ir.Model) -> dict:
     """Merged per-rewrite check counts; each rolled-back rewrite also becomes a warning."""
     from onnx_fuse.rewrite._local_check import CheckStats
 
     total = CheckStats()
     for c in checkers:
-        total.merge(c.stats)
+        total.merge(c.stats_for(work))
     for f in total.failed:
         what = f"kept ({f['kept']})" if "kept" in f else "rolled back"
         report.warnings.append(f"rule {f['rule']} at {f['node']!r} failed its numeric check, "
@@ -174,6 +174,6 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
             candidate = emulate_bf16(ir.to_proto(work)) if precision == "bf16" else work
         report.verify = run_verify(original, candidate, inputs=verify_inputs, shapes=shapes,
                                    seed=seed, **tol)
-        report.verify["rewrites"] = _rewrite_checks(checkers, report)
+        report.verify["rewrites"] = _rewrite_checks(checkers, report, work)
         report.seconds["verify"] = time.perf_counter() - t3
     return OptimizeResult(work, report, model if isinstance(model, (str, os.PathLike)) else None)

@@ -573,20 +573,31 @@ class LocalChecker:
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
-        self.stats = CheckStats()
+        self.by_model: dict[int, CheckStats] = {}   # id(model) -> what the checks did on it
 
-    def reset(self) -> None:
-        self.stats = CheckStats()
+    @property
+    def stats(self) -> CheckStats:
+        """Everything checked, on every model the pass ran on."""
+        total = CheckStats()
+        for s in self.by_model.values():
+            total.merge(s)
+        return total
 
-    def _unchecked(self, rule: str, why: str) -> None:
-        self.stats.unchecked += 1
+    def stats_for(self, model: ir.Model) -> CheckStats:
+        """The checks of the run on ``model`` itself when there was one: a pass that first tries
+        its rules on a copy (the opset trial) and drops it then runs them again on the model."""
+        return self.by_model.get(id(model)) or self.stats
+
+    def _unchecked(self, stats: CheckStats, rule: str, why: str) -> None:
+        stats.unchecked += 1
         key = f"{rule}: {why}"
-        self.stats.unchecked_reasons[key] = self.stats.unchecked_reasons.get(key, 0) + 1
+        stats.unchecked_reasons[key] = stats.unchecked_reasons.get(key, 0) + 1
 
     def __call__(self, plan: Any, model: ir.Model) -> str | None:
         import time
 
         t0 = time.perf_counter()
+        stats = self.by_model.setdefault(id(model), CheckStats())
         match = plan.match
         rule = match.rule
         opsets = dict(model.opset_imports.items())
@@ -602,12 +613,12 @@ class LocalChecker:
                                    ir_version=model.ir_version or onnx.IR_VERSION, seed=self.seed)
         except Unchecked as exc:
             reason = None
-            self._unchecked(rule.name, str(exc))
+            self._unchecked(stats, rule.name, str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug of the check must not stop optimization
             reason = None
-            self._unchecked(rule.name, f"check crashed ({type(exc).__name__}: {_first_line(exc)})")
+            self._unchecked(stats, rule.name, f"check crashed ({type(exc).__name__}: {_first_line(exc)})")
         else:
-            self.stats.checked += 1
+            stats.checked += 1
             if reason is not None:
                 entry = {"rule": rule.name, "node": anchor, "reason": reason}
                 if any(n.domain == _CANONICAL_DOMAIN for n in match.node_list()):
@@ -615,6 +626,6 @@ class LocalChecker:
                     # it, named, and let the whole-model verification give the verdict.
                     entry["kept"] = "it lowers a canonical op, which cannot stay in the model"
                     reason = None
-                self.stats.failed.append(entry)
-        self.stats.seconds += time.perf_counter() - t0
+                stats.failed.append(entry)
+        stats.seconds += time.perf_counter() - t0
         return reason
