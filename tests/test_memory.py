@@ -1,6 +1,6 @@
 """Peak memory stays bounded by the folding cap plus one weight, whatever the weights' layout.
 
-Each case runs in a child process that reports its own peak RSS (ru_maxrss). The multi-GB weights
+Each case runs in a child process that reports its own peak RSS (VmHWM). The multi-GB weights
 live in sparse files, so they cost no disk and reading them costs no time; what is measured is
 whether anything copies or expands them: shape inference's data propagation used to turn a 1-D
 weight into a list of dims (a 100 MB one took 5.2 GB), and saving serialized the whole model in
@@ -78,14 +78,22 @@ onnx.save(m, folder + "/emb.onnx")
 del m, g, inits
 '''
 
+# Peak RSS is VmHWM of the child's own image: ru_maxrss would carry over the peak of the process
+# image before exec (a forked copy of a large pytest process).
 _MEASURE = '''
-import json, resource, onnx_fuse
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+import json, onnx_fuse
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+base = hwm()
 result = onnx_fuse.optimize(src, level=3)
-after_optimize = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+after_optimize = hwm()
 for path, external in saves:
     result.save(path, external_data=external)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = hwm()
 print(json.dumps({"import": base, "optimize": after_optimize, "peak": peak,
                   "ops": result.report.ops_after}))
 '''
