@@ -1,5 +1,7 @@
 """`explain`: why a rule did or did not fire at each candidate anchor, without changing the model.
 
+A rule of a later stage (lower, simplify) is explained on a copy of the model rewritten by the
+earlier stages' rules, since it matches what they produce (canonical ops, layout glue).
 For every candidate anchor (or one named node) the rule's matcher runs with a ``Tracer``; a full
 match is then planned and validated exactly as the pass would (but not committed), so the answer
 is one of matched / no match / check failed / rewrite rejected, with the furthest partial match,
@@ -14,7 +16,7 @@ from onnx_fuse.errors import UserError
 from onnx_fuse.rewrite._matcher import GraphFacts, Matcher, norm_domain
 from onnx_fuse.rewrite._result import STAGE_REWRITE, MatchResult, MatchStatus, Tracer
 from onnx_fuse.rewrite._rewriter import NoProgress, Rewriter, RewriteRejected
-from onnx_fuse.rewrite._rule import Rule, RuleSet
+from onnx_fuse.rewrite._rule import STAGES, Rule, RuleSet
 
 
 def explain(model: ir.Model, rules: RuleSet | Rule, rule_name: str | None = None, *,
@@ -31,6 +33,8 @@ def explain(model: ir.Model, rules: RuleSet | Rule, rule_name: str | None = None
             hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
             raise UserError(f"no rule named {rule_name!r}{hint}; see `onnx-fuse rules list`")
         rule = found
+        if rule.stage != STAGES[0]:
+            model = _after_earlier_stages(model, rules, rule)
     rewriter = Rewriter(model)
     if not rule.opset_ok(rewriter.opset):
         return [MatchResult(rule.name, "*", MatchStatus.SKIPPED,
@@ -77,3 +81,15 @@ def explain(model: ir.Model, rules: RuleSet | Rule, rule_name: str | None = None
     if node is not None and not found_node:
         raise UserError(f"no node named {node!r} in the model")
     return results
+
+
+def _after_earlier_stages(model: ir.Model, rules: RuleSet, rule: Rule) -> ir.Model:
+    """A lowering matches canonical ops, a simplification the glue lowerings leave: explain them on
+    a copy of the model that the earlier stages of ``rules`` have rewritten, as the pass does."""
+    from onnx_fuse.rewrite._rewriter import RewritePass
+
+    upto = STAGES.index(rule.stage)
+    earlier = RuleSet(r for r in rules.ordered() if STAGES.index(r.stage) < upto)
+    copy = ir.serde.deserialize_model(ir.serde.serialize_model(model))
+    RewritePass(earlier, stages=STAGES[:upto])(copy)
+    return copy

@@ -27,7 +27,7 @@ def explain(capsys, *args: str) -> tuple[int, list[dict]]:
 @pytest.mark.parametrize("rule,target", [
     ("attention", None),            # default: the rule's first target, ort
     ("attention-trt-prefill", "trt"),
-    ("mha-packed-ort", None),
+    ("attention-packed-ort", None),
     ("gelu-erf", None),             # onnx; Gelu-20 needs opset 20: explain upgrades like optimize
     ("gelu-erf", "trt"),
     ("layer-norm", "ort"),
@@ -56,7 +56,7 @@ def test_explain_for_a_target_the_rule_does_not_run_on_is_a_user_error(demo, cap
 def test_explain_agrees_with_optimize(demo, capsys):
     import onnx_fuse
 
-    for target, rule in (("ort", "mha-packed-ort"), ("onnx", "attention"), ("trt", "gelu-erf")):
+    for target, rule in (("ort", "attention-packed-ort"), ("onnx", "attention"), ("trt", "gelu-erf")):
         fires = onnx_fuse.optimize(demo, level=3, target=target).report.rule_fires
         code, results = explain(capsys, demo, "--rule", rule, "--target", target)
         assert code == 0
