@@ -125,7 +125,7 @@ def test_rules_and_disable_take_a_single_string(tmp_path):
     assert fires.get("layer-norm") == 4
     # one name, not its characters: the rule is disabled and nothing else is
     without = onnx_fuse.optimize(str(demo), level=3, disable="layer-norm").report.rule_fires
-    assert "layer-norm" not in without and without.get("mha-packed-ort") == fires["mha-packed-ort"]
+    assert "layer-norm" not in without and without.get("attention-packed-ort") == fires["attention-packed-ort"]
     # one rule file, not one file per character
     onnx_fuse.optimize(str(demo), level=2, rules=str(rules))
     onnx_fuse.optimize(str(demo), level=2, rules=rules)
