@@ -369,7 +369,7 @@ CASES = [
     Case("rules-missing", lambda c: _write(c, good_model()), "rules.yaml", surfaces=("api", "cli"),
          cli_args=RULES_ARGS, api_kwargs=_rules_kwargs),
     Case("rules-fifo", _fifo_rules, "rules.yaml", surfaces=("api", "cli"), cli_args=RULES_ARGS,
-         api_kwargs=_rules_kwargs, xfail={"api": YAML_OTHER, "cli": YAML_OTHER}),
+         api_kwargs=_rules_kwargs),
     Case("rules-not-a-list", _rules("just a string\n"), "rules.yaml", surfaces=("api", "cli"),
          cli_args=RULES_ARGS, api_kwargs=_rules_kwargs),
     # names

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.resources
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -263,7 +264,11 @@ def _dedent_item(source: str) -> str:
 def load_file(path: str | os.PathLike) -> tuple[list[Rule], list[RuleError]]:
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):   # a FIFO or device would block or never end
+            what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            return [], [RuleError(f"rule file is {what}; refusing", 0, str(p))]
+        size = st.st_size
         if size > MAX_FILE_BYTES:
             return [], [RuleError(f"rule file larger than {MAX_FILE_BYTES} bytes; refusing", 0, str(p))]
         text = p.read_text(encoding="utf-8")
