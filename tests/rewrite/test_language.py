@@ -218,7 +218,7 @@ rules:
     where:
       check: ["ax == [-1] or ax == [rank(x) - 1] : must reduce the last axis"]
     rewrite: |
-      y = onnx_fuse::MeanLast(x, axis=ax[0])
+      y = onnx_fuse::MeanLast(x, axis=ax[0]) : like(y)
 """
 
 
@@ -430,7 +430,7 @@ def test_symbolic_shape_equality_in_check():
         where:
           check: ["shape(x)[-1] == shape(g)[0] : g must cover the last axis"]
         rewrite: |
-          y = onnx_fuse::ScaleLast(x, g)
+          y = onnx_fuse::ScaleLast(x, g) : like(y)
     """
     ok = model_from_text("""
     <ir_version: 10, opset_import: ["" : 20]>
@@ -460,7 +460,7 @@ rules:
     where:
       check: ["rank(a) == 3 and rank(b) == 3 : SkipLayerNormalization wants 3D inputs"]
     rewrite: |
-      y, _, _, s? = com.microsoft::SkipLayerNormalization(a, b, g, beta, epsilon=eps)
+      y, _, _, s? = com.microsoft::SkipLayerNormalization(a, b, g, beta, epsilon=eps) : like(a)
 """
 
 

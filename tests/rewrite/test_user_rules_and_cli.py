@@ -23,7 +23,7 @@ rules:
     where:
       s: {scalar: 2.0}
     rewrite: |
-      y = mycorp::ScaledRelu(x, scale=float(value(s)))
+      y = mycorp::ScaledRelu(x, scale=float(value(s))) : like(y)
 """
 
 MODEL = """
