@@ -19,7 +19,7 @@ type) of each model at that past length, batch 1.
 
     python tools/bench_decode.py [--work DIR] [--past 128 512 2048] [--batch 1 4] [--reps 15]
                                  [--threads 2] [--genai-python /work/venvs/genai/bin/python]
-                                 [--profile 2048]
+                                 [--profile 128 2048]
 """
 
 from __future__ import annotations
@@ -206,13 +206,14 @@ def bench(sessions: dict, batches, pasts, reps: int) -> list[dict]:
             feeds = _feeds(b, 1, p)
             mf = {n: _model_feeds(s, feeds, p) for n, s in sessions.items()}
             for n, s in sessions.items():  # warm-up
-                for _ in range(2):
+                for _ in range(3):
                     s.run(None, mf[n])
-            times = {n: [] for n in sessions}
-            for _ in range(reps):
-                for n, s in sessions.items():
+            names = list(sessions)
+            times = {n: [] for n in names}
+            for r in range(reps):  # round-robin; the first model of a round rotates
+                for n in names[r % len(names):] + names[:r % len(names)]:
                     t0 = time.perf_counter()
-                    s.run(None, mf[n])
+                    sessions[n].run(None, mf[n])
                     times[n].append((time.perf_counter() - t0) * 1e3)
             med = {n: statistics.median(t) for n, t in times.items()}
             row = {"batch": b, "past": p, **{f"{n}_ms": round(v, 2) for n, v in med.items()},
@@ -223,24 +224,28 @@ def bench(sessions: dict, batches, pasts, reps: int) -> list[dict]:
 
 
 def profile(paths: dict, past: int, threads: int, runs: int, work: Path) -> dict:
-    """Total kernel time per op type over `runs` steps at batch 1 (ORT's profiler)."""
+    """Kernel time per op type and step, median over `runs` steps at batch 1 (ORT's profiler)."""
     out = {}
     for name, path in paths.items():
-        sess = _session(path, threads, profile=str(work / f"prof_{name}"))
+        sess = _session(path, threads, profile=str(work / f"prof_{name}_{past}"))
         feeds = _model_feeds(sess, _feeds(1, 1, past), past)
         for _ in range(2 + runs):
             sess.run(None, feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())
         per_op: dict[str, float] = {}
-        runs_seen = [e["dur"] for e in events if e.get("name") == "model_run"]
+        run_events = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+        cutoff = run_events[2]["ts"]  # the two warm-up steps are left out
+        runs_seen = [e["dur"] for e in run_events[2:]]
         for e in events:
-            if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            if (e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")
+                    and e["ts"] >= cutoff):
                 op = e["args"].get("op_name", "?")
                 per_op[op] = per_op.get(op, 0.0) + e["dur"]
         n = len(runs_seen)
         top = sorted(per_op.items(), key=lambda kv: -kv[1])
-        out[name] = {"step_ms": round(statistics.median(runs_seen) / 1e3, 2),
-                     "ops_ms_per_step": {op: round(us / n / 1e3, 3) for op, us in top[:12]}}
+        out[name] = {"past": past, "step_ms": round(statistics.median(runs_seen) / 1e3, 2),
+                     "kernels_ms": round(sum(per_op.values()) / n / 1e3, 2),
+                     "ops_ms_per_step": {op: round(us / n / 1e3, 3) for op, us in top[:16]}}
         print(json.dumps({name: out[name]}), flush=True)
     return out
 
@@ -264,7 +269,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--genai-python", default="/work/venvs/genai/bin/python")
-    ap.add_argument("--profile", type=int, metavar="PAST", help="also profile op types at this past")
+    ap.add_argument("--profile", type=int, nargs="*", default=[], metavar="PAST",
+                    help="also profile op types at these past lengths (batch 1)")
     ap.add_argument("--profile-runs", type=int, default=10)
     ns = ap.parse_args(argv)
     work = Path(ns.work)
@@ -293,8 +299,8 @@ def main(argv=None) -> int:
     print(json.dumps({"max_abs_logits_vs_original": check_logits(sessions)}), flush=True)
     bench(sessions, ns.batch, ns.past, ns.reps)
     del sessions
-    if ns.profile:
-        profile(paths, ns.profile, ns.threads, ns.profile_runs, work)
+    for past in ns.profile:
+        profile(paths, past, ns.threads, ns.profile_runs, work)
     return 0
 
 
