@@ -2,7 +2,8 @@
 
 Sizes: hidden 32 (<= 64), 2 layers, vocab 128, 128 positions, head_dim 16 (query heads times
 head_dim may exceed hidden where the config has a head_dim, as in Gemma); intermediate 64.
-`features` name the idioms a fusion has to recognise in the export.
+`features` name the idioms a fusion has to recognise in the export. DEFAULT_WEIGHTS: the
+architectures also exported with plain (untouched) init, one or more per family that has norms.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ ENC = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidd
            num_attention_heads=2, max_position_embeddings=POSITIONS)
 VIS = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=2,
            image_size=IMAGE, patch_size=PATCH, num_channels=3)
+
+
+DEFAULT_WEIGHTS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "gpt_neox", "gpt2", "bloom", "mpt",
+                   "falcon", "bert", "albert", "t5_encoder", "whisper_encoder", "vit", "clip_vision")
 
 
 def _s(kind, config, model, kw, features, model_type, ort_type=None, part=None, task=None):
@@ -53,10 +58,6 @@ SPECS = {
               dict(DEC, num_attention_heads=2, partial_rotary_factor=0.5),
               ["mha", "rope-partial", "layernorm", "gelu-tanh", "parallel-residual", "qkv-bias"],
               "phi", "phi"),
-    "stablelm": _s("decoder", "StableLmConfig", "StableLmForCausalLM",
-                   dict(DEC, num_attention_heads=2, num_key_value_heads=2, partial_rotary_factor=0.25,
-                        use_qkv_bias=True),
-                   ["mha", "rope-partial", "layernorm", "swiglu", "qkv-bias"], "stablelm", "gpt2"),
     "gpt_neox": _s("decoder", "GPTNeoXConfig", "GPTNeoXForCausalLM",
                    dict(DEC, num_attention_heads=2, rotary_pct=0.25, use_parallel_residual=True),
                    ["mha", "rope-partial", "layernorm", "gelu", "parallel-residual", "fused-qkv"],
@@ -66,10 +67,6 @@ SPECS = {
                     n_positions=POSITIONS, **TOKENS),
                ["mha", "rope-interleaved", "rope-partial", "layernorm", "gelu-tanh", "parallel-residual"],
                "gptj", "gpt2"),
-    "cohere": _s("decoder", "CohereConfig", "CohereForCausalLM",
-                 dict(DEC, num_attention_heads=2, num_key_value_heads=1, logit_scale=0.5),
-                 ["mqa", "rope-interleaved", "layernorm-nobias", "swiglu", "parallel-residual",
-                  "logit-scale"], "cohere", "gpt2"),
     "gpt2": _s("decoder", "GPT2Config", "GPT2LMHeadModel",
                dict(vocab_size=VOCAB, n_embd=HIDDEN, n_inner=FFN, n_layer=LAYERS, n_head=2,
                     n_positions=POSITIONS, **TOKENS),
@@ -99,14 +96,6 @@ SPECS = {
                            n_positions=POSITIONS, multi_query=True, **TOKENS),
                       ["mqa", "learned-positions", "layernorm", "gelu-tanh", "fused-qkv"],
                       "gpt_bigcode", "gpt2"),
-    "starcoder2": _s("decoder", "Starcoder2Config", "Starcoder2ForCausalLM",
-                     dict(DEC, num_attention_heads=2, num_key_value_heads=1, sliding_window=4, use_bias=True),
-                     ["mqa", "rope-full", "layernorm", "gelu-tanh", "sliding-window", "qkv-bias"],
-                     "starcoder2", "gpt2"),
-    "granite": _s("decoder", "GraniteConfig", "GraniteForCausalLM",
-                  dict(DEC, num_attention_heads=2, num_key_value_heads=1, embedding_multiplier=2.0,
-                       attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=4.0),
-                  ["mqa", "rope-full", "rmsnorm", "swiglu", "custom-scale"], "granite", "gpt2"),
     # text encoders
     "bert": _s("encoder", "BertConfig", "BertModel", dict(ENC, type_vocab_size=2),
                ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "post-norm"],
@@ -123,9 +112,6 @@ SPECS = {
     "albert": _s("encoder", "AlbertConfig", "AlbertModel", dict(ENC, embedding_size=16, type_vocab_size=2),
                  ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-tanh", "shared-layers",
                   "embed-projection"], "albert", "bert"),
-    "electra": _s("encoder", "ElectraConfig", "ElectraModel", dict(ENC, embedding_size=16, type_vocab_size=2),
-                  ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "embed-projection"],
-                  "electra", "bert"),
     "deberta_v2": _s("encoder", "DebertaV2Config", "DebertaV2Model",
                      dict(ENC, type_vocab_size=0, relative_attention=True, position_buckets=32,
                           pos_att_type=["p2c", "c2p"], max_relative_positions=-1),
@@ -141,13 +127,13 @@ SPECS = {
                      dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=2,
                           relative_attention_num_buckets=8, decoder_start_token_id=0),
                      ["mha", "padding-mask", "relative-position", "rmsnorm", "relu", "no-scale"],
-                     "t5", "t5"),
+                     "t5", "t5", task="text2text-generation"),
     "bart_encoder": _s("encoder", "BartConfig", "BartModel",
                        dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
                             encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
                             decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, **TOKENS),
                        ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "post-norm"],
-                       "bart", "bart", part="encoder"),
+                       "bart", "bart", part="encoder", task="text2text-generation"),
     "whisper_encoder": _s("speech", "WhisperConfig", "WhisperModel",
                           dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
                                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
@@ -158,9 +144,6 @@ SPECS = {
     # vision encoders
     "vit": _s("vision", "ViTConfig", "ViTModel", dict(VIS),
               ["mha", "patch-embed", "cls-token", "learned-positions", "layernorm", "gelu-erf"], "vit", "vit"),
-    "deit": _s("vision", "DeiTConfig", "DeiTModel", dict(VIS),
-               ["mha", "patch-embed", "cls-token", "distillation-token", "layernorm", "gelu-erf"],
-               "deit", "vit"),
     "dinov2": _s("vision", "Dinov2Config", "Dinov2Model", dict(VIS, mlp_ratio=2),
                  ["mha", "patch-embed", "cls-token", "interpolated-positions", "layernorm", "gelu-erf",
                   "layer-scale"], "dinov2", "vit"),

@@ -278,6 +278,10 @@ def render_markdown(rows: list[dict], columns: list[str], header: dict) -> str:
     lines += ["", "## Per file", "", "| file | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for r in rows:
         lines.append(f"| {r['file'].removesuffix('.onnx')} | " + " | ".join(_cell(r, c) for c in columns) + " |")
+    if header.get("export_failed"):
+        lines += ["", "## Exports that failed (not in the corpus)", "", "| export | reason |", "|---|---|"]
+        for name, reason in sorted(header["export_failed"].items()):
+            lines.append(f"| {name} | {reason.replace('|', '/')[:200]} |")
     failures = _failure_reasons(rows, columns)
     if failures:
         lines += ["", "## Most common verify failures and crashes", "", "| count | column | reason |", "|---|---|---|"]
@@ -373,6 +377,7 @@ def main(argv=None) -> int:
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "git": ns.label or _git_head(), "versions": {"onnxruntime": onnxruntime.__version__,
                                                "onnxscript": onnxscript.__version__}}
+    header["export_failed"] = json.loads(mpath.read_text()).get("failed", {})
     summ = summary(ordered, ns.columns)
     _atomic_write(Path(ns.json), json.dumps({"header": header, "summary": summ, "rows": ordered}, indent=1) + "\n")
     if ns.markdown:
