@@ -218,6 +218,8 @@ def bench(sessions: dict, batches, pasts, reps: int) -> list[dict]:
             med = {n: statistics.median(t) for n, t in times.items()}
             row = {"batch": b, "past": p, **{f"{n}_ms": round(v, 2) for n, v in med.items()},
                    **{f"{n}_x": round(med[n] / med["original"], 3) for n in med if n != "original"}}
+            if "fused" in med and "genai" in med:
+                row["fused_vs_genai"] = round(med["fused"] / med["genai"], 3)
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
