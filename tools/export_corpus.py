@@ -295,7 +295,9 @@ def _optimum_save(arch: str, weights: str, out_dir: str) -> None:
     torch.manual_seed(SEED)
     kw = dict(spec["config"])
     config = getattr(tf, spec["config_class"])(**kw)
-    model = getattr(tf, spec["model_class"])(config).eval()
+    # optimum's seq2seq task loads a full encoder-decoder: save one (its encoder is what we keep)
+    cls = "T5ForConditionalGeneration" if spec["model_class"] == "T5EncoderModel" else spec["model_class"]
+    model = getattr(tf, cls)(config).eval()
     if weights == "trained":
         perturb(model)
     model.save_pretrained(out_dir)

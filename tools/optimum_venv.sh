@@ -12,6 +12,6 @@ if [ -x "$VENV/bin/optimum-cli" ]; then
 fi
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
-"$VENV/bin/pip" install -q "torch==2.13.0" "optimum-onnx" "transformers<4.58" "onnx" "onnxruntime" "pillow"
+"$VENV/bin/pip" install -q "torch==2.13.0" "optimum-onnx" "transformers<4.58" "onnx" "onnxruntime" "pillow" "accelerate"
 "$VENV/bin/optimum-cli" export onnx --help >/dev/null
 "$VENV/bin/python" -c "import optimum, transformers, torch; print('optimum venv ok: transformers', transformers.__version__, 'torch', torch.__version__)"
