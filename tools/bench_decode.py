@@ -275,6 +275,10 @@ def main(argv=None) -> int:
                     help="also profile op types at these past lengths (batch 1)")
     ap.add_argument("--profile-runs", type=int, default=10)
     ns = ap.parse_args(argv)
+    bad = [p for p in ns.past + ns.profile if not 0 < p < MAX_POS]
+    if bad or min(ns.batch) < 1 or ns.reps < 1:
+        print(f"bench_decode: past lengths must be in 1..{MAX_POS - 1}, batch and reps >= 1", file=sys.stderr)
+        return 2
     work = Path(ns.work)
     work.mkdir(parents=True, exist_ok=True)
     hf_dir = work / "hf"
