@@ -90,23 +90,45 @@ def _alarm(seconds: int):
     signal.alarm(seconds)
 
 
-def _verify(original_path: str, optimized) -> dict:
+def _manifest_feeds(entry: dict) -> dict:
+    """Example inputs from the manifest's dims (tools/export_corpus.py), for models whose inputs
+    verify cannot size by itself (symbolic image height/width)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from export_corpus import feeds_from_manifest
+
+    return feeds_from_manifest(entry, entry.get("vocab_size") or 128)
+
+
+def _verify(original_path: str, optimized, entry: dict) -> dict:
+    from onnx_fuse.errors import UserError
     from onnx_fuse.verify import failure_summary, verify
 
-    result = verify(original_path, optimized)
-    return {"passed": bool(result.get("passed")),
+    try:
+        result, inputs = verify(original_path, optimized), "random"
+    except UserError as exc:
+        if "cannot verify" not in str(exc):
+            raise
+        result, inputs = verify(original_path, optimized, inputs=_manifest_feeds(entry)), "manifest"
+    return {"passed": bool(result.get("passed")), "inputs": inputs,
             "reason": None if result.get("passed") else failure_summary(result)}
 
 
-def run_onnx_fuse(path: str, level: int, target: str) -> dict:
+def run_onnx_fuse(path: str, level: int, target: str, entry: dict) -> dict:
     import onnx_fuse
     from onnx_fuse.errors import UserError
 
     t0 = time.perf_counter()
     try:
-        result = onnx_fuse.optimize(path, level=level, target=target, verify=True)
+        try:
+            result, inputs = onnx_fuse.optimize(path, level=level, target=target, verify=True), "random"
+        except UserError as exc:  # verify's random inputs cannot size this model: use the manifest's
+            if "cannot verify" not in str(exc) or "changed the model's inputs" in str(exc):
+                raise
+            result = onnx_fuse.optimize(path, level=level, target=target, verify=True,
+                                        verify_inputs=_manifest_feeds(entry))
+            inputs = "manifest"
         verify = result.report.verify or {}
-        row = {"verify": {"passed": bool(verify.get("passed")),
+        row = {"verify": {"passed": bool(verify.get("passed")), "inputs": inputs,
                           "reason": None if verify.get("passed") else _verify_reason(verify)}}
     except UserError as exc:
         if "changed the model's inputs" not in str(exc):
@@ -127,7 +149,7 @@ def _verify_reason(verify: dict) -> str:
     return failure_summary(verify)
 
 
-def run_onnxscript(path: str) -> dict:
+def run_onnxscript(path: str, entry: dict) -> dict:
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
@@ -136,7 +158,7 @@ def run_onnxscript(path: str) -> dict:
     model, fusions = optimize_for_ort(model)
     proto = ir.to_proto(model)
     hist = _histogram(proto)
-    return {"ops": dict(sorted(hist.items())), "counts": count_ops(hist), "verify": _verify(path, proto),
+    return {"ops": dict(sorted(hist.items())), "counts": count_ops(hist), "verify": _verify(path, proto, entry),
             "fusions": {k: v for k, v in fusions.items() if v}, "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -154,7 +176,7 @@ def run_ort_tools(path: str, entry: dict) -> dict:
                              hidden_size=entry["hidden_size"])
     proto = opt.model
     hist = _histogram(proto)
-    return {"ops": dict(sorted(hist.items())), "counts": count_ops(hist), "verify": _verify(path, proto),
+    return {"ops": dict(sorted(hist.items())), "counts": count_ops(hist), "verify": _verify(path, proto, entry),
             "model_type": entry["ort_model_type"], "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -172,12 +194,12 @@ def worker(name: str, corpus: Path, columns: list[str]) -> dict:
         _alarm(CONFIG_TIMEOUT)
         try:
             if col == "onnxscript":
-                res = run_onnxscript(path)
+                res = run_onnxscript(path, entry)
             elif col == "ort-tools":
                 res = run_ort_tools(path, entry)
             else:
                 target, level = col.split("-O")
-                res = run_onnx_fuse(path, int(level), target)
+                res = run_onnx_fuse(path, int(level), target, entry)
         except (Exception, _Timeout) as exc:  # noqa: BLE001 -- the matrix records crashes
             res = {"error": _one_line(exc)}
         finally:
@@ -331,6 +353,7 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", help="also write the table here (e.g. docs/coverage.md)")
     ap.add_argument("-j", "--jobs", type=int, default=1)
     ap.add_argument("--resume", action="store_true", help="reuse rows of unchanged files from --json")
+    ap.add_argument("--rerun", nargs="*", help="with --resume: run files containing these strings again")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per file (all columns)")
     ap.add_argument("--batch", type=int, default=8, help="files per worker process")
     ap.add_argument("--label", help="what onnx-fuse version ran, for the header (default: git HEAD)")
@@ -353,7 +376,8 @@ def main(argv=None) -> int:
         for row in json.loads(Path(ns.json).read_text())["rows"]:
             entry = files.get(row["file"])
             if (entry and row.get("sha256") == entry["sha256"] and "error" not in row
-                    and set(ns.columns) <= set(row["columns"])):
+                    and set(ns.columns) <= set(row["columns"])
+                    and not any(r in row["file"] for r in ns.rerun or ())):
                 rows[row["file"]] = row
     todo = [n for n in names if n not in rows]
     print(f"{len(names) - len(todo)} files reused from {ns.json}, {len(todo)} to run", flush=True)
