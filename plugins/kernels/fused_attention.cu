@@ -727,8 +727,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
 // arrives on that stage's "full" mbarrier; the warpgroup gives its registers back (setmaxnreg).
 // Warpgroups 1 and 2 own 64 query rows each and take turns on the tensor cores (named barriers
 // 1 and 2, FlashAttention-3's ping-pong): in its turn a warpgroup issues S = Q K^T of tile j+1
-// and O += P V of tile j back to back, then runs the softmax of tile j+1 while the other
-// warpgroup's GEMMs run. A consumer frees a stage on its "empty" mbarrier once its PV is done.
+// and O += P V of tile j back to back, then runs the softmax of tile j+1 (as soon as S is done,
+// while its own PV and the other warpgroup's GEMMs still run) and rescales O once PV is done. A consumer frees a stage on its "empty" mbarrier once its PV is done.
 constexpr int kWsStages = 3;
 
 template <typename T, int D, bool CAUSAL>
@@ -864,8 +864,9 @@ __device__ __forceinline__ void fa_fwd_ws_body(
       WG::ss(sacc, da, db, kk > 0 ? 1 : 0);
     }
   };
-  // Mask, online softmax of tile `tile` (exp2 domain), rescale O, pack P into pa.
-  auto softmax = [&](float (&sv)[BN / 8][4], int tile) {
+  // Mask and online softmax of tile `tile` (exp2 domain) in place; returns the O rescale factors
+  // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
+  auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
     const int n0 = tile * BN;
     const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
     if (need_mask) {
@@ -886,7 +887,7 @@ __device__ __forceinline__ void fa_fwd_ws_body(
       mx = quad_max(mx) * scale_log2;
       const float m_new = fmaxf(row_m[h], mx);
       const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      const float alpha = exp2f(row_m[h] - m_use);
+      alpha[h] = exp2f(row_m[h] - m_use);
       row_m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -897,13 +898,18 @@ __device__ __forceinline__ void fa_fwd_ws_body(
         sv[nt][2 * h + 1] = p1;
         sum += p0 + p1;
       }
-      row_l[h] = row_l[h] * alpha + sum;
+      row_l[h] = row_l[h] * alpha[h] + sum;
+    }
+  };
+  // Rescale O and pack P into pa.
+  auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
-        acc[dt][2 * h] *= alpha;
-        acc[dt][2 * h + 1] *= alpha;
+        acc[dt][2 * h] *= alpha[h];
+        acc[dt][2 * h + 1] *= alpha[h];
       }
-    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       pa[kk][0] = Tr::pack(sv[2 * kk][0], sv[2 * kk][1]);
@@ -926,15 +932,12 @@ __device__ __forceinline__ void fa_fwd_ws_body(
     wg::bar_arrive(other_bar, 256);
     wg::wait0();
     wg::fence_acc(s0);
-    softmax(s0, 0);
+    float alpha[2];
+    softmax(s0, 0, alpha);
+    finish(s0, alpha);
   }
-  for (int j = 0; j < n_tiles; ++j) {
-    const bool has_next = j + 1 < n_tiles;
-    float s_nxt[BN / 8][4];
-    if (has_next) mbar_wait_parity(full0 + 8 * ((j + 1) % ST), ((j + 1) / ST) & 1);
-    wg::bar_sync(my_bar, 256);
-    if (has_next) issue_s(s_nxt, j + 1);
-    const uint32_t tv = sKV + (j % ST) * 2 * TILE + TILE;
+  auto pv = [&](int tile) {  // O += P V of `tile`, one wgmma group
+    const uint32_t tv = sKV + (tile % ST) * 2 * TILE + TILE;
     wg::fence_acc(acc);
     wg::fence();
 #pragma unroll
@@ -943,18 +946,43 @@ __device__ __forceinline__ void fa_fwd_ws_body(
       WGO::rs_tb(acc, pa[kk], db, 1);
     }
     wg::commit();
-    if (!(cw == 1 && j == n_tiles - 1)) wg::bar_arrive(other_bar, 256);
-    wg::wait0();  // S of tile j+1 and O of tile j
+  };
+  auto pv_done = [&]() {  // after wait0: acc is final, pa may be rewritten
     wg::fence_acc(acc);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");  // live until the wait
+      for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
+  };
+  // Steady state: S of tile j+1 and PV of tile j as two wgmma groups; the exponentials of tile
+  // j+1 run once S is done (wait_group 1) while PV still runs. No wgmma sits under a
+  // data-dependent branch (the last tile is peeled): otherwise ptxas cannot tell which group
+  // wait_group 1 leaves in flight and serializes every wgmma (warning C7514).
+  for (int j = 0; j + 1 < n_tiles; ++j) {
+    float s_nxt[BN / 8][4];
+    mbar_wait_parity(full0 + 8 * ((j + 1) % ST), ((j + 1) / ST) & 1);
+    wg::bar_sync(my_bar, 256);
+    issue_s(s_nxt, j + 1);
+    wg::commit();
+    pv(j);
+    wg::bar_arrive(other_bar, 256);
+    float alpha[2];
+    wg::wait1();
+    wg::fence_acc(s_nxt);
+    softmax(s_nxt, j + 1, alpha);
+    wg::wait0();
+    pv_done();
     wg::mbar_arrive(empty0 + 8 * (j % ST));
-    if (has_next) {
-      wg::fence_acc(s_nxt);
-      softmax(s_nxt, j + 1);
-    }
+    finish(s_nxt, alpha);
+  }
+  {
+    const int j = n_tiles - 1;
+    wg::bar_sync(my_bar, 256);
+    pv(j);
+    if (cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
+    wg::wait0();
+    pv_done();
+    wg::mbar_arrive(empty0 + 8 * (j % ST));
   }
 
 #pragma unroll

@@ -39,6 +39,11 @@ __device__ __forceinline__ void commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void wait1() {
+#if OF_WGMMA_OK
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void wait0() {
 #if OF_WGMMA_OK
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
