@@ -5,9 +5,12 @@ Plain Python, no GPU needed: the TensorRT plugins, the ctypes wrappers
 (tile sizes, shared memory) mirror plugins/kernels/*.cu; tests/plugins/test_launch_plan.py
 checks that the kernel names exist in the sources.
 
-- ``plan_fused_attention``: query tile of 128 rows (8 warps) by default, 64 rows (4 warps)
-  when 128-row tiles leave the chip under-filled; grid (query tiles, Hq, B).
-- ``plan_paged_decode``: one CTA per (kv head, split, sequence); splits the context so the
+- ``plan_fused_attention``: per head size (64, 80, 96, 128, 256; ``fa_variants(D)`` lists what
+  each compiles) and chip: on the H200 wgmma variants (D=128: warp-specialized, D=64: one
+  warpgroup per CTA, D=256: 64-key tiles), elsewhere mma.sync; 64-row tiles when 128-row ones
+  leave the chip under-filled; grid (query tiles, Hq, B).
+- ``plan_paged_decode``: variant per head size (``pa_variants(D)``; bulk copies from D=80 up on
+  Hopper); one CTA per (kv head, split, sequence); splits the context so the
   grid covers about ``target_waves`` waves of the chip, each split a multiple of 64 tokens
   and at least ``min_split_tokens``; a reduction kernel combines splits when there are several.
 - ``plan_append_kv``: grid-stride copy, one thread per 16-byte chunk.
