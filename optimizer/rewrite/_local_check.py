@@ -157,7 +157,7 @@ def _np_dtype(dtype: ir.DataType | None) -> np.dtype:
 
 
 def _random_value(v: ir.Value, shape: list[int], consumers: list[tuple[ir.Node, int]],
-                  rng: np.random.Generator, dims: _Dims) -> np.ndarray:
+                  rng: np.random.Generator, dims: _Dims, pad: bool = True) -> np.ndarray:
     dtype = _np_dtype(v.dtype)
     lname = (v.name or "").lower()
     if dtype == np.bool_:
@@ -191,7 +191,7 @@ def _random_value(v: ir.Value, shape: list[int], consumers: list[tuple[ir.Node, 
             return rng.integers(0, max(bound, 1), size=shape, dtype=dtype)
         if "mask" in lname:
             arr = np.ones(shape, dtype)
-            if arr.ndim >= 2 and arr.shape[0] > 1 and arr.shape[-1] > 1:
+            if pad and arr.ndim >= 2 and arr.shape[0] > 1 and arr.shape[-1] > 1:
                 arr[-1, arr.shape[-1] // 2:] = 0   # one padded row, as verify feeds
             return arr
         if ("position" in lname or "pos" in lname) and shape:
@@ -399,7 +399,9 @@ def _build(nodes: list[tuple[str, Any]], outputs: Sequence[Any], out_types: Sequ
 # --- running ------------------------------------------------------------------------------------
 
 _SESSIONS: dict[bytes, Any] = {}
-_SESSION_CACHE_LIMIT = 256
+# Within one model a few distinct subgraphs per rule recur; a 256-session cache segfaulted
+# inside ORT once in a 438-run corpus sweep (cause not isolated), 32 ran it clean.
+_SESSION_CACHE_LIMIT = 32
 
 
 def _session(side: _Side):
@@ -524,6 +526,10 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
         pre += [n for n in cone if n not in pre]
     if pre:
         boundary, consumers = _boundary([*pre, *old_nodes], new_nodes, new_outputs)
+    # FusedAttention zeroes padded query rows by contract (values nobody reads): unpadded
+    # masks, as the whole-model verification feeds for the same reason.
+    pad = not any(getattr(n, "domain", "") == "onnx_fuse" and n.op_type == "FusedAttention"
+                  for n in [*old_nodes, *new_nodes])
     rng = np.random.default_rng(seed)
     dims = _Dims({str(getattr(d, "value", "")) for v in boundary.values() if v.shape is not None
                   for d in v.shape.dims if not isinstance(d, int)})
@@ -538,7 +544,7 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     # Plain symbols first, so that a dim such as ``s0 + s1`` sees the values of both terms.
     for k, v in sorted(boundary.items(), key=lambda kv: not _plain_dims(kv[1])):
         if k not in values:
-            values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims)
+            values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
 
     out_types = [o.dtype for o in old_outputs]
     if any(t is None for t in out_types):
