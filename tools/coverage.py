@@ -358,6 +358,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8, help="files per worker process")
     ap.add_argument("--label", help="what onnx-fuse version ran, for the header (default: git HEAD)")
     ap.add_argument("--machine", default=None, help="machine description for the Markdown header")
+    ap.add_argument("--keep-columns-from", help="an earlier --json: its other columns (e.g. the anchors, "
+                    "which do not change with onnx-fuse) join the table for files with the same sha256")
     ns = ap.parse_args(argv)
     corpus = Path(ns.corpus)
     mpath = corpus / "manifest.json"
@@ -393,6 +395,19 @@ def main(argv=None) -> int:
                          else row["error"]), flush=True)
             _atomic_write(Path(ns.json), json.dumps({"partial": True, "rows": list(rows.values())}, indent=1))
     ordered = [rows[n] for n in names]
+    table_columns = list(ns.columns)
+    if ns.keep_columns_from:
+        earlier = {r["file"]: r for r in json.loads(Path(ns.keep_columns_from).read_text())["rows"]}
+        for row in ordered:
+            old = earlier.get(row["file"])
+            if old is None or old.get("sha256") != row.get("sha256") or "error" in row:
+                continue
+            for col, res in old.get("columns", {}).items():
+                if col not in row["columns"]:
+                    row["columns"][col] = res
+                    if col not in table_columns:
+                        table_columns.append(col)
+        table_columns = [c for c in COLUMNS if c in table_columns]
     import onnxruntime
     import onnxscript
 
@@ -402,10 +417,10 @@ def main(argv=None) -> int:
               "git": ns.label or _git_head(), "versions": {"onnxruntime": onnxruntime.__version__,
                                                "onnxscript": onnxscript.__version__}}
     header["export_failed"] = json.loads(mpath.read_text()).get("failed", {})
-    summ = summary(ordered, ns.columns)
+    summ = summary(ordered, table_columns)
     _atomic_write(Path(ns.json), json.dumps({"header": header, "summary": summ, "rows": ordered}, indent=1) + "\n")
     if ns.markdown:
-        _atomic_write(Path(ns.markdown), render_markdown(ordered, ns.columns, header))
+        _atomic_write(Path(ns.markdown), render_markdown(ordered, table_columns, header))
     print("summary: " + "; ".join(f"{c} {s['fully_fused_and_verified']}/{s['files']} fully fused+verified"
                                   f" (attn {s['attn_fully_fused']}, verified {s['verified']}, crashed {s['errors']})"
                                   for c, s in summ.items()))

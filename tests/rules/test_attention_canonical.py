@@ -12,7 +12,7 @@ B, H, S, P, D = 2, 4, 3, 5, 8
 T = P + S
 
 
-def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0, fill=False, repeat=True):
+def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0, fill=False, repeat=True, guard=False):
     n = h.node
     nodes, outputs = [], []
     k, v = "k_new", "v_new"
@@ -40,7 +40,12 @@ def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0, fill=False, rep
     if fill:   # masked_fill(bool mask, finfo.min), MPT / older eager attention
         nodes.append(n("Where", ["bmask", "fillv", scores], ["sw"]))
         scores = "sw"
-    nodes += [n("Softmax", [scores], ["p"], axis=-1), n("MatMul", ["p", v], ["o"])]
+    nodes.append(n("Softmax", [scores], ["p"], axis=-1))
+    probs = "p"
+    if guard:  # the sdpa export's NaN guard: a row whose keys are all -inf gives 0
+        nodes += [n("IsNaN", ["p"], ["isn"]), n("Where", ["isn", "zero", "p"], ["pz"])]
+        probs = "pz"
+    nodes.append(n("MatMul", [probs, v], ["o"]))
     inputs = [h.vi("q", [B, H, S, D]), h.vi("k_new", [B, kv_heads, S, D]), h.vi("v_new", [B, kv_heads, S, D])]
     if cache:
         inputs += [h.vi("past_k", [B, kv_heads, P, D]), h.vi("past_v", [B, kv_heads, P, D])]
@@ -48,7 +53,7 @@ def _block(h, *, kv_heads=H, cache=True, mask=True, softcap=0.0, fill=False, rep
         inputs.append(h.vi("mask", [B, 1, S, tk]))
     if fill:
         inputs.append(h.vi("bmask", [B, 1, S, tk], elem=9))
-    inits = {"scale": np.array(D ** -0.5, np.float32), "fillv": np.array(np.finfo(np.float32).min, np.float32), "cap": np.array(softcap or 1.0, np.float32),
+    inits = {"zero": np.array(0.0, np.float32), "scale": np.array(D ** -0.5, np.float32), "fillv": np.array(np.finfo(np.float32).min, np.float32), "cap": np.array(softcap or 1.0, np.float32),
              "ax2": np.array([2], np.int64), "rep5": np.array([B, kv_heads, H // kv_heads, tk, D], np.int64),
              "rep4": np.array([B, H, tk, D], np.int64)}
     return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])] + outputs, inits)
@@ -161,3 +166,17 @@ def test_one_kv_head_by_broadcast_is_mqa(h, target, op):
     out = h.fuse(model, target)
     assert h.ops(out)[op] == 1 and "Softmax" not in h.ops(out)
     h.assert_close(model, out, _feeds(h, kv_heads=1, cache=False))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("kv_heads", [H, 2])
+def test_nan_guard_keeps_rows_of_all_minus_inf_at_zero(h, target, kv_heads):
+    """sdpa exports guard Softmax with Where(IsNaN(p), 0, p): with a -inf mask a padded query row
+    gives 0. ORT's MultiHeadAttention/GroupQueryAttention give NaN there; the lowering adds the guard."""
+    model = _block(h, kv_heads=kv_heads, cache=False, guard=True)
+    feeds = _feeds(h, kv_heads=kv_heads, cache=False)
+    feeds["mask"] = np.where(feeds["mask"] < 0, -np.inf, 0).astype(np.float32)
+    feeds["mask"][1, :, 0, :] = -np.inf
+    out = h.fuse(model, target)
+    assert "Softmax" not in h.ops(out)
+    h.assert_close(model, out, feeds)
