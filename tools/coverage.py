@@ -358,6 +358,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8, help="files per worker process")
     ap.add_argument("--label", help="what onnx-fuse version ran, for the header (default: git HEAD)")
     ap.add_argument("--machine", default=None, help="machine description for the Markdown header")
+    ap.add_argument("--write-expected", help="also write the onnx-fuse counts per file and column "
+                    "(attn, norm, rope, gelu, verified) here: the coverage-matrix test's expectations")
     ap.add_argument("--keep-columns-from", help="an earlier --json: its other columns (e.g. the anchors, "
                     "which do not change with onnx-fuse) join the table for files with the same sha256")
     ns = ap.parse_args(argv)
@@ -421,10 +423,30 @@ def main(argv=None) -> int:
     _atomic_write(Path(ns.json), json.dumps({"header": header, "summary": summ, "rows": ordered}, indent=1) + "\n")
     if ns.markdown:
         _atomic_write(Path(ns.markdown), render_markdown(ordered, table_columns, header))
+    if ns.write_expected:
+        _atomic_write(Path(ns.write_expected), json.dumps(expectations(ordered, ns.columns), indent=1,
+                                                          sort_keys=True) + "\n")
     print("summary: " + "; ".join(f"{c} {s['fully_fused_and_verified']}/{s['files']} fully fused+verified"
                                   f" (attn {s['attn_fully_fused']}, verified {s['verified']}, crashed {s['errors']})"
                                   for c, s in summ.items()))
     return 0
+
+
+ONNX_FUSE_COLUMNS = ("ort-O3", "onnx-O3", "trt-O3", "trt-O4")
+
+
+def expectations(rows: list[dict], columns: list[str]) -> dict:
+    """{file: {"sha256": .., column: {attn, norm, rope, gelu, verified}}} for onnx-fuse's columns."""
+    out: dict = {}
+    for row in rows:
+        cols = {}
+        for col in columns:
+            res = row.get("columns", {}).get(col, {})
+            if col in ONNX_FUSE_COLUMNS and "counts" in res:
+                cols[col] = {**res["counts"], "verified": res["verify"]["passed"]}
+        if cols:
+            out[row["file"]] = {"sha256": row.get("sha256"), **cols}
+    return out
 
 
 def _atomic_write(path: Path, text: str) -> None:

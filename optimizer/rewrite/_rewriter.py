@@ -270,7 +270,31 @@ class Rewriter:
         if self._is_noop(plan):
             raise NoProgress(rule.name)
         self._validate(plan)
+        if len(rule.outputs) > 1:
+            self._refuse_cycles(plan)
         return plan
+
+    @staticmethod
+    def _refuse_cycles(plan: Plan) -> None:
+        """With several outputs, a new node may read a value computed from one of the outputs it
+        replaces (Optimum's Falcon sizes its mask from Shape(present)): committing would close a
+        cycle. Walk back from the new nodes' inputs; reaching a replaced output refuses the plan."""
+        match = plan.match
+        replaced = {match.values[o] for o in match.rule.outputs[1:]}
+        matched = set(match.nodes.values())
+        stack = [v for nn in plan.nodes for v in nn.inputs if isinstance(v, ir.Value)]
+        seen: set[ir.Value] = set()
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in replaced:
+                raise RewriteRejected(f"the replacement would read {v.name!r}, which it replaces "
+                                      "(the graph would get a cycle)")
+            node = v.producer()
+            if node is not None and node not in matched:
+                stack.extend(x for x in node.inputs if x is not None)
 
     @staticmethod
     def _live(nodes: list[_NewNode], inits: list[_NewValue],

@@ -180,3 +180,35 @@ def test_nan_guard_keeps_rows_of_all_minus_inf_at_zero(h, target, kv_heads):
     out = h.fuse(model, target)
     assert "Softmax" not in h.ops(out)
     h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_mask_sized_from_present_does_not_make_a_cycle(h, target):
+    """Optimum's Falcon sizes its mask from Shape(present): folding the Concat into AttentionKV
+    would make the op read its own output. The cache form is refused (the graph stays acyclic);
+    attention still fuses over the concatenated K/V."""
+    import onnx
+
+    model = _block(h)
+    g = model.graph
+    n = h.node
+    extra = [n("Shape", ["present_k"], ["pks"]), n("Slice", ["pks", "c2", "c3"], ["tl"]),
+                   n("Concat", ["bs1s", "tl"], ["mshape"], axis=0),
+                   n("ConstantOfShape", ["mshape"], ["zmask"],
+                     value=onnx.numpy_helper.from_array(np.zeros(1, np.float32))),
+                   n("Add", ["mask", "zmask"], ["mask2"])]
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(nodes[:2] + extra + nodes[2:])   # right after the two Concats
+    for node in g.node:
+        if node.op_type == "Add" and "mask" in node.input and "zmask" not in node.input:
+            node.input[list(node.input).index("mask")] = "mask2"
+    g.initializer.extend([onnx.numpy_helper.from_array(np.array([2], np.int64), "c2"),
+                          onnx.numpy_helper.from_array(np.array([3], np.int64), "c3"),
+                          onnx.numpy_helper.from_array(np.array([B, 1, S], np.int64), "bs1s")])
+    onnx.checker.check_model(model)
+    model = onnx.shape_inference.infer_shapes(model)
+    import onnx_fuse
+    onnx_model = onnx_fuse.optimize(model, level=3, target=target).to_proto()   # no cycle error
+    assert "Softmax" not in h.ops(onnx_model) and "attention-kv-cache" not in h.fired(onnx_model)
+    h.assert_close(model, onnx_model, _feeds(h))

@@ -1,0 +1,67 @@
+"""The coverage matrix over the export corpus: for each file and onnx-fuse column (ort/onnx/trt at
+O3, trt at O4) the fused attention, norm, RoPE and GELU counts and the whole-model numeric check
+must be what tests/data/corpus/expected_coverage.json records (written by
+`python tools/coverage.py --write-expected tests/data/corpus/expected_coverage.json`, docs/coverage.md).
+
+A change that fuses less, or breaks numerics, fails here; one that fuses more fails too, until the
+expectations are regenerated and the gain shows in docs/coverage.md. The suite runs a sample (one
+file per architecture, every KV-cache export; ort and onnx at O3, trt at O4 for KV exports) to keep
+CI short; ONNX_FUSE_CORPUS_MATRIX=full runs every file and column.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "data" / "corpus"
+EXPECTED = CORPUS / "expected_coverage.json"
+STYLE_ORDER = ("dyn_mask", "static_nomask", "optimum", "kv", "torchscript")
+
+
+def _coverage_tool():
+    spec = importlib.util.spec_from_file_location("coverage_tool", ROOT / "tools" / "coverage.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cases() -> list[tuple[str, str]]:
+    if not EXPECTED.exists():
+        return []
+    expected = json.loads(EXPECTED.read_text())
+    if os.environ.get("ONNX_FUSE_CORPUS_MATRIX") == "full":
+        return [(f, c) for f in sorted(expected) for c in expected[f] if c != "sha256"]
+    by_arch: dict[str, str] = {}
+    for f in sorted(expected, key=lambda f: (STYLE_ORDER.index(f.split("__")[1])
+                                             if f.split("__")[1] in STYLE_ORDER else 9, f)):
+        if "__trained" in f:
+            by_arch.setdefault(f.split("__")[0], f)
+    cases = [(f, c) for f in sorted(by_arch.values()) for c in ("ort-O3", "onnx-O3") if c in expected[f]]
+    for f in sorted(expected):
+        if "__kv__" in f:
+            cases += [(f, c) for c in ("ort-O3", "onnx-O3", "trt-O4")
+                      if c in expected[f] and (f, c) not in cases]
+    return cases
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,column", _cases() or [pytest.param("", "", marks=pytest.mark.skip(
+    reason="tests/data/corpus/expected_coverage.json not generated"))])
+def test_corpus_file_fuses_as_recorded(name, column):
+    tool = _coverage_tool()
+    expected = json.loads(EXPECTED.read_text())[name]
+    manifest = json.loads((CORPUS / "manifest.json").read_text())["files"][name]
+    assert manifest["sha256"] == expected["sha256"], f"{name} changed since the expectations were written"
+    target, level = column.split("-O")
+    got = tool.run_onnx_fuse(str(CORPUS / name), int(level), target, manifest)
+    want = expected[column]
+    assert got["counts"] == {k: want[k] for k in ("attn", "norm", "rope", "gelu")}, (
+        f"{name} {column}: fused {got['counts']}, recorded {want} (rule fires: {got['rule_fires']})")
+    if want["verified"]:  # numerics recorded as right must stay right
+        assert got["verify"]["passed"], f"{name} {column}: {got['verify']}"
