@@ -42,6 +42,10 @@ def _configs():
         "gpt2": (tf.GPT2Config, tf.GPT2LMHeadModel,
                  dict(n_layer=2, n_embd=64, n_head=4, n_inner=128, vocab_size=128, n_positions=128,
                       use_cache=False)),
+        # head size 64: one the FusedAttention kernels take (the others have 16)
+        "llama64": (tf.LlamaConfig, tf.LlamaForCausalLM,
+                    dict(COMMON, hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
+                         use_cache=False, tie_word_embeddings=False)),
         "llama": (tf.LlamaConfig, tf.LlamaForCausalLM,
                   dict(COMMON, num_attention_heads=4, num_key_value_heads=2, use_cache=False,
                        tie_word_embeddings=False)),
@@ -178,7 +182,7 @@ def export_one(arch: str, attn: str, exporter: str, out_dir: Path) -> dict:
     }
 
 
-VARIANTS = [(a, i, e) for a in ("bert", "gpt2", "llama") for i in ("sdpa", "eager")
+VARIANTS = [("llama64", "sdpa", "dynamo")] + [(a, i, e) for a in ("bert", "gpt2", "llama") for i in ("sdpa", "eager")
             for e in ("dynamo", "torchscript")]
 
 

@@ -18,6 +18,7 @@ import pytest
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 MANIFEST = json.loads((MODELS / "manifest.json").read_text())["models"]
+FUSED_ATTENTION_HEAD_DIMS = (64, 80, 96, 128, 256)
 
 ATTENTION = {
     "ort": {"com.microsoft::Attention", "com.microsoft::MultiHeadAttention", "com.microsoft::GroupQueryAttention"},
@@ -48,7 +49,7 @@ def feeds_for(entry: dict, seed: int = 0) -> dict[str, np.ndarray]:
 def expected(entry: dict) -> dict[str, int]:
     layers = entry["num_layers"]
     return {"attention": layers, "norm": 2 * layers + 1,
-            "rope": 2 * layers if entry["arch"] == "llama" else 0,
+            "rope": 2 * layers if entry["arch"].startswith("llama") else 0,
             "gelu": layers if entry["arch"] in ("bert", "gpt2") else 0}
 
 
@@ -135,6 +136,10 @@ def test_trt_level4_uses_the_fused_attention_plugin(h, name):
     original = onnx.load(str(MODELS / entry["file"]))
     fused = h.fuse(original, "trt", level=4)
     ops = h.ops(fused)
+    head = entry["hidden_size"] // entry["num_heads"]
+    if head not in FUSED_ATTENTION_HEAD_DIMS:   # the plugin's kernels refuse it: Attention-23 stays
+        assert ops["Attention"] == entry["num_layers"] and "onnx_fuse::FusedAttention" not in ops, dict(ops)
+        return
     assert ops["onnx_fuse::FusedAttention"] == entry["num_layers"], dict(ops)
     assert "Attention" not in ops and "Softmax" not in ops
     for node in fused.graph.node:
@@ -181,3 +186,27 @@ def test_trt_level4_keeps_attention_attributes_the_plugin_lacks(h):
     ops = h.ops(fused)
     assert ops["Attention"] == entry["num_layers"] and "onnx_fuse::FusedAttention" not in ops, dict(ops)
     h.assert_close(o3, fused, feeds_for(entry))
+
+
+def test_fused_attention_rule_takes_the_plugin_contracts_head_sizes():
+    """The O4 rule's head-size list is the plugin contract's (plugins/fused_attention.yaml)."""
+    import re
+
+    import yaml
+
+    contract = yaml.safe_load((Path(__file__).resolve().parents[2] / "plugins" / "fused_attention.yaml").read_text())
+    found = [v for v in _walk(contract) if isinstance(v, dict) and "head_dims" in v]
+    assert found and tuple(found[0]["head_dims"]) == FUSED_ATTENTION_HEAD_DIMS
+    rules = (Path(__file__).resolve().parents[2] / "rules" / "attention" / "fused_attention_trt.yaml").read_text()
+    lists = re.findall(r"in \(([0-9, ]+)\) : FusedAttention's kernels", rules)
+    assert lists and all(tuple(int(x) for x in l.split(",")) == FUSED_ATTENTION_HEAD_DIMS for l in lists)
+
+
+def _walk(obj):
+    yield obj
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk(v)
