@@ -75,25 +75,11 @@ def test_prepare_for_fusion_runs_the_stages_before_the_rules():
     assert prepare_for_fusion(proto, level=1, target="onnx").opset_imports[""] == 18  # O1: no rules, no upgrade
 
 
-WRONG_RULE = """\
-rules:
-  - name: wrong-relu
-    doc: Relu(x) -> Sigmoid(x) (deliberately wrong)
-    targets: [ort, onnx, trt]
-    match: |
-      y = Relu(x)
-    rewrite: |
-      y = Sigmoid(x)
-"""
-
-
-def _unchecked_wrong(tmp_path):
+def _unchecked_wrong(tmp_path, rule):
     """A wrong user rule on a model whose input dim has no name: the per-rewrite check cannot
     run (unknown shape), so only the whole-model verification can catch it."""
     from onnx import TensorProto, helper
 
-    rule = tmp_path / "wrong.yaml"
-    rule.write_text(WRONG_RULE)
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
@@ -104,10 +90,10 @@ def _unchecked_wrong(tmp_path):
     return src, rule
 
 
-def test_save_refuses_a_model_that_failed_verification(tmp_path):
+def test_save_refuses_a_model_that_failed_verification(tmp_path, wrong_relu_rule):
     from onnx_fuse.errors import VerificationError
 
-    src, rule = _unchecked_wrong(tmp_path)
+    src, rule = _unchecked_wrong(tmp_path, wrong_relu_rule)
     result = onnx_fuse.optimize(src, level=2, rules=[str(rule)], verify=True)
     assert result.report.status == "FAILED" and not result.report.passed
     assert result.report.verify["rewrites"]["unchecked"] >= 1
@@ -119,10 +105,10 @@ def test_save_refuses_a_model_that_failed_verification(tmp_path):
     assert out.exists()
 
 
-def test_cli_verify_failure_writes_nothing_unless_forced(tmp_path, capsys):
+def test_cli_verify_failure_writes_nothing_unless_forced(tmp_path, capsys, wrong_relu_rule):
     from onnx_fuse.cli.main import main
 
-    src, rule = _unchecked_wrong(tmp_path)
+    src, rule = _unchecked_wrong(tmp_path, wrong_relu_rule)
     out = tmp_path / "o.onnx"
     args = ["optimize", str(src), "-o", str(out), "-O", "2", "--rules", str(rule), "--verify", "-q"]
     assert main(args) == 1

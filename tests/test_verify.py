@@ -344,22 +344,12 @@ def test_big_models_run_from_files_not_inlined(tmp_path, monkeypatch):
     assert not verify(str(src), wrong)["passed"]
 
 
-def test_session_warns_when_verification_fails(tmp_path):
+def test_session_warns_when_verification_fails(tmp_path, wrong_relu_rule):
     import warnings
 
     import onnx_fuse
 
-    rule = tmp_path / "wrong.yaml"
-    rule.write_text("""\
-rules:
-  - name: wrong-relu
-    doc: Relu(x) -> Sigmoid(x) (deliberately wrong)
-    targets: [ort, onnx, trt]
-    match: |
-      y = Relu(x)
-    rewrite: |
-      y = Sigmoid(x)
-""")
+    rule = wrong_relu_rule
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],

@@ -12,16 +12,6 @@ from onnx import TensorProto, helper
 import onnx_fuse
 from onnx_fuse.rewrite import RewritePass, RuleSet, load_text
 
-RELU_TO_SIGMOID = """\
-rules:
-  - name: wrong-relu
-    doc: Relu(x) -> Sigmoid(x) (deliberately wrong)
-    targets: [ort, onnx, trt]
-    match: |
-      y = Relu(x)
-    rewrite: |
-      y = Sigmoid(x)
-"""
 
 DOUBLE_RELU = """\
 rules:
@@ -58,17 +48,15 @@ def _ops(model) -> list[str]:
     return [n.op_type for n in m.graph]
 
 
-def test_wrong_user_rule_fires_without_verify(tmp_path):
-    rule_file = tmp_path / "wrong.yaml"
-    rule_file.write_text(RELU_TO_SIGMOID)
+def test_wrong_user_rule_fires_without_verify(wrong_relu_rule):
+    rule_file = wrong_relu_rule
     result = onnx_fuse.optimize(_relu_add(), level=2, rules=[str(rule_file)])
     assert result.report.rule_fires.get("wrong-relu") == 1
     assert "Sigmoid" in _ops(result)
 
 
-def test_wrong_user_rule_is_rolled_back_and_named_with_verify(tmp_path):
-    rule_file = tmp_path / "wrong.yaml"
-    rule_file.write_text(RELU_TO_SIGMOID)
+def test_wrong_user_rule_is_rolled_back_and_named_with_verify(wrong_relu_rule):
+    rule_file = wrong_relu_rule
     result = onnx_fuse.optimize(_relu_add(), level=2, rules=[str(rule_file)], verify=True)
     assert "wrong-relu" not in result.report.rule_fires
     assert "Relu" in _ops(result) and "Sigmoid" not in _ops(result)
@@ -90,18 +78,18 @@ def test_right_rule_is_checked_and_kept():
     assert p.local_check.stats.checked == 1 and not p.local_check.stats.failed
 
 
-def test_pass_without_flag_does_not_check():
-    p = RewritePass(_rules(RELU_TO_SIGMOID))
+def test_pass_without_flag_does_not_check(wrong_relu_rule):
+    p = RewritePass(_rules(wrong_relu_rule.read_text()))
     ir_model = ir.from_proto(_relu_add())
     assert p(ir_model).modified and p.local_check is None
     assert "Sigmoid" in _ops(ir_model)
 
 
-def test_unknown_boundary_shape_is_unchecked_not_failed():
+def test_unknown_boundary_shape_is_unchecked_not_failed(wrong_relu_rule):
     model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["z"])],
                    x_shape=(None, 4))
     model.graph.input[0].type.tensor_type.shape.dim[0].Clear()  # a dim with no name at all
-    p = RewritePass(_rules(RELU_TO_SIGMOID), local_check=True)
+    p = RewritePass(_rules(wrong_relu_rule.read_text()), local_check=True)
     ir_model = ir.from_proto(model)
     p(ir_model)
     stats = p.local_check.stats
@@ -187,7 +175,7 @@ def test_symbolic_dims_are_consistent():
     assert dims.value("batch", 0) == 2
 
 
-def test_rewrites_inside_if_branches_are_checked():
+def test_rewrites_inside_if_branches_are_checked(wrong_relu_rule):
     """Optimum's merged decoder keeps its layers inside If branches: rewrites there are checked
     too (values from the outer graph are inputs of the cut-out subgraph)."""
     def branch(name, op):
@@ -200,7 +188,7 @@ def test_rewrites_inside_if_branches_are_checked():
               helper.make_tensor_value_info("c", TensorProto.BOOL, [1])],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 4])])
     model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
-    p = RewritePass(_rules(RELU_TO_SIGMOID), local_check=True)
+    p = RewritePass(_rules(wrong_relu_rule.read_text()), local_check=True)
     ir_model = ir.from_proto(model)
     p(ir_model)
     assert p.local_check.stats.checked == 1 and len(p.local_check.stats.failed) == 1
