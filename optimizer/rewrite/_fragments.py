@@ -13,6 +13,10 @@ happens before parsing: parameters become the call's arguments, outputs the call
 every other name the fragment binds gets the prefix ``<first output>__`` so two uses never
 collide. A match fragment's `where` entries (constraints and checks) are renamed the same way and
 joined to the rule's own `where`. Errors inside an expanded statement point at the call's line.
+
+A fragment's body may call other fragments (of its own kind); calls expand inside out, so each
+level's private names carry the prefixes of every call above them. A fragment that calls itself,
+directly or through others, is an error at the outermost call.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from onnx_fuse.rewrite._pattern import (PatternSyntaxError, _split_assign, _spli
 _CALL_RE = re.compile(r"^(?P<lhs>[^=]+?)\s*=\s*@(?P<name>[a-z0-9]+(?:-[a-z0-9]+)*)\s*\((?P<args>.*)\)\s*$", re.S)
 _WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FRAGMENT_KEYS = {"name", "doc", "inputs", "outputs", "match", "rewrite", "where"}
+_MAX_DEPTH = 8  # deeper nesting is surely a mistake, and keeps error chains readable
 
 
 @dataclasses.dataclass
@@ -43,8 +48,24 @@ class Fragment:
     line: int = 0
 
 
+def _call_of(stmt: str) -> re.Match | None:
+    return _CALL_RE.match(stmt) if "@" in stmt else None
+
+
 def _body_names(kind: str, body: str) -> set[str]:
+    """Every name ``body`` binds or reads; a nested call contributes its outputs and arguments."""
     names: set[str] = set()
+    plain: list[str] = []
+    for _, text in iter_lines(body):
+        m = _call_of(text)
+        if m is None:
+            plain.append(text)
+            continue
+        names.update(n for n in _split_top(m.group("lhs"), ",") if n != "_")
+        names.update(_WORD_RE.findall(m.group("args")))
+    body = "\n".join(plain)
+    if not plain:
+        return names
     if kind == "match":
         for st in parse_match(body, 1):
             names.update(o for o in st.outputs if o)
@@ -154,8 +175,32 @@ def _inside_call(text: str, pos: int) -> bool:
     return depth > 0
 
 
-def expand(block: str, kind: str, fragments: Mapping[str, Fragment]) -> tuple[str, list[int], dict, list]:
-    """Expand every ``outs = @name(args)`` statement of ``block``.
+def _resolved(frag: Fragment, fragments: Mapping[str, Fragment], stack: tuple[str, ...]):
+    """``frag``'s body with its own calls expanded: (text, names, where, checks), where and checks
+    in the body's namespace (checks as (text, renaming) pairs)."""
+    own_checks = []
+    where = {}
+    for key, spec in frag.where.items():
+        if key == "check":
+            own_checks = [spec] if isinstance(spec, str) else list(spec)
+        else:
+            where[key] = spec
+    checks = [(c, {}) for c in own_checks]
+    if not any(_call_of(t) for _, t in iter_lines(frag.body)):
+        return frag.body, frag.names, where, checks
+    try:
+        text, _, inner_where, inner_checks = expand(frag.body, frag.kind, fragments, _stack=stack)
+    except PatternSyntaxError as exc:
+        raise PatternSyntaxError(f"in @{frag.name}: {exc}", 0) from None
+    for key, (spec, _) in inner_where.items():
+        where.setdefault(key, spec)
+    checks.extend((c, m) for c, _, m in inner_checks)
+    return text, frozenset(_body_names(frag.kind, text)), where, checks
+
+
+def expand(block: str, kind: str, fragments: Mapping[str, Fragment],
+           _stack: tuple[str, ...] = ()) -> tuple[str, list[int], dict, list]:
+    """Expand every ``outs = @name(args)`` statement of ``block`` (nested calls too).
 
     Returns the new block text, the original line offset of each of its lines, the renamed `where`
     constraints of the match fragments used, and their checks as (text, call offset, renaming),
@@ -181,6 +226,16 @@ def expand(block: str, kind: str, fragments: Mapping[str, Fragment]) -> tuple[st
             raise PatternSyntaxError(f"unknown fragment @{name} (known: {known})", offset)
         if frag.kind != kind:
             raise PatternSyntaxError(f"@{name} is a {frag.kind} fragment, used in `{kind}`", offset)
+        if name in _stack:
+            chain = " -> ".join(f"@{n}" for n in (*_stack, name))
+            raise PatternSyntaxError(f"fragment @{name} calls itself ({chain})", offset)
+        if len(_stack) >= _MAX_DEPTH:
+            raise PatternSyntaxError(f"fragment calls nested deeper than {_MAX_DEPTH} at @{name}", offset)
+        try:
+            body, names, fwhere, fchecks = _resolved(frag, fragments, (*_stack, name))
+        except PatternSyntaxError as exc:
+            exc.line_offset = offset
+            raise
         try:
             outs = _split_top(m.group("lhs"), ",")
             args = _split_top(m.group("args"), ",") if m.group("args").strip() else []
@@ -193,18 +248,18 @@ def expand(block: str, kind: str, fragments: Mapping[str, Fragment]) -> tuple[st
                                      f"{len(outs)}", offset)
         uses += 1
         prefix = f"{outs[0] if outs[0] != '_' else f'f{uses}'}__"
-        mapping = {n: f"{prefix}{n}" for n in frag.names}
+        mapping = {n: f"{prefix}{n}" for n in names}
         mapping.update(zip(frag.inputs, args))
         for o, new in zip(frag.outputs, outs):
             mapping[o] = f"{prefix}{o}" if new == "_" else new
-        for _, text in iter_lines(frag.body):
+        for _, text in iter_lines(body):
             lhs, rhs = _split_assign(text)
             out_lines.append(f"{rename_text(lhs, mapping)} = {rename_text(rhs, mapping)}")
             offsets.append(offset)
-        for key, spec in frag.where.items():
-            if key == "check":
-                items = [spec] if isinstance(spec, str) else list(spec)
-                checks.extend((c, offset, mapping) for c in items)
-            else:
-                where[mapping.get(key, key)] = (spec, offset)
+        for key, spec in fwhere.items():
+            where[mapping.get(key, key)] = (spec, offset)
+        for c, inner in fchecks:
+            # an inner check was renamed into this fragment's names; compose with this call's renaming
+            composed = {n: mapping.get(v, v) for n, v in inner.items()} if inner else mapping
+            checks.append((c, offset, composed))
     return "\n".join(out_lines), offsets, where, checks

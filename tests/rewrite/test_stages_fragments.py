@@ -208,3 +208,99 @@ def test_per_output_type_hints_prove_graph_outputs():
     bad = text.replace("like(x, x)", "like(x, x, x)")
     rules, errors = load_text(textwrap.dedent(bad), "<test>")
     assert errors and "type hint gives 3 types for 2 outputs" in str(errors[0])
+
+
+NESTED = """
+fragments:
+  - name: relu-once
+    doc: one Relu, with a check on its input
+    inputs: [x]
+    outputs: [y]
+    match: |
+      y = Relu(x)
+    where:
+      check:
+        - "rank(x) >= 1 : inner input must have a rank"
+  - name: relu-twice
+    doc: two Relus through the fragment above, called twice
+    inputs: [x]
+    outputs: [y]
+    match: |
+      a = @relu-once(x)
+      y = @relu-once(a)
+  - name: sig-id
+    doc: Sigmoid then Identity
+    inputs: [x]
+    outputs: [y]
+    rewrite: |
+      t = Sigmoid(x)
+      y = Identity(t)
+  - name: sig-id-twice
+    doc: the rewrite fragment above, nested
+    inputs: [x]
+    outputs: [y]
+    rewrite: |
+      m = @sig-id(x)
+      y = Identity(m)
+rules:
+  - name: nested
+    doc: Relu(Relu(x)) -> Sigmoid, Identity, Identity
+    targets: [ort]
+    match: |
+      y = @relu-twice(x)
+    rewrite: |
+      y = @sig-id-twice(x)
+"""
+
+
+def test_nested_fragments_expand_inside_out_with_unique_names_and_composed_checks():
+    (rule,) = _rules(NESTED)
+    assert [st.source for st in rule.match] == ["y__a = Relu(x)", "y = Relu(y__a)"]
+    # the inner fragment's check, once per call, each on the value that call saw
+    assert [c.message for c in rule.checks] == ["inner input must have a rank"] * 2
+    assert sorted(c.expr.text for c in rule.checks) == ["rank(x) >= 1", "rank(y__a) >= 1"]
+    model, p, modified = rt.apply(rt.model_from_text(RELU2), RuleSet([rule]).select(target="ort"))
+    assert modified and rt.ops(model) == ["Sigmoid", "Identity", "Identity"]
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(rt.run(model, {"x": x})[0], 1 / (1 + np.exp(-x)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("body,error", [
+    ("y = @loop-a(x)", r"fragment @loop-a calls itself \(@loop-a -> @loop-b -> @loop-a\)"),
+    ("y = @nope(x)", "in @bad-inner: unknown fragment @nope"),
+])
+def test_nested_fragment_errors_point_at_the_outer_call(body, error):
+    src = f"""
+    fragments:
+      - name: loop-a
+        doc: a
+        inputs: [x]
+        outputs: [y]
+        match: |
+          y = @loop-b(x)
+      - name: loop-b
+        doc: b
+        inputs: [x]
+        outputs: [y]
+        match: |
+          y = @loop-a(x)
+      - name: bad-inner
+        doc: calls an unknown fragment
+        inputs: [x]
+        outputs: [y]
+        match: |
+          y = @nope(x)
+    rules:
+      - name: user
+        doc: uses one of them
+        targets: [ort]
+        match: |
+          {body.replace("@nope", "@bad-inner")}
+        rewrite: |
+          y = Relu(x)
+    """
+    rules, errors = load_text(textwrap.dedent(src), "nest.yaml")
+    assert not rules and len(errors) == 1
+    import re
+    assert re.search(error, str(errors[0])), str(errors[0])
+    assert str(errors[0]).startswith("nest.yaml:26:"), str(errors[0])  # the rule's call line
