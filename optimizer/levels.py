@@ -139,6 +139,9 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
                 raise UserError(f"--disable {name!r}: no rule or pass of that name{hint}")
             rule_set.remove(name)
         rule_set = rule_set.select(target=target, max_level=level)
+        # Folding turned shape arithmetic into constants: infer again so the rules see the dims
+        # it proves (TorchScript rotate-half Slices: head counts, passes/shape_inference.py)
+        stages.append(Stage("shape-refresh", keep((ShapeInferencePass(),)), fixed_point=False))
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
         stages.append(Stage("fusion", (OpsetOnDemandRewritePass(rule_set),), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))

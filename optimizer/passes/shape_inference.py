@@ -13,6 +13,12 @@ Gather/Slice into a list of dims, about 50 bytes and a microsecond per element, 
 values are known (a 1-D weight of 100 MB cost 5 GB and 20 s). Shape vectors are a few elements
 long, so a first inference without propagation finds the long vectors, and only a model without
 them pays for the second one with propagation.
+
+Names onnx makes up for dims it cannot relate (``unk__N``) are not facts: the pass runs again after
+cleanup (optimizer/levels.py), when folding has turned shape arithmetic into constants (a rotate-half
+Slice whose end was ``Shape(x)[-1] // 2``), and there such a name must give way to what inference
+now proves (the head count 2, the symbol ``sequence``). So the copy given to onnx has those names
+cleared, and a value's ``unk__N`` dim takes any int or exporter symbol inference finds.
 """
 
 from __future__ import annotations
@@ -25,6 +31,29 @@ from onnx_fuse.passes._infra import FusePass
 
 #: Longest 1-D value (elements) for which data propagation still runs; see the module docstring.
 DATA_PROP_MAX_LEN = 4096
+
+#: Prefix of the dim names onnx's inference invents for dims it cannot relate to any other.
+GENERATED_DIM_PREFIX = "unk__"
+
+
+def _generated(dim) -> bool:
+    """An unknown dim, or one named by an earlier inference (no fact behind the name)."""
+    return not isinstance(dim, int) and (dim.value is None or str(dim.value).startswith(GENERATED_DIM_PREFIX))
+
+
+def _forget_generated_dims(graph: onnx.GraphProto) -> None:
+    """Clear invented dim names in value_info, so inference may replace them (see the docstring)."""
+    for vi in graph.value_info:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param.startswith(GENERATED_DIM_PREFIX):
+                    d.ClearField("dim_param")
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                _forget_generated_dims(attr.g)
+            for g in attr.graphs:
+                _forget_generated_dims(g)
 
 
 def _graph_values(graph: onnx.GraphProto):
@@ -62,7 +91,7 @@ def _merge_shape(old: ir.Shape | None, new: ir.Shape | None) -> tuple[ir.Shape |
         if not isinstance(o, int) and isinstance(n, int):
             dims.append(n)
             gained += 1
-        elif not isinstance(o, int) and o.value is None and not isinstance(n, int) and n.value:
+        elif _generated(o) and not _generated(n):
             dims.append(n)
             gained += 1
         else:
@@ -81,6 +110,7 @@ class ShapeInferencePass(FusePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+            _forget_generated_dims(proto.graph)
             plain = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                       data_prop=False)
             if not self.data_prop:

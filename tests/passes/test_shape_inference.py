@@ -88,3 +88,32 @@ def test_data_propagation_runs_on_shape_math_but_not_over_long_vectors():
     shape, stats = run(DATA_PROP_MAX_LEN + 1)
     assert stats["data-prop-skipped"] == 1
     assert shape is not None and len(shape) == 2  # the rank is still known
+
+
+def test_names_invented_by_inference_give_way_after_folding():
+    """TorchScript's rotate-half: Slice(x, 0, Shape(x)[3] // 2, axis 3). Before folding, onnx
+    cannot size the Slice and invents names (unk__N) for every dim; after folding the end is a
+    constant, and a second inference must replace those names with the facts (head count 2,
+    the symbols B and S) instead of keeping them as if they were known dims."""
+    from onnx_fuse.passes.constant_folding import ConstantFoldingPass
+
+    proto = parse(HEADER + '''
+    g (float[B, 2, S, 16] x) => (float[B, 2, S, 8] y)
+    <int64 three = {3}, int64 two = {2}, int64[1] zero = {0}, int64[1] ax = {3}, int64[1] ax0 = {0}>
+    {
+        s = Shape(x)
+        d = Gather<axis = 0>(s, three)
+        h = Div(d, two)
+        e = Unsqueeze(h, ax0)
+        y1 = Slice(x, zero, e, ax)
+        y = Neg(y1)
+    }''')
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    sliced = next(n.outputs[0] for n in model.graph if n.op_type == "Slice")
+    assert sliced.shape is not None and str(sliced.shape[1]).startswith("unk__")  # invented
+    ConstantFoldingPass()(model)
+    assert ShapeInferencePass()(model).modified
+    sliced = next(n.outputs[0] for n in model.graph if n.op_type == "Slice")
+    assert [str(d) for d in sliced.shape] == ["B", "2", "S", "8"]
+    assert not ShapeInferencePass()(model).modified
