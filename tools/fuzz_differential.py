@@ -13,6 +13,7 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
   signature      an output's name, dtype, rank or shape changed (declared or at run time)
   trt-refused    (target trt) `onnx-fuse check-trt` accepts the original but not the optimized
                  model (TensorRT's parser support and our plugin contracts, checked without TensorRT)
+  timeout        one graph's runs took longer than --graph-timeout (optimize or a check hung)
   invalid-graph  ORT cannot run the original (a generator bug; not counted as a failure)
   ort-itself     a failure that ORT's own graph optimizations cause: on the original too, or on
                  an optimized model that is right with them off (ORT's bug, not ours; listed and
@@ -21,9 +22,14 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
 O1 runs no target-specific pass (levels.py), so it is optimized once per graph and its result
 stands for every target. Every failing case is saved (original.onnx, optimized.onnx, feeds.npz,
 info.json) under OUT/failures/<class>/seed<S>_O<L>_<target>/; OUT/summary.json has the counts.
+The summary is rewritten (atomically) every 100 graphs, so a run that is killed keeps its counts;
+``complete`` says whether every graph asked for ran. With --jobs N the graphs run in N worker
+processes, in completion order; --time-budget stops taking new graphs after that many seconds
+(the summary then counts the graphs that finished, ``graphs``, out of ``count``).
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
         [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
+        [--time-budget SECONDS] [--graph-timeout 300]
     python tools/fuzz_differential.py --replay fuzz_out/failures/signature/seed123_O3_trt ...
 
 Exit status: 0 when no run failed, 1 otherwise, 2 on bad arguments.
@@ -36,6 +42,7 @@ import collections
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -48,7 +55,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_motifs import make_case  # noqa: E402
 
-FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused")
+FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused", "timeout")
 CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", *FAIL_CLASSES)
 # atol is scaled by the output's largest magnitude: fused kernels reorder float sums.
 TOLERANCE = {np.dtype(np.float32): (1e-4, 1e-3), np.dtype(np.float16): (1e-2, 2e-2),
@@ -185,12 +192,22 @@ def _ort_itself(original: onnx.ModelProto, feeds, ref_out) -> bool:
     return compare([o.name for o in original.graph.output], ref_out, got)[0] != "ok"
 
 
+class _GraphTimeout(BaseException):
+    """Not an Exception: the optimizer's own ``except Exception`` must not swallow it."""
+
+
+def _alarm(signum, frame):
+    raise _GraphTimeout()
+
+
 def fuzz_graph(task):
-    """All level x target runs of one graph: a list of result dicts (plus models of failures)."""
+    """All level x target runs of one graph: a list of result dicts (plus models of failures).
+    A graph whose runs outlast ``graph_timeout`` seconds (SIGALRM; 0 = none) yields one
+    ``timeout`` result for the combination that was running."""
     import onnxruntime
 
     onnxruntime.set_default_logger_severity(4)  # the failures we provoke are reported, not logged
-    seed, levels, targets, rules = task
+    seed, levels, targets, rules, graph_timeout = task
     case = make_case(seed)
     base = {"seed": seed, "motifs": case.motifs, "traps": case.traps}
     try:
@@ -200,17 +217,31 @@ def fuzz_graph(task):
     except Exception as exc:  # noqa: BLE001
         return [dict(base, level=0, target="-", cls="invalid-graph", detail=_first_line(exc), fires={})], case, {}
     results, models = [], {}
-    for level in levels:
-        o1_done = None
-        for target in targets:
-            if level == 1 and o1_done is not None:
-                cls, detail, opt, fires = o1_done
-            else:
-                cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules)
-                o1_done = (cls, detail, opt, fires) if level == 1 else None
-            results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
-            if cls in (*FAIL_CLASSES, "ort-itself"):
-                models[(level, target)] = opt
+    use_alarm = graph_timeout > 0 and hasattr(signal, "SIGALRM")
+    if use_alarm:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, graph_timeout)
+    level, target = levels[0], targets[0]
+    try:
+        for level in levels:
+            o1_done = None
+            for target in targets:
+                if level == 1 and o1_done is not None:
+                    cls, detail, opt, fires = o1_done
+                else:
+                    cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules)
+                    o1_done = (cls, detail, opt, fires) if level == 1 else None
+                results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
+                if cls in (*FAIL_CLASSES, "ort-itself"):
+                    models[(level, target)] = opt
+    except _GraphTimeout:
+        detail = f"no result after {graph_timeout} s (the graph's earlier runs: {len(results)})"
+        results.append(dict(base, level=level, target=target, cls="timeout", detail=detail, fires={}))
+        models[(level, target)] = None
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     return results, case, models
 
 
@@ -233,26 +264,61 @@ def builtin_rules(levels, targets) -> list[str]:
                   if r.level <= max(levels) and set(r.targets) & set(targets))
 
 
+def _write_summary(out: Path, summary: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".summary", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, out / "summary.json")
+
+
 def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None = None,
-         start: int = 0, progress=None, rules=()) -> dict:
-    """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``).
-    ``rules`` are extra rule files, passed to optimize() (a user's rules can be fuzzed too)."""
+         start: int = 0, progress=None, rules=(), time_budget: float | None = None,
+         graph_timeout: float = 0) -> dict:
+    """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``, and
+    every 100 graphs while it runs). ``rules`` are extra rule files, passed to optimize() (a
+    user's rules can be fuzzed too). ``time_budget`` (seconds) stops taking new graphs."""
     rules = tuple(str(r) for r in rules)
-    tasks = [(case_seed(seed, i), tuple(levels), tuple(targets), rules) for i in range(start, start + count)]
+    tasks = [(case_seed(seed, i), tuple(levels), tuple(targets), rules, graph_timeout)
+             for i in range(start, start + count)]
     counts = collections.Counter()
     by_combo: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     fires = collections.Counter()
     motifs = collections.Counter()
     failures = []
     refusals = collections.Counter()
+    expected = builtin_rules(levels, targets)
     t0 = time.time()
+    graphs = 0
+
+    def summary(complete: bool) -> dict:
+        return {
+            "count": count, "graphs": graphs, "complete": complete, "seed": seed, "start": start,
+            "levels": list(levels), "targets": list(targets), "rules": list(rules), "jobs": jobs,
+            "runs": sum(counts.values()), "seconds": round(time.time() - t0, 1),
+            "classes": {c: counts.get(c, 0) for c in CLASSES},
+            "failed": sum(counts.get(c, 0) for c in FAIL_CLASSES),
+            "by_level_target": {k: dict(v) for k, v in sorted(by_combo.items())},
+            "rule_fires": dict(sorted(fires.items())),
+            "rules_never_fired": [r for r in expected if not fires.get(r)],
+            "motifs": dict(sorted(motifs.items())),
+            "refusals": dict(refusals.most_common(20)),
+            "failures": failures,
+        }
+
     if jobs > 1:
+        # one BLAS / OpenMP thread per worker: N workers on N cores, not N x cores threads
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
         pool = multiprocessing.get_context("spawn").Pool(jobs)
-        stream = pool.imap(fuzz_graph, tasks, chunksize=2)
+        # unordered: one slow graph does not hold back the results (and the summary) behind it
+        stream = pool.imap_unordered(fuzz_graph, tasks, chunksize=1)
     else:
         pool, stream = None, map(fuzz_graph, tasks)
     try:
-        for done, (results, case, models) in enumerate(stream, 1):
+        for results, case, models in stream:
+            graphs += 1
             motifs.update(case.motifs)
             for res in results:
                 counts[res["cls"]] += 1
@@ -267,32 +333,19 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
                         entry["saved"] = _save_failure(out, res, case, models.get((res["level"], res["target"])))
                     failures.append(entry)
             if progress:
-                progress(done, len(tasks), counts)
+                progress(graphs, len(tasks), counts)
+            if out is not None and graphs % 100 == 0:
+                _write_summary(out, summary(False))
+            if time_budget is not None and time.time() - t0 >= time_budget:
+                break
     finally:
         if pool is not None:
             pool.terminate()
-    expected = builtin_rules(levels, targets)
-    summary = {
-        "count": count, "seed": seed, "start": start, "levels": list(levels), "targets": list(targets),
-        "rules": list(rules),
-        "runs": sum(counts.values()), "seconds": round(time.time() - t0, 1),
-        "classes": {c: counts.get(c, 0) for c in CLASSES},
-        "failed": sum(counts.get(c, 0) for c in FAIL_CLASSES),
-        "by_level_target": {k: dict(v) for k, v in sorted(by_combo.items())},
-        "rule_fires": dict(sorted(fires.items())),
-        "rules_never_fired": [r for r in expected if not fires.get(r)],
-        "motifs": dict(sorted(motifs.items())),
-        "refusals": dict(refusals.most_common(20)),
-        "failures": failures,
-    }
+            pool.join()
+    final = summary(graphs == count)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=".summary", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(summary, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, out / "summary.json")
-    return summary
+        _write_summary(out, final)
+    return final
 
 
 def replay(folders, rules=()) -> list[tuple[str, str, str]]:
@@ -335,7 +388,11 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0, help="index of the first graph (resume a run)")
     ap.add_argument("--levels", type=lambda s: _int_list(s, {1, 2, 3, 4}), default=[1, 2, 3, 4])
     ap.add_argument("--targets", type=_targets, default=["ort", "onnx", "trt"])
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (one graph each at a time)")
+    ap.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                    help="stop taking new graphs after this long (the summary counts those that ran)")
+    ap.add_argument("--graph-timeout", type=float, default=300, metavar="SECONDS",
+                    help="a graph's runs taking longer count as `timeout` (0: no limit; POSIX only)")
     ap.add_argument("--rules", action="append", default=[], metavar="FILE",
                     help="extra rule file for optimize() (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
@@ -353,6 +410,8 @@ def main(argv=None) -> int:
         return 0 if all(now.startswith(("ok", "refused-input", "ort-itself")) for _, _, now in results) else 1
     if args.count < 1 or args.jobs < 1 or args.start < 0:
         ap.error("--count and --jobs must be >= 1, --start >= 0")
+    if (args.time_budget is not None and args.time_budget <= 0) or args.graph_timeout < 0:
+        ap.error("--time-budget must be > 0 and --graph-timeout >= 0")
     if args.out.exists() and not args.out.is_dir():
         ap.error(f"--out {args.out}: not a folder")
 
@@ -365,8 +424,9 @@ def main(argv=None) -> int:
     if missing:
         ap.error(f"--rules {missing[0]}: no such file")
     summary = fuzz(args.count, args.seed, args.levels, args.targets, args.jobs, args.out,
-                   args.start, progress, args.rules)
-    print(f"{summary['count']} graphs, {summary['runs']} runs, {summary['seconds']} s")
+                   args.start, progress, args.rules, args.time_budget, args.graph_timeout)
+    of = "" if summary["complete"] else f" (of {summary['count']}: time budget reached)"
+    print(f"{summary['graphs']} graphs{of}, {summary['runs']} runs, {summary['seconds']} s")
     for cls in CLASSES:
         print(f"  {cls:14s} {summary['classes'][cls]}")
     print("rule fires:")

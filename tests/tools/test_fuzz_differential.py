@@ -130,3 +130,27 @@ def test_bad_arguments_exit_2(args, tmp_path):
                            "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert not (tmp_path / "o").exists()
+
+
+def test_parallel_run_matches_serial_run(tmp_path):
+    """--jobs N runs the same graphs (in completion order) and counts the same classes."""
+    serial = fd.fuzz(4, seed=21, levels=[2], targets=["ort"])
+    parallel = fd.fuzz(4, seed=21, levels=[2], targets=["ort"], jobs=2, out=tmp_path / "o")
+    assert parallel["complete"] and parallel["graphs"] == 4
+    assert parallel["classes"] == serial["classes"]
+    assert parallel["rule_fires"] == serial["rule_fires"]
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["graphs"] == 4
+
+
+def test_graph_timeout_is_a_failure_class_and_saved(tmp_path):
+    # 1 ms: no graph's first optimize finishes in time, so every graph yields one `timeout`
+    summary = fd.fuzz(2, seed=22, levels=[2], targets=["ort"], out=tmp_path, graph_timeout=0.001)
+    assert summary["classes"]["timeout"] == 2 and summary["failed"] == 2
+    saved = Path(summary["failures"][0]["saved"])
+    assert (saved / "original.onnx").is_file() and json.loads((saved / "info.json").read_text())["cls"] == "timeout"
+
+
+def test_time_budget_stops_early_and_says_so(tmp_path):
+    summary = fd.fuzz(50, seed=23, levels=[2], targets=["ort"], out=tmp_path, time_budget=1e-6)
+    assert summary["graphs"] == 1 and not summary["complete"] and summary["count"] == 50
+    assert json.loads((tmp_path / "summary.json").read_text())["complete"] is False
