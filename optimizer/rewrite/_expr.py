@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.rewrite import _dims
+
 
 class ExprSyntaxError(ValueError):
     """The text is not a valid expression of the language (reported at load)."""
@@ -254,6 +256,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "take": lambda ctx, a, idx: [_list(ctx, a)[int(i)] for i in _list(ctx, idx)],
     "iota": lambda ctx, n: list(range(int(n))),
     "is_int": lambda ctx, x: isinstance(x, (int, np.integer)) and not isinstance(x, bool),
+    # whether a value provably has these dims (products as lists), from its shape or its Reshape
+    "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
 }
 
