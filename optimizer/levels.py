@@ -140,8 +140,10 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
             rule_set.remove(name)
         rule_set = rule_set.select(target=target, max_level=level)
         # Folding turned shape arithmetic into constants: infer again so the rules see the dims
-        # it proves (TorchScript rotate-half Slices: head counts, passes/shape_inference.py)
-        stages.append(Stage("shape-refresh", keep((ShapeInferencePass(),)), fixed_point=False))
+        # it proves (TorchScript rotate-half Slices: head counts, passes/shape_inference.py), and
+        # fold what those dims make constant (GPT-NeoX's rotate_half(x[..., :rd]) slices at
+        # Shape(x_rot)[-1] // 2), to a fixed point
+        stages.append(Stage("shape-refresh", keep((ShapeInferencePass(), *cleanup_passes()))))
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
         stages.append(Stage("fusion", (OpsetOnDemandRewritePass(rule_set),), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))
