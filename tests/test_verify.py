@@ -398,7 +398,7 @@ rules:
     assert len(msgs) == 1 and "VerificationError" in msgs[0] and "refuses the optimized model" in msgs[0], msgs
 
 
-@pytest.mark.parametrize("name", ["llama_kv_dynamo", "gpt2_kv_dynamo"])
+@pytest.mark.parametrize("name", ["llama64_kv_dynamo", "gpt264_kv_dynamo"])  # head size 64: lowered
 def test_paged_kv_rewrite_is_verified_against_the_contiguous_original(name):
     """-O4 --target trt turns the KV cache into pools: verify feeds the original's past as
     shuffled pool blocks and compares present.* with the pools read back, and logits as they are."""
@@ -412,8 +412,7 @@ def test_paged_kv_rewrite_is_verified_against_the_contiguous_original(name):
     if not path.exists():
         pytest.skip(f"{path.name} is not there")
     result = onnx_fuse.optimize(path, level=4, target="trt", verify=True)
-    if "onnx_fuse::PagedAttention" not in result.report.ops_after:
-        pytest.skip("the paged-KV rewrite did not fire on this export")
+    assert "onnx_fuse::PagedAttention" in result.report.ops_after, result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason
     names = {o["name"] for o in result.report.verify["outputs"]}
     assert {"logits", "present.0.key", "present.1.value"} <= names

@@ -5,6 +5,10 @@
   gpt2   GPT2LMHeadModel (2 layers, hidden 64, 4 heads, head dim 16, vocab 128): MHA, learned
          absolute position embeddings, Conv1D (the attention output is merged to [B*S, H*D])
 
+--head-dim 64 writes {llama,gpt2}64_kv_dynamo.onnx instead: hidden 128, 2 query heads (llama: 1 kv
+head), intermediate 64, head dim 64, a size the PagedAttention kernels take (the O4 trt paged
+lowering refuses head size 16), under 1 MB each.
+
 Random weights from a fixed seed, use_cache=True, dynamo exporter. Interface (the shape of a
 decode step of a Hugging Face style KV-cache export):
 
@@ -32,6 +36,16 @@ SEED = 0
 LAYERS, HIDDEN, HEADS, VOCAB = 2, 64, 4, 128
 KV_HEADS = {"llama": 2, "gpt2": 4}
 HEAD_DIM = HIDDEN // HEADS
+INTER = 128
+
+
+def _set_head_dim(d: int) -> str:
+    """Switch the module's sizes to head size ``d`` (16 or 64); returns the file-name infix."""
+    global HIDDEN, HEADS, HEAD_DIM, INTER, KV_HEADS
+    if d == 64:
+        HIDDEN, HEADS, HEAD_DIM, INTER, KV_HEADS = 128, 2, 64, 64, {"llama": 1, "gpt2": 2}
+        return "64"
+    return ""
 BATCH, SEQ, PAST = 2, 2, 5  # example shapes (>1 so the exporter keeps the dims dynamic)
 
 
@@ -41,13 +55,13 @@ def _model(arch: str):
 
     torch.manual_seed(SEED)
     if arch == "llama":
-        config = tf.LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128,
+        config = tf.LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=INTER,
                                 vocab_size=VOCAB, max_position_embeddings=128,
                                 num_attention_heads=HEADS, num_key_value_heads=KV_HEADS[arch],
                                 use_cache=True, tie_word_embeddings=False, attn_implementation="sdpa")
         model = tf.LlamaForCausalLM(config).eval()
     else:
-        config = tf.GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, n_inner=128,
+        config = tf.GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, n_inner=INTER,
                                vocab_size=VOCAB, n_positions=128, use_cache=True,
                                attn_implementation="sdpa")
         model = tf.GPT2LMHeadModel(config).eval()
@@ -99,7 +113,7 @@ def _feeds(batch: int, seq: int, past: int, kv_heads: int):
     return feeds
 
 
-def export(arch: str, out_dir: Path) -> dict:
+def export(arch: str, out_dir: Path, infix: str = "") -> dict:
     import numpy as np
     import onnx
     import onnxruntime as ort
@@ -109,7 +123,7 @@ def export(arch: str, out_dir: Path) -> dict:
     config, model = _model(arch)
     wrapper = _wrapper(model)
     kv_heads = KV_HEADS[arch]
-    name = f"{arch}_kv_dynamo"
+    name = f"{arch}{infix}_kv_dynamo"
     feeds = _feeds(BATCH, SEQ, PAST, kv_heads)
     names = list(feeds)
     outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
@@ -128,6 +142,10 @@ def export(arch: str, out_dir: Path) -> dict:
                                  optimize=True, verbose=False)
         prog.save(str(path), external_data=False)
     proto = onnx.load(str(path))
+    if infix:  # the exporter's per-node stack traces are a third of the file: keep it under 1 MB
+        for node in proto.graph.node:
+            del node.metadata_props[:]
+        onnx.save(proto, str(path))
     onnx.checker.check_model(proto)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     max_abs = 0.0
@@ -156,11 +174,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests/data/models"))
     ap.add_argument("--arch", nargs="*", default=list(KV_HEADS), choices=list(KV_HEADS))
+    ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64])
     ns = ap.parse_args(argv)
+    infix = _set_head_dim(ns.head_dim)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     for arch in ns.arch:
-        entry = export(arch, out)
+        entry = export(arch, out, infix)
         print(json.dumps({k: entry[k] for k in ("file", "bytes", "nodes", "ort_vs_torch_max_abs")}))
     return 0
 

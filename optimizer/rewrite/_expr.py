@@ -220,6 +220,20 @@ def _producer_ops(v, n: int) -> list[str]:
     return ops
 
 
+def _ancestor_ops(v, n: int) -> list[str]:
+    ops: list[str] = []
+    seen: set[int] = set()
+    queue = [v]
+    while queue and len(ops) < n:
+        node = queue.pop(0).producer()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        ops.append(node.op_type)
+        queue.extend(i for i in node.inputs if i is not None)
+    return ops
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "rank": _rank,
     "shape": _shape,
@@ -256,6 +270,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "take": lambda ctx, a, idx: [_list(ctx, a)[int(i)] for i in _list(ctx, idx)],
     "iota": lambda ctx, n: list(range(int(n))),
     "is_int": lambda ctx, x: isinstance(x, (int, np.integer)) and not isinstance(x, bool),
+    # a value's name (graph_io templates derive new names from it) and splitting strings
+    "name": lambda ctx, v: _as_value(v, "name").name or "",
+    "split": lambda ctx, s, sep: str(s).split(str(sep)),
+    # op types of every producer above a value (all inputs, breadth first, at most n nodes)
+    "ancestor_ops": lambda ctx, v, n: _ancestor_ops(_as_value(v, "ancestor_ops"), int(n)),
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)

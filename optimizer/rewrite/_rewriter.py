@@ -25,7 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
-from onnx_fuse.rewrite import _expr
+from onnx_fuse.rewrite import _expr, _graph_io
 from onnx_fuse.rewrite._matcher import GraphFacts, Match, Matcher, _ExprContext, attr_value, norm_domain
 from onnx_fuse.errors import InternalError
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN, STAGES, Rule, RuleSet
@@ -114,6 +114,8 @@ class Plan:
     initializers: list[_NewValue]
     outputs: dict[str, Any]           # pattern output -> ir.Value | _NewValue
     names: list[str]
+    io_inputs: list[_NewValue] = dataclasses.field(default_factory=list)  # graph_io inputs read
+    io_replaced: frozenset[str] = frozenset()   # pattern outputs whose graph-output slot a new output takes
 
 
 def _py(v: Any) -> Any:
@@ -182,6 +184,16 @@ class Rewriter:
             taken.add(n)
             return n
 
+        io = rule.graph_io
+        if io is not None:  # new graph inputs are rewrite names (made or shared at commit)
+            graph_inputs = {v.name for v in match.anchor.graph.inputs} if match.anchor.graph else set()
+
+            def io_input(name: str, var: str, dtype: ir.DataType, shape: ir.Shape) -> _NewValue:
+                if name in self.names.used and name not in graph_inputs:
+                    raise RewriteRejected(f"graph_io input {name!r}: the model already has a value of that name")
+                return _NewValue(name, var, dtype, shape)
+
+            _graph_io.plan_inputs(io, env, ctx, io_input, RewriteRejected)
         for st in rule.rewrite:
             try:
                 if st.kind == "expr":
@@ -259,7 +271,15 @@ class Rewriter:
                     env[st.outputs[0]] = _Unbound(f"rewrite line {st.line} ({st.source}): {exc}")
                     continue
                 raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
-        outputs = {o: env[o] for o in rule.outputs}
+        replaced = io.replaced if io is not None else set()
+        outputs = {o: env[o] for o in rule.outputs if o not in replaced}
+        if io is not None:
+            _graph_io.plan_outputs(io, match, env, ctx, outputs, RewriteRejected)
+            for o in replaced:
+                if outputs[o].name in self.names.used or outputs[o].name in taken:
+                    raise RewriteRejected(f"graph_io output {outputs[o].name!r}: the model already has a "
+                                          "value of that name")
+                taken.add(outputs[o].name)
         for o, v in outputs.items():
             if isinstance(v, _Unbound):
                 raise RewriteRejected(v.why)
@@ -267,6 +287,9 @@ class Rewriter:
                 raise RewriteRejected(f"pattern output {o!r} must be a tensor, the rewrite made it {v!r}")
         nodes, inits = self._live(nodes, inits, outputs)
         plan = Plan(match, nodes, inits, outputs, sorted(taken))
+        if io is not None:
+            plan.io_inputs = [env[i.var] for i in io.inputs]
+            plan.io_replaced = frozenset(replaced)
         if self._is_noop(plan):
             raise NoProgress(rule.name)
         self._validate(plan)
@@ -354,6 +377,8 @@ class Rewriter:
         known: dict[Any, tuple[ir.DataType | None, ir.Shape | None]] = {}
         for nv in plan.initializers:
             known[nv] = (nv.dtype, nv.shape)
+        for nv in plan.io_inputs:
+            known[nv] = (nv.dtype, nv.shape)
 
         def type_of(v: Any) -> tuple[ir.DataType | None, ir.Shape | None]:
             if isinstance(v, _NewValue):
@@ -418,6 +443,11 @@ class Rewriter:
         for var, new in plan.outputs.items():
             old = plan.match.values[var]
             ndtype, nshape = type_of(new)
+            if var in plan.io_replaced:  # a new interface value, not a replacement: its type must be known
+                if ndtype is None or new in uncertain:
+                    raise RewriteRejected(f"graph_io output for {var}: dtype not proven (give the op a "
+                                          "`: like(...)` type hint)")
+                continue
             if self.validate and old.is_graph_output() and (
                     new in uncertain or (old.dtype is not None and ndtype is None)
                     or (old.shape is not None and nshape is None)):
@@ -538,6 +568,9 @@ class Rewriter:
             if old.is_graph_output() and isinstance(plan.outputs[var], _NewValue):
                 old.name = self.names.propose(f"{old.name}__replaced", set())
                 self.names.commit([old.name])
+        for nv in plan.io_inputs:
+            nv.ir_value = _graph_io.make_input(graph, nv.name, nv.dtype, nv.shape, RewriteRejected)
+            self.names.commit([nv.name])
         for nv in plan.initializers:
             v = ir.Value(name=nv.name, type=ir.TensorType(nv.dtype), shape=nv.shape,
                          const_value=ir.tensor(nv.initializer, name=nv.name))
@@ -712,6 +745,7 @@ class RewritePass(FusePass):
         modified = False
         self.rejected = []
         self.unsettled: list[str] = []
+        self._io_done: set[str] = set()
         # Stages run in order, each to its own fixed point: recognition into canonical ops must be
         # complete before lowering picks the target op, and the layout glue lowerings leave is
         # simplified last (it would otherwise break patterns of the earlier stages).
@@ -737,6 +771,77 @@ class RewritePass(FusePass):
         self.stats_reason = "; ".join(reasons) or None
         return ir.passes.PassResult(model, modified=modified)
 
+    def _apply_atomic(self, graph: ir.Graph, rule: Rule, matcher: Matcher, rewriter: Rewriter,
+                      index: dict, facts: GraphFacts) -> int:
+        """A graph_io rule changes the interface once: it fires on every candidate of the main
+        graph or on none, and says why not (``<rule>: not rewritten: <reason>`` in the report)."""
+        from onnx_fuse.rewrite._result import MatchStatus, Tracer
+
+        cands = [n for n in candidates(rule, index) if n.graph is graph]
+        if not cands:
+            return 0
+        io = rule.graph_io
+        self._io_done.add(rule.name)
+        hook = None
+        if io.readers is not None:
+            hook = _graph_io._HOOKS.get(io.readers)
+            if hook is None:
+                self.unsettled.append(f"{rule.name}: not rewritten: readers hook {io.readers!r} is not "
+                                      "registered (its target module was not loaded)")
+                return 0
+        plans: list[Plan] = []
+        retired: list[ir.Value] = []
+        claimed: set[ir.Node] = set()
+        try:
+            for node in cands:
+                tracer = Tracer()
+                match = matcher.match(node, facts, tracer)
+                if match is None:
+                    r = tracer.result(rule.name, node.name or node.op_type)
+                    if r.status == MatchStatus.NO_MATCH:
+                        continue  # not the rule's structure: not a candidate of the interface change
+                    raise RewriteRejected(f"{node.op_type} {node.name!r}: {r.reason}")
+                try:
+                    plan = rewriter.plan(match, facts)
+                except NoProgress:
+                    raise RewriteRejected(f"{node.op_type} {node.name!r}: no progress") from None
+                if self.local_check is not None and (why := self.local_check(plan, rewriter.model)):
+                    raise RewriteRejected(f"{node.op_type} {node.name!r}: numeric check: {why}")
+                if any(n in claimed for n in match.nodes.values()):
+                    raise RewriteRejected(f"{node.op_type} {node.name!r}: its match overlaps another one")
+                claimed.update(match.nodes.values())
+                plans.append(plan)
+                retired += [v for v in _graph_io.retiring(io, match, RewriteRejected) if v not in retired]
+            matched = {n for p in plans for n in p.match.nodes.values()}
+            why = hook.check(graph, retired, matched) if hook is not None else \
+                _graph_io.unread_check(retired, matched)
+            if why:
+                raise RewriteRejected(why)
+        except RewriteRejected as exc:
+            self.unsettled.append(f"{rule.name}: not rewritten: {exc}")
+            return 0
+        if not plans:
+            return 0
+        read_before = [v for v in graph.inputs if v.uses()]
+        new_inputs: dict[str, ir.Value] = {}
+        for plan in plans:
+            # planned again right before its commit: an earlier commit may have replaced a value
+            # this match reads (one match's output feeding the next)
+            node = plan.match.anchor
+            match = matcher.match(node, facts) if node.graph is graph else None
+            try:
+                plan = rewriter.plan(match, facts) if match is not None else None
+            except (RewriteRejected, NoProgress):
+                plan = None
+            if plan is None:
+                raise InternalError(f"rule {rule.name!r}: {node.op_type} {node.name!r} matched before the other "
+                                    "matches of its graph_io rule were committed, and no longer does")
+            rewriter.commit(plan, graph, index)
+            self.stats[rule.name] += 1
+            new_inputs.update({nv.name: nv.ir_value for nv in plan.io_inputs})
+        _graph_io.finish(graph, rule.name, retired, read_before, new_inputs, hook)
+        return len(plans)
+
     def _refuse_canonical_leftovers(self, model: ir.Model) -> None:
         """Canonical ops are internal: every one the fuse stage made must have been lowered (or
         expanded back) by now. One left over is a rule-set bug, never a model to save."""
@@ -757,6 +862,13 @@ class RewritePass(FusePass):
             fired = 0
             last_round: set[str] = set()
             for rule, matcher in matchers:
+                if rule.graph_io is not None:
+                    if rule.name not in self._io_done and graph is rewriter.model.graph:
+                        n = self._apply_atomic(graph, rule, matcher, rewriter, index, facts)
+                        fired += n
+                        if n:
+                            last_round.add(rule.name)
+                    continue
                 for node in candidates(rule, index):
                     if node.graph is not graph or (rule.name, node) in rejected_at:
                         continue

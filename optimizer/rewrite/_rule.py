@@ -20,14 +20,14 @@ from typing import Any
 import onnx
 
 from onnx_fuse.levels import TARGETS  # the one target list (re-exported by onnx_fuse.rewrite)
-from onnx_fuse.rewrite import _expr
+from onnx_fuse.rewrite import _expr, _graph_io
 from onnx_fuse.rewrite._fragments import Fragment, expand, rename_text
 from onnx_fuse.rewrite._pattern import (MatchStatement, PatternSyntaxError, RewriteStatement,
                                         parse_match, parse_rewrite, top_level)
 
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RULE_KEYS = {"name", "doc", "level", "priority", "targets", "opset", "domains", "match", "where",
-              "rewrite", "outputs", "stage"}
+              "rewrite", "outputs", "stage", "graph_io"}
 #: The phases of a RewritePass, in order; each runs to a fixed point before the next starts.
 #: ``fuse`` rewrites exporter idioms (into target ops or into canonical ops), ``lower`` turns
 #: canonical ops into the target's ops, ``simplify`` removes the layout glue lowerings leave
@@ -116,6 +116,8 @@ class Rule:
     producers: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     leaves: frozenset[str] = frozenset()
     captures: frozenset[str] = frozenset()
+    # graph inputs/outputs the rule adds, replaces or retires (_graph_io.py); None for most rules
+    graph_io: _graph_io.GraphIO | None = None
 
     @property
     def anchor(self) -> MatchStatement:
@@ -338,6 +340,9 @@ def build_rule(data: Mapping, *, line: int, lines: Mapping[str, int], styles: Ma
             merged["check"].append(f"{rename_text(expr_text, mapping)} : {message or expr_text}")
         where = merged
     _build_where(rule, where, lines.get("where", line), where_lines or {})
+    if "graph_io" in data:
+        rule.graph_io = _graph_io.parse(data["graph_io"], lines.get("graph_io", line), RuleError)
+        _graph_io.check_rule(rule.graph_io, rule, RuleError)
     for target, block in rewrites.items():
         _analyze_rewrite(dataclasses.replace(rule, rewrite=block))
     if not rewrites:
@@ -555,7 +560,8 @@ def _parse_block(text: str, kind: str, first_line: int, fragments: Mapping[str, 
 
 
 def _analyze_rewrite(rule: Rule) -> None:
-    bound = set(rule.producers) | rule.leaves
+    io = rule.graph_io
+    bound = set(rule.producers) | rule.leaves | ({i.var for i in io.inputs} if io else set())
     computed: set[str] = set(rule.captures)
     defined: set[str] = set()
     intermediates = set(rule.producers) - set(rule.outputs)
@@ -613,7 +619,12 @@ def _analyze_rewrite(rule: Rule) -> None:
             defined.add(out)
             if st.kind == "expr":
                 computed.add(out)
+    for o in (io.outputs if io else ()):
+        if o.var not in defined:
+            raise RuleError(f"graph_io output {o.var!r} is not defined by the rewrite", io.line)
     for o in rule.outputs:
+        if io and o in io.replaced:
+            continue  # its graph-output slot goes to a new output; the value itself dies
         if o not in defined:
             raise RuleError(f"the rewrite does not define pattern output {o!r}",
                             rule.rewrite[-1].line if rule.rewrite else rule.line)

@@ -15,6 +15,8 @@ import onnx_ir as ir
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN, PLUGIN_DOMAIN_VERSION, PLUGIN_NAMESPACE, PLUGIN_VERSIONS
 from onnx_fuse.targets.onnx import FUSION_OPSET
+# registers the readers hook of the paged-KV lowering (rules/attention/paged_trt.yaml, O4)
+from onnx_fuse.targets import trt_paged_kv  # noqa: F401
 
 NAME = "trt"
 DOMAINS = {"": FUSION_OPSET, PLUGIN_DOMAIN: PLUGIN_DOMAIN_VERSION}
@@ -52,9 +54,4 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
     if level < 2:
         return []
-    if level < 4:
-        return [PluginAttributesPass()]
-    # O4: paged KV (docs/paged_kv.md) before the attribute fixup, which then covers its nodes too.
-    from onnx_fuse.targets.trt_paged_kv import PagedKVPass
-
-    return [PagedKVPass(), PluginAttributesPass()]
+    return [PluginAttributesPass()]

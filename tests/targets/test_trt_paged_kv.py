@@ -1,8 +1,11 @@
-"""Paged-KV rewriting at O4 for target trt (optimizer/targets/trt_paged_kv.py, docs/paged_kv.md).
+"""Paged KV at O4 for target trt: the `trt-paged-kv` lowering of canonical AttentionKV
+(rules/attention/paged_trt.yaml, its graph_io block, the readers hook in
+optimizer/targets/trt_paged_kv.py; docs/paged_kv.md).
 
-The real exports tests/data/models/{llama,gpt2}_kv_dynamo.onnx (tools/export_decoder_kv.py: LLaMA
-with 4 q / 2 kv heads and RoPE, GPT-2 with 4 heads and learned positions; 2 layers, head dim 16,
-past_key_values inputs, present outputs) are optimized at O4/trt; the rewritten model runs in ONNX Runtime with PagedAttention through its NumPy reference
+The real exports tests/data/models/{llama64,gpt264}_kv_dynamo.onnx (tools/export_decoder_kv.py
+--head-dim 64: LLaMA with 2 q / 1 kv heads and RoPE, GPT-2 with 2 heads and learned positions; 2
+layers, head size 64, past_key_values inputs, present outputs) are optimized at O4/trt; the
+rewritten model runs in ONNX Runtime with PagedAttention through its NumPy reference
 (onnx_fuse.reference.ort_ops) and is compared with the original export. A ragged batch (different
 past lengths per sequence) cannot be fed to the contiguous original, so the original runs once per
 sequence with that sequence's own past, and the paged batch must match each of them.
@@ -19,14 +22,18 @@ import onnx_ir as ir
 import pytest
 
 import onnx_fuse
+import yaml
+
+import onnx_fuse.rewrite
+from onnx_fuse.plugins.check_trt import check_model
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
-from onnx_fuse.targets.trt_paged_kv import PagedKVPass
 from onnx_fuse.verify import make_session
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
-KV_MODEL = MODELS / "llama_kv_dynamo.onnx"
-LAYERS, D, VOCAB = 2, 16, 128
-HKV = {"llama_kv_dynamo": 2, "gpt2_kv_dynamo": 4}
+KV_MODEL = MODELS / "llama64_kv_dynamo.onnx"
+LAYERS, D, VOCAB = 2, 64, 128
+HQ = 2
+HKV = {"llama64_kv_dynamo": 1, "gpt264_kv_dynamo": 2}
 
 
 def _ops(model: ir.Model) -> collections.Counter:
@@ -48,7 +55,7 @@ def sessions(name, paged):
     return make_session(onnx.load(str(MODELS / f"{name}.onnx"))), make_session(paged), HKV[name]
 
 
-def _feeds(batch: int, past: int, new: int, seed: int = 0, hkv: int = 2) -> dict:
+def _feeds(batch: int, past: int, new: int, seed: int = 0, hkv: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     feeds = {"input_ids": rng.integers(0, VOCAB, (batch, new)).astype(np.int64)}
     for i in range(LAYERS):
@@ -73,7 +80,7 @@ def _run(sess, feeds: dict) -> dict:
 def test_every_layer_becomes_paged_attention(name, paged):
     ops = _ops(paged)
     assert ops["PagedAttention"] == LAYERS
-    assert ops["Softmax"] == 0 and ops["Concat"] <= 5  # attention cores and KV Concats are gone
+    assert ops["Softmax"] == 0 and ops["Attention"] == 0  # attention cores are gone
     names_in = [v.name for v in paged.graph.inputs]
     assert names_in == ["input_ids", "block_tables", "seq_lens"] + [
         f"kv_pool_{t}.{i}" for i in range(LAYERS) for t in ("k", "v")]
@@ -84,13 +91,27 @@ def test_every_layer_becomes_paged_attention(name, paged):
             assert node.domain == "onnx_fuse"
             attrs = {k: a.value for k, a in node.attributes.items()}
             assert attrs["plugin_version"] == "1" and attrs["plugin_namespace"] == "onnx_fuse"
-            assert attrs["num_heads"] == 4 and attrs["kv_num_heads"] == HKV[name]
+            assert attrs["num_heads"] == HQ and attrs["kv_num_heads"] == HKV[name]
+            assert node.metadata_props.get("onnx_fuse.rule") == "trt-paged-kv"
             assert attrs["scale"] == pytest.approx(1 / np.sqrt(D), rel=1e-6)
     by_name = {v.name: v for v in paged.graph.inputs}
     assert by_name["block_tables"].dtype == ir.DataType.INT32
     assert by_name["seq_lens"].dtype == ir.DataType.INT32
     assert list(by_name["kv_pool_k.0"].shape)[2:] == [HKV[name], D]
-    onnx.checker.check_model(ir.to_proto(paged))
+    proto = ir.to_proto(paged)
+    onnx.checker.check_model(proto)
+    # check-trt: the plugin contract holds (head size, layouts); only the fp32 dtype of these
+    # test models is outside it (an engine is built with --precision fp16)
+    reasons = [str(vars(i)) for i in check_model(proto).issues]
+    assert reasons and not [r for r in reasons if "float16 or bfloat16 (got FLOAT)" not in r], reasons
+
+
+def test_fp16_paged_model_is_check_trt_clean(name):
+    """What an engine is built from: -O4 --target trt --precision fp16 passes check-trt whole."""
+    model = onnx_fuse.optimize(str(MODELS / f"{name}.onnx"), level=4, target="trt", precision="fp16").model
+    assert _ops(model)["PagedAttention"] == LAYERS
+    report = check_model(ir.to_proto(model))
+    assert not report.issues, [vars(i) for i in report.issues]
 
 
 @pytest.mark.parametrize("block_size", [1, 4, 16])
@@ -160,101 +181,112 @@ def test_decode_loop_feeds_pools_back(sessions):
 # ---- near misses -------------------------------------------------------------------------------
 
 
-def test_model_without_cache_is_untouched():
-    model = onnx_fuse.optimize(str(MODELS / "llama_sdpa_dynamo.onnx"), level=3, target="trt").model
-    before = ir.to_proto(model).SerializeToString()
-    p = PagedKVPass()
-    assert p(model).modified is False
-    assert p.stats["no-kv-cache"] == 1 and ir.to_proto(model).SerializeToString() == before
-    o4 = onnx_fuse.optimize(str(MODELS / "llama_sdpa_dynamo.onnx"), level=4, target="trt").model
-    assert _ops(o4)["PagedAttention"] == 0
-
-
-def _o3_kv() -> onnx.ModelProto:
-    return ir.to_proto(onnx_fuse.optimize(str(KV_MODEL), level=3, target="trt").model)
+def _o4(proto_or_path, **kw):
+    return onnx_fuse.optimize(proto_or_path if isinstance(proto_or_path, onnx.ModelProto) else str(proto_or_path),
+                              level=4, target="trt", **kw)
 
 
 def _refused(proto: onnx.ModelProto, reason: str) -> None:
-    model = ir.serde.deserialize_model(proto)
-    before = ir.to_proto(model).SerializeToString()
-    p = PagedKVPass()
-    assert p(model).modified is False
-    assert p.stats["refused"] == 1 and reason in p.stats_reason
-    assert ir.to_proto(model).SerializeToString() == before
-    assert _ops(model)["PagedAttention"] == 0
+    """All or nothing: no PagedAttention, the contiguous interface kept, the reason reported."""
+    result = _o4(proto)
+    assert _ops(result.model)["PagedAttention"] == 0
+    assert [v.name for v in result.model.graph.inputs] == [v.name for v in proto.graph.input]
+    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
+    assert notes and reason in notes[0], result.report.warnings
 
 
-def test_o3_output_is_rewritten_by_the_pass_alone():
-    """The positive control of the near misses below: the same O3 graph, unmodified, is rewritten."""
-    model = ir.serde.deserialize_model(_o3_kv())
-    p = PagedKVPass()
-    assert p(model).modified is True and p.stats["paged-attention"] == LAYERS
+def _export() -> onnx.ModelProto:
+    return onnx.load(str(KV_MODEL))
 
 
-def test_present_consumed_elsewhere_is_not_rewritten():
-    proto = _o3_kv()
+def test_head_size_16_is_not_lowered_while_64_is():
+    """Issue 11: PagedAttention only at the head sizes its kernels take (plugins/paged_attention.yaml);
+    the head-size-16 export keeps its contiguous cache (attention still fused, Attention-23)."""
+    small = onnx.load(str(MODELS / "llama_kv_dynamo.onnx"))
+    _refused(small, "PagedAttention's kernels take head sizes 64, 80, 96, 128 and 256")
+    o4 = _o4(small).model
+    assert _ops(o4)["Attention"] == LAYERS and _ops(o4)["Softmax"] == 0
+    assert _ops(_o4(KV_MODEL).model)["PagedAttention"] == LAYERS
+
+
+def test_rule_head_sizes_are_the_plugin_contract():
+    contract = yaml.safe_load((Path(onnx_fuse.__file__).resolve().parents[1] / "plugins" /
+                               "paged_attention.yaml").read_text())
+    rule = onnx_fuse.rewrite.load_rule_set().get("trt-paged-kv")
+    text = next(c for c in rule.checks if "head sizes" in c.message).expr.text
+    assert f"dim(q, 3) in {tuple(contract['kernel']['head_dims'])}" in text
+
+
+def test_model_without_cache_is_untouched():
+    result = _o4(MODELS / "llama64_sdpa_dynamo.onnx")
+    assert _ops(result.model)["PagedAttention"] == 0
+    assert not [w for w in result.report.warnings if "trt-paged-kv" in w]
+    assert "block_tables" not in [v.name for v in result.model.graph.inputs]
+
+
+def test_present_read_elsewhere_is_not_lowered():
+    proto = _export()
     proto.graph.node.append(onnx.helper.make_node("ReduceSum", ["present.1.value"], ["kv_sum"], keepdims=0))
     proto.graph.output.append(onnx.helper.make_tensor_value_info("kv_sum", onnx.TensorProto.FLOAT, []))
-    _refused(proto, "consumed outside its attention")
+    _refused(proto, "graph output 'present.1.value' is still read by ReduceSum")
 
 
-def test_past_in_another_layout_is_not_rewritten():
-    """past_key_values.0.key given as [B, P, Hkv, D] and transposed in the graph: not a pool view."""
-    proto = _o3_kv()
+def test_past_in_another_layout_is_not_lowered():
+    """past_key_values.0.value given as [B, P, Hkv, D] and transposed in the graph: not a pool
+    view, and the other layers are not lowered either (all or nothing)."""
+    proto = _export()
     g = proto.graph
-    inp = next(i for i in g.input if i.name == "past_key_values.0.key")
-    dims = inp.type.tensor_type.shape.dim
+    name = "past_key_values.0.value"
+    dims = next(i for i in g.input if i.name == name).type.tensor_type.shape.dim
     d1, d2 = onnx.TensorShapeProto.Dimension(), onnx.TensorShapeProto.Dimension()
-    d1.CopyFrom(dims[1]); d2.CopyFrom(dims[2])
-    dims[1].CopyFrom(d2); dims[2].CopyFrom(d1)
+    d1.CopyFrom(dims[1])
+    d2.CopyFrom(dims[2])
+    dims[1].CopyFrom(d2)
+    dims[2].CopyFrom(d1)
     for node in g.node:
-        if node.op_type == "Concat" and node.input[0] == "past_key_values.0.key":
-            node.input[0] = "past_k0_bhsd"
-    g.node.insert(0, onnx.helper.make_node("Transpose", ["past_key_values.0.key"], ["past_k0_bhsd"],
-                                           perm=[0, 2, 1, 3]))
-    _refused(proto, "is not a graph input")
+        for i, x in enumerate(node.input):
+            if x == name:
+                node.input[i] = f"{name}_t"
+    g.node.insert(0, onnx.helper.make_node("Transpose", [name], [f"{name}_t"], perm=[0, 2, 1, 3]))
+    _refused(proto, "which is not a graph input")
 
 
-def test_concat_on_the_wrong_axis_is_not_rewritten():
-    proto = _o3_kv()
+def test_concat_on_the_wrong_axis_is_not_lowered():
+    """One layer's K Concat on axis 1: that layer is no AttentionKV, so its past stays, and the
+    model is not half paged."""
+    proto = _export()
     for node in proto.graph.node:
-        if node.op_type == "Concat" and node.input[0] == "past_key_values.1.value":
+        if node.op_type == "Concat" and node.input[0] == "past_key_values.1.key":
             node.attribute[0].i = 1
-    _refused(proto, "axis 1")
+            break
+    else:
+        raise AssertionError("no Concat reads past_key_values.1.key")
+    _refused(proto, "are not read by a lowered attention")
 
 
-def test_non_causal_mask_is_not_rewritten():
+def test_non_causal_mask_is_not_lowered():
     """A mask without a causal comparison (here: a graph input bias) is outside the contract."""
-    proto = _o3_kv()
+    proto = _export()
     g = proto.graph
-    for node in g.node:
-        if node.op_type == "Add" and any(i == "val_160" for i in node.input):
-            node.input[list(node.input).index("val_160")] = "bias"
+    producers = {o: n for n in g.node for o in n.output}
+    softmax_in = {n.input[0] for n in g.node if n.op_type == "Softmax"}
+    adds = [n for n in g.node if n.op_type == "Add" and n.output[0] in softmax_in]
+    assert len(adds) == LAYERS
+    for add in adds:  # the mask side is the input not produced by the scores' MatMul/Mul
+        j = next(i for i, x in enumerate(add.input) if producers.get(x) is None
+                 or producers[x].op_type not in ("MatMul", "Mul", "Div"))
+        add.input[j] = "bias"
     g.input.append(onnx.helper.make_tensor_value_info("bias", onnx.TensorProto.FLOAT, ["b", 1, "s", "t"]))
-    _refused(proto, "not a causal mask")
+    _refused(proto, "the mask must be causal")
 
 
-def test_disable_and_refusal_reach_the_report():
-    o4 = onnx_fuse.optimize(str(KV_MODEL), level=4, target="trt", disable=["trt-paged-kv"]).model
-    assert _ops(o4)["PagedAttention"] == 0
+def test_disable_keeps_the_contiguous_cache():
+    o4 = _o4(KV_MODEL, disable=["trt-paged-kv"]).model
+    assert _ops(o4)["PagedAttention"] == 0 and _ops(o4)["Attention"] == LAYERS
     assert [v.name for v in o4.graph.inputs][2:4] == ["past_key_values.0.key", "past_key_values.0.value"]
-    proto = _o3_kv()
-    proto.graph.node.append(onnx.helper.make_node("ReduceSum", ["present.0.key"], ["kv_sum"], keepdims=0))
-    proto.graph.output.append(onnx.helper.make_tensor_value_info("kv_sum", onnx.TensorProto.FLOAT, []))
-    result = onnx_fuse.optimize(proto, level=4, target="trt")
-    assert _ops(result.model)["PagedAttention"] == 0
-    assert any("trt-paged-kv: not rewritten" in w and "consumed outside" in w for w in result.report.warnings)
 
 
-def test_value_cache_in_another_layout_is_refused_not_ignored():
-    """Every V side fails to match (past V transposed in the graph): past inputs exist, so the
-    pass says why instead of reporting a model without cache."""
-    proto = _o3_kv()
-    g = proto.graph
-    for i in range(LAYERS):
-        name = f"past_key_values.{i}.value"
-        for node in g.node:
-            if node.op_type == "Concat" and node.input[0] == name:
-                node.input[0] = f"{name}_t"
-        g.node.insert(0, onnx.helper.make_node("Transpose", [name], [f"{name}_t"], perm=[0, 1, 2, 3]))
-    _refused(proto, "not read by a rewritable attention")
+def test_o3_keeps_the_cache_and_fuses_attention():
+    o3 = onnx_fuse.optimize(str(KV_MODEL), level=3, target="trt", verify=True)
+    assert _ops(o3.model)["Attention"] == LAYERS and _ops(o3.model)["PagedAttention"] == 0
+    assert o3.report.status == "PASSED", o3.report.status_reason
