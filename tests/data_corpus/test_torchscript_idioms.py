@@ -26,6 +26,7 @@ CASES = [
     ("phi3__optimum__trained", 2, 4),
     ("gpt_neox__torchscript__trained", 2, 4),
     ("gpt_neox__optimum__trained", 2, 4),
+    ("gptj__torchscript__trained", 2, 4),
 ]
 COLUMNS = [("ort", 3), ("onnx", 3)]
 

@@ -33,7 +33,7 @@ def _tables(rows, rd, *, form, bad_halves=False, scale=1.0):
 
 
 def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=False, scale=1.0,
-           head_varying=False, slice_start=0, pass_start=None, step=1, elem=1):
+           head_varying=False, slice_start=0, pass_start=None, step=1, elem=1, tile=(1, 1, 1, 1, 2)):
     """x -> [x_rot, x_pass split] -> x_rot*cos + rotate(x_rot)*sin -> [concat x_pass] -> y."""
     n = h.node
     shape = [B, H, S, D] if layout == "bhsd" else [B, S, H, D]
@@ -104,6 +104,20 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                       n("Expand", [part + "5", "rep"], [part + "x"]),
                       n("Reshape", [part + "x", "rshp"], [out])]
         inputs.append(h.vi("pos", ["b", "s"], 7))
+    elif tables == "sincos-ts":   # GPT-J TorchScript (transformers 5): Gather rows by position,
+        # Split, repeat_interleave as Unsqueeze(2), Unsqueeze(4), Tile, Reshape(Shape(t)[:3] + [-1])
+        f, _ = _angles(P, rd)
+        inits.update(tab=(scale * np.concatenate([np.sin(f), np.cos(f)], axis=-1)).astype(np.float32),
+                     sp=np.array([rd // 2, rd // 2], np.int64), i3=np.array([3], np.int64),
+                     i4=np.array([4], np.int64), rep=np.array(tile, np.int64))
+        nodes += [n("Gather", ["tab", "pos"], ["g"], axis=0), n("Split", ["g", "sp"], ["gs", "gc"], axis=-1)]
+        for part, out in (("gs", "su"), ("gc", "cu")):
+            nodes += [n("Unsqueeze", [part, "i2"], [part + "4"]), n("Unsqueeze", [part + "4", "i4"], [part + "5"]),
+                      n("Tile", [part + "5", "rep"], [part + "x"]), n("Shape", [part + "x"], [part + "sh"]),
+                      n("Slice", [part + "sh", "i0", "i3"], [part + "s3"]),
+                      n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
+                      n("Reshape", [part + "x", part + "t"], [out])]
+        inputs.append(h.vi("pos", ["b", "s"], 7))
     else:   # [P, rd] tables cut to the sequence (optional) and gathered by position_ids
         inits.update(ct=cos, st=sin, ax0=np.array([0], np.int64), ax1=np.array([1], np.int64),
                      istart=np.array([slice_start], np.int64))
@@ -132,12 +146,17 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                   n("Slice", [xr, "ihalf", "ibig", "ilast", "istep"], ["x2"]),
                   n("Neg", ["x2"], ["nx2"]), n("Concat", ["nx2", "x1"], ["r"], axis=-1)]
     else:
-        inits["shp"] = np.array([0, 0, 0, -1], np.int64)
         nodes += [n("Slice", [xr, "i0", "ibig", "ilast", "i2"], ["xe"]),
                   n("Slice", [xr, "i1", "ibig", "ilast", "i2"], ["xo"]),
                   n("Neg", ["xo"], ["nxo"]), n("Unsqueeze", ["nxo", "ilast"], ["nu"]),
-                  n("Unsqueeze", ["xe", "ilast"], ["eu"]), n("Concat", ["nu", "eu"], ["stk"], axis=-1),
-                  n("Reshape", ["stk", "shp"], ["r"])]
+                  n("Unsqueeze", ["xe", "ilast"], ["eu"]), n("Concat", ["nu", "eu"], ["stk"], axis=-1)]
+        if tables == "sincos-ts":   # TorchScript sizes the flatten from Shape(stk)[:-2]
+            inits["im2"] = np.array([-2], np.int64)
+            nodes += [n("Shape", ["stk"], ["stksh"]), n("Slice", ["stksh", "i0", "im2"], ["stk2"]),
+                      n("Concat", ["stk2", "ilast"], ["shp"], axis=0)]
+        else:
+            inits["shp"] = np.array([0, 0, 0, -1], np.int64)
+        nodes.append(n("Reshape", ["stk", "shp"], ["r"]))
     nodes += [n("Mul", ["r", "su"], ["s"]), n("Add", ["c", "s"], ["yr" if rd < D else "y"])]
     if rd < D:
         nodes.append(n("Concat", ["yr", "xp"], ["y"], axis=-1))
@@ -245,11 +264,25 @@ def test_gathered_sincos_table_interleaved_fuses(h, target):
     h.assert_close(model, out, _feeds(h, model))
 
 
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_gathered_sincos_table_torchscript_form_fuses(h, target):
+    """GPT-J TorchScript / transformers 5: Gather (not GatherND) of the rows, Split by sizes, the
+    repeat_interleave as two Unsqueezes and a Tile, Reshapes sized from Shape() of their input."""
+    model = _graph(h, form="interleaved", layout="bshd", tables="sincos-ts")
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Tile" not in ops and "Neg" not in ops, ops
+    (rot,) = _rotary_nodes(out)
+    assert _attr(rot, "interleaved") == 1 and _attr(rot, "num_heads") == H and rot.input[3]
+    h.assert_close(model, out, _feeds(h, model))
+
+
 @pytest.mark.parametrize("target", ["ort", "onnx"])
 @pytest.mark.parametrize("form,layout,tables", [
     ("half", "bhsd", "folded"), ("half", "bshd", "folded"), ("half", "bhsd", "gathered"),
     ("interleaved", "bshd", "folded"), ("interleaved", "bhsd", "folded"),
-    ("interleaved", "bshd", "sincos"), ("interleaved", "bhsd", "computed-half"),
+    ("interleaved", "bshd", "sincos"), ("interleaved", "bshd", "sincos-ts"),
+    ("interleaved", "bhsd", "computed-half"),
     ("half", "bhsd", "computed"), ("interleaved", "bhsd", "computed"),
 ])
 def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
@@ -281,14 +314,30 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     (dict(form="interleaved", tables="computed", scale=0.5), "rotary-interleaved-computed", "c_one"),
     (dict(form="interleaved", layout="bshd", tables="sincos", scale=0.9),
      "rotary-interleaved-gathered-sincos", "not a rotation"),
+    (dict(form="interleaved", layout="bshd", tables="sincos-ts", scale=0.9),
+     "rotary-interleaved-gathered-sincos", "not a rotation"),
+    # Tile doubling the frequency axis instead of a new pair axis: concat(sin, sin), not interleaved
+    (dict(form="interleaved", layout="bshd", tables="sincos-ts", tile=(1, 1, 1, 2, 1)),
+     "rotary-interleaved-gathered-sincos", "Tile must only double the pair axis"),
 ])
 def test_near_misses_do_not_fuse(h, kw, rule, why):
     model = _graph(h, **kw)
     out = h.fuse(model, "onnx", level=2)
     assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
-    rs = h.reasons(model, "onnx", rule)
+    rs = h.reasons(model, "onnx", rule) if kw.get("tables") != "sincos-ts" else _prepared_reasons(model, rule)
     assert any(re.search(why, r) for r in rs), rs
     h.assert_close(model, out, _feeds(h, model))
+
+
+def _prepared_reasons(model, rule):
+    """explain() on the model as the fusion stage sees it (shape inference and cleanup run: the
+    TorchScript form's Reshapes are sized from Shape() of their input)."""
+    from onnx_fuse.api import prepare_for_fusion
+    from onnx_fuse.rewrite import explain, load_rule_set
+
+    work = prepare_for_fusion(model, level=2, target="onnx")
+    rs = load_rule_set(target="onnx", max_level=4)
+    return [f"{r.status.value}: {r.reason}" for r in explain(work, rs, rule)]
 
 
 def test_interleaved_tables_do_not_fuse_as_rotate_half(h):
