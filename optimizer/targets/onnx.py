@@ -46,6 +46,7 @@ def upgraded_copy(model: ir.Model, target: int = FUSION_OPSET) -> ir.Model:
     changed = _interface_change(proto, converted)
     if changed:
         raise ValueError(f"the conversion would change the model's interface: {changed}")
+    _restore_interface(proto, converted)
     _restore_value_info(proto, converted)
     check_structure(skeleton_from_proto(converted))
     new = ir.serde.deserialize_model(converted)
@@ -188,16 +189,43 @@ def _required_statements(rule) -> list:
 
 def _interface_change(before: onnx.ModelProto, after: onnx.ModelProto) -> str:
     """'' when inputs and outputs keep names, dtypes and shapes; else what changed. Some adapters
-    do change them (Scan-8 -> 9 drops the batch axis of every scan input): refuse those."""
-    def sig(values):
-        return [(v.name, v.type.SerializeToString()) for v in values]
-
+    do change them (Scan-8 -> 9 drops the batch axis of every scan input): refuse those. A dim
+    the model left unknown (no value, no name) may come back named or sized: the converter's
+    shape inference fills it (``unk__N``), which changes nothing (``_restore_interface``)."""
     for kind, a, b in (("inputs", before.graph.input, after.graph.input),
                        ("outputs", before.graph.output, after.graph.output)):
-        if sig(a) != sig(b):
-            diff = next((x[0] for x, y in zip(sig(a), sig(b)) if x != y), "count")
-            return f"{kind} differ ({diff})"
+        if len(a) != len(b):
+            return f"{kind} differ (count)"
+        for x, y in zip(a, b):
+            if x.name != y.name or not _same_type(x.type, y.type):
+                return f"{kind} differ ({x.name})"
     return ""
+
+
+def _same_type(before: onnx.TypeProto, after: onnx.TypeProto) -> bool:
+    if before.SerializeToString() == after.SerializeToString():
+        return True
+    if not (before.HasField("tensor_type") and after.HasField("tensor_type")):
+        return False
+    a, b = before.tensor_type, after.tensor_type
+    if a.elem_type != b.elem_type or a.HasField("shape") != b.HasField("shape"):
+        return False
+    if not a.HasField("shape"):
+        return True
+    if len(a.shape.dim) != len(b.shape.dim):
+        return False
+    for x, y in zip(a.shape.dim, b.shape.dim):
+        known = x.HasField("dim_value") or x.HasField("dim_param")
+        if known and (x.dim_value, x.dim_param) != (y.dim_value, y.dim_param):
+            return False
+    return True
+
+
+def _restore_interface(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+    """The graph inputs and outputs keep exactly the types the model declared."""
+    for a, b in ((before.graph.input, after.graph.input), (before.graph.output, after.graph.output)):
+        for x, y in zip(a, b):
+            y.type.CopyFrom(x.type)
 
 
 def _restore_value_info(before: onnx.ModelProto, after: onnx.ModelProto) -> None:

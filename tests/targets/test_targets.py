@@ -116,6 +116,29 @@ def test_trt_plugin_attributes_are_filled_once():
     assert trt_target.PluginAttributesPass()(model).modified is False
 
 
+def test_upgrade_opset_accepts_unknown_output_dims_the_converter_names():
+    """An output declared with unknown, unnamed dims: the converter's inference names them
+    (unk__N), which is no interface change. Refusing it left a canonical Attention that only the
+    opset-23 lowering takes unlowered at --target onnx/trt (fuzzer, 1,962 crashes in 18,649 graphs)."""
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["h"]), oh.make_node("Relu", ["h"], ["y"])]
+    w = onnx.numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 4])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, 3])], [w])
+    model = ir.serde.deserialize_model(oh.make_model(g, opset_imports=[oh.make_opsetid("", 20)]))
+    declared = ir.to_proto(model).graph.output[0].type.SerializeToString()
+    p = onnx_target.UpgradeOpsetPass()
+    assert p(model).modified is True, p.stats_reason
+    assert model.opset_imports[""] == 23
+    assert ir.to_proto(model).graph.output[0].type.SerializeToString() == declared  # as declared
+    # a dim the model names or sizes must still not change
+    before = oh.make_tensor_type_proto(TensorProto.FLOAT, ["b", 3])
+    assert onnx_target._same_type(before, oh.make_tensor_type_proto(TensorProto.FLOAT, ["b", 3]))
+    assert not onnx_target._same_type(before, oh.make_tensor_type_proto(TensorProto.FLOAT, ["c", 3]))
+    assert not onnx_target._same_type(before, oh.make_tensor_type_proto(TensorProto.FLOAT, ["b", 3, 1]))
+    assert onnx_target._same_type(oh.make_tensor_type_proto(TensorProto.FLOAT, [None, 3]),
+                                  oh.make_tensor_type_proto(TensorProto.FLOAT, ["unk__0", 3]))
+
+
 def test_upgrade_opset_refuses_to_change_the_interface():
     """Scan-8 -> Scan-9 drops the batch axis of the scan inputs: the model's I/O would change."""
     import warnings
