@@ -7,7 +7,9 @@ Cases handled:
   outputs) are merged into the first one, so that their consumers become twins too; tensors the
   optimizer computed itself (NumPy-backed ``ir.Tensor``: folded results, rule-made caches such as
   RoPE's per-layer half tables) are merged at any size, loaded weights only up to 64 KiB;
-- Constant nodes compare by their tensor's dtype, shape and bytes.
+- Constant nodes compare by their tensor's dtype, shape and bytes;
+- small integer values holding the same symbolic dims, read from different tensors (each layer's
+  ``Shape(past_i)[2]`` is one ``past_sequence``): passes/shape_cse.py.
 
 Never merged: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
 default domain (their purity is unknown; ours may write in place), nodes with subgraph attributes,
@@ -23,6 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes.shape_cse import merge_equal_shape_values
 
 NONDETERMINISTIC = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
@@ -150,7 +153,10 @@ class CommonSubexpressionEliminationPass(FusePass):
 
     def _cse_graph(self, graph: ir.Graph) -> bool:
         seen: dict[object, ir.Node] = {}
-        modified = False
+        shapes = merge_equal_shape_values(graph, lambda keep, drop: _merge_values(graph, keep, drop))
+        if shapes:
+            self.stats["shape values"] += shapes
+        modified = bool(shapes)
         for node in list(graph):
             if node.graph is not graph:
                 continue

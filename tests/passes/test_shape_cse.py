@@ -1,0 +1,87 @@
+"""CSE of shape values: the same symbolic dims read from different tensors are one value."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
+from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+from pass_testing import apply, check_same, ops, parse
+
+HEADER = '<ir_version: 9, opset_import: ["" : 18]>'
+
+# Two layers' glue: each reads the past length from its own cache and the batch from its own
+# query, as the per-layer attention and RoPE lowerings do.
+PER_LAYER = '''
+g (float[B, 4, P, 8] pk0, float[B, 4, P, 8] pk1, float[B, 1, 1, P] m, float[B, 1, 1, P] m1,
+   float[B, 2, 8] x0, float[B, 2, 8] x1)
+    => (float[B, 1, 1, P] y0, float[B, 1, 1, P] y1, float[B, 2, 8] z0, float[B, 2, 8] z1)
+{
+    two = Constant<value = int64[1] {2}>()
+    three = Constant<value = int64[1] {3}>()
+    ones = Constant<value = int64[3] {1, 1, 1}>()
+    s0 = Shape(pk0)
+    p0 = Slice(s0, two, three)
+    t0 = Concat<axis = 0>(ones, p0)
+    y0 = Expand(m, t0)
+    s1 = Shape(pk1)
+    p1 = Slice(s1, two, three)
+    t1 = Concat<axis = 0>(ones, p1)
+    y1 = Expand(m1, t1)
+    b0 = Shape<start = 0, end = 1>(x0)
+    b1 = Shape<start = 0, end = 1>(x1)
+    c = Constant<value = int64[2] {2, 8}>()
+    e0 = Concat<axis = 0>(b0, c)
+    e1 = Concat<axis = 0>(b1, c)
+    z0 = Expand(x0, e0)
+    z1 = Expand(x1, e1)
+}'''
+
+
+def _run(text: str):
+    proto = parse(HEADER + text)
+    model, modified, p = apply(CommonSubexpressionEliminationPass, proto, shape_inference=True)
+    DeadCodeEliminationPass()(model)
+    return proto, model, modified, p
+
+
+def _feeds(b: int, p: int) -> dict:
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
+    return {"pk0": f(b, 4, p, 8), "pk1": f(b, 4, p, 8), "m": f(b, 1, 1, p), "m1": f(b, 1, 1, p), "x0": f(b, 2, 8),
+            "x1": f(b, 2, 8)}
+
+
+def test_same_dim_names_from_different_tensors_merge():
+    proto, model, modified, p = _run(PER_LAYER)
+    assert modified and p.stats["shape values"] >= 4  # p1 -> p0, t1 -> t0, b1 -> b0, e1 -> e0
+    # one value per dim list, each read straight from a graph input: [P] as Shape(pk0)[2:3],
+    # [B, 2, 8] (b0 concatenated with [2, 8]) as Shape(x0); the twin Concats merged too
+    assert ops(model) == {"Constant": 1, "Shape": 2, "Concat": 1, "Expand": 4}
+    assert all(n.inputs[0].is_graph_input() for n in model.graph if n.op_type == "Shape")
+    check_same(proto, model, inputs=_feeds(3, 5))
+
+
+def test_different_or_unnamed_dims_are_kept():
+    text = PER_LAYER.replace("float[B, 4, P, 8] pk1", "float[B, 4, Q, 8] pk1").replace(
+        "float[B, 1, 1, P] m1", "float[B, 1, 1, Q] m1").replace(
+        "float[B, 2, 8] x1", "float[?, 2, 8] x1").replace("float[B, 1, 1, P] y1", "float[B, 1, 1, Q] y1")
+    text = text.replace("float[B, 2, 8] z1", "float[?, 2, 8] z1")
+    proto, model, modified, p = _run(text)
+    assert ops(model)["Expand"] == 4 and ops(model)["Concat"] == 3  # e1 is e0 (both B): fine
+    feeds = _feeds(3, 5)
+    feeds["pk1"] = np.zeros((3, 4, 6, 8), np.float32)  # Q != P: merging would be wrong
+    feeds["m1"] = np.ones((3, 1, 1, 6), np.float32)
+    check_same(proto, model, inputs=feeds)
+
+
+def test_scalar_and_vector_of_one_dim_stay_apart():
+    proto, model, modified, _ = _run('''
+    g (float[B, P] a, float[B, P] b) => (int64[1] v, int64 s)
+    {
+        v = Shape<start = 1, end = 2>(a)
+        w = Shape(b)
+        one = Constant<value = int64 {1}>()
+        s = Gather<axis = 0>(w, one)
+    }''')
+    assert not modified and ops(model) == {"Shape": 2, "Constant": 1, "Gather": 1}
