@@ -26,7 +26,7 @@ def explain(capsys, *args: str) -> tuple[int, list[dict]]:
 
 @pytest.mark.parametrize("rule,target", [
     ("attention", None),            # default: the rule's first target, ort
-    ("attention-trt-prefill", "trt"),
+    ("attention", "trt"),
     ("attention-packed-ort", None),
     ("gelu-erf", None),             # onnx; Gelu-20 needs opset 20: explain upgrades like optimize
     ("gelu-erf", "trt"),
