@@ -11,14 +11,21 @@ D = 12
 TANH_C = 0.7978845834732056
 
 
-def _tanh_graph(h, *, half_last=False, coef=0.044715, cube=3.0, with_bias=False):
+def _tanh_graph(h, *, half_last=False, coef=0.044715, cube=3.0, with_bias=False, cube_by="pow",
+                extra_output=False):
+    """cube_by: "pow" Pow(x, 3); "mul" x * (x * x) (TorchScript's gelu(approximate="tanh"));
+    "mul-y" x * (x * y) with another input y (not a cube)."""
     n = h.node
     x = "x"
     nodes = []
     if with_bias:
         nodes.append(n("Add", ["x", "bias"], ["xb"]))
         x = "xb"
-    nodes += [n("Pow", [x, "c3"], ["p"]), n("Mul", ["p", "coef"], ["pm"]), n("Add", [x, "pm"], ["a"]),
+    if cube_by == "pow":
+        nodes.append(n("Pow", [x, "c3"], ["p"]))
+    else:
+        nodes += [n("Mul", [x, x if cube_by == "mul" else "yy"], ["x2"]), n("Mul", [x, "x2"], ["p"])]
+    nodes += [n("Mul", ["p", "coef"], ["pm"]), n("Add", [x, "pm"], ["a"]),
               n("Mul", ["a", "k"], ["s"]), n("Tanh", ["s"], ["t"]), n("Add", ["t", "one"], ["a1"])]
     if half_last:
         nodes += [n("Mul", [x, "a1"], ["m"]), n("Mul", ["m", "half"], ["y"])]
@@ -29,11 +36,14 @@ def _tanh_graph(h, *, half_last=False, coef=0.044715, cube=3.0, with_bias=False)
              "half": np.array(0.5, np.float32), "bias": (0.1 * h.rng.standard_normal(D)).astype(np.float32)}
     if not with_bias:
         del inits["bias"]
-    return h.make_model(nodes, [h.vi("x", ["b", "s", D])], [h.vi("y", ["b", "s", D])], inits)
+    inputs = [h.vi("x", ["b", "s", D])] + ([h.vi("yy", ["b", "s", D])] if cube_by == "mul-y" else [])
+    outputs = [h.vi("y", ["b", "s", D])] + ([h.vi("x2", ["b", "s", D])] if extra_output else [])
+    return h.make_model(nodes, inputs, outputs, inits)
 
 
-def _feeds(h):
-    return {"x": (2 * h.rng.standard_normal((2, 3, D))).astype(np.float32)}
+def _feeds(h, model=None):
+    names = [i.name for i in model.graph.input] if model is not None else ["x"]
+    return {k: (2 * h.rng.standard_normal((2, 3, D))).astype(np.float32) for k in names}
 
 
 @pytest.mark.parametrize("half_last", [False, True])
@@ -46,6 +56,31 @@ def test_gelu_tanh(h, target, expected, half_last):
     if expected == "Gelu":
         assert onnx.helper.get_attribute_value(out.graph.node[0].attribute[0]) == b"tanh"
     h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("half_last", [False, True])
+@pytest.mark.parametrize("target,expected", [("onnx", "Gelu"), ("trt", "Gelu"),
+                                             ("ort", "com.microsoft::FastGelu")])
+def test_gelu_tanh_cube_as_products(h, target, expected, half_last):
+    """x^3 written x * (x * x): the TorchScript exporter's gelu(approximate="tanh") (Gemma)."""
+    model = _tanh_graph(h, half_last=half_last, cube_by="mul")
+    out = h.fuse(model, target)
+    assert h.ops(out) == {expected: 1}, h.ops(out)
+    h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(cube_by="mul-y"), "this input is 'yy'"),                   # x * (x * y): not a cube
+    (dict(cube_by="mul", extra_output=True), "'x2' is a graph output"),   # x * x used elsewhere
+])
+def test_gelu_tanh_product_near_misses(h, kw, why):
+    model = _tanh_graph(h, **kw)
+    for target in ("onnx", "ort"):
+        out = h.fuse(model, target)
+        assert "Tanh" in h.ops(out), h.ops(out)
+        h.assert_close(model, out, _feeds(h, model))
+    rs = h.reasons(model, "onnx", "gelu-tanh")
+    assert any(why in r for r in rs), rs
 
 
 @pytest.mark.parametrize("coef,cube", [(0.05, 3.0), (0.044715, 2.0)])
