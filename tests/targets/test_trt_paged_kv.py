@@ -280,6 +280,22 @@ def test_non_causal_mask_is_not_lowered():
     _refused(proto, "the mask must be causal")
 
 
+def test_bias_added_to_the_causal_mask_is_not_lowered():
+    """ALiBi-like: a float bias added to the causal mask (BLOOM, MPT) is outside the contract."""
+    proto = _export()
+    g = proto.graph
+    producers = {o: n for n in g.node for o in n.output}
+    softmax_in = {n.input[0] for n in g.node if n.op_type == "Softmax"}
+    add = next(n for n in g.node if n.op_type == "Add" and n.output[0] in softmax_in)
+    j = next(i for i, x in enumerate(add.input) if producers.get(x) is None
+             or producers[x].op_type not in ("MatMul", "Mul", "Div"))
+    g.initializer.append(onnx.numpy_helper.from_array(np.full((1, HQ, 1, 1), -0.5, np.float32), "slopes"))
+    at = list(g.node).index(add)
+    g.node.insert(at, onnx.helper.make_node("Add", [add.input[j], "slopes"], ["mask_plus_bias"]))
+    add.input[j] = "mask_plus_bias"
+    _refused(proto, "a bias such as ALiBi")
+
+
 def test_disable_keeps_the_contiguous_cache():
     o4 = _o4(KV_MODEL, disable=["trt-paged-kv"]).model
     assert _ops(o4)["PagedAttention"] == 0 and _ops(o4)["Attention"] == LAYERS
