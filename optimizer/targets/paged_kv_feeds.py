@@ -1,4 +1,4 @@
-"""Verification harness of the paged-KV rewrite (optimizer/targets/trt_paged_kv.py): the original
+"""Verification harness of the paged-KV lowering (rule trt-paged-kv, docs/paged_kv.md): the original
 model's contiguous ``past_key_values`` feeds -> block-paged pool feeds (shuffled, non-contiguous
 blocks), and reading a sequence back out of a pool in the ``present.*`` layout.
 """
