@@ -117,3 +117,16 @@ def test_names_invented_by_inference_give_way_after_folding():
     sliced = next(n.outputs[0] for n in model.graph if n.op_type == "Slice")
     assert [str(d) for d in sliced.shape] == ["B", "2", "S", "8"]
     assert not ShapeInferencePass()(model).modified
+
+
+def test_invented_names_never_replace_facts():
+    """The other direction: a symbol the exporter wrote (B) or a static dim is never replaced by a
+    name inference invents, and an invented name only by a fact."""
+    from onnx_fuse.passes.shape_inference import _merge_shape
+
+    old = ir.Shape([ir.SymbolicDim("B"), 4, ir.SymbolicDim("unk__3"), ir.SymbolicDim("unk__4")])
+    new = ir.Shape([ir.SymbolicDim("unk__9"), ir.SymbolicDim("unk__10"), ir.SymbolicDim("unk__11"), 8])
+    merged, gained = _merge_shape(old, new)
+    assert [str(d) for d in merged] == ["B", "4", "unk__3", "8"] and gained == 1
+    merged, gained = _merge_shape(old, ir.Shape([2, 4, ir.SymbolicDim("S"), None]))
+    assert [str(d) for d in merged] == ["2", "4", "S", "unk__4"] and gained == 2
