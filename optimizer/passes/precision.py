@@ -405,11 +405,13 @@ class PrecisionConversionPass(FusePass):
 
 
 def _infer_types(model: ir.Model) -> None:
-    """Dtypes drive every decision: infer them where missing (best effort; untyped nodes stay)."""
-    from onnx_ir.passes.common import ShapeInferencePass
+    """Dtypes drive every decision: infer them where missing (best effort; untyped nodes stay).
+    The pipeline's own inference pass: data propagation only when no 1-D value is long (a big 1-D
+    weight would cost gigabytes of dim lists, passes/shape_inference.py), and it only adds facts."""
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
 
     try:
-        ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+        ShapeInferencePass()(model)
     except Exception:  # noqa: BLE001 - a node without a type is kept in float32 below
         pass
 

@@ -502,3 +502,35 @@ def test_cli_precision_flag(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["optimize", str(src), "-o", str(out), "--precision", "fp8"])
     assert exc.value.code == 2
+
+
+def test_type_inference_skips_data_propagation_with_a_large_1d_weight(monkeypatch):
+    """Issue 11: onnx's data propagation turns every 1-D operand into a list of dims (about 50
+    bytes an element: a 500 MB weight took 8.9 GB). The pass infers missing dtypes through the
+    pipeline's inference, which propagates data only when no 1-D value is long."""
+    from onnx_fuse.passes.shape_inference import DATA_PROP_MAX_LEN
+
+    n = 2_000_000  # 8 MB here; the cost grows with the length whatever the size
+    assert n > DATA_PROP_MAX_LEN
+    w = numpy_helper.from_array(np.linspace(-1, 1, n, dtype=np.float32), "w")
+    m = numpy_helper.from_array(np.ones((8, 8), np.float32), "m")
+    nodes = [helper.make_node("Add", ["x", "w"], ["h"]), helper.make_node("Mul", ["h", "h"], ["y"]),
+             helper.make_node("MatMul", ["a", "m"], ["b"]), helper.make_node("Relu", ["b"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [n]),
+                                       helper.make_tensor_value_info("a", T.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [n]),
+                           helper.make_tensor_value_info("z", T.FLOAT, [2, 8])], [w, m])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    calls = []
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(*args, **kwargs):   # records how inference is asked, then runs it for real
+        calls.append(kwargs.get("data_prop", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    out, _, modified = convert(proto, "fp16")
+    assert calls, "the pass did not infer the missing dtypes"
+    assert not any(calls), "data propagation ran on a model with a long 1-D weight"
+    # the dtypes it found drove the conversion: the MatMul runs in float16
+    assert modified and {i.name: i.data_type for i in out.graph.initializer}["m"] == T.FLOAT16
