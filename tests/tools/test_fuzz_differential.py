@@ -154,3 +154,27 @@ def test_time_budget_stops_early_and_says_so(tmp_path):
     summary = fd.fuzz(50, seed=23, levels=[2], targets=["ort"], out=tmp_path, time_budget=1e-6)
     assert summary["graphs"] == 1 and not summary["complete"] and summary["count"] == 50
     assert json.loads((tmp_path / "summary.json").read_text())["complete"] is False
+
+
+def _runs(seed, levels, targets):
+    return [(r["level"], r["target"], r["cls"], r["detail"][:160])
+            for r in fd.fuzz_graph((seed, tuple(levels), tuple(targets), (), 0))[0]]
+
+
+def test_long_run_crash_is_fixed():
+    """Seed 1448915198 (the long run of 2026-12-01, docs/PERF.md): a one-head fp16 attention
+    whose graph output had unknown dims; the opset-23 trial upgrade was refused as an interface
+    change, leaving the canonical Attention without a lowering (InternalError) at onnx and trt."""
+    for level, target, cls, detail in _runs(1448915198, [3, 4], ["onnx", "trt"]):
+        assert cls == "ok", (level, target, cls, detail)
+
+
+def test_ort_refusing_the_original_too_is_ort_itself():
+    """Seed 14525077: an fp16 RMSNorm + LayerNorm that ORT's own LayerNormFusion makes unloadable
+    (float and float16 bound to one type), on the original as well: ORT's failure, not ours."""
+    case = make_case(14525077)
+    names = [o.name for o in case.model.graph.output]
+    ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
+    ort_breaks_original = fd._ort_itself(case.model, case.feeds, ref)
+    (_, _, cls, detail), = _runs(14525077, [1], ["ort"])
+    assert cls == ("ort-itself" if ort_breaks_original else "ok"), detail
