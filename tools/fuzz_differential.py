@@ -31,6 +31,7 @@ processes, in completion order; --time-budget stops taking new graphs after that
         [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
         [--time-budget SECONDS] [--graph-timeout 300]
     python tools/fuzz_differential.py --replay fuzz_out/failures/signature/seed123_O3_trt ...
+    python tools/fuzz_differential.py --rerun old_out/summary.json --out new_out   # failed graphs
 
 Exit status: 0 when no run failed, 1 otherwise, 2 on bad arguments.
 """
@@ -280,13 +281,15 @@ def _write_summary(out: Path, summary: dict) -> None:
 
 def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None = None,
          start: int = 0, progress=None, rules=(), time_budget: float | None = None,
-         graph_timeout: float = 0) -> dict:
+         graph_timeout: float = 0, seeds=None) -> dict:
     """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``, and
     every 100 graphs while it runs). ``rules`` are extra rule files, passed to optimize() (a
     user's rules can be fuzzed too). ``time_budget`` (seconds) stops taking new graphs."""
     rules = tuple(str(r) for r in rules)
-    tasks = [(case_seed(seed, i), tuple(levels), tuple(targets), rules, graph_timeout)
-             for i in range(start, start + count)]
+    if seeds is None:  # the graphs (seed, start) ... (seed, start + count - 1)
+        seeds = [case_seed(seed, i) for i in range(start, start + count)]
+    count = len(seeds)
+    tasks = [(s, tuple(levels), tuple(targets), rules, graph_timeout) for s in seeds]
     counts = collections.Counter()
     by_combo: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     fires = collections.Counter()
@@ -402,6 +405,9 @@ def main(argv=None) -> int:
                     help="extra rule file for optimize() (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--rerun", type=Path, metavar="SUMMARY",
+                    help="re-run every graph that failed in SUMMARY (a summary.json), at --levels x "
+                         "--targets (cases rebuilt from their seeds: nothing saved is needed)")
     ap.add_argument("--replay", nargs="+", metavar="CASE",
                     help="re-run saved failing cases (OUT/failures/<class>/<case>) and print their class now")
     args = ap.parse_args(argv)
@@ -425,11 +431,20 @@ def main(argv=None) -> int:
             print(f"[{done}/{total}] " + " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
                   file=sys.stderr, flush=True)
 
+    seeds = None
+    if args.rerun is not None:
+        try:
+            failures = json.loads(args.rerun.read_text())["failures"]
+            seeds = sorted({int(f["seed"]) for f in failures if f["cls"] in FAIL_CLASSES})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            ap.error(f"--rerun {args.rerun}: not a fuzzer summary ({_first_line(exc)})")
+        if not seeds:
+            ap.error(f"--rerun {args.rerun}: no failed graph in it")
     missing = [r for r in args.rules if not Path(r).is_file()]
     if missing:
         ap.error(f"--rules {missing[0]}: no such file")
     summary = fuzz(args.count, args.seed, args.levels, args.targets, args.jobs, args.out,
-                   args.start, progress, args.rules, args.time_budget, args.graph_timeout)
+                   args.start, progress, args.rules, args.time_budget, args.graph_timeout, seeds)
     of = "" if summary["complete"] else f" (of {summary['count']}: time budget reached)"
     print(f"{summary['graphs']} graphs{of}, {summary['runs']} runs, {summary['seconds']} s")
     for cls in CLASSES:
