@@ -128,12 +128,18 @@ def _past_len_uses(shape: ir.Node, live: set[int], uses: _ShapeUse) -> None:
 
 def _check_position_embedding(unsq: ir.Node, live: set[int]) -> None:
     """position ids [1, S] may become [B, S] only if they index a position-embedding table whose
-    rows are added to a [B, S, H] tensor (so the sum keeps its shape)."""
+    rows are added to a [B, S, H] tensor (so the sum keeps its shape), or reach RotaryEmbedding's
+    position_ids input (GPT-J's gathered sin/cos), through Cast / Expand."""
     out = unsq.outputs[0]
     if out.is_graph_output():
         raise _Refuse("position ids reach a graph output")
     for gather, idx in out.uses():
         if id(gather) not in live:
+            continue
+        if gather.op_type in ("Cast", "Expand") and idx == 0:
+            _check_position_embedding(gather, live)
+            continue
+        if gather.op_type == "RotaryEmbedding" and idx == 3:
             continue
         if (gather.op_type != "Gather" or idx != 1 or gather.inputs[0].const_value is None
                 or gather.attributes.get("axis", ir.AttrInt64("axis", 0)).value != 0):
