@@ -48,6 +48,42 @@ def _schema_default(op_type: str, opset: int, name: str) -> Any:
     return _plain(onnx.helper.get_attribute_value(attr.default_value))
 
 
+_ANY = object()
+# Attributes of the canonical ops (docs/ops.md "Canonical ops"): their defaults, or _ANY where any
+# value is fine for a pattern that does not name it (informative, or always named where it matters).
+CANONICAL_ATTRS: dict[str, dict[str, Any]] = {
+    op: {"scale": _ANY, "q_num_heads": _ANY, "kv_num_heads": _ANY, "softcap": 0.0, "nan_rows_zero": 0}
+    for op in ("Attention", "AttentionKV")
+}
+
+
+# Reshape's allowzero changes results only where a shape entry is 0 at run time, i.e. for empty
+# tensors (dynamo writes allowzero=1 on shapes computed from real dims): patterns may ignore it.
+_IGNORABLE = {("", "Reshape"): {"allowzero"}}
+
+
+@functools.lru_cache(maxsize=8192)
+def attr_default(domain: str, op_type: str, opset: int | None, name: str) -> Any:
+    """The default of attribute ``name`` of ``domain::op_type``, or ``_ANY`` where unknown: ops
+    without a schema here (contrib, plugin ops), attributes without a default (required)."""
+    if name in _IGNORABLE.get((domain, op_type), ()):
+        return _ANY
+    if domain == "":
+        if opset is None:
+            return _ANY
+        try:
+            schema = onnx.defs.get_schema(op_type, opset, "")
+        except onnx.defs.SchemaError:
+            return _ANY
+        if name not in schema.attributes:
+            return _ANY
+        default = _schema_default(op_type, opset, name)
+        return _ANY if default is None else default
+    if domain == "onnx_fuse.canonical":
+        return CANONICAL_ATTRS.get(op_type, {}).get(name, _ANY)
+    return _ANY
+
+
 def _plain(v: Any) -> Any:
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
@@ -375,7 +411,13 @@ class Matcher:
                               f"{' or more' if alt.variadic else ''}", step, node)
         mark = len(self.trail)
         # attributes
+        if node.attributes:
+            why = self._unnamed_attr_off_default(node, alt)
+            if why:
+                return self.tracer is not None and self._fail(STAGE_STRUCTURE, why, step, node)
         for ap in alt.attrs.values():
+            if ap.wildcard:
+                continue
             ok, value, why = self._node_attr(node, alt, ap.name)
             if not ok:
                 self._undo(mark)
@@ -418,6 +460,21 @@ class Matcher:
                 return True
         self._undo(mark)
         return False
+
+    def _unnamed_attr_off_default(self, node: ir.Node, alt: OpPattern) -> str:
+        """Why ``node`` must not match: an attribute the pattern does not name is set away from
+        its default (a rewrite that ignores it would silently drop it), or ""."""
+        for name, attr in node.attributes.items():
+            if name in alt.attrs:
+                continue
+            default = attr_default(alt.domain, alt.op_type, self.facts.opset, name)
+            if default is _ANY:
+                continue
+            value = attr_value(attr)
+            if not values_equal(value, default):
+                return (f"attribute {name}={value!r} is not named by the pattern and is not at its "
+                        f"default {default!r} (name it, or write {name}=_ for any value)")
+        return ""
 
     def _node_attr(self, node: ir.Node, alt: OpPattern, name: str) -> tuple[bool, Any, str]:
         attr = node.attributes.get(name)

@@ -39,11 +39,13 @@ class PatternSyntaxError(ValueError):
 
 @dataclasses.dataclass
 class AttrPattern:
-    """``name=literal`` (must equal) or ``name=ident`` (captures the value as ``ident``)."""
+    """``name=literal`` (must equal), ``name=ident`` (captures the value as ``ident``) or
+    ``name=_`` (any value: an attribute the pattern does not name must be at its default)."""
 
     name: str
     literal: Any = None
     capture: str | None = None
+    wildcard: bool = False
 
 
 @dataclasses.dataclass
@@ -242,7 +244,9 @@ def _parse_match_op(text: str) -> OpPattern:
             name, raw = kw
             if name in attrs:
                 raise PatternSyntaxError(f"attribute {name!r} given twice")
-            if _IDENT_RE.match(raw) and raw not in ("True", "False", "None"):
+            if raw == "_":
+                attrs[name] = AttrPattern(name, wildcard=True)
+            elif _IDENT_RE.match(raw) and raw not in ("True", "False", "None"):
                 attrs[name] = AttrPattern(name, capture=raw)
             else:
                 try:
