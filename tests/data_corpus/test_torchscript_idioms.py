@@ -31,7 +31,7 @@ CASES = [
     ("gpt_neox__optimum__trained", 2, 4, 2),
     ("gptj__torchscript__trained", 2, 4, 2),
 ]
-COLUMNS = [("ort", 3), ("onnx", 3)]
+COLUMNS = [("ort", 3), ("onnx", 3), ("trt", 4)]
 
 
 def _counts(result) -> tuple[int, int, int]:
