@@ -8,6 +8,7 @@ tools/bench_kernels.py. Launch planning comes from ``onnx_fuse.plugins.launch_pl
     lib.fused_attention(q, k, v, out, seq_lens=lens, causal=True)   # [B,S,H,D] tensors
     lib.paged_decode(q, k_pool, v_pool, block_tables, seq_lens, out)
     lib.append_kv(k_new, v_new, k_pool, v_pool, block_tables, seq_lens)
+    lib.paged_prefill(q, k_pool, v_pool, block_tables, seq_lens, out, cu_seqlens_q=cu)  # sm_90a
 """
 
 from __future__ import annotations
@@ -18,9 +19,21 @@ from pathlib import Path
 
 from onnx_fuse.plugins import launch_plan as lp
 
-__all__ = ["KernelLib", "KernelError", "default_library_path"]
+__all__ = ["ARGTYPES", "KernelLib", "KernelError", "default_library_path"]
 
 _i, _ll, _f, _p = ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_void_p
+
+
+# ctypes signatures of the extern "C" launch functions (checked against the .cu declarations by
+# tests/plugins/test_kernel_lib_signatures.py, which needs no GPU).
+ARGTYPES = {
+    "onnx_fuse_fused_attention_fwd": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _i, _i, _i, _i, _p],
+    "onnx_fuse_paged_attention_decode_ex": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i,
+                                            _f, _i, _i, _i, _p],
+    "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
+    "onnx_fuse_paged_prefill_fwd": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
+    + [_f, _i, _p],
+}
 
 
 class KernelError(RuntimeError):
@@ -47,15 +60,10 @@ def _ptr(t) -> int | None:
 class KernelLib:
     def __init__(self, cdll: ctypes.CDLL):
         self._lib = cdll
-        fa = cdll.onnx_fuse_fused_attention_fwd
-        fa.argtypes = [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _i, _i, _i, _i, _p]
-        fa.restype = _i
-        pa = cdll.onnx_fuse_paged_attention_decode_ex
-        pa.argtypes = [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i, _f, _i, _i, _i, _p]
-        pa.restype = _i
-        ap = cdll.onnx_fuse_append_kv
-        ap.argtypes = [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p]
-        ap.restype = _i
+        for name, types in ARGTYPES.items():
+            fn = getattr(cdll, name)
+            fn.argtypes = types
+            fn.restype = _i
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "KernelLib":
@@ -129,3 +137,38 @@ class KernelLib:
             k_new.stride(1), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables), _ptr(seq_lens), B, Sq,
             Hkv, D, k_pool.shape[1], block_tables.shape[1], self._stream(stream))
         self._check(rc, "onnx_fuse_append_kv")
+
+    def paged_prefill(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, cu_seqlens_q=None,
+                      max_q_len=None, causal=True, scale=None, stream=None) -> None:
+        """Prefill over a paged prefix: new tokens' queries over every cached token (the new
+        tokens' K/V already appended). q/out packed [total_q, Hq, D] with int32 cu_seqlens_q
+        [B + 1], or [B, Sq, Hq, D] without; pools [NB, BS, Hkv, D]; block_tables [B, MB];
+        seq_lens [B] counts the new tokens. max_q_len: longest q_len (default: from the host copy
+        of cu_seqlens_q, which synchronizes; pass it to avoid that)."""
+        for t in (q, out):
+            if t.stride(-1) != 1:
+                raise ValueError("the head-dim axis must be contiguous")
+        D, Hq = q.shape[-1], q.shape[-2]
+        _, BS, Hkv, _ = k_pool.shape
+        if cu_seqlens_q is not None:
+            if q.dim() != 3:
+                raise ValueError("packed queries are [total_q, Hq, D]")
+            B = cu_seqlens_q.shape[0] - 1
+            if max_q_len is None:
+                cu = cu_seqlens_q.cpu().tolist()
+                max_q_len = max(b - a for a, b in zip(cu, cu[1:]))
+            q_sb = o_sb = 0
+            q_ts, q_hs, o_ts, o_hs = q.stride(0), q.stride(1), out.stride(0), out.stride(1)
+        else:
+            if q.dim() != 4:
+                raise ValueError("queries without cu_seqlens_q are [B, Sq, Hq, D]")
+            B, max_q_len = q.shape[0], q.shape[1]
+            q_sb, q_ts, q_hs = q.stride()[:3]
+            o_sb, o_ts, o_hs = out.stride()[:3]
+        sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        rc = self._lib.onnx_fuse_paged_prefill_fwd(
+            lp.DTYPE_CODE[lp._dt(_dtype_name(q))], _ptr(q), q_sb, q_ts, q_hs, _ptr(cu_seqlens_q),
+            _ptr(k_pool), _ptr(v_pool), _ptr(block_tables), _ptr(seq_lens), _ptr(out), o_sb, o_ts,
+            o_hs, B, int(max(max_q_len, 1)), Hq, Hkv, D, BS, block_tables.shape[1], sc,
+            int(bool(causal)), self._stream(stream))
+        self._check(rc, "onnx_fuse_paged_prefill_fwd")

@@ -220,12 +220,12 @@ def plan_fused_attention(
             variant = (64, 64, 4)
         elif head_dim == 256:
             variant = (128, 64, 8) if hopper else (64, 64, 4)
-        elif head_dim == 128 and hopper:
-            variant = FA_WS  # warp-specialized: 414 TFLOP/s on the H200 against ~400 for FA_WGMMA
+        elif head_dim in (64, 128) and hopper:
+            # warp-specialized: at D = 128 460-491 TFLOP/s on the H200 against 387-411 for
+            # FA_WGMMA; at D = 64 364-409 against 326-347 for FA_WGMMA_1WG (docs/PERF.md, 2nd round)
+            variant = FA_WS
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
-        elif head_dim == 64 and hopper:
-            variant = FA_WGMMA_1WG  # 325-348 TFLOP/s on the H200 against 280-290 for mma.sync
         elif head_dim == 128 and not causal:
             variant = (128, 32, 4)
         else:

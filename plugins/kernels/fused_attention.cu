@@ -15,6 +15,10 @@
 // O += P V run on mma.sync m16n8k16 (sm_80+ tensor cores) with an online softmax in
 // the exp2 domain. Rows and keys past seq_lens are zero-filled on load and masked.
 //
+// Prefill over a paged prefix (chunked prefill): onnx_fuse_paged_prefill_fwd runs the same
+// warp-specialized body with K/V rows gathered from the PagedAttention block pool (see
+// fa_paged_prefill_body and the launcher's comment).
+//
 // Entry points: extern "C" __global__ kernels named onnx_fuse_fa_fwd_<dt>_d<D>_w<W>_<mask>
 // (for embedding as PTX/cubin, e.g. a TensorRT plugin) and the host launch function
 // onnx_fuse_fused_attention_fwd (pointers, dims, stream), which picks the variant.
@@ -731,13 +735,46 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
 // while its own PV and the other warpgroup's GEMMs still run) and rescales O once PV is done. A consumer frees a stage on its "empty" mbarrier once its PV is done.
 constexpr int kWsStages = 3;
 
-template <typename T, int D, bool CAUSAL>
-__device__ __forceinline__ void fa_fwd_ws_body(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
-    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
-    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
-    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2) {
+// Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
+// q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
+// zeros); with CAUSAL, key n is visible to query row r iff n <= r + causal_off.
+// Dense: Q/K/V/O [B, S, H, D] rows at a stride (causal_off = 0: top-left aligned).
+template <typename T>
+struct FaDenseRows {
+  const T* q; const T* k; const T* v; T* o;
+  long long q_ss, k_ss, v_ss, o_ss;
+  int q_len, kv_len, q_store, causal_off;
+  __device__ __forceinline__ const T* q_row(int r) const { return q + r * q_ss; }
+  __device__ __forceinline__ T* o_row(int r) const { return o + r * o_ss; }
+  __device__ __forceinline__ void kv_rows(int n, const T*& kr, const T*& vr) const {
+    kr = k + n * k_ss;
+    vr = v + n * v_ss;
+  }
+};
+// Paged (prefill over a paged prefix): Q/O rows of the new tokens at a stride; K/V of every
+// cached token (prefix and new) in the block pool [num_blocks, 2^bs_shift, Hkv, D]: token n
+// is row n % bs of block bt[n / bs]. k/v point at this kv head's columns of block 0; tok_ss
+// is Hkv * D. causal_off = kv_len - q_len (bottom-right aligned: new token i is at position
+// kv_len - q_len + i).
+template <typename T>
+struct FaPagedRows {
+  const T* q; const T* k; const T* v; T* o;
+  long long q_ss, o_ss, tok_ss;
+  const int* bt;
+  int bs_shift;
+  int q_len, kv_len, q_store, causal_off;
+  __device__ __forceinline__ const T* q_row(int r) const { return q + r * q_ss; }
+  __device__ __forceinline__ T* o_row(int r) const { return o + r * o_ss; }
+  __device__ __forceinline__ void kv_rows(int n, const T*& kr, const T*& vr) const {
+    const long long blk = __ldg(bt + (n >> bs_shift));
+    const long long off = ((blk << bs_shift) + (n & ((1 << bs_shift) - 1))) * tok_ss;
+    kr = k + off;
+    vr = v + off;
+  }
+};
+
+template <typename T, int D, bool CAUSAL, typename Rows>
+__device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
 #if OF_WGMMA_OK
   using Tr = MmaTraits<T>;
   constexpr int BM = 128, BN = 128, ST = kWsStages, NT = 384, CPR = D / 8;
@@ -758,25 +795,18 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
   const int m_block = CAUSAL ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
-  const int hq = blockIdx.y;
-  const int b = blockIdx.z;
-  const int hkv = hq / (Hq / Hkv);
-  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
   const int m0 = m_block * BM;
+  const int QL = rows.q_len, KL = rows.kv_len, OFF = rows.causal_off;
+  const int n_end = CAUSAL ? min(KL, m0 + BM + OFF) : KL;
 
-  const T* qb = q + b * q_sb + hq * q_sh;
-  const T* kb = k + b * k_sb + hkv * k_sh;
-  const T* vb = v + b * v_sb + hkv * v_sh;
-  T* ob = o + b * o_sb + hq * o_sh;
-
-  if (m0 >= L) {
+  if (m0 >= QL || n_end <= 0) {  // no valid row, or no visible key: zeros where we own rows
     for (int c = tid; c < BM * CPR; c += NT) {
       int r = c / CPR, cc = c % CPR;
-      if (m0 + r < S) *reinterpret_cast<uint4*>(ob + (m0 + r) * o_ss + cc * 8) = make_uint4(0, 0, 0, 0);
+      if (m0 + r < rows.q_store)
+        *reinterpret_cast<uint4*>(rows.o_row(m0 + r) + cc * 8) = make_uint4(0, 0, 0, 0);
     }
     return;
   }
-  const int n_end = CAUSAL ? min(L, m0 + BM) : L;
   const int n_tiles = (n_end + BN - 1) / BN;
 
   if (tid == 0) {
@@ -799,21 +829,23 @@ __device__ __forceinline__ void fa_fwd_ws_body(
 #pragma unroll
     for (int i = 0; i < BM / RSTEP; ++i) {
       const int r = r0 + i * RSTEP;
-      const bool ok = (m0 + r) < L;
-      cp_async_16(sQ + soff + i * RSTEP * 128, qb + (ok ? (m0 + r) : 0) * q_ss + cc * 8, ok);
+      const bool ok = (m0 + r) < QL;
+      cp_async_16(sQ + soff + i * RSTEP * 128, rows.q_row(ok ? (m0 + r) : 0) + cc * 8, ok);
     }
     cp_async_commit();
     auto load_kv = [&](int tile) {
       const int n0 = tile * BN;
       const uint32_t dk = sKV + (tile % ST) * 2 * TILE + soff;
       const uint32_t dv = dk + TILE;
-      const T* ks = kb + (long long)(n0 + r0) * k_ss + cc * 8;
-      const T* vs = vb + (long long)(n0 + r0) * v_ss + cc * 8;
 #pragma unroll
       for (int i = 0; i < BN / RSTEP; ++i) {
-        const bool ok = (n0 + r0 + i * RSTEP) < L;
-        cp_async_16(dk + i * RSTEP * 128, ok ? ks + (long long)i * RSTEP * k_ss : kb, ok);
-        cp_async_16(dv + i * RSTEP * 128, ok ? vs + (long long)i * RSTEP * v_ss : vb, ok);
+        const int n = n0 + r0 + i * RSTEP;
+        const bool ok = n < KL;
+        const T* kr = rows.k;  // rows past kv_len: zero fill, the address is only mapped
+        const T* vr = rows.v;
+        if (ok) rows.kv_rows(n, kr, vr);
+        cp_async_16(dk + i * RSTEP * 128, kr + cc * 8, ok);
+        cp_async_16(dv + i * RSTEP * 128, vr + cc * 8, ok);
       }
       cp_async_commit();
     };
@@ -868,7 +900,7 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
     const int n0 = tile * BN;
-    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
+    const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF);
     if (need_mask) {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
@@ -876,7 +908,7 @@ __device__ __forceinline__ void fa_fwd_ws_body(
         for (int e = 0; e < 4; ++e) {
           int col = n0 + nt * 8 + 2 * t4 + (e & 1);
           int row = row0 + (e >> 1) * 8;
-          if (col >= L || (CAUSAL && col > row)) sv[nt][e] = -INFINITY;
+          if (col >= KL || (CAUSAL && col > row + OFF)) sv[nt][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -989,9 +1021,9 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   for (int h = 0; h < 2; ++h) {
     const float l = quad_sum(row_l[h]);
     const int row = row0 + h * 8;
-    const float inv = (l > 0.f && row < L) ? 1.f / l : 0.f;
-    if (row < S) {
-      T* orow = ob + row * o_ss;
+    const float inv = (l > 0.f && row < QL) ? 1.f / l : 0.f;
+    if (row < rows.q_store) {
+      T* orow = rows.o_row(row);
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
         uint32_t packed = Tr::pack(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
@@ -999,6 +1031,24 @@ __device__ __forceinline__ void fa_fwd_ws_body(
       }
     }
   }
+#endif
+}
+
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_ws_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2) {
+#if OF_WGMMA_OK
+  const int hq = blockIdx.y, b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  FaDenseRows<T> rows{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
+                      v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
+                      q_ss, k_ss, v_ss, o_ss, L, L, S, 0};
+  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
   // Not an sm_90a build: the first 256 threads run the mma.sync 128x64 8-warp body.
   if (threadIdx.x >= 256) return;
@@ -1006,6 +1056,40 @@ __device__ __forceinline__ void fa_fwd_ws_body(
                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
 #endif
 }
+
+// Prefill over a paged prefix (chunked prefill, prefix caching) on the warp-specialized body:
+// one CTA per (128 new tokens, query head, sequence). The new tokens' K/V must already be in
+// the pool (onnx_fuse_append_kv); seq_lens[b] counts every cached token of sequence b, the new
+// ones included. Queries / outputs: packed rows [total_q, Hq, D] from cu_q[b] to cu_q[b + 1]
+// when cu_q is given, else [B, q_len, Hq, D] with batch strides q_sb / o_sb. sm_90a only: other
+// builds trap (the launcher refuses devices other than compute capability 9.x).
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_paged_prefill_body(
+    const T* __restrict__ q, long long q_sb, long long q_ts, long long q_hs,
+    const int* __restrict__ cu_q, int q_len, const T* __restrict__ k_pool,
+    const T* __restrict__ v_pool, const int* __restrict__ block_tables,
+    const int* __restrict__ seq_lens, T* __restrict__ o, long long o_sb, long long o_ts,
+    long long o_hs, int Hq, int Hkv, int bs_shift, int max_blocks, float scale_log2) {
+#if OF_WGMMA_OK
+  const int hq = blockIdx.y, b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  long long qs = (long long)b * q_sb, os = (long long)b * o_sb;
+  if (cu_q) {
+    const int c0 = cu_q[b];
+    q_len = max(cu_q[b + 1] - c0, 0);
+    qs = c0 * q_ts;
+    os = c0 * o_ts;
+  }
+  const int kv_len = min(max(seq_lens[b], 0), max_blocks << bs_shift);
+  FaPagedRows<T> rows{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D, o + os + hq * o_hs,
+                      q_ts, o_ts, (long long)Hkv * D, block_tables + (long long)b * max_blocks,
+                      bs_shift, q_len, kv_len, q_len, kv_len - q_len};
+  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
+#else
+  __trap();
+#endif
+}
+
 
 // Body of the mma.sync-named entries: in sm_90a builds the 64x64 4-warp variant at D <= 128 runs
 // the one-warpgroup wgmma body (same tile geometry: 64 rows, 64-key tiles, 128 threads); every
@@ -1038,6 +1122,7 @@ __device__ __forceinline__ void fa_fwd_entry(
 using onnx_fuse::fa_fwd_body;
 using onnx_fuse::fa_fwd_entry;
 using onnx_fuse::fa_fwd_ws_body;
+using onnx_fuse::fa_paged_prefill_body;
 using onnx_fuse::fa_fwd_wgmma_body;
 using onnx_fuse::fa_fwd_wgmma_pipe_body;
 
@@ -1141,6 +1226,25 @@ OF_FA_WG_KERNELS_D256(bf16, __nv_bfloat16)
 OF_FA_WG1_KERNELS_D64(bf16, __nv_bfloat16)
 OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 128)
+
+// Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
+#define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
+      const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
+      long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
+      int max_blocks, float scale_log2) {                                                      \
+    fa_paged_prefill_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,      \
+                                        block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv,  \
+                                        bs_shift, max_blocks, scale_log2);                     \
+  }
+#define OF_FA_PP_KERNELS_D(DTN, T, D)                                          \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_full, T, D, false)  \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_causal, T, D, true)
+OF_FA_PP_KERNELS_D(f16, __half, 64)
+OF_FA_PP_KERNELS_D(f16, __half, 128)
+OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 OF_FA_KERNELS_D(f16, __half, 64)
 OF_FA_KERNELS_D(f16, __half, 80)
@@ -1253,6 +1357,65 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   fn<<<grid, 32 * warps, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                          scale * onnx_fuse::kLog2e);
+  OF_CUDA_CHECK_LAUNCH();
+  return 0;
+}
+
+// Prefill over a paged prefix (chunked prefill / prefix caching): the new tokens' queries
+// attend to every cached token of their sequence (the prefix and the new tokens, whose K/V
+// onnx_fuse_append_kv has already written into the pool), causal bottom-right aligned (new
+// token i of sequence b sits at position seq_lens[b] - q_len_b + i). Layouts (element strides):
+//   q / o: packed [total_q, Hq, D] rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] (int32 [B + 1])
+//          when cu_seqlens_q is given, else [B, max_q_len, Hq, D] with batch strides q_sb / o_sb;
+//          token stride q_ts / o_ts, head stride q_hs / o_hs, the last axis contiguous;
+//   pools [num_blocks, block_size, Hkv, D] contiguous, block_size a power of two;
+//   block_tables int32 [B, max_blocks]; seq_lens int32 [B] (cached tokens, new ones included).
+// max_q_len bounds every q_len_b (rows past it are not computed). D in {64, 128}; fp16 / bf16.
+// The kernel is the warp-specialized wgmma body: it needs the library's sm_90a machine code and
+// a device of compute capability 9.x (cudaErrorInvalidValue otherwise). Output rows of
+// sequences whose query has no visible key (q_len_b > seq_lens[b] at the first rows) are zeros.
+int onnx_fuse_paged_prefill_fwd(int dtype, const void* q, long long q_sb, long long q_ts,
+                                long long q_hs, const int* cu_seqlens_q, const void* k_pool,
+                                const void* v_pool, const int* block_tables, const int* seq_lens,
+                                void* o, long long o_sb, long long o_ts, long long o_hs, int B,
+                                int max_q_len, int Hq, int Hkv, int D, int block_size,
+                                int max_blocks, float scale, int causal, cudaStream_t stream) {
+  OF_REQUIRE(scale > 0.f);
+  OF_REQUIRE(B > 0 && B <= 65535 && max_q_len > 0 && Hq > 0 && Hq <= 65535 && Hkv > 0 &&
+             Hq % Hkv == 0);
+  OF_REQUIRE(D == 64 || D == 128);
+  OF_REQUIRE(block_size > 0 && (block_size & (block_size - 1)) == 0 && max_blocks > 0);
+  OF_REQUIRE(q && k_pool && v_pool && o && block_tables && seq_lens);
+  OF_REQUIRE(q_ts % 8 == 0 && q_hs % 8 == 0 && q_sb % 8 == 0 && o_ts % 8 == 0 && o_hs % 8 == 0 &&
+             o_sb % 8 == 0);
+  int dev = 0, major = 0;
+  OF_CUDA_TRY(cudaGetDevice(&dev));
+  OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  OF_REQUIRE(major == 9);
+  int bs_shift = 0;
+  while ((1 << bs_shift) < block_size) ++bs_shift;
+  using PpFn = void (*)(const void*, long long, long long, long long, const int*, int, const void*,
+                        const void*, const int*, const int*, void*, long long, long long,
+                        long long, int, int, int, int, float);
+  PpFn fn = nullptr;
+#define OF_PP_PICK(DTN, DD)                                                                   \
+  if (D == DD)                                                                                \
+    fn = causal ? reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_causal)   \
+                : reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_full);
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PP_PICK(f16, 64) OF_PP_PICK(f16, 128)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PP_PICK(bf16, 64) OF_PP_PICK(bf16, 128)
+  }
+#undef OF_PP_PICK
+  OF_REQUIRE(fn != nullptr);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, 128, 128, 12);
+  OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dim3 grid((max_q_len + 127) / 128, Hq, B);
+  fn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool, v_pool,
+                                  block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv, bs_shift,
+                                  max_blocks, scale * onnx_fuse::kLog2e);
   OF_CUDA_CHECK_LAUNCH();
   return 0;
 }

@@ -316,3 +316,94 @@ def test_append_kv_then_decode(lib, dtype, new_tokens, bs, D):
     expect = ref.paged_attention(_np(q), np.nan_to_num(exp_k), np.nan_to_num(exp_v), tables.cpu().numpy(),
                                  np.array(lens), out_dtype=np.float64)
     assert _rel_err(out, expect) < TOL[dtype]
+
+
+# ---------------------------------------------------------- prefill over a paged prefix (sm_90a)
+
+PP_CASES = [
+    # B, Hq, Hkv, D, block_size, prefix lens, new-token counts, causal, packed (cu_seqlens)
+    (3, 8, 2, 128, 16, [0, 100, 1000], [130, 1, 300], True, True),
+    (2, 4, 4, 64, 32, [5, 513], [128, 77], True, True),
+    (2, 16, 1, 128, 64, [2000, 0], [256, 256], True, False),
+    (2, 8, 8, 64, 16, [300, 40], [200, 200], False, False),
+    (1, 4, 2, 128, 8, [4096], [512], True, True),
+    (3, 6, 3, 128, 16, [10, 20, 30], [0, 5, 129], True, True),
+    (2, 12, 4, 64, 128, [700, 1], [1, 383], False, True),
+]
+
+
+def _pp_reference(q_rows, k_pool, v_pool, tables, ctx, causal):
+    """float64 attention of one sequence's new tokens [n, Hq, D] over its cached tokens."""
+    n = q_rows.shape[0]
+    if causal:  # the project's reference: new token i sits at position ctx - n + i
+        return ref.paged_attention(q_rows[None], k_pool, v_pool, tables[None], np.array([ctx]),
+                                   out_dtype=np.float64)[0]
+    bs = k_pool.shape[1]
+    pos = np.arange(ctx)
+    kc = k_pool[tables[pos // bs], pos % bs].astype(np.float64)  # [ctx, Hkv, D]
+    vc = v_pool[tables[pos // bs], pos % bs].astype(np.float64)
+    g = q_rows.shape[1] // kc.shape[1]
+    kc, vc = np.repeat(kc, g, axis=1), np.repeat(vc, g, axis=1)
+    s = np.einsum("ihd,jhd->hij", q_rows.astype(np.float64), kc) / np.sqrt(q_rows.shape[2])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("hij,jhd->ihd", p, vc).reshape(n, *q_rows.shape[1:])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", PP_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}{}{}".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[7] else "", "-packed" if c[8] else ""))
+def test_paged_prefill_matches_reference(lib, case, dtype):
+    """New tokens appended with append_kv, then attend over prefix + themselves from the pool."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("paged prefill runs the sm_90a warp-specialized kernel only")
+    B, Hq, Hkv, D, bs, prefix, new, causal, packed = case
+    ctx = [p + n for p, n in zip(prefix, new)]
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode() + str(dtype).encode()))
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, ctx, dtype, gen)
+    seq = torch.tensor(ctx, dtype=torch.int32, device="cuda")
+    cu = np.concatenate([[0], np.cumsum(new)]).astype(np.int32)
+    total = int(cu[-1])
+    # new K/V packed like the queries; appended per sequence (append_kv takes [1, n, Hkv, D])
+    k_new = _rand((total, Hkv, D), dtype, gen)
+    v_new = _rand((total, Hkv, D), dtype, gen)
+    for b in range(B):
+        if new[b]:
+            lib.append_kv(k_new[cu[b]:cu[b + 1]][None], v_new[cu[b]:cu[b + 1]][None], k_pool, v_pool,
+                          tables[b:b + 1], seq[b:b + 1])
+    # queries: a strided view into a packed QKV buffer
+    qkv = _rand((max(total, 1), (Hq + 2 * Hkv) * D), dtype, gen)
+    q = qkv[:total, :Hq * D].view(total, Hq, D)
+    out = torch.full((total, Hq, D), float("nan"), dtype=dtype, device="cuda")
+    if packed:
+        lib.paged_prefill(q, k_pool, v_pool, tables, seq, out, causal=causal,
+                          cu_seqlens_q=torch.tensor(cu, device="cuda"))
+    else:
+        assert len(set(new)) == 1
+        lib.paged_prefill(q.view(B, new[0], Hq, D), k_pool, v_pool, tables, seq,
+                          out.view(B, new[0], Hq, D), causal=causal)
+    torch.cuda.synchronize()
+    kp, vp, tb = _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy()
+    qn = _np(q)
+    expect = np.zeros((total, Hq, D))
+    for b in range(B):
+        if new[b]:
+            expect[cu[b]:cu[b + 1]] = _pp_reference(qn[cu[b]:cu[b + 1]], kp, vp, tb[b], ctx[b], causal)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+
+
+def test_paged_prefill_refuses_bad_arguments(lib):
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    k_pool, v_pool, tables = _make_pool(1, 2, 128, 16, [40], torch.float16, gen)
+    seq = torch.tensor([40], dtype=torch.int32, device="cuda")
+    q = _rand((1, 8, 4, 128), torch.float16, gen)
+    out = torch.empty_like(q)
+    with pytest.raises(KernelError):  # block size 24 is not a power of two
+        lib.paged_prefill(q, k_pool.view(-1, 24, 2, 128)[:1], v_pool.view(-1, 24, 2, 128)[:1], tables, seq, out)
+    q80 = _rand((1, 8, 4, 80), torch.float16, gen)
+    with pytest.raises(KernelError):  # head size 80 has no paged-prefill kernel yet
+        lib.paged_prefill(q80, k_pool[..., :80].contiguous(), v_pool[..., :80].contiguous(), tables, seq,
+                          torch.empty_like(q80))

@@ -158,8 +158,8 @@ def test_fused_plan_every_variant(head_dim):
 
 
 def test_fused_plan_picks_per_head_size():
-    """On the H200 every head size gets a wgmma variant at large shapes (D=64: one warpgroup per
-    CTA; D=256: its 64-key body); elsewhere mma.sync."""
+    """On the H200 every head size gets a wgmma variant at large shapes (D=64 and 128: the
+    warp-specialized one; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
     assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12_causal")
@@ -167,7 +167,9 @@ def test_fused_plan_picks_per_head_size():
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
     p64 = lp.plan_fused_attention(4, 4096, 32, 32, 64)
-    assert (p64.block_m, p64.block_n, p64.warps) == lp.FA_WGMMA_1WG and p64.kernel.endswith("d64_m64n128w4_full")
+    assert (p64.block_m, p64.block_n, p64.warps) == lp.FA_WS and p64.kernel.endswith("d64_m128n128w12_full")
+    assert lp.plan_fused_attention(8, 2048, 32, 32, 64, "bfloat16", causal=True).kernel.endswith(
+        "bf16_d64_m128n128w12_causal")
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     assert lp.plan_fused_attention(4, 4096, 16, 16, 256, device=ampere).block_m == 64
     assert lp.plan_fused_attention(4, 4096, 32, 32, 96, device=ampere).warps == 4
