@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: make onnx_fuse importable, check the kernel library loads (rebuild there if
 # not), run the GPU tests, then the kernel benchmark. Logs go to $OUT (or ./out).
-#   usage: bash tools/gpu_session.sh [tests|bench|all] [extra bench args]
+#   usage: bash tools/gpu_session.sh [tests|bench|all|prefix] [extra bench args]
+#   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
 set -o pipefail
 MODE=${1:-all}; shift || true
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -17,6 +18,10 @@ python3 -c "from onnx_fuse.plugins.kernel_lib import KernelLib; KernelLib.load()
   || { echo "rebuilding kernel library here"; python3 -m onnx_fuse.plugins.build_kernels --what lib --arch 90a 2>&1 | tee "$OUT/build.log"; }
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 300 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=40 -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -40
+fi
+if [ "$MODE" = prefix ]; then
+  timeout 200 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q -k "paged_prefill or 128x128x12" -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -30
+  timeout 200 python3 tools/bench_kernels.py --only prefix --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   timeout 400 python3 tools/bench_kernels.py --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
