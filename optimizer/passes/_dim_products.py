@@ -1,0 +1,220 @@
+"""Symbolic dim products and what a Reshape outputs, read from values (no rule-engine imports).
+
+A dim is a product ``coef * atom * atom...`` (``Dim``); an atom is a symbol or a dim string that is
+not a plain product (``"past + sequence"``), compared as text. ``shape_vector`` reads a small int
+tensor symbolically (Shape -> Gather/Slice/Squeeze/Unsqueeze/Concat/Cast, plus Mul/Div of entries,
+as TorchScript and dynamo compute ``batch * num_heads``); ``reshape_out_dims`` says what a Reshape
+outputs: ``0`` copies an input dim, and one ``-1`` (or one entry that cannot be read) is solved from
+the element count by cancelling factors. Used by the rule language's ``has_dims``
+(rewrite/_dims.py) and by the Shape-read rerouting (passes/_dim_source.py). Nothing here fails:
+unprovable is None.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._shape_values import _attr, constant_tensor
+
+Dim = tuple[int, tuple[str, ...]]  # coef, sorted atoms
+
+_TOKEN = re.compile(r"^\s*(\d+|[A-Za-z_][\w.]*)\s*$")
+
+
+def to_dim(d) -> Dim | None:
+    """A dim (int, str, a list meaning the product of its items) in canonical form; None if unknown."""
+    if isinstance(d, (bool, np.bool_)):
+        return None
+    if isinstance(d, (int, np.integer)):
+        return int(d), ()
+    if isinstance(d, (list, tuple)):
+        out: Dim = (1, ())
+        for x in d:
+            f = to_dim(x)
+            if f is None:
+                return None
+            out = mul(out, f)
+        return out
+    if isinstance(d, str):
+        parts = d.split("*")
+        if "**" not in d and all(_TOKEN.match(p) for p in parts):
+            out = (1, ())
+            for p in (p.strip() for p in parts):
+                out = mul(out, (int(p), ()) if p.isdigit() else (1, (p,)))
+            return out
+        return 1, (d.strip(),)
+    return None
+
+
+def mul(a: Dim, b: Dim) -> Dim:
+    return a[0] * b[0], tuple(sorted(a[1] + b[1]))
+
+
+def div(a: Dim, b: Dim) -> Dim | None:
+    if b[0] == 0 or a[0] % b[0]:
+        return None
+    atoms = list(a[1])
+    for s in b[1]:
+        if s not in atoms:
+            return None
+        atoms.remove(s)
+    return a[0] // b[0], tuple(atoms)
+
+
+
+def value_dims(v: ir.Value) -> list[Dim | None] | None:
+    if v is None or v.shape is None:
+        return None
+    out = []
+    for d in v.shape.dims:
+        if isinstance(d, int):
+            out.append((d, ()))
+        elif getattr(d, "value", None) is not None:
+            out.append(to_dim(str(d.value)))
+        else:
+            out.append(None)
+    return out
+
+
+def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0):
+    """(entries, is_scalar) of a small int tensor; an entry is a Dim or None (unknown). None when
+    even the number of entries is unknown."""
+    if v is None or depth > 16:
+        return None
+    t = constant_tensor(v)
+    if t is not None:
+        if not t.dtype.is_integer() or t.size > 16:
+            return None
+        return [(int(x), ()) for x in t.numpy().reshape(-1)], len(t.shape) == 0
+    node = v.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return None
+    op, ins = node.op_type, list(node.inputs)
+    sub = (lambda i: shape_vector(ins[i], alias, depth + 1) if i < len(ins) else None)
+    if op == "Shape":
+        dims = value_dims(ins[0])
+        if dims is None:
+            return None
+        start, end = _attr(node, "start", None), _attr(node, "end", None)
+        if not all(x is None or isinstance(x, int) for x in (start, end)):
+            return None
+        names = [str(d.value) if not isinstance(d, int) and getattr(d, "value", None) is not None else None
+                 for d in ins[0].shape.dims]
+        dims = [alias.get(n, d) if n is not None else d for n, d in zip(names, dims)]
+        return dims[slice(start, end)], False
+    if op in ("Identity", "Cast"):
+        if op == "Cast" and not ir.DataType(_attr(node, "to", 1)).is_integer():
+            return None
+        return sub(0)
+    if op in ("Squeeze", "Unsqueeze", "Reshape"):
+        inner = sub(0)
+        if inner is None:
+            return None
+        entries, scalar = inner
+        if op == "Squeeze":
+            return (entries, True) if len(entries) == 1 and not scalar else None
+        if op == "Unsqueeze":
+            return (entries, False) if scalar else None
+        return (entries, False) if len(entries) == 1 else None
+    if op == "Concat" and _attr(node, "axis") in (0, -1):
+        out = []
+        for i in range(len(ins)):
+            inner = sub(i)
+            if inner is None or inner[1]:
+                return None
+            out += inner[0]
+        return out, False
+    if op == "Gather" and _attr(node, "axis", 0) == 0 and len(ins) == 2:
+        inner, idx = sub(0), constant_tensor(ins[1])
+        if inner is None or inner[1] or idx is None or idx.size > 16:
+            return None
+        n = len(inner[0])
+        picked = [int(k) for k in idx.numpy().reshape(-1)]
+        if not all(-n <= k < n for k in picked):
+            return None
+        return [inner[0][k] for k in picked], len(idx.shape) == 0
+    if op == "Slice" and len(ins) >= 3:
+        inner = sub(0)
+        starts, ends = constant_tensor(ins[1]), constant_tensor(ins[2])
+        axes = constant_tensor(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+        steps = constant_tensor(ins[4]) if len(ins) > 4 and ins[4] is not None else None
+        if inner is None or inner[1] or starts is None or ends is None or starts.size != 1:
+            return None
+        if axes is not None and int(axes.numpy().reshape(-1)[0]) not in (0, -1):
+            return None
+        if steps is not None and int(steps.numpy().reshape(-1)[0]) != 1:
+            return None
+        n = len(inner[0])
+        s, e = (max(min(int(x.numpy().reshape(-1)[0]), n), -n) for x in (starts, ends))
+        return inner[0][s:e], False
+    if op in ("Mul", "Div") and len(ins) == 2:
+        a, b = sub(0), sub(1)
+        if a is None or b is None:
+            return None
+        (ea, sa), (eb, sb) = a, b
+        if len(ea) != len(eb) and 1 not in (len(ea), len(eb)):
+            return None
+        n = max(len(ea), len(eb))
+        ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+        f = mul if op == "Mul" else div
+        return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], sa and sb
+    return None
+
+
+
+
+def reshape_out_dims(r, in_dims=None) -> list[Dim] | None:
+    """The dims the Reshape producing ``r`` provably outputs when its input has ``in_dims``
+    (default: the input's inferred shape); None when some dim is not provable."""
+    if not isinstance(r, ir.Value):
+        return None
+    node = r.producer()
+    if node is None or node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return None
+    x, shp = node.inputs[0], node.inputs[1]
+    if in_dims is None:
+        ins = value_dims(x)
+    else:
+        ins = [to_dim(d) for d in in_dims]
+        if x is not None and x.shape is not None and len(x.shape) != len(ins):
+            return None
+    if ins is None or any(d is None for d in ins):
+        return None
+    alias: dict[str, Dim] = {}
+    if x is not None and x.shape is not None:
+        for d, true in zip(x.shape.dims, ins):
+            if not isinstance(d, int) and getattr(d, "value", None) is not None:
+                alias.setdefault(str(d.value), true)
+    got = shape_vector(shp, alias)
+    if got is None or got[1]:
+        return None
+    allowzero = _attr(node, "allowzero", 0)
+    outs: list[Dim | None] = []
+    for i, e in enumerate(got[0]):
+        if e is not None and e == (0, ()) and allowzero == 0:
+            if i >= len(ins):
+                return None
+            e = ins[i]
+        elif e is not None and (e == (-1, ()) or e[0] < 0):
+            if e != (-1, ()):
+                return None
+            e = None
+        outs.append(e)
+    if outs.count(None) > 1:
+        return None
+    if None in outs:  # the one -1 (or unreadable entry) is what the element count leaves
+        total: Dim = (1, ())
+        for d in ins:
+            total = mul(total, d)
+        rest: Dim = (1, ())
+        for d in outs:
+            if d is not None:
+                rest = mul(rest, d)
+        solved = div(total, rest)
+        if solved is None:
+            return None
+        outs[outs.index(None)] = solved
+    return outs
