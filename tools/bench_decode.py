@@ -19,7 +19,11 @@ type) of each model at that past length, batch 1.
 
     python tools/bench_decode.py [--work DIR] [--past 128 512 2048] [--batch 1 4] [--reps 15]
                                  [--threads 2] [--genai-python /work/venvs/genai/bin/python]
-                                 [--profile 128 2048]
+                                 [--profile 128 2048] [--extra NAME=MODEL.onnx ...]
+
+--extra adds more candidates of the same weights to the same round-robin (e.g. the onnx-fuse
+output of an older commit, to measure a change before/after in one run); each gets its ratio to
+the original and to genai.
 """
 
 from __future__ import annotations
@@ -218,8 +222,10 @@ def bench(sessions: dict, batches, pasts, reps: int) -> list[dict]:
             med = {n: statistics.median(t) for n, t in times.items()}
             row = {"batch": b, "past": p, **{f"{n}_ms": round(v, 2) for n, v in med.items()},
                    **{f"{n}_x": round(med[n] / med["original"], 3) for n in med if n != "original"}}
-            if "fused" in med and "genai" in med:
-                row["fused_vs_genai"] = round(med["fused"] / med["genai"], 3)
+            if "genai" in med:
+                for n in med:
+                    if n not in ("original", "genai"):
+                        row[f"{n}_vs_genai"] = round(med[n] / med["genai"], 3)
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
@@ -274,7 +280,17 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", type=int, nargs="*", default=[], metavar="PAST",
                     help="also profile op types at these past lengths (batch 1)")
     ap.add_argument("--profile-runs", type=int, default=10)
+    ap.add_argument("--extra", nargs="*", default=[], metavar="NAME=MODEL",
+                    help="more candidate models (same weights and interface) in the same round-robin")
     ns = ap.parse_args(argv)
+    extra = {}
+    for item in ns.extra:
+        name, _, path = item.partition("=")
+        if not name or not path or name in (*MODELS, *extra) or not Path(path).is_file():
+            print(f"bench_decode: --extra wants NAME=MODEL.onnx with a new name and an existing file, "
+                  f"got {item!r}", file=sys.stderr)
+            return 2
+        extra[name] = Path(path)
     bad = [p for p in ns.past + ns.profile if not 0 < p < MAX_POS]
     if bad or min(ns.batch) < 1 or ns.reps < 1:
         print(f"bench_decode: past lengths must be in 1..{MAX_POS - 1}, batch and reps >= 1", file=sys.stderr)
@@ -296,6 +312,7 @@ def main(argv=None) -> int:
             del paths["genai"]
         else:
             build_genai(hf_dir, paths["genai"].parent, ns.genai_python)
+    paths.update(extra)
     for name, path in paths.items():
         c = op_counts(path)
         keep = {k: v for k, v in c.items() if any(w in k for w in ("Attention", "Rotary", "Normalization"))

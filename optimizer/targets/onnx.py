@@ -245,5 +245,7 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
-    """Passes to run right after the rule packs: none for this target."""
-    return []
+    """Passes to run right after the rule packs: sibling projections packed into one MatMul."""
+    from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
+
+    return [PackSiblingMatMulsPass()] if level >= 2 else []

@@ -23,4 +23,6 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
-    return []
+    from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
+
+    return [PackSiblingMatMulsPass()] if level >= 2 else []  # q/k/v (gate/up) as one MatMul
