@@ -6,6 +6,11 @@ count (4) stays unknown and every rule that needs it gives up. The entries are t
 dims (``shape_entries`` follows the Shape -> Gather -> Concat chain), so they cancel: ``-1`` is the
 product of the input's remaining dims divided by the other entries. Only exact cases are filled:
 every entry known (an int, a symbol, or 0 = copy), at most one -1, and the division exact.
+
+Tile gets the same treatment (``tile_output_dims``): Optimum's GPT-J tiles its position table by
+``Concat(Shape(position_ids)[0], [1], [1])`` and its indices by ``[1, 1, Shape(table)[2]]``; onnx
+sizes a Tile only from constant repeats. A dim is known when the input dim is 1 (the repeat count),
+the repeat is 1 (the input dim), or both are ints.
 """
 
 from __future__ import annotations
@@ -55,14 +60,43 @@ def reshape_output_dims(node: ir.Node) -> list | None:
     return [num // den if d == -1 else d for d in out]
 
 
+def tile_output_dims(node: ir.Node) -> list | None:
+    """The output dims (ints, symbol names, or None where unknown) of a Tile, or None."""
+    x, reps = (list(node.inputs) + [None, None])[:2]
+    if x is None or x.shape is None:
+        return None
+    got = shape_entries(reps)
+    if got is None or got[1] or len(got[0]) != len(x.shape):
+        return None
+    out = []
+    for d, r in zip((_key(d) for d in x.shape), got[0]):
+        if d == 1:
+            out.append(r)
+        elif r == 1:
+            out.append(d)
+        elif isinstance(d, int) and isinstance(r, int):
+            out.append(d * r)
+        else:
+            out.append(None)
+    return out
+
+
+def _generated(dim) -> bool:
+    from onnx_fuse.passes.shape_inference import GENERATED_DIM_PREFIX
+
+    return not isinstance(dim, int) and (dim.value is None or str(dim.value).startswith(GENERATED_DIM_PREFIX))
+
+
 def refine_reshape_outputs(model: ir.Model) -> int:
-    """Give Reshape outputs the static dims ``reshape_output_dims`` proves; returns how many."""
+    """Give Reshape (and Tile) outputs the dims ``reshape_output_dims`` (``tile_output_dims``)
+    proves: static dims always, symbols where the value had none or an invented one (Tile only:
+    a Reshape's symbols come from onnx already); returns how many outputs gained."""
     gained = 0
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.outputs:
+        if node.op_type not in ("Reshape", "Tile") or node.domain not in ("", "ai.onnx") or not node.outputs:
             continue
         out = node.outputs[0]
-        dims = reshape_output_dims(node)
+        dims = reshape_output_dims(node) if node.op_type == "Reshape" else tile_output_dims(node)
         if dims is None or (out.shape is not None and len(out.shape) != len(dims)):
             continue
         old = list(out.shape) if out.shape is not None else [None] * len(dims)
@@ -70,6 +104,9 @@ def refine_reshape_outputs(model: ir.Model) -> int:
         for o, d in zip(old, dims):
             if isinstance(d, int) and not isinstance(o, int):
                 new.append(d)
+                changed = True
+            elif node.op_type == "Tile" and isinstance(d, str) and (o is None or _generated(o)):
+                new.append(ir.SymbolicDim(d))
                 changed = True
             else:
                 new.append(o if o is not None else d)

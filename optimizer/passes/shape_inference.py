@@ -42,8 +42,9 @@ def _generated(dim) -> bool:
 
 
 def _forget_generated_dims(graph: onnx.GraphProto) -> None:
-    """Clear invented dim names in value_info, so inference may replace them (see the docstring)."""
-    for vi in graph.value_info:
+    """Clear invented dim names in value_info and outputs, so inference may replace them (see the
+    docstring; the model's own values keep theirs unless inference proves more)."""
+    for vi in (*graph.value_info, *graph.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             for d in vi.type.tensor_type.shape.dim:
                 if d.HasField("dim_param") and d.dim_param.startswith(GENERATED_DIM_PREFIX):

@@ -30,6 +30,7 @@ CASES = [
     ("gpt_neox__torchscript__trained", 2, 4, 2),
     ("gpt_neox__optimum__trained", 2, 4, 2),
     ("gptj__torchscript__trained", 2, 4, 2),
+    ("gptj__optimum__trained", 2, 4, 2),
 ]
 COLUMNS = [("ort", 3), ("onnx", 3), ("trt", 4)]
 

@@ -58,3 +58,32 @@ def test_inexact_or_ambiguous_targets_stay_unknown(tail, hidden):
     assert "reshape-dims" not in p.stats
     dims = _dims(model, "r")
     assert dims is None or not all(isinstance(d, int) for d in dims[2:])
+
+
+def _tile_model(reps_tail, x_dims=(1, 128, 8)):
+    """Optimum GPT-J: Tile(table [1, P, D], Concat(Shape(pos)[0], *reps_tail)) -> GatherElements."""
+    n = oh.make_node
+    nodes = [n("Shape", ["pos"], ["sp"], start=0, end=1),
+             n("Concat", ["sp", "tail"], ["reps"], axis=0),
+             n("Tile", ["x", "reps"], ["t"]),
+             n("Identity", ["t"], ["y"])]
+    inits = [oh.make_tensor("tail", I64, [len(reps_tail)], list(reps_tail))]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x_dims)),
+                                   oh.make_tensor_value_info("pos", I64, ["B", "S"])],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    return ir.serde.deserialize_model(oh.make_model(g, opset_imports=[oh.make_opsetid("", 20)]))
+
+
+def test_tile_by_a_shape_vector_is_sized():
+    """onnx sizes a Tile only from constant repeats; a dim of 1 tiled by the symbol B is B."""
+    model = _tile_model([1, 1])
+    ShapeInferencePass()(model)
+    assert _dims(model, "t") == ["B", 128, 8] and _dims(model, "y") == ["B", 128, 8]
+
+
+def test_tile_of_a_dim_other_than_one_by_a_symbol_stays_unknown():
+    model = _tile_model([1, 2], x_dims=(2, 128, 8))
+    ShapeInferencePass()(model)
+    dims = _dims(model, "t")
+    assert dims is not None and not isinstance(dims[0], int) and dims[0] != "B"   # 2 * B: unknown
+    assert dims[1:] == [128, 16]

@@ -33,7 +33,8 @@ def _tables(rows, rd, *, form, bad_halves=False, scale=1.0):
 
 
 def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=False, scale=1.0,
-           head_varying=False, slice_start=0, pass_start=None, step=1, elem=1, tile=(1, 1, 1, 1, 2)):
+           head_varying=False, slice_start=0, pass_start=None, step=1, elem=1, tile=(1, 1, 1, 1, 2),
+           table_batches=1):
     """x -> [x_rot, x_pass split] -> x_rot*cos + rotate(x_rot)*sin -> [concat x_pass] -> y."""
     n = h.node
     shape = [B, H, S, D] if layout == "bhsd" else [B, S, H, D]
@@ -118,6 +119,27 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                       n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
                       n("Reshape", [part + "x", part + "t"], [out])]
         inputs.append(h.vi("pos", ["b", "s"], 7))
+    elif tables == "sincos-ge":   # GPT-J Optimum (transformers < 4.58): table [1, P, rd] tiled
+        # over the batch, GatherElements(axis 1) of position_ids tiled over the row, then as above
+        f, _ = _angles(P, rd)
+        tab = np.concatenate([np.sin(f), np.cos(f)], axis=-1)[None]
+        if table_batches == 2:   # a second, different table for the second batch row
+            tab = np.concatenate([tab, np.concatenate([np.sin(2 * f), np.cos(2 * f)], axis=-1)[None]])
+        inits.update(tab=tab.astype(np.float32), one1=np.array([1, 1], np.int64),
+                     sp=np.array([rd // 2, rd // 2], np.int64), i3=np.array([3], np.int64),
+                     i4=np.array([4], np.int64), rep=np.array(tile, np.int64))
+        nodes += [n("Shape", ["pos"], ["pb"], start=0, end=1), n("Concat", ["pb", "one1"], ["trep"], axis=0),
+                  n("Tile", ["tab", "trep"], ["tt"]), n("Unsqueeze", ["pos", "ilast"], ["pu"]),
+                  n("Shape", ["tt"], ["tw"], start=2, end=3), n("Concat", ["one1", "tw"], ["prep"], axis=0),
+                  n("Tile", ["pu", "prep"], ["pt"]), n("GatherElements", ["tt", "pt"], ["g"], axis=1),
+                  n("Split", ["g", "sp"], ["gs", "gc"], axis=-1)]
+        for part, out in (("gs", "su"), ("gc", "cu")):
+            nodes += [n("Unsqueeze", [part, "i2"], [part + "4"]), n("Unsqueeze", [part + "4", "i4"], [part + "5"]),
+                      n("Tile", [part + "5", "rep"], [part + "x"]), n("Shape", [part + "x"], [part + "sh"]),
+                      n("Slice", [part + "sh", "i0", "i3"], [part + "s3"]),
+                      n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
+                      n("Reshape", [part + "x", part + "t"], [out])]
+        inputs.append(h.vi("pos", ["b", "s"], 7))
     else:   # [P, rd] tables cut to the sequence (optional) and gathered by position_ids
         inits.update(ct=cos, st=sin, ax0=np.array([0], np.int64), ax1=np.array([1], np.int64),
                      istart=np.array([slice_start], np.int64))
@@ -150,7 +172,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                   n("Slice", [xr, "i1", "ibig", "ilast", "i2"], ["xo"]),
                   n("Neg", ["xo"], ["nxo"]), n("Unsqueeze", ["nxo", "ilast"], ["nu"]),
                   n("Unsqueeze", ["xe", "ilast"], ["eu"]), n("Concat", ["nu", "eu"], ["stk"], axis=-1)]
-        if tables == "sincos-ts":   # TorchScript sizes the flatten from Shape(stk)[:-2]
+        if tables in ("sincos-ts", "sincos-ge"):   # TorchScript sizes the flatten from Shape(stk)[:-2]
             inits["im2"] = np.array([-2], np.int64)
             nodes += [n("Shape", ["stk"], ["stksh"]), n("Slice", ["stksh", "i0", "im2"], ["stk2"]),
                       n("Concat", ["stk2", "ilast"], ["shp"], axis=0)]
@@ -265,10 +287,12 @@ def test_gathered_sincos_table_interleaved_fuses(h, target):
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-def test_gathered_sincos_table_torchscript_form_fuses(h, target):
+@pytest.mark.parametrize("tables", ["sincos-ts", "sincos-ge"])
+def test_gathered_sincos_table_torchscript_form_fuses(h, target, tables):
     """GPT-J TorchScript / transformers 5: Gather (not GatherND) of the rows, Split by sizes, the
-    repeat_interleave as two Unsqueezes and a Tile, Reshapes sized from Shape() of their input."""
-    model = _graph(h, form="interleaved", layout="bshd", tables="sincos-ts")
+    repeat_interleave as two Unsqueezes and a Tile, Reshapes sized from Shape() of their input.
+    Optimum (transformers < 4.58): the rows by GatherElements of tiled table and positions."""
+    model = _graph(h, form="interleaved", layout="bshd", tables=tables)
     out = h.fuse(model, target, level=2)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Tile" not in ops and "Neg" not in ops, ops
@@ -281,7 +305,7 @@ def test_gathered_sincos_table_torchscript_form_fuses(h, target):
 @pytest.mark.parametrize("form,layout,tables", [
     ("half", "bhsd", "folded"), ("half", "bshd", "folded"), ("half", "bhsd", "gathered"),
     ("interleaved", "bshd", "folded"), ("interleaved", "bhsd", "folded"),
-    ("interleaved", "bshd", "sincos"), ("interleaved", "bshd", "sincos-ts"),
+    ("interleaved", "bshd", "sincos"), ("interleaved", "bshd", "sincos-ts"), ("interleaved", "bshd", "sincos-ge"),
     ("interleaved", "bhsd", "computed-half"),
     ("half", "bhsd", "computed"), ("interleaved", "bhsd", "computed"),
 ])
@@ -319,12 +343,16 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     # Tile doubling the frequency axis instead of a new pair axis: concat(sin, sin), not interleaved
     (dict(form="interleaved", layout="bshd", tables="sincos-ts", tile=(1, 1, 1, 2, 1)),
      "rotary-interleaved-gathered-sincos", "Tile must only double the pair axis"),
+    # one table per batch row: the rows are not a function of the position alone
+    (dict(form="interleaved", layout="bshd", tables="sincos-ge", table_batches=2),
+     "rotary-interleaved-gathered-sincos", r"\[1, max_pos, D\] tiled"),
 ])
 def test_near_misses_do_not_fuse(h, kw, rule, why):
     model = _graph(h, **kw)
     out = h.fuse(model, "onnx", level=2)
     assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
-    rs = h.reasons(model, "onnx", rule) if kw.get("tables") != "sincos-ts" else _prepared_reasons(model, rule)
+    rs = h.reasons(model, "onnx", rule) if kw.get("tables") not in ("sincos-ts", "sincos-ge") \
+        else _prepared_reasons(model, rule)
     assert any(re.search(why, r) for r in rs), rs
     h.assert_close(model, out, _feeds(h, model))
 
