@@ -306,3 +306,30 @@ def test_o3_keeps_the_cache_and_fuses_attention():
     o3 = onnx_fuse.optimize(str(KV_MODEL), level=3, target="trt", verify=True)
     assert _ops(o3.model)["Attention"] == LAYERS and _ops(o3.model)["PagedAttention"] == 0
     assert o3.report.status == "PASSED", o3.report.status_reason
+
+
+# ---- the corpus (head size 16) through the same rule without its head-size check ---------------
+
+
+@pytest.fixture(scope="module")
+def any_head_rule(tmp_path_factory) -> str:
+    """trt-paged-kv as built in, minus the kernels' head-size check: what the rest of the lowering
+    and the readers hook do on exporters and architectures the head-64 exports do not cover."""
+    text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "paged_trt.yaml").read_text()
+    start, end = text.index("rules:"), text.index("  - name: attention-kv-trt")
+    lines = [ln for ln in text[start:end].splitlines() if "dim(q, 3) in (64, 80, 96, 128, 256)" not in ln]
+    path = tmp_path_factory.mktemp("rules") / "paged_any_head.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("name", [
+    "gptj__kv__trained",        # RoPE from a gathered sin/cos table: position ids reach RotaryEmbedding
+    "gpt2__optimum__trained",   # Optimum: position_ids is an input, the mask was sized from present
+    "qwen2__kv__trained",       # GQA through repeat_kv
+])
+def test_corpus_decoder_is_paged_and_verified(any_head_rule, name):
+    result = _o4(MODELS.parent / "corpus" / f"{name}.onnx", rules=[any_head_rule], verify=True)
+    assert _ops(result.model)["PagedAttention"] == LAYERS, result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+    assert not [v.name for v in result.model.graph.inputs if v.name.startswith("past_")]
