@@ -11,15 +11,20 @@ so every later copy is replaced by the first. Node CSE then merges what reads th
 the Expand target, the Expand, the mask arithmetic), and dead code removes the copies.
 
 The first copy itself is read from a graph input when one has those dims side by side (a new
-``Shape(input, start, end)`` at the top of the graph): a Shape of an intermediate keeps that
+``Shape(input, start, end)``, or ``Gather(Shape(input), j)`` for a scalar, at the top of the graph): a Shape of an intermediate keeps that
 intermediate alive, which is what stops a head-split Reshape/Transpose from dying once the ops
 it fed read the 3-D tensor instead (rules/layout/heads_3d.yaml).
 
-Unknown dims (no name) never match; values whose entries are all ints are left to folding.
+Unknown dims (no name, or a name onnx's inference invented) never match; values whose entries are
+all ints are left to folding. Dims onnx cannot size but an earlier value provably has (the
+[B*H,S,D] views of TorchScript's bmm attention, BLOOM's Shape(k^T)[2]) are named by shape
+inference (passes/_dim_source.py), so their reads merge here too and the intermediate they were
+read from no longer escapes a fusion through its size.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._shape_values import shape_entries
@@ -35,6 +40,10 @@ def _key(value: ir.Value) -> object | None:
         return None
     entries, scalar = got
     if all(isinstance(e, int) for e in entries):
+        return None
+    # a name onnx's inference invented is no fact: the runs of one optimization reuse them for
+    # different dims (passes/shape_inference.py)
+    if any(isinstance(e, str) and e.startswith("unk__") for e in entries):
         return None
     return (value.dtype, tuple(entries), scalar)
 
@@ -55,9 +64,10 @@ def _dims(value: ir.Value) -> list | None:
 
 def _from_input(graph: ir.Graph, key) -> ir.Value | None:
     """A new 1-D ``Shape(input, start, end)`` holding ``key``'s entries, when a graph input has
-    them side by side; None otherwise (or for scalars, or before opset 15's start/end)."""
+    them side by side (a scalar: ``Gather(Shape(input), j)``); None otherwise (or for vectors
+    before opset 15's start/end)."""
     dtype, entries, scalar = key
-    if scalar or dtype != ir.DataType.INT64 or graph.opset_imports.get("", 0) < 15:
+    if dtype != ir.DataType.INT64 or (not scalar and graph.opset_imports.get("", 0) < 15):
         return None
     n = len(entries)
     for inp in graph.inputs:
@@ -66,21 +76,40 @@ def _from_input(graph: ir.Graph, key) -> ir.Value | None:
             continue
         for start in range(len(dims) - n + 1):
             if dims[start:start + n] == list(entries):
-                out = ir.Value(name=None, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([n]))
-                node = ir.Node("", "Shape", [inp], attributes=[ir.AttrInt64("start", start),
-                                                                 ir.AttrInt64("end", start + n)],
-                               outputs=[out])
-                first = next(iter(graph), None)
-                if first is None:
-                    graph.append(node)
-                else:
-                    graph.insert_before(first, node)
-                return out
+                return _read_dims(graph, inp, start, n, scalar)
     return None
+
+
+def _read_dims(graph: ir.Graph, inp: ir.Value, start: int, n: int, scalar: bool) -> ir.Value:
+    """``Shape(inp)[start:start+n]`` (``Shape(inp)[start]`` when scalar), at the top of the graph."""
+    def value(shape):
+        return ir.Value(name=None, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(shape))
+
+    if scalar:
+        whole = value([len(inp.shape)])
+        at = value([])
+        at.const_value = ir.tensor(np.array(start, dtype=np.int64))
+        out = value([])
+        nodes = [ir.Node("", "Shape", [inp], outputs=[whole]),
+                 ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", at.const_value)], outputs=[at]),
+                 ir.Node("", "Gather", [whole, at], attributes=[ir.AttrInt64("axis", 0)], outputs=[out])]
+    else:
+        out = value([n])
+        nodes = [ir.Node("", "Shape", [inp], attributes=[ir.AttrInt64("start", start),
+                                                          ir.AttrInt64("end", start + n)], outputs=[out])]
+    first = next(iter(graph), None)
+    for node in nodes:
+        if first is None:
+            graph.append(node)
+        else:
+            graph.insert_before(first, node)
+    return out
 
 
 def _reads_input(value: ir.Value) -> bool:
     node = value.producer()
+    if node is not None and node.op_type == "Gather" and node.inputs[0] is not None:
+        node = node.inputs[0].producer()   # a scalar read: Gather(Shape(input), j)
     return (node is not None and node.op_type == "Shape" and node.inputs[0] is not None
             and node.inputs[0].is_graph_input())
 
@@ -109,3 +138,4 @@ def merge_equal_shape_values(graph: ir.Graph, merge) -> int:
         if merge([first], [value]):
             merged += 1
     return merged
+

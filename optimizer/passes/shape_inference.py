@@ -144,11 +144,19 @@ class ShapeInferencePass(FusePass):
                 gained += added
         # Reshape targets onnx cannot size (a -1 beside symbolic entries): when some became
         # static, infer once more so the facts reach the values after them (Transpose, RoPE...)
+        from onnx_fuse.passes._dim_source import name_known_dims
         from onnx_fuse.passes.reshape_dims import refine_reshape_outputs
 
         refined = refine_reshape_outputs(model) if not self._refining else 0
         if refined:
             self.stats["reshape-dims"] += refined
+        # dims onnx left unknown that an earlier value's dim provably equals (passes/_dim_source.py:
+        # TorchScript's [B*H,S,D] bmm views, a hidden state after a residual Add)
+        named = 0 if self._refining else sum(name_known_dims(g) for g in model.graphs())
+        if named:
+            self.stats["dims-named"] += named
+            refined += named
+        if refined:
             again = ShapeInferencePass(data_prop=self.data_prop)
             again._refining = True   # one more round only; its stats are not this pass's
             gained += again.call(model).modified

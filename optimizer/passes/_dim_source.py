@@ -1,0 +1,223 @@
+"""Sizes of dims onnx's inference leaves unknown, proven from earlier values: ``name_known_dims``.
+
+TorchScript and Optimum exports compute views from Shape reads (``bmm`` attention on
+``[B*H,S,D]``, head merges sized by ``Shape(o3)[0] // H``), and a residual Add of a named and an
+unknown batch is unknown to onnx; every rule that compares dims then fails, and reads of those
+dims stay on intermediates. ``dim_path(v, i)`` follows dim ``i`` of ``v`` back through ops that
+pass it on unchanged, nearest first; ``known_dim`` is the first size on it that is known (an int,
+an exporter's symbol, or a view's target entry read symbolically: ``2*batch_size``), and
+``name_known_dims`` writes it into the value's shape (shape inference calls it, then infers
+again so the names spread). Steps, each exact for every input the model accepts:
+- same-shape ops (Identity, Cast, unary math, Softmax, LayerNormalization's output...): dim i;
+- Transpose: dim ``perm[i]``;
+- broadcasting ops (Add, Mul, Where...): the operand whose dim survives, when every other operand
+  lacks that axis or has it as a static 1 or as the same static size or exporter symbol;
+- MatMul (both operands of rank >= 2): rows from the first operand, columns from the second,
+  batch dims as broadcasting says;
+- Gather: the data's dims around the gathered axis, the indices' dims in its place;
+- Reshape: the input dim an output dim is proven equal to (``reshape_out_dims``: ``0`` copies,
+  the ``-1`` solved from the element count), only where every input dim is an int or an exporter
+  symbol; a positive target entry read from known dims is the size itself.
+Dim names onnx's inference invents (``unk__N``) prove nothing: they are not stable across the
+inference runs of one optimization (passes/shape_inference.py), so they never count as equal.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnx_fuse.passes._dim_products import Dim, reshape_out_dims, shape_vector, to_dim, value_dims
+from onnx_fuse.passes._shape_values import _attr
+
+#: Prefix of invented dim names (shape_inference.GENERATED_DIM_PREFIX; not imported: that module
+#: imports the folding passes, which import this one's users)
+_INVENTED = "unk__"
+
+_SAME_SHAPE = frozenset({
+    "Identity", "Cast", "CastLike", "Neg", "Abs", "Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid",
+    "HardSigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round",
+    "Sign", "Not", "IsNaN", "IsInf", "Softplus", "Softsign", "Sin", "Cos", "Gelu", "Mish",
+    "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "RMSNormalization", "Dropout",
+    "CumSum", "Clip",
+})
+_BROADCAST = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "Equal", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "Max", "Min", "Sum", "Mean", "PRelu",
+})
+_MAX_STEPS = 64
+
+
+def _rank(v: ir.Value | None) -> int | None:
+    return None if v is None or v.shape is None else len(v.shape)
+
+
+def _fact(d) -> int | str | None:
+    """A dim as a fact: an int, an exporter's symbol, or None (unknown or invented)."""
+    if isinstance(d, int):
+        return d
+    name = getattr(d, "value", None)
+    if name is None or str(name).startswith(_INVENTED):
+        return None
+    return str(name)
+
+
+def _clean(d: Dim | None) -> bool:
+    return d is not None and not any(a.startswith(_INVENTED) for a in d[1])
+
+
+def _broadcast_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
+    r = _rank(v)
+    ops = [x for x in node.inputs if x is not None]
+    if r is None or any(_rank(x) is None for x in ops):
+        return None
+    present = [(x, i - (r - _rank(x))) for x in ops if i - (r - _rank(x)) >= 0]
+    for x, a in present:
+        mine = _fact(x.shape[a])
+        if mine == 1:
+            continue
+        others = [_fact(y.shape[b]) for y, b in present if y is not x]
+        if all(o == 1 or (o is not None and o == mine) for o in others):
+            return x, a
+    return None
+
+
+def _reshape_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
+    x = node.inputs[0]
+    ins = value_dims(x) if x is not None else None
+    if ins is None or not all(_clean(d) for d in ins):
+        return None
+    outs = reshape_out_dims(v)
+    if outs is None or i >= len(outs) or not _clean(outs[i]):
+        return None
+    if _attr(node, "allowzero", 0) == 0 and i < len(ins) and outs[i] == ins[i]:
+        return x, i   # the same position first (a 0 entry copies it)
+    return next(((x, j) for j, d in enumerate(ins) if d == outs[i]), None)
+
+
+def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
+    node = v.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
+        return None
+    op, x = node.op_type, node.inputs[0]
+    if op in _SAME_SHAPE:
+        return (x, i) if v is node.outputs[0] and _rank(x) == _rank(v) else None
+    if op == "Transpose":
+        r = _rank(v)
+        perm = _attr(node, "perm", None)
+        perm = list(range(r - 1, -1, -1)) if perm is None and r is not None else perm
+        if not isinstance(perm, (list, tuple)) or r is None or len(perm) != r:
+            return None
+        return x, int(perm[i])
+    if op in _BROADCAST:
+        return _broadcast_step(node, v, i)
+    if op == "MatMul" and len(node.inputs) == 2:
+        a, b, r = x, node.inputs[1], _rank(v)
+        ra, rb = _rank(a), _rank(b)
+        if r is None or ra is None or rb is None or min(ra, rb) < 2:
+            return None
+        if i == r - 1:
+            return b, rb - 1
+        if i == r - 2:
+            return a, ra - 2
+        # a batch dim broadcasts over the operands' leading dims
+        lead = [(y, i - (r - 2 - (ry - 2))) for y, ry in ((a, ra), (b, rb))]
+        present = [(y, k) for y, k in lead if k >= 0]
+        if len(present) == 1:
+            return present[0]
+        (y0, k0), (y1, k1) = present
+        f0, f1 = _fact(y0.shape[k0]), _fact(y1.shape[k1])
+        if f1 == 1 or (f1 is not None and f1 == f0):
+            return y0, k0
+        return (y1, k1) if f0 == 1 else None
+    if op == "Gather" and len(node.inputs) == 2:
+        axis, r_idx, r_data = _attr(node, "axis", 0), _rank(node.inputs[1]), _rank(x)
+        if not isinstance(axis, int) or r_idx is None or r_data is None:
+            return None
+        axis %= r_data
+        if i < axis:
+            return x, i
+        if i >= axis + r_idx:
+            return x, i - r_idx + 1
+        return node.inputs[1], i - axis
+    if op == "Reshape" and len(node.inputs) >= 2:
+        return _reshape_step(node, v, i)
+    return None
+
+
+def dim_path(v: ir.Value, i: int) -> list[tuple[ir.Value, int]]:
+    """``(v, i)`` and every earlier ``(u, j)`` whose dim provably has the same size, nearest first."""
+    r = _rank(v)
+    if r is None or not -r <= i < r:
+        return [(v, i)]
+    path = [(v, i % r)]
+    for _ in range(_MAX_STEPS):
+        nxt = _step(*path[-1])
+        if nxt is None or _rank(nxt[0]) is None or not 0 <= nxt[1] < _rank(nxt[0]):
+            break
+        path.append(nxt)
+    return path
+
+
+def _render(d: Dim) -> str | int | None:
+    """A Dim as a dim: an int, or a name ``to_dim`` reads back as the same Dim."""
+    coef, atoms = d
+    if not atoms:
+        return coef if coef >= 0 else None
+    if coef == 1 and len(atoms) == 1:
+        return atoms[0]
+    if coef > 0 and all(to_dim(a) == (1, (a,)) for a in atoms):
+        return "*".join(([str(coef)] if coef != 1 else []) + list(atoms))
+    return None
+
+
+def _view_dim(u: ir.Value, j: int) -> Dim | None:
+    """What a Reshape outputs at dim j, where provable from its target (or element count) alone."""
+    node = u.producer()
+    if node is None or node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return None
+    got = shape_vector(node.inputs[1], {})
+    if got is not None and not got[1] and j < len(got[0]):
+        e = got[0][j]
+        if e is not None and e[0] > 0 and _clean(e):   # a size, read straight from the target
+            return e
+    ins = value_dims(node.inputs[0]) if node.inputs[0] is not None else None
+    if ins is None or not all(_clean(d) for d in ins):
+        return None
+    outs = reshape_out_dims(u)
+    return outs[j] if outs is not None and j < len(outs) and _clean(outs[j]) else None
+
+
+def known_dim(v: ir.Value, i: int) -> Dim | None:
+    """The size of ``v``'s dim ``i`` as a Dim of ints and exporter symbols, proven along its
+    ``dim_path`` (a known dim there, or a view whose target gives it); None when not proven."""
+    for u, j in dim_path(v, i):
+        f = _fact(u.shape[j])
+        if f is not None:
+            return to_dim(f)
+        d = _view_dim(u, j)
+        if d is not None:
+            return d
+    return None
+
+
+def name_known_dims(graph: ir.Graph) -> int:
+    """Give each unknown or invented dim the size ``known_dim`` proves (an int, an exporter
+    symbol, or a product such as ``2*batch_size``); returns how many values gained."""
+    gained = 0
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for v in node.outputs:
+            if v.shape is None or all(_fact(d) is not None for d in v.shape):
+                continue
+            dims, changed = list(v.shape), False
+            for i, d in enumerate(dims):
+                if _fact(d) is not None:
+                    continue
+                k = known_dim(v, i)
+                name = _render(k) if k is not None else None
+                if name is not None:
+                    dims[i] = name if isinstance(name, int) else ir.SymbolicDim(name)
+                    changed = True
+            if changed:
+                v.shape = ir.Shape(dims)
+                gained += 1
+    return gained
