@@ -3,7 +3,8 @@
 A dim is a product ``coef * atom * atom...`` (``Dim``); an atom is a symbol or a dim string that is
 not a plain product (``"past + sequence"``), compared as text. ``shape_vector`` reads a small int
 tensor symbolically (Shape -> Gather/Slice/Squeeze/Unsqueeze/Concat/Cast, plus Mul/Div of entries,
-as TorchScript and dynamo compute ``batch * num_heads``); ``reshape_out_dims`` says what a Reshape
+as TorchScript and dynamo compute ``batch * num_heads``, and TorchScript's ``expand(-1)`` guard
+``Where(Equal(v, -1), 1, v)``); ``reshape_out_dims`` says what a Reshape
 outputs: ``0`` copies an input dim, and one ``-1`` (or one entry that cannot be read) is solved from
 the element count by cancelling factors. Used by the rule language's ``has_dims``
 (rewrite/_dims.py) and by the Shape-read rerouting (passes/_dim_source.py). Nothing here fails:
@@ -119,6 +120,18 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0):
         if op == "Unsqueeze":
             return (entries, False) if scalar else None
         return (entries, False) if len(entries) == 1 else None
+    if op == "Where" and len(ins) == 3:
+        # torch's expand(-1) as TorchScript writes it: Where(Equal(v, -1), ones, v) is v when no
+        # entry of v can be -1 (sizes read from shapes are never negative)
+        cond = ins[0].producer() if ins[0] is not None else None
+        if cond is None or cond.op_type != "Equal" or cond.inputs[0] is not ins[2]:
+            return None
+        inner, neg = sub(2), constant_tensor(cond.inputs[1])
+        if inner is None or neg is None or not all(int(c) < 0 for c in neg.numpy().reshape(-1)):
+            return None
+        if any(e is None or e[0] < 0 for e in inner[0]):
+            return None
+        return inner
     if op == "Concat" and _attr(node, "axis") in (0, -1):
         out = []
         for i in range(len(ins)):

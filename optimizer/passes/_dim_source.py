@@ -27,7 +27,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import Dim, reshape_out_dims, shape_vector, to_dim, value_dims
-from onnx_fuse.passes._shape_values import _attr
+from onnx_fuse.passes._shape_values import _attr, constant_tensor
 
 #: Prefix of invented dim names (shape_inference.GENERATED_DIM_PREFIX; not imported: that module
 #: imports the folding passes, which import this one's users)
@@ -75,10 +75,34 @@ def _broadcast_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] 
         mine = _fact(x.shape[a])
         if mine == 1:
             continue
-        others = [_fact(y.shape[b]) for y, b in present if y is not x]
-        if all(o == 1 or (o is not None and o == mine) for o in others):
+        others = [(_fact(y.shape[b]), y, b) for y, b in present if y is not x]
+        if all(o == 1 or (o is not None and o == mine) or (o is None and _at_most(y, b, mine))
+               for o, y, b in others):
             return x, a
     return None
+
+
+def _at_most(y: ir.Value, b: int, size) -> bool:
+    """Whether ``y``'s dim ``b`` is a slice ``[0, size)`` of something (``min(size, n)``): then
+    broadcasting it against ``size`` gives ``size`` whenever the model runs (equal, or 1).
+    BERT-family exports cut their position-id buffer so: ``position_ids[:, :seq]``."""
+    if size is None:
+        return False
+    want = to_dim(size)
+    for u, j in dim_path(y, b):
+        node = u.producer() if u is not None else None
+        if node is None or node.op_type != "Slice" or node.domain not in ("", "ai.onnx"):
+            continue
+        ins = list(node.inputs) + [None] * 5
+        starts, axes, steps = _const_ints(ins[1]), _const_ints(ins[3]), _const_ints(ins[4])
+        r = _rank(u)
+        axes = [a % r for a in axes] if axes is not None else list(range(len(starts or [])))
+        if starts is None or j not in axes:
+            continue
+        k = axes.index(j)
+        if starts[k] == 0 and (steps is None or steps[k] == 1) and _entry(ins[2], k) == want:
+            return True
+    return False
 
 
 def _reshape_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
@@ -141,17 +165,129 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return node.inputs[1], i - axis
     if op == "Reshape" and len(node.inputs) >= 2:
         return _reshape_step(node, v, i)
+    if op == "GatherElements" and len(node.inputs) == 2:
+        return node.inputs[1], i   # the output has the indices' shape
+    if op in ("Unsqueeze", "Squeeze"):
+        return _unsqueeze_step(node, v, i)
+    if op == "Slice":
+        return _slice_step(node, v, i)
+    if op == "Expand" and len(node.inputs) == 2:
+        return _expand_step(node, v, i)
+    if op == "Range" and len(node.inputs) == 3:
+        return _range_size(node)
     return None
+
+
+def _axes(node: ir.Node, rank: int) -> list[int] | None:
+    """Constant ``axes`` (input 1 from opset 13, else the attribute), normalized to ``rank``."""
+    got = _const_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if got is None:
+        attr = _attr(node, "axes", None)
+        got = list(attr) if isinstance(attr, (list, tuple)) else None
+    if got is None or not all(-rank <= a < rank for a in got):
+        return None
+    return sorted(a % rank for a in got)
+
+
+def _unsqueeze_step(node: ir.Node, v: ir.Value, i: int):
+    x, r, rx = node.inputs[0], _rank(v), _rank(node.inputs[0])
+    if r is None or rx is None:
+        return None
+    if node.op_type == "Unsqueeze":
+        axes = _axes(node, r)
+        if axes is None or i in axes or len(axes) != r - rx:
+            return None
+        return x, i - sum(a < i for a in axes)
+    axes = _axes(node, rx)
+    if axes is None or len(axes) != rx - r:
+        return None
+    kept = [d for d in range(rx) if d not in axes]
+    return x, kept[i]
+
+
+def _slice_step(node: ir.Node, v: ir.Value, i: int):
+    """A dim the Slice does not cut: an axis it leaves alone, or one cut at [0, its own size)."""
+    x, r = node.inputs[0], _rank(v)
+    ins = list(node.inputs) + [None] * 5
+    starts, axes, steps = _const_ints(ins[1]), _const_ints(ins[3]), _const_ints(ins[4])
+    if r is None or starts is None or (ins[3] is not None and axes is None) or (ins[4] is not None and steps is None):
+        return None
+    axes = [a % r for a in axes] if axes is not None else list(range(len(starts)))
+    if i not in axes:
+        return x, i
+    k = axes.index(i)
+    if starts[k] != 0 or (steps is not None and steps[k] != 1):
+        return None
+    end = _entry(ins[2], k)
+    if end is not None and (end == (2 ** 63 - 1, ()) or (end == known_dim(x, i) and end[0] >= 0)):
+        return x, i
+    return None
+
+
+def _expand_step(node: ir.Node, v: ir.Value, i: int):
+    x, r, rx = node.inputs[0], _rank(v), _rank(node.inputs[0])
+    got = shape_vector(node.inputs[1], {})
+    if r is None or rx is None or got is None or got[1] or len(got[0]) > r:
+        return None
+    entries = got[0]
+    e = entries[i - (r - len(entries))] if i - (r - len(entries)) >= 0 else None
+    a = i - (r - rx)
+    mine = known_dim(x, a) if a >= 0 else (1, ())
+    if e == (1, ()) or (e is not None and e == mine):
+        return (x, a) if a >= 0 else None
+    if mine == (1, ()) and e is not None and _clean(e) and e[0] > 0:
+        return None, e
+    return None
+
+
+def _range_size(node: ir.Node):
+    """Range(0, n, 1) has n elements."""
+    start, delta = _const_ints(node.inputs[0]), _const_ints(node.inputs[2])
+    got = shape_vector(node.inputs[1], {})
+    if start != [0] or delta != [1] or got is None or len(got[0]) != 1:
+        return None
+    n = got[0][0]
+    return (None, n) if n is not None and _clean(n) and n[0] > 0 else None
+
+
+def _const_ints(value) -> list[int] | None:
+    t = constant_tensor(value) if value is not None else None
+    if t is None or not t.dtype.is_integer() or t.size > 16:
+        return None
+    return [int(x) for x in t.numpy().reshape(-1)]
+
+
+def _entry(vec, k: int) -> Dim | None:
+    got = shape_vector(vec, {}) if vec is not None else None
+    return got[0][k] if got is not None and k < len(got[0]) else None
+
+
+#: dim_path results during one name_known_dims sweep (paths share their tails: a residual stream
+#: is walked once, not once per layer); None outside a sweep
+_PATHS: dict | None = None
 
 
 def dim_path(v: ir.Value, i: int) -> list[tuple[ir.Value, int]]:
     """``(v, i)`` and every earlier ``(u, j)`` whose dim provably has the same size, nearest first."""
+    if _PATHS is not None:
+        key = (id(v), i)
+        if key not in _PATHS:
+            _PATHS[key] = [(v, i)]   # a cycle through this dim (none in a DAG) ends here
+            _PATHS[key] = _dim_path(v, i)
+        return _PATHS[key]
+    return _dim_path(v, i)
+
+
+def _dim_path(v: ir.Value, i: int) -> list[tuple[ir.Value, int]]:
     r = _rank(v)
     if r is None or not -r <= i < r:
         return [(v, i)]
     path = [(v, i % r)]
     for _ in range(_MAX_STEPS):
         nxt = _step(*path[-1])
+        if nxt is not None and nxt[0] is None:   # a size computed, not read: (None, Dim)
+            path.append(nxt)
+            break
         if nxt is None or _rank(nxt[0]) is None or not 0 <= nxt[1] < _rank(nxt[0]):
             break
         path.append(nxt)
@@ -191,6 +327,8 @@ def known_dim(v: ir.Value, i: int) -> Dim | None:
     """The size of ``v``'s dim ``i`` as a Dim of ints and exporter symbols, proven along its
     ``dim_path`` (a known dim there, or a view whose target gives it); None when not proven."""
     for u, j in dim_path(v, i):
+        if u is None:
+            return j if _clean(j) else None
         f = _fact(u.shape[j])
         if f is not None:
             return to_dim(f)
@@ -203,6 +341,15 @@ def known_dim(v: ir.Value, i: int) -> Dim | None:
 def name_known_dims(graph: ir.Graph) -> int:
     """Give each unknown or invented dim the size ``known_dim`` proves (an int, an exporter
     symbol, or a product such as ``2*batch_size``); returns how many values gained."""
+    global _PATHS
+    _PATHS = {}
+    try:
+        return _name_known_dims(graph)
+    finally:
+        _PATHS = None
+
+
+def _name_known_dims(graph: ir.Graph) -> int:
     gained = 0
     for node in ir.traversal.RecursiveGraphIterator(graph):
         for v in node.outputs:
@@ -212,7 +359,10 @@ def name_known_dims(graph: ir.Graph) -> int:
             for i, d in enumerate(dims):
                 if _fact(d) is not None:
                     continue
-                k = known_dim(v, i)
+                try:
+                    k = known_dim(v, i)
+                except RecursionError:   # a path too deep to follow: the dim stays unknown
+                    k = None
                 name = _render(k) if k is not None else None
                 if name is not None:
                     dims[i] = name if isinstance(name, int) else ir.SymbolicDim(name)

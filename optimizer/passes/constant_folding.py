@@ -411,6 +411,27 @@ def _reference_eval(node: ir.Node, args: list[np.ndarray | None], opset: int) ->
     return out
 
 
+def _fold_equal_dims(node: ir.Node) -> list[np.ndarray] | None:
+    """Equal of two shape values whose entries are provably equal (the same int or exporter
+    symbol) or provably different (two different ints): Optimum's DeBERTa-v2 tests
+    ``query.size(-2) != key.size(-2)`` on one symbol. Names onnx invented prove nothing."""
+    a, b = (shape_entries(v) for v in node.inputs)
+    if a is None or b is None or len(a[0]) != len(b[0]) or (a[1] != b[1] and len(a[0]) != 1):
+        return None
+    out = []
+    for x, y in zip(a[0], b[0]):
+        if any(isinstance(e, str) and e.startswith("unk__") for e in (x, y)):
+            return None
+        if x == y:
+            out.append(True)
+        elif isinstance(x, int) and isinstance(y, int):
+            out.append(False)
+        else:
+            return None
+    arr = np.array(out, dtype=bool)
+    return [arr.reshape(()) if a[1] and b[1] else arr]
+
+
 class ConstantFoldingPass(FusePass):
     """Replace nodes computable at optimization time by their results (see module docstring)."""
 
@@ -479,6 +500,10 @@ class ConstantFoldingPass(FusePass):
             if folded is not None:
                 return folded
         out_dtype = node.outputs[0].dtype
+        if node.op_type == "Equal" and len(node.inputs) == 2:
+            folded = _fold_equal_dims(node)
+            if folded is not None:
+                return folded
         if (node.op_type in _SHAPE_VALUE_OPS and out_dtype is not None and out_dtype.is_integer()
                 and any(constant_tensor(v) is None for v in node.inputs if v is not None)):
             # A slice/gather/concat of a partly symbolic shape that only picks static dims.

@@ -119,7 +119,10 @@ def test_to_dim_is_canonical():
 
 @pytest.mark.parametrize("name", [
     "bloom__dyn_mask__trained", "bloom__kv__trained", "bloom__static_nomask__trained",
-    "bloom__torchscript__trained", "deberta_v2__dyn_mask__trained", "deberta_v2__static_nomask__trained"])
+    "bloom__torchscript__trained", "deberta_v2__dyn_mask__trained", "deberta_v2__static_nomask__trained",
+    # these three need dims onnx cannot size (passes/_dim_source.py): BLOOM Optimum slices its mask
+    # at Shape(k^T)[2], DeBERTa TorchScript/Optimum size the head merge from Shape(softmax)
+    "bloom__optimum__trained", "deberta_v2__optimum__trained", "deberta_v2__torchscript__trained"])
 def test_corpus_batched_heads_attention_fuses(name):
     r = onnx_fuse.optimize(str(CORPUS / f"{name}.onnx"), level=3, target="ort", verify=True)
     assert r.report.status == "PASSED"
@@ -127,3 +130,12 @@ def test_corpus_batched_heads_attention_fuses(name):
     assert fired.get("attention-batched-heads", 0) + fired.get("attention-batched-heads-4d-out", 0) == 2, fired
     ops = [n.op_type for n in r.model.graph]
     assert ops.count("MultiHeadAttention") == 2 and "Softmax" not in ops
+
+
+@pytest.mark.parametrize("name", ["bloom__optimum__trained", "deberta_v2__optimum__trained",
+                                  "deberta_v2__torchscript__trained"])
+def test_corpus_unsized_views_fuse_for_onnx(name):
+    r = onnx_fuse.optimize(str(CORPUS / f"{name}.onnx"), level=3, target="onnx", verify=True)
+    assert r.report.status == "PASSED"
+    ops = [n.op_type for n in r.model.graph]
+    assert ops.count("Attention") == 2 and "Softmax" not in ops
