@@ -74,6 +74,7 @@ def _live(graph: ir.Graph, dead_outputs: set[int], matched: set[ir.Node]) -> set
 @dataclasses.dataclass
 class _ShapeUse:
     batch: list[ir.Node] = dataclasses.field(default_factory=list)      # Shape(past, 0:1)
+    batch_scalar: list[ir.Node] = dataclasses.field(default_factory=list)  # Gather(Shape(past), 0)
     cache_pos: list[ir.Node] = dataclasses.field(default_factory=list)  # Add(Range(0, S, 1), past_len)
     rope_unsq: list[ir.Node] = dataclasses.field(default_factory=list)  # Unsqueeze(cache_pos, [0, 2]) -> RoPE
     abs_unsq: list[ir.Node] = dataclasses.field(default_factory=list)   # Unsqueeze(cache_pos, [0]) -> wpe Gather
@@ -95,15 +96,31 @@ def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node]) ->
             if (start, end) == (0, 1):
                 uses.batch.append(user)
             elif (start, end) == (2, 3):
-                _past_len_uses(user, live, uses)
+                _past_len_uses(user.outputs[0], live, uses)
+            elif (start, end) == (0, None):  # the whole shape, read dim by dim (Gather of one index)
+                for g in _users(user.outputs[0]):
+                    if id(g) not in live:
+                        continue
+                    axis = g.attributes["axis"].value if "axis" in g.attributes else 0
+                    i = _scalar(g.inputs[1]) if g.op_type == "Gather" and len(g.inputs) > 1 else None
+                    if g.op_type != "Gather" or axis != 0 or i is None or g.inputs[1].shape is None \
+                            or len(g.inputs[1].shape) != 0:
+                        raise _Refuse(f"Shape(past) is read by {g.op_type} {g.name!r}, not one dim at a time")
+                    if int(i) in (0, -4):
+                        uses.batch_scalar.append(g)
+                    elif int(i) in (2, -2):
+                        _past_len_uses(g.outputs[0], live, uses)
+                    else:
+                        raise _Refuse(f"Shape(past)[{int(i)}] has no paged equivalent")
             else:
                 raise _Refuse(f"Shape(past)[{start}:{end}] has no paged equivalent")
     return uses
 
 
-def _past_len_uses(shape: ir.Node, live: set[int], uses: _ShapeUse) -> None:
-    vals = [shape.outputs[0]]
-    vals += [u.outputs[0] for u in _users(shape.outputs[0]) if id(u) in live and u.op_type == "Squeeze"]
+def _past_len_uses(length: ir.Value, live: set[int], uses: _ShapeUse) -> None:
+    """``length``: the past length ([1] or a scalar); its readers must compute cache_position."""
+    vals = [length]
+    vals += [u.outputs[0] for u in _users(length) if id(u) in live and u.op_type == "Squeeze"]
     for v in vals:
         for user in _users(v):
             if id(user) not in live or user.op_type == "Squeeze":
@@ -202,11 +219,14 @@ def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.V
 
         raise InternalError(f"kv-cache-positions: {exc}") from None
     seq_lens = new_inputs["seq_lens"]
-    if su.batch:
+    if su.batch or su.batch_scalar:
         bshape = ir.node("Shape", [seq_lens], attributes={"start": 0, "end": 1}, name="paged_kv_batch")
-        graph.insert_before(graph.node(0), bshape)
+        bscalar = ir.node("Squeeze", [bshape.outputs[0]], name="paged_kv_batch_scalar")
+        graph.insert_before(graph.node(0), [bshape, bscalar])
         for s in su.batch:
             s.outputs[0].replace_all_uses_with(bshape.outputs[0])
+        for g in su.batch_scalar:
+            g.outputs[0].replace_all_uses_with(bscalar.outputs[0])
     for add in su.cache_pos:
         rng = next(_prod(i) for i in add.inputs if _prod(i) is not None and _prod(i).op_type == "Range")
         lens64 = ir.node("Cast", [seq_lens], attributes={"to": ir.DataType.INT64}, name=f"{add.name}_paged_lens")
@@ -227,7 +247,7 @@ def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.V
         anchor = (rope or absolute or [None])[0]
         if anchor is not None:
             graph.insert_before(anchor, new_nodes)
-    _remove_dead(graph, [*su.batch, *su.rope_unsq, *su.abs_unsq])
+    _remove_dead(graph, [*su.batch, *su.batch_scalar, *su.rope_unsq, *su.abs_unsq])
 
 
 def _remove_dead(graph: ir.Graph, frontier: list[ir.Node]) -> None:
