@@ -125,3 +125,66 @@ def test_broadcast_of_two_unsized_operands_is_kept():
     rng = np.random.default_rng(0)
     check_same(proto, model, inputs={"a": rng.standard_normal((3, 2, 5, 16), dtype=np.float32),
                                      "b": rng.standard_normal((1, 16), dtype=np.float32)})
+
+
+# BERT-family TorchScript embeddings: word embeddings [B, S] plus position_ids[:, :S] cut from a
+# [1, 128] buffer (min(S, 128) rows: onnx cannot tell), and a Range(0, S) of relative positions
+POSITIONS = '''
+g (int64[B, S] ids, float[1, 128] pos, int64[B, T] other) => (float[?, ?] y, int64[?] r)
+{
+    one = Constant<value = int64[1] {1}>()
+    two = Constant<value = int64[1] {2}>()
+    zero = Constant<value = int64[1] {0}>()
+    s = Shape(READ)
+    e = Slice(s, one, two)
+    p = Slice(pos, zero, e, one)
+    x = Cast<to = 1>(ids)
+    y = Add(x, p)
+    n = Squeeze(e, zero)
+    z = Constant<value = int64 {0}>()
+    d = Constant<value = int64 {1}>()
+    r = Range(z, n, d)
+}'''
+
+
+def test_position_slice_broadcast_and_range_are_named():
+    proto, model, _, _ = _run(POSITIONS.replace("READ", "ids"))
+    assert _dims(model, "p") == [1, None] or _unknown(_dims(model, "p")[1])
+    assert _dims(model, "y") == ["B", "S"] and _dims(model, "r") == ["S"]
+    rng = np.random.default_rng(0)
+    feeds = {"ids": rng.integers(0, 9, (2, 5)), "pos": rng.standard_normal((1, 128), dtype=np.float32),
+             "other": rng.integers(0, 9, (2, 5))}
+    check_same(proto, model, inputs=feeds)
+
+
+def test_slice_cut_at_another_length_is_not_named():
+    # near miss: the buffer is cut at T, not at S: min(T, 128) may be 1 and broadcast, or T == S
+    _, model, _, _ = _run(POSITIONS.replace("READ", "other"))
+    assert _dims(model, "y")[0] == "B" and _unknown(_dims(model, "y")[1])
+    assert _dims(model, "r") == ["T"]
+
+
+def test_equal_of_one_symbol_folds():
+    from onnx_fuse.passes.constant_folding import ConstantFoldingPass
+
+    proto = parse(HEADER + '''
+    g (int64[B, S] a, float[B, S, 8] b) => (bool e, bool f, bool h)
+    {
+        one = Constant<value = int64 {1}>()
+        two = Constant<value = int64 {2}>()
+        sa = Shape(a)
+        sb = Shape(b)
+        x = Gather<axis = 0>(sa, one)
+        y = Gather<axis = 0>(sb, one)
+        z = Gather<axis = 0>(sb, two)
+        w = Gather<axis = 0>(sb, one)
+        e = Equal(x, y)
+        f = Equal(x, z)
+        h = Equal(z, w)
+    }''')
+    model, modified, _ = apply(ConstantFoldingPass, proto, shape_inference=True)
+    # S == S folds to true; S == 8 is unknown (S may be 8) and stays; 8 == S likewise
+    assert modified and [n.op_type for n in model.graph].count("Equal") == 2
+    rng = np.random.default_rng(0)
+    check_same(proto, model, inputs={"a": rng.integers(0, 9, (2, 8)),
+                                     "b": rng.standard_normal((2, 8, 8), dtype=np.float32)})
