@@ -178,3 +178,11 @@ def test_ort_refusing_the_original_too_is_ort_itself():
     ort_breaks_original = fd._ort_itself(case.model, case.feeds, ref)
     (_, _, cls, detail), = _runs(14525077, [1], ["ort"])
     assert cls == ("ort-itself" if ort_breaks_original else "ok"), detail
+
+
+def test_two_packs_of_unnamed_matmuls_get_distinct_names():
+    """Seeds 2078360400 / 2710596152: two groups of sibling MatMuls on unnamed nodes; pack-matmul
+    named both packed weights "matmul_packed_w" (InternalError at O2/O3, ort and onnx)."""
+    for seed in (2078360400, 2710596152):
+        for level, target, cls, detail in _runs(seed, [2], ["ort"]):
+            assert cls == "ok", (seed, level, target, cls, detail)
