@@ -288,6 +288,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", type=int, nargs="*", default=[], metavar="PAST",
                     help="also profile op types at these past lengths (batch 1)")
     ap.add_argument("--profile-runs", type=int, default=10)
+    ap.add_argument("--reoptimize", action="store_true",
+                    help="run onnx-fuse again even if WORK/fused.onnx exists (it is cached otherwise)")
     ap.add_argument("--extra", nargs="*", default=[], metavar="NAME=MODEL",
                     help="more candidate models (same weights and interface) in the same round-robin")
     ns = ap.parse_args(argv)
@@ -312,7 +314,7 @@ def main(argv=None) -> int:
         build_hf(hf_dir)
     if not paths["original"].exists():
         export_original(hf_dir, paths["original"])
-    if not paths["fused"].exists():
+    if ns.reoptimize or not paths["fused"].exists():
         print(json.dumps({"optimize": optimize(paths["original"], paths["fused"])}), flush=True)
     if not paths["genai"].exists():
         if not Path(ns.genai_python).exists():
