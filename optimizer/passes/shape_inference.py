@@ -19,9 +19,14 @@ cleanup (optimizer/levels.py), when folding has turned shape arithmetic into con
 Slice whose end was ``Shape(x)[-1] // 2``), and there such a name must give way to what inference
 now proves (the head count 2, the symbol ``sequence``). So the copy given to onnx has those names
 cleared, and a value's ``unk__N`` dim takes any int or exporter symbol inference finds.
+Each run numbers its inventions afresh (``unk__1`` again), so the names a run leaves behind are
+made unique to it (``unk__r<run>_<N>``): one name must never stand for two dims in the saved
+model, or ONNX Runtime equates them (its buffer reuse failed on the affine_grid node tests).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import onnx
 import onnx_ir as ir
@@ -34,6 +39,25 @@ DATA_PROP_MAX_LEN = 4096
 
 #: Prefix of the dim names onnx's inference invents for dims it cannot relate to any other.
 GENERATED_DIM_PREFIX = "unk__"
+
+
+_RUNS = itertools.count(1)
+
+
+def _tag_generated_dims(model: ir.Model, run: int) -> None:
+    """Rename this run's invented dim names to ones no other run uses (see the docstring)."""
+    for graph in model.graphs():
+        for value in ir.convenience.create_value_mapping(graph).values():
+            shape = value.shape
+            if shape is None or not any(_invented_name(d) for d in shape):
+                continue
+            value.shape = ir.Shape([f"{GENERATED_DIM_PREFIX}r{run}_{d.value[len(GENERATED_DIM_PREFIX):]}"
+                                    if _invented_name(d) else d for d in shape])
+
+
+def _invented_name(dim) -> bool:
+    return (not isinstance(dim, int) and dim.value is not None and str(dim.value).startswith(GENERATED_DIM_PREFIX)
+            and not str(dim.value)[len(GENERATED_DIM_PREFIX):].startswith("r"))
 
 
 def _generated(dim) -> bool:
@@ -130,6 +154,7 @@ class ShapeInferencePass(FusePass):
             self.stats_reason = ("shape inference failed: " + (text.splitlines()[0] if text else
                                  type(exc).__name__))
             return ir.passes.PassResult(model, modified=False)
+        _tag_generated_dims(inferred, next(_RUNS))
         gained = 0
         for graph, inferred_graph in zip(model.graphs(), inferred.graphs()):
             found = ir.convenience.create_value_mapping(inferred_graph)

@@ -132,3 +132,23 @@ def test_invented_names_never_replace_facts():
     assert [str(d) for d in merged] == ["B", "4", "unk__3", "8"] and gained == 1
     merged, gained = _merge_shape(old, ir.Shape([2, 4, ir.SymbolicDim("S"), None]))
     assert [str(d) for d in merged] == ["2", "4", "S", "unk__4"] and gained == 2
+
+
+def test_invented_dim_names_of_two_runs_never_meet():
+    """onnx numbers its invented dims afresh each run (unk__1 again): left as they are, a name kept
+    from the first run and one made by the second would pose as one dim in the saved model, and ONNX
+    Runtime's buffer reuse fails on it (onnx's affine_grid_2d_expanded node test did at O2)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx.backend.test import loader
+
+    import onnx_fuse
+
+    (case,) = [tc for tc in loader.load_model_tests(kind="node") if tc.name == "test_affine_grid_2d_expanded"]
+    proto = onnx_fuse.optimize(case.model, level=2, target="ort").to_proto()
+    names = {d.dim_param for vi in proto.graph.value_info for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    assert names and all(n.startswith("unk__r") for n in names if n.startswith("unk__")), names
+    inputs, outputs = case.data_sets[0]
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {i.name: a for i, a in zip(proto.graph.input, inputs)})
+    np.testing.assert_allclose(got[0], outputs[0], rtol=1e-5, atol=1e-6)
