@@ -517,11 +517,14 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     # cos/sin computed from positions): random data there would not be a mask the model can make,
     # and rules may rely on what it computes (a causal mask) without matching it.
     old_ids = {id(n) for n in old_nodes}
+    # a cone reading a value of the match (Shape of an intermediate) could not run on the
+    # replacement's side, where the match's nodes are gone: such a value is fed at random
+    old_made = {id(o) for n in old_nodes for o in n.outputs}
     for v in boundary.values():
         if v.producer() is None or _const_array(v) is not None:
             continue
         cone = _shape_cone(v) or (_shape_cone(v, stop_at_known=True) if not _known_dims(v) else [])
-        if any(id(n) in old_ids for n in cone):
+        if any(id(n) in old_ids or any(x is not None and id(x) in old_made for x in n.inputs) for n in cone):
             continue
         pre += [n for n in cone if n not in pre]
     if pre:

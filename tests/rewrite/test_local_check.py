@@ -194,3 +194,19 @@ def test_rewrites_inside_if_branches_are_checked(wrong_relu_rule):
     assert p.local_check.stats.checked == 1 and len(p.local_check.stats.failed) == 1
     then_ops = [n.op_type for n in next(iter(ir_model.graph)).attributes["then_branch"].value]
     assert then_ops == ["Relu", "Add"]
+
+
+def test_shape_cone_reading_a_match_intermediate_does_not_crash_the_check():
+    """A Shape outside the match reading one of its intermediates (the dynamo head-split Transpose
+    whose Shape sizes the RoPE tables) cannot run on the replacement's side: the check feeds that
+    value at random instead of crashing (it said "check crashed (KeyError ...)" before)."""
+    from pathlib import Path
+
+    import onnx_fuse
+
+    path = Path(__file__).resolve().parents[1] / "data" / "corpus" / "gemma2__dyn_mask__trained.onnx"
+    if not path.exists():
+        pytest.skip("corpus file missing")
+    verify = onnx_fuse.optimize(path, level=3, target="onnx", verify=True).report.verify
+    assert verify["passed"]
+    assert not [r for r in verify["rewrites"]["unchecked_reasons"] if "crashed" in r], verify["rewrites"]
