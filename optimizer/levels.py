@@ -130,7 +130,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
                                          *target_module.post_fusion_passes(max(LEVELS)))
                 if hasattr(p, "display_name")} - pass_names
         # Names that are not passes must be rules, of any target or level (a script that
-        # disables gelu-erf-ort keeps working with --target onnx); anything else is a typo.
+        # disables gelu-ort keeps working with --target onnx); anything else is a typo.
         rule_set = load_rule_set(user_files=rule_files)
         for name in (d for d in disable if d not in pass_names | idle):
             if name not in rule_set:

@@ -251,6 +251,36 @@ class _Canon:
 _CANONICAL_DOMAIN = "onnx_fuse.canonical"
 
 
+def _expand_canonical_gelu(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """Canonical Gelu as the plain ops of its formula (erf, or the tanh approximation), computed in
+    the input's type (constants CastLike'd), so the check needs no opset 20."""
+    approx = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "approximate"), b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    (x,), (y,), tag = node.input, node.output, node.name or "gelu"
+    nodes: list[onnx.NodeProto] = []
+
+    def add(op: str, inputs: list[str], out: str | None = None) -> str:
+        name = out or f"{tag}_{len(nodes)}"
+        nodes.append(onnx.helper.make_node(op, inputs, [name], name=f"{tag}_n{len(nodes)}"))
+        return name
+
+    def const(v: float) -> str:
+        name = f"{tag}_c{len(nodes)}"
+        nodes.append(onnx.helper.make_node("Constant", [], [name], name=name,
+                                           value=onnx.numpy_helper.from_array(np.asarray([v], np.float32))))
+        return add("CastLike", [name, x])
+
+    half, one = const(0.5), const(1.0)
+    if approx == "tanh":
+        cube = add("Mul", [x, add("Mul", [x, x])])
+        inner = add("Mul", [add("Add", [x, add("Mul", [cube, const(0.044715)])]), const(0.7978845608028654)])
+        core = add("Add", [add("Tanh", [inner]), one])
+    else:
+        core = add("Add", [add("Erf", [add("Mul", [x, const(0.7071067811865476)])]), one])
+    add("Mul", [add("Mul", [x, half]), core], y)
+    return nodes
+
+
 def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodeProto]:
     """Canonical Attention / AttentionKV (q, k, v [B,H,S,D], mask?, past_k?, past_v?) as the
     plain ops of what it means: softmax(softcap(scale * q k^T) + mask) v, kv heads repeated for
@@ -364,6 +394,8 @@ def _build(nodes: list[tuple[str, Any]], outputs: Sequence[Any], out_types: Sequ
             if mask is not None and dtype is None:
                 raise Unchecked("canonical attention mask of unknown dtype")
             protos += _expand_canonical(proto, dtype == ir.DataType.BOOL)
+        elif proto.domain == _CANONICAL_DOMAIN and proto.op_type == "Gelu":
+            protos += _expand_canonical_gelu(proto)
         else:
             protos.append(proto)
     out_names = [canon(o) for o in outputs]   # an output may be a boundary value itself (y = x)

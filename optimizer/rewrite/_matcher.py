@@ -55,6 +55,7 @@ CANONICAL_ATTRS: dict[str, dict[str, Any]] = {
     op: {"scale": _ANY, "q_num_heads": _ANY, "kv_num_heads": _ANY, "softcap": 0.0, "nan_rows_zero": 0}
     for op in ("Attention", "AttentionKV")
 }
+CANONICAL_ATTRS["Gelu"] = {"approximate": "none"}
 
 
 # Reshape's allowzero changes results only where a shape entry is 0 at run time, i.e. for empty

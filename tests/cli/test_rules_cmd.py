@@ -28,7 +28,8 @@ def explain(capsys, *args: str) -> tuple[int, list[dict]]:
     ("attention", None),            # default: the rule's first target, ort
     ("attention", "trt"),
     ("attention-packed-ort", None),
-    ("gelu-erf", None),             # onnx; Gelu-20 needs opset 20: explain upgrades like optimize
+    ("gelu-erf", None),             # ort (the rule's first target)
+    ("gelu-onnx", None),            # onnx; Gelu-20 needs opset 20: explain upgrades like optimize
     ("gelu-erf", "trt"),
     ("layer-norm", "ort"),
 ])
@@ -41,14 +42,14 @@ def test_explain_sees_the_prepared_model(demo, capsys, rule, target):
 
 
 def test_explain_raw_matches_the_model_as_loaded(demo, capsys):
-    code, results = explain(capsys, demo, "--rule", "gelu-erf", "--raw")
+    code, results = explain(capsys, demo, "--rule", "gelu-onnx", "--raw")
     assert code == 0
     assert results and all(r["status"] == "skipped" and "opset 18 is outside" in r["reason"]
                             for r in results), results
 
 
 def test_explain_for_a_target_the_rule_does_not_run_on_is_a_user_error(demo, capsys):
-    assert main(["rules", "explain", demo, "--rule", "gelu-erf", "--target", "ort"]) == 2
+    assert main(["rules", "explain", demo, "--rule", "gelu-onnx", "--target", "ort"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not run for target 'ort'" in err[0]
 

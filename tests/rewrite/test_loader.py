@@ -119,19 +119,19 @@ def test_user_rule_overrides_builtin_by_name_and_disable(tmp_path):
     rs = load_rule_set(user_files=[f])
     assert rs.get("gelu-erf").file == str(f) and not rs.get("gelu-erf").builtin
     rs = load_rule_set(disable=["gelu-erf"])
-    assert "gelu-erf" not in rs and "gelu-erf-ort" in rs
+    assert "gelu-erf" not in rs and "gelu-ort" in rs
 
 
 def test_all_builtin_rule_files_load_cleanly():
     rules, errors = load_builtin()
     assert not errors, [str(e) for e in errors]
-    assert {"gelu-erf", "gelu-erf-ort"} <= {r.name for r in rules}
+    assert {"gelu-erf", "gelu-ort", "gelu-onnx"} <= {r.name for r in rules}
     assert all(path.startswith("rules/") for path, _ in builtin_files())
 
 
 def test_target_and_level_selection():
     rs = load_rule_set(target="ort", max_level=2)
-    assert "gelu-erf-ort" in rs and "gelu-erf" not in rs
+    assert "gelu-ort" in rs and "gelu-onnx" not in rs
     assert all(r.level <= 2 and "ort" in r.targets for r in rs)
     assert len(load_rule_set(target="ort", max_level=1)) == sum(
         1 for r in load_rule_set(target="ort") if r.level <= 1)
