@@ -27,11 +27,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import Dim, reshape_out_dims, shape_vector, to_dim, value_dims
-from onnx_fuse.passes._shape_values import _attr, constant_tensor
-
-#: Prefix of invented dim names (shape_inference.GENERATED_DIM_PREFIX; not imported: that module
-#: imports the folding passes, which import this one's users)
-_INVENTED = "unk__"
+from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
 _SAME_SHAPE = frozenset({
     "Identity", "Cast", "CastLike", "Neg", "Abs", "Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid",
@@ -56,13 +52,13 @@ def _fact(d) -> int | str | None:
     if isinstance(d, int):
         return d
     name = getattr(d, "value", None)
-    if name is None or str(name).startswith(_INVENTED):
+    if name is None or invented_name(str(name)):
         return None
     return str(name)
 
 
 def _clean(d: Dim | None) -> bool:
-    return d is not None and not any(a.startswith(_INVENTED) for a in d[1])
+    return d is not None and not any(invented_name(a) for a in d[1])
 
 
 def _broadcast_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] | None:

@@ -10,6 +10,20 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+#: Prefix of the dim names onnx's shape inference invents for dims it cannot relate to any other.
+#: They are no facts: each inference run numbers them afresh (passes/shape_inference.py).
+INVENTED_DIM_PREFIX = "unk__"
+
+
+def invented_name(name) -> bool:
+    """A dim name onnx's inference made up (``unk__N``, or its per-run tag ``unk__r<run>_N``)."""
+    return isinstance(name, str) and name.startswith(INVENTED_DIM_PREFIX)
+
+
+def unknown_or_invented(dim) -> bool:
+    """An ir dim that states no fact: unknown, or named by inference rather than the model."""
+    return not isinstance(dim, int) and (dim.value is None or invented_name(str(dim.value)))
+
 
 def constant_tensor(value):
     from onnx_fuse.passes.constant_folding import constant_tensor as _ct

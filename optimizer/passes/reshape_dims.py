@@ -19,7 +19,7 @@ from collections import Counter
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._shape_values import _attr, shape_entries
+from onnx_fuse.passes._shape_values import _attr, shape_entries, unknown_or_invented
 
 
 def _key(d) -> object:
@@ -81,12 +81,6 @@ def tile_output_dims(node: ir.Node) -> list | None:
     return out
 
 
-def _generated(dim) -> bool:
-    from onnx_fuse.passes.shape_inference import GENERATED_DIM_PREFIX
-
-    return not isinstance(dim, int) and (dim.value is None or str(dim.value).startswith(GENERATED_DIM_PREFIX))
-
-
 def refine_reshape_outputs(model: ir.Model) -> int:
     """Give Reshape (and Tile) outputs the dims ``reshape_output_dims`` (``tile_output_dims``)
     proves: static dims always, symbols where the value had none or an invented one (Tile only:
@@ -105,7 +99,7 @@ def refine_reshape_outputs(model: ir.Model) -> int:
             if isinstance(d, int) and not isinstance(o, int):
                 new.append(d)
                 changed = True
-            elif node.op_type == "Tile" and isinstance(d, str) and (o is None or _generated(o)):
+            elif node.op_type == "Tile" and isinstance(d, str) and (o is None or unknown_or_invented(o)):
                 new.append(ir.SymbolicDim(d))
                 changed = True
             else:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._shape_values import shape_entries
+from onnx_fuse.passes._shape_values import invented_name, shape_entries
 
 
 def _key(value: ir.Value) -> object | None:
@@ -43,7 +43,7 @@ def _key(value: ir.Value) -> object | None:
         return None
     # a name onnx's inference invented is no fact: the runs of one optimization reuse them for
     # different dims (passes/shape_inference.py)
-    if any(isinstance(e, str) and e.startswith("unk__") for e in entries):
+    if any(invented_name(e) for e in entries):
         return None
     return (value.dtype, tuple(entries), scalar)
 

@@ -33,13 +33,10 @@ import onnx_ir as ir
 from onnx_ir.passes.common import _c_api_utils
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._shape_values import INVENTED_DIM_PREFIX, invented_name, unknown_or_invented
 
 #: Longest 1-D value (elements) for which data propagation still runs; see the module docstring.
 DATA_PROP_MAX_LEN = 4096
-
-#: Prefix of the dim names onnx's inference invents for dims it cannot relate to any other.
-GENERATED_DIM_PREFIX = "unk__"
-
 
 _RUNS = itertools.count(1)
 
@@ -49,20 +46,16 @@ def _tag_generated_dims(model: ir.Model, run: int) -> None:
     for graph in model.graphs():
         for value in ir.convenience.create_value_mapping(graph).values():
             shape = value.shape
-            if shape is None or not any(_invented_name(d) for d in shape):
+            if shape is None or not any(_untagged(d) for d in shape):
                 continue
-            value.shape = ir.Shape([f"{GENERATED_DIM_PREFIX}r{run}_{d.value[len(GENERATED_DIM_PREFIX):]}"
-                                    if _invented_name(d) else d for d in shape])
+            value.shape = ir.Shape([f"{INVENTED_DIM_PREFIX}r{run}_{d.value[len(INVENTED_DIM_PREFIX):]}"
+                                    if _untagged(d) else d for d in shape])
 
 
-def _invented_name(dim) -> bool:
-    return (not isinstance(dim, int) and dim.value is not None and str(dim.value).startswith(GENERATED_DIM_PREFIX)
-            and not str(dim.value)[len(GENERATED_DIM_PREFIX):].startswith("r"))
-
-
-def _generated(dim) -> bool:
-    """An unknown dim, or one named by an earlier inference (no fact behind the name)."""
-    return not isinstance(dim, int) and (dim.value is None or str(dim.value).startswith(GENERATED_DIM_PREFIX))
+def _untagged(dim) -> bool:
+    """A name this run invented, not yet tagged with its run."""
+    return (not isinstance(dim, int) and invented_name(dim.value)
+            and not str(dim.value)[len(INVENTED_DIM_PREFIX):].startswith("r"))
 
 
 def _forget_generated_dims(graph: onnx.GraphProto) -> None:
@@ -71,7 +64,7 @@ def _forget_generated_dims(graph: onnx.GraphProto) -> None:
     for vi in (*graph.value_info, *graph.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_param") and d.dim_param.startswith(GENERATED_DIM_PREFIX):
+                if d.HasField("dim_param") and invented_name(d.dim_param):
                     d.ClearField("dim_param")
     for node in graph.node:
         for attr in node.attribute:
@@ -116,7 +109,7 @@ def _merge_shape(old: ir.Shape | None, new: ir.Shape | None) -> tuple[ir.Shape |
         if not isinstance(o, int) and isinstance(n, int):
             dims.append(n)
             gained += 1
-        elif _generated(o) and not _generated(n):
+        elif unknown_or_invented(o) and not unknown_or_invented(n):
             dims.append(n)
             gained += 1
         else:
