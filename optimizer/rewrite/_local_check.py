@@ -31,6 +31,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN as _CANONICAL_DOMAIN
+
 # Constants up to this many elements stay initializers (shapes, axes, epsilons: values a rule
 # may have checked); larger ones become inputs fed their real values, so sessions are shared.
 _INLINE_CONST = 16
@@ -246,9 +248,6 @@ class _Canon:
         if k not in self.names:
             self.names[k] = f"v{len(self.names)}"
         return self.names[k]
-
-
-_CANONICAL_DOMAIN = "onnx_fuse.canonical"
 
 
 def _expand_canonical_gelu(node: onnx.NodeProto) -> list[onnx.NodeProto]:

@@ -25,7 +25,8 @@ from onnx_fuse.rewrite import _expr
 from onnx_fuse.rewrite._pattern import OpPattern
 from onnx_fuse.rewrite._result import (STAGE_CHECK, STAGE_CONSTRAINT, STAGE_ESCAPE, STAGE_STRUCTURE,
                                        Tracer, describe_node, describe_value)
-from onnx_fuse.rewrite._rule import COMMUTATIVE, PROMOTED_ATTRIBUTES, Rule, ValueConstraint
+from onnx_fuse.rewrite._rule import (CANONICAL_DOMAIN, COMMUTATIVE, PROMOTED_ATTRIBUTES, Rule,
+                                     ValueConstraint)
 
 _MAX_CONST_ELEMENTS = 1 << 20  # scalar/value constraints never materialize larger weights
 _ORDERS = [[list(range(n))] for n in range(64)]
@@ -51,11 +52,10 @@ def _schema_default(op_type: str, opset: int, name: str) -> Any:
 _ANY = object()
 # Attributes of the canonical ops (docs/ops.md "Canonical ops"): their defaults, or _ANY where any
 # value is fine for a pattern that does not name it (informative, or always named where it matters).
+_ATTENTION_ATTRS = {"scale": _ANY, "q_num_heads": _ANY, "kv_num_heads": _ANY, "softcap": 0.0, "nan_rows_zero": 0}
 CANONICAL_ATTRS: dict[str, dict[str, Any]] = {
-    op: {"scale": _ANY, "q_num_heads": _ANY, "kv_num_heads": _ANY, "softcap": 0.0, "nan_rows_zero": 0}
-    for op in ("Attention", "AttentionKV")
+    "Attention": _ATTENTION_ATTRS, "AttentionKV": _ATTENTION_ATTRS, "Gelu": {"approximate": "none"},
 }
-CANONICAL_ATTRS["Gelu"] = {"approximate": "none"}
 
 
 # Reshape's allowzero changes results only where a shape entry is 0 at run time, i.e. for empty
@@ -80,7 +80,7 @@ def attr_default(domain: str, op_type: str, opset: int | None, name: str) -> Any
             return _ANY
         default = _schema_default(op_type, opset, name)
         return _ANY if default is None else default
-    if domain == "onnx_fuse.canonical":
+    if domain == CANONICAL_DOMAIN:
         return CANONICAL_ATTRS.get(op_type, {}).get(name, _ANY)
     return _ANY
 
