@@ -162,8 +162,9 @@ def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tupl
     return "ok", ""
 
 
-def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=()):
-    """Optimize and compare; returns (class, detail, optimized proto or None, rule fires)."""
+def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=(), loosest=None):
+    """Optimize and compare; returns (class, detail, optimized proto or None, rule fires).
+    ``loosest``: ``loosest_float_dtypes(original)``, computed here when not given."""
     import onnx_fuse
     from onnx_fuse.errors import UserError
 
@@ -180,7 +181,8 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     if sig:
         return "signature", sig, optimized, fires
     names = [o.name for o in original.graph.output]
-    loosest = loosest_float_dtypes(original)
+    if loosest is None:
+        loosest = loosest_float_dtypes(original)
     try:
         sess = _session(optimized, ort_optimizations=True)
         got = sess.run(names, feeds)
@@ -261,6 +263,7 @@ def fuzz_graph(task):
     except Exception as exc:  # noqa: BLE001
         return [dict(base, level=0, target="-", cls="invalid-graph", detail=_first_line(exc), fires={})], case, {}
     results, models = [], {}
+    loosest = loosest_float_dtypes(case.model)   # once per graph, not per level x target
     use_alarm = graph_timeout > 0 and hasattr(signal, "SIGALRM")
     if use_alarm:
         previous = signal.signal(signal.SIGALRM, _alarm)
@@ -273,7 +276,8 @@ def fuzz_graph(task):
                 if level == 1 and o1_done is not None:
                     cls, detail, opt, fires = o1_done
                 else:
-                    cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules)
+                    cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules,
+                                                      loosest)
                     o1_done = (cls, detail, opt, fires) if level == 1 else None
                 results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
                 if cls in (*FAIL_CLASSES, "ort-itself"):
