@@ -238,14 +238,23 @@ def unread_check(retired: list[ir.Value], matched: set[ir.Node]) -> str | None:
     return None
 
 
-def make_input(graph: ir.Graph, name: str, dtype: ir.DataType, shape: ir.Shape,
-               reject: type[Exception]) -> ir.Value:
-    """The graph input ``name``: an existing one (same dtype and rank) or a new one, appended."""
-    for v in graph.inputs:
+def check_input(graph: ir.Graph | None, name: str, dtype: ir.DataType, shape: ir.Shape,
+                reject: type[Exception]) -> ir.Value | None:
+    """The existing graph input ``name`` (refused unless its dtype and rank agree), or None."""
+    for v in (graph.inputs if graph is not None else []):
         if v.name == name:
             if v.dtype != dtype or v.shape is None or len(v.shape) != len(shape):
                 raise reject(f"graph input {name!r} exists with another dtype or rank")
             return v
+    return None
+
+
+def make_input(graph: ir.Graph, name: str, dtype: ir.DataType, shape: ir.Shape,
+               reject: type[Exception]) -> ir.Value:
+    """The graph input ``name``: an existing one (same dtype and rank) or a new one, appended."""
+    v = check_input(graph, name, dtype, shape, reject)
+    if v is not None:
+        return v
     v = ir.Value(name=name, type=ir.TensorType(dtype), shape=shape)
     graph.inputs.append(v)
     return v

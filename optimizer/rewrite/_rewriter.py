@@ -88,6 +88,7 @@ class _NewNode:
     name: str
     outputs: list[_NewValue | None]
     type_hint: tuple[str, list] | None = None   # ("like" | "dtype", [ir.Value | _NewValue] one or per output)
+    ir_attrs: list[ir.Attr] | None = None       # converted at plan time, so commit cannot fail halfway
 
 
 @dataclasses.dataclass(eq=False)
@@ -293,6 +294,11 @@ class Rewriter:
         if self._is_noop(plan):
             raise NoProgress(rule.name)
         self._validate(plan)
+        # everything that can refuse the rewrite happens here, before commit mutates the graph
+        for nn in plan.nodes:
+            nn.ir_attrs = [_ir_attr(k, v) for k, v in nn.attrs.items()]
+        for nv in plan.io_inputs:
+            _graph_io.check_input(match.anchor.graph, nv.name, nv.dtype, nv.shape, RewriteRejected)
         if len(rule.outputs) > 1:
             self._refuse_cycles(plan)
         return plan
@@ -585,7 +591,7 @@ class Rewriter:
             return v
 
         for nn in plan.nodes:
-            attrs = [_ir_attr(k, v) for k, v in nn.attrs.items()]
+            attrs = nn.ir_attrs if nn.ir_attrs is not None else [_ir_attr(k, v) for k, v in nn.attrs.items()]
             node = ir.Node(nn.domain, nn.op_type, [real(v) for v in nn.inputs], attrs,
                            num_outputs=len(nn.outputs), name=nn.name, metadata_props={RULE_TAG: rule.name})
             for out, nv in zip(node.outputs, nn.outputs):
