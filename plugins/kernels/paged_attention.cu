@@ -561,3 +561,499 @@ int onnx_fuse_append_kv(int dtype, const void* k_new, const void* v_new, long lo
 }
 
 }  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// fp8 (e4m3) pool: uint8 k_pool/v_pool [num_blocks, block_size, Hkv, D] holding e4m3 bits,
+// float32 k_scale/v_scale [Hkv] (dequantized value = e4m3 * scale, static per kv head).
+//
+// Append quantizes (x / scale, round to nearest even, saturated to +-448). Decode keeps the
+// fp8 bytes in shared memory and converts them to fp16 in registers right before each mma:
+// k_scale[hkv] is folded into the softmax scale and v_scale[hkv] into the final output, so the
+// conversion is a plain e4m3 -> fp16 cvt (exact: every e4m3 value is an fp16 value). The math
+// runs in fp16 for fp16 and bf16 queries alike (bf16 q is rounded to fp16 once when loaded,
+// P is packed as fp16): e4m3 has no bf16 cvt, and fp16 P is finer than bf16 P.
+//
+// Fragments are read straight from the byte tiles (rows padded to D + 16 bytes, which makes
+// both read patterns below free of bank conflicts for D in {64, 96, 128, 256}):
+// - QK^T: the reduction index (d) may be permuted as long as Q and K agree. Thread (g, t4)
+//   of k-step kk takes d = 16kk + 4t4 + {0,1} as its b0 pair and d = 16kk + 4t4 + {2,3} as
+//   b1: one 32-bit load of K row g, two cvts; Q fragments are loaded from global memory in
+//   the same order.
+// - PV: V is the col-major B operand (pairs of tokens for one d), so thread (g, t4) loads the
+//   32-bit words at d = 32grp + 4g .. +3 of token rows 2t4, 2t4+1, 2t4+8, 2t4+9 and pairs
+//   bytes with prmt: n-tile (grp, jj) gets output column d = 32grp + 4n + jj for its n index
+//   n. The output columns are thus permuted; the merge step writes them back in order.
+//   This needs D % 32 == 0, so D = 80 has no fp8 decode.
+
+#include <cuda_fp8.h>
+
+namespace onnx_fuse {
+
+__host__ __device__ constexpr int pa8_smem_bytes(int D, int W, int S) { return S * 2 * 16 * W * (D + 16); }
+
+// Two e4m3 bytes (low byte first) -> fp16x2 bits.
+__device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  const unsigned short s = static_cast<unsigned short>(x);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(s));
+  return r;
+#else
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+#endif
+}
+
+// Two 16-bit T values (bits) -> fp16x2 bits.
+template <typename T> __device__ __forceinline__ uint32_t to_h2(uint32_t x);
+template <> __device__ __forceinline__ uint32_t to_h2<__half>(uint32_t x) { return x; }
+template <> __device__ __forceinline__ uint32_t to_h2<__nv_bfloat16>(uint32_t x) {
+  __nv_bfloat162 b = *reinterpret_cast<__nv_bfloat162*>(&x);
+  __half2 h = __float22half2_rn(__bfloat1622float2(b));
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// A fragment (m16n8k16, fp16) of the 16-row Q tile for k-step kk in the permuted d order:
+// row g: d = 16kk + 4t4 .. +3, row g + 8 likewise; rows >= G are zero.
+template <typename T>
+__device__ __forceinline__ void pa8_q_frag(uint32_t (&a)[4], const T* q0, const T* q1, bool ok0, bool ok1,
+                                           int kk, int t4) {
+  const int c = kk * 16 + 4 * t4;
+  const uint2 lo = ok0 ? *reinterpret_cast<const uint2*>(q0 + c) : make_uint2(0u, 0u);
+  const uint2 hi = ok1 ? *reinterpret_cast<const uint2*>(q1 + c) : make_uint2(0u, 0u);
+  a[0] = to_h2<T>(lo.x);
+  a[1] = to_h2<T>(hi.x);
+  a[2] = to_h2<T>(lo.y);
+  a[3] = to_h2<T>(hi.y);
+}
+
+__device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Decode over the fp8 pool: same grid, split and workspace contract as pa_decode_body
+// (cp.async path, tiles of 16 * W tokens, S stages).
+template <typename T, int D, int W, int S>
+__device__ __forceinline__ void pa8_decode_body(
+    const T* __restrict__ q, long long q_sb, const unsigned char* __restrict__ k_pool,
+    const unsigned char* __restrict__ v_pool, const float* __restrict__ k_scale,
+    const float* __restrict__ v_scale, const int* __restrict__ block_tables,
+    const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
+    float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv, int block_size,
+    int max_blocks, int part_tokens, float scale_log2) {
+  using H = MmaTraits<__half>;
+  static_assert(D % 32 == 0, "fp8 decode pairs V bytes in 32-byte groups");
+  constexpr int NT = 32 * W;
+  constexpr int TILE = 16 * W;
+  constexpr int RB = D + 16;   // smem row pitch (bytes)
+  constexpr int CPR = D / 16;  // 16-byte chunks per row
+  constexpr int TILE_BYTES = TILE * RB;
+  constexpr bool QREG = D <= 128;  // D = 256: Q fragments re-read (L1) per tile
+  static_assert(W * 16 * D * 4 + W * 16 * 8 <= pa8_smem_bytes(D, W, S),
+                "merge scratch must fit in the pipeline stages");
+
+  extern __shared__ __align__(128) unsigned char pa8_smem[];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const int hkv = blockIdx.x;
+  const int split = blockIdx.y;
+  const int num_splits = gridDim.y;
+  const int b = blockIdx.z;
+  const int G = Hq / Hkv;
+
+  const int L = max(seq_lens[b], 0);
+  const int t_begin = split * part_tokens;
+  const int t_end = min(L, t_begin + part_tokens);
+
+  if (t_begin >= t_end) {
+    if (num_splits > 1) {
+      if (tid < G) part_lse[((size_t)b * Hq + hkv * G + tid) * num_splits + split] = -INFINITY;
+    } else {
+      for (int c = tid; c < G * (D / 8); c += NT) {
+        int r = c / (D / 8), cc = c % (D / 8);
+        *reinterpret_cast<uint4*>(out + b * o_sb + (hkv * G + r) * D + cc * 8) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    return;
+  }
+  const int n_tiles = (t_end - t_begin + TILE - 1) / TILE;
+  const int* bt = block_tables + (size_t)b * max_blocks;
+  const long long tok_stride = (long long)Hkv * D;  // bytes
+
+  auto load_tile = [&](int tile, int stage) {
+    const int t0 = t_begin + tile * TILE;
+    unsigned char* dk = pa8_smem + stage * 2 * TILE_BYTES;
+    unsigned char* dv = dk + TILE_BYTES;
+#pragma unroll
+    for (int i = 0; i < (TILE * CPR + NT - 1) / NT; ++i) {
+      int c = tid + i * NT;
+      if ((TILE * CPR) % NT != 0 && c >= TILE * CPR) break;
+      int r = c / CPR, cc = c % CPR;
+      int tok = t0 + r;
+      bool ok = tok < t_end;
+      long long off = 0;
+      if (ok) {
+        int blk = bt[tok / block_size];
+        off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
+      }
+      cp_async_16(smem_u32(dk + r * RB + cc * 16), k_pool + off + cc * 16, ok);
+      cp_async_16(smem_u32(dv + r * RB + cc * 16), v_pool + off + cc * 16, ok);
+    }
+  };
+
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
+
+  // Q rows hkv*G + g and hkv*G + g + 8 (zero when >= G), straight from global memory.
+  const T* qb = q + b * q_sb + (size_t)hkv * G * D;
+  const bool ok0 = g < G, ok1 = g + 8 < G;
+  const T* q0 = qb + (ok0 ? g : 0) * D;
+  const T* q1 = qb + (ok1 ? g + 8 : 0) * D;
+  uint32_t qf[QREG ? D / 16 : 1][4];
+  if constexpr (QREG) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) pa8_q_frag<T>(qf[kk], q0, q1, ok0, ok1, kk, t4);
+  }
+  const float sl2 = scale_log2 * k_scale[hkv];
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY};
+  float row_l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < n_tiles; ++j) {
+    {
+      int nxt = j + S - 1;
+      if (nxt < n_tiles) load_tile(nxt, nxt % S);
+      cp_async_commit();
+    }
+    cp_async_wait<S - 1>();
+    __syncthreads();
+    const unsigned char* tk = pa8_smem + (j % S) * 2 * TILE_BYTES;
+    const unsigned char* tv = tk + TILE_BYTES;
+    const int kr = warp * 16;  // this warp's 16 tokens in the tile
+
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    const unsigned char* k0 = tk + (kr + g) * RB + 4 * t4;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t w0 = lds32(k0 + 16 * kk);
+      const uint32_t w1 = lds32(k0 + 8 * RB + 16 * kk);
+      uint32_t qa[4];
+      if constexpr (QREG) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qa[i] = qf[QREG ? kk : 0][i];
+      } else {
+        pa8_q_frag<T>(qa, q0, q1, ok0, ok1, kk, t4);
+      }
+      H::mma(s[0], qa, e4m3x2_to_h2(w0), e4m3x2_to_h2(w0 >> 16));
+      H::mma(s[1], qa, e4m3x2_to_h2(w1), e4m3x2_to_h2(w1 >> 16));
+    }
+    const int tok0 = t_begin + j * TILE + kr;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
+        s[nt][e] = tok < t_end ? s[nt][e] * sl2 : -INFINITY;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = quad_max(fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
+      const float m_new = fmaxf(row_m[h], mx);
+      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+      const float alpha = exp2f(row_m[h] - m_use);
+      row_m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float p0 = exp2f(s[nt][2 * h] - m_use), p1 = exp2f(s[nt][2 * h + 1] - m_use);
+        s[nt][2 * h] = p0;
+        s[nt][2 * h + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_l[h] = row_l[h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * h] *= alpha;
+        acc[dt][2 * h + 1] *= alpha;
+      }
+    }
+    uint32_t pa[4];
+    pa[0] = H::pack(s[0][0], s[0][1]);
+    pa[1] = H::pack(s[0][2], s[0][3]);
+    pa[2] = H::pack(s[1][0], s[1][1]);
+    pa[3] = H::pack(s[1][2], s[1][3]);
+    const unsigned char* v0 = tv + (kr + 2 * t4) * RB + 4 * g;
+#pragma unroll
+    for (int grp = 0; grp < D / 32; ++grp) {
+      const unsigned char* p = v0 + 32 * grp;
+      const uint32_t r0 = lds32(p), r1 = lds32(p + RB), r8 = lds32(p + 8 * RB), r9 = lds32(p + 9 * RB);
+      const uint32_t lo01 = __byte_perm(r0, r1, 0x5140), lo23 = __byte_perm(r0, r1, 0x7362);
+      const uint32_t hi01 = __byte_perm(r8, r9, 0x5140), hi23 = __byte_perm(r8, r9, 0x7362);
+      H::mma(acc[4 * grp + 0], pa, e4m3x2_to_h2(lo01), e4m3x2_to_h2(hi01));
+      H::mma(acc[4 * grp + 1], pa, e4m3x2_to_h2(lo01 >> 16), e4m3x2_to_h2(hi01 >> 16));
+      H::mma(acc[4 * grp + 2], pa, e4m3x2_to_h2(lo23), e4m3x2_to_h2(hi23));
+      H::mma(acc[4 * grp + 3], pa, e4m3x2_to_h2(lo23 >> 16), e4m3x2_to_h2(hi23 >> 16));
+    }
+    __syncthreads();  // stage j % S is refilled by a later iteration
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the warps (scratch over the stages); acc[4grp + jj][e] is column 32grp + 4n + jj.
+  float* sm = reinterpret_cast<float*>(pa8_smem);
+  float* sl = sm + W * 16;
+  float* so = sl + W * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int r = g + 8 * h;
+    if (t4 == 0) {
+      sm[warp * 16 + r] = row_m[h];
+      sl[warp * 16 + r] = l;
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        so[(warp * 16 + r) * D + 32 * (nt >> 2) + 4 * (2 * t4 + e) + (nt & 3)] = acc[nt][2 * h + e];
+  }
+  __syncthreads();
+  const float vs = v_scale[hkv];
+  for (int idx = tid; idx < G * D; idx += NT) {
+    const int r = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
+    const float Mu = (M == -INFINITY) ? 0.f : M;
+    float lsum = 0.f, osum = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      float f = exp2f(sm[w * 16 + r] - Mu);
+      lsum += sl[w * 16 + r] * f;
+      osum += so[(w * 16 + r) * D + d] * f;
+    }
+    const int hq = hkv * G + r;
+    const float o = lsum > 0.f ? osum * vs / lsum : 0.f;
+    if (num_splits == 1) {
+      out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
+    } else {
+      const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
+      part_o[pidx * D + d] = o;
+      if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+    }
+  }
+}
+
+// 8 values of T (16 bytes) -> 8 e4m3 bytes of x / s (IEEE division, then RN + saturation).
+template <typename T>
+__device__ __forceinline__ uint2 quant8_e4m3(uint4 in, float s) {
+  const T* e = reinterpret_cast<const T*>(&in);
+  uint32_t w[2] = {0u, 0u};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = make_float2(__fdiv_rn(MmaTraits<T>::to_float(e[2 * i]), s),
+                                 __fdiv_rn(MmaTraits<T>::to_float(e[2 * i + 1]), s));
+    const uint32_t p = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
+    w[i >> 1] |= p << (16 * (i & 1));
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// Append into the fp8 pool: one thread per 8 elements of a new token row (same position rule
+// as append_kv_body).
+template <typename T, int D>
+__device__ __forceinline__ void append_kv_fp8_body(
+    const T* __restrict__ k_new, const T* __restrict__ v_new, long long n_sb, long long n_ss,
+    unsigned char* __restrict__ k_pool, unsigned char* __restrict__ v_pool,
+    const float* __restrict__ k_scale, const float* __restrict__ v_scale,
+    const int* __restrict__ block_tables, const int* __restrict__ seq_lens, int B, int Sq, int Hkv,
+    int block_size, int max_blocks) {
+  constexpr int CPR = D / 8;
+  const long long total = (long long)B * Sq * Hkv * CPR;
+  for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < total;
+       c += (long long)gridDim.x * blockDim.x) {
+    const int cc = c % CPR;
+    long long rest = c / CPR;
+    const int h = rest % Hkv;
+    rest /= Hkv;
+    const int i = rest % Sq;
+    const int b = rest / Sq;
+    const int pos = seq_lens[b] - Sq + i;
+    if (pos < 0 || pos >= max_blocks * block_size) continue;
+    const int blk = block_tables[(size_t)b * max_blocks + pos / block_size];
+    const long long dst = (((long long)blk * block_size + pos % block_size) * Hkv + h) * D + cc * 8;
+    const long long src = b * n_sb + i * n_ss + (long long)h * D + cc * 8;
+    *reinterpret_cast<uint2*>(k_pool + dst) = quant8_e4m3<T>(*reinterpret_cast<const uint4*>(k_new + src), k_scale[h]);
+    *reinterpret_cast<uint2*>(v_pool + dst) = quant8_e4m3<T>(*reinterpret_cast<const uint4*>(v_new + src), v_scale[h]);
+  }
+}
+
+}  // namespace onnx_fuse
+
+using onnx_fuse::append_kv_fp8_body;
+using onnx_fuse::pa8_decode_body;
+
+// fp8-pool decode variant name: onnx_fuse_pa8_decode_<dt>_d<D>_w<warps>s<stages> (dt: q / out).
+#define OF_PA8_DECODE(DTN, T, D, W, ST)                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * W) onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST( \
+      const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,      \
+      const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,  \
+      T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,   \
+      int max_blocks, int part_tokens, float scale_log2) {                                       \
+    pa8_decode_body<T, D, W, ST>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,        \
+                                 seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,     \
+                                 max_blocks, part_tokens, scale_log2);                           \
+  }
+
+// The fp8 variant list; launch_plan.PA8_VARIANTS mirrors it (warps, stages).
+#define OF_PA8_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 4, 3)                  \
+  X(DTN, T, D, 4, 4)                  \
+  X(DTN, T, D, 4, 6)                  \
+  X(DTN, T, D, 8, 3)
+#define OF_PA8_VARIANTS_D256(X, DTN, T, D) \
+  X(DTN, T, D, 4, 3)                       \
+  X(DTN, T, D, 4, 4)
+
+#define OF_APPEND_FP8(DTN, T, D)                                                                 \
+  extern "C" __global__ void __launch_bounds__(256) onnx_fuse_append_kv_fp8_##DTN##_d##D(        \
+      const T* k_new, const T* v_new, long long n_sb, long long n_ss, unsigned char* k_pool,     \
+      unsigned char* v_pool, const float* k_scale, const float* v_scale,                         \
+      const int* block_tables, const int* seq_lens, int B, int Sq, int Hkv, int block_size,      \
+      int max_blocks) {                                                                          \
+    append_kv_fp8_body<T, D>(k_new, v_new, n_sb, n_ss, k_pool, v_pool, k_scale, v_scale,         \
+                             block_tables, seq_lens, B, Sq, Hkv, block_size, max_blocks);        \
+  }
+
+OF_PA8_VARIANTS(OF_PA8_DECODE, f16, __half, 64)
+OF_PA8_VARIANTS(OF_PA8_DECODE, f16, __half, 96)
+OF_PA8_VARIANTS(OF_PA8_DECODE, f16, __half, 128)
+OF_PA8_VARIANTS_D256(OF_PA8_DECODE, f16, __half, 256)
+OF_PA8_VARIANTS(OF_PA8_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA8_VARIANTS(OF_PA8_DECODE, bf16, __nv_bfloat16, 96)
+OF_PA8_VARIANTS(OF_PA8_DECODE, bf16, __nv_bfloat16, 128)
+OF_PA8_VARIANTS_D256(OF_PA8_DECODE, bf16, __nv_bfloat16, 256)
+OF_APPEND_FP8(f16, __half, 64)
+OF_APPEND_FP8(f16, __half, 96)
+OF_APPEND_FP8(f16, __half, 128)
+OF_APPEND_FP8(f16, __half, 256)
+OF_APPEND_FP8(bf16, __nv_bfloat16, 64)
+OF_APPEND_FP8(bf16, __nv_bfloat16, 96)
+OF_APPEND_FP8(bf16, __nv_bfloat16, 128)
+OF_APPEND_FP8(bf16, __nv_bfloat16, 256)
+
+extern "C" {
+
+// Dynamic shared memory of fp8-pool decode variant (warps, stages).
+int onnx_fuse_paged_attention_fp8_smem_bytes(int head_dim, int warps, int stages) {
+  return onnx_fuse::pa8_smem_bytes(head_dim, warps, stages);
+}
+
+// Decode over the fp8 pool (see the section comment). dtype: q and out (fp16 or bf16); pools
+// uint8 e4m3, k_scale/v_scale float32 [Hkv] on the device. Split/workspace contract as in
+// onnx_fuse_paged_attention_decode_ex (same workspace size, reduced by pa_reduce). Variant
+// (warps, stages): (4, 3), (4, 4), (4, 6), (8, 3); D = 256: (4, 3), (4, 4); (0, 0) = (4, 4).
+// D in {64, 96, 128, 256}.
+int onnx_fuse_paged_attention_decode_fp8(int dtype, const void* q, long long q_sb,
+                                         const void* k_pool, const void* v_pool,
+                                         const float* k_scale, const float* v_scale,
+                                         const int* block_tables, const int* seq_lens, void* out,
+                                         long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                         int D, int block_size, int max_blocks, int part_tokens,
+                                         int num_splits, float scale, int warps, int stages,
+                                         cudaStream_t stream) {
+  if (warps == 0 && stages == 0) {
+    warps = 4;
+    stages = 4;
+  }
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
+  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
+  OF_REQUIRE(block_size > 0 && max_blocks > 0 && q_sb % 8 == 0);
+  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
+  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
+  const int smem = onnx_fuse::pa8_smem_bytes(D, warps, stages);
+  float* part_o = reinterpret_cast<float*>(workspace);
+  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  dim3 grid(Hkv, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
+  if (D == DD && warps == W && stages == ST) {                                                  \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST,          \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+    onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST<<<grid, 32 * W, smem, stream>>>(           \
+        (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, \
+        v_scale, block_tables, seq_lens, (T*)out, o_sb, part_o, part_lse, Hq, Hkv, block_size,  \
+        max_blocks, part_tokens, sl2);                                                          \
+    OF_CUDA_CHECK_LAUNCH();                                                                     \
+    if (num_splits > 1) {                                                                       \
+      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
+                                                                        (T*)out, o_sb, Hq,      \
+                                                                        num_splits);            \
+      OF_CUDA_CHECK_LAUNCH();                                                                   \
+    }                                                                                           \
+    return 0;                                                                                   \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 96)
+    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 128)
+    OF_PA8_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 96)
+    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
+    OF_PA8_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// Quantizes k_new/v_new [B, Sq, Hkv, D] (fp16 or bf16; strides n_sb, n_ss; head rows
+// contiguous) into the fp8 pools at positions seq_lens[b] - Sq + i: e4m3(x / scale[h]),
+// round to nearest even, saturated to +-448. Positions outside the block table are skipped.
+int onnx_fuse_append_kv_fp8(int dtype, const void* k_new, const void* v_new, long long n_sb,
+                            long long n_ss, void* k_pool, void* v_pool, const float* k_scale,
+                            const float* v_scale, const int* block_tables, const int* seq_lens,
+                            int B, int Sq, int Hkv, int D, int block_size, int max_blocks,
+                            cudaStream_t stream) {
+  OF_REQUIRE(B > 0 && Sq > 0 && Hkv > 0 && block_size > 0 && max_blocks > 0);
+  OF_REQUIRE(n_sb % 8 == 0 && n_ss % 8 == 0);
+  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
+  const long long chunks = (long long)B * Sq * Hkv * (D / 8);
+  const int threads = 256;
+  const long long want = (chunks + threads - 1) / threads;
+  const int blocks = static_cast<int>(want < 65535 ? want : 65535);
+#define OF_LAUNCH(DTN, T, DD)                                                                   \
+  if (D == DD) {                                                                                \
+    onnx_fuse_append_kv_fp8_##DTN##_d##DD<<<blocks, threads, 0, stream>>>(                      \
+        (const T*)k_new, (const T*)v_new, n_sb, n_ss, (unsigned char*)k_pool,                   \
+        (unsigned char*)v_pool, k_scale, v_scale, block_tables, seq_lens, B, Sq, Hkv,           \
+        block_size, max_blocks);                                                                \
+    OF_CUDA_CHECK_LAUNCH();                                                                     \
+    return 0;                                                                                   \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_LAUNCH(f16, __half, 64)
+    OF_LAUNCH(f16, __half, 96)
+    OF_LAUNCH(f16, __half, 128)
+    OF_LAUNCH(f16, __half, 256)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_LAUNCH(bf16, __nv_bfloat16, 64)
+    OF_LAUNCH(bf16, __nv_bfloat16, 96)
+    OF_LAUNCH(bf16, __nv_bfloat16, 128)
+    OF_LAUNCH(bf16, __nv_bfloat16, 256)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
