@@ -9,6 +9,9 @@ tools/bench_kernels.py. Launch planning comes from ``onnx_fuse.plugins.launch_pl
     lib.paged_decode(q, k_pool, v_pool, block_tables, seq_lens, out)
     lib.append_kv(k_new, v_new, k_pool, v_pool, block_tables, seq_lens)
     lib.paged_prefill(q, k_pool, v_pool, block_tables, seq_lens, out, cu_seqlens_q=cu)  # sm_90a
+    # fp8 (e4m3) pool: uint8 (or torch.float8_e4m3fn) pools, float32 per-kv-head scales [Hkv]
+    lib.append_kv_fp8(k_new, v_new, k_pool8, v_pool8, k_scale, v_scale, block_tables, seq_lens)
+    lib.paged_decode_fp8(q, k_pool8, v_pool8, k_scale, v_scale, block_tables, seq_lens, out)
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ ARGTYPES = {
     "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
     "onnx_fuse_paged_prefill_fwd": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
     + [_f, _i, _p],
+    "onnx_fuse_paged_attention_decode_fp8": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 8
+    + [_f, _i, _i, _p],
+    "onnx_fuse_append_kv_fp8": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _p, _p] + [_i] * 6 + [_p],
 }
 
 
@@ -137,6 +143,62 @@ class KernelLib:
             k_new.stride(1), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables), _ptr(seq_lens), B, Sq,
             Hkv, D, k_pool.shape[1], block_tables.shape[1], self._stream(stream))
         self._check(rc, "onnx_fuse_append_kv")
+
+    @staticmethod
+    def _check_fp8_pool(k_pool, v_pool, k_scale, v_scale) -> None:
+        import torch
+
+        fp8 = {torch.uint8, getattr(torch, "float8_e4m3fn", torch.uint8)}
+        if k_pool.dtype not in fp8 or v_pool.dtype not in fp8:
+            raise ValueError(f"fp8 pools hold e4m3 bytes: uint8 or float8_e4m3fn, not {k_pool.dtype}/{v_pool.dtype}")
+        hkv = k_pool.shape[2]
+        for t in (k_scale, v_scale):
+            if t.dtype != torch.float32 or t.numel() != hkv or not t.is_contiguous() or t.device != k_pool.device:
+                raise ValueError(f"k_scale/v_scale: contiguous float32 [{hkv}] on the pools' device")
+        if not (k_pool.is_contiguous() and v_pool.is_contiguous()) or k_pool.shape != v_pool.shape:
+            raise ValueError("k_pool and v_pool: contiguous [num_blocks, block_size, Hkv, D] of one shape")
+
+    def paged_decode_fp8(self, q, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, *,
+                         scale=None, num_splits=None, max_seq_len=None, workspace=None, plan=None,
+                         variant=None, stream=None):
+        """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
+        float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
+        variant (warps, stages). Returns the plan used; allocates the split-K workspace when none
+        is passed."""
+        self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
+        B, Hq, D = q.shape
+        _, BS, Hkv, _ = k_pool.shape
+        MB = block_tables.shape[1]
+        if plan is None:
+            plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
+                                        max_seq_len=max_seq_len, variant=variant, kv_dtype="fp8")
+        if not plan.kv_fp8:
+            raise ValueError("plan is for a 16-bit pool: plan with kv_dtype='fp8'")
+        if plan.num_splits > 1 and workspace is None:
+            import torch
+
+            workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
+        sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        rc = self._lib.onnx_fuse_paged_attention_decode_fp8(
+            plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
+            _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
+            BS, MB, plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, self._stream(stream))
+        self._check(rc, "onnx_fuse_paged_attention_decode_fp8")
+        return plan
+
+    def append_kv_fp8(self, k_new, v_new, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, *,
+                      stream=None):
+        """Quantize k_new/v_new [B,Sq,Hkv,D] (fp16|bf16, same strides) into the fp8 pools at
+        seq_lens[b]-Sq+i: e4m3(x / scale[h]), round to nearest even, saturated to +-448."""
+        self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
+        B, Sq, Hkv, D = k_new.shape
+        if k_new.stride() != v_new.stride() or k_new.stride(2) != D or k_new.stride(3) != 1:
+            raise ValueError("k_new and v_new need equal strides with contiguous [Hkv, D] rows")
+        rc = self._lib.onnx_fuse_append_kv_fp8(
+            lp.DTYPE_CODE[lp._dt(_dtype_name(k_new))], _ptr(k_new), _ptr(v_new), k_new.stride(0),
+            k_new.stride(1), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale), _ptr(block_tables),
+            _ptr(seq_lens), B, Sq, Hkv, D, k_pool.shape[1], block_tables.shape[1], self._stream(stream))
+        self._check(rc, "onnx_fuse_append_kv_fp8")
 
     def paged_prefill(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, cu_seqlens_q=None,
                       max_q_len=None, causal=True, scale=None, stream=None) -> None:

@@ -13,6 +13,8 @@ checks that the kernel names exist in the sources.
   Hopper); one CTA per (kv head, split, sequence); splits the context so the
   grid covers about ``target_waves`` waves of the chip, each split a multiple of 64 tokens
   and at least ``min_split_tokens``; a reduction kernel combines splits when there are several.
+  ``kv_dtype="fp8"`` plans the fp8 (e4m3) pool kernels instead (``pa8_variants(D)``: warps and
+  stages, 16-byte cp.async; D in 64, 96, 128, 256).
 - ``plan_append_kv``: grid-stride copy, one thread per 16-byte chunk.
 """
 
@@ -30,6 +32,7 @@ __all__ = [
     "SUPPORTED_HEAD_DIMS",
     "fa_variants",
     "pa_variants",
+    "pa8_variants",
     "plan_append_kv",
     "plan_fused_attention",
     "plan_paged_decode",
@@ -59,8 +62,12 @@ FA_WGMMA_1WG = (64, 128, 4)
 # D = 64 and 128 add (128, 128, 12): warp-specialized wgmma, a producer warpgroup (cp.async into 3
 # stages, mbarriers) and two consumer warpgroups taking turns on the tensor cores (sm_90a build).
 FA_WS = (128, 128, 12)
-FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS)
-FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS,)
+# The same body with a TMA producer (one thread issues tensor copies; kernel name suffix "t"): the
+# 4th element names the loads. The host launcher builds the tensor maps, so only the library's
+# launch function (not the TensorRT AOT path) runs it; compute capability 9.0 only.
+FA_WS_TMA = (128, 128, 12, "tma")
+FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA)
+FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA)
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
 PA_VARIANTS = ((4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1))
@@ -68,6 +75,12 @@ PA_DEFAULT = (4, 3, 0)  # portable default (sm_80+); plan_paged_decode picks bul
 PA_VARIANTS_D256 = ((4, 3, 0), (4, 3, 1), (4, 2, 1))  # 8 warps x 512-byte rows do not fit
 PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 MAX_GROUP = 16  # query heads per kv head in one mma tile
+# fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
+# head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
+PA8_VARIANTS = ((4, 3), (4, 4), (4, 6), (8, 3))
+PA8_VARIANTS_D256 = ((4, 3), (4, 4))
+PA8_HEAD_DIMS = (64, 96, 128, 256)
+_FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 
 
 @dataclass(frozen=True)
@@ -115,8 +128,8 @@ def _check_head_dim(head_dim: int) -> None:
         raise ValueError(f"head_dim={head_dim} not supported by the kernels (supported: {SUPPORTED_HEAD_DIMS})")
 
 
-def fa_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
-    """(block_m, block_n, warps) variants compiled for ``head_dim``."""
+def fa_variants(head_dim: int) -> tuple[tuple, ...]:
+    """(block_m, block_n, warps) variants compiled for ``head_dim`` (FA_WS_TMA adds "tma")."""
     _check_head_dim(head_dim)
     return {256: FA_VARIANTS_D256, 64: FA_VARIANTS_D64, 128: FA_VARIANTS_D128}.get(head_dim, FA_VARIANTS)
 
@@ -127,16 +140,42 @@ def pa_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
     return PA_VARIANTS_D256 if head_dim == 256 else PA_VARIANTS
 
 
+def pa8_variants(head_dim: int) -> tuple[tuple[int, int], ...]:
+    """(warps, stages) fp8-pool decode variants compiled for ``head_dim``."""
+    if head_dim not in PA8_HEAD_DIMS:
+        raise ValueError(f"head_dim={head_dim} has no fp8-pool decode kernel (supported: {PA8_HEAD_DIMS})")
+    return PA8_VARIANTS_D256 if head_dim == 256 else PA8_VARIANTS
+
+
+def pa8_smem_bytes(head_dim: int, warps: int, stages: int) -> int:
+    """Dynamic shared memory of the fp8-pool decode kernel (mirrors pa8_smem_bytes in the .cu):
+    stages of K and V byte tiles of 16 * warps rows padded to D + 16 bytes (Q stays in registers)."""
+    return stages * 2 * 16 * warps * (head_dim + 16)
+
+
+def is_fp8_kv(kv_dtype) -> bool:
+    """True for the fp8 (e4m3) pool names (fp8, e4m3, float8_e4m3fn, uint8), False for None or
+    the query dtype's own names; anything else is an error."""
+    if kv_dtype is None:
+        return False
+    key = str(kv_dtype).replace("torch.", "")
+    if key in _FP8_NAMES:
+        return True
+    _dt(key)
+    return False
+
+
 def _tile_row(head_dim: int) -> int:
     """Shared-memory row pitch (elements): swizzled rows when D % 64 == 0, else padded by 8."""
     return head_dim if head_dim % 64 == 0 else head_dim + 8
 
 
-def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4) -> int:
+def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4, loads: str = "cp.async") -> int:
     """Dynamic shared memory of the fused-attention kernel (mirrors
     onnx_fuse_fused_attention_smem_bytes): mma.sync: Q tile + 2 stages of K and V, rows of
     ``_tile_row``; wgmma (8 warps): tiles padded to a multiple of 64 columns, 3 stages for the
-    pipelined 64-key variant at D <= 128, + 1 KiB to align the swizzled tiles to 1024 bytes."""
+    pipelined 64-key variant at D <= 128, + 1 KiB to align the swizzled tiles to 1024 bytes.
+    ``loads`` ("tma" for FA_WS_TMA) does not change it (the mbarriers are static)."""
     if (block_m, block_n, warps) == FA_WS:
         return 1024 + (block_m * head_dim + 3 * 2 * block_n * head_dim) * 2
     if (block_m, block_n, warps) == FA_WGMMA_1WG:
@@ -161,7 +200,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     (the sm_90a build on Hopper): "wgmma" or "mma.sync"."""
     if compute_capability != (9, 0):
         return "mma.sync"
-    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS):
+    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -184,10 +223,16 @@ class FusedAttentionPlan:
     block_m: int
     block_n: int
     dtype_code: int
+    tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
 
     @property
     def ctas(self) -> int:
         return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def variant(self) -> tuple:
+        """The entry of ``fa_variants`` this plan runs."""
+        return (self.block_m, self.block_n, self.warps) + (("tma",) if self.tma else ())
 
 
 def plan_fused_attention(
@@ -233,14 +278,17 @@ def plan_fused_attention(
     variant = tuple(variant)
     if variant not in fa_variants(head_dim):
         raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {fa_variants(head_dim)}")
-    bm, bn, warps = variant
-    smem = fa_smem_bytes(head_dim, bm, bn, warps)
+    bm, bn, warps = variant[:3]
+    tma = variant == FA_WS_TMA
+    if tma and device.compute_capability != (9, 0):
+        raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
+    smem = fa_smem_bytes(head_dim, *variant)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}_{'causal' if causal else 'full'}"
+    name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}{'t' if tma else ''}_{'causal' if causal else 'full'}"
     return FusedAttentionPlan(
         kernel=name, grid=(math.ceil(seq_len / bm), num_heads, batch), block=(32 * warps, 1, 1),
-        smem_bytes=smem, warps=warps, block_m=bm, block_n=bn, dtype_code=DTYPE_CODE[dt],
+        smem_bytes=smem, warps=warps, block_m=bm, block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma,
     )
 
 
@@ -266,6 +314,7 @@ class PagedDecodePlan:
     warps: int
     stages: int
     bulk: int
+    kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
 
 
 def plan_paged_decode(
@@ -281,9 +330,10 @@ def plan_paged_decode(
     num_splits: int | None = None,
     variant: tuple[int, int, int] | None = None,
     target_waves: float = 1.5,
-    ctas_per_sm: int = 2,
+    ctas_per_sm: int | None = None,
     min_split_tokens: int = 256,
     device: DeviceInfo = H200,
+    kv_dtype: str | None = None,
 ) -> PagedDecodePlan:
     """Pick variant, split count and grid for decode over the paged pool.
 
@@ -293,10 +343,15 @@ def plan_paged_decode(
 
     ``max_seq_len`` defaults to the block table's capacity (``max_blocks * block_size``),
     which is all a TensorRT plugin knows at enqueue time; CTAs past a sequence's end exit.
+
+    ``kv_dtype``: None (pool in the query dtype) or "fp8" (uint8 e4m3 pool with per-kv-head
+    scales; ``variant`` is then (warps, stages)). ``ctas_per_sm`` defaults to 2 for the fp16/bf16
+    pool (measured) and to the shared-memory occupancy (at most 4) for the fp8 pool.
     """
     group = _check_heads(num_heads, num_kv_heads)
     _check_head_dim(head_dim)
     dt = _dt(dtype)
+    fp8 = is_fp8_kv(kv_dtype)
     if group > MAX_GROUP:
         raise ValueError(f"GQA group {group} > {MAX_GROUP} is not supported by the decode kernel")
     if batch <= 0 or batch > 65535 or block_size <= 0 or max_blocks <= 0:
@@ -304,6 +359,11 @@ def plan_paged_decode(
     cap = max_blocks * block_size
     ctx = min(max_seq_len, cap) if max_seq_len is not None else cap
     ctx = max(ctx, 1)
+    if fp8:
+        return _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant,
+                         target_waves, ctas_per_sm, min_split_tokens, device)
+    if ctas_per_sm is None:
+        ctas_per_sm = 2
     if variant is None:
         # Measured on the H200 (docs/PERF.md): bulk copies win from 160-byte rows up (D >= 80),
         # not for 128-byte ones (D = 64); at D = 80 and 96 two stages (4 CTAs per SM) beat three.
@@ -320,15 +380,8 @@ def plan_paged_decode(
     smem = pa_smem_bytes(head_dim, warps, stages, bulk)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    base = batch * num_kv_heads
-    max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
-    if num_splits is None:
-        want = math.ceil(target_waves * device.num_sms * ctas_per_sm / base)
-        num_splits = max(1, min(want, max_splits))
-    num_splits = max(1, min(num_splits, math.ceil(ctx / PA_SPLIT_ALIGN)))
-    part = math.ceil(math.ceil(ctx / num_splits) / PA_SPLIT_ALIGN) * PA_SPLIT_ALIGN
-    num_splits = math.ceil(ctx / part)
-    ws = batch * num_heads * num_splits * (head_dim + 1) * 4 if num_splits > 1 else 0
+    num_splits, part, ws = _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits,
+                                   target_waves, ctas_per_sm, min_split_tokens, device)
     return PagedDecodePlan(
         kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{'b' if bulk else ''}",
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
@@ -338,6 +391,50 @@ def plan_paged_decode(
         reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
         reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
         dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=bulk,
+    )
+
+
+def _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits, target_waves, ctas_per_sm,
+            min_split_tokens, device):
+    """(num_splits, part_tokens, workspace bytes) for one CTA per (kv head, split, sequence)."""
+    base = batch * num_kv_heads
+    max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
+    if num_splits is None:
+        want = math.ceil(target_waves * device.num_sms * ctas_per_sm / base)
+        num_splits = max(1, min(want, max_splits))
+    num_splits = max(1, min(num_splits, math.ceil(ctx / PA_SPLIT_ALIGN)))
+    part = math.ceil(math.ceil(ctx / num_splits) / PA_SPLIT_ALIGN) * PA_SPLIT_ALIGN
+    num_splits = math.ceil(ctx / part)
+    ws = batch * num_heads * num_splits * (head_dim + 1) * 4 if num_splits > 1 else 0
+    return num_splits, part, ws
+
+
+def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant, target_waves,
+              ctas_per_sm, min_split_tokens, device) -> PagedDecodePlan:
+    if variant is None:
+        # Not yet measured: 4 warps with 4 stages keep 3 CTAs per SM at D <= 128 (74 KB of shared
+        # memory, 157 registers at D = 128) with 3 tiles (36 KB at D = 128) in flight each;
+        # at D = 256 three stages keep 2 CTAs per SM.
+        variant = (4, 3) if head_dim == 256 else (4, 4)
+    variant = tuple(variant)
+    if variant not in pa8_variants(head_dim):
+        raise ValueError(f"fp8 variant {variant} not compiled for D={head_dim}; choose one of {pa8_variants(head_dim)}")
+    warps, stages = variant
+    smem = pa8_smem_bytes(head_dim, warps, stages)
+    if smem > device.max_smem_per_block:
+        raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
+    if ctas_per_sm is None:
+        ctas_per_sm = max(1, min(4, device.smem_per_sm // (smem + 1024)))
+    num_splits, part, ws = _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits,
+                                   target_waves, ctas_per_sm, min_split_tokens, device)
+    return PagedDecodePlan(
+        kernel=f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}",
+        reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
+        grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
+        smem_bytes=smem, part_tokens=part, num_splits=num_splits, workspace_bytes=ws,
+        reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
+        reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
+        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=0, kv_fp8=True,
     )
 
 
@@ -353,9 +450,15 @@ class AppendKVPlan:
     block: tuple[int, int, int]
 
 
-def plan_append_kv(batch: int, new_tokens: int, num_kv_heads: int, head_dim: int, dtype: str = "float16") -> AppendKVPlan:
+def plan_append_kv(batch: int, new_tokens: int, num_kv_heads: int, head_dim: int, dtype: str = "float16",
+                   *, kv_dtype: str | None = None) -> AppendKVPlan:
+    """Grid-stride append, one thread per 8 elements (16 bytes in; 8 bytes out for an fp8 pool)."""
     _check_head_dim(head_dim)
     dt = _dt(dtype)
+    fp8 = is_fp8_kv(kv_dtype)
+    if fp8:
+        pa8_variants(head_dim)  # raises for head sizes without fp8 kernels
     chunks = batch * new_tokens * num_kv_heads * (head_dim // 8)
     blocks = max(1, min(65535, math.ceil(chunks / 256)))
-    return AppendKVPlan(kernel=f"onnx_fuse_append_kv_{dt}_d{head_dim}", grid=(blocks, 1, 1), block=(256, 1, 1))
+    name = f"onnx_fuse_append_kv_fp8_{dt}_d{head_dim}" if fp8 else f"onnx_fuse_append_kv_{dt}_d{head_dim}"
+    return AppendKVPlan(kernel=name, grid=(blocks, 1, 1), block=(256, 1, 1))
