@@ -289,3 +289,80 @@ def test_yaml_contracts_match_the_planner():
         assert any(str(lp.SUPPORTED_HEAD_DIMS[1]) in k for k in c["constraints"])
         assert c["domain"] == "onnx_fuse" and c["plugin"]["version"] == "1"
         assert set(c["dtype_combinations"]["kernel"]) == set(lp.SUPPORTED_DTYPES)
+
+
+# ------------------------------------------------------------------ fp8 (e4m3) pool decode
+
+
+def _pa8_sources() -> tuple[set, set, set, set]:
+    """fp8-pool decode variants (all sizes, D = 256), head sizes with decode and with append
+    kernels, as paged_attention.cu instantiates them."""
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    x_re = r"X\(DTN, T, D, (\d+), (\d+)\)"
+    v = {tuple(map(int, m)) for m in re.findall(x_re, _block(pa, "#define OF_PA8_VARIANTS("))}
+    v256 = {tuple(map(int, m)) for m in re.findall(x_re, _block(pa, "#define OF_PA8_VARIANTS_D256("))}
+    dec_d = {int(d) for d in re.findall(r"^OF_PA8_VARIANTS\(OF_PA8_DECODE, f16, __half, (\d+)\)", pa, re.M)}
+    dec_d |= {int(d) for d in re.findall(r"^OF_PA8_VARIANTS_D256\(OF_PA8_DECODE, f16, __half, (\d+)\)", pa, re.M)}
+    app_d = {int(d) for d in re.findall(r"^OF_APPEND_FP8\(bf16, __nv_bfloat16, (\d+)\)", pa, re.M)}
+    assert v and v256 and dec_d and app_d
+    return v, v256, dec_d, app_d
+
+
+def test_fp8_variant_tables_match_the_sources():
+    v, v256, dec_d, app_d = _pa8_sources()
+    assert dec_d == app_d == set(lp.PA8_HEAD_DIMS)
+    assert v == set(lp.PA8_VARIANTS) and v256 == set(lp.PA8_VARIANTS_D256)
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    assert "return S * 2 * 16 * W * (D + 16); }" in pa  # pa8_smem_bytes
+    assert lp.pa8_smem_bytes(128, 4, 4) == 4 * 2 * 64 * 144
+    for d in lp.PA8_HEAD_DIMS:
+        for w, s in lp.pa8_variants(d):
+            assert lp.pa8_smem_bytes(d, w, s) <= lp.H200.max_smem_per_block, (d, w, s)
+            # the merge scratch (fp32 O of every warp) reuses the stages (static_assert in the .cu)
+            assert w * 16 * d * 4 + w * 16 * 8 <= lp.pa8_smem_bytes(d, w, s)
+
+
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fp8_decode_plan(head_dim, dtype):
+    v, v256, _, _ = _pa8_sources()
+    p = lp.plan_paged_decode(64, 32, 8, head_dim, 16, 256, dtype, kv_dtype="fp8")
+    dt = "f16" if dtype == "float16" else "bf16"
+    assert p.kv_fp8 and p.bulk == 0
+    assert p.kernel == f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{p.warps}s{p.stages}"
+    assert (p.warps, p.stages) in (v256 if head_dim == 256 else v)
+    assert p.smem_bytes == lp.pa8_smem_bytes(head_dim, p.warps, p.stages)
+    assert p.num_splits * p.part_tokens >= 4096 and p.part_tokens % lp.PA_SPLIT_ALIGN == 0
+    for var in lp.pa8_variants(head_dim):
+        q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, dtype, num_splits=3, variant=var, kv_dtype="uint8")
+        assert (q.warps, q.stages) == var and q.num_splits == 3 and q.block == (32 * var[0], 1, 1)
+        assert q.reduce_kernel in _kernel_names()  # the 16-bit pool's reduction kernel is reused
+        assert q.workspace_bytes == 4 * 16 * 3 * (head_dim + 1) * 4
+    assert lp.plan_append_kv(2, 1, 2, head_dim, dtype, kv_dtype="fp8").kernel == f"onnx_fuse_append_kv_fp8_{dt}_d{head_dim}"
+
+
+def test_fp8_decode_plan_defaults_and_splits():
+    # D <= 128: 4 warps x 4 stages (3 CTAs per SM by shared memory); D = 256: 4 x 3.
+    assert (lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").warps,
+            lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").stages) == (4, 4)
+    assert lp.plan_paged_decode(8, 32, 8, 256, 16, 256, kv_dtype="fp8").stages == 3
+    # one long sequence is split to fill the chip, never below min_split_tokens
+    one = lp.plan_paged_decode(1, 32, 8, 128, 16, 2048, kv_dtype="fp8")
+    assert one.num_splits * 8 >= lp.H200.num_sms and one.part_tokens >= 256
+    assert lp.plan_paged_decode(1, 8, 8, 64, 16, 4, kv_dtype="fp8").num_splits == 1
+    # the 16-bit pool's plan is unchanged by the fp8 option
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256) == lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype=None)
+    assert not lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="float16").kv_fp8
+    assert lp.is_fp8_kv("torch.float8_e4m3fn") and lp.is_fp8_kv("e4m3") and not lp.is_fp8_kv("bfloat16")
+
+
+@pytest.mark.parametrize("bad", [dict(head_dim=80), dict(variant=(4, 3, 0)), dict(variant=(8, 3), head_dim=256),
+                                 dict(variant=(2, 3)), dict(kv_dtype="int8"), dict(kv_dtype="float8_e5m2"),
+                                 dict(num_heads=40, num_kv_heads=2)])
+def test_fp8_decode_plan_rejects(bad):
+    args = dict(batch=2, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16, max_blocks=4, kv_dtype="fp8")
+    args.update(bad)
+    with pytest.raises(ValueError):
+        lp.plan_paged_decode(**args)
+    with pytest.raises(ValueError):
+        lp.plan_append_kv(1, 1, 1, 80, kv_dtype="fp8")
