@@ -280,10 +280,13 @@ def _check_plugins(nodes, options: BuildOptions, backend: TrtBackend) -> None:
 
 def prepare_for_tensorrt(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """A copy of ``proto`` whose plugin nodes carry what the TensorRT plugins need (contract
-    attribute defaults, ``aot = 1``, a computed seq_lens where FusedAttention has none).
-    Returns (copy, number of nodes changed). Main graph only; plugin nodes in subgraphs are
-    left as they are."""
+    attribute defaults, ``aot`` (PagedAttention: 1 only where its query length is statically
+    1), a computed seq_lens where FusedAttention has none). Returns (copy, number of nodes
+    changed). Main graph only; plugin nodes in subgraphs are left as they are."""
     import importlib
+
+    from onnx_fuse.plugins.check_trt import _infer
+    from onnx_fuse.plugins.trt_support import GraphInfo
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
@@ -299,11 +302,14 @@ def prepare_for_tensorrt(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
                 names.add(name)
                 return name
 
-    new_nodes, changed = [], 0
+    new_nodes, changed, info = [], 0, None
     for node in out.graph.node:
         if node.domain == PLUGIN_DOMAIN and node.op_type in PLUGIN_OPS:
             before = node.SerializeToString()
-            extra = importlib.import_module(PLUGIN_OPS[node.op_type]).prepare_node(node, fresh)
+            if info is None:  # shapes as check-trt sees them
+                info = GraphInfo(_infer(out, []).graph)
+            extra = importlib.import_module(PLUGIN_OPS[node.op_type]).prepare_node(node, fresh,
+                                                                                   info)
             new_nodes.extend(extra)
             changed += node.SerializeToString() != before
         new_nodes.append(node)

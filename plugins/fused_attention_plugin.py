@@ -230,10 +230,11 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
     return list(dict.fromkeys(issues))
 
 
-def prepare_node(node: onnx.NodeProto, fresh_name) -> list[onnx.NodeProto]:
+def prepare_node(node: onnx.NodeProto, fresh_name, info=None) -> list[onnx.NodeProto]:
     """Make ``node`` what the TensorRT plugin needs, in place: contract defaults written out,
     ``aot = 1`` (the embedded kernel, no Python at run time) unless set, and a seq_lens input of
-    all S when absent. Returns nodes to insert before it (the seq_lens computation)."""
+    all S when absent. Returns nodes to insert before it (the seq_lens computation). ``info``
+    (the graph's shapes, which PagedAttention reads) is not needed here."""
     have = {a.name for a in node.attribute}
     for name, value in ATTRIBUTE_DEFAULTS.items():
         if name not in have:

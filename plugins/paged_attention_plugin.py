@@ -1,24 +1,42 @@
-"""TensorRT plugin ``onnx_fuse::PagedAttention`` (decode over a block-paged KV pool).
+"""TensorRT plugin ``onnx_fuse::PagedAttention`` (decode and chunked prefill over a block-paged
+KV pool).
 
 The ONNX node (docs/ops.md, reference ``onnx_fuse.reference.paged_attention_op``) maps to this
 plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_namespace =
-"onnx_fuse"``, ``plugin_version = "1"``, ``aot = 1`` for the ahead-of-time kernel.
+"onnx_fuse"``, ``plugin_version = "1"``, and ``aot`` (1: the ahead-of-time kernel, 0: JIT).
 
-    inputs   query [B, 1, Hq*D], key [B, 1, Hkv*D], value [B, 1, Hkv*D] (the new token)
+    inputs   query [B, Sq, Hq*D], key [B, Sq, Hkv*D], value [B, Sq, Hkv*D] (the Sq new tokens)
              key_cache, value_cache [num_blocks, block_size, Hkv, D]      fp16 | bf16 (all same)
-             block_tables int32 [B, max_blocks], seq_lens int32 [B] (cache length incl. new token)
-    outputs  output [B, 1, Hq*D]; key_cache_out, value_cache_out: the caches, updated in place
-             (TensorRT aliases them to inputs 3 and 4; the new token is written at position
-             seq_lens[b] - 1)
+             block_tables int32 [B, max_blocks], seq_lens int32 [B] (cache length incl. the new
+             tokens)
+    outputs  output [B, Sq, Hq*D]; key_cache_out, value_cache_out: the caches, updated in place
+             (TensorRT aliases them to inputs 3 and 4; new token i is written at position
+             seq_lens[b] - Sq + i and attends to positions 0 .. seq_lens[b] - Sq + i)
     attrs    num_heads, kv_num_heads (divides num_heads, group <= 16; 0 = num_heads), scale
-             (0.0 = 1/sqrt(D)); the builder writes defaults and ``aot = 1`` (prepare_node)
-    limits   decode only (one new token per sequence); D in {64, 80, 96, 128, 256}; hidden sizes static
+             (0.0 = 1/sqrt(D)); the builder writes the defaults and ``aot`` (prepare_node)
+    limits   Sq = 1 (decode): D in {64, 80, 96, 128, 256}, sm_80+. Sq > 1 (chunked prefill, one
+             Sq for the whole batch): D in {64, 128}, block_size a power of two, compute
+             capability 9.x (the paged prefill kernel is sm_90a machine code), JIT path only.
+             Hidden sizes static.
+
+Two paths, chosen per node by ``aot``:
+
+* JIT (:func:`impl`, ``aot = 0``): ``KernelLib.append_kv`` writes the Sq new tokens into the
+  pool, then ``KernelLib.paged_decode`` (Sq == 1, one split, no workspace) or
+  ``KernelLib.paged_prefill`` (Sq > 1, causal bottom-right over the pool, uniform batch) runs on
+  TensorRT's stream. Needs Python and the kernel library at run time.
+* AOT (:func:`aot_impl`, ``aot = 1``): one embedded PTX kernel, grid (Hkv, 1, B): each CTA
+  appends its (sequence, kv head) token, then decodes over the whole context in one split. It is
+  **decode-only**: TensorRT's AOT launcher runs exactly one kernel, and the append must finish
+  before other CTAs read the new tokens, which for Sq > 1 needs the second (prefill) launch. So
+  :func:`prepare_node` writes ``aot = 1`` only where the query's length is statically 1, and
+  ``aot = 0`` otherwise; :func:`check_node` refuses an explicit ``aot = 1`` on a node whose query
+  length is not statically 1, and :func:`aot_impl` refuses one at build time.
 
 Functions, kept separate as tensorrt.plugin expects: :func:`register` (shape/type rule and the
-in-place aliasing), :func:`autotune`, :func:`impl` (JIT: ``KernelLib.append_kv`` then
-``KernelLib.paged_decode`` in one split, on TensorRT's stream), :func:`aot_impl` (one kernel: each CTA appends its (sequence, kv
-head) token, then decodes over the whole context in one split; embedded PTX).
-TensorRT is imported only by :func:`register_plugin`.
+in-place aliasing), :func:`autotune`, :func:`impl`, :func:`aot_impl`; :func:`run_jit` is the JIT
+launch sequence on plain buffers (what :func:`impl` calls; the GPU test runs it with torch
+tensors). TensorRT is imported only by :func:`register_plugin`.
 """
 
 from __future__ import annotations
@@ -36,10 +54,11 @@ from onnx_fuse.plugin_ids import PLUGIN_NAMESPACE, PLUGIN_VERSIONS
 from onnx_fuse.plugins.fused_attention_plugin import (FLOAT_TYPES, HEAD_DIMS, _tname,
                                                       check_attributes, check_plugin_identity,
                                                       register_plugin_module)
+from onnx_fuse.plugins.fused_attention_plugin import _View as _BaseView
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
            "check_node", "prepare_node", "register_plugin", "register", "impl", "aot_impl",
-           "autotune",
+           "autotune", "run_jit", "query_len", "PREFILL_HEAD_DIMS",
            "adapter_source", "decode_variants"]
 
 PLUGIN_NAME = "PagedAttention"
@@ -54,6 +73,9 @@ ATTRIBUTES = {
 }
 ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0}   # docs/ops.md; written by prepare_node
 MAX_GROUP = 16
+# Head sizes of the paged prefill kernel (Sq > 1): onnx_fuse_paged_prefill_fwd in
+# kernels/fused_attention.cu; paged_attention.yaml kernel.prefill_over_prefix.head_dims.
+PREFILL_HEAD_DIMS = (64, 128)
 _TILE = 64  # the JIT path's split granularity (a multiple of every variant's token tile)
 
 # One launch per plugin call (the TensorRT AOT path runs exactly one kernel), grid (Hkv, 1, B):
@@ -153,18 +175,31 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
             if t is not None and t != onnx.TensorProto.INT32:
                 issues.append(f"{name} must be int32 (got {_tname(t)})")
         q_shape = info.shape(inputs[0])
+        d = None
         if q_shape is not None:
             if len(q_shape) != 3:
-                issues.append(f"query must be rank 3 [B, 1, Hq*D] (got rank {len(q_shape)})")
-            elif isinstance(q_shape[1], int) and q_shape[1] != 1:
-                issues.append(f"decode only: query has {q_shape[1]} tokens per sequence, the "
-                              "plugin handles 1")
+                issues.append(f"query must be rank 3 [B, Sq, Hq*D] (got rank {len(q_shape)})")
             elif q_shape[2] is None:
                 issues.append("query's last dim (heads*D) must be static")
             elif isinstance(hq, int) and hq > 0 and (
                     q_shape[2] % hq or q_shape[2] // hq not in HEAD_DIMS):
                 issues.append(f"head size {q_shape[2] / hq:g} not supported (supported: "
                               f"{', '.join(map(str, HEAD_DIMS))})")
+            elif isinstance(hq, int) and hq > 0:
+                d = q_shape[2] // hq
+        sq = query_len(node, info)
+        if sq != 1:
+            issues += _prefill_issues(node, info, d, sq)
+        for name, n in zip(INPUTS[1:3], inputs[1:3]):
+            shape = info.shape(n)
+            if shape is not None and len(shape) != 3:
+                issues.append(f"{name} must be rank 3 [B, Sq, Hkv*D] (got rank {len(shape)})")
+            elif (shape is not None and d is not None and isinstance(hkv, int)
+                  and shape[2] not in (None, hkv * d)):
+                issues.append(f"{name} has hidden size {shape[2]}, kv_num_heads * D is {hkv * d}")
+            elif (shape is not None and isinstance(sq, int) and isinstance(shape[1], int)
+                  and shape[1] != sq):
+                issues.append(f"{name} has {shape[1]} tokens per sequence, query has {sq}")
         for name, n in zip(INPUTS[3:5], inputs[3:5]):
             shape = info.shape(n)
             if shape is not None and len(shape) != 4:
@@ -177,14 +212,52 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
     return list(dict.fromkeys(issues))
 
 
-def prepare_node(node: onnx.NodeProto, fresh_name) -> list[onnx.NodeProto]:
-    """Write the contract defaults and ``aot = 1`` onto ``node`` (in place); no new nodes."""
+def query_len(node: onnx.NodeProto, info) -> int | None:
+    """The node's tokens per sequence (query dim 1) where the graph fixes it, else None."""
+    shape = info.shape(node.input[0]) if info is not None and node.input else None
+    return shape[1] if shape is not None and len(shape) == 3 and isinstance(shape[1], int) \
+        else None
+
+
+def _aot_attr(node: onnx.NodeProto) -> int | None:
+    a = next((a for a in node.attribute if a.name == "aot"), None)
+    return int(onnx.helper.get_attribute_value(a)) if a is not None else None
+
+
+def _prefill_issues(node: onnx.NodeProto, info, d: int | None, sq: int | None) -> list[str]:
+    """What rules out Sq > 1 (chunked prefill) for a node whose query length is not fixed at 1
+    (``d``: the head size where known)."""
+    tokens = (f"{sq} query tokens per sequence" if sq is not None
+              else "a query length not fixed at 1")
+    fix = "" if sq is not None else " (a static query length of 1 builds a decode-only engine)"
+    issues = []
+    if d is not None and d not in PREFILL_HEAD_DIMS:
+        issues.append(f"head size {d} with {tokens}: the paged prefill kernel (Sq > 1) takes "
+                      f"head sizes {' and '.join(map(str, PREFILL_HEAD_DIMS))}{fix}")
+    pool = info.shape(node.input[3]) if len(node.input) > 3 else None
+    bs = pool[1] if pool is not None and len(pool) == 4 else None
+    if isinstance(bs, int) and (bs <= 0 or bs & (bs - 1)):
+        issues.append(f"block_size {bs} with {tokens}: the paged prefill kernel (Sq > 1) needs a "
+                      f"power-of-two block size{fix}")
+    if _aot_attr(node) == 1:
+        issues.append(f"aot=1 with {tokens}: the AOT kernel is decode-only (Sq = 1); use aot=0 "
+                      "(JIT: append_kv + paged prefill) or a static query length of 1")
+    return issues
+
+
+def prepare_node(node: onnx.NodeProto, fresh_name, info=None) -> list[onnx.NodeProto]:
+    """Write the contract defaults and ``aot`` onto ``node`` (in place); no new nodes.
+
+    ``aot`` (unless set): 1 (the embedded decode kernel, no Python at run time) where ``info``
+    (a ``trt_support.GraphInfo``) shows a query length of exactly 1, else 0 (the JIT path, which
+    also runs Sq > 1)."""
     have = {a.name for a in node.attribute}
     for name, value in ATTRIBUTE_DEFAULTS.items():
         if name not in have:
             node.attribute.append(onnx.helper.make_attribute(name, value))
     if "aot" not in have:
-        node.attribute.append(onnx.helper.make_attribute("aot", 1))
+        aot = 1 if query_len(node, info) == 1 else 0
+        node.attribute.append(onnx.helper.make_attribute("aot", aot))
     return []
 
 
@@ -236,27 +309,59 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
          key_cache: "trtp.Tensor", value_cache: "trtp.Tensor", block_tables: "trtp.Tensor",
          seq_lens: "trtp.Tensor", num_heads: int, kv_num_heads: int, scale: float,
          outputs: "Tuple[trtp.Tensor, trtp.Tensor, trtp.Tensor]", stream: int) -> None:
-    """JIT path: append the new K/V in place, then decode in one split (no workspace)."""
-    from onnx_fuse.plugins.fused_attention_plugin import _View, heads_view, kernel_lib
+    """JIT path: append the new K/V in place, then decode (Sq == 1) or prefill over the pool
+    (Sq > 1), on TensorRT's stream."""
+    from onnx_fuse.plugins.fused_attention_plugin import kernel_lib
 
     dt = "float16" if _dtype_tag(query.dtype) == "f16" else "bfloat16"
-    b, _, hidden = (int(x) for x in query.shape)
+    run_jit(kernel_lib(), query, key, value, key_cache, value_cache, block_tables, seq_lens,
+            outputs[0], num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dt,
+            stream=stream)
+
+
+class _View(_BaseView):
+    """A strided buffer view; ``dim()`` as KernelLib.paged_prefill reads it."""
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output, *,
+            num_heads: int, kv_num_heads: int, scale: float, dtype: str, stream: int) -> None:
+    """The JIT launch sequence on buffers with ``data_ptr`` (int), ``shape`` and ``strides``
+    (element strides), as ``trtp.Tensor`` has them: ``lib.append_kv`` then ``lib.paged_decode``
+    (Sq == 1, one split) or ``lib.paged_prefill`` (Sq > 1, causal bottom-right, every sequence
+    with Sq new tokens). ``dtype``: "float16" or "bfloat16"; ``lib``: a ``KernelLib``."""
+    from onnx_fuse.plugins.fused_attention_plugin import heads_view
+
+    b, sq, hidden = (int(x) for x in query.shape)
     d = _dims(hidden, num_heads)
     kv_num_heads = kv_num_heads or num_heads
+    bs = int(key_cache.shape[1])
+    if sq > 1 and (d not in PREFILL_HEAD_DIMS or bs & (bs - 1)):  # check_node's static rules
+        raise ValueError(f"PagedAttention with {sq} query tokens needs head size "
+                         f"{' or '.join(map(str, PREFILL_HEAD_DIMS))} and a power-of-two "
+                         f"block size (got {d} and {bs})")
 
-    def view(t, dtype=dt):
-        return _View(t.data_ptr, t.shape, t.strides, dtype)
+    def view(t, dt=dtype):
+        return _View(t.data_ptr, t.shape, t.strides, dt)
 
-    lib = kernel_lib()
+    def heads(t, h):
+        v = heads_view(t, h, dtype)
+        return _View(v.data_ptr(), v.shape, v.stride(), dtype)
+
     k_pool, v_pool = view(key_cache), view(value_cache)
     tables, lens = view(block_tables, "int32"), view(seq_lens, "int32")
-    lib.append_kv(heads_view(key, kv_num_heads, dt), heads_view(value, kv_num_heads, dt),
-                  k_pool, v_pool, tables, lens, stream=stream)
-    q = heads_view(query, num_heads, dt)
-    out = heads_view(outputs[0], num_heads, dt)
+    lib.append_kv(heads(key, kv_num_heads), heads(value, kv_num_heads), k_pool, v_pool, tables,
+                  lens, stream=stream)
+    q, out = heads(query, num_heads), heads(output, num_heads)
+    if sq > 1:
+        lib.paged_prefill(q, k_pool, v_pool, tables, lens, out, causal=True, scale=scale,
+                          stream=stream)
+        return
     # Decode layout [B, Hq, D]: drop the single-token axis.
-    q3 = _View(q.data_ptr(), (b, num_heads, d), (q.stride(0), d, 1), dt)
-    o3 = _View(out.data_ptr(), (b, num_heads, d), (out.stride(0), d, 1), dt)
+    q3 = _View(q.data_ptr(), (b, num_heads, d), (q.stride(0), d, 1), dtype)
+    o3 = _View(out.data_ptr(), (b, num_heads, d), (out.stride(0), d, 1), dtype)
     lib.paged_decode(q3, k_pool, v_pool, tables, lens, o3, scale=scale, num_splits=1,
                      stream=stream)
 
@@ -286,12 +391,18 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
              kv_num_heads: int, scale: float,
              outputs: "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
-    """AOT path: one fused append + single-split decode kernel, grid (Hkv, 1, B)."""
+    """AOT path: one fused append + single-split decode kernel, grid (Hkv, 1, B); decode only
+    (the query length must be the constant 1)."""
     from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx
 
     hidden = query.shape_expr[2]
     if not hidden.is_constant:
         raise ValueError("PagedAttention needs a static hidden size (heads * head_dim)")
+    tokens = query.shape_expr[1]
+    if not (tokens.is_constant and int(tokens.constant_value) == 1):
+        raise ValueError("PagedAttention's AOT kernel is decode-only (one query token per "
+                         "sequence) and this node's query length is not fixed at 1: build it "
+                         "with aot=0 (JIT: append_kv + paged prefill)")
     d = _dims(int(hidden.constant_value), num_heads)
     kv_num_heads = kv_num_heads or num_heads
     variants = decode_variants()

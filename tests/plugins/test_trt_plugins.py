@@ -119,12 +119,13 @@ def test_unknown_op_in_our_domain(models):
 
 # ---------------------------------------------------------------------------- PagedAttention
 
-def _paged_model(*, sq=1, hq=4, hkv=2, d=64, table_dtype=TP.INT32, dtype=TP.FLOAT16, **attrs):
+def _paged_model(*, sq=1, hq=4, hkv=2, d=64, bs=16, table_dtype=TP.INT32, dtype=TP.FLOAT16,
+                 **attrs):
     ins = [helper.make_tensor_value_info("q", dtype, ["b", sq, hq * d]),
            helper.make_tensor_value_info("k", dtype, ["b", sq, hkv * d]),
            helper.make_tensor_value_info("v", dtype, ["b", sq, hkv * d]),
-           helper.make_tensor_value_info("kc", dtype, ["nb", 16, hkv, d]),
-           helper.make_tensor_value_info("vc", dtype, ["nb", 16, hkv, d]),
+           helper.make_tensor_value_info("kc", dtype, ["nb", bs, hkv, d]),
+           helper.make_tensor_value_info("vc", dtype, ["nb", bs, hkv, d]),
            helper.make_tensor_value_info("bt", table_dtype, ["b", "mb"]),
            helper.make_tensor_value_info("lens", TP.INT32, ["b"])]
     a = {"num_heads": hq, "kv_num_heads": hkv, "scale": 0.0, "plugin_version": "1",
@@ -132,8 +133,8 @@ def _paged_model(*, sq=1, hq=4, hkv=2, d=64, table_dtype=TP.INT32, dtype=TP.FLOA
     node = helper.make_node("PagedAttention", [i.name for i in ins], ["y", "kc_out", "vc_out"],
                             name="pa0", domain="onnx_fuse", **a)
     outs = [helper.make_tensor_value_info("y", dtype, ["b", sq, hq * d]),
-            helper.make_tensor_value_info("kc_out", dtype, ["nb", 16, hkv, d]),
-            helper.make_tensor_value_info("vc_out", dtype, ["nb", 16, hkv, d])]
+            helper.make_tensor_value_info("kc_out", dtype, ["nb", bs, hkv, d]),
+            helper.make_tensor_value_info("vc_out", dtype, ["nb", bs, hkv, d])]
     g = helper.make_graph([node], "pa", ins, outs)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20),
                                                helper.make_opsetid("onnx_fuse", 1)])
@@ -145,15 +146,67 @@ def test_valid_paged_attention_node_is_supported():
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(sq=4), "decode only"),
     (dict(table_dtype=TP.INT64), "block_tables must be int32"),
     (dict(hq=64, hkv=2), "GQA group 32 > 16"),
     (dict(dtype=TP.FLOAT), "float16 or bfloat16"),
     (dict(d=72), "head size 72"),  # 80 is supported since issue 12
+    # Sq > 1 (chunked prefill) runs the paged prefill kernel: D 64 / 128, power-of-two blocks
+    (dict(sq=4, d=80), "head size 80 with 4 query tokens per sequence: the paged prefill "
+                       "kernel (Sq > 1) takes head sizes 64 and 128"),
+    (dict(sq="s", d=256), "head size 256 with a query length not fixed at 1"),
+    (dict(sq=4, bs=24), "block_size 24 with 4 query tokens per sequence"),
+    (dict(sq="s", aot=1), "aot=1 with a query length not fixed at 1: the AOT kernel is "
+                          "decode-only"),
 ])
 def test_paged_attention_contract_violations(kw, message):
     reasons = _reasons(_paged_model(**kw))
     assert any(message in r for r in reasons), reasons
+    assert all("\n" not in r for r in reasons)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(sq=4), dict(sq=512, d=128, bs=64), dict(sq="s"), dict(sq="s", aot=0, bs=1),
+    dict(sq=1, d=80, bs=24), dict(sq=1, d=256, aot=1), dict(sq=1, d=96),
+])
+def test_paged_attention_chunked_prefill_and_decode_are_supported(kw):
+    """Sq > 1 (or a dynamic Sq) at D 64 / 128 with power-of-two blocks; every head size, any
+    block size and the AOT kernel at Sq = 1."""
+    r = check_model(_paged_model(**kw))
+    assert r.supported, r.issues
+
+
+@pytest.mark.parametrize("sq, aot", [(1, 1), (4, 0), ("s", 0)])
+def test_prepare_for_tensorrt_picks_aot_only_for_decode(sq, aot):
+    """The builder writes aot=1 (embedded decode kernel) only where the query length is
+    statically 1; otherwise the JIT path (append_kv + paged prefill) serves every Sq."""
+    from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
+
+    m = _paged_model(sq=sq)
+    prepared, changed = prepare_for_tensorrt(m)
+    attrs = {a.name: helper.get_attribute_value(a) for a in prepared.graph.node[0].attribute}
+    assert changed == 1 and attrs["aot"] == aot
+    assert check_model(prepared).supported
+    # An aot the model already carries is kept (and check-trt judges it).
+    m.graph.node[0].attribute.append(helper.make_attribute("aot", 1))
+    prepared, _ = prepare_for_tensorrt(m)
+    attrs = {a.name: helper.get_attribute_value(a) for a in prepared.graph.node[0].attribute}
+    assert attrs["aot"] == 1 and check_model(prepared).supported == (sq == 1)
+
+
+def test_paged_prepare_node_without_shapes_picks_jit():
+    node = _paged_model(sq=1).graph.node[0]
+    pa.prepare_node(node, None)
+    assert {a.name: helper.get_attribute_value(a) for a in node.attribute}["aot"] == 0
+
+
+def test_paged_prefill_head_dims_match_the_contract():
+    from pathlib import Path
+
+    import yaml
+
+    doc = yaml.safe_load(Path(pa.__file__).with_name("paged_attention.yaml").read_text())
+    assert tuple(doc["kernel"]["prefill_over_prefix"]["head_dims"]) == pa.PREFILL_HEAD_DIMS
+    assert set(pa.PREFILL_HEAD_DIMS) <= set(pa.HEAD_DIMS)
 
 
 # ---------------------------------------------------------------------------- contract files
