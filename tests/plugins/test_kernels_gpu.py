@@ -183,6 +183,110 @@ def test_fused_attention_onnx_level_contract(lib):
     assert _rel_err(out, expect) < TOL[torch.float16]
 
 
+# ------------------------------------------ warp-specialized wgmma with a TMA producer (m128n128w12t)
+# Under TMA only rows past S read as zeros; rows [seq_len, S) are whatever the tensor holds there.
+
+FA_TMA = (128, 128, 12, "tma")
+FA_TMA_CASES = [  # as FA_CASES (rows [seq_len, S) of Q, K and V hold NaN)
+    (2, 128, 4, 4, 128, False, None, FA_TMA),
+    (2, 515, 4, 1, 128, True, [515, 260], FA_TMA),
+    (1, 1000, 8, 8, 128, False, None, FA_TMA),
+    (1, 1024, 4, 4, 128, True, None, FA_TMA),
+    (4, 64, 12, 4, 128, False, [64, 63, 17, 2], FA_TMA),
+    (1, 1, 2, 1, 128, True, None, FA_TMA),
+    (2, 700, 8, 2, 128, False, [700, 385], FA_TMA),
+    (1, 4096, 2, 1, 128, False, [3000], FA_TMA),
+    (2, 333, 16, 1, 64, True, [300, 333], FA_TMA),
+    (3, 200, 6, 3, 64, False, [200, 1, 0], FA_TMA),
+    (1, 2000, 4, 2, 64, False, None, FA_TMA),
+    (2, 1000, 4, 4, 64, True, [999, 640], FA_TMA)]
+
+
+def _need_sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("TMA variant: compute capability 9.0 (sm_90a library) only")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_TMA_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-tma".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
+def test_fused_attention_tma_matches_reference(lib, case, dtype):
+    _need_sm90()
+    test_fused_attention_matches_reference(lib, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fused_attention_tma_inf_padding(lib, dtype, D, causal):
+    """+-Inf and NaN in rows [seq_len, S) of Q, K and V (TMA copies them): P is 0 there, but
+    0 * Inf is NaN, so the kernel must zero those V rows and not store those query rows."""
+    _need_sm90()
+    B, S, Hq, Hkv = 3, 700, 8, 2
+    lens = [700, 385, 130]
+    gen = torch.Generator(device="cuda").manual_seed(11 + D + int(causal))
+    q, k, v = (_rand((B, S, h, D), dtype, gen) for h in (Hq, Hkv, Hkv))
+    qc, kc, vc = q.clone(), k.clone(), v.clone()
+    for b, L in enumerate(lens):
+        qc[b, L:] = kc[b, L:] = vc[b, L:] = 0  # what the reference sees there (it never reads it)
+        q[b, L:] = float("nan")
+        k[b, L:] = float("inf")
+        v[b, L:] = float("inf")
+        v[b, L + 1::3] = float("-inf")
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=FA_TMA)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[dtype]
+    for b, L in enumerate(lens):
+        assert torch.count_nonzero(out[b, L:]).item() == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_fused_attention_tma_strided_packed_qkv(lib, dtype):
+    """Q/K/V as views of one packed [B, S, (Hq + 2*Hkv) * D] tensor (tensor maps over strided
+    heads); output in a [B,H,S,D] buffer; ragged lengths."""
+    _need_sm90()
+    B, S, Hq, Hkv, D = 2, 390, 8, 2, 128
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    qkv = _rand((B, S, Hq + 2 * Hkv, D), dtype, gen)
+    q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:]
+    lens = [390, 200]
+    out = torch.full((B, Hq, S, D), float("nan"), dtype=dtype, device="cuda").transpose(1, 2)
+    lib.fused_attention(q, k, v, out, seq_lens=torch.tensor(lens, dtype=torch.int32, device="cuda"),
+                        causal=True, variant=FA_TMA)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=True, out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[dtype]
+
+
+def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib):
+    """K/V broadcast over the batch (stride 0) break TMA's rules: asked for by name the launcher
+    refuses (cudaErrorInvalidValue); with loads = 2 (what a planned TMA launch passes) it runs
+    the cp.async producer and the result matches."""
+    _need_sm90()
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    B, S, Hq, Hkv, D = 2, 300, 4, 2, 128
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q = _rand((B, S, Hq, D), torch.float16, gen)
+    k = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
+    v = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
+    out = torch.full_like(q, float("nan"))
+    with pytest.raises(KernelError):
+        lib.fused_attention(q, k, v, out, variant=FA_TMA)
+    torch.cuda.synchronize()
+    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
+    rc = lib._lib.onnx_fuse_fused_attention_fwd(
+        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
+        1.0 / D**0.5, 1, 128, 128, 12, 2, torch.cuda.current_stream().cuda_stream)
+    assert rc == 0
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[torch.float16]
+
+
 # ------------------------------------------------------------------ paged attention (decode)
 
 
@@ -407,3 +511,200 @@ def test_paged_prefill_refuses_bad_arguments(lib):
     with pytest.raises(KernelError):  # head size 80 has no paged-prefill kernel yet
         lib.paged_prefill(q80, k_pool[..., :80].contiguous(), v_pool[..., :80].contiguous(), tables, seq,
                           torch.empty_like(q80))
+
+
+# ------------------------------------------------------------- fp8 (e4m3) pool: append + decode
+#
+# Pools are uint8 e4m3 bytes with float32 per-kv-head scales (value = e4m3 * scale). The pools
+# are filled by append_kv_fp8 from fp16/bf16 K/V whose magnitude differs per kv head (so the
+# scales differ and a wrong head's scale fails); every slot the kernels must neither write nor
+# read holds 0x7F (e4m3 NaN). Two references: the float64 attention over the DEQUANTIZED pool
+# (checks the kernel, TOL8) and over the ORIGINAL 16-bit K/V (the quantization error the docs
+# quote, FP8_QUANT_TOL).
+
+TOL8 = {torch.float16: 4e-3, torch.bfloat16: 1e-2}  # the math runs in fp16 (P, Q) for both
+FP8_QUANT_TOL = 0.08  # e4m3 keeps 3 mantissa bits: ~3.6 % rms per element of K and V
+E4M3_NAN = 0x7F
+
+
+def _e4m3_bytes(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Reference quantization: x / scale (IEEE fp32), saturated to +-448, RNE to e4m3 (CPU)."""
+    y = x.float().cpu() / scale.float().cpu()[None, None, :, None]
+    return y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def _dequant(pool8: torch.Tensor, scale: torch.Tensor) -> np.ndarray:
+    return np.nan_to_num(_np(pool8.view(torch.float8_e4m3fn).float() * scale[None, None, :, None]))
+
+
+def _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen, scale_div=448.0):
+    """16-bit pools (per-head magnitudes 0.5x..4x, NaN outside the sequences), the same tokens
+    appended into fp8 pools with append_kv_fp8 (right-aligned [B, max_len, Hkv, D] batch: the
+    append skips positions < 0), and scales amax_h / scale_div."""
+    k16, v16, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
+    h = torch.arange(Hkv, device="cuda")
+    fk = (2.0 ** (h % 4 - 1)).float()[None, None, :, None]
+    fv = (2.0 ** (2 - h % 4)).float()[None, None, :, None]
+    k16 = (k16.float() * fk).to(dtype)
+    v16 = (v16.float() * fv).to(dtype)
+    lmax = max(max(lens), 1)
+    kd = torch.zeros((B, lmax, Hkv, D), dtype=dtype, device="cuda")
+    vd = torch.zeros_like(kd)
+    for b, L in enumerate(lens):
+        if L > 0:
+            t = torch.arange(L, device="cuda")
+            blk = tables[b, t // bs].long()
+            kd[b, lmax - L:] = k16[blk, t % bs]
+            vd[b, lmax - L:] = v16[blk, t % bs]
+    k_scale = (kd.float().abs().amax(dim=(0, 1, 3)) / scale_div).clamp_min(1e-6).contiguous()
+    v_scale = (vd.float().abs().amax(dim=(0, 1, 3)) / scale_div).clamp_min(1e-6).contiguous()
+    k8 = torch.full(k16.shape, E4M3_NAN, dtype=torch.uint8, device="cuda")
+    v8 = torch.full_like(k8, E4M3_NAN)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    lib.append_kv_fp8(kd, vd, k8, v8, k_scale, v_scale, tables, seq)
+    torch.cuda.synchronize()
+    return k16, v16, k8, v8, k_scale, v_scale, tables, seq
+
+
+PA8_CASES = [
+    # B, Hq, Hkv, D, block_size, lens, num_splits
+    (3, 8, 8, 128, 16, [1, 16, 33], None),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], None),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 1),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 7),
+    (2, 16, 1, 128, 32, [2049, 100], None),
+    (2, 16, 1, 64, 64, [130, 4096], 5),
+    (5, 12, 4, 64, 32, [31, 32, 33, 300, 0], None),
+    (2, 4, 4, 64, 16, [15, 17], 2),
+    (2, 28, 4, 128, 8, [640, 65], 1),
+    (3, 12, 4, 96, 16, [700, 5, 64], None),
+    (3, 8, 2, 256, 16, [900, 1, 300], None),
+    (2, 16, 1, 256, 32, [2049, 0], 4),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", PA8_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
+def test_paged_decode_fp8_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, lens, splits = case
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8", case)).encode()))
+    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
+    assert len(set(ks.tolist())) == Hkv  # the per-head scales differ
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits)
+    torch.cuda.synchronize()
+    tabs = tables.cpu().numpy()
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tabs, np.array(lens), out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL8[dtype], f"relative error against the dequantized pool {err:.3e}"
+    orig = ref.paged_attention(_np(q), _ref_pool(k16), _ref_pool(v16), tabs, np.array(lens), out_dtype=np.float64)
+    qerr = _rel_err(out, orig)
+    assert qerr < FP8_QUANT_TOL, f"relative error against the 16-bit K/V {qerr:.3e}"
+    for b, L in enumerate(lens):
+        if L == 0:
+            assert torch.count_nonzero(out[b]).item() == 0
+
+
+@pytest.mark.parametrize("variant", [(4, 3), (4, 4), (4, 6), (8, 3)], ids=lambda v: f"w{v[0]}s{v[1]}")
+@pytest.mark.parametrize("splits", [1, None, 5])
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
+def test_paged_decode_fp8_variants(lib, variant, splits, D):
+    from onnx_fuse.plugins import launch_plan as lp
+
+    if variant not in lp.pa8_variants(D):
+        pytest.skip(f"fp8 variant {variant} is not compiled for D={D}")
+    B, Hq, Hkv, bs, lens = 3, 24, 4, 16, [1500, 47, 0]
+    dtype = torch.float16
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8", variant, splits, D)).encode()))
+    _, _, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=variant)
+    torch.cuda.synchronize()
+    assert (plan.warps, plan.stages) == variant and plan.kv_fp8
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tables.cpu().numpy(), np.array(lens),
+                                 out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL8[dtype]
+    assert torch.count_nonzero(out[2]).item() == 0  # zero-length sequence
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_append_kv_fp8_quantizes_exactly(lib, dtype, D):
+    """Every written byte equals e4m3_rne(clamp(x / scale, +-448)); nothing else is written.
+    The scales are half the amax/448 choice, so the largest values saturate."""
+    B, Hkv, bs, lens = 3, 4, 16, [37, 1, 16]
+    gen = torch.Generator(device="cuda").manual_seed(D + (1 if dtype == torch.bfloat16 else 0))
+    k16, v16, k8, v8, ks, vs, _, _ = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen, scale_div=896.0)
+    for p16, p8, s in ((k16, k8, ks), (v16, v8, vs)):
+        written = ~torch.isnan(p16.float()).cpu()
+        expect = torch.where(written, _e4m3_bytes(torch.nan_to_num(p16), s), torch.full_like(p8.cpu(), E4M3_NAN))
+        got = p8.cpu()
+        assert torch.equal(got, expect), f"{int((got != expect).sum())} bytes differ"
+        assert int(((got[written] & 0x7F) == 0x7E).sum()) > 0  # some values saturated at 448
+
+
+def test_append_kv_fp8_then_decode_new_tokens(lib):
+    """Decode after appending 3 more tokens per sequence into a pool already holding a prefix."""
+    B, Hq, Hkv, D, bs = 2, 16, 4, 128, 16
+    gen = torch.Generator(device="cuda").manual_seed(77)
+    lens0 = [40, 15]
+    k16, v16, k8, v8, ks, vs, tables, _ = _make_fp8_pool(lib, B, Hkv, D, bs, lens0, torch.float16, gen)
+    new = 3
+    lens = [L + new for L in lens0]  # 43 and 18: still inside each sequence's blocks (+1 spare entry)
+    # _make_pool's tables end in -1 entries: give the sequences spare pool blocks where they grow
+    tables = tables.cpu()
+    spare = sorted(set(range(k8.shape[0])) - set(tables[tables >= 0].tolist()))
+    for b, L in enumerate(lens):
+        for j in range(-(-L // bs)):
+            if int(tables[b, j]) < 0:
+                tables[b, j] = spare.pop()
+    tables = tables.cuda()
+    k_new = _rand((B, new, Hkv, D), torch.float16, gen) * 0.5
+    v_new = _rand((B, new, Hkv, D), torch.float16, gen) * 0.5
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    lib.append_kv_fp8(k_new, v_new, k8, v8, ks, vs, tables, seq)
+    q = _rand((B, Hq, D), torch.float16, gen)
+    out = torch.full_like(q, float("nan"))
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out)
+    torch.cuda.synchronize()
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tables.cpu().numpy(), np.array(lens),
+                                 out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL8[torch.float16]
+    # the new tokens are in the pool, quantized with their head's scale
+    for b, L in enumerate(lens):
+        for i in range(new):
+            pos = L - new + i
+            blk, slot = int(tables[b, pos // bs]), pos % bs
+            got = k8[blk, slot].cpu()
+            assert torch.equal(got, _e4m3_bytes(k_new[b, i][None, None], ks)[0, 0]), (b, i)
+
+
+def test_paged_decode_fp8_accepts_float8_dtype_and_refuses_bad_arguments(lib):
+    from onnx_fuse.plugins import launch_plan as lp
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, 2, 2, 64, 16, [40, 9], torch.float16, gen)
+    q = _rand((2, 8, 64), torch.float16, gen)
+    out = torch.full_like(q, float("nan"))
+    lib.paged_decode_fp8(q, k8.view(torch.float8_e4m3fn), v8.view(torch.float8_e4m3fn), ks, vs, tables, seq, out)
+    torch.cuda.synchronize()
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tables.cpu().numpy(), np.array([40, 9]),
+                                 out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL8[torch.float16]
+    with pytest.raises(ValueError):  # a 16-bit pool is not an fp8 pool
+        lib.paged_decode_fp8(q, k16, v16, ks, vs, tables, seq, out)
+    with pytest.raises(ValueError):  # one scale per kv head
+        lib.paged_decode_fp8(q, k8, v8, ks[:1].contiguous(), vs, tables, seq, out)
+    # head size 80 has no fp8 kernel: the C launchers refuse it (plan of D = 64 forced through)
+    plan = lp.plan_paged_decode(2, 8, 2, 64, 16, tables.shape[1], kv_dtype="fp8", num_splits=1)
+    q80 = _rand((2, 8, 80), torch.float16, gen)
+    k80 = torch.zeros((k8.shape[0], 16, 2, 80), dtype=torch.uint8, device="cuda")
+    with pytest.raises(KernelError):
+        lib.paged_decode_fp8(q80, k80, k80, ks, vs, tables, seq, torch.empty_like(q80), plan=plan)
+    with pytest.raises(KernelError):
+        lib.append_kv_fp8(q80[:, None, :2], q80[:, None, :2], k80, k80, ks, vs, tables, seq)
+    with pytest.raises(ValueError):  # a 16-bit plan for an fp8 pool
+        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, plan=lp.plan_paged_decode(2, 8, 2, 64, 16, 4))
