@@ -6,6 +6,12 @@ Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's Flas
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
+On the two headline decode shapes (B64 H32/8 D128 and MQA B128 H16/1 D64, ctx 4096, block 16)
+the fp8 (e4m3) pool decode runs beside them on the same K/V quantized per kv head (scale =
+amax/448): GB/s of pool bytes read (half the 16-bit pool's), tokens/s (sum(seq_lens) / time) for
+every candidate, and the planned fp8 / planned 16-bit tokens/s ratio; fp8 candidates are checked
+against a float32 reference on the dequantized K/V, and the quantization error (against the
+reference on the original K/V) is printed beside it.
 Prefix rows: prefill over a paged prefix (new tokens over cached + new K/V in the block pool,
 causal bottom-right), ours on a shuffled and on an identity block table, beside torch SDPA
 (FlashAttention-2 backend, lower-right causal bias) on contiguous K/V, in TFLOP/s (4*Hq*D*sum of
@@ -106,8 +112,8 @@ def main() -> int:
             for var in lp.fa_variants(D):
                 eng = lp.fa_engine(var, D, torch.cuda.get_device_capability())
                 planned = lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dt)[6:], causal=causal)
-                label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}" + (
-                    " (planned)" if var == (planned.block_m, planned.block_n, planned.warps) else "")
+                label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}{'t' if var[3:] == ('tma',) else ''}" + (
+                    " (planned)" if tuple(var) == planned.variant else "")
                 cands[label] = (lambda var=var: lib.fused_attention(q, k, v, out, causal=causal, variant=var), True)
             for name, be in (("torch FA2", SDPBackend.FLASH_ATTENTION), ("torch cuDNN", SDPBackend.CUDNN_ATTENTION)):
                 def f(be=be):
@@ -254,7 +260,43 @@ def main() -> int:
                 vg = v_pool[tables.long()].view(B, ctx, Hkv, D).transpose(1, 2)
                 return F.scaled_dot_product_attention(qs, kg, vg, enable_gqa=True)
             cands["torch gather + SDPA"] = (gather_sdpa, False)
+            fp8 = bs == 16 and ctx == 4096 and (Hkv, D) in ((8, 128), (1, 64))  # the headline shapes
+            cand_bytes = {n: kv_bytes for n in cands}
+            planned16 = next(n for n in cands if n.endswith("(auto)"))
+            planned8, quant_err = None, None
+            if fp8:
+                # e4m3 pools of the same K/V, per-kv-head scales amax/448; float32 reference on the
+                # dequantized K/V (checks the kernel), quantization error against `ref`
+                def quant(pool):
+                    sc = (pool.abs().amax(dim=(0, 1, 3)).float() / 448.0).clamp_min(1e-12).contiguous()
+                    b8 = torch.empty(pool.shape, dtype=torch.uint8, device="cuda")
+                    for i in range(0, pool.shape[0], 4096):  # chunks: bounded fp32 temporaries
+                        x = pool[i:i + 4096].float() / sc[None, None, :, None]
+                        b8[i:i + 4096] = x.clamp_(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+                    return b8, sc
+                k8, ks = quant(k_pool)
+                v8, vs = quant(v_pool)
+
+                def dq_contig(b8, sc):
+                    x = b8[tables.long()].view(torch.float8_e4m3fn).float() * sc[None, None, None, :, None]
+                    return x.reshape(B, ctx, Hkv, D).transpose(1, 2)
+                ref8 = F.scaled_dot_product_attention(qs.float(), dq_contig(k8, ks), dq_contig(v8, vs),
+                                                      enable_gqa=True).view(B, Hq, D)
+                torch.cuda.empty_cache()
+                auto8 = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], kv_dtype="fp8")
+                for var in lp.pa8_variants(D):
+                    for sp in sorted({1, 2, auto8.num_splits, 2 * auto8.num_splits}):
+                        plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
+                                                    variant=var, kv_dtype="fp8")
+                        is_auto = sp == auto8.num_splits and var == (auto8.warps, auto8.stages)
+                        label = f"ours fp8 pool w{var[0]}s{var[1]} split={plan.num_splits}{' (auto)' if is_auto else ''}"
+                        cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
+                                                                               plan=plan, workspace=ws), "fp8")
+                        cand_bytes[label] = kv_bytes // 2
+                        if is_auto:
+                            planned8 = label
             results = {n: [] for n in cands}
+            toks = {n: [] for n in cands}
             errs = {}
             for n, (fn, ours) in cands.items():
                 try:
@@ -262,7 +304,9 @@ def main() -> int:
                         out.fill_(float("nan"))
                         fn()
                         torch.cuda.synchronize()
-                        errs[n] = rel(out, ref)
+                        errs[n] = rel(out, ref8 if ours == "fp8" else ref)
+                        if n == planned8:
+                            quant_err = rel(out, ref)
                     else:
                         errs[n] = rel(fn().view(B, Hq, D), ref)
                 except Exception as e:
@@ -271,12 +315,31 @@ def main() -> int:
                 for n, (fn, _) in cands.items():
                     if isinstance(errs[n], str):
                         continue
-                    results[n].append(kv_bytes / (bench(fn) * 1e-3) / 1e9)
+                    ms = bench(fn)
+                    results[n].append(cand_bytes[n] / (ms * 1e-3) / 1e9)
+                    toks[n].append(B * ctx / (ms * 1e-3))
             tag = f"decode {str(dt)[6:]} B{B} H{Hq}/{Hkv} D{D} ctx{ctx} bs{bs}"
             for n in cands:
                 rows.append({"kind": "decode", "name": f"{tag} | {n}", "unit": "GB/s",
                              "values": results[n], "rel_err": errs[n]})
-                print(f"{tag} | {n}: {results[n]} err {errs[n]}", flush=True)
+                extra = f" | {[f'{t / 1e6:.0f}' for t in toks[n]]} Mtok/s" if fp8 else ""
+                print(f"{tag} | {n}: {results[n]} err {errs[n]}{extra}", flush=True)
+            if fp8:
+                for n in cands:
+                    rows.append({"kind": "decode-tokens", "name": f"{tag} | {n}", "unit": "Mtok/s",
+                                 "values": [t / 1e6 for t in toks[n]], "rel_err": errs[n]})
+                if planned8 and toks[planned8] and toks[planned16]:
+                    ratio = [a / b for a, b in zip(toks[planned8], toks[planned16])]
+                    best8 = max((n for n in cands if cands[n][1] == "fp8" and toks[n]), key=lambda n: min(toks[n]))
+                    best_ratio = [a / b for a, b in zip(toks[best8], toks[planned16])]
+                    rows.append({"kind": "decode-fp8", "name": f"{tag} | tokens/s fp8 planned / 16-bit planned",
+                                 "unit": "x", "values": ratio, "rel_err": quant_err})
+                    rows.append({"kind": "decode-fp8", "name": f"{tag} | tokens/s fp8 best ({best8}) / 16-bit planned",
+                                 "unit": "x", "values": best_ratio, "rel_err": errs[best8]})
+                    print(f"{tag} | fp8/16-bit tokens/s (planned): {' / '.join(f'{r:.2f}' for r in ratio)}x, "
+                          f"best fp8 {best8}: {' / '.join(f'{r:.2f}' for r in best_ratio)}x (issue target >= 1.8x); "
+                          f"fp8 quantization rel err vs fp32 on the original K/V: {quant_err:.2e}", flush=True)
+                del k8, v8, ref8
             del k_pool, v_pool, kc, vc, ws
             torch.cuda.empty_cache()
 
@@ -297,6 +360,7 @@ def main() -> int:
         case, _, cand = r["name"].partition(" | ")
         vals = " / ".join(f"{v:.0f}" if v >= 10 else f"{v:.2f}" for v in r["values"]) or "-"
         err = r.get("rel_err", "")
+        err = "" if err is None else err
         err = f"{err:.1e}" if isinstance(err, float) else str(err)
         print(f"| {r['kind']} | {case} | {cand or '-'} | {vals} | {r['unit']} | {err} |")
     if a.json:
