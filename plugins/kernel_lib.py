@@ -30,7 +30,7 @@ _i, _ll, _f, _p = ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_void
 # ctypes signatures of the extern "C" launch functions (checked against the .cu declarations by
 # tests/plugins/test_kernel_lib_signatures.py, which needs no GPU).
 ARGTYPES = {
-    "onnx_fuse_fused_attention_fwd": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _i, _i, _i, _i, _p],
+    "onnx_fuse_fused_attention_fwd": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f] + [_i] * 5 + [_p],
     "onnx_fuse_paged_attention_decode_ex": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i,
                                             _f, _i, _i, _i, _p],
     "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
@@ -102,9 +102,12 @@ class KernelLib:
         plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, variant=variant)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
+        # TMA loads: asked for by name, the launcher refuses tensors TMA cannot address; planned,
+        # it falls back to cp.async for them.
+        loads = (1 if variant is not None else 2) if plan.tma else 0
         rc = self._lib.onnx_fuse_fused_attention_fwd(
             plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
-            *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, self._stream(stream))
+            *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, loads, self._stream(stream))
         self._check(rc, "onnx_fuse_fused_attention_fwd")
 
     def paged_decode(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, scale=None,

@@ -23,6 +23,8 @@
 // (for embedding as PTX/cubin, e.g. a TensorRT plugin) and the host launch function
 // onnx_fuse_fused_attention_fwd (pointers, dims, stream), which picks the variant.
 
+#include <cuda.h>  // CUtensorMap and its enums only (types; the driver is reached at run time)
+
 #include "attention_common.cuh"
 #include "cuda_check.cuh"
 #include "wgmma.cuh"
@@ -741,6 +743,7 @@ constexpr int kWsStages = 3;
 // Dense: Q/K/V/O [B, S, H, D] rows at a stride (causal_off = 0: top-left aligned).
 template <typename T>
 struct FaDenseRows {
+  static constexpr bool kTma = false;  // the producer warpgroup issues 16-byte cp.async per row
   const T* q; const T* k; const T* v; T* o;
   long long q_ss, k_ss, v_ss, o_ss;
   int q_len, kv_len, q_store, causal_off;
@@ -758,6 +761,7 @@ struct FaDenseRows {
 // kv_len - q_len + i).
 template <typename T>
 struct FaPagedRows {
+  static constexpr bool kTma = false;
   const T* q; const T* k; const T* v; T* o;
   long long q_ss, o_ss, tok_ss;
   const int* bt;
@@ -773,6 +777,17 @@ struct FaPagedRows {
   }
 };
 
+// Dense rows loaded by TMA (m128n128w12t): one producer thread copies each Q/K/V tile as D/64
+// boxes of 64 columns x 128 rows (128-byte swizzle, exactly the layout sw128_off describes)
+// through tensor maps over [B, S, H, D]. Rows past S read as zeros; rows in [seq_len, S) are
+// whatever the tensor holds there (see fa_ws_core: such V rows are zeroed, such Q rows not stored).
+template <typename T>
+struct FaDenseTmaRows : FaDenseRows<T> {
+  static constexpr bool kTma = true;
+  const void* tq; const void* tk; const void* tv;  // addresses of the __grid_constant__ maps
+  int hq, hkv, b, s_len;                           // coordinates; s_len = S (rows in the tensor)
+};
+
 template <typename T, int D, bool CAUSAL, typename Rows>
 __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
 #if OF_WGMMA_OK
@@ -784,13 +799,14 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   static_assert(D == 64 || D == 128, "warp-specialized variant: D = 64 or 128");
 
   extern __shared__ unsigned char fa_smem[];
-  __shared__ __align__(8) uint64_t ws_bars[1 + 2 * ST];  // Q, full[ST], empty[ST]
+  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST];  // Q, full[ST], empty[ST], V tail (TMA)
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
   const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*TILE, V at + TILE
   const uint32_t qbar = smem_u32(&ws_bars[0]);
   const uint32_t full0 = smem_u32(&ws_bars[1]);
   const uint32_t empty0 = smem_u32(&ws_bars[1 + ST]);
+  const uint32_t vtail = smem_u32(&ws_bars[1 + 2 * ST]);
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
@@ -809,17 +825,74 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   }
   const int n_tiles = (n_end + BN - 1) / BN;
 
+  // Q and full barriers: one arrival per producer thread (cp.async), or one arrival plus the
+  // copies' byte count (TMA). Empty barriers: every consumer thread once its PV is done.
+  constexpr int FULL_ARRIVALS = Rows::kTma ? 1 : 128;
   if (tid == 0) {
-    mbar_init(qbar, 128);
+    mbar_init(qbar, FULL_ARRIVALS);
     for (int s = 0; s < ST; ++s) {
-      mbar_init(full0 + 8 * s, 128);
+      mbar_init(full0 + 8 * s, FULL_ARRIVALS);
       mbar_init(empty0 + 8 * s, 256);
     }
+    mbar_init(vtail, 1);
     mbar_fence_init();
   }
   __syncthreads();
 
-  if (wgi == 0) {  // ---------------------------------------------------------------- producer
+  if constexpr (Rows::kTma) {
+    if (wgi == 0) {  // ------------------------------------------------------- producer (TMA)
+      wg::regs_dec<40>();
+      if (tid >= 32) return;  // warp 0 stays: lane 0 issues, the warp fixes the last V tile
+      const int lane = tid;
+      constexpr int NB = D / 64;  // boxes (64 columns) per tile
+      if (lane == 0) {
+        wg::tma_prefetch_desc(rows.tq);
+        wg::tma_prefetch_desc(rows.tk);
+        wg::tma_prefetch_desc(rows.tv);
+        mbar_arrive_expect_tx(qbar, BM * D * 2);
+#pragma unroll
+        for (int cb = 0; cb < NB; ++cb)
+          wg::tma_load_4d(sQ + cb * BM * 128, rows.tq, cb * 64, rows.hq, m0, rows.b, qbar);
+      }
+      for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = j * BN;
+        const uint32_t full = full0 + 8 * (j % ST);
+        const uint32_t dk = sKV + (j % ST) * 2 * TILE;
+        const uint32_t dv = dk + TILE;
+        // Rows [KL, S) of the last tile hold real data (NaN / Inf possible) that the mask turns
+        // into P = 0 but 0 * Inf = NaN in P V: that tile's V lands on its own barrier first and
+        // the warp zeroes those rows before the stage is published. K needs nothing (S is masked).
+        const bool tail = j == n_tiles - 1 && n0 + BN > KL && KL < rows.s_len;
+        if (lane == 0) {
+          if (j >= ST) mbar_wait_parity(empty0 + 8 * (j % ST), ((j / ST) - 1) & 1);
+          if (!tail) {
+            mbar_arrive_expect_tx(full, 2 * TILE);
+          } else {
+            wg::mbar_expect_tx(full, TILE);  // K only; the arrival comes after the V fix-up
+            mbar_arrive_expect_tx(vtail, TILE);
+          }
+#pragma unroll
+          for (int cb = 0; cb < NB; ++cb)
+            wg::tma_load_4d(dk + cb * BN * 128, rows.tk, cb * 64, rows.hkv, n0, rows.b, full);
+#pragma unroll
+          for (int cb = 0; cb < NB; ++cb)
+            wg::tma_load_4d(dv + cb * BN * 128, rows.tv, cb * 64, rows.hkv, n0, rows.b,
+                            tail ? vtail : full);
+        }
+        if (tail) {  // warp-uniform
+          __syncwarp();
+          mbar_wait_parity(vtail, 0);  // used once per CTA: phase 0
+          const int r0 = KL - n0;      // 0 < r0 < BN
+          for (int c = lane; c < (BN - r0) * CPR; c += 32)
+            wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c / CPR, c % CPR));
+          wg::fence_proxy_async();  // generic stores -> wgmma (async proxy) reads
+          __syncwarp();
+          if (lane == 0) wg::mbar_arrive(full);
+        }
+      }
+      return;
+    }
+  } else if (wgi == 0) {  // ----------------------------------------------- producer (cp.async)
     wg::regs_dec<40>();
     // Thread t copies 16-byte chunk cc = t % CPR of rows r0 + (128 / CPR) * i: the swizzled
     // chunk position depends on the row only through row % 8, which is the same for all its rows.
@@ -1021,12 +1094,15 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   for (int h = 0; h < 2; ++h) {
     const float l = quad_sum(row_l[h]);
     const int row = row0 + h * 8;
-    const float inv = (l > 0.f && row < QL) ? 1.f / l : 0.f;
+    // Rows past q_len are zeros by selection: with TMA their Q rows are whatever the tensor holds
+    // (NaN / Inf give NaN accumulators, and NaN * 0 is NaN).
+    const bool live = l > 0.f && row < QL;
+    const float inv = live ? 1.f / l : 0.f;
     if (row < rows.q_store) {
       T* orow = rows.o_row(row);
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
-        uint32_t packed = Tr::pack(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
+        uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
         *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
       }
     }
@@ -1051,6 +1127,33 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
   // Not an sm_90a build: the first 256 threads run the mma.sync 128x64 8-warp body.
+  if (threadIdx.x >= 256) return;
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+#endif
+}
+
+// m128n128w12t: the warp-specialized body with a TMA producer. tq / tk / tv: tensor maps over Q,
+// K, V (4-D: D, H, S, B; boxes 64 x 1 x 128 x 1, 128-byte swizzle) built by the host launcher.
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_ws_tma_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2, const void* tq, const void* tk, const void* tv) {
+#if OF_WGMMA_OK
+  const int hq = blockIdx.y, b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
+                          v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
+                          q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
+                         tq, tk, tv, hq, hkv, b, S};
+  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
+#else
+  // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
+  // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
   if (threadIdx.x >= 256) return;
   fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
@@ -1122,6 +1225,7 @@ __device__ __forceinline__ void fa_fwd_entry(
 using onnx_fuse::fa_fwd_body;
 using onnx_fuse::fa_fwd_entry;
 using onnx_fuse::fa_fwd_ws_body;
+using onnx_fuse::fa_fwd_ws_tma_body;
 using onnx_fuse::fa_paged_prefill_body;
 using onnx_fuse::fa_fwd_wgmma_body;
 using onnx_fuse::fa_fwd_wgmma_pipe_body;
@@ -1202,6 +1306,22 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WS_KERNELS_D(DTN, T, D)                                                    \
   OF_FA_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12_full, T, D, false)          \
   OF_FA_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12_causal, T, D, true)
+// The same with a TMA producer (name suffix t): three tensor maps follow the usual arguments.
+// No TensorRT AOT twin (its launcher cannot build tensor maps).
+#define OF_FA_WST_KERNEL(NAME, T, D, CAUSAL)                                                     \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
+    fa_fwd_ws_tma_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, \
+                                     k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,           \
+                                     scale_log2, &tq, &tk, &tv);                               \
+  }
+#define OF_FA_WST_KERNELS_D(DTN, T, D)                                                   \
+  OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_full, T, D, false)        \
+  OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_causal, T, D, true)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -1218,6 +1338,8 @@ OF_FA_WG_KERNELS_D256(f16, __half)
 OF_FA_WG1_KERNELS_D64(f16, __half)
 OF_FA_WS_KERNELS_D(f16, __half, 64)
 OF_FA_WS_KERNELS_D(f16, __half, 128)
+OF_FA_WST_KERNELS_D(f16, __half, 64)
+OF_FA_WST_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1226,6 +1348,8 @@ OF_FA_WG_KERNELS_D256(bf16, __nv_bfloat16)
 OF_FA_WG1_KERNELS_D64(bf16, __nv_bfloat16)
 OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1293,6 +1417,74 @@ FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool caus
   return nullptr;
 }
 
+using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
+                               int, long long, long long, long long, long long, long long,
+                               long long, long long, long long, long long, long long, long long,
+                               long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
+
+FaTmaKernelFn pick_tma(int dtype, int D, bool causal) {
+#define OF_PICK_T(DTN, DD)                                                                  \
+  if (D == DD)                                                                              \
+    return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_causal) \
+                  : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_full);
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PICK_T(f16, 64) OF_PICK_T(f16, 128)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PICK_T(bf16, 64) OF_PICK_T(bf16, 128)
+  }
+#undef OF_PICK_T
+  return nullptr;
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the library links cudart
+// statically and not libcuda); null when the driver does not provide it.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = []() -> EncodeTiledFn {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+// Tensor map of one [B, S, H, D] operand (element strides sb, ss, sh; D contiguous) for the
+// m128n128w12t producer: 4-D (D, H, S, B), boxes of 64 columns x 1 head x 128 rows x 1 sequence,
+// 128-byte swizzle, out-of-bounds rows (past S) read as zeros. False when TMA cannot address it:
+// a base not 16-byte aligned, a stride that is not positive (a broadcast), a multiple of 16
+// bytes and below 2^40 bytes (size-1 axes excepted), or the driver refusing the map.
+bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, int H, int D,
+                   long long sb, long long ss, long long sh) {
+  const EncodeTiledFn enc = encode_tiled();
+  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  const long long dims[3] = {H, S, B}, strides[3] = {sh, ss, sb};
+  cuuint64_t gdim[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
+  cuuint64_t gstride[3];
+  long long natural = (long long)D * 2;  // bytes of the packed layout, used for size-1 axes
+  for (int i = 0; i < 3; ++i) {
+    const long long bytes = dims[i] == 1 ? natural : strides[i] * 2;
+    if (bytes <= 0 || bytes % 16 != 0 || bytes >= (1ll << 40)) return false;
+    gstride[i] = (cuuint64_t)bytes;
+    natural = bytes * dims[i];
+  }
+  const cuuint32_t box[4] = {64, 1, 128, 1}, elem[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return enc(map, dt, 4, const_cast<void*>(base), gdim, gstride, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1328,20 +1520,25 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // (128, 64, 8) only; D = 64 also has (64, 128, 4), wgmma with one warpgroup per CTA; D = 64
 // and 128 also have (128, 128, 12), warp-specialized wgmma (producer + 2 consumer warpgroups); (0, 0, 0) = default (plan it with
 // onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
-// must be > 0. Returns 0 or a cudaError_t code.
+// must be > 0. loads (only with (128, 128, 12), D = 64 or 128): 0 = the producer warpgroup's
+// cp.async (m128n128w12); 1 = TMA (m128n128w12t: tensor maps built here; needs compute
+// capability 9.x, 16-byte-aligned Q/K/V bases and positive strides, else cudaErrorInvalidValue);
+// 2 = TMA when those hold, else cp.async. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
                                   long long k_sb, long long k_ss, long long k_sh,
                                   long long v_sb, long long v_ss, long long v_sh,
                                   long long o_sb, long long o_ss, long long o_sh, float scale,
-                                  int causal, int block_m, int block_n, int warps,
+                                  int causal, int block_m, int block_n, int warps, int loads,
                                   cudaStream_t stream) {
   if (block_m == 0 && block_n == 0 && warps == 0) {
     block_m = D == 256 ? 64 : 128;
     block_n = 64;
     warps = 4;
   }
+  OF_REQUIRE(loads >= 0 && loads <= 2);
+  OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
   OF_REQUIRE(B <= 65535 && Hq <= 65535);
@@ -1351,9 +1548,31 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
+  dim3 grid((S + block_m - 1) / block_m, Hq, B);
+  if (loads != 0) {
+    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0);
+    OF_REQUIRE(tfn != nullptr);
+    int dev = 0, major = 0;
+    OF_CUDA_TRY(cudaGetDevice(&dev));
+    OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUtensorMap tq, tk, tv;
+    const bool tma_rules_met = major == 9 &&
+                               fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
+                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
+                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
+    OF_REQUIRE(tma_rules_met || loads == 2);  // 2: fall back to the cp.async producer below
+    if (tma_rules_met) {
+      OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                       scale * onnx_fuse::kLog2e, tq, tk, tv);
+      OF_CUDA_CHECK_LAUNCH();
+      return 0;
+    }
+  }
   OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  dim3 grid((S + block_m - 1) / block_m, Hq, B);
   fn<<<grid, 32 * warps, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                          scale * onnx_fuse::kLog2e);

@@ -82,6 +82,35 @@ __device__ __forceinline__ void mbar_arrive(uint32_t addr) {
 #endif
 }
 
+// Tensor memory access (TMA, sm_90): a 4-D tile copy global -> shared through a tensor map (a
+// __grid_constant__ kernel parameter, passed by address) completing on an mbarrier (complete_tx
+// of the box's full byte count, out-of-bounds elements included, which read as zeros).
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int c0, int c1, int c2,
+                                            int c3, uint32_t mbar) {
+#if OF_WGMMA_OK
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(mbar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
+#if OF_WGMMA_OK
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+#endif
+}
+// Raises the pending transaction count of the mbarrier's current phase without arriving.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t addr, uint32_t bytes) {
+#if OF_WGMMA_OK
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+}
+
 template <int N>
 __device__ __forceinline__ void fence_acc(float (&d)[N][4]) {
 #pragma unroll

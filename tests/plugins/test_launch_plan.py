@@ -38,6 +38,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
                                                  _block(fa, "#define OF_FA_WS_KERNELS_D("))}
     ws_d = {int(d) for d in re.findall(r"^OF_FA_WS_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert ws and ws_d
+    wst = {tuple(map(int, v)) + ("tma",) for v in re.findall(
+        r"OF_FA_WST_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_full", _block(fa, "#define OF_FA_WST_KERNELS_D("))}
+    wst_d = {int(d) for d in re.findall(r"^OF_FA_WST_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wst and wst_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -53,6 +57,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wg1
         if d in ws_d:
             fav[d] |= ws
+        if d in wst_d:
+            fav[d] |= wst
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -65,9 +71,9 @@ def _kernel_names() -> set[str]:
     names = set()
     for dt in ("f16", "bf16"):
         for d, vs in fav.items():
-            for bm, bn, w in vs:
+            for bm, bn, w, *loads in vs:
                 for mask in ("full", "causal"):
-                    names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_m{bm}n{bn}w{w}_{mask}")
+                    names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_m{bm}n{bn}w{w}{'t' if loads else ''}_{mask}")
         for d, vs in pvs.items():
             for w, s, b in vs:
                 names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}{'b' if b else ''}")
@@ -84,7 +90,7 @@ def test_variant_tables_match_the_sources():
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
-    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS}
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS, lp.FA_WS_TMA}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -151,7 +157,7 @@ def test_fused_plan_small_problem_uses_small_tiles():
 def test_fused_plan_every_variant(head_dim):
     for variant in lp.fa_variants(head_dim):
         p = lp.plan_fused_attention(2, 1000, 8, 2, head_dim, "bfloat16", variant=variant)
-        assert (p.block_m, p.block_n, p.warps) == variant
+        assert p.variant == tuple(variant) and (p.block_m, p.block_n, p.warps) == variant[:3]
         assert p.kernel in _kernel_names()
         assert p.dtype_code == 1
         assert p.smem_bytes == lp.fa_smem_bytes(head_dim, *variant)
@@ -175,6 +181,30 @@ def test_fused_plan_picks_per_head_size():
     assert lp.plan_fused_attention(4, 4096, 32, 32, 96, device=ampere).warps == 4
     with pytest.raises(ValueError, match="not compiled for D=256"):
         lp.plan_fused_attention(4, 4096, 16, 16, 256, variant=(128, 32, 4))
+
+
+def test_fused_plan_tma_variant():
+    """m128n128w12t (the warp-specialized body with a TMA producer): listed for D = 64 and 128 so
+    the benchmark times it, never planned by default, Hopper only, same shared memory as w12."""
+    assert lp.FA_WS_TMA[:3] == lp.FA_WS and lp.FA_WS_TMA in lp.fa_variants(64) and lp.FA_WS_TMA in lp.fa_variants(128)
+    for d in (80, 96, 256):
+        assert lp.FA_WS_TMA not in lp.fa_variants(d)
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 32, d, variant=lp.FA_WS_TMA)
+    for d in (64, 128):
+        for causal in (False, True):
+            assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal).tma
+            p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA)
+            assert p.tma and p.variant == lp.FA_WS_TMA and p.block == (384, 1, 1)
+            assert p.kernel == f"onnx_fuse_fa_fwd_bf16_d{d}_m128n128w12t_{'causal' if causal else 'full'}"
+            assert p.kernel in _kernel_names() and p.smem_bytes == lp.fa_smem_bytes(d, *lp.FA_WS)
+        assert lp.fa_engine(lp.FA_WS_TMA, d) == "wgmma"
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    with pytest.raises(ValueError, match="compute capability 9.0"):
+        lp.plan_fused_attention(4, 4096, 32, 32, 128, variant=lp.FA_WS_TMA, device=ampere)
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    # the TensorRT AOT adapter replays only OF_FA_KERNELS* lines: no _trt twin without tensor maps
+    assert not re.search(r"^OF_FA_KERNELS\w*\(.*w12t", fa, re.M)
 
 
 @pytest.mark.parametrize("bad", [
