@@ -1,0 +1,137 @@
+"""GPU test of the PagedAttention plugin's JIT launch sequence for every query length.
+
+``paged_attention_plugin.run_jit`` is what the plugin's ``impl`` runs on TensorRT's buffers:
+``append_kv`` then ``paged_decode`` (Sq = 1) or ``paged_prefill`` (Sq > 1). TensorRT cannot run
+here, so the test hands run_jit the same buffer interface TensorRT does (device pointer, shape,
+element strides) over torch CUDA tensors, and compares the output and both updated pools with
+the ONNX-level reference ``reference.paged_attention_op`` on the same fp16/bf16 values. Pool
+slots that are neither in a sequence's prefix nor written by the op hold NaN, and the output is
+poisoned with NaN first. Run on a CUDA machine (sm_90 for Sq > 1):
+
+    python -m onnx_fuse.plugins.build_kernels --what lib && pytest -m gpu tests/plugins/test_paged_chunked_gpu.py
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from onnx_fuse import reference as ref
+from onnx_fuse.plugins import paged_attention_plugin as pa
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)", allow_module_level=True)
+
+# ||out - ref|| / ||ref|| bounds (as tests/plugins/test_kernels_gpu.py)
+TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    from onnx_fuse.plugins import build_kernels
+    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
+
+    path = default_library_path()
+    if not path.is_file():
+        if build_kernels.find_nvcc() is None:
+            pytest.skip(f"{path} missing and nvcc not found to build it")
+        major = torch.cuda.get_device_capability()[0]
+        build_kernels.build(what=("lib",), archs=("90a",) if major >= 9 else ("80",))
+    return KernelLib.load(path)
+
+
+class _Buffer:
+    """The part of ``tensorrt.plugin.Tensor`` run_jit reads, over a torch CUDA tensor."""
+
+    def __init__(self, t):
+        self.data_ptr = t.data_ptr()
+        self.shape = tuple(t.shape)
+        self.strides = tuple(t.stride())
+
+
+CASES = [
+    # B, Hq, Hkv, D, block_size, prefix lengths, Sq
+    (2, 4, 2, 128, 16, [37, 0], 1),
+    (2, 4, 2, 80, 16, [20, 5], 1),         # decode keeps every head size
+    (2, 8, 2, 128, 16, [100, 3], 7),
+    (3, 4, 4, 64, 16, [0, 64, 200], 64),   # first chunk (no prefix), block-aligned, long prefix
+    (2, 16, 1, 64, 64, [500, 129], 130),   # MQA, chunk spanning blocks and query tiles
+    (1, 32, 8, 128, 32, [1000], 512),
+    (2, 4, 2, 128, 8, [3, 0], 5),          # tiny blocks
+]
+
+
+def _case_id(c):
+    return f"B{c[0]}_h{c[1]}x{c[2]}_d{c[3]}_bs{c[4]}_p{'-'.join(map(str, c[5]))}_sq{c[6]}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_plugin_launch_sequence_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, prefix, sq = case
+    if sq > 1 and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Sq > 1 runs the sm_90a paged prefill kernel only")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr((case, str(dtype))).encode()))
+
+    def rand(*shape):
+        return torch.randn(shape, generator=gen, device="cuda").to(dtype)
+
+    lens = [p + sq for p in prefix]
+    need = [-(-n // bs) for n in lens]
+    nb = sum(need) + 3
+    order = torch.randperm(nb, generator=gen, device="cuda").cpu().tolist()
+    tables = torch.full((B, max(need) + 1), -1, dtype=torch.int32)   # unused entries invalid
+    k_pool = torch.full((nb, bs, Hkv, D), float("nan"), dtype=dtype, device="cuda")
+    v_pool = torch.full_like(k_pool, float("nan"))
+    for b in range(B):
+        tables[b, :need[b]] = torch.tensor(order[:need[b]], dtype=torch.int32)
+        order = order[need[b]:]
+        pos = torch.arange(prefix[b])   # the cached prefix; the rest of the blocks stays NaN
+        blk, slot = tables[b, pos // bs].long().cuda(), (pos % bs).cuda()
+        k_pool[blk, slot] = rand(prefix[b], Hkv, D)
+        v_pool[blk, slot] = rand(prefix[b], Hkv, D)
+    tables = tables.cuda()
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    # query/key/value as TensorRT would bind them: [B, Sq, H*D]; the query a strided view
+    qkv = rand(B, sq, (Hq + 2 * Hkv) * D)
+    query = qkv[..., :Hq * D]
+    key, value = rand(B, sq, Hkv * D), rand(B, sq, Hkv * D)
+    out = torch.full((B, sq, Hq * D), float("nan"), dtype=dtype, device="cuda")
+
+    def host(t):
+        return t.detach().float().cpu().numpy()
+
+    expect, k_exp, v_exp = ref.paged_attention_op(
+        host(query), host(key), host(value), host(k_pool), host(v_pool), tables.cpu().numpy(),
+        seq_lens.cpu().numpy(), num_heads=Hq, kv_num_heads=Hkv, scale=0.0)
+
+    stream = torch.cuda.current_stream().cuda_stream
+    pa.run_jit(lib, *(_Buffer(t) for t in (query, key, value, k_pool, v_pool, tables, seq_lens,
+                                           out)),
+               num_heads=Hq, kv_num_heads=Hkv, scale=0.0,
+               dtype=str(dtype).replace("torch.", ""), stream=stream)
+    torch.cuda.synchronize()
+
+    o = host(out).astype(np.float64)
+    assert np.isfinite(o).all(), f"non-finite output: {np.count_nonzero(~np.isfinite(o))} elements"
+    err = np.linalg.norm(o - expect) / np.linalg.norm(expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+    # The pools: the new tokens written bit-exactly where the reference writes them, nothing
+    # else touched (NaN slots compare equal to NaN).
+    np.testing.assert_array_equal(host(k_pool), k_exp)
+    np.testing.assert_array_equal(host(v_pool), v_exp)
+
+
+def test_run_jit_refuses_prefill_head_sizes_it_has_no_kernel_for(lib):
+    t = torch.zeros((1, 4, 2 * 80), dtype=torch.float16, device="cuda")
+    pool = torch.zeros((2, 16, 2, 80), dtype=torch.float16, device="cuda")
+    tables = torch.zeros((1, 2), dtype=torch.int32, device="cuda")
+    lens = torch.full((1,), 4, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="head size 64 or 128"):
+        pa.run_jit(lib, *(_Buffer(x) for x in (t, t, t, pool, pool, tables, lens, t)),
+                   num_heads=2, kv_num_heads=2, scale=0.0, dtype="float16", stream=0)
