@@ -191,3 +191,75 @@ def test_paged_zero_length_and_overflow():
     assert not out[0].any() and np.isfinite(out).all()
     with pytest.raises(ValueError, match="exceeds"):
         ref.paged_attention(np.zeros((2, 2, 8)), kp, vp, tables, np.array([0, 999]))
+
+
+def _contiguous_chunk_attention(q, k, v, scale):
+    """Plain attention of a chunk of n queries [n, Hq, D] that sit at the END of a contiguous
+    cache k/v [L, Hkv, D] (bottom-right causal: query i sees keys 0 .. L - n + i)."""
+    n, Hq, D = q.shape
+    L, Hkv, _ = k.shape
+    out = np.zeros((n, Hq, D))
+    mask = np.arange(L)[None, :] <= (L - n + np.arange(n))[:, None]   # [n, L]
+    for h in range(Hq):
+        kv = h * Hkv // Hq
+        s = (q[:, h] @ k[:, kv].T) * scale
+        s = np.where(mask, s, -np.inf)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out[:, h] = (p / p.sum(axis=1, keepdims=True)) @ v[:, kv]
+    return out
+
+
+@pytest.mark.parametrize("Sq, bs", [(1, 4), (3, 4), (5, 1), (8, 16), (13, 8)])
+def test_paged_attention_op_chunk_equals_contiguous_bottom_right_causal(Sq, bs):
+    """The ONNX-level op with Sq new tokens per sequence (ragged prefixes, one of them empty):
+    output = attention over Concat(prefix, new) with a bottom-right causal mask; the pools hold
+    the new tokens at seq_lens[b] - Sq + i afterwards and nothing else changed."""
+    r = _rng(100 + Sq)
+    Hq, Hkv, D, prefix = 6, 2, 8, [0, 5, 23]
+    B = len(prefix)
+    lens = np.array([p + Sq for p in prefix], np.int32)
+    kp, vp, tables, ck, cv = _paged_setup(r, B, Hkv, D, bs, list(lens))
+    for b, p in enumerate(prefix):   # the new tokens' slots start empty (NaN)
+        for pos in range(p, int(lens[b])):
+            kp[tables[b, pos // bs], pos % bs] = np.nan
+            vp[tables[b, pos // bs], pos % bs] = np.nan
+    q = r.standard_normal((B, Sq, Hq * D))
+    kn = r.standard_normal((B, Sq, Hkv * D))
+    vn = r.standard_normal((B, Sq, Hkv * D))
+    out, kc, vc = ref.paged_attention_op(q, kn, vn, kp, vp, tables, lens, num_heads=Hq,
+                                         kv_num_heads=Hkv, scale=0.3)
+    assert out.shape == (B, Sq, Hq * D) and np.isfinite(out).all()
+    for b, p in enumerate(prefix):
+        k_full = np.concatenate([ck[b][:p], kn[b].reshape(Sq, Hkv, D)])
+        v_full = np.concatenate([cv[b][:p], vn[b].reshape(Sq, Hkv, D)])
+        want = _contiguous_chunk_attention(q[b].reshape(Sq, Hq, D), k_full, v_full, 0.3)
+        np.testing.assert_allclose(out[b], want.reshape(Sq, Hq * D), rtol=1e-10, atol=1e-12)
+        for i in range(Sq):
+            pos = p + i
+            np.testing.assert_array_equal(kc[tables[b, pos // bs], pos % bs], k_full[pos])
+            np.testing.assert_array_equal(vc[tables[b, pos // bs], pos % bs], v_full[pos])
+    # Everything else in the pools is as it was (NaN compares equal to NaN here).
+    written = np.zeros(kp.shape[:2], bool)
+    for b, p in enumerate(prefix):
+        for pos in range(p, int(lens[b])):
+            written[tables[b, pos // bs], pos % bs] = True
+    np.testing.assert_array_equal(kc[~written], kp[~written])
+    np.testing.assert_array_equal(vc[~written], vp[~written])
+
+
+def test_paged_attention_op_chunk_longer_than_cache_drops_the_first_tokens():
+    """seq_lens[b] < Sq (outside the serving contract, defined to match the kernels): new
+    tokens at positions < 0 are not written and their rows are zero; the others see 0 .. p."""
+    r = _rng(9)
+    Hq = Hkv = 2
+    D, bs, Sq = 4, 4, 5
+    kp, vp, tables, _, _ = _paged_setup(r, 1, Hkv, D, bs, [3])
+    q = r.standard_normal((1, Sq, Hq * D))
+    kn, vn = r.standard_normal((1, Sq, Hkv * D)), r.standard_normal((1, Sq, Hkv * D))
+    out, kc, _ = ref.paged_attention_op(q, kn, vn, kp, vp, tables, np.array([3], np.int32),
+                                        num_heads=Hq)
+    assert not out[0, :2].any()
+    np.testing.assert_array_equal(kc[tables[0, 0], :3], kn[0, 2:].reshape(3, Hkv, D))
+    want = _contiguous_chunk_attention(q[0, 2:].reshape(3, Hq, D), kn[0, 2:].reshape(3, Hkv, D),
+                                       vn[0, 2:].reshape(3, Hkv, D), 1 / np.sqrt(D))
+    np.testing.assert_allclose(out[0, 2:], want.reshape(3, Hq * D), rtol=1e-10, atol=1e-12)
