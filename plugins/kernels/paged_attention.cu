@@ -902,8 +902,11 @@ using onnx_fuse::append_kv_fp8_body;
 using onnx_fuse::pa8_decode_body;
 
 // fp8-pool decode variant name: onnx_fuse_pa8_decode_<dt>_d<D>_w<warps>s<stages> (dt: q / out).
+// 8-warp variants are held to 128 registers so that two CTAs fit an SM (154 unbounded at D = 128,
+// which left one; bounded: 16 B of spills there).
 #define OF_PA8_DECODE(DTN, T, D, W, ST)                                                           \
-  extern "C" __global__ void __launch_bounds__(32 * W) onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST( \
+  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : 1)                           \
+      onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST(                                           \
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,      \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,  \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,   \
