@@ -1462,11 +1462,13 @@ EncodeTiledFn encode_tiled() {
 // m128n128w12t producer: 4-D (D, H, S, B), boxes of 64 columns x 1 head x 128 rows x 1 sequence,
 // 128-byte swizzle, out-of-bounds rows (past S) read as zeros. False when TMA cannot address it:
 // a base not 16-byte aligned, a stride that is not positive (a broadcast), a multiple of 16
-// bytes and below 2^40 bytes (size-1 axes excepted), or the driver refusing the map.
+// bytes and below 2^40 bytes (size-1 axes excepted), fewer rows than a box (S < 128: boxes
+// larger than the tensor are reported to fault, and such problems are small), or the driver
+// refusing the map.
 bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, int H, int D,
                    long long sb, long long ss, long long sh) {
   const EncodeTiledFn enc = encode_tiled();
-  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < 128 || D < 64) return false;
   const long long dims[3] = {H, S, B}, strides[3] = {sh, ss, sb};
   cuuint64_t gdim[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
   cuuint64_t gstride[3];
@@ -1522,8 +1524,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
 // must be > 0. loads (only with (128, 128, 12), D = 64 or 128): 0 = the producer warpgroup's
 // cp.async (m128n128w12); 1 = TMA (m128n128w12t: tensor maps built here; needs compute
-// capability 9.x, 16-byte-aligned Q/K/V bases and positive strides, else cudaErrorInvalidValue);
-// 2 = TMA when those hold, else cp.async. Returns 0 or a cudaError_t code.
+// capability 9.x, S >= 128, 16-byte-aligned Q/K/V bases and positive strides, else
+// cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
