@@ -8,8 +8,9 @@ past_key_values.N.* inputs and present.N.* outputs for the pools, block_tables a
 ``kv-cache-positions`` the rule names: the past tensors also told the rest of the graph
 
 - the batch size, ``Shape(past)[0:1]``: it becomes ``Shape(seq_lens)``;
-- the past length, ``Shape(past)[2:3]``, as ``cache_position = Range(0, S) + past_len``: a paged
-  batch is ragged, so positions become per sequence, ``seq_lens[b] - S + i`` ([B, S]), which is
+- the past length, ``Shape(past)[2:3]``, as ``cache_position = Range(0, S) + past_len`` (or
+  the constant ``[0 .. S-1]`` where a static S was folded, e.g. a decode export with S = 1): a
+  paged batch is ragged, so positions become per sequence, ``seq_lens[b] - S + i`` ([B, S]), which is
   only sound where the positions flow elementwise into RoPE's cos/sin ([1, S, 1] -> [B, S, 1]) or
   index a position-embedding table added to a [B, S, H] tensor (GPT-2's wpe).
 
@@ -125,9 +126,7 @@ def _past_len_uses(length: ir.Value, live: set[int], uses: _ShapeUse) -> None:
         for user in _users(v):
             if id(user) not in live or user.op_type == "Squeeze":
                 continue
-            rng = next((_prod(i) for i in user.inputs if i is not v), None)
-            if user.op_type != "Add" or rng is None or rng.op_type != "Range" or _scalar(rng.inputs[0]) != 0 \
-                    or _scalar(rng.inputs[2]) != 1:
+            if user.op_type != "Add" or _arange(user) is None:
                 raise _Refuse(f"the past length feeds {user.op_type} {user.name!r}, not cache_position")
             uses.cache_pos.append(user)
             for u2 in _users(user.outputs[0]):
@@ -141,6 +140,21 @@ def _past_len_uses(length: ir.Value, live: set[int], uses: _ShapeUse) -> None:
                     raise _Refuse(f"cache_position feeds {u2.op_type} {u2.name!r}, not the RoPE positions")
                 _check_rope_path(u2, live)
                 uses.rope_unsq.append(u2)
+
+
+def _arange(add: ir.Node) -> tuple[ir.Value, ir.Value | int] | None:
+    """``add`` = arange(S) + past_len: (the arange value, S) where one input is Range(0, S, 1) or,
+    once a static S has been folded, the constant [0, 1, .., S-1] (int64); else None."""
+    for v in add.inputs:
+        rng = _prod(v)
+        if rng is not None and rng.op_type == "Range" and _scalar(rng.inputs[0]) == 0 \
+                and _scalar(rng.inputs[2]) == 1:
+            return v, rng.inputs[1]
+        if v is not None and v.const_value is not None:
+            arr = v.const_value.numpy()
+            if arr.ndim == 1 and arr.dtype == np.int64 and np.array_equal(arr, np.arange(arr.size)):
+                return v, int(arr.size)
+    return None
 
 
 def _check_position_embedding(unsq: ir.Node, live: set[int]) -> None:
@@ -228,12 +242,14 @@ def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.V
         for g in su.batch_scalar:
             g.outputs[0].replace_all_uses_with(bscalar.outputs[0])
     for add in su.cache_pos:
-        rng = next(_prod(i) for i in add.inputs if _prod(i) is not None and _prod(i).op_type == "Range")
+        arange, length = _arange(add)
+        if isinstance(length, int):
+            length = _const(graph, f"{add.name}_paged_len", length)
         lens64 = ir.node("Cast", [seq_lens], attributes={"to": ir.DataType.INT64}, name=f"{add.name}_paged_lens")
         col = ir.node("Unsqueeze", [lens64.outputs[0], _const(graph, f"{add.name}_paged_ax1", [1])],
                       name=f"{add.name}_paged_col")
-        start = ir.node("Sub", [col.outputs[0], rng.inputs[1]], name=f"{add.name}_paged_start")
-        pos = ir.node("Add", [start.outputs[0], rng.outputs[0]], name=f"{add.name}_paged_pos")  # [B, S]
+        start = ir.node("Sub", [col.outputs[0], length], name=f"{add.name}_paged_start")
+        pos = ir.node("Add", [start.outputs[0], arange], name=f"{add.name}_paged_pos")  # [B, S]
         new_nodes = [lens64, col, start, pos]
         rope = [u for u in su.rope_unsq if u.inputs[0] is add.outputs[0]]
         absolute = [u for u in su.abs_unsq if u.inputs[0] is add.outputs[0]]
@@ -262,7 +278,7 @@ def _remove_dead(graph: ir.Graph, frontier: list[ir.Node]) -> None:
             frontier += [p for i in ins if (p := i.producer()) is not None]
 
 
-def _const(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
+def _const(graph: ir.Graph, name: str, values: list[int] | int) -> ir.Value:
     v = ir.Value(name=name, const_value=ir.tensor(np.array(values, np.int64)))
     graph.register_initializer(v)
     return v

@@ -145,16 +145,85 @@ def test_untouched_pool_slots_stay_as_they_were(sessions):
     assert {(int(i), int(j)) for i, j in zip(*np.nonzero(changed.any(axis=(2, 3))))} == written
 
 
-def test_chunked_prefill_matches_original_in_the_reference(sessions):
-    """Sq = 3 new tokens per sequence: causal within the chunk (reference only; the kernel is Sq = 1)."""
+@pytest.mark.parametrize("past_lens, sq, block_size", [((5, 2), 3, 4), ((0, 6), 8, 4), ((9, 1), 5, 2)])
+def test_chunked_prefill_matches_original_in_the_reference(sessions, past_lens, sq, block_size):
+    """Sq new tokens per sequence (a first chunk with no past among them): the exporter's causal
+    mask over Concat(past, new) is the contract's bottom-right causal attention, so the paged
+    model matches the original (logits and the pools) for Sq > 1 too. The plugin runs it on
+    the JIT path (append_kv + paged prefill; tests/plugins/test_paged_chunked_gpu.py)."""
     orig, new, hkv = sessions
-    past_lens = (5, 2)
-    feeds = _feeds(2, 5, 3, seed=7, hkv=hkv)
-    pf = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=3, seed=4)
+    feeds = _feeds(2, max(past_lens), sq, seed=7 + sq, hkv=hkv)
+    pf = paged_inputs_from_contiguous(feeds, block_size, past_lens=past_lens, new_tokens=sq, seed=4)
     got = _run(new, pf)
     for b, L in enumerate(past_lens):
         ref = _run_original(orig, feeds, b, L)
         np.testing.assert_allclose(got["logits"][b], ref["logits"][0], rtol=1e-4, atol=1e-5)
+        for i in range(LAYERS):
+            for kv, t in (("key", "k"), ("value", "v")):
+                np.testing.assert_allclose(gather_pool(got[f"kv_pool_{t}_out.{i}"], pf["block_tables"][b], L + sq),
+                                           ref[f"present.{i}.{kv}"][0], rtol=1e-4, atol=1e-5)
+
+
+def _static_decode(name: str) -> onnx.ModelProto:
+    """The export with its query length fixed at 1 (a decode-only graph): the optimizer folds
+    Range(0, S) into the constant [0]."""
+    proto = onnx.load(str(MODELS / f"{name}.onnx"))
+    dim = next(i for i in proto.graph.input if i.name == "input_ids").type.tensor_type.shape.dim[1]
+    dim.ClearField("dim_param")
+    dim.dim_value = 1
+    return proto
+
+
+def test_static_decode_export_is_paged_and_builds_with_the_aot_kernel(name):
+    """S fixed at 1: the readers hook takes the folded constant positions, verify passes, and
+    the engine builder picks the embedded (AOT) decode kernel; with a dynamic S the same model
+    gets the JIT path (aot = 0), which runs chunked prefill too. Both pass check-trt."""
+    from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
+
+    static = _o4(_static_decode(name), verify=True)
+    assert _ops(static.model)["PagedAttention"] == LAYERS, static.report.warnings
+    assert static.report.status == "PASSED", static.report.status_reason
+    for proto, aot in ((_static_decode(name), 1), (MODELS / f"{name}.onnx", 0)):
+        model = ir.to_proto(_o4(proto, precision="fp16").model)
+        prepared, changed = prepare_for_tensorrt(model)
+        assert changed == LAYERS
+        assert [onnx.helper.get_attribute_value(a) for n in prepared.graph.node
+                if n.op_type == "PagedAttention" for a in n.attribute if a.name == "aot"] == [aot] * LAYERS
+        assert not check_model(prepared).issues, [vars(i) for i in check_model(prepared).issues]
+
+
+def test_static_decode_ragged_batch_matches_original(name):
+    orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
+    paged = make_session(_o4(_static_decode(name)).model)
+    feeds = _feeds(2, 7, 1, seed=21, hkv=HKV[name])
+    pf = paged_inputs_from_contiguous(feeds, 4, past_lens=(7, 2), new_tokens=1, seed=3)
+    got = _run(paged, pf)
+    for b, L in enumerate((7, 2)):
+        ref = _run_original(orig, feeds, b, L)
+        np.testing.assert_allclose(got["logits"][b], ref["logits"][0], rtol=1e-4, atol=1e-5)
+
+
+def test_prefill_head_sizes_need_a_static_decode_query(tmp_path):
+    """At a head size the paged prefill kernel lacks (80, 96, 256) the rule fires only where the
+    graph fixes S = 1. Exercised on the head-64 export with the rule's prefill list narrowed to
+    (128,): dynamic S is refused with the reason, S fixed at 1 is lowered."""
+    text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "paged_trt.yaml").read_text()
+    assert text.count("dim(q, 3) in (64, 128) or dim(q, 2) == 1") == 1
+    path = tmp_path / "paged_narrow.yaml"
+    path.write_text(text.replace("dim(q, 3) in (64, 128) or dim(q, 2) == 1", "dim(q, 3) in (128,) or dim(q, 2) == 1"))
+    result = _o4(KV_MODEL, rules=[str(path)])
+    assert _ops(result.model)["PagedAttention"] == 0
+    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
+    assert notes and "prefill kernel (more than one new token) takes head sizes 64 and 128" in notes[0]
+    assert _ops(_o4(_static_decode("llama64_kv_dynamo"), rules=[str(path)]).model)["PagedAttention"] == LAYERS
+
+
+def test_rule_prefill_head_sizes_are_the_plugin_contract():
+    from onnx_fuse.plugins.paged_attention_plugin import PREFILL_HEAD_DIMS
+
+    rule = onnx_fuse.rewrite.load_rule_set().get("trt-paged-kv")
+    text = next(c for c in rule.checks if "prefill kernel" in c.message).expr.text
+    assert f"dim(q, 3) in {PREFILL_HEAD_DIMS}" in text
 
 
 def test_decode_loop_feeds_pools_back(sessions):
@@ -317,7 +386,8 @@ def any_head_rule(tmp_path_factory) -> str:
     and the readers hook do on exporters and architectures the head-64 exports do not cover."""
     text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "paged_trt.yaml").read_text()
     start, end = text.index("rules:"), text.index("  - name: attention-kv-trt")
-    lines = [ln for ln in text[start:end].splitlines() if "dim(q, 3) in (64, 80, 96, 128, 256)" not in ln]
+    lines = [ln for ln in text[start:end].splitlines()
+             if "dim(q, 3) in (64, 80, 96, 128, 256)" not in ln and "dim(q, 3) in (64, 128)" not in ln]
     path = tmp_path_factory.mktemp("rules") / "paged_any_head.yaml"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
