@@ -413,7 +413,7 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
               ctas_per_sm, min_split_tokens, device) -> PagedDecodePlan:
     if variant is None:
         # Not yet measured: 4 warps with 4 stages keep 3 CTAs per SM at D <= 128 (74 KB of shared
-        # memory, 157 registers at D = 128) with 3 tiles (36 KB at D = 128) in flight each;
+        # memory, 138 registers at D = 128) with 3 tiles (36 KB at D = 128) in flight each;
         # at D = 256 three stages keep 2 CTAs per SM.
         variant = (4, 3) if head_dim == 256 else (4, 4)
     variant = tuple(variant)

@@ -682,32 +682,36 @@ __device__ __forceinline__ void pa8_decode_body(
   const int* bt = block_tables + (size_t)b * max_blocks;
   const long long tok_stride = (long long)Hkv * D;  // bytes
 
-  auto load_tile = [&](int tile, int stage) {
-    const int t0 = t_begin + tile * TILE;
-    unsigned char* dk = pa8_smem + stage * 2 * TILE_BYTES;
-    unsigned char* dv = dk + TILE_BYTES;
+  // Thread tid copies token row tid / 2 of every tile, K and V, 16-byte chunks 2j + tid % 2 (a
+  // lane pair covers one 32-byte sector): one block-table lookup per thread and tile, done one
+  // tile ahead so its latency hides behind the math. Rows past the split's end are zero-filled.
+  static_assert(NT == 2 * TILE && CPR % 2 == 0, "two threads per token row");
+  const int my_r = tid >> 1, my_h = tid & 1;
+  auto row_off = [&](int tile) -> long long {  // byte offset of this thread's row, -1 past the end
+    const int tok = t_begin + tile * TILE + my_r;
+    if (tok >= t_end) return -1;
+    const int blk = bt[tok / block_size];
+    return ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
+  };
+  auto load_tile = [&](int stage, long long off) {
+    const bool ok = off >= 0;
+    const unsigned char* sk = k_pool + (ok ? off : 0);
+    const unsigned char* sv = v_pool + (ok ? off : 0);
+    unsigned char* dk = pa8_smem + stage * 2 * TILE_BYTES + my_r * RB;
 #pragma unroll
-    for (int i = 0; i < (TILE * CPR + NT - 1) / NT; ++i) {
-      int c = tid + i * NT;
-      if ((TILE * CPR) % NT != 0 && c >= TILE * CPR) break;
-      int r = c / CPR, cc = c % CPR;
-      int tok = t0 + r;
-      bool ok = tok < t_end;
-      long long off = 0;
-      if (ok) {
-        int blk = bt[tok / block_size];
-        off = ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
-      }
-      cp_async_16(smem_u32(dk + r * RB + cc * 16), k_pool + off + cc * 16, ok);
-      cp_async_16(smem_u32(dv + r * RB + cc * 16), v_pool + off + cc * 16, ok);
+    for (int j = 0; j < CPR / 2; ++j) {
+      const int cb = (2 * j + my_h) * 16;
+      cp_async_16(smem_u32(dk + cb), sk + cb, ok);
+      cp_async_16(smem_u32(dk + TILE_BYTES + cb), sv + cb, ok);
     }
   };
 
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
-    if (st < n_tiles) load_tile(st, st);
+    if (st < n_tiles) load_tile(st, row_off(st));
     cp_async_commit();
   }
+  long long pending_off = row_off(S - 1);
 
   // Q rows hkv*G + g and hkv*G + g + 8 (zero when >= G), straight from global memory.
   const T* qb = q + b * q_sb + (size_t)hkv * G * D;
@@ -729,8 +733,11 @@ __device__ __forceinline__ void pa8_decode_body(
 
   for (int j = 0; j < n_tiles; ++j) {
     {
-      int nxt = j + S - 1;
-      if (nxt < n_tiles) load_tile(nxt, nxt % S);
+      const int nxt = j + S - 1;
+      if (nxt < n_tiles) {
+        load_tile(nxt % S, pending_off);
+        pending_off = row_off(nxt + 1);
+      }
       cp_async_commit();
     }
     cp_async_wait<S - 1>();
@@ -763,12 +770,13 @@ __device__ __forceinline__ void pa8_decode_body(
         int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
         s[nt][e] = tok < t_end ? s[nt][e] * sl2 : -INFINITY;
       }
+    float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = quad_max(fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
       const float m_new = fmaxf(row_m[h], mx);
       const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      const float alpha = exp2f(row_m[h] - m_use);
+      alpha[h] = exp2f(row_m[h] - m_use);
       row_m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -778,11 +786,17 @@ __device__ __forceinline__ void pa8_decode_body(
         s[nt][2 * h + 1] = p1;
         sum += p0 + p1;
       }
-      row_l[h] = row_l[h] * alpha + sum;
+      row_l[h] = row_l[h] * alpha[h] + sum;
+    }
+    // Rescale O only when some row's running max moved (rare after the first tiles): saves
+    // D / 2 multiplies per thread and tile, which matter at the fp8 pool's token rate.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
-        acc[dt][2 * h] *= alpha;
-        acc[dt][2 * h + 1] *= alpha;
+        acc[dt][0] *= alpha[0];
+        acc[dt][1] *= alpha[0];
+        acc[dt][2] *= alpha[1];
+        acc[dt][3] *= alpha[1];
       }
     }
     uint32_t pa[4];
@@ -902,8 +916,8 @@ using onnx_fuse::append_kv_fp8_body;
 using onnx_fuse::pa8_decode_body;
 
 // fp8-pool decode variant name: onnx_fuse_pa8_decode_<dt>_d<D>_w<warps>s<stages> (dt: q / out).
-// 8-warp variants are held to 128 registers so that two CTAs fit an SM (154 unbounded at D = 128,
-// which left one; bounded: 16 B of spills there).
+// 8-warp variants are held to 128 registers so that two CTAs fit an SM (more than 128 unbounded
+// at D = 128, which left one CTA per SM).
 #define OF_PA8_DECODE(DTN, T, D, W, ST)                                                           \
   extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : 1)                           \
       onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST(                                           \
