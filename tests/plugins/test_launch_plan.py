@@ -396,3 +396,18 @@ def test_fp8_decode_plan_rejects(bad):
         lp.plan_paged_decode(**args)
     with pytest.raises(ValueError):
         lp.plan_append_kv(1, 1, 1, 80, kv_dtype="fp8")
+
+
+def test_fp8_decode_plan_fills_its_last_wave():
+    # B64 H32/8 D128 ctx 4096: 3 CTAs per SM (shared memory) = 396 slots; 1 split (512 CTAs) would
+    # leave a 29 % last wave, 3 splits (1536 CTAs) fill 3.88 of 4 waves
+    p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8")
+    slots = lp.H200.num_sms * 3
+    assert lp.H200.smem_per_sm // (p.smem_bytes + 1024) == 3
+    waves = p.grid[0] * p.grid[1] * p.grid[2] / slots
+    assert waves / math.ceil(waves) >= 0.9 and p.num_splits == 3
+    # MQA B128 H16/1 D64: 4 CTAs per SM (cap), 4 splits fill 512 of 528 slots
+    m = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, kv_dtype="fp8")
+    assert m.num_splits == 4
+    # a tiny grid takes as many splits as min_split_tokens allows
+    assert lp.plan_paged_decode(1, 8, 1, 128, 16, 64, kv_dtype="fp8").num_splits == 4  # 1024 tokens / 256
