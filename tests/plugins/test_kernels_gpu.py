@@ -591,7 +591,7 @@ def test_paged_decode_fp8_matches_reference(lib, case, dtype):
     B, Hq, Hkv, D, bs, lens, splits = case
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8", case)).encode()))
     k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
-    assert len(set(ks.tolist())) == Hkv  # the per-head scales differ
+    assert len(set(ks.tolist())) >= min(Hkv, 4)  # per-head scales differ (magnitudes 0.5x..4x)
     q = _rand((B, Hq, D), dtype, gen)
     out = torch.full_like(q, float("nan"))
     lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits)
