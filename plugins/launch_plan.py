@@ -414,8 +414,8 @@ def _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits, target_wa
 def _wave_splits(base: int, slots: int, max_splits: int, min_eff: float = 0.9) -> int:
     """Fewest splits whose grid (base * n CTAs of equal length) fills its last wave of ``slots``
     CTAs to at least ``min_eff`` of the waves it takes; else the best filling one. (Not yet
-    measured for the fp8 pool: at B64 Hkv8 with 3 CTAs per SM one split leaves a 29 % last wave,
-    three splits fill 3.88 of 4 waves.)"""
+    measured for the fp8 pool: at B64 Hkv8 with 3 CTAs per SM one split would leave a 29 % last
+    wave and three splits fill 3.88 of 4 waves; with 4 CTAs per SM one split fills 97 % of one.)"""
     def eff(n: int) -> float:
         w = base * n / slots
         return w / math.ceil(w)
@@ -426,10 +426,9 @@ def _wave_splits(base: int, slots: int, max_splits: int, min_eff: float = 0.9) -
 def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant, target_waves,
               ctas_per_sm, min_split_tokens, device) -> PagedDecodePlan:
     if variant is None:
-        # Not yet measured: 4 warps with 4 stages keep 3 CTAs per SM at D <= 128 (74 KB of shared
-        # memory, 138 registers at D = 128) with 3 tiles (36 KB at D = 128) in flight each;
-        # at D = 256 three stages keep 2 CTAs per SM.
-        variant = (4, 3) if head_dim == 256 else (4, 4)
+        # Not yet measured: 4 warps x 3 stages run 4 CTAs per SM up to D = 128 (55 KB of shared
+        # memory and <= 128 registers at D = 128; 16 warps, 8 tiles in flight per SM), 2 at D = 256.
+        variant = (4, 3)
     variant = tuple(variant)
     if variant not in pa8_variants(head_dim):
         raise ValueError(f"fp8 variant {variant} not compiled for D={head_dim}; choose one of {pa8_variants(head_dim)}")
@@ -438,6 +437,8 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     if ctas_per_sm is None:
+        # shared memory bounds every variant's occupancy (registers: 128 for w8 and w4s3 up to
+        # D = 128 by __launch_bounds__, at most 5 x 128 threads' worth for the others)
         ctas_per_sm = max(1, min(4, device.smem_per_sm // (smem + 1024)))
     if num_splits is None:
         num_splits = _wave_splits(batch * num_kv_heads, device.num_sms * ctas_per_sm,

@@ -916,10 +916,11 @@ using onnx_fuse::append_kv_fp8_body;
 using onnx_fuse::pa8_decode_body;
 
 // fp8-pool decode variant name: onnx_fuse_pa8_decode_<dt>_d<D>_w<warps>s<stages> (dt: q / out).
-// 8-warp variants are held to 128 registers so that two CTAs fit an SM (more than 128 unbounded
-// at D = 128, which left one CTA per SM).
+// Held to 128 registers: the 8-warp variants (two CTAs per SM; unbounded they took more at
+// D = 128, which left one) and 4 warps x 3 stages up to D = 128 (four CTAs per SM, 55 KB of shared
+// memory each at D = 128; 127 registers there, no spills).
 #define OF_PA8_DECODE(DTN, T, D, W, ST)                                                           \
-  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : 1)                           \
+  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : (ST == 3 && D <= 128 ? 4 : 1)) \
       onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST(                                           \
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,      \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,  \
@@ -977,7 +978,7 @@ int onnx_fuse_paged_attention_fp8_smem_bytes(int head_dim, int warps, int stages
 // Decode over the fp8 pool (see the section comment). dtype: q and out (fp16 or bf16); pools
 // uint8 e4m3, k_scale/v_scale float32 [Hkv] on the device. Split/workspace contract as in
 // onnx_fuse_paged_attention_decode_ex (same workspace size, reduced by pa_reduce). Variant
-// (warps, stages): (4, 3), (4, 4), (4, 6), (8, 3); D = 256: (4, 3), (4, 4); (0, 0) = (4, 4).
+// (warps, stages): (4, 3), (4, 4), (4, 6), (8, 3); D = 256: (4, 3), (4, 4); (0, 0) = (4, 3).
 // D in {64, 96, 128, 256}.
 int onnx_fuse_paged_attention_decode_fp8(int dtype, const void* q, long long q_sb,
                                          const void* k_pool, const void* v_pool,
@@ -989,7 +990,7 @@ int onnx_fuse_paged_attention_decode_fp8(int dtype, const void* q, long long q_s
                                          cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
-    stages = 4;
+    stages = 3;
   }
   OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
   OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);

@@ -372,10 +372,11 @@ def test_fp8_decode_plan(head_dim, dtype):
 
 
 def test_fp8_decode_plan_defaults_and_splits():
-    # D <= 128: 4 warps x 4 stages (3 CTAs per SM by shared memory); D = 256: 4 x 3.
-    assert (lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").warps,
-            lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").stages) == (4, 4)
-    assert lp.plan_paged_decode(8, 32, 8, 256, 16, 256, kv_dtype="fp8").stages == 3
+    # 4 warps x 3 stages (4 CTAs per SM up to D = 128, 2 at D = 256)
+    for d in (64, 96, 128, 256):
+        p = lp.plan_paged_decode(64, 32, 8, d, 16, 256, kv_dtype="fp8")
+        assert (p.warps, p.stages) == (4, 3)
+        assert min(4, lp.H200.smem_per_sm // (p.smem_bytes + 1024)) == (2 if d == 256 else 4)
     # one long sequence is split to fill the chip, never below min_split_tokens
     one = lp.plan_paged_decode(1, 32, 8, 128, 16, 2048, kv_dtype="fp8")
     assert one.num_splits * 8 >= lp.H200.num_sms and one.part_tokens >= 256
@@ -399,15 +400,15 @@ def test_fp8_decode_plan_rejects(bad):
 
 
 def test_fp8_decode_plan_fills_its_last_wave():
-    # B64 H32/8 D128 ctx 4096: 3 CTAs per SM (shared memory) = 396 slots; 1 split (512 CTAs) would
-    # leave a 29 % last wave, 3 splits (1536 CTAs) fill 3.88 of 4 waves
+    # B64 H32/8 D128 ctx 4096, w4s3: 4 CTAs per SM = 528 slots; one split (512 CTAs) fills 97 %
     p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8")
-    slots = lp.H200.num_sms * 3
-    assert lp.H200.smem_per_sm // (p.smem_bytes + 1024) == 3
-    waves = p.grid[0] * p.grid[1] * p.grid[2] / slots
-    assert waves / math.ceil(waves) >= 0.9 and p.num_splits == 3
+    assert p.num_splits == 1
+    # with 3 CTAs per SM (w4s4) one split would leave a 29 % last wave; 3 splits fill 3.88 of 4
+    p4 = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", variant=(4, 4))
+    assert lp.H200.smem_per_sm // (p4.smem_bytes + 1024) == 3
+    waves = p4.grid[0] * p4.grid[1] * p4.grid[2] / (lp.H200.num_sms * 3)
+    assert waves / math.ceil(waves) >= 0.9 and p4.num_splits == 3
     # MQA B128 H16/1 D64: 4 CTAs per SM (cap), 4 splits fill 512 of 528 slots
-    m = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, kv_dtype="fp8")
-    assert m.num_splits == 4
+    assert lp.plan_paged_decode(128, 16, 1, 64, 16, 256, kv_dtype="fp8").num_splits == 4
     # a tiny grid takes as many splits as min_split_tokens allows
     assert lp.plan_paged_decode(1, 8, 1, 128, 16, 64, kv_dtype="fp8").num_splits == 4  # 1024 tokens / 256
