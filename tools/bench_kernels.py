@@ -285,7 +285,7 @@ def main() -> int:
                 torch.cuda.empty_cache()
                 auto8 = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], kv_dtype="fp8")
                 for var in lp.pa8_variants(D):
-                    for sp in sorted({1, 2, auto8.num_splits, 2 * auto8.num_splits}):
+                    for sp in sorted({1, 2, 3, 4, auto8.num_splits, 2 * auto8.num_splits}):
                         plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
                                                     variant=var, kv_dtype="fp8")
                         is_auto = sp == auto8.num_splits and var == (auto8.warps, auto8.stages)
