@@ -20,6 +20,9 @@
 //
 // Append: onnx_fuse_append_kv_* writes new tokens k_new/v_new [B, Sq, Hkv, D] at cache
 // positions seq_lens[b] - Sq + i (i < Sq) of sequence b, in place.
+//
+// fp8 (e4m3) pool with per-kv-head scales: onnx_fuse_append_kv_fp8 / onnx_fuse_pa8_decode_*,
+// in the section at the end of this file.
 
 #include "attention_common.cuh"
 #include "cuda_check.cuh"
