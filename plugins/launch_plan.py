@@ -266,9 +266,11 @@ def plan_fused_attention(
         elif head_dim == 256:
             variant = (128, 64, 8) if hopper else (64, 64, 4)
         elif head_dim in (64, 128) and hopper:
-            # warp-specialized: at D = 128 460-491 TFLOP/s on the H200 against 387-411 for
-            # FA_WGMMA; at D = 64 364-409 against 326-347 for FA_WGMMA_1WG (docs/PERF.md, 2nd round)
-            variant = FA_WS
+            # warp-specialized with TMA loads: at D = 128 536-553 TFLOP/s on the H200 against
+            # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against
+            # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
+            # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides).
+            variant = FA_WS_TMA
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:

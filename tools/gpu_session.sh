@@ -20,8 +20,8 @@ GPU_TESTS="tests/plugins/test_kernels_gpu.py tests/plugins/test_paged_chunked_gp
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   # TMA cases first, in their own process: a faulting bulk tensor copy leaves a sticky CUDA error
   # that would fail every later test of the same process
-  timeout 150 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider -k tma 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
-  timeout 300 python3 -m pytest -m gpu $GPU_TESTS -q --maxfail=40 -p no:cacheprovider -k "not tma" 2>&1 | tee "$OUT/pytest.log" | tail -40
+  timeout 150 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider -k fused_attention_tma 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
+  timeout 300 python3 -m pytest -m gpu $GPU_TESTS -q --maxfail=40 -p no:cacheprovider -k "not fused_attention_tma" 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi
 if [ "$MODE" = prefix ]; then
   timeout 200 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q -k "paged_prefill or 128x128x12" -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -30

@@ -144,7 +144,7 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
 def test_fused_plan_small_problem_uses_small_tiles():
     assert lp.plan_fused_attention(1, 128, 2, 2, 128).block_m == 64  # 2 CTAs of 128 rows would idle the chip
     big = lp.plan_fused_attention(4, 4096, 32, 32, 128)
-    assert (big.block_m, big.block_n, big.warps) == lp.FA_WS  # H200 default: warp-specialized
+    assert big.variant == lp.FA_WS_TMA  # H200 default: warp-specialized, TMA loads
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
@@ -165,17 +165,17 @@ def test_fused_plan_every_variant(head_dim):
 
 def test_fused_plan_picks_per_head_size():
     """On the H200 every head size gets a wgmma variant at large shapes (D=64 and 128: the
-    warp-specialized one; D=256: its 64-key body); elsewhere mma.sync."""
+    warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
     p64 = lp.plan_fused_attention(4, 4096, 32, 32, 64)
-    assert (p64.block_m, p64.block_n, p64.warps) == lp.FA_WS and p64.kernel.endswith("d64_m128n128w12_full")
+    assert p64.variant == lp.FA_WS_TMA and p64.kernel.endswith("d64_m128n128w12t_full")
     assert lp.plan_fused_attention(8, 2048, 32, 32, 64, "bfloat16", causal=True).kernel.endswith(
-        "bf16_d64_m128n128w12_causal")
+        "bf16_d64_m128n128w12t_causal")
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     assert lp.plan_fused_attention(4, 4096, 16, 16, 256, device=ampere).block_m == 64
     assert lp.plan_fused_attention(4, 4096, 32, 32, 96, device=ampere).warps == 4
@@ -185,7 +185,8 @@ def test_fused_plan_picks_per_head_size():
 
 def test_fused_plan_tma_variant():
     """m128n128w12t (the warp-specialized body with a TMA producer): listed for D = 64 and 128 so
-    the benchmark times it, never planned by default, Hopper only, same shared memory as w12."""
+    the benchmark times it, planned by default on the H200 at D = 64 / 128 (sm_80 plans never
+    take it), Hopper only, same shared memory as w12."""
     assert lp.FA_WS_TMA[:3] == lp.FA_WS and lp.FA_WS_TMA in lp.fa_variants(64) and lp.FA_WS_TMA in lp.fa_variants(128)
     for d in (80, 96, 256):
         assert lp.FA_WS_TMA not in lp.fa_variants(d)
@@ -193,7 +194,9 @@ def test_fused_plan_tma_variant():
             lp.plan_fused_attention(4, 4096, 32, 32, d, variant=lp.FA_WS_TMA)
     for d in (64, 128):
         for causal in (False, True):
-            assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal).tma
+            assert lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal).tma
+            ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+            assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal, device=ampere).tma
             p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA)
             assert p.tma and p.variant == lp.FA_WS_TMA and p.block == (384, 1, 1)
             assert p.kernel == f"onnx_fuse_fa_fwd_bf16_d{d}_m128n128w12t_{'causal' if causal else 'full'}"
