@@ -28,10 +28,12 @@ import numpy as np
 
 __all__ = [
     "append_kv",
+    "dequantize_e4m3",
     "fused_attention",
     "fused_attention_op",
     "paged_attention",
     "paged_attention_op",
+    "quantize_e4m3",
     "resolve_scale",
 ]
 
@@ -251,6 +253,8 @@ def paged_attention_op(
     value_cache: np.ndarray,
     block_tables: np.ndarray,
     seq_lens: np.ndarray,
+    k_scale: np.ndarray | None = None,
+    v_scale: np.ndarray | None = None,
     *,
     num_heads: int,
     kv_num_heads: int | None = None,
@@ -262,12 +266,63 @@ def paged_attention_op(
     block_tables int32 [B,max_blocks], seq_lens int32 [B] (incl. the new tokens).
     Returns (output [B,Sq,Hq*D], key_cache_out, value_cache_out); TensorRT updates the caches
     in place, ONNX Runtime returns the new caches.
+
+    fp8 (e4m3) pools: pass ``k_scale``/``v_scale`` float32 [Hkv] with caches of e4m3 values
+    (``ml_dtypes.float8_e4m3fn``, or their bytes as uint8; returned in the same form). The new
+    tokens are stored as :func:`quantize_e4m3` of ``x / scale[h]`` and every token is read back
+    as ``e4m3 * scale[h]`` (the dequantized pool is what the query attends to).
     """
+    if (k_scale is None) != (v_scale is None):
+        raise ValueError("k_scale and v_scale go together (fp8 pools) or not at all")
     kvh = kv_num_heads or num_heads
     qh = _split_heads(np.asarray(query), num_heads)
     kn = _split_heads(np.asarray(key), kvh)
     vn = _split_heads(np.asarray(value), kvh)
-    kc, vc = append_kv(key_cache, value_cache, kn, vn, block_tables, seq_lens)
-    out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale)
     B, Sq = qh.shape[:2]
-    return out.reshape(B, Sq, -1), kc, vc
+    if k_scale is None:
+        kc, vc = append_kv(key_cache, value_cache, kn, vn, block_tables, seq_lens)
+        out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale)
+        return out.reshape(B, Sq, -1), kc, vc
+    ks, vs = (_kv_scale(s, kvh, n) for s, n in ((k_scale, "k_scale"), (v_scale, "v_scale")))
+    k8, v8 = _as_e4m3(key_cache), _as_e4m3(value_cache)
+    kc, vc = append_kv(k8, v8, quantize_e4m3(kn, ks), quantize_e4m3(vn, vs), block_tables,
+                       seq_lens)
+    out = paged_attention(qh, dequantize_e4m3(kc, ks), dequantize_e4m3(vc, vs), block_tables,
+                          seq_lens, scale=scale, out_dtype=qh.dtype)
+    like = np.asarray(key_cache).dtype
+    return out.reshape(B, Sq, -1), kc.view(like), vc.view(like)
+
+
+def _e4m3():
+    import ml_dtypes  # an onnx dependency; only the fp8 pool needs it
+
+    return ml_dtypes.float8_e4m3fn
+
+
+def _as_e4m3(pool: np.ndarray) -> np.ndarray:
+    """An fp8 pool as float8_e4m3fn values (uint8 arrays are read as their e4m3 bytes)."""
+    pool = np.asarray(pool)
+    if pool.dtype == np.uint8:
+        return pool.view(_e4m3())
+    if pool.dtype != _e4m3():
+        raise ValueError(f"fp8 pools hold float8_e4m3fn values or their uint8 bytes, not {pool.dtype}")
+    return pool
+
+
+def _kv_scale(s, kvh: int, name: str) -> np.ndarray:
+    s = np.asarray(s, np.float32).reshape(-1)
+    if s.shape != (kvh,) or not (np.isfinite(s).all() and (s > 0).all()):
+        raise ValueError(f"{name} must be {kvh} positive finite float32 values (one per kv head)")
+    return s
+
+
+def quantize_e4m3(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """e4m3 of ``x / scale[h]`` for x [..., Hkv, D]: float32 division (x in float32, as the fp16
+    or bf16 value it holds), round to nearest even, saturated to +-448 (append_kv_fp8's rule)."""
+    y = np.asarray(x, np.float32) / np.asarray(scale, np.float32)[:, None]
+    return np.clip(y, -448.0, 448.0).astype(_e4m3())
+
+
+def dequantize_e4m3(pool: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """float64 ``e4m3 * scale[h]`` of a pool [..., Hkv, D]."""
+    return _as_e4m3(pool).astype(np.float64) * np.asarray(scale, np.float64)[:, None]
