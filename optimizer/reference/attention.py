@@ -31,6 +31,7 @@ __all__ = [
     "dequantize_e4m3",
     "fused_attention",
     "fused_attention_op",
+    "is_fp8_pool",
     "paged_attention",
     "paged_attention_op",
     "quantize_e4m3",
@@ -267,10 +268,11 @@ def paged_attention_op(
     Returns (output [B,Sq,Hq*D], key_cache_out, value_cache_out); TensorRT updates the caches
     in place, ONNX Runtime returns the new caches.
 
-    fp8 (e4m3) pools: pass ``k_scale``/``v_scale`` float32 [Hkv] with caches of e4m3 values
-    (``ml_dtypes.float8_e4m3fn``, or their bytes as uint8; returned in the same form). The new
-    tokens are stored as :func:`quantize_e4m3` of ``x / scale[h]`` and every token is read back
-    as ``e4m3 * scale[h]`` (the dequantized pool is what the query attends to).
+    fp8 (e4m3) pools: caches of e4m3 values (``ml_dtypes.float8_e4m3fn``, or their bytes as
+    uint8; returned in the same form) with ``k_scale``/``v_scale`` float32 [Hkv]. The new tokens
+    are stored as :func:`quantize_e4m3` of ``x / scale[h]`` and every token is read back as
+    ``e4m3 * scale[h]`` (the dequantized pool is what the query attends to). With 16-bit pools
+    the scales are optional and unused (the TensorRT builder feeds ones to its fixed 9 inputs).
     """
     if (k_scale is None) != (v_scale is None):
         raise ValueError("k_scale and v_scale go together (fp8 pools) or not at all")
@@ -279,11 +281,14 @@ def paged_attention_op(
     kn = _split_heads(np.asarray(key), kvh)
     vn = _split_heads(np.asarray(value), kvh)
     B, Sq = qh.shape[:2]
-    if k_scale is None:
+    if k_scale is not None:
+        ks, vs = (_kv_scale(s, kvh, n) for s, n in ((k_scale, "k_scale"), (v_scale, "v_scale")))
+    if not is_fp8_pool(key_cache):   # 16-bit pools: the scales (if any) are not used
         kc, vc = append_kv(key_cache, value_cache, kn, vn, block_tables, seq_lens)
         out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale)
         return out.reshape(B, Sq, -1), kc, vc
-    ks, vs = (_kv_scale(s, kvh, n) for s, n in ((k_scale, "k_scale"), (v_scale, "v_scale")))
+    if k_scale is None:
+        raise ValueError("fp8 (e4m3) pools need k_scale and v_scale")
     k8, v8 = _as_e4m3(key_cache), _as_e4m3(value_cache)
     kc, vc = append_kv(k8, v8, quantize_e4m3(kn, ks), quantize_e4m3(vn, vs), block_tables,
                        seq_lens)
@@ -297,6 +302,12 @@ def _e4m3():
     import ml_dtypes  # an onnx dependency; only the fp8 pool needs it
 
     return ml_dtypes.float8_e4m3fn
+
+
+def is_fp8_pool(pool) -> bool:
+    """Whether a cache holds e4m3 values (float8_e4m3fn, or uint8 bytes)."""
+    dt = np.asarray(pool).dtype
+    return dt == np.uint8 or dt.name == "float8_e4m3fn"
 
 
 def _as_e4m3(pool: np.ndarray) -> np.ndarray:

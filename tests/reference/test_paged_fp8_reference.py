@@ -156,7 +156,8 @@ def test_fp8_pools_as_float8_values_come_back_as_float8():
     (dict(v_scale=None), "go together"),
     (dict(k_scale=np.ones(3, np.float32)), "k_scale must be 2"),
     (dict(v_scale=np.array([1.0, 0.0], np.float32)), "v_scale must be 2 positive"),
-    (dict(key_cache=np.zeros((2, 4, 2, 8), np.float16)), "uint8 bytes"),
+    (dict(k_scale=None, v_scale=None), "fp8 \\(e4m3\\) pools need k_scale and v_scale"),
+    (dict(value_cache=np.zeros((2, 4, 2, 8), np.float16)), "uint8 bytes"),
 ])
 def test_fp8_op_rejects_bad_scales_and_pool_types(bad, match):
     kw = dict(query=np.zeros((1, 1, 16)), key=np.zeros((1, 1, 16)), value=np.zeros((1, 1, 16)),
@@ -166,3 +167,20 @@ def test_fp8_op_rejects_bad_scales_and_pool_types(bad, match):
     kw.update(bad)
     with pytest.raises(ValueError, match=match):
         ref.paged_attention_op(**kw, num_heads=2)
+
+
+def test_scales_with_16bit_pools_are_checked_and_unused():
+    """The 9-input form over fp16 pools (what the TensorRT builder makes of the 7-input one)
+    computes exactly the 7-input form; the scales must still be [Hkv] positive values."""
+    r = np.random.default_rng(4)
+    q, kn, vn = (r.standard_normal((2, 1, 16)).astype(np.float16) for _ in range(3))
+    kp = r.standard_normal((4, 4, 2, 8)).astype(np.float16)
+    vp = r.standard_normal((4, 4, 2, 8)).astype(np.float16)
+    tables, lens = np.array([[0, 1], [3, 2]], np.int32), np.array([6, 3], np.int32)
+    plain = ref.paged_attention_op(q, kn, vn, kp, vp, tables, lens, num_heads=2)
+    ones = np.ones(2, np.float32)
+    scaled = ref.paged_attention_op(q, kn, vn, kp, vp, tables, lens, ones * 3, ones, num_heads=2)
+    for a, b in zip(plain, scaled):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="k_scale must be 2"):
+        ref.paged_attention_op(q, kn, vn, kp, vp, tables, lens, ones[:1], ones, num_heads=2)
