@@ -36,6 +36,8 @@ ARGTYPES = {
     "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
     "onnx_fuse_paged_prefill_fwd": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
     + [_f, _i, _p],
+    "onnx_fuse_paged_prefill_fwd_ex": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
+    + [_f, _i, _i, _i, _p],
     "onnx_fuse_paged_attention_decode_fp8": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 8
     + [_f, _i, _i, _p],
     "onnx_fuse_append_kv_fp8": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _p, _p] + [_i] * 6 + [_p],
@@ -204,17 +206,29 @@ class KernelLib:
         self._check(rc, "onnx_fuse_append_kv_fp8")
 
     def paged_prefill(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, cu_seqlens_q=None,
-                      max_q_len=None, causal=True, scale=None, stream=None) -> None:
+                      max_q_len=None, causal=True, scale=None, loads=None, stream=None) -> None:
         """Prefill over a paged prefix: new tokens' queries over every cached token (the new
         tokens' K/V already appended). q/out packed [total_q, Hq, D] with int32 cu_seqlens_q
         [B + 1], or [B, Sq, Hq, D] without; pools [NB, BS, Hkv, D]; block_tables [B, MB];
         seq_lens [B] counts the new tokens. max_q_len: longest q_len (default: from the host copy
-        of cu_seqlens_q, which synchronizes; pass it to avoid that)."""
+        of cu_seqlens_q, which synchronizes; pass it to avoid that). loads: None = planned
+        (``launch_plan.plan_paged_prefill_loads``: TMA where the block size allows, the launcher
+        falling back to cp.async where the pools cannot be mapped), "tma" (refused where TMA
+        cannot take the pools) or "cp.async"."""
         for t in (q, out):
             if t.stride(-1) != 1:
                 raise ValueError("the head-dim axis must be contiguous")
         D, Hq = q.shape[-1], q.shape[-2]
-        _, BS, Hkv, _ = k_pool.shape
+        NB, BS, Hkv, _ = k_pool.shape
+        # launcher codes: 0 cp.async, 1 TMA (the launcher refuses pools it cannot map), 2 TMA else
+        # cp.async; bad head / block sizes are left to the launcher's refusal
+        if loads is None:
+            ok = D in lp.PP_HEAD_DIMS and BS > 0 and BS & (BS - 1) == 0
+            code = 2 if ok and lp.plan_paged_prefill_loads(D, BS) == "tma" else 0
+        elif loads in lp.PP_LOADS:
+            code = 1 if loads == "tma" else 0
+        else:
+            raise ValueError(f"loads={loads!r}: None, 'tma' or 'cp.async'")
         if cu_seqlens_q is not None:
             if q.dim() != 3:
                 raise ValueError("packed queries are [total_q, Hq, D]")
@@ -231,9 +245,9 @@ class KernelLib:
             q_sb, q_ts, q_hs = q.stride()[:3]
             o_sb, o_ts, o_hs = out.stride()[:3]
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        rc = self._lib.onnx_fuse_paged_prefill_fwd(
+        rc = self._lib.onnx_fuse_paged_prefill_fwd_ex(
             lp.DTYPE_CODE[lp._dt(_dtype_name(q))], _ptr(q), q_sb, q_ts, q_hs, _ptr(cu_seqlens_q),
             _ptr(k_pool), _ptr(v_pool), _ptr(block_tables), _ptr(seq_lens), _ptr(out), o_sb, o_ts,
             o_hs, B, int(max(max_q_len, 1)), Hq, Hkv, D, BS, block_tables.shape[1], sc,
-            int(bool(causal)), self._stream(stream))
-        self._check(rc, "onnx_fuse_paged_prefill_fwd")
+            int(bool(causal)), NB, code, self._stream(stream))
+        self._check(rc, "onnx_fuse_paged_prefill_fwd_ex")

@@ -294,6 +294,36 @@ def plan_fused_attention(
     )
 
 
+# Prefill over a paged prefix: head sizes of its kernel, and the block sizes its TMA producer
+# takes (whole blocks per 128-key tile at 2 KiB-aligned offsets; others load with cp.async).
+PP_HEAD_DIMS = (64, 128)
+PP_TMA_BLOCK_SIZES = (16, 32, 64, 128)
+PP_LOADS = ("tma", "cp.async")
+
+
+def plan_paged_prefill_loads(head_dim: int, block_size: int, *, loads: str | None = None,
+                             device: DeviceInfo = H200) -> str:
+    """How the paged-prefill producer loads K/V: "tma" (one warp gathers each 128-key tile block
+    by block with tensor copies) or "cp.async" (the producer warpgroup, 16 bytes per thread).
+    Planned: "tma" on compute capability 9.0 where the block size allows it (measured: the
+    cp.async producer reaches ~78 % of the dense TMA prefill, docs/PERF.md), else "cp.async".
+    ``loads`` forces one; "tma" with a block size it cannot take is refused here."""
+    if head_dim not in PP_HEAD_DIMS:
+        raise ValueError(f"paged prefill head_dim={head_dim}: kernels exist for {PP_HEAD_DIMS}")
+    if block_size <= 0 or block_size & (block_size - 1):
+        raise ValueError(f"block_size={block_size} must be a power of two")
+    if device.compute_capability != (9, 0):
+        raise ValueError("paged prefill runs the sm_90a warp-specialized kernel (compute capability 9.0)")
+    tma_ok = block_size in PP_TMA_BLOCK_SIZES
+    if loads is None:
+        return "tma" if tma_ok else "cp.async"
+    if loads not in PP_LOADS:
+        raise ValueError(f"loads={loads!r}: one of {PP_LOADS}")
+    if loads == "tma" and not tma_ok:
+        raise ValueError(f"TMA paged prefill takes block sizes {PP_TMA_BLOCK_SIZES}, not {block_size}")
+    return loads
+
+
 def fused_attention_flops(batch: int, seq_len: int, num_heads: int, head_dim: int, causal: bool) -> float:
     """Matrix FLOPs of the forward pass (4*B*H*S^2*D, halved when causal), the usual count."""
     f = 4.0 * batch * num_heads * seq_len * seq_len * head_dim

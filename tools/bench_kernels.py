@@ -13,9 +13,11 @@ every candidate, and the planned fp8 / planned 16-bit tokens/s ratio; fp8 candid
 against a float32 reference on the dequantized K/V, and the quantization error (against the
 reference on the original K/V) is printed beside it.
 Prefix rows: prefill over a paged prefix (new tokens over cached + new K/V in the block pool,
-causal bottom-right), ours on a shuffled and on an identity block table, beside torch SDPA
-(FlashAttention-2 backend, lower-right causal bias) on contiguous K/V, in TFLOP/s (4*Hq*D*sum of
-visible keys). The device copy bandwidth (bytes read + written) is measured in the same run. Every timed
+causal bottom-right), ours with TMA and with cp.async K/V loads on a shuffled block table and
+with TMA on an identity one, beside torch SDPA (FlashAttention-2 backend, lower-right causal bias)
+on contiguous K/V, in TFLOP/s (4*Hq*D*sum of visible keys); once per dtype and head size the
+dense TMA prefill (m128n128w12t) runs beside them on the same batch and heads at S = cached + new,
+full and causal, with its own FLOP count, so the paged / dense ratio comes from one run. The device copy bandwidth (bytes read + written) is measured in the same run. Every timed
 variant is first checked against a torch reference (||out-ref||/||ref||), and rounds are
 interleaved: each candidate is timed twice, in two passes, and both medians are reported.
 """
@@ -147,7 +149,9 @@ def main() -> int:
             torch.cuda.empty_cache()
 
     # --- prefill over a paged prefix (sm_90a kernel only)
-    pp_shapes = [(8, 32, 8, 128, 4096, 512, 16), (8, 32, 8, 64, 4096, 512, 16), (8, 32, 8, 128, 4096, 512, 64)]
+    pp_shapes = [(8, 32, 8, 128, 4096, 512, 16), (8, 32, 8, 64, 4096, 512, 16), (8, 32, 8, 128, 4096, 512, 64),
+                 (8, 32, 8, 128, 4096, 512, 128)]
+    dense_done = set()  # (dtype, D): the dense TMA rows run once beside the first prefix shape
     if a.quick:
         pp_shapes = pp_shapes[:1]
     if a.only in ("prefill", "decode") or torch.cuda.get_device_capability()[0] != 9:
@@ -177,9 +181,24 @@ def main() -> int:
             flops = 4.0 * Hq * D * B * (n * P + n * (n + 1) / 2)
             bias = causal_lower_right(n, ctx)
             cands = {
-                "ours paged prefill (shuffled blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n), True),
-                "ours paged prefill (identity blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, ident, seq, out, cu_seqlens_q=cu, max_q_len=n), "ident"),
+                "ours paged prefill TMA (shuffled blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="tma"), True),
+                "ours paged prefill cp.async (shuffled blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="cp.async"), True),
+                "ours paged prefill TMA (identity blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, ident, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="tma"), "ident"),
             }
+            cand_flops = {}
+            if (dt, D) not in dense_done:
+                # the dense TMA prefill (m128n128w12t) on the same batch, heads and total length
+                # (S = cached + new), full and causal, for the paged / dense ratio in one run
+                dense_done.add((dt, D))
+                qd = torch.randn(B, ctx, Hq, D, device="cuda", dtype=dt, generator=g)
+                kd = torch.randn(B, ctx, Hkv, D, device="cuda", dtype=dt, generator=g)
+                vd = torch.randn(B, ctx, Hkv, D, device="cuda", dtype=dt, generator=g)
+                od = torch.empty_like(qd)
+                for dc in (False, True):
+                    name = f"dense m128n128w12t S{ctx} {'causal' if dc else 'full'} (own FLOPs)"
+                    cands[name] = ((lambda dc=dc: lib.fused_attention(qd, kd, vd, od, causal=dc, variant=lp.FA_WS_TMA)),
+                                   ("dense", dc))
+                    cand_flops[name] = lp.fused_attention_flops(B, ctx, Hq, D, dc)
 
             def fa2():
                 with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
@@ -189,7 +208,14 @@ def main() -> int:
             errs = {}
             for c, (fn, ours) in cands.items():
                 try:
-                    if ours:
+                    if isinstance(ours, tuple):  # dense row: against torch SDPA (fp16/bf16) on its inputs
+                        fn()
+                        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                            rd = F.scaled_dot_product_attention(qd.transpose(1, 2), kd.transpose(1, 2), vd.transpose(1, 2),
+                                                                is_causal=ours[1], enable_gqa=True).transpose(1, 2)
+                        errs[c] = rel(od, rd)
+                        del rd
+                    elif ours:
                         out.fill_(float("nan"))
                         fn()
                         torch.cuda.synchronize()
@@ -205,13 +231,14 @@ def main() -> int:
                 for c, (fn, _) in cands.items():
                     if isinstance(errs[c], str) and errs[c] != "finite":
                         continue
-                    results[c].append(flops / (bench(fn) * 1e-3) / 1e12)
+                    results[c].append(cand_flops.get(c, flops) / (bench(fn) * 1e-3) / 1e12)
             tag = f"prefix {str(dt)[6:]} B{B} H{Hq}/{Hkv} D{D} cached{P}+new{n} bs{bs}"
             for c in cands:
                 rows.append({"kind": "prefix", "name": f"{tag} | {c}", "unit": "TFLOP/s",
                              "values": results[c], "rel_err": errs[c]})
                 print(f"{tag} | {c}: {results[c]} err {errs[c]}", flush=True)
             del k_pool, v_pool, kc, vc, q, out, ref
+            qd = kd = vd = od = None
             torch.cuda.empty_cache()
 
     # --- decode

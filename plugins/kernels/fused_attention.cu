@@ -744,6 +744,7 @@ constexpr int kWsStages = 3;
 template <typename T>
 struct FaDenseRows {
   static constexpr bool kTma = false;  // the producer warpgroup issues 16-byte cp.async per row
+  static constexpr bool kPagedTma = false;  // FaPagedTmaRows: K/V by TMA per block, Q by cp.async
   const T* q; const T* k; const T* v; T* o;
   long long q_ss, k_ss, v_ss, o_ss;
   int q_len, kv_len, q_store, causal_off;
@@ -762,6 +763,7 @@ struct FaDenseRows {
 template <typename T>
 struct FaPagedRows {
   static constexpr bool kTma = false;
+  static constexpr bool kPagedTma = false;
   const T* q; const T* k; const T* v; T* o;
   long long q_ss, o_ss, tok_ss;
   const int* bt;
@@ -786,6 +788,20 @@ struct FaDenseTmaRows : FaDenseRows<T> {
   static constexpr bool kTma = true;
   const void* tq; const void* tk; const void* tv;  // addresses of the __grid_constant__ maps
   int hq, hkv, b, s_len;                           // coordinates; s_len = S (rows in the tensor)
+};
+
+// Paged rows loaded by TMA (fa_paged_prefill_tma): K/V tiles gathered block by block through
+// tensor maps over the pools viewed as (D, Hkv, num_blocks * block_size), one box of 64 columns
+// x 1 head x block_size rows per block and 64-column piece (128-byte swizzle; a block's rows
+// start at a multiple of 2 KiB in the tile, so the swizzle phase is the one sw128_off assumes).
+// Q stays on cp.async (packed ragged rows; loaded once per CTA by producer warps 1-3). Blocks
+// wholly past kv_len are not copied; V rows [kv_len, tile end) are zeroed before the stage is
+// published, K rows there are masked.
+template <typename T>
+struct FaPagedTmaRows : FaPagedRows<T> {
+  static constexpr bool kPagedTma = true;
+  const void* tk; const void* tv;  // addresses of the __grid_constant__ maps
+  int hkv;
 };
 
 template <typename T, int D, bool CAUSAL, typename Rows>
@@ -827,9 +843,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
 
   // Q and full barriers: one arrival per producer thread (cp.async), or one arrival plus the
   // copies' byte count (TMA). Empty barriers: every consumer thread once its PV is done.
-  constexpr int FULL_ARRIVALS = Rows::kTma ? 1 : 128;
+  constexpr int FULL_ARRIVALS = (Rows::kTma || Rows::kPagedTma) ? 1 : 128;
+  constexpr int Q_ARRIVALS = Rows::kTma ? 1 : (Rows::kPagedTma ? 96 : 128);
   if (tid == 0) {
-    mbar_init(qbar, FULL_ARRIVALS);
+    mbar_init(qbar, Q_ARRIVALS);
     for (int s = 0; s < ST; ++s) {
       mbar_init(full0 + 8 * s, FULL_ARRIVALS);
       mbar_init(empty0 + 8 * s, 256);
@@ -839,7 +856,78 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   }
   __syncthreads();
 
-  if constexpr (Rows::kTma) {
+  if constexpr (Rows::kPagedTma) {
+    if (wgi == 0) {  // ---------------------------------------- producer (paged K/V by TMA)
+      wg::regs_dec<40>();
+      if (tid >= 32) {  // warps 1-3: Q by cp.async (rows past q_len zero-filled), then done
+        for (int c = tid - 32; c < BM * CPR; c += 96) {
+          const int r = c / CPR, cc = c % CPR;
+          const bool ok = m0 + r < QL;
+          cp_async_16(sQ + sw128_off<BM>(r, cc), rows.q_row(ok ? m0 + r : 0) + cc * 8, ok);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        wg::fence_proxy_async();
+        wg::mbar_arrive(qbar);
+        return;
+      }
+      // Warp 0: lane i < BN / block_size copies block i of each tile (D/64 boxes of K, then of
+      // V); lane 0 sets the byte counts first. The host guarantees 16 <= block_size <= 128.
+      const int lane = tid;
+      constexpr int NB = D / 64;
+      const int shift = rows.bs_shift;
+      const int bs = 1 << shift;
+      const int nblk = BN >> shift;  // blocks per tile, 1..8
+      const uint32_t blk_bytes = (uint32_t)bs * D * 2;
+      if (lane == 0) {
+        wg::tma_prefetch_desc(rows.tk);
+        wg::tma_prefetch_desc(rows.tv);
+      }
+      for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = j * BN;
+        const uint32_t full = full0 + 8 * (j % ST);
+        const uint32_t dk = sKV + (j % ST) * 2 * TILE;
+        const uint32_t dv = dk + TILE;
+        const int nvalid = min(nblk, (KL - n0 + bs - 1) >> shift);  // blocks holding keys < KL
+        const bool tail = n0 + BN > KL;  // the last tile of the sequence, not full
+        int blk = 0;
+        if (lane < nvalid) blk = __ldg(rows.bt + (n0 >> shift) + lane);  // before the wait
+        if (j >= ST) mbar_wait_parity(empty0 + 8 * (j % ST), ((j / ST) - 1) & 1);
+        const uint32_t bytes = (uint32_t)nvalid * blk_bytes;  // of K, and of V
+        if (lane == 0) {
+          if (!tail) {
+            mbar_arrive_expect_tx(full, 2 * bytes);
+          } else {
+            wg::mbar_expect_tx(full, bytes);  // K only; the arrival comes after the V fix-up
+            mbar_arrive_expect_tx(vtail, bytes);
+          }
+        }
+        __syncwarp();  // byte counts before any copy is issued
+        if (lane < nvalid) {
+          const int row = blk << shift;
+          const uint32_t off = (uint32_t)lane * bs * 128;
+#pragma unroll
+          for (int cb = 0; cb < NB; ++cb)
+            wg::tma_load_3d(dk + cb * BN * 128 + off, rows.tk, cb * 64, rows.hkv, row, full);
+#pragma unroll
+          for (int cb = 0; cb < NB; ++cb)
+            wg::tma_load_3d(dv + cb * BN * 128 + off, rows.tv, cb * 64, rows.hkv, row,
+                            tail ? vtail : full);
+        }
+        if (tail) {  // warp-uniform; V rows [KL, n0 + BN): past-the-end rows of the last block
+          __syncwarp();  // and stale or never-written rows of uncopied blocks -> zeros
+          mbar_wait_parity(vtail, 0);  // used once per CTA: phase 0
+          const int r0 = KL - n0;      // 0 < r0 < BN
+          for (int c = lane; c < (BN - r0) * CPR; c += 32)
+            wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c / CPR, c % CPR));
+          wg::fence_proxy_async();  // generic stores -> wgmma (async proxy) reads
+          __syncwarp();
+          if (lane == 0) wg::mbar_arrive(full);
+        }
+      }
+      return;
+    }
+  } else if constexpr (Rows::kTma) {
     if (wgi == 0) {  // ------------------------------------------------------- producer (TMA)
       wg::regs_dec<40>();
       if (tid >= 32) return;  // warp 0 stays: lane 0 issues, the warp fixes the last V tile
@@ -1193,6 +1281,37 @@ __device__ __forceinline__ void fa_paged_prefill_body(
 #endif
 }
 
+// The same with K/V loaded by TMA (tk / tv: maps over the pools viewed as (D, Hkv, rows), boxes
+// 64 x 1 x block_size, 128-byte swizzle; built by onnx_fuse_paged_prefill_fwd_ex).
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_paged_prefill_tma_body(
+    const T* __restrict__ q, long long q_sb, long long q_ts, long long q_hs,
+    const int* __restrict__ cu_q, int q_len, const T* __restrict__ k_pool,
+    const T* __restrict__ v_pool, const int* __restrict__ block_tables,
+    const int* __restrict__ seq_lens, T* __restrict__ o, long long o_sb, long long o_ts,
+    long long o_hs, int Hq, int Hkv, int bs_shift, int max_blocks, float scale_log2,
+    const void* tk, const void* tv) {
+#if OF_WGMMA_OK
+  const int hq = blockIdx.y, b = blockIdx.z;
+  const int hkv = hq / (Hq / Hkv);
+  long long qs = (long long)b * q_sb, os = (long long)b * o_sb;
+  if (cu_q) {
+    const int c0 = cu_q[b];
+    q_len = max(cu_q[b + 1] - c0, 0);
+    qs = c0 * q_ts;
+    os = c0 * o_ts;
+  }
+  const int kv_len = min(max(seq_lens[b], 0), max_blocks << bs_shift);
+  FaPagedTmaRows<T> rows{{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D,
+                          o + os + hq * o_hs, q_ts, o_ts, (long long)Hkv * D,
+                          block_tables + (long long)b * max_blocks, bs_shift, q_len, kv_len,
+                          q_len, kv_len - q_len},
+                         tk, tv, hkv};
+  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
+#else
+  __trap();
+#endif
+}
 
 // Body of the mma.sync-named entries: in sm_90a builds the 64x64 4-warp variant at D <= 128 runs
 // the one-warpgroup wgmma body (same tile geometry: 64 rows, 64-key tiles, 128 threads); every
@@ -1227,6 +1346,7 @@ using onnx_fuse::fa_fwd_entry;
 using onnx_fuse::fa_fwd_ws_body;
 using onnx_fuse::fa_fwd_ws_tma_body;
 using onnx_fuse::fa_paged_prefill_body;
+using onnx_fuse::fa_paged_prefill_tma_body;
 using onnx_fuse::fa_fwd_wgmma_body;
 using onnx_fuse::fa_fwd_wgmma_pipe_body;
 
@@ -1369,6 +1489,26 @@ OF_FA_PP_KERNELS_D(f16, __half, 64)
 OF_FA_PP_KERNELS_D(f16, __half, 128)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 128)
+// The same with K/V by TMA: onnx_fuse_fa_paged_prefill_tma_<dt>_d<D>_<full|causal>; two tensor
+// maps (K pool, V pool) follow the usual arguments. No TensorRT AOT twin.
+#define OF_FA_PPT_KERNEL(NAME, T, D, CAUSAL)                                                     \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
+      const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
+      long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
+      int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                \
+      const __grid_constant__ CUtensorMap tv) {                                                \
+    fa_paged_prefill_tma_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,  \
+                                            block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,   \
+                                            Hkv, bs_shift, max_blocks, scale_log2, &tk, &tv);  \
+  }
+#define OF_FA_PPT_KERNELS_D(DTN, T, D)                                              \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_full, T, D, false)  \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_causal, T, D, true)
+OF_FA_PPT_KERNELS_D(f16, __half, 64)
+OF_FA_PPT_KERNELS_D(f16, __half, 128)
+OF_FA_PPT_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_PPT_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 OF_FA_KERNELS_D(f16, __half, 64)
 OF_FA_KERNELS_D(f16, __half, 80)
@@ -1487,6 +1627,107 @@ bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, 
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Tensor map of a contiguous paged pool [num_blocks, block_size, Hkv, D] for the paged TMA
+// producer: 3-D (D, Hkv, num_blocks * block_size), boxes of 64 columns x 1 head x block_size
+// rows, 128-byte swizzle. False when TMA cannot take it: block_size not a power of two in
+// [16, 128] (the tile holds whole blocks at 2 KiB-aligned offsets), a base not 16-byte aligned,
+// more than 2^31 - 1 rows (coordinates are int32), or the driver refusing the map.
+bool pool_tensor_map(CUtensorMap* map, int dtype, const void* base, int num_blocks,
+                     int block_size, int Hkv, int D) {
+  const EncodeTiledFn enc = encode_tiled();
+  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || D % 64 != 0) return false;
+  if (block_size < 16 || block_size > 128 || (block_size & (block_size - 1)) != 0) return false;
+  const long long rows = (long long)num_blocks * block_size;
+  if (num_blocks <= 0 || rows > 0x7fffffffll) return false;
+  cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
+  cuuint64_t gstride[2] = {(cuuint64_t)D * 2, (cuuint64_t)Hkv * D * 2};
+  const cuuint32_t box[3] = {64, 1, (cuuint32_t)block_size}, elem[3] = {1, 1, 1};
+  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace
+extern "C" int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
+                                                    int warps);
+namespace {
+
+using PpFn = void (*)(const void*, long long, long long, long long, const int*, int, const void*,
+                      const void*, const int*, const int*, void*, long long, long long,
+                      long long, int, int, int, int, float);
+using PpTmaFn = void (*)(const void*, long long, long long, long long, const int*, int,
+                         const void*, const void*, const int*, const int*, void*, long long,
+                         long long, long long, int, int, int, int, float, CUtensorMap,
+                         CUtensorMap);
+
+// Shared by onnx_fuse_paged_prefill_fwd (loads 0) and onnx_fuse_paged_prefill_fwd_ex.
+int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_ts,
+                         long long q_hs, const int* cu_seqlens_q, const void* k_pool,
+                         const void* v_pool, const int* block_tables, const int* seq_lens,
+                         void* o, long long o_sb, long long o_ts, long long o_hs, int B,
+                         int max_q_len, int Hq, int Hkv, int D, int block_size, int max_blocks,
+                         float scale, int causal, int num_blocks, int loads,
+                         cudaStream_t stream) {
+  OF_REQUIRE(scale > 0.f);
+  OF_REQUIRE(B > 0 && B <= 65535 && max_q_len > 0 && Hq > 0 && Hq <= 65535 && Hkv > 0 &&
+             Hq % Hkv == 0);
+  OF_REQUIRE(D == 64 || D == 128);
+  OF_REQUIRE(block_size > 0 && (block_size & (block_size - 1)) == 0 && max_blocks > 0);
+  OF_REQUIRE(q && k_pool && v_pool && o && block_tables && seq_lens);
+  OF_REQUIRE(q_ts % 8 == 0 && q_hs % 8 == 0 && q_sb % 8 == 0 && o_ts % 8 == 0 && o_hs % 8 == 0 &&
+             o_sb % 8 == 0);
+  OF_REQUIRE(loads >= 0 && loads <= 2);
+  int dev = 0, major = 0;
+  OF_CUDA_TRY(cudaGetDevice(&dev));
+  OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  OF_REQUIRE(major == 9);
+  int bs_shift = 0;
+  while ((1 << bs_shift) < block_size) ++bs_shift;
+  PpFn fn = nullptr;
+  PpTmaFn tfn = nullptr;
+#define OF_PP_PICK(DTN, DD)                                                                    \
+  if (D == DD) {                                                                               \
+    fn = causal ? reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_causal)    \
+                : reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_full);     \
+    tfn = causal ? reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##_causal) \
+                 : reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##_full);  \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PP_PICK(f16, 64) OF_PP_PICK(f16, 128)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PP_PICK(bf16, 64) OF_PP_PICK(bf16, 128)
+  }
+#undef OF_PP_PICK
+  OF_REQUIRE(fn != nullptr && tfn != nullptr);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, 128, 128, 12);
+  dim3 grid((max_q_len + 127) / 128, Hq, B);
+  if (loads != 0) {
+    CUtensorMap tk, tv;
+    const bool ok = pool_tensor_map(&tk, dtype, k_pool, num_blocks, block_size, Hkv, D) &&
+                    pool_tensor_map(&tv, dtype, v_pool, num_blocks, block_size, Hkv, D);
+    OF_REQUIRE(ok || loads == 2);  // 2: fall back to the cp.async producer below
+    if (ok) {
+      OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      tfn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool,
+                                       v_pool, block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,
+                                       Hkv, bs_shift, max_blocks, scale * onnx_fuse::kLog2e, tk,
+                                       tv);
+      OF_CUDA_CHECK_LAUNCH();
+      return 0;
+    }
+  }
+  OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  fn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool, v_pool,
+                                  block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv, bs_shift,
+                                  max_blocks, scale * onnx_fuse::kLog2e);
+  OF_CUDA_CHECK_LAUNCH();
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1601,44 +1842,26 @@ int onnx_fuse_paged_prefill_fwd(int dtype, const void* q, long long q_sb, long l
                                 void* o, long long o_sb, long long o_ts, long long o_hs, int B,
                                 int max_q_len, int Hq, int Hkv, int D, int block_size,
                                 int max_blocks, float scale, int causal, cudaStream_t stream) {
-  OF_REQUIRE(scale > 0.f);
-  OF_REQUIRE(B > 0 && B <= 65535 && max_q_len > 0 && Hq > 0 && Hq <= 65535 && Hkv > 0 &&
-             Hq % Hkv == 0);
-  OF_REQUIRE(D == 64 || D == 128);
-  OF_REQUIRE(block_size > 0 && (block_size & (block_size - 1)) == 0 && max_blocks > 0);
-  OF_REQUIRE(q && k_pool && v_pool && o && block_tables && seq_lens);
-  OF_REQUIRE(q_ts % 8 == 0 && q_hs % 8 == 0 && q_sb % 8 == 0 && o_ts % 8 == 0 && o_hs % 8 == 0 &&
-             o_sb % 8 == 0);
-  int dev = 0, major = 0;
-  OF_CUDA_TRY(cudaGetDevice(&dev));
-  OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  OF_REQUIRE(major == 9);
-  int bs_shift = 0;
-  while ((1 << bs_shift) < block_size) ++bs_shift;
-  using PpFn = void (*)(const void*, long long, long long, long long, const int*, int, const void*,
-                        const void*, const int*, const int*, void*, long long, long long,
-                        long long, int, int, int, int, float);
-  PpFn fn = nullptr;
-#define OF_PP_PICK(DTN, DD)                                                                   \
-  if (D == DD)                                                                                \
-    fn = causal ? reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_causal)   \
-                : reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_full);
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PP_PICK(f16, 64) OF_PP_PICK(f16, 128)
-  } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PP_PICK(bf16, 64) OF_PP_PICK(bf16, 128)
-  }
-#undef OF_PP_PICK
-  OF_REQUIRE(fn != nullptr);
-  const int smem = onnx_fuse_fused_attention_smem_bytes(D, 128, 128, 12);
-  OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  dim3 grid((max_q_len + 127) / 128, Hq, B);
-  fn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool, v_pool,
-                                  block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv, bs_shift,
-                                  max_blocks, scale * onnx_fuse::kLog2e);
-  OF_CUDA_CHECK_LAUNCH();
-  return 0;
+  return paged_prefill_launch(dtype, q, q_sb, q_ts, q_hs, cu_seqlens_q, k_pool, v_pool,
+                              block_tables, seq_lens, o, o_sb, o_ts, o_hs, B, max_q_len, Hq, Hkv,
+                              D, block_size, max_blocks, scale, causal, 0, 0, stream);
+}
+
+// The same with the K/V loads chosen: num_blocks = the pools' first dimension (the tensor maps'
+// extent); loads 0 = the producer warpgroup's cp.async (as onnx_fuse_paged_prefill_fwd);
+// 1 = TMA (K/V gathered block by block by one producer warp; needs block_size in [16, 128],
+// 16-byte-aligned pools and num_blocks * block_size < 2^31, else cudaErrorInvalidValue);
+// 2 = TMA when those hold, else cp.async. Returns 0 or a cudaError_t code.
+int onnx_fuse_paged_prefill_fwd_ex(int dtype, const void* q, long long q_sb, long long q_ts,
+                                   long long q_hs, const int* cu_seqlens_q, const void* k_pool,
+                                   const void* v_pool, const int* block_tables,
+                                   const int* seq_lens, void* o, long long o_sb, long long o_ts,
+                                   long long o_hs, int B, int max_q_len, int Hq, int Hkv, int D,
+                                   int block_size, int max_blocks, float scale, int causal,
+                                   int num_blocks, int loads, cudaStream_t stream) {
+  return paged_prefill_launch(dtype, q, q_sb, q_ts, q_hs, cu_seqlens_q, k_pool, v_pool,
+                              block_tables, seq_lens, o, o_sb, o_ts, o_hs, B, max_q_len, Hq, Hkv,
+                              D, block_size, max_blocks, scale, causal, num_blocks, loads, stream);
 }
 
 }  // extern "C"

@@ -460,7 +460,12 @@ def _pp_reference(q_rows, k_pool, v_pool, tables, ctx, causal):
 @pytest.mark.parametrize("case", PP_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}{}{}".format(
     c[0], c[1], c[2], c[3], c[4], "c" if c[7] else "", "-packed" if c[8] else ""))
 def test_paged_prefill_matches_reference(lib, case, dtype):
-    """New tokens appended with append_kv, then attend over prefix + themselves from the pool."""
+    """New tokens appended with append_kv, then attend over prefix + themselves from the pool
+    (the producer warpgroup's cp.async loads; TMA in test_fused_attention_tma_paged_prefill_*)."""
+    _run_paged_prefill_case(lib, case, dtype, "cp.async")
+
+
+def _run_paged_prefill_case(lib, case, dtype, loads):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("paged prefill runs the sm_90a warp-specialized kernel only")
     B, Hq, Hkv, D, bs, prefix, new, causal, packed = case
@@ -483,11 +488,11 @@ def test_paged_prefill_matches_reference(lib, case, dtype):
     out = torch.full((total, Hq, D), float("nan"), dtype=dtype, device="cuda")
     if packed:
         lib.paged_prefill(q, k_pool, v_pool, tables, seq, out, causal=causal,
-                          cu_seqlens_q=torch.tensor(cu, device="cuda"))
+                          cu_seqlens_q=torch.tensor(cu, device="cuda"), loads=loads)
     else:
         assert len(set(new)) == 1
         lib.paged_prefill(q.view(B, new[0], Hq, D), k_pool, v_pool, tables, seq,
-                          out.view(B, new[0], Hq, D), causal=causal)
+                          out.view(B, new[0], Hq, D), causal=causal, loads=loads)
     torch.cuda.synchronize()
     kp, vp, tb = _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy()
     qn = _np(q)
@@ -497,6 +502,47 @@ def test_paged_prefill_matches_reference(lib, case, dtype):
             expect[cu[b]:cu[b + 1]] = _pp_reference(qn[cu[b]:cu[b + 1]], kp, vp, tb[b], ctx[b], causal)
     err = _rel_err(out, expect)
     assert err < TOL[dtype], f"relative error {err:.3e}"
+
+
+# TMA producer (K/V gathered block by block): the cases above plus tile-edge ones: a kv length
+# that is a whole number of 128-key tiles (no tail), blocks of 128 with a short last block, a
+# long prefix over blocks of 16 with one new token, non-packed equal chunks over blocks of 64.
+PP_TMA_CASES = PP_CASES + [
+    (2, 8, 2, 128, 128, [1000, 37], [24, 219], True, True),
+    (1, 4, 1, 64, 32, [256], [128], False, True),
+    (1, 4, 1, 128, 16, [256], [128], True, True),
+    (2, 8, 4, 128, 16, [4000, 4095], [96, 1], True, True),
+    (2, 4, 2, 64, 64, [64, 127], [65, 65], False, False),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", PP_TMA_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}{}{}".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[7] else "", "-packed" if c[8] else ""))
+def test_fused_attention_tma_paged_prefill_matches_reference(lib, case, dtype):
+    """TMA loads forced where the block size allows them (16..128), planned elsewhere (block 8:
+    the planner takes cp.async). Named for gpu_session's TMA-first pytest process."""
+    from onnx_fuse.plugins import launch_plan as lp
+
+    _run_paged_prefill_case(lib, case, dtype, "tma" if case[4] in lp.PP_TMA_BLOCK_SIZES else None)
+
+
+@pytest.mark.parametrize("bs", [8, 256])
+def test_fused_attention_tma_paged_prefill_falls_back(lib, bs):
+    """Block sizes the TMA producer cannot take: refused when TMA is forced (by the launcher:
+    the wrapper passes 'tma' straight through), planned as cp.async and correct."""
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    case = (2, 8, 2, 128, bs, [300, 7], [200, 129], True, True)
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("paged prefill runs the sm_90a warp-specialized kernel only")
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    k_pool, v_pool, tables = _make_pool(1, 2, 128, bs, [40], torch.float16, gen)
+    seq = torch.tensor([40], dtype=torch.int32, device="cuda")
+    q = _rand((1, 8, 8, 128), torch.float16, gen)
+    with pytest.raises(KernelError):
+        lib.paged_prefill(q, k_pool, v_pool, tables, seq, torch.empty_like(q), loads="tma")
+    _run_paged_prefill_case(lib, case, torch.float16, None)
 
 
 def test_paged_prefill_refuses_bad_arguments(lib):

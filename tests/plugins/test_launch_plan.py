@@ -415,3 +415,30 @@ def test_fp8_decode_plan_fills_its_last_wave():
     assert lp.plan_paged_decode(128, 16, 1, 64, 16, 256, kv_dtype="fp8").num_splits == 4
     # a tiny grid takes as many splits as min_split_tokens allows
     assert lp.plan_paged_decode(1, 8, 1, 128, 16, 64, kv_dtype="fp8").num_splits == 4  # 1024 tokens / 256
+
+
+def test_paged_prefill_loads_plan():
+    """TMA K/V loads for prefill over a paged prefix where the block size lets whole blocks tile
+    a 128-key tile (16..128), cp.async elsewhere; forcing TMA on other block sizes is refused; the
+    TMA entries and the launcher's block-size rule are in the source."""
+    for bs in (16, 32, 64, 128):
+        for d in (64, 128):
+            assert lp.plan_paged_prefill_loads(d, bs) == "tma"
+            assert lp.plan_paged_prefill_loads(d, bs, loads="cp.async") == "cp.async"
+    for bs in (1, 2, 4, 8, 256, 1024):
+        assert lp.plan_paged_prefill_loads(128, bs) == "cp.async"
+        with pytest.raises(ValueError, match="TMA paged prefill takes block sizes"):
+            lp.plan_paged_prefill_loads(128, bs, loads="tma")
+    for bad in (dict(head_dim=80, block_size=16), dict(head_dim=128, block_size=24),
+                dict(head_dim=128, block_size=16, loads="bulk")):
+        with pytest.raises(ValueError):
+            lp.plan_paged_prefill_loads(**bad)
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    with pytest.raises(ValueError, match="compute capability 9.0"):
+        lp.plan_paged_prefill_loads(128, 16, device=ampere)
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        for d in lp.PP_HEAD_DIMS:
+            assert re.search(rf"^OF_FA_PPT_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
+    assert "if (block_size < 16 || block_size > 128 || (block_size & (block_size - 1)) != 0) return false;" in fa
+    assert lp.PP_TMA_BLOCK_SIZES == (16, 32, 64, 128)
