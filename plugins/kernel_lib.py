@@ -220,6 +220,7 @@ class KernelLib:
                 raise ValueError("the head-dim axis must be contiguous")
         D, Hq = q.shape[-1], q.shape[-2]
         NB, BS, Hkv, _ = k_pool.shape
+        NB, BS = int(NB), int(BS)
         # launcher codes: 0 cp.async, 1 TMA (the launcher refuses pools it cannot map), 2 TMA else
         # cp.async; bad head / block sizes are left to the launcher's refusal
         if loads is None:
