@@ -41,6 +41,9 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_decode_fp8": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 8
     + [_f, _i, _i, _p],
     "onnx_fuse_append_kv_fp8": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _p, _p] + [_i] * 6 + [_p],
+    "onnx_fuse_paged_attention_decode_fp8_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
+    + [_f, _i, _i, _p],
+    "onnx_fuse_paged_attention_fp8_tma_supported": [_i, _i, _i, _i],
 }
 
 
@@ -59,6 +62,23 @@ def default_library_path() -> Path:
 
 def _dtype_name(t) -> str:
     return str(t.dtype).replace("torch.", "")
+
+
+def _numel(t) -> int:
+    n = 1
+    for x in t.shape:
+        n *= int(x)
+    return n
+
+
+def _contiguous(t) -> bool:
+    """Row-major dense (size-1 axes may have any stride), from shape and stride()."""
+    want = 1
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        if size != 1 and stride != want:
+            return False
+        want *= int(size)
+    return True
 
 
 def _ptr(t) -> int | None:
@@ -151,16 +171,16 @@ class KernelLib:
 
     @staticmethod
     def _check_fp8_pool(k_pool, v_pool, k_scale, v_scale) -> None:
-        import torch
-
-        fp8 = {torch.uint8, getattr(torch, "float8_e4m3fn", torch.uint8)}
-        if k_pool.dtype not in fp8 or v_pool.dtype not in fp8:
+        # by dtype name, shape and strides: torch tensors and the TensorRT plugin's buffer views alike
+        fp8 = ("uint8", "float8_e4m3fn")
+        if _dtype_name(k_pool) not in fp8 or _dtype_name(v_pool) not in fp8:
             raise ValueError(f"fp8 pools hold e4m3 bytes: uint8 or float8_e4m3fn, not {k_pool.dtype}/{v_pool.dtype}")
         hkv = k_pool.shape[2]
         for t in (k_scale, v_scale):
-            if t.dtype != torch.float32 or t.numel() != hkv or not t.is_contiguous() or t.device != k_pool.device:
+            if (_dtype_name(t) != "float32" or _numel(t) != hkv or not _contiguous(t)
+                    or getattr(t, "device", None) != getattr(k_pool, "device", None)):
                 raise ValueError(f"k_scale/v_scale: contiguous float32 [{hkv}] on the pools' device")
-        if not (k_pool.is_contiguous() and v_pool.is_contiguous()) or k_pool.shape != v_pool.shape:
+        if not (_contiguous(k_pool) and _contiguous(v_pool)) or tuple(k_pool.shape) != tuple(v_pool.shape):
             raise ValueError("k_pool and v_pool: contiguous [num_blocks, block_size, Hkv, D] of one shape")
 
     def paged_decode_fp8(self, q, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, *,
@@ -184,12 +204,25 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        if plan.tma:  # tensor maps over the whole pools: their block count is part of the launch
+            rc = self._lib.onnx_fuse_paged_attention_decode_fp8_tma(
+                plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
+                _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
+                BS, MB, k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
+                self._stream(stream))
+            self._check(rc, "onnx_fuse_paged_attention_decode_fp8_tma")
+            return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_fp8(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
             _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
             BS, MB, plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, self._stream(stream))
         self._check(rc, "onnx_fuse_paged_attention_decode_fp8")
         return plan
+
+    def fp8_tma_supported(self, head_dim: int, block_size: int, warps: int, stages: int) -> bool:
+        """Whether onnx_fuse_paged_attention_decode_fp8_tma runs its TMA kernel for these sizes on
+        the current device (else it runs the cp.async variant of the same warps and stages)."""
+        return bool(self._lib.onnx_fuse_paged_attention_fp8_tma_supported(head_dim, block_size, warps, stages))
 
     def append_kv_fp8(self, k_new, v_new, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, *,
                       stream=None):

@@ -80,6 +80,12 @@ MAX_GROUP = 16  # query heads per kv head in one mma tile
 PA8_VARIANTS = ((4, 3), (4, 4), (4, 6), (8, 3))
 PA8_VARIANTS_D256 = ((4, 3), (4, 4))
 PA8_HEAD_DIMS = (64, 96, 128, 256)
+# The same (warps, stages) with TMA loads (kernel suffix "t", onnx_fuse_paged_attention_decode_fp8_tma):
+# one tensor copy per (block, kv head, 64/128-byte slab) of a tile, swizzled tiles; rows of a multiple of
+# 64 bytes, block sizes a power of two >= 8, compute capability 9.0 (elsewhere the cp.async variant runs).
+PA8_TMA_HEAD_DIMS = (64, 128, 256)
+PA8_TMA_VARIANTS = tuple((w, s, "tma") for w, s in PA8_VARIANTS)
+PA8_TMA_VARIANTS_D256 = tuple((w, s, "tma") for w, s in PA8_VARIANTS_D256)
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 
 
@@ -140,16 +146,31 @@ def pa_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
     return PA_VARIANTS_D256 if head_dim == 256 else PA_VARIANTS
 
 
-def pa8_variants(head_dim: int) -> tuple[tuple[int, int], ...]:
-    """(warps, stages) fp8-pool decode variants compiled for ``head_dim``."""
+def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
+    """fp8-pool decode variants compiled for ``head_dim``: (warps, stages) with cp.async loads,
+    then (warps, stages, "tma") with tensor-copy loads where the head size has them."""
     if head_dim not in PA8_HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim} has no fp8-pool decode kernel (supported: {PA8_HEAD_DIMS})")
-    return PA8_VARIANTS_D256 if head_dim == 256 else PA8_VARIANTS
+    base = PA8_VARIANTS_D256 if head_dim == 256 else PA8_VARIANTS
+    if head_dim not in PA8_TMA_HEAD_DIMS:
+        return base
+    return base + (PA8_TMA_VARIANTS_D256 if head_dim == 256 else PA8_TMA_VARIANTS)
 
 
-def pa8_smem_bytes(head_dim: int, warps: int, stages: int) -> int:
-    """Dynamic shared memory of the fp8-pool decode kernel (mirrors pa8_smem_bytes in the .cu):
-    stages of K and V byte tiles of 16 * warps rows padded to D + 16 bytes (Q stays in registers)."""
+def pa8_tma_applies(head_dim: int, block_size: int, device: "DeviceInfo | None" = None) -> bool:
+    """Whether the TMA fp8-pool kernels address this shape (the C launcher's static check,
+    onnx_fuse_paged_attention_fp8_tma_supported, less the driver query)."""
+    cc = (device or H200).compute_capability
+    return (head_dim in PA8_TMA_HEAD_DIMS and block_size >= 8 and block_size & (block_size - 1) == 0
+            and cc >= (9, 0))
+
+
+def pa8_smem_bytes(head_dim: int, warps: int, stages: int, tma: bool = False) -> int:
+    """Dynamic shared memory of the fp8-pool decode kernel (mirrors pa8_smem_bytes / pa8t_smem_bytes
+    in the .cu): stages of K and V byte tiles of 16 * warps rows padded to D + 16 bytes (Q stays in
+    registers); TMA: dense rows, 1 KiB alignment slack and the stages' mbarriers."""
+    if tma:
+        return stages * 2 * 16 * warps * head_dim + 1024 + 128
     return stages * 2 * 16 * warps * (head_dim + 16)
 
 
@@ -347,6 +368,7 @@ class PagedDecodePlan:
     stages: int
     bulk: int
     kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
+    tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma
 
 
 def plan_paged_decode(
@@ -377,7 +399,8 @@ def plan_paged_decode(
     which is all a TensorRT plugin knows at enqueue time; CTAs past a sequence's end exit.
 
     ``kv_dtype``: None (pool in the query dtype) or "fp8" (uint8 e4m3 pool with per-kv-head
-    scales; ``variant`` is then (warps, stages)). ``ctas_per_sm`` defaults to 2 for the fp16/bf16
+    scales; ``variant`` is then (warps, stages) or (warps, stages, "tma"): a TMA variant falls back
+    to the cp.async one of the same (warps, stages) where ``pa8_tma_applies`` says no). ``ctas_per_sm`` defaults to 2 for the fp16/bf16
     pool (measured) and to the shared-memory occupancy (at most 4) for the fp8 pool, whose split
     count is the fewest that fill the last wave to 90 % (``_wave_splits``; not yet measured)
     rather than ``target_waves``.
@@ -395,7 +418,7 @@ def plan_paged_decode(
     ctx = max(ctx, 1)
     if fp8:
         return _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant,
-                         target_waves, ctas_per_sm, min_split_tokens, device)
+                         target_waves, ctas_per_sm, min_split_tokens, device, block_size)
     if ctas_per_sm is None:
         ctas_per_sm = 2
     if variant is None:
@@ -456,7 +479,7 @@ def _wave_splits(base: int, slots: int, max_splits: int, min_eff: float = 0.9) -
 
 
 def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant, target_waves,
-              ctas_per_sm, min_split_tokens, device) -> PagedDecodePlan:
+              ctas_per_sm, min_split_tokens, device, block_size) -> PagedDecodePlan:
     if variant is None:
         # Not yet measured: 4 warps x 3 stages run 4 CTAs per SM up to D = 128 (55 KB of shared
         # memory and <= 128 registers at D = 128; 16 warps, 8 tiles in flight per SM), 2 at D = 256.
@@ -464,8 +487,9 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
     variant = tuple(variant)
     if variant not in pa8_variants(head_dim):
         raise ValueError(f"fp8 variant {variant} not compiled for D={head_dim}; choose one of {pa8_variants(head_dim)}")
-    warps, stages = variant
-    smem = pa8_smem_bytes(head_dim, warps, stages)
+    warps, stages = variant[:2]
+    tma = len(variant) == 3 and pa8_tma_applies(head_dim, block_size, device)
+    smem = pa8_smem_bytes(head_dim, warps, stages, tma)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     if ctas_per_sm is None:
@@ -478,13 +502,13 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
     num_splits, part, ws = _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits,
                                    target_waves, ctas_per_sm, min_split_tokens, device)
     return PagedDecodePlan(
-        kernel=f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}",
+        kernel=f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{'t' if tma else ''}",
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
         grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
         smem_bytes=smem, part_tokens=part, num_splits=num_splits, workspace_bytes=ws,
         reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
         reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
-        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=0, kv_fp8=True,
+        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=0, kv_fp8=True, tma=tma,
     )
 
 

@@ -319,8 +319,12 @@ def main() -> int:
                         for sp in sorted({1, 2, 3, 4, auto8.num_splits, 2 * auto8.num_splits}):
                             plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
                                                         variant=var, kv_dtype="fp8")
-                            is_auto = sp == auto8.num_splits and var == (auto8.warps, auto8.stages)
-                            label = f"ours fp8 pool w{var[0]}s{var[1]} split={plan.num_splits}{' (auto)' if is_auto else ''}"
+                            # (warps, stages) or (warps, stages, "tma"): TMA loads, sm_90 (plan.tma)
+                            is_auto = (sp == auto8.num_splits and var[:2] == (auto8.warps, auto8.stages)
+                                       and (len(var) == 3) == auto8.tma)
+                            kind = " tma" if plan.tma else ""
+                            label = (f"ours fp8 pool w{var[0]}s{var[1]}{kind} split={plan.num_splits}"
+                                     f"{' (auto)' if is_auto else ''}")
                             cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
                                                                                    plan=plan, workspace=ws), "fp8")
                             cand_bytes[label] = kv_bytes // 2

@@ -588,11 +588,40 @@ int onnx_fuse_append_kv(int dtype, const void* k_new, const void* v_new, long lo
 //   n. The output columns are thus permuted; the merge step writes them back in order.
 //   This needs D % 32 == 0, so D = 80 has no fp8 decode.
 
+#include <cuda.h>  // CUtensorMap and its enums (types only; the driver is reached at run time)
 #include <cuda_fp8.h>
 
 namespace onnx_fuse {
 
 __host__ __device__ constexpr int pa8_smem_bytes(int D, int W, int S) { return S * 2 * 16 * W * (D + 16); }
+// TMA variants: dense swizzled stages (1 KiB aligned: 1 KiB slack) + S mbarriers (128 B).
+__host__ __device__ constexpr int pa8t_smem_bytes(int D, int W, int S) { return S * 2 * 16 * W * D + 1024 + 128; }
+constexpr int kPa8tBoxRows = 64;  // TMA box rows: min(block_size, 64) (64 divides every split start)
+
+// Byte offset of (row r, byte c) in a TMA-loaded K or V tile of TILE rows: the tile is NH = D / CW
+// column slabs of TILE x CW bytes (one box per slab and block), CW = 128 (SWIZZLE_128B: the 16-byte
+// chunk index, address bits 4-6, is XORed with bits 7-9) or 64 at D = 64 (SWIZZLE_64B: bits 4-5
+// with bits 7-8). Slab and box bases are multiples of the swizzle period (1 KiB / 512 B).
+template <int D, int TILE>
+__device__ __forceinline__ int pa8t_off(int r, int c) {
+  constexpr int CW = D >= 128 ? 128 : 64;
+  const int o = r * CW + (c % CW);
+  const int sw = CW == 128 ? ((o >> 7) & 7) : ((o >> 7) & 3);
+  return (c / CW) * (TILE * CW) + (o ^ (sw << 4));
+}
+
+// One tensor copy global -> shared (3-D map: (D bytes, Hkv, pool rows)) completing on an mbarrier.
+__device__ __forceinline__ void pa_tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2,
+                                               uint32_t mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(mbar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
 
 // Two e4m3 bytes (low byte first) -> fp16x2 bits.
 __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t x) {
@@ -631,29 +660,45 @@ __device__ __forceinline__ void pa8_q_frag(uint32_t (&a)[4], const T* q0, const 
 }
 
 __device__ __forceinline__ uint32_t lds32(const unsigned char* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// 32-bit shared load at a shared-window address (volatile: stays after the mbarrier wait).
+__device__ __forceinline__ uint32_t lds32_at(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(a));
+  return v;
+}
 
 // Decode over the fp8 pool: same grid, split and workspace contract as pa_decode_body
-// (cp.async path, tiles of 16 * W tokens, S stages).
-template <typename T, int D, int W, int S>
+// (tiles of 16 * W tokens, S stages). TMA = 0: cp.async gathers of 16-byte chunks into rows
+// padded to D + 16 bytes. TMA = 1 (sm_90+, D % 64 == 0): lanes of warp 0 each issue the tensor
+// copies of one box (min(block_size, 64) token rows of one block, K and V, per CW-byte slab) into
+// dense swizzled tiles (pa8t_off), completing on the stage's mbarrier; tmap_k / tmap_v are the
+// addresses of the __grid_constant__ tensor maps.
+template <typename T, int D, int W, int S, int TMA = 0>
 __device__ __forceinline__ void pa8_decode_body(
     const T* __restrict__ q, long long q_sb, const unsigned char* __restrict__ k_pool,
     const unsigned char* __restrict__ v_pool, const float* __restrict__ k_scale,
     const float* __restrict__ v_scale, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
     float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv, int block_size,
-    int max_blocks, int part_tokens, float scale_log2) {
+    int max_blocks, int part_tokens, float scale_log2, const void* tmap_k = nullptr,
+    const void* tmap_v = nullptr) {
   using H = MmaTraits<__half>;
   static_assert(D % 32 == 0, "fp8 decode pairs V bytes in 32-byte groups");
+  static_assert(!TMA || D % 64 == 0, "TMA tiles are slabs of 64 or 128 bytes");
   constexpr int NT = 32 * W;
   constexpr int TILE = 16 * W;
-  constexpr int RB = D + 16;   // smem row pitch (bytes)
+  constexpr int RB = D + 16;   // smem row pitch (bytes), cp.async path
   constexpr int CPR = D / 16;  // 16-byte chunks per row
-  constexpr int TILE_BYTES = TILE * RB;
+  constexpr int TILE_BYTES = TMA ? TILE * D : TILE * RB;
+  constexpr int CW = D >= 128 ? 128 : 64;  // TMA slab width (bytes)
   constexpr bool QREG = D <= 128;  // D = 256: Q fragments re-read (L1) per tile
-  static_assert(W * 16 * D * 4 + W * 16 * 8 <= pa8_smem_bytes(D, W, S),
+  static_assert(W * 16 * D * 4 + W * 16 * 8 <= S * 2 * TILE_BYTES,
                 "merge scratch must fit in the pipeline stages");
 
   extern __shared__ __align__(128) unsigned char pa8_smem[];
+  unsigned char* sbase = pa8_smem;  // stages; TMA: rounded up to 1 KiB (swizzle period)
+  if constexpr (TMA != 0) sbase = pa8_smem + ((1024u - (smem_u32(pa8_smem) & 1023u)) & 1023u);
+  uint64_t* mbar = reinterpret_cast<uint64_t*>(sbase + S * 2 * TILE_BYTES);  // [S], TMA only
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -700,7 +745,7 @@ __device__ __forceinline__ void pa8_decode_body(
     const bool ok = off >= 0;
     const unsigned char* sk = k_pool + (ok ? off : 0);
     const unsigned char* sv = v_pool + (ok ? off : 0);
-    unsigned char* dk = pa8_smem + stage * 2 * TILE_BYTES + my_r * RB;
+    unsigned char* dk = sbase + stage * 2 * TILE_BYTES + my_r * RB;
 #pragma unroll
     for (int j = 0; j < CPR / 2; ++j) {
       const int cb = (2 * j + my_h) * 16;
@@ -709,12 +754,58 @@ __device__ __forceinline__ void pa8_decode_body(
     }
   };
 
+  // TMA path (warp 0): lane i < nbox owns box i of each tile (tokens [t0 + iR, t0 + iR + R) of one
+  // block, R = min(block_size, 64): every split start and tile start is a multiple of R, so a box
+  // never crosses a block). Its block id is loaded one tile ahead (box_blk) and turned into the
+  // pool row at issue time; boxes wholly past the split's end copy box 0's rows again, so every
+  // stage receives 2 * TILE_BYTES (the rows past the end are masked: s = -inf, V words zeroed).
+  const int R = min(block_size, kPa8tBoxRows);
+  const int nbox = TILE / R;
+  const int bs_shift = __ffs(block_size) - 1;  // block_size is a power of two on this path
+  auto box_blk = [&](int tile) -> int {
+    const int tok = t_begin + tile * TILE + lane * R;
+    return (lane < nbox && tok < t_end) ? bt[tok >> bs_shift] : -1;
+  };
+  auto tma_issue = [&](int tile, int blk) {  // all of warp 0
+    const int stage = tile % S;
+    const uint32_t bar = smem_u32(mbar + stage);
+    const int tok = t_begin + tile * TILE + lane * R;
+    int row = blk >= 0 ? (blk << bs_shift) + (tok & (block_size - 1)) : 0;
+    const int row0 = __shfl_sync(0xffffffffu, row, 0);
+    if (blk < 0) row = row0;
+    if (lane == 0) mbar_arrive_expect_tx(bar, 2 * TILE_BYTES);
+    __syncwarp();
+    if (lane < nbox) {
+      unsigned char* dk = sbase + stage * 2 * TILE_BYTES + lane * R * CW;
 #pragma unroll
-  for (int st = 0; st < S - 1; ++st) {
-    if (st < n_tiles) load_tile(st, row_off(st));
-    cp_async_commit();
+      for (int h = 0; h < D / CW; ++h) {
+        pa_tma_load_3d(smem_u32(dk + h * TILE * CW), tmap_k, h * CW, hkv, row, bar);
+        pa_tma_load_3d(smem_u32(dk + TILE_BYTES + h * TILE * CW), tmap_v, h * CW, hkv, row, bar);
+      }
+    }
+  };
+  long long pending_off = 0;
+  int pending_blk = -1;
+  if constexpr (TMA != 0) {
+    if (tid == 0) {
+      for (int st = 0; st < S; ++st) mbar_init(smem_u32(mbar + st), 1);
+      mbar_fence_init();
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int st = 0; st < S - 1; ++st)
+        if (st < n_tiles) tma_issue(st, box_blk(st));
+      pending_blk = box_blk(S - 1);
+    }
+  } else {
+#pragma unroll
+    for (int st = 0; st < S - 1; ++st) {
+      if (st < n_tiles) load_tile(st, row_off(st));
+      cp_async_commit();
+    }
+    pending_off = row_off(S - 1);
   }
-  long long pending_off = row_off(S - 1);
 
   // Q rows hkv*G + g and hkv*G + g + 8 (zero when >= G), straight from global memory.
   const T* qb = q + b * q_sb + (size_t)hkv * G * D;
@@ -733,28 +824,50 @@ __device__ __forceinline__ void pa8_decode_body(
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   float row_m[2] = {-INFINITY, -INFINITY};
   float row_l[2] = {0.f, 0.f};
+  // TMA: this thread's tile offsets of its first K word (row kr + g, bytes 4t4) and V words
+  // (rows kr + 2t4 and kr + 2t4 + 1, bytes 4g), swizzle included. Tile bases are multiples of
+  // 1 KiB, so the other words of a row are these XOR the chunk (address bits 4-6; CW = 64 uses
+  // 4-5) plus a slab offset; rows + 8 add 8 * CW and keep the same XOR (bits 7-9 move by 8 rows).
+  const int kr = warp * 16;  // this warp's 16 tokens in the tile
+  const uint32_t k_of = TMA ? pa8t_off<D, TILE>(kr + g, 4 * t4) : 0;
+  const uint32_t v_of0 = TMA ? pa8t_off<D, TILE>(kr + 2 * t4, 4 * g) : 0;
+  const uint32_t v_of1 = TMA ? pa8t_off<D, TILE>(kr + 2 * t4 + 1, 4 * g) : 0;
 
   for (int j = 0; j < n_tiles; ++j) {
-    {
-      const int nxt = j + S - 1;
+    const int nxt = j + S - 1;
+    if constexpr (TMA != 0) {
+      // Stage nxt % S was last read in iteration j - 1, which ended with __syncthreads.
+      if (warp == 0 && nxt < n_tiles) {
+        tma_issue(nxt, pending_blk);
+        pending_blk = box_blk(nxt + 1);
+      }
+      mbar_wait_parity(smem_u32(mbar + j % S), (j / S) & 1);
+    } else {
       if (nxt < n_tiles) {
         load_tile(nxt % S, pending_off);
         pending_off = row_off(nxt + 1);
       }
       cp_async_commit();
+      cp_async_wait<S - 1>();
+      __syncthreads();
     }
-    cp_async_wait<S - 1>();
-    __syncthreads();
-    const unsigned char* tk = pa8_smem + (j % S) * 2 * TILE_BYTES;
+    const unsigned char* tk = sbase + (j % S) * 2 * TILE_BYTES;
     const unsigned char* tv = tk + TILE_BYTES;
-    const int kr = warp * 16;  // this warp's 16 tokens in the tile
+    const uint32_t tk_u = smem_u32(tk);
 
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     const unsigned char* k0 = tk + (kr + g) * RB + 4 * t4;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t w0 = lds32(k0 + 16 * kk);
-      const uint32_t w1 = lds32(k0 + 8 * RB + 16 * kk);
+      uint32_t w0, w1;
+      if constexpr (TMA != 0) {
+        const uint32_t a = ((tk_u + k_of) ^ ((kk % (CW / 16)) << 4)) + (16 * kk / CW) * (TILE * CW);
+        w0 = lds32_at(a);
+        w1 = lds32_at(a + 8 * CW);
+      } else {
+        w0 = lds32(k0 + 16 * kk);
+        w1 = lds32(k0 + 8 * RB + 16 * kk);
+      }
       uint32_t qa[4];
       if constexpr (QREG) {
 #pragma unroll
@@ -808,10 +921,29 @@ __device__ __forceinline__ void pa8_decode_body(
     pa[2] = H::pack(s[1][0], s[1][1]);
     pa[3] = H::pack(s[1][2], s[1][3]);
     const unsigned char* v0 = tv + (kr + 2 * t4) * RB + 4 * g;
+    // TMA tiles hold real pool rows past the end of the sequence (possibly NaN bytes): zero them
+    // so that P = 0 there gives 0, not NaN. (The cp.async path zero-fills them.)
+    const int vlim = TMA ? t_end - tok0 : 16;
+    const bool vk0 = 2 * t4 < vlim, vk1 = 2 * t4 + 1 < vlim, vk8 = 2 * t4 + 8 < vlim, vk9 = 2 * t4 + 9 < vlim;
 #pragma unroll
     for (int grp = 0; grp < D / 32; ++grp) {
       const unsigned char* p = v0 + 32 * grp;
-      const uint32_t r0 = lds32(p), r1 = lds32(p + RB), r8 = lds32(p + 8 * RB), r9 = lds32(p + 9 * RB);
+      uint32_t r0, r1, r8, r9;
+      if constexpr (TMA != 0) {
+        const uint32_t x = (2 * (grp % (CW / 32))) << 4, slab = (32 * grp / CW) * (TILE * CW);
+        const uint32_t a0 = ((tk_u + TILE_BYTES + v_of0) ^ x) + slab;
+        const uint32_t a1 = ((tk_u + TILE_BYTES + v_of1) ^ x) + slab;
+        r0 = lds32_at(a0);
+        r1 = lds32_at(a1);
+        r8 = lds32_at(a0 + 8 * CW);
+        r9 = lds32_at(a1 + 8 * CW);
+        r0 = vk0 ? r0 : 0u;
+        r1 = vk1 ? r1 : 0u;
+        r8 = vk8 ? r8 : 0u;
+        r9 = vk9 ? r9 : 0u;
+      } else {
+        r0 = lds32(p), r1 = lds32(p + RB), r8 = lds32(p + 8 * RB), r9 = lds32(p + 9 * RB);
+      }
       const uint32_t lo01 = __byte_perm(r0, r1, 0x5140), lo23 = __byte_perm(r0, r1, 0x7362);
       const uint32_t hi01 = __byte_perm(r8, r9, 0x5140), hi23 = __byte_perm(r8, r9, 0x7362);
       H::mma(acc[4 * grp + 0], pa, e4m3x2_to_h2(lo01), e4m3x2_to_h2(hi01));
@@ -825,7 +957,7 @@ __device__ __forceinline__ void pa8_decode_body(
   __syncthreads();
 
   // Merge the warps (scratch over the stages); acc[4grp + jj][e] is column 32grp + 4n + jj.
-  float* sm = reinterpret_cast<float*>(pa8_smem);
+  float* sm = reinterpret_cast<float*>(sbase);
   float* sl = sm + W * 16;
   float* so = sl + W * 16;
 #pragma unroll
@@ -971,6 +1103,31 @@ OF_APPEND_FP8(bf16, __nv_bfloat16, 96)
 OF_APPEND_FP8(bf16, __nv_bfloat16, 128)
 OF_APPEND_FP8(bf16, __nv_bfloat16, 256)
 
+// TMA variants of the fp8-pool decode: onnx_fuse_pa8_decode_<dt>_d<D>_w<warps>s<stages>t, same
+// (warps, stages) lists, D in {64, 128, 256} (a multiple of 64 bytes per row). Register bounds
+// follow the occupancy their shared memory allows at D <= 128 (4 / 3 / 2 CTAs per SM at 3 / 4 / 6
+// stages of 4 warps; 2 for 8 warps).
+#define OF_PA8T_DECODE(DTN, T, D, W, ST)                                                           \
+  extern "C" __global__ void __launch_bounds__(                                                    \
+      32 * W, W == 8 ? 2 : (D > 128 ? 1 : (ST == 3 ? 4 : (ST == 4 ? 3 : 2))))                      \
+      onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##t(                                          \
+      const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
+      const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
+      T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
+      int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
+      const __grid_constant__ CUtensorMap tv) {                                                   \
+    pa8_decode_body<T, D, W, ST, 1>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,      \
+                                    seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,   \
+                                    max_blocks, part_tokens, scale_log2, &tk, &tv);               \
+  }
+
+OF_PA8_VARIANTS(OF_PA8T_DECODE, f16, __half, 64)
+OF_PA8_VARIANTS(OF_PA8T_DECODE, f16, __half, 128)
+OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, f16, __half, 256)
+OF_PA8_VARIANTS(OF_PA8T_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA8_VARIANTS(OF_PA8T_DECODE, bf16, __nv_bfloat16, 128)
+OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, bf16, __nv_bfloat16, 256)
+
 extern "C" {
 
 // Dynamic shared memory of fp8-pool decode variant (warps, stages).
@@ -1072,6 +1229,162 @@ int onnx_fuse_append_kv_fp8(int dtype, const void* k_new, const void* v_new, lon
     OF_LAUNCH(bf16, __nv_bfloat16, 96)
     OF_LAUNCH(bf16, __nv_bfloat16, 128)
     OF_LAUNCH(bf16, __nv_bfloat16, 256)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// fp8-pool decode with TMA loads: host side.
+
+namespace {
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the library links cudart
+// statically, not libcuda); null when the driver does not provide it. (Same pattern as the
+// fused-attention launcher, which keeps its copy private.)
+using Pa8EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                      const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                      const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                      CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+Pa8EncodeTiledFn pa8_encode_tiled() {
+  static const Pa8EncodeTiledFn fn = []() -> Pa8EncodeTiledFn {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<Pa8EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+bool pa8t_variant_compiled(int D, int warps, int stages) {
+  if (D != 64 && D != 128 && D != 256) return false;
+  if (warps == 4 && (stages == 3 || stages == 4)) return true;
+  return D != 256 && ((warps == 4 && stages == 6) || (warps == 8 && stages == 3));
+}
+
+// What the TMA kernels address without the device: a compiled variant and a power-of-two block
+// size >= 8 (boxes of min(block_size, 64) rows: >= 8 keeps box bases on the swizzle period, and
+// a power of two makes every tile a whole number of boxes inside one block).
+bool pa8t_shape_ok(int D, int block_size, int warps, int stages) {
+  return pa8t_variant_compiled(D, warps, stages) && block_size >= 8 &&
+         (block_size & (block_size - 1)) == 0;
+}
+
+bool pa8t_device_ok() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9 && pa8_encode_tiled() != nullptr;
+}
+
+// The uint8 pool [rows = num_blocks * block_size, Hkv, D] as a 3-D map (D, Hkv, rows), boxes of
+// (min(D, 128) bytes, 1 head, box_rows), 128-byte swizzle (64-byte at D = 64).
+bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int box_rows) {
+  const Pa8EncodeTiledFn enc = pa8_encode_tiled();
+  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  const int cw = D >= 128 ? 128 : 64;
+  const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
+  const cuuint64_t gstride[2] = {(cuuint64_t)D, (cuuint64_t)Hkv * D};
+  const cuuint32_t box[3] = {(cuuint32_t)cw, 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
+  return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), gdim, gstride, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE,
+             cw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Dynamic shared memory of the TMA fp8-pool decode variant (warps, stages).
+int onnx_fuse_paged_attention_fp8_tma_smem_bytes(int head_dim, int warps, int stages) {
+  return onnx_fuse::pa8t_smem_bytes(head_dim, warps, stages);
+}
+
+// 1 when onnx_fuse_paged_attention_decode_fp8_tma runs the TMA kernel for these sizes on the
+// current device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128,
+// 256}, a compiled (warps, stages), block_size a power of two >= 8), else 0 (it then runs the
+// cp.async variant of the same (warps, stages)). A pool whose base is not 16-byte aligned or
+// whose num_blocks * block_size reaches 2^31 rows also falls back.
+int onnx_fuse_paged_attention_fp8_tma_supported(int head_dim, int block_size, int warps, int stages) {
+  return pa8t_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;
+}
+
+// onnx_fuse_paged_attention_decode_fp8 with the K/V loads issued as tensor copies (see
+// pa8_decode_body, TMA = 1); num_blocks: blocks in each pool (the tensor maps' extent). Falls
+// back to the cp.async variant of the same (warps, stages) where TMA does not apply (see
+// onnx_fuse_paged_attention_fp8_tma_supported). Variant (0, 0) = (4, 3).
+int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long q_sb,
+                                             const void* k_pool, const void* v_pool,
+                                             const float* k_scale, const float* v_scale,
+                                             const int* block_tables, const int* seq_lens,
+                                             void* out, long long o_sb, void* workspace, int B,
+                                             int Hq, int Hkv, int D, int block_size,
+                                             int max_blocks, int num_blocks, int part_tokens,
+                                             int num_splits, float scale, int warps, int stages,
+                                             cudaStream_t stream) {
+  if (warps == 0 && stages == 0) {
+    warps = 4;
+    stages = 3;
+  }
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
+  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
+  OF_REQUIRE(block_size > 0 && max_blocks > 0 && num_blocks > 0 && q_sb % 8 == 0);
+  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
+  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
+  const long long rows = (long long)num_blocks * block_size;
+  CUtensorMap tk, tv;
+  const int box_rows = block_size < onnx_fuse::kPa8tBoxRows ? block_size : onnx_fuse::kPa8tBoxRows;
+  const bool tma = pa8t_shape_ok(D, block_size, warps, stages) && rows < (1ll << 31) &&
+                   pa8t_device_ok() && pa8_tensor_map(&tk, k_pool, rows, Hkv, D, box_rows) &&
+                   pa8_tensor_map(&tv, v_pool, rows, Hkv, D, box_rows);
+  if (!tma)
+    return onnx_fuse_paged_attention_decode_fp8(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale,
+                                                block_tables, seq_lens, out, o_sb, workspace, B,
+                                                Hq, Hkv, D, block_size, max_blocks, part_tokens,
+                                                num_splits, scale, warps, stages, stream);
+  const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
+  float* part_o = reinterpret_cast<float*>(workspace);
+  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  dim3 grid(Hkv, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
+  if (D == DD && warps == W && stages == ST) {                                                  \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##t,       \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+    onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##t<<<grid, 32 * W, smem, stream>>>(        \
+        (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, \
+        v_scale, block_tables, seq_lens, (T*)out, o_sb, part_o, part_lse, Hq, Hkv, block_size,  \
+        max_blocks, part_tokens, sl2, tk, tv);                                                  \
+    OF_CUDA_CHECK_LAUNCH();                                                                     \
+    if (num_splits > 1) {                                                                       \
+      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
+                                                                        (T*)out, o_sb, Hq,      \
+                                                                        num_splits);            \
+      OF_CUDA_CHECK_LAUNCH();                                                                   \
+    }                                                                                           \
+    return 0;                                                                                   \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 128)
+    OF_PA8_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
+    OF_PA8_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
   }
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);

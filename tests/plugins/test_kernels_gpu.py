@@ -677,6 +677,87 @@ def test_paged_decode_fp8_variants(lib, variant, splits, D):
     assert torch.count_nonzero(out[2]).item() == 0  # zero-length sequence
 
 
+# fp8 pool with TMA loads (variants (warps, stages, "tma"), sm_90): the pools' NaN slots past each
+# sequence's end sit in the boxes the kernel copies, so these cases also check that those rows
+# are masked (K) and zeroed (V) rather than merely never read.
+def _fp8_tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, seed):
+    from onnx_fuse.plugins import launch_plan as lp
+
+    if variant not in lp.pa8_variants(D):
+        pytest.skip(f"fp8 variant {variant} is not compiled for D={D}")
+    assert lib.fp8_tma_supported(D, bs, variant[0], variant[1])  # the GPU tests run on sm_90
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8-tma", seed)).encode()))
+    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=variant)
+    torch.cuda.synchronize()
+    assert plan.tma and plan.kernel.endswith(f"w{variant[0]}s{variant[1]}t")
+    tabs = tables.cpu().numpy()
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tabs, np.array(lens), out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL8[dtype], f"relative error against the dequantized pool {err:.3e}"
+    orig = ref.paged_attention(_np(q), _ref_pool(k16), _ref_pool(v16), tabs, np.array(lens), out_dtype=np.float64)
+    assert _rel_err(out, orig) < FP8_QUANT_TOL
+    for b, L in enumerate(lens):
+        if L == 0:
+            assert torch.count_nonzero(out[b]).item() == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", [c for c in PA8_CASES if c[3] != 96],
+                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
+def test_paged_decode_fp8_tma_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, lens, splits = case
+    _fp8_tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (4, 3, "tma"), dtype, case)
+
+
+@pytest.mark.parametrize("variant", [(4, 3, "tma"), (4, 4, "tma"), (4, 6, "tma"), (8, 3, "tma")],
+                         ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("splits", [1, None, 5])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_paged_decode_fp8_tma_variants(lib, variant, splits, D):
+    _fp8_tma_check(lib, 3, 24, 4, D, 16, [1500, 47, 0], splits, variant, torch.float16, (variant, splits, D))
+
+
+@pytest.mark.parametrize("bs", [8, 32, 64, 128, 256])
+@pytest.mark.parametrize("variant", [(4, 3, "tma"), (8, 3, "tma")], ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("splits", [1, 5])
+def test_paged_decode_fp8_tma_block_sizes(lib, bs, variant, splits):
+    # blocks smaller than, equal to and larger than the 64-row box; 5 splits of 1500 tokens
+    # start splits at 320, 640, ... (mid-block for blocks of 128 and 256 tokens)
+    _fp8_tma_check(lib, 3, 16, 2, 128, bs, [1500, 200, 9], splits, variant, torch.bfloat16, (bs, variant, splits))
+
+
+def test_paged_decode_fp8_tma_falls_back(lib):
+    """Where TMA does not apply the planner picks the cp.async kernel, and the C launcher itself
+    falls back when handed a TMA plan it cannot run (block size 12 here)."""
+    import dataclasses
+
+    from onnx_fuse.plugins import launch_plan as lp
+
+    assert not lib.fp8_tma_supported(128, 12, 4, 3) and not lib.fp8_tma_supported(96, 16, 4, 3)
+    assert not lib.fp8_tma_supported(128, 4, 4, 3) and not lib.fp8_tma_supported(256, 16, 8, 3)
+    assert lib.fp8_tma_supported(64, 16, 4, 6)
+    B, Hq, Hkv, D, bs, lens = 2, 16, 4, 128, 12, [300, 7]
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    _, _, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, torch.float16, gen)
+    q = _rand((B, Hq, D), torch.float16, gen)
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tables.cpu().numpy(), np.array(lens),
+                                 out_dtype=np.float64)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, variant=(4, 3, "tma"))
+    torch.cuda.synchronize()
+    assert not plan.tma and plan.kernel.endswith("w4s3")
+    assert _rel_err(out, expect) < TOL8[torch.float16]
+    forced = dataclasses.replace(lp.plan_paged_decode(B, Hq, Hkv, D, bs, tables.shape[1], kv_dtype="fp8",
+                                                      variant=(4, 3)), tma=True)
+    out2 = torch.full_like(q, float("nan"))
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out2, plan=forced)
+    torch.cuda.synchronize()
+    assert torch.equal(out2, out)  # the same cp.async kernel ran
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_append_kv_fp8_quantizes_exactly(lib, dtype, D):

@@ -349,7 +349,7 @@ def test_fp8_variant_tables_match_the_sources():
     assert "return S * 2 * 16 * W * (D + 16); }" in pa  # pa8_smem_bytes
     assert lp.pa8_smem_bytes(128, 4, 4) == 4 * 2 * 64 * 144
     for d in lp.PA8_HEAD_DIMS:
-        for w, s in lp.pa8_variants(d):
+        for w, s, *tma in lp.pa8_variants(d):
             assert lp.pa8_smem_bytes(d, w, s) <= lp.H200.max_smem_per_block, (d, w, s)
             # the merge scratch (fp32 O of every warp) reuses the stages (static_assert in the .cu)
             assert w * 16 * d * 4 + w * 16 * 8 <= lp.pa8_smem_bytes(d, w, s)
@@ -368,7 +368,8 @@ def test_fp8_decode_plan(head_dim, dtype):
     assert p.num_splits * p.part_tokens >= 4096 and p.part_tokens % lp.PA_SPLIT_ALIGN == 0
     for var in lp.pa8_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, dtype, num_splits=3, variant=var, kv_dtype="uint8")
-        assert (q.warps, q.stages) == var and q.num_splits == 3 and q.block == (32 * var[0], 1, 1)
+        assert (q.warps, q.stages) == var[:2] and q.num_splits == 3 and q.block == (32 * var[0], 1, 1)
+        assert q.tma == (len(var) == 3)
         assert q.reduce_kernel in _kernel_names()  # the 16-bit pool's reduction kernel is reused
         assert q.workspace_bytes == 4 * 16 * 3 * (head_dim + 1) * 4
     assert lp.plan_append_kv(2, 1, 2, head_dim, dtype, kv_dtype="fp8").kernel == f"onnx_fuse_append_kv_fp8_{dt}_d{head_dim}"
@@ -400,6 +401,56 @@ def test_fp8_decode_plan_rejects(bad):
         lp.plan_paged_decode(**args)
     with pytest.raises(ValueError):
         lp.plan_append_kv(1, 1, 1, 80, kv_dtype="fp8")
+
+
+def _pa8_tma_sources() -> dict[int, set]:
+    """Head size -> (warps, stages) of the TMA fp8-pool decode kernels paged_attention.cu instantiates."""
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    x_re = r"X\(DTN, T, D, (\d+), (\d+)\)"
+    lists = {"OF_PA8_VARIANTS": {tuple(map(int, m)) for m in re.findall(x_re, _block(pa, "#define OF_PA8_VARIANTS("))},
+             "OF_PA8_VARIANTS_D256": {tuple(map(int, m)) for m in re.findall(x_re, _block(pa, "#define OF_PA8_VARIANTS_D256("))}}
+    out: dict[int, set] = {}
+    for lst, d in re.findall(r"^(OF_PA8_VARIANTS(?:_D256)?)\(OF_PA8T_DECODE, f16, __half, (\d+)\)", pa, re.M):
+        out.setdefault(int(d), set()).update(lists[lst])
+    assert out
+    return out
+
+
+def test_fp8_tma_variants_match_the_sources():
+    src = _pa8_tma_sources()
+    assert set(src) == set(lp.PA8_TMA_HEAD_DIMS)
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    assert "return S * 2 * 16 * W * D + 1024 + 128; }" in pa  # pa8t_smem_bytes
+    for d in lp.PA8_HEAD_DIMS:
+        tma = {v[:2] for v in lp.pa8_variants(d) if len(v) == 3}
+        assert tma == src.get(d, set()), d
+        for w, s in tma:
+            assert lp.pa8_smem_bytes(d, w, s, tma=True) <= lp.H200.max_smem_per_block
+            assert w * 16 * d * 4 + w * 16 * 8 <= s * 2 * 16 * w * d  # merge scratch in the stages
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fp8_tma_plan_and_fallbacks(dtype):
+    dt = "f16" if dtype == "float16" else "bf16"
+    p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, dtype, kv_dtype="fp8", variant=(4, 3, "tma"))
+    assert p.tma and p.kernel == f"onnx_fuse_pa8_decode_{dt}_d128_w4s3t"
+    assert p.smem_bytes == 3 * 2 * 64 * 128 + 1152
+    assert min(4, lp.H200.smem_per_sm // (p.smem_bytes + 1024)) == 4 and p.num_splits == 1
+    for bs in (8, 16, 32, 64, 128, 256):
+        assert lp.plan_paged_decode(4, 8, 2, 64, bs, 64, dtype, kv_dtype="fp8", variant=(4, 4, "tma")).tma
+    # shapes the tensor maps do not take plan the cp.async kernel of the same warps and stages
+    for bs in (4, 12, 48):
+        q = lp.plan_paged_decode(4, 8, 2, 64, bs, 64, dtype, kv_dtype="fp8", variant=(8, 3, "tma"))
+        assert not q.tma and q.kernel == f"onnx_fuse_pa8_decode_{dt}_d64_w8s3"
+        assert q.smem_bytes == lp.pa8_smem_bytes(64, 8, 3)
+    a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    assert not lp.plan_paged_decode(4, 8, 2, 128, 16, 64, kv_dtype="fp8", variant=(4, 3, "tma"), device=a100).tma
+    with pytest.raises(ValueError):  # D = 96 has no TMA kernel (96-byte rows)
+        lp.plan_paged_decode(4, 8, 2, 96, 16, 64, kv_dtype="fp8", variant=(4, 3, "tma"))
+    with pytest.raises(ValueError):
+        lp.plan_paged_decode(4, 8, 2, 256, 16, 64, kv_dtype="fp8", variant=(4, 6, "tma"))
+    # the default stays on the cp.async kernels until timed
+    assert not lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").tma
 
 
 def test_fp8_decode_plan_fills_its_last_wave():
