@@ -871,8 +871,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
         wg::mbar_arrive(qbar);
         return;
       }
-      // Warp 0: lane i < BN / block_size copies block i of each tile (D/64 boxes of K, then of
-      // V); lane 0 sets the byte counts first. The host guarantees 16 <= block_size <= 128.
+      // Warp 0: lane i < BN / block_size looks up block i of each tile; lane 0 sets the byte
+      // counts and issues every copy (D/64 boxes of K, then of V, per block: one issuing lane
+      // keeps the producer within its 40 registers). The host guarantees 16 <= block_size <= 128.
       const int lane = tid;
       constexpr int NB = D / 64;
       const int shift = rows.bs_shift;
@@ -902,22 +903,25 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
             mbar_arrive_expect_tx(vtail, bytes);
           }
         }
-        __syncwarp();  // byte counts before any copy is issued
-        if (lane < nvalid) {
-          const int row = blk << shift;
-          const uint32_t off = (uint32_t)lane * bs * 128;
+#pragma unroll 1
+        for (int i = 0; i < nvalid; ++i) {  // nvalid is warp-uniform
+          const int row = __shfl_sync(0xffffffffu, blk, i) << shift;
+          if (lane == 0) {
+            const uint32_t off = (uint32_t)i * bs * 128;
 #pragma unroll
-          for (int cb = 0; cb < NB; ++cb)
-            wg::tma_load_3d(dk + cb * BN * 128 + off, rows.tk, cb * 64, rows.hkv, row, full);
+            for (int cb = 0; cb < NB; ++cb)
+              wg::tma_load_3d(dk + cb * BN * 128 + off, rows.tk, cb * 64, rows.hkv, row, full);
 #pragma unroll
-          for (int cb = 0; cb < NB; ++cb)
-            wg::tma_load_3d(dv + cb * BN * 128 + off, rows.tv, cb * 64, rows.hkv, row,
-                            tail ? vtail : full);
+            for (int cb = 0; cb < NB; ++cb)
+              wg::tma_load_3d(dv + cb * BN * 128 + off, rows.tv, cb * 64, rows.hkv, row,
+                              tail ? vtail : full);
+          }
         }
         if (tail) {  // warp-uniform; V rows [KL, n0 + BN): past-the-end rows of the last block
           __syncwarp();  // and stale or never-written rows of uncopied blocks -> zeros
           mbar_wait_parity(vtail, 0);  // used once per CTA: phase 0
           const int r0 = KL - n0;      // 0 < r0 < BN
+#pragma unroll 1
           for (int c = lane; c < (BN - r0) * CPR; c += 32)
             wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c / CPR, c % CPR));
           wg::fence_proxy_async();  // generic stores -> wgmma (async proxy) reads
