@@ -44,6 +44,8 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_decode_fp8_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
     + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_tma_supported": [_i, _i, _i, _i],
+    "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _p],
+    "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
 }
 
 
@@ -150,6 +152,14 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        if plan.bulk == 2:  # TMA: tensor maps over the whole pools (their block count is needed)
+            rc = self._lib.onnx_fuse_paged_attention_decode_tma(
+                plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
+                _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
+                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
+                self._stream(stream))
+            self._check(rc, "onnx_fuse_paged_attention_decode_tma")
+            return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_ex(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
             _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
@@ -218,6 +228,10 @@ class KernelLib:
             BS, MB, plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, self._stream(stream))
         self._check(rc, "onnx_fuse_paged_attention_decode_fp8")
         return plan
+
+    def tma_supported(self, head_dim: int, block_size: int, warps: int, stages: int) -> bool:
+        """Whether onnx_fuse_paged_attention_decode_tma (16-bit pool) runs its TMA kernel here."""
+        return bool(self._lib.onnx_fuse_paged_attention_tma_supported(head_dim, block_size, warps, stages))
 
     def fp8_tma_supported(self, head_dim: int, block_size: int, warps: int, stages: int) -> bool:
         """Whether onnx_fuse_paged_attention_decode_fp8_tma runs its TMA kernel for these sizes on

@@ -33,6 +33,7 @@ __all__ = [
     "fa_variants",
     "pa_variants",
     "pa8_variants",
+    "pa_tma_variants",
     "plan_append_kv",
     "plan_fused_attention",
     "plan_paged_decode",
@@ -74,6 +75,14 @@ PA_VARIANTS = ((4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1))
 PA_DEFAULT = (4, 3, 0)  # portable default (sm_80+); plan_paged_decode picks bulk on sm_90 for D >= 80
 PA_VARIANTS_D256 = ((4, 3, 0), (4, 3, 1), (4, 2, 1))  # 8 warps x 512-byte rows do not fit
 PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
+# TMA variants (warps, stages, 2) of the 16-bit decode (OF_PA_TMA_VARIANTS, kernel suffix "t",
+# onnx_fuse_paged_attention_decode_tma): kept out of pa_variants (the contract's variant lists);
+# plan_paged_decode takes them as ``variant``. D = 64, 128, 256; block sizes a power of two >= 8 and
+# compute capability 9.0, else the plan (like the C launcher) falls back to the bulk variant of the
+# same stages where one is compiled, else (4, 3, 0).
+PA_TMA_HEAD_DIMS = (64, 128, 256)
+PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2))
+PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -144,6 +153,14 @@ def pa_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
     """(warps, stages, bulk) decode variants compiled for ``head_dim``."""
     _check_head_dim(head_dim)
     return PA_VARIANTS_D256 if head_dim == 256 else PA_VARIANTS
+
+
+def pa_tma_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
+    """(warps, stages, 2) TMA-loading 16-bit decode variants compiled for ``head_dim`` (maybe none)."""
+    _check_head_dim(head_dim)
+    if head_dim not in PA_TMA_HEAD_DIMS:
+        return ()
+    return PA_TMA_VARIANTS_D256 if head_dim == 256 else PA_TMA_VARIANTS
 
 
 def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
@@ -230,8 +247,9 @@ def pa_smem_bytes(head_dim: int, warps: int, stages: int, bulk: int = 0) -> int:
     """Dynamic shared memory of the paged decode kernel (mirrors pa_smem_bytes in the .cu):
     [bulk: mbarriers (128 B)] + Q tile + stages of K and V tiles (rows padded by 8 elements
     when bulk or when D is not a multiple of 64)."""
-    row = head_dim + 8 if (bulk or head_dim % 64) else head_dim
-    return (128 if bulk else 0) + (16 * _tile_row(head_dim) + stages * 2 * 16 * warps * row) * 2
+    row = head_dim + 8 if (bulk == 1 or head_dim % 64) else head_dim
+    return ((128 if bulk else 0) + (1024 if bulk == 2 else 0)
+            + (16 * _tile_row(head_dim) + stages * 2 * 16 * warps * row) * 2)
 
 
 @dataclass(frozen=True)
@@ -429,9 +447,13 @@ def plan_paged_decode(
         else:
             variant = PA_DEFAULT
     variant = tuple(variant)
-    if variant not in pa_variants(head_dim):
-        raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {pa_variants(head_dim)}")
+    if variant not in pa_variants(head_dim) + pa_tma_variants(head_dim):
+        raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of "
+                         f"{pa_variants(head_dim) + pa_tma_variants(head_dim)}")
     warps, stages, bulk = variant
+    if bulk == 2 and not pa8_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
+        bulk_ok = device.compute_capability >= (9, 0) and (4, stages, 1) in pa_variants(head_dim)
+        warps, stages, bulk = (4, stages, 1) if bulk_ok else (4, 3, 0)
     if bulk and device.compute_capability < (9, 0):
         raise ValueError(f"bulk-copy variant {variant} needs compute capability 9.0+")
     smem = pa_smem_bytes(head_dim, warps, stages, bulk)
@@ -440,7 +462,7 @@ def plan_paged_decode(
     num_splits, part, ws = _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits,
                                    target_waves, ctas_per_sm, min_split_tokens, device)
     return PagedDecodePlan(
-        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{'b' if bulk else ''}",
+        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't')[bulk]}",
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
         grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
         smem_bytes=smem, part_tokens=part, num_splits=num_splits,

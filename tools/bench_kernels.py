@@ -274,13 +274,13 @@ def main() -> int:
             cands = {}
             auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
             ws = torch.empty(max(1, 2 * 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
-            variants = lp.pa_variants(D)
+            variants = lp.pa_variants(D) + lp.pa_tma_variants(D)  # (warps, stages, 0 | 1 bulk | 2 TMA)
             for var in variants:
                 # split sweep on the two headline shapes (block 16, D 128 GQA and D 64 MQA) only
                 sweep = {1, 2, 2 * auto.num_splits} if bs == 16 and ctx == 4096 and D in (64, 128) and Hkv in (1, 8) else {1}
                 for sp in sorted({auto.num_splits} | sweep):
                     plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
-                    label = (f"ours paged w{var[0]}s{var[1]}{' bulk' if var[2] else ''} split={plan.num_splits}"
+                    label = (f"ours paged w{plan.warps}s{plan.stages}{('', ' bulk', ' tma')[plan.bulk]} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
             cands["torch SDPA contiguous KV"] = (lambda: F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True), False)

@@ -24,23 +24,44 @@
 // fp8 (e4m3) pool with per-kv-head scales: onnx_fuse_append_kv_fp8 / onnx_fuse_pa8_decode_*,
 // in the section at the end of this file.
 
+#include <cuda.h>  // CUtensorMap and its enums (types only; the driver is reached at run time)
+
 #include "attention_common.cuh"
 #include "cuda_check.cuh"
 
 namespace onnx_fuse {
 
 constexpr int kPaSplitAlign = 64;  // split lengths are multiples of this many tokens
+constexpr int kPaBoxRows = 64;     // TMA box rows: min(block_size, 64) (64 divides every split start)
+
+// One tensor copy global -> shared (3-D map: (D bytes, Hkv, pool rows)) completing on an mbarrier.
+__device__ __forceinline__ void pa_tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2,
+                                               uint32_t mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(mbar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
 
 // Variant (W warps, S stages, BULK): tiles of 16 * W tokens, warp w handles tokens
 // [16w, 16w + 16). BULK = 0 gathers token rows with cp.async into XOR-swizzled tiles;
 // BULK = 1 (sm_90+) issues one bulk async copy (the Hopper copy engine) per token row into
 // tiles whose rows are padded by 16 bytes, completing on one mbarrier per stage.
 // Rows are also padded when D is not a multiple of 64 (80, 96: see tile_off).
-__host__ __device__ constexpr int pa_row_elems(int D, int bulk) { return (bulk || D % 64 != 0) ? D + 8 : D; }
+// BULK = 2 (sm_90+, D % 64 == 0; kernel suffix "t"): lanes of warp 0 issue one tensor copy (TMA)
+// per (block, kv head, 64-column slab) of a tile into dense 128-byte-swizzled slabs (see kv_off),
+// rows past the split's end come from the pool and V's are zeroed before use; the tensor maps
+// come from onnx_fuse_paged_attention_decode_tma.
+__host__ __device__ constexpr int pa_row_elems(int D, int bulk) { return (bulk == 1 || D % 64 != 0) ? D + 8 : D; }
 __host__ __device__ constexpr int pa_smem_bytes(int D, int W, int S, int bulk) {
-  // [bulk: mbarriers (128 B)] + Q tile (16 rows) + stages x (K + V tiles); the merge scratch
-  // reuses the stages.
-  return (bulk ? 128 : 0) + (16 * (D % 64 == 0 ? D : D + 8) + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
+  // [bulk: mbarriers (128 B)] + Q tile (16 rows) + [TMA: 1 KiB alignment slack] + stages x (K + V
+  // tiles); the merge scratch reuses the stages.
+  return (bulk ? 128 : 0) + (bulk == 2 ? 1024 : 0) +
+         (16 * (D % 64 == 0 ? D : D + 8) + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
 }
 
 template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0>
@@ -49,8 +70,10 @@ __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
     float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv,
-    int block_size, int max_blocks, int part_tokens, float scale_log2) {
+    int block_size, int max_blocks, int part_tokens, float scale_log2,
+    const void* tmap_k = nullptr, const void* tmap_v = nullptr) {
   using Tr = MmaTraits<T>;
+  static_assert(BULK != 2 || D % 64 == 0, "TMA tiles are 64-column slabs");
   constexpr int NT = 32 * kPaWarps;
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
@@ -58,8 +81,13 @@ __device__ __forceinline__ void pa_decode_body(
   static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
   constexpr int TILE_ELEMS = kPaTile * RS;
-  // Element offset of (row, col) in a K/V tile: swizzled for cp.async, padded for bulk.
-  auto kv_off = [](int r, int c) { return (BULK || D % 64 != 0) ? r * RS + c : swz<D>(r, c); };
+  // Element offset of (row, col) in a K/V tile: swizzled for cp.async, padded for bulk; TMA:
+  // D / 64 slabs of kPaTile x 64 elements, 16-byte chunk c / 8 XOR row % 8 (SWIZZLE_128B on
+  // 1 KiB-aligned slabs: ldmatrix's 8 rows of one chunk column hit 8 distinct bank groups).
+  auto kv_off = [](int r, int c) {
+    if constexpr (BULK == 2) return (c / 64) * (kPaTile * 64) + r * 64 + ((c % 64) ^ ((r & 7) << 3));
+    return (BULK || D % 64 != 0) ? r * RS + c : swz<D>(r, c);
+  };
   // Q fragments stay in registers up to D = 128; at D = 256 they are reloaded per tile.
   constexpr bool QREG = D <= 128;
 
@@ -67,6 +95,9 @@ __device__ __forceinline__ void pa_decode_body(
   uint64_t* mbar = reinterpret_cast<uint64_t*>(pa_smem);  // [kPaStages], BULK only
   T* sQ = reinterpret_cast<T*>(pa_smem + (BULK ? 128 : 0));
   T* sKV = sQ + 16 * tile_row<D>();  // [stage][K|V][kPaTile][RS]
+  if constexpr (BULK == 2)  // 1 KiB-aligned stages (the swizzle period)
+    sKV = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(sKV) +
+                               ((1024u - (smem_u32(sKV) & 1023u)) & 1023u));
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -156,17 +187,55 @@ __device__ __forceinline__ void pa_decode_body(
   };
   long long pending_off = 0;
 
+  // TMA path (warp 0): lane i < nbox owns box i of each tile (tokens [t0 + iR, t0 + iR + R) of one
+  // block, R = min(block_size, 64): split and tile starts are multiples of R, so a box never
+  // crosses a block); its block id is loaded one tile ahead and turned into the pool row at issue
+  // time; boxes wholly past the split's end copy box 0's rows again (every stage receives the
+  // same byte count).
+  const int R = min(block_size, kPaBoxRows);
+  const int nbox = kPaTile / R;
+  const int bs_shift = __ffs(block_size) - 1;  // block_size is a power of two on this path
+  auto box_blk = [&](int tile) -> int {
+    const int tok = t_begin + tile * kPaTile + lane * R;
+    return (lane < nbox && tok < t_end) ? bt[tok >> bs_shift] : -1;
+  };
+  auto tma_issue = [&](int tile, int blk) {  // all of warp 0
+    const int stage = tile % kPaStages;
+    const uint32_t bar = smem_u32(mbar + stage);
+    const int tok = t_begin + tile * kPaTile + lane * R;
+    int row = blk >= 0 ? (blk << bs_shift) + (tok & (block_size - 1)) : 0;
+    const int row0 = __shfl_sync(0xffffffffu, row, 0);
+    if (blk < 0) row = row0;
+    if (lane == 0) mbar_arrive_expect_tx(bar, 2 * TILE_ELEMS * 2);
+    __syncwarp();
+    if (lane < nbox) {
+      T* dk = sKV + stage * 2 * TILE_ELEMS + lane * R * 64;
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h) {
+        pa_tma_load_3d(smem_u32(dk + h * kPaTile * 64), tmap_k, h * 64, hkv, row, bar);
+        pa_tma_load_3d(smem_u32(dk + TILE_ELEMS + h * kPaTile * 64), tmap_v, h * 64, hkv, row, bar);
+      }
+    }
+  };
+  int pending_blk = -1;
+
   // Prologue: Q joins the first group; fill kPaStages - 1 stages.
 #pragma unroll
   for (int st = 0; st < kPaStages - 1; ++st) {
-    if constexpr (BULK != 0) {
+    if constexpr (BULK == 2) {
+      if (warp == 0 && st < n_tiles) tma_issue(st, box_blk(st));
+    } else if constexpr (BULK != 0) {
       if (st < n_tiles) bulk_issue(st, bulk_row_off(st));
     } else {
       if (st < n_tiles) load_tile(st, st);
     }
     cp_async_commit();
   }
-  if constexpr (BULK != 0) pending_off = bulk_row_off(kPaStages - 1);
+  if constexpr (BULK == 2) {
+    if (warp == 0) pending_blk = box_blk(kPaStages - 1);
+  } else if constexpr (BULK != 0) {
+    pending_off = bulk_row_off(kPaStages - 1);
+  }
 
   float acc[D / 8][4];
 #pragma unroll
@@ -179,7 +248,12 @@ __device__ __forceinline__ void pa_decode_body(
     // Keep kPaStages - 1 tiles in flight: issue tile j + kPaStages - 1 (maybe empty group).
     {
       int nxt = j + kPaStages - 1;
-      if constexpr (BULK != 0) {
+      if constexpr (BULK == 2) {
+        if (warp == 0 && nxt < n_tiles) {
+          tma_issue(nxt, pending_blk);
+          pending_blk = box_blk(nxt + 1);
+        }
+      } else if constexpr (BULK != 0) {
         if (nxt < n_tiles) {
           bulk_issue(nxt, pending_off);
           pending_off = bulk_row_off(nxt + 1);
@@ -207,6 +281,20 @@ __device__ __forceinline__ void pa_decode_body(
     const T* tk = sKV + (j % kPaStages) * 2 * TILE_ELEMS;
     const T* tv = tk + TILE_ELEMS;
     const int kr = warp * 16;  // this warp's 16 tokens in the tile
+    if constexpr (BULK == 2) {
+      // The last tile's rows past the end hold whatever the pool has there (maybe NaN): zero
+      // this warp's V rows of them (P = 0 there, and 0 * NaN would poison O). K needs nothing:
+      // their scores are replaced by -inf. The last tile's stage is not refilled afterwards.
+      const int valid = t_end - (t_begin + j * kPaTile + kr);
+      if (valid < 16) {
+        for (int i = lane; i < 16 * (D / 8); i += 32) {
+          const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+          if (r >= valid)
+            *reinterpret_cast<uint4*>(const_cast<T*>(tv) + kv_off(kr + r, c)) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        __syncwarp();
+      }
+    }
 
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -429,6 +517,37 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 128)
 OF_PA_KERNELS(f16, __half, 256)
 OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
 
+// TMA variants (BULK = 2): onnx_fuse_pa_decode_<dt>_d<D>_w<warps>s<stages>t, launched by
+// onnx_fuse_paged_attention_decode_tma with the pools' tensor maps (not by the TensorRT AOT
+// adapter, whose regex takes only the three-number X(...) lines of OF_PA_VARIANTS above).
+#define OF_PA_TMA_DECODE(DTN, T, D, W, ST)                                                       \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                          \
+      onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##t(                                        \
+          const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
+          const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
+          float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
+          float scale_log2, const __grid_constant__ CUtensorMap tk,                             \
+          const __grid_constant__ CUtensorMap tv) {                                             \
+    pa_decode_body<T, D, W, ST, 2>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,  \
+                                   part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
+                                   part_tokens, scale_log2, &tk, &tv);                          \
+  }
+// (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256.
+#define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 4, 2)                     \
+  X(DTN, T, D, 4, 3)                     \
+  X(DTN, T, D, 4, 4)
+#define OF_PA_TMA_VARIANTS_D256(X, DTN, T, D) \
+  X(DTN, T, D, 4, 2)                          \
+  X(DTN, T, D, 4, 3)
+
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 64)
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 128)
+OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, f16, __half, 256)
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 128)
+OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
+
 // ----------------------------------------------------------------------------------------
 // Host launch functions.
 
@@ -588,7 +707,6 @@ int onnx_fuse_append_kv(int dtype, const void* k_new, const void* v_new, long lo
 //   n. The output columns are thus permuted; the merge step writes them back in order.
 //   This needs D % 32 == 0, so D = 80 has no fp8 decode.
 
-#include <cuda.h>  // CUtensorMap and its enums (types only; the driver is reached at run time)
 #include <cuda_fp8.h>
 
 namespace onnx_fuse {
@@ -596,7 +714,6 @@ namespace onnx_fuse {
 __host__ __device__ constexpr int pa8_smem_bytes(int D, int W, int S) { return S * 2 * 16 * W * (D + 16); }
 // TMA variants: dense swizzled stages (1 KiB aligned: 1 KiB slack) + S mbarriers (128 B).
 __host__ __device__ constexpr int pa8t_smem_bytes(int D, int W, int S) { return S * 2 * 16 * W * D + 1024 + 128; }
-constexpr int kPa8tBoxRows = 64;  // TMA box rows: min(block_size, 64) (64 divides every split start)
 
 // Byte offset of (row r, byte c) in a TMA-loaded K or V tile of TILE rows: the tile is NH = D / CW
 // column slabs of TILE x CW bytes (one box per slab and block), CW = 128 (SWIZZLE_128B: the 16-byte
@@ -610,18 +727,6 @@ __device__ __forceinline__ int pa8t_off(int r, int c) {
   return (c / CW) * (TILE * CW) + (o ^ (sw << 4));
 }
 
-// One tensor copy global -> shared (3-D map: (D bytes, Hkv, pool rows)) completing on an mbarrier.
-__device__ __forceinline__ void pa_tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2,
-                                               uint32_t mbar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(mbar)
-      : "memory");
-#else
-  __trap();
-#endif
-}
 
 // Two e4m3 bytes (low byte first) -> fp16x2 bits.
 __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t x) {
@@ -759,7 +864,7 @@ __device__ __forceinline__ void pa8_decode_body(
   // never crosses a block). Its block id is loaded one tile ahead (box_blk) and turned into the
   // pool row at issue time; boxes wholly past the split's end copy box 0's rows again, so every
   // stage receives 2 * TILE_BYTES (the rows past the end are masked: s = -inf, V words zeroed).
-  const int R = min(block_size, kPa8tBoxRows);
+  const int R = min(block_size, kPaBoxRows);
   const int nbox = TILE / R;
   const int bs_shift = __ffs(block_size) - 1;  // block_size is a power of two on this path
   auto box_blk = [&](int tile) -> int {
@@ -1288,19 +1393,32 @@ bool pa8t_device_ok() {
   return major >= 9 && pa8_encode_tiled() != nullptr;
 }
 
-// The uint8 pool [rows = num_blocks * block_size, Hkv, D] as a 3-D map (D, Hkv, rows), boxes of
-// (min(D, 128) bytes, 1 head, box_rows), 128-byte swizzle (64-byte at D = 64).
-bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int box_rows) {
+// A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
+// rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
+bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
+                   long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
   const Pa8EncodeTiledFn enc = pa8_encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
-  const int cw = D >= 128 ? 128 : 64;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
-  const cuuint64_t gstride[2] = {(cuuint64_t)D, (cuuint64_t)Hkv * D};
-  const cuuint32_t box[3] = {(cuuint32_t)cw, 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
-  return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), gdim, gstride, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE,
-             cw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+  const cuuint64_t gstride[2] = {(cuuint64_t)D * esize, (cuuint64_t)Hkv * D * esize};
+  const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
+  return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The uint8 pool: slabs of min(D, 128) bytes (128-byte swizzle; 64-byte at D = 64).
+bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int box_rows) {
+  return pa_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, rows, Hkv, D, box_rows, D >= 128 ? 128 : 64);
+}
+
+bool pa_tma_variant_compiled(int D, int warps, int stages) {
+  if (D != 64 && D != 128 && D != 256) return false;
+  return warps == 4 && (stages == 2 || stages == 3 || (stages == 4 && D != 256));
+}
+
+bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
+  return pa_tma_variant_compiled(D, warps, stages) && block_size >= 8 && (block_size & (block_size - 1)) == 0;
 }
 
 }  // namespace
@@ -1346,7 +1464,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
   OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
-  const int box_rows = block_size < onnx_fuse::kPa8tBoxRows ? block_size : onnx_fuse::kPa8tBoxRows;
+  const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
   const bool tma = pa8t_shape_ok(D, block_size, warps, stages) && rows < (1ll << 31) &&
                    pa8t_device_ok() && pa8_tensor_map(&tk, k_pool, rows, Hkv, D, box_rows) &&
                    pa8_tensor_map(&tv, v_pool, rows, Hkv, D, box_rows);
@@ -1385,6 +1503,93 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
     OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
     OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
     OF_PA8_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// 16-bit pool decode with TMA loads (pa_decode_body, BULK = 2): host side.
+
+extern "C" {
+
+// 1 when onnx_fuse_paged_attention_decode_tma runs its TMA kernel for these sizes on the current
+// device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128, 256}, a
+// compiled (warps, stages): (4, 2), (4, 3), (4, 4), D = 256 (4, 2), (4, 3), block_size a power of
+// two >= 8), else 0.
+int onnx_fuse_paged_attention_tma_supported(int head_dim, int block_size, int warps, int stages) {
+  return pa_tma_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;
+}
+
+// onnx_fuse_paged_attention_decode_ex with K/V loaded by tensor copies; num_blocks: blocks in each
+// pool. Where TMA does not apply (see onnx_fuse_paged_attention_tma_supported; also a pool base
+// not 16-byte aligned or num_blocks * block_size >= 2^31) it runs the bulk-copy variant of the
+// same (warps, stages) where one is compiled and the device has them, else (4, 3) cp.async.
+// Variant (0, 0) = (4, 3).
+int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_sb,
+                                         const void* k_pool, const void* v_pool,
+                                         const int* block_tables, const int* seq_lens, void* out,
+                                         long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                         int D, int block_size, int max_blocks, int num_blocks,
+                                         int part_tokens, int num_splits, float scale, int warps,
+                                         int stages, cudaStream_t stream) {
+  if (warps == 0 && stages == 0) {
+    warps = 4;
+    stages = 3;
+  }
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
+  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
+  OF_REQUIRE(block_size > 0 && max_blocks > 0 && num_blocks > 0 && q_sb % 8 == 0);
+  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
+  OF_REQUIRE(dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16);
+  const long long rows = (long long)num_blocks * block_size;
+  CUtensorMap tk, tv;
+  const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
+  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const bool dev_ok = pa8t_device_ok();
+  const bool tma = pa_tma_shape_ok(D, block_size, warps, stages) && rows < (1ll << 31) && dev_ok &&
+                   pa_tensor_map(&tk, dt, 2, k_pool, rows, Hkv, D, box_rows, 128) &&
+                   pa_tensor_map(&tv, dt, 2, v_pool, rows, Hkv, D, box_rows, 128);
+  if (!tma) {
+    const bool bulk = dev_ok && warps == 4 && (stages == 2 || stages == 3);
+    return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens,
+                                               out, o_sb, workspace, B, Hq, Hkv, D, block_size,
+                                               max_blocks, part_tokens, num_splits, scale, 4,
+                                               bulk ? stages : 3, bulk ? 1 : 0, stream);
+  }
+  const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 2);
+  float* part_o = reinterpret_cast<float*>(workspace);
+  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  dim3 grid(Hkv, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
+  if (D == DD && warps == W && stages == ST) {                                                  \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##t,        \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##t<<<grid, 32 * W, smem, stream>>>(         \
+        (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
+        o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2, tk, tv);     \
+    OF_CUDA_CHECK_LAUNCH();                                                                     \
+    if (num_splits > 1) {                                                                       \
+      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
+                                                                        (T*)out, o_sb, Hq,      \
+                                                                        num_splits);            \
+      OF_CUDA_CHECK_LAUNCH();                                                                   \
+    }                                                                                           \
+    return 0;                                                                                   \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 128)
+    OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
+  } else {
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
+    OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
   }
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);

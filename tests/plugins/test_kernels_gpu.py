@@ -380,6 +380,81 @@ def test_paged_decode_variants(lib, variant, splits, D):
     assert err < TOL[dtype], f"relative error {err:.3e}"
 
 
+# 16-bit pool with TMA loads (variants (warps, stages, 2), sm_90). The pools' NaN slots past each
+# sequence's end are inside the boxes the kernel copies: these cases check they are masked (K)
+# and zeroed (V).
+def _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, seed):
+    from onnx_fuse.plugins import launch_plan as lp
+
+    if variant not in lp.pa_tma_variants(D):
+        pytest.skip(f"TMA variant {variant} is not compiled for D={D}")
+    assert lib.tma_supported(D, bs, variant[0], variant[1])  # the GPU tests run on sm_90
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("tma", seed)).encode()))
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode(q, k_pool, v_pool, tables, torch.tensor(lens, dtype=torch.int32, device="cuda"), out,
+                            num_splits=splits, variant=variant)
+    torch.cuda.synchronize()
+    assert plan.bulk == 2 and plan.kernel.endswith(f"w{variant[0]}s{variant[1]}t")
+    expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
+                                 np.array(lens), out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+    for b, L in enumerate(lens):
+        if L == 0:
+            assert torch.count_nonzero(out[b]).item() == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", [c for c in PA_CASES if c[3] in (64, 128, 256)],
+                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
+def test_paged_decode_tma_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, lens, splits = case
+    _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (4, 3, 2), dtype, case)
+
+
+@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("splits", [1, None, 5])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_paged_decode_tma_variants(lib, variant, splits, D):
+    _tma_check(lib, 3, 24, 4, D, 16, [1500, 47, 0], splits, variant, torch.float16, (variant, splits, D))
+
+
+@pytest.mark.parametrize("bs", [8, 32, 64, 128, 256])
+@pytest.mark.parametrize("splits", [1, 5])
+def test_paged_decode_tma_block_sizes(lib, bs, splits):
+    # blocks smaller than, equal to and larger than the 64-row box; 5 splits of 1500 tokens start
+    # at 320, 640, ... (mid-block for blocks of 128 and 256 tokens)
+    _tma_check(lib, 3, 16, 2, 128, bs, [1500, 200, 9], splits, (4, 3, 2), torch.bfloat16, (bs, splits))
+
+
+def test_paged_decode_tma_falls_back(lib):
+    """Block size 12: the planner and the C launcher both run the bulk variant of the same stages."""
+    import dataclasses
+
+    from onnx_fuse.plugins import launch_plan as lp
+
+    assert not lib.tma_supported(128, 12, 4, 3) and not lib.tma_supported(96, 16, 4, 3)
+    assert not lib.tma_supported(256, 16, 4, 4) and lib.tma_supported(256, 16, 4, 2)
+    B, Hq, Hkv, D, bs, lens = 2, 16, 4, 128, 12, [300, 7]
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, torch.float16, gen)
+    q = _rand((B, Hq, D), torch.float16, gen)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode(q, k_pool, v_pool, tables, seq, out, variant=(4, 3, 2))
+    torch.cuda.synchronize()
+    assert plan.bulk == 1 and plan.kernel.endswith("w4s3b")
+    expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
+                                 np.array(lens), out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[torch.float16]
+    out2 = torch.full_like(q, float("nan"))
+    lib.paged_decode(q, k_pool, v_pool, tables, seq, out2, plan=dataclasses.replace(plan, bulk=2))
+    torch.cuda.synchronize()
+    assert torch.equal(out2, out)  # the C launcher ran the same bulk kernel
+
+
 def test_paged_decode_zero_length_sequence(lib):
     B, Hq, Hkv, D, bs = 2, 8, 2, 64, 16
     gen = torch.Generator(device="cuda").manual_seed(11)

@@ -403,6 +403,37 @@ def test_fp8_decode_plan_rejects(bad):
         lp.plan_append_kv(1, 1, 1, 80, kv_dtype="fp8")
 
 
+def test_pa_tma_variants_match_the_sources_and_plan():
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    x_re = r"X\(DTN, T, D, (\d+), (\d+)\)"
+    lists = {"OF_PA_TMA_VARIANTS": {tuple(map(int, m)) + (2,) for m in re.findall(x_re, _block(pa, "#define OF_PA_TMA_VARIANTS("))},
+             "OF_PA_TMA_VARIANTS_D256": {tuple(map(int, m)) + (2,) for m in re.findall(x_re, _block(pa, "#define OF_PA_TMA_VARIANTS_D256("))}}
+    src: dict[int, set] = {}
+    for lst, d in re.findall(r"^(OF_PA_TMA_VARIANTS(?:_D256)?)\(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M):
+        src.setdefault(int(d), set()).update(lists[lst])
+    assert set(src) == set(lp.PA_TMA_HEAD_DIMS)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        assert set(lp.pa_tma_variants(d)) == src.get(d, set()), d
+        assert not set(lp.pa_tma_variants(d)) & set(lp.pa_variants(d))
+        for w, st, b in lp.pa_tma_variants(d):
+            assert lp.pa_smem_bytes(d, w, st, b) <= lp.H200.max_smem_per_block
+    assert lp.pa_smem_bytes(128, 4, 3, 2) == 128 + 1024 + (16 * 128 + 3 * 2 * 64 * 128) * 2
+    p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(4, 3, 2))
+    assert p.kernel == "onnx_fuse_pa_decode_bf16_d128_w4s3t" and p.bulk == 2 and not p.kv_fp8
+    assert p.smem_bytes == lp.pa_smem_bytes(128, 4, 3, 2)
+    for bs in (8, 64, 256):
+        assert lp.plan_paged_decode(4, 8, 2, 64, bs, 64, variant=(4, 4, 2)).bulk == 2
+    # fallbacks (as the C launcher): the bulk variant of the same stages, else (4, 3, 0)
+    assert lp.plan_paged_decode(4, 8, 2, 128, 12, 64, variant=(4, 2, 2)).kernel == "onnx_fuse_pa_decode_f16_d128_w4s2b"
+    assert lp.plan_paged_decode(4, 8, 2, 128, 12, 64, variant=(4, 4, 2)).kernel == "onnx_fuse_pa_decode_f16_d128_w4s3"
+    a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    assert lp.plan_paged_decode(4, 8, 2, 128, 16, 64, variant=(4, 3, 2), device=a100).kernel.endswith("_w4s3")
+    with pytest.raises(ValueError):
+        lp.plan_paged_decode(4, 8, 2, 96, 16, 64, variant=(4, 3, 2))
+    # the default plan is unchanged
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256).bulk == 1
+
+
 def _pa8_tma_sources() -> dict[int, set]:
     """Head size -> (warps, stages) of the TMA fp8-pool decode kernels paged_attention.cu instantiates."""
     pa = (KERNELS / "paged_attention.cu").read_text()
