@@ -116,8 +116,10 @@ class KernelLib:
             raise KernelError(f"{what} failed with CUDA error code {rc}")
 
     def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
-                        variant=None, stream=None) -> None:
-        """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous)."""
+                        variant=None, loads=None, stream=None) -> None:
+        """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
+        launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA; 3 = TMA with
+        the experimental 24/240 register split, for the benchmark)."""
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):
@@ -128,7 +130,8 @@ class KernelLib:
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
         # TMA loads: asked for by name, the launcher refuses tensors TMA cannot address; planned,
         # it falls back to cp.async for them.
-        loads = (1 if variant is not None else 2) if plan.tma else 0
+        if loads is None:
+            loads = (1 if variant is not None else 2) if plan.tma else 0
         rc = self._lib.onnx_fuse_fused_attention_fwd(
             plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
             *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, loads, self._stream(stream))

@@ -7,8 +7,10 @@ plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_name
 
     inputs   query [B, Sq, Hq*D], key [B, Sq, Hkv*D], value [B, Sq, Hkv*D] (the Sq new tokens)
              key_cache, value_cache [num_blocks, block_size, Hkv, D]      fp16 | bf16 (all same)
+             or float8e4m3fn (an fp8 pool: decode only, JIT only, D in {64, 96, 128, 256})
              block_tables int32 [B, max_blocks], seq_lens int32 [B] (cache length incl. the new
-             tokens)
+             tokens); optional k_scale, v_scale float32 [Hkv] (fp8 pools: value = e4m3 *
+             scale; required there, unused with 16-bit pools)
     outputs  output [B, Sq, Hq*D]; key_cache_out, value_cache_out: the caches, updated in place
              (TensorRT aliases them to inputs 3 and 4; new token i is written at position
              seq_lens[b] - Sq + i and attends to positions 0 .. seq_lens[b] - Sq + i)
@@ -19,19 +21,33 @@ plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_name
              capability 9.x (the paged prefill kernel is sm_90a machine code), JIT path only.
              Hidden sizes static.
 
+tensorrt.plugin takes a fixed number of tensor inputs (no optional ones), so the plugin always
+has nine: :func:`prepare_node` feeds a constant 1.0 [Hkv] to both scale inputs of a 7-input node.
+An fp8 pool is FLOAT8E4M3FN in ONNX and ``DataType.FP8`` in TensorRT (e4m3, exponent bias 7, the
+OCP float8_e4m3fn the kernels store). Not UINT8: TensorRT's plugin tensors cannot be kUINT8
+(PluginTensorDesc), kUINT8 "cannot be used to represent quantized floating-point values", and
+the ONNX parser takes UINT8 only for network I/O touched by Cast / Identity / Equal /
+QuantizeLinear (plugins/data/trt_onnx_ops.yaml), while FLOAT8E4M3FN is an ordinary type to it.
+
 Two paths, chosen per node by ``aot``:
 
-* JIT (:func:`impl`, ``aot = 0``): ``KernelLib.append_kv`` writes the Sq new tokens into the
-  pool, then ``KernelLib.paged_decode`` (Sq == 1, one split, no workspace) or
-  ``KernelLib.paged_prefill`` (Sq > 1, causal bottom-right over the pool, uniform batch) runs on
-  TensorRT's stream. Needs Python and the kernel library at run time.
+* JIT (:func:`impl`, ``aot = 0``): ``KernelLib.append_kv`` (``append_kv_fp8`` for an fp8 pool)
+  writes the Sq new tokens into the pool, then ``KernelLib.paged_decode`` /
+  ``paged_decode_fp8`` (Sq == 1, split-K as ``launch_plan.plan_paged_decode`` plans it) or
+  ``KernelLib.paged_prefill`` (Sq > 1, 16-bit pools, causal bottom-right over the pool, uniform
+  batch) runs on TensorRT's stream. Needs Python and the kernel library at run time. The split-K
+  partials live in a device buffer this module keeps per stream (:class:`Workspace`), because
+  tensorrt.plugin's Python API has no workspace: its ``impl`` gets the tensors, the attributes
+  and the stream, nothing else, and the plugin class it builds declares no workspace size.
 * AOT (:func:`aot_impl`, ``aot = 1``): one embedded PTX kernel, grid (Hkv, 1, B): each CTA
   appends its (sequence, kv head) token, then decodes over the whole context in one split. It is
   **decode-only**: TensorRT's AOT launcher runs exactly one kernel, and the append must finish
   before other CTAs read the new tokens, which for Sq > 1 needs the second (prefill) launch. So
   :func:`prepare_node` writes ``aot = 1`` only where the query's length is statically 1, and
   ``aot = 0`` otherwise; :func:`check_node` refuses an explicit ``aot = 1`` on a node whose query
-  length is not statically 1, and :func:`aot_impl` refuses one at build time.
+  length is not statically 1, and :func:`aot_impl` refuses one at build time. The AOT kernel
+  has no fp8 pool form either (it re-expands paged_attention.cu's 16-bit decode body; an fp8
+  adapter would need an fp8 decode body entry there), so fp8 nodes always get ``aot = 0``.
 
 Functions, kept separate as tensorrt.plugin expects: :func:`register` (shape/type rule and the
 in-place aliasing), :func:`autotune`, :func:`impl`, :func:`aot_impl`; :func:`run_jit` is the JIT
@@ -45,6 +61,7 @@ import math
 import re
 import struct
 import sys
+import threading
 from typing import List, Tuple, Union  # noqa: F401 - used in string annotations
 
 import onnx
@@ -58,13 +75,15 @@ from onnx_fuse.plugins.fused_attention_plugin import _View as _BaseView
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
            "check_node", "prepare_node", "register_plugin", "register", "impl", "aot_impl",
-           "autotune", "run_jit", "query_len", "PREFILL_HEAD_DIMS",
-           "adapter_source", "decode_variants"]
+           "autotune", "run_jit", "query_len", "PREFILL_HEAD_DIMS", "FP8_HEAD_DIMS",
+           "Workspace", "adapter_source", "decode_variants", "is_fp8_node"]
 
 PLUGIN_NAME = "PagedAttention"
 PLUGIN_VERSION = PLUGIN_VERSIONS[PLUGIN_NAME]
 PLUGIN_ID = f"{PLUGIN_NAMESPACE}::{PLUGIN_NAME}"
-INPUTS = ("query", "key", "value", "key_cache", "value_cache", "block_tables", "seq_lens")
+INPUTS = ("query", "key", "value", "key_cache", "value_cache", "block_tables", "seq_lens",
+          "k_scale", "v_scale")
+REQUIRED_INPUTS = 7   # the scales are optional in ONNX; the TensorRT plugin always has nine
 OUTPUTS = ("output", "key_cache_out", "value_cache_out")
 ATTRIBUTES = {
     "num_heads": (onnx.AttributeProto.INT, "query heads Hq"),
@@ -76,6 +95,9 @@ MAX_GROUP = 16
 # Head sizes of the paged prefill kernel (Sq > 1): onnx_fuse_paged_prefill_fwd in
 # kernels/fused_attention.cu; paged_attention.yaml kernel.prefill_over_prefix.head_dims.
 PREFILL_HEAD_DIMS = (64, 128)
+# Head sizes of the fp8 (e4m3) pool decode kernel (launch_plan.PA8_HEAD_DIMS: no D = 80).
+FP8_HEAD_DIMS = (64, 96, 128, 256)
+FP8 = onnx.TensorProto.FLOAT8E4M3FN
 _TILE = 64  # the JIT path's split granularity (a multiple of every variant's token tile)
 
 # One launch per plugin call (the TensorRT AOT path runs exactly one kernel), grid (Hkv, 1, B):
@@ -87,8 +109,10 @@ AOT_ADAPTER_HEADER = r"""
 #define OF_PA_TRT(DTN, T, D, W, ST, BULK)                                                      \
   extern "C" __global__ void __launch_bounds__(32 * W) onnx_fuse_pa_trt_##DTN##_d##D##_w##W##s##ST( \
       const T* q, const T* k_new, const T* v_new, const T* k_pool_in, const T* v_pool_in,      \
-      const int* block_tables, const int* seq_lens, int Hq, int Hkv, int block_size,           \
-      int max_blocks, int part_tokens, int scale_log2_bits, T* out, T* k_pool, T* v_pool) {    \
+      const int* block_tables, const int* seq_lens, const float* k_scale,                      \
+      const float* v_scale, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,   \
+      int scale_log2_bits, T* out, T* k_pool, T* v_pool) {                                     \
+    (void)k_scale; (void)v_scale; /* 16-bit pools only: the scale inputs are ones */           \
     const int hkv = blockIdx.x, b = blockIdx.z;                                                \
     const int pos = seq_lens[b] - 1;                                                           \
     const int lb = pos >= 0 ? pos / block_size : -1;                                           \
@@ -148,8 +172,11 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
     more, a = check_attributes(node, ATTRIBUTES, ATTRIBUTE_DEFAULTS)
     issues += more
     inputs = list(node.input)
-    if len(inputs) != len(INPUTS) or not all(inputs):
-        issues.append(f"needs {len(INPUTS)} inputs ({', '.join(INPUTS)}); got {len(inputs)}")
+    n_in = len(inputs)
+    if n_in not in (REQUIRED_INPUTS, len(INPUTS)) or not all(inputs):
+        issues.append(f"needs {REQUIRED_INPUTS} inputs ({', '.join(INPUTS[:REQUIRED_INPUTS])}) "
+                      f"or {len(INPUTS)} (with {' and '.join(INPUTS[REQUIRED_INPUTS:])}); "
+                      f"got {n_in}")
     outputs = [o for o in node.output if o]
     if len(outputs) != len(OUTPUTS):
         issues.append(f"needs {len(OUTPUTS)} outputs ({', '.join(OUTPUTS)}); got {len(outputs)}")
@@ -163,17 +190,9 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
             issues.append(f"GQA group {hq // hkv} > {MAX_GROUP} is not supported by the kernel")
     if "scale" in a and (a["scale"] < 0 or not math.isfinite(a["scale"])):
         issues.append(f"scale must be >= 0 and finite (got {a['scale']})")
-    if len(inputs) == len(INPUTS):
-        types = [info.dtype(n) for n in inputs[:5]]
-        for name, t in zip(INPUTS, types):
-            if t is not None and t not in FLOAT_TYPES:
-                issues.append(f"{name} must be float16 or bfloat16 (got {_tname(t)})")
-        if len({t for t in types if t is not None}) > 1:
-            issues.append("query, key, value and the caches must share one dtype")
-        for name, n in zip(INPUTS[5:], inputs[5:]):
-            t = info.dtype(n)
-            if t is not None and t != onnx.TensorProto.INT32:
-                issues.append(f"{name} must be int32 (got {_tname(t)})")
+    if n_in in (REQUIRED_INPUTS, len(INPUTS)) and all(inputs):
+        fp8 = is_fp8_node(node, info)
+        issues += _type_issues(node, info, fp8)
         q_shape = info.shape(inputs[0])
         d = None
         if q_shape is not None:
@@ -190,6 +209,8 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
         sq = query_len(node, info)
         if sq != 1:
             issues += _prefill_issues(node, info, d, sq)
+        if fp8:
+            issues += _fp8_issues(node, d, sq)
         for name, n in zip(INPUTS[1:3], inputs[1:3]):
             shape = info.shape(n)
             if shape is not None and len(shape) != 3:
@@ -209,7 +230,68 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
         bt = info.shape(inputs[5])
         if bt is not None and len(bt) != 2:
             issues.append("block_tables must be rank 2 [B, max_blocks]")
+        for name, n in zip(INPUTS[REQUIRED_INPUTS:], inputs[REQUIRED_INPUTS:]):
+            shape = info.shape(n)
+            if shape is not None and (len(shape) != 1 or (
+                    isinstance(hkv, int) and shape[0] not in (None, hkv))):
+                issues.append(f"{name} must be float32 [kv_num_heads] = [{hkv}] (got shape "
+                              f"{list(shape)})")
     return list(dict.fromkeys(issues))
+
+
+def is_fp8_node(node: onnx.NodeProto, info) -> bool:
+    """Whether the node's key cache is typed float8e4m3fn (an fp8 pool)."""
+    return (info is not None and len(node.input) > 3 and bool(node.input[3])
+            and info.dtype(node.input[3]) == FP8)
+
+
+def _type_issues(node: onnx.NodeProto, info, fp8: bool) -> list[str]:
+    inputs = list(node.input)
+    issues = []
+    types = [info.dtype(n) for n in inputs[:5]]
+    fp8 = fp8 or FP8 in types[3:5]   # either cache in fp8 makes it an fp8 pool
+    for name, t in zip(INPUTS[:5], types):
+        if t is not None and t not in FLOAT_TYPES and not (fp8 and name.endswith("_cache")):
+            kinds = ("float16 or bfloat16" if not name.endswith("_cache") else
+                     "float16 or bfloat16 (like the query) or float8e4m3fn")
+            issues.append(f"{name} must be {kinds} (got {_tname(t)})")
+    if fp8:
+        if len({t for t in types[:3] if t is not None}) > 1:
+            issues.append("query, key and value must share one dtype")
+        if types[4] not in (None, FP8) or types[3] not in (None, FP8):
+            issues.append("key_cache and value_cache must both be float8e4m3fn (an fp8 pool) "
+                          "or both the query's type")
+        if len(inputs) < len(INPUTS):
+            issues.append("fp8 (float8e4m3fn) caches need the k_scale and v_scale inputs "
+                          "(float32 [kv_num_heads], value = e4m3 * scale)")
+    elif len({t for t in types if t is not None}) > 1:
+        issues.append("query, key, value and the caches must share one dtype")
+    for name, n in zip(INPUTS[5:7], inputs[5:7]):
+        t = info.dtype(n)
+        if t is not None and t != onnx.TensorProto.INT32:
+            issues.append(f"{name} must be int32 (got {_tname(t)})")
+    for name, n in zip(INPUTS[REQUIRED_INPUTS:], inputs[REQUIRED_INPUTS:]):
+        t = info.dtype(n)
+        if t is not None and t != onnx.TensorProto.FLOAT:
+            issues.append(f"{name} must be float32 (got {_tname(t)})")
+    return issues
+
+
+def _fp8_issues(node: onnx.NodeProto, d: int | None, sq: int | None) -> list[str]:
+    """What rules out an fp8 (e4m3) pool: decode only, the fp8 kernel's head sizes, JIT only."""
+    issues = []
+    if sq != 1:
+        tokens = f"{sq} query tokens per sequence" if sq is not None else \
+            "a query length not fixed at 1"
+        issues.append(f"fp8 (float8e4m3fn) caches with {tokens}: there is no fp8 prefill "
+                      "kernel, fp8 pools are decode-only (a static query length of 1)")
+    if d is not None and d not in FP8_HEAD_DIMS:
+        issues.append(f"head size {d} with fp8 (float8e4m3fn) caches: the fp8 decode kernel "
+                      f"takes head sizes {', '.join(map(str, FP8_HEAD_DIMS))}")
+    if _aot_attr(node) == 1:
+        issues.append("aot=1 with fp8 (float8e4m3fn) caches: the AOT kernel has no fp8 pool "
+                      "form; use aot=0 (JIT: append_kv_fp8 + paged_decode_fp8)")
+    return issues
 
 
 def query_len(node: onnx.NodeProto, info) -> int | None:
@@ -246,44 +328,71 @@ def _prefill_issues(node: onnx.NodeProto, info, d: int | None, sq: int | None) -
 
 
 def prepare_node(node: onnx.NodeProto, fresh_name, info=None) -> list[onnx.NodeProto]:
-    """Write the contract defaults and ``aot`` onto ``node`` (in place); no new nodes.
+    """Write the contract defaults and ``aot`` onto ``node`` (in place); for a 7-input node
+    return a Constant of ones [Hkv] and wire it to both scale inputs (tensorrt.plugin has no
+    optional inputs, so the plugin always takes nine; 16-bit pools never read them).
 
     ``aot`` (unless set): 1 (the embedded decode kernel, no Python at run time) where ``info``
-    (a ``trt_support.GraphInfo``) shows a query length of exactly 1, else 0 (the JIT path, which
-    also runs Sq > 1)."""
+    (a ``trt_support.GraphInfo``) shows a query length of exactly 1 and a 16-bit pool, else 0
+    (the JIT path, which also runs Sq > 1 and fp8 pools)."""
     have = {a.name for a in node.attribute}
     for name, value in ATTRIBUTE_DEFAULTS.items():
         if name not in have:
             node.attribute.append(onnx.helper.make_attribute(name, value))
     if "aot" not in have:
-        aot = 1 if query_len(node, info) == 1 else 0
+        aot = 1 if query_len(node, info) == 1 and not is_fp8_node(node, info) else 0
         node.attribute.append(onnx.helper.make_attribute("aot", aot))
-    return []
+    if len(node.input) != REQUIRED_INPUTS:
+        return []
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    hkv = int(attrs.get("kv_num_heads") or 0) or int(attrs.get("num_heads") or 0)
+    if hkv <= 0:
+        return []   # check_node reports the attributes
+    base = f"{node.name or node.output[0]}_unit_kv_scale"
+    name = fresh_name(base) if fresh_name is not None else base
+    node.input.extend([name, name])
+    ones = onnx.helper.make_tensor(name, onnx.TensorProto.FLOAT, [hkv], [1.0] * hkv)
+    return [onnx.helper.make_node("Constant", [], [name], name=name, value=ones)]
 
 
 # --------------------------------------------------------------------------- tensorrt.plugin
 
 def register(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
-             block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc", num_heads: int,
+             block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
+             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", num_heads: int,
              kv_num_heads: int, scale: float
              ) -> "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]":
-    """Output like the query; the two cache outputs alias the cache inputs (in-place update)."""
+    """Output like the query; the two cache outputs alias the cache inputs (in-place update,
+    in the caches' type: fp16 / bf16, or FP8 for an e4m3 pool)."""
     return query.like(), key_cache.aliased(), value_cache.aliased()
 
 
 def autotune(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
              block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
+             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc",
              outputs: "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]"
              ) -> "List[trtp.AutoTuneCombination]":
-    """One dtype (fp16 or bf16) for every float tensor, int32 tables; linear layouts; one
-    tactic per decode variant (warps, stages)."""
-    f = "FP16|BF16"
-    combo = trtp.AutoTuneCombination(", ".join([f] * 5 + ["INT32|INT32"] * 2 + [f] * 3),
-                                     "LINEAR")
-    combo.tactics(list(range(1, len(decode_variants()) + 1)))
-    return [combo]
+    """fp16 or bf16 for the query, new K/V and output; the caches in that type, or FP8 (e4m3)
+    where the network gives FP8 caches; int32 tables, float32 scales; linear layouts. One tactic
+    per AOT decode variant (warps, stages) for 16-bit pools; the fp8 pool runs the JIT path,
+    which plans its own variant, so one tactic."""
+    fp8 = _is_fp8(key_cache.dtype)
+    return [trtp.AutoTuneCombination(_io_types(fp8), "LINEAR",
+                                      [1] if fp8 else list(range(1, len(decode_variants()) + 1)))]
+
+
+def _io_types(fp8: bool) -> str:
+    """tensorrt.plugin's io_types string, inputs (INPUTS order) then outputs: dependent '|'
+    choices, position 0 fp16 and position 1 bf16 everywhere."""
+    f, c = "FP16|BF16", ("FP8|FP8" if fp8 else "FP16|BF16")
+    return ", ".join([f] * 3 + [c] * 2 + ["INT32|INT32"] * 2 + ["FP32|FP32"] * 2 + [f, c, c])
+
+
+def _is_fp8(dtype) -> bool:
+    fp8 = getattr(getattr(trt, "DataType", None), "FP8", None)
+    return fp8 is not None and dtype == fp8
 
 
 def _dims(hidden: int, heads: int) -> int:
@@ -307,16 +416,20 @@ def _dtype_tag(dtype) -> str:
 
 def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
          key_cache: "trtp.Tensor", value_cache: "trtp.Tensor", block_tables: "trtp.Tensor",
-         seq_lens: "trtp.Tensor", num_heads: int, kv_num_heads: int, scale: float,
+         seq_lens: "trtp.Tensor", k_scale: "trtp.Tensor", v_scale: "trtp.Tensor",
+         num_heads: int, kv_num_heads: int, scale: float,
          outputs: "Tuple[trtp.Tensor, trtp.Tensor, trtp.Tensor]", stream: int) -> None:
-    """JIT path: append the new K/V in place, then decode (Sq == 1) or prefill over the pool
-    (Sq > 1), on TensorRT's stream."""
+    """JIT path: append the new K/V in place, then decode (Sq == 1, split-K) or prefill over the
+    pool (Sq > 1), on TensorRT's stream; an FP8 pool quantizes on append and dequantizes in
+    the decode kernel with the scale inputs."""
     from onnx_fuse.plugins.fused_attention_plugin import kernel_lib
 
     dt = "float16" if _dtype_tag(query.dtype) == "f16" else "bfloat16"
+    fp8 = _is_fp8(key_cache.dtype)
     run_jit(kernel_lib(), query, key, value, key_cache, value_cache, block_tables, seq_lens,
-            outputs[0], num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dt,
-            stream=stream)
+            outputs[0], k_scale=k_scale if fp8 else None, v_scale=v_scale if fp8 else None,
+            num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dt,
+            stream=stream, workspace=WORKSPACE, device=_device_info())
 
 
 class _View(_BaseView):
@@ -327,18 +440,33 @@ class _View(_BaseView):
 
 
 def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output, *,
-            num_heads: int, kv_num_heads: int, scale: float, dtype: str, stream: int) -> None:
+            num_heads: int, kv_num_heads: int, scale: float, dtype: str, stream: int,
+            k_scale=None, v_scale=None, workspace: "Workspace | None" = None,
+            device=None, num_splits: int | None = None):
     """The JIT launch sequence on buffers with ``data_ptr`` (int), ``shape`` and ``strides``
     (element strides), as ``trtp.Tensor`` has them: ``lib.append_kv`` then ``lib.paged_decode``
-    (Sq == 1, one split) or ``lib.paged_prefill`` (Sq > 1, causal bottom-right, every sequence
-    with Sq new tokens). ``dtype``: "float16" or "bfloat16"; ``lib``: a ``KernelLib``."""
+    (Sq == 1) or ``lib.paged_prefill`` (Sq > 1, causal bottom-right, every sequence with Sq new
+    tokens). With ``k_scale``/``v_scale`` (float32 [Hkv]) the pools are fp8 (e4m3 bytes):
+    ``lib.append_kv_fp8`` then ``lib.paged_decode_fp8``, decode only.
+
+    The decode is split-K as ``launch_plan.plan_paged_decode`` plans it for ``device`` (a
+    ``launch_plan.DeviceInfo``; default the H200) and the block table's capacity, ``num_splits``
+    overriding; the partials go to ``workspace`` (a :class:`Workspace`); without one, or where
+    it cannot allocate, the decode runs in one split. ``dtype``: "float16" or "bfloat16" (the
+    query's); ``lib``: a ``KernelLib``. Returns the decode plan (None for Sq > 1)."""
+    from onnx_fuse.plugins import launch_plan as lp
     from onnx_fuse.plugins.fused_attention_plugin import heads_view
 
     b, sq, hidden = (int(x) for x in query.shape)
     d = _dims(hidden, num_heads)
     kv_num_heads = kv_num_heads or num_heads
     bs = int(key_cache.shape[1])
-    if sq > 1 and (d not in PREFILL_HEAD_DIMS or bs & (bs - 1)):  # check_node's static rules
+    fp8 = k_scale is not None
+    if fp8 and (v_scale is None or sq != 1 or d not in FP8_HEAD_DIMS):  # check_node's rules
+        raise ValueError(f"PagedAttention over an fp8 pool is decode-only (1 query token, got "
+                         f"{sq}) at head sizes {', '.join(map(str, FP8_HEAD_DIMS))} (got {d}), "
+                         "with both k_scale and v_scale")
+    if sq > 1 and (d not in PREFILL_HEAD_DIMS or bs & (bs - 1)):
         raise ValueError(f"PagedAttention with {sq} query tokens needs head size "
                          f"{' or '.join(map(str, PREFILL_HEAD_DIMS))} and a power-of-two "
                          f"block size (got {d} and {bs})")
@@ -350,20 +478,173 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
         v = heads_view(t, h, dtype)
         return _View(v.data_ptr(), v.shape, v.stride(), dtype)
 
-    k_pool, v_pool = view(key_cache), view(value_cache)
+    pool_dt = "uint8" if fp8 else dtype
+    k_pool, v_pool = view(key_cache, pool_dt), view(value_cache, pool_dt)
     tables, lens = view(block_tables, "int32"), view(seq_lens, "int32")
-    lib.append_kv(heads(key, kv_num_heads), heads(value, kv_num_heads), k_pool, v_pool, tables,
-                  lens, stream=stream)
+    k_new, v_new = heads(key, kv_num_heads), heads(value, kv_num_heads)
+    if fp8:
+        ks, vs = view(k_scale, "float32"), view(v_scale, "float32")
+        lib.append_kv_fp8(k_new, v_new, k_pool, v_pool, ks, vs, tables, lens, stream=stream)
+    else:
+        lib.append_kv(k_new, v_new, k_pool, v_pool, tables, lens, stream=stream)
     q, out = heads(query, num_heads), heads(output, num_heads)
     if sq > 1:
         lib.paged_prefill(q, k_pool, v_pool, tables, lens, out, causal=True, scale=scale,
                           stream=stream)
-        return
+        return None
     # Decode layout [B, Hq, D]: drop the single-token axis.
     q3 = _View(q.data_ptr(), (b, num_heads, d), (q.stride(0), d, 1), dtype)
     o3 = _View(out.data_ptr(), (b, num_heads, d), (out.stride(0), d, 1), dtype)
-    lib.paged_decode(q3, k_pool, v_pool, tables, lens, o3, scale=scale, num_splits=1,
-                     stream=stream)
+
+    def plan_for(splits):
+        return lp.plan_paged_decode(b, num_heads, kv_num_heads, d, bs, int(block_tables.shape[1]),
+                                    dtype, num_splits=splits, device=device or lp.H200,
+                                    kv_dtype="fp8" if fp8 else None)
+
+    plan = plan_for(num_splits)
+    ws = None
+    if plan.num_splits > 1:
+        ptr = workspace.get(plan.workspace_bytes, stream) if workspace is not None else None
+        if ptr is None:
+            plan = plan_for(1)
+        else:
+            ws = _View(ptr, (plan.workspace_bytes // 4,), (1,), "float32")
+    if fp8:
+        lib.paged_decode_fp8(q3, k_pool, v_pool, ks, vs, tables, lens, o3, scale=scale,
+                             plan=plan, workspace=ws, stream=stream)
+    else:
+        lib.paged_decode(q3, k_pool, v_pool, tables, lens, o3, scale=scale, plan=plan,
+                         workspace=ws, stream=stream)
+    return plan
+
+
+class Workspace:
+    """Device scratch for the JIT decode's split-K partials (tensorrt.plugin gives a Python
+    plugin no TensorRT workspace): one buffer per CUDA stream, grown to the largest request and
+    then kept, so steady-state calls allocate nothing. Launches on one stream run in order, so
+    one buffer per stream is never used by two decodes at once; growing drains the stream before
+    the old buffer is freed. Memory comes from torch's allocator when the process has already
+    imported torch with CUDA (the GPU tests, PyTorch-hosted serving), else from the CUDA runtime
+    through polygraphy (cudaMalloc / cudaFree); where neither works ``get`` returns None and
+    the caller decodes in one split. The buffers are on the current device. A call that must
+    grow the buffer cannot be captured into a CUDA graph: run each shape once before capture."""
+
+    def __init__(self):
+        self._bufs: dict[int, tuple] = {}   # stream -> (nbytes, ptr, backend, handle)
+        self._lock = threading.Lock()
+
+    def get(self, nbytes: int, stream: int) -> int | None:
+        """A device pointer to at least ``nbytes`` bytes for work on ``stream``, or None."""
+        with self._lock:
+            have = self._bufs.get(int(stream))
+            if have is not None and have[0] >= nbytes:
+                return have[1]
+            backend = _memory_backend()
+            if backend is None:
+                return None
+            if have is not None:
+                have[2].free(have[1], have[3], int(stream))
+                del self._bufs[int(stream)]
+            ptr, handle = backend.alloc(nbytes)
+            self._bufs[int(stream)] = (nbytes, ptr, backend, handle)
+            return ptr
+
+    def nbytes(self, stream: int) -> int:
+        have = self._bufs.get(int(stream))
+        return have[0] if have is not None else 0
+
+
+class _TorchMemory:
+    @staticmethod
+    def alloc(nbytes: int):
+        import torch
+
+        t = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device="cuda")
+        return t.data_ptr(), t
+
+    @staticmethod
+    def free(ptr: int, handle, stream: int) -> None:
+        import torch
+
+        torch.cuda.synchronize()   # the old buffer may still be read on ``stream``
+        del handle
+
+
+class _CudartMemory:
+    def __init__(self, cuda):
+        self._cuda = cuda
+
+    def alloc(self, nbytes: int):
+        return self._cuda.malloc(max(int(nbytes), 1)), None
+
+    def free(self, ptr: int, handle, stream: int) -> None:
+        self._cuda.stream_synchronize(stream)
+        self._cuda.free(ptr)
+
+
+def _memory_backend():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return _TorchMemory
+    cuda = _cudart()
+    return _CudartMemory(cuda) if cuda is not None else None
+
+
+def _cudart():
+    """polygraphy's CUDA runtime wrapper, or None where it cannot load libcudart."""
+    try:
+        from polygraphy import cuda
+
+        return cuda.wrapper()
+    except Exception:  # noqa: BLE001 - no runtime library: the caller degrades (one split)
+        return None
+
+
+WORKSPACE = Workspace()
+_DEVICE = None
+
+
+def _device_info():
+    """The current GPU as launch_plan.DeviceInfo (torch where imported, else the CUDA runtime's
+    device attributes), once per process; the H200 defaults where neither answers."""
+    global _DEVICE
+    if _DEVICE is not None:
+        return _DEVICE
+    from onnx_fuse.plugins import launch_plan as lp
+
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            _DEVICE = lp.DeviceInfo.from_torch(torch.cuda.current_device())
+            return _DEVICE
+        cuda = _cudart()
+        if cuda is not None:
+            _DEVICE = _device_from_cudart(cuda.handle, lp.DeviceInfo)
+            return _DEVICE
+    except Exception:  # noqa: BLE001 - planning falls back to the H200 defaults
+        pass
+    _DEVICE = lp.H200
+    return _DEVICE
+
+
+def _device_from_cudart(rt, device_info):
+    import ctypes
+
+    dev = ctypes.c_int()
+    if rt.cudaGetDevice(ctypes.byref(dev)):
+        raise RuntimeError("cudaGetDevice failed")
+
+    def attr(code: int) -> int:
+        v = ctypes.c_int()
+        if rt.cudaDeviceGetAttribute(ctypes.byref(v), code, dev.value):
+            raise RuntimeError(f"cudaDeviceGetAttribute({code}) failed")
+        return v.value
+
+    # cudaDevAttr: MultiProcessorCount 16, ComputeCapabilityMajor 75 / Minor 76,
+    # MaxSharedMemoryPerMultiprocessor 81, MaxSharedMemoryPerBlockOptin 97
+    return device_info(name=f"cuda:{dev.value}", num_sms=attr(16),
+                       max_smem_per_block=attr(97), smem_per_sm=attr(81),
+                       compute_capability=(attr(75), attr(76)))
 
 
 def aot_entry(dtype_tag: str, head_dim: int, warps: int, stages: int) -> str:
@@ -387,13 +668,19 @@ def _fits(head_dim: int, warps: int, stages: int) -> bool:
 
 def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
-             block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc", num_heads: int,
+             block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
+             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", num_heads: int,
              kv_num_heads: int, scale: float,
              outputs: "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
     """AOT path: one fused append + single-split decode kernel, grid (Hkv, 1, B); decode only
-    (the query length must be the constant 1)."""
+    (the query length must be the constant 1), 16-bit pools only (the scale inputs are passed
+    to the kernel and not read)."""
     from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx
+
+    if _is_fp8(key_cache.dtype) or _is_fp8(value_cache.dtype):
+        raise ValueError("PagedAttention's AOT kernel has no fp8 (e4m3) pool form: build this "
+                         "node with aot=0 (JIT: append_kv_fp8 + split-K paged_decode_fp8)")
 
     hidden = query.shape_expr[2]
     if not hidden.is_constant:

@@ -183,14 +183,18 @@ def test_prepare_for_tensorrt_picks_aot_only_for_decode(sq, aot):
 
     m = _paged_model(sq=sq)
     prepared, changed = prepare_for_tensorrt(m)
-    attrs = {a.name: helper.get_attribute_value(a) for a in prepared.graph.node[0].attribute}
+    attrs = {a.name: helper.get_attribute_value(a) for a in _pa_node(prepared).attribute}
     assert changed == 1 and attrs["aot"] == aot
     assert check_model(prepared).supported
     # An aot the model already carries is kept (and check-trt judges it).
     m.graph.node[0].attribute.append(helper.make_attribute("aot", 1))
     prepared, _ = prepare_for_tensorrt(m)
-    attrs = {a.name: helper.get_attribute_value(a) for a in prepared.graph.node[0].attribute}
+    attrs = {a.name: helper.get_attribute_value(a) for a in _pa_node(prepared).attribute}
     assert attrs["aot"] == 1 and check_model(prepared).supported == (sq == 1)
+
+
+def _pa_node(model):
+    return next(n for n in model.graph.node if n.op_type == "PagedAttention")
 
 
 def test_paged_prepare_node_without_shapes_picks_jit():
