@@ -9,6 +9,9 @@ slots that are neither in a sequence's prefix nor written by the op hold NaN, an
 poisoned with NaN first. Run on a CUDA machine (sm_90 for Sq > 1):
 
     python -m onnx_fuse.plugins.build_kernels --what lib && pytest -m gpu tests/plugins/test_paged_chunked_gpu.py
+
+The decode tests also run the JIT path's split-K plan with its per-stream Workspace, and fp8
+(e4m3) pools through append_kv_fp8 + paged_decode_fp8.
 """
 
 from __future__ import annotations
@@ -135,3 +138,129 @@ def test_run_jit_refuses_prefill_head_sizes_it_has_no_kernel_for(lib):
     with pytest.raises(ValueError, match="head size 64 or 128"):
         pa.run_jit(lib, *(_Buffer(x) for x in (t, t, t, pool, pool, tables, lens, t)),
                    num_heads=2, kv_num_heads=2, scale=0.0, dtype="float16", stream=0)
+
+
+# ----------------------------------------------------------------- split-K decode and fp8 pools
+
+DECODE_CASES = [
+    # B, Hq, Hkv, D, block_size, prefix lengths, num_splits (None: the planner's)
+    (4, 32, 8, 128, 16, [4095, 4000, 1, 2500], None),   # the B4 ctx 4096 case of issue 12
+    (2, 16, 1, 64, 64, [3000, 700], None),              # MQA
+    (3, 8, 8, 96, 8, [900, 0, 333], 5),                 # MHA, tiny blocks, forced splits
+    (2, 8, 2, 256, 32, [1500, 64], 3),
+    (2, 4, 2, 80, 16, [1200, 17], 4),                   # D = 80 (16-bit pools only)
+]
+
+
+def _decode_id(c):
+    return f"B{c[0]}_h{c[1]}x{c[2]}_d{c[3]}_bs{c[4]}_p{'-'.join(map(str, c[5]))}_s{c[6]}"
+
+
+def _decode_setup(case, dtype, fp8, gen):
+    """Pools with the prefix written (fp8: e4m3 bytes of prefix / scale via torch's cast), the
+    other slots poisoned (NaN, or the e4m3 NaN byte 0x7F); tables with -1 past the used blocks."""
+    B, Hq, Hkv, D, bs, prefix, _ = case
+    lens = [p + 1 for p in prefix]
+    need = [-(-n // bs) for n in lens]
+    nb = sum(need) + 3
+    order = torch.randperm(nb, generator=gen, device="cuda").cpu().tolist()
+    tables = torch.full((B, max(need) + 1), -1, dtype=torch.int32)
+    if fp8:
+        k_pool = torch.full((nb, bs, Hkv, D), 0x7F, dtype=torch.uint8, device="cuda")
+        k_scale = (torch.rand(Hkv, generator=gen, device="cuda") * 0.01 + 0.008).float()
+        v_scale = (torch.rand(Hkv, generator=gen, device="cuda") * 0.01 + 0.008).float()
+    else:
+        k_pool = torch.full((nb, bs, Hkv, D), float("nan"), dtype=dtype, device="cuda")
+        k_scale = v_scale = None
+    v_pool = torch.full_like(k_pool, 0x7F if fp8 else float("nan"))
+    for b in range(B):
+        tables[b, :need[b]] = torch.tensor(order[:need[b]], dtype=torch.int32)
+        order = order[need[b]:]
+        pos = torch.arange(prefix[b])
+        blk, slot = tables[b, pos // bs].long().cuda(), (pos % bs).cuda()
+        for pool, sc in ((k_pool, k_scale), (v_pool, v_scale)):
+            x = torch.randn((prefix[b], Hkv, D), generator=gen, device="cuda").to(dtype)
+            if fp8:
+                x = (x.float() / sc[:, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+                x = x.view(torch.uint8)
+            pool[blk, slot] = x
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    return k_pool, v_pool, k_scale, v_scale, tables.cuda(), seq_lens
+
+
+def _run_decode_case(lib, case, dtype, fp8, workspace):
+    B, Hq, Hkv, D, bs, prefix, splits = case
+    gen = torch.Generator(device="cuda").manual_seed(
+        zlib.crc32(repr((case, str(dtype), fp8)).encode()))
+    k_pool, v_pool, k_scale, v_scale, tables, seq_lens = _decode_setup(case, dtype, fp8, gen)
+    qkv = torch.randn((B, 1, (Hq + 2 * Hkv) * D), generator=gen, device="cuda").to(dtype)
+    query = qkv[..., :Hq * D]                      # strided, as TensorRT may bind it
+    key = torch.randn((B, 1, Hkv * D), generator=gen, device="cuda").to(dtype)
+    value = torch.randn((B, 1, Hkv * D), generator=gen, device="cuda").to(dtype)
+    out = torch.full((B, 1, Hq * D), float("nan"), dtype=dtype, device="cuda")
+
+    def host(t):
+        return t.detach().cpu().numpy() if t.dtype == torch.uint8 else \
+            t.detach().float().cpu().numpy()
+
+    scales = (host(k_scale), host(v_scale)) if fp8 else ()
+    expect, k_exp, v_exp = ref.paged_attention_op(
+        host(query), host(key), host(value), host(k_pool), host(v_pool), tables.cpu().numpy(),
+        seq_lens.cpu().numpy(), *scales, num_heads=Hq, kv_num_heads=Hkv, scale=0.0)
+    extra = dict(k_scale=_Buffer(k_scale), v_scale=_Buffer(v_scale)) if fp8 else {}
+    plan = pa.run_jit(lib, *(_Buffer(t) for t in (query, key, value, k_pool, v_pool, tables,
+                                                 seq_lens, out)),
+                      num_heads=Hq, kv_num_heads=Hkv, scale=0.0,
+                      dtype=str(dtype).replace("torch.", ""),
+                      stream=torch.cuda.current_stream().cuda_stream, workspace=workspace,
+                      device=pa._device_info(), num_splits=splits, **extra)
+    torch.cuda.synchronize()
+    o = host(out).astype(np.float64)
+    assert np.isfinite(o).all(), f"non-finite output: {np.count_nonzero(~np.isfinite(o))} elements"
+    err = np.linalg.norm(o - expect) / np.linalg.norm(expect)
+    # fp8: against the reference on the same (dequantized) pool, docs/ops.md's bounds
+    tol = {torch.float16: 4e-3, torch.bfloat16: 1e-2} if fp8 else TOL
+    assert err < tol[dtype], f"relative error {err:.3e} ({plan.num_splits} splits)"
+    np.testing.assert_array_equal(host(k_pool), k_exp)
+    np.testing.assert_array_equal(host(v_pool), v_exp)
+    return plan
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", DECODE_CASES, ids=_decode_id)
+def test_plugin_split_k_decode_matches_reference(lib, case, dtype):
+    """The JIT decode as impl runs it: planned split-K, partials in a Workspace kept per stream
+    (shared by all cases here, so it grows and is reused)."""
+    plan = _run_decode_case(lib, case, dtype, False, SHARED_WORKSPACE)
+    if case[6] is not None:
+        assert plan.num_splits == case[6]
+    if case[0] == 4:   # B4 ctx 4096: the planner splits (one split was 519 GB/s)
+        assert plan.num_splits > 1
+    stream = torch.cuda.current_stream().cuda_stream
+    assert plan.num_splits == 1 or SHARED_WORKSPACE.nbytes(stream) >= plan.workspace_bytes
+
+
+FP8_CASES = [c for c in DECODE_CASES if c[3] != 80] + [
+    (2, 8, 4, 128, 16, [0, 37], None),    # an empty prefix: only the new token
+    (1, 4, 2, 64, 16, [5000], 1),         # one split, no workspace
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FP8_CASES, ids=_decode_id)
+def test_plugin_fp8_decode_matches_reference(lib, case, dtype):
+    """fp8 (e4m3) pool: append_kv_fp8 writes the bytes the reference's quantizer gives (pools
+    compared bit-exactly, poisoned slots untouched), then split-K paged_decode_fp8 against the
+    reference over the dequantized pool."""
+    plan = _run_decode_case(lib, case, dtype, True, SHARED_WORKSPACE)
+    assert plan.kv_fp8
+    if case[6] is not None:
+        assert plan.num_splits == case[6]
+
+
+def test_plugin_decode_without_workspace_runs_one_split(lib):
+    plan = _run_decode_case(lib, DECODE_CASES[0], torch.float16, True, None)
+    assert plan.num_splits == 1
+
+
+SHARED_WORKSPACE = pa.Workspace()
