@@ -429,7 +429,10 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
     run_jit(kernel_lib(), query, key, value, key_cache, value_cache, block_tables, seq_lens,
             outputs[0], k_scale=k_scale if fp8 else None, v_scale=v_scale if fp8 else None,
             num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dt,
-            stream=stream, workspace=WORKSPACE, device=_device_info())
+            stream=stream)
+
+
+_MODULE_WORKSPACE = object()   # run_jit's default: the module's WORKSPACE (defined below)
 
 
 class _View(_BaseView):
@@ -441,8 +444,8 @@ class _View(_BaseView):
 
 def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output, *,
             num_heads: int, kv_num_heads: int, scale: float, dtype: str, stream: int,
-            k_scale=None, v_scale=None, workspace: "Workspace | None" = None,
-            device=None, num_splits: int | None = None):
+            k_scale=None, v_scale=None, workspace=_MODULE_WORKSPACE, device=None,
+            num_splits: int | None = None):
     """The JIT launch sequence on buffers with ``data_ptr`` (int), ``shape`` and ``strides``
     (element strides), as ``trtp.Tensor`` has them: ``lib.append_kv`` then ``lib.paged_decode``
     (Sq == 1) or ``lib.paged_prefill`` (Sq > 1, causal bottom-right, every sequence with Sq new
@@ -450,13 +453,15 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     ``lib.append_kv_fp8`` then ``lib.paged_decode_fp8``, decode only.
 
     The decode is split-K as ``launch_plan.plan_paged_decode`` plans it for ``device`` (a
-    ``launch_plan.DeviceInfo``; default the H200) and the block table's capacity, ``num_splits``
-    overriding; the partials go to ``workspace`` (a :class:`Workspace`); without one, or where
-    it cannot allocate, the decode runs in one split. ``dtype``: "float16" or "bfloat16" (the
+    ``launch_plan.DeviceInfo``; default the current GPU, as :func:`impl` plans) and the block
+    table's capacity, ``num_splits`` overriding; the partials go to ``workspace`` (a
+    :class:`Workspace`; default the module's, which :func:`impl` uses); with ``workspace=None``,
+    or where it cannot allocate, the decode runs in one split. ``dtype``: "float16" or "bfloat16" (the
     query's); ``lib``: a ``KernelLib``. Returns the decode plan (None for Sq > 1)."""
     from onnx_fuse.plugins import launch_plan as lp
     from onnx_fuse.plugins.fused_attention_plugin import heads_view
 
+    workspace = WORKSPACE if workspace is _MODULE_WORKSPACE else workspace
     b, sq, hidden = (int(x) for x in query.shape)
     d = _dims(hidden, num_heads)
     kv_num_heads = kv_num_heads or num_heads
@@ -498,7 +503,7 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
 
     def plan_for(splits):
         return lp.plan_paged_decode(b, num_heads, kv_num_heads, d, bs, int(block_tables.shape[1]),
-                                    dtype, num_splits=splits, device=device or lp.H200,
+                                    dtype, num_splits=splits, device=device or _device_info(),
                                     kv_dtype="fp8" if fp8 else None)
 
     plan = plan_for(num_splits)

@@ -179,14 +179,15 @@ class _HostWorkspace(pa.Workspace):
         return 1 << 20
 
 
-def _run(fp8, *, b=4, ctx=4096, bs=16, d=128, hq=32, hkv=8, workspace=None, sq=1, **kw):
+def _run(fp8, *, b=4, ctx=4096, bs=16, d=128, hq=32, hkv=8, workspace=None, sq=1,
+         device=lp.H200, **kw):
     bufs = [_Buf((b, sq, hq * d)), _Buf((b, sq, hkv * d)), _Buf((b, sq, hkv * d)),
             _Buf((ctx // bs * b, bs, hkv, d)), _Buf((ctx // bs * b, bs, hkv, d)),
             _Buf((b, ctx // bs)), _Buf((b,)), _Buf((b, sq, hq * d))]
     scales = dict(k_scale=_Buf((hkv,)), v_scale=_Buf((hkv,))) if fp8 else {}
     lib = _Recorder()
     plan = pa.run_jit(lib, *bufs, num_heads=hq, kv_num_heads=hkv, scale=0.0, dtype="float16",
-                      stream=7, workspace=workspace, **scales, **kw)
+                      stream=7, workspace=workspace, device=device, **scales, **kw)
     return lib.calls, plan
 
 
