@@ -266,3 +266,29 @@ def test_workspace_grows_per_stream_and_reuses(monkeypatch):
 def test_workspace_without_an_allocator_returns_none(monkeypatch):
     monkeypatch.setattr(pa, "_memory_backend", lambda: None)
     assert pa.Workspace().get(1024, stream=0) is None
+
+
+def test_fp8_pool_check_takes_plugin_views_and_torch_tensors():
+    """KernelLib's fp8 argument check reads dtype names and strides, so the plugin's buffer
+    views (no torch at run time) pass where torch tensors do, and the same mistakes fail."""
+    from onnx_fuse.plugins.fused_attention_plugin import _View
+    from onnx_fuse.plugins.kernel_lib import KernelLib
+
+    check = KernelLib._check_fp8_pool
+    pool = _View(1, (4, 16, 2, 64), (2048, 128, 64, 1), "uint8")
+    sc = _View(2, (2,), (1,), "float32")
+    check(pool, pool, sc, sc)
+    for bad in ([_View(1, (4, 16, 2, 64), (2048, 128, 64, 1), "float16"), pool, sc, sc],
+                [pool, pool, _View(2, (3,), (1,), "float32"), sc],
+                [pool, pool, sc, _View(2, (2,), (1,), "float16")],
+                [pool, _View(1, (4, 16, 2, 64), (4096, 128, 64, 1), "uint8"), sc, sc]):
+        with pytest.raises(ValueError):
+            check(*bad)
+    torch = pytest.importorskip("torch")
+    t = torch.zeros((4, 16, 2, 64), dtype=torch.uint8)
+    s = torch.ones(2)
+    check(t, t.view(getattr(torch, "float8_e4m3fn", torch.uint8)), s, s)
+    with pytest.raises(ValueError):
+        check(t, t, s[:1], s)
+    with pytest.raises(ValueError):
+        check(t, t, s, torch.ones(4)[::2])       # a strided scale
