@@ -456,8 +456,9 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     ``launch_plan.DeviceInfo``; default the current GPU, as :func:`impl` plans) and the block
     table's capacity, ``num_splits`` overriding; the partials go to ``workspace`` (a
     :class:`Workspace`; default the module's, which :func:`impl` uses); with ``workspace=None``,
-    or where it cannot allocate, the decode runs in one split. ``dtype``: "float16" or "bfloat16" (the
-    query's); ``lib``: a ``KernelLib``. Returns the decode plan (None for Sq > 1)."""
+    or where it cannot allocate, the decode runs in one split. ``dtype``: "float16" or
+    "bfloat16" (the query's); ``lib``: a ``KernelLib``. Returns the decode plan (None for
+    Sq > 1)."""
     from onnx_fuse.plugins import launch_plan as lp
     from onnx_fuse.plugins.fused_attention_plugin import heads_view
 

@@ -316,7 +316,8 @@ def _as_e4m3(pool: np.ndarray) -> np.ndarray:
     if pool.dtype == np.uint8:
         return pool.view(_e4m3())
     if pool.dtype != _e4m3():
-        raise ValueError(f"fp8 pools hold float8_e4m3fn values or their uint8 bytes, not {pool.dtype}")
+        raise ValueError(f"fp8 pools hold float8_e4m3fn values or their uint8 bytes, not "
+                         f"{pool.dtype}")
     return pool
 
 

@@ -77,7 +77,8 @@ def _pools(r, nb, bs, hkv, d):
     return one(), one()
 
 
-@pytest.mark.parametrize("Sq, bs, Hq, Hkv", [(1, 4, 4, 2), (1, 16, 8, 1), (4, 4, 6, 3), (1, 1, 2, 2)])
+@pytest.mark.parametrize("Sq, bs, Hq, Hkv",
+                         [(1, 4, 4, 2), (1, 16, 8, 1), (4, 4, 6, 3), (1, 1, 2, 2)])
 def test_fp8_op_is_attention_over_the_dequantized_pool(Sq, bs, Hq, Hkv):
     """Output = plain bottom-right causal attention over Concat(dequantized prefix, dequantized
     quantized new tokens); the pools change exactly at the new tokens' slots, to the bytes of the
@@ -161,7 +162,8 @@ def test_fp8_pools_as_float8_values_come_back_as_float8():
 ])
 def test_fp8_op_rejects_bad_scales_and_pool_types(bad, match):
     kw = dict(query=np.zeros((1, 1, 16)), key=np.zeros((1, 1, 16)), value=np.zeros((1, 1, 16)),
-              key_cache=np.zeros((2, 4, 2, 8), np.uint8), value_cache=np.zeros((2, 4, 2, 8), np.uint8),
+              key_cache=np.zeros((2, 4, 2, 8), np.uint8),
+              value_cache=np.zeros((2, 4, 2, 8), np.uint8),
               block_tables=np.array([[0]], np.int32), seq_lens=np.array([1], np.int32),
               k_scale=np.ones(2, np.float32), v_scale=np.ones(2, np.float32))
     kw.update(bad)
