@@ -118,6 +118,10 @@ def main() -> int:
                 label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}{'t' if var[3:] == ('tma',) else ''}" + (
                     " (planned)" if tuple(var) == planned.variant else "")
                 cands[label] = (lambda var=var: lib.fused_attention(q, k, v, out, causal=causal, variant=var), True)
+                if var == lp.FA_WS_TMA and torch.cuda.get_device_capability() == (9, 0):
+                    # experimental twin: 24 producer / 240 consumer registers (launcher loads = 3)
+                    cands[f"ours {eng} m128n128w12t_r24 (experimental)"] = (
+                        lambda: lib.fused_attention(q, k, v, out, causal=causal, variant=lp.FA_WS_TMA, loads=3), True)
             for name, be in (("torch FA2", SDPBackend.FLASH_ATTENTION), ("torch cuDNN", SDPBackend.CUDNN_ATTENTION)):
                 def f(be=be):
                     with sdpa_kernel([be]):

@@ -804,9 +804,15 @@ struct FaPagedTmaRows : FaPagedRows<T> {
   int hkv;
 };
 
-template <typename T, int D, bool CAUSAL, typename Rows>
+// PREGS: the producer warpgroup's registers after setmaxnreg (40, consumers 232; or 24,
+// consumers 240: FlashAttention-3's split, the experimental m128n128w12t_r24 entries). Either
+// way the pool is the 384 x 168 registers the CTA starts with.
+template <typename T, int D, bool CAUSAL, typename Rows, int PREGS = 40>
 __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
 #if OF_WGMMA_OK
+  constexpr int CREGS = PREGS == 24 ? 240 : 232;
+  static_assert((PREGS == 40 || PREGS == 24) && 128 * PREGS + 256 * CREGS == 384 * 168,
+                "setmaxnreg split must use exactly the CTA's register pool");
   using Tr = MmaTraits<T>;
   constexpr int BM = 128, BN = 128, ST = kWsStages, NT = 384, CPR = D / 8;
   constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
@@ -858,7 +864,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
 
   if constexpr (Rows::kPagedTma) {
     if (wgi == 0) {  // ---------------------------------------- producer (paged K/V by TMA)
-      wg::regs_dec<40>();
+      wg::regs_dec<PREGS>();
       if (tid >= 32) {  // warps 1-3: Q by cp.async (rows past q_len zero-filled), then done
         for (int c = tid - 32; c < BM * CPR; c += 96) {
           const int r = c / CPR, cc = c % CPR;
@@ -933,7 +939,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
     }
   } else if constexpr (Rows::kTma) {
     if (wgi == 0) {  // ------------------------------------------------------- producer (TMA)
-      wg::regs_dec<40>();
+      wg::regs_dec<PREGS>();
       if (tid >= 32) return;  // warp 0 stays: lane 0 issues, the warp fixes the last V tile
       const int lane = tid;
       constexpr int NB = D / 64;  // boxes (64 columns) per tile
@@ -985,7 +991,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
       return;
     }
   } else if (wgi == 0) {  // ----------------------------------------------- producer (cp.async)
-    wg::regs_dec<40>();
+    wg::regs_dec<PREGS>();
     // Thread t copies 16-byte chunk cc = t % CPR of rows r0 + (128 / CPR) * i: the swizzled
     // chunk position depends on the row only through row % 8, which is the same for all its rows.
     constexpr int RSTEP = 128 / CPR;  // rows per pass of the warpgroup (8 at D=128, 16 at D=64)
@@ -1033,7 +1039,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   }
 
   // ------------------------------------------------------------------------------- consumers
-  wg::regs_inc<232>();
+  wg::regs_inc<CREGS>();
   const int cw = wgi - 1;  // consumer warpgroup 0/1: rows [64*cw, 64*cw + 64)
   const int warp = (tid >> 5) & 3;
   const int lane = tid & 31;
@@ -1227,7 +1233,7 @@ __device__ __forceinline__ void fa_fwd_ws_body(
 
 // m128n128w12t: the warp-specialized body with a TMA producer. tq / tk / tv: tensor maps over Q,
 // K, V (4-D: D, H, S, B; boxes 64 x 1 x 128 x 1, 128-byte swizzle) built by the host launcher.
-template <typename T, int D, bool CAUSAL>
+template <typename T, int D, bool CAUSAL, int PREGS = 40>
 __device__ __forceinline__ void fa_fwd_ws_tma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1242,7 +1248,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                           v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                           q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
                          tq, tk, tv, hq, hkv, b, S};
-  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS>(rows, scale_log2);
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
   // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
@@ -1446,6 +1452,22 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WST_KERNELS_D(DTN, T, D)                                                   \
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_full, T, D, false)        \
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_causal, T, D, true)
+// Experimental twin (launcher loads = 3; benchmarked beside m128n128w12t, never planned): the
+// producer warpgroup keeps 24 registers and the consumers 240 (FlashAttention-3's split).
+#define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL)                                                    \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, 24>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,   \
+                                         k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, \
+                                         scale_log2, &tq, &tk, &tv);                           \
+  }
+#define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                  \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false)   \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -1464,6 +1486,8 @@ OF_FA_WS_KERNELS_D(f16, __half, 64)
 OF_FA_WS_KERNELS_D(f16, __half, 128)
 OF_FA_WST_KERNELS_D(f16, __half, 64)
 OF_FA_WST_KERNELS_D(f16, __half, 128)
+OF_FA_WSTR_KERNELS_D(f16, __half, 64)
+OF_FA_WSTR_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1474,6 +1498,8 @@ OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WS_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1566,8 +1592,11 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-FaTmaKernelFn pick_tma(int dtype, int D, bool causal) {
+FaTmaKernelFn pick_tma(int dtype, int D, bool causal, bool r24) {
 #define OF_PICK_T(DTN, DD)                                                                  \
+  if (D == DD && r24)                                                                       \
+    return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_r24_causal) \
+                  : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_r24_full); \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_causal) \
                   : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_full);
@@ -1770,7 +1799,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // must be > 0. loads (only with (128, 128, 12), D = 64 or 128): 0 = the producer warpgroup's
 // cp.async (m128n128w12); 1 = TMA (m128n128w12t: tensor maps built here; needs compute
 // capability 9.x, S >= 128, 16-byte-aligned Q/K/V bases and positive strides, else
-// cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async. Returns 0 or a cudaError_t code.
+// cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
+// experimental m128n128w12t_r24 entries (24 producer / 240 consumer registers), for the
+// benchmark. Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -1784,7 +1815,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 2);
+  OF_REQUIRE(loads >= 0 && loads <= 3);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -1797,7 +1828,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0);
+    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, loads == 3);
     OF_REQUIRE(tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));

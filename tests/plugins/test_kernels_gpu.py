@@ -128,6 +128,10 @@ FA_CASES = [
     c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "",
     "x".join(map(str, c[7])) if c[7] else "auto"))
 def test_fused_attention_matches_reference(lib, case, dtype):
+    _check_fused_case(lib, case, dtype)
+
+
+def _check_fused_case(lib, case, dtype, loads=None):
     B, S, Hq, Hkv, D, causal, lens, variant = case
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
     q = _rand((B, S, Hq, D), dtype, gen)
@@ -141,7 +145,7 @@ def test_fused_attention_matches_reference(lib, case, dtype):
             q[b, L:] = float("nan")
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / D**0.5
-    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant)
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant, loads=loads)
     torch.cuda.synchronize()
     expect = ref.fused_attention(np.nan_to_num(_np(q)), np.nan_to_num(_np(k)), np.nan_to_num(_np(v)),
                                  seq_lens=lens, causal=causal, scale=scale, out_dtype=np.float64)
@@ -213,6 +217,16 @@ def _need_sm90():
 def test_fused_attention_tma_matches_reference(lib, case, dtype):
     _need_sm90()
     test_fused_attention_matches_reference(lib, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_TMA_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-tma-r24".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
+def test_fused_attention_tma_r24_matches_reference(lib, case, dtype):
+    """The experimental m128n128w12t_r24 entries (launcher loads = 3: 24 producer / 240
+    consumer registers) on the TMA cases."""
+    _need_sm90()
+    _check_fused_case(lib, case, dtype, loads=3)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])

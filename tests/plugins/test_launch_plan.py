@@ -524,3 +524,17 @@ def test_paged_prefill_loads_plan():
             assert re.search(rf"^OF_FA_PPT_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
     assert "if (block_size < 16 || block_size > 128 || (block_size & (block_size - 1)) != 0) return false;" in fa
     assert lp.PP_TMA_BLOCK_SIZES == (16, 32, 64, 128)
+
+
+def test_experimental_r24_entries_exist_but_are_never_planned():
+    """m128n128w12t_r24 (24 producer / 240 consumer registers) is reached through the launcher's
+    loads = 3 only, for the benchmark; the planner never names it."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        for d in (64, 128):
+            assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
+    assert "OF_REQUIRE(loads >= 0 && loads <= 3);" in fa
+    for d in (64, 128):
+        for causal in (False, True):
+            for v in lp.fa_variants(d):
+                assert "_r24" not in lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, variant=v).kernel
