@@ -311,7 +311,7 @@ def test_yaml_contracts_match_the_planner():
     assert {tuple(v) for v in pa["kernel"]["variants"]} == set(lp.PA_VARIANTS)
     assert [i["name"] for i in fa["inputs"]] == ["query", "key", "value", "seq_lens"]
     assert [i["name"] for i in pa["inputs"]] == ["query", "key", "value", "key_cache", "value_cache",
-                                                 "block_tables", "seq_lens"]
+                                                 "block_tables", "seq_lens", "k_scale", "v_scale"]
     assert {tuple(v) for v in fa["kernel"]["variants_d256"]} == set(lp.fa_variants(256))
     base = {tuple(v) for v in fa["kernel"]["variants"]}
     assert base | {tuple(v) for v in fa["kernel"]["variants_d64_extra"]} == set(lp.fa_variants(64))
