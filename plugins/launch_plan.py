@@ -337,6 +337,11 @@ def plan_fused_attention(
 # takes (whole blocks per 128-key tile at 2 KiB-aligned offsets; others load with cp.async).
 PP_HEAD_DIMS = (64, 128)
 PP_TMA_BLOCK_SIZES = (16, 32, 64, 128)
+# Block sizes planned on TMA: measured on the H200 (B8 H32/8, 4096 cached + 512 new) TMA 530-545
+# TFLOP/s against cp.async 417-425 at blocks 64 and 128, but behind it at block 16 (D128 413-420
+# vs 425, bf16 418 vs 440, D64 300 vs 370) with lane 0 issuing every copy. The producer now issues
+# one block per lane; blocks 16 and 32 stay on cp.async until a run shows that form ahead.
+PP_TMA_PLANNED_BLOCK_SIZES = (64, 128)
 PP_LOADS = ("tma", "cp.async")
 
 
@@ -344,9 +349,10 @@ def plan_paged_prefill_loads(head_dim: int, block_size: int, *, loads: str | Non
                              device: DeviceInfo = H200) -> str:
     """How the paged-prefill producer loads K/V: "tma" (one warp gathers each 128-key tile block
     by block with tensor copies) or "cp.async" (the producer warpgroup, 16 bytes per thread).
-    Planned: "tma" on compute capability 9.0 where the block size allows it (measured: the
-    cp.async producer reaches ~78 % of the dense TMA prefill, docs/PERF.md), else "cp.async".
-    ``loads`` forces one; "tma" with a block size it cannot take is refused here."""
+    Planned: "tma" on compute capability 9.0 for blocks of 64 and 128 keys (measured: the
+    cp.async producer reaches ~78 % of the dense TMA prefill there, docs/PERF.md), else
+    "cp.async" (at block 16 TMA measured behind it). ``loads`` forces one; "tma" takes blocks
+    16..128 and is refused for other block sizes."""
     if head_dim not in PP_HEAD_DIMS:
         raise ValueError(f"paged prefill head_dim={head_dim}: kernels exist for {PP_HEAD_DIMS}")
     if block_size <= 0 or block_size & (block_size - 1):
@@ -355,7 +361,7 @@ def plan_paged_prefill_loads(head_dim: int, block_size: int, *, loads: str | Non
         raise ValueError("paged prefill runs the sm_90a warp-specialized kernel (compute capability 9.0)")
     tma_ok = block_size in PP_TMA_BLOCK_SIZES
     if loads is None:
-        return "tma" if tma_ok else "cp.async"
+        return "tma" if block_size in PP_TMA_PLANNED_BLOCK_SIZES else "cp.async"
     if loads not in PP_LOADS:
         raise ValueError(f"loads={loads!r}: one of {PP_LOADS}")
     if loads == "tma" and not tma_ok:

@@ -877,15 +877,19 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
         wg::mbar_arrive(qbar);
         return;
       }
-      // Warp 0: lane i < BN / block_size looks up block i of each tile; lane 0 sets the byte
-      // counts and issues every copy (D/64 boxes of K, then of V, per block: one issuing lane
-      // keeps the producer within its 40 registers). The host guarantees 16 <= block_size <= 128.
+      // Warp 0: lane i < BN / block_size looks up block i of each tile and issues its copies
+      // (D/64 boxes of K, then of V), the lanes in parallel: with small blocks one issuing lane
+      // bound the producer (block 16: 32 serial copies per tile at D = 128). Lane 0 sets the
+      // stage's byte counts first; the __syncwarp orders that before any lane's copy can
+      // complete, so the full barrier keeps its 1 arrival + tx bytes. The host guarantees
+      // 16 <= block_size <= 128.
       const int lane = tid;
       constexpr int NB = D / 64;
       const int shift = rows.bs_shift;
       const int bs = 1 << shift;
       const int nblk = BN >> shift;  // blocks per tile, 1..8
       const uint32_t blk_bytes = (uint32_t)bs * D * 2;
+      const uint32_t lane_off = (uint32_t)lane * bs * 128;  // block `lane`'s rows in a tile box
       if (lane == 0) {
         wg::tma_prefetch_desc(rows.tk);
         wg::tma_prefetch_desc(rows.tv);
@@ -897,11 +901,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
         const uint32_t dv = dk + TILE;
         const int nvalid = min(nblk, (KL - n0 + bs - 1) >> shift);  // blocks holding keys < KL
         const bool tail = n0 + BN > KL;  // the last tile of the sequence, not full
-        int blk = 0;
-        if (lane < nvalid) blk = __ldg(rows.bt + (n0 >> shift) + lane);  // before the wait
+        int row = 0;
+        if (lane < nvalid) row = __ldg(rows.bt + (n0 >> shift) + lane) << shift;  // before the wait
         if (j >= ST) mbar_wait_parity(empty0 + 8 * (j % ST), ((j / ST) - 1) & 1);
-        const uint32_t bytes = (uint32_t)nvalid * blk_bytes;  // of K, and of V
         if (lane == 0) {
+          const uint32_t bytes = (uint32_t)nvalid * blk_bytes;  // of K, and of V
           if (!tail) {
             mbar_arrive_expect_tx(full, 2 * bytes);
           } else {
@@ -909,19 +913,15 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
             mbar_arrive_expect_tx(vtail, bytes);
           }
         }
-#pragma unroll 1
-        for (int i = 0; i < nvalid; ++i) {  // nvalid is warp-uniform
-          const int row = __shfl_sync(0xffffffffu, blk, i) << shift;
-          if (lane == 0) {
-            const uint32_t off = (uint32_t)i * bs * 128;
+        __syncwarp();
+        if (lane < nvalid) {
+          const uint32_t vbar = tail ? vtail : full;
 #pragma unroll
-            for (int cb = 0; cb < NB; ++cb)
-              wg::tma_load_3d(dk + cb * BN * 128 + off, rows.tk, cb * 64, rows.hkv, row, full);
+          for (int cb = 0; cb < NB; ++cb)
+            wg::tma_load_3d(dk + lane_off + cb * BN * 128, rows.tk, cb * 64, rows.hkv, row, full);
 #pragma unroll
-            for (int cb = 0; cb < NB; ++cb)
-              wg::tma_load_3d(dv + cb * BN * 128 + off, rows.tv, cb * 64, rows.hkv, row,
-                              tail ? vtail : full);
-          }
+          for (int cb = 0; cb < NB; ++cb)
+            wg::tma_load_3d(dv + lane_off + cb * BN * 128, rows.tv, cb * 64, rows.hkv, row, vbar);
         }
         if (tail) {  // warp-uniform; V rows [KL, n0 + BN): past-the-end rows of the last block
           __syncwarp();  // and stale or never-written rows of uncopied blocks -> zeros
