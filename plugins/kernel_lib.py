@@ -262,7 +262,7 @@ class KernelLib:
         [B + 1], or [B, Sq, Hq, D] without; pools [NB, BS, Hkv, D]; block_tables [B, MB];
         seq_lens [B] counts the new tokens. max_q_len: longest q_len (default: from the host copy
         of cu_seqlens_q, which synchronizes; pass it to avoid that). loads: None = planned
-        (``launch_plan.plan_paged_prefill_loads``: TMA where the block size allows, the launcher
+        (``launch_plan.plan_paged_prefill_loads``: TMA at the planned block sizes (16-128), the launcher
         falling back to cp.async where the pools cannot be mapped), "tma" (refused where TMA
         cannot take the pools) or "cp.async"."""
         for t in (q, out):

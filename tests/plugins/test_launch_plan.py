@@ -518,13 +518,13 @@ def test_fp8_decode_plan_fills_its_last_wave():
 
 
 def test_paged_prefill_loads_plan():
-    """TMA K/V loads for prefill over a paged prefix planned at blocks 64 and 128 (measured ahead
-    of cp.async there, behind it at block 16), cp.async elsewhere; TMA can be forced wherever
+    """TMA K/V loads for prefill over a paged prefix planned at blocks 16-128 (the per-lane producer
+    measured ahead of cp.async at 16, 64 and 128), cp.async elsewhere; TMA can be forced wherever
     whole blocks tile a 128-key tile (16..128) and is refused for other block sizes; the TMA
     entries and the launcher's block-size rule are in the source."""
     for bs in (16, 32, 64, 128):
         for d in (64, 128):
-            assert lp.plan_paged_prefill_loads(d, bs) == ("tma" if bs >= 64 else "cp.async")
+            assert lp.plan_paged_prefill_loads(d, bs) == ("tma" if 16 <= bs <= 128 else "cp.async")
             assert lp.plan_paged_prefill_loads(d, bs, loads="tma") == "tma"
             assert lp.plan_paged_prefill_loads(d, bs, loads="cp.async") == "cp.async"
     for bs in (1, 2, 4, 8, 256, 1024):
