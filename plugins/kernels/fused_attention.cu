@@ -27,6 +27,7 @@
 
 #include "attention_common.cuh"
 #include "cuda_check.cuh"
+#include "tensor_map.cuh"
 #include "wgmma.cuh"
 
 namespace onnx_fuse {
@@ -1609,27 +1610,8 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, bool r24) {
   return nullptr;
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (the library links cudart
-// statically and not libcuda); null when the driver does not provide it.
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiledFn encode_tiled() {
-  static const EncodeTiledFn fn = []() -> EncodeTiledFn {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    return reinterpret_cast<EncodeTiledFn>(p);
-  }();
-  return fn;
-}
+using onnx_fuse::EncodeTiledFn;  // tensor_map.cuh
+using onnx_fuse::encode_tiled;
 
 // Tensor map of one [B, S, H, D] operand (element strides sb, ss, sh; D contiguous) for the
 // m128n128w12t producer: 4-D (D, H, S, B), boxes of 64 columns x 1 head x 128 rows x 1 sequence,

@@ -28,6 +28,7 @@
 
 #include "attention_common.cuh"
 #include "cuda_check.cuh"
+#include "tensor_map.cuh"
 
 namespace onnx_fuse {
 
@@ -1346,28 +1347,8 @@ int onnx_fuse_append_kv_fp8(int dtype, const void* k_new, const void* v_new, lon
 
 namespace {
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (the library links cudart
-// statically, not libcuda); null when the driver does not provide it. (Same pattern as the
-// fused-attention launcher, which keeps its copy private.)
-using Pa8EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                      const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                      const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                      CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-Pa8EncodeTiledFn pa8_encode_tiled() {
-  static const Pa8EncodeTiledFn fn = []() -> Pa8EncodeTiledFn {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    return reinterpret_cast<Pa8EncodeTiledFn>(p);
-  }();
-  return fn;
-}
+using Pa8EncodeTiledFn = onnx_fuse::EncodeTiledFn;  // tensor_map.cuh
+using onnx_fuse::encode_tiled;
 
 bool pa8t_variant_compiled(int D, int warps, int stages) {
   if (D != 64 && D != 128 && D != 256) return false;
@@ -1390,14 +1371,14 @@ bool pa8t_device_ok() {
     (void)cudaGetLastError();
     return false;
   }
-  return major >= 9 && pa8_encode_tiled() != nullptr;
+  return major >= 9 && encode_tiled() != nullptr;
 }
 
 // A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
 // rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
 bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
                    long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
-  const Pa8EncodeTiledFn enc = pa8_encode_tiled();
+  const Pa8EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
   const cuuint64_t gstride[2] = {(cuuint64_t)D * esize, (cuuint64_t)Hkv * D * esize};
