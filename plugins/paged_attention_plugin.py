@@ -57,6 +57,7 @@ tensors). TensorRT is imported only by :func:`register_plugin`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -459,7 +460,6 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     or where it cannot allocate, the decode runs in one split. ``dtype``: "float16" or
     "bfloat16" (the query's); ``lib``: a ``KernelLib``. Returns the decode plan (None for
     Sq > 1)."""
-    from onnx_fuse.plugins import launch_plan as lp
     from onnx_fuse.plugins.fused_attention_plugin import heads_view
 
     workspace = WORKSPACE if workspace is _MODULE_WORKSPACE else workspace
@@ -503,9 +503,8 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     o3 = _View(out.data_ptr(), (b, num_heads, d), (out.stride(0), d, 1), dtype)
 
     def plan_for(splits):
-        return lp.plan_paged_decode(b, num_heads, kv_num_heads, d, bs, int(block_tables.shape[1]),
-                                    dtype, num_splits=splits, device=device or _device_info(),
-                                    kv_dtype="fp8" if fp8 else None)
+        return _decode_plan(b, num_heads, kv_num_heads, d, bs, int(block_tables.shape[1]), dtype,
+                            splits, device or _device_info(), fp8)
 
     plan = plan_for(num_splits)
     ws = None
@@ -522,6 +521,16 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
         lib.paged_decode(q3, k_pool, v_pool, tables, lens, o3, scale=scale, plan=plan,
                          workspace=ws, stream=stream)
     return plan
+
+
+@functools.lru_cache(maxsize=256)
+def _decode_plan(b, num_heads, kv_num_heads, d, bs, max_blocks, dtype, splits, device, fp8):
+    """plan_paged_decode, once per shape: run_jit runs on every enqueue, and a decode step can take
+    less GPU time than planning it again in Python."""
+    from onnx_fuse.plugins import launch_plan as lp
+
+    return lp.plan_paged_decode(b, num_heads, kv_num_heads, d, bs, max_blocks, dtype,
+                                num_splits=splits, device=device, kv_dtype="fp8" if fp8 else None)
 
 
 class Workspace:

@@ -292,3 +292,16 @@ def test_fp8_pool_check_takes_plugin_views_and_torch_tensors():
         check(t, t, s[:1], s)
     with pytest.raises(ValueError):
         check(t, t, s, torch.ones(4)[::2])       # a strided scale
+
+
+def test_run_jit_plans_each_shape_once():
+    """The decode plan is cached per shape (run_jit runs on every enqueue); a cached plan is the
+    planner's own, and another shape gets its own plan."""
+    pa._decode_plan.cache_clear()
+    _, p1 = _run(False, workspace=_HostWorkspace())
+    _, p2 = _run(False, workspace=_HostWorkspace())
+    info = pa._decode_plan.cache_info()
+    assert p1 is p2 and info.hits >= 1 and info.misses == 1
+    assert p1 == lp.plan_paged_decode(4, 32, 8, 128, 16, 256, "float16")
+    _, p3 = _run(False, b=8, workspace=_HostWorkspace())
+    assert p3 != p1 and p3.grid[2] == 8 and pa._decode_plan.cache_info().misses == 2
