@@ -472,17 +472,26 @@ def plan_paged_decode(
     smem = pa_smem_bytes(head_dim, warps, stages, bulk)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
+    return _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't')[bulk]}",
+                          batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
+                          ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+
+
+def _decode_launch(kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
+                   ctas_per_sm, min_split_tokens, device, smem, warps, stages, **kind) -> PagedDecodePlan:
+    """The split, grid and reduce launch of a decode kernel (16-bit or fp8 pool: both share the
+    reduce kernel and the workspace layout); ``kind``: bulk / kv_fp8 / tma."""
     num_splits, part, ws = _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits,
                                    target_waves, ctas_per_sm, min_split_tokens, device)
+    split = num_splits > 1
     return PagedDecodePlan(
-        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't')[bulk]}",
-        reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
+        kernel=kernel,
+        reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if split else None,
         grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
-        smem_bytes=smem, part_tokens=part, num_splits=num_splits,
-        workspace_bytes=ws,
-        reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
-        reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
-        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=bulk,
+        smem_bytes=smem, part_tokens=part, num_splits=num_splits, workspace_bytes=ws,
+        reduce_grid=(num_heads, batch, 1) if split else None,
+        reduce_block=(head_dim, 1, 1) if split else None,
+        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, **kind,
     )
 
 
@@ -536,17 +545,10 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
     if num_splits is None:
         num_splits = _wave_splits(batch * num_kv_heads, device.num_sms * ctas_per_sm,
                                   max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))))
-    num_splits, part, ws = _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits,
-                                   target_waves, ctas_per_sm, min_split_tokens, device)
-    return PagedDecodePlan(
-        kernel=f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{'t' if tma else ''}",
-        reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if num_splits > 1 else None,
-        grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
-        smem_bytes=smem, part_tokens=part, num_splits=num_splits, workspace_bytes=ws,
-        reduce_grid=(num_heads, batch, 1) if num_splits > 1 else None,
-        reduce_block=(head_dim, 1, 1) if num_splits > 1 else None,
-        dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=0, kv_fp8=True, tma=tma,
-    )
+    return _decode_launch(f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{'t' if tma else ''}",
+                          batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
+                          ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=0,
+                          kv_fp8=True, tma=tma)
 
 
 def paged_decode_kv_bytes(seq_lens, num_kv_heads: int, head_dim: int, itemsize: int = 2) -> int:
