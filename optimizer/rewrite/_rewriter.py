@@ -591,8 +591,8 @@ class Rewriter:
             return v
 
         for nn in plan.nodes:
-            attrs = nn.ir_attrs if nn.ir_attrs is not None else [_ir_attr(k, v) for k, v in nn.attrs.items()]
-            node = ir.Node(nn.domain, nn.op_type, [real(v) for v in nn.inputs], attrs,
+            assert nn.ir_attrs is not None  # converted by plan(), which made every node a commit sees
+            node = ir.Node(nn.domain, nn.op_type, [real(v) for v in nn.inputs], nn.ir_attrs,
                            num_outputs=len(nn.outputs), name=nn.name, metadata_props={RULE_TAG: rule.name})
             for out, nv in zip(node.outputs, nn.outputs):
                 if nv is None:
