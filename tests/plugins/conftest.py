@@ -120,3 +120,57 @@ def models():
         fused_attention_node = staticmethod(fused_attention_node)
         ENCODER_PROFILE = list(ENCODER_PROFILE)
     return _Models
+
+
+# ------------------------------------------------ GPU kernel tests (test_kernels_gpu.py, test_paged_*)
+# Torch is imported inside: this conftest also serves the CPU-only tests of this folder. The GPU
+# modules skip themselves (pytest.mark.gpu, no torch / no CUDA) before anything here runs.
+
+
+@pytest.fixture(scope="session")
+def lib():
+    """The compiled kernel library, built with nvcc first when it is missing."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)")
+    from onnx_fuse.plugins import build_kernels
+    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
+
+    path = default_library_path()
+    if not path.is_file():
+        if build_kernels.find_nvcc() is None:
+            pytest.skip(f"{path} missing and nvcc not found to build it")
+        major = torch.cuda.get_device_capability()[0]
+        build_kernels.build(what=("lib",), archs=("90a",) if major >= 9 else ("80",))
+    return KernelLib.load(path)
+
+
+def make_paged_pool(B, Hkv, D, block_size, lens, dtype, gen, spare_blocks=3, filled=None):
+    """Random K/V pools [blocks, block_size, Hkv, D] (CUDA) with shuffled block tables [B, max+1].
+
+    Sequence b owns ceil(lens[b] / block_size) blocks (at least one) in its table; its first
+    filled[b] tokens (default lens[b]) hold random values, every other slot is NaN, and the
+    table entries past its blocks are -1. ``gen`` is a CUDA torch.Generator. Imported by the GPU
+    test modules (``from .conftest import make_paged_pool``).
+    """
+    import torch
+
+    filled = lens if filled is None else filled
+    blocks_per = [max(1, -(-L // block_size)) for L in lens]
+    nb = sum(blocks_per) + spare_blocks
+    k_pool = torch.full((nb, block_size, Hkv, D), float("nan"), dtype=dtype, device="cuda")
+    v_pool = torch.full_like(k_pool, float("nan"))
+    perm = torch.randperm(nb, generator=torch.Generator().manual_seed(int(gen.initial_seed()) % 1000))
+    tables = torch.full((B, max(blocks_per) + 1), -1, dtype=torch.int32)
+    i = 0
+    for b, n_b in enumerate(filled):
+        for j in range(blocks_per[b]):
+            blk = int(perm[i])
+            i += 1
+            tables[b, j] = blk
+            n = min(block_size, n_b - j * block_size)
+            if n > 0:
+                for pool in (k_pool, v_pool):
+                    pool[blk, :n] = torch.randn((n, Hkv, D), generator=gen, device="cuda",
+                                                dtype=torch.float32).to(dtype)
+    return k_pool, v_pool, tables.cuda()

@@ -17,6 +17,8 @@ import pytest
 
 from onnx_fuse import reference as ref
 
+from .conftest import make_paged_pool as _make_pool  # the `lib` fixture is there too
+
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -26,19 +28,6 @@ if not torch.cuda.is_available():
 # ||out - ref|| / ||ref|| bounds: fp16 rounding of P and O ~1e-3, bf16 ~8x coarser.
 TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
 DTYPES = [torch.float16, torch.bfloat16]
-
-
-@pytest.fixture(scope="module")
-def lib():
-    from onnx_fuse.plugins import build_kernels
-    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
-
-    path = default_library_path()
-    if not path.is_file():
-        if build_kernels.find_nvcc() is None:
-            pytest.skip(f"{path} missing and nvcc not found to build it")
-        build_kernels.build(what=("lib",), archs=("90a",) if torch.cuda.get_device_capability()[0] >= 9 else ("80",))
-    return KernelLib.load(path)
 
 
 def _rel_err(out: torch.Tensor, expect: np.ndarray) -> float:
@@ -304,28 +293,6 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 
 
 # ------------------------------------------------------------------ paged attention (decode)
-
-
-def _make_pool(B, Hkv, D, block_size, lens, dtype, gen, spare_blocks=3):
-    """Random pools with shuffled block tables; every slot past a sequence's end is NaN."""
-    blocks_per = [max(1, -(-L // block_size)) for L in lens]
-    max_blocks = max(blocks_per) + 1
-    nb = sum(blocks_per) + spare_blocks
-    k_pool = torch.full((nb, block_size, Hkv, D), float("nan"), dtype=dtype, device="cuda")
-    v_pool = torch.full_like(k_pool, float("nan"))
-    perm = torch.randperm(nb, generator=torch.Generator().manual_seed(int(gen.initial_seed()) % 1000))
-    tables = torch.full((B, max_blocks), -1, dtype=torch.int32)  # unused entries: invalid ids
-    i = 0
-    for b, L in enumerate(lens):
-        for j in range(blocks_per[b]):
-            blk = int(perm[i])
-            i += 1
-            tables[b, j] = blk
-            n = min(block_size, L - j * block_size)
-            if n > 0:
-                k_pool[blk, :n] = _rand((n, Hkv, D), dtype, gen)
-                v_pool[blk, :n] = _rand((n, Hkv, D), dtype, gen)
-    return k_pool, v_pool, tables.cuda()
 
 
 def _ref_pool(pool: torch.Tensor) -> np.ndarray:
