@@ -1,4 +1,8 @@
-"""Small transformer-ish ONNX graphs for the TensorRT build / check / run tests."""
+"""Shared test helpers of tests/plugins.
+
+Small transformer-ish ONNX graphs for the TensorRT build / check / run tests (as fixtures), and
+for the GPU kernel tests the `lib` fixture and the paged-pool builder ``make_paged_pool``.
+"""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ import pytest
 from onnx_fuse import reference as ref
 from onnx_fuse.plugins import paged_attention_plugin as pa
 
+from .conftest import make_paged_pool  # the `lib` fixture is there too
+
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -32,20 +34,6 @@ if not torch.cuda.is_available():
 
 # ||out - ref|| / ||ref|| bounds (as tests/plugins/test_kernels_gpu.py)
 TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
-
-
-@pytest.fixture(scope="module")
-def lib():
-    from onnx_fuse.plugins import build_kernels
-    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
-
-    path = default_library_path()
-    if not path.is_file():
-        if build_kernels.find_nvcc() is None:
-            pytest.skip(f"{path} missing and nvcc not found to build it")
-        major = torch.cuda.get_device_capability()[0]
-        build_kernels.build(what=("lib",), archs=("90a",) if major >= 9 else ("80",))
-    return KernelLib.load(path)
 
 
 class _Buffer:
@@ -85,20 +73,8 @@ def test_plugin_launch_sequence_matches_reference(lib, case, dtype):
         return torch.randn(shape, generator=gen, device="cuda").to(dtype)
 
     lens = [p + sq for p in prefix]
-    need = [-(-n // bs) for n in lens]
-    nb = sum(need) + 3
-    order = torch.randperm(nb, generator=gen, device="cuda").cpu().tolist()
-    tables = torch.full((B, max(need) + 1), -1, dtype=torch.int32)   # unused entries invalid
-    k_pool = torch.full((nb, bs, Hkv, D), float("nan"), dtype=dtype, device="cuda")
-    v_pool = torch.full_like(k_pool, float("nan"))
-    for b in range(B):
-        tables[b, :need[b]] = torch.tensor(order[:need[b]], dtype=torch.int32)
-        order = order[need[b]:]
-        pos = torch.arange(prefix[b])   # the cached prefix; the rest of the blocks stays NaN
-        blk, slot = tables[b, pos // bs].long().cuda(), (pos % bs).cuda()
-        k_pool[blk, slot] = rand(prefix[b], Hkv, D)
-        v_pool[blk, slot] = rand(prefix[b], Hkv, D)
-    tables = tables.cuda()
+    # blocks for prefix + new tokens; only the cached prefix is written, the rest stays NaN
+    k_pool, v_pool, tables = make_paged_pool(B, Hkv, D, bs, lens, dtype, gen, filled=prefix)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     # query/key/value as TensorRT would bind them: [B, Sq, H*D]; the query a strided view
     qkv = rand(B, sq, (Hq + 2 * Hkv) * D)
@@ -161,31 +137,19 @@ def _decode_setup(case, dtype, fp8, gen):
     other slots poisoned (NaN, or the e4m3 NaN byte 0x7F); tables with -1 past the used blocks."""
     B, Hq, Hkv, D, bs, prefix, _ = case
     lens = [p + 1 for p in prefix]
-    need = [-(-n // bs) for n in lens]
-    nb = sum(need) + 3
-    order = torch.randperm(nb, generator=gen, device="cuda").cpu().tolist()
-    tables = torch.full((B, max(need) + 1), -1, dtype=torch.int32)
+    k_pool, v_pool, tables = make_paged_pool(B, Hkv, D, bs, lens, dtype, gen, filled=prefix)
+    k_scale = v_scale = None
     if fp8:
-        k_pool = torch.full((nb, bs, Hkv, D), 0x7F, dtype=torch.uint8, device="cuda")
         k_scale = (torch.rand(Hkv, generator=gen, device="cuda") * 0.01 + 0.008).float()
         v_scale = (torch.rand(Hkv, generator=gen, device="cuda") * 0.01 + 0.008).float()
-    else:
-        k_pool = torch.full((nb, bs, Hkv, D), float("nan"), dtype=dtype, device="cuda")
-        k_scale = v_scale = None
-    v_pool = torch.full_like(k_pool, 0x7F if fp8 else float("nan"))
-    for b in range(B):
-        tables[b, :need[b]] = torch.tensor(order[:need[b]], dtype=torch.int32)
-        order = order[need[b]:]
-        pos = torch.arange(prefix[b])
-        blk, slot = tables[b, pos // bs].long().cuda(), (pos % bs).cuda()
-        for pool, sc in ((k_pool, k_scale), (v_pool, v_scale)):
-            x = torch.randn((prefix[b], Hkv, D), generator=gen, device="cuda").to(dtype)
-            if fp8:
-                x = (x.float() / sc[:, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
-                x = x.view(torch.uint8)
-            pool[blk, slot] = x
+
+        def quantize(pool, sc):
+            x = (pool.float() / sc[:, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+            return torch.where(pool.isnan(), 0x7F, x.view(torch.uint8)).to(torch.uint8)
+
+        k_pool, v_pool = quantize(k_pool, k_scale), quantize(v_pool, v_scale)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    return k_pool, v_pool, k_scale, v_scale, tables.cuda(), seq_lens
+    return k_pool, v_pool, k_scale, v_scale, tables, seq_lens
 
 
 def _run_decode_case(lib, case, dtype, fp8, workspace):
