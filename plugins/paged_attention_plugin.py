@@ -69,10 +69,12 @@ import onnx
 
 from onnx_fuse.plugin_ids import PLUGIN_NAMESPACE, PLUGIN_VERSIONS
 
+from onnx_fuse.plugins._launch_trace import TracedBuffer, slot, trace
 from onnx_fuse.plugins.fused_attention_plugin import (FLOAT_TYPES, HEAD_DIMS, _tname,
                                                       check_attributes, check_plugin_identity,
-                                                      register_plugin_module)
+                                                      heads_view, register_plugin_module)
 from onnx_fuse.plugins.fused_attention_plugin import _View as _BaseView
+from onnx_fuse.plugins.kernel_lib import KernelLib
 
 __all__ = ["PLUGIN_NAME", "PLUGIN_NAMESPACE", "PLUGIN_VERSION", "PLUGIN_ID", "ATTRIBUTES",
            "check_node", "prepare_node", "register_plugin", "register", "impl", "aot_impl",
@@ -459,10 +461,56 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     :class:`Workspace`; default the module's, which :func:`impl` uses); with ``workspace=None``,
     or where it cannot allocate, the decode runs in one split. ``dtype``: "float16" or
     "bfloat16" (the query's); ``lib``: a ``KernelLib``. Returns the decode plan (None for
-    Sq > 1)."""
-    from onnx_fuse.plugins.fused_attention_plugin import heads_view
+    Sq > 1).
 
+    This runs on every enqueue. For a KernelLib the sequence is traced once per layout (the
+    buffers' shapes and strides, the attributes, device and split count: :func:`_launch`) and
+    each call only reads the ten pointers and replays the traced ctypes calls with them
+    (``_launch_trace``); any other ``lib`` object gets the KernelLib method calls themselves."""
     workspace = WORKSPACE if workspace is _MODULE_WORKSPACE else workspace
+    bufs = (query, key, value, key_cache, value_cache, block_tables, seq_lens, output, k_scale,
+            v_scale)
+    if not isinstance(lib, KernelLib):
+        return _sequence(lib, *bufs, num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale,
+                         dtype=dtype, stream=stream, device=device, num_splits=num_splits,
+                         get_workspace=lambda n: (None if workspace is None
+                                                  else workspace.get(n, stream)))
+    layout = tuple([None if t is None else (tuple(t.shape), tuple(t.strides)) for t in bufs])
+    device = device or _device_info()
+    launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_splits)
+    plan = launch.result
+    ws = None
+    if plan is not None and plan.num_splits > 1:
+        ws = workspace.get(plan.workspace_bytes, stream) if workspace is not None else None
+        if ws is None:   # no workspace: one split, as planned for it
+            launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, 1)
+            plan = launch.result
+    launch([None if t is None else int(t.data_ptr) for t in bufs] + [ws, int(stream)])
+    return plan
+
+
+_WORKSPACE_SLOT, _STREAM_SLOT = 10, 11   # after the ten buffers of run_jit's order
+
+
+@functools.lru_cache(maxsize=1024)
+def _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_splits):
+    """run_jit's launch sequence for one layout, traced (``_launch_trace.trace``) with sentinel
+    pointers; its ``result`` is the decode plan (None for a prefill). Errors (unsupported head
+    size, fp8 prefill, bad strides) are raised here, before anything is launched, and are not
+    cached."""
+    bufs = [None if lay is None else TracedBuffer(i, *lay) for i, lay in enumerate(layout)]
+    ws = slot(_WORKSPACE_SLOT)
+    return trace(lib, lambda traced: _sequence(
+        traced, *bufs, num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dtype,
+        stream=slot(_STREAM_SLOT), device=device, num_splits=num_splits,
+        get_workspace=lambda n: ws), _STREAM_SLOT + 1)
+
+
+def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output,
+              k_scale, v_scale, *, num_heads, kv_num_heads, scale, dtype, stream, device,
+              num_splits, get_workspace):
+    """run_jit's launch sequence as KernelLib method calls on buffer views;
+    ``get_workspace(nbytes)`` gives the split-K partials' device pointer or None."""
     b, sq, hidden = (int(x) for x in query.shape)
     d = _dims(hidden, num_heads)
     kv_num_heads = kv_num_heads or num_heads
@@ -509,7 +557,7 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     plan = plan_for(num_splits)
     ws = None
     if plan.num_splits > 1:
-        ptr = workspace.get(plan.workspace_bytes, stream) if workspace is not None else None
+        ptr = get_workspace(plan.workspace_bytes)
         if ptr is None:
             plan = plan_for(1)
         else:

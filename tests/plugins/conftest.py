@@ -164,7 +164,8 @@ def make_paged_pool(B, Hkv, D, block_size, lens, dtype, gen, spare_blocks=3, fil
     nb = sum(blocks_per) + spare_blocks
     k_pool = torch.full((nb, block_size, Hkv, D), float("nan"), dtype=dtype, device="cuda")
     v_pool = torch.full_like(k_pool, float("nan"))
-    perm = torch.randperm(nb, generator=torch.Generator().manual_seed(int(gen.initial_seed()) % 1000))
+    perm = torch.randperm(nb, generator=torch.Generator().manual_seed(
+        int(gen.initial_seed()) % 1000))
     tables = torch.full((B, max(blocks_per) + 1), -1, dtype=torch.int32)
     i = 0
     for b, n_b in enumerate(filled):
