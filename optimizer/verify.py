@@ -109,21 +109,65 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+# A sliding window (Mistral, Gemma 2: key j is kept for query i when j > i - W) is an integer
+# constant added to or subtracted from positions on their way to a comparison, whichever exporter
+# wrote it. Decoders get a past longer than the largest such constant, so a rewrite that loses
+# the band changes the numbers. Larger constants are not windows worth that much memory.
+_COMPARISONS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
+_INDEX_OPS = {"Add", "Sub", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Expand", "Neg"}
+_MAX_WINDOW = 8192
+
+
+def window_constant(model: onnx.ModelProto) -> int:
+    """The largest integer scalar (2.._MAX_WINDOW) that an Add, Sub or comparison takes and whose
+    result reaches a Less/Greater comparison within four index ops; 0 when there is none."""
+    g = model.graph
+    tensors = {t.name: t for t in g.initializer}
+    tensors.update({n.output[0]: a.t for n in g.node if n.op_type == "Constant" and n.output
+                    for a in n.attribute if a.name == "value"})
+    uses: dict[str, list[onnx.NodeProto]] = {}
+    for n in g.node:
+        for x in n.input:
+            uses.setdefault(x, []).append(n)
+    best = 0
+    for n in g.node:
+        if n.op_type not in _COMPARISONS and n.op_type not in ("Add", "Sub"):
+            continue
+        for x in n.input:
+            t = tensors.get(x)
+            if t is None or np.prod(t.dims, dtype=np.int64) != 1 or t.data_type not in (
+                    onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+                continue
+            c = int(onnx.numpy_helper.to_array(t).ravel()[0])
+            if not max(best, 1) < c <= _MAX_WINDOW:
+                continue
+            frontier = [n]
+            for _ in range(5):
+                if any(m.op_type in _COMPARISONS for m in frontier):
+                    best = c
+                    break
+                frontier = [u for m in frontier if m is n or m.op_type in _INDEX_OPS
+                            for o in m.output for u in uses.get(o, [])]
+    return best
+
+
 def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
     """A value for every symbolic input dim: the user's (--shape batch=2), else small defaults
     that are not 1, so broadcasting bugs show (2 for a leading, batch-like dim, 5 for a past
-    length, 8 otherwise: past and new lengths differ, so mixing them up shows too).
+    length, 8 otherwise: past and new lengths differ, so mixing them up shows too). A past is
+    longer than any window constant of the graph (window_constant), so the band is exercised.
 
     Decoder exports with a KV cache name their mask's length ``total_<x>`` beside ``past_<x>`` and
     ``<x>`` (Hugging Face's dynamo exports do); it must equal their sum, or the original model
     itself fails to run on the random inputs.
     """
     values: dict[str, int] = {}
+    past = max(5, window_constant(model) + 1)
     for vi in model.graph.input:
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.dim_param and d.dim_param not in values:
                 given = shapes.get(d.dim_param)
-                default = 2 if i == 0 else 5 if d.dim_param.lower().startswith("past") else 8
+                default = 2 if i == 0 else past if d.dim_param.lower().startswith("past") else 8
                 values[d.dim_param] = given[0] if given else default
     for name in values:
         base = name.removeprefix("total_")
@@ -495,6 +539,10 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
         elif not pad:
             notes.append("masks unpadded: FusedAttention zeroes padded query rows by contract")
         cases = input_cases(ref.skeleton, shapes=shapes, seed=seed, pad_masks=pad)
+        window = window_constant(ref.skeleton)
+        if window and any(_is_past(vi) for vi in ref.skeleton.graph.input):
+            notes.append(f"window constant {window} in the graph: the past is longer than it "
+                         "(unless --shape sets it), so a banded mask is exercised")
         if len(cases) > 1:
             notes.append("merged decoder: both If branches verified (" +
                          ", ".join(label for label, _ in cases) + ")")

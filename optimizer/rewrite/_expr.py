@@ -220,6 +220,12 @@ def _producer_ops(v, n: int) -> list[str]:
     return ops
 
 
+def _causal_mask(ctx, m, q, past) -> bool:
+    from onnx_fuse.rewrite._mask_probe import causal_mask
+
+    return causal_mask(ctx, m, q, past)
+
+
 def _ancestor_ops(v, n: int) -> list[str]:
     ops: list[str] = []
     seen: set[int] = set()
@@ -277,6 +283,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ancestor_ops": lambda ctx, v, n: _ancestor_ops(_as_value(v, "ancestor_ops"), int(n)),
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
+    # whether an additive mask is causal for q's new tokens after past's cached ones, decided on
+    # its values (optimizer/rewrite/_mask_probe.py); fails with the reason otherwise
+    "causal_mask": lambda ctx, m, q, past: _causal_mask(ctx, m, q, past),
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
 }
 

@@ -1,0 +1,265 @@
+"""Whether an additive attention mask is causal, decided on its values: the expression function
+``causal_mask(mask, q, past)`` of rule checks (docs/rules.md).
+
+The nodes computing the mask (from attention_mask, positions and shapes; never activations) are
+cut out and run in ONNX Runtime for one sequence with P cached and S new tokens: attention_mask
+all ones, positions P..P+S-1, every Shape given the concrete shape of its input. The mask is
+causal when new token i (at position P+i) keeps exactly the keys 0..P+i (bias 0) and masks the
+others (bias <= -1e4 or -inf). P is chosen beyond every integer constant of those nodes, so a
+window written as a constant W (Mistral, Gemma 2: a query sees its last W keys) masks keys the
+causal mask keeps, whichever exporter wrote the comparison. Anything else (a bias on kept keys,
+a mask read from an input, a cone that cannot run) is not proven causal: the function raises
+EvalFailure with the reason, which the rule's refusal carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_fuse.rewrite._expr import EvalFailure
+
+# Nodes in a mask's cone: transformers' masking_utils and Optimum's mask code stay well under this.
+_CONE_LIMIT = 512
+# Integer constants below this bound the probe length (larger ones are sentinels: INT64_MAX ends
+# of Slice, INT32_MAX clips); the probe materializes an [S, P+S] mask, so this is also its cost.
+_MAX_WINDOW = 1 << 20
+_MIN_PAST = 16
+_NEW = 3          # new tokens when the query length is dynamic: several rows, offset diagonal
+_MASKED = -1e4    # a kept key has bias 0; a masked one at most this (finfo.min, -inf, -1e4)
+_HEAVY = {"MatMul", "Gemm", "Conv", "Einsum", "Softmax", "LayerNormalization", "RMSNormalization",
+          "Attention"}
+_RESULTS: dict[bytes, str | None] = {}
+_RESULT_LIMIT = 64
+
+
+def _const(v: ir.Value) -> np.ndarray | None:
+    from onnx_fuse.rewrite._local_check import _const_array
+
+    return _const_array(v)
+
+
+def _feedable(v: ir.Value) -> bool:
+    """A graph input the probe can feed: masks and integer inputs (ids, positions)."""
+    return v.dtype is not None and ("mask" in (v.name or "").lower() or v.dtype.is_integer()
+                                    or v.dtype == ir.DataType.BOOL)
+
+
+def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
+    """The nodes computing ``mask`` from constants and feedable graph inputs, in order, and the
+    ids of the Shape/Size nodes among them whose input is not computable that way (an activation,
+    a past tensor): those become constants of the input's shape."""
+    order: list[ir.Node] = []
+    as_const: set[int] = set()
+    state: dict[int, bool] = {}   # value id -> computable (once visited)
+
+    def ok(v: ir.Value, depth: int) -> bool:
+        if id(v) in state:
+            return state[id(v)]
+        node = v.producer()
+        if _const(v) is not None:
+            state[id(v)] = True
+        elif node is None:
+            state[id(v)] = _feedable(v)
+        elif (node.domain not in ("", "ai.onnx") or node.op_type in _HEAVY or depth > 200
+              or len(order) >= _CONE_LIMIT
+              or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())):
+            state[id(v)] = False
+        elif node.op_type in ("Shape", "Size"):
+            x = node.inputs[0]
+            if not ok(x, depth + 1):   # a past tensor, an activation: its shape is a constant
+                as_const.add(id(node))
+            order.append(node)
+            state[id(v)] = True
+        else:
+            good = all(ok(i, depth + 1) for i in node.inputs if i is not None)
+            if good and node not in order:
+                order.append(node)
+            for o in node.outputs:
+                state[id(o)] = good
+        return state[id(v)]
+
+    if not ok(mask, 0):
+        raise EvalFailure("the mask is not computed from masks, positions and shapes alone")
+    return order, as_const
+
+
+def _lengths(q: ir.Value, past: ir.Value, cone: list[ir.Node]) -> tuple[int, int, dict[str, int]]:
+    """(P, S, symbol values): S new tokens (q's length, 3 when dynamic), P cached ones past every
+    integer constant of the cone (the past's length when it is static)."""
+    if q.shape is None or past.shape is None or len(q.shape) != 4 or len(past.shape) != 4:
+        raise EvalFailure("q and the past must be 4-D with known shapes")
+    env: dict[str, int] = {}
+    sd, pd = q.shape.dims[2], past.shape.dims[2]
+    s = sd if isinstance(sd, int) else _NEW
+    consts = [c for n in cone for i in n.inputs if i is not None and (c := _const(i)) is not None
+              and c.size <= 64 and np.issubdtype(c.dtype, np.integer)]
+    big = max([int(x) for c in consts for x in c.ravel() if 1 < int(x) < _MAX_WINDOW], default=0)
+    p = pd if isinstance(pd, int) else max(_MIN_PAST, big + 2)
+    for d, val in ((sd, s), (pd, p), (q.shape.dims[0], 1), (past.shape.dims[0], 1)):
+        if not isinstance(d, int) and getattr(d, "value", None):
+            env[d.value] = val
+    return p, s, env
+
+
+def _dims_of(v: ir.Value, dims: Any) -> list[int]:
+    from onnx_fuse.rewrite._local_check import Unchecked
+
+    try:
+        return dims.concrete(v.shape)
+    except Unchecked as exc:
+        raise EvalFailure(f"shape of {v.name!r} for the mask probe: {exc}") from None
+
+
+def _feed(v: ir.Value, shape: list[int], p: int, s: int) -> np.ndarray:
+    """attention_mask-like inputs all kept, position-like ones P..P+S-1, other ints 0."""
+    name = (v.name or "").lower()
+    try:
+        dtype = np.dtype(v.dtype.numpy())
+    except Exception:
+        raise EvalFailure(f"the mask reads {v.name!r} of dtype {v.dtype}") from None
+    if "mask" in name:
+        if len(shape) >= 1:
+            shape = [*shape[:-1], p + s]
+        return np.ones(shape, dtype)
+    if "pos" in name and shape and np.issubdtype(dtype, np.integer):
+        shape = [*shape[:-1], s]
+        return np.broadcast_to(np.arange(p, p + s, dtype=dtype), shape).copy()
+    if np.issubdtype(dtype, np.integer):
+        return np.zeros(shape, dtype)
+    raise EvalFailure(f"the mask is computed from the input {v.name!r}")
+
+
+def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
+                 opset: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    from onnx_fuse.rewrite._local_check import _Dims
+
+    names: dict[int, str] = {}
+
+    def name(v: ir.Value) -> str:
+        return names.setdefault(id(v), f"v{len(names)}")
+
+    class _ProbeDims(_Dims):
+        """Symbols not bound by q and the past (an exporter's or shape inference's names for the
+        batch and the new tokens): 1 on the leading axis, S elsewhere; total_x = past_x + x."""
+
+        def value(self, name: str, axis: int) -> int:
+            known = set(self.values) | set(self.names)
+            base = name.removeprefix("total_")
+            if (name not in self.values and name.isidentifier()
+                    and not (base != name and base in known and f"past_{base}" in known)):
+                self.values[name] = 1 if axis == 0 else s
+            return super().value(name, axis)
+
+    dims = _ProbeDims({str(getattr(d, "value", "")) for n in cone for v in n.inputs
+                       if v is not None and v.shape is not None for d in v.shape.dims if not isinstance(d, int)})
+    dims.values.update(env)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    inputs: list[onnx.ValueInfoProto] = []
+    feeds: dict[str, np.ndarray] = {}
+    made = {id(o) for n in cone for o in n.outputs}
+    for node in cone:
+        if id(node) in as_const:
+            shape = _dims_of(node.inputs[0], dims)
+            if node.op_type == "Size":
+                arr = np.asarray(int(np.prod(shape)), np.int64)
+            else:
+                start = node.attributes["start"].value if "start" in node.attributes else 0
+                end = node.attributes["end"].value if "end" in node.attributes else None
+                arr = np.asarray(shape[start:end], np.int64)
+            inits.append(onnx.numpy_helper.from_array(arr, name(node.outputs[0])))
+            continue
+        for v in node.inputs:
+            if v is None or id(v) in made or id(v) in names:
+                continue
+            c = _const(v)
+            if c is not None:
+                inits.append(onnx.numpy_helper.from_array(c, name(v)))
+            elif v.is_graph_input() or v.producer() is None:
+                arr = _feed(v, _dims_of(v, dims), p, s)
+                inputs.append(onnx.helper.make_tensor_value_info(
+                    name(v), onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
+                feeds[name(v)] = arr
+            else:
+                raise EvalFailure(f"the mask reads {v.name!r}, which is not computed from masks, positions and shapes")
+        proto = onnx.NodeProto(op_type=node.op_type, name=f"n{len(nodes)}")
+        proto.input.extend("" if v is None else name(v) for v in node.inputs)
+        proto.output.extend(name(o) for o in node.outputs)
+        proto.attribute.extend(ir.serde.serialize_attribute(a) for a in node.attributes.values())
+        nodes.append(proto)
+    out = onnx.helper.make_tensor_value_info(name(mask), onnx.helper.np_dtype_to_tensor_dtype(
+        np.dtype(mask.dtype.numpy())), None)
+    graph = onnx.helper.make_graph(nodes, "mask_probe", inputs, [out], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model, feeds
+
+
+def _judge(arr: np.ndarray, p: int, s: int) -> str | None:
+    """None when ``arr`` is the causal mask of S new tokens after P cached ones, else why not."""
+    t = p + s
+    if arr.ndim < 2 or arr.shape[-1] != t or arr.shape[-2] not in (1, s):
+        return f"the mask has shape {list(arr.shape)} for {s} queries over {t} keys"
+    arr = np.broadcast_to(arr, (*arr.shape[:-2], s, t)).reshape(-1, s, t).astype(np.float64)
+    kept, masked = arr == 0, arr <= _MASKED
+    if not np.all(kept | masked):
+        return "the mask adds a bias to kept keys (neither 0 nor masked)"
+    causal = np.arange(t)[None, :] <= p + np.arange(s)[:, None]
+    bad = np.argwhere(kept != causal[None])
+    if not len(bad):
+        return None
+    _, i, _ = bad[0]
+    keys = np.flatnonzero(kept[bad[0][0], i])
+    pos = p + int(i)
+    if len(keys) and keys.max() > pos:
+        return f"the query at position {pos} sees the later key {int(keys.max())} (not causal)"
+    lo = int(keys.min()) if len(keys) else pos + 1
+    if len(keys) and np.array_equal(keys, np.arange(lo, pos + 1)):
+        return (f"the query at position {pos} sees only the keys {lo}..{pos}: a sliding window of "
+                f"{pos - lo + 1} keys (probed at {t} tokens)")
+    return f"the query at position {pos} does not see every key 0..{pos} (probed at {t} tokens)"
+
+
+def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
+    """True when ``mask`` (additive, broadcast to [B,H,S,P+S]) is the causal mask of q's S new
+    tokens after ``past``'s P cached ones at every position probed; raises EvalFailure with the
+    reason otherwise."""
+    for v, what in ((mask, "mask"), (q, "q"), (past, "past")):
+        if not isinstance(v, ir.Value):
+            raise EvalFailure(f"causal_mask() needs the {what} as a graph value")
+    if mask.dtype is None or not mask.dtype.is_floating_point():
+        raise EvalFailure("the mask is not an additive float bias")
+    if mask.is_graph_input():
+        raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
+    const = _const(mask)
+    cone, as_const = ([], set()) if const is not None else _cone(mask)
+    p, s, env = _lengths(q, past, cone)
+    if const is not None:
+        return _raise_unless(_judge(np.asarray(const), p, s))
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset)
+    key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
+                         + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
+    if key not in _RESULTS:
+        from onnx_fuse.verify import make_session
+
+        try:
+            arr = make_session(model, threads=1, quiet=True).run(None, feeds)[0]
+        except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise EvalFailure(f"the mask probe did not run ({text})") from None
+        if len(_RESULTS) >= _RESULT_LIMIT:
+            _RESULTS.pop(next(iter(_RESULTS)))
+        _RESULTS[key] = _judge(np.asarray(arr), p, s)
+    return _raise_unless(_RESULTS[key])
+
+
+def _raise_unless(reason: str | None) -> bool:
+    if reason is not None:
+        raise EvalFailure(reason)
+    return True
