@@ -11,7 +11,7 @@ onnx_fuse.reference.attention, the oracle of docs/ops.md.
 The Python ops are registered with float32 signatures only: onnxruntime-extensions 0.15 declares
 ``PyCustomOpDef.dt_float16`` but its runtime rejects it ("Type float16 not supported by python
 customops api", microsoft/onnxruntime-extensions#812, and aborts the process), so dtype-specific
-registrations are not possible. A node whose query is float16 or bfloat16 is instead wrapped:
+registrations are not possible. A node's float16 or bfloat16 tensors are instead wrapped:
 ``prepare_session`` inserts ``Cast(-> float32)`` on its float inputs and ``Cast(-> T)`` on its
 float outputs around the float32 registration. That is the kernels' numerics (T storage, at least
 fp32 accumulation; the references compute in float64) with T-rounded results. ORT's CPU Cast
@@ -20,8 +20,15 @@ handles float16 and bfloat16; the rest of a bf16 graph usually is not runnable o
 
 Covered ops (float32, float16 or bfloat16 tensors; integer inputs int32):
   FusedAttention(query, key, value[, seq_lens])                       -> output
-  PagedAttention(query, key, value, key_cache, value_cache, block_tables, seq_lens)
-                                                     -> output, key_cache_out, value_cache_out
+  PagedAttention(query, key, value, key_cache, value_cache, block_tables, seq_lens
+                 [, k_scale, v_scale])               -> output, key_cache_out, value_cache_out
+
+The 9-input PagedAttention also takes float8e4m3fn caches (an fp8 pool) with float32 scales.
+The Python op API has no float8 type either, so those caches are wrapped the same way: Cast to
+float32 (every e4m3 value, NaN bytes included, is exact in float32, and ORT's Cast back gives
+the same byte) around a separate registration, ``OnnxFuse_PagedAttention_9_fp8``, whose body
+reads its float32 caches as e4m3 values (the reference's fp8 form: append quantizes, attention
+dequantizes) and returns the new caches as float32 e4m3 values.
 """
 
 from __future__ import annotations
@@ -48,14 +55,17 @@ class _OpSpec:
     outputs: tuple[str, ...]
     attrs: tuple[tuple[str, str, object], ...]  # (name, "int"|"float", default)
     body: Callable
+    output_like: tuple[int, ...] = (0,)   # per output: the input whose element type it has
+    variant: str = ""                      # "fp8": the caches are float8e4m3fn
 
     @property
     def registered_name(self) -> str:
-        return f"OnnxFuse_{self.op}_{len(self.inputs)}"
+        return f"OnnxFuse_{self.op}_{len(self.inputs)}" + (f"_{self.variant}" if self.variant else "")
 
 
 #: Float element types run by wrapping the float32 registration in Casts.
-_WRAPPED_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+_WRAPPED_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                   onnx.TensorProto.FLOAT8E4M3FN)
 
 
 def _fused_attention(query, key, value, seq_lens=None, *, num_heads, kv_num_heads, scale, causal):
@@ -66,25 +76,44 @@ def _fused_attention(query, key, value, seq_lens=None, *, num_heads, kv_num_head
                               causal=int(causal))
 
 
-def _paged_attention(query, key, value, key_cache, value_cache, block_tables, seq_lens, *,
-                     num_heads, kv_num_heads, scale):
+def _paged_attention(query, key, value, key_cache, value_cache, block_tables, seq_lens,
+                     k_scale=None, v_scale=None, *, num_heads, kv_num_heads, scale):
     from onnx_fuse.reference.attention import paged_attention_op
 
     return paged_attention_op(query, key, value, key_cache, value_cache, block_tables, seq_lens,
-                              num_heads=int(num_heads), kv_num_heads=int(kv_num_heads) or None,
-                              scale=float(scale))
+                              k_scale, v_scale, num_heads=int(num_heads),
+                              kv_num_heads=int(kv_num_heads) or None, scale=float(scale))
+
+
+def _paged_attention_fp8(query, key, value, key_cache, value_cache, block_tables, seq_lens,
+                         k_scale, v_scale, *, num_heads, kv_num_heads, scale):
+    """The caches arrive as float32 e4m3 values (Cast from float8e4m3fn) and leave as such."""
+    import ml_dtypes
+    import numpy as np
+
+    e4m3 = ml_dtypes.float8_e4m3fn
+    out, kc, vc = _paged_attention(query, key, value, np.asarray(key_cache).astype(e4m3),
+                                   np.asarray(value_cache).astype(e4m3), block_tables, seq_lens,
+                                   k_scale, v_scale, num_heads=num_heads,
+                                   kv_num_heads=kv_num_heads, scale=scale)
+    return out.astype(np.float32), kc.astype(np.float32), vc.astype(np.float32)
 
 
 _ATTN_ATTRS = (("num_heads", "int", None), ("kv_num_heads", "int", 0), ("scale", "float", 0.0))
+_PAGED_INPUTS = ("float", "float", "float", "float", "float", "int32", "int32")
 _SPECS = (
     _OpSpec("FusedAttention", ("float", "float", "float"), ("float",),
             _ATTN_ATTRS + (("causal", "int", 0),), _fused_attention),
     _OpSpec("FusedAttention", ("float", "float", "float", "int32"), ("float",),
             _ATTN_ATTRS + (("causal", "int", 0),), _fused_attention),
-    _OpSpec("PagedAttention", ("float", "float", "float", "float", "float", "int32", "int32"),
-            ("float", "float", "float"), _ATTN_ATTRS, _paged_attention),
+    _OpSpec("PagedAttention", _PAGED_INPUTS, ("float", "float", "float"), _ATTN_ATTRS,
+            _paged_attention, output_like=(0, 3, 4)),
+    _OpSpec("PagedAttention", _PAGED_INPUTS + ("float", "float"), ("float", "float", "float"),
+            _ATTN_ATTRS, _paged_attention, output_like=(0, 3, 4)),
+    _OpSpec("PagedAttention", _PAGED_INPUTS + ("float", "float"), ("float", "float", "float"),
+            _ATTN_ATTRS, _paged_attention_fp8, output_like=(0, 3, 4), variant="fp8"),
 )
-_SPEC_BY_KEY = {(s.op, len(s.inputs)): s for s in _SPECS}
+_SPEC_BY_KEY = {(s.op, len(s.inputs), s.variant): s for s in _SPECS}
 _registered: set[str] = set()
 
 
@@ -103,11 +132,16 @@ def _register(spec: _OpSpec) -> None:
     _registered.add(spec.registered_name)
 
 
-def _retarget(node: onnx.NodeProto) -> _OpSpec:
+def _retarget(node: onnx.NodeProto, types: dict[str, int]) -> _OpSpec:
     n_inputs = len(node.input)
     while n_inputs and not node.input[n_inputs - 1]:
         n_inputs -= 1  # trailing omitted optional inputs
-    spec = _SPEC_BY_KEY.get((node.op_type, n_inputs))
+    fp8 = (node.op_type == "PagedAttention" and len(node.input) > 3
+           and types.get(node.input[3]) == onnx.TensorProto.FLOAT8E4M3FN)
+    if fp8 and n_inputs != 9:
+        raise ValueError(f"node {node.name!r}: onnx_fuse::PagedAttention over float8e4m3fn caches "
+                         f"needs k_scale and v_scale (9 inputs, got {n_inputs})")
+    spec = _SPEC_BY_KEY.get((node.op_type, n_inputs, "fp8" if fp8 else ""))
     if spec is None:
         known = sorted({f"{s.op}/{len(s.inputs)}" for s in _SPECS})
         raise ValueError(f"node {node.name!r}: no NumPy reference for onnx_fuse::{node.op_type} with "
@@ -145,7 +179,8 @@ def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
         return t
 
     types = collect(proto)
-    if any(n.domain == OUR_DOMAIN and n.input and n.input[0] not in types for n in proto.graph.node):
+    if any(n.domain == OUR_DOMAIN and any(i and i not in types for i in n.input)
+           for n in proto.graph.node):
         try:
             types = {**collect(onnx.shape_inference.infer_shapes(proto)), **types}
         except Exception:  # noqa: BLE001 - unknown types fall back to float32
@@ -157,8 +192,8 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
     """A copy of ``proto`` whose onnx_fuse ops run as onnxruntime-extensions Python ops.
 
     Registers those Python ops (once per process) and the extensions' custom-op library on
-    ``opts`` (an ``onnxruntime.SessionOptions``). A node whose query is float16 or bfloat16 runs the
-    float32 registration between Casts. Raises ValueError for an onnx_fuse op or input count that
+    ``opts`` (an ``onnxruntime.SessionOptions``). A node's float16, bfloat16 or float8e4m3fn
+    tensors reach the float32 registration through Casts (and its outputs are Cast back). Raises ValueError for an onnx_fuse op or input count that
     has no reference. Nodes inside functions/subgraphs are not retargeted.
     """
     import onnxruntime_extensions
@@ -174,17 +209,15 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
             continue
         if types is None:
             types = _elem_types(out)
-        elem = types.get(node.input[0]) if node.input else None
-        spec = _retarget(node)
+        spec = _retarget(node, types)
         _register(spec)
         used = True
-        if elem not in _WRAPPED_FLOATS:
-            nodes.append(node)
-            continue
-        # float16/bfloat16: Cast float inputs to float32, run the float32 op, Cast outputs back.
-        tag = onnx.TensorProto.DataType.Name(elem).lower()
+        # float16/bfloat16/float8e4m3fn values: Cast to float32, run the float32 op, Cast the
+        # outputs back to the type of the input they follow (spec.output_like).
+        # (an input of unknown type is taken to have the query's, as before the fp8 form)
+        elems = [types.get(name, types.get(node.input[0])) for name in node.input]
         for i, t in enumerate(spec.inputs):
-            if t == "float" and i < len(node.input) and node.input[i]:
+            if t == "float" and i < len(node.input) and elems[i] in _WRAPPED_FLOATS:
                 wide = f"{node.input[i]}__{node.name}__ref_f32_{i}"
                 nodes.append(onnx.helper.make_node("Cast", [node.input[i]], [wide],
                                                    to=onnx.TensorProto.FLOAT,
@@ -192,7 +225,9 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
                 node.input[i] = wide
         after = []
         for i, t in enumerate(spec.outputs):
-            if t == "float" and i < len(node.output) and node.output[i]:
+            elem = elems[spec.output_like[i]]
+            if t == "float" and i < len(node.output) and node.output[i] and elem in _WRAPPED_FLOATS:
+                tag = onnx.TensorProto.DataType.Name(elem).lower()
                 wide = f"{node.output[i]}__{node.name}__ref_f32_{i}"
                 after.append(onnx.helper.make_node("Cast", [wide], [node.output[i]], to=elem,
                                                    name=f"{node.name}__ref_cast_out_{i}_{tag}"))

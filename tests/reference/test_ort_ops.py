@@ -67,3 +67,131 @@ def test_missing_required_attribute_and_unknown_arity_fail_clearly():
     bad = _model(["q", "k"], num_heads=H)
     with pytest.raises(ValueError, match="no NumPy reference"):
         prepare_session(bad, ort.SessionOptions())
+
+
+# ---------------------------------------------------------------- PagedAttention: 9-input forms
+
+PB, PHQ, PHKV, PD, BS, NB = 2, 4, 2, 16, 4, 9
+
+
+def _paged_model(cache_type, q_type=T.FLOAT, n_inputs=9):
+    names = ["q", "k", "v", "kc", "vc", "bt", "sl", "ks", "vs"][:n_inputs]
+    node = h.make_node("PagedAttention", names, ["y", "kc_out", "vc_out"], domain="onnx_fuse",
+                       num_heads=PHQ, kv_num_heads=PHKV, plugin_version="1",
+                       plugin_namespace="onnx_fuse")
+    cache = [NB, BS, PHKV, PD]
+    vis = [h.make_tensor_value_info("q", q_type, ["b", 1, PHQ * PD]),
+           h.make_tensor_value_info("k", q_type, ["b", 1, PHKV * PD]),
+           h.make_tensor_value_info("v", q_type, ["b", 1, PHKV * PD]),
+           h.make_tensor_value_info("kc", cache_type, cache),
+           h.make_tensor_value_info("vc", cache_type, cache),
+           h.make_tensor_value_info("bt", T.INT32, ["b", 4]),
+           h.make_tensor_value_info("sl", T.INT32, ["b"]),
+           h.make_tensor_value_info("ks", T.FLOAT, [PHKV]),
+           h.make_tensor_value_info("vs", T.FLOAT, [PHKV])][:n_inputs]
+    outs = [h.make_tensor_value_info("y", q_type, ["b", 1, PHQ * PD]),
+            h.make_tensor_value_info("kc_out", cache_type, cache),
+            h.make_tensor_value_info("vc_out", cache_type, cache)]
+    graph = h.make_graph([node], "g", vis, outs)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 21), h.make_opsetid("onnx_fuse", 1)])
+
+
+def _paged_feeds(rng, fp8):
+    """Decode step: sequence 0 holds 10 tokens (the 10th new), sequence 1 holds 3; e4m3 pools
+    (every byte but the NaN ones 0x7F / 0xFF, in the unused slots too) or float32 pools."""
+    import ml_dtypes
+
+    feeds = {"q": rng.standard_normal((PB, 1, PHQ * PD), dtype=np.float32),
+             "k": rng.standard_normal((PB, 1, PHKV * PD), dtype=np.float32),
+             "v": rng.standard_normal((PB, 1, PHKV * PD), dtype=np.float32),
+             "bt": np.array([[5, 0, 7, -1], [2, -1, -1, -1]], np.int32),
+             "sl": np.array([10, 3], np.int32),
+             "ks": np.array([0.01, 0.004], np.float32), "vs": np.array([0.02, 0.008], np.float32)}
+    for name in ("kc", "vc"):
+        if fp8:
+            b = rng.integers(0, 256, (NB, BS, PHKV, PD), dtype=np.uint8)
+            b[(b & 0x7F) == 0x7F] = 0x10
+            feeds[name] = b.view(ml_dtypes.float8_e4m3fn)
+        else:
+            feeds[name] = rng.standard_normal((NB, BS, PHKV, PD), dtype=np.float32)
+    return feeds
+
+
+def _run_with_fp8(model, feeds):
+    """ORT's Python API takes float8 tensors only as OrtValues built from their bytes."""
+    import ml_dtypes
+    import onnxruntime as ort
+
+    sess = make_session(model)
+    values = {}
+    for name, arr in feeds.items():
+        if arr.dtype == ml_dtypes.float8_e4m3fn:
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                arr.view(np.uint8), T.FLOAT8E4M3FN)
+        else:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(arr)
+    outs = sess.run_with_ort_values(None, values)
+    return [o.numpy() for o in outs]   # float8 outputs come back as their uint8 bytes
+
+
+def test_paged_attention_fp8_pool_runs_through_reference():
+    """float8e4m3fn caches + scales in ORT: the output against paged_attention_op (numpy, on the
+    same e4m3 pool) and the returned pools byte for byte (only the new tokens' slots change)."""
+    from onnx_fuse.reference.attention import paged_attention_op
+
+    feeds = _paged_feeds(np.random.default_rng(1), fp8=True)
+    y, kc, vc = _run_with_fp8(_paged_model(T.FLOAT8E4M3FN), feeds)
+    ref_y, ref_kc, ref_vc = paged_attention_op(
+        feeds["q"], feeds["k"], feeds["v"], feeds["kc"], feeds["vc"], feeds["bt"], feeds["sl"],
+        feeds["ks"], feeds["vs"], num_heads=PHQ, kv_num_heads=PHKV)
+    np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(kc, ref_kc.view(np.uint8))
+    np.testing.assert_array_equal(vc, ref_vc.view(np.uint8))
+    changed = np.argwhere((kc != feeds["kc"].view(np.uint8)).any(axis=(2, 3)))
+    assert {tuple(x) for x in changed} <= {(7, 1), (2, 2)}   # position 9 of seq 0, 2 of seq 1
+    assert changed.size   # the new tokens were written (not all quantize to the old bytes)
+    # The scales reach the op: other scales, other output.
+    other = paged_attention_op(feeds["q"], feeds["k"], feeds["v"], feeds["kc"], feeds["vc"],
+                               feeds["bt"], feeds["sl"], feeds["ks"] * 2, feeds["vs"],
+                               num_heads=PHQ, kv_num_heads=PHKV)[0]
+    assert np.abs(y - other).max() > 1e-3
+
+
+def test_paged_attention_fp8_pool_with_float16_query():
+    """fp16 query / new tokens over an fp8 pool: both wrapped (Casts to float32 and back)."""
+    from onnx_fuse.reference.attention import paged_attention_op
+
+    feeds = _paged_feeds(np.random.default_rng(2), fp8=True)
+    for n in ("q", "k", "v"):
+        feeds[n] = feeds[n].astype(np.float16)
+    model = _paged_model(T.FLOAT8E4M3FN, q_type=T.FLOAT16)
+    y, kc, _ = _run_with_fp8(model, feeds)
+    assert y.dtype == np.float16
+    ref_y, ref_kc, _ = paged_attention_op(
+        *(feeds[n] for n in ("q", "k", "v", "kc", "vc", "bt", "sl", "ks", "vs")),
+        num_heads=PHQ, kv_num_heads=PHKV)
+    np.testing.assert_allclose(y.astype(np.float32), ref_y, rtol=2e-3, atol=2e-3)
+    np.testing.assert_array_equal(kc, ref_kc.view(np.uint8))
+
+
+def test_paged_attention_nine_inputs_with_float_pool_ignores_the_scales():
+    from onnx_fuse.reference.attention import paged_attention_op
+
+    feeds = _paged_feeds(np.random.default_rng(3), fp8=False)
+    y, kc, vc = make_session(_paged_model(T.FLOAT)).run(None, feeds)
+    ref = paged_attention_op(*(feeds[n] for n in ("q", "k", "v", "kc", "vc", "bt", "sl")),
+                             num_heads=PHQ, kv_num_heads=PHKV)
+    for got, want in zip((y, kc, vc), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_fp8_pool_registration_and_refusal_without_scales():
+    import onnxruntime as ort
+
+    out = prepare_session(_paged_model(T.FLOAT8E4M3FN), ort.SessionOptions())
+    ops = [n.op_type for n in out.graph.node]
+    assert ops == ["Cast", "Cast", "OnnxFuse_PagedAttention_9_fp8", "Cast", "Cast"]
+    assert ([n.op_type for n in prepare_session(_paged_model(T.FLOAT), ort.SessionOptions())
+             .graph.node] == ["OnnxFuse_PagedAttention_9"])
+    with pytest.raises(ValueError, match="needs k_scale and v_scale"):
+        prepare_session(_paged_model(T.FLOAT8E4M3FN, n_inputs=7), ort.SessionOptions())
