@@ -118,40 +118,65 @@ _INDEX_OPS = {"Add", "Sub", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Expand",
 _MAX_WINDOW = 8192
 
 
-def window_constant(model: onnx.ModelProto) -> int:
+def _index_graph(model: onnx.ModelProto | ir.Model) -> tuple[list[tuple[str, list[str], list[str]]], dict[str, int]]:
+    """(op_type, inputs, outputs) of the main graph's nodes and its readable integer scalars
+    (initializers held inline or in onnx-ir, Constant nodes; never a weight file read)."""
+    scalars: dict[str, int] = {}
+
+    def keep(name: str, arr: Any) -> None:
+        arr = np.asarray(arr)
+        if arr.size == 1 and arr.dtype in (np.int64, np.int32):
+            scalars[name] = int(arr.ravel()[0])
+
+    if isinstance(model, onnx.ModelProto):
+        g = model.graph
+        nodes = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
+        tensors = [(t.name, t) for t in g.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+        tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
+                    for a in n.attribute if a.name == "value"]
+        for name, t in tensors:
+            if np.prod(t.dims, dtype=np.int64) == 1:
+                keep(name, onnx.numpy_helper.to_array(t))
+        return nodes, scalars
+    nodes = [(n.op_type, [x.name if x is not None else "" for x in n.inputs], [o.name for o in n.outputs])
+             for n in model.graph]
+    for name, v in model.graph.initializers.items():
+        if v.const_value is not None and v.const_value.size == 1:
+            keep(name, v.const_value.numpy())
+    for n in model.graph:
+        if n.op_type == "Constant" and "value" in n.attributes:
+            keep(n.outputs[0].name, n.attributes["value"].value.numpy())
+    return nodes, scalars
+
+
+def window_constant(model: onnx.ModelProto | ir.Model) -> int:
     """The largest integer scalar (2.._MAX_WINDOW) that an Add, Sub or comparison takes and whose
     result reaches a Less/Greater comparison within four index ops; 0 when there is none."""
-    g = model.graph
-    tensors = {t.name: t for t in g.initializer}
-    tensors.update({n.output[0]: a.t for n in g.node if n.op_type == "Constant" and n.output
-                    for a in n.attribute if a.name == "value"})
-    uses: dict[str, list[onnx.NodeProto]] = {}
-    for n in g.node:
-        for x in n.input:
+    nodes, scalars = _index_graph(model)
+    uses: dict[str, list[tuple[str, list[str], list[str]]]] = {}
+    for n in nodes:
+        for x in n[1]:
             uses.setdefault(x, []).append(n)
     best = 0
-    for n in g.node:
-        if n.op_type not in _COMPARISONS and n.op_type not in ("Add", "Sub"):
+    for n in nodes:
+        if n[0] not in _COMPARISONS and n[0] not in ("Add", "Sub"):
             continue
-        for x in n.input:
-            t = tensors.get(x)
-            if t is None or np.prod(t.dims, dtype=np.int64) != 1 or t.data_type not in (
-                    onnx.TensorProto.INT64, onnx.TensorProto.INT32):
-                continue
-            c = int(onnx.numpy_helper.to_array(t).ravel()[0])
-            if not max(best, 1) < c <= _MAX_WINDOW:
+        for x in n[1]:
+            c = scalars.get(x)
+            if c is None or not max(best, 1) < c <= _MAX_WINDOW:
                 continue
             frontier = [n]
             for _ in range(5):
-                if any(m.op_type in _COMPARISONS for m in frontier):
+                if any(m[0] in _COMPARISONS for m in frontier):
                     best = c
                     break
-                frontier = [u for m in frontier if m is n or m.op_type in _INDEX_OPS
-                            for o in m.output for u in uses.get(o, [])]
+                frontier = [u for m in frontier if m is n or m[0] in _INDEX_OPS
+                            for o in m[2] for u in uses.get(o, [])]
     return best
 
 
-def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
+                   window: int | None = None) -> dict[str, int]:
     """A value for every symbolic input dim: the user's (--shape batch=2), else small defaults
     that are not 1, so broadcasting bugs show (2 for a leading, batch-like dim, 5 for a past
     length, 8 otherwise: past and new lengths differ, so mixing them up shows too). A past is
@@ -162,7 +187,7 @@ def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
     itself fails to run on the random inputs.
     """
     values: dict[str, int] = {}
-    past = max(5, window_constant(model) + 1)
+    past = max(5, (window_constant(model) if window is None else window) + 1)
     for vi in model.graph.input:
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.dim_param and d.dim_param not in values:
@@ -246,18 +271,21 @@ def _decoder_lengths(model: onnx.ModelProto, real: list[onnx.ValueInfoProto],
 
 
 def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]] | None = None,
-                seed: int = 0, pad_masks: bool = True, cache_branch: bool = True) -> dict[str, np.ndarray]:
+                seed: int = 0, pad_masks: bool = True, cache_branch: bool = True,
+                window: int | None = None) -> dict[str, np.ndarray]:
     """Random inputs for every real graph input (initializer-backed inputs are left alone).
 
     Integer inputs named like masks are ones, with the second half of the last row padded (0)
     when ``pad_masks``, so mask handling is exercised. In a decoder with a KV cache (past inputs
     beside input_ids) the mask spans past + new tokens, ``position_ids`` and ``cache_position``
     count from the past length, and ``cache_branch=False`` feeds a merged decoder's no-cache
-    branch: ``use_cache_branch`` false, an empty past, a mask over the new tokens only."""
+    branch: ``use_cache_branch`` false, an empty past, a mask over the new tokens only. ``window``:
+    the graph's window constant when the caller has read it (window_constant of a model whose
+    weights ``model`` lacks); the past is longer than it."""
     rng = np.random.default_rng(seed)
     shapes = shapes or {}
     inits = {i.name for i in model.graph.initializer}
-    symbols = _symbol_values(model, shapes)
+    symbols = _symbol_values(model, shapes, window)
     real = [vi for vi in model.graph.input if vi.name not in inits]
     lengths = _decoder_lengths(model, real, shapes, symbols)
     branch = cache_branch_input(model)
@@ -308,14 +336,15 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
 
 
 def input_cases(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]] | None = None,
-                seed: int = 0, pad_masks: bool = True) -> list[tuple[str, dict[str, np.ndarray]]]:
+                seed: int = 0, pad_masks: bool = True,
+                window: int | None = None) -> list[tuple[str, dict[str, np.ndarray]]]:
     """Labelled random feeds: one set, or for a merged decoder one per branch (with and without
     the past), so both branches of its If are verified."""
     branch = cache_branch_input(model)
     if branch is None:
-        return [("", make_inputs(model, shapes=shapes, seed=seed, pad_masks=pad_masks))]
+        return [("", make_inputs(model, shapes=shapes, seed=seed, pad_masks=pad_masks, window=window))]
     return [(f"{branch}={int(flag)}", make_inputs(model, shapes=shapes, seed=seed, pad_masks=pad_masks,
-                                                  cache_branch=flag)) for flag in (True, False)]
+                                                  cache_branch=flag, window=window)) for flag in (True, False)]
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -538,8 +567,9 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
                          f"(block size {_PAGED_BLOCK}), its present.* compared with the pools read back")
         elif not pad:
             notes.append("masks unpadded: FusedAttention zeroes padded query rows by contract")
-        cases = input_cases(ref.skeleton, shapes=shapes, seed=seed, pad_masks=pad)
-        window = window_constant(ref.skeleton)
+        # the skeleton of an onnx-ir model holds no constant values: read them from the model
+        window = window_constant(ref.ir if ref.ir is not None else ref.skeleton)
+        cases = input_cases(ref.skeleton, shapes=shapes, seed=seed, pad_masks=pad, window=window)
         if window and any(_is_past(vi) for vi in ref.skeleton.graph.input):
             notes.append(f"window constant {window} in the graph: the past is longer than it "
                          "(unless --shape sets it), so a banded mask is exercised")
