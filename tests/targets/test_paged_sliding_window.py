@@ -273,3 +273,35 @@ def test_probe_refuses_a_mask_given_as_input():
     inputs = {v.name: v for v in model.graph.inputs}
     with pytest.raises(EvalFailure, match="graph input"):
         causal_mask(None, inputs["q"], inputs["q"], inputs["past"])
+
+
+# ---- the other attention rewrites keep the band as a mask ------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_fused_attention_with_a_cache_keeps_the_band(target):
+    """Recognition (canonical AttentionKV) and each target's O3 lowering carry the mask as a bias:
+    the fused model equals the Mistral export at a decode context of 12 > W and at a chunk of 6 new
+    tokens after 6 cached ones (rows inside and past the window)."""
+    proto = onnx.load(str(MISTRAL))
+    model = onnx_fuse.optimize(str(MISTRAL), level=3, target=target).model
+    ops = _ops(model)
+    assert ops["Softmax"] == 0 and ops["Attention"] + ops["GroupQueryAttention"] + ops["MultiHeadAttention"] == LAYERS
+    for past, new in ((11, 1), (6, 6)):
+        feeds = _decode_feeds(proto, past=past, new=new, seed=past)
+        np.testing.assert_allclose(_logits(model, feeds), _logits(proto, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_fused_attention_plugin_is_not_given_a_window_mask(tmp_path):
+    """FusedAttention (level 4, trt) matches the whole causal+padding mask subgraph of transformers'
+    masking_utils; the sliding-window variant of that subgraph is not it. With the kernels' head-size
+    check removed so head size 16 qualifies, LLaMA's prefill export is lowered (causal=1) and
+    Mistral's (sliding_window=4) keeps Attention-23, verified at 8 new tokens > W."""
+    text = (RULE.parent / "fused_attention_trt.yaml").read_text()
+    path = tmp_path / "fused_any_head.yaml"
+    path.write_text("\n".join(ln for ln in text.splitlines() if "FusedAttention's kernels take head sizes" not in ln) + "\n")
+    llama = _o4(DATA / "corpus" / "llama__dyn_mask__trained.onnx", rules=[str(path)])
+    assert _ops(llama.model)["FusedAttention"] == LAYERS
+    mistral = _o4(DATA / "corpus" / "mistral__dyn_mask__trained.onnx", rules=[str(path)], verify=True)
+    assert _ops(mistral.model)["FusedAttention"] == 0 and _ops(mistral.model)["Attention"] == LAYERS
+    assert mistral.report.status == "PASSED", mistral.report.status_reason
