@@ -46,6 +46,9 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_fp8_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
+    "onnx_fuse_paged_attention_tma_map_ok": [_i, _p, _i, _i, _i, _i],
+    "onnx_fuse_paged_attention_decode_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
+    + [_f, _i, _i, _p],
 }
 
 
@@ -119,7 +122,9 @@ class KernelLib:
                         variant=None, loads=None, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA; 3 = TMA with
-        the experimental 24/240 register split, for the benchmark)."""
+        the experimental 24/240 register split, for the benchmark). The experimental variants
+        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_N176 with loads 1,
+        FA_WS_TMA_PERSIST with loads 4."""
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):
@@ -131,7 +136,7 @@ class KernelLib:
         # TMA loads: asked for by name, the launcher refuses tensors TMA cannot address; planned,
         # it falls back to cp.async for them.
         if loads is None:
-            loads = (1 if variant is not None else 2) if plan.tma else 0
+            loads = 4 if plan.persistent else (1 if variant is not None else 2) if plan.tma else 0
         rc = self._lib.onnx_fuse_fused_attention_fwd(
             plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
             *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, loads, self._stream(stream))
@@ -155,13 +160,14 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        if plan.bulk == 2:  # TMA: tensor maps over the whole pools (their block count is needed)
-            rc = self._lib.onnx_fuse_paged_attention_decode_tma(
+        if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)
+            name = ("onnx_fuse_paged_attention_decode_tma", "onnx_fuse_paged_attention_decode_tma_heads")[plan.bulk - 2]
+            rc = getattr(self._lib, name)(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
                 k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
                 self._stream(stream))
-            self._check(rc, "onnx_fuse_paged_attention_decode_tma")
+            self._check(rc, name)
             return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_ex(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
@@ -235,6 +241,13 @@ class KernelLib:
     def tma_supported(self, head_dim: int, block_size: int, warps: int, stages: int) -> bool:
         """Whether onnx_fuse_paged_attention_decode_tma (16-bit pool) runs its TMA kernel here."""
         return bool(self._lib.onnx_fuse_paged_attention_tma_supported(head_dim, block_size, warps, stages))
+
+    def tma_map_ok(self, pool) -> bool:
+        """Whether the driver encodes the tensor map the 16-bit TMA decode builds over ``pool``
+        [NB, BS, Hkv, D] (else that launcher runs its bulk / cp.async fallback)."""
+        nb, bs, hkv, d = pool.shape
+        return bool(self._lib.onnx_fuse_paged_attention_tma_map_ok(
+            lp.DTYPE_CODE[lp._dt(_dtype_name(pool))], _ptr(pool), nb, bs, hkv, d))
 
     def fp8_tma_supported(self, head_dim: int, block_size: int, warps: int, stages: int) -> bool:
         """Whether onnx_fuse_paged_attention_decode_fp8_tma runs its TMA kernel for these sizes on

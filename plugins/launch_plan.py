@@ -31,6 +31,7 @@ __all__ = [
     "AppendKVPlan",
     "SUPPORTED_HEAD_DIMS",
     "fa_variants",
+    "fa_experimental_variants",
     "pa_variants",
     "pa8_variants",
     "pa_tma_variants",
@@ -69,6 +70,25 @@ FA_WS = (128, 128, 12)
 FA_WS_TMA = (128, 128, 12, "tma")
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA)
+# Experimental TMA variants, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
+# name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
+# FA_WS_TMA_N176: 176-key tiles in 2 stages (FlashAttention-3's hdim-128 tile), D = 128 without
+# a mask only (kernel m128n176w12t; the launcher runs the cp.async FA_WS where TMA cannot address
+# the tensors, S < 176 included, when the plan falls back).
+FA_WS_TMA_N176 = (128, 176, 12, "tma")
+# FA_WS_TMA_PERSIST: the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
+# m128n128w12tp, launcher loads = 4), D = 64 and 128, both masks; TMA rules as FA_WS_TMA by name
+# (no fallback).
+FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
+
+
+def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_N176: D = 128
+    without a mask; FA_WS_TMA_PERSIST: D = 64 and 128)."""
+    _check_head_dim(head_dim)
+    out = (FA_WS_TMA_N176,) if head_dim == 128 and not causal else ()
+    return out + ((FA_WS_TMA_PERSIST,) if head_dim in (64, 128) else ())
+
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
 PA_VARIANTS = ((4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1))
@@ -77,12 +97,20 @@ PA_VARIANTS_D256 = ((4, 3, 0), (4, 3, 1), (4, 2, 1))  # 8 warps x 512-byte rows 
 PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 # TMA variants (warps, stages, 2) of the 16-bit decode (OF_PA_TMA_VARIANTS, kernel suffix "t",
 # onnx_fuse_paged_attention_decode_tma): kept out of pa_variants (the contract's variant lists);
-# plan_paged_decode takes them as ``variant``. D = 64, 128, 256; block sizes a power of two >= 8 and
-# compute capability 9.0, else the plan (like the C launcher) falls back to the bulk variant of the
-# same stages where one is compiled, else (4, 3, 0).
-PA_TMA_HEAD_DIMS = (64, 128, 256)
-PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2))
+# plan_paged_decode takes them as ``variant``. D = 64, 80, 96, 128, 256 (80 and 96: unswizzled boxes
+# into padded rows); block sizes a power of two >= 8 and compute capability 9.0, else the plan (like
+# the C launcher) falls back to the 4-warp bulk variant of the same stages where one is compiled,
+# else (4, 3, 0). The 8-warp ones (tiles of 128 tokens) are bench candidates, not yet planned.
+PA_TMA_HEAD_DIMS = (64, 80, 96, 128, 256)
+PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
+# Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
+# onnx_fuse_paged_attention_decode_tma_heads): one CTA per group of `warps` kv heads, tiles of 16
+# tokens of all of them read by one tensor copy per 64-column slab. D = 64, 128; Hkv a multiple of
+# warps, block sizes a power of two >= 16, compute capability 9.0; no fallback (the plan refuses).
+# Bench candidates, not yet planned.
+PA_HEADS_HEAD_DIMS = (64, 128)
+PA_HEADS_VARIANTS = ((4, 3, 3), (4, 4, 3), (8, 2, 3), (8, 3, 3))
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -163,6 +191,15 @@ def pa_tma_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
     return PA_TMA_VARIANTS_D256 if head_dim == 256 else PA_TMA_VARIANTS
 
 
+def pa_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple[int, int, int], ...]:
+    """(warps, stages, 3) head-group decode variants compiled for ``head_dim``; with
+    ``num_kv_heads``, only those whose head group divides it."""
+    _check_head_dim(head_dim)
+    if head_dim not in PA_HEADS_HEAD_DIMS:
+        return ()
+    return tuple(v for v in PA_HEADS_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
+
+
 def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
     """fp8-pool decode variants compiled for ``head_dim``: (warps, stages) with cp.async loads,
     then (warps, stages, "tma") with tensor-copy loads where the head size has them."""
@@ -172,6 +209,14 @@ def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
     if head_dim not in PA8_TMA_HEAD_DIMS:
         return base
     return base + (PA8_TMA_VARIANTS_D256 if head_dim == 256 else PA8_TMA_VARIANTS)
+
+
+def pa_tma_applies(head_dim: int, block_size: int, device: "DeviceInfo | None" = None) -> bool:
+    """Whether the 16-bit TMA decode kernels address this shape (the C launcher's static check,
+    onnx_fuse_paged_attention_tma_supported, less the driver query and the variant)."""
+    cc = (device or H200).compute_capability
+    return (head_dim in PA_TMA_HEAD_DIMS and block_size >= 8 and block_size & (block_size - 1) == 0
+            and cc >= (9, 0))
 
 
 def pa8_tma_applies(head_dim: int, block_size: int, device: "DeviceInfo | None" = None) -> bool:
@@ -216,6 +261,8 @@ def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4, loa
     ``loads`` ("tma" for FA_WS_TMA) does not change it (the mbarriers are static)."""
     if (block_m, block_n, warps) == FA_WS:
         return 1024 + (block_m * head_dim + 3 * 2 * block_n * head_dim) * 2
+    if (block_m, block_n, warps) == FA_WS_TMA_N176[:3]:  # 2 stages of 176-key tiles
+        return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     if (block_m, block_n, warps) == FA_WGMMA_1WG:
         return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     dp = -(-head_dim // 64) * 64
@@ -238,7 +285,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     (the sm_90a build on Hopper): "wgmma" or "mma.sync"."""
     if compute_capability != (9, 0):
         return "mma.sync"
-    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA):
+    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_N176, FA_WS_TMA_PERSIST):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -248,7 +295,7 @@ def pa_smem_bytes(head_dim: int, warps: int, stages: int, bulk: int = 0) -> int:
     [bulk: mbarriers (128 B)] + Q tile + stages of K and V tiles (rows padded by 8 elements
     when bulk or when D is not a multiple of 64)."""
     row = head_dim + 8 if (bulk == 1 or head_dim % 64) else head_dim
-    return ((128 if bulk else 0) + (1024 if bulk == 2 else 0)
+    return ((128 if bulk else 0) + (1024 if bulk >= 2 else 0)
             + (16 * _tile_row(head_dim) + stages * 2 * 16 * warps * row) * 2)
 
 
@@ -263,6 +310,7 @@ class FusedAttentionPlan:
     block_n: int
     dtype_code: int
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
+    persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
 
     @property
     def ctas(self) -> int:
@@ -271,7 +319,8 @@ class FusedAttentionPlan:
     @property
     def variant(self) -> tuple:
         """The entry of ``fa_variants`` this plan runs."""
-        return (self.block_m, self.block_n, self.warps) + (("tma",) if self.tma else ())
+        return ((self.block_m, self.block_n, self.warps) + (("tma",) if self.tma else ())
+                + (("persistent",) if self.persistent else ()))
 
 
 def plan_fused_attention(
@@ -317,19 +366,26 @@ def plan_fused_attention(
         else:
             variant = FA_DEFAULT
     variant = tuple(variant)
-    if variant not in fa_variants(head_dim):
-        raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {fa_variants(head_dim)}")
+    compiled = fa_variants(head_dim) + fa_experimental_variants(head_dim, causal)
+    if variant not in compiled:
+        raise ValueError(f"variant {variant} not compiled for D={head_dim}"
+                         f"{' (causal)' if causal else ''}; choose one of {compiled}")
     bm, bn, warps = variant[:3]
-    tma = variant == FA_WS_TMA
+    tma = variant[3:4] == ("tma",)
+    persistent = variant == FA_WS_TMA_PERSIST
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
-    smem = fa_smem_bytes(head_dim, *variant)
+    smem = fa_smem_bytes(head_dim, *variant[:4])
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}{'t' if tma else ''}_{'causal' if causal else 'full'}"
+    suffix = ("t" if tma else "") + ("p" if persistent else "")
+    name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}{suffix}_{'causal' if causal else 'full'}"
+    grid = (math.ceil(seq_len / bm), num_heads, batch)
+    if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
+        grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
     return FusedAttentionPlan(
-        kernel=name, grid=(math.ceil(seq_len / bm), num_heads, batch), block=(32 * warps, 1, 1),
-        smem_bytes=smem, warps=warps, block_m=bm, block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma,
+        kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
+        block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent,
     )
 
 
@@ -445,6 +501,7 @@ def plan_paged_decode(
     if fp8:
         return _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant,
                          target_waves, ctas_per_sm, min_split_tokens, device, block_size)
+    ctas_per_sm_default = ctas_per_sm is None
     if ctas_per_sm is None:
         ctas_per_sm = 2
     if variant is None:
@@ -460,19 +517,25 @@ def plan_paged_decode(
         else:
             variant = PA_DEFAULT
     variant = tuple(variant)
-    if variant not in pa_variants(head_dim) + pa_tma_variants(head_dim):
-        raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of "
-                         f"{pa_variants(head_dim) + pa_tma_variants(head_dim)}")
+    compiled = pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
+    if variant not in compiled:
+        raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {compiled}")
     warps, stages, bulk = variant
-    if bulk == 2 and not pa8_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
-        bulk_ok = device.compute_capability >= (9, 0) and (4, stages, 1) in pa_variants(head_dim)
+    if bulk == 3 and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
+                      or device.compute_capability < (9, 0)):
+        raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
+                         f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
+    if bulk == 2 and not pa_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
+        bulk_ok = device.compute_capability >= (9, 0) and warps == 4 and (4, stages, 1) in pa_variants(head_dim)
         warps, stages, bulk = (4, stages, 1) if bulk_ok else (4, 3, 0)
     if bulk and device.compute_capability < (9, 0):
         raise ValueError(f"bulk-copy variant {variant} needs compute capability 9.0+")
     smem = pa_smem_bytes(head_dim, warps, stages, bulk)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    return _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't')[bulk]}",
+    if bulk == 3 and ctas_per_sm_default:  # shared memory bounds the occupancy of the large tiles
+        ctas_per_sm = max(1, min(2, device.smem_per_sm // (smem + 1024)))
+    return _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't', 'h')[bulk]}",
                           batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
                           ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
 
@@ -480,14 +543,16 @@ def plan_paged_decode(
 def _decode_launch(kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
                    ctas_per_sm, min_split_tokens, device, smem, warps, stages, **kind) -> PagedDecodePlan:
     """The split, grid and reduce launch of a decode kernel (16-bit or fp8 pool: both share the
-    reduce kernel and the workspace layout); ``kind``: bulk / kv_fp8 / tma."""
-    num_splits, part, ws = _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits,
+    reduce kernel and the workspace layout); ``kind``: bulk / kv_fp8 / tma. Head-group kernels
+    (bulk = 3) run one CTA per ``warps`` kv heads."""
+    groups = num_kv_heads // warps if kind.get("bulk") == 3 else num_kv_heads
+    num_splits, part, ws = _splits(batch, num_heads, groups, head_dim, ctx, num_splits,
                                    target_waves, ctas_per_sm, min_split_tokens, device)
     split = num_splits > 1
     return PagedDecodePlan(
         kernel=kernel,
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if split else None,
-        grid=(num_kv_heads, num_splits, batch), block=(32 * warps, 1, 1),
+        grid=(groups, num_splits, batch), block=(32 * warps, 1, 1),
         smem_bytes=smem, part_tokens=part, num_splits=num_splits, workspace_bytes=ws,
         reduce_grid=(num_heads, batch, 1) if split else None,
         reduce_block=(head_dim, 1, 1) if split else None,

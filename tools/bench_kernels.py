@@ -4,6 +4,9 @@
 
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
+On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``: m128n176w12t,
+176-key tiles at D = 128 without a mask; m128n128w12t_persistent, a persistent grid) are timed
+beside the planned m128n128w12t, marked "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
 On the two headline decode shapes (B64 H32/8 D128 and MQA B128 H16/1 D64, ctx 4096, block 16)
@@ -122,6 +125,10 @@ def main() -> int:
                     # experimental twin: 24 producer / 240 consumer registers (launcher loads = 3)
                     cands[f"ours {eng} m128n128w12t_r24 (experimental)"] = (
                         lambda: lib.fused_attention(q, k, v, out, causal=causal, variant=lp.FA_WS_TMA, loads=3), True)
+            if torch.cuda.get_device_capability() == (9, 0):
+                for var in lp.fa_experimental_variants(D, causal):  # never planned: timed beside w12t
+                    label = f"ours wgmma m{var[0]}n{var[1]}w{var[2]}t{''.join('_' + x for x in var[4:])} (experimental)"
+                    cands[label] = (lambda var=var: lib.fused_attention(q, k, v, out, causal=causal, variant=var), True)
             for name, be in (("torch FA2", SDPBackend.FLASH_ATTENTION), ("torch cuDNN", SDPBackend.CUDNN_ATTENTION)):
                 def f(be=be):
                     with sdpa_kernel([be]):
@@ -278,13 +285,15 @@ def main() -> int:
             cands = {}
             auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
             ws = torch.empty(max(1, 2 * 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
-            variants = lp.pa_variants(D) + lp.pa_tma_variants(D)  # (warps, stages, 0 | 1 bulk | 2 TMA)
+            # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups)
+            variants = lp.pa_variants(D) + lp.pa_tma_variants(D) + lp.pa_heads_variants(D, Hkv)
             for var in variants:
                 # split sweep on the two headline shapes (block 16, D 128 GQA and D 64 MQA) only
-                sweep = {1, 2, 2 * auto.num_splits} if bs == 16 and ctx == 4096 and D in (64, 128) and Hkv in (1, 8) else {1}
+                # (1-4 and twice the planned count: where the last wave of CTAs ends matters)
+                sweep = {1, 2, 3, 4, 2 * auto.num_splits} if bs == 16 and ctx == 4096 and D in (64, 128) and Hkv in (1, 8) else {1}
                 for sp in sorted({auto.num_splits} | sweep):
                     plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
-                    label = (f"ours paged w{plan.warps}s{plan.stages}{('', ' bulk', ' tma')[plan.bulk]} split={plan.num_splits}"
+                    label = (f"ours paged w{plan.warps}s{plan.stages}{('', ' bulk', ' tma', ' tma heads')[plan.bulk]} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
             cands["torch SDPA contiguous KV"] = (lambda: F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True), False)

@@ -29,6 +29,7 @@
 #include "cuda_check.cuh"
 #include "tensor_map.cuh"
 #include "wgmma.cuh"
+#include "wgmma_wide.cuh"
 
 namespace onnx_fuse {
 
@@ -791,6 +792,51 @@ struct FaDenseTmaRows : FaDenseRows<T> {
   int hq, hkv, b, s_len;                           // coordinates; s_len = S (rows in the tensor)
 };
 
+// Which (query tile, head, sequence) tiles a CTA of fa_ws_core runs. FaWsOneTile: its own
+// (blockIdx), once. A persistent Tiles type (FaDenseTmaTiles) gives count tiles, the CTA's
+// i-th in index(i) (past count: done), each one's rows and query block in at(t).
+template <typename Rows>
+struct FaWsTile {
+  Rows rows;
+  int m_block;
+};
+struct FaWsOneTile {
+  static constexpr bool kPersistent = false;
+  int count = 1;
+  __device__ __forceinline__ int index(int) const { return 0; }
+};
+
+// Persistent schedule of the experimental m128n128w12tp entries (grid = min(tiles, SMs)): tile t
+// is query block t % nm of head (t / nm) % Hq of sequence t / (nm * Hq), the heaviest block
+// first when causal; a head's query blocks are neighbours, so the CTAs running at one time share
+// their K/V in L2. The CTA's i-th tile comes from round i of gridDim.x tiles, in snake order
+// (CTA g takes position g in even rounds, gridDim.x - 1 - g in odd ones), which evens out the
+// causal tiles' unequal work without a dynamic scheduler.
+template <typename T, bool CAUSAL>
+struct FaDenseTmaTiles {
+  static constexpr bool kPersistent = true;
+  const T* q; const T* k; const T* v; T* o;
+  const int* seq_lens;
+  long long q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
+  const void* tq; const void* tk; const void* tv;
+  int S, Hq, Hkv, nm, count;  // nm: query blocks per (sequence, head); count = nm * Hq * B
+  __device__ __forceinline__ int index(int i) const {
+    const int G = gridDim.x, g = blockIdx.x;
+    return i * G + ((i & 1) ? G - 1 - g : g);
+  }
+  __device__ __forceinline__ FaWsTile<FaDenseTmaRows<T>> at(int t) const {
+    const int bh = t / nm, mi = t - bh * nm;
+    const int hq = bh % Hq, b = bh / Hq;
+    const int hkv = hq / (Hq / Hkv);
+    const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+    FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
+                            v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
+                            q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
+                           tq, tk, tv, hq, hkv, b, S};
+    return FaWsTile<FaDenseTmaRows<T>>{rows, CAUSAL ? nm - 1 - mi : mi};
+  }
+};
+
 // Paged rows loaded by TMA (fa_paged_prefill_tma): K/V tiles gathered block by block through
 // tensor maps over the pools viewed as (D, Hkv, num_blocks * block_size), one box of 64 columns
 // x 1 head x block_size rows per block and 64-column piece (128-byte swizzle; a block's rows
@@ -807,22 +853,36 @@ struct FaPagedTmaRows : FaPagedRows<T> {
 
 // PREGS: the producer warpgroup's registers after setmaxnreg (40, consumers 232; or 24,
 // consumers 240: FlashAttention-3's split, the experimental m128n128w12t_r24 entries). Either
-// way the pool is the 384 x 168 registers the CTA starts with.
-template <typename T, int D, bool CAUSAL, typename Rows, int PREGS = 40>
-__device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
+// way the pool is the 384 x 168 registers the CTA starts with. BNT / STT: keys per K/V tile and
+// stages (128 / 3; the experimental m128n176w12t entries: 176 / 2, TMA rows only).
+//
+// Tiles: FaWsOneTile, or a persistent schedule (the experimental m128n128w12tp entries, TMA rows
+// only): the CTA loops over its tiles with one set of barriers; the stage ring and the
+// consumers' turn order run on across tiles, and the producer loads the next tile's Q (once
+// both consumers have issued their last S = Q K^T of the current one: the "Q empty" barrier)
+// and K/V while the consumers finish the current tile's last P V and store its output.
+template <typename T, int D, bool CAUSAL, typename Rows, int PREGS = 40, int BNT = 128,
+          int STT = kWsStages, typename Tiles = FaWsOneTile>
+__device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
+                                           const Tiles& tiles = Tiles{}) {
 #if OF_WGMMA_OK
   constexpr int CREGS = PREGS == 24 ? 240 : 232;
   static_assert((PREGS == 40 || PREGS == 24) && 128 * PREGS + 256 * CREGS == 384 * 168,
                 "setmaxnreg split must use exactly the CTA's register pool");
   using Tr = MmaTraits<T>;
-  constexpr int BM = 128, BN = 128, ST = kWsStages, NT = 384, CPR = D / 8;
+  constexpr int BM = 128, BN = BNT, ST = STT, NT = 384, CPR = D / 8;
+  static_assert(BN == 128 || Rows::kTma, "wide key tiles: dense TMA rows only");
+  static_assert(BN % 16 == 0 && BN <= 256 && ST >= 2, "tile shape");
+  constexpr bool PERSIST = Tiles::kPersistent;
+  static_assert(!PERSIST || Rows::kTma, "persistent schedule: dense TMA rows only");
   constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
   using WG = wg::Mma<T, BN>;
   using WGO = wg::Mma<T, D>;
   static_assert(D == 64 || D == 128, "warp-specialized variant: D = 64 or 128");
 
   extern __shared__ unsigned char fa_smem[];
-  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST];  // Q, full[ST], empty[ST], V tail (TMA)
+  // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
+  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)];
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
   const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*TILE, V at + TILE
@@ -830,6 +890,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   const uint32_t full0 = smem_u32(&ws_bars[1]);
   const uint32_t empty0 = smem_u32(&ws_bars[1 + ST]);
   const uint32_t vtail = smem_u32(&ws_bars[1 + 2 * ST]);
+  const uint32_t qempty = smem_u32(&ws_bars[1 + 2 * ST + (PERSIST ? 1 : 0)]);  // persistent only
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
@@ -838,7 +899,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   const int QL = rows.q_len, KL = rows.kv_len, OFF = rows.causal_off;
   const int n_end = CAUSAL ? min(KL, m0 + BM + OFF) : KL;
 
-  if (m0 >= QL || n_end <= 0) {  // no valid row, or no visible key: zeros where we own rows
+  if (!PERSIST && (m0 >= QL || n_end <= 0)) {  // no valid row or visible key: zeros where we own rows
     for (int c = tid; c < BM * CPR; c += NT) {
       int r = c / CPR, cc = c % CPR;
       if (m0 + r < rows.q_store)
@@ -847,6 +908,25 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
     return;
   }
   const int n_tiles = (n_end + BN - 1) / BN;
+
+  // The tile loop (one pass unless PERSIST): geometry of the CTA's tile t.
+  struct Geom {
+    FaWsTile<Rows> tl;
+    int m0, n_tiles;
+    bool skip;  // no valid row or no visible key: the consumers store zeros (PERSIST only)
+  };
+  auto geom = [&](int t) -> Geom {
+    if constexpr (PERSIST) {
+      const FaWsTile<Rows> tl = tiles.at(t);
+      const int gm0 = tl.m_block * BM, gql = tl.rows.q_len, gkl = tl.rows.kv_len;
+      const int gend = CAUSAL ? min(gkl, gm0 + BM + tl.rows.causal_off) : gkl;
+      const bool skip = gm0 >= gql || gend <= 0;
+      return Geom{tl, gm0, skip ? 0 : (gend + BN - 1) / BN, skip};
+    } else {
+      return Geom{FaWsTile<Rows>{rows, m_block}, m0, n_tiles, false};
+    }
+  };
+  const int n_rounds = PERSIST ? (tiles.count + (int)gridDim.x - 1) / (int)gridDim.x : 1;
 
   // Q and full barriers: one arrival per producer thread (cp.async), or one arrival plus the
   // copies' byte count (TMA). Empty barriers: every consumer thread once its PV is done.
@@ -859,6 +939,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
       mbar_init(empty0 + 8 * s, 256);
     }
     mbar_init(vtail, 1);
+    if constexpr (PERSIST) mbar_init(qempty, 256);
     mbar_fence_init();
   }
   __syncthreads();
@@ -948,46 +1029,62 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
         wg::tma_prefetch_desc(rows.tq);
         wg::tma_prefetch_desc(rows.tk);
         wg::tma_prefetch_desc(rows.tv);
-        mbar_arrive_expect_tx(qbar, BM * D * 2);
-#pragma unroll
-        for (int cb = 0; cb < NB; ++cb)
-          wg::tma_load_4d(sQ + cb * BM * 128, rows.tq, cb * 64, rows.hq, m0, rows.b, qbar);
       }
-      for (int j = 0; j < n_tiles; ++j) {
-        const int n0 = j * BN;
-        const uint32_t full = full0 + 8 * (j % ST);
-        const uint32_t dk = sKV + (j % ST) * 2 * TILE;
-        const uint32_t dv = dk + TILE;
-        // Rows [KL, S) of the last tile hold real data (NaN / Inf possible) that the mask turns
-        // into P = 0 but 0 * Inf = NaN in P V: that tile's V lands on its own barrier first and
-        // the warp zeroes those rows before the stage is published. K needs nothing (S is masked).
-        const bool tail = j == n_tiles - 1 && n0 + BN > KL && KL < rows.s_len;
+      int kv_base = 0, it = 0, tails = 0;  // K/V tiles, tiles and tail fix-ups so far (PERSIST)
+      for (int i = 0; i < n_rounds; ++i) {
+        const int t = tiles.index(i);
+        if (PERSIST && t >= tiles.count) break;
+        const Geom gm = geom(t);
+        if (gm.skip) continue;
+        const Rows& rw = gm.tl.rows;
+        const int KL = rw.kv_len, n_tiles = gm.n_tiles;
         if (lane == 0) {
-          if (j >= ST) mbar_wait_parity(empty0 + 8 * (j % ST), ((j / ST) - 1) & 1);
-          if (!tail) {
-            mbar_arrive_expect_tx(full, 2 * TILE);
-          } else {
-            wg::mbar_expect_tx(full, TILE);  // K only; the arrival comes after the V fix-up
-            mbar_arrive_expect_tx(vtail, TILE);
+          if (PERSIST && it > 0) mbar_wait_parity(qempty, (it - 1) & 1);
+          mbar_arrive_expect_tx(qbar, BM * D * 2);
+#pragma unroll
+          for (int cb = 0; cb < NB; ++cb)
+            wg::tma_load_4d(sQ + cb * BM * 128, rw.tq, cb * 64, rw.hq, gm.m0, rw.b, qbar);
+        }
+        for (int j = 0; j < n_tiles; ++j) {
+          const int c = kv_base + j;  // the stage ring counts K/V tiles across the CTA's tiles
+          const int n0 = j * BN;
+          const uint32_t full = full0 + 8 * (c % ST);
+          const uint32_t dk = sKV + (c % ST) * 2 * TILE;
+          const uint32_t dv = dk + TILE;
+          // Rows [KL, S) of the last tile hold real data (NaN / Inf possible) that the mask turns
+          // into P = 0 but 0 * Inf = NaN in P V: that tile's V lands on its own barrier first and
+          // the warp zeroes those rows before the stage is published. K needs nothing (S is masked).
+          const bool tail = j == n_tiles - 1 && n0 + BN > KL && KL < rw.s_len;
+          if (lane == 0) {
+            if (c >= ST) mbar_wait_parity(empty0 + 8 * (c % ST), ((c / ST) - 1) & 1);
+            if (!tail) {
+              mbar_arrive_expect_tx(full, 2 * TILE);
+            } else {
+              wg::mbar_expect_tx(full, TILE);  // K only; the arrival comes after the V fix-up
+              mbar_arrive_expect_tx(vtail, TILE);
+            }
+#pragma unroll
+            for (int cb = 0; cb < NB; ++cb)
+              wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0, rw.b, full);
+#pragma unroll
+            for (int cb = 0; cb < NB; ++cb)
+              wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0, rw.b,
+                              tail ? vtail : full);
           }
-#pragma unroll
-          for (int cb = 0; cb < NB; ++cb)
-            wg::tma_load_4d(dk + cb * BN * 128, rows.tk, cb * 64, rows.hkv, n0, rows.b, full);
-#pragma unroll
-          for (int cb = 0; cb < NB; ++cb)
-            wg::tma_load_4d(dv + cb * BN * 128, rows.tv, cb * 64, rows.hkv, n0, rows.b,
-                            tail ? vtail : full);
+          if (tail) {  // warp-uniform
+            __syncwarp();
+            mbar_wait_parity(vtail, tails & 1);  // once per CTA unless PERSIST
+            ++tails;
+            const int r0 = KL - n0;  // 0 < r0 < BN
+            for (int c2 = lane; c2 < (BN - r0) * CPR; c2 += 32)
+              wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c2 / CPR, c2 % CPR));
+            wg::fence_proxy_async();  // generic stores -> wgmma (async proxy) reads
+            __syncwarp();
+            if (lane == 0) wg::mbar_arrive(full);
+          }
         }
-        if (tail) {  // warp-uniform
-          __syncwarp();
-          mbar_wait_parity(vtail, 0);  // used once per CTA: phase 0
-          const int r0 = KL - n0;      // 0 < r0 < BN
-          for (int c = lane; c < (BN - r0) * CPR; c += 32)
-            wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c / CPR, c % CPR));
-          wg::fence_proxy_async();  // generic stores -> wgmma (async proxy) reads
-          __syncwarp();
-          if (lane == 0) wg::mbar_arrive(full);
-        }
+        kv_base += n_tiles;
+        ++it;
       }
       return;
     }
@@ -1047,8 +1144,29 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   const int g = lane >> 2;
   const int t4 = lane & 3;
   const int wrow = cw * 64 + warp * 16;
-  const int row0 = m0 + wrow + g;
   const int my_bar = 1 + cw, other_bar = 2 - cw;
+
+  // Turn order: consumer 0 first. Barrier `my_bar` completes when this warpgroup syncs on it
+  // and the other one has arrived; consumer 1 skips its last arrive so the counts match (with
+  // PERSIST it never skips and consumer 0 syncs once more after its last tile).
+  if (cw == 1) wg::bar_arrive(1, 256);
+  int kv_base = 0, it = 0;  // K/V tiles and tiles so far (PERSIST)
+  for (int i = 0; i < n_rounds; ++i) {
+  const int t = tiles.index(i);
+  if (PERSIST && t >= tiles.count) break;
+  const Geom gm = geom(t);
+  const Rows& rows = gm.tl.rows;
+  const int m0 = gm.m0, n_tiles = gm.n_tiles;
+  const int QL = rows.q_len, KL = rows.kv_len, OFF = rows.causal_off;
+  if (PERSIST && gm.skip) {  // no valid row or no visible key: zeros where we own rows
+    for (int c = tid - 128; c < BM * CPR; c += 256) {
+      const int r = c / CPR, cc = c % CPR;
+      if (m0 + r < rows.q_store)
+        *reinterpret_cast<uint4*>(rows.o_row(m0 + r) + cc * 8) = make_uint4(0, 0, 0, 0);
+    }
+    continue;
+  }
+  const int row0 = m0 + wrow + g;
 
   float acc[D / 8][4];
 #pragma unroll
@@ -1058,7 +1176,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   uint32_t pa[BN / 16][4];
 
   auto issue_s = [&](float (&sacc)[BN / 8][4], int tile) {
-    const uint32_t tk = sKV + (tile % ST) * 2 * TILE;
+    const uint32_t tk = sKV + ((kv_base + tile) % ST) * 2 * TILE;
     wg::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -1123,11 +1241,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
     }
   };
 
-  // Turn order: consumer 0 first. Barrier `my_bar` completes when this warpgroup syncs on it
-  // and the other one has arrived; consumer 1 skips its last arrive so the counts match.
-  if (cw == 1) wg::bar_arrive(1, 256);
-  mbar_wait_parity(qbar, 0);
-  mbar_wait_parity(full0, 0);
+  mbar_wait_parity(qbar, it & 1);
+  mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
   {
     float s0[BN / 8][4];
     wg::bar_sync(my_bar, 256);
@@ -1141,7 +1256,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
     finish(s0, alpha);
   }
   auto pv = [&](int tile) {  // O += P V of `tile`, one wgmma group
-    const uint32_t tv = sKV + (tile % ST) * 2 * TILE + TILE;
+    const uint32_t tv = sKV + ((kv_base + tile) % ST) * 2 * TILE + TILE;
     wg::fence_acc(acc);
     wg::fence();
 #pragma unroll
@@ -1164,7 +1279,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
   // wait_group 1 leaves in flight and serializes every wgmma (warning C7514).
   for (int j = 0; j + 1 < n_tiles; ++j) {
     float s_nxt[BN / 8][4];
-    mbar_wait_parity(full0 + 8 * ((j + 1) % ST), ((j + 1) / ST) & 1);
+    const int c = kv_base + j + 1;
+    mbar_wait_parity(full0 + 8 * (c % ST), (c / ST) & 1);
     wg::bar_sync(my_bar, 256);
     issue_s(s_nxt, j + 1);
     wg::commit();
@@ -1176,17 +1292,18 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
     softmax(s_nxt, j + 1, alpha);
     wg::wait0();
     pv_done();
-    wg::mbar_arrive(empty0 + 8 * (j % ST));
+    wg::mbar_arrive(empty0 + 8 * ((kv_base + j) % ST));
     finish(s_nxt, alpha);
   }
   {
     const int j = n_tiles - 1;
+    if constexpr (PERSIST) wg::mbar_arrive(qempty);  // every S = Q K^T of this tile is done
     wg::bar_sync(my_bar, 256);
     pv(j);
-    if (cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
+    if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
     wg::wait0();
     pv_done();
-    wg::mbar_arrive(empty0 + 8 * (j % ST));
+    wg::mbar_arrive(empty0 + 8 * ((kv_base + j) % ST));
   }
 
 #pragma unroll
@@ -1205,6 +1322,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2) {
         *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
       }
     }
+  }
+  kv_base += n_tiles;
+  ++it;
+  }  // tile loop
+  if constexpr (PERSIST) {
+    if (cw == 0) wg::bar_sync(1, 256);  // consumer 1's last arrive
   }
 #endif
 }
@@ -1233,8 +1356,9 @@ __device__ __forceinline__ void fa_fwd_ws_body(
 }
 
 // m128n128w12t: the warp-specialized body with a TMA producer. tq / tk / tv: tensor maps over Q,
-// K, V (4-D: D, H, S, B; boxes 64 x 1 x 128 x 1, 128-byte swizzle) built by the host launcher.
-template <typename T, int D, bool CAUSAL, int PREGS = 40>
+// K, V (4-D: D, H, S, B; boxes 64 x 1 x 128 x 1, 128-byte swizzle; K / V boxes of BNT rows)
+// built by the host launcher.
+template <typename T, int D, bool CAUSAL, int PREGS = 40, int BNT = 128, int STT = kWsStages>
 __device__ __forceinline__ void fa_fwd_ws_tma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1249,13 +1373,34 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                           v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                           q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
                          tq, tk, tv, hq, hkv, b, S};
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT>(rows, scale_log2);
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
   // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
   if (threadIdx.x >= 256) return;
   fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+#endif
+}
+
+// m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
+template <typename T, int D, bool CAUSAL>
+__device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
+    long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
+    long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
+    float scale_log2, const void* tq, const void* tk, const void* tv, int B) {
+#if OF_WGMMA_OK
+  const int nm = (S + 127) / 128;
+  const FaDenseTmaTiles<T, CAUSAL> tiles{q, k, v, o, seq_lens, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh,
+                                         v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, tq, tk, tv, S, Hq,
+                                         Hkv, nm, nm * Hq * B};
+  // rows of tile 0: only its tensor-map addresses are read (the same for every tile)
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, 40, 128, kWsStages, FaDenseTmaTiles<T, CAUSAL>>(
+      tiles.at(0).rows, scale_log2, tiles);
+#else
+  __trap();  // the launcher takes this entry on compute capability 9.x only
 #endif
 }
 
@@ -1356,6 +1501,7 @@ using onnx_fuse::fa_fwd_body;
 using onnx_fuse::fa_fwd_entry;
 using onnx_fuse::fa_fwd_ws_body;
 using onnx_fuse::fa_fwd_ws_tma_body;
+using onnx_fuse::fa_fwd_ws_tma_persistent_body;
 using onnx_fuse::fa_paged_prefill_body;
 using onnx_fuse::fa_paged_prefill_tma_body;
 using onnx_fuse::fa_fwd_wgmma_body;
@@ -1469,6 +1615,38 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                  \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false)   \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true)
+// Experimental m128n176w12t (launcher block_n = 176, D = 128, no mask; benchmarked beside
+// m128n128w12t, not planned): 176-key tiles in 2 stages (FlashAttention-3's hdim-128 tile),
+// 24 producer / 240 consumer registers (S 88 + P 44 + O 64 accumulators per thread live at
+// once in the steady state). Causal stays on 128-key tiles (more of a 176-key tile would be
+// masked on the diagonal).
+#define OF_FA_WSTW_KERNEL(NAME, T, D, CAUSAL)                                                    \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, 24, 176, 2>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
+                                                 q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
+                                                 o_ss, o_sh, scale_log2, &tq, &tk, &tv);        \
+  }
+// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned):
+// the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the maps.
+#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) { \
+    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
+                                                q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
+                                                o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);     \
+  }
+#define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -1489,6 +1667,9 @@ OF_FA_WST_KERNELS_D(f16, __half, 64)
 OF_FA_WST_KERNELS_D(f16, __half, 128)
 OF_FA_WSTR_KERNELS_D(f16, __half, 64)
 OF_FA_WSTR_KERNELS_D(f16, __half, 128)
+OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_f16_d128_m128n176w12t_full, __half, 128, false)
+OF_FA_WSTP_KERNELS_D(f16, __half, 64)
+OF_FA_WSTP_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1501,6 +1682,9 @@ OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_full, __nv_bfloat16, 128, false)
+OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1593,7 +1777,17 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-FaTmaKernelFn pick_tma(int dtype, int D, bool causal, bool r24) {
+// kind: 0 = m128n128w12t, 1 = its r24 twin, 2 = m128n176w12t (D = 128, no mask).
+FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
+  const bool r24 = kind == 1;
+  if (kind == 2) {
+    if (D != 128 || causal) return nullptr;
+    if (dtype == onnx_fuse::kFloat16)
+      return reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_f16_d128_m128n176w12t_full);
+    if (dtype == onnx_fuse::kBFloat16)
+      return reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_full);
+    return nullptr;
+  }
 #define OF_PICK_T(DTN, DD)                                                                  \
   if (D == DD && r24)                                                                       \
     return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_r24_causal) \
@@ -1610,6 +1804,25 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, bool r24) {
   return nullptr;
 }
 
+using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
+                                int, long long, long long, long long, long long, long long,
+                                long long, long long, long long, long long, long long, long long,
+                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
+
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
+#define OF_PICK_TP(DTN, DD)                                                                 \
+  if (D == DD)                                                                              \
+    return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
+                  : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_full);
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PICK_TP(f16, 64) OF_PICK_TP(f16, 128)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PICK_TP(bf16, 64) OF_PICK_TP(bf16, 128)
+  }
+#undef OF_PICK_TP
+  return nullptr;
+}
+
 using onnx_fuse::EncodeTiledFn;  // tensor_map.cuh
 using onnx_fuse::encode_tiled;
 
@@ -1617,13 +1830,14 @@ using onnx_fuse::encode_tiled;
 // m128n128w12t producer: 4-D (D, H, S, B), boxes of 64 columns x 1 head x 128 rows x 1 sequence,
 // 128-byte swizzle, out-of-bounds rows (past S) read as zeros. False when TMA cannot address it:
 // a base not 16-byte aligned, a stride that is not positive (a broadcast), a multiple of 16
-// bytes and below 2^40 bytes (size-1 axes excepted), fewer rows than a box (S < 128: boxes
+// bytes and below 2^40 bytes (size-1 axes excepted), fewer rows than a box (S < box_rows: boxes
 // larger than the tensor are reported to fault, and such problems are small), or the driver
-// refusing the map.
+// refusing the map. box_rows: 128, or 176 for the K / V maps of m128n176w12t.
 bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, int H, int D,
-                   long long sb, long long ss, long long sh) {
+                   long long sb, long long ss, long long sh, int box_rows = 128) {
   const EncodeTiledFn enc = encode_tiled();
-  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < 128 || D < 64) return false;
+  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < box_rows || D < 64)
+    return false;
   const long long dims[3] = {H, S, B}, strides[3] = {sh, ss, sb};
   cuuint64_t gdim[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
   cuuint64_t gstride[3];
@@ -1634,7 +1848,7 @@ bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, 
     gstride[i] = (cuuint64_t)bytes;
     natural = bytes * dims[i];
   }
-  const cuuint32_t box[4] = {64, 1, 128, 1}, elem[4] = {1, 1, 1, 1};
+  const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1}, elem[4] = {1, 1, 1, 1};
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return enc(map, dt, 4, const_cast<void*>(base), gdim, gstride, box, elem,
@@ -1751,8 +1965,10 @@ extern "C" {
 // wgmma variants (8 warps): tiles padded to a multiple of 64 columns, 1 KiB alignment slack, 3
 // stages for the pipelined one (64-key tiles, D <= 128). mma.sync: rows padded to tile_row<D>.
 int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n, int warps) {
-  if (warps == 12)  // warp-specialized wgmma, 3 stages (D = 64, 128)
-    return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;
+  if (warps == 12) {  // warp-specialized wgmma, 3 stages (D = 64, 128); 2 with 176-key tiles
+    const int stages = block_n == 176 ? 2 : onnx_fuse::kWsStages;
+    return 1024 + (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;
+  }
   if (warps == 4 && block_m == 64 && block_n == 128)  // wgmma, one warpgroup (D = 64)
     return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
   if (warps == 8 && block_m == onnx_fuse::kWgBM) {
@@ -1783,7 +1999,11 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // capability 9.x, S >= 128, 16-byte-aligned Q/K/V bases and positive strides, else
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
 // experimental m128n128w12t_r24 entries (24 producer / 240 consumer registers), for the
-// benchmark. Returns 0 or a cudaError_t code.
+// benchmark. (128, 176, 12), D = 128 without a mask only: the experimental m128n176w12t (TMA,
+// 176-key tiles, 2 stages), loads 1 or 2 (2: where TMA cannot address the tensors, S < 176
+// included, the cp.async m128n128w12 runs instead). loads 4 (with (128, 128, 12)): the
+// experimental m128n128w12tp, the TMA body on a persistent grid of min(tiles, SMs) CTAs (TMA
+// rules as loads 1). Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -1797,20 +2017,27 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 3);
-  OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
+  OF_REQUIRE(loads >= 0 && loads <= 4);
+  const bool wide = block_m == 128 && block_n == 176 && warps == 12;
+  OF_REQUIRE(!wide || ((loads == 1 || loads == 2) && D == 128 && !causal));
+  OF_REQUIRE(loads == 0 || (block_m == 128 && (block_n == 128 || (wide && loads <= 2)) && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
   OF_REQUIRE(B <= 65535 && Hq <= 65535);
   OF_REQUIRE(q && k && v && o);
   OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
-  FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
+  // the wide variant's fallback (loads 2) is the cp.async 128-key body
+  FaKernelFn fn = pick(dtype, D, block_m, wide ? 128 : block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
-  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, wide ? 128 : block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, loads == 3);
+    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, wide ? 2 : (loads == 3 ? 1 : 0));
+    const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
+    OF_REQUIRE(loads != 4 || pfn != nullptr);
+    const int kv_box = wide ? 176 : 128;
+    const int tsmem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
     OF_REQUIRE(tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
@@ -1818,13 +2045,26 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     CUtensorMap tq, tk, tv;
     const bool tma_rules_met = major == 9 &&
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
-                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
-                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
+                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, kv_box) &&
+                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh, kv_box);
     OF_REQUIRE(tma_rules_met || loads == 2);  // 2: fall back to the cp.async producer below
+    if (tma_rules_met && pfn != nullptr) {
+      int sms = 0;
+      OF_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      const long long tiles = (long long)grid.x * Hq * B;
+      OF_REQUIRE(tiles < (1ll << 30));
+      OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(pfn),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, tsmem));
+      pfn<<<(unsigned)(tiles < sms ? tiles : sms), 384, tsmem, stream>>>(
+          q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,
+          o_sb, o_ss, o_sh, scale * onnx_fuse::kLog2e, tq, tk, tv, B);
+      OF_CUDA_CHECK_LAUNCH();
+      return 0;
+    }
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, tsmem));
+      tfn<<<grid, 384, tsmem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                        k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                        scale * onnx_fuse::kLog2e, tq, tk, tv);
       OF_CUDA_CHECK_LAUNCH();

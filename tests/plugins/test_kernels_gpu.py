@@ -218,6 +218,76 @@ def test_fused_attention_tma_r24_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype, loads=3)
 
 
+# Experimental m128n176w12t (176-key tiles, 2 stages; D = 128 without a mask): tiles that end past
+# seq_len, past S, exactly at S, one and several tiles.
+FA_N176 = (128, 176, 12, "tma")
+FA_N176_CASES = [
+    (1, 176, 2, 1, 128, False, None, FA_N176),
+    (2, 352, 4, 4, 128, False, None, FA_N176),
+    (2, 515, 4, 1, 128, False, [515, 260], FA_N176),
+    (1, 1000, 8, 8, 128, False, None, FA_N176),
+    (4, 180, 12, 4, 128, False, [180, 177, 17, 2], FA_N176),
+    (2, 700, 8, 2, 128, False, [700, 385], FA_N176),
+    (3, 200, 6, 3, 128, False, [200, 1, 0], FA_N176),
+    (1, 4096, 2, 1, 128, False, [3000], FA_N176)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_N176_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-tma-n176".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
+def test_fused_attention_tma_n176_matches_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
+# Experimental m128n128w12tp (the TMA body on a persistent grid of min(tiles, SMs) CTAs): the TMA
+# cases, plus ones with several rounds of tiles per CTA (over 132 tiles), empty sequences (tiles
+# that only store zeros) and ragged lengths, so stage phases, the Q-empty barrier, the V-tail
+# barrier and the consumers' turn order all carry across tiles.
+FA_PERSIST = (128, 128, 12, "tma", "persistent")
+FA_PERSIST_CASES = [c[:7] + (FA_PERSIST,) for c in FA_TMA_CASES] + [
+    (3, 520, 64, 8, 128, True, [520, 0, 300], FA_PERSIST),
+    (3, 520, 64, 8, 128, False, [130, 520, 0], FA_PERSIST),
+    (2, 768, 80, 8, 64, False, [768, 500], FA_PERSIST),
+    (2, 768, 80, 80, 64, True, None, FA_PERSIST)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_PERSIST_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-tma-persistent".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
+def test_fused_attention_tma_persistent_matches_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
+def test_fused_attention_tma_n176_fallback_and_refusals(lib):
+    """S < 176 (a K/V box would exceed the tensor): asked for by name the launcher refuses; with
+    loads = 2 it runs the cp.async m128n128w12 and matches. A causal launch of block_n = 176 is
+    refused (no such entry) and the planner refuses the variant with a mask."""
+    _need_sm90()
+    from onnx_fuse.plugins import launch_plan as lp
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    B, S, Hq, Hkv, D = 2, 150, 4, 2, 128
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    q, k, v = (_rand((B, S, h, D), torch.float16, gen) for h in (Hq, Hkv, Hkv))
+    out = torch.full_like(q, float("nan"))
+    with pytest.raises(KernelError):
+        lib.fused_attention(q, k, v, out, variant=FA_N176)
+    torch.cuda.synchronize()
+    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
+    call = lambda causal, loads: lib._lib.onnx_fuse_fused_attention_fwd(  # noqa: E731
+        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
+        1.0 / D**0.5, causal, 128, 176, 12, loads, torch.cuda.current_stream().cuda_stream)
+    assert call(0, 2) == 0
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[torch.float16]
+    assert call(1, 2) != 0 and call(0, 0) != 0 and call(0, 3) != 0
+    with pytest.raises(ValueError):
+        lp.plan_fused_attention(B, S, Hq, Hkv, D, causal=True, variant=FA_N176)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -237,13 +307,15 @@ def test_fused_attention_tma_inf_padding(lib, dtype, D, causal):
         v[b, L:] = float("inf")
         v[b, L + 1::3] = float("-inf")
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    out = torch.full_like(q, float("nan"))
-    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=FA_TMA)
-    torch.cuda.synchronize()
     expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    assert _rel_err(out, expect) < TOL[dtype]
-    for b, L in enumerate(lens):
-        assert torch.count_nonzero(out[b, L:]).item() == 0
+    variants = [FA_TMA, FA_PERSIST] + ([FA_N176] if D == 128 and not causal else [])
+    for variant in variants:
+        out = torch.full_like(q, float("nan"))
+        lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
+        torch.cuda.synchronize()
+        assert _rel_err(out, expect) < TOL[dtype], variant
+        for b, L in enumerate(lens):
+            assert torch.count_nonzero(out[b, L:]).item() == 0, variant
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -257,11 +329,13 @@ def test_fused_attention_tma_strided_packed_qkv(lib, dtype):
     q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:]
     lens = [390, 200]
     out = torch.full((B, Hq, S, D), float("nan"), dtype=dtype, device="cuda").transpose(1, 2)
-    lib.fused_attention(q, k, v, out, seq_lens=torch.tensor(lens, dtype=torch.int32, device="cuda"),
-                        causal=True, variant=FA_TMA)
-    torch.cuda.synchronize()
     expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=True, out_dtype=np.float64)
-    assert _rel_err(out, expect) < TOL[dtype]
+    for variant in (FA_TMA, FA_PERSIST):
+        out.fill_(float("nan"))
+        lib.fused_attention(q, k, v, out, seq_lens=torch.tensor(lens, dtype=torch.int32, device="cuda"),
+                            causal=True, variant=variant)
+        torch.cuda.synchronize()
+        assert _rel_err(out, expect) < TOL[dtype], variant
 
 
 @pytest.mark.parametrize("S", [300, 77], ids=["broadcast-kv", "short"])
@@ -279,8 +353,9 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
     k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
-    with pytest.raises(KernelError):
-        lib.fused_attention(q, k, v, out, variant=FA_TMA)
+    for variant in (FA_TMA, FA_PERSIST):  # the experimental persistent entry has no fallback
+        with pytest.raises(KernelError):
+            lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     rc = lib._lib.onnx_fuse_fused_attention_fwd(
@@ -367,17 +442,19 @@ def test_paged_decode_variants(lib, variant, splits, D):
 def _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, seed):
     from onnx_fuse.plugins import launch_plan as lp
 
-    if variant not in lp.pa_tma_variants(D):
-        pytest.skip(f"TMA variant {variant} is not compiled for D={D}")
-    assert lib.tma_supported(D, bs, variant[0], variant[1])  # the GPU tests run on sm_90
+    if variant not in lp.pa_tma_variants(D) + lp.pa_heads_variants(D, Hkv):
+        pytest.skip(f"TMA variant {variant} is not compiled for D={D} (or Hkv={Hkv})")
+    heads = variant[2] == 3  # head groups: the launcher refuses (no fallback) what it cannot run
+    assert heads or lib.tma_supported(D, bs, variant[0], variant[1])  # the GPU tests run on sm_90
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("tma", seed)).encode()))
     k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
+    assert heads or (lib.tma_map_ok(k_pool) and lib.tma_map_ok(v_pool))  # else the launcher would not run TMA
     q = _rand((B, Hq, D), dtype, gen)
     out = torch.full_like(q, float("nan"))
     plan = lib.paged_decode(q, k_pool, v_pool, tables, torch.tensor(lens, dtype=torch.int32, device="cuda"), out,
                             num_splits=splits, variant=variant)
     torch.cuda.synchronize()
-    assert plan.bulk == 2 and plan.kernel.endswith(f"w{variant[0]}s{variant[1]}t")
+    assert plan.bulk == variant[2] and plan.kernel.endswith(f"w{variant[0]}s{variant[1]}{'h' if heads else 't'}")
     expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
                                  np.array(lens), out_dtype=np.float64)
     err = _rel_err(out, expect)
@@ -388,27 +465,66 @@ def _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", [c for c in PA_CASES if c[3] in (64, 128, 256)],
-                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
+@pytest.mark.parametrize("case", PA_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
 def test_paged_decode_tma_matches_reference(lib, case, dtype):
     B, Hq, Hkv, D, bs, lens, splits = case
     _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (4, 3, 2), dtype, case)
 
 
-@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2)],
+                         ids=lambda v: f"w{v[0]}s{v[1]}t")
 @pytest.mark.parametrize("splits", [1, None, 5])
-@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("D", [64, 80, 96, 128, 256])
 def test_paged_decode_tma_variants(lib, variant, splits, D):
     _tma_check(lib, 3, 24, 4, D, 16, [1500, 47, 0], splits, variant, torch.float16, (variant, splits, D))
 
 
 @pytest.mark.parametrize("bs", [8, 32, 64, 128, 256])
 @pytest.mark.parametrize("splits", [1, 5])
-def test_paged_decode_tma_block_sizes(lib, bs, splits):
+@pytest.mark.parametrize("D", [128, 80])
+def test_paged_decode_tma_block_sizes(lib, bs, splits, D):
     # blocks smaller than, equal to and larger than the 64-row box; 5 splits of 1500 tokens start
-    # at 320, 640, ... (mid-block for blocks of 128 and 256 tokens)
-    _tma_check(lib, 3, 16, 2, 128, bs, [1500, 200, 9], splits, (4, 3, 2), torch.bfloat16, (bs, splits))
+    # at 320, 640, ... (mid-block for blocks of 128 and 256 tokens); D = 80: padded unswizzled boxes
+    seed = (bs, splits) if D == 128 else (bs, splits, D)
+    _tma_check(lib, 3, 16, 2, D, bs, [1500, 200, 9], splits, (4, 3, 2), torch.bfloat16, seed)
 
+
+
+# Head-group decode (variants (warps, stages, 3), sm_90): one CTA per group of `warps` kv heads,
+# tiles of 16 tokens of all of them; the reference cases whose shapes it takes, then every variant
+# on ragged lengths (an empty sequence included) with and without splits.
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", [c for c in PA_CASES if c[3] in (64, 128) and c[2] % 4 == 0 and c[4] >= 16],
+                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
+def test_paged_decode_heads_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, lens, splits = case
+    _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (4, 3, 3), dtype, ("heads", case))
+
+
+@pytest.mark.parametrize("variant", [(4, 3, 3), (4, 4, 3), (8, 2, 3), (8, 3, 3)], ids=lambda v: f"w{v[0]}s{v[1]}h")
+@pytest.mark.parametrize("splits", [1, None, 5])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("bs", [16, 128])
+def test_paged_decode_heads_variants(lib, variant, splits, D, bs):
+    _tma_check(lib, 3, 32, 8, D, bs, [1500, 47, 0], splits, variant, torch.float16, ("heads", variant, splits, D, bs))
+
+
+def test_paged_decode_heads_refuses(lib):
+    """What the head-group launcher cannot run (Hkv not a multiple of the group, block 8) is refused
+    by the plan, and by the C launcher when called directly."""
+    from onnx_fuse.plugins import launch_plan as lp
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    k_pool, v_pool, tables = _make_pool(2, 4, 128, 8, [100, 9], torch.float16, gen)
+    q = _rand((2, 8, 128), torch.float16, gen)
+    seq = torch.tensor([100, 9], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError):
+        lib.paged_decode(q, k_pool, v_pool, tables, seq, torch.empty_like(q), variant=(8, 2, 3))
+    plan = lp.plan_paged_decode(2, 8, 4, 128, 16, tables.shape[1], variant=(4, 3, 3), num_splits=1)
+    with pytest.raises(KernelError):  # block size 8 under a plan made for 16
+        lib.paged_decode(q, k_pool, v_pool, tables, seq, torch.empty_like(q), plan=plan)
+    torch.cuda.synchronize()
 
 def test_paged_decode_tma_falls_back(lib):
     """Block size 12: the planner and the C launcher both run the bulk variant of the same stages."""
@@ -416,8 +532,10 @@ def test_paged_decode_tma_falls_back(lib):
 
     from onnx_fuse.plugins import launch_plan as lp
 
-    assert not lib.tma_supported(128, 12, 4, 3) and not lib.tma_supported(96, 16, 4, 3)
+    assert not lib.tma_supported(128, 12, 4, 3) and not lib.tma_supported(96, 12, 4, 3)
+    assert lib.tma_supported(96, 16, 4, 3) and lib.tma_supported(80, 8, 8, 2)
     assert not lib.tma_supported(256, 16, 4, 4) and lib.tma_supported(256, 16, 4, 2)
+    assert not lib.tma_supported(256, 16, 8, 2)
     B, Hq, Hkv, D, bs, lens = 2, 16, 4, 128, 12, [300, 7]
     gen = torch.Generator(device="cuda").manual_seed(13)
     k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, torch.float16, gen)

@@ -117,7 +117,9 @@ def test_smem_formulas_match_the_launchers():
     assert lp.fa_smem_bytes(80, 128, 128, 8) == lp.fa_smem_bytes(128, 128, 128, 8)  # padded to 128
     assert lp.fa_smem_bytes(128, 128, 64, 8) == 1024 + (128 * 128 + 3 * 2 * 64 * 128) * 2
     assert lp.fa_smem_bytes(128, 128, 128, 12) == 1024 + (128 * 128 + 3 * 2 * 128 * 128) * 2
-    assert "return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;" in fa
+    assert "const int stages = block_n == 176 ? 2 : onnx_fuse::kWsStages;" in fa
+    assert "return 1024 + (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;" in fa
+    assert lp.fa_smem_bytes(128, 128, 176, 12) == 1024 + (128 * 128 + 2 * 2 * 176 * 128) * 2
     assert lp.fa_smem_bytes(256, 128, 64, 8) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
     assert lp.fa_smem_bytes(96, 128, 64, 4) == (128 + 4 * 64) * 104 * 2
     assert lp.fa_mma_smem_bytes(96, 64, 64) == (64 + 4 * 64) * 104 * 2
@@ -445,12 +447,49 @@ def test_pa_tma_variants_match_the_sources_and_plan():
     assert lp.plan_paged_decode(4, 8, 2, 128, 12, 64, variant=(4, 4, 2)).kernel == "onnx_fuse_pa_decode_f16_d128_w4s3"
     a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     assert lp.plan_paged_decode(4, 8, 2, 128, 16, 64, variant=(4, 3, 2), device=a100).kernel.endswith("_w4s3")
+    # D = 80, 96: unswizzled boxes into padded rows (the bulk path's row pitch, D + 8)
+    for d in (80, 96):
+        p = lp.plan_paged_decode(4, 8, 2, d, 16, 64, variant=(4, 3, 2))
+        assert p.kernel == f"onnx_fuse_pa_decode_f16_d{d}_w4s3t" and p.bulk == 2
+        assert p.smem_bytes == 128 + 1024 + (16 * (d + 8) + 3 * 2 * 64 * (d + 8)) * 2
+    # 8-warp TMA variants fall back like the C launcher: no 8-warp bulk form, so (4, 3, 0)
+    p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 2))
+    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2t" and p.block == (256, 1, 1)
+    assert lp.plan_paged_decode(4, 8, 2, 128, 12, 64, variant=(8, 3, 2)).kernel == "onnx_fuse_pa_decode_f16_d128_w4s3"
     with pytest.raises(ValueError):
-        lp.plan_paged_decode(4, 8, 2, 96, 16, 64, variant=(4, 3, 2))
+        lp.plan_paged_decode(4, 8, 2, 256, 16, 64, variant=(8, 2, 2))
     # the default plan at D = 128 is the TMA one (measured on the H200); D = 64 / 256 keep theirs
     assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256).bulk == 2
     assert lp.plan_paged_decode(64, 32, 8, 256, 16, 256).bulk == 1 and lp.plan_paged_decode(64, 32, 8, 64, 16, 256).bulk == 0
 
+
+
+def test_pa_heads_variants_match_the_sources_and_plan():
+    """Head-group decode (bulk = 3): the variant list and head sizes are the source's, the plan
+    runs one CTA per group of `warps` kv heads and refuses what the launcher refuses."""
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    x_re = r"X\(DTN, T, D, (\d+), (\d+)\)"
+    src = {tuple(map(int, m)) + (3,) for m in re.findall(x_re, _block(pa, "#define OF_PA_HEADS_VARIANTS("))}
+    ds = {int(d) for d in re.findall(r"^OF_PA_HEADS_VARIANTS\(OF_PA_HEADS_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M)}
+    assert src == set(lp.PA_HEADS_VARIANTS) and ds == set(lp.PA_HEADS_HEAD_DIMS)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        assert set(lp.pa_heads_variants(d)) == (src if d in ds else set()), d
+    assert lp.pa_heads_variants(128, 4) == ((4, 3, 3), (4, 4, 3)) and lp.pa_heads_variants(64, 1) == ()
+    for w, st, b in lp.PA_HEADS_VARIANTS:
+        p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(w, st, b), num_splits=2)
+        assert p.kernel == f"onnx_fuse_pa_decode_bf16_d128_w{w}s{st}h" and p.bulk == 3
+        assert p.grid == (8 // w, 2, 64) and p.block == (32 * w, 1, 1)
+        assert p.smem_bytes == 128 + 1024 + (16 * 128 + st * 2 * 16 * w * 128) * 2 <= lp.H200.max_smem_per_block
+        assert p.workspace_bytes == 64 * 32 * 2 * 129 * 4
+    assert lp.plan_paged_decode(4, 8, 4, 64, 64, 64, variant=(4, 3, 3)).grid[0] == 1
+    a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    for args, var in (((4, 8, 2, 128, 16, 64), (4, 3, 3)), ((4, 8, 8, 128, 8, 64), (8, 2, 3)),
+                      ((4, 8, 8, 128, 24, 64), (8, 2, 3)), ((4, 8, 8, 96, 16, 64), (8, 2, 3))):
+        with pytest.raises(ValueError):
+            lp.plan_paged_decode(*args, variant=var)
+    with pytest.raises(ValueError):
+        lp.plan_paged_decode(4, 8, 8, 128, 16, 64, variant=(8, 2, 3), device=a100)
+    assert "onnx_fuse_paged_attention_decode_tma_heads" in pa
 
 def _pa8_tma_sources() -> dict[int, set]:
     """Head size -> (warps, stages) of the TMA fp8-pool decode kernels paged_attention.cu instantiates."""
@@ -553,8 +592,60 @@ def test_experimental_r24_entries_exist_but_are_never_planned():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 3);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 4);" in fa
     for d in (64, 128):
         for causal in (False, True):
             for v in lp.fa_variants(d):
                 assert "_r24" not in lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, variant=v).kernel
+
+
+def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned():
+    """m128n176w12t (176-key tiles, D = 128 without a mask) and m128n128w12tp (persistent grid,
+    D = 64 / 128): compiled entries, reachable by name with the launcher's geometry, refused
+    where they are not compiled, never picked by the planner (fa_variants stays the contract)."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt, t in (("f16", "__half"), ("bf16", "__nv_bfloat16")):
+        assert f"OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_{dt}_d128_m128n176w12t_full, {t}, 128, false)" in fa
+        for d in (64, 128):
+            assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
+    assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
+    assert "fa_fwd_ws_tma_body<T, D, CAUSAL, 24, 176, 2>" in fa  # 240 consumer registers, 2 stages
+    # variant lists: n176 at D = 128 without a mask only; persistent at D = 64 and 128
+    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_N176, lp.FA_WS_TMA_PERSIST)
+    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    assert lp.fa_experimental_variants(64) == (lp.FA_WS_TMA_PERSIST,)
+    for d in (80, 96, 256):
+        assert lp.fa_experimental_variants(d) == ()
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
+    # by name
+    p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16", variant=lp.FA_WS_TMA_N176)
+    assert p.kernel == "onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_full" and p.tma and not p.persistent
+    assert p.grid == (32, 32, 4) and p.block == (384, 1, 1) and p.variant == lp.FA_WS_TMA_N176
+    assert p.smem_bytes == 1024 + (128 * 128 + 2 * 2 * 176 * 128) * 2 == 214016  # 2 stages fit
+    with pytest.raises(ValueError, match="not compiled"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 128, causal=True, variant=lp.FA_WS_TMA_N176)
+    with pytest.raises(ValueError, match="not compiled"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 64, variant=lp.FA_WS_TMA_N176)
+    for d, causal in ((64, False), (128, True)):
+        p = lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, variant=lp.FA_WS_TMA_PERSIST)
+        assert p.kernel == f"onnx_fuse_fa_fwd_f16_d{d}_m128n128w12tp_{'causal' if causal else 'full'}"
+        assert p.persistent and p.tma and p.variant == lp.FA_WS_TMA_PERSIST
+        assert p.grid == (lp.H200.num_sms, 1, 1) and p.smem_bytes == lp.fa_smem_bytes(d, *lp.FA_WS_TMA)
+    assert lp.plan_fused_attention(1, 200, 3, 1, 64, variant=lp.FA_WS_TMA_PERSIST).grid == (6, 1, 1)  # 2 x 3 tiles
+    with pytest.raises(ValueError, match="not compiled"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 96, variant=lp.FA_WS_TMA_PERSIST)
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    for v in (lp.FA_WS_TMA_N176, lp.FA_WS_TMA_PERSIST):
+        with pytest.raises(ValueError, match="compute capability 9.0"):
+            lp.plan_fused_attention(4, 4096, 32, 32, 128, variant=v, device=ampere)
+        assert lp.fa_engine(v, 128) == "wgmma"
+    # the planner's own choice never lands on them
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        for causal in (False, True):
+            for shape in ((4, 4096, 32, 8), (1, 77, 4, 4), (8, 2048, 32, 32)):
+                p = lp.plan_fused_attention(*shape, d, causal=causal)
+                assert p.variant in lp.fa_variants(d) and not p.persistent and p.block_n != 176
+    # the C launcher: loads 4 = persistent, block_n 176 only with TMA loads and no mask
+    assert "OF_REQUIRE(!wide || ((loads == 1 || loads == 2) && D == 128 && !causal));" in fa
+    assert "const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;" in fa
