@@ -65,8 +65,9 @@ def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
             state[id(v)] = True
         elif node is None:
             state[id(v)] = _feedable(v)
+        elif len(order) >= _CONE_LIMIT:
+            raise EvalFailure(f"the mask is computed by more than {_CONE_LIMIT} nodes")
         elif (node.domain not in ("", "ai.onnx") or node.op_type in _HEAVY or depth > 200
-              or len(order) >= _CONE_LIMIT
               or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())):
             state[id(v)] = False
         elif node.op_type in ("Shape", "Size"):
@@ -77,7 +78,7 @@ def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
             state[id(v)] = True
         else:
             good = all(ok(i, depth + 1) for i in node.inputs if i is not None)
-            if good and node not in order:
+            if good:
                 order.append(node)
             for o in node.outputs:
                 state[id(o)] = good
