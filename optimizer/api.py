@@ -126,7 +126,8 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
              rules: Names = (), disable: Names = (), verify: bool = False,
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
              seed: int = 0, on_record: Callable[[PassRecord], None] | None = None,
-             precision: str | None = None, base_dir: str | os.PathLike | None = None) -> OptimizeResult:
+             precision: str | None = None, base_dir: str | os.PathLike | None = None,
+             kv_cache_dtype: str | None = None) -> OptimizeResult:
     """Optimize ``model`` (path, bytes, ModelProto or ir.Model) and return the result.
 
     ``base_dir``: the folder of the weight files of a ModelProto or onnx-ir model with external
@@ -139,8 +140,15 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     the original in ONNX Runtime and the report says PASSED or FAILED. ``precision`` ("fp16" or
     "bf16") converts weights and compute last, keeping fp32 islands (docs/precision.md); verify
     then uses that precision's tolerance, and runs bf16 with emulated bf16 storage in ORT.
+    ``kv_cache_dtype="fp8"`` (with level 4, target "trt") makes the paged KV pools float8e4m3fn
+    with per-layer scale inputs ``kv_scale_{k,v}.N`` (passes/kv_cache_fp8.py, docs/paged_kv.md);
+    ``verify`` does not compare that form with the original (a UserError).
     """
     check_level_target(level, target)
+    if kv_cache_dtype is not None and verify:
+        raise UserError(f"--verify with --kv-cache-dtype {kv_cache_dtype}: the comparison with the "
+                        "original does not feed fp8 pools; verify the model without "
+                        "--kv-cache-dtype")
     report = Report(level=level, target=target)
     t0 = time.perf_counter()
     work = load_model(model, base_dir=base_dir)
@@ -149,7 +157,8 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     report.ops_before = dict(op_histogram(work))
 
     t1 = time.perf_counter()
-    stages = build_stages(level, target, rule_files=rules, disable=disable, precision=precision)
+    stages = build_stages(level, target, rule_files=rules, disable=disable, precision=precision,
+                          kv_cache_dtype=kv_cache_dtype)
     checkers = _local_checkers(stages, seed) if verify else []
     for stage in stages:
         _run_stage(stage, work, report, on_record)

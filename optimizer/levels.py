@@ -17,7 +17,8 @@ O4  O3 + level-4 rules: target-specific rewrites (paged KV, plugin ops, precisio
 Cleanup runs again after the rules, since rewrites leave dead nodes and foldable constants behind.
 Precision (``precision="fp16"|"bf16"``, any level) runs last, after the final cleanup: rules match
 the float32 patterns exporters write, and folding must not compute constants in 16 bits. It leaves
-nothing dead behind, so no cleanup follows it.
+nothing dead behind, so no cleanup follows it. Only ``kv_cache_dtype="fp8"`` (O4, trt) comes after
+it: the fp8 pools' float32 scale inputs must not be lowered with the rest.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def as_list(value, what: str) -> list:
 
 
 def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
-                 disable: Sequence[str] = (), precision: str | None = None) -> list[Stage]:
+                 disable: Sequence[str] = (), precision: str | None = None,
+                 kv_cache_dtype: str | None = None) -> list[Stage]:
     """The ordered stages for ``level`` and ``target``; user rules join the built-in packs.
 
     Every ``disable`` name must be a pass that runs at ``level`` or a rule (built-in or from
@@ -104,6 +106,16 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
     if precision not in (None, "fp16", "bf16"):
         raise UserError(f"unknown precision {precision!r}; choose fp16 or bf16")
     final = [Stage("precision", tuple(precision_pass(precision)), fixed_point=False)]
+    if kv_cache_dtype is not None:
+        # After precision: it would lower the fp8 pools' float32 scale inputs with the op's T.
+        from onnx_fuse.passes.kv_cache_fp8 import KV_CACHE_DTYPES, KvCacheFp8Pass
+
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise UserError(f"unknown KV cache dtype {kv_cache_dtype!r}; choose fp8")
+        if level < 4 or target != "trt":
+            raise UserError(f"--kv-cache-dtype {kv_cache_dtype} converts the paged KV pools, which "
+                            "only -O4 --target trt emits")
+        final.append(Stage("kv-cache-dtype", (KvCacheFp8Pass(),), fixed_point=False))
     if level == 0:
         return [s for s in final if s.passes]
     from onnx_fuse.passes.shape_inference import ShapeInferencePass

@@ -42,6 +42,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "external data or the model is over 2 GB)")
     p.add_argument("--force", action="store_true",
                    help="write the output even when --verify fails (the exit code stays 1)")
+    p.add_argument("--kv-cache-dtype", choices=("fp8",), default=None,
+                   help="with -O4 --target trt: make the paged KV pools float8e4m3fn (e4m3) with "
+                        "float32 per-kv-head scale inputs kv_scale_{k,v}.N; decode-only graphs "
+                        "(query length fixed at 1); not with --verify (default: the pools keep "
+                        "the model's float type)")
     add_common_optimize_flags(p)
     return p
 
@@ -63,7 +68,8 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
         result = optimize(source, level=args.level, target=args.target, rules=args.rules,
                           disable=args.disable, verify=args.verify, verify_inputs=args.inputs,
                           shapes=shapes, seed=args.seed, on_record=on_record,
-                          precision=args.precision)
+                          precision=args.precision,
+                          kv_cache_dtype=getattr(args, "kv_cache_dtype", None))
     out = Console(quiet=False, highlight=False, soft_wrap=True)
     if args.quiet:
         out.print(result.report.status)

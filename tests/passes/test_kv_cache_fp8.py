@@ -1,0 +1,179 @@
+"""kv_cache_dtype="fp8" (passes/kv_cache_fp8.py): the paged KV pools become float8e4m3fn with
+per-layer scale inputs, on the real decode exports tests/data/models/{llama64,gpt264}_kv_dynamo
+with the query length fixed at 1 (as tests/targets/test_trt_paged_kv.py fixes it).
+
+The converted model runs in ONNX Runtime through the reference (onnx_fuse.reference.ort_ops: the
+fp8 registration) on pools quantized from the same past the original model reads dequantized:
+the logits differ from the original's only by the e4m3 rounding of the new token's K/V, and the
+pools come back with every old byte unchanged and the new token written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+import yaml
+
+import onnx_fuse
+from onnx_fuse.cli.main import main
+from onnx_fuse.errors import UserError
+from onnx_fuse.passes.kv_cache_fp8 import FP8_HEAD_DIMS
+from onnx_fuse.reference.attention import dequantize_e4m3, quantize_e4m3
+from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous
+from onnx_fuse.verify import make_session
+
+MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+HKV = {"llama64_kv_dynamo": 1, "gpt264_kv_dynamo": 2}
+LAYERS, D, VOCAB = 2, 64, 128
+F8 = onnx.TensorProto.FLOAT8E4M3FN
+
+
+def _static_decode(name: str) -> onnx.ModelProto:
+    proto = onnx.load(str(MODELS / f"{name}.onnx"))
+    dim = next(i for i in proto.graph.input if i.name == "input_ids").type.tensor_type.shape.dim[1]
+    dim.ClearField("dim_param")
+    dim.dim_value = 1
+    return proto
+
+
+def _types(values) -> dict[str, int]:
+    return {v.name: v.type.tensor_type.elem_type for v in values}
+
+
+@pytest.mark.parametrize("name", sorted(HKV))
+def test_pools_become_fp8_with_scale_inputs(name):
+    model = ir.to_proto(onnx_fuse.optimize(_static_decode(name), level=4, target="trt",
+                                           kv_cache_dtype="fp8").model)
+    onnx.checker.check_model(model, full_check=True)
+    ins, outs = _types(model.graph.input), _types(model.graph.output)
+    for i in range(LAYERS):
+        for t in "kv":
+            assert ins[f"kv_pool_{t}.{i}"] == F8 and outs[f"kv_pool_{t}_out.{i}"] == F8
+            assert ins[f"kv_scale_{t}.{i}"] == onnx.TensorProto.FLOAT
+            scale = next(v for v in model.graph.input if v.name == f"kv_scale_{t}.{i}")
+            assert [d.dim_value for d in scale.type.tensor_type.shape.dim] == [HKV[name]]
+    nodes = [n for n in model.graph.node if n.op_type == "PagedAttention"]
+    assert [list(n.input[7:]) for n in nodes] == [[f"kv_scale_k.{i}", f"kv_scale_v.{i}"]
+                                                  for i in range(LAYERS)]
+    assert outs["logits"] == onnx.TensorProto.FLOAT   # the rest keeps its types
+
+
+def _fp8_feeds(name, past_lens, seed):
+    """Original feeds (past = dequantized e4m3 values) and the fp8 model's (pools of their bytes,
+    NaN bytes in the unused slots, per-kv-head scales with headroom over the past amax)."""
+    rng = np.random.default_rng(seed)
+    B, P, hkv = len(past_lens), max(past_lens), HKV[name]
+    feeds = {"input_ids": rng.integers(0, VOCAB, (B, 1)).astype(np.int64)}
+    scales = {}
+    for i in range(LAYERS):
+        for kv in ("key", "value"):
+            x = rng.standard_normal((B, hkv, P, D)).astype(np.float32) * (2.0 if kv == "key" else 0.5)
+            # amax / 448 * 16: headroom for the new token (static scales saturate beyond 448)
+            s = (np.abs(x).max(axis=(0, 2, 3)) / 28.0).astype(np.float32)
+            q = quantize_e4m3(x.transpose(0, 2, 1, 3), s)          # [B, P, Hkv, D] e4m3
+            feeds[f"past_key_values.{i}.{kv}"] = dequantize_e4m3(q, s).astype(np.float32).transpose(0, 2, 1, 3)
+            scales[f"kv_scale_{kv[0]}.{i}"] = s
+    paged = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=1, seed=seed)
+    for key in [k for k in paged if k.startswith("kv_pool_")]:
+        i, t = key.split(".")[1], key[8]
+        pool = paged[key]
+        q = quantize_e4m3(np.nan_to_num(pool), scales[f"kv_scale_{t}.{i}"]).view(np.uint8).copy()
+        q[np.isnan(pool)] = 0x7F
+        paged[key] = q
+    paged.update(scales)
+    return feeds, paged
+
+
+def _run_fp8(model, feeds):
+    import onnxruntime as ort
+
+    sess = make_session(model)
+    f8 = {v.name for v in model.graph.input if v.type.tensor_type.elem_type == F8}
+    vals = {k: (ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v, F8) if k in f8
+                else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)))
+            for k, v in feeds.items()}
+    outs = sess.run_with_ort_values(None, vals)
+    return dict(zip([o.name for o in sess.get_outputs()], [o.numpy() for o in outs]))
+
+
+@pytest.mark.parametrize("name", sorted(HKV))
+def test_fp8_model_matches_the_original_up_to_the_new_tokens_rounding(name):
+    fp8 = ir.to_proto(onnx_fuse.optimize(_static_decode(name), level=4, target="trt",
+                                         kv_cache_dtype="fp8").model)
+    orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
+    past_lens = (7, 2)
+    feeds, paged = _fp8_feeds(name, past_lens, seed=5)
+    got = _run_fp8(fp8, paged)
+    for b, L in enumerate(past_lens):
+        f = {"input_ids": feeds["input_ids"][b:b + 1], "attention_mask": np.ones((1, L + 1), np.int64)}
+        f.update({k: v[b:b + 1, :, :L] for k, v in feeds.items() if k.startswith("past_key_values.")})
+        ref = orig.run(["logits"], f)[0][0]
+        err = np.linalg.norm(got["logits"][b] - ref) / np.linalg.norm(ref)
+        assert 0 < err < 0.05, err   # e4m3 rounding of the new token's K/V, and only that
+    for key in [k for k in paged if k.startswith("kv_pool_")]:
+        out = got[key.replace("kv_pool_k", "kv_pool_k_out").replace("kv_pool_v", "kv_pool_v_out")]
+        changed = np.argwhere((out != paged[key]).any(axis=(2, 3)))
+        # only the slot of position L (the new token) of each sequence changes
+        want = {(int(paged["block_tables"][b, L // 4]), L % 4) for b, L in enumerate(past_lens)}
+        assert {tuple(map(int, c)) for c in changed} == want
+
+
+def test_fp16_precision_keeps_the_scales_float32_and_passes_check_trt():
+    from onnx_fuse.plugins.check_trt import check_model
+    from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
+
+    model = ir.to_proto(onnx_fuse.optimize(_static_decode("llama64_kv_dynamo"), level=4,
+                                           target="trt", precision="fp16",
+                                           kv_cache_dtype="fp8").model)
+    assert _types(model.graph.input)["kv_scale_k.0"] == onnx.TensorProto.FLOAT
+    assert _types(model.graph.input)["kv_pool_k.0"] == F8
+    prepared, _ = prepare_for_tensorrt(model)
+    aot = [a.i for n in prepared.graph.node if n.op_type == "PagedAttention"
+           for a in n.attribute if a.name == "aot"]
+    assert aot == [0] * LAYERS   # fp8 pools run on the JIT path
+    assert not check_model(prepared).issues, [vars(i) for i in check_model(prepared).issues]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(model="dynamic"), "decode-only"),
+    (dict(level=3), "only -O4 --target trt"),
+    (dict(target="ort", level=4), "only -O4 --target trt"),
+    (dict(verify=True), "--verify with --kv-cache-dtype fp8"),
+    (dict(kv_cache_dtype="int8"), "unknown KV cache dtype 'int8'"),
+    (dict(model="bert"), "no paged KV cache"),
+])
+def test_refusals_are_user_errors(kw, match):
+    kw = {"level": 4, "target": "trt", "kv_cache_dtype": "fp8", **kw}
+    model = kw.pop("model", "static")
+    src = {"static": lambda: _static_decode("gpt264_kv_dynamo"),
+           "dynamic": lambda: onnx.load(str(MODELS / "gpt264_kv_dynamo.onnx")),
+           "bert": lambda: onnx.load(str(MODELS / "bert_sdpa_dynamo.onnx"))}[model]()
+    with pytest.raises(UserError, match=match):
+        onnx_fuse.optimize(src, **kw)
+
+
+def test_cli_option_and_its_refusal(tmp_path, capsys):
+    src = tmp_path / "decode.onnx"
+    onnx.save(_static_decode("gpt264_kv_dynamo"), src)
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "-O", "4", "--target", "trt",
+                 "--kv-cache-dtype", "fp8", "-q"]) == 0
+    assert _types(onnx.load(str(out)).graph.input)["kv_pool_v.1"] == F8
+    capsys.readouterr()
+    dyn = tmp_path / "o2.onnx"
+    assert main(["optimize", str(MODELS / "gpt264_kv_dynamo.onnx"), "-o", str(dyn), "-O", "4",
+                 "--target", "trt", "--kv-cache-dtype", "fp8", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decode-only" in err[0] and "Traceback" not in err[0]
+    assert not dyn.exists()
+
+
+def test_head_sizes_are_the_plugin_contract():
+    from onnx_fuse.plugins import paged_attention_plugin as pa
+
+    contract = yaml.safe_load((Path(pa.__file__).parent / "paged_attention.yaml").read_text())
+    assert FP8_HEAD_DIMS == pa.FP8_HEAD_DIMS == tuple(contract["kernel"]["fp8_pool"]["head_dims"])
