@@ -32,7 +32,7 @@ if [ "$MODE" = prefix ]; then
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   # one process per family: a fault in one family's candidates cannot take the others' rows with it
-  timeout 150 python3 tools/bench_kernels.py --only prefill "$@" > "$OUT/bench_prefill.log" 2>&1; tail -3 "$OUT/bench_prefill.log"
+  timeout 240 python3 tools/bench_kernels.py --only prefill "$@" > "$OUT/bench_prefill.log" 2>&1; tail -3 "$OUT/bench_prefill.log"
   timeout 90 python3 tools/bench_kernels.py --only prefix "$@" > "$OUT/bench_prefix.log" 2>&1; tail -3 "$OUT/bench_prefix.log"
   timeout 200 python3 tools/bench_kernels.py --only decode "$@" > "$OUT/bench_decode.log" 2>&1; tail -3 "$OUT/bench_decode.log"
   timeout 60 python3 tools/bench_paged_plugin.py > "$OUT/bench_plugin.log" 2>&1; tail -12 "$OUT/bench_plugin.log"
