@@ -23,7 +23,7 @@ TMA_K="fused_attention_tma or paged_decode_tma or paged_decode_fp8_tma"
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   # TMA cases first, in their own process: a faulting bulk tensor copy leaves a sticky CUDA error
   # that would fail every later test of the same process
-  timeout 200 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider -k "$TMA_K" 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
+  timeout 320 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider -k "$TMA_K" 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
   timeout 300 python3 -m pytest -m gpu $GPU_TESTS -q --maxfail=40 -p no:cacheprovider -k "not ($TMA_K)" 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi
 if [ "$MODE" = prefix ]; then
