@@ -91,15 +91,17 @@ def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
 
 def _lengths(q: ir.Value, past: ir.Value, cone: list[ir.Node]) -> tuple[int, int, dict[str, int]]:
     """(P, S, symbol values): S new tokens (q's length, 3 when dynamic), P cached ones past every
-    integer constant of the cone (the past's length when it is static)."""
+    integral constant of the cone (the past's length when it is static)."""
     if q.shape is None or past.shape is None or len(q.shape) != 4 or len(past.shape) != 4:
         raise EvalFailure("q and the past must be 4-D with known shapes")
     env: dict[str, int] = {}
     sd, pd = q.shape.dims[2], past.shape.dims[2]
     s = sd if isinstance(sd, int) else _NEW
+    # integral values of any numeric dtype: a window may be compared in float positions too
     consts = [c for n in cone for i in n.inputs if i is not None and (c := _const(i)) is not None
-              and c.size <= 64 and np.issubdtype(c.dtype, np.integer)]
-    big = max([int(x) for c in consts for x in c.ravel() if 1 < int(x) < _MAX_WINDOW], default=0)
+              and c.size <= 64 and (np.issubdtype(c.dtype, np.integer) or np.issubdtype(c.dtype, np.floating))]
+    big = max([int(x) for c in consts for x in c.ravel().astype(np.float64)
+               if np.isfinite(x) and x == int(x) and 1 < x < _MAX_WINDOW], default=0)
     p = pd if isinstance(pd, int) else max(_MIN_PAST, big + 2)
     for d, val in ((sd, s), (pd, p), (q.shape.dims[0], 1), (past.shape.dims[0], 1)):
         if not isinstance(d, int) and getattr(d, "value", None):
