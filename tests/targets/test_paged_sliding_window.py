@@ -296,7 +296,7 @@ def test_fused_attention_plugin_is_not_given_a_window_mask(tmp_path):
     """FusedAttention (level 4, trt) matches the whole causal+padding mask subgraph of transformers'
     masking_utils; the sliding-window variant of that subgraph is not it. With the kernels' head-size
     check removed so head size 16 qualifies, LLaMA's prefill export is lowered (causal=1) and
-    Mistral's (sliding_window=4) keeps Attention-23, verified at 8 new tokens > W."""
+    Mistral's (sliding_window=4) keeps Attention-23, verified at 8 tokens > W."""
     text = (RULE.parent / "fused_attention_trt.yaml").read_text()
     path = tmp_path / "fused_any_head.yaml"
     path.write_text("\n".join(ln for ln in text.splitlines() if "FusedAttention's kernels take head sizes" not in ln) + "\n")
@@ -305,3 +305,10 @@ def test_fused_attention_plugin_is_not_given_a_window_mask(tmp_path):
     mistral = _o4(DATA / "corpus" / "mistral__dyn_mask__trained.onnx", rules=[str(path)], verify=True)
     assert _ops(mistral.model)["FusedAttention"] == 0 and _ops(mistral.model)["Attention"] == LAYERS
     assert mistral.report.status == "PASSED", mistral.report.status_reason
+    # ModernBERT (encoder): its global layer has the padding mask, its local one a window of
+    # +-2 keys; only the global one becomes FusedAttention(causal=0)
+    bert = _o4(DATA / "corpus" / "modernbert__dyn_mask__trained.onnx", rules=[str(path)], verify=True)
+    fused = [n for n in bert.model.graph if n.op_type == "FusedAttention"]
+    assert len(fused) == 1 and fused[0].attributes["causal"].value == 0
+    assert _ops(bert.model)["Attention"] == 1
+    assert bert.report.status == "PASSED", bert.report.status_reason
