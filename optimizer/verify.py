@@ -144,7 +144,7 @@ def _index_graph(model: onnx.ModelProto | ir.Model) -> tuple[list[tuple[str, lis
         if v.const_value is not None and v.const_value.size == 1:
             keep(name, v.const_value.numpy())
     for n in model.graph:
-        if n.op_type == "Constant" and "value" in n.attributes:
+        if n.op_type == "Constant" and "value" in n.attributes and n.attributes["value"].value.size == 1:
             keep(n.outputs[0].name, n.attributes["value"].value.numpy())
     return nodes, scalars
 
