@@ -80,14 +80,17 @@ FA_WS_TMA_N176 = (128, 176, 12, "tma")
 # m128n128w12tp, launcher loads = 4), D = 64 and 128, both masks; TMA rules as FA_WS_TMA by name
 # (no fallback).
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
+# FA_WS_TMA_N176_PERSIST: both (kernel m128n176w12tp), D = 128 without a mask.
+FA_WS_TMA_N176_PERSIST = (128, 176, 12, "tma", "persistent")
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_N176: D = 128
-    without a mask; FA_WS_TMA_PERSIST: D = 64 and 128)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_N176 and
+    FA_WS_TMA_N176_PERSIST: D = 128 without a mask; FA_WS_TMA_PERSIST: D = 64 and 128)."""
     _check_head_dim(head_dim)
     out = (FA_WS_TMA_N176,) if head_dim == 128 and not causal else ()
-    return out + ((FA_WS_TMA_PERSIST,) if head_dim in (64, 128) else ())
+    out += (FA_WS_TMA_PERSIST,) if head_dim in (64, 128) else ()
+    return out + ((FA_WS_TMA_N176_PERSIST,) if head_dim == 128 and not causal else ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -285,7 +288,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     (the sm_90a build on Hopper): "wgmma" or "mma.sync"."""
     if compute_capability != (9, 0):
         return "mma.sync"
-    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_N176, FA_WS_TMA_PERSIST):
+    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_N176, FA_WS_TMA_PERSIST,
+                                                FA_WS_TMA_N176_PERSIST):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -372,7 +376,7 @@ def plan_fused_attention(
                          f"{' (causal)' if causal else ''}; choose one of {compiled}")
     bm, bn, warps = variant[:3]
     tma = variant[3:4] == ("tma",)
-    persistent = variant == FA_WS_TMA_PERSIST
+    persistent = variant[4:] == ("persistent",)
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
     smem = fa_smem_bytes(head_dim, *variant[:4])

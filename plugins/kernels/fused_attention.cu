@@ -1383,8 +1383,9 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
 #endif
 }
 
-// m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
-template <typename T, int D, bool CAUSAL>
+// m128n128w12tp / m128n176w12tp (experimental): the TMA body on a persistent grid
+// (FaDenseTmaTiles), 128- or 176-key tiles (BNT / STT as fa_fwd_ws_tma_body); B: batch.
+template <typename T, int D, bool CAUSAL, int BNT = 128, int STT = kWsStages>
 __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1397,7 +1398,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
                                          v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, tq, tk, tv, S, Hq,
                                          Hkv, nm, nm * Hq * B};
   // rows of tile 0: only its tensor-map addresses are read (the same for every tile)
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, 40, 128, kWsStages, FaDenseTmaTiles<T, CAUSAL>>(
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, 40, BNT, STT, FaDenseTmaTiles<T, CAUSAL>>(
       tiles.at(0).rows, scale_log2, tiles);
 #else
   __trap();  // the launcher takes this entry on compute capability 9.x only
@@ -1617,9 +1618,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true)
 // Experimental m128n176w12t (launcher block_n = 176, D = 128, no mask; benchmarked beside
 // m128n128w12t, not planned): 176-key tiles in 2 stages (FlashAttention-3's hdim-128 tile),
-// 24 producer / 240 consumer registers (S 88 + P 44 + O 64 accumulators per thread live at
-// once in the steady state). Causal stays on 128-key tiles (more of a 176-key tile would be
-// masked on the diagonal).
+// 40 producer / 232 consumer registers like m128n128w12t: S 88 + P 44 + O 64 accumulators per
+// thread live at once in the steady state and ptxas fits them without spills (the 24 / 240 split
+// spills 36 bytes in the producer). Causal stays on 128-key tiles (more of a 176-key tile would
+// be masked on the diagonal).
 #define OF_FA_WSTW_KERNEL(NAME, T, D, CAUSAL)                                                    \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
@@ -1627,7 +1629,7 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, 24, 176, 2>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, 40, 176, 2>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
                                                  q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
                                                  o_ss, o_sh, scale_log2, &tq, &tk, &tv);        \
   }
@@ -1647,6 +1649,19 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
   OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
   OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
+// Both experiments at once, m128n176w12tp (launcher block_n = 176, loads = 4; D = 128, no mask).
+#define OF_FA_WSTPW_KERNEL(NAME, T)                                                              \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) { \
+    fa_fwd_ws_tma_persistent_body<T, 128, false, 176, 2>(q, k, v, o, seq_lens, S, Hq, Hkv,     \
+                                                         q_sb, q_ss, q_sh, k_sb, k_ss, k_sh,   \
+                                                         v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,   \
+                                                         scale_log2, &tq, &tk, &tv, B);        \
+  }
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -1670,6 +1685,7 @@ OF_FA_WSTR_KERNELS_D(f16, __half, 128)
 OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_f16_d128_m128n176w12t_full, __half, 128, false)
 OF_FA_WSTP_KERNELS_D(f16, __half, 64)
 OF_FA_WSTP_KERNELS_D(f16, __half, 128)
+OF_FA_WSTPW_KERNEL(onnx_fuse_fa_fwd_f16_d128_m128n176w12tp_full, __half)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1685,6 +1701,7 @@ OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_full, __nv_bfloat16, 128, false)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTPW_KERNEL(onnx_fuse_fa_fwd_bf16_d128_m128n176w12tp_full, __nv_bfloat16)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1809,7 +1826,15 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool wide) {
+  if (wide) {
+    if (D != 128 || causal) return nullptr;
+    if (dtype == onnx_fuse::kFloat16)
+      return reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_f16_d128_m128n176w12tp_full);
+    if (dtype == onnx_fuse::kBFloat16)
+      return reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_bf16_d128_m128n176w12tp_full);
+    return nullptr;
+  }
 #define OF_PICK_TP(DTN, DD)                                                                 \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
@@ -2001,9 +2026,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // experimental m128n128w12t_r24 entries (24 producer / 240 consumer registers), for the
 // benchmark. (128, 176, 12), D = 128 without a mask only: the experimental m128n176w12t (TMA,
 // 176-key tiles, 2 stages), loads 1 or 2 (2: where TMA cannot address the tensors, S < 176
-// included, the cp.async m128n128w12 runs instead). loads 4 (with (128, 128, 12)): the
-// experimental m128n128w12tp, the TMA body on a persistent grid of min(tiles, SMs) CTAs (TMA
-// rules as loads 1). Returns 0 or a cudaError_t code.
+// included, the cp.async m128n128w12 runs instead). loads 4: the experimental m128n128w12tp
+// (with (128, 128, 12)) or m128n176w12tp (with (128, 176, 12)), the TMA body on a persistent
+// grid of min(tiles, SMs) CTAs (TMA rules as loads 1). Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -2019,8 +2044,8 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   }
   OF_REQUIRE(loads >= 0 && loads <= 4);
   const bool wide = block_m == 128 && block_n == 176 && warps == 12;
-  OF_REQUIRE(!wide || ((loads == 1 || loads == 2) && D == 128 && !causal));
-  OF_REQUIRE(loads == 0 || (block_m == 128 && (block_n == 128 || (wide && loads <= 2)) && warps == 12));
+  OF_REQUIRE(!wide || ((loads == 1 || loads == 2 || loads == 4) && D == 128 && !causal));
+  OF_REQUIRE(loads == 0 || (block_m == 128 && (block_n == 128 || (wide && loads != 3)) && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
   OF_REQUIRE(B <= 65535 && Hq <= 65535);
@@ -2034,7 +2059,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, wide ? 2 : (loads == 3 ? 1 : 0));
-    const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
+    const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0, wide) : nullptr;
     OF_REQUIRE(loads != 4 || pfn != nullptr);
     const int kv_box = wide ? 176 : 128;
     const int tsmem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);

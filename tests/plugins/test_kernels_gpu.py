@@ -260,6 +260,21 @@ def test_fused_attention_tma_persistent_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
+# Both experiments at once (m128n176w12tp): the 176-key cases, plus multi-round grids.
+FA_N176_PERSIST = (128, 176, 12, "tma", "persistent")
+FA_N176_PERSIST_CASES = [c[:7] + (FA_N176_PERSIST,) for c in FA_N176_CASES] + [
+    (3, 300, 48, 8, 128, False, [130, 300, 0], FA_N176_PERSIST),  # 432 tiles, a third empty
+    (2, 520, 40, 8, 128, False, [520, 200], FA_N176_PERSIST)]     # 400 tiles
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_N176_PERSIST_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-tma-n176-persistent".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
+def test_fused_attention_tma_n176_persistent_matches_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
 def test_fused_attention_tma_n176_fallback_and_refusals(lib):
     """S < 176 (a K/V box would exceed the tensor): asked for by name the launcher refuses; with
     loads = 2 it runs the cp.async m128n128w12 and matches. A causal launch of block_n = 176 is
@@ -272,8 +287,9 @@ def test_fused_attention_tma_n176_fallback_and_refusals(lib):
     gen = torch.Generator(device="cuda").manual_seed(13)
     q, k, v = (_rand((B, S, h, D), torch.float16, gen) for h in (Hq, Hkv, Hkv))
     out = torch.full_like(q, float("nan"))
-    with pytest.raises(KernelError):
-        lib.fused_attention(q, k, v, out, variant=FA_N176)
+    for variant in (FA_N176, FA_N176_PERSIST):
+        with pytest.raises(KernelError):
+            lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     call = lambda causal, loads: lib._lib.onnx_fuse_fused_attention_fwd(  # noqa: E731
@@ -283,7 +299,7 @@ def test_fused_attention_tma_n176_fallback_and_refusals(lib):
     torch.cuda.synchronize()
     expect = ref.fused_attention(_np(q), _np(k), _np(v), out_dtype=np.float64)
     assert _rel_err(out, expect) < TOL[torch.float16]
-    assert call(1, 2) != 0 and call(0, 0) != 0 and call(0, 3) != 0
+    assert call(1, 2) != 0 and call(0, 0) != 0 and call(0, 3) != 0 and call(0, 4) != 0 and call(1, 4) != 0
     with pytest.raises(ValueError):
         lp.plan_fused_attention(B, S, Hq, Hkv, D, causal=True, variant=FA_N176)
 
@@ -308,7 +324,7 @@ def test_fused_attention_tma_inf_padding(lib, dtype, D, causal):
         v[b, L + 1::3] = float("-inf")
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    variants = [FA_TMA, FA_PERSIST] + ([FA_N176] if D == 128 and not causal else [])
+    variants = [FA_TMA, FA_PERSIST] + ([FA_N176, FA_N176_PERSIST] if D == 128 and not causal else [])
     for variant in variants:
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
