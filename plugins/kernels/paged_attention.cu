@@ -29,40 +29,202 @@
 #include "attention_common.cuh"
 #include "cuda_check.cuh"
 #include "tensor_map.cuh"
+#include "tma.cuh"
 
 namespace onnx_fuse {
 
 constexpr int kPaSplitAlign = 64;  // split lengths are multiples of this many tokens
 constexpr int kPaBoxRows = 64;     // TMA box rows: min(block_size, 64) (64 divides every split start)
 
-// One tensor copy global -> shared (3-D map: (D bytes, Hkv, pool rows)) completing on an mbarrier.
-__device__ __forceinline__ void pa_tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2,
-                                               uint32_t mbar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(mbar)
-      : "memory");
-#else
-  __trap();
-#endif
-}
-
 // Variant (W warps, S stages, BULK): tiles of 16 * W tokens, warp w handles tokens
 // [16w, 16w + 16). BULK = 0 gathers token rows with cp.async into XOR-swizzled tiles;
 // BULK = 1 (sm_90+) issues one bulk async copy (the Hopper copy engine) per token row into
 // tiles whose rows are padded by 16 bytes, completing on one mbarrier per stage.
 // Rows are also padded when D is not a multiple of 64 (80, 96: see tile_off).
-// BULK = 2 (sm_90+, D % 64 == 0; kernel suffix "t"): lanes of warp 0 issue one tensor copy (TMA)
-// per (block, kv head, 64-column slab) of a tile into dense 128-byte-swizzled slabs (see kv_off),
-// rows past the split's end come from the pool and V's are zeroed before use; the tensor maps
+// BULK = 2 (sm_90+; kernel suffix "t"): lanes of warp 0 issue the tensor copies (TMA) of one
+// (block, kv head) box each per tile: D % 64 == 0: one per 64-column slab into dense
+// 128-byte-swizzled slabs (see kv_off); D = 80, 96: one unswizzled box of D + 8 columns into rows
+// padded like the bulk path's (the 8 columns past the head lie outside the map's first
+// dimension, so TMA zero-fills them; 176 / 208-byte rows keep ldmatrix free of bank conflicts).
+// Rows past the split's end come from the pool and V's are zeroed before use; the tensor maps
 // come from onnx_fuse_paged_attention_decode_tma.
+// BULK = 3 (sm_90+, D in {64, 128}, block_size a power of two >= 16; suffix "h"): one CTA per
+// (group of W kv heads, split, batch), warp w handles kv head W * blockIdx.x + w over every token
+// of the split. A tile is 16 tokens of all W heads: lane 0 of warp 0 issues one tensor copy per
+// 64-column slab and K / V from a map whose dimensions are (D, pool rows, Hkv), so the box (64,
+// 16, W) lands head-major, [head][16 rows][64], the BULK = 2 slab layout with warp w's rows at
+// 16w; at W = Hkv a tile is one contiguous read of 16 whole token rows. No cross-warp merge:
+// each warp owns its query heads; Q fragments come straight from global memory.
 __host__ __device__ constexpr int pa_row_elems(int D, int bulk) { return (bulk == 1 || D % 64 != 0) ? D + 8 : D; }
 __host__ __device__ constexpr int pa_smem_bytes(int D, int W, int S, int bulk) {
   // [bulk: mbarriers (128 B)] + Q tile (16 rows) + [TMA: 1 KiB alignment slack] + stages x (K + V
   // tiles); the merge scratch reuses the stages.
-  return (bulk ? 128 : 0) + (bulk == 2 ? 1024 : 0) +
+  return (bulk ? 128 : 0) + (bulk >= 2 ? 1024 : 0) +
          (16 * (D % 64 == 0 ? D : D + 8) + S * 2 * 16 * W * pa_row_elems(D, bulk)) * 2;
+}
+
+// ---- Pieces shared by the 16-bit and the fp8 pool decode bodies (pa_decode_body,
+// pa8_decode_body): the empty split, the TMA box rows, the online softmax of one warp's 16
+// tokens, and the merge of the warps' partial results.
+
+// A split with no tokens: its partial's log-sum-exp is -inf (num_splits > 1), else the output
+// rows are zero.
+template <typename T, int D>
+__device__ __forceinline__ void pa_empty_split(T* __restrict__ out, long long o_sb,
+                                               float* __restrict__ part_lse, int Hq, int G, int hkv,
+                                               int b, int split, int num_splits) {
+  if (num_splits > 1) {
+    if (threadIdx.x < G) part_lse[((size_t)b * Hq + hkv * G + threadIdx.x) * num_splits + split] = -INFINITY;
+    return;
+  }
+  for (int c = threadIdx.x; c < G * (D / 8); c += blockDim.x) {
+    const int r = c / (D / 8), cc = c % (D / 8);
+    *reinterpret_cast<uint4*>(out + b * o_sb + (hkv * G + r) * D + cc * 8) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// TMA boxes of a tile of `tile_tokens` tokens (warp 0): lane i < nbox owns box i, tokens
+// [t0 + iR, t0 + iR + R) of one block, R = min(block_size, 64): split and tile starts are
+// multiples of R, so a box never crosses a block. Its block id is loaded one tile ahead (blk) and
+// turned into the pool row at issue time (row); boxes wholly past the split's end copy box 0's
+// rows again, so every stage receives the same byte count (the rows past the end are masked).
+struct PaTmaBoxes {
+  int R, nbox, bs_shift, block_size, t_begin, t_end, tile_tokens, lane;
+  // block_size is a power of two on the TMA paths
+  __device__ __forceinline__ int blk(const int* bt, int tile) const {
+    const int tok = t_begin + tile * tile_tokens + lane * R;
+    return (lane < nbox && tok < t_end) ? bt[tok >> bs_shift] : -1;
+  }
+  // All of warp 0: this lane's pool row for tile; lane 0 sets the stage's byte count first.
+  __device__ __forceinline__ int row(int tile, int blk, uint32_t bar, uint32_t stage_bytes) const {
+    const int tok = t_begin + tile * tile_tokens + lane * R;
+    int r = blk >= 0 ? (blk << bs_shift) + (tok & (block_size - 1)) : 0;
+    const int r0 = __shfl_sync(0xffffffffu, r, 0);
+    if (blk < 0) r = r0;
+    if (lane == 0) mbar_arrive_expect_tx(bar, stage_bytes);
+    __syncwarp();
+    return r;
+  }
+};
+__device__ __forceinline__ PaTmaBoxes pa_tma_boxes(int block_size, int t_begin, int t_end, int tile_tokens,
+                                                   int lane) {
+  const int R = min(block_size, kPaBoxRows);
+  return PaTmaBoxes{R, tile_tokens / R, __ffs(block_size) - 1, block_size, t_begin, t_end, tile_tokens, lane};
+}
+
+// Online softmax over one warp's 16 tokens (scores s of the m16n8 C fragments, rows g and g + 8):
+// scale into log2 units, mask tokens >= t_end, update the running max / sum and turn s into P;
+// alpha[h] is the factor the row's O accumulator must be rescaled by.
+__device__ __forceinline__ void pa_softmax_step(float (&s)[2][4], float (&row_m)[2], float (&row_l)[2],
+                                                float (&alpha)[2], int tok0, int t4, int t_end,
+                                                float scale_log2) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
+      s[nt][e] = tok < t_end ? s[nt][e] * scale_log2 : -INFINITY;
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float mx = quad_max(fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
+    const float m_new = fmaxf(row_m[h], mx);
+    const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+    alpha[h] = exp2f(row_m[h] - m_use);
+    row_m[h] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float p0 = exp2f(s[nt][2 * h] - m_use), p1 = exp2f(s[nt][2 * h + 1] - m_use);
+      s[nt][2 * h] = p0;
+      s[nt][2 * h + 1] = p1;
+      sum += p0 + p1;
+    }
+    row_l[h] = row_l[h] * alpha[h] + sum;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    acc[dt][0] *= alpha[0];
+    acc[dt][1] *= alpha[0];
+    acc[dt][2] *= alpha[1];
+    acc[dt][3] *= alpha[1];
+  }
+}
+
+// Merges the W warps' (m, l, O) for the G query rows through fp32 scratch (m[W][16], l[W][16],
+// o[W][16][D], over the drained stages) and writes out (num_splits == 1) or the split's partial.
+// PERM: acc[nt] holds columns 32(nt / 4) + 4n + nt % 4 (the fp8 PV order) instead of 8nt + n.
+// out_scale multiplies O (the fp8 pool's v_scale; 1 for the 16-bit pool).
+template <typename T, int D, int W, bool PERM>
+__device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[D / 8][4],
+                                             const float (&row_m)[2], const float (&row_l)[2],
+                                             float out_scale, T* __restrict__ out, long long o_sb,
+                                             float* __restrict__ part_o, float* __restrict__ part_lse,
+                                             int Hq, int G, int hkv, int b, int split, int num_splits) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  float* sm = scratch;
+  float* sl = sm + W * 16;
+  float* so = sl + W * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int r = g + 8 * h;
+    if (t4 == 0) {
+      sm[warp * 16 + r] = row_m[h];
+      sl[warp * 16 + r] = l;
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      if constexpr (PERM) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          so[(warp * 16 + r) * D + 32 * (nt >> 2) + 4 * (2 * t4 + e) + (nt & 3)] = acc[nt][2 * h + e];
+      } else {
+        *reinterpret_cast<float2*>(so + (warp * 16 + r) * D + nt * 8 + 2 * t4) =
+            make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < G * D; idx += 32 * W) {
+    const int r = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
+    const float Mu = (M == -INFINITY) ? 0.f : M;
+    float lsum = 0.f, osum = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float f = exp2f(sm[w * 16 + r] - Mu);
+      lsum += sl[w * 16 + r] * f;
+      osum += so[(w * 16 + r) * D + d] * f;
+    }
+    const int hq = hkv * G + r;
+    const float o = lsum > 0.f ? osum * (out_scale * (1.f / lsum)) : 0.f;
+    if (num_splits == 1) {
+      out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
+    } else {
+      const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
+      part_o[pidx * D + d] = o;
+      if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+    }
+  }
+}
+
+// Cache position of new token i of sequence b and its pool element offset (kv head h, element
+// 8cc), or -1 when the position lies outside the block table (append_kv_body, append_kv_fp8_body).
+__device__ __forceinline__ long long pa_append_dst(const int* __restrict__ block_tables,
+                                                   const int* __restrict__ seq_lens, int b, int i, int h,
+                                                   int cc, int Sq, int Hkv, int D, int block_size,
+                                                   int max_blocks) {
+  const int pos = seq_lens[b] - Sq + i;
+  if (pos < 0 || pos >= max_blocks * block_size) return -1;
+  const int blk = block_tables[(size_t)b * max_blocks + pos / block_size];
+  return (((long long)blk * block_size + pos % block_size) * Hkv + h) * D + cc * 8;
 }
 
 template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0>
@@ -74,7 +236,10 @@ __device__ __forceinline__ void pa_decode_body(
     int block_size, int max_blocks, int part_tokens, float scale_log2,
     const void* tmap_k = nullptr, const void* tmap_v = nullptr) {
   using Tr = MmaTraits<T>;
-  static_assert(BULK != 2 || D % 64 == 0, "TMA tiles are 64-column slabs");
+  static_assert(BULK != 2 || D % 64 == 0 || D == 80 || D == 96, "TMA boxes: 64-column slabs or padded rows");
+  static_assert(BULK != 3 || D == 64 || D == 128, "head-group tiles: 64-column slabs, Q in registers");
+  constexpr bool TMA = BULK >= 2;
+  constexpr bool HEADS = BULK == 3;
   constexpr int NT = 32 * kPaWarps;
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
@@ -86,7 +251,7 @@ __device__ __forceinline__ void pa_decode_body(
   // D / 64 slabs of kPaTile x 64 elements, 16-byte chunk c / 8 XOR row % 8 (SWIZZLE_128B on
   // 1 KiB-aligned slabs: ldmatrix's 8 rows of one chunk column hit 8 distinct bank groups).
   auto kv_off = [](int r, int c) {
-    if constexpr (BULK == 2) return (c / 64) * (kPaTile * 64) + r * 64 + ((c % 64) ^ ((r & 7) << 3));
+    if constexpr (TMA && D % 64 == 0) return (c / 64) * (kPaTile * 64) + r * 64 + ((c % 64) ^ ((r & 7) << 3));
     return (BULK || D % 64 != 0) ? r * RS + c : swz<D>(r, c);
   };
   // Q fragments stay in registers up to D = 128; at D = 256 they are reloaded per tile.
@@ -96,43 +261,38 @@ __device__ __forceinline__ void pa_decode_body(
   uint64_t* mbar = reinterpret_cast<uint64_t*>(pa_smem);  // [kPaStages], BULK only
   T* sQ = reinterpret_cast<T*>(pa_smem + (BULK ? 128 : 0));
   T* sKV = sQ + 16 * tile_row<D>();  // [stage][K|V][kPaTile][RS]
-  if constexpr (BULK == 2)  // 1 KiB-aligned stages (the swizzle period)
+  if constexpr (TMA)  // 1 KiB-aligned stages (the swizzle period)
     sKV = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(sKV) +
                                ((1024u - (smem_u32(sKV) & 1023u)) & 1023u));
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  const int g = lane >> 2;
   const int t4 = lane & 3;
-  const int hkv = blockIdx.x;
+  const int hkv = HEADS ? blockIdx.x * kPaWarps + warp : blockIdx.x;
   const int split = blockIdx.y;
   const int num_splits = gridDim.y;
   const int b = blockIdx.z;
   const int G = Hq / Hkv;
+  constexpr int TT = HEADS ? 16 : kPaTile;  // tokens per tile
 
   const int L = max(seq_lens[b], 0);
   const int t_begin = split * part_tokens;
   const int t_end = min(L, t_begin + part_tokens);
 
   if (t_begin >= t_end) {  // nothing to do for this split (short sequence)
-    if (num_splits > 1) {
-      if (tid < G) part_lse[((size_t)b * Hq + hkv * G + tid) * num_splits + split] = -INFINITY;
-    } else {
-      for (int c = tid; c < G * CPR; c += NT) {
-        int r = c / CPR, cc = c % CPR;
-        *reinterpret_cast<uint4*>(out + b * o_sb + (hkv * G + r) * D + cc * 8) = make_uint4(0, 0, 0, 0);
-      }
-    }
+    // HEADS: the CTA's W kv heads own the W * G consecutive query heads from blockIdx.x * W * G
+    pa_empty_split<T, D>(out, o_sb, part_lse, Hq, HEADS ? G * kPaWarps : G, HEADS ? blockIdx.x : hkv, b,
+                         split, num_splits);
     return;
   }
-  const int n_tiles = (t_end - t_begin + kPaTile - 1) / kPaTile;
+  const int n_tiles = (t_end - t_begin + TT - 1) / TT;
   const int* bt = block_tables + (size_t)b * max_blocks;
   const long long tok_stride = (long long)Hkv * D;
 
   // Q rows: query heads hkv*G .. hkv*G+G-1; rows >= G zero.
   const T* qb = q + b * q_sb + (size_t)hkv * G * D;
-  for (int c = tid; c < 16 * CPR; c += NT) {
+  for (int c = tid; c < 16 * CPR && !HEADS; c += NT) {
     int r = c / CPR, cc = c % CPR;
     cp_async_16(smem_u32(sQ + tile_off<D>(r, cc * 8)), qb + (r < G ? r : 0) * D + cc * 8, r < G);
   }
@@ -188,33 +348,40 @@ __device__ __forceinline__ void pa_decode_body(
   };
   long long pending_off = 0;
 
-  // TMA path (warp 0): lane i < nbox owns box i of each tile (tokens [t0 + iR, t0 + iR + R) of one
-  // block, R = min(block_size, 64): split and tile starts are multiples of R, so a box never
-  // crosses a block); its block id is loaded one tile ahead and turned into the pool row at issue
-  // time; boxes wholly past the split's end copy box 0's rows again (every stage receives the
-  // same byte count).
-  const int R = min(block_size, kPaBoxRows);
-  const int nbox = kPaTile / R;
-  const int bs_shift = __ffs(block_size) - 1;  // block_size is a power of two on this path
+  // TMA path (warp 0, see PaTmaBoxes).
+  const PaTmaBoxes boxes = pa_tma_boxes(block_size, t_begin, t_end, kPaTile, lane);
+  const int R = boxes.R, nbox = boxes.nbox;
   auto box_blk = [&](int tile) -> int {
-    const int tok = t_begin + tile * kPaTile + lane * R;
-    return (lane < nbox && tok < t_end) ? bt[tok >> bs_shift] : -1;
+    if constexpr (HEADS) return bt[(t_begin + tile * 16) >> boxes.bs_shift];  // tile < n_tiles
+    return boxes.blk(bt, tile);
   };
   auto tma_issue = [&](int tile, int blk) {  // all of warp 0
     const int stage = tile % kPaStages;
     const uint32_t bar = smem_u32(mbar + stage);
-    const int tok = t_begin + tile * kPaTile + lane * R;
-    int row = blk >= 0 ? (blk << bs_shift) + (tok & (block_size - 1)) : 0;
-    const int row0 = __shfl_sync(0xffffffffu, row, 0);
-    if (blk < 0) row = row0;
-    if (lane == 0) mbar_arrive_expect_tx(bar, 2 * TILE_ELEMS * 2);
-    __syncwarp();
-    if (lane < nbox) {
+    if constexpr (HEADS) {  // lane 0: one (64, 16, W) box per slab, K and V
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar, 2 * TILE_ELEMS * 2);
+        const int row = (blk << boxes.bs_shift) + ((t_begin + tile * 16) & (block_size - 1));
+        T* dk = sKV + stage * 2 * TILE_ELEMS;
+#pragma unroll
+        for (int h = 0; h < D / 64; ++h) {
+          tma_load_3d(smem_u32(dk + h * kPaTile * 64), tmap_k, h * 64, row, blockIdx.x * kPaWarps, bar);
+          tma_load_3d(smem_u32(dk + TILE_ELEMS + h * kPaTile * 64), tmap_v, h * 64, row, blockIdx.x * kPaWarps, bar);
+        }
+      }
+      return;
+    }
+    const int row = boxes.row(tile, blk, bar, 2 * TILE_ELEMS * 2);
+    if (lane < nbox && D % 64 != 0) {  // one padded box per K and V (R * RS * 2: 128-byte multiple)
+      T* dk = sKV + stage * 2 * TILE_ELEMS + lane * R * RS;
+      tma_load_3d(smem_u32(dk), tmap_k, 0, hkv, row, bar);
+      tma_load_3d(smem_u32(dk + TILE_ELEMS), tmap_v, 0, hkv, row, bar);
+    } else if (lane < nbox) {
       T* dk = sKV + stage * 2 * TILE_ELEMS + lane * R * 64;
 #pragma unroll
       for (int h = 0; h < D / 64; ++h) {
-        pa_tma_load_3d(smem_u32(dk + h * kPaTile * 64), tmap_k, h * 64, hkv, row, bar);
-        pa_tma_load_3d(smem_u32(dk + TILE_ELEMS + h * kPaTile * 64), tmap_v, h * 64, hkv, row, bar);
+        tma_load_3d(smem_u32(dk + h * kPaTile * 64), tmap_k, h * 64, hkv, row, bar);
+        tma_load_3d(smem_u32(dk + TILE_ELEMS + h * kPaTile * 64), tmap_v, h * 64, hkv, row, bar);
       }
     }
   };
@@ -223,7 +390,7 @@ __device__ __forceinline__ void pa_decode_body(
   // Prologue: Q joins the first group; fill kPaStages - 1 stages.
 #pragma unroll
   for (int st = 0; st < kPaStages - 1; ++st) {
-    if constexpr (BULK == 2) {
+    if constexpr (TMA) {
       if (warp == 0 && st < n_tiles) tma_issue(st, box_blk(st));
     } else if constexpr (BULK != 0) {
       if (st < n_tiles) bulk_issue(st, bulk_row_off(st));
@@ -232,8 +399,8 @@ __device__ __forceinline__ void pa_decode_body(
     }
     cp_async_commit();
   }
-  if constexpr (BULK == 2) {
-    if (warp == 0) pending_blk = box_blk(kPaStages - 1);
+  if constexpr (TMA) {
+    if (warp == 0 && (!HEADS || kPaStages - 1 < n_tiles)) pending_blk = box_blk(kPaStages - 1);
   } else if constexpr (BULK != 0) {
     pending_off = bulk_row_off(kPaStages - 1);
   }
@@ -244,15 +411,27 @@ __device__ __forceinline__ void pa_decode_body(
   float row_m[2] = {-INFINITY, -INFINITY};
   float row_l[2] = {0.f, 0.f};
   uint32_t qf[QREG ? D / 16 : 1][4];
+  if constexpr (HEADS) {  // m16k16 A fragments of rows g, g + 8 (zero at >= G) from global memory
+    const int g = lane >> 2;
+    const T* q0 = qb + (g < G ? g : 0) * D + 2 * t4;
+    const T* q1 = qb + (g + 8 < G ? g + 8 : 0) * D + 2 * t4;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qf[kk][0] = g < G ? *reinterpret_cast<const uint32_t*>(q0 + kk * 16) : 0u;
+      qf[kk][1] = g + 8 < G ? *reinterpret_cast<const uint32_t*>(q1 + kk * 16) : 0u;
+      qf[kk][2] = g < G ? *reinterpret_cast<const uint32_t*>(q0 + kk * 16 + 8) : 0u;
+      qf[kk][3] = g + 8 < G ? *reinterpret_cast<const uint32_t*>(q1 + kk * 16 + 8) : 0u;
+    }
+  }
 
   for (int j = 0; j < n_tiles; ++j) {
     // Keep kPaStages - 1 tiles in flight: issue tile j + kPaStages - 1 (maybe empty group).
     {
       int nxt = j + kPaStages - 1;
-      if constexpr (BULK == 2) {
+      if constexpr (TMA) {
         if (warp == 0 && nxt < n_tiles) {
           tma_issue(nxt, pending_blk);
-          pending_blk = box_blk(nxt + 1);
+          if (!HEADS || nxt + 1 < n_tiles) pending_blk = box_blk(nxt + 1);
         }
       } else if constexpr (BULK != 0) {
         if (nxt < n_tiles) {
@@ -271,7 +450,7 @@ __device__ __forceinline__ void pa_decode_body(
       cp_async_wait<kPaStages - 1>();
     }
     __syncthreads();
-    if (QREG && j == 0) {
+    if (QREG && !HEADS && j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         int r = lane & 15;
@@ -281,12 +460,13 @@ __device__ __forceinline__ void pa_decode_body(
     }
     const T* tk = sKV + (j % kPaStages) * 2 * TILE_ELEMS;
     const T* tv = tk + TILE_ELEMS;
-    const int kr = warp * 16;  // this warp's 16 tokens in the tile
-    if constexpr (BULK == 2) {
+    const int kr = warp * 16;  // this warp's 16 rows in the tile (HEADS: its head's)
+    const int tok0 = t_begin + j * TT + (HEADS ? 0 : kr);  // their first token
+    if constexpr (TMA) {
       // The last tile's rows past the end hold whatever the pool has there (maybe NaN): zero
       // this warp's V rows of them (P = 0 there, and 0 * NaN would poison O). K needs nothing:
       // their scores are replaced by -inf. The last tile's stage is not refilled afterwards.
-      const int valid = t_end - (t_begin + j * kPaTile + kr);
+      const int valid = t_end - tok0;
       if (valid < 16) {
         for (int i = lane; i < 16 * (D / 8); i += 32) {
           const int r = i / (D / 8), c = (i % (D / 8)) * 8;
@@ -314,36 +494,9 @@ __device__ __forceinline__ void pa_decode_body(
         Tr::mma(s[1], qa, bf[2], bf[3]);
       }
     }
-    const int tok0 = t_begin + j * kPaTile + kr;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
-        s[nt][e] = tok < t_end ? s[nt][e] * scale_log2 : -INFINITY;
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = quad_max(fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
-      const float m_new = fmaxf(row_m[h], mx);
-      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      const float alpha = exp2f(row_m[h] - m_use);
-      row_m[h] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        float p0 = exp2f(s[nt][2 * h] - m_use), p1 = exp2f(s[nt][2 * h + 1] - m_use);
-        s[nt][2 * h] = p0;
-        s[nt][2 * h + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_l[h] = row_l[h] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        acc[dt][2 * h] *= alpha;
-        acc[dt][2 * h + 1] *= alpha;
-      }
-    }
+    float alpha[2];
+    pa_softmax_step(s, row_m, row_l, alpha, tok0, t4, t_end, scale_log2);
+    pa_rescale<D>(acc, alpha);
     uint32_t pa[4];
     pa[0] = Tr::pack(s[0][0], s[0][1]);
     pa[1] = Tr::pack(s[0][2], s[0][3]);
@@ -363,48 +516,31 @@ __device__ __forceinline__ void pa_decode_body(
   cp_async_wait<0>();
   __syncthreads();
 
-  // Merge the 4 warps: scratch m[4][16], l[4][16], o[4][16][D] (fp32) over the stages.
-  float* sm = reinterpret_cast<float*>(sKV);
-  float* sl = sm + kPaWarps * 16;
-  float* so = sl + kPaWarps * 16;
+  if constexpr (HEADS) {  // each warp owns its query rows: no merge
+    const int g = lane >> 2;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = quad_sum(row_l[h]);
-    const int r = g + 8 * h;
-    if (t4 == 0) {
-      sm[warp * 16 + r] = row_m[h];
-      sl[warp * 16 + r] = l;
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      float2 val = make_float2(acc[dt][2 * h], acc[dt][2 * h + 1]);
-      *reinterpret_cast<float2*>(so + (warp * 16 + r) * D + dt * 8 + 2 * t4) = val;
-    }
-  }
-  __syncthreads();
-  for (int idx = tid; idx < G * D; idx += NT) {
-    const int r = idx / D, d = idx % D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kPaWarps; ++w) M = fmaxf(M, sm[w * 16 + r]);
-    const float Mu = (M == -INFINITY) ? 0.f : M;
-    float lsum = 0.f, osum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kPaWarps; ++w) {
-      float f = exp2f(sm[w * 16 + r] - Mu);
-      lsum += sl[w * 16 + r] * f;
-      osum += so[(w * 16 + r) * D + d] * f;
-    }
-    const int hq = hkv * G + r;
-    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-    if (num_splits == 1) {
-      out[b * o_sb + (size_t)hq * D + d] = Tr::from_float(osum * inv);
-    } else {
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(row_l[h]);
+      const int r = g + 8 * h;
+      if (r >= G) continue;
+      const int hq = hkv * G + r;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
       const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
-      part_o[pidx * D + d] = osum * inv;
-      if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const int d = dt * 8 + 2 * t4;
+        const float o0 = acc[dt][2 * h] * inv, o1 = acc[dt][2 * h + 1] * inv;
+        if (num_splits == 1)
+          *reinterpret_cast<uint32_t*>(out + b * o_sb + (size_t)hq * D + d) = Tr::pack(o0, o1);
+        else
+          *reinterpret_cast<float2*>(part_o + pidx * D + d) = make_float2(o0, o1);
+      }
+      if (num_splits > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
     }
+    return;
   }
+  pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
+                                      part_o, part_lse, Hq, G, hkv, b, split, num_splits);
 }
 
 // Combines num_splits partials per (batch, query head): grid (Hq, B), D threads.
@@ -446,10 +582,8 @@ __device__ __forceinline__ void append_kv_body(
     rest /= Hkv;
     const int i = rest % Sq;
     const int b = rest / Sq;
-    const int pos = seq_lens[b] - Sq + i;
-    if (pos < 0 || pos >= max_blocks * block_size) continue;
-    const int blk = block_tables[(size_t)b * max_blocks + pos / block_size];
-    const long long dst = (((long long)blk * block_size + pos % block_size) * Hkv + h) * D + cc * 8;
+    const long long dst = pa_append_dst(block_tables, seq_lens, b, i, h, cc, Sq, Hkv, D, block_size, max_blocks);
+    if (dst < 0) continue;
     const long long src = b * n_sb + i * n_ss + (long long)h * D + cc * 8;
     *reinterpret_cast<uint4*>(k_pool + dst) = *reinterpret_cast<const uint4*>(k_new + src);
     *reinterpret_cast<uint4*>(v_pool + dst) = *reinterpret_cast<const uint4*>(v_new + src);
@@ -533,19 +667,49 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
                                    part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
                                    part_tokens, scale_log2, &tk, &tv);                          \
   }
-// (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256.
+// (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 80, 96, 128, 256.
 #define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                     \
   X(DTN, T, D, 4, 3)                     \
-  X(DTN, T, D, 4, 4)
+  X(DTN, T, D, 4, 4)                     \
+  X(DTN, T, D, 8, 2)                     \
+  X(DTN, T, D, 8, 3)
 #define OF_PA_TMA_VARIANTS_D256(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                          \
   X(DTN, T, D, 4, 3)
 
+// Head-group variants (BULK = 3): onnx_fuse_pa_decode_<dt>_d<D>_w<warps>s<stages>h, launched by
+// onnx_fuse_paged_attention_decode_tma_heads; launch_plan.PA_HEADS_VARIANTS mirrors the list.
+#define OF_PA_HEADS_DECODE(DTN, T, D, W, ST)                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                          \
+      onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##h(                                        \
+          const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
+          const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
+          float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
+          float scale_log2, const __grid_constant__ CUtensorMap tk,                             \
+          const __grid_constant__ CUtensorMap tv) {                                             \
+    pa_decode_body<T, D, W, ST, 3>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,  \
+                                   part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
+                                   part_tokens, scale_log2, &tk, &tv);                          \
+  }
+#define OF_PA_HEADS_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 4, 3)                       \
+  X(DTN, T, D, 4, 4)                       \
+  X(DTN, T, D, 8, 2)                       \
+  X(DTN, T, D, 8, 3)
+OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, f16, __half, 64)
+OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, f16, __half, 128)
+OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, bf16, __nv_bfloat16, 128)
+
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 64)
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 80)
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 96)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, f16, __half, 256)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 80)
+OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 96)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
 
@@ -822,14 +986,7 @@ __device__ __forceinline__ void pa8_decode_body(
   const int t_end = min(L, t_begin + part_tokens);
 
   if (t_begin >= t_end) {
-    if (num_splits > 1) {
-      if (tid < G) part_lse[((size_t)b * Hq + hkv * G + tid) * num_splits + split] = -INFINITY;
-    } else {
-      for (int c = tid; c < G * (D / 8); c += NT) {
-        int r = c / (D / 8), cc = c % (D / 8);
-        *reinterpret_cast<uint4*>(out + b * o_sb + (hkv * G + r) * D + cc * 8) = make_uint4(0, 0, 0, 0);
-      }
-    }
+    pa_empty_split<T, D>(out, o_sb, part_lse, Hq, G, hkv, b, split, num_splits);
     return;
   }
   const int n_tiles = (t_end - t_begin + TILE - 1) / TILE;
@@ -860,33 +1017,20 @@ __device__ __forceinline__ void pa8_decode_body(
     }
   };
 
-  // TMA path (warp 0): lane i < nbox owns box i of each tile (tokens [t0 + iR, t0 + iR + R) of one
-  // block, R = min(block_size, 64): every split start and tile start is a multiple of R, so a box
-  // never crosses a block). Its block id is loaded one tile ahead (box_blk) and turned into the
-  // pool row at issue time; boxes wholly past the split's end copy box 0's rows again, so every
-  // stage receives 2 * TILE_BYTES (the rows past the end are masked: s = -inf, V words zeroed).
-  const int R = min(block_size, kPaBoxRows);
-  const int nbox = TILE / R;
-  const int bs_shift = __ffs(block_size) - 1;  // block_size is a power of two on this path
-  auto box_blk = [&](int tile) -> int {
-    const int tok = t_begin + tile * TILE + lane * R;
-    return (lane < nbox && tok < t_end) ? bt[tok >> bs_shift] : -1;
-  };
+  // TMA path (warp 0, see PaTmaBoxes; the rows past the end are masked: s = -inf, V words zeroed).
+  const PaTmaBoxes boxes = pa_tma_boxes(block_size, t_begin, t_end, TILE, lane);
+  const int R = boxes.R, nbox = boxes.nbox;
+  auto box_blk = [&](int tile) -> int { return boxes.blk(bt, tile); };
   auto tma_issue = [&](int tile, int blk) {  // all of warp 0
     const int stage = tile % S;
     const uint32_t bar = smem_u32(mbar + stage);
-    const int tok = t_begin + tile * TILE + lane * R;
-    int row = blk >= 0 ? (blk << bs_shift) + (tok & (block_size - 1)) : 0;
-    const int row0 = __shfl_sync(0xffffffffu, row, 0);
-    if (blk < 0) row = row0;
-    if (lane == 0) mbar_arrive_expect_tx(bar, 2 * TILE_BYTES);
-    __syncwarp();
+    const int row = boxes.row(tile, blk, bar, 2 * TILE_BYTES);
     if (lane < nbox) {
       unsigned char* dk = sbase + stage * 2 * TILE_BYTES + lane * R * CW;
 #pragma unroll
       for (int h = 0; h < D / CW; ++h) {
-        pa_tma_load_3d(smem_u32(dk + h * TILE * CW), tmap_k, h * CW, hkv, row, bar);
-        pa_tma_load_3d(smem_u32(dk + TILE_BYTES + h * TILE * CW), tmap_v, h * CW, hkv, row, bar);
+        tma_load_3d(smem_u32(dk + h * TILE * CW), tmap_k, h * CW, hkv, row, bar);
+        tma_load_3d(smem_u32(dk + TILE_BYTES + h * TILE * CW), tmap_v, h * CW, hkv, row, bar);
       }
     }
   };
@@ -985,42 +1129,11 @@ __device__ __forceinline__ void pa8_decode_body(
       H::mma(s[1], qa, e4m3x2_to_h2(w1), e4m3x2_to_h2(w1 >> 16));
     }
     const int tok0 = t_begin + j * TILE + kr;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
-        s[nt][e] = tok < t_end ? s[nt][e] * sl2 : -INFINITY;
-      }
     float alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = quad_max(fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1])));
-      const float m_new = fmaxf(row_m[h], mx);
-      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      alpha[h] = exp2f(row_m[h] - m_use);
-      row_m[h] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        float p0 = exp2f(s[nt][2 * h] - m_use), p1 = exp2f(s[nt][2 * h + 1] - m_use);
-        s[nt][2 * h] = p0;
-        s[nt][2 * h + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_l[h] = row_l[h] * alpha[h] + sum;
-    }
+    pa_softmax_step(s, row_m, row_l, alpha, tok0, t4, t_end, sl2);
     // Rescale O only when some row's running max moved (rare after the first tiles): saves
     // D / 2 multiplies per thread and tile, which matter at the fp8 pool's token rate.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        acc[dt][0] *= alpha[0];
-        acc[dt][1] *= alpha[0];
-        acc[dt][2] *= alpha[1];
-        acc[dt][3] *= alpha[1];
-      }
-    }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) pa_rescale<D>(acc, alpha);
     uint32_t pa[4];
     pa[0] = H::pack(s[0][0], s[0][1]);
     pa[1] = H::pack(s[0][2], s[0][3]);
@@ -1063,48 +1176,8 @@ __device__ __forceinline__ void pa8_decode_body(
   __syncthreads();
 
   // Merge the warps (scratch over the stages); acc[4grp + jj][e] is column 32grp + 4n + jj.
-  float* sm = reinterpret_cast<float*>(sbase);
-  float* sl = sm + W * 16;
-  float* so = sl + W * 16;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = quad_sum(row_l[h]);
-    const int r = g + 8 * h;
-    if (t4 == 0) {
-      sm[warp * 16 + r] = row_m[h];
-      sl[warp * 16 + r] = l;
-    }
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        so[(warp * 16 + r) * D + 32 * (nt >> 2) + 4 * (2 * t4 + e) + (nt & 3)] = acc[nt][2 * h + e];
-  }
-  __syncthreads();
-  const float vs = v_scale[hkv];
-  for (int idx = tid; idx < G * D; idx += NT) {
-    const int r = idx / D, d = idx % D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
-    const float Mu = (M == -INFINITY) ? 0.f : M;
-    float lsum = 0.f, osum = 0.f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      float f = exp2f(sm[w * 16 + r] - Mu);
-      lsum += sl[w * 16 + r] * f;
-      osum += so[(w * 16 + r) * D + d] * f;
-    }
-    const int hq = hkv * G + r;
-    const float o = lsum > 0.f ? osum * vs / lsum : 0.f;
-    if (num_splits == 1) {
-      out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
-    } else {
-      const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
-      part_o[pidx * D + d] = o;
-      if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
-    }
-  }
+  pa_merge_out<T, D, W, true>(reinterpret_cast<float*>(sbase), acc, row_m, row_l, v_scale[hkv], out, o_sb,
+                              part_o, part_lse, Hq, G, hkv, b, split, num_splits);
 }
 
 // 8 values of T (16 bytes) -> 8 e4m3 bytes of x / s (IEEE division, then RN + saturation).
@@ -1141,10 +1214,8 @@ __device__ __forceinline__ void append_kv_fp8_body(
     rest /= Hkv;
     const int i = rest % Sq;
     const int b = rest / Sq;
-    const int pos = seq_lens[b] - Sq + i;
-    if (pos < 0 || pos >= max_blocks * block_size) continue;
-    const int blk = block_tables[(size_t)b * max_blocks + pos / block_size];
-    const long long dst = (((long long)blk * block_size + pos % block_size) * Hkv + h) * D + cc * 8;
+    const long long dst = pa_append_dst(block_tables, seq_lens, b, i, h, cc, Sq, Hkv, D, block_size, max_blocks);
+    if (dst < 0) continue;
     const long long src = b * n_sb + i * n_ss + (long long)h * D + cc * 8;
     *reinterpret_cast<uint2*>(k_pool + dst) = quant8_e4m3<T>(*reinterpret_cast<const uint4*>(k_new + src), k_scale[h]);
     *reinterpret_cast<uint2*>(v_pool + dst) = quant8_e4m3<T>(*reinterpret_cast<const uint4*>(v_new + src), v_scale[h]);
@@ -1375,16 +1446,20 @@ bool pa8t_device_ok() {
 }
 
 // A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
-// rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
+// rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64);
+// cw_bytes = 0: unswizzled boxes of D + 8 elements (the 8 past the head are zero-filled).
 bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
                    long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
   const Pa8EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
   const cuuint64_t gstride[2] = {(cuuint64_t)D * esize, (cuuint64_t)Hkv * D * esize};
-  const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
+  const cuuint32_t box0 = cw_bytes ? (cuuint32_t)(cw_bytes / esize) : (cuuint32_t)(D + 8);
+  const cuuint32_t box[3] = {box0, 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
   return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+             cw_bytes == 0     ? CU_TENSOR_MAP_SWIZZLE_NONE
+             : cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                               : CU_TENSOR_MAP_SWIZZLE_64B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -1393,9 +1468,18 @@ bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv,
   return pa_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, rows, Hkv, D, box_rows, D >= 128 ? 128 : 64);
 }
 
+// The 16-bit pool: 64-column slabs (128-byte swizzle); D = 80, 96: one padded unswizzled box.
+bool pa16_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D,
+                     int box_rows) {
+  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, D % 64 ? 0 : 128);
+}
+
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
-  if (D != 64 && D != 128 && D != 256) return false;
-  return warps == 4 && (stages == 2 || stages == 3 || (stages == 4 && D != 256));
+  if (D != 64 && D != 80 && D != 96 && D != 128 && D != 256) return false;
+  if (D == 256) return warps == 4 && (stages == 2 || stages == 3);
+  return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || stages == 3));
 }
 
 bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
@@ -1497,11 +1581,22 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
 extern "C" {
 
 // 1 when onnx_fuse_paged_attention_decode_tma runs its TMA kernel for these sizes on the current
-// device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128, 256}, a
-// compiled (warps, stages): (4, 2), (4, 3), (4, 4), D = 256 (4, 2), (4, 3), block_size a power of
-// two >= 8), else 0.
+// device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 80, 96, 128, 256},
+// a compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), (8, 3), D = 256 (4, 2), (4, 3),
+// block_size a power of two >= 8), else 0.
 int onnx_fuse_paged_attention_tma_supported(int head_dim, int block_size, int warps, int stages) {
   return pa_tma_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;
+}
+
+// 1 when the driver encodes the tensor map onnx_fuse_paged_attention_decode_tma builds over this
+// 16-bit pool [num_blocks, block_size, Hkv, D] (its box included), else 0: the launcher then
+// silently runs the bulk / cp.async form, so the GPU tests ask this to know the TMA kernel ran.
+int onnx_fuse_paged_attention_tma_map_ok(int dtype, const void* pool, int num_blocks, int block_size,
+                                         int Hkv, int D) {
+  if (!pa8t_device_ok() || block_size <= 0 || num_blocks <= 0 || Hkv <= 0) return 0;
+  CUtensorMap m;
+  const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
+  return pa16_tensor_map(&m, dtype, pool, (long long)num_blocks * block_size, Hkv, D, box_rows) ? 1 : 0;
 }
 
 // onnx_fuse_paged_attention_decode_ex with K/V loaded by tensor copies; num_blocks: blocks in each
@@ -1529,12 +1624,10 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
   const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
-  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const bool dev_ok = pa8t_device_ok();
   const bool tma = pa_tma_shape_ok(D, block_size, warps, stages) && rows < (1ll << 31) && dev_ok &&
-                   pa_tensor_map(&tk, dt, 2, k_pool, rows, Hkv, D, box_rows, 128) &&
-                   pa_tensor_map(&tv, dt, 2, v_pool, rows, Hkv, D, box_rows, 128);
+                   pa16_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, box_rows) &&
+                   pa16_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, box_rows);
   if (!tma) {
     const bool bulk = dev_ok && warps == 4 && (stages == 2 || stages == 3);
     return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens,
@@ -1565,12 +1658,92 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
   }
   if (dtype == onnx_fuse::kFloat16) {
     OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 80)
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 96)
     OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 128)
     OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
   } else {
     OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 80)
+    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 96)
     OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
     OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// 16-bit pool decode, head-group tiles (pa_decode_body, BULK = 3): host side.
+
+extern "C" {
+
+// onnx_fuse_paged_attention_decode_tma with one CTA per group of `warps` kv heads (see BULK = 3);
+// not a fallback chain: returns cudaErrorInvalidValue unless D is 64 or 128, (warps, stages) is
+// compiled ((4, 3), (4, 4), (8, 2), (8, 3)), Hkv % warps == 0, block_size is a power of two
+// >= 16, the device has TMA and the pools' tensor maps encode.
+int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long long q_sb,
+                                               const void* k_pool, const void* v_pool,
+                                               const int* block_tables, const int* seq_lens,
+                                               void* out, long long o_sb, void* workspace, int B,
+                                               int Hq, int Hkv, int D, int block_size,
+                                               int max_blocks, int num_blocks, int part_tokens,
+                                               int num_splits, float scale, int warps, int stages,
+                                               cudaStream_t stream) {
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
+  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
+  OF_REQUIRE(block_size >= 16 && (block_size & (block_size - 1)) == 0 && max_blocks > 0 && num_blocks > 0);
+  OF_REQUIRE(q_sb % 8 == 0 && (num_splits == 1 || workspace != nullptr));
+  OF_REQUIRE(dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16);
+  OF_REQUIRE((warps == 4 || warps == 8) && Hkv % warps == 0);
+  const long long rows = (long long)num_blocks * block_size;
+  OF_REQUIRE(rows < (1ll << 31) && pa8t_device_ok());
+  // (D, pool rows, Hkv): the box (64, 16, warps) lands head-major in shared memory
+  const onnx_fuse::EncodeTiledFn enc = encode_tiled();
+  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  CUtensorMap maps[2];
+  const void* pools[2] = {k_pool, v_pool};
+  for (int i = 0; i < 2; ++i) {
+    OF_REQUIRE(reinterpret_cast<uintptr_t>(pools[i]) % 16 == 0);
+    const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)rows, (cuuint64_t)Hkv};
+    const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D * 2, (cuuint64_t)D * 2};
+    const cuuint32_t box[3] = {64, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
+    OF_REQUIRE(enc(&maps[i], dt, 3, const_cast<void*>(pools[i]), gdim, gstride, box, elem,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS);
+  }
+  const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 3);
+  float* part_o = reinterpret_cast<float*>(workspace);
+  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  dim3 grid(Hkv / warps, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
+  if (D == DD && warps == W && stages == ST) {                                                  \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##h,        \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##h<<<grid, 32 * W, smem, stream>>>(         \
+        (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
+        o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2, maps[0],     \
+        maps[1]);                                                                               \
+    OF_CUDA_CHECK_LAUNCH();                                                                     \
+    if (num_splits > 1) {                                                                       \
+      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
+                                                                        (T*)out, o_sb, Hq,      \
+                                                                        num_splits);            \
+      OF_CUDA_CHECK_LAUNCH();                                                                   \
+    }                                                                                           \
+    return 0;                                                                                   \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PA_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 128)
+  } else {
+    OF_PA_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
   }
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "tma.cuh"
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define OF_WGMMA_OK 1
 #else
@@ -97,17 +99,7 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int 
 #endif
 }
 // The same, 3-D (the paged pool viewed as (D, Hkv, rows)).
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2,
-                                            uint32_t mbar) {
-#if OF_WGMMA_OK
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(mbar)
-      : "memory");
-#else
-  __trap();
-#endif
-}
+using onnx_fuse::tma_load_3d;  // tma.cuh (plain sm_90)
 __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
 #if OF_WGMMA_OK
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
