@@ -215,16 +215,29 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
   }
 }
 
-// Cache position of new token i of sequence b and its pool element offset (kv head h, element
-// 8cc), or -1 when the position lies outside the block table (append_kv_body, append_kv_fp8_body).
-__device__ __forceinline__ long long pa_append_dst(const int* __restrict__ block_tables,
-                                                   const int* __restrict__ seq_lens, int b, int i, int h,
-                                                   int cc, int Sq, int Hkv, int D, int block_size,
-                                                   int max_blocks) {
-  const int pos = seq_lens[b] - Sq + i;
-  if (pos < 0 || pos >= max_blocks * block_size) return -1;
-  const int blk = block_tables[(size_t)b * max_blocks + pos / block_size];
-  return (((long long)blk * block_size + pos % block_size) * Hkv + h) * D + cc * 8;
+// Append (append_kv_body, append_kv_fp8_body): one thread per 8 elements (chunk cc) of new token
+// i of sequence b, kv head h, written at cache position seq_lens[b] - Sq + i; positions outside
+// the block table are skipped. store(dst, src, h): pool element offset, k_new/v_new offset.
+template <int D, typename Store>
+__device__ __forceinline__ void pa_append_walk(long long n_sb, long long n_ss, const int* __restrict__ block_tables,
+                                               const int* __restrict__ seq_lens, int B, int Sq, int Hkv,
+                                               int block_size, int max_blocks, Store store) {
+  constexpr int CPR = D / 8;
+  const long long total = (long long)B * Sq * Hkv * CPR;
+  for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < total;
+       c += (long long)gridDim.x * blockDim.x) {
+    const int cc = c % CPR;
+    long long rest = c / CPR;
+    const int h = rest % Hkv;
+    rest /= Hkv;
+    const int i = rest % Sq;
+    const int b = rest / Sq;
+    const int pos = seq_lens[b] - Sq + i;
+    if (pos < 0 || pos >= max_blocks * block_size) continue;
+    const int blk = block_tables[(size_t)b * max_blocks + pos / block_size];
+    store((((long long)blk * block_size + pos % block_size) * Hkv + h) * D + cc * 8,
+          b * n_sb + i * n_ss + (long long)h * D + cc * 8, h);
+  }
 }
 
 template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0>
@@ -572,22 +585,11 @@ __device__ __forceinline__ void append_kv_body(
     const T* __restrict__ k_new, const T* __restrict__ v_new, long long n_sb, long long n_ss,
     T* __restrict__ k_pool, T* __restrict__ v_pool, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, int B, int Sq, int Hkv, int block_size, int max_blocks) {
-  constexpr int CPR = D / 8;
-  const long long total = (long long)B * Sq * Hkv * CPR;
-  for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < total;
-       c += (long long)gridDim.x * blockDim.x) {
-    const int cc = c % CPR;
-    long long rest = c / CPR;
-    const int h = rest % Hkv;
-    rest /= Hkv;
-    const int i = rest % Sq;
-    const int b = rest / Sq;
-    const long long dst = pa_append_dst(block_tables, seq_lens, b, i, h, cc, Sq, Hkv, D, block_size, max_blocks);
-    if (dst < 0) continue;
-    const long long src = b * n_sb + i * n_ss + (long long)h * D + cc * 8;
-    *reinterpret_cast<uint4*>(k_pool + dst) = *reinterpret_cast<const uint4*>(k_new + src);
-    *reinterpret_cast<uint4*>(v_pool + dst) = *reinterpret_cast<const uint4*>(v_new + src);
-  }
+  pa_append_walk<D>(n_sb, n_ss, block_tables, seq_lens, B, Sq, Hkv, block_size, max_blocks,
+                    [&](long long dst, long long src, int) {
+                      *reinterpret_cast<uint4*>(k_pool + dst) = *reinterpret_cast<const uint4*>(k_new + src);
+                      *reinterpret_cast<uint4*>(v_pool + dst) = *reinterpret_cast<const uint4*>(v_new + src);
+                    });
 }
 
 }  // namespace onnx_fuse
@@ -1195,8 +1197,7 @@ __device__ __forceinline__ uint2 quant8_e4m3(uint4 in, float s) {
   return make_uint2(w[0], w[1]);
 }
 
-// Append into the fp8 pool: one thread per 8 elements of a new token row (same position rule
-// as append_kv_body).
+// Append into the fp8 pool (pa_append_walk: one thread per 8 elements of a new token row).
 template <typename T, int D>
 __device__ __forceinline__ void append_kv_fp8_body(
     const T* __restrict__ k_new, const T* __restrict__ v_new, long long n_sb, long long n_ss,
@@ -1204,22 +1205,13 @@ __device__ __forceinline__ void append_kv_fp8_body(
     const float* __restrict__ k_scale, const float* __restrict__ v_scale,
     const int* __restrict__ block_tables, const int* __restrict__ seq_lens, int B, int Sq, int Hkv,
     int block_size, int max_blocks) {
-  constexpr int CPR = D / 8;
-  const long long total = (long long)B * Sq * Hkv * CPR;
-  for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < total;
-       c += (long long)gridDim.x * blockDim.x) {
-    const int cc = c % CPR;
-    long long rest = c / CPR;
-    const int h = rest % Hkv;
-    rest /= Hkv;
-    const int i = rest % Sq;
-    const int b = rest / Sq;
-    const long long dst = pa_append_dst(block_tables, seq_lens, b, i, h, cc, Sq, Hkv, D, block_size, max_blocks);
-    if (dst < 0) continue;
-    const long long src = b * n_sb + i * n_ss + (long long)h * D + cc * 8;
-    *reinterpret_cast<uint2*>(k_pool + dst) = quant8_e4m3<T>(*reinterpret_cast<const uint4*>(k_new + src), k_scale[h]);
-    *reinterpret_cast<uint2*>(v_pool + dst) = quant8_e4m3<T>(*reinterpret_cast<const uint4*>(v_new + src), v_scale[h]);
-  }
+  pa_append_walk<D>(n_sb, n_ss, block_tables, seq_lens, B, Sq, Hkv, block_size, max_blocks,
+                    [&](long long dst, long long src, int h) {
+                      *reinterpret_cast<uint2*>(k_pool + dst) =
+                          quant8_e4m3<T>(*reinterpret_cast<const uint4*>(k_new + src), k_scale[h]);
+                      *reinterpret_cast<uint2*>(v_pool + dst) =
+                          quant8_e4m3<T>(*reinterpret_cast<const uint4*>(v_new + src), v_scale[h]);
+                    });
 }
 
 }  // namespace onnx_fuse
