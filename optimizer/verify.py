@@ -531,6 +531,10 @@ def _run_paged(opt_sess, ref_out: dict, feeds: dict, seed: int) -> list[tuple]:
     opt_names = [o.name for o in opt_sess.get_outputs()]
     # inputs the rewrite kept (an attention_mask still read elsewhere) get the original's feed
     run_feeds = {k: paged_feeds[k] if k in paged_feeds else feeds[k] for k in wanted}
+    # --precision makes the pools the op's 16-bit type (passes/_kv_pools.py): feed them so
+    for i in opt_sess.get_inputs():
+        if i.name.startswith("kv_pool_") and i.type == "tensor(float16)":
+            run_feeds[i.name] = run_feeds[i.name].astype(np.float16)
     opt_out = dict(zip(opt_names, opt_sess.run(opt_names, run_feeds)))
     past = next(v for k, v in feeds.items() if k.startswith("past_key_values.")).shape[2]
     return paged_pairs(ref_out, opt_out, paged_feeds, past + new_tokens)

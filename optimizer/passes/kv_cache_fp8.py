@@ -22,6 +22,7 @@ import onnx_ir as ir
 
 from onnx_fuse.errors import UserError
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._kv_pools import bind_pools, pool_io
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 
 __all__ = ["KvCacheFp8Pass", "FP8_HEAD_DIMS", "KV_CACHE_DTYPES"]
@@ -40,31 +41,6 @@ def _scale_name(pool: ir.Value, tag: str) -> str:
     return f"kv_scale_{tag}.{name[len(prefix):]}" if name.startswith(prefix) else f"{name}.scale"
 
 
-def _graph_input(v: ir.Value):
-    """(graph input, the Cast between it and v or None) where v is a graph input read once, or
-    the Cast of one (precision keeps graph I/O types: a float32 pool Cast to fp16)."""
-    if v.is_graph_input():
-        return (v, None) if len(v.uses()) == 1 else None
-    p = v.producer()
-    if (p is not None and p.op_type == "Cast" and p.domain == "" and p.inputs[0] is not None
-            and p.inputs[0].is_graph_input() and len(p.inputs[0].uses()) == 1
-            and len(v.uses()) == 1 and not v.is_graph_output()):
-        return p.inputs[0], p
-    return None
-
-
-def _graph_output(v: ir.Value):
-    """(graph output, the Cast between v and it or None), as _graph_input."""
-    if v.is_graph_output():
-        return v, None
-    uses = v.uses()
-    if len(uses) == 1:
-        user = uses[0][0]
-        if user.op_type == "Cast" and user.domain == "" and user.outputs[0].is_graph_output():
-            return user.outputs[0], user
-    return None
-
-
 class KvCacheFp8Pass(FusePass):
     """Every PagedAttention pool float8e4m3fn, with per-layer scale graph inputs."""
 
@@ -79,20 +55,11 @@ class KvCacheFp8Pass(FusePass):
                             f"{_OPTION})")
         plans = [self._check(n) for n in nodes]
         for node, (hkv, pools) in zip(nodes, plans):
+            # the pool bytes are state, never converted: any Cast precision left goes
+            self.stats["casts-removed"] += bind_pools(graph, node, pools,
+                                                      ir.DataType.FLOAT8E4M3FN)
             scales = []
-            for tag, (pool, cast_in), (out, cast_out) in pools:
-                i = 3 if tag == "k" else 4
-                if cast_in is not None:   # the pool's bytes are the state: no Cast on them
-                    node.replace_input_with(i, pool)
-                    graph.remove(cast_in, safe=True)
-                if cast_out is not None:
-                    name, value = out.name, node.outputs[i - 2]
-                    graph.outputs[graph.outputs.index(out)] = value
-                    graph.remove(cast_out, safe=True)
-                    value.name, out = name, value
-                for v in (pool, out):
-                    v.type = ir.TensorType(ir.DataType.FLOAT8E4M3FN)
-                self.stats["casts-removed"] += (cast_in is not None) + (cast_out is not None)
+            for tag, (pool, _), _ in pools:
                 scale = ir.Value(name=_scale_name(pool, tag), type=ir.TensorType(ir.DataType.FLOAT),
                                  shape=ir.Shape([hkv]))
                 graph.inputs.append(scale)
@@ -116,15 +83,11 @@ class KvCacheFp8Pass(FusePass):
         if sq != 1:
             refuse("fp8 pools are decode-only, and this query's length is not fixed at 1 "
                    "(export the decode graph with a sequence length of 1)")
-        pools = []
-        for tag, i in (("k", 3), ("v", 4)):
-            pool, out = _graph_input(ins[i]), _graph_output(node.outputs[i - 2])
-            if (pool is None or out is None or pool[0].shape is None
-                    or len(pool[0].shape) != 4):
-                refuse(f"its {tag} pool is not a graph input [blocks, block_size, Hkv, D] read "
-                       "by this node only (directly or through one Cast), with its update a "
-                       "graph output")
-            pools.append((tag, pool, out))
+        pools = pool_io(node)
+        if pools is None or any(p.shape is None or len(p.shape) != 4 for _, (p, _), _ in pools):
+            refuse("its k or v pool is not a graph input [blocks, block_size, Hkv, D] read "
+                   "by this node only (directly or through one Cast), with its update a "
+                   "graph output")
         hkv, d = pools[0][1][0].shape[2], pools[0][1][0].shape[3]
         if not isinstance(hkv, int) or d not in FP8_HEAD_DIMS:
             refuse(f"head size {d} (the fp8 decode kernel takes "

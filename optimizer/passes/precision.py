@@ -21,7 +21,9 @@ Cases handled:
   zero counted in stats), or duplicated when both precisions consume them;
 - graph inputs/outputs keep float32 unless ``keep_io_types=False``; boundary Casts get deterministic
   names ``<value>__to_fp16`` (one per value and dtype); exact Cast pairs (low->fp32->low) and
-  identity Casts left by the conversion are removed;
+  identity Casts left by the conversion are removed; the exception is PagedAttention's KV pools
+  (``kv_pool_{k,v}.N`` in, ``kv_pool_{k,v}_out.N`` out): state the op updates in place, they take
+  the op's low type at the graph I/O with no Cast between (passes/_kv_pools.py);
 - nodes with subgraphs (If/Loop/Scan) are KEEP and their bodies are untouched; an outer value a body
   reads is cast back to float32 for it.
 """
@@ -36,6 +38,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._kv_pools import bind_pools, pool_io
 from onnx_fuse.passes._op_signatures import PLUGIN_DOMAIN
 from onnx_fuse.passes._op_signatures import TYPE_STR as _TYPE_STR
 from onnx_fuse.passes._op_signatures import (fill_output_types, plugin_low_ops, signature,
@@ -260,7 +263,23 @@ class PrecisionConversionPass(FusePass):
         self._fix_outputs(graph)
         self.stats["io-converted"] += sum(graph.outputs[i].dtype != F32 for i in f32_outputs)
         self._remove_redundant_casts(graph)
+        self._pools_in_op_type(graph)
         return ir.passes.PassResult(model, modified=True)
+
+    def _pools_in_op_type(self, graph: ir.Graph) -> None:
+        """PagedAttention's KV pools are state it updates in place, not user data: their graph
+        input and output take the op's 16-bit type whatever ``keep_io_types`` says, with no
+        Cast between (a Cast would convert the whole pool twice per step and break the TensorRT
+        plugin's in-place aliasing; passes/_kv_pools.py)."""
+        for node in graph:
+            if node.domain != PLUGIN_DOMAIN or node.op_type != "PagedAttention":
+                continue
+            dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
+            pools = pool_io(node)
+            if dtype not in LOW_TYPES.values() or pools is None:
+                continue   # kept float32, or pools that are not the op's own graph I/O
+            self.stats["casts-removed"] += bind_pools(graph, node, pools, dtype)
+            self.stats[f"kv-pools-{self.precision}"] += len(pools)
 
     def _retype_attributes(self, node: ir.Node, outs: set[int]) -> None:
         if 0 not in outs:
