@@ -19,7 +19,8 @@ def add_common_optimize_flags(p: argparse.ArgumentParser) -> None:
                    help="skip the rule or pass with this name (repeatable)")
     p.add_argument("--precision", choices=("fp16", "bf16"), default=None,
                    help="convert weights and compute to fp16/bf16, keeping fp32 islands for norms, "
-                        "softmax and shape math; graph inputs/outputs keep their dtype "
+                        "softmax and shape math; graph inputs/outputs keep their dtype, except "
+                        "the paged KV pools (-O4 --target trt), which become fp16/bf16 "
                         "(default: leave float32)")
     p.add_argument("--verify", action="store_true",
                    help="run original and optimized in ONNX Runtime and compare outputs")
