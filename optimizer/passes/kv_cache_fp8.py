@@ -11,9 +11,10 @@ K/V). Half the pool bytes of fp16; the plugin's JIT path quantizes on append and
 
 Refused with a UserError naming the layer, never half converted: a query length not fixed at 1
 (the fp8 form is decode-only), a head size the fp8 decode kernel lacks, pools that are not graph
-inputs and outputs of their own (a Cast between, as ``precision`` leaves at the float32 graph
-I/O, is removed: fp8 pool bytes are never converted), a node that already has scale inputs; and a model with no
-PagedAttention at all (the paged rewrite did not apply, see the report's warnings).
+inputs and outputs of their own (one Cast between is removed, passes/_kv_pools.py: fp8 pool
+bytes are never converted; ``precision`` itself leaves none), a node that already has scale
+inputs; and a model with no PagedAttention at all (the paged rewrite did not apply, see the
+report's warnings).
 """
 
 from __future__ import annotations
