@@ -123,8 +123,7 @@ class KernelLib:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA; 3 = TMA with
         the experimental 24/240 register split, for the benchmark). The experimental variants
-        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_N176 with loads 1,
-        FA_WS_TMA_PERSIST with loads 4."""
+        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4."""
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):

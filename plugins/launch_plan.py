@@ -70,27 +70,19 @@ FA_WS = (128, 128, 12)
 FA_WS_TMA = (128, 128, 12, "tma")
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA)
-# Experimental TMA variants, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
+# Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
-# FA_WS_TMA_N176: 176-key tiles in 2 stages (FlashAttention-3's hdim-128 tile), D = 128 without
-# a mask only (kernel m128n176w12t; the launcher runs the cp.async FA_WS where TMA cannot address
-# the tensors, S < 176 included, when the plan falls back).
-FA_WS_TMA_N176 = (128, 176, 12, "tma")
-# FA_WS_TMA_PERSIST: the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
-# m128n128w12tp, launcher loads = 4), D = 64 and 128, both masks; TMA rules as FA_WS_TMA by name
-# (no fallback).
+# FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
+# m128n128w12tp, launcher loads = 4), D = 128, both masks; TMA rules as FA_WS_TMA by name (no
+# fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
+# not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
-# FA_WS_TMA_N176_PERSIST: both (kernel m128n176w12tp), D = 128 without a mask.
-FA_WS_TMA_N176_PERSIST = (128, 176, 12, "tma", "persistent")
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_N176 and
-    FA_WS_TMA_N176_PERSIST: D = 128 without a mask; FA_WS_TMA_PERSIST: D = 64 and 128)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128)."""
     _check_head_dim(head_dim)
-    out = (FA_WS_TMA_N176,) if head_dim == 128 and not causal else ()
-    out += (FA_WS_TMA_PERSIST,) if head_dim in (64, 128) else ()
-    return out + ((FA_WS_TMA_N176_PERSIST,) if head_dim == 128 and not causal else ())
+    return (FA_WS_TMA_PERSIST,) if head_dim == 128 else ()
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -264,8 +256,6 @@ def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4, loa
     ``loads`` ("tma" for FA_WS_TMA) does not change it (the mbarriers are static)."""
     if (block_m, block_n, warps) == FA_WS:
         return 1024 + (block_m * head_dim + 3 * 2 * block_n * head_dim) * 2
-    if (block_m, block_n, warps) == FA_WS_TMA_N176[:3]:  # 2 stages of 176-key tiles
-        return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     if (block_m, block_n, warps) == FA_WGMMA_1WG:
         return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     dp = -(-head_dim // 64) * 64
@@ -288,8 +278,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     (the sm_90a build on Hopper): "wgmma" or "mma.sync"."""
     if compute_capability != (9, 0):
         return "mma.sync"
-    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_N176, FA_WS_TMA_PERSIST,
-                                                FA_WS_TMA_N176_PERSIST):
+    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_PERSIST):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 

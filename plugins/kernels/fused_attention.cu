@@ -29,7 +29,6 @@
 #include "cuda_check.cuh"
 #include "tensor_map.cuh"
 #include "wgmma.cuh"
-#include "wgmma_wide.cuh"
 
 namespace onnx_fuse {
 
@@ -854,7 +853,8 @@ struct FaPagedTmaRows : FaPagedRows<T> {
 // PREGS: the producer warpgroup's registers after setmaxnreg (40, consumers 232; or 24,
 // consumers 240: FlashAttention-3's split, the experimental m128n128w12t_r24 entries). Either
 // way the pool is the 384 x 168 registers the CTA starts with. BNT / STT: keys per K/V tile and
-// stages (128 / 3; the experimental m128n176w12t entries: 176 / 2, TMA rows only).
+// stages (128 / 3; TMA rows may take others: 176-key tiles in 2 stages, FlashAttention-3's
+// hdim-128 tile, measured 7-8 % below 128 / 3 on the H200 and were dropped, docs/PERF.md).
 //
 // Tiles: FaWsOneTile, or a persistent schedule (the experimental m128n128w12tp entries, TMA rows
 // only): the CTA loops over its tiles with one set of barriers; the stage ring and the
@@ -1383,8 +1383,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
 #endif
 }
 
-// m128n128w12tp / m128n176w12tp (experimental): the TMA body on a persistent grid
-// (FaDenseTmaTiles), 128- or 176-key tiles (BNT / STT as fa_fwd_ws_tma_body); B: batch.
+// m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
 template <typename T, int D, bool CAUSAL, int BNT = 128, int STT = kWsStages>
 __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
@@ -1616,25 +1615,9 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                  \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false)   \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true)
-// Experimental m128n176w12t (launcher block_n = 176, D = 128, no mask; benchmarked beside
-// m128n128w12t, not planned): 176-key tiles in 2 stages (FlashAttention-3's hdim-128 tile),
-// 40 producer / 232 consumer registers like m128n128w12t: S 88 + P 44 + O 64 accumulators per
-// thread live at once in the steady state and ptxas fits them without spills (the 24 / 240 split
-// spills 36 bytes in the producer). Causal stays on 128-key tiles (more of a 176-key tile would
-// be masked on the diagonal).
-#define OF_FA_WSTW_KERNEL(NAME, T, D, CAUSAL)                                                    \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, 40, 176, 2>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
-                                                 q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
-                                                 o_ss, o_sh, scale_log2, &tq, &tk, &tv);        \
-  }
-// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned):
-// the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the maps.
+// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned),
+// D = 128: the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the
+// maps. (At D = 64 it measured 3-6 % below m128n128w12t and was dropped.)
 #define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
@@ -1649,19 +1632,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
   OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
   OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
-// Both experiments at once, m128n176w12tp (launcher block_n = 176, loads = 4; D = 128, no mask).
-#define OF_FA_WSTPW_KERNEL(NAME, T)                                                              \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) { \
-    fa_fwd_ws_tma_persistent_body<T, 128, false, 176, 2>(q, k, v, o, seq_lens, S, Hq, Hkv,     \
-                                                         q_sb, q_ss, q_sh, k_sb, k_ss, k_sh,   \
-                                                         v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,   \
-                                                         scale_log2, &tq, &tk, &tv, B);        \
-  }
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -1682,10 +1652,7 @@ OF_FA_WST_KERNELS_D(f16, __half, 64)
 OF_FA_WST_KERNELS_D(f16, __half, 128)
 OF_FA_WSTR_KERNELS_D(f16, __half, 64)
 OF_FA_WSTR_KERNELS_D(f16, __half, 128)
-OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_f16_d128_m128n176w12t_full, __half, 128, false)
-OF_FA_WSTP_KERNELS_D(f16, __half, 64)
 OF_FA_WSTP_KERNELS_D(f16, __half, 128)
-OF_FA_WSTPW_KERNEL(onnx_fuse_fa_fwd_f16_d128_m128n176w12tp_full, __half)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1698,10 +1665,7 @@ OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_full, __nv_bfloat16, 128, false)
-OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTPW_KERNEL(onnx_fuse_fa_fwd_bf16_d128_m128n176w12tp_full, __nv_bfloat16)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1794,17 +1758,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-// kind: 0 = m128n128w12t, 1 = its r24 twin, 2 = m128n176w12t (D = 128, no mask).
-FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
-  const bool r24 = kind == 1;
-  if (kind == 2) {
-    if (D != 128 || causal) return nullptr;
-    if (dtype == onnx_fuse::kFloat16)
-      return reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_f16_d128_m128n176w12t_full);
-    if (dtype == onnx_fuse::kBFloat16)
-      return reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_full);
-    return nullptr;
-  }
+FaTmaKernelFn pick_tma(int dtype, int D, bool causal, bool r24) {
 #define OF_PICK_T(DTN, DD)                                                                  \
   if (D == DD && r24)                                                                       \
     return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_r24_causal) \
@@ -1826,23 +1780,15 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool wide) {
-  if (wide) {
-    if (D != 128 || causal) return nullptr;
-    if (dtype == onnx_fuse::kFloat16)
-      return reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_f16_d128_m128n176w12tp_full);
-    if (dtype == onnx_fuse::kBFloat16)
-      return reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_bf16_d128_m128n176w12tp_full);
-    return nullptr;
-  }
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
 #define OF_PICK_TP(DTN, DD)                                                                 \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
                   : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_full);
   if (dtype == onnx_fuse::kFloat16) {
-    OF_PICK_TP(f16, 64) OF_PICK_TP(f16, 128)
+    OF_PICK_TP(f16, 128)
   } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PICK_TP(bf16, 64) OF_PICK_TP(bf16, 128)
+    OF_PICK_TP(bf16, 128)
   }
 #undef OF_PICK_TP
   return nullptr;
@@ -1855,14 +1801,13 @@ using onnx_fuse::encode_tiled;
 // m128n128w12t producer: 4-D (D, H, S, B), boxes of 64 columns x 1 head x 128 rows x 1 sequence,
 // 128-byte swizzle, out-of-bounds rows (past S) read as zeros. False when TMA cannot address it:
 // a base not 16-byte aligned, a stride that is not positive (a broadcast), a multiple of 16
-// bytes and below 2^40 bytes (size-1 axes excepted), fewer rows than a box (S < box_rows: boxes
+// bytes and below 2^40 bytes (size-1 axes excepted), fewer rows than a box (S < 128: boxes
 // larger than the tensor are reported to fault, and such problems are small), or the driver
-// refusing the map. box_rows: 128, or 176 for the K / V maps of m128n176w12t.
+// refusing the map.
 bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, int H, int D,
-                   long long sb, long long ss, long long sh, int box_rows = 128) {
+                   long long sb, long long ss, long long sh) {
   const EncodeTiledFn enc = encode_tiled();
-  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < box_rows || D < 64)
-    return false;
+  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < 128 || D < 64) return false;
   const long long dims[3] = {H, S, B}, strides[3] = {sh, ss, sb};
   cuuint64_t gdim[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
   cuuint64_t gstride[3];
@@ -1873,7 +1818,7 @@ bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, 
     gstride[i] = (cuuint64_t)bytes;
     natural = bytes * dims[i];
   }
-  const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1}, elem[4] = {1, 1, 1, 1};
+  const cuuint32_t box[4] = {64, 1, 128, 1}, elem[4] = {1, 1, 1, 1};
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return enc(map, dt, 4, const_cast<void*>(base), gdim, gstride, box, elem,
@@ -1990,10 +1935,8 @@ extern "C" {
 // wgmma variants (8 warps): tiles padded to a multiple of 64 columns, 1 KiB alignment slack, 3
 // stages for the pipelined one (64-key tiles, D <= 128). mma.sync: rows padded to tile_row<D>.
 int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n, int warps) {
-  if (warps == 12) {  // warp-specialized wgmma, 3 stages (D = 64, 128); 2 with 176-key tiles
-    const int stages = block_n == 176 ? 2 : onnx_fuse::kWsStages;
-    return 1024 + (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;
-  }
+  if (warps == 12)  // warp-specialized wgmma, 3 stages (D = 64, 128)
+    return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;
   if (warps == 4 && block_m == 64 && block_n == 128)  // wgmma, one warpgroup (D = 64)
     return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
   if (warps == 8 && block_m == onnx_fuse::kWgBM) {
@@ -2024,11 +1967,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // capability 9.x, S >= 128, 16-byte-aligned Q/K/V bases and positive strides, else
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
 // experimental m128n128w12t_r24 entries (24 producer / 240 consumer registers), for the
-// benchmark. (128, 176, 12), D = 128 without a mask only: the experimental m128n176w12t (TMA,
-// 176-key tiles, 2 stages), loads 1 or 2 (2: where TMA cannot address the tensors, S < 176
-// included, the cp.async m128n128w12 runs instead). loads 4: the experimental m128n128w12tp
-// (with (128, 128, 12)) or m128n176w12tp (with (128, 176, 12)), the TMA body on a persistent
-// grid of min(tiles, SMs) CTAs (TMA rules as loads 1). Returns 0 or a cudaError_t code.
+// benchmark; 4 = the experimental m128n128w12tp (D = 128), the TMA body on a persistent grid of
+// min(tiles, SMs) CTAs (TMA rules as loads 1). Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -2043,26 +1983,21 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     warps = 4;
   }
   OF_REQUIRE(loads >= 0 && loads <= 4);
-  const bool wide = block_m == 128 && block_n == 176 && warps == 12;
-  OF_REQUIRE(!wide || ((loads == 1 || loads == 2 || loads == 4) && D == 128 && !causal));
-  OF_REQUIRE(loads == 0 || (block_m == 128 && (block_n == 128 || (wide && loads != 3)) && warps == 12));
+  OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
   OF_REQUIRE(B <= 65535 && Hq <= 65535);
   OF_REQUIRE(q && k && v && o);
   OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
-  // the wide variant's fallback (loads 2) is the cp.async 128-key body
-  FaKernelFn fn = pick(dtype, D, block_m, wide ? 128 : block_n, warps, causal != 0);
+  FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
-  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, wide ? 128 : block_n, warps);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, wide ? 2 : (loads == 3 ? 1 : 0));
-    const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0, wide) : nullptr;
+    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, loads == 3);
+    const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
     OF_REQUIRE(loads != 4 || pfn != nullptr);
-    const int kv_box = wide ? 176 : 128;
-    const int tsmem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
     OF_REQUIRE(tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
@@ -2070,8 +2005,8 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     CUtensorMap tq, tk, tv;
     const bool tma_rules_met = major == 9 &&
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
-                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, kv_box) &&
-                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh, kv_box);
+                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
+                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
     OF_REQUIRE(tma_rules_met || loads == 2);  // 2: fall back to the cp.async producer below
     if (tma_rules_met && pfn != nullptr) {
       int sms = 0;
@@ -2079,8 +2014,8 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
       const long long tiles = (long long)grid.x * Hq * B;
       OF_REQUIRE(tiles < (1ll << 30));
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(pfn),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, tsmem));
-      pfn<<<(unsigned)(tiles < sms ? tiles : sms), 384, tsmem, stream>>>(
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      pfn<<<(unsigned)(tiles < sms ? tiles : sms), 384, smem, stream>>>(
           q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,
           o_sb, o_ss, o_sh, scale * onnx_fuse::kLog2e, tq, tk, tv, B);
       OF_CUDA_CHECK_LAUNCH();
@@ -2088,8 +2023,8 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     }
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, tsmem));
-      tfn<<<grid, 384, tsmem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                        k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                        scale * onnx_fuse::kLog2e, tq, tk, tv);
       OF_CUDA_CHECK_LAUNCH();

@@ -218,38 +218,15 @@ def test_fused_attention_tma_r24_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype, loads=3)
 
 
-# Experimental m128n176w12t (176-key tiles, 2 stages; D = 128 without a mask): tiles that end past
-# seq_len, past S, exactly at S, one and several tiles.
-FA_N176 = (128, 176, 12, "tma")
-FA_N176_CASES = [
-    (1, 176, 2, 1, 128, False, None, FA_N176),
-    (2, 352, 4, 4, 128, False, None, FA_N176),
-    (2, 515, 4, 1, 128, False, [515, 260], FA_N176),
-    (1, 1000, 8, 8, 128, False, None, FA_N176),
-    (4, 180, 12, 4, 128, False, [180, 177, 17, 2], FA_N176),
-    (2, 700, 8, 2, 128, False, [700, 385], FA_N176),
-    (3, 200, 6, 3, 128, False, [200, 1, 0], FA_N176),
-    (1, 4096, 2, 1, 128, False, [3000], FA_N176)]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_N176_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-tma-n176".format(
-    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
-def test_fused_attention_tma_n176_matches_reference(lib, case, dtype):
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
-# Experimental m128n128w12tp (the TMA body on a persistent grid of min(tiles, SMs) CTAs): the TMA
-# cases, plus ones with several rounds of tiles per CTA (over 132 tiles), empty sequences (tiles
-# that only store zeros) and ragged lengths, so stage phases, the Q-empty barrier, the V-tail
-# barrier and the consumers' turn order all carry across tiles.
+# Experimental m128n128w12tp (the TMA body on a persistent grid of min(tiles, SMs) CTAs, D = 128):
+# the TMA cases, plus ones with several rounds of tiles per CTA (over 132 tiles), empty sequences
+# (tiles that only store zeros) and ragged lengths, so stage phases, the Q-empty barrier, the
+# V-tail barrier and the consumers' turn order all carry across tiles.
 FA_PERSIST = (128, 128, 12, "tma", "persistent")
-FA_PERSIST_CASES = [c[:7] + (FA_PERSIST,) for c in FA_TMA_CASES] + [
+FA_PERSIST_CASES = [c[:7] + (FA_PERSIST,) for c in FA_TMA_CASES if c[4] == 128] + [
     (2, 260, 40, 8, 128, True, [260, 0], FA_PERSIST),  # 240 tiles, a third of them empty
     (3, 300, 48, 8, 128, False, [130, 300, 0], FA_PERSIST),  # 432 tiles: 4 rounds on 132 SMs
-    (2, 384, 64, 8, 64, False, [384, 200], FA_PERSIST),
-    (1, 640, 48, 48, 64, True, None, FA_PERSIST)]
+    (1, 640, 48, 48, 128, True, None, FA_PERSIST)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -260,48 +237,24 @@ def test_fused_attention_tma_persistent_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Both experiments at once (m128n176w12tp): the 176-key cases, plus multi-round grids.
-FA_N176_PERSIST = (128, 176, 12, "tma", "persistent")
-FA_N176_PERSIST_CASES = [c[:7] + (FA_N176_PERSIST,) for c in FA_N176_CASES] + [
-    (3, 300, 48, 8, 128, False, [130, 300, 0], FA_N176_PERSIST),  # 432 tiles, a third empty
-    (2, 520, 40, 8, 128, False, [520, 200], FA_N176_PERSIST)]     # 400 tiles
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_N176_PERSIST_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-tma-n176-persistent".format(
-    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
-def test_fused_attention_tma_n176_persistent_matches_reference(lib, case, dtype):
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
-def test_fused_attention_tma_n176_fallback_and_refusals(lib):
-    """S < 176 (a K/V box would exceed the tensor): asked for by name the launcher refuses; with
-    loads = 2 it runs the cp.async m128n128w12 and matches. A causal launch of block_n = 176 is
-    refused (no such entry) and the planner refuses the variant with a mask."""
+def test_fused_attention_tma_persistent_refusals(lib):
+    """m128n128w12tp is compiled at D = 128 only: the planner refuses it elsewhere and the launcher
+    (loads = 4) returns an error instead of launching anything."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
-    from onnx_fuse.plugins.kernel_lib import KernelError
 
-    B, S, Hq, Hkv, D = 2, 150, 4, 2, 128
+    B, S, Hq, Hkv, D = 2, 300, 4, 2, 64
     gen = torch.Generator(device="cuda").manual_seed(13)
     q, k, v = (_rand((B, S, h, D), torch.float16, gen) for h in (Hq, Hkv, Hkv))
     out = torch.full_like(q, float("nan"))
-    for variant in (FA_N176, FA_N176_PERSIST):
-        with pytest.raises(KernelError):
-            lib.fused_attention(q, k, v, out, variant=variant)
-    torch.cuda.synchronize()
-    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
-    call = lambda causal, loads: lib._lib.onnx_fuse_fused_attention_fwd(  # noqa: E731
-        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
-        1.0 / D**0.5, causal, 128, 176, 12, loads, torch.cuda.current_stream().cuda_stream)
-    assert call(0, 2) == 0
-    torch.cuda.synchronize()
-    expect = ref.fused_attention(_np(q), _np(k), _np(v), out_dtype=np.float64)
-    assert _rel_err(out, expect) < TOL[torch.float16]
-    assert call(1, 2) != 0 and call(0, 0) != 0 and call(0, 3) != 0 and call(0, 4) != 0 and call(1, 4) != 0
     with pytest.raises(ValueError):
-        lp.plan_fused_attention(B, S, Hq, Hkv, D, causal=True, variant=FA_N176)
+        lp.plan_fused_attention(B, S, Hq, Hkv, D, variant=FA_PERSIST)
+    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
+    rc = lib._lib.onnx_fuse_fused_attention_fwd(
+        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
+        1.0 / D**0.5, 0, 128, 128, 12, 4, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert rc != 0 and torch.isnan(out).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -324,7 +277,7 @@ def test_fused_attention_tma_inf_padding(lib, dtype, D, causal):
         v[b, L + 1::3] = float("-inf")
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    variants = [FA_TMA, FA_PERSIST] + ([FA_N176, FA_N176_PERSIST] if D == 128 and not causal else [])
+    variants = [FA_TMA] + ([FA_PERSIST] if D == 128 else [])
     for variant in variants:
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)

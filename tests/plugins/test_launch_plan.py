@@ -117,9 +117,7 @@ def test_smem_formulas_match_the_launchers():
     assert lp.fa_smem_bytes(80, 128, 128, 8) == lp.fa_smem_bytes(128, 128, 128, 8)  # padded to 128
     assert lp.fa_smem_bytes(128, 128, 64, 8) == 1024 + (128 * 128 + 3 * 2 * 64 * 128) * 2
     assert lp.fa_smem_bytes(128, 128, 128, 12) == 1024 + (128 * 128 + 3 * 2 * 128 * 128) * 2
-    assert "const int stages = block_n == 176 ? 2 : onnx_fuse::kWsStages;" in fa
-    assert "return 1024 + (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;" in fa
-    assert lp.fa_smem_bytes(128, 128, 176, 12) == 1024 + (128 * 128 + 2 * 2 * 176 * 128) * 2
+    assert "return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;" in fa
     assert lp.fa_smem_bytes(256, 128, 64, 8) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
     assert lp.fa_smem_bytes(96, 128, 64, 4) == (128 + 4 * 64) * 104 * 2
     assert lp.fa_mma_smem_bytes(96, 64, 64) == (64 + 4 * 64) * 104 * 2
@@ -600,59 +598,39 @@ def test_experimental_r24_entries_exist_but_are_never_planned():
 
 
 def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned():
-    """m128n176w12t (176-key tiles, D = 128 without a mask), m128n128w12tp (persistent grid,
-    D = 64 / 128) and m128n176w12tp (both, D = 128 without a mask): compiled entries, reachable by name with the launcher's geometry, refused
-    where they are not compiled, never picked by the planner (fa_variants stays the contract)."""
+    """m128n128w12tp (the TMA body on a persistent grid, D = 128): compiled entries, reachable by
+    name with the launcher's geometry, refused where not compiled, never picked by the planner
+    (fa_variants stays the contract). The 176-key-tile experiments (measured slower) are gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
-    for dt, t in (("f16", "__half"), ("bf16", "__nv_bfloat16")):
-        assert f"OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_{dt}_d128_m128n176w12t_full, {t}, 128, false)" in fa
-        for d in (64, 128):
-            assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-        assert f"OF_FA_WSTPW_KERNEL(onnx_fuse_fa_fwd_{dt}_d128_m128n176w12tp_full, {t})" in fa
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
-    assert "fa_fwd_ws_tma_persistent_body<T, 128, false, 176, 2>" in fa
-    assert "fa_fwd_ws_tma_body<T, D, CAUSAL, 40, 176, 2>" in fa  # 232 consumer registers, 2 stages
-    # variant lists: n176 at D = 128 without a mask only; persistent at D = 64 and 128
-    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_N176, lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_N176_PERSIST)
-    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(64) == (lp.FA_WS_TMA_PERSIST,)
-    for d in (80, 96, 256):
+    assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    for d in (64, 80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
-    # by name
-    p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16", variant=lp.FA_WS_TMA_N176)
-    assert p.kernel == "onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_full" and p.tma and not p.persistent
-    assert p.grid == (32, 32, 4) and p.block == (384, 1, 1) and p.variant == lp.FA_WS_TMA_N176
-    assert p.smem_bytes == 1024 + (128 * 128 + 2 * 2 * 176 * 128) * 2 == 214016  # 2 stages fit
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 8, 128, causal=True, variant=lp.FA_WS_TMA_N176)
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 8, 64, variant=lp.FA_WS_TMA_N176)
-    for d, causal in ((64, False), (128, True)):
-        p = lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, variant=lp.FA_WS_TMA_PERSIST)
-        assert p.kernel == f"onnx_fuse_fa_fwd_f16_d{d}_m128n128w12tp_{'causal' if causal else 'full'}"
-        assert p.persistent and p.tma and p.variant == lp.FA_WS_TMA_PERSIST
-        assert p.grid == (lp.H200.num_sms, 1, 1) and p.smem_bytes == lp.fa_smem_bytes(d, *lp.FA_WS_TMA)
-    assert lp.plan_fused_attention(1, 200, 3, 1, 64, variant=lp.FA_WS_TMA_PERSIST).grid == (6, 1, 1)  # 2 x 3 tiles
-    p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16", variant=lp.FA_WS_TMA_N176_PERSIST)
-    assert p.kernel == "onnx_fuse_fa_fwd_bf16_d128_m128n176w12tp_full" and p.persistent and p.block_n == 176
-    assert p.grid == (132, 1, 1) and p.smem_bytes == 214016 and p.variant == lp.FA_WS_TMA_N176_PERSIST
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 8, 128, causal=True, variant=lp.FA_WS_TMA_N176_PERSIST)
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 8, 96, variant=lp.FA_WS_TMA_PERSIST)
+    for causal in (False, True):
+        p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16", causal=causal, variant=lp.FA_WS_TMA_PERSIST)
+        assert p.kernel == f"onnx_fuse_fa_fwd_bf16_d128_m128n128w12tp_{'causal' if causal else 'full'}"
+        assert p.persistent and p.tma and p.variant == lp.FA_WS_TMA_PERSIST and p.block == (384, 1, 1)
+        assert p.grid == (lp.H200.num_sms, 1, 1) and p.smem_bytes == lp.fa_smem_bytes(128, *lp.FA_WS_TMA)
+    assert lp.plan_fused_attention(1, 200, 3, 1, 128, variant=lp.FA_WS_TMA_PERSIST).grid == (6, 1, 1)  # 2 x 3 tiles
+    for d in (64, 96):
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 8, d, variant=lp.FA_WS_TMA_PERSIST)
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
-    for v in (lp.FA_WS_TMA_N176, lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_N176_PERSIST):
-        with pytest.raises(ValueError, match="compute capability 9.0"):
-            lp.plan_fused_attention(4, 4096, 32, 32, 128, variant=v, device=ampere)
-        assert lp.fa_engine(v, 128) == "wgmma"
-    # the planner's own choice never lands on them
+    with pytest.raises(ValueError, match="compute capability 9.0"):
+        lp.plan_fused_attention(4, 4096, 32, 32, 128, variant=lp.FA_WS_TMA_PERSIST, device=ampere)
+    assert lp.fa_engine(lp.FA_WS_TMA_PERSIST, 128) == "wgmma"
+    # the planner's own choice never lands on it
     for d in lp.SUPPORTED_HEAD_DIMS:
         for causal in (False, True):
             for shape in ((4, 4096, 32, 8), (1, 77, 4, 4), (8, 2048, 32, 32)):
                 p = lp.plan_fused_attention(*shape, d, causal=causal)
-                assert p.variant in lp.fa_variants(d) and not p.persistent and p.block_n != 176
-    # the C launcher: loads 4 = persistent, block_n 176 only with TMA loads and no mask
-    assert "OF_REQUIRE(!wide || ((loads == 1 || loads == 2 || loads == 4) && D == 128 && !causal));" in fa
-    assert "const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0, wide) : nullptr;" in fa
+                assert p.variant in lp.fa_variants(d) and not p.persistent
+    # the C launcher: loads 4 = persistent, D = 128 only
+    assert "const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;" in fa
+    assert "OF_REQUIRE(loads != 4 || pfn != nullptr);" in fa
