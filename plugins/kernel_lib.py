@@ -121,8 +121,8 @@ class KernelLib:
     def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
                         variant=None, loads=None, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
-        launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA; 3 = TMA with
-        the experimental 24/240 register split, for the benchmark). The experimental variants
+        launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24;
+        see onnx_fuse_fused_attention_fwd). The experimental variants
         (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4."""
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
@@ -134,8 +134,9 @@ class KernelLib:
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
         # TMA loads: asked for by name, the launcher refuses tensors TMA cannot address; planned,
         # it falls back to cp.async for them.
-        if loads is None:
-            loads = 4 if plan.persistent else (1 if variant is not None else 2) if plan.tma else 0
+        if loads is None:  # by name: 1 (3 with the r24 split); planned: 2 (5), with fallback
+            loads = 4 if plan.persistent else ((1 if variant is not None else 2) + (2 if plan.r24 else 0)
+                                               if plan.tma else 0)
         rc = self._lib.onnx_fuse_fused_attention_fwd(
             plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
             *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, loads, self._stream(stream))

@@ -68,8 +68,12 @@ FA_WS = (128, 128, 12)
 # 4th element names the loads. The host launcher builds the tensor maps, so only the library's
 # launch function (not the TensorRT AOT path) runs it; compute capability 9.0 only.
 FA_WS_TMA = (128, 128, 12, "tma")
-FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA)
-FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA)
+# FA_WS_TMA with the register split moved to 24 producer / 240 consumer registers
+# (FlashAttention-3's; entries ..._m128n128w12t_r24_...): planned at D = 128, where it measured
+# 1-2 % ahead of the 40 / 232 split on 11 of 12 passes in each of two H200 runs; at D = 64 behind.
+FA_WS_TMA_R24 = (128, 128, 12, "tma", "r24")
+FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
+FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -278,7 +282,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     (the sm_90a build on Hopper): "wgmma" or "mma.sync"."""
     if compute_capability != (9, 0):
         return "mma.sync"
-    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_PERSIST):
+    if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
+                          FA_WS_TMA_PERSIST):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -304,6 +309,7 @@ class FusedAttentionPlan:
     dtype_code: int
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
+    r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
 
     @property
     def ctas(self) -> int:
@@ -313,7 +319,7 @@ class FusedAttentionPlan:
     def variant(self) -> tuple:
         """The entry of ``fa_variants`` this plan runs."""
         return ((self.block_m, self.block_n, self.warps) + (("tma",) if self.tma else ())
-                + (("persistent",) if self.persistent else ()))
+                + (("persistent",) if self.persistent else ()) + (("r24",) if self.r24 else ()))
 
 
 def plan_fused_attention(
@@ -351,7 +357,7 @@ def plan_fused_attention(
             # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides).
-            variant = FA_WS_TMA
+            variant = FA_WS_TMA_R24 if head_dim == 128 else FA_WS_TMA
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:
@@ -366,19 +372,20 @@ def plan_fused_attention(
     bm, bn, warps = variant[:3]
     tma = variant[3:4] == ("tma",)
     persistent = variant[4:] == ("persistent",)
+    r24 = variant[4:] == ("r24",)
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
     smem = fa_smem_bytes(head_dim, *variant[:4])
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    suffix = ("t" if tma else "") + ("p" if persistent else "")
+    suffix = ("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "")
     name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}{suffix}_{'causal' if causal else 'full'}"
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
-        block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent,
+        block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent, r24=r24,
     )
 
 

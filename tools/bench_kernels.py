@@ -118,13 +118,9 @@ def main() -> int:
             for var in lp.fa_variants(D):
                 eng = lp.fa_engine(var, D, torch.cuda.get_device_capability())
                 planned = lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dt)[6:], causal=causal)
-                label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}{'t' if var[3:] == ('tma',) else ''}" + (
-                    " (planned)" if tuple(var) == planned.variant else "")
+                label = f"ours {eng} m{var[0]}n{var[1]}w{var[2]}{'t' if var[3:4] == ('tma',) else ''}" + (
+                    "".join("_" + x for x in var[4:])) + (" (planned)" if tuple(var) == planned.variant else "")
                 cands[label] = (lambda var=var: lib.fused_attention(q, k, v, out, causal=causal, variant=var), True)
-                if var == lp.FA_WS_TMA and torch.cuda.get_device_capability() == (9, 0):
-                    # experimental twin: 24 producer / 240 consumer registers (launcher loads = 3)
-                    cands[f"ours {eng} m128n128w12t_r24 (experimental)"] = (
-                        lambda: lib.fused_attention(q, k, v, out, causal=causal, variant=lp.FA_WS_TMA, loads=3), True)
             if torch.cuda.get_device_capability() == (9, 0):
                 for var in lp.fa_experimental_variants(D, causal):  # never planned: timed beside w12t
                     label = f"ours wgmma m{var[0]}n{var[1]}w{var[2]}t{''.join('_' + x for x in var[4:])} (experimental)"

@@ -1966,9 +1966,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // cp.async (m128n128w12); 1 = TMA (m128n128w12t: tensor maps built here; needs compute
 // capability 9.x, S >= 128, 16-byte-aligned Q/K/V bases and positive strides, else
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
-// experimental m128n128w12t_r24 entries (24 producer / 240 consumer registers), for the
-// benchmark; 4 = the experimental m128n128w12tp (D = 128), the TMA body on a persistent grid of
-// min(tiles, SMs) CTAs (TMA rules as loads 1). Returns 0 or a cudaError_t code.
+// m128n128w12t_r24 entries (24 producer / 240 consumer registers); 5 = as 2 with the r24 entries
+// (planned at D = 128); 4 = the experimental m128n128w12tp (D = 128), the TMA body on a
+// persistent grid of min(tiles, SMs) CTAs (TMA rules as loads 1). Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -1982,7 +1982,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 4);
+  OF_REQUIRE(loads >= 0 && loads <= 5);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -1995,7 +1995,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, loads == 3);
+    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, loads == 3 || loads == 5);
     const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
     OF_REQUIRE(loads != 4 || pfn != nullptr);
     OF_REQUIRE(tfn != nullptr);
@@ -2007,7 +2007,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
                                fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
                                fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
-    OF_REQUIRE(tma_rules_met || loads == 2);  // 2: fall back to the cp.async producer below
+    OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5);  // 2, 5: fall back to cp.async below
     if (tma_rules_met && pfn != nullptr) {
       int sms = 0;
       OF_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

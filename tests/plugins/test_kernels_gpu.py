@@ -327,13 +327,39 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
-    rc = lib._lib.onnx_fuse_fused_attention_fwd(
-        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
-        1.0 / D**0.5, 1, 128, 128, 12, 2, torch.cuda.current_stream().cuda_stream)
-    assert rc == 0
-    torch.cuda.synchronize()
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    assert _rel_err(out, expect) < TOL[torch.float16]
+    for code in (2, 5):  # planned TMA with the 40 / 232 and the 24 / 240 register split
+        out.fill_(float("nan"))
+        rc = lib._lib.onnx_fuse_fused_attention_fwd(
+            0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
+            1.0 / D**0.5, 1, 128, 128, 12, code, torch.cuda.current_stream().cuda_stream)
+        assert rc == 0
+        torch.cuda.synchronize()
+        assert _rel_err(out, expect) < TOL[torch.float16], code
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
+def test_fused_attention_tma_planned_d128_r24(lib, dtype, broadcast):
+    """At D = 128 on the H200 the planner names m128n128w12t_r24 (launcher loads 5): it runs on
+    TMA, or on the cp.async producer where TMA cannot address K/V (broadcast over the batch)."""
+    _need_sm90()
+    from onnx_fuse.plugins import launch_plan as lp
+
+    B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
+    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, causal=True).variant == lp.FA_WS_TMA_R24
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    q = _rand((B, S, Hq, D), dtype, gen)
+    kb = 1 if broadcast else B
+    k = _rand((kb, S, Hkv, D), dtype, gen).expand(B, S, Hkv, D)
+    v = _rand((kb, S, Hkv, D), dtype, gen).expand(B, S, Hkv, D)
+    out = torch.full_like(q, float("nan"))
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=True)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=True, out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[dtype]
+    assert torch.count_nonzero(out[1, 700:]).item() == 0
 
 
 # ------------------------------------------------------------------ paged attention (decode)

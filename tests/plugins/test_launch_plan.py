@@ -42,6 +42,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WST_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_full", _block(fa, "#define OF_FA_WST_KERNELS_D("))}
     wst_d = {int(d) for d in re.findall(r"^OF_FA_WST_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wst and wst_d
+    wstr = {tuple(map(int, v)) + ("tma", "r24") for v in re.findall(
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_r24_full", _block(fa, "#define OF_FA_WSTR_KERNELS_D("))}
+    wstr_d = {int(d) for d in re.findall(r"^OF_FA_WSTR_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wstr and wstr_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -59,6 +63,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= ws
         if d in wst_d:
             fav[d] |= wst
+        if d in wstr_d:
+            fav[d] |= wstr
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -84,7 +90,8 @@ def _kernel_names() -> set[str]:
         for d, vs in fav.items():
             for bm, bn, w, *loads in vs:
                 for mask in ("full", "causal"):
-                    names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_m{bm}n{bn}w{w}{'t' if loads else ''}_{mask}")
+                    names.add(f"onnx_fuse_fa_fwd_{dt}_d{d}_m{bm}n{bn}w{w}{'t' if loads else ''}"
+                              f"{''.join('_' + x for x in loads[1:])}_{mask}")
         for d, vs in pvs.items():
             for w, s, b in vs:
                 names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}{'b' if b else ''}")
@@ -104,7 +111,7 @@ def test_variant_tables_match_the_sources():
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
-    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS, lp.FA_WS_TMA}
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -134,7 +141,7 @@ def test_smem_formulas_match_the_launchers():
     assert lp.pa_smem_bytes(80, 4, 3, 0) == (16 * 88 + 3 * 2 * 64 * 88) * 2
     for d in lp.SUPPORTED_HEAD_DIMS:
         for v in lp.fa_variants(d):
-            assert lp.fa_smem_bytes(d, *v) <= lp.H200.max_smem_per_block, (d, v)
+            assert lp.fa_smem_bytes(d, *v[:4]) <= lp.H200.max_smem_per_block, (d, v)
         for v in lp.pa_variants(d):
             assert lp.pa_smem_bytes(d, *v) <= lp.H200.max_smem_per_block, (d, v)
     assert lp.pa_smem_bytes(256, 8, 3, 0) > lp.H200.max_smem_per_block  # why D=256 has no 8-warp variant
@@ -158,7 +165,7 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
 def test_fused_plan_small_problem_uses_small_tiles():
     assert lp.plan_fused_attention(1, 128, 2, 2, 128).block_m == 64  # 2 CTAs of 128 rows would idle the chip
     big = lp.plan_fused_attention(4, 4096, 32, 32, 128)
-    assert big.variant == lp.FA_WS_TMA  # H200 default: warp-specialized, TMA loads
+    assert big.variant == lp.FA_WS_TMA_R24  # H200 default at D128: warp-specialized, TMA loads, 24/240
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
@@ -174,7 +181,7 @@ def test_fused_plan_every_variant(head_dim):
         assert p.variant == tuple(variant) and (p.block_m, p.block_n, p.warps) == variant[:3]
         assert p.kernel in _kernel_names()
         assert p.dtype_code == 1
-        assert p.smem_bytes == lp.fa_smem_bytes(head_dim, *variant)
+        assert p.smem_bytes == lp.fa_smem_bytes(head_dim, *variant[:4])
 
 
 def test_fused_plan_picks_per_head_size():
@@ -182,7 +189,7 @@ def test_fused_plan_picks_per_head_size():
     warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_r24_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
@@ -208,13 +215,19 @@ def test_fused_plan_tma_variant():
             lp.plan_fused_attention(4, 4096, 32, 32, d, variant=lp.FA_WS_TMA)
     for d in (64, 128):
         for causal in (False, True):
-            assert lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal).tma
+            planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
+            assert planned.tma and planned.r24 == (d == 128)  # the 24/240 split only where it measured ahead
+            assert planned.variant == (lp.FA_WS_TMA_R24 if d == 128 else lp.FA_WS_TMA)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
             assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal, device=ampere).tma
             p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA)
             assert p.tma and p.variant == lp.FA_WS_TMA and p.block == (384, 1, 1)
             assert p.kernel == f"onnx_fuse_fa_fwd_bf16_d{d}_m128n128w12t_{'causal' if causal else 'full'}"
             assert p.kernel in _kernel_names() and p.smem_bytes == lp.fa_smem_bytes(d, *lp.FA_WS)
+            r = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA_R24)
+            assert r.r24 and r.tma and r.variant == lp.FA_WS_TMA_R24 and r.smem_bytes == p.smem_bytes
+            assert r.kernel == f"onnx_fuse_fa_fwd_bf16_d{d}_m128n128w12t_r24_{'causal' if causal else 'full'}"
+            assert r.kernel in _kernel_names()
         assert lp.fa_engine(lp.FA_WS_TMA, d) == "wgmma"
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     with pytest.raises(ValueError, match="compute capability 9.0"):
@@ -583,18 +596,23 @@ def test_paged_prefill_loads_plan():
     assert lp.PP_TMA_BLOCK_SIZES == (16, 32, 64, 128)
 
 
-def test_experimental_r24_entries_exist_but_are_never_planned():
-    """m128n128w12t_r24 (24 producer / 240 consumer registers) is reached through the launcher's
-    loads = 3 only, for the benchmark; the planner never names it."""
+def test_r24_entries_exist_and_are_planned_at_d128_only():
+    """m128n128w12t_r24 (24 producer / 240 consumer registers): compiled at D = 64 and 128, run by
+    the launcher's loads 3 (by name) and 5 (planned, cp.async fallback); the planner names it at
+    D = 128 only (at D = 64 it measured behind the 40 / 232 split)."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 4);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 5);" in fa
+    assert "pick_tma(dtype, D, causal != 0, loads == 3 || loads == 5)" in fa
+    assert "OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5)" in fa
     for d in (64, 128):
         for causal in (False, True):
             for v in lp.fa_variants(d):
-                assert "_r24" not in lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, variant=v).kernel
+                p = lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, variant=v)
+                assert ("_r24" in p.kernel) == (v == lp.FA_WS_TMA_R24) == p.r24
+            assert lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal).r24 == (d == 128)
 
 
 def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned():
