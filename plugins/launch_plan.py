@@ -96,20 +96,20 @@ PA_VARIANTS_D256 = ((4, 3, 0), (4, 3, 1), (4, 2, 1))  # 8 warps x 512-byte rows 
 PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 # TMA variants (warps, stages, 2) of the 16-bit decode (OF_PA_TMA_VARIANTS, kernel suffix "t",
 # onnx_fuse_paged_attention_decode_tma): kept out of pa_variants (the contract's variant lists);
-# plan_paged_decode takes them as ``variant``. D = 64, 80, 96, 128, 256 (80 and 96: unswizzled boxes
-# into padded rows); block sizes a power of two >= 8 and compute capability 9.0, else the plan (like
-# the C launcher) falls back to the 4-warp bulk variant of the same stages where one is compiled,
-# else (4, 3, 0). The 8-warp ones (tiles of 128 tokens) are bench candidates, not yet planned.
-PA_TMA_HEAD_DIMS = (64, 80, 96, 128, 256)
-PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2))
+# plan_paged_decode takes them as ``variant``. D = 64, 128, 256; block sizes a power of two >= 8 and
+# compute capability 9.0, else the plan (like the C launcher) falls back to the 4-warp bulk variant
+# of the same stages where one is compiled, else (4, 3, 0). (8, 2, 2): tiles of 128 tokens, planned
+# for MQA at D = 64. (D = 80 / 96 TMA and (8, 3, 2) measured behind and were dropped.)
+PA_TMA_HEAD_DIMS = (64, 128, 256)
+PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
 # onnx_fuse_paged_attention_decode_tma_heads): one CTA per group of `warps` kv heads, tiles of 16
 # tokens of all of them read by one tensor copy per 64-column slab. D = 64, 128; Hkv a multiple of
-# warps, block sizes a power of two >= 16, compute capability 9.0; no fallback (the plan refuses).
-# Bench candidates, not yet planned.
+# warps, block sizes a power of two >= 16, compute capability 9.0 (else the plan refuses; the C
+# launcher runs (4, 3, 2) where the pool leaves no tensor map). (8, 2, 3) is planned at D = 128.
 PA_HEADS_HEAD_DIMS = (64, 128)
-PA_HEADS_VARIANTS = ((4, 3, 3), (4, 4, 3), (8, 2, 3), (8, 3, 3))
+PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -505,17 +505,8 @@ def plan_paged_decode(
     if ctas_per_sm is None:
         ctas_per_sm = 2
     if variant is None:
-        # Measured on the H200 (docs/PERF.md): bulk copies win from 160-byte rows up (D >= 80),
-        # not for 128-byte ones (D = 64); at D = 80 and 96 two stages (4 CTAs per SM) beat three.
-        # At D = 128 the TMA variant (tensor copies per block and kv head) reads 1-4 % faster than
-        # the bulk one on every measured shape (3.98 against 3.89 TB/s at block 16; it falls back
-        # to bulk where TMA does not apply).
-        if head_dim == 128 and device.compute_capability >= (9, 0):
-            variant = (4, 3, 2)
-        elif head_dim >= 80 and device.compute_capability >= (9, 0):
-            variant = (4, 2, 1) if head_dim in (80, 96) else (4, 3, 1)
-        else:
-            variant = PA_DEFAULT
+        max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
+        variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
     variant = tuple(variant)
     compiled = pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
     if variant not in compiled:
@@ -535,9 +526,46 @@ def plan_paged_decode(
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     if bulk == 3 and ctas_per_sm_default:  # shared memory bounds the occupancy of the large tiles
         ctas_per_sm = max(1, min(2, device.smem_per_sm // (smem + 1024)))
+    if bulk >= 2 and warps == 8 and num_splits is None:
+        # 8-warp TMA kernels: the splits that fill one CTA per SM (measured on the H200: B64 H32/8
+        # D128 w8s2h 3.99 TB/s at 2 splits = 128 CTAs, 3.83 at 1, 3.78 at 3; MQA B128 D64 w8s2t
+        # 2.65-2.69 at 1 split = 128 CTAs, 2.51 at 2, 2.42 at 4)
+        groups = num_kv_heads // warps if bulk == 3 else num_kv_heads
+        num_splits = _wave_splits(batch * groups, device.num_sms,
+                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))), ctx=ctx)
     return _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't', 'h')[bulk]}",
                           batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
                           ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+
+
+def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device) -> tuple[int, int, int]:
+    """The decode variant measured fastest on the H200 (docs/PERF.md, run 6, block 16-64):
+
+    - D = 128: one CTA per 8 kv heads, w8s2h (3.99 TB/s at B64 H32/8 against 3.95 for w4s3t and
+      4.22 for SDPA on a contiguous cache), where Hkv % 8 == 0 and the block size is a power of
+      two >= 16; else w4s3t (tensor copies per block and kv head, 1-4 % ahead of bulk).
+    - D = 64: MQA-like grids (batch * Hkv <= SMs) w8s2t (2.65-2.69 against 2.55 for the cp.async
+      w4s3 at B128 H16/1; SDPA 2.72); GQA keeps cp.async w4s3 (3.83, TMA w4s2t 3.80).
+    - D = 256: w4s2t (4.10, bulk 3.77, two runs). D = 80 / 96: bulk w4s2b (two stages, four CTAs
+      per SM; TMA boxes into padded rows measured 8-10 % behind).
+    The 8-warp ones need a grid that fills one CTA per SM to 90 % within ``max_splits`` splits
+    (small batches keep the 4-warp kernels, whose splits spread further). TMA variants fall back
+    to bulk / cp.async where TMA does not apply (see plan_paged_decode)."""
+    if device.compute_capability < (9, 0):
+        return PA_DEFAULT
+
+    def fills(base: int) -> bool:
+        return any(base * m / device.num_sms / math.ceil(base * m / device.num_sms) >= 0.9
+                   for m in {_aligned_splits(ctx, n) for n in range(1, max_splits + 1)})
+    if head_dim == 128:
+        heads = (num_kv_heads % 8 == 0 and block_size >= 16 and block_size & (block_size - 1) == 0
+                 and fills(batch * num_kv_heads // 8))
+        return (8, 2, 3) if heads else (4, 3, 2)
+    if head_dim == 64:
+        return (8, 2, 2) if batch * num_kv_heads <= device.num_sms and fills(batch * num_kv_heads) else PA_DEFAULT
+    if head_dim == 256:
+        return (4, 2, 2)
+    return (4, 2, 1)
 
 
 def _decode_launch(kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
@@ -575,13 +603,20 @@ def _splits(batch, num_heads, num_kv_heads, head_dim, ctx, num_splits, target_wa
     return num_splits, part, ws
 
 
-def _wave_splits(base: int, slots: int, max_splits: int, min_eff: float = 0.9) -> int:
+def _aligned_splits(ctx: int, n: int) -> int:
+    """The split count _splits makes of ``n`` (split lengths rounded up to PA_SPLIT_ALIGN)."""
+    part = math.ceil(math.ceil(ctx / n) / PA_SPLIT_ALIGN) * PA_SPLIT_ALIGN
+    return math.ceil(ctx / part)
+
+
+def _wave_splits(base: int, slots: int, max_splits: int, min_eff: float = 0.9, ctx: int | None = None) -> int:
     """Fewest splits whose grid (base * n CTAs of equal length) fills its last wave of ``slots``
     CTAs to at least ``min_eff`` of the waves it takes; else the best filling one. (Not yet
     measured for the fp8 pool: at B64 Hkv8 with 3 CTAs per SM one split would leave a 29 % last
-    wave and three splits fill 3.88 of 4 waves; with 4 CTAs per SM one split fills 97 % of one.)"""
+    wave and three splits fill 3.88 of 4 waves; with 4 CTAs per SM one split fills 97 % of one.)
+    With ``ctx``, a count is judged by the splits it becomes once their lengths are aligned."""
     def eff(n: int) -> float:
-        w = base * n / slots
+        w = base * (_aligned_splits(ctx, n) if ctx else n) / slots
         return w / math.ceil(w)
     good = [n for n in range(1, max_splits + 1) if eff(n) >= min_eff]
     return good[0] if good else max(range(1, max_splits + 1), key=lambda n: (eff(n), -n))

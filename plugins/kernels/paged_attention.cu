@@ -41,12 +41,10 @@ constexpr int kPaBoxRows = 64;     // TMA box rows: min(block_size, 64) (64 divi
 // BULK = 1 (sm_90+) issues one bulk async copy (the Hopper copy engine) per token row into
 // tiles whose rows are padded by 16 bytes, completing on one mbarrier per stage.
 // Rows are also padded when D is not a multiple of 64 (80, 96: see tile_off).
-// BULK = 2 (sm_90+; kernel suffix "t"): lanes of warp 0 issue the tensor copies (TMA) of one
-// (block, kv head) box each per tile: D % 64 == 0: one per 64-column slab into dense
-// 128-byte-swizzled slabs (see kv_off); D = 80, 96: one unswizzled box of D + 8 columns into rows
-// padded like the bulk path's (the 8 columns past the head lie outside the map's first
-// dimension, so TMA zero-fills them; 176 / 208-byte rows keep ldmatrix free of bank conflicts).
-// Rows past the split's end come from the pool and V's are zeroed before use; the tensor maps
+// BULK = 2 (sm_90+, D % 64 == 0; kernel suffix "t"): lanes of warp 0 issue one tensor copy (TMA)
+// per (block, kv head, 64-column slab) of a tile into dense 128-byte-swizzled slabs (see kv_off).
+// (D = 80 / 96 as unswizzled boxes of D + 8 columns into padded rows measured 8-10 % behind the
+// bulk path on the H200 and were dropped.) Rows past the split's end come from the pool and V's are zeroed before use; the tensor maps
 // come from onnx_fuse_paged_attention_decode_tma.
 // BULK = 3 (sm_90+, D in {64, 128}, block_size a power of two >= 16; suffix "h"): one CTA per
 // (group of W kv heads, split, batch), warp w handles kv head W * blockIdx.x + w over every token
@@ -249,7 +247,7 @@ __device__ __forceinline__ void pa_decode_body(
     int block_size, int max_blocks, int part_tokens, float scale_log2,
     const void* tmap_k = nullptr, const void* tmap_v = nullptr) {
   using Tr = MmaTraits<T>;
-  static_assert(BULK != 2 || D % 64 == 0 || D == 80 || D == 96, "TMA boxes: 64-column slabs or padded rows");
+  static_assert(BULK < 2 || D % 64 == 0, "TMA tiles are 64-column slabs");
   static_assert(BULK != 3 || D == 64 || D == 128, "head-group tiles: 64-column slabs, Q in registers");
   constexpr bool TMA = BULK >= 2;
   constexpr bool HEADS = BULK == 3;
@@ -264,7 +262,7 @@ __device__ __forceinline__ void pa_decode_body(
   // D / 64 slabs of kPaTile x 64 elements, 16-byte chunk c / 8 XOR row % 8 (SWIZZLE_128B on
   // 1 KiB-aligned slabs: ldmatrix's 8 rows of one chunk column hit 8 distinct bank groups).
   auto kv_off = [](int r, int c) {
-    if constexpr (TMA && D % 64 == 0) return (c / 64) * (kPaTile * 64) + r * 64 + ((c % 64) ^ ((r & 7) << 3));
+    if constexpr (TMA) return (c / 64) * (kPaTile * 64) + r * 64 + ((c % 64) ^ ((r & 7) << 3));
     return (BULK || D % 64 != 0) ? r * RS + c : swz<D>(r, c);
   };
   // Q fragments stay in registers up to D = 128; at D = 256 they are reloaded per tile.
@@ -385,11 +383,7 @@ __device__ __forceinline__ void pa_decode_body(
       return;
     }
     const int row = boxes.row(tile, blk, bar, 2 * TILE_ELEMS * 2);
-    if (lane < nbox && D % 64 != 0) {  // one padded box per K and V (R * RS * 2: 128-byte multiple)
-      T* dk = sKV + stage * 2 * TILE_ELEMS + lane * R * RS;
-      tma_load_3d(smem_u32(dk), tmap_k, 0, hkv, row, bar);
-      tma_load_3d(smem_u32(dk + TILE_ELEMS), tmap_v, 0, hkv, row, bar);
-    } else if (lane < nbox) {
+    if (lane < nbox) {
       T* dk = sKV + stage * 2 * TILE_ELEMS + lane * R * 64;
 #pragma unroll
       for (int h = 0; h < D / 64; ++h) {
@@ -669,13 +663,12 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
                                    part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
                                    part_tokens, scale_log2, &tk, &tv);                          \
   }
-// (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 80, 96, 128, 256.
+// (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256.
 #define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                     \
   X(DTN, T, D, 4, 3)                     \
   X(DTN, T, D, 4, 4)                     \
-  X(DTN, T, D, 8, 2)                     \
-  X(DTN, T, D, 8, 3)
+  X(DTN, T, D, 8, 2)
 #define OF_PA_TMA_VARIANTS_D256(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                          \
   X(DTN, T, D, 4, 3)
@@ -696,7 +689,6 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
   }
 #define OF_PA_HEADS_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 3)                       \
-  X(DTN, T, D, 4, 4)                       \
   X(DTN, T, D, 8, 2)                       \
   X(DTN, T, D, 8, 3)
 OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, f16, __half, 64)
@@ -705,13 +697,9 @@ OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, bf16, __nv_bfloat16, 128)
 
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 64)
-OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 80)
-OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 96)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, f16, __half, 256)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 64)
-OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 80)
-OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 96)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
 
@@ -1438,20 +1426,16 @@ bool pa8t_device_ok() {
 }
 
 // A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
-// rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64);
-// cw_bytes = 0: unswizzled boxes of D + 8 elements (the 8 past the head are zero-filled).
+// rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
 bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
                    long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
   const Pa8EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
   const cuuint64_t gstride[2] = {(cuuint64_t)D * esize, (cuuint64_t)Hkv * D * esize};
-  const cuuint32_t box0 = cw_bytes ? (cuuint32_t)(cw_bytes / esize) : (cuuint32_t)(D + 8);
-  const cuuint32_t box[3] = {box0, 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
+  const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
   return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             cw_bytes == 0     ? CU_TENSOR_MAP_SWIZZLE_NONE
-             : cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                               : CU_TENSOR_MAP_SWIZZLE_64B,
+             cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -1460,18 +1444,22 @@ bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv,
   return pa_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, rows, Hkv, D, box_rows, D >= 128 ? 128 : 64);
 }
 
-// The 16-bit pool: 64-column slabs (128-byte swizzle); D = 80, 96: one padded unswizzled box.
+// The 16-bit pool: 64-column slabs (128-byte swizzle).
 bool pa16_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D,
                      int box_rows) {
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, D % 64 ? 0 : 128);
+  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128);
 }
 
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
-  if (D != 64 && D != 80 && D != 96 && D != 128 && D != 256) return false;
+  if (D != 64 && D != 128 && D != 256) return false;
   if (D == 256) return warps == 4 && (stages == 2 || stages == 3);
-  return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || stages == 3));
+  return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && stages == 2);
+}
+
+bool pa_heads_variant_compiled(int D, int warps, int stages) {
+  return (D == 64 || D == 128) && ((warps == 4 && stages == 3) || (warps == 8 && (stages == 2 || stages == 3)));
 }
 
 bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
@@ -1573,9 +1561,9 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
 extern "C" {
 
 // 1 when onnx_fuse_paged_attention_decode_tma runs its TMA kernel for these sizes on the current
-// device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 80, 96, 128, 256},
-// a compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), (8, 3), D = 256 (4, 2), (4, 3),
-// block_size a power of two >= 8), else 0.
+// device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128, 256}, a
+// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 256 (4, 2), (4, 3), block_size a
+// power of two >= 8), else 0.
 int onnx_fuse_paged_attention_tma_supported(int head_dim, int block_size, int warps, int stages) {
   return pa_tma_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;
 }
@@ -1650,14 +1638,10 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
   }
   if (dtype == onnx_fuse::kFloat16) {
     OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 64)
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 80)
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 96)
     OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 128)
     OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
   } else {
     OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 80)
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 96)
     OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
     OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
   }
@@ -1672,10 +1656,11 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
 
 extern "C" {
 
-// onnx_fuse_paged_attention_decode_tma with one CTA per group of `warps` kv heads (see BULK = 3);
-// not a fallback chain: returns cudaErrorInvalidValue unless D is 64 or 128, (warps, stages) is
-// compiled ((4, 3), (4, 4), (8, 2), (8, 3)), Hkv % warps == 0, block_size is a power of two
-// >= 16, the device has TMA and the pools' tensor maps encode.
+// onnx_fuse_paged_attention_decode_tma with one CTA per group of `warps` kv heads (see BULK = 3).
+// Refuses (cudaErrorInvalidValue) unless D is 64 or 128, (warps, stages) is compiled ((4, 3),
+// (8, 2), (8, 3)), Hkv % warps == 0 and block_size is a power of two >= 16 (what the planner
+// checks); where the device, the pool's size or alignment leave no tensor map it runs
+// onnx_fuse_paged_attention_decode_tma (4, 3) with the same splits.
 int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long long q_sb,
                                                const void* k_pool, const void* v_pool,
                                                const int* block_tables, const int* seq_lens,
@@ -1690,24 +1675,27 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
   OF_REQUIRE(block_size >= 16 && (block_size & (block_size - 1)) == 0 && max_blocks > 0 && num_blocks > 0);
   OF_REQUIRE(q_sb % 8 == 0 && (num_splits == 1 || workspace != nullptr));
   OF_REQUIRE(dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16);
-  OF_REQUIRE((warps == 4 || warps == 8) && Hkv % warps == 0);
-  const long long rows = (long long)num_blocks * block_size;
-  OF_REQUIRE(rows < (1ll << 31) && pa8t_device_ok());
+  OF_REQUIRE(pa_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);
   // (D, pool rows, Hkv): the box (64, 16, warps) lands head-major in shared memory
-  const onnx_fuse::EncodeTiledFn enc = encode_tiled();
+  const long long rows = (long long)num_blocks * block_size;
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   CUtensorMap maps[2];
   const void* pools[2] = {k_pool, v_pool};
-  for (int i = 0; i < 2; ++i) {
-    OF_REQUIRE(reinterpret_cast<uintptr_t>(pools[i]) % 16 == 0);
+  bool tma = rows < (1ll << 31) && pa8t_device_ok();
+  for (int i = 0; i < 2 && tma; ++i) {
     const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)rows, (cuuint64_t)Hkv};
     const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D * 2, (cuuint64_t)D * 2};
     const cuuint32_t box[3] = {64, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
-    OF_REQUIRE(enc(&maps[i], dt, 3, const_cast<void*>(pools[i]), gdim, gstride, box, elem,
-                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS);
+    tma = reinterpret_cast<uintptr_t>(pools[i]) % 16 == 0 &&
+          encode_tiled()(&maps[i], dt, 3, const_cast<void*>(pools[i]), gdim, gstride, box, elem,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   }
+  if (!tma)  // the per-kv-head TMA kernel (itself falling back to bulk / cp.async), same splits
+    return onnx_fuse_paged_attention_decode_tma(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens, out,
+                                                o_sb, workspace, B, Hq, Hkv, D, block_size, max_blocks,
+                                                num_blocks, part_tokens, num_splits, scale, 4, 3, stream);
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 3);
   float* part_o = reinterpret_cast<float*>(workspace);
   float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;

@@ -82,6 +82,15 @@ def _pa_tma_by_d() -> dict[int, set[tuple[int, int]]]:
     return {d: tv256 if d == 256 else tv for d in ds}
 
 
+def _pa_heads_by_d() -> dict[int, set[tuple[int, int]]]:
+    """The head-group decode variants (warps, stages) paged_attention.cu compiles, per head size."""
+    pa = (Path(lp.__file__).resolve().parent / "kernels" / "paged_attention.cu").read_text()
+    hv = {tuple(map(int, v)) for v in re.findall(r"X\(DTN, T, D, (\d+), (\d+)\)", _block(pa, "#define OF_PA_HEADS_VARIANTS("))}
+    ds = {int(d) for d in re.findall(r"^OF_PA_HEADS_VARIANTS\(OF_PA_HEADS_DECODE, f16, [\w ]+, (\d+)\)", pa, re.M)}
+    assert hv and ds
+    return {d: hv for d in ds}
+
+
 def _kernel_names() -> set[str]:
     """Every extern "C" __global__ name the sources define, with the variant macros expanded."""
     fav, _, pvs = _variants_by_d()
@@ -100,6 +109,9 @@ def _kernel_names() -> set[str]:
         for d, vs in _pa_tma_by_d().items():
             for w, s in vs:
                 names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}t")
+        for d, vs in _pa_heads_by_d().items():
+            for w, s in vs:
+                names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}h")
     return names
 
 
@@ -286,9 +298,10 @@ def test_decode_plan_split_heuristic():
 def test_decode_plan_every_head_size(head_dim):
     p = lp.plan_paged_decode(64, 32, 8, head_dim, 16, 256)
     assert p.kernel in _kernel_names() and f"_d{head_dim}_" in p.kernel
-    assert (p.warps, p.stages, p.bulk) in lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim)
-    # H200 default: TMA tensor copies at D = 128, bulk rows from 160 bytes up otherwise
-    assert p.bulk == (2 if head_dim == 128 else 1 if head_dim >= 80 else 0)
+    assert (p.warps, p.stages, p.bulk) in (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim)
+                                           + lp.pa_heads_variants(head_dim))
+    # H200 default: head groups at D = 128, TMA tensor copies at 256, bulk rows at 80 / 96, cp.async at 64
+    assert p.bulk == {128: 3, 256: 2, 64: 0}.get(head_dim, 1)
     assert p.smem_bytes == lp.pa_smem_bytes(head_dim, p.warps, p.stages, p.bulk)
     for v in lp.pa_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, "bfloat16", num_splits=3, variant=v)
@@ -458,20 +471,46 @@ def test_pa_tma_variants_match_the_sources_and_plan():
     assert lp.plan_paged_decode(4, 8, 2, 128, 12, 64, variant=(4, 4, 2)).kernel == "onnx_fuse_pa_decode_f16_d128_w4s3"
     a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     assert lp.plan_paged_decode(4, 8, 2, 128, 16, 64, variant=(4, 3, 2), device=a100).kernel.endswith("_w4s3")
-    # D = 80, 96: unswizzled boxes into padded rows (the bulk path's row pitch, D + 8)
-    for d in (80, 96):
-        p = lp.plan_paged_decode(4, 8, 2, d, 16, 64, variant=(4, 3, 2))
-        assert p.kernel == f"onnx_fuse_pa_decode_f16_d{d}_w4s3t" and p.bulk == 2
-        assert p.smem_bytes == 128 + 1024 + (16 * (d + 8) + 3 * 2 * 64 * (d + 8)) * 2
+    with pytest.raises(ValueError):  # D = 80 / 96 TMA measured behind bulk and was dropped
+        lp.plan_paged_decode(4, 8, 2, 96, 16, 64, variant=(4, 3, 2))
     # 8-warp TMA variants fall back like the C launcher: no 8-warp bulk form, so (4, 3, 0)
     p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 2))
     assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2t" and p.block == (256, 1, 1)
-    assert lp.plan_paged_decode(4, 8, 2, 128, 12, 64, variant=(8, 3, 2)).kernel == "onnx_fuse_pa_decode_f16_d128_w4s3"
+    assert lp.plan_paged_decode(4, 8, 2, 128, 12, 64, variant=(8, 2, 2)).kernel == "onnx_fuse_pa_decode_f16_d128_w4s3"
     with pytest.raises(ValueError):
         lp.plan_paged_decode(4, 8, 2, 256, 16, 64, variant=(8, 2, 2))
-    # the default plan at D = 128 is the TMA one (measured on the H200); D = 64 / 256 keep theirs
-    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256).bulk == 2
-    assert lp.plan_paged_decode(64, 32, 8, 256, 16, 256).bulk == 1 and lp.plan_paged_decode(64, 32, 8, 64, 16, 256).bulk == 0
+
+
+def test_decode_default_plans_are_the_measured_fastest():
+    """plan_paged_decode's default variant and splits per head size on the H200 (docs/PERF.md run 6):
+    D128 head groups w8s2h where Hkv % 8 == 0 (2 splits = 128 CTAs at B64), else w4s3t; D64 MQA
+    w8s2t at one CTA per SM, D64 GQA cp.async w4s3; D256 w4s2t; D80/96 bulk w4s2b; 8-warp grids fill
+    one CTA per SM (split lengths aligned), small batches keep the 4-warp kernels."""
+    def plan(*a, **k):
+        return lp.plan_paged_decode(*a, **k)
+    p = plan(64, 32, 8, 128, 16, 256)
+    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2h" and p.grid == (1, 2, 64) and p.part_tokens == 2048
+    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2h"
+    assert plan(64, 32, 32, 128, 16, 128).grid == (4, 1, 64)  # 256 CTAs: 1.94 waves of 132
+    assert plan(16, 32, 8, 128, 16, 1024).grid == (1, 8, 16)
+    q = plan(8, 32, 8, 128, 16, 256)  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
+    assert q.num_splits == 16 and q.part_tokens == 256 and q.grid == (1, 16, 8)
+    for args in ((4, 8, 2, 128, 16, 64), (64, 32, 8, 128, 12, 256), (1, 32, 8, 128, 16, 256)):
+        assert plan(*args).kernel.endswith("_d128_w4s3t" if args[4] == 16 else "_d128_w4s3b"), args
+    assert plan(64, 32, 8, 128, 16, 256, device=lp.DeviceInfo(name="A100", num_sms=108,
+                                                              compute_capability=(8, 0))).kernel.endswith("_w4s3")
+    m = plan(128, 16, 1, 64, 16, 256)
+    assert m.kernel == "onnx_fuse_pa_decode_f16_d64_w8s2t" and m.grid == (1, 1, 128) and m.bulk == 2
+    assert plan(32, 16, 1, 64, 16, 256).grid == (1, 4, 32)
+    assert plan(128, 16, 1, 64, 12, 256).kernel.endswith("_d64_w4s3")  # no TMA at block 12: cp.async
+    assert plan(64, 32, 8, 64, 16, 256).kernel.endswith("_d64_w4s3") and plan(1, 16, 1, 64, 16, 256).kernel.endswith("_w4s3")
+    assert plan(64, 32, 8, 256, 16, 256).kernel.endswith("_d256_w4s2t")
+    assert plan(64, 32, 8, 256, 12, 256).kernel.endswith("_d256_w4s2b")
+    for d in (80, 96):
+        assert plan(64, 32, 8, d, 16, 256).kernel.endswith(f"_d{d}_w4s2b")
+    # forced splits stay as asked; 4-warp variants keep the target-waves rule
+    assert plan(64, 32, 8, 128, 16, 256, num_splits=4).grid == (1, 4, 64)
+    assert plan(64, 32, 8, 128, 16, 256, variant=(4, 3, 2)).num_splits == 1
 
 
 
@@ -485,7 +524,7 @@ def test_pa_heads_variants_match_the_sources_and_plan():
     assert src == set(lp.PA_HEADS_VARIANTS) and ds == set(lp.PA_HEADS_HEAD_DIMS)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert set(lp.pa_heads_variants(d)) == (src if d in ds else set()), d
-    assert lp.pa_heads_variants(128, 4) == ((4, 3, 3), (4, 4, 3)) and lp.pa_heads_variants(64, 1) == ()
+    assert lp.pa_heads_variants(128, 4) == ((4, 3, 3),) and lp.pa_heads_variants(64, 1) == ()
     for w, st, b in lp.PA_HEADS_VARIANTS:
         p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(w, st, b), num_splits=2)
         assert p.kernel == f"onnx_fuse_pa_decode_bf16_d128_w{w}s{st}h" and p.bulk == 3
