@@ -44,6 +44,9 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_decode_fp8_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
     + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_tma_supported": [_i, _i, _i, _i],
+    "onnx_fuse_paged_attention_decode_fp8_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
+    + [_i] * 9 + [_f, _i, _i, _p],
+    "onnx_fuse_paged_attention_fp8_tma_heads_map_ok": [_p, _i, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_tma_map_ok": [_i, _p, _i, _i, _i, _i],
@@ -207,7 +210,7 @@ class KernelLib:
                          variant=None, stream=None):
         """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
         float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
-        variant (warps, stages). Returns the plan used; allocates the split-K workspace when none
+        variant (warps, stages), (warps, stages, "tma") or (warps, stages, "heads") (head groups). Returns the plan used; allocates the split-K workspace when none
         is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
         B, Hq, D = q.shape
@@ -224,12 +227,14 @@ class KernelLib:
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
         if plan.tma:  # tensor maps over the whole pools: their block count is part of the launch
-            rc = self._lib.onnx_fuse_paged_attention_decode_fp8_tma(
+            name = ("onnx_fuse_paged_attention_decode_fp8_tma_heads" if plan.bulk == 3
+                    else "onnx_fuse_paged_attention_decode_fp8_tma")
+            rc = getattr(self._lib, name)(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
                 _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
                 BS, MB, k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
                 self._stream(stream))
-            self._check(rc, "onnx_fuse_paged_attention_decode_fp8_tma")
+            self._check(rc, name)
             return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_fp8(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
@@ -253,6 +258,13 @@ class KernelLib:
         """Whether onnx_fuse_paged_attention_decode_fp8_tma runs its TMA kernel for these sizes on
         the current device (else it runs the cp.async variant of the same warps and stages)."""
         return bool(self._lib.onnx_fuse_paged_attention_fp8_tma_supported(head_dim, block_size, warps, stages))
+
+    def fp8_tma_heads_map_ok(self, pool, warps: int) -> bool:
+        """Whether onnx_fuse_paged_attention_decode_fp8_tma_heads runs its head-group kernel over the
+        uint8 ``pool`` [NB, BS, Hkv, D] in groups of ``warps`` kv heads (else it runs the per-kv-head
+        TMA kernel)."""
+        nb, bs, hkv, d = pool.shape
+        return bool(self._lib.onnx_fuse_paged_attention_fp8_tma_heads_map_ok(_ptr(pool), nb, bs, hkv, d, warps))
 
     def append_kv_fp8(self, k_new, v_new, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, *,
                       stream=None):

@@ -14,7 +14,7 @@ checks that the kernel names exist in the sources.
   grid covers about ``target_waves`` waves of the chip, each split a multiple of 64 tokens
   and at least ``min_split_tokens``; a reduction kernel combines splits when there are several.
   ``kv_dtype="fp8"`` plans the fp8 (e4m3) pool kernels instead (``pa8_variants(D)``: warps and
-  stages, 16-byte cp.async; D in 64, 96, 128, 256).
+  stages, 16-byte cp.async or TMA; D in 64, 96, 128, 256; ``pa8_heads_variants(D)``: head groups).
 - ``plan_append_kv``: grid-stride copy, one thread per 16-byte chunk.
 """
 
@@ -122,6 +122,14 @@ PA8_HEAD_DIMS = (64, 96, 128, 256)
 PA8_TMA_HEAD_DIMS = (64, 128, 256)
 PA8_TMA_VARIANTS = tuple((w, s, "tma") for w, s in PA8_VARIANTS)
 PA8_TMA_VARIANTS_D256 = tuple((w, s, "tma") for w, s in PA8_VARIANTS_D256)
+# Head-group fp8 variants (warps, stages, "heads") (OF_PA8_HEADS_VARIANTS, kernel suffix "h",
+# onnx_fuse_paged_attention_decode_fp8_tma_heads): the 16-bit head-group design on e4m3 bytes, one CTA
+# per group of `warps` kv heads, tiles of 16 tokens of all of them read by one tensor copy per 64/128-byte
+# slab, dequantized in registers with each warp's kv-head scales. D = 64, 128; Hkv a multiple of warps,
+# block sizes a power of two >= 16, compute capability 9.0 (else the plan refuses; the C launcher runs
+# (4, 3, "tma") where the pool leaves no tensor map). Not planned yet: bench candidates, run by name.
+PA8_HEADS_HEAD_DIMS = (64, 128)
+PA8_HEADS_VARIANTS = ((4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, "heads"))
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 
 
@@ -208,6 +216,16 @@ def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
     if head_dim not in PA8_TMA_HEAD_DIMS:
         return base
     return base + (PA8_TMA_VARIANTS_D256 if head_dim == 256 else PA8_TMA_VARIANTS)
+
+
+def pa8_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple, ...]:
+    """(warps, stages, "heads") head-group fp8-pool decode variants compiled for ``head_dim`` (maybe
+    none); with ``num_kv_heads``, only those whose head group divides it."""
+    if head_dim not in PA8_HEAD_DIMS:
+        raise ValueError(f"head_dim={head_dim} has no fp8-pool decode kernel (supported: {PA8_HEAD_DIMS})")
+    if head_dim not in PA8_HEADS_HEAD_DIMS:
+        return ()
+    return tuple(v for v in PA8_HEADS_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
 
 
 def pa_tma_applies(head_dim: int, block_size: int, device: "DeviceInfo | None" = None) -> bool:
@@ -450,7 +468,7 @@ class PagedDecodePlan:
     stages: int
     bulk: int
     kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
-    tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma
+    tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma (bulk = 3: _tma_heads)
 
 
 def plan_paged_decode(
@@ -481,7 +499,8 @@ def plan_paged_decode(
     which is all a TensorRT plugin knows at enqueue time; CTAs past a sequence's end exit.
 
     ``kv_dtype``: None (pool in the query dtype) or "fp8" (uint8 e4m3 pool with per-kv-head
-    scales; ``variant`` is then (warps, stages) or (warps, stages, "tma"): a TMA variant falls back
+    scales; ``variant`` is then (warps, stages), (warps, stages, "heads") (head groups, refused where
+    they do not apply) or (warps, stages, "tma"): a TMA variant falls back
     to the cp.async one of the same (warps, stages) where ``pa8_tma_applies`` says no). ``ctas_per_sm`` defaults to 2 for the fp16/bf16
     pool (measured) and to the shared-memory occupancy (at most 4) for the fp8 pool, whose split
     count is the fewest that fill the last wave to 90 % (``_wave_splits``; not yet measured)
@@ -631,23 +650,32 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
         # block sizes TMA cannot box, before sm_90).
         variant = (4, 3, "tma") if (4, 3, "tma") in pa8_variants(head_dim) else (4, 3)
     variant = tuple(variant)
-    if variant not in pa8_variants(head_dim):
-        raise ValueError(f"fp8 variant {variant} not compiled for D={head_dim}; choose one of {pa8_variants(head_dim)}")
+    compiled = pa8_variants(head_dim) + pa8_heads_variants(head_dim)
+    if variant not in compiled:
+        raise ValueError(f"fp8 variant {variant} not compiled for D={head_dim}; choose one of {compiled}")
     warps, stages = variant[:2]
-    tma = len(variant) == 3 and pa8_tma_applies(head_dim, block_size, device)
+    heads = variant[2:] == ("heads",)
+    if heads and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
+                  or device.compute_capability < (9, 0)):
+        raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
+                         f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
+    tma = heads or (len(variant) == 3 and pa8_tma_applies(head_dim, block_size, device))
     smem = pa8_smem_bytes(head_dim, warps, stages, tma)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     if ctas_per_sm is None:
         # shared memory bounds every variant's occupancy (registers: 128 for w8 and w4s3 up to
-        # D = 128 by __launch_bounds__, at most 5 x 128 threads' worth for the others)
-        ctas_per_sm = max(1, min(4, device.smem_per_sm // (smem + 1024)))
+        # D = 128 by __launch_bounds__, at most 5 x 128 threads' worth for the others; 8-warp
+        # head groups: two CTAs of 128 registers)
+        ctas_per_sm = max(1, min(2 if heads and warps == 8 else 4, device.smem_per_sm // (smem + 1024)))
     if num_splits is None:
-        num_splits = _wave_splits(batch * num_kv_heads, device.num_sms * ctas_per_sm,
-                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))))
-    return _decode_launch(f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{'t' if tma else ''}",
+        groups = num_kv_heads // warps if heads else num_kv_heads
+        num_splits = _wave_splits(batch * groups, device.num_sms * ctas_per_sm,
+                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))), ctx=ctx if heads else None)
+    suffix = "h" if heads else ("t" if tma else "")
+    return _decode_launch(f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{suffix}",
                           batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
-                          ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=0,
+                          ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=3 if heads else 0,
                           kv_fp8=True, tma=tma)
 
 

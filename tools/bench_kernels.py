@@ -347,6 +347,17 @@ def main() -> int:
                             cand_bytes[label] = kv_bytes // 2
                             if is_auto:
                                 planned8 = label
+                    # head-group candidates (not planned): one CTA per group of w kv heads, split sweep
+                    # 1, 2, 4 and the count their plan picks, like the 16-bit head-group rows
+                    for var in lp.pa8_heads_variants(D, Hkv) if bs >= 16 else ():
+                        own = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, kv_dtype="fp8")
+                        for sp in sorted({1, 2, 4, own.num_splits}):
+                            plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
+                                                        variant=var, kv_dtype="fp8")
+                            label = f"ours fp8 pool w{var[0]}s{var[1]} tma heads split={plan.num_splits}"
+                            cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
+                                                                                   plan=plan, workspace=ws), "fp8")
+                            cand_bytes[label] = kv_bytes // 2
                 except Exception as e:
                     print(f"fp8 pool setup failed: {type(e).__name__}: {e}", flush=True)
                     fp8 = False
@@ -394,6 +405,13 @@ def main() -> int:
                     print(f"{tag} | fp8/16-bit tokens/s (planned): {' / '.join(f'{r:.2f}' for r in ratio)}x, "
                           f"best fp8 {best8}: {' / '.join(f'{r:.2f}' for r in best_ratio)}x (issue target >= 1.8x); "
                           f"fp8 quantization rel err vs fp32 on the original K/V: {quant_err:.2e}", flush=True)
+                    heads8 = [n for n in cands if " tma heads " in n and cands[n][1] == "fp8" and toks[n]]
+                    if heads8:
+                        bh = max(heads8, key=lambda n: min(toks[n]))
+                        print(f"{tag} | fp8 head groups, best {bh}: "
+                              f"{' / '.join(f'{a / b:.2f}' for a, b in zip(toks[bh], toks[planned16]))}x the 16-bit "
+                              f"planned tokens/s, {' / '.join(f'{a / b:.3f}' for a, b in zip(toks[bh], toks[planned8]))}x "
+                              f"the fp8 planned", flush=True)
                 del k8, v8, ref8
             del k_pool, v_pool, kc, vc, ws
             torch.cuda.empty_cache()

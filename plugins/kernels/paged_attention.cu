@@ -933,6 +933,13 @@ __device__ __forceinline__ uint32_t lds32_at(uint32_t a) {
 // copies of one box (min(block_size, 64) token rows of one block, K and V, per CW-byte slab) into
 // dense swizzled tiles (pa8t_off), completing on the stage's mbarrier; tmap_k / tmap_v are the
 // addresses of the __grid_constant__ tensor maps.
+// TMA = 2 (head groups, kernel suffix "h"; D in {64, 128}, block_size a power of two >= 16): the
+// BULK = 3 design of the 16-bit pool on fp8 bytes. One CTA per (group of W kv heads, split,
+// batch); warp w owns kv head W * blockIdx.x + w (its k_scale / v_scale) over every token of the
+// split. A tile is 16 tokens of all W heads: lane 0 of warp 0 issues one tensor copy per CW-byte
+// slab from maps of dimensions (D, pool rows, Hkv), box (CW, 16, W), which lands head-major
+// ([head][16 rows][CW]): the TMA = 1 tile layout with warp w's rows at 16w. At W = Hkv a copy
+// reads 16 whole token rows of the pool. No cross-warp merge: each warp writes its own rows.
 template <typename T, int D, int W, int S, int TMA = 0>
 __device__ __forceinline__ void pa8_decode_body(
     const T* __restrict__ q, long long q_sb, const unsigned char* __restrict__ k_pool,
@@ -945,6 +952,8 @@ __device__ __forceinline__ void pa8_decode_body(
   using H = MmaTraits<__half>;
   static_assert(D % 32 == 0, "fp8 decode pairs V bytes in 32-byte groups");
   static_assert(!TMA || D % 64 == 0, "TMA tiles are slabs of 64 or 128 bytes");
+  static_assert(TMA != 2 || D <= 128, "head-group tiles keep Q in registers");
+  constexpr bool HEADS = TMA == 2;
   constexpr int NT = 32 * W;
   constexpr int TILE = 16 * W;
   constexpr int RB = D + 16;   // smem row pitch (bytes), cp.async path
@@ -952,7 +961,7 @@ __device__ __forceinline__ void pa8_decode_body(
   constexpr int TILE_BYTES = TMA ? TILE * D : TILE * RB;
   constexpr int CW = D >= 128 ? 128 : 64;  // TMA slab width (bytes)
   constexpr bool QREG = D <= 128;  // D = 256: Q fragments re-read (L1) per tile
-  static_assert(W * 16 * D * 4 + W * 16 * 8 <= S * 2 * TILE_BYTES,
+  static_assert(HEADS || W * 16 * D * 4 + W * 16 * 8 <= S * 2 * TILE_BYTES,
                 "merge scratch must fit in the pipeline stages");
 
   extern __shared__ __align__(128) unsigned char pa8_smem[];
@@ -965,21 +974,23 @@ __device__ __forceinline__ void pa8_decode_body(
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t4 = lane & 3;
-  const int hkv = blockIdx.x;
+  const int hkv = HEADS ? blockIdx.x * W + warp : blockIdx.x;
   const int split = blockIdx.y;
   const int num_splits = gridDim.y;
   const int b = blockIdx.z;
   const int G = Hq / Hkv;
+  constexpr int TT = HEADS ? 16 : TILE;  // tokens per tile
 
   const int L = max(seq_lens[b], 0);
   const int t_begin = split * part_tokens;
   const int t_end = min(L, t_begin + part_tokens);
 
-  if (t_begin >= t_end) {
-    pa_empty_split<T, D>(out, o_sb, part_lse, Hq, G, hkv, b, split, num_splits);
+  if (t_begin >= t_end) {  // HEADS: the group's W * G consecutive query heads from blockIdx.x * W * G
+    pa_empty_split<T, D>(out, o_sb, part_lse, Hq, HEADS ? G * W : G, HEADS ? blockIdx.x : hkv, b, split,
+                         num_splits);
     return;
   }
-  const int n_tiles = (t_end - t_begin + TILE - 1) / TILE;
+  const int n_tiles = (t_end - t_begin + TT - 1) / TT;
   const int* bt = block_tables + (size_t)b * max_blocks;
   const long long tok_stride = (long long)Hkv * D;  // bytes
 
@@ -1010,10 +1021,26 @@ __device__ __forceinline__ void pa8_decode_body(
   // TMA path (warp 0, see PaTmaBoxes; the rows past the end are masked: s = -inf, V words zeroed).
   const PaTmaBoxes boxes = pa_tma_boxes(block_size, t_begin, t_end, TILE, lane);
   const int R = boxes.R, nbox = boxes.nbox;
-  auto box_blk = [&](int tile) -> int { return boxes.blk(bt, tile); };
+  auto box_blk = [&](int tile) -> int {
+    if constexpr (HEADS) return tile < n_tiles ? bt[(t_begin + tile * 16) >> boxes.bs_shift] : -1;
+    return boxes.blk(bt, tile);
+  };
   auto tma_issue = [&](int tile, int blk) {  // all of warp 0
     const int stage = tile % S;
     const uint32_t bar = smem_u32(mbar + stage);
+    if constexpr (HEADS) {  // lane 0: one (CW, 16, W) box per slab, K and V
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar, 2 * TILE_BYTES);
+        const int row = (blk << boxes.bs_shift) + ((t_begin + tile * 16) & (block_size - 1));
+        unsigned char* dk = sbase + stage * 2 * TILE_BYTES;
+#pragma unroll
+        for (int h = 0; h < D / CW; ++h) {
+          tma_load_3d(smem_u32(dk + h * TILE * CW), tmap_k, h * CW, row, blockIdx.x * W, bar);
+          tma_load_3d(smem_u32(dk + TILE_BYTES + h * TILE * CW), tmap_v, h * CW, row, blockIdx.x * W, bar);
+        }
+      }
+      return;
+    }
     const int row = boxes.row(tile, blk, bar, 2 * TILE_BYTES);
     if (lane < nbox) {
       unsigned char* dk = sbase + stage * 2 * TILE_BYTES + lane * R * CW;
@@ -1118,7 +1145,7 @@ __device__ __forceinline__ void pa8_decode_body(
       H::mma(s[0], qa, e4m3x2_to_h2(w0), e4m3x2_to_h2(w0 >> 16));
       H::mma(s[1], qa, e4m3x2_to_h2(w1), e4m3x2_to_h2(w1 >> 16));
     }
-    const int tok0 = t_begin + j * TILE + kr;
+    const int tok0 = t_begin + j * TT + (HEADS ? 0 : kr);
     float alpha[2];
     pa_softmax_step(s, row_m, row_l, alpha, tok0, t4, t_end, sl2);
     // Rescale O only when some row's running max moved (rare after the first tiles): saves
@@ -1165,9 +1192,37 @@ __device__ __forceinline__ void pa8_decode_body(
   cp_async_wait<0>();
   __syncthreads();
 
-  // Merge the warps (scratch over the stages); acc[4grp + jj][e] is column 32grp + 4n + jj.
-  pa_merge_out<T, D, W, true>(reinterpret_cast<float*>(sbase), acc, row_m, row_l, v_scale[hkv], out, o_sb,
-                              part_o, part_lse, Hq, G, hkv, b, split, num_splits);
+  if constexpr (HEADS) {  // each warp owns its G query rows: no merge
+    const float vs = v_scale[hkv];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(row_l[h]);
+      const int r = g + 8 * h;
+      if (r >= G) continue;
+      const int hq = hkv * G + r;
+      const float f = l > 0.f ? vs / l : 0.f;
+      const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
+      // acc[4grp + jj][2h + e] is column 32grp + 4(2t4 + e) + jj: four consecutive columns per (grp, e)
+#pragma unroll
+      for (int grp = 0; grp < D / 32; ++grp)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int d = 32 * grp + 8 * t4 + 4 * e;
+          const float o0 = acc[4 * grp][2 * h + e] * f, o1 = acc[4 * grp + 1][2 * h + e] * f;
+          const float o2 = acc[4 * grp + 2][2 * h + e] * f, o3 = acc[4 * grp + 3][2 * h + e] * f;
+          if (num_splits == 1)
+            *reinterpret_cast<uint2*>(out + b * o_sb + (size_t)hq * D + d) =
+                make_uint2(MmaTraits<T>::pack(o0, o1), MmaTraits<T>::pack(o2, o3));
+          else
+            *reinterpret_cast<float4*>(part_o + pidx * D + d) = make_float4(o0, o1, o2, o3);
+        }
+      if (num_splits > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+    }
+  } else {
+    // Merge the warps (scratch over the stages); acc[4grp + jj][e] is column 32grp + 4n + jj.
+    pa_merge_out<T, D, W, true>(reinterpret_cast<float*>(sbase), acc, row_m, row_l, v_scale[hkv], out, o_sb,
+                                part_o, part_lse, Hq, G, hkv, b, split, num_splits);
+  }
 }
 
 // 8 values of T (16 bytes) -> 8 e4m3 bytes of x / s (IEEE division, then RN + saturation).
@@ -1284,6 +1339,32 @@ OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, f16, __half, 256)
 OF_PA8_VARIANTS(OF_PA8T_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA8_VARIANTS(OF_PA8T_DECODE, bf16, __nv_bfloat16, 128)
 OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, bf16, __nv_bfloat16, 256)
+
+// Head-group variants of the fp8-pool decode (TMA = 2): onnx_fuse_pa8_decode_<dt>_d<D>_w<warps>s<stages>h,
+// launched by onnx_fuse_paged_attention_decode_fp8_tma_heads; launch_plan.PA8_HEADS_VARIANTS mirrors
+// the list. Register bounds as the TMA variants' (shared memory: 4 / 3 CTAs per SM at 3 / 4 stages of
+// 4 warps, D = 128; 8 warps held to 128 registers, two CTAs).
+#define OF_PA8H_DECODE(DTN, T, D, W, ST)                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : (ST == 3 ? 4 : 3))             \
+      onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##h(                                          \
+      const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
+      const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
+      T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
+      int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
+      const __grid_constant__ CUtensorMap tv) {                                                   \
+    pa8_decode_body<T, D, W, ST, 2>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,      \
+                                    seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,   \
+                                    max_blocks, part_tokens, scale_log2, &tk, &tv);               \
+  }
+#define OF_PA8_HEADS_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 4, 3)                        \
+  X(DTN, T, D, 4, 4)                        \
+  X(DTN, T, D, 8, 2)                        \
+  X(DTN, T, D, 8, 3)
+OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, f16, __half, 64)
+OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, f16, __half, 128)
+OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 128)
 
 extern "C" {
 
@@ -1460,6 +1541,10 @@ bool pa_tma_variant_compiled(int D, int warps, int stages) {
 
 bool pa_heads_variant_compiled(int D, int warps, int stages) {
   return (D == 64 || D == 128) && ((warps == 4 && stages == 3) || (warps == 8 && (stages == 2 || stages == 3)));
+}
+
+bool pa8_heads_variant_compiled(int D, int warps, int stages) {
+  return (D == 64 || D == 128) && ((warps == 4 && (stages == 3 || stages == 4)) || (warps == 8 && (stages == 2 || stages == 3)));
 }
 
 bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
@@ -1724,6 +1809,116 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
   } else {
     OF_PA_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
     OF_PA_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
+  }
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// fp8-pool decode, head-group tiles (pa8_decode_body, TMA = 2): host side.
+
+namespace {
+
+// The uint8 pool [rows, Hkv, D] as a 3-D map (D, rows, Hkv) with boxes (CW, 16, warps) (CW = min(D,
+// 128) bytes, swizzled over CW): a box lands head-major, [head][16 rows][CW]. False where the device,
+// the driver, the base's alignment or the row count (>= 2^31) leave no map.
+bool pa8h_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int warps) {
+  if (rows >= (1ll << 31) || !pa8t_device_ok() || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  const int cw = D >= 128 ? 128 : 64;
+  const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)rows, (cuuint64_t)Hkv};
+  const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D, (cuuint64_t)D};
+  const cuuint32_t box[3] = {(cuuint32_t)cw, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
+  return encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), gdim, gstride, box,
+                        elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        cw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+// 1 when onnx_fuse_paged_attention_decode_fp8_tma_heads runs its head-group kernel over this uint8
+// pool [num_blocks, block_size, Hkv, D] with groups of `warps` kv heads (compiled variant for D,
+// Hkv % warps == 0, power-of-two block_size >= 16, the tensor map encodes), else 0: the launcher then
+// silently runs the per-kv-head TMA kernel, so the GPU tests ask this to know the head-group kernel ran.
+int onnx_fuse_paged_attention_fp8_tma_heads_map_ok(const void* pool, int num_blocks, int block_size, int Hkv,
+                                                   int D, int warps) {
+  if (num_blocks <= 0 || block_size < 16 || (block_size & (block_size - 1)) != 0 || Hkv <= 0 ||
+      warps <= 0 || Hkv % warps != 0 || !pa8_heads_variant_compiled(D, warps, warps == 8 ? 2 : 3))
+    return 0;
+  CUtensorMap m;
+  return pa8h_tensor_map(&m, pool, (long long)num_blocks * block_size, Hkv, D, warps) ? 1 : 0;
+}
+
+// Dynamic shared memory of the head-group fp8-pool decode variant (warps, stages): the TMA layout's.
+int onnx_fuse_paged_attention_fp8_tma_heads_smem_bytes(int head_dim, int warps, int stages) {
+  return onnx_fuse::pa8t_smem_bytes(head_dim, warps, stages);
+}
+
+// onnx_fuse_paged_attention_decode_fp8_tma with one CTA per group of `warps` kv heads (see
+// pa8_decode_body, TMA = 2). Refuses (cudaErrorInvalidValue) unless D is 64 or 128, (warps,
+// stages) is compiled ((4, 3), (4, 4), (8, 2), (8, 3)), Hkv % warps == 0 and block_size is a power
+// of two >= 16 (what the planner checks); where the device, the pool's size or alignment leave no
+// tensor map (or o_sb is not a multiple of 4) it runs onnx_fuse_paged_attention_decode_fp8_tma (4, 3)
+// with the same splits.
+int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, long long q_sb,
+                                                   const void* k_pool, const void* v_pool,
+                                                   const float* k_scale, const float* v_scale,
+                                                   const int* block_tables, const int* seq_lens,
+                                                   void* out, long long o_sb, void* workspace, int B,
+                                                   int Hq, int Hkv, int D, int block_size,
+                                                   int max_blocks, int num_blocks, int part_tokens,
+                                                   int num_splits, float scale, int warps,
+                                                   int stages, cudaStream_t stream) {
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
+  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
+  OF_REQUIRE(block_size >= 16 && (block_size & (block_size - 1)) == 0 && max_blocks > 0 && num_blocks > 0);
+  OF_REQUIRE(q_sb % 8 == 0 && (num_splits == 1 || workspace != nullptr));
+  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
+  OF_REQUIRE(dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16);
+  OF_REQUIRE(pa8_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);
+  const long long rows = (long long)num_blocks * block_size;
+  CUtensorMap maps[2];
+  const bool tma = o_sb % 4 == 0 &&  // the kernel stores 4 output columns at once
+                   pa8h_tensor_map(&maps[0], k_pool, rows, Hkv, D, warps) &&
+                   pa8h_tensor_map(&maps[1], v_pool, rows, Hkv, D, warps);
+  if (!tma)  // the per-kv-head TMA kernel (itself falling back to cp.async), same splits
+    return onnx_fuse_paged_attention_decode_fp8_tma(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale,
+                                                    block_tables, seq_lens, out, o_sb, workspace, B, Hq,
+                                                    Hkv, D, block_size, max_blocks, num_blocks,
+                                                    part_tokens, num_splits, scale, 4, 3, stream);
+  const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
+  float* part_o = reinterpret_cast<float*>(workspace);
+  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  dim3 grid(Hkv / warps, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
+  if (D == DD && warps == W && stages == ST) {                                                  \
+    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##h,       \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
+    onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##h<<<grid, 32 * W, smem, stream>>>(        \
+        (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, \
+        v_scale, block_tables, seq_lens, (T*)out, o_sb, part_o, part_lse, Hq, Hkv, block_size,  \
+        max_blocks, part_tokens, sl2, maps[0], maps[1]);                                        \
+    OF_CUDA_CHECK_LAUNCH();                                                                     \
+    if (num_splits > 1) {                                                                       \
+      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
+                                                                        (T*)out, o_sb, Hq,      \
+                                                                        num_splits);            \
+      OF_CUDA_CHECK_LAUNCH();                                                                   \
+    }                                                                                           \
+    return 0;                                                                                   \
+  }
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 64)
+    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 128)
+  } else {
+    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
+    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
   }
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);

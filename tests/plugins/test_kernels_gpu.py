@@ -950,6 +950,102 @@ def test_paged_decode_fp8_tma_falls_back(lib):
     assert torch.equal(out2, out)  # the same cp.async kernel ran
 
 
+# fp8 pool, head-group tiles (variants (warps, stages, "heads"), sm_90): one CTA per group of
+# `warps` kv heads, each warp with its own kv head's scales; the NaN slots past each sequence's end
+# sit in the 16-row boxes (masked / zeroed as on the per-head TMA path).
+def _fp8_heads_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, seed):
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8-heads", seed)).encode()))
+    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
+    assert lib.fp8_tma_heads_map_ok(k8, variant[0]) and lib.fp8_tma_heads_map_ok(v8, variant[0])
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=variant)
+    torch.cuda.synchronize()
+    assert plan.bulk == 3 and plan.tma and plan.kernel.endswith(f"w{variant[0]}s{variant[1]}h")
+    assert plan.grid[0] == Hkv // variant[0]
+    tabs = tables.cpu().numpy()
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tabs, np.array(lens), out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL8[dtype], f"relative error against the dequantized pool {err:.3e}"
+    orig = ref.paged_attention(_np(q), _ref_pool(k16), _ref_pool(v16), tabs, np.array(lens), out_dtype=np.float64)
+    assert _rel_err(out, orig) < FP8_QUANT_TOL
+    for b, L in enumerate(lens):
+        if L == 0:
+            assert torch.count_nonzero(out[b]).item() == 0
+
+
+PA8_HEADS_CASES = [
+    # B, Hq, Hkv, D, block_size, lens, num_splits, variant
+    (3, 8, 8, 128, 16, [1, 16, 33], None, (8, 2, "heads")),  # G = 1
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 1, (8, 3, "heads")),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 7, (4, 3, "heads")),  # two groups, empty splits
+    (3, 32, 16, 128, 32, [900, 0, 300], None, (8, 2, "heads")),  # two groups of 8, G = 2
+    (5, 12, 4, 64, 32, [31, 32, 33, 300, 0], None, (4, 4, "heads")),
+    (2, 64, 4, 64, 16, [513, 70], 3, (4, 3, "heads")),  # G = 16
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", PA8_HEADS_CASES,
+                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}w{}s{}".format(*c[:5], c[6], *c[7][:2]))
+def test_paged_decode_fp8_tma_heads_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, lens, splits, variant = case
+    _fp8_heads_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, case)
+
+
+@pytest.mark.parametrize("variant", [(4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, "heads")],
+                         ids=lambda v: f"w{v[0]}s{v[1]}h")
+@pytest.mark.parametrize("splits", [None, 5])
+@pytest.mark.parametrize("D", [64, 128])
+def test_paged_decode_fp8_tma_heads_variants(lib, variant, splits, D):
+    _fp8_heads_check(lib, 3, 24, 8, D, 16, [1500, 47, 0], splits, variant, torch.float16, (variant, splits, D))
+
+
+@pytest.mark.parametrize("bs", [32, 128, 256])
+def test_paged_decode_fp8_tma_heads_block_sizes(lib, bs):
+    # 5 splits of 1500 tokens start at 320, 640, ... (mid-block for blocks of 128 and 256 tokens)
+    _fp8_heads_check(lib, 3, 16, 8, 128, bs, [1500, 200, 9], 5, (8, 2, "heads"), torch.bfloat16, bs)
+
+
+def test_paged_decode_fp8_tma_heads_falls_back(lib):
+    """Pools the tensor maps cannot address (base not 16-byte aligned) run the per-kv-head TMA
+    launcher's own fallback (cp.async (4, 3)): same output as that kernel; plans the launcher
+    cannot run are refused."""
+    import dataclasses
+
+    from onnx_fuse.plugins import launch_plan as lp
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    B, Hq, Hkv, D, bs, lens = 2, 16, 8, 128, 16, [300, 7]
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    _, _, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, torch.float16, gen)
+    q = _rand((B, Hq, D), torch.float16, gen)
+
+    def shifted(t):  # a contiguous copy at an 8-byte offset
+        buf = torch.empty(t.numel() + 8, dtype=torch.uint8, device="cuda")
+        view = buf[8:].view(t.shape)
+        view.copy_(t)
+        return view
+    k8m, v8m = shifted(k8), shifted(v8)
+    assert not lib.fp8_tma_heads_map_ok(k8m, 8) and lib.fp8_tma_heads_map_ok(k8, 8)
+    assert not lib.fp8_tma_heads_map_ok(k8, 3) and not lib.fp8_tma_heads_map_ok(k8, 16)
+    out = torch.full_like(q, float("nan"))
+    lib.paged_decode_fp8(q, k8m, v8m, ks, vs, tables, seq, out, variant=(8, 2, "heads"), num_splits=2)
+    base = torch.full_like(q, float("nan"))
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, base, variant=(4, 3), num_splits=2)
+    torch.cuda.synchronize()
+    assert torch.equal(out, base)
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tables.cpu().numpy(), np.array(lens),
+                                 out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL8[torch.float16]
+    good = lp.plan_paged_decode(B, Hq, Hkv, D, bs, tables.shape[1], kv_dtype="fp8", variant=(8, 2, "heads"))
+    with pytest.raises(KernelError):  # group of 16 kv heads: not compiled
+        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, plan=dataclasses.replace(good, warps=16))
+    with pytest.raises(ValueError):  # Hkv % warps != 0
+        lib.paged_decode_fp8(q[:, :4], k8[:, :, :2].contiguous(), v8[:, :, :2].contiguous(), ks[:2].contiguous(),
+                             vs[:2].contiguous(), tables, seq, out[:, :4], variant=(4, 3, "heads"))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_append_kv_fp8_quantizes_exactly(lib, dtype, D):

@@ -691,3 +691,53 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # the C launcher: loads 4 = persistent, D = 128 only
     assert "const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;" in fa
     assert "OF_REQUIRE(loads != 4 || pfn != nullptr);" in fa
+
+
+def test_fp8_heads_variants_match_the_sources_and_plan():
+    """Head-group fp8 decode (TMA = 2, suffix "h"): the variant list, head sizes and launcher are
+    the source's; the plan runs one CTA per group of `warps` kv heads on the head-group launcher and
+    refuses what the launcher refuses; the default fp8 plan does not take it (not measured yet)."""
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    x_re = r"X\(DTN, T, D, (\d+), (\d+)\)"
+    src = {tuple(map(int, m)) + ("heads",) for m in re.findall(x_re, _block(pa, "#define OF_PA8_HEADS_VARIANTS("))}
+    ds = {int(d) for d in re.findall(r"^OF_PA8_HEADS_VARIANTS\(OF_PA8H_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M)}
+    ds16 = {int(d) for d in re.findall(r"^OF_PA8_HEADS_VARIANTS\(OF_PA8H_DECODE, f16, __half, (\d+)\)", pa, re.M)}
+    assert src == set(lp.PA8_HEADS_VARIANTS) and ds == ds16 == set(lp.PA8_HEADS_HEAD_DIMS)
+    # the launcher's compiled check lists the same (warps, stages)
+    chk = re.search(r"bool pa8_heads_variant_compiled\(int D, int warps, int stages\) \{\n  return (.*?);\n\}", pa, re.S)
+    assert chk
+    for w in (2, 4, 8, 16):
+        for st in range(1, 7):
+            for d in (64, 96, 128, 256):
+                compiled = eval(chk.group(1).replace("&&", " and ").replace("||", " or "),  # noqa: S307
+                                {"D": d, "warps": w, "stages": st})
+                assert bool(compiled) == ((w, st, "heads") in src and d in ds), (d, w, st)
+    for d in lp.PA8_HEAD_DIMS:
+        assert set(lp.pa8_heads_variants(d)) == (src if d in ds else set()), d
+        assert not set(lp.pa8_heads_variants(d)) & set(lp.pa8_variants(d))
+    assert lp.pa8_heads_variants(128, 4) == ((4, 3, "heads"), (4, 4, "heads")) and lp.pa8_heads_variants(64, 2) == ()
+    for w, st, tag in lp.PA8_HEADS_VARIANTS:
+        for dtype, dt in (("float16", "f16"), ("bfloat16", "bf16")):
+            p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, dtype, kv_dtype="fp8", variant=(w, st, tag), num_splits=2)
+            assert p.kernel == f"onnx_fuse_pa8_decode_{dt}_d128_w{w}s{st}h" and p.bulk == 3 and p.kv_fp8 and p.tma
+            assert p.grid == (8 // w, 2, 64) and p.block == (32 * w, 1, 1)
+            # dense swizzled stages of 16 tokens x w heads x D bytes, K and V (pa8t_smem_bytes)
+            assert p.smem_bytes == st * 2 * 16 * w * 128 + 1024 + 128 <= lp.H200.max_smem_per_block
+            assert p.workspace_bytes == 64 * 32 * 2 * 129 * 4 and p.reduce_kernel == f"onnx_fuse_pa_reduce_{dt}_d128"
+        # default splits: the fewest that fill the last wave of the group grid (8-warp: 2 CTAs per SM)
+        q = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", variant=(w, st, tag))
+        slots = lp.H200.num_sms * (2 if w == 8 else min(4, lp.H200.smem_per_sm // (q.smem_bytes + 1024)))
+        assert q.num_splits == lp._wave_splits(64 * 8 // w, slots, 16, ctx=4096)
+    assert lp.plan_paged_decode(4, 8, 4, 64, 64, 64, kv_dtype="fp8", variant=(4, 3, "heads")).grid[0] == 1
+    a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    for args, var in (((4, 8, 2, 128, 16, 64), (4, 3, "heads")), ((4, 8, 8, 128, 8, 64), (8, 2, "heads")),
+                      ((4, 8, 8, 128, 24, 64), (8, 2, "heads")), ((4, 8, 8, 96, 16, 64), (8, 2, "heads")),
+                      ((4, 8, 8, 256, 16, 64), (4, 3, "heads")), ((4, 8, 8, 128, 16, 64), (8, 4, "heads"))):
+        with pytest.raises(ValueError):
+            lp.plan_paged_decode(*args, variant=var, kv_dtype="fp8")
+    with pytest.raises(ValueError):
+        lp.plan_paged_decode(4, 8, 8, 128, 16, 64, variant=(8, 2, "heads"), kv_dtype="fp8", device=a100)
+    # unplanned: the default fp8 plan stays the per-kv-head TMA kernel
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").bulk == 0
+    assert "int onnx_fuse_paged_attention_decode_fp8_tma_heads(" in pa
+    assert "int onnx_fuse_paged_attention_fp8_tma_heads_map_ok(" in pa
