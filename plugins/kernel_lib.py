@@ -210,8 +210,8 @@ class KernelLib:
                          variant=None, stream=None):
         """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
         float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
-        variant (warps, stages), (warps, stages, "tma") or (warps, stages, "heads") (head groups). Returns the plan used; allocates the split-K workspace when none
-        is passed."""
+        variant (warps, stages), (warps, stages, "tma") or (warps, stages, "heads") (head groups).
+        Returns the plan used; allocates the split-K workspace when none is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
         B, Hq, D = q.shape
         _, BS, Hkv, _ = k_pool.shape

@@ -671,7 +671,8 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
     if num_splits is None:
         groups = num_kv_heads // warps if heads else num_kv_heads
         num_splits = _wave_splits(batch * groups, device.num_sms * ctas_per_sm,
-                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))), ctx=ctx if heads else None)
+                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))),
+                                  ctx=ctx if heads else None)
     suffix = "h" if heads else ("t" if tma else "")
     return _decode_launch(f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{suffix}",
                           batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,

@@ -408,10 +408,10 @@ def main() -> int:
                     heads8 = [n for n in cands if " tma heads " in n and cands[n][1] == "fp8" and toks[n]]
                     if heads8:
                         bh = max(heads8, key=lambda n: min(toks[n]))
-                        print(f"{tag} | fp8 head groups, best {bh}: "
-                              f"{' / '.join(f'{a / b:.2f}' for a, b in zip(toks[bh], toks[planned16]))}x the 16-bit "
-                              f"planned tokens/s, {' / '.join(f'{a / b:.3f}' for a, b in zip(toks[bh], toks[planned8]))}x "
-                              f"the fp8 planned", flush=True)
+                        r16 = " / ".join(f"{a / b:.2f}" for a, b in zip(toks[bh], toks[planned16]))
+                        r8 = " / ".join(f"{a / b:.3f}" for a, b in zip(toks[bh], toks[planned8]))
+                        print(f"{tag} | fp8 head groups, best {bh}: {r16}x the 16-bit planned tokens/s, "
+                              f"{r8}x the fp8 planned", flush=True)
                 del k8, v8, ref8
             del k_pool, v_pool, kc, vc, ws
             torch.cuda.empty_cache()

@@ -1008,9 +1008,9 @@ def test_paged_decode_fp8_tma_heads_block_sizes(lib, bs):
 
 
 def test_paged_decode_fp8_tma_heads_falls_back(lib):
-    """Pools the tensor maps cannot address (base not 16-byte aligned) run the per-kv-head TMA
-    launcher's own fallback (cp.async (4, 3)): same output as that kernel; plans the launcher
-    cannot run are refused."""
+    """An output whose row stride is not a multiple of 4 elements (the head-group kernel stores 4
+    columns at once) runs the per-kv-head TMA kernel (4, 3): the same output as that kernel; map
+    checks and plans the launcher cannot run are refused."""
     import dataclasses
 
     from onnx_fuse.plugins import launch_plan as lp
@@ -1020,19 +1020,15 @@ def test_paged_decode_fp8_tma_heads_falls_back(lib):
     gen = torch.Generator(device="cuda").manual_seed(13)
     _, _, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, torch.float16, gen)
     q = _rand((B, Hq, D), torch.float16, gen)
-
-    def shifted(t):  # a contiguous copy at an 8-byte offset
-        buf = torch.empty(t.numel() + 8, dtype=torch.uint8, device="cuda")
-        view = buf[8:].view(t.shape)
-        view.copy_(t)
-        return view
-    k8m, v8m = shifted(k8), shifted(v8)
-    assert not lib.fp8_tma_heads_map_ok(k8m, 8) and lib.fp8_tma_heads_map_ok(k8, 8)
+    assert lib.fp8_tma_heads_map_ok(k8, 8) and lib.fp8_tma_heads_map_ok(k8, 4)
     assert not lib.fp8_tma_heads_map_ok(k8, 3) and not lib.fp8_tma_heads_map_ok(k8, 16)
-    out = torch.full_like(q, float("nan"))
-    lib.paged_decode_fp8(q, k8m, v8m, ks, vs, tables, seq, out, variant=(8, 2, "heads"), num_splits=2)
-    base = torch.full_like(q, float("nan"))
-    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, base, variant=(4, 3), num_splits=2)
+
+    def odd_rows():  # [B, Hq, D] rows Hq * D + 2 elements apart
+        return torch.full((B, Hq * D + 2), float("nan"), dtype=q.dtype, device="cuda")[:, :Hq * D].view(B, Hq, D)
+    out, base = odd_rows(), odd_rows()
+    assert out.stride(0) % 4 == 2
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, variant=(8, 2, "heads"), num_splits=2)
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, base, variant=(4, 3, "tma"), num_splits=2)
     torch.cuda.synchronize()
     assert torch.equal(out, base)
     expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tables.cpu().numpy(), np.array(lens),

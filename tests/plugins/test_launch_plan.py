@@ -704,7 +704,8 @@ def test_fp8_heads_variants_match_the_sources_and_plan():
     ds16 = {int(d) for d in re.findall(r"^OF_PA8_HEADS_VARIANTS\(OF_PA8H_DECODE, f16, __half, (\d+)\)", pa, re.M)}
     assert src == set(lp.PA8_HEADS_VARIANTS) and ds == ds16 == set(lp.PA8_HEADS_HEAD_DIMS)
     # the launcher's compiled check lists the same (warps, stages)
-    chk = re.search(r"bool pa8_heads_variant_compiled\(int D, int warps, int stages\) \{\n  return (.*?);\n\}", pa, re.S)
+    chk = re.search(r"bool pa8_heads_variant_compiled\(int D, int warps, int stages\) \{\n  return (.*?);\n\}",
+                    pa, re.S)
     assert chk
     for w in (2, 4, 8, 16):
         for st in range(1, 7):
