@@ -135,11 +135,8 @@ class KernelLib:
         plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, variant=variant)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
-        # TMA loads: asked for by name, the launcher refuses tensors TMA cannot address; planned,
-        # it falls back to cp.async for them.
-        if loads is None:  # by name: 1 (3 with the r24 split); planned: 2 (5), with fallback
-            loads = 4 if plan.persistent else ((1 if variant is not None else 2) + (2 if plan.r24 else 0)
-                                               if plan.tma else 0)
+        if loads is None:
+            loads = lp.fa_launch_loads(plan, by_name=variant is not None)
         rc = self._lib.onnx_fuse_fused_attention_fwd(
             plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
             *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, loads, self._stream(stream))

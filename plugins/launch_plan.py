@@ -407,6 +407,17 @@ def plan_fused_attention(
     )
 
 
+def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
+    """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
+    for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
+    TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry."""
+    if plan.persistent:
+        return 4
+    if not plan.tma:
+        return 0
+    return (3 if plan.r24 else 1) if by_name else (5 if plan.r24 else 2)
+
+
 # Prefill over a paged prefix: head sizes of its kernel, and the block sizes its TMA producer
 # takes (whole blocks per 128-key tile at 2 KiB-aligned offsets; others load with cp.async).
 PP_HEAD_DIMS = (64, 128)

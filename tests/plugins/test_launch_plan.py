@@ -635,6 +635,21 @@ def test_paged_prefill_loads_plan():
     assert lp.PP_TMA_BLOCK_SIZES == (16, 32, 64, 128)
 
 
+def test_fa_launch_loads_codes():
+    """The launcher's loads code per plan (a wrong one runs another entry: 4 is the persistent
+    grid, so r24 planned must be 5, not 2 + 2)."""
+    codes = {}
+    for d in (64, 128):
+        for v in lp.fa_variants(d) + lp.fa_experimental_variants(d, False):
+            p = lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
+            codes[v] = (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False))
+    assert codes[lp.FA_WS] == (0, 0) and codes[lp.FA_WGMMA_1WG] == (0, 0)
+    assert codes[lp.FA_WS_TMA] == (1, 2) and codes[lp.FA_WS_TMA_R24] == (3, 5)
+    assert codes[lp.FA_WS_TMA_PERSIST] == (4, 4)
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 5
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 2
+
+
 def test_r24_entries_exist_and_are_planned_at_d128_only():
     """m128n128w12t_r24 (24 producer / 240 consumer registers): compiled at D = 64 and 128, run by
     the launcher's loads 3 (by name) and 5 (planned, cp.async fallback); the planner names it at
