@@ -155,9 +155,9 @@ def make_paged_pool(B, Hkv, D, block_size, lens, dtype, gen, spare_blocks=3, fil
     Sequence b owns ceil(lens[b] / block_size) blocks (at least one) in its table; its first
     filled[b] tokens (default lens[b]) hold random values, every other slot is NaN, and the
     table entries past its blocks are -1. ``gen`` is a CUDA torch.Generator. Imported by the GPU
-    test modules (``from .conftest import make_paged_pool``).
+    test modules (``from .conftest import make_paged_pool``), which have skipped without torch.
     """
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed")
 
     filled = lens if filled is None else filled
     blocks_per = [max(1, -(-L // block_size)) for L in lens]
