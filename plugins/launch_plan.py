@@ -660,6 +660,17 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
         # form 2.4); 4 CTAs per SM up to D = 128, 2 at D = 256. Falls back to cp.async (D = 96,
         # block sizes TMA cannot box, before sm_90).
         variant = (4, 3, "tma") if (4, 3, "tma") in pa8_variants(head_dim) else (4, 3)
+        # Head groups of 4 kv heads per CTA, splits sized for two CTAs per SM: at B64 H32/8 D128
+        # w4s3h split 2 read 3.66-3.67 TB/s of fp8 (1.83-1.84x the tokens/s of the planned 16-bit
+        # w8s2h) against 3.52 for w4s3t and 3.55 for w4s3h at its one-wave split 4 (H200, run of
+        # record, docs/PERF.md).
+        planned_heads = (head_dim == 128 and (4, 3, "heads") in pa8_heads_variants(head_dim, num_kv_heads)
+                         and block_size >= 16
+                         and block_size & (block_size - 1) == 0 and device.compute_capability >= (9, 0))
+        if planned_heads:
+            variant = (4, 3, "heads")
+            if ctas_per_sm is None:
+                ctas_per_sm = 2
     variant = tuple(variant)
     compiled = pa8_variants(head_dim) + pa8_heads_variants(head_dim)
     if variant not in compiled:

@@ -10,8 +10,9 @@ interface TensorRT hands the plugin (pointer, shape, element strides). Rows:
 * prefix: 4096 cached + 512 new tokens per sequence (B8, 32 q / 8 kv heads, block 16, shuffled
   block table): the plugin sequence (append + prefill) beside the prefill kernel alone on the
   already-appended pool, TFLOP/s (4 * Hq * D * visible keys, causal bottom-right);
-* decode: ctx 4096, block 16: the plugin sequence (append + one-split decode) beside the
-  library's planned decode (split-K as launch_plan picks it, no append) and the one-split decode
+* decode: ctx 4096, block 16: the plugin sequence (append + split-K decode, launches replayed
+  from a trace) beside KernelLib's own planned decode (split-K as launch_plan picks it, no append;
+  its Python side plans and allocates a workspace per call) and the one-split decode
   alone, GB/s of K/V read (sum(seq_lens) * Hkv * D * 2 * 2 bytes).
 
 Each plugin output is first checked against a float32 torch reference on the same K/V
@@ -123,7 +124,7 @@ def main() -> int:
             unit = "TFLOP/s"
         else:
             q3, o3 = q4[:, 0], o4[:, 0]
-            cands = {"plugin (append + 1-split decode)": plugin,
+            cands = {"plugin (append + split-K decode)": plugin,
                      "decode planned (split-K)": lambda: lib.paged_decode(
                          q3, s["k_pool"], s["v_pool"], s["tables"], s["lens"], o3, stream=stream),
                      "decode 1 split": lambda: lib.paged_decode(

@@ -402,10 +402,13 @@ def test_fp8_decode_plan(head_dim, dtype):
     v, v256, _, _ = _pa8_sources()
     p = lp.plan_paged_decode(64, 32, 8, head_dim, 16, 256, dtype, kv_dtype="fp8")
     dt = "f16" if dtype == "float16" else "bf16"
-    assert p.kv_fp8 and p.bulk == 0
-    # the default takes the TMA form where the head size has one (not D = 96)
+    # the default takes the TMA form where the head size has one (not D = 96); at D = 128 (Hkv % 4
+    # == 0) the head-group form w4s3h (bulk 3)
+    heads = head_dim == 128
+    assert p.kv_fp8 and p.bulk == (3 if heads else 0)
     assert p.tma == (head_dim != 96)
-    assert p.kernel == f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{p.warps}s{p.stages}{'t' if p.tma else ''}"
+    suffix = "h" if heads else ("t" if p.tma else "")
+    assert p.kernel == f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{p.warps}s{p.stages}{suffix}"
     assert (p.warps, p.stages) in (v256 if head_dim == 256 else v)
     assert p.smem_bytes == lp.pa8_smem_bytes(head_dim, p.warps, p.stages, p.tma)
     assert p.num_splits * p.part_tokens >= 4096 and p.part_tokens % lp.PA_SPLIT_ALIGN == 0
@@ -592,9 +595,13 @@ def test_fp8_tma_plan_and_fallbacks(dtype):
 
 
 def test_fp8_decode_plan_fills_its_last_wave():
-    # B64 H32/8 D128 ctx 4096, w4s3: 4 CTAs per SM = 528 slots; one split (512 CTAs) fills 97 %
-    p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8")
+    # B64 H32/8 D128 ctx 4096, w4s3t: 4 CTAs per SM = 528 slots; one split (512 CTAs) fills 97 %
+    p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", variant=(4, 3, "tma"))
     assert p.num_splits == 1
+    # the planned head groups (128 CTAs per split) are sized for two CTAs per SM: split 2, the
+    # split measured fastest (3.66-3.67 TB/s against 3.55 at split 4)
+    ph = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8")
+    assert ph.kernel.endswith("_w4s3h") and ph.num_splits == 2 and ph.grid == (2, 2, 64)
     # with 3 CTAs per SM (w4s4) one split would leave a 29 % last wave; 3 splits fill 3.88 of 4
     p4 = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", variant=(4, 4))
     assert lp.H200.smem_per_sm // (p4.smem_bytes + 1024) == 3
@@ -753,7 +760,12 @@ def test_fp8_heads_variants_match_the_sources_and_plan():
             lp.plan_paged_decode(*args, variant=var, kv_dtype="fp8")
     with pytest.raises(ValueError):
         lp.plan_paged_decode(4, 8, 8, 128, 16, 64, variant=(8, 2, "heads"), kv_dtype="fp8", device=a100)
-    # unplanned: the default fp8 plan stays the per-kv-head TMA kernel
-    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").bulk == 0
+    # planned at D = 128 only (w4s3h; the D = 64 head groups were not timed), where Hkv % 4 == 0,
+    # the block size is a power of two >= 16 and on compute capability 9.0
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").bulk == 3
+    assert lp.plan_paged_decode(64, 32, 8, 64, 16, 256, kv_dtype="fp8").bulk == 0
+    assert lp.plan_paged_decode(128, 16, 1, 128, 16, 256, kv_dtype="fp8").bulk == 0
+    assert lp.plan_paged_decode(64, 32, 8, 128, 24, 256, kv_dtype="fp8").bulk == 0
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", device=a100).bulk == 0
     assert "int onnx_fuse_paged_attention_decode_fp8_tma_heads(" in pa
     assert "int onnx_fuse_paged_attention_fp8_tma_heads_map_ok(" in pa
