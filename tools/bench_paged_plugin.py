@@ -3,7 +3,7 @@
     python tools/bench_paged_plugin.py [--json OUT.json]
 
 ``paged_attention_plugin.run_jit`` is what the plugin's ``impl`` runs on TensorRT's buffers:
-append_kv, then paged_decode (Sq = 1, one split: the JIT path has no workspace) or paged_prefill
+append_kv, then paged_decode (Sq = 1, split-K with the plugin's per-stream workspace) or paged_prefill
 (Sq > 1). TensorRT cannot run on the lent GPU, so the buffers are torch CUDA tensors behind the
 interface TensorRT hands the plugin (pointer, shape, element strides). Rows:
 
