@@ -338,7 +338,7 @@ def main() -> int:
                                                         variant=var, kv_dtype="fp8")
                             # (warps, stages) or (warps, stages, "tma"): TMA loads, sm_90 (plan.tma)
                             is_auto = (sp == auto8.num_splits and var[:2] == (auto8.warps, auto8.stages)
-                                       and (len(var) == 3) == auto8.tma)
+                                       and (len(var) == 3) == auto8.tma and auto8.bulk != 3)
                             kind = " tma" if plan.tma else ""
                             label = (f"ours fp8 pool w{var[0]}s{var[1]}{kind} split={plan.num_splits}"
                                      f"{' (auto)' if is_auto else ''}")
@@ -347,17 +347,22 @@ def main() -> int:
                             cand_bytes[label] = kv_bytes // 2
                             if is_auto:
                                 planned8 = label
-                    # head-group candidates (not planned): one CTA per group of w kv heads, split sweep
-                    # 1, 2, 4 and the count their plan picks, like the 16-bit head-group rows
+                    # head-group candidates (planned at D = 128: bulk 3): one CTA per group of w kv heads,
+                    # split sweep 1, 2, 4 and the count their plan picks, like the 16-bit head-group rows
                     for var in lp.pa8_heads_variants(D, Hkv) if bs >= 16 else ():
                         own = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, kv_dtype="fp8")
                         for sp in sorted({1, 2, 4, own.num_splits}):
                             plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
                                                         variant=var, kv_dtype="fp8")
-                            label = f"ours fp8 pool w{var[0]}s{var[1]} tma heads split={plan.num_splits}"
+                            is_auto = (auto8.bulk == 3 and sp == auto8.num_splits
+                                       and var[:2] == (auto8.warps, auto8.stages))
+                            label = (f"ours fp8 pool w{var[0]}s{var[1]} tma heads split={plan.num_splits}"
+                                     f"{' (auto)' if is_auto else ''}")
                             cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
                                                                                    plan=plan, workspace=ws), "fp8")
                             cand_bytes[label] = kv_bytes // 2
+                            if is_auto:
+                                planned8 = label
                 except Exception as e:
                     print(f"fp8 pool setup failed: {type(e).__name__}: {e}", flush=True)
                     fp8 = False
