@@ -179,3 +179,18 @@ def make_paged_pool(B, Hkv, D, block_size, lens, dtype, gen, spare_blocks=3, fil
                     pool[blk, :n] = torch.randn((n, Hkv, D), generator=gen, device="cuda",
                                                 dtype=torch.float32).to(dtype)
     return k_pool, v_pool, tables.cuda()
+
+
+class HostBuffer:
+    """What the PagedAttention plugin's run_jit reads from a tensorrt.plugin.Tensor: pointer, shape
+    and element strides (row-major unless given). CPU tests pass these with made-up pointers."""
+
+    def __init__(self, shape, ptr=4096, strides=None):
+        self.data_ptr, self.shape = ptr, tuple(shape)
+        if strides is None:
+            st, acc = [], 1
+            for s in reversed(self.shape):
+                st.append(acc)
+                acc *= s
+            strides = tuple(reversed(st))
+        self.strides = tuple(strides)

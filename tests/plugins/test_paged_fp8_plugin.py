@@ -16,6 +16,8 @@ from onnx_fuse.plugins import launch_plan as lp
 from onnx_fuse.plugins import paged_attention_plugin as pa
 from onnx_fuse.plugins.check_trt import check_model
 
+from .conftest import HostBuffer as _Buf
+
 FP8 = TP.FLOAT8E4M3FN
 
 
@@ -143,18 +145,6 @@ def test_contract_yaml_lists_the_scales_and_fp8_head_sizes():
 
 
 # ---------------------------------------------------------------------------- run_jit planning
-
-class _Buf:
-    """The part of tensorrt.plugin.Tensor run_jit reads (pointer, shape, element strides)."""
-
-    def __init__(self, shape, ptr=4096):
-        self.data_ptr, self.shape = ptr, tuple(shape)
-        st, acc = [], 1
-        for s in reversed(self.shape):
-            st.append(acc)
-            acc *= s
-        self.strides = tuple(reversed(st))
-
 
 class _Recorder:
     """Records the KernelLib calls run_jit makes (no GPU here: the launches themselves run in

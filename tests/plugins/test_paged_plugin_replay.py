@@ -20,6 +20,8 @@ from onnx_fuse.plugins import launch_plan as lp
 from onnx_fuse.plugins import paged_attention_plugin as pa
 from onnx_fuse.plugins.kernel_lib import ARGTYPES, KernelError, KernelLib
 
+from .conftest import HostBuffer as _Buf
+
 
 class _RecordingCDLL:
     """The launch functions of libonnx_fuse_kernels.so as recorders returning ``rc``."""
@@ -46,18 +48,6 @@ class _RecordingCDLL:
                 vals.append(c.value)
             out.append((name, tuple(vals)))
         return out
-
-
-class _Buf:
-    def __init__(self, shape, ptr, strides=None):
-        self.data_ptr, self.shape = ptr, tuple(shape)
-        if strides is None:
-            st, acc = [], 1
-            for s in reversed(self.shape):
-                st.append(acc)
-                acc *= s
-            strides = tuple(reversed(st))
-        self.strides = tuple(strides)
 
 
 class _Workspace:
