@@ -19,7 +19,7 @@ for c in $CASES; do
   ncu --import "$rep.ncu-rep" --page details > "$OUT/ncu/$c.details.txt" 2>&1
   case $c in prefill*|decode|mqa)
     ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu/$c.sass.csv" 2>/dev/null \
-      || echo "no source page for $c";;
+      && gzip -f "$OUT/ncu/$c.sass.csv" || echo "no source page for $c";;
   esac
   rm -f "$rep.ncu-rep"
   echo "ncu $c: $(grep -c 'Section: GPU Speed Of Light' "$OUT/ncu/$c.details.txt") kernels"
