@@ -24,3 +24,5 @@ for c in $CASES; do
   rm -f "$rep.ncu-rep"
   echo "ncu $c: $(grep -c 'Section: GPU Speed Of Light' "$OUT/ncu/$c.details.txt") kernels"
 done
+# the device tool returns a limited number of files: one archive
+(cd "$OUT" && tar czf ncu.tgz ncu && rm -rf ncu)
