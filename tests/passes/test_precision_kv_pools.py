@@ -194,3 +194,36 @@ def test_fp8_pools_after_fp16_precision_have_no_cast_either():
     assert {ins[p] for p in POOLS_IN} == {outs[p] for p in POOLS_OUT} == {T.FLOAT8E4M3FN}
     pool_names = set(POOLS_IN) | set(POOLS_OUT)
     assert not [n for n in proto.graph.node if n.op_type == "Cast" and pool_names & {*n.input, *n.output}]
+
+
+@pytest.mark.parametrize("keep_io_types", [True, False])
+def test_precision_never_makes_a_pool_cast(keep_io_types):
+    """The pools are exempt from keep_io_types where the boundary Casts are made: every Cast the
+    pass inserts is still in the graph (none is made on a pool and removed afterwards)."""
+    from onnx_fuse.passes.precision import PrecisionConversionPass
+
+    model = onnx_fuse.optimize(str(MODELS / "llama64_kv_dynamo.onnx"), level=4, target="trt").model
+    p = PrecisionConversionPass("fp16", keep_io_types=keep_io_types)
+    p(model)
+    casts = [n for n in model.graph if n.op_type == "Cast" and n.name.startswith("precision/cast/")]
+    assert p.stats["casts-removed"] == 0
+    assert p.stats["casts-inserted"] == len(casts) > 0
+    assert not [n.name for n in casts if "kv_pool" in n.name]
+    assert p.stats["kv-pools-fp16"] == 2 * LAYERS
+
+
+def test_precision_leaves_fp8_pools_as_they_are():
+    """The precision pass on a float32 model whose pools are already fp8 (kv-cache-fp8 ran
+    first): the pools keep float8e4m3fn and the scales float32 while the op goes fp16 (the pass
+    used to retype the fp8 pools to the op's 16-bit type)."""
+    from onnx_fuse.passes.precision import PrecisionConversionPass
+
+    model = ir.from_proto(_optimize("llama64_kv_dynamo", None, static=True, kv_cache_dtype="fp8"))
+    p = PrecisionConversionPass("fp16")
+    p(model)
+    proto = ir.to_proto(model)
+    onnx.checker.check_model(proto, full_check=True)
+    ins, outs = _types(proto.graph.input), _types(proto.graph.output)
+    assert {ins[x] for x in POOLS_IN} == {outs[x] for x in POOLS_OUT} == {T.FLOAT8E4M3FN}
+    assert {ins[f"kv_scale_{t}.{i}"] for i in range(LAYERS) for t in "kv"} == {T.FLOAT}
+    assert "kv-pools-fp16" not in p.stats and p.stats["nodes-lowered"] > 0
