@@ -110,6 +110,15 @@ PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # launcher runs (4, 3, 2) where the pool leaves no tensor map). (8, 2, 3) is planned at D = 128.
 PA_HEADS_HEAD_DIMS = (64, 128)
 PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
+# Cluster-reduce variants (OF_PA_CLUSTER_VARIANTS, onnx_fuse_paged_attention_decode_cluster): the
+# head-group (bulk 4, suffix "hc") and per-kv-head TMA (bulk 5, suffix "tc") kernels with the splits of
+# each row reduced inside a thread-block cluster (distributed shared memory) instead of the workspace
+# and the reduce kernel. D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the plan
+# refuses where the kernel does not apply). Bench candidates, run by name (not planned).
+PA_CLUSTER_HEAD_DIMS = (64, 128)
+PA_CLUSTER_VARIANTS = ((8, 2, 5), (8, 2, 4), (4, 3, 4))
+PA_CLUSTER_MAX_SPLITS = 8  # the portable cluster size
+PA_SUFFIX = ("", "b", "t", "h", "hc", "tc")  # kernel name suffix per bulk code
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -205,6 +214,15 @@ def pa_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[t
     if head_dim not in PA_HEADS_HEAD_DIMS:
         return ()
     return tuple(v for v in PA_HEADS_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
+
+
+def pa_cluster_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple[int, int, int], ...]:
+    """(warps, stages, 4 | 5) cluster-reduce decode variants compiled for ``head_dim``; with
+    ``num_kv_heads``, only the head-group ones (bulk 4) whose group divides it (and bulk 5)."""
+    _check_head_dim(head_dim)
+    if head_dim not in PA_CLUSTER_HEAD_DIMS:
+        return ()
+    return tuple(v for v in PA_CLUSTER_VARIANTS if num_kv_heads is None or v[2] == 5 or num_kv_heads % v[0] == 0)
 
 
 def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
@@ -481,6 +499,12 @@ class PagedDecodePlan:
     kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
     tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma (bulk = 3: _tma_heads)
 
+    @property
+    def cluster(self) -> bool:
+        """The splits are reduced inside a thread-block cluster (16-bit pool, bulk 4 / 5):
+        onnx_fuse_paged_attention_decode_cluster, no workspace, no reduce kernel."""
+        return not self.kv_fp8 and self.bulk >= 4
+
 
 def plan_paged_decode(
     batch: int,
@@ -538,14 +562,20 @@ def plan_paged_decode(
         max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
     variant = tuple(variant)
-    compiled = pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
+    compiled = (pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
+                + pa_cluster_variants(head_dim))
     if variant not in compiled:
         raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {compiled}")
     warps, stages, bulk = variant
-    if bulk == 3 and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
-                      or device.compute_capability < (9, 0)):
+    if bulk in (3, 4) and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
+                           or device.compute_capability < (9, 0)):
         raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
                          f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
+    if bulk == 5 and not pa_tma_applies(head_dim, block_size, device):  # no fallback
+        raise ValueError(f"cluster-reduce variant {variant} needs a power-of-two block size >= 8 (got "
+                         f"{block_size}) and compute capability 9.0+")
+    if bulk >= 4 and num_splits is not None and num_splits > PA_CLUSTER_MAX_SPLITS:
+        raise ValueError(f"cluster-reduce variant {variant}: at most {PA_CLUSTER_MAX_SPLITS} splits")
     if bulk == 2 and not pa_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
         bulk_ok = device.compute_capability >= (9, 0) and warps == 4 and (4, stages, 1) in pa_variants(head_dim)
         warps, stages, bulk = (4, stages, 1) if bulk_ok else (4, 3, 0)
@@ -554,18 +584,23 @@ def plan_paged_decode(
     smem = pa_smem_bytes(head_dim, warps, stages, bulk)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    if bulk == 3 and ctas_per_sm_default:  # shared memory bounds the occupancy of the large tiles
+    if bulk in (3, 4) and ctas_per_sm_default:  # shared memory bounds the occupancy of the large tiles
         ctas_per_sm = max(1, min(2, device.smem_per_sm // (smem + 1024)))
     if bulk >= 2 and warps == 8 and num_splits is None:
         # 8-warp TMA kernels: the splits that fill one CTA per SM (measured on the H200: B64 H32/8
         # D128 w8s2h 3.99 TB/s at 2 splits = 128 CTAs, 3.83 at 1, 3.78 at 3; MQA B128 D64 w8s2t
         # 2.65-2.69 at 1 split = 128 CTAs, 2.51 at 2, 2.42 at 4)
-        groups = num_kv_heads // warps if bulk == 3 else num_kv_heads
+        groups = num_kv_heads // warps if bulk in (3, 4) else num_kv_heads
+        max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         num_splits = _wave_splits(batch * groups, device.num_sms,
-                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))), ctx=ctx)
-    return _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't', 'h')[bulk]}",
+                                  min(max_splits, PA_CLUSTER_MAX_SPLITS) if bulk >= 4 else max_splits, ctx=ctx)
+    plan = _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{PA_SUFFIX[bulk]}",
                           batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
                           ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    if plan.cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # auto splits past the cluster size
+        plan = _decode_launch(plan.kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, PA_CLUSTER_MAX_SPLITS,
+                              target_waves, ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    return plan
 
 
 def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device) -> tuple[int, int, int]:
@@ -602,11 +637,13 @@ def _decode_launch(kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, nu
                    ctas_per_sm, min_split_tokens, device, smem, warps, stages, **kind) -> PagedDecodePlan:
     """The split, grid and reduce launch of a decode kernel (16-bit or fp8 pool: both share the
     reduce kernel and the workspace layout); ``kind``: bulk / kv_fp8 / tma. Head-group kernels
-    (bulk = 3) run one CTA per ``warps`` kv heads."""
-    groups = num_kv_heads // warps if kind.get("bulk") == 3 else num_kv_heads
+    (bulk = 3, 4) run one CTA per ``warps`` kv heads; cluster-reduce kernels (bulk = 4, 5) need
+    neither workspace nor reduce kernel."""
+    groups = num_kv_heads // warps if kind.get("bulk") in (3, 4) else num_kv_heads
     num_splits, part, ws = _splits(batch, num_heads, groups, head_dim, ctx, num_splits,
                                    target_waves, ctas_per_sm, min_split_tokens, device)
-    split = num_splits > 1
+    split = num_splits > 1 and kind.get("bulk", 0) < 4
+    ws = ws if split else 0
     return PagedDecodePlan(
         kernel=kernel,
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if split else None,

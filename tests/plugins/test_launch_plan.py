@@ -544,6 +544,48 @@ def test_pa_heads_variants_match_the_sources_and_plan():
         lp.plan_paged_decode(4, 8, 8, 128, 16, 64, variant=(8, 2, 3), device=a100)
     assert "onnx_fuse_paged_attention_decode_tma_heads" in pa
 
+def test_pa_cluster_variants_match_the_sources_and_plan():
+    """Cluster-reduce decode (bulk 4: head groups "hc", 5: per kv head "tc"): the list and head sizes are
+    the source's, the plan has no workspace and no reduce kernel, at most 8 splits (auto counts are
+    capped there), and refuses what the launcher refuses (it has no fallback); never planned by default."""
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    rows = re.findall(r"X\(DTN, T, D, (\d+), (\d+), ([23]), (\w+)\)", _block(pa, "#define OF_PA_CLUSTER_VARIANTS("))
+    src = {(int(w), int(st), {"2": 5, "3": 4}[b]) for w, st, b, _ in rows}
+    assert all(lp.PA_SUFFIX[{"2": 5, "3": 4}[b]] == suf for _, _, b, suf in rows)
+    ds = {int(d) for d in re.findall(r"^OF_PA_CLUSTER_VARIANTS\(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, (\d+)\)",
+                                     pa, re.M)}
+    assert src == set(lp.PA_CLUSTER_VARIANTS) and ds == set(lp.PA_CLUSTER_HEAD_DIMS)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        assert set(lp.pa_cluster_variants(d)) == (src if d in ds else set()), d
+    assert lp.pa_cluster_variants(128, 4) == ((8, 2, 5), (4, 3, 4)) and lp.pa_cluster_variants(64, 1) == ((8, 2, 5),)
+    assert "onnx_fuse_paged_attention_decode_cluster" in pa
+    for w, st, b in lp.PA_CLUSTER_VARIANTS:
+        for sp in (1, 2, 8):
+            p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(w, st, b), num_splits=sp)
+            assert p.kernel == f"onnx_fuse_pa_decode_bf16_d128_w{w}s{st}{'hc' if b == 4 else 'tc'}" and p.cluster
+            assert p.grid == ((8 // w) if b == 4 else 8, sp, 64) and p.num_splits == sp
+            assert p.workspace_bytes == 0 and p.reduce_kernel is None and p.reduce_grid is None
+            # the launcher's shared memory: that of the head-group / TMA kernel of the same shape
+            assert p.smem_bytes == lp.pa_smem_bytes(128, w, st, 3 if b == 4 else 2) <= lp.H200.max_smem_per_block
+    # auto splits: one CTA per SM for the 8-warp kernels (as w8s2h / w8s2t), capped at 8
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 4)).num_splits == 2
+    assert lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(8, 2, 5)).num_splits == 1
+    assert lp.plan_paged_decode(2, 32, 8, 128, 16, 1024, variant=(4, 3, 4)).num_splits == 8
+    assert lp.plan_paged_decode(1, 16, 1, 64, 16, 1024, variant=(8, 2, 5)).num_splits == 8
+    a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    for args, kw in (((64, 32, 8, 128, 16, 256), {"variant": (8, 2, 4), "num_splits": 9}),
+                     ((4, 8, 4, 128, 16, 64), {"variant": (8, 2, 4)}),  # Hkv % 8
+                     ((4, 8, 8, 128, 8, 64), {"variant": (8, 2, 4)}),  # head groups need blocks >= 16
+                     ((4, 8, 2, 128, 12, 64), {"variant": (8, 2, 5)}),  # no TMA box: no fallback
+                     ((4, 8, 2, 96, 16, 64), {"variant": (8, 2, 5)}),
+                     ((4, 8, 2, 128, 16, 64), {"variant": (8, 2, 5), "device": a100})):
+        with pytest.raises(ValueError):
+            lp.plan_paged_decode(*args, **kw)
+    for d in lp.SUPPORTED_HEAD_DIMS:  # bench candidates only
+        for args in ((64, 32, 8, d, 16, 256), (128, 16, 1, d, 16, 256), (2, 32, 8, d, 16, 1024)):
+            assert not lp.plan_paged_decode(*args).cluster
+
+
 def _pa8_tma_sources() -> dict[int, set]:
     """Head size -> (warps, stages) of the TMA fp8-pool decode kernels paged_attention.cu instantiates."""
     pa = (KERNELS / "paged_attention.cu").read_text()
