@@ -289,10 +289,13 @@ def main() -> int:
             for var in variants:
                 # split sweep of the TMA variants (the others measured behind them on every shape):
                 # on the two headline shapes (block 16, D 128 GQA and D 64 MQA) 1-4 (MQA: to 8) and
-                # twice the planned count, where the last wave of CTAs ends matters; D 80 / 96: 1, 2
+                # twice the planned count, where the last wave of CTAs ends matters; D 80 / 96: 1, 2.
+                # Head groups (with and without the cluster reduce) also 8 (and 16): many short CTAs,
+                # which the block scheduler hands to whichever SMs finish first
                 sweep = set()
                 if var[2] >= 2 and headline:
                     sweep = {1, 2, 3, 4, 2 * auto.num_splits} | ({5, 6, 8} if Hkv == 1 else set())
+                    sweep |= {8, 16} if var[2] in (3, 4) else set()
                 elif var[2] >= 2 and D in (80, 96):
                     sweep = {1, 2}
                 for sp in sorted({auto.num_splits} | sweep):
@@ -303,7 +306,7 @@ def main() -> int:
                     label = (f"ours paged w{plan.warps}s{plan.stages}{kind} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
-            v_shift = None
+            v_shift = k_seq = v_seq = None
             if headline:
                 # layout experiment: the planned kernel on a V pool whose base sits 17 KiB + 128 B past a
                 # 512 MiB-aligned one (K block j and V block j then stop sharing their low address bits,
@@ -313,6 +316,13 @@ def main() -> int:
                 v_shift.copy_(v_pool)
                 cands["ours planned, V pool shifted 17 KiB (layout experiment)"] = (
                     lambda: lib.paged_decode(q, k_pool, v_shift, tables, seq, out, plan=auto, workspace=ws), True)
+                # and on pools whose blocks lie in table order (an identity block table; same K/V per
+                # sequence): what the shuffled table's scattered 32 KiB blocks cost
+                k_seq = k_pool[tables.long()].reshape(k_pool.shape)
+                v_seq = v_pool[tables.long()].reshape(v_pool.shape)
+                t_seq = torch.arange(nb, device="cuda", dtype=torch.int32).view(B, nb_per)
+                cands["ours planned, identity block table (layout experiment)"] = (
+                    lambda: lib.paged_decode(q, k_seq, v_seq, t_seq, seq, out, plan=auto, workspace=ws), True)
             cands["torch SDPA contiguous KV"] = (lambda: F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True), False)
 
             def gather_sdpa():
@@ -422,7 +432,7 @@ def main() -> int:
                         print(f"{tag} | fp8 head groups, best {bh}: {r16}x the 16-bit planned tokens/s, "
                               f"{r8}x the fp8 planned", flush=True)
                 del k8, v8, ref8
-            del k_pool, v_pool, kc, vc, ws, v_shift
+            del k_pool, v_pool, kc, vc, ws, v_shift, k_seq, v_seq
             torch.cuda.empty_cache()
 
     # append (bandwidth of the in-place write, for completeness)
