@@ -154,3 +154,31 @@ SPECS = {
                         ["mha", "patch-embed", "layernorm", "gelu-tanh", "attention-pool-head"],
                         "siglip_vision_model", "vit"),
 }
+
+
+# Head size 64 (export_corpus.py --head-dim 64): the smallest head size the PagedAttention kernels
+# take (plugins/paged_attention.yaml), for the trt O4 paged-KV coverage matrix (docs/paged_kv.md).
+# Hidden 128, 2 query heads; the GQA/MQA families keep fewer kv heads (1). Under 1 MB per file.
+KV64_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt_neox", "falcon", "olmo2",
+              "gpt2", "opt", "gpt_bigcode")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+
+
+def head_dim_64(arch: str) -> dict:
+    """The architecture's corpus config at head size 64 (hidden 128, 2 query heads)."""
+    cfg = dict(SPECS[arch]["config"])
+    for k in _HIDDEN_KEYS:
+        if k in cfg:
+            cfg[k] = 128
+    for k in _HEAD_KEYS:
+        if k in cfg:
+            cfg[k] = 2
+    if "num_key_value_heads" in cfg:  # grouped (GQA/MQA) stays grouped: 1 kv head, else 2
+        orig = SPECS[arch]["config"]
+        cfg["num_key_value_heads"] = 1 if orig["num_key_value_heads"] < orig["num_attention_heads"] else 2
+    if "head_dim" in cfg:
+        cfg["head_dim"] = 64
+    if "query_pre_attn_scalar" in cfg:
+        cfg["query_pre_attn_scalar"] = 64
+    return cfg

@@ -11,6 +11,7 @@ Architectures: tools/corpus_specs.py. Styles:
   optimum        optimum-cli export onnx in /work/venvs/optimum (tools/optimum_venv.sh): models are
                  built there from the same config and saved locally; nothing comes from the Hub
   torchscript    torch.onnx.export(dynamo=False), opset 17, dynamic axes
+  torchscript_kv the same, decoders with a KV cache (the kv style's interface)
 Weights: "trained" (every constant-initialised parameter, norm scales and biases perturbed; seeded)
 for every style; "default" (plain seeded init) for dyn_mask of corpus_specs.DEFAULT_WEIGHTS.
 
@@ -19,6 +20,10 @@ corpus small; the graph is otherwise what the exporter wrote. Every file is load
 Runtime (CPU) on inputs built from the manifest, and compared with torch for our own exports.
 
     python tools/export_corpus.py [--only ARCH ...] [--styles STYLE ...] [--weights W ...] [--list]
+
+--head-dim 64 exports the same architectures at head size 64 (corpus_specs.head_dim_64: hidden 128,
+2 query heads), file names `<arch>_hd64__<style>__<weights>.onnx`, into --out (the trt O4 paged-KV
+coverage matrix of docs/paged_kv.md; not part of the corpus).
 """
 
 from __future__ import annotations
@@ -36,12 +41,13 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus_specs import DEFAULT_WEIGHTS, SPECS  # noqa: E402
+from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
 OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
-STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript")
+STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
+KV_STYLES = ("kv", "torchscript_kv")
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
 # example sizes for symbolic dims, by the names dynamo (ours) and Optimum give them
@@ -147,7 +153,7 @@ class _Wrap:
                     present += [layer.keys, layer.values]
                 return (out.logits, *present)
 
-        return WithCache if style == "kv" else Plain
+        return WithCache if style in KV_STYLES else Plain
 
 
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
@@ -176,7 +182,7 @@ def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past
     dims["input_ids"] = bs
     if static:
         return feeds, dims
-    if style == "kv":
+    if style in KV_STYLES:
         feeds["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.int64)
         dims["attention_mask"] = ["batch", "total_sequence"]
         ids = torch.randint(3, vocab, (batch, past), generator=g)
@@ -232,14 +238,14 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
     wrapper = _Wrap.make(spec, model, style, n_layers)(names).eval()
     if spec["kind"] == "decoder":
         outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-                                if style == "kv" else [])
+                                if style in KV_STYLES else [])
     else:
         outputs = ["last_hidden_state"]
     args = tuple(feeds[n] for n in names)
     tmp = path.with_name(f".{path.name}.tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if style == "torchscript":
+        if style.startswith("torchscript"):
             axes = {n: {i: d for i, d in enumerate(ds) if isinstance(d, str)} for n, ds in dims.items()}
             torch.onnx.export(wrapper, args, str(tmp), input_names=names, output_names=outputs,
                               dynamic_axes=axes, dynamo=False, opset_version=17)
@@ -273,7 +279,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
     os.replace(tmp, path)
     import transformers
 
-    exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if style == "torchscript"
+    exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if style.startswith("torchscript")
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
                       "dynamic_shapes": style != "static_nomask"})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
@@ -286,11 +292,19 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
 
 # ---- optimum --------------------------------------------------------------------------------
 
-def _optimum_save(arch: str, weights: str, out_dir: str) -> None:
+def use_head_dim(head_dim: int, archs) -> None:
+    """Switch the specs of `archs` to head size 64 in place (16: the corpus's own sizes)."""
+    if head_dim == 64:
+        for arch in archs:
+            SPECS[arch]["config"] = head_dim_64(arch)
+
+
+def _optimum_save(arch: str, weights: str, out_dir: str, head_dim: str = "16") -> None:
     """Runs inside the optimum venv: build the tiny model there and save_pretrained it."""
     import torch
     import transformers as tf
 
+    use_head_dim(int(head_dim), [arch])
     spec = SPECS[arch]
     torch.manual_seed(SEED)
     kw = dict(spec["config"])
@@ -303,7 +317,7 @@ def _optimum_save(arch: str, weights: str, out_dir: str) -> None:
     model.save_pretrained(out_dir)
 
 
-def export_optimum(arch: str, weights: str, path: Path) -> dict:
+def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> dict:
     spec = SPECS[arch]
     py, cli = OPTIMUM_VENV / "bin/python", OPTIMUM_VENV / "bin/optimum-cli"
     if not cli.exists():
@@ -314,7 +328,7 @@ def export_optimum(arch: str, weights: str, path: Path) -> dict:
         hf, onx = Path(tmpd, "hf"), Path(tmpd, "onnx")
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
         env.pop("VIRTUAL_ENV", None)
-        run = subprocess.run([str(py), __file__, "_optimum_save", arch, weights, str(hf)], env=env,
+        run = subprocess.run([str(py), __file__, "_optimum_save", arch, weights, str(hf), str(head_dim)], env=env,
                              capture_output=True, text=True, timeout=300)
         if run.returncode:
             raise RuntimeError("save_pretrained in the optimum venv: " + _last_error(run.stderr))
@@ -410,7 +424,7 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
         if "mask" in name:
             feeds[name] = np.ones(shape, dtype=inp["dtype"])
         elif name == "position_ids":
-            feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum")
+            feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum", "torchscript_kv")
                                                                   and entry["kind"] == "decoder" else 0),
                                           shape).astype(inp["dtype"])
         elif inp["dtype"].startswith("int"):
@@ -462,7 +476,9 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                         "kv": ["dynamic-shapes", "kv-cache"],
                                         "optimum": ["dynamic-shapes", "torchscript-exporter"]
                                         + (["kv-cache"] if spec["kind"] == "decoder" else []),
-                                        "torchscript": ["dynamic-shapes", "torchscript-exporter"]}[style],
+                                        "torchscript": ["dynamic-shapes", "torchscript-exporter"],
+                                        "torchscript_kv": ["dynamic-shapes", "torchscript-exporter",
+                                                           "kv-cache"]}[style],
         "opset": opsets.get("ai.onnx"), "opset_imports": opsets,
         "inputs": _io(proto.graph.input), "outputs": _io(proto.graph.output),
         "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
@@ -479,7 +495,7 @@ def plan(archs, styles, weights_list):
     for weights in weights_list:
         for style in styles:
             for arch in archs:
-                if style == "kv" and SPECS[arch]["kind"] != "decoder":
+                if style in KV_STYLES and SPECS[arch]["kind"] != "decoder":
                     continue
                 if weights == "default" and (style != "dyn_mask" or arch not in DEFAULT_WEIGHTS):
                     continue
@@ -509,9 +525,9 @@ def _record(path: Path, name: str, entry: dict | None, reason: str | None) -> di
     return manifest
 
 
-def _export_one(arch, style, weights, name, path, mpath) -> dict:
+def _export_one(arch, style, weights, name, path, mpath, head_dim=16) -> dict:
     try:
-        extra = export_optimum(arch, weights, path) if style == "optimum" else \
+        extra = export_optimum(arch, weights, path, head_dim) if style == "optimum" else \
             export_torch(arch, style, weights, path)
         entry = make_entry(arch, style, weights, path, extra)
     except Exception as exc:  # one failure must not stop the corpus: it is recorded
@@ -529,18 +545,29 @@ def _export_one(arch, style, weights, name, path, mpath) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_optimum_save"]:
-        _optimum_save(*argv[1:4])
+        _optimum_save(*argv[1:5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--only", nargs="*", default=None, help="architectures (default: all)")
-    ap.add_argument("--styles", nargs="*", default=list(STYLES), choices=STYLES)
+    ap.add_argument("--styles", nargs="*", default=[s for s in STYLES if s != "torchscript_kv"], choices=STYLES,
+                    help="default: all but torchscript_kv (not part of the corpus)")
     ap.add_argument("--weights", nargs="*", default=["trained", "default"], choices=["trained", "default"])
     ap.add_argument("--list", action="store_true", help="print the planned files and exit")
     ap.add_argument("--missing", action="store_true",
                     help="skip what the manifest lists (made or failed) and what another run is making")
     ap.add_argument("--retry-failed", action="store_true", help="with --missing: retry recorded failures")
+    ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
+                    help="64: the decoders of corpus_specs.KV64_ARCHS at head size 64 (see above)")
     ns = ap.parse_args(argv)
+    if ns.head_dim == 64:
+        bad = sorted(set(ns.only or ()) - set(KV64_ARCHS))
+        if bad:
+            print(f"error: no head-dim-64 config for {', '.join(bad)}; known: {', '.join(KV64_ARCHS)}",
+                  file=sys.stderr)
+            return 2
+        ns.only = ns.only or list(KV64_ARCHS)
+        use_head_dim(64, ns.only)
     unknown = sorted(set(ns.only or ()) - set(SPECS))
     if unknown:
         print(f"error: unknown architecture(s) {', '.join(unknown)}; known: {', '.join(SPECS)}", file=sys.stderr)
@@ -548,14 +575,14 @@ def main(argv=None) -> int:
     todo = list(plan(ns.only or list(SPECS), ns.styles, ns.weights))
     if ns.list:
         for arch, style, weights in todo:
-            print(f"{arch}__{style}__{weights}.onnx")
+            print(f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}.onnx")
         return 0
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     mpath = out / "manifest.json"
     manifest = {"files": {}, "failed": {}}
     for arch, style, weights in todo:
-        name = f"{arch}__{style}__{weights}"
+        name = f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}"
         path = out / f"{name}.onnx"
         claim = out / f".{name}.claim"
         if ns.missing:  # several shards may share one list: skip what another made or is making
@@ -568,7 +595,7 @@ def main(argv=None) -> int:
             except FileExistsError:
                 continue
         try:
-            manifest = _export_one(arch, style, weights, name, path, mpath)
+            manifest = _export_one(arch, style, weights, name, path, mpath, ns.head_dim)
         finally:
             claim.unlink(missing_ok=True)
     total = sum(e["bytes"] for e in manifest["files"].values())
