@@ -136,7 +136,8 @@ class KernelLib:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24;
         see onnx_fuse_fused_attention_fwd). The experimental variants
-        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4."""
+        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4, the
+        bench candidates FA_WS_TMA_OV / _OVL / _PERSIST_OVL with 6 / 8 / 10 (``lp.fa_launch_loads``)."""
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):

@@ -81,12 +81,26 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
 # fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
 # not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
+# Bench candidates at D = 128 (experimental like FA_WS_TMA_PERSIST; entries _ov, _ovl, tp_ovl):
+# FA_WS_TMA_OV, the r24 body with the softmax of tile j+1 pinned between wgmma wait_group 1 and 0
+# (the ncu run of the planned kernel showed ptxas hoisting wait_group 0 above every exp2, so the
+# softmax waited for the warpgroup's own P V: 13 % of the stall samples); FA_WS_TMA_OVL, the same
+# with the O rescale skipped by a warp whose rows' max did not move; FA_WS_TMA_PERSIST_OVL, OVL on
+# the persistent grid with the 24 / 240 split. Launcher loads: 6 / 7, 8 / 9, 10 / 11 (by name /
+# planned, i.e. with the cp.async fallback of FA_WS_TMA_R24).
+FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
+FA_WS_TMA_OVL = (128, 128, 12, "tma", "ovl")
+FA_WS_TMA_PERSIST_OVL = (128, 128, 12, "tma", "persistent", "ovl")
+FA_OPTS = ("ov", "ovl")  # the last element of the bench candidates' variant tuples
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (D = 128: FA_WS_TMA_PERSIST and
+    the bench candidates FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)."""
     _check_head_dim(head_dim)
-    return (FA_WS_TMA_PERSIST,) if head_dim == 128 else ()
+    if head_dim != 128:
+        return ()
+    return (FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -319,7 +333,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if compute_capability != (9, 0):
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
-                          FA_WS_TMA_PERSIST):
+                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -346,6 +360,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
+    opt: str = ""  # bench candidates: "ov" (FA_WS_TMA_OV) or "ovl" (FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)
 
     @property
     def ctas(self) -> int:
@@ -355,7 +370,8 @@ class FusedAttentionPlan:
     def variant(self) -> tuple:
         """The entry of ``fa_variants`` this plan runs."""
         return ((self.block_m, self.block_n, self.warps) + (("tma",) if self.tma else ())
-                + (("persistent",) if self.persistent else ()) + (("r24",) if self.r24 else ()))
+                + (("persistent",) if self.persistent else ()) + (("r24",) if self.r24 else ())
+                + ((self.opt,) if self.opt else ()))
 
 
 def plan_fused_attention(
@@ -407,32 +423,37 @@ def plan_fused_attention(
                          f"{' (causal)' if causal else ''}; choose one of {compiled}")
     bm, bn, warps = variant[:3]
     tma = variant[3:4] == ("tma",)
-    persistent = variant[4:] == ("persistent",)
+    persistent = variant[4:5] == ("persistent",)
     r24 = variant[4:] == ("r24",)
+    opt = variant[-1] if len(variant) > 4 and variant[-1] in FA_OPTS else ""
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
     smem = fa_smem_bytes(head_dim, *variant[:4])
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    suffix = ("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "")
+    suffix = ("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "") + (
+        f"_{opt}" if opt else "")
     name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}{suffix}_{'causal' if causal else 'full'}"
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
-        block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent, r24=r24,
+        block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent, r24=r24, opt=opt,
     )
 
 
 def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
-    TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry."""
+    TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry.
+    Bench candidates: "ov" 6 / 7, "ovl" 8 / 9 (by name / planned), persistent "ovl" 10 / 11."""
     if plan.persistent:
-        return 4
+        return (10 if by_name else 11) if plan.opt == "ovl" else 4
     if not plan.tma:
         return 0
+    if plan.opt:
+        return {"ov": 6, "ovl": 8}[plan.opt] + (0 if by_name else 1)
     return (3 if plan.r24 else 1) if by_name else (5 if plan.r24 else 2)
 
 

@@ -322,13 +322,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
     k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
-    for variant in (FA_TMA, FA_PERSIST):  # the experimental persistent entry has no fallback
+    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVL, FA_PERSIST_OVL):  # by name: no fallback
         with pytest.raises(KernelError):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    for code in (2, 5):  # planned TMA with the 40 / 232 and the 24 / 240 register split
+    for code in (2, 5, 7, 9, 11):  # planned TMA: w12t, r24, and the bench candidates ov, ovl, tp_ovl
         out.fill_(float("nan"))
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
