@@ -12,6 +12,10 @@ Architectures: tools/corpus_specs.py. Styles:
                  built there from the same config and saved locally; nothing comes from the Hub
   torchscript    torch.onnx.export(dynamo=False), opset 17, dynamic axes
   torchscript_kv the same, decoders with a KV cache (the kv style's interface)
+Seq2seq decoders (kind seq2seq_decoder: T5 / BART / Whisper) take encoder_hidden_states (and an
+encoder_attention_mask) instead of running the encoder; their kv style also takes the cross-attention
+keys/values (past_key_values.N.encoder.*, as Optimum's decoder_with_past_model.onnx, which is the
+file their optimum style keeps) and returns the self-attention cache (present.N.decoder.*).
 Weights: "trained" (every constant-initialised parameter, norm scales and biases perturbed; seeded)
 for every style; "default" (plain seeded init) for dyn_mask of corpus_specs.DEFAULT_WEIGHTS.
 
@@ -53,7 +57,9 @@ BATCH, SEQ, PAST = 2, 8, 5
 # example sizes for symbolic dims, by the names dynamo (ours) and Optimum give them
 DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_length": SEQ,
               "past_sequence": PAST, "past_sequence_length": PAST, "total_sequence": PAST + SEQ,
-              "encoder_sequence_length": SEQ, "num_channels": 3, "height": 32, "width": 32}
+              "encoder_sequence_length": SEQ, "num_channels": 3, "height": 32, "width": 32,
+              "encoder_sequence": SEQ - 2}
+CROSS = ("seq2seq_decoder",)  # kinds that take encoder_hidden_states (cross-attention)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -153,7 +159,46 @@ class _Wrap:
                     present += [layer.keys, layer.values]
                 return (out.logits, *present)
 
+        if kind in CROSS:
+            return _Wrap.seq2seq(model, style in KV_STYLES, n_layers)
         return WithCache if style in KV_STYLES else Plain
+
+    @staticmethod
+    def seq2seq(model, kv, n_layers):
+        """The decoder of an encoder-decoder model: encoder_hidden_states (the encoder's output) in,
+        logits (and with kv the self-attention cache) out. With kv the cross-attention keys/values
+        come in too (past_key_values.N.encoder.*), as Optimum's decoder_with_past takes them."""
+        import torch
+
+        class Seq2Seq(torch.nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, *args):
+                from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+                kw = dict(zip(self.names, args))
+                call = dict(decoder_input_ids=kw["input_ids"], encoder_outputs=(kw["encoder_hidden_states"],),
+                            return_dict=True, use_cache=kv)
+                if "encoder_attention_mask" in kw:
+                    call["attention_mask"] = kw["encoder_attention_mask"]
+                if kv:
+                    own, cross = DynamicCache(config=model.config), DynamicCache(config=model.config)
+                    for i in range(n_layers):  # filled before EncoderDecoderCache marks cross as computed
+                        for cache, part in ((own, "decoder"), (cross, "encoder")):
+                            pre = f"past_key_values.{i}.{part}"
+                            cache.update(kw[f"{pre}.key"], kw[f"{pre}.value"], i)
+                    call["past_key_values"] = EncoderDecoderCache(own, cross)
+                out = self.m(**call)
+                if not kv:
+                    return out.logits
+                present = []
+                for layer in out.past_key_values.self_attention_cache.layers[:n_layers]:
+                    present += [layer.keys, layer.values]
+                return (out.logits, *present)
+
+        return Seq2Seq
 
 
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
@@ -180,6 +225,8 @@ def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past
     bs = [batch, seq] if static else ["batch", "sequence"]
     feeds["input_ids"] = torch.randint(3, vocab, (batch, seq), generator=g)
     dims["input_ids"] = bs
+    if kind in CROSS:
+        return _cross_inputs(spec, style, g, feeds, dims, batch, seq, past)
     if static:
         return feeds, dims
     if style in KV_STYLES:
@@ -201,6 +248,40 @@ def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past
         feeds["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.int64)
         dims["token_type_ids"] = bs
     return feeds, dims
+
+
+def _cross_inputs(spec, style, g, feeds, dims, batch, seq, past):
+    """encoder_hidden_states (+ its padding mask, + with kv the self- and cross-attention caches)
+    for a seq2seq decoder; the encoder length differs from the decoder's (seq - 2)."""
+    import torch
+
+    cfg, static = spec["config"], style == "static_nomask"
+    enc = max(seq - 2, 1)
+    hidden = cfg.get("d_model") or cfg["hidden_size"]
+    be = [batch, enc] if static else ["batch", "encoder_sequence"]
+    feeds["encoder_hidden_states"] = torch.randn(batch, enc, hidden, generator=g)
+    dims["encoder_hidden_states"] = be + [hidden]
+    if not static and spec["model_type"] != "whisper":  # Whisper's decoder takes no encoder mask
+        mask = torch.ones(batch, enc, dtype=torch.int64)
+        if batch > 1:
+            mask[-1, enc // 2:] = 0
+        feeds["encoder_attention_mask"] = mask
+        dims["encoder_attention_mask"] = be
+    if style in KV_STYLES:
+        heads, head_dim = seq2seq_heads(cfg)
+        for i in range(cfg.get("decoder_layers") or cfg["num_layers"]):
+            for part, length, name in (("decoder", past, "past_sequence"), ("encoder", enc, "encoder_sequence")):
+                for kv in ("key", "value"):
+                    key = f"past_key_values.{i}.{part}.{kv}"
+                    feeds[key] = torch.randn(batch, heads, length, head_dim, generator=g)
+                    dims[key] = ["batch", heads, name, head_dim]
+    return feeds, dims
+
+
+def seq2seq_heads(cfg: dict) -> tuple[int, int]:
+    """(decoder heads, head size) of a T5 / BART / Whisper config dict."""
+    heads = cfg.get("decoder_attention_heads") or cfg["num_heads"]
+    return heads, cfg.get("d_kv") or cfg["d_model"] // heads
 
 
 def _forward_args(spec):
@@ -239,6 +320,9 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
     if spec["kind"] == "decoder":
         outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
                                 if style in KV_STYLES else [])
+    elif spec["kind"] in CROSS:
+        outputs = ["logits"] + ([f"present.{i}.decoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+                                if style in KV_STYLES else [])
     else:
         outputs = ["last_hidden_state"]
     args = tuple(feeds[n] for n in names)
@@ -252,7 +336,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
         else:
             static = style == "static_nomask"
             prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
-                                     dynamic_shapes=None if static else _dynamic_shapes(dims, style == "kv"),
+                                     dynamic_shapes=None if static else _dynamic_shapes(
+                                         dims, style == "kv" and spec["kind"] not in CROSS),
                                      dynamo=True, verbose=False)
             prog.save(str(tmp), external_data=False)
     _strip(tmp)
@@ -283,11 +368,16 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
                       "dynamic_shapes": style != "static_nomask"})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
-    return {"hf_class": spec["model_class"] + (f".get_encoder()" if spec["part"] else ""),
+    return {"hf_class": spec["model_class"] + _part_suffix(spec),
             "attn_implementation": getattr(config, "_attn_implementation", None),
             "exporter": exporter, "perturbed_params": len(touched),
             "torch_check": {"shapes": [list(s) for s in shapes], "max_abs": max(diffs),
                             "positions": "non-padded" if spec["kind"] == "encoder" else "all"}}
+
+
+def _part_suffix(spec) -> str:
+    return {None: "", "encoder": ".get_encoder()",
+            "decoder": " (decoder: encoder_outputs given, encoder not run)"}[spec["part"]]
 
 
 # ---- optimum --------------------------------------------------------------------------------
@@ -332,10 +422,15 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> d
                              capture_output=True, text=True, timeout=300)
         if run.returncode:
             raise RuntimeError("save_pretrained in the optimum venv: " + _last_error(run.stderr))
-        run = subprocess.run([str(cli), "export", "onnx", "--model", str(hf), "--task", task, str(onx)],
+        cross = spec["kind"] in CROSS  # keep the with-past decoder unmerged (no If node)
+        run = subprocess.run([str(cli), "export", "onnx", "--model", str(hf), "--task", task, str(onx)]
+                             + (["--no-post-process"] if cross else []),
                              env=env, capture_output=True, text=True, timeout=600)
         # sequence-to-sequence tasks write encoder_model.onnx + decoder_model*.onnx: keep the encoder
-        candidates = [onx / n for n in (("encoder_model.onnx",) if spec["optimum_task"] else ("model.onnx",))]
+        # (encoder archs) or decoder_with_past_model.onnx (seq2seq decoders)
+        keep = ("decoder_with_past_model.onnx",) if cross else \
+            ("encoder_model.onnx",) if spec["optimum_task"] else ("model.onnx",)
+        candidates = [onx / n for n in keep]
         src = next((c for c in candidates if c.exists()), None)
         if run.returncode or src is None:
             raise RuntimeError("optimum-cli: " + _last_error(run.stderr + run.stdout))
@@ -348,7 +443,7 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> d
         versions = subprocess.run([str(py), "-c", "import importlib.metadata as m, json; print(json.dumps("
                                    "{p: m.version(p) for p in ('optimum-onnx', 'optimum', 'transformers',"
                                    " 'torch', 'onnx')}))"], capture_output=True, text=True, env=env).stdout
-    return {"hf_class": spec["model_class"] + (".get_encoder()" if spec["part"] else ""),
+    return {"hf_class": spec["model_class"] + _part_suffix(spec),
             "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
                          "versions": json.loads(versions or "{}")}}
 
@@ -470,12 +565,12 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                                             "n_head", "n_heads", "num_heads",
                                                             "encoder_attention_heads")),
         "hidden_size": g("hidden_size", "n_embd", "d_model", "dim"),
-        "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder") else None,
+        "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
                                         "static_nomask": ["static-shapes"],
                                         "kv": ["dynamic-shapes", "kv-cache"],
                                         "optimum": ["dynamic-shapes", "torchscript-exporter"]
-                                        + (["kv-cache"] if spec["kind"] == "decoder" else []),
+                                        + (["kv-cache"] if spec["kind"] in ("decoder", *CROSS) else []),
                                         "torchscript": ["dynamic-shapes", "torchscript-exporter"],
                                         "torchscript_kv": ["dynamic-shapes", "torchscript-exporter",
                                                            "kv-cache"]}[style],
@@ -485,6 +580,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "seed": SEED, "postprocess": "node metadata_props and doc_string stripped",
     }
     entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or entry["hidden_size"] // entry["num_heads"]
+    if spec["kind"] in CROSS:  # self- and cross-attention per layer
+        entry["attention_blocks"] = 2 * entry["num_layers"]
     entry.update(extra)
     entry["ort_check"] = ort_check(path, entry)
     return entry
@@ -495,7 +592,9 @@ def plan(archs, styles, weights_list):
     for weights in weights_list:
         for style in styles:
             for arch in archs:
-                if style in KV_STYLES and SPECS[arch]["kind"] != "decoder":
+                if style in KV_STYLES and SPECS[arch]["kind"] not in ("decoder", *CROSS):
+                    continue
+                if SPECS[arch].get("styles") and style not in SPECS[arch]["styles"]:
                     continue
                 if weights == "default" and (style != "dyn_mask" or arch not in DEFAULT_WEIGHTS):
                     continue
