@@ -167,7 +167,7 @@ class KernelLib:
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
                                         max_seq_len=max_seq_len, variant=variant)
-        if plan.num_splits > 1 and workspace is None:
+        if plan.workspace_bytes and workspace is None:  # split-K partials (none for cluster-reduce plans)
             import torch
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
@@ -176,8 +176,8 @@ class KernelLib:
             rc = self._lib.onnx_fuse_paged_attention_decode_cluster(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB, k_pool.shape[0],
-                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, int(plan.bulk == 4),
-                self._stream(stream))
+                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
+                int(plan.bulk == 4) | {256: 0, 128: 2, 0: 4}[plan.l2_promotion], self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
             return plan
         if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)

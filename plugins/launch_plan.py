@@ -519,6 +519,9 @@ class PagedDecodePlan:
     bulk: int
     kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
     tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma (bulk = 3: _tma_heads)
+    # cluster-reduce plans only (a layout experiment of the bench): the tensor maps' L2 promotion in
+    # bytes, 256 (as every other launcher), 128 or 0 (none)
+    l2_promotion: int = 256
 
     @property
     def cluster(self) -> bool:

@@ -30,6 +30,7 @@ interleaved: each candidate is timed twice, in two passes, and both medians are 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -307,6 +308,12 @@ def main() -> int:
                     label = (f"ours paged w{plan.warps}s{plan.stages}{kind} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
+                    if headline and plan.cluster and sp == auto.num_splits:
+                        # layout experiment: the same kernel with the tensor maps' L2 promotion 128 B / none
+                        for prom in (128, 0):
+                            pp = dataclasses.replace(plan, l2_promotion=prom)
+                            cands[f"{label}, L2 promotion {prom or 'none'}"] = (
+                                lambda pp=pp: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=pp), True)
             v_shift = k_seq = v_seq = None
             if headline:
                 # layout experiment: the planned kernel on a V pool whose base sits 17 KiB + 128 B past a

@@ -1642,8 +1642,10 @@ bool pa8t_device_ok() {
 
 // A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
 // rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
+// prom: the L2 promotion of the box's requests (256 B everywhere but the cluster launcher's experiment).
 bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
-                   long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
+                   long long rows, int Hkv, int D, int box_rows, int cw_bytes,
+                   CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   const Pa8EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
@@ -1651,7 +1653,7 @@ bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const vo
   const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
   return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
              cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+             prom, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The uint8 pool: slabs of min(D, 128) bytes (128-byte swizzle; 64-byte at D = 64).
@@ -1661,10 +1663,10 @@ bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv,
 
 // The 16-bit pool: 64-column slabs (128-byte swizzle).
 bool pa16_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D,
-                     int box_rows) {
+                     int box_rows, CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128);
+  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128, prom);
 }
 
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
@@ -1688,7 +1690,8 @@ bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
 // The 16-bit pool [rows, Hkv, D] as a 3-D map (D, rows, Hkv) with boxes (64, 16, warps): a box lands
 // head-major, [head][16 rows][64] (the head-group kernels). False where the device, the driver or the
 // row count (>= 2^31) leave no map.
-bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D, int warps) {
+bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D, int warps,
+                      CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   if (rows >= (1ll << 31) || !pa8t_device_ok() || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -1696,8 +1699,7 @@ bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long r
   const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D * 2, (cuuint64_t)D * 2};
   const cuuint32_t box[3] = {64, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
   return encode_tiled()(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                        CU_TENSOR_MAP_SWIZZLE_128B, prom, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -1989,33 +1991,40 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
 
 extern "C" {
 
-// onnx_fuse_paged_attention_decode_tma (heads = 0: (warps, stages) = (8, 2)) or
-// onnx_fuse_paged_attention_decode_tma_heads (heads = 1: (8, 2) or (4, 3); Hkv % warps == 0, block_size
+// onnx_fuse_paged_attention_decode_tma (flags bit 0 clear: (warps, stages) = (8, 2)) or
+// onnx_fuse_paged_attention_decode_tma_heads (bit 0 set: (8, 2) or (4, 3); Hkv % warps == 0, block_size
 // >= 16) with the num_splits splits of each row reduced inside a thread-block cluster: no workspace
 // (may be null), no reduce kernel. D in {64, 128}, block_size a power of two, num_splits <= 8 (the
-// portable cluster size). Refuses (cudaErrorInvalidValue) what it cannot run, a missing tensor map
-// (device, driver, >= 2^31 pool rows) included: bench candidates, no fallback.
+// portable cluster size). flags bits 1-2: the tensor maps' L2 promotion (0: 256 B, as every other
+// launcher; 1: 128 B; 2: none), a layout experiment. Refuses (cudaErrorInvalidValue) what it cannot
+// run, a missing tensor map (device, driver, >= 2^31 pool rows) included: bench candidates, no fallback.
 int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long q_sb, const void* k_pool,
                                              const void* v_pool, const int* block_tables, const int* seq_lens,
                                              void* out, long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                              int D, int block_size, int max_blocks, int num_blocks, int part_tokens,
-                                             int num_splits, float scale, int warps, int stages, int heads,
+                                             int num_splits, float scale, int warps, int stages, int flags,
                                              cudaStream_t stream) {
+  const bool heads = flags & 1;
+  const int prom_code = (flags >> 1) & 3;
   if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
                                    k_pool, v_pool, false))
     return rc;
   OF_REQUIRE(num_splits <= 8 && num_blocks > 0 && (dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16));
+  OF_REQUIRE(flags >= 0 && flags < 8 && prom_code < 3);
   OF_REQUIRE((D == 64 || D == 128) && (block_size & (block_size - 1)) == 0 && block_size >= (heads ? 16 : 8));
   OF_REQUIRE(heads ? (Hkv % warps == 0 && ((warps == 8 && stages == 2) || (warps == 4 && stages == 3)))
                    : (warps == 8 && stages == 2));
   const long long rows = (long long)num_blocks * block_size;
   const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
   CUtensorMap tk, tv;
-  const bool tma = heads ? pa16h_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, warps) &&
-                               pa16h_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, warps)
+  const CUtensorMapL2promotion prom = prom_code == 0   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                      : prom_code == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                       : CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  const bool tma = heads ? pa16h_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, warps, prom) &&
+                               pa16h_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, warps, prom)
                          : rows < (1ll << 31) && pa8t_device_ok() &&
-                               pa16_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, box_rows) &&
-                               pa16_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, box_rows);
+                               pa16_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, box_rows, prom) &&
+                               pa16_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, box_rows, prom);
   OF_REQUIRE(tma);
   const int bulk = heads ? 3 : 2;
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, bulk);

@@ -633,6 +633,32 @@ def test_paged_decode_cluster_refuses(lib):
     torch.cuda.synchronize()
 
 
+def test_paged_decode_cluster_l2_promotion_changes_caching_only(lib):
+    """The cluster launcher's L2 promotion setting (a bench layout experiment: 256 B, 128 B, none) gives
+    the same output bit for bit, and matches the reference."""
+    import dataclasses
+
+    from onnx_fuse.plugins import launch_plan as lp
+
+    gen = torch.Generator(device="cuda").manual_seed(29)
+    lens = [1500, 47, 0]
+    k_pool, v_pool, tables = _make_pool(3, 8, 128, 16, lens, torch.bfloat16, gen)
+    q = _rand((3, 32, 128), torch.bfloat16, gen)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
+                                 np.array(lens), out_dtype=np.float64)
+    for variant in ((8, 2, 4), (8, 2, 5)):
+        plan = lp.plan_paged_decode(3, 32, 8, 128, 16, tables.shape[1], "bfloat16", variant=variant, num_splits=3)
+        outs = []
+        for prom in (256, 128, 0):
+            out = torch.full_like(q, float("nan"))
+            lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=dataclasses.replace(plan, l2_promotion=prom))
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+        assert _rel_err(outs[0], expect) < TOL[torch.bfloat16]
+
+
 def test_paged_decode_refuses_misaligned_pools(lib, monkeypatch):
     """Pools must be 16-byte aligned (docs/ops.md): KernelLib refuses a misaligned one (ValueError),
     and every C decode launcher refuses it too (cudaErrorInvalidValue) rather than reading it."""
