@@ -1626,25 +1626,9 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_full, T, D, false)        \
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_causal, T, D, true)
 // Experimental twin (launcher loads = 3; benchmarked beside m128n128w12t, never planned): the
-// producer warpgroup keeps 24 registers and the consumers 240 (FlashAttention-3's split).
-#define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL)                                                    \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, 24>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,   \
-                                         k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, \
-                                         scale_log2, &tq, &tk, &tv);                           \
-  }
-#define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                  \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false)   \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true)
-// Bench candidates (D = 128): m128n128w12t_ov (launcher loads 6 by name, 7 planned), the r24
-// entries with the softmax pinned between wait_group 1 and 0 (kWsPinSoftmax); m128n128w12t_ovl
-// (loads 8 / 9), the same with the lazy O rescale (kWsLazyRescale).
-#define OF_FA_WSTO_KERNEL(NAME, T, D, CAUSAL, OPT)                                               \
+// producer warpgroup keeps 24 registers and the consumers 240 (FlashAttention-3's split). OPT:
+// fa_ws_core's options (0 for the r24 entries; the bench candidates below set them).
+#define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL, OPT)                                               \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
@@ -1655,14 +1639,20 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, \
         o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv);                                          \
   }
+#define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                    \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)  \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true, 0)
+// Bench candidates (D = 128): m128n128w12t_ov (launcher loads 6 by name, 7 planned), the r24
+// entries with the softmax pinned between wait_group 1 and 0 (kWsPinSoftmax); m128n128w12t_ovl
+// (loads 8 / 9), the same with the lazy O rescale (kWsLazyRescale).
 #define OF_FA_WSTO_KERNELS_D(DTN, T, D)                                                           \
-  OF_FA_WSTO_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
                     onnx_fuse::kWsPinSoftmax)                                                      \
-  OF_FA_WSTO_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
                     onnx_fuse::kWsPinSoftmax)                                                      \
-  OF_FA_WSTO_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_full, T, D, false,            \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_full, T, D, false,            \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)                          \
-  OF_FA_WSTO_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_causal, T, D, true,           \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_causal, T, D, true,           \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned),
 // D = 128: the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the
