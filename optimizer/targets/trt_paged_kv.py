@@ -187,12 +187,15 @@ def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, pa
                     stack.append(user)
     for pos in found.values():
         try:
-            c = position_offset(pos, past, opset)
+            c, per_row = position_offset(pos, past, opset)
         except EvalFailure as exc:
             raise _Refuse(f"the past length feeds the position ids {pos.name!r}, which are not the cache "
                           f"positions: {exc}") from None
-        if not _batch_shaped(pos, past):
-            _check_positions_value(pos, live)
+        if _new_tokens_source(pos.graph, pos) is None:
+            raise _Refuse(f"the position ids {pos.name!r} are the cache positions, but no graph input gives "
+                          "the number of new tokens")
+        if not (per_row or _batch_shaped(pos, past)):
+            _check_positions_value(pos, live)  # [1, S] -> [B, S] must keep the consumers' shapes
         if all(p is not pos for p, _ in uses.probed):
             uses.probed.append((pos, c))
 
@@ -361,24 +364,33 @@ def _opset(graph: ir.Graph) -> int:
     return int(graph.opset_imports.get("", 18) or 18)
 
 
-def _new_tokens(graph: ir.Graph, pos: ir.Value) -> ir.Value:
-    """S, [1] int64, for positions [.., S]: a constant, or the dim of a graph input that carries
-    the same symbolic dim (input_ids' sequence)."""
-    # the positions' own dim, else the query length of the lowered attentions (q3 [B, S, H*D])
-    dims = [pos.shape.dims[-1]] + [n.inputs[0].shape.dims[1] for n in graph
-                                   if n.op_type == "PagedAttention" and n.inputs[0].shape is not None]
-    for d in dims:
-        if isinstance(d, int):
-            return _const(graph, f"{pos.name}_paged_len", [d])
-        for x in graph.inputs:
-            for a, xd in enumerate(x.shape.dims if x.shape is not None else ()):
-                if not isinstance(xd, int) and xd == d:
-                    shape = ir.node("Shape", [x], attributes={"start": a, "end": a + 1}, name=f"{pos.name}_paged_s")
-                    graph.insert_before(graph.node(0), [shape])
-                    return shape.outputs[0]
-    from onnx_fuse.errors import InternalError
+def _new_tokens_source(graph: ir.Graph, pos: ir.Value) -> int | tuple[ir.Value, int] | None:
+    """Where S (positions [.., S]) comes from: a static dim, a graph input carrying the same
+    symbolic dim (input, axis), else the token ids (one id per new token, the index of a constant
+    embedding table: input, 1); None when none is found."""
+    d = pos.shape.dims[-1] if pos.shape is not None and len(pos.shape) else None
+    if isinstance(d, int):
+        return d
+    for x in graph.inputs:
+        for a, xd in enumerate(x.shape.dims if x.shape is not None and d is not None else ()):
+            if not isinstance(xd, int) and xd == d:
+                return x, a
+    for x in graph.inputs:
+        if x.shape is not None and len(x.shape) == 2 and x.dtype is not None and x.dtype.is_integer() and any(
+                u.op_type == "Gather" and i == 1 and u.inputs[0].const_value is not None for u, i in x.uses()):
+            return x, 1
+    return None
 
-    raise InternalError(f"kv-cache-positions: no graph input carries the new tokens' dim {d} of {pos.name!r}")
+
+def _new_tokens(graph: ir.Graph, pos: ir.Value) -> ir.Value:
+    """S, [1] int64, for positions [.., S] (``_new_tokens_source``, which check() required)."""
+    src = _new_tokens_source(graph, pos)
+    if isinstance(src, int):
+        return _const(graph, f"{pos.name}_paged_len", [src])
+    x, a = src
+    shape = ir.node("Shape", [x], attributes={"start": a, "end": a + 1}, name=f"{pos.name}_paged_s")
+    graph.insert_before(graph.node(0), [shape])
+    return shape.outputs[0]
 
 
 def _replace_probed(graph: ir.Graph, pos: ir.Value, c: int, seq_lens: ir.Value) -> None:

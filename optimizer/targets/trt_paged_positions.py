@@ -18,11 +18,13 @@ from onnx_fuse.rewrite._expr import EvalFailure
 from onnx_fuse.rewrite._mask_probe import _MIN_PAST, _NEW, _cone, _probe_model
 
 _PROBE_PASTS = (_MIN_PAST, _MIN_PAST + 7)
+_BATCH = 2  # rows of the probe: positions computed per sequence come out [2, S]
 
 
-def position_offset(value: ir.Value, past: ir.Value, opset: int) -> int:
-    """``c`` where ``value`` holds the positions ``P + i + c`` of the S new tokens after P cached
-    ones (any leading axes); raises EvalFailure with the reason otherwise."""
+def position_offset(value: ir.Value, past: ir.Value, opset: int) -> tuple[int, bool]:
+    """``(c, per_row)`` where ``value`` holds the positions ``P + i + c`` of the S new tokens after
+    P cached ones (any leading axes); ``per_row``: they are [B, S] already, one row per sequence
+    (probed at batch 2). Raises EvalFailure with the reason otherwise."""
     if value.dtype is None or not value.dtype.is_integer():
         raise EvalFailure(f"the positions {value.name!r} are not integers")
     if past.shape is None or len(past.shape) != 4 or value.shape is None or not len(value.shape):
@@ -30,9 +32,9 @@ def position_offset(value: ir.Value, past: ir.Value, opset: int) -> int:
     cone, as_const = _cone(value)
     sd = value.shape.dims[-1]
     s = sd if isinstance(sd, int) else _NEW
-    offsets = set()
+    offsets, per_row = set(), True
     for p in _PROBE_PASTS:
-        env = {d.value: v for d, v in ((past.shape.dims[2], p), (past.shape.dims[0], 1), (sd, s))
+        env = {d.value: v for d, v in ((past.shape.dims[2], p), (past.shape.dims[0], _BATCH), (sd, s))
                if not isinstance(d, int) and getattr(d, "value", None)}
         model, feeds = _probe_model(cone, as_const, value, p, s, env, opset)
         from onnx_fuse.verify import make_session
@@ -49,6 +51,7 @@ def position_offset(value: ir.Value, past: ir.Value, opset: int) -> int:
             raise EvalFailure(f"the positions {arr.reshape(-1, s)[0].tolist()} of {s} new tokens after "
                               f"{p} cached ones are not consecutive from the past length")
         offsets.add(int(delta.flat[0]))
+        per_row = per_row and arr.shape == (_BATCH, s)
     if len(offsets) != 1:
         raise EvalFailure("the positions do not follow the past length")
-    return offsets.pop()
+    return offsets.pop(), per_row

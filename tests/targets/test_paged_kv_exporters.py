@@ -4,6 +4,8 @@ tools/export_decoder_kv.py models of test_trt_paged_kv.py (docs/paged_kv.md, "Co
 - opt_hd64__kv__trained: dynamo; OPT computes its position ids from attention_mask's cumsum,
   sliced at the past length (+2): proven to be the cache positions by their values
   (optimizer/targets/trt_paged_positions.py) and re-derived from seq_lens;
+- opt_hd64__torchscript_kv__trained: the same in TorchScript, whose positions have no symbolic
+  shape: the probe finds them one row per sequence already, S comes from the token ids;
 - llama_hd64__torchscript_kv__trained: TorchScript; the RoPE positions [1, S] are unsqueezed in
   two steps ([0], then [2]) on the way to cos/sin;
 - qwen2_hd64__optimum__trained: Optimum (position_ids input, Optimum's own mask code), GQA 2/1.
@@ -28,7 +30,8 @@ from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_cont
 from onnx_fuse.verify import make_session
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
-NAMES = ["opt_hd64__kv__trained", "llama_hd64__torchscript_kv__trained", "qwen2_hd64__optimum__trained"]
+NAMES = ["opt_hd64__kv__trained", "opt_hd64__torchscript_kv__trained", "llama_hd64__torchscript_kv__trained",
+         "qwen2_hd64__optimum__trained"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
