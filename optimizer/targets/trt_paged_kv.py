@@ -159,9 +159,9 @@ _INT_OPS_LIMIT = 256
 
 def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, past: ir.Value,
                       opset: int) -> None:
-    """The past length read by ``starts`` must only reach the index of position-embedding Gathers
-    (a constant table), through integer ops; those indices must be the new tokens' cache
-    positions P + i + c, checked on their values."""
+    """The past length read by ``starts`` must only reach position ids (the index of a constant
+    embedding table, or [1, S] ids on their way to RoPE), through integer ops; those must be the
+    new tokens' cache positions P + i + c, checked on their values."""
     from onnx_fuse.rewrite._expr import EvalFailure
     from onnx_fuse.targets.trt_paged_positions import position_offset
 
@@ -178,9 +178,11 @@ def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, pa
             if out.is_graph_output() or out.dtype is None or not (out.dtype.is_integer()
                                                                    or out.dtype == ir.DataType.BOOL):
                 raise _Refuse(f"the past length feeds {node.op_type} {node.name!r}, not cache_position")
-            for user, idx in out.uses():
-                if id(user) not in live:
-                    continue
+            reads = [(u, i) for u, i in out.uses() if id(u) in live]
+            if reads and all(_position_read(u, i, out) for u, i in reads):
+                found[id(out)] = out  # position ids: what reads them is checked below
+                continue
+            for user, idx in reads:
                 if user.op_type == "Gather" and idx == 1 and user.inputs[0].const_value is not None:
                     found[id(out)] = out
                 else:
@@ -198,6 +200,15 @@ def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, pa
             _check_positions_value(pos, live)  # [1, S] -> [B, S] must keep the consumers' shapes
         if all(p is not pos for p, _ in uses.probed):
             uses.probed.append((pos, c))
+
+
+def _position_read(user: ir.Node, idx: int, out: ir.Value) -> bool:
+    """``out`` read as position ids: the index of a constant embedding table, or [1, S] unsqueezed
+    to [1, S, 1] on the way to RoPE's cos/sin (_check_positions_value checks the rest)."""
+    if user.op_type == "Gather":
+        return idx == 1 and user.inputs[0].const_value is not None
+    return (user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([1], [2], [-1])
+            and out.shape is not None and len(out.shape) == 2)
 
 
 def _batch_shaped(pos: ir.Value, past: ir.Value) -> bool:
@@ -239,7 +250,7 @@ def _check_positions_value(out: ir.Value, live: set[int]) -> None:
             continue
         if gather.op_type == "RotaryEmbedding" and idx == 3:
             continue
-        if gather.op_type == "Unsqueeze" and idx == 0 and _axes(gather) in ([2], [-1]) \
+        if gather.op_type == "Unsqueeze" and idx == 0 and _axes(gather) in ([1], [2], [-1]) \
                 and out.shape is not None and len(out.shape) == 2:
             _check_rope_path(gather, live)  # [1, S] -> [1, S, 1] (TorchScript: two Unsqueezes) -> RoPE
             continue
@@ -254,6 +265,18 @@ def _check_positions_value(out: ir.Value, live: set[int]) -> None:
             if (add.op_type != "Add" or other is None or other.shape is None or add.outputs[0].shape is None
                     or len(other.shape) != 3 or list(other.shape) != list(add.outputs[0].shape)):
                 raise _Refuse(f"position embeddings feed {add.op_type} {add.name!r}, not an Add to [B, S, H]")
+
+
+def _keeps_batch_axis(node: ir.Node, idx: int) -> bool:
+    """Ops of HF's rotary embedding that keep axis 0 as the batch: inv_freq [1, D/2, 1] (a
+    constant, batch 1) @ positions [B, 1, S], and the Transpose of the result that keeps axis 0."""
+    if node.op_type == "Transpose":
+        perm = node.attributes.get("perm")
+        return perm is not None and list(perm.value)[0] == 0
+    if node.op_type == "MatMul" and idx == 1:
+        w = node.inputs[0].const_value
+        return w is not None and w.shape is not None and len(w.shape) == 3 and w.shape[0] == 1
+    return False
 
 
 def _check_rope_path(start: ir.Node, live: set[int]) -> None:
@@ -272,8 +295,8 @@ def _check_rope_path(start: ir.Node, live: set[int]) -> None:
                     continue
                 if user.op_type == "RotaryEmbedding" and idx in (1, 2) and len(user.inputs) <= 3:
                     continue
-                if user.op_type not in _ROPE_PATH_OPS or (user.op_type == "Concat" and
-                                                          user.attributes["axis"].value != -1):
+                if not _keeps_batch_axis(user, idx) and (user.op_type not in _ROPE_PATH_OPS or (
+                        user.op_type == "Concat" and user.attributes["axis"].value != -1)):
                     raise _Refuse(f"positions flow into {user.op_type} {user.name!r}, not RoPE")
                 stack.append(user)
 

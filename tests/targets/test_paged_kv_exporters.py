@@ -8,7 +8,9 @@ tools/export_decoder_kv.py models of test_trt_paged_kv.py (docs/paged_kv.md, "Co
   shape: the probe finds them one row per sequence already, S comes from the token ids;
 - llama_hd64__torchscript_kv__trained: TorchScript; the RoPE positions [1, S] are unsqueezed in
   two steps ([0], then [2]) on the way to cos/sin;
-- qwen2_hd64__optimum__trained: Optimum (position_ids input, Optimum's own mask code), GQA 2/1.
+- qwen2_hd64__optimum__trained: Optimum (position_ids input, Optimum's own mask code), GQA 2/1;
+- gemma_hd64__optimum__trained: Optimum without a position_ids input: the RoPE positions are
+  Range(P, P + S) (probed by value), [1, S] through HF's inv_freq MatMul and a Transpose.
 
 Made offline (tests/data/models/<name>.json says how: tools/export_corpus.py --head-dim 64). Each is
 optimized with verify, must be paged in every layer with nothing of the contiguous interface left,
@@ -31,7 +33,7 @@ from onnx_fuse.verify import make_session
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 NAMES = ["opt_hd64__kv__trained", "opt_hd64__torchscript_kv__trained", "llama_hd64__torchscript_kv__trained",
-         "qwen2_hd64__optimum__trained"]
+         "qwen2_hd64__optimum__trained", "gemma_hd64__optimum__trained"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
