@@ -237,6 +237,19 @@ def _is_past(vi: onnx.ValueInfoProto) -> bool:
             and len(t.shape.dim) >= 3)
 
 
+def _is_cross(vi: onnx.ValueInfoProto, model: onnx.ModelProto) -> bool:
+    """An input sized by the encoder, not by the decoder's past (the cross-attention cache and the
+    encoder mask of a seq2seq decoder): named for the encoder, or a symbolic length of it is also
+    a dim of a float input that is not a past (encoder_hidden_states)."""
+    if "encoder" in vi.name.lower():
+        return True
+    syms = {d.dim_param for d in list(vi.type.tensor_type.shape.dim)[1:] if d.dim_param}
+    others = {d.dim_param for o in model.graph.input if o.name != vi.name and not _is_past(o)
+              and o.type.tensor_type.elem_type in _FLOATS
+              for d in list(o.type.tensor_type.shape.dim)[1:] if d.dim_param}
+    return bool(syms & others)
+
+
 def _past_axis(vi: onnx.ValueInfoProto) -> int:
     """The past-length axis of a past input: a dim named like a length, else 4-D [B, H, P, D]'s 2."""
     dims = list(vi.type.tensor_type.shape.dim)
@@ -260,7 +273,7 @@ def cache_branch_input(model: onnx.ModelProto) -> str | None:
 def _decoder_lengths(model: onnx.ModelProto, real: list[onnx.ValueInfoProto],
                      shapes: Mapping[str, tuple[int, ...]], symbols: Mapping[str, int]) -> tuple[int, int] | None:
     """(past length, new tokens) of a decoder with a KV cache, or None."""
-    past = [vi for vi in real if _is_past(vi)]
+    past = [vi for vi in real if _is_past(vi) and not _is_cross(vi, model)]
     if not past:
         return None
     past_len = _concrete_shape(past[0], shapes, symbols)[_past_axis(past[0])]
@@ -305,7 +318,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
         lname = vi.name.lower()
         dims = vi.type.tensor_type.shape.dim
         symbolic_last = bool(dims) and not dims[-1].HasField("dim_value") and vi.name not in shapes
-        if past_len is not None and vi.name not in shapes:
+        if past_len is not None and vi.name not in shapes and not _is_cross(vi, model):
             new_tokens = lengths[1]
             if _is_past(vi):
                 shape[_past_axis(vi)] = past_len

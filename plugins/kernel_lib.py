@@ -23,7 +23,7 @@ from pathlib import Path
 
 from onnx_fuse.plugins import launch_plan as lp
 
-__all__ = ["ARGTYPES", "KernelLib", "KernelError", "default_library_path"]
+__all__ = ["ARGTYPES", "KernelLib", "KernelError", "check_pool_alignment", "default_library_path"]
 
 _i, _ll, _f, _p = ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_void_p
 
@@ -55,6 +55,8 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_tma_map_ok": [_i, _p, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
     + [_f, _i, _i, _p],
+    "onnx_fuse_paged_attention_decode_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
+    + [_f, _i, _i, _i, _p],
 }
 
 
@@ -96,6 +98,14 @@ def _ptr(t) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+def check_pool_alignment(*pools) -> None:
+    """Paged decode reads the pools in 16-byte pieces (every load path; docs/ops.md): a pool whose
+    base is not 16-byte aligned is refused here (ValueError), as the C launchers refuse it."""
+    for t in pools:
+        if _ptr(t) % 16:
+            raise ValueError(f"KV pool base address {_ptr(t):#x} is not 16-byte aligned")
+
+
 class KernelLib:
     def __init__(self, cdll: ctypes.CDLL):
         self._lib = cdll
@@ -129,7 +139,8 @@ class KernelLib:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24;
         see onnx_fuse_fused_attention_fwd). The experimental variants
-        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4.
+        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4, the
+        bench candidates FA_WS_TMA_OV / _OVL / _PERSIST_OVL with 6 / 8 / 10 (``lp.fa_launch_loads``).
         softcap > 0: logits cap * tanh(scale * q k^T / cap) (Gemma 2), the variant's ``_sc`` twin
         (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex."""
         B, S, Hq, D = q.shape
@@ -163,17 +174,26 @@ class KernelLib:
 
         Returns the plan used; allocates the split-K workspace when none is passed.
         """
+        check_pool_alignment(k_pool, v_pool)
         B, Hq, D = q.shape
         _, BS, Hkv, _ = k_pool.shape
         MB = block_tables.shape[1]
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
                                         max_seq_len=max_seq_len, variant=variant)
-        if plan.num_splits > 1 and workspace is None:
+        if plan.workspace_bytes and workspace is None:  # split-K partials (none for cluster-reduce plans)
             import torch
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        if plan.cluster:  # bench candidates: splits reduced inside a thread-block cluster, no workspace
+            rc = self._lib.onnx_fuse_paged_attention_decode_cluster(
+                plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
+                _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB, k_pool.shape[0],
+                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
+                int(plan.bulk == 4) | {256: 0, 128: 2, 0: 4}[plan.l2_promotion], self._stream(stream))
+            self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
+            return plan
         if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)
             name = ("onnx_fuse_paged_attention_decode_tma", "onnx_fuse_paged_attention_decode_tma_heads")[plan.bulk - 2]
             rc = getattr(self._lib, name)(
@@ -224,6 +244,7 @@ class KernelLib:
         variant (warps, stages), (warps, stages, "tma") or (warps, stages, "heads") (head groups).
         Returns the plan used; allocates the split-K workspace when none is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
+        check_pool_alignment(k_pool, v_pool)
         B, Hq, D = q.shape
         _, BS, Hkv, _ = k_pool.shape
         MB = block_tables.shape[1]

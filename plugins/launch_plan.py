@@ -82,6 +82,17 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
 # fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
 # not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
+# Bench candidates at D = 128 (experimental like FA_WS_TMA_PERSIST; entries _ov, _ovl, tp_ovl):
+# FA_WS_TMA_OV, the r24 body with the softmax of tile j+1 pinned between wgmma wait_group 1 and 0
+# (the ncu run of the planned kernel showed ptxas hoisting wait_group 0 above every exp2, so the
+# softmax waited for the warpgroup's own P V: 13 % of the stall samples); FA_WS_TMA_OVL, the same
+# with the O rescale skipped by a warp whose rows' max did not move; FA_WS_TMA_PERSIST_OVL, OVL on
+# the persistent grid with the 24 / 240 split. Launcher loads: 6 / 7, 8 / 9, 10 / 11 (by name /
+# planned, i.e. with the cp.async fallback of FA_WS_TMA_R24).
+FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
+FA_WS_TMA_OVL = (128, 128, 12, "tma", "ovl")
+FA_WS_TMA_PERSIST_OVL = (128, 128, 12, "tma", "persistent", "ovl")
+FA_OPTS = ("ov", "ovl")  # the last element of the bench candidates' variant tuples
 
 
 # Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
@@ -106,9 +117,12 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (D = 128: FA_WS_TMA_PERSIST and
+    the bench candidates FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)."""
     _check_head_dim(head_dim)
-    return (FA_WS_TMA_PERSIST,) if head_dim == 128 else ()
+    if head_dim != 128:
+        return ()
+    return (FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -132,6 +146,15 @@ PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # launcher runs (4, 3, 2) where the pool leaves no tensor map). (8, 2, 3) is planned at D = 128.
 PA_HEADS_HEAD_DIMS = (64, 128)
 PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
+# Cluster-reduce variants (OF_PA_CLUSTER_VARIANTS, onnx_fuse_paged_attention_decode_cluster): the
+# head-group (bulk 4, suffix "hc") and per-kv-head TMA (bulk 5, suffix "tc") kernels with the splits of
+# each row reduced inside a thread-block cluster (distributed shared memory) instead of the workspace
+# and the reduce kernel. D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the plan
+# refuses where the kernel does not apply). Bench candidates, run by name (not planned).
+PA_CLUSTER_HEAD_DIMS = (64, 128)
+PA_CLUSTER_VARIANTS = ((8, 2, 5), (8, 2, 4), (4, 3, 4))
+PA_CLUSTER_MAX_SPLITS = 8  # the portable cluster size
+PA_SUFFIX = ("", "b", "t", "h", "hc", "tc")  # kernel name suffix per bulk code
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -229,6 +252,15 @@ def pa_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[t
     return tuple(v for v in PA_HEADS_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
 
 
+def pa_cluster_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple[int, int, int], ...]:
+    """(warps, stages, 4 | 5) cluster-reduce decode variants compiled for ``head_dim``; with
+    ``num_kv_heads``, only the head-group ones (bulk 4) whose group divides it (and bulk 5)."""
+    _check_head_dim(head_dim)
+    if head_dim not in PA_CLUSTER_HEAD_DIMS:
+        return ()
+    return tuple(v for v in PA_CLUSTER_VARIANTS if num_kv_heads is None or v[2] == 5 or num_kv_heads % v[0] == 0)
+
+
 def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
     """fp8-pool decode variants compiled for ``head_dim``: (warps, stages) with cp.async loads,
     then (warps, stages, "tma") with tensor-copy loads where the head size has them."""
@@ -323,7 +355,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if compute_capability != (9, 0):
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
-                          FA_WS_TMA_PERSIST):
+                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -350,6 +382,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
+    opt: str = ""  # bench candidates: "ov" (FA_WS_TMA_OV) or "ovl" (FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -360,7 +393,8 @@ class FusedAttentionPlan:
     def variant(self) -> tuple:
         """The entry of ``fa_variants`` this plan runs."""
         return ((self.block_m, self.block_n, self.warps) + (("tma",) if self.tma else ())
-                + (("persistent",) if self.persistent else ()) + (("r24",) if self.r24 else ()))
+                + (("persistent",) if self.persistent else ()) + (("r24",) if self.r24 else ())
+                + ((self.opt,) if self.opt else ()))
 
 
 def plan_fused_attention(
@@ -411,7 +445,10 @@ def plan_fused_attention(
         else:
             variant = FA_DEFAULT
         if softcap and variant not in fa_softcap_variants(head_dim):
-            variant = FA_DEFAULT  # (128, 32, 4): no softcap twin, its 64-key sibling has one
+            # no _sc twin: (128, 32, 4) -> its 64-key sibling; a warp-specialized TMA variant (a
+            # bench candidate, should one be planned) -> the head size's TMA twin
+            tma_twin = {64: FA_WS_TMA, 128: FA_WS_TMA_R24}.get(head_dim)
+            variant = tma_twin if tuple(variant)[:4] == FA_WS_TMA and tma_twin else FA_DEFAULT
     variant = tuple(variant)
     compiled = (fa_softcap_variants(head_dim) if softcap
                 else fa_variants(head_dim) + fa_experimental_variants(head_dim, causal))
@@ -421,22 +458,23 @@ def plan_fused_attention(
                          f"choose one of {compiled}")
     bm, bn, warps = variant[:3]
     tma = variant[3:4] == ("tma",)
-    persistent = variant[4:] == ("persistent",)
+    persistent = variant[4:5] == ("persistent",)
     r24 = variant[4:] == ("r24",)
+    opt = variant[-1] if len(variant) > 4 and variant[-1] in FA_OPTS else ""
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
     smem = fa_smem_bytes(head_dim, *variant[:4])
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     suffix = (("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "")
-              + ("_sc" if softcap else ""))
+              + (f"_{opt}" if opt else "") + ("_sc" if softcap else ""))
     name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}{suffix}_{'causal' if causal else 'full'}"
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
-        block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent, r24=r24,
+        block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent, r24=r24, opt=opt,
         softcap=bool(softcap),
     )
 
@@ -444,11 +482,14 @@ def plan_fused_attention(
 def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
-    TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry."""
+    TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry.
+    Bench candidates: "ov" 6 / 7, "ovl" 8 / 9 (by name / planned), persistent "ovl" 10 / 11."""
     if plan.persistent:
-        return 4
+        return (10 if by_name else 11) if plan.opt == "ovl" else 4
     if not plan.tma:
         return 0
+    if plan.opt:
+        return {"ov": 6, "ovl": 8}[plan.opt] + (0 if by_name else 1)
     return (3 if plan.r24 else 1) if by_name else (5 if plan.r24 else 2)
 
 
@@ -514,6 +555,15 @@ class PagedDecodePlan:
     bulk: int
     kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
     tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma (bulk = 3: _tma_heads)
+    # cluster-reduce plans only (a layout experiment of the bench): the tensor maps' L2 promotion in
+    # bytes, 256 (as every other launcher), 128 or 0 (none)
+    l2_promotion: int = 256
+
+    @property
+    def cluster(self) -> bool:
+        """The splits are reduced inside a thread-block cluster (16-bit pool, bulk 4 / 5):
+        onnx_fuse_paged_attention_decode_cluster, no workspace, no reduce kernel."""
+        return not self.kv_fp8 and self.bulk >= 4
 
 
 def plan_paged_decode(
@@ -572,14 +622,20 @@ def plan_paged_decode(
         max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
     variant = tuple(variant)
-    compiled = pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
+    compiled = (pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
+                + pa_cluster_variants(head_dim))
     if variant not in compiled:
         raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {compiled}")
     warps, stages, bulk = variant
-    if bulk == 3 and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
-                      or device.compute_capability < (9, 0)):
+    if bulk in (3, 4) and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
+                           or device.compute_capability < (9, 0)):
         raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
                          f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
+    if bulk == 5 and not pa_tma_applies(head_dim, block_size, device):  # no fallback
+        raise ValueError(f"cluster-reduce variant {variant} needs a power-of-two block size >= 8 (got "
+                         f"{block_size}) and compute capability 9.0+")
+    if bulk >= 4 and num_splits is not None and num_splits > PA_CLUSTER_MAX_SPLITS:
+        raise ValueError(f"cluster-reduce variant {variant}: at most {PA_CLUSTER_MAX_SPLITS} splits")
     if bulk == 2 and not pa_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
         bulk_ok = device.compute_capability >= (9, 0) and warps == 4 and (4, stages, 1) in pa_variants(head_dim)
         warps, stages, bulk = (4, stages, 1) if bulk_ok else (4, 3, 0)
@@ -588,18 +644,23 @@ def plan_paged_decode(
     smem = pa_smem_bytes(head_dim, warps, stages, bulk)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    if bulk == 3 and ctas_per_sm_default:  # shared memory bounds the occupancy of the large tiles
+    if bulk in (3, 4) and ctas_per_sm_default:  # shared memory bounds the occupancy of the large tiles
         ctas_per_sm = max(1, min(2, device.smem_per_sm // (smem + 1024)))
     if bulk >= 2 and warps == 8 and num_splits is None:
         # 8-warp TMA kernels: the splits that fill one CTA per SM (measured on the H200: B64 H32/8
         # D128 w8s2h 3.99 TB/s at 2 splits = 128 CTAs, 3.83 at 1, 3.78 at 3; MQA B128 D64 w8s2t
         # 2.65-2.69 at 1 split = 128 CTAs, 2.51 at 2, 2.42 at 4)
-        groups = num_kv_heads // warps if bulk == 3 else num_kv_heads
+        groups = num_kv_heads // warps if bulk in (3, 4) else num_kv_heads
+        max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         num_splits = _wave_splits(batch * groups, device.num_sms,
-                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))), ctx=ctx)
-    return _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{('', 'b', 't', 'h')[bulk]}",
+                                  min(max_splits, PA_CLUSTER_MAX_SPLITS) if bulk >= 4 else max_splits, ctx=ctx)
+    plan = _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}{PA_SUFFIX[bulk]}",
                           batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
                           ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    if plan.cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # auto splits past the cluster size
+        plan = _decode_launch(plan.kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, PA_CLUSTER_MAX_SPLITS,
+                              target_waves, ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    return plan
 
 
 def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device) -> tuple[int, int, int]:
@@ -636,11 +697,13 @@ def _decode_launch(kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, nu
                    ctas_per_sm, min_split_tokens, device, smem, warps, stages, **kind) -> PagedDecodePlan:
     """The split, grid and reduce launch of a decode kernel (16-bit or fp8 pool: both share the
     reduce kernel and the workspace layout); ``kind``: bulk / kv_fp8 / tma. Head-group kernels
-    (bulk = 3) run one CTA per ``warps`` kv heads."""
-    groups = num_kv_heads // warps if kind.get("bulk") == 3 else num_kv_heads
+    (bulk = 3, 4) run one CTA per ``warps`` kv heads; cluster-reduce kernels (bulk = 4, 5) need
+    neither workspace nor reduce kernel."""
+    groups = num_kv_heads // warps if kind.get("bulk") in (3, 4) else num_kv_heads
     num_splits, part, ws = _splits(batch, num_heads, groups, head_dim, ctx, num_splits,
                                    target_waves, ctas_per_sm, min_split_tokens, device)
-    split = num_splits > 1
+    split = num_splits > 1 and kind.get("bulk", 0) < 4
+    ws = ws if split else 0
     return PagedDecodePlan(
         kernel=kernel,
         reduce_kernel=f"onnx_fuse_pa_reduce_{dt}_d{head_dim}" if split else None,

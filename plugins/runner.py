@@ -16,6 +16,7 @@ else the plan's OPT profile shapes, else small defaults).
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ import onnx
 
 from onnx_fuse.errors import UserError
 
-__all__ = ["RunResult", "run", "is_plan", "compare_outputs"]
+__all__ = ["RunResult", "run", "is_plan", "compare_outputs", "pool_aliases"]
 
 
 @dataclass
@@ -119,8 +120,40 @@ def run_ort(proto: onnx.ModelProto, feeds: dict, *, optimized: bool) -> tuple[di
 
 # --------------------------------------------------------------------------- TensorRT
 
-def run_plan(plan_path: Path, feeds: dict, backend_name: str | None = None) -> tuple[dict, float]:
-    """Run a serialized engine on GPU 0. Needs the TensorRT runtime and an NVIDIA GPU."""
+_POOL_OUT = re.compile(r"kv_pool_([kv])_out\.(.+)")
+
+
+def pool_aliases(inputs: dict[str, tuple], outputs: dict[str, tuple]) -> dict[str, str]:
+    """``{output: input}`` for the paged-KV pools an engine updates in place: output
+    ``kv_pool_{k,v}_out.N`` and input ``kv_pool_{k,v}.N`` (the names the paged-KV rewrite gives
+    them, docs/paged_kv.md). ``inputs`` / ``outputs`` map names to ``(shape, dtype)``; a pair whose
+    shape or dtype differ cannot share one buffer and is a UserError."""
+    aliases = {}
+    for out, (shape, dtype) in outputs.items():
+        m = _POOL_OUT.fullmatch(out)
+        src = f"kv_pool_{m.group(1)}.{m.group(2)}" if m else None
+        if src not in inputs:
+            continue
+        in_shape, in_dtype = inputs[src]
+        if tuple(in_shape) != tuple(shape) or np.dtype(in_dtype) != np.dtype(dtype):
+            raise UserError(f"--alias-pools: {out} ({_spec(shape, dtype)}) cannot share the "
+                            f"buffer of {src} ({_spec(in_shape, in_dtype)})")
+        aliases[out] = src
+    return aliases
+
+
+def _spec(shape, dtype) -> str:
+    return f"{'x'.join(map(str, shape)) or 'scalar'} {np.dtype(dtype)}"
+
+
+def run_plan(plan_path: Path, feeds: dict, backend_name: str | None = None, *,
+             alias_pools: bool = False) -> tuple[dict, float]:
+    """Run a serialized engine on GPU 0. Needs the TensorRT runtime and an NVIDIA GPU.
+
+    By default every output gets its own buffer. ``alias_pools`` binds each paged-KV pool output
+    to its input's buffer (:func:`pool_aliases`), as a server does so that PagedAttention's
+    in-place update is the zero-copy path; that output's result is then the input buffer read
+    back after the run (the host feeds are never changed)."""
     from onnx_fuse.plugins.engine_builder import _capture, _errors, _logger, read_sidecar
     from onnx_fuse.plugins.trt_backend import gpu_identity, load_backend
 
@@ -156,24 +189,27 @@ def run_plan(plan_path: Path, feeds: dict, backend_name: str | None = None) -> t
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         _check_feeds(feeds, inputs, str(plan_path))
-        buffers = []
+        buffers = {}
         for name in inputs:
             arr = np.ascontiguousarray(feeds[name])
             context.set_input_shape(name, arr.shape)
             dev = cuda.DeviceArray(shape=arr.shape, dtype=arr.dtype)
             dev.copy_from(arr, stream)
             context.set_tensor_address(name, dev.ptr)
-            buffers.append(dev)
+            buffers[name] = dev
+        specs = {name: (tuple(context.get_tensor_shape(name)),
+                        np.dtype(trt.nptype(engine.get_tensor_dtype(name))))
+                 for name in names if name not in inputs}
+        aliases = pool_aliases({n: (buffers[n].shape, buffers[n].dtype) for n in inputs},
+                               specs) if alias_pools else {}
         outs = {}
-        for name in names:
-            if name in inputs:
-                continue
-            shape = tuple(context.get_tensor_shape(name))
-            dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
-            dev = cuda.DeviceArray(shape=shape, dtype=dtype)
+        for name, (shape, dtype) in specs.items():
+            if name in aliases:   # the same address as the pool input: updated in place
+                dev = buffers[aliases[name]]
+            else:
+                dev = buffers[name] = cuda.DeviceArray(shape=shape, dtype=dtype)
             context.set_tensor_address(name, dev.ptr)
             outs[name] = dev
-            buffers.append(dev)
         t0 = time.perf_counter()
         if not context.execute_async_v3(stream.ptr):
             errs = _errors(messages)
@@ -181,7 +217,7 @@ def run_plan(plan_path: Path, feeds: dict, backend_name: str | None = None) -> t
         stream.synchronize()
         seconds = time.perf_counter() - t0
         result = {n: d.numpy() for n, d in outs.items()}
-        for b in buffers:
+        for b in buffers.values():
             b.free()
     return result, seconds
 
@@ -249,7 +285,8 @@ def _sha256(path: Path) -> str:
 def run(source: str | os.PathLike, *, backend: str = "ort", inputs: str | None = None,
         seed: int = 0, shapes: dict | None = None, compare: bool = False,
         model: str | None = None, rtol: float | None = None, atol: float | None = None,
-        build_options=None, trt_backend: str | None = None) -> RunResult:
+        build_options=None, trt_backend: str | None = None,
+        alias_pools: bool = False) -> RunResult:
     from onnx_fuse.verify import load_npz
 
     src = Path(source)
@@ -260,6 +297,8 @@ def run(source: str | os.PathLike, *, backend: str = "ort", inputs: str | None =
     notes: list[str] = []
     if backend not in ("ort", "trt"):
         raise UserError(f"--backend {backend!r}: use ort or trt")
+    if alias_pools and backend != "trt":
+        raise UserError("--alias-pools binds TensorRT buffers; it needs --backend trt")
     if plan and backend == "ort":
         raise UserError(f"{src} is a TensorRT plan; run it with --backend trt (or give the ONNX "
                         "model for --backend ort)")
@@ -310,7 +349,7 @@ def run(source: str | os.PathLike, *, backend: str = "ort", inputs: str | None =
         feeds = _model_inputs(proto, shapes, seed)
     else:
         feeds = _plan_inputs(sidecar, shapes, seed)
-    outs, secs = run_plan(plan_path, feeds, trt_backend)
+    outs, secs = run_plan(plan_path, feeds, trt_backend, alias_pools=alias_pools)
     result = RunResult("trt", outs, feeds, secs, notes=notes)
     if compare:
         ref, _ = run_ort(proto, feeds, optimized=False)

@@ -259,6 +259,30 @@ def test_past_key_and_past_value_naming():
     assert feeds["attention_mask"].shape[1] == feeds["past_key.0"].shape[2] + feeds["input_ids"].shape[1]
 
 
+@pytest.mark.parametrize("cross_key,memory,memory_mask", [
+    ("past_key_values.0.encoder.key", "encoder_hidden_states", "encoder_attention_mask"),
+    ("past_cross.0", "memory", "memory_mask")])  # named for the encoder, or sharing its length
+def test_seq2seq_decoder_cross_cache_keeps_the_encoder_length(cross_key, memory, memory_mask):
+    """The cross-attention cache and the encoder mask are as long as the encoder output, not the
+    decoder's past (+ new tokens): a rewrite may read that length from any of them."""
+    f, i = TensorProto.FLOAT, TensorProto.INT64
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["past_key_values.0.decoder.key", "k"], ["present.0.decoder.key"], axis=2),
+         helper.make_node("Shape", [memory], ["enc_shape"])], "g",
+        [helper.make_tensor_value_info("input_ids", i, ["b", "s"]),
+         helper.make_tensor_value_info(memory, f, ["b", "e", 4]),
+         helper.make_tensor_value_info(memory_mask, i, ["b", "e"]),
+         helper.make_tensor_value_info("past_key_values.0.decoder.key", f, ["b", 2, "past", 4]),
+         helper.make_tensor_value_info(cross_key, f, ["b", 2, "e", 4]),
+         helper.make_tensor_value_info("k", f, ["b", 2, "s", 4])],
+        [helper.make_tensor_value_info("present.0.decoder.key", f, None),
+         helper.make_tensor_value_info("enc_shape", i, None)])
+    feeds = make_inputs(helper.make_model(graph), shapes={"e": (6,)})
+    assert feeds[cross_key].shape[2] == feeds[memory].shape[1] == feeds[memory_mask].shape[1] == 6
+    assert feeds["past_key_values.0.decoder.key"].shape[2] == 5      # the self-attention past
+    assert feeds[memory_mask][-1].tolist() == [1, 1, 1, 0, 0, 0]     # still padded
+
+
 @pytest.mark.parametrize("name", ["llama_kv_dynamo", "gpt2_kv_dynamo"])
 def test_dynamo_kv_exports_verify_after_optimization(name):
     from pathlib import Path

@@ -4,9 +4,10 @@
 
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
-On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
-m128n128w12t_persistent, a persistent grid, D = 128) are timed beside the planned m128n128w12t,
-marked "(experimental)".
+On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``, D = 128:
+m128n128w12t_persistent, a persistent grid, and the bench candidates m128n128w12t_ov (softmax
+pinned under the warpgroup's own P V), m128n128w12t_ovl (ov + lazy O rescale) and
+m128n128w12t_persistent_ovl) are timed beside the planned variant, marked "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
 On the two headline decode shapes (B64 H32/8 D128 and MQA B128 H16/1 D64, ctx 4096, block 16)
@@ -29,6 +30,7 @@ interleaved: each candidate is timed twice, in two passes, and both medians are 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -281,23 +283,54 @@ def main() -> int:
             cands = {}
             auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
             ws = torch.empty(max(1, 2 * 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
-            # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups)
-            variants = lp.pa_variants(D) + lp.pa_tma_variants(D) + lp.pa_heads_variants(D, Hkv)
+            # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups | 4, 5 the same two with the
+            # splits reduced in a thread-block cluster: bench candidates, at most 8 splits)
+            variants = (lp.pa_variants(D) + lp.pa_tma_variants(D) + lp.pa_heads_variants(D, Hkv)
+                        + lp.pa_cluster_variants(D, Hkv))
             headline = bs == 16 and ctx == 4096 and (D, Hkv) in ((128, 8), (64, 1))
             for var in variants:
                 # split sweep of the TMA variants (the others measured behind them on every shape):
                 # on the two headline shapes (block 16, D 128 GQA and D 64 MQA) 1-4 (MQA: to 8) and
-                # twice the planned count, where the last wave of CTAs ends matters; D 80 / 96: 1, 2
+                # twice the planned count, where the last wave of CTAs ends matters; D 80 / 96: 1, 2.
+                # Head groups (with and without the cluster reduce) also 8 (and 16): many short CTAs,
+                # which the block scheduler hands to whichever SMs finish first
                 sweep = set()
                 if var[2] >= 2 and headline:
                     sweep = {1, 2, 3, 4, 2 * auto.num_splits} | ({5, 6, 8} if Hkv == 1 else set())
+                    sweep |= {8, 16} if var[2] in (3, 4) else set()
                 elif var[2] >= 2 and D in (80, 96):
                     sweep = {1, 2}
                 for sp in sorted({auto.num_splits} | sweep):
+                    if var[2] >= 4 and sp > lp.PA_CLUSTER_MAX_SPLITS:
+                        continue
                     plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
-                    label = (f"ours paged w{plan.warps}s{plan.stages}{('', ' bulk', ' tma', ' tma heads')[plan.bulk]} split={plan.num_splits}"
+                    kind = ("", " bulk", " tma", " tma heads", " tma heads cluster", " tma cluster")[plan.bulk]
+                    label = (f"ours paged w{plan.warps}s{plan.stages}{kind} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
+                    if headline and plan.cluster and sp == auto.num_splits:
+                        # layout experiment: the same kernel with the tensor maps' L2 promotion 128 B / none
+                        for prom in (128, 0):
+                            pp = dataclasses.replace(plan, l2_promotion=prom)
+                            cands[f"{label}, L2 promotion {prom or 'none'}"] = (
+                                lambda pp=pp: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=pp), True)
+            v_shift = k_seq = v_seq = None
+            if headline:
+                # layout experiment: the planned kernel on a V pool whose base sits 17 KiB + 128 B past a
+                # 512 MiB-aligned one (K block j and V block j then stop sharing their low address bits,
+                # which the kernel requests at the same moment)
+                shift = (17 * 1024 + 128) // v_pool.element_size()
+                v_shift = torch.empty(v_pool.numel() + shift, device="cuda", dtype=dt)[shift:].view(v_pool.shape)
+                v_shift.copy_(v_pool)
+                cands["ours planned, V pool shifted 17 KiB (layout experiment)"] = (
+                    lambda: lib.paged_decode(q, k_pool, v_shift, tables, seq, out, plan=auto, workspace=ws), True)
+                # and on pools whose blocks lie in table order (an identity block table; same K/V per
+                # sequence): what the shuffled table's scattered 32 KiB blocks cost
+                k_seq = k_pool[tables.long()].reshape(k_pool.shape)
+                v_seq = v_pool[tables.long()].reshape(v_pool.shape)
+                t_seq = torch.arange(nb, device="cuda", dtype=torch.int32).view(B, nb_per)
+                cands["ours planned, identity block table (layout experiment)"] = (
+                    lambda: lib.paged_decode(q, k_seq, v_seq, t_seq, seq, out, plan=auto, workspace=ws), True)
             cands["torch SDPA contiguous KV"] = (lambda: F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True), False)
 
             def gather_sdpa():
@@ -330,39 +363,28 @@ def main() -> int:
                                                           enable_gqa=True).view(B, Hq, D)
                     torch.cuda.empty_cache()
                     auto8 = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], kv_dtype="fp8")
-                    for var in lp.pa8_variants(D):
-                        # split sweep of the TMA variants only (cp.async measured 30 % behind)
-                        sweep8 = {1, 2, 3, 4, 2 * auto8.num_splits} if len(var) == 3 else set()
-                        for sp in sorted({auto8.num_splits} | sweep8):
-                            plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
-                                                        variant=var, kv_dtype="fp8")
-                            # (warps, stages) or (warps, stages, "tma"): TMA loads, sm_90 (plan.tma)
-                            is_auto = (sp == auto8.num_splits and var[:2] == (auto8.warps, auto8.stages)
-                                       and (len(var) == 3) == auto8.tma and auto8.bulk != 3)
-                            kind = " tma" if plan.tma else ""
-                            label = (f"ours fp8 pool w{var[0]}s{var[1]}{kind} split={plan.num_splits}"
-                                     f"{' (auto)' if is_auto else ''}")
-                            cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
-                                                                                   plan=plan, workspace=ws), "fp8")
-                            cand_bytes[label] = kv_bytes // 2
-                            if is_auto:
-                                planned8 = label
-                    # head-group candidates (planned at D = 128: bulk 3): one CTA per group of w kv heads,
-                    # split sweep 1, 2, 4 and the count their plan picks, like the 16-bit head-group rows
+                    # (variant, splits): the per-kv-head variants (split sweep of the TMA ones only:
+                    # cp.async measured 30 % behind), then the head groups (planned at D = 128: bulk 3;
+                    # one CTA per group of w kv heads; splits 1, 2, 4 and the count their own plan picks)
+                    runs8 = [(var, sp) for var in lp.pa8_variants(D)
+                             for sp in sorted({auto8.num_splits} | ({1, 2, 3, 4, 2 * auto8.num_splits}
+                                                                    if len(var) == 3 else set()))]
                     for var in lp.pa8_heads_variants(D, Hkv) if bs >= 16 else ():
                         own = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, kv_dtype="fp8")
-                        for sp in sorted({1, 2, 4, own.num_splits}):
-                            plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
-                                                        variant=var, kv_dtype="fp8")
-                            is_auto = (auto8.bulk == 3 and sp == auto8.num_splits
-                                       and var[:2] == (auto8.warps, auto8.stages))
-                            label = (f"ours fp8 pool w{var[0]}s{var[1]} tma heads split={plan.num_splits}"
-                                     f"{' (auto)' if is_auto else ''}")
-                            cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
-                                                                                   plan=plan, workspace=ws), "fp8")
-                            cand_bytes[label] = kv_bytes // 2
-                            if is_auto:
-                                planned8 = label
+                        runs8 += [(var, sp) for sp in sorted({1, 2, 4, own.num_splits})]
+                    for var, sp in runs8:
+                        plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
+                                                    variant=var, kv_dtype="fp8")
+                        is_auto = (sp == auto8.num_splits and var[:2] == (auto8.warps, auto8.stages)
+                                   and (plan.bulk, plan.tma) == (auto8.bulk, auto8.tma))
+                        kind = " tma heads" if plan.bulk == 3 else (" tma" if plan.tma else "")
+                        label = (f"ours fp8 pool w{var[0]}s{var[1]}{kind} split={plan.num_splits}"
+                                 f"{' (auto)' if is_auto else ''}")
+                        cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
+                                                                               plan=plan, workspace=ws), "fp8")
+                        cand_bytes[label] = kv_bytes // 2
+                        if is_auto:
+                            planned8 = label
                 except Exception as e:
                     print(f"fp8 pool setup failed: {type(e).__name__}: {e}", flush=True)
                     fp8 = False
@@ -418,7 +440,7 @@ def main() -> int:
                         print(f"{tag} | fp8 head groups, best {bh}: {r16}x the 16-bit planned tokens/s, "
                               f"{r8}x the fp8 planned", flush=True)
                 del k8, v8, ref8
-            del k_pool, v_pool, kc, vc, ws
+            del k_pool, v_pool, kc, vc, ws, v_shift, k_seq, v_seq
             torch.cuda.empty_cache()
 
     # append (bandwidth of the in-place write, for completeness)

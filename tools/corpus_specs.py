@@ -24,10 +24,24 @@ DEFAULT_WEIGHTS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "gpt_
                    "falcon", "bert", "albert", "t5_encoder", "whisper_encoder", "vit", "clip_vision")
 
 
-def _s(kind, config, model, kw, features, model_type, ort_type=None, part=None, task=None):
-    """kind: decoder | encoder (text) | vision | speech; part: the submodule exported (encoder)."""
+def _s(kind, config, model, kw, features, model_type, ort_type=None, part=None, task=None, styles=None):
+    """kind: decoder | encoder (text) | vision | speech | seq2seq_decoder (the decoder of an
+    encoder-decoder model: encoder_hidden_states in, self- and cross-attention); part: the submodule
+    exported (encoder, decoder); styles: the export styles made for it (None: all)."""
     return dict(kind=kind, config_class=config, model_class=model, config=kw, features=features,
-                model_type=model_type, ort_model_type=ort_type, part=part, optimum_task=task)
+                model_type=model_type, ort_model_type=ort_type, part=part, optimum_task=task, styles=styles)
+
+
+NEW_STYLES = ("dyn_mask", "kv", "optimum")  # the styles of the architectures added after the first 30
+T5 = dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=2,
+          relative_attention_num_buckets=8, decoder_start_token_id=0)
+BART = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
+            decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, **TOKENS)
+WHISPER = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
+               decoder_ffn_dim=FFN, num_mel_bins=MELS, max_source_positions=AUDIO_POS,
+               max_target_positions=AUDIO_POS, decoder_start_token_id=1, **TOKENS)
 
 
 SPECS = {
@@ -96,6 +110,46 @@ SPECS = {
                            n_positions=POSITIONS, multi_query=True, **TOKENS),
                       ["mqa", "learned-positions", "layernorm", "gelu-tanh", "fused-qkv"],
                       "gpt_bigcode", "gpt2"),
+    "starcoder2": _s("decoder", "Starcoder2Config", "Starcoder2ForCausalLM",
+                     dict(DEC, num_attention_heads=2, num_key_value_heads=1, sliding_window=4, use_bias=True),
+                     ["mqa", "rope-full", "layernorm", "gelu-tanh", "qkv-bias", "sliding-window"],
+                     "starcoder2", "gpt2", styles=("dyn_mask", "kv")),
+    "stablelm": _s("decoder", "StableLmConfig", "StableLmForCausalLM",
+                   dict(DEC, num_attention_heads=2, num_key_value_heads=2, qk_layernorm=True, use_qkv_bias=True),
+                   ["mha", "rope-partial", "layernorm", "swiglu", "qk-layernorm-per-head", "qkv-bias"],
+                   "stablelm", "gpt2", styles=NEW_STYLES),
+    "cohere": _s("decoder", "CohereConfig", "CohereForCausalLM", dict(DEC, **GQA),
+                 ["gqa", "rope-interleaved", "layernorm-nobias", "swiglu", "parallel-residual", "logit-scale"],
+                 "cohere", "gpt2", styles=NEW_STYLES),
+    "granite": _s("decoder", "GraniteConfig", "GraniteForCausalLM",
+                  dict(DEC, **GQA, embedding_multiplier=12.0, residual_multiplier=0.22,
+                       attention_multiplier=0.0625, logits_scaling=8.0),
+                  ["gqa", "rope-full", "rmsnorm", "swiglu", "attention-multiplier", "residual-multiplier"],
+                  "granite", "gpt2", styles=NEW_STYLES),
+    "gemma3": _s("decoder", "Gemma3TextConfig", "Gemma3ForCausalLM",
+                 dict(DEC, **GQA, sliding_window=4, query_pre_attn_scalar=16,
+                      layer_types=["sliding_attention", "full_attention"]),
+                 ["gqa", "rope-full", "rope-two-bases", "rmsnorm-1p", "geglu", "qk-norm", "sliding-window",
+                  "sandwich-norm", "embed-scale"], "gemma3_text", "gpt2", styles=NEW_STYLES),
+    "mixtral": _s("decoder", "MixtralConfig", "MixtralForCausalLM",
+                  # batched_mm: per-token expert weights by Gather (the default grouped_mm is a custom op
+                  # the ONNX exporters do not know; eager loops over data-dependent token lists)
+                  dict(DEC, **GQA, num_local_experts=4, num_experts_per_tok=2,
+                       experts_implementation="batched_mm"),
+                  ["gqa", "rope-full", "rmsnorm", "swiglu", "moe"], "mixtral", "gpt2", styles=("dyn_mask", "kv")),
+    # decoders of encoder-decoder models (cross-attention over encoder_hidden_states)
+    "t5_decoder": _s("seq2seq_decoder", "T5Config", "T5ForConditionalGeneration", dict(T5),
+                     ["mha", "cross-attention", "causal", "relative-position", "rmsnorm", "relu", "no-scale"],
+                     "t5", "t5", part="decoder", task="text2text-generation-with-past",
+                     styles=("optimum", "torchscript", "torchscript_kv")),  # dynamo fails on T5 (a view)
+    "bart_decoder": _s("seq2seq_decoder", "BartConfig", "BartForConditionalGeneration", dict(BART),
+                       ["mha", "cross-attention", "causal", "learned-positions", "layernorm", "gelu-erf",
+                        "post-norm", "qkv-bias"],
+                       "bart", "bart", part="decoder", task="text2text-generation-with-past", styles=NEW_STYLES),
+    "whisper_decoder": _s("seq2seq_decoder", "WhisperConfig", "WhisperForConditionalGeneration", dict(WHISPER),
+                          ["mha", "cross-attention", "causal", "learned-positions", "layernorm", "gelu-erf",
+                           "no-encoder-mask"], "whisper", "bart", part="decoder",
+                          task="automatic-speech-recognition-with-past", styles=NEW_STYLES),
     # text encoders
     "bert": _s("encoder", "BertConfig", "BertModel", dict(ENC, type_vocab_size=2),
                ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "post-norm"],
@@ -154,3 +208,31 @@ SPECS = {
                         ["mha", "patch-embed", "layernorm", "gelu-tanh", "attention-pool-head"],
                         "siglip_vision_model", "vit"),
 }
+
+
+# Head size 64 (export_corpus.py --head-dim 64): the smallest head size the PagedAttention kernels
+# take (plugins/paged_attention.yaml), for the trt O4 paged-KV coverage matrix (docs/paged_kv.md).
+# Hidden 128, 2 query heads; the GQA/MQA families keep fewer kv heads (1). Under 1 MB per file.
+KV64_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt_neox", "falcon", "olmo2",
+              "gpt2", "opt", "gpt_bigcode")
+_HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+
+
+def head_dim_64(arch: str) -> dict:
+    """The architecture's corpus config at head size 64 (hidden 128, 2 query heads)."""
+    cfg = dict(SPECS[arch]["config"])
+    for k in _HIDDEN_KEYS:
+        if k in cfg:
+            cfg[k] = 128
+    for k in _HEAD_KEYS:
+        if k in cfg:
+            cfg[k] = 2
+    if "num_key_value_heads" in cfg:  # grouped (GQA/MQA) stays grouped: 1 kv head, else 2
+        orig = SPECS[arch]["config"]
+        cfg["num_key_value_heads"] = 1 if orig["num_key_value_heads"] < orig["num_attention_heads"] else 2
+    if "head_dim" in cfg:
+        cfg["head_dim"] = 64
+    if "query_pre_attn_scalar" in cfg:
+        cfg["query_pre_attn_scalar"] = 64
+    return cfg

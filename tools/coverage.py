@@ -7,8 +7,9 @@ For every corpus file (tests/data/corpus/manifest.json, or an --only subset) and
                                       (model_type from the architecture, heads/hidden from the manifest)
 it counts in the optimized graph: fused attention ops, norms, RoPE and GELU ops, and whether the
 optimized model matches the original in ONNX Runtime (onnx_fuse.verify; the anchors' outputs are
-checked the same way). Attention layers expected = the manifest's num_layers. Each file runs in
-its own subprocess with a time limit, so a crash or a hang costs one row, not the run.
+checked the same way). Attention layers expected = the manifest's attention_blocks (seq2seq
+decoders: self- and cross-attention per layer), else num_layers. Each file runs in its own
+subprocess with a time limit, so a crash or a hang costs one row, not the run.
 
     python tools/coverage.py [--only NAME_SUBSTRING ...] [--json out/coverage.json] [--resume]
                              [--markdown docs/coverage.md] [-j 2] [--timeout 900]
@@ -189,7 +190,8 @@ def worker(name: str, corpus: Path, columns: list[str]) -> dict:
     entry = manifest["files"][name]
     path = str(corpus / name)
     row = {"file": name, "arch": entry["arch"], "style": entry["style"], "weights": entry["weights"],
-           "kind": entry["kind"], "expected_attn": entry["num_layers"], "columns": {}}
+           "kind": entry["kind"], "expected_attn": entry.get("attention_blocks", entry["num_layers"]),
+           "columns": {}}
     for col in columns:
         _alarm(CONFIG_TIMEOUT)
         try:

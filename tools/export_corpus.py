@@ -11,6 +11,11 @@ Architectures: tools/corpus_specs.py. Styles:
   optimum        optimum-cli export onnx in /work/venvs/optimum (tools/optimum_venv.sh): models are
                  built there from the same config and saved locally; nothing comes from the Hub
   torchscript    torch.onnx.export(dynamo=False), opset 17, dynamic axes
+  torchscript_kv the same, decoders with a KV cache (the kv style's interface)
+Seq2seq decoders (kind seq2seq_decoder: T5 / BART / Whisper) take encoder_hidden_states (and an
+encoder_attention_mask) instead of running the encoder; their kv style also takes the cross-attention
+keys/values (past_key_values.N.encoder.*, as Optimum's decoder_with_past_model.onnx, which is the
+file their optimum style keeps) and returns the self-attention cache (present.N.decoder.*).
 Weights: "trained" (every constant-initialised parameter, norm scales and biases perturbed; seeded)
 for every style; "default" (plain seeded init) for dyn_mask of corpus_specs.DEFAULT_WEIGHTS.
 
@@ -19,6 +24,10 @@ corpus small; the graph is otherwise what the exporter wrote. Every file is load
 Runtime (CPU) on inputs built from the manifest, and compared with torch for our own exports.
 
     python tools/export_corpus.py [--only ARCH ...] [--styles STYLE ...] [--weights W ...] [--list]
+
+--head-dim 64 exports the same architectures at head size 64 (corpus_specs.head_dim_64: hidden 128,
+2 query heads), file names `<arch>_hd64__<style>__<weights>.onnx`, into --out (the trt O4 paged-KV
+coverage matrix of docs/paged_kv.md; not part of the corpus).
 """
 
 from __future__ import annotations
@@ -36,18 +45,21 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus_specs import DEFAULT_WEIGHTS, SPECS  # noqa: E402
+from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
 OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
-STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript")
+STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
+KV_STYLES = ("kv", "torchscript_kv")
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
 # example sizes for symbolic dims, by the names dynamo (ours) and Optimum give them
 DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_length": SEQ,
               "past_sequence": PAST, "past_sequence_length": PAST, "total_sequence": PAST + SEQ,
-              "encoder_sequence_length": SEQ, "num_channels": 3, "height": 32, "width": 32}
+              "encoder_sequence_length": SEQ, "num_channels": 3, "height": 32, "width": 32,
+              "encoder_sequence": SEQ - 2}
+CROSS = ("seq2seq_decoder",)  # kinds that take encoder_hidden_states (cross-attention)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -147,7 +159,46 @@ class _Wrap:
                     present += [layer.keys, layer.values]
                 return (out.logits, *present)
 
-        return WithCache if style == "kv" else Plain
+        if kind in CROSS:
+            return _Wrap.seq2seq(model, style in KV_STYLES, n_layers)
+        return WithCache if style in KV_STYLES else Plain
+
+    @staticmethod
+    def seq2seq(model, kv, n_layers):
+        """The decoder of an encoder-decoder model: encoder_hidden_states (the encoder's output) in,
+        logits (and with kv the self-attention cache) out. With kv the cross-attention keys/values
+        come in too (past_key_values.N.encoder.*), as Optimum's decoder_with_past takes them."""
+        import torch
+
+        class Seq2Seq(torch.nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, *args):
+                from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+                kw = dict(zip(self.names, args))
+                call = dict(decoder_input_ids=kw["input_ids"], encoder_outputs=(kw["encoder_hidden_states"],),
+                            return_dict=True, use_cache=kv)
+                if "encoder_attention_mask" in kw:
+                    call["attention_mask"] = kw["encoder_attention_mask"]
+                if kv:
+                    own, cross = DynamicCache(config=model.config), DynamicCache(config=model.config)
+                    for i in range(n_layers):  # filled before EncoderDecoderCache marks cross as computed
+                        for cache, part in ((own, "decoder"), (cross, "encoder")):
+                            pre = f"past_key_values.{i}.{part}"
+                            cache.update(kw[f"{pre}.key"], kw[f"{pre}.value"], i)
+                    call["past_key_values"] = EncoderDecoderCache(own, cross)
+                out = self.m(**call)
+                if not kv:
+                    return out.logits
+                present = []
+                for layer in out.past_key_values.self_attention_cache.layers[:n_layers]:
+                    present += [layer.keys, layer.values]
+                return (out.logits, *present)
+
+        return Seq2Seq
 
 
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
@@ -174,9 +225,11 @@ def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past
     bs = [batch, seq] if static else ["batch", "sequence"]
     feeds["input_ids"] = torch.randint(3, vocab, (batch, seq), generator=g)
     dims["input_ids"] = bs
+    if kind in CROSS:
+        return _cross_inputs(spec, style, g, feeds, dims, batch, seq, past)
     if static:
         return feeds, dims
-    if style == "kv":
+    if style in KV_STYLES:
         feeds["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.int64)
         dims["attention_mask"] = ["batch", "total_sequence"]
         ids = torch.randint(3, vocab, (batch, past), generator=g)
@@ -195,6 +248,40 @@ def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past
         feeds["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.int64)
         dims["token_type_ids"] = bs
     return feeds, dims
+
+
+def _cross_inputs(spec, style, g, feeds, dims, batch, seq, past):
+    """encoder_hidden_states (+ its padding mask, + with kv the self- and cross-attention caches)
+    for a seq2seq decoder; the encoder length differs from the decoder's (seq - 2)."""
+    import torch
+
+    cfg, static = spec["config"], style == "static_nomask"
+    enc = max(seq - 2, 1)
+    hidden = cfg.get("d_model") or cfg["hidden_size"]
+    be = [batch, enc] if static else ["batch", "encoder_sequence"]
+    feeds["encoder_hidden_states"] = torch.randn(batch, enc, hidden, generator=g)
+    dims["encoder_hidden_states"] = be + [hidden]
+    if not static and spec["model_type"] != "whisper":  # Whisper's decoder takes no encoder mask
+        mask = torch.ones(batch, enc, dtype=torch.int64)
+        if batch > 1:
+            mask[-1, enc // 2:] = 0
+        feeds["encoder_attention_mask"] = mask
+        dims["encoder_attention_mask"] = be
+    if style in KV_STYLES:
+        heads, head_dim = seq2seq_heads(cfg)
+        for i in range(cfg.get("decoder_layers") or cfg["num_layers"]):
+            for part, length, name in (("decoder", past, "past_sequence"), ("encoder", enc, "encoder_sequence")):
+                for kv in ("key", "value"):
+                    key = f"past_key_values.{i}.{part}.{kv}"
+                    feeds[key] = torch.randn(batch, heads, length, head_dim, generator=g)
+                    dims[key] = ["batch", heads, name, head_dim]
+    return feeds, dims
+
+
+def seq2seq_heads(cfg: dict) -> tuple[int, int]:
+    """(decoder heads, head size) of a T5 / BART / Whisper config dict."""
+    heads = cfg.get("decoder_attention_heads") or cfg["num_heads"]
+    return heads, cfg.get("d_kv") or cfg["d_model"] // heads
 
 
 def _forward_args(spec):
@@ -232,21 +319,25 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
     wrapper = _Wrap.make(spec, model, style, n_layers)(names).eval()
     if spec["kind"] == "decoder":
         outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-                                if style == "kv" else [])
+                                if style in KV_STYLES else [])
+    elif spec["kind"] in CROSS:
+        outputs = ["logits"] + ([f"present.{i}.decoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+                                if style in KV_STYLES else [])
     else:
         outputs = ["last_hidden_state"]
     args = tuple(feeds[n] for n in names)
     tmp = path.with_name(f".{path.name}.tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if style == "torchscript":
+        if style.startswith("torchscript"):
             axes = {n: {i: d for i, d in enumerate(ds) if isinstance(d, str)} for n, ds in dims.items()}
             torch.onnx.export(wrapper, args, str(tmp), input_names=names, output_names=outputs,
                               dynamic_axes=axes, dynamo=False, opset_version=17)
         else:
             static = style == "static_nomask"
             prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
-                                     dynamic_shapes=None if static else _dynamic_shapes(dims, style == "kv"),
+                                     dynamic_shapes=None if static else _dynamic_shapes(
+                                         dims, style == "kv" and spec["kind"] not in CROSS),
                                      dynamo=True, verbose=False)
             prog.save(str(tmp), external_data=False)
     _strip(tmp)
@@ -273,24 +364,37 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
     os.replace(tmp, path)
     import transformers
 
-    exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if style == "torchscript"
+    exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if style.startswith("torchscript")
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
                       "dynamic_shapes": style != "static_nomask"})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
-    return {"hf_class": spec["model_class"] + (f".get_encoder()" if spec["part"] else ""),
+    return {"hf_class": spec["model_class"] + _part_suffix(spec),
             "attn_implementation": getattr(config, "_attn_implementation", None),
             "exporter": exporter, "perturbed_params": len(touched),
             "torch_check": {"shapes": [list(s) for s in shapes], "max_abs": max(diffs),
                             "positions": "non-padded" if spec["kind"] == "encoder" else "all"}}
 
 
+def _part_suffix(spec) -> str:
+    return {None: "", "encoder": ".get_encoder()",
+            "decoder": " (decoder: encoder_outputs given, encoder not run)"}[spec["part"]]
+
+
 # ---- optimum --------------------------------------------------------------------------------
 
-def _optimum_save(arch: str, weights: str, out_dir: str) -> None:
+def use_head_dim(head_dim: int, archs) -> None:
+    """Switch the specs of `archs` to head size 64 in place (16: the corpus's own sizes)."""
+    if head_dim == 64:
+        for arch in archs:
+            SPECS[arch]["config"] = head_dim_64(arch)
+
+
+def _optimum_save(arch: str, weights: str, out_dir: str, head_dim: str = "16") -> None:
     """Runs inside the optimum venv: build the tiny model there and save_pretrained it."""
     import torch
     import transformers as tf
 
+    use_head_dim(int(head_dim), [arch])
     spec = SPECS[arch]
     torch.manual_seed(SEED)
     kw = dict(spec["config"])
@@ -303,7 +407,7 @@ def _optimum_save(arch: str, weights: str, out_dir: str) -> None:
     model.save_pretrained(out_dir)
 
 
-def export_optimum(arch: str, weights: str, path: Path) -> dict:
+def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> dict:
     spec = SPECS[arch]
     py, cli = OPTIMUM_VENV / "bin/python", OPTIMUM_VENV / "bin/optimum-cli"
     if not cli.exists():
@@ -314,14 +418,19 @@ def export_optimum(arch: str, weights: str, path: Path) -> dict:
         hf, onx = Path(tmpd, "hf"), Path(tmpd, "onnx")
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
         env.pop("VIRTUAL_ENV", None)
-        run = subprocess.run([str(py), __file__, "_optimum_save", arch, weights, str(hf)], env=env,
+        run = subprocess.run([str(py), __file__, "_optimum_save", arch, weights, str(hf), str(head_dim)], env=env,
                              capture_output=True, text=True, timeout=300)
         if run.returncode:
             raise RuntimeError("save_pretrained in the optimum venv: " + _last_error(run.stderr))
-        run = subprocess.run([str(cli), "export", "onnx", "--model", str(hf), "--task", task, str(onx)],
+        cross = spec["kind"] in CROSS  # keep the with-past decoder unmerged (no If node)
+        run = subprocess.run([str(cli), "export", "onnx", "--model", str(hf), "--task", task, str(onx)]
+                             + (["--no-post-process"] if cross else []),
                              env=env, capture_output=True, text=True, timeout=600)
         # sequence-to-sequence tasks write encoder_model.onnx + decoder_model*.onnx: keep the encoder
-        candidates = [onx / n for n in (("encoder_model.onnx",) if spec["optimum_task"] else ("model.onnx",))]
+        # (encoder archs) or decoder_with_past_model.onnx (seq2seq decoders)
+        keep = ("decoder_with_past_model.onnx",) if cross else \
+            ("encoder_model.onnx",) if spec["optimum_task"] else ("model.onnx",)
+        candidates = [onx / n for n in keep]
         src = next((c for c in candidates if c.exists()), None)
         if run.returncode or src is None:
             raise RuntimeError("optimum-cli: " + _last_error(run.stderr + run.stdout))
@@ -334,7 +443,7 @@ def export_optimum(arch: str, weights: str, path: Path) -> dict:
         versions = subprocess.run([str(py), "-c", "import importlib.metadata as m, json; print(json.dumps("
                                    "{p: m.version(p) for p in ('optimum-onnx', 'optimum', 'transformers',"
                                    " 'torch', 'onnx')}))"], capture_output=True, text=True, env=env).stdout
-    return {"hf_class": spec["model_class"] + (".get_encoder()" if spec["part"] else ""),
+    return {"hf_class": spec["model_class"] + _part_suffix(spec),
             "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
                          "versions": json.loads(versions or "{}")}}
 
@@ -410,7 +519,7 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
         if "mask" in name:
             feeds[name] = np.ones(shape, dtype=inp["dtype"])
         elif name == "position_ids":
-            feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum")
+            feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum", "torchscript_kv")
                                                                   and entry["kind"] == "decoder" else 0),
                                           shape).astype(inp["dtype"])
         elif inp["dtype"].startswith("int"):
@@ -456,19 +565,23 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                                             "n_head", "n_heads", "num_heads",
                                                             "encoder_attention_heads")),
         "hidden_size": g("hidden_size", "n_embd", "d_model", "dim"),
-        "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder") else None,
+        "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
                                         "static_nomask": ["static-shapes"],
                                         "kv": ["dynamic-shapes", "kv-cache"],
                                         "optimum": ["dynamic-shapes", "torchscript-exporter"]
-                                        + (["kv-cache"] if spec["kind"] == "decoder" else []),
-                                        "torchscript": ["dynamic-shapes", "torchscript-exporter"]}[style],
+                                        + (["kv-cache"] if spec["kind"] in ("decoder", *CROSS) else []),
+                                        "torchscript": ["dynamic-shapes", "torchscript-exporter"],
+                                        "torchscript_kv": ["dynamic-shapes", "torchscript-exporter",
+                                                           "kv-cache"]}[style],
         "opset": opsets.get("ai.onnx"), "opset_imports": opsets,
         "inputs": _io(proto.graph.input), "outputs": _io(proto.graph.output),
         "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
         "seed": SEED, "postprocess": "node metadata_props and doc_string stripped",
     }
     entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or entry["hidden_size"] // entry["num_heads"]
+    if spec["kind"] in CROSS:  # self- and cross-attention per layer
+        entry["attention_blocks"] = 2 * entry["num_layers"]
     entry.update(extra)
     entry["ort_check"] = ort_check(path, entry)
     return entry
@@ -479,7 +592,9 @@ def plan(archs, styles, weights_list):
     for weights in weights_list:
         for style in styles:
             for arch in archs:
-                if style == "kv" and SPECS[arch]["kind"] != "decoder":
+                if style in KV_STYLES and SPECS[arch]["kind"] not in ("decoder", *CROSS):
+                    continue
+                if SPECS[arch].get("styles") and style not in SPECS[arch]["styles"]:
                     continue
                 if weights == "default" and (style != "dyn_mask" or arch not in DEFAULT_WEIGHTS):
                     continue
@@ -509,9 +624,9 @@ def _record(path: Path, name: str, entry: dict | None, reason: str | None) -> di
     return manifest
 
 
-def _export_one(arch, style, weights, name, path, mpath) -> dict:
+def _export_one(arch, style, weights, name, path, mpath, head_dim=16) -> dict:
     try:
-        extra = export_optimum(arch, weights, path) if style == "optimum" else \
+        extra = export_optimum(arch, weights, path, head_dim) if style == "optimum" else \
             export_torch(arch, style, weights, path)
         entry = make_entry(arch, style, weights, path, extra)
     except Exception as exc:  # one failure must not stop the corpus: it is recorded
@@ -529,18 +644,29 @@ def _export_one(arch, style, weights, name, path, mpath) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_optimum_save"]:
-        _optimum_save(*argv[1:4])
+        _optimum_save(*argv[1:5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--only", nargs="*", default=None, help="architectures (default: all)")
-    ap.add_argument("--styles", nargs="*", default=list(STYLES), choices=STYLES)
+    ap.add_argument("--styles", nargs="*", default=[s for s in STYLES if s != "torchscript_kv"], choices=STYLES,
+                    help="default: all but torchscript_kv (not part of the corpus)")
     ap.add_argument("--weights", nargs="*", default=["trained", "default"], choices=["trained", "default"])
     ap.add_argument("--list", action="store_true", help="print the planned files and exit")
     ap.add_argument("--missing", action="store_true",
                     help="skip what the manifest lists (made or failed) and what another run is making")
     ap.add_argument("--retry-failed", action="store_true", help="with --missing: retry recorded failures")
+    ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
+                    help="64: the decoders of corpus_specs.KV64_ARCHS at head size 64 (see above)")
     ns = ap.parse_args(argv)
+    if ns.head_dim == 64:
+        bad = sorted(set(ns.only or ()) - set(KV64_ARCHS))
+        if bad:
+            print(f"error: no head-dim-64 config for {', '.join(bad)}; known: {', '.join(KV64_ARCHS)}",
+                  file=sys.stderr)
+            return 2
+        ns.only = ns.only or list(KV64_ARCHS)
+        use_head_dim(64, ns.only)
     unknown = sorted(set(ns.only or ()) - set(SPECS))
     if unknown:
         print(f"error: unknown architecture(s) {', '.join(unknown)}; known: {', '.join(SPECS)}", file=sys.stderr)
@@ -548,14 +674,14 @@ def main(argv=None) -> int:
     todo = list(plan(ns.only or list(SPECS), ns.styles, ns.weights))
     if ns.list:
         for arch, style, weights in todo:
-            print(f"{arch}__{style}__{weights}.onnx")
+            print(f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}.onnx")
         return 0
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     mpath = out / "manifest.json"
     manifest = {"files": {}, "failed": {}}
     for arch, style, weights in todo:
-        name = f"{arch}__{style}__{weights}"
+        name = f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}"
         path = out / f"{name}.onnx"
         claim = out / f".{name}.claim"
         if ns.missing:  # several shards may share one list: skip what another made or is making
@@ -568,7 +694,7 @@ def main(argv=None) -> int:
             except FileExistsError:
                 continue
         try:
-            manifest = _export_one(arch, style, weights, name, path, mpath)
+            manifest = _export_one(arch, style, weights, name, path, mpath, ns.head_dim)
         finally:
             claim.unlink(missing_ok=True)
     total = sum(e["bytes"] for e in manifest["files"].values())

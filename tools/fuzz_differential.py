@@ -26,10 +26,13 @@ The summary is rewritten (atomically) every 100 graphs, so a run that is killed 
 ``complete`` says whether every graph asked for ran. With --jobs N the graphs run in N worker
 processes, in completion order; --time-budget stops taking new graphs after that many seconds
 (the summary then counts the graphs that finished, ``graphs``, out of ``count``).
+--precision fp16|bf16 optimizes with that precision conversion too (keep_io_types: the outputs
+stay float32) and compares every float output at the low type's tolerance; bf16 models run
+through ``emulate_bf16`` (ORT's CPU provider has no bf16 MatMul), as ``--verify`` runs them.
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
         [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
-        [--time-budget SECONDS] [--graph-timeout 300]
+        [--time-budget SECONDS] [--graph-timeout 300] [--precision fp16|bf16]
     python tools/fuzz_differential.py --replay fuzz_out/failures/signature/seed123_O3_trt ...
     python tools/fuzz_differential.py --rerun old_out/summary.json --out new_out   # failed graphs
 
@@ -50,6 +53,7 @@ import time
 import traceback
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -60,7 +64,9 @@ FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused", "ti
 CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", *FAIL_CLASSES)
 # atol is scaled by the output's largest magnitude: fused kernels reorder float sums.
 TOLERANCE = {np.dtype(np.float32): (1e-4, 1e-3), np.dtype(np.float16): (1e-2, 2e-2),
-             np.dtype(np.float64): (1e-9, 1e-7)}
+             np.dtype(np.float64): (1e-9, 1e-7), np.dtype(ml_dtypes.bfloat16): (5e-2, 5e-2)}
+#: --precision: the type every float output is compared at (its cone computes in it)
+PRECISION_DTYPE = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
 
 
 def case_seed(seed: int, index: int) -> int:
@@ -162,14 +168,18 @@ def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tupl
     return "ok", ""
 
 
-def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=(), loosest=None):
+def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=(), loosest=None,
+            precision: str | None = None):
     """Optimize and compare; returns (class, detail, optimized proto or None, rule fires).
-    ``loosest``: ``loosest_float_dtypes(original)``, computed here when not given."""
+    ``loosest``: ``loosest_float_dtypes(original)``, computed here when not given; with
+    ``precision`` every output is compared at that type's tolerance."""
     import onnx_fuse
     from onnx_fuse.errors import UserError
+    from onnx_fuse.passes.precision import emulate_bf16
 
     try:
-        result = onnx_fuse.optimize(original, level=level, target=target, rules=list(rules))
+        result = onnx_fuse.optimize(original, level=level, target=target, rules=list(rules),
+                                    precision=precision)
         optimized = result.to_proto()
     except UserError as exc:
         return "refused-input", _first_line(exc), None, {}
@@ -181,14 +191,17 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     if sig:
         return "signature", sig, optimized, fires
     names = [o.name for o in original.graph.output]
-    if loosest is None:
+    if precision is not None:
+        loosest = {n: PRECISION_DTYPE[precision] for n in names}
+    elif loosest is None:
         loosest = loosest_float_dtypes(original)
+    runnable = emulate_bf16(optimized) if precision == "bf16" else optimized
     try:
-        sess = _session(optimized, ort_optimizations=True)
+        sess = _session(runnable, ort_optimizations=True)
         got = sess.run(names, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT's refusal, whatever its type
         if _ort_itself(original, feeds, ref_out, loosest) or \
-                _correct_without_ort_optimizations(optimized, names, feeds, ref_out, loosest):
+                _correct_without_ort_optimizations(runnable, names, feeds, ref_out, loosest):
             # ORT's own fusions refuse the original too (ORT 1.30-1.32's LayerNormFusion binds
             # float and float16 on an fp16 decomposed norm), or only ours with them on
             return "ort-itself", "ORT's optimizations refuse it: " + _first_line(exc), optimized, fires
@@ -196,7 +209,7 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     cls, detail = compare(names, ref_out, got, loosest)
     if cls != "ok" and _ort_itself(original, feeds, ref_out, loosest):
         return "ort-itself", detail, optimized, fires
-    if cls != "ok" and _correct_without_ort_optimizations(optimized, names, feeds, ref_out, loosest):
+    if cls != "ok" and _correct_without_ort_optimizations(runnable, names, feeds, ref_out, loosest):
         return "ort-itself", "ORT's optimizations break the optimized model, which is right " \
             f"without them: {detail}", optimized, fires
     if cls == "ok" and target == "trt":
@@ -253,9 +266,9 @@ def fuzz_graph(task):
     import onnxruntime
 
     onnxruntime.set_default_logger_severity(4)  # the failures we provoke are reported, not logged
-    seed, levels, targets, rules, graph_timeout = task
+    seed, levels, targets, rules, graph_timeout, precision = task
     case = make_case(seed)
-    base = {"seed": seed, "motifs": case.motifs, "traps": case.traps}
+    base = {"seed": seed, "motifs": case.motifs, "traps": case.traps, "precision": precision}
     try:
         sess = _session(case.model, ort_optimizations=False)
         names = [o.name for o in case.model.graph.output]
@@ -277,7 +290,7 @@ def fuzz_graph(task):
                     cls, detail, opt, fires = o1_done
                 else:
                     cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules,
-                                                      loosest)
+                                                      loosest, precision)
                     o1_done = (cls, detail, opt, fires) if level == 1 else None
                 results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
                 if cls in (*FAIL_CLASSES, "ort-itself"):
@@ -300,7 +313,8 @@ def _save_failure(out: Path, res: dict, case, optimized) -> str:
     if optimized is not None:
         onnx.save(optimized, folder / "optimized.onnx")
     np.savez(folder / "feeds.npz", **case.feeds)
-    info = {k: res[k] for k in ("seed", "level", "target", "cls", "detail", "motifs", "traps")}
+    info = {k: res[k] for k in ("seed", "level", "target", "cls", "detail", "motifs", "traps",
+                                "precision")}
     (folder / "info.json").write_text(json.dumps(info, indent=1) + "\n")
     return str(folder)
 
@@ -323,15 +337,16 @@ def _write_summary(out: Path, summary: dict) -> None:
 
 def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None = None,
          start: int = 0, progress=None, rules=(), time_budget: float | None = None,
-         graph_timeout: float = 0, seeds=None) -> dict:
+         graph_timeout: float = 0, seeds=None, precision: str | None = None) -> dict:
     """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``, and
     every 100 graphs while it runs). ``rules`` are extra rule files, passed to optimize() (a
-    user's rules can be fuzzed too). ``time_budget`` (seconds) stops taking new graphs."""
+    user's rules can be fuzzed too). ``time_budget`` (seconds) stops taking new graphs.
+    ``precision`` ("fp16"/"bf16") adds that precision conversion to every run."""
     rules = tuple(str(r) for r in rules)
     if seeds is None:  # the graphs (seed, start) ... (seed, start + count - 1)
         seeds = [case_seed(seed, i) for i in range(start, start + count)]
     count = len(seeds)
-    tasks = [(s, tuple(levels), tuple(targets), rules, graph_timeout) for s in seeds]
+    tasks = [(s, tuple(levels), tuple(targets), rules, graph_timeout, precision) for s in seeds]
     counts = collections.Counter()
     by_combo: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     fires = collections.Counter()
@@ -346,6 +361,7 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
         return {
             "count": count, "graphs": graphs, "complete": complete, "seed": seed, "start": start,
             "levels": list(levels), "targets": list(targets), "rules": list(rules), "jobs": jobs,
+            "precision": precision,
             "runs": sum(counts.values()), "seconds": round(time.time() - t0, 1),
             "classes": {c: counts.get(c, 0) for c in CLASSES},
             "failed": sum(counts.get(c, 0) for c in FAIL_CLASSES),
@@ -408,7 +424,8 @@ def replay(folders, rules=()) -> list[tuple[str, str, str]]:
         with np.load(folder / "feeds.npz") as data:
             feeds = {k: data[k] for k in data.files}
         ref = _session(model, ort_optimizations=False).run([o.name for o in model.graph.output], feeds)
-        cls, detail, _, _ = run_one(model, feeds, ref, info["level"], info["target"], rules)
+        cls, detail, _, _ = run_one(model, feeds, ref, info["level"], info["target"], rules,
+                                    precision=info.get("precision"))
         out.append((str(folder), info["cls"], cls + (f": {detail.splitlines()[0][:160]}" if detail else "")))
     return out
 
@@ -445,6 +462,8 @@ def main(argv=None) -> int:
                     help="a graph's runs taking longer count as `timeout` (0: no limit; POSIX only)")
     ap.add_argument("--rules", action="append", default=[], metavar="FILE",
                     help="extra rule file for optimize() (repeatable)")
+    ap.add_argument("--precision", choices=("fp16", "bf16"), default=None,
+                    help="optimize with this precision conversion too; outputs compared at its tolerance")
     ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--rerun", type=Path, metavar="SUMMARY",
@@ -486,7 +505,8 @@ def main(argv=None) -> int:
     if missing:
         ap.error(f"--rules {missing[0]}: no such file")
     summary = fuzz(args.count, args.seed, args.levels, args.targets, args.jobs, args.out,
-                   args.start, progress, args.rules, args.time_budget, args.graph_timeout, seeds)
+                   args.start, progress, args.rules, args.time_budget, args.graph_timeout, seeds,
+                   args.precision)
     of = "" if summary["complete"] else f" (of {summary['count']}: time budget reached)"
     print(f"{summary['graphs']} graphs{of}, {summary['runs']} runs, {summary['seconds']} s")
     for cls in CLASSES:

@@ -29,6 +29,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    metavar="NAME:MIN,OPT,MAX", help="profiles when a model is built for trt")
     p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
+    p.add_argument("--alias-pools", action="store_true",
+                   help="--backend trt: bind each paged-KV pool output (kv_pool_k_out.N) to its "
+                        "input's buffer (kv_pool_k.N), the in-place path a server uses "
+                        "(default: every output its own buffer)")
     p.add_argument("--save-outputs", metavar="FILE.npz", help="write the outputs")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more detail; tracebacks")
     return p
@@ -47,7 +51,7 @@ def run(args) -> int:
     backend = args.backend or ("trt" if is_plan(args.source) else "ort")
     result = run_source(args.source, backend=backend, inputs=args.inputs, seed=args.seed,
                         shapes=parse_shapes(args.shape), compare=args.compare, model=args.model,
-                        rtol=args.rtol, atol=args.atol,
+                        rtol=args.rtol, atol=args.atol, alias_pools=args.alias_pools,
                         build_options=BuildOptions(profiles=parse_profiles(args.profile),
                                                    progress=False))
     out = Console(highlight=False, soft_wrap=True)

@@ -11,9 +11,9 @@ K/V). Half the pool bytes of fp16; the plugin's JIT path quantizes on append and
 
 Refused with a UserError naming the layer, never half converted: a query length not fixed at 1
 (the fp8 form is decode-only), a head size the fp8 decode kernel lacks, pools that are not graph
-inputs and outputs of their own (one Cast between is removed, passes/_kv_pools.py: fp8 pool
-bytes are never converted; ``precision`` itself leaves none), a node that already has scale
-inputs; and a model with no PagedAttention at all (the paged rewrite did not apply, see the
+inputs and outputs of their own wired straight to the node (passes/_kv_pools.py: fp8 pool bytes
+are never converted, so a Cast between is refused; ``precision`` never puts one there), a node
+that already has scale inputs; and a model with no PagedAttention at all (the paged rewrite did not apply, see the
 report's warnings).
 """
 
@@ -23,7 +23,7 @@ import onnx_ir as ir
 
 from onnx_fuse.errors import UserError
 from onnx_fuse.passes._infra import FusePass
-from onnx_fuse.passes._kv_pools import bind_pools, pool_io
+from onnx_fuse.passes._kv_pools import pool_io, retype_pools
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 
 __all__ = ["KvCacheFp8Pass", "FP8_HEAD_DIMS", "KV_CACHE_DTYPES"]
@@ -56,11 +56,9 @@ class KvCacheFp8Pass(FusePass):
                             f"{_OPTION})")
         plans = [self._check(n) for n in nodes]
         for node, (hkv, pools) in zip(nodes, plans):
-            # the pool bytes are state, never converted: any Cast precision left goes
-            self.stats["casts-removed"] += bind_pools(graph, node, pools,
-                                                      ir.DataType.FLOAT8E4M3FN)
+            retype_pools(pools, ir.DataType.FLOAT8E4M3FN)
             scales = []
-            for tag, (pool, _), _ in pools:
+            for tag, pool, _ in pools:
                 scale = ir.Value(name=_scale_name(pool, tag), type=ir.TensorType(ir.DataType.FLOAT),
                                  shape=ir.Shape([hkv]))
                 graph.inputs.append(scale)
@@ -85,11 +83,10 @@ class KvCacheFp8Pass(FusePass):
             refuse("fp8 pools are decode-only, and this query's length is not fixed at 1 "
                    "(export the decode graph with a sequence length of 1)")
         pools = pool_io(node)
-        if pools is None or any(p.shape is None or len(p.shape) != 4 for _, (p, _), _ in pools):
+        if pools is None or any(p.shape is None or len(p.shape) != 4 for _, p, _ in pools):
             refuse("its k or v pool is not a graph input [blocks, block_size, Hkv, D] read "
-                   "by this node only (directly or through one Cast), with its update a "
-                   "graph output")
-        hkv, d = pools[0][1][0].shape[2], pools[0][1][0].shape[3]
+                   "by this node only, with its update a graph output (no Cast between)")
+        hkv, d = pools[0][1].shape[2], pools[0][1].shape[3]
         if not isinstance(hkv, int) or d not in FP8_HEAD_DIMS:
             refuse(f"head size {d} (the fp8 decode kernel takes "
                    f"{', '.join(map(str, FP8_HEAD_DIMS))}) or a kv head count that is not static")

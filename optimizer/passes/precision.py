@@ -21,9 +21,11 @@ Cases handled:
   zero counted in stats), or duplicated when both precisions consume them;
 - graph inputs/outputs keep float32 unless ``keep_io_types=False``; boundary Casts get deterministic
   names ``<value>__to_fp16`` (one per value and dtype); exact Cast pairs (low->fp32->low) and
-  identity Casts left by the conversion are removed; the exception is PagedAttention's KV pools
-  (``kv_pool_{k,v}.N`` in, ``kv_pool_{k,v}_out.N`` out): state the op updates in place, they take
-  the op's low type at the graph I/O with no Cast between (passes/_kv_pools.py);
+  identity Casts left by the conversion are removed; the exception is PagedAttention's float32 KV
+  pools (``kv_pool_{k,v}.N`` in, ``kv_pool_{k,v}_out.N`` out): state the op updates in place, they
+  are exempt from ``keep_io_types`` and take the op's low type at the graph I/O, so no Cast is ever
+  put between them and the op (passes/_kv_pools.py); pools of another type (fp8, from
+  ``kv-cache-fp8``) are left as they are;
 - nodes with subgraphs (If/Loop/Scan) are KEEP and their bodies are untouched; an outer value a body
   reads is cast back to float32 for it.
 """
@@ -38,7 +40,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
-from onnx_fuse.passes._kv_pools import bind_pools, pool_io
+from onnx_fuse.passes._kv_pools import POOL_SLOTS, pool_io, retype_pools
 from onnx_fuse.passes._op_signatures import PLUGIN_DOMAIN
 from onnx_fuse.passes._op_signatures import TYPE_STR as _TYPE_STR
 from onnx_fuse.passes._op_signatures import (fill_output_types, plugin_low_ops, signature,
@@ -242,6 +244,7 @@ class PrecisionConversionPass(FusePass):
             self._retype_attributes(node, outs)
             self.stats["nodes-lowered"] += 1
         self.stats["nodes-kept-fp32"] += len(keep)
+        pool_outs = self._pools_in_op_type(slots)   # before the Casts: none goes on a pool
         if not self.keep_io_types:
             for inp in graph.inputs:
                 if inp.dtype == F32 and not inp.is_initializer():
@@ -260,26 +263,32 @@ class PrecisionConversionPass(FusePass):
                     for node, i in uses:
                         node.replace_input_with(i, cast)
         f32_outputs = [i for i, v in enumerate(graph.outputs) if v.dtype == F32]
-        self._fix_outputs(graph)
-        self.stats["io-converted"] += sum(graph.outputs[i].dtype != F32 for i in f32_outputs)
+        self._fix_outputs(graph, pool_outs)
+        self.stats["io-converted"] += sum(graph.outputs[i].dtype != F32 for i in f32_outputs
+                                          if graph.outputs[i] not in pool_outs)
         self._remove_redundant_casts(graph)
-        self._pools_in_op_type(graph)
         return ir.passes.PassResult(model, modified=True)
 
-    def _pools_in_op_type(self, graph: ir.Graph) -> None:
-        """PagedAttention's KV pools are state it updates in place, not user data: their graph
-        input and output take the op's 16-bit type whatever ``keep_io_types`` says, with no
-        Cast between (a Cast would convert the whole pool twice per step and break the TensorRT
-        plugin's in-place aliasing; passes/_kv_pools.py)."""
-        for node in graph:
+    def _pools_in_op_type(self, slots: dict) -> set[ir.Value]:
+        """PagedAttention's KV pools are state it updates in place, not user data: the float32
+        graph input and output of each pool of a lowered node take the low type whatever
+        ``keep_io_types`` says, so no boundary Cast is made for them (a Cast would convert the
+        whole pool twice per step and break the TensorRT plugin's in-place aliasing;
+        passes/_kv_pools.py). Pools of another type (fp8) stay as they are. Returns the pool
+        graph outputs, which ``_fix_outputs`` leaves in the low type."""
+        outs: set[ir.Value] = set()
+        for node, (lowered_in, lowered_out) in slots.items():
             if node.domain != PLUGIN_DOMAIN or node.op_type != "PagedAttention":
                 continue
-            dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
             pools = pool_io(node)
-            if dtype not in LOW_TYPES.values() or pools is None:
-                continue   # kept float32, or pools that are not the op's own graph I/O
-            self.stats["casts-removed"] += bind_pools(graph, node, pools, dtype)
+            if pools is None or not all(
+                    i in lowered_in and i - 2 in lowered_out and pool.dtype == F32
+                    for (_, i), (_, pool, _) in zip(POOL_SLOTS, pools)):
+                continue   # not the op's own graph I/O, or not float32 pools (fp8: untouched)
+            retype_pools(pools, self.low)
+            outs.update(out for _, _, out in pools)
             self.stats[f"kv-pools-{self.precision}"] += len(pools)
+        return outs
 
     def _retype_attributes(self, node: ir.Node, outs: set[int]) -> None:
         if 0 not in outs:
@@ -361,11 +370,12 @@ class PrecisionConversionPass(FusePass):
         self.stats["casts-inserted"] += 1
         return out
 
-    def _fix_outputs(self, graph: ir.Graph) -> None:
-        """Graph outputs get their original float32 back (or the low type without keep_io)."""
+    def _fix_outputs(self, graph: ir.Graph, pool_outs: set[ir.Value]) -> None:
+        """Graph outputs get their original float32 back (or the low type without keep_io);
+        KV pool outputs keep the low type."""
         for idx, v in enumerate(list(graph.outputs)):
             want = F32 if self.keep_io_types else self.low
-            if v.dtype not in (F32, self.low) or v.dtype == want:
+            if v.dtype not in (F32, self.low) or v.dtype == want or v in pool_outs:
                 continue
             if not self.keep_io_types and (v.is_graph_input() or v.is_initializer()):
                 continue

@@ -12,7 +12,12 @@ past_key_values.N.* inputs and present.N.* outputs for the pools, block_tables a
   the constant ``[0 .. S-1]`` where a static S was folded, e.g. a decode export with S = 1): a
   paged batch is ragged, so positions become per sequence, ``seq_lens[b] - S + i`` ([B, S]), which is
   only sound where the positions flow elementwise into RoPE's cos/sin ([1, S, 1] -> [B, S, 1]) or
-  index a position-embedding table added to a [B, S, H] tensor (GPT-2's wpe).
+  index a position-embedding table added to a [B, S, H] tensor (GPT-2's wpe);
+- position ids computed some other way from the past length (OPT: attention_mask's cumsum sliced at
+  the past length) that index a position-embedding table: accepted when their values are the cache
+  positions P + i + c (trt_paged_positions.py probes them), then ``seq_lens[b] - S + i + c``;
+- ``Shape(x)[0:1]`` of another graph input with the past's batch dim (the padding mask, kept only
+  for its batch size): ``Shape(seq_lens)``, so that input can go.
 
 ``check`` refuses (the rule then fires nowhere, and the report says why) when a past tensor is
 read in any other way, or when a past-like graph input is left that no lowered attention reads
@@ -79,14 +84,18 @@ class _ShapeUse:
     cache_pos: list[ir.Node] = dataclasses.field(default_factory=list)  # Add(Range(0, S, 1), past_len)
     rope_unsq: list[ir.Node] = dataclasses.field(default_factory=list)  # Unsqueeze(cache_pos, [0, 2]) -> RoPE
     abs_unsq: list[ir.Node] = dataclasses.field(default_factory=list)   # Unsqueeze(cache_pos, [0]) -> wpe Gather
+    # position ids computed another way (OPT: from attention_mask's cumsum), proven P + i + c by
+    # their values (trt_paged_positions.py): (the positions, c)
+    probed: list[tuple[ir.Value, int]] = dataclasses.field(default_factory=list)
 
 
 _ROPE_PATH_OPS = {"Cast", "Mul", "Div", "Add", "Cos", "Sin", "Expand", "Concat", "Unsqueeze"}
 
 
-def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node]) -> _ShapeUse:
+def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node], opset: int = 18) -> _ShapeUse:
     uses = _ShapeUse()
     for past in pasts:
+        probe = (past, opset)
         for user in _users(past):
             if id(user) not in live or user in matched:
                 continue
@@ -97,7 +106,7 @@ def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node]) ->
             if (start, end) == (0, 1):
                 uses.batch.append(user)
             elif (start, end) == (2, 3):
-                _past_len_uses(user.outputs[0], live, uses)
+                _past_len_uses(user.outputs[0], live, uses, probe)
             elif (start, end) == (0, None):  # the whole shape, read dim by dim (Gather of one index)
                 for g in _users(user.outputs[0]):
                     if id(g) not in live:
@@ -110,7 +119,7 @@ def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node]) ->
                     if int(i) in (0, -4):
                         uses.batch_scalar.append(g)
                     elif int(i) in (2, -2):
-                        _past_len_uses(g.outputs[0], live, uses)
+                        _past_len_uses(g.outputs[0], live, uses, probe)
                     else:
                         raise _Refuse(f"Shape(past)[{int(i)}] has no paged equivalent")
             else:
@@ -118,16 +127,19 @@ def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node]) ->
     return uses
 
 
-def _past_len_uses(length: ir.Value, live: set[int], uses: _ShapeUse) -> None:
-    """``length``: the past length ([1] or a scalar); its readers must compute cache_position."""
+def _past_len_uses(length: ir.Value, live: set[int], uses: _ShapeUse, probe: tuple) -> None:
+    """``length``: the past length ([1] or a scalar); its readers must compute cache_position,
+    or position ids whose values are the cache positions (``_probed_positions``)."""
     vals = [length]
     vals += [u.outputs[0] for u in _users(length) if id(u) in live and u.op_type == "Squeeze"]
     for v in vals:
+        others = [u for u in _users(v) if id(u) in live and u.op_type != "Squeeze"
+                  and (u.op_type != "Add" or _arange(u) is None)]
+        if others:
+            _probed_positions(others, live, uses, *probe)
         for user in _users(v):
-            if id(user) not in live or user.op_type == "Squeeze":
+            if id(user) not in live or user.op_type == "Squeeze" or user in others:
                 continue
-            if user.op_type != "Add" or _arange(user) is None:
-                raise _Refuse(f"the past length feeds {user.op_type} {user.name!r}, not cache_position")
             uses.cache_pos.append(user)
             for u2 in _users(user.outputs[0]):
                 if id(u2) not in live:
@@ -140,6 +152,69 @@ def _past_len_uses(length: ir.Value, live: set[int], uses: _ShapeUse) -> None:
                     raise _Refuse(f"cache_position feeds {u2.op_type} {u2.name!r}, not the RoPE positions")
                 _check_rope_path(u2, live)
                 uses.rope_unsq.append(u2)
+
+
+_INT_OPS_LIMIT = 256
+
+
+def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, past: ir.Value,
+                      opset: int) -> None:
+    """The past length read by ``starts`` must only reach position ids (the index of a constant
+    embedding table, or [1, S] ids on their way to RoPE), through integer ops; those must be the
+    new tokens' cache positions P + i + c, checked on their values."""
+    from onnx_fuse.rewrite._expr import EvalFailure
+    from onnx_fuse.targets.trt_paged_positions import position_offset
+
+    found: dict[int, ir.Value] = {}
+    stack, seen = list(starts), set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > _INT_OPS_LIMIT or node.domain not in ("", "ai.onnx"):
+            raise _Refuse(f"the past length feeds {node.op_type} {node.name!r}, not cache_position")
+        for out in node.outputs:
+            if out.is_graph_output() or out.dtype is None or not (out.dtype.is_integer()
+                                                                   or out.dtype == ir.DataType.BOOL):
+                raise _Refuse(f"the past length feeds {node.op_type} {node.name!r}, not cache_position")
+            reads = [(u, i) for u, i in out.uses() if id(u) in live]
+            if reads and all(_position_read(u, i, out) for u, i in reads):
+                found[id(out)] = out  # position ids: what reads them is checked below
+                continue
+            for user, idx in reads:
+                if user.op_type == "Gather" and idx == 1 and user.inputs[0].const_value is not None:
+                    found[id(out)] = out
+                else:
+                    stack.append(user)
+    for pos in found.values():
+        try:
+            c, per_row = position_offset(pos, past, opset)
+        except EvalFailure as exc:
+            raise _Refuse(f"the past length feeds the position ids {pos.name!r}, which are not the cache "
+                          f"positions: {exc}") from None
+        if _new_tokens_source(pos.graph, pos) is None:
+            raise _Refuse(f"the position ids {pos.name!r} are the cache positions, but no graph input gives "
+                          "the number of new tokens")
+        if not (per_row or _batch_shaped(pos, past)):
+            _check_positions_value(pos, live)  # [1, S] -> [B, S] must keep the consumers' shapes
+        if all(p is not pos for p, _ in uses.probed):
+            uses.probed.append((pos, c))
+
+
+def _position_read(user: ir.Node, idx: int, out: ir.Value) -> bool:
+    """``out`` read as position ids: the index of a constant embedding table, or [1, S] unsqueezed
+    to [1, S, 1] on the way to RoPE's cos/sin (_check_positions_value checks the rest)."""
+    if user.op_type == "Gather":
+        return idx == 1 and user.inputs[0].const_value is not None
+    return (user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([1], [2], [-1])
+            and out.shape is not None and len(out.shape) == 2)
+
+
+def _batch_shaped(pos: ir.Value, past: ir.Value) -> bool:
+    """Positions already [B, S] (B: the past's batch dim) keep their shape when paged."""
+    return (pos.shape is not None and len(pos.shape) == 2 and past.shape is not None
+            and not isinstance(pos.shape.dims[0], int) and pos.shape.dims[0] == past.shape.dims[0])
 
 
 def _arange(add: ir.Node) -> tuple[ir.Value, ir.Value | int] | None:
@@ -161,16 +236,23 @@ def _check_position_embedding(unsq: ir.Node, live: set[int]) -> None:
     """position ids [1, S] may become [B, S] only if they index a position-embedding table whose
     rows are added to a [B, S, H] tensor (so the sum keeps its shape), or reach RotaryEmbedding's
     position_ids input (GPT-J's gathered sin/cos), through Cast / Expand."""
-    out = unsq.outputs[0]
+    _check_positions_value(unsq.outputs[0], live)
+
+
+def _check_positions_value(out: ir.Value, live: set[int]) -> None:
     if out.is_graph_output():
         raise _Refuse("position ids reach a graph output")
     for gather, idx in out.uses():
         if id(gather) not in live:
             continue
         if gather.op_type in ("Cast", "Expand") and idx == 0:
-            _check_position_embedding(gather, live)
+            _check_positions_value(gather.outputs[0], live)
             continue
         if gather.op_type == "RotaryEmbedding" and idx == 3:
+            continue
+        if gather.op_type == "Unsqueeze" and idx == 0 and _axes(gather) in ([1], [2], [-1]) \
+                and out.shape is not None and len(out.shape) == 2:
+            _check_rope_path(gather, live)  # [1, S] -> [1, S, 1] (TorchScript: two Unsqueezes) -> RoPE
             continue
         if (gather.op_type != "Gather" or idx != 1 or gather.inputs[0].const_value is None
                 or gather.attributes.get("axis", ir.AttrInt64("axis", 0)).value != 0):
@@ -183,6 +265,18 @@ def _check_position_embedding(unsq: ir.Node, live: set[int]) -> None:
             if (add.op_type != "Add" or other is None or other.shape is None or add.outputs[0].shape is None
                     or len(other.shape) != 3 or list(other.shape) != list(add.outputs[0].shape)):
                 raise _Refuse(f"position embeddings feed {add.op_type} {add.name!r}, not an Add to [B, S, H]")
+
+
+def _keeps_batch_axis(node: ir.Node, idx: int) -> bool:
+    """Ops of HF's rotary embedding that keep axis 0 as the batch: inv_freq [1, D/2, 1] (a
+    constant, batch 1) @ positions [B, 1, S], and the Transpose of the result that keeps axis 0."""
+    if node.op_type == "Transpose":
+        perm = node.attributes.get("perm")
+        return perm is not None and list(perm.value)[0] == 0
+    if node.op_type == "MatMul" and idx == 1:
+        w = node.inputs[0].const_value
+        return w is not None and w.shape is not None and len(w.shape) == 3 and w.shape[0] == 1
+    return False
 
 
 def _check_rope_path(start: ir.Node, live: set[int]) -> None:
@@ -201,8 +295,8 @@ def _check_rope_path(start: ir.Node, live: set[int]) -> None:
                     continue
                 if user.op_type == "RotaryEmbedding" and idx in (1, 2) and len(user.inputs) <= 3:
                     continue
-                if user.op_type not in _ROPE_PATH_OPS or (user.op_type == "Concat" and
-                                                          user.attributes["axis"].value != -1):
+                if not _keeps_batch_axis(user, idx) and (user.op_type not in _ROPE_PATH_OPS or (
+                        user.op_type == "Concat" and user.attributes["axis"].value != -1)):
                     raise _Refuse(f"positions flow into {user.op_type} {user.name!r}, not RoPE")
                 stack.append(user)
 
@@ -219,7 +313,7 @@ def _check(graph: ir.Graph, retiring: list[ir.Value], matched: set[ir.Node]) -> 
         return f"past input(s) {stray} are not read by a lowered attention (a model is never half paged)"
     presents = {id(o) for n in matched for o in n.outputs[1:]}
     try:
-        _shape_uses(retiring, _live(graph, presents, matched), matched)
+        _shape_uses(retiring, _live(graph, presents, matched), matched, _opset(graph))
     except _Refuse as exc:
         return str(exc)
     return None
@@ -227,12 +321,16 @@ def _check(graph: ir.Graph, retiring: list[ir.Value], matched: set[ir.Node]) -> 
 
 def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.Value]) -> None:
     try:
-        su = _shape_uses(retiring, _live(graph, set(), set()), set())
+        su = _shape_uses(retiring, _live(graph, set(), set()), set(), _opset(graph))
     except _Refuse as exc:  # check() accepted the same readers before the lowering
         from onnx_fuse.errors import InternalError
 
         raise InternalError(f"kv-cache-positions: {exc}") from None
     seq_lens = new_inputs["seq_lens"]
+    probed = [p.producer() for p, _ in su.probed if p.producer() is not None]
+    for pos, c in su.probed:
+        _replace_probed(graph, pos, c, seq_lens)
+    su.batch += _batch_only_readers(graph, retiring, new_inputs)
     if su.batch or su.batch_scalar:
         bshape = ir.node("Shape", [seq_lens], attributes={"start": 0, "end": 1}, name="paged_kv_batch")
         bscalar = ir.node("Squeeze", [bshape.outputs[0]], name="paged_kv_batch_scalar")
@@ -263,7 +361,85 @@ def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.V
         anchor = (rope or absolute or [None])[0]
         if anchor is not None:
             graph.insert_before(anchor, new_nodes)
-    _remove_dead(graph, [*su.batch, *su.batch_scalar, *su.rope_unsq, *su.abs_unsq])
+    _remove_dead(graph, [*su.batch, *su.batch_scalar, *su.rope_unsq, *su.abs_unsq, *probed])
+
+
+def _batch_only_readers(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.Value]) -> list[ir.Node]:
+    """``Shape(x)[0:1]`` of a graph input ``x`` that nothing else reads once the attentions are
+    paged (the padding mask, kept only for the batch size shape CSE took from it): its first dim
+    is the past's batch dim, so it is ``Shape(seq_lens)`` and ``x`` can go."""
+    bdims = {p.shape.dims[0] for p in retiring if p.shape is not None and len(p.shape)
+             and not isinstance(p.shape.dims[0], int)}
+    live = _live(graph, set(), set())
+    keep = {id(v) for v in retiring} | {id(v) for v in new_inputs.values()}
+    found = []
+    for x in graph.inputs:
+        if id(x) in keep or x.shape is None or not len(x.shape) or x.shape.dims[0] not in bdims:
+            continue
+        readers = [u for u in _users(x) if id(u) in live]
+        if readers and all(u.op_type == "Shape" and u.attributes.get("start", ir.AttrInt64("start", 0)).value == 0
+                           and "end" in u.attributes and u.attributes["end"].value == 1 for u in readers):
+            found += readers
+    return found
+
+
+def _opset(graph: ir.Graph) -> int:
+    return int(graph.opset_imports.get("", 18) or 18)
+
+
+def _new_tokens_source(graph: ir.Graph, pos: ir.Value) -> int | tuple[ir.Value, int] | None:
+    """Where S (positions [.., S]) comes from: a static dim, a graph input carrying the same
+    symbolic dim (input, axis), else the token ids (one id per new token, the index of a constant
+    embedding table: input, 1); None when none is found."""
+    d = pos.shape.dims[-1] if pos.shape is not None and len(pos.shape) else None
+    if isinstance(d, int):
+        return d
+    for x in graph.inputs:
+        for a, xd in enumerate(x.shape.dims if x.shape is not None and d is not None else ()):
+            if not isinstance(xd, int) and xd == d:
+                return x, a
+    for x in graph.inputs:
+        if x.shape is not None and len(x.shape) == 2 and x.dtype is not None and x.dtype.is_integer() and any(
+                u.op_type == "Gather" and i == 1 and u.inputs[0].const_value is not None for u, i in x.uses()):
+            return x, 1
+    return None
+
+
+def _new_tokens(graph: ir.Graph, pos: ir.Value) -> ir.Value:
+    """S, [1] int64, for positions [.., S] (``_new_tokens_source``, which check() required)."""
+    src = _new_tokens_source(graph, pos)
+    if isinstance(src, int):
+        return _const(graph, f"{pos.name}_paged_len", [src])
+    x, a = src
+    shape = ir.node("Shape", [x], attributes={"start": a, "end": a + 1}, name=f"{pos.name}_paged_s")
+    graph.insert_before(graph.node(0), [shape])
+    return shape.outputs[0]
+
+
+def _replace_probed(graph: ir.Graph, pos: ir.Value, c: int, seq_lens: ir.Value) -> None:
+    """positions [.., S] = P + i + c  ->  seq_lens[b] - S + i + c, [B, S]."""
+    name = pos.name or "positions"
+    s = _new_tokens(graph, pos)
+    lens64 = ir.node("Cast", [seq_lens], attributes={"to": ir.DataType.INT64}, name=f"{name}_paged_lens")
+    col = ir.node("Unsqueeze", [lens64.outputs[0], _const(graph, f"{name}_paged_ax1", [1])], name=f"{name}_paged_col")
+    start = ir.node("Sub", [col.outputs[0], s], name=f"{name}_paged_start")
+    s0 = ir.node("Squeeze", [s], name=f"{name}_paged_s0")
+    ar = ir.node("Range", [_const(graph, f"{name}_paged_zero", 0), s0.outputs[0],
+                           _const(graph, f"{name}_paged_one", 1)], name=f"{name}_paged_arange")
+    at = ir.node("Add", [start.outputs[0], ar.outputs[0]], name=f"{name}_paged_at")
+    nodes = [lens64, col, start, s0, ar, at]
+    out = at.outputs[0]
+    if c:
+        off = ir.node("Add", [out, _const(graph, f"{name}_paged_offset", c)], name=f"{name}_paged_pos")
+        nodes.append(off)
+        out = off.outputs[0]
+    if pos.dtype != ir.DataType.INT64:
+        cast = ir.node("Cast", [out], attributes={"to": pos.dtype}, name=f"{name}_paged_cast")
+        nodes.append(cast)
+        out = cast.outputs[0]
+    anchor = next(n for n in graph if any(i is pos for i in n.inputs))
+    graph.insert_before(anchor, nodes)
+    pos.replace_all_uses_with(out)
 
 
 def _remove_dead(graph: ir.Graph, frontier: list[ir.Node]) -> None:

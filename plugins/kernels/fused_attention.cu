@@ -38,10 +38,10 @@ constexpr int fa_smem_bytes() {
   return (16 * MT * NWARPS + 2 * 2 * BN) * tile_row<D>() * 2;
 }
 
-// Logit softcap (the SC template flag of every body; entries with the _sc suffix): each raw
-// score s of a tile becomes tanh(scale * s / cap) in place, before masking, and the launcher
-// passes scale_log2 = cap * log2(e), so the unchanged online softmax exponentiates
-// cap * tanh(scale * s / cap) in the exp2 domain. sc_k = 2 * log2(e) * scale / cap;
+// Logit softcap (template flag SC of the bodies, option kWsSoftcap of fa_ws_core; entries with
+// the _sc suffix): each raw score s of a tile becomes tanh(scale * s / cap) in place, before
+// masking, and the launcher passes scale_log2 = cap * log2(e), so the unchanged online softmax
+// exponentiates cap * tanh(scale * s / cap) in the exp2 domain. sc_k = 2 * log2(e) * scale / cap;
 // tanh(x) = 1 - 2 / (e^(2x) + 1) on ex2 and a fast divide: about 1e-6 absolute, where
 // tanh.approx.f32 (~5e-4) times a cap of 50 would move the logits by ~0.03.
 template <typename Frag>
@@ -754,6 +754,21 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
 // and O += P V of tile j back to back, then runs the softmax of tile j+1 (as soon as S is done,
 // while its own PV and the other warpgroup's GEMMs still run) and rescales O once PV is done. A consumer frees a stage on its "empty" mbarrier once its PV is done.
 constexpr int kWsStages = 3;
+// fa_ws_core option kWsPinSoftmax (the m128n128w12t_ov entries): in the steady state the softmax
+// of tile j+1 is meant to run while the warpgroup's own P V of tile j is still on the tensor cores
+// (between wgmma.wait_group 1 and 0), but ptxas hoists the WARPGROUP.DEPBAR of wait_group 0 to the
+// top of the softmax's basic block (every exp2 of the planned body's loop issues after it: SASS of
+// the sm_90a build), so the softmax only starts once P V is done. A shared-memory store of the
+// row sums (which depend on every exp2 of the tile) just before wait_group 0 pins the order:
+// ptxas does not move the wait above a memory operation.
+constexpr int kWsPinSoftmax = 1;
+// Option kWsLazyRescale (the _ovl entries): a warp rescales its O rows only when the running max of
+// one of them moved (alpha != 1; exp2(0) is exactly 1, so skipping is exact): after the first tiles
+// the max rarely moves, and the 64 multiplies per thread sit between wait_group 0 and the next
+// issue, on the path the other warpgroup waits for.
+constexpr int kWsLazyRescale = 2;
+// Option kWsSoftcap (the _sc entries): the logit softcap, fa_softcap on each tile's scores (sc_k).
+constexpr int kWsSoftcap = 16;
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
 // q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
@@ -867,6 +882,24 @@ struct FaPagedTmaRows : FaPagedRows<T> {
   int hkv;
 };
 
+// TMA producers' fix-up of the last K/V tile (warp-uniform, the whole producer warp): once the
+// tile's V copy has landed on vtail (phase `parity`), zero V rows [r0, BN) (rows past kv_len: stale,
+// never-written or non-finite data that P = 0 would still turn into NaN, as 0 * Inf), fence the
+// generic stores for the tensor cores' async-proxy reads and publish the stage (lane 0 arrives on
+// `full`, whose K bytes are already expected).
+template <int BN, int CPR>
+__device__ __forceinline__ void ws_zero_v_tail(uint32_t dv, int r0, uint32_t vtail, uint32_t parity,
+                                               uint32_t full, int lane) {
+  __syncwarp();
+  mbar_wait_parity(vtail, parity);
+#pragma unroll 1
+  for (int c = lane; c < (BN - r0) * CPR; c += 32)
+    wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c / CPR, c % CPR));
+  wg::fence_proxy_async();
+  __syncwarp();
+  if (lane == 0) wg::mbar_arrive(full);
+}
+
 // PREGS: the producer warpgroup's registers after setmaxnreg (40, consumers 232; or 24,
 // consumers 240: FlashAttention-3's split, the experimental m128n128w12t_r24 entries). Either
 // way the pool is the 384 x 168 registers the CTA starts with. BNT / STT: keys per K/V tile and
@@ -878,8 +911,11 @@ struct FaPagedTmaRows : FaPagedRows<T> {
 // consumers' turn order run on across tiles, and the producer loads the next tile's Q (once
 // both consumers have issued their last S = Q K^T of the current one: the "Q empty" barrier)
 // and K/V while the consumers finish the current tile's last P V and store its output.
+//
+// OPT: bench-candidate options (bit flags, kWs*; 0 = the planned body, unchanged), and
+// kWsSoftcap (the _sc entries; sc_k: fa_softcap's argument).
 template <typename T, int D, bool CAUSAL, typename Rows, int PREGS = 40, int BNT = 128,
-          int STT = kWsStages, typename Tiles = FaWsOneTile, bool SC = false>
+          int STT = kWsStages, typename Tiles = FaWsOneTile, int OPT = 0>
 __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
                                            const Tiles& tiles = Tiles{}, float sc_k = 0.f) {
 #if OF_WGMMA_OK
@@ -900,6 +936,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   extern __shared__ unsigned char fa_smem[];
   // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
   __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)];
+  __shared__ float ws_pin[(OPT & kWsPinSoftmax) ? 256 : 1];  // kWsPinSoftmax: a slot per consumer thread
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
   const uint32_t sKV = sQ + BM * D * 2;  // stage s: K at sKV + s*2*TILE, V at + TILE
@@ -1022,17 +1059,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
           for (int cb = 0; cb < NB; ++cb)
             wg::tma_load_3d(dv + lane_off + cb * BN * 128, rows.tv, cb * 64, rows.hkv, row, vbar);
         }
-        if (tail) {  // warp-uniform; V rows [KL, n0 + BN): past-the-end rows of the last block
-          __syncwarp();  // and stale or never-written rows of uncopied blocks -> zeros
-          mbar_wait_parity(vtail, 0);  // used once per CTA: phase 0
-          const int r0 = KL - n0;      // 0 < r0 < BN
-#pragma unroll 1
-          for (int c = lane; c < (BN - r0) * CPR; c += 32)
-            wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c / CPR, c % CPR));
-          wg::fence_proxy_async();  // generic stores -> wgmma (async proxy) reads
-          __syncwarp();
-          if (lane == 0) wg::mbar_arrive(full);
-        }
+        // V rows [KL, n0 + BN): past-the-end rows of the last block and stale or never-written
+        // rows of uncopied blocks -> zeros (vtail is used once per CTA: phase 0; 0 < KL - n0 < BN)
+        if (tail) ws_zero_v_tail<BN, CPR>(dv, KL - n0, vtail, 0, full, lane);  // warp-uniform
       }
       return;
     }
@@ -1088,16 +1117,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
               wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0, rw.b,
                               tail ? vtail : full);
           }
-          if (tail) {  // warp-uniform
-            __syncwarp();
-            mbar_wait_parity(vtail, tails & 1);  // once per CTA unless PERSIST
+          if (tail) {  // warp-uniform; vtail: once per CTA unless PERSIST; 0 < KL - n0 < BN
+            ws_zero_v_tail<BN, CPR>(dv, KL - n0, vtail, tails & 1, full, lane);
             ++tails;
-            const int r0 = KL - n0;  // 0 < r0 < BN
-            for (int c2 = lane; c2 < (BN - r0) * CPR; c2 += 32)
-              wg::st_shared_zero16(dv + sw128_off<BN>(r0 + c2 / CPR, c2 % CPR));
-            wg::fence_proxy_async();  // generic stores -> wgmma (async proxy) reads
-            __syncwarp();
-            if (lane == 0) wg::mbar_arrive(full);
           }
         }
         kv_base += n_tiles;
@@ -1206,7 +1228,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // Mask and online softmax of tile `tile` (exp2 domain) in place; returns the O rescale factors
   // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
-    if constexpr (SC) fa_softcap(sv, sc_k);
+    if constexpr ((OPT & kWsSoftcap) != 0) fa_softcap(sv, sc_k);
     const int n0 = tile * BN;
     const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF);
     if (need_mask) {
@@ -1243,13 +1265,15 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   };
   // Rescale O and pack P into pa.
   auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
+    if (!(OPT & kWsLazyRescale) || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        acc[dt][2 * h] *= alpha[h];
-        acc[dt][2 * h + 1] *= alpha[h];
-      }
+        for (int dt = 0; dt < D / 8; ++dt) {
+          acc[dt][2 * h] *= alpha[h];
+          acc[dt][2 * h + 1] *= alpha[h];
+        }
+    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       pa[kk][0] = Tr::pack(sv[2 * kk][0], sv[2 * kk][1]);
@@ -1308,6 +1332,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::wait1();
     wg::fence_acc(s_nxt);
     softmax(s_nxt, j + 1, alpha);
+    if constexpr ((OPT & kWsPinSoftmax) != 0)  // the store waits for every exp2; the wait for the store
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_u32(&ws_pin[tid - 128])), "f"(row_l[0] + row_l[1])
+                   : "memory");
     wg::wait0();
     pv_done();
     wg::mbar_arrive(empty0 + 8 * ((kv_base + j) % ST));
@@ -1350,7 +1377,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #endif
 }
 
-template <typename T, int D, bool CAUSAL, bool SC = false>
+template <typename T, int D, bool CAUSAL, int OPT = 0>
 __device__ __forceinline__ void fa_fwd_ws_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1364,14 +1391,14 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   FaDenseRows<T> rows{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
                       v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                       q_ss, k_ss, v_ss, o_ss, L, L, S, 0};
-  fa_ws_core<T, D, CAUSAL, FaDenseRows<T>, 40, 128, kWsStages, FaWsOneTile, SC>(rows, scale_log2,
-                                                                             FaWsOneTile{}, sc_k);
+  fa_ws_core<T, D, CAUSAL, FaDenseRows<T>, 40, 128, kWsStages, FaWsOneTile, OPT>(rows, scale_log2,
+                                                                              FaWsOneTile{}, sc_k);
 #else
   // Not an sm_90a build: the first 256 threads run the mma.sync 128x64 8-warp body.
   if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
-                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                          scale_log2, sc_k);
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, (OPT & kWsSoftcap) != 0>(
+      q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
+      o_ss, o_sh, scale_log2, sc_k);
 #endif
 }
 
@@ -1379,7 +1406,7 @@ __device__ __forceinline__ void fa_fwd_ws_body(
 // K, V (4-D: D, H, S, B; boxes 64 x 1 x 128 x 1, 128-byte swizzle; K / V boxes of BNT rows)
 // built by the host launcher.
 template <typename T, int D, bool CAUSAL, int PREGS = 40, int BNT = 128, int STT = kWsStages,
-          bool SC = false>
+          int OPT = 0>
 __device__ __forceinline__ void fa_fwd_ws_tma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1394,20 +1421,21 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                           v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                           q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
                          tq, tk, tv, hq, hkv, b, S};
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, SC>(
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT>(
       rows, scale_log2, FaWsOneTile{}, sc_k);
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
   // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
   if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
-                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                          scale_log2, sc_k);
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, (OPT & kWsSoftcap) != 0>(
+      q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
+      o_ss, o_sh, scale_log2, sc_k);
 #endif
 }
 
 // m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
-template <typename T, int D, bool CAUSAL, int BNT = 128, int STT = kWsStages>
+template <typename T, int D, bool CAUSAL, int BNT = 128, int STT = kWsStages, int PREGS = 40,
+          int OPT = 0>
 __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1420,7 +1448,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
                                          v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, tq, tk, tv, S, Hq,
                                          Hkv, nm, nm * Hq * B};
   // rows of tile 0: only its tensor-map addresses are read (the same for every tile)
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, 40, BNT, STT, FaDenseTmaTiles<T, CAUSAL>>(
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaDenseTmaTiles<T, CAUSAL>, OPT>(
       tiles.at(0).rows, scale_log2, tiles);
 #else
   __trap();  // the launcher takes this entry on compute capability 9.x only
@@ -1624,38 +1652,57 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_full, T, D, false)        \
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_causal, T, D, true)
 // Experimental twin (launcher loads = 3; benchmarked beside m128n128w12t, never planned): the
-// producer warpgroup keeps 24 registers and the consumers 240 (FlashAttention-3's split).
-#define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL)                                                    \
+// producer warpgroup keeps 24 registers and the consumers 240 (FlashAttention-3's split). OPT:
+// fa_ws_core's options (0 for the r24 entries; the bench candidates below set them).
+#define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL, OPT)                                               \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, 24>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,   \
-                                         k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, \
-                                         scale_log2, &tq, &tk, &tv);                           \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, 24, 128, onnx_fuse::kWsStages, OPT>(                     \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, \
+        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv);                                          \
   }
-#define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                  \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false)   \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true)
+#define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                    \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)  \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true, 0)
+// Bench candidates (D = 128): m128n128w12t_ov (launcher loads 6 by name, 7 planned), the r24
+// entries with the softmax pinned between wait_group 1 and 0 (kWsPinSoftmax); m128n128w12t_ovl
+// (loads 8 / 9), the same with the lazy O rescale (kWsLazyRescale).
+#define OF_FA_WSTO_KERNELS_D(DTN, T, D)                                                           \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
+                    onnx_fuse::kWsPinSoftmax)                                                      \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
+                    onnx_fuse::kWsPinSoftmax)                                                      \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_full, T, D, false,            \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)                          \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_causal, T, D, true,           \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned),
 // D = 128: the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the
 // maps. (At D = 64 it measured 3-6 % below m128n128w12t and was dropped.)
-#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
+#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL, PREGS, OPT)                                        \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) { \
-    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
-                                                q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
-                                                o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);     \
+    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL, 128, onnx_fuse::kWsStages, PREGS, OPT>(        \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, \
+        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);                                       \
   }
-#define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
+// m128n128w12tp_ovl (bench candidate, launcher loads 10, by name): the persistent grid with the
+// 24 / 240 split, the pinned softmax and the lazy O rescale.
+#define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                          \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false, 40, 0)       \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, 40, 0)      \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovl_full, T, D, false, 24,      \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)                          \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovl_causal, T, D, true, 24,     \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -1677,6 +1724,7 @@ OF_FA_WST_KERNELS_D(f16, __half, 128)
 OF_FA_WSTR_KERNELS_D(f16, __half, 64)
 OF_FA_WSTR_KERNELS_D(f16, __half, 128)
 OF_FA_WSTP_KERNELS_D(f16, __half, 128)
+OF_FA_WSTO_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1690,6 +1738,7 @@ OF_FA_WST_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1782,7 +1831,7 @@ OF_FA_KERNELS_D256(bf16, __nv_bfloat16)
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
-    fa_fwd_ws_body<T, D, CAUSAL, true>(                                                        \
+    fa_fwd_ws_body<T, D, CAUSAL, onnx_fuse::kWsSoftcap>(                                       \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
         v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
   }
@@ -1794,7 +1843,8 @@ OF_FA_KERNELS_D256(bf16, __nv_bfloat16)
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,          \
       float sc_k) {                                                                            \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, true>(                  \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages,                         \
+                       onnx_fuse::kWsSoftcap>(                                                 \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
         v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv, sc_k);                        \
   }
@@ -1867,7 +1917,22 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-FaTmaKernelFn pick_tma(int dtype, int D, bool causal, bool r24) {
+// kind: 0 m128n128w12t, 1 m128n128w12t_r24, 2 m128n128w12t_ov, 3 m128n128w12t_ovl (2, 3: D = 128).
+FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
+  const bool r24 = kind == 1;
+  if (kind >= 2) {
+#define OF_PICK_TO(DTN, SUF)                                                                \
+  return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_##SUF##_causal) \
+                : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_##SUF##_full);
+    if (D != 128 || (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16)) return nullptr;
+    if (dtype == onnx_fuse::kFloat16) {
+      if (kind == 2) { OF_PICK_TO(f16, ov) }
+      OF_PICK_TO(f16, ovl)
+    }
+    if (kind == 2) { OF_PICK_TO(bf16, ov) }
+    OF_PICK_TO(bf16, ovl)
+#undef OF_PICK_TO
+  }
 #define OF_PICK_T(DTN, DD)                                                                  \
   if (D == DD && r24)                                                                       \
     return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_r24_causal) \
@@ -1889,8 +1954,12 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
+// ovl: the m128n128w12tp_ovl entries.
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool ovl) {
 #define OF_PICK_TP(DTN, DD)                                                                 \
+  if (D == DD && ovl)                                                                       \
+    return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovl_causal) \
+                  : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovl_full); \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
                   : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_full);
@@ -2077,7 +2146,11 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
 // m128n128w12t_r24 entries (24 producer / 240 consumer registers); 5 = as 2 with the r24 entries
 // (planned at D = 128); 4 = the experimental m128n128w12tp (D = 128), the TMA body on a
-// persistent grid of min(tiles, SMs) CTAs (TMA rules as loads 1). Returns 0 or a cudaError_t code.
+// persistent grid of min(tiles, SMs) CTAs (TMA rules as loads 1); bench candidates (D = 128):
+// 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (the r24 body with the softmax pinned under
+// the warpgroup's own P V), 8 / 9 = the same with m128n128w12t_ovl (ov + lazy O rescale), 10 = as 4
+// with m128n128w12tp_ovl (persistent, 24 / 240 split, ovl), 11 = as 10 where the TMA rules hold,
+// else the cp.async m128n128w12 (what a planned launch would pass). Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -2091,7 +2164,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 5);
+  OF_REQUIRE(loads >= 0 && loads <= 11);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2104,10 +2177,15 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    const FaTmaKernelFn tfn = pick_tma(dtype, D, causal != 0, loads == 3 || loads == 5);
-    const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
-    OF_REQUIRE(loads != 4 || pfn != nullptr);
-    OF_REQUIRE(tfn != nullptr);
+    const int kind = (loads == 3 || loads == 5)   ? 1
+                     : (loads == 6 || loads == 7) ? 2
+                     : (loads == 8 || loads == 9) ? 3
+                                                  : 0;
+    const bool persistent = loads == 4 || loads >= 10;
+    const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
+    const FaTmaPKernelFn pfn =
+        persistent ? pick_tma_persistent(dtype, D, causal != 0, loads >= 10) : nullptr;
+    OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
     OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -2116,7 +2194,8 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
                                fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
                                fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
-    OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5);  // 2, 5: fall back to cp.async below
+    OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5 || loads == 7 || loads == 9 ||
+               loads == 11);  // those fall back to cp.async below
     if (tma_rules_met && pfn != nullptr) {
       int sms = 0;
       OF_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -24,6 +24,7 @@
 // fp8 (e4m3) pool with per-kv-head scales: onnx_fuse_append_kv_fp8 / onnx_fuse_pa8_decode_*,
 // in the section at the end of this file.
 
+#include <cooperative_groups.h>  // cluster barrier and DSMEM (the cluster-reduce variants)
 #include <cuda.h>  // CUtensorMap and its enums (types only; the driver is reached at run time)
 
 #include "attention_common.cuh"
@@ -32,6 +33,8 @@
 #include "tma.cuh"
 
 namespace onnx_fuse {
+
+namespace cg = cooperative_groups;
 
 constexpr int kPaSplitAlign = 64;  // split lengths are multiples of this many tokens
 constexpr int kPaBoxRows = 64;     // TMA box rows: min(block_size, 64) (64 divides every split start)
@@ -156,8 +159,10 @@ __device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (
 // Merges the W warps' (m, l, O) for the G query rows through fp32 scratch (m[W][16], l[W][16],
 // o[W][16][D], over the drained stages) and writes out (num_splits == 1) or the split's partial.
 // PERM: acc[nt] holds columns 32(nt / 4) + 4n + nt % 4 (the fp8 PV order) instead of 8nt + n.
-// out_scale multiplies O (the fp8 pool's v_scale; 1 for the 16-bit pool).
-template <typename T, int D, int W, bool PERM>
+// out_scale multiplies O (the fp8 pool's v_scale; 1 for the 16-bit pool). TO_SMEM (cluster-reduce
+// variants): the merged rows go to the split's shared-memory partial `cl` (pa_cluster_combine's
+// layout: o[16][D], then lse[16], after the scratch) instead of global memory.
+template <typename T, int D, int W, bool PERM, bool TO_SMEM = false>
 __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[D / 8][4],
                                              const float (&row_m)[2], const float (&row_l)[2],
                                              float out_scale, T* __restrict__ out, long long o_sb,
@@ -203,7 +208,11 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
     }
     const int hq = hkv * G + r;
     const float o = lsum > 0.f ? osum * (out_scale * (1.f / lsum)) : 0.f;
-    if (num_splits == 1) {
+    if constexpr (TO_SMEM) {
+      float* cl = so + W * 16 * D;
+      cl[r * D + d] = o;
+      if (d == 0) cl[16 * D + r] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+    } else if (num_splits == 1) {
       out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
     } else {
       const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
@@ -211,6 +220,56 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
       if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
     }
   }
+}
+
+// Split-K reduce inside a thread-block cluster (the cluster-reduce variants, sm_90): the grid's
+// cluster dimensions are (1, num_splits, 1), so the CTAs of one cluster are the splits of one
+// (kv head or head group, sequence). Each has written its partial to its own shared memory, rows
+// r = 16 * (kv head - head0) + (query head % G): o (normalized) at cl[r * D + d], log2-sum-exp at
+// cl[R16 * 16 * D + r] (-inf for an empty split). After a cluster barrier every CTA combines a
+// share of the rows' columns from all the CTAs' shared memory (DSMEM) and writes out; a second
+// barrier keeps each CTA's shared memory alive until the others have read it. No workspace and
+// no second kernel.
+template <typename T, int D, int R16>
+__device__ __forceinline__ void pa_cluster_combine(const float* cl, T* __restrict__ out, long long o_sb, int G,
+                                                   int head0, int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // release / acquire: every split's partial is visible cluster-wide
+  const int ns = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int nt = blockDim.x;
+  const float* lse_loc = cl + R16 * 16 * D;
+  for (int c = rank * nt + threadIdx.x; c < R16 * G * (D / 4); c += ns * nt) {
+    const int rr = c / (D / 4), d = 4 * (c % (D / 4));
+    const int r = (rr / G) * 16 + rr % G;
+    float M = -INFINITY;
+    for (int s = 0; s < ns; ++s) M = fmaxf(M, cluster.map_shared_rank(lse_loc, s)[r]);
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+    if (M != -INFINITY) {
+      for (int s = 0; s < ns; ++s) {
+        const float lse = cluster.map_shared_rank(lse_loc, s)[r];
+        if (lse == -INFINITY) continue;
+        const float w = exp2f(lse - M);
+        const float4 x = *reinterpret_cast<const float4*>(cluster.map_shared_rank(cl, s) + r * D + d);
+        wsum += w;
+        o.x += w * x.x;
+        o.y += w * x.y;
+        o.z += w * x.z;
+        o.w += w * x.w;
+      }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    T* dst = out + b * o_sb + (size_t)(head0 * G + rr) * D + d;  // rr = (kv head - head0) * G + query row
+    dst[0] = MmaTraits<T>::from_float(o.x * inv);
+    dst[1] = MmaTraits<T>::from_float(o.y * inv);
+    dst[2] = MmaTraits<T>::from_float(o.z * inv);
+    dst[3] = MmaTraits<T>::from_float(o.w * inv);
+  }
+  cluster.sync();
+#else
+  __trap();
+#endif
 }
 
 // Append (append_kv_body, append_kv_fp8_body): one thread per 8 elements (chunk cc) of new token
@@ -238,7 +297,7 @@ __device__ __forceinline__ void pa_append_walk(long long n_sb, long long n_ss, c
   }
 }
 
-template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0>
+template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0, bool CLUSTER = false>
 __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ q, long long q_sb, const T* __restrict__ k_pool,
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
@@ -257,6 +316,12 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
   static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
+  // CLUSTER: the split's partial (pa_cluster_combine) after the merge scratch (per kv head) or in
+  // place of it (head groups), over the drained stages
+  static_assert(!CLUSTER || TMA, "cluster reduce: the TMA kernels");
+  static_assert(!CLUSTER || (HEADS ? kPaWarps * 16 * (D + 1) * 4 : kPaWarps * 16 * (D + 2) * 4 + 16 * (D + 1) * 4) <=
+                                kPaStages * 2 * kPaTile * RS * 2,
+                "cluster partial must fit in the pipeline stages");
   constexpr int TILE_ELEMS = kPaTile * RS;
   // Element offset of (row, col) in a K/V tile: swizzled for cp.async, padded for bulk; TMA:
   // D / 64 slabs of kPaTile x 64 elements, 16-byte chunk c / 8 XOR row % 8 (SWIZZLE_128B on
@@ -291,7 +356,9 @@ __device__ __forceinline__ void pa_decode_body(
   const int t_begin = split * part_tokens;
   const int t_end = min(L, t_begin + part_tokens);
 
-  if (t_begin >= t_end) {  // nothing to do for this split (short sequence)
+  // nothing to do for this split (short sequence); CLUSTER: the empty split still joins its
+  // cluster's reduce (no tiles, a partial of log-sum-exp -inf)
+  if (!CLUSTER && t_begin >= t_end) {
     // HEADS: the CTA's W kv heads own the W * G consecutive query heads from blockIdx.x * W * G
     pa_empty_split<T, D>(out, o_sb, part_lse, Hq, HEADS ? G * kPaWarps : G, HEADS ? blockIdx.x : hkv, b,
                          split, num_splits);
@@ -523,6 +590,8 @@ __device__ __forceinline__ void pa_decode_body(
   cp_async_wait<0>();
   __syncthreads();
 
+  // CLUSTER: the split's partial in shared memory (pa_cluster_combine's layout), over the stages
+  [[maybe_unused]] float* cl = reinterpret_cast<float*>(sKV) + (HEADS ? 0 : kPaWarps * 16 * (D + 2));
   if constexpr (HEADS) {  // each warp owns its query rows: no merge
     const int g = lane >> 2;
 #pragma unroll
@@ -537,17 +606,25 @@ __device__ __forceinline__ void pa_decode_body(
       for (int dt = 0; dt < D / 8; ++dt) {
         const int d = dt * 8 + 2 * t4;
         const float o0 = acc[dt][2 * h] * inv, o1 = acc[dt][2 * h + 1] * inv;
-        if (num_splits == 1)
+        if (CLUSTER)
+          *reinterpret_cast<float2*>(cl + (warp * 16 + r) * D + d) = make_float2(o0, o1);
+        else if (num_splits == 1)
           *reinterpret_cast<uint32_t*>(out + b * o_sb + (size_t)hq * D + d) = Tr::pack(o0, o1);
         else
           *reinterpret_cast<float2*>(part_o + pidx * D + d) = make_float2(o0, o1);
       }
-      if (num_splits > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+      if constexpr (CLUSTER) {
+        if (t4 == 0) cl[kPaWarps * 16 * D + warp * 16 + r] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+      } else {
+        if (num_splits > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+      }
     }
+    if constexpr (CLUSTER) pa_cluster_combine<T, D, kPaWarps>(cl, out, o_sb, G, blockIdx.x * kPaWarps, b);
     return;
   }
-  pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
-                                      part_o, part_lse, Hq, G, hkv, b, split, num_splits);
+  pa_merge_out<T, D, kPaWarps, false, CLUSTER>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
+                                               part_o, part_lse, Hq, G, hkv, b, split, num_splits);
+  if constexpr (CLUSTER) pa_cluster_combine<T, D, 1>(cl, out, o_sb, G, hkv, b);
 }
 
 // Combines num_splits partials per (batch, query head): grid (Hq, B), D threads.
@@ -703,8 +780,127 @@ OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
 
+// Cluster-reduce variants (bench candidates): the TMA (suffix "tc") and head-group ("hc") kernels with
+// the split-K reduce done inside a thread-block cluster of the num_splits splits (pa_cluster_combine)
+// instead of the workspace and onnx_fuse_pa_reduce_*; launched by onnx_fuse_paged_attention_decode_cluster
+// (cluster dims (1, num_splits, 1), num_splits <= 8). launch_plan.PA_CLUSTER_VARIANTS mirrors the list
+// (bulk 2 -> 5, 3 -> 4).
+#define OF_PA_CLUSTER_DECODE(DTN, T, D, W, ST, BULK, SUF)                                       \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                          \
+      onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##SUF(                                      \
+          const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
+          const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
+          float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
+          float scale_log2, const __grid_constant__ CUtensorMap tk,                             \
+          const __grid_constant__ CUtensorMap tv) {                                             \
+    pa_decode_body<T, D, W, ST, BULK, true>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, \
+                                            o_sb, part_o, part_lse, Hq, Hkv, block_size,         \
+                                            max_blocks, part_tokens, scale_log2, &tk, &tv);      \
+  }
+#define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 8, 2, 2, tc)                  \
+  X(DTN, T, D, 8, 2, 3, hc)                  \
+  X(DTN, T, D, 4, 3, 3, hc)
+OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 64)
+OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 128)
+OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 128)
+
 // ----------------------------------------------------------------------------------------
 // Host launch functions.
+
+namespace {
+
+// What every decode launcher checks alike: 0 or cudaErrorInvalidValue. The pools must be 16-byte
+// aligned (docs/ops.md): every load path reads them in 16-byte pieces (cp.async chunks, bulk rows,
+// tensor-map boxes), so a misaligned pool is refused here rather than run by some fallback.
+// split_k_workspace: the splits are reduced through the workspace (all but the cluster-reduce kernels).
+int pa_check_args(int B, int Hq, int Hkv, int block_size, int max_blocks, long long q_sb, int part_tokens,
+                  int num_splits, const void* workspace, const void* k_pool, const void* v_pool,
+                  bool split_k_workspace = true) {
+  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
+  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
+  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
+  OF_REQUIRE(block_size > 0 && max_blocks > 0 && q_sb % 8 == 0);
+  OF_REQUIRE(num_splits == 1 || workspace != nullptr || !split_k_workspace);
+  OF_REQUIRE(reinterpret_cast<uintptr_t>(k_pool) % 16 == 0 && reinterpret_cast<uintptr_t>(v_pool) % 16 == 0);
+  return 0;
+}
+
+// The split-K workspace: fp32 partial outputs [B, Hq, num_splits, D], then their log2-sum-exps
+// [B, Hq, num_splits] (null pointers when there is no workspace).
+struct PaSplitK {
+  float* part_o;
+  float* part_lse;
+  int num_splits;
+};
+PaSplitK pa_split_k(void* workspace, int B, int Hq, int D, int num_splits) {
+  float* o = reinterpret_cast<float*>(workspace);
+  return {o, o ? o + (size_t)B * Hq * num_splits * D : nullptr, num_splits};
+}
+
+template <typename T>
+using PaReduceFn = void (*)(const float*, const float*, T*, long long, int, int);
+
+// Launches a decode kernel (grid, 32 * warps threads, smem bytes of dynamic shared memory) and,
+// with more than one split, the reduce of its dtype and head size D over grid (Hq, B).
+template <typename T, typename... P, typename... A>
+int pa_launch(void (*kernel)(P...), PaReduceFn<T> reduce, int D, dim3 grid, int warps, int smem,
+              const PaSplitK& sk, void* out, long long o_sb, int Hq, cudaStream_t stream, A... args) {
+  OF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, 32 * warps, smem, stream>>>(args...);
+  OF_CUDA_CHECK_LAUNCH();
+  if (sk.num_splits > 1) {
+    reduce<<<dim3(Hq, grid.z), D, 0, stream>>>(sk.part_o, sk.part_lse, static_cast<T*>(out), o_sb, Hq,
+                                                sk.num_splits);
+    OF_CUDA_CHECK_LAUNCH();
+  }
+  return 0;
+}
+
+// Launches a cluster-reduce decode kernel: clusters (1, grid.y, 1), the splits of one row.
+template <typename... P, typename... A>
+int pa_launch_cluster(void (*kernel)(P...), dim3 grid, int warps, int smem, cudaStream_t stream, A... args) {
+  OF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = grid.y;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(32 * warps);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  OF_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, args...));
+  return 0;
+}
+
+}  // namespace
+
+// BODY(DTN, T) for the launcher's dtype code: (f16, __half) or (bf16, __nv_bfloat16).
+#define OF_PA_DTYPES(BODY)                  \
+  if (dtype == onnx_fuse::kFloat16) {       \
+    BODY(f16, __half)                       \
+  } else if (dtype == onnx_fuse::kBFloat16) { \
+    BODY(bf16, __nv_bfloat16)               \
+  }
+// The leading kernel arguments of the 16-bit pool decode (pa_decode_body) and of the fp8 pool's
+// (pa8_decode_body); the launchers define q ... sl2 and sk.
+#define OF_PA16_ARGS(T)                                                                          \
+  (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, o_sb, \
+      sk.part_o, sk.part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2
+#define OF_PA8_ARGS(T)                                                                            \
+  (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, v_scale, \
+      block_tables, seq_lens, (T*)out, o_sb, sk.part_o, sk.part_lse, Hq, Hkv, block_size,        \
+      max_blocks, part_tokens, sl2
+// One compiled variant: launch it (and the reduce) when (D, warps, stages[, bulk]) match.
+#define OF_PA_LAUNCH_IF(COND, KERNEL, DTN, DD, W, ...)                                              \
+  if (COND)                                                                                      \
+    return pa_launch(KERNEL, onnx_fuse_pa_reduce_##DTN##_d##DD, DD, grid, W, smem, sk, out, o_sb, Hq, \
+                     stream, __VA_ARGS__);
 
 extern "C" {
 
@@ -725,7 +921,8 @@ long long onnx_fuse_paged_attention_workspace_bytes(int B, int Hq, int D, int nu
 // onnx_fuse_paged_attention_workspace_bytes(...) bytes, may be null when num_splits == 1.
 // Variant (warps, stages, bulk): (4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1); D = 256:
 // the three 4-warp ones. D in {64, 80, 96, 128, 256}. (0, 0, 0) = default; bulk variants need
-// compute capability 9.0+.
+// compute capability 9.0+. Pools must be 16-byte aligned (refused otherwise, as by every decode
+// launcher).
 int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb,
                                         const void* k_pool, const void* v_pool,
                                         const int* block_tables, const int* seq_lens, void* out,
@@ -738,11 +935,9 @@ int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb
     stages = 3;
     bulk = 0;
   }
-  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
-  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
-  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
-  OF_REQUIRE(block_size > 0 && max_blocks > 0 && q_sb % 8 == 0);
-  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
+                                   k_pool, v_pool))
+    return rc;
   if (bulk) {
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
@@ -750,39 +945,18 @@ int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb
     OF_REQUIRE(major >= 9);
   }
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, bulk);
-  float* part_o = reinterpret_cast<float*>(workspace);
-  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST, BULK, SUF)                                                 \
-  if (D == DD && warps == W && stages == ST && bulk == BULK) {                                  \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF,      \
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF<<<grid, 32 * W, smem, stream>>>(       \
-        (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
-        o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2);             \
-    OF_CUDA_CHECK_LAUNCH();                                                                     \
-    if (num_splits > 1) {                                                                       \
-      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
-                                                                        (T*)out, o_sb, Hq,      \
-                                                                        num_splits);            \
-      OF_CUDA_CHECK_LAUNCH();                                                                   \
-    }                                                                                           \
-    return 0;                                                                                   \
-  }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 64)
-    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 80)
-    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 96)
-    OF_PA_VARIANTS(OF_LAUNCH, f16, __half, 128)
-    OF_PA_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
-  } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
-    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 80)
-    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 96)
-    OF_PA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
-    OF_PA_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
-  }
+#define OF_LAUNCH(DTN, T, DD, W, ST, BULK, SUF)                                                      \
+  OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST && bulk == BULK,                             \
+                  onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF, DTN, DD, W, OF_PA16_ARGS(T))
+#define OF_HEAD_DIMS(DTN, T)                                                                      \
+  OF_PA_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_VARIANTS(OF_LAUNCH, DTN, T, 80)                      \
+  OF_PA_VARIANTS(OF_LAUNCH, DTN, T, 96) OF_PA_VARIANTS(OF_LAUNCH, DTN, T, 128)                     \
+  OF_PA_VARIANTS_D256(OF_LAUNCH, DTN, T, 256)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -820,19 +994,10 @@ int onnx_fuse_append_kv(int dtype, const void* k_new, const void* v_new, long lo
     OF_CUDA_CHECK_LAUNCH();                                                                  \
     return 0;                                                                                \
   }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_LAUNCH(f16, __half, 64)
-    OF_LAUNCH(f16, __half, 80)
-    OF_LAUNCH(f16, __half, 96)
-    OF_LAUNCH(f16, __half, 128)
-    OF_LAUNCH(f16, __half, 256)
-  } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_LAUNCH(bf16, __nv_bfloat16, 64)
-    OF_LAUNCH(bf16, __nv_bfloat16, 80)
-    OF_LAUNCH(bf16, __nv_bfloat16, 96)
-    OF_LAUNCH(bf16, __nv_bfloat16, 128)
-    OF_LAUNCH(bf16, __nv_bfloat16, 256)
-  }
+#define OF_HEAD_DIMS(DTN, T) \
+  OF_LAUNCH(DTN, T, 64) OF_LAUNCH(DTN, T, 80) OF_LAUNCH(DTN, T, 96) OF_LAUNCH(DTN, T, 128) OF_LAUNCH(DTN, T, 256)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -1390,45 +1555,22 @@ int onnx_fuse_paged_attention_decode_fp8(int dtype, const void* q, long long q_s
     warps = 4;
     stages = 3;
   }
-  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
-  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
-  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
-  OF_REQUIRE(block_size > 0 && max_blocks > 0 && q_sb % 8 == 0);
-  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
+                                   k_pool, v_pool))
+    return rc;
   OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
   const int smem = onnx_fuse::pa8_smem_bytes(D, warps, stages);
-  float* part_o = reinterpret_cast<float*>(workspace);
-  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
-  if (D == DD && warps == W && stages == ST) {                                                  \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST,          \
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST<<<grid, 32 * W, smem, stream>>>(           \
-        (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, \
-        v_scale, block_tables, seq_lens, (T*)out, o_sb, part_o, part_lse, Hq, Hkv, block_size,  \
-        max_blocks, part_tokens, sl2);                                                          \
-    OF_CUDA_CHECK_LAUNCH();                                                                     \
-    if (num_splits > 1) {                                                                       \
-      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
-                                                                        (T*)out, o_sb, Hq,      \
-                                                                        num_splits);            \
-      OF_CUDA_CHECK_LAUNCH();                                                                   \
-    }                                                                                           \
-    return 0;                                                                                   \
-  }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 64)
-    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 96)
-    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 128)
-    OF_PA8_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
-  } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
-    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 96)
-    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
-    OF_PA8_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
-  }
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                             \
+  OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST, \
+                  DTN, DD, W, OF_PA8_ARGS(T))
+#define OF_HEAD_DIMS(DTN, T)                                                                      \
+  OF_PA8_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA8_VARIANTS(OF_LAUNCH, DTN, T, 96)                    \
+  OF_PA8_VARIANTS(OF_LAUNCH, DTN, T, 128) OF_PA8_VARIANTS_D256(OF_LAUNCH, DTN, T, 256)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -1457,17 +1599,9 @@ int onnx_fuse_append_kv_fp8(int dtype, const void* k_new, const void* v_new, lon
     OF_CUDA_CHECK_LAUNCH();                                                                     \
     return 0;                                                                                   \
   }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_LAUNCH(f16, __half, 64)
-    OF_LAUNCH(f16, __half, 96)
-    OF_LAUNCH(f16, __half, 128)
-    OF_LAUNCH(f16, __half, 256)
-  } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_LAUNCH(bf16, __nv_bfloat16, 64)
-    OF_LAUNCH(bf16, __nv_bfloat16, 96)
-    OF_LAUNCH(bf16, __nv_bfloat16, 128)
-    OF_LAUNCH(bf16, __nv_bfloat16, 256)
-  }
+#define OF_HEAD_DIMS(DTN, T) OF_LAUNCH(DTN, T, 64) OF_LAUNCH(DTN, T, 96) OF_LAUNCH(DTN, T, 128) OF_LAUNCH(DTN, T, 256)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -1508,8 +1642,10 @@ bool pa8t_device_ok() {
 
 // A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
 // rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
+// prom: the L2 promotion of the box's requests (256 B everywhere but the cluster launcher's experiment).
 bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
-                   long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
+                   long long rows, int Hkv, int D, int box_rows, int cw_bytes,
+                   CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   const Pa8EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
@@ -1517,7 +1653,7 @@ bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const vo
   const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
   return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
              cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+             prom, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The uint8 pool: slabs of min(D, 128) bytes (128-byte swizzle; 64-byte at D = 64).
@@ -1527,10 +1663,10 @@ bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv,
 
 // The 16-bit pool: 64-column slabs (128-byte swizzle).
 bool pa16_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D,
-                     int box_rows) {
+                     int box_rows, CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128);
+  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128, prom);
 }
 
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
@@ -1551,6 +1687,21 @@ bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
   return pa_tma_variant_compiled(D, warps, stages) && block_size >= 8 && (block_size & (block_size - 1)) == 0;
 }
 
+// The 16-bit pool [rows, Hkv, D] as a 3-D map (D, rows, Hkv) with boxes (64, 16, warps): a box lands
+// head-major, [head][16 rows][64] (the head-group kernels). False where the device, the driver or the
+// row count (>= 2^31) leave no map.
+bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D, int warps,
+                      CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+  if (rows >= (1ll << 31) || !pa8t_device_ok() || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)rows, (cuuint64_t)Hkv};
+  const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D * 2, (cuuint64_t)D * 2};
+  const cuuint32_t box[3] = {64, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
+  return encode_tiled()(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, prom, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1563,8 +1714,9 @@ int onnx_fuse_paged_attention_fp8_tma_smem_bytes(int head_dim, int warps, int st
 // 1 when onnx_fuse_paged_attention_decode_fp8_tma runs the TMA kernel for these sizes on the
 // current device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128,
 // 256}, a compiled (warps, stages), block_size a power of two >= 8), else 0 (it then runs the
-// cp.async variant of the same (warps, stages)). A pool whose base is not 16-byte aligned or
-// whose num_blocks * block_size reaches 2^31 rows also falls back.
+// cp.async variant of the same (warps, stages)). A pool of num_blocks * block_size >= 2^31 rows
+// also runs cp.async; a pool whose base is not 16-byte aligned is refused (cudaErrorInvalidValue,
+// as by every decode launcher: pa_check_args).
 int onnx_fuse_paged_attention_fp8_tma_supported(int head_dim, int block_size, int warps, int stages) {
   return pa8t_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;
 }
@@ -1586,12 +1738,10 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
     warps = 4;
     stages = 3;
   }
-  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
-  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
-  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
-  OF_REQUIRE(block_size > 0 && max_blocks > 0 && num_blocks > 0 && q_sb % 8 == 0);
-  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
-  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
+                                   k_pool, v_pool))
+    return rc;
+  OF_REQUIRE(num_blocks > 0 && k_scale != nullptr && v_scale != nullptr);
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
   const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
@@ -1604,36 +1754,17 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
                                                 Hq, Hkv, D, block_size, max_blocks, part_tokens,
                                                 num_splits, scale, warps, stages, stream);
   const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
-  float* part_o = reinterpret_cast<float*>(workspace);
-  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
-  if (D == DD && warps == W && stages == ST) {                                                  \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##t,       \
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##t<<<grid, 32 * W, smem, stream>>>(        \
-        (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, \
-        v_scale, block_tables, seq_lens, (T*)out, o_sb, part_o, part_lse, Hq, Hkv, block_size,  \
-        max_blocks, part_tokens, sl2, tk, tv);                                                  \
-    OF_CUDA_CHECK_LAUNCH();                                                                     \
-    if (num_splits > 1) {                                                                       \
-      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
-                                                                        (T*)out, o_sb, Hq,      \
-                                                                        num_splits);            \
-      OF_CUDA_CHECK_LAUNCH();                                                                   \
-    }                                                                                           \
-    return 0;                                                                                   \
-  }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 64)
-    OF_PA8_VARIANTS(OF_LAUNCH, f16, __half, 128)
-    OF_PA8_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
-  } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
-    OF_PA8_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
-    OF_PA8_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
-  }
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                             \
+  OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##t, \
+                  DTN, DD, W, OF_PA8_ARGS(T), tk, tv)
+#define OF_HEAD_DIMS(DTN, T)                                                                      \
+  OF_PA8_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA8_VARIANTS(OF_LAUNCH, DTN, T, 128)                   \
+  OF_PA8_VARIANTS_D256(OF_LAUNCH, DTN, T, 256)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -1665,10 +1796,10 @@ int onnx_fuse_paged_attention_tma_map_ok(int dtype, const void* pool, int num_bl
 }
 
 // onnx_fuse_paged_attention_decode_ex with K/V loaded by tensor copies; num_blocks: blocks in each
-// pool. Where TMA does not apply (see onnx_fuse_paged_attention_tma_supported; also a pool base
-// not 16-byte aligned or num_blocks * block_size >= 2^31) it runs the bulk-copy variant of the
-// same (warps, stages) where one is compiled and the device has them, else (4, 3) cp.async.
-// Variant (0, 0) = (4, 3).
+// pool. Where TMA does not apply (see onnx_fuse_paged_attention_tma_supported; also a pool of
+// num_blocks * block_size >= 2^31 rows) it runs the bulk-copy variant of the same (warps, stages)
+// where one is compiled and the device has them, else (4, 3) cp.async. A pool base that is not
+// 16-byte aligned is refused (cudaErrorInvalidValue; pa_check_args). Variant (0, 0) = (4, 3).
 int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_sb,
                                          const void* k_pool, const void* v_pool,
                                          const int* block_tables, const int* seq_lens, void* out,
@@ -1680,12 +1811,10 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
     warps = 4;
     stages = 3;
   }
-  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
-  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
-  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
-  OF_REQUIRE(block_size > 0 && max_blocks > 0 && num_blocks > 0 && q_sb % 8 == 0);
-  OF_REQUIRE(num_splits == 1 || workspace != nullptr);
-  OF_REQUIRE(dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16);
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
+                                   k_pool, v_pool))
+    return rc;
+  OF_REQUIRE(num_blocks > 0 && (dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16));
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
   const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
@@ -1701,35 +1830,17 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
                                                bulk ? stages : 3, bulk ? 1 : 0, stream);
   }
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 2);
-  float* part_o = reinterpret_cast<float*>(workspace);
-  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
-  if (D == DD && warps == W && stages == ST) {                                                  \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##t,        \
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##t<<<grid, 32 * W, smem, stream>>>(         \
-        (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
-        o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2, tk, tv);     \
-    OF_CUDA_CHECK_LAUNCH();                                                                     \
-    if (num_splits > 1) {                                                                       \
-      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
-                                                                        (T*)out, o_sb, Hq,      \
-                                                                        num_splits);            \
-      OF_CUDA_CHECK_LAUNCH();                                                                   \
-    }                                                                                           \
-    return 0;                                                                                   \
-  }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 64)
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, f16, __half, 128)
-    OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, f16, __half, 256)
-  } else {
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
-    OF_PA_TMA_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
-    OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, bf16, __nv_bfloat16, 256)
-  }
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                             \
+  OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##t, \
+                  DTN, DD, W, OF_PA16_ARGS(T), tk, tv)
+#define OF_HEAD_DIMS(DTN, T)                                                                      \
+  OF_PA_TMA_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_TMA_VARIANTS(OF_LAUNCH, DTN, T, 128)             \
+  OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, DTN, T, 256)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -1744,8 +1855,9 @@ extern "C" {
 // onnx_fuse_paged_attention_decode_tma with one CTA per group of `warps` kv heads (see BULK = 3).
 // Refuses (cudaErrorInvalidValue) unless D is 64 or 128, (warps, stages) is compiled ((4, 3),
 // (8, 2), (8, 3)), Hkv % warps == 0 and block_size is a power of two >= 16 (what the planner
-// checks); where the device, the pool's size or alignment leave no tensor map it runs
-// onnx_fuse_paged_attention_decode_tma (4, 3) with the same splits.
+// checks), or where a pool is not 16-byte aligned (pa_check_args); where the device or the pool's
+// size (>= 2^31 rows) leave no tensor map it runs onnx_fuse_paged_attention_decode_tma (4, 3) with
+// the same splits.
 int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long long q_sb,
                                                const void* k_pool, const void* v_pool,
                                                const int* block_tables, const int* seq_lens,
@@ -1754,62 +1866,30 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
                                                int max_blocks, int num_blocks, int part_tokens,
                                                int num_splits, float scale, int warps, int stages,
                                                cudaStream_t stream) {
-  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
-  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
-  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
-  OF_REQUIRE(block_size >= 16 && (block_size & (block_size - 1)) == 0 && max_blocks > 0 && num_blocks > 0);
-  OF_REQUIRE(q_sb % 8 == 0 && (num_splits == 1 || workspace != nullptr));
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
+                                   k_pool, v_pool))
+    return rc;
+  OF_REQUIRE(block_size >= 16 && (block_size & (block_size - 1)) == 0 && num_blocks > 0);
   OF_REQUIRE(dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16);
   OF_REQUIRE(pa_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);
-  // (D, pool rows, Hkv): the box (64, 16, warps) lands head-major in shared memory
   const long long rows = (long long)num_blocks * block_size;
-  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   CUtensorMap maps[2];
-  const void* pools[2] = {k_pool, v_pool};
-  bool tma = rows < (1ll << 31) && pa8t_device_ok();
-  for (int i = 0; i < 2 && tma; ++i) {
-    const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)rows, (cuuint64_t)Hkv};
-    const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D * 2, (cuuint64_t)D * 2};
-    const cuuint32_t box[3] = {64, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
-    tma = reinterpret_cast<uintptr_t>(pools[i]) % 16 == 0 &&
-          encode_tiled()(&maps[i], dt, 3, const_cast<void*>(pools[i]), gdim, gstride, box, elem,
-                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-  }
+  const bool tma = pa16h_tensor_map(&maps[0], dtype, k_pool, rows, Hkv, D, warps) &&
+                   pa16h_tensor_map(&maps[1], dtype, v_pool, rows, Hkv, D, warps);
   if (!tma)  // the per-kv-head TMA kernel (itself falling back to bulk / cp.async), same splits
     return onnx_fuse_paged_attention_decode_tma(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens, out,
                                                 o_sb, workspace, B, Hq, Hkv, D, block_size, max_blocks,
                                                 num_blocks, part_tokens, num_splits, scale, 4, 3, stream);
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 3);
-  float* part_o = reinterpret_cast<float*>(workspace);
-  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv / warps, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
-  if (D == DD && warps == W && stages == ST) {                                                  \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##h,        \
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##h<<<grid, 32 * W, smem, stream>>>(         \
-        (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, \
-        o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2, maps[0],     \
-        maps[1]);                                                                               \
-    OF_CUDA_CHECK_LAUNCH();                                                                     \
-    if (num_splits > 1) {                                                                       \
-      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
-                                                                        (T*)out, o_sb, Hq,      \
-                                                                        num_splits);            \
-      OF_CUDA_CHECK_LAUNCH();                                                                   \
-    }                                                                                           \
-    return 0;                                                                                   \
-  }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PA_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 64)
-    OF_PA_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 128)
-  } else {
-    OF_PA_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
-    OF_PA_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
-  }
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                             \
+  OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##h, \
+                  DTN, DD, W, OF_PA16_ARGS(T), maps[0], maps[1])
+#define OF_HEAD_DIMS(DTN, T) OF_PA_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 128)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -1861,9 +1941,9 @@ int onnx_fuse_paged_attention_fp8_tma_heads_smem_bytes(int head_dim, int warps, 
 // onnx_fuse_paged_attention_decode_fp8_tma with one CTA per group of `warps` kv heads (see
 // pa8_decode_body, TMA = 2). Refuses (cudaErrorInvalidValue) unless D is 64 or 128, (warps,
 // stages) is compiled ((4, 3), (4, 4), (8, 2), (8, 3)), Hkv % warps == 0 and block_size is a power
-// of two >= 16 (what the planner checks); where the device, the pool's size or alignment leave no
-// tensor map (or o_sb is not a multiple of 4) it runs onnx_fuse_paged_attention_decode_fp8_tma (4, 3)
-// with the same splits.
+// of two >= 16 (what the planner checks), or where a pool is not 16-byte aligned (pa_check_args);
+// where the device or the pool's size (>= 2^31 rows) leave no tensor map (or o_sb is not a multiple
+// of 4) it runs onnx_fuse_paged_attention_decode_fp8_tma (4, 3) with the same splits.
 int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, long long q_sb,
                                                    const void* k_pool, const void* v_pool,
                                                    const float* k_scale, const float* v_scale,
@@ -1873,11 +1953,10 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
                                                    int max_blocks, int num_blocks, int part_tokens,
                                                    int num_splits, float scale, int warps,
                                                    int stages, cudaStream_t stream) {
-  OF_REQUIRE(B > 0 && B <= 65535 && Hkv > 0 && Hkv <= 65535 && Hq % Hkv == 0 && Hq / Hkv <= 16);
-  OF_REQUIRE(part_tokens > 0 && part_tokens % onnx_fuse::kPaSplitAlign == 0);
-  OF_REQUIRE(num_splits >= 1 && num_splits <= 65535);
-  OF_REQUIRE(block_size >= 16 && (block_size & (block_size - 1)) == 0 && max_blocks > 0 && num_blocks > 0);
-  OF_REQUIRE(q_sb % 8 == 0 && (num_splits == 1 || workspace != nullptr));
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
+                                   k_pool, v_pool))
+    return rc;
+  OF_REQUIRE(block_size >= 16 && (block_size & (block_size - 1)) == 0 && num_blocks > 0);
   OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
   OF_REQUIRE(dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16);
   OF_REQUIRE(pa8_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);
@@ -1892,34 +1971,73 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
                                                     Hkv, D, block_size, max_blocks, num_blocks,
                                                     part_tokens, num_splits, scale, 4, 3, stream);
   const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
-  float* part_o = reinterpret_cast<float*>(workspace);
-  float* part_lse = part_o ? part_o + (size_t)B * Hq * num_splits * D : nullptr;
+  const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
   dim3 grid(Hkv / warps, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST)                                                            \
-  if (D == DD && warps == W && stages == ST) {                                                  \
-    OF_CUDA_TRY(cudaFuncSetAttribute(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##h,       \
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));       \
-    onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##h<<<grid, 32 * W, smem, stream>>>(        \
-        (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, \
-        v_scale, block_tables, seq_lens, (T*)out, o_sb, part_o, part_lse, Hq, Hkv, block_size,  \
-        max_blocks, part_tokens, sl2, maps[0], maps[1]);                                        \
-    OF_CUDA_CHECK_LAUNCH();                                                                     \
-    if (num_splits > 1) {                                                                       \
-      onnx_fuse_pa_reduce_##DTN##_d##DD<<<dim3(Hq, B), DD, 0, stream>>>(part_o, part_lse,      \
-                                                                        (T*)out, o_sb, Hq,      \
-                                                                        num_splits);            \
-      OF_CUDA_CHECK_LAUNCH();                                                                   \
-    }                                                                                           \
-    return 0;                                                                                   \
-  }
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 64)
-    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, f16, __half, 128)
-  } else {
-    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 64)
-    OF_PA8_HEADS_VARIANTS(OF_LAUNCH, bf16, __nv_bfloat16, 128)
-  }
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                             \
+  OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##h, \
+                  DTN, DD, W, OF_PA8_ARGS(T), maps[0], maps[1])
+#define OF_HEAD_DIMS(DTN, T) OF_PA8_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA8_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 128)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
+#undef OF_LAUNCH
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// Cluster-reduce variants (pa_decode_body with CLUSTER, suffixes "tc" and "hc"): host side.
+
+extern "C" {
+
+// onnx_fuse_paged_attention_decode_tma (flags bit 0 clear: (warps, stages) = (8, 2)) or
+// onnx_fuse_paged_attention_decode_tma_heads (bit 0 set: (8, 2) or (4, 3); Hkv % warps == 0, block_size
+// >= 16) with the num_splits splits of each row reduced inside a thread-block cluster: no workspace
+// (may be null), no reduce kernel. D in {64, 128}, block_size a power of two, num_splits <= 8 (the
+// portable cluster size). flags bits 1-2: the tensor maps' L2 promotion (0: 256 B, as every other
+// launcher; 1: 128 B; 2: none), a layout experiment. Refuses (cudaErrorInvalidValue) what it cannot
+// run, a missing tensor map (device, driver, >= 2^31 pool rows) included: bench candidates, no fallback.
+int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long q_sb, const void* k_pool,
+                                             const void* v_pool, const int* block_tables, const int* seq_lens,
+                                             void* out, long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                             int D, int block_size, int max_blocks, int num_blocks, int part_tokens,
+                                             int num_splits, float scale, int warps, int stages, int flags,
+                                             cudaStream_t stream) {
+  const bool heads = flags & 1;
+  const int prom_code = (flags >> 1) & 3;
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
+                                   k_pool, v_pool, false))
+    return rc;
+  OF_REQUIRE(num_splits <= 8 && num_blocks > 0 && (dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16));
+  OF_REQUIRE(flags >= 0 && flags < 8 && prom_code < 3);
+  OF_REQUIRE((D == 64 || D == 128) && (block_size & (block_size - 1)) == 0 && block_size >= (heads ? 16 : 8));
+  OF_REQUIRE(heads ? (Hkv % warps == 0 && ((warps == 8 && stages == 2) || (warps == 4 && stages == 3)))
+                   : (warps == 8 && stages == 2));
+  const long long rows = (long long)num_blocks * block_size;
+  const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
+  CUtensorMap tk, tv;
+  const CUtensorMapL2promotion prom = prom_code == 0   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                      : prom_code == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                       : CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  const bool tma = heads ? pa16h_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, warps, prom) &&
+                               pa16h_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, warps, prom)
+                         : rows < (1ll << 31) && pa8t_device_ok() &&
+                               pa16_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, box_rows, prom) &&
+                               pa16_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, box_rows, prom);
+  OF_REQUIRE(tma);
+  const int bulk = heads ? 3 : 2;
+  const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, bulk);
+  const PaSplitK sk = pa_split_k(nullptr, B, Hq, D, num_splits);
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  const dim3 grid(heads ? Hkv / warps : Hkv, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST, BULK, SUF)                                                    \
+  if (D == DD && warps == W && stages == ST && bulk == BULK)                                       \
+    return pa_launch_cluster(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF, grid, W, smem, stream, \
+                             OF_PA16_ARGS(T), tk, tv);
+#define OF_HEAD_DIMS(DTN, T) OF_PA_CLUSTER_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_CLUSTER_VARIANTS(OF_LAUNCH, DTN, T, 128)
+  OF_PA_DTYPES(OF_HEAD_DIMS)
+#undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
 }

@@ -177,3 +177,22 @@ def test_head_sizes_are_the_plugin_contract():
 
     contract = yaml.safe_load((Path(pa.__file__).parent / "paged_attention.yaml").read_text())
     assert FP8_HEAD_DIMS == pa.FP8_HEAD_DIMS == tuple(contract["kernel"]["fp8_pool"]["head_dims"])
+
+
+def test_a_cast_between_a_pool_and_the_op_is_refused():
+    """fp8 pool bytes are state and never converted: a pool reaching the op through a Cast (no
+    pass of ours makes one; precision exempts the pools) is refused whole, nothing half
+    converted. The pass used to remove such a Cast and retype the pool behind it."""
+    from onnx_fuse.passes.kv_cache_fp8 import KvCacheFp8Pass
+
+    model = onnx_fuse.optimize(_static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
+    node = next(n for n in model.graph if n.op_type == "PagedAttention")
+    pool = node.inputs[3]
+    cast = ir.node("Cast", [pool], attributes={"to": ir.DataType.FLOAT}, name="pool_cast",
+                   outputs=[ir.Value(name="pool_cast_out", type=pool.type, shape=pool.shape)])
+    model.graph.insert_before(node, cast)
+    node.replace_input_with(3, cast.outputs[0])
+    before = _types(ir.to_proto(model).graph.input)
+    with pytest.raises(UserError, match=r"k or v pool is not a graph input .*no Cast between"):
+        KvCacheFp8Pass()(model)
+    assert _types(ir.to_proto(model).graph.input) == before

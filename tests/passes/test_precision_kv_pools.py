@@ -23,10 +23,10 @@ from onnx_fuse.passes.precision import emulate_bf16
 from onnx_fuse.plugins.check_trt import check_model
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.verify import make_session
+from kv_feeds import LAYERS, VOCAB, decode_feeds, rel_err, run_original
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 HKV = {"llama64_kv_dynamo": 1, "gpt264_kv_dynamo": 2}
-LAYERS, D, VOCAB = 2, 64, 128
 LOW = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16}
 TOL = {"fp16": 5e-3, "bf16": 5e-2}   # docs/precision.md, of the output's max magnitude
 POOLS_IN = [f"kv_pool_{t}.{i}" for i in range(LAYERS) for t in "kv"]
@@ -45,11 +45,6 @@ def _optimize(name: str, precision: str, static: bool = False, **kw) -> onnx.Mod
 
 def _types(values) -> dict[str, int]:
     return {v.name: v.type.tensor_type.elem_type for v in values}
-
-
-def _rel_err(ref, got) -> float:
-    ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
-    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-12))
 
 
 @pytest.mark.parametrize("precision", sorted(LOW))
@@ -73,22 +68,6 @@ def test_pool_io_is_the_ops_type_with_no_cast_between(name, precision):
     assert readers == ["PagedAttention"] * LAYERS   # each reads its k and v pools, nothing else
 
 
-def _feeds(batch: int, past: int, seed: int, hkv: int) -> dict:
-    rng = np.random.default_rng(seed)
-    feeds = {"input_ids": rng.integers(0, VOCAB, (batch, 1)).astype(np.int64)}
-    for i in range(LAYERS):
-        for kv in ("key", "value"):
-            feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal((batch, hkv, past, D)).astype(np.float32)
-    return feeds
-
-
-def _original(sess, feeds: dict, b: int, past_len: int) -> dict:
-    f = {"input_ids": feeds["input_ids"][b:b + 1],
-         "attention_mask": np.ones((1, past_len + 1), np.int64)}
-    f.update({k: v[b:b + 1, :, :past_len] for k, v in feeds.items() if k.startswith("past_key_values.")})
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, f)))
-
-
 def _run(sess, feeds: dict) -> dict:
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
@@ -99,21 +78,21 @@ def test_fp16_pools_match_the_original_and_change_only_the_new_slots(name):
     read back match the float32 original per sequence within fp16 tolerance, the pools come back
     fp16, and every slot but the new token's is bit for bit what was fed (the in-place contract)."""
     past_lens = (7, 3)
-    feeds = _feeds(2, max(past_lens), seed=2, hkv=HKV[name])
+    feeds = decode_feeds(2, max(past_lens), seed=2, hkv=HKV[name])
     pf = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=1, seed=1)
     pf = {k: v.astype(np.float16) if k in POOLS_IN else v for k, v in pf.items()}
     got = _run(make_session(_optimize(name, "fp16")), pf)
     orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
     new_slots = {(int(pf["block_tables"][b, L // 4]), L % 4) for b, L in enumerate(past_lens)}
     for b, L in enumerate(past_lens):
-        ref = _original(orig, feeds, b, L)
-        assert _rel_err(ref["logits"][0], got["logits"][b]) <= TOL["fp16"]
+        ref = run_original(orig, feeds, b, L)
+        assert rel_err(ref["logits"][0], got["logits"][b]) <= TOL["fp16"]
         for i in range(LAYERS):
             for kv, t in (("key", "k"), ("value", "v")):
                 pool = got[f"kv_pool_{t}_out.{i}"]
                 assert pool.dtype == np.float16
                 seq = gather_pool(pool, pf["block_tables"][b], L + 1)
-                assert _rel_err(ref[f"present.{i}.{kv}"][0], seq) <= TOL["fp16"]
+                assert rel_err(ref[f"present.{i}.{kv}"][0], seq) <= TOL["fp16"]
     for p_in, p_out in zip(POOLS_IN, POOLS_OUT):
         before, after = pf[p_in], got[p_out]
         same = (before == after) | (np.isnan(before) & np.isnan(after))
@@ -127,7 +106,7 @@ def test_fp16_decode_loop_feeds_the_pools_back_as_they_come():
     name = "llama64_kv_dynamo"
     new = make_session(_optimize(name, "fp16"))
     orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
-    feeds = _feeds(1, 4, seed=11, hkv=HKV[name])
+    feeds = decode_feeds(1, 4, seed=11, hkv=HKV[name])
     pf = paged_inputs_from_contiguous(feeds, 2, past_lens=(4,), new_tokens=3, seed=5)
     pf = {k: v.astype(np.float16) if k in POOLS_IN else v for k, v in pf.items()}
     past = {k: v for k, v in feeds.items() if k.startswith("past_key_values.")}
@@ -137,7 +116,7 @@ def test_fp16_decode_loop_feeds_the_pools_back_as_they_come():
         pf.update(input_ids=ids, seq_lens=np.array([5 + step], np.int32))
         got = _run(new, pf)
         ref = _run(orig, {"input_ids": ids, "attention_mask": np.ones((1, 5 + step), np.int64), **past})
-        assert _rel_err(ref["logits"], got["logits"]) <= TOL["fp16"]
+        assert rel_err(ref["logits"], got["logits"]) <= TOL["fp16"]
         for i in range(LAYERS):
             for kv, t in (("key", "k"), ("value", "v")):
                 assert got[f"kv_pool_{t}_out.{i}"].dtype == np.float16
@@ -149,15 +128,15 @@ def test_bf16_pools_match_the_original_in_emulation():
     """bf16 pools through emulate_bf16 (ORT CPU has no bf16 feeds: the emulated model takes the
     pools as float32 holding bf16 values)."""
     name, past_lens = "gpt264_kv_dynamo", (6, 2)
-    feeds = _feeds(2, max(past_lens), seed=4, hkv=HKV[name])
+    feeds = decode_feeds(2, max(past_lens), seed=4, hkv=HKV[name])
     pf = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=1, seed=3)
     got = _run(make_session(emulate_bf16(_optimize(name, "bf16"))), pf)
     orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
     for b, L in enumerate(past_lens):
-        ref = _original(orig, feeds, b, L)
-        assert _rel_err(ref["logits"][0], got["logits"][b]) <= TOL["bf16"]
+        ref = run_original(orig, feeds, b, L)
+        assert rel_err(ref["logits"][0], got["logits"][b]) <= TOL["bf16"]
         seq = gather_pool(got["kv_pool_v_out.1"], pf["block_tables"][b], L + 1)
-        assert _rel_err(ref["present.1.value"][0], seq) <= TOL["bf16"]
+        assert rel_err(ref["present.1.value"][0], seq) <= TOL["bf16"]
 
 
 @pytest.mark.parametrize("static, aot", [(True, 1), (False, 0)])
@@ -194,3 +173,36 @@ def test_fp8_pools_after_fp16_precision_have_no_cast_either():
     assert {ins[p] for p in POOLS_IN} == {outs[p] for p in POOLS_OUT} == {T.FLOAT8E4M3FN}
     pool_names = set(POOLS_IN) | set(POOLS_OUT)
     assert not [n for n in proto.graph.node if n.op_type == "Cast" and pool_names & {*n.input, *n.output}]
+
+
+@pytest.mark.parametrize("keep_io_types", [True, False])
+def test_precision_never_makes_a_pool_cast(keep_io_types):
+    """The pools are exempt from keep_io_types where the boundary Casts are made: every Cast the
+    pass inserts is still in the graph (none is made on a pool and removed afterwards)."""
+    from onnx_fuse.passes.precision import PrecisionConversionPass
+
+    model = onnx_fuse.optimize(str(MODELS / "llama64_kv_dynamo.onnx"), level=4, target="trt").model
+    p = PrecisionConversionPass("fp16", keep_io_types=keep_io_types)
+    p(model)
+    casts = [n for n in model.graph if n.op_type == "Cast" and n.name.startswith("precision/cast/")]
+    assert p.stats["casts-removed"] == 0
+    assert p.stats["casts-inserted"] == len(casts) > 0
+    assert not [n.name for n in casts if "kv_pool" in n.name]
+    assert p.stats["kv-pools-fp16"] == 2 * LAYERS
+
+
+def test_precision_leaves_fp8_pools_as_they_are():
+    """The precision pass on a float32 model whose pools are already fp8 (kv-cache-fp8 ran
+    first): the pools keep float8e4m3fn and the scales float32 while the op goes fp16 (the pass
+    used to retype the fp8 pools to the op's 16-bit type)."""
+    from onnx_fuse.passes.precision import PrecisionConversionPass
+
+    model = ir.from_proto(_optimize("llama64_kv_dynamo", None, static=True, kv_cache_dtype="fp8"))
+    p = PrecisionConversionPass("fp16")
+    p(model)
+    proto = ir.to_proto(model)
+    onnx.checker.check_model(proto, full_check=True)
+    ins, outs = _types(proto.graph.input), _types(proto.graph.output)
+    assert {ins[x] for x in POOLS_IN} == {outs[x] for x in POOLS_OUT} == {T.FLOAT8E4M3FN}
+    assert {ins[f"kv_scale_{t}.{i}"] for i in range(LAYERS) for t in "kv"} == {T.FLOAT}
+    assert "kv-pools-fp16" not in p.stats and p.stats["nodes-lowered"] > 0

@@ -25,23 +25,17 @@ from onnx_fuse.plugins.check_trt import check_model
 from onnx_fuse.reference.attention import fused_attention_op
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.verify import make_session
+from kv_feeds import LAYERS, VOCAB, decode_feeds, rel_err, run_original
 
 TOL = {"fp16": 5e-3, "bf16": 5e-2}  # docs/precision.md, of the output's max magnitude
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 # the plugin ops need a head size their kernels take: the head-size-64 exports
 SDPA, KV = MODELS / "llama64_sdpa_dynamo.onnx", MODELS / "llama64_kv_dynamo.onnx"
 LOW = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16}
-LAYERS, D, VOCAB, HKV = 2, 64, 128, 1
+HKV = 1
 
 pytestmark = pytest.mark.skipif(not (SDPA.is_file() and KV.is_file()),
                                 reason=f"exported test models missing under {MODELS}")
-
-
-def rel_err(ref, got, where=None) -> float:
-    ref64, got64 = np.asarray(ref, np.float64), np.asarray(got, np.float64)
-    if where is not None:
-        ref64, got64 = ref64[where], got64[where]
-    return float(np.abs(got64 - ref64).max() / max(np.abs(ref64).max(), 1e-12))
 
 
 def _convert(path: Path, precision: str, keep_io_types: bool = True) -> onnx.ModelProto:
@@ -112,25 +106,10 @@ def test_fused_attention_low_matches_fp32_original(precision):
     assert rel_err(ref, got, valid) <= TOL[precision]
 
 
-def _kv_feeds(batch, past, seed=0):
-    rng = np.random.default_rng(seed)
-    feeds = {"input_ids": rng.integers(0, VOCAB, (batch, 1)).astype(np.int64)}
-    for i in range(LAYERS):
-        for kv in ("key", "value"):
-            feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal((batch, HKV, past, D)).astype(np.float32)
-    return feeds
-
-
-def _original(sess, feeds, b, past_len):
-    f = {"input_ids": feeds["input_ids"][b:b + 1], "attention_mask": np.ones((1, past_len + 1), np.int64)}
-    f.update({k: v[b:b + 1, :, :past_len] for k, v in feeds.items() if k.startswith("past_key_values.")})
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, f)))
-
-
 @pytest.mark.parametrize("precision, keep_io_types", [("fp16", True), ("fp16", False), ("bf16", True)])
 def test_paged_attention_low_matches_fp32_original(precision, keep_io_types):
     past_lens = (7, 3)
-    feeds = _kv_feeds(2, max(past_lens))
+    feeds = decode_feeds(2, max(past_lens), seed=0, hkv=HKV)
     pf = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=1, seed=1)
     proto = _convert(KV, precision, keep_io_types)
     types = _types(proto)
@@ -143,7 +122,7 @@ def test_paged_attention_low_matches_fp32_original(precision, keep_io_types):
     got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, pf)))
     orig = make_session(onnx.load(str(KV)))
     for b, L in enumerate(past_lens):
-        ref = _original(orig, feeds, b, L)
+        ref = run_original(orig, feeds, b, L)
         assert rel_err(ref["logits"][0], got["logits"][b]) <= TOL[precision]
         for i in range(LAYERS):
             for kv, t in (("key", "k"), ("value", "v")):

@@ -544,6 +544,48 @@ def test_pa_heads_variants_match_the_sources_and_plan():
         lp.plan_paged_decode(4, 8, 8, 128, 16, 64, variant=(8, 2, 3), device=a100)
     assert "onnx_fuse_paged_attention_decode_tma_heads" in pa
 
+def test_pa_cluster_variants_match_the_sources_and_plan():
+    """Cluster-reduce decode (bulk 4: head groups "hc", 5: per kv head "tc"): the list and head sizes are
+    the source's, the plan has no workspace and no reduce kernel, at most 8 splits (auto counts are
+    capped there), and refuses what the launcher refuses (it has no fallback); never planned by default."""
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    rows = re.findall(r"X\(DTN, T, D, (\d+), (\d+), ([23]), (\w+)\)", _block(pa, "#define OF_PA_CLUSTER_VARIANTS("))
+    src = {(int(w), int(st), {"2": 5, "3": 4}[b]) for w, st, b, _ in rows}
+    assert all(lp.PA_SUFFIX[{"2": 5, "3": 4}[b]] == suf for _, _, b, suf in rows)
+    ds = {int(d) for d in re.findall(r"^OF_PA_CLUSTER_VARIANTS\(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, (\d+)\)",
+                                     pa, re.M)}
+    assert src == set(lp.PA_CLUSTER_VARIANTS) and ds == set(lp.PA_CLUSTER_HEAD_DIMS)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        assert set(lp.pa_cluster_variants(d)) == (src if d in ds else set()), d
+    assert lp.pa_cluster_variants(128, 4) == ((8, 2, 5), (4, 3, 4)) and lp.pa_cluster_variants(64, 1) == ((8, 2, 5),)
+    assert "onnx_fuse_paged_attention_decode_cluster" in pa
+    for w, st, b in lp.PA_CLUSTER_VARIANTS:
+        for sp in (1, 2, 8):
+            p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(w, st, b), num_splits=sp)
+            assert p.kernel == f"onnx_fuse_pa_decode_bf16_d128_w{w}s{st}{'hc' if b == 4 else 'tc'}" and p.cluster
+            assert p.grid == ((8 // w) if b == 4 else 8, sp, 64) and p.num_splits == sp
+            assert p.workspace_bytes == 0 and p.reduce_kernel is None and p.reduce_grid is None
+            # the launcher's shared memory: that of the head-group / TMA kernel of the same shape
+            assert p.smem_bytes == lp.pa_smem_bytes(128, w, st, 3 if b == 4 else 2) <= lp.H200.max_smem_per_block
+    # auto splits: one CTA per SM for the 8-warp kernels (as w8s2h / w8s2t), capped at 8
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 4)).num_splits == 2
+    assert lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(8, 2, 5)).num_splits == 1
+    assert lp.plan_paged_decode(2, 32, 8, 128, 16, 1024, variant=(4, 3, 4)).num_splits == 8
+    assert lp.plan_paged_decode(1, 16, 1, 64, 16, 1024, variant=(8, 2, 5)).num_splits == 8
+    a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    for args, kw in (((64, 32, 8, 128, 16, 256), {"variant": (8, 2, 4), "num_splits": 9}),
+                     ((4, 8, 4, 128, 16, 64), {"variant": (8, 2, 4)}),  # Hkv % 8
+                     ((4, 8, 8, 128, 8, 64), {"variant": (8, 2, 4)}),  # head groups need blocks >= 16
+                     ((4, 8, 2, 128, 12, 64), {"variant": (8, 2, 5)}),  # no TMA box: no fallback
+                     ((4, 8, 2, 96, 16, 64), {"variant": (8, 2, 5)}),
+                     ((4, 8, 2, 128, 16, 64), {"variant": (8, 2, 5), "device": a100})):
+        with pytest.raises(ValueError):
+            lp.plan_paged_decode(*args, **kw)
+    for d in lp.SUPPORTED_HEAD_DIMS:  # bench candidates only
+        for args in ((64, 32, 8, d, 16, 256), (128, 16, 1, d, 16, 256), (2, 32, 8, d, 16, 1024)):
+            assert not lp.plan_paged_decode(*args).cluster
+
+
 def _pa8_tma_sources() -> dict[int, set]:
     """Head size -> (warps, stages) of the TMA fp8-pool decode kernels paged_attention.cu instantiates."""
     pa = (KERNELS / "paged_attention.cu").read_text()
@@ -653,6 +695,8 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS] == (0, 0) and codes[lp.FA_WGMMA_1WG] == (0, 0)
     assert codes[lp.FA_WS_TMA] == (1, 2) and codes[lp.FA_WS_TMA_R24] == (3, 5)
     assert codes[lp.FA_WS_TMA_PERSIST] == (4, 4)
+    assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVL] == (8, 9)
+    assert codes[lp.FA_WS_TMA_PERSIST_OVL] == (10, 11)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 5
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 2
 
@@ -665,9 +709,9 @@ def test_r24_entries_exist_and_are_planned_at_d128_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 5);" in fa
-    assert "pick_tma(dtype, D, causal != 0, loads == 3 || loads == 5)" in fa
-    assert "OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5)" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 11);" in fa
+    assert "const int kind = (loads == 3 || loads == 5)   ? 1" in fa
+    assert "OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5 || loads == 7 || loads == 9 ||" in fa
     for d in (64, 128):
         for causal in (False, True):
             for v in lp.fa_variants(d):
@@ -684,9 +728,10 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
-    assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
+    assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, 40, 0)" in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVL, lp.FA_WS_TMA_PERSIST_OVL)
     for d in (64, 80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
@@ -710,9 +755,47 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
             for shape in ((4, 4096, 32, 8), (1, 77, 4, 4), (8, 2048, 32, 32)):
                 p = lp.plan_fused_attention(*shape, d, causal=causal)
                 assert p.variant in lp.fa_variants(d) and not p.persistent
-    # the C launcher: loads 4 = persistent, D = 128 only
-    assert "const FaTmaPKernelFn pfn = loads == 4 ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;" in fa
-    assert "OF_REQUIRE(loads != 4 || pfn != nullptr);" in fa
+    # the C launcher: loads 4 (10, 11: the ovl twin by name, planned) = persistent, D = 128 only
+    assert "const bool persistent = loads == 4 || loads >= 10;" in fa
+    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0, loads >= 10) : nullptr;" in fa
+    assert "OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);" in fa
+
+
+def test_prefill_bench_candidates_exist_plan_by_name_and_are_never_planned():
+    """FA_WS_TMA_OV / _OVL / _PERSIST_OVL (D = 128, both masks, both dtypes): entries in the source
+    with the options they name, kernel names and launcher codes from the plan, the persistent grid
+    for the persistent one, refused at other head sizes, never the planner's own choice."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTO_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert not re.search(r"^OF_FA_WSTO_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
+    block = _block(fa, "#define OF_FA_WSTO_KERNELS_D(")
+    for suf, opt in (("ov", "onnx_fuse::kWsPinSoftmax)"), ("ovl", "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)")):
+        for mask, causal in (("full", "false"), ("causal", "true")):
+            assert re.search(rf"m128n128w12t_{suf}_{mask}, T, D, {causal},\s*\\\s*{re.escape(opt)}", block), (suf, mask)
+    tp = _block(fa, "#define OF_FA_WSTP_KERNELS_D(")
+    assert re.search(r"m128n128w12tp_ovl_causal, T, D, true, 24,\s*\\\s*onnx_fuse::kWsPinSoftmax \| onnx_fuse::kWsLazyRescale",
+                     tp)
+    # the options are compiled out of the planned body (OPT = 0): the pin and the vote are guarded
+    assert "if constexpr ((OPT & kWsPinSoftmax) != 0)" in fa
+    assert "if (!(OPT & kWsLazyRescale) || __any_sync(" in fa
+    names = {lp.FA_WS_TMA_OV: "t_ov", lp.FA_WS_TMA_OVL: "t_ovl", lp.FA_WS_TMA_PERSIST_OVL: "tp_ovl"}
+    for v, suf in names.items():
+        assert v in lp.fa_experimental_variants(128) and lp.fa_engine(v, 128) == "wgmma"
+        for dt in ("float16", "bfloat16"):
+            for causal in (False, True):
+                p = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, variant=v)
+                assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12{suf}_{'causal' if causal else 'full'}"
+                assert p.variant == v and p.tma and not p.r24 and p.opt == v[-1]
+                assert p.smem_bytes == lp.fa_smem_bytes(128, *lp.FA_WS_TMA) and p.block == (384, 1, 1)
+                assert p.persistent == (v == lp.FA_WS_TMA_PERSIST_OVL)
+                assert p.grid == ((lp.H200.num_sms, 1, 1) if p.persistent else (32, 32, 4))
+        for d in (64, 80, 96, 256):
+            with pytest.raises(ValueError, match="not compiled"):
+                lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        for causal in (False, True):
+            assert not lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal).opt
 
 
 def test_fp8_heads_variants_match_the_sources_and_plan():

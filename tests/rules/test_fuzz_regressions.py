@@ -8,7 +8,8 @@ against the original (ORT optimizations off): same output names, shapes, dtypes 
 (b) GroupQueryAttention emitted with a head size that is not a multiple of 8 (ORT's CPU kernel
     refuses it), or for cross-attention without a past (key length != query length).
 (c) GELU whose 'scalar' constants have a higher rank than x: the graph output of shape (1,) came
-    back as () (and FastGelu refused a rank-0 input).
+    back as () (and FastGelu refused a rank-0 input); and a rank-0 GELU that ORT cannot fuse,
+    whose plain-formula fallback made it (1,) and was refused (a canonical Gelu left unlowered).
 Plus the rewriter rule behind (c): a graph output may only be replaced by a value whose dtype
 and rank are proven (schema inference or a `: like(...)` hint). Later finds: a no-op Reshape
 bypass gave a graph output ONNX's bogus Attention-23 shape [1, s, 0]; an opset-18/20 model crashed
@@ -173,10 +174,11 @@ def test_b_gqa_head_size_8_still_fuses():
     assert "GroupQueryAttention" in _ops(optimized)
 
 
-def gelu_model(form: str, x_shape, const_shape):
-    """GELU (erf or tanh form) of x whose constants have ``const_shape``."""
+def gelu_model(form: str, x_shape, const_shape, elem: int = F32):
+    """GELU (erf or tanh form) of x whose constants have ``const_shape`` (type ``elem``)."""
     def c(name, value):
-        return _init(name, np.full(const_shape, value))
+        return numpy_helper.from_array(
+            np.full(const_shape, value, onnx.helper.tensor_dtype_to_np_dtype(elem)), name)
     if form == "erf":
         inits = [c("sqrt2", 1.4142135), c("one", 1.0), c("half", 0.5)]
         nodes = [oh.make_node("Div", ["x", "sqrt2"], ["t"]), oh.make_node("Erf", ["t"], ["e"]),
@@ -189,8 +191,8 @@ def gelu_model(form: str, x_shape, const_shape):
                  oh.make_node("Tanh", ["s"], ["t"]), oh.make_node("Add", ["t", "one"], ["a1"]),
                  oh.make_node("Mul", ["x", "half"], ["h"]), oh.make_node("Mul", ["h", "a1"], ["y"])]
     out_shape = list(np.broadcast_shapes(tuple(x_shape), tuple(const_shape)))
-    graph = oh.make_graph(nodes, "gelu", [oh.make_tensor_value_info("x", F32, x_shape)],
-                          [oh.make_tensor_value_info("y", F32, out_shape)], initializer=inits)
+    graph = oh.make_graph(nodes, "gelu", [oh.make_tensor_value_info("x", elem, x_shape)],
+                          [oh.make_tensor_value_info("y", elem, out_shape)], initializer=inits)
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 20)], ir_version=9)
 
 
@@ -211,6 +213,30 @@ def test_c_gelu_same_shape_constants_still_fuse(form):
     feeds = {"x": np.linspace(-2, 2, 6).astype(np.float32).reshape(2, 3)}
     optimized = _check_as_users_run(model, feeds, 2, "ort")
     assert _ops(optimized) & {"Gelu", "FastGelu"}
+
+
+@pytest.mark.parametrize("elem", [F32, TensorProto.DOUBLE])
+def test_c_gelu_of_a_rank_0_x_that_ort_cannot_fuse_keeps_its_formula(elem):
+    """Found by the fuzzer (seed 3122327281, O2-O4 ort): a rank-0 x whose tanh GELU ORT cannot
+    take (FastGelu needs rank >= 1) crashed with a canonical Gelu left unlowered: the
+    plain-formula fallback used [1]-shaped constants, which made y (1,), so its rewrite was
+    refused. The fallback's constants are scalars now."""
+    model = gelu_model("tanh", [], [], elem)
+    feeds = {"x": np.array(0.7, onnx.helper.tensor_dtype_to_np_dtype(elem))}
+    optimized = _check_as_users_run(model, feeds, 2, "ort")
+    assert "Tanh" in _ops(optimized) and not _ops(optimized) & {"Gelu", "FastGelu"}
+    assert optimized.graph.output[0].type.tensor_type.shape.dim == []
+
+
+def test_c_double_erf_gelu_of_a_rank_0_x_keeps_its_formula():
+    """The erf form's fallback (a double GELU: ORT's Gelu takes no double) had the same
+    [1]-shaped constants. ORT's CPU provider has no double Erf, so this checks the graph only."""
+    model = gelu_model("erf", [], [], TensorProto.DOUBLE)
+    optimized = onnx_fuse.optimize(model, level=2, target="ort").to_proto()
+    onnx.checker.check_model(optimized, full_check=True)
+    assert "Erf" in _ops(optimized) and not _ops(optimized) & {"Gelu", "FastGelu"}
+    assert optimized.graph.output[0].type.tensor_type.shape.dim == []
+    assert all(list(i.dims) == [] for i in optimized.graph.initializer)
 
 
 HINTLESS_RULE = """

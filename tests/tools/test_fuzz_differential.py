@@ -158,7 +158,7 @@ def test_time_budget_stops_early_and_says_so(tmp_path):
 
 def _runs(seed, levels, targets):
     return [(r["level"], r["target"], r["cls"], r["detail"][:160])
-            for r in fd.fuzz_graph((seed, tuple(levels), tuple(targets), (), 0))[0]]
+            for r in fd.fuzz_graph((seed, tuple(levels), tuple(targets), (), 0, None))[0]]
 
 
 def test_long_run_crash_is_fixed():
@@ -220,3 +220,31 @@ def test_long_runs_wrong_graph_is_clean_now():
     for level, target in ((3, "onnx"), (4, "trt")):
         cls, detail, _, _ = fd.run_one(case.model, case.feeds, ref, level, target)
         assert cls == "ok", (level, target, detail)
+
+
+def test_gelu_of_a_rank_0_x_that_ort_cannot_fuse_is_fixed():
+    """Seed 3122327281 (trust's pass of 2026-12-01): a rank-0 tanh GELU crashed at O2-O4 ort
+    (canonical Gelu left unlowered: the plain fallback's [1]-shaped constants made it (1,))."""
+    for level, target, cls, detail in _runs(3122327281, [2, 4], ["ort"]):
+        assert cls == "ok", (level, target, cls, detail)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_precision_runs_convert_and_compare_at_the_low_tolerance(precision, tmp_path):
+    """--precision: optimize() converts (the optimized model computes in the low type), outputs
+    are compared at its tolerance, and a saved case replays with the same precision."""
+    import onnx
+
+    case = make_case(211629190)   # attention with RoPE: MatMuls to convert
+    names = [o.name for o in case.model.graph.output]
+    ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
+    cls, detail, optimized, _ = fd.run_one(case.model, case.feeds, ref, 2, "ort", precision=precision)
+    assert cls == "ok", detail
+    low = {"fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}[precision]
+    assert low in {t.data_type for t in optimized.graph.initializer}
+    summary = fd.fuzz(2, seed=31, levels=[2], targets=["ort"], out=tmp_path, precision=precision)
+    assert summary["precision"] == precision and summary["failed"] == 0, _failures(summary)
+    ref16 = np.full(4, 0.39, np.float32)
+    got = ref16 + np.float32(4e-3)   # fp16 rounding: wrong at float32, fine at the low tolerance
+    assert fd.compare(["y"], [ref16], [got], {"y": fd.PRECISION_DTYPE[precision]})[0] == "ok"
+    assert fd.compare(["y"], [ref16], [got])[0] == "wrong"
