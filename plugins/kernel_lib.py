@@ -6,6 +6,7 @@ tools/bench_kernels.py. Launch planning comes from ``onnx_fuse.plugins.launch_pl
 
     lib = KernelLib.load()                       # or KernelLib.load("path/to/lib.so")
     lib.fused_attention(q, k, v, out, seq_lens=lens, causal=True)   # [B,S,H,D] tensors
+    lib.fused_attention(q, k, v, out, softcap=50.0)  # Gemma 2: softmax(50 tanh(scale q k^T / 50)) v
     lib.paged_decode(q, k_pool, v_pool, block_tables, seq_lens, out)
     lib.append_kv(k_new, v_new, k_pool, v_pool, block_tables, seq_lens)
     lib.paged_prefill(q, k_pool, v_pool, block_tables, seq_lens, out, cu_seqlens_q=cu)  # sm_90a
@@ -31,6 +32,8 @@ _i, _ll, _f, _p = ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_void
 # tests/plugins/test_kernel_lib_signatures.py, which needs no GPU).
 ARGTYPES = {
     "onnx_fuse_fused_attention_fwd": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f] + [_i] * 5 + [_p],
+    "onnx_fuse_fused_attention_fwd_ex": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _f]
+    + [_i] * 5 + [_p],
     "onnx_fuse_paged_attention_decode_ex": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i,
                                             _f, _i, _i, _i, _p],
     "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
@@ -132,22 +135,33 @@ class KernelLib:
             raise KernelError(f"{what} failed with CUDA error code {rc}")
 
     def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
-                        variant=None, loads=None, stream=None) -> None:
+                        softcap=0.0, variant=None, loads=None, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24;
         see onnx_fuse_fused_attention_fwd). The experimental variants
         (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4, the
-        bench candidates FA_WS_TMA_OV / _OVL / _PERSIST_OVL with 6 / 8 / 10 (``lp.fa_launch_loads``)."""
+        bench candidates FA_WS_TMA_OV / _OVL / _PERSIST_OVL with 6 / 8 / 10 (``lp.fa_launch_loads``).
+        softcap > 0: logits cap * tanh(scale * q k^T / cap) (Gemma 2), the variant's ``_sc`` twin
+        (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex."""
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):
             if t.stride(3) != 1:
                 raise ValueError("the head-dim axis must be contiguous")
-        plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, variant=variant)
+        cap = float(softcap or 0.0)
+        plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, variant=variant,
+                                       softcap=cap)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
         if loads is None:
             loads = lp.fa_launch_loads(plan, by_name=variant is not None)
+        if cap:
+            rc = self._lib.onnx_fuse_fused_attention_fwd_ex(
+                plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
+                *st, sc, cap, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, loads,
+                self._stream(stream))
+            self._check(rc, "onnx_fuse_fused_attention_fwd_ex")
+            return
         rc = self._lib.onnx_fuse_fused_attention_fwd(
             plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
             *st, sc, int(bool(causal)), plan.block_m, plan.block_n, plan.warps, loads, self._stream(stream))

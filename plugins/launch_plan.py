@@ -32,6 +32,7 @@ __all__ = [
     "SUPPORTED_HEAD_DIMS",
     "fa_variants",
     "fa_experimental_variants",
+    "fa_softcap_variants",
     "pa_variants",
     "pa8_variants",
     "pa_tma_variants",
@@ -92,6 +93,27 @@ FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
 FA_WS_TMA_OVL = (128, 128, 12, "tma", "ovl")
 FA_WS_TMA_PERSIST_OVL = (128, 128, 12, "tma", "persistent", "ovl")
 FA_OPTS = ("ov", "ovl")  # the last element of the bench candidates' variant tuples
+
+
+# Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
+# variant plan_fused_attention picks on its own, so a softcapped plan keeps the tile it would
+# have without the softcap (FA_WS_TMA_R24 at D = 128 and FA_WS_TMA at D = 64 on Hopper, with their
+# cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96; (128, 64, 8) at D = 256; mma.sync 64x64 and
+# 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4).
+FA_SOFTCAP_VARIANTS = ((64, 64, 4), (128, 64, 4))
+FA_SOFTCAP_VARIANTS_BY_D = {
+    64: FA_SOFTCAP_VARIANTS + (FA_WS, FA_WS_TMA),
+    80: FA_SOFTCAP_VARIANTS + (FA_WGMMA,),
+    96: FA_SOFTCAP_VARIANTS + (FA_WGMMA,),
+    128: FA_SOFTCAP_VARIANTS + (FA_WS, FA_WS_TMA_R24),
+    256: ((64, 64, 4), (128, 64, 8)),
+}
+
+
+def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
+    """Variants compiled with a logit softcap (``_sc`` entries) for ``head_dim``."""
+    _check_head_dim(head_dim)
+    return FA_SOFTCAP_VARIANTS_BY_D[head_dim]
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
@@ -361,6 +383,7 @@ class FusedAttentionPlan:
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
     opt: str = ""  # bench candidates: "ov" (FA_WS_TMA_OV) or "ovl" (FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)
+    softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
     def ctas(self) -> int:
@@ -385,8 +408,11 @@ def plan_fused_attention(
     causal: bool = False,
     variant: tuple[int, int, int] | None = None,
     device: DeviceInfo = H200,
+    softcap: float = 0.0,
 ) -> FusedAttentionPlan:
-    """Pick the fused-attention variant (block_m, block_n, warps) and grid."""
+    """Pick the fused-attention variant (block_m, block_n, warps) and grid. ``softcap`` > 0 (Gemma
+    2's logit softcap) plans the variant's ``_sc`` twin (``fa_softcap_variants``); a variant asked
+    for by name without one is refused."""
     _check_heads(num_heads, num_kv_heads)
     _check_head_dim(head_dim)
     dt = _dt(dtype)
@@ -394,6 +420,8 @@ def plan_fused_attention(
         raise ValueError(f"batch={batch} and seq_len={seq_len} must be positive")
     if batch > 65535 or num_heads > 65535:
         raise ValueError("batch and num_heads must be <= 65535 (grid y/z limits)")
+    if not (softcap >= 0.0 and math.isfinite(softcap)):
+        raise ValueError(f"softcap={softcap} must be >= 0 and finite (0 = none)")
     if variant is None:
         # 32 rows per warp (128-row CTA of 4 warps) reuses each K/V fragment twice; measured on
         # the H200 (docs/PERF.md) 32-key tiles win for D=128 without a mask, 64-key tiles
@@ -416,11 +444,15 @@ def plan_fused_attention(
             variant = (128, 32, 4)
         else:
             variant = FA_DEFAULT
+        if softcap and variant not in fa_softcap_variants(head_dim):
+            variant = FA_DEFAULT  # (128, 32, 4): no softcap twin, its 64-key sibling has one
     variant = tuple(variant)
-    compiled = fa_variants(head_dim) + fa_experimental_variants(head_dim, causal)
+    compiled = (fa_softcap_variants(head_dim) if softcap
+                else fa_variants(head_dim) + fa_experimental_variants(head_dim, causal))
     if variant not in compiled:
         raise ValueError(f"variant {variant} not compiled for D={head_dim}"
-                         f"{' (causal)' if causal else ''}; choose one of {compiled}")
+                         f"{' (causal)' if causal else ''}{' with a softcap' if softcap else ''}; "
+                         f"choose one of {compiled}")
     bm, bn, warps = variant[:3]
     tma = variant[3:4] == ("tma",)
     persistent = variant[4:5] == ("persistent",)
@@ -431,8 +463,8 @@ def plan_fused_attention(
     smem = fa_smem_bytes(head_dim, *variant[:4])
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
-    suffix = ("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "") + (
-        f"_{opt}" if opt else "")
+    suffix = (("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "")
+              + (f"_{opt}" if opt else "") + ("_sc" if softcap else ""))
     name = f"onnx_fuse_fa_fwd_{dt}_d{head_dim}_m{bm}n{bn}w{warps}{suffix}_{'causal' if causal else 'full'}"
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
@@ -440,6 +472,7 @@ def plan_fused_attention(
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
         block_n=bn, dtype_code=DTYPE_CODE[dt], tma=tma, persistent=persistent, r24=r24, opt=opt,
+        softcap=bool(softcap),
     )
 
 

@@ -20,6 +20,8 @@ Conventions shared with the kernels:
 - paged: ``seq_lens[b]`` counts the tokens in the cache *including* the ``Sq`` new ones; new
   token ``i`` sits at position ``p = seq_lens[b] - Sq + i`` and sees cache positions ``0..p``.
 - ``scale`` None or 0.0 means ``1/sqrt(D)``.
+- ``softcap`` (prefill; Gemma 2's logit softcap): 0.0 means none; ``c`` > 0 turns the scaled
+  scores ``x`` into ``c * tanh(x / c)`` before the mask and the softmax.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def fused_attention(
     seq_lens: np.ndarray | None = None,
     causal: bool = False,
     scale: float | None = None,
+    softcap: float = 0.0,
     layout: str = "bshd",
     num_heads: int | None = None,
     num_kv_heads: int | None = None,
@@ -95,7 +98,8 @@ def fused_attention(
     """Prefill/encoder attention; returns the output in the input ``layout``.
 
     Layouts: ``bshd`` q [B,S,Hq,D], k/v [B,S,Hkv,D] (the kernel's); ``bhsd`` [B,H,S,D];
-    ``bsh`` packed [B,S,H*D] (needs ``num_heads`` and ``num_kv_heads``).
+    ``bsh`` packed [B,S,H*D] (needs ``num_heads`` and ``num_kv_heads``). ``softcap`` > 0:
+    scores ``softcap * tanh(scale * q k^T / softcap)``.
     """
     qh = _to_bshd(np.asarray(q), layout, num_heads, "q").astype(np.float64)
     kh = _to_bshd(np.asarray(k), layout, num_kv_heads, "k").astype(np.float64)
@@ -109,6 +113,9 @@ def fused_attention(
     if Skv != S:
         raise ValueError(f"FusedAttention needs equal query and key lengths, got {S} and {Skv}")
     sc = resolve_scale(scale, D)
+    cap = float(softcap or 0.0)
+    if not (cap >= 0.0 and np.isfinite(cap)):
+        raise ValueError(f"softcap must be >= 0 and finite (0 = none), got {softcap}")
     lens = np.full(B, S, dtype=np.int64) if seq_lens is None else np.clip(np.asarray(seq_lens, np.int64), 0, S)
     if lens.shape != (B,):
         raise ValueError(f"seq_lens must have shape [{B}], got {lens.shape}")
@@ -118,6 +125,8 @@ def fused_attention(
     vx = np.repeat(vh, group, axis=2)
     qt = qh.transpose(0, 2, 1, 3)  # [B,Hq,S,D]
     scores = np.matmul(qt, kx.transpose(0, 2, 3, 1)) * sc  # [B,Hq,S,S]
+    if cap:
+        scores = cap * np.tanh(scores / cap)
     pos = np.arange(S)
     key_ok = pos[None, :] < lens[:, None]  # [B,S]
     visible = np.broadcast_to(key_ok[:, None, None, :], scores.shape)
@@ -237,11 +246,12 @@ def fused_attention_op(
     kv_num_heads: int | None = None,
     scale: float = 0.0,
     causal: int = 0,
+    softcap: float = 0.0,
 ) -> np.ndarray:
     """``onnx_fuse::FusedAttention``: query [B,S,Hq*D], key/value [B,S,Hkv*D] -> [B,S,Hq*D]."""
     kvh = kv_num_heads or num_heads
     return fused_attention(
-        query, key, value, seq_lens=seq_lens, causal=bool(causal), scale=scale,
+        query, key, value, seq_lens=seq_lens, causal=bool(causal), scale=scale, softcap=softcap,
         layout="bsh", num_heads=num_heads, num_kv_heads=kvh,
     )
 

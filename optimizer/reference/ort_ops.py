@@ -68,12 +68,13 @@ _WRAPPED_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
                    onnx.TensorProto.FLOAT8E4M3FN)
 
 
-def _fused_attention(query, key, value, seq_lens=None, *, num_heads, kv_num_heads, scale, causal):
+def _fused_attention(query, key, value, seq_lens=None, *, num_heads, kv_num_heads, scale, causal,
+                     softcap):
     from onnx_fuse.reference.attention import fused_attention_op
 
     return fused_attention_op(query, key, value, seq_lens, num_heads=int(num_heads),
                               kv_num_heads=int(kv_num_heads) or None, scale=float(scale),
-                              causal=int(causal))
+                              causal=int(causal), softcap=float(softcap))
 
 
 def _paged_attention(query, key, value, key_cache, value_cache, block_tables, seq_lens,
@@ -103,9 +104,9 @@ _ATTN_ATTRS = (("num_heads", "int", None), ("kv_num_heads", "int", 0), ("scale",
 _PAGED_INPUTS = ("float", "float", "float", "float", "float", "int32", "int32")
 _SPECS = (
     _OpSpec("FusedAttention", ("float", "float", "float"), ("float",),
-            _ATTN_ATTRS + (("causal", "int", 0),), _fused_attention),
+            _ATTN_ATTRS + (("causal", "int", 0), ("softcap", "float", 0.0)), _fused_attention),
     _OpSpec("FusedAttention", ("float", "float", "float", "int32"), ("float",),
-            _ATTN_ATTRS + (("causal", "int", 0),), _fused_attention),
+            _ATTN_ATTRS + (("causal", "int", 0), ("softcap", "float", 0.0)), _fused_attention),
     _OpSpec("PagedAttention", _PAGED_INPUTS, ("float", "float", "float"), _ATTN_ATTRS,
             _paged_attention, output_like=(0, 3, 4)),
     _OpSpec("PagedAttention", _PAGED_INPUTS + ("float", "float"), ("float", "float", "float"),

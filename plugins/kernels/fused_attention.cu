@@ -6,7 +6,8 @@
 //   alike; output rows at positions >= seq_lens[b] are written as zeros.
 // Semantics: O = softmax(scale * Q K^T + mask) V per (batch, query head), with query
 // head h reading kv head h / (Hq / Hkv) (MHA when Hq == Hkv, GQA/MQA otherwise), the
-// causal mask top-left aligned (key j visible to query i iff j <= i).
+// causal mask top-left aligned (key j visible to query i iff j <= i). Softcap entries (name suffix
+// _sc, Gemma 2's logit softcap): O = softmax(cap * tanh(scale * Q K^T / cap) + mask) V.
 // dtypes: fp16 or bf16 in and out, fp32 accumulation and softmax. D in {64, 80, 96, 128, 256}.
 //
 // Algorithm: one CTA per (query tile of 64 or 128 rows, query head, batch). Each warp
@@ -37,17 +38,31 @@ constexpr int fa_smem_bytes() {
   return (16 * MT * NWARPS + 2 * 2 * BN) * tile_row<D>() * 2;
 }
 
+// Logit softcap (the SC template flag of every body; entries with the _sc suffix): each raw
+// score s of a tile becomes tanh(scale * s / cap) in place, before masking, and the launcher
+// passes scale_log2 = cap * log2(e), so the unchanged online softmax exponentiates
+// cap * tanh(scale * s / cap) in the exp2 domain. sc_k = 2 * log2(e) * scale / cap;
+// tanh(x) = 1 - 2 / (e^(2x) + 1) on ex2 and a fast divide: about 1e-6 absolute, where
+// tanh.approx.f32 (~5e-4) times a cap of 50 would move the logits by ~0.03.
+template <typename Frag>
+__device__ __forceinline__ void fa_softcap(Frag& s, float sc_k) {
+  float* x = reinterpret_cast<float*>(&s);
+#pragma unroll
+  for (int i = 0; i < int(sizeof(Frag) / sizeof(float)); ++i)
+    x[i] = 1.f - __fdividef(2.f, exp2f(x[i] * sc_k) + 1.f);
+}
+
 // MT: 16-row m-tiles per warp. MT == 1 keeps the warp's Q fragments in registers; MT == 2
 // reloads them from shared memory each k-step but reuses every K/V fragment twice, which
 // halves shared-memory traffic per FLOP (FlashAttention-2's choice for D = 128). At D = 256
 // the Q fragments (64 registers) are reloaded from shared memory even with MT == 1.
-template <typename T, int D, int NWARPS, int MT, int BN, bool CAUSAL>
+template <typename T, int D, int NWARPS, int MT, int BN, bool CAUSAL, bool SC = false>
 __device__ __forceinline__ void fa_fwd_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2) {
+    float scale_log2, float sc_k = 0.f) {
   using Tr = MmaTraits<T>;
   constexpr int WM = 16 * MT;       // rows per warp
   constexpr int BM = WM * NWARPS;   // rows per CTA
@@ -195,6 +210,7 @@ __device__ __forceinline__ void fa_fwd_body(
 
     // Mask (only tiles that cross the diagonal or the sequence end) and online softmax in
     // the exp2 domain: p = exp2(s * scale_log2 - m).
+    if constexpr (SC) fa_softcap(s, sc_k);
     const int n0 = j * BN;
     const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
 #pragma unroll
@@ -316,13 +332,13 @@ __device__ __forceinline__ uint32_t sw128_off(int r, int q) {
 // NWG = warpgroups per CTA (64 query rows each). NWG = 1 (m64n128w4 at D = 64, m64n64w4 at
 // D <= 128) runs two or more CTAs per SM that are not tied by a CTA barrier, so one CTA's
 // softmax can overlap another's wgmma. BNV: keys per tile (0 = fa_wg_bn<D>()).
-template <typename T, int D, bool CAUSAL, int NWG = 2, int BNV = 0>
+template <typename T, int D, bool CAUSAL, int NWG = 2, int BNV = 0, bool SC = false>
 __device__ __forceinline__ void fa_fwd_wgmma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2) {
+    float scale_log2, float sc_k = 0.f) {
 #if OF_WGMMA_OK
   using Tr = MmaTraits<T>;
   constexpr int BM = 64 * NWG, BN = BNV ? BNV : fa_wg_bn<D>(), DP = fa_wg_dp<D>(), NT = 128 * NWG,
@@ -425,6 +441,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
     wg::commit();
     wg::wait0();
     wg::fence_acc(s);
+    if constexpr (SC) fa_softcap(s, sc_k);
 
     const int n0 = j * BN;
     const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
@@ -504,9 +521,9 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
 #else
   // Not an sm_90a build: same grid, block (256 threads, 128 rows) and a subset of the shared
   // memory, so run the mma.sync 128x64 8-warp body instead; results are identical in kind.
-  fa_fwd_body<T, D, 4 * NWG, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
-                                            k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                            scale_log2);
+  fa_fwd_body<T, D, 4 * NWG, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,
+                                                q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
+                                                o_ss, o_sh, scale_log2, sc_k);
 #endif
 }
 
@@ -895,9 +912,9 @@ __device__ __forceinline__ void ws_zero_v_tail(uint32_t dv, int r0, uint32_t vta
 //
 // OPT: bench-candidate options (bit flags, kWs*; 0 = the planned body, unchanged).
 template <typename T, int D, bool CAUSAL, typename Rows, int PREGS = 40, int BNT = 128,
-          int STT = kWsStages, typename Tiles = FaWsOneTile, int OPT = 0>
+           int STT = kWsStages, typename Tiles = FaWsOneTile, int OPT = 0, bool SC = false>
 __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
-                                           const Tiles& tiles = Tiles{}) {
+                                           const Tiles& tiles = Tiles{}, float sc_k = 0.f) {
 #if OF_WGMMA_OK
   constexpr int CREGS = PREGS == 24 ? 240 : 232;
   static_assert((PREGS == 40 || PREGS == 24) && 128 * PREGS + 256 * CREGS == 384 * 168,
@@ -1208,6 +1225,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // Mask and online softmax of tile `tile` (exp2 domain) in place; returns the O rescale factors
   // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
+    if constexpr (SC) fa_softcap(sv, sc_k);
     const int n0 = tile * BN;
     const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF);
     if (need_mask) {
@@ -1356,13 +1374,13 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #endif
 }
 
-template <typename T, int D, bool CAUSAL>
+template <typename T, int D, bool CAUSAL, bool SC = false>
 __device__ __forceinline__ void fa_fwd_ws_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2) {
+    float scale_log2, float sc_k = 0.f) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
@@ -1370,12 +1388,14 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   FaDenseRows<T> rows{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
                       v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                       q_ss, k_ss, v_ss, o_ss, L, L, S, 0};
-  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL, FaDenseRows<T>, 40, 128, kWsStages, FaWsOneTile, 0, SC>(rows, scale_log2,
+                                                                             FaWsOneTile{}, sc_k);
 #else
   // Not an sm_90a build: the first 256 threads run the mma.sync 128x64 8-warp body.
   if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                          scale_log2, sc_k);
 #endif
 }
 
@@ -1383,13 +1403,13 @@ __device__ __forceinline__ void fa_fwd_ws_body(
 // K, V (4-D: D, H, S, B; boxes 64 x 1 x 128 x 1, 128-byte swizzle; K / V boxes of BNT rows)
 // built by the host launcher.
 template <typename T, int D, bool CAUSAL, int PREGS = 40, int BNT = 128, int STT = kWsStages,
-          int OPT = 0>
+          int OPT = 0, bool SC = false>
 __device__ __forceinline__ void fa_fwd_ws_tma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2, const void* tq, const void* tk, const void* tv) {
+    float scale_log2, const void* tq, const void* tk, const void* tv, float sc_k = 0.f) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
@@ -1398,13 +1418,15 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                           v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                           q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
                          tq, tk, tv, hq, hkv, b, S};
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT, SC>(
+      rows, scale_log2, FaWsOneTile{}, sc_k);
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
   // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
   if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                          scale_log2, sc_k);
 #endif
 }
 
@@ -1498,26 +1520,27 @@ __device__ __forceinline__ void fa_paged_prefill_tma_body(
 // Body of the mma.sync-named entries: in sm_90a builds the 64x64 4-warp variant at D <= 128 runs
 // the one-warpgroup wgmma body (same tile geometry: 64 rows, 64-key tiles, 128 threads); every
 // other variant, and every variant in other builds, runs fa_fwd_body.
-template <typename T, int D, int W, int MT, int BN, bool CAUSAL>
+template <typename T, int D, int W, int MT, int BN, bool CAUSAL, bool SC = false>
 __device__ __forceinline__ void fa_fwd_entry(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2) {
+    float scale_log2, float sc_k = 0.f) {
 #if OF_WGMMA_OK
   if constexpr (W == 4 && MT == 1 && BN == 64 && D <= 128) {
-    fa_fwd_wgmma_body<T, D, CAUSAL, 1, 64>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
-                                           k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                           scale_log2);
+    fa_fwd_wgmma_body<T, D, CAUSAL, 1, 64, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                               k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss,
+                                               o_sh, scale_log2, sc_k);
   } else {
-    fa_fwd_body<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                         k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                         scale_log2);
+    fa_fwd_body<T, D, W, MT, BN, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                             k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                             scale_log2, sc_k);
   }
 #else
-  fa_fwd_body<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+  fa_fwd_body<T, D, W, MT, BN, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                           k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                           scale_log2, sc_k);
 #endif
 }
 
@@ -1763,6 +1786,91 @@ OF_FA_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_KERNELS_D(bf16, __nv_bfloat16, 96)
 OF_FA_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_KERNELS_D256(bf16, __nv_bfloat16)
+
+// Softcap entries (SC = true, see fa_softcap): name suffix _sc before the mask; the usual
+// arguments with scale_log2 = cap * log2(e), then sc_k = 2 * log2(e) * scale / cap (after the
+// tensor maps for TMA entries). One per variant the planner can pick when softcap != 0
+// (launch_plan.fa_softcap_variants): mma.sync 64x64 (one-warpgroup wgmma at D <= 128 in sm_90a
+// builds) and 128x64 4-warp; wgmma m128n128w8 at D = 80 / 96 and m128n64w8 at D = 256; the
+// warp-specialized body at D = 64 / 128 with cp.async and with TMA (the planned register split:
+// 40 / 232 at D = 64, r24 at D = 128). The TensorRT AOT adapter replays OF_FA_SC_KERNELS* lines.
+#define OF_FA_SC_KERNEL(NAME, T, D, W, MT, BN, CAUSAL)                                          \
+  extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
+    fa_fwd_entry<T, D, W, MT, BN, CAUSAL, true>(                                               \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
+        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
+  }
+#define OF_FA_SC_VARIANT(DTN, T, D, BMV, BNV, W, MT)                                           \
+  OF_FA_SC_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_sc_full, T, D, W, MT,  \
+                  BNV, false)                                                                  \
+  OF_FA_SC_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_sc_causal, T, D, W, MT, \
+                  BNV, true)
+#define OF_FA_SC_KERNELS_D(DTN, T, D) \
+  OF_FA_SC_VARIANT(DTN, T, D, 64, 64, 4, 1) OF_FA_SC_VARIANT(DTN, T, D, 128, 64, 4, 2)
+#define OF_FA_SC_KERNELS_D256(DTN, T) OF_FA_SC_VARIANT(DTN, T, 256, 64, 64, 4, 1)
+#define OF_FA_SC_WG_KERNEL(NAME, T, D, CAUSAL)                                                   \
+  extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
+    fa_fwd_wgmma_body<T, D, CAUSAL, 2, 0, true>(                                               \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
+        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
+  }
+#define OF_FA_SC_WS_KERNEL(NAME, T, D, CAUSAL)                                                   \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
+    fa_fwd_ws_body<T, D, CAUSAL, true>(                                                        \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
+        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
+  }
+#define OF_FA_SC_WST_KERNEL(NAME, T, D, PREGS, CAUSAL)                                           \
+  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
+      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
+      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
+      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,          \
+      float sc_k) {                                                                            \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, 0, true>(                  \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
+        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv, sc_k);                        \
+  }
+#define OF_FA_SC_HOPPER_KERNELS(DTN, T)                                                         \
+  OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d80_m128n128w8_sc_full, T, 80, false)             \
+  OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d80_m128n128w8_sc_causal, T, 80, true)            \
+  OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d96_m128n128w8_sc_full, T, 96, false)             \
+  OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d96_m128n128w8_sc_causal, T, 96, true)            \
+  OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w8_sc_full, T, 256, false)            \
+  OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w8_sc_causal, T, 256, true)           \
+  OF_FA_SC_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m128n128w12_sc_full, T, 64, false)            \
+  OF_FA_SC_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m128n128w12_sc_causal, T, 64, true)           \
+  OF_FA_SC_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12_sc_full, T, 128, false)          \
+  OF_FA_SC_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12_sc_causal, T, 128, true)         \
+  OF_FA_SC_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m128n128w12t_sc_full, T, 64, 40, false)      \
+  OF_FA_SC_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m128n128w12t_sc_causal, T, 64, 40, true)     \
+  OF_FA_SC_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_r24_sc_full, T, 128, 24, false) \
+  OF_FA_SC_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_r24_sc_causal, T, 128, 24, true)
+OF_FA_SC_HOPPER_KERNELS(f16, __half)
+OF_FA_SC_HOPPER_KERNELS(bf16, __nv_bfloat16)
+OF_FA_SC_KERNELS_D(f16, __half, 64)
+OF_FA_SC_KERNELS_D(f16, __half, 80)
+OF_FA_SC_KERNELS_D(f16, __half, 96)
+OF_FA_SC_KERNELS_D(f16, __half, 128)
+OF_FA_SC_KERNELS_D256(f16, __half)
+OF_FA_SC_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_SC_KERNELS_D(bf16, __nv_bfloat16, 80)
+OF_FA_SC_KERNELS_D(bf16, __nv_bfloat16, 96)
+OF_FA_SC_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_SC_KERNELS_D256(bf16, __nv_bfloat16)
 
 // ----------------------------------------------------------------------------------------
 // Host launch function.
@@ -2155,6 +2263,142 @@ int onnx_fuse_paged_prefill_fwd_ex(int dtype, const void* q, long long q_sb, lon
   return paged_prefill_launch(dtype, q, q_sb, q_ts, q_hs, cu_seqlens_q, k_pool, v_pool,
                               block_tables, seq_lens, o, o_sb, o_ts, o_hs, B, max_q_len, Hq, Hkv,
                               D, block_size, max_blocks, scale, causal, num_blocks, loads, stream);
+}
+
+}  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// Softcap launch (onnx_fuse_fused_attention_fwd_ex): the OF_FA_SC_* entries.
+
+namespace {
+
+using FaScKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
+                              int, long long, long long, long long, long long, long long,
+                              long long, long long, long long, long long, long long, long long,
+                              long long, float, float);
+using FaScTmaKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int,
+                                 int, int, long long, long long, long long, long long, long long,
+                                 long long, long long, long long, long long, long long,
+                                 long long, long long, float, CUtensorMap, CUtensorMap,
+                                 CUtensorMap, float);
+
+FaScKernelFn pick_sc(int dtype, int D, int block_m, int block_n, int warps, bool causal) {
+#define OF_PICK_SC(DTN, DD, BMV, BNV, W)                                                        \
+  if (D == DD && block_m == BMV && block_n == BNV && warps == W)                               \
+    return causal                                                                              \
+        ? reinterpret_cast<FaScKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m##BMV##n##BNV##w##W##_sc_causal) \
+        : reinterpret_cast<FaScKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m##BMV##n##BNV##w##W##_sc_full);
+#define OF_PICK_SC_ALL(DTN)                                                                     \
+  OF_PICK_SC(DTN, 64, 64, 64, 4) OF_PICK_SC(DTN, 64, 128, 64, 4)                               \
+  OF_PICK_SC(DTN, 64, 128, 128, 12) OF_PICK_SC(DTN, 80, 64, 64, 4)                             \
+  OF_PICK_SC(DTN, 80, 128, 64, 4) OF_PICK_SC(DTN, 80, 128, 128, 8)                             \
+  OF_PICK_SC(DTN, 96, 64, 64, 4) OF_PICK_SC(DTN, 96, 128, 64, 4)                               \
+  OF_PICK_SC(DTN, 96, 128, 128, 8) OF_PICK_SC(DTN, 128, 64, 64, 4)                             \
+  OF_PICK_SC(DTN, 128, 128, 64, 4) OF_PICK_SC(DTN, 128, 128, 128, 12)                          \
+  OF_PICK_SC(DTN, 256, 64, 64, 4) OF_PICK_SC(DTN, 256, 128, 64, 8)
+  if (dtype == onnx_fuse::kFloat16) {
+    OF_PICK_SC_ALL(f16)
+  } else if (dtype == onnx_fuse::kBFloat16) {
+    OF_PICK_SC_ALL(bf16)
+  }
+#undef OF_PICK_SC_ALL
+#undef OF_PICK_SC
+  return nullptr;
+}
+
+// The TMA softcap entry of the planned register split: 40 / 232 at D = 64, r24 at D = 128.
+FaScTmaKernelFn pick_sc_tma(int dtype, int D, bool causal, bool r24) {
+#define OF_PICK_SC_T(DTN, DD, TAG)                                                              \
+  return causal ? reinterpret_cast<FaScTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_##TAG##_sc_causal) \
+                : reinterpret_cast<FaScTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_##TAG##_sc_full);
+  const bool f16 = dtype == onnx_fuse::kFloat16;
+  if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
+  if (D == 64 && !r24) {
+    if (f16) OF_PICK_SC_T(f16, 64, m128n128w12t)
+    OF_PICK_SC_T(bf16, 64, m128n128w12t)
+  }
+  if (D == 128 && r24) {
+    if (f16) OF_PICK_SC_T(f16, 128, m128n128w12t_r24)
+    OF_PICK_SC_T(bf16, 128, m128n128w12t_r24)
+  }
+#undef OF_PICK_SC_T
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// onnx_fuse_fused_attention_fwd with a logit softcap: O = softmax(softcap * tanh(scale * Q K^T /
+// softcap) + mask) V (Gemma 2). softcap == 0 is exactly onnx_fuse_fused_attention_fwd (the same
+// kernels); softcap > 0 runs the _sc twin of the variant, which exists for (64, 64, 4) and
+// (128, 64, 4) at every D but 256, (128, 128, 8) at D = 80 / 96, (64, 64, 4) and (128, 64, 8) at
+// D = 256, and (128, 128, 12) at D = 64 / 128 with loads 0, TMA loads 1 / 2 at D = 64 and 3 / 5 at
+// D = 128 (launch_plan.fa_softcap_variants); any other variant, loads 4 or a softcap that is
+// negative or not finite is cudaErrorInvalidValue. Returns 0 or a cudaError_t code.
+int onnx_fuse_fused_attention_fwd_ex(int dtype, const void* q, const void* k, const void* v,
+                                     void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
+                                     int D, long long q_sb, long long q_ss, long long q_sh,
+                                     long long k_sb, long long k_ss, long long k_sh,
+                                     long long v_sb, long long v_ss, long long v_sh,
+                                     long long o_sb, long long o_ss, long long o_sh, float scale,
+                                     float softcap, int causal, int block_m, int block_n,
+                                     int warps, int loads, cudaStream_t stream) {
+  if (softcap == 0.f)
+    return onnx_fuse_fused_attention_fwd(dtype, q, k, v, o, seq_lens, B, S, Hq, Hkv, D, q_sb,
+                                         q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
+                                         o_ss, o_sh, scale, causal, block_m, block_n, warps,
+                                         loads, stream);
+  if (block_m == 0 && block_n == 0 && warps == 0) {  // the same default as without a softcap
+    block_m = D == 256 ? 64 : 128;
+    block_n = 64;
+    warps = 4;
+  }
+  // the argument rules of onnx_fuse_fused_attention_fwd
+  OF_REQUIRE(softcap > 0.f && softcap < INFINITY);
+  OF_REQUIRE(loads >= 0 && loads <= 5 && loads != 4);
+  OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
+  OF_REQUIRE(scale > 0.f);
+  OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
+  OF_REQUIRE(B <= 65535 && Hq <= 65535);
+  OF_REQUIRE(q && k && v && o);
+  OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
+             k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
+  const FaScKernelFn fn = pick_sc(dtype, D, block_m, block_n, warps, causal != 0);
+  OF_REQUIRE(fn != nullptr);
+  const float post = softcap * onnx_fuse::kLog2e;               // scale_log2 of the entries
+  const float sc_k = 2.f * onnx_fuse::kLog2e * scale / softcap;  // fa_softcap's argument
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
+  dim3 grid((S + block_m - 1) / block_m, Hq, B);
+  if (loads != 0) {
+    const FaScTmaKernelFn tfn = pick_sc_tma(dtype, D, causal != 0, loads == 3 || loads == 5);
+    OF_REQUIRE(tfn != nullptr);
+    int dev = 0, major = 0;
+    OF_CUDA_TRY(cudaGetDevice(&dev));
+    OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUtensorMap tq, tk, tv;
+    const bool tma_rules_met = major == 9 &&
+                               fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
+                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
+                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
+    OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5);  // 2, 5: fall back to cp.async below
+    if (tma_rules_met) {
+      OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, post, tq,
+                                       tk, tv, sc_k);
+      OF_CUDA_CHECK_LAUNCH();
+      return 0;
+    }
+  }
+  OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  fn<<<grid, 32 * warps, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                         k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                         post, sc_k);
+  OF_CUDA_CHECK_LAUNCH();
+  return 0;
 }
 
 }  // extern "C"

@@ -176,6 +176,100 @@ def test_fused_attention_onnx_level_contract(lib):
     assert _rel_err(out, expect) < TOL[torch.float16]
 
 
+# ------------------------------------------ logit softcap (Gemma 2): the _sc twins of the variants
+# softmax(cap * tanh(scale * q k^T / cap) + mask) v; the reference is torch float64 on the same
+# fp16/bf16 values. q is scaled up so that the scores reach the cap (trained Gemma-2 logits do)
+# and the softcap changes the result far beyond the tolerance (checked in every case).
+
+FA_SC_CASES = [  # B, S, Hq, Hkv, D, causal, seq_lens, variant (None = planned), cap, q gain
+    (2, 1024, 32, 8, 128, False, None, None, 50.0, 24.0),       # planned: TMA r24 (H200)
+    (2, 1024, 32, 8, 128, True, [1024, 700], None, 5.0, 4.0),
+    (2, 1024, 32, 8, 64, False, [1000, 1024], None, 5.0, 4.0),  # planned: TMA (H200)
+    (2, 1024, 32, 8, 64, True, None, None, 50.0, 24.0),
+    (1, 100, 4, 2, 128, True, None, (128, 128, 12, "tma", "r24"), 5.0, 4.0),  # TMA -> cp.async (S < 128)
+    (2, 333, 16, 1, 64, True, [300, 333], (128, 128, 12), 5.0, 4.0),
+    (3, 200, 6, 3, 128, False, [200, 1, 0], (128, 128, 12), 5.0, 4.0),
+    (2, 515, 4, 1, 128, True, [515, 260], (64, 64, 4), 5.0, 4.0),
+    (2, 515, 4, 1, 64, False, [515, 260], (64, 64, 4), 30.0, 16.0),
+    (1, 1, 2, 1, 128, True, None, None, 5.0, 4.0),
+    (2, 300, 8, 2, 128, True, [300, 129], (128, 64, 4), 5.0, 4.0),
+    (1, 515, 4, 4, 64, False, None, (128, 64, 4), 5.0, 4.0),
+    (2, 300, 4, 2, 80, True, [300, 129], (128, 128, 8), 5.0, 4.0),
+    (2, 300, 4, 2, 96, False, [300, 129], (128, 64, 4), 5.0, 4.0),
+    (1, 333, 6, 3, 96, True, None, (64, 64, 4), 5.0, 4.0),
+    (2, 300, 4, 2, 256, True, [300, 129], (128, 64, 8), 50.0, 24.0),
+    (2, 300, 4, 2, 256, False, None, (64, 64, 4), 5.0, 4.0),
+]
+
+
+def _softcap_reference(q, k, v, lens, causal, scale, cap):
+    """torch float64: q [B,S,Hq,D], k/v [B,S,Hkv,D] -> [B,S,Hq,D]; padded rows zero."""
+    B, S, Hq, D = q.shape
+    g = Hq // k.shape[2]
+    qd = q.double().transpose(1, 2)
+    kd = k.double().repeat_interleave(g, dim=2).transpose(1, 2)
+    vd = v.double().repeat_interleave(g, dim=2).transpose(1, 2)
+    s = (qd @ kd.transpose(-1, -2)) * scale
+    if cap:
+        s = cap * torch.tanh(s / cap)
+    pos = torch.arange(S, device=q.device)
+    L = torch.tensor(lens if lens is not None else [S] * B, device=q.device)
+    visible = (pos[None, :] < L[:, None])[:, None, None, :]
+    if causal:
+        visible = visible & (pos[None, :] <= pos[:, None])[None, None]
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
+    o = (p @ vd).transpose(1, 2)
+    return o * (pos[None, :] < L[:, None])[:, :, None, None]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_SC_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-{}-cap{:g}".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "",
+    "x".join(map(str, c[7])) if c[7] else "auto", c[8]))
+def test_fused_attention_softcap_matches_torch(lib, case, dtype):
+    B, S, Hq, Hkv, D, causal, lens, variant, cap, gain = case
+    if variant is not None and len(variant) > 3:
+        _need_sm90()
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
+    q = (_rand((B, S, Hq, D), torch.float32, gen) * gain).to(dtype)
+    k = _rand((B, S, Hkv, D), dtype, gen)
+    v = _rand((B, S, Hkv, D), dtype, gen)
+    seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
+    clean = (q.clone(), k.clone(), v.clone())
+    if lens is not None:  # padding content must not matter: poison it
+        for b, L in enumerate(lens):
+            for t in (q, k, v):
+                t[b, L:] = float("nan")
+    out = torch.full_like(q, float("nan"))
+    scale = 1.0 / D**0.5
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, softcap=cap, variant=variant)
+    torch.cuda.synchronize()
+    expect = _softcap_reference(*clean, lens, causal, scale, cap)
+    err = _rel_err(out, expect.cpu().numpy())
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+    # the softcap matters here: without it the result is far off
+    assert _rel_err(out, _softcap_reference(*clean, lens, causal, scale, 0.0).cpu().numpy()) > 4 * TOL[dtype]
+    if lens is not None:
+        for b, L in enumerate(lens):
+            assert torch.count_nonzero(out[b, L:]).item() == 0
+
+
+def test_fused_attention_softcap_refusals(lib):
+    """A variant without a _sc twin is refused by the planner; onnx_fuse_fused_attention_fwd_ex
+    refuses bad caps, variants without a twin and the persistent loads."""
+    q = torch.zeros((1, 128, 2, 128), dtype=torch.float16, device="cuda")
+    out = torch.empty_like(q)
+    with pytest.raises(ValueError, match="softcap"):
+        lib.fused_attention(q, q, q, out, softcap=30.0, variant=(128, 32, 4))
+    for cap, variant, loads in ((-1.0, (64, 64, 4), 0), (float("inf"), (64, 64, 4), 0),
+                                (30.0, (128, 32, 4), 0), (30.0, (128, 128, 12), 4)):
+        rc = lib._lib.onnx_fuse_fused_attention_fwd_ex(
+            0, q.data_ptr(), q.data_ptr(), q.data_ptr(), out.data_ptr(), None, 1, 128, 2, 2, 128,
+            *([128 * 2 * 128, 2 * 128, 128] * 4), 0.1, cap, 0, *variant, loads, None)
+        assert rc != 0, (cap, variant, loads)
+    torch.cuda.synchronize()
+
+
 # ------------------------------------------ warp-specialized wgmma with a TMA producer (m128n128w12t)
 # Under TMA only rows past S read as zeros; rows [seq_len, S) are whatever the tensor holds there.
 

@@ -852,3 +852,88 @@ def test_fp8_heads_variants_match_the_sources_and_plan():
     assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", device=a100).bulk == 0
     assert "int onnx_fuse_paged_attention_decode_fp8_tma_heads(" in pa
     assert "int onnx_fuse_paged_attention_fp8_tma_heads_map_ok(" in pa
+
+
+# ------------------------------------------------------------------ logit softcap (_sc twins)
+
+def _softcap_sources() -> tuple[dict, set, set]:
+    """From fused_attention.cu: the _sc variants per head size (macro lists expanded by hand),
+    every _sc kernel name, and the (D, block_m, block_n, warps) the launcher's pick_sc takes."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    by_d: dict[int, set] = {}
+    mma = re.findall(r"OF_FA_SC_VARIANT\(DTN, T, D, (\d+), (\d+), (\d+), \d\)",
+                     _block(fa, "#define OF_FA_SC_KERNELS_D("))
+    for d in re.findall(r"^OF_FA_SC_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M):
+        by_d.setdefault(int(d), set()).update(tuple(map(int, v)) for v in mma)
+    for v in re.findall(r"OF_FA_SC_VARIANT\(DTN, T, 256, (\d+), (\d+), (\d+), \d\)",
+                        _block(fa, "#define OF_FA_SC_KERNELS_D256(")):
+        by_d.setdefault(256, set()).add(tuple(map(int, v)))
+    hopper = re.findall(r"OF_FA_SC_\w+_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d(\d+)_m(\d+)n(\d+)w(\d+)(t?)(_r24)?_sc_full",
+                        _block(fa, "#define OF_FA_SC_HOPPER_KERNELS("))
+    assert hopper and re.search(r"^OF_FA_SC_HOPPER_KERNELS\(bf16, __nv_bfloat16\)", fa, re.M)
+    for d, bm, bn, w, t, r24 in hopper:
+        by_d.setdefault(int(d), set()).add((int(bm), int(bn), int(w)) + (("tma",) if t else ())
+                                           + (("r24",) if r24 else ()))
+    names = {f"onnx_fuse_fa_fwd_{dt}_d{d}_m{v[0]}n{v[1]}w{v[2]}{'t' if 'tma' in v else ''}"
+             f"{'_r24' if 'r24' in v else ''}_sc_{mask}"
+             for dt in ("f16", "bf16") for d, vs in by_d.items() for v in vs for mask in ("full", "causal")}
+    picks = {tuple(map(int, v)) for v in re.findall(r"OF_PICK_SC\(DTN, (\d+), (\d+), (\d+), (\d+)\)", fa)}
+    return by_d, names, picks
+
+
+def test_softcap_variant_table_matches_the_sources():
+    by_d, _, picks = _softcap_sources()
+    assert set(by_d) == set(lp.SUPPORTED_HEAD_DIMS)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        assert by_d[d] == set(lp.fa_softcap_variants(d)), d
+        assert set(lp.fa_softcap_variants(d)) <= set(lp.fa_variants(d))  # twins of real variants
+        # the launcher's pick_sc takes every non-TMA one (the TMA twins come from pick_sc_tma)
+        assert {v[:3] for v in by_d[d] if len(v) == 3} == {p[1:] for p in picks if p[0] == d}, d
+
+
+@pytest.mark.parametrize("device", [lp.H200, lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0)),
+                                    lp.DeviceInfo(name="L40S", num_sms=142, compute_capability=(8, 9))],
+                         ids=["h200", "a100", "l40s"])
+def test_softcap_plan_only_picks_softcap_kernels(device):
+    """Every planned shape with a softcap runs a _sc kernel that the source defines, of the tile
+    the plan without one would pick wherever that tile has a twin."""
+    _, names, _ = _softcap_sources()
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        for b, s, hq, hkv in ((1, 1, 2, 1), (1, 77, 8, 2), (2, 515, 4, 1), (4, 4096, 32, 8), (8, 2048, 16, 16)):
+            for causal in (False, True):
+                for dt in ("float16", "bfloat16"):
+                    plain = lp.plan_fused_attention(b, s, hq, hkv, d, dt, causal=causal, device=device)
+                    plan = lp.plan_fused_attention(b, s, hq, hkv, d, dt, causal=causal, device=device,
+                                                   softcap=50.0)
+                    assert plan.softcap and plan.kernel.endswith(("_sc_full", "_sc_causal"))
+                    assert plan.kernel in names, plan.kernel
+                    assert plan.variant in lp.fa_softcap_variants(d)
+                    want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
+                    assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
+                    assert not plain.softcap and "_sc_" not in plain.kernel
+                    assert lp.fa_launch_loads(plan, by_name=False) == lp.fa_launch_loads(plain, by_name=False) \
+                        or plain.variant not in lp.fa_softcap_variants(d)
+
+
+def test_softcap_plan_refuses_variants_without_a_twin_and_bad_caps():
+    with pytest.raises(ValueError, match="with a softcap"):
+        lp.plan_fused_attention(1, 1000, 8, 8, 128, causal=False, variant=(128, 32, 4), softcap=30.0)
+    with pytest.raises(ValueError, match="with a softcap"):
+        lp.plan_fused_attention(1, 1000, 8, 8, 64, variant=lp.FA_WGMMA_1WG, softcap=30.0)
+    with pytest.raises(ValueError, match="with a softcap"):
+        lp.plan_fused_attention(1, 1000, 8, 8, 128, variant=lp.FA_WS_TMA, softcap=30.0)  # r24 only
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="softcap"):
+            lp.plan_fused_attention(1, 64, 2, 2, 64, softcap=bad)
+    plan = lp.plan_fused_attention(1, 1000, 8, 8, 128, variant=lp.FA_WS, softcap=30.0)
+    assert plan.kernel == "onnx_fuse_fa_fwd_f16_d128_m128n128w12_sc_full"
+
+
+def test_softcap_contract_matches_the_planner():
+    import yaml
+
+    fa = yaml.safe_load((KERNELS.parent / "fused_attention.yaml").read_text())
+    table = fa["kernel"]["softcap"]["variants"]
+    assert {int(d): {tuple(v) for v in vs} for d, vs in table.items()} == \
+        {d: set(lp.fa_softcap_variants(d)) for d in lp.SUPPORTED_HEAD_DIMS}
+    assert fa["attributes"]["softcap"]["default"] == 0.0

@@ -47,6 +47,9 @@ def test_valid_fused_attention_node_is_supported(models):
     (dict(kv_num_heads=3), "kv_num_heads=3 must be positive and divide num_heads=2"),
     (dict(causal=2), "causal must be 0 or 1"),
     (dict(scale=-1.0), "scale must be >= 0"),
+    (dict(softcap=-30.0), "softcap must be >= 0"),
+    (dict(softcap=float("inf")), "softcap must be >= 0 and finite"),
+    (dict(softcap=30), "attribute 'softcap' must be FLOAT"),
     (dict(bogus=1), "unknown attribute"),
 ])
 def test_fused_attention_contract_violations(models, change, message):
@@ -78,6 +81,7 @@ def test_prepare_for_tensorrt_fills_defaults_and_seq_lens(models):
     fa_node = prepared.graph.node[-1]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in fa_node.attribute}
     assert attrs["aot"] == 1 and attrs["kv_num_heads"] == 0 and attrs["scale"] == 0.0
+    assert attrs["softcap"] == 0.0  # TensorRT's Python plugins have no attribute defaults
     assert len(fa_node.input) == 4
     onnx.checker.check_model(prepared)
     # Only the fp32 dtype rule is left (the kernels are fp16/bf16); structure is complete.
@@ -102,6 +106,35 @@ def test_fused_attention_dtype_head_size_and_inputs(models):
     two = models.fused_attention(models.fused_attention_node(inputs=["q", "k"]),
                                  with_lens=False)
     assert any("needs inputs query, key, value" in r for r in _reasons(two))
+
+
+def test_softcap_fused_attention_is_supported_and_serialized(models):
+    """A softcap (Gemma 2) is a plugin field: check-trt takes it, prepare_node keeps it, and the
+    AOT scalars are what onnx_fuse_fused_attention_fwd_ex passes to the _sc kernels."""
+    import math
+    import struct
+
+    from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
+
+    node = models.fused_attention_node(inputs=["q", "k", "v", "lens"], softcap=50.0)
+    m = models.fused_attention(node)
+    assert check_model(m).supported, _reasons(m)
+    prepared, _ = prepare_for_tensorrt(m)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in prepared.graph.node[-1].attribute}
+    assert attrs["softcap"] == 50.0 and attrs["aot"] == 1
+    back = onnx.load_from_string(prepared.SerializeToString())
+    assert [a.f for a in back.graph.node[-1].attribute if a.name == "softcap"] == [50.0]
+    assert list(fa.ATTRIBUTES)[-1] == "softcap" and fa.ATTRIBUTE_DEFAULTS["softcap"] == 0.0
+    log2e = math.log2(math.e)
+    assert fa.softcap_scalars(0.125, 0.0) == (0.125 * log2e,)
+    post, k = fa.softcap_scalars(0.125, 50.0)
+    assert post == pytest.approx(50.0 * log2e) and k == pytest.approx(2 * log2e * 0.125 / 50.0)
+    # the kernel turns s into 1 - 2 / (2^(s k) + 1) = tanh(0.125 s / 50) and exponentiates post * it
+    s = 300.0
+    assert post * (1 - 2 / (2 ** (s * k) + 1)) == pytest.approx(50 * math.tanh(0.125 * s / 50) * log2e)
+    assert struct.unpack("<f", struct.pack("<i", fa._float_bits(post)))[0] == pytest.approx(post)
+    assert fa.aot_entry("bf16", 256, "m64n64w4", 1, True) == "onnx_fuse_fa_fwd_bf16_d256_m64n64w4_sc_causal_trt"
+    assert fa.aot_entry("f16", 64, "m64n64w4", 0) == "onnx_fuse_fa_fwd_f16_d64_m64n64w4_full_trt"
 
 
 def test_gqa_fused_attention_is_supported(models):
@@ -322,6 +355,12 @@ def test_fused_attention_aot_adapter_compiles_every_variant(tmp_path, monkeypatc
                 for causal in (0, 1):
                     assert fa.aot_entry(dt, d, tile, causal) in entries
             assert fa.smem_bytes(d, bm, bn) > 0 and w in (1, 2, 4, 8)
+        # softcap twins: the 64-row tile everywhere, 128x64 below D = 256 (tactics of a softcap node)
+        sc = fa.aot_variants(d, softcap=True)
+        assert {t for *_, t in sc} == ({"m64n64w4"} if d == 256 else {"m64n64w4", "m128n64w4"})
+        for *_, tile in sc:
+            for dt in ("f16", "bf16"):
+                assert fa.aot_entry(dt, d, tile, 1, True) in entries
 
 
 @pytest.mark.slow

@@ -46,6 +46,68 @@ def test_fused_attention_runs_through_reference(with_lens, causal):
         assert np.abs(got - other).max() > 1e-3
 
 
+def _plain_softcap_model(scale, cap):
+    """The same attention in plain ONNX ops: heads split, kv heads repeated (repeat_kv), scores
+    cap * tanh(scale * q k^T / cap) + mask, Softmax, heads merged."""
+    G = H // KV
+    c = {"split_q": np.array([0, 0, H, D], np.int64), "split_kv": np.array([0, 0, KV, D], np.int64),
+         "ax2": np.array([2], np.int64), "rep": np.array([1, 1, G, 1, 1], np.int64),
+         "heads": np.array([0, H, -1, D], np.int64), "merge": np.array([0, 0, H * D], np.int64),
+         "scale": np.array(scale, np.float32), "cap": np.array(cap, np.float32)}
+    nodes = [h.make_node("Reshape", ["q", "split_q"], ["q4"]),
+             h.make_node("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3])]
+    for x in "kv":
+        nodes += [h.make_node("Reshape", [x, "split_kv"], [f"{x}4"]),
+                  h.make_node("Transpose", [f"{x}4"], [f"{x}h"], perm=[0, 2, 1, 3]),
+                  h.make_node("Unsqueeze", [f"{x}h", "ax2"], [f"{x}u"]),
+                  h.make_node("Expand", [f"{x}u", "rep"], [f"{x}e"]),
+                  h.make_node("Reshape", [f"{x}e", "heads"], [f"{x}r"])]
+    nodes += [h.make_node("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2]),
+              h.make_node("MatMul", ["qh", "kt"], ["s"]),
+              h.make_node("Mul", ["s", "scale"], ["ss"]),
+              h.make_node("Div", ["ss", "cap"], ["sd"]),
+              h.make_node("Tanh", ["sd"], ["st"]),
+              h.make_node("Mul", ["st", "cap"], ["sc"]),
+              h.make_node("Add", ["sc", "mask"], ["sm"]),
+              h.make_node("Softmax", ["sm"], ["p"], axis=-1),
+              h.make_node("MatMul", ["p", "vr"], ["o"]),
+              h.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              h.make_node("Reshape", ["ot", "merge"], ["y"])]
+    ins = [h.make_tensor_value_info("q", T.FLOAT, ["b", "s", H * D]),
+           h.make_tensor_value_info("k", T.FLOAT, ["b", "s", KV * D]),
+           h.make_tensor_value_info("v", T.FLOAT, ["b", "s", KV * D]),
+           h.make_tensor_value_info("mask", T.FLOAT, ["b", 1, "s", "s"])]
+    graph = h.make_graph(nodes, "plain", ins, [h.make_tensor_value_info("y", T.FLOAT, ["b", "s", H * D])],
+                         initializer=[onnx.numpy_helper.from_array(v, k) for k, v in c.items()])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 20)])
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_fused_attention_softcap_matches_the_plain_ops_in_ort(causal):
+    """FusedAttention(softcap) through the reference equals Gemma 2's softcapped attention written
+    in plain ops, run by ORT itself, on trained-like values (scores well past the cap)."""
+    rng = np.random.default_rng(1)
+    scale, cap = 0.3, 2.5
+    feeds = {"q": (3.0 * rng.standard_normal((B, S, H * D))).astype(np.float32),
+             "k": (1.5 * rng.standard_normal((B, S, KV * D))).astype(np.float32),
+             "v": rng.standard_normal((B, S, KV * D)).astype(np.float32)}
+    lens = np.array([S, 3], np.int32)
+    pos = np.arange(S)
+    visible = (pos[None, :] < lens[:, None])[:, None, None, :] & ((pos[None, :] <= pos[:, None]) | (not causal))
+    mask = np.where(visible, 0.0, -np.inf).astype(np.float32)
+    plain = make_session(_plain_softcap_model(scale, cap)).run(None, {**feeds, "mask": mask})[0]
+    model = _model(["q", "k", "v", "lens"], num_heads=H, kv_num_heads=KV, causal=causal, scale=scale,
+                   softcap=cap, plugin_version="1", plugin_namespace="onnx_fuse")
+    got = make_session(model).run(None, {**feeds, "lens": lens})[0]
+    valid = pos[None, :] < lens[:, None]  # rows past seq_lens are zeros by contract
+    np.testing.assert_allclose(got[valid], plain[valid], rtol=1e-5, atol=1e-5)
+    assert np.count_nonzero(got[~valid]) == 0
+    # the softcap reaches the reference: without it the result is far off
+    uncapped = fused_attention_op(feeds["q"], feeds["k"], feeds["v"], lens, num_heads=H, kv_num_heads=KV,
+                                  causal=causal, scale=scale)
+    assert np.abs(got - uncapped)[valid].max() > 0.1
+
+
 def test_prepare_session_leaves_input_alone_and_retargets():
     import onnxruntime as ort
 
@@ -55,7 +117,7 @@ def test_prepare_session_leaves_input_alone_and_retargets():
     assert model.SerializeToString() == before
     node = out.graph.node[0]
     assert node.domain == "ai.onnx.contrib" and node.op_type == "OnnxFuse_FusedAttention_3"
-    assert {a.name for a in node.attribute} == {"num_heads", "kv_num_heads", "scale", "causal"}
+    assert {a.name for a in node.attribute} == {"num_heads", "kv_num_heads", "scale", "causal", "softcap"}
     assert "onnx_fuse" not in {o.domain for o in out.opset_import}
 
 

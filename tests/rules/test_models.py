@@ -171,21 +171,31 @@ def test_trt_level4_soft_mask_is_not_the_plugin_contract(h):
     h.assert_close(model, fused, feeds_for(entry), atol=1e-4, rtol=1e-3)
 
 
-def test_trt_level4_keeps_attention_attributes_the_plugin_lacks(h):
-    """Attention-23 with softcap (or is_causal) is not FusedAttention: the O4 rule names every
-    attribute it drops (softcap=30 used to be silently lost)."""
-    entry = MANIFEST["bert_sdpa_dynamo"]
+@pytest.mark.parametrize("attr, value, fuses", [("softcap", 0.5, True), ("is_causal", 1, False)])
+def test_trt_level4_attention_attributes_and_the_plugin(h, attr, value, fuses):
+    """An Attention-23 softcap passes through to FusedAttention's softcap (it was once silently
+    lost, then refused); is_causal, which the plugin does not take, keeps Attention-23. The model
+    has a head size the kernels take (64), so only the attribute decides."""
+    entry = MANIFEST["llama64_sdpa_dynamo"]
     original = onnx.load(str(MODELS / entry["file"]))
     o3 = h.fuse(original, "trt", level=3)
     for node in o3.graph.node:
         if node.op_type == "Attention":
-            keep = [a for a in node.attribute if a.name != "softcap"]
+            keep = [a for a in node.attribute if a.name != attr]
             del node.attribute[:]
-            node.attribute.extend(keep + [onnx.helper.make_attribute("softcap", 30.0)])
+            node.attribute.extend(keep + [onnx.helper.make_attribute(attr, value)])
     fused = h.fuse(o3, "trt", level=4)
     ops = h.ops(fused)
-    assert ops["Attention"] == entry["num_layers"] and "onnx_fuse::FusedAttention" not in ops, dict(ops)
-    h.assert_close(o3, fused, feeds_for(entry))
+    feeds = feeds_for(entry)
+    if not fuses:
+        assert ops["Attention"] == entry["num_layers"] and "onnx_fuse::FusedAttention" not in ops, dict(ops)
+        h.assert_close(o3, fused, feeds)
+        return
+    assert ops["onnx_fuse::FusedAttention"] == entry["num_layers"] and "Attention" not in ops, dict(ops)
+    for node in fused.graph.node:
+        if node.op_type == "FusedAttention":
+            assert {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}[attr] == value
+    h.assert_close(o3, fused, feeds, atol=1e-4, rtol=1e-3, valid=feeds["attention_mask"])
 
 
 def test_fused_attention_rule_takes_the_plugin_contracts_head_sizes():
