@@ -443,7 +443,8 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> d
         versions = subprocess.run([str(py), "-c", "import importlib.metadata as m, json; print(json.dumps("
                                    "{p: m.version(p) for p in ('optimum-onnx', 'optimum', 'transformers',"
                                    " 'torch', 'onnx')}))"], capture_output=True, text=True, env=env).stdout
-    return {"hf_class": spec["model_class"] + _part_suffix(spec),
+    return {"hf_class": spec["model_class"] + (" (decoder; Optimum's decoder_with_past: cross-attention keys/values in)"
+                                               if spec["kind"] in CROSS else _part_suffix(spec)),
             "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
                          "versions": json.loads(versions or "{}")}}
 
