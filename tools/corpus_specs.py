@@ -141,7 +141,7 @@ SPECS = {
     "t5_decoder": _s("seq2seq_decoder", "T5Config", "T5ForConditionalGeneration", dict(T5),
                      ["mha", "cross-attention", "causal", "relative-position", "rmsnorm", "relu", "no-scale"],
                      "t5", "t5", part="decoder", task="text2text-generation-with-past",
-                     styles=("optimum", "torchscript", "torchscript_kv")),  # dynamo fails on T5 (a view)
+                     styles=NEW_STYLES + ("torchscript_kv",)),  # dynamo fails on T5 (a view): recorded
     "bart_decoder": _s("seq2seq_decoder", "BartConfig", "BartForConditionalGeneration", dict(BART),
                        ["mha", "cross-attention", "causal", "learned-positions", "layernorm", "gelu-erf",
                         "post-norm", "qkv-bias"],

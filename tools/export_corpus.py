@@ -58,7 +58,7 @@ BATCH, SEQ, PAST = 2, 8, 5
 DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_length": SEQ,
               "past_sequence": PAST, "past_sequence_length": PAST, "total_sequence": PAST + SEQ,
               "encoder_sequence_length": SEQ, "num_channels": 3, "height": 32, "width": 32,
-              "encoder_sequence": SEQ - 2}
+              "encoder_sequence": SEQ - 2, "decoder_sequence_length": SEQ, "past_decoder_sequence_length": PAST}
 CROSS = ("seq2seq_decoder",)  # kinds that take encoder_hidden_states (cross-attention)
 
 
@@ -443,7 +443,8 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> d
         versions = subprocess.run([str(py), "-c", "import importlib.metadata as m, json; print(json.dumps("
                                    "{p: m.version(p) for p in ('optimum-onnx', 'optimum', 'transformers',"
                                    " 'torch', 'onnx')}))"], capture_output=True, text=True, env=env).stdout
-    return {"hf_class": spec["model_class"] + _part_suffix(spec),
+    return {"hf_class": spec["model_class"] + (" (decoder; Optimum's decoder_with_past: cross-attention keys/values in)"
+                                               if spec["kind"] in CROSS else _part_suffix(spec)),
             "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
                          "versions": json.loads(versions or "{}")}}
 
@@ -588,13 +589,15 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
 
 
 def plan(archs, styles, weights_list):
-    """Style-major order, trained weights first: an interrupted run still has every architecture."""
+    """Style-major order, trained weights first: an interrupted run still has every architecture.
+    styles None: the corpus's own, each architecture's spec styles (else all but torchscript_kv)."""
     for weights in weights_list:
-        for style in styles:
+        for style in styles or STYLES:
             for arch in archs:
                 if style in KV_STYLES and SPECS[arch]["kind"] not in ("decoder", *CROSS):
                     continue
-                if SPECS[arch].get("styles") and style not in SPECS[arch]["styles"]:
+                own = SPECS[arch].get("styles")
+                if (own and style not in own) or (styles is None and not own and style == "torchscript_kv"):
                     continue
                 if weights == "default" and (style != "dyn_mask" or arch not in DEFAULT_WEIGHTS):
                     continue
@@ -649,8 +652,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--only", nargs="*", default=None, help="architectures (default: all)")
-    ap.add_argument("--styles", nargs="*", default=[s for s in STYLES if s != "torchscript_kv"], choices=STYLES,
-                    help="default: all but torchscript_kv (not part of the corpus)")
+    ap.add_argument("--styles", nargs="*", default=None, choices=STYLES,
+                    help="default: the corpus's (each architecture's spec styles, else all but torchscript_kv)")
     ap.add_argument("--weights", nargs="*", default=["trained", "default"], choices=["trained", "default"])
     ap.add_argument("--list", action="store_true", help="print the planned files and exit")
     ap.add_argument("--missing", action="store_true",

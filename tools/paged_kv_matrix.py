@@ -46,6 +46,9 @@ def classify(path: Path) -> dict:
     if rep.status == "FAILED":
         row["verify_failure"] = rep.verify_failure
     row["nodes"] = [rep.nodes_before, rep.nodes_after]
+    # the model's own inputs that stay (the pools, block_tables and seq_lens left out)
+    row["inputs"] = [v.name for v in res.model.graph.inputs
+                     if not v.name.startswith(("kv_pool_", "past_")) and v.name not in ("block_tables", "seq_lens")]
     reasons = [w for w in rep.warnings if "trt-paged-kv" in w]
     if reasons and not row["paged"]:
         row["refusal"] = reasons[0][:400]

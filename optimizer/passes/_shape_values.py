@@ -111,6 +111,8 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
                 return None
             picked.append(inner[0][i])
         return picked, len(idx.shape) == 0
+    if op == "Where" and len(ins) == 3:
+        return _where_entries(ins, depth)
     if op == "Slice" and len(ins) >= 3:
         inner = shape_entries(ins[0], depth + 1)
         starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
@@ -124,3 +126,29 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         s, e = (max(min(v, n), -n) for v in (starts[0], ends[0]))
         return inner[0][s:e], False
     return None
+
+
+def _where_entries(ins: list, depth: int) -> tuple[list, bool] | None:
+    """torch's expand target: Where(Equal(c, m), a, c) with m, a constant, m < 0 where c holds a
+    symbol (a dim is never negative, so a symbol keeps its place)."""
+    cond, a, c = ins
+    eq = cond.producer() if cond is not None else None
+    if eq is None or eq.op_type != "Equal" or eq.domain not in ("", "ai.onnx") or c not in list(eq.inputs):
+        return None
+    m = _const_ints([v for v in eq.inputs if v is not c][0] if list(eq.inputs).count(c) == 1 else None)
+    inner, fill = shape_entries(c, depth + 1), _const_ints(a)
+    if inner is None or inner[1] or m is None or fill is None:
+        return None
+    n = len(inner[0])
+    if len(m) not in (1, n) or len(fill) not in (1, n):
+        return None
+    out = []
+    for i, e in enumerate(inner[0]):
+        mi, fi = m[i % len(m)], fill[i % len(fill)]
+        if isinstance(e, int):
+            out.append(fi if e == mi else e)
+        elif mi < 0:
+            out.append(e)
+        else:
+            return None
+    return out, False

@@ -81,16 +81,40 @@ def tile_output_dims(node: ir.Node) -> list | None:
     return out
 
 
+def expand_output_dims(node: ir.Node) -> list | None:
+    """The output dims (ints, symbol names, or None where unknown) of an Expand whose target is a
+    shape vector (torch's expand writes Where(Equal(c, -1), 1, c)), or None."""
+    x, target = (list(node.inputs) + [None, None])[:2]
+    if x is None or x.shape is None:
+        return None
+    got = shape_entries(target)
+    if got is None or got[1]:
+        return None
+    ins, tgt = [_key(d) for d in x.shape], list(got[0])
+    n = max(len(ins), len(tgt))
+    ins, tgt = [1] * (n - len(ins)) + ins, [1] * (n - len(tgt)) + tgt
+    out = []
+    for d, t in zip(ins, tgt):
+        if t == 1 or d == t:
+            out.append(d)
+        elif d == 1 or (isinstance(t, int) and t > 1):
+            out.append(t)  # d is 1 or equals t (else the model is invalid)
+        else:
+            out.append(None)
+    return out
+
+
 def refine_reshape_outputs(model: ir.Model) -> int:
     """Give Reshape (and Tile) outputs the dims ``reshape_output_dims`` (``tile_output_dims``)
     proves: static dims always, symbols where the value had none or an invented one (Tile only:
     a Reshape's symbols come from onnx already); returns how many outputs gained."""
     gained = 0
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.op_type not in ("Reshape", "Tile") or node.domain not in ("", "ai.onnx") or not node.outputs:
+        if node.op_type not in ("Reshape", "Tile", "Expand") or node.domain not in ("", "ai.onnx") or not node.outputs:
             continue
         out = node.outputs[0]
-        dims = reshape_output_dims(node) if node.op_type == "Reshape" else tile_output_dims(node)
+        dims = {"Reshape": reshape_output_dims, "Tile": tile_output_dims,
+                "Expand": expand_output_dims}[node.op_type](node)
         if dims is None or (out.shape is not None and len(out.shape) != len(dims)):
             continue
         old = list(out.shape) if out.shape is not None else [None] * len(dims)
@@ -99,7 +123,7 @@ def refine_reshape_outputs(model: ir.Model) -> int:
             if isinstance(d, int) and not isinstance(o, int):
                 new.append(d)
                 changed = True
-            elif node.op_type == "Tile" and isinstance(d, str) and (o is None or unknown_or_invented(o)):
+            elif node.op_type != "Reshape" and isinstance(d, str) and (o is None or unknown_or_invented(o)):
                 new.append(ir.SymbolicDim(d))
                 changed = True
             else:

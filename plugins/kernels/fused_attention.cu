@@ -38,10 +38,10 @@ constexpr int fa_smem_bytes() {
   return (16 * MT * NWARPS + 2 * 2 * BN) * tile_row<D>() * 2;
 }
 
-// Logit softcap (template flag SC of the bodies, option kWsSoftcap of fa_ws_core; entries with
-// the _sc suffix): each raw score s of a tile becomes tanh(scale * s / cap) in place, before
-// masking, and the launcher passes scale_log2 = cap * log2(e), so the unchanged online softmax
-// exponentiates cap * tanh(scale * s / cap) in the exp2 domain. sc_k = 2 * log2(e) * scale / cap;
+// Logit softcap (the SC template flag of every body; entries with the _sc suffix): each raw
+// score s of a tile becomes tanh(scale * s / cap) in place, before masking, and the launcher
+// passes scale_log2 = cap * log2(e), so the unchanged online softmax exponentiates
+// cap * tanh(scale * s / cap) in the exp2 domain. sc_k = 2 * log2(e) * scale / cap;
 // tanh(x) = 1 - 2 / (e^(2x) + 1) on ex2 and a fast divide: about 1e-6 absolute, where
 // tanh.approx.f32 (~5e-4) times a cap of 50 would move the logits by ~0.03.
 template <typename Frag>
@@ -767,8 +767,6 @@ constexpr int kWsPinSoftmax = 1;
 // the max rarely moves, and the 64 multiplies per thread sit between wait_group 0 and the next
 // issue, on the path the other warpgroup waits for.
 constexpr int kWsLazyRescale = 2;
-// Option kWsSoftcap (the _sc entries): the logit softcap, fa_softcap on each tile's scores (sc_k).
-constexpr int kWsSoftcap = 16;
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
 // q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
@@ -912,10 +910,9 @@ __device__ __forceinline__ void ws_zero_v_tail(uint32_t dv, int r0, uint32_t vta
 // both consumers have issued their last S = Q K^T of the current one: the "Q empty" barrier)
 // and K/V while the consumers finish the current tile's last P V and store its output.
 //
-// OPT: bench-candidate options (bit flags, kWs*; 0 = the planned body, unchanged), and
-// kWsSoftcap (the _sc entries; sc_k: fa_softcap's argument).
+// OPT: bench-candidate options (bit flags, kWs*; 0 = the planned body, unchanged).
 template <typename T, int D, bool CAUSAL, typename Rows, int PREGS = 40, int BNT = 128,
-          int STT = kWsStages, typename Tiles = FaWsOneTile, int OPT = 0>
+           int STT = kWsStages, typename Tiles = FaWsOneTile, int OPT = 0, bool SC = false>
 __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
                                            const Tiles& tiles = Tiles{}, float sc_k = 0.f) {
 #if OF_WGMMA_OK
@@ -1228,7 +1225,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // Mask and online softmax of tile `tile` (exp2 domain) in place; returns the O rescale factors
   // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
-    if constexpr ((OPT & kWsSoftcap) != 0) fa_softcap(sv, sc_k);
+    if constexpr (SC) fa_softcap(sv, sc_k);
     const int n0 = tile * BN;
     const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF);
     if (need_mask) {
@@ -1377,7 +1374,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #endif
 }
 
-template <typename T, int D, bool CAUSAL, int OPT = 0>
+template <typename T, int D, bool CAUSAL, bool SC = false>
 __device__ __forceinline__ void fa_fwd_ws_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1391,14 +1388,14 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   FaDenseRows<T> rows{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
                       v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                       q_ss, k_ss, v_ss, o_ss, L, L, S, 0};
-  fa_ws_core<T, D, CAUSAL, FaDenseRows<T>, 40, 128, kWsStages, FaWsOneTile, OPT>(rows, scale_log2,
-                                                                              FaWsOneTile{}, sc_k);
+  fa_ws_core<T, D, CAUSAL, FaDenseRows<T>, 40, 128, kWsStages, FaWsOneTile, 0, SC>(rows, scale_log2,
+                                                                             FaWsOneTile{}, sc_k);
 #else
   // Not an sm_90a build: the first 256 threads run the mma.sync 128x64 8-warp body.
   if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, (OPT & kWsSoftcap) != 0>(
-      q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
-      o_ss, o_sh, scale_log2, sc_k);
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                          scale_log2, sc_k);
 #endif
 }
 
@@ -1406,7 +1403,7 @@ __device__ __forceinline__ void fa_fwd_ws_body(
 // K, V (4-D: D, H, S, B; boxes 64 x 1 x 128 x 1, 128-byte swizzle; K / V boxes of BNT rows)
 // built by the host launcher.
 template <typename T, int D, bool CAUSAL, int PREGS = 40, int BNT = 128, int STT = kWsStages,
-          int OPT = 0>
+          int OPT = 0, bool SC = false>
 __device__ __forceinline__ void fa_fwd_ws_tma_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1421,15 +1418,15 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                           v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                           q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
                          tq, tk, tv, hq, hkv, b, S};
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT>(
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT, SC>(
       rows, scale_log2, FaWsOneTile{}, sc_k);
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
   // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
   if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, (OPT & kWsSoftcap) != 0>(
-      q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
-      o_ss, o_sh, scale_log2, sc_k);
+  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                          scale_log2, sc_k);
 #endif
 }
 
@@ -1831,7 +1828,7 @@ OF_FA_KERNELS_D256(bf16, __nv_bfloat16)
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
-    fa_fwd_ws_body<T, D, CAUSAL, onnx_fuse::kWsSoftcap>(                                       \
+    fa_fwd_ws_body<T, D, CAUSAL, true>(                                                        \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
         v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
   }
@@ -1843,8 +1840,7 @@ OF_FA_KERNELS_D256(bf16, __nv_bfloat16)
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,          \
       float sc_k) {                                                                            \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages,                         \
-                       onnx_fuse::kWsSoftcap>(                                                 \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, 0, true>(                  \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
         v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv, sc_k);                        \
   }

@@ -87,3 +87,35 @@ def test_tile_of_a_dim_other_than_one_by_a_symbol_stays_unknown():
     dims = _dims(model, "t")
     assert dims is not None and not isinstance(dims[0], int) and dims[0] != "B"   # 2 * B: unknown
     assert dims[1:] == [128, 16]
+
+
+def _expand_model(mark=-1):
+    """torch's expand(-1, 2, -1, -1) as TorchScript writes it: Expand(x [8, 1, S, B],
+    Where(Equal(c, m), 1, c)) with c = Concat([-1], [2], Shape(ids)[1], Shape(ids)[0])."""
+    n = oh.make_node
+    nodes = [n("Shape", ["ids"], ["sb"], start=0, end=1), n("Shape", ["ids"], ["ss"], start=1, end=2),
+             n("Concat", ["head", "ss", "sb"], ["c"], axis=0),
+             n("Equal", ["c", "m"], ["eq"]),
+             n("Where", ["eq", "ones", "c"], ["tgt"]),
+             n("Expand", ["x", "tgt"], ["e"]),
+             n("Identity", ["e"], ["y"])]
+    inits = [oh.make_tensor("head", I64, [2], [-1, 2]), oh.make_tensor("m", I64, [4], [mark] * 4),
+             oh.make_tensor("ones", I64, [4], [1] * 4)]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [8, 1, "S", "B"]),
+                                   oh.make_tensor_value_info("ids", I64, ["B", "S"])],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    return ir.serde.deserialize_model(oh.make_model(g, opset_imports=[oh.make_opsetid("", 20)]))
+
+
+def test_expand_by_torch_expand_target_is_sized():
+    """Where(Equal(c, -1), 1, c) keeps c's symbols (a dim is never -1) and turns -1 into 1 (keep)."""
+    model = _expand_model()
+    ShapeInferencePass()(model)
+    assert _dims(model, "e") == [8, 2, "S", "B"] and _dims(model, "y") == [8, 2, "S", "B"]
+
+
+def test_expand_target_whose_symbols_could_match_stays_unknown():
+    model = _expand_model(mark=2)   # Equal(c, 2): a symbol might be 2, so the Where is not known
+    ShapeInferencePass()(model)
+    dims = _dims(model, "e")
+    assert dims is None or dims[2:] != ["S", "B"]

@@ -34,7 +34,7 @@ CASES = [
     ("gptj__dyn_mask__trained", 4),
     ("cohere__static_nomask__trained", 4),
     ("cohere__dyn_mask__trained", 4),
-    ("stablelm__static_nomask__trained", 4),
+    ("stablelm__dyn_mask__trained", 4),
     ("olmo2__dyn_mask__default", 4),
 ]
 

@@ -34,7 +34,7 @@ def _tables(rows, rd, *, form, bad_halves=False, scale=1.0):
 
 def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=False, scale=1.0,
            head_varying=False, slice_start=0, pass_start=None, step=1, elem=1, tile=(1, 1, 1, 1, 2),
-           table_batches=1):
+           table_batches=1, ts_order=1):
     """x -> [x_rot, x_pass split] -> x_rot*cos + rotate(x_rot)*sin -> [concat x_pass] -> y."""
     n = h.node
     shape = [B, H, S, D] if layout == "bhsd" else [B, S, H, D]
@@ -58,7 +58,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
             cu = np.concatenate([cu * (1.0 - 0.1 * k) for k in range(H)], axis=1)
             su = np.concatenate([su * (1.0 - 0.1 * k) for k in range(H)], axis=1)
         inits.update(cu=cu, su=su)
-    elif tables == "computed":   # Cohere: cos/sin of repeat_interleave(positions * inv_freq, 2)
+    elif tables in ("computed", "computed-ts"):   # Cohere: cos/sin of repeat_interleave(positions * inv_freq, 2)
         inv = (1.0 / (10000 ** (np.arange(0, rd, 2) / rd))).astype(np.float32)
         inits.update(inv=inv, z=np.array(0, np.int64), o=np.array(1, np.int64),
                      ax02=np.array([0, 2], np.int64), ax1=np.array([1], np.int64),
@@ -68,6 +68,17 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                   n("Cast", ["p3"], ["pf"], to=1), n("Mul", ["pf", "inv"], ["f"])]
         if form == "half":   # LLaMA / GPT-NeoX / Phi: cos/sin of concat(f, f)
             nodes += [n("Concat", ["f", "f"], ["ri"], axis=-1)]
+        elif tables == "computed-ts":   # TorchScript's general repeat_interleave (Optimum's Cohere):
+            # the axis to the front, a new axis 1 expanded to 2 by torch's Where(c == -1, 1, c) target,
+            # rows picked by GatherND (j // 2, j % 2) (ts_order -1: the rows reversed), axis back
+            idx = np.array([[j // 2, j % 2] for j in range(rd)][::ts_order], np.int64)
+            inits.update(idx=idx, head2=np.array([-1, 2], np.int64), m4=np.array([-1] * 4, np.int64),
+                         one4=np.array([1] * 4, np.int64))
+            nodes += [n("Transpose", ["f"], ["ft"], perm=[2, 1, 0]), n("Unsqueeze", ["ft", "ax1"], ["fu"]),
+                      n("Shape", ["ft"], ["fts"], start=1, end=2),
+                      n("Concat", ["head2", "fts", "ilast"], ["ec"], axis=0), n("Equal", ["ec", "m4"], ["eq"]),
+                      n("Where", ["eq", "one4", "ec"], ["et"]), n("Expand", ["fu", "et"], ["fx"]),
+                      n("GatherND", ["fx", "idx"], ["fg"]), n("Transpose", ["fg"], ["ri"], perm=[2, 1, 0])]
         else:
             nodes += [n("Unsqueeze", ["f", "ilast"], ["fu"]), n("Expand", ["fu", "rep"], ["fx"]),
                       n("Reshape", ["fx", "rshp"], ["ri"])]
@@ -172,7 +183,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                   n("Slice", [xr, "i1", "ibig", "ilast", "i2"], ["xo"]),
                   n("Neg", ["xo"], ["nxo"]), n("Unsqueeze", ["nxo", "ilast"], ["nu"]),
                   n("Unsqueeze", ["xe", "ilast"], ["eu"]), n("Concat", ["nu", "eu"], ["stk"], axis=-1)]
-        if tables in ("sincos-ts", "sincos-ge"):   # TorchScript sizes the flatten from Shape(stk)[:-2]
+        if tables in ("sincos-ts", "sincos-ge", "computed-ts"):   # TorchScript sizes the flatten from Shape(stk)[:-2]
             inits["im2"] = np.array([-2], np.int64)
             nodes += [n("Shape", ["stk"], ["stksh"]), n("Slice", ["stksh", "i0", "im2"], ["stk2"]),
                       n("Concat", ["stk2", "ilast"], ["shp"], axis=0)]
@@ -260,6 +271,7 @@ def test_gathered_tables_fuse_with_position_ids(h, tables, target):
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 @pytest.mark.parametrize("tables,rule", [("computed", "rotary-interleaved-computed"),
+                                         ("computed-ts", "rotary-interleaved-computed"),
                                          ("computed-half", "rotary-interleaved-computed-half")])
 def test_computed_interleaved_tables_fuse(h, target, tables, rule):
     """Dynamic exports: Cohere's cos(repeat_interleave(f, 2)); GLM's repeat_interleave of the first
@@ -271,6 +283,17 @@ def test_computed_interleaved_tables_fuse(h, target, tables, rule):
     assert rule in h.fired(out), h.fired(out)
     (rot,) = _rotary_nodes(out)
     assert _attr(rot, "interleaved") == 1
+    h.assert_close(model, out, _feeds(h, model))
+
+
+def test_torchscript_repeat_interleave_is_canonicalized(h):
+    """TorchScript's GatherND repeat_interleave becomes the dynamo form (then RoPE); rows picked in
+    another order are no repeat_interleave and stay."""
+    out = h.fuse(_graph(h, form="interleaved", tables="computed-ts"), "onnx", level=2)
+    assert "GatherND" not in h.ops(out) and h.ops(out)["RotaryEmbedding"] == 1, h.ops(out)
+    model = _graph(h, form="interleaved", tables="computed-ts", ts_order=-1)
+    out = h.fuse(model, "onnx", level=2)
+    assert h.ops(out)["GatherND"] == 1 and "RotaryEmbedding" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, _feeds(h, model))
 
 

@@ -248,3 +248,14 @@ def test_precision_runs_convert_and_compare_at_the_low_tolerance(precision, tmp_
     got = ref16 + np.float32(4e-3)   # fp16 rounding: wrong at float32, fine at the low tolerance
     assert fd.compare(["y"], [ref16], [got], {"y": fd.PRECISION_DTYPE[precision]})[0] == "ok"
     assert fd.compare(["y"], [ref16], [got])[0] == "wrong"
+
+
+def test_the_paged_kv_rewrite_is_listed_not_failed():
+    """Seed 2004176908 (trust's bf16 pass of 2026-12-01; with or without --precision): a KV-cache
+    attention of head size 64 that trt-paged-kv rewrites at O4 trt. The pools replace the past
+    inputs and present outputs by design, so the run is `paged` (listed, not compared), not a
+    `signature` failure; the other levels and targets of the graph still compare `ok`."""
+    runs = _runs(2004176908, [3, 4], ["ort", "trt"])
+    by = {(level, target): (cls, detail) for level, target, cls, detail in runs}
+    assert by[(4, "trt")][0] == "paged", by[(4, "trt")]
+    assert all(cls == "ok" for key, (cls, _) in by.items() if key != (4, "trt")), by
