@@ -186,7 +186,7 @@ FA_SC_CASES = [  # B, S, Hq, Hkv, D, causal, seq_lens, variant (None = planned),
     (2, 1024, 32, 8, 128, True, [1024, 700], None, 5.0, 4.0),
     (2, 1024, 32, 8, 64, False, [1000, 1024], None, 5.0, 4.0),  # planned: TMA (H200)
     (2, 1024, 32, 8, 64, True, None, None, 50.0, 24.0),
-    (1, 100, 4, 2, 128, True, None, (128, 128, 12, "tma", "r24"), 5.0, 4.0),  # TMA -> cp.async (S < 128)
+    (9, 100, 32, 8, 128, True, None, None, 5.0, 4.0),  # planned TMA r24 -> cp.async twin (S < 128)
     (2, 333, 16, 1, 64, True, [300, 333], (128, 128, 12), 5.0, 4.0),
     (3, 200, 6, 3, 128, False, [200, 1, 0], (128, 128, 12), 5.0, 4.0),
     (2, 515, 4, 1, 128, True, [515, 260], (64, 64, 4), 5.0, 4.0),
@@ -247,8 +247,9 @@ def test_fused_attention_softcap_matches_torch(lib, case, dtype):
     expect = _softcap_reference(*clean, lens, causal, scale, cap)
     err = _rel_err(out, expect.cpu().numpy())
     assert err < TOL[dtype], f"relative error {err:.3e}"
-    # the softcap matters here: without it the result is far off
-    assert _rel_err(out, _softcap_reference(*clean, lens, causal, scale, 0.0).cpu().numpy()) > 4 * TOL[dtype]
+    # the softcap matters here: without it the result is far off (not with a single key: p = 1)
+    if S > 1:
+        assert _rel_err(out, _softcap_reference(*clean, lens, causal, scale, 0.0).cpu().numpy()) > 4 * TOL[dtype]
     if lens is not None:
         for b, L in enumerate(lens):
             assert torch.count_nonzero(out[b, L:]).item() == 0
