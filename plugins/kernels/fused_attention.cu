@@ -42,14 +42,29 @@ constexpr int fa_smem_bytes() {
 // score s of a tile becomes tanh(scale * s / cap) in place, before masking, and the launcher
 // passes scale_log2 = cap * log2(e), so the unchanged online softmax exponentiates
 // cap * tanh(scale * s / cap) in the exp2 domain. sc_k = 2 * log2(e) * scale / cap;
-// tanh(x) = 1 - 2 / (e^(2x) + 1) on ex2 and a fast divide: about 1e-6 absolute, where
-// tanh.approx.f32 (~5e-4) times a cap of 50 would move the logits by ~0.03.
+// tanh(x) = 1 - 2 / (e^(2x) + 1) on ex2 and a reciprocal: about 1e-6 absolute, where
+// tanh.approx.f32 (~5e-4) times a cap of 50 would move the logits by ~0.03. Both are MUFU ops, as
+// the softmax's exp2 is, so four scores share one reciprocal: 1/a = bcd / (abcd) and so on, the
+// exp2 arguments clamped to +-30 so that abcd <= (2^30 + 1)^4 stays finite (and the fast
+// reciprocal exact to an ulp: it flushes only above 2^126); tanh(15 ln 2) = 1 - 2e-9.
 template <typename Frag>
 __device__ __forceinline__ void fa_softcap(Frag& s, float sc_k) {
   float* x = reinterpret_cast<float*>(&s);
+  constexpr int N = int(sizeof(Frag) / sizeof(float));
+  static_assert(N % 4 == 0, "softcap: scores come in groups of four");
 #pragma unroll
-  for (int i = 0; i < int(sizeof(Frag) / sizeof(float)); ++i)
-    x[i] = 1.f - __fdividef(2.f, exp2f(x[i] * sc_k) + 1.f);
+  for (int i = 0; i < N; i += 4) {
+    float a[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[j] = exp2f(fminf(fmaxf(x[i + j] * sc_k, -30.f), 30.f)) + 1.f;
+    const float ab = a[0] * a[1], cd = a[2] * a[3];
+    const float r = __fdividef(1.f, ab * cd);
+    const float r_ab = cd * r, r_cd = ab * r;  // 1 / (ab), 1 / (cd)
+    x[i] = fmaf(-2.f * a[1], r_ab, 1.f);
+    x[i + 1] = fmaf(-2.f * a[0], r_ab, 1.f);
+    x[i + 2] = fmaf(-2.f * a[3], r_cd, 1.f);
+    x[i + 3] = fmaf(-2.f * a[2], r_cd, 1.f);
+  }
 }
 
 // MT: 16-row m-tiles per warp. MT == 1 keeps the warp's Q fragments in registers; MT == 2
