@@ -186,12 +186,12 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        if plan.cluster:  # bench candidates: splits reduced inside a thread-block cluster, no workspace
+        if plan.cluster:  # splits reduced inside a thread-block cluster: no workspace
             rc = self._lib.onnx_fuse_paged_attention_decode_cluster(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB, k_pool.shape[0],
-                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
-                int(plan.bulk == 4) | {256: 0, 128: 2, 0: 4}[plan.l2_promotion], self._stream(stream))
+                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.l2_promotion,
+                self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
             return plan
         if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)

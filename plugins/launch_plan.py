@@ -20,6 +20,7 @@ checks that the kernel names exist in the sources.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -146,15 +147,19 @@ PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # launcher runs (4, 3, 2) where the pool leaves no tensor map). (8, 2, 3) is planned at D = 128.
 PA_HEADS_HEAD_DIMS = (64, 128)
 PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
-# Cluster-reduce variants (OF_PA_CLUSTER_VARIANTS, onnx_fuse_paged_attention_decode_cluster): the
-# head-group (bulk 4, suffix "hc") and per-kv-head TMA (bulk 5, suffix "tc") kernels with the splits of
-# each row reduced inside a thread-block cluster (distributed shared memory) instead of the workspace
-# and the reduce kernel. D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the plan
-# refuses where the kernel does not apply). Bench candidates, run by name (not planned).
+# Cluster-reduce head groups (OF_PA_CLUSTER_VARIANTS, onnx_fuse_paged_attention_decode_cluster; bulk 4,
+# suffix "hc"): w8s2h with the splits of each row reduced inside a thread-block cluster (distributed
+# shared memory) instead of the workspace and the reduce kernel, and its tensor maps' L2 promotion at
+# 128 B (PA_CLUSTER_L2_PROMOTION). D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the
+# plan refuses where the kernel does not apply). Planned where the w8s2h grid is two splits in one wave
+# (plan_paged_decode). (The per-kv-head TMA form and w4s3hc measured behind and were dropped.)
 PA_CLUSTER_HEAD_DIMS = (64, 128)
-PA_CLUSTER_VARIANTS = ((8, 2, 5), (8, 2, 4), (4, 3, 4))
+PA_CLUSTER_VARIANTS = ((8, 2, 4),)
 PA_CLUSTER_MAX_SPLITS = 8  # the portable cluster size
-PA_SUFFIX = ("", "b", "t", "h", "hc", "tc")  # kernel name suffix per bulk code
+# H200 run 11, B64 H32/8 D128 block 16, w8s2hc split 2: promotion 128 B 4186-4197 GB/s, none 4185-4194,
+# 256 B (the other launchers' setting) 4041-4051; SDPA on a contiguous cache 4204-4208
+PA_CLUSTER_L2_PROMOTION = 128
+PA_SUFFIX = ("", "b", "t", "h", "hc")  # kernel name suffix per bulk code
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -253,12 +258,12 @@ def pa_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[t
 
 
 def pa_cluster_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple[int, int, int], ...]:
-    """(warps, stages, 4 | 5) cluster-reduce decode variants compiled for ``head_dim``; with
-    ``num_kv_heads``, only the head-group ones (bulk 4) whose group divides it (and bulk 5)."""
+    """(warps, stages, 4) cluster-reduce head-group decode variants compiled for ``head_dim``; with
+    ``num_kv_heads``, only those whose group divides it."""
     _check_head_dim(head_dim)
     if head_dim not in PA_CLUSTER_HEAD_DIMS:
         return ()
-    return tuple(v for v in PA_CLUSTER_VARIANTS if num_kv_heads is None or v[2] == 5 or num_kv_heads % v[0] == 0)
+    return tuple(v for v in PA_CLUSTER_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
 
 
 def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
@@ -552,13 +557,13 @@ class PagedDecodePlan:
     bulk: int
     kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
     tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma (bulk = 3: _tma_heads)
-    # cluster-reduce plans only (a layout experiment of the bench): the tensor maps' L2 promotion in
-    # bytes, 256 (as every other launcher), 128 or 0 (none)
+    # cluster-reduce plans only: the tensor maps' L2 promotion in bytes, 256 (as every other
+    # launcher), 128 (PA_CLUSTER_L2_PROMOTION, what the plan picks) or 0 (none)
     l2_promotion: int = 256
 
     @property
     def cluster(self) -> bool:
-        """The splits are reduced inside a thread-block cluster (16-bit pool, bulk 4 / 5):
+        """The splits are reduced inside a thread-block cluster (16-bit pool, bulk 4):
         onnx_fuse_paged_attention_decode_cluster, no workspace, no reduce kernel."""
         return not self.kv_fp8 and self.bulk >= 4
 
@@ -615,7 +620,8 @@ def plan_paged_decode(
     ctas_per_sm_default = ctas_per_sm is None
     if ctas_per_sm is None:
         ctas_per_sm = 2
-    if variant is None:
+    planned = variant is None
+    if planned:
         max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
     variant = tuple(variant)
@@ -628,9 +634,6 @@ def plan_paged_decode(
                            or device.compute_capability < (9, 0)):
         raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
                          f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
-    if bulk == 5 and not pa_tma_applies(head_dim, block_size, device):  # no fallback
-        raise ValueError(f"cluster-reduce variant {variant} needs a power-of-two block size >= 8 (got "
-                         f"{block_size}) and compute capability 9.0+")
     if bulk >= 4 and num_splits is not None and num_splits > PA_CLUSTER_MAX_SPLITS:
         raise ValueError(f"cluster-reduce variant {variant}: at most {PA_CLUSTER_MAX_SPLITS} splits")
     if bulk == 2 and not pa_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
@@ -657,6 +660,16 @@ def plan_paged_decode(
     if plan.cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # auto splits past the cluster size
         plan = _decode_launch(plan.kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, PA_CLUSTER_MAX_SPLITS,
                               target_waves, ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    if (planned and (plan.bulk, plan.warps, plan.stages, plan.num_splits) == (3, 8, 2, 2)
+            and math.prod(plan.grid) <= device.num_sms):
+        # the planned w8s2h grid is two splits in one wave: the cluster-reduce form (run 11, H200, B64
+        # H32/8 D128: 4186-4197 GB/s with its L2 promotion against 3988-3998 for w8s2h; SDPA 4204-4208;
+        # its clusters of 2 measured behind at 1, 3, 4 and 8 splits, and past one wave)
+        plan = _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w8s2hc", batch, num_heads, num_kv_heads,
+                              head_dim, dt, ctx, 2, target_waves, ctas_per_sm, min_split_tokens, device, smem,
+                              8, 2, bulk=4)
+    if plan.cluster:
+        plan = dataclasses.replace(plan, l2_promotion=PA_CLUSTER_L2_PROMOTION)
     return plan
 
 

@@ -283,8 +283,8 @@ def main() -> int:
             cands = {}
             auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
             ws = torch.empty(max(1, 2 * 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
-            # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups | 4, 5 the same two with the
-            # splits reduced in a thread-block cluster: bench candidates, at most 8 splits)
+            # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups | 4 head groups with the splits
+            # reduced in a thread-block cluster, at most 8 splits)
             variants = (lp.pa_variants(D) + lp.pa_tma_variants(D) + lp.pa_heads_variants(D, Hkv)
                         + lp.pa_cluster_variants(D, Hkv))
             headline = bs == 16 and ctx == 4096 and (D, Hkv) in ((128, 8), (64, 1))
@@ -304,13 +304,13 @@ def main() -> int:
                     if var[2] >= 4 and sp > lp.PA_CLUSTER_MAX_SPLITS:
                         continue
                     plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
-                    kind = ("", " bulk", " tma", " tma heads", " tma heads cluster", " tma cluster")[plan.bulk]
+                    kind = ("", " bulk", " tma", " tma heads", " tma heads cluster")[plan.bulk]
                     label = (f"ours paged w{plan.warps}s{plan.stages}{kind} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
                     if headline and plan.cluster and sp == auto.num_splits:
-                        # layout experiment: the same kernel with the tensor maps' L2 promotion 128 B / none
-                        for prom in (128, 0):
+                        # the same kernel with its tensor maps' other L2 promotions (the plan's: 128 B)
+                        for prom in (p for p in (256, 128, 0) if p != plan.l2_promotion):
                             pp = dataclasses.replace(plan, l2_promotion=prom)
                             cands[f"{label}, L2 promotion {prom or 'none'}"] = (
                                 lambda pp=pp: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=pp), True)

@@ -570,10 +570,10 @@ def test_paged_decode_variants(lib, variant, splits, D):
 
 
 
-# The H200 default plans (launch_plan._default_decode_variant) on shapes that reach them: head
-# groups w8s2h (D 128, Hkv 8, two splits fill 128 SMs), w8s2t for MQA at D 64, w4s2t at D 256;
+# The H200 default plans (launch_plan.plan_paged_decode) on shapes that reach them: head groups with
+# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w8s2t for MQA at D 64, w4s2t at D 256;
 # ragged lengths and an empty sequence.
-@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2h"), (128, 16, 1, 64, 16, "w8s2t"),
+@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w8s2t"),
                                   (64, 16, 8, 256, 16, "w4s2t")], ids=lambda c: c[-1])
 def test_paged_decode_default_plans(lib, case):
     B, Hq, Hkv, D, bs, suffix = case
@@ -682,25 +682,26 @@ def test_paged_decode_heads_refuses(lib):
         lib.paged_decode(q, k_pool, v_pool, tables, seq, torch.empty_like(q), plan=plan)
     torch.cuda.synchronize()
 
-# Cluster-reduce decode (variants (warps, stages, 4 | 5), sm_90; bench candidates): the splits of each
-# row reduced inside a thread-block cluster through distributed shared memory, no workspace and no
-# reduce kernel; empty splits (short sequences) and an empty sequence take part in their cluster.
+# Cluster-reduce head groups (variant (8, 2, 4), sm_90; planned at D = 128 where w8s2h would run two
+# splits in one wave): the splits of each row reduced inside a thread-block cluster through
+# distributed shared memory, no workspace and no reduce kernel; empty splits (short sequences) and an
+# empty sequence take part in their cluster.
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", [c for c in PA_CASES if c[3] in (64, 128)],
+@pytest.mark.parametrize("case", [c for c in PA_CASES + [(3, 64, 16, 64, 32, [900, 0, 300], 3),
+                                                         (2, 16, 8, 128, 64, [4000, 70], None)]
+                                  if c[3] in (64, 128) and c[2] % 8 == 0 and c[4] >= 16],
                          ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
 def test_paged_decode_cluster_matches_reference(lib, case, dtype):
     B, Hq, Hkv, D, bs, lens, splits = case
-    for variant in ((8, 2, 5), (4, 3, 4)) if Hkv % 4 == 0 else ((8, 2, 5),):
-        _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, ("cluster", variant, case))
+    _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (8, 2, 4), dtype, ("cluster", case))
 
 
-@pytest.mark.parametrize("variant", [(8, 2, 5), (8, 2, 4), (4, 3, 4)], ids=lambda v: f"w{v[0]}s{v[1]}b{v[2]}")
 @pytest.mark.parametrize("splits", [1, 2, 5, 8])
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("bs", [16, 128])
-def test_paged_decode_cluster_variants(lib, variant, splits, D, bs):
-    _tma_check(lib, 3, 32, 8, D, bs, [1500, 47, 0], splits, variant, torch.float16,
-               ("cluster", variant, splits, D, bs))
+def test_paged_decode_cluster_variants(lib, splits, D, bs):
+    _tma_check(lib, 3, 32, 8, D, bs, [1500, 47, 0], splits, (8, 2, 4), torch.float16,
+               ("cluster", (8, 2, 4), splits, D, bs))
 
 
 def test_paged_decode_cluster_refuses(lib):
@@ -728,8 +729,8 @@ def test_paged_decode_cluster_refuses(lib):
 
 
 def test_paged_decode_cluster_l2_promotion_changes_caching_only(lib):
-    """The cluster launcher's L2 promotion setting (a bench layout experiment: 256 B, 128 B, none) gives
-    the same output bit for bit, and matches the reference."""
+    """The cluster launcher's L2 promotion setting (256 B, 128 B as planned, none) gives the same output
+    bit for bit, and matches the reference."""
     import dataclasses
 
     from onnx_fuse.plugins import launch_plan as lp
@@ -741,8 +742,10 @@ def test_paged_decode_cluster_l2_promotion_changes_caching_only(lib):
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
                                  np.array(lens), out_dtype=np.float64)
-    for variant in ((8, 2, 4), (8, 2, 5)):
-        plan = lp.plan_paged_decode(3, 32, 8, 128, 16, tables.shape[1], "bfloat16", variant=variant, num_splits=3)
+    for splits in (2, 3):
+        plan = lp.plan_paged_decode(3, 32, 8, 128, 16, tables.shape[1], "bfloat16", variant=(8, 2, 4),
+                                    num_splits=splits)
+        assert plan.l2_promotion == lp.PA_CLUSTER_L2_PROMOTION
         outs = []
         for prom in (256, 128, 0):
             out = torch.full_like(q, float("nan"))
@@ -769,7 +772,7 @@ def test_paged_decode_refuses_misaligned_pools(lib, monkeypatch):
     with pytest.raises(ValueError, match="16-byte"):
         lib.paged_decode(q, k_mis, v_pool, tables, seq, torch.empty_like(q))
     monkeypatch.setattr(kernel_lib, "check_pool_alignment", lambda *pools: None)  # reach the C launchers
-    for variant in ((4, 3, 0), (4, 3, 1), (4, 3, 2), (8, 2, 3), (8, 2, 5)):
+    for variant in ((4, 3, 0), (4, 3, 1), (4, 3, 2), (8, 2, 3), (8, 2, 4)):
         with pytest.raises(KernelError):
             lib.paged_decode(q, k_mis, v_pool, tables, seq, torch.empty_like(q), variant=variant, num_splits=2)
     _, _, k8, v8, ks, vs, t8, s8 = _make_fp8_pool(lib, 2, 8, 128, 16, [300, 9], torch.float16, gen)

@@ -112,6 +112,11 @@ def _kernel_names() -> set[str]:
         for d, vs in _pa_heads_by_d().items():
             for w, s in vs:
                 names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}h")
+        pa = (KERNELS / "paged_attention.cu").read_text()
+        for d in re.findall(r"^OF_PA_CLUSTER_VARIANTS\(OF_PA_CLUSTER_DECODE, f16, [\w ]+, (\d+)\)", pa, re.M):
+            for w, s, suf in re.findall(r"X\(DTN, T, D, (\d+), (\d+), \d+, (\w+)\)",
+                                        _block(pa, "#define OF_PA_CLUSTER_VARIANTS(")):
+                names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}{suf}")
     return names
 
 
@@ -299,9 +304,10 @@ def test_decode_plan_every_head_size(head_dim):
     p = lp.plan_paged_decode(64, 32, 8, head_dim, 16, 256)
     assert p.kernel in _kernel_names() and f"_d{head_dim}_" in p.kernel
     assert (p.warps, p.stages, p.bulk) in (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim)
-                                           + lp.pa_heads_variants(head_dim))
-    # H200 default: head groups at D = 128, TMA tensor copies at 256, bulk rows at 80 / 96, cp.async at 64
-    assert p.bulk == {128: 3, 256: 2, 64: 0}.get(head_dim, 1)
+                                           + lp.pa_heads_variants(head_dim) + lp.pa_cluster_variants(head_dim))
+    # H200 default: head groups at D = 128 (cluster reduce: two splits in one wave), TMA tensor copies
+    # at 256, bulk rows at 80 / 96, cp.async at 64
+    assert p.bulk == {128: 4, 256: 2, 64: 0}.get(head_dim, 1)
     assert p.smem_bytes == lp.pa_smem_bytes(head_dim, p.warps, p.stages, p.bulk)
     for v in lp.pa_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, "bfloat16", num_splits=3, variant=v)
@@ -491,9 +497,9 @@ def test_decode_default_plans_are_the_measured_fastest():
     one CTA per SM (split lengths aligned), small batches keep the 4-warp kernels."""
     def plan(*a, **k):
         return lp.plan_paged_decode(*a, **k)
-    p = plan(64, 32, 8, 128, 16, 256)
-    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2h" and p.grid == (1, 2, 64) and p.part_tokens == 2048
-    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2h"
+    p = plan(64, 32, 8, 128, 16, 256)  # head groups, two splits in one wave: the cluster-reduce form
+    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2hc" and p.grid == (1, 2, 64) and p.part_tokens == 2048
+    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2hc"
     assert plan(64, 32, 32, 128, 16, 128).grid == (4, 1, 64)  # 256 CTAs: 1.94 waves of 132
     assert plan(16, 32, 8, 128, 16, 1024).grid == (1, 8, 16)
     q = plan(8, 32, 8, 128, 16, 256)  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
@@ -545,45 +551,61 @@ def test_pa_heads_variants_match_the_sources_and_plan():
     assert "onnx_fuse_paged_attention_decode_tma_heads" in pa
 
 def test_pa_cluster_variants_match_the_sources_and_plan():
-    """Cluster-reduce decode (bulk 4: head groups "hc", 5: per kv head "tc"): the list and head sizes are
-    the source's, the plan has no workspace and no reduce kernel, at most 8 splits (auto counts are
-    capped there), and refuses what the launcher refuses (it has no fallback); never planned by default."""
+    """Cluster-reduce head groups (bulk 4, "hc"): the list and head sizes are the source's, the plan has
+    no workspace and no reduce kernel, takes the measured L2 promotion, at most 8 splits (auto counts are
+    capped there), and refuses what the launcher refuses (it has no fallback)."""
     pa = (KERNELS / "paged_attention.cu").read_text()
-    rows = re.findall(r"X\(DTN, T, D, (\d+), (\d+), ([23]), (\w+)\)", _block(pa, "#define OF_PA_CLUSTER_VARIANTS("))
-    src = {(int(w), int(st), {"2": 5, "3": 4}[b]) for w, st, b, _ in rows}
-    assert all(lp.PA_SUFFIX[{"2": 5, "3": 4}[b]] == suf for _, _, b, suf in rows)
+    rows = re.findall(r"X\(DTN, T, D, (\d+), (\d+), (\d+), (\w+)\)", _block(pa, "#define OF_PA_CLUSTER_VARIANTS("))
+    src = {(int(w), int(st), 4) for w, st, b, suf in rows if b == "3" and suf == lp.PA_SUFFIX[4]}
     ds = {int(d) for d in re.findall(r"^OF_PA_CLUSTER_VARIANTS\(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, (\d+)\)",
                                      pa, re.M)}
-    assert src == set(lp.PA_CLUSTER_VARIANTS) and ds == set(lp.PA_CLUSTER_HEAD_DIMS)
+    assert len(rows) == len(src) and src == set(lp.PA_CLUSTER_VARIANTS) and ds == set(lp.PA_CLUSTER_HEAD_DIMS)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert set(lp.pa_cluster_variants(d)) == (src if d in ds else set()), d
-    assert lp.pa_cluster_variants(128, 4) == ((8, 2, 5), (4, 3, 4)) and lp.pa_cluster_variants(64, 1) == ((8, 2, 5),)
+    assert lp.pa_cluster_variants(128, 4) == () and lp.pa_cluster_variants(64, 16) == ((8, 2, 4),)
     assert "onnx_fuse_paged_attention_decode_cluster" in pa
-    for w, st, b in lp.PA_CLUSTER_VARIANTS:
-        for sp in (1, 2, 8):
-            p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(w, st, b), num_splits=sp)
-            assert p.kernel == f"onnx_fuse_pa_decode_bf16_d128_w{w}s{st}{'hc' if b == 4 else 'tc'}" and p.cluster
-            assert p.grid == ((8 // w) if b == 4 else 8, sp, 64) and p.num_splits == sp
-            assert p.workspace_bytes == 0 and p.reduce_kernel is None and p.reduce_grid is None
-            # the launcher's shared memory: that of the head-group / TMA kernel of the same shape
-            assert p.smem_bytes == lp.pa_smem_bytes(128, w, st, 3 if b == 4 else 2) <= lp.H200.max_smem_per_block
-    # auto splits: one CTA per SM for the 8-warp kernels (as w8s2h / w8s2t), capped at 8
+    for sp in (1, 2, 8):
+        p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(8, 2, 4), num_splits=sp)
+        assert p.kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2hc" and p.cluster and p.bulk == 4
+        assert p.grid == (1, sp, 64) and p.num_splits == sp and p.l2_promotion == lp.PA_CLUSTER_L2_PROMOTION == 128
+        assert p.workspace_bytes == 0 and p.reduce_kernel is None and p.reduce_grid is None
+        # the launcher's shared memory: that of the head-group kernel of the same shape
+        assert p.smem_bytes == lp.pa_smem_bytes(128, 8, 2, 3) <= lp.H200.max_smem_per_block
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 3)).l2_promotion == 256
+    # auto splits: one CTA per SM (as w8s2h), capped at 8
     assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 4)).num_splits == 2
-    assert lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(8, 2, 5)).num_splits == 1
-    assert lp.plan_paged_decode(2, 32, 8, 128, 16, 1024, variant=(4, 3, 4)).num_splits == 8
-    assert lp.plan_paged_decode(1, 16, 1, 64, 16, 1024, variant=(8, 2, 5)).num_splits == 8
+    assert lp.plan_paged_decode(2, 32, 8, 128, 16, 1024, variant=(8, 2, 4)).num_splits == 8
     a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     for args, kw in (((64, 32, 8, 128, 16, 256), {"variant": (8, 2, 4), "num_splits": 9}),
                      ((4, 8, 4, 128, 16, 64), {"variant": (8, 2, 4)}),  # Hkv % 8
                      ((4, 8, 8, 128, 8, 64), {"variant": (8, 2, 4)}),  # head groups need blocks >= 16
-                     ((4, 8, 2, 128, 12, 64), {"variant": (8, 2, 5)}),  # no TMA box: no fallback
-                     ((4, 8, 2, 96, 16, 64), {"variant": (8, 2, 5)}),
-                     ((4, 8, 2, 128, 16, 64), {"variant": (8, 2, 5), "device": a100})):
+                     ((4, 8, 8, 128, 24, 64), {"variant": (8, 2, 4)}),
+                     ((4, 8, 8, 96, 16, 64), {"variant": (8, 2, 4)}),
+                     ((4, 8, 8, 128, 16, 64), {"variant": (8, 2, 4), "device": a100}),
+                     ((4, 8, 8, 128, 16, 64), {"variant": (8, 2, 5)}), ((4, 8, 8, 128, 16, 64), {"variant": (4, 3, 4)})):
         with pytest.raises(ValueError):
             lp.plan_paged_decode(*args, **kw)
-    for d in lp.SUPPORTED_HEAD_DIMS:  # bench candidates only
-        for args in ((64, 32, 8, d, 16, 256), (128, 16, 1, d, 16, 256), (2, 32, 8, d, 16, 1024)):
-            assert not lp.plan_paged_decode(*args).cluster
+
+
+def test_decode_plans_the_cluster_reduce_where_w8s2h_runs_two_splits_in_one_wave():
+    """plan_paged_decode takes w8s2hc (L2 promotion 128 B) exactly where its default would be w8s2h at two
+    splits within one wave of one CTA per SM (run 11: 4186-4197 GB/s against 3988-3998 at B64 H32/8 D128);
+    other split counts, forced variants and multi-wave grids keep what they were."""
+    def plan(*a, **k):
+        return lp.plan_paged_decode(*a, **k)
+    for bs in (16, 32, 64):
+        p = plan(64, 32, 8, 128, bs, 4096 // bs)
+        assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2hc" and p.grid == (1, 2, 64) and p.cluster
+        assert p.l2_promotion == 128 and p.workspace_bytes == 0 and p.part_tokens == 2048
+    assert plan(64, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2hc")
+    assert plan(64, 32, 8, 128, 16, 256, num_splits=4).kernel.endswith("_w8s2h")  # 2 waves: no cluster
+    assert plan(64, 32, 8, 128, 16, 256, variant=(8, 2, 3)).kernel.endswith("_w8s2h")
+    assert plan(16, 32, 8, 128, 16, 1024).kernel.endswith("_w8s2h")  # 8 splits
+    assert plan(64, 32, 32, 128, 16, 128).kernel.endswith("_w8s2h")  # 1 split, 256 CTAs
+    assert plan(66, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2hc")  # 132 CTAs: one wave
+    assert plan(67, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2h")  # 134 CTAs
+    for args in ((128, 16, 1, 64, 16, 256), (64, 32, 8, 64, 16, 256), (64, 32, 8, 256, 16, 256)):
+        assert not plan(*args).cluster
 
 
 def _pa8_tma_sources() -> dict[int, set]:
