@@ -137,10 +137,9 @@ class KernelLib:
     def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
                         softcap=0.0, variant=None, loads=None, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
-        launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24;
-        see onnx_fuse_fused_attention_fwd). The experimental variants
-        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4, the
-        bench candidates FA_WS_TMA_OV / _OVL / _PERSIST_OVL with 6 / 8 / 10 (``lp.fa_launch_loads``).
+        launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24 /
+        FA_WS_TMA_OV; see onnx_fuse_fused_attention_fwd). The experimental variants
+        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4.
         softcap > 0: logits cap * tanh(scale * q k^T / cap) (Gemma 2), the variant's ``_sc`` twin
         (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex."""
         B, S, Hq, D = q.shape

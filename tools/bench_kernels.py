@@ -4,10 +4,9 @@
 
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
-On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``, D = 128:
-m128n128w12t_persistent, a persistent grid, and the bench candidates m128n128w12t_ov (softmax
-pinned under the warpgroup's own P V), m128n128w12t_ovl (ov + lazy O rescale) and
-m128n128w12t_persistent_ovl) are timed beside the planned variant, marked "(experimental)".
+On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
+m128n128w12t_persistent, a persistent grid, D = 128) are timed beside the planned variant (at
+D = 128 m128n128w12t_ov, at D = 64 m128n128w12t), marked "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
 On the two headline decode shapes (B64 H32/8 D128 and MQA B128 H16/1 D64, ctx 4096, block 16)
