@@ -137,10 +137,9 @@ class KernelLib:
     def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
                         softcap=0.0, variant=None, loads=None, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
-        launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24;
-        see onnx_fuse_fused_attention_fwd). The experimental variants
-        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4, the
-        bench candidates FA_WS_TMA_OV / _OVL / _PERSIST_OVL with 6 / 8 / 10 (``lp.fa_launch_loads``).
+        launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24 /
+        FA_WS_TMA_OV; see onnx_fuse_fused_attention_fwd). The experimental variants
+        (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4.
         softcap > 0: logits cap * tanh(scale * q k^T / cap) (Gemma 2), the variant's ``_sc`` twin
         (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex."""
         B, S, Hq, D = q.shape
@@ -186,12 +185,12 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        if plan.cluster:  # bench candidates: splits reduced inside a thread-block cluster, no workspace
+        if plan.cluster:  # splits reduced inside a thread-block cluster: no workspace
             rc = self._lib.onnx_fuse_paged_attention_decode_cluster(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB, k_pool.shape[0],
-                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
-                int(plan.bulk == 4) | {256: 0, 128: 2, 0: 4}[plan.l2_promotion], self._stream(stream))
+                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.l2_promotion,
+                self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
             return plan
         if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)

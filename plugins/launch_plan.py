@@ -20,6 +20,7 @@ checks that the kernel names exist in the sources.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -70,11 +71,21 @@ FA_WS = (128, 128, 12)
 # launch function (not the TensorRT AOT path) runs it; compute capability 9.0 only.
 FA_WS_TMA = (128, 128, 12, "tma")
 # FA_WS_TMA with the register split moved to 24 producer / 240 consumer registers
-# (FlashAttention-3's; entries ..._m128n128w12t_r24_...): planned at D = 128, where it measured
-# 1-2 % ahead of the 40 / 232 split on 11 of 12 passes in each of two H200 runs; at D = 64 behind.
+# (FlashAttention-3's; entries ..._m128n128w12t_r24_...): 1-2 % ahead of the 40 / 232 split at
+# D = 128 on 11 of 12 passes in each of two H200 runs, at D = 64 behind; planned at D = 128 with a
+# softcap (its _sc twin), else FA_WS_TMA_OV.
 FA_WS_TMA_R24 = (128, 128, 12, "tma", "r24")
+# FA_WS_TMA_R24 with the softmax of tile j+1 pinned between wgmma wait_group 1 and 0 (entries
+# ..._m128n128w12t_ov_..., D = 128; launcher loads 6 by name, 7 planned): ptxas hoisted wait_group 0
+# above every exp2 of the r24 loop (13 % of the ncu stall samples), so the softmax waited for the
+# warpgroup's own P V. Planned at D = 128 (no softcap): on the H200 (run 11, B4 S4096 D128) fp16
+# 557 / 500 / 556 TFLOP/s full / causal / GQA against r24's 542 / 496 / 553, bf16 581 / 513 / 584
+# against 557 / 505 / 565. Its lazy-O-rescale twin and the persistent grid with both measured
+# behind it and were dropped.
+FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
+FA_OPTS = ("ov",)  # a last variant element naming fa_ws_core options
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
-FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
+FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -82,24 +93,14 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
 # fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
 # not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
-# Bench candidates at D = 128 (experimental like FA_WS_TMA_PERSIST; entries _ov, _ovl, tp_ovl):
-# FA_WS_TMA_OV, the r24 body with the softmax of tile j+1 pinned between wgmma wait_group 1 and 0
-# (the ncu run of the planned kernel showed ptxas hoisting wait_group 0 above every exp2, so the
-# softmax waited for the warpgroup's own P V: 13 % of the stall samples); FA_WS_TMA_OVL, the same
-# with the O rescale skipped by a warp whose rows' max did not move; FA_WS_TMA_PERSIST_OVL, OVL on
-# the persistent grid with the 24 / 240 split. Launcher loads: 6 / 7, 8 / 9, 10 / 11 (by name /
-# planned, i.e. with the cp.async fallback of FA_WS_TMA_R24).
-FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
-FA_WS_TMA_OVL = (128, 128, 12, "tma", "ovl")
-FA_WS_TMA_PERSIST_OVL = (128, 128, 12, "tma", "persistent", "ovl")
-FA_OPTS = ("ov", "ovl")  # the last element of the bench candidates' variant tuples
 
 
 # Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
 # variant plan_fused_attention picks on its own, so a softcapped plan keeps the tile it would
 # have without the softcap (FA_WS_TMA_R24 at D = 128 and FA_WS_TMA at D = 64 on Hopper, with their
 # cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96; (128, 64, 8) at D = 256; mma.sync 64x64 and
-# 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4).
+# 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
+# FA_WS_TMA_OV at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax unpinned).
 FA_SOFTCAP_VARIANTS = ((64, 64, 4), (128, 64, 4))
 FA_SOFTCAP_VARIANTS_BY_D = {
     64: FA_SOFTCAP_VARIANTS + (FA_WS, FA_WS_TMA),
@@ -117,12 +118,9 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (D = 128: FA_WS_TMA_PERSIST and
-    the bench candidates FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128)."""
     _check_head_dim(head_dim)
-    if head_dim != 128:
-        return ()
-    return (FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)
+    return (FA_WS_TMA_PERSIST,) if head_dim == 128 else ()
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -146,15 +144,19 @@ PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # launcher runs (4, 3, 2) where the pool leaves no tensor map). (8, 2, 3) is planned at D = 128.
 PA_HEADS_HEAD_DIMS = (64, 128)
 PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
-# Cluster-reduce variants (OF_PA_CLUSTER_VARIANTS, onnx_fuse_paged_attention_decode_cluster): the
-# head-group (bulk 4, suffix "hc") and per-kv-head TMA (bulk 5, suffix "tc") kernels with the splits of
-# each row reduced inside a thread-block cluster (distributed shared memory) instead of the workspace
-# and the reduce kernel. D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the plan
-# refuses where the kernel does not apply). Bench candidates, run by name (not planned).
+# Cluster-reduce head groups (OF_PA_CLUSTER_VARIANTS, onnx_fuse_paged_attention_decode_cluster; bulk 4,
+# suffix "hc"): w8s2h with the splits of each row reduced inside a thread-block cluster (distributed
+# shared memory) instead of the workspace and the reduce kernel, and its tensor maps' L2 promotion at
+# 128 B (PA_CLUSTER_L2_PROMOTION). D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the
+# plan refuses where the kernel does not apply). Planned where the w8s2h grid is two splits in one wave
+# (plan_paged_decode). (The per-kv-head TMA form and w4s3hc measured behind and were dropped.)
 PA_CLUSTER_HEAD_DIMS = (64, 128)
-PA_CLUSTER_VARIANTS = ((8, 2, 5), (8, 2, 4), (4, 3, 4))
+PA_CLUSTER_VARIANTS = ((8, 2, 4),)
 PA_CLUSTER_MAX_SPLITS = 8  # the portable cluster size
-PA_SUFFIX = ("", "b", "t", "h", "hc", "tc")  # kernel name suffix per bulk code
+# H200 run 11, B64 H32/8 D128 block 16, w8s2hc split 2: promotion 128 B 4186-4197 GB/s, none 4185-4194,
+# 256 B (the other launchers' setting) 4041-4051; SDPA on a contiguous cache 4204-4208
+PA_CLUSTER_L2_PROMOTION = 128
+PA_SUFFIX = ("", "b", "t", "h", "hc")  # kernel name suffix per bulk code
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -253,12 +255,12 @@ def pa_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[t
 
 
 def pa_cluster_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple[int, int, int], ...]:
-    """(warps, stages, 4 | 5) cluster-reduce decode variants compiled for ``head_dim``; with
-    ``num_kv_heads``, only the head-group ones (bulk 4) whose group divides it (and bulk 5)."""
+    """(warps, stages, 4) cluster-reduce head-group decode variants compiled for ``head_dim``; with
+    ``num_kv_heads``, only those whose group divides it."""
     _check_head_dim(head_dim)
     if head_dim not in PA_CLUSTER_HEAD_DIMS:
         return ()
-    return tuple(v for v in PA_CLUSTER_VARIANTS if num_kv_heads is None or v[2] == 5 or num_kv_heads % v[0] == 0)
+    return tuple(v for v in PA_CLUSTER_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
 
 
 def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
@@ -355,7 +357,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if compute_capability != (9, 0):
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
-                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL):
+                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -382,7 +384,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # bench candidates: "ov" (FA_WS_TMA_OV) or "ovl" (FA_WS_TMA_OVL, FA_WS_TMA_PERSIST_OVL)
+    opt: str = ""  # "ov": FA_WS_TMA_OV (launcher loads 6 / 7)
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -436,8 +438,9 @@ def plan_fused_attention(
             # warp-specialized with TMA loads: at D = 128 536-553 TFLOP/s on the H200 against
             # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
-            # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides).
-            variant = FA_WS_TMA_R24 if head_dim == 128 else FA_WS_TMA
+            # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). At
+            # D = 128 the pinned-softmax FA_WS_TMA_OV (its r24 body where a softcap needs the _sc twin).
+            variant = (FA_WS_TMA_R24 if softcap else FA_WS_TMA_OV) if head_dim == 128 else FA_WS_TMA
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:
@@ -445,10 +448,7 @@ def plan_fused_attention(
         else:
             variant = FA_DEFAULT
         if softcap and variant not in fa_softcap_variants(head_dim):
-            # no _sc twin: (128, 32, 4) -> its 64-key sibling; a warp-specialized TMA variant (a
-            # bench candidate, should one be planned) -> the head size's TMA twin
-            tma_twin = {64: FA_WS_TMA, 128: FA_WS_TMA_R24}.get(head_dim)
-            variant = tma_twin if tuple(variant)[:4] == FA_WS_TMA and tma_twin else FA_DEFAULT
+            variant = FA_DEFAULT  # (128, 32, 4): no softcap twin, its 64-key sibling has one
     variant = tuple(variant)
     compiled = (fa_softcap_variants(head_dim) if softcap
                 else fa_variants(head_dim) + fa_experimental_variants(head_dim, causal))
@@ -482,14 +482,14 @@ def plan_fused_attention(
 def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
-    TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry.
-    Bench candidates: "ov" 6 / 7, "ovl" 8 / 9 (by name / planned), persistent "ovl" 10 / 11."""
+    TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
+    FA_WS_TMA_OV 6 by name, 7 planned."""
     if plan.persistent:
-        return (10 if by_name else 11) if plan.opt == "ovl" else 4
+        return 4
     if not plan.tma:
         return 0
-    if plan.opt:
-        return {"ov": 6, "ovl": 8}[plan.opt] + (0 if by_name else 1)
+    if plan.opt == "ov":
+        return 6 if by_name else 7
     return (3 if plan.r24 else 1) if by_name else (5 if plan.r24 else 2)
 
 
@@ -555,13 +555,13 @@ class PagedDecodePlan:
     bulk: int
     kv_fp8: bool = False  # fp8 (e4m3) pool: onnx_fuse_paged_attention_decode_fp8
     tma: bool = False  # fp8 pool, TMA loads: onnx_fuse_paged_attention_decode_fp8_tma (bulk = 3: _tma_heads)
-    # cluster-reduce plans only (a layout experiment of the bench): the tensor maps' L2 promotion in
-    # bytes, 256 (as every other launcher), 128 or 0 (none)
+    # cluster-reduce plans only: the tensor maps' L2 promotion in bytes, 256 (as every other
+    # launcher), 128 (PA_CLUSTER_L2_PROMOTION, what the plan picks) or 0 (none)
     l2_promotion: int = 256
 
     @property
     def cluster(self) -> bool:
-        """The splits are reduced inside a thread-block cluster (16-bit pool, bulk 4 / 5):
+        """The splits are reduced inside a thread-block cluster (16-bit pool, bulk 4):
         onnx_fuse_paged_attention_decode_cluster, no workspace, no reduce kernel."""
         return not self.kv_fp8 and self.bulk >= 4
 
@@ -618,7 +618,8 @@ def plan_paged_decode(
     ctas_per_sm_default = ctas_per_sm is None
     if ctas_per_sm is None:
         ctas_per_sm = 2
-    if variant is None:
+    planned = variant is None
+    if planned:
         max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
     variant = tuple(variant)
@@ -631,9 +632,6 @@ def plan_paged_decode(
                            or device.compute_capability < (9, 0)):
         raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
                          f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
-    if bulk == 5 and not pa_tma_applies(head_dim, block_size, device):  # no fallback
-        raise ValueError(f"cluster-reduce variant {variant} needs a power-of-two block size >= 8 (got "
-                         f"{block_size}) and compute capability 9.0+")
     if bulk >= 4 and num_splits is not None and num_splits > PA_CLUSTER_MAX_SPLITS:
         raise ValueError(f"cluster-reduce variant {variant}: at most {PA_CLUSTER_MAX_SPLITS} splits")
     if bulk == 2 and not pa_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
@@ -660,6 +658,16 @@ def plan_paged_decode(
     if plan.cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # auto splits past the cluster size
         plan = _decode_launch(plan.kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, PA_CLUSTER_MAX_SPLITS,
                               target_waves, ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    if (planned and (plan.bulk, plan.warps, plan.stages, plan.num_splits) == (3, 8, 2, 2)
+            and math.prod(plan.grid) <= device.num_sms):
+        # the planned w8s2h grid is two splits in one wave: the cluster-reduce form (run 11, H200, B64
+        # H32/8 D128: 4186-4197 GB/s with its L2 promotion against 3988-3998 for w8s2h; SDPA 4204-4208;
+        # its clusters of 2 measured behind at 1, 3, 4 and 8 splits, and past one wave)
+        plan = _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w8s2hc", batch, num_heads, num_kv_heads,
+                              head_dim, dt, ctx, 2, target_waves, ctas_per_sm, min_split_tokens, device, smem,
+                              8, 2, bulk=4)
+    if plan.cluster:
+        plan = dataclasses.replace(plan, l2_promotion=PA_CLUSTER_L2_PROMOTION)
     return plan
 
 

@@ -480,7 +480,7 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_splits)
     plan = launch.result
     ws = None
-    if plan is not None and plan.num_splits > 1:
+    if plan is not None and plan.workspace_bytes:   # split-K partials (none for cluster-reduce plans)
         ws = workspace.get(plan.workspace_bytes, stream) if workspace is not None else None
         if ws is None:   # no workspace: one split, as planned for it
             launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, 1)
@@ -556,7 +556,7 @@ def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_
 
     plan = plan_for(num_splits)
     ws = None
-    if plan.num_splits > 1:
+    if plan.workspace_bytes:
         ptr = get_workspace(plan.workspace_bytes)
         if ptr is None:
             plan = plan_for(1)

@@ -4,10 +4,9 @@
 
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
-On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``, D = 128:
-m128n128w12t_persistent, a persistent grid, and the bench candidates m128n128w12t_ov (softmax
-pinned under the warpgroup's own P V), m128n128w12t_ovl (ov + lazy O rescale) and
-m128n128w12t_persistent_ovl) are timed beside the planned variant, marked "(experimental)".
+On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
+m128n128w12t_persistent, a persistent grid, D = 128) are timed beside the planned variant (at
+D = 128 m128n128w12t_ov, at D = 64 m128n128w12t), marked "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
 On the two headline decode shapes (B64 H32/8 D128 and MQA B128 H16/1 D64, ctx 4096, block 16)
@@ -283,8 +282,8 @@ def main() -> int:
             cands = {}
             auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
             ws = torch.empty(max(1, 2 * 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
-            # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups | 4, 5 the same two with the
-            # splits reduced in a thread-block cluster: bench candidates, at most 8 splits)
+            # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups | 4 head groups with the splits
+            # reduced in a thread-block cluster, at most 8 splits)
             variants = (lp.pa_variants(D) + lp.pa_tma_variants(D) + lp.pa_heads_variants(D, Hkv)
                         + lp.pa_cluster_variants(D, Hkv))
             headline = bs == 16 and ctx == 4096 and (D, Hkv) in ((128, 8), (64, 1))
@@ -304,13 +303,13 @@ def main() -> int:
                     if var[2] >= 4 and sp > lp.PA_CLUSTER_MAX_SPLITS:
                         continue
                     plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
-                    kind = ("", " bulk", " tma", " tma heads", " tma heads cluster", " tma cluster")[plan.bulk]
+                    kind = ("", " bulk", " tma", " tma heads", " tma heads cluster")[plan.bulk]
                     label = (f"ours paged w{plan.warps}s{plan.stages}{kind} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
                     cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
                     if headline and plan.cluster and sp == auto.num_splits:
-                        # layout experiment: the same kernel with the tensor maps' L2 promotion 128 B / none
-                        for prom in (128, 0):
+                        # the same kernel with its tensor maps' other L2 promotions (the plan's: 128 B)
+                        for prom in (p for p in (256, 128, 0) if p != plan.l2_promotion):
                             pp = dataclasses.replace(plan, l2_promotion=prom)
                             cands[f"{label}, L2 promotion {prom or 'none'}"] = (
                                 lambda pp=pp: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=pp), True)

@@ -146,7 +146,10 @@ SPECS = {
                        ["mha", "cross-attention", "causal", "learned-positions", "layernorm", "gelu-erf",
                         "post-norm", "qkv-bias"],
                        "bart", "bart", part="decoder", task="text2text-generation-with-past", styles=NEW_STYLES),
-    "whisper_decoder": _s("seq2seq_decoder", "WhisperConfig", "WhisperForConditionalGeneration", dict(WHISPER),
+    # Optimum's dummy inputs: 3000 audio frames (max_source_positions 1500, Whisper's; the encoder
+    # table it sizes is not part of the decoder export) and more than 16 decoder positions
+    "whisper_decoder": _s("seq2seq_decoder", "WhisperConfig", "WhisperForConditionalGeneration",
+                          dict(WHISPER, max_source_positions=1500, max_target_positions=POSITIONS),
                           ["mha", "cross-attention", "causal", "learned-positions", "layernorm", "gelu-erf",
                            "no-encoder-mask"], "whisper", "bart", part="decoder",
                           task="automatic-speech-recognition-with-past", styles=NEW_STYLES),

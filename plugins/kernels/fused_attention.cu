@@ -769,7 +769,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
 // and O += P V of tile j back to back, then runs the softmax of tile j+1 (as soon as S is done,
 // while its own PV and the other warpgroup's GEMMs still run) and rescales O once PV is done. A consumer frees a stage on its "empty" mbarrier once its PV is done.
 constexpr int kWsStages = 3;
-// fa_ws_core option kWsPinSoftmax (the m128n128w12t_ov entries): in the steady state the softmax
+// fa_ws_core option kWsPinSoftmax (the m128n128w12t_ov entries, planned at D = 128): in the steady state the softmax
 // of tile j+1 is meant to run while the warpgroup's own P V of tile j is still on the tensor cores
 // (between wgmma.wait_group 1 and 0), but ptxas hoists the WARPGROUP.DEPBAR of wait_group 0 to the
 // top of the softmax's basic block (every exp2 of the planned body's loop issues after it: SASS of
@@ -777,11 +777,6 @@ constexpr int kWsStages = 3;
 // row sums (which depend on every exp2 of the tile) just before wait_group 0 pins the order:
 // ptxas does not move the wait above a memory operation.
 constexpr int kWsPinSoftmax = 1;
-// Option kWsLazyRescale (the _ovl entries): a warp rescales its O rows only when the running max of
-// one of them moved (alpha != 1; exp2(0) is exactly 1, so skipping is exact): after the first tiles
-// the max rarely moves, and the 64 multiplies per thread sit between wait_group 0 and the next
-// issue, on the path the other warpgroup waits for.
-constexpr int kWsLazyRescale = 2;
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
 // q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
@@ -1277,15 +1272,13 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   };
   // Rescale O and pack P into pa.
   auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
-    if (!(OPT & kWsLazyRescale) || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          acc[dt][2 * h] *= alpha[h];
-          acc[dt][2 * h + 1] *= alpha[h];
-        }
-    }
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * h] *= alpha[h];
+        acc[dt][2 * h + 1] *= alpha[h];
+      }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       pa[kk][0] = Tr::pack(sv[2 * kk][0], sv[2 * kk][1]);
@@ -1446,8 +1439,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
 }
 
 // m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
-template <typename T, int D, bool CAUSAL, int BNT = 128, int STT = kWsStages, int PREGS = 40,
-          int OPT = 0>
+template <typename T, int D, bool CAUSAL, int BNT = 128, int STT = kWsStages>
 __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1460,7 +1452,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
                                          v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, tq, tk, tv, S, Hq,
                                          Hkv, nm, nm * Hq * B};
   // rows of tile 0: only its tensor-map addresses are read (the same for every tile)
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaDenseTmaTiles<T, CAUSAL>, OPT>(
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, 40, BNT, STT, FaDenseTmaTiles<T, CAUSAL>>(
       tiles.at(0).rows, scale_log2, tiles);
 #else
   __trap();  // the launcher takes this entry on compute capability 9.x only
@@ -1680,41 +1672,31 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                    \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)  \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true, 0)
-// Bench candidates (D = 128): m128n128w12t_ov (launcher loads 6 by name, 7 planned), the r24
-// entries with the softmax pinned between wait_group 1 and 0 (kWsPinSoftmax); m128n128w12t_ovl
-// (loads 8 / 9), the same with the lazy O rescale (kWsLazyRescale).
+// m128n128w12t_ov (D = 128, planned there: launcher loads 7, 6 by name): the r24 entries with the
+// softmax pinned between wait_group 1 and 0 (kWsPinSoftmax). (The lazy O rescale and the
+// persistent grid on top of it measured behind it on the H200 and were dropped, docs/PERF.md.)
 #define OF_FA_WSTO_KERNELS_D(DTN, T, D)                                                           \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
                     onnx_fuse::kWsPinSoftmax)                                                      \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
-                    onnx_fuse::kWsPinSoftmax)                                                      \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_full, T, D, false,            \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)                          \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovl_causal, T, D, true,           \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)
+                    onnx_fuse::kWsPinSoftmax)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned),
 // D = 128: the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the
 // maps. (At D = 64 it measured 3-6 % below m128n128w12t and was dropped.)
-#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL, PREGS, OPT)                                        \
+#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) { \
-    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL, 128, onnx_fuse::kWsStages, PREGS, OPT>(        \
-        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, \
-        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);                                       \
+    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
+                                                q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
+                                                o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);     \
   }
-// m128n128w12tp_ovl (bench candidate, launcher loads 10, by name): the persistent grid with the
-// 24 / 240 split, the pinned softmax and the lazy O rescale.
-#define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                          \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false, 40, 0)       \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, 40, 0)      \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovl_full, T, D, false, 24,      \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)                          \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovl_causal, T, D, true, 24,     \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)
+#define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -1928,21 +1910,18 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-// kind: 0 m128n128w12t, 1 m128n128w12t_r24, 2 m128n128w12t_ov, 3 m128n128w12t_ovl (2, 3: D = 128).
+// kind: 0 m128n128w12t, 1 m128n128w12t_r24, 2 m128n128w12t_ov (D = 128 only).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   const bool r24 = kind == 1;
-  if (kind >= 2) {
-#define OF_PICK_TO(DTN, SUF)                                                                \
-  return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_##SUF##_causal) \
-                : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_##SUF##_full);
-    if (D != 128 || (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16)) return nullptr;
-    if (dtype == onnx_fuse::kFloat16) {
-      if (kind == 2) { OF_PICK_TO(f16, ov) }
-      OF_PICK_TO(f16, ovl)
-    }
-    if (kind == 2) { OF_PICK_TO(bf16, ov) }
-    OF_PICK_TO(bf16, ovl)
+  if (kind == 2) {
+#define OF_PICK_TO(DTN)                                                                     \
+  return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_ov_causal) \
+                : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_ov_full);
+    if (D != 128) return nullptr;
+    if (dtype == onnx_fuse::kFloat16) { OF_PICK_TO(f16) }
+    if (dtype == onnx_fuse::kBFloat16) { OF_PICK_TO(bf16) }
 #undef OF_PICK_TO
+    return nullptr;
   }
 #define OF_PICK_T(DTN, DD)                                                                  \
   if (D == DD && r24)                                                                       \
@@ -1965,12 +1944,8 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-// ovl: the m128n128w12tp_ovl entries.
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool ovl) {
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
 #define OF_PICK_TP(DTN, DD)                                                                 \
-  if (D == DD && ovl)                                                                       \
-    return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovl_causal) \
-                  : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovl_full); \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
                   : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_full);
@@ -2155,13 +2130,11 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // cp.async (m128n128w12); 1 = TMA (m128n128w12t: tensor maps built here; needs compute
 // capability 9.x, S >= 128, 16-byte-aligned Q/K/V bases and positive strides, else
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
-// m128n128w12t_r24 entries (24 producer / 240 consumer registers); 5 = as 2 with the r24 entries
-// (planned at D = 128); 4 = the experimental m128n128w12tp (D = 128), the TMA body on a
-// persistent grid of min(tiles, SMs) CTAs (TMA rules as loads 1); bench candidates (D = 128):
-// 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (the r24 body with the softmax pinned under
-// the warpgroup's own P V), 8 / 9 = the same with m128n128w12t_ovl (ov + lazy O rescale), 10 = as 4
-// with m128n128w12tp_ovl (persistent, 24 / 240 split, ovl), 11 = as 10 where the TMA rules hold,
-// else the cp.async m128n128w12 (what a planned launch would pass). Returns 0 or a cudaError_t code.
+// m128n128w12t_r24 entries (24 producer / 240 consumer registers); 5 = as 2 with the r24 entries;
+// 4 = the experimental m128n128w12tp (D = 128), the TMA body on a persistent grid of min(tiles,
+// SMs) CTAs (TMA rules as loads 1); 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (D = 128: the
+// r24 body with the softmax pinned under the warpgroup's own P V; 7 is planned at D = 128).
+// Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -2175,7 +2148,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 11);
+  OF_REQUIRE(loads >= 0 && loads <= 7);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2188,14 +2161,10 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    const int kind = (loads == 3 || loads == 5)   ? 1
-                     : (loads == 6 || loads == 7) ? 2
-                     : (loads == 8 || loads == 9) ? 3
-                                                  : 0;
-    const bool persistent = loads == 4 || loads >= 10;
+    const int kind = (loads == 3 || loads == 5) ? 1 : (loads == 6 || loads == 7) ? 2 : 0;
+    const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
-    const FaTmaPKernelFn pfn =
-        persistent ? pick_tma_persistent(dtype, D, causal != 0, loads >= 10) : nullptr;
+    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
     OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
@@ -2205,8 +2174,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
                                fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
                                fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
-    OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5 || loads == 7 || loads == 9 ||
-               loads == 11);  // those fall back to cp.async below
+    OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5 || loads == 7);  // fall back to cp.async below
     if (tma_rules_met && pfn != nullptr) {
       int sms = 0;
       OF_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

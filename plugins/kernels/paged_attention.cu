@@ -159,10 +159,8 @@ __device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (
 // Merges the W warps' (m, l, O) for the G query rows through fp32 scratch (m[W][16], l[W][16],
 // o[W][16][D], over the drained stages) and writes out (num_splits == 1) or the split's partial.
 // PERM: acc[nt] holds columns 32(nt / 4) + 4n + nt % 4 (the fp8 PV order) instead of 8nt + n.
-// out_scale multiplies O (the fp8 pool's v_scale; 1 for the 16-bit pool). TO_SMEM (cluster-reduce
-// variants): the merged rows go to the split's shared-memory partial `cl` (pa_cluster_combine's
-// layout: o[16][D], then lse[16], after the scratch) instead of global memory.
-template <typename T, int D, int W, bool PERM, bool TO_SMEM = false>
+// out_scale multiplies O (the fp8 pool's v_scale; 1 for the 16-bit pool).
+template <typename T, int D, int W, bool PERM>
 __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[D / 8][4],
                                              const float (&row_m)[2], const float (&row_l)[2],
                                              float out_scale, T* __restrict__ out, long long o_sb,
@@ -208,11 +206,7 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
     }
     const int hq = hkv * G + r;
     const float o = lsum > 0.f ? osum * (out_scale * (1.f / lsum)) : 0.f;
-    if constexpr (TO_SMEM) {
-      float* cl = so + W * 16 * D;
-      cl[r * D + d] = o;
-      if (d == 0) cl[16 * D + r] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
-    } else if (num_splits == 1) {
+    if (num_splits == 1) {
       out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
     } else {
       const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
@@ -222,9 +216,9 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
   }
 }
 
-// Split-K reduce inside a thread-block cluster (the cluster-reduce variants, sm_90): the grid's
-// cluster dimensions are (1, num_splits, 1), so the CTAs of one cluster are the splits of one
-// (kv head or head group, sequence). Each has written its partial to its own shared memory, rows
+// Split-K reduce inside a thread-block cluster (the cluster-reduce head-group kernels, sm_90): the
+// grid's cluster dimensions are (1, num_splits, 1), so the CTAs of one cluster are the splits of one
+// (head group, sequence). Each has written its partial to its own shared memory, rows
 // r = 16 * (kv head - head0) + (query head % G): o (normalized) at cl[r * D + d], log2-sum-exp at
 // cl[R16 * 16 * D + r] (-inf for an empty split). After a cluster barrier every CTA combines a
 // share of the rows' columns from all the CTAs' shared memory (DSMEM) and writes out; a second
@@ -316,11 +310,9 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
   static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
-  // CLUSTER: the split's partial (pa_cluster_combine) after the merge scratch (per kv head) or in
-  // place of it (head groups), over the drained stages
-  static_assert(!CLUSTER || TMA, "cluster reduce: the TMA kernels");
-  static_assert(!CLUSTER || (HEADS ? kPaWarps * 16 * (D + 1) * 4 : kPaWarps * 16 * (D + 2) * 4 + 16 * (D + 1) * 4) <=
-                                kPaStages * 2 * kPaTile * RS * 2,
+  // CLUSTER: the split's partial (pa_cluster_combine) over the drained stages
+  static_assert(!CLUSTER || HEADS, "cluster reduce: the head-group kernels");
+  static_assert(!CLUSTER || kPaWarps * 16 * (D + 1) * 4 <= kPaStages * 2 * kPaTile * RS * 2,
                 "cluster partial must fit in the pipeline stages");
   constexpr int TILE_ELEMS = kPaTile * RS;
   // Element offset of (row, col) in a K/V tile: swizzled for cp.async, padded for bulk; TMA:
@@ -590,9 +582,9 @@ __device__ __forceinline__ void pa_decode_body(
   cp_async_wait<0>();
   __syncthreads();
 
-  // CLUSTER: the split's partial in shared memory (pa_cluster_combine's layout), over the stages
-  [[maybe_unused]] float* cl = reinterpret_cast<float*>(sKV) + (HEADS ? 0 : kPaWarps * 16 * (D + 2));
   if constexpr (HEADS) {  // each warp owns its query rows: no merge
+    // CLUSTER: the split's partial in shared memory (pa_cluster_combine's layout), over the stages
+    [[maybe_unused]] float* cl = reinterpret_cast<float*>(sKV);
     const int g = lane >> 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -622,9 +614,8 @@ __device__ __forceinline__ void pa_decode_body(
     if constexpr (CLUSTER) pa_cluster_combine<T, D, kPaWarps>(cl, out, o_sb, G, blockIdx.x * kPaWarps, b);
     return;
   }
-  pa_merge_out<T, D, kPaWarps, false, CLUSTER>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
-                                               part_o, part_lse, Hq, G, hkv, b, split, num_splits);
-  if constexpr (CLUSTER) pa_cluster_combine<T, D, 1>(cl, out, o_sb, G, hkv, b);
+  pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
+                                      part_o, part_lse, Hq, G, hkv, b, split, num_splits);
 }
 
 // Combines num_splits partials per (batch, query head): grid (Hq, B), D threads.
@@ -780,11 +771,12 @@ OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
 
-// Cluster-reduce variants (bench candidates): the TMA (suffix "tc") and head-group ("hc") kernels with
-// the split-K reduce done inside a thread-block cluster of the num_splits splits (pa_cluster_combine)
-// instead of the workspace and onnx_fuse_pa_reduce_*; launched by onnx_fuse_paged_attention_decode_cluster
-// (cluster dims (1, num_splits, 1), num_splits <= 8). launch_plan.PA_CLUSTER_VARIANTS mirrors the list
-// (bulk 2 -> 5, 3 -> 4).
+// Cluster-reduce head-group variant (suffix "hc"; planned at D = 128 where the head-group grid of two
+// splits fits one wave): the split-K reduce done inside a thread-block cluster of the num_splits splits
+// (pa_cluster_combine) instead of the workspace and onnx_fuse_pa_reduce_*; launched by
+// onnx_fuse_paged_attention_decode_cluster (cluster dims (1, num_splits, 1), num_splits <= 8).
+// launch_plan.PA_CLUSTER_VARIANTS mirrors the list (bulk 3 -> 4). (The per-kv-head TMA form "tc" and
+// w4s3hc measured behind and were dropped.)
 #define OF_PA_CLUSTER_DECODE(DTN, T, D, W, ST, BULK, SUF)                                       \
   extern "C" __global__ void __launch_bounds__(32 * W)                                          \
       onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##SUF(                                      \
@@ -797,10 +789,7 @@ OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
                                             o_sb, part_o, part_lse, Hq, Hkv, block_size,         \
                                             max_blocks, part_tokens, scale_log2, &tk, &tv);      \
   }
-#define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) \
-  X(DTN, T, D, 8, 2, 2, tc)                  \
-  X(DTN, T, D, 8, 2, 3, hc)                  \
-  X(DTN, T, D, 4, 3, 3, hc)
+#define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2, 3, hc)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 64)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 128)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 64)
@@ -1642,10 +1631,8 @@ bool pa8t_device_ok() {
 
 // A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
 // rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
-// prom: the L2 promotion of the box's requests (256 B everywhere but the cluster launcher's experiment).
 bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
-                   long long rows, int Hkv, int D, int box_rows, int cw_bytes,
-                   CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+                   long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
   const Pa8EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)rows};
@@ -1653,7 +1640,7 @@ bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const vo
   const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
   return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
              cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-             prom, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The uint8 pool: slabs of min(D, 128) bytes (128-byte swizzle; 64-byte at D = 64).
@@ -1663,10 +1650,10 @@ bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv,
 
 // The 16-bit pool: 64-column slabs (128-byte swizzle).
 bool pa16_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D,
-                     int box_rows, CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+                     int box_rows) {
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128, prom);
+  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128);
 }
 
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
@@ -1689,9 +1676,11 @@ bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
 
 // The 16-bit pool [rows, Hkv, D] as a 3-D map (D, rows, Hkv) with boxes (64, 16, warps): a box lands
 // head-major, [head][16 rows][64] (the head-group kernels). False where the device, the driver or the
-// row count (>= 2^31) leave no map.
+// row count (>= 2^31) leave no map. prom: the L2 promotion, 128 B by default: each box row is a
+// 128-byte piece, and on the H200 the cluster head-group decode read 3.5 % faster with 128 B than
+// with 256 B (run 11: 4186-4197 against 4041-4051 GB/s); the cluster launcher passes its own choice.
 bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D, int warps,
-                      CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+                      CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_128B) {
   if (rows >= (1ll << 31) || !pa8t_device_ok() || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -1903,7 +1892,8 @@ namespace {
 
 // The uint8 pool [rows, Hkv, D] as a 3-D map (D, rows, Hkv) with boxes (CW, 16, warps) (CW = min(D,
 // 128) bytes, swizzled over CW): a box lands head-major, [head][16 rows][CW]. False where the device,
-// the driver, the base's alignment or the row count (>= 2^31) leave no map.
+// the driver, the base's alignment or the row count (>= 2^31) leave no map. L2 promotion 128 B, as
+// the 16-bit head-group map (pa16h_tensor_map): each box row is a piece of at most 128 bytes.
 bool pa8h_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int warps) {
   if (rows >= (1ll << 31) || !pa8t_device_ok() || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const int cw = D >= 128 ? 128 : 64;
@@ -1913,7 +1903,7 @@ bool pa8h_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv
   return encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), gdim, gstride, box,
                         elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         cw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -1987,52 +1977,43 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
 }  // extern "C"
 
 // ----------------------------------------------------------------------------------------
-// Cluster-reduce variants (pa_decode_body with CLUSTER, suffixes "tc" and "hc"): host side.
+// Cluster-reduce head groups (pa_decode_body with CLUSTER, suffix "hc"): host side.
 
 extern "C" {
 
-// onnx_fuse_paged_attention_decode_tma (flags bit 0 clear: (warps, stages) = (8, 2)) or
-// onnx_fuse_paged_attention_decode_tma_heads (bit 0 set: (8, 2) or (4, 3); Hkv % warps == 0, block_size
-// >= 16) with the num_splits splits of each row reduced inside a thread-block cluster: no workspace
-// (may be null), no reduce kernel. D in {64, 128}, block_size a power of two, num_splits <= 8 (the
-// portable cluster size). flags bits 1-2: the tensor maps' L2 promotion (0: 256 B, as every other
-// launcher; 1: 128 B; 2: none), a layout experiment. Refuses (cudaErrorInvalidValue) what it cannot
-// run, a missing tensor map (device, driver, >= 2^31 pool rows) included: bench candidates, no fallback.
+// onnx_fuse_paged_attention_decode_tma_heads ((warps, stages) = (8, 2); Hkv % 8 == 0, block_size a power
+// of two >= 16, D in {64, 128}) with the num_splits splits of each row reduced inside a thread-block
+// cluster: no workspace (may be null), no reduce kernel; num_splits <= 8 (the portable cluster size).
+// l2_promotion: the tensor maps' L2 promotion in bytes, 256, 128 or 0 (none); on the H200 128 and none
+// read 3-4 % faster than 256 (the other launchers' setting) at B64 H32/8 D128 (docs/PERF.md).
+// Refuses (cudaErrorInvalidValue) what it cannot run, a missing tensor map (device, driver, >= 2^31
+// pool rows) included: no fallback (the planner checks the shape).
 int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long q_sb, const void* k_pool,
                                              const void* v_pool, const int* block_tables, const int* seq_lens,
                                              void* out, long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                              int D, int block_size, int max_blocks, int num_blocks, int part_tokens,
-                                             int num_splits, float scale, int warps, int stages, int flags,
-                                             cudaStream_t stream) {
-  const bool heads = flags & 1;
-  const int prom_code = (flags >> 1) & 3;
+                                             int num_splits, float scale, int warps, int stages,
+                                             int l2_promotion, cudaStream_t stream) {
   if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
                                    k_pool, v_pool, false))
     return rc;
   OF_REQUIRE(num_splits <= 8 && num_blocks > 0 && (dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16));
-  OF_REQUIRE(flags >= 0 && flags < 8 && prom_code < 3);
-  OF_REQUIRE((D == 64 || D == 128) && (block_size & (block_size - 1)) == 0 && block_size >= (heads ? 16 : 8));
-  OF_REQUIRE(heads ? (Hkv % warps == 0 && ((warps == 8 && stages == 2) || (warps == 4 && stages == 3)))
-                   : (warps == 8 && stages == 2));
+  OF_REQUIRE(l2_promotion == 256 || l2_promotion == 128 || l2_promotion == 0);
+  OF_REQUIRE((D == 64 || D == 128) && (block_size & (block_size - 1)) == 0 && block_size >= 16);
+  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && stages == 2);
   const long long rows = (long long)num_blocks * block_size;
-  const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
   CUtensorMap tk, tv;
-  const CUtensorMapL2promotion prom = prom_code == 0   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-                                      : prom_code == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                                       : CU_TENSOR_MAP_L2_PROMOTION_NONE;
-  const bool tma = heads ? pa16h_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, warps, prom) &&
-                               pa16h_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, warps, prom)
-                         : rows < (1ll << 31) && pa8t_device_ok() &&
-                               pa16_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, box_rows, prom) &&
-                               pa16_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, box_rows, prom);
-  OF_REQUIRE(tma);
-  const int bulk = heads ? 3 : 2;
-  const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, bulk);
+  const CUtensorMapL2promotion prom = l2_promotion == 256   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                      : l2_promotion == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                            : CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  OF_REQUIRE(pa16h_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, warps, prom) &&
+             pa16h_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, warps, prom));
+  const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 3);
   const PaSplitK sk = pa_split_k(nullptr, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
-  const dim3 grid(heads ? Hkv / warps : Hkv, num_splits, B);
+  const dim3 grid(Hkv / warps, num_splits, B);
 #define OF_LAUNCH(DTN, T, DD, W, ST, BULK, SUF)                                                    \
-  if (D == DD && warps == W && stages == ST && bulk == BULK)                                       \
+  if (D == DD && warps == W && stages == ST)                                                       \
     return pa_launch_cluster(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF, grid, W, smem, stream, \
                              OF_PA16_ARGS(T), tk, tv);
 #define OF_HEAD_DIMS(DTN, T) OF_PA_CLUSTER_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_CLUSTER_VARIANTS(OF_LAUNCH, DTN, T, 128)

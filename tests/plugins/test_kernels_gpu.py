@@ -372,7 +372,7 @@ def test_fused_attention_tma_inf_padding(lib, dtype, D, causal):
         v[b, L + 1::3] = float("-inf")
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    variants = [FA_TMA] + ([FA_PERSIST, FA_OV, FA_OVL, FA_PERSIST_OVL] if D == 128 else [])
+    variants = [FA_TMA] + ([FA_PERSIST, FA_OV] if D == 128 else [])
     for variant in variants:
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
@@ -417,13 +417,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
     k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
-    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVL, FA_PERSIST_OVL):  # by name: no fallback
+    for variant in (FA_TMA, FA_PERSIST, FA_OV):  # by name: no fallback
         with pytest.raises(KernelError):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    for code in (2, 5, 7, 9, 11):  # planned TMA: w12t, r24, and the bench candidates ov, ovl, tp_ovl
+    for code in (2, 5, 7):  # planned TMA: w12t, r24, ov
         out.fill_(float("nan"))
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
@@ -435,14 +435,14 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
-def test_fused_attention_tma_planned_d128_r24(lib, dtype, broadcast):
-    """At D = 128 on the H200 the planner names m128n128w12t_r24 (launcher loads 5): it runs on
+def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
+    """At D = 128 on the H200 the planner names m128n128w12t_ov (launcher loads 7): it runs on
     TMA, or on the cp.async producer where TMA cannot address K/V (broadcast over the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, causal=True).variant == lp.FA_WS_TMA_R24
+    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, causal=True).variant == lp.FA_WS_TMA_OV
     gen = torch.Generator(device="cuda").manual_seed(21)
     q = _rand((B, S, Hq, D), dtype, gen)
     kb = 1 if broadcast else B
@@ -457,30 +457,26 @@ def test_fused_attention_tma_planned_d128_r24(lib, dtype, broadcast):
     assert torch.count_nonzero(out[1, 700:]).item() == 0
 
 
-# Bench candidates at D = 128 (launch_plan.FA_WS_TMA_OV / _OVL / _PERSIST_OVL: the softmax pinned
-# between wgmma wait_group 1 and 0, the lazy O rescale, the persistent grid with both): the TMA
-# cases at D = 128, and the persistent cases (several rounds of tiles per CTA, empty sequences).
+# m128n128w12t_ov (launch_plan.FA_WS_TMA_OV, planned at D = 128: r24 with the softmax pinned
+# between wgmma wait_group 1 and 0) by name on the TMA cases at D = 128 and the persistent ones.
 FA_OV = (128, 128, 12, "tma", "ov")
-FA_OVL = (128, 128, 12, "tma", "ovl")
-FA_PERSIST_OVL = (128, 128, 12, "tma", "persistent", "ovl")
-FA_CAND_CASES = ([c[:7] + (v,) for v in (FA_OV, FA_OVL) for c in FA_TMA_CASES if c[4] == 128]
-                 + [c[:7] + (FA_PERSIST_OVL,) for c in FA_PERSIST_CASES])
+FA_OV_CASES = list({repr(c[:7]): c[:7] + (FA_OV,) for c in FA_TMA_CASES + FA_PERSIST_CASES if c[4] == 128}.values())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_CAND_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-{}".format(
-    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "", "_".join(c[7][4:])))
-def test_fused_attention_bench_candidates_match_reference(lib, case, dtype):
+@pytest.mark.parametrize("case", FA_OV_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-ov".format(
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else ""))
+def test_fused_attention_tma_ov_matches_reference(lib, case, dtype):
     _need_sm90()
     _check_fused_case(lib, case, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_fused_attention_bench_candidates_moving_max(lib, dtype, causal):
-    """Keys that grow along the sequence move every row's running max on every tile (the lazy
-    rescale must rescale then), and a flat stretch in the middle (the same key repeated) leaves it
-    still (it must skip then); both against the reference, for each candidate."""
+def test_fused_attention_tma_ov_moving_max(lib, dtype, causal):
+    """Keys that grow along the sequence move every row's running max on every tile (each tile
+    rescales O by a factor below 1), then a flat stretch (the same key repeated) leaves it still;
+    against the reference, the planned m128n128w12t_ov and the r24 body it pins."""
     _need_sm90()
     B, S, Hq, Hkv, D = 2, 1300, 8, 2, 128
     gen = torch.Generator(device="cuda").manual_seed(31 + int(causal))
@@ -493,7 +489,7 @@ def test_fused_attention_bench_candidates_moving_max(lib, dtype, causal):
     lens = [1300, 900]
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    for variant in (FA_OV, FA_OVL, FA_PERSIST_OVL):
+    for variant in (FA_OV, (128, 128, 12, "tma", "r24")):
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
         torch.cuda.synchronize()
@@ -571,10 +567,10 @@ def test_paged_decode_variants(lib, variant, splits, D):
 
 
 
-# The H200 default plans (launch_plan._default_decode_variant) on shapes that reach them: head
-# groups w8s2h (D 128, Hkv 8, two splits fill 128 SMs), w8s2t for MQA at D 64, w4s2t at D 256;
+# The H200 default plans (launch_plan.plan_paged_decode) on shapes that reach them: head groups with
+# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w8s2t for MQA at D 64, w4s2t at D 256;
 # ragged lengths and an empty sequence.
-@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2h"), (128, 16, 1, 64, 16, "w8s2t"),
+@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w8s2t"),
                                   (64, 16, 8, 256, 16, "w4s2t")], ids=lambda c: c[-1])
 def test_paged_decode_default_plans(lib, case):
     B, Hq, Hkv, D, bs, suffix = case
@@ -683,25 +679,26 @@ def test_paged_decode_heads_refuses(lib):
         lib.paged_decode(q, k_pool, v_pool, tables, seq, torch.empty_like(q), plan=plan)
     torch.cuda.synchronize()
 
-# Cluster-reduce decode (variants (warps, stages, 4 | 5), sm_90; bench candidates): the splits of each
-# row reduced inside a thread-block cluster through distributed shared memory, no workspace and no
-# reduce kernel; empty splits (short sequences) and an empty sequence take part in their cluster.
+# Cluster-reduce head groups (variant (8, 2, 4), sm_90; planned at D = 128 where w8s2h would run two
+# splits in one wave): the splits of each row reduced inside a thread-block cluster through
+# distributed shared memory, no workspace and no reduce kernel; empty splits (short sequences) and an
+# empty sequence take part in their cluster.
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", [c for c in PA_CASES if c[3] in (64, 128)],
+@pytest.mark.parametrize("case", [c for c in PA_CASES + [(3, 64, 16, 64, 32, [900, 0, 300], 3),
+                                                         (2, 16, 8, 128, 64, [4000, 70], None)]
+                                  if c[3] in (64, 128) and c[2] % 8 == 0 and c[4] >= 16],
                          ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(c[0], c[1], c[2], c[3], c[4], c[6]))
 def test_paged_decode_cluster_matches_reference(lib, case, dtype):
     B, Hq, Hkv, D, bs, lens, splits = case
-    for variant in ((8, 2, 5), (4, 3, 4)) if Hkv % 4 == 0 else ((8, 2, 5),):
-        _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, ("cluster", variant, case))
+    _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (8, 2, 4), dtype, ("cluster", case))
 
 
-@pytest.mark.parametrize("variant", [(8, 2, 5), (8, 2, 4), (4, 3, 4)], ids=lambda v: f"w{v[0]}s{v[1]}b{v[2]}")
 @pytest.mark.parametrize("splits", [1, 2, 5, 8])
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("bs", [16, 128])
-def test_paged_decode_cluster_variants(lib, variant, splits, D, bs):
-    _tma_check(lib, 3, 32, 8, D, bs, [1500, 47, 0], splits, variant, torch.float16,
-               ("cluster", variant, splits, D, bs))
+def test_paged_decode_cluster_variants(lib, splits, D, bs):
+    _tma_check(lib, 3, 32, 8, D, bs, [1500, 47, 0], splits, (8, 2, 4), torch.float16,
+               ("cluster", (8, 2, 4), splits, D, bs))
 
 
 def test_paged_decode_cluster_refuses(lib):
@@ -729,8 +726,8 @@ def test_paged_decode_cluster_refuses(lib):
 
 
 def test_paged_decode_cluster_l2_promotion_changes_caching_only(lib):
-    """The cluster launcher's L2 promotion setting (a bench layout experiment: 256 B, 128 B, none) gives
-    the same output bit for bit, and matches the reference."""
+    """The cluster launcher's L2 promotion setting (256 B, 128 B as planned, none) gives the same output
+    bit for bit, and matches the reference."""
     import dataclasses
 
     from onnx_fuse.plugins import launch_plan as lp
@@ -742,8 +739,10 @@ def test_paged_decode_cluster_l2_promotion_changes_caching_only(lib):
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
                                  np.array(lens), out_dtype=np.float64)
-    for variant in ((8, 2, 4), (8, 2, 5)):
-        plan = lp.plan_paged_decode(3, 32, 8, 128, 16, tables.shape[1], "bfloat16", variant=variant, num_splits=3)
+    for splits in (2, 3):
+        plan = lp.plan_paged_decode(3, 32, 8, 128, 16, tables.shape[1], "bfloat16", variant=(8, 2, 4),
+                                    num_splits=splits)
+        assert plan.l2_promotion == lp.PA_CLUSTER_L2_PROMOTION
         outs = []
         for prom in (256, 128, 0):
             out = torch.full_like(q, float("nan"))
@@ -770,7 +769,7 @@ def test_paged_decode_refuses_misaligned_pools(lib, monkeypatch):
     with pytest.raises(ValueError, match="16-byte"):
         lib.paged_decode(q, k_mis, v_pool, tables, seq, torch.empty_like(q))
     monkeypatch.setattr(kernel_lib, "check_pool_alignment", lambda *pools: None)  # reach the C launchers
-    for variant in ((4, 3, 0), (4, 3, 1), (4, 3, 2), (8, 2, 3), (8, 2, 5)):
+    for variant in ((4, 3, 0), (4, 3, 1), (4, 3, 2), (8, 2, 3), (8, 2, 4)):
         with pytest.raises(KernelError):
             lib.paged_decode(q, k_mis, v_pool, tables, seq, torch.empty_like(q), variant=variant, num_splits=2)
     _, _, k8, v8, ks, vs, t8, s8 = _make_fp8_pool(lib, 2, 8, 128, 16, [300, 9], torch.float16, gen)

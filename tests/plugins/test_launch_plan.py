@@ -46,6 +46,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_r24_full", _block(fa, "#define OF_FA_WSTR_KERNELS_D("))}
     wstr_d = {int(d) for d in re.findall(r"^OF_FA_WSTR_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstr and wstr_d
+    wsto = {tuple(map(int, v)) + ("tma", "ov") for v in re.findall(
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ov_full", _block(fa, "#define OF_FA_WSTO_KERNELS_D("))}
+    wsto_d = {int(d) for d in re.findall(r"^OF_FA_WSTO_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wsto and wsto_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -65,6 +69,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wst
         if d in wstr_d:
             fav[d] |= wstr
+        if d in wsto_d:
+            fav[d] |= wsto
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -112,6 +118,11 @@ def _kernel_names() -> set[str]:
         for d, vs in _pa_heads_by_d().items():
             for w, s in vs:
                 names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}h")
+        pa = (KERNELS / "paged_attention.cu").read_text()
+        for d in re.findall(r"^OF_PA_CLUSTER_VARIANTS\(OF_PA_CLUSTER_DECODE, f16, [\w ]+, (\d+)\)", pa, re.M):
+            for w, s, suf in re.findall(r"X\(DTN, T, D, (\d+), (\d+), \d+, (\w+)\)",
+                                        _block(pa, "#define OF_PA_CLUSTER_VARIANTS(")):
+                names.add(f"onnx_fuse_pa_decode_{dt}_d{d}_w{w}s{s}{suf}")
     return names
 
 
@@ -123,7 +134,7 @@ def test_variant_tables_match_the_sources():
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
-    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24}
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -177,7 +188,7 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
 def test_fused_plan_small_problem_uses_small_tiles():
     assert lp.plan_fused_attention(1, 128, 2, 2, 128).block_m == 64  # 2 CTAs of 128 rows would idle the chip
     big = lp.plan_fused_attention(4, 4096, 32, 32, 128)
-    assert big.variant == lp.FA_WS_TMA_R24  # H200 default at D128: warp-specialized, TMA loads, 24/240
+    assert big.variant == lp.FA_WS_TMA_OV  # H200 default at D128: warp-specialized, TMA, 24/240, pinned softmax
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
@@ -201,7 +212,7 @@ def test_fused_plan_picks_per_head_size():
     warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_r24_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ov_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
@@ -228,8 +239,8 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            assert planned.tma and planned.r24 == (d == 128)  # the 24/240 split only where it measured ahead
-            assert planned.variant == (lp.FA_WS_TMA_R24 if d == 128 else lp.FA_WS_TMA)
+            assert planned.tma and (planned.opt == "ov") == (d == 128)  # 24/240 + pinned softmax at D128
+            assert planned.variant == (lp.FA_WS_TMA_OV if d == 128 else lp.FA_WS_TMA)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
             assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal, device=ampere).tma
             p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA)
@@ -299,9 +310,10 @@ def test_decode_plan_every_head_size(head_dim):
     p = lp.plan_paged_decode(64, 32, 8, head_dim, 16, 256)
     assert p.kernel in _kernel_names() and f"_d{head_dim}_" in p.kernel
     assert (p.warps, p.stages, p.bulk) in (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim)
-                                           + lp.pa_heads_variants(head_dim))
-    # H200 default: head groups at D = 128, TMA tensor copies at 256, bulk rows at 80 / 96, cp.async at 64
-    assert p.bulk == {128: 3, 256: 2, 64: 0}.get(head_dim, 1)
+                                           + lp.pa_heads_variants(head_dim) + lp.pa_cluster_variants(head_dim))
+    # H200 default: head groups at D = 128 (cluster reduce: two splits in one wave), TMA tensor copies
+    # at 256, bulk rows at 80 / 96, cp.async at 64
+    assert p.bulk == {128: 4, 256: 2, 64: 0}.get(head_dim, 1)
     assert p.smem_bytes == lp.pa_smem_bytes(head_dim, p.warps, p.stages, p.bulk)
     for v in lp.pa_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, "bfloat16", num_splits=3, variant=v)
@@ -491,9 +503,9 @@ def test_decode_default_plans_are_the_measured_fastest():
     one CTA per SM (split lengths aligned), small batches keep the 4-warp kernels."""
     def plan(*a, **k):
         return lp.plan_paged_decode(*a, **k)
-    p = plan(64, 32, 8, 128, 16, 256)
-    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2h" and p.grid == (1, 2, 64) and p.part_tokens == 2048
-    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2h"
+    p = plan(64, 32, 8, 128, 16, 256)  # head groups, two splits in one wave: the cluster-reduce form
+    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2hc" and p.grid == (1, 2, 64) and p.part_tokens == 2048
+    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2hc"
     assert plan(64, 32, 32, 128, 16, 128).grid == (4, 1, 64)  # 256 CTAs: 1.94 waves of 132
     assert plan(16, 32, 8, 128, 16, 1024).grid == (1, 8, 16)
     q = plan(8, 32, 8, 128, 16, 256)  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
@@ -545,45 +557,61 @@ def test_pa_heads_variants_match_the_sources_and_plan():
     assert "onnx_fuse_paged_attention_decode_tma_heads" in pa
 
 def test_pa_cluster_variants_match_the_sources_and_plan():
-    """Cluster-reduce decode (bulk 4: head groups "hc", 5: per kv head "tc"): the list and head sizes are
-    the source's, the plan has no workspace and no reduce kernel, at most 8 splits (auto counts are
-    capped there), and refuses what the launcher refuses (it has no fallback); never planned by default."""
+    """Cluster-reduce head groups (bulk 4, "hc"): the list and head sizes are the source's, the plan has
+    no workspace and no reduce kernel, takes the measured L2 promotion, at most 8 splits (auto counts are
+    capped there), and refuses what the launcher refuses (it has no fallback)."""
     pa = (KERNELS / "paged_attention.cu").read_text()
-    rows = re.findall(r"X\(DTN, T, D, (\d+), (\d+), ([23]), (\w+)\)", _block(pa, "#define OF_PA_CLUSTER_VARIANTS("))
-    src = {(int(w), int(st), {"2": 5, "3": 4}[b]) for w, st, b, _ in rows}
-    assert all(lp.PA_SUFFIX[{"2": 5, "3": 4}[b]] == suf for _, _, b, suf in rows)
+    rows = re.findall(r"X\(DTN, T, D, (\d+), (\d+), (\d+), (\w+)\)", _block(pa, "#define OF_PA_CLUSTER_VARIANTS("))
+    src = {(int(w), int(st), 4) for w, st, b, suf in rows if b == "3" and suf == lp.PA_SUFFIX[4]}
     ds = {int(d) for d in re.findall(r"^OF_PA_CLUSTER_VARIANTS\(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, (\d+)\)",
                                      pa, re.M)}
-    assert src == set(lp.PA_CLUSTER_VARIANTS) and ds == set(lp.PA_CLUSTER_HEAD_DIMS)
+    assert len(rows) == len(src) and src == set(lp.PA_CLUSTER_VARIANTS) and ds == set(lp.PA_CLUSTER_HEAD_DIMS)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert set(lp.pa_cluster_variants(d)) == (src if d in ds else set()), d
-    assert lp.pa_cluster_variants(128, 4) == ((8, 2, 5), (4, 3, 4)) and lp.pa_cluster_variants(64, 1) == ((8, 2, 5),)
+    assert lp.pa_cluster_variants(128, 4) == () and lp.pa_cluster_variants(64, 16) == ((8, 2, 4),)
     assert "onnx_fuse_paged_attention_decode_cluster" in pa
-    for w, st, b in lp.PA_CLUSTER_VARIANTS:
-        for sp in (1, 2, 8):
-            p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(w, st, b), num_splits=sp)
-            assert p.kernel == f"onnx_fuse_pa_decode_bf16_d128_w{w}s{st}{'hc' if b == 4 else 'tc'}" and p.cluster
-            assert p.grid == ((8 // w) if b == 4 else 8, sp, 64) and p.num_splits == sp
-            assert p.workspace_bytes == 0 and p.reduce_kernel is None and p.reduce_grid is None
-            # the launcher's shared memory: that of the head-group / TMA kernel of the same shape
-            assert p.smem_bytes == lp.pa_smem_bytes(128, w, st, 3 if b == 4 else 2) <= lp.H200.max_smem_per_block
-    # auto splits: one CTA per SM for the 8-warp kernels (as w8s2h / w8s2t), capped at 8
+    for sp in (1, 2, 8):
+        p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(8, 2, 4), num_splits=sp)
+        assert p.kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2hc" and p.cluster and p.bulk == 4
+        assert p.grid == (1, sp, 64) and p.num_splits == sp and p.l2_promotion == lp.PA_CLUSTER_L2_PROMOTION == 128
+        assert p.workspace_bytes == 0 and p.reduce_kernel is None and p.reduce_grid is None
+        # the launcher's shared memory: that of the head-group kernel of the same shape
+        assert p.smem_bytes == lp.pa_smem_bytes(128, 8, 2, 3) <= lp.H200.max_smem_per_block
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 3)).l2_promotion == 256
+    # auto splits: one CTA per SM (as w8s2h), capped at 8
     assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 2, 4)).num_splits == 2
-    assert lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(8, 2, 5)).num_splits == 1
-    assert lp.plan_paged_decode(2, 32, 8, 128, 16, 1024, variant=(4, 3, 4)).num_splits == 8
-    assert lp.plan_paged_decode(1, 16, 1, 64, 16, 1024, variant=(8, 2, 5)).num_splits == 8
+    assert lp.plan_paged_decode(2, 32, 8, 128, 16, 1024, variant=(8, 2, 4)).num_splits == 8
     a100 = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     for args, kw in (((64, 32, 8, 128, 16, 256), {"variant": (8, 2, 4), "num_splits": 9}),
                      ((4, 8, 4, 128, 16, 64), {"variant": (8, 2, 4)}),  # Hkv % 8
                      ((4, 8, 8, 128, 8, 64), {"variant": (8, 2, 4)}),  # head groups need blocks >= 16
-                     ((4, 8, 2, 128, 12, 64), {"variant": (8, 2, 5)}),  # no TMA box: no fallback
-                     ((4, 8, 2, 96, 16, 64), {"variant": (8, 2, 5)}),
-                     ((4, 8, 2, 128, 16, 64), {"variant": (8, 2, 5), "device": a100})):
+                     ((4, 8, 8, 128, 24, 64), {"variant": (8, 2, 4)}),
+                     ((4, 8, 8, 96, 16, 64), {"variant": (8, 2, 4)}),
+                     ((4, 8, 8, 128, 16, 64), {"variant": (8, 2, 4), "device": a100}),
+                     ((4, 8, 8, 128, 16, 64), {"variant": (8, 2, 5)}), ((4, 8, 8, 128, 16, 64), {"variant": (4, 3, 4)})):
         with pytest.raises(ValueError):
             lp.plan_paged_decode(*args, **kw)
-    for d in lp.SUPPORTED_HEAD_DIMS:  # bench candidates only
-        for args in ((64, 32, 8, d, 16, 256), (128, 16, 1, d, 16, 256), (2, 32, 8, d, 16, 1024)):
-            assert not lp.plan_paged_decode(*args).cluster
+
+
+def test_decode_plans_the_cluster_reduce_where_w8s2h_runs_two_splits_in_one_wave():
+    """plan_paged_decode takes w8s2hc (L2 promotion 128 B) exactly where its default would be w8s2h at two
+    splits within one wave of one CTA per SM (run 11: 4186-4197 GB/s against 3988-3998 at B64 H32/8 D128);
+    other split counts, forced variants and multi-wave grids keep what they were."""
+    def plan(*a, **k):
+        return lp.plan_paged_decode(*a, **k)
+    for bs in (16, 32, 64):
+        p = plan(64, 32, 8, 128, bs, 4096 // bs)
+        assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2hc" and p.grid == (1, 2, 64) and p.cluster
+        assert p.l2_promotion == 128 and p.workspace_bytes == 0 and p.part_tokens == 2048
+    assert plan(64, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2hc")
+    assert plan(64, 32, 8, 128, 16, 256, num_splits=4).kernel.endswith("_w8s2h")  # 2 waves: no cluster
+    assert plan(64, 32, 8, 128, 16, 256, variant=(8, 2, 3)).kernel.endswith("_w8s2h")
+    assert plan(16, 32, 8, 128, 16, 1024).kernel.endswith("_w8s2h")  # 8 splits
+    assert plan(64, 32, 32, 128, 16, 128).kernel.endswith("_w8s2h")  # 1 split, 256 CTAs
+    assert plan(66, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2hc")  # 132 CTAs: one wave
+    assert plan(67, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2h")  # 134 CTAs
+    for args in ((128, 16, 1, 64, 16, 256), (64, 32, 8, 64, 16, 256), (64, 32, 8, 256, 16, 256)):
+        assert not plan(*args).cluster
 
 
 def _pa8_tma_sources() -> dict[int, set]:
@@ -695,29 +723,31 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS] == (0, 0) and codes[lp.FA_WGMMA_1WG] == (0, 0)
     assert codes[lp.FA_WS_TMA] == (1, 2) and codes[lp.FA_WS_TMA_R24] == (3, 5)
     assert codes[lp.FA_WS_TMA_PERSIST] == (4, 4)
-    assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVL] == (8, 9)
-    assert codes[lp.FA_WS_TMA_PERSIST_OVL] == (10, 11)
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 5
+    assert codes[lp.FA_WS_TMA_OV] == (6, 7)
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 7
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 2
 
 
-def test_r24_entries_exist_and_are_planned_at_d128_only():
+def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     """m128n128w12t_r24 (24 producer / 240 consumer registers): compiled at D = 64 and 128, run by
     the launcher's loads 3 (by name) and 5 (planned, cp.async fallback); the planner names it at
-    D = 128 only (at D = 64 it measured behind the 40 / 232 split)."""
+    D = 128 with a softcap only (at D = 64 it measured behind the 40 / 232 split; at D = 128 its
+    pinned-softmax twin m128n128w12t_ov is planned, which has no softcap entry)."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 11);" in fa
-    assert "const int kind = (loads == 3 || loads == 5)   ? 1" in fa
-    assert "OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5 || loads == 7 || loads == 9 ||" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 7);" in fa
+    assert "const int kind = (loads == 3 || loads == 5) ? 1 : (loads == 6 || loads == 7) ? 2 : 0;" in fa
+    assert "OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5 || loads == 7);" in fa
     for d in (64, 128):
         for causal in (False, True):
             for v in lp.fa_variants(d):
                 p = lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, variant=v)
                 assert ("_r24" in p.kernel) == (v == lp.FA_WS_TMA_R24) == p.r24
-            assert lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal).r24 == (d == 128)
+            assert not lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal).r24
+            assert lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, softcap=50.0).r24 == (d == 128)
 
 
 def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned():
@@ -728,10 +758,9 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
-    assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, 40, 0)" in fa
+    assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVL, lp.FA_WS_TMA_PERSIST_OVL)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
     for d in (64, 80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
@@ -755,48 +784,48 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
             for shape in ((4, 4096, 32, 8), (1, 77, 4, 4), (8, 2048, 32, 32)):
                 p = lp.plan_fused_attention(*shape, d, causal=causal)
                 assert p.variant in lp.fa_variants(d) and not p.persistent
-    # the C launcher: loads 4 (10, 11: the ovl twin by name, planned) = persistent, D = 128 only
-    assert "const bool persistent = loads == 4 || loads >= 10;" in fa
-    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0, loads >= 10) : nullptr;" in fa
+    # the C launcher: loads 4 = persistent, D = 128 only
+    assert "const bool persistent = loads == 4;" in fa
+    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;" in fa
     assert "OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);" in fa
 
 
-def test_prefill_bench_candidates_exist_plan_by_name_and_are_never_planned():
-    """FA_WS_TMA_OV / _OVL / _PERSIST_OVL (D = 128, both masks, both dtypes): entries in the source
-    with the options they name, kernel names and launcher codes from the plan, the persistent grid
-    for the persistent one, refused at other head sizes, never the planner's own choice."""
+def test_ov_entries_exist_and_are_planned_at_d128():
+    """m128n128w12t_ov (r24 with the softmax pinned between wgmma wait_group 1 and 0; D = 128, both
+    masks, both dtypes): entries in the source with the option, kernel names and launcher codes
+    (6 by name, 7 planned) from the plan, refused at other head sizes, planned at D = 128 on the
+    H200 without a softcap; the option is compiled out of every other entry (OPT = 0). The lazy-
+    rescale and persistent twins (measured behind it) are gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTO_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTO_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     block = _block(fa, "#define OF_FA_WSTO_KERNELS_D(")
-    for suf, opt in (("ov", "onnx_fuse::kWsPinSoftmax)"), ("ovl", "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLazyRescale)")):
-        for mask, causal in (("full", "false"), ("causal", "true")):
-            assert re.search(rf"m128n128w12t_{suf}_{mask}, T, D, {causal},\s*\\\s*{re.escape(opt)}", block), (suf, mask)
-    tp = _block(fa, "#define OF_FA_WSTP_KERNELS_D(")
-    assert re.search(r"m128n128w12tp_ovl_causal, T, D, true, 24,\s*\\\s*onnx_fuse::kWsPinSoftmax \| onnx_fuse::kWsLazyRescale",
-                     tp)
-    # the options are compiled out of the planned body (OPT = 0): the pin and the vote are guarded
+    for mask, causal in (("full", "false"), ("causal", "true")):
+        assert re.search(rf"m128n128w12t_ov_{mask}, T, D, {causal},\s*\\\s*onnx_fuse::kWsPinSoftmax\)", block), mask
     assert "if constexpr ((OPT & kWsPinSoftmax) != 0)" in fa
-    assert "if (!(OPT & kWsLazyRescale) || __any_sync(" in fa
-    names = {lp.FA_WS_TMA_OV: "t_ov", lp.FA_WS_TMA_OVL: "t_ovl", lp.FA_WS_TMA_PERSIST_OVL: "tp_ovl"}
-    for v, suf in names.items():
-        assert v in lp.fa_experimental_variants(128) and lp.fa_engine(v, 128) == "wgmma"
-        for dt in ("float16", "bfloat16"):
-            for causal in (False, True):
-                p = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, variant=v)
-                assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12{suf}_{'causal' if causal else 'full'}"
-                assert p.variant == v and p.tma and not p.r24 and p.opt == v[-1]
-                assert p.smem_bytes == lp.fa_smem_bytes(128, *lp.FA_WS_TMA) and p.block == (384, 1, 1)
-                assert p.persistent == (v == lp.FA_WS_TMA_PERSIST_OVL)
-                assert p.grid == ((lp.H200.num_sms, 1, 1) if p.persistent else (32, 32, 4))
-        for d in (64, 80, 96, 256):
-            with pytest.raises(ValueError, match="not compiled"):
-                lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
-    for d in lp.SUPPORTED_HEAD_DIMS:
+    assert "_ovl" not in fa and "kWsLazyRescale" not in fa and "w12tp_ov" not in fa
+    assert "OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)" in fa
+    v = lp.FA_WS_TMA_OV
+    assert v in lp.fa_variants(128) and lp.fa_engine(v, 128) == "wgmma"
+    assert v not in lp.fa_experimental_variants(128) and v not in lp.fa_softcap_variants(128)
+    for dt in ("float16", "bfloat16"):
         for causal in (False, True):
-            assert not lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal).opt
-
+            for heads in ((32, 32), (32, 8)):
+                p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
+                assert p.variant == v and p.kernel in _kernel_names()
+                assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_ov_{'causal' if causal else 'full'}"
+                assert p.tma and not p.r24 and not p.persistent and p.opt == "ov"
+                assert p.smem_bytes == lp.fa_smem_bytes(128, *lp.FA_WS_TMA) and p.block == (384, 1, 1)
+                assert p.grid == (32, heads[0], 4)
+                assert lp.fa_launch_loads(p, by_name=False) == 7 and lp.fa_launch_loads(p, by_name=True) == 6
+    for d in (64, 80, 96, 256):
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
+    with pytest.raises(ValueError, match="with a softcap"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v, softcap=30.0)
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    assert lp.plan_fused_attention(4, 4096, 32, 8, 128, device=ampere).opt == ""
 
 def test_fp8_heads_variants_match_the_sources_and_plan():
     """Head-group fp8 decode (TMA = 2, suffix "h"): the variant list, head sizes and launcher are
@@ -908,10 +937,9 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.softcap and plan.kernel.endswith(("_sc_full", "_sc_causal"))
                     assert plan.kernel in names, plan.kernel
                     assert plan.variant in lp.fa_softcap_variants(d)
-                    want = plain.variant
-                    if want not in lp.fa_softcap_variants(d):  # (128, 32, 4); a TMA bench candidate
-                        want = {64: lp.FA_WS_TMA, 128: lp.FA_WS_TMA_R24}[d] if want[:4] == lp.FA_WS_TMA \
-                            else lp.FA_DEFAULT
+                    want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
+                    if plain.variant == lp.FA_WS_TMA_OV:  # its softcapped plan: the unpinned r24 twin
+                        want = lp.FA_WS_TMA_R24
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
                     assert not plain.softcap and "_sc_" not in plain.kernel
                     assert lp.fa_launch_loads(plan, by_name=False) == lp.fa_launch_loads(plain, by_name=False) \
