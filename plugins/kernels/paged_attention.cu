@@ -216,23 +216,22 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
   }
 }
 
-// Split-K reduce inside a thread-block cluster (the cluster-reduce head-group kernels, sm_90): the
-// grid's cluster dimensions are (1, num_splits, 1), so the CTAs of one cluster are the splits of one
-// (head group, sequence). Each has written its partial to its own shared memory, rows
-// r = 16 * (kv head - head0) + (query head % G): o (normalized) at cl[r * D + d], log2-sum-exp at
-// cl[R16 * 16 * D + r] (-inf for an empty split). After a cluster barrier every CTA combines a
+// Split-K reduce inside a thread-block cluster (the cluster-reduce head-group kernels of both pools,
+// sm_90): the grid's cluster dimensions are (1, num_splits, 1), so the CTAs of one cluster are the
+// splits of one (head group, sequence). Each has written its partial to its own shared memory, rows
+// r = 16 * (kv head - head0) + (query head % G): o (normalized, v_scale applied) at cl[r * D + d],
+// log2-sum-exp at lse_loc[r] (-inf for an empty split). After a cluster barrier every CTA combines a
 // share of the rows' columns from all the CTAs' shared memory (DSMEM) and writes out; a second
 // barrier keeps each CTA's shared memory alive until the others have read it. No workspace and
 // no second kernel.
 template <typename T, int D, int R16>
-__device__ __forceinline__ void pa_cluster_combine(const float* cl, T* __restrict__ out, long long o_sb, int G,
-                                                   int head0, int b) {
+__device__ __forceinline__ void pa_cluster_combine(const float* cl, const float* lse_loc, T* __restrict__ out,
+                                                   long long o_sb, int G, int head0, int b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // release / acquire: every split's partial is visible cluster-wide
   const int ns = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
   const int nt = blockDim.x;
-  const float* lse_loc = cl + R16 * 16 * D;
   for (int c = rank * nt + threadIdx.x; c < R16 * G * (D / 4); c += ns * nt) {
     const int rr = c / (D / 4), d = 4 * (c % (D / 4));
     const int r = (rr / G) * 16 + rr % G;
@@ -611,7 +610,8 @@ __device__ __forceinline__ void pa_decode_body(
         if (num_splits > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
       }
     }
-    if constexpr (CLUSTER) pa_cluster_combine<T, D, kPaWarps>(cl, out, o_sb, G, blockIdx.x * kPaWarps, b);
+    if constexpr (CLUSTER)
+      pa_cluster_combine<T, D, kPaWarps>(cl, cl + kPaWarps * 16 * D, out, o_sb, G, blockIdx.x * kPaWarps, b);
     return;
   }
   pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
@@ -731,12 +731,18 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
                                    part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
                                    part_tokens, scale_log2, &tk, &tv);                          \
   }
-// (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256.
+// (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256. D = 64 adds
+// 8 warps x 3 / 4 stages (tiles of 128 tokens: 32 / 48 KiB more of K/V in flight per CTA for the
+// MQA grid of one CTA per SM; 8 warps x 4 stages do not fit at D = 128).
 #define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                     \
   X(DTN, T, D, 4, 3)                     \
   X(DTN, T, D, 4, 4)                     \
   X(DTN, T, D, 8, 2)
+#define OF_PA_TMA_VARIANTS_D64(X, DTN, T, D) \
+  OF_PA_TMA_VARIANTS(X, DTN, T, D)           \
+  X(DTN, T, D, 8, 3)                         \
+  X(DTN, T, D, 8, 4)
 #define OF_PA_TMA_VARIANTS_D256(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                          \
   X(DTN, T, D, 4, 3)
@@ -764,10 +770,10 @@ OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, f16, __half, 128)
 OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA_HEADS_VARIANTS(OF_PA_HEADS_DECODE, bf16, __nv_bfloat16, 128)
 
-OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 64)
+OF_PA_TMA_VARIANTS_D64(OF_PA_TMA_DECODE, f16, __half, 64)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, f16, __half, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, f16, __half, 256)
-OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA_TMA_VARIANTS_D64(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA_TMA_VARIANTS(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 128)
 OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
 
@@ -890,6 +896,16 @@ int pa_launch_cluster(void (*kernel)(P...), dim3 grid, int warps, int smem, cuda
   if (COND)                                                                                      \
     return pa_launch(KERNEL, onnx_fuse_pa_reduce_##DTN##_d##DD, DD, grid, W, smem, sk, out, o_sb, Hq, \
                      stream, __VA_ARGS__);
+
+// The dispatch tail of the head-group launchers (D = 64, 128): LAUNCH(DTN, T, DD, ...) for each entry
+// of the variant list LIST(X, DTN, T, DD) at the launcher's dtype; what none of them takes is refused.
+#define OF_PA_HEAD_GROUP_DISPATCH(LIST, LAUNCH)                                 \
+  if (dtype == onnx_fuse::kFloat16) {                                          \
+    LIST(LAUNCH, f16, __half, 64) LIST(LAUNCH, f16, __half, 128)               \
+  } else if (dtype == onnx_fuse::kBFloat16) {                                  \
+    LIST(LAUNCH, bf16, __nv_bfloat16, 64) LIST(LAUNCH, bf16, __nv_bfloat16, 128) \
+  }                                                                            \
+  return static_cast<int>(cudaErrorInvalidValue);
 
 extern "C" {
 
@@ -1023,6 +1039,9 @@ namespace onnx_fuse {
 __host__ __device__ constexpr int pa8_smem_bytes(int D, int W, int S) { return S * 2 * 16 * W * (D + 16); }
 // TMA variants: dense swizzled stages (1 KiB aligned: 1 KiB slack) + S mbarriers (128 B).
 __host__ __device__ constexpr int pa8t_smem_bytes(int D, int W, int S) { return S * 2 * 16 * W * D + 1024 + 128; }
+// Cluster-reduce head groups: the TMA layout + the split's log-sum-exps (16 rows per warp) after the
+// mbarriers (the stages hold o; at two stages of D = 128 they are exactly that).
+__host__ __device__ constexpr int pa8hc_smem_bytes(int D, int W, int S) { return pa8t_smem_bytes(D, W, S) + W * 16 * 4; }
 
 // Byte offset of (row r, byte c) in a TMA-loaded K or V tile of TILE rows: the tile is NH = D / CW
 // column slabs of TILE x CW bytes (one box per slab and block), CW = 128 (SWIZZLE_128B: the 16-byte
@@ -1094,7 +1113,10 @@ __device__ __forceinline__ uint32_t lds32_at(uint32_t a) {
 // slab from maps of dimensions (D, pool rows, Hkv), box (CW, 16, W), which lands head-major
 // ([head][16 rows][CW]): the TMA = 1 tile layout with warp w's rows at 16w. At W = Hkv a copy
 // reads 16 whole token rows of the pool. No cross-warp merge: each warp writes its own rows.
-template <typename T, int D, int W, int S, int TMA = 0>
+// CLUSTER (head groups only, kernel suffix "hc"): the splits of a row are combined inside a
+// thread-block cluster (pa_cluster_combine) instead of the workspace and the reduce kernel: o over
+// the drained stages, the log-sum-exps past the mbarriers (pa8hc_smem_bytes).
+template <typename T, int D, int W, int S, int TMA = 0, bool CLUSTER = false>
 __device__ __forceinline__ void pa8_decode_body(
     const T* __restrict__ q, long long q_sb, const unsigned char* __restrict__ k_pool,
     const unsigned char* __restrict__ v_pool, const float* __restrict__ k_scale,
@@ -1107,6 +1129,7 @@ __device__ __forceinline__ void pa8_decode_body(
   static_assert(D % 32 == 0, "fp8 decode pairs V bytes in 32-byte groups");
   static_assert(!TMA || D % 64 == 0, "TMA tiles are slabs of 64 or 128 bytes");
   static_assert(TMA != 2 || D <= 128, "head-group tiles keep Q in registers");
+  static_assert(!CLUSTER || TMA == 2, "cluster reduce: the head-group kernels");
   constexpr bool HEADS = TMA == 2;
   constexpr int NT = 32 * W;
   constexpr int TILE = 16 * W;
@@ -1117,6 +1140,7 @@ __device__ __forceinline__ void pa8_decode_body(
   constexpr bool QREG = D <= 128;  // D = 256: Q fragments re-read (L1) per tile
   static_assert(HEADS || W * 16 * D * 4 + W * 16 * 8 <= S * 2 * TILE_BYTES,
                 "merge scratch must fit in the pipeline stages");
+  static_assert(!CLUSTER || W * 16 * D * 4 <= S * 2 * TILE_BYTES, "cluster partial must fit in the stages");
 
   extern __shared__ __align__(128) unsigned char pa8_smem[];
   unsigned char* sbase = pa8_smem;  // stages; TMA: rounded up to 1 KiB (swizzle period)
@@ -1139,7 +1163,8 @@ __device__ __forceinline__ void pa8_decode_body(
   const int t_begin = split * part_tokens;
   const int t_end = min(L, t_begin + part_tokens);
 
-  if (t_begin >= t_end) {  // HEADS: the group's W * G consecutive query heads from blockIdx.x * W * G
+  // CLUSTER: an empty split still joins its cluster's reduce (no tiles, log-sum-exp -inf)
+  if (!CLUSTER && t_begin >= t_end) {  // HEADS: the group's W * G consecutive query heads from blockIdx.x * W * G
     pa_empty_split<T, D>(out, o_sb, part_lse, Hq, HEADS ? G * W : G, HEADS ? blockIdx.x : hkv, b, split,
                          num_splits);
     return;
@@ -1348,6 +1373,9 @@ __device__ __forceinline__ void pa8_decode_body(
 
   if constexpr (HEADS) {  // each warp owns its G query rows: no merge
     const float vs = v_scale[hkv];
+    // CLUSTER: o over the drained stages, log-sum-exps past the mbarriers (pa8hc_smem_bytes)
+    [[maybe_unused]] float* cl = reinterpret_cast<float*>(sbase);
+    [[maybe_unused]] float* cl_lse = reinterpret_cast<float*>(sbase + S * 2 * TILE_BYTES + 128);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float l = quad_sum(row_l[h]);
@@ -1364,14 +1392,21 @@ __device__ __forceinline__ void pa8_decode_body(
           const int d = 32 * grp + 8 * t4 + 4 * e;
           const float o0 = acc[4 * grp][2 * h + e] * f, o1 = acc[4 * grp + 1][2 * h + e] * f;
           const float o2 = acc[4 * grp + 2][2 * h + e] * f, o3 = acc[4 * grp + 3][2 * h + e] * f;
-          if (num_splits == 1)
+          if (CLUSTER)
+            *reinterpret_cast<float4*>(cl + (warp * 16 + r) * D + d) = make_float4(o0, o1, o2, o3);
+          else if (num_splits == 1)
             *reinterpret_cast<uint2*>(out + b * o_sb + (size_t)hq * D + d) =
                 make_uint2(MmaTraits<T>::pack(o0, o1), MmaTraits<T>::pack(o2, o3));
           else
             *reinterpret_cast<float4*>(part_o + pidx * D + d) = make_float4(o0, o1, o2, o3);
         }
-      if (num_splits > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+      if (CLUSTER) {
+        if (t4 == 0) cl_lse[warp * 16 + r] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+      } else if (num_splits > 1 && t4 == 0) {
+        part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+      }
     }
+    if constexpr (CLUSTER) pa_cluster_combine<T, D, W>(cl, cl_lse, out, o_sb, G, blockIdx.x * W, b);
   } else {
     // Merge the warps (scratch over the stages); acc[4grp + jj][e] is column 32grp + 4n + jj.
     pa_merge_out<T, D, W, true>(reinterpret_cast<float*>(sbase), acc, row_m, row_l, v_scale[hkv], out, o_sb,
@@ -1520,6 +1555,32 @@ OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, f16, __half, 128)
 OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 128)
 
+// Cluster-reduce head groups of the fp8 pool (TMA = 2 with CLUSTER, suffix "hc"): the splits of each
+// row combined inside a thread-block cluster (pa_cluster_combine, as the 16-bit w8s2hc) instead of
+// the workspace and onnx_fuse_pa_reduce_*; launched by onnx_fuse_paged_attention_decode_fp8_cluster
+// (cluster dims (1, num_splits, 1), num_splits <= 8). launch_plan.PA8_CLUSTER_VARIANTS mirrors the
+// list; register bounds as the head-group variants'.
+#define OF_PA8HC_DECODE(DTN, T, D, W, ST)                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : (ST == 3 ? 4 : 3))             \
+      onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##hc(                                         \
+      const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
+      const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
+      T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
+      int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
+      const __grid_constant__ CUtensorMap tv) {                                                   \
+    pa8_decode_body<T, D, W, ST, 2, true>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables, \
+                                          seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv,          \
+                                          block_size, max_blocks, part_tokens, scale_log2, &tk, &tv); \
+  }
+#define OF_PA8_CLUSTER_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 4, 3)                          \
+  X(DTN, T, D, 4, 4)                          \
+  X(DTN, T, D, 8, 2)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 64)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 128)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 128)
+
 extern "C" {
 
 // Dynamic shared memory of fp8-pool decode variant (warps, stages).
@@ -1629,10 +1690,19 @@ bool pa8t_device_ok() {
   return major >= 9 && encode_tiled() != nullptr;
 }
 
+// The L2 promotion of every decode tensor map: each box row is a piece of at most 128 bytes. On the
+// H200 the cluster head-group decode read 3.5 % faster with 128 B than with 256 B (run 11: 4186-4197
+// against 4041-4051 GB/s), and with 256 B ncu showed the per-head MQA decode at the 25 % L2 hit rate
+// the head-group decode had before. (The 16-bit cluster launcher takes its own as an argument,
+// planned at this value: launch_plan.PA_CLUSTER_L2_PROMOTION.)
+constexpr CUtensorMapL2promotion kPaL2Promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+
+CUtensorMapDataType pa16_map_dtype(int dtype) {
+  return dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
 // A pool [rows = num_blocks * block_size, Hkv, D] of esize-byte elements as a 3-D map (D, Hkv,
 // rows), boxes of (cw_bytes / esize elements, 1 head, box_rows), swizzled over cw_bytes (128 or 64).
-// L2 promotion 128 B, as the head-group maps: each box row is a piece of at most 128 bytes (with
-// 256 B the MQA decode showed a 25 % L2 hit rate in ncu, the head-group decode's symptom before).
 bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base,
                    long long rows, int Hkv, int D, int box_rows, int cw_bytes) {
   const Pa8EncodeTiledFn enc = encode_tiled();
@@ -1641,8 +1711,8 @@ bool pa_tensor_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const vo
   const cuuint64_t gstride[2] = {(cuuint64_t)D * esize, (cuuint64_t)Hkv * D * esize};
   const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 1, (cuuint32_t)box_rows}, elem[3] = {1, 1, 1};
   return enc(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+             cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, kPaL2Promotion,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The uint8 pool: slabs of min(D, 128) bytes (128-byte swizzle; 64-byte at D = 64).
@@ -1653,15 +1723,13 @@ bool pa8_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv,
 // The 16-bit pool: 64-column slabs (128-byte swizzle).
 bool pa16_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D,
                      int box_rows) {
-  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  return pa_tensor_map(map, dt, 2, base, rows, Hkv, D, box_rows, 128);
+  return pa_tensor_map(map, pa16_map_dtype(dtype), 2, base, rows, Hkv, D, box_rows, 128);
 }
 
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
   if (D != 64 && D != 128 && D != 256) return false;
   if (D == 256) return warps == 4 && (stages == 2 || stages == 3);
-  return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && stages == 2);
+  return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || (D == 64 && stages <= 4)));
 }
 
 bool pa_heads_variant_compiled(int D, int warps, int stages) {
@@ -1676,21 +1744,47 @@ bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
   return pa_tma_variant_compiled(D, warps, stages) && block_size >= 8 && (block_size & (block_size - 1)) == 0;
 }
 
-// The 16-bit pool [rows, Hkv, D] as a 3-D map (D, rows, Hkv) with boxes (64, 16, warps): a box lands
-// head-major, [head][16 rows][64] (the head-group kernels). False where the device, the driver or the
-// row count (>= 2^31) leave no map. prom: the L2 promotion, 128 B by default: each box row is a
-// 128-byte piece, and on the H200 the cluster head-group decode read 3.5 % faster with 128 B than
-// with 256 B (run 11: 4186-4197 against 4041-4051 GB/s); the cluster launcher passes its own choice.
-bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D, int warps,
-                      CUtensorMapL2promotion prom = CU_TENSOR_MAP_L2_PROMOTION_L2_128B) {
+// A pool [rows, Hkv, D] of esize-byte elements as a 3-D map (D, rows, Hkv) with boxes (cw_bytes /
+// esize, 16, warps), swizzled over cw_bytes (128 or 64): a box lands head-major, [head][16 rows][cw]
+// (the head-group kernels). False where the device, the driver, the base's alignment or the row
+// count (>= 2^31) leave no map.
+bool pa_head_group_map(CUtensorMap* map, CUtensorMapDataType dt, int esize, const void* base, long long rows,
+                       int Hkv, int D, int warps, int cw_bytes, CUtensorMapL2promotion prom = kPaL2Promotion) {
   if (rows >= (1ll << 31) || !pa8t_device_ok() || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
-  const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)rows, (cuuint64_t)Hkv};
-  const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D * 2, (cuuint64_t)D * 2};
-  const cuuint32_t box[3] = {64, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
+  const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D * esize, (cuuint64_t)D * esize};
+  const cuuint32_t box[3] = {(cuuint32_t)(cw_bytes / esize), 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
   return encode_tiled()(map, dt, 3, const_cast<void*>(base), gdim, gstride, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, prom, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                        cw_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, prom,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The 16-bit pool's head-group map: 64-column slabs (128-byte swizzle); prom: the cluster launcher's choice.
+bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long rows, int Hkv, int D, int warps,
+                      CUtensorMapL2promotion prom = kPaL2Promotion) {
+  return pa_head_group_map(map, pa16_map_dtype(dtype), 2, base, rows, Hkv, D, warps, 128, prom);
+}
+
+// The uint8 pool's head-group map: slabs of min(D, 128) bytes (128-byte swizzle; 64-byte at D = 64).
+bool pa8h_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int warps) {
+  return pa_head_group_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, rows, Hkv, D, warps, D >= 128 ? 128 : 64);
+}
+
+bool pa8_cluster_variant_compiled(int D, int warps, int stages) {
+  return (D == 64 || D == 128) && ((warps == 4 && (stages == 3 || stages == 4)) || (warps == 8 && stages == 2));
+}
+
+// What both cluster-reduce launchers check alike (no fallback: the planner checks the shape):
+// pa_check_args without a workspace, at most 8 splits (the portable cluster size), a 16-bit q,
+// D in {64, 128}, a power-of-two block size >= 16.
+int pa_cluster_check(int dtype, int B, int Hq, int Hkv, int D, int block_size, int max_blocks, int num_blocks,
+                     long long q_sb, int part_tokens, int num_splits, const void* k_pool, const void* v_pool) {
+  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, nullptr,
+                                   k_pool, v_pool, false))
+    return rc;
+  OF_REQUIRE(num_splits <= 8 && num_blocks > 0 && (dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16));
+  OF_REQUIRE((D == 64 || D == 128) && (block_size & (block_size - 1)) == 0 && block_size >= 16);
+  return 0;
 }
 
 }  // namespace
@@ -1769,8 +1863,8 @@ extern "C" {
 
 // 1 when onnx_fuse_paged_attention_decode_tma runs its TMA kernel for these sizes on the current
 // device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128, 256}, a
-// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 256 (4, 2), (4, 3), block_size a
-// power of two >= 8), else 0.
+// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 64 also (8, 3), (8, 4), D = 256 (4, 2),
+// (4, 3), block_size a power of two >= 8), else 0.
 int onnx_fuse_paged_attention_tma_supported(int head_dim, int block_size, int warps, int stages) {
   return pa_tma_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;
 }
@@ -1828,7 +1922,7 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
   OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##t, \
                   DTN, DD, W, OF_PA16_ARGS(T), tk, tv)
 #define OF_HEAD_DIMS(DTN, T)                                                                      \
-  OF_PA_TMA_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_TMA_VARIANTS(OF_LAUNCH, DTN, T, 128)             \
+  OF_PA_TMA_VARIANTS_D64(OF_LAUNCH, DTN, T, 64) OF_PA_TMA_VARIANTS(OF_LAUNCH, DTN, T, 128)         \
   OF_PA_TMA_VARIANTS_D256(OF_LAUNCH, DTN, T, 256)
   OF_PA_DTYPES(OF_HEAD_DIMS)
 #undef OF_HEAD_DIMS
@@ -1878,37 +1972,14 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
 #define OF_LAUNCH(DTN, T, DD, W, ST)                                                             \
   OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##h, \
                   DTN, DD, W, OF_PA16_ARGS(T), maps[0], maps[1])
-#define OF_HEAD_DIMS(DTN, T) OF_PA_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 128)
-  OF_PA_DTYPES(OF_HEAD_DIMS)
-#undef OF_HEAD_DIMS
+  OF_PA_HEAD_GROUP_DISPATCH(OF_PA_HEADS_VARIANTS, OF_LAUNCH)
 #undef OF_LAUNCH
-  return static_cast<int>(cudaErrorInvalidValue);
 }
 
 }  // extern "C"
 
 // ----------------------------------------------------------------------------------------
 // fp8-pool decode, head-group tiles (pa8_decode_body, TMA = 2): host side.
-
-namespace {
-
-// The uint8 pool [rows, Hkv, D] as a 3-D map (D, rows, Hkv) with boxes (CW, 16, warps) (CW = min(D,
-// 128) bytes, swizzled over CW): a box lands head-major, [head][16 rows][CW]. False where the device,
-// the driver, the base's alignment or the row count (>= 2^31) leave no map. L2 promotion 128 B, as
-// the 16-bit head-group map (pa16h_tensor_map): each box row is a piece of at most 128 bytes.
-bool pa8h_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int warps) {
-  if (rows >= (1ll << 31) || !pa8t_device_ok() || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
-  const int cw = D >= 128 ? 128 : 64;
-  const cuuint64_t gdim[3] = {(cuuint64_t)D, (cuuint64_t)rows, (cuuint64_t)Hkv};
-  const cuuint64_t gstride[2] = {(cuuint64_t)Hkv * D, (cuuint64_t)D};
-  const cuuint32_t box[3] = {(cuuint32_t)cw, 16, (cuuint32_t)warps}, elem[3] = {1, 1, 1};
-  return encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), gdim, gstride, box,
-                        elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        cw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-}  // namespace
 
 extern "C" {
 
@@ -1969,17 +2040,14 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
 #define OF_LAUNCH(DTN, T, DD, W, ST)                                                             \
   OF_PA_LAUNCH_IF(D == DD && warps == W && stages == ST, onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##h, \
                   DTN, DD, W, OF_PA8_ARGS(T), maps[0], maps[1])
-#define OF_HEAD_DIMS(DTN, T) OF_PA8_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA8_HEADS_VARIANTS(OF_LAUNCH, DTN, T, 128)
-  OF_PA_DTYPES(OF_HEAD_DIMS)
-#undef OF_HEAD_DIMS
+  OF_PA_HEAD_GROUP_DISPATCH(OF_PA8_HEADS_VARIANTS, OF_LAUNCH)
 #undef OF_LAUNCH
-  return static_cast<int>(cudaErrorInvalidValue);
 }
 
 }  // extern "C"
 
 // ----------------------------------------------------------------------------------------
-// Cluster-reduce head groups (pa_decode_body with CLUSTER, suffix "hc"): host side.
+// Cluster-reduce head groups (pa_decode_body / pa8_decode_body with CLUSTER, suffix "hc"): host side.
 
 extern "C" {
 
@@ -1987,7 +2055,7 @@ extern "C" {
 // of two >= 16, D in {64, 128}) with the num_splits splits of each row reduced inside a thread-block
 // cluster: no workspace (may be null), no reduce kernel; num_splits <= 8 (the portable cluster size).
 // l2_promotion: the tensor maps' L2 promotion in bytes, 256, 128 or 0 (none); on the H200 128 and none
-// read 3-4 % faster than 256 (the other launchers' setting) at B64 H32/8 D128 (docs/PERF.md).
+// read 3-4 % faster than 256 at B64 H32/8 D128 (docs/PERF.md; 128 B is every other launcher's setting).
 // Refuses (cudaErrorInvalidValue) what it cannot run, a missing tensor map (device, driver, >= 2^31
 // pool rows) included: no fallback (the planner checks the shape).
 int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long q_sb, const void* k_pool,
@@ -1996,12 +2064,11 @@ int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long
                                              int D, int block_size, int max_blocks, int num_blocks, int part_tokens,
                                              int num_splits, float scale, int warps, int stages,
                                              int l2_promotion, cudaStream_t stream) {
-  if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
-                                   k_pool, v_pool, false))
+  (void)workspace;
+  if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
+                                      num_splits, k_pool, v_pool))
     return rc;
-  OF_REQUIRE(num_splits <= 8 && num_blocks > 0 && (dtype == onnx_fuse::kFloat16 || dtype == onnx_fuse::kBFloat16));
   OF_REQUIRE(l2_promotion == 256 || l2_promotion == 128 || l2_promotion == 0);
-  OF_REQUIRE((D == 64 || D == 128) && (block_size & (block_size - 1)) == 0 && block_size >= 16);
   OF_REQUIRE(Hkv % warps == 0 && warps == 8 && stages == 2);
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
@@ -2018,11 +2085,46 @@ int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long
   if (D == DD && warps == W && stages == ST)                                                       \
     return pa_launch_cluster(onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##SUF, grid, W, smem, stream, \
                              OF_PA16_ARGS(T), tk, tv);
-#define OF_HEAD_DIMS(DTN, T) OF_PA_CLUSTER_VARIANTS(OF_LAUNCH, DTN, T, 64) OF_PA_CLUSTER_VARIANTS(OF_LAUNCH, DTN, T, 128)
-  OF_PA_DTYPES(OF_HEAD_DIMS)
-#undef OF_HEAD_DIMS
+  OF_PA_HEAD_GROUP_DISPATCH(OF_PA_CLUSTER_VARIANTS, OF_LAUNCH)
 #undef OF_LAUNCH
-  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// Dynamic shared memory of the cluster-reduce fp8-pool decode variant (warps, stages).
+int onnx_fuse_paged_attention_fp8_cluster_smem_bytes(int head_dim, int warps, int stages) {
+  return onnx_fuse::pa8hc_smem_bytes(head_dim, warps, stages);
+}
+
+// onnx_fuse_paged_attention_decode_fp8_tma_heads with the num_splits splits of each row reduced inside
+// a thread-block cluster (pa8_decode_body, TMA = 2 with CLUSTER): no workspace (may be null), no reduce
+// kernel; num_splits <= 8. (warps, stages) in (4, 3), (4, 4), (8, 2); D in {64, 128}; Hkv % warps == 0,
+// block_size a power of two >= 16; any output row stride. Refuses (cudaErrorInvalidValue) what it
+// cannot run, a missing tensor map included: no fallback (the planner checks the shape).
+int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long long q_sb, const void* k_pool,
+                                                 const void* v_pool, const float* k_scale, const float* v_scale,
+                                                 const int* block_tables, const int* seq_lens, void* out,
+                                                 long long o_sb, void* workspace, int B, int Hq, int Hkv, int D,
+                                                 int block_size, int max_blocks, int num_blocks, int part_tokens,
+                                                 int num_splits, float scale, int warps, int stages,
+                                                 cudaStream_t stream) {
+  (void)workspace;
+  if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
+                                      num_splits, k_pool, v_pool))
+    return rc;
+  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
+  OF_REQUIRE(pa8_cluster_variant_compiled(D, warps, stages) && Hkv % warps == 0);
+  const long long rows = (long long)num_blocks * block_size;
+  CUtensorMap tk, tv;
+  OF_REQUIRE(pa8h_tensor_map(&tk, k_pool, rows, Hkv, D, warps) && pa8h_tensor_map(&tv, v_pool, rows, Hkv, D, warps));
+  const int smem = onnx_fuse::pa8hc_smem_bytes(D, warps, stages);
+  const PaSplitK sk = pa_split_k(nullptr, B, Hq, D, num_splits);
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  const dim3 grid(Hkv / warps, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                               \
+  if (D == DD && warps == W && stages == ST)                                                       \
+    return pa_launch_cluster(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##hc, grid, W, smem, stream, \
+                             OF_PA8_ARGS(T), tk, tv);
+  OF_PA_HEAD_GROUP_DISPATCH(OF_PA8_CLUSTER_VARIANTS, OF_LAUNCH)
+#undef OF_LAUNCH
 }
 
 }  // extern "C"
