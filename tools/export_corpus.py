@@ -18,6 +18,10 @@ keys/values (past_key_values.N.encoder.*, as Optimum's decoder_with_past_model.o
 file their optimum style keeps) and returns the self-attention cache (present.N.decoder.*).
 Weights: "trained" (every constant-initialised parameter, norm scales and biases perturbed; seeded)
 for every style; "default" (plain seeded init) for dyn_mask of corpus_specs.DEFAULT_WEIGHTS.
+--dtype float16 exports the decoders from the model in float16 (perturbed in fp32, then .half()'d; Optimum:
+--dtype fp16), as real LLM exports are made: the weights tag gets a suffix (trained16) so the name stays
+`<arch>__<style>__<weights>.onnx`, and the manifest entry records "dtype". HF's code then writes the
+Casts an fp32 export lacks (RMSNorm's fp32 upcast, softmax in fp32, the fp16 mask minimum).
 
 Node metadata (the dynamo exporter's stack traces) and doc strings are stripped to keep the
 corpus small; the graph is otherwise what the exporter wrote. Every file is loaded and run in ONNX
@@ -50,6 +54,10 @@ from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
 OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
+DTYPES = {"float32": "", "float16": "16"}  # export dtype -> weights-tag suffix (trained16)
+OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16"}
+# ORT vs torch in the export check: max abs diff (fp16: over max(1, max |torch output|))
+CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
 KV_STYLES = ("kv", "torchscript_kv")
 SEED = 0
@@ -98,7 +106,9 @@ def perturb(model, seed: int = SEED) -> list[str]:
     return touched
 
 
-def build_model(arch: str, weights: str):
+def build_model(arch: str, weights: str, dtype: str = "float32"):
+    """The seeded model; weights are perturbed in fp32 and then cast, so a float16 model holds the
+    fp32 model's weights rounded (the two exports stay comparable)."""
     import torch
     import transformers as tf
 
@@ -107,6 +117,8 @@ def build_model(arch: str, weights: str):
     config = getattr(tf, spec["config_class"])(**spec["config"])
     model = getattr(tf, spec["model_class"])(config).eval()
     touched = perturb(model) if weights == "trained" else []
+    if dtype != "float32":
+        model = model.to(getattr(torch, dtype))
     return config, model, touched
 
 
@@ -202,7 +214,16 @@ class _Wrap:
 
 
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
-    """Named example tensors (torch) and their dims (symbolic name or int) for a style."""
+    """Named example tensors (torch) and their dims (symbolic name or int) for a style; float
+    inputs (past keys/values, encoder states) take the model's dtype."""
+    feeds, dims = _example_inputs(arch, style, model, batch, seq, past, seed)
+    dtype = next(model.parameters()).dtype if model is not None else None
+    if dtype is not None:
+        feeds = {n: t.to(dtype) if t.is_floating_point() else t for n, t in feeds.items()}
+    return feeds, dims
+
+
+def _example_inputs(arch, style, model, batch, seq, past, seed):
     import torch
 
     spec = SPECS[arch]
@@ -307,12 +328,12 @@ def _dynamic_shapes(dims, kv):
     return (tuple(specs),) if not kv else (specs[0], specs[1], tuple(specs[2:]))
 
 
-def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
+def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "float32") -> dict:
     import numpy as np
     import torch
 
     spec = SPECS[arch]
-    config, model, touched = build_model(arch, weights)
+    config, model, touched = build_model(arch, weights, dtype)
     n_layers = config.num_hidden_layers
     feeds, dims = example_inputs(arch, style, model)
     names = list(feeds)
@@ -343,7 +364,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
     _strip(tmp)
     # numeric check against torch at the example shape and (dynamic exports) a second shape
     shapes = [(BATCH, SEQ, PAST)] + ([] if style == "static_nomask" else [(1, 5, 3)])
-    diffs = []
+    diffs, scales = [], []
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
@@ -355,11 +376,15 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
         got = sess.run(None, {n: f[n].numpy() for n in names})
         keep = f["attention_mask"].numpy().astype(bool) if spec["kind"] == "encoder" and "attention_mask" in f else None
         for a, r in zip(got, ref):
-            d = np.abs(a - r.numpy())
+            r = r.float().numpy()
+            d = np.abs(a.astype(np.float32) - r)
             if keep is not None and d.shape[:2] == keep.shape:
                 d = d[keep]  # outputs at padded positions are undefined (ModernBERT unpads)
+                r = r[keep]
             diffs.append(float(np.max(d)))
-    if not all(d < 1e-3 for d in diffs):
+            # fp16/bf16: relative to the output's scale (logits of magnitude 10 carry 1e-2 of rounding)
+            scales.append(1.0 if dtype == "float32" else max(1.0, float(np.max(np.abs(r)))))
+    if not all(d < CHECK_TOLERANCE[dtype] * s for d, s in zip(diffs, scales)):
         raise RuntimeError(f"ONNX Runtime differs from torch: max abs {max(diffs):.3g}")
     os.replace(tmp, path)
     import transformers
@@ -370,7 +395,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path) -> dict:
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
     return {"hf_class": spec["model_class"] + _part_suffix(spec),
             "attn_implementation": getattr(config, "_attn_implementation", None),
-            "exporter": exporter, "perturbed_params": len(touched),
+            "exporter": exporter, "perturbed_params": len(touched), "dtype": dtype,
             "torch_check": {"shapes": [list(s) for s in shapes], "max_abs": max(diffs),
                             "positions": "non-padded" if spec["kind"] == "encoder" else "all"}}
 
@@ -390,6 +415,7 @@ def use_head_dim(head_dim: int, archs) -> None:
 
 
 def _optimum_save(arch: str, weights: str, out_dir: str, head_dim: str = "16") -> None:
+    # saved in fp32 either way: optimum-cli's --dtype casts on load, as it does for Hub models
     """Runs inside the optimum venv: build the tiny model there and save_pretrained it."""
     import torch
     import transformers as tf
@@ -407,7 +433,7 @@ def _optimum_save(arch: str, weights: str, out_dir: str, head_dim: str = "16") -
     model.save_pretrained(out_dir)
 
 
-def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> dict:
+def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16, dtype: str = "float32") -> dict:
     spec = SPECS[arch]
     py, cli = OPTIMUM_VENV / "bin/python", OPTIMUM_VENV / "bin/optimum-cli"
     if not cli.exists():
@@ -424,7 +450,8 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> d
             raise RuntimeError("save_pretrained in the optimum venv: " + _last_error(run.stderr))
         cross = spec["kind"] in CROSS  # keep the with-past decoder unmerged (no If node)
         run = subprocess.run([str(cli), "export", "onnx", "--model", str(hf), "--task", task, str(onx)]
-                             + (["--no-post-process"] if cross else []),
+                             + (["--no-post-process"] if cross else [])
+                             + (["--dtype", OPTIMUM_DTYPE[dtype]] if dtype != "float32" else []),
                              env=env, capture_output=True, text=True, timeout=600)
         # sequence-to-sequence tasks write encoder_model.onnx + decoder_model*.onnx: keep the encoder
         # (encoder archs) or decoder_with_past_model.onnx (seq2seq decoders)
@@ -446,7 +473,8 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16) -> d
     return {"hf_class": spec["model_class"] + (" (decoder; Optimum's decoder_with_past: cross-attention keys/values in)"
                                                if spec["kind"] in CROSS else _part_suffix(spec)),
             "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
-                         "versions": json.loads(versions or "{}")}}
+                         "dtype_arg": OPTIMUM_DTYPE[dtype], "versions": json.loads(versions or "{}")},
+            "dtype": dtype}
 
 
 def _last_error(text: str) -> str:
@@ -548,6 +576,7 @@ def _sha256(path: Path) -> str:
 
 
 def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> dict:
+    """weights: the file's weights tag (trained, default, trained16)."""
     import onnx
 
     spec = SPECS[arch]
@@ -588,12 +617,15 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     return entry
 
 
-def plan(archs, styles, weights_list):
+def plan(archs, styles, weights_list, dtype="float32"):
     """Style-major order, trained weights first: an interrupted run still has every architecture.
-    styles None: the corpus's own, each architecture's spec styles (else all but torchscript_kv)."""
+    styles None: the corpus's own, each architecture's spec styles (else all but torchscript_kv).
+    A non-fp32 dtype exports decoders only (what is run in half precision)."""
     for weights in weights_list:
         for style in styles or STYLES:
             for arch in archs:
+                if dtype != "float32" and SPECS[arch]["kind"] != "decoder":
+                    continue
                 if style in KV_STYLES and SPECS[arch]["kind"] not in ("decoder", *CROSS):
                     continue
                 own = SPECS[arch].get("styles")
@@ -627,11 +659,11 @@ def _record(path: Path, name: str, entry: dict | None, reason: str | None) -> di
     return manifest
 
 
-def _export_one(arch, style, weights, name, path, mpath, head_dim=16) -> dict:
+def _export_one(arch, style, weights, name, path, mpath, head_dim=16, dtype="float32") -> dict:
     try:
-        extra = export_optimum(arch, weights, path, head_dim) if style == "optimum" else \
-            export_torch(arch, style, weights, path)
-        entry = make_entry(arch, style, weights, path, extra)
+        extra = export_optimum(arch, weights, path, head_dim, dtype) if style == "optimum" else \
+            export_torch(arch, style, weights, path, dtype)
+        entry = make_entry(arch, style, weights + DTYPES[dtype], path, extra)
     except Exception as exc:  # one failure must not stop the corpus: it is recorded
         reason = _one_line(exc)
         print(f"{name}: FAILED {reason}", flush=True)
@@ -659,6 +691,8 @@ def main(argv=None) -> int:
     ap.add_argument("--missing", action="store_true",
                     help="skip what the manifest lists (made or failed) and what another run is making")
     ap.add_argument("--retry-failed", action="store_true", help="with --missing: retry recorded failures")
+    ap.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                    help="float16: decoders exported from the half-precision model, weights tag trained16")
     ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
                     help="64: the decoders of corpus_specs.KV64_ARCHS at head size 64 (see above)")
     ns = ap.parse_args(argv)
@@ -674,17 +708,18 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown architecture(s) {', '.join(unknown)}; known: {', '.join(SPECS)}", file=sys.stderr)
         return 2
-    todo = list(plan(ns.only or list(SPECS), ns.styles, ns.weights))
+    todo = list(plan(ns.only or list(SPECS), ns.styles, ns.weights, ns.dtype))
+    tag = DTYPES[ns.dtype]
     if ns.list:
         for arch, style, weights in todo:
-            print(f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}.onnx")
+            print(f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}{tag}.onnx")
         return 0
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     mpath = out / "manifest.json"
     manifest = {"files": {}, "failed": {}}
     for arch, style, weights in todo:
-        name = f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}"
+        name = f"{arch}{'_hd64' if ns.head_dim == 64 else ''}__{style}__{weights}{tag}"
         path = out / f"{name}.onnx"
         claim = out / f".{name}.claim"
         if ns.missing:  # several shards may share one list: skip what another made or is making
@@ -697,7 +732,7 @@ def main(argv=None) -> int:
             except FileExistsError:
                 continue
         try:
-            manifest = _export_one(arch, style, weights, name, path, mpath, ns.head_dim)
+            manifest = _export_one(arch, style, weights, name, path, mpath, ns.head_dim, ns.dtype)
         finally:
             claim.unlink(missing_ok=True)
     total = sum(e["bytes"] for e in manifest["files"].values())

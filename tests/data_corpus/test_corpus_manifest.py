@@ -23,7 +23,8 @@ from onnx import numpy_helper
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests/data/corpus"
 MANIFEST = CORPUS / "manifest.json"
-NAME = re.compile(r"^(?P<arch>[a-z0-9_]+?)__(?P<style>[a-z_]+)__(?P<weights>trained|default)\.onnx$")
+# weights tag: trained | default, suffixed 16 for exports from the float16 model (--dtype float16)
+NAME = re.compile(r"^(?P<arch>[a-z0-9_]+?)__(?P<style>[a-z_]+)__(?P<weights>(?:trained|default)(?:16)?)\.onnx$")
 
 pytestmark = pytest.mark.skipif(not MANIFEST.exists(), reason="corpus not exported")
 
@@ -65,7 +66,7 @@ def test_file_loads_and_checks(name):
     assert outs[0] in ("logits", "last_hidden_state")
     if entry["kind"] == "decoder" and entry["style"] in ("kv", "optimum"):
         assert sum(o.startswith("present.") for o in outs) == 2 * entry["num_layers"]
-    if entry["weights"] == "trained":
+    if entry["weights"].startswith("trained"):
         for init in proto.graph.initializer:
             arr = numpy_helper.to_array(init)
             if arr.dtype.kind == "f" and arr.ndim == 1 and arr.size >= 16:

@@ -1,0 +1,63 @@
+"""Half-precision exports: a model run in float16 makes HF write Casts that an fp32 export lacks
+(RoPE tables computed in float32 and cast to x's dtype, RMSNorm's float32 island, softmax in
+float32, masks filled with float16's minimum). The fusions must accept those forms: the numbers
+they compute stay what the fused op computes (checked in ONNX Runtime against the original)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+F16 = TensorProto.FLOAT16
+H, D = 2, 8
+BIG = np.iinfo(np.int64).max
+
+
+def _rope_fp32_tables(h):
+    """x float16 [B,H,S,D]; f = positions * inv_freq in float32 (HF's rotary embedding under a
+    float16 model); cos/sin of concat(f, f) cast to float16; y = x*cos + rotate_half(x)*sin."""
+    n = h.node
+    nodes = [
+        n("Shape", ["x"], ["xs"], start=2, end=3),
+        n("Squeeze", ["xs"], ["s0"]),
+        n("Range", ["zero", "s0", "one_i"], ["pos"]),
+        n("Unsqueeze", ["pos", "ax02"], ["pos3"]),
+        n("Cast", ["pos3"], ["posf"], to=TensorProto.FLOAT),
+        n("Mul", ["posf", "inv_freq"], ["f"]),                    # [1,S,D/2] float32
+        n("Concat", ["f", "f"], ["cat"], axis=-1),
+        n("Cos", ["cat"], ["co"]),
+        n("Sin", ["cat"], ["si"]),
+        n("Cast", ["co"], ["coc"], to=F16),
+        n("Cast", ["si"], ["sic"], to=F16),
+        n("Unsqueeze", ["coc", "ax1"], ["cu"]),
+        n("Unsqueeze", ["sic", "ax1"], ["su"]),
+        n("Mul", ["x", "cu"], ["c"]),
+        n("Slice", ["x", "s_0", "s_half", "s_ax"], ["x1"]),
+        n("Slice", ["x", "s_half", "s_end", "s_ax"], ["x2"]),
+        n("Neg", ["x2"], ["nx2"]),
+        n("Concat", ["nx2", "x1"], ["r"], axis=-1),
+        n("Mul", ["r", "su"], ["s"]),
+        n("Add", ["c", "s"], ["y"]),
+    ]
+    inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
+    inits = {"zero": np.array(0, np.int64), "one_i": np.array(1, np.int64),
+             "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
+             "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
+             "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64)}
+    shape = ["b", H, "s", D]
+    return h.make_model(nodes, [h.vi("x", shape, F16)], [h.vi("y", shape, F16)], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rope_tables_in_float32_cast_to_float16_fuse(h, target):
+    model = _rope_fp32_tables(h)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
+    rot = next(x for x in out.graph.node if x.op_type == "RotaryEmbedding")
+    elem = {v.name: v.type.tensor_type.elem_type for v in out.graph.value_info}
+    assert elem.get(rot.input[1], F16) == F16  # the tables reach the op in x's dtype
+    feeds = {"x": h.rng.standard_normal((2, H, 5, D)).astype(np.float16)}
+    h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
+
