@@ -152,10 +152,14 @@ class ReadersHook:
 
     ``check(graph, retiring, matched) -> reason | None`` runs before anything fires (``matched``:
     the nodes the rule will replace); ``apply(graph, retiring, new_inputs)`` after every match
-    fired, and must leave ``retiring`` unread."""
+    fired, and must leave ``retiring`` unread; ``explain_none`` (optional) when nothing matched."""
 
     check: Callable[[ir.Graph, list[ir.Value], set[ir.Node]], str | None]
     apply: Callable[[ir.Graph, list[ir.Value], dict[str, ir.Value]], None]
+    # ``explain_none(graph) -> reason | None``: the rule matched nothing in the main graph; where
+    # the graph still has what the hook would have re-derived (past KV inputs), why nothing
+    # fired, for the report; None: nothing to say (a model without such inputs)
+    explain_none: Callable[[ir.Graph], str | None] | None = None
 
 
 _HOOKS: dict[str, ReadersHook] = {}

@@ -752,6 +752,7 @@ class RewritePass(FusePass):
         self.rejected = []
         self.unsettled: list[str] = []
         self._io_done: set[str] = set()
+        self._io_idle: set[str] = set()  # graph_io rules whose candidates had none of their structure
         # Stages run in order, each to its own fixed point: recognition into canonical ops must be
         # complete before lowering picks the target op, and the layout glue lowerings leave is
         # simplified last (it would otherwise break patterns of the earlier stages).
@@ -761,6 +762,7 @@ class RewritePass(FusePass):
                 continue
             for graph in list(model.graphs()):
                 modified |= self._run_graph(graph, matchers, rewriter)
+            self._explain_idle_io(model.graph, matchers)
         if self.stages == STAGES:
             self._refuse_canonical_leftovers(model)
         for graph in rewriter.needs_sort:
@@ -776,6 +778,20 @@ class RewritePass(FusePass):
                            f"{first[0]} at {first[1]!r}: {first[2]}")
         self.stats_reason = "; ".join(reasons) or None
         return ir.passes.PassResult(model, modified=modified)
+
+    def _explain_idle_io(self, graph: ir.Graph, matchers: list[tuple[Rule, Matcher]]) -> None:
+        """A graph_io rule that found nothing to rewrite (no candidate, or none with its structure)
+        is silent unless its readers hook sees what it would have rewritten and says why not (paged
+        KV asked for, past inputs there, no attention over them recognized)."""
+        for rule, _ in matchers:
+            io = rule.graph_io
+            if io is None or io.readers is None or self.stats[rule.name] or (
+                    rule.name in self._io_done and rule.name not in self._io_idle):
+                continue
+            hook = _graph_io._HOOKS.get(io.readers)
+            why = hook.explain_none(graph) if hook is not None and hook.explain_none is not None else None
+            if why:
+                self.unsettled.append(f"{rule.name}: not rewritten: {why}")
 
     def _apply_atomic(self, graph: ir.Graph, rule: Rule, matcher: Matcher, rewriter: Rewriter,
                       index: dict, facts: GraphFacts) -> int:
@@ -827,6 +843,7 @@ class RewritePass(FusePass):
             self.unsettled.append(f"{rule.name}: not rewritten: {exc}")
             return 0
         if not plans:
+            self._io_idle.add(rule.name)  # nothing had the rule's structure: _explain_idle_io
             return 0
         read_before = [v for v in graph.inputs if v.uses()]
         new_inputs: dict[str, ir.Value] = {}

@@ -460,5 +460,48 @@ def _const(graph: ir.Graph, name: str, values: list[int] | int) -> ir.Value:
     return v
 
 
-KV_CACHE_POSITIONS = ReadersHook(check=_check, apply=_apply)
+def _explain_none(graph: ir.Graph) -> str | None:
+    """Past inputs there but no AttentionKV (recognize.yaml) to page: say what the first past's
+    cache looks like instead of Concat(past, new) as the present output."""
+    pasts = _past_like(graph)
+    if not pasts:
+        return None  # no KV cache to page (an encoder, a decoder exported without one)
+    named = [v for v in pasts if v.name.startswith(("past_key", "past_value"))]
+    pasts = named or pasts  # the exporters' names where there are (not q/k/v inputs of a bare block)
+    past = pasts[0]
+    names = [v.name for v in pasts]
+    head = (f"no attention over the KV cache was recognized (canonical AttentionKV: the present output "
+            f"is Concat(past, new) on the sequence axis and attention reads it), so the past input(s) "
+            f"{names[:4]}{' ...' if len(names) > 4 else ''} stay contiguous")
+    concats = [u for u in _users(past) if u.op_type == "Concat"]
+    if not concats:
+        ops = sorted({u.op_type for u in _users(past)})
+        return f"{head}: {past.name!r} is read by {ops}, never concatenated with the new keys/values"
+    cat = concats[0].outputs[0]
+    if cat.is_graph_output():
+        return f"{head}: {cat.name!r} = Concat({past.name!r}, new), but no attention reading it was recognized"
+    for n, _ in _reachable(cat, 4):
+        for o in n.outputs:
+            if o.is_graph_output():
+                what = f"{n.op_type} {n.name!r}" if n.name else n.op_type
+                return (f"{head}: the cache output {o.name!r} is {what} of Concat({past.name!r}, "
+                        "new), not the Concat itself (a cache that keeps only a window of positions?)")
+    return f"{head}: Concat({past.name!r}, new) is no graph output (no present output carries the cache)"
+
+
+def _reachable(v: ir.Value, depth: int):
+    """(node, depth) downstream of ``v``, breadth first, up to ``depth`` nodes deep."""
+    seen, frontier = set(), [v]
+    for d in range(depth):
+        nxt = []
+        for val in frontier:
+            for n in _users(val):
+                if id(n) not in seen:
+                    seen.add(id(n))
+                    yield n, d
+                    nxt += list(n.outputs)
+        frontier = nxt
+
+
+KV_CACHE_POSITIONS = ReadersHook(check=_check, apply=_apply, explain_none=_explain_none)
 register_readers_hook("kv-cache-positions", KV_CACHE_POSITIONS)
