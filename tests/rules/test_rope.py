@@ -72,7 +72,7 @@ def _feeds(h, two=False, bshd=False):
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-@pytest.mark.parametrize("scaling", [None, 1.0])
+@pytest.mark.parametrize("scaling", [None, 1.0, 1.1386])  # 1.1386: YaRN's attention factor at 4x
 def test_rotate_half_fuses(h, target, scaling):
     model = _rope_graph(h, scaling=scaling)
     out = h.fuse(model, target)
@@ -106,7 +106,7 @@ def test_rotate_half_shared_caches_q_and_k(h):
 
 @pytest.mark.parametrize("kw,why", [
     ({"dup": False}, "no match|not the same"),                 # cos of concat(f, 2f): halves differ
-    ({"scaling": 0.5}, "c_one"),                                # attention scaling != 1
+    ({"scaling": np.linspace(0.5, 1.5, D)}, "one number"),      # a per-frequency scale vector
     ({"half": 3}, "halves"),                                    # uneven split
     ({"step": 2}, "step 1"),                                    # strided slice
 ])

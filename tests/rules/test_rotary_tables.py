@@ -98,7 +98,10 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                   n("Range", ["z", "s0", "o"], ["pr"]), n("Unsqueeze", ["pr", "ax02"], ["p3"]),
                   n("Cast", ["p3"], ["pf"], to=1), n("Mul", ["pf", "inv"], ["f"]),
                   n("Concat", ["f", "f"], ["cat"], axis=-1), n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"])]
-        for part, out in (("co", "cu"), ("si", "su")):
+        if scale != 1.0:
+            inits["scal"] = np.array(scale, np.float32)
+            nodes += [n("Mul", ["co", "scal"], ["com"]), n("Mul", ["si", "scal"], ["sim"])]
+        for part, out in (("com", "cu"), ("sim", "su")) if scale != 1.0 else (("co", "cu"), ("si", "su")):
             nodes += [n("Unsqueeze", [part, "ax1"], [part + "4"]),
                       n("Slice", [part + "4", "i0", "hcut", "ilast"], [part + "h"]),
                       n("Unsqueeze", [part + "h", "ilast"], [part + "5"]),
@@ -273,10 +276,11 @@ def test_gathered_tables_fuse_with_position_ids(h, tables, target):
 @pytest.mark.parametrize("tables,rule", [("computed", "rotary-interleaved-computed"),
                                          ("computed-ts", "rotary-interleaved-computed"),
                                          ("computed-half", "rotary-interleaved-computed-half")])
-def test_computed_interleaved_tables_fuse(h, target, tables, rule):
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_computed_interleaved_tables_fuse(h, target, tables, rule, scale):
     """Dynamic exports: Cohere's cos(repeat_interleave(f, 2)); GLM's repeat_interleave of the first
-    half of cos(concat(f, f))."""
-    model = _graph(h, form="interleaved", tables=tables)
+    half of cos(concat(f, f)); tables scaled by one number (HF's attention_scaling: YaRN)."""
+    model = _graph(h, form="interleaved", tables=tables, scale=scale)
     out = h.fuse(model, target, level=2)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
@@ -358,7 +362,6 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
     (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
     (dict(tables="sliced4", slice_start=1), "rotary-gathered-table", "first rows"),
-    (dict(form="interleaved", tables="computed", scale=0.5), "rotary-interleaved-computed", "c_one"),
     (dict(form="interleaved", layout="bshd", tables="sincos", scale=0.9),
      "rotary-interleaved-gathered-sincos", "not a rotation"),
     (dict(form="interleaved", layout="bshd", tables="sincos-ts", scale=0.9),
