@@ -1,0 +1,58 @@
+"""verify on half-precision models: the padded mask row never puts a query row's whole sliding
+window in the padding (that row's output depends on the precision a runtime adds the float16
+mask minimum in, not on the graph), and corpus exports made in float16 verify after optimizing."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_fuse
+from onnx_fuse.verify import make_inputs
+
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
+
+
+def _windowed(elem: int, window: int = 4):
+    """y = float(mask) * (positions > positions - window): a comparison fed by position - W, the
+    shape window_constant() reads as a sliding window."""
+    nodes = [
+        helper.make_node("Shape", ["attention_mask"], ["t"], start=1, end=2),
+        helper.make_node("Squeeze", ["t"], ["t0"]),
+        helper.make_node("Range", ["zero", "t0", "one"], ["pos"]),
+        helper.make_node("Sub", ["pos", "w"], ["lo"]),
+        helper.make_node("Greater", ["pos", "lo"], ["band"]),
+        helper.make_node("Cast", ["band"], ["bandf"], to=elem),
+        helper.make_node("Cast", ["attention_mask"], ["mf"], to=elem),
+        helper.make_node("Mul", ["mf", "bandf"], ["y"]),
+    ]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             helper.make_tensor("w", TensorProto.INT64, [], [window])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                                                         ["batch", "sequence"])],
+                              [helper.make_tensor_value_info("y", elem, ["batch", "sequence"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("elem,padded", [(TensorProto.FLOAT16, 3), (TensorProto.BFLOAT16, 3),
+                                         (TensorProto.FLOAT, None)])
+def test_half_precision_window_pads_fewer_than_the_window(elem, padded):
+    mask = make_inputs(_windowed(elem), shapes={"attention_mask": (2, 10)})["attention_mask"]
+    assert mask[0].all()
+    want = 10 - 10 // 2 if padded is None else padded  # fp32 keeps the second half padded
+    assert int((mask[-1] == 0).sum()) == want and mask[-1, -want:].sum() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mistral__kv__trained16.onnx"])
+@pytest.mark.parametrize("target,level", [("ort", 3), ("trt", 4)])
+def test_float16_sliding_window_export_verifies(name, target, level):
+    path = CORPUS / name
+    if not path.exists():
+        pytest.skip(f"{name} not exported (tools/export_corpus.py --dtype float16)")
+    res = onnx_fuse.optimize(str(path), level=level, target=target, verify=True)
+    assert res.report.verify["passed"], res.report.verify["outputs"]
+    ops = {n.op_type for n in res.to_proto().graph.node}
+    assert "Softmax" not in ops, ops  # attention was fused, so the padded rows went through it
