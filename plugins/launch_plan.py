@@ -83,8 +83,25 @@ FA_WS_TMA_R24 = (128, 128, 12, "tma", "r24")
 # against 557 / 505 / 565. Its lazy-O-rescale twin and the persistent grid with both measured
 # behind it and were dropped.
 FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
-FA_OPTS = ("ov",)  # a last variant element naming fa_ws_core options
-FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
+# At D = 64 the same name is the planned 40 / 232 body (FA_WS_TMA) with the pinned softmax
+# (launcher loads 6 / 7 too); compiled, not planned until measured. FA_D64_TMA_PLANNED is the one
+# line to switch: FA_WS_TMA (run of record 385-391 TFLOP/s, B8 S2048 fp16) or FA_WS_TMA_OV.
+FA_D64_TMA_PLANNED = FA_WS_TMA
+# Experimental (fa_experimental_variants, timed by tools/bench_kernels.py, never planned):
+# D = 64: FA_WS_TMA_R24_OV, the r24 split with the pinned softmax (m128n128w12t_r24_ov, loads 8 / 9;
+# r24 measured 394-398 against 385-391 for the planned split in the run of record).
+# D = 128, on top of FA_WS_TMA_OV (fused_attention.cu kWs* options): "ovr" O rescaled under the
+# next S = Q K^T (FlashAttention-3's order; loads 10 / 11), "ove" output staged in shared memory
+# and written as 16-byte rows (12 / 13), "ovre" both (14 / 15).
+FA_WS_TMA_R24_OV = (128, 128, 12, "tma", "r24", "ov")
+FA_WS_TMA_OVR = (128, 128, 12, "tma", "ovr")
+FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
+FA_WS_TMA_OVRE = (128, 128, 12, "tma", "ovre")
+FA_OPTS = ("ov", "ovr", "ove", "ovre")  # a last variant element naming fa_ws_core options
+# launcher loads (by name, planned) of the options
+_FA_OPT_LOADS = {("ov", False): (6, 7), ("ov", True): (8, 9), ("ovr", False): (10, 11),
+                 ("ove", False): (12, 13), ("ovre", False): (14, 15)}
+FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
@@ -120,7 +137,9 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128)."""
     _check_head_dim(head_dim)
-    return (FA_WS_TMA_PERSIST,) if head_dim == 128 else ()
+    if head_dim == 128:
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVR, FA_WS_TMA_OVE, FA_WS_TMA_OVRE)
+    return (FA_WS_TMA_R24_OV,) if head_dim == 64 else ()
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -357,7 +376,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if compute_capability != (9, 0):
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
-                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV):
+                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_R24_OV, FA_WS_TMA_OVR,
+                          FA_WS_TMA_OVE, FA_WS_TMA_OVRE):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -383,8 +403,8 @@ class FusedAttentionPlan:
     dtype_code: int
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
-    r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # "ov": FA_WS_TMA_OV (launcher loads 6 / 7)
+    r24: bool = False  # FA_WS_TMA_R24 (and FA_WS_TMA_R24_OV): 24 producer / 240 consumer registers
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV, ... (launcher loads: fa_launch_loads)
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -440,7 +460,8 @@ def plan_fused_attention(
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). At
             # D = 128 the pinned-softmax FA_WS_TMA_OV (its r24 body where a softcap needs the _sc twin).
-            variant = (FA_WS_TMA_R24 if softcap else FA_WS_TMA_OV) if head_dim == 128 else FA_WS_TMA
+            variant = ((FA_WS_TMA_R24 if softcap else FA_WS_TMA_OV) if head_dim == 128
+                       else FA_WS_TMA if softcap else FA_D64_TMA_PLANNED)
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:
@@ -459,7 +480,7 @@ def plan_fused_attention(
     bm, bn, warps = variant[:3]
     tma = variant[3:4] == ("tma",)
     persistent = variant[4:5] == ("persistent",)
-    r24 = variant[4:] == ("r24",)
+    r24 = variant[4:5] == ("r24",)
     opt = variant[-1] if len(variant) > 4 and variant[-1] in FA_OPTS else ""
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
@@ -483,13 +504,14 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
-    FA_WS_TMA_OV 6 by name, 7 planned."""
+    FA_WS_TMA_OV 6 by name, 7 planned; the experimental options FA_WS_TMA_R24_OV 8 / 9, "ovr"
+    10 / 11, "ove" 12 / 13, "ovre" 14 / 15."""
     if plan.persistent:
         return 4
     if not plan.tma:
         return 0
-    if plan.opt == "ov":
-        return 6 if by_name else 7
+    if plan.opt:
+        return _FA_OPT_LOADS[(plan.opt, plan.r24)][0 if by_name else 1]
     return (3 if plan.r24 else 1) if by_name else (5 if plan.r24 else 2)
 
 
@@ -505,6 +527,23 @@ PP_TMA_BLOCK_SIZES = (16, 32, 64, 128)
 # Block 32 (not timed) lies between two measured wins.
 PP_TMA_PLANNED_BLOCK_SIZES = (16, 32, 64, 128)
 PP_LOADS = ("tma", "cp.async")
+# Paged-prefill entries: "" the plain body, "ov" the softmax pinned between wgmma wait_group 1 and
+# 0 (..._d<D>_ov_<mask>, launcher loads + 3), as the dense FA_WS_TMA_OV. PP_PLANNED_OPT is the one
+# line to switch once measured.
+PP_OPTS = ("", "ov")
+PP_PLANNED_OPT = ""
+
+
+def pp_launch_loads(loads: str, opt: str, *, forced: bool) -> int:
+    """The ``loads`` code onnx_fuse_paged_prefill_fwd_ex takes: 0 cp.async, 1 TMA (refused where
+    TMA cannot take the pools), 2 TMA else cp.async (``forced`` False with loads "tma"); + 3 for
+    the "ov" entries."""
+    if loads not in PP_LOADS:
+        raise ValueError(f"loads={loads!r}: one of {PP_LOADS}")
+    if opt not in PP_OPTS:
+        raise ValueError(f"opt={opt!r}: one of {PP_OPTS}")
+    code = 0 if loads == "cp.async" else (1 if forced else 2)
+    return code + (3 if opt == "ov" else 0)
 
 
 def plan_paged_prefill_loads(head_dim: int, block_size: int, *, loads: str | None = None,

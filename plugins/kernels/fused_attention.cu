@@ -777,6 +777,19 @@ constexpr int kWsStages = 3;
 // row sums (which depend on every exp2 of the tile) just before wait_group 0 pins the order:
 // ptxas does not move the wait above a memory operation.
 constexpr int kWsPinSoftmax = 1;
+// Bench candidates on top of kWsPinSoftmax (D = 128, experimental entries, never planned):
+// kWsLateRescale (m128n128w12t_ovr): O *= alpha of tile j runs right after S = Q K^T of tile j+1
+// is issued, under that GEMM, instead of between wait_group 0 and the next turn
+// (FlashAttention-3's order), so only the P pack sits between the warpgroup's wait and its next
+// turn. kWsSmemEpilogue (m128n128w12t_ove): each consumer stages its 64 output rows in its half
+// of the Q tile (free once its last S is done) and writes them back as coalesced 16-byte rows
+// instead of a 4-byte store per accumulator pair.
+constexpr int kWsLateRescale = 2;
+constexpr int kWsSmemEpilogue = 4;
+// Producer registers of the m128n128w12t_ov entries: the split of each head size's TMA body of
+// record (r24 at D = 128, 40 / 232 at D = 64).
+template <int D>
+constexpr int kFaOvPregs = D == 128 ? 24 : 40;
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
 // q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
@@ -1270,8 +1283,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       row_l[h] = row_l[h] * alpha[h] + sum;
     }
   };
-  // Rescale O and pack P into pa.
-  auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
+  // Rescale O (here, or with kWsLateRescale just before the next P V: rescale) and pack P into pa.
+  constexpr bool LATE = (OPT & kWsLateRescale) != 0;
+  float late_alpha[2] = {1.f, 1.f};  // kWsLateRescale: the factors the next P V's O still needs
+  auto rescale = [&](const float (&alpha)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -1279,6 +1294,14 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         acc[dt][2 * h] *= alpha[h];
         acc[dt][2 * h + 1] *= alpha[h];
       }
+  };
+  auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
+    if constexpr (LATE) {
+      late_alpha[0] = alpha[0];
+      late_alpha[1] = alpha[1];
+    } else {
+      rescale(alpha);
+    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       pa[kk][0] = Tr::pack(sv[2 * kk][0], sv[2 * kk][1]);
@@ -1331,6 +1354,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::bar_sync(my_bar, 256);
     issue_s(s_nxt, j + 1);
     wg::commit();
+    if constexpr (LATE) rescale(late_alpha);  // under the S GEMM just issued
     pv(j);
     wg::bar_arrive(other_bar, 256);
     float alpha[2];
@@ -1349,6 +1373,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     const int j = n_tiles - 1;
     if constexpr (PERSIST) wg::mbar_arrive(qempty);  // every S = Q K^T of this tile is done
     wg::bar_sync(my_bar, 256);
+    if constexpr (LATE) rescale(late_alpha);
     pv(j);
     if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
     wg::wait0();
@@ -1356,6 +1381,35 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::mbar_arrive(empty0 + 8 * ((kv_base + j) % ST));
   }
 
+  if constexpr ((OPT & kWsSmemEpilogue) != 0) {
+    static_assert(!PERSIST, "kWsSmemEpilogue: one tile per CTA (the next tile's Q would land there)");
+    // This warpgroup's Q rows [64 cw, 64 cw + 64) are free: its last S = Q K^T is done and the
+    // other consumer reads only its own rows. Same swizzle as Q: conflict-free both ways.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(row_l[h]);
+      const int lr = wrow + g + h * 8;
+      const bool live = l > 0.f && m0 + lr < QL;  // rows past q_len: zeros (see below)
+      const float inv = live ? 1.f / l : 0.f;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sQ + sw128_off<BM>(lr, dt) + 4 * t4), "r"(packed)
+                     : "memory");
+      }
+    }
+    wg::bar_sync(3 + cw, 128);  // this warpgroup's rows are staged
+    for (int c = tid & 127; c < 64 * CPR; c += 128) {
+      const int lr = cw * 64 + c / CPR, cc = c % CPR;
+      if (m0 + lr < rows.q_store) {
+        uint4 val;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                     : "r"(sQ + sw128_off<BM>(lr, cc)) : "memory");
+        *reinterpret_cast<uint4*>(rows.o_row(m0 + lr) + cc * 8) = val;
+      }
+    }
+  } else {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l = quad_sum(row_l[h]);
@@ -1373,6 +1427,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       }
     }
   }
+  }  // kWsSmemEpilogue
   kv_base += n_tiles;
   ++it;
   }  // tile loop
@@ -1465,7 +1520,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
 // ones included. Queries / outputs: packed rows [total_q, Hq, D] from cu_q[b] to cu_q[b + 1]
 // when cu_q is given, else [B, q_len, Hq, D] with batch strides q_sb / o_sb. sm_90a only: other
 // builds trap (the launcher refuses devices other than compute capability 9.x).
-template <typename T, int D, bool CAUSAL>
+template <typename T, int D, bool CAUSAL, int OPT = 0>
 __device__ __forceinline__ void fa_paged_prefill_body(
     const T* __restrict__ q, long long q_sb, long long q_ts, long long q_hs,
     const int* __restrict__ cu_q, int q_len, const T* __restrict__ k_pool,
@@ -1486,7 +1541,7 @@ __device__ __forceinline__ void fa_paged_prefill_body(
   FaPagedRows<T> rows{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D, o + os + hq * o_hs,
                       q_ts, o_ts, (long long)Hkv * D, block_tables + (long long)b * max_blocks,
                       bs_shift, q_len, kv_len, q_len, kv_len - q_len};
-  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL, FaPagedRows<T>, 40, 128, kWsStages, FaWsOneTile, OPT>(rows, scale_log2);
 #else
   __trap();
 #endif
@@ -1494,7 +1549,7 @@ __device__ __forceinline__ void fa_paged_prefill_body(
 
 // The same with K/V loaded by TMA (tk / tv: maps over the pools viewed as (D, Hkv, rows), boxes
 // 64 x 1 x block_size, 128-byte swizzle; built by onnx_fuse_paged_prefill_fwd_ex).
-template <typename T, int D, bool CAUSAL>
+template <typename T, int D, bool CAUSAL, int OPT = 0>
 __device__ __forceinline__ void fa_paged_prefill_tma_body(
     const T* __restrict__ q, long long q_sb, long long q_ts, long long q_hs,
     const int* __restrict__ cu_q, int q_len, const T* __restrict__ k_pool,
@@ -1518,7 +1573,7 @@ __device__ __forceinline__ void fa_paged_prefill_tma_body(
                           block_tables + (long long)b * max_blocks, bs_shift, q_len, kv_len,
                           q_len, kv_len - q_len},
                          tk, tv, hkv};
-  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL, FaPagedTmaRows<T>, 40, 128, kWsStages, FaWsOneTile, OPT>(rows, scale_log2);
 #else
   __trap();
 #endif
@@ -1658,28 +1713,49 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // Experimental twin (launcher loads = 3; benchmarked beside m128n128w12t, never planned): the
 // producer warpgroup keeps 24 registers and the consumers 240 (FlashAttention-3's split). OPT:
 // fa_ws_core's options (0 for the r24 entries; the bench candidates below set them).
-#define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL, OPT)                                               \
+// OF_FA_WSTX_KERNEL: the same entry with the producer's registers PREGS (40 or 24) as well.
+#define OF_FA_WSTX_KERNEL(NAME, T, D, CAUSAL, PREGS, OPT)                                        \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, 24, 128, onnx_fuse::kWsStages, OPT>(                     \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, OPT>(                  \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, \
         o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv);                                          \
   }
+#define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL, OPT) OF_FA_WSTX_KERNEL(NAME, T, D, CAUSAL, 24, OPT)
 #define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                    \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)  \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true, 0)
-// m128n128w12t_ov (D = 128, planned there: launcher loads 7, 6 by name): the r24 entries with the
-// softmax pinned between wait_group 1 and 0 (kWsPinSoftmax). (The lazy O rescale and the
+// m128n128w12t_ov (launcher loads 7, 6 by name): the head size's TMA body of record with the
+// softmax pinned between wait_group 1 and 0 (kWsPinSoftmax): at D = 128 the r24 split (planned
+// there), at D = 64 the planned 40 / 232 split (kFaOvPregs). (The lazy O rescale and the
 // persistent grid on top of it measured behind it on the H200 and were dropped, docs/PERF.md.)
 #define OF_FA_WSTO_KERNELS_D(DTN, T, D)                                                           \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
+                    onnx_fuse::kFaOvPregs<D>, onnx_fuse::kWsPinSoftmax)                            \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
+                    onnx_fuse::kFaOvPregs<D>, onnx_fuse::kWsPinSoftmax)
+// Experimental, D = 64 (launcher loads 8 by name, 9 with the cp.async fallback): the r24 split
+// with the pinned softmax, m128n128w12t_r24_ov.
+#define OF_FA_WSTRO_KERNELS_D(DTN, T, D)                                                          \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_ov_full, T, D, false, 24,     \
                     onnx_fuse::kWsPinSoftmax)                                                      \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_ov_causal, T, D, true, 24,    \
                     onnx_fuse::kWsPinSoftmax)
+// Experimental, D = 128: the ov entries (r24, pinned softmax) with kWsLateRescale
+// (m128n128w12t_ovr, loads 10 / 11), kWsSmemEpilogue (m128n128w12t_ove, loads 12 / 13) and both
+// (m128n128w12t_ovre, loads 14 / 15).
+#define OF_FA_WSTC_KERNEL2(DTN, T, D, TAG, OPT)                                                    \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_##TAG##_full, T, D, false, 24, OPT) \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_##TAG##_causal, T, D, true, 24, OPT)
+#define OF_FA_WSTC_KERNELS_D(DTN, T, D)                                                           \
+  OF_FA_WSTC_KERNEL2(DTN, T, D, ovr, onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLateRescale)         \
+  OF_FA_WSTC_KERNEL2(DTN, T, D, ove, onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)        \
+  OF_FA_WSTC_KERNEL2(DTN, T, D, ovre,                                                              \
+                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLateRescale | onnx_fuse::kWsSmemEpilogue)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned),
 // D = 128: the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the
 // maps. (At D = 64 it measured 3-6 % below m128n128w12t and was dropped.)
@@ -1719,6 +1795,9 @@ OF_FA_WSTR_KERNELS_D(f16, __half, 64)
 OF_FA_WSTR_KERNELS_D(f16, __half, 128)
 OF_FA_WSTP_KERNELS_D(f16, __half, 128)
 OF_FA_WSTO_KERNELS_D(f16, __half, 128)
+OF_FA_WSTO_KERNELS_D(f16, __half, 64)
+OF_FA_WSTRO_KERNELS_D(f16, __half, 64)
+OF_FA_WSTC_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1733,41 +1812,55 @@ OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WSTRO_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WSTC_KERNELS_D(bf16, __nv_bfloat16, 128)
 
-// Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
-#define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
+// Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128;
+// ..._d<D>_ov_<mask>: the same with the softmax pinned between wait_group 1 and 0 (kWsPinSoftmax,
+// as the dense m128n128w12t_ov; launcher loads 3..5).
+#define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL, OPT)                                                 \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
       int max_blocks, float scale_log2) {                                                      \
-    fa_paged_prefill_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,      \
-                                        block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv,  \
-                                        bs_shift, max_blocks, scale_log2);                     \
+    fa_paged_prefill_body<T, D, CAUSAL, OPT>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool, \
+                                             block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,  \
+                                             Hkv, bs_shift, max_blocks, scale_log2);           \
   }
-#define OF_FA_PP_KERNELS_D(DTN, T, D)                                          \
-  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_full, T, D, false)  \
-  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_causal, T, D, true)
+#define OF_FA_PP_KERNELS_D(DTN, T, D)                                                          \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_full, T, D, false, 0)               \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_causal, T, D, true, 0)              \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_ov_full, T, D, false,               \
+                  onnx_fuse::kWsPinSoftmax)                                                    \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_ov_causal, T, D, true,              \
+                  onnx_fuse::kWsPinSoftmax)
 OF_FA_PP_KERNELS_D(f16, __half, 64)
 OF_FA_PP_KERNELS_D(f16, __half, 128)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 128)
-// The same with K/V by TMA: onnx_fuse_fa_paged_prefill_tma_<dt>_d<D>_<full|causal>; two tensor
-// maps (K pool, V pool) follow the usual arguments. No TensorRT AOT twin.
-#define OF_FA_PPT_KERNEL(NAME, T, D, CAUSAL)                                                     \
+// The same with K/V by TMA: onnx_fuse_fa_paged_prefill_tma_<dt>_d<D>_[ov_]<full|causal>; two
+// tensor maps (K pool, V pool) follow the usual arguments. No TensorRT AOT twin.
+#define OF_FA_PPT_KERNEL(NAME, T, D, CAUSAL, OPT)                                                \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
       int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                \
       const __grid_constant__ CUtensorMap tv) {                                                \
-    fa_paged_prefill_tma_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,  \
-                                            block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,   \
-                                            Hkv, bs_shift, max_blocks, scale_log2, &tk, &tv);  \
+    fa_paged_prefill_tma_body<T, D, CAUSAL, OPT>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool,     \
+                                                 v_pool, block_tables, seq_lens, o, o_sb, o_ts, \
+                                                 o_hs, Hq, Hkv, bs_shift, max_blocks,          \
+                                                 scale_log2, &tk, &tv);                        \
   }
-#define OF_FA_PPT_KERNELS_D(DTN, T, D)                                              \
-  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_full, T, D, false)  \
-  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_causal, T, D, true)
+#define OF_FA_PPT_KERNELS_D(DTN, T, D)                                                         \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_full, T, D, false, 0)          \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_causal, T, D, true, 0)         \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_ov_full, T, D, false,          \
+                   onnx_fuse::kWsPinSoftmax)                                                   \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_ov_causal, T, D, true,         \
+                   onnx_fuse::kWsPinSoftmax)
 OF_FA_PPT_KERNELS_D(f16, __half, 64)
 OF_FA_PPT_KERNELS_D(f16, __half, 128)
 OF_FA_PPT_KERNELS_D(bf16, __nv_bfloat16, 64)
@@ -1910,32 +2003,41 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-// kind: 0 m128n128w12t, 1 m128n128w12t_r24, 2 m128n128w12t_ov (D = 128 only).
+// kind: 0 m128n128w12t, 1 m128n128w12t_r24, 2 m128n128w12t_ov (D = 64, 128), and the
+// experimental 3 m128n128w12t_r24_ov (D = 64), 4 _ovr, 5 _ove, 6 _ovre (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
-  const bool r24 = kind == 1;
-  if (kind == 2) {
-#define OF_PICK_TO(DTN)                                                                     \
-  return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_ov_causal) \
-                : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d128_m128n128w12t_ov_full);
-    if (D != 128) return nullptr;
-    if (dtype == onnx_fuse::kFloat16) { OF_PICK_TO(f16) }
-    if (dtype == onnx_fuse::kBFloat16) { OF_PICK_TO(bf16) }
-#undef OF_PICK_TO
-    return nullptr;
+  if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
+  const bool f16 = dtype == onnx_fuse::kFloat16;
+#define OF_PICK_TK(DTN, DD, TAG)                                                            \
+  return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_##TAG##_causal) \
+                : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_##TAG##_full);
+#define OF_PICK_TK2(DD, TAG)                                                                \
+  {                                                                                         \
+    if (f16) OF_PICK_TK(f16, DD, TAG)                                                       \
+    OF_PICK_TK(bf16, DD, TAG)                                                               \
   }
-#define OF_PICK_T(DTN, DD)                                                                  \
-  if (D == DD && r24)                                                                       \
-    return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_r24_causal) \
-                  : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_r24_full); \
-  if (D == DD)                                                                              \
-    return causal ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_causal) \
-                  : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12t_full);
-  if (dtype == onnx_fuse::kFloat16) {
-    OF_PICK_T(f16, 64) OF_PICK_T(f16, 128)
-  } else if (dtype == onnx_fuse::kBFloat16) {
-    OF_PICK_T(bf16, 64) OF_PICK_T(bf16, 128)
+  if (D == 64) {
+    switch (kind) {
+      case 0: OF_PICK_TK2(64, m128n128w12t)
+      case 1: OF_PICK_TK2(64, m128n128w12t_r24)
+      case 2: OF_PICK_TK2(64, m128n128w12t_ov)
+      case 3: OF_PICK_TK2(64, m128n128w12t_r24_ov)
+      default: return nullptr;
+    }
   }
-#undef OF_PICK_T
+  if (D == 128) {
+    switch (kind) {
+      case 0: OF_PICK_TK2(128, m128n128w12t)
+      case 1: OF_PICK_TK2(128, m128n128w12t_r24)
+      case 2: OF_PICK_TK2(128, m128n128w12t_ov)
+      case 4: OF_PICK_TK2(128, m128n128w12t_ovr)
+      case 5: OF_PICK_TK2(128, m128n128w12t_ove)
+      case 6: OF_PICK_TK2(128, m128n128w12t_ovre)
+      default: return nullptr;
+    }
+  }
+#undef OF_PICK_TK2
+#undef OF_PICK_TK
   return nullptr;
 }
 
@@ -2041,7 +2143,9 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
   OF_REQUIRE(q && k_pool && v_pool && o && block_tables && seq_lens);
   OF_REQUIRE(q_ts % 8 == 0 && q_hs % 8 == 0 && q_sb % 8 == 0 && o_ts % 8 == 0 && o_hs % 8 == 0 &&
              o_sb % 8 == 0);
-  OF_REQUIRE(loads >= 0 && loads <= 2);
+  OF_REQUIRE(loads >= 0 && loads <= 5);
+  const bool ov = loads >= 3;  // 3..5: as 0..2 with the pinned-softmax (_ov) entries
+  if (ov) loads -= 3;
   int dev = 0, major = 0;
   OF_CUDA_TRY(cudaGetDevice(&dev));
   OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -2050,12 +2154,17 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
   while ((1 << bs_shift) < block_size) ++bs_shift;
   PpFn fn = nullptr;
   PpTmaFn tfn = nullptr;
+#define OF_PP_PICK2(DTN, DD, SFX)                                                              \
+  {                                                                                            \
+    fn = causal ? reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##SFX##_causal) \
+                : reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##SFX##_full);  \
+    tfn = causal                                                                               \
+        ? reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##SFX##_causal) \
+        : reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##SFX##_full);  \
+  }
 #define OF_PP_PICK(DTN, DD)                                                                    \
   if (D == DD) {                                                                               \
-    fn = causal ? reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_causal)    \
-                : reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_full);     \
-    tfn = causal ? reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##_causal) \
-                 : reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##_full);  \
+    if (ov) OF_PP_PICK2(DTN, DD, _ov) else OF_PP_PICK2(DTN, DD, )                              \
   }
   if (dtype == onnx_fuse::kFloat16) {
     OF_PP_PICK(f16, 64) OF_PP_PICK(f16, 128)
@@ -2063,6 +2172,7 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
     OF_PP_PICK(bf16, 64) OF_PP_PICK(bf16, 128)
   }
 #undef OF_PP_PICK
+#undef OF_PP_PICK2
   OF_REQUIRE(fn != nullptr && tfn != nullptr);
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, 128, 128, 12);
   dim3 grid((max_q_len + 127) / 128, Hq, B);
@@ -2132,8 +2242,10 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
 // m128n128w12t_r24 entries (24 producer / 240 consumer registers); 5 = as 2 with the r24 entries;
 // 4 = the experimental m128n128w12tp (D = 128), the TMA body on a persistent grid of min(tiles,
-// SMs) CTAs (TMA rules as loads 1); 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (D = 128: the
-// r24 body with the softmax pinned under the warpgroup's own P V; 7 is planned at D = 128).
+// SMs) CTAs (TMA rules as loads 1); 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (the softmax
+// pinned under the warpgroup's own P V: at D = 128 the r24 body, planned (7); at D = 64 the 40 / 232
+// one); experimental, by name / with the cp.async fallback: 8 / 9 m128n128w12t_r24_ov (D = 64),
+// 10 / 11 _ovr, 12 / 13 _ove, 14 / 15 _ovre (D = 128; fa_ws_core's kWs* options).
 // Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2148,7 +2260,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 7);
+  OF_REQUIRE(loads >= 0 && loads <= 15);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2161,7 +2273,8 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    const int kind = (loads == 3 || loads == 5) ? 1 : (loads == 6 || loads == 7) ? 2 : 0;
+    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: r24_ov; 10 / 11: ovr; 12 / 13: ove; 14 / 15: ovre
+    const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
     const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
@@ -2174,7 +2287,8 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
                                fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
                                fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
-    OF_REQUIRE(tma_rules_met || loads == 2 || loads == 5 || loads == 7);  // fall back to cp.async below
+    const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);  // planned: cp.async below
+    OF_REQUIRE(tma_rules_met || fallback);
     if (tma_rules_met && pfn != nullptr) {
       int sms = 0;
       OF_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -2235,7 +2349,9 @@ int onnx_fuse_paged_prefill_fwd(int dtype, const void* q, long long q_sb, long l
 // extent); loads 0 = the producer warpgroup's cp.async (as onnx_fuse_paged_prefill_fwd);
 // 1 = TMA (K/V gathered block by block by one producer warp; needs block_size in [16, 128],
 // 16-byte-aligned pools and num_blocks * block_size < 2^31, else cudaErrorInvalidValue);
-// 2 = TMA when those hold, else cp.async. Returns 0 or a cudaError_t code.
+// 2 = TMA when those hold, else cp.async; 3 / 4 / 5 = as 0 / 1 / 2 with the _ov entries (the
+// softmax pinned between wgmma wait_group 1 and 0, as m128n128w12t_ov). Returns 0 or a
+// cudaError_t code.
 int onnx_fuse_paged_prefill_fwd_ex(int dtype, const void* q, long long q_sb, long long q_ts,
                                    long long q_hs, const int* cu_seqlens_q, const void* k_pool,
                                    const void* v_pool, const int* block_tables,
