@@ -29,6 +29,16 @@ from onnx_fuse.rewrite._rule import (CANONICAL_DOMAIN, COMMUTATIVE, PROMOTED_ATT
                                      ValueConstraint)
 
 _MAX_CONST_ELEMENTS = 1 << 20  # scalar/value constraints never materialize larger weights
+
+
+def _as_stored(want, dtype: np.dtype):
+    """The rule's number as a constant of ``dtype`` holds it: a half-precision model stores
+    0.044715 as 0.04471 (float16), an error beyond the rule's float32-sized tolerance."""
+    if dtype.kind == "f" and dtype.itemsize < 4:
+        return np.asarray(want, dtype=np.float64).astype(dtype).astype(np.float64)
+    return want
+
+
 _ORDERS = [[list(range(n))] for n in range(64)]
 _BOTH_ORDERS = [[0, 1], [1, 0]]
 
@@ -566,10 +576,12 @@ class Matcher:
                     return f"{c.name}: constant of dtype {arr.dtype} is not numeric"
                 if c.scalar is not None and arr.size == 1:  # fast path: the common scalar constant
                     got = float(arr.reshape(-1)[0])
-                    if abs(got - c.scalar) <= c.atol + c.rtol * abs(c.scalar):
+                    want = float(_as_stored(c.scalar, arr.dtype))
+                    if abs(got - want) <= c.atol + c.rtol * abs(want):
                         return None
                     return f"{c.name}: constant {[got]} != {c.scalar} (rtol={c.rtol}, atol={c.atol})"
-                want = c.scalar if c.scalar is not None else np.asarray(c.value, dtype=np.float64)
+                want = _as_stored(c.scalar if c.scalar is not None else np.asarray(c.value, dtype=np.float64),
+                                  arr.dtype)
                 a = arr.astype(np.float64)
                 try:
                     ok = a.size > 0 and bool(np.allclose(a, np.broadcast_to(want, np.broadcast_shapes(

@@ -61,3 +61,34 @@ def test_rope_tables_in_float32_cast_to_float16_fuse(h, target):
     feeds = {"x": h.rng.standard_normal((2, H, 5, D)).astype(np.float16)}
     h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
 
+
+
+def _gelu_tanh_fp16(h, coef=0.044715):
+    """GPT-2's NewGELU in float16: 0.5*x*(1 + tanh(sqrt(2/pi)*(x + coef*x^3))), constants stored
+    in float16 (0.044715 -> 0.04471, 0.7978846 -> 0.798): off by more than the rule's rtol 1e-4."""
+    n = h.node
+    nodes = [n("Pow", ["x", "three"], ["p"]), n("Mul", ["p", "coef"], ["pc"]), n("Add", ["x", "pc"], ["a"]),
+             n("Mul", ["a", "k"], ["ak"]), n("Tanh", ["ak"], ["t"]), n("Add", ["t", "one"], ["t1"]),
+             n("Mul", ["x", "half"], ["xh"]), n("Mul", ["xh", "t1"], ["y"])]
+    f16 = lambda v: np.array(v, np.float16)  # noqa: E731
+    inits = {"three": f16(3.0), "coef": f16(coef), "k": f16(np.sqrt(2 / np.pi)), "one": f16(1.0),
+             "half": f16(0.5)}
+    return h.make_model(nodes, [h.vi("x", ["b", 16], F16)], [h.vi("y", ["b", 16], F16)], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_gelu_tanh_with_float16_constants_fuses(h, target):
+    model = _gelu_tanh_fp16(h)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Tanh" not in ops and "Pow" not in ops, ops
+    feeds = {"x": (3 * h.rng.standard_normal((4, 16))).astype(np.float16)}
+    h.assert_close(model, out, feeds, atol=4e-3, rtol=4e-3)
+
+
+def test_float16_constant_must_still_be_the_rules_number(h):
+    """Rounding to the constant's dtype is all the slack: 0.05 is not 0.044715 in any precision."""
+    model = _gelu_tanh_fp16(h, coef=0.05)
+    out = h.fuse(model, "onnx")
+    assert "Tanh" in h.ops(out)
+    assert any("c_coef" in r for r in h.reasons(model, "onnx", "gelu-tanh")), h.reasons(model, "onnx", "gelu-tanh")
