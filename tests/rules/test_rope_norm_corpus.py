@@ -36,6 +36,15 @@ CASES = [
     ("cohere__dyn_mask__trained", 4),
     ("stablelm__dyn_mask__trained", 4),
     ("olmo2__dyn_mask__default", 4),
+    # cos/sin scaled by HF's attention_scaling (YaRN, LongRoPE: data-dependent long/short factors)
+    ("llama_yarn__dyn_mask__trained", 4),
+    ("phi3_longrope__dyn_mask__trained", 4),
+    ("nemotron__dyn_mask__trained", 4),  # partial rotary, LayerNorm1P
+    ("olmo__dyn_mask__trained", 4),  # non-parametric LayerNorm
+    ("persimmon__dyn_mask__trained", 4),  # partial rotary, per-head qk LayerNorm
+    ("deepseek_v3__dyn_mask__trained", 4),  # MLA: RoPE on an 8-wide slice, written half by half
+    ("glm__dyn_mask__trained", 4),  # partial interleaved rotary
+    ("smollm3__dyn_mask__trained", 2),  # every second layer without RoPE (NoPE)
 ]
 
 
