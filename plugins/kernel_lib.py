@@ -50,6 +50,9 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_decode_fp8_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
     + [_i] * 9 + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_tma_heads_map_ok": [_p, _i, _i, _i, _i, _i],
+    "onnx_fuse_paged_attention_decode_fp8_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
+    + [_i] * 9 + [_f, _i, _i, _p],
+    "onnx_fuse_paged_attention_fp8_cluster_smem_bytes": [_i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_tma_map_ok": [_i, _p, _i, _i, _i, _i],
@@ -180,6 +183,8 @@ class KernelLib:
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
                                         max_seq_len=max_seq_len, variant=variant)
+        if plan.kv_fp8:
+            raise ValueError("plan is for an fp8 pool: use paged_decode_fp8")
         if plan.workspace_bytes and workspace is None:  # split-K partials (none for cluster-reduce plans)
             import torch
 
@@ -240,7 +245,8 @@ class KernelLib:
                          variant=None, stream=None):
         """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
         float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
-        variant (warps, stages), (warps, stages, "tma") or (warps, stages, "heads") (head groups).
+        variant (warps, stages), (warps, stages, "tma"), (warps, stages, "heads") (head groups) or
+        (warps, stages, "cluster") (head groups, splits combined in a thread-block cluster).
         Returns the plan used; allocates the split-K workspace when none is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
         check_pool_alignment(k_pool, v_pool)
@@ -252,11 +258,19 @@ class KernelLib:
                                         max_seq_len=max_seq_len, variant=variant, kv_dtype="fp8")
         if not plan.kv_fp8:
             raise ValueError("plan is for a 16-bit pool: plan with kv_dtype='fp8'")
-        if plan.num_splits > 1 and workspace is None:
+        if plan.workspace_bytes and workspace is None:  # split-K partials (none for cluster-reduce plans)
             import torch
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
+        if plan.cluster:  # splits combined inside a thread-block cluster: no workspace, no reduce kernel
+            rc = self._lib.onnx_fuse_paged_attention_decode_fp8_cluster(
+                plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
+                _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB,
+                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
+                self._stream(stream))
+            self._check(rc, "onnx_fuse_paged_attention_decode_fp8_cluster")
+            return plan
         if plan.tma:  # tensor maps over the whole pools: their block count is part of the launch
             name = ("onnx_fuse_paged_attention_decode_fp8_tma_heads" if plan.bulk == 3
                     else "onnx_fuse_paged_attention_decode_fp8_tma")

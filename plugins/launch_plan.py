@@ -261,7 +261,7 @@ def pa_tma_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
     _check_head_dim(head_dim)
     if head_dim not in PA_TMA_HEAD_DIMS:
         return ()
-    return PA_TMA_VARIANTS_D256 if head_dim == 256 else PA_TMA_VARIANTS
+    return {256: PA_TMA_VARIANTS_D256, 64: PA_TMA_VARIANTS_D64}.get(head_dim, PA_TMA_VARIANTS)
 
 
 def pa_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple[int, int, int], ...]:
@@ -303,6 +303,16 @@ def pa8_heads_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[
     return tuple(v for v in PA8_HEADS_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
 
 
+def pa8_cluster_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple, ...]:
+    """(warps, stages, "cluster") cluster-reduce head-group fp8-pool decode variants compiled for
+    ``head_dim`` (maybe none); with ``num_kv_heads``, only those whose head group divides it."""
+    if head_dim not in PA8_HEAD_DIMS:
+        raise ValueError(f"head_dim={head_dim} has no fp8-pool decode kernel (supported: {PA8_HEAD_DIMS})")
+    if head_dim not in PA8_HEADS_HEAD_DIMS:
+        return ()
+    return tuple(v for v in PA8_CLUSTER_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
+
+
 def pa_tma_applies(head_dim: int, block_size: int, device: "DeviceInfo | None" = None) -> bool:
     """Whether the 16-bit TMA decode kernels address this shape (the C launcher's static check,
     onnx_fuse_paged_attention_tma_supported, less the driver query and the variant)."""
@@ -319,12 +329,13 @@ def pa8_tma_applies(head_dim: int, block_size: int, device: "DeviceInfo | None" 
             and cc >= (9, 0))
 
 
-def pa8_smem_bytes(head_dim: int, warps: int, stages: int, tma: bool = False) -> int:
-    """Dynamic shared memory of the fp8-pool decode kernel (mirrors pa8_smem_bytes / pa8t_smem_bytes
-    in the .cu): stages of K and V byte tiles of 16 * warps rows padded to D + 16 bytes (Q stays in
-    registers); TMA: dense rows, 1 KiB alignment slack and the stages' mbarriers."""
-    if tma:
-        return stages * 2 * 16 * warps * head_dim + 1024 + 128
+def pa8_smem_bytes(head_dim: int, warps: int, stages: int, tma: bool = False, cluster: bool = False) -> int:
+    """Dynamic shared memory of the fp8-pool decode kernel (mirrors pa8_smem_bytes / pa8t_smem_bytes /
+    pa8hc_smem_bytes in the .cu): stages of K and V byte tiles of 16 * warps rows padded to D + 16 bytes
+    (Q stays in registers); TMA: dense rows, 1 KiB alignment slack and the stages' mbarriers; cluster
+    reduce: also the split's log-sum-exps (16 rows per warp)."""
+    if tma or cluster:
+        return stages * 2 * 16 * warps * head_dim + 1024 + 128 + (warps * 16 * 4 if cluster else 0)
     return stages * 2 * 16 * warps * (head_dim + 16)
 
 
@@ -600,9 +611,10 @@ class PagedDecodePlan:
 
     @property
     def cluster(self) -> bool:
-        """The splits are reduced inside a thread-block cluster (16-bit pool, bulk 4):
-        onnx_fuse_paged_attention_decode_cluster, no workspace, no reduce kernel."""
-        return not self.kv_fp8 and self.bulk >= 4
+        """The splits are reduced inside a thread-block cluster (bulk 4): no workspace, no reduce
+        kernel; onnx_fuse_paged_attention_decode_cluster (16-bit pool) or
+        onnx_fuse_paged_attention_decode_fp8_cluster (fp8 pool)."""
+        return self.bulk >= 4
 
 
 def plan_paged_decode(
@@ -816,17 +828,20 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
             if ctas_per_sm is None:
                 ctas_per_sm = 2
     variant = tuple(variant)
-    compiled = pa8_variants(head_dim) + pa8_heads_variants(head_dim)
+    compiled = pa8_variants(head_dim) + pa8_heads_variants(head_dim) + pa8_cluster_variants(head_dim)
     if variant not in compiled:
         raise ValueError(f"fp8 variant {variant} not compiled for D={head_dim}; choose one of {compiled}")
     warps, stages = variant[:2]
-    heads = variant[2:] == ("heads",)
+    cluster = variant[2:] == ("cluster",)
+    heads = cluster or variant[2:] == ("heads",)
     if heads and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
                   or device.compute_capability < (9, 0)):
         raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
                          f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
+    if cluster and num_splits is not None and num_splits > PA_CLUSTER_MAX_SPLITS:
+        raise ValueError(f"cluster-reduce variant {variant}: at most {PA_CLUSTER_MAX_SPLITS} splits")
     tma = heads or (len(variant) == 3 and pa8_tma_applies(head_dim, block_size, device))
-    smem = pa8_smem_bytes(head_dim, warps, stages, tma)
+    smem = pa8_smem_bytes(head_dim, warps, stages, tma, cluster)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     if ctas_per_sm is None:

@@ -371,18 +371,20 @@ def main() -> int:
                     # (variant, splits): the per-kv-head variants (split sweep of the TMA ones only:
                     # cp.async measured 30 % behind), then the head groups (planned at D = 128: bulk 3;
                     # one CTA per group of w kv heads; splits 1, 2, 4 and the count their own plan picks)
+                    # and their cluster-reduce forms (bulk 4: no reduce kernel; also 8 splits, the most)
                     runs8 = [(var, sp) for var in lp.pa8_variants(D)
                              for sp in sorted({auto8.num_splits} | ({1, 2, 3, 4, 2 * auto8.num_splits}
                                                                     if len(var) == 3 else set()))]
-                    for var in lp.pa8_heads_variants(D, Hkv) if bs >= 16 else ():
+                    for var in (lp.pa8_heads_variants(D, Hkv) + lp.pa8_cluster_variants(D, Hkv)) if bs >= 16 else ():
                         own = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, kv_dtype="fp8")
-                        runs8 += [(var, sp) for sp in sorted({1, 2, 4, own.num_splits})]
+                        more = {8} if var[2] == "cluster" else set()
+                        runs8 += [(var, sp) for sp in sorted({1, 2, 4, own.num_splits} | more)]
                     for var, sp in runs8:
                         plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
                                                     variant=var, kv_dtype="fp8")
                         is_auto = (sp == auto8.num_splits and var[:2] == (auto8.warps, auto8.stages)
                                    and (plan.bulk, plan.tma) == (auto8.bulk, auto8.tma))
-                        kind = " tma heads" if plan.bulk == 3 else (" tma" if plan.tma else "")
+                        kind = {3: " tma heads", 4: " tma heads cluster"}.get(plan.bulk, " tma" if plan.tma else "")
                         label = (f"ours fp8 pool w{var[0]}s{var[1]}{kind} split={plan.num_splits}"
                                  f"{' (auto)' if is_auto else ''}")
                         cands[label] = (lambda plan=plan: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,

@@ -106,7 +106,32 @@ struct PaTmaBoxes {
     __syncwarp();
     return r;
   }
+  // A block id of pa_prefetch_blocks masked as blk() masks: -1 past the tile's boxes or the split's end.
+  __device__ __forceinline__ int masked(int tile, int pre) const {
+    const int tok = t_begin + tile * tile_tokens + lane * R;
+    return (lane < nbox && tok < t_end) ? pre : -1;
+  }
 };
+
+// The block ids of a split's first S tiles (TMA paths, warp 0), loaded before the sequence length is
+// known: the chain seq_lens -> block table -> first tensor copy put three dependent memory latencies at
+// the start of every CTA. The table indices do not depend on the length, so they are clamped to the
+// table and loaded at once (volatile asm: kept ahead of the branches on the length); the caller masks
+// what the length rules out (PaTmaBoxes::masked; head groups: tile < n_tiles). Lane offset lane_tok:
+// the lane's box (lane * R tokens) on the per-kv-head path, 0 for head groups (one box per tile).
+template <int S>
+__device__ __forceinline__ void pa_prefetch_blocks(int (&blk)[S], const int* bt, int max_blocks, int block_size,
+                                                   int t_begin, int tile_tokens, int lane_tok, bool active) {
+  const int shift = __ffs(block_size) - 1;  // block_size is a power of two on the TMA paths
+#pragma unroll
+  for (int st = 0; st < S; ++st) {
+    blk[st] = -1;
+    if (active) {
+      const int* p = bt + min((t_begin + st * tile_tokens + lane_tok) >> shift, max_blocks - 1);
+      asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(blk[st]) : "l"(p));
+    }
+  }
+}
 __device__ __forceinline__ PaTmaBoxes pa_tma_boxes(int block_size, int t_begin, int t_end, int tile_tokens,
                                                    int lane) {
   const int R = min(block_size, kPaBoxRows);
@@ -343,8 +368,15 @@ __device__ __forceinline__ void pa_decode_body(
   const int G = Hq / Hkv;
   constexpr int TT = HEADS ? 16 : kPaTile;  // tokens per tile
 
-  const int L = max(seq_lens[b], 0);
   const int t_begin = split * part_tokens;
+  const int* bt = block_tables + (size_t)b * max_blocks;
+  [[maybe_unused]] int pre_blk[kPaStages] = {};  // TMA: the first tiles' block ids, ahead of seq_lens
+  if constexpr (TMA) {
+    const int R0 = HEADS ? 0 : min(block_size, kPaBoxRows);
+    pa_prefetch_blocks<kPaStages>(pre_blk, bt, max_blocks, block_size, t_begin, TT, lane * R0,
+                                  warp == 0 && (HEADS || lane * R0 < kPaTile));
+  }
+  const int L = max(seq_lens[b], 0);
   const int t_end = min(L, t_begin + part_tokens);
 
   // nothing to do for this split (short sequence); CLUSTER: the empty split still joins its
@@ -356,7 +388,6 @@ __device__ __forceinline__ void pa_decode_body(
     return;
   }
   const int n_tiles = (t_end - t_begin + TT - 1) / TT;
-  const int* bt = block_tables + (size_t)b * max_blocks;
   const long long tok_stride = (long long)Hkv * D;
 
   // Q rows: query heads hkv*G .. hkv*G+G-1; rows >= G zero.
@@ -424,6 +455,10 @@ __device__ __forceinline__ void pa_decode_body(
     if constexpr (HEADS) return bt[(t_begin + tile * 16) >> boxes.bs_shift];  // tile < n_tiles
     return boxes.blk(bt, tile);
   };
+  auto box_pre = [&](int tile) -> int {  // tile < kPaStages: the prefetched id, masked like box_blk's
+    if constexpr (HEADS) return pre_blk[tile];  // tile < n_tiles
+    return boxes.masked(tile, pre_blk[tile]);
+  };
   auto tma_issue = [&](int tile, int blk) {  // all of warp 0
     const int stage = tile % kPaStages;
     const uint32_t bar = smem_u32(mbar + stage);
@@ -456,7 +491,7 @@ __device__ __forceinline__ void pa_decode_body(
 #pragma unroll
   for (int st = 0; st < kPaStages - 1; ++st) {
     if constexpr (TMA) {
-      if (warp == 0 && st < n_tiles) tma_issue(st, box_blk(st));
+      if (warp == 0 && st < n_tiles) tma_issue(st, box_pre(st));
     } else if constexpr (BULK != 0) {
       if (st < n_tiles) bulk_issue(st, bulk_row_off(st));
     } else {
@@ -465,7 +500,7 @@ __device__ __forceinline__ void pa_decode_body(
     cp_async_commit();
   }
   if constexpr (TMA) {
-    if (warp == 0 && (!HEADS || kPaStages - 1 < n_tiles)) pending_blk = box_blk(kPaStages - 1);
+    if (warp == 0 && (!HEADS || kPaStages - 1 < n_tiles)) pending_blk = box_pre(kPaStages - 1);
   } else if constexpr (BULK != 0) {
     pending_off = bulk_row_off(kPaStages - 1);
   }
@@ -1159,8 +1194,14 @@ __device__ __forceinline__ void pa8_decode_body(
   const int G = Hq / Hkv;
   constexpr int TT = HEADS ? 16 : TILE;  // tokens per tile
 
-  const int L = max(seq_lens[b], 0);
   const int t_begin = split * part_tokens;
+  [[maybe_unused]] int pre_blk[S] = {};  // TMA: the first tiles' block ids, ahead of seq_lens
+  if constexpr (TMA != 0) {
+    const int R0 = HEADS ? 0 : min(block_size, kPaBoxRows);
+    pa_prefetch_blocks<S>(pre_blk, block_tables + (size_t)b * max_blocks, max_blocks, block_size, t_begin, TT,
+                          lane * R0, warp == 0 && (HEADS || lane * R0 < TILE));
+  }
+  const int L = max(seq_lens[b], 0);
   const int t_end = min(L, t_begin + part_tokens);
 
   // CLUSTER: an empty split still joins its cluster's reduce (no tiles, log-sum-exp -inf)
@@ -1204,6 +1245,10 @@ __device__ __forceinline__ void pa8_decode_body(
     if constexpr (HEADS) return tile < n_tiles ? bt[(t_begin + tile * 16) >> boxes.bs_shift] : -1;
     return boxes.blk(bt, tile);
   };
+  auto box_pre = [&](int tile) -> int {  // tile < S: the prefetched id, masked like box_blk's
+    if constexpr (HEADS) return tile < n_tiles ? pre_blk[tile] : -1;
+    return boxes.masked(tile, pre_blk[tile]);
+  };
   auto tma_issue = [&](int tile, int blk) {  // all of warp 0
     const int stage = tile % S;
     const uint32_t bar = smem_u32(mbar + stage);
@@ -1241,8 +1286,8 @@ __device__ __forceinline__ void pa8_decode_body(
     if (warp == 0) {
 #pragma unroll
       for (int st = 0; st < S - 1; ++st)
-        if (st < n_tiles) tma_issue(st, box_blk(st));
-      pending_blk = box_blk(S - 1);
+        if (st < n_tiles) tma_issue(st, box_pre(st));
+      pending_blk = box_pre(S - 1);
     }
   } else {
 #pragma unroll
@@ -1729,7 +1774,7 @@ bool pa16_tensor_map(CUtensorMap* map, int dtype, const void* base, long long ro
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
   if (D != 64 && D != 128 && D != 256) return false;
   if (D == 256) return warps == 4 && (stages == 2 || stages == 3);
-  return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || (D == 64 && stages <= 4)));
+  return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || (D == 64 && (stages == 3 || stages == 4))));
 }
 
 bool pa_heads_variant_compiled(int D, int warps, int stages) {

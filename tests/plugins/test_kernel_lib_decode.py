@@ -67,3 +67,20 @@ def test_paged_decode_fp8_refuses_before_launching():
     bad = _views((4, 16, 2, 64), torch.uint8, 8)
     with pytest.raises(ValueError, match="16-byte"):
         _no_library().paged_decode_fp8(q, good, bad, scales, scales, tables, lens, torch.empty_like(q), num_splits=1)
+
+
+def test_paged_decode_refuses_an_fp8_plan():
+    """A plan made for an fp8 pool (the cluster-reduce one included) is refused by the 16-bit entry
+    before any launch: its kernels read e4m3 bytes."""
+    from onnx_fuse.plugins import launch_plan as lp
+
+    q = torch.zeros((2, 8, 64), dtype=torch.float16)
+    tables = torch.zeros((2, 2), dtype=torch.int32)
+    lens = torch.tensor([20, 5], dtype=torch.int32)
+    pool = _views((4, 16, 2, 64), torch.float16, 0)
+    plans = (lp.plan_paged_decode(2, 8, 2, 64, 16, 2, kv_dtype="fp8", variant=(4, 3)),
+             lp.plan_paged_decode(2, 8, 4, 64, 16, 2, kv_dtype="fp8", variant=(4, 3, "cluster")))
+    assert plans[1].cluster
+    for plan in plans:
+        with pytest.raises(ValueError, match="fp8"):
+            _no_library().paged_decode(q, pool, pool, tables, lens, torch.empty_like(q), plan=plan)

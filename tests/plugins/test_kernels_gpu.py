@@ -679,11 +679,21 @@ def test_paged_decode_tma_matches_reference(lib, case, dtype):
     _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (4, 3, 2), dtype, case)
 
 
-@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2), (8, 4, 2)],
+                         ids=lambda v: f"w{v[0]}s{v[1]}t")
 @pytest.mark.parametrize("splits", [1, None, 5])
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_paged_decode_tma_variants(lib, variant, splits, D):
     _tma_check(lib, 3, 24, 4, D, 16, [1500, 47, 0], splits, variant, torch.float16, (variant, splits, D))
+
+
+# MQA (one kv head, 16 query heads in the mma tile) with the 8-warp TMA variants (w8s2t planned; w8s3t
+# and w8s4t, D = 64 only, candidates): ragged lengths ending mid-tile, an empty sequence, 1 to 3 splits.
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("variant", [(8, 2, 2), (8, 3, 2), (8, 4, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("splits", [1, 3])
+def test_paged_decode_tma_mqa_variants(lib, variant, splits, dtype):
+    _tma_check(lib, 5, 16, 1, 64, 16, [1500, 0, 129, 640, 77], splits, variant, dtype, ("mqa", variant, splits))
 
 
 @pytest.mark.parametrize("bs", [8, 32, 64, 128, 256])
@@ -1259,7 +1269,10 @@ def _fp8_heads_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, seed)
     out = torch.full_like(q, float("nan"))
     plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=variant)
     torch.cuda.synchronize()
-    assert plan.bulk == 3 and plan.tma and plan.kernel.endswith(f"w{variant[0]}s{variant[1]}h")
+    cluster = variant[2] == "cluster"  # splits combined in a thread-block cluster: no workspace, no reduce
+    assert plan.bulk == (4 if cluster else 3) and plan.tma and plan.cluster == cluster
+    assert plan.kernel.endswith(f"w{variant[0]}s{variant[1]}{'hc' if cluster else 'h'}")
+    assert not cluster or (plan.workspace_bytes == 0 and plan.reduce_kernel is None)
     assert plan.grid[0] == Hkv // variant[0]
     _check_fp8_out(out, q, k16, v16, k8, v8, ks, vs, tables, lens, dtype)
 
@@ -1295,6 +1308,80 @@ def test_paged_decode_fp8_tma_heads_variants(lib, variant, splits, D):
 def test_paged_decode_fp8_tma_heads_block_sizes(lib, bs):
     # 5 splits of 1500 tokens start at 320, 640, ... (mid-block for blocks of 128 and 256 tokens)
     _fp8_heads_check(lib, 3, 16, 8, 128, bs, [1500, 200, 9], 5, (8, 2, "heads"), torch.bfloat16, bs)
+
+
+# fp8 pool, cluster-reduce head groups (variants (warps, stages, "cluster"), sm_90): the head-group
+# kernel with the splits of each row combined inside a thread-block cluster through distributed shared
+# memory; empty splits (short sequences) and an empty sequence take part in their cluster; up to 8 splits.
+PA8_CLUSTER_CASES = [
+    # B, Hq, Hkv, D, block_size, lens, num_splits, variant
+    (3, 8, 8, 128, 16, [1, 16, 33], None, (8, 2, "cluster")),  # G = 1
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 1, (8, 2, "cluster")),
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 7, (4, 3, "cluster")),  # two groups, empty splits
+    (3, 32, 16, 128, 32, [900, 0, 300], None, (8, 2, "cluster")),  # two groups of 8, G = 2
+    (5, 12, 4, 64, 32, [31, 32, 33, 300, 0], None, (4, 4, "cluster")),
+    (2, 64, 4, 64, 16, [513, 70], 3, (4, 3, "cluster")),  # G = 16
+    (2, 16, 8, 128, 64, [4000, 70], 8, (8, 2, "cluster")),  # the largest cluster
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", PA8_CLUSTER_CASES,
+                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}w{}s{}".format(*c[:5], c[6], *c[7][:2]))
+def test_paged_decode_fp8_cluster_matches_reference(lib, case, dtype):
+    B, Hq, Hkv, D, bs, lens, splits, variant = case
+    _fp8_heads_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, ("cluster", case))
+
+
+@pytest.mark.parametrize("variant", [(4, 3, "cluster"), (4, 4, "cluster"), (8, 2, "cluster")],
+                         ids=lambda v: f"w{v[0]}s{v[1]}hc")
+@pytest.mark.parametrize("splits", [None, 2, 5])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("bs", [16, 128])
+def test_paged_decode_fp8_cluster_variants(lib, variant, splits, D, bs):
+    _fp8_heads_check(lib, 3, 24, 8, D, bs, [1500, 47, 0], splits, variant, torch.float16,
+                     ("cluster", variant, splits, D, bs))
+
+
+def test_paged_decode_fp8_cluster_odd_rows_and_refusals(lib):
+    """The cluster kernel writes any output row stride (no fallback needed): the same output as the
+    head-group kernel on rows Hq * D + 2 elements apart; plans it cannot run are refused (more splits
+    than a portable cluster, a group that does not divide Hkv, a block size under 16)."""
+    import dataclasses
+
+    from onnx_fuse.plugins import launch_plan as lp
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    B, Hq, Hkv, D, bs, lens = 2, 16, 8, 128, 16, [1500, 7]
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    _, _, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, torch.float16, gen)
+    q = _rand((B, Hq, D), torch.float16, gen)
+
+    def odd_rows():  # [B, Hq, D] rows Hq * D + 2 elements apart
+        return torch.full((B, Hq * D + 2), float("nan"), dtype=q.dtype, device="cuda")[:, :Hq * D].view(B, Hq, D)
+    out = odd_rows()
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, variant=(8, 2, "cluster"), num_splits=4)
+    base = torch.full_like(q, float("nan"))
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, base, variant=(8, 2, "heads"), num_splits=4)
+    torch.cuda.synchronize()
+    assert plan.cluster and out.stride(0) % 4 == 2
+    expect = ref.paged_attention(_np(q), _dequant(k8, ks), _dequant(v8, vs), tables.cpu().numpy(), np.array(lens),
+                                 out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL8[torch.float16] and _rel_err(base, expect) < TOL8[torch.float16]
+    assert (out.float() - base.float()).abs().max().item() < 2e-3  # same partials, combined in another order
+    with pytest.raises(ValueError):
+        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, variant=(8, 2, "cluster"), num_splits=9)
+    with pytest.raises(KernelError):  # 12 splits of 128 tokens: past the portable cluster size
+        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out,
+                             plan=dataclasses.replace(plan, num_splits=12, part_tokens=128, grid=(1, 12, B)))
+    with pytest.raises(KernelError):  # a group of 16 kv heads: not compiled
+        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, plan=dataclasses.replace(plan, warps=16))
+    _, _, k_b8, v_b8, ks8, vs8, t_b8, seq8 = _make_fp8_pool(lib, B, Hkv, D, 8, [100, 7], torch.float16, gen)
+    with pytest.raises(KernelError):  # block size 8 under a plan made for 16
+        lib.paged_decode_fp8(q, k_b8, v_b8, ks8, vs8, t_b8, seq8, out,
+                             plan=lp.plan_paged_decode(B, Hq, Hkv, D, 16, t_b8.shape[1], kv_dtype="fp8",
+                                                       variant=(8, 2, "cluster"), num_splits=2))
+    torch.cuda.synchronize()
 
 
 def test_paged_decode_fp8_tma_heads_falls_back(lib):

@@ -464,12 +464,36 @@ def test_fp8_decode_plan_rejects(bad):
 def test_pa_tma_variants_match_the_sources_and_plan():
     pa = (KERNELS / "paged_attention.cu").read_text()
     x_re = r"X\(DTN, T, D, (\d+), (\d+)\)"
-    lists = {"OF_PA_TMA_VARIANTS": {tuple(map(int, m)) + (2,) for m in re.findall(x_re, _block(pa, "#define OF_PA_TMA_VARIANTS("))},
-             "OF_PA_TMA_VARIANTS_D256": {tuple(map(int, m)) + (2,) for m in re.findall(x_re, _block(pa, "#define OF_PA_TMA_VARIANTS_D256("))}}
-    src: dict[int, set] = {}
-    for lst, d in re.findall(r"^(OF_PA_TMA_VARIANTS(?:_D256)?)\(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M):
-        src.setdefault(int(d), set()).update(lists[lst])
+    src = {d: {v + (2,) for v in vs} for d, vs in _pa_tma_by_d().items()}
     assert set(src) == set(lp.PA_TMA_HEAD_DIMS)
+    assert re.findall(r"^OF_PA_TMA_VARIANTS(?:_D256|_D64)?\(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M) \
+        == re.findall(r"^OF_PA_TMA_VARIANTS(?:_D256|_D64)?\(OF_PA_TMA_DECODE, f16, __half, (\d+)\)", pa, re.M)
+    # the launcher's compiled check lists the same (D, warps, stages)
+    chk = re.search(r"bool pa_tma_variant_compiled\(int D, int warps, int stages\) \{\n(.*?)\n\}", pa, re.S)
+    assert chk
+    body = chk.group(1).replace("&&", " and ").replace("||", " or ").replace("!=", " != ")
+    for d in (64, 80, 96, 128, 256):
+        for w in (2, 4, 8):
+            for st in range(1, 6):
+                env = {"D": d, "warps": w, "stages": st, "false": False, "true": True}
+                got = None
+                for line in body.split(";"):
+                    line = line.strip()
+                    m = re.match(r"if \((.*)\) return (.*)", line, re.S)
+                    if m and eval(m.group(1), {}, env):  # noqa: S307
+                        got = bool(eval(m.group(2), {}, env))  # noqa: S307
+                        break
+                    if line.startswith("return "):
+                        got = bool(eval(line[7:], {}, env))  # noqa: S307
+                        break
+                assert got == ((w, st, 2) in src.get(d, set())), (d, w, st)
+    assert set(lp.pa_tma_variants(64)) - set(lp.pa_tma_variants(128)) == {(8, 3, 2), (8, 4, 2)}
+    for w, st in ((8, 3), (8, 4)):  # MQA candidates: one CTA per SM, split 1 like the planned w8s2t
+        p = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(w, st, 2))
+        assert p.kernel == f"onnx_fuse_pa_decode_f16_d64_w{w}s{st}t" and p.num_splits == 1 and p.grid == (1, 1, 128)
+        assert p.smem_bytes == 128 + 1024 + (16 * 64 + st * 2 * 128 * 64) * 2 and p.kernel in _kernel_names()
+    with pytest.raises(ValueError):  # 8 warps x 3 stages of 128-token tiles at D = 128: not compiled
+        lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 3, 2))
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert set(lp.pa_tma_variants(d)) == src.get(d, set()), d
         assert not set(lp.pa_tma_variants(d)) & set(lp.pa_variants(d))
@@ -957,6 +981,53 @@ def test_fp8_heads_variants_match_the_sources_and_plan():
     assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", device=a100).bulk == 0
     assert "int onnx_fuse_paged_attention_decode_fp8_tma_heads(" in pa
     assert "int onnx_fuse_paged_attention_fp8_tma_heads_map_ok(" in pa
+
+
+def test_fp8_cluster_variants_match_the_sources_and_plan():
+    """Cluster-reduce fp8 head groups (bulk 4, suffix "hc"): the variant list, head sizes, the
+    launcher's compiled check and shared-memory formula are the source's; the plan has no workspace
+    and no reduce kernel, at most 8 splits (auto counts capped there), and refuses what the launcher
+    refuses (no fallback)."""
+    pa = (KERNELS / "paged_attention.cu").read_text()
+    src = {tuple(map(int, m)) + ("cluster",)
+           for m in re.findall(r"X\(DTN, T, D, (\d+), (\d+)\)", _block(pa, "#define OF_PA8_CLUSTER_VARIANTS("))}
+    ds = {int(d) for d in re.findall(r"^OF_PA8_CLUSTER_VARIANTS\(OF_PA8HC_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M)}
+    ds16 = {int(d) for d in re.findall(r"^OF_PA8_CLUSTER_VARIANTS\(OF_PA8HC_DECODE, f16, __half, (\d+)\)", pa, re.M)}
+    assert src == set(lp.PA8_CLUSTER_VARIANTS) and ds == ds16 == set(lp.PA8_HEADS_HEAD_DIMS)
+    chk = re.search(r"bool pa8_cluster_variant_compiled\(int D, int warps, int stages\) \{\n  return (.*?);\n\}", pa, re.S)
+    assert chk
+    for w in (2, 4, 8, 16):
+        for st in range(1, 7):
+            for d in (64, 96, 128, 256):
+                compiled = eval(chk.group(1).replace("&&", " and ").replace("||", " or "),  # noqa: S307
+                                {"D": d, "warps": w, "stages": st})
+                assert bool(compiled) == ((w, st, "cluster") in src and d in ds), (d, w, st)
+    assert ("return pa8t_smem_bytes(D, W, S) + W * 16 * 4;" in pa
+            and "const int smem = onnx_fuse::pa8hc_smem_bytes(D, warps, stages);" in pa)
+    assert "int onnx_fuse_paged_attention_decode_fp8_cluster(" in pa
+    for d in lp.PA8_HEAD_DIMS:
+        assert set(lp.pa8_cluster_variants(d)) == (src if d in ds else set()), d
+        assert not set(lp.pa8_cluster_variants(d)) & set(lp.pa8_heads_variants(d) + lp.pa8_variants(d))
+    assert lp.pa8_cluster_variants(128, 4) == ((4, 3, "cluster"), (4, 4, "cluster"))
+    for w, st, tag in lp.PA8_CLUSTER_VARIANTS:
+        for dtype, dt in (("float16", "f16"), ("bfloat16", "bf16")):
+            for sp in (1, 2, 8):
+                p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, dtype, kv_dtype="fp8", variant=(w, st, tag),
+                                         num_splits=sp)
+                assert p.kernel == f"onnx_fuse_pa8_decode_{dt}_d128_w{w}s{st}hc" and p.bulk == 4 and p.cluster
+                assert p.kv_fp8 and p.tma and p.grid == (8 // w, sp, 64) and p.num_splits == sp
+                assert p.workspace_bytes == 0 and p.reduce_kernel is None and p.reduce_grid is None
+                assert p.smem_bytes == st * 2 * 16 * w * 128 + 1024 + 128 + w * 16 * 4 <= lp.H200.max_smem_per_block
+        q = lp.plan_paged_decode(16, 32, 8, 128, 16, 1024, kv_dtype="fp8", variant=(w, st, tag))  # ctx 16384
+        assert q.cluster and 1 <= q.num_splits <= lp.PA_CLUSTER_MAX_SPLITS
+    with pytest.raises(ValueError):  # past the portable cluster size
+        lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", variant=(8, 2, "cluster"), num_splits=9)
+    for args, var in (((4, 8, 2, 128, 16, 64), (4, 3, "cluster")), ((4, 8, 8, 128, 8, 64), (8, 2, "cluster")),
+                      ((4, 8, 8, 96, 16, 64), (8, 2, "cluster")), ((4, 8, 8, 128, 16, 64), (8, 3, "cluster"))):
+        with pytest.raises(ValueError):
+            lp.plan_paged_decode(*args, variant=var, kv_dtype="fp8")
+    # not planned (bench candidates until measured)
+    assert not lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").cluster
 
 
 # ------------------------------------------------------------------ logit softcap (_sc twins)

@@ -6,6 +6,7 @@ they compute stay what the fused op computes (checked in ONNX Runtime against th
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto
 
@@ -14,9 +15,11 @@ H, D = 2, 8
 BIG = np.iinfo(np.int64).max
 
 
-def _rope_fp32_tables(h):
+def _rope_fp32_tables(h, *, rotate_in_fp32=False):
     """x float16 [B,H,S,D]; f = positions * inv_freq in float32 (HF's rotary embedding under a
-    float16 model); cos/sin of concat(f, f) cast to float16; y = x*cos + rotate_half(x)*sin."""
+    float16 model); cos/sin of concat(f, f) cast to float16; y = x*cos + rotate_half(x)*sin.
+    rotate_in_fp32 (OLMo 2): the tables stay float32, x and rotate_half(x) are cast up, and the
+    result is cast back to float16."""
     n = h.node
     nodes = [
         n("Shape", ["x"], ["xs"], start=2, end=3),
@@ -40,6 +43,20 @@ def _rope_fp32_tables(h):
         n("Mul", ["r", "su"], ["s"]),
         n("Add", ["c", "s"], ["y"]),
     ]
+    if rotate_in_fp32:
+        f32 = TensorProto.FLOAT
+        nodes = [x for x in nodes if x.op_type != "Cast" or x.input[0] not in ("co", "si")]
+        for x in nodes:
+            x.input[:] = [{"coc": "co", "sic": "si"}.get(i, i) for i in x.input]
+        mul_c = next(x for x in nodes if x.output[0] == "c")
+        mul_s = next(x for x in nodes if x.output[0] == "s")
+        mul_c.input[:] = ["x32", "cu"]
+        mul_s.input[:] = ["r32", "su"]
+        add = next(x for x in nodes if x.output[0] == "y")
+        add.output[:] = ["y32"]
+        at_r = next(i for i, x in enumerate(nodes) if x.output[0] == "r") + 1
+        nodes[at_r:at_r] = [n("Cast", ["r"], ["r32"], to=f32)]
+        nodes = [n("Cast", ["x"], ["x32"], to=f32), *nodes, n("Cast", ["y32"], ["y"], to=F16)]
     inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
     inits = {"zero": np.array(0, np.int64), "one_i": np.array(1, np.int64),
              "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
@@ -50,14 +67,17 @@ def _rope_fp32_tables(h):
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-def test_rope_tables_in_float32_cast_to_float16_fuse(h, target):
-    model = _rope_fp32_tables(h)
+@pytest.mark.parametrize("rotate_in_fp32", [False, True])
+def test_rope_tables_in_float32_cast_to_float16_fuse(h, target, rotate_in_fp32):
+    model = _rope_fp32_tables(h, rotate_in_fp32=rotate_in_fp32)
     out = h.fuse(model, target)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
     rot = next(x for x in out.graph.node if x.op_type == "RotaryEmbedding")
-    elem = {v.name: v.type.tensor_type.elem_type for v in out.graph.value_info}
-    assert elem.get(rot.input[1], F16) == F16  # the tables reach the op in x's dtype
+    typed = onnx.shape_inference.infer_shapes(out).graph
+    elem = {v.name: v.type.tensor_type.elem_type for v in [*typed.value_info, *typed.input, *typed.output]}
+    want = TensorProto.FLOAT if rotate_in_fp32 else F16  # the rotation keeps the graph's precision
+    assert elem.get(rot.input[0]) == want and elem.get(rot.input[1]) == want, (elem.get(rot.input[0]),)
     feeds = {"x": h.rng.standard_normal((2, H, 5, D)).astype(np.float16)}
     h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
 
