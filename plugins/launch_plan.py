@@ -152,9 +152,13 @@ PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 # plan_paged_decode takes them as ``variant``. D = 64, 128, 256; block sizes a power of two >= 8 and
 # compute capability 9.0, else the plan (like the C launcher) falls back to the 4-warp bulk variant
 # of the same stages where one is compiled, else (4, 3, 0). (8, 2, 2): tiles of 128 tokens, planned
-# for MQA at D = 64. (D = 80 / 96 TMA and (8, 3, 2) measured behind and were dropped.)
+# for MQA at D = 64. (D = 80 / 96 TMA and (8, 3, 2) measured behind and were dropped in run 6; 8 warps x
+# 3 and 4 stages are back at D = 64 only, as MQA candidates.)
 PA_TMA_HEAD_DIMS = (64, 128, 256)
 PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2))
+# D = 64 adds 8 warps x 3 / 4 stages (OF_PA_TMA_VARIANTS_D64): more K/V in flight per CTA for the MQA
+# grid of one CTA per SM (bench candidates; w8s2t stays planned until they measure ahead)
+PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
 # onnx_fuse_paged_attention_decode_tma_heads): one CTA per group of `warps` kv heads, tiles of 16
@@ -196,6 +200,12 @@ PA8_TMA_VARIANTS_D256 = tuple((w, s, "tma") for w, s in PA8_VARIANTS_D256)
 # (4, 3, "tma") where the pool leaves no tensor map). Not planned yet: bench candidates, run by name.
 PA8_HEADS_HEAD_DIMS = (64, 128)
 PA8_HEADS_VARIANTS = ((4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, "heads"))
+# Cluster-reduce fp8 head groups (warps, stages, "cluster") (OF_PA8_CLUSTER_VARIANTS, kernel suffix "hc",
+# onnx_fuse_paged_attention_decode_fp8_cluster): the head-group kernel with the splits of each row
+# combined inside a thread-block cluster (distributed shared memory), as the 16-bit w8s2hc: no
+# workspace, no reduce kernel. Same shapes as the head groups, at most PA_CLUSTER_MAX_SPLITS splits, no
+# fallback (the plan refuses where the kernel does not apply). Bench candidates, run by name.
+PA8_CLUSTER_VARIANTS = ((4, 3, "cluster"), (4, 4, "cluster"), (8, 2, "cluster"))
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 
 
@@ -851,14 +861,19 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
         ctas_per_sm = max(1, min(2 if heads and warps == 8 else 4, device.smem_per_sm // (smem + 1024)))
     if num_splits is None:
         groups = num_kv_heads // warps if heads else num_kv_heads
+        max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         num_splits = _wave_splits(batch * groups, device.num_sms * ctas_per_sm,
-                                  max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN))),
+                                  min(max_splits, PA_CLUSTER_MAX_SPLITS) if cluster else max_splits,
                                   ctx=ctx if heads else None)
-    suffix = "h" if heads else ("t" if tma else "")
-    return _decode_launch(f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{suffix}",
+    suffix = "hc" if cluster else ("h" if heads else ("t" if tma else ""))
+    plan = _decode_launch(f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{warps}s{stages}{suffix}",
                           batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,
-                          ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=3 if heads else 0,
-                          kv_fp8=True, tma=tma)
+                          ctas_per_sm, min_split_tokens, device, smem, warps, stages,
+                          bulk=4 if cluster else (3 if heads else 0), kv_fp8=True, tma=tma)
+    if cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # split lengths aligned past the cluster size
+        raise ValueError(f"cluster-reduce variant {variant}: {plan.num_splits} splits of {plan.part_tokens} tokens "
+                         f"exceed {PA_CLUSTER_MAX_SPLITS}")
+    return plan
 
 
 def paged_decode_kv_bytes(seq_lens, num_kv_heads: int, head_dim: int, itemsize: int = 2) -> int:

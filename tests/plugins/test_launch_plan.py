@@ -81,11 +81,18 @@ def _pa_tma_by_d() -> dict[int, set[tuple[int, int]]]:
     """The 16-bit TMA decode variants (warps, stages) paged_attention.cu compiles, per head size."""
     pa = (lp_src := Path(lp.__file__).resolve().parent / "kernels" / "paged_attention.cu").read_text()
     x_re = r"X\(DTN, T, D, (\d+), (\d+)\)"
-    tv = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_TMA_VARIANTS("))}
-    tv256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_TMA_VARIANTS_D256("))}
-    ds = {int(d) for d in re.findall(r"^OF_PA_TMA_VARIANTS(?:_D256)?\(OF_PA_TMA_DECODE, f16, [\w ]+, (\d+)\)", pa, re.M)}
-    assert tv and tv256 and ds, lp_src
-    return {d: tv256 if d == 256 else tv for d in ds}
+    def macro(head):  # one definition: up to the next blank line or #define
+        return _block(pa, head).split("\n#define")[0]
+    tv = {tuple(map(int, v)) for v in re.findall(x_re, macro("#define OF_PA_TMA_VARIANTS("))}
+    tv256 = {tuple(map(int, v)) for v in re.findall(x_re, macro("#define OF_PA_TMA_VARIANTS_D256("))}
+    d64 = macro("#define OF_PA_TMA_VARIANTS_D64(")
+    assert "OF_PA_TMA_VARIANTS(X, DTN, T, D)" in d64  # the D = 64 list extends the common one
+    tv64 = tv | {tuple(map(int, v)) for v in re.findall(x_re, d64)}
+    lists = {"": tv, "_D256": tv256, "_D64": tv64}
+    by_d = {int(d): lists[suf] for suf, d in
+            re.findall(r"^OF_PA_TMA_VARIANTS(_D256|_D64)?\(OF_PA_TMA_DECODE, f16, [\w ]+, (\d+)\)", pa, re.M)}
+    assert tv and tv256 and tv64 > tv and by_d, lp_src
+    return by_d
 
 
 def _pa_heads_by_d() -> dict[int, set[tuple[int, int]]]:
