@@ -1618,16 +1618,28 @@ using onnx_fuse::fa_paged_prefill_tma_body;
 using onnx_fuse::fa_fwd_wgmma_body;
 using onnx_fuse::fa_fwd_wgmma_pipe_body;
 
-#define OF_FA_KERNEL(NAME, T, D, W, MT, BN, CAUSAL)                                             \
+// One entry macro per body serves the plain and the softcap (_sc) entries: SC = 0 or 1 (pasted,
+// so a literal). The _sc entries take one more argument, sc_k (fa_softcap's), after the usual
+// ones (after the tensor maps for TMA entries) and pass it on; the plain ones leave the body's
+// default. Exported names and argument lists are those of the separate macros they replace.
+#define OF_FA_SC_PARAM_0
+#define OF_FA_SC_PARAM_1 , float sc_k
+#define OF_FA_SC_ARG_0
+#define OF_FA_SC_ARG_1 , sc_k
+#define OF_FA_SC_BOOL_0 false
+#define OF_FA_SC_BOOL_1 true
+
+#define OF_FA_MMA_ENTRY(NAME, T, D, W, MT, BN, CAUSAL, SC)                                         \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2) {                                      \
-    fa_fwd_entry<T, D, W, MT, BN, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,     \
-                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,   \
-                                          scale_log2);                                            \
+      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC) {                      \
+    fa_fwd_entry<T, D, W, MT, BN, CAUSAL, OF_FA_SC_BOOL_##SC>(                                     \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
+        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC);                                           \
   }
+#define OF_FA_KERNEL(NAME, T, D, W, MT, BN, CAUSAL) OF_FA_MMA_ENTRY(NAME, T, D, W, MT, BN, CAUSAL, 0)
 
 // Variant name: onnx_fuse_fa_fwd_<dt>_d<D>_m<rows per CTA>n<keys per tile>w<warps>_<full|causal>.
 #define OF_FA_VARIANT(DTN, T, D, BMV, BNV, W, MT)                                                  \
@@ -1640,16 +1652,17 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 
 // wgmma variant (sm_90a): onnx_fuse_fa_fwd_<dt>_d<D>_m128n128w8_<mask>; in builds for other
 // targets the same entry runs the mma.sync 128x64 8-warp body (same grid and block).
-#define OF_FA_WG_KERNEL(NAME, T, D, CAUSAL)                                                      \
+#define OF_FA_WG_ENTRY(NAME, T, D, CAUSAL, SC)                                                     \
   extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2) {                                      \
-    fa_fwd_wgmma_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,  \
-                                    k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,            \
-                                    scale_log2);                                               \
+      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC) {                      \
+    fa_fwd_wgmma_body<T, D, CAUSAL, 2, 0, OF_FA_SC_BOOL_##SC>(                                     \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
+        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC);                                           \
   }
+#define OF_FA_WG_KERNEL(NAME, T, D, CAUSAL) OF_FA_WG_ENTRY(NAME, T, D, CAUSAL, 0)
 #define OF_FA_WGP_KERNEL(NAME, T, D, CAUSAL)                                                     \
   extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
@@ -1682,31 +1695,35 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WG1_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m64n128w4_full, T, 64, false)       \
   OF_FA_WG1_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m64n128w4_causal, T, 64, true)
 // Warp-specialized (producer warpgroup + two ping-ponging consumer warpgroups), D = 64 and 128.
-#define OF_FA_WS_KERNEL(NAME, T, D, CAUSAL)                                                      \
+#define OF_FA_WS_ENTRY(NAME, T, D, CAUSAL, SC)                                                     \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2) {                                      \
-    fa_fwd_ws_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,     \
-                                 k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);  \
+      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC) {                      \
+    fa_fwd_ws_body<T, D, CAUSAL, OF_FA_SC_BOOL_##SC>(                                              \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
+        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC);                                           \
   }
+#define OF_FA_WS_KERNEL(NAME, T, D, CAUSAL) OF_FA_WS_ENTRY(NAME, T, D, CAUSAL, 0)
 #define OF_FA_WS_KERNELS_D(DTN, T, D)                                                    \
   OF_FA_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12_full, T, D, false)          \
   OF_FA_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12_causal, T, D, true)
 // The same with a TMA producer (name suffix t): three tensor maps follow the usual arguments.
 // No TensorRT AOT twin (its launcher cannot build tensor maps).
-#define OF_FA_WST_KERNEL(NAME, T, D, CAUSAL)                                                     \
+#define OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, PREGS, OPT, SC)                                        \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
-    fa_fwd_ws_tma_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, \
-                                     k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,           \
-                                     scale_log2, &tq, &tk, &tv);                               \
+      const __grid_constant__ CUtensorMap tk,                                                      \
+      const __grid_constant__ CUtensorMap tv OF_FA_SC_PARAM_##SC) {                                \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, OPT, OF_FA_SC_BOOL_##SC>(   \
+        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
+        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv OF_FA_SC_ARG_##SC);                            \
   }
+#define OF_FA_WST_KERNEL(NAME, T, D, CAUSAL) OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, 40, 0, 0)
 #define OF_FA_WST_KERNELS_D(DTN, T, D)                                                   \
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_full, T, D, false)        \
   OF_FA_WST_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_causal, T, D, true)
@@ -1714,17 +1731,7 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // producer warpgroup keeps 24 registers and the consumers 240 (FlashAttention-3's split). OPT:
 // fa_ws_core's options (0 for the r24 entries; the bench candidates below set them).
 // OF_FA_WSTX_KERNEL: the same entry with the producer's registers PREGS (40 or 24) as well.
-#define OF_FA_WSTX_KERNEL(NAME, T, D, CAUSAL, PREGS, OPT)                                        \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {        \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, OPT>(                  \
-        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, \
-        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv);                                          \
-  }
+#define OF_FA_WSTX_KERNEL(NAME, T, D, CAUSAL, PREGS, OPT) OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, PREGS, OPT, 0)
 #define OF_FA_WSTR_KERNEL(NAME, T, D, CAUSAL, OPT) OF_FA_WSTX_KERNEL(NAME, T, D, CAUSAL, 24, OPT)
 #define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                    \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)  \
@@ -1765,7 +1772,7 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) { \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) {     \
     fa_fwd_ws_tma_persistent_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
                                                 q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
                                                 o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);     \
@@ -1847,7 +1854,7 @@ OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 128)
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
-      int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                \
+      int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                    \
       const __grid_constant__ CUtensorMap tv) {                                                \
     fa_paged_prefill_tma_body<T, D, CAUSAL, OPT>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool,     \
                                                  v_pool, block_tables, seq_lens, o, o_sb, o_ts, \
@@ -1884,56 +1891,18 @@ OF_FA_KERNELS_D256(bf16, __nv_bfloat16)
 // builds) and 128x64 4-warp; wgmma m128n128w8 at D = 80 / 96 and m128n64w8 at D = 256; the
 // warp-specialized body at D = 64 / 128 with cp.async and with TMA (the planned register split:
 // 40 / 232 at D = 64, r24 at D = 128). The TensorRT AOT adapter replays OF_FA_SC_KERNELS* lines.
-#define OF_FA_SC_KERNEL(NAME, T, D, W, MT, BN, CAUSAL)                                          \
-  extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
-    fa_fwd_entry<T, D, W, MT, BN, CAUSAL, true>(                                               \
-        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
-        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
-  }
-#define OF_FA_SC_VARIANT(DTN, T, D, BMV, BNV, W, MT)                                           \
-  OF_FA_SC_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_sc_full, T, D, W, MT,  \
+#define OF_FA_SC_KERNEL(NAME, T, D, W, MT, BN, CAUSAL) OF_FA_MMA_ENTRY(NAME, T, D, W, MT, BN, CAUSAL, 1)
+#define OF_FA_SC_VARIANT(DTN, T, D, BMV, BNV, W, MT)                                               \
+  OF_FA_SC_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_sc_full, T, D, W, MT,     \
                   BNV, false)                                                                  \
-  OF_FA_SC_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_sc_causal, T, D, W, MT, \
+  OF_FA_SC_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m##BMV##n##BNV##w##W##_sc_causal, T, D, W, MT,   \
                   BNV, true)
-#define OF_FA_SC_KERNELS_D(DTN, T, D) \
+#define OF_FA_SC_KERNELS_D(DTN, T, D)                                                              \
   OF_FA_SC_VARIANT(DTN, T, D, 64, 64, 4, 1) OF_FA_SC_VARIANT(DTN, T, D, 128, 64, 4, 2)
 #define OF_FA_SC_KERNELS_D256(DTN, T) OF_FA_SC_VARIANT(DTN, T, 256, 64, 64, 4, 1)
-#define OF_FA_SC_WG_KERNEL(NAME, T, D, CAUSAL)                                                   \
-  extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
-    fa_fwd_wgmma_body<T, D, CAUSAL, 2, 0, true>(                                               \
-        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
-        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
-  }
-#define OF_FA_SC_WS_KERNEL(NAME, T, D, CAUSAL)                                                   \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, float sc_k) {                          \
-    fa_fwd_ws_body<T, D, CAUSAL, true>(                                                        \
-        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
-        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, sc_k);                                       \
-  }
-#define OF_FA_SC_WST_KERNEL(NAME, T, D, PREGS, CAUSAL)                                           \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,          \
-      float sc_k) {                                                                            \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, 0, true>(                  \
-        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb,            \
-        v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv, sc_k);                        \
-  }
+#define OF_FA_SC_WG_KERNEL(NAME, T, D, CAUSAL) OF_FA_WG_ENTRY(NAME, T, D, CAUSAL, 1)
+#define OF_FA_SC_WS_KERNEL(NAME, T, D, CAUSAL) OF_FA_WS_ENTRY(NAME, T, D, CAUSAL, 1)
+#define OF_FA_SC_WST_KERNEL(NAME, T, D, PREGS, CAUSAL) OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, PREGS, 0, 1)
 #define OF_FA_SC_HOPPER_KERNELS(DTN, T)                                                         \
   OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d80_m128n128w8_sc_full, T, 80, false)             \
   OF_FA_SC_WG_KERNEL(onnx_fuse_fa_fwd_##DTN##_d80_m128n128w8_sc_causal, T, 80, true)            \
