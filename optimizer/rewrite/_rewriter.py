@@ -286,6 +286,11 @@ class Rewriter:
                 raise RewriteRejected(v.why)
             if not isinstance(v, (ir.Value, _NewValue)):
                 raise RewriteRejected(f"pattern output {o!r} must be a tensor, the rewrite made it {v!r}")
+            old = match.values.get(o)
+            # a graph output keeps its name also when a computed choice picks its new value
+            # (`o = oc if bound(tv) else oa`): the chosen value was named for its statement
+            if isinstance(v, _NewValue) and old is not None and old.is_graph_output() and o not in replaced:
+                v.name = old.name
         nodes, inits = self._live(nodes, inits, outputs)
         plan = Plan(match, nodes, inits, outputs, sorted(taken))
         if io is not None:

@@ -112,3 +112,58 @@ def test_float16_constant_must_still_be_the_rules_number(h):
     out = h.fuse(model, "onnx")
     assert "Tanh" in h.ops(out)
     assert any("c_coef" in r for r in h.reasons(model, "onnx", "gelu-tanh")), h.reasons(model, "onnx", "gelu-tanh")
+
+
+def _attention_fp16(h, form):
+    """q, k, v float16 [B,H,S,D] (graph inputs). eager: softmax(scores, dtype=float32).to(fp16);
+    sdpa-ts (TorchScript's sdpa under a float32 mask): scores cast up, + float32 mask, softmax,
+    NaN guard, V cast up, float32 output (a graph output: its name must stay)."""
+    n = h.node
+    f32 = TensorProto.FLOAT
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"])]
+    inits = {}
+    if form == "eager":
+        nodes += [n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+                  n("Cast", ["sm"], ["s32"], to=f32), n("Softmax", ["s32"], ["p"], axis=-1),
+                  n("Cast", ["p"], ["p16"], to=F16), n("MatMul", ["p16", "v"], ["o"])]
+        inits["scale"] = np.array(0.25, np.float16)
+        mask_t, out_t = F16, F16
+    else:
+        nodes += [n("Cast", ["sc"], ["s32"], to=f32), n("Mul", ["s32", "scale"], ["ss"]),
+                  n("Add", ["ss", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1),
+                  n("IsNaN", ["p"], ["isn"]), n("Where", ["isn", "zero", "p"], ["pz"]),
+                  n("Cast", ["v"], ["v32"], to=f32), n("MatMul", ["pz", "v32"], ["o"])]
+        inits["scale"] = np.array(0.25, np.float32)
+        inits["zero"] = np.array(0.0, np.float32)
+        mask_t, out_t = f32, f32
+    qkv = [h.vi(x, ["b", H, "s", 16], F16) for x in ("q", "k", "v")]
+    model = h.make_model(nodes, [*qkv, h.vi("mask", ["b", 1, "s", "s"], mask_t)],
+                         [h.vi("o", ["b", H, "s", 16], out_t)], inits)
+    return model, mask_t
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("form", ["eager", "sdpa-ts"])
+def test_attention_with_float32_softmax_fuses(h, target, form):
+    model, mask_t = _attention_fp16(h, form)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and "MatMul" not in ops, ops
+    assert [o.name for o in out.graph.output] == ["o"]
+    rng = h.rng
+    s = 6
+    causal = np.triu(np.full((s, s), -np.inf), 1)[None, None].repeat(2, 0)
+    feeds = {x: rng.standard_normal((2, H, s, 16)).astype(np.float16) for x in ("q", "k", "v")}
+    feeds["mask"] = causal.astype(np.float16 if mask_t == F16 else np.float32)
+    h.assert_close(model, out, feeds, atol=4e-3, rtol=4e-3)
+
+
+def test_attention_scores_cast_down_do_not_fuse(h):
+    """Only an up-cast to float32 keeps the numbers: scores cast to float16 from float32 q k^T
+    (a lossy step the fused op would skip) are not attention in q's precision."""
+    model, _ = _attention_fp16(h, "eager")
+    for x in model.graph.node:
+        if x.op_type == "Cast" and x.output[0] == "s32":
+            x.attribute[0].i = TensorProto.BFLOAT16
+    rs = h.reasons(model, "onnx", "attention")
+    assert rs and not any(r.startswith("matched") for r in rs), rs
