@@ -205,7 +205,7 @@ PA8_HEADS_VARIANTS = ((4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, 
 # combined inside a thread-block cluster (distributed shared memory), as the 16-bit w8s2hc: no
 # workspace, no reduce kernel. Same shapes as the head groups, at most PA_CLUSTER_MAX_SPLITS splits, no
 # fallback (the plan refuses where the kernel does not apply). Bench candidates, run by name.
-PA8_CLUSTER_VARIANTS = ((4, 3, "cluster"), (4, 4, "cluster"), (8, 2, "cluster"))
+PA8_CLUSTER_VARIANTS = ((4, 3, "cluster"), (4, 4, "cluster"), (8, 2, "cluster"), (8, 3, "cluster"))
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 
 

@@ -1604,7 +1604,7 @@ OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 128)
 // row combined inside a thread-block cluster (pa_cluster_combine, as the 16-bit w8s2hc) instead of
 // the workspace and onnx_fuse_pa_reduce_*; launched by onnx_fuse_paged_attention_decode_fp8_cluster
 // (cluster dims (1, num_splits, 1), num_splits <= 8). launch_plan.PA8_CLUSTER_VARIANTS mirrors the
-// list; register bounds as the head-group variants'.
+// list; the same (warps, stages) as the head-group list, register bounds as theirs.
 #define OF_PA8HC_DECODE(DTN, T, D, W, ST)                                                          \
   extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : (ST == 3 ? 4 : 3))             \
       onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##hc(                                         \
@@ -1620,7 +1620,8 @@ OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 128)
 #define OF_PA8_CLUSTER_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 3)                          \
   X(DTN, T, D, 4, 4)                          \
-  X(DTN, T, D, 8, 2)
+  X(DTN, T, D, 8, 2)                          \
+  X(DTN, T, D, 8, 3)
 OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 64)
 OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 128)
 OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 64)
@@ -1813,10 +1814,6 @@ bool pa16h_tensor_map(CUtensorMap* map, int dtype, const void* base, long long r
 // The uint8 pool's head-group map: slabs of min(D, 128) bytes (128-byte swizzle; 64-byte at D = 64).
 bool pa8h_tensor_map(CUtensorMap* map, const void* base, long long rows, int Hkv, int D, int warps) {
   return pa_head_group_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, rows, Hkv, D, warps, D >= 128 ? 128 : 64);
-}
-
-bool pa8_cluster_variant_compiled(int D, int warps, int stages) {
-  return (D == 64 || D == 128) && ((warps == 4 && (stages == 3 || stages == 4)) || (warps == 8 && stages == 2));
 }
 
 // What both cluster-reduce launchers check alike (no fallback: the planner checks the shape):
@@ -2141,7 +2138,7 @@ int onnx_fuse_paged_attention_fp8_cluster_smem_bytes(int head_dim, int warps, in
 
 // onnx_fuse_paged_attention_decode_fp8_tma_heads with the num_splits splits of each row reduced inside
 // a thread-block cluster (pa8_decode_body, TMA = 2 with CLUSTER): no workspace (may be null), no reduce
-// kernel; num_splits <= 8. (warps, stages) in (4, 3), (4, 4), (8, 2); D in {64, 128}; Hkv % warps == 0,
+// kernel; num_splits <= 8. (warps, stages) in (4, 3), (4, 4), (8, 2), (8, 3); D in {64, 128}; Hkv % warps == 0,
 // block_size a power of two >= 16; any output row stride. Refuses (cudaErrorInvalidValue) what it
 // cannot run, a missing tensor map included: no fallback (the planner checks the shape).
 int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long long q_sb, const void* k_pool,
@@ -2156,7 +2153,7 @@ int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long 
                                       num_splits, k_pool, v_pool))
     return rc;
   OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
-  OF_REQUIRE(pa8_cluster_variant_compiled(D, warps, stages) && Hkv % warps == 0);
+  OF_REQUIRE(pa8_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);  // the same list
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
   OF_REQUIRE(pa8h_tensor_map(&tk, k_pool, rows, Hkv, D, warps) && pa8h_tensor_map(&tv, v_pool, rows, Hkv, D, warps));

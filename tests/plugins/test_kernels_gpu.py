@@ -1322,6 +1322,7 @@ PA8_CLUSTER_CASES = [
     (5, 12, 4, 64, 32, [31, 32, 33, 300, 0], None, (4, 4, "cluster")),
     (2, 64, 4, 64, 16, [513, 70], 3, (4, 3, "cluster")),  # G = 16
     (2, 16, 8, 128, 64, [4000, 70], 8, (8, 2, "cluster")),  # the largest cluster
+    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 4, (8, 3, "cluster")),
 ]
 
 
@@ -1333,7 +1334,7 @@ def test_paged_decode_fp8_cluster_matches_reference(lib, case, dtype):
     _fp8_heads_check(lib, B, Hq, Hkv, D, bs, lens, splits, variant, dtype, ("cluster", case))
 
 
-@pytest.mark.parametrize("variant", [(4, 3, "cluster"), (4, 4, "cluster"), (8, 2, "cluster")],
+@pytest.mark.parametrize("variant", [(4, 3, "cluster"), (4, 4, "cluster"), (8, 2, "cluster"), (8, 3, "cluster")],
                          ids=lambda v: f"w{v[0]}s{v[1]}hc")
 @pytest.mark.parametrize("splits", [None, 2, 5])
 @pytest.mark.parametrize("D", [64, 128])
