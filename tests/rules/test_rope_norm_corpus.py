@@ -44,6 +44,7 @@ CASES = [
     ("persimmon__dyn_mask__trained", 4),  # partial rotary, per-head qk LayerNorm
     ("deepseek_v3__dyn_mask__trained", 4),  # MLA: RoPE on an 8-wide slice, written half by half
     ("glm__dyn_mask__trained", 4),  # partial interleaved rotary
+    ("glm__optimum__trained", 4),  # the same through TorchScript (GatherND repeat_interleave)
     ("smollm3__dyn_mask__trained", 2),  # every second layer without RoPE (NoPE)
 ]
 
@@ -63,14 +64,15 @@ def test_rope_and_norms_fuse_on_corpus_export(stem, rotary):
 
 def test_torchscript_repeat_interleave_of_rank4_tables_is_canonicalized():
     """Optimum's GLM (transformers 4.57, TorchScript): repeat_interleave of the half tables
-    [B, 1, S, D/2] as GatherND over an expanded rank-5 tensor; rules/layout/repeat_interleave.yaml
-    takes tables of any rank (it took rank 3 only). The RoPE itself fuses only on a second run
-    (left open: see the corpus helper's report)."""
+    [B, 1, S, D/2] as GatherND over an expanded rank-5 tensor, between two Transposes that cancel;
+    rules/layout/repeat_interleave.yaml takes tables of any rank (it took rank 3 only) and composes
+    a Transpose in front with its own, so the tables are as computed and the RoPE fuses."""
     path = CORPUS / "glm__optimum__trained.onnx"
     if not path.exists():
         pytest.skip(f"{path.name} not in the corpus yet (tools/export_corpus.py)")
     result = onnx_fuse.optimize(str(path), level=2, target="onnx", verify=True)
     ops = collections.Counter(n.op_type for n in result.to_proto().graph.node)
     assert result.report.rule_fires.get("repeat-interleave-gathernd") == 2, result.report.rule_fires
-    assert "GatherND" not in ops, ops
+    assert "GatherND" not in ops and "Neg" not in ops, ops
+    assert ops["RotaryEmbedding"] == 4, (ops, result.report.rule_fires)
     assert result.report.verify["passed"], result.report.verify
