@@ -56,3 +56,28 @@ def test_float16_sliding_window_export_verifies(name, target, level):
     assert res.report.verify["passed"], res.report.verify["outputs"]
     ops = {n.op_type for n in res.to_proto().graph.node}
     assert "Softmax" not in ops, ops  # attention was fused, so the padded rows went through it
+
+
+def _upcast(elem: int, factor: float | None):
+    """y (float32) = float(x) [* factor]: a float32 output of an x of dtype elem."""
+    nodes = [helper.make_node("Cast", ["x"], ["xf" if factor else "y"], to=TensorProto.FLOAT)]
+    inits = []
+    if factor:
+        nodes.append(helper.make_node("Mul", ["xf", "f"], ["y"]))
+        inits.append(helper.make_tensor("f", TensorProto.FLOAT, [], [factor]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, ["b", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("elem,factor,passes", [
+    (TensorProto.FLOAT16, 1.003, True),    # float16-sized difference on a float32 output: fine
+    (TensorProto.FLOAT, 1.003, False),     # the same in a float32 model is a real difference
+    (TensorProto.FLOAT16, 1.05, False),    # and float16's tolerance still catches a wrong rewrite
+])
+def test_float32_outputs_of_a_half_precision_model_use_float16_tolerance(elem, factor, passes):
+    from onnx_fuse.verify import verify
+
+    result = verify(_upcast(elem, None), _upcast(elem, factor))
+    assert bool(result["passed"]) is passes, result["outputs"]
+    assert any("half-precision" in n for n in result["notes"]) is (elem == TensorProto.FLOAT16)
