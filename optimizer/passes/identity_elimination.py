@@ -2,7 +2,8 @@
 
 Cases handled (each counted in ``stats`` under the op type):
 - Identity; Dropout in inference mode (no training_mode, or a constant false one) whose mask
-  output is unused; Cast / CastLike to the input's own dtype; Concat of a single input;
+  output is unused; Cast / CastLike to the input's own dtype; a Cast back from a lossless float
+  widening (float16 -> float32 -> float16); Concat of a single input;
 - Reshape to the same shape (entries 0 = copy, equal to the input's static dim, or the same
   symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
   shape the input already has (same reasoning), Transpose with the identity
@@ -26,6 +27,10 @@ from onnx_fuse.passes._shape_values import shape_entries as _shape_entries
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _BIG = 1 << 62  # Slice ends at or beyond this mean "to the end" whatever the dim
+# float dtype -> dtypes that represent each of its values exactly (a Cast there and back is a no-op)
+_WIDER = {ir.DataType.FLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBLE.value),
+          ir.DataType.BFLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBLE.value),
+          ir.DataType.FLOAT.value: (ir.DataType.DOUBLE.value,)}
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -99,6 +104,18 @@ class IdentityEliminationPass(FusePass):
 
     # -- which input passes through unchanged, if any -----------------------------------------
 
+    @staticmethod
+    def _cast_round_trip(x: ir.Value, to) -> ir.Value | None:
+        """Cast(Cast(a, wider), a's dtype) is a: the widening holds every value of a's dtype
+        (TorchScript writes softmax(dtype=float32).to(float16) of a float16 softmax so)."""
+        inner = x.producer()
+        if inner is None or inner.op_type != "Cast" or inner.domain not in ("", "ai.onnx") or not inner.inputs:
+            return None
+        a = inner.inputs[0]
+        if a is None or a.dtype is None or x.dtype is None or to is _Unknown or to != a.dtype.value:
+            return None
+        return a if x.dtype.value in _WIDER.get(a.dtype.value, ()) else None
+
     def _passthrough_input(self, node: ir.Node) -> ir.Value | None:
         op = node.op_type
         ins = list(node.inputs)
@@ -113,7 +130,9 @@ class IdentityEliminationPass(FusePass):
             return None
         if op == "Cast":
             to = _attr(node, "to")
-            return x if x.dtype is not None and to is not _Unknown and to == x.dtype.value else None
+            if x.dtype is not None and to is not _Unknown and to == x.dtype.value:
+                return x
+            return self._cast_round_trip(x, to)
         if op == "CastLike":
             return x if x.dtype is not None and len(ins) > 1 and ins[1] is not None and ins[1].dtype == x.dtype else None
         if op == "Concat":
