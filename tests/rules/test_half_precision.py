@@ -15,11 +15,12 @@ H, D = 2, 8
 BIG = np.iinfo(np.int64).max
 
 
-def _rope_fp32_tables(h, *, rotate_in_fp32=False):
+def _rope_fp32_tables(h, *, rotate_in_fp32=False, round_trip=False):
     """x float16 [B,H,S,D]; f = positions * inv_freq in float32 (HF's rotary embedding under a
     float16 model); cos/sin of concat(f, f) cast to float16; y = x*cos + rotate_half(x)*sin.
     rotate_in_fp32 (OLMo 2): the tables stay float32, x and rotate_half(x) are cast up, and the
-    result is cast back to float16."""
+    result is cast back to float16. round_trip (Optimum's Gemma after a float32 residual): x is
+    float32, the float16 tables are cast back up to it after their Unsqueeze."""
     n = h.node
     nodes = [
         n("Shape", ["x"], ["xs"], start=2, end=3),
@@ -57,29 +58,41 @@ def _rope_fp32_tables(h, *, rotate_in_fp32=False):
         at_r = next(i for i, x in enumerate(nodes) if x.output[0] == "r") + 1
         nodes[at_r:at_r] = [n("Cast", ["r"], ["r32"], to=f32)]
         nodes = [n("Cast", ["x"], ["x32"], to=f32), *nodes, n("Cast", ["y32"], ["y"], to=F16)]
+    x_t = F16
+    if round_trip:
+        x_t = TensorProto.FLOAT
+        for x in nodes:
+            if x.output[0] in ("c", "s"):
+                x.input[:] = [{"cu": "cu32", "su": "su32"}.get(i, i) for i in x.input]
+        at = next(i for i, x in enumerate(nodes) if x.output[0] == "su") + 1
+        nodes[at:at] = [n("Cast", ["cu"], ["cu32"], to=TensorProto.FLOAT),
+                        n("Cast", ["su"], ["su32"], to=TensorProto.FLOAT)]
     inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
     inits = {"zero": np.array(0, np.int64), "one_i": np.array(1, np.int64),
              "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
              "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
              "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64)}
     shape = ["b", H, "s", D]
-    return h.make_model(nodes, [h.vi("x", shape, F16)], [h.vi("y", shape, F16)], inits)
+    return h.make_model(nodes, [h.vi("x", shape, x_t)], [h.vi("y", shape, x_t)], inits)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-@pytest.mark.parametrize("rotate_in_fp32", [False, True])
-def test_rope_tables_in_float32_cast_to_float16_fuse(h, target, rotate_in_fp32):
-    model = _rope_fp32_tables(h, rotate_in_fp32=rotate_in_fp32)
+@pytest.mark.parametrize("form", ["cast", "rotate_in_fp32", "round_trip"])
+def test_rope_tables_in_float32_cast_to_float16_fuse(h, target, form):
+    model = _rope_fp32_tables(h, rotate_in_fp32=form == "rotate_in_fp32", round_trip=form == "round_trip")
     out = h.fuse(model, target)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
     rot = next(x for x in out.graph.node if x.op_type == "RotaryEmbedding")
     typed = onnx.shape_inference.infer_shapes(out).graph
     elem = {v.name: v.type.tensor_type.elem_type for v in [*typed.value_info, *typed.input, *typed.output]}
-    want = TensorProto.FLOAT if rotate_in_fp32 else F16  # the rotation keeps the graph's precision
+    want = F16 if form == "cast" else TensorProto.FLOAT  # the rotation keeps the graph's precision
     assert elem.get(rot.input[0]) == want and elem.get(rot.input[1]) == want, (elem.get(rot.input[0]),)
-    feeds = {"x": h.rng.standard_normal((2, H, 5, D)).astype(np.float16)}
-    h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
+    x = h.rng.standard_normal((2, H, 5, D))
+    if form == "round_trip":  # float32 x: the replayed float16 rounding of the tables keeps it exact
+        h.assert_close(model, out, {"x": x.astype(np.float32)})
+    else:
+        h.assert_close(model, out, {"x": x.astype(np.float16)}, atol=2e-3, rtol=2e-3)
 
 
 
