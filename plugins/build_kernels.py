@@ -69,7 +69,8 @@ def _gencode(arch: str, code: str) -> str:
     return f"-gencode=arch=compute_{arch},code={code}_{arch}"
 
 
-def _jobs(out_dir: Path, what: set[str], archs: tuple[str, ...]) -> list[tuple[list[str], Path]]:
+def _jobs(out_dir: Path, what: set[str], archs: tuple[str, ...],
+          lib_ptx: bool = True) -> list[tuple[list[str], Path]]:
     jobs: list[tuple[list[str], Path]] = []
     srcs = kernel_sources()
     for src in srcs:
@@ -84,7 +85,7 @@ def _jobs(out_dir: Path, what: set[str], archs: tuple[str, ...]) -> list[tuple[l
     if "lib" in what:
         out = out_dir / LIB_NAME
         sass = [a for a in archs if not (a == "90" and "90a" in archs)]
-        gens = [_gencode(a, "sm") for a in sass] + [_gencode(archs[0], "compute")]
+        gens = [_gencode(a, "sm") for a in sass] + ([_gencode(archs[0], "compute")] if lib_ptx else [])
         cmd = gens + ["-shared", "-Xcompiler=-fPIC", "-cudart=static", *map(str, srcs), "-o", str(out)]
         jobs.append((cmd, out))
     return jobs
@@ -98,8 +99,11 @@ def build(
     jobs: int | None = None,
     nvcc: str | None = None,
     verbose: bool = False,
+    lib_ptx: bool = True,
 ) -> BuildResult:
-    """Compile every kernel family; raises BuildError on the first failure."""
+    """Compile every kernel family; raises BuildError on the first failure. ``lib_ptx=False``
+    leaves the PTX out of the library (SASS for the named archs only): about half the size, for
+    carrying a prebuilt library to a machine of exactly that arch."""
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
         raise BuildError("nvcc not found on PATH or under $CUDA_HOME/bin")
@@ -108,7 +112,7 @@ def build(
     unknown = set(what) - {"ptx", "cubin", "lib"}
     if unknown:
         raise ValueError(f"unknown build products {sorted(unknown)} (ptx, cubin, lib)")
-    todo = _jobs(out, set(what), tuple(str(a) for a in archs))
+    todo = _jobs(out, set(what), tuple(str(a) for a in archs), lib_ptx)
     res = BuildResult(out_dir=out)
     t0 = time.perf_counter()
 
@@ -138,9 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--what", default="ptx,cubin,lib", help="comma list of ptx, cubin, lib")
     ap.add_argument("--arch", default=",".join(DEFAULT_ARCHS), help="comma list, e.g. 80,90")
     ap.add_argument("-j", "--jobs", type=int, default=None)
+    ap.add_argument("--lib-sass-only", action="store_true",
+                    help="no PTX in the library: SASS for --arch only (smaller; runs on that arch alone)")
     a = ap.parse_args(argv)
     try:
-        r = build(a.out, what=a.what.split(","), archs=a.arch.split(","), jobs=a.jobs, verbose=True)
+        r = build(a.out, what=a.what.split(","), archs=a.arch.split(","), jobs=a.jobs, verbose=True,
+                  lib_ptx=not a.lib_sass_only)
     except BuildError as e:
         print(e, file=sys.stderr)
         return 1
