@@ -188,6 +188,20 @@ SPECS = {
     "glm": _s("decoder", "GlmConfig", "GlmForCausalLM", dict(DEC, **GQA, partial_rotary_factor=0.5),
               ["gqa", "rope-interleaved", "rope-partial", "rmsnorm", "swiglu", "fused-gate-up", "qkv-bias"],
               "glm", "gpt2", styles=NEW_STYLES),
+    # attention sinks (a learned per-head logit column in the softmax), MoE with biased experts,
+    # sliding-window and full layers alternating, YaRN
+    "gpt_oss": _s("decoder", "GptOssConfig", "GptOssForCausalLM",
+                  dict(DEC, **GQA, num_local_experts=3, num_experts_per_tok=2, sliding_window=4,
+                       layer_types=["sliding_attention", "full_attention"], experts_implementation="batched_mm",
+                       rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32,
+                                         beta_fast=32.0, beta_slow=1.0)),
+                  ["gqa", "rope-full", "rope-scaling-yarn", "rmsnorm", "attention-sinks", "moe", "sliding-window"],
+                  "gpt_oss", "gpt2", styles=("dyn_mask", "kv")),  # Optimum's export: 369 kB, over the file size
+    "exaone4": _s("decoder", "Exaone4Config", "Exaone4ForCausalLM",
+                  dict(DEC, **GQA, sliding_window=4, sliding_window_pattern=2,
+                       layer_types=["sliding_attention", "full_attention"]),
+                  ["gqa", "rope-full", "nope-layers", "rmsnorm", "swiglu", "qk-norm", "post-norm", "sliding-window"],
+                  "exaone4", "gpt2", styles=("dyn_mask", "kv", "static_nomask")),  # not in Optimum
     "smollm3": _s("decoder", "SmolLM3Config", "SmolLM3ForCausalLM",
                   dict(DEC, num_attention_heads=2, num_key_value_heads=1, no_rope_layer_interval=2),
                   ["mqa", "rope-full", "nope-layers", "rmsnorm", "swiglu"], "smollm3", "gpt2", styles=NEW_STYLES),
