@@ -1,0 +1,57 @@
+"""recognize.yaml attention-sinks: GPT-OSS's attention sinks, softmax(concat(scale q k^T + mask,
+sink) - max)[..., :-1] v, become the canonical Attention over one zero key/value row whose mask
+column is the sink (then the target's attention op); before, nothing matched the Softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+H, D = 2, 8
+BIG = np.iinfo(np.int64).max
+
+
+def _graph(h, *, drop_first=False):
+    n = h.node
+    nodes = [
+        n("Shape", ["q"], ["b1"], start=0, end=1), n("Shape", ["q"], ["s1"], start=2, end=3),
+        n("Concat", ["b1", "one", "s1", "one"], ["sshape"], axis=0),
+        n("Expand", ["sinks", "sshape"], ["sink"]),                     # [B, H, S, 1]
+        n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        n("MatMul", ["q", "kt"], ["qk"]), n("Mul", ["qk", "scale"], ["sc"]),
+        n("Add", ["sc", "mask"], ["sm"]),
+        n("Concat", ["sm", "sink"], ["cat"], axis=-1),
+        n("ReduceMax", ["cat", "last"], ["mx"], keepdims=1),
+        n("Sub", ["cat", "mx"], ["sb"]),
+        n("Softmax", ["sb"], ["p"], axis=-1),
+        n("Slice", ["p", "one" if drop_first else "zero", "big" if drop_first else "last", "last"], ["ps"]),
+        n("MatMul", ["ps", "v"], ["o"]),
+    ]
+    inits = {"one": np.array([1], np.int64), "zero": np.array([0], np.int64), "last": np.array([-1], np.int64),
+             "big": np.array([BIG], np.int64), "scale": np.array(D ** -0.5, np.float32),
+             "sinks": np.array([0.7, -0.3], np.float32).reshape(1, H, 1, 1)}
+    inputs = [h.vi(x, ["b", H, "s", D]) for x in ("q", "k", "v")] + [h.vi("mask", ["b", 1, "s", "s"])]
+    return h.make_model(nodes, inputs, [h.vi("o", ["b", H, "s", D])], inits)
+
+
+def _feeds(h):
+    b, s = 2, 5
+    f = {x: h.rng.standard_normal((b, H, s, D)).astype(np.float32) for x in ("q", "k", "v")}
+    f["mask"] = np.triu(np.full((s, s), -3.4e38, np.float32), k=1)[None, None].repeat(b, 0)
+    return f
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 3), ("trt", 4)])
+def test_attention_sinks_fuse(h, target, level):
+    model = _graph(h)
+    out = h.fuse(model, target, level)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and (ops["Attention"] + ops["com.microsoft::MultiHeadAttention"]) == 1, ops
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_dropping_another_column_is_not_a_sink(h):
+    model = _graph(h, drop_first=True)
+    out = h.fuse(model, "onnx")
+    assert "Softmax" in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h))
