@@ -152,12 +152,12 @@ PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 # plan_paged_decode takes them as ``variant``. D = 64, 128, 256; block sizes a power of two >= 8 and
 # compute capability 9.0, else the plan (like the C launcher) falls back to the 4-warp bulk variant
 # of the same stages where one is compiled, else (4, 3, 0). (8, 2, 2): tiles of 128 tokens, planned
-# for MQA at D = 64. (D = 80 / 96 TMA and (8, 3, 2) measured behind and were dropped in run 6; 8 warps x
-# 3 and 4 stages are back at D = 64 only, as MQA candidates.)
+# for MQA at D = 64 until run 14. (D = 80 / 96 TMA and (8, 3, 2) measured behind and were dropped in
+# run 6; 8 warps x 3 and 4 stages are back at D = 64 only, for MQA.)
 PA_TMA_HEAD_DIMS = (64, 128, 256)
 PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2))
 # D = 64 adds 8 warps x 3 / 4 stages (OF_PA_TMA_VARIANTS_D64): more K/V in flight per CTA for the MQA
-# grid of one CTA per SM (bench candidates; w8s2t stays planned until they measure ahead)
+# grid of one CTA per SM (w8s3t planned for MQA from run 14: _default_decode_variant)
 PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
@@ -204,8 +204,9 @@ PA8_HEADS_VARIANTS = ((4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, 
 # onnx_fuse_paged_attention_decode_fp8_cluster): the head-group kernel with the splits of each row
 # combined inside a thread-block cluster (distributed shared memory), as the 16-bit w8s2hc: no
 # workspace, no reduce kernel. Same shapes as the head groups, at most PA_CLUSTER_MAX_SPLITS splits, no
-# fallback (the plan refuses where the kernel does not apply). Bench candidates, run by name.
+# fallback (the plan refuses where the kernel does not apply). Planned: PA8_PLANNED_CLUSTER (_plan_fp8).
 PA8_CLUSTER_VARIANTS = ((4, 3, "cluster"), (4, 4, "cluster"), (8, 2, "cluster"), (8, 3, "cluster"))
+PA8_PLANNED_CLUSTER = (4, 4, "cluster")  # planned where the head-group plan is two splits in one wave
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 
 
@@ -738,8 +739,10 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
     - D = 128: one CTA per 8 kv heads, w8s2h (3.99 TB/s at B64 H32/8 against 3.95 for w4s3t and
       4.22 for SDPA on a contiguous cache), where Hkv % 8 == 0 and the block size is a power of
       two >= 16; else w4s3t (tensor copies per block and kv head, 1-4 % ahead of bulk).
-    - D = 64: MQA-like grids (batch * Hkv <= SMs) w8s2t (2.65-2.69 against 2.55 for the cp.async
-      w4s3 at B128 H16/1; SDPA 2.72); GQA keeps cp.async w4s3 (3.83, TMA w4s2t 3.80).
+    - D = 64: MQA-like grids (batch * Hkv <= SMs) w8s3t (run 14, B128 H16/1 split 1: 2687-2689 GB/s
+      fp16, 2697-2704 bf16, against 2650-2658 / 2628-2655 for w8s2t, 2626-2658 for w8s4t; SDPA
+      2722-2738; run 6: w8s2t 2.65-2.69 against 2.55 for the cp.async w4s3); GQA keeps cp.async w4s3
+      (3.83, TMA w4s2t 3.80).
     - D = 256: w4s2t (4.10, bulk 3.77, two runs). D = 80 / 96: bulk w4s2b (two stages, four CTAs
       per SM; TMA boxes into padded rows measured 8-10 % behind).
     The 8-warp ones need a grid that fills one CTA per SM to 90 % within ``max_splits`` splits
@@ -756,7 +759,7 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
                  and fills(batch * num_kv_heads // 8))
         return (8, 2, 3) if heads else (4, 3, 2)
     if head_dim == 64:
-        return (8, 2, 2) if batch * num_kv_heads <= device.num_sms and fills(batch * num_kv_heads) else PA_DEFAULT
+        return (8, 3, 2) if batch * num_kv_heads <= device.num_sms and fills(batch * num_kv_heads) else PA_DEFAULT
     if head_dim == 256:
         return (4, 2, 2)
     return (4, 2, 1)
@@ -820,6 +823,7 @@ def _wave_splits(base: int, slots: int, max_splits: int, min_eff: float = 0.9, c
 
 def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant, target_waves,
               ctas_per_sm, min_split_tokens, device, block_size) -> PagedDecodePlan:
+    planned = variant is None
     if variant is None:
         # Measured on the H200 (docs/PERF.md): 4 warps x 3 stages with TMA tensor copies read
         # 3.5 TB/s of fp8 at B64 H32/8 D128 (1.8x the tokens/s of the 16-bit pool; the cp.async
@@ -873,6 +877,14 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
     if cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # split lengths aligned past the cluster size
         raise ValueError(f"cluster-reduce variant {variant}: {plan.num_splits} splits of {plan.part_tokens} tokens "
                          f"exceed {PA_CLUSTER_MAX_SPLITS}")
+    if planned and heads and plan.num_splits == 2 and math.prod(plan.grid) <= 2 * device.num_sms:
+        # the planned head groups run two splits in one wave of two CTAs per SM: the cluster-reduce
+        # form at the same splits (run 14, H200, B64 H32/8 D128: w4s4hc split 2 3828-3847 GB/s fp16,
+        # 3799-3802 bf16 = 1.78-1.79x the 16-bit planned tokens/s, against 3492-3500 for w4s3h split 2,
+        # 3803-3807 for w8s2h split 4 and 3697-3719 for w4s3hc / w8s3hc split 2; the cluster forms lose
+        # at 3 to 8 splits; only this one-wave shape was timed)
+        return _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, 2, PA8_PLANNED_CLUSTER, target_waves,
+                         ctas_per_sm, min_split_tokens, device, block_size)
     return plan
 
 

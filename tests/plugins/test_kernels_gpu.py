@@ -622,9 +622,9 @@ def test_paged_decode_variants(lib, variant, splits, D):
 
 
 # The H200 default plans (launch_plan.plan_paged_decode) on shapes that reach them: head groups with
-# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w8s2t for MQA at D 64, w4s2t at D 256;
+# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w8s3t for MQA at D 64, w4s2t at D 256;
 # ragged lengths and an empty sequence.
-@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w8s2t"),
+@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w8s3t"),
                                   (64, 16, 8, 256, 16, "w4s2t")], ids=lambda c: c[-1])
 def test_paged_decode_default_plans(lib, case):
     B, Hq, Hkv, D, bs, suffix = case
@@ -1342,6 +1342,23 @@ def test_paged_decode_fp8_cluster_matches_reference(lib, case, dtype):
 def test_paged_decode_fp8_cluster_variants(lib, variant, splits, D, bs):
     _fp8_heads_check(lib, 3, 24, 8, D, bs, [1500, 47, 0], splits, variant, torch.float16,
                      ("cluster", variant, splits, D, bs))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_paged_decode_fp8_default_plan_takes_the_cluster_form(lib, dtype):
+    """The planned fp8 decode at B64 H32/8 D128 (head groups, two splits in one wave) is the cluster
+    form w4s4hc; ragged lengths, an empty sequence and one shorter than a split."""
+    B, Hq, Hkv, D, bs = 64, 32, 8, 128, 16
+    lens = torch.randint(1, 1025, (B,), generator=torch.Generator().manual_seed(64)).tolist()
+    lens[0], lens[1], lens[2] = 1024, 0, 100
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8-default", dtype)).encode()))
+    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out)
+    torch.cuda.synchronize()
+    assert plan.kernel.endswith("_d128_w4s4hc") and plan.cluster and plan.num_splits == 2, plan.kernel
+    _check_fp8_out(out, q, k16, v16, k8, v8, ks, vs, tables, lens, dtype)
 
 
 def test_paged_decode_fp8_cluster_odd_rows_and_refusals(lib):

@@ -422,14 +422,14 @@ def test_fp8_decode_plan(head_dim, dtype):
     p = lp.plan_paged_decode(64, 32, 8, head_dim, 16, 256, dtype, kv_dtype="fp8")
     dt = "f16" if dtype == "float16" else "bf16"
     # the default takes the TMA form where the head size has one (not D = 96); at D = 128 (Hkv % 4
-    # == 0) the head-group form w4s3h (bulk 3)
+    # == 0) the head groups, here two splits in one wave: their cluster-reduce form w4s4hc (bulk 4)
     heads = head_dim == 128
-    assert p.kv_fp8 and p.bulk == (3 if heads else 0)
+    assert p.kv_fp8 and p.bulk == (4 if heads else 0) and p.cluster == heads
     assert p.tma == (head_dim != 96)
-    suffix = "h" if heads else ("t" if p.tma else "")
+    suffix = "hc" if heads else ("t" if p.tma else "")
     assert p.kernel == f"onnx_fuse_pa8_decode_{dt}_d{head_dim}_w{p.warps}s{p.stages}{suffix}"
     assert (p.warps, p.stages) in (v256 if head_dim == 256 else v)
-    assert p.smem_bytes == lp.pa8_smem_bytes(head_dim, p.warps, p.stages, p.tma)
+    assert p.smem_bytes == lp.pa8_smem_bytes(head_dim, p.warps, p.stages, p.tma, p.cluster)
     assert p.num_splits * p.part_tokens >= 4096 and p.part_tokens % lp.PA_SPLIT_ALIGN == 0
     for var in lp.pa8_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, dtype, num_splits=3, variant=var, kv_dtype="uint8")
@@ -441,8 +441,9 @@ def test_fp8_decode_plan(head_dim, dtype):
 
 
 def test_fp8_decode_plan_defaults_and_splits():
-    # 4 warps x 3 stages, TMA loads where the head size has them (4 CTAs per SM up to D = 128, 2 at D = 256)
-    for d in (64, 96, 128, 256):
+    # 4 warps x 3 stages, TMA loads where the head size has them (4 CTAs per SM up to D = 128, 2 at D = 256);
+    # D = 128 here: the head groups' cluster form w4s4hc (test_fp8_decode_plan_fills_its_last_wave)
+    for d in (64, 96, 256):
         p = lp.plan_paged_decode(64, 32, 8, d, 16, 256, kv_dtype="fp8")
         assert (p.warps, p.stages) == (4, 3) and p.tma == (d != 96)
         assert min(4, lp.H200.smem_per_sm // (p.smem_bytes + 1024)) == (2 if d == 256 else 4)
@@ -545,8 +546,8 @@ def test_decode_default_plans_are_the_measured_fastest():
         assert plan(*args).kernel.endswith("_d128_w4s3t" if args[4] == 16 else "_d128_w4s3b"), args
     assert plan(64, 32, 8, 128, 16, 256, device=lp.DeviceInfo(name="A100", num_sms=108,
                                                               compute_capability=(8, 0))).kernel.endswith("_w4s3")
-    m = plan(128, 16, 1, 64, 16, 256)
-    assert m.kernel == "onnx_fuse_pa_decode_f16_d64_w8s2t" and m.grid == (1, 1, 128) and m.bulk == 2
+    m = plan(128, 16, 1, 64, 16, 256)  # run 14: w8s3t ahead of w8s2t
+    assert m.kernel == "onnx_fuse_pa_decode_f16_d64_w8s3t" and m.grid == (1, 1, 128) and m.bulk == 2
     assert plan(32, 16, 1, 64, 16, 256).grid == (1, 4, 32)
     assert plan(128, 16, 1, 64, 12, 256).kernel.endswith("_d64_w4s3")  # no TMA at block 12: cp.async
     assert plan(64, 32, 8, 64, 16, 256).kernel.endswith("_d64_w4s3") and plan(1, 16, 1, 64, 16, 256).kernel.endswith("_w4s3")
@@ -699,10 +700,15 @@ def test_fp8_decode_plan_fills_its_last_wave():
     # B64 H32/8 D128 ctx 4096, w4s3t: 4 CTAs per SM = 528 slots; one split (512 CTAs) fills 97 %
     p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", variant=(4, 3, "tma"))
     assert p.num_splits == 1
-    # the planned head groups (128 CTAs per split) are sized for two CTAs per SM: split 2, the
-    # split measured fastest (3.66-3.67 TB/s against 3.55 at split 4)
+    # the planned head groups (128 CTAs per split) are sized for two CTAs per SM: split 2, one wave,
+    # which takes the cluster-reduce form w4s4hc at the same splits (run 14)
     ph = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8")
-    assert ph.kernel.endswith("_w4s3h") and ph.num_splits == 2 and ph.grid == (2, 2, 64)
+    assert ph.kernel.endswith("_w4s4hc") and ph.num_splits == 2 and ph.grid == (2, 2, 64) and ph.cluster
+    assert ph.workspace_bytes == 0 and ph.reduce_kernel is None
+    # elsewhere the head groups keep w4s3h with the workspace reduce (B4: 16 splits; B32: 4; Hkv 16: 1)
+    for args, sp in (((4, 32, 8, 128, 16, 256), 16), ((32, 32, 8, 128, 16, 256), 4), ((64, 32, 16, 128, 16, 256), 1)):
+        q = lp.plan_paged_decode(*args, kv_dtype="fp8")
+        assert q.kernel.endswith("_w4s3h") and q.num_splits == sp and not q.cluster, args
     # with 3 CTAs per SM (w4s4) one split would leave a 29 % last wave; 3 splits fill 3.88 of 4
     p4 = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8", variant=(4, 4))
     assert lp.H200.smem_per_sm // (p4.smem_bytes + 1024) == 3
@@ -981,7 +987,8 @@ def test_fp8_heads_variants_match_the_sources_and_plan():
         lp.plan_paged_decode(4, 8, 8, 128, 16, 64, variant=(8, 2, "heads"), kv_dtype="fp8", device=a100)
     # planned at D = 128 only (w4s3h; the D = 64 head groups were not timed), where Hkv % 4 == 0,
     # the block size is a power of two >= 16 and on compute capability 9.0
-    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").bulk == 3
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").bulk == 4  # two splits: the cluster form
+    assert lp.plan_paged_decode(32, 32, 8, 128, 16, 256, kv_dtype="fp8").bulk == 3
     assert lp.plan_paged_decode(64, 32, 8, 64, 16, 256, kv_dtype="fp8").bulk == 0
     assert lp.plan_paged_decode(128, 16, 1, 128, 16, 256, kv_dtype="fp8").bulk == 0
     assert lp.plan_paged_decode(64, 32, 8, 128, 24, 256, kv_dtype="fp8").bulk == 0
@@ -1030,8 +1037,11 @@ def test_fp8_cluster_variants_match_the_sources_and_plan():
                       ((4, 8, 8, 96, 16, 64), (8, 2, "cluster")), ((4, 8, 8, 128, 16, 64), (8, 4, "cluster"))):
         with pytest.raises(ValueError):
             lp.plan_paged_decode(*args, variant=var, kv_dtype="fp8")
-    # not planned (bench candidates until measured)
-    assert not lp.plan_paged_decode(64, 32, 8, 128, 16, 256, kv_dtype="fp8").cluster
+    # planned (PA8_PLANNED_CLUSTER) where the head-group plan is two splits in one wave of 2 CTAs per SM
+    assert lp.PA8_PLANNED_CLUSTER in lp.PA8_CLUSTER_VARIANTS
+    for dtype, dt in (("float16", "f16"), ("bfloat16", "bf16")):
+        p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, dtype, kv_dtype="fp8")
+        assert p.kernel == f"onnx_fuse_pa8_decode_{dt}_d128_w4s4hc" and p.num_splits == 2 and p.grid == (2, 2, 64)
 
 
 # ------------------------------------------------------------------ logit softcap (_sc twins)
