@@ -496,7 +496,7 @@ def test_pa_tma_variants_match_the_sources_and_plan():
                         break
                 assert got == ((w, st, 2) in src.get(d, set())), (d, w, st)
     assert set(lp.pa_tma_variants(64)) - set(lp.pa_tma_variants(128)) == {(8, 3, 2), (8, 4, 2)}
-    for w, st in ((8, 3), (8, 4)):  # MQA candidates: one CTA per SM, split 1 like the planned w8s2t
+    for w, st in ((8, 3), (8, 4)):  # MQA: one CTA per SM, split 1 (w8s3t planned from run 14)
         p = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(w, st, 2))
         assert p.kernel == f"onnx_fuse_pa_decode_f16_d64_w{w}s{st}t" and p.num_splits == 1 and p.grid == (1, 1, 128)
         assert p.smem_bytes == 128 + 1024 + (16 * 64 + st * 2 * 128 * 64) * 2 and p.kernel in _kernel_names()
@@ -531,7 +531,7 @@ def test_pa_tma_variants_match_the_sources_and_plan():
 def test_decode_default_plans_are_the_measured_fastest():
     """plan_paged_decode's default variant and splits per head size on the H200 (docs/PERF.md run 6):
     D128 head groups w8s2h where Hkv % 8 == 0 (2 splits = 128 CTAs at B64), else w4s3t; D64 MQA
-    w8s2t at one CTA per SM, D64 GQA cp.async w4s3; D256 w4s2t; D80/96 bulk w4s2b; 8-warp grids fill
+    w8s3t at one CTA per SM (run 14), D64 GQA cp.async w4s3; D256 w4s2t; D80/96 bulk w4s2b; 8-warp grids fill
     one CTA per SM (split lengths aligned), small batches keep the 4-warp kernels."""
     def plan(*a, **k):
         return lp.plan_paged_decode(*a, **k)
