@@ -326,7 +326,7 @@ class KernelLib:
         self._check(rc, "onnx_fuse_append_kv_fp8")
 
     def paged_prefill(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, cu_seqlens_q=None,
-                      max_q_len=None, causal=True, scale=None, loads=None, opt=None, stream=None) -> None:
+                      max_q_len=None, causal=True, scale=None, loads=None, stream=None) -> None:
         """Prefill over a paged prefix: new tokens' queries over every cached token (the new
         tokens' K/V already appended). q/out packed [total_q, Hq, D] with int32 cu_seqlens_q
         [B + 1], or [B, Sq, Hq, D] without; pools [NB, BS, Hkv, D]; block_tables [B, MB];
@@ -334,25 +334,20 @@ class KernelLib:
         of cu_seqlens_q, which synchronizes; pass it to avoid that). loads: None = planned
         (``launch_plan.plan_paged_prefill_loads``: TMA at the planned block sizes (16-128), the launcher
         falling back to cp.async where the pools cannot be mapped), "tma" (refused where TMA
-        cannot take the pools) or "cp.async". opt: None = planned (``launch_plan.PP_PLANNED_OPT``),
-        "" the plain entries, "ov" the pinned-softmax ones (``launch_plan.PP_OPTS``)."""
+        cannot take the pools) or "cp.async"."""
         for t in (q, out):
             if t.stride(-1) != 1:
                 raise ValueError("the head-dim axis must be contiguous")
         D, Hq = q.shape[-1], q.shape[-2]
         NB, BS, Hkv, _ = k_pool.shape
         NB, BS = int(NB), int(BS)
-        # launcher codes (launch_plan.pp_launch_loads): 0 cp.async, 1 TMA (the launcher refuses pools
-        # it cannot map), 2 TMA else cp.async, + 3 with opt "ov"; bad head / block sizes are left to
-        # the launcher's refusal
-        if opt is None:
-            opt = lp.PP_PLANNED_OPT
+        # launcher codes: 0 cp.async, 1 TMA (the launcher refuses pools it cannot map), 2 TMA else
+        # cp.async; bad head / block sizes are left to the launcher's refusal
         if loads is None:
             ok = D in lp.PP_HEAD_DIMS and BS > 0 and BS & (BS - 1) == 0
-            planned = "tma" if ok and lp.plan_paged_prefill_loads(D, BS) == "tma" else "cp.async"
-            code = lp.pp_launch_loads(planned, opt, forced=False)
+            code = 2 if ok and lp.plan_paged_prefill_loads(D, BS) == "tma" else 0
         elif loads in lp.PP_LOADS:
-            code = lp.pp_launch_loads(loads, opt, forced=True)
+            code = 1 if loads == "tma" else 0
         else:
             raise ValueError(f"loads={loads!r}: None, 'tma' or 'cp.async'")
         if cu_seqlens_q is not None:

@@ -83,26 +83,19 @@ FA_WS_TMA_R24 = (128, 128, 12, "tma", "r24")
 # against 557 / 505 / 565. Its lazy-O-rescale twin and the persistent grid with both measured
 # behind it and were dropped.
 FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
-# At D = 64 the same name is the planned 40 / 232 body (FA_WS_TMA) with the pinned softmax
-# (launcher loads 6 / 7 too); compiled, not planned until measured. FA_D64_TMA_PLANNED is the one
-# line to switch: FA_WS_TMA (run of record 385-391 TFLOP/s, B8 S2048 fp16) or FA_WS_TMA_OV.
-FA_D64_TMA_PLANNED = FA_WS_TMA
-# Experimental (fa_experimental_variants, timed by tools/bench_kernels.py, never planned):
-# D = 64: FA_WS_TMA_R24_OV, the r24 split with the pinned softmax (m128n128w12t_r24_ov, loads 8 / 9;
-# r24 measured 394-398 against 385-391 for the planned split in the run of record).
-# D = 128, on top of FA_WS_TMA_OV (fused_attention.cu kWs* options): "ovr" O rescaled under the
-# next S = Q K^T (FlashAttention-3's order; loads 10 / 11), "ove" output staged in shared memory
-# and written as 16-byte rows (12 / 13), "ovre" both (14 / 15).
-FA_WS_TMA_R24_OV = (128, 128, 12, "tma", "r24", "ov")
-FA_WS_TMA_OVR = (128, 128, 12, "tma", "ovr")
+# FA_WS_TMA_OV with the output staged in shared memory (each consumer's half of the Q tile) and
+# written as 16-byte rows (entries ..._m128n128w12t_ove_..., D = 128; launcher loads 8 by name, 9
+# planned). Planned at D = 128 for bf16 (no softcap): on the H200 (run 14, B4 S4096 D128) bf16
+# 587 / 519 / 594-610 TFLOP/s full / causal / GQA against ov's 580 / 516-520 / 580 (cuDNN 585 / 515 /
+# 578-591); fp16 557-564 / 498-503 / 569-570 against ov's 568 / 497 / 569-574, so fp16 keeps ov.
+# Measured behind and dropped in run 14: the O rescale moved under the next S GEMM (fp16 535 against
+# 568), the pinned softmax at D = 64 (fp16 B8 S2048 377-385 against 397-400 unpinned; with r24
+# 381-383) and on the paged-prefill kernels (block 16: 470-486 against 494-498).
 FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
-FA_WS_TMA_OVRE = (128, 128, 12, "tma", "ovre")
-FA_OPTS = ("ov", "ovr", "ove", "ovre")  # a last variant element naming fa_ws_core options
-# launcher loads (by name, planned) of the options
-_FA_OPT_LOADS = {("ov", False): (6, 7), ("ov", True): (8, 9), ("ovr", False): (10, 11),
-                 ("ove", False): (12, 13), ("ovre", False): (14, 15)}
-FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV)
-FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV)
+FA_OPTS = ("ov", "ove")  # a last variant element naming fa_ws_core options
+_FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9)}  # launcher loads (by name, planned)
+FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
+FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -117,7 +110,8 @@ FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 # have without the softcap (FA_WS_TMA_R24 at D = 128 and FA_WS_TMA at D = 64 on Hopper, with their
 # cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96; (128, 64, 8) at D = 256; mma.sync 64x64 and
 # 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
-# FA_WS_TMA_OV at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax unpinned).
+# FA_WS_TMA_OV / FA_WS_TMA_OVE at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile,
+# softmax unpinned, 4-byte stores).
 FA_SOFTCAP_VARIANTS = ((64, 64, 4), (128, 64, 4))
 FA_SOFTCAP_VARIANTS_BY_D = {
     64: FA_SOFTCAP_VARIANTS + (FA_WS, FA_WS_TMA),
@@ -137,9 +131,7 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128)."""
     _check_head_dim(head_dim)
-    if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVR, FA_WS_TMA_OVE, FA_WS_TMA_OVRE)
-    return (FA_WS_TMA_R24_OV,) if head_dim == 64 else ()
+    return (FA_WS_TMA_PERSIST,) if head_dim == 128 else ()
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -398,8 +390,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if compute_capability != (9, 0):
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
-                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_R24_OV, FA_WS_TMA_OVR,
-                          FA_WS_TMA_OVE, FA_WS_TMA_OVRE):
+                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -425,8 +416,8 @@ class FusedAttentionPlan:
     dtype_code: int
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
-    r24: bool = False  # FA_WS_TMA_R24 (and FA_WS_TMA_R24_OV): 24 producer / 240 consumer registers
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV, ... (launcher loads: fa_launch_loads)
+    r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9)
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -481,9 +472,12 @@ def plan_fused_attention(
             # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). At
-            # D = 128 the pinned-softmax FA_WS_TMA_OV (its r24 body where a softcap needs the _sc twin).
-            variant = ((FA_WS_TMA_R24 if softcap else FA_WS_TMA_OV) if head_dim == 128
-                       else FA_WS_TMA if softcap else FA_D64_TMA_PLANNED)
+            # D = 128 the pinned-softmax FA_WS_TMA_OV (fp16) and its staged-epilogue twin
+            # FA_WS_TMA_OVE (bf16), or their r24 body where a softcap needs the _sc twin.
+            if head_dim == 128:
+                variant = FA_WS_TMA_R24 if softcap else (FA_WS_TMA_OVE if dt == "bf16" else FA_WS_TMA_OV)
+            else:
+                variant = FA_WS_TMA
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:
@@ -502,7 +496,7 @@ def plan_fused_attention(
     bm, bn, warps = variant[:3]
     tma = variant[3:4] == ("tma",)
     persistent = variant[4:5] == ("persistent",)
-    r24 = variant[4:5] == ("r24",)
+    r24 = variant[4:] == ("r24",)
     opt = variant[-1] if len(variant) > 4 and variant[-1] in FA_OPTS else ""
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
@@ -526,14 +520,13 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
-    FA_WS_TMA_OV 6 by name, 7 planned; the experimental options FA_WS_TMA_R24_OV 8 / 9, "ovr"
-    10 / 11, "ove" 12 / 13, "ovre" 14 / 15."""
+    FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned."""
     if plan.persistent:
         return 4
     if not plan.tma:
         return 0
     if plan.opt:
-        return _FA_OPT_LOADS[(plan.opt, plan.r24)][0 if by_name else 1]
+        return _FA_OPT_LOADS[plan.opt][0 if by_name else 1]
     return (3 if plan.r24 else 1) if by_name else (5 if plan.r24 else 2)
 
 
@@ -549,23 +542,6 @@ PP_TMA_BLOCK_SIZES = (16, 32, 64, 128)
 # Block 32 (not timed) lies between two measured wins.
 PP_TMA_PLANNED_BLOCK_SIZES = (16, 32, 64, 128)
 PP_LOADS = ("tma", "cp.async")
-# Paged-prefill entries: "" the plain body, "ov" the softmax pinned between wgmma wait_group 1 and
-# 0 (..._d<D>_ov_<mask>, launcher loads + 3), as the dense FA_WS_TMA_OV. PP_PLANNED_OPT is the one
-# line to switch once measured.
-PP_OPTS = ("", "ov")
-PP_PLANNED_OPT = ""
-
-
-def pp_launch_loads(loads: str, opt: str, *, forced: bool) -> int:
-    """The ``loads`` code onnx_fuse_paged_prefill_fwd_ex takes: 0 cp.async, 1 TMA (refused where
-    TMA cannot take the pools), 2 TMA else cp.async (``forced`` False with loads "tma"); + 3 for
-    the "ov" entries."""
-    if loads not in PP_LOADS:
-        raise ValueError(f"loads={loads!r}: one of {PP_LOADS}")
-    if opt not in PP_OPTS:
-        raise ValueError(f"opt={opt!r}: one of {PP_OPTS}")
-    code = 0 if loads == "cp.async" else (1 if forced else 2)
-    return code + (3 if opt == "ov" else 0)
 
 
 def plan_paged_prefill_loads(head_dim: int, block_size: int, *, loads: str | None = None,

@@ -4,10 +4,10 @@
 
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
-On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``: at D = 128
-m128n128w12t_persistent, a persistent grid, and the ov candidates _ovr / _ove / _ovre; at D = 64
-m128n128w12t_r24_ov) are timed beside the planned variant (at D = 128 m128n128w12t_ov, at D = 64
-m128n128w12t), marked "(experimental)".
+On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
+m128n128w12t_persistent, a persistent grid, D = 128) are timed beside the planned variant (at
+D = 128 m128n128w12t_ov for fp16 and m128n128w12t_ove for bf16, at D = 64 m128n128w12t), marked
+"(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
 On the two headline decode shapes (B64 H32/8 D128 and MQA B128 H16/1 D64, ctx 4096, block 16)
@@ -17,9 +17,8 @@ every candidate, and the planned fp8 / planned 16-bit tokens/s ratio; fp8 candid
 against a float32 reference on the dequantized K/V, and the quantization error (against the
 reference on the original K/V) is printed beside it.
 Prefix rows: prefill over a paged prefix (new tokens over cached + new K/V in the block pool,
-causal bottom-right), ours with TMA and with cp.async K/V loads on a shuffled block table (plain
-and "ov" entries: the softmax pinned between wgmma wait_group 1 and 0) and with TMA on an
-identity one, beside torch SDPA (FlashAttention-2 backend, lower-right causal bias)
+causal bottom-right), ours with TMA and with cp.async K/V loads on a shuffled block table and
+with TMA on an identity one, beside torch SDPA (FlashAttention-2 backend, lower-right causal bias)
 on contiguous K/V, in TFLOP/s (4*Hq*D*sum of visible keys); once per dtype and head size the
 dense TMA prefill (m128n128w12t) runs beside them on the same batch and heads at S = cached + new,
 full and causal, with its own FLOP count, so the paged / dense ratio comes from one run. The
@@ -192,14 +191,10 @@ def main() -> int:
             flops = 4.0 * Hq * D * B * (n * P + n * (n + 1) / 2)
             bias = causal_lower_right(n, ctx)
             cands = {
-                "ours paged prefill TMA (shuffled blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="tma", opt=""), True),
-                "ours paged prefill cp.async (shuffled blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="cp.async", opt=""), True),
-                "ours paged prefill TMA (identity blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, ident, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="tma", opt=""), "ident"),
+                "ours paged prefill TMA (shuffled blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="tma"), True),
+                "ours paged prefill cp.async (shuffled blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="cp.async"), True),
+                "ours paged prefill TMA (identity blocks)": (lambda: lib.paged_prefill(q, k_pool, v_pool, ident, seq, out, cu_seqlens_q=cu, max_q_len=n, loads="tma"), "ident"),
             }
-            for ld in lp.PP_LOADS:  # the pinned-softmax (_ov) entries beside the plain ones
-                cands[f"ours paged prefill {'TMA' if ld == 'tma' else ld} ov (shuffled blocks)"] = (
-                    lambda ld=ld: lib.paged_prefill(q, k_pool, v_pool, perm, seq, out, cu_seqlens_q=cu, max_q_len=n,
-                                                    loads=ld, opt="ov"), True)
             cand_flops = {}
             if (dt, D) not in dense_done:
                 # the dense TMA prefill (m128n128w12t) on the same batch, heads and total length

@@ -777,19 +777,15 @@ constexpr int kWsStages = 3;
 // row sums (which depend on every exp2 of the tile) just before wait_group 0 pins the order:
 // ptxas does not move the wait above a memory operation.
 constexpr int kWsPinSoftmax = 1;
-// Bench candidates on top of kWsPinSoftmax (D = 128, experimental entries, never planned):
-// kWsLateRescale (m128n128w12t_ovr): O *= alpha of tile j runs right after S = Q K^T of tile j+1
-// is issued, under that GEMM, instead of between wait_group 0 and the next turn
-// (FlashAttention-3's order), so only the P pack sits between the warpgroup's wait and its next
-// turn. kWsSmemEpilogue (m128n128w12t_ove): each consumer stages its 64 output rows in its half
-// of the Q tile (free once its last S is done) and writes them back as coalesced 16-byte rows
-// instead of a 4-byte store per accumulator pair.
-constexpr int kWsLateRescale = 2;
-constexpr int kWsSmemEpilogue = 4;
-// Producer registers of the m128n128w12t_ov entries: the split of each head size's TMA body of
-// record (r24 at D = 128, 40 / 232 at D = 64).
-template <int D>
-constexpr int kFaOvPregs = D == 128 ? 24 : 40;
+// kWsSmemEpilogue (with kWsPinSoftmax: the m128n128w12t_ove entries, D = 128, planned for bf16):
+// each consumer stages its 64 output rows in its half of the Q tile (free once its last S is done)
+// and writes them back as coalesced 16-byte rows instead of a 4-byte store per accumulator pair.
+// (Run 14, H200: bf16 587 / 519 / 594-610 TFLOP/s full / causal / GQA against ov's 580 / 516-520 /
+// 580; fp16 557-564 / 498-503 / 569-570 against 568 / 497 / 569-574. Dropped there: the O rescale
+// moved under the next S GEMM (FlashAttention-3's order, 535 against 568 fp16), the pin at D = 64
+// (385 against 399 for the unpinned body: the D = 64 softmax is the longer leg) and on the
+// paged-prefill kernels (470-486 against 494-498 at block 16).)
+constexpr int kWsSmemEpilogue = 2;
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
 // q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
@@ -1283,10 +1279,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       row_l[h] = row_l[h] * alpha[h] + sum;
     }
   };
-  // Rescale O (here, or with kWsLateRescale just before the next P V: rescale) and pack P into pa.
-  constexpr bool LATE = (OPT & kWsLateRescale) != 0;
-  float late_alpha[2] = {1.f, 1.f};  // kWsLateRescale: the factors the next P V's O still needs
-  auto rescale = [&](const float (&alpha)[2]) {
+  // Rescale O and pack P into pa.
+  auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -1294,14 +1288,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         acc[dt][2 * h] *= alpha[h];
         acc[dt][2 * h + 1] *= alpha[h];
       }
-  };
-  auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
-    if constexpr (LATE) {
-      late_alpha[0] = alpha[0];
-      late_alpha[1] = alpha[1];
-    } else {
-      rescale(alpha);
-    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       pa[kk][0] = Tr::pack(sv[2 * kk][0], sv[2 * kk][1]);
@@ -1354,7 +1340,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::bar_sync(my_bar, 256);
     issue_s(s_nxt, j + 1);
     wg::commit();
-    if constexpr (LATE) rescale(late_alpha);  // under the S GEMM just issued
     pv(j);
     wg::bar_arrive(other_bar, 256);
     float alpha[2];
@@ -1373,7 +1358,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     const int j = n_tiles - 1;
     if constexpr (PERSIST) wg::mbar_arrive(qempty);  // every S = Q K^T of this tile is done
     wg::bar_sync(my_bar, 256);
-    if constexpr (LATE) rescale(late_alpha);
     pv(j);
     if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
     wg::wait0();
@@ -1520,7 +1504,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
 // ones included. Queries / outputs: packed rows [total_q, Hq, D] from cu_q[b] to cu_q[b + 1]
 // when cu_q is given, else [B, q_len, Hq, D] with batch strides q_sb / o_sb. sm_90a only: other
 // builds trap (the launcher refuses devices other than compute capability 9.x).
-template <typename T, int D, bool CAUSAL, int OPT = 0>
+template <typename T, int D, bool CAUSAL>
 __device__ __forceinline__ void fa_paged_prefill_body(
     const T* __restrict__ q, long long q_sb, long long q_ts, long long q_hs,
     const int* __restrict__ cu_q, int q_len, const T* __restrict__ k_pool,
@@ -1541,7 +1525,7 @@ __device__ __forceinline__ void fa_paged_prefill_body(
   FaPagedRows<T> rows{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D, o + os + hq * o_hs,
                       q_ts, o_ts, (long long)Hkv * D, block_tables + (long long)b * max_blocks,
                       bs_shift, q_len, kv_len, q_len, kv_len - q_len};
-  fa_ws_core<T, D, CAUSAL, FaPagedRows<T>, 40, 128, kWsStages, FaWsOneTile, OPT>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
   __trap();
 #endif
@@ -1549,7 +1533,7 @@ __device__ __forceinline__ void fa_paged_prefill_body(
 
 // The same with K/V loaded by TMA (tk / tv: maps over the pools viewed as (D, Hkv, rows), boxes
 // 64 x 1 x block_size, 128-byte swizzle; built by onnx_fuse_paged_prefill_fwd_ex).
-template <typename T, int D, bool CAUSAL, int OPT = 0>
+template <typename T, int D, bool CAUSAL>
 __device__ __forceinline__ void fa_paged_prefill_tma_body(
     const T* __restrict__ q, long long q_sb, long long q_ts, long long q_hs,
     const int* __restrict__ cu_q, int q_len, const T* __restrict__ k_pool,
@@ -1573,7 +1557,7 @@ __device__ __forceinline__ void fa_paged_prefill_tma_body(
                           block_tables + (long long)b * max_blocks, bs_shift, q_len, kv_len,
                           q_len, kv_len - q_len},
                          tk, tv, hkv};
-  fa_ws_core<T, D, CAUSAL, FaPagedTmaRows<T>, 40, 128, kWsStages, FaWsOneTile, OPT>(rows, scale_log2);
+  fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
   __trap();
 #endif
@@ -1736,33 +1720,21 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTR_KERNELS_D(DTN, T, D)                                                    \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)  \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_causal, T, D, true, 0)
-// m128n128w12t_ov (launcher loads 7, 6 by name): the head size's TMA body of record with the
-// softmax pinned between wait_group 1 and 0 (kWsPinSoftmax): at D = 128 the r24 split (planned
-// there), at D = 64 the planned 40 / 232 split (kFaOvPregs). (The lazy O rescale and the
+// m128n128w12t_ov (D = 128, planned there for fp16: launcher loads 7, 6 by name): the r24 entries
+// with the softmax pinned between wait_group 1 and 0 (kWsPinSoftmax). (The lazy O rescale and the
 // persistent grid on top of it measured behind it on the H200 and were dropped, docs/PERF.md.)
 #define OF_FA_WSTO_KERNELS_D(DTN, T, D)                                                           \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
-                    onnx_fuse::kFaOvPregs<D>, onnx_fuse::kWsPinSoftmax)                            \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
-                    onnx_fuse::kFaOvPregs<D>, onnx_fuse::kWsPinSoftmax)
-// Experimental, D = 64 (launcher loads 8 by name, 9 with the cp.async fallback): the r24 split
-// with the pinned softmax, m128n128w12t_r24_ov.
-#define OF_FA_WSTRO_KERNELS_D(DTN, T, D)                                                          \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_ov_full, T, D, false, 24,     \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_full, T, D, false,             \
                     onnx_fuse::kWsPinSoftmax)                                                      \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_ov_causal, T, D, true, 24,    \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ov_causal, T, D, true,            \
                     onnx_fuse::kWsPinSoftmax)
-// Experimental, D = 128: the ov entries (r24, pinned softmax) with kWsLateRescale
-// (m128n128w12t_ovr, loads 10 / 11), kWsSmemEpilogue (m128n128w12t_ove, loads 12 / 13) and both
-// (m128n128w12t_ovre, loads 14 / 15).
-#define OF_FA_WSTC_KERNEL2(DTN, T, D, TAG, OPT)                                                    \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_##TAG##_full, T, D, false, 24, OPT) \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_##TAG##_causal, T, D, true, 24, OPT)
-#define OF_FA_WSTC_KERNELS_D(DTN, T, D)                                                           \
-  OF_FA_WSTC_KERNEL2(DTN, T, D, ovr, onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLateRescale)         \
-  OF_FA_WSTC_KERNEL2(DTN, T, D, ove, onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)        \
-  OF_FA_WSTC_KERNEL2(DTN, T, D, ovre,                                                              \
-                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLateRescale | onnx_fuse::kWsSmemEpilogue)
+// m128n128w12t_ove (D = 128, planned there for bf16: launcher loads 9, 8 by name): the ov entries
+// with the output staged in shared memory and written as 16-byte rows (kWsSmemEpilogue).
+#define OF_FA_WSTE_KERNELS_D(DTN, T, D)                                                           \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ove_full, T, D, false,            \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)                         \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ove_causal, T, D, true,           \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned),
 // D = 128: the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the
 // maps. (At D = 64 it measured 3-6 % below m128n128w12t and was dropped.)
@@ -1802,9 +1774,7 @@ OF_FA_WSTR_KERNELS_D(f16, __half, 64)
 OF_FA_WSTR_KERNELS_D(f16, __half, 128)
 OF_FA_WSTP_KERNELS_D(f16, __half, 128)
 OF_FA_WSTO_KERNELS_D(f16, __half, 128)
-OF_FA_WSTO_KERNELS_D(f16, __half, 64)
-OF_FA_WSTRO_KERNELS_D(f16, __half, 64)
-OF_FA_WSTC_KERNELS_D(f16, __half, 128)
+OF_FA_WSTE_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1819,55 +1789,42 @@ OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 64)
-OF_FA_WSTRO_KERNELS_D(bf16, __nv_bfloat16, 64)
-OF_FA_WSTC_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
 
-// Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128;
-// ..._d<D>_ov_<mask>: the same with the softmax pinned between wait_group 1 and 0 (kWsPinSoftmax,
-// as the dense m128n128w12t_ov; launcher loads 3..5).
-#define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL, OPT)                                                 \
+// Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
+#define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
       int max_blocks, float scale_log2) {                                                      \
-    fa_paged_prefill_body<T, D, CAUSAL, OPT>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool, \
-                                             block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,  \
-                                             Hkv, bs_shift, max_blocks, scale_log2);           \
+    fa_paged_prefill_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,      \
+                                        block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv,  \
+                                        bs_shift, max_blocks, scale_log2);                     \
   }
-#define OF_FA_PP_KERNELS_D(DTN, T, D)                                                          \
-  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_full, T, D, false, 0)               \
-  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_causal, T, D, true, 0)              \
-  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_ov_full, T, D, false,               \
-                  onnx_fuse::kWsPinSoftmax)                                                    \
-  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_ov_causal, T, D, true,              \
-                  onnx_fuse::kWsPinSoftmax)
+#define OF_FA_PP_KERNELS_D(DTN, T, D)                                          \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_full, T, D, false)  \
+  OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_causal, T, D, true)
 OF_FA_PP_KERNELS_D(f16, __half, 64)
 OF_FA_PP_KERNELS_D(f16, __half, 128)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 128)
-// The same with K/V by TMA: onnx_fuse_fa_paged_prefill_tma_<dt>_d<D>_[ov_]<full|causal>; two
-// tensor maps (K pool, V pool) follow the usual arguments. No TensorRT AOT twin.
-#define OF_FA_PPT_KERNEL(NAME, T, D, CAUSAL, OPT)                                                \
+// The same with K/V by TMA: onnx_fuse_fa_paged_prefill_tma_<dt>_d<D>_<full|causal>; two tensor
+// maps (K pool, V pool) follow the usual arguments. No TensorRT AOT twin.
+#define OF_FA_PPT_KERNEL(NAME, T, D, CAUSAL)                                                     \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
-      int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                    \
+      int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                \
       const __grid_constant__ CUtensorMap tv) {                                                \
-    fa_paged_prefill_tma_body<T, D, CAUSAL, OPT>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool,     \
-                                                 v_pool, block_tables, seq_lens, o, o_sb, o_ts, \
-                                                 o_hs, Hq, Hkv, bs_shift, max_blocks,          \
-                                                 scale_log2, &tk, &tv);                        \
+    fa_paged_prefill_tma_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,  \
+                                            block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,   \
+                                            Hkv, bs_shift, max_blocks, scale_log2, &tk, &tv);  \
   }
-#define OF_FA_PPT_KERNELS_D(DTN, T, D)                                                         \
-  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_full, T, D, false, 0)          \
-  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_causal, T, D, true, 0)         \
-  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_ov_full, T, D, false,          \
-                   onnx_fuse::kWsPinSoftmax)                                                   \
-  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_ov_causal, T, D, true,         \
-                   onnx_fuse::kWsPinSoftmax)
+#define OF_FA_PPT_KERNELS_D(DTN, T, D)                                              \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_full, T, D, false)  \
+  OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_causal, T, D, true)
 OF_FA_PPT_KERNELS_D(f16, __half, 64)
 OF_FA_PPT_KERNELS_D(f16, __half, 128)
 OF_FA_PPT_KERNELS_D(bf16, __nv_bfloat16, 64)
@@ -1972,8 +1929,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-// kind: 0 m128n128w12t, 1 m128n128w12t_r24, 2 m128n128w12t_ov (D = 64, 128), and the
-// experimental 3 m128n128w12t_r24_ov (D = 64), 4 _ovr, 5 _ove, 6 _ovre (D = 128).
+// kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -1989,8 +1945,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
     switch (kind) {
       case 0: OF_PICK_TK2(64, m128n128w12t)
       case 1: OF_PICK_TK2(64, m128n128w12t_r24)
-      case 2: OF_PICK_TK2(64, m128n128w12t_ov)
-      case 3: OF_PICK_TK2(64, m128n128w12t_r24_ov)
       default: return nullptr;
     }
   }
@@ -1999,9 +1953,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 0: OF_PICK_TK2(128, m128n128w12t)
       case 1: OF_PICK_TK2(128, m128n128w12t_r24)
       case 2: OF_PICK_TK2(128, m128n128w12t_ov)
-      case 4: OF_PICK_TK2(128, m128n128w12t_ovr)
-      case 5: OF_PICK_TK2(128, m128n128w12t_ove)
-      case 6: OF_PICK_TK2(128, m128n128w12t_ovre)
+      case 3: OF_PICK_TK2(128, m128n128w12t_ove)
       default: return nullptr;
     }
   }
@@ -2112,9 +2064,7 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
   OF_REQUIRE(q && k_pool && v_pool && o && block_tables && seq_lens);
   OF_REQUIRE(q_ts % 8 == 0 && q_hs % 8 == 0 && q_sb % 8 == 0 && o_ts % 8 == 0 && o_hs % 8 == 0 &&
              o_sb % 8 == 0);
-  OF_REQUIRE(loads >= 0 && loads <= 5);
-  const bool ov = loads >= 3;  // 3..5: as 0..2 with the pinned-softmax (_ov) entries
-  if (ov) loads -= 3;
+  OF_REQUIRE(loads >= 0 && loads <= 2);
   int dev = 0, major = 0;
   OF_CUDA_TRY(cudaGetDevice(&dev));
   OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -2123,17 +2073,12 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
   while ((1 << bs_shift) < block_size) ++bs_shift;
   PpFn fn = nullptr;
   PpTmaFn tfn = nullptr;
-#define OF_PP_PICK2(DTN, DD, SFX)                                                              \
-  {                                                                                            \
-    fn = causal ? reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##SFX##_causal) \
-                : reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##SFX##_full);  \
-    tfn = causal                                                                               \
-        ? reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##SFX##_causal) \
-        : reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##SFX##_full);  \
-  }
 #define OF_PP_PICK(DTN, DD)                                                                    \
   if (D == DD) {                                                                               \
-    if (ov) OF_PP_PICK2(DTN, DD, _ov) else OF_PP_PICK2(DTN, DD, )                              \
+    fn = causal ? reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_causal)    \
+                : reinterpret_cast<PpFn>(onnx_fuse_fa_paged_prefill_##DTN##_d##DD##_full);     \
+    tfn = causal ? reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##_causal) \
+                 : reinterpret_cast<PpTmaFn>(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##DD##_full);  \
   }
   if (dtype == onnx_fuse::kFloat16) {
     OF_PP_PICK(f16, 64) OF_PP_PICK(f16, 128)
@@ -2141,7 +2086,6 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
     OF_PP_PICK(bf16, 64) OF_PP_PICK(bf16, 128)
   }
 #undef OF_PP_PICK
-#undef OF_PP_PICK2
   OF_REQUIRE(fn != nullptr && tfn != nullptr);
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, 128, 128, 12);
   dim3 grid((max_q_len + 127) / 128, Hq, B);
@@ -2211,10 +2155,10 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
 // m128n128w12t_r24 entries (24 producer / 240 consumer registers); 5 = as 2 with the r24 entries;
 // 4 = the experimental m128n128w12tp (D = 128), the TMA body on a persistent grid of min(tiles,
-// SMs) CTAs (TMA rules as loads 1); 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (the softmax
-// pinned under the warpgroup's own P V: at D = 128 the r24 body, planned (7); at D = 64 the 40 / 232
-// one); experimental, by name / with the cp.async fallback: 8 / 9 m128n128w12t_r24_ov (D = 64),
-// 10 / 11 _ovr, 12 / 13 _ove, 14 / 15 _ovre (D = 128; fa_ws_core's kWs* options).
+// SMs) CTAs (TMA rules as loads 1); 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (D = 128: the
+// r24 body with the softmax pinned under the warpgroup's own P V; 7 is planned at D = 128 for fp16);
+// 8 / 9 = the same with the m128n128w12t_ove entries (ov with the output staged in shared memory
+// and written as 16-byte rows; 9 is planned at D = 128 for bf16).
 // Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2229,7 +2173,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 15);
+  OF_REQUIRE(loads >= 0 && loads <= 9);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2242,7 +2186,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: r24_ov; 10 / 11: ovr; 12 / 13: ove; 14 / 15: ovre
+    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
@@ -2318,9 +2262,7 @@ int onnx_fuse_paged_prefill_fwd(int dtype, const void* q, long long q_sb, long l
 // extent); loads 0 = the producer warpgroup's cp.async (as onnx_fuse_paged_prefill_fwd);
 // 1 = TMA (K/V gathered block by block by one producer warp; needs block_size in [16, 128],
 // 16-byte-aligned pools and num_blocks * block_size < 2^31, else cudaErrorInvalidValue);
-// 2 = TMA when those hold, else cp.async; 3 / 4 / 5 = as 0 / 1 / 2 with the _ov entries (the
-// softmax pinned between wgmma wait_group 1 and 0, as m128n128w12t_ov). Returns 0 or a
-// cudaError_t code.
+// 2 = TMA when those hold, else cp.async. Returns 0 or a cudaError_t code.
 int onnx_fuse_paged_prefill_fwd_ex(int dtype, const void* q, long long q_sb, long long q_ts,
                                    long long q_hs, const int* cu_seqlens_q, const void* k_pool,
                                    const void* v_pool, const int* block_tables,

@@ -375,7 +375,7 @@ def test_fused_attention_tma_inf_padding(lib, dtype, D, causal):
         v[b, L + 1::3] = float("-inf")
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    variants = [FA_TMA, FA_OV] + ([FA_PERSIST] + FA_OV_CANDS if D == 128 else [FA_R24_OV])
+    variants = [FA_TMA] + ([FA_PERSIST, FA_OV, FA_OVE] if D == 128 else [])
     for variant in variants:
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
@@ -420,13 +420,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
     k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
-    for variant in (FA_TMA, FA_PERSIST, FA_OV, *FA_OV_CANDS):  # by name: no fallback
+    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVE):  # by name: no fallback
         with pytest.raises(KernelError):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    for code in (2, 5, 7, 11, 13, 15):  # planned TMA: w12t, r24, ov; the ovr / ove / ovre candidates
+    for code in (2, 5, 7, 9):  # planned TMA: w12t, r24, ov, ove
         out.fill_(float("nan"))
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
@@ -439,13 +439,15 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
 def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
-    """At D = 128 on the H200 the planner names m128n128w12t_ov (launcher loads 7): it runs on
-    TMA, or on the cp.async producer where TMA cannot address K/V (broadcast over the batch)."""
+    """At D = 128 on the H200 the planner names m128n128w12t_ov for fp16 (launcher loads 7) and
+    m128n128w12t_ove for bf16 (loads 9): it runs on TMA, or on the cp.async producer where TMA
+    cannot address K/V (broadcast over the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, causal=True).variant == lp.FA_WS_TMA_OV
+    want = lp.FA_WS_TMA_OV if dtype == torch.float16 else lp.FA_WS_TMA_OVE
+    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == want
     gen = torch.Generator(device="cuda").manual_seed(21)
     q = _rand((B, S, Hq, D), dtype, gen)
     kb = 1 if broadcast else B
@@ -464,13 +466,10 @@ def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
 # between wgmma wait_group 1 and 0) by name on the TMA cases at D = 128 and the persistent ones.
 FA_OV = (128, 128, 12, "tma", "ov")
 FA_OV_CASES = list({repr(c[:7]): c[:7] + (FA_OV,) for c in FA_TMA_CASES + FA_PERSIST_CASES if c[4] == 128}.values())
-# Bench candidates on the ov body (D = 128): O rescaled under the next S GEMM (ovr), output staged
-# in shared memory and written as 16-byte rows (ove), both (ovre); at D = 64 the ov entries run
-# the planned 40 / 232 body pinned, and r24_ov the 24 / 240 one.
-FA_OV_CANDS = [(128, 128, 12, "tma", x) for x in ("ovr", "ove", "ovre")]
-FA_R24_OV = (128, 128, 12, "tma", "r24", "ov")
-FA_OV_CAND_CASES = [c[:7] + (v,) for c in FA_OV_CASES for v in FA_OV_CANDS]
-FA_D64_OV_CASES = [c[:7] + (v,) for c in FA_TMA_CASES if c[4] == 64 for v in (FA_OV, FA_R24_OV)]
+# m128n128w12t_ove (launch_plan.FA_WS_TMA_OVE, planned at D = 128 for bf16): ov with the output
+# staged in shared memory and written as 16-byte rows, on the same cases.
+FA_OVE = (128, 128, 12, "tma", "ove")
+FA_OVE_CASES = [c[:7] + (FA_OVE,) for c in FA_OV_CASES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -498,7 +497,7 @@ def test_fused_attention_tma_ov_moving_max(lib, dtype, causal):
     lens = [1300, 900]
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    for variant in (FA_OV, (128, 128, 12, "tma", "r24"), *FA_OV_CANDS):
+    for variant in (FA_OV, (128, 128, 12, "tma", "r24"), FA_OVE):
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
         torch.cuda.synchronize()
@@ -507,48 +506,13 @@ def test_fused_attention_tma_ov_moving_max(lib, dtype, causal):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_OV_CAND_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
-def test_fused_attention_tma_ov_candidates_match_reference(lib, case, dtype):
-    """m128n128w12t_ovr / _ove / _ovre (experimental, D = 128) by name on the ov cases: ragged
-    lengths with NaN padding, GQA, several query tiles per head, empty sequences (padded rows are
-    exact zeros: the staged epilogue must not store rows past seq_len either)."""
+@pytest.mark.parametrize("case", FA_OVE_CASES, ids=_fa_case_id("-ove"))
+def test_fused_attention_tma_ove_matches_reference(lib, case, dtype):
+    """m128n128w12t_ove by name on the ov cases: ragged lengths with NaN padding, GQA, several query
+    tiles per head, empty sequences (padded rows are exact zeros: the staged epilogue must not
+    store rows past seq_len either)."""
     _need_sm90()
     _check_fused_case(lib, case, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_D64_OV_CASES, ids=lambda c: _fa_case_id("-" + "_".join(c[7][4:]))(c))
-def test_fused_attention_tma_d64_ov_matches_reference(lib, case, dtype):
-    """m128n128w12t_ov (the planned 40 / 232 body, pinned) and the experimental _r24_ov at D = 64 by
-    name on the D = 64 TMA cases."""
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
-@pytest.mark.parametrize("code", [7, 9], ids=["ov", "r24_ov"])
-def test_fused_attention_tma_d64_ov_falls_back(lib, code):
-    """The D = 64 pinned entries with the planned codes (7 ov, 9 r24_ov) fall back to the cp.async
-    producer where TMA cannot address K/V (broadcast over the batch); by name they refuse."""
-    _need_sm90()
-    from onnx_fuse.plugins.kernel_lib import KernelError
-
-    B, S, Hq, Hkv, D = 2, 300, 4, 2, 64
-    gen = torch.Generator(device="cuda").manual_seed(17)
-    q = _rand((B, S, Hq, D), torch.float16, gen)
-    k = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
-    v = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
-    out = torch.full_like(q, float("nan"))
-    with pytest.raises(KernelError):
-        lib.fused_attention(q, k, v, out, variant=FA_OV if code == 7 else FA_R24_OV)
-    torch.cuda.synchronize()
-    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
-    rc = lib._lib.onnx_fuse_fused_attention_fwd(
-        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
-        1.0 / D**0.5, 1, 128, 128, 12, code, torch.cuda.current_stream().cuda_stream)
-    assert rc == 0
-    torch.cuda.synchronize()
-    expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    assert _rel_err(out, expect) < TOL[torch.float16]
 
 
 # ------------------------------------------------------------------ paged attention (decode)
@@ -960,7 +924,7 @@ def test_paged_prefill_matches_reference(lib, case, dtype):
     _run_paged_prefill_case(lib, case, dtype, "cp.async")
 
 
-def _run_paged_prefill_case(lib, case, dtype, loads, opt=None):
+def _run_paged_prefill_case(lib, case, dtype, loads):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("paged prefill runs the sm_90a warp-specialized kernel only")
     B, Hq, Hkv, D, bs, prefix, new, causal, packed = case
@@ -983,11 +947,11 @@ def _run_paged_prefill_case(lib, case, dtype, loads, opt=None):
     out = torch.full((total, Hq, D), float("nan"), dtype=dtype, device="cuda")
     if packed:
         lib.paged_prefill(q, k_pool, v_pool, tables, seq, out, causal=causal,
-                          cu_seqlens_q=torch.tensor(cu, device="cuda"), loads=loads, opt=opt)
+                          cu_seqlens_q=torch.tensor(cu, device="cuda"), loads=loads)
     else:
         assert len(set(new)) == 1
         lib.paged_prefill(q.view(B, new[0], Hq, D), k_pool, v_pool, tables, seq,
-                          out.view(B, new[0], Hq, D), causal=causal, loads=loads, opt=opt)
+                          out.view(B, new[0], Hq, D), causal=causal, loads=loads)
     torch.cuda.synchronize()
     kp, vp, tb = _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy()
     qn = _np(q)
@@ -1020,18 +984,6 @@ def test_fused_attention_tma_paged_prefill_matches_reference(lib, case, dtype):
     from onnx_fuse.plugins import launch_plan as lp
 
     _run_paged_prefill_case(lib, case, dtype, "tma" if case[4] in lp.PP_TMA_BLOCK_SIZES else None)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", PP_TMA_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}{}{}-ov".format(
-    c[0], c[1], c[2], c[3], c[4], "c" if c[7] else "", "-packed" if c[8] else ""))
-def test_fused_attention_tma_paged_prefill_ov_matches_reference(lib, case, dtype):
-    """The pinned-softmax paged-prefill entries (..._ov_<mask>): TMA loads where the block size
-    allows them (16..128), else the planned cp.async; and the cp.async producer on every case."""
-    from onnx_fuse.plugins import launch_plan as lp
-
-    _run_paged_prefill_case(lib, case, dtype, "tma" if case[4] in lp.PP_TMA_BLOCK_SIZES else None, opt="ov")
-    _run_paged_prefill_case(lib, case, dtype, "cp.async", opt="ov")
 
 
 @pytest.mark.parametrize("bs", [8, 256])

@@ -47,9 +47,13 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
     wstr_d = {int(d) for d in re.findall(r"^OF_FA_WSTR_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstr and wstr_d
     wsto = {tuple(map(int, v)) + ("tma", "ov") for v in re.findall(
-        r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ov_full", _block(fa, "#define OF_FA_WSTO_KERNELS_D("))}
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ov_full", _block(fa, "#define OF_FA_WSTO_KERNELS_D("))}
     wsto_d = {int(d) for d in re.findall(r"^OF_FA_WSTO_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wsto and wsto_d
+    wste = {tuple(map(int, v)) + ("tma", "ove") for v in re.findall(
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ove_full", _block(fa, "#define OF_FA_WSTE_KERNELS_D("))}
+    wste_d = {int(d) for d in re.findall(r"^OF_FA_WSTE_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wste and wste_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -71,6 +75,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wstr
         if d in wsto_d:
             fav[d] |= wsto
+        if d in wste_d:
+            fav[d] |= wste
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -141,7 +147,8 @@ def test_variant_tables_match_the_sources():
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
-    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV}
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {
+        lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -760,9 +767,8 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS] == (0, 0) and codes[lp.FA_WGMMA_1WG] == (0, 0)
     assert codes[lp.FA_WS_TMA] == (1, 2) and codes[lp.FA_WS_TMA_R24] == (3, 5)
     assert codes[lp.FA_WS_TMA_PERSIST] == (4, 4)
-    assert codes[lp.FA_WS_TMA_OV] == (6, 7)  # D = 128 (r24 body) and D = 64 (40 / 232 body)
-    assert codes[lp.FA_WS_TMA_R24_OV] == (8, 9) and codes[lp.FA_WS_TMA_OVR] == (10, 11)
-    assert codes[lp.FA_WS_TMA_OVE] == (12, 13) and codes[lp.FA_WS_TMA_OVRE] == (14, 15)
+    assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVE] == (8, 9)
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 9
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 7
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 2
@@ -777,7 +783,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 15);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 9);" in fa
     assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -800,10 +806,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVR, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVRE)
-    assert lp.fa_experimental_variants(64) == (lp.FA_WS_TMA_R24_OV,)
-    for d in (80, 96, 256):
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    for d in (64, 80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
@@ -840,15 +844,11 @@ def test_ov_entries_exist_and_are_planned_at_d128():
     rescale and persistent twins (measured behind it) are gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
-        for d in (64, 128):
-            assert re.search(rf"^OF_FA_WSTO_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert not re.search(r"^OF_FA_WSTO_KERNELS_D\(\w+, [\w ]+, (?!128\)|64\))", fa, re.M)
+        assert re.search(rf"^OF_FA_WSTO_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert not re.search(r"^OF_FA_WSTO_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     block = _block(fa, "#define OF_FA_WSTO_KERNELS_D(")
     for mask, causal in (("full", "false"), ("causal", "true")):
-        assert re.search(rf"m128n128w12t_ov_{mask}, T, D, {causal},\s*\\\s*onnx_fuse::kFaOvPregs<D>, "
-                         r"onnx_fuse::kWsPinSoftmax\)", block), mask
-    # the producer split of each head size's body of record: r24 at D = 128, 40 / 232 at D = 64
-    assert "constexpr int kFaOvPregs = D == 128 ? 24 : 40;" in fa
+        assert re.search(rf"m128n128w12t_ov_{mask}, T, D, {causal},\s*\\\s*onnx_fuse::kWsPinSoftmax\)", block), mask
     assert "if constexpr ((OPT & kWsPinSoftmax) != 0)" in fa
     assert "_ovl" not in fa and "kWsLazyRescale" not in fa and "w12tp_ov" not in fa
     assert "OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)" in fa
@@ -858,86 +858,60 @@ def test_ov_entries_exist_and_are_planned_at_d128():
     for dt in ("float16", "bfloat16"):
         for causal in (False, True):
             for heads in ((32, 32), (32, 8)):
-                p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
+                planned = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
+                assert planned.variant == (v if dt == "float16" else lp.FA_WS_TMA_OVE)
+                p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal, variant=v)
                 assert p.variant == v and p.kernel in _kernel_names()
                 assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_ov_{'causal' if causal else 'full'}"
                 assert p.tma and not p.r24 and not p.persistent and p.opt == "ov"
                 assert p.smem_bytes == lp.fa_smem_bytes(128, *lp.FA_WS_TMA) and p.block == (384, 1, 1)
                 assert p.grid == (32, heads[0], 4)
                 assert lp.fa_launch_loads(p, by_name=False) == 7 and lp.fa_launch_loads(p, by_name=True) == 6
-    for d in (80, 96, 256):
+    for d in (64, 80, 96, 256):
         with pytest.raises(ValueError, match="not compiled"):
             lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
-    for d in (64, 128):
-        with pytest.raises(ValueError, match="with a softcap"):
-            lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
+    with pytest.raises(ValueError, match="with a softcap"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v, softcap=30.0)
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     assert lp.plan_fused_attention(4, 4096, 32, 8, 128, device=ampere).opt == ""
 
-def test_d64_ov_and_d128_ov_candidates_plan_by_name():
-    """The pinned softmax at D = 64 (m128n128w12t_ov on the planned 40 / 232 body: a contract
-    variant, not planned until measured; FA_D64_TMA_PLANNED is the switch) and the experimental
-    candidates (D = 64 r24_ov; D = 128 ovr / ove / ovre on the ov body): entries in the source,
-    kernel names, launcher codes, never planned."""
+def test_ove_entries_exist_and_are_planned_at_d128_for_bf16():
+    """m128n128w12t_ove (ov with the output staged in shared memory, 16-byte stores; D = 128, both
+    masks and dtypes): entries in the source with both options, kernel names and launcher codes
+    (8 by name, 9 planned), planned at D = 128 on the H200 for bf16 without a softcap (fp16 keeps
+    ov); refused at other head sizes and with a softcap. The candidates that lost in run 14 (O
+    rescale under the next S GEMM, the pin at D = 64 and on the paged-prefill kernels) are gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_WSTRO_KERNELS_D\({dt}, [\w ]+, 64\)", fa, re.M), dt
-        assert re.search(rf"^OF_FA_WSTC_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert not re.search(r"^OF_FA_WSTRO_KERNELS_D\(\w+, [\w ]+, (?!64\))", fa, re.M)
-    assert not re.search(r"^OF_FA_WSTC_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
-    block = _block(fa, "#define OF_FA_WSTC_KERNELS_D(")
-    assert "ovr, onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLateRescale)" in block
-    assert "ove, onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)" in block
-    assert "if constexpr (LATE) rescale(late_alpha);" in fa and "if constexpr ((OPT & kWsSmemEpilogue) != 0)" in fa
-    assert lp.FA_WS_TMA_OV in lp.fa_variants(64) and lp.FA_D64_TMA_PLANNED == lp.FA_WS_TMA
-    for dt in ("float16", "bfloat16"):
-        for causal in (False, True):
-            m = "causal" if causal else "full"
-            p = lp.plan_fused_attention(8, 2048, 32, 32, 64, dt, causal=causal, variant=lp.FA_WS_TMA_OV)
-            assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d64_m128n128w12t_ov_{m}" and p.kernel in _kernel_names()
-            assert p.opt == "ov" and not p.r24 and lp.fa_launch_loads(p, by_name=False) == 7
-            assert lp.plan_fused_attention(8, 2048, 32, 32, 64, dt, causal=causal).variant == lp.FA_WS_TMA
-            r = lp.plan_fused_attention(8, 2048, 32, 32, 64, dt, causal=causal, variant=lp.FA_WS_TMA_R24_OV)
-            assert r.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d64_m128n128w12t_r24_ov_{m}"
-            assert r.r24 and r.opt == "ov" and r.variant == lp.FA_WS_TMA_R24_OV
-            assert lp.fa_launch_loads(r, by_name=True) == 8 and lp.fa_engine(r.variant, 64) == "wgmma"
-            for v, tag in ((lp.FA_WS_TMA_OVR, "ovr"), (lp.FA_WS_TMA_OVE, "ove"), (lp.FA_WS_TMA_OVRE, "ovre")):
-                c = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, variant=v)
-                assert c.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_{tag}_{m}"
-                assert c.opt == tag and not c.r24 and c.tma and c.variant == v
-                assert f"m128n128w12t_##TAG##_{m}, T, D, {str(causal).lower()}, 24, OPT)" in fa
-                assert f"OF_FA_WSTC_KERNEL2(DTN, T, D, {tag}," in block
-                with pytest.raises(ValueError, match="not compiled"):
-                    lp.plan_fused_attention(4, 4096, 32, 8, 64, dt, causal=causal, variant=v)
-            with pytest.raises(ValueError, match="not compiled"):
-                lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, variant=lp.FA_WS_TMA_R24_OV)
-    # a softcap keeps the D = 64 plan on FA_WS_TMA's _sc twin whatever FA_D64_TMA_PLANNED names
-    assert lp.plan_fused_attention(8, 2048, 32, 32, 64, softcap=30.0).variant == lp.FA_WS_TMA
-    # the C launcher's kinds for the new codes
-    for case in ("case 2: OF_PICK_TK2(64, m128n128w12t_ov)", "case 3: OF_PICK_TK2(64, m128n128w12t_r24_ov)",
-                 "case 4: OF_PICK_TK2(128, m128n128w12t_ovr)", "case 5: OF_PICK_TK2(128, m128n128w12t_ove)",
-                 "case 6: OF_PICK_TK2(128, m128n128w12t_ovre)"):
-        assert case in fa, case
-
-
-def test_paged_prefill_ov_entries_and_codes():
-    """Prefill over a paged prefix with the pinned softmax (..._d<D>_ov_<mask>, cp.async and TMA):
-    entries in the source, the launcher's codes (+ 3), the planned option a one-line switch."""
-    fa = (KERNELS / "fused_attention.cu").read_text()
-    for fam in ("OF_FA_PP_KERNELS_D(", "OF_FA_PPT_KERNELS_D("):
-        block = _block(fa, "#define " + fam)
-        for m, c in (("full", "false"), ("causal", "true")):
-            assert re.search(rf"_d##D##_ov_{m}, T, D, {c},\s*\\\s*onnx_fuse::kWsPinSoftmax\)", block), (fam, m)
-            assert re.search(rf"_d##D##_{m}, T, D, {c}, 0\)", block), (fam, m)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 5);" in fa and "if (ov) loads -= 3;" in fa
-    assert "if (ov) OF_PP_PICK2(DTN, DD, _ov) else OF_PP_PICK2(DTN, DD, )" in fa
-    assert lp.PP_OPTS == ("", "ov") and lp.PP_PLANNED_OPT in lp.PP_OPTS
-    assert [lp.pp_launch_loads(ld, o, forced=f) for o in lp.PP_OPTS for ld, f in
-            (("cp.async", True), ("tma", True), ("tma", False))] == [0, 1, 2, 3, 4, 5]
-    assert lp.pp_launch_loads("cp.async", "ov", forced=False) == 3
-    for bad in (dict(loads="bulk", opt=""), dict(loads="tma", opt="ovr")):
-        with pytest.raises(ValueError):
-            lp.pp_launch_loads(**bad, forced=True)
+        assert re.search(rf"^OF_FA_WSTE_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert not re.search(r"^OF_FA_WSTE_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
+    block = _block(fa, "#define OF_FA_WSTE_KERNELS_D(")
+    for mask, causal in (("full", "false"), ("causal", "true")):
+        assert re.search(rf"m128n128w12t_ove_{mask}, T, D, {causal},\s*\\\s*"
+                         r"onnx_fuse::kWsPinSoftmax \| onnx_fuse::kWsSmemEpilogue\)", block), mask
+    assert "if constexpr ((OPT & kWsSmemEpilogue) != 0)" in fa and "case 3: OF_PICK_TK2(128, m128n128w12t_ove)" in fa
+    assert "kWsLateRescale" not in fa and "_ovr" not in fa and "r24_ov" not in fa and "_ov_full, T, D, false, 0)" not in fa
+    assert "paged_prefill_##DTN##_d##D##_ov" not in fa and "paged_prefill_tma_##DTN##_d##D##_ov" not in fa
+    v = lp.FA_WS_TMA_OVE
+    assert v in lp.fa_variants(128) and lp.fa_engine(v, 128) == "wgmma"
+    assert v not in lp.fa_experimental_variants(128) and v not in lp.fa_softcap_variants(128)
+    for causal in (False, True):
+        m = "causal" if causal else "full"
+        for heads in ((32, 32), (32, 8)):
+            p = lp.plan_fused_attention(4, 4096, *heads, 128, "bfloat16", causal=causal)
+            assert p.variant == v and p.kernel == f"onnx_fuse_fa_fwd_bf16_d128_m128n128w12t_ove_{m}"
+            assert p.kernel in _kernel_names() and p.opt == "ove" and p.tma and not p.r24
+            assert p.smem_bytes == lp.fa_smem_bytes(128, *lp.FA_WS_TMA) and p.block == (384, 1, 1)
+            assert lp.fa_launch_loads(p, by_name=False) == 9
+            f = lp.plan_fused_attention(4, 4096, *heads, 128, "float16", causal=causal, variant=v)
+            assert f.kernel == f"onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ove_{m}" and lp.fa_launch_loads(f, by_name=True) == 8
+            assert lp.plan_fused_attention(4, 4096, *heads, 128, "bfloat16", causal=causal, softcap=30.0).variant \
+                == lp.FA_WS_TMA_R24
+    for d in (64, 80, 96, 256):
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
+    with pytest.raises(ValueError, match="with a softcap"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v, softcap=30.0)
 
 
 def test_fp8_heads_variants_match_the_sources_and_plan():
@@ -1099,7 +1073,7 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.kernel in names, plan.kernel
                     assert plan.variant in lp.fa_softcap_variants(d)
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
-                    if plain.variant == lp.FA_WS_TMA_OV:  # its softcapped plan: the unpinned r24 twin
+                    if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE):  # softcapped: the r24 twin
                         want = lp.FA_WS_TMA_R24
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
                     assert not plain.softcap and "_sc_" not in plain.kernel
