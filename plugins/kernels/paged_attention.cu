@@ -1577,19 +1577,21 @@ OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, bf16, __nv_bfloat16, 256)
 // Head-group variants of the fp8-pool decode (TMA = 2): onnx_fuse_pa8_decode_<dt>_d<D>_w<warps>s<stages>h,
 // launched by onnx_fuse_paged_attention_decode_fp8_tma_heads; launch_plan.PA8_HEADS_VARIANTS mirrors
 // the list. Register bounds as the TMA variants' (shared memory: 4 / 3 CTAs per SM at 3 / 4 stages of
-// 4 warps, D = 128; 8 warps held to 128 registers, two CTAs).
-#define OF_PA8H_DECODE(DTN, T, D, W, ST)                                                           \
+// 4 warps, D = 128; 8 warps held to 128 registers, two CTAs). OF_PA8H_ENTRY also makes the
+// cluster-reduce entries below (suffix hc, CLUSTER true).
+#define OF_PA8H_ENTRY(DTN, T, D, W, ST, SUF, CLUSTER)                                              \
   extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : (ST == 3 ? 4 : 3))             \
-      onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##h(                                          \
+      onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##SUF(                                        \
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
       int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
       const __grid_constant__ CUtensorMap tv) {                                                   \
-    pa8_decode_body<T, D, W, ST, 2>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,      \
-                                    seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,   \
-                                    max_blocks, part_tokens, scale_log2, &tk, &tv);               \
+    pa8_decode_body<T, D, W, ST, 2, CLUSTER>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables, \
+                                             seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv,       \
+                                             block_size, max_blocks, part_tokens, scale_log2, &tk, &tv); \
   }
+#define OF_PA8H_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, h, false)
 #define OF_PA8_HEADS_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 3)                        \
   X(DTN, T, D, 4, 4)                        \
@@ -1605,18 +1607,7 @@ OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 128)
 // the workspace and onnx_fuse_pa_reduce_*; launched by onnx_fuse_paged_attention_decode_fp8_cluster
 // (cluster dims (1, num_splits, 1), num_splits <= 8). launch_plan.PA8_CLUSTER_VARIANTS mirrors the
 // list; the same (warps, stages) as the head-group list, register bounds as theirs.
-#define OF_PA8HC_DECODE(DTN, T, D, W, ST)                                                          \
-  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : (ST == 3 ? 4 : 3))             \
-      onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##hc(                                         \
-      const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
-      const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
-      T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
-      int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
-      const __grid_constant__ CUtensorMap tv) {                                                   \
-    pa8_decode_body<T, D, W, ST, 2, true>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables, \
-                                          seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv,          \
-                                          block_size, max_blocks, part_tokens, scale_log2, &tk, &tv); \
-  }
+#define OF_PA8HC_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, hc, true)
 #define OF_PA8_CLUSTER_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 3)                          \
   X(DTN, T, D, 4, 4)                          \

@@ -1265,16 +1265,10 @@ def test_paged_decode_fp8_tma_heads_block_sizes(lib, bs):
 # fp8 pool, cluster-reduce head groups (variants (warps, stages, "cluster"), sm_90): the head-group
 # kernel with the splits of each row combined inside a thread-block cluster through distributed shared
 # memory; empty splits (short sequences) and an empty sequence take part in their cluster; up to 8 splits.
-PA8_CLUSTER_CASES = [
+# The head-group cases in their cluster form (the same (warps, stages) lists), then the largest cluster.
+PA8_CLUSTER_CASES = [c[:7] + ((*c[7][:2], "cluster"),) for c in PA8_HEADS_CASES] + [
     # B, Hq, Hkv, D, block_size, lens, num_splits, variant
-    (3, 8, 8, 128, 16, [1, 16, 33], None, (8, 2, "cluster")),  # G = 1
-    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 1, (8, 2, "cluster")),
-    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 7, (4, 3, "cluster")),  # two groups, empty splits
-    (3, 32, 16, 128, 32, [900, 0, 300], None, (8, 2, "cluster")),  # two groups of 8, G = 2
-    (5, 12, 4, 64, 32, [31, 32, 33, 300, 0], None, (4, 4, "cluster")),
-    (2, 64, 4, 64, 16, [513, 70], 3, (4, 3, "cluster")),  # G = 16
-    (2, 16, 8, 128, 64, [4000, 70], 8, (8, 2, "cluster")),  # the largest cluster
-    (4, 32, 8, 128, 16, [1000, 1, 64, 777], 4, (8, 3, "cluster")),
+    (2, 16, 8, 128, 64, [4000, 70], 8, (8, 2, "cluster")),
 ]
 
 
