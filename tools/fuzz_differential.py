@@ -15,10 +15,13 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
                  model (TensorRT's parser support and our plugin contracts, checked without TensorRT)
   timeout        one graph's runs took longer than --graph-timeout (optimize or a check hung)
   invalid-graph  ORT cannot run the original (a generator bug; not counted as a failure)
-  paged          (O4 trt) the paged-KV rewrite fired: by design it replaces the contiguous past
-                 inputs and present outputs with block pools (docs/paged_kv.md), so the model
-                 cannot run on the original's feeds; listed and saved, not compared and not
-                 counted as a failure (tests/targets and the corpus verify that rewrite)
+  (paged)        (O4 trt) where the paged-KV rewrite fired (docs/paged_kv.md), the pools replace
+                 the past inputs and present outputs: as verify does, the original's past is fed
+                 as shuffled pool blocks and each present output compared with its pool read back
+                 (tools/fuzz_paged.py); the run is then ok/wrong/... like any other, and the
+                 summary counts such runs under ``paged_runs``. A case whose spec asks for fp8 KV
+                 gets one more O4 trt run with kv_cache_dtype="fp8" (target ``trt+fp8kv``),
+                 compared at e4m3's tolerance
   ort-itself     a failure that ORT's own graph optimizations cause: on the original too, or on
                  an optimized model that is right with them off (ORT's bug, not ours; listed and
                  saved, not counted as a failure)
@@ -62,12 +65,15 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fuzz_paged  # noqa: E402
 from fuzz_motifs import make_case  # noqa: E402
 
 FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused", "timeout")
-CLASSES = ("ok", "refused-input", "invalid-graph", "paged", "ort-itself", *FAIL_CLASSES)
+CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", *FAIL_CLASSES)
+#: the label of a run with kv_cache_dtype="fp8" (O4 trt, a decoder case whose spec asks for it)
+FP8_TARGET = "trt+fp8kv"
 #: listed and saved, but not failures
-NOTED_CLASSES = ("invalid-graph", "paged", "ort-itself")
+NOTED_CLASSES = ("invalid-graph", "ort-itself")
 # atol is scaled by the output's largest magnitude: fused kernels reorder float sums.
 TOLERANCE = {np.dtype(np.float32): (1e-4, 1e-3), np.dtype(np.float16): (1e-2, 2e-2),
              np.dtype(np.float64): (1e-9, 1e-7), np.dtype(ml_dtypes.bfloat16): (5e-2, 5e-2)}
@@ -175,7 +181,7 @@ def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tupl
 
 
 def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=(), loosest=None,
-            precision: str | None = None):
+            precision: str | None = None, kv_cache_dtype: str | None = None):
     """Optimize and compare; returns (class, detail, optimized proto or None, rule fires).
     ``loosest``: ``loosest_float_dtypes(original)``, computed here when not given; with
     ``precision`` every output is compared at that type's tolerance."""
@@ -185,7 +191,7 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
 
     try:
         result = onnx_fuse.optimize(original, level=level, target=target, rules=list(rules),
-                                    precision=precision)
+                                    precision=precision, kv_cache_dtype=kv_cache_dtype)
         optimized = result.to_proto()
     except UserError as exc:
         return "refused-input", _first_line(exc), None, {}
@@ -193,9 +199,11 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
         tb = traceback.format_exc(limit=-3)
         return "crash", _first_line(exc) + "\n" + tb, None, {}
     fires = dict(result.report.rule_fires)
-    if _is_paged(optimized):
-        return "paged", "the paged-KV rewrite changed the interface (pools, block_tables, " \
-            "seq_lens): not comparable on the original's feeds", optimized, fires
+    if fuzz_paged.is_paged(optimized):
+        cls, detail = _check_paged(original, optimized, feeds, ref_out, kv_cache_dtype == "fp8", loosest)
+        return cls, detail, optimized, fires
+    if kv_cache_dtype is not None:
+        return "crash", f"kv_cache_dtype={kv_cache_dtype} accepted but the model is not paged", optimized, fires
     sig = signature_diff(original, optimized)
     if sig:
         return "signature", sig, optimized, fires
@@ -228,11 +236,32 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     return cls, detail, optimized, fires
 
 
-def _is_paged(model: onnx.ModelProto) -> bool:
-    """The trt-paged-kv rewrite's interface: a PagedAttention reading block_tables / seq_lens."""
-    inputs = {i.name for i in model.graph.input}
-    return {"block_tables", "seq_lens"} <= inputs and any(
-        n.op_type == "PagedAttention" and n.domain == "onnx_fuse" for n in model.graph.node)
+def _check_paged(original, optimized, feeds, ref_out, fp8: bool, loosest) -> tuple[str, str]:
+    """The paged-KV rewrite (tools/fuzz_paged.py): the original's past as shuffled pool blocks,
+    its present outputs compared with the pools read back; fp8 pools at e4m3's tolerance."""
+    names = [o.name for o in original.graph.output]
+    slots = {o: i for i, o in fuzz_paged.pools(optimized)}
+    at = [k for k, o in enumerate(optimized.graph.output) if o.name in slots]
+    if len(at) != 2 * sum(n.op_type == "PagedAttention" for n in optimized.graph.node):
+        return "signature", "the pools do not take the present outputs' slots"
+    total = np.asarray(ref_out[at[0]]).shape[2]
+    past = feeds[fuzz_paged._past_name(slots[optimized.graph.output[at[0]].name],
+                                       {i.name for i in original.graph.input})]
+    try:
+        ref_feeds, run_feeds = fuzz_paged.paged_feeds(original, optimized, feeds, total - past.shape[2],
+                                                      seed=total, fp8=fp8)
+        ref = _session(original, ort_optimizations=False).run(names, ref_feeds)
+        sess = _session(optimized, ort_optimizations=True)
+        got = fuzz_paged.run_paged(sess, optimized, run_feeds)
+    except Exception as exc:  # noqa: BLE001 - ORT's refusal of the paged model
+        return "ort-refused", "paged: " + _first_line(exc)
+    paired = fuzz_paged.paired_outputs(original, optimized, ref, got, run_feeds, total)
+    if isinstance(paired, str):
+        return "signature", "paged: " + paired
+    if fp8:
+        return fuzz_paged.compare_fp8(*paired)
+    cls, detail = compare(*paired, loosest)
+    return cls, ("paged: " + detail if detail else "")
 
 
 def _trt_refused(original: onnx.ModelProto, optimized: onnx.ModelProto) -> str | None:
@@ -284,7 +313,8 @@ def fuzz_graph(task):
     onnxruntime.set_default_logger_severity(4)  # the failures we provoke are reported, not logged
     seed, levels, targets, rules, graph_timeout, precision = task
     case = make_case(seed)
-    base = {"seed": seed, "motifs": case.motifs, "traps": case.traps, "precision": precision}
+    base = {"seed": seed, "motifs": case.motifs, "traps": case.traps, "precision": precision,
+            "spec": case.spec}
     try:
         sess = _session(case.model, ort_optimizations=False)
         names = [o.name for o in case.model.graph.output]
@@ -309,8 +339,16 @@ def fuzz_graph(task):
                                                       loosest, precision)
                     o1_done = (cls, detail, opt, fires) if level == 1 else None
                 results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
-                if cls in (*FAIL_CLASSES, "paged", "ort-itself"):
+                if cls in (*FAIL_CLASSES, "ort-itself"):
                     models[(level, target)] = opt
+                if level == 4 and target == "trt" and case.spec.get("kv_fp8") and precision is None \
+                        and fires.get("trt-paged-kv"):   # fp8 pools need the paged rewrite
+                    target = FP8_TARGET   # the same run with fp8 KV pools
+                    cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, "trt", rules,
+                                                      loosest, precision, kv_cache_dtype="fp8")
+                    results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
+                    if cls in (*FAIL_CLASSES, "ort-itself"):
+                        models[(level, target)] = opt
     except _GraphTimeout:
         detail = f"no result after {graph_timeout} s (the graph's earlier runs: {len(results)})"
         results.append(dict(base, level=level, target=target, cls="timeout", detail=detail, fires={}))
@@ -329,8 +367,8 @@ def _save_failure(out: Path, res: dict, case, optimized) -> str:
     if optimized is not None:
         onnx.save(optimized, folder / "optimized.onnx")
     np.savez(folder / "feeds.npz", **case.feeds)
-    info = {k: res[k] for k in ("seed", "level", "target", "cls", "detail", "motifs", "traps",
-                                "precision")}
+    info = {k: res.get(k) for k in ("seed", "level", "target", "cls", "detail", "motifs", "traps",
+                                    "precision", "spec")}
     (folder / "info.json").write_text(json.dumps(info, indent=1) + "\n")
     return str(folder)
 
@@ -369,6 +407,8 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
     motifs = collections.Counter()
     failures = []
     refusals = collections.Counter()
+    paged_runs = collections.Counter()    # runs where trt-paged-kv fired, by class
+    spec_counts = collections.Counter()   # decoder cases' switches, per run
     expected = builtin_rules(levels, targets)
     t0 = time.time()
     graphs = 0
@@ -385,6 +425,8 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
             "rule_fires": dict(sorted(fires.items())),
             "rules_never_fired": [r for r in expected if not fires.get(r)],
             "motifs": dict(sorted(motifs.items())),
+            "paged_runs": dict(paged_runs),
+            "decoder_switch_runs": dict(sorted(spec_counts.items())),
             "refusals": dict(refusals.most_common(20)),
             "failures": failures,
         }
@@ -406,6 +448,11 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
                 counts[res["cls"]] += 1
                 by_combo[f"O{res['level']}/{res['target']}"][res["cls"]] += 1
                 fires.update(res["fires"])
+                if res["fires"].get("trt-paged-kv"):
+                    paged_runs[res["cls"]] += 1
+                for key, value in res.get("spec", {}).items():
+                    if value and not isinstance(value, int) or value is True:
+                        spec_counts[f"{key}={value}"] += 1
                 if res["cls"] == "refused-input":
                     refusals[res["detail"][:160]] += 1
                 if res["cls"] in (*FAIL_CLASSES, *NOTED_CLASSES):  # listed, not all failures
@@ -440,8 +487,9 @@ def replay(folders, rules=()) -> list[tuple[str, str, str]]:
         with np.load(folder / "feeds.npz") as data:
             feeds = {k: data[k] for k in data.files}
         ref = _session(model, ort_optimizations=False).run([o.name for o in model.graph.output], feeds)
-        cls, detail, _, _ = run_one(model, feeds, ref, info["level"], info["target"], rules,
-                                    precision=info.get("precision"))
+        fp8 = info["target"] == FP8_TARGET
+        cls, detail, _, _ = run_one(model, feeds, ref, info["level"], "trt" if fp8 else info["target"], rules,
+                                    precision=info.get("precision"), kv_cache_dtype="fp8" if fp8 else None)
         out.append((str(folder), info["cls"], cls + (f": {detail.splitlines()[0][:160]}" if detail else "")))
     return out
 
@@ -495,7 +543,7 @@ def main(argv=None) -> int:
         results = replay(args.replay, args.rules)
         for folder, then, now in results:
             print(f"{folder}: {then} -> {now}")
-        return 0 if all(now.startswith(("ok", "refused-input", "paged", "ort-itself"))
+        return 0 if all(now.startswith(("ok", "refused-input", "ort-itself"))
                         for _, _, now in results) else 1
     if args.count < 1 or args.jobs < 1 or args.start < 0:
         ap.error("--count and --jobs must be >= 1, --start >= 0")

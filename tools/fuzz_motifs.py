@@ -35,6 +35,8 @@ class Case:
     feeds: dict[str, np.ndarray]
     motifs: list[str]
     traps: list[str]
+    #: the switches of a decoder case (tools/fuzz_decoder.py); empty for the motif graphs
+    spec: dict = dataclasses.field(default_factory=dict)
 
 
 class Builder:
@@ -554,7 +556,15 @@ def standalone_layer_norm_rank(b: Builder, opset: int) -> None:
 STANDALONE = {"gelu_small": standalone_gelu_small, "norm_rank": standalone_layer_norm_rank}
 
 
+#: share of the cases that are KV-cache decoder steps (tools/fuzz_decoder.py). Drawn from a side
+#: stream of the seed, so the motif graphs of the other seeds stay what they were.
+DECODER_SHARE = 0.2
+
+
 def make_case(seed: int) -> Case:
+    side = np.random.default_rng([seed, 0xDF0])   # a salt under which the regression seeds of tests/tools stay motif graphs
+    if side.random() < DECODER_SHARE:
+        return make_decoder_case(seed, side)
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -587,6 +597,26 @@ def make_case(seed: int) -> Case:
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
     model = _declare_outputs(model, b)
     return Case(seed, model, b.feeds, motifs, b.traps)
+
+
+def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:
+    """A KV-cache decoder step (tools/fuzz_decoder.py); ``overrides`` fix spec switches (tests)."""
+    from fuzz_decoder import build_decoder, draw_spec
+
+    rng = rng if rng is not None else np.random.default_rng([seed, 0xDEC, 1])
+    b = Builder(rng, F32)
+    opset = int(b.pick([18, 20, 23]))
+    spec = {**draw_spec(b), **overrides}
+    spec["kv_fp8"] = bool(spec["kv_fp8"])
+    b.dtype = F16 if spec["fp16"] else F32
+    if spec["fp16"]:
+        b.trap("fp16")
+    build_decoder(b, opset, spec)
+    outputs = [oh.make_tensor_value_info(o, 0, None) for o in b.outputs]
+    graph = oh.make_graph(b.nodes, f"fuzz_decoder_{seed}", b.inputs, outputs, initializer=b.inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
+    model = _declare_outputs(model, b)
+    return Case(seed, model, b.feeds, ["decoder_kv"], b.traps, spec)
 
 
 def _declare_outputs(model: onnx.ModelProto, b: Builder) -> onnx.ModelProto:
