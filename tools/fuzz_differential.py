@@ -308,11 +308,16 @@ def fuzz_graph(task):
     """All level x target runs of one graph: a list of result dicts (plus models of failures).
     A graph whose runs outlast ``graph_timeout`` seconds (SIGALRM; 0 = none) yields one
     ``timeout`` result for the combination that was running."""
+    seed, levels, targets, rules, graph_timeout, precision = task
+    return fuzz_case(make_case(seed), levels, targets, rules, graph_timeout, precision)
+
+
+def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precision: str | None = None):
+    """fuzz_graph on a built case (tests build decoder cases with fixed switches)."""
     import onnxruntime
 
     onnxruntime.set_default_logger_severity(4)  # the failures we provoke are reported, not logged
-    seed, levels, targets, rules, graph_timeout, precision = task
-    case = make_case(seed)
+    seed = case.seed
     base = {"seed": seed, "motifs": case.motifs, "traps": case.traps, "precision": precision,
             "spec": case.spec}
     try:

@@ -250,12 +250,103 @@ def test_precision_runs_convert_and_compare_at_the_low_tolerance(precision, tmp_
     assert fd.compare(["y"], [ref16], [got])[0] == "wrong"
 
 
-def test_the_paged_kv_rewrite_is_listed_not_failed():
-    """Seed 2004176908 (trust's bf16 pass of 2026-12-01; with or without --precision): a KV-cache
-    attention of head size 64 that trt-paged-kv rewrites at O4 trt. The pools replace the past
-    inputs and present outputs by design, so the run is `paged` (listed, not compared), not a
-    `signature` failure; the other levels and targets of the graph still compare `ok`."""
-    runs = _runs(2004176908, [3, 4], ["ort", "trt"])
-    by = {(level, target): (cls, detail) for level, target, cls, detail in runs}
-    assert by[(4, "trt")][0] == "paged", by[(4, "trt")]
-    assert all(cls == "ok" for key, (cls, _) in by.items() if key != (4, "trt")), by
+def test_the_paged_kv_rewrite_is_compared_like_verify():
+    """Seed 2004176908 (trust's bf16 pass of 2026-12-01): a KV-cache attention of head size 64 that
+    trt-paged-kv rewrites at O4 trt. The pools replace the past inputs and present outputs; the
+    run feeds the original's past as pool blocks and compares present with the pools read back
+    (it was `paged`, listed and not compared, before)."""
+    runs = fd.fuzz_graph((2004176908, (3, 4), ("ort", "trt"), (), 0, None))[0]
+    by = {(r["level"], r["target"]): r for r in runs}
+    assert by[(4, "trt")]["fires"].get("trt-paged-kv"), by[(4, "trt")]
+    assert all(r["cls"] == "ok" for r in runs), [(k, r["cls"], r["detail"][:160]) for k, r in by.items()]
+
+
+# ---- KV-cache decoder cases (tools/fuzz_decoder.py) ------------------------------------------
+
+from fuzz_motifs import make_decoder_case  # noqa: E402
+
+PAGEABLE = dict(head=64, heads=2, kv_heads=2, layers=1, window=0, sinks=False, fp16=False, upcast=False,
+                decode=True, positions="offset", padded=True, dim_names="optimum", repeat="static",
+                kv_fp8=True)
+
+
+def test_decoder_switches_are_generated_and_recorded():
+    """Every switch of the decoder spec comes up among 300 seeds (about 60 decoder cases), and
+    the case carries the spec the fuzzer writes to a saved case's info.json."""
+    seen = {}
+    for seed in range(300):
+        case = make_case(seed)
+        if not case.spec:
+            continue
+        assert case.motifs == ["decoder_kv"]
+        inputs = {i.name for i in case.model.graph.input}
+        assert {"attention_mask", "past_key_values.0.key", "past_key_values.0.value"} <= inputs
+        assert "present.0.key" in {o.name for o in case.model.graph.output}
+        for key, value in case.spec.items():
+            seen.setdefault(key, set()).add(value)
+    for key in ("sinks", "fp16", "upcast", "decode", "kv_fp8", "padded"):
+        assert seen[key] == {False, True}, (key, seen[key])
+    assert seen["window"] >= {0, 2, 3} and seen["positions"] == {"range", "offset"}
+    assert seen["head"] >= {16, 64, 128} and seen["repeat"] == {"hf", "static"}
+
+
+def _decoder_runs(levels, targets, **spec):
+    case = make_decoder_case(77, **{**PAGEABLE, **spec})
+    runs = fd.fuzz_case(case, levels, targets)[0]
+    return case, {(r["level"], r["target"]): r for r in runs}
+
+
+def _all_ok(by):
+    return all(r["cls"] == "ok" for r in by.values()), [(k, r["cls"], r["detail"][:200]) for k, r in by.items()]
+
+
+def test_decoder_is_paged_and_round_trips_with_fp16_and_fp8_pools():
+    """The pageable decoder (padded past, an initializer that is also an input) is paged at O4
+    trt and matches the original read back from the pools, also with fp8 pools (trt+fp8kv)."""
+    case, by = _decoder_runs([3, 4], ["ort", "trt"])
+    ok, why = _all_ok(by)
+    assert ok, why
+    assert by[(4, "trt")]["fires"].get("trt-paged-kv") == 1 and not by[(3, "trt")]["fires"].get("trt-paged-kv")
+    assert (4, fd.FP8_TARGET) in by and by[(4, fd.FP8_TARGET)]["spec"]["kv_fp8"]
+    case16, by16 = _decoder_runs([4], ["trt"], fp16=True, upcast=True, kv_fp8=False)
+    ok, why = _all_ok(by16)
+    assert ok and by16[(4, "trt")]["fires"].get("trt-paged-kv"), why
+
+
+def test_paged_check_catches_a_wrong_paged_model():
+    """The checker can fail: K and V swapped on the PagedAttention (a wrong rewrite) is `wrong`."""
+    import onnx_fuse
+
+    case = make_decoder_case(78, **{**PAGEABLE, "kv_fp8": False})
+    names = [o.name for o in case.model.graph.output]
+    ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
+    optimized = onnx_fuse.optimize(case.model, level=4, target="trt").to_proto()
+    assert fd._check_paged(case.model, optimized, case.feeds, ref, False, None)[0] == "ok"
+    node = next(n for n in optimized.graph.node if n.op_type == "PagedAttention")
+    node.input[1], node.input[2] = node.input[2], node.input[1]
+    cls, detail = fd._check_paged(case.model, optimized, case.feeds, ref, False, None)
+    assert cls == "wrong" and "paged" in detail, detail
+
+
+def test_sliding_window_is_not_paged_and_stays_exact():
+    """A band of 3 keys over a past of 5+: trt-paged-kv refuses, every target keeps the band."""
+    _, by = _decoder_runs([3, 4], ["ort", "onnx", "trt"], window=3, kv_fp8=False)
+    ok, why = _all_ok(by)
+    assert ok, why
+    assert not any(r["fires"].get("trt-paged-kv") for r in by.values())
+    assert any(n.startswith("attention") for n in by[(3, "ort")]["fires"]), by[(3, "ort")]["fires"]
+
+
+def test_attention_sinks_fuse_and_round_trip():
+    _, by = _decoder_runs([3], ["ort", "onnx", "trt"], sinks=True, sink_shape="export", kv_fp8=False)
+    ok, why = _all_ok(by)
+    assert ok, why
+    assert all(r["fires"].get("attention-sinks") for r in by.values()), {k: r["fires"] for k, r in by.items()}
+
+
+def test_fp16_upcast_decoder_fuses_rope_and_norm_and_round_trips():
+    _, by = _decoder_runs([2, 3], ["ort", "onnx"], fp16=True, upcast=True, kv_fp8=False, decode=False)
+    ok, why = _all_ok(by)
+    assert ok, why
+    fires = by[(3, "ort")]["fires"]
+    assert any(n.startswith("rotary") for n in fires) and any(n.startswith("rms-norm") for n in fires), fires
