@@ -21,6 +21,7 @@ the past length, so the paged-KV rewrite (trt O4, docs/paged_kv.md) can fire. Th
               in the fp8 kernels' sizes, no window, no sinks)
   head, heads, kv_heads, layers, positions ("range": Range(P, P + S); "offset": Range(0, S) + P),
   repeat      GQA's K/V head repetition: HF's repeat_kv (shapes read at run time) or static
+  present_dims  present outputs declared [batch, Hkv, total, D] (else as shape inference finds)
   dim_names   the symbols: Optimum's (batch_size, sequence_length, past_sequence_length,
               total_sequence_length) or short ones (b, s, p, t) no convention names
 """
@@ -50,6 +51,7 @@ def draw_spec(b) -> dict:
         "sink_shape": b.pick(["export", "export", "scores"]),
         "dim_names": b.pick(["optimum", "optimum", "optimum", "short"]),
         "repeat": b.pick(["hf", "static"]),
+        "present_dims": b.p(0.7),
     }
     spec["upcast"] = spec["fp16"] and b.p(0.7)
     spec["kv_fp8"] = (spec["decode"] and head in FP8_HEADS and not spec["window"] and not spec["sinks"]
@@ -175,6 +177,7 @@ def build_decoder(b, opset: int, spec: dict) -> None:
     b.syms[past] = int(b.pick((spec["window"] + 2, spec["window"] + 4) if spec["window"] else (1, 3, 5)))
     total = names[3]
     b.syms[total] = b.rt(past) + b.rt(seq)
+    spec["_present"] = [bsz, spec["kv_heads"], total, spec["head"]]
     x = b.name("hidden_states")
     spec["_x"] = x
     _graph_input(b, x, b.dtype, [bsz, seq, dm],

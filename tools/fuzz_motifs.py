@@ -616,6 +616,11 @@ def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overr
     graph = oh.make_graph(b.nodes, f"fuzz_decoder_{seed}", b.inputs, outputs, initializer=b.inits)
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
     model = _declare_outputs(model, b)
+    present = spec.pop("_present")
+    if spec["present_dims"]:   # as exporters declare them: [batch, Hkv, total, D]
+        for out in model.graph.output:
+            if out.name.startswith("present."):
+                out.CopyFrom(oh.make_tensor_value_info(out.name, b.dtype, present))
     return Case(seed, model, b.feeds, ["decoder_kv"], b.traps, spec)
 
 

@@ -267,7 +267,7 @@ from fuzz_motifs import make_decoder_case  # noqa: E402
 
 PAGEABLE = dict(head=64, heads=2, kv_heads=2, layers=1, window=0, sinks=False, fp16=False, upcast=False,
                 decode=True, positions="offset", padded=True, dim_names="optimum", repeat="static",
-                kv_fp8=True)
+                present_dims=True, kv_fp8=True)
 
 
 def test_decoder_switches_are_generated_and_recorded():
@@ -284,7 +284,7 @@ def test_decoder_switches_are_generated_and_recorded():
         assert "present.0.key" in {o.name for o in case.model.graph.output}
         for key, value in case.spec.items():
             seen.setdefault(key, set()).add(value)
-    for key in ("sinks", "fp16", "upcast", "decode", "kv_fp8", "padded"):
+    for key in ("sinks", "fp16", "upcast", "decode", "kv_fp8", "padded", "present_dims"):
         assert seen[key] == {False, True}, (key, seen[key])
     assert seen["window"] >= {0, 2, 3} and seen["positions"] == {"range", "offset"}
     assert seen["head"] >= {16, 64, 128} and seen["repeat"] == {"hf", "static"}
@@ -301,8 +301,8 @@ def _all_ok(by):
 
 
 def test_decoder_is_paged_and_round_trips_with_fp16_and_fp8_pools():
-    """The pageable decoder (padded past, an initializer that is also an input) is paged at O4
-    trt and matches the original read back from the pools, also with fp8 pools (trt+fp8kv)."""
+    """The pageable decoder (padded past) is paged at O4 trt and matches the original read back
+    from the pools, also with fp8 pools (trt+fp8kv) and in fp16; and with GQA (HF's repeat_kv)."""
     case, by = _decoder_runs([3, 4], ["ort", "trt"])
     ok, why = _all_ok(by)
     assert ok, why
@@ -311,6 +311,20 @@ def test_decoder_is_paged_and_round_trips_with_fp16_and_fp8_pools():
     case16, by16 = _decoder_runs([4], ["trt"], fp16=True, upcast=True, kv_fp8=False)
     ok, why = _all_ok(by16)
     assert ok and by16[(4, "trt")]["fires"].get("trt-paged-kv"), why
+    _, gqa = _decoder_runs([4], ["trt"], kv_heads=1, heads=2, repeat="hf", decode=False, kv_fp8=False)
+    ok, why = _all_ok(gqa)
+    assert ok and gqa[(4, "trt")]["fires"].get("trt-paged-kv"), why
+
+
+def test_paged_run_feeds_an_overridden_initializer():
+    """Seed 13 (this session's first decoder pass): a weight that is also a graph input, fed a
+    value of the user's. ORT's get_inputs() leaves such inputs out; the paged run fed only those,
+    so the model ran on the default weight and the fuzzer reported `wrong` (its own bug)."""
+    case = make_case(13)
+    assert case.spec and "initializer-overridden" in case.traps
+    runs = fd.fuzz_case(case, [4], ["trt"])[0]
+    assert [(r["cls"], bool(r["fires"].get("trt-paged-kv"))) for r in runs if r["target"] == "trt"] == \
+        [("ok", True)], runs
 
 
 def test_paged_check_catches_a_wrong_paged_model():
