@@ -7,7 +7,9 @@ each drawn as a fusable form, a near miss (one detail a rule must refuse) or wit
 the output shape, masks with symbolic dims that are 1 at run time, odd head sizes, initializers
 that are also graph inputs, fp16, scalar vs [1] constants, outputs of shape () vs (1,)). Symbolic
 dims get a run-time value per graph (often 1: query length 1 is a trap of its own), and the feeds
-are generated with the graph, so a case is fully determined by its seed.
+are generated with the graph, so a case is fully determined by its seed. A fifth of the seeds
+(``DECODER_SHARE``) are KV-cache decoder steps instead (tools/fuzz_decoder.py), whose switches
+(sliding window, attention sinks, fp16 upcasts, fp8 KV, ...) are ``Case.spec``.
 """
 
 from __future__ import annotations
