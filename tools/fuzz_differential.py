@@ -456,7 +456,7 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
                 if res["fires"].get("trt-paged-kv"):
                     paged_runs[res["cls"]] += 1
                 for key, value in res.get("spec", {}).items():
-                    if value and not isinstance(value, int) or value is True:
+                    if value:   # the switches that are on (window=3, sinks=True, head=64, ...)
                         spec_counts[f"{key}={value}"] += 1
                 if res["cls"] == "refused-input":
                     refusals[res["detail"][:160]] += 1
