@@ -33,7 +33,7 @@ _NEW = 3          # new tokens when the query length is dynamic: several rows, o
 _MASKED = -1e4    # a kept key has bias 0; a masked one at most this (finfo.min, -inf, -1e4)
 _HEAVY = {"MatMul", "Gemm", "Conv", "Einsum", "Softmax", "LayerNormalization", "RMSNormalization",
           "Attention"}
-_RESULTS: dict[bytes, str | None] = {}
+_RESULTS: dict[bytes, tuple[np.ndarray | None, str | None]] = {}
 _RESULT_LIMIT = 64
 
 
@@ -89,14 +89,24 @@ def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
     return order, as_const
 
 
-def _lengths(q: ir.Value, past: ir.Value, cone: list[ir.Node]) -> tuple[int, int, dict[str, int]]:
-    """(P, S, symbol values): S new tokens (q's length, 3 when dynamic), P cached ones past every
-    integral constant of the cone (the past's length when it is static)."""
+def _new_tokens(q: ir.Value) -> tuple[int, ...]:
+    """The query lengths to probe: q's when static; else several rows (_NEW), then one. A decode
+    step whose length is fixed at 1 upstream (a static hidden state) can leave q's length
+    symbolic (RoPE tables of Range(P, P + 1) broadcast against it); its mask cone then holds that
+    1 as a constant and cannot run, or gives P + 1 keys, at any other length."""
+    if q.shape is None or len(q.shape) != 4:
+        raise EvalFailure("q and the past must be 4-D with known shapes")
+    sd = q.shape.dims[2]
+    return (sd,) if isinstance(sd, int) else (_NEW, 1)
+
+
+def _lengths(q: ir.Value, past: ir.Value, cone: list[ir.Node], s: int) -> tuple[int, dict[str, int]]:
+    """(P, symbol values) for S = ``s`` new tokens: P cached ones past every integral constant of
+    the cone (the past's length when it is static)."""
     if q.shape is None or past.shape is None or len(q.shape) != 4 or len(past.shape) != 4:
         raise EvalFailure("q and the past must be 4-D with known shapes")
     env: dict[str, int] = {}
     sd, pd = q.shape.dims[2], past.shape.dims[2]
-    s = sd if isinstance(sd, int) else _NEW
     # integral values of any numeric dtype: a window may be compared in float positions too
     consts = [c for n in cone for i in n.inputs if i is not None and (c := _const(i)) is not None
               and c.size <= 64 and (np.issubdtype(c.dtype, np.integer) or np.issubdtype(c.dtype, np.floating))]
@@ -106,7 +116,7 @@ def _lengths(q: ir.Value, past: ir.Value, cone: list[ir.Node]) -> tuple[int, int
     for d, val in ((sd, s), (pd, p), (q.shape.dims[0], 1), (past.shape.dims[0], 1)):
         if not isinstance(d, int) and getattr(d, "value", None):
             env[d.value] = val
-    return p, s, env
+    return p, env
 
 
 def _dims_of(v: ir.Value, dims: Any) -> list[int]:
@@ -241,10 +251,25 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
         raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
     const = _const(mask)
     cone, as_const = ([], set()) if const is not None else _cone(mask)
-    p, s, env = _lengths(q, past, cone)
-    if const is not None:
-        return _raise_unless(_judge(np.asarray(const), p, s))
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    first = None
+    for s in _new_tokens(q):
+        p, env = _lengths(q, past, cone, s)
+        if const is not None:
+            arr, err = np.asarray(const), None
+        else:
+            arr, err = _run_probe(cone, as_const, mask, p, s, env, opset)
+        if err is None and arr.ndim >= 2 and arr.shape[-1] == p + s:
+            return _raise_unless(_judge(arr, p, s))
+        # the cone does not run at S new tokens, or gives a key count other than P + S: the
+        # model's scores [.., S, P + S] cannot take that mask, so S is no length the model runs at
+        first = first or err or _judge(arr, p, s)
+    raise EvalFailure(first)
+
+
+def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
+               opset: int) -> tuple[np.ndarray | None, str | None]:
+    """The mask's values for P cached and S new tokens, or why the probe did not run."""
     model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset)
     key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
                          + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
@@ -253,13 +278,14 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
 
         try:
             arr = make_session(model, threads=1, quiet=True).run(None, feeds)[0]
+            res: tuple[np.ndarray | None, str | None] = (np.asarray(arr), None)
         except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise EvalFailure(f"the mask probe did not run ({text})") from None
+            res = (None, f"the mask probe did not run ({text})")
         if len(_RESULTS) >= _RESULT_LIMIT:
             _RESULTS.pop(next(iter(_RESULTS)))
-        _RESULTS[key] = _judge(np.asarray(arr), p, s)
-    return _raise_unless(_RESULTS[key])
+        _RESULTS[key] = res
+    return _RESULTS[key]
 
 
 def _raise_unless(reason: str | None) -> bool:

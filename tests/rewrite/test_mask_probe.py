@@ -1,0 +1,89 @@
+"""causal_mask() (optimizer/rewrite/_mask_probe.py) on decode-step masks whose query length is
+fixed upstream while q's length stays symbolic, and on dims without the HF names.
+
+A decode export with a static hidden state [B, 1, D] and RoPE tables built from Range(P, P + 1)
+leaves q's length symbolic (the tables' length broadcast against 1); its mask cone holds the 1 as
+a constant, so a probe at several new tokens cannot run (attention_mask fed P + 3 keys, the cone
+builds P + 1). The probe then tries one new token, the only length the model runs at. A mask that
+is not causal at that length is still refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_fuse.rewrite._expr import EvalFailure
+from onnx_fuse.rewrite._mask_probe import causal_mask
+
+
+def _decode_mask_graph(kind: str = "causal", names: tuple[str, str, str] = ("b", "s", "p"),
+                       mask_len: str | None = None) -> ir.Model:
+    """hidden [B, 1, 64] (S fixed at 1), q [B, 2, s, 64] (s symbolic), past [B, 1, P, 64],
+    attention_mask [B, P + 1]; mask [1, 1, S, T] from P = Shape(past)[2] and S = Shape(hidden)[1]."""
+    b, s, p = names
+    nodes = [
+        helper.make_node("Shape", ["past"], ["ps"], start=2, end=3),
+        helper.make_node("Shape", ["hidden"], ["ss"], start=1, end=2),
+        helper.make_node("Add", ["ps", "ss"], ["ts"]),
+        helper.make_node("Squeeze", ["ps"], ["p0"]),
+        helper.make_node("Squeeze", ["ts"], ["t0"]),
+        helper.make_node("Range", ["p0", "t0", "one"], ["qp"]),
+        helper.make_node("Range", ["zero", "t0", "one"], ["kv"]),
+        helper.make_node("Unsqueeze", ["qp", "ax1"], ["qc"]),
+        helper.make_node("Add", ["qc", "shift"], ["qs"]),
+        helper.make_node("LessOrEqual", ["kv", "qs"], ["keep0"]),
+        helper.make_node("Unsqueeze", ["keep0", "ax01"], ["keep4"]),
+        helper.make_node("Unsqueeze", ["attention_mask", "ax12"], ["am4"]),
+        helper.make_node("Cast", ["am4"], ["amb"], to=TensorProto.BOOL),
+        helper.make_node("And", ["keep4", "amb"], ["keep"]),
+        helper.make_node("Where", ["keep", "zero_f", "neg"], ["mask"]),
+        helper.make_node("Identity", ["q"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
+        ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
+        ("ax12", [1, 2], np.int64), ("shift", -1 if kind == "own-key-hidden" else 0, np.int64),
+        ("zero_f", 0.0, np.float32), ("neg", np.finfo(np.float32).min, np.float32)]]
+    graph = helper.make_graph(nodes, "decode_mask", [
+        helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [b, 1, 64]),
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, [b, 2, s, 64]),
+        helper.make_tensor_value_info("past", TensorProto.FLOAT, [b, 1, p, 64]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [b, mask_len or f"{p} + 1"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return ir.from_proto(onnx.shape_inference.infer_shapes(model))
+
+
+def _probe(model: ir.Model) -> bool:
+    values = {v.name: v for n in model.graph for v in n.outputs}
+    inputs = {v.name: v for v in model.graph.inputs}
+    return causal_mask(None, values["mask"], inputs["q"], inputs["past"])
+
+
+@pytest.mark.parametrize("names", [("b", "s", "p"), ("batch_size", "sequence_length", "past_sequence_length"),
+                                   ("d0", "unk__q", "cache_len")])
+def test_decode_step_with_static_query_length_is_causal(names):
+    """Refused before ("the mask probe did not run": And of [1,1,1,P+1] and [B,1,1,P+3])."""
+    assert _probe(_decode_mask_graph(names=names)) is True
+
+
+def test_decode_step_mask_that_hides_the_own_key_is_refused():
+    """At one new token every causal mask keeps all P + 1 keys; one that hides the new token's
+    own key is no causal mask and stays refused."""
+    with pytest.raises(EvalFailure, match="does not see every key"):
+        _probe(_decode_mask_graph("own-key-hidden"))
+
+
+def test_a_mask_with_too_few_keys_at_every_length_is_refused():
+    """attention_mask one key short of P + S at both lengths probed: the cone cannot run at
+    either, and the first length's reason is reported."""
+    model = _decode_mask_graph()
+    for n in model.graph:
+        if n.op_type == "Add" and n.outputs[0].name == "ts":   # T = P + S - 1: one key short
+            n.replace_input_with(1, model.graph.initializers["zero"])
+    with pytest.raises(EvalFailure, match="the mask probe did not run|has shape"):
+        _probe(model)
