@@ -1,6 +1,9 @@
 """recognize.yaml attention-sinks: GPT-OSS's attention sinks, softmax(concat(scale q k^T + mask,
 sink) - max)[..., :-1] v, become the canonical Attention over one zero key/value row whose mask
-column is the sink (then the target's attention op); before, nothing matched the Softmax."""
+column is the sink (then the target's attention op); before, nothing matched the Softmax.
+The sink column is expanded from the inputs' shapes (GPT-OSS's export) or to Shape(scores)[0:3]
++ [1] (that Shape read of the scores made them escape the match: the differential fuzzer's
+`sink_shape="scores"` decoders fused nothing)."""
 
 from __future__ import annotations
 
@@ -11,15 +14,19 @@ H, D = 2, 8
 BIG = np.iinfo(np.int64).max
 
 
-def _graph(h, *, drop_first=False):
+def _graph(h, *, drop_first=False, sink_shape="inputs", named=True):
     n = h.node
+    if sink_shape == "inputs":
+        expand = [n("Shape", ["q"], ["b1"], start=0, end=1), n("Shape", ["q"], ["s1"], start=2, end=3),
+                  n("Concat", ["b1", "one", "s1", "one"], ["sshape"], axis=0)]
+    else:   # Shape(scores)[0:3] + [1]
+        expand = [n("Shape", ["sm"], ["bhs"], start=0, end=3), n("Concat", ["bhs", "one"], ["sshape"], axis=0)]
     nodes = [
-        n("Shape", ["q"], ["b1"], start=0, end=1), n("Shape", ["q"], ["s1"], start=2, end=3),
-        n("Concat", ["b1", "one", "s1", "one"], ["sshape"], axis=0),
-        n("Expand", ["sinks", "sshape"], ["sink"]),                     # [B, H, S, 1]
         n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
         n("MatMul", ["q", "kt"], ["qk"]), n("Mul", ["qk", "scale"], ["sc"]),
         n("Add", ["sc", "mask"], ["sm"]),
+        *expand,
+        n("Expand", ["sinks", "sshape"], ["sink"]),                     # [B, H, S, 1]
         n("Concat", ["sm", "sink"], ["cat"], axis=-1),
         n("ReduceMax", ["cat", "last"], ["mx"], keepdims=1),
         n("Sub", ["cat", "mx"], ["sb"]),
@@ -30,8 +37,11 @@ def _graph(h, *, drop_first=False):
     inits = {"one": np.array([1], np.int64), "zero": np.array([0], np.int64), "last": np.array([-1], np.int64),
              "big": np.array([BIG], np.int64), "scale": np.array(D ** -0.5, np.float32),
              "sinks": np.array([0.7, -0.3], np.float32).reshape(1, H, 1, 1)}
-    inputs = [h.vi(x, ["b", H, "s", D]) for x in ("q", "k", "v")] + [h.vi("mask", ["b", 1, "s", "s"])]
-    return h.make_model(nodes, inputs, [h.vi("o", ["b", H, "s", D])], inits)
+    # unnamed batch and length: the Shape(scores) read is not a read of named dims that shape-cse
+    # (passes/shape_cse.py) could take from q instead
+    b, s = ("b", "s") if named else (None, None)
+    inputs = [h.vi(x, [b, H, s, D]) for x in ("q", "k", "v")] + [h.vi("mask", [b, 1, s, s])]
+    return h.make_model(nodes, inputs, [h.vi("o", [b, H, s, D])], inits)
 
 
 def _feeds(h):
@@ -47,6 +57,17 @@ def test_attention_sinks_fuse(h, target, level):
     out = h.fuse(model, target, level)
     ops = h.ops(out)
     assert "Softmax" not in ops and (ops["Attention"] + ops["com.microsoft::MultiHeadAttention"]) == 1, ops
+    h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_attention_sinks_expanded_to_the_scores_shape_fuse(h, target, level):
+    """Refused before: the Shape(scores) read escaped the match."""
+    model = _graph(h, sink_shape="scores", named=False)
+    out = h.fuse(model, target, level)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and "MatMul" not in ops, ops
+    assert (ops["Attention"] + ops["com.microsoft::MultiHeadAttention"]) == 1, ops
     h.assert_close(model, out, _feeds(h))
 
 
