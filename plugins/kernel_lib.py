@@ -52,12 +52,8 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_fp8_tma_heads_map_ok": [_p, _i, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_fp8_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
     + [_i] * 9 + [_f, _i, _i, _p],
-    "onnx_fuse_paged_attention_decode_fp8_cluster_noprefetch": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
-    + [_i] * 9 + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_cluster_smem_bytes": [_i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _p],
-    "onnx_fuse_paged_attention_decode_tma_l2": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
-    + [_f, _i, _i, _i, _p],
     "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_tma_map_ok": [_i, _p, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
@@ -175,13 +171,10 @@ class KernelLib:
 
     def paged_decode(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, scale=None,
                      num_splits=None, max_seq_len=None, workspace=None, plan=None, variant=None,
-                     stream=None, tma_l2_promotion=None):
+                     stream=None):
         """q/out [B,Hq,D]; pools [NB,BS,Hkv,D]; int32 block_tables [B,MB], seq_lens [B].
 
         Returns the plan used; allocates the split-K workspace when none is passed.
-        tma_l2_promotion (256, 128 or 0 bytes; per-kv-head TMA plans only, bulk 2): the tensor maps'
-        L2 promotion instead of the launcher's 128 (onnx_fuse_paged_attention_decode_tma_l2; an
-        experiment knob, not planned).
         """
         check_pool_alignment(k_pool, v_pool)
         B, Hq, D = q.shape
@@ -205,17 +198,12 @@ class KernelLib:
                 self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
             return plan
-        if tma_l2_promotion is not None and plan.bulk != 2:
-            raise ValueError(f"tma_l2_promotion applies to per-kv-head TMA plans (bulk 2), not bulk {plan.bulk}")
         if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)
             name = ("onnx_fuse_paged_attention_decode_tma", "onnx_fuse_paged_attention_decode_tma_heads")[plan.bulk - 2]
-            l2 = () if tma_l2_promotion is None else (int(tma_l2_promotion),)
-            if l2:
-                name = "onnx_fuse_paged_attention_decode_tma_l2"
             rc = getattr(self._lib, name)(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
-                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, *l2,
+                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
                 self._stream(stream))
             self._check(rc, name)
             return plan
@@ -254,13 +242,11 @@ class KernelLib:
 
     def paged_decode_fp8(self, q, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, *,
                          scale=None, num_splits=None, max_seq_len=None, workspace=None, plan=None,
-                         variant=None, stream=None, block_id_prefetch=True):
+                         variant=None, stream=None):
         """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
         float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
         variant (warps, stages), (warps, stages, "tma"), (warps, stages, "heads") (head groups) or
         (warps, stages, "cluster") (head groups, splits combined in a thread-block cluster).
-        block_id_prefetch=False (cluster plans w4s4 only; an A/B candidate, not planned): the kernel
-        that reads its first block ids after seq_lens (onnx_fuse_paged_attention_decode_fp8_cluster_noprefetch).
         Returns the plan used; allocates the split-K workspace when none is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
         check_pool_alignment(k_pool, v_pool)
@@ -277,17 +263,13 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        if not block_id_prefetch and not plan.cluster:
-            raise ValueError("block_id_prefetch=False applies to cluster-reduce plans only")
         if plan.cluster:  # splits combined inside a thread-block cluster: no workspace, no reduce kernel
-            name = ("onnx_fuse_paged_attention_decode_fp8_cluster" if block_id_prefetch
-                    else "onnx_fuse_paged_attention_decode_fp8_cluster_noprefetch")
-            rc = getattr(self._lib, name)(
+            rc = self._lib.onnx_fuse_paged_attention_decode_fp8_cluster(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
                 _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB,
                 k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
                 self._stream(stream))
-            self._check(rc, name)
+            self._check(rc, "onnx_fuse_paged_attention_decode_fp8_cluster")
             return plan
         if plan.tma:  # tensor maps over the whole pools: their block count is part of the launch
             name = ("onnx_fuse_paged_attention_decode_fp8_tma_heads" if plan.bulk == 3

@@ -192,16 +192,12 @@ PA8_TMA_VARIANTS_D256 = tuple((w, s, "tma") for w, s in PA8_VARIANTS_D256)
 # (4, 3, "tma") where the pool leaves no tensor map). Not planned yet: bench candidates, run by name.
 PA8_HEADS_HEAD_DIMS = (64, 128)
 PA8_HEADS_VARIANTS = ((4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, "heads"))
-# Cluster-reduce fp8 head groups (warps, stages, "cluster") (OF_PA8_CLUSTER_VARIANTS, kernel suffix "hc",
+# Cluster-reduce fp8 head groups (warps, stages, "cluster") (OF_PA8HC_DECODE entries, kernel suffix "hc",
 # onnx_fuse_paged_attention_decode_fp8_cluster): the head-group kernel with the splits of each row
 # combined inside a thread-block cluster (distributed shared memory), as the 16-bit w8s2hc: no
 # workspace, no reduce kernel. Same shapes as the head groups, at most PA_CLUSTER_MAX_SPLITS splits, no
 # fallback (the plan refuses where the kernel does not apply). Planned: PA8_PLANNED_CLUSTER (_plan_fp8).
-# (4, 5) and (4, 6) are deeper pipelines in the cluster form only (candidates, not planned): at two
-# CTAs per SM (B64 H32/8 D128, two splits) the shared memory 4 stages leave for a third CTA goes to
-# bytes in flight.
-PA8_CLUSTER_VARIANTS = ((4, 3, "cluster"), (4, 4, "cluster"), (4, 5, "cluster"), (4, 6, "cluster"),
-                        (8, 2, "cluster"), (8, 3, "cluster"))
+PA8_CLUSTER_VARIANTS = tuple((w, s, "cluster") for w, s, _ in PA8_HEADS_VARIANTS)  # OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, ...)
 PA8_PLANNED_CLUSTER = (4, 4, "cluster")  # planned where the head-group plan is two splits in one wave
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 

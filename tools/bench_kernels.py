@@ -314,14 +314,6 @@ def main() -> int:
                             pp = dataclasses.replace(plan, l2_promotion=prom)
                             cands[f"{label}, L2 promotion {prom or 'none'}"] = (
                                 lambda pp=pp: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=pp), True)
-                    if headline and Hkv == 1 and plan.bulk == 2 and sp == 1 and var[:2] in ((8, 2), (8, 3)):
-                        # MQA, per-kv-head TMA at one split: the tensor maps' other L2 promotions (the
-                        # launcher's: 128 B; onnx_fuse_paged_attention_decode_tma_l2, candidate)
-                        for prom in (256, 0):
-                            cands[f"{label}, L2 promotion {prom or 'none'}"] = (
-                                lambda plan=plan, prom=prom: lib.paged_decode(
-                                    q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws,
-                                    tma_l2_promotion=prom), True)
             v_shift = k_seq = v_seq = None
             if headline:
                 # layout experiment: the planned kernel on a V pool whose base sits 17 KiB + 128 B past a
@@ -381,10 +373,7 @@ def main() -> int:
                     for var in (lp.pa8_heads_variants(D, Hkv) + lp.pa8_cluster_variants(D, Hkv)) if bs >= 16 else ():
                         own = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, kv_dtype="fp8")
                         more = {8} if var[2] == "cluster" else set()
-                        sps = {1, 2, 4, own.num_splits} | more
-                        if var[1] >= 5:  # cluster-only deep pipelines (candidates): the one-wave splits
-                            sps = {2, own.num_splits}
-                        runs8 += [(var, sp) for sp in sorted(sps)]
+                        runs8 += [(var, sp) for sp in sorted({1, 2, 4, own.num_splits} | more)]
                     for var, sp in runs8:
                         plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
                                                     variant=var, kv_dtype="fp8")
@@ -398,13 +387,6 @@ def main() -> int:
                         cand_bytes[label] = kv_bytes // 2
                         if is_auto:
                             planned8 = label
-                        if var == (4, 4, "cluster") and sp in (1, 2):
-                            # A/B: the same kernel reading its first block ids after seq_lens (candidate)
-                            nl = f"ours fp8 pool w4s4 tma heads cluster split={plan.num_splits}, no block-id prefetch"
-                            cands[nl] = (lambda plan=plan: lib.paged_decode_fp8(
-                                q, k8, v8, ks, vs, tables, seq, out, plan=plan, workspace=ws,
-                                block_id_prefetch=False), "fp8")
-                            cand_bytes[nl] = kv_bytes // 2
                 except Exception as e:
                     print(f"fp8 pool setup failed: {type(e).__name__}: {e}", flush=True)
                     fp8 = False

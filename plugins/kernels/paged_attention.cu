@@ -1151,9 +1151,7 @@ __device__ __forceinline__ uint32_t lds32_at(uint32_t a) {
 // CLUSTER (head groups only, kernel suffix "hc"): the splits of a row are combined inside a
 // thread-block cluster (pa_cluster_combine) instead of the workspace and the reduce kernel: o over
 // the drained stages, the log-sum-exps past the mbarriers (pa8hc_smem_bytes).
-// PREFETCH false (TMA paths; the "hcn" entries, an A/B candidate): the first tiles' block ids are read
-// after seq_lens, as before pa_prefetch_blocks.
-template <typename T, int D, int W, int S, int TMA = 0, bool CLUSTER = false, bool PREFETCH = true>
+template <typename T, int D, int W, int S, int TMA = 0, bool CLUSTER = false>
 __device__ __forceinline__ void pa8_decode_body(
     const T* __restrict__ q, long long q_sb, const unsigned char* __restrict__ k_pool,
     const unsigned char* __restrict__ v_pool, const float* __restrict__ k_scale,
@@ -1198,7 +1196,7 @@ __device__ __forceinline__ void pa8_decode_body(
 
   const int t_begin = split * part_tokens;
   [[maybe_unused]] int pre_blk[S] = {};  // TMA: the first tiles' block ids, ahead of seq_lens
-  if constexpr (TMA != 0 && PREFETCH) {
+  if constexpr (TMA != 0) {
     const int R0 = HEADS ? 0 : min(block_size, kPaBoxRows);
     pa_prefetch_blocks<S>(pre_blk, block_tables + (size_t)b * max_blocks, max_blocks, block_size, t_begin, TT,
                           lane * R0, warp == 0 && (HEADS || lane * R0 < TILE));
@@ -1248,7 +1246,6 @@ __device__ __forceinline__ void pa8_decode_body(
     return boxes.blk(bt, tile);
   };
   auto box_pre = [&](int tile) -> int {  // tile < S: the prefetched id, masked like box_blk's
-    if constexpr (!PREFETCH) return box_blk(tile);
     if constexpr (HEADS) return tile < n_tiles ? pre_blk[tile] : -1;
     return boxes.masked(tile, pre_blk[tile]);
   };
@@ -1582,20 +1579,20 @@ OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, bf16, __nv_bfloat16, 256)
 // the list. Register bounds as the TMA variants' (shared memory: 4 / 3 CTAs per SM at 3 / 4 stages of
 // 4 warps, D = 128; 8 warps held to 128 registers, two CTAs). OF_PA8H_ENTRY also makes the
 // cluster-reduce entries below (suffix hc, CLUSTER true).
-#define OF_PA8H_ENTRY(DTN, T, D, W, ST, SUF, CLUSTER, PREFETCH)                                    \
-  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 || ST >= 5 ? 2 : (ST == 3 ? 4 : 3))  \
+#define OF_PA8H_ENTRY(DTN, T, D, W, ST, SUF, CLUSTER)                                              \
+  extern "C" __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : (ST == 3 ? 4 : 3))             \
       onnx_fuse_pa8_decode_##DTN##_d##D##_w##W##s##ST##SUF(                                        \
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
       int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
       const __grid_constant__ CUtensorMap tv) {                                                   \
-    pa8_decode_body<T, D, W, ST, 2, CLUSTER, PREFETCH>(q, q_sb, k_pool, v_pool, k_scale, v_scale,      \
-                                                       block_tables, seq_lens, out, o_sb, part_o,       \
-                                                       part_lse, Hq, Hkv, block_size, max_blocks,       \
-                                                       part_tokens, scale_log2, &tk, &tv);              \
+    pa8_decode_body<T, D, W, ST, 2, CLUSTER>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,  \
+                                             seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv,           \
+                                             block_size, max_blocks, part_tokens, scale_log2, &tk,     \
+                                             &tv);                                                     \
   }
-#define OF_PA8H_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, h, false, true)
+#define OF_PA8H_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, h, false)
 #define OF_PA8_HEADS_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 3)                        \
   X(DTN, T, D, 4, 4)                        \
@@ -1609,33 +1606,15 @@ OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 128)
 // Cluster-reduce head groups of the fp8 pool (TMA = 2 with CLUSTER, suffix "hc"): the splits of each
 // row combined inside a thread-block cluster (pa_cluster_combine, as the 16-bit w8s2hc) instead of
 // the workspace and onnx_fuse_pa_reduce_*; launched by onnx_fuse_paged_attention_decode_fp8_cluster
-// (cluster dims (1, num_splits, 1), num_splits <= 8). launch_plan.PA8_CLUSTER_VARIANTS mirrors the
-// list; the head-group list's (warps, stages), register bounds as theirs, plus two deeper 4-warp pipelines
-// (candidates, not planned): B64 H32/8 D128 at two splits is 256 CTAs, about two per SM, so the third
-// CTA slot that 4 stages leave room for goes unused; 5 / 6 stages (80 / 96 KiB, two CTAs per SM)
-// spend that shared memory on more bytes in flight per CTA instead.
-#define OF_PA8HC_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, hc, true, true)
-#define OF_PA8_CLUSTER_VARIANTS(X, DTN, T, D) \
-  X(DTN, T, D, 4, 3)                          \
-  X(DTN, T, D, 4, 4)                          \
-  X(DTN, T, D, 4, 5)                          \
-  X(DTN, T, D, 4, 6)                          \
-  X(DTN, T, D, 8, 2)                          \
-  X(DTN, T, D, 8, 3)
-OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 64)
-OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 128)
-OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 64)
-OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 128)
-
-// The planned w4s4hc without the block-id prefetch (suffix "hcn", PREFETCH false): an A/B of what
-// pa_prefetch_blocks does to the fp8 head groups; launched by
-// onnx_fuse_paged_attention_decode_fp8_cluster_noprefetch. Not planned.
-#define OF_PA8HCN_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, hcn, true, false)
-#define OF_PA8_CLUSTER_NP_VARIANTS(X, DTN, T, D) X(DTN, T, D, 4, 4)
-OF_PA8_CLUSTER_NP_VARIANTS(OF_PA8HCN_DECODE, f16, __half, 64)
-OF_PA8_CLUSTER_NP_VARIANTS(OF_PA8HCN_DECODE, f16, __half, 128)
-OF_PA8_CLUSTER_NP_VARIANTS(OF_PA8HCN_DECODE, bf16, __nv_bfloat16, 64)
-OF_PA8_CLUSTER_NP_VARIANTS(OF_PA8HCN_DECODE, bf16, __nv_bfloat16, 128)
+// (cluster dims (1, num_splits, 1), num_splits <= 8). The head-group list's (warps, stages), so
+// launch_plan.PA8_CLUSTER_VARIANTS is PA8_HEADS_VARIANTS tagged "cluster". (Deeper 4-warp pipelines
+// w4s5hc / w4s6hc and w4s4hc without the block-id prefetch measured behind w4s4hc in run 16 and were
+// dropped.)
+#define OF_PA8HC_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, hc, true)
+OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, f16, __half, 64)
+OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, f16, __half, 128)
+OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 128)
 
 extern "C" {
 
@@ -1806,12 +1785,6 @@ bool pa8_heads_variant_compiled(int D, int warps, int stages) {
   return (D == 64 || D == 128) && ((warps == 4 && (stages == 3 || stages == 4)) || (warps == 8 && (stages == 2 || stages == 3)));
 }
 
-// The cluster-reduce fp8 list: the head-group one plus (4, 5), (4, 6) (OF_PA8_CLUSTER_VARIANTS).
-bool pa8_cluster_variant_compiled(int D, int warps, int stages) {
-  const bool deep = (D == 64 || D == 128) && warps == 4 && (stages == 5 || stages == 6);
-  return deep || pa8_heads_variant_compiled(D, warps, stages);
-}
-
 bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
   return pa_tma_variant_compiled(D, warps, stages) && block_size >= 8 && (block_size & (block_size - 1)) == 0;
 }
@@ -1953,11 +1926,13 @@ int onnx_fuse_paged_attention_tma_map_ok(int dtype, const void* pool, int num_bl
 // num_blocks * block_size >= 2^31 rows) it runs the bulk-copy variant of the same (warps, stages)
 // where one is compiled and the device has them, else (4, 3) cp.async. A pool base that is not
 // 16-byte aligned is refused (cudaErrorInvalidValue; pa_check_args). Variant (0, 0) = (4, 3).
-static int pa_decode_tma(int dtype, const void* q, long long q_sb, const void* k_pool, const void* v_pool,
-                         const int* block_tables, const int* seq_lens, void* out, long long o_sb, void* workspace,
-                         int B, int Hq, int Hkv, int D, int block_size, int max_blocks, int num_blocks,
-                         int part_tokens, int num_splits, float scale, int warps, int stages,
-                         CUtensorMapL2promotion prom, cudaStream_t stream) {
+int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_sb,
+                                         const void* k_pool, const void* v_pool,
+                                         const int* block_tables, const int* seq_lens, void* out,
+                                         long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                         int D, int block_size, int max_blocks, int num_blocks,
+                                         int part_tokens, int num_splits, float scale, int warps,
+                                         int stages, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1971,8 +1946,8 @@ static int pa_decode_tma(int dtype, const void* q, long long q_sb, const void* k
   const int box_rows = block_size < onnx_fuse::kPaBoxRows ? block_size : onnx_fuse::kPaBoxRows;
   const bool dev_ok = pa8t_device_ok();
   const bool tma = pa_tma_shape_ok(D, block_size, warps, stages) && rows < (1ll << 31) && dev_ok &&
-                   pa16_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, box_rows, prom) &&
-                   pa16_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, box_rows, prom);
+                   pa16_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, box_rows) &&
+                   pa16_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, box_rows);
   if (!tma) {
     const bool bulk = dev_ok && warps == 4 && (stages == 2 || stages == 3);
     return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens,
@@ -1994,34 +1969,6 @@ static int pa_decode_tma(int dtype, const void* q, long long q_sb, const void* k
 #undef OF_HEAD_DIMS
 #undef OF_LAUNCH
   return static_cast<int>(cudaErrorInvalidValue);
-}
-
-int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_sb,
-                                         const void* k_pool, const void* v_pool,
-                                         const int* block_tables, const int* seq_lens, void* out,
-                                         long long o_sb, void* workspace, int B, int Hq, int Hkv,
-                                         int D, int block_size, int max_blocks, int num_blocks,
-                                         int part_tokens, int num_splits, float scale, int warps,
-                                         int stages, cudaStream_t stream) {
-  return pa_decode_tma(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb, workspace, B, Hq, Hkv, D,
-                       block_size, max_blocks, num_blocks, part_tokens, num_splits, scale, warps, stages,
-                       kPaL2Promotion, stream);
-}
-
-// onnx_fuse_paged_attention_decode_tma with the tensor maps' L2 promotion chosen (bytes: 256, 128 or
-// 0 = none; anything else refused) instead of kPaL2Promotion (128): an experiment knob for the MQA
-// decode (B128 H16/1 D64: one kv head, so a block's 16 rows are 2 KiB of contiguous pool), not planned.
-int onnx_fuse_paged_attention_decode_tma_l2(int dtype, const void* q, long long q_sb, const void* k_pool,
-                                            const void* v_pool, const int* block_tables, const int* seq_lens,
-                                            void* out, long long o_sb, void* workspace, int B, int Hq, int Hkv,
-                                            int D, int block_size, int max_blocks, int num_blocks,
-                                            int part_tokens, int num_splits, float scale, int warps, int stages,
-                                            int l2_promotion, cudaStream_t stream) {
-  CUtensorMapL2promotion prom;
-  OF_REQUIRE(pa_l2_promotion(l2_promotion, &prom));
-  return pa_decode_tma(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb, workspace, B, Hq, Hkv, D,
-                       block_size, max_blocks, num_blocks, part_tokens, num_splits, scale, warps, stages, prom,
-                       stream);
 }
 
 }  // extern "C"
@@ -2188,43 +2135,10 @@ int onnx_fuse_paged_attention_fp8_cluster_smem_bytes(int head_dim, int warps, in
 
 // onnx_fuse_paged_attention_decode_fp8_tma_heads with the num_splits splits of each row reduced inside
 // a thread-block cluster (pa8_decode_body, TMA = 2 with CLUSTER): no workspace (may be null), no reduce
-// kernel; num_splits <= 8. (warps, stages) in (4, 3), (4, 4), (4, 5), (4, 6), (8, 2), (8, 3); D in {64, 128};
-// Hkv % warps == 0, block_size a power of two >= 16; any output row stride. Refuses (cudaErrorInvalidValue) what it
-// cannot run, a missing tensor map included: no fallback (the planner checks the shape).
-static int pa8_decode_cluster(int dtype, const void* q, long long q_sb, const void* k_pool, const void* v_pool,
-                              const float* k_scale, const float* v_scale, const int* block_tables,
-                              const int* seq_lens, void* out, long long o_sb, int B, int Hq, int Hkv, int D,
-                              int block_size, int max_blocks, int num_blocks, int part_tokens, int num_splits,
-                              float scale, int warps, int stages, bool prefetch, cudaStream_t stream) {
-  if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
-                                      num_splits, k_pool, v_pool))
-    return rc;
-  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
-  OF_REQUIRE(pa8_cluster_variant_compiled(D, warps, stages) && Hkv % warps == 0);
-  OF_REQUIRE(prefetch || (warps == 4 && stages == 4));  // OF_PA8_CLUSTER_NP_VARIANTS
-  const long long rows = (long long)num_blocks * block_size;
-  CUtensorMap tk, tv;
-  OF_REQUIRE(pa8h_tensor_map(&tk, k_pool, rows, Hkv, D, warps) && pa8h_tensor_map(&tv, v_pool, rows, Hkv, D, warps));
-  const int smem = onnx_fuse::pa8hc_smem_bytes(D, warps, stages);
-  const PaSplitK sk = pa_split_k(nullptr, B, Hq, D, num_splits);
-  const float sl2 = scale * onnx_fuse::kLog2e;
-  const dim3 grid(Hkv / warps, num_splits, B);
-#define OF_LAUNCH(DTN, T, DD, W, ST)                                                               \
-  if (D == DD && warps == W && stages == ST && prefetch)                                           \
-    return pa_launch_cluster(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##hc, grid, W, smem, stream, \
-                             OF_PA8_ARGS(T), tk, tv);
-#define OF_LAUNCH_NP(DTN, T, DD, W, ST)                                                            \
-  if (D == DD && warps == W && stages == ST && !prefetch)                                          \
-    return pa_launch_cluster(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##hcn, grid, W, smem, stream, \
-                             OF_PA8_ARGS(T), tk, tv);
-#define OF_LAUNCH_BOTH(X, DTN, T, DD) \
-  OF_PA8_CLUSTER_VARIANTS(OF_LAUNCH, DTN, T, DD) OF_PA8_CLUSTER_NP_VARIANTS(OF_LAUNCH_NP, DTN, T, DD)
-  OF_PA_HEAD_GROUP_DISPATCH(OF_LAUNCH_BOTH, unused)
-#undef OF_LAUNCH_BOTH
-#undef OF_LAUNCH_NP
-#undef OF_LAUNCH
-}
-
+// kernel; num_splits <= 8. (warps, stages) in (4, 3), (4, 4), (8, 2), (8, 3) (the head-group list); D in
+// {64, 128}; Hkv % warps == 0, block_size a power of two >= 16; any output row stride. Refuses
+// (cudaErrorInvalidValue) what it cannot run, a missing tensor map included: no fallback (the planner
+// checks the shape).
 int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long long q_sb, const void* k_pool,
                                                  const void* v_pool, const float* k_scale, const float* v_scale,
                                                  const int* block_tables, const int* seq_lens, void* out,
@@ -2233,22 +2147,24 @@ int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long 
                                                  int num_splits, float scale, int warps, int stages,
                                                  cudaStream_t stream) {
   (void)workspace;
-  return pa8_decode_cluster(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, o_sb, B,
-                            Hq, Hkv, D, block_size, max_blocks, num_blocks, part_tokens, num_splits, scale, warps,
-                            stages, true, stream);
-}
-
-// onnx_fuse_paged_attention_decode_fp8_cluster without the block-id prefetch (the "hcn" kernels, A/B
-// candidate; (warps, stages) = (4, 4) only, else cudaErrorInvalidValue). Not planned.
-int onnx_fuse_paged_attention_decode_fp8_cluster_noprefetch(
-    int dtype, const void* q, long long q_sb, const void* k_pool, const void* v_pool, const float* k_scale,
-    const float* v_scale, const int* block_tables, const int* seq_lens, void* out, long long o_sb, void* workspace,
-    int B, int Hq, int Hkv, int D, int block_size, int max_blocks, int num_blocks, int part_tokens, int num_splits,
-    float scale, int warps, int stages, cudaStream_t stream) {
-  (void)workspace;
-  return pa8_decode_cluster(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, o_sb, B,
-                            Hq, Hkv, D, block_size, max_blocks, num_blocks, part_tokens, num_splits, scale, warps,
-                            stages, false, stream);
+  if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
+                                      num_splits, k_pool, v_pool))
+    return rc;
+  OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
+  OF_REQUIRE(pa8_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);
+  const long long rows = (long long)num_blocks * block_size;
+  CUtensorMap tk, tv;
+  OF_REQUIRE(pa8h_tensor_map(&tk, k_pool, rows, Hkv, D, warps) && pa8h_tensor_map(&tv, v_pool, rows, Hkv, D, warps));
+  const int smem = onnx_fuse::pa8hc_smem_bytes(D, warps, stages);
+  const PaSplitK sk = pa_split_k(nullptr, B, Hq, D, num_splits);
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  const dim3 grid(Hkv / warps, num_splits, B);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                               \
+  if (D == DD && warps == W && stages == ST)                                                       \
+    return pa_launch_cluster(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##hc, grid, W, smem, stream, \
+                             OF_PA8_ARGS(T), tk, tv);
+  OF_PA_HEAD_GROUP_DISPATCH(OF_PA8_HEADS_VARIANTS, OF_LAUNCH)
+#undef OF_LAUNCH
 }
 
 }  // extern "C"

@@ -84,28 +84,3 @@ def test_paged_decode_refuses_an_fp8_plan():
     for plan in plans:
         with pytest.raises(ValueError, match="fp8"):
             _no_library().paged_decode(q, pool, pool, tables, lens, torch.empty_like(q), plan=plan)
-
-
-def test_decode_candidate_options_refuse_plans_they_do_not_apply_to():
-    """The opt-in launcher options refuse, before any launch, plans whose launcher does not take them:
-    tma_l2_promotion (the per-kv-head TMA decode only, bulk 2) and block_id_prefetch=False (the fp8
-    cluster-reduce kernels only)."""
-    from onnx_fuse.plugins import launch_plan as lp
-
-    q = torch.zeros((2, 16, 64), dtype=torch.float16)
-    tables = torch.zeros((2, 2), dtype=torch.int32)
-    lens = torch.tensor([20, 5], dtype=torch.int32)
-    pool = _views((4, 16, 1, 64), torch.float16, 0)
-    for var in ((4, 3, 0), (4, 3, 1)):
-        plan = lp.plan_paged_decode(2, 16, 1, 64, 16, 2, variant=var)
-        with pytest.raises(ValueError, match="tma_l2_promotion"):
-            _no_library().paged_decode(q, pool, pool, tables, lens, torch.empty_like(q), plan=plan,
-                                       tma_l2_promotion=0)
-    q8 = torch.zeros((2, 16, 64), dtype=torch.float16)
-    pool8 = torch.zeros((4, 16, 4, 64), dtype=torch.uint8)
-    sc = torch.ones(4, dtype=torch.float32)
-    for var in ((4, 3), (4, 4, "heads")):
-        plan = lp.plan_paged_decode(2, 16, 4, 64, 16, 2, kv_dtype="fp8", variant=var)
-        with pytest.raises(ValueError, match="block_id_prefetch"):
-            _no_library().paged_decode_fp8(q8, pool8, pool8, sc, sc, tables, lens, torch.empty_like(q8), plan=plan,
-                                           block_id_prefetch=False)

@@ -977,26 +977,22 @@ def test_fp8_cluster_variants_match_the_sources_and_plan():
     and no reduce kernel, at most 8 splits (auto counts capped there), and refuses what the launcher
     refuses (no fallback)."""
     pa = (KERNELS / "paged_attention.cu").read_text()
-    src = {tuple(map(int, m)) + ("cluster",)
-           for m in re.findall(r"X\(DTN, T, D, (\d+), (\d+)\)", _block(pa, "#define OF_PA8_CLUSTER_VARIANTS("))}
-    ds = {int(d) for d in re.findall(r"^OF_PA8_CLUSTER_VARIANTS\(OF_PA8HC_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M)}
-    ds16 = {int(d) for d in re.findall(r"^OF_PA8_CLUSTER_VARIANTS\(OF_PA8HC_DECODE, f16, __half, (\d+)\)", pa, re.M)}
-    assert src == set(lp.PA8_CLUSTER_VARIANTS) and ds == ds16 == set(lp.PA8_HEADS_HEAD_DIMS)
-    # the launcher checks the head-group list (test_fp8_heads_variants_match_the_sources_and_plan reads it)
-    # plus the cluster-only deeper pipelines (4, 5), (4, 6)
+    # the cluster entries are instantiated from the head-group list itself (one list in the source, and
+    # the launcher checks pa8_heads_variant_compiled): PA8_CLUSTER_VARIANTS is that list tagged "cluster"
     heads = {tuple(map(int, m)) for m in re.findall(r"X\(DTN, T, D, (\d+), (\d+)\)", _block(pa, "#define OF_PA8_HEADS_VARIANTS("))}
-    assert {v[:2] for v in src} == heads | {(4, 5), (4, 6)}
-    assert "OF_REQUIRE(pa8_cluster_variant_compiled(D, warps, stages) && Hkv % warps == 0);" in pa
-    assert ("const bool deep = (D == 64 || D == 128) && warps == 4 && (stages == 5 || stages == 6);\n"
-            "  return deep || pa8_heads_variant_compiled(D, warps, stages);" in pa)
+    src = {v + ("cluster",) for v in heads}
+    ds = {int(d) for d in re.findall(r"^OF_PA8_HEADS_VARIANTS\(OF_PA8HC_DECODE, bf16, __nv_bfloat16, (\d+)\)", pa, re.M)}
+    ds16 = {int(d) for d in re.findall(r"^OF_PA8_HEADS_VARIANTS\(OF_PA8HC_DECODE, f16, __half, (\d+)\)", pa, re.M)}
+    assert src == set(lp.PA8_CLUSTER_VARIANTS) and ds == ds16 == set(lp.PA8_HEADS_HEAD_DIMS)
+    assert "OF_PA8_CLUSTER_VARIANTS" not in pa and "hcn" not in pa
+    assert "OF_REQUIRE(pa8_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);" in pa
     assert ("return pa8t_smem_bytes(D, W, S) + W * 16 * 4;" in pa
             and "const int smem = onnx_fuse::pa8hc_smem_bytes(D, warps, stages);" in pa)
     assert "int onnx_fuse_paged_attention_decode_fp8_cluster(" in pa
     for d in lp.PA8_HEAD_DIMS:
         assert set(lp.pa8_cluster_variants(d)) == (src if d in ds else set()), d
         assert not set(lp.pa8_cluster_variants(d)) & set(lp.pa8_heads_variants(d) + lp.pa8_variants(d))
-    assert lp.pa8_cluster_variants(128, 4) == ((4, 3, "cluster"), (4, 4, "cluster"), (4, 5, "cluster"),
-                                                (4, 6, "cluster"))
+    assert lp.pa8_cluster_variants(128, 4) == ((4, 3, "cluster"), (4, 4, "cluster"))
     for w, st, tag in lp.PA8_CLUSTER_VARIANTS:
         for dtype, dt in (("float16", "f16"), ("bfloat16", "bf16")):
             for sp in (1, 2, 8):
