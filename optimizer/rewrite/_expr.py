@@ -192,6 +192,23 @@ def _allclose(ctx, a, b, rtol=1e-5, atol=1e-6) -> bool:
     return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=float(rtol), atol=float(atol)))
 
 
+def _rotation_scale(ctx, c, s, rtol=1e-2) -> float:
+    """The radius r of constant cos/sin tables when c^2 + s^2 == r^2 everywhere (within ``rtol``
+    of r^2: float16 tables round), else 0.0. HF's attention_scaling (YaRN, LongRoPE) makes r != 1;
+    folded into constants (onnxsim, onnxslim) it is one number for the whole table."""
+    c, s = _const_array(c, "rotation_scale"), _const_array(s, "rotation_scale")
+    try:
+        r2 = np.square(c.astype(np.float64)) + np.square(s.astype(np.float64))
+    except ValueError:
+        return 0.0
+    if not r2.size or not np.all(np.isfinite(r2)):
+        return 0.0
+    mean = float(r2.mean())
+    if mean <= 0.0 or not np.allclose(r2, mean, rtol=float(rtol), atol=0.0):
+        return 0.0
+    return math.sqrt(mean)
+
+
 def _reshape(ctx, x, shape) -> np.ndarray:
     arr = _const_array(x, "reshape")
     return arr.reshape([_int(ctx, d) for d in _list(ctx, shape)])
@@ -267,6 +284,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "array": _array,
     "slice_axis": _slice_axis,
     "allclose": _allclose,
+    # r when constant cos/sin tables satisfy c^2 + s^2 == r^2 throughout (scaled rotations), else 0
+    "rotation_scale": _rotation_scale,
     "reshape": _reshape,
     # two pattern names bound to one graph value (an optional node was absent between them)
     "same": lambda ctx, a, b: a is b,

@@ -348,24 +348,54 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     h.assert_close(model, out, _feeds(h, model))
 
 
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("form,layout,tables", [
+    ("half", "bhsd", "folded"), ("half", "bshd", "folded"), ("half", "bhsd", "gathered"),
+    ("interleaved", "bhsd", "folded"), ("interleaved", "bshd", "sincos"), ("interleaved", "bshd", "sincos-ts"),
+])
+@pytest.mark.parametrize("scale", [0.5, 1.2])
+def test_scaled_constant_tables_fuse(h, target, form, layout, tables, scale):
+    """YaRN / LongRoPE tables after onnxsim/onnxslim folded the position math: constants scaled
+    by attention_scaling, cos^2 + sin^2 == s^2 (refused before: the check wanted 1). The caches
+    carry s, so the fused op matches the original."""
+    model = _graph(h, form=form, layout=layout, tables=tables, scale=scale)
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
+    h.assert_close(model, out, _feeds(h, model))
+
+
+def test_scaled_float16_tables_fuse(h):
+    model = _graph(h, tables="folded", scale=1.1, elem=10)
+    out = h.fuse(model, "onnx", level=2)
+    assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h, model, np.float16), atol=1e-2, rtol=1e-2)
+
+
 # ------------------------------------------------------------------------------------------------
 # Near-misses: one per constraint. Each must leave the rotation unfused and say why.
+
+# a scale that grows with the position (rows of S or P): cos^2 + sin^2 is no single s^2
+ROW_SCALE = np.linspace(0.5, 1.0, S)[:, None]
+ROW_SCALE_P = np.linspace(0.5, 1.0, P)[:, None]
 
 
 @pytest.mark.parametrize("kw,rule,why", [
     (dict(bad_halves=True), "rotary-const-table", "halves differ"),
-    (dict(scale=0.5), "rotary-const-table", "not a rotation"),
+    # cos^2 + sin^2 varying with the position: no single scale s
+    (dict(scale=ROW_SCALE), "rotary-const-table", "not a \\(scaled\\) rotation"),
     (dict(head_varying=True), "rotary-const-table", r"\[1\|B, 1, S, D\]"),
     (dict(layout="bshd", bad_halves=True), "rotary-const-table-bshd", "halves differ"),
     (dict(form="interleaved", bad_halves=True), "rotary-interleaved-const-table", "even and odd"),
-    (dict(form="interleaved", scale=1.1), "rotary-interleaved-const-table", "not a rotation"),
+    (dict(form="interleaved", scale=ROW_SCALE), "rotary-interleaved-const-table", "not a \\(scaled\\) rotation"),
     (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
     (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
     (dict(tables="sliced4", slice_start=1), "rotary-gathered-table", "first rows"),
-    (dict(form="interleaved", layout="bshd", tables="sincos", scale=0.9),
-     "rotary-interleaved-gathered-sincos", "not a rotation"),
-    (dict(form="interleaved", layout="bshd", tables="sincos-ts", scale=0.9),
-     "rotary-interleaved-gathered-sincos", "not a rotation"),
+    (dict(form="interleaved", layout="bshd", tables="sincos", scale=ROW_SCALE_P),
+     "rotary-interleaved-gathered-sincos", "not a \\(scaled\\) rotation"),
+    (dict(form="interleaved", layout="bshd", tables="sincos-ts", scale=ROW_SCALE_P),
+     "rotary-interleaved-gathered-sincos", "not a \\(scaled\\) rotation"),
+    (dict(tables="gathered", scale=ROW_SCALE_P), "rotary-gathered-table", "not a \\(scaled\\) rotation"),
     # Tile doubling the frequency axis instead of a new pair axis: concat(sin, sin), not interleaved
     (dict(form="interleaved", layout="bshd", tables="sincos-ts", tile=(1, 1, 1, 2, 1)),
      "rotary-interleaved-gathered-sincos", "Tile must only double the pair axis"),
