@@ -544,26 +544,32 @@ def failure_summary(result: Mapping[str, Any]) -> str:
 
 
 _PAGED_BLOCK = 4   # not a divisor of the default past + new length: a sequence spans a partial block
+FP8_NOTE = ("fp8 KV pools: the original runs on its past rounded to e4m3 (per kv head scales), "
+            "outputs compared at e4m3's tolerance (the op rounds the new tokens' K/V)")
 
 
-def _run_paged(opt_sess, ref_out: dict, feeds: dict, seed: int) -> list[tuple]:
-    """Run the paged-KV rewrite on the original's feeds turned into pool feeds; pair its
-    outputs with the original's (present.* read back out of the pools)."""
-    from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous, paged_pairs
+def _run_paged(ref_sess, opt_sess, ref: "_Side", opt: "_Side", names: list[str], ref_out: list,
+               feeds: dict, seed: int) -> tuple[list[tuple], bool]:
+    """Run the paged-KV rewrite on the original's feeds turned into pool feeds
+    (targets/paged_kv_feeds.py, the fuzzer's harness too); pair its outputs with the original's,
+    present.* read back out of the pools. On fp8 pools the original reruns on its past rounded
+    to e4m3, as the pools hold it. Returns (pairs, fp8)."""
+    from onnx_fuse.targets import paged_kv_feeds as pk
 
-    new_tokens = feeds["input_ids"].shape[1]
-    paged_feeds = paged_inputs_from_contiguous(feeds, _PAGED_BLOCK, new_tokens=new_tokens, seed=seed)
-    wanted = {i.name for i in opt_sess.get_inputs()}
-    opt_names = [o.name for o in opt_sess.get_outputs()]
-    # inputs the rewrite kept (an attention_mask still read elsewhere) get the original's feed
-    run_feeds = {k: paged_feeds[k] if k in paged_feeds else feeds[k] for k in wanted}
-    # --precision makes the pools the op's 16-bit type (passes/_kv_pools.py): feed them so
-    for i in opt_sess.get_inputs():
-        if i.name.startswith("kv_pool_") and i.type == "tensor(float16)":
-            run_feeds[i.name] = run_feeds[i.name].astype(np.float16)
-    opt_out = dict(zip(opt_names, opt_sess.run(opt_names, run_feeds)))
-    past = next(v for k, v in feeds.items() if k.startswith("past_key_values.")).shape[2]
-    return paged_pairs(ref_out, opt_out, paged_feeds, past + new_tokens)
+    total = pk.total_length(opt.skeleton, ref_out)
+    ref_feeds, run_feeds = pk.paged_feeds(ref.skeleton, opt.skeleton, feeds, total=total,
+                                          block_size=_PAGED_BLOCK, seed=seed)
+    if any(ref_feeds[k] is not feeds[k] for k in feeds):
+        ref_out = ref_sess.run(names, ref_feeds)
+    got = pk.run_paged(opt_sess, opt.skeleton, run_feeds)
+    paired = pk.paired_outputs(ref.skeleton, opt.skeleton, ref_out, got, run_feeds, total)
+    if isinstance(paired, str):
+        raise _PagedMismatch(paired)
+    return list(zip(*paired)), pk.is_fp8(opt.skeleton)
+
+
+class _PagedMismatch(Exception):
+    """The paged model's outputs do not line up slot by slot with the original's."""
 
 
 def _half_floor(model: onnx.ModelProto) -> tuple[float, float] | None:
@@ -657,19 +663,30 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
                             f"inputs ({_first_line(exc)}); give inputs with --inputs FILE.npz or dims "
                             "with --shape") from None
         suffix = f" [{label}]" if label else ""
+        fp8 = False
         try:
             if paged:
-                pairs = _run_paged(opt_sess, dict(zip(names, ref_out)), feeds, seed)
+                pairs, fp8 = _run_paged(ref_sess, opt_sess, ref, opt, names, ref_out, feeds, seed)
             else:
                 pairs = list(zip(names, ref_out, opt_sess.run(names, feeds)))
+        except _PagedMismatch as exc:
+            result["error"] = f"the paged model's outputs do not line up with the original's{suffix}: {exc}"
+            return result
         except Exception as exc:
             result["error"] = f"ONNX Runtime fails to run the optimized model{suffix}: {_first_line(exc)}"
             return result
+        if fp8 and FP8_NOTE not in notes:
+            notes.append(FP8_NOTE)
         for name, r, g in pairs:
             r, g = np.asarray(r), np.asarray(g)
             d_atol, d_rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
             if floor is not None and r.dtype.kind == "f":
                 d_atol, d_rtol = max(d_atol, floor[0]), max(d_rtol, floor[1])
+            if fp8 and r.dtype.kind == "f":   # e4m3's tolerance, scaled by the output's magnitude
+                from onnx_fuse.targets.paged_kv_feeds import FP8_TOL
+
+                mag = max(1.0, float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)))
+                d_atol, d_rtol = max(d_atol, FP8_TOL[1] * mag), max(d_rtol, FP8_TOL[0])
             diffs.append(compare_arrays(name + suffix, r, g, d_atol if atol is None else atol,
                                         d_rtol if rtol is None else rtol))
     result["outputs"] = [dataclasses.asdict(d) for d in diffs]

@@ -22,8 +22,7 @@ import onnx_fuse
 from onnx_fuse.cli.main import main
 from onnx_fuse.errors import UserError
 from onnx_fuse.passes.kv_cache_fp8 import FP8_HEAD_DIMS
-from onnx_fuse.reference.attention import dequantize_e4m3, quantize_e4m3
-from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous
+from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous, round_e4m3, run_paged
 from onnx_fuse.verify import make_session
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
@@ -63,8 +62,8 @@ def test_pools_become_fp8_with_scale_inputs(name):
 
 
 def _fp8_feeds(name, past_lens, seed):
-    """Original feeds (past = dequantized e4m3 values) and the fp8 model's (pools of their bytes,
-    NaN bytes in the unused slots, per-kv-head scales with headroom over the past amax)."""
+    """Original feeds (past = e4m3-rounded values) and the fp8 model's (pools of their bytes, NaN
+    bytes in the unused slots, per-kv-head scales): the shared harness verify and the fuzzer use."""
     rng = np.random.default_rng(seed)
     B, P, hkv = len(past_lens), max(past_lens), HKV[name]
     feeds = {"input_ids": rng.integers(0, VOCAB, (B, 1)).astype(np.int64)}
@@ -72,32 +71,13 @@ def _fp8_feeds(name, past_lens, seed):
     for i in range(LAYERS):
         for kv in ("key", "value"):
             x = rng.standard_normal((B, hkv, P, D)).astype(np.float32) * (2.0 if kv == "key" else 0.5)
-            # amax / 448 * 16: headroom for the new token (static scales saturate beyond 448)
-            s = (np.abs(x).max(axis=(0, 2, 3)) / 28.0).astype(np.float32)
-            q = quantize_e4m3(x.transpose(0, 2, 1, 3), s)          # [B, P, Hkv, D] e4m3
-            feeds[f"past_key_values.{i}.{kv}"] = dequantize_e4m3(q, s).astype(np.float32).transpose(0, 2, 1, 3)
-            scales[f"kv_scale_{kv[0]}.{i}"] = s
-    paged = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=1, seed=seed)
-    for key in [k for k in paged if k.startswith("kv_pool_")]:
-        i, t = key.split(".")[1], key[8]
-        pool = paged[key]
-        q = quantize_e4m3(np.nan_to_num(pool), scales[f"kv_scale_{t}.{i}"]).view(np.uint8).copy()
-        q[np.isnan(pool)] = 0x7F
-        paged[key] = q
-    paged.update(scales)
+            feeds[f"past_key_values.{i}.{kv}"], scales[f"kv_pool_{kv[0]}.{i}"] = round_e4m3(x)
+    paged = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=1, seed=seed, scales=scales)
     return feeds, paged
 
 
 def _run_fp8(model, feeds):
-    import onnxruntime as ort
-
-    sess = make_session(model)
-    f8 = {v.name for v in model.graph.input if v.type.tensor_type.elem_type == F8}
-    vals = {k: (ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v, F8) if k in f8
-                else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)))
-            for k, v in feeds.items()}
-    outs = sess.run_with_ort_values(None, vals)
-    return dict(zip([o.name for o in sess.get_outputs()], [o.numpy() for o in outs]))
+    return run_paged(make_session(model), model, feeds)
 
 
 @pytest.mark.parametrize("name", sorted(HKV))
@@ -122,6 +102,24 @@ def test_fp8_model_matches_the_original_up_to_the_new_tokens_rounding(name):
         assert {tuple(map(int, c)) for c in changed} == want
 
 
+@pytest.mark.parametrize("name", sorted(HKV))
+def test_verify_compares_fp8_pools_at_e4m3_tolerance(name):
+    """verify feeds an fp8-pool model the original's past rounded to e4m3 (the original reruns on
+    that) and compares at e4m3's tolerance: it passes, and a doubled softmax scale fails."""
+    from onnx_fuse.verify import FP8_NOTE, verify
+
+    result = onnx_fuse.optimize(_static_decode(name), level=4, target="trt", kv_cache_dtype="fp8", verify=True)
+    assert result.report.status == "PASSED", result.report.status_reason
+    assert FP8_NOTE in result.report.verify["notes"]
+    assert {"logits", "present.0.key", "present.1.value"} <= {o["name"] for o in result.report.verify["outputs"]}
+    wrong = ir.from_proto(ir.to_proto(result.model))
+    for node in wrong.graph:
+        if node.op_type == "PagedAttention":
+            node.attributes["scale"] = ir.AttrFloat32("scale", node.attributes["scale"].value * 2)
+    bad = verify(_static_decode(name), wrong)
+    assert any(o["name"] == "logits" and not o["passed"] for o in bad["outputs"]), bad["outputs"]
+
+
 def test_fp16_precision_keeps_the_scales_float32_and_passes_check_trt():
     from onnx_fuse.plugins.check_trt import check_model
     from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
@@ -142,7 +140,6 @@ def test_fp16_precision_keeps_the_scales_float32_and_passes_check_trt():
     (dict(model="dynamic"), "decode-only"),
     (dict(level=3), "only -O4 --target trt"),
     (dict(target="ort", level=4), "only -O4 --target trt"),
-    (dict(verify=True), "--verify with --kv-cache-dtype fp8"),
     (dict(kv_cache_dtype="int8"), "unknown KV cache dtype 'int8'"),
     (dict(model="bert"), "no paged KV cache"),
 ])
