@@ -92,8 +92,14 @@ FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
 # 568), the pinned softmax at D = 64 (fp16 B8 S2048 377-385 against 397-400 unpinned; with r24
 # 381-383) and on the paged-prefill kernels (block 16: 470-486 against 494-498).
 FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
-FA_OPTS = ("ov", "ove")  # a last variant element naming fa_ws_core options
-_FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9)}  # launcher loads (by name, planned)
+# D = 64 candidates (experimental, below): FA_WS_TMA with 1 in 4 (pe) or 3 in 8 (pe3) of the
+# softmax's exponentials computed on the FMA pipe by a polynomial instead of MUFU.EX2 (entries
+# ..._m128n128w12t_pe_... / _pe3_...; launcher loads 10 / 12 by name, 11 / 13 with the cp.async
+# fallback): at D = 64 MUFU is the softmax's bound and about as long as the tile's GEMMs.
+FA_WS_TMA_PE = (128, 128, 12, "tma", "pe")
+FA_WS_TMA_PE3 = (128, 128, 12, "tma", "pe3")
+FA_OPTS = ("ov", "ove", "pe", "pe3")  # a last variant element naming fa_ws_core options
+_FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "pe": (10, 11), "pe3": (12, 13)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
@@ -101,7 +107,10 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV,
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
 # m128n128w12tp, launcher loads = 4), D = 128, both masks; TMA rules as FA_WS_TMA by name (no
 # fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
-# not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped.
+# not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped. Since run 17
+# its entries run the FA_WS_TMA_OV body (24 / 240 registers, pinned softmax), so it is timed against
+# the planned ov: the persistent grid overlaps a tile's output store and the next tile's loads,
+# costs that weigh double when causal. At D = 64 the experimental ones are FA_WS_TMA_PE / _PE3.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 
 
@@ -129,9 +138,10 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
+    FA_WS_TMA_PE, FA_WS_TMA_PE3: D = 64)."""
     _check_head_dim(head_dim)
-    return (FA_WS_TMA_PERSIST,) if head_dim == 128 else ()
+    return {128: (FA_WS_TMA_PERSIST,), 64: (FA_WS_TMA_PE, FA_WS_TMA_PE3)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -390,7 +400,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if compute_capability != (9, 0):
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
-                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE):
+                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_PE,
+                          FA_WS_TMA_PE3):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -417,7 +428,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9)
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9), "pe" (10 / 11), "pe3" (12 / 13)
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -520,7 +531,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
-    FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned."""
+    FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; FA_WS_TMA_PE 10 / 11;
+    FA_WS_TMA_PE3 12 / 13."""
     if plan.persistent:
         return 4
     if not plan.tma:

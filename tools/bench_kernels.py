@@ -5,7 +5,8 @@
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
 On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
-m128n128w12t_persistent, a persistent grid, D = 128) are timed beside the planned variant (at
+m128n128w12t_persistent, the ov body on a persistent grid, D = 128; m128n128w12t_pe / _pe3, part of
+the exponentials by an FMA polynomial, D = 64) are timed beside the planned variant (at
 D = 128 m128n128w12t_ov for fp16 and m128n128w12t_ove for bf16, at D = 64 m128n128w12t), marked
 "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a

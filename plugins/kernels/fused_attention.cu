@@ -786,6 +786,34 @@ constexpr int kWsPinSoftmax = 1;
 // (385 against 399 for the unpinned body: the D = 64 softmax is the longer leg) and on the
 // paged-prefill kernels (470-486 against 494-498 at block 16).)
 constexpr int kWsSmemEpilogue = 2;
+// kWsPolyExp / kWsPolyExp3 (the m128n128w12t_pe / _pe3 entries, D = 64 candidates): at D = 64 the
+// softmax's MUFU.EX2 (16 per clock per SM; 1024 clocks per 128 x 128 tile, about the tile's two
+// GEMMs) is the longer leg, while the FMA pipe (128 lanes per clock) has room. These options run
+// the exponentials of 1 in 4 (kWsPolyExp) or 3 in 8 (kWsPolyExp3) column groups of every tile on
+// the FMA pipe instead: ws_exp2_poly below. The O rescale factors stay on MUFU.
+constexpr int kWsPolyExp = 4;
+constexpr int kWsPolyExp3 = 8;
+// Whether column group nt (8 keys) of a tile takes ws_exp2_poly under the options OPT (spread over
+// the tile so MUFU and FMA work interleave).
+template <int OPT>
+__device__ __forceinline__ constexpr bool ws_poly_group(int nt) {
+  return (OPT & kWsPolyExp3) ? (nt % 8 == 1 || nt % 8 == 4 || nt % 8 == 6)
+                             : (OPT & kWsPolyExp) ? nt % 4 == 1 : false;
+}
+// 2^x on the FMA pipe for x <= 0: x = j + f with j = round(x) (by the 1.5 * 2^23 shifter, so j sits
+// in the low mantissa bits of t) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (coefficients
+// fitted here for the least maximum relative error on [-0.5, 0.5]: 7.5e-05, below fp16's rounding
+// of P, 4.9e-04); 2^j by adding j to the exponent field (t << 23 leaves exactly j << 23, the
+// shifter's own bits shift out). x is clamped at -125 so the exponent stays normal: a masked score
+// (-inf) gives 2^-125 instead of 0, which is 0 once P is rounded to fp16 and in bf16 adds 2^-125
+// of a V row that is finite (V rows past kv_len are zeroed) to a row sum of at least 1.
+__device__ __forceinline__ float ws_exp2_poly(float x) {
+  x = fmaxf(x, -125.f);
+  const float t = __fadd_rn(x, 12582912.f);
+  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));
+  const float p = fmaf(fmaf(fmaf(0.05517132f, f, 0.24261054f), f, 0.69326097f), f, 0.99992812f);
+  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
+}
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
 // q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
@@ -1270,8 +1298,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
-        float p0 = exp2f(fmaf(sv[nt][2 * h], scale_log2, -m_use));
-        float p1 = exp2f(fmaf(sv[nt][2 * h + 1], scale_log2, -m_use));
+        const float x0 = fmaf(sv[nt][2 * h], scale_log2, -m_use);
+        const float x1 = fmaf(sv[nt][2 * h + 1], scale_log2, -m_use);
+        const bool poly = ws_poly_group<OPT>(nt);
+        float p0 = poly ? ws_exp2_poly(x0) : exp2f(x0);
+        float p1 = poly ? ws_exp2_poly(x1) : exp2f(x1);
         sv[nt][2 * h] = p0;
         sv[nt][2 * h + 1] = p1;
         sum += p0 + p1;
@@ -1478,7 +1509,10 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
 }
 
 // m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
-template <typename T, int D, bool CAUSAL, int BNT = 128, int STT = kWsStages>
+// PREGS / OPT as fa_ws_core's (the entries: the planned ov body, 24 producer registers and the
+// pinned softmax; until run 17 they ran the 40 / 232 split unpinned).
+template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax, int BNT = 128,
+          int STT = kWsStages>
 __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1491,7 +1525,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
                                          v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, tq, tk, tv, S, Hq,
                                          Hkv, nm, nm * Hq * B};
   // rows of tile 0: only its tensor-map addresses are read (the same for every tile)
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, 40, BNT, STT, FaDenseTmaTiles<T, CAUSAL>>(
+  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaDenseTmaTiles<T, CAUSAL>, OPT>(
       tiles.at(0).rows, scale_log2, tiles);
 #else
   __trap();  // the launcher takes this entry on compute capability 9.x only
@@ -1735,9 +1769,23 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ove_causal, T, D, true,           \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)
-// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside m128n128w12t, not planned),
-// D = 128: the same body on a persistent grid of min(tiles, SMs) CTAs; the batch size follows the
-// maps. (At D = 64 it measured 3-6 % below m128n128w12t and was dropped.)
+// m128n128w12t_pe / _pe3 (D = 64 candidates, launcher loads 10 / 12 by name, 11 / 13 with the
+// cp.async fallback): the m128n128w12t body (40 / 232 registers, softmax unpinned) with 1 in 4 /
+// 3 in 8 of the exponentials on the FMA pipe (kWsPolyExp / kWsPolyExp3, ws_exp2_poly).
+#define OF_FA_WSTPE_KERNELS_D(DTN, T, D)                                                          \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe_full, T, D, false, 40,         \
+                    onnx_fuse::kWsPolyExp)                                                         \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe_causal, T, D, true, 40,        \
+                    onnx_fuse::kWsPolyExp)                                                         \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe3_full, T, D, false, 40,        \
+                    onnx_fuse::kWsPolyExp3)                                                        \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe3_causal, T, D, true, 40,       \
+                    onnx_fuse::kWsPolyExp3)
+// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside the planned ov, not planned),
+// D = 128: the ov body (r24, pinned softmax) on a persistent grid of min(tiles, SMs) CTAs, which
+// overlaps a tile's output store and the next tile's Q load and first K/V tiles (the per-CTA
+// costs weigh double when causal); the batch size follows the maps. (At D = 64 it measured 3-6 %
+// below m128n128w12t and was dropped; with the 40 / 232 split unpinned, run 4, at par with w12t.)
 #define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
@@ -1775,6 +1823,7 @@ OF_FA_WSTR_KERNELS_D(f16, __half, 128)
 OF_FA_WSTP_KERNELS_D(f16, __half, 128)
 OF_FA_WSTO_KERNELS_D(f16, __half, 128)
 OF_FA_WSTE_KERNELS_D(f16, __half, 128)
+OF_FA_WSTPE_KERNELS_D(f16, __half, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1790,6 +1839,7 @@ OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTPE_KERNELS_D(bf16, __nv_bfloat16, 64)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1929,7 +1979,8 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, long long, long long, long long, long long, long long,
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
-// kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128).
+// kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
+// 4 m128n128w12t_pe, 5 _pe3 (D = 64).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -1945,6 +1996,8 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
     switch (kind) {
       case 0: OF_PICK_TK2(64, m128n128w12t)
       case 1: OF_PICK_TK2(64, m128n128w12t_r24)
+      case 4: OF_PICK_TK2(64, m128n128w12t_pe)
+      case 5: OF_PICK_TK2(64, m128n128w12t_pe3)
       default: return nullptr;
     }
   }
@@ -2158,7 +2211,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // SMs) CTAs (TMA rules as loads 1); 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (D = 128: the
 // r24 body with the softmax pinned under the warpgroup's own P V; 7 is planned at D = 128 for fp16);
 // 8 / 9 = the same with the m128n128w12t_ove entries (ov with the output staged in shared memory
-// and written as 16-byte rows; 9 is planned at D = 128 for bf16).
+// and written as 16-byte rows; 9 is planned at D = 128 for bf16); 10 / 11 and 12 / 13 = the same
+// with the m128n128w12t_pe / _pe3 entries (D = 64: part of the softmax's exponentials on the FMA
+// pipe).
 // Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2173,7 +2228,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 9);
+  OF_REQUIRE(loads >= 0 && loads <= 13);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2186,7 +2241,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove
+    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: pe; 12 / 13: pe3
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);

@@ -515,6 +515,78 @@ def test_fused_attention_tma_ove_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
+# m128n128w12t_pe / _pe3 (launch_plan.FA_WS_TMA_PE / _PE3, D = 64 candidates): the w12t body with 1 in 4
+# / 3 in 8 of the softmax's exponentials by a polynomial on the FMA pipe, on the D = 64 TMA cases.
+FA_PE_CASES = [c[:7] + (v,) for v in ((128, 128, 12, "tma", "pe"), (128, 128, 12, "tma", "pe3"))
+               for c in FA_TMA_CASES if c[4] == 64] + [
+    (8, 512, 4, 2, 64, True, [512, 511, 300, 129, 128, 1, 0, 257], (128, 128, 12, "tma", "pe"))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_PE_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
+def test_fused_attention_tma_poly_exp_matches_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sharp", [1.0, 24.0], ids=["plain", "sharp"])
+def test_fused_attention_tma_poly_exp_error_stays_at_mufu_level(lib, dtype, causal, sharp):
+    """On the same inputs the polynomial exponentials keep the error against the float64 reference
+    at the level of the all-MUFU m128n128w12t (the polynomial's 7.5e-05 relative error is below
+    fp16's rounding of P); "sharp" scales the scores (standard deviation about 35 in the exp2 domain)
+    so many exponentials fall below 2^-125 (the polynomial's clamp) and the running max moves by
+    large steps."""
+    _need_sm90()
+    B, S, Hq, Hkv, D, lens = 2, 1000, 8, 2, 64, [1000, 700]
+    gen = torch.Generator(device="cuda").manual_seed(41 + int(causal) + int(sharp))
+    q = _rand((B, S, Hq, D), dtype, gen)
+    k = _rand((B, S, Hkv, D), dtype, gen)
+    v = _rand((B, S, Hkv, D), dtype, gen)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    scale = sharp / D**0.5
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=causal, scale=scale,
+                                 out_dtype=np.float64)
+    errs = {}
+    for variant in (FA_TMA, (128, 128, 12, "tma", "pe"), (128, 128, 12, "tma", "pe3")):
+        out = torch.full_like(q, float("nan"))
+        lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant)
+        torch.cuda.synchronize()
+        errs[variant[-1]] = _rel_err(out, expect)
+        assert torch.count_nonzero(out[1, 700:]).item() == 0, variant
+    assert errs["tma"] < TOL[dtype], errs
+    for tag in ("pe", "pe3"):
+        assert errs[tag] <= 1.2 * errs["tma"] + 2e-5, errs
+
+
+@pytest.mark.parametrize("code", [11, 13], ids=["pe", "pe3"])
+def test_fused_attention_tma_poly_exp_planned_codes_fall_back(lib, code):
+    """Launcher loads 11 / 13 (pe / pe3 with the cp.async fallback) run where TMA cannot address K/V
+    (broadcast over the batch) and match the reference; 10 / 12 (by name) refuse there."""
+    _need_sm90()
+    B, S, Hq, Hkv, D = 2, 300, 4, 2, 64
+    gen = torch.Generator(device="cuda").manual_seed(code)
+    q = _rand((B, S, Hq, D), torch.float16, gen)
+    k = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
+    v = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
+    out = torch.full_like(q, float("nan"))
+    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
+    stream = torch.cuda.current_stream().cuda_stream
+    rc = lib._lib.onnx_fuse_fused_attention_fwd(
+        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
+        1.0 / D**0.5, 1, 128, 128, 12, code - 1, stream)
+    assert rc != 0
+    torch.cuda.synchronize()
+    rc = lib._lib.onnx_fuse_fused_attention_fwd(
+        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
+        1.0 / D**0.5, 1, 128, 128, 12, code, stream)
+    assert rc == 0
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[torch.float16]
+
+
 # ------------------------------------------------------------------ paged attention (decode)
 
 

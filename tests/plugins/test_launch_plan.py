@@ -768,6 +768,7 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS_TMA] == (1, 2) and codes[lp.FA_WS_TMA_R24] == (3, 5)
     assert codes[lp.FA_WS_TMA_PERSIST] == (4, 4)
     assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVE] == (8, 9)
+    assert codes[lp.FA_WS_TMA_PE] == (10, 11) and codes[lp.FA_WS_TMA_PE3] == (12, 13)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 9
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 7
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
@@ -783,7 +784,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 9);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 13);" in fa
     assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -805,9 +806,12 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
         assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
+    # since run 17 the persistent entries run the ov body (24 / 240 registers, pinned softmax)
+    assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax, int BNT = 128," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
-    for d in (64, 80, 96, 256):
+    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_PE, lp.FA_WS_TMA_PE3)
+    for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
@@ -1102,3 +1106,29 @@ def test_softcap_contract_matches_the_planner():
     assert {int(d): {tuple(v) for v in vs} for d, vs in table.items()} == \
         {d: set(lp.fa_softcap_variants(d)) for d in lp.SUPPORTED_HEAD_DIMS}
     assert fa["attributes"]["softcap"]["default"] == 0.0
+
+
+def test_poly_exp2_entries_exist_plan_by_name_and_are_never_planned():
+    """m128n128w12t_pe / _pe3 (D = 64 candidates: 1 in 4 / 3 in 8 of the softmax's exponentials by a
+    polynomial on the FMA pipe): compiled for fp16 and bf16, both masks, at D = 64 only; launcher
+    loads 10 / 12 by name, 11 / 13 with the cp.async fallback; reachable by name, never planned."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTPE_KERNELS_D\({dt}, [\w ]+, 64\)", fa, re.M), dt
+    assert not re.search(r"^OF_FA_WSTPE_KERNELS_D\(\w+, [\w ]+, (?!64\))", fa, re.M)
+    for tag, flag in (("pe", "kWsPolyExp"), ("pe3", "kWsPolyExp3")):
+        for mask, causal in (("full", "false"), ("causal", "true")):
+            assert re.search(rf"m128n128w12t_{tag}_{mask}, T, D, {causal}, 40,\s*\\\s*onnx_fuse::{flag}\)", fa), (tag, mask)
+    assert "case 4: OF_PICK_TK2(64, m128n128w12t_pe)" in fa and "case 5: OF_PICK_TK2(64, m128n128w12t_pe3)" in fa
+    for v, tag in ((lp.FA_WS_TMA_PE, "pe"), (lp.FA_WS_TMA_PE3, "pe3")):
+        for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
+            for causal in (False, True):
+                p = lp.plan_fused_attention(8, 2048, 32, 32, 64, dt, causal=causal, variant=v)
+                assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d64_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
+                assert p.tma and p.opt == tag and not p.r24 and p.variant == v and p.grid == (16, 32, 8)
+        assert lp.fa_engine(v, 64) == "wgmma"
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v)
+        for causal in (False, True):
+            for dt in ("float16", "bfloat16"):
+                assert lp.plan_fused_attention(8, 2048, 32, 32, 64, dt, causal=causal).variant != v
