@@ -50,6 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
+from holdout_specs import HOLDOUT, HOLDOUT_STYLES, STYLE_ARCHS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
@@ -59,7 +60,7 @@ OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16"}
 # ORT vs torch in the export check: max abs diff (fp16: over max(1, max |torch output|))
 CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
-KV_STYLES = ("kv", "torchscript_kv")
+KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset")
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
 # example sizes for symbolic dims, by the names dynamo (ours) and Optimum give them
@@ -216,11 +217,16 @@ class _Wrap:
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
     """Named example tensors (torch) and their dims (symbolic name or int) for a style; float
     inputs (past keys/values, encoder states) take the model's dtype."""
-    feeds, dims = _example_inputs(arch, style, model, batch, seq, past, seed)
+    feeds, dims = _example_inputs(arch, base_style(style), model, batch, seq, past, seed)
     dtype = next(model.parameters()).dtype if model is not None else None
     if dtype is not None:
         feeds = {n: t.to(dtype) if t.is_floating_point() else t for n, t in feeds.items()}
     return feeds, dims
+
+
+def base_style(style: str) -> str:
+    """The corpus style whose inputs and wrapper a hold-out style uses (holdout_specs.HOLDOUT_STYLES)."""
+    return HOLDOUT_STYLES[style][0] if style in HOLDOUT_STYLES else style
 
 
 def _example_inputs(arch, style, model, batch, seq, past, seed):
@@ -356,10 +362,11 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
                               dynamic_axes=axes, dynamo=False, opset_version=17)
         else:
             static = style == "static_nomask"
+            options = HOLDOUT_STYLES.get(style, (style, {}))[1]  # hold-out: optimize=False, opset 23
             prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
                                      dynamic_shapes=None if static else _dynamic_shapes(
-                                         dims, style == "kv" and spec["kind"] not in CROSS),
-                                     dynamo=True, verbose=False)
+                                         dims, base_style(style) == "kv" and spec["kind"] not in CROSS),
+                                     dynamo=True, verbose=False, **options)
             prog.save(str(tmp), external_data=False)
     _strip(tmp)
     # numeric check against torch at the example shape and (dynamic exports) a second shape
@@ -391,7 +398,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
 
     exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if style.startswith("torchscript")
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
-                      "dynamic_shapes": style != "static_nomask"})
+                      "dynamic_shapes": style != "static_nomask", **HOLDOUT_STYLES.get(style, (style, {}))[1]})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
     return {"hf_class": spec["model_class"] + _part_suffix(spec),
             "attn_implementation": getattr(config, "_attn_implementation", None),
@@ -548,7 +555,7 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
         if "mask" in name:
             feeds[name] = np.ones(shape, dtype=inp["dtype"])
         elif name == "position_ids":
-            feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum", "torchscript_kv")
+            feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum", *KV_STYLES)
                                                                   and entry["kind"] == "decoder" else 0),
                                           shape).astype(inp["dtype"])
         elif inp["dtype"].startswith("int"):
@@ -590,10 +597,11 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "model_type": spec["model_type"], "ort_model_type": spec["ort_model_type"],
         "config_class": spec["config_class"], "config": cfg,
         "num_layers": g("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers"),
-        "num_heads": g("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads"),
+        "num_heads": g("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+                       "attention_heads"),
         "num_kv_heads": (1 if cfg.get("multi_query") else g("num_key_value_heads", "num_attention_heads",
                                                             "n_head", "n_heads", "num_heads",
-                                                            "encoder_attention_heads")),
+                                                            "encoder_attention_heads", "attention_heads")),
         "hidden_size": g("hidden_size", "n_embd", "d_model", "dim"),
         "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
@@ -603,7 +611,10 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                         + (["kv-cache"] if spec["kind"] in ("decoder", *CROSS) else []),
                                         "torchscript": ["dynamic-shapes", "torchscript-exporter"],
                                         "torchscript_kv": ["dynamic-shapes", "torchscript-exporter",
-                                                           "kv-cache"]}[style],
+                                                           "kv-cache"],
+                                        "noopt": ["dynamic-shapes", "mask-input", "unoptimized-export"],
+                                        "latest_opset": ["dynamic-shapes", "mask-input", "opset-23"],
+                                        "kv_latest_opset": ["dynamic-shapes", "kv-cache", "opset-23"]}[style],
         "opset": opsets.get("ai.onnx"), "opset_imports": opsets,
         "inputs": _io(proto.graph.input), "outputs": _io(proto.graph.output),
         "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
@@ -615,6 +626,16 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     entry.update(extra)
     entry["ort_check"] = ort_check(path, entry)
     return entry
+
+
+def plan_holdout(archs, styles):
+    """--holdout: the hold-out architectures in their spec styles, and the corpus architectures of
+    holdout_specs.STYLE_ARCHS in the hold-out styles (trained weights)."""
+    for style in styles or STYLES + tuple(HOLDOUT_STYLES):
+        for arch in archs:
+            own = SPECS[arch].get("styles") or ()
+            if (arch in HOLDOUT and style in own) or arch in STYLE_ARCHS.get(style, ()):
+                yield arch, style, "trained"
 
 
 def plan(archs, styles, weights_list, dtype="float32"):
@@ -684,7 +705,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--only", nargs="*", default=None, help="architectures (default: all)")
-    ap.add_argument("--styles", nargs="*", default=None, choices=STYLES,
+    ap.add_argument("--styles", nargs="*", default=None, choices=STYLES + tuple(HOLDOUT_STYLES),
                     help="default: the corpus's (each architecture's spec styles, else all but torchscript_kv)")
     ap.add_argument("--weights", nargs="*", default=["trained", "default"], choices=["trained", "default"])
     ap.add_argument("--list", action="store_true", help="print the planned files and exit")
@@ -695,7 +716,15 @@ def main(argv=None) -> int:
                     help="float16: decoders exported from the half-precision model, weights tag trained16")
     ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
                     help="64: the decoders of corpus_specs.KV64_ARCHS at head size 64 (see above)")
+    ap.add_argument("--holdout", action="store_true",
+                    help="the hold-out set of tools/holdout_specs.py (architectures and export styles the "
+                         "rules were not tuned on) instead of the corpus; use with --out")
     ns = ap.parse_args(argv)
+    if ns.holdout:
+        SPECS.update(HOLDOUT)
+    elif set(ns.styles or ()) & set(HOLDOUT_STYLES):
+        print("error: the hold-out styles need --holdout", file=sys.stderr)
+        return 2
     if ns.head_dim == 64:
         bad = sorted(set(ns.only or ()) - set(KV64_ARCHS))
         if bad:
@@ -708,7 +737,8 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown architecture(s) {', '.join(unknown)}; known: {', '.join(SPECS)}", file=sys.stderr)
         return 2
-    todo = list(plan(ns.only or list(SPECS), ns.styles, ns.weights, ns.dtype))
+    todo = list(plan_holdout(ns.only or list(SPECS), ns.styles) if ns.holdout else
+                plan(ns.only or list(SPECS), ns.styles, ns.weights, ns.dtype))
     tag = DTYPES[ns.dtype]
     if ns.list:
         for arch, style, weights in todo:

@@ -1,0 +1,56 @@
+"""Idioms found on hold-out exports (tools/holdout_specs.py: architectures and export styles the rules
+were not tuned on), each as a tiny graph that failed to fuse before its fix; numerics against the
+original."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+B, H, S, D = 2, 2, 4, 8
+
+
+def _keep_where_block(h, *, fill=np.finfo(np.float32).min, mask=True):
+    """Eager causal attention over a bias buffer (GPT-Neo; GPT-2/GPT-J/CodeGen as transformers 4.x
+    wrote them): torch.where(causal, q k^T, finfo.min) + attention_mask, no score scale."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Where", ["causal", "sc", "fillv"], ["sw"])]
+    scores = "sw"
+    inputs = [h.vi("q", [B, H, S, D]), h.vi("k", [B, H, S, D]), h.vi("v", [B, H, S, D])]
+    if mask:
+        nodes.append(n("Add", ["sw", "mask"], ["sm"]))
+        scores = "sm"
+        inputs.append(h.vi("mask", [B, 1, S, S]))
+    nodes += [n("Softmax", [scores], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
+    inits = {"causal": np.tril(np.ones((S, S), bool))[None, None], "fillv": np.array(fill, np.float32)}
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])], inits)
+
+
+def _feeds(h, mask=True):
+    r = h.rng
+    f = {k: r.standard_normal((B, H, S, D)).astype(np.float32) for k in ("q", "k", "v")}
+    if mask:
+        m = np.zeros((B, 1, S, S), np.float32)
+        m[1, ..., 0] = np.finfo(np.float32).min  # a left-padded row
+        f["mask"] = m
+    return f
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("mask", [True, False])
+def test_where_keeping_the_scores_is_a_causal_bias(h, target, mask):
+    """where(causal, scores, finfo.min) before the padding mask's Add: fused, same numbers."""
+    model = _keep_where_block(h, mask=mask)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    h.assert_close(model, out, _feeds(h, mask))
+
+
+def test_where_keeping_the_scores_with_a_finite_fill_is_refused(h):
+    """A fill that is not (nearly) -inf is not a mask (replacing a score is not adding a bias)."""
+    model = _keep_where_block(h, fill=-10.0)
+    out = h.fuse(model, "ort")
+    assert "Softmax" in h.ops(out)
+    assert any("where(mask, scores, fill)" in r for r in h.reasons(model, "ort", "attention"))
