@@ -209,6 +209,30 @@ def _rotation_scale(ctx, c, s, rtol=1e-2) -> float:
     return math.sqrt(mean)
 
 
+def _expanded_dims(ctx, in_dims, shape) -> list:
+    """The dims Expand(x, ``shape``) provably outputs when x has ``in_dims`` (ints, symbols;
+    passing x's true dims where shape inference renamed an unknown one). ``shape`` is read
+    symbolically (a constant, or Shape reads of values gathered and concatenated); per axis
+    (numpy broadcasting, right-aligned): a 1 in ``shape`` keeps x's dim, a 1 in x takes the shape's,
+    equal dims stay. Unprovable entries are None; an unreadable shape gives []."""
+    from onnx_fuse.passes._dim_products import shape_vector, to_dim
+
+    got = shape_vector(_as_value(shape, "expanded_dims"), {})
+    if got is None or got[1]:
+        return []
+    want = [None if d is UNKNOWN_DIM else to_dim(d) for d in _list(ctx, in_dims)]
+    entries = list(got[0])
+    n = max(len(want), len(entries))
+    want = [(1, ())] * (n - len(want)) + want
+    entries = [(1, ())] * (n - len(entries)) + entries
+    out = []
+    for a, b in zip(want, entries):
+        d = None if a is None or b is None else a if b == (1, ()) else b if a in ((1, ()), b) else None
+        out.append(None if d is None else d[0] if not d[1] else d[1][0] if d[0] == 1 and len(d[1]) == 1
+                   else "*".join([str(d[0])] * (d[0] != 1) + list(d[1])))
+    return out
+
+
 def _reshape(ctx, x, shape) -> np.ndarray:
     arr = _const_array(x, "reshape")
     return arr.reshape([_int(ctx, d) for d in _list(ctx, shape)])
@@ -302,6 +326,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ancestor_ops": lambda ctx, v, n: _ancestor_ops(_as_value(v, "ancestor_ops"), int(n)),
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
+    # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable)
+    "expanded_dims": _expanded_dims,
     # whether an additive mask is causal for q's new tokens after past's cached ones, decided on
     # its values (optimizer/rewrite/_mask_probe.py); fails with the reason otherwise
     "causal_mask": lambda ctx, m, q, past: _causal_mask(ctx, m, q, past),

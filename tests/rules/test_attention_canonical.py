@@ -212,3 +212,61 @@ def test_mask_sized_from_present_does_not_make_a_cycle(h, target):
     onnx_model = onnx_fuse.optimize(model, level=3, target=target).to_proto()   # no cycle error
     assert "Softmax" not in h.ops(onnx_model) and "attention-kv-cache" not in h.fired(onnx_model)
     h.assert_close(model, onnx_model, _feeds(h))
+
+
+def _gqa_cache_symbolic(h, form: str):
+    """GQA over a KV cache with symbolic dims and undeclared presents: shape inference leaves the
+    present's length (P + S) unknown and names it afresh on the Unsqueeze, Expand and Reshape, so
+    the repetition cannot be proven from their inferred shapes. ``form``: "static" (Expand to a
+    constant [1, 1, n, 1, 1], Reshape [0, H, -1, D]) or "hf" (transformers' repeat_kv: both shapes
+    read from Shape(present) at run time)."""
+    n = h.node
+    hkv = 2
+    nodes = [n("Concat", ["past_k", "k_new"], ["present_k"], axis=2),
+             n("Concat", ["past_v", "v_new"], ["present_v"], axis=2)]
+    inits = {"scale": np.array(D ** -0.5, np.float32), "ax2": np.array([2], np.int64)}
+    if form == "static":
+        inits.update(rep5=np.array([1, 1, H // hkv, 1, 1], np.int64), rep4=np.array([0, H, -1, D], np.int64))
+    else:
+        inits.update(c0=np.array([0], np.int64), c1=np.array([1], np.int64), c2=np.array([2], np.int64),
+                     c4=np.array([4], np.int64), heads_n=np.array([hkv, H // hkv], np.int64),
+                     heads=np.array([H], np.int64))
+    for x in ("k", "v"):
+        pres = f"present_{x}"
+        nodes.append(n("Unsqueeze", [pres, "ax2"], [f"{x}u"]))
+        if form == "static":
+            nodes += [n("Expand", [f"{x}u", "rep5"], [f"{x}x"]), n("Reshape", [f"{x}x", "rep4"], [f"{x}r"])]
+        else:
+            nodes += [n("Shape", [pres], [f"{x}sh"]), n("Slice", [f"{x}sh", "c0", "c1"], [f"{x}b"]),
+                      n("Slice", [f"{x}sh", "c2", "c4"], [f"{x}td"]),
+                      n("Concat", [f"{x}b", "heads_n", f"{x}td"], [f"{x}es"], axis=0),
+                      n("Expand", [f"{x}u", f"{x}es"], [f"{x}x"]),
+                      n("Concat", [f"{x}b", "heads", f"{x}td"], [f"{x}rs"], axis=0),
+                      n("Reshape", [f"{x}x", f"{x}rs"], [f"{x}r"])]
+    nodes += [n("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "vr"], ["o"])]
+    inputs = [h.vi("q", ["b", H, "s", D]), h.vi("k_new", ["b", hkv, "s", D]), h.vi("v_new", ["b", hkv, "s", D]),
+              h.vi("past_k", ["b", hkv, "p", D]), h.vi("past_v", ["b", hkv, "p", D]),
+              h.vi("mask", ["b", 1, "s", "t"])]
+    outputs = [h.vi("o", None), h.vi("present_k", None), h.vi("present_v", None)]
+    return h.make_model(nodes, inputs, outputs, inits)
+
+
+@pytest.mark.parametrize("form", ["static", "hf"])
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_gqa_repeat_over_an_unknown_cache_length_is_folded(h, form, target):
+    """Refused before (the fuzzer's GQA decoders without declared present dims): the canonical op
+    took the repeated K/V (H heads) and the cache form never formed. Now the Expand is proven
+    from present's own dims and the shape vector, the Reshape with has_dims from those dims."""
+    model = _gqa_cache_symbolic(h, form)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and "Reshape" not in ops and ops["Attention"] == 1, ops
+    (att,) = [nd for nd in out.graph.node if nd.op_type == "Attention"]
+    # K/V of the kv heads (the repeat folded: GQA) and the cache form (past in, present out)
+    assert list(att.input[:3]) == ["q", "k_new", "v_new"] and list(att.input[4:]) == ["past_k", "past_v"], att.input
+    assert list(att.output) == ["o", "present_k", "present_v"]
+    f = _feeds(h, kv_heads=2)
+    f["q"] = h.rng.standard_normal((B, H, S, D)).astype(np.float32)
+    h.assert_close(model, out, f)
