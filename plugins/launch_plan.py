@@ -92,14 +92,20 @@ FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
 # 568), the pinned softmax at D = 64 (fp16 B8 S2048 377-385 against 397-400 unpinned; with r24
 # 381-383) and on the paged-prefill kernels (block 16: 470-486 against 494-498).
 FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
-# D = 64 candidates (experimental, below): FA_WS_TMA with 1 in 4 (pe) or 3 in 8 (pe3) of the
-# softmax's exponentials computed on the FMA pipe by a polynomial instead of MUFU.EX2 (entries
-# ..._m128n128w12t_pe_... / _pe3_...; launcher loads 10 / 12 by name, 11 / 13 with the cp.async
-# fallback): at D = 64 MUFU is the softmax's bound and about as long as the tile's GEMMs.
+# Candidates (experimental, below; launcher loads by name / with the cp.async fallback). D = 64,
+# on FA_WS_TMA: pe (10 / 11) computes 1 in 4 of the softmax's exponentials on the FMA pipe by a
+# polynomial instead of MUFU.EX2 (at D = 64 MUFU, the tensor cores and the consumer warps' issue
+# slots are each busy about 1000 cycles per tile); ld (12 / 13) builds each operand's wgmma
+# descriptor once per tile and steps it by adds (the consumer loop's instructions 493 -> 453 per
+# tile in the sm_90a SASS); lp (14 / 15) both. D = 128: ovd (16 / 17), FA_WS_TMA_OV with the
+# stepped descriptors (588 -> 527).
 FA_WS_TMA_PE = (128, 128, 12, "tma", "pe")
-FA_WS_TMA_PE3 = (128, 128, 12, "tma", "pe3")
-FA_OPTS = ("ov", "ove", "pe", "pe3")  # a last variant element naming fa_ws_core options
-_FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "pe": (10, 11), "pe3": (12, 13)}  # launcher loads (by name, planned)
+FA_WS_TMA_LD = (128, 128, 12, "tma", "ld")
+FA_WS_TMA_LP = (128, 128, 12, "tma", "lp")
+FA_WS_TMA_OVD = (128, 128, 12, "tma", "ovd")
+FA_OPTS = ("ov", "ove", "pe", "ld", "lp", "ovd")  # a last variant element naming fa_ws_core options
+_FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "pe": (10, 11), "ld": (12, 13), "lp": (14, 15),
+                 "ovd": (16, 17)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
@@ -110,7 +116,7 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV,
 # not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped. Since run 17
 # its entries run the FA_WS_TMA_OV body (24 / 240 registers, pinned softmax), so it is timed against
 # the planned ov: the persistent grid overlaps a tile's output store and the next tile's loads,
-# costs that weigh double when causal. At D = 64 the experimental ones are FA_WS_TMA_PE / _PE3.
+# costs that weigh double when causal.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 
 
@@ -138,10 +144,11 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
-    FA_WS_TMA_PE, FA_WS_TMA_PE3: D = 64)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and
+    FA_WS_TMA_OVD: D = 128; FA_WS_TMA_PE, _LD, _LP: D = 64)."""
     _check_head_dim(head_dim)
-    return {128: (FA_WS_TMA_PERSIST,), 64: (FA_WS_TMA_PE, FA_WS_TMA_PE3)}.get(head_dim, ())
+    return {128: (FA_WS_TMA_PERSIST, FA_WS_TMA_OVD),
+            64: (FA_WS_TMA_PE, FA_WS_TMA_LD, FA_WS_TMA_LP)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -159,8 +166,9 @@ PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 PA_TMA_HEAD_DIMS = (64, 128, 256)
 PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2))
 # D = 64 adds 8 warps x 3 / 4 stages (OF_PA_TMA_VARIANTS_D64): more K/V in flight per CTA for the MQA
-# grid of one CTA per SM (w8s3t planned for MQA from run 14: _default_decode_variant)
-PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2))
+# grid of one CTA per SM (w8s3t planned for MQA from run 14: _default_decode_variant), and 16 warps x
+# 2 / 3 stages (tiles of 256 tokens; MQA candidates, run 17)
+PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2), (16, 2, 2), (16, 3, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
 # onnx_fuse_paged_attention_decode_tma_heads): one CTA per group of `warps` kv heads, tiles of 16
@@ -401,7 +409,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_PE,
-                          FA_WS_TMA_PE3):
+                          FA_WS_TMA_LD, FA_WS_TMA_LP, FA_WS_TMA_OVD):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -428,7 +436,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9), "pe" (10 / 11), "pe3" (12 / 13)
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); candidates pe, ld, lp, ovd
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -531,8 +539,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     """The ``loads`` code onnx_fuse_fused_attention_fwd takes for ``plan``: 0 cp.async; TMA asked
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
-    FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; FA_WS_TMA_PE 10 / 11;
-    FA_WS_TMA_PE3 12 / 13."""
+    FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
+    FA_WS_TMA_PE 10 / 11, _LD 12 / 13, _LP 14 / 15, _OVD 16 / 17."""
     if plan.persistent:
         return 4
     if not plan.tma:
@@ -694,7 +702,7 @@ def plan_paged_decode(
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     if bulk in (3, 4) and ctas_per_sm_default:  # shared memory bounds the occupancy of the large tiles
         ctas_per_sm = max(1, min(2, device.smem_per_sm // (smem + 1024)))
-    if bulk >= 2 and warps == 8 and num_splits is None:
+    if bulk >= 2 and warps >= 8 and num_splits is None:
         # 8-warp TMA kernels: the splits that fill one CTA per SM (measured on the H200: B64 H32/8
         # D128 w8s2h 3.99 TB/s at 2 splits = 128 CTAs, 3.83 at 1, 3.78 at 3; MQA B128 D64 w8s2t
         # 2.65-2.69 at 1 split = 128 CTAs, 2.51 at 2, 2.42 at 4)

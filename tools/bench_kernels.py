@@ -5,8 +5,9 @@
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
 On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
-m128n128w12t_persistent, the ov body on a persistent grid, D = 128; m128n128w12t_pe / _pe3, part of
-the exponentials by an FMA polynomial, D = 64) are timed beside the planned variant (at
+m128n128w12t_persistent, the ov body on a persistent grid, and m128n128w12t_ovd, ov with wgmma
+descriptors stepped by adds, D = 128; m128n128w12t_pe / _ld / _lp, part of the exponentials by an
+FMA polynomial / the stepped descriptors / both, D = 64) are timed beside the planned variant (at
 D = 128 m128n128w12t_ov for fp16 and m128n128w12t_ove for bf16, at D = 64 m128n128w12t), marked
 "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
@@ -324,6 +325,8 @@ def main() -> int:
                     sweep = {1, 2, 3, 4, 2 * auto.num_splits} | ({5, 6, 8} if Hkv == 1 else set())
                     sweep |= {8, 16} if var[2] in (3, 4) else set()
                 elif var[2] >= 2 and D in (80, 96):
+                    sweep = {1, 2}
+                if var[0] == 16:  # 256-token tiles, one CTA per SM (MQA candidates): a second split is a second wave
                     sweep = {1, 2}
                 for sp in sorted({auto.num_splits} | sweep):
                     if var[2] >= 4 and sp > lp.PA_CLUSTER_MAX_SPLITS:

@@ -170,6 +170,14 @@ __device__ __forceinline__ void pa_softmax_step(float (&s)[2][4], float (&row_m)
   }
 }
 
+// s += s_odd: the two halves of a score tile accumulated in separate mma chains.
+__device__ __forceinline__ void pa_add_scores(float (&s)[2][4], const float (&s_odd)[2][4]) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] += s_odd[nt][e];
+}
+
 template <int D>
 __device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (&alpha)[2]) {
 #pragma unroll
@@ -577,23 +585,29 @@ __device__ __forceinline__ void pa_decode_body(
       }
     }
 
+    // QK^T: even and odd k-steps accumulate apart (four independent mma chains of D / 32, not two of
+    // D / 16), summed once; on the TMA paths (on the cp.async ones at D = 96 the extra registers spilled)
+    constexpr bool QK4 = TMA;
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t bf[4];
       int r = kr + (lane & 7) + ((lane >> 4) << 3);
       int c = kk * 16 + ((lane >> 3) & 1) * 8;
       ldmatrix_x4(bf, smem_u32(tk + kv_off(r, c)));
+      float(&sk)[2][4] = (QK4 && (kk & 1)) ? s_odd : s;
       if constexpr (QREG) {
-        Tr::mma(s[0], qf[QREG ? kk : 0], bf[0], bf[1]);
-        Tr::mma(s[1], qf[QREG ? kk : 0], bf[2], bf[3]);
+        Tr::mma(sk[0], qf[QREG ? kk : 0], bf[0], bf[1]);
+        Tr::mma(sk[1], qf[QREG ? kk : 0], bf[2], bf[3]);
       } else {
         uint32_t qa[4];
         ldmatrix_x4(qa, smem_u32(sQ + tile_off<D>(lane & 15, kk * 16 + (lane >> 4) * 8)));
-        Tr::mma(s[0], qa, bf[0], bf[1]);
-        Tr::mma(s[1], qa, bf[2], bf[3]);
+        Tr::mma(sk[0], qa, bf[0], bf[1]);
+        Tr::mma(sk[1], qa, bf[2], bf[3]);
       }
     }
+    if constexpr (QK4) pa_add_scores(s, s_odd);
     float alpha[2];
     pa_softmax_step(s, row_m, row_l, alpha, tok0, t4, t_end, scale_log2);
     pa_rescale<D>(acc, alpha);
@@ -768,7 +782,10 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
   }
 // (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256. D = 64 adds
 // 8 warps x 3 / 4 stages (tiles of 128 tokens: 32 / 48 KiB more of K/V in flight per CTA for the
-// MQA grid of one CTA per SM; 8 warps x 4 stages do not fit at D = 128).
+// MQA grid of one CTA per SM; 8 warps x 4 stages do not fit at D = 128) and 16 warps x 2 / 3 stages
+// (MQA candidates: tiles of 256 tokens, 134 / 200 KiB; at one CTA per SM the 8-warp kernels read
+// 11 % faster than the 4-warp ones at one split, and stages past 3 did not help, so the time per
+// tile, not the bytes in flight, looked like the limit).
 #define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                     \
   X(DTN, T, D, 4, 3)                     \
@@ -777,7 +794,9 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
 #define OF_PA_TMA_VARIANTS_D64(X, DTN, T, D) \
   OF_PA_TMA_VARIANTS(X, DTN, T, D)           \
   X(DTN, T, D, 8, 3)                         \
-  X(DTN, T, D, 8, 4)
+  X(DTN, T, D, 8, 4)                         \
+  X(DTN, T, D, 16, 2)                        \
+  X(DTN, T, D, 16, 3)
 #define OF_PA_TMA_VARIANTS_D256(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                          \
   X(DTN, T, D, 4, 3)
@@ -1346,7 +1365,11 @@ __device__ __forceinline__ void pa8_decode_body(
     const unsigned char* tv = tk + TILE_BYTES;
     const uint32_t tk_u = smem_u32(tk);
 
+    // QK^T in four independent mma chains (even / odd k-steps apart, as the 16-bit body); head groups
+    // only (the per-kv-head TMA kernels are held to 128 registers and spilled with it)
+    constexpr bool QK4 = HEADS;
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     const unsigned char* k0 = tk + (kr + g) * RB + 4 * t4;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -1366,9 +1389,11 @@ __device__ __forceinline__ void pa8_decode_body(
       } else {
         pa8_q_frag<T>(qa, q0, q1, ok0, ok1, kk, t4);
       }
-      H::mma(s[0], qa, e4m3x2_to_h2(w0), e4m3x2_to_h2(w0 >> 16));
-      H::mma(s[1], qa, e4m3x2_to_h2(w1), e4m3x2_to_h2(w1 >> 16));
+      float(&sk)[2][4] = (QK4 && (kk & 1)) ? s_odd : s;
+      H::mma(sk[0], qa, e4m3x2_to_h2(w0), e4m3x2_to_h2(w0 >> 16));
+      H::mma(sk[1], qa, e4m3x2_to_h2(w1), e4m3x2_to_h2(w1 >> 16));
     }
+    if constexpr (QK4) pa_add_scores(s, s_odd);
     const int tok0 = t_begin + j * TT + (HEADS ? 0 : kr);
     float alpha[2];
     pa_softmax_step(s, row_m, row_l, alpha, tok0, t4, t_end, sl2);
@@ -1774,6 +1799,7 @@ bool pa_l2_promotion(int bytes, CUtensorMapL2promotion* prom) {
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
   if (D != 64 && D != 128 && D != 256) return false;
   if (D == 256) return warps == 4 && (stages == 2 || stages == 3);
+  if (D == 64 && warps == 16) return stages == 2 || stages == 3;
   return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || (D == 64 && (stages == 3 || stages == 4))));
 }
 
@@ -1904,8 +1930,8 @@ extern "C" {
 
 // 1 when onnx_fuse_paged_attention_decode_tma runs its TMA kernel for these sizes on the current
 // device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128, 256}, a
-// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 64 also (8, 3), (8, 4), D = 256 (4, 2),
-// (4, 3), block_size a power of two >= 8), else 0.
+// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 64 also (8, 3), (8, 4), (16, 2), (16, 3),
+// D = 256 (4, 2), (4, 3), block_size a power of two >= 8), else 0.
 int onnx_fuse_paged_attention_tma_supported(int head_dim, int block_size, int warps, int stages) {
   return pa_tma_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;
 }

@@ -515,16 +515,20 @@ def test_fused_attention_tma_ove_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# m128n128w12t_pe / _pe3 (launch_plan.FA_WS_TMA_PE / _PE3, D = 64 candidates): the w12t body with 1 in 4
-# / 3 in 8 of the softmax's exponentials by a polynomial on the FMA pipe, on the D = 64 TMA cases.
-FA_PE_CASES = [c[:7] + (v,) for v in ((128, 128, 12, "tma", "pe"), (128, 128, 12, "tma", "pe3"))
-               for c in FA_TMA_CASES if c[4] == 64] + [
-    (8, 512, 4, 2, 64, True, [512, 511, 300, 129, 128, 1, 0, 257], (128, 128, 12, "tma", "pe"))]
+# Run-17 candidates (launch_plan.fa_experimental_variants): at D = 64 m128n128w12t_pe (1 in 4 of the
+# softmax's exponentials by a polynomial on the FMA pipe), _ld (wgmma descriptors stepped by adds),
+# _lp (both), on the D = 64 TMA cases; at D = 128 m128n128w12t_ovd (ov with the stepped descriptors)
+# on the ov cases.
+FA_D64_CANDIDATES = [(128, 128, 12, "tma", t) for t in ("pe", "ld", "lp")]
+FA_OVD = (128, 128, 12, "tma", "ovd")
+FA_CAND_CASES = [c[:7] + (v,) for v in FA_D64_CANDIDATES for c in FA_TMA_CASES if c[4] == 64] + [
+    (8, 512, 4, 2, 64, True, [512, 511, 300, 129, 128, 1, 0, 257], v) for v in FA_D64_CANDIDATES] + [
+    c[:7] + (FA_OVD,) for c in FA_OV_CASES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_PE_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
-def test_fused_attention_tma_poly_exp_matches_reference(lib, case, dtype):
+@pytest.mark.parametrize("case", FA_CAND_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
+def test_fused_attention_tma_candidates_match_reference(lib, case, dtype):
     _need_sm90()
     _check_fused_case(lib, case, dtype)
 
@@ -532,10 +536,10 @@ def test_fused_attention_tma_poly_exp_matches_reference(lib, case, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("sharp", [1.0, 24.0], ids=["plain", "sharp"])
-def test_fused_attention_tma_poly_exp_error_stays_at_mufu_level(lib, dtype, causal, sharp):
-    """On the same inputs the polynomial exponentials keep the error against the float64 reference
-    at the level of the all-MUFU m128n128w12t (the polynomial's 7.5e-05 relative error is below
-    fp16's rounding of P); "sharp" scales the scores (standard deviation about 35 in the exp2 domain)
+def test_fused_attention_tma_d64_candidates_error_stays_at_mufu_level(lib, dtype, causal, sharp):
+    """On the same inputs the D = 64 candidates keep the error against the float64 reference at the
+    level of the all-MUFU m128n128w12t: _ld computes the same values, _pe / _lp's polynomial has a
+    7.5e-05 relative error, below fp16's rounding of P; "sharp" scales the scores (standard deviation about 35 in the exp2 domain)
     so many exponentials fall below 2^-125 (the polynomial's clamp) and the running max moves by
     large steps."""
     _need_sm90()
@@ -549,23 +553,25 @@ def test_fused_attention_tma_poly_exp_error_stays_at_mufu_level(lib, dtype, caus
     expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=causal, scale=scale,
                                  out_dtype=np.float64)
     errs = {}
-    for variant in (FA_TMA, (128, 128, 12, "tma", "pe"), (128, 128, 12, "tma", "pe3")):
+    for variant in [FA_TMA] + FA_D64_CANDIDATES:
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant)
         torch.cuda.synchronize()
         errs[variant[-1]] = _rel_err(out, expect)
         assert torch.count_nonzero(out[1, 700:]).item() == 0, variant
     assert errs["tma"] < TOL[dtype], errs
-    for tag in ("pe", "pe3"):
+    assert abs(errs["ld"] - errs["tma"]) <= 1e-3 * errs["tma"], errs  # the same arithmetic (descriptors only)
+    for tag in ("pe", "lp"):
         assert errs[tag] <= 1.2 * errs["tma"] + 2e-5, errs
 
 
-@pytest.mark.parametrize("code", [11, 13], ids=["pe", "pe3"])
-def test_fused_attention_tma_poly_exp_planned_codes_fall_back(lib, code):
-    """Launcher loads 11 / 13 (pe / pe3 with the cp.async fallback) run where TMA cannot address K/V
-    (broadcast over the batch) and match the reference; 10 / 12 (by name) refuse there."""
+@pytest.mark.parametrize("code", [11, 13, 15, 17], ids=["pe", "ld", "lp", "ovd"])
+def test_fused_attention_tma_candidates_codes_fall_back(lib, code):
+    """Launcher loads 11 / 13 / 15 / 17 (pe / ld / lp at D = 64, ovd at D = 128, with the cp.async
+    fallback) run where TMA cannot address K/V (broadcast over the batch) and match the reference;
+    the by-name codes 10 / 12 / 14 / 16 refuse there."""
     _need_sm90()
-    B, S, Hq, Hkv, D = 2, 300, 4, 2, 64
+    B, S, Hq, Hkv, D = 2, 300, 4, 2, 128 if code == 17 else 64
     gen = torch.Generator(device="cuda").manual_seed(code)
     q = _rand((B, S, Hq, D), torch.float16, gen)
     k = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
@@ -715,7 +721,8 @@ def test_paged_decode_tma_matches_reference(lib, case, dtype):
     _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (4, 3, 2), dtype, case)
 
 
-@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2), (8, 4, 2)],
+@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2), (8, 4, 2), (16, 2, 2),
+                                     (16, 3, 2)],
                          ids=lambda v: f"w{v[0]}s{v[1]}t")
 @pytest.mark.parametrize("splits", [1, None, 5])
 @pytest.mark.parametrize("D", [64, 128, 256])
@@ -723,13 +730,23 @@ def test_paged_decode_tma_variants(lib, variant, splits, D):
     _tma_check(lib, 3, 24, 4, D, 16, [1500, 47, 0], splits, variant, torch.float16, (variant, splits, D))
 
 
-# MQA (one kv head, 16 query heads in the mma tile) with the 8-warp TMA variants (w8s2t planned; w8s3t
-# and w8s4t, D = 64 only, candidates): ragged lengths ending mid-tile, an empty sequence, 1 to 3 splits.
+# MQA (one kv head, 16 query heads in the mma tile) with the 8- and 16-warp TMA variants (w8s3t planned;
+# w8s2t, w8s4t and the 256-token tiles of w16s2t / w16s3t, D = 64 only, candidates): ragged lengths
+# ending mid-tile, an empty sequence, 1 to 3 splits.
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("variant", [(8, 2, 2), (8, 3, 2), (8, 4, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("variant", [(8, 2, 2), (8, 3, 2), (8, 4, 2), (16, 2, 2), (16, 3, 2)],
+                         ids=lambda v: f"w{v[0]}s{v[1]}t")
 @pytest.mark.parametrize("splits", [1, 3])
 def test_paged_decode_tma_mqa_variants(lib, variant, splits, dtype):
     _tma_check(lib, 5, 16, 1, 64, 16, [1500, 0, 129, 640, 77], splits, variant, dtype, ("mqa", variant, splits))
+
+
+# 16 warps: a 256-token tile is 32 boxes of 8-row blocks (every lane of warp 0 issues) or part of one
+# 256-row block (one box of 64 rows per lane); splits starting mid-block.
+@pytest.mark.parametrize("bs", [8, 256])
+@pytest.mark.parametrize("variant", [(16, 2, 2), (16, 3, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
+def test_paged_decode_tma_w16_block_sizes(lib, variant, bs):
+    _tma_check(lib, 3, 16, 1, 64, bs, [1500, 200, 9], 5, variant, torch.float16, ("w16", bs, variant))
 
 
 @pytest.mark.parametrize("bs", [8, 32, 64, 128, 256])

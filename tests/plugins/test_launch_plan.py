@@ -488,7 +488,7 @@ def test_pa_tma_variants_match_the_sources_and_plan():
     assert chk
     body = chk.group(1).replace("&&", " and ").replace("||", " or ").replace("!=", " != ")
     for d in (64, 80, 96, 128, 256):
-        for w in (2, 4, 8):
+        for w in (2, 4, 8, 16):
             for st in range(1, 6):
                 env = {"D": d, "warps": w, "stages": st, "false": False, "true": True}
                 got = None
@@ -502,11 +502,16 @@ def test_pa_tma_variants_match_the_sources_and_plan():
                         got = bool(eval(line[7:], {}, env))  # noqa: S307
                         break
                 assert got == ((w, st, 2) in src.get(d, set())), (d, w, st)
-    assert set(lp.pa_tma_variants(64)) - set(lp.pa_tma_variants(128)) == {(8, 3, 2), (8, 4, 2)}
-    for w, st in ((8, 3), (8, 4)):  # MQA: one CTA per SM, split 1 (w8s3t planned from run 14)
+    assert set(lp.pa_tma_variants(64)) - set(lp.pa_tma_variants(128)) == {(8, 3, 2), (8, 4, 2), (16, 2, 2),
+                                                                          (16, 3, 2)}
+    # MQA: one CTA per SM, split 1 (w8s3t planned from run 14; 16 warps: 256-token tiles, candidates)
+    for w, st in ((8, 3), (8, 4), (16, 2), (16, 3)):
         p = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(w, st, 2))
         assert p.kernel == f"onnx_fuse_pa_decode_f16_d64_w{w}s{st}t" and p.num_splits == 1 and p.grid == (1, 1, 128)
-        assert p.smem_bytes == 128 + 1024 + (16 * 64 + st * 2 * 128 * 64) * 2 and p.kernel in _kernel_names()
+        assert p.smem_bytes == 128 + 1024 + (16 * 64 + st * 2 * 16 * w * 64) * 2 and p.kernel in _kernel_names()
+        assert p.block == (32 * w, 1, 1) and p.smem_bytes <= lp.H200.max_smem_per_block
+    with pytest.raises(ValueError):  # 16 warps: D = 64 only
+        lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(16, 2, 2))
     with pytest.raises(ValueError):  # 8 warps x 3 stages of 128-token tiles at D = 128: not compiled
         lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 3, 2))
     for d in lp.SUPPORTED_HEAD_DIMS:
@@ -768,7 +773,8 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS_TMA] == (1, 2) and codes[lp.FA_WS_TMA_R24] == (3, 5)
     assert codes[lp.FA_WS_TMA_PERSIST] == (4, 4)
     assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVE] == (8, 9)
-    assert codes[lp.FA_WS_TMA_PE] == (10, 11) and codes[lp.FA_WS_TMA_PE3] == (12, 13)
+    assert codes[lp.FA_WS_TMA_PE] == (10, 11) and codes[lp.FA_WS_TMA_LD] == (12, 13)
+    assert codes[lp.FA_WS_TMA_LP] == (14, 15) and codes[lp.FA_WS_TMA_OVD] == (16, 17)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 9
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 7
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
@@ -784,7 +790,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 13);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 17);" in fa
     assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -809,8 +815,10 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body (24 / 240 registers, pinned softmax)
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax, int BNT = 128," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_PE, lp.FA_WS_TMA_PE3)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVD)
+    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (
+        lp.FA_WS_TMA_PE, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LP)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
@@ -1108,27 +1116,35 @@ def test_softcap_contract_matches_the_planner():
     assert fa["attributes"]["softcap"]["default"] == 0.0
 
 
-def test_poly_exp2_entries_exist_plan_by_name_and_are_never_planned():
-    """m128n128w12t_pe / _pe3 (D = 64 candidates: 1 in 4 / 3 in 8 of the softmax's exponentials by a
-    polynomial on the FMA pipe): compiled for fp16 and bf16, both masks, at D = 64 only; launcher
-    loads 10 / 12 by name, 11 / 13 with the cp.async fallback; reachable by name, never planned."""
+def test_prefill_candidates_exist_plan_by_name_and_are_never_planned():
+    """The run-17 candidates on the TMA body: m128n128w12t_pe / _ld / _lp at D = 64 (1 in 4 of the
+    softmax's exponentials by a polynomial on the FMA pipe; wgmma descriptors stepped by adds; both)
+    and m128n128w12t_ovd at D = 128 (ov with the stepped descriptors): compiled for fp16 and bf16,
+    both masks, at their head size only; launcher loads by name / with the cp.async fallback 10 / 11,
+    12 / 13, 14 / 15, 16 / 17; reachable by name, never planned."""
     fa = (KERNELS / "fused_attention.cu").read_text()
-    for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_WSTPE_KERNELS_D\({dt}, [\w ]+, 64\)", fa, re.M), dt
-    assert not re.search(r"^OF_FA_WSTPE_KERNELS_D\(\w+, [\w ]+, (?!64\))", fa, re.M)
-    for tag, flag in (("pe", "kWsPolyExp"), ("pe3", "kWsPolyExp3")):
+    for macro, d in (("OF_FA_WSTPE_KERNELS_D", 64), ("OF_FA_WSTOD_KERNELS_D", 128)):
+        for dt in ("f16", "bf16"):
+            assert re.search(rf"^{macro}\({dt}, [\w ]+, {d}\)", fa, re.M), (macro, dt)
+        assert not re.search(rf"^{macro}\(\w+, [\w ]+, (?!{d}\))", fa, re.M), macro
+    flags = {"pe": "onnx_fuse::kWsPolyExp)", "ld": "onnx_fuse::kWsLeanDesc)",
+             "lp": "onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)",
+             "ovd": "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)"}
+    for tag, flag in flags.items():
+        regs = "" if tag == "ovd" else " 40,"  # ovd: the r24 entry macro (24 producer registers)
         for mask, causal in (("full", "false"), ("causal", "true")):
-            assert re.search(rf"m128n128w12t_{tag}_{mask}, T, D, {causal}, 40,\s*\\\s*onnx_fuse::{flag}\)", fa), (tag, mask)
-    assert "case 4: OF_PICK_TK2(64, m128n128w12t_pe)" in fa and "case 5: OF_PICK_TK2(64, m128n128w12t_pe3)" in fa
-    for v, tag in ((lp.FA_WS_TMA_PE, "pe"), (lp.FA_WS_TMA_PE3, "pe3")):
+            assert re.search(rf"m128n128w12t_{tag}_{mask}, T, D, {causal},{regs}\s*\\\s*{re.escape(flag)}", fa), (tag, mask)
+    for case in ("case 4: OF_PICK_TK2(64, m128n128w12t_pe)", "case 5: OF_PICK_TK2(64, m128n128w12t_ld)",
+                 "case 6: OF_PICK_TK2(64, m128n128w12t_lp)", "case 7: OF_PICK_TK2(128, m128n128w12t_ovd)"):
+        assert case in fa, case
+    for v, d in ((lp.FA_WS_TMA_PE, 64), (lp.FA_WS_TMA_LD, 64), (lp.FA_WS_TMA_LP, 64), (lp.FA_WS_TMA_OVD, 128)):
+        tag = v[-1]
         for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
             for causal in (False, True):
-                p = lp.plan_fused_attention(8, 2048, 32, 32, 64, dt, causal=causal, variant=v)
-                assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d64_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
+                p = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, variant=v)
+                assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d{d}_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
                 assert p.tma and p.opt == tag and not p.r24 and p.variant == v and p.grid == (16, 32, 8)
-        assert lp.fa_engine(v, 64) == "wgmma"
+                assert lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant != v
+        assert lp.fa_engine(v, d) == "wgmma"
         with pytest.raises(ValueError, match="not compiled"):
-            lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v)
-        for causal in (False, True):
-            for dt in ("float16", "bfloat16"):
-                assert lp.plan_fused_attention(8, 2048, 32, 32, 64, dt, causal=causal).variant != v
+            lp.plan_fused_attention(4, 4096, 32, 8, 192 - d, variant=v)
