@@ -128,6 +128,42 @@ def _dims_of(v: ir.Value, dims: Any) -> list[int]:
         raise EvalFailure(f"shape of {v.name!r} for the mask probe: {exc}") from None
 
 
+_SAME_SHAPE = {"Identity", "Cast", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Sqrt", "Reciprocal", "Exp"}
+
+
+def _shape_by_relation(v: ir.Value, dims: Any, depth: int = 0) -> list[int]:
+    """v's concrete shape, from how it was computed where that is a shape relation: a Concat sums
+    its inputs' dims along its axis (a present = Concat(past, new) holds P + S keys whatever its
+    length is named), a Transpose permutes, element-wise unary ops keep the shape; otherwise v's
+    own dims. A symbol naming such a computed dim is bound to it, so every other read of that
+    name (an attention_mask [B, name]) agrees."""
+    node = v.producer()
+    shape = None
+    if node is not None and depth < 16 and node.domain in ("", "ai.onnx") and v.shape is not None:
+        ins = [i for i in node.inputs if i is not None]
+        if node.op_type == "Concat" and ins and len(ins) == len(node.inputs):
+            parts = [_shape_by_relation(i, dims, depth + 1) for i in ins]
+            rank = len(parts[0])
+            axis = node.attributes["axis"].value if "axis" in node.attributes else 0
+            axis = axis + rank if axis < 0 else axis
+            if all(len(x) == rank for x in parts) and 0 <= axis < rank:
+                shape = list(parts[0])
+                shape[axis] = sum(x[axis] for x in parts)
+        elif node.op_type == "Transpose" and ins:
+            inner = _shape_by_relation(ins[0], dims, depth + 1)
+            perm = node.attributes["perm"].value if "perm" in node.attributes else list(range(len(inner)))[::-1]
+            shape = [inner[i] for i in perm] if len(perm) == len(inner) else None
+        elif node.op_type in _SAME_SHAPE and ins:
+            shape = _shape_by_relation(ins[0], dims, depth + 1)
+    if shape is None or len(shape) != len(v.shape):
+        return _dims_of(v, dims)
+    for d, val in zip(v.shape.dims, shape):
+        name = getattr(d, "value", None) if not isinstance(d, int) else None
+        if name and name not in dims.values:
+            dims.values[name] = val
+    return shape
+
+
 def _feed(v: ir.Value, shape: list[int], p: int, s: int) -> np.ndarray:
     """attention_mask-like inputs all kept, position-like ones P..P+S-1, other ints 0."""
     name = (v.name or "").lower()
@@ -178,7 +214,7 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
     made = {id(o) for n in cone for o in n.outputs}
     for node in cone:
         if id(node) in as_const:
-            shape = _dims_of(node.inputs[0], dims)
+            shape = _shape_by_relation(node.inputs[0], dims)
             if node.op_type == "Size":
                 arr = np.asarray(int(np.prod(shape)), np.int64)
             else:

@@ -87,3 +87,49 @@ def test_a_mask_with_too_few_keys_at_every_length_is_refused():
             n.replace_input_with(1, model.graph.initializers["zero"])
     with pytest.raises(EvalFailure, match="the mask probe did not run|has shape"):
         _probe(model)
+
+
+def _present_sized_mask_graph(present_dim: str | None) -> ir.Model:
+    """The key count read from Shape(present)[2], present = Concat(past, k_new) declared with a
+    length named ``present_dim`` (None: as shape inference leaves it), attention_mask [B, that
+    name]; several new tokens (S symbolic and free)."""
+    nodes = [
+        helper.make_node("Concat", ["past", "k_new"], ["present"], axis=2),
+        helper.make_node("Shape", ["past"], ["ps"], start=2, end=3),
+        helper.make_node("Shape", ["present"], ["ts"], start=2, end=3),
+        helper.make_node("Squeeze", ["ps"], ["p0"]),
+        helper.make_node("Squeeze", ["ts"], ["t0"]),
+        helper.make_node("Range", ["p0", "t0", "one"], ["qp"]),
+        helper.make_node("Range", ["zero", "t0", "one"], ["kv"]),
+        helper.make_node("Unsqueeze", ["qp", "ax1"], ["qc"]),
+        helper.make_node("LessOrEqual", ["kv", "qc"], ["keep0"]),
+        helper.make_node("Unsqueeze", ["keep0", "ax01"], ["keep4"]),
+        helper.make_node("Unsqueeze", ["attention_mask", "ax12"], ["am4"]),
+        helper.make_node("Cast", ["am4"], ["amb"], to=TensorProto.BOOL),
+        helper.make_node("And", ["keep4", "amb"], ["keep"]),
+        helper.make_node("Where", ["keep", "zero_f", "neg"], ["mask"]),
+        helper.make_node("Identity", ["q"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
+        ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
+        ("ax12", [1, 2], np.int64), ("zero_f", 0.0, np.float32), ("neg", -np.inf, np.float32)]]
+    kv_len = present_dim or "kv"
+    graph = helper.make_graph(nodes, "present_sized_mask", [
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
+        helper.make_tensor_value_info("k_new", TensorProto.FLOAT, ["b", 1, "s", 64]),
+        helper.make_tensor_value_info("past", TensorProto.FLOAT, ["b", 1, "p", 64]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", kv_len])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("present", TensorProto.FLOAT,
+                                       ["b", 1, present_dim, 64] if present_dim else None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return ir.from_proto(onnx.shape_inference.infer_shapes(model))
+
+
+@pytest.mark.parametrize("present_dim", ["kv_len", "t", None])
+def test_key_count_read_from_the_present_is_p_plus_s(present_dim):
+    """Refused before with any name but Optimum's total_sequence_length: the probe gave the
+    present's length the default of an unknown dim (S), so the mask had S keys. Now a Concat's
+    length is the sum of its inputs' (P + S), whatever it is named."""
+    assert _probe(_present_sized_mask_graph(present_dim)) is True
