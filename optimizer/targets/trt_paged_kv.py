@@ -31,6 +31,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.rewrite._graph_io import ReadersHook, register_readers_hook
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 
@@ -92,10 +93,11 @@ class _ShapeUse:
 _ROPE_PATH_OPS = {"Cast", "Mul", "Div", "Add", "Cos", "Sin", "Expand", "Concat", "Unsqueeze"}
 
 
-def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node], opset: int = 18) -> _ShapeUse:
+def _shape_uses(pasts: list[ir.Value], live: set[int], matched: set[ir.Node], opset: int = 18,
+                new_dim=None) -> _ShapeUse:
     uses = _ShapeUse()
     for past in pasts:
-        probe = (past, opset)
+        probe = (past, opset, new_dim)
         for user in _users(past):
             if id(user) not in live or user in matched:
                 continue
@@ -158,10 +160,12 @@ _INT_OPS_LIMIT = 256
 
 
 def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, past: ir.Value,
-                      opset: int) -> None:
+                      opset: int, new_dim=None) -> None:
     """The past length read by ``starts`` must only reach position ids (the index of a constant
-    embedding table, or [1, S] ids on their way to RoPE), through integer ops; those must be the
-    new tokens' cache positions P + i + c, checked on their values."""
+    embedding table, or [1, S] / [S] ids on their way to RoPE), through integer ops; those must be
+    the new tokens' cache positions P + i + c, checked on their values. ``new_dim``: the paged
+    attentions' query length as their shapes say (_query_len), a source of S where the
+    positions' own dim is unknown."""
     from onnx_fuse.rewrite._expr import EvalFailure
     from onnx_fuse.targets.trt_paged_positions import position_offset
 
@@ -189,26 +193,38 @@ def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, pa
                     stack.append(user)
     for pos in found.values():
         try:
-            c, per_row = position_offset(pos, past, opset)
+            c, per_row = position_offset(pos, past, opset, tuple(new_dim or ()))
         except EvalFailure as exc:
             raise _Refuse(f"the past length feeds the position ids {pos.name!r}, which are not the cache "
                           f"positions: {exc}") from None
-        if _new_tokens_source(pos.graph, pos) is None:
+        if _new_tokens_source(pos.graph, pos, new_dim) is None:
             raise _Refuse(f"the position ids {pos.name!r} are the cache positions, but no graph input gives "
                           "the number of new tokens")
-        if not (per_row or _batch_shaped(pos, past)):
+        if pos.shape is not None and len(pos.shape) == 1:
+            _check_position_row(pos, live)  # [S] -> [B, S]: only on the way to [1, S, 1] / [1, S]
+        elif not (per_row or _batch_shaped(pos, past)):
             _check_positions_value(pos, live)  # [1, S] -> [B, S] must keep the consumers' shapes
         if all(p is not pos for p, _ in uses.probed):
             uses.probed.append((pos, c))
 
 
 def _position_read(user: ir.Node, idx: int, out: ir.Value) -> bool:
-    """``out`` read as position ids: the index of a constant embedding table, or [1, S] unsqueezed
-    to [1, S, 1] on the way to RoPE's cos/sin (_check_positions_value checks the rest)."""
+    """``out`` read as position ids: the index of a constant embedding table, [1, S] unsqueezed
+    to [1, S, 1] on the way to RoPE's cos/sin, or one row [S] (Range(P, P + S)) unsqueezed to
+    [1, S, 1] or [1, S], cast first or not (_check_positions_value checks the rest)."""
     if user.op_type == "Gather":
         return idx == 1 and user.inputs[0].const_value is not None
+    rank = len(out.shape) if out.shape is not None else None
+    if rank == 1 and idx == 0 and user.op_type == "Cast":
+        return all(_position_read(u, i, user.outputs[0]) for u, i in user.outputs[0].uses())
+    if rank == 1:
+        return user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in _ROW_AXES
     return (user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([1], [2], [-1])
-            and out.shape is not None and len(out.shape) == 2)
+            and rank == 2)
+
+
+#: Unsqueeze axes of one row of positions [S]: [1, S, 1] (RoPE's cos/sin) and [1, S] (position ids)
+_ROW_AXES = ([0, 2], [0])
 
 
 def _batch_shaped(pos: ir.Value, past: ir.Value) -> bool:
@@ -313,7 +329,7 @@ def _check(graph: ir.Graph, retiring: list[ir.Value], matched: set[ir.Node]) -> 
         return f"past input(s) {stray} are not read by a lowered attention (a model is never half paged)"
     presents = {id(o) for n in matched for o in n.outputs[1:]}
     try:
-        _shape_uses(retiring, _live(graph, presents, matched), matched, _opset(graph))
+        _shape_uses(retiring, _live(graph, presents, matched), matched, _opset(graph), _query_len(graph, matched))
     except _Refuse as exc:
         return str(exc)
     return None
@@ -321,7 +337,8 @@ def _check(graph: ir.Graph, retiring: list[ir.Value], matched: set[ir.Node]) -> 
 
 def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.Value]) -> None:
     try:
-        su = _shape_uses(retiring, _live(graph, set(), set()), set(), _opset(graph))
+        new_dim = _query_len(graph, set())
+        su = _shape_uses(retiring, _live(graph, set(), set()), set(), _opset(graph), new_dim)
     except _Refuse as exc:  # check() accepted the same readers before the lowering
         from onnx_fuse.errors import InternalError
 
@@ -329,7 +346,7 @@ def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.V
     seq_lens = new_inputs["seq_lens"]
     probed = [p.producer() for p, _ in su.probed if p.producer() is not None]
     for pos, c in su.probed:
-        _replace_probed(graph, pos, c, seq_lens)
+        probed += _replace_probed(graph, pos, c, seq_lens, new_dim)
     su.batch += _batch_only_readers(graph, retiring, new_inputs)
     if su.batch or su.batch_scalar:
         bshape = ir.node("Shape", [seq_lens], attributes={"start": 0, "end": 1}, name="paged_kv_batch")
@@ -387,17 +404,38 @@ def _opset(graph: ir.Graph) -> int:
     return int(graph.opset_imports.get("", 18) or 18)
 
 
-def _new_tokens_source(graph: ir.Graph, pos: ir.Value) -> int | tuple[ir.Value, int] | None:
+def _query_len(graph: ir.Graph, matched: set[ir.Node]) -> list:
+    """S of the attentions being paged as their shapes say it, static dims and named symbols, V
+    first (RoPE's broadcast against q and k can leave theirs unnamed): dim 2 of a matched canonical
+    AttentionKV's v, k, q [B, H, S, D], or once lowered dim 1 of a PagedAttention's v, k, q
+    [B, S, H*D]. RoPE positions broadcast against q and k and position embeddings add to
+    [B, S, H], so positions of the new tokens have this length."""
+    cands = [(n.inputs[i], 2) for n in matched if n.op_type == "AttentionKV" for i in (2, 1, 0)]
+    cands += [(n.inputs[i], 1) for n in graph if n.op_type == "PagedAttention" and n.domain == PLUGIN_DOMAIN
+              for i in (2, 1, 0)]
+    dims = []
+    for v, axis in cands:
+        if v is not None and v.shape is not None and len(v.shape) > axis:
+            d = v.shape.dims[axis]
+            if (isinstance(d, int) or getattr(d, "value", None)) and d not in dims:
+                dims.append(d)
+    return dims
+
+
+def _new_tokens_source(graph: ir.Graph, pos: ir.Value, new_dim=None) -> int | tuple[ir.Value, int] | None:
     """Where S (positions [.., S]) comes from: a static dim, a graph input carrying the same
-    symbolic dim (input, axis), else the token ids (one id per new token, the index of a constant
-    embedding table: input, 1); None when none is found."""
+    symbolic dim (input, axis), the same for the attentions' query length ``new_dim`` where the
+    positions' dim is unknown (Range(P, P + S): shape inference names it afresh), else the token
+    ids (one id per new token, the index of a constant embedding table: input, 1); None when none
+    is found."""
     d = pos.shape.dims[-1] if pos.shape is not None and len(pos.shape) else None
-    if isinstance(d, int):
-        return d
-    for x in graph.inputs:
-        for a, xd in enumerate(x.shape.dims if x.shape is not None and d is not None else ()):
-            if not isinstance(xd, int) and xd == d:
-                return x, a
+    for dim in (d, *(new_dim or ())):
+        if isinstance(dim, int):
+            return dim
+        for x in graph.inputs:
+            for a, xd in enumerate(x.shape.dims if x.shape is not None and dim is not None else ()):
+                if not isinstance(xd, int) and xd == dim:
+                    return x, a
     for x in graph.inputs:
         if x.shape is not None and len(x.shape) == 2 and x.dtype is not None and x.dtype.is_integer() and any(
                 u.op_type == "Gather" and i == 1 and u.inputs[0].const_value is not None for u, i in x.uses()):
@@ -405,9 +443,9 @@ def _new_tokens_source(graph: ir.Graph, pos: ir.Value) -> int | tuple[ir.Value, 
     return None
 
 
-def _new_tokens(graph: ir.Graph, pos: ir.Value) -> ir.Value:
+def _new_tokens(graph: ir.Graph, pos: ir.Value, new_dim=None) -> ir.Value:
     """S, [1] int64, for positions [.., S] (``_new_tokens_source``, which check() required)."""
-    src = _new_tokens_source(graph, pos)
+    src = _new_tokens_source(graph, pos, new_dim)
     if isinstance(src, int):
         return _const(graph, f"{pos.name}_paged_len", [src])
     x, a = src
@@ -416,10 +454,12 @@ def _new_tokens(graph: ir.Graph, pos: ir.Value) -> ir.Value:
     return shape.outputs[0]
 
 
-def _replace_probed(graph: ir.Graph, pos: ir.Value, c: int, seq_lens: ir.Value) -> None:
-    """positions [.., S] = P + i + c  ->  seq_lens[b] - S + i + c, [B, S]."""
+def _replace_probed(graph: ir.Graph, pos: ir.Value, c: int, seq_lens: ir.Value, new_dim=None) -> list[ir.Node]:
+    """positions [.., S] = P + i + c  ->  seq_lens[b] - S + i + c, [B, S]; one row [S] read as
+    [1, S, 1] / [1, S] (``_check_position_row``) is read as [B, S, 1] / [B, S]. Returns the
+    replaced readers (dead now)."""
     name = pos.name or "positions"
-    s = _new_tokens(graph, pos)
+    s = _new_tokens(graph, pos, new_dim)
     lens64 = ir.node("Cast", [seq_lens], attributes={"to": ir.DataType.INT64}, name=f"{name}_paged_lens")
     col = ir.node("Unsqueeze", [lens64.outputs[0], _const(graph, f"{name}_paged_ax1", [1])], name=f"{name}_paged_col")
     start = ir.node("Sub", [col.outputs[0], s], name=f"{name}_paged_start")
@@ -439,7 +479,45 @@ def _replace_probed(graph: ir.Graph, pos: ir.Value, c: int, seq_lens: ir.Value) 
         out = cast.outputs[0]
     anchor = next(n for n in graph if any(i is pos for i in n.inputs))
     graph.insert_before(anchor, nodes)
+    if pos.shape is not None and len(pos.shape) == 1:
+        return [r for user, _ in list(pos.uses()) for r in _rebatch_row(graph, user, out)]
     pos.replace_all_uses_with(out)
+    return []
+
+
+def _rebatch_row(graph: ir.Graph, user: ir.Node, rows: ir.Value) -> list[ir.Node]:
+    """``user`` read one row of positions [S]; make what it computed from ``rows`` [B, S]: a Cast
+    stays a Cast, Unsqueeze [0, 2] ([1, S, 1]) becomes Unsqueeze [2], Unsqueeze [0] ([1, S])
+    ``rows`` itself. Returns the readers replaced."""
+    if user.op_type == "Cast":
+        cast = ir.node("Cast", [rows], attributes={"to": user.attributes["to"].value}, name=f"{user.name}_paged")
+        graph.insert_before(user, [cast])
+        return [user, *(r for u, _ in list(user.outputs[0].uses()) for r in _rebatch_row(graph, u, cast.outputs[0]))]
+    if _axes(user) == [0]:
+        user.outputs[0].replace_all_uses_with(rows)
+        return [user]
+    uq = ir.node("Unsqueeze", [rows, _const(graph, f"{user.name}_paged_ax2", [2])], name=f"{user.name}_paged")
+    graph.insert_before(user, [uq])
+    user.outputs[0].replace_all_uses_with(uq.outputs[0])
+    return [user]
+
+
+def _check_position_row(pos: ir.Value, live: set[int]) -> None:
+    """One row of positions [S] may become [B, S] only where it is read as [1, S, 1] on the way
+    into RoPE's cos/sin, or as position ids [1, S] (``_check_positions_value``), cast or not."""
+    if pos.is_graph_output():
+        raise _Refuse("position ids reach a graph output")
+    for user, idx in pos.uses():
+        if id(user) not in live:
+            continue
+        if user.op_type == "Cast" and idx == 0:
+            _check_position_row(user.outputs[0], live)
+        elif user.op_type == "Unsqueeze" and idx == 0 and _axes(user) == [0, 2]:
+            _check_rope_path(user, live)
+        elif user.op_type == "Unsqueeze" and idx == 0 and _axes(user) == [0]:
+            _check_positions_value(user.outputs[0], live)
+        else:
+            raise _Refuse(f"positions [S] feed {user.op_type} {user.name!r}, not RoPE or a position embedding")
 
 
 def _remove_dead(graph: ir.Graph, frontier: list[ir.Node]) -> None:

@@ -21,21 +21,25 @@ _PROBE_PASTS = (_MIN_PAST, _MIN_PAST + 7)
 _BATCH = 2  # rows of the probe: positions computed per sequence come out [2, S]
 
 
-def position_offset(value: ir.Value, past: ir.Value, opset: int) -> tuple[int, bool]:
+def position_offset(value: ir.Value, past: ir.Value, opset: int, new_dims=()) -> tuple[int, bool]:
     """``(c, per_row)`` where ``value`` holds the positions ``P + i + c`` of the S new tokens after
     P cached ones (any leading axes); ``per_row``: they are [B, S] already, one row per sequence
-    (probed at batch 2). Raises EvalFailure with the reason otherwise."""
+    (probed at batch 2). ``new_dims``: S as the paged attentions' shapes say it (static, or
+    symbols bound to the probe's S), for positions whose own length is unknown (Range(P, P + S)
+    of a decode step whose S is fixed at 1 on the hidden state only). Raises EvalFailure with
+    the reason otherwise."""
     if value.dtype is None or not value.dtype.is_integer():
         raise EvalFailure(f"the positions {value.name!r} are not integers")
     if past.shape is None or len(past.shape) != 4 or value.shape is None or not len(value.shape):
         raise EvalFailure("the past and the positions need known ranks")
     cone, as_const = _cone(value)
     sd = value.shape.dims[-1]
-    s = sd if isinstance(sd, int) else _NEW
+    static = [d for d in (sd, *new_dims) if isinstance(d, int)]
+    s = static[0] if static else _NEW
     offsets, per_row = set(), True
     for p in _PROBE_PASTS:
-        env = {d.value: v for d, v in ((past.shape.dims[2], p), (past.shape.dims[0], _BATCH), (sd, s))
-               if not isinstance(d, int) and getattr(d, "value", None)}
+        bind = ((past.shape.dims[2], p), (past.shape.dims[0], _BATCH), (sd, s), *((d, s) for d in new_dims))
+        env = {d.value: v for d, v in bind if not isinstance(d, int) and getattr(d, "value", None)}
         model, feeds = _probe_model(cone, as_const, value, p, s, env, opset)
         from onnx_fuse.verify import make_session
 
