@@ -114,9 +114,9 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV,
 # m128n128w12tp, launcher loads = 4), D = 128, both masks; TMA rules as FA_WS_TMA by name (no
 # fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
 # not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped. Since run 17
-# its entries run the FA_WS_TMA_OV body (24 / 240 registers, pinned softmax), so it is timed against
-# the planned ov: the persistent grid overlaps a tile's output store and the next tile's loads,
-# costs that weigh double when causal.
+# its entries run the FA_WS_TMA_OVD body (24 / 240 registers, pinned softmax, stepped descriptors),
+# so it is timed against ovd: the persistent grid overlaps a tile's output store and the next
+# tile's loads, costs that weigh double when causal.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 
 

@@ -786,19 +786,33 @@ constexpr int kWsPinSoftmax = 1;
 // (385 against 399 for the unpinned body: the D = 64 softmax is the longer leg) and on the
 // paged-prefill kernels (470-486 against 494-498 at block 16).)
 constexpr int kWsSmemEpilogue = 2;
-// kWsPolyExp / kWsPolyExp3 (the m128n128w12t_pe / _pe3 entries, D = 64 candidates): at D = 64 the
-// softmax's MUFU.EX2 (16 per clock per SM; 1024 clocks per 128 x 128 tile, about the tile's two
-// GEMMs) is the longer leg, while the FMA pipe (128 lanes per clock) has room. These options run
-// the exponentials of 1 in 4 (kWsPolyExp) or 3 in 8 (kWsPolyExp3) column groups of every tile on
-// the FMA pipe instead: ws_exp2_poly below. The O rescale factors stay on MUFU.
+// kWsPolyExp (the m128n128w12t_pe / _lp entries, D = 64 candidates): at D = 64 the softmax's
+// MUFU.EX2 (16 per clock per SM; 1024 clocks per 128 x 128 tile, about the tile's two GEMMs) is
+// the longer leg, while the FMA pipe (128 lanes per clock) has room. The option runs the
+// exponentials of 1 in 4 column groups of every tile on the FMA pipe instead (ws_exp2_poly below:
+// 8 instructions per exponential against MUFU's 1 issue slot and 8 cycles per warp, so it can only
+// win where the warp's issue slots are not already as busy as MUFU: hence kWsLeanDesc beside it).
+// The O rescale factors stay on MUFU.
 constexpr int kWsPolyExp = 4;
-constexpr int kWsPolyExp3 = 8;
 // Whether column group nt (8 keys) of a tile takes ws_exp2_poly under the options OPT (spread over
 // the tile so MUFU and FMA work interleave).
 template <int OPT>
 __device__ __forceinline__ constexpr bool ws_poly_group(int nt) {
-  return (OPT & kWsPolyExp3) ? (nt % 8 == 1 || nt % 8 == 4 || nt % 8 == 6)
-                             : (OPT & kWsPolyExp) ? nt % 4 == 1 : false;
+  return (OPT & kWsPolyExp) ? nt % 4 == 1 : false;
+}
+// kWsLeanDesc (the _ld / _lp entries at D = 64, _ovd at D = 128): the wgmma descriptors of a tile
+// are built once per operand and stepped by adding the k-step's byte offset / 16 to the address
+// field (ws_desc_add), instead of masking and shifting every k-step's address (about five uniform
+// instructions per HGMMA in the sm_90a SASS, some 60 of the 492 instructions a D = 64 consumer warp
+// issues per tile, many of them while it holds the tensor-core turn). At D = 64 the consumer
+// warps' issue slots are about as busy as MUFU and the tensor cores (about 1000 cycles each per
+// tile and SM sub-partition), so fewer instructions may shorten the softmax leg.
+constexpr int kWsLeanDesc = 8;
+// Adds a byte offset (a multiple of 16) to a shared-memory descriptor's start-address field. The
+// field holds (address & 0x3FFFF) >> 4 in bits 0-13; shared addresses stay below 2^18, so the sum
+// never carries out of it and the low word add is exact.
+__device__ __forceinline__ uint64_t ws_desc_add(uint64_t d, uint32_t off) {
+  return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (off >> 4));
 }
 // 2^x on the FMA pipe for x <= 0: x = j + f with j = round(x) (by the 1.5 * 2^23 shifter, so j sits
 // in the low mantissa bits of t) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (coefficients
@@ -1258,14 +1272,19 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   float row_l[2] = {0.f, 0.f};
   uint32_t pa[BN / 16][4];
 
+  constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
+  const uint64_t da_q = wg::desc_sw128(sQ + cw * 64 * 128, 16, 1024);  // kWsLeanDesc: k-step 0 of Q
   auto issue_s = [&](float (&sacc)[BN / 8][4], int tile) {
     const uint32_t tk = sKV + ((kv_base + tile) % ST) * 2 * TILE;
+    const uint64_t db_k = wg::desc_sw128(tk, 16, 1024);
     wg::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t koff = (kk & 3) * 32;
-      const uint64_t da = wg::desc_sw128(sQ + (kk >> 2) * BM * 128 + cw * 64 * 128 + koff, 16, 1024);
-      const uint64_t db = wg::desc_sw128(tk + (kk >> 2) * BN * 128 + koff, 16, 1024);
+      const uint64_t da = LEAN ? ws_desc_add(da_q, (kk >> 2) * BM * 128 + koff)
+                               : wg::desc_sw128(sQ + (kk >> 2) * BM * 128 + cw * 64 * 128 + koff, 16, 1024);
+      const uint64_t db = LEAN ? ws_desc_add(db_k, (kk >> 2) * BN * 128 + koff)
+                               : wg::desc_sw128(tk + (kk >> 2) * BN * 128 + koff, 16, 1024);
       WG::ss(sacc, da, db, kk > 0 ? 1 : 0);
     }
   };
@@ -1344,11 +1363,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   }
   auto pv = [&](int tile) {  // O += P V of `tile`, one wgmma group
     const uint32_t tv = sKV + ((kv_base + tile) % ST) * 2 * TILE + TILE;
+    const uint64_t db_v = wg::desc_sw128(tv, BN * 128, 1024);  // kWsLeanDesc: k-step 0 of V
     wg::fence_acc(acc);
     wg::fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint64_t db = wg::desc_sw128(tv + kk * 16 * 128, BN * 128, 1024);
+      const uint64_t db = LEAN ? ws_desc_add(db_v, kk * 16 * 128) : wg::desc_sw128(tv + kk * 16 * 128, BN * 128, 1024);
       WGO::rs_tb(acc, pa[kk], db, 1);
     }
     wg::commit();
@@ -1509,10 +1529,10 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
 }
 
 // m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
-// PREGS / OPT as fa_ws_core's (the entries: the planned ov body, 24 producer registers and the
-// pinned softmax; until run 17 they ran the 40 / 232 split unpinned).
-template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax, int BNT = 128,
-          int STT = kWsStages>
+// PREGS / OPT as fa_ws_core's (the entries: the ovd body, 24 producer registers, the pinned
+// softmax and the stepped descriptors; until run 17 they ran the 40 / 232 split unpinned).
+template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc,
+          int BNT = 128, int STT = kWsStages>
 __device__ __forceinline__ void fa_fwd_ws_tma_persistent_body(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
@@ -1769,20 +1789,30 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ove_causal, T, D, true,           \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)
-// m128n128w12t_pe / _pe3 (D = 64 candidates, launcher loads 10 / 12 by name, 11 / 13 with the
-// cp.async fallback): the m128n128w12t body (40 / 232 registers, softmax unpinned) with 1 in 4 /
-// 3 in 8 of the exponentials on the FMA pipe (kWsPolyExp / kWsPolyExp3, ws_exp2_poly).
+// D = 64 candidates on the m128n128w12t body (40 / 232 registers, softmax unpinned), launcher loads
+// by name / with the cp.async fallback: m128n128w12t_pe 10 / 11 (1 in 4 of the exponentials on the
+// FMA pipe, kWsPolyExp), _ld 12 / 13 (descriptors stepped by adds, kWsLeanDesc), _lp 14 / 15 (both).
 #define OF_FA_WSTPE_KERNELS_D(DTN, T, D)                                                          \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe_full, T, D, false, 40,         \
                     onnx_fuse::kWsPolyExp)                                                         \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe_causal, T, D, true, 40,        \
                     onnx_fuse::kWsPolyExp)                                                         \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe3_full, T, D, false, 40,        \
-                    onnx_fuse::kWsPolyExp3)                                                        \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe3_causal, T, D, true, 40,       \
-                    onnx_fuse::kWsPolyExp3)
-// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside the planned ov, not planned),
-// D = 128: the ov body (r24, pinned softmax) on a persistent grid of min(tiles, SMs) CTAs, which
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ld_full, T, D, false, 40,         \
+                    onnx_fuse::kWsLeanDesc)                                                        \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ld_causal, T, D, true, 40,        \
+                    onnx_fuse::kWsLeanDesc)                                                        \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lp_full, T, D, false, 40,         \
+                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)                                \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lp_causal, T, D, true, 40,        \
+                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)
+// m128n128w12t_ovd (D = 128 candidate, launcher loads 16 / 17): the ov entries with kWsLeanDesc.
+#define OF_FA_WSTOD_KERNELS_D(DTN, T, D)                                                          \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovd_full, T, D, false,            \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)                             \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovd_causal, T, D, true,           \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)
+// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside ovd, not planned), D = 128:
+// the ovd body (r24, pinned softmax, stepped descriptors) on a persistent grid of min(tiles, SMs) CTAs, which
 // overlaps a tile's output store and the next tile's Q load and first K/V tiles (the per-CTA
 // costs weigh double when causal); the batch size follows the maps. (At D = 64 it measured 3-6 %
 // below m128n128w12t and was dropped; with the 40 / 232 split unpinned, run 4, at par with w12t.)
@@ -1824,6 +1854,7 @@ OF_FA_WSTP_KERNELS_D(f16, __half, 128)
 OF_FA_WSTO_KERNELS_D(f16, __half, 128)
 OF_FA_WSTE_KERNELS_D(f16, __half, 128)
 OF_FA_WSTPE_KERNELS_D(f16, __half, 64)
+OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1840,6 +1871,7 @@ OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTPE_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -1980,7 +2012,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_pe, 5 _pe3 (D = 64).
+// 4 m128n128w12t_pe, 5 _ld, 6 _lp (D = 64); 7 m128n128w12t_ovd (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -1997,7 +2029,8 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 0: OF_PICK_TK2(64, m128n128w12t)
       case 1: OF_PICK_TK2(64, m128n128w12t_r24)
       case 4: OF_PICK_TK2(64, m128n128w12t_pe)
-      case 5: OF_PICK_TK2(64, m128n128w12t_pe3)
+      case 5: OF_PICK_TK2(64, m128n128w12t_ld)
+      case 6: OF_PICK_TK2(64, m128n128w12t_lp)
       default: return nullptr;
     }
   }
@@ -2007,6 +2040,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 1: OF_PICK_TK2(128, m128n128w12t_r24)
       case 2: OF_PICK_TK2(128, m128n128w12t_ov)
       case 3: OF_PICK_TK2(128, m128n128w12t_ove)
+      case 7: OF_PICK_TK2(128, m128n128w12t_ovd)
       default: return nullptr;
     }
   }
@@ -2211,9 +2245,10 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // SMs) CTAs (TMA rules as loads 1); 6 / 7 = as 3 / 5 with the m128n128w12t_ov entries (D = 128: the
 // r24 body with the softmax pinned under the warpgroup's own P V; 7 is planned at D = 128 for fp16);
 // 8 / 9 = the same with the m128n128w12t_ove entries (ov with the output staged in shared memory
-// and written as 16-byte rows; 9 is planned at D = 128 for bf16); 10 / 11 and 12 / 13 = the same
-// with the m128n128w12t_pe / _pe3 entries (D = 64: part of the softmax's exponentials on the FMA
-// pipe).
+// and written as 16-byte rows; 9 is planned at D = 128 for bf16); the same pairs (by name / with
+// the fallback) for the candidates: 10 / 11 m128n128w12t_pe, 12 / 13 _ld, 14 / 15 _lp (D = 64: part
+// of the exponentials on the FMA pipe, descriptors stepped by adds, both), 16 / 17 _ovd (D = 128:
+// ov with the stepped descriptors).
 // Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2228,7 +2263,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 13);
+  OF_REQUIRE(loads >= 0 && loads <= 17);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2241,7 +2276,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: pe; 12 / 13: pe3
+    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: pe; 12 / 13: ld; 14 / 15: lp; 16 / 17: ovd
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);

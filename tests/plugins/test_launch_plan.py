@@ -812,8 +812,9 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
         assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
-    # since run 17 the persistent entries run the ov body (24 / 240 registers, pinned softmax)
-    assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax, int BNT = 128," in fa
+    # since run 17 the persistent entries run the ovd body (24 / 240 registers, pinned softmax,
+    # stepped descriptors)
+    assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
         lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVD)
