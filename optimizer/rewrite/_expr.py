@@ -209,28 +209,61 @@ def _rotation_scale(ctx, c, s, rtol=1e-2) -> float:
     return math.sqrt(mean)
 
 
-def _expanded_dims(ctx, in_dims, shape) -> list:
+def _shape_entries(v: ir.Value) -> list | None:
+    """The entries of a shape vector read symbolically (None for one that cannot be read: a sum
+    of dims), or None when even their number is unknown."""
+    from onnx_fuse.passes._dim_products import shape_vector
+
+    def count(x: ir.Value) -> int | None:
+        ok = x.shape is not None and len(x.shape) == 1 and isinstance(x.shape.dims[0], int)
+        return x.shape.dims[0] if ok else None
+
+    got = shape_vector(v, {})
+    if got is not None and not got[1]:
+        return list(got[0])
+    node = v.producer()
+    if node is not None and node.op_type == "Concat" and node.domain in ("", "ai.onnx") and all(
+            i is not None for i in node.inputs):
+        out: list = []
+        for x in node.inputs:
+            part = shape_vector(x, {})
+            if part is not None and not part[1]:
+                out += part[0]
+            elif count(x) is not None:
+                out += [None] * count(x)
+            else:
+                return None
+        return out
+    return None if count(v) is None else [None] * count(v)
+
+
+def _expanded_dims(ctx, in_dims, shape, out=None) -> list:
     """The dims Expand(x, ``shape``) provably outputs when x has ``in_dims`` (ints, symbols;
     passing x's true dims where shape inference renamed an unknown one). ``shape`` is read
     symbolically (a constant, or Shape reads of values gathered and concatenated); per axis
     (numpy broadcasting, right-aligned): a 1 in ``shape`` keeps x's dim, a 1 in x takes the shape's,
-    equal dims stay. Unprovable entries are None; an unreadable shape gives []."""
-    from onnx_fuse.passes._dim_products import shape_vector, to_dim
+    equal dims stay. An entry that cannot be read takes the inferred dim of ``out`` (the Expand's
+    output) when that is known. Unprovable dims are None; an unreadable shape gives []."""
+    from onnx_fuse.passes._dim_products import to_dim
 
-    got = shape_vector(_as_value(shape, "expanded_dims"), {})
-    if got is None or got[1]:
+    entries = _shape_entries(_as_value(shape, "expanded_dims"))
+    if entries is None:
         return []
     want = [None if d is UNKNOWN_DIM else to_dim(d) for d in _list(ctx, in_dims)]
-    entries = list(got[0])
     n = max(len(want), len(entries))
     want = [(1, ())] * (n - len(want)) + want
     entries = [(1, ())] * (n - len(entries)) + entries
-    out = []
-    for a, b in zip(want, entries):
+    inferred = _shape(ctx, out) if out is not None and _as_value(out, "expanded_dims").shape is not None else None
+    res = []
+    for k, (a, b) in enumerate(zip(want, entries)):
         d = None if a is None or b is None else a if b == (1, ()) else b if a in ((1, ()), b) else None
-        out.append(None if d is None else d[0] if not d[1] else d[1][0] if d[0] == 1 and len(d[1]) == 1
+        if d is None:
+            g = inferred[k] if inferred is not None and len(inferred) == n else UNKNOWN_DIM
+            res.append(None if g is UNKNOWN_DIM or b is not None else g)
+            continue
+        res.append(d[0] if not d[1] else d[1][0] if d[0] == 1 and len(d[1]) == 1
                    else "*".join([str(d[0])] * (d[0] != 1) + list(d[1])))
-    return out
+    return res
 
 
 def _reshape(ctx, x, shape) -> np.ndarray:
@@ -326,7 +359,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ancestor_ops": lambda ctx, v, n: _ancestor_ops(_as_value(v, "ancestor_ops"), int(n)),
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
-    # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable)
+    # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable;
+    # an unreadable shape entry takes the inferred dim of the Expand's output ``out``)
     "expanded_dims": _expanded_dims,
     # whether an additive mask is causal for q's new tokens after past's cached ones, decided on
     # its values (optimizer/rewrite/_mask_probe.py); fails with the reason otherwise
