@@ -1380,6 +1380,37 @@ def test_paged_decode_fp8_cluster_variants(lib, variant, splits, D, bs):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", [(3, 32, 8, 128, 16, [4096, 40, 0], 2), (4, 32, 8, 128, 16, [1000, 1, 64, 777], 7),
+                                  (3, 8, 8, 128, 16, [1, 16, 33], 1), (2, 64, 4, 128, 32, [3000, 90], 8)],
+                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(*c[:5], c[6]))
+def test_paged_decode_fp8_cluster_int_dequant(lib, case, dtype):
+    """w4s4hc with e4m3 turned into fp16 by integer ops (the "hci" A/B candidate; fp16 bits 2^-8 times
+    the value, the 2^8 folded into the scales; the K columns reduced in another order): the reference's
+    output (G = 1, 4, 16, ragged, an empty sequence, 1 to 8 splits) and the cvt kernel's up to rounding;
+    refused for other variants, head sizes and non-cluster plans."""
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    B, Hq, Hkv, D, bs, lens, splits = case
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8-idq", case, dtype)).encode()))
+    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out, base = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=(4, 4, "cluster"),
+                                int_dequant=True)
+    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, base, plan=plan)
+    torch.cuda.synchronize()
+    assert plan.cluster and plan.kernel.endswith("d128_w4s4hc") and 1 <= plan.num_splits <= splits
+    _check_fp8_out(out, q, k16, v16, k8, v8, ks, vs, tables, lens, dtype)
+    assert _rel_err(out, base.double().cpu().numpy()) < TOL8[dtype]
+    with pytest.raises(KernelError):  # only w4s4 at D = 128 is compiled with the integer dequant
+        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=(4, 3, "cluster"),
+                             int_dequant=True)
+    with pytest.raises(ValueError):  # not a cluster plan
+        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=(4, 4, "heads"),
+                             int_dequant=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_paged_decode_fp8_default_plan_takes_the_cluster_form(lib, dtype):
     """The planned fp8 decode at B64 H32/8 D128 (head groups, two splits in one wave) is the cluster
     form w4s4hc; ragged lengths, an empty sequence and one shorter than a split."""
