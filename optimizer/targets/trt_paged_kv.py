@@ -557,6 +557,13 @@ def _explain_none(graph: ir.Graph) -> str | None:
         return f"{head}: {past.name!r} is read by {ops}, never concatenated with the new keys/values"
     cat = concats[0].outputs[0]
     if cat.is_graph_output():
+        via = _path_to_attention(cat, 6)
+        if via is not None:
+            att, ops = via
+            why = (" (attention sinks append a zero key row with Pad)" if "Pad" in ops else
+                   " (a repetition of the K/V heads that attention-repeat-kv did not fold)" if "Expand" in ops else "")
+            return (f"{head}: {cat.name!r} = Concat({past.name!r}, new) reaches the attention {att.name!r} "
+                    f"only through {ops}{why}, and PagedAttention reads the cache as it is")
         return f"{head}: {cat.name!r} = Concat({past.name!r}, new), but no attention reading it was recognized"
     for n, _ in _reachable(cat, 4):
         for o in n.outputs:
@@ -565,6 +572,30 @@ def _explain_none(graph: ir.Graph) -> str | None:
                 return (f"{head}: the cache output {o.name!r} is {what} of Concat({past.name!r}, "
                         "new), not the Concat itself (a cache that keeps only a window of positions?)")
     return f"{head}: Concat({past.name!r}, new) is no graph output (no present output carries the cache)"
+
+
+_ATTENTION_OPS = {"Attention", "FusedAttention", "MultiHeadAttention", "GroupQueryAttention"}
+
+
+def _path_to_attention(v: ir.Value, depth: int) -> tuple[ir.Node, list[str]] | None:
+    """The first attention op within ``depth`` nodes downstream of ``v`` and the ops between."""
+    parent: dict[int, ir.Node | None] = {}
+    frontier: list[tuple[ir.Node, ir.Node | None]] = [(n, None) for n in _users(v)]
+    for _ in range(depth):
+        nxt = []
+        for n, up in frontier:
+            if id(n) in parent:
+                continue
+            parent[id(n)] = up
+            if n.op_type in _ATTENTION_OPS:
+                ops, at = [], up
+                while at is not None:
+                    ops.append(at.op_type)
+                    at = parent[id(at)]
+                return (n, ops[::-1]) if ops else None
+            nxt += [(u, n) for o in n.outputs for u in _users(o)]
+        frontier = nxt
+    return None
 
 
 def _reachable(v: ir.Value, depth: int):
