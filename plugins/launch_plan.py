@@ -96,9 +96,9 @@ FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
 # on FA_WS_TMA: pe (10 / 11) computes 1 in 4 of the softmax's exponentials on the FMA pipe by a
 # polynomial instead of MUFU.EX2 (at D = 64 MUFU, the tensor cores and the consumer warps' issue
 # slots are each busy about 1000 cycles per tile); ld (12 / 13) builds each operand's wgmma
-# descriptor once per tile and steps it by adds (the consumer loop's instructions 493 -> 453 per
+# descriptor once per tile and steps it by adds (the consumer loop's instructions 493 -> 437 per
 # tile in the sm_90a SASS); lp (14 / 15) both. D = 128: ovd (16 / 17), FA_WS_TMA_OV with the
-# stepped descriptors (588 -> 527).
+# stepped descriptors (588 -> 481).
 FA_WS_TMA_PE = (128, 128, 12, "tma", "pe")
 FA_WS_TMA_LD = (128, 128, 12, "tma", "ld")
 FA_WS_TMA_LP = (128, 128, 12, "tma", "lp")

@@ -803,8 +803,9 @@ __device__ __forceinline__ constexpr bool ws_poly_group(int nt) {
 // kWsLeanDesc (the _ld / _lp entries at D = 64, _ovd at D = 128): the wgmma descriptors of a tile
 // are built once per operand and stepped by adding the k-step's byte offset / 16 to the address
 // field (ws_desc_add), instead of masking and shifting every k-step's address (about five uniform
-// instructions per HGMMA in the sm_90a SASS, some 60 of the 492 instructions a D = 64 consumer warp
-// issues per tile, many of them while it holds the tensor-core turn). At D = 64 the consumer
+// instructions per HGMMA in the sm_90a SASS, many of them while the warp holds the tensor-core
+// turn): the consumer loop of the sm_90a build issues 437 instructions per tile and warp at D = 64
+// (493 without) and 481 at D = 128 (ov: 588). At D = 64 the consumer
 // warps' issue slots are about as busy as MUFU and the tensor cores (about 1000 cycles each per
 // tile and SM sub-partition), so fewer instructions may shorten the softmax leg.
 constexpr int kWsLeanDesc = 8;
@@ -1273,7 +1274,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   uint32_t pa[BN / 16][4];
 
   constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
-  const uint64_t da_q = wg::desc_sw128(sQ + cw * 64 * 128, 16, 1024);  // kWsLeanDesc: k-step 0 of Q
+  // kWsLeanDesc: k-step 0 of Q; cw read back through a shuffle so ptxas keeps it in a uniform register
+  const uint64_t da_q = wg::desc_sw128(sQ + (LEAN ? __shfl_sync(0xffffffffu, cw, 0) : cw) * 64 * 128, 16, 1024);
   auto issue_s = [&](float (&sacc)[BN / 8][4], int tile) {
     const uint32_t tk = sKV + ((kv_base + tile) % ST) * 2 * TILE;
     const uint64_t db_k = wg::desc_sw128(tk, 16, 1024);
