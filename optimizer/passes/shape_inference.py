@@ -22,6 +22,11 @@ cleared, and a value's ``unk__N`` dim takes any int or exporter symbol inference
 Each run numbers its inventions afresh (``unk__1`` again), so the names a run leaves behind are
 made unique to it (``unk__r<run>_<N>``): one name must never stand for two dims in the saved
 model, or ONNX Runtime equates them (its buffer reuse failed on the affine_grid node tests).
+
+The TorchScript exporter names a graph output's dims it could not relate ``<OpType><output>_dim_<i>``
+(``Concatpresent.0.value_dim_0``: the producer's op type, the output's name, the axis). Those
+placeholders are not facts either: they are cleared and give way to what inference proves (the
+present's batch is the past's ``batch``), or the KV cache's views could not be proven.
 """
 
 from __future__ import annotations
@@ -58,20 +63,34 @@ def _untagged(dim) -> bool:
             and not str(dim.value)[len(INVENTED_DIM_PREFIX):].startswith("r"))
 
 
-def _forget_generated_dims(graph: onnx.GraphProto) -> None:
-    """Clear invented dim names in value_info and outputs, so inference may replace them (see the
-    docstring; the model's own values keep theirs unless inference proves more)."""
+def exporter_placeholders(model: ir.Model) -> set[str]:
+    """The TorchScript exporter's ``<OpType><output>_dim_<i>`` names on graph outputs (docstring)."""
+    names = set()
+    for graph in model.graphs():
+        for value in graph.outputs:
+            node = value.producer()
+            if node is None or value.shape is None:
+                continue
+            names |= {str(d.value) for i, d in enumerate(value.shape)
+                      if not isinstance(d, int) and d.value == f"{node.op_type}{value.name}_dim_{i}"}
+    return names
+
+
+def _forget_generated_dims(graph: onnx.GraphProto, placeholders: frozenset[str] = frozenset()) -> None:
+    """Clear invented dim names (and the exporter's placeholders) in value_info and outputs, so
+    inference may replace them (see the docstring; the model's own values keep theirs unless
+    inference proves more)."""
     for vi in (*graph.value_info, *graph.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_param") and invented_name(d.dim_param):
+                if d.HasField("dim_param") and (invented_name(d.dim_param) or d.dim_param in placeholders):
                     d.ClearField("dim_param")
     for node in graph.node:
         for attr in node.attribute:
             if attr.HasField("g"):
-                _forget_generated_dims(attr.g)
+                _forget_generated_dims(attr.g, placeholders)
             for g in attr.graphs:
-                _forget_generated_dims(g)
+                _forget_generated_dims(g, placeholders)
 
 
 def _graph_values(graph: onnx.GraphProto):
@@ -96,8 +115,10 @@ def longest_vector(proto: onnx.ModelProto) -> int:
     return longest
 
 
-def _merge_shape(old: ir.Shape | None, new: ir.Shape | None) -> tuple[ir.Shape | None, int]:
-    """The better of two shapes for one value, and how many facts that adds."""
+def _merge_shape(old: ir.Shape | None, new: ir.Shape | None,
+                 placeholders: frozenset[str] = frozenset()) -> tuple[ir.Shape | None, int]:
+    """The better of two shapes for one value, and how many facts that adds (an exporter
+    placeholder name states no fact, as an invented one)."""
     if new is None:
         return old, 0
     if old is None:
@@ -109,12 +130,16 @@ def _merge_shape(old: ir.Shape | None, new: ir.Shape | None) -> tuple[ir.Shape |
         if not isinstance(o, int) and isinstance(n, int):
             dims.append(n)
             gained += 1
-        elif unknown_or_invented(o) and not unknown_or_invented(n):
+        elif _states_nothing(o, placeholders) and not _states_nothing(n, placeholders):
             dims.append(n)
             gained += 1
         else:
             dims.append(o)
     return (ir.Shape(dims), gained) if gained else (old, 0)
+
+
+def _states_nothing(dim, placeholders: frozenset[str]) -> bool:
+    return unknown_or_invented(dim) or (not isinstance(dim, int) and str(dim.value) in placeholders)
 
 
 class ShapeInferencePass(FusePass):
@@ -127,8 +152,10 @@ class ShapeInferencePass(FusePass):
         self._refining = False
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        placeholders = frozenset(exporter_placeholders(model))
+
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
-            _forget_generated_dims(proto.graph)
+            _forget_generated_dims(proto.graph, placeholders)
             plain = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                       data_prop=False)
             if not self.data_prop:
@@ -158,7 +185,7 @@ class ShapeInferencePass(FusePass):
                 if value.type is None and other.type is not None:
                     value.type = other.type
                     gained += 1
-                value.shape, added = _merge_shape(value.shape, other.shape)
+                value.shape, added = _merge_shape(value.shape, other.shape, placeholders)
                 gained += added
         # Reshape targets onnx cannot size (a -1 beside symbolic entries): when some became
         # static, infer once more so the facts reach the values after them (Transpose, RoPE...)

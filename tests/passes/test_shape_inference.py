@@ -152,3 +152,21 @@ def test_invented_dim_names_of_two_runs_never_meet():
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     got = sess.run(None, {i.name: a for i, a in zip(proto.graph.input, inputs)})
     np.testing.assert_allclose(got[0], outputs[0], rtol=1e-5, atol=1e-6)
+
+
+def test_torchscript_output_placeholders_give_way_to_inferred_dims():
+    """TorchScript names an output's dims it could not relate <OpType><output>_dim_<i>
+    (Concatpresent.0.value_dim_0): inference replaces them (the present's batch is the past's B);
+    a name the model chose (T) and a placeholder-like name on another op's output stay."""
+    proto = parse(HEADER + '''
+    g (float[B, 2, P, 4] past, float[B, 2, S, 4] new)
+        => (float[Concatpresent_dim_0, 2, T, Concatpresent_dim_3] present,
+            float[Reluother_dim_0, 2, S, 4] other)
+    {
+        present = Concat<axis = 2>(past, new)
+        other = Neg(new)
+    }''')
+    model, modified, _ = apply(ShapeInferencePass, proto)
+    outs = {v.name: [str(d) for d in v.shape] for v in model.graph.outputs}
+    assert modified and outs["present"] == ["B", "2", "T", "4"]
+    assert outs["other"] == ["Reluother_dim_0", "2", "S", "4"]
