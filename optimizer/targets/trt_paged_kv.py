@@ -488,7 +488,10 @@ def _replace_probed(graph: ir.Graph, pos: ir.Value, c: int, seq_lens: ir.Value, 
 def _rebatch_row(graph: ir.Graph, user: ir.Node, rows: ir.Value) -> list[ir.Node]:
     """``user`` read one row of positions [S]; make what it computed from ``rows`` [B, S]: a Cast
     stays a Cast, Unsqueeze [0, 2] ([1, S, 1]) becomes Unsqueeze [2], Unsqueeze [0] ([1, S])
-    ``rows`` itself. Returns the readers replaced."""
+    ``rows`` itself; any other reader is dead (check() saw every live one) and stays for the
+    cleanup. Returns the readers replaced."""
+    if user.op_type == "Unsqueeze" and _axes(user) not in _ROW_AXES or user.op_type not in ("Cast", "Unsqueeze"):
+        return []
     if user.op_type == "Cast":
         cast = ir.node("Cast", [rows], attributes={"to": user.attributes["to"].value}, name=f"{user.name}_paged")
         graph.insert_before(user, [cast])
