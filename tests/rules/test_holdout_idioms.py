@@ -54,3 +54,39 @@ def test_where_keeping_the_scores_with_a_finite_fill_is_refused(h):
     out = h.fuse(model, "ort")
     assert "Softmax" in h.ops(out)
     assert any("where(mask, scores, fill)" in r for r in h.reasons(model, "ort", "attention"))
+
+
+def _native_block(h, mask):
+    """Attention-23 as torch.onnx.export(opset_version=23) writes sdpa: [B,H,S,D] q/k/v, an
+    explicit scale, a boolean (True: attend) or additive mask."""
+    n = h.node
+    inputs = [h.vi("q", [B, H, S, D]), h.vi("k", [B, H, S, D]), h.vi("v", [B, H, S, D])]
+    args = ["q", "k", "v"]
+    if mask:
+        # [B,1,S,T]: ONNX Runtime's Attention-23 wants the mask's query dim to be S
+        inputs.append(h.vi("mask", [B, 1, S, S], elem=9 if mask == "bool" else h.F32))
+        args.append("mask")
+    nodes = [n("Attention", args, ["o"], scale=D ** -0.5)]
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])])
+
+
+@pytest.mark.parametrize("target,op", [("ort", "com.microsoft::MultiHeadAttention"), ("onnx", "Attention"),
+                                       ("trt", "Attention")])
+@pytest.mark.parametrize("mask", ["bool", "float", None])
+def test_native_attention_23_is_taken_as_the_canonical_op(h, target, op, mask):
+    """torch's own Attention-23 is lowered like any recognized attention (ort: the contrib op)."""
+    model = _native_block(h, mask)
+    out = h.fuse(model, target)
+    # the canonical op it made was lowered (ort: the contrib op, not the Attention-23 left as it was)
+    assert not any(k.startswith("onnx_fuse.canonical") for k in h.ops(out))
+    assert h.ops(out)[op] == 1, h.ops(out)
+    feeds = _feeds(h, mask=False)
+    if mask == "bool":
+        keep = np.ones((B, 1, S, S), bool)
+        keep[1, ..., 0] = False  # a left-padded key
+        feeds["mask"] = keep
+    elif mask == "float":
+        m = np.zeros((B, 1, S, S), np.float32)
+        m[1, ..., 0] = np.finfo(np.float32).min
+        feeds["mask"] = m
+    h.assert_close(model, out, feeds)
