@@ -97,15 +97,16 @@ FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
 # polynomial instead of MUFU.EX2 (at D = 64 MUFU, the tensor cores and the consumer warps' issue
 # slots are each busy about 1000 cycles per tile); ld (12 / 13) builds each operand's wgmma
 # descriptor once per tile and steps it by adds (the consumer loop's instructions 493 -> 437 per
-# tile in the sm_90a SASS); lp (14 / 15) both. D = 128: ovd (16 / 17), FA_WS_TMA_OV with the
-# stepped descriptors (588 -> 481).
+# tile in the sm_90a SASS); lp (14 / 15) both. D = 128: ovd (16 / 17) and oved (18 / 19),
+# FA_WS_TMA_OV / _OVE with the stepped descriptors (588 -> 481).
 FA_WS_TMA_PE = (128, 128, 12, "tma", "pe")
 FA_WS_TMA_LD = (128, 128, 12, "tma", "ld")
 FA_WS_TMA_LP = (128, 128, 12, "tma", "lp")
 FA_WS_TMA_OVD = (128, 128, 12, "tma", "ovd")
-FA_OPTS = ("ov", "ove", "pe", "ld", "lp", "ovd")  # a last variant element naming fa_ws_core options
+FA_WS_TMA_OVED = (128, 128, 12, "tma", "oved")
+FA_OPTS = ("ov", "ove", "pe", "ld", "lp", "ovd", "oved")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "pe": (10, 11), "ld": (12, 13), "lp": (14, 15),
-                 "ovd": (16, 17)}  # launcher loads (by name, planned)
+                 "ovd": (16, 17), "oved": (18, 19)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
@@ -144,10 +145,10 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and
-    FA_WS_TMA_OVD: D = 128; FA_WS_TMA_PE, _LD, _LP: D = 64)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST,
+    FA_WS_TMA_OVD, FA_WS_TMA_OVED: D = 128; FA_WS_TMA_PE, _LD, _LP: D = 64)."""
     _check_head_dim(head_dim)
-    return {128: (FA_WS_TMA_PERSIST, FA_WS_TMA_OVD),
+    return {128: (FA_WS_TMA_PERSIST, FA_WS_TMA_OVD, FA_WS_TMA_OVED),
             64: (FA_WS_TMA_PE, FA_WS_TMA_LD, FA_WS_TMA_LP)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -409,7 +410,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_PE,
-                          FA_WS_TMA_LD, FA_WS_TMA_LP, FA_WS_TMA_OVD):
+                          FA_WS_TMA_LD, FA_WS_TMA_LP, FA_WS_TMA_OVD, FA_WS_TMA_OVED):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -436,7 +437,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); candidates pe, ld, lp, ovd
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); candidates pe, ld, lp, ovd, oved
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -540,7 +541,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
-    FA_WS_TMA_PE 10 / 11, _LD 12 / 13, _LP 14 / 15, _OVD 16 / 17."""
+    FA_WS_TMA_PE 10 / 11, _LD 12 / 13, _LP 14 / 15, _OVD 16 / 17, _OVED 18 / 19."""
     if plan.persistent:
         return 4
     if not plan.tma:

@@ -800,7 +800,7 @@ template <int OPT>
 __device__ __forceinline__ constexpr bool ws_poly_group(int nt) {
   return (OPT & kWsPolyExp) ? nt % 4 == 1 : false;
 }
-// kWsLeanDesc (the _ld / _lp entries at D = 64, _ovd at D = 128): the wgmma descriptors of a tile
+// kWsLeanDesc (the _ld / _lp entries at D = 64, _ovd / _oved at D = 128): the wgmma descriptors of a tile
 // are built once per operand and stepped by adding the k-step's byte offset / 16 to the address
 // field (ws_desc_add), instead of masking and shifting every k-step's address (about five uniform
 // instructions per HGMMA in the sm_90a SASS, many of them while the warp holds the tensor-core
@@ -1807,12 +1807,17 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)                                \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lp_causal, T, D, true, 40,        \
                     onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)
-// m128n128w12t_ovd (D = 128 candidate, launcher loads 16 / 17): the ov entries with kWsLeanDesc.
+// D = 128 candidates: m128n128w12t_ovd (launcher loads 16 / 17) and _oved (18 / 19), the ov and
+// ove entries with kWsLeanDesc.
 #define OF_FA_WSTOD_KERNELS_D(DTN, T, D)                                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovd_full, T, D, false,            \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)                             \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovd_causal, T, D, true,           \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)                             \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_oved_full, T, D, false,           \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc) \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_oved_causal, T, D, true,          \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside ovd, not planned), D = 128:
 // the ovd body (r24, pinned softmax, stepped descriptors) on a persistent grid of min(tiles, SMs) CTAs, which
 // overlaps a tile's output store and the next tile's Q load and first K/V tiles (the per-CTA
@@ -2014,7 +2019,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_pe, 5 _ld, 6 _lp (D = 64); 7 m128n128w12t_ovd (D = 128).
+// 4 m128n128w12t_pe, 5 _ld, 6 _lp (D = 64); 7 m128n128w12t_ovd, 8 _oved (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2043,6 +2048,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 2: OF_PICK_TK2(128, m128n128w12t_ov)
       case 3: OF_PICK_TK2(128, m128n128w12t_ove)
       case 7: OF_PICK_TK2(128, m128n128w12t_ovd)
+      case 8: OF_PICK_TK2(128, m128n128w12t_oved)
       default: return nullptr;
     }
   }
@@ -2249,8 +2255,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 8 / 9 = the same with the m128n128w12t_ove entries (ov with the output staged in shared memory
 // and written as 16-byte rows; 9 is planned at D = 128 for bf16); the same pairs (by name / with
 // the fallback) for the candidates: 10 / 11 m128n128w12t_pe, 12 / 13 _ld, 14 / 15 _lp (D = 64: part
-// of the exponentials on the FMA pipe, descriptors stepped by adds, both), 16 / 17 _ovd (D = 128:
-// ov with the stepped descriptors).
+// of the exponentials on the FMA pipe, descriptors stepped by adds, both), 16 / 17 _ovd and 18 / 19
+// _oved (D = 128: ov / ove with the stepped descriptors).
 // Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2265,7 +2271,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 17);
+  OF_REQUIRE(loads >= 0 && loads <= 19);
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2278,7 +2284,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: pe; 12 / 13: ld; 14 / 15: lp; 16 / 17: ovd
+    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: pe; 12 / 13: ld; 14 / 15: lp; 16 / 17: ovd; 18 / 19: oved
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);

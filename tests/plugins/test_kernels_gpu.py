@@ -517,13 +517,14 @@ def test_fused_attention_tma_ove_matches_reference(lib, case, dtype):
 
 # Run-17 candidates (launch_plan.fa_experimental_variants): at D = 64 m128n128w12t_pe (1 in 4 of the
 # softmax's exponentials by a polynomial on the FMA pipe), _ld (wgmma descriptors stepped by adds),
-# _lp (both), on the D = 64 TMA cases; at D = 128 m128n128w12t_ovd (ov with the stepped descriptors)
-# on the ov cases.
+# _lp (both), on the D = 64 TMA cases; at D = 128 m128n128w12t_ovd / _oved (ov / ove with the
+# stepped descriptors) on the ov cases.
 FA_D64_CANDIDATES = [(128, 128, 12, "tma", t) for t in ("pe", "ld", "lp")]
 FA_OVD = (128, 128, 12, "tma", "ovd")
+FA_OVED = (128, 128, 12, "tma", "oved")
 FA_CAND_CASES = [c[:7] + (v,) for v in FA_D64_CANDIDATES for c in FA_TMA_CASES if c[4] == 64] + [
     (8, 512, 4, 2, 64, True, [512, 511, 300, 129, 128, 1, 0, 257], v) for v in FA_D64_CANDIDATES] + [
-    c[:7] + (FA_OVD,) for c in FA_OV_CASES]
+    c[:7] + (v,) for v in (FA_OVD, FA_OVED) for c in FA_OV_CASES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -565,13 +566,13 @@ def test_fused_attention_tma_d64_candidates_error_stays_at_mufu_level(lib, dtype
         assert errs[tag] <= 1.2 * errs["tma"] + 2e-5, errs
 
 
-@pytest.mark.parametrize("code", [11, 13, 15, 17], ids=["pe", "ld", "lp", "ovd"])
+@pytest.mark.parametrize("code", [11, 13, 15, 17, 19], ids=["pe", "ld", "lp", "ovd", "oved"])
 def test_fused_attention_tma_candidates_codes_fall_back(lib, code):
-    """Launcher loads 11 / 13 / 15 / 17 (pe / ld / lp at D = 64, ovd at D = 128, with the cp.async
-    fallback) run where TMA cannot address K/V (broadcast over the batch) and match the reference;
-    the by-name codes 10 / 12 / 14 / 16 refuse there."""
+    """Launcher loads 11 / 13 / 15 / 17 / 19 (pe / ld / lp at D = 64, ovd / oved at D = 128, with the
+    cp.async fallback) run where TMA cannot address K/V (broadcast over the batch) and match the
+    reference; the by-name codes 10 / 12 / 14 / 16 / 18 refuse there."""
     _need_sm90()
-    B, S, Hq, Hkv, D = 2, 300, 4, 2, 128 if code == 17 else 64
+    B, S, Hq, Hkv, D = 2, 300, 4, 2, 128 if code >= 17 else 64
     gen = torch.Generator(device="cuda").manual_seed(code)
     q = _rand((B, S, Hq, D), torch.float16, gen)
     k = _rand((1, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)

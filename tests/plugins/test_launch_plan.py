@@ -775,6 +775,7 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVE] == (8, 9)
     assert codes[lp.FA_WS_TMA_PE] == (10, 11) and codes[lp.FA_WS_TMA_LD] == (12, 13)
     assert codes[lp.FA_WS_TMA_LP] == (14, 15) and codes[lp.FA_WS_TMA_OVD] == (16, 17)
+    assert codes[lp.FA_WS_TMA_OVED] == (18, 19)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 9
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 7
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
@@ -790,7 +791,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 17);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 19);" in fa
     assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -817,7 +818,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVD)
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVD, lp.FA_WS_TMA_OVED)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (
         lp.FA_WS_TMA_PE, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LP)
     for d in (80, 96, 256):
@@ -1130,15 +1131,18 @@ def test_prefill_candidates_exist_plan_by_name_and_are_never_planned():
         assert not re.search(rf"^{macro}\(\w+, [\w ]+, (?!{d}\))", fa, re.M), macro
     flags = {"pe": "onnx_fuse::kWsPolyExp)", "ld": "onnx_fuse::kWsLeanDesc)",
              "lp": "onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)",
-             "ovd": "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)"}
+             "ovd": "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)",
+             "oved": "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)"}
     for tag, flag in flags.items():
-        regs = "" if tag == "ovd" else " 40,"  # ovd: the r24 entry macro (24 producer registers)
+        regs = "" if tag.startswith("ov") else " 40,"  # ovd / oved: the r24 entry macro (24 producer registers)
         for mask, causal in (("full", "false"), ("causal", "true")):
             assert re.search(rf"m128n128w12t_{tag}_{mask}, T, D, {causal},{regs}\s*\\\s*{re.escape(flag)}", fa), (tag, mask)
     for case in ("case 4: OF_PICK_TK2(64, m128n128w12t_pe)", "case 5: OF_PICK_TK2(64, m128n128w12t_ld)",
-                 "case 6: OF_PICK_TK2(64, m128n128w12t_lp)", "case 7: OF_PICK_TK2(128, m128n128w12t_ovd)"):
+                 "case 6: OF_PICK_TK2(64, m128n128w12t_lp)", "case 7: OF_PICK_TK2(128, m128n128w12t_ovd)",
+                 "case 8: OF_PICK_TK2(128, m128n128w12t_oved)"):
         assert case in fa, case
-    for v, d in ((lp.FA_WS_TMA_PE, 64), (lp.FA_WS_TMA_LD, 64), (lp.FA_WS_TMA_LP, 64), (lp.FA_WS_TMA_OVD, 128)):
+    for v, d in ((lp.FA_WS_TMA_PE, 64), (lp.FA_WS_TMA_LD, 64), (lp.FA_WS_TMA_LP, 64), (lp.FA_WS_TMA_OVD, 128),
+                 (lp.FA_WS_TMA_OVED, 128)):
         tag = v[-1]
         for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
             for causal in (False, True):
