@@ -90,3 +90,22 @@ def test_native_attention_23_is_taken_as_the_canonical_op(h, target, op, mask):
         m[1, ..., 0] = np.finfo(np.float32).min
         feeds["mask"] = m
     h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rms_norm_without_epsilon_is_rms_norm_with_zero(h, target):
+    """x * 1/sqrt(mean(x^2)) * g: the exporter dropped an epsilon it took for zero (Helium's 1e-8
+    under dynamo's cleanup); the norm is RMSNormalization with epsilon 0."""
+    n = h.node
+    nodes = [n("Pow", ["x", "two"], ["sq"]), n("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+             n("Sqrt", ["ms"], ["sd"]), n("Reciprocal", ["sd"], ["inv"]), n("Mul", ["x", "inv"], ["nx"]),
+             n("Mul", ["g", "nx"], ["y"])]
+    inits = {"two": np.array(2.0, np.float32), "axes": np.array([-1], np.int64),
+             "g": (1 + 0.1 * h.rng.standard_normal(D)).astype(np.float32)}
+    model = h.make_model(nodes, [h.vi("x", [B, S, D])], [h.vi("y", [B, S, D])], inits, opset=20)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "ReduceMean" not in ops and "Sqrt" not in ops, ops
+    norm = next(x for x in out.graph.node if "Normalization" in x.op_type)
+    assert [a.f for a in norm.attribute if a.name == "epsilon"] == [0.0]
+    h.assert_close(model, out, {"x": h.rng.standard_normal((B, S, D)).astype(np.float32)})
