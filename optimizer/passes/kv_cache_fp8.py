@@ -78,8 +78,10 @@ class KvCacheFp8Pass(FusePass):
         ins = list(node.inputs)
         if len(ins) != 7:
             refuse("already has scale inputs (k_scale, v_scale)")
-        sq = ins[0].shape[1] if ins[0].shape is not None and len(ins[0].shape) == 3 else None
-        if sq != 1:
+        # q, k and v share S (the op's contract): one fixed at 1 fixes all (RoPE's broadcast
+        # against positions of unknown length can leave q's and k's unnamed, v keeps the input's)
+        lens = {v.shape[1] for v in ins[:3] if v is not None and v.shape is not None and len(v.shape) == 3}
+        if 1 not in lens:
             refuse("fp8 pools are decode-only, and this query's length is not fixed at 1 "
                    "(export the decode graph with a sequence length of 1)")
         pools = pool_io(node)

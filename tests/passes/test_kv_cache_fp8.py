@@ -193,3 +193,24 @@ def test_a_cast_between_a_pool_and_the_op_is_refused():
     with pytest.raises(UserError, match=r"k or v pool is not a graph input .*no Cast between"):
         KvCacheFp8Pass()(model)
     assert _types(ir.to_proto(model).graph.input) == before
+
+
+def test_decode_is_read_from_any_of_q_k_v():
+    """q, k and v share S (the op's contract): a query whose length shape inference left unknown
+    (RoPE broadcast against positions of unnamed length) is still decode when v's is 1."""
+    from onnx_fuse.passes.kv_cache_fp8 import KvCacheFp8Pass
+
+    model = onnx_fuse.optimize(_static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
+    nodes = [n for n in model.graph if n.op_type == "PagedAttention"]
+    for n in nodes:
+        for v in n.inputs[:2]:
+            v.shape = ir.Shape([v.shape[0], ir.SymbolicDim("unk__r9_0"), v.shape[2]])
+        assert nodes[0].inputs[2].shape[1] == 1
+    KvCacheFp8Pass()(model)
+    assert {n.inputs[3].type.dtype for n in nodes} == {ir.DataType.FLOAT8E4M3FN}
+    fresh = onnx_fuse.optimize(_static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
+    for n in (n for n in fresh.graph if n.op_type == "PagedAttention"):
+        for v in n.inputs[:3]:
+            v.shape = ir.Shape([v.shape[0], ir.SymbolicDim("unk__r9_0"), v.shape[2]])
+    with pytest.raises(UserError, match="decode-only"):   # nothing says S = 1: refused
+        KvCacheFp8Pass()(fresh)
