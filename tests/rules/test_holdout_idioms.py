@@ -109,3 +109,43 @@ def test_rms_norm_without_epsilon_is_rms_norm_with_zero(h, target):
     norm = next(x for x in out.graph.node if "Normalization" in x.op_type)
     assert [a.f for a in norm.attribute if a.name == "epsilon"] == [0.0]
     h.assert_close(model, out, {"x": h.rng.standard_normal((B, S, D)).astype(np.float32)})
+
+
+def _clamped_bmm_block(h, round_trip, clamp=np.finfo(np.float32).min):
+    """XGLM / BART-style eager attention on [B*H,S,D] views: bmm, view4 + mask, max(., finfo.min),
+    view3, softmax (optionally viewed [B,H,S,T] and back), bmm with v, view4."""
+    n = h.node
+    nodes = [n("Reshape", ["q", "v3s"], ["q3"]), n("Reshape", ["k", "v3s"], ["k3"]),
+             n("Reshape", ["v", "v3s"], ["v3"]), n("Transpose", ["k3"], ["kt"], perm=[0, 2, 1]),
+             n("MatMul", ["q3", "kt"], ["sc"]), n("Reshape", ["sc", "s4s"], ["s4"]),
+             n("Add", ["s4", "mask"], ["sm"]), n("Max", ["sm", "floor"], ["mx"]),
+             n("Reshape", ["mx", "s3s"], ["s3"]), n("Softmax", ["s3"], ["p"], axis=-1)]
+    probs = "p"
+    if round_trip:
+        nodes += [n("Reshape", ["p", "s4s"], ["pa"]), n("Reshape", ["pa", "s3s"], ["pb"])]
+        probs = "pb"
+    nodes += [n("MatMul", [probs, "v3"], ["o3"]), n("Reshape", ["o3", "o4s"], ["o"])]
+    inits = {"v3s": np.array([B * H, S, D], np.int64), "s4s": np.array([B, H, S, S], np.int64),
+             "s3s": np.array([B * H, S, S], np.int64), "o4s": np.array([B, H, S, D], np.int64),
+             "floor": np.array(clamp, np.float32)}
+    inputs = [h.vi("q", [B, H, S, D]), h.vi("k", [B, H, S, D]), h.vi("v", [B, H, S, D]),
+              h.vi("mask", [B, 1, S, S])]
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("round_trip", [True, False])
+def test_clamped_batched_heads_softmax_fuses(h, target, round_trip):
+    """max(scores + mask, finfo.min) before a 3-D softmax: the clamp moves onto the mask, fused."""
+    model = _clamped_bmm_block(h, round_trip)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    feeds = _feeds(h)
+    feeds["mask"] += np.triu(np.full((S, S), -np.inf, np.float32), 1)  # -inf: the clamp matters
+    h.assert_close(model, out, feeds)
+
+
+def test_clamp_above_the_lowest_float_is_refused(h):
+    model = _clamped_bmm_block(h, True, clamp=-100.0)
+    assert "Softmax" in h.ops(h.fuse(model, "ort"))
