@@ -92,8 +92,10 @@ def test_corpus_breadth_and_size():
     archs = {e["arch"] for e in files}
     assert len(archs) >= 24, sorted(archs)
     styles = {a: {e["style"] for e in files if e["arch"] == a} for a in archs}
-    # an exporter that fails on an architecture is recorded, not hidden (T5 fails under dynamo)
-    assert all(len(s) >= 2 for s in styles.values()), styles
+    # an exporter that fails on an architecture is recorded, not hidden (T5 fails under dynamo);
+    # the hold-out samples (tools/holdout_specs.py) are single files by design
+    holdout = set(_exporter().HOLDOUT)
+    assert all(len(s) >= 2 for a, s in styles.items() if a not in holdout), styles
     assert sum(len(s) >= 4 for s in styles.values()) >= 24, styles
     total = sum(e["bytes"] for e in files)
     assert total <= 40 * 2**20, f"corpus is {total / 2**20:.1f} MiB (cap 40 MiB)"
