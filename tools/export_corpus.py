@@ -32,6 +32,10 @@ Runtime (CPU) on inputs built from the manifest, and compared with torch for our
 --head-dim 64 exports the same architectures at head size 64 (corpus_specs.head_dim_64: hidden 128,
 2 query heads), file names `<arch>_hd64__<style>__<weights>.onnx`, into --out (the trt O4 paged-KV
 coverage matrix of docs/paged_kv.md; not part of the corpus).
+
+--holdout plans the hold-out set of tools/holdout_specs.py instead (architectures and export styles
+the rules were not tuned on: noopt = dynamo optimize=False, latest_opset / kv_latest_opset = opset
+23), usually into --out /tmp/holdout; a few of its files are in the corpus (one style each).
 """
 
 from __future__ import annotations
