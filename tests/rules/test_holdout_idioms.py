@@ -174,3 +174,18 @@ def test_rope_with_tables_concatenated_after_cos_sin_fuses(h, target):
     ang = r.standard_normal((B, S, half)).astype(np.float32)
     h.assert_close(model, out, {"x": r.standard_normal((B, H, S, D)).astype(np.float32),
                                 "c": np.cos(ang), "s": np.sin(ang)})
+
+
+@pytest.mark.parametrize("target,op", [("ort", "com.microsoft::FastGelu"), ("onnx", "Gelu"), ("trt", "Gelu")])
+def test_bloom_factored_tanh_gelu_fuses(h, target, op):
+    """x * 0.5 * (1 + tanh(0.79788456 * x * (1 + 0.044715 * x * x))) (BLOOM's gelu): tanh GELU."""
+    n = h.node
+    nodes = [n("Mul", ["x", "k"], ["xk"]), n("Mul", ["x", "coef"], ["xc"]), n("Mul", ["xc", "x"], ["q"]),
+             n("Add", ["q", "one"], ["a"]), n("Mul", ["xk", "a"], ["s"]), n("Tanh", ["s"], ["t"]),
+             n("Add", ["t", "one"], ["a1"]), n("Mul", ["x", "half"], ["hx"]), n("Mul", ["hx", "a1"], ["y"])]
+    inits = {"k": np.array(0.79788456, np.float32), "coef": np.array(0.044715, np.float32),
+             "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+    model = h.make_model(nodes, [h.vi("x", [B, S, D])], [h.vi("y", [B, S, D])], inits)
+    out = h.fuse(model, target)
+    assert h.ops(out)[op] == 1 and "Tanh" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, {"x": 3 * h.rng.standard_normal((B, S, D)).astype(np.float32)})
