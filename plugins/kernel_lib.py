@@ -52,8 +52,6 @@ ARGTYPES = {
     "onnx_fuse_paged_attention_fp8_tma_heads_map_ok": [_p, _i, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_fp8_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
     + [_i] * 9 + [_f, _i, _i, _p],
-    "onnx_fuse_paged_attention_decode_fp8_cluster_intdq": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
-    + [_i] * 9 + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_cluster_smem_bytes": [_i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _p],
     "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
@@ -143,7 +141,7 @@ class KernelLib:
                         softcap=0.0, variant=None, loads=None, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24 /
-        FA_WS_TMA_OV; see onnx_fuse_fused_attention_fwd). The experimental variants
+        FA_WS_TMA_OV / FA_WS_TMA_LD / FA_WS_TMA_OVED; see onnx_fuse_fused_attention_fwd). The experimental variants
         (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4.
         softcap > 0: logits cap * tanh(scale * q k^T / cap) (Gemma 2), the variant's ``_sc`` twin
         (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex."""
@@ -244,14 +242,11 @@ class KernelLib:
 
     def paged_decode_fp8(self, q, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, *,
                          scale=None, num_splits=None, max_seq_len=None, workspace=None, plan=None,
-                         variant=None, stream=None, int_dequant=False):
+                         variant=None, stream=None):
         """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
         float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
         variant (warps, stages), (warps, stages, "tma"), (warps, stages, "heads") (head groups) or
         (warps, stages, "cluster") (head groups, splits combined in a thread-block cluster).
-        int_dequant=True (cluster plans w4s4 at D = 128 only; an A/B candidate, not planned): the kernel
-        that turns e4m3 into fp16 with integer ops instead of the conversion instruction
-        (onnx_fuse_paged_attention_decode_fp8_cluster_intdq).
         Returns the plan used; allocates the split-K workspace when none is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
         check_pool_alignment(k_pool, v_pool)
@@ -268,17 +263,13 @@ class KernelLib:
 
             workspace = torch.empty(plan.workspace_bytes // 4, dtype=torch.float32, device=q.device)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        if int_dequant and not plan.cluster:
-            raise ValueError("int_dequant applies to cluster-reduce plans only")
         if plan.cluster:  # splits combined inside a thread-block cluster: no workspace, no reduce kernel
-            name = ("onnx_fuse_paged_attention_decode_fp8_cluster_intdq" if int_dequant
-                    else "onnx_fuse_paged_attention_decode_fp8_cluster")
-            rc = getattr(self._lib, name)(
+            rc = self._lib.onnx_fuse_paged_attention_decode_fp8_cluster(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
                 _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB,
                 k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
                 self._stream(stream))
-            self._check(rc, name)
+            self._check(rc, "onnx_fuse_paged_attention_decode_fp8_cluster")
             return plan
         if plan.tma:  # tensor maps over the whole pools: their block count is part of the launch
             name = ("onnx_fuse_paged_attention_decode_fp8_tma_heads" if plan.bulk == 3

@@ -167,9 +167,9 @@ PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 PA_TMA_HEAD_DIMS = (64, 128, 256)
 PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2))
 # D = 64 adds 8 warps x 3 / 4 stages (OF_PA_TMA_VARIANTS_D64): more K/V in flight per CTA for the MQA
-# grid of one CTA per SM (w8s3t planned for MQA from run 14: _default_decode_variant), and 16 warps x
-# 2 / 3 stages (tiles of 256 tokens; MQA candidates, run 17)
-PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2), (16, 2, 2), (16, 3, 2))
+# grid of one CTA per SM (w8s3t planned for bf16 MQA from run 14: _default_decode_variant), and 16 warps x
+# 2 stages (tiles of 256 tokens; planned for fp16 MQA from run 17)
+PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2), (16, 2, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
 # onnx_fuse_paged_attention_decode_tma_heads): one CTA per group of `warps` kv heads, tiles of 16
@@ -680,7 +680,7 @@ def plan_paged_decode(
     planned = variant is None
     if planned:
         max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
-        variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
+        variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device, dt)
     variant = tuple(variant)
     compiled = (pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
                 + pa_cluster_variants(head_dim))
@@ -730,7 +730,8 @@ def plan_paged_decode(
     return plan
 
 
-def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device) -> tuple[int, int, int]:
+def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device,
+                            dt: str = "f16") -> tuple[int, int, int]:
     """The decode variant measured fastest on the H200 (docs/PERF.md, run 6, block 16-64):
 
     - D = 128: one CTA per 8 kv heads, w8s2h (3.99 TB/s at B64 H32/8 against 3.95 for w4s3t and
@@ -738,8 +739,9 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
       two >= 16; else w4s3t (tensor copies per block and kv head, 1-4 % ahead of bulk).
     - D = 64: MQA-like grids (batch * Hkv <= SMs) w8s3t (run 14, B128 H16/1 split 1: 2687-2689 GB/s
       fp16, 2697-2704 bf16, against 2650-2658 / 2628-2655 for w8s2t, 2626-2658 for w8s4t; SDPA
-      2722-2738; run 6: w8s2t 2.65-2.69 against 2.55 for the cp.async w4s3); GQA keeps cp.async w4s3
-      (3.83, TMA w4s2t 3.80).
+      2722-2738; run 6: w8s2t 2.65-2.69 against 2.55 for the cp.async w4s3); in fp16 w16s2t (run 17:
+      2694-2697 against 2636-2645 for w8s3t and 2619-2655 for w16s3t; in bf16 it read 2650-2655
+      against w8s3t's 2680, so bf16 keeps w8s3t); GQA keeps cp.async w4s3 (3.83, TMA w4s2t 3.80).
     - D = 256: w4s2t (4.10, bulk 3.77, two runs). D = 80 / 96: bulk w4s2b (two stages, four CTAs
       per SM; TMA boxes into padded rows measured 8-10 % behind).
     The 8-warp ones need a grid that fills one CTA per SM to 90 % within ``max_splits`` splits
@@ -756,7 +758,8 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
                  and fills(batch * num_kv_heads // 8))
         return (8, 2, 3) if heads else (4, 3, 2)
     if head_dim == 64:
-        return (8, 3, 2) if batch * num_kv_heads <= device.num_sms and fills(batch * num_kv_heads) else PA_DEFAULT
+        mqa = (16, 2, 2) if dt == "f16" else (8, 3, 2)
+        return mqa if batch * num_kv_heads <= device.num_sms and fills(batch * num_kv_heads) else PA_DEFAULT
     if head_dim == 256:
         return (4, 2, 2)
     return (4, 2, 1)

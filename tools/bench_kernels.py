@@ -415,12 +415,6 @@ def main() -> int:
                         cand_bytes[label] = kv_bytes // 2
                         if is_auto:
                             planned8 = label
-                        if var == (4, 4, "cluster") and D == 128 and sp in (2, auto8.num_splits):
-                            # A/B: the same kernel with the integer e4m3 -> fp16 dequant (w4s4hci, candidate)
-                            nl = f"ours fp8 pool w4s4 tma heads cluster split={plan.num_splits}, integer dequant"
-                            cands[nl] = (lambda plan=plan: lib.paged_decode_fp8(
-                                q, k8, v8, ks, vs, tables, seq, out, plan=plan, workspace=ws, int_dequant=True), "fp8")
-                            cand_bytes[nl] = kv_bytes // 2
                 except Exception as e:
                     print(f"fp8 pool setup failed: {type(e).__name__}: {e}", flush=True)
                     fp8 = False

@@ -84,20 +84,3 @@ def test_paged_decode_refuses_an_fp8_plan():
     for plan in plans:
         with pytest.raises(ValueError, match="fp8"):
             _no_library().paged_decode(q, pool, pool, tables, lens, torch.empty_like(q), plan=plan)
-
-
-def test_int_dequant_refuses_plans_without_a_cluster():
-    """int_dequant (the fp8 w4s4hci candidate, cluster-reduce plans only) refuses, before any launch, a
-    plan whose launcher does not take it."""
-    from onnx_fuse.plugins import launch_plan as lp
-
-    q8 = torch.zeros((2, 16, 128), dtype=torch.float16)
-    tables = torch.zeros((2, 2), dtype=torch.int32)
-    lens = torch.tensor([20, 5], dtype=torch.int32)
-    pool8 = torch.zeros((4, 16, 4, 128), dtype=torch.uint8)
-    sc = torch.ones(4, dtype=torch.float32)
-    for var in ((4, 3), (4, 4, "heads")):
-        plan = lp.plan_paged_decode(2, 16, 4, 128, 16, 2, kv_dtype="fp8", variant=var)
-        with pytest.raises(ValueError, match="int_dequant"):
-            _no_library().paged_decode_fp8(q8, pool8, pool8, sc, sc, tables, lens, torch.empty_like(q8), plan=plan,
-                                           int_dequant=True)

@@ -420,13 +420,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
     k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
-    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVE):  # by name: no fallback
+    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVE, FA_OVED):  # by name: no fallback
         with pytest.raises(KernelError):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    for code in (2, 5, 7, 9):  # planned TMA: w12t, r24, ov, ove
+    for code in (2, 5, 7, 9, 19):  # planned TMA: w12t, r24, ov, ove, oved
         out.fill_(float("nan"))
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
@@ -439,14 +439,14 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
 def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
-    """At D = 128 on the H200 the planner names m128n128w12t_ov for fp16 (launcher loads 7) and
-    m128n128w12t_ove for bf16 (loads 9): it runs on TMA, or on the cp.async producer where TMA
-    cannot address K/V (broadcast over the batch)."""
+    """At D = 128 on the H200 the planner names m128n128w12t_oved (launcher loads 19; ov / ove
+    until run 17): it runs on TMA, or on the cp.async producer where TMA cannot address K/V
+    (broadcast over the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    want = lp.FA_WS_TMA_OV if dtype == torch.float16 else lp.FA_WS_TMA_OVE
+    want = lp.FA_WS_TMA_OVED
     assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == want
     gen = torch.Generator(device="cuda").manual_seed(21)
     q = _rand((B, S, Hq, D), dtype, gen)
@@ -515,21 +515,19 @@ def test_fused_attention_tma_ove_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Run-17 candidates (launch_plan.fa_experimental_variants): at D = 64 m128n128w12t_pe (1 in 4 of the
-# softmax's exponentials by a polynomial on the FMA pipe), _ld (wgmma descriptors stepped by adds),
-# _lp (both), on the D = 64 TMA cases; at D = 128 m128n128w12t_ovd / _oved (ov / ove with the
-# stepped descriptors) on the ov cases.
-FA_D64_CANDIDATES = [(128, 128, 12, "tma", t) for t in ("pe", "ld", "lp")]
-FA_OVD = (128, 128, 12, "tma", "ovd")
+# The wgmma descriptors stepped by adds (fa_ws_core's kWsLeanDesc, run 17): planned m128n128w12t_ld at
+# D = 64 with the candidates _ldr (24 / 240 registers) and _lde (staged output), on the D = 64 TMA
+# cases plus a ragged batch; planned m128n128w12t_oved at D = 128 (ove with them) on the ov cases.
+FA_D64_LD = [(128, 128, 12, "tma", t) for t in ("ld", "ldr", "lde")]
 FA_OVED = (128, 128, 12, "tma", "oved")
-FA_CAND_CASES = [c[:7] + (v,) for v in FA_D64_CANDIDATES for c in FA_TMA_CASES if c[4] == 64] + [
-    (8, 512, 4, 2, 64, True, [512, 511, 300, 129, 128, 1, 0, 257], v) for v in FA_D64_CANDIDATES] + [
-    c[:7] + (v,) for v in (FA_OVD, FA_OVED) for c in FA_OV_CASES]
+FA_CAND_CASES = [c[:7] + (v,) for v in FA_D64_LD for c in FA_TMA_CASES if c[4] == 64] + [
+    (8, 512, 4, 2, 64, True, [512, 511, 300, 129, 128, 1, 0, 257], v) for v in FA_D64_LD] + [
+    c[:7] + (FA_OVED,) for c in FA_OV_CASES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("case", FA_CAND_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
-def test_fused_attention_tma_candidates_match_reference(lib, case, dtype):
+def test_fused_attention_tma_stepped_descriptors_match_reference(lib, case, dtype):
     _need_sm90()
     _check_fused_case(lib, case, dtype)
 
@@ -537,12 +535,11 @@ def test_fused_attention_tma_candidates_match_reference(lib, case, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("sharp", [1.0, 24.0], ids=["plain", "sharp"])
-def test_fused_attention_tma_d64_candidates_error_stays_at_mufu_level(lib, dtype, causal, sharp):
-    """On the same inputs the D = 64 candidates keep the error against the float64 reference at the
-    level of the all-MUFU m128n128w12t: _ld computes the same values, _pe / _lp's polynomial has a
-    7.5e-05 relative error, below fp16's rounding of P; "sharp" scales the scores (standard deviation about 35 in the exp2 domain)
-    so many exponentials fall below 2^-125 (the polynomial's clamp) and the running max moves by
-    large steps."""
+def test_fused_attention_tma_d64_stepped_descriptors_error_as_w12t(lib, dtype, causal, sharp):
+    """On the same inputs _ld / _ldr / _lde compute the same values as m128n128w12t (only the wgmma
+    descriptors' computation, the register split or the output path differ), so their error
+    against the float64 reference is the same; "sharp" scales the scores (standard deviation about
+    35 in the exp2 domain: the running max moves by large steps)."""
     _need_sm90()
     B, S, Hq, Hkv, D, lens = 2, 1000, 8, 2, 64, [1000, 700]
     gen = torch.Generator(device="cuda").manual_seed(41 + int(causal) + int(sharp))
@@ -554,23 +551,23 @@ def test_fused_attention_tma_d64_candidates_error_stays_at_mufu_level(lib, dtype
     expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=causal, scale=scale,
                                  out_dtype=np.float64)
     errs = {}
-    for variant in [FA_TMA] + FA_D64_CANDIDATES:
+    for variant in [FA_TMA] + FA_D64_LD:
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant)
         torch.cuda.synchronize()
         errs[variant[-1]] = _rel_err(out, expect)
         assert torch.count_nonzero(out[1, 700:]).item() == 0, variant
     assert errs["tma"] < TOL[dtype], errs
-    assert abs(errs["ld"] - errs["tma"]) <= 1e-3 * errs["tma"], errs  # the same arithmetic (descriptors only)
-    for tag in ("pe", "lp"):
-        assert errs[tag] <= 1.2 * errs["tma"] + 2e-5, errs
+    for tag in ("ld", "ldr", "lde"):
+        assert abs(errs[tag] - errs["tma"]) <= 1e-3 * errs["tma"], errs
 
 
-@pytest.mark.parametrize("code", [11, 13, 15, 17, 19], ids=["pe", "ld", "lp", "ovd", "oved"])
-def test_fused_attention_tma_candidates_codes_fall_back(lib, code):
-    """Launcher loads 11 / 13 / 15 / 17 / 19 (pe / ld / lp at D = 64, ovd / oved at D = 128, with the
-    cp.async fallback) run where TMA cannot address K/V (broadcast over the batch) and match the
-    reference; the by-name codes 10 / 12 / 14 / 16 / 18 refuse there."""
+@pytest.mark.parametrize("code", [11, 13, 15, 19], ids=["ldr", "ld", "lde", "oved"])
+def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
+    """Launcher loads 11 / 13 / 15 / 19 (ldr / ld / lde at D = 64, oved at D = 128, with the
+    cp.async fallback; 13 and 19 are the planned ones) run where TMA cannot address K/V (broadcast
+    over the batch) and match the reference; the by-name codes 10 / 12 / 14 / 18 refuse there, and
+    16 / 17 (the dropped ovd) everywhere."""
     _need_sm90()
     B, S, Hq, Hkv, D = 2, 300, 4, 2, 128 if code >= 17 else 64
     gen = torch.Generator(device="cuda").manual_seed(code)
@@ -592,6 +589,12 @@ def test_fused_attention_tma_candidates_codes_fall_back(lib, code):
     torch.cuda.synchronize()
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
     assert _rel_err(out, expect) < TOL[torch.float16]
+    for dropped in (16, 17):
+        rc = lib._lib.onnx_fuse_fused_attention_fwd(
+            0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
+            1.0 / D**0.5, 1, 128, 128, 12, dropped, stream)
+        assert rc != 0, dropped
+    torch.cuda.synchronize()
 
 
 # ------------------------------------------------------------------ paged attention (decode)
@@ -665,9 +668,9 @@ def test_paged_decode_variants(lib, variant, splits, D):
 
 
 # The H200 default plans (launch_plan.plan_paged_decode) on shapes that reach them: head groups with
-# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w8s3t for MQA at D 64, w4s2t at D 256;
-# ragged lengths and an empty sequence.
-@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w8s3t"),
+# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w16s2t (fp16) / w8s3t (bf16) for MQA
+# at D 64, w4s2t at D 256; ragged lengths and an empty sequence.
+@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w16s2t"),
                                   (64, 16, 8, 256, 16, "w4s2t")], ids=lambda c: c[-1])
 def test_paged_decode_default_plans(lib, case):
     B, Hq, Hkv, D, bs, suffix = case
@@ -722,8 +725,7 @@ def test_paged_decode_tma_matches_reference(lib, case, dtype):
     _tma_check(lib, B, Hq, Hkv, D, bs, lens, splits, (4, 3, 2), dtype, case)
 
 
-@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2), (8, 4, 2), (16, 2, 2),
-                                     (16, 3, 2)],
+@pytest.mark.parametrize("variant", [(4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2), (8, 3, 2), (8, 4, 2), (16, 2, 2)],
                          ids=lambda v: f"w{v[0]}s{v[1]}t")
 @pytest.mark.parametrize("splits", [1, None, 5])
 @pytest.mark.parametrize("D", [64, 128, 256])
@@ -731,12 +733,11 @@ def test_paged_decode_tma_variants(lib, variant, splits, D):
     _tma_check(lib, 3, 24, 4, D, 16, [1500, 47, 0], splits, variant, torch.float16, (variant, splits, D))
 
 
-# MQA (one kv head, 16 query heads in the mma tile) with the 8- and 16-warp TMA variants (w8s3t planned;
-# w8s2t, w8s4t and the 256-token tiles of w16s2t / w16s3t, D = 64 only, candidates): ragged lengths
+# MQA (one kv head, 16 query heads in the mma tile) with the 8- and 16-warp TMA variants (the 256-token
+# tiles of w16s2t planned for fp16, w8s3t for bf16; w8s2t, w8s4t candidates; D = 64 only): ragged lengths
 # ending mid-tile, an empty sequence, 1 to 3 splits.
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("variant", [(8, 2, 2), (8, 3, 2), (8, 4, 2), (16, 2, 2), (16, 3, 2)],
-                         ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("variant", [(8, 2, 2), (8, 3, 2), (8, 4, 2), (16, 2, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
 @pytest.mark.parametrize("splits", [1, 3])
 def test_paged_decode_tma_mqa_variants(lib, variant, splits, dtype):
     _tma_check(lib, 5, 16, 1, 64, 16, [1500, 0, 129, 640, 77], splits, variant, dtype, ("mqa", variant, splits))
@@ -745,7 +746,7 @@ def test_paged_decode_tma_mqa_variants(lib, variant, splits, dtype):
 # 16 warps: a 256-token tile is 32 boxes of 8-row blocks (every lane of warp 0 issues) or part of one
 # 256-row block (one box of 64 rows per lane); splits starting mid-block.
 @pytest.mark.parametrize("bs", [8, 256])
-@pytest.mark.parametrize("variant", [(16, 2, 2), (16, 3, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
+@pytest.mark.parametrize("variant", [(16, 2, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")
 def test_paged_decode_tma_w16_block_sizes(lib, variant, bs):
     _tma_check(lib, 3, 16, 1, 64, bs, [1500, 200, 9], 5, variant, torch.float16, ("w16", bs, variant))
 
@@ -1378,37 +1379,6 @@ def test_paged_decode_fp8_cluster_matches_reference(lib, case, dtype):
 def test_paged_decode_fp8_cluster_variants(lib, variant, splits, D, bs):
     _fp8_heads_check(lib, 3, 24, 8, D, bs, [1500, 47, 0], splits, variant, torch.float16,
                      ("cluster", variant, splits, D, bs))
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", [(3, 32, 8, 128, 16, [4096, 40, 0], 2), (4, 32, 8, 128, 16, [1000, 1, 64, 777], 7),
-                                  (3, 8, 8, 128, 16, [1, 16, 33], 1), (2, 64, 4, 128, 32, [3000, 90], 8)],
-                         ids=lambda c: "B{}H{}/{}D{}bs{}sp{}".format(*c[:5], c[6]))
-def test_paged_decode_fp8_cluster_int_dequant(lib, case, dtype):
-    """w4s4hc with e4m3 turned into fp16 by integer ops (the "hci" A/B candidate; fp16 bits 2^-8 times
-    the value, the 2^8 folded into the scales; the K columns reduced in another order): the reference's
-    output (G = 1, 4, 16, ragged, an empty sequence, 1 to 8 splits) and the cvt kernel's up to rounding;
-    refused for other variants, head sizes and non-cluster plans."""
-    from onnx_fuse.plugins.kernel_lib import KernelError
-
-    B, Hq, Hkv, D, bs, lens, splits = case
-    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8-idq", case, dtype)).encode()))
-    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
-    q = _rand((B, Hq, D), dtype, gen)
-    out, base = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
-    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=(4, 4, "cluster"),
-                                int_dequant=True)
-    lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, base, plan=plan)
-    torch.cuda.synchronize()
-    assert plan.cluster and plan.kernel.endswith("d128_w4s4hc") and 1 <= plan.num_splits <= splits
-    _check_fp8_out(out, q, k16, v16, k8, v8, ks, vs, tables, lens, dtype)
-    assert _rel_err(out, base.double().cpu().numpy()) < TOL8[dtype]
-    with pytest.raises(KernelError):  # only w4s4 at D = 128 is compiled with the integer dequant
-        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=(4, 3, "cluster"),
-                             int_dequant=True)
-    with pytest.raises(ValueError):  # not a cluster plan
-        lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=(4, 4, "heads"),
-                             int_dequant=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
