@@ -73,51 +73,57 @@ FA_WS_TMA = (128, 128, 12, "tma")
 # FA_WS_TMA with the register split moved to 24 producer / 240 consumer registers
 # (FlashAttention-3's; entries ..._m128n128w12t_r24_...): 1-2 % ahead of the 40 / 232 split at
 # D = 128 on 11 of 12 passes in each of two H200 runs, at D = 64 behind; planned at D = 128 with a
-# softcap (its _sc twin), else FA_WS_TMA_OV.
+# softcap (its _sc twin), else FA_WS_TMA_OVED.
 FA_WS_TMA_R24 = (128, 128, 12, "tma", "r24")
 # FA_WS_TMA_R24 with the softmax of tile j+1 pinned between wgmma wait_group 1 and 0 (entries
 # ..._m128n128w12t_ov_..., D = 128; launcher loads 6 by name, 7 planned): ptxas hoisted wait_group 0
 # above every exp2 of the r24 loop (13 % of the ncu stall samples), so the softmax waited for the
-# warpgroup's own P V. Planned at D = 128 (no softcap): on the H200 (run 11, B4 S4096 D128) fp16
+# warpgroup's own P V. Planned at D = 128 for fp16 until run 17 (now FA_WS_TMA_OVED): on the H200 (run 11, B4 S4096 D128) fp16
 # 557 / 500 / 556 TFLOP/s full / causal / GQA against r24's 542 / 496 / 553, bf16 581 / 513 / 584
 # against 557 / 505 / 565. Its lazy-O-rescale twin and the persistent grid with both measured
 # behind it and were dropped.
 FA_WS_TMA_OV = (128, 128, 12, "tma", "ov")
 # FA_WS_TMA_OV with the output staged in shared memory (each consumer's half of the Q tile) and
 # written as 16-byte rows (entries ..._m128n128w12t_ove_..., D = 128; launcher loads 8 by name, 9
-# planned). Planned at D = 128 for bf16 (no softcap): on the H200 (run 14, B4 S4096 D128) bf16
+# planned). Planned at D = 128 for bf16 until run 17 (now FA_WS_TMA_OVED): on the H200 (run 14, B4 S4096 D128) bf16
 # 587 / 519 / 594-610 TFLOP/s full / causal / GQA against ov's 580 / 516-520 / 580 (cuDNN 585 / 515 /
 # 578-591); fp16 557-564 / 498-503 / 569-570 against ov's 568 / 497 / 569-574, so fp16 keeps ov.
 # Measured behind and dropped in run 14: the O rescale moved under the next S GEMM (fp16 535 against
 # 568), the pinned softmax at D = 64 (fp16 B8 S2048 377-385 against 397-400 unpinned; with r24
 # 381-383) and on the paged-prefill kernels (block 16: 470-486 against 494-498).
 FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
-# Candidates (experimental, below; launcher loads by name / with the cp.async fallback). D = 64,
-# on FA_WS_TMA: pe (10 / 11) computes 1 in 4 of the softmax's exponentials on the FMA pipe by a
-# polynomial instead of MUFU.EX2 (at D = 64 MUFU, the tensor cores and the consumer warps' issue
-# slots are each busy about 1000 cycles per tile); ld (12 / 13) builds each operand's wgmma
-# descriptor once per tile and steps it by adds (the consumer loop's instructions 493 -> 437 per
-# tile in the sm_90a SASS); lp (14 / 15) both. D = 128: ovd (16 / 17) and oved (18 / 19),
-# FA_WS_TMA_OV / _OVE with the stepped descriptors (588 -> 481).
-FA_WS_TMA_PE = (128, 128, 12, "tma", "pe")
+# The same bodies with the wgmma descriptors built once per operand and tile and stepped by adds
+# (fa_ws_core's kWsLeanDesc: the consumer loop's SASS instructions per tile and warp 493 -> 437 at
+# D = 64, 588 -> 481 at D = 128): FA_WS_TMA_LD (entries ..._m128n128w12t_ld_..., launcher loads 12 by
+# name, 13 planned), planned at D = 64 on Hopper (no softcap), and FA_WS_TMA_OVED (FA_WS_TMA_OVE with
+# them, ..._w12t_oved_..., loads 18 / 19), planned at D = 128 on Hopper for fp16 and bf16 (no
+# softcap). On the H200 (run 17, B4 S4096 D128) oved fp16 580-588 / 503-504 / 582-588 TFLOP/s full
+# / causal / GQA against ov's 546-563 / 472-498 / 558-563 (cuDNN 549 / 480-497 / 555-567), bf16
+# 593-606 / 521-526 / 595-606 against ove's 576-593 / 516-518 / 583-588 (cuDNN 563-579 / 511 / 585);
+# D = 64 ld fp16 397-398 (B8 S2048) and 416 (B4 S4096) against w12t's 385-388 / 407, bf16 402 / 420
+# against 399-402 / 414-417. Dropped there: 1 in 4 exponentials by an FMA polynomial (6-8 % slower
+# at D = 64, with or without the stepped descriptors) and ov with the descriptors alone (at par).
 FA_WS_TMA_LD = (128, 128, 12, "tma", "ld")
-FA_WS_TMA_LP = (128, 128, 12, "tma", "lp")
-FA_WS_TMA_OVD = (128, 128, 12, "tma", "ovd")
 FA_WS_TMA_OVED = (128, 128, 12, "tma", "oved")
-FA_OPTS = ("ov", "ove", "pe", "ld", "lp", "ovd", "oved")  # a last variant element naming fa_ws_core options
-_FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "pe": (10, 11), "ld": (12, 13), "lp": (14, 15),
-                 "ovd": (16, 17), "oved": (18, 19)}  # launcher loads (by name, planned)
-FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24)
-FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE)
+# D = 64 candidates (experimental, below): FA_WS_TMA_LD with 24 / 240 registers (ldr, loads 10 / 11;
+# r24 alone measured 1-2 % ahead of w12t at D = 64 in run 17) or with the output staged in shared
+# memory (lde, 14 / 15; as ove at D = 128).
+FA_WS_TMA_LDR = (128, 128, 12, "tma", "ldr")
+FA_WS_TMA_LDE = (128, 128, 12, "tma", "lde")
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde")  # a last variant element naming fa_ws_core options
+_FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
+                 "oved": (18, 19)}  # launcher loads (by name, planned)
+FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD)
+FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
+                                  FA_WS_TMA_OVED)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
 # m128n128w12tp, launcher loads = 4), D = 128, both masks; TMA rules as FA_WS_TMA by name (no
 # fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
 # not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped. Since run 17
-# its entries run the FA_WS_TMA_OVD body (24 / 240 registers, pinned softmax, stepped descriptors),
-# so it is timed against ovd: the persistent grid overlaps a tile's output store and the next
-# tile's loads, costs that weigh double when causal.
+# its entries run the FA_WS_TMA_OV body with the stepped descriptors (24 / 240 registers, pinned
+# softmax): run 17 fp16 531 / 472-499 TFLOP/s full / causal, bf16 553-554 / 504-513, behind oved.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 
 
@@ -126,8 +132,9 @@ FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 # have without the softcap (FA_WS_TMA_R24 at D = 128 and FA_WS_TMA at D = 64 on Hopper, with their
 # cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96; (128, 64, 8) at D = 256; mma.sync 64x64 and
 # 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
-# FA_WS_TMA_OV / FA_WS_TMA_OVE at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile,
-# softmax unpinned, 4-byte stores).
+# FA_WS_TMA_OVED at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax
+# unpinned, 4-byte stores, descriptors per k-step), and FA_WS_TMA_LD at D = 64, whose softcapped
+# plan is FA_WS_TMA.
 FA_SOFTCAP_VARIANTS = ((64, 64, 4), (128, 64, 4))
 FA_SOFTCAP_VARIANTS_BY_D = {
     64: FA_SOFTCAP_VARIANTS + (FA_WS, FA_WS_TMA),
@@ -145,11 +152,10 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST,
-    FA_WS_TMA_OVD, FA_WS_TMA_OVED: D = 128; FA_WS_TMA_PE, _LD, _LP: D = 64)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
+    FA_WS_TMA_LDR, FA_WS_TMA_LDE: D = 64)."""
     _check_head_dim(head_dim)
-    return {128: (FA_WS_TMA_PERSIST, FA_WS_TMA_OVD, FA_WS_TMA_OVED),
-            64: (FA_WS_TMA_PE, FA_WS_TMA_LD, FA_WS_TMA_LP)}.get(head_dim, ())
+    return {128: (FA_WS_TMA_PERSIST,), 64: (FA_WS_TMA_LDR, FA_WS_TMA_LDE)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -409,8 +415,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if compute_capability != (9, 0):
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
-                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_PE,
-                          FA_WS_TMA_LD, FA_WS_TMA_LP, FA_WS_TMA_OVD, FA_WS_TMA_OVED):
+                          FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
+                          FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -437,7 +443,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); candidates pe, ld, lp, ovd, oved
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); "ld" (12 / 13), "oved" (18 / 19); candidates "ldr", "lde"
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -491,13 +497,14 @@ def plan_fused_attention(
             # warp-specialized with TMA loads: at D = 128 536-553 TFLOP/s on the H200 against
             # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
-            # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). At
-            # D = 128 the pinned-softmax FA_WS_TMA_OV (fp16) and its staged-epilogue twin
-            # FA_WS_TMA_OVE (bf16), or their r24 body where a softcap needs the _sc twin.
+            # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). With
+            # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVED (pinned
+            # softmax, staged epilogue), at D = 64 FA_WS_TMA_LD; where a softcap needs the _sc twin
+            # their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
-                variant = FA_WS_TMA_R24 if softcap else (FA_WS_TMA_OVE if dt == "bf16" else FA_WS_TMA_OV)
+                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVED
             else:
-                variant = FA_WS_TMA
+                variant = FA_WS_TMA if softcap else FA_WS_TMA_LD
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:
@@ -541,7 +548,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
-    FA_WS_TMA_PE 10 / 11, _LD 12 / 13, _LP 14 / 15, _OVD 16 / 17, _OVED 18 / 19."""
+    FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; the candidates FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15."""
     if plan.persistent:
         return 4
     if not plan.tma:

@@ -786,48 +786,24 @@ constexpr int kWsPinSoftmax = 1;
 // (385 against 399 for the unpinned body: the D = 64 softmax is the longer leg) and on the
 // paged-prefill kernels (470-486 against 494-498 at block 16).)
 constexpr int kWsSmemEpilogue = 2;
-// kWsPolyExp (the m128n128w12t_pe / _lp entries, D = 64 candidates): at D = 64 the softmax's
-// MUFU.EX2 (16 per clock per SM; 1024 clocks per 128 x 128 tile, about the tile's two GEMMs) is
-// the longer leg, while the FMA pipe (128 lanes per clock) has room. The option runs the
-// exponentials of 1 in 4 column groups of every tile on the FMA pipe instead (ws_exp2_poly below:
-// 8 instructions per exponential against MUFU's 1 issue slot and 8 cycles per warp, so it can only
-// win where the warp's issue slots are not already as busy as MUFU: hence kWsLeanDesc beside it).
-// The O rescale factors stay on MUFU.
-constexpr int kWsPolyExp = 4;
-// Whether column group nt (8 keys) of a tile takes ws_exp2_poly under the options OPT (spread over
-// the tile so MUFU and FMA work interleave).
-template <int OPT>
-__device__ __forceinline__ constexpr bool ws_poly_group(int nt) {
-  return (OPT & kWsPolyExp) ? nt % 4 == 1 : false;
-}
-// kWsLeanDesc (the _ld / _lp entries at D = 64, _ovd / _oved at D = 128): the wgmma descriptors of a tile
-// are built once per operand and stepped by adding the k-step's byte offset / 16 to the address
-// field (ws_desc_add), instead of masking and shifting every k-step's address (about five uniform
-// instructions per HGMMA in the sm_90a SASS, many of them while the warp holds the tensor-core
-// turn): the consumer loop of the sm_90a build issues 437 instructions per tile and warp at D = 64
-// (493 without) and 481 at D = 128 (ov: 588). At D = 64 the consumer
-// warps' issue slots are about as busy as MUFU and the tensor cores (about 1000 cycles each per
-// tile and SM sub-partition), so fewer instructions may shorten the softmax leg.
+// kWsLeanDesc (the planned m128n128w12t_ld at D = 64 and _oved at D = 128, and the D = 64
+// candidates _ldr / _lde): the wgmma descriptors of a tile are built once per operand and stepped
+// by adding the k-step's byte offset / 16 to the address field (ws_desc_add), instead of masking
+// and shifting every k-step's address (about five uniform instructions per HGMMA in the sm_90a
+// SASS, many of them while the warp holds the tensor-core turn): the consumer loop issues 437
+// instructions per tile and warp at D = 64 (493 without) and 481 at D = 128 (ov: 588). On the H200
+// (run 17, B4 S4096): D = 128 ove + this (oved) fp16 580-588 / 503-504 / 582-588 TFLOP/s full /
+// causal / GQA against the planned ov's 546-563 / 472-498 / 558-563, bf16 593-606 / 521-526 against
+// ove's 576-593 / 516-518; D = 64 fp16 B8 S2048 397-398 against 385-388. (Tried and dropped there:
+// a degree-3 FMA polynomial for 1 in 4 of the exponentials, 6-8 % slower at D = 64 with or without
+// this: 8 issue slots per exponential where the consumer warps' issue slots are about as busy as
+// MUFU; ov with this alone, at par with ov.)
 constexpr int kWsLeanDesc = 8;
 // Adds a byte offset (a multiple of 16) to a shared-memory descriptor's start-address field. The
 // field holds (address & 0x3FFFF) >> 4 in bits 0-13; shared addresses stay below 2^18, so the sum
 // never carries out of it and the low word add is exact.
 __device__ __forceinline__ uint64_t ws_desc_add(uint64_t d, uint32_t off) {
   return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (off >> 4));
-}
-// 2^x on the FMA pipe for x <= 0: x = j + f with j = round(x) (by the 1.5 * 2^23 shifter, so j sits
-// in the low mantissa bits of t) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (coefficients
-// fitted here for the least maximum relative error on [-0.5, 0.5]: 7.5e-05, below fp16's rounding
-// of P, 4.9e-04); 2^j by adding j to the exponent field (t << 23 leaves exactly j << 23, the
-// shifter's own bits shift out). x is clamped at -125 so the exponent stays normal: a masked score
-// (-inf) gives 2^-125 instead of 0, which is 0 once P is rounded to fp16 and in bf16 adds 2^-125
-// of a V row that is finite (V rows past kv_len are zeroed) to a row sum of at least 1.
-__device__ __forceinline__ float ws_exp2_poly(float x) {
-  x = fmaxf(x, -125.f);
-  const float t = __fadd_rn(x, 12582912.f);
-  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));
-  const float p = fmaf(fmaf(fmaf(0.05517132f, f, 0.24261054f), f, 0.69326097f), f, 0.99992812f);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
 }
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
@@ -1319,11 +1295,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
-        const float x0 = fmaf(sv[nt][2 * h], scale_log2, -m_use);
-        const float x1 = fmaf(sv[nt][2 * h + 1], scale_log2, -m_use);
-        const bool poly = ws_poly_group<OPT>(nt);
-        float p0 = poly ? ws_exp2_poly(x0) : exp2f(x0);
-        float p1 = poly ? ws_exp2_poly(x1) : exp2f(x1);
+        float p0 = exp2f(fmaf(sv[nt][2 * h], scale_log2, -m_use));
+        float p1 = exp2f(fmaf(sv[nt][2 * h + 1], scale_log2, -m_use));
         sv[nt][2 * h] = p0;
         sv[nt][2 * h + 1] = p1;
         sum += p0 + p1;
@@ -1531,7 +1504,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
 }
 
 // m128n128w12tp (experimental): the TMA body on a persistent grid (FaDenseTmaTiles); B: batch.
-// PREGS / OPT as fa_ws_core's (the entries: the ovd body, 24 producer registers, the pinned
+// PREGS / OPT as fa_ws_core's (the entries: the ov body with kWsLeanDesc, 24 producer registers, the pinned
 // softmax and the stepped descriptors; until run 17 they ran the 40 / 232 split unpinned).
 template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc,
           int BNT = 128, int STT = kWsStages>
@@ -1791,38 +1764,37 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ove_causal, T, D, true,           \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)
-// D = 64 candidates on the m128n128w12t body (40 / 232 registers, softmax unpinned), launcher loads
-// by name / with the cp.async fallback: m128n128w12t_pe 10 / 11 (1 in 4 of the exponentials on the
-// FMA pipe, kWsPolyExp), _ld 12 / 13 (descriptors stepped by adds, kWsLeanDesc), _lp 14 / 15 (both).
-#define OF_FA_WSTPE_KERNELS_D(DTN, T, D)                                                          \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe_full, T, D, false, 40,         \
-                    onnx_fuse::kWsPolyExp)                                                         \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_pe_causal, T, D, true, 40,        \
-                    onnx_fuse::kWsPolyExp)                                                         \
+// m128n128w12t_ld (planned at D = 64 on the H200: launcher loads 12 by name, 13 with the cp.async
+// fallback): the m128n128w12t body (40 / 232 registers, softmax unpinned) with the stepped
+// descriptors (kWsLeanDesc). D = 64 candidates beside it: _ldr (10 / 11), the same with 24 / 240
+// registers; _lde (14 / 15), with the output staged in shared memory (kWsSmemEpilogue).
+#define OF_FA_WSTLD_KERNELS_D(DTN, T, D)                                                          \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ld_full, T, D, false, 40,         \
                     onnx_fuse::kWsLeanDesc)                                                        \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ld_causal, T, D, true, 40,        \
                     onnx_fuse::kWsLeanDesc)                                                        \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lp_full, T, D, false, 40,         \
-                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)                                \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lp_causal, T, D, true, 40,        \
-                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)
-// D = 128 candidates: m128n128w12t_ovd (launcher loads 16 / 17) and _oved (18 / 19), the ov and
-// ove entries with kWsLeanDesc.
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ldr_full, T, D, false,            \
+                    onnx_fuse::kWsLeanDesc)                                                        \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ldr_causal, T, D, true,           \
+                    onnx_fuse::kWsLeanDesc)                                                        \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lde_full, T, D, false, 40,        \
+                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)                           \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lde_causal, T, D, true, 40,       \
+                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)
+// m128n128w12t_oved (planned at D = 128 on the H200: launcher loads 18 by name, 19 with the
+// fallback): the ove entries with the stepped descriptors (kWsLeanDesc).
 #define OF_FA_WSTOD_KERNELS_D(DTN, T, D)                                                          \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovd_full, T, D, false,            \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)                             \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovd_causal, T, D, true,           \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)                             \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_oved_full, T, D, false,           \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc) \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_oved_causal, T, D, true,          \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)
-// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside ovd, not planned), D = 128:
-// the ovd body (r24, pinned softmax, stepped descriptors) on a persistent grid of min(tiles, SMs) CTAs, which
+// Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
+// the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
+// needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
 // overlaps a tile's output store and the next tile's Q load and first K/V tiles (the per-CTA
 // costs weigh double when causal); the batch size follows the maps. (At D = 64 it measured 3-6 %
-// below m128n128w12t and was dropped; with the 40 / 232 split unpinned, run 4, at par with w12t.)
+// below m128n128w12t and was dropped; with the 40 / 232 split unpinned, run 4, at par with w12t;
+// run 17: 531 / 472-499 fp16 full / causal against oved's 580-587 / 503-504, behind.)
 #define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
@@ -1860,7 +1832,7 @@ OF_FA_WSTR_KERNELS_D(f16, __half, 128)
 OF_FA_WSTP_KERNELS_D(f16, __half, 128)
 OF_FA_WSTO_KERNELS_D(f16, __half, 128)
 OF_FA_WSTE_KERNELS_D(f16, __half, 128)
-OF_FA_WSTPE_KERNELS_D(f16, __half, 64)
+OF_FA_WSTLD_KERNELS_D(f16, __half, 64)
 OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
@@ -1877,7 +1849,7 @@ OF_FA_WSTR_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTP_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTPE_KERNELS_D(bf16, __nv_bfloat16, 64)
+OF_FA_WSTLD_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
@@ -2019,7 +1991,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_pe, 5 _ld, 6 _lp (D = 64); 7 m128n128w12t_ovd, 8 _oved (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2035,9 +2007,9 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
     switch (kind) {
       case 0: OF_PICK_TK2(64, m128n128w12t)
       case 1: OF_PICK_TK2(64, m128n128w12t_r24)
-      case 4: OF_PICK_TK2(64, m128n128w12t_pe)
+      case 4: OF_PICK_TK2(64, m128n128w12t_ldr)
       case 5: OF_PICK_TK2(64, m128n128w12t_ld)
-      case 6: OF_PICK_TK2(64, m128n128w12t_lp)
+      case 6: OF_PICK_TK2(64, m128n128w12t_lde)
       default: return nullptr;
     }
   }
@@ -2047,7 +2019,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 1: OF_PICK_TK2(128, m128n128w12t_r24)
       case 2: OF_PICK_TK2(128, m128n128w12t_ov)
       case 3: OF_PICK_TK2(128, m128n128w12t_ove)
-      case 7: OF_PICK_TK2(128, m128n128w12t_ovd)
       case 8: OF_PICK_TK2(128, m128n128w12t_oved)
       default: return nullptr;
     }
@@ -2254,9 +2225,10 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // r24 body with the softmax pinned under the warpgroup's own P V; 7 is planned at D = 128 for fp16);
 // 8 / 9 = the same with the m128n128w12t_ove entries (ov with the output staged in shared memory
 // and written as 16-byte rows; 9 is planned at D = 128 for bf16); the same pairs (by name / with
-// the fallback) for the candidates: 10 / 11 m128n128w12t_pe, 12 / 13 _ld, 14 / 15 _lp (D = 64: part
-// of the exponentials on the FMA pipe, descriptors stepped by adds, both), 16 / 17 _ovd and 18 / 19
-// _oved (D = 128: ov / ove with the stepped descriptors).
+// the fallback): 12 / 13 m128n128w12t_ld (D = 64: wgmma descriptors stepped by adds; 13 planned),
+// 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
+// output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned); 16 / 17 (the
+// dropped _ovd) are refused.
 // Returns 0 or a cudaError_t code.
 int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2284,7 +2256,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: pe; 12 / 13: ld; 14 / 15: lp; 16 / 17: ovd; 18 / 19: oved
+    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);

@@ -54,6 +54,14 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ove_full", _block(fa, "#define OF_FA_WSTE_KERNELS_D("))}
     wste_d = {int(d) for d in re.findall(r"^OF_FA_WSTE_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wste and wste_d
+    wstld = {tuple(map(int, v)) + ("tma", "ld") for v in re.findall(
+        r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ld_full", _block(fa, "#define OF_FA_WSTLD_KERNELS_D("))}
+    wstld_d = {int(d) for d in re.findall(r"^OF_FA_WSTLD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wstld and wstld_d
+    wstod = {tuple(map(int, v)) + ("tma", "oved") for v in re.findall(
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_oved_full", _block(fa, "#define OF_FA_WSTOD_KERNELS_D("))}
+    wstod_d = {int(d) for d in re.findall(r"^OF_FA_WSTOD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wstod and wstod_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -77,6 +85,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wsto
         if d in wste_d:
             fav[d] |= wste
+        if d in wstld_d:
+            fav[d] |= wstld
+        if d in wstod_d:
+            fav[d] |= wstod
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -147,8 +159,8 @@ def test_variant_tables_match_the_sources():
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
-    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG} and fav[128] - fav[96] == {
-        lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE}
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD} and fav[128] - fav[96] == {
+        lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -202,7 +214,7 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
 def test_fused_plan_small_problem_uses_small_tiles():
     assert lp.plan_fused_attention(1, 128, 2, 2, 128).block_m == 64  # 2 CTAs of 128 rows would idle the chip
     big = lp.plan_fused_attention(4, 4096, 32, 32, 128)
-    assert big.variant == lp.FA_WS_TMA_OV  # H200 default at D128: warp-specialized, TMA, 24/240, pinned softmax
+    assert big.variant == lp.FA_WS_TMA_OVED  # H200 default at D128: warp-specialized, TMA, 24/240, pinned softmax, staged output, stepped descriptors
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
@@ -226,14 +238,14 @@ def test_fused_plan_picks_per_head_size():
     warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ov_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_oved_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
     p64 = lp.plan_fused_attention(4, 4096, 32, 32, 64)
-    assert p64.variant == lp.FA_WS_TMA and p64.kernel.endswith("d64_m128n128w12t_full")
+    assert p64.variant == lp.FA_WS_TMA_LD and p64.kernel.endswith("d64_m128n128w12t_ld_full")
     assert lp.plan_fused_attention(8, 2048, 32, 32, 64, "bfloat16", causal=True).kernel.endswith(
-        "bf16_d64_m128n128w12t_causal")
+        "bf16_d64_m128n128w12t_ld_causal")
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     assert lp.plan_fused_attention(4, 4096, 16, 16, 256, device=ampere).block_m == 64
     assert lp.plan_fused_attention(4, 4096, 32, 32, 96, device=ampere).warps == 4
@@ -253,8 +265,8 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            assert planned.tma and (planned.opt == "ov") == (d == 128)  # 24/240 + pinned softmax at D128
-            assert planned.variant == (lp.FA_WS_TMA_OV if d == 128 else lp.FA_WS_TMA)
+            assert planned.tma and planned.opt == ("oved" if d == 128 else "ld")  # stepped descriptors
+            assert planned.variant == (lp.FA_WS_TMA_OVED if d == 128 else lp.FA_WS_TMA_LD)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
             assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal, device=ampere).tma
             p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA)
@@ -775,13 +787,13 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS_TMA] == (1, 2) and codes[lp.FA_WS_TMA_R24] == (3, 5)
     assert codes[lp.FA_WS_TMA_PERSIST] == (4, 4)
     assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVE] == (8, 9)
-    assert codes[lp.FA_WS_TMA_PE] == (10, 11) and codes[lp.FA_WS_TMA_LD] == (12, 13)
-    assert codes[lp.FA_WS_TMA_LP] == (14, 15) and codes[lp.FA_WS_TMA_OVD] == (16, 17)
-    assert codes[lp.FA_WS_TMA_OVED] == (18, 19)
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 9
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 7
+    assert codes[lp.FA_WS_TMA_LDR] == (10, 11) and codes[lp.FA_WS_TMA_LD] == (12, 13)
+    assert codes[lp.FA_WS_TMA_LDE] == (14, 15) and codes[lp.FA_WS_TMA_OVED] == (18, 19)
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 19
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 19
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 2
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 13
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64, softcap=30.0), by_name=False) == 2
 
 
 def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
@@ -815,14 +827,12 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
         assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
-    # since run 17 the persistent entries run the ovd body (24 / 240 registers, pinned softmax,
-    # stepped descriptors)
+    # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVD, lp.FA_WS_TMA_OVED)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (
-        lp.FA_WS_TMA_PE, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LP)
+        lp.FA_WS_TMA_LDR, lp.FA_WS_TMA_LDE)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
@@ -875,7 +885,7 @@ def test_ov_entries_exist_and_are_planned_at_d128():
         for causal in (False, True):
             for heads in ((32, 32), (32, 8)):
                 planned = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
-                assert planned.variant == (v if dt == "float16" else lp.FA_WS_TMA_OVE)
+                assert planned.variant == lp.FA_WS_TMA_OVED  # run 17: ove with the stepped descriptors
                 p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal, variant=v)
                 assert p.variant == v and p.kernel in _kernel_names()
                 assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_ov_{'causal' if causal else 'full'}"
@@ -914,11 +924,11 @@ def test_ove_entries_exist_and_are_planned_at_d128_for_bf16():
     for causal in (False, True):
         m = "causal" if causal else "full"
         for heads in ((32, 32), (32, 8)):
-            p = lp.plan_fused_attention(4, 4096, *heads, 128, "bfloat16", causal=causal)
+            p = lp.plan_fused_attention(4, 4096, *heads, 128, "bfloat16", causal=causal, variant=v)
             assert p.variant == v and p.kernel == f"onnx_fuse_fa_fwd_bf16_d128_m128n128w12t_ove_{m}"
             assert p.kernel in _kernel_names() and p.opt == "ove" and p.tma and not p.r24
             assert p.smem_bytes == lp.fa_smem_bytes(128, *lp.FA_WS_TMA) and p.block == (384, 1, 1)
-            assert lp.fa_launch_loads(p, by_name=False) == 9
+            assert lp.fa_launch_loads(p, by_name=False) == 9 and lp.fa_launch_loads(p, by_name=True) == 8
             f = lp.plan_fused_attention(4, 4096, *heads, 128, "float16", causal=causal, variant=v)
             assert f.kernel == f"onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ove_{m}" and lp.fa_launch_loads(f, by_name=True) == 8
             assert lp.plan_fused_attention(4, 4096, *heads, 128, "bfloat16", causal=causal, softcap=30.0).variant \
@@ -1088,8 +1098,10 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.kernel in names, plan.kernel
                     assert plan.variant in lp.fa_softcap_variants(d)
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
-                    if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE):  # softcapped: the r24 twin
+                    if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED):  # the r24 twin
                         want = lp.FA_WS_TMA_R24
+                    if plain.variant == lp.FA_WS_TMA_LD:  # softcapped: the w12t twin
+                        want = lp.FA_WS_TMA
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
                     assert not plain.softcap and "_sc_" not in plain.kernel
                     assert lp.fa_launch_loads(plan, by_name=False) == lp.fa_launch_loads(plain, by_name=False) \
@@ -1120,38 +1132,45 @@ def test_softcap_contract_matches_the_planner():
     assert fa["attributes"]["softcap"]["default"] == 0.0
 
 
-def test_prefill_candidates_exist_plan_by_name_and_are_never_planned():
-    """The run-17 candidates on the TMA body: m128n128w12t_pe / _ld / _lp at D = 64 (1 in 4 of the
-    softmax's exponentials by a polynomial on the FMA pipe; wgmma descriptors stepped by adds; both)
-    and m128n128w12t_ovd at D = 128 (ov with the stepped descriptors): compiled for fp16 and bf16,
-    both masks, at their head size only; launcher loads by name / with the cp.async fallback 10 / 11,
-    12 / 13, 14 / 15, 16 / 17; reachable by name, never planned."""
+def test_stepped_descriptor_entries_exist_and_are_planned():
+    """kWsLeanDesc (wgmma descriptors built once per operand and tile, stepped by adds): planned
+    m128n128w12t_ld at D = 64 (launcher loads 12 by name, 13 planned) and m128n128w12t_oved at
+    D = 128 (ove with them; 18 / 19), both dtypes and masks, without a softcap (then the w12t /
+    r24 _sc twins); the D = 64 candidates _ldr (24 / 240 registers; 10 / 11) and _lde (staged
+    output; 14 / 15) by name only. The run-17 losers (the FMA-polynomial exponentials _pe / _lp,
+    _ovd) are gone; 16 / 17 are refused."""
     fa = (KERNELS / "fused_attention.cu").read_text()
-    for macro, d in (("OF_FA_WSTPE_KERNELS_D", 64), ("OF_FA_WSTOD_KERNELS_D", 128)):
+    for macro, d in (("OF_FA_WSTLD_KERNELS_D", 64), ("OF_FA_WSTOD_KERNELS_D", 128)):
         for dt in ("f16", "bf16"):
             assert re.search(rf"^{macro}\({dt}, [\w ]+, {d}\)", fa, re.M), (macro, dt)
         assert not re.search(rf"^{macro}\(\w+, [\w ]+, (?!{d}\))", fa, re.M), macro
-    flags = {"pe": "onnx_fuse::kWsPolyExp)", "ld": "onnx_fuse::kWsLeanDesc)",
-             "lp": "onnx_fuse::kWsLeanDesc | onnx_fuse::kWsPolyExp)",
-             "ovd": "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)",
-             "oved": "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)"}
-    for tag, flag in flags.items():
-        regs = "" if tag.startswith("ov") else " 40,"  # ovd / oved: the r24 entry macro (24 producer registers)
+    entries = {"ld": ("OF_FA_WSTX_KERNEL", " 40,", "onnx_fuse::kWsLeanDesc)"),
+               "ldr": ("OF_FA_WSTR_KERNEL", "", "onnx_fuse::kWsLeanDesc)"),
+               "lde": ("OF_FA_WSTX_KERNEL", " 40,", "onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)"),
+               "oved": ("OF_FA_WSTR_KERNEL", "", "onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)")}
+    for tag, (macro, regs, flag) in entries.items():
         for mask, causal in (("full", "false"), ("causal", "true")):
-            assert re.search(rf"m128n128w12t_{tag}_{mask}, T, D, {causal},{regs}\s*\\\s*{re.escape(flag)}", fa), (tag, mask)
-    for case in ("case 4: OF_PICK_TK2(64, m128n128w12t_pe)", "case 5: OF_PICK_TK2(64, m128n128w12t_ld)",
-                 "case 6: OF_PICK_TK2(64, m128n128w12t_lp)", "case 7: OF_PICK_TK2(128, m128n128w12t_ovd)",
-                 "case 8: OF_PICK_TK2(128, m128n128w12t_oved)"):
+            assert re.search(rf"{macro}\(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_{tag}_{mask}, T, D, {causal},{regs}"
+                             rf"\s*\\\s*{re.escape(flag)}", fa), (tag, mask)
+    for case in ("case 4: OF_PICK_TK2(64, m128n128w12t_ldr)", "case 5: OF_PICK_TK2(64, m128n128w12t_ld)",
+                 "case 6: OF_PICK_TK2(64, m128n128w12t_lde)", "case 8: OF_PICK_TK2(128, m128n128w12t_oved)"):
         assert case in fa, case
-    for v, d in ((lp.FA_WS_TMA_PE, 64), (lp.FA_WS_TMA_LD, 64), (lp.FA_WS_TMA_LP, 64), (lp.FA_WS_TMA_OVD, 128),
-                 (lp.FA_WS_TMA_OVED, 128)):
+    assert "kWsPolyExp" not in fa and "_pe_full" not in fa and "_lp_full" not in fa and "_ovd_full" not in fa
+    assert "case 7:" not in fa.split("FaTmaKernelFn pick_tma(")[1].split("using FaTmaPKernelFn")[0]
+    assert lp.FA_WS_TMA_LD in lp.fa_variants(64) and lp.FA_WS_TMA_OVED in lp.fa_variants(128)
+    for v, d, planned in ((lp.FA_WS_TMA_LD, 64, True), (lp.FA_WS_TMA_OVED, 128, True),
+                          (lp.FA_WS_TMA_LDR, 64, False), (lp.FA_WS_TMA_LDE, 64, False)):
         tag = v[-1]
+        assert (v in lp.fa_experimental_variants(d)) != planned and lp.fa_engine(v, d) == "wgmma"
         for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
             for causal in (False, True):
                 p = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, variant=v)
                 assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d{d}_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
                 assert p.tma and p.opt == tag and not p.r24 and p.variant == v and p.grid == (16, 32, 8)
-                assert lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant != v
-        assert lp.fa_engine(v, d) == "wgmma"
+                assert (lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant == v) == planned
+                sc = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, softcap=30.0)
+                assert sc.variant == (lp.FA_WS_TMA_R24 if d == 128 else lp.FA_WS_TMA)
         with pytest.raises(ValueError, match="not compiled"):
             lp.plan_fused_attention(4, 4096, 32, 8, 192 - d, variant=v)
+        with pytest.raises(ValueError, match="with a softcap"):
+            lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
