@@ -5,10 +5,10 @@
 Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's FlashAttention-2
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
 On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
-m128n128w12t_persistent, the ovd body on a persistent grid, and m128n128w12t_ovd / _oved, ov /
-ove with wgmma descriptors stepped by adds, D = 128; m128n128w12t_pe / _ld / _lp, part of the exponentials by an
-FMA polynomial / the stepped descriptors / both, D = 64) are timed beside the planned variant (at
-D = 128 m128n128w12t_ov for fp16 and m128n128w12t_ove for bf16, at D = 64 m128n128w12t), marked
+m128n128w12t_persistent, the ov body with stepped wgmma descriptors on a persistent grid, D = 128;
+m128n128w12t_ldr / _lde, the planned _ld with 24 / 240 registers / with the output staged in shared
+memory, D = 64) are timed beside the planned variant (at D = 128 m128n128w12t_oved, at D = 64
+m128n128w12t_ld), marked
 "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
