@@ -20,6 +20,26 @@ from onnx_fuse.rewrite._expr import EvalFailure
 from onnx_fuse.rewrite._mask_probe import causal_mask
 
 
+def _mask_tail(shifted: bool) -> list[onnx.NodeProto]:
+    """From p0 = P and t0 = P + S (scalars): query positions Range(P, P + S), keys Range(0, P + S),
+    keep key j for query i iff j <= i (+ "shift" when ``shifted``), AND the padding attention_mask,
+    Where to 0 / "neg": the HF causal-and-padding mask [B, 1, S, P + S]."""
+    qpos = "qs" if shifted else "qc"
+    return [
+        helper.make_node("Range", ["p0", "t0", "one"], ["qp"]),
+        helper.make_node("Range", ["zero", "t0", "one"], ["kv"]),
+        helper.make_node("Unsqueeze", ["qp", "ax1"], ["qc"]),
+        *([helper.make_node("Add", ["qc", "shift"], ["qs"])] if shifted else []),
+        helper.make_node("LessOrEqual", ["kv", qpos], ["keep0"]),
+        helper.make_node("Unsqueeze", ["keep0", "ax01"], ["keep4"]),
+        helper.make_node("Unsqueeze", ["attention_mask", "ax12"], ["am4"]),
+        helper.make_node("Cast", ["am4"], ["amb"], to=TensorProto.BOOL),
+        helper.make_node("And", ["keep4", "amb"], ["keep"]),
+        helper.make_node("Where", ["keep", "zero_f", "neg"], ["mask"]),
+        helper.make_node("Identity", ["q"], ["y"]),
+    ]
+
+
 def _decode_mask_graph(kind: str = "causal", names: tuple[str, str, str] = ("b", "s", "p"),
                        mask_len: str | None = None) -> ir.Model:
     """hidden [B, 1, 64] (S fixed at 1), q [B, 2, s, 64] (s symbolic), past [B, 1, P, 64],
@@ -31,18 +51,7 @@ def _decode_mask_graph(kind: str = "causal", names: tuple[str, str, str] = ("b",
         helper.make_node("Add", ["ps", "ss"], ["ts"]),
         helper.make_node("Squeeze", ["ps"], ["p0"]),
         helper.make_node("Squeeze", ["ts"], ["t0"]),
-        helper.make_node("Range", ["p0", "t0", "one"], ["qp"]),
-        helper.make_node("Range", ["zero", "t0", "one"], ["kv"]),
-        helper.make_node("Unsqueeze", ["qp", "ax1"], ["qc"]),
-        helper.make_node("Add", ["qc", "shift"], ["qs"]),
-        helper.make_node("LessOrEqual", ["kv", "qs"], ["keep0"]),
-        helper.make_node("Unsqueeze", ["keep0", "ax01"], ["keep4"]),
-        helper.make_node("Unsqueeze", ["attention_mask", "ax12"], ["am4"]),
-        helper.make_node("Cast", ["am4"], ["amb"], to=TensorProto.BOOL),
-        helper.make_node("And", ["keep4", "amb"], ["keep"]),
-        helper.make_node("Where", ["keep", "zero_f", "neg"], ["mask"]),
-        helper.make_node("Identity", ["q"], ["y"]),
-    ]
+    ] + _mask_tail(shifted=True)
     inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
         ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
         ("ax12", [1, 2], np.int64), ("shift", -1 if kind == "own-key-hidden" else 0, np.int64),
@@ -99,17 +108,7 @@ def _present_sized_mask_graph(present_dim: str | None) -> ir.Model:
         helper.make_node("Shape", ["present"], ["ts"], start=2, end=3),
         helper.make_node("Squeeze", ["ps"], ["p0"]),
         helper.make_node("Squeeze", ["ts"], ["t0"]),
-        helper.make_node("Range", ["p0", "t0", "one"], ["qp"]),
-        helper.make_node("Range", ["zero", "t0", "one"], ["kv"]),
-        helper.make_node("Unsqueeze", ["qp", "ax1"], ["qc"]),
-        helper.make_node("LessOrEqual", ["kv", "qc"], ["keep0"]),
-        helper.make_node("Unsqueeze", ["keep0", "ax01"], ["keep4"]),
-        helper.make_node("Unsqueeze", ["attention_mask", "ax12"], ["am4"]),
-        helper.make_node("Cast", ["am4"], ["amb"], to=TensorProto.BOOL),
-        helper.make_node("And", ["keep4", "amb"], ["keep"]),
-        helper.make_node("Where", ["keep", "zero_f", "neg"], ["mask"]),
-        helper.make_node("Identity", ["q"], ["y"]),
-    ]
+    ] + _mask_tail(shifted=False)
     inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
         ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
         ("ax12", [1, 2], np.int64), ("zero_f", 0.0, np.float32), ("neg", -np.inf, np.float32)]]
