@@ -105,15 +105,17 @@ FA_WS_TMA_OVE = (128, 128, 12, "tma", "ove")
 # at D = 64, with or without the stepped descriptors) and ov with the descriptors alone (at par).
 FA_WS_TMA_LD = (128, 128, 12, "tma", "ld")
 FA_WS_TMA_OVED = (128, 128, 12, "tma", "oved")
-# D = 64 candidates (experimental, below): FA_WS_TMA_LD with 24 / 240 registers (ldr, loads 10 / 11;
-# r24 alone measured 1-2 % ahead of w12t at D = 64 in run 17) or with the output staged in shared
-# memory (lde, 14 / 15; as ove at D = 128).
+# FA_WS_TMA_LD with the output staged in shared memory (as ove at D = 128; entries
+# ..._w12t_lde_..., loads 14 / 15): planned at D = 64 on Hopper (no softcap) from run 17b: fp16
+# B8 S2048 412 TFLOP/s against ld's 388-392 (cuDNN 418-425), bf16 422-423 against 392-394; B4
+# S4096 fp16 429-430, bf16 437-441. Candidate beside it (experimental, below): FA_WS_TMA_LD with
+# 24 / 240 registers (ldr, loads 10 / 11; 396 / 400-406 in run 17b).
 FA_WS_TMA_LDR = (128, 128, 12, "tma", "ldr")
 FA_WS_TMA_LDE = (128, 128, 12, "tma", "lde")
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19)}  # launcher loads (by name, planned)
-FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD)
+FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
@@ -133,7 +135,7 @@ FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 # cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96; (128, 64, 8) at D = 256; mma.sync 64x64 and
 # 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
 # FA_WS_TMA_OVED at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax
-# unpinned, 4-byte stores, descriptors per k-step), and FA_WS_TMA_LD at D = 64, whose softcapped
+# unpinned, 4-byte stores, descriptors per k-step), and FA_WS_TMA_LDE at D = 64, whose softcapped
 # plan is FA_WS_TMA.
 FA_SOFTCAP_VARIANTS = ((64, 64, 4), (128, 64, 4))
 FA_SOFTCAP_VARIANTS_BY_D = {
@@ -153,9 +155,9 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
-    FA_WS_TMA_LDR, FA_WS_TMA_LDE: D = 64)."""
+    FA_WS_TMA_LDR: D = 64)."""
     _check_head_dim(head_dim)
-    return {128: (FA_WS_TMA_PERSIST,), 64: (FA_WS_TMA_LDR, FA_WS_TMA_LDE)}.get(head_dim, ())
+    return {128: (FA_WS_TMA_PERSIST,), 64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -499,12 +501,12 @@ def plan_fused_attention(
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). With
             # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVED (pinned
-            # softmax, staged epilogue), at D = 64 FA_WS_TMA_LD; where a softcap needs the _sc twin
+            # softmax, staged epilogue), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap needs the _sc twin
             # their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
                 variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVED
             else:
-                variant = FA_WS_TMA if softcap else FA_WS_TMA_LD
+                variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:
             variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:

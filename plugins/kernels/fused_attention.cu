@@ -786,8 +786,8 @@ constexpr int kWsPinSoftmax = 1;
 // (385 against 399 for the unpinned body: the D = 64 softmax is the longer leg) and on the
 // paged-prefill kernels (470-486 against 494-498 at block 16).)
 constexpr int kWsSmemEpilogue = 2;
-// kWsLeanDesc (the planned m128n128w12t_ld at D = 64 and _oved at D = 128, and the D = 64
-// candidates _ldr / _lde): the wgmma descriptors of a tile are built once per operand and stepped
+// kWsLeanDesc (the planned m128n128w12t_lde at D = 64 and _oved at D = 128, _ld, and the D = 64
+// candidate _ldr): the wgmma descriptors of a tile are built once per operand and stepped
 // by adding the k-step's byte offset / 16 to the address field (ws_desc_add), instead of masking
 // and shifting every k-step's address (about five uniform instructions per HGMMA in the sm_90a
 // SASS, many of them while the warp holds the tensor-core turn): the consumer loop issues 437
@@ -1764,10 +1764,11 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ove_causal, T, D, true,           \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue)
-// m128n128w12t_ld (planned at D = 64 on the H200: launcher loads 12 by name, 13 with the cp.async
-// fallback): the m128n128w12t body (40 / 232 registers, softmax unpinned) with the stepped
-// descriptors (kWsLeanDesc). D = 64 candidates beside it: _ldr (10 / 11), the same with 24 / 240
-// registers; _lde (14 / 15), with the output staged in shared memory (kWsSmemEpilogue).
+// m128n128w12t_ld (launcher loads 12 by name, 13 with the cp.async fallback): the m128n128w12t body
+// (40 / 232 registers, softmax unpinned) with the stepped descriptors (kWsLeanDesc); _lde (14 / 15,
+// planned at D = 64 on the H200 from run 17b: fp16 B8 S2048 412 TFLOP/s against ld's 388-392), the
+// same with the output staged in shared memory (kWsSmemEpilogue); candidate _ldr (10 / 11), ld with
+// 24 / 240 registers.
 #define OF_FA_WSTLD_KERNELS_D(DTN, T, D)                                                          \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ld_full, T, D, false, 40,         \
                     onnx_fuse::kWsLeanDesc)                                                        \

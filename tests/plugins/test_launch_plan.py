@@ -54,8 +54,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ove_full", _block(fa, "#define OF_FA_WSTE_KERNELS_D("))}
     wste_d = {int(d) for d in re.findall(r"^OF_FA_WSTE_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wste and wste_d
-    wstld = {tuple(map(int, v)) + ("tma", "ld") for v in re.findall(
-        r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ld_full", _block(fa, "#define OF_FA_WSTLD_KERNELS_D("))}
+    wstld = {tuple(map(int, v[:3])) + ("tma", v[3]) for v in re.findall(
+        r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_(ld|lde)_full", _block(fa, "#define OF_FA_WSTLD_KERNELS_D("))}
     wstld_d = {int(d) for d in re.findall(r"^OF_FA_WSTLD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstld and wstld_d
     wstod = {tuple(map(int, v)) + ("tma", "oved") for v in re.findall(
@@ -159,7 +159,7 @@ def test_variant_tables_match_the_sources():
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
-    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD} and fav[128] - fav[96] == {
+    assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LDE} and fav[128] - fav[96] == {
         lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
@@ -243,9 +243,9 @@ def test_fused_plan_picks_per_head_size():
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
     p64 = lp.plan_fused_attention(4, 4096, 32, 32, 64)
-    assert p64.variant == lp.FA_WS_TMA_LD and p64.kernel.endswith("d64_m128n128w12t_ld_full")
+    assert p64.variant == lp.FA_WS_TMA_LDE and p64.kernel.endswith("d64_m128n128w12t_lde_full")
     assert lp.plan_fused_attention(8, 2048, 32, 32, 64, "bfloat16", causal=True).kernel.endswith(
-        "bf16_d64_m128n128w12t_ld_causal")
+        "bf16_d64_m128n128w12t_lde_causal")
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     assert lp.plan_fused_attention(4, 4096, 16, 16, 256, device=ampere).block_m == 64
     assert lp.plan_fused_attention(4, 4096, 32, 32, 96, device=ampere).warps == 4
@@ -265,8 +265,8 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            assert planned.tma and planned.opt == ("oved" if d == 128 else "ld")  # stepped descriptors
-            assert planned.variant == (lp.FA_WS_TMA_OVED if d == 128 else lp.FA_WS_TMA_LD)
+            assert planned.tma and planned.opt == ("oved" if d == 128 else "lde")  # stepped descriptors
+            assert planned.variant == (lp.FA_WS_TMA_OVED if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
             assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal, device=ampere).tma
             p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA)
@@ -792,7 +792,7 @@ def test_fa_launch_loads_codes():
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 19
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 19
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 13
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 15
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64, softcap=30.0), by_name=False) == 2
 
 
@@ -831,8 +831,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (
-        lp.FA_WS_TMA_LDR, lp.FA_WS_TMA_LDE)
+    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
@@ -1100,7 +1099,7 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
                     if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED):  # the r24 twin
                         want = lp.FA_WS_TMA_R24
-                    if plain.variant == lp.FA_WS_TMA_LD:  # softcapped: the w12t twin
+                    if plain.variant == lp.FA_WS_TMA_LDE:  # softcapped: the w12t twin
                         want = lp.FA_WS_TMA
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
                     assert not plain.softcap and "_sc_" not in plain.kernel
@@ -1134,10 +1133,10 @@ def test_softcap_contract_matches_the_planner():
 
 def test_stepped_descriptor_entries_exist_and_are_planned():
     """kWsLeanDesc (wgmma descriptors built once per operand and tile, stepped by adds): planned
-    m128n128w12t_ld at D = 64 (launcher loads 12 by name, 13 planned) and m128n128w12t_oved at
-    D = 128 (ove with them; 18 / 19), both dtypes and masks, without a softcap (then the w12t /
-    r24 _sc twins); the D = 64 candidates _ldr (24 / 240 registers; 10 / 11) and _lde (staged
-    output; 14 / 15) by name only. The run-17 losers (the FMA-polynomial exponentials _pe / _lp,
+    m128n128w12t_lde at D = 64 (with the staged output; launcher loads 14 by name, 15 planned) and
+    m128n128w12t_oved at D = 128 (ove with them; 18 / 19), both dtypes and masks, without a softcap
+    (then the w12t / r24 _sc twins); _ld (12 / 13) in the contract, not planned; the D = 64
+    candidate _ldr (24 / 240 registers; 10 / 11) by name only. The run-17 losers (the FMA-polynomial exponentials _pe / _lp,
     _ovd) are gone; 16 / 17 are refused."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for macro, d in (("OF_FA_WSTLD_KERNELS_D", 64), ("OF_FA_WSTOD_KERNELS_D", 128)):
@@ -1157,11 +1156,13 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
         assert case in fa, case
     assert "kWsPolyExp" not in fa and "_pe_full" not in fa and "_lp_full" not in fa and "_ovd_full" not in fa
     assert "case 7:" not in fa.split("FaTmaKernelFn pick_tma(")[1].split("using FaTmaPKernelFn")[0]
-    assert lp.FA_WS_TMA_LD in lp.fa_variants(64) and lp.FA_WS_TMA_OVED in lp.fa_variants(128)
-    for v, d, planned in ((lp.FA_WS_TMA_LD, 64, True), (lp.FA_WS_TMA_OVED, 128, True),
-                          (lp.FA_WS_TMA_LDR, 64, False), (lp.FA_WS_TMA_LDE, 64, False)):
+    assert lp.FA_WS_TMA_LD in lp.fa_variants(64) and lp.FA_WS_TMA_LDE in lp.fa_variants(64)
+    assert lp.FA_WS_TMA_OVED in lp.fa_variants(128)
+    for v, d, planned, exp in ((lp.FA_WS_TMA_LD, 64, False, False), (lp.FA_WS_TMA_LDE, 64, True, False),
+                               (lp.FA_WS_TMA_OVED, 128, True, False), (lp.FA_WS_TMA_LDR, 64, False, True)):
         tag = v[-1]
-        assert (v in lp.fa_experimental_variants(d)) != planned and lp.fa_engine(v, d) == "wgmma"
+        assert (v in lp.fa_experimental_variants(d)) == exp and (v in lp.fa_variants(d)) != exp
+        assert lp.fa_engine(v, d) == "wgmma"
         for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
             for causal in (False, True):
                 p = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, variant=v)
