@@ -683,10 +683,10 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
             if floor is not None and r.dtype.kind == "f":
                 d_atol, d_rtol = max(d_atol, floor[0]), max(d_rtol, floor[1])
             if fp8 and r.dtype.kind == "f":   # e4m3's tolerance, scaled by the output's magnitude
-                from onnx_fuse.targets.paged_kv_feeds import FP8_TOL
+                from onnx_fuse.targets.paged_kv_feeds import fp8_tolerance
 
-                mag = max(1.0, float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)))
-                d_atol, d_rtol = max(d_atol, FP8_TOL[1] * mag), max(d_rtol, FP8_TOL[0])
+                f_atol, f_rtol = fp8_tolerance(r)
+                d_atol, d_rtol = max(d_atol, f_atol), max(d_rtol, f_rtol)
             diffs.append(compare_arrays(name + suffix, r, g, d_atol if atol is None else atol,
                                         d_rtol if rtol is None else rtol))
     result["outputs"] = [dataclasses.asdict(d) for d in diffs]

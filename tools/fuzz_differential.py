@@ -237,25 +237,26 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
 
 
 def _check_paged(original, optimized, feeds, ref_out, fp8: bool, loosest) -> tuple[str, str]:
-    """The paged-KV rewrite (tools/fuzz_paged.py): the original's past as shuffled pool blocks,
-    its present outputs compared with the pools read back; fp8 pools at e4m3's tolerance."""
+    """The paged-KV rewrite (verify's harness, onnx_fuse.targets.paged_kv_feeds): the original's
+    past as shuffled pool blocks, its present outputs compared with the pools read back; fp8 pools
+    at e4m3's tolerance (fuzz_paged.compare_fp8)."""
+    from onnx_fuse.targets import paged_kv_feeds as pk
+
     names = [o.name for o in original.graph.output]
-    slots = {o: i for i, o in fuzz_paged.pools(optimized)}
+    slots = {o for _, o in pk.pools(optimized)}
     at = [k for k, o in enumerate(optimized.graph.output) if o.name in slots]
     if len(at) != 2 * sum(n.op_type == "PagedAttention" for n in optimized.graph.node):
         return "signature", "the pools do not take the present outputs' slots"
     total = np.asarray(ref_out[at[0]]).shape[2]
-    past = feeds[fuzz_paged._past_name(slots[optimized.graph.output[at[0]].name],
-                                       {i.name for i in original.graph.input})]
     try:
-        ref_feeds, run_feeds = fuzz_paged.paged_feeds(original, optimized, feeds, total - past.shape[2],
-                                                      seed=total, fp8=fp8)
+        ref_feeds, run_feeds = pk.paged_feeds(original, optimized, feeds, total=total,
+                                              block_size=fuzz_paged.BLOCK, seed=total, fp8=fp8)
         ref = _session(original, ort_optimizations=False).run(names, ref_feeds)
         sess = _session(optimized, ort_optimizations=True)
-        got = fuzz_paged.run_paged(sess, optimized, run_feeds)
+        got = pk.run_paged(sess, optimized, run_feeds)
     except Exception as exc:  # noqa: BLE001 - ORT's refusal of the paged model
         return "ort-refused", "paged: " + _first_line(exc)
-    paired = fuzz_paged.paired_outputs(original, optimized, ref, got, run_feeds, total)
+    paired = pk.paired_outputs(original, optimized, ref, got, run_feeds, total)
     if isinstance(paired, str):
         return "signature", "paged: " + paired
     if fp8:

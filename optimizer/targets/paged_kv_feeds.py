@@ -20,13 +20,22 @@ import onnx
 
 __all__ = ["paged_inputs_from_contiguous", "gather_pool", "is_paged_rewrite", "pool_name", "past_input",
            "pools", "is_fp8", "round_e4m3", "paged_feeds", "total_length", "run_paged", "paired_outputs",
-           "FP8_TOL"]
+           "FP8_TOL", "fp8_tolerance"]
 
 F8 = onnx.TensorProto.FLOAT8E4M3FN
 #: relative and absolute (x the output's magnitude, at least 1) tolerance of a model on fp8 pools:
 #: e4m3 keeps 3 mantissa bits and the op rounds the new tokens' K/V to it (the past is exact)
 FP8_TOL = (0.1, 0.1)
 _NAN_E4M3 = 0x7F
+
+
+def fp8_tolerance(ref) -> tuple[float, float]:
+    """(atol, rtol) of an output ``ref`` of a model on fp8 pools: a pair passes where
+    ``|got - ref| <= atol + rtol * |ref|``, with atol FP8_TOL's absolute part times the output's
+    magnitude (its largest finite |value|, at least 1)."""
+    r = np.asarray(ref, np.float64)
+    mag = max(1.0, float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)))
+    return FP8_TOL[1] * mag, FP8_TOL[0]
 
 
 def pool_name(past: str, tag: str) -> str:

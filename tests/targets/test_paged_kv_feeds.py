@@ -1,7 +1,7 @@
 """The paged-KV harness shared by verify and the differential fuzzer
 (optimizer/targets/paged_kv_feeds.py): pool names of both naming forms map back to the past they
 replace, the paged run takes its feeds from the graph's inputs (an initializer that is also an
-input keeps the user's feed), and verify and the fuzzer build their feeds through it."""
+input keeps the user's feed), and the fp8 tolerance verify and the fuzzer both apply."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from onnx import helper as oh
 
 import onnx_fuse
-from onnx_fuse.targets.paged_kv_feeds import (gather_pool, paged_feeds, paired_outputs, past_input, pool_name,
-                                              run_paged, total_length)
+from onnx_fuse.targets.paged_kv_feeds import (FP8_TOL, fp8_tolerance, gather_pool, paged_feeds, paired_outputs,
+                                              past_input, pool_name, run_paged, total_length)
 from onnx_fuse.verify import make_inputs, make_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,19 +87,24 @@ def test_pools_hold_the_past_in_shuffled_blocks_and_nan_elsewhere():
     assert not (np.diff(tables.reshape(-1)) == 1).all()   # not one contiguous run of blocks
 
 
-def test_fuzzer_and_verify_share_the_harness():
-    """tools/fuzz_paged.py builds no feeds of its own: its paged_feeds is the shared one's."""
+def test_fp8_tolerance_is_one_bound_for_verify_and_the_fuzzer():
+    """fp8_tolerance(ref) is e4m3's bound (FP8_TOL, the absolute part scaled by the output's
+    largest finite |value|, at least 1); verify's compare and the fuzzer's compare_fp8 both apply
+    it: an error just inside passes both, just outside fails both."""
     sys.path.insert(0, str(ROOT / "tools"))
     try:
         import fuzz_paged
     finally:
         sys.path.remove(str(ROOT / "tools"))
-    original = onnx.load(str(MODEL))
-    optimized = ir.to_proto(onnx_fuse.optimize(original, level=4, target="trt").model)
-    feeds = make_inputs(original, pad_masks=False, seed=0)
-    P = feeds["past_key_values.0.key"].shape[2]
-    a = fuzz_paged.paged_feeds(original, optimized, feeds, 1, seed=4)[1]
-    b = paged_feeds(original, optimized, feeds, total=P + 1, block_size=fuzz_paged.BLOCK, seed=4)[1]
-    assert a.keys() == b.keys()
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k])
+    from onnx_fuse.verify import compare_arrays
+
+    ref = np.array([[-30.0, 2.0, np.inf], [0.5, 0.0, 12.0]], np.float32)
+    atol, rtol = fp8_tolerance(ref)
+    assert (atol, rtol) == pytest.approx((FP8_TOL[1] * 30.0, FP8_TOL[0]))
+    assert fp8_tolerance(np.array([0.25, -0.5]))[0] == pytest.approx(FP8_TOL[1])   # magnitude >= 1
+    bound = atol + rtol * 2.0
+    for step, ok in ((0.99, True), (1.01, False)):
+        got = ref.copy()
+        got[0, 1] += step * bound
+        assert compare_arrays("y", ref, got, atol, rtol).passed is ok
+        assert fuzz_paged.compare_fp8(["y"], [ref], [got])[0] == ("ok" if ok else "wrong")
