@@ -22,6 +22,9 @@ Conventions shared with the kernels:
 - ``scale`` None or 0.0 means ``1/sqrt(D)``.
 - ``softcap`` (prefill; Gemma 2's logit softcap): 0.0 means none; ``c`` > 0 turns the scaled
   scores ``x`` into ``c * tanh(x / c)`` before the mask and the softmax.
+- ``window`` (sliding-window attention, HF's ``sliding_window``): 0 means none; ``W`` > 0 lets
+  the query at position ``p`` see key ``j`` iff ``p - W < j <= p`` (at most W keys, itself
+  included). Prefill needs ``causal``; paged attention is always causal (``p`` as above).
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def fused_attention(
     causal: bool = False,
     scale: float | None = None,
     softcap: float = 0.0,
+    window: int = 0,
     layout: str = "bshd",
     num_heads: int | None = None,
     num_kv_heads: int | None = None,
@@ -99,7 +103,8 @@ def fused_attention(
 
     Layouts: ``bshd`` q [B,S,Hq,D], k/v [B,S,Hkv,D] (the kernel's); ``bhsd`` [B,H,S,D];
     ``bsh`` packed [B,S,H*D] (needs ``num_heads`` and ``num_kv_heads``). ``softcap`` > 0:
-    scores ``softcap * tanh(scale * q k^T / softcap)``.
+    scores ``softcap * tanh(scale * q k^T / softcap)``. ``window`` W > 0 (with ``causal``):
+    query ``i`` sees keys ``i - W < j <= i``.
     """
     qh = _to_bshd(np.asarray(q), layout, num_heads, "q").astype(np.float64)
     kh = _to_bshd(np.asarray(k), layout, num_kv_heads, "k").astype(np.float64)
@@ -116,6 +121,7 @@ def fused_attention(
     cap = float(softcap or 0.0)
     if not (cap >= 0.0 and np.isfinite(cap)):
         raise ValueError(f"softcap must be >= 0 and finite (0 = none), got {softcap}")
+    W = _check_window(window, causal=bool(causal))
     lens = np.full(B, S, dtype=np.int64) if seq_lens is None else np.clip(np.asarray(seq_lens, np.int64), 0, S)
     if lens.shape != (B,):
         raise ValueError(f"seq_lens must have shape [{B}], got {lens.shape}")
@@ -132,6 +138,8 @@ def fused_attention(
     visible = np.broadcast_to(key_ok[:, None, None, :], scores.shape)
     if causal:
         visible = visible & (pos[None, None, None, :] <= pos[None, None, :, None])
+    if W:
+        visible = visible & (pos[None, None, None, :] > pos[None, None, :, None] - W)
     p = _softmax_rows(scores, visible)
     out = np.matmul(p, vx.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)  # [B,S,Hq,D]
     out = out * (pos[None, :] < lens[:, None])[:, :, None, None]
@@ -141,6 +149,18 @@ def fused_attention(
     elif layout == "bsh":
         out = out.reshape(B, S, Hq * D)
     return out.astype(dt)
+
+
+def _check_window(window, *, causal: bool) -> int:
+    """The sliding window as an int >= 0; a window needs causal attention (the contract)."""
+    w = int(window or 0)
+    if w != window and window is not None:
+        raise ValueError(f"window must be an integer, got {window!r}")
+    if w < 0:
+        raise ValueError(f"window must be >= 0 (0 = none), got {w}")
+    if w and not causal:
+        raise ValueError(f"window={w} needs causal attention")
+    return w
 
 
 def _gather_cache(pool: np.ndarray, table_row: np.ndarray, length: int) -> np.ndarray:
@@ -158,14 +178,17 @@ def paged_attention(
     seq_lens: np.ndarray,
     *,
     scale: float | None = None,
+    window: int = 0,
     out_dtype=None,
 ) -> np.ndarray:
     """Attention of new query tokens over a block-paged cache (kernel layouts).
 
     q: [B, Hq, D] (decode, one token) or [B, Sq, Hq, D]; pools [NB, BS, Hkv, D];
     block_tables int32 [B, max_blocks]; seq_lens int32 [B] (cache length incl. new tokens).
+    ``window`` W > 0: new token at position ``p`` sees cache positions ``p - W < j <= p``.
     Returns q's shape.
     """
+    W = _check_window(window, causal=True)
     q = np.asarray(q)
     decode = q.ndim == 3
     qh = (q[:, None] if decode else q).astype(np.float64)
@@ -191,6 +214,8 @@ def paged_attention(
         scores = np.matmul(qh[b].transpose(1, 0, 2), kc.transpose(1, 2, 0)) * sc  # [Hq,Sq,L]
         qpos = L - Sq + np.arange(Sq)
         visible = np.arange(L)[None, None, :] <= qpos[None, :, None]
+        if W:
+            visible = visible & (np.arange(L)[None, None, :] > qpos[None, :, None] - W)
         p = _softmax_rows(scores, np.broadcast_to(visible, scores.shape))
         out[b] = np.matmul(p, vc.transpose(1, 0, 2)).transpose(1, 0, 2)
     out = out[:, 0] if decode else out
@@ -247,12 +272,13 @@ def fused_attention_op(
     scale: float = 0.0,
     causal: int = 0,
     softcap: float = 0.0,
+    window: int = 0,
 ) -> np.ndarray:
     """``onnx_fuse::FusedAttention``: query [B,S,Hq*D], key/value [B,S,Hkv*D] -> [B,S,Hq*D]."""
     kvh = kv_num_heads or num_heads
     return fused_attention(
         query, key, value, seq_lens=seq_lens, causal=bool(causal), scale=scale, softcap=softcap,
-        layout="bsh", num_heads=num_heads, num_kv_heads=kvh,
+        window=window, layout="bsh", num_heads=num_heads, num_kv_heads=kvh,
     )
 
 
@@ -270,8 +296,10 @@ def paged_attention_op(
     num_heads: int,
     kv_num_heads: int | None = None,
     scale: float = 0.0,
+    window: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``onnx_fuse::PagedAttention``: append then attend.
+    """``onnx_fuse::PagedAttention``: append then attend (``window`` W > 0: sliding window,
+    the new token at position p sees cache positions p - W < j <= p).
 
     query [B,Sq,Hq*D], key/value [B,Sq,Hkv*D] (the new tokens), caches [NB,BS,Hkv,D],
     block_tables int32 [B,max_blocks], seq_lens int32 [B] (incl. the new tokens).
@@ -295,7 +323,7 @@ def paged_attention_op(
         ks, vs = (_kv_scale(s, kvh, n) for s, n in ((k_scale, "k_scale"), (v_scale, "v_scale")))
     if not is_fp8_pool(key_cache):   # 16-bit pools: the scales (if any) are not used
         kc, vc = append_kv(key_cache, value_cache, kn, vn, block_tables, seq_lens)
-        out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale)
+        out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale, window=window)
         return out.reshape(B, Sq, -1), kc, vc
     if k_scale is None:
         raise ValueError("fp8 (e4m3) pools need k_scale and v_scale")
@@ -303,7 +331,7 @@ def paged_attention_op(
     kc, vc = append_kv(k8, v8, quantize_e4m3(kn, ks), quantize_e4m3(vn, vs), block_tables,
                        seq_lens)
     out = paged_attention(qh, dequantize_e4m3(kc, ks), dequantize_e4m3(vc, vs), block_tables,
-                          seq_lens, scale=scale, out_dtype=qh.dtype)
+                          seq_lens, scale=scale, window=window, out_dtype=qh.dtype)
     like = np.asarray(key_cache).dtype
     return out.reshape(B, Sq, -1), kc.view(like), vc.view(like)
 

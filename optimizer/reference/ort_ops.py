@@ -69,25 +69,26 @@ _WRAPPED_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
 
 
 def _fused_attention(query, key, value, seq_lens=None, *, num_heads, kv_num_heads, scale, causal,
-                     softcap):
+                     softcap, window):
     from onnx_fuse.reference.attention import fused_attention_op
 
     return fused_attention_op(query, key, value, seq_lens, num_heads=int(num_heads),
                               kv_num_heads=int(kv_num_heads) or None, scale=float(scale),
-                              causal=int(causal), softcap=float(softcap))
+                              causal=int(causal), softcap=float(softcap), window=int(window))
 
 
 def _paged_attention(query, key, value, key_cache, value_cache, block_tables, seq_lens,
-                     k_scale=None, v_scale=None, *, num_heads, kv_num_heads, scale):
+                     k_scale=None, v_scale=None, *, num_heads, kv_num_heads, scale, window):
     from onnx_fuse.reference.attention import paged_attention_op
 
     return paged_attention_op(query, key, value, key_cache, value_cache, block_tables, seq_lens,
                               k_scale, v_scale, num_heads=int(num_heads),
-                              kv_num_heads=int(kv_num_heads) or None, scale=float(scale))
+                              kv_num_heads=int(kv_num_heads) or None, scale=float(scale),
+                              window=int(window))
 
 
 def _paged_attention_fp8(query, key, value, key_cache, value_cache, block_tables, seq_lens,
-                         k_scale, v_scale, *, num_heads, kv_num_heads, scale):
+                         k_scale, v_scale, *, num_heads, kv_num_heads, scale, window):
     """The caches arrive as float32 e4m3 values (Cast from float8e4m3fn) and leave as such."""
     import ml_dtypes
     import numpy as np
@@ -96,11 +97,12 @@ def _paged_attention_fp8(query, key, value, key_cache, value_cache, block_tables
     out, kc, vc = _paged_attention(query, key, value, np.asarray(key_cache).astype(e4m3),
                                    np.asarray(value_cache).astype(e4m3), block_tables, seq_lens,
                                    k_scale, v_scale, num_heads=num_heads,
-                                   kv_num_heads=kv_num_heads, scale=scale)
+                                   kv_num_heads=kv_num_heads, scale=scale, window=window)
     return out.astype(np.float32), kc.astype(np.float32), vc.astype(np.float32)
 
 
-_ATTN_ATTRS = (("num_heads", "int", None), ("kv_num_heads", "int", 0), ("scale", "float", 0.0))
+_ATTN_ATTRS = (("num_heads", "int", None), ("kv_num_heads", "int", 0), ("scale", "float", 0.0),
+               ("window", "int", 0))
 _PAGED_INPUTS = ("float", "float", "float", "float", "float", "int32", "int32")
 _SPECS = (
     _OpSpec("FusedAttention", ("float", "float", "float"), ("float",),

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from onnx_fuse import reference as ref
+from onnx_fuse.reference.attention import dequantize_e4m3, quantize_e4m3
 
 
 
@@ -13,12 +14,13 @@ def _rng(seed):
     return np.random.default_rng(seed)
 
 
-def _oracle(q, k, v, *, causal, scale, lens=None):
+def _oracle(q, k, v, *, causal, scale, lens=None, window=0):
     """Independent float64 attention on [B,S,H,D] arrays: online softmax, one key at a time.
 
     Shares nothing with the reference but the definition: no score matrix, no boolean mask, no
     K/V repeat for GQA (query head h reads kv head h // group), a running max and denominator as
-    FlashAttention streams them. Rows of padded queries (at or past ``lens[b]``) are zero."""
+    FlashAttention streams them. Rows of padded queries (at or past ``lens[b]``) are zero.
+    ``window`` W > 0: query i also skips keys j <= i - W (checked here key by key)."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     B, S, Hq, D = q.shape
     group = Hq // k.shape[2]
@@ -34,6 +36,8 @@ def _oracle(q, k, v, *, causal, scale, lens=None):
             acc = np.zeros((S, D))
             for j in range(valid):
                 live = rows >= j if causal else np.ones(S, bool)
+                if window:
+                    live = live & (j > rows - window)
                 score = np.where(live, q[b, :, h, :] @ k[b, j, kv, :] * sc, -np.inf)
                 new_max = np.maximum(run_max, score)
                 keep = np.where(np.isfinite(run_max), np.exp(run_max - np.where(np.isfinite(new_max), new_max, 0)), 0.0)
@@ -263,3 +267,121 @@ def test_paged_attention_op_chunk_longer_than_cache_drops_the_first_tokens():
     want = _contiguous_chunk_attention(q[0, 2:].reshape(3, Hq, D), kn[0, 2:].reshape(3, Hkv, D),
                                        vn[0, 2:].reshape(3, Hkv, D), 1 / np.sqrt(D))
     np.testing.assert_allclose(out[0, 2:], want.reshape(3, Hq * D), rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------ sliding window (``window``)
+
+
+@pytest.mark.parametrize("W", [1, 3, 8, 36, 37, 100])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2)])
+def test_fused_window_matches_the_streaming_oracle(W, heads):
+    """Query i sees keys i - W < j <= i; with padding the padded keys stay hidden too."""
+    Hq, Hkv = heads
+    r = _rng(300 + W)
+    q = r.standard_normal((3, 37, Hq, 16))
+    k = r.standard_normal((3, 37, Hkv, 16))
+    v = r.standard_normal((3, 37, Hkv, 16))
+    lens = np.array([37, 20, 5], np.int32)
+    want = _oracle(q, k, v, causal=True, scale=0.3, lens=lens, window=W)
+    for b, L in enumerate(lens):   # garbage in the padding must not leak
+        k[b, L:], v[b, L:] = 1e6, -1e6
+    got = ref.fused_attention(q, k, v, seq_lens=lens, causal=True, scale=0.3, window=W)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    causal = ref.fused_attention(q, k, v, seq_lens=lens, causal=True, scale=0.3)
+    if W >= 37:   # a window at least the context is plain causal attention
+        np.testing.assert_array_equal(got, causal)
+    else:         # the window bites from row W on
+        assert np.allclose(got[0, :W], causal[0, :W], rtol=1e-12, atol=1e-14)
+        assert np.abs(got[0, W:] - causal[0, W:]).max() > 1e-3
+
+
+def test_fused_window_one_is_each_token_alone_and_op_passes_it():
+    r = _rng(310)
+    B, S, Hq, Hkv, D = 2, 6, 4, 2, 8
+    q = r.standard_normal((B, S, Hq * D))
+    k = r.standard_normal((B, S, Hkv * D))
+    v = r.standard_normal((B, S, Hkv * D))
+    got = ref.fused_attention_op(q, k, v, num_heads=Hq, kv_num_heads=Hkv, causal=1, window=1)
+    # one visible key: the output is that key's value row (its kv head, repeated per group)
+    want = np.repeat(v.reshape(B, S, Hkv, D), Hq // Hkv, axis=2).reshape(B, S, Hq * D)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(window=2, causal=False), "needs causal"),
+    (dict(window=-1, causal=True), ">= 0"),
+    (dict(window=2.5, causal=True), "integer"),
+])
+def test_fused_window_refuses_bad_values(bad, match):
+    q = np.zeros((1, 5, 2, 8))
+    with pytest.raises(ValueError, match=match):
+        ref.fused_attention(q, q, q, **bad)
+
+
+@pytest.mark.parametrize("W", [1, 4, 9, 40, 41])
+@pytest.mark.parametrize("bs", [1, 4])
+def test_paged_decode_window_sees_the_last_W_tokens(W, bs):
+    """Decode at position p = L - 1: attention over cache positions max(0, L - W) .. L - 1."""
+    r = _rng(320 + W)
+    B, Hq, Hkv, D, lens = 3, 8, 2, 8, [1, 17, 41]
+    kp, vp, tables, ck, cv = _paged_setup(r, B, Hkv, D, bs, lens)
+    q = r.standard_normal((B, Hq, D))
+    got = ref.paged_attention(q, kp, vp, tables, np.array(lens), scale=0.5, window=W)
+    for b, L in enumerate(lens):
+        lo = max(0, L - W)
+        kk = np.repeat(ck[b][lo:L], Hq // Hkv, axis=1)
+        vv = np.repeat(cv[b][lo:L], Hq // Hkv, axis=1)
+        s = np.einsum("hd,lhd->hl", q[b], kk) * 0.5
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(got[b], np.einsum("hl,lhd->hd", p, vv), rtol=1e-10, atol=1e-12)
+    full = ref.paged_attention(q, kp, vp, tables, np.array(lens), scale=0.5)
+    if W < 17:
+        assert np.abs(got[1:] - full[1:]).max() > 1e-3
+    if W >= 41:
+        np.testing.assert_array_equal(got, full)
+
+
+@pytest.mark.parametrize("W", [1, 3, 6, 11])
+@pytest.mark.parametrize("Sq", [1, 5])
+def test_paged_chunked_prefill_window_equals_dense_windowed_prefill(W, Sq):
+    """Sq new tokens at the end of the cache with a window = rows L - Sq .. L - 1 of the
+    windowed causal prefill over the whole sequence (positions are absolute, not chunk-local)."""
+    r = _rng(330 + W + Sq)
+    Hq, Hkv, D, bs, L = 4, 2, 8, 4, 11
+    kp, vp, tables, ck, cv = _paged_setup(r, 1, Hkv, D, bs, [L])
+    qfull = r.standard_normal((1, L, Hq, D))
+    full = ref.fused_attention(qfull, ck[0][None], cv[0][None], causal=True, window=W)
+    got = ref.paged_attention(qfull[:, L - Sq:], kp, vp, tables, np.array([L]), window=W)
+    np.testing.assert_allclose(got, full[:, L - Sq:], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_paged_attention_op_window_appends_then_attends_the_window(fp8):
+    """The ONNX-level op (16-bit and e4m3 pools): the caches are written exactly as without a
+    window; the output is the windowed attention over the updated cache."""
+    r = _rng(340)
+    B, Hq, Hkv, D, bs, Sq, W = 2, 4, 2, 8, 4, 3, 4
+    prefix = [6, 9]
+    lens = np.array([p + Sq for p in prefix], np.int32)
+    kp, vp, tables, _, _ = _paged_setup(r, B, Hkv, D, bs, list(lens))
+    kp, vp = np.nan_to_num(kp), np.nan_to_num(vp)
+    extra = ()
+    if fp8:
+        scales = np.array([0.02, 0.01], np.float32)
+        kp, vp = quantize_e4m3(kp, scales), quantize_e4m3(vp, scales)
+        extra = (scales, scales)
+    q = r.standard_normal((B, Sq, Hq * D))
+    kn = r.standard_normal((B, Sq, Hkv * D))
+    vn = r.standard_normal((B, Sq, Hkv * D))
+    out, kc, vc = ref.paged_attention_op(q, kn, vn, kp, vp, tables, lens, *extra, num_heads=Hq,
+                                         kv_num_heads=Hkv, window=W)
+    _, kc0, vc0 = ref.paged_attention_op(q, kn, vn, kp, vp, tables, lens, *extra, num_heads=Hq,
+                                         kv_num_heads=Hkv)
+    np.testing.assert_array_equal(kc.view(np.uint8) if fp8 else kc, kc0.view(np.uint8) if fp8 else kc0)
+    kd = dequantize_e4m3(kc, scales) if fp8 else kc
+    vd = dequantize_e4m3(vc, scales) if fp8 else vc
+    want = ref.paged_attention(q.reshape(B, Sq, Hq, D), kd, vd, tables, lens, window=W)
+    np.testing.assert_allclose(out, want.reshape(B, Sq, Hq * D), rtol=1e-6, atol=1e-7)
+    plain = ref.paged_attention(q.reshape(B, Sq, Hq, D), kd, vd, tables, lens)
+    assert np.abs(out - plain.reshape(B, Sq, -1)).max() > 1e-3

@@ -117,7 +117,8 @@ def test_prepare_session_leaves_input_alone_and_retargets():
     assert model.SerializeToString() == before
     node = out.graph.node[0]
     assert node.domain == "ai.onnx.contrib" and node.op_type == "OnnxFuse_FusedAttention_3"
-    assert {a.name for a in node.attribute} == {"num_heads", "kv_num_heads", "scale", "causal", "softcap"}
+    assert {a.name for a in node.attribute} == {"num_heads", "kv_num_heads", "scale", "causal", "softcap",
+                                                "window"}
     assert "onnx_fuse" not in {o.domain for o in out.opset_import}
 
 
@@ -257,3 +258,46 @@ def test_fp8_pool_registration_and_refusal_without_scales():
              .graph.node] == ["OnnxFuse_PagedAttention_9"])
     with pytest.raises(ValueError, match="needs k_scale and v_scale"):
         prepare_session(_paged_model(T.FLOAT8E4M3FN, n_inputs=7), ort.SessionOptions())
+
+
+@pytest.mark.parametrize("W", [1, 3, S])
+def test_fused_attention_window_with_softcap_matches_the_plain_ops_in_ort(W):
+    """Gemma 2's sliding layers (softcap + window) through the reference equal the plain ops with
+    the banded causal mask (kv_idx > q_idx - W and kv_idx <= q_idx, padding hidden) in ORT."""
+    rng = np.random.default_rng(7)
+    scale, cap = 0.3, 2.5
+    feeds = {"q": (3.0 * rng.standard_normal((B, S, H * D))).astype(np.float32),
+             "k": (1.5 * rng.standard_normal((B, S, KV * D))).astype(np.float32),
+             "v": rng.standard_normal((B, S, KV * D)).astype(np.float32)}
+    lens = np.array([S, 4], np.int32)
+    pos = np.arange(S)
+    band = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - W)
+    visible = (pos[None, :] < lens[:, None])[:, None, None, :] & band
+    mask = np.where(visible, 0.0, -np.inf).astype(np.float32)
+    plain = make_session(_plain_softcap_model(scale, cap)).run(None, {**feeds, "mask": mask})[0]
+    model = _model(["q", "k", "v", "lens"], num_heads=H, kv_num_heads=KV, causal=1, scale=scale,
+                   softcap=cap, window=W, plugin_version="1", plugin_namespace="onnx_fuse")
+    got = make_session(model).run(None, {**feeds, "lens": lens})[0]
+    valid = pos[None, :] < lens[:, None]
+    np.testing.assert_allclose(got[valid], plain[valid], rtol=1e-5, atol=1e-5)
+    if W < S:   # the window reaches the reference
+        nowin = fused_attention_op(feeds["q"], feeds["k"], feeds["v"], lens, num_heads=H,
+                                   kv_num_heads=KV, causal=1, scale=scale, softcap=cap)
+        assert np.abs(got - nowin)[valid].max() > 1e-2
+
+
+def test_paged_attention_window_runs_through_reference():
+    from onnx_fuse.reference.attention import paged_attention_op
+
+    feeds = _paged_feeds(np.random.default_rng(4), fp8=False)
+    model = _paged_model(T.FLOAT, n_inputs=7)
+    model.graph.node[0].attribute.append(h.make_attribute("window", 4))
+    feeds = {k: v for k, v in feeds.items() if k not in ("ks", "vs")}
+    y, kc, vc = make_session(model).run(None, feeds)
+    want = paged_attention_op(*(feeds[n] for n in ("q", "k", "v", "kc", "vc", "bt", "sl")),
+                              num_heads=PHQ, kv_num_heads=PHKV, window=4)
+    for got, w in zip((y, kc, vc), want):
+        np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-6)
+    nowin = paged_attention_op(*(feeds[n] for n in ("q", "k", "v", "kc", "vc", "bt", "sl")),
+                               num_heads=PHQ, kv_num_heads=PHKV)[0]
+    assert np.abs(y - nowin).max() > 1e-3   # sequence 0 (10 tokens) sees only its last 4
