@@ -9,6 +9,8 @@ for ``e4m3 * scale[h]``; the serving side picks the scales, e.g. ``amax / 448`` 
 K/V). Half the pool bytes of fp16; the plugin's JIT path quantizes on append and decodes with
 ``paged_decode_fp8``.
 
+Shapes are inferred again first (the rewrites left the ops' outputs as their rules shaped them;
+shape inference now carries a decode step's ``S = 1`` through every PagedAttention).
 Refused with a UserError naming the layer, never half converted: a query length not fixed at 1
 (the fp8 form is decode-only), a head size the fp8 decode kernel lacks, pools that are not graph
 inputs and outputs of their own wired straight to the node (passes/_kv_pools.py: fp8 pool bytes
@@ -54,6 +56,12 @@ class KvCacheFp8Pass(FusePass):
             raise UserError(f"{_OPTION}: the model has no paged KV cache to convert (the paged-KV "
                             "rewrite did not apply; the report's warnings say why without "
                             f"{_OPTION})")
+        # the rewrites gave the ops' outputs shapes before the positions were re-derived; infer
+        # again (through the plugin ops, passes/_op_shapes.py) so a decode step's S = 1 reaches
+        # every layer's query, not only the first
+        from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+        ShapeInferencePass()(model)
         plans = [self._check(n) for n in nodes]
         for node, (hkv, pools) in zip(nodes, plans):
             retype_pools(pools, ir.DataType.FLOAT8E4M3FN)

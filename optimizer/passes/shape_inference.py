@@ -38,6 +38,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import _c_api_utils
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._op_shapes import stand_in_plugin_ops
 from onnx_fuse.passes._shape_values import INVENTED_DIM_PREFIX, invented_name, unknown_or_invented
 
 #: Longest 1-D value (elements) for which data propagation still runs; see the module docstring.
@@ -156,6 +157,7 @@ class ShapeInferencePass(FusePass):
 
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
             _forget_generated_dims(proto.graph, placeholders)
+            stand_in_plugin_ops(proto.graph)
             plain = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                       data_prop=False)
             if not self.data_prop:

@@ -208,9 +208,30 @@ def test_decode_is_read_from_any_of_q_k_v():
         assert nodes[0].inputs[2].shape[1] == 1
     KvCacheFp8Pass()(model)
     assert {n.inputs[3].type.dtype for n in nodes} == {ir.DataType.FLOAT8E4M3FN}
-    fresh = onnx_fuse.optimize(_static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
-    for n in (n for n in fresh.graph if n.op_type == "PagedAttention"):
-        for v in n.inputs[:3]:
-            v.shape = ir.Shape([v.shape[0], ir.SymbolicDim("unk__r9_0"), v.shape[2]])
+    # the pass infers shapes again, so S is what the model proves, not what a value was left with:
+    # the export with a symbolic query length is refused
+    fresh = onnx_fuse.optimize(str(MODELS / "gpt264_kv_dynamo.onnx"), level=4, target="trt").model
+    assert [n for n in fresh.graph if n.op_type == "PagedAttention"]
     with pytest.raises(UserError, match="decode-only"):   # nothing says S = 1: refused
         KvCacheFp8Pass()(fresh)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_multi_layer_decode_with_range_positions_pages_and_verifies(fp16):
+    """Positions Range(P, P + S) on a 3-layer decode step: shape inference carries S = 1 through
+    each PagedAttention (passes/_op_shapes.py), so every layer takes fp8 pools; verify passes."""
+    import sys
+
+    from onnx_fuse.verify import FP8_NOTE, verify
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from fuzz_motifs import make_decoder_case
+
+    case = make_decoder_case(7, head=64, heads=4, kv_heads=2, layers=3, window=0, sinks=False, upcast=fp16,
+                             padded=False, kv_fp8=True, fp16=fp16, decode=True, positions="range",
+                             repeat="hf", present_dims=True, dim_names="short")
+    result = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8")
+    assert result.report.rule_fires.get("trt-paged-kv") == 3
+    got = verify(case.model, result.model, shapes={k: tuple(a.shape) for k, a in case.feeds.items()})
+    assert FP8_NOTE in got["notes"]
+    assert got["passed"] and len(got["outputs"]) == 7, got["outputs"]
