@@ -34,6 +34,8 @@ ARGTYPES = {
     "onnx_fuse_fused_attention_fwd": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f] + [_i] * 5 + [_p],
     "onnx_fuse_fused_attention_fwd_ex": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _f]
     + [_i] * 5 + [_p],
+    "onnx_fuse_fused_attention_fwd_w": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _f]
+    + [_i] * 6 + [_p],
     "onnx_fuse_paged_attention_decode_ex": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i,
                                             _f, _i, _i, _i, _p],
     "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
@@ -138,13 +140,18 @@ class KernelLib:
             raise KernelError(f"{what} failed with CUDA error code {rc}")
 
     def fused_attention(self, q, k, v, out, *, seq_lens=None, causal=False, scale=None,
-                        softcap=0.0, variant=None, loads=None, stream=None) -> None:
+                        softcap=0.0, variant=None, loads=None, window=0, stream=None) -> None:
         """q/out [B,S,Hq,D], k/v [B,S,Hkv,D] (any strides, last dim contiguous). loads: the
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24 /
         FA_WS_TMA_OV / FA_WS_TMA_LD / FA_WS_TMA_OVED; see onnx_fuse_fused_attention_fwd). The experimental variants
         (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4.
         softcap > 0: logits cap * tanh(scale * q k^T / cap) (Gemma 2), the variant's ``_sc`` twin
-        (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex."""
+        (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex.
+        window > 0 (sliding window, causal only): query i sees keys i - window < j <= i, through
+        onnx_fuse_fused_attention_fwd_w (every variant but the experimental persistent one)."""
+        window = int(window or 0)
+        if window < 0 or (window and not causal):
+            raise ValueError(f"window={window}: >= 0, and > 0 only with causal attention")
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):
@@ -157,6 +164,15 @@ class KernelLib:
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
         if loads is None:
             loads = lp.fa_launch_loads(plan, by_name=variant is not None)
+        if window:
+            if plan.persistent or loads == 4:
+                raise ValueError("the persistent fused-attention entries take no window")
+            rc = self._lib.onnx_fuse_fused_attention_fwd_w(
+                plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,
+                *st, sc, cap, 1, window, plan.block_m, plan.block_n, plan.warps, loads,
+                self._stream(stream))
+            self._check(rc, "onnx_fuse_fused_attention_fwd_w")
+            return
         if cap:
             rc = self._lib.onnx_fuse_fused_attention_fwd_ex(
                 plan.dtype_code, _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(seq_lens), B, S, Hq, Hkv, D,

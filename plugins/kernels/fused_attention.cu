@@ -38,6 +38,22 @@ constexpr int fa_smem_bytes() {
   return (16 * MT * NWARPS + 2 * 2 * BN) * tile_row<D>() * 2;
 }
 
+// Sliding window (runtime `window`, causal entries only; 0 = none): key n is visible to query row r
+// iff r - window < n <= r (HF's sliding_window). fa_window_lo gives the band's width, a huge one
+// without a window so the lower-bound tests below are never true and cost one compare per tile;
+// fa_first_tile the first key tile any row of a query tile starting at row m0 can see: tiles
+// wholly below the band are never loaded (the speed-up of a window), and only the tiles that
+// straddle its lower edge are masked (a uniform per-tile flag, as the diagonal's).
+constexpr int kFaNoWindow = 1 << 30;
+template <bool CAUSAL>
+__host__ __device__ __forceinline__ int fa_window_lo(int window) {
+  return (CAUSAL && window > 0) ? window : kFaNoWindow;
+}
+template <bool CAUSAL>
+__host__ __device__ __forceinline__ int fa_first_tile(int m0, int wlo, int bn) {
+  return (CAUSAL && wlo < kFaNoWindow) ? max(m0 - wlo + 1, 0) / bn : 0;
+}
+
 // Logit softcap (the SC template flag of every body; entries with the _sc suffix): each raw
 // score s of a tile becomes tanh(scale * s / cap) in place, before masking, and the launcher
 // passes scale_log2 = cap * log2(e), so the unchanged online softmax exponentiates
@@ -77,7 +93,7 @@ __device__ __forceinline__ void fa_fwd_body(
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2, float sc_k = 0.f) {
+    float scale_log2, float sc_k = 0.f, int window = 0) {
   using Tr = MmaTraits<T>;
   constexpr int WM = 16 * MT;       // rows per warp
   constexpr int BM = WM * NWARPS;   // rows per CTA
@@ -121,6 +137,8 @@ __device__ __forceinline__ void fa_fwd_body(
 
   const int n_end = CAUSAL ? min(L, m0 + BM) : L;
   const int n_tiles = (n_end + BN - 1) / BN;
+  const int wlo = fa_window_lo<CAUSAL>(window);
+  const int j0 = fa_first_tile<CAUSAL>(m0, wlo, BN);
 
   auto load_kv = [&](int tile, int buf) {
     const int n0 = tile * BN;
@@ -149,7 +167,7 @@ __device__ __forceinline__ void fa_fwd_body(
       cp_async_16(smem_u32(sQ + tile_off<D>(r, cc * 8)), qb + rr * q_ss + cc * 8, ok);
     }
   }
-  load_kv(0, 0);
+  load_kv(j0, j0 & 1);
   cp_async_commit();
 
   float acc[MT][D / 8][4];
@@ -168,7 +186,7 @@ __device__ __forceinline__ void fa_fwd_body(
   const int wrow = warp * WM;           // first row of this warp within the tile
   const int row0 = m0 + wrow + g;       // rows row0 + 16*mt + {0, 8}
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j0; j < n_tiles; ++j) {
     const int buf = j & 1;
     if (j + 1 < n_tiles) {
       load_kv(j + 1, buf ^ 1);
@@ -178,7 +196,7 @@ __device__ __forceinline__ void fa_fwd_body(
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (Q_IN_REGS && j == 0) {
+    if (Q_IN_REGS && j == j0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         int r = wrow + (lane & 15);
@@ -227,7 +245,8 @@ __device__ __forceinline__ void fa_fwd_body(
     // the exp2 domain: p = exp2(s * scale_log2 - m).
     if constexpr (SC) fa_softcap(s, sc_k);
     const int n0 = j * BN;
-    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow) ||
+                           (CAUSAL && n0 <= m0 + wrow + WM - 1 - wlo);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       if (need_mask) {
@@ -237,7 +256,7 @@ __device__ __forceinline__ void fa_fwd_body(
           for (int e = 0; e < 4; ++e) {
             int col = n0 + nt * 8 + 2 * t4 + (e & 1);
             int row = row0 + mt * 16 + (e >> 1) * 8;
-            if (col >= L || (CAUSAL && col > row)) s[mt][nt][e] = -INFINITY;
+            if (col >= L || (CAUSAL && (col > row || col <= row - wlo))) s[mt][nt][e] = -INFINITY;
           }
       }
 #pragma unroll
@@ -353,7 +372,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2, float sc_k = 0.f) {
+    float scale_log2, float sc_k = 0.f, int window = 0) {
 #if OF_WGMMA_OK
   using Tr = MmaTraits<T>;
   constexpr int BM = 64 * NWG, BN = BNV ? BNV : fa_wg_bn<D>(), DP = fa_wg_dp<D>(), NT = 128 * NWG,
@@ -395,6 +414,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
   }
   const int n_end = CAUSAL ? min(L, m0 + BM) : L;
   const int n_tiles = (n_end + BN - 1) / BN;
+  const int wlo = fa_window_lo<CAUSAL>(window);
+  const int j0 = fa_first_tile<CAUSAL>(m0, wlo, BN);
 
   auto load_kv = [&](int tile, int stage) {
     const int n0 = tile * BN;
@@ -419,7 +440,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
     int rr = ok ? (m0 + r) : 0;
     cp_async_16(sQ + sw128_off<BM>(r, cc), qb + rr * q_ss + cc * 8, ok);
   }
-  load_kv(0, 0);
+  load_kv(j0, j0 & 1);
   cp_async_commit();
 
   float acc[D / 8][4];
@@ -430,7 +451,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
   const int wrow = wgi * 64 + warp * 16;
   const int row0 = m0 + wrow + g;
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j0; j < n_tiles; ++j) {
     const int stage = j & 1;
     if (j + 1 < n_tiles) {
       load_kv(j + 1, stage ^ 1);
@@ -459,7 +480,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
     if constexpr (SC) fa_softcap(s, sc_k);
 
     const int n0 = j * BN;
-    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow) ||
+                           (CAUSAL && n0 <= m0 + wrow + 15 - wlo);
     if (need_mask) {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
@@ -467,7 +489,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
         for (int e = 0; e < 4; ++e) {
           int col = n0 + nt * 8 + 2 * t4 + (e & 1);
           int row = row0 + (e >> 1) * 8;
-          if (col >= L || (CAUSAL && col > row)) s[nt][e] = -INFINITY;
+          if (col >= L || (CAUSAL && (col > row || col <= row - wlo))) s[nt][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -538,7 +560,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
   // memory, so run the mma.sync 128x64 8-warp body instead; results are identical in kind.
   fa_fwd_body<T, D, 4 * NWG, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,
                                                 q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
-                                                o_ss, o_sh, scale_log2, sc_k);
+                                                o_ss, o_sh, scale_log2, sc_k, window);
 #endif
 }
 
@@ -556,7 +578,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2) {
+    float scale_log2, int window = 0) {
 #if OF_WGMMA_OK
   using Tr = MmaTraits<T>;
   constexpr int DP = fa_wg_dp<D>();
@@ -599,6 +621,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
   }
   const int n_end = CAUSAL ? min(L, m0 + BM) : L;
   const int n_tiles = (n_end + BN - 1) / BN;
+  const int wlo = fa_window_lo<CAUSAL>(window);
+  const int j0 = fa_first_tile<CAUSAL>(m0, wlo, BN);
 
   auto load_kv = [&](int tile) {
     const int n0 = tile * BN;
@@ -637,9 +661,9 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
     int rr = ok ? (m0 + r) : 0;
     cp_async_16(sQ + sw128_off<BM>(r, cc), qb + rr * q_ss + cc * 8, ok);
   }
-  load_kv(0);
+  load_kv(j0);
   cp_async_commit();
-  if (n_tiles > 1) load_kv(1);
+  if (j0 + 1 < n_tiles) load_kv(j0 + 1);
   cp_async_commit();
 
   float acc[D / 8][4];
@@ -654,11 +678,11 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
   cp_async_wait<1>();  // Q and tile 0
   wg::fence_proxy_async();
   __syncthreads();
-  issue_s(s_cur, 0);
+  issue_s(s_cur, j0);
   wg::wait0();
   wg::fence_acc(s_cur);
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j0; j < n_tiles; ++j) {
     const bool has_next = j + 1 < n_tiles;
     if (has_next) {
       cp_async_wait<0>();  // tile j+1
@@ -671,7 +695,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
 
     // Softmax of tile j (overlaps the S wgmma of tile j+1).
     const int n0 = j * BN;
-    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow);
+    const bool need_mask = (n0 + BN > L) || (CAUSAL && n0 + BN - 1 > m0 + wrow) ||
+                           (CAUSAL && n0 <= m0 + wrow + 15 - wlo);
     if (need_mask) {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
@@ -679,7 +704,7 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
         for (int e = 0; e < 4; ++e) {
           int col = n0 + nt * 8 + 2 * t4 + (e & 1);
           int row = row0 + (e >> 1) * 8;
-          if (col >= L || (CAUSAL && col > row)) s_cur[nt][e] = -INFINITY;
+          if (col >= L || (CAUSAL && (col > row || col <= row - wlo))) s_cur[nt][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -756,7 +781,8 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
   }
 #else
   fa_fwd_body<T, D, 8, 1, 64, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2);
+                                      k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale_log2,
+                                      0.f, window);
 #endif
 }
 
@@ -808,7 +834,9 @@ __device__ __forceinline__ uint64_t ws_desc_add(uint64_t d, uint32_t off) {
 
 // Where the rows of one (sequence, query head) live, for fa_ws_core. Both policies give:
 // q_len valid query rows; kv_len valid keys; q_store rows written (rows in [q_len, q_store) get
-// zeros); with CAUSAL, key n is visible to query row r iff n <= r + causal_off.
+// zeros); with CAUSAL, key n is visible to query row r iff n <= r + causal_off, and with a
+// window > 0 (sliding window; 0 = none, the value brace-initializers that omit it give) also
+// iff n > r + causal_off - window.
 // Dense: Q/K/V/O [B, S, H, D] rows at a stride (causal_off = 0: top-left aligned).
 template <typename T>
 struct FaDenseRows {
@@ -817,6 +845,7 @@ struct FaDenseRows {
   const T* q; const T* k; const T* v; T* o;
   long long q_ss, k_ss, v_ss, o_ss;
   int q_len, kv_len, q_store, causal_off;
+  int window;
   __device__ __forceinline__ const T* q_row(int r) const { return q + r * q_ss; }
   __device__ __forceinline__ T* o_row(int r) const { return o + r * o_ss; }
   __device__ __forceinline__ void kv_rows(int n, const T*& kr, const T*& vr) const {
@@ -838,6 +867,7 @@ struct FaPagedRows {
   const int* bt;
   int bs_shift;
   int q_len, kv_len, q_store, causal_off;
+  int window;
   __device__ __forceinline__ const T* q_row(int r) const { return q + r * q_ss; }
   __device__ __forceinline__ T* o_row(int r) const { return o + r * o_ss; }
   __device__ __forceinline__ void kv_rows(int n, const T*& kr, const T*& vr) const {
@@ -987,8 +1017,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const int m0 = m_block * BM;
   const int QL = rows.q_len, KL = rows.kv_len, OFF = rows.causal_off;
   const int n_end = CAUSAL ? min(KL, m0 + BM + OFF) : KL;
+  // sliding window: key tiles [j0, ...) only; the cp.async / paged producers and the consumers
+  // count tiles from j0 (the stage ring counts loaded tiles)
+  const int j0 = fa_first_tile<CAUSAL>(m0 + OFF, fa_window_lo<CAUSAL>(rows.window), BN);
 
-  if (!PERSIST && (m0 >= QL || n_end <= 0)) {  // no valid row or visible key: zeros where we own rows
+  if (!PERSIST && (m0 >= QL || n_end <= j0 * BN)) {  // no valid row or visible key: zeros where we own rows
     for (int c = tid; c < BM * CPR; c += NT) {
       int r = c / CPR, cc = c % CPR;
       if (m0 + r < rows.q_store)
@@ -996,12 +1029,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
     return;
   }
-  const int n_tiles = (n_end + BN - 1) / BN;
+  const int n_tiles = (n_end + BN - 1) / BN - j0;  // tiles this CTA loads
 
   // The tile loop (one pass unless PERSIST): geometry of the CTA's tile t.
   struct Geom {
     FaWsTile<Rows> tl;
-    int m0, n_tiles;
+    int m0, n_tiles, j0;  // n_tiles key tiles from tile j0 (keys j0 * BN ...)
     bool skip;  // no valid row or no visible key: the consumers store zeros (PERSIST only)
   };
   auto geom = [&](int t) -> Geom {
@@ -1009,10 +1042,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       const FaWsTile<Rows> tl = tiles.at(t);
       const int gm0 = tl.m_block * BM, gql = tl.rows.q_len, gkl = tl.rows.kv_len;
       const int gend = CAUSAL ? min(gkl, gm0 + BM + tl.rows.causal_off) : gkl;
-      const bool skip = gm0 >= gql || gend <= 0;
-      return Geom{tl, gm0, skip ? 0 : (gend + BN - 1) / BN, skip};
+      const int gj0 = fa_first_tile<CAUSAL>(gm0 + tl.rows.causal_off,
+                                            fa_window_lo<CAUSAL>(tl.rows.window), BN);
+      const bool skip = gm0 >= gql || gend <= gj0 * BN;
+      return Geom{tl, gm0, skip ? 0 : (gend + BN - 1) / BN - gj0, gj0, skip};
     } else {
-      return Geom{FaWsTile<Rows>{rows, m_block}, m0, n_tiles, false};
+      return Geom{FaWsTile<Rows>{rows, m_block}, m0, n_tiles, j0, false};
     }
   };
   const int n_rounds = PERSIST ? (tiles.count + (int)gridDim.x - 1) / (int)gridDim.x : 1;
@@ -1066,7 +1101,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         wg::tma_prefetch_desc(rows.tv);
       }
       for (int j = 0; j < n_tiles; ++j) {
-        const int n0 = j * BN;
+        const int n0 = (j0 + j) * BN;
         const uint32_t full = full0 + 8 * (j % ST);
         const uint32_t dk = sKV + (j % ST) * 2 * TILE;
         const uint32_t dv = dk + TILE;
@@ -1128,7 +1163,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         }
         for (int j = 0; j < n_tiles; ++j) {
           const int c = kv_base + j;  // the stage ring counts K/V tiles across the CTA's tiles
-          const int n0 = j * BN;
+          const int n0 = (gm.j0 + j) * BN;
           const uint32_t full = full0 + 8 * (c % ST);
           const uint32_t dk = sKV + (c % ST) * 2 * TILE;
           const uint32_t dv = dk + TILE;
@@ -1176,8 +1211,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       cp_async_16(sQ + soff + i * RSTEP * 128, rows.q_row(ok ? (m0 + r) : 0) + cc * 8, ok);
     }
     cp_async_commit();
-    auto load_kv = [&](int tile) {
-      const int n0 = tile * BN;
+    auto load_kv = [&](int tile) {  // tile: counted from j0
+      const int n0 = (j0 + tile) * BN;
       const uint32_t dk = sKV + (tile % ST) * 2 * TILE + soff;
       const uint32_t dv = dk + TILE;
 #pragma unroll
@@ -1230,8 +1265,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   if (PERSIST && t >= tiles.count) break;
   const Geom gm = geom(t);
   const Rows& rows = gm.tl.rows;
-  const int m0 = gm.m0, n_tiles = gm.n_tiles;
+  const int m0 = gm.m0, n_tiles = gm.n_tiles, j0 = gm.j0;
   const int QL = rows.q_len, KL = rows.kv_len, OFF = rows.causal_off;
+  const int wlo = fa_window_lo<CAUSAL>(rows.window);
   if (PERSIST && gm.skip) {  // no valid row or no visible key: zeros where we own rows
     for (int c = tid - 128; c < BM * CPR; c += 256) {
       const int r = c / CPR, cc = c % CPR;
@@ -1270,8 +1306,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
     if constexpr (SC) fa_softcap(sv, sc_k);
-    const int n0 = tile * BN;
-    const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF);
+    const int n0 = (j0 + tile) * BN;
+    const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF) ||
+                           (CAUSAL && n0 <= m0 + wrow + 15 + OFF - wlo);
     if (need_mask) {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
@@ -1279,7 +1316,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         for (int e = 0; e < 4; ++e) {
           int col = n0 + nt * 8 + 2 * t4 + (e & 1);
           int row = row0 + (e >> 1) * 8;
-          if (col >= KL || (CAUSAL && col > row + OFF)) sv[nt][e] = -INFINITY;
+          if (col >= KL || (CAUSAL && (col > row + OFF || col <= row + OFF - wlo))) sv[nt][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -1453,14 +1490,14 @@ __device__ __forceinline__ void fa_fwd_ws_body(
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2, float sc_k = 0.f) {
+    float scale_log2, float sc_k = 0.f, int window = 0) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
   const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
   FaDenseRows<T> rows{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
                       v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
-                      q_ss, k_ss, v_ss, o_ss, L, L, S, 0};
+                      q_ss, k_ss, v_ss, o_ss, L, L, S, 0, window};
   fa_ws_core<T, D, CAUSAL, FaDenseRows<T>, 40, 128, kWsStages, FaWsOneTile, 0, SC>(rows, scale_log2,
                                                                              FaWsOneTile{}, sc_k);
 #else
@@ -1468,7 +1505,7 @@ __device__ __forceinline__ void fa_fwd_ws_body(
   if (threadIdx.x >= 256) return;
   fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                           k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                          scale_log2, sc_k);
+                                          scale_log2, sc_k, window);
 #endif
 }
 
@@ -1482,14 +1519,15 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2, const void* tq, const void* tk, const void* tv, float sc_k = 0.f) {
+    float scale_log2, const void* tq, const void* tk, const void* tv, float sc_k = 0.f,
+    int window = 0) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
   const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
   FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
                           v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
-                          q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
+                          q_ss, k_ss, v_ss, o_ss, L, L, S, 0, window},
                          tq, tk, tv, hq, hkv, b, S};
   fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT, SC>(
       rows, scale_log2, FaWsOneTile{}, sc_k);
@@ -1499,7 +1537,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
   if (threadIdx.x >= 256) return;
   fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                           k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                          scale_log2, sc_k);
+                                          scale_log2, sc_k, window);
 #endif
 }
 
@@ -1539,7 +1577,8 @@ __device__ __forceinline__ void fa_paged_prefill_body(
     const int* __restrict__ cu_q, int q_len, const T* __restrict__ k_pool,
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ o, long long o_sb, long long o_ts,
-    long long o_hs, int Hq, int Hkv, int bs_shift, int max_blocks, float scale_log2) {
+    long long o_hs, int Hq, int Hkv, int bs_shift, int max_blocks, float scale_log2,
+    int window = 0) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
@@ -1553,7 +1592,7 @@ __device__ __forceinline__ void fa_paged_prefill_body(
   const int kv_len = min(max(seq_lens[b], 0), max_blocks << bs_shift);
   FaPagedRows<T> rows{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D, o + os + hq * o_hs,
                       q_ts, o_ts, (long long)Hkv * D, block_tables + (long long)b * max_blocks,
-                      bs_shift, q_len, kv_len, q_len, kv_len - q_len};
+                      bs_shift, q_len, kv_len, q_len, kv_len - q_len, window};
   fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
   __trap();
@@ -1569,7 +1608,7 @@ __device__ __forceinline__ void fa_paged_prefill_tma_body(
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ o, long long o_sb, long long o_ts,
     long long o_hs, int Hq, int Hkv, int bs_shift, int max_blocks, float scale_log2,
-    const void* tk, const void* tv) {
+    const void* tk, const void* tv, int window = 0) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
@@ -1584,7 +1623,7 @@ __device__ __forceinline__ void fa_paged_prefill_tma_body(
   FaPagedTmaRows<T> rows{{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D,
                           o + os + hq * o_hs, q_ts, o_ts, (long long)Hkv * D,
                           block_tables + (long long)b * max_blocks, bs_shift, q_len, kv_len,
-                          q_len, kv_len - q_len},
+                          q_len, kv_len - q_len, window},
                          tk, tv, hkv};
   fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
@@ -1601,21 +1640,21 @@ __device__ __forceinline__ void fa_fwd_entry(
     const int* __restrict__ seq_lens, int S, int Hq, int Hkv,
     long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss, long long k_sh,
     long long v_sb, long long v_ss, long long v_sh, long long o_sb, long long o_ss, long long o_sh,
-    float scale_log2, float sc_k = 0.f) {
+    float scale_log2, float sc_k = 0.f, int window = 0) {
 #if OF_WGMMA_OK
   if constexpr (W == 4 && MT == 1 && BN == 64 && D <= 128) {
     fa_fwd_wgmma_body<T, D, CAUSAL, 1, 64, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                                k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss,
-                                               o_sh, scale_log2, sc_k);
+                                               o_sh, scale_log2, sc_k, window);
   } else {
     fa_fwd_body<T, D, W, MT, BN, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                              k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                             scale_log2, sc_k);
+                                             scale_log2, sc_k, window);
   }
 #else
   fa_fwd_body<T, D, W, MT, BN, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                            k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                           scale_log2, sc_k);
+                                           scale_log2, sc_k, window);
 #endif
 }
 
@@ -1634,10 +1673,11 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // One entry macro per body serves the plain and the softcap (_sc) entries: SC = 0 or 1 (pasted,
 // so a literal). The _sc entries take one more argument, sc_k (fa_softcap's), after the usual
 // ones (after the tensor maps for TMA entries) and pass it on; the plain ones leave the body's
-// default. Exported names and argument lists are those of the separate macros they replace.
+// default (0). Every entry but the persistent m128n128w12tp takes the sliding window last (`int
+// window`, 0 = none; only the causal entries read it), after sc_k / the tensor maps.
 #define OF_FA_SC_PARAM_0
 #define OF_FA_SC_PARAM_1 , float sc_k
-#define OF_FA_SC_ARG_0
+#define OF_FA_SC_ARG_0 , 0.f
 #define OF_FA_SC_ARG_1 , sc_k
 #define OF_FA_SC_BOOL_0 false
 #define OF_FA_SC_BOOL_1 true
@@ -1647,10 +1687,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC) {                      \
+      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC, int window) {                      \
     fa_fwd_entry<T, D, W, MT, BN, CAUSAL, OF_FA_SC_BOOL_##SC>(                                     \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
-        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC);                                           \
+        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC, window);                                           \
   }
 #define OF_FA_KERNEL(NAME, T, D, W, MT, BN, CAUSAL) OF_FA_MMA_ENTRY(NAME, T, D, W, MT, BN, CAUSAL, 0)
 
@@ -1670,10 +1710,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC) {                      \
+      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC, int window) {                      \
     fa_fwd_wgmma_body<T, D, CAUSAL, 2, 0, OF_FA_SC_BOOL_##SC>(                                     \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
-        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC);                                           \
+        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC, window);                                           \
   }
 #define OF_FA_WG_KERNEL(NAME, T, D, CAUSAL) OF_FA_WG_ENTRY(NAME, T, D, CAUSAL, 0)
 #define OF_FA_WGP_KERNEL(NAME, T, D, CAUSAL)                                                     \
@@ -1681,10 +1721,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2) {                                      \
+      long long o_ss, long long o_sh, float scale_log2, int window) {                          \
     fa_fwd_wgmma_pipe_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,   \
                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, \
-                                         scale_log2);                                          \
+                                         scale_log2, window);                                  \
   }
 // m128n128w8: wgmma, 128-key tiles, 2 stages; m128n64w8: pipelined wgmma, 64-key tiles,
 // 3 stages. Both fall back to the mma.sync 128x64 8-warp body outside sm_90a builds.
@@ -1699,10 +1739,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2) {                                      \
+      long long o_ss, long long o_sh, float scale_log2, int window) {                          \
     fa_fwd_wgmma_body<T, D, CAUSAL, 1>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,     \
                                        k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,   \
-                                       scale_log2);                                            \
+                                       scale_log2, 0.f, window);                               \
   }
 #define OF_FA_WG1_KERNELS_D64(DTN, T)                                              \
   OF_FA_WG1_KERNEL(onnx_fuse_fa_fwd_##DTN##_d64_m64n128w4_full, T, 64, false)       \
@@ -1713,10 +1753,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC) {                      \
+      long long o_ss, long long o_sh, float scale_log2 OF_FA_SC_PARAM_##SC, int window) {                      \
     fa_fwd_ws_body<T, D, CAUSAL, OF_FA_SC_BOOL_##SC>(                                              \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
-        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC);                                           \
+        o_sb, o_ss, o_sh, scale_log2 OF_FA_SC_ARG_##SC, window);                                           \
   }
 #define OF_FA_WS_KERNEL(NAME, T, D, CAUSAL) OF_FA_WS_ENTRY(NAME, T, D, CAUSAL, 0)
 #define OF_FA_WS_KERNELS_D(DTN, T, D)                                                    \
@@ -1731,10 +1771,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk,                                                      \
-      const __grid_constant__ CUtensorMap tv OF_FA_SC_PARAM_##SC) {                                \
+      const __grid_constant__ CUtensorMap tv OF_FA_SC_PARAM_##SC, int window) {                                \
     fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, OPT, OF_FA_SC_BOOL_##SC>(   \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
-        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv OF_FA_SC_ARG_##SC);                            \
+        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv OF_FA_SC_ARG_##SC, window);                            \
   }
 #define OF_FA_WST_KERNEL(NAME, T, D, CAUSAL) OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, 40, 0, 0)
 #define OF_FA_WST_KERNELS_D(DTN, T, D)                                                   \
@@ -1859,10 +1899,10 @@ OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
-      int max_blocks, float scale_log2) {                                                      \
+      int max_blocks, float scale_log2, int window) {                                          \
     fa_paged_prefill_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,      \
                                         block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv,  \
-                                        bs_shift, max_blocks, scale_log2);                     \
+                                        bs_shift, max_blocks, scale_log2, window);             \
   }
 #define OF_FA_PP_KERNELS_D(DTN, T, D)                                          \
   OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_full, T, D, false)  \
@@ -1879,10 +1919,11 @@ OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 128)
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
       int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                \
-      const __grid_constant__ CUtensorMap tv) {                                                \
+      const __grid_constant__ CUtensorMap tv, int window) {                                    \
     fa_paged_prefill_tma_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,  \
                                             block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,   \
-                                            Hkv, bs_shift, max_blocks, scale_log2, &tk, &tv);  \
+                                            Hkv, bs_shift, max_blocks, scale_log2, &tk, &tv,   \
+                                            window);                                           \
   }
 #define OF_FA_PPT_KERNELS_D(DTN, T, D)                                              \
   OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_full, T, D, false)  \
@@ -1958,7 +1999,7 @@ namespace {
 using FaKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
                             int, long long, long long, long long, long long, long long,
                             long long, long long, long long, long long, long long, long long,
-                            long long, float);
+                            long long, float, int);  // ..., scale_log2, window
 
 template <typename KFn>
 FaKernelFn as_fn(KFn f) { return reinterpret_cast<FaKernelFn>(f); }
@@ -1989,7 +2030,7 @@ FaKernelFn pick(int dtype, int D, int block_m, int block_n, int warps, bool caus
 using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
                                int, long long, long long, long long, long long, long long,
                                long long, long long, long long, long long, long long, long long,
-                               long long, float, CUtensorMap, CUtensorMap, CUtensorMap);
+                               long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved (D = 128).
@@ -2109,11 +2150,11 @@ namespace {
 
 using PpFn = void (*)(const void*, long long, long long, long long, const int*, int, const void*,
                       const void*, const int*, const int*, void*, long long, long long,
-                      long long, int, int, int, int, float);
+                      long long, int, int, int, int, float, int);
 using PpTmaFn = void (*)(const void*, long long, long long, long long, const int*, int,
                          const void*, const void*, const int*, const int*, void*, long long,
                          long long, long long, int, int, int, int, float, CUtensorMap,
-                         CUtensorMap);
+                         CUtensorMap, int);
 
 // Shared by onnx_fuse_paged_prefill_fwd (loads 0) and onnx_fuse_paged_prefill_fwd_ex.
 int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_ts,
@@ -2122,8 +2163,9 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
                          void* o, long long o_sb, long long o_ts, long long o_hs, int B,
                          int max_q_len, int Hq, int Hkv, int D, int block_size, int max_blocks,
                          float scale, int causal, int num_blocks, int loads,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int window = 0) {
   OF_REQUIRE(scale > 0.f);
+  OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(B > 0 && B <= 65535 && max_q_len > 0 && Hq > 0 && Hq <= 65535 && Hkv > 0 &&
              Hq % Hkv == 0);
   OF_REQUIRE(D == 64 || D == 128);
@@ -2167,7 +2209,7 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
       tfn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool,
                                        v_pool, block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,
                                        Hkv, bs_shift, max_blocks, scale * onnx_fuse::kLog2e, tk,
-                                       tv);
+                                       tv, window);
       OF_CUDA_CHECK_LAUNCH();
       return 0;
     }
@@ -2176,7 +2218,7 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   fn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool, v_pool,
                                   block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv, bs_shift,
-                                  max_blocks, scale * onnx_fuse::kLog2e);
+                                  max_blocks, scale * onnx_fuse::kLog2e, window);
   OF_CUDA_CHECK_LAUNCH();
   return 0;
 }
@@ -2230,21 +2272,23 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
 // output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned); 16 / 17 (the
 // dropped _ovd) are refused.
-// Returns 0 or a cudaError_t code.
-int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
+// Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
+static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
                                   long long k_sb, long long k_ss, long long k_sh,
                                   long long v_sb, long long v_ss, long long v_sh,
                                   long long o_sb, long long o_ss, long long o_sh, float scale,
-                                  int causal, int block_m, int block_n, int warps, int loads,
-                                  cudaStream_t stream) {
+                                  int causal, int window, int block_m, int block_n, int warps,
+                                  int loads, cudaStream_t stream) {
   if (block_m == 0 && block_n == 0 && warps == 0) {
     block_m = D == 256 ? 64 : 128;
     block_n = 64;
     warps = 4;
   }
   OF_REQUIRE(loads >= 0 && loads <= 19);
+  OF_REQUIRE(window >= 0 && (window == 0 || causal));
+  OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2291,7 +2335,7 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                        k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                       scale * onnx_fuse::kLog2e, tq, tk, tv);
+                                       scale * onnx_fuse::kLog2e, tq, tk, tv, window);
       OF_CUDA_CHECK_LAUNCH();
       return 0;
     }
@@ -2300,9 +2344,22 @@ int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   fn<<<grid, 32 * warps, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                         scale * onnx_fuse::kLog2e);
+                                         scale * onnx_fuse::kLog2e, window);
   OF_CUDA_CHECK_LAUNCH();
   return 0;
+}
+
+int onnx_fuse_fused_attention_fwd(int dtype, const void* q, const void* k, const void* v,
+                                  void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
+                                  int D, long long q_sb, long long q_ss, long long q_sh,
+                                  long long k_sb, long long k_ss, long long k_sh,
+                                  long long v_sb, long long v_ss, long long v_sh,
+                                  long long o_sb, long long o_ss, long long o_sh, float scale,
+                                  int causal, int block_m, int block_n, int warps, int loads,
+                                  cudaStream_t stream) {
+  return fa_fwd_launch(dtype, q, k, v, o, seq_lens, B, S, Hq, Hkv, D, q_sb, q_ss, q_sh, k_sb,
+                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale, causal, 0, block_m,
+                       block_n, warps, loads, stream);
 }
 
 // Prefill over a paged prefix (chunked prefill / prefix caching): the new tokens' queries
@@ -2346,6 +2403,22 @@ int onnx_fuse_paged_prefill_fwd_ex(int dtype, const void* q, long long q_sb, lon
                               D, block_size, max_blocks, scale, causal, num_blocks, loads, stream);
 }
 
+// onnx_fuse_paged_prefill_fwd_ex with a sliding window (window > 0 needs causal; 0 = none): new
+// token i of sequence b (position p = seq_lens[b] - q_len_b + i) sees keys n with p - window < n
+// <= p; key tiles wholly below every row's band are not loaded.
+int onnx_fuse_paged_prefill_fwd_w(int dtype, const void* q, long long q_sb, long long q_ts,
+                                  long long q_hs, const int* cu_seqlens_q, const void* k_pool,
+                                  const void* v_pool, const int* block_tables,
+                                  const int* seq_lens, void* o, long long o_sb, long long o_ts,
+                                  long long o_hs, int B, int max_q_len, int Hq, int Hkv, int D,
+                                  int block_size, int max_blocks, float scale, int causal,
+                                  int window, int num_blocks, int loads, cudaStream_t stream) {
+  return paged_prefill_launch(dtype, q, q_sb, q_ts, q_hs, cu_seqlens_q, k_pool, v_pool,
+                              block_tables, seq_lens, o, o_sb, o_ts, o_hs, B, max_q_len, Hq, Hkv,
+                              D, block_size, max_blocks, scale, causal, num_blocks, loads, stream,
+                              window);
+}
+
 }  // extern "C"
 
 // ----------------------------------------------------------------------------------------
@@ -2356,12 +2429,12 @@ namespace {
 using FaScKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
                               int, long long, long long, long long, long long, long long,
                               long long, long long, long long, long long, long long, long long,
-                              long long, float, float);
+                              long long, float, float, int);
 using FaScTmaKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int,
                                  int, int, long long, long long, long long, long long, long long,
                                  long long, long long, long long, long long, long long,
                                  long long, long long, float, CUtensorMap, CUtensorMap,
-                                 CUtensorMap, float);
+                                 CUtensorMap, float, int);
 
 FaScKernelFn pick_sc(int dtype, int D, int block_m, int block_n, int warps, bool causal) {
 #define OF_PICK_SC(DTN, DD, BMV, BNV, W)                                                        \
@@ -2417,19 +2490,22 @@ extern "C" {
 // D = 256, and (128, 128, 12) at D = 64 / 128 with loads 0, TMA loads 1 / 2 at D = 64 and 3 / 5 at
 // D = 128 (launch_plan.fa_softcap_variants); any other variant, loads 4 or a softcap that is
 // negative or not finite is cudaErrorInvalidValue. Returns 0 or a cudaError_t code.
-int onnx_fuse_fused_attention_fwd_ex(int dtype, const void* q, const void* k, const void* v,
-                                     void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
-                                     int D, long long q_sb, long long q_ss, long long q_sh,
-                                     long long k_sb, long long k_ss, long long k_sh,
-                                     long long v_sb, long long v_ss, long long v_sh,
-                                     long long o_sb, long long o_ss, long long o_sh, float scale,
-                                     float softcap, int causal, int block_m, int block_n,
-                                     int warps, int loads, cudaStream_t stream) {
+// onnx_fuse_fused_attention_fwd_w: the same with a sliding window (window > 0 needs causal; 0 =
+// none): query i sees keys j with i - window < j <= i. Every entry but the persistent
+// m128n128w12tp (loads 4, refused) takes it.
+int onnx_fuse_fused_attention_fwd_w(int dtype, const void* q, const void* k, const void* v,
+                                    void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
+                                    int D, long long q_sb, long long q_ss, long long q_sh,
+                                    long long k_sb, long long k_ss, long long k_sh,
+                                    long long v_sb, long long v_ss, long long v_sh,
+                                    long long o_sb, long long o_ss, long long o_sh, float scale,
+                                    float softcap, int causal, int window, int block_m,
+                                    int block_n, int warps, int loads, cudaStream_t stream) {
   if (softcap == 0.f)
-    return onnx_fuse_fused_attention_fwd(dtype, q, k, v, o, seq_lens, B, S, Hq, Hkv, D, q_sb,
-                                         q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
-                                         o_ss, o_sh, scale, causal, block_m, block_n, warps,
-                                         loads, stream);
+    return fa_fwd_launch(dtype, q, k, v, o, seq_lens, B, S, Hq, Hkv, D, q_sb, q_ss, q_sh, k_sb,
+                         k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, scale, causal, window,
+                         block_m, block_n, warps, loads, stream);
+  OF_REQUIRE(window >= 0 && (window == 0 || causal));
   if (block_m == 0 && block_n == 0 && warps == 0) {  // the same default as without a softcap
     block_m = D == 256 ? 64 : 128;
     block_n = 64;
@@ -2468,7 +2544,7 @@ int onnx_fuse_fused_attention_fwd_ex(int dtype, const void* q, const void* k, co
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                        k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh, post, tq,
-                                       tk, tv, sc_k);
+                                       tk, tv, sc_k, window);
       OF_CUDA_CHECK_LAUNCH();
       return 0;
     }
@@ -2477,9 +2553,23 @@ int onnx_fuse_fused_attention_fwd_ex(int dtype, const void* q, const void* k, co
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   fn<<<grid, 32 * warps, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                         post, sc_k);
+                                         post, sc_k, window);
   OF_CUDA_CHECK_LAUNCH();
   return 0;
+}
+
+int onnx_fuse_fused_attention_fwd_ex(int dtype, const void* q, const void* k, const void* v,
+                                     void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
+                                     int D, long long q_sb, long long q_ss, long long q_sh,
+                                     long long k_sb, long long k_ss, long long k_sh,
+                                     long long v_sb, long long v_ss, long long v_sh,
+                                     long long o_sb, long long o_ss, long long o_sh, float scale,
+                                     float softcap, int causal, int block_m, int block_n,
+                                     int warps, int loads, cudaStream_t stream) {
+  return onnx_fuse_fused_attention_fwd_w(dtype, q, k, v, o, seq_lens, B, S, Hq, Hkv, D, q_sb,
+                                         q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb,
+                                         o_ss, o_sh, scale, softcap, causal, 0, block_m, block_n,
+                                         warps, loads, stream);
 }
 
 }  // extern "C"

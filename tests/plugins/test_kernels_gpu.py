@@ -597,6 +597,133 @@ def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
     torch.cuda.synchronize()
 
 
+# ------------------------------------------------ sliding window (causal; window = W > 0)
+# Query i sees keys i - W < j <= i (HF's sliding_window). Every variant the planner can pick, the
+# TMA candidates by name, the _sc twins (Gemma 2: softcap and windows); S not a multiple of the
+# tiles, ragged seq_lens with NaN padding, GQA / MQA. Reference: onnx_fuse.reference (float64).
+# Each case also checks that the window matters (W < the longest sequence): the plain causal
+# result is far from it.
+FA_WS_TMA_NAMED = [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ld", "ldr", "lde")]
+FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window, softcap
+    # planned: m128n128w12t_oved (D 128) / _lde (D 64) on the H200; with a softcap r24 / w12t _sc
+    (2, 1024, 32, 8, 128, None, None, 128, 0.0),
+    (2, 1024, 32, 8, 128, [1024, 700], None, 1000, 0.0),
+    (2, 1300, 32, 8, 128, [1300, 1], None, 7, 0.0),
+    (2, 1024, 32, 8, 128, [1024, 700], None, 64, 50.0),
+    (2, 1024, 32, 8, 64, [1000, 1024], None, 1, 0.0),
+    (2, 1100, 32, 4, 64, None, None, 300, 0.0),
+    (2, 1024, 32, 8, 64, [1000, 517], None, 64, 30.0),
+    (2, 1024, 32, 8, 128, None, None, 4096, 0.0),           # W >= S: plain causal
+    # small grids: the planned (64, 64, 4) (one-warpgroup wgmma at D <= 128 on sm_90a)
+    (2, 300, 4, 2, 128, [300, 129], None, 64, 0.0),
+    (1, 77, 2, 1, 64, None, None, 7, 0.0),
+    (2, 515, 4, 1, 96, [515, 260], None, 128, 5.0),
+    # D = 80 / 96: wgmma m128n128w8; D = 256: m128n64w8 (planned there), mma.sync 64x64
+    (2, 700, 32, 8, 80, [700, 385], (128, 128, 8), 128, 0.0),
+    (2, 700, 32, 8, 96, [700, 385], (128, 128, 8), 1, 5.0),
+    (2, 600, 16, 8, 256, [600, 301], (128, 64, 8), 64, 0.0),
+    (2, 600, 16, 8, 256, [600, 301], (128, 64, 8), 100, 50.0),
+    (1, 333, 4, 2, 256, None, (64, 64, 4), 7, 5.0),
+    # mma.sync 128x64 4-warp (its _sc twin too), the pipelined wgmma, one warpgroup at D = 64
+    (2, 515, 4, 1, 128, [515, 260], (128, 64, 4), 64, 0.0),
+    (2, 300, 8, 2, 80, [300, 129], (128, 64, 4), 7, 5.0),
+    (2, 515, 4, 2, 128, [515, 260], (128, 64, 8), 128, 0.0),
+    (1, 1000, 8, 8, 64, None, (64, 128, 4), 1000, 0.0),
+    (1, 1000, 8, 8, 64, None, (64, 128, 4), 65, 0.0),
+    # warp-specialized, cp.async producer (and its _sc twin)
+    (2, 515, 4, 1, 128, [515, 260], (128, 128, 12), 128, 0.0),
+    (2, 333, 16, 1, 64, [300, 333], (128, 128, 12), 7, 5.0),
+    (1, 1000, 4, 4, 128, None, (128, 128, 12), 1, 0.0),
+] + [  # the TMA bodies by name (every planned and candidate option), windows across and inside tiles
+    (2, 1000, 4, 2, 64, [999, 640], v, w, 0.0) for v in FA_WS_TMA_NAMED for w in (1, 129)
+] + [
+    (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
+    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved")]
+    for w in (64, 200)
+] + [
+    (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),
+    (2, 700, 8, 2, 128, [700, 130], (128, 128, 12, "tma", "r24"), 128, 50.0),   # the D = 128 _sc twin
+    (2, 700, 8, 2, 64, [700, 130], (128, 128, 12, "tma"), 64, 5.0),             # the D = 64 _sc twin
+]
+
+
+def _fa_win_id(c):
+    v = "x".join(map(str, c[6])) if c[6] else "auto"
+    return "B{}S{}H{}/{}D{}{}-{}-W{}{}".format(c[0], c[1], c[2], c[3], c[4], "p" if c[5] else "", v, c[7],
+                                              f"-cap{c[8]:g}" if c[8] else "")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_WIN_CASES, ids=_fa_win_id)
+def test_fused_attention_window_matches_reference(lib, case, dtype):
+    B, S, Hq, Hkv, D, lens, variant, window, cap = case
+    if variant is not None and len(variant) > 3:
+        _need_sm90()
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
+    gain = 4.0 if cap else 1.0  # scores that reach the cap
+    q = (_rand((B, S, Hq, D), torch.float32, gen) * gain).to(dtype)
+    k = _rand((B, S, Hkv, D), dtype, gen)
+    v = _rand((B, S, Hkv, D), dtype, gen)
+    seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
+    clean = [np.nan_to_num(_np(t)) for t in (q, k, v)]
+    if lens is not None:  # padding content must not matter: poison it
+        for b, L in enumerate(lens):
+            for t in (q, k, v):
+                t[b, L:] = float("nan")
+    out = torch.full_like(q, float("nan"))
+    scale = 0.7 / D**0.5
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=True, scale=scale, softcap=cap, variant=variant,
+                        window=window)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(*clean, seq_lens=lens, causal=True, scale=scale, softcap=cap, window=window,
+                                 out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+    if 4 * window <= max(lens or [S]):  # the window matters here (far beyond the tolerance)
+        plain = ref.fused_attention(*clean, seq_lens=lens, causal=True, scale=scale, softcap=cap,
+                                    out_dtype=np.float64)
+        assert _rel_err(out, plain) > 4 * TOL[dtype]
+    if lens is not None:  # padded rows are exact zeros
+        for b, L in enumerate(lens):
+            assert torch.count_nonzero(out[b, L:]).item() == 0
+
+
+@pytest.mark.parametrize("code", [2, 13, 15, 19], ids=["w12t", "ld", "lde", "oved"])
+def test_fused_attention_window_tma_codes_fall_back(lib, code):
+    """The planned TMA codes with a window where TMA cannot address the tensors (a broadcast K/V)
+    run the cp.async producer with the same window."""
+    _need_sm90()
+    B, S, Hq, D, W = 2, 600, 8, 128 if code == 19 else 64, 100
+    gen = torch.Generator(device="cuda").manual_seed(code)
+    q = _rand((B, S, Hq, D), torch.float16, gen)
+    k = _rand((1, S, 1, D), torch.float16, gen).expand(B, S, 2, D)  # stride 0: no tensor map
+    v = _rand((1, S, 1, D), torch.float16, gen).expand(B, S, 2, D)
+    out = torch.full_like(q, float("nan"))
+    lib.fused_attention(q, k, v, out, causal=True, scale=0.1, variant=(128, 128, 12), loads=code, window=W)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, scale=0.1, window=W, out_dtype=np.float64)
+    assert _rel_err(out, expect) < TOL[torch.float16]
+
+
+def test_fused_attention_window_refusals(lib):
+    """A window without causal, a negative window and the persistent entries are refused, never
+    ignored: by KernelLib (ValueError) and by the C launcher (an error code)."""
+    B, S, H, D = 1, 256, 2, 128
+    q = torch.zeros((B, S, H, D), dtype=torch.float16, device="cuda")
+    out = torch.empty_like(q)
+    with pytest.raises(ValueError):
+        lib.fused_attention(q, q, q, out, causal=False, window=8)
+    with pytest.raises(ValueError):
+        lib.fused_attention(q, q, q, out, causal=True, window=-1)
+    with pytest.raises(ValueError):
+        lib.fused_attention(q, q, q, out, causal=True, window=8, variant=(128, 128, 12, "tma", "persistent"))
+    st = [x for _ in range(4) for x in q.stride()[:3]]
+    args = (0, q.data_ptr(), q.data_ptr(), q.data_ptr(), out.data_ptr(), None, B, S, H, H, D, *st, 0.1, 0.0)
+    assert lib._lib.onnx_fuse_fused_attention_fwd_w(*args, 0, 8, 0, 0, 0, 0, None) != 0  # not causal
+    assert lib._lib.onnx_fuse_fused_attention_fwd_w(*args, 1, -1, 0, 0, 0, 0, None) != 0
+    assert lib._lib.onnx_fuse_fused_attention_fwd_w(*args, 1, 8, 128, 128, 12, 4, None) != 0  # persistent
+
+
 # ------------------------------------------------------------------ paged attention (decode)
 
 
