@@ -9,7 +9,8 @@ plugin through TensorRT's ONNX parser: op type ``FusedAttention``, ``plugin_name
     output   [B, S, Hq*D], query's dtype
     attrs    num_heads (Hq), kv_num_heads (Hkv, divides Hq; 0 = Hq), scale (0.0 = 1/sqrt(D)),
              causal (0/1), softcap (0.0 = none; c > 0: logits c * tanh(scale q k^T / c), Gemma 2,
-             the kernels' ``_sc`` entries). TensorRT's Python plugins have no attribute defaults, so the engine
+             the kernels' ``_sc`` entries), window (0 = none; W > 0 with causal: query i sees
+             keys i - W < j <= i). TensorRT's Python plugins have no attribute defaults, so the engine
              builder writes the contract defaults onto the node (:func:`prepare_node`), with
              ``aot = 1`` and, when seq_lens is absent, a seq_lens input of all S
     limits   D = hidden / num_heads in {64, 80, 96, 128, 256}; hidden sizes static
@@ -60,10 +61,12 @@ ATTRIBUTES = {
     "scale": (onnx.AttributeProto.FLOAT, "softmax scale; 0.0 means 1/sqrt(D)"),
     "causal": (onnx.AttributeProto.INT, "1: key j visible to query i iff j <= i"),
     "softcap": (onnx.AttributeProto.FLOAT, "logit softcap c (Gemma 2): c * tanh(scores / c); 0.0 = none"),
+    "window": (onnx.AttributeProto.INT, "sliding window W (causal only): key j visible to query i "
+               "iff i - W < j <= i; 0 = none"),
 }
 # Contract defaults (docs/ops.md): TensorRT Python plugins have no attribute defaults, so the
 # builder writes them onto the node (prepare_node) before TensorRT's parser sees it.
-ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0, "causal": 0, "softcap": 0.0}
+ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0, "causal": 0, "softcap": 0.0, "window": 0}
 HEAD_DIMS = (64, 80, 96, 128, 256)  # launch_plan.SUPPORTED_HEAD_DIMS
 FLOAT_TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 _BLOCK_N = 64  # keys per K/V tile when a variant name does not say (kFaBlockN)
@@ -210,6 +213,10 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
         issues.append(f"scale must be >= 0 and finite (got {a['scale']})")
     if "softcap" in a and (a["softcap"] < 0 or not math.isfinite(a["softcap"])):
         issues.append(f"softcap must be >= 0 and finite, 0 = none (got {a['softcap']})")
+    if isinstance(a.get("window"), int) and a["window"] < 0:
+        issues.append(f"window must be >= 0, 0 = none (got {a['window']})")
+    elif a.get("window") and a.get("causal") != 1:
+        issues.append(f"window={a['window']} needs causal=1 (a sliding window is causal)")
     if len(inputs) >= 3:
         types = [info.dtype(n) for n in inputs[:3]]
         for name, t in zip(INPUTS, types):
@@ -285,7 +292,7 @@ def prepare_node(node: onnx.NodeProto, fresh_name, info=None) -> list[onnx.NodeP
 
 def register(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              seq_lens: "trtp.TensorDesc", num_heads: int, kv_num_heads: int, scale: float,
-             causal: int, softcap: float) -> "trtp.TensorDesc":
+             causal: int, softcap: float, window: int) -> "trtp.TensorDesc":
     """Shape and type rule: the output has the query's shape [B, S, Hq*D] and dtype."""
     return query.like()
 
@@ -363,8 +370,10 @@ def kernel_lib():
 
 def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
          seq_lens: "trtp.Tensor", num_heads: int, kv_num_heads: int, scale: float, causal: int,
-         softcap: float, outputs: "Tuple[trtp.Tensor]", stream: int, tactic: int) -> None:
+         softcap: float, window: int, outputs: "Tuple[trtp.Tensor]", stream: int, tactic: int) -> None:
     """JIT path: one launch of the library's fused attention on TensorRT's stream."""
+    if window:   # refused, never ignored, until the kernels take a window (K1)
+        raise ValueError(f"FusedAttention window={window}: this build's kernels have no sliding window")
     dt = "float16" if _dtype_tag(query.dtype) == "f16" else "bfloat16"
     _head_dim(int(query.shape[2]), num_heads)
     kv_num_heads = kv_num_heads or num_heads
@@ -392,9 +401,11 @@ def smem_bytes(head_dim: int, block_m: int, block_n: int) -> int:
 
 def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              seq_lens: "trtp.TensorDesc", num_heads: int, kv_num_heads: int, scale: float,
-             causal: int, softcap: float, outputs: "Tuple[trtp.TensorDesc]", tactic: int
+             causal: int, softcap: float, window: int, outputs: "Tuple[trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
     """AOT path: kernel name, PTX, launch grid and int32 scalar arguments (symbolic in B, S)."""
+    if window:   # refused, never ignored, until the AOT kernels take a window (K1)
+        raise ValueError(f"FusedAttention window={window}: this build's kernels have no sliding window")
     from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx
 
     hidden = query.shape_expr[2]

@@ -15,7 +15,8 @@ plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_name
              (TensorRT aliases them to inputs 3 and 4; new token i is written at position
              seq_lens[b] - Sq + i and attends to positions 0 .. seq_lens[b] - Sq + i)
     attrs    num_heads, kv_num_heads (divides num_heads, group <= 16; 0 = num_heads), scale
-             (0.0 = 1/sqrt(D)); the builder writes the defaults and ``aot`` (prepare_node)
+             (0.0 = 1/sqrt(D)), window (0 = none; W > 0: positions p - W < j <= p only); the
+             builder writes the defaults and ``aot`` (prepare_node)
     limits   Sq = 1 (decode): D in {64, 80, 96, 128, 256}, sm_80+. Sq > 1 (chunked prefill, one
              Sq for the whole batch): D in {64, 128}, block_size a power of two, compute
              capability 9.x (the paged prefill kernel is sm_90a machine code), JIT path only.
@@ -92,8 +93,10 @@ ATTRIBUTES = {
     "num_heads": (onnx.AttributeProto.INT, "query heads Hq"),
     "kv_num_heads": (onnx.AttributeProto.INT, "key/value heads Hkv; divides Hq, Hq/Hkv <= 16"),
     "scale": (onnx.AttributeProto.FLOAT, "softmax scale; 0.0 means 1/sqrt(D)"),
+    "window": (onnx.AttributeProto.INT, "sliding window W: the token at position p sees cache "
+               "positions p - W < j <= p; 0 = none"),
 }
-ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0}   # docs/ops.md; written by prepare_node
+ATTRIBUTE_DEFAULTS = {"kv_num_heads": 0, "scale": 0.0, "window": 0}   # docs/ops.md; written by prepare_node
 MAX_GROUP = 16
 # Head sizes of the paged prefill kernel (Sq > 1): onnx_fuse_paged_prefill_fwd in
 # kernels/fused_attention.cu; paged_attention.yaml kernel.prefill_over_prefix.head_dims.
@@ -193,6 +196,8 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
             issues.append(f"GQA group {hq // hkv} > {MAX_GROUP} is not supported by the kernel")
     if "scale" in a and (a["scale"] < 0 or not math.isfinite(a["scale"])):
         issues.append(f"scale must be >= 0 and finite (got {a['scale']})")
+    if isinstance(a.get("window"), int) and a["window"] < 0:
+        issues.append(f"window must be >= 0, 0 = none (got {a['window']})")
     if n_in in (REQUIRED_INPUTS, len(INPUTS)) and all(inputs):
         fp8 = is_fp8_node(node, info)
         issues += _type_issues(node, info, fp8)
@@ -364,7 +369,7 @@ def register(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
              block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
              k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", num_heads: int,
-             kv_num_heads: int, scale: float
+             kv_num_heads: int, scale: float, window: int
              ) -> "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]":
     """Output like the query; the two cache outputs alias the cache inputs (in-place update,
     in the caches' type: fp16 / bf16, or FP8 for an e4m3 pool)."""
@@ -420,7 +425,7 @@ def _dtype_tag(dtype) -> str:
 def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
          key_cache: "trtp.Tensor", value_cache: "trtp.Tensor", block_tables: "trtp.Tensor",
          seq_lens: "trtp.Tensor", k_scale: "trtp.Tensor", v_scale: "trtp.Tensor",
-         num_heads: int, kv_num_heads: int, scale: float,
+         num_heads: int, kv_num_heads: int, scale: float, window: int,
          outputs: "Tuple[trtp.Tensor, trtp.Tensor, trtp.Tensor]", stream: int) -> None:
     """JIT path: append the new K/V in place, then decode (Sq == 1, split-K) or prefill over the
     pool (Sq > 1), on TensorRT's stream; an FP8 pool quantizes on append and dequantizes in
@@ -733,7 +738,7 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
              block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
              k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", num_heads: int,
-             kv_num_heads: int, scale: float,
+             kv_num_heads: int, scale: float, window: int,
              outputs: "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
     """AOT path: one fused append + single-split decode kernel, grid (Hkv, 1, B); decode only

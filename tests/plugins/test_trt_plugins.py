@@ -50,6 +50,9 @@ def test_valid_fused_attention_node_is_supported(models):
     (dict(softcap=-30.0), "softcap must be >= 0"),
     (dict(softcap=float("inf")), "softcap must be >= 0 and finite"),
     (dict(softcap=30), "attribute 'softcap' must be FLOAT"),
+    (dict(window=-1), "window must be >= 0"),
+    (dict(window=4, causal=0), "window=4 needs causal=1"),
+    (dict(window=4.0), "attribute 'window' must be INT"),
     (dict(bogus=1), "unknown attribute"),
 ])
 def test_fused_attention_contract_violations(models, change, message):
@@ -124,7 +127,7 @@ def test_softcap_fused_attention_is_supported_and_serialized(models):
     assert attrs["softcap"] == 50.0 and attrs["aot"] == 1
     back = onnx.load_from_string(prepared.SerializeToString())
     assert [a.f for a in back.graph.node[-1].attribute if a.name == "softcap"] == [50.0]
-    assert list(fa.ATTRIBUTES)[-1] == "softcap" and fa.ATTRIBUTE_DEFAULTS["softcap"] == 0.0
+    assert list(fa.ATTRIBUTES)[-2:] == ["softcap", "window"] and fa.ATTRIBUTE_DEFAULTS["softcap"] == 0.0
     log2e = math.log2(math.e)
     assert fa.softcap_scalars(0.125, 0.0) == (0.125 * log2e,)
     post, k = fa.softcap_scalars(0.125, 50.0)
@@ -176,6 +179,14 @@ def _paged_model(*, sq=1, hq=4, hkv=2, d=64, bs=16, table_dtype=TP.INT32, dtype=
 def test_valid_paged_attention_node_is_supported():
     r = check_model(_paged_model())
     assert r.supported, r.issues
+    assert check_model(_paged_model(window=4096)).supported
+
+
+def test_sliding_window_fused_attention_is_supported(models):
+    for extra in (dict(window=1024), dict(window=4096, softcap=50.0)):
+        node = models.fused_attention_node(inputs=["q", "k", "v", "lens"], **extra)
+        r = check_model(models.fused_attention(node))
+        assert r.supported, r.issues
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -190,6 +201,8 @@ def test_valid_paged_attention_node_is_supported():
     (dict(sq=4, bs=24), "block_size 24 with 4 query tokens per sequence"),
     (dict(sq="s", aot=1), "aot=1 with a query length not fixed at 1: the AOT kernel is "
                           "decode-only"),
+    (dict(window=-2), "window must be >= 0"),
+    (dict(window=2.0), "attribute 'window' must be INT"),
 ])
 def test_paged_attention_contract_violations(kw, message):
     reasons = _reasons(_paged_model(**kw))
