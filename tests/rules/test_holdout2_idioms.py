@@ -50,3 +50,48 @@ def test_rotary_caches_with_the_batch_are_left_alone(h):
         model = h.make_model(nodes, [h.vi("x", [xb, H, S, D]), h.vi("cos", [cb, S, D // 2]),
                                      h.vi("sin", [cb, S, D // 2])], [h.vi("y", [xb, H, S, D])])
         assert not any(k.startswith("rotary-caches-to-batch") for k in h.fired(h.fuse(model, "ort")))
+
+
+def _repeat_interleave(h, nodes, src, name, expand):
+    """stack([t, t], -1).flatten(-2) as dynamo writes it (Unsqueeze, Concat of the value with itself,
+    Reshape) or repeat_interleave's Unsqueeze + Expand to 2 + Reshape; t [1, 1, S, D/2] -> [1, 1, S, D]."""
+    n = h.node
+    nodes.append(n("Unsqueeze", [src, "ax_last"], [f"{name}5"]))
+    nodes.append(n("Expand", [f"{name}5", "pair2"], [f"{name}x"]) if expand else
+                 n("Concat", [f"{name}5", f"{name}5"], [f"{name}x"], axis=-1))
+    nodes.append(n("Reshape", [f"{name}x", "shape_table"], [name]))
+
+
+def _roformer_block(h, expand=False):
+    """RoFormer's rotary: sin/cos halves of sinusoidal_pos repeated pairwise, x*cos + rotate_every_two(x)*sin
+    (rotate_every_two: stack([-x[..., 1::2], x[..., ::2]], -1).reshape_as(x)), x [B, H, S, D]."""
+    n = h.node
+    nodes = []
+    _repeat_interleave(h, nodes, "c", "cu", expand)
+    _repeat_interleave(h, nodes, "s", "su", expand)
+    nodes += [n("Slice", ["x", "i1", "big", "ax3", "i2"], ["xo"]), n("Neg", ["xo"], ["nx"]),
+              n("Slice", ["x", "i0", "big", "ax3", "i2"], ["xe"]),
+              n("Unsqueeze", ["nx", "ax_last"], ["nu"]), n("Unsqueeze", ["xe", "ax_last"], ["eu"]),
+              n("Concat", ["nu", "eu"], ["st"], axis=-1), n("Reshape", ["st", "shape_x"], ["r"]),
+              n("Mul", ["x", "cu"], ["m1"]), n("Mul", ["r", "su"], ["m2"]), n("Add", ["m1", "m2"], ["y"])]
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"ax_last": i64(-1), "pair2": i64(1, 1, 1, 1, 2), "shape_table": i64(1, 1, S, D),
+             "shape_x": i64(B, H, S, D), "i0": i64(0), "i1": i64(1), "i2": i64(2), "big": i64(2 ** 62),
+             "ax3": i64(3)}
+    inputs = [h.vi("x", [B, H, S, D]), h.vi("c", [1, 1, S, D // 2]), h.vi("s", [1, 1, S, D // 2])]
+    return h.make_model(nodes, inputs, [h.vi("y", [B, H, S, D])], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("expand", [False, True])
+def test_interleaved_rotary_with_tables_repeated_in_the_graph(h, target, expand):
+    """RoFormer (hold-out 2): the tables are repeat_interleave'd in the graph from any half tables
+    (here graph inputs, not even cos/sin: the rewrite is exact for any values) -> RotaryEmbedding."""
+    model = _roformer_block(h, expand)
+    out = h.fuse(model, target)
+    assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
+    r = h.rng
+    feeds = {"x": r.standard_normal((B, H, S, D)).astype(np.float32),
+             "c": r.standard_normal((1, 1, S, D // 2)).astype(np.float32),
+             "s": r.standard_normal((1, 1, S, D // 2)).astype(np.float32)}
+    h.assert_close(model, out, feeds)
