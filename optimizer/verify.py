@@ -182,22 +182,23 @@ def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
     length, 8 otherwise: past and new lengths differ, so mixing them up shows too). A past is
     longer than any window constant of the graph (window_constant), so the band is exercised.
 
-    Decoder exports with a KV cache name their mask's length ``total_<x>`` beside ``past_<x>`` and
-    ``<x>`` (Hugging Face's dynamo exports do); it must equal their sum, or the original model
-    itself fails to run on the random inputs.
+    The past length is the dim on a past input's past axis, whatever the exporter named it
+    (``past_sequence_length``, ``p``); a decoder's mask length is past + new (length_ties), or
+    the original model itself fails to run on the random inputs.
     """
     values: dict[str, int] = {}
     past = max(5, (window_constant(model) if window is None else window) + 1)
+    past_dims = {d for vi in _pasts(model) if isinstance(d := _dim(vi, _past_axis(vi)), str)}
     for vi in model.graph.input:
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.dim_param and d.dim_param not in values:
                 given = shapes.get(d.dim_param)
-                default = 2 if i == 0 else past if d.dim_param.lower().startswith("past") else 8
+                is_past = d.dim_param in past_dims or d.dim_param.lower().startswith("past")
+                default = 2 if i == 0 else past if is_past else 8
                 values[d.dim_param] = given[0] if given else default
-    for name in values:
-        base = name.removeprefix("total_")
-        if base != name and name not in shapes and base in values and f"past_{base}" in values:
-            values[name] = values[base] + values[f"past_{base}"]
+    for name, terms in length_ties(model).items():
+        if name not in shapes:
+            values[name] = sum(x if isinstance(x, int) else values.get(x, 8) for x in terms)
     return values
 
 
@@ -270,6 +271,67 @@ def cache_branch_input(model: onnx.ModelProto) -> str | None:
     return None
 
 
+def _dim(vi: onnx.ValueInfoProto, axis: int) -> int | str | None:
+    """Dim ``axis`` of an input: its size, its symbol, or None (unnamed, or no such axis)."""
+    dims = vi.type.tensor_type.shape.dim
+    if not -len(dims) <= axis < len(dims):
+        return None
+    d = dims[axis]
+    return d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+
+
+def _real(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {t.name for t in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+def _pasts(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The self-attention past inputs (a seq2seq decoder's cross cache left out)."""
+    return [vi for vi in _real(model) if _is_past(vi) and not _is_cross(vi, model)]
+
+
+def _new_tokens_input(model: onnx.ModelProto) -> onnx.ValueInfoProto | None:
+    """The input carrying a decoder step's new tokens on its axis 1: the token ids or embeddings
+    (input_ids, inputs_embeds), else the first other input of rank >= 2 that is neither a past, a
+    mask nor sized by the encoder (a hidden state [B, S, H], position ids [B, S])."""
+    real = [vi for vi in _real(model) if len(vi.type.tensor_type.shape.dim) >= 2]
+    named = next((vi for vi in real if vi.name in _NEW_TOKENS), None)
+    return named or next((vi for vi in real if not _is_past(vi) and "mask" not in vi.name.lower()
+                          and not _is_cross(vi, model)), None)
+
+
+def length_ties(model: onnx.ModelProto | ir.Model) -> dict[str, tuple[int | str, int | str]]:
+    """{mask dim: (past dim, new-token dim)}: input dims that must be the sum of two others for a
+    decoder with a KV cache to run. Its attention mask spans the cached and the new tokens,
+    whatever the exporter named that length (``total_sequence``, ``t``) or the others; the dims
+    are found by where they sit: the past axis of a past input, axis 1 of the new tokens'
+    input (_new_tokens_input), and the last dim of a mask input when nothing else fixes it (no
+    past, new-token or float input other than a mask has it). Dims are sizes or symbols; an onnx-ir model is read
+    through its graph inputs."""
+    if isinstance(model, ir.Model):
+        inputs = [onnx.helper.make_tensor_value_info(
+            v.name, int(v.dtype) if v.dtype is not None else 0,
+            None if v.shape is None else [d if isinstance(d, int) else d.value for d in v.shape.dims])
+            for v in model.graph.inputs if v.name not in model.graph.initializers]
+        model = onnx.helper.make_model(onnx.helper.make_graph([], "inputs", inputs, []))
+    pasts, new = _pasts(model), _new_tokens_input(model)
+    if not pasts or new is None:
+        return {}
+    p, s = _dim(pasts[0], _past_axis(pasts[0])), _dim(new, 1)
+    if p is None or s is None:
+        return {}
+    fixed = {_dim(vi, i) for vi in _real(model) for i in range(len(vi.type.tensor_type.shape.dim))
+             if _is_past(vi) or vi is new or (vi.type.tensor_type.elem_type in _FLOATS
+                                                and "mask" not in vi.name.lower())}
+    ties: dict[str, tuple[int | str, int | str]] = {}
+    for vi in _real(model):
+        t = _dim(vi, -1)
+        if ("mask" in vi.name.lower() and len(vi.type.tensor_type.shape.dim) >= 2 and isinstance(t, str)
+                and t not in fixed and not _is_cross(vi, model)):
+            ties[t] = (p, s)
+    return ties
+
+
 def _decoder_lengths(model: onnx.ModelProto, real: list[onnx.ValueInfoProto],
                      shapes: Mapping[str, tuple[int, ...]], symbols: Mapping[str, int]) -> tuple[int, int] | None:
     """(past length, new tokens) of a decoder with a KV cache, or None."""
@@ -277,8 +339,8 @@ def _decoder_lengths(model: onnx.ModelProto, real: list[onnx.ValueInfoProto],
     if not past:
         return None
     past_len = _concrete_shape(past[0], shapes, symbols)[_past_axis(past[0])]
-    new = next((vi for vi in real if vi.name in _NEW_TOKENS), None)
-    if new is None or len(new.type.tensor_type.shape.dim) < 2:
+    new = _new_tokens_input(model)
+    if new is None:
         return None
     return past_len, _concrete_shape(new, shapes, symbols)[1]
 
@@ -290,7 +352,8 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
 
     Integer inputs named like masks are ones, with the second half of the last row padded (0)
     when ``pad_masks``, so mask handling is exercised. In a decoder with a KV cache (past inputs
-    beside input_ids) the mask spans past + new tokens, ``position_ids`` and ``cache_position``
+    beside the new tokens' ids, embeddings or hidden state) the mask spans past + new tokens
+    (length_ties: found by where the dims sit, not by their names), ``position_ids`` and ``cache_position``
     count from the past length, and ``cache_branch=False`` feeds a merged decoder's no-cache
     branch: ``use_cache_branch`` false, an empty past, a mask over the new tokens only. ``window``:
     the graph's window constant when the caller has read it (window_constant of a model whose
@@ -301,6 +364,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
     symbols = _symbol_values(model, shapes, window)
     real = [vi for vi in model.graph.input if vi.name not in inits]
     lengths = _decoder_lengths(model, real, shapes, symbols)
+    ties = length_ties(model)
     branch = cache_branch_input(model)
     past_len = None
     if lengths is not None:
@@ -318,11 +382,13 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
         lname = vi.name.lower()
         dims = vi.type.tensor_type.shape.dim
         symbolic_last = bool(dims) and not dims[-1].HasField("dim_value") and vi.name not in shapes
+        tied_last = symbolic_last and (not dims[-1].dim_param or (dims[-1].dim_param in ties
+                                                                   and dims[-1].dim_param not in shapes))
         if past_len is not None and vi.name not in shapes and not _is_cross(vi, model):
             new_tokens = lengths[1]
             if _is_past(vi):
                 shape[_past_axis(vi)] = past_len
-            elif "mask" in lname and len(shape) == 2 and symbolic_last:
+            elif "mask" in lname and len(shape) == 2 and tied_last:
                 shape[-1] = past_len + new_tokens          # the mask covers past + new tokens
             elif ("position" in lname) and shape and symbolic_last:
                 shape[-1] = new_tokens

@@ -103,9 +103,10 @@ def _eval_dim(text: str, env: Mapping[str, int]) -> int | None:
 class _Dims:
     """One consistent value per symbolic dim name within a check."""
 
-    def __init__(self, names: set[str] = frozenset()) -> None:
+    def __init__(self, names: set[str] = frozenset(), ties: Mapping[str, tuple] = {}) -> None:
         self.values: dict[str, int] = {}
         self.names = names   # every dim name of the check, so total_x can find x and past_x
+        self.ties = ties     # {dim: (dim or size, dim or size)} it is the sum of (verify.length_ties)
 
     def concrete(self, shape: ir.Shape | None) -> list[int]:
         if shape is None:
@@ -126,7 +127,9 @@ class _Dims:
             return self.values[name]
         base = name.removeprefix("total_")
         known = set(self.values) | set(self.names)
-        if base != name and base in known and f"past_{base}" in known:
+        if name in self.ties:   # a decoder's mask length: past + new, whatever the names
+            v = sum(x if isinstance(x, int) else self.value(x, 1) for x in self.ties[name])
+        elif base != name and base in known and f"past_{base}" in known:
             v = self.value(base, 1) + self.value(f"past_{base}", 1)
         elif name.isidentifier():
             v = 2 if axis == 0 else 8
@@ -516,13 +519,13 @@ def _plain_dims(v: ir.Value) -> bool:
 def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
                   new_inits: Mapping[Any, np.ndarray], old_outputs: Sequence[ir.Value],
                   new_outputs: Sequence[Any], opsets: Mapping[str, int], *, ir_version: int = 10,
-                  seed: int = 0) -> str | None:
+                  seed: int = 0, ties: Mapping[str, tuple] = {}) -> str | None:
     """Run the matched nodes and their replacement on the same random inputs.
 
     ``new_nodes`` are the rewriter's planned nodes (op_type, domain, inputs, attrs, outputs),
     ``new_inits`` maps planned initializer values to their arrays, ``old_outputs`` are the pattern
-    outputs and ``new_outputs`` what replaces each (a planned value or an existing one).
-    Returns None when they agree, else the reason; raises Unchecked when it cannot tell.
+    outputs and ``new_outputs`` what replaces each (a planned value or an existing one);
+    ``ties``: the model's input dims that are sums of others (verify.length_ties). Returns None when they agree, else the reason; raises Unchecked when it cannot tell.
     """
     from onnx_fuse.verify import DEFAULT_TOLERANCE, compare_arrays
 
@@ -566,7 +569,7 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
                   for n in [*old_nodes, *new_nodes])
     rng = np.random.default_rng(seed)
     dims = _Dims({str(getattr(d, "value", "")) for v in boundary.values() if v.shape is not None
-                  for d in v.shape.dims if not isinstance(d, int)})
+                  for d in v.shape.dims if not isinstance(d, int)}, ties)
     values: dict[int, np.ndarray] = {}
     inline: set[int] = set()
     for k, v in boundary.items():
@@ -614,6 +617,7 @@ class LocalChecker:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.by_model: dict[int, CheckStats] = {}   # id(model) -> what the checks did on it
+        self.ties_by_model: dict[int, dict[str, tuple]] = {}   # id(model) -> verify.length_ties
 
     @property
     def stats(self) -> CheckStats:
@@ -627,6 +631,14 @@ class LocalChecker:
         """The checks of the run on ``model`` itself when there was one: a pass that first tries
         its rules on a copy (the opset trial) and drops it then runs them again on the model."""
         return self.by_model.get(id(model)) or self.stats
+
+    def _ties(self, model: ir.Model) -> dict[str, tuple]:
+        """verify.length_ties of ``model``, read once per model (its inputs as the pass began)."""
+        from onnx_fuse.verify import length_ties
+
+        if id(model) not in self.ties_by_model:
+            self.ties_by_model[id(model)] = length_ties(model)
+        return self.ties_by_model[id(model)]
 
     def _unchecked(self, stats: CheckStats, rule: str, why: str) -> None:
         stats.unchecked += 1
@@ -650,7 +662,8 @@ class LocalChecker:
                                    {nv: nv.initializer for nv in plan.initializers},
                                    [match.values[o] for o in rule.outputs],
                                    [plan.outputs[o] for o in rule.outputs], opsets,
-                                   ir_version=model.ir_version or onnx.IR_VERSION, seed=self.seed)
+                                   ir_version=model.ir_version or onnx.IR_VERSION, seed=self.seed,
+                                   ties=self._ties(model))
         except Unchecked as exc:
             reason = None
             self._unchecked(stats, rule.name, str(exc))
