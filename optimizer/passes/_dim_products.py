@@ -80,9 +80,11 @@ def value_dims(v: ir.Value) -> list[Dim | None] | None:
     return out
 
 
-def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0):
+def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums: bool = False):
     """(entries, is_scalar) of a small int tensor; an entry is a Dim or None (unknown). None when
-    even the number of entries is unknown."""
+    even the number of entries is unknown. ``sums``: read Add/Sub of entries as sums
+    (passes/_dim_sums.py: a Range's length); off, they are unknown, so a view's or an Expand's
+    entry falls back to the inferred dim rather than meet a differently spelled equal one."""
     if v is None or depth > 16:
         return None
     t = constant_tensor(v)
@@ -94,7 +96,7 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0):
     if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
         return None
     op, ins = node.op_type, list(node.inputs)
-    sub = (lambda i: shape_vector(ins[i], alias, depth + 1) if i < len(ins) else None)
+    sub = (lambda i: shape_vector(ins[i], alias, depth + 1, sums) if i < len(ins) else None)
     if op == "Shape":
         dims = value_dims(ins[0])
         if dims is None:
@@ -174,6 +176,14 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0):
         ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
         f = mul if op == "Mul" else div
         return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], sa and sb
+    if sums and op in ("Add", "Sub") and len(ins) == 2:   # P + S, (P + S) - P
+        from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
+
+        a, b = sub(0), sub(1)
+        if a is None or b is None or len(a[0]) != len(b[0]):
+            return None
+        f = (lambda x, y: dim_sum([x, y])) if op == "Add" else dim_diff
+        return [None if x is None or y is None else f(x, y) for x, y in zip(a[0], b[0])], a[1] and b[1]
     return None
 
 

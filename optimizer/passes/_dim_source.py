@@ -15,6 +15,8 @@ again so the names spread). Steps, each exact for every input the model accepts:
 - MatMul (both operands of rank >= 2): rows from the first operand, columns from the second,
   batch dims as broadcasting says;
 - Gather: the data's dims around the gathered axis, the indices' dims in its place;
+- Concat: off its axis, the first input's dim; along it, the inputs' sizes added up in one
+  canonical spelling (``past + seq``, passes/_dim_sums.py), where every input's size is known;
 - Reshape: the input dim an output dim is proven equal to (``reshape_out_dims``: ``0`` copies,
   the ``-1`` solved from the element count), only where every input dim is an int or an exporter
   symbol; a positive target entry read from known dims is the size itself.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import Dim, reshape_out_dims, shape_vector, to_dim, value_dims
+from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
 _SAME_SHAPE = frozenset({
@@ -171,7 +174,23 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _expand_step(node, v, i)
     if op == "Range" and len(node.inputs) == 3:
         return _range_size(node)
+    if op == "Concat":
+        return _concat_step(node, v, i)
     return None
+
+
+def _concat_step(node: ir.Node, v: ir.Value, i: int):
+    """Off the axis every input has the output's dim (the first is read); along it the output
+    holds their sum (passes/_dim_sums.py), computed."""
+    r = _rank(v)
+    axis = concat_axis(node, r) if r is not None else None
+    ins = list(node.inputs)
+    if axis is None or not ins or any(x is None or _rank(x) != r for x in ins):
+        return None
+    if i != axis:
+        return ins[0], i
+    total = dim_sum([known_dim(x, axis) for x in ins])
+    return (None, total) if total is not None and _clean(total) and total[0] >= 0 else None
 
 
 def _axes(node: ir.Node, rank: int) -> list[int] | None:
@@ -237,12 +256,12 @@ def _expand_step(node: ir.Node, v: ir.Value, i: int):
 
 
 def _range_size(node: ir.Node):
-    """Range(0, n, 1) has n elements."""
-    start, delta = _const_ints(node.inputs[0]), _const_ints(node.inputs[2])
-    got = shape_vector(node.inputs[1], {})
-    if start != [0] or delta != [1] or got is None or len(got[0]) != 1:
+    """Range(a, b, 1) has b - a elements: n for Range(0, n), S for Range(P, P + S)."""
+    delta = _const_ints(node.inputs[2])
+    start, limit = shape_vector(node.inputs[0], {}, sums=True), shape_vector(node.inputs[1], {}, sums=True)
+    if delta != [1] or start is None or limit is None or len(start[0]) != 1 or len(limit[0]) != 1:
         return None
-    n = got[0][0]
+    n = dim_diff(limit[0][0], start[0][0])
     return (None, n) if n is not None and _clean(n) and n[0] > 0 else None
 
 

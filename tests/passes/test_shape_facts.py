@@ -45,3 +45,53 @@ def test_plugin_op_outputs_take_their_inputs_shapes_through_layers():
     assert _dims(model, "vc1o") == ["N", 4, 2, 64]
     assert [n.op_type for n in model.graph] == ["PagedAttention", "Relu", "PagedAttention",
                                                  "FusedAttention", "Relu"]   # only the copy had stand-ins
+
+
+def test_a_concat_length_is_named_as_the_sum_of_its_parts():
+    """present = Concat(past [.., p, ..], new [.., s, ..]) undeclared: onnx leaves its length
+    unknown (a fresh unk__N per value); now it is ``p + s`` (sorted terms, ints last), and a
+    Range(p, p + s) table has s rows."""
+    model = _model('''
+    g (float[b, 1, p, 8] past, float[b, 1, s, 8] new, float[b, 1, p, 8] past2, float[b, 1, 1, 8] one)
+      => (float[b, 1, ?, 8] present, float[b, 1, ?, 8] present2, int64[?] r)
+    {
+        present = Concat<axis = 2>(past, new)
+        present2 = Concat<axis = -2>(one, past2)
+        t = Transpose<perm = [0, 1, 3, 2]>(present)
+        ps = Shape<start = 2, end = 3>(past)
+        ss = Shape<start = 2, end = 3>(new)
+        ts = Add(ps, ss)
+        p0 = Squeeze(ps)
+        t0 = Squeeze(ts)
+        r = Range(p0, t0, c1)
+        c1 = Constant<value = int64 {1}>()
+    }''')
+    ShapeInferencePass()(model)
+    assert _dims(model, "present") == ["b", 1, "p + s", 8]
+    assert _dims(model, "t") == ["b", 1, 8, "p + s"]
+    assert _dims(model, "present2") == ["b", 1, "p + 1", 8]
+    assert _dims(model, "r") == ["s"]
+
+
+def test_gqa_static_repeat_without_declared_present_dims_is_paged():
+    """The fuzzer's last GQA refusals (PERF.md, run 17): repeat_kv written with constant shapes
+    over a present whose length nothing declares. With the present named p + s the repeat is
+    proven and the cache paged; verify passes (paged feeds, docs/paged_kv.md)."""
+    import sys
+    from pathlib import Path
+
+    import onnx_fuse
+    from onnx_fuse.verify import verify
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from fuzz_motifs import make_decoder_case
+
+    for fp16, names, decode in ((False, "short", True), (True, "optimum", False)):
+        case = make_decoder_case(7, head=64, heads=2, kv_heads=1, layers=1, window=0, sinks=False,
+                                 upcast=False, padded=False, kv_fp8=False, fp16=fp16, decode=decode,
+                                 positions="range", repeat="static", present_dims=False, dim_names=names)
+        result = onnx_fuse.optimize(case.model, level=4, target="trt")
+        assert result.report.rule_fires.get("attention-repeat-kv") == 1
+        assert result.report.rule_fires.get("trt-paged-kv") == 1, result.report.warnings
+        got = verify(case.model, result.model, shapes={k: tuple(a.shape) for k, a in case.feeds.items()})
+        assert got["passed"], got["outputs"]

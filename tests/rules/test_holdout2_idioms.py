@@ -95,3 +95,42 @@ def test_interleaved_rotary_with_tables_repeated_in_the_graph(h, target, expand)
              "c": r.standard_normal((1, 1, S, D // 2)).astype(np.float32),
              "s": r.standard_normal((1, 1, S, D // 2)).astype(np.float32)}
     h.assert_close(model, out, feeds)
+
+
+def _bmm_attention(h, seq_first_k, bias):
+    """torch.nn.functional.multi_head_attention_forward (WavLM, nn.MultiheadAttention): scaled q3 [N,S,D]
+    @ k^T + 3-D bias, softmax on the 3-D scores, @ v3; k^T straight from the seq-first [T, N, D] view
+    (Transpose perm [1, 2, 0]) or from k3 [N, T, D]."""
+    n = h.node
+    N = B * H
+    kname, kshape = ("kf", [S, N, D]) if seq_first_k else ("k3", [N, S, D])
+    nodes = [n("Transpose", [kname], ["kt"], perm=[1, 2, 0] if seq_first_k else [0, 2, 1]),
+             n("Mul", ["q3", "scale"], ["qs"]), n("MatMul", ["qs", "kt"], ["sc"])]
+    inputs = [h.vi("q3", [N, S, D]), h.vi(kname, kshape), h.vi("v3", [N, S, D])]
+    scores = "sc"
+    if bias:
+        nodes.append(n("Add", ["sc", "bias"], ["sb"]))
+        inputs.append(h.vi("bias", [N, S, S]))
+        scores = "sb"
+    nodes += [n("Softmax", [scores], ["p"], axis=-1), n("MatMul", ["p", "v3"], ["o"])]
+    return h.make_model(nodes, inputs, [h.vi("o", [N, S, D])], {"scale": np.array(D ** -0.5, np.float32)}), kname
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("seq_first_k", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_bmm_attention_without_a_4d_view_is_one_head_per_slice(h, target, seq_first_k, bias):
+    """WavLM (hold-out 2): attention on [B*H, S, D] with no 4-D view anywhere -> one fused attention
+    (batch B*H, one head), same numbers."""
+    model, kname = _bmm_attention(h, seq_first_k, bias)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    r = h.rng
+    N = B * H
+    feeds = {"q3": r.standard_normal((N, S, D)).astype(np.float32),
+             kname: r.standard_normal((S, N, D) if seq_first_k else (N, S, D)).astype(np.float32),
+             "v3": r.standard_normal((N, S, D)).astype(np.float32)}
+    if bias:
+        feeds["bias"] = r.standard_normal((N, S, S)).astype(np.float32)
+    h.assert_close(model, out, feeds)
