@@ -76,27 +76,29 @@ _BLOCK_N = 64  # keys per K/V tile when a variant name does not say (kFaBlockN)
 # file's own variant list with OF_FA_KERNEL redefined, so every variant the kernels define
 # (and its template arguments) gets a "<name>_trt" twin around the same fa_fwd_body; the
 # softcap entries (OF_FA_SC_KERNEL, name suffix _sc) get twins that also take fa_softcap's
-# argument, as float bits.
+# argument, as float bits. Every twin takes the sliding window last (int, 0 = none; the causal
+# bodies read it).
 AOT_ADAPTER_HEADER = r"""
 #include "fused_attention.cu"
 #undef OF_FA_KERNEL
 #define OF_FA_KERNEL(NAME, T, D, W, ...)                                                       \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME##_trt(                             \
       const T* q, const T* k, const T* v, const int* seq_lens, int S, int Hq, int Hkv,         \
-      int scale_log2_bits, T* o) {                                                             \
+      int scale_log2_bits, int window, T* o) {                                                 \
     const long long qs = (long long)Hq * D, ks = (long long)Hkv * D;                           \
     onnx_fuse::fa_fwd_body<T, D, W, __VA_ARGS__>(q, k, v, o, seq_lens, S, Hq, Hkv, S * qs, qs, \
-        D, S * ks, ks, D, S * ks, ks, D, S * qs, qs, D, __int_as_float(scale_log2_bits));      \
+        D, S * ks, ks, D, S * ks, ks, D, S * qs, qs, D, __int_as_float(scale_log2_bits), 0.f,  \
+        window);                                                                               \
   }
 #undef OF_FA_SC_KERNEL
 #define OF_FA_SC_KERNEL(NAME, T, D, W, ...)                                                    \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME##_trt(                             \
       const T* q, const T* k, const T* v, const int* seq_lens, int S, int Hq, int Hkv,         \
-      int scale_log2_bits, int sc_k_bits, T* o) {                                              \
+      int scale_log2_bits, int sc_k_bits, int window, T* o) {                                  \
     const long long qs = (long long)Hq * D, ks = (long long)Hkv * D;                           \
     onnx_fuse::fa_fwd_body<T, D, W, __VA_ARGS__, true>(q, k, v, o, seq_lens, S, Hq, Hkv,       \
         S * qs, qs, D, S * ks, ks, D, S * ks, ks, D, S * qs, qs, D,                            \
-        __int_as_float(scale_log2_bits), __int_as_float(sc_k_bits));                           \
+        __int_as_float(scale_log2_bits), __int_as_float(sc_k_bits), window);                   \
   }
 """
 
@@ -372,8 +374,6 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
          seq_lens: "trtp.Tensor", num_heads: int, kv_num_heads: int, scale: float, causal: int,
          softcap: float, window: int, outputs: "Tuple[trtp.Tensor]", stream: int, tactic: int) -> None:
     """JIT path: one launch of the library's fused attention on TensorRT's stream."""
-    if window:   # refused, never ignored, until the kernels take a window (K1)
-        raise ValueError(f"FusedAttention window={window}: this build's kernels have no sliding window")
     dt = "float16" if _dtype_tag(query.dtype) == "f16" else "bfloat16"
     _head_dim(int(query.shape[2]), num_heads)
     kv_num_heads = kv_num_heads or num_heads
@@ -381,7 +381,8 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
     kernel_lib().fused_attention(
         heads_view(query, num_heads, dt), heads_view(key, kv_num_heads, dt),
         heads_view(value, kv_num_heads, dt), heads_view(outputs[0], num_heads, dt),
-        seq_lens=lens, causal=bool(causal), scale=scale, softcap=float(softcap), stream=stream)
+        seq_lens=lens, causal=bool(causal), scale=scale, softcap=float(softcap), window=int(window),
+        stream=stream)
 
 
 def aot_entry(dtype_tag: str, head_dim: int, tile: str, causal: int, softcap: bool = False) -> str:
@@ -404,8 +405,8 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
              causal: int, softcap: float, window: int, outputs: "Tuple[trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
     """AOT path: kernel name, PTX, launch grid and int32 scalar arguments (symbolic in B, S)."""
-    if window:   # refused, never ignored, until the AOT kernels take a window (K1)
-        raise ValueError(f"FusedAttention window={window}: this build's kernels have no sliding window")
+    if window < 0 or (window and not causal):
+        raise ValueError(f"FusedAttention window={window}: >= 0, and > 0 only with causal=1")
     from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx
 
     hidden = query.shape_expr[2]
@@ -435,6 +436,7 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
         # scale_log2 (softmax scale * log2(e), or cap * log2(e) with a softcap) and, with a
         # softcap, sc_k (2 log2(e) scale / cap): float bits
         *(trtp.SymInt32(_float_bits(x)) for x in scale_args),
+        trtp.SymInt32(int(window)),           # sliding window (0 = none; the causal bodies read it)
     ])
     return name.encode(), ptx, params, extra
 

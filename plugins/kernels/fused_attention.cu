@@ -825,6 +825,26 @@ constexpr int kWsSmemEpilogue = 2;
 // this: 8 issue slots per exponential where the consumer warps' issue slots are about as busy as
 // MUFU; ov with this alone, at par with ov.)
 constexpr int kWsLeanDesc = 8;
+// kWsLpt (bench candidate m128n128w12t_ovedl: oved + this; causal only): the grid's CTAs take their
+// (query block, head, sequence) longest first over the whole grid, not per head: linear block id i
+// (x fastest, the order CTAs are dispatched in) runs query block nm - 1 - i / (H * B) of head and
+// sequence i % (H * B). With per-head heaviest-first (the default), the last heads' heaviest
+// blocks start in the last waves and leave the other SMs idle while they finish (about 16 of the
+// 512 tile-times per SM at B4 H32 S4096); with this the last wave is the one-tile blocks. The
+// price: CTAs running together read different heads' K/V (the default's neighbours share theirs
+// in L2), about 2 TB/s of K/V from HBM at that shape.
+constexpr int kWsLpt = 16;
+// (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
+template <bool CAUSAL, int OPT>
+__device__ __forceinline__ int3 fa_ws_coords() {
+  if constexpr (CAUSAL && (OPT & kWsLpt) != 0) {
+    const long long hb = (long long)gridDim.y * gridDim.z;
+    const long long lin = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+    const int r = (int)(lin % hb);
+    return make_int3((int)(gridDim.x - 1 - lin / hb), r % (int)gridDim.y, r / (int)gridDim.y);
+  }
+  return make_int3(CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x, blockIdx.y, blockIdx.z);
+}
 // Adds a byte offset (a multiple of 16) to a shared-memory descriptor's start-address field. The
 // field holds (address & 0x3FFFF) >> 4 in bits 0-13; shared addresses stay below 2^18, so the sum
 // never carries out of it and the low word add is exact.
@@ -1013,7 +1033,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
-  const int m_block = CAUSAL ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+  const int m_block = fa_ws_coords<CAUSAL, OPT>().x;
   const int m0 = m_block * BM;
   const int QL = rows.q_len, KL = rows.kv_len, OFF = rows.causal_off;
   const int n_end = CAUSAL ? min(KL, m0 + BM + OFF) : KL;
@@ -1522,7 +1542,8 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
     float scale_log2, const void* tq, const void* tk, const void* tv, float sc_k = 0.f,
     int window = 0) {
 #if OF_WGMMA_OK
-  const int hq = blockIdx.y, b = blockIdx.z;
+  const int3 cc = fa_ws_coords<CAUSAL, OPT>();
+  const int hq = cc.y, b = cc.z;
   const int hkv = hq / (Hq / Hkv);
   const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
   FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
@@ -1829,6 +1850,15 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc) \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_oved_causal, T, D, true,          \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)
+// Bench candidate m128n128w12t_ovedl (launcher loads 20 by name, 21 with the fallback), D = 128:
+// oved with the grid taken longest first over all heads (kWsLpt; the full entry is oved's body).
+#define OF_FA_WSTODL_KERNELS_D(DTN, T, D)                                                         \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedl_full, T, D, false,          \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
+                    onnx_fuse::kWsLpt)                                                             \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedl_causal, T, D, true,         \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
+                    onnx_fuse::kWsLpt)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -1875,6 +1905,7 @@ OF_FA_WSTO_KERNELS_D(f16, __half, 128)
 OF_FA_WSTE_KERNELS_D(f16, __half, 128)
 OF_FA_WSTLD_KERNELS_D(f16, __half, 64)
 OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODL_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1892,6 +1923,7 @@ OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTLD_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODL_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2033,7 +2065,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 9 _ovedl (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2062,6 +2094,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 2: OF_PICK_TK2(128, m128n128w12t_ov)
       case 3: OF_PICK_TK2(128, m128n128w12t_ove)
       case 8: OF_PICK_TK2(128, m128n128w12t_oved)
+      case 9: OF_PICK_TK2(128, m128n128w12t_ovedl)
       default: return nullptr;
     }
   }
@@ -2270,8 +2303,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // and written as 16-byte rows; 9 is planned at D = 128 for bf16); the same pairs (by name / with
 // the fallback): 12 / 13 m128n128w12t_ld (D = 64: wgmma descriptors stepped by adds; 13 planned),
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
-// output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned); 16 / 17 (the
-// dropped _ovd) are refused.
+// output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned), 20 / 21 _ovedl
+// (D = 128 candidate: oved with the grid longest first over all heads); 16 / 17 (the dropped _ovd)
+// are refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2286,7 +2320,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 19);
+  OF_REQUIRE(loads >= 0 && loads <= 21);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2301,7 +2335,8 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
-    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved
+    // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
+    // 20 / 21: ovedl
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
