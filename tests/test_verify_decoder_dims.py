@@ -102,3 +102,25 @@ def test_short_dim_names_check_every_rewrite_the_long_names_check(name):
         assert not [r for r in rw["unchecked_reasons"] if "refuses random inputs" in r], rw["unchecked_reasons"]
         counts.append((rw["checked"], rw["unchecked"]))
     assert counts[0] == counts[1]
+
+
+def test_verify_inputs_run_every_generated_decoder_step(monkeypatch):
+    """The differential fuzzer's decoder steps (tools/fuzz_decoder.py: hidden-state input, Optimum's
+    or short dim names, S symbolic or fixed at 1, windows, sinks, fp16, padding): the original runs
+    on verify's inputs, both branches where there are two. Before, 101 of the first 150 seeds gave
+    a mask of the wrong length (every decode step, every short-named one)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tools"))
+    from fuzz_motifs import make_decoder_case
+
+    from onnx_fuse.verify import input_cases, window_constant
+
+    failed = []
+    for seed in range(60):
+        model = make_decoder_case(seed).model
+        sess = make_session(model, quiet=True)
+        for _, feeds in input_cases(model, window=window_constant(model)):
+            try:
+                sess.run(None, feeds)
+            except Exception as exc:  # noqa: BLE001 - ORT's refusal, whatever its type
+                failed.append((seed, str(exc).splitlines()[0][-120:]))
+    assert not failed, failed

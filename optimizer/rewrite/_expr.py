@@ -300,6 +300,12 @@ def _causal_mask(ctx, m, q, past) -> bool:
     return causal_mask(ctx, m, q, past)
 
 
+def _sliding_window(ctx, m, q, past=None, without=None) -> int:
+    from onnx_fuse.rewrite._mask_probe import sliding_window
+
+    return sliding_window(ctx, m, q, past, without)
+
+
 def _ancestor_ops(v, n: int) -> list[str]:
     ops: list[str] = []
     seen: set[int] = set()
@@ -365,6 +371,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # whether an additive mask is causal for q's new tokens after past's cached ones, decided on
     # its values (optimizer/rewrite/_mask_probe.py); fails with the reason otherwise
     "causal_mask": lambda ctx, m, q, past: _causal_mask(ctx, m, q, past),
+    # the window W of a causal banded mask (0: plain causal), decided on its values like
+    # causal_mask; past None for prefill; fails with the reason when it is neither
+    "sliding_window": _sliding_window,
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
 }
 

@@ -1,5 +1,5 @@
-"""Whether an additive attention mask is causal, decided on its values: the expression function
-``causal_mask(mask, q, past)`` of rule checks (docs/rules.md).
+"""Whether an additive attention mask is causal, decided on its values: the expression functions
+``causal_mask(mask, q, past)`` and ``sliding_window(mask, q, past)`` of rule checks (docs/rules.md).
 
 The nodes computing the mask (from attention_mask, positions and shapes; never activations) are
 cut out and run in ONNX Runtime for one sequence with P cached and S new tokens: attention_mask
@@ -10,6 +10,11 @@ window written as a constant W (Mistral, Gemma 2: a query sees its last W keys) 
 causal mask keeps, whichever exporter wrote the comparison. Anything else (a bias on kept keys,
 a mask read from an input, a cone that cannot run) is not proven causal: the function raises
 EvalFailure with the reason, which the rule's refusal carries.
+
+``sliding_window`` gives the window W of a causal banded mask (new token at position p keeps
+exactly the keys max(0, p - W + 1)..p; HF's sliding_window), 0 for a plain causal one, and
+refuses anything else. It probes more than one length, so that every position where the mask
+could change its form is tried: the band (and its width) must be the same everywhere.
 """
 
 from __future__ import annotations
@@ -328,3 +333,170 @@ def _raise_unless(reason: str | None) -> bool:
     if reason is not None:
         raise EvalFailure(reason)
     return True
+
+
+# --------------------------------------------------------------------------- sliding windows
+
+# Probes at small cache lengths (each integer constant of the cone and either side of it) when the
+# query length is fixed; more than this many constants is no mask worth the proof.
+_MAX_BOUNDARY_PROBES = 48
+
+
+def _window_rows(arr: np.ndarray, p: int, s: int) -> tuple[set[int], int]:
+    """The windows the mask's rows allow, for S new tokens after P cached ones: (exact widths
+    seen, least width the other rows need). A row that keeps keys lo..pos (lo > 0) fixes
+    W = pos - lo + 1; one that keeps 0..pos needs W > pos (or none). Anything else raises."""
+    t = p + s
+    if arr.ndim < 2 or arr.shape[-1] != t or arr.shape[-2] not in (1, s):
+        raise EvalFailure(f"the mask has shape {list(arr.shape)} for {s} queries over {t} keys")
+    arr = np.broadcast_to(arr, (*arr.shape[:-2], s, t)).reshape(-1, s, t)
+    if arr.dtype == np.bool_:
+        kept = arr
+    else:
+        arr = arr.astype(np.float64)
+        kept = arr == 0
+        if not np.all(kept | (arr <= _MASKED)):
+            raise EvalFailure("the mask adds a bias to kept keys (neither 0 nor masked)")
+    if not np.all(kept == kept[:1]):
+        raise EvalFailure("the mask differs between batch rows or heads")
+    exact: set[int] = set()
+    need = 0
+    for i in range(s):
+        pos = p + i
+        keys = np.flatnonzero(kept[0, i])
+        if not len(keys) or keys.max() != pos:
+            what = (f"sees the later key {int(keys.max())}" if len(keys) and keys.max() > pos
+                    else "does not see its own key")
+            raise EvalFailure(f"the query at position {pos} {what} (not causal; probed at {t} tokens)")
+        lo = int(keys.min())
+        if not np.array_equal(keys, np.arange(lo, pos + 1)):
+            raise EvalFailure(f"the query at position {pos} sees keys with gaps, not a band "
+                              f"(probed at {t} tokens)")
+        if lo:
+            exact.add(pos - lo + 1)
+        else:
+            need = max(need, pos + 1)
+    return exact, need
+
+
+def _int_constants(cone: list[ir.Node]) -> list[int]:
+    """Integral values (of any numeric dtype) among the small constants the cone reads."""
+    out = set()
+    for n in cone:
+        for i in n.inputs:
+            c = _const(i) if i is not None else None
+            if c is None or c.size > 64 or not (np.issubdtype(c.dtype, np.integer) or np.issubdtype(c.dtype, np.floating)):
+                continue
+            out.update(int(x) for x in c.ravel().astype(np.float64)
+                       if np.isfinite(x) and x == int(x) and abs(x) < _MAX_WINDOW)
+    return sorted(out)
+
+
+def _bind(q: ir.Value, past: ir.Value | None, s: int, p: int) -> dict[str, int]:
+    env: dict[str, int] = {}
+    pairs = [(q.shape.dims[-2], s), (q.shape.dims[0], 1)]
+    if past is not None:
+        pairs += [(past.shape.dims[2], p), (past.shape.dims[0], 1)]
+    for d, val in pairs:
+        if not isinstance(d, int) and getattr(d, "value", None):
+            env[d.value] = val
+    return env
+
+
+def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any = None) -> int:
+    """The sliding window W of ``mask`` (an additive bias, or a boolean keep-mask, broadcast to
+    [B,H,S,P+S]) for q's S new tokens ([B,H,S,D] or [B,S,H*D]) after ``past``'s P cached ones
+    ([B,Hkv,P,D]; None: prefill, P = 0): the query at position p keeps exactly the keys
+    max(0, p - W + 1)..p at every position probed; 0 when it keeps 0..p (plain causal).
+    Raises EvalFailure with the reason otherwise.
+
+    Probes: P (or, in prefill, S) past every integer constant of the mask's cone, so that a
+    window written as a constant shows; then the small positions too (a prefill over an empty
+    cache of that many tokens, or, where the query length is fixed, P at 0, 1 and each constant
+    of the cone and either side of it), so that a mask banded at some positions and not at
+    others is refused rather than read from one of them.
+
+    ``without``: a graph input the mask must not read (the probe feeds attention masks all
+    ones, so a part of the mask that reads one is not proven by it: a rule that proves the
+    padding part by its structure names attention_mask here)."""
+    for v, what in ((mask, "mask"), (q, "q")):
+        if not isinstance(v, ir.Value):
+            raise EvalFailure(f"sliding_window() needs the {what} as a graph value")
+    if past is not None and not isinstance(past, ir.Value):
+        raise EvalFailure("sliding_window() needs the past as a graph value (or None)")
+    if mask.dtype is None or not (mask.dtype.is_floating_point() or mask.dtype == ir.DataType.BOOL):
+        raise EvalFailure("the mask is neither an additive float bias nor a boolean keep-mask")
+    if mask.is_graph_input():
+        raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
+    if q.shape is None or len(q.shape) not in (3, 4) or (
+            past is not None and (past.shape is None or len(past.shape) != 4)):
+        raise EvalFailure("q must be 3-D or 4-D and the past 4-D, with known ranks")
+    const = _const(mask)
+    if const is not None:   # every position the model runs at is in the array
+        arr = np.asarray(const)
+        t, s = arr.shape[-1] if arr.ndim else 0, arr.shape[-2] if arr.ndim >= 2 else 0
+        return _settle([_window_rows(arr, t - s, s)])
+    cone, as_const = _cone(mask)
+    if without is not None and any(i is without for n in cone for i in n.inputs):
+        raise EvalFailure(f"the mask reads {without.name!r}, which the probe cannot vary")
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    consts = _int_constants(cone)
+    far = max(_MIN_PAST, max([c for c in consts if c > 1], default=0) + 2)
+    sd = q.shape.dims[-2]
+    pd = past.shape.dims[2] if past is not None else 0
+
+    def probe(p: int, s: int) -> tuple[set[int], int] | str:
+        arr, err = _run_probe(cone, as_const, mask, p, s, _bind(q, past, s, p), opset)
+        if err is None and arr.ndim >= 2 and arr.shape[-1] == p + s:
+            return _window_rows(arr, p, s)
+        return err or f"the mask has shape {list(arr.shape)} for {s} queries over {p + s} keys"
+
+    if past is None:   # prefill: rows 0..S-1 cover every position up to S
+        got = probe(0, sd if isinstance(sd, int) else far)
+        if isinstance(got, str):
+            raise EvalFailure(got)
+        return _settle([got])
+    p_far = pd if isinstance(pd, int) else far
+    found, first, s_ok = [], None, None
+    for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
+        got = probe(p_far, s)
+        if not isinstance(got, str):
+            found.append(got)
+            s_ok = s
+            break
+        first = first or got
+    if s_ok is None:
+        raise EvalFailure(first)
+    if isinstance(pd, int):   # a static cache length: the model runs at this P only
+        return _settle(found)
+    small = probe(0, far) if not isinstance(sd, int) and s_ok > 1 else "query length fixed"
+    if not isinstance(small, str):
+        found.append(small)
+    else:
+        w = _settle(found)
+        ps = {0, 1, w - 1, w, w + 1} | {c + d for c in consts for d in (-1, 0, 1)}
+        ps = sorted(x for x in ps if 0 <= x < p_far)
+        if len(ps) > _MAX_BOUNDARY_PROBES:
+            raise EvalFailure(f"the mask's cone has too many constants to probe every boundary "
+                              f"({len(ps)} cache lengths)")
+        for p in ps:
+            got = probe(p, s_ok)
+            if not isinstance(got, str):   # a length the cone cannot run at is one the model cannot
+                found.append(got)
+    return _settle(found)
+
+
+def _settle(rows: list[tuple[set[int], int]]) -> int:
+    """One window for every probed row, or the reason there is none."""
+    exact = set().union(*(e for e, _ in rows))
+    need = max(n for _, n in rows)
+    if len(exact) > 1:
+        raise EvalFailure(f"the mask's band is not one width: queries see {sorted(exact)} keys "
+                          f"at different positions")
+    if not exact:
+        return 0
+    w = exact.pop()
+    if need > w:
+        raise EvalFailure(f"the mask is a band of {w} keys at some positions but lets a query "
+                          f"see all of its {need} keys at another")
+    return w
