@@ -207,6 +207,11 @@ class ShapeInferencePass(FusePass):
             again = ShapeInferencePass(data_prop=self.data_prop)
             again._refining = True   # one more round only; its stats are not this pass's
             gained += again.call(model).modified
+        if not self._refining:   # names of sums kept on the side (passes/_dim_sums.py)
+            from onnx_fuse.passes._dim_sums import record_dim_sums
+
+            for g in model.graphs():
+                record_dim_sums(g)
         if gained:
             self.stats["values-typed"] += gained
         return ir.passes.PassResult(model, modified=gained > 0 or refined > 0)

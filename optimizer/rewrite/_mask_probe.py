@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_sums import dim_sums
 from onnx_fuse.rewrite._expr import EvalFailure
 
 # Nodes in a mask's cone: transformers' masking_utils and Optimum's mask code stay well under this.
@@ -99,9 +100,7 @@ def _new_tokens(q: ir.Value) -> tuple[int, ...]:
     step whose length is fixed at 1 upstream (a static hidden state) can leave q's length
     symbolic (RoPE tables of Range(P, P + 1) broadcast against it); its mask cone then holds that
     1 as a constant and cannot run, or gives P + 1 keys, at any other length."""
-    if q.shape is None or len(q.shape) != 4:
-        raise EvalFailure("q and the past must be 4-D with known shapes")
-    sd = q.shape.dims[2]
+    sd = q.shape.dims[2]   # q is 4-D: causal_mask checked it (_lengths' check)
     return (sd,) if isinstance(sd, int) else (_NEW, 1)
 
 
@@ -131,42 +130,6 @@ def _dims_of(v: ir.Value, dims: Any) -> list[int]:
         return dims.concrete(v.shape)
     except Unchecked as exc:
         raise EvalFailure(f"shape of {v.name!r} for the mask probe: {exc}") from None
-
-
-_SAME_SHAPE = {"Identity", "Cast", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Sqrt", "Reciprocal", "Exp"}
-
-
-def _shape_by_relation(v: ir.Value, dims: Any, depth: int = 0) -> list[int]:
-    """v's concrete shape, from how it was computed where that is a shape relation: a Concat sums
-    its inputs' dims along its axis (a present = Concat(past, new) holds P + S keys whatever its
-    length is named), a Transpose permutes, element-wise unary ops keep the shape; otherwise v's
-    own dims. A symbol naming such a computed dim is bound to it, so every other read of that
-    name (an attention_mask [B, name]) agrees."""
-    node = v.producer()
-    shape = None
-    if node is not None and depth < 16 and node.domain in ("", "ai.onnx") and v.shape is not None:
-        ins = [i for i in node.inputs if i is not None]
-        if node.op_type == "Concat" and ins and len(ins) == len(node.inputs):
-            parts = [_shape_by_relation(i, dims, depth + 1) for i in ins]
-            rank = len(parts[0])
-            axis = node.attributes["axis"].value if "axis" in node.attributes else 0
-            axis = axis + rank if axis < 0 else axis
-            if all(len(x) == rank for x in parts) and 0 <= axis < rank:
-                shape = list(parts[0])
-                shape[axis] = sum(x[axis] for x in parts)
-        elif node.op_type == "Transpose" and ins:
-            inner = _shape_by_relation(ins[0], dims, depth + 1)
-            perm = node.attributes["perm"].value if "perm" in node.attributes else list(range(len(inner)))[::-1]
-            shape = [inner[i] for i in perm] if len(perm) == len(inner) else None
-        elif node.op_type in _SAME_SHAPE and ins:
-            shape = _shape_by_relation(ins[0], dims, depth + 1)
-    if shape is None or len(shape) != len(v.shape):
-        return _dims_of(v, dims)
-    for d, val in zip(v.shape.dims, shape):
-        name = getattr(d, "value", None) if not isinstance(d, int) else None
-        if name and name not in dims.values:
-            dims.values[name] = val
-    return shape
 
 
 def _feed(v: ir.Value, shape: list[int], p: int, s: int) -> np.ndarray:
@@ -212,6 +175,11 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
     dims = _ProbeDims({str(getattr(d, "value", "")) for n in cone for v in n.inputs
                        if v is not None and v.shape is not None for d in v.shape.dims if not isinstance(d, int)})
     dims.values.update(env)
+    # a name shape inference related to a sum (a present declared [.., total, ..] that is
+    # Concat(past, new): passes/_dim_sums.py) takes that sum's value, P + S, whatever its name
+    for dim_name, total in dim_sums(mask.graph).items():
+        if dim_name in dims.names and dim_name not in dims.values:
+            dims.values[dim_name] = dims.value(total, 1)
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     inputs: list[onnx.ValueInfoProto] = []
@@ -219,7 +187,7 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
     made = {id(o) for n in cone for o in n.outputs}
     for node in cone:
         if id(node) in as_const:
-            shape = _shape_by_relation(node.inputs[0], dims)
+            shape = _dims_of(node.inputs[0], dims)   # a present's P + S: its name says so
             if node.op_type == "Size":
                 arr = np.asarray(int(np.prod(shape)), np.int64)
             else:
@@ -293,6 +261,7 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
     const = _const(mask)
     cone, as_const = ([], set()) if const is not None else _cone(mask)
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    _lengths(q, past, [], 1)   # the 4-D check, before q's dims are read
     first = None
     for s in _new_tokens(q):
         p, env = _lengths(q, past, cone, s)
@@ -305,7 +274,8 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
         # the cone does not run at S new tokens, or gives a key count other than P + S: the
         # model's scores [.., S, P + S] cannot take that mask, so S is no length the model runs at
         first = first or err or _judge(arr, p, s)
-    raise EvalFailure(first)
+    # _judge accepts any array of P + S keys, which returned above: a fixed reason all the same
+    raise EvalFailure(first or "the mask probe found no query length the mask fits")
 
 
 def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],

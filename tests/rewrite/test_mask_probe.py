@@ -123,7 +123,13 @@ def _present_sized_mask_graph(present_dim: str | None) -> ir.Model:
          helper.make_tensor_value_info("present", TensorProto.FLOAT,
                                        ["b", 1, present_dim, 64] if present_dim else None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ir.from_proto(onnx.shape_inference.infer_shapes(model))
+    # the optimizer's inference: it names an undeclared present's length p + s and keeps a
+    # declared one's relation to that sum (passes/_dim_sums.py), which the probe binds
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    ir_model = ir.from_proto(model)
+    ShapeInferencePass()(ir_model)
+    return ir_model
 
 
 @pytest.mark.parametrize("present_dim", ["kv_len", "t", None])
@@ -132,3 +138,15 @@ def test_key_count_read_from_the_present_is_p_plus_s(present_dim):
     present's length the default of an unknown dim (S), so the mask had S keys. Now a Concat's
     length is the sum of its inputs' (P + S), whatever it is named."""
     assert _probe(_present_sized_mask_graph(present_dim)) is True
+
+
+def test_a_probe_that_fits_no_length_names_a_reason(monkeypatch):
+    """Should the judge ever pass an array whose key count is not P + S, the refusal still says
+    why (it raised EvalFailure(None) before)."""
+    import onnx_fuse.rewrite._mask_probe as mp
+
+    monkeypatch.setattr(mp, "_judge", lambda arr, p, s: None)
+    monkeypatch.setattr(mp, "_run_probe", lambda *a: (np.zeros((1, 1, 1, 2), np.float32), None))
+    with pytest.raises(EvalFailure) as err:
+        _probe(_decode_mask_graph())
+    assert err.value.args[0] and "None" not in str(err.value)
