@@ -421,8 +421,11 @@ def _first_padded(model: onnx.ModelProto, length: int, window: int | None) -> in
     float16 mask minimum (ORT CPU adds it in float32 and softmaxes the raw scores, a fused fp16
     kernel gives uniform weights), not by the graph. Float32 keeps the half: there the rows agree."""
     start = length // 2
-    half = any(o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
-               for o in model.graph.output)
+    # half weights or inputs count too: a model converted to fp16 with keep_io_types (float32
+    # inputs and outputs, Casts at the edges) adds the same float16 minimum inside
+    half = _half_floor(model) is not None or any(
+        o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+        for o in model.graph.output)
     w = (window if window is not None else window_constant(model)) if half else 0
     return max(start, length - (w - 1)) if w else start
 

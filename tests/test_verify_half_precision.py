@@ -37,9 +37,16 @@ def _windowed(elem: int, window: int = 4):
 
 
 @pytest.mark.parametrize("elem,padded", [(TensorProto.FLOAT16, 3), (TensorProto.BFLOAT16, 3),
-                                         (TensorProto.FLOAT, None)])
+                                         (TensorProto.FLOAT, None), ("keep_io", 3)])
 def test_half_precision_window_pads_fewer_than_the_window(elem, padded):
-    mask = make_inputs(_windowed(elem), shapes={"attention_mask": (2, 10)})["attention_mask"]
+    model = _windowed(TensorProto.FLOAT16 if elem == "keep_io" else elem)
+    if elem == "keep_io":  # converted to fp16 after export with keep_io_types: a float16 weight, float32 out
+        g = model.graph
+        g.initializer.append(helper.make_tensor("half_one", TensorProto.FLOAT16, [], [1.0]))
+        g.node.extend([helper.make_node("Mul", ["y", "half_one"], ["y16"]),
+                       helper.make_node("Cast", ["y16"], ["y32"], to=TensorProto.FLOAT)])
+        g.output[0].CopyFrom(helper.make_tensor_value_info("y32", TensorProto.FLOAT, ["batch", "sequence"]))
+    mask = make_inputs(model, shapes={"attention_mask": (2, 10)})["attention_mask"]
     assert mask[0].all()
     want = 10 - 10 // 2 if padded is None else padded  # fp32 keeps the second half padded
     assert int((mask[-1] == 0).sum()) == want and mask[-1, -want:].sum() == 0
