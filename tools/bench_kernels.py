@@ -187,8 +187,11 @@ def main() -> int:
     # sliding window (Gemma-like B4 H32/16 D128 S4096, windows 1024 and 4096 = S) beside the planned
     # causal kernel and the cuDNN / FA2 causal anchors (tools/bench_prefill_window.py)
     if a.only in (None, "prefill") and not a.quick:
-        from bench_prefill_window import bench_prefill_window  # tools/, this script's directory
-        rows += bench_prefill_window(lib, dts, bench, rel)
+        try:  # tools/, this script's directory; a failure here must not cost the rows above
+            from bench_prefill_window import bench_prefill_window
+            rows += bench_prefill_window(lib, dts, bench, rel)
+        except Exception as e:
+            print(f"sliding-window prefill rows failed: {type(e).__name__}: {e}", flush=True)
 
     # --- prefill over a paged prefix (sm_90a kernel only)
     pp_shapes = [(8, 32, 8, 128, 4096, 512, 16), (8, 32, 8, 64, 4096, 512, 16), (8, 32, 8, 128, 4096, 512, 64),
