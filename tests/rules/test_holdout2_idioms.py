@@ -134,3 +134,23 @@ def test_bmm_attention_without_a_4d_view_is_one_head_per_slice(h, target, seq_fi
     if bias:
         feeds["bias"] = r.standard_normal((N, S, S)).astype(np.float32)
     h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("table_shape", [(1, S, D), (S, D)])
+def test_rotate_half_with_constant_tables_without_the_head_axis(h, target, table_shape):
+    """Pixtral's vision encoder (hold-out 2, static export): apply_rotary_pos_emb(unsqueeze_dim=0)
+    folds cos/sin into constants [1, S, D] (or [S, D]) that broadcast over batch and heads."""
+    n = h.node
+    f = np.outer(np.arange(S), 1.0 / 100 ** (np.arange(D // 2) * 2 / D))
+    f = np.concatenate([f, f], -1).reshape(table_shape)
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"cos": np.cos(f).astype(np.float32), "sin": np.sin(f).astype(np.float32), "i0": i64(0),
+             "ih": i64(D // 2), "big": i64(2 ** 62), "ax3": i64(3)}
+    nodes = [n("Mul", ["x", "cos"], ["m1"]), n("Slice", ["x", "i0", "ih", "ax3"], ["x1"]),
+             n("Slice", ["x", "ih", "big", "ax3"], ["x2"]), n("Neg", ["x2"], ["nx"]),
+             n("Concat", ["nx", "x1"], ["r"], axis=-1), n("Mul", ["r", "sin"], ["m2"]), n("Add", ["m1", "m2"], ["y"])]
+    model = h.make_model(nodes, [h.vi("x", [B, H, S, D])], [h.vi("y", [B, H, S, D])], inits)
+    out = h.fuse(model, target)
+    assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, {"x": h.rng.standard_normal((B, H, S, D)).astype(np.float32)})
