@@ -37,31 +37,33 @@ ARGTYPES = {
     "onnx_fuse_fused_attention_fwd_w": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _f]
     + [_i] * 6 + [_p],
     "onnx_fuse_paged_attention_decode_ex": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i,
-                                            _f, _i, _i, _i, _p],
+                                            _f, _i, _i, _i, _i, _p],
     "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
     "onnx_fuse_paged_prefill_fwd": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
     + [_f, _i, _p],
     "onnx_fuse_paged_prefill_fwd_ex": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
     + [_f, _i, _i, _i, _p],
+    "onnx_fuse_paged_prefill_fwd_w": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
+    + [_f, _i, _i, _i, _i, _p],
     "onnx_fuse_paged_attention_decode_fp8": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 8
-    + [_f, _i, _i, _p],
+    + [_f, _i, _i, _i, _p],
     "onnx_fuse_append_kv_fp8": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _p, _p] + [_i] * 6 + [_p],
     "onnx_fuse_paged_attention_decode_fp8_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
-    + [_f, _i, _i, _p],
+    + [_f, _i, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_fp8_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
-    + [_i] * 9 + [_f, _i, _i, _p],
+    + [_i] * 9 + [_f, _i, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_tma_heads_map_ok": [_p, _i, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_fp8_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
-    + [_i] * 9 + [_f, _i, _i, _p],
+    + [_i] * 9 + [_f, _i, _i, _i, _p],
     "onnx_fuse_paged_attention_fp8_cluster_smem_bytes": [_i, _i, _i],
-    "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _p],
+    "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _i, _p],
     "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_tma_map_ok": [_i, _p, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
-    + [_f, _i, _i, _p],
-    "onnx_fuse_paged_attention_decode_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
     + [_f, _i, _i, _i, _p],
+    "onnx_fuse_paged_attention_decode_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
+    + [_f, _i, _i, _i, _i, _p],
 }
 
 
@@ -109,6 +111,20 @@ def check_pool_alignment(*pools) -> None:
     for t in pools:
         if _ptr(t) % 16:
             raise ValueError(f"KV pool base address {_ptr(t):#x} is not 16-byte aligned")
+
+
+def _window(window) -> int:
+    """The sliding-window attribute as the kernels take it: an int >= 0 (0 = none)."""
+    w = int(window or 0)
+    if w < 0:
+        raise ValueError(f"window {w} < 0 (0 = no window)")
+    return w
+
+
+def _check_plan_window(plan, window: int) -> None:
+    """A plan sized for a window covers only that window's keys; a plan without one, any window."""
+    if plan.window not in (0, window):
+        raise ValueError(f"plan sized for window {plan.window}, launched with window {window}")
 
 
 class KernelLib:
@@ -187,8 +203,10 @@ class KernelLib:
 
     def paged_decode(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, scale=None,
                      num_splits=None, max_seq_len=None, workspace=None, plan=None, variant=None,
-                     stream=None):
+                     window=0, stream=None):
         """q/out [B,Hq,D]; pools [NB,BS,Hkv,D]; int32 block_tables [B,MB], seq_lens [B].
+        window > 0: sliding window, the query (at position seq_lens[b] - 1) sees the last ``window``
+        keys, itself included; the blocks wholly before them are not read.
 
         Returns the plan used; allocates the split-K workspace when none is passed.
         """
@@ -196,9 +214,11 @@ class KernelLib:
         B, Hq, D = q.shape
         _, BS, Hkv, _ = k_pool.shape
         MB = block_tables.shape[1]
+        window = _window(window)
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
-                                        max_seq_len=max_seq_len, variant=variant)
+                                        max_seq_len=max_seq_len, variant=variant, window=window)
+        _check_plan_window(plan, window)
         if plan.kv_fp8:
             raise ValueError("plan is for an fp8 pool: use paged_decode_fp8")
         if plan.workspace_bytes and workspace is None:  # split-K partials (none for cluster-reduce plans)
@@ -210,7 +230,7 @@ class KernelLib:
             rc = self._lib.onnx_fuse_paged_attention_decode_cluster(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB, k_pool.shape[0],
-                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.l2_promotion,
+                plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.l2_promotion, window,
                 self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
             return plan
@@ -219,14 +239,14 @@ class KernelLib:
             rc = getattr(self._lib, name)(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
-                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
+                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, window,
                 self._stream(stream))
             self._check(rc, name)
             return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_ex(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
             _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
-            plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.bulk,
+            plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.bulk, window,
             self._stream(stream))
         self._check(rc, "onnx_fuse_paged_attention_decode_ex")
         return plan
@@ -258,20 +278,24 @@ class KernelLib:
 
     def paged_decode_fp8(self, q, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, *,
                          scale=None, num_splits=None, max_seq_len=None, workspace=None, plan=None,
-                         variant=None, stream=None):
+                         variant=None, window=0, stream=None):
         """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
         float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
         variant (warps, stages), (warps, stages, "tma"), (warps, stages, "heads") (head groups) or
-        (warps, stages, "cluster") (head groups, splits combined in a thread-block cluster).
-        Returns the plan used; allocates the split-K workspace when none is passed."""
+        (warps, stages, "cluster") (head groups, splits combined in a thread-block cluster);
+        window: as paged_decode's. Returns the plan used; allocates the split-K workspace when none
+        is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
         check_pool_alignment(k_pool, v_pool)
         B, Hq, D = q.shape
         _, BS, Hkv, _ = k_pool.shape
         MB = block_tables.shape[1]
+        window = _window(window)
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
-                                        max_seq_len=max_seq_len, variant=variant, kv_dtype="fp8")
+                                        max_seq_len=max_seq_len, variant=variant, kv_dtype="fp8",
+                                        window=window)
+        _check_plan_window(plan, window)
         if not plan.kv_fp8:
             raise ValueError("plan is for a 16-bit pool: plan with kv_dtype='fp8'")
         if plan.workspace_bytes and workspace is None:  # split-K partials (none for cluster-reduce plans)
@@ -283,7 +307,7 @@ class KernelLib:
             rc = self._lib.onnx_fuse_paged_attention_decode_fp8_cluster(
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
                 _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB,
-                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
+                k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, window,
                 self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_fp8_cluster")
             return plan
@@ -294,13 +318,14 @@ class KernelLib:
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
                 _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
                 BS, MB, k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
-                self._stream(stream))
+                window, self._stream(stream))
             self._check(rc, name)
             return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_fp8(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
             _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
-            BS, MB, plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, self._stream(stream))
+            BS, MB, plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, window,
+            self._stream(stream))
         self._check(rc, "onnx_fuse_paged_attention_decode_fp8")
         return plan
 
@@ -342,7 +367,7 @@ class KernelLib:
         self._check(rc, "onnx_fuse_append_kv_fp8")
 
     def paged_prefill(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, cu_seqlens_q=None,
-                      max_q_len=None, causal=True, scale=None, loads=None, stream=None) -> None:
+                      max_q_len=None, causal=True, scale=None, loads=None, window=0, stream=None) -> None:
         """Prefill over a paged prefix: new tokens' queries over every cached token (the new
         tokens' K/V already appended). q/out packed [total_q, Hq, D] with int32 cu_seqlens_q
         [B + 1], or [B, Sq, Hq, D] without; pools [NB, BS, Hkv, D]; block_tables [B, MB];
@@ -350,7 +375,11 @@ class KernelLib:
         of cu_seqlens_q, which synchronizes; pass it to avoid that). loads: None = planned
         (``launch_plan.plan_paged_prefill_loads``: TMA at the planned block sizes (16-128), the launcher
         falling back to cp.async where the pools cannot be mapped), "tma" (refused where TMA
-        cannot take the pools) or "cp.async"."""
+        cannot take the pools) or "cp.async". window > 0 (sliding window, causal only): new token i
+        of sequence b (position p = seq_lens[b] - q_len_b + i) sees keys p - window < j <= p."""
+        window = _window(window)
+        if window and not causal:
+            raise ValueError("paged_prefill: window > 0 needs causal=True")
         for t in (q, out):
             if t.stride(-1) != 1:
                 raise ValueError("the head-dim axis must be contiguous")
@@ -382,9 +411,9 @@ class KernelLib:
             q_sb, q_ts, q_hs = q.stride()[:3]
             o_sb, o_ts, o_hs = out.stride()[:3]
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
-        rc = self._lib.onnx_fuse_paged_prefill_fwd_ex(
+        rc = self._lib.onnx_fuse_paged_prefill_fwd_w(
             lp.DTYPE_CODE[lp._dt(_dtype_name(q))], _ptr(q), q_sb, q_ts, q_hs, _ptr(cu_seqlens_q),
             _ptr(k_pool), _ptr(v_pool), _ptr(block_tables), _ptr(seq_lens), _ptr(out), o_sb, o_ts,
             o_hs, B, int(max(max_q_len, 1)), Hq, Hkv, D, BS, block_tables.shape[1], sc,
-            int(bool(causal)), NB, code, self._stream(stream))
-        self._check(rc, "onnx_fuse_paged_prefill_fwd_ex")
+            int(bool(causal)), window, NB, code, self._stream(stream))
+        self._check(rc, "onnx_fuse_paged_prefill_fwd_w")

@@ -632,6 +632,9 @@ class PagedDecodePlan:
     # cluster-reduce plans only: the tensor maps' L2 promotion in bytes, 256 (as every other
     # launcher), 128 (PA_CLUSTER_L2_PROMOTION, what the plan picks) or 0 (none)
     l2_promotion: int = 256
+    # the sliding window the splits were sized for (0: the whole cache; such a plan runs any window,
+    # a windowed one only its own: its splits cover window + PA_SPLIT_ALIGN - 1 tokens)
+    window: int = 0
 
     @property
     def cluster(self) -> bool:
@@ -658,6 +661,7 @@ def plan_paged_decode(
     min_split_tokens: int = 256,
     device: DeviceInfo = H200,
     kv_dtype: str | None = None,
+    window: int = 0,
 ) -> PagedDecodePlan:
     """Pick variant, split count and grid for decode over the paged pool.
 
@@ -667,6 +671,9 @@ def plan_paged_decode(
 
     ``max_seq_len`` defaults to the block table's capacity (``max_blocks * block_size``),
     which is all a TensorRT plugin knows at enqueue time; CTAs past a sequence's end exit.
+    ``window`` > 0 (sliding window): the kernels read only the keys from L - window (their splits
+    start at that key rounded down to at most PA_SPLIT_ALIGN tokens), so the splits are sized for
+    min(context, window + PA_SPLIT_ALIGN - 1) tokens.
 
     ``kv_dtype``: None (pool in the query dtype) or "fp8" (uint8 e4m3 pool with per-kv-head
     scales; ``variant`` is then (warps, stages), (warps, stages, "heads") (head groups, refused where
@@ -684,12 +691,17 @@ def plan_paged_decode(
         raise ValueError(f"GQA group {group} > {MAX_GROUP} is not supported by the decode kernel")
     if batch <= 0 or batch > 65535 or block_size <= 0 or max_blocks <= 0:
         raise ValueError("batch in 1..65535, block_size and max_blocks positive")
+    if window < 0:
+        raise ValueError(f"window {window} < 0 (0 = no window)")
     cap = max_blocks * block_size
     ctx = min(max_seq_len, cap) if max_seq_len is not None else cap
+    if window > 0:  # the keys a windowed split range can hold (pa_window_lo in paged_attention.cu)
+        ctx = min(ctx, window + PA_SPLIT_ALIGN - 1)
     ctx = max(ctx, 1)
     if fp8:
-        return _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant,
+        plan = _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, variant,
                          target_waves, ctas_per_sm, min_split_tokens, device, block_size)
+        return dataclasses.replace(plan, window=window) if window else plan
     ctas_per_sm_default = ctas_per_sm is None
     if ctas_per_sm is None:
         ctas_per_sm = 2
@@ -743,7 +755,7 @@ def plan_paged_decode(
                               8, 2, bulk=4)
     if plan.cluster:
         plan = dataclasses.replace(plan, l2_promotion=PA_CLUSTER_L2_PROMOTION)
-    return plan
+    return dataclasses.replace(plan, window=window) if window else plan
 
 
 def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device,

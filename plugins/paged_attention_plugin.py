@@ -117,7 +117,7 @@ AOT_ADAPTER_HEADER = r"""
       const T* q, const T* k_new, const T* v_new, const T* k_pool_in, const T* v_pool_in,      \
       const int* block_tables, const int* seq_lens, const float* k_scale,                      \
       const float* v_scale, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,   \
-      int scale_log2_bits, T* out, T* k_pool, T* v_pool) {                                     \
+      int scale_log2_bits, int window, T* out, T* k_pool, T* v_pool) {                         \
     (void)k_scale; (void)v_scale; /* 16-bit pools only: the scale inputs are ones */           \
     const int hkv = blockIdx.x, b = blockIdx.z;                                                \
     const int pos = seq_lens[b] - 1;                                                           \
@@ -137,7 +137,7 @@ AOT_ADAPTER_HEADER = r"""
                                                  seq_lens,                                     \
                                            out, row, nullptr, nullptr, Hq, Hkv, block_size,    \
                                            max_blocks, part_tokens,                            \
-                                           __int_as_float(scale_log2_bits));                   \
+                                           __int_as_float(scale_log2_bits), window);           \
   }
 """
 
@@ -437,7 +437,7 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
     run_jit(kernel_lib(), query, key, value, key_cache, value_cache, block_tables, seq_lens,
             outputs[0], k_scale=k_scale if fp8 else None, v_scale=v_scale if fp8 else None,
             num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dt,
-            stream=stream)
+            stream=stream, window=window)
 
 
 _MODULE_WORKSPACE = object()   # run_jit's default: the module's WORKSPACE (defined below)
@@ -453,7 +453,7 @@ class _View(_BaseView):
 def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output, *,
             num_heads: int, kv_num_heads: int, scale: float, dtype: str, stream: int,
             k_scale=None, v_scale=None, workspace=_MODULE_WORKSPACE, device=None,
-            num_splits: int | None = None):
+            num_splits: int | None = None, window: int = 0):
     """The JIT launch sequence on buffers with ``data_ptr`` (int), ``shape`` and ``strides``
     (element strides), as ``trtp.Tensor`` has them: ``lib.append_kv`` then ``lib.paged_decode``
     (Sq == 1) or ``lib.paged_prefill`` (Sq > 1, causal bottom-right, every sequence with Sq new
@@ -465,8 +465,8 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     table's capacity, ``num_splits`` overriding; the partials go to ``workspace`` (a
     :class:`Workspace`; default the module's, which :func:`impl` uses); with ``workspace=None``,
     or where it cannot allocate, the decode runs in one split. ``dtype``: "float16" or
-    "bfloat16" (the query's); ``lib``: a ``KernelLib``. Returns the decode plan (None for
-    Sq > 1).
+    "bfloat16" (the query's); ``lib``: a ``KernelLib``; ``window``: the node's sliding window
+    (0 = none), passed to every attention kernel. Returns the decode plan (None for Sq > 1).
 
     This runs on every enqueue. For a KernelLib the sequence is traced once per layout (the
     buffers' shapes and strides, the attributes, device and split count: :func:`_launch`) and
@@ -477,18 +477,18 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
             v_scale)
     if not isinstance(lib, KernelLib):
         return _sequence(lib, *bufs, num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale,
-                         dtype=dtype, stream=stream, device=device, num_splits=num_splits,
+                         dtype=dtype, stream=stream, device=device, num_splits=num_splits, window=window,
                          get_workspace=lambda n: (None if workspace is None
                                                   else workspace.get(n, stream)))
     layout = tuple([None if t is None else (tuple(t.shape), tuple(t.strides)) for t in bufs])
     device = device or _device_info()
-    launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_splits)
+    launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_splits, window)
     plan = launch.result
     ws = None
     if plan is not None and plan.workspace_bytes:   # split-K partials (none for cluster-reduce plans)
         ws = workspace.get(plan.workspace_bytes, stream) if workspace is not None else None
         if ws is None:   # no workspace: one split, as planned for it
-            launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, 1)
+            launch = _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, 1, window)
             plan = launch.result
     launch([None if t is None else int(t.data_ptr) for t in bufs] + [ws, int(stream)])
     return plan
@@ -498,7 +498,7 @@ _WORKSPACE_SLOT, _STREAM_SLOT = 10, 11   # after the ten buffers of run_jit's or
 
 
 @functools.lru_cache(maxsize=1024)
-def _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_splits):
+def _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_splits, window=0):
     """run_jit's launch sequence for one layout, traced (``_launch_trace.trace``) with sentinel
     pointers; its ``result`` is the decode plan (None for a prefill). Errors (unsupported head
     size, fp8 prefill, bad strides) are raised here, before anything is launched, and are not
@@ -507,13 +507,13 @@ def _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_spli
     ws = slot(_WORKSPACE_SLOT)
     return trace(lib, lambda traced: _sequence(
         traced, *bufs, num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dtype,
-        stream=slot(_STREAM_SLOT), device=device, num_splits=num_splits,
+        stream=slot(_STREAM_SLOT), device=device, num_splits=num_splits, window=window,
         get_workspace=lambda n: ws), _STREAM_SLOT + 1)
 
 
 def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output,
               k_scale, v_scale, *, num_heads, kv_num_heads, scale, dtype, stream, device,
-              num_splits, get_workspace):
+              num_splits, get_workspace, window=0):
     """run_jit's launch sequence as KernelLib method calls on buffer views;
     ``get_workspace(nbytes)`` gives the split-K partials' device pointer or None."""
     b, sq, hidden = (int(x) for x in query.shape)
@@ -549,7 +549,7 @@ def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_
     q, out = heads(query, num_heads), heads(output, num_heads)
     if sq > 1:
         lib.paged_prefill(q, k_pool, v_pool, tables, lens, out, causal=True, scale=scale,
-                          stream=stream)
+                          window=window, stream=stream)
         return None
     # Decode layout [B, Hq, D]: drop the single-token axis.
     q3 = _View(q.data_ptr(), (b, num_heads, d), (q.stride(0), d, 1), dtype)
@@ -557,7 +557,7 @@ def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_
 
     def plan_for(splits):
         return _decode_plan(b, num_heads, kv_num_heads, d, bs, int(block_tables.shape[1]), dtype,
-                            splits, device or _device_info(), fp8)
+                            splits, device or _device_info(), fp8, window)
 
     plan = plan_for(num_splits)
     ws = None
@@ -569,21 +569,22 @@ def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_
             ws = _View(ptr, (plan.workspace_bytes // 4,), (1,), "float32")
     if fp8:
         lib.paged_decode_fp8(q3, k_pool, v_pool, ks, vs, tables, lens, o3, scale=scale,
-                             plan=plan, workspace=ws, stream=stream)
+                             plan=plan, workspace=ws, window=window, stream=stream)
     else:
         lib.paged_decode(q3, k_pool, v_pool, tables, lens, o3, scale=scale, plan=plan,
-                         workspace=ws, stream=stream)
+                         workspace=ws, window=window, stream=stream)
     return plan
 
 
 @functools.lru_cache(maxsize=256)
-def _decode_plan(b, num_heads, kv_num_heads, d, bs, max_blocks, dtype, splits, device, fp8):
+def _decode_plan(b, num_heads, kv_num_heads, d, bs, max_blocks, dtype, splits, device, fp8, window=0):
     """plan_paged_decode, once per shape: run_jit runs on every enqueue, and a decode step can take
     less GPU time than planning it again in Python."""
     from onnx_fuse.plugins import launch_plan as lp
 
     return lp.plan_paged_decode(b, num_heads, kv_num_heads, d, bs, max_blocks, dtype,
-                                num_splits=splits, device=device, kv_dtype="fp8" if fp8 else None)
+                                num_splits=splits, device=device, kv_dtype="fp8" if fp8 else None,
+                                window=window)
 
 
 class Workspace:
@@ -782,6 +783,7 @@ def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
     extra = trtp.SymIntExprs.from_tuple([
         trtp.SymInt32(num_heads), trtp.SymInt32(kv_num_heads), trtp.SymInt32(block_size),
         trtp.SymInt32(max_blocks), trtp.SymInt32(part_tokens), trtp.SymInt32(bits),
+        trtp.SymInt32(int(window or 0)),   # sliding window (0 = none): the adapter's last int
     ])
     return name.encode(), ptx, params, extra
 

@@ -42,6 +42,119 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def bench_decode_window(lib, dts, bench, rel, B=64, Hq=32, Hkv=8, D=128, ctx=16384, bs=16, W=4096) -> list[dict]:
+    """Sliding-window decode rows: the planned kernel with window W (splits sized for it) and without
+    one on the same pool, torch SDPA over the window's W keys of a contiguous copy (the anchor, and
+    the reference: the query at ctx - 1 sees keys ctx - W .. ctx - 1), and the fp8 pool with and
+    without the window. Each checked against its reference first; two passes. Units: decode steps
+    per second (B / time, in thousands) and GB/s of the keys each one attends to."""
+    import torch
+    import torch.nn.functional as F
+
+    from onnx_fuse.plugins import launch_plan as lp
+
+    rows = []
+    for dt in dts:
+        name = str(dt)[6:]
+        g = torch.Generator(device="cuda").manual_seed(3)
+        nb_per = ctx // bs
+        nb = B * nb_per
+        k_pool = torch.randn(nb, bs, Hkv, D, device="cuda", dtype=dt, generator=g)
+        v_pool = torch.randn(nb, bs, Hkv, D, device="cuda", dtype=dt, generator=g)
+        tables = torch.randperm(nb, device="cuda", generator=g).to(torch.int32).view(B, nb_per).contiguous()
+        seq = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
+        q = torch.randn(B, Hq, D, device="cuda", dtype=dt, generator=g)
+        out = torch.empty_like(q)
+        win = tables[:, (ctx - W) // bs:].long()  # the window's blocks (W a multiple of bs)
+        kw = k_pool[win].reshape(B, W, Hkv, D).transpose(1, 2).contiguous()
+        vw = v_pool[win].reshape(B, W, Hkv, D).transpose(1, 2).contiguous()
+        qs = q.view(B, Hq, 1, D)
+        ref_w = F.scaled_dot_product_attention(qs.float(), kw.float(), vw.float(), enable_gqa=True).view(B, Hq, D)
+        kf = k_pool[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2)
+        vf = v_pool[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2)
+        ref_f = F.scaled_dot_product_attention(qs.float(), kf.float(), vf.float(), enable_gqa=True).view(B, Hq, D)
+        del kf, vf
+        plan_w = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, window=W)
+        plan_f = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name)
+        ws = torch.empty(max(plan_w.workspace_bytes, plan_f.workspace_bytes, 4) // 4, dtype=torch.float32,
+                         device="cuda")
+        cands = {  # name -> (fn, reference or None (returns its output), keys read per sequence)
+            f"ours planned, window {W} ({plan_w.kernel[-6:]} split={plan_w.num_splits})": (
+                lambda: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan_w, workspace=ws, window=W),
+                ref_w, W),
+            f"ours planned, no window ({plan_f.kernel[-6:]} split={plan_f.num_splits})": (
+                lambda: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan_f, workspace=ws),
+                ref_f, ctx),
+            f"torch SDPA over the window's {W} keys, contiguous": (
+                lambda: F.scaled_dot_product_attention(qs, kw, vw, enable_gqa=True), None, W),
+        }
+        try:  # fp8 pool (e4m3, per-kv-head scales amax / 448), references on the dequantized K/V
+            def quant(pool):
+                sc = (pool.abs().amax(dim=(0, 1, 3)).float() / 448.0).clamp_min(1e-12).contiguous()
+                b8 = torch.empty(pool.shape, dtype=torch.uint8, device="cuda")
+                for i in range(0, pool.shape[0], 4096):
+                    x = pool[i:i + 4096].float() / sc[None, None, :, None]
+                    b8[i:i + 4096] = x.clamp_(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+                return b8, sc
+            k8, ks = quant(k_pool)
+            v8, vs = quant(v_pool)
+
+            def dq(b8, sc, idx, n):
+                x = b8[idx].view(torch.float8_e4m3fn).float() * sc[None, None, None, :, None]
+                return x.reshape(B, n, Hkv, D).transpose(1, 2)
+            ref8_w = F.scaled_dot_product_attention(qs.float(), dq(k8, ks, win, W), dq(v8, vs, win, W),
+                                                    enable_gqa=True).view(B, Hq, D)
+            ref8_f = F.scaled_dot_product_attention(qs.float(), dq(k8, ks, tables.long(), ctx),
+                                                    dq(v8, vs, tables.long(), ctx), enable_gqa=True).view(B, Hq, D)
+            torch.cuda.empty_cache()
+            p8_w = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, kv_dtype="fp8", window=W)
+            p8_f = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, kv_dtype="fp8")
+            ws8 = torch.empty(max(p8_w.workspace_bytes, p8_f.workspace_bytes, 4) // 4, dtype=torch.float32,
+                              device="cuda")
+            cands[f"ours fp8 pool planned, window {W} ({p8_w.kernel[-6:]} split={p8_w.num_splits})"] = (
+                lambda: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, plan=p8_w, workspace=ws8,
+                                             window=W), ref8_w, W)
+            cands[f"ours fp8 pool planned, no window ({p8_f.kernel[-6:]} split={p8_f.num_splits})"] = (
+                lambda: lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, plan=p8_f, workspace=ws8),
+                ref8_f, ctx)
+        except Exception as e:
+            print(f"fp8 window setup failed: {type(e).__name__}: {e}", flush=True)
+        errs, ms = {}, {n: [] for n in cands}
+        for n, (fn, ref, _) in cands.items():
+            try:
+                out.fill_(float("nan"))
+                got = fn()
+                torch.cuda.synchronize()
+                errs[n] = rel(out, ref) if ref is not None else rel(got.view(B, Hq, D), ref_w)  # SDPA: its output
+            except Exception as e:
+                errs[n] = f"unavailable: {type(e).__name__}: {str(e)[:80]}"
+        for _ in range(2):
+            for n, (fn, _, _) in cands.items():
+                if not isinstance(errs[n], str):
+                    ms[n].append(bench(fn))
+        tag = f"decode window {name} B{B} H{Hq}/{Hkv} D{D} ctx{ctx} bs{bs} W{W}"
+        for n, (_, _, keys) in cands.items():
+            item = 1 if " fp8 " in n else 2
+            steps = [B / (m * 1e-3) / 1e3 for m in ms[n]]
+            gbs = [B * keys * Hkv * D * item * 2 / (m * 1e-3) / 1e9 for m in ms[n]]
+            rows.append({"kind": "decode-window", "name": f"{tag} | {n}", "unit": "k steps/s", "values": steps,
+                         "rel_err": errs[n]})
+            rows.append({"kind": "decode-window", "name": f"{tag} | {n}", "unit": "GB/s", "values": gbs,
+                         "rel_err": errs[n]})
+            print(f"{tag} | {n}: {[f'{s:.1f}' for s in steps]} k steps/s, {[f'{x:.0f}' for x in gbs]} GB/s "
+                  f"err {errs[n]}", flush=True)
+        names = list(cands)
+        if ms[names[0]] and ms[names[1]]:
+            sp = [f / w for w, f in zip(ms[names[0]], ms[names[1]])]
+            rows.append({"kind": "decode-window", "name": f"{tag} | steps/s window / no window (planned)",
+                         "unit": "x", "values": sp})
+            print(f"{tag} | window / no window: {' / '.join(f'{x:.2f}' for x in sp)}x (ideal {ctx / W:.1f}x)",
+                  flush=True)
+        del k_pool, v_pool, kw, vw, ws
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
@@ -481,6 +594,12 @@ def main() -> int:
                 del k8, v8, ref8
             del k_pool, v_pool, kc, vc, ws, v_shift, k_seq, v_seq
             torch.cuda.empty_cache()
+
+    # sliding window (Mistral / Gemma-style): B64 H32/8 D128 ctx 16384 block 16, window 4096, beside the
+    # same decode without a window (the whole cache) and torch SDPA over the window's keys (contiguous),
+    # fp16 / bf16 pools and the fp8 pool; steps/s = B / time, the window's reads are B * W keys
+    if a.only in (None, "decode") and not a.quick:
+        rows += bench_decode_window(lib, dts, bench, rel)
 
     # append (bandwidth of the in-place write, for completeness)
     B, Hkv, D, bs = 64, 8, 128, 16

@@ -138,18 +138,29 @@ __device__ __forceinline__ PaTmaBoxes pa_tma_boxes(int block_size, int t_begin, 
   return PaTmaBoxes{R, tile_tokens / R, __ffs(block_size) - 1, block_size, t_begin, t_end, tile_tokens, lane};
 }
 
+// Sliding window (window > 0, HF's sliding_window): the decode query sits at position L - 1 and sees
+// keys j > L - 1 - window, i.e. from t_lo = max(L - window, 0). The splits then cover [base, L) from
+// base = t_lo rounded down to `align` tokens, a power of two dividing the block size on the TMA paths
+// (their boxes' rows), so the first tile starts in the block holding t_lo and no block wholly below the
+// window is read (a block manager may have freed those); the tokens in [base, t_lo) are masked. The
+// planner sizes the splits for the window (launch_plan.plan_paged_decode(window=...)). window <= 0: the
+// whole cache, t_lo = base = 0.
+__device__ __forceinline__ int pa_window_lo(int L, int window) { return window > 0 ? max(L - window, 0) : 0; }
+
 // Online softmax over one warp's 16 tokens (scores s of the m16n8 C fragments, rows g and g + 8):
-// scale into log2 units, mask tokens >= t_end, update the running max / sum and turn s into P;
-// alpha[h] is the factor the row's O accumulator must be rescaled by.
+// scale into log2 units, mask tokens outside [t_lo, t_end) (one unsigned compare of the token's offset
+// from t_lo, rel0 = tok0 - t_lo, against span = t_end - t_lo; t_lo is 0 without a window), update the
+// running max / sum and turn s into P; alpha[h] is the factor the row's O accumulator must be rescaled by.
 __device__ __forceinline__ void pa_softmax_step(float (&s)[2][4], float (&row_m)[2], float (&row_l)[2],
-                                                float (&alpha)[2], int tok0, int t4, int t_end,
+                                                float (&alpha)[2], int rel0, int t4, unsigned span,
                                                 float scale_log2) {
+  const int rel = rel0 + 2 * t4;
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
-      s[nt][e] = tok < t_end ? s[nt][e] * scale_log2 : -INFINITY;
+      const unsigned r = static_cast<unsigned>(rel + nt * 8 + (e & 1));
+      s[nt][e] = r < span ? s[nt][e] * scale_log2 : -INFINITY;
     }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -329,7 +340,7 @@ __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
     float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv,
-    int block_size, int max_blocks, int part_tokens, float scale_log2,
+    int block_size, int max_blocks, int part_tokens, float scale_log2, int window,
     const void* tmap_k = nullptr, const void* tmap_v = nullptr) {
   using Tr = MmaTraits<T>;
   static_assert(BULK < 2 || D % 64 == 0, "TMA tiles are 64-column slabs");
@@ -376,15 +387,23 @@ __device__ __forceinline__ void pa_decode_body(
   const int G = Hq / Hkv;
   constexpr int TT = HEADS ? 16 : kPaTile;  // tokens per tile
 
-  const int t_begin = split * part_tokens;
+  int t_begin = split * part_tokens;
   const int* bt = block_tables + (size_t)b * max_blocks;
   [[maybe_unused]] int pre_blk[kPaStages] = {};  // TMA: the first tiles' block ids, ahead of seq_lens
-  if constexpr (TMA) {
-    const int R0 = HEADS ? 0 : min(block_size, kPaBoxRows);
-    pa_prefetch_blocks<kPaStages>(pre_blk, bt, max_blocks, block_size, t_begin, TT, lane * R0,
-                                  warp == 0 && (HEADS || lane * R0 < kPaTile));
-  }
+  auto prefetch = [&] {
+    if constexpr (TMA) {
+      const int R0 = HEADS ? 0 : min(block_size, kPaBoxRows);
+      pa_prefetch_blocks<kPaStages>(pre_blk, bt, max_blocks, block_size, t_begin, TT, lane * R0,
+                                    warp == 0 && (HEADS || lane * R0 < kPaTile));
+    }
+  };
+  if (window <= 0) prefetch();  // a window moves the splits by the length: prefetch after it
   const int L = max(seq_lens[b], 0);
+  const int t_lo = pa_window_lo(L, window);  // see pa_window_lo
+  if (window > 0) {
+    t_begin += t_lo & -((TMA && !HEADS) ? min(block_size, kPaBoxRows) : 16);
+    prefetch();
+  }
   const int t_end = min(L, t_begin + part_tokens);
 
   // nothing to do for this split (short sequence); CLUSTER: the empty split still joins its
@@ -424,7 +443,7 @@ __device__ __forceinline__ void pa_decode_body(
       if ((kPaTile * CPR) % NT != 0 && c >= kPaTile * CPR) break;
       int r = c / CPR, cc = c % CPR;
       int tok = t0 + r;
-      bool ok = tok < t_end;
+      bool ok = static_cast<unsigned>(tok - t_lo) < static_cast<unsigned>(t_end - t_lo);  // in the window
       long long off = 0;
       if (ok) {
         int blk = bt[tok / block_size];
@@ -443,7 +462,7 @@ __device__ __forceinline__ void pa_decode_body(
   const int my_r = tid % kPaTile;
   const bool my_v = tid >= kPaTile;
   auto bulk_row_off = [&](int tile) -> long long {
-    const int tok = min(t_begin + tile * kPaTile + my_r, t_end - 1);
+    const int tok = min(max(t_begin + tile * kPaTile + my_r, t_lo), t_end - 1);
     const int blk = bt[tok / block_size];
     return ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
   };
@@ -574,11 +593,12 @@ __device__ __forceinline__ void pa_decode_body(
       // The last tile's rows past the end hold whatever the pool has there (maybe NaN): zero
       // this warp's V rows of them (P = 0 there, and 0 * NaN would poison O). K needs nothing:
       // their scores are replaced by -inf. The last tile's stage is not refilled afterwards.
-      const int valid = t_end - tok0;
-      if (valid < 16) {
+      // Likewise the first tile's rows below a window's start (lo > 0).
+      const int valid = t_end - tok0, lo = t_lo - tok0;
+      if (valid < 16 || lo > 0) {
         for (int i = lane; i < 16 * (D / 8); i += 32) {
           const int r = i / (D / 8), c = (i % (D / 8)) * 8;
-          if (r >= valid)
+          if (r >= valid || r < lo)
             *reinterpret_cast<uint4*>(const_cast<T*>(tv) + kv_off(kr + r, c)) = make_uint4(0u, 0u, 0u, 0u);
         }
         __syncwarp();
@@ -609,7 +629,7 @@ __device__ __forceinline__ void pa_decode_body(
     }
     if constexpr (QK4) pa_add_scores(s, s_odd);
     float alpha[2];
-    pa_softmax_step(s, row_m, row_l, alpha, tok0, t4, t_end, scale_log2);
+    pa_softmax_step(s, row_m, row_l, alpha, tok0 - t_lo, t4, static_cast<unsigned>(t_end - t_lo), scale_log2);
     pa_rescale<D>(acc, alpha);
     uint32_t pa[4];
     pa[0] = Tr::pack(s[0][0], s[0][1]);
@@ -716,10 +736,10 @@ using onnx_fuse::pa_reduce_body;
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2) {                                                                   \
+          float scale_log2, int window) {                                                       \
     pa_decode_body<T, D, W, ST, BULK>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out,     \
                                       o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks,  \
-                                      part_tokens, scale_log2);                                 \
+                                      part_tokens, scale_log2, window);                         \
   }
 
 // The variant list; launch_plan.PA_VARIANTS mirrors it (warps, stages, bulk).
@@ -774,11 +794,11 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2, const __grid_constant__ CUtensorMap tk,                             \
+          float scale_log2, int window, const __grid_constant__ CUtensorMap tk,                 \
           const __grid_constant__ CUtensorMap tv) {                                             \
     pa_decode_body<T, D, W, ST, 2>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,  \
                                    part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
-                                   part_tokens, scale_log2, &tk, &tv);                          \
+                                   part_tokens, scale_log2, window, &tk, &tv);                  \
   }
 // (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256. D = 64 adds
 // 8 warps x 3 / 4 stages (tiles of 128 tokens: 32 / 48 KiB more of K/V in flight per CTA for the
@@ -807,11 +827,11 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2, const __grid_constant__ CUtensorMap tk,                             \
+          float scale_log2, int window, const __grid_constant__ CUtensorMap tk,                 \
           const __grid_constant__ CUtensorMap tv) {                                             \
     pa_decode_body<T, D, W, ST, 3>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,  \
                                    part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
-                                   part_tokens, scale_log2, &tk, &tv);                          \
+                                   part_tokens, scale_log2, window, &tk, &tv);                  \
   }
 #define OF_PA_HEADS_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 3)                       \
@@ -841,11 +861,11 @@ OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2, const __grid_constant__ CUtensorMap tk,                             \
+          float scale_log2, int window, const __grid_constant__ CUtensorMap tk,                 \
           const __grid_constant__ CUtensorMap tv) {                                             \
     pa_decode_body<T, D, W, ST, BULK, true>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, \
                                             o_sb, part_o, part_lse, Hq, Hkv, block_size,         \
-                                            max_blocks, part_tokens, scale_log2, &tk, &tv);      \
+                                            max_blocks, part_tokens, scale_log2, window, &tk, &tv);      \
   }
 #define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2, 3, hc)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 64)
@@ -935,14 +955,14 @@ int pa_launch_cluster(void (*kernel)(P...), dim3 grid, int warps, int smem, cuda
     BODY(bf16, __nv_bfloat16)               \
   }
 // The leading kernel arguments of the 16-bit pool decode (pa_decode_body) and of the fp8 pool's
-// (pa8_decode_body); the launchers define q ... sl2 and sk.
+// (pa8_decode_body); the launchers define q ... sl2, window and sk.
 #define OF_PA16_ARGS(T)                                                                          \
   (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, o_sb, \
-      sk.part_o, sk.part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2
+      sk.part_o, sk.part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2, window
 #define OF_PA8_ARGS(T)                                                                            \
   (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, v_scale, \
       block_tables, seq_lens, (T*)out, o_sb, sk.part_o, sk.part_lse, Hq, Hkv, block_size,        \
-      max_blocks, part_tokens, sl2
+      max_blocks, part_tokens, sl2, window
 // One compiled variant: launch it (and the reduce) when (D, warps, stages[, bulk]) match.
 #define OF_PA_LAUNCH_IF(COND, KERNEL, DTN, DD, W, ...)                                              \
   if (COND)                                                                                      \
@@ -986,7 +1006,7 @@ int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb
                                         long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                         int D, int block_size, int max_blocks, int part_tokens,
                                         int num_splits, float scale, int warps, int stages,
-                                        int bulk, cudaStream_t stream) {
+                                        int bulk, int window, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1028,7 +1048,7 @@ int onnx_fuse_paged_attention_decode(int dtype, const void* q, long long q_sb,
   return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables,
                                              seq_lens, out, o_sb, workspace, B, Hq, Hkv, D,
                                              block_size, max_blocks, part_tokens, num_splits,
-                                             scale, 0, 0, 0, stream);
+                                             scale, 0, 0, 0, 0, stream);
 }
 
 // Writes k_new/v_new [B, Sq, Hkv, D] (strides n_sb, n_ss; head rows contiguous) into the
@@ -1175,7 +1195,7 @@ __device__ __forceinline__ void pa8_decode_body(
     const float* __restrict__ v_scale, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
     float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv, int block_size,
-    int max_blocks, int part_tokens, float scale_log2, const void* tmap_k = nullptr,
+    int max_blocks, int part_tokens, float scale_log2, int window, const void* tmap_k = nullptr,
     const void* tmap_v = nullptr) {
   using H = MmaTraits<__half>;
   static_assert(D % 32 == 0, "fp8 decode pairs V bytes in 32-byte groups");
@@ -1211,14 +1231,22 @@ __device__ __forceinline__ void pa8_decode_body(
   const int G = Hq / Hkv;
   constexpr int TT = HEADS ? 16 : TILE;  // tokens per tile
 
-  const int t_begin = split * part_tokens;
+  int t_begin = split * part_tokens;
   [[maybe_unused]] int pre_blk[S] = {};  // TMA: the first tiles' block ids, ahead of seq_lens
-  if constexpr (TMA != 0) {
-    const int R0 = HEADS ? 0 : min(block_size, kPaBoxRows);
-    pa_prefetch_blocks<S>(pre_blk, block_tables + (size_t)b * max_blocks, max_blocks, block_size, t_begin, TT,
-                          lane * R0, warp == 0 && (HEADS || lane * R0 < TILE));
-  }
+  auto prefetch = [&] {
+    if constexpr (TMA != 0) {
+      const int R0 = HEADS ? 0 : min(block_size, kPaBoxRows);
+      pa_prefetch_blocks<S>(pre_blk, block_tables + (size_t)b * max_blocks, max_blocks, block_size, t_begin, TT,
+                            lane * R0, warp == 0 && (HEADS || lane * R0 < TILE));
+    }
+  };
+  if (window <= 0) prefetch();  // a window moves the splits by the length: prefetch after it
   const int L = max(seq_lens[b], 0);
+  const int t_lo = pa_window_lo(L, window);  // see pa_window_lo
+  if (window > 0) {
+    t_begin += t_lo & -((TMA == 1) ? min(block_size, kPaBoxRows) : 16);
+    prefetch();
+  }
   const int t_end = min(L, t_begin + part_tokens);
 
   // CLUSTER: an empty split still joins its cluster's reduce (no tiles, log-sum-exp -inf)
@@ -1238,7 +1266,7 @@ __device__ __forceinline__ void pa8_decode_body(
   const int my_r = tid >> 1, my_h = tid & 1;
   auto row_off = [&](int tile) -> long long {  // byte offset of this thread's row, -1 past the end
     const int tok = t_begin + tile * TILE + my_r;
-    if (tok >= t_end) return -1;
+    if (static_cast<unsigned>(tok - t_lo) >= static_cast<unsigned>(t_end - t_lo)) return -1;  // outside the window
     const int blk = bt[tok / block_size];
     return ((long long)blk * block_size + tok % block_size) * tok_stride + (long long)hkv * D;
   };
@@ -1340,6 +1368,8 @@ __device__ __forceinline__ void pa8_decode_body(
   const uint32_t k_of = TMA ? pa8t_off<D, TILE>(kr + g, 4 * t4) : 0;
   const uint32_t v_of0 = TMA ? pa8t_off<D, TILE>(kr + 2 * t4, 4 * g) : 0;
   const uint32_t v_of1 = TMA ? pa8t_off<D, TILE>(kr + 2 * t4 + 1, 4 * g) : 0;
+  const int rel_begin = t_begin - t_lo;  // tokens are masked by their offset from t_lo (pa_softmax_step)
+  const unsigned span = static_cast<unsigned>(t_end - t_lo);
 
   for (int j = 0; j < n_tiles; ++j) {
     const int nxt = j + S - 1;
@@ -1392,9 +1422,9 @@ __device__ __forceinline__ void pa8_decode_body(
       H::mma(sk[1], qa, e4m3x2_to_h2(w1), e4m3x2_to_h2(w1 >> 16));
     }
     if constexpr (QK4) pa_add_scores(s, s_odd);
-    const int tok0 = t_begin + j * TT + (HEADS ? 0 : kr);
+    const int rel0 = rel_begin + j * TT + (HEADS ? 0 : kr);  // first token's offset from t_lo
     float alpha[2];
-    pa_softmax_step(s, row_m, row_l, alpha, tok0, t4, t_end, sl2);
+    pa_softmax_step(s, row_m, row_l, alpha, rel0, t4, span, sl2);
     // Rescale O only when some row's running max moved (rare after the first tiles): saves
     // D / 2 multiplies per thread and tile, which matter at the fp8 pool's token rate.
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) pa_rescale<D>(acc, alpha);
@@ -1404,10 +1434,13 @@ __device__ __forceinline__ void pa8_decode_body(
     pa[2] = H::pack(s[1][0], s[1][1]);
     pa[3] = H::pack(s[1][2], s[1][3]);
     const unsigned char* v0 = tv + (kr + 2 * t4) * RB + 4 * g;
-    // TMA tiles hold real pool rows past the end of the sequence (possibly NaN bytes): zero them
-    // so that P = 0 there gives 0, not NaN. (The cp.async path zero-fills them.)
-    const int vlim = TMA ? t_end - tok0 : 16;
-    const bool vk0 = 2 * t4 < vlim, vk1 = 2 * t4 + 1 < vlim, vk8 = 2 * t4 + 8 < vlim, vk9 = 2 * t4 + 9 < vlim;
+    // TMA tiles hold real pool rows past the end of the sequence (possibly NaN bytes), and below a
+    // window's start: zero them so that P = 0 there gives 0, not NaN. (The cp.async path zero-fills
+    // them.) Row x of the warp's 16 is kept iff rel0 + x < span (unsigned).
+    const unsigned vspan = TMA ? span : 16u;
+    const int v0r = 2 * t4 + (TMA ? rel0 : 0);
+    const bool vk0 = static_cast<unsigned>(v0r) < vspan, vk1 = static_cast<unsigned>(v0r + 1) < vspan,
+               vk8 = static_cast<unsigned>(v0r + 8) < vspan, vk9 = static_cast<unsigned>(v0r + 9) < vspan;
 #pragma unroll
     for (int grp = 0; grp < D / 32; ++grp) {
       const unsigned char* p = v0 + 32 * grp;
@@ -1529,10 +1562,10 @@ using onnx_fuse::pa8_decode_body;
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,      \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,  \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,   \
-      int max_blocks, int part_tokens, float scale_log2) {                                       \
+      int max_blocks, int part_tokens, float scale_log2, int window) {                           \
     pa8_decode_body<T, D, W, ST>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,        \
                                  seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,     \
-                                 max_blocks, part_tokens, scale_log2);                           \
+                                 max_blocks, part_tokens, scale_log2, window);                   \
   }
 
 // The fp8 variant list; launch_plan.PA8_VARIANTS mirrors it (warps, stages).
@@ -1583,11 +1616,11 @@ OF_APPEND_FP8(bf16, __nv_bfloat16, 256)
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
-      int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
+      int max_blocks, int part_tokens, float scale_log2, int window, const __grid_constant__ CUtensorMap tk,  \
       const __grid_constant__ CUtensorMap tv) {                                                   \
     pa8_decode_body<T, D, W, ST, 1>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,      \
                                     seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,   \
-                                    max_blocks, part_tokens, scale_log2, &tk, &tv);               \
+                                    max_blocks, part_tokens, scale_log2, window, &tk, &tv);       \
   }
 
 OF_PA8_VARIANTS(OF_PA8T_DECODE, f16, __half, 64)
@@ -1608,11 +1641,11 @@ OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, bf16, __nv_bfloat16, 256)
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
-      int max_blocks, int part_tokens, float scale_log2, const __grid_constant__ CUtensorMap tk,  \
+      int max_blocks, int part_tokens, float scale_log2, int window, const __grid_constant__ CUtensorMap tk,  \
       const __grid_constant__ CUtensorMap tv) {                                                   \
     pa8_decode_body<T, D, W, ST, 2, CLUSTER>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,  \
                                              seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv,           \
-                                             block_size, max_blocks, part_tokens, scale_log2, &tk,     \
+                                             block_size, max_blocks, part_tokens, scale_log2, window, &tk,     \
                                              &tv);                                                     \
   }
 #define OF_PA8H_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, h, false)
@@ -1658,7 +1691,7 @@ int onnx_fuse_paged_attention_decode_fp8(int dtype, const void* q, long long q_s
                                          long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                          int D, int block_size, int max_blocks, int part_tokens,
                                          int num_splits, float scale, int warps, int stages,
-                                         cudaStream_t stream) {
+                                         int window, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1883,7 +1916,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
                                              int Hq, int Hkv, int D, int block_size,
                                              int max_blocks, int num_blocks, int part_tokens,
                                              int num_splits, float scale, int warps, int stages,
-                                             cudaStream_t stream) {
+                                             int window, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1902,7 +1935,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
     return onnx_fuse_paged_attention_decode_fp8(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale,
                                                 block_tables, seq_lens, out, o_sb, workspace, B,
                                                 Hq, Hkv, D, block_size, max_blocks, part_tokens,
-                                                num_splits, scale, warps, stages, stream);
+                                                num_splits, scale, warps, stages, window, stream);
   const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
@@ -1956,7 +1989,7 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
                                          long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                          int D, int block_size, int max_blocks, int num_blocks,
                                          int part_tokens, int num_splits, float scale, int warps,
-                                         int stages, cudaStream_t stream) {
+                                         int stages, int window, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1977,7 +2010,7 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
     return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens,
                                                out, o_sb, workspace, B, Hq, Hkv, D, block_size,
                                                max_blocks, part_tokens, num_splits, scale, 4,
-                                               bulk ? stages : 3, bulk ? 1 : 0, stream);
+                                               bulk ? stages : 3, bulk ? 1 : 0, window, stream);
   }
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 2);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
@@ -2015,7 +2048,7 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
                                                int Hq, int Hkv, int D, int block_size,
                                                int max_blocks, int num_blocks, int part_tokens,
                                                int num_splits, float scale, int warps, int stages,
-                                               cudaStream_t stream) {
+                                               int window, cudaStream_t stream) {
   if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
                                    k_pool, v_pool))
     return rc;
@@ -2029,7 +2062,7 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
   if (!tma)  // the per-kv-head TMA kernel (itself falling back to bulk / cp.async), same splits
     return onnx_fuse_paged_attention_decode_tma(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens, out,
                                                 o_sb, workspace, B, Hq, Hkv, D, block_size, max_blocks,
-                                                num_blocks, part_tokens, num_splits, scale, 4, 3, stream);
+                                                num_blocks, part_tokens, num_splits, scale, 4, 3, window, stream);
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 3);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
@@ -2080,7 +2113,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
                                                    int Hq, int Hkv, int D, int block_size,
                                                    int max_blocks, int num_blocks, int part_tokens,
                                                    int num_splits, float scale, int warps,
-                                                   int stages, cudaStream_t stream) {
+                                                   int stages, int window, cudaStream_t stream) {
   if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
                                    k_pool, v_pool))
     return rc;
@@ -2097,7 +2130,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
     return onnx_fuse_paged_attention_decode_fp8_tma(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale,
                                                     block_tables, seq_lens, out, o_sb, workspace, B, Hq,
                                                     Hkv, D, block_size, max_blocks, num_blocks,
-                                                    part_tokens, num_splits, scale, 4, 3, stream);
+                                                    part_tokens, num_splits, scale, 4, 3, window, stream);
   const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
@@ -2128,7 +2161,7 @@ int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long
                                              void* out, long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                              int D, int block_size, int max_blocks, int num_blocks, int part_tokens,
                                              int num_splits, float scale, int warps, int stages,
-                                             int l2_promotion, cudaStream_t stream) {
+                                             int l2_promotion, int window, cudaStream_t stream) {
   (void)workspace;
   if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
                                       num_splits, k_pool, v_pool))
@@ -2170,7 +2203,7 @@ int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long 
                                                  long long o_sb, void* workspace, int B, int Hq, int Hkv, int D,
                                                  int block_size, int max_blocks, int num_blocks, int part_tokens,
                                                  int num_splits, float scale, int warps, int stages,
-                                                 cudaStream_t stream) {
+                                                 int window, cudaStream_t stream) {
   (void)workspace;
   if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
                                       num_splits, k_pool, v_pool))

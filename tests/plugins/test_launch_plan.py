@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -1194,3 +1195,22 @@ def test_ovedl_candidate_is_causal_d128_by_name_only():
     with pytest.raises(ValueError, match="not compiled"):
         lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=False, variant=lp.FA_WS_TMA_OVEDL)
     assert lp.fa_engine(lp.FA_WS_TMA_OVEDL, 128) == "wgmma"
+
+
+def test_plan_paged_decode_window_sizes_the_splits_for_the_window():
+    """A sliding window: split-K covers the window's keys (plus the alignment of its start), not the
+    cache, and the plan records the window; without one the plan covers the cache (any window)."""
+    full = lp.plan_paged_decode(16, 32, 8, 128, 16, 1024, "float16")
+    win = lp.plan_paged_decode(16, 32, 8, 128, 16, 1024, "float16", window=4096)
+    assert (full.window, win.window) == (0, 4096)
+    assert win.num_splits * win.part_tokens >= 4096 + lp.PA_SPLIT_ALIGN - 1
+    assert win.num_splits * win.part_tokens < full.num_splits * full.part_tokens
+    assert full.num_splits * full.part_tokens >= 16 * 1024
+    fp8 = lp.plan_paged_decode(16, 32, 8, 128, 16, 1024, "float16", window=100, kv_dtype="fp8")
+    assert fp8.window == 100 and fp8.num_splits * fp8.part_tokens >= 163
+    # a window past the cache changes nothing but the record
+    big = lp.plan_paged_decode(16, 32, 8, 128, 16, 64, "float16", window=100000)
+    same = lp.plan_paged_decode(16, 32, 8, 128, 16, 64, "float16")
+    assert dataclasses.replace(big, window=0) == same
+    with pytest.raises(ValueError, match="window"):
+        lp.plan_paged_decode(16, 32, 8, 128, 16, 64, "float16", window=-1)

@@ -64,6 +64,29 @@ def _case_id(c):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_plugin_launch_sequence_matches_reference(lib, case, dtype):
+    _run_sequence_case(lib, case, dtype)
+
+
+# Sliding window (the node's `window`): decode and prefill over a prefix, windows shorter than the
+# prefix, inside the new tokens and past everything
+WINDOW_CASES = [
+    (2, 8, 2, 128, 16, [100, 3], 7, 16),
+    (2, 16, 1, 64, 64, [500, 129], 130, 100),
+    (1, 32, 8, 128, 32, [1000], 512, 300),
+    (3, 4, 4, 64, 16, [0, 64, 200], 64, 1),
+    (2, 4, 2, 128, 16, [37, 0], 1, 17),
+    (4, 32, 8, 128, 16, [4095, 4000, 1, 2500], 1, 1000),
+    (2, 8, 2, 128, 16, [100, 3], 7, 5000),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: _case_id(c[:7]) + f"_w{c[7]}")
+def test_plugin_launch_sequence_window_matches_reference(lib, case, dtype):
+    _run_sequence_case(lib, case[:7], dtype, window=case[7])
+
+
+def _run_sequence_case(lib, case, dtype, window=0):
     B, Hq, Hkv, D, bs, prefix, sq = case
     if sq > 1 and torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("Sq > 1 runs the sm_90a paged prefill kernel only")
@@ -87,13 +110,13 @@ def test_plugin_launch_sequence_matches_reference(lib, case, dtype):
 
     expect, k_exp, v_exp = ref.paged_attention_op(
         host(query), host(key), host(value), host(k_pool), host(v_pool), tables.cpu().numpy(),
-        seq_lens.cpu().numpy(), num_heads=Hq, kv_num_heads=Hkv, scale=0.0)
+        seq_lens.cpu().numpy(), num_heads=Hq, kv_num_heads=Hkv, scale=0.0, window=window)
 
     stream = torch.cuda.current_stream().cuda_stream
     pa.run_jit(lib, *(_Buffer(t) for t in (query, key, value, k_pool, v_pool, tables, seq_lens,
                                            out)),
                num_heads=Hq, kv_num_heads=Hkv, scale=0.0,
-               dtype=str(dtype).replace("torch.", ""), stream=stream)
+               dtype=str(dtype).replace("torch.", ""), stream=stream, window=window)
     torch.cuda.synchronize()
 
     o = host(out).astype(np.float64)
@@ -152,7 +175,7 @@ def _decode_setup(case, dtype, fp8, gen):
     return k_pool, v_pool, k_scale, v_scale, tables, seq_lens
 
 
-def _run_decode_case(lib, case, dtype, fp8, workspace):
+def _run_decode_case(lib, case, dtype, fp8, workspace, window=0):
     B, Hq, Hkv, D, bs, prefix, splits = case
     gen = torch.Generator(device="cuda").manual_seed(
         zlib.crc32(repr((case, str(dtype), fp8)).encode()))
@@ -170,14 +193,14 @@ def _run_decode_case(lib, case, dtype, fp8, workspace):
     scales = (host(k_scale), host(v_scale)) if fp8 else ()
     expect, k_exp, v_exp = ref.paged_attention_op(
         host(query), host(key), host(value), host(k_pool), host(v_pool), tables.cpu().numpy(),
-        seq_lens.cpu().numpy(), *scales, num_heads=Hq, kv_num_heads=Hkv, scale=0.0)
+        seq_lens.cpu().numpy(), *scales, num_heads=Hq, kv_num_heads=Hkv, scale=0.0, window=window)
     extra = dict(k_scale=_Buffer(k_scale), v_scale=_Buffer(v_scale)) if fp8 else {}
     plan = pa.run_jit(lib, *(_Buffer(t) for t in (query, key, value, k_pool, v_pool, tables,
                                                  seq_lens, out)),
                       num_heads=Hq, kv_num_heads=Hkv, scale=0.0,
                       dtype=str(dtype).replace("torch.", ""),
                       stream=torch.cuda.current_stream().cuda_stream, workspace=workspace,
-                      device=pa._device_info(), num_splits=splits, **extra)
+                      device=pa._device_info(), num_splits=splits, window=window, **extra)
     torch.cuda.synchronize()
     o = host(out).astype(np.float64)
     assert np.isfinite(o).all(), f"non-finite output: {np.count_nonzero(~np.isfinite(o))} elements"
@@ -220,6 +243,16 @@ def test_plugin_fp8_decode_matches_reference(lib, case, dtype):
     assert plan.kv_fp8
     if case[6] is not None:
         assert plan.num_splits == case[6]
+
+
+@pytest.mark.parametrize("window", [1, 100, 4096])
+@pytest.mark.parametrize("fp8", [False, True], ids=["16bit", "fp8"])
+@pytest.mark.parametrize("case", [DECODE_CASES[0], DECODE_CASES[1], FP8_CASES[-1]], ids=_decode_id)
+def test_plugin_decode_window_matches_reference(lib, case, fp8, window):
+    """The node's window through run_jit: the planned split-K sized for the window, 16-bit and fp8
+    pools, against the reference with the same window."""
+    plan = _run_decode_case(lib, case, torch.bfloat16, fp8, SHARED_WORKSPACE, window=window)
+    assert plan.window == window
 
 
 def test_plugin_decode_without_workspace_runs_one_split(lib):
