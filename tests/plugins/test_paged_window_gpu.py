@@ -245,3 +245,79 @@ def test_paged_decode_fp8_window_variants(lib, D, variant, window, splits):
 def test_paged_decode_fp8_window_block_sizes(lib, variant, window, bs):
     _check8(lib, 4, 16, 8, 128, bs, [2000, 600, 65, 16], window, 2 if variant[2:] == ("cluster",) else None,
             variant, torch.bfloat16, (bs, variant, window))
+
+
+# ------------------------------------------------------------------ paged prefill (several new tokens)
+# New token i of sequence b sits at p = seq_lens[b] - n_b + i and sees keys p - W < j <= p. The new
+# K/V are appended first (append_kv); the key tiles (128 keys) wholly before the first new token's
+# window are poisoned with NaN: the kernel skips whole tiles below the band.
+
+PP_WIN_CASES = [
+    # B, Hq, Hkv, D, block_size, prefix lens, new-token counts, window, packed (cu_seqlens)
+    (3, 8, 2, 128, 16, [0, 100, 1000], [130, 1, 300], 64, True),
+    (2, 4, 4, 64, 32, [5, 513], [128, 77], 1, True),
+    (2, 8, 1, 128, 64, [2000, 0], [256, 256], 300, False),    # MQA
+    (1, 4, 2, 128, 16, [1500], [512], 17, True),
+    (2, 4, 2, 64, 16, [700, 900], [200, 200], 1000, False),
+    (3, 6, 3, 128, 32, [10, 20, 3000], [0, 5, 129], 4096, True),  # window past every context
+]
+
+
+@pytest.mark.parametrize("loads", ["tma", "cp.async"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", PP_WIN_CASES, ids=lambda c: "B{}H{}/{}D{}bs{}W{}{}".format(
+    c[0], c[1], c[2], c[3], c[4], c[7], "-packed" if c[8] else ""))
+def test_paged_prefill_window_matches_reference(lib, case, dtype, loads):
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("paged prefill runs the sm_90a warp-specialized kernel only")
+    B, Hq, Hkv, D, bs, prefix, new, window, packed = case
+    ctx = [p + n for p, n in zip(prefix, new)]
+    gen = _seed("pp-win", case, str(dtype), loads)
+    k_pool, v_pool, tables = make_paged_pool(B, Hkv, D, bs, ctx, dtype, gen)
+    seq = torch.tensor(ctx, dtype=torch.int32, device="cuda")
+    cu = np.concatenate([[0], np.cumsum(new)]).astype(np.int32)
+    total = int(cu[-1])
+    k_new = torch.randn((total, Hkv, D), generator=gen, device="cuda").to(dtype)
+    v_new = torch.randn((total, Hkv, D), generator=gen, device="cuda").to(dtype)
+    for b in range(B):
+        if new[b]:
+            lib.append_kv(k_new[cu[b]:cu[b + 1]][None], v_new[cu[b]:cu[b + 1]][None], k_pool, v_pool,
+                          tables[b:b + 1], seq[b:b + 1])
+    torch.cuda.synchronize()
+    kp, vp, tb = np.nan_to_num(_np(k_pool)), np.nan_to_num(_np(v_pool)), tables.cpu().numpy()
+    tabs = tb.tolist()
+    for b in range(B):  # key tiles wholly before the first new token's window
+        first = max(ctx[b] - new[b] - window + 1, 0) // 128 * 128
+        for j in range(first // bs):
+            k_pool[tabs[b][j]] = float("nan")
+            v_pool[tabs[b][j]] = float("nan")
+    q = torch.randn((max(total, 1), Hq, D), generator=gen, device="cuda").to(dtype)[:total]
+    out = torch.full((total, Hq, D), float("nan"), dtype=dtype, device="cuda")
+    if packed:
+        lib.paged_prefill(q, k_pool, v_pool, tables, seq, out, causal=True, window=window,
+                          cu_seqlens_q=torch.tensor(cu, device="cuda"), loads=loads)
+    else:
+        assert len(set(new)) == 1
+        lib.paged_prefill(q.view(B, new[0], Hq, D), k_pool, v_pool, tables, seq, out.view(B, new[0], Hq, D),
+                          causal=True, window=window, loads=loads)
+    torch.cuda.synchronize()
+    qn = _np(q)
+    expect = np.zeros((total, Hq, D))
+    for b in range(B):
+        if new[b]:
+            expect[cu[b]:cu[b + 1]] = ref.paged_attention(qn[None, cu[b]:cu[b + 1]], kp, vp, tb[b:b + 1],
+                                                          np.array([ctx[b]]), window=window,
+                                                          out_dtype=np.float64)[0]
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+
+
+def test_paged_prefill_window_refusals(lib):
+    pool = torch.zeros((4, 16, 2, 64), dtype=torch.float16, device="cuda")
+    tables = torch.zeros((1, 4), dtype=torch.int32, device="cuda")
+    seq = torch.full((1,), 20, dtype=torch.int32, device="cuda")
+    q = torch.zeros((1, 4, 4, 64), dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="causal"):
+        lib.paged_prefill(q, pool, pool, tables, seq, torch.empty_like(q), causal=False, window=8)
+    with pytest.raises(ValueError, match="window"):
+        lib.paged_prefill(q, pool, pool, tables, seq, torch.empty_like(q), window=-2)
