@@ -2,7 +2,7 @@
 # One device call: make onnx_fuse importable, check the kernel library loads (rebuild there if
 # not), run the GPU tests, then the kernel benchmark. Logs go to $OUT (or ./out).
 #   usage: bash tools/gpu_session.sh [tests|bench|all|prefix] [extra bench args]
-#   bench/all: one tools/bench_kernels.py process per family (prefill, prefix, decode), logs
+#   bench/all: one tools/bench_kernels.py process per family (prefill, prefix, decode, window), logs
 #   bench_<family>.log, then tools/bench_paged_plugin.py (bench_plugin.log)
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
 set -o pipefail
@@ -35,5 +35,6 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   timeout 240 python3 tools/bench_kernels.py --only prefill "$@" > "$OUT/bench_prefill.log" 2>&1; tail -3 "$OUT/bench_prefill.log"
   timeout 90 python3 tools/bench_kernels.py --only prefix "$@" > "$OUT/bench_prefix.log" 2>&1; tail -3 "$OUT/bench_prefix.log"
   timeout 200 python3 tools/bench_kernels.py --only decode "$@" > "$OUT/bench_decode.log" 2>&1; tail -3 "$OUT/bench_decode.log"
+  timeout 120 python3 tools/bench_kernels.py --only window "$@" > "$OUT/bench_window.log" 2>&1; tail -3 "$OUT/bench_window.log"
   timeout 60 python3 tools/bench_paged_plugin.py > "$OUT/bench_plugin.log" 2>&1; tail -12 "$OUT/bench_plugin.log"
 fi
