@@ -154,3 +154,26 @@ def test_rotate_half_with_constant_tables_without_the_head_axis(h, target, table
     out = h.fuse(model, target)
     assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, {"x": h.rng.standard_normal((B, H, S, D)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_position_bias_and_mask_added_in_two_steps(h, target):
+    """MPNet (hold-out 2): q k^T / sqrt(D) + position_bias, then + the padding mask, then softmax:
+    the two additive terms become one mask and the attention fuses, same numbers."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Div", ["sc", "sqrt_d"], ["sd"]), n("Add", ["sd", "pos_bias"], ["a1"]), n("Add", ["a1", "mask"], ["a2"]),
+             n("Softmax", ["a2"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
+    inputs = [h.vi(x, [B, H, S, D]) for x in ("q", "k", "v")] + [h.vi("pos_bias", [1, H, S, S]),
+                                                                 h.vi("mask", [B, 1, 1, S])]
+    model = h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])], {"sqrt_d": np.array(D ** 0.5, np.float32)})
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    r = h.rng
+    feeds = {x: r.standard_normal((B, H, S, D)).astype(np.float32) for x in ("q", "k", "v")}
+    feeds["pos_bias"] = r.standard_normal((1, H, S, S)).astype(np.float32)
+    mask = np.zeros((B, 1, 1, S), np.float32)
+    mask[1, ..., S // 2:] = np.finfo(np.float32).min  # a padded row
+    feeds["mask"] = mask
+    h.assert_close(model, out, feeds)
