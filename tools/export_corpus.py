@@ -36,6 +36,11 @@ coverage matrix of docs/paged_kv.md; not part of the corpus).
 --holdout plans the hold-out set of tools/holdout_specs.py instead (architectures and export styles
 the rules were not tuned on: noopt = dynamo optimize=False, latest_opset / kv_latest_opset = opset
 23), usually into --out /tmp/holdout; a few of its files are in the corpus (one style each).
+--holdout 2 plans the second sweep (holdout_specs.HOLDOUT2: rotary encoders, MoE / hybrid decoders,
+windowed and 2-D-rope vision, audio encoders (kind audio: raw input_values), and the corpus
+decoders' export forms static_cache (transformers' StaticCache as inputs, index_copy_ writes at
+cache_position) and converted_half (fp16 after export, keep_io_types); with --dtype float16 its
+fp16 files (HALF_ARCHS2), usually into --out /tmp/holdout2 (docs/holdout.md).
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
-from holdout_specs import HOLDOUT, HOLDOUT_STYLES, STYLE_ARCHS  # noqa: E402
+from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT_STYLES, STATIC_CACHE_LEN,  # noqa: E402
+                           STYLE_ARCHS, STYLE_ARCHS2)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
@@ -64,9 +70,10 @@ OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16"}
 # ORT vs torch in the export check: max abs diff (fp16: over max(1, max |torch output|))
 CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
-KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset")
+KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache")
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
+AUDIO_SAMPLES = 400  # kind audio: waveform samples (the conv stack of holdout_specs.AUDIO makes 39 frames)
 # example sizes for symbolic dims, by the names dynamo (ours) and Optimum give them
 DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_length": SEQ,
               "past_sequence": PAST, "past_sequence_length": PAST, "total_sequence": PAST + SEQ,
@@ -178,7 +185,39 @@ class _Wrap:
 
         if kind in CROSS:
             return _Wrap.seq2seq(model, style in KV_STYLES, n_layers)
+        if style == "static_cache":
+            return _Wrap.static_cache(model, n_layers)
         return WithCache if style in KV_STYLES else Plain
+
+    @staticmethod
+    def static_cache(model, n_layers):
+        """transformers' StaticCache as graph inputs: past_key_values.N.* of a fixed length in,
+        cache_position (the new tokens' slots) in; the cache's index_copy_ writes them and the whole
+        updated cache comes out as present.N.* (the mask spans the fixed length)."""
+        import torch
+
+        class StaticKV(torch.nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, input_ids, cache_position, *past):
+                from transformers.cache_utils import StaticCache, StaticLayer
+
+                cache = StaticCache(config=model.config, max_cache_len=past[0].shape[2])
+                for i in range(n_layers):  # plain layers (the sliding ones branch on data), filled
+                    layer = cache.layers[i] = StaticLayer(past[0].shape[2])
+                    layer.lazy_initialization(past[2 * i], past[2 * i + 1])
+                    layer.keys, layer.values = past[2 * i].clone(), past[2 * i + 1].clone()
+                    layer.cumulative_length = cache_position[0].clone()  # update() adds to it in place
+                out = self.m(input_ids=input_ids, past_key_values=cache, cache_position=cache_position,
+                             use_cache=True, return_dict=True)
+                present = []
+                for layer in cache.layers[:n_layers]:
+                    present += [layer.keys, layer.values]
+                return (out.logits, *present)
+
+        return StaticKV
 
     @staticmethod
     def seq2seq(model, kv, n_layers):
@@ -248,6 +287,10 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         feeds["pixel_values"] = torch.randn(batch, ch, size, size, generator=g)
         dims["pixel_values"] = [batch if static else "batch", ch, size, size]
         return feeds, dims
+    if kind == "audio":  # raw waveform; its length stays static (the conv stack's output length)
+        feeds["input_values"] = torch.randn(batch, AUDIO_SAMPLES, generator=g)
+        dims["input_values"] = [batch if static else "batch", AUDIO_SAMPLES]
+        return feeds, dims
     if kind == "speech":
         mels, frames = cfg["num_mel_bins"], 2 * cfg["max_source_positions"]
         feeds["input_features"] = torch.randn(batch, mels, frames, generator=g)
@@ -259,6 +302,15 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     if kind in CROSS:
         return _cross_inputs(spec, style, g, feeds, dims, batch, seq, past)
     if static:
+        return feeds, dims
+    if style == "static_cache":  # the new tokens go to slots past .. past + seq of a fixed-length cache
+        feeds["cache_position"] = torch.arange(past, past + seq)
+        dims["cache_position"] = ["sequence"]
+        for i, (ks, vs) in enumerate(_past_shapes(model, feeds["input_ids"][:, :1])):
+            for kv, shape in (("key", ks), ("value", vs)):
+                name = f"past_key_values.{i}.{kv}"
+                feeds[name] = torch.randn(batch, shape[1], STATIC_CACHE_LEN, shape[3], generator=g)
+                dims[name] = ["batch", shape[1], STATIC_CACHE_LEN, shape[3]]
         return feeds, dims
     if style in KV_STYLES:
         feeds["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.int64)
@@ -369,10 +421,13 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
             options = HOLDOUT_STYLES.get(style, (style, {}))[1]  # hold-out: optimize=False, opset 23
             prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
                                      dynamic_shapes=None if static else _dynamic_shapes(
-                                         dims, base_style(style) == "kv" and spec["kind"] not in CROSS),
+                                         dims, style in KV_STYLES and spec["kind"] not in CROSS),
                                      dynamo=True, verbose=False, **options)
             prog.save(str(tmp), external_data=False)
     _strip(tmp)
+    if style == "converted_half":
+        convert_half(tmp)
+    check = "float16" if style == "converted_half" else dtype
     # numeric check against torch at the example shape and (dynamic exports) a second shape
     shapes = [(BATCH, SEQ, PAST)] + ([] if style == "static_nomask" else [(1, 5, 3)])
     diffs, scales = [], []
@@ -394,8 +449,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
                 r = r[keep]
             diffs.append(float(np.max(d)))
             # fp16/bf16: relative to the output's scale (logits of magnitude 10 carry 1e-2 of rounding)
-            scales.append(1.0 if dtype == "float32" else max(1.0, float(np.max(np.abs(r)))))
-    if not all(d < CHECK_TOLERANCE[dtype] * s for d, s in zip(diffs, scales)):
+            scales.append(1.0 if check == "float32" else max(1.0, float(np.max(np.abs(r)))))
+    if not all(d < CHECK_TOLERANCE[check] * s for d, s in zip(diffs, scales)):
         raise RuntimeError(f"ONNX Runtime differs from torch: max abs {max(diffs):.3g}")
     os.replace(tmp, path)
     import transformers
@@ -409,6 +464,19 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
             "exporter": exporter, "perturbed_params": len(touched), "dtype": dtype,
             "torch_check": {"shapes": [list(s) for s in shapes], "max_abs": max(diffs),
                             "positions": "non-padded" if spec["kind"] == "encoder" else "all"}}
+
+
+def convert_half(path: Path) -> None:
+    """converted_half: the fp32 export converted to fp16 after the fact (keep_io_types: fp32 inputs and
+    outputs, Casts at the edges), the way deployment scripts halve an exported model. The converter is
+    ONNX Runtime's copy of onnxconverter-common's (onnxruntime.transformers.float16, what ORT's
+    optimizer's convert_float_to_float16 runs): onnxconverter-common 1.16 itself keeps Cast(to=FLOAT)
+    while it halves that Cast's value_info, and ORT refuses the result (dynamo exports of llama)."""
+    import onnx
+    from onnxruntime.transformers import float16
+
+    proto = float16.convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
+    onnx.save(proto, str(path))
 
 
 def _part_suffix(spec) -> str:
@@ -558,7 +626,7 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
         name, shape = inp["name"], [dim_value(d) for d in inp["dims"]]
         if "mask" in name:
             feeds[name] = np.ones(shape, dtype=inp["dtype"])
-        elif name == "position_ids":
+        elif name in ("position_ids", "cache_position"):
             feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum", *KV_STYLES)
                                                                   and entry["kind"] == "decoder" else 0),
                                           shape).astype(inp["dtype"])
@@ -618,27 +686,40 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                                            "kv-cache"],
                                         "noopt": ["dynamic-shapes", "mask-input", "unoptimized-export"],
                                         "latest_opset": ["dynamic-shapes", "mask-input", "opset-23"],
-                                        "kv_latest_opset": ["dynamic-shapes", "kv-cache", "opset-23"]}[style],
+                                        "kv_latest_opset": ["dynamic-shapes", "kv-cache", "opset-23"],
+                                        "static_cache": ["dynamic-shapes", "kv-cache", "static-cache"],
+                                        "converted_half": ["dynamic-shapes", "mask-input", "fp16-converted"]}[style],
         "opset": opsets.get("ai.onnx"), "opset_imports": opsets,
         "inputs": _io(proto.graph.input), "outputs": _io(proto.graph.output),
         "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
         "seed": SEED, "postprocess": "node metadata_props and doc_string stripped",
     }
+    if isinstance(entry["num_heads"], list):  # per-stage heads (Swin): one attention block per depth
+        entry["attention_blocks"] = sum(cfg["depths"])
+        entry["num_heads"] = entry["num_kv_heads"] = entry["num_heads"][0]
+        entry["hidden_size"] = cfg["embed_dim"]
     entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or entry["hidden_size"] // entry["num_heads"]
     if spec["kind"] in CROSS:  # self- and cross-attention per layer
         entry["attention_blocks"] = 2 * entry["num_layers"]
+    kinds = cfg.get("layer_types") or ()
+    if any("attention" not in t for t in kinds):  # hybrids (LFM2's conv layers): attention layers only
+        entry["attention_blocks"] = sum("attention" in t for t in kinds)
     entry.update(extra)
     entry["ort_check"] = ort_check(path, entry)
     return entry
 
 
-def plan_holdout(archs, styles):
+def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     """--holdout: the hold-out architectures in their spec styles, and the corpus architectures of
-    holdout_specs.STYLE_ARCHS in the hold-out styles (trained weights)."""
+    holdout_specs.STYLE_ARCHS in the hold-out styles (trained weights). Sweep 2 (--holdout 2):
+    HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2."""
+    own_set, style_archs = (HOLDOUT, STYLE_ARCHS) if sweep == 1 else (HOLDOUT2, STYLE_ARCHS2)
+    if dtype != "float32":
+        own_set, style_archs = {}, HALF_ARCHS2 if sweep == 2 else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()
-            if (arch in HOLDOUT and style in own) or arch in STYLE_ARCHS.get(style, ()):
+            if (arch in own_set and style in own) or arch in style_archs.get(style, ()):
                 yield arch, style, "trained"
 
 
@@ -720,12 +801,12 @@ def main(argv=None) -> int:
                     help="float16: decoders exported from the half-precision model, weights tag trained16")
     ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
                     help="64: the decoders of corpus_specs.KV64_ARCHS at head size 64 (see above)")
-    ap.add_argument("--holdout", action="store_true",
+    ap.add_argument("--holdout", type=int, nargs="?", const=1, default=0, choices=[1, 2],
                     help="the hold-out set of tools/holdout_specs.py (architectures and export styles the "
-                         "rules were not tuned on) instead of the corpus; use with --out")
+                         "rules were not tuned on) instead of the corpus; 2: the second sweep; use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:
-        SPECS.update(HOLDOUT)
+        SPECS.update(HOLDOUT if ns.holdout == 1 else HOLDOUT2)
     elif set(ns.styles or ()) & set(HOLDOUT_STYLES):
         print("error: the hold-out styles need --holdout", file=sys.stderr)
         return 2
@@ -741,7 +822,7 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown architecture(s) {', '.join(unknown)}; known: {', '.join(SPECS)}", file=sys.stderr)
         return 2
-    todo = list(plan_holdout(ns.only or list(SPECS), ns.styles) if ns.holdout else
+    todo = list(plan_holdout(ns.only or list(SPECS), ns.styles, ns.holdout, ns.dtype) if ns.holdout else
                 plan(ns.only or list(SPECS), ns.styles, ns.weights, ns.dtype))
     tag = DTYPES[ns.dtype]
     if ns.list:

@@ -12,17 +12,31 @@ Hold-out styles (dynamo unless named torchscript):
   latest_opset     dyn_mask at opset 23 (LATEST_OPSET; torch may emit ONNX Attention / RMSNormalization
                    natively there); style names carry no digits (the corpus's file-name pattern)
   kv_latest_opset  kv at opset 23
+
+The second sweep (--holdout 2, HOLDOUT2 / STYLE_ARCHS2 / HALF_ARCHS2 at the end of this file) adds
+  static_cache     transformers' StaticCache as graph inputs of a fixed length (STATIC_CACHE_LEN),
+                   cache_position in, the cache's index_copy_ writes the new tokens, present = the cache
+  converted_half   dyn_mask converted to fp16 after export (keep_io_types), as deployment scripts do
+and fp16 models (--dtype float16) of a few decoders:
+
+    python tools/export_corpus.py --holdout 2 --out /tmp/holdout2
+    python tools/export_corpus.py --holdout 2 --dtype float16 --out /tmp/holdout2
 """
 
 from __future__ import annotations
 
-from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, LAYERS, POSITIONS, TOKENS, VOCAB, _s
+from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, LAYERS, POSITIONS, TOKENS, VIS, VOCAB, _s
 
 # hold-out style -> (the corpus style whose inputs and wrapper it uses, export options)
 LATEST_OPSET = 23
 HOLDOUT_STYLES = {"noopt": ("dyn_mask", dict(optimize=False)),
                   "latest_opset": ("dyn_mask", dict(opset_version=LATEST_OPSET)),
-                  "kv_latest_opset": ("kv", dict(opset_version=LATEST_OPSET))}
+                  "kv_latest_opset": ("kv", dict(opset_version=LATEST_OPSET)),
+                  # second sweep (STYLE_ARCHS2): transformers' StaticCache as inputs (index_copy_ writes at
+                  # cache_position), and the dyn_mask export converted to fp16 by onnxconverter-common
+                  "static_cache": ("static_cache", {}),
+                  "converted_half": ("dyn_mask", {})}
+STATIC_CACHE_LEN = 16  # static_cache: the fixed cache length (past 5 + 8 new tokens fit)
 
 DEC_KV = ("dyn_mask", "kv")
 SEQ2SEQ = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
@@ -137,3 +151,120 @@ STYLE_ARCHS = {
     "torchscript_kv": ("llama", "mistral", "qwen2", "gemma2", "phi3", "gpt_neox", "gpt2", "falcon", "opt",
                        "bloom"),
 }
+
+
+# ---- second sweep (--holdout 2): architectures and export forms neither set above was tuned on ------
+# rotary encoders, MLA / MoE / chunked-attention decoders, more BART-like seq2seq decoders, windowed
+# and 2-D-rope vision encoders, audio encoders (kind "audio": raw input_values through a conv stack);
+# and new export forms of corpus decoders: fp16 models (--dtype float16), transformers' static cache
+# (style static_cache) and a graph converted to fp16 after export (style converted_half).
+WIN = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=2)
+AUDIO = dict(WIN, vocab_size=32, conv_dim=[16, 16], conv_stride=[5, 2], conv_kernel=[10, 3], conv_bias=True,
+             num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, num_feat_extract_layers=2,
+             feat_extract_norm="layer", do_stable_layer_norm=True, mask_time_prob=0.0)
+DS_MOE = dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+              first_k_dense_replace=1, n_group=1, topk_group=1, experts_implementation="batched_mm")
+
+HOLDOUT2 = {
+    # decoders
+    "dbrx": _s("decoder", "DbrxConfig", "DbrxForCausalLM",
+               dict(d_model=HIDDEN, n_heads=2, n_layers=LAYERS, max_seq_len=POSITIONS, vocab_size=VOCAB,
+                    attn_config=dict(kv_n_heads=1, clip_qkv=8.0, rope_theta=10000.0),
+                    ffn_config=dict(ffn_hidden_size=FFN, moe_num_experts=4, moe_top_k=2),
+                    experts_implementation="batched_mm", **TOKENS),
+               ["gqa", "rope-full", "layernorm-nobias", "clip-qkv", "fused-qkv", "moe"], "dbrx", "gpt2",
+               styles=DEC_KV),
+    "phimoe": _s("decoder", "PhimoeConfig", "PhimoeForCausalLM",
+                 dict(DEC, **GQA, num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm"),
+                 ["gqa", "rope-full", "layernorm", "moe", "sparsemixer"], "phimoe", "gpt2", styles=("dyn_mask",)),
+    "deepseek_v2": _s("decoder", "DeepseekV2Config", "DeepseekV2ForCausalLM",
+                      dict(DEC, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=16,
+                           qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, head_dim=8, **DS_MOE),
+                      ["mla", "rope-complex", "rmsnorm", "moe"], "deepseek_v2", "gpt2", styles=DEC_KV),
+    "glm4_moe": _s("decoder", "Glm4MoeConfig", "Glm4MoeForCausalLM",
+                   dict(DEC, **GQA, partial_rotary_factor=0.5, use_qk_norm=True, **DS_MOE),
+                   ["gqa", "rope-partial", "rmsnorm", "qk-norm", "moe"], "glm4_moe", "gpt2", styles=DEC_KV),
+    "dots1": _s("decoder", "Dots1Config", "Dots1ForCausalLM", dict(DEC, **GQA, **DS_MOE),
+                ["gqa", "rope-full", "rmsnorm", "qk-norm", "moe"], "dots1", "gpt2", styles=("dyn_mask",)),
+    "llama4_text": _s("decoder", "Llama4TextConfig", "Llama4ForCausalLM",
+                      dict(DEC, **GQA, intermediate_size_mlp=FFN, num_local_experts=2, num_experts_per_tok=1,
+                           moe_layers=[1], attention_chunk_size=4, no_rope_layers=[1, 0],
+                           layer_types=["chunked_attention", "full_attention"]),
+                      ["gqa", "rope-complex", "rmsnorm", "qk-l2norm", "chunked-attention", "nope-layers",
+                       "attn-temperature", "moe"], "llama4_text", "gpt2", styles=DEC_KV),
+    "bitnet": _s("decoder", "BitNetConfig", "BitNetForCausalLM", dict(DEC, num_attention_heads=2, num_key_value_heads=1),
+                 ["gqa", "rope-full", "rmsnorm", "sub-norm", "relu2"], "bitnet", "gpt2", styles=("dyn_mask",)),
+    "jetmoe": _s("decoder", "JetMoeConfig", "JetMoeForCausalLM",
+                 dict(DEC, num_attention_heads=4, num_key_value_heads=2, kv_channels=16, num_local_experts=4,
+                      num_experts_per_tok=2),
+                 ["mixture-of-attention-heads", "rope-full", "rmsnorm", "moe"], "jetmoe", "gpt2", styles=("dyn_mask",)),
+    "lfm2": _s("decoder", "Lfm2Config", "Lfm2ForCausalLM",
+               dict(DEC, **GQA, layer_types=["conv", "full_attention"], block_auto_adjust_ff_dim=False),
+               ["gqa", "rope-full", "rmsnorm", "qk-norm", "short-conv-layers"], "lfm2", "gpt2", styles=DEC_KV),
+    "ernie4_5_moe": _s("decoder", "Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+                       dict(DEC, **GQA, moe_intermediate_size=32, moe_k=2, moe_num_experts=4, moe_num_shared_experts=1,
+                            moe_layer_start_index=1, experts_implementation="batched_mm"),
+                       ["gqa", "rope-interleaved", "rmsnorm", "moe"], "ernie4_5_moe", "gpt2", styles=("dyn_mask",)),
+    # rotary encoders
+    "nomic_bert": _s("encoder", "NomicBertConfig", "NomicBertModel", dict(ENC, head_dim=16, type_vocab_size=2),
+                     ["mha", "padding-mask", "rope-full", "layernorm", "swiglu", "post-norm"], "nomic_bert", "bert",
+                     styles=("dyn_mask",)),
+    "mpnet": _s("encoder", "MPNetConfig", "MPNetModel", dict(ENC, pad_token_id=1),
+                ["mha", "padding-mask", "relative-position-bias", "learned-positions", "layernorm", "gelu-erf"],
+                "mpnet", "bert", styles=("dyn_mask",)),
+    "roformer": _s("encoder", "RoFormerConfig", "RoFormerModel", dict(ENC, embedding_size=HIDDEN, type_vocab_size=2),
+                   ["mha", "padding-mask", "rope-interleaved", "sinusoidal-table", "layernorm", "gelu-erf"],
+                   "roformer", "bert", styles=("dyn_mask",)),
+    "esm": _s("encoder", "EsmConfig", "EsmModel",
+              dict(ENC, position_embedding_type="rotary", pad_token_id=1, mask_token_id=3, token_dropout=False,
+                   emb_layer_norm_before=False),
+              ["mha", "padding-mask", "rope-full", "layernorm", "gelu-erf", "pre-norm"], "esm", "bert",
+              styles=("dyn_mask",)),
+    # seq2seq decoders (BART family: pre-norm, scaled embeddings, sinusoidal positions)
+    "blenderbot_decoder": _s("seq2seq_decoder", "BlenderbotConfig", "BlenderbotForConditionalGeneration",
+                             dict(SEQ2SEQ), ["mha", "cross-attention", "causal", "learned-positions",
+                                             "layernorm", "pre-norm"], "blenderbot", "bart", part="decoder",
+                             styles=DEC_KV),
+    "pegasus_decoder": _s("seq2seq_decoder", "PegasusConfig", "PegasusForConditionalGeneration", dict(SEQ2SEQ),
+                          ["mha", "cross-attention", "causal", "sinusoidal-positions", "layernorm", "pre-norm"],
+                          "pegasus", "bart", part="decoder", styles=("dyn_mask",)),
+    "m2m_100_decoder": _s("seq2seq_decoder", "M2M100Config", "M2M100ForConditionalGeneration", dict(SEQ2SEQ),
+                          ["mha", "cross-attention", "causal", "sinusoidal-positions", "layernorm", "pre-norm"],
+                          "m2m_100", "bart", part="decoder", styles=("kv",)),
+    # vision
+    "deit": _s("vision", "DeiTConfig", "DeiTModel", dict(VIS), ["mha", "patch-embed", "distillation-token",
+                                                                  "layernorm", "gelu-erf"], "deit", "vit",
+               styles=("dyn_mask",)),
+    "swin": _s("vision", "SwinConfig", "SwinModel",
+               dict(image_size=32, patch_size=4, num_channels=3, embed_dim=16, depths=[2, 2], num_heads=[2, 2],
+                    window_size=4, mlp_ratio=2.0, attn_implementation="eager"),
+               ["mha", "windowed-attention", "shifted-window-mask", "relative-position-bias", "layernorm",
+                "gelu-erf", "patch-merging"], "swin", "vit", styles=("dyn_mask",)),
+    "data2vec_vision": _s("vision", "Data2VecVisionConfig", "Data2VecVisionModel",
+                          dict(VIS, use_relative_position_bias=True, use_mean_pooling=False,
+                               attn_implementation="eager"),
+                          ["mha", "patch-embed", "relative-position-bias", "layernorm", "gelu-erf", "layer-scale"],
+                          "data2vec-vision", "vit", styles=("dyn_mask",)),
+    "pixtral_vision": _s("vision", "PixtralVisionConfig", "PixtralVisionModel", dict(VIS, head_dim=16),
+                         ["mha", "rope-2d", "rmsnorm", "swiglu", "block-diagonal-mask"], "pixtral", "vit",
+                         styles=("static_nomask",)),  # images are flattened into one sequence: batch stays
+    # audio encoders (raw waveform in)
+    "wav2vec2": _s("audio", "Wav2Vec2Config", "Wav2Vec2Model", dict(AUDIO),
+                   ["mha", "conv-feature-encoder", "conv-positions", "layernorm", "gelu-erf", "pre-norm"],
+                   "wav2vec2", "bert", styles=("dyn_mask",)),
+    "hubert": _s("audio", "HubertConfig", "HubertModel", dict(AUDIO, do_stable_layer_norm=False,
+                                                            feat_extract_norm="group"),
+                 ["mha", "conv-feature-encoder", "conv-positions", "layernorm", "gelu-erf", "post-norm"],
+                 "hubert", "bert", styles=("dyn_mask",)),
+    "wavlm": _s("audio", "WavLMConfig", "WavLMModel", dict(AUDIO, num_buckets=16, max_bucket_distance=32),
+                ["mha", "conv-feature-encoder", "gated-relative-position-bias", "layernorm", "gelu-erf"],
+                "wavlm", "bert", styles=("dyn_mask",)),
+}
+
+# corpus decoders re-exported in export forms of the second sweep; fp16 (--dtype float16) takes the
+# corpus styles dyn_mask / kv
+STYLE_ARCHS2 = {
+    "static_cache": ("llama", "qwen3", "gemma3", "phi3"),
+    "converted_half": ("llama", "qwen3", "gemma3", "phi3"),
+}
+HALF_ARCHS2 = {"dyn_mask": ("llama", "qwen3", "gemma3", "phi3"), "kv": ("gemma3", "deepseek_v2", "glm4_moe")}
