@@ -18,13 +18,15 @@ export PYTHONPATH=/tmp/of_pkg${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "from onnx_fuse.plugins.kernel_lib import KernelLib; KernelLib.load()" 2>&1 \
   || { echo "rebuilding kernel library here"; python3 -m onnx_fuse.plugins.build_kernels --what lib --arch 90a 2>&1 | tee "$OUT/build.log"; }
-GPU_TESTS="tests/plugins/test_kernels_gpu.py tests/plugins/test_paged_chunked_gpu.py tests/plugins/test_paged_window_gpu.py"
+GPU_TESTS="tests/plugins/test_kernels_gpu.py tests/plugins/test_paged_chunked_gpu.py"
 TMA_K="fused_attention_tma or paged_decode_tma or paged_decode_fp8_tma"
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   # TMA cases first, in their own process: a faulting bulk tensor copy leaves a sticky CUDA error
   # that would fail every later test of the same process
   timeout 320 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider -k "$TMA_K" 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
   timeout 300 python3 -m pytest -m gpu $GPU_TESTS -q --maxfail=40 -p no:cacheprovider -k "not ($TMA_K)" 2>&1 | tee "$OUT/pytest.log" | tail -40
+  # the paged kernels' sliding-window cases (~420, TMA among them): their own process and log
+  timeout 150 python3 -m pytest -m gpu tests/plugins/test_paged_window_gpu.py -q --maxfail=20 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_window.log" | tail -25
 fi
 if [ "$MODE" = prefix ]; then
   timeout 200 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q -k "paged_prefill or 128x128x12" -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -30

@@ -126,7 +126,7 @@ def _variants16(D, Hkv):
 # with an empty sequence, windows inside and past the contexts, split-K on (5 splits: some start
 # past the window's end) and off.
 @pytest.mark.parametrize("splits", [1, 5])
-@pytest.mark.parametrize("window", [17, 100, 4096])
+@pytest.mark.parametrize("window", [17, 4096])
 @pytest.mark.parametrize("variant", sorted({v for D in (64, 128) for v in _variants16(D, 8)}),
                          ids=lambda v: f"w{v[0]}s{v[1]}{lp.PA_SUFFIX[v[2]]}")
 @pytest.mark.parametrize("D", [64, 128])
@@ -141,9 +141,9 @@ def test_paged_decode_window_variants(lib, D, variant, window, splits):
     assert plan.bulk == variant[2] or variant[2] == 2  # TMA may fall back (block size 16 maps)
 
 
-@pytest.mark.parametrize("bs", [16, 32, 64, 128])
+@pytest.mark.parametrize("bs", [16, 32, 64])
 @pytest.mark.parametrize("window", WINDOWS)
-@pytest.mark.parametrize("variant", [(4, 3, 2), (8, 2, 3), (8, 2, 4), (4, 3, 0), (4, 2, 1)],
+@pytest.mark.parametrize("variant", [(4, 3, 2), (8, 2, 4), (4, 3, 0), (4, 2, 1)],
                          ids=lambda v: f"w{v[0]}s{v[1]}{lp.PA_SUFFIX[v[2]]}")
 def test_paged_decode_window_block_sizes(lib, variant, window, bs):
     lens = [2000, 600, 65, 16]
@@ -225,7 +225,7 @@ def _variants8(D, Hkv):
 
 
 @pytest.mark.parametrize("splits", [1, 5])
-@pytest.mark.parametrize("window", [17, 100, 4096])
+@pytest.mark.parametrize("window", [17, 4096])
 @pytest.mark.parametrize("variant", sorted({v for D in (64, 128) for v in _variants8(D, 8)}, key=repr),
                          ids=lambda v: "w{}s{}{}".format(v[0], v[1], {"tma": "t", "heads": "h", "cluster": "hc"}.get(
                              v[2] if len(v) > 2 else "", "")))
