@@ -17,6 +17,9 @@
 // [16w, 16w + 16) of each tile with its own online softmax, and the warps merge at the
 // end. With num_splits > 1 each CTA writes an fp32 partial (O, log2-sum-exp) to the
 // workspace and onnx_fuse_pa_reduce_* combines them (FlashDecoding).
+// Sliding window: every decode entry and launcher takes a runtime int `window` (0 = none); with
+// window W > 0 the query (position seq_lens[b] - 1) sees the last W keys only, and the splits
+// cover those (pa_window_lo): the blocks before them are not read.
 //
 // Append: onnx_fuse_append_kv_* writes new tokens k_new/v_new [B, Sq, Hkv, D] at cache
 // positions seq_lens[b] - Sq + i (i < Sq) of sequence b, in place.
