@@ -6,8 +6,9 @@ A decoder step as HF exports it: ``past_key_values.{i}.key/value`` [B, Hkv, P, D
 the past length, so the paged-KV rewrite (trt O4, docs/paged_kv.md) can fire. The spec's switches
 (``Case.spec``, written to every saved case's info.json):
 
-  window      a sliding-window band in the mask (0: none): the paged rewrite must refuse it,
-              ort/onnx must keep it exact; the past is longer than the window so it shows
+  window      a sliding-window band in the mask (0: none): the paged rewrite carries it as
+              PagedAttention(window=W), ort/onnx keep the mask; the past is longer than the
+              window so a lost band shows
   sinks       GPT-OSS attention sinks: a learned logit per head joins each softmax row, its
               column is dropped (rules/attention/recognize.yaml 'attention-sinks'); sink_shape:
               the sink expanded to GPT-OSS's export shape [B, 1, S, 1] or to Shape(scores)[0:3]
@@ -18,7 +19,7 @@ the past length, so the paged-KV rewrite (trt O4, docs/paged_kv.md) can fire. Th
   upcast      whether softmax is upcast (fp16 only)
   decode      query length fixed at 1 (the fp8 kernels' case), else symbolic
   kv_fp8      also run O4 trt with kv_cache_dtype="fp8" (only where it applies: decode, head size
-              in the fp8 kernels' sizes, no window, no sinks)
+              in the fp8 kernels' sizes, no sinks)
   head, heads, kv_heads, layers, positions ("range": Range(P, P + S); "offset": Range(0, S) + P),
   repeat      GQA's K/V head repetition: HF's repeat_kv (shapes read at run time) or static
   present_dims  present outputs declared [batch, Hkv, total, D] (else as shape inference finds)
@@ -54,7 +55,7 @@ def draw_spec(b) -> dict:
         "present_dims": b.p(0.7),
     }
     spec["upcast"] = spec["fp16"] and b.p(0.7)
-    spec["kv_fp8"] = (spec["decode"] and head in FP8_HEADS and not spec["window"] and not spec["sinks"]
+    spec["kv_fp8"] = (spec["decode"] and head in FP8_HEADS and not spec["sinks"]
                       and b.p(0.6))
     return spec
 

@@ -507,6 +507,26 @@ def _shape_cone(v: ir.Value, *, stop_at_known: bool = False) -> list[ir.Node]:
     return order if visit(v) else []
 
 
+def _topo(nodes: list[ir.Node]) -> list[ir.Node]:
+    """``nodes`` ordered so that each comes after the nodes of the list it reads."""
+    made = {id(o): n for n in nodes for o in n.outputs}
+    done: set[int] = set()
+    out: list[ir.Node] = []
+
+    def visit(n: ir.Node) -> None:
+        if id(n) in done:
+            return
+        done.add(id(n))
+        for x in n.inputs:
+            if x is not None and id(x) in made:
+                visit(made[id(x)])
+        out.append(n)
+
+    for n in nodes:
+        visit(n)
+    return out
+
+
 def _known_dims(v: ir.Value) -> bool:
     return v.shape is not None and all(isinstance(d, int) or getattr(d, "value", None) for d in v.shape.dims)
 
@@ -554,15 +574,25 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     # a cone reading a value of the match (Shape of an intermediate) could not run on the
     # replacement's side, where the match's nodes are gone: such a value is fed at random
     old_made = {id(o) for n in old_nodes for o in n.outputs}
+    # ... unless the replacement does not read it: then it is computed on the original's side
+    # only, after the match's nodes (a mask part built from the match's own index ranges, which
+    # the rule proved on its values: random data there is no mask the model can make)
+    new_reads = {id(v) for nn in new_nodes for v in nn.inputs if isinstance(v, ir.Value)}
+    new_reads |= {id(v) for v in new_outputs if isinstance(v, ir.Value)}
+    new_reads |= {id(v) for n in kept for v in n.inputs if v is not None}
+    old_only: list[ir.Node] = []
     for v in boundary.values():
         if v.producer() is None or _const_array(v) is not None:
             continue
         cone = _shape_cone(v) or (_shape_cone(v, stop_at_known=True) if not _known_dims(v) else [])
         if any(id(n) in old_ids or any(x is not None and id(x) in old_made for x in n.inputs) for n in cone):
+            if id(v) not in new_reads:
+                old_only += [n for n in cone if id(n) not in old_ids and n not in old_only]
             continue
         pre += [n for n in cone if n not in pre]
-    if pre:
-        boundary, consumers = _boundary([*pre, *old_nodes], new_nodes, new_outputs)
+    old_only = [n for n in old_only if n not in pre]
+    if pre or old_only:
+        boundary, consumers = _boundary([*pre, *old_nodes, *old_only], new_nodes, new_outputs)
     # FusedAttention zeroes padded query rows by contract (values nobody reads): unpadded
     # masks, as the whole-model verification feeds for the same reason.
     pad = not any(getattr(n, "domain", "") == "onnx_fuse" and n.op_type == "FusedAttention"
@@ -588,7 +618,8 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
         raise Unchecked("pattern output dtype unknown")
     ids_new_inits = {id(k): a for k, a in new_inits.items()}
     opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
-    old_side = _build([("old", n) for n in (*pre, *old_nodes)], old_outputs, out_types, {}, values, inline,
+    old_order = _topo([*pre, *old_nodes, *old_only]) if old_only else [*pre, *old_nodes]
+    old_side = _build([("old", n) for n in old_order], old_outputs, out_types, {}, values, inline,
                       opsets, ir_version)
     new_side = _build([("old", n) for n in (*pre, *kept)] + [("new", n) for n in new_nodes], new_outputs,
                       out_types, ids_new_inits, values, inline, opsets, ir_version)

@@ -177,3 +177,26 @@ def test_softcap_and_window_gemma2(h):
         assert a["window"] == 5 and a["softcap"] == pytest.approx(0.5) and a["causal"] == 1
     feeds = _feeds()
     h.assert_close(original, fused, feeds, atol=1e-4, rtol=1e-3, valid=feeds["attention_mask"])
+
+
+def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path):
+    """--verify checks each rewrite on a cut-out with random inputs: the band (base), outside the
+    match but computed from the match's own index ranges, is computed there on the original's
+    side (random booleans would be no mask the model makes, and rolled the right rewrite back);
+    the same rule emitting W + 1 is caught and rolled back."""
+    import onnx_fuse
+
+    original = _with_band(_llama(), 4)
+    good = onnx_fuse.optimize(original, level=4, target="trt", verify=True)
+    assert [a["window"] for a in _fa_attrs(good.to_proto())] == [4] * ENTRY["num_layers"]
+    assert not good.report.verify["rewrites"]["failed"], good.report.verify["rewrites"]["failed"]
+    assert good.report.status == "PASSED", good.report.status_reason
+    text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "fused_attention_trt.yaml").read_text()
+    rule = text[text.index("  - name: fused-attention-trt-sliding"):text.index("  - name: fused-attention-trt-padding")]
+    wrong = rule.replace("window=sliding_window(base, cm, None, attn_in)",
+                         "window=sliding_window(base, cm, None, attn_in) + 1")
+    assert wrong != rule
+    (tmp_path / "wrong.yaml").write_text("rules:\n" + wrong)
+    bad = onnx_fuse.optimize(original, level=4, target="trt", verify=True, rules=[str(tmp_path / "wrong.yaml")])
+    assert [f["rule"] for f in bad.report.verify["rewrites"]["failed"]] == ["fused-attention-trt-sliding"] * 2
+    assert not _fa_attrs(bad.to_proto())
