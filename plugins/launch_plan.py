@@ -117,9 +117,13 @@ FA_WS_TMA_LDE = (128, 128, 12, "tma", "lde")
 # entry is oved), so the last wave is the one-tile query blocks, not the last heads' heaviest ones.
 # Experimental (timed beside the planned oved), never planned.
 FA_WS_TMA_OVEDL = (128, 128, 12, "tma", "ovedl")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedl")  # a last variant element naming fa_ws_core options
+# Candidate FA_WS_TMA_OVEDG (..._w12t_ovedg_..., loads 22 / 23, D = 128): the same order within
+# groups of 8 (head, sequence) pairs (kWsLptGroups), which keeps each head's K/V shared in L2 by the
+# CTAs running together. Experimental, never planned.
+FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedl", "ovedg")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
-                 "oved": (18, 19), "ovedl": (20, 21)}  # launcher loads (by name, planned)
+                 "oved": (18, 19), "ovedl": (20, 21), "ovedg": (22, 23)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED)
@@ -160,10 +164,10 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
-    FA_WS_TMA_LDR: D = 64; FA_WS_TMA_OVEDL: D = 128, causal)."""
+    FA_WS_TMA_LDR: D = 64; FA_WS_TMA_OVEDL / _OVEDG: D = 128, causal)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST,) + ((FA_WS_TMA_OVEDL,) if causal else ())
+        return (FA_WS_TMA_PERSIST,) + ((FA_WS_TMA_OVEDL, FA_WS_TMA_OVEDG) if causal else ())
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -425,7 +429,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
-                          FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDL):
+                          FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDL,
+                          FA_WS_TMA_OVEDG):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 

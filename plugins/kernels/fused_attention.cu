@@ -834,10 +834,25 @@ constexpr int kWsLeanDesc = 8;
 // price: CTAs running together read different heads' K/V (the default's neighbours share theirs
 // in L2), about 2 TB/s of K/V from HBM at that shape.
 constexpr int kWsLpt = 16;
+// kWsLptGroups (bench candidate m128n128w12t_ovedg): longest first within groups of kWsLptGroup
+// (head, sequence) pairs, the groups in order: CTAs running together are about 16 query blocks of
+// 8 heads, so each head's K/V is still shared in L2 by the CTAs reading it at the same time, and
+// the last group's heaviest blocks start about two waves before the end, with that group's lighter
+// blocks (its 8 x 528 tile-times at S4096 over 132 SMs) left to fill in behind them.
+constexpr int kWsLptGroups = 32;
+constexpr int kWsLptGroup = 8;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
-  if constexpr (CAUSAL && (OPT & kWsLpt) != 0) {
+  if constexpr (CAUSAL && (OPT & kWsLptGroups) != 0) {
+    const int nm = gridDim.x, hb = gridDim.y * gridDim.z;
+    const long long lin = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+    const int grp = (int)(lin / ((long long)kWsLptGroup * nm));
+    const int rem = (int)(lin - (long long)grp * kWsLptGroup * nm);
+    const int gsz = min(kWsLptGroup, hb - grp * kWsLptGroup);  // the last group may be smaller
+    const int pair = grp * kWsLptGroup + rem % gsz;
+    return make_int3(nm - 1 - rem / gsz, pair % (int)gridDim.y, pair / (int)gridDim.y);
+  } else if constexpr (CAUSAL && (OPT & kWsLpt) != 0) {
     const long long hb = (long long)gridDim.y * gridDim.z;
     const long long lin = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
     const int r = (int)(lin % hb);
@@ -1859,6 +1874,15 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedl_causal, T, D, true,         \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsLpt)
+// Bench candidate m128n128w12t_ovedg (loads 22 / 23), D = 128: oved longest first within groups
+// of 8 (head, sequence) pairs (kWsLptGroups).
+#define OF_FA_WSTODG_KERNELS_D(DTN, T, D)                                                         \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedg_full, T, D, false,          \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
+                    onnx_fuse::kWsLptGroups)                                                       \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedg_causal, T, D, true,         \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
+                    onnx_fuse::kWsLptGroups)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -1906,6 +1930,7 @@ OF_FA_WSTE_KERNELS_D(f16, __half, 128)
 OF_FA_WSTLD_KERNELS_D(f16, __half, 64)
 OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODL_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1924,6 +1949,7 @@ OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTLD_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODL_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2065,7 +2091,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 9 _ovedl (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 9 _ovedl, 10 _ovedg (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2095,6 +2121,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 3: OF_PICK_TK2(128, m128n128w12t_ove)
       case 8: OF_PICK_TK2(128, m128n128w12t_oved)
       case 9: OF_PICK_TK2(128, m128n128w12t_ovedl)
+      case 10: OF_PICK_TK2(128, m128n128w12t_ovedg)
       default: return nullptr;
     }
   }
@@ -2304,8 +2331,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // the fallback): 12 / 13 m128n128w12t_ld (D = 64: wgmma descriptors stepped by adds; 13 planned),
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
 // output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned), 20 / 21 _ovedl
-// (D = 128 candidate: oved with the grid longest first over all heads); 16 / 17 (the dropped _ovd)
-// are refused.
+// (D = 128 candidate: oved with the grid longest first over all heads), 22 / 23 _ovedg (the same
+// within groups of 8 heads); 16 / 17 (the dropped _ovd) are refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2320,7 +2347,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 21);
+  OF_REQUIRE(loads >= 0 && loads <= 23);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2336,7 +2363,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 20 / 21: ovedl
+    // 20 / 21: ovedl; 22 / 23: ovedg
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);

@@ -600,14 +600,18 @@ def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
 # Candidate m128n128w12t_ovedl (D = 128, causal): oved with the grid taken longest first over all
 # heads and sequences (kWsLpt): the ov cases that are causal, plus a grid of many heads and batches
 # (the remap's head / sequence arithmetic) and a ragged batch.
+# m128n128w12t_ovedg: the same order within groups of 8 (head, sequence) pairs (kWsLptGroups): grids
+# whose pair count is not a multiple of 8 (a smaller last group) among them.
 FA_OVEDL = (128, 128, 12, "tma", "ovedl")
-FA_OVEDL_CASES = [c[:7] + (FA_OVEDL,) for c in FA_OV_CASES if c[5]] + [
-    (3, 640, 12, 4, 128, True, [640, 300, 129], FA_OVEDL), (5, 256, 7, 7, 128, True, None, FA_OVEDL)]
+FA_OVEDG = (128, 128, 12, "tma", "ovedg")
+FA_OVEDL_CASES = [c[:7] + (v,) for v in (FA_OVEDL, FA_OVEDG) for c in FA_OV_CASES if c[5]] + [
+    (3, 640, 12, 4, 128, True, [640, 300, 129], v) for v in (FA_OVEDL, FA_OVEDG)] + [
+    (5, 256, 7, 7, 128, True, None, v) for v in (FA_OVEDL, FA_OVEDG)] + [(1, 900, 3, 1, 128, True, [899], FA_OVEDG)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_OVEDL_CASES, ids=_fa_case_id("-ovedl"))
-def test_fused_attention_tma_ovedl_matches_reference(lib, case, dtype):
+@pytest.mark.parametrize("case", FA_OVEDL_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
+def test_fused_attention_tma_longest_first_matches_reference(lib, case, dtype):
     _need_sm90()
     _check_fused_case(lib, case, dtype)
 
@@ -653,7 +657,7 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
     (2, 1000, 4, 2, 64, [999, 640], v, w, 0.0) for v in FA_WS_TMA_NAMED for w in (1, 129)
 ] + [
     (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
-    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedl")]
+    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedl", "ovedg")]
     for w in (64, 200)
 ] + [
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),

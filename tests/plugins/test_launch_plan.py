@@ -806,7 +806,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 21);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 23);" in fa
     assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -832,7 +832,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDL)
+    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDL,
+                                                             lp.FA_WS_TMA_OVEDG)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -1179,22 +1180,25 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
             lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
 
 
-def test_ovedl_candidate_is_causal_d128_by_name_only():
-    """m128n128w12t_ovedl (oved with the grid longest first over all heads, kWsLpt): compiled at
-    D = 128 for fp16 and bf16, launcher loads 20 by name / 21 with the fallback, causal only among
-    the experimental variants, never planned."""
+@pytest.mark.parametrize("opt, macro, kind, loads", [("ovedl", "WSTODL", 9, 20), ("ovedg", "WSTODG", 10, 22)])
+def test_longest_first_candidates_are_causal_d128_by_name_only(opt, macro, kind, loads):
+    """m128n128w12t_ovedl / _ovedg (oved with the grid longest first over all heads, or within
+    groups of 8 heads: kWsLpt / kWsLptGroups): compiled at D = 128 for fp16 and bf16, launcher
+    loads 20 / 22 by name and 21 / 23 with the fallback, causal only among the experimental
+    variants, never planned."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_WSTODL_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert "case 9: OF_PICK_TK2(128, m128n128w12t_ovedl)" in fa
+        assert re.search(rf"^OF_FA_{macro}_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert f"case {kind}: OF_PICK_TK2(128, m128n128w12t_{opt})" in fa
+    var = (128, 128, 12, "tma", opt)
     for dt in ("float16", "bfloat16"):
-        p = lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=True, variant=lp.FA_WS_TMA_OVEDL)
-        assert p.kernel.endswith("_d128_m128n128w12t_ovedl_causal") and p.opt == "ovedl"
-        assert lp.fa_launch_loads(p, by_name=True) == 20 and lp.fa_launch_loads(p, by_name=False) == 21
+        p = lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=True, variant=var)
+        assert p.kernel.endswith(f"_d128_m128n128w12t_{opt}_causal") and p.opt == opt
+        assert lp.fa_launch_loads(p, by_name=True) == loads and lp.fa_launch_loads(p, by_name=False) == loads + 1
         assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVED
     with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=False, variant=lp.FA_WS_TMA_OVEDL)
-    assert lp.fa_engine(lp.FA_WS_TMA_OVEDL, 128) == "wgmma"
+        lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=False, variant=var)
+    assert lp.fa_engine(var, 128) == "wgmma"
 
 
 def test_plan_paged_decode_window_sizes_the_splits_for_the_window():
