@@ -1,0 +1,150 @@
+"""sliding_window() (optimizer/rewrite/_mask_probe.py): the window W of a causal banded mask, read
+from its values, on hand-built mask graphs: prefill (no past) and decode (past [B, Hkv, P, D]),
+boolean keep-masks and additive ones, the query length free or fixed at 1; and the masks it must
+refuse (banded at small positions only, a band that changes width, a non-causal one, a window
+read from an input)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_fuse.rewrite._expr import EvalFailure
+from onnx_fuse.rewrite._mask_probe import sliding_window
+
+
+def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = False,
+           until: int | None = None, widen: bool = False, window_input: bool = False) -> dict:
+    """q positions Range(P, P + S), keys Range(0, P + S); keep j <= i (and j > i - window; with
+    ``until`` only for i < until; ``widen``: j > i // 2 - 1 instead); AND attention_mask;
+    Where(0, finfo.min) when ``additive``. P = Shape(past)[2] (0 without a past), S from the
+    hidden state (fixed at 1 with ``fixed_one``, q's length symbolic all the same)."""
+    nodes = [helper.make_node("Shape", ["hidden"], ["ss"], start=1, end=2)]
+    if past:
+        nodes += [helper.make_node("Shape", ["past"], ["ps"], start=2, end=3),
+                  helper.make_node("Add", ["ps", "ss"], ["ts"]),
+                  helper.make_node("Squeeze", ["ps"], ["p0"])]
+    else:
+        nodes += [helper.make_node("Identity", ["ss"], ["ts"]), helper.make_node("Identity", ["zero"], ["p0"])]
+    nodes += [helper.make_node("Squeeze", ["ts"], ["t0"]),
+              helper.make_node("Range", ["p0", "t0", "one"], ["qp"]),
+              helper.make_node("Range", ["zero", "t0", "one"], ["kv"]),
+              helper.make_node("Unsqueeze", ["qp", "ax1"], ["qc"]),
+              helper.make_node("LessOrEqual", ["kv", "qc"], ["causal"])]
+    keep = "causal"
+    if window is not None or widen:
+        w_name = "w_in" if window_input else "w"
+        if widen:
+            nodes += [helper.make_node("Div", ["qc", "two"], ["qh"]),
+                      helper.make_node("Sub", ["qh", "one"], ["lo"])]
+        else:
+            nodes.append(helper.make_node("Sub", ["qc", w_name], ["lo"]))
+        nodes.append(helper.make_node("Greater", ["kv", "lo"], ["band"]))
+        band = "band"
+        if until is not None:
+            nodes += [helper.make_node("GreaterOrEqual", ["qc", "until"], ["late"]),
+                      helper.make_node("Or", ["band", "late"], ["band2"])]
+            band = "band2"
+        nodes.append(helper.make_node("And", ["causal", band], ["keep0"]))
+        keep = "keep0"
+    nodes += [helper.make_node("Unsqueeze", [keep, "ax01"], ["keep4"]),
+              helper.make_node("Unsqueeze", ["attention_mask", "ax12"], ["am4"]),
+              helper.make_node("Cast", ["am4"], ["amb"], to=TensorProto.BOOL),
+              helper.make_node("And", ["keep4", "amb"], ["keepm"])]
+    out = "keepm"
+    if additive:
+        nodes.append(helper.make_node("Where", ["keepm", "zero_f", "neg"], ["mask"]))
+        out = "mask"
+    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
+        ("zero", 0, np.int64), ("one", 1, np.int64), ("two", 2, np.int64), ("w", window or 0, np.int64),
+        ("until", until or 0, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
+        ("ax12", [1, 2], np.int64), ("zero_f", 0.0, np.float32),
+        ("neg", np.finfo(np.float32).min, np.float32)]]
+    s = 1 if fixed_one else "s"
+    ins = [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["b", s, 64]),
+           helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
+           helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", "t"])]
+    if past:
+        ins.append(helper.make_tensor_value_info("past", TensorProto.FLOAT, ["b", 1, "p", 64]))
+    if window_input:
+        ins.append(helper.make_tensor_value_info("w_in", TensorProto.INT64, []))
+    graph = helper.make_graph(nodes + [helper.make_node("Identity", ["q"], ["y"])], "mask", ins,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info(out, TensorProto.FLOAT if additive else TensorProto.BOOL, None)],
+                              inits)
+    model = ir.from_proto(onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])))
+    vals = {v.name: v for n in model.graph for v in n.outputs}
+    ins = {v.name: v for v in model.graph.inputs}
+    return {"mask": vals[out], "q": ins["q"], "past": ins.get("past")}
+
+
+def _w(g) -> int:
+    return sliding_window(None, g["mask"], g["q"], g["past"])
+
+
+@pytest.mark.parametrize("additive", [False, True])
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("window", [1, 4, 17, 300])
+def test_window_is_read_from_the_band(window, past, additive):
+    assert _w(_graph(window=window, past=past, additive=additive)) == window
+
+
+@pytest.mark.parametrize("past", [False, True])
+def test_plain_causal_is_window_zero(past):
+    assert _w(_graph(window=None, past=past, additive=True)) == 0
+
+
+def test_decode_with_the_query_length_fixed_at_one():
+    """S fixed at 1 upstream: the probe falls back to one new token and then tries P at 0, 1 and
+    around each constant of the cone (the band's edges), all of them one W."""
+    assert _w(_graph(window=4, past=True, additive=True, fixed_one=True)) == 4
+    assert _w(_graph(window=None, past=True, additive=True, fixed_one=True)) == 0
+
+
+@pytest.mark.parametrize("past, fixed_one", [(False, False), (True, False), (True, True)])
+def test_band_at_small_positions_only_is_refused(past, fixed_one):
+    """Banded before position 40, plain causal from there: a probe only past 40 would read
+    window 0, one only below it window 4; both are tried and disagree."""
+    g = _graph(window=4, past=past, additive=True, fixed_one=fixed_one, until=40)
+    with pytest.raises(EvalFailure, match="band of 4 keys at some positions but lets a query see all"):
+        _w(g)
+
+
+@pytest.mark.parametrize("past", [False, True])
+def test_band_that_widens_is_refused(past):
+    with pytest.raises(EvalFailure, match="not one width"):
+        _w(_graph(window=None, widen=True, past=past, additive=True))
+
+
+def test_window_from_an_input_is_refused():
+    """An integer input is fed 0 by the probe (its value is unknown): no W can be proven."""
+    with pytest.raises(EvalFailure, match="does not see its own key"):
+        _w(_graph(window=4, past=True, additive=True, window_input=True))
+
+
+def test_without_names_an_input_the_mask_must_not_read():
+    g = _graph(window=4, past=False, additive=False)
+    am = next(v for v in g["mask"].graph.inputs if v.name == "attention_mask")
+    with pytest.raises(EvalFailure, match="attention_mask"):
+        sliding_window(None, g["mask"], g["q"], None, am)
+
+
+def test_constant_masks():
+    """A folded mask: every position it covers is in the array (P = T - S)."""
+    pos = np.arange(6)
+    band = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - 3)
+    graph = helper.make_graph([helper.make_node("Identity", ["m"], ["y"])], "c",
+                              [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, 6, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.where(band, 0.0, -np.inf).astype(np.float32)[None, None], "m")])
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    m = model.graph.initializers["m"]
+    assert sliding_window(None, m, model.graph.inputs[0], None) == 3
+    upper = ~band
+    m.const_value = ir.tensor(np.where(upper, 0.0, -np.inf).astype(np.float32)[None, None])
+    with pytest.raises(EvalFailure, match="not causal"):
+        sliding_window(None, m, model.graph.inputs[0], None)
