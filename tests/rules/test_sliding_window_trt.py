@@ -200,3 +200,15 @@ def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path):
     bad = onnx_fuse.optimize(original, level=4, target="trt", verify=True, rules=[str(tmp_path / "wrong.yaml")])
     assert [f["rule"] for f in bad.report.verify["rewrites"]["failed"]] == ["fused-attention-trt-sliding"] * 2
     assert not _fa_attrs(bad.to_proto())
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_other_targets_keep_the_band_exactly(h, target):
+    """ort (GroupQueryAttention with the banded mask as attention_bias) and onnx (Attention-23 with
+    the mask): no window attribute there, the mask carries the band; the result stays exact,
+    padded rows included."""
+    original = _with_softcap(_with_band(_llama(), 3)) if target == "onnx" else _with_band(_llama(), 3)
+    fused = h.fuse(original, target, level=3)
+    ops = h.ops(fused)
+    assert ops["com.microsoft::GroupQueryAttention" if target == "ort" else "Attention"] == ENTRY["num_layers"], dict(ops)
+    h.assert_close(original, fused, _feeds(), atol=1e-4, rtol=1e-3)
