@@ -202,9 +202,10 @@ PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
 # shared memory) instead of the workspace and the reduce kernel, and its tensor maps' L2 promotion at
 # 128 B (PA_CLUSTER_L2_PROMOTION). D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the
 # plan refuses where the kernel does not apply). Planned where the w8s2h grid is two splits in one wave
-# (plan_paged_decode). (The per-kv-head TMA form and w4s3hc measured behind and were dropped.)
+# (plan_paged_decode). (The per-kv-head TMA form and w4s3hc measured behind and were dropped.) w8s3hc: a
+# candidate (run 18), one more stage in flight at one CTA per SM, timed beside the planned w8s2hc.
 PA_CLUSTER_HEAD_DIMS = (64, 128)
-PA_CLUSTER_VARIANTS = ((8, 2, 4),)
+PA_CLUSTER_VARIANTS = ((8, 2, 4), (8, 3, 4))
 PA_CLUSTER_MAX_SPLITS = 8  # the portable cluster size
 # H200 run 11, B64 H32/8 D128 block 16, w8s2hc split 2: promotion 128 B 4186-4197 GB/s, none 4185-4194,
 # 256 B (the other launchers' setting) 4041-4051; SDPA on a contiguous cache 4204-4208

@@ -857,7 +857,8 @@ OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
 // (pa_cluster_combine) instead of the workspace and onnx_fuse_pa_reduce_*; launched by
 // onnx_fuse_paged_attention_decode_cluster (cluster dims (1, num_splits, 1), num_splits <= 8).
 // launch_plan.PA_CLUSTER_VARIANTS mirrors the list (bulk 3 -> 4). (The per-kv-head TMA form "tc" and
-// w4s3hc measured behind and were dropped.)
+// w4s3hc measured behind and were dropped.) w8s3hc (candidate, run 18): a third 64 KiB stage in flight
+// per CTA at D = 128 (197 KiB of shared memory, still one CTA per SM, as w8s2hc's 133 KiB).
 #define OF_PA_CLUSTER_DECODE(DTN, T, D, W, ST, BULK, SUF)                                       \
   extern "C" __global__ void __launch_bounds__(32 * W)                                          \
       onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##SUF(                                      \
@@ -870,7 +871,7 @@ OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
                                             o_sb, part_o, part_lse, Hq, Hkv, block_size,         \
                                             max_blocks, part_tokens, scale_log2, window, &tk, &tv);      \
   }
-#define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2, 3, hc)
+#define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2, 3, hc) X(DTN, T, D, 8, 3, 3, hc)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 64)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 128)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 64)
@@ -2152,7 +2153,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
 
 extern "C" {
 
-// onnx_fuse_paged_attention_decode_tma_heads ((warps, stages) = (8, 2); Hkv % 8 == 0, block_size a power
+// onnx_fuse_paged_attention_decode_tma_heads ((warps, stages) = (8, 2) or (8, 3); Hkv % 8 == 0, block_size a power
 // of two >= 16, D in {64, 128}) with the num_splits splits of each row reduced inside a thread-block
 // cluster: no workspace (may be null), no reduce kernel; num_splits <= 8 (the portable cluster size).
 // l2_promotion: the tensor maps' L2 promotion in bytes, 256, 128 or 0 (none); on the H200 128 and none
@@ -2169,7 +2170,7 @@ int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long
   if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
                                       num_splits, k_pool, v_pool))
     return rc;
-  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && stages == 2);
+  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && (stages == 2 || stages == 3));
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
   CUtensorMapL2promotion prom;

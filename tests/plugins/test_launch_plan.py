@@ -627,7 +627,9 @@ def test_pa_cluster_variants_match_the_sources_and_plan():
     assert len(rows) == len(src) and src == set(lp.PA_CLUSTER_VARIANTS) and ds == set(lp.PA_CLUSTER_HEAD_DIMS)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert set(lp.pa_cluster_variants(d)) == (src if d in ds else set()), d
-    assert lp.pa_cluster_variants(128, 4) == () and lp.pa_cluster_variants(64, 16) == ((8, 2, 4),)
+    assert lp.pa_cluster_variants(128, 4) == () and lp.pa_cluster_variants(64, 16) == ((8, 2, 4), (8, 3, 4))
+    # w8s3hc: a candidate (one CTA per SM as w8s2hc), never planned
+    assert lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(8, 3, 4), num_splits=2).kernel.endswith("_w8s3hc")
     assert "onnx_fuse_paged_attention_decode_cluster" in pa
     for sp in (1, 2, 8):
         p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(8, 2, 4), num_splits=sp)
