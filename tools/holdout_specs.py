@@ -256,6 +256,15 @@ HOLDOUT2 = {
                                                             feat_extract_norm="group"),
                  ["mha", "conv-feature-encoder", "conv-positions", "layernorm", "gelu-erf", "post-norm"],
                  "hubert", "bert", styles=("dyn_mask",)),
+    "wav2vec2_conformer": _s("audio", "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerModel",
+                             dict(AUDIO, position_embeddings_type="rotary", conv_depthwise_kernel_size=3),
+                             ["mha", "conv-feature-encoder", "rope-full", "conformer-conv", "macaron-ffn",
+                              "layernorm"], "wav2vec2-conformer", "bert", styles=("dyn_mask",)),
+    "hunyuan_moe": _s("decoder", "HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
+                      dict(DEC, **GQA, num_experts=4, moe_topk=2, moe_intermediate_size=32,
+                           experts_implementation="batched_mm"),
+                      ["gqa", "rope-full", "rmsnorm", "qk-norm", "moe"], "hunyuan_v1_moe", "gpt2",
+                      styles=("dyn_mask",)),
     "wavlm": _s("audio", "WavLMConfig", "WavLMModel", dict(AUDIO, num_buckets=16, max_bucket_distance=32),
                 ["mha", "conv-feature-encoder", "gated-relative-position-bias", "layernorm", "gelu-erf"],
                 "wavlm", "bert", styles=("dyn_mask",)),
@@ -264,7 +273,7 @@ HOLDOUT2 = {
 # corpus decoders re-exported in export forms of the second sweep; fp16 (--dtype float16) takes the
 # corpus styles dyn_mask / kv
 STYLE_ARCHS2 = {
-    "static_cache": ("llama", "qwen3", "gemma3", "phi3"),
-    "converted_half": ("llama", "qwen3", "gemma3", "phi3"),
+    "static_cache": ("llama", "qwen3", "gemma3", "phi3", "mistral", "qwen2", "gpt_neox", "phi"),
+    "converted_half": ("llama", "qwen3", "gemma3", "phi3", "mistral", "gpt_neox", "phi", "bert"),
 }
 HALF_ARCHS2 = {"dyn_mask": ("llama", "qwen3", "gemma3", "phi3"), "kv": ("gemma3", "deepseek_v2", "glm4_moe")}
