@@ -536,6 +536,32 @@ def _plain_dims(v: ir.Value) -> bool:
                                        for d in v.shape.dims)
 
 
+def _bind_computed(pre: list[ir.Node], computed: list[ir.Value], values: dict[int, np.ndarray],
+                   inline: set[int], dims: _Dims, opsets: Mapping[str, int], ir_version: int) -> None:
+    """Give the dim names of the values the cones compute the sizes they come out with, so that
+    random inputs sharing a name agree with them. A name is one size wherever it stands, but a
+    made-up value (8 for a name no input fixes: shape inference's invented S of a decode step)
+    need not be what a cone computes from the shapes (RoPE tables of Range(P, P + 1) hold 1 row):
+    the original then broadcasts 1 against 8 and runs, and a replacement that wants the shapes
+    equal (RotaryEmbedding's caches) fails, rolling back a right rewrite."""
+    todo = [v for v in computed if v.shape is not None and v.dtype is not None
+            and any(not isinstance(d, int) and getattr(d, "value", None) not in dims.values for d in v.shape.dims)]
+    if not todo:
+        return
+    side = _build([("old", n) for n in pre], todo, [v.dtype for v in todo], {}, values, inline, opsets, ir_version)
+    try:
+        got = _session(side).run(None, side.feeds)
+    except Exception:  # noqa: BLE001 - the check proper runs these nodes too and says why
+        return
+    for v, arr in zip(todo, got):
+        if np.ndim(arr) != len(v.shape):
+            continue
+        for d, size in zip(v.shape.dims, np.shape(arr)):
+            name = getattr(d, "value", None)
+            if not isinstance(d, int) and name and name.isidentifier() and name not in dims.values:
+                dims.values[name] = int(size)
+
+
 def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
                   new_inits: Mapping[Any, np.ndarray], old_outputs: Sequence[ir.Value],
                   new_outputs: Sequence[Any], opsets: Mapping[str, int], *, ir_version: int = 10,
@@ -581,6 +607,7 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     new_reads |= {id(v) for v in new_outputs if isinstance(v, ir.Value)}
     new_reads |= {id(v) for n in kept for v in n.inputs if v is not None}
     old_only: list[ir.Node] = []
+    computed: list[ir.Value] = []   # values the match reads that ``pre`` computes
     for v in boundary.values():
         if v.producer() is None or _const_array(v) is not None:
             continue
@@ -590,6 +617,8 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
                 old_only += [n for n in cone if id(n) not in old_ids and n not in old_only]
             continue
         pre += [n for n in cone if n not in pre]
+        if cone:
+            computed.append(v)
     old_only = [n for n in old_only if n not in pre]
     if pre or old_only:
         boundary, consumers = _boundary([*pre, *old_nodes, *old_only], new_nodes, new_outputs)
@@ -609,7 +638,15 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
             if arr.size <= _INLINE_CONST:
                 inline.add(k)
     # Plain symbols first, so that a dim such as ``s0 + s1`` sees the values of both terms.
-    for k, v in sorted(boundary.items(), key=lambda kv: not _plain_dims(kv[1])):
+    order = sorted(boundary.items(), key=lambda kv: not _plain_dims(kv[1]))
+    # The cones' inputs first: what the cones compute then fixes the names of its dims (below).
+    leaves = {id(x) for n in pre for x in n.inputs if x is not None}
+    for k, v in order:
+        if k not in values and k in leaves:
+            values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
+    opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
+    _bind_computed(pre, computed, values, inline, dims, opsets, ir_version)
+    for k, v in order:
         if k not in values:
             values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
 
@@ -617,7 +654,6 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     if any(t is None for t in out_types):
         raise Unchecked("pattern output dtype unknown")
     ids_new_inits = {id(k): a for k, a in new_inits.items()}
-    opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
     old_order = _topo([*pre, *old_nodes, *old_only]) if old_only else [*pre, *old_nodes]
     old_side = _build([("old", n) for n in old_order], old_outputs, out_types, {}, values, inline,
                       opsets, ir_version)

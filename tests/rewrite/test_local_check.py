@@ -210,3 +210,47 @@ def test_shape_cone_reading_a_match_intermediate_does_not_crash_the_check():
     verify = onnx_fuse.optimize(path, level=3, target="onnx", verify=True).report.verify
     assert verify["passed"]
     assert not [r for r in verify["rewrites"]["unchecked_reasons"] if "crashed" in r], verify["rewrites"]
+
+
+def test_a_dim_name_takes_the_size_its_computed_value_has():
+    """c = Cos(Range(P, P + 1)) is declared [1, n] like x [1, n] (one name: shape inference's
+    invented S of a decode step), but its cone computes 1 row. The check used to give x n = 8:
+    the original broadcast 1 against 8 and ran, the replacement (a Concat, which wants equal
+    shapes) failed, and a right rewrite was rolled back."""
+    text = """\
+    rules:
+      - name: mul-as-concat-prod
+        doc: Mul(x, c) of [1, n] -> ReduceProd(Concat(x, c)) (right when the shapes are equal, as declared)
+        targets: [ort]
+        match: |
+          y = Mul(x, c)
+        rewrite: |
+          k = Concat(x, c, axis=0)
+          y = ReduceProd(k, axes=[0], keepdims=1)
+    """
+    i64 = TensorProto.INT64
+    nodes = [
+        helper.make_node("Shape", ["past"], ["p1"], start=1, end=2),
+        helper.make_node("Squeeze", ["p1"], ["p"]),
+        helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", i64, [], [1])),
+        helper.make_node("Add", ["p", "one"], ["t"]),
+        helper.make_node("Range", ["p", "t", "one"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+        helper.make_node("Cos", ["posf"], ["cos"]),
+        helper.make_node("Unsqueeze", ["cos", "zero"], ["c"]),
+        helper.make_node("Mul", ["x", "c"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"]),
+                     helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, "p"])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, "n"])],
+        [onnx.numpy_helper.from_array(np.array([0], np.int64), "zero")],
+        value_info=[helper.make_tensor_value_info(v, TensorProto.FLOAT, s)
+                    for v, s in (("posf", ["n"]), ("cos", ["n"]), ("c", [1, "n"]))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])   # ReduceProd's axes=
+    p = RewritePass(_rules(text), local_check=True)
+    ir_model = ir.from_proto(model)
+    assert p(ir_model).modified
+    stats = p.local_check.stats
+    assert stats.checked == 1 and not stats.failed, stats
+    assert _ops(ir_model)[-2:] == ["Concat", "ReduceProd"]
