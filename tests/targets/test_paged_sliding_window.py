@@ -1,9 +1,10 @@
 """Sliding-window (banded) masks and the paged-KV lowering (rules/attention/paged_trt.yaml).
 
-PagedAttention attends to every cached token; a Mistral / Gemma 2 style mask lets a query see only
-its last W keys. Once the context exceeds W the two differ, so trt-paged-kv must refuse a banded
-mask. Its causal check runs the mask's own subgraph (causal_mask(), optimizer/rewrite/_mask_probe.py)
-instead of looking for a comparison op among its ancestors, which a window mask has too.
+A Mistral / Gemma 2 style mask lets a query see only its last W keys; PagedAttention without a
+window attends to every cached token, so once the context exceeds W the two differ. trt-paged-kv
+reads W from the mask's own subgraph (sliding_window(), optimizer/rewrite/_mask_probe.py; before
+session 9 causal_mask() refused any band) and emits PagedAttention(window=W); dropping that W
+(window=0, what a lowering that ignored the band would do) fails verification.
 
 Cases: the real Optimum export of Mistral (sliding_window=4, head size 16, through the rule without
 its head-size check as in test_trt_paged_kv.py), the head-64 LLaMA export with a band written into
@@ -38,12 +39,17 @@ def _ops(model) -> collections.Counter:
 
 
 def _paged_rule(tmp_path: Path, *, head_check: bool = True, mask_check: bool = True) -> str:
-    """trt-paged-kv as built in, optionally without its head-size or causal-mask check."""
+    """trt-paged-kv as built in, optionally without its head-size check, or without its mask check
+    and with the window dropped (window=0: the whole cache, what the rule did before windows)."""
     text = RULE.read_text()
     start, end = text.index("rules:"), text.index("  - name: attention-kv-trt")
     drop = ([] if head_check else ["dim(q, 3) in (64, 80, 96, 128, 256)", "dim(q, 3) in (64, 128)"]) + \
-           ([] if mask_check else ["causal_mask(mask, q, pk)"])
-    lines = [ln for ln in text[start:end].splitlines() if not any(d in ln for d in drop)]
+           ([] if mask_check else ["sliding_window(mask, q, pk) >= 0"])
+    body = text[start:end]
+    if not mask_check:
+        assert "window=sliding_window(mask, q, pk)" in body
+        body = body.replace("window=sliding_window(mask, q, pk)", "window=0")
+    lines = [ln for ln in body.splitlines() if not any(d in ln for d in drop)]
     path = tmp_path / "paged_variant.yaml"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
@@ -85,24 +91,23 @@ def _logits(model, feeds: dict) -> np.ndarray:
 # ---- Mistral as Optimum exports it (transformers 4.57: the whole cache, a banded mask) -----------
 
 
-def test_mistral_sliding_window_export_is_not_paged(tmp_path):
-    """Before the fix this export was paged (2 PagedAttention) and its logits changed from a
-    context of W + 1 = 5 tokens on. Now: refused with the window named, contiguous cache kept,
-    verified at the default dims (past 5 + 8 new > W) and equal to the original at a long decode."""
+def _windows(model) -> list[int]:
+    return [n.attributes["window"].value for n in model.graph if n.op_type == "PagedAttention"]
+
+
+def test_mistral_sliding_window_export_is_paged_with_its_window(tmp_path):
+    """Session 8 refused this export (contiguous cache); now it is paged with window=4 in both
+    layers and verified against the original at the default dims (past 5 + 8 new > W), the
+    paged model running in ORT through the reference, which applies the window."""
     result = _o4(MISTRAL, rules=[_paged_rule(tmp_path, head_check=False)], verify=True)
-    assert _ops(result.model)["PagedAttention"] == 0
-    note = _refusal(result)
-    assert "the mask must be causal at every position" in note and "a sliding window of 4 keys" in note, note
-    proto = onnx.load(str(MISTRAL))
-    assert [v.name for v in result.model.graph.inputs] == [v.name for v in proto.graph.input]
+    assert _windows(result.model) == [4] * LAYERS, result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason
-    feeds = _decode_feeds(proto, past=11, new=1, seed=1)
-    np.testing.assert_allclose(_logits(result.model, feeds), _logits(proto, feeds), rtol=1e-4, atol=1e-5)
 
 
-def test_mistral_is_paged_only_without_the_mask_check_and_then_differs(tmp_path):
-    """What the old check let through: with causal_mask() removed the rule pages the export, and
-    verification (context 13 > W = 4) fails. Keeps this file honest about the export being banded."""
+def test_mistral_paged_without_its_window_differs(tmp_path):
+    """What a lowering that lost the band would give: the mask check removed and window=0, the
+    export is paged and verification (context 13 > W = 4) fails. Keeps this file honest about
+    the export being banded."""
     result = _o4(MISTRAL, rules=[_paged_rule(tmp_path, head_check=False, mask_check=False)], verify=True)
     assert _ops(result.model)["PagedAttention"] == LAYERS
     assert result.report.status == "FAILED", result.report.status_reason
@@ -158,26 +163,22 @@ def _banded(window: int, static_decode: bool = False) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("static_decode", [False, True])
-def test_banded_mask_is_not_paged_and_keeps_its_band(static_decode):
-    """Built-in rules, head size 64 (the paged kernels' size), a window of 3: refused at the mask
-    check (prefill and a graph fixed to decode alike), and the O4 model equals the original at a
-    decode context of 8 > W."""
-    proto = _banded(3, static_decode)
-    result = _o4(proto)
-    assert _ops(result.model)["PagedAttention"] == 0
-    note = _refusal(result)
-    assert "the mask must be causal at every position" in note and "a sliding window of 3 keys" in note, note
-    assert _ops(result.model)["Attention"] == LAYERS   # attention still fused, contiguous cache
-    feeds = _decode_feeds(proto, past=7, new=1, seed=2)
-    np.testing.assert_allclose(_logits(result.model, feeds), _logits(proto, feeds), rtol=1e-4, atol=1e-5)
+def test_banded_mask_is_paged_with_its_window(static_decode):
+    """Built-in rules, head size 64 (the paged kernels' size), a window of 3 written as
+    Where(kv <= q - W, min, mask): PagedAttention(window=3) (prefill and a graph fixed to decode,
+    where the probe tries P around each constant of the mask), verified (past beyond W)."""
+    result = _o4(_banded(3, static_decode), verify=True)
+    assert _windows(result.model) == [3] * LAYERS, result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
 
 
-def test_window_wider_than_the_context_is_still_refused():
+def test_window_wider_than_the_context_is_paged_with_it():
     """A window of 40 over verify's usual 13 tokens: the mask equals the causal one there, yet it is
-    banded from 41 tokens on. The probe runs past every constant of the mask's subgraph."""
-    result = _o4(_banded(40))
-    assert _ops(result.model)["PagedAttention"] == 0
-    assert "a sliding window of 40 keys" in _refusal(result)
+    banded from 41 tokens on. The probe runs past every constant of the mask's subgraph, so the
+    window is 40, not 0."""
+    result = _o4(_banded(40), verify=True)
+    assert _windows(result.model) == [40] * LAYERS
+    assert result.report.status == "PASSED", result.report.status_reason
 
 
 def test_unbanded_export_is_still_paged():
@@ -292,21 +293,24 @@ def test_fused_attention_with_a_cache_keeps_the_band(target):
         np.testing.assert_allclose(_logits(model, feeds), _logits(proto, feeds), rtol=1e-4, atol=1e-5)
 
 
-def test_fused_attention_plugin_is_not_given_a_window_mask(tmp_path):
-    """FusedAttention (level 4, trt) matches the whole causal+padding mask subgraph of transformers'
-    masking_utils; the sliding-window variant of that subgraph is not it. With the kernels' head-size
-    check removed so head size 16 qualifies, LLaMA's prefill export is lowered (causal=1) and
-    Mistral's (sliding_window=4) keeps Attention-23, verified at 8 tokens > W."""
+def test_fused_attention_plugin_is_given_the_window(tmp_path):
+    """FusedAttention (level 4, trt) matches the padding part of transformers' masking_utils mask
+    and proves the rest on its values: with the kernels' head-size check removed so head size 16
+    qualifies, LLaMA's prefill export is lowered (causal=1, no window) and Mistral's
+    (sliding_window=4) with window=4, verified at 8 tokens > W (session 8 kept Attention-23)."""
     text = (RULE.parent / "fused_attention_trt.yaml").read_text()
     path = tmp_path / "fused_any_head.yaml"
     path.write_text("\n".join(ln for ln in text.splitlines() if "FusedAttention's kernels take head sizes" not in ln) + "\n")
     llama = _o4(DATA / "corpus" / "llama__dyn_mask__trained.onnx", rules=[str(path)])
     assert _ops(llama.model)["FusedAttention"] == LAYERS
+    assert all("window" not in n.attributes for n in llama.model.graph if n.op_type == "FusedAttention")
     mistral = _o4(DATA / "corpus" / "mistral__dyn_mask__trained.onnx", rules=[str(path)], verify=True)
-    assert _ops(mistral.model)["FusedAttention"] == 0 and _ops(mistral.model)["Attention"] == LAYERS
+    fa = [n for n in mistral.model.graph if n.op_type == "FusedAttention"]
+    assert [(n.attributes["causal"].value, n.attributes["window"].value) for n in fa] == [(1, 4)] * LAYERS
     assert mistral.report.status == "PASSED", mistral.report.status_reason
     # ModernBERT (encoder): its global layer has the padding mask, its local one a window of
-    # +-2 keys; only the global one becomes FusedAttention(causal=0)
+    # +-2 keys (not causal: no FusedAttention window); only the global one becomes
+    # FusedAttention(causal=0)
     bert = _o4(DATA / "corpus" / "modernbert__dyn_mask__trained.onnx", rules=[str(path)], verify=True)
     fused = [n for n in bert.model.graph if n.op_type == "FusedAttention"]
     assert len(fused) == 1 and fused[0].attributes["causal"].value == 0

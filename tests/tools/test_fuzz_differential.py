@@ -342,12 +342,14 @@ def test_paged_check_catches_a_wrong_paged_model():
     assert cls == "wrong" and "paged" in detail, detail
 
 
-def test_sliding_window_is_not_paged_and_stays_exact():
-    """A band of 3 keys over a past of 5+: trt-paged-kv refuses, every target keeps the band."""
-    _, by = _decoder_runs([3, 4], ["ort", "onnx", "trt"], window=3, kv_fp8=False)
+def test_sliding_window_is_paged_with_its_window_and_stays_exact():
+    """A band of 3 keys over a past of 5+: trt-paged-kv pages it at O4 (PagedAttention(window=3),
+    compared with the original read back from the pools, fp8 pools too); every other run keeps
+    the band in the mask."""
+    _, by = _decoder_runs([3, 4], ["ort", "onnx", "trt"], window=3, kv_fp8=True, decode=True)
     ok, why = _all_ok(by)
     assert ok, why
-    assert not any(r["fires"].get("trt-paged-kv") for r in by.values())
+    assert [k for k, r in by.items() if r["fires"].get("trt-paged-kv")] == [(4, "trt"), (4, fd.FP8_TARGET)]
     assert any(n.startswith("attention") for n in by[(3, "ort")]["fires"]), by[(3, "ort")]["fires"]
 
 
