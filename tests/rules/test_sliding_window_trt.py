@@ -212,3 +212,29 @@ def test_other_targets_keep_the_band_exactly(h, target):
     ops = h.ops(fused)
     assert ops["com.microsoft::GroupQueryAttention" if target == "ort" else "Attention"] == ENTRY["num_layers"], dict(ops)
     h.assert_close(original, fused, _feeds(), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("name, want", [
+    ("mistral__dyn_mask__trained", [(1, 4, 0.0), (1, 4, 0.0)]),
+    ("starcoder2__dyn_mask__trained", [(1, 4, 0.0), (1, 4, 0.0)]),
+    ("gemma2__dyn_mask__trained", [(1, 4, 50.0), (1, 0, 50.0)]),   # softcap, local then global
+    ("gemma3__dyn_mask__trained", [(1, 4, 0.0), (1, 0, 0.0)]),
+    ("exaone4__dyn_mask__trained", [(1, 4, 0.0), (1, 0, 0.0)]),
+])
+def test_corpus_sliding_prefill_exports_with_the_head_size_check_lifted(tmp_path, name, want):
+    """The corpus' transformers-5 exports (head size 16, which the kernels lack, so through the
+    rules without that check): every layer FusedAttention with its window (and Gemma 2's softcap),
+    verified against the original (8 tokens > W = 4)."""
+    import onnx_fuse
+
+    path = DATA / "corpus" / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path.name} not in the corpus")
+    text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "fused_attention_trt.yaml").read_text()
+    rules = tmp_path / "fa_any_head.yaml"
+    rules.write_text("\n".join(ln for ln in text.splitlines()
+                               if "FusedAttention's kernels take head sizes" not in ln) + "\n")
+    result = onnx_fuse.optimize(str(path), level=4, target="trt", rules=[str(rules)], verify=True)
+    got = [(a["causal"], a.get("window", 0), round(a.get("softcap", 0.0), 3)) for a in _fa_attrs(result.to_proto())]
+    assert got == want, result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
