@@ -7,7 +7,9 @@ with verify's per-dtype tolerances. A replacement that differs, or that ORT refu
 original runs, is a failed check and the caller drops the rewrite.
 
 Inputs are random but sensible: symbolic dims get the small values verify uses (2 for a leading
-dim, 8 otherwise, ``total_x = past_x + x``, simple sums such as ``s0 + s1`` evaluated), integer
+dim, 8 otherwise, a decoder's mask length P + S (verify.length_ties) and a name shape inference
+gave a Concat's length the sum of its parts (passes/_dim_sums.py), simple sums such as
+``s0 + s1`` evaluated; a name the cones compute takes their size), integer
 values that index a table stay inside it, masks are mostly kept with the first key always kept,
 position-like ints count up. A boundary value whose shape is not fully known, a node with a
 subgraph, or an original that ORT cannot run on the random inputs makes the rewrite "unchecked":
@@ -103,9 +105,9 @@ def _eval_dim(text: str, env: Mapping[str, int]) -> int | None:
 class _Dims:
     """One consistent value per symbolic dim name within a check."""
 
-    def __init__(self, names: set[str] = frozenset(), ties: Mapping[str, tuple] = {}) -> None:
+    def __init__(self, sums: Mapping[str, str] = {}, ties: Mapping[str, tuple] = {}) -> None:
         self.values: dict[str, int] = {}
-        self.names = names   # every dim name of the check, so total_x can find x and past_x
+        self.sums = sums     # {name: "p + s"}: a Concat's length by its parts (passes/_dim_sums.py)
         self.ties = ties     # {dim: (dim or size, dim or size)} it is the sum of (verify.length_ties)
 
     def concrete(self, shape: ir.Shape | None) -> list[int]:
@@ -125,12 +127,10 @@ class _Dims:
     def value(self, name: str, axis: int) -> int:
         if name in self.values:
             return self.values[name]
-        base = name.removeprefix("total_")
-        known = set(self.values) | set(self.names)
         if name in self.ties:   # a decoder's mask length: past + new, whatever the names
             v = sum(x if isinstance(x, int) else self.value(x, 1) for x in self.ties[name])
-        elif base != name and base in known and f"past_{base}" in known:
-            v = self.value(base, 1) + self.value(f"past_{base}", 1)
+        elif name in self.sums:   # a present's length, P + S, whatever the names
+            v = self.value(self.sums[name], axis)
         elif name.isidentifier():
             v = 2 if axis == 0 else 8
         else:
@@ -565,13 +565,15 @@ def _bind_computed(pre: list[ir.Node], computed: list[ir.Value], values: dict[in
 def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
                   new_inits: Mapping[Any, np.ndarray], old_outputs: Sequence[ir.Value],
                   new_outputs: Sequence[Any], opsets: Mapping[str, int], *, ir_version: int = 10,
-                  seed: int = 0, ties: Mapping[str, tuple] = {}) -> str | None:
+                  seed: int = 0, ties: Mapping[str, tuple] = {}, sums: Mapping[str, str] = {}) -> str | None:
     """Run the matched nodes and their replacement on the same random inputs.
 
     ``new_nodes`` are the rewriter's planned nodes (op_type, domain, inputs, attrs, outputs),
     ``new_inits`` maps planned initializer values to their arrays, ``old_outputs`` are the pattern
     outputs and ``new_outputs`` what replaces each (a planned value or an existing one);
-    ``ties``: the model's input dims that are sums of others (verify.length_ties). Returns None when they agree, else the reason; raises Unchecked when it cannot tell.
+    ``ties``: the model's input dims that are sums of others (verify.length_ties); ``sums``: dim
+    names shape inference related to a Concat's parts (passes/_dim_sums.py). Returns None when
+    they agree, else the reason; raises Unchecked when it cannot tell.
     """
     from onnx_fuse.verify import DEFAULT_TOLERANCE, compare_arrays
 
@@ -627,8 +629,7 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     pad = not any(getattr(n, "domain", "") == "onnx_fuse" and n.op_type == "FusedAttention"
                   for n in [*old_nodes, *new_nodes])
     rng = np.random.default_rng(seed)
-    dims = _Dims({str(getattr(d, "value", "")) for v in boundary.values() if v.shape is not None
-                  for d in v.shape.dims if not isinstance(d, int)}, ties)
+    dims = _Dims(sums, ties)
     values: dict[int, np.ndarray] = {}
     inline: set[int] = set()
     for k, v in boundary.items():
@@ -707,6 +708,14 @@ class LocalChecker:
             self.ties_by_model[id(model)] = length_ties(model)
         return self.ties_by_model[id(model)]
 
+    @staticmethod
+    def _sums(model: ir.Model, anchor: ir.Node) -> dict[str, str]:
+        """The dim sums shape inference recorded on the model's graph and the match's own (an If
+        branch reads values of the graph around it)."""
+        from onnx_fuse.passes._dim_sums import dim_sums
+
+        return {**dim_sums(model.graph), **dim_sums(anchor.graph)}
+
     def _unchecked(self, stats: CheckStats, rule: str, why: str) -> None:
         stats.unchecked += 1
         key = f"{rule}: {why}"
@@ -735,7 +744,7 @@ class LocalChecker:
                                    [match.values[o] for o in rule.outputs],
                                    [plan.outputs[o] for o in rule.outputs], opsets,
                                    ir_version=model.ir_version or onnx.IR_VERSION, seed=self.seed,
-                                   ties=self._ties(model))
+                                   ties=self._ties(model), sums=self._sums(model, match.anchor))
         except Unchecked as exc:
             reason = None
             self._unchecked(stats, rule.name, str(exc))

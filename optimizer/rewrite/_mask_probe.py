@@ -162,24 +162,17 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
 
     class _ProbeDims(_Dims):
         """Symbols not bound by q and the past (an exporter's or shape inference's names for the
-        batch and the new tokens): 1 on the leading axis, S elsewhere; total_x = past_x + x."""
+        batch and the new tokens): 1 on the leading axis, S elsewhere; a name shape inference
+        related to a sum (a present declared [.., total, ..] that is Concat(past, new):
+        passes/_dim_sums.py) takes that sum's value, P + S, whatever its name."""
 
         def value(self, name: str, axis: int) -> int:
-            known = set(self.values) | set(self.names)
-            base = name.removeprefix("total_")
-            if (name not in self.values and name.isidentifier()
-                    and not (base != name and base in known and f"past_{base}" in known)):
+            if name not in self.values and name.isidentifier() and name not in self.sums:
                 self.values[name] = 1 if axis == 0 else s
             return super().value(name, axis)
 
-    dims = _ProbeDims({str(getattr(d, "value", "")) for n in cone for v in n.inputs
-                       if v is not None and v.shape is not None for d in v.shape.dims if not isinstance(d, int)})
+    dims = _ProbeDims(dim_sums(mask.graph))
     dims.values.update(env)
-    # a name shape inference related to a sum (a present declared [.., total, ..] that is
-    # Concat(past, new): passes/_dim_sums.py) takes that sum's value, P + S, whatever its name
-    for dim_name, total in dim_sums(mask.graph).items():
-        if dim_name in dims.names and dim_name not in dims.values:
-            dims.values[dim_name] = dims.value(total, 1)
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     inputs: list[onnx.ValueInfoProto] = []
@@ -310,6 +303,13 @@ def _raise_unless(reason: str | None) -> bool:
 # Probes at small cache lengths (each integer constant of the cone and either side of it) when the
 # query length is fixed; more than this many constants is no mask worth the proof.
 _MAX_BOUNDARY_PROBES = 48
+# A probe of S queries over S keys (prefill, or a prefill over an empty cache) materializes an
+# [S, S] mask: S past a window of 8192 at most (verify's bound too). Larger constants make the
+# prefill proof refuse and the cache proof probe the small positions one length at a time.
+_MAX_SQUARE_PROBE = 8192 + 2
+# Probed rows (their windows, or why not), by probe model: a rule asks again for its rewrite, and
+# every layer shares one mask; the masks themselves are not kept (an [S, S] one is large).
+_ROWS: dict[bytes, tuple[set[int], int] | str] = {}
 
 
 def _window_rows(arr: np.ndarray, p: int, s: int) -> tuple[set[int], int]:
@@ -416,12 +416,35 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
     pd = past.shape.dims[2] if past is not None else 0
 
     def probe(p: int, s: int) -> tuple[set[int], int] | str:
-        arr, err = _run_probe(cone, as_const, mask, p, s, _bind(q, past, s, p), opset)
-        if err is None and arr.ndim >= 2 and arr.shape[-1] == p + s:
-            return _window_rows(arr, p, s)
-        return err or f"the mask has shape {list(arr.shape)} for {s} queries over {p + s} keys"
+        model, feeds = _probe_model(cone, as_const, mask, p, s, _bind(q, past, s, p), opset)
+        key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
+                             + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
+        if key not in _ROWS:
+            from onnx_fuse.verify import make_session
+
+            try:
+                arr = np.asarray(make_session(model, threads=1, quiet=True).run(None, feeds)[0])
+            except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
+                text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                res: tuple[set[int], int] | str = f"the mask probe did not run ({text})"
+            else:
+                try:
+                    res = (_window_rows(arr, p, s) if arr.ndim >= 2 and arr.shape[-1] == p + s else
+                           f"the mask has shape {list(arr.shape)} for {s} queries over {p + s} keys")
+                except EvalFailure as exc:
+                    res = ("!", str(exc))   # a mask of the right size that is not a band: refuse
+            if len(_ROWS) >= 4 * _RESULT_LIMIT:
+                _ROWS.pop(next(iter(_ROWS)))
+            _ROWS[key] = res
+        res = _ROWS[key]
+        if isinstance(res, tuple) and res[0] == "!":
+            raise EvalFailure(res[1])
+        return res
 
     if past is None:   # prefill: rows 0..S-1 cover every position up to S
+        if not isinstance(sd, int) and far > _MAX_SQUARE_PROBE:
+            raise EvalFailure(f"the mask's cone holds constants up to {far - 2}: a prefill probe "
+                              f"past them ({far} x {far}) is too large")
         got = probe(0, sd if isinstance(sd, int) else far)
         if isinstance(got, str):
             raise EvalFailure(got)
@@ -439,7 +462,8 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         raise EvalFailure(first)
     if isinstance(pd, int):   # a static cache length: the model runs at this P only
         return _settle(found)
-    small = probe(0, far) if not isinstance(sd, int) and s_ok > 1 else "query length fixed"
+    small = (probe(0, far) if not isinstance(sd, int) and s_ok > 1 and far <= _MAX_SQUARE_PROBE
+             else "query length fixed, or too long a prefill")
     if not isinstance(small, str):
         found.append(small)
     else:

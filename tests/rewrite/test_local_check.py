@@ -166,13 +166,52 @@ def test_corpus_exports_never_crash_and_failed_lowerings_are_named():
 def test_symbolic_dims_are_consistent():
     from onnx_fuse.rewrite._local_check import _Dims
 
-    dims = _Dims({"total_sequence", "past_sequence", "sequence"})
-    # total_x first: x and past_x are bound on the way, so the sum holds whatever the order
-    total = dims.value("total_sequence", 1)
+    dims = _Dims({"kv_len": "past_sequence + sequence"})
+    # a recorded sum first: its terms are bound on the way, so it holds whatever the order
+    total = dims.value("kv_len", 1)
     assert total == dims.value("past_sequence", 1) + dims.value("sequence", 1)
     assert dims.value("past_sequence + sequence", 3) == total
     assert dims.value("2*sequence", 2) == 2 * dims.value("sequence", 1)
     assert dims.value("batch", 0) == 2
+    # a name is no fact: total_x is a sum only where the graph says so
+    assert _Dims().value("total_sequence", 1) == 8
+
+
+def test_a_concat_length_with_its_own_name_is_the_sum_of_its_parts():
+    """kv = Concat(past, k) declared [1, kv_len, 4] (a present's own name) goes through a MatMul
+    (fed at random) and meets b [1, p + s, 4]: kv_len is P + S because the graph concatenates, as
+    shape inference recorded (passes/_dim_sums.py), not because of how it is spelled. With kv_len
+    at 8 beside p + s at 16 the original refused its inputs and the rewrite went unchecked."""
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    text = """\
+    rules:
+      - name: add-as-sub
+        doc: Add(r, b) -> Sub(r, Neg(b))
+        targets: [ort]
+        match: |
+          y = Add(r, b)
+        rewrite: |
+          n = Neg(b)
+          y = Sub(r, n)
+    """
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("Concat", ["past", "k"], ["kv"], axis=1),
+             helper.make_node("MatMul", ["kv", "w"], ["r"]),
+             helper.make_node("Add", ["r", "b"], ["z"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("past", f32, [1, "p", 4]),
+                     helper.make_tensor_value_info("k", f32, [1, "s", 4]),
+                     helper.make_tensor_value_info("b", f32, [1, "p + s", 4])],
+        [helper.make_tensor_value_info("kv", f32, [1, "kv_len", 4]),
+         helper.make_tensor_value_info("z", f32, [1, "kv_len", 4])],
+        [onnx.numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")])
+    ir_model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    ShapeInferencePass()(ir_model)
+    p = RewritePass(_rules(text), local_check=True)
+    assert p(ir_model).modified
+    stats = p.local_check.stats
+    assert stats.checked == 1 and not stats.unchecked and not stats.failed, stats
 
 
 def test_rewrites_inside_if_branches_are_checked(wrong_relu_rule):
