@@ -198,3 +198,50 @@ def test_rotate_half_on_a_seq_first_layout(h, target):
     out = h.fuse(model, target)
     assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, {"x0": h.rng.standard_normal((B, S, H, D)).astype(np.float32)})
+
+
+def _xsoftmax_attention(h, batched):
+    """SEW-D's (older DeBERTa's) XSoftmax: where(m, 0, softmax(where(m, finfo.min, scores))) @ v, m
+    [B, 1, S, S] boolean (query and key padding: a padded query row has every key masked); batched:
+    the scores as DeBERTa writes them, q3 @ k3^T on [B*H, S, D] views, viewed [B, H, S, S] for the
+    mask and back to [B*H, S, S] for the bmm with v3."""
+    n = h.node
+    fill = np.array(np.finfo(np.float32).min, np.float32)
+    inits = {"fill": fill, "zero": np.array(0.0, np.float32), "scale": np.array(D ** -0.5, np.float32)}
+    inputs = [h.vi(x, [B, H, S, D]) for x in ("q", "k", "v")] + [h.vi("m", [B, 1, S, S], elem=9)]
+    if batched:
+        i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+        inits.update({"v3s": i64(B * H, S, D), "v4s": i64(B, H, S, S), "p3s": i64(B * H, S, S), "o4s": i64(B, H, S, D)})
+        nodes = [n("Reshape", ["q", "v3s"], ["q3"]), n("Reshape", ["k", "v3s"], ["k3"]),
+                 n("Reshape", ["v", "v3s"], ["vv3"]), n("Transpose", ["k3"], ["kt"], perm=[0, 2, 1]),
+                 n("MatMul", ["q3", "kt"], ["sc3"]), n("Mul", ["sc3", "scale"], ["ss3"]),
+                 n("Reshape", ["ss3", "v4s"], ["ss"])]
+    else:
+        nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+                 n("Mul", ["sc", "scale"], ["ss"])]
+    nodes += [n("Where", ["m", "fill", "ss"], ["sw"]), n("Softmax", ["sw"], ["p"], axis=-1),
+              n("Where", ["m", "zero", "p"], ["pz"])]
+    if batched:
+        nodes += [n("Reshape", ["pz", "p3s"], ["p3"]), n("MatMul", ["p3", "vv3"], ["o3"]),
+                  n("Reshape", ["o3", "o4s"], ["o"])]
+    else:
+        nodes.append(n("MatMul", ["pz", "v"], ["o"]))
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D])], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_xsoftmax_zero_fill_of_the_probabilities(h, target, batched):
+    """SEW-D (hold-out 2): the probabilities zero-filled where the mask is set after a finfo.min fill
+    -> one fused attention whose fully masked query rows give 0, as the original does."""
+    model = _xsoftmax_attention(h, batched)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    r = h.rng
+    feeds = {x: r.standard_normal((B, H, S, D)).astype(np.float32) for x in ("q", "k", "v")}
+    keep = np.ones((B, S), bool)
+    keep[1, S // 2:] = False  # a padded sequence: its last query rows have every key masked
+    feeds["m"] = ~(keep[:, None, :, None] & keep[:, None, None, :])
+    h.assert_close(model, out, feeds)
+    assert not h.run(out, feeds)[0][1, :, S // 2:].any()  # the fully masked rows are 0
