@@ -202,10 +202,10 @@ PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
 # shared memory) instead of the workspace and the reduce kernel, and its tensor maps' L2 promotion at
 # 128 B (PA_CLUSTER_L2_PROMOTION). D = 64, 128; at most PA_CLUSTER_MAX_SPLITS splits; no fallback (the
 # plan refuses where the kernel does not apply). Planned where the w8s2h grid is two splits in one wave
-# (plan_paged_decode). (The per-kv-head TMA form and w4s3hc measured behind and were dropped.) w8s3hc: a
-# candidate (run 18), one more stage in flight at one CTA per SM, timed beside the planned w8s2hc.
+# (plan_paged_decode). (The per-kv-head TMA form and w4s3hc measured behind and were dropped; so was
+# w8s3hc, one more stage in flight at one CTA per SM: run 18, 4253-4255 GB/s against 4279-4289.)
 PA_CLUSTER_HEAD_DIMS = (64, 128)
-PA_CLUSTER_VARIANTS = ((8, 2, 4), (8, 3, 4))
+PA_CLUSTER_VARIANTS = ((8, 2, 4),)
 PA_CLUSTER_MAX_SPLITS = 8  # the portable cluster size
 # H200 run 11, B64 H32/8 D128 block 16, w8s2hc split 2: promotion 128 B 4186-4197 GB/s, none 4185-4194,
 # 256 B (the other launchers' setting) 4041-4051; SDPA on a contiguous cache 4204-4208
@@ -231,13 +231,15 @@ PA8_TMA_VARIANTS_D256 = tuple((w, s, "tma") for w, s in PA8_VARIANTS_D256)
 # (4, 3, "tma") where the pool leaves no tensor map). Not planned yet: bench candidates, run by name.
 PA8_HEADS_HEAD_DIMS = (64, 128)
 PA8_HEADS_VARIANTS = ((4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, "heads"))
-# Cluster-reduce fp8 head groups (warps, stages, "cluster") (OF_PA8HC_DECODE entries, kernel suffix "hc",
+# Cluster-reduce fp8 head groups (warps, stages, "cluster") (OF_PA8_CLUSTER_VARIANTS, kernel suffix "hc",
 # onnx_fuse_paged_attention_decode_fp8_cluster): the head-group kernel with the splits of each row
 # combined inside a thread-block cluster (distributed shared memory), as the 16-bit w8s2hc: no
 # workspace, no reduce kernel. Same shapes as the head groups, at most PA_CLUSTER_MAX_SPLITS splits, no
 # fallback (the plan refuses where the kernel does not apply). Planned: PA8_PLANNED_CLUSTER (_plan_fp8).
-PA8_CLUSTER_VARIANTS = tuple((w, s, "cluster") for w, s, _ in PA8_HEADS_VARIANTS)  # OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, ...)
+# (w4s3hc / w8s3hc measured behind w4s4hc and spilled at D = 128: dropped in run 18.)
+PA8_CLUSTER_VARIANTS = ((4, 4, "cluster"), (8, 2, "cluster"))
 PA8_PLANNED_CLUSTER = (4, 4, "cluster")  # planned where the head-group plan is two splits in one wave
+PA8_PLANNED_BF16 = (8, 2, "heads")  # there for bf16, at four splits (_plan_fp8)
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
 
 
@@ -917,6 +919,12 @@ def _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, var
         # 3799-3802 bf16 = 1.78-1.79x the 16-bit planned tokens/s, against 3492-3500 for w4s3h split 2,
         # 3803-3807 for w8s2h split 4 and 3697-3719 for w4s3hc / w8s3hc split 2; the cluster forms lose
         # at 3 to 8 splits; only this one-wave shape was timed)
+        # bf16: the 8-warp head groups at four splits instead (the same CTAs, one wave, split-K through
+        # the workspace): w8s2h split 4 3805-3809 GB/s against w4s4hc split 2 3797-3799 in run 18 A, ahead
+        # by 0.3-0.5 % in run 17b too; fp16 keeps w4s4hc (3834-3849 against 3802-3805 in run 18 A)
+        if dt == "bf16" and PA8_PLANNED_BF16 in pa8_heads_variants(head_dim, num_kv_heads):
+            return _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, 4, PA8_PLANNED_BF16, target_waves,
+                             ctas_per_sm, min_split_tokens, device, block_size)
         return _plan_fp8(batch, num_heads, num_kv_heads, head_dim, dt, ctx, 2, PA8_PLANNED_CLUSTER, target_waves,
                          ctas_per_sm, min_split_tokens, device, block_size)
     return plan

@@ -857,8 +857,8 @@ OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
 // (pa_cluster_combine) instead of the workspace and onnx_fuse_pa_reduce_*; launched by
 // onnx_fuse_paged_attention_decode_cluster (cluster dims (1, num_splits, 1), num_splits <= 8).
 // launch_plan.PA_CLUSTER_VARIANTS mirrors the list (bulk 3 -> 4). (The per-kv-head TMA form "tc" and
-// w4s3hc measured behind and were dropped.) w8s3hc (candidate, run 18): a third 64 KiB stage in flight
-// per CTA at D = 128 (197 KiB of shared memory, still one CTA per SM, as w8s2hc's 133 KiB).
+// w4s3hc measured behind and were dropped; so was w8s3hc, a third 64 KiB stage at one CTA per SM:
+// run 18, 4253-4255 GB/s against w8s2hc's 4279-4289 at B64 H32/8 D128 block 16.)
 #define OF_PA_CLUSTER_DECODE(DTN, T, D, W, ST, BULK, SUF)                                       \
   extern "C" __global__ void __launch_bounds__(32 * W)                                          \
       onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##SUF(                                      \
@@ -871,7 +871,7 @@ OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
                                             o_sb, part_o, part_lse, Hq, Hkv, block_size,         \
                                             max_blocks, part_tokens, scale_log2, window, &tk, &tv);      \
   }
-#define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2, 3, hc) X(DTN, T, D, 8, 3, 3, hc)
+#define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2, 3, hc)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 64)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 128)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 64)
@@ -1666,15 +1666,18 @@ OF_PA8_HEADS_VARIANTS(OF_PA8H_DECODE, bf16, __nv_bfloat16, 128)
 // Cluster-reduce head groups of the fp8 pool (TMA = 2 with CLUSTER, suffix "hc"): the splits of each
 // row combined inside a thread-block cluster (pa_cluster_combine, as the 16-bit w8s2hc) instead of
 // the workspace and onnx_fuse_pa_reduce_*; launched by onnx_fuse_paged_attention_decode_fp8_cluster
-// (cluster dims (1, num_splits, 1), num_splits <= 8). The head-group list's (warps, stages), so
-// launch_plan.PA8_CLUSTER_VARIANTS is PA8_HEADS_VARIANTS tagged "cluster". (Deeper 4-warp pipelines
-// w4s5hc / w4s6hc and w4s4hc without the block-id prefetch measured behind w4s4hc in run 16 and were
-// dropped.)
+// (cluster dims (1, num_splits, 1), num_splits <= 8); launch_plan.PA8_CLUSTER_VARIANTS mirrors the
+// list. (Deeper 4-warp pipelines w4s5hc / w4s6hc and w4s4hc without the block-id prefetch measured
+// behind w4s4hc in run 16 and were dropped; so were w4s3hc and w8s3hc, 3697-3719 GB/s against
+// w4s4hc's 3799-3847 in run 14, which spilled at D = 128 under their 128-register bounds.)
 #define OF_PA8HC_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, hc, true)
-OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, f16, __half, 64)
-OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, f16, __half, 128)
-OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 64)
-OF_PA8_HEADS_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 128)
+#define OF_PA8_CLUSTER_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 4, 4)                          \
+  X(DTN, T, D, 8, 2)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 64)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, f16, __half, 128)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA8_CLUSTER_VARIANTS(OF_PA8HC_DECODE, bf16, __nv_bfloat16, 128)
 
 extern "C" {
 
@@ -1844,6 +1847,10 @@ bool pa_heads_variant_compiled(int D, int warps, int stages) {
 
 bool pa8_heads_variant_compiled(int D, int warps, int stages) {
   return (D == 64 || D == 128) && ((warps == 4 && (stages == 3 || stages == 4)) || (warps == 8 && (stages == 2 || stages == 3)));
+}
+
+bool pa8_cluster_variant_compiled(int D, int warps, int stages) {
+  return (D == 64 || D == 128) && ((warps == 4 && stages == 4) || (warps == 8 && stages == 2));
 }
 
 bool pa_tma_shape_ok(int D, int block_size, int warps, int stages) {
@@ -2153,7 +2160,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
 
 extern "C" {
 
-// onnx_fuse_paged_attention_decode_tma_heads ((warps, stages) = (8, 2) or (8, 3); Hkv % 8 == 0, block_size a power
+// onnx_fuse_paged_attention_decode_tma_heads ((warps, stages) = (8, 2); Hkv % 8 == 0, block_size a power
 // of two >= 16, D in {64, 128}) with the num_splits splits of each row reduced inside a thread-block
 // cluster: no workspace (may be null), no reduce kernel; num_splits <= 8 (the portable cluster size).
 // l2_promotion: the tensor maps' L2 promotion in bytes, 256, 128 or 0 (none); on the H200 128 and none
@@ -2170,7 +2177,7 @@ int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long
   if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
                                       num_splits, k_pool, v_pool))
     return rc;
-  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && (stages == 2 || stages == 3));
+  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && stages == 2);
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
   CUtensorMapL2promotion prom;
@@ -2196,7 +2203,7 @@ int onnx_fuse_paged_attention_fp8_cluster_smem_bytes(int head_dim, int warps, in
 
 // onnx_fuse_paged_attention_decode_fp8_tma_heads with the num_splits splits of each row reduced inside
 // a thread-block cluster (pa8_decode_body, TMA = 2 with CLUSTER): no workspace (may be null), no reduce
-// kernel; num_splits <= 8. (warps, stages) in (4, 3), (4, 4), (8, 2), (8, 3) (the head-group list); D in
+// kernel; num_splits <= 8. (warps, stages) in (4, 4), (8, 2) (OF_PA8_CLUSTER_VARIANTS); D in
 // {64, 128}; Hkv % warps == 0, block_size a power of two >= 16; any output row stride. Refuses
 // (cudaErrorInvalidValue) what it cannot run, a missing tensor map included: no fallback (the planner
 // checks the shape). (An integer e4m3 -> fp16 dequant, w4s4hci, measured 9 % behind the cvt in run 17 and
@@ -2213,7 +2220,7 @@ int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long 
                                       num_splits, k_pool, v_pool))
     return rc;
   OF_REQUIRE(k_scale != nullptr && v_scale != nullptr);
-  OF_REQUIRE(pa8_heads_variant_compiled(D, warps, stages) && Hkv % warps == 0);
+  OF_REQUIRE(pa8_cluster_variant_compiled(D, warps, stages) && Hkv % warps == 0);
   const long long rows = (long long)num_blocks * block_size;
   CUtensorMap tk, tv;
   OF_REQUIRE(pa8h_tensor_map(&tk, k_pool, rows, Hkv, D, warps) && pa8h_tensor_map(&tv, v_pool, rows, Hkv, D, warps));
@@ -2225,7 +2232,7 @@ int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long 
   if (D == DD && warps == W && stages == ST)                                                       \
     return pa_launch_cluster(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##hc, grid, W, smem, stream, \
                              OF_PA8_ARGS(T), tk, tv);
-  OF_PA_HEAD_GROUP_DISPATCH(OF_PA8_HEADS_VARIANTS, OF_LAUNCH)
+  OF_PA_HEAD_GROUP_DISPATCH(OF_PA8_CLUSTER_VARIANTS, OF_LAUNCH)
 #undef OF_LAUNCH
 }
 

@@ -79,7 +79,7 @@ def test_paged_decode_refuses_an_fp8_plan():
     lens = torch.tensor([20, 5], dtype=torch.int32)
     pool = _views((4, 16, 2, 64), torch.float16, 0)
     plans = (lp.plan_paged_decode(2, 8, 2, 64, 16, 2, kv_dtype="fp8", variant=(4, 3)),
-             lp.plan_paged_decode(2, 8, 4, 64, 16, 2, kv_dtype="fp8", variant=(4, 3, "cluster")))
+             lp.plan_paged_decode(2, 8, 4, 64, 16, 2, kv_dtype="fp8", variant=(4, 4, "cluster")))
     assert plans[1].cluster
     for plan in plans:
         with pytest.raises(ValueError, match="fp8"):

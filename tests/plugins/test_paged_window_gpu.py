@@ -324,16 +324,3 @@ def test_paged_prefill_window_refusals(lib):
         lib.paged_prefill(q, pool, pool, tables, seq, torch.empty_like(q), causal=False, window=8)
     with pytest.raises(ValueError, match="window"):
         lib.paged_prefill(q, pool, pool, tables, seq, torch.empty_like(q), window=-2)
-
-
-# ------------------------------------------------------------------ the w8s3hc candidate (no window)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("splits", [1, 2, 5])
-@pytest.mark.parametrize("D", [64, 128])
-def test_paged_decode_w8s3hc_candidate_matches_reference(lib, D, splits, dtype):
-    """w8s3hc (cluster-reduce head groups, three stages): the planned w8s2hc's candidate, without a
-    window, ragged lengths with an empty sequence."""
-    plan = _check16(lib, 5, 32, 8, D, 16, [1500, 47, 1, 0, 333], 0, splits, (8, 3, 4), dtype, ("w8s3hc", D, splits))
-    assert plan.kernel.endswith(f"_d{D}_w8s3hc") and plan.cluster and plan.num_splits == splits
