@@ -121,7 +121,12 @@ _registered: set[str] = set()
 
 
 def _register(spec: _OpSpec) -> None:
-    """Register the Python op once per process (onnxruntime-extensions keeps a global table)."""
+    """Register the Python op once per process (onnxruntime-extensions keeps a global table).
+
+    prepare_session registers every op before the first session that uses one: a registration
+    after a session with Python ops exists left that session's ops dangling (destroying it later
+    segfaulted inside ORT, e.g. a FusedAttention session made before the first PagedAttention
+    one, once the freed memory was reused: tests/reference/test_ort_ops.py has the sequence)."""
     if spec.registered_name in _registered:
         return
     from onnxruntime_extensions import PyCustomOpDef, onnx_op
@@ -213,7 +218,8 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
         if types is None:
             types = _elem_types(out)
         spec = _retarget(node, types)
-        _register(spec)
+        for every in _SPECS:   # all at once, before the first session: see _register
+            _register(every)
         used = True
         # float16/bfloat16/float8e4m3fn values: Cast to float32, run the float32 op, Cast the
         # outputs back to the type of the input they follow (spec.output_like).

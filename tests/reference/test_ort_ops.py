@@ -301,3 +301,31 @@ def test_paged_attention_window_runs_through_reference():
     nowin = paged_attention_op(*(feeds[n] for n in ("q", "k", "v", "kc", "vc", "bt", "sl")),
                                num_heads=PHQ, kv_num_heads=PHKV)[0]
     assert np.abs(y - nowin).max() > 1e-3   # sequence 0 (10 tokens) sees only its last 4
+
+
+def test_a_python_op_session_survives_later_registrations():
+    """A FusedAttention session made before the first PagedAttention one, then destroyed after
+    other allocations: segfaulted inside ORT while each op was registered on first use (the later
+    registration left the earlier session's op dangling). Run in a subprocess: a crash is its exit
+    code, not this test run's end."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent(f"""
+        import gc, sys
+        import numpy as np
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_ort_ops import _model, _paged_model, _paged_feeds, H, KV, T
+        from onnx_fuse.verify import make_session
+        a = make_session(_model(["q", "k", "v"], num_heads=H, kv_num_heads=KV, causal=1,
+                                plugin_version="1", plugin_namespace="onnx_fuse"), threads=1)
+        b = make_session(_paged_model(T.FLOAT, n_inputs=7))
+        feeds = [_paged_feeds(np.random.default_rng(i), fp8=False) for i in range(8)]
+        del a
+        gc.collect()
+        print("alive")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "alive" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
