@@ -148,3 +148,14 @@ def test_constant_masks():
     m.const_value = ir.tensor(np.where(upper, 0.0, -np.inf).astype(np.float32)[None, None])
     with pytest.raises(EvalFailure, match="not causal"):
         sliding_window(None, m, model.graph.inputs[0], None)
+
+
+def test_windows_past_the_square_probe_bound():
+    """W = 10000: a prefill probe past it would build a 10002 x 10002 mask, so prefill refuses
+    (too large); with a cache the probe at P past W is 3 rows, and the small positions are tried
+    one cache length at a time (around each constant) instead of as one square prefill."""
+    with pytest.raises(EvalFailure, match="too large"):
+        _w(_graph(window=10000, past=False, additive=False))
+    assert _w(_graph(window=10000, past=True, additive=True)) == 10000
+    with pytest.raises(EvalFailure, match="lets a query see all"):
+        _w(_graph(window=10000, past=True, additive=True, until=20000))
