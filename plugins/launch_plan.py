@@ -73,7 +73,7 @@ FA_WS_TMA = (128, 128, 12, "tma")
 # FA_WS_TMA with the register split moved to 24 producer / 240 consumer registers
 # (FlashAttention-3's; entries ..._m128n128w12t_r24_...): 1-2 % ahead of the 40 / 232 split at
 # D = 128 on 11 of 12 passes in each of two H200 runs, at D = 64 behind; planned at D = 128 with a
-# softcap (its _sc twin), else FA_WS_TMA_OVED.
+# softcap (its _sc twin), else FA_WS_TMA_OVED (causal: FA_WS_TMA_OVEDG).
 FA_WS_TMA_R24 = (128, 128, 12, "tma", "r24")
 # FA_WS_TMA_R24 with the softmax of tile j+1 pinned between wgmma wait_group 1 and 0 (entries
 # ..._m128n128w12t_ov_..., D = 128; launcher loads 6 by name, 7 planned): ptxas hoisted wait_group 0
@@ -112,21 +112,21 @@ FA_WS_TMA_OVED = (128, 128, 12, "tma", "oved")
 # 24 / 240 registers (ldr, loads 10 / 11; 396 / 400-406 in run 17b).
 FA_WS_TMA_LDR = (128, 128, 12, "tma", "ldr")
 FA_WS_TMA_LDE = (128, 128, 12, "tma", "lde")
-# Candidate FA_WS_TMA_OVEDL (entries ..._w12t_ovedl_..., loads 20 / 21, D = 128): oved with the
-# grid taken longest first over every head and sequence (fa_ws_core's kWsLpt; causal only, the full
-# entry is oved), so the last wave is the one-tile query blocks, not the last heads' heaviest ones.
-# Experimental (timed beside the planned oved), never planned.
-FA_WS_TMA_OVEDL = (128, 128, 12, "tma", "ovedl")
-# Candidate FA_WS_TMA_OVEDG (..._w12t_ovedg_..., loads 22 / 23, D = 128): the same order within
-# groups of 8 (head, sequence) pairs (kWsLptGroups), which keeps each head's K/V shared in L2 by the
-# CTAs running together. Experimental, never planned.
+# FA_WS_TMA_OVEDG (..._w12t_ovedg_..., loads 22 by name / 23 planned, D = 128): oved with the grid
+# taken longest first within groups of 8 (head, sequence) pairs (fa_ws_core's kWsLptGroups; causal
+# only, the full entry is oved's body), so the last group's heaviest query blocks start about two
+# waves before the end while the CTAs running together still share each head's K/V in L2. Planned
+# at D = 128 causal on Hopper (no softcap) from run 18: on the H200 (run 18 A, B4 S4096) fp16
+# 520 / 517 TFLOP/s against oved's 495 / 515 (cuDNN 496 / 495), bf16 534 / 531 against 521 / 532
+# (cuDNN 506 / 517). Dropped there: the same order over the whole grid (ovedl, 412-427: CTAs running
+# together no longer share a head's K/V in L2).
 FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedl", "ovedg")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
-                 "oved": (18, 19), "ovedl": (20, 21), "ovedg": (22, 23)}  # launcher loads (by name, planned)
+                 "oved": (18, 19), "ovedg": (22, 23)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
-                                  FA_WS_TMA_OVED)
+                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -164,10 +164,10 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
-    FA_WS_TMA_LDR: D = 64; FA_WS_TMA_OVEDL / _OVEDG: D = 128, causal)."""
+    FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST,) + ((FA_WS_TMA_OVEDL, FA_WS_TMA_OVEDG) if causal else ())
+        return (FA_WS_TMA_PERSIST,)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -432,8 +432,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
         return "mma.sync"
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
-                          FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDL,
-                          FA_WS_TMA_OVEDG):
+                          FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -460,7 +459,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); "ld" (12 / 13), "oved" (18 / 19); candidates "ldr", "lde"
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); "ld" (12 / 13), "oved" (18 / 19), "ovedg" (22 / 23); candidates "ldr", "lde"
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -516,10 +515,11 @@ def plan_fused_attention(
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). With
             # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVED (pinned
-            # softmax, staged epilogue), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap needs the _sc twin
-            # their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
+            # softmax, staged epilogue; causal: FA_WS_TMA_OVEDG, its grid longest first within
+            # groups of 8 heads, run 18), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
+            # needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
-                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVED
+                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDG if causal else FA_WS_TMA_OVED
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:
@@ -565,7 +565,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     for by name 1 (3 with the r24 split), where the launcher refuses tensors TMA cannot address;
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
-    FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; the candidates FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15."""
+    FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
+    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15."""
     if plan.persistent:
         return 4
     if not plan.tma:

@@ -825,16 +825,8 @@ constexpr int kWsSmemEpilogue = 2;
 // this: 8 issue slots per exponential where the consumer warps' issue slots are about as busy as
 // MUFU; ov with this alone, at par with ov.)
 constexpr int kWsLeanDesc = 8;
-// kWsLpt (bench candidate m128n128w12t_ovedl: oved + this; causal only): the grid's CTAs take their
-// (query block, head, sequence) longest first over the whole grid, not per head: linear block id i
-// (x fastest, the order CTAs are dispatched in) runs query block nm - 1 - i / (H * B) of head and
-// sequence i % (H * B). With per-head heaviest-first (the default), the last heads' heaviest
-// blocks start in the last waves and leave the other SMs idle while they finish (about 16 of the
-// 512 tile-times per SM at B4 H32 S4096); with this the last wave is the one-tile blocks. The
-// price: CTAs running together read different heads' K/V (the default's neighbours share theirs
-// in L2), about 2 TB/s of K/V from HBM at that shape.
-constexpr int kWsLpt = 16;
-// kWsLptGroups (bench candidate m128n128w12t_ovedg): longest first within groups of kWsLptGroup
+// kWsLptGroups (m128n128w12t_ovedg, planned at D = 128 causal from run 18): longest first within
+// groups of kWsLptGroup
 // (head, sequence) pairs, the groups in order: CTAs running together are about 16 query blocks of
 // 8 heads, so each head's K/V is still shared in L2 by the CTAs reading it at the same time, and
 // the last group's heaviest blocks start about two waves before the end, with that group's lighter
@@ -852,11 +844,6 @@ __device__ __forceinline__ int3 fa_ws_coords() {
     const int gsz = min(kWsLptGroup, hb - grp * kWsLptGroup);  // the last group may be smaller
     const int pair = grp * kWsLptGroup + rem % gsz;
     return make_int3(nm - 1 - rem / gsz, pair % (int)gridDim.y, pair / (int)gridDim.y);
-  } else if constexpr (CAUSAL && (OPT & kWsLpt) != 0) {
-    const long long hb = (long long)gridDim.y * gridDim.z;
-    const long long lin = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
-    const int r = (int)(lin % hb);
-    return make_int3((int)(gridDim.x - 1 - lin / hb), r % (int)gridDim.y, r / (int)gridDim.y);
   }
   return make_int3(CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x, blockIdx.y, blockIdx.z);
 }
@@ -1865,17 +1852,8 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc) \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_oved_causal, T, D, true,          \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)
-// Bench candidate m128n128w12t_ovedl (launcher loads 20 by name, 21 with the fallback), D = 128:
-// oved with the grid taken longest first over all heads (kWsLpt; the full entry is oved's body).
-#define OF_FA_WSTODL_KERNELS_D(DTN, T, D)                                                         \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedl_full, T, D, false,          \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
-                    onnx_fuse::kWsLpt)                                                             \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedl_causal, T, D, true,         \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
-                    onnx_fuse::kWsLpt)
-// Bench candidate m128n128w12t_ovedg (loads 22 / 23), D = 128: oved longest first within groups
-// of 8 (head, sequence) pairs (kWsLptGroups).
+// m128n128w12t_ovedg (loads 22 by name / 23 planned: D = 128 causal), D = 128: oved longest first
+// within groups of 8 (head, sequence) pairs (kWsLptGroups; the full entry is oved's body).
 #define OF_FA_WSTODG_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedg_full, T, D, false,          \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
@@ -1929,7 +1907,6 @@ OF_FA_WSTO_KERNELS_D(f16, __half, 128)
 OF_FA_WSTE_KERNELS_D(f16, __half, 128)
 OF_FA_WSTLD_KERNELS_D(f16, __half, 64)
 OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODL_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
@@ -1948,7 +1925,6 @@ OF_FA_WSTO_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTLD_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODL_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
@@ -2091,7 +2067,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 9 _ovedl, 10 _ovedg (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2120,7 +2096,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 2: OF_PICK_TK2(128, m128n128w12t_ov)
       case 3: OF_PICK_TK2(128, m128n128w12t_ove)
       case 8: OF_PICK_TK2(128, m128n128w12t_oved)
-      case 9: OF_PICK_TK2(128, m128n128w12t_ovedl)
       case 10: OF_PICK_TK2(128, m128n128w12t_ovedg)
       default: return nullptr;
     }
@@ -2330,9 +2305,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // and written as 16-byte rows; 9 is planned at D = 128 for bf16); the same pairs (by name / with
 // the fallback): 12 / 13 m128n128w12t_ld (D = 64: wgmma descriptors stepped by adds; 13 planned),
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
-// output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned), 20 / 21 _ovedl
-// (D = 128 candidate: oved with the grid longest first over all heads), 22 / 23 _ovedg (the same
-// within groups of 8 heads); 16 / 17 (the dropped _ovd) are refused.
+// output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned full), 22 / 23
+// _ovedg (oved with the grid longest first within groups of 8 heads; 23 planned causal); 16 / 17
+// (the dropped _ovd) and 20 / 21 (the dropped _ovedl) are refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2363,7 +2338,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 20 / 21: ovedl; 22 / 23: ovedg
+    // 22 / 23: ovedg (20 / 21, 16 / 17: refused by pick_tma)
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);

@@ -420,13 +420,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
     k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
-    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVE, FA_OVED):  # by name: no fallback
+    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG):  # by name: no fallback
         with pytest.raises(KernelError):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    for code in (2, 5, 7, 9, 19):  # planned TMA: w12t, r24, ov, ove, oved
+    for code in (2, 5, 7, 9, 19, 23):  # planned TMA: w12t, r24, ov, ove, oved, ovedg
         out.fill_(float("nan"))
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
@@ -440,14 +440,15 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
 def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
     """At D = 128 on the H200 the planner names m128n128w12t_oved (launcher loads 19; ov / ove
-    until run 17): it runs on TMA, or on the cp.async producer where TMA cannot address K/V
-    (broadcast over the batch)."""
+    until run 17), causal m128n128w12t_ovedg (loads 23, run 18): it runs on TMA, or on the cp.async
+    producer where TMA cannot address K/V (broadcast over the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    want = lp.FA_WS_TMA_OVED
+    want = lp.FA_WS_TMA_OVEDG
     assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == want
+    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:]).variant == lp.FA_WS_TMA_OVED
     gen = torch.Generator(device="cuda").manual_seed(21)
     q = _rand((B, S, Hq, D), dtype, gen)
     kb = 1 if broadcast else B
@@ -562,12 +563,13 @@ def test_fused_attention_tma_d64_stepped_descriptors_error_as_w12t(lib, dtype, c
         assert abs(errs[tag] - errs["tma"]) <= 1e-3 * errs["tma"], errs
 
 
-@pytest.mark.parametrize("code", [11, 13, 15, 19], ids=["ldr", "ld", "lde", "oved"])
+@pytest.mark.parametrize("code", [11, 13, 15, 19, 23], ids=["ldr", "ld", "lde", "oved", "ovedg"])
 def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
     """Launcher loads 11 / 13 / 15 / 19 (ldr / ld / lde at D = 64, oved at D = 128, with the
     cp.async fallback; 13 and 19 are the planned ones) run where TMA cannot address K/V (broadcast
-    over the batch) and match the reference; the by-name codes 10 / 12 / 14 / 18 refuse there, and
-    16 / 17 (the dropped ovd) everywhere."""
+    over the batch) and match the reference (23: ovedg, planned causal from run 18); the by-name
+    codes 10 / 12 / 14 / 18 / 22 refuse there, and 16 / 17 (the dropped ovd) and 20 / 21 (the
+    dropped ovedl) everywhere."""
     _need_sm90()
     B, S, Hq, Hkv, D = 2, 300, 4, 2, 128 if code >= 17 else 64
     gen = torch.Generator(device="cuda").manual_seed(code)
@@ -589,7 +591,7 @@ def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
     torch.cuda.synchronize()
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
     assert _rel_err(out, expect) < TOL[torch.float16]
-    for dropped in (16, 17):
+    for dropped in (16, 17, 20, 21):
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
             1.0 / D**0.5, 1, 128, 128, 12, dropped, stream)
@@ -597,20 +599,19 @@ def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
     torch.cuda.synchronize()
 
 
-# Candidate m128n128w12t_ovedl (D = 128, causal): oved with the grid taken longest first over all
-# heads and sequences (kWsLpt): the ov cases that are causal, plus a grid of many heads and batches
-# (the remap's head / sequence arithmetic) and a ragged batch.
-# m128n128w12t_ovedg: the same order within groups of 8 (head, sequence) pairs (kWsLptGroups): grids
-# whose pair count is not a multiple of 8 (a smaller last group) among them.
-FA_OVEDL = (128, 128, 12, "tma", "ovedl")
+# m128n128w12t_ovedg (D = 128, planned causal from run 18): oved with the grid taken longest first
+# within groups of 8 (head, sequence) pairs (kWsLptGroups), by name: the ov cases that are causal,
+# a grid of many heads and batches (the remap's head / sequence arithmetic), a ragged batch, and
+# grids whose pair count is not a multiple of 8 (a smaller last group). (ovedl, the whole-grid
+# order, was dropped in run 18.)
 FA_OVEDG = (128, 128, 12, "tma", "ovedg")
-FA_OVEDL_CASES = [c[:7] + (v,) for v in (FA_OVEDL, FA_OVEDG) for c in FA_OV_CASES if c[5]] + [
-    (3, 640, 12, 4, 128, True, [640, 300, 129], v) for v in (FA_OVEDL, FA_OVEDG)] + [
-    (5, 256, 7, 7, 128, True, None, v) for v in (FA_OVEDL, FA_OVEDG)] + [(1, 900, 3, 1, 128, True, [899], FA_OVEDG)]
+FA_OVEDG_CASES = [c[:7] + (FA_OVEDG,) for c in FA_OV_CASES if c[5]] + [
+    (3, 640, 12, 4, 128, True, [640, 300, 129], FA_OVEDG), (5, 256, 7, 7, 128, True, None, FA_OVEDG),
+    (1, 900, 3, 1, 128, True, [899], FA_OVEDG)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_OVEDL_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
+@pytest.mark.parametrize("case", FA_OVEDG_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
 def test_fused_attention_tma_longest_first_matches_reference(lib, case, dtype):
     _need_sm90()
     _check_fused_case(lib, case, dtype)
@@ -624,7 +625,7 @@ def test_fused_attention_tma_longest_first_matches_reference(lib, case, dtype):
 # result is far from it.
 FA_WS_TMA_NAMED = [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ld", "ldr", "lde")]
 FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window, softcap
-    # planned: m128n128w12t_oved (D 128) / _lde (D 64) on the H200; with a softcap r24 / w12t _sc
+    # planned: m128n128w12t_ovedg (D 128 causal) / _lde (D 64) on the H200; with a softcap r24 / w12t _sc
     (2, 1024, 32, 8, 128, None, None, 128, 0.0),
     (2, 1024, 32, 8, 128, [1024, 700], None, 1000, 0.0),
     (2, 1300, 32, 8, 128, [1300, 1], None, 7, 0.0),
@@ -657,7 +658,7 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
     (2, 1000, 4, 2, 64, [999, 640], v, w, 0.0) for v in FA_WS_TMA_NAMED for w in (1, 129)
 ] + [
     (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
-    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedl", "ovedg")]
+    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg")]
     for w in (64, 200)
 ] + [
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),
@@ -749,12 +750,12 @@ def test_fused_attention_tma_window_matches_reference(lib, case, dtype):
     _check_window_case(lib, case, dtype)
 
 
-@pytest.mark.parametrize("code", [2, 13, 15, 19], ids=["w12t", "ld", "lde", "oved"])
+@pytest.mark.parametrize("code", [2, 13, 15, 19, 23], ids=["w12t", "ld", "lde", "oved", "ovedg"])
 def test_fused_attention_tma_window_codes_fall_back(lib, code):
     """The planned TMA codes with a window where TMA cannot address the tensors (a broadcast K/V)
     run the cp.async producer with the same window."""
     _need_sm90()
-    B, S, Hq, D, W = 2, 600, 8, 128 if code == 19 else 64, 100
+    B, S, Hq, D, W = 2, 600, 8, 128 if code in (19, 23) else 64, 100
     gen = torch.Generator(device="cuda").manual_seed(code)
     q = _rand((B, S, Hq, D), torch.float16, gen)
     k = _rand((1, S, 1, D), torch.float16, gen).expand(B, S, 2, D)  # stride 0: no tensor map

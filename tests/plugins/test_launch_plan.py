@@ -63,6 +63,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_oved_full", _block(fa, "#define OF_FA_WSTOD_KERNELS_D("))}
     wstod_d = {int(d) for d in re.findall(r"^OF_FA_WSTOD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstod and wstod_d
+    wstodg = {tuple(map(int, v)) + ("tma", "ovedg") for v in re.findall(
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedg_full", _block(fa, "#define OF_FA_WSTODG_KERNELS_D("))}
+    wstodg_d = {int(d) for d in re.findall(r"^OF_FA_WSTODG_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wstodg and wstodg_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -90,6 +94,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wstld
         if d in wstod_d:
             fav[d] |= wstod
+        if d in wstodg_d:
+            fav[d] |= wstodg
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -161,7 +167,8 @@ def test_variant_tables_match_the_sources():
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
     assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LDE} and fav[128] - fav[96] == {
-        lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED}
+        lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED,
+        lp.FA_WS_TMA_OVEDG}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -239,7 +246,7 @@ def test_fused_plan_picks_per_head_size():
     warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_oved_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedg_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
@@ -266,8 +273,9 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            assert planned.tma and planned.opt == ("oved" if d == 128 else "lde")  # stepped descriptors
-            assert planned.variant == (lp.FA_WS_TMA_OVED if d == 128 else lp.FA_WS_TMA_LDE)
+            oved = lp.FA_WS_TMA_OVEDG if causal else lp.FA_WS_TMA_OVED  # causal: longest first in groups
+            assert planned.tma and planned.opt == (oved[-1] if d == 128 else "lde")  # stepped descriptors
+            assert planned.variant == (oved if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
             assert not lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal, device=ampere).tma
             p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=lp.FA_WS_TMA)
@@ -836,8 +844,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDL,
-                                                             lp.FA_WS_TMA_OVEDG)
+    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -891,7 +898,8 @@ def test_ov_entries_exist_and_are_planned_at_d128():
         for causal in (False, True):
             for heads in ((32, 32), (32, 8)):
                 planned = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
-                assert planned.variant == lp.FA_WS_TMA_OVED  # run 17: ove with the stepped descriptors
+                # run 17: ove with the stepped descriptors; run 18: causal takes it longest first in groups
+                assert planned.variant == (lp.FA_WS_TMA_OVEDG if causal else lp.FA_WS_TMA_OVED)
                 p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal, variant=v)
                 assert p.variant == v and p.kernel in _kernel_names()
                 assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_ov_{'causal' if causal else 'full'}"
@@ -1119,7 +1127,7 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.kernel in names, plan.kernel
                     assert plan.variant in lp.fa_softcap_variants(d)
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
-                    if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED):  # the r24 twin
+                    if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED, lp.FA_WS_TMA_OVEDG):  # r24
                         want = lp.FA_WS_TMA_R24
                     if plain.variant == lp.FA_WS_TMA_LDE:  # softcapped: the w12t twin
                         want = lp.FA_WS_TMA
@@ -1180,8 +1188,9 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
     assert "case 7:" not in fa.split("FaTmaKernelFn pick_tma(")[1].split("using FaTmaPKernelFn")[0]
     assert lp.FA_WS_TMA_LD in lp.fa_variants(64) and lp.FA_WS_TMA_LDE in lp.fa_variants(64)
     assert lp.FA_WS_TMA_OVED in lp.fa_variants(128)
-    for v, d, planned, exp in ((lp.FA_WS_TMA_LD, 64, False, False), (lp.FA_WS_TMA_LDE, 64, True, False),
-                               (lp.FA_WS_TMA_OVED, 128, True, False), (lp.FA_WS_TMA_LDR, 64, False, True)):
+    # planned: the masks (causal flags) the planner picks v for (oved: full only from run 18)
+    for v, d, planned, exp in ((lp.FA_WS_TMA_LD, 64, (), False), (lp.FA_WS_TMA_LDE, 64, (False, True), False),
+                               (lp.FA_WS_TMA_OVED, 128, (False,), False), (lp.FA_WS_TMA_LDR, 64, (), True)):
         tag = v[-1]
         assert (v in lp.fa_experimental_variants(d)) == exp and (v in lp.fa_variants(d)) != exp
         assert lp.fa_engine(v, d) == "wgmma"
@@ -1190,7 +1199,7 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
                 p = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, variant=v)
                 assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d{d}_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
                 assert p.tma and p.opt == tag and not p.r24 and p.variant == v and p.grid == (16, 32, 8)
-                assert (lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant == v) == planned
+                assert (lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant == v) == (causal in planned)
                 sc = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, softcap=30.0)
                 assert sc.variant == (lp.FA_WS_TMA_R24 if d == 128 else lp.FA_WS_TMA)
         with pytest.raises(ValueError, match="not compiled"):
@@ -1199,25 +1208,29 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
             lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
 
 
-@pytest.mark.parametrize("opt, macro, kind, loads", [("ovedl", "WSTODL", 9, 20), ("ovedg", "WSTODG", 10, 22)])
-def test_longest_first_candidates_are_causal_d128_by_name_only(opt, macro, kind, loads):
-    """m128n128w12t_ovedl / _ovedg (oved with the grid longest first over all heads, or within
-    groups of 8 heads: kWsLpt / kWsLptGroups): compiled at D = 128 for fp16 and bf16, launcher
-    loads 20 / 22 by name and 21 / 23 with the fallback, causal only among the experimental
-    variants, never planned."""
+def test_ovedg_is_planned_at_d128_causal_and_ovedl_is_gone():
+    """m128n128w12t_ovedg (oved with the grid longest first within groups of 8 heads, kWsLptGroups):
+    planned at D = 128 causal on Hopper without a softcap (run 18), launcher loads 22 by name and
+    23 planned (with the fallback); the full mask keeps oved, a softcap r24. ovedl (the whole-grid
+    order, measured 412-427 TFLOP/s against oved's 495-532) is no longer compiled."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_{macro}_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert f"case {kind}: OF_PICK_TK2(128, m128n128w12t_{opt})" in fa
-    var = (128, 128, 12, "tma", opt)
+        assert re.search(rf"^OF_FA_WSTODG_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert "case 10: OF_PICK_TK2(128, m128n128w12t_ovedg)" in fa
+    assert "ovedl_" not in fa and "kWsLpt)" not in fa and "OF_FA_WSTODL" not in fa
+    assert lp.FA_WS_TMA_OVEDG in lp.fa_variants(128) and "ovedl" not in lp.FA_OPTS
+    assert not hasattr(lp, "FA_WS_TMA_OVEDL")
     for dt in ("float16", "bfloat16"):
-        p = lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=True, variant=var)
-        assert p.kernel.endswith(f"_d128_m128n128w12t_{opt}_causal") and p.opt == opt
-        assert lp.fa_launch_loads(p, by_name=True) == loads and lp.fa_launch_loads(p, by_name=False) == loads + 1
-        assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVED
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=False, variant=var)
-    assert lp.fa_engine(var, 128) == "wgmma"
+        p = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True)
+        assert p.variant == lp.FA_WS_TMA_OVEDG and p.opt == "ovedg"
+        assert p.kernel.endswith("_d128_m128n128w12t_ovedg_causal")
+        assert lp.fa_launch_loads(p, by_name=True) == 22 and lp.fa_launch_loads(p, by_name=False) == 23
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=False).variant == lp.FA_WS_TMA_OVED
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, softcap=30.0).variant == lp.FA_WS_TMA_R24
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 64, dt, causal=True).variant == lp.FA_WS_TMA_LDE
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, variant=(128, 128, 12, "tma", "ovedl"))
+    assert lp.fa_engine(lp.FA_WS_TMA_OVEDG, 128) == "wgmma"
 
 
 def test_plan_paged_decode_window_sizes_the_splits_for_the_window():
