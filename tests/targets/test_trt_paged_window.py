@@ -24,6 +24,7 @@ import pytest
 import onnx_fuse
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.verify import make_session
+from tests.sliding_band import with_band
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 CORPUS = MODELS.parent / "corpus"
@@ -31,31 +32,8 @@ LAYERS, D, VOCAB = 2, 64, 128
 
 
 def _with_band(window: int, until: int | None = None) -> onnx.ModelProto:
-    """llama64_kv_dynamo with its causal comparison le = LessOrEqual(kv, q) And-ed with
-    kv > q - window (``until``: only for queries at positions < until)."""
-    model = onnx.load(str(MODELS / "llama64_kv_dynamo.onnx"))
-    g = model.graph
-    (le,) = [n for n in g.node if n.op_type == "LessOrEqual"]
-    kv, q = le.input
-    g.initializer.extend([onnx.numpy_helper.from_array(np.array(v, np.int64), k)
-                          for k, v in (("band_w", window), ("band_until", until or 0))])
-    nodes = [onnx.helper.make_node("Sub", [q, "band_w"], ["band_lo"]),
-             onnx.helper.make_node("Greater", [kv, "band_lo"], ["band_gt"])]
-    gt = "band_gt"
-    if until is not None:
-        nodes += [onnx.helper.make_node("GreaterOrEqual", [q, "band_until"], ["band_late"]),
-                  onnx.helper.make_node("Or", ["band_gt", "band_late"], ["band_any"])]
-        gt = "band_any"
-    nodes.append(onnx.helper.make_node("And", [le.output[0], gt], ["band_keep"]))
-    for n in g.node:
-        for i, x in enumerate(n.input):
-            if x == le.output[0]:
-                n.input[i] = "band_keep"
-    at = list(g.node).index(le) + 1
-    for j, n in enumerate(nodes):
-        g.node.insert(at + j, n)
-    onnx.checker.check_model(model)
-    return model
+    """llama64_kv_dynamo with the band kv > q - window on its causal comparison."""
+    return with_band(onnx.load(str(MODELS / "llama64_kv_dynamo.onnx")), window, until=until)
 
 
 def _ops(model) -> collections.Counter:
