@@ -562,6 +562,20 @@ def _bind_computed(pre: list[ir.Node], computed: list[ir.Value], values: dict[in
                 dims.values[name] = int(size)
 
 
+def _compute_tied(nodes: list[ir.Node], tied: list[ir.Value], values: dict[int, np.ndarray],
+                  inline: set[int], opsets: Mapping[str, int], ir_version: int) -> None:
+    """The values of ``tied`` as the original's nodes compute them from the random inputs."""
+    if any(v.dtype is None for v in tied):
+        raise Unchecked("boundary dtype unknown")
+    side = _build([("old", n) for n in nodes], tied, [v.dtype for v in tied], {}, values, inline, opsets, ir_version)
+    try:
+        got = _session(side).run(None, side.feeds)
+    except Exception as exc:  # noqa: BLE001
+        raise Unchecked(f"original refuses random inputs ({_first_line(exc)})") from None
+    for v, arr in zip(tied, got):
+        values[id(v)] = np.asarray(arr)
+
+
 def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
                   new_inits: Mapping[Any, np.ndarray], old_outputs: Sequence[ir.Value],
                   new_outputs: Sequence[Any], opsets: Mapping[str, int], *, ir_version: int = 10,
@@ -610,6 +624,12 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     new_reads |= {id(v) for n in kept for v in n.inputs if v is not None}
     old_only: list[ir.Node] = []
     computed: list[ir.Value] = []   # values the match reads that ``pre`` computes
+    # ... and when the replacement reads it too but its shape has a dim shape inference left
+    # unnamed (RoPE tables expanded to Shape(x4)[0] of the match's own head split), it is computed
+    # before the check from the original's nodes and fed to both sides: its size is then the one
+    # its structure gives (random data of a made-up size would be no table the model can make)
+    tied: list[ir.Value] = []
+    tied_nodes: list[ir.Node] = []
     for v in boundary.values():
         if v.producer() is None or _const_array(v) is not None:
             continue
@@ -617,13 +637,18 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
         if any(id(n) in old_ids or any(x is not None and id(x) in old_made for x in n.inputs) for n in cone):
             if id(v) not in new_reads:
                 old_only += [n for n in cone if id(n) not in old_ids and n not in old_only]
+            elif not _known_dims(v):
+                tied.append(v)
+                tied_nodes += [n for n in cone if id(n) not in old_ids and n not in tied_nodes]
             continue
         pre += [n for n in cone if n not in pre]
         if cone:
             computed.append(v)
     old_only = [n for n in old_only if n not in pre]
-    if pre or old_only:
-        boundary, consumers = _boundary([*pre, *old_nodes, *old_only], new_nodes, new_outputs)
+    tied_nodes = [n for n in tied_nodes if n not in pre and n not in old_only]
+    if pre or old_only or tied_nodes:
+        boundary, consumers = _boundary([*pre, *old_nodes, *old_only, *tied_nodes], new_nodes, new_outputs)
+        boundary.update((id(v), v) for v in tied)   # fed to the sides, computed below
     # FusedAttention zeroes padded query rows by contract (values nobody reads): unpadded
     # masks, as the whole-model verification feeds for the same reason.
     pad = not any(getattr(n, "domain", "") == "onnx_fuse" and n.op_type == "FusedAttention"
@@ -643,13 +668,16 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     # The cones' inputs first: what the cones compute then fixes the names of its dims (below).
     leaves = {id(x) for n in pre for x in n.inputs if x is not None}
     for k, v in order:
-        if k not in values and k in leaves:
+        if k not in values and k in leaves and all(k != id(t) for t in tied):
             values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
     opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
     _bind_computed(pre, computed, values, inline, dims, opsets, ir_version)
+    tied_ids = {id(v) for v in tied}
     for k, v in order:
-        if k not in values:
+        if k not in values and k not in tied_ids:
             values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
+    if tied:
+        _compute_tied(_topo([*pre, *old_nodes, *old_only, *tied_nodes]), tied, values, inline, opsets, ir_version)
 
     out_types = [o.dtype for o in old_outputs]
     if any(t is None for t in out_types):

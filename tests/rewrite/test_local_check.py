@@ -293,3 +293,68 @@ def test_a_dim_name_takes_the_size_its_computed_value_has():
     stats = p.local_check.stats
     assert stats.checked == 1 and not stats.failed, stats
     assert _ops(ir_model)[-2:] == ["Concat", "ReduceProd"]
+
+
+def _rope_heads_model() -> onnx.ModelProto:
+    """x [B, S, 8] split into 2 heads of 4, RotaryEmbedding with tables expanded to the batch
+    read from the split itself (Shape(x4)[:1], as dynamo's llama exports size them): shape
+    inference leaves the tables' batch dim unnamed."""
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Constant", [], ["s"], value=helper.make_tensor("s", TensorProto.INT64, [4], [0, 0, 2, 4])),
+        helper.make_node("Reshape", ["x", "s"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Shape", ["t"], ["b"], end=1),
+        helper.make_node("Constant", [], ["ones"], value=helper.make_tensor("ones", TensorProto.INT64, [2], [1, 1])),
+        helper.make_node("Concat", ["b", "ones"], ["tgt"], axis=0),
+        helper.make_node("Expand", ["c0", "tgt"], ["ce"]),
+        helper.make_node("Expand", ["s0", "tgt"], ["se"]),
+        helper.make_node("RotaryEmbedding", ["t", "ce", "se"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f, ["batch", "seq", 8]),
+                     helper.make_tensor_value_info("c0", f, [1, "seq", 2]),
+                     helper.make_tensor_value_info("s0", f, [1, "seq", 2])],
+        [helper.make_tensor_value_info("z", f, ["batch", 2, "seq", 4])])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+    for vi in model.graph.value_info:   # ONNX invents unk__N names; ours leaves such a dim unnamed
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param.startswith("unk__"):
+                d.Clear()
+    return model
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_tables_sized_by_the_match_itself_are_computed_not_unchecked(wrong):
+    """rotary-heads-3d was unchecked on every llama-type model ("boundary shape has an unnamed
+    dim"): the cos/sin tables' batch comes from Shape of the match's own head split, so their cone
+    cannot run on the replacement's side. They are now computed from the original's nodes and fed
+    to both sides: the right rule is checked and kept, one swapping cos and sin is rolled back."""
+    from pathlib import Path
+
+    text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "layout" / "heads_3d.yaml").read_text()
+    text = text.split("  - name: attention-heads-3d")[0]   # the fragment and rotary-heads-3d
+    if wrong:
+        assert "RotaryEmbedding(x, cs, sn, p," in text
+        text = text.replace("RotaryEmbedding(x, cs, sn, p,", "RotaryEmbedding(x, sn, cs, p,")
+    rules, errors = load_text(text, "<test>")
+    assert not errors
+    model = _rope_heads_model()
+    ce = next(v for v in model.graph.value_info if v.name == "ce")
+    assert not ce.type.tensor_type.shape.dim[0].dim_param   # the unnamed dim of the llama exports
+    p = RewritePass(RuleSet([r for r in rules if r.name == "rotary-heads-3d"]), local_check=True)
+    ir_model = ir.from_proto(model)
+    p(ir_model)
+    stats = p.local_check.stats
+    assert stats.checked == 1 and stats.unchecked == 0, stats
+    assert len(stats.failed) == (1 if wrong else 0), stats
+    rope = [n for n in ir_model.graph if n.op_type == "RotaryEmbedding"]
+    assert [n.inputs[0].name for n in rope] == (["t"] if wrong else ["x"])   # rolled back / committed
+
+
+def test_llama_dynamo_rotary_heads_are_checked():
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "data" / "models" / "llama64_sdpa_dynamo.onnx"
+    rw = onnx_fuse.optimize(path, level=3, verify=True).report.verify["rewrites"]
+    assert rw["failed"] == [] and rw["unchecked"] == 0, rw
