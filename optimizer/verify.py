@@ -653,6 +653,60 @@ def _half_floor(model: onnx.ModelProto) -> tuple[float, float] | None:
     return None
 
 
+# A prefill longer than the largest window attribute costs a full forward pass of that length.
+_LONG_PREFILL_CAP = 2048
+
+
+def window_attribute(model: onnx.ModelProto) -> int:
+    """The largest ``window`` of our FusedAttention / PagedAttention nodes (subgraphs included)."""
+    best = 0
+
+    def walk(graph: onnx.GraphProto) -> None:
+        nonlocal best
+        for n in graph.node:
+            if n.domain == OUR_DOMAIN and n.op_type in ("FusedAttention", "PagedAttention"):
+                for a in n.attribute:
+                    if a.name == "window":
+                        best = max(best, int(a.i))
+            for a in n.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    walk(g)
+
+    walk(model.graph)
+    return best
+
+
+def _has_fused_attention(model: onnx.ModelProto) -> bool:
+    return any(n.domain == OUR_DOMAIN and n.op_type in ("FusedAttention", "PagedAttention")
+               for n in model.graph.node)
+
+
+def _long_prefill_cases(model: onnx.ModelProto, fused_window: int, shapes: Mapping[str, tuple[int, ...]] | None,
+                        base: Mapping[str, np.ndarray], **kw: Any) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
+    """Feeds whose new tokens outnumber ``fused_window`` (W + 3: the last three queries lose keys
+    to the band), so a wrong window shows; none, with why, when the length is fixed, set by the
+    user or above _LONG_PREFILL_CAP, and none without a note when ``base`` already exceeds W."""
+    window = fused_window
+    shapes = dict(shapes or {})
+    vi = _new_tokens_input(model)
+    dims = vi.type.tensor_type.shape.dim if vi is not None else []
+    name = dims[1].dim_param if len(dims) >= 2 else ""
+    length = window + 3
+    if vi is not None and vi.name in base and np.ndim(base[vi.name]) >= 2 and base[vi.name].shape[1] > window:
+        return [], ""   # the default case already exceeds it
+    if not name or name in shapes or (vi is not None and vi.name in shapes):
+        return [], f"window {window} in the optimized graph: the new tokens' length is fixed, so it is not exceeded"
+    if length > _LONG_PREFILL_CAP:
+        return [], (f"window {window} in the optimized graph: a prefill longer than it exceeds the "
+                    f"{_LONG_PREFILL_CAP}-token cap, so the band is not exercised")
+    shapes[name] = (length,)
+    cases = input_cases(model, shapes=shapes, **kw)
+    label = f"{name}={length}"
+    return ([(f"{label}, {lab}" if lab else label, feeds) for lab, feeds in cases],
+            f"window {window} in the optimized graph: also verified on {length} new tokens "
+            f"({label}; cap {_LONG_PREFILL_CAP}), so a wrong window shows")
+
+
 def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict[str, Any]:
     from onnx_fuse.targets.paged_kv_feeds import is_paged_rewrite
 
@@ -672,6 +726,7 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
                         "has no kernel for here; optimize without --verify and check the result "
                         "where that op's library is registered")
     notes = []
+    long_labels: set[str] = set()   # the extra case past a window attribute (_long_prefill_cases)
     if isinstance(inputs, (str, os.PathLike)):
         cases = [("", load_npz(inputs))]
     elif inputs is None:
@@ -686,13 +741,24 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
             notes.append("masks unpadded: FusedAttention zeroes padded query rows by contract")
         # the skeleton of an onnx-ir model holds no constant values: read them from the model
         window = window_constant(ref.ir if ref.ir is not None else ref.skeleton)
+        # the rewrite's window attribute, which a rule may have got wrong: a prefill exceeds it too
+        fused_window = window_attribute(opt.skeleton)
+        if _has_fused_attention(opt.skeleton):   # a rule that dropped the band leaves no attribute
+            fused_window = max(fused_window, window)
+        decoder = any(_is_past(vi) for vi in ref.skeleton.graph.input)
         cases = input_cases(ref.skeleton, shapes=shapes, seed=seed, pad_masks=pad, window=window)
-        if window and any(_is_past(vi) for vi in ref.skeleton.graph.input):
+        if window and decoder:
             notes.append(f"window constant {window} in the graph: the past is longer than it "
                          "(unless --shape sets it), so a banded mask is exercised")
         if len(cases) > 1:
             notes.append("merged decoder: both If branches verified (" +
                          ", ".join(label for label, _ in cases) + ")")
+        if fused_window and not decoder:   # a prefill's 8 tokens would not show a wrong window
+            extra, why = _long_prefill_cases(ref.skeleton, fused_window, shapes, cases[0][1], seed=seed,
+                                             pad_masks=pad, window=window)
+            long_labels = {label for label, _ in extra}
+            cases += extra
+            notes += [why] if why else []
     else:
         cases = [("", dict(inputs))]
     try:
@@ -728,6 +794,9 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
         try:
             ref_out = ref_sess.run(names, feeds)
         except Exception as exc:  # the inputs do not suit the model: the user has to give them
+            if label in long_labels:   # lengths tied some way the feeds do not know: say so
+                notes.append(f"the original refuses the long case [{label}] ({_first_line(exc)}): not verified")
+                continue
             raise UserError(f"cannot verify: ONNX Runtime fails to run the original model on these "
                             f"inputs ({_first_line(exc)}); give inputs with --inputs FILE.npz or dims "
                             "with --shape") from None
