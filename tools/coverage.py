@@ -415,6 +415,17 @@ def _git_head() -> str:
         return "?"
 
 
+
+def _version(dist: str) -> str:
+    """Installed version of a distribution for the header; the anchors' packages are optional
+    (the test extras do not install onnxscript), so a missing one reads 'not installed'."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_worker"]:
@@ -529,14 +540,12 @@ def main(argv=None) -> int:
                     if col not in table_columns:
                         table_columns.append(col)
         table_columns = [c for c in COLUMNS if c in table_columns]
-    import onnxruntime
-    import onnxscript
 
     header = {"command": "python tools/coverage.py " + " ".join(argv),
               "machine": ns.machine or f"{platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()})",
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "git": ns.label or _git_head(), "versions": {"onnxruntime": onnxruntime.__version__,
-                                               "onnxscript": onnxscript.__version__}}
+              "git": ns.label or _git_head(), "versions": {"onnxruntime": _version("onnxruntime"),
+                                               "onnxscript": _version("onnxscript")}}
     header["export_failed"] = json.loads(mpath.read_text()).get("failed", {})
     summ = summary(ordered, table_columns)
     _atomic_write(Path(ns.json), json.dumps({"header": header, "summary": summ, "rows": ordered}, indent=1) + "\n")
