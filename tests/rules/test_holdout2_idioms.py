@@ -245,3 +245,29 @@ def test_xsoftmax_zero_fill_of_the_probabilities(h, target, batched):
     feeds["m"] = ~(keep[:, None, :, None] & keep[:, None, None, :])
     h.assert_close(model, out, feeds)
     assert not h.run(out, feeds)[0][1, :, S // 2:].any()  # the fully masked rows are 0
+
+
+def test_interleaved_rotary_tables_reshaped_onto_another_axis_are_left_alone(h):
+    """Half tables repeated and then reshaped to [1, S, 1, D] (not [1, 1, S, D]) multiply x's heads
+    axis, not its positions (here H == S, so the graph runs): no RotaryEmbedding, the same numbers."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = _roformer_block(h)
+    hs = S  # as many heads as positions: the broadcast is valid, the rotation per head, not position
+    for init in model.graph.initializer:
+        if init.name in ("shape_table", "shape_x"):
+            new = [1, S, 1, D] if init.name == "shape_table" else [B, hs, S, D]
+            init.CopyFrom(numpy_helper.from_array(np.array(new, np.int64), init.name))
+    for vi in (*model.graph.input, *model.graph.output):
+        if vi.name in ("x", "y"):
+            vi.type.tensor_type.shape.dim[1].dim_value = hs
+    del model.graph.value_info[:]  # make_model's shapes were inferred for the [1, 1, S, D] tables
+    onnx.checker.check_model(model)
+    out = h.fuse(model, "ort")
+    assert "rotary-interleaved-repeated-tables" not in h.fired(out), h.fired(out)
+    r = h.rng
+    feeds = {"x": r.standard_normal((B, hs, S, D)).astype(np.float32),
+             "c": r.standard_normal((1, 1, S, D // 2)).astype(np.float32),
+             "s": r.standard_normal((1, 1, S, D // 2)).astype(np.float32)}
+    h.assert_close(model, out, feeds)
