@@ -150,8 +150,9 @@ def _index_graph(model: onnx.ModelProto | ir.Model) -> tuple[list[tuple[str, lis
 
 
 def window_constant(model: onnx.ModelProto | ir.Model) -> int:
-    """The largest integer scalar (2.._MAX_WINDOW) that an Add, Sub or comparison takes and whose
-    result reaches a Less/Greater comparison within four index ops; 0 when there is none."""
+    """The largest integer scalar (2.._MAX_WINDOW; a negative one by its magnitude, a window
+    added as ``Add(q_idx, -W)``) that an Add, Sub or comparison takes and whose result reaches a
+    Less/Greater comparison within four index ops; 0 when there is none."""
     nodes, scalars = _index_graph(model)
     uses: dict[str, list[tuple[str, list[str], list[str]]]] = {}
     for n in nodes:
@@ -162,7 +163,7 @@ def window_constant(model: onnx.ModelProto | ir.Model) -> int:
         if n[0] not in _COMPARISONS and n[0] not in ("Add", "Sub"):
             continue
         for x in n[1]:
-            c = scalars.get(x)
+            c = abs(scalars[x]) if x in scalars else None
             if c is None or not max(best, 1) < c <= _MAX_WINDOW:
                 continue
             frontier = [n]
@@ -657,28 +658,31 @@ def _half_floor(model: onnx.ModelProto) -> tuple[float, float] | None:
 _LONG_PREFILL_CAP = 2048
 
 
-def window_attribute(model: onnx.ModelProto) -> int:
-    """The largest ``window`` of our FusedAttention / PagedAttention nodes (subgraphs included)."""
-    best = 0
+def _attention_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Our FusedAttention / PagedAttention nodes, subgraphs (an If's branches) included."""
+    found: list[onnx.NodeProto] = []
 
     def walk(graph: onnx.GraphProto) -> None:
-        nonlocal best
         for n in graph.node:
             if n.domain == OUR_DOMAIN and n.op_type in ("FusedAttention", "PagedAttention"):
-                for a in n.attribute:
-                    if a.name == "window":
-                        best = max(best, int(a.i))
+                found.append(n)
             for a in n.attribute:
                 for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
                     walk(g)
 
     walk(model.graph)
-    return best
+    return found
+
+
+def window_attribute(model: onnx.ModelProto) -> int:
+    """The largest ``window`` of our FusedAttention / PagedAttention nodes (subgraphs included)."""
+    return max((int(a.i) for n in _attention_nodes(model) for a in n.attribute if a.name == "window"),
+               default=0)
 
 
 def _has_fused_attention(model: onnx.ModelProto) -> bool:
-    return any(n.domain == OUR_DOMAIN and n.op_type in ("FusedAttention", "PagedAttention")
-               for n in model.graph.node)
+    """Whether the model holds one of them (in a branch too, like window_attribute)."""
+    return bool(_attention_nodes(model))
 
 
 def _long_prefill_cases(model: onnx.ModelProto, fused_window: int, shapes: Mapping[str, tuple[int, ...]] | None,

@@ -111,11 +111,7 @@ def _lengths(q: ir.Value, past: ir.Value, cone: list[ir.Node], s: int) -> tuple[
         raise EvalFailure("q and the past must be 4-D with known shapes")
     env: dict[str, int] = {}
     sd, pd = q.shape.dims[2], past.shape.dims[2]
-    # integral values of any numeric dtype: a window may be compared in float positions too
-    consts = [c for n in cone for i in n.inputs if i is not None and (c := _const(i)) is not None
-              and c.size <= 64 and (np.issubdtype(c.dtype, np.integer) or np.issubdtype(c.dtype, np.floating))]
-    big = max([int(x) for c in consts for x in c.ravel().astype(np.float64)
-               if np.isfinite(x) and x == int(x) and 1 < x < _MAX_WINDOW], default=0)
+    big = max([c for c in _int_constants(cone) if c > 1], default=0)
     p = pd if isinstance(pd, int) else max(_MIN_PAST, big + 2)
     for d, val in ((sd, s), (pd, p), (q.shape.dims[0], 1), (past.shape.dims[0], 1)):
         if not isinstance(d, int) and getattr(d, "value", None):
@@ -350,15 +346,22 @@ def _window_rows(arr: np.ndarray, p: int, s: int) -> tuple[set[int], int]:
 
 
 def _int_constants(cone: list[ir.Node]) -> list[int]:
-    """Integral values (of any numeric dtype) among the small constants the cone reads."""
+    """Integral values among the small constants the cone reads, of any numeric dtype (a window
+    may be compared in float positions too), a negative integer-typed one as its magnitude (a
+    window added as ``Add(q_idx, -W)``; a negative float is a mask's fill value, -1e4, -65504)."""
     out = set()
     for n in cone:
         for i in n.inputs:
             c = _const(i) if i is not None else None
-            if c is None or c.size > 64 or not (np.issubdtype(c.dtype, np.integer) or np.issubdtype(c.dtype, np.floating)):
+            if c is None or c.size > 64:
                 continue
-            out.update(int(x) for x in c.ravel().astype(np.float64)
-                       if np.isfinite(x) and x == int(x) and abs(x) < _MAX_WINDOW)
+            if np.issubdtype(c.dtype, np.integer):
+                vals = np.abs(c.ravel().astype(np.float64))
+            elif np.issubdtype(c.dtype, np.floating):
+                vals = c.ravel().astype(np.float64)
+            else:
+                continue
+            out.update(int(x) for x in vals if np.isfinite(x) and x == int(x) and abs(x) < _MAX_WINDOW)
     return sorted(out)
 
 

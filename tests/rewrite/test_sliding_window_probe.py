@@ -13,14 +13,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_fuse.rewrite._expr import EvalFailure
-from onnx_fuse.rewrite._mask_probe import sliding_window
+from onnx_fuse.rewrite._mask_probe import causal_mask, sliding_window
 
 
 def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = False,
-           until: int | None = None, widen: bool = False, window_input: bool = False) -> dict:
+           until: int | None = None, widen: bool = False, window_input: bool = False,
+           negative: bool = False) -> dict:
     """q positions Range(P, P + S), keys Range(0, P + S); keep j <= i (and j > i - window; with
     ``until`` only for i < until; ``widen``: j > i // 2 - 1 instead); AND attention_mask;
-    Where(0, finfo.min) when ``additive``. P = Shape(past)[2] (0 without a past), S from the
+    Where(0, finfo.min) when ``additive`` (``negative``: the band as Add(i, -window)). P = Shape(past)[2] (0 without a past), S from the
     hidden state (fixed at 1 with ``fixed_one``, q's length symbolic all the same)."""
     nodes = [helper.make_node("Shape", ["hidden"], ["ss"], start=1, end=2)]
     if past:
@@ -40,6 +41,8 @@ def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = 
         if widen:
             nodes += [helper.make_node("Div", ["qc", "two"], ["qh"]),
                       helper.make_node("Sub", ["qh", "one"], ["lo"])]
+        elif negative:
+            nodes.append(helper.make_node("Add", ["qc", "w_neg"], ["lo"]))
         else:
             nodes.append(helper.make_node("Sub", ["qc", w_name], ["lo"]))
         nodes.append(helper.make_node("Greater", ["kv", "lo"], ["band"]))
@@ -60,6 +63,7 @@ def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = 
         out = "mask"
     inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
         ("zero", 0, np.int64), ("one", 1, np.int64), ("two", 2, np.int64), ("w", window or 0, np.int64),
+        ("w_neg", -(window or 0), np.int64),
         ("until", until or 0, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
         ("ax12", [1, 2], np.int64), ("zero_f", 0.0, np.float32),
         ("neg", np.finfo(np.float32).min, np.float32)]]
@@ -159,3 +163,51 @@ def test_windows_past_the_square_probe_bound():
     assert _w(_graph(window=10000, past=True, additive=True)) == 10000
     with pytest.raises(EvalFailure, match="lets a query see all"):
         _w(_graph(window=10000, past=True, additive=True, until=20000))
+
+
+@pytest.mark.parametrize("past", [False, True])
+def test_window_added_as_a_negative_constant(past):
+    """kv > q + (-W): the window is the magnitude of a negative integer constant, so the probe
+    goes past W = 40 there too (at the 16 tokens it uses without one, the band never shows and
+    the mask reads as plain causal); causal_mask refuses the band for the same reason."""
+    g = _graph(window=40, past=past, additive=True, negative=True)
+    assert _w(g) == 40
+    if past:
+        with pytest.raises(EvalFailure, match="sliding window of 40"):
+            causal_mask(None, g["mask"], g["q"], g["past"])
+
+
+def test_window_constant_reads_a_negative_window():
+    """verify's window_constant (the past it feeds grows past W) reads Add(q, -W) as W too."""
+    from onnx_fuse.verify import window_constant
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["qc", "w_neg"], ["lo"]), helper.make_node("Greater", ["kv", "lo"], ["y"])],
+        "w", [helper.make_tensor_value_info("qc", TensorProto.INT64, ["s", 1]),
+              helper.make_tensor_value_info("kv", TensorProto.INT64, ["t"])],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, None)],
+        [numpy_helper.from_array(np.asarray(-40, np.int64), "w_neg")])
+    assert window_constant(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])) == 40
+
+
+def _attention_in_a_branch(**attrs) -> onnx.ModelProto:
+    attn = helper.make_node("FusedAttention", ["x", "x", "x"], ["a"], domain="onnx_fuse", num_heads=1, **attrs)
+    branch = helper.make_graph([attn], "b", [], [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["c"])], "o", [],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)], "g",
+        [helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("onnx_fuse", 1)])
+
+
+def test_fused_attention_in_a_branch_counts_for_the_long_prefill():
+    """verify adds the long-prefill case when the optimized graph holds our attention op (a rule
+    that dropped the band leaves no window attribute); one in an If branch counts too, as
+    window_attribute already read its window there."""
+    from onnx_fuse.verify import _has_fused_attention, window_attribute
+
+    assert _has_fused_attention(_attention_in_a_branch()) and window_attribute(_attention_in_a_branch()) == 0
+    assert window_attribute(_attention_in_a_branch(window=4)) == 4
