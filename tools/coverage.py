@@ -415,7 +415,6 @@ def _git_head() -> str:
         return "?"
 
 
-
 def _version(dist: str) -> str:
     """Installed version of a distribution for the header; the anchors' packages are optional
     (the test extras do not install onnxscript), so a missing one reads 'not installed'."""
@@ -425,6 +424,7 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "not installed"
+
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
