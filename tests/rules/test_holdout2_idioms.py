@@ -271,3 +271,23 @@ def test_interleaved_rotary_tables_reshaped_onto_another_axis_are_left_alone(h):
              "c": r.standard_normal((1, 1, S, D // 2)).astype(np.float32),
              "s": r.standard_normal((1, 1, S, D // 2)).astype(np.float32)}
     h.assert_close(model, out, feeds)
+
+
+def test_rotate_half_on_a_seq_first_layout_with_symbolic_heads_is_refused_in_one_line(h):
+    """rotary-const-table-sbhd needs static heads (its Reshape writes H * D): a symbolic head count
+    is refused with the check's own reason, not a TypeError from multiplying a dim name."""
+    n = h.node
+    f = np.outer(np.arange(S), 1.0 / 100 ** (np.arange(D // 2) * 2 / D))
+    f = np.concatenate([f, f], -1).reshape(S, 1, 1, D)
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"cos": np.cos(f).astype(np.float32), "sin": np.sin(f).astype(np.float32), "i0": i64(0),
+             "ih": i64(D // 2), "big": i64(2 ** 62), "ax3": i64(3)}
+    nodes = [n("Transpose", ["x0"], ["x"], perm=[1, 0, 2, 3]),
+             n("Mul", ["x", "cos"], ["m1"]), n("Slice", ["x", "i0", "ih", "ax3"], ["x1"]),
+             n("Slice", ["x", "ih", "big", "ax3"], ["x2"]), n("Neg", ["x2"], ["nx"]),
+             n("Concat", ["nx", "x1"], ["r"], axis=3), n("Mul", ["r", "sin"], ["m2"]), n("Add", ["m1", "m2"], ["y"]),
+             n("Transpose", ["y"], ["yb"], perm=[1, 0, 2, 3])]
+    model = h.make_model(nodes, [h.vi("x0", ["b", S, "h", D])], [h.vi("yb", ["b", S, "h", D])], inits)
+    assert h.reasons(model, "ort", "rotary-const-table-sbhd") == ["check failed: heads and head dim must be static"]
+    out = h.fuse(model, "ort")
+    h.assert_close(model, out, {"x0": h.rng.standard_normal((B, S, H, D)).astype(np.float32)})
