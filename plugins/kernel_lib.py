@@ -165,9 +165,9 @@ class KernelLib:
         (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex.
         window > 0 (sliding window, causal only): query i sees keys i - window < j <= i, through
         onnx_fuse_fused_attention_fwd_w (every variant but the experimental persistent one)."""
-        window = int(window or 0)
-        if window < 0 or (window and not causal):
-            raise ValueError(f"window={window}: >= 0, and > 0 only with causal attention")
+        window = _window(window)
+        if window and not causal:
+            raise ValueError("fused_attention: window > 0 needs causal attention")
         B, S, Hq, D = q.shape
         Hkv = k.shape[2]
         for t in (q, k, v, out):
