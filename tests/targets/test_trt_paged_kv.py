@@ -382,19 +382,6 @@ def test_o3_keeps_the_cache_and_fuses_attention():
 # ---- the corpus (head size 16) through the same rule without its head-size check ---------------
 
 
-@pytest.fixture(scope="module")
-def any_head_rule(tmp_path_factory) -> str:
-    """trt-paged-kv as built in, minus the kernels' head-size check: what the rest of the lowering
-    and the readers hook do on exporters and architectures the head-64 exports do not cover."""
-    text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "paged_trt.yaml").read_text()
-    start, end = text.index("rules:"), text.index("  - name: attention-kv-trt")
-    lines = [ln for ln in text[start:end].splitlines()
-             if "dim(q, 3) in (64, 80, 96, 128, 256)" not in ln and "dim(q, 3) in (64, 128)" not in ln]
-    path = tmp_path_factory.mktemp("rules") / "paged_any_head.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
 @pytest.mark.parametrize("name", [
     "gptj__kv__trained",        # RoPE from a gathered sin/cos table: position ids reach RotaryEmbedding
     "gpt2__optimum__trained",   # Optimum: position_ids is an input, the mask was sized from present

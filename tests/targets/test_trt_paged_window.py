@@ -129,18 +129,6 @@ def test_mask_banded_only_at_small_positions_is_refused():
     assert result.report.status == "PASSED", result.report.status_reason
 
 
-@pytest.fixture(scope="module")
-def any_head_rule(tmp_path_factory) -> str:
-    """trt-paged-kv minus the kernels' head-size checks (the corpus has head size 16)."""
-    text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "paged_trt.yaml").read_text()
-    start, end = text.index("rules:"), text.index("  - name: attention-kv-trt")
-    lines = [ln for ln in text[start:end].splitlines()
-             if "dim(q, 3) in (64, 80, 96, 128, 256)" not in ln and "dim(q, 3) in (64, 128)" not in ln]
-    path = tmp_path_factory.mktemp("rules") / "paged_any_head.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
 @pytest.mark.parametrize("name, windows", [
     ("mistral__optimum__trained", [4, 4]),     # every layer sliding (sliding_window=4)
     ("gemma3__optimum__trained", [4, 0]),      # sliding and full layers alternating
