@@ -179,10 +179,9 @@ def test_position_bias_and_mask_added_in_two_steps(h, target):
     h.assert_close(model, out, feeds)
 
 
-@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-def test_rotate_half_on_a_seq_first_layout(h, target):
-    """wav2vec2-conformer (hold-out 2): the rotation on x [S, B, H, D] (heads view transposed (0, 1))
-    with folded tables [S, 1, 1, D], halves concatenated on axis 3 -> RotaryEmbedding, same numbers."""
+def _seq_first_rope(h, x_shape):
+    """wav2vec2-conformer's rotation: x0 [B, S, H, D] viewed seq-first (Transpose (1, 0, 2, 3)),
+    rotate-half with folded tables [S, 1, 1, D] (halves concatenated on axis 3), transposed back."""
     n = h.node
     f = np.outer(np.arange(S), 1.0 / 100 ** (np.arange(D // 2) * 2 / D))
     f = np.concatenate([f, f], -1).reshape(S, 1, 1, D)
@@ -194,7 +193,14 @@ def test_rotate_half_on_a_seq_first_layout(h, target):
              n("Slice", ["x", "ih", "big", "ax3"], ["x2"]), n("Neg", ["x2"], ["nx"]),
              n("Concat", ["nx", "x1"], ["r"], axis=3), n("Mul", ["r", "sin"], ["m2"]), n("Add", ["m1", "m2"], ["y"]),
              n("Transpose", ["y"], ["yb"], perm=[1, 0, 2, 3])]
-    model = h.make_model(nodes, [h.vi("x0", [B, S, H, D])], [h.vi("yb", [B, S, H, D])], inits)
+    return h.make_model(nodes, [h.vi("x0", x_shape)], [h.vi("yb", x_shape)], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rotate_half_on_a_seq_first_layout(h, target):
+    """wav2vec2-conformer (hold-out 2): the rotation on x [S, B, H, D] (heads view transposed (0, 1))
+    with folded tables [S, 1, 1, D], halves concatenated on axis 3 -> RotaryEmbedding, same numbers."""
+    model = _seq_first_rope(h, [B, S, H, D])
     out = h.fuse(model, target)
     assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, {"x0": h.rng.standard_normal((B, S, H, D)).astype(np.float32)})
@@ -276,18 +282,7 @@ def test_interleaved_rotary_tables_reshaped_onto_another_axis_are_left_alone(h):
 def test_rotate_half_on_a_seq_first_layout_with_symbolic_heads_is_refused_in_one_line(h):
     """rotary-const-table-sbhd needs static heads (its Reshape writes H * D): a symbolic head count
     is refused with the check's own reason, not a TypeError from multiplying a dim name."""
-    n = h.node
-    f = np.outer(np.arange(S), 1.0 / 100 ** (np.arange(D // 2) * 2 / D))
-    f = np.concatenate([f, f], -1).reshape(S, 1, 1, D)
-    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
-    inits = {"cos": np.cos(f).astype(np.float32), "sin": np.sin(f).astype(np.float32), "i0": i64(0),
-             "ih": i64(D // 2), "big": i64(2 ** 62), "ax3": i64(3)}
-    nodes = [n("Transpose", ["x0"], ["x"], perm=[1, 0, 2, 3]),
-             n("Mul", ["x", "cos"], ["m1"]), n("Slice", ["x", "i0", "ih", "ax3"], ["x1"]),
-             n("Slice", ["x", "ih", "big", "ax3"], ["x2"]), n("Neg", ["x2"], ["nx"]),
-             n("Concat", ["nx", "x1"], ["r"], axis=3), n("Mul", ["r", "sin"], ["m2"]), n("Add", ["m1", "m2"], ["y"]),
-             n("Transpose", ["y"], ["yb"], perm=[1, 0, 2, 3])]
-    model = h.make_model(nodes, [h.vi("x0", ["b", S, "h", D])], [h.vi("yb", ["b", S, "h", D])], inits)
+    model = _seq_first_rope(h, ["b", S, "h", D])
     assert h.reasons(model, "ort", "rotary-const-table-sbhd") == ["check failed: heads and head dim must be static"]
     out = h.fuse(model, "ort")
     h.assert_close(model, out, {"x0": h.rng.standard_normal((B, S, H, D)).astype(np.float32)})
