@@ -26,6 +26,7 @@ import ast
 import dataclasses
 import hashlib
 import operator
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -707,34 +708,56 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     return None
 
 
+class _ModelRecord:
+    """What one checker knows of one model: a weak reference to it (a model's id is reused once
+    it is collected, so a record is found by the live object, never by id alone), the checks'
+    counts on it, and its verify.length_ties read once."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.ref = weakref.ref(model)
+        self.stats = CheckStats()
+        self.ties: dict[str, tuple] | None = None
+
+
 class LocalChecker:
     """Called by RewritePass on each planned rewrite: None to commit, or why to drop it."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
-        self.by_model: dict[int, CheckStats] = {}   # id(model) -> what the checks did on it
-        self.ties_by_model: dict[int, dict[str, tuple]] = {}   # id(model) -> verify.length_ties
+        # one record per model the pass ran on; a collected model's counts still add to ``stats``
+        self._records: list[_ModelRecord] = []
+
+    def _record(self, model: ir.Model, *, create: bool = True) -> _ModelRecord | None:
+        for r in self._records:
+            if r.ref() is model:
+                return r
+        if not create:
+            return None
+        self._records.append(_ModelRecord(model))
+        return self._records[-1]
 
     @property
     def stats(self) -> CheckStats:
         """Everything checked, on every model the pass ran on."""
         total = CheckStats()
-        for s in self.by_model.values():
-            total.merge(s)
+        for r in self._records:
+            total.merge(r.stats)
         return total
 
     def stats_for(self, model: ir.Model) -> CheckStats:
         """The checks of the run on ``model`` itself when there was one: a pass that first tries
         its rules on a copy (the opset trial) and drops it then runs them again on the model."""
-        return self.by_model.get(id(model)) or self.stats
+        r = self._record(model, create=False)
+        return r.stats if r is not None else self.stats
 
     def _ties(self, model: ir.Model) -> dict[str, tuple]:
         """verify.length_ties of ``model``, read once per model (its inputs as the pass began)."""
         from onnx_fuse.verify import length_ties
 
-        if id(model) not in self.ties_by_model:
-            self.ties_by_model[id(model)] = length_ties(model)
-        return self.ties_by_model[id(model)]
+        r = self._record(model)
+        if r.ties is None:
+            r.ties = length_ties(model)
+        return r.ties
 
     @staticmethod
     def _sums(model: ir.Model, anchor: ir.Node) -> dict[str, str]:
@@ -753,7 +776,7 @@ class LocalChecker:
         import time
 
         t0 = time.perf_counter()
-        stats = self.by_model.setdefault(id(model), CheckStats())
+        stats = self._record(model).stats
         match = plan.match
         rule = match.rule
         opsets = dict(model.opset_imports.items())

@@ -358,3 +358,45 @@ def test_llama_dynamo_rotary_heads_are_checked():
     path = Path(__file__).parents[1] / "data" / "models" / "llama64_sdpa_dynamo.onnx"
     rw = onnx_fuse.optimize(path, level=3, verify=True).report.verify["rewrites"]
     assert rw["failed"] == [] and rw["unchecked"] == 0, rw
+
+
+def _relu_relu_decoder() -> onnx.ModelProto:
+    """Relu(Relu(x)) beside a past and an attention mask: verify.length_ties ties the mask's
+    length to past + new tokens."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4]),
+         helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, ["batch", 2, "past", 4]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_checker_does_not_serve_a_collected_model_to_one_that_reuses_its_id():
+    """Python reuses an object's id once it is collected: a checker that keyed its records by
+    id(model) handed a new model at that address the counts and the length ties of the old one."""
+    import gc
+
+    p = RewritePass(_rules(DOUBLE_RELU), local_check=True)
+    plain = _model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["z"])])
+    for _ in range(40):
+        old = ir.from_proto(_relu_relu_decoder())
+        assert p(old).modified
+        assert p.local_check._ties(old) == {"total": ("past", "seq")}
+        address = id(old)
+        del old
+        gc.collect()
+        keep = []
+        for _ in range(200):
+            new = ir.from_proto(plain)
+            if id(new) == address:
+                break
+            keep.append(new)
+        else:
+            continue
+        assert p.local_check._ties(new) == {}   # the old code gave the collected decoder's ties
+        assert p(new).modified
+        assert p.local_check.stats_for(new).checked == 1
+        assert p.local_check.stats.checked >= 2   # the collected models' checks still count
+        return
+    pytest.skip("no model was allocated at a collected model's address")
