@@ -26,20 +26,26 @@ OUTPUT_LIKE = {
 
 
 def stand_in_plugin_ops(graph: onnx.GraphProto) -> int:
-    """Replace our plugin nodes in ``graph`` (a copy given to onnx) by Identity stand-ins;
-    returns how many nodes were replaced."""
-    replaced, nodes = 0, []
+    """Replace our plugin nodes in ``graph`` (a copy given to onnx) and in its subgraphs (an
+    Optimum merged decoder's If branches hold every layer) by Identity stand-ins; returns how
+    many nodes were replaced."""
+    replaced, here, nodes = 0, 0, []
     for node in graph.node:
         like = OUTPUT_LIKE.get(node.op_type) if node.domain == PLUGIN_DOMAIN else None
         if like is None or len(node.output) > len(like):
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    replaced += stand_in_plugin_ops(attr.g)
+                for sub in attr.graphs:
+                    replaced += stand_in_plugin_ops(sub)
             nodes.append(node)
             continue
         for k, out in enumerate(node.output):
             src = node.input[like[k]] if like[k] < len(node.input) else ""
             if out and src:
                 nodes.append(onnx.helper.make_node("Identity", [src], [out], name=f"{node.name}/shape_{k}"))
-        replaced += 1
-    if replaced:
+        here += 1
+    if here:   # (a subgraph's stand-ins were put in place above)
         del graph.node[:]
         graph.node.extend(nodes)
-    return replaced
+    return replaced + here

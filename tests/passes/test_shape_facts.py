@@ -47,6 +47,36 @@ def test_plugin_op_outputs_take_their_inputs_shapes_through_layers():
                                                  "FusedAttention", "Relu"]   # only the copy had stand-ins
 
 
+def test_plugin_op_stand_ins_reach_if_branches():
+    """The same layers inside an If branch (an Optimum merged decoder holds every layer there):
+    the stand-ins reach the branch, so S = 1 is proven after each op there too."""
+    model = _model('''
+    g (bool c, float[B, 1, 128] x, float[N, 4, 2, 64] kc0, float[N, 4, 2, 64] vc0, float[N, 4, 2, 64] kc1,
+       float[N, 4, 2, 64] vc1, int32[B, M] bt, int32[B] sl) => (float[B, S, 128] y)
+    {
+        y = If(c) <then_branch = then_g () => (float[B, S, 128] yt) {
+            o0, kc0o, vc0o = onnx_fuse.PagedAttention<num_heads = 2, kv_num_heads = 2>(x, x, x, kc0, vc0, bt, sl)
+            h = Relu(o0)
+            o1, kc1o, vc1o = onnx_fuse.PagedAttention<num_heads = 2, kv_num_heads = 2>(h, h, h, kc1, vc1, bt, sl)
+            f = onnx_fuse.FusedAttention<num_heads = 2>(o1, o1, o1)
+            yt = Relu(f)
+        }, else_branch = else_g () => (float[B, S, 128] ye) {
+            ye = Relu(x)
+        }>
+    }''')
+    branch = model.graph.node(0).attributes["then_branch"].value
+    for n in branch:   # the stale shapes a rule gave
+        for o in n.outputs:
+            if o.name in ("o0", "o1", "f", "h"):
+                o.shape, o.type = ir.Shape(["B", "S", 128]), ir.TensorType(ir.DataType.FLOAT)
+    assert ShapeInferencePass()(model).modified
+    for name in ("o0", "h", "o1", "f", "yt"):
+        v = next(o for n in branch for o in n.outputs if o.name == name)
+        assert [d if isinstance(d, int) else d.value for d in v.shape] == ["B", 1, 128], name
+    assert [n.op_type for n in branch] == ["PagedAttention", "Relu", "PagedAttention",
+                                           "FusedAttention", "Relu"]   # only the copy had stand-ins
+
+
 def test_a_concat_length_is_named_as_the_sum_of_its_parts():
     """present = Concat(past [.., p, ..], new [.., s, ..]) undeclared: onnx leaves its length
     unknown (a fresh unk__N per value); now it is ``p + s`` (sorted terms, ints last), and a
