@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +153,13 @@ def window_constant(model: onnx.ModelProto | ir.Model) -> int:
     """The largest integer scalar (2.._MAX_WINDOW; a negative one by its magnitude, a window
     added as ``Add(q_idx, -W)``) that an Add, Sub or comparison takes and whose result reaches a
     Less/Greater comparison within four index ops; 0 when there is none."""
-    nodes, scalars = _index_graph(model)
+    return band_constant(*_index_graph(model))
+
+
+def band_constant(nodes: Sequence[tuple[str, Sequence[str], Sequence[str]]], scalars: Mapping[str, int]) -> int:
+    """window_constant over ``nodes`` ((op_type, inputs, outputs), value names any strings) and
+    ``scalars`` (the integer scalars among their inputs): the per-rewrite check reads it of a
+    cut-out."""
     uses: dict[str, list[tuple[str, list[str], list[str]]]] = {}
     for n in nodes:
         for x in n[1]:

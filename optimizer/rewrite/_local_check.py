@@ -7,9 +7,10 @@ with verify's per-dtype tolerances. A replacement that differs, or that ORT refu
 original runs, is a failed check and the caller drops the rewrite.
 
 Inputs are random but sensible: symbolic dims get the small values verify uses (2 for a leading
-dim, 8 otherwise, a decoder's mask length P + S (verify.length_ties) and a name shape inference
-gave a Concat's length the sum of its parts (passes/_dim_sums.py), simple sums such as
-``s0 + s1`` evaluated; a name the cones compute takes their size), integer
+dim, 8 otherwise, or W + 3 past a sliding window W the cut-out holds, up to 256; a decoder's mask
+length P + S (verify.length_ties) and a name shape inference gave a Concat's length the sum of its
+parts (passes/_dim_sums.py), simple sums such as ``s0 + s1`` evaluated; a name the cones compute
+takes their size), integer
 values that index a table stay inside it, masks are mostly kept with the first key always kept,
 position-like ints count up. A boundary value whose shape is not fully known, a node with a
 subgraph, or an original that ORT cannot run on the random inputs makes the rewrite "unchecked":
@@ -103,11 +104,47 @@ def _eval_dim(text: str, env: Mapping[str, int]) -> int | None:
     return ev(tree)
 
 
+# The size of a non-leading symbolic dim (a sequence) in a cut-out...
+_LENGTH = 8
+# ... unless the cut-out holds a sliding window W (a band constant, a ``window`` attribute): then
+# W + 3, so its last queries lose keys to the band, up to this length (scores grow as its square;
+# a wider window, 4096 in real models, is left to the whole-model verification, docs/verify.md).
+_MAX_LENGTH = 256
+
+
+def _sequence_length(nodes: Sequence[ir.Node], new_nodes: Sequence[Any]) -> int:
+    """_LENGTH, or W + 3 for the widest window W that the cut-out's nodes hold and that fits
+    _MAX_LENGTH: an integer constant on its way from positions to a comparison (the band of a
+    mask, ``kv > q - W``: verify.band_constant, as the whole-model check finds it) or a
+    ``window`` attribute of either side. At 8 positions a wrong rewrite of a window of 8 or more
+    (the band dropped, W off by one) cannot show."""
+    from onnx_fuse.verify import band_constant
+
+    scalars: dict[str, int] = {}
+    index = []
+    for n in nodes:
+        for x in n.inputs:
+            arr = _const_array(x) if x is not None else None
+            if arr is not None and arr.size == 1 and arr.dtype in (np.int64, np.int32):
+                scalars[str(id(x))] = int(arr.ravel()[0])
+        index.append((n.op_type, [str(id(x)) if x is not None else "" for x in n.inputs],
+                      [str(id(o)) for o in n.outputs]))
+    windows = [band_constant(index, scalars)]
+    windows += [int(n.attributes["window"].value) for n in nodes if "window" in n.attributes
+                and n.attributes["window"].type == ir.AttributeType.INT]
+    windows += [int(w) for nn in new_nodes
+                if isinstance(w := getattr(nn, "attrs", {}).get("window"), (int, np.integer))]
+    fitting = [w for w in windows if 0 < w <= _MAX_LENGTH - 3]
+    return max(_LENGTH, max(fitting, default=0) + 3)
+
+
 class _Dims:
     """One consistent value per symbolic dim name within a check."""
 
-    def __init__(self, sums: Mapping[str, str] = {}, ties: Mapping[str, tuple] = {}) -> None:
+    def __init__(self, sums: Mapping[str, str] = {}, ties: Mapping[str, tuple] = {},
+                 length: int = _LENGTH) -> None:
         self.values: dict[str, int] = {}
+        self.length = length   # a non-leading name's size (_sequence_length)
         self.sums = sums     # {name: "p + s"}: a Concat's length by its parts (passes/_dim_sums.py)
         self.ties = ties     # {dim: (dim or size, dim or size)} it is the sum of (verify.length_ties)
 
@@ -133,7 +170,7 @@ class _Dims:
         elif name in self.sums:   # a present's length, P + S, whatever the names
             v = self.value(self.sums[name], axis)
         elif name.isidentifier():
-            v = 2 if axis == 0 else 8
+            v = 2 if axis == 0 else self.length
         else:
             v = _eval_dim(name, {k: x for k, x in self.values.items() if k.isidentifier()})
             if v is None:
@@ -654,58 +691,68 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     # masks, as the whole-model verification feeds for the same reason.
     pad = not any(getattr(n, "domain", "") == "onnx_fuse" and n.op_type == "FusedAttention"
                   for n in [*old_nodes, *new_nodes])
-    rng = np.random.default_rng(seed)
-    dims = _Dims(sums, ties)
-    values: dict[int, np.ndarray] = {}
-    inline: set[int] = set()
-    for k, v in boundary.items():
-        arr = _const_array(v)
-        if arr is not None:
-            values[k] = arr
-            if arr.size <= _INLINE_CONST:
-                inline.add(k)
-    # Plain symbols first, so that a dim such as ``s0 + s1`` sees the values of both terms.
-    order = sorted(boundary.items(), key=lambda kv: not _plain_dims(kv[1]))
-    # The cones' inputs first: what the cones compute then fixes the names of its dims (below).
-    leaves = {id(x) for n in pre for x in n.inputs if x is not None}
-    for k, v in order:
-        if k not in values and k in leaves and all(k != id(t) for t in tied):
-            values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
     opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
-    _bind_computed(pre, computed, values, inline, dims, opsets, ir_version)
-    tied_ids = {id(v) for v in tied}
-    for k, v in order:
-        if k not in values and k not in tied_ids:
-            values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
-    if tied:
-        _compute_tied(_topo([*pre, *old_nodes, *old_only, *tied_nodes]), tied, values, inline, opsets, ir_version)
 
-    out_types = [o.dtype for o in old_outputs]
-    if any(t is None for t in out_types):
-        raise Unchecked("pattern output dtype unknown")
-    ids_new_inits = {id(k): a for k, a in new_inits.items()}
-    old_order = _topo([*pre, *old_nodes, *old_only]) if old_only else [*pre, *old_nodes]
-    old_side = _build([("old", n) for n in old_order], old_outputs, out_types, {}, values, inline,
-                      opsets, ir_version)
-    new_side = _build([("old", n) for n in (*pre, *kept)] + [("new", n) for n in new_nodes], new_outputs,
-                      out_types, ids_new_inits, values, inline, opsets, ir_version)
+    def run(length: int) -> str | None:
+        rng = np.random.default_rng(seed)
+        dims = _Dims(sums, ties, length)
+        values: dict[int, np.ndarray] = {}
+        inline: set[int] = set()
+        for k, v in boundary.items():
+            arr = _const_array(v)
+            if arr is not None:
+                values[k] = arr
+                if arr.size <= _INLINE_CONST:
+                    inline.add(k)
+        # Plain symbols first, so that a dim such as ``s0 + s1`` sees the values of both terms.
+        order = sorted(boundary.items(), key=lambda kv: not _plain_dims(kv[1]))
+        # The cones' inputs first: what the cones compute then fixes the names of its dims (below).
+        leaves = {id(x) for n in pre for x in n.inputs if x is not None}
+        for k, v in order:
+            if k not in values and k in leaves and all(k != id(t) for t in tied):
+                values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
+        _bind_computed(pre, computed, values, inline, dims, opsets, ir_version)
+        tied_ids = {id(v) for v in tied}
+        for k, v in order:
+            if k not in values and k not in tied_ids:
+                values[k] = _random_value(v, dims.concrete(v.shape), consumers.get(k, []), rng, dims, pad)
+        if tied:
+            _compute_tied(_topo([*pre, *old_nodes, *old_only, *tied_nodes]), tied, values, inline, opsets, ir_version)
+
+        out_types = [o.dtype for o in old_outputs]
+        if any(t is None for t in out_types):
+            raise Unchecked("pattern output dtype unknown")
+        ids_new_inits = {id(k): a for k, a in new_inits.items()}
+        old_order = _topo([*pre, *old_nodes, *old_only]) if old_only else [*pre, *old_nodes]
+        old_side = _build([("old", n) for n in old_order], old_outputs, out_types, {}, values, inline,
+                          opsets, ir_version)
+        new_side = _build([("old", n) for n in (*pre, *kept)] + [("new", n) for n in new_nodes], new_outputs,
+                          out_types, ids_new_inits, values, inline, opsets, ir_version)
+        try:
+            ref = _session(old_side).run(None, old_side.feeds)
+        except Exception as exc:  # random inputs the original refuses: cannot tell
+            raise Unchecked(f"original refuses random inputs ({_first_line(exc)})") from None
+        try:
+            got = _session(new_side).run(None, new_side.feeds)
+        except Exception as exc:
+            return f"ONNX Runtime fails on the replacement where the original runs: {_first_line(exc)}"
+        for i, (r, g) in enumerate(zip(ref, got)):
+            r, g = np.asarray(r), np.asarray(g)
+            atol, rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
+            d = compare_arrays(f"out{i}", r, g, atol, rtol)
+            if not d.passed:
+                name = old_outputs[i].name or f"output {i}"
+                detail = d.reason or f"max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g}"
+                return f"replacement changes {name!r} on random inputs ({detail})"
+        return None
+
+    length = _sequence_length([*pre, *old_nodes, *old_only, *tied_nodes], new_nodes)
+    if length == _LENGTH:
+        return run(length)
     try:
-        ref = _session(old_side).run(None, old_side.feeds)
-    except Exception as exc:  # random inputs the original refuses: cannot tell
-        raise Unchecked(f"original refuses random inputs ({_first_line(exc)})") from None
-    try:
-        got = _session(new_side).run(None, new_side.feeds)
-    except Exception as exc:
-        return f"ONNX Runtime fails on the replacement where the original runs: {_first_line(exc)}"
-    for i, (r, g) in enumerate(zip(ref, got)):
-        r, g = np.asarray(r), np.asarray(g)
-        atol, rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
-        d = compare_arrays(f"out{i}", r, g, atol, rtol)
-        if not d.passed:
-            name = old_outputs[i].name or f"output {i}"
-            detail = d.reason or f"max abs {d.max_abs:.3g}, max rel {d.max_rel:.3g}"
-            return f"replacement changes {name!r} on random inputs ({detail})"
-    return None
+        return run(length)
+    except Unchecked:   # the original cannot run that long (a static table shorter than the band)
+        return run(_LENGTH)
 
 
 class _ModelRecord:

@@ -400,3 +400,77 @@ def test_checker_does_not_serve_a_collected_model_to_one_that_reuses_its_id():
         assert p.local_check.stats.checked >= 2   # the collected models' checks still count
         return
     pytest.skip("no model was allocated at a collected model's address")
+
+
+# Drops a sliding band's lower edge: keep = (kv <= q) and (kv > q - W)  ->  kv <= q. Wrong only
+# for a query at position W or later.
+DROP_BAND = """\
+rules:
+  - name: drop-band
+    doc: And(LessOrEqual(kv, q), Greater(kv, Sub(q, w))) -> LessOrEqual(kv, q) (wrong past W)
+    targets: [ort, onnx, trt]
+    match: |
+      lo = Sub(q, w)
+      gt = Greater(kv, lo)
+      le = LessOrEqual(kv, q)
+      y = And(le, gt)
+    rewrite: |
+      y = LessOrEqual(kv, q)
+"""
+
+
+def _banded_attention(window: int, table: int = 0) -> onnx.ModelProto:
+    """softmax(x x^T masked to the band kv in (q - W, q]) x, the band built from Range(seq) (read
+    through a position table of ``table`` rows when given)."""
+    ints = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [], [v])  # noqa: E731
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sh"]),
+        helper.make_node("Gather", ["sh", "one"], ["n"], axis=0),
+        helper.make_node("Range", ["zero", "n", "one"], ["r0" if table else "r"]),
+        helper.make_node("Unsqueeze", ["r", "ax1"], ["q"]),
+        helper.make_node("Unsqueeze", ["r", "ax0"], ["kv"]),
+        helper.make_node("Sub", ["q", "w"], ["lo"]),
+        helper.make_node("Greater", ["kv", "lo"], ["gt"]),
+        helper.make_node("LessOrEqual", ["kv", "q"], ["le"]),
+        helper.make_node("And", ["le", "gt"], ["keep"]),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["x", "xt"], ["s"]),
+        helper.make_node("Where", ["keep", "s", "ninf"], ["sm"]),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "x"], ["z"]),
+    ]
+    inits = [ints("zero", 0), ints("one", 1), ints("w", window),
+             helper.make_tensor("ax0", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("ax1", TensorProto.INT64, [1], [1]),
+             helper.make_tensor("ninf", TensorProto.FLOAT, [], [-1e9])]
+    if table:
+        nodes.insert(3, helper.make_node("Gather", ["table", "r0"], ["r"], axis=0))
+        inits.append(helper.make_tensor("table", TensorProto.INT64, [table], list(range(table))))
+    model = _model(nodes)
+    model.graph.initializer.extend(inits)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("window", [3, 12])
+def test_a_band_wider_than_the_default_length_is_exercised(window):
+    """The cut-out's sequence dims are longer than the widest sliding-window constant it reads
+    (kv > q - W): at the default 8 positions a band of 12 never masks a key, and a rewrite that
+    drops it passed its check."""
+    p = RewritePass(_rules(DROP_BAND), local_check=True)
+    ir_model = ir.from_proto(_banded_attention(window))
+    p(ir_model)
+    stats = p.local_check.stats
+    assert stats.checked == 1, stats
+    assert [f["rule"] for f in stats.failed] == ["drop-band"], stats
+    assert "Sub" in _ops(ir_model)   # rolled back
+
+
+def test_a_cut_out_that_cannot_run_past_the_band_is_checked_at_the_default_length():
+    """Positions read from a table of 10 rows cannot run at W + 3 = 15 tokens (the original's
+    Gather refuses): the check falls back to 8 tokens, where it runs (the band is not exercised
+    there, so the wrong rewrite is not caught; the whole-model verification remains)."""
+    p = RewritePass(_rules(DROP_BAND), local_check=True)
+    ir_model = ir.from_proto(_banded_attention(12, table=10))
+    p(ir_model)
+    stats = p.local_check.stats
+    assert stats.checked == 1 and stats.unchecked == 0, stats

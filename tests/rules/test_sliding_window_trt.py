@@ -151,16 +151,18 @@ def test_softcap_and_window_gemma2(h):
     h.assert_close(original, fused, feeds, atol=1e-4, rtol=1e-3, valid=feeds["attention_mask"])
 
 
-def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path):
+@pytest.mark.parametrize("window", [4, 12])
+def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path, window):
     """--verify checks each rewrite on a cut-out with random inputs: the band (base), outside the
     match but computed from the match's own index ranges, is computed there on the original's
     side (random booleans would be no mask the model makes, and rolled the right rewrite back);
-    the same rule emitting W + 1 is caught and rolled back."""
+    the same rule emitting W + 1 is caught and rolled back. A window of 12 is wider than the
+    cut-out's default 8 positions: the cut-out then runs W + 3 (_local_check._sequence_length)."""
     import onnx_fuse
 
-    original = _with_band(_llama(), 4)
+    original = _with_band(_llama(), window)
     good = onnx_fuse.optimize(original, level=4, target="trt", verify=True)
-    assert [a["window"] for a in _fa_attrs(good.to_proto())] == [4] * ENTRY["num_layers"]
+    assert [a["window"] for a in _fa_attrs(good.to_proto())] == [window] * ENTRY["num_layers"]
     assert not good.report.verify["rewrites"]["failed"], good.report.verify["rewrites"]["failed"]
     assert good.report.status == "PASSED", good.report.status_reason
     text = (Path(onnx_fuse.__file__).resolve().parents[1] / "rules" / "attention" / "fused_attention_trt.yaml").read_text()
