@@ -833,6 +833,14 @@ constexpr int kWsLeanDesc = 8;
 // blocks (its 8 x 528 tile-times at S4096 over 132 SMs) left to fill in behind them.
 constexpr int kWsLptGroups = 32;
 constexpr int kWsLptGroup = 8;
+// kWsFold (m128n128w12t_ovedf, D = 128 candidate): a CTA runs two query blocks of one (head,
+// sequence), nm - 1 - x and then x (grid.x = ceil(nm / 2)), through fa_ws_core's persistent tile
+// loop (FaWsFoldTiles). Causal, every CTA then weighs nm + 1 key tiles, and the per-CTA costs
+// (launch, barrier set-up, the first Q and K/V loads, the pipeline's fill and drain), about 2.4
+// tile-times per CTA by the sliding-window runs, are paid once per two query blocks: the second
+// block's Q (prefetched into L2 when the first starts) and first K/V tiles load while the first
+// block's last P V and output stores run.
+constexpr int kWsFold = 64;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -922,7 +930,21 @@ struct FaWsTile {
 struct FaWsOneTile {
   static constexpr bool kPersistent = false;
   int count = 1;
+  __device__ __forceinline__ int rounds() const { return 1; }
   __device__ __forceinline__ int index(int) const { return 0; }
+};
+// kWsFold: query blocks nm - 1 - blockIdx.x, then blockIdx.x (count 1: the middle block of an odd
+// nm), both of the rows' (head, sequence).
+template <typename Rows>
+struct FaWsFoldTiles {
+  static constexpr bool kPersistent = true;
+  Rows rows;
+  int nm, count;
+  __device__ __forceinline__ int rounds() const { return count; }
+  __device__ __forceinline__ int index(int i) const { return i; }
+  __device__ __forceinline__ FaWsTile<Rows> at(int t) const {
+    return FaWsTile<Rows>{rows, t == 0 ? nm - 1 - (int)blockIdx.x : (int)blockIdx.x};
+  }
 };
 
 // Persistent schedule of the experimental m128n128w12tp entries (grid = min(tiles, SMs)): tile t
@@ -939,6 +961,7 @@ struct FaDenseTmaTiles {
   long long q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
   const void* tq; const void* tk; const void* tv;
   int S, Hq, Hkv, nm, count;  // nm: query blocks per (sequence, head); count = nm * Hq * B
+  __device__ __forceinline__ int rounds() const { return (count + (int)gridDim.x - 1) / (int)gridDim.x; }
   __device__ __forceinline__ int index(int i) const {
     const int G = gridDim.x, g = blockIdx.x;
     return i * G + ((i & 1) ? G - 1 - g : g);
@@ -1072,7 +1095,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       return Geom{FaWsTile<Rows>{rows, m_block}, m0, n_tiles, j0, false};
     }
   };
-  const int n_rounds = PERSIST ? (tiles.count + (int)gridDim.x - 1) / (int)gridDim.x : 1;
+  const int n_rounds = tiles.rounds();
 
   // Q and full barriers: one arrival per producer thread (cp.async), or one arrival plus the
   // copies' byte count (TMA). Empty barriers: every consumer thread once its PV is done.
@@ -1182,6 +1205,17 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #pragma unroll
           for (int cb = 0; cb < NB; ++cb)
             wg::tma_load_4d(sQ + cb * BM * 128, rw.tq, cb * 64, rw.hq, gm.m0, rw.b, qbar);
+          if constexpr (PERSIST) {  // the next tile's Q into L2: its load after "Q empty" then hits
+            const int tn = i + 1 < n_rounds ? tiles.index(i + 1) : tiles.count;
+            if (tn < tiles.count) {
+              const Geom gn = geom(tn);
+              if (!gn.skip) {
+#pragma unroll
+                for (int cb = 0; cb < NB; ++cb)
+                  wg::tma_prefetch_l2_4d(gn.tl.rows.tq, cb * 64, gn.tl.rows.hq, gn.m0, gn.tl.rows.b);
+              }
+            }
+          }
         }
         for (int j = 0; j < n_tiles; ++j) {
           const int c = kv_base + j;  // the stage ring counts K/V tiles across the CTA's tiles
@@ -1285,6 +1319,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   for (int i = 0; i < n_rounds; ++i) {
   const int t = tiles.index(i);
   if (PERSIST && t >= tiles.count) break;
+  // no tile after this one: the producer loads no other Q (kWsSmemEpilogue may stage there)
+  const bool last_tile = i + 1 == n_rounds || tiles.index(i + 1) >= tiles.count;
   const Geom gm = geom(t);
   const Rows& rows = gm.tl.rows;
   const int m0 = gm.m0, n_tiles = gm.n_tiles, j0 = gm.j0;
@@ -1450,8 +1486,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::mbar_arrive(empty0 + 8 * ((kv_base + j) % ST));
   }
 
-  if constexpr ((OPT & kWsSmemEpilogue) != 0) {
-    static_assert(!PERSIST, "kWsSmemEpilogue: one tile per CTA (the next tile's Q would land there)");
+  // kWsSmemEpilogue stages through this warpgroup's Q rows; with PERSIST only on the CTA's last
+  // tile (before another, the producer may already be loading that tile's Q there).
+  bool staged = (OPT & kWsSmemEpilogue) != 0;
+  if constexpr (PERSIST) staged = staged && last_tile;
+  if (staged) {
     // This warpgroup's Q rows [64 cw, 64 cw + 64) are free: its last S = Q K^T is done and the
     // other consumer reads only its own rows. Same swizzle as Q: conflict-free both ways.
 #pragma unroll
@@ -1552,8 +1591,15 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                           v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
                           q_ss, k_ss, v_ss, o_ss, L, L, S, 0, window},
                          tq, tk, tv, hq, hkv, b, S};
-  fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT, SC>(
-      rows, scale_log2, FaWsOneTile{}, sc_k);
+  if constexpr ((OPT & kWsFold) != 0) {
+    const int nm = (S + 127) / 128;
+    const FaWsFoldTiles<FaDenseTmaRows<T>> tiles{rows, nm, 2 * (int)blockIdx.x + 1 == nm ? 1 : 2};
+    fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsFoldTiles<FaDenseTmaRows<T>>, OPT, SC>(
+        rows, scale_log2, tiles, sc_k);
+  } else {
+    fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsOneTile, OPT, SC>(
+        rows, scale_log2, FaWsOneTile{}, sc_k);
+  }
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
   // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
@@ -1861,6 +1907,15 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedg_causal, T, D, true,         \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsLptGroups)
+// m128n128w12t_ovedf (loads 24 by name / 25 with the fallback, D = 128; candidate): oved with two
+// query blocks per CTA, nm - 1 - x then x (kWsFold; grid.x = ceil(nm / 2)).
+#define OF_FA_WSTODF_KERNELS_D(DTN, T, D)                                                         \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedf_full, T, D, false,          \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
+                    onnx_fuse::kWsFold)                                                            \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedf_causal, T, D, true,         \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
+                    onnx_fuse::kWsFold)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -1908,6 +1963,7 @@ OF_FA_WSTE_KERNELS_D(f16, __half, 128)
 OF_FA_WSTLD_KERNELS_D(f16, __half, 64)
 OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -1926,6 +1982,7 @@ OF_FA_WSTE_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTLD_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2067,7 +2124,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2097,6 +2154,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 3: OF_PICK_TK2(128, m128n128w12t_ove)
       case 8: OF_PICK_TK2(128, m128n128w12t_oved)
       case 10: OF_PICK_TK2(128, m128n128w12t_ovedg)
+      case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
       default: return nullptr;
     }
   }
@@ -2306,8 +2364,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // the fallback): 12 / 13 m128n128w12t_ld (D = 64: wgmma descriptors stepped by adds; 13 planned),
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
 // output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned full), 22 / 23
-// _ovedg (oved with the grid longest first within groups of 8 heads; 23 planned causal); 16 / 17
-// (the dropped _ovd) and 20 / 21 (the dropped _ovedl) are refused.
+// _ovedg (oved with the grid longest first within groups of 8 heads; 23 planned causal), 24 / 25
+// _ovedf (candidate: oved with two query blocks per CTA, nm - 1 - x and x); 16 / 17 (the dropped
+// _ovd) and 20 / 21 (the dropped _ovedl) are refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2322,7 +2381,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 23);
+  OF_REQUIRE(loads >= 0 && loads <= 25);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2338,7 +2397,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg (20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf (20 / 21, 16 / 17: refused by pick_tma)
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
@@ -2370,6 +2429,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      if (kind == 11) grid.x = (grid.x + 1) / 2;  // _ovedf: query blocks nm - 1 - x and x per CTA
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                        k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                        scale * onnx_fuse::kLog2e, tq, tk, tv, window);

@@ -105,6 +105,14 @@ __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 #endif
 }
+// Prefetches a 4-D box of a tensor map into L2 (no shared memory, no barrier): a later
+// tma_load_4d of the same box then reads L2 instead of HBM.
+__device__ __forceinline__ void tma_prefetch_l2_4d(const void* tmap, int c0, int c1, int c2, int c3) {
+#if OF_WGMMA_OK
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
+               ::"l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+#endif
+}
 // Raises the pending transaction count of the mbarrier's current phase without arriving.
 __device__ __forceinline__ void mbar_expect_tx(uint32_t addr, uint32_t bytes) {
 #if OF_WGMMA_OK

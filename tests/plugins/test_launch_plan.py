@@ -818,7 +818,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 23);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 25);" in fa
     assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -843,8 +843,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDF)
+    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDF)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -929,7 +929,7 @@ def test_ove_entries_exist_and_are_planned_at_d128_for_bf16():
     for mask, causal in (("full", "false"), ("causal", "true")):
         assert re.search(rf"m128n128w12t_ove_{mask}, T, D, {causal},\s*\\\s*"
                          r"onnx_fuse::kWsPinSoftmax \| onnx_fuse::kWsSmemEpilogue\)", block), mask
-    assert "if constexpr ((OPT & kWsSmemEpilogue) != 0)" in fa and "case 3: OF_PICK_TK2(128, m128n128w12t_ove)" in fa
+    assert "bool staged = (OPT & kWsSmemEpilogue) != 0;" in fa and "case 3: OF_PICK_TK2(128, m128n128w12t_ove)" in fa
     assert "kWsLateRescale" not in fa and "_ovr" not in fa and "r24_ov" not in fa and "_ov_full, T, D, false, 0)" not in fa
     assert "paged_prefill_##DTN##_d##D##_ov" not in fa and "paged_prefill_tma_##DTN##_d##D##_ov" not in fa
     v = lp.FA_WS_TMA_OVE
@@ -1250,3 +1250,28 @@ def test_plan_paged_decode_window_sizes_the_splits_for_the_window():
     assert dataclasses.replace(big, window=0) == same
     with pytest.raises(ValueError, match="window"):
         lp.plan_paged_decode(16, 32, 8, 128, 16, 64, "float16", window=-1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_ovedf_candidate_folds_two_query_blocks_per_cta_by_name_only(causal):
+    """m128n128w12t_ovedf (oved with query blocks nm - 1 - x and x in one CTA, kWsFold): compiled at
+    D = 128 for fp16 and bf16 and both masks, launcher loads 24 by name / 25 with the fallback,
+    a grid of ceil(nm / 2) query-block pairs (the launcher halves grid.x for kind 11 only), never
+    planned."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTODF_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert not re.search(r"^OF_FA_WSTODF_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
+    assert "case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)" in fa
+    assert "if (kind == 11) grid.x = (grid.x + 1) / 2;" in fa
+    mask = "causal" if causal else "full"
+    for dt in ("float16", "bfloat16"):
+        for s_len, nm in ((4096, 32), (4000, 32), (900, 8), (1000, 8), (129, 2), (640, 5)):
+            p = lp.plan_fused_attention(3, s_len, 8, 2, 128, dt, causal=causal, variant=lp.FA_WS_TMA_OVEDF)
+            assert p.kernel.endswith(f"_d128_m128n128w12t_ovedf_{mask}") and p.opt == "ovedf"
+            assert p.grid == ((nm + 1) // 2, 8, 3)
+        assert lp.fa_launch_loads(p, by_name=True) == 24 and lp.fa_launch_loads(p, by_name=False) == 25
+        assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal).opt != "ovedf"
+    with pytest.raises(ValueError, match="not compiled"):
+        lp.plan_fused_attention(4, 4096, 32, 32, 64, causal=causal, variant=lp.FA_WS_TMA_OVEDF)
+    assert lp.fa_engine(lp.FA_WS_TMA_OVEDF, 128) == "wgmma"
