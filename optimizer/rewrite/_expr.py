@@ -19,6 +19,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
@@ -154,6 +155,31 @@ def _array(ctx, x, dtype: str = "float") -> np.ndarray:
     if arr.size > 1 << 22:
         raise EvalFailure("array too large")
     return arr
+
+
+def is_float_dtype(dtype: np.dtype) -> bool:
+    """A float NumPy dtype, ml_dtypes' too (bfloat16 and float8 are kind 'V' to NumPy)."""
+    if dtype.kind == "f":
+        return True
+    try:
+        return dtype.kind == "V" and ir.DataType.from_numpy(dtype).is_floating_point()
+    except (TypeError, ValueError):
+        return False
+
+
+def is_numeric_dtype(dtype: np.dtype) -> bool:
+    return dtype.kind in "iub" or is_float_dtype(dtype)
+
+
+def _lowest(ctx, dtype: str) -> float:
+    """The lowest finite value of a float dtype name: -65504.0 for float16, -3.39e38 for bfloat16."""
+    try:
+        np_dtype = ir.DataType[name_to_dtype(dtype).name].numpy()
+    except KeyError as exc:
+        raise EvalFailure(f"unknown dtype {dtype!r}") from exc
+    if not is_float_dtype(np_dtype):
+        raise EvalFailure(f"lowest() of a non-float dtype {dtype!r}")
+    return float(ml_dtypes.finfo(np_dtype).min)
 
 
 def _list(ctx, x) -> list:
@@ -345,6 +371,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "prod": lambda ctx, x: int(np.prod(x)) if all(isinstance(i, (int, np.integer)) for i in x) else float(np.prod(x)),
     "round": lambda ctx, x, n=0: round(x, n),
     "array": _array,
+    # the lowest finite value of a float dtype (mask fills and clamps are compared with it)
+    "lowest": _lowest,
     "slice_axis": _slice_axis,
     "allclose": _allclose,
     # r when constant cos/sin tables satisfy c^2 + s^2 == r^2 throughout (scaled rotations), else 0

@@ -33,8 +33,9 @@ _MAX_CONST_ELEMENTS = 1 << 20  # scalar/value constraints never materialize larg
 
 def _as_stored(want, dtype: np.dtype):
     """The rule's number as a constant of ``dtype`` holds it: a half-precision model stores
-    0.044715 as 0.04471 (float16), an error beyond the rule's float32-sized tolerance."""
-    if dtype.kind == "f" and dtype.itemsize < 4:
+    0.044715 as 0.04471 (float16, 0.04468 in bfloat16), an error beyond the rule's float32-sized
+    tolerance."""
+    if _expr.is_float_dtype(dtype) and dtype.itemsize < 4:
         return np.asarray(want, dtype=np.float64).astype(dtype).astype(np.float64)
     return want
 
@@ -572,7 +573,7 @@ class Matcher:
                 arr = self.facts.constant(gv)
                 if arr is None:
                     return f"{c.name}: constant too large or unreadable"
-                if arr.dtype.kind not in "fiub":
+                if not _expr.is_numeric_dtype(arr.dtype):
                     return f"{c.name}: constant of dtype {arr.dtype} is not numeric"
                 if c.scalar is not None and arr.size == 1:  # fast path: the common scalar constant
                     got = float(arr.reshape(-1)[0])

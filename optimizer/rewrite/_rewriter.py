@@ -211,7 +211,7 @@ class Rewriter:
                     arr = np.asarray(raw)
                     if arr.dtype == np.float64 and not isinstance(raw, np.ndarray):
                         arr = arr.astype(np.float32)  # a Python number/list: float32, as ONNX models use
-                    if arr.dtype.kind not in "fiub":
+                    if not _expr.is_numeric_dtype(arr.dtype):
                         raise RewriteRejected(f"initializer {st.outputs[0]} is not numeric")
                     nv = _NewValue(new_name(f"{base}_{st.outputs[0]}"), st.outputs[0],
                                    ir.DataType.from_numpy(arr.dtype), ir.Shape(arr.shape), arr)

@@ -70,3 +70,13 @@ def test_reshape_builds_a_cache_shape():
 def test_bad_arguments_fail_evaluation_not_the_optimizer(text):
     with pytest.raises(_expr.EvalFailure):
         ev(text, a=np.zeros((2, 4), np.float32), c=const(np.zeros((2, 4))))
+
+
+def test_lowest_is_the_dtypes_lowest_finite_value():
+    """Mask fills are compared with the scores' own floor: float16's is -65504, not float32's."""
+    assert ev("lowest('float16')") == -65504.0
+    assert ev("lowest('float')") == float(np.finfo(np.float32).min)
+    assert ev("lowest('bfloat16')") == pytest.approx(-3.3895313892515355e38)
+    assert ev("max(-1e30, lowest('float16') / 2)") == -32752.0
+    with pytest.raises(_expr.EvalFailure):
+        ev("lowest('int64')")

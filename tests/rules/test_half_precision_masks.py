@@ -1,0 +1,185 @@
+"""Mask constants in half precision: float16's lowest finite value is -65504, where one unit in
+the last place is 32, so float32 habits break. A bias added to a finfo.min mask can overflow to
+-inf (attention-scores-bias-sum), and a fill threshold of -1e30 can never be met by a float16
+constant (masked-softmax-zero-fill). Each case runs the graph before and after, in ONNX Runtime or
+(where ORT's CPU provider widens float16 to float32, or has no bfloat16 kernel) in the ONNX
+reference evaluator, and compares every row, fully masked ones included."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+
+import onnx_fuse
+
+F16, BF16 = TensorProto.FLOAT16, TensorProto.BFLOAT16
+B, H, S, D = 2, 2, 4, 8
+
+
+def _fuse(model, target, **kw):
+    """The pipeline at O3 and the report's fires per rule (a rule whose nodes a later fusion
+    replaced leaves no metadata behind)."""
+    res = onnx_fuse.optimize(model, level=3, target=target, **kw)
+    out = res.to_proto()
+    onnx.checker.check_model(out)
+    return out, res.report.rule_fires
+
+
+def _bias_then_mask(h, elem=F16):
+    """MPNet's scores in float16: softmax(q k^T / sqrt(D) + position_bias + mask) @ v, the two
+    additive terms added one after the other."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Div", ["sc", "sqrt_d"], ["sd"]), n("Add", ["sd", "pos_bias"], ["a1"]),
+             n("Add", ["a1", "mask"], ["a2"]), n("Softmax", ["a2"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
+    inputs = [h.vi(x, [B, H, S, D], elem) for x in ("q", "k", "v")] + [
+        h.vi("pos_bias", [1, H, S, S], elem), h.vi("mask", [B, 1, 1, S], elem)]
+    np_t = np.float16 if elem == F16 else ml_dtypes.bfloat16
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D], elem)], {"sqrt_d": np.array(D ** 0.5, np_t)})
+
+
+def _bias_then_mask_feeds():
+    """Scores near 2.8 (q = k = ones plus noise), pos_bias -17: s + pos_bias is about -14, which
+    finfo(float16).min absorbs, but pos_bias + finfo.min is -inf. Batch 1 masks every key."""
+    r = np.random.default_rng(3)
+    qk = {x: (1 + 0.05 * r.standard_normal((B, H, S, D))).astype(np.float16) for x in ("q", "k")}
+    mask = np.zeros((B, 1, 1, S), np.float16)
+    mask[1] = np.finfo(np.float16).min
+    return {**qk, "v": r.standard_normal((B, H, S, D)).astype(np.float16),
+            "pos_bias": np.full((1, H, S, S), -17, np.float16), "mask": mask}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_float16_bias_is_not_summed_into_a_finfo_min_mask(h, target):
+    """In float16 the two additions keep their order: every row matches the original in ORT,
+    the fully masked batch included (the summed mask gave other numbers there on onnx and trt;
+    on ort, ORT's CPU provider widens the Adds and MultiHeadAttention to float32, which hides the
+    overflow: the rule must not fire all the same)."""
+    model = _bias_then_mask(h)
+    out, fires = _fuse(model, target)
+    h.assert_close(model, out, _bias_then_mask_feeds(), atol=2e-3, rtol=2e-3)
+    assert "attention-scores-bias-sum" not in fires, fires
+    assert any("float16 scores keep their two additions" in r
+               for r in h.reasons(model, target, "attention-scores-bias-sum"))
+
+
+def test_float16_bias_sum_in_float16_arithmetic(h):
+    """The rewrite alone (the recognizers off), run in the ONNX reference evaluator, which adds
+    in float16 (ORT's CPU provider runs these Adds in float32 and hides the overflow): the
+    original's fully masked rows are the mean of V, the summed mask made them NaN."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _bias_then_mask(h)
+    out, _ = _fuse(model, "onnx", disable=["attention"])
+    feeds = _bias_then_mask_feeds()
+    ref = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = ReferenceEvaluator(out).run(None, feeds)[0]
+    mean_v = np.broadcast_to(feeds["v"][1].astype(np.float32).mean(1, keepdims=True), ref[1].shape)
+    np.testing.assert_allclose(ref[1].astype(np.float32), mean_v, atol=2e-3)
+    np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), atol=2e-3, rtol=2e-3)
+
+
+def test_bfloat16_bias_and_mask_are_still_summed(h):
+    """bfloat16 has float32's range: finfo.min absorbs any score plus bias both ways round, so the
+    rule keeps firing and the attention fuses. ORT's CPU provider has no bfloat16 MatMul: both
+    graphs run in the ONNX reference evaluator (bfloat16 arithmetic), every row compared."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _bias_then_mask(h, BF16)
+    out, fires = _fuse(model, "onnx")
+    assert fires.get("attention-scores-bias-sum") == 1, fires
+    assert h.ops(out)["Attention"] == 1 and "Softmax" not in h.ops(out), h.ops(out)
+    bf16 = ml_dtypes.bfloat16
+    feeds = {k: v.astype(np.float32).astype(bf16) for k, v in _bias_then_mask_feeds().items()}
+    feeds["mask"][1] = ml_dtypes.finfo(bf16).min
+    ref = ReferenceEvaluator(model).run(None, feeds)[0].astype(np.float32)
+    got = ReferenceEvaluator(out).run(None, feeds)[0].astype(np.float32)
+    np.testing.assert_allclose(got, ref, atol=5e-2, rtol=5e-2)
+
+
+def _xsoftmax(h, elem):
+    """SEW-D's XSoftmax in half precision: where(m, 0, softmax(where(m, finfo.min, s))) @ v with
+    finfo.min of the scores' dtype, m [B, 1, S, S] boolean (a padded query has every key masked)."""
+    n = h.node
+    np_t = np.float16 if elem == F16 else ml_dtypes.bfloat16
+    inits = {"fill": np.array(ml_dtypes.finfo(np_t).min, np_t), "zero": np.array(0.0, np_t),
+             "scale": np.array(D ** -0.5, np_t)}
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Mul", ["sc", "scale"], ["ss"]), n("Where", ["m", "fill", "ss"], ["sw"]),
+             n("Softmax", ["sw"], ["p"], axis=-1), n("Where", ["m", "zero", "p"], ["pz"]),
+             n("MatMul", ["pz", "v"], ["o"])]
+    inputs = [h.vi(x, [B, H, S, D], elem) for x in ("q", "k", "v")] + [h.vi("m", [B, 1, S, S], TensorProto.BOOL)]
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D], elem)], inits)
+
+
+def _xsoftmax_feeds(np_t):
+    r = np.random.default_rng(5)
+    feeds = {x: r.standard_normal((B, H, S, D)).astype(np.float32).astype(np_t) for x in ("q", "k", "v")}
+    keep = np.ones((B, S), bool)
+    keep[1, S // 2:] = False  # a padded sequence: its last query rows have every key masked
+    feeds["m"] = ~(keep[:, None, :, None] & keep[:, None, None, :])
+    return feeds
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_float16_xsoftmax_fill_is_its_own_lowest_float(h, target):
+    """finfo(float16).min (-65504) is the lowest float16, though not <= -1e30: the zero fill is
+    recognized and the attention fuses, with 0 on the fully masked rows as the original."""
+    model = _xsoftmax(h, F16)
+    out, fires = _fuse(model, target)
+    assert fires.get("masked-softmax-zero-fill") == 1, fires
+    ops = h.ops(out)
+    assert "Softmax" not in ops and sum(v for k, v in ops.items() if "Attention" in k) == 1, ops
+    feeds = _xsoftmax_feeds(np.float16)
+    h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
+    assert not h.run(out, feeds)[0][1, :, S // 2:].any()
+
+
+def test_bfloat16_xsoftmax_fill_fuses_and_matches_in_bfloat16_arithmetic(h):
+    """bfloat16's finfo.min: recognized, and the fused graph gives the original's numbers in the
+    ONNX reference evaluator (ORT's CPU provider has no bfloat16 MatMul), every row compared."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _xsoftmax(h, BF16)
+    out, fires = _fuse(model, "onnx")
+    assert fires.get("masked-softmax-zero-fill") == 1, fires
+    assert h.ops(out)["Attention"] == 1 and "Softmax" not in h.ops(out), h.ops(out)
+    feeds = _xsoftmax_feeds(ml_dtypes.bfloat16)
+    ref = ReferenceEvaluator(model).run(None, feeds)[0].astype(np.float32)
+    got = ReferenceEvaluator(out).run(None, feeds)[0].astype(np.float32)
+    np.testing.assert_allclose(got, ref, atol=5e-2, rtol=5e-2)
+    assert not got[1, :, S // 2:].any()
+
+
+def test_float16_fill_far_from_the_lowest_float_is_refused(h):
+    """-1e4 is a large float16 but not its lowest: near miss, the check's reason."""
+    model = _xsoftmax(h, F16)
+    fill = next(i for i in model.graph.initializer if i.name == "fill")
+    fill.CopyFrom(numpy_helper.from_array(np.array(-1e4, np.float16), "fill"))
+    assert ("check failed: the scores must be filled with (nearly) the lowest float of their dtype"
+            in h.reasons(model, "onnx", "masked-softmax-zero-fill"))
+    assert "masked-softmax-zero-fill" not in _fuse(model, "onnx")[1]
+
+
+def test_bfloat16_constants_are_numbers_to_the_rules(h):
+    """bfloat16 arrays are NumPy kind 'V' (ml_dtypes): a scalar constraint compares the rule's
+    number as bfloat16 stores it (0.044715 -> 0.04468, beyond rtol 1e-4), and bfloat16 constants
+    are numeric (they were refused as "not numeric"): GPT-2's tanh GELU fuses in bfloat16."""
+    from onnx.reference import ReferenceEvaluator
+
+    n, bf16 = h.node, ml_dtypes.bfloat16
+    nodes = [n("Pow", ["x", "three"], ["p"]), n("Mul", ["p", "coef"], ["pc"]), n("Add", ["x", "pc"], ["a"]),
+             n("Mul", ["a", "k"], ["ak"]), n("Tanh", ["ak"], ["t"]), n("Add", ["t", "one"], ["t1"]),
+             n("Mul", ["x", "half"], ["xh"]), n("Mul", ["xh", "t1"], ["y"])]
+    inits = {k: np.array(v, bf16) for k, v in
+             {"three": 3.0, "coef": 0.044715, "k": np.sqrt(2 / np.pi), "one": 1.0, "half": 0.5}.items()}
+    model = h.make_model(nodes, [h.vi("x", ["b", 16], BF16)], [h.vi("y", ["b", 16], BF16)], inits)
+    out, fires = _fuse(model, "onnx")
+    assert "Tanh" not in h.ops(out) and "Pow" not in h.ops(out), (h.ops(out), fires)
+    x = (3 * np.random.default_rng(1).standard_normal((4, 16))).astype(np.float32).astype(bf16)
+    ref = ReferenceEvaluator(model).run(None, {"x": x})[0].astype(np.float32)
+    got = ReferenceEvaluator(out).run(None, {"x": x})[0].astype(np.float32)
+    np.testing.assert_allclose(got, ref, atol=5e-2, rtol=5e-2)
