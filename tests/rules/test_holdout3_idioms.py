@@ -1,0 +1,83 @@
+"""Idioms found on the third hold-out sweep (tools/holdout_specs.py HOLDOUT3, docs/holdout.md), each
+as a tiny graph that failed before its fix; numerics against the original in ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+B, H, S, D = 2, 2, 4, 8
+
+
+def _flipped_rotary(h, layout):
+    """NanoChat's rotary: y = x*cos + concat(x2, -x1)*sin (rotate_half with its signs flipped), the
+    tables cos/sin(concat(f, f)) unsqueezed at the head axis; x [B, H, S, D] (bhsd) or [B, S, H, D]."""
+    n = h.node
+    axis = 1 if layout == "bhsd" else 2
+    nodes = [n("Concat", ["f", "f"], ["cat"], axis=-1), n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"]),
+             n("Unsqueeze", ["co", "ax_head"], ["cu"]), n("Unsqueeze", ["si", "ax_head"], ["su"]),
+             n("Slice", ["x", "i0", "ih", "ax_last"], ["x1"]), n("Slice", ["x", "ih", "big", "ax_last"], ["x2"]),
+             n("Neg", ["x1"], ["nx1"]), n("Concat", ["x2", "nx1"], ["r"], axis=-1),
+             n("Mul", ["x", "cu"], ["c"]), n("Mul", ["r", "su"], ["s"]), n("Add", ["c", "s"], ["y"])]
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"ax_head": i64(axis), "ax_last": i64(-1), "i0": i64(0), "ih": i64(D // 2), "big": i64(2 ** 62)}
+    xshape = ["batch", H, S, D] if layout == "bhsd" else ["batch", S, H, D]
+    return h.make_model(nodes, [h.vi("x", xshape), h.vi("f", [1, S, D // 2])], [h.vi("y", xshape)], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_rotate_half_with_flipped_signs_is_fused(h, target, layout):
+    """NanoChat (hold-out 3): concat(x2, -x1) is minus the usual rotate_half; rewritten around sign
+    vectors to the usual form, the rotary rules fuse it (RoPE 0/4 on nanochat before)."""
+    model = _flipped_rotary(h, layout)
+    out = h.fuse(model, target)
+    assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
+    assert h.fired(out)["rotary-rotate-half-flipped"] >= 1
+    f = np.outer(np.arange(S), 1.0 / 10000 ** (np.arange(D // 2) * 2 / D))[None].astype(np.float32)
+    xshape = (B, H, S, D) if layout == "bhsd" else (B, S, H, D)
+    feeds = {"x": h.rng.standard_normal(xshape).astype(np.float32), "f": f}
+    h.assert_close(model, out, feeds)
+
+
+def test_rotate_half_with_flipped_signs_is_exact_for_any_tables(h):
+    """The sign rewrite alone (level 2 without a RotaryEmbedding to make: tables that are graph inputs,
+    not cos/sin of one frequency table) keeps the numbers for any cos/sin."""
+    n = h.node
+    nodes = [n("Slice", ["x", "i0", "ih", "ax_last"], ["x1"]), n("Slice", ["x", "ih", "big", "ax_last"], ["x2"]),
+             n("Neg", ["x1"], ["nx1"]), n("Concat", ["x2", "nx1"], ["r"], axis=-1),
+             n("Mul", ["x", "cu"], ["c"]), n("Mul", ["r", "su"], ["s"]), n("Add", ["c", "s"], ["y"])]
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"ax_last": i64(-1), "i0": i64(0), "ih": i64(D // 2), "big": i64(2 ** 62)}
+    model = h.make_model(nodes, [h.vi("x", [B, H, S, D]), h.vi("cu", [1, 1, S, D]), h.vi("su", [1, 1, S, D])],
+                         [h.vi("y", [B, H, S, D])], inits)
+    out = h.fuse(model, "ort")
+    assert h.fired(out)["rotary-rotate-half-flipped"] >= 1
+    r = h.rng
+    feeds = {"x": r.standard_normal((B, H, S, D)).astype(np.float32),
+             "cu": r.standard_normal((1, 1, S, D)).astype(np.float32),
+             "su": r.standard_normal((1, 1, S, D)).astype(np.float32)}
+    h.assert_close(model, out, feeds)
+
+
+def test_rotate_half_flipped_near_misses(h):
+    """concat(x[..., :D/2], -x[..., D/2:]) (the halves in place, not swapped: no rotation) is refused
+    with the reason; the usual concat(-x2, x1) is left to the rotary rules."""
+    model = _flipped_rotary(h, "bhsd")
+    for node in model.graph.node:  # x1 <- the second half, x2 <- the first
+        if node.output[0] == "x1":
+            node.input[1:3] = ["ih", "big"]
+        elif node.output[0] == "x2":
+            node.input[1:3] = ["i0", "ih"]
+    reasons = h.reasons(model, "ort", "rotary-rotate-half-flipped")
+    assert any("must be the two halves" in r for r in reasons), reasons
+    assert not h.fired(h.fuse(model, "ort"))["rotary-rotate-half-flipped"]
+    usual = _flipped_rotary(h, "bhsd")
+    for node in usual.graph.node:  # concat(-x2, x1): Neg on the second half, first in the Concat
+        if node.output[0] == "nx1":
+            node.input[0] = "x2"
+        elif node.output[0] == "r":
+            node.input[:] = ["nx1", "x1"]
+    out = h.fuse(usual, "ort")
+    assert not h.fired(out)["rotary-rotate-half-flipped"] and h.ops(out)["RotaryEmbedding"] == 1
+
