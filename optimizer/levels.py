@@ -8,7 +8,9 @@ O1  cleanup: shape inference, constant folding, inlining of If with a constant c
     our folding, and trip over what it exposes); CSE runs after both so that folded twins
     collapse; DCE runs last to drop what the others orphaned.
 O2  O1 + rule packs of level 2 (normalizations, GELU family, Gemm/bias forms, RoPE).
-O3  O2 + rule packs of level 3 (attention). All rules of the chosen levels run in ONE rewrite
+O3  O2 + rule packs of level 3 (attention), after merge-shared-probabilities (softmax
+    probabilities read by several P.V MatMuls become one MatMul on the values side by side, so
+    the attention rules see one reader: DiffLlama's two calls over halves of V). All rules of the chosen levels run in ONE rewrite
     pass: by stage (fuse, then lower, then simplify), and inside a stage by priority, highest
     first, which puts attention recognition (100) ahead of most norm rules (layer-norm 60). The
     stage repeats rounds until nothing fires, so an attention pattern written against ops another
@@ -136,11 +138,15 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         target_module = importlib.import_module(f"onnx_fuse.targets.{target}")
         pre = tuple(target_module.pre_fusion_passes(level))
         post = tuple(target_module.post_fusion_passes(level))
-        pass_names |= {p.display_name for p in (*pre, *post) if hasattr(p, "display_name")}
+        # O3: probabilities read by several P.V MatMuls (DiffLlama) get one reader before the rules
+        from onnx_fuse.passes.shared_probabilities import MergeSharedProbabilitiesPass
+
+        attention_prepare = (MergeSharedProbabilitiesPass(),) if level >= 3 else ()
+        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare) if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
-        idle = {p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
+        idle = ({p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
                                          *target_module.post_fusion_passes(max(LEVELS)))
-                if hasattr(p, "display_name")} - pass_names
+                if hasattr(p, "display_name")} | {MergeSharedProbabilitiesPass.name}) - pass_names
         # Names that are not passes must be rules, of any target or level (a script that
         # disables gelu-ort keeps working with --target onnx); anything else is a typo.
         rule_set = load_rule_set(user_files=rule_files)
@@ -156,6 +162,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # fold what those dims make constant (GPT-NeoX's rotate_half(x[..., :rd]) slices at
         # Shape(x_rot)[-1] // 2), to a fixed point
         stages.append(Stage("shape-refresh", keep((ShapeInferencePass(), *cleanup_passes()))))
+        if attention_prepare:
+            stages.append(Stage("attention-prepare", keep(attention_prepare), fixed_point=False))
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
         stages.append(Stage("fusion", (OpsetOnDemandRewritePass(rule_set),), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))

@@ -81,3 +81,42 @@ def test_rotate_half_flipped_near_misses(h):
     out = h.fuse(usual, "ort")
     assert not h.fired(out)["rotary-rotate-half-flipped"] and h.ops(out)["RotaryEmbedding"] == 1
 
+
+def _differential_attention(h):
+    """DiffLlama's two attention calls with one q and k over two values, as the dynamo export writes
+    them after its CSE: one scaled, masked softmax read by two P.V MatMuls, the outputs joined."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+             n("Softmax", ["sm"], ["p"], axis=-1),
+             n("MatMul", ["p", "v1"], ["o1"]), n("MatMul", ["p", "v2"], ["o2"]),
+             n("Concat", ["o1", "o2"], ["o"], axis=-1)]
+    inputs = [h.vi(name, ["batch", H, S, D]) for name in ("q", "k", "v1", "v2")] + [h.vi("mask", ["batch", 1, S, S])]
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, S, 2 * D])],
+                        {"scale": np.array(D ** -0.5, np.float32)})
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_probabilities_shared_by_two_value_matmuls_are_fused(h, target):
+    """DiffLlama (hold-out 3): the softmax has two readers, so the attention rules refused it (an
+    intermediate escapes; attention 0/2 on diffllama). merge-shared-probabilities makes it one P.V
+    MatMul over [v1 | v2], which fuses as one attention of v head size 2D; numbers unchanged."""
+    model = _differential_attention(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert counts["Attention"] == 1 and "Softmax" not in counts, counts
+    r = h.rng
+    feeds = {name: r.standard_normal((B, H, S, D)).astype(np.float32) for name in ("q", "k", "v1", "v2")}
+    mask = np.zeros((B, 1, S, S), np.float32)
+    mask[..., np.triu_indices(S, 1)[0], np.triu_indices(S, 1)[1]] = -1e9
+    feeds["mask"] = mask
+    h.assert_close(model, out, feeds)
+
+
+def test_shared_probabilities_unfused_without_the_merge(h):
+    """The same graph with the pass disabled keeps its softmax (what every target did before)."""
+    import onnx_fuse
+
+    out = onnx_fuse.optimize(_differential_attention(h), level=3, target="ort",
+                             disable=["merge-shared-probabilities"]).to_proto()
+    assert "Attention" not in h.ops(out) and h.ops(out)["Softmax"] == 1
