@@ -120,3 +120,42 @@ def test_shared_probabilities_unfused_without_the_merge(h):
     out = onnx_fuse.optimize(_differential_attention(h), level=3, target="ort",
                              disable=["merge-shared-probabilities"]).to_proto()
     assert "Attention" not in h.ops(out) and h.ops(out)["Softmax"] == 1
+
+
+def _decomposed_rel_pos(h, view=(-1, 2, 2, 2, 2)):
+    """ViTDet / SAM attention on [N, S, D] (N = B*heads, S = 2x2 window positions): the scores viewed
+    [N, h, w, h, w], rel_h [N, h, w, h, 1] and rel_w [N, h, w, 1, w] added there, viewed back."""
+    n = h.node
+    N = B * H
+    nodes = [n("Transpose", ["k3"], ["kt"], perm=[0, 2, 1]), n("Mul", ["q3", "scale"], ["qs"]),
+             n("MatMul", ["qs", "kt"], ["sc"]), n("Reshape", ["sc", "view5"], ["v5"]),
+             n("Add", ["v5", "rel_h"], ["a1"]), n("Add", ["a1", "rel_w"], ["a2"]),
+             n("Reshape", ["a2", "view3"], ["sb"]), n("Softmax", ["sb"], ["p"], axis=-1),
+             n("MatMul", ["p", "v3"], ["o"])]
+    inputs = [h.vi(name, ["n", S, D]) for name in ("q3", "k3", "v3")] + [
+        h.vi("rel_h", ["n", 2, 2, 2, 1]), h.vi("rel_w", ["n", 2, 2, 1, 2])]
+    inits = {"scale": np.array(D ** -0.5, np.float32), "view5": np.array(view, np.int64),
+             "view3": np.array([-1, S, S], np.int64)}
+    return h.make_model(nodes, inputs, [h.vi("o", ["n", S, D])], inits), N
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_score_terms_added_in_a_finer_view_are_fused(h, target):
+    """ViTDet (hold-out 3): the relative-position terms are added to the scores viewed [N, h, w, h, w]
+    (attention 0/2 before). scores-bias-in-view moves them onto the [N, S, T] scores as one bias."""
+    model, N = _decomposed_rel_pos(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert "Softmax" not in counts and h.fired(out)["scores-bias-in-view"] >= 1, counts
+    r = h.rng
+    feeds = {name: r.standard_normal((N, S, D)).astype(np.float32) for name in ("q3", "k3", "v3")}
+    feeds["rel_h"] = r.standard_normal((N, 2, 2, 2, 1)).astype(np.float32)
+    feeds["rel_w"] = r.standard_normal((N, 2, 2, 1, 2)).astype(np.float32)
+    h.assert_close(model, out, feeds)
+
+
+def test_score_view_that_splits_the_batch_is_refused(h):
+    """A view that does not keep the scores' leading dim ([2, -1, 2, 2, 2] splits N) is refused with the reason."""
+    model, _ = _decomposed_rel_pos(h, view=(2, -1, 2, 2, 2))
+    reasons = h.reasons(model, "ort", "scores-bias-in-view")
+    assert any("leading dim" in r for r in reasons), reasons
