@@ -19,10 +19,10 @@ F16, BF16 = TensorProto.FLOAT16, TensorProto.BFLOAT16
 B, H, S, D = 2, 2, 4, 8
 
 
-def _fuse(model, target, **kw):
-    """The pipeline at O3 and the report's fires per rule (a rule whose nodes a later fusion
-    replaced leaves no metadata behind)."""
-    res = onnx_fuse.optimize(model, level=3, target=target, **kw)
+def _fuse(model, target, level=3, **kw):
+    """The pipeline and the report's fires per rule (a rule whose nodes a later fusion replaced
+    leaves no metadata behind)."""
+    res = onnx_fuse.optimize(model, level=level, target=target, **kw)
     out = res.to_proto()
     onnx.checker.check_model(out)
     return out, res.report.rule_fires
@@ -183,3 +183,87 @@ def test_bfloat16_constants_are_numbers_to_the_rules(h):
     ref = ReferenceEvaluator(model).run(None, {"x": x})[0].astype(np.float32)
     got = ReferenceEvaluator(out).run(None, {"x": x})[0].astype(np.float32)
     np.testing.assert_allclose(got, ref, atol=5e-2, rtol=5e-2)
+
+
+def _as_float16_export(model):
+    """A float32 export as a float16 one writes it: weights, Casts to float and the logits in
+    float16, the mask's finfo(float32).min fill now float16's lowest (-65504)."""
+    g = model.graph
+    fp16 = lambda t: numpy_helper.from_array(  # noqa: E731
+        np.clip(numpy_helper.to_array(t), -65504, 65504).astype(np.float16), t.name)
+    for i, t in enumerate(g.initializer):
+        if t.data_type == TensorProto.FLOAT:
+            g.initializer[i].CopyFrom(fp16(t))
+    for node in g.node:
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = F16
+            elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(fp16(a.t))
+    for o in g.output:
+        o.type.tensor_type.elem_type = F16
+    del g.value_info[:]
+    out = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    onnx.checker.check_model(out)
+    return out
+
+
+def test_float16_export_gets_fused_attention_at_o4(h):
+    """-O4 --target trt on a float16 export: the Hugging Face mask fills with -65504, which the
+    FusedAttention rules took for a float32-only threshold (<= -1e30) and refused. Now both
+    layers become FusedAttention, with the original's numbers on the valid (right-padded) rows."""
+    from pathlib import Path
+
+    from onnx_fuse.plugins.check_trt import check_model
+
+    path = Path(__file__).resolve().parents[1] / "data" / "models" / "llama64_sdpa_dynamo.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    model = _as_float16_export(onnx.load(str(path)))
+    out, fires = _fuse(model, "trt", level=4)
+    assert fires.get("fused-attention-trt-causal") == 2, fires
+    assert h.ops(out)["onnx_fuse::FusedAttention"] == 2 and "Softmax" not in h.ops(out), h.ops(out)
+    verdict = check_model(out)
+    assert verdict.supported and not verdict.issues, [str(i) for i in verdict.issues]
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 64, (2, 16), dtype=np.int64), "attention_mask": np.ones((2, 16), np.int64)}
+    feeds["attention_mask"][-1, 12:] = 0  # right padding: the plugin's contract
+    valid = feeds["attention_mask"].astype(bool)
+    ref, got = (h.run(m, feeds)[0].astype(np.float32)[valid] for m in (model, out))
+    assert np.abs(got - ref).max() <= 5e-3 * np.abs(ref).max()
+
+
+def _clamped_bmm(h, elem):
+    """XGLM's eager attention on [B*H,S,D] views in half precision: max(view4(q3 k3^T) + mask,
+    finfo.min) of the scores' dtype, view3, softmax, bmm with v."""
+    n, np_t = h.node, (np.float16 if elem == F16 else ml_dtypes.bfloat16)
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    nodes = [n("Reshape", ["q", "v3s"], ["q3"]), n("Reshape", ["k", "v3s"], ["k3"]),
+             n("Reshape", ["v", "v3s"], ["v3"]), n("Transpose", ["k3"], ["kt"], perm=[0, 2, 1]),
+             n("MatMul", ["q3", "kt"], ["sc"]), n("Reshape", ["sc", "s4s"], ["s4"]),
+             n("Add", ["s4", "mask"], ["sm"]), n("Max", ["sm", "floor"], ["mx"]),
+             n("Reshape", ["mx", "s3s"], ["s3"]), n("Softmax", ["s3"], ["p"], axis=-1),
+             n("MatMul", ["p", "v3"], ["o3"]), n("Reshape", ["o3", "o4s"], ["o"])]
+    inits = {"v3s": i64(B * H, S, D), "s4s": i64(B, H, S, S), "s3s": i64(B * H, S, S), "o4s": i64(B, H, S, D),
+             "floor": np.array(ml_dtypes.finfo(np_t).min, np_t)}
+    inputs = [h.vi(x, [B, H, S, D], elem) for x in ("q", "k", "v")] + [h.vi("mask", [B, 1, S, S], elem)]
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D], elem)], inits)
+
+
+def test_float16_clamp_after_the_mask_stays_where_it_is(h):
+    """max(s + mask, -65504) -> s + max(mask, -65504) is exact only where the lowest float absorbs
+    the score: in float16 a score <= -16 makes it -inf (the clamp kept -65504), so a fully masked
+    row would turn NaN. Refused by name (before: by a -1e30 threshold no float16 meets); bfloat16,
+    whose lowest float absorbs any score, still fuses."""
+    model = _clamped_bmm(h, F16)
+    assert any("float16 keeps the clamp after the mask" in r
+               for r in h.reasons(model, "onnx", "batched-heads-clamped-softmax-3d"))
+    out, fires = _fuse(model, "onnx")
+    assert not any(k.startswith("batched-heads-clamped") for k in fires), fires
+    r = np.random.default_rng(7)
+    feeds = {x: (4 * r.standard_normal((B, H, S, D))).astype(np.float16) for x in ("q", "k", "v")}
+    feeds["mask"] = np.zeros((B, 1, S, S), np.float16)
+    feeds["mask"][1] = -np.inf  # every key of batch 1 masked: the clamp gives uniform rows
+    h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
+    out, fires = _fuse(_clamped_bmm(h, BF16), "onnx")
+    assert fires.get("batched-heads-clamped-softmax-3d") == 1 and h.ops(out)["Attention"] == 1, fires
