@@ -111,16 +111,19 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 # A sliding window (Mistral, Gemma 2: key j is kept for query i when j > i - W) is an integer
 # constant added to or subtracted from positions on their way to a comparison, whichever exporter
-# wrote it. Decoders get a past longer than the largest such constant, so a rewrite that loses
-# the band changes the numbers. Larger constants are not windows worth that much memory.
+# wrote it, or the diagonal of a Trilu (older transformers: Mistral's triu(mask, diagonal=-W),
+# Gemma 2's tril(ones, diagonal=-W), or an offset P - W). Decoders get a past longer than the
+# largest such constant, so a rewrite that loses the band changes the numbers. Larger constants
+# are not windows worth that much memory.
 _COMPARISONS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
 _INDEX_OPS = {"Add", "Sub", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Expand", "Neg"}
 _MAX_WINDOW = 8192
 
 
 def _index_graph(model: onnx.ModelProto | ir.Model) -> tuple[list[tuple[str, list[str], list[str]]], dict[str, int]]:
-    """(op_type, inputs, outputs) of the main graph's nodes and its readable integer scalars
-    (initializers held inline or in onnx-ir, Constant nodes; never a weight file read)."""
+    """(op_type, inputs, outputs) of the nodes of the graph and its subgraphs (an Optimum merged
+    decoder holds every layer in If branches) and their readable integer scalars (initializers
+    held inline or in onnx-ir, Constant nodes; never a weight file read)."""
     scalars: dict[str, int] = {}
 
     def keep(name: str, arr: Any) -> None:
@@ -129,30 +132,41 @@ def _index_graph(model: onnx.ModelProto | ir.Model) -> tuple[list[tuple[str, lis
             scalars[name] = int(arr.ravel()[0])
 
     if isinstance(model, onnx.ModelProto):
-        g = model.graph
-        nodes = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
-        tensors = [(t.name, t) for t in g.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
-        tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
-                    for a in n.attribute if a.name == "value"]
-        for name, t in tensors:
-            if np.prod(t.dims, dtype=np.int64) == 1:
-                keep(name, onnx.numpy_helper.to_array(t))
+        nodes = []
+
+        def walk(g: onnx.GraphProto) -> None:
+            tensors = [(t.name, t) for t in g.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+            for n in g.node:
+                nodes.append((n.op_type, list(n.input), list(n.output)))
+                tensors += [(n.output[0], a.t) for a in n.attribute
+                            if n.op_type == "Constant" and n.output and a.name == "value"]
+                for a in n.attribute:
+                    for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                        walk(sub)
+            for name, t in tensors:
+                if np.prod(t.dims, dtype=np.int64) == 1:
+                    keep(name, onnx.numpy_helper.to_array(t))
+
+        walk(model.graph)
         return nodes, scalars
-    nodes = [(n.op_type, [x.name if x is not None else "" for x in n.inputs], [o.name for o in n.outputs])
-             for n in model.graph]
-    for name, v in model.graph.initializers.items():
-        if v.const_value is not None and v.const_value.size == 1:
-            keep(name, v.const_value.numpy())
-    for n in model.graph:
-        if n.op_type == "Constant" and "value" in n.attributes and n.attributes["value"].value.size == 1:
-            keep(n.outputs[0].name, n.attributes["value"].value.numpy())
+    nodes = []
+    for g in model.graphs():
+        nodes += [(n.op_type, [x.name if x is not None else "" for x in n.inputs], [o.name for o in n.outputs])
+                  for n in g]
+        for name, v in g.initializers.items():
+            if v.const_value is not None and v.const_value.size == 1:
+                keep(name, v.const_value.numpy())
+        for n in g:
+            if n.op_type == "Constant" and "value" in n.attributes and n.attributes["value"].value.size == 1:
+                keep(n.outputs[0].name, n.attributes["value"].value.numpy())
     return nodes, scalars
 
 
 def window_constant(model: onnx.ModelProto | ir.Model) -> int:
     """The largest integer scalar (2.._MAX_WINDOW; a negative one by its magnitude, a window
-    added as ``Add(q_idx, -W)``) that an Add, Sub or comparison takes and whose result reaches a
-    Less/Greater comparison within four index ops; 0 when there is none."""
+    added as ``Add(q_idx, -W)``) that an Add, Sub, comparison or Trilu takes and whose result
+    reaches a Less/Greater comparison or a Trilu's diagonal within four index ops (the diagonal
+    itself counts); 0 when there is none."""
     return band_constant(*_index_graph(model))
 
 
@@ -164,20 +178,23 @@ def band_constant(nodes: Sequence[tuple[str, Sequence[str], Sequence[str]]], sca
     for n in nodes:
         for x in n[1]:
             uses.setdefault(x, []).append(n)
+    def band_end(m: tuple[str, Sequence[str], Sequence[str]], via: str) -> bool:
+        return m[0] in _COMPARISONS or (m[0] == "Trilu" and len(m[1]) > 1 and m[1][1] == via)
+
     best = 0
     for n in nodes:
-        if n[0] not in _COMPARISONS and n[0] not in ("Add", "Sub"):
+        if n[0] not in _COMPARISONS and n[0] not in ("Add", "Sub", "Trilu"):
             continue
         for x in n[1]:
             c = abs(scalars[x]) if x in scalars else None
             if c is None or not max(best, 1) < c <= _MAX_WINDOW:
                 continue
-            frontier = [n]
+            frontier = [(n, x)]   # (node, the value it was reached through)
             for _ in range(5):
-                if any(m[0] in _COMPARISONS for m in frontier):
+                if any(band_end(m, via) for m, via in frontier):
                     best = c
                     break
-                frontier = [u for m in frontier if m is n or m[0] in _INDEX_OPS
+                frontier = [(u, o) for m, _ in frontier if m is n or m[0] in _INDEX_OPS
                             for o in m[2] for u in uses.get(o, [])]
     return best
 

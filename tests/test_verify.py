@@ -453,3 +453,93 @@ def test_paged_kv_rewrite_is_verified_against_the_contiguous_original(name):
     assert any(o["name"] == "logits" and not o["passed"] for o in bad["outputs"])
     with pytest.raises(UserError, match="paged-KV model is verified from random inputs only"):
         verify(str(path), result.model, inputs=make_inputs(onnx.load(path)))
+
+
+def _trilu_band_step(window: int, band: bool = True, merged: bool = False) -> onnx.ModelProto:
+    """A one-head decoder step whose sliding band is written with Trilu, as older transformers
+    did (Mistral's triu(mask, diagonal=-W), Gemma 2's tril(ones, diagonal=-W)): key j is dropped
+    for the query at P + i when j <= P + i - W, i.e. Trilu(ones, k = P - W). ``band=False``: the
+    same step with the band lost (a wrong rewrite); ``merged``: the step in both branches of an
+    If on ``use_cache_branch``, as Optimum's merged decoders hold it."""
+    i64, f = TensorProto.INT64, TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Unsqueeze", ["hidden", "axis1"], ["q"]),                          # [b, 1, s, 4]
+        helper.make_node("Concat", ["past_key_values.0.key", "q"], ["present.0.key"], axis=2),
+        helper.make_node("Concat", ["past_key_values.0.value", "q"], ["present.0.value"], axis=2),
+        helper.make_node("Transpose", ["present.0.key"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),                                # [b, 1, s, t]
+        helper.make_node("Shape", ["hidden"], ["s"], start=1, end=2),
+        helper.make_node("Shape", ["present.0.key"], ["t"], start=2, end=3),
+        helper.make_node("Shape", ["past_key_values.0.key"], ["p1"], start=2, end=3),
+        helper.make_node("Squeeze", ["p1"], ["p"]),
+        helper.make_node("Concat", ["s", "t"], ["st"], axis=0),
+        helper.make_node("ConstantOfShape", ["st"], ["ones"], value=helper.make_tensor("v", TensorProto.BOOL, [1], [True])),
+        helper.make_node("Trilu", ["ones", "p"], ["causal"], upper=0),
+        helper.make_node("Sub", ["p", "w"], ["pw"]),
+        helper.make_node("Trilu", ["ones", "pw"], ["far"], upper=0),
+        helper.make_node("Not", ["far"], ["near"]),
+        helper.make_node("And", ["causal", "near"] if band else ["causal", "causal"], ["keep"]),
+        helper.make_node("Cast", ["attention_mask"], ["am_b"], to=TensorProto.BOOL),
+        helper.make_node("Unsqueeze", ["am_b", "axes12"], ["am4"]),                         # [b, 1, 1, t]
+        helper.make_node("And", ["keep", "am4"], ["keep4"]),
+        helper.make_node("Where", ["keep4", "scores", "ninf"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "present.0.value"], ["out"]),
+    ]
+    inits = [helper.make_tensor("axis1", i64, [1], [1]), helper.make_tensor("axes12", i64, [2], [1, 2]),
+             helper.make_tensor("w", i64, [], [window]), helper.make_tensor("ninf", f, [], [-1e9])]
+    past = lambda name: helper.make_tensor_value_info(name, f, ["b", 1, "p", 4])  # noqa: E731
+    inputs = [helper.make_tensor_value_info("hidden", f, ["b", "s", 4]),
+              helper.make_tensor_value_info("attention_mask", i64, ["b", "t"]),
+              past("past_key_values.0.key"), past("past_key_values.0.value")]
+    outs = [helper.make_tensor_value_info(n, f, None) for n in ("out", "present.0.key", "present.0.value")]
+    if merged:
+        branches = []
+        for sfx in ("_wp", "_nc"):
+            body = onnx.GraphProto()
+            body.CopyFrom(helper.make_graph(nodes, f"branch{sfx}", [], outs))
+            rename = {o: o + sfx for n in body.node for o in n.output}
+            for n in body.node:
+                n.input[:] = [rename.get(x, x) for x in n.input]
+                n.output[:] = [rename[o] for o in n.output]
+            for o in body.output:
+                o.name = rename[o.name]
+            branches.append(body)
+        inputs.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+        nodes = [helper.make_node("If", ["use_cache_branch"], [o.name for o in outs],
+                                  then_branch=branches[0], else_branch=branches[1])]
+    graph = helper.make_graph(nodes, "step", inputs, outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_a_window_written_as_a_trilu_diagonal_makes_the_past_longer(merged):
+    """window_constant reads a Trilu diagonal of P - W (or -W) too, and inside an If's branches
+    (a merged decoder): with the past at W + 1 a step that lost the band fails; at the old 5 + 8
+    tokens a window of 16 never showed and it passed."""
+    import onnx_ir as ir
+
+    from onnx_fuse.verify import window_constant
+
+    original = _trilu_band_step(16, merged=merged)
+    assert window_constant(original) == 16 and window_constant(ir.from_proto(original)) == 16
+    bad = verify(original, _trilu_band_step(16, band=False, merged=merged))
+    assert not bad["passed"]
+    want = ["out [use_cache_branch=1]"] if merged else ["out"]   # the no-cache branch has no past
+    assert [o["name"] for o in bad["outputs"] if not o["passed"]] == want
+    assert verify(original, _trilu_band_step(16, merged=merged))["passed"]
+
+
+@pytest.mark.parametrize("k, data_from_window, want", [(-16, False, 16), (1, False, 0), (1, True, 0)])
+def test_window_constant_reads_a_constant_trilu_diagonal(k, data_from_window, want):
+    """tril(ones, diagonal=-W) gives W; a causal triu(diagonal=1) no window; a constant that
+    reaches a Trilu's data, not its diagonal, none either."""
+    from onnx_fuse.verify import window_constant
+
+    nodes = [helper.make_node("Add", ["x", "w"], ["xw"])] if data_from_window else []
+    nodes.append(helper.make_node("Trilu", ["xw" if data_from_window else "x", "k"], ["y"], upper=0))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT64, ["s", "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, ["s", "t"])],
+        [helper.make_tensor("k", TensorProto.INT64, [], [k]), helper.make_tensor("w", TensorProto.INT64, [], [16])])
+    assert window_constant(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])) == want
