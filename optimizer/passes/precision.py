@@ -17,7 +17,8 @@ Cases handled:
   op whose constraints exclude the low type, or of an unknown domain, is KEEP;
 - ops with dtype attributes (Cast ``to``, ConstantOfShape ``value``, Random* / EyeLike /
   Bernoulli ``dtype``) are rewritten consistently with their outputs;
-- initializers and Constant nodes are converted (float16: clipped to +-65504, overflow and flush to
+- initializers and Constant nodes are converted (clipped to the low type's finite range: +-65504,
+  and for bfloat16 +-3.3895e38, since finfo(float32).min rounds to -inf there; clipping and flush to
   zero counted in stats), or duplicated when both precisions consume them;
 - graph inputs/outputs keep float32 unless ``keep_io_types=False``; boundary Casts get deterministic
   names ``<value>__to_fp16`` (one per value and dtype); exact Cast pairs (low->fp32->low) and
@@ -50,6 +51,8 @@ F32 = ir.DataType.FLOAT
 LOW_TYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 _SUFFIX = {F32: "fp32", ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16"}
 FP16_MAX = float(np.finfo(np.float16).max)
+# bfloat16's largest finite value: float32's max (HF's finfo.min masks) rounds past it to inf
+BF16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 
 #: Ops computed in the low type whenever their type constraints allow it (where the speed is).
 LOW_OPS = frozenset({
@@ -308,14 +311,11 @@ class PrecisionConversionPass(FusePass):
 
     def _convert_tensor(self, t: ir.TensorProtocol, name: str | None = None) -> ir.Tensor:
         arr = t.numpy().astype(np.float32)
-        finite = np.isfinite(arr)
-        if self.low == ir.DataType.FLOAT16:
-            over = finite & (np.abs(arr) > FP16_MAX)
-            self.stats["values-clipped"] += int(over.sum())
-            arr = np.where(over, np.clip(arr, -FP16_MAX, FP16_MAX), arr)
-            out = arr.astype(np.float16)
-        else:
-            out = arr.astype(ml_dtypes.bfloat16)
+        limit = FP16_MAX if self.low == ir.DataType.FLOAT16 else BF16_MAX
+        over = np.isfinite(arr) & (np.abs(arr) > limit)
+        self.stats["values-clipped"] += int(over.sum())
+        arr = np.where(over, np.clip(arr, -limit, limit), arr)
+        out = arr.astype(np.float16 if self.low == ir.DataType.FLOAT16 else ml_dtypes.bfloat16)
         self.stats["values-flushed-to-zero"] += int(((arr != 0) & (out == 0)).sum())
         return ir.Tensor(out, name=name if name is not None else t.name)
 

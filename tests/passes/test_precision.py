@@ -262,6 +262,27 @@ def test_constants_clipped_flushed_and_shared():
     assert p.stats["constants-converted"] == 1
 
 
+def test_bf16_keeps_finfo_min_masks_finite():
+    """finfo(float32).min rounds to -inf in bfloat16 (its largest value is 3.3895e38): a constant
+    mask converted as-is made a fully masked row softmax(-inf, ...) = NaN where the float32 graph
+    gives uniform weights. Clipped to bfloat16's lowest value, the row stays uniform."""
+    mask = np.zeros((2, 4), np.float32)
+    mask[1] = np.finfo(np.float32).min  # row 1: every key masked
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["s"], name="mm"),
+             helper.make_node("Add", ["s", "mask"], ["sm"], name="add_mask"),
+             helper.make_node("Softmax", ["sm"], ["y"], axis=-1, name="softmax")]
+    proto = model(nodes, [vi("x", T.FLOAT, [2, 4])], [vi("y", T.FLOAT, [2, 4])],
+                  [numpy_helper.from_array(mask, "mask"), w("W", 4, 4, scale=1.0)])
+    out, p, _ = convert(proto, "bf16")
+    mask_bf16 = numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == "mask"))
+    assert np.isfinite(mask_bf16.astype(np.float32)).all() and p.stats["values-clipped"] == 4
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)}
+    ref = run(proto, feeds, "ref")[0]
+    got = np.asarray(run(out, feeds, "bf16")[0], np.float32)
+    np.testing.assert_allclose(ref[1], 0.25)
+    assert rel_err(ref, got) <= TOL["bf16"]
+
+
 def test_initializer_used_by_both_precisions_is_duplicated():
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
              helper.make_node("Softmax", ["W"], ["sw"], axis=-1, name="sm"),
