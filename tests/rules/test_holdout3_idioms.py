@@ -122,28 +122,36 @@ def test_shared_probabilities_unfused_without_the_merge(h):
     assert "Attention" not in h.ops(out) and h.ops(out)["Softmax"] == 1
 
 
-def _decomposed_rel_pos(h, view=(-1, 2, 2, 2, 2)):
+def _decomposed_rel_pos(h, view=(-1, 2, 2, 2, 2), computed=False):
     """ViTDet / SAM attention on [N, S, D] (N = B*heads, S = 2x2 window positions): the scores viewed
-    [N, h, w, h, w], rel_h [N, h, w, h, 1] and rel_w [N, h, w, 1, w] added there, viewed back."""
+    [N, h, w, h, w], rel_h [N, h, w, h, 1] and rel_w [N, h, w, 1, w] added there, viewed back. computed:
+    the view shapes from the scores' Shape, as TorchScript writes them (not constants)."""
     n = h.node
     N = B * H
     nodes = [n("Transpose", ["k3"], ["kt"], perm=[0, 2, 1]), n("Mul", ["q3", "scale"], ["qs"]),
-             n("MatMul", ["qs", "kt"], ["sc"]), n("Reshape", ["sc", "view5"], ["v5"]),
+             n("MatMul", ["qs", "kt"], ["sc"])]
+    if computed:
+        nodes += [n("Shape", ["sc"], ["shp"], start=0, end=1),
+                  n("Concat", ["shp", "tail5"], ["view5"], axis=0), n("Concat", ["shp", "tail3"], ["view3"], axis=0)]
+    nodes += [n("Reshape", ["sc", "view5"], ["v5"]),
              n("Add", ["v5", "rel_h"], ["a1"]), n("Add", ["a1", "rel_w"], ["a2"]),
              n("Reshape", ["a2", "view3"], ["sb"]), n("Softmax", ["sb"], ["p"], axis=-1),
              n("MatMul", ["p", "v3"], ["o"])]
     inputs = [h.vi(name, ["n", S, D]) for name in ("q3", "k3", "v3")] + [
         h.vi("rel_h", ["n", 2, 2, 2, 1]), h.vi("rel_w", ["n", 2, 2, 1, 2])]
-    inits = {"scale": np.array(D ** -0.5, np.float32), "view5": np.array(view, np.int64),
-             "view3": np.array([-1, S, S], np.int64)}
+    inits = {"scale": np.array(D ** -0.5, np.float32)}
+    inits.update({"tail5": np.array(view[1:], np.int64), "tail3": np.array([S, S], np.int64)} if computed else
+                 {"view5": np.array(view, np.int64), "view3": np.array([-1, S, S], np.int64)})
     return h.make_model(nodes, inputs, [h.vi("o", ["n", S, D])], inits), N
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-def test_score_terms_added_in_a_finer_view_are_fused(h, target):
+@pytest.mark.parametrize("computed", [False, True])
+def test_score_terms_added_in_a_finer_view_are_fused(h, target, computed):
     """ViTDet (hold-out 3): the relative-position terms are added to the scores viewed [N, h, w, h, w]
-    (attention 0/2 before). scores-bias-in-view moves them onto the [N, S, T] scores as one bias."""
-    model, N = _decomposed_rel_pos(h)
+    (attention 0/2 before, dynamo and TorchScript). scores-bias-in-view moves them onto the [N, S, T]
+    scores as one bias."""
+    model, N = _decomposed_rel_pos(h, computed=computed)
     out = h.fuse(model, target)
     counts = h.ops(out)
     assert "Softmax" not in counts and h.fired(out)["scores-bias-in-view"] >= 1, counts
