@@ -53,6 +53,13 @@ _SUFFIX = {F32: "fp32", ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16
 FP16_MAX = float(np.finfo(np.float16).max)
 # bfloat16's largest finite value: float32's max (HF's finfo.min masks) rounds past it to inf
 BF16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+# ORT's Attention-23 reads a mask entry at its dtype's lowest value (or -inf) as -inf and gives 0
+# for a query row whose keys all have it; a float32 mask with a floor above that (lower.yaml's
+# keep-masked-rows: -1e30) gives such a row uniform weights, but a boundary Cast to float16
+# overflows -1e30 to -inf. Entries between float32's lowest and this floor are raised to it before
+# the Cast, as keep-masked-rows does for float16 graphs (s + (-60000) in float16 absorbs |s| < 16);
+# -inf and float32's lowest itself, -inf to ORT in either precision, are left to become -inf.
+FP16_MASK_FLOOR = -60000.0
 
 #: Ops computed in the low type whenever their type constraints allow it (where the speed is).
 LOW_OPS = frozenset({
@@ -258,13 +265,18 @@ class PrecisionConversionPass(FusePass):
             if _is_constant(v) and not v.is_graph_input():
                 self._convert_constant(graph, v, by_dtype)
                 del wants[v]
-        # Boundary casts for everything else.
+        # Boundary casts for everything else (float16 attention masks raised to a floor first).
         for v, by_dtype in wants.items():
             for dtype, uses in by_dtype.items():
-                if dtype != v.dtype:
-                    cast = self._cast_after(graph, v, dtype)
-                    for node, i in uses:
-                        node.replace_input_with(i, cast)
+                if dtype == v.dtype:
+                    continue
+                masks = [u for u in uses if dtype == ir.DataType.FLOAT16 and _is_attention_mask(*u)]
+                plain = [u for u in uses if u not in masks]
+                for group, src in ((plain, v), (masks, masks and self._mask_floor(graph, v))):
+                    if group:
+                        cast = self._cast_after(graph, src, dtype)
+                        for node, i in group:
+                            node.replace_input_with(i, cast)
         f32_outputs = [i for i, v in enumerate(graph.outputs) if v.dtype == F32]
         self._fix_outputs(graph, pool_outs)
         self.stats["io-converted"] += sum(graph.outputs[i].dtype != F32 for i in f32_outputs
@@ -370,6 +382,30 @@ class PrecisionConversionPass(FusePass):
         self.stats["casts-inserted"] += 1
         return out
 
+    def _mask_floor(self, graph: ir.Graph, v: ir.Value) -> ir.Value:
+        """Where(v <= float32's lowest, v, Max(v, FP16_MASK_FLOOR)) in float32, after v's producer."""
+        consts = []
+        for tag, x in (("lowest", float(np.finfo(np.float32).min)), ("floor", FP16_MASK_FLOOR)):
+            c = ir.Value(name=self._fresh(f"{v.name}__mask_{tag}"), shape=ir.Shape([1]), type=ir.TensorType(F32),
+                         const_value=ir.tensor(np.array([x], np.float32)))
+            graph.register_initializer(c)
+            consts.append(c)
+        lowest, lo = consts
+        base = f"precision/mask-floor/{v.name}"
+        ninf = ir.Value(name=self._fresh(f"{v.name}__ninf"), shape=v.shape, type=ir.TensorType(ir.DataType.BOOL))
+        raised = ir.Value(name=self._fresh(f"{v.name}__raised"), shape=v.shape, type=ir.TensorType(F32))
+        out = ir.Value(name=self._fresh(f"{v.name}__floored"), shape=v.shape, type=ir.TensorType(F32))
+        nodes = [ir.node("LessOrEqual", [v, lowest], outputs=[ninf], name=self._fresh_node(f"{base}/lowest")),
+                 ir.node("Max", [v, lo], outputs=[raised], name=self._fresh_node(f"{base}/max")),
+                 ir.node("Where", [ninf, v, raised], outputs=[out], name=self._fresh_node(f"{base}/where"))]
+        producer = v.producer()
+        if producer is not None and producer.graph is graph:
+            graph.insert_after(producer, nodes)
+        else:
+            graph.insert_before(graph.node(0), nodes)
+        self.stats["mask-floors"] += 1
+        return out
+
     def _fix_outputs(self, graph: ir.Graph, pool_outs: set[ir.Value]) -> None:
         """Graph outputs get their original float32 back (or the low type without keep_io);
         KV pool outputs keep the low type."""
@@ -469,6 +505,11 @@ def _is_upcast(node: ir.Node, low: ir.DataType) -> bool:
     """Cast(low -> float32) is deliberate (ours from an earlier run, or the exporter's): keep it."""
     return (node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype == low
             and _attr_int(node, "to") == int(F32))
+
+
+def _is_attention_mask(node: ir.Node, index: int) -> bool:
+    """Attention-23's attn_mask slot (a bool mask is never float32, so never cast)."""
+    return node.op_type == "Attention" and node.domain in ("", "ai.onnx") and index == 3
 
 
 def _is_constant(v: ir.Value) -> bool:

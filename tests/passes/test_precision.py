@@ -283,6 +283,30 @@ def test_bf16_keeps_finfo_min_masks_finite():
     assert rel_err(ref, got) <= TOL["bf16"]
 
 
+@pytest.mark.parametrize("fill", [-1e30, -1e10, float(np.finfo(np.float32).min)])
+def test_fp16_attention_mask_keeps_fully_masked_rows(fill):
+    """A float32 mask floor such as lower.yaml's keep-masked-rows -1e30, cast to float16 for
+    Attention-23, overflowed to -inf, and ORT gives 0 for a row whose keys are all masked, where
+    the float32 graph gives the mean of V. The pass raises such entries to -60000 before the Cast:
+    the row stays uniform. float32's lowest and -inf, which ORT's Attention-23 reads as -inf in
+    float32 too (a row of them gives 0), are left alone."""
+    b, h, s, d = 2, 2, 4, 8
+    nodes = [helper.make_node("Attention", ["q", "k", "v", "m"], ["o"], name="attn")]
+    proto = model(nodes, [vi(x, T.FLOAT, [b, h, s, d]) for x in "qkv"] + [vi("m", T.FLOAT, [b, 1, s, s])],
+                  [vi("o", T.FLOAT, [b, h, s, d])], opset=23)
+    out, p, _ = convert(proto)
+    assert p.stats["mask-floors"] == 1
+    rng = np.random.default_rng(0)
+    feeds = {x: rng.standard_normal((b, h, s, d)).astype(np.float32) for x in "qkv"}
+    feeds["m"] = np.zeros((b, 1, s, s), np.float32)
+    feeds["m"][1] = fill            # batch 1: every key masked
+    feeds["m"][0, :, :, -1] = -np.inf  # batch 0: -inf stays -inf (the last key gets no weight)
+    ref, got = run(proto, feeds)[0], run(out, feeds)[0]
+    mean_v = np.broadcast_to(feeds["v"][1].mean(1, keepdims=True), ref[1].shape)
+    np.testing.assert_allclose(ref[1], 0.0 if fill == np.finfo(np.float32).min else mean_v, atol=1e-5)
+    assert rel_err(ref, got) <= TOL["fp16"]
+
+
 def test_initializer_used_by_both_precisions_is_duplicated():
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
              helper.make_node("Softmax", ["W"], ["sw"], axis=-1, name="sm"),
