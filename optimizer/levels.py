@@ -10,7 +10,8 @@ O1  cleanup: shape inference, constant folding, inlining of If with a constant c
 O2  O1 + rule packs of level 2 (normalizations, GELU family, Gemm/bias forms, RoPE).
 O3  O2 + rule packs of level 3 (attention), after merge-shared-probabilities (softmax
     probabilities read by several P.V MatMuls become one MatMul on the values side by side, so
-    the attention rules see one reader: DiffLlama's two calls over halves of V). All rules of the chosen levels run in ONE rewrite
+    the attention rules see one reader: DiffLlama's two calls over halves of V). All rules of
+    the chosen levels run in ONE rewrite
     pass: by stage (fuse, then lower, then simplify), and inside a stage by priority, highest
     first, which puts attention recognition (100) ahead of most norm rules (layer-norm 60). The
     stage repeats rounds until nothing fires, so an attention pattern written against ops another

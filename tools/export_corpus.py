@@ -41,6 +41,9 @@ windowed and 2-D-rope vision, audio encoders (kind audio: raw input_values), and
 decoders' export forms static_cache (transformers' StaticCache as inputs, index_copy_ writes at
 cache_position) and converted_half (fp16 after export, keep_io_types); with --dtype float16 its
 fp16 files (HALF_ARCHS2), usually into --out /tmp/holdout2 (docs/holdout.md).
+--holdout 3 plans the third sweep (holdout_specs.HOLDOUT3: hybrid linear-attention decoders, differential
+and dynamic-mask attention, interleaved M-RoPE, causal / grouped-conv text encoders, 2-D RoPE and
+spatial-reduction vision encoders) in the corpus's export styles, usually into --out /tmp/holdout3.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
-from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT_STYLES, STATIC_CACHE_LEN,  # noqa: E402
+from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT_STYLES, STATIC_CACHE_LEN,  # noqa: E402
                            STYLE_ARCHS, STYLE_ARCHS2)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -694,16 +697,20 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
         "seed": SEED, "postprocess": "node metadata_props and doc_string stripped",
     }
-    if isinstance(entry["num_heads"], list):  # per-stage heads (Swin): one attention block per depth
+    if isinstance(entry["num_heads"], list):  # per-stage heads (Swin, Segformer): one attention block per depth
         entry["attention_blocks"] = sum(cfg["depths"])
         entry["num_heads"] = entry["num_kv_heads"] = entry["num_heads"][0]
-        entry["hidden_size"] = cfg["embed_dim"]
+        entry["hidden_size"] = cfg["embed_dim"] if "embed_dim" in cfg else cfg["hidden_sizes"][0]
     entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or entry["hidden_size"] // entry["num_heads"]
     if spec["kind"] in CROSS:  # self- and cross-attention per layer
         entry["attention_blocks"] = 2 * entry["num_layers"]
-    kinds = cfg.get("layer_types") or ()
-    if any("attention" not in t for t in kinds):  # hybrids (LFM2's conv layers): attention layers only
-        entry["attention_blocks"] = sum("attention" in t for t in kinds)
+    kinds = cfg.get("layer_types") or ["attention" if t == "attention" else "recurrent"
+                                       for t in cfg.get("block_types", ())]
+    softmax = [t for t in kinds if "attention" in t and not t.startswith("linear")]
+    if len(softmax) < len(kinds):  # hybrids (LFM2's conv, Qwen3-Next's linear layers): softmax attention only
+        entry["attention_blocks"] = len(softmax)
+    if "attention_blocks" in spec:  # the spec knows better (holdout_specs: Funnel has no layer count)
+        entry["attention_blocks"] = spec["attention_blocks"]
     entry.update(extra)
     entry["ort_check"] = ort_check(path, entry)
     return entry
@@ -712,8 +719,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
 def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     """--holdout: the hold-out architectures in their spec styles, and the corpus architectures of
     holdout_specs.STYLE_ARCHS in the hold-out styles (trained weights). Sweep 2 (--holdout 2):
-    HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2."""
-    own_set, style_archs = (HOLDOUT, STYLE_ARCHS) if sweep == 1 else (HOLDOUT2, STYLE_ARCHS2)
+    HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2. Sweep 3: HOLDOUT3."""
+    own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {})}[sweep]
     if dtype != "float32":
         own_set, style_archs = {}, HALF_ARCHS2 if sweep == 2 else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
@@ -801,12 +808,13 @@ def main(argv=None) -> int:
                     help="float16: decoders exported from the half-precision model, weights tag trained16")
     ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
                     help="64: the decoders of corpus_specs.KV64_ARCHS at head size 64 (see above)")
-    ap.add_argument("--holdout", type=int, nargs="?", const=1, default=0, choices=[1, 2],
+    ap.add_argument("--holdout", type=int, nargs="?", const=1, default=0, choices=[1, 2, 3],
                     help="the hold-out set of tools/holdout_specs.py (architectures and export styles the "
-                         "rules were not tuned on) instead of the corpus; 2: the second sweep; use with --out")
+                         "rules were not tuned on) instead of the corpus; 2: the second sweep, 3: the third; "
+                         "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:
-        SPECS.update(HOLDOUT if ns.holdout == 1 else HOLDOUT2)
+        SPECS.update({1: HOLDOUT, 2: HOLDOUT2, 3: HOLDOUT3}[ns.holdout])
     elif set(ns.styles or ()) & set(HOLDOUT_STYLES):
         print("error: the hold-out styles need --holdout", file=sys.stderr)
         return 2

@@ -21,11 +21,17 @@ and fp16 models (--dtype float16) of a few decoders:
 
     python tools/export_corpus.py --holdout 2 --out /tmp/holdout2
     python tools/export_corpus.py --holdout 2 --dtype float16 --out /tmp/holdout2
+
+The third sweep (--holdout 3, HOLDOUT3 at the end of this file) adds architectures in the corpus's
+own styles (dyn_mask, kv, static_nomask, torchscript, torchscript_kv; static where a dynamic export
+specializes):
+
+    python tools/export_corpus.py --holdout 3 --out /tmp/holdout3
 """
 
 from __future__ import annotations
 
-from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, LAYERS, POSITIONS, TOKENS, VIS, VOCAB, _s
+from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, IMAGE, LAYERS, POSITIONS, TOKENS, VIS, VOCAB, _s
 
 # hold-out style -> (the corpus style whose inputs and wrapper it uses, export options)
 LATEST_OPSET = 23
@@ -282,3 +288,154 @@ STYLE_ARCHS2 = {
     "converted_half": ("llama", "qwen3", "gemma3", "phi3", "mistral", "gpt_neox", "phi", "bert"),
 }
 HALF_ARCHS2 = {"dyn_mask": ("llama", "qwen3", "gemma3", "phi3"), "kv": ("gemma3", "deepseek_v2", "glm4_moe")}
+
+
+# ---- third sweep (--holdout 3): architectures neither the corpus nor the sweeps above have ------------
+# hybrid decoders whose linear-attention / recurrent layers stay plain ops (Qwen3-Next, MiniMax, Granite
+# hybrid, RecurrentGemma), differential attention (DiffLlama), Doge's dynamic mask, interleaved M-RoPE
+# (Qwen3-VL), a rotary seq2seq decoder (Moonshine), causal and grouped-conv text encoders (CLIP text,
+# SqueezeBERT, ConvBERT, Funnel), a GQA rotary encoder (EuroBERT), 2-D RoPE / register / spatial-reduction
+# / windowed vision encoders (DINOv3, Segformer, ViTDet, AIMv2, InternViT) and one more audio encoder.
+HYBRID = ["linear_attention", "full_attention"]  # one softmax attention layer of two
+ENC_TS = ("dyn_mask", "torchscript")
+VIS_ALL = ("dyn_mask", "torchscript", "static_nomask")
+DEC_ALL = ("dyn_mask", "kv", "static_nomask", "torchscript_kv")
+
+HOLDOUT3 = {
+    # decoders
+    "diffllama": _s("decoder", "DiffLlamaConfig", "DiffLlamaForCausalLM", dict(DEC, **GQA),
+                    ["gqa", "rope-full", "rmsnorm", "differential-attention", "swiglu"], "diffllama", "gpt2",
+                    styles=DEC_ALL),
+    "qwen3_next": _s("decoder", "Qwen3NextConfig", "Qwen3NextForCausalLM",
+                     dict(DEC, **GQA, layer_types=HYBRID, linear_num_key_heads=2, linear_num_value_heads=2,
+                          linear_key_head_dim=8, linear_value_head_dim=8, num_experts=4, num_experts_per_tok=2,
+                          moe_intermediate_size=32, shared_expert_intermediate_size=32, partial_rotary_factor=0.25,
+                          experts_implementation="batched_mm"),
+                     ["gqa", "rope-partial", "rmsnorm-1p", "gated-attention", "qk-norm", "gated-deltanet", "moe"],
+                     # static: the dynamic export specializes the sequence (chunked linear attention)
+                     "qwen3_next", "gpt2", styles=("static_nomask",)),
+    "minimax": _s("decoder", "MiniMaxConfig", "MiniMaxForCausalLM",
+                  dict(DEC, **GQA, layer_types=["full_attention", "linear_attention"], block_size=4,
+                       num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm"),
+                  ["gqa", "rope-full", "rmsnorm", "lightning-attention", "moe"], "minimax", "gpt2",
+                  styles=("static_nomask",)),  # as Qwen3-Next
+    "granitemoehybrid": _s("decoder", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+                           dict(DEC, **GQA, layer_types=["linear_attention", "full_attention"], mamba_n_heads=4,
+                                mamba_d_head=16, mamba_d_state=8, mamba_chunk_size=4, num_local_experts=4,
+                                num_experts_per_tok=2, shared_intermediate_size=32, embedding_multiplier=12.0,
+                                residual_multiplier=0.22, attention_multiplier=0.0625, logits_scaling=8.0,
+                                position_embedding_type="rope", experts_implementation="batched_mm"),
+                           ["gqa", "rope-full", "rmsnorm", "mamba2-layers", "attention-multiplier", "moe"],
+                           "granitemoehybrid", "gpt2", styles=("static_nomask",)),  # dynamic: a Mamba view specializes
+    "recurrent_gemma": _s("decoder", "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM",
+                          dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                               num_attention_heads=2, num_key_value_heads=1, lru_width=HIDDEN, attention_window_size=4,
+                               block_types=["recurrent", "attention"], partial_rotary_factor=0.5, **TOKENS),
+                          ["mqa", "rope-partial", "rmsnorm-1p", "rg-lru-layers", "sliding-window"], "recurrent_gemma",
+                          "gpt2", styles=("static_nomask",)),  # dynamic: the sequence specializes
+    "flex_olmo": _s("decoder", "FlexOlmoConfig", "FlexOlmoForCausalLM",
+                    dict(DEC, num_attention_heads=2, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                         experts_implementation="batched_mm"),
+                    ["mha", "rope-full", "rmsnorm", "qk-norm-full-width", "post-norm", "moe"], "flex_olmo", "gpt2",
+                    styles=DEC_KV),
+    "cwm": _s("decoder", "CwmConfig", "CwmForCausalLM",
+              dict(DEC, **GQA, sliding_window=4, layer_types=["full_attention", "sliding_attention"]),
+              ["gqa", "rope-full", "rmsnorm", "swiglu", "sliding-window"], "cwm", "gpt2", styles=DEC_KV),
+    "nanochat": _s("decoder", "NanoChatConfig", "NanoChatForCausalLM", dict(DEC, num_attention_heads=2,
+                                                                            num_key_value_heads=2),
+                   ["mha", "rope-full", "rmsnorm-nonparametric", "qk-norm", "relu2", "softcap-logits"], "nanochat",
+                   "gpt2", styles=DEC_ALL),
+    "afmoe": _s("decoder", "AfmoeConfig", "AfmoeForCausalLM",
+                dict(DEC, **GQA, moe_intermediate_size=32, num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                     num_shared_experts=1, global_attn_every_n_layers=2, sliding_window=4,
+                     layer_types=["sliding_attention", "full_attention"], experts_implementation="batched_mm"),
+                ["gqa", "rope-full", "rmsnorm", "qk-norm", "gated-attention", "sliding-window", "moe"], "afmoe",
+                "gpt2", styles=DEC_KV),
+    "jais2": _s("decoder", "Jais2Config", "Jais2ForCausalLM", dict(DEC, num_attention_heads=2, num_key_value_heads=2,
+                                                                   head_dim=16),
+                ["mha", "rope-full", "layernorm", "relu2", "qkv-bias"], "jais2", "gpt2", styles=DEC_KV),
+    "ministral3": _s("decoder", "Ministral3Config", "Ministral3ForCausalLM", dict(DEC, **GQA),
+                     ["gqa", "rope-full", "rmsnorm", "swiglu", "attn-temperature"], "ministral3", "gpt2",
+                     styles=DEC_KV),
+    "doge": _s("decoder", "DogeConfig", "DogeForCausalLM",
+               dict(DEC, num_attention_heads=2, num_key_value_heads=2, keep_window_size=4),
+               ["mha", "rope-full", "rmsnorm", "dynamic-mask-attention"], "doge", "gpt2", styles=DEC_KV),
+    "modernbert_decoder": _s("decoder", "ModernBertDecoderConfig", "ModernBertDecoderForCausalLM",
+                             dict(DEC, num_attention_heads=2, local_attention=4, sliding_window=2,
+                                  layer_types=["full_attention", "sliding_attention"], cls_token_id=1,
+                                  sep_token_id=2),
+                             ["mha", "rope-full", "layernorm-nobias", "geglu", "sliding-window", "fused-qkv"],
+                             "modernbert-decoder", "gpt2", styles=DEC_KV),
+    # interleaved M-RoPE (sections spread over the frequencies); text model: hidden states out, causal
+    "qwen3_vl_text": _s("encoder", "Qwen3VLTextConfig", "Qwen3VLTextModel",
+                        dict(DEC, **GQA, rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                              mrope_section=[2, 3, 3], mrope_interleaved=True)),
+                        ["gqa", "rope-full", "mrope-interleaved", "rmsnorm", "qk-norm", "causal"], "qwen3_vl", "gpt2",
+                        styles=("dyn_mask",)),
+    # seq2seq decoder with partial rotary self-attention
+    "moonshine_decoder": _s("seq2seq_decoder", "MoonshineConfig", "MoonshineForConditionalGeneration",
+                            dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                                 # num_hidden_layers / num_attention_heads: the decoder's (attribute_map)
+                                 encoder_num_hidden_layers=LAYERS, num_hidden_layers=LAYERS,
+                                 encoder_num_attention_heads=2, num_attention_heads=2,
+                                 max_position_embeddings=POSITIONS, partial_rotary_factor=0.5,
+                                 decoder_start_token_id=1, **TOKENS),
+                            ["mha", "cross-attention", "causal", "rope-partial", "layernorm-nobias", "swiglu"],
+                            "moonshine", "bart", part="decoder", styles=("dyn_mask",)),
+    # text encoders
+    "clip_text": _s("encoder", "CLIPTextConfig", "CLIPTextModel", dict(ENC, projection_dim=HIDDEN, **TOKENS),
+                    ["mha", "causal", "padding-mask", "learned-positions", "layernorm", "quick-gelu"],
+                    "clip_text_model", "clip", styles=ENC_TS),
+    "squeezebert": _s("encoder", "SqueezeBertConfig", "SqueezeBertModel",
+                      dict(ENC, embedding_size=HIDDEN, type_vocab_size=2, q_groups=2, k_groups=2, v_groups=2,
+                           intermediate_groups=2, output_groups=2),
+                      ["mha", "padding-mask", "grouped-conv1d-projections", "channels-first", "layernorm", "gelu-erf"],
+                      "squeezebert", "bert", styles=ENC_TS),
+    "convbert": _s("encoder", "ConvBertConfig", "ConvBertModel",
+                   dict(ENC, num_attention_heads=4, embedding_size=HIDDEN, type_vocab_size=2, conv_kernel_size=3),
+                   ["mha", "padding-mask", "span-dynamic-conv", "head-ratio", "layernorm", "gelu-erf"], "convbert",
+                   "bert", styles=ENC_TS),
+    "megatron_bert": _s("encoder", "MegatronBertConfig", "MegatronBertModel", dict(ENC, type_vocab_size=2),
+                        ["mha", "padding-mask", "pre-norm", "layernorm", "gelu-erf"], "megatron-bert", "bert",
+                        styles=ENC_TS),
+    "eurobert": _s("encoder", "EuroBertConfig", "EuroBertModel", dict(ENC, **GQA, **TOKENS, mask_token_id=3),
+                   ["gqa", "padding-mask", "rope-full", "rmsnorm", "swiglu"], "eurobert", "bert", styles=ENC_TS),
+    "funnel": _s("encoder", "FunnelConfig", "FunnelBaseModel",
+                 dict(vocab_size=VOCAB, block_sizes=[1, 1], d_model=HIDDEN, n_head=2, d_head=16, d_inner=FFN,
+                      type_vocab_size=2),
+                 ["mha", "padding-mask", "relative-shift-attention", "pooled-queries", "layernorm", "gelu-tanh"],
+                 "funnel", "bert", styles=("static_nomask",)),  # dynamic: the pooled length specializes
+    # vision
+    "dinov3_vit": _s("vision", "DINOv3ViTConfig", "DINOv3ViTModel", dict(VIS, num_register_tokens=2),
+                     ["mha", "patch-embed", "rope-2d", "register-tokens", "layernorm", "gelu-erf", "layer-scale"],
+                     "dinov3_vit", "vit", styles=VIS_ALL),
+    "segformer": _s("vision", "SegformerConfig", "SegformerModel",
+                    dict(num_channels=3, image_size=IMAGE, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                         hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
+                         mlp_ratios=[2, 2]),
+                    ["mha", "spatial-reduction-attention", "overlapping-patch-embed", "mix-ffn-dwconv", "layernorm",
+                     "gelu-erf"], "segformer", "vit", styles=VIS_ALL),
+    "vitdet": _s("vision", "VitDetConfig", "VitDetModel",
+                 dict(VIS, mlp_ratio=2, pretrain_image_size=IMAGE, window_block_indices=[0], window_size=2,
+                      use_relative_position_embeddings=True),
+                 ["mha", "patch-embed", "windowed-attention", "relative-position-decomposed", "layernorm", "gelu-erf"],
+                 "vitdet", "vit", styles=("dyn_mask", "torchscript")),
+    "aimv2_vision": _s("vision", "Aimv2VisionConfig", "Aimv2VisionModel", dict(VIS),
+                       ["mha", "patch-embed", "rmsnorm", "swiglu", "attention-pool-head"], "aimv2_vision_model", "vit",
+                       styles=VIS_ALL),
+    "internvl_vision": _s("vision", "InternVLVisionConfig", "InternVLVisionModel",
+                          dict(VIS, use_qk_norm=True, norm_type="rms_norm", use_mean_pooling=False),
+                          ["mha", "patch-embed", "qk-norm-full-width", "rmsnorm", "layer-scale", "gelu-erf"],
+                          "internvl_vision", "vit", styles=("dyn_mask", "torchscript")),
+    "ijepa": _s("vision", "IJepaConfig", "IJepaModel", dict(VIS),
+                ["mha", "patch-embed", "no-cls-token", "layernorm", "gelu-erf"], "ijepa", "vit", styles=("dyn_mask",)),
+    # audio
+    "data2vec_audio": _s("audio", "Data2VecAudioConfig", "Data2VecAudioModel",
+                         dict(AUDIO, num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
+                              num_conv_pos_embedding_layers=2, feat_extract_norm="layer"),
+                         ["mha", "conv-feature-encoder", "conv-positions-stacked", "layernorm", "gelu-erf",
+                          "post-norm"], "data2vec-audio", "bert", styles=ENC_TS),
+}
+
+# attention blocks where the config has no layer count: Funnel's base model, one per block_sizes entry
+HOLDOUT3["funnel"]["attention_blocks"] = 2
