@@ -34,7 +34,8 @@ The summary is rewritten (atomically) every 100 graphs, so a run that is killed 
 processes, in completion order; --time-budget stops taking new graphs after that many seconds
 (the summary then counts the graphs that finished, ``graphs``, out of ``count``).
 --precision fp16|bf16 optimizes with that precision conversion too (keep_io_types: the outputs
-stay float32) and compares every float output at the low type's tolerance; bf16 models run
+stay float32) and compares every float output at the low type's tolerance (paged runs' pools
+and logits too); bf16 models run
 through ``emulate_bf16`` (ORT's CPU provider has no bf16 MatMul), as ``--verify`` runs them.
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
@@ -199,6 +200,11 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
         tb = traceback.format_exc(limit=-3)
         return "crash", _first_line(exc) + "\n" + tb, None, {}
     fires = dict(result.report.rule_fires)
+    names = [o.name for o in original.graph.output]
+    if precision is not None:  # the paged runs too: their pools and logits are in that precision
+        loosest = {n: PRECISION_DTYPE[precision] for n in names}
+    elif loosest is None:
+        loosest = loosest_float_dtypes(original)
     if fuzz_paged.is_paged(optimized):
         cls, detail = _check_paged(original, optimized, feeds, ref_out, kv_cache_dtype == "fp8", loosest)
         return cls, detail, optimized, fires
@@ -207,11 +213,6 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     sig = signature_diff(original, optimized)
     if sig:
         return "signature", sig, optimized, fires
-    names = [o.name for o in original.graph.output]
-    if precision is not None:
-        loosest = {n: PRECISION_DTYPE[precision] for n in names}
-    elif loosest is None:
-        loosest = loosest_float_dtypes(original)
     runnable = emulate_bf16(optimized) if precision == "bf16" else optimized
     try:
         sess = _session(runnable, ort_optimizations=True)
