@@ -5,8 +5,9 @@ The nodes computing the mask (from attention_mask, positions and shapes; never a
 cut out and run in ONNX Runtime for one sequence with P cached and S new tokens: attention_mask
 all ones, positions P..P+S-1, every Shape given the concrete shape of its input. The mask is
 causal when new token i (at position P+i) keeps exactly the keys 0..P+i (bias 0) and masks the
-others (bias <= -1e4 or -inf). P is chosen beyond every integer constant of those nodes, so a
-window written as a constant W (Mistral, Gemma 2: a query sees its last W keys) masks keys the
+others (bias <= -1e4 or -inf; a bfloat16 cone runs through emulate_bf16, as ORT's CPU provider
+has no bfloat16 Where). P is chosen beyond every integer constant of those nodes, so a window
+written as a constant W (Mistral, Gemma 2: a query sees its last W keys) masks keys the
 causal mask keeps, whichever exporter wrote the comparison. Anything else (a bias on kept keys,
 a mask read from an input, a cone that cannot run) is not proven causal: the function raises
 EvalFailure with the reason, which the rule's refusal carries.
@@ -36,7 +37,8 @@ _CONE_LIMIT = 512
 _MAX_WINDOW = 1 << 20
 _MIN_PAST = 16
 _NEW = 3          # new tokens when the query length is dynamic: several rows, offset diagonal
-_MASKED = -1e4    # a kept key has bias 0; a masked one at most this (finfo.min, -inf, -1e4)
+# a kept key has bias 0; a masked one at most this (finfo.min, -inf, -1e4; bfloat16 stores -1e4 as -9984)
+_MASKED = -9984.0
 _HEAVY = {"MatMul", "Gemm", "Conv", "Einsum", "Softmax", "LayerNormalization", "RMSNormalization",
           "Attention"}
 _RESULTS: dict[bytes, tuple[np.ndarray | None, str | None]] = {}
@@ -205,10 +207,26 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
         nodes.append(proto)
     out = onnx.helper.make_tensor_value_info(name(mask), onnx.helper.np_dtype_to_tensor_dtype(
         np.dtype(mask.dtype.numpy())), None)
-    graph = onnx.helper.make_graph(nodes, "mask_probe", inputs, [out], inits)
+    # the cone's types, for emulate_bf16 (_ort_runnable)
+    typed = [onnx.helper.make_tensor_value_info(name(o), int(o.dtype), None) for n in cone
+             if id(n) not in as_const for o in n.outputs if o.dtype is not None and o is not mask]
+    graph = onnx.helper.make_graph(nodes, "mask_probe", inputs, [out], inits, value_info=typed)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     model.ir_version = 10
     return model, feeds
+
+
+def _ort_runnable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ORT's CPU provider has no bfloat16 Where (nor most bfloat16 kernels): a bfloat16 cone runs
+    with every bfloat16 tensor float32 rounded through bfloat16 (emulate_bf16, as verify runs
+    bfloat16 models); the values are those bfloat16 holds."""
+    from onnx_fuse.passes.precision import emulate_bf16
+
+    g, bf16 = model.graph, onnx.TensorProto.BFLOAT16
+    if any(i.data_type == bf16 for i in g.initializer) or any(
+            v.type.tensor_type.elem_type == bf16 for v in [*g.value_info, *g.input, *g.output]):
+        return emulate_bf16(model)
+    return model
 
 
 def _judge(arr: np.ndarray, p: int, s: int) -> str | None:
@@ -277,7 +295,7 @@ def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, 
         from onnx_fuse.verify import make_session
 
         try:
-            arr = make_session(model, threads=1, quiet=True).run(None, feeds)[0]
+            arr = make_session(_ort_runnable(model), threads=1, quiet=True).run(None, feeds)[0]
             res: tuple[np.ndarray | None, str | None] = (np.asarray(arr), None)
         except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -426,7 +444,7 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
             from onnx_fuse.verify import make_session
 
             try:
-                arr = np.asarray(make_session(model, threads=1, quiet=True).run(None, feeds)[0])
+                arr = np.asarray(make_session(_ort_runnable(model), threads=1, quiet=True).run(None, feeds)[0])
             except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
                 text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
                 res: tuple[set[int], int] | str = f"the mask probe did not run ({text})"

@@ -87,6 +87,32 @@ def test_decode_step_mask_that_hides_the_own_key_is_refused():
         _probe(_decode_mask_graph("own-key-hidden"))
 
 
+def _in_half_precision(model: ir.Model, dtype: int, fill: float) -> ir.Model:
+    """The decode mask built in ``dtype`` (float16 or bfloat16): Where(keep, 0, fill)."""
+    import ml_dtypes
+
+    np_t = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: ml_dtypes.bfloat16}[dtype]
+    proto = ir.to_proto(model)
+    for i, init in enumerate(proto.graph.initializer):
+        if init.name in ("zero_f", "neg"):
+            value = 0.0 if init.name == "zero_f" else fill
+            proto.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(value, np_t), init.name))
+    next(o for o in proto.graph.output if o.name == "mask").type.tensor_type.elem_type = dtype
+    del proto.graph.value_info[:]
+    return ir.from_proto(onnx.shape_inference.infer_shapes(proto))
+
+
+@pytest.mark.parametrize("dtype, fill", [(TensorProto.BFLOAT16, -3.3895e38), (TensorProto.BFLOAT16, -1e4),
+                                         (TensorProto.FLOAT16, -65504.0), (TensorProto.FLOAT16, -1e4)])
+def test_half_precision_masks_are_probed(dtype, fill):
+    """A bfloat16 mask cone was refused ("the mask probe did not run": ORT's CPU provider has no
+    bfloat16 Where); it runs through emulate_bf16 now, and -1e4, which bfloat16 stores as -9984,
+    counts as masked. A bfloat16 mask that hides the own key is still refused."""
+    assert _probe(_in_half_precision(_decode_mask_graph(), dtype, fill)) is True
+    with pytest.raises(EvalFailure, match="does not see every key"):
+        _probe(_in_half_precision(_decode_mask_graph("own-key-hidden"), dtype, fill))
+
+
 def test_a_mask_with_too_few_keys_at_every_length_is_refused():
     """attention_mask one key short of P + S at both lengths probed: the cone cannot run at
     either, and the first length's reason is reported."""
