@@ -125,7 +125,9 @@ FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
 # experimental, never planned): oved with two query blocks per CTA, nm - 1 - x then x (fa_ws_core's
 # kWsFold through its persistent tile loop; grid ceil(nm / 2) x H x B). Causal, every CTA then weighs
 # nm + 1 key tiles, and the per-CTA costs (about 2.4 tile-times by the sliding-window runs) are paid
-# once per two query blocks, the second block's Q and first K/V loads overlapping the first's end.
+# once per two query blocks, the second block's Q and first K/V loads overlapping the first's end;
+# the causal grid is 1-D and runs the last FA_FOLD_SINGLES pairs' blocks one per CTA, longest first
+# (fa_fold_ctas), so short blocks fill the last wave.
 FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
@@ -166,6 +168,17 @@ def fa_softcap_variants(head_dim: int) -> tuple[tuple, ...]:
     """Variants compiled with a logit softcap (``_sc`` entries) for ``head_dim``."""
     _check_head_dim(head_dim)
     return FA_SOFTCAP_VARIANTS_BY_D[head_dim]
+
+
+FA_FOLD_SINGLES = 8  # fused_attention.cu kWsFoldSingles
+
+
+def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
+    """CTAs of the causal FA_WS_TMA_OVEDF grid (fused_attention.cu fa_fold_ctas): every (head,
+    sequence) pair but the last FA_FOLD_SINGLES runs its query blocks two per CTA (nm - 1 - x and
+    x), those last pairs one block per CTA, longest first, to fill the last wave."""
+    g = min(pairs, FA_FOLD_SINGLES)
+    return (pairs - g) * ((num_blocks + 1) // 2) + g * num_blocks
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
@@ -560,6 +573,8 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
+    elif opt == "ovedf" and causal:  # 1-D: folded pairs of query blocks, then single ones
+        grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
     elif opt == "ovedf":  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(

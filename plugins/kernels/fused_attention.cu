@@ -933,19 +933,54 @@ struct FaWsOneTile {
   __device__ __forceinline__ int rounds() const { return 1; }
   __device__ __forceinline__ int index(int) const { return 0; }
 };
-// kWsFold: query blocks nm - 1 - blockIdx.x, then blockIdx.x (count 1: the middle block of an odd
-// nm), both of the rows' (head, sequence).
+// kWsFold: query block `first`, then `second` (count 1: `first` only), both of the rows' (head,
+// sequence).
 template <typename Rows>
 struct FaWsFoldTiles {
   static constexpr bool kPersistent = true;
   Rows rows;
-  int nm, count;
+  int first, second, count;
   __device__ __forceinline__ int rounds() const { return count; }
   __device__ __forceinline__ int index(int i) const { return i; }
   __device__ __forceinline__ FaWsTile<Rows> at(int t) const {
-    return FaWsTile<Rows>{rows, t == 0 ? nm - 1 - (int)blockIdx.x : (int)blockIdx.x};
+    return FaWsTile<Rows>{rows, t == 0 ? first : second};
   }
 };
+// kWsFold's CTAs: (pair = b * Hq + h, first block, second block, blocks). Without a mask the grid is
+// (ceil(nm / 2), Hq, B): blocks nm - 1 - x and x. Causal, the grid is 1-D: the pairs but the last
+// kWsFoldSingles (head, sequence) pairs fold as above (each CTA nm + 1 key tiles), then those
+// pairs' blocks one per CTA, longest first across them (as kWsLptGroups), so the last wave is
+// filled with short blocks instead of leaving half the SMs idle behind equal folded CTAs.
+constexpr int kWsFoldSingles = 8;
+__host__ __device__ __forceinline__ int fa_fold_singles(int pairs) {
+  return pairs < kWsFoldSingles ? pairs : kWsFoldSingles;
+}
+// Causal kWsFold grid size for `pairs` (head, sequence) pairs of nm query blocks, and back.
+__host__ __device__ __forceinline__ long long fa_fold_ctas(int pairs, int nm) {
+  const int g = fa_fold_singles(pairs);
+  return (long long)(pairs - g) * ((nm + 1) / 2) + (long long)g * nm;
+}
+__host__ __device__ __forceinline__ int fa_fold_pairs(long long ctas, int nm) {
+  const long long all_single = (long long)kWsFoldSingles * nm;  // grids of <= kWsFoldSingles pairs
+  return ctas <= all_single ? (int)(ctas / nm) : (int)((ctas - all_single) / ((nm + 1) / 2)) + kWsFoldSingles;
+}
+template <bool CAUSAL>
+__device__ __forceinline__ int4 fa_fold_coords(int nm, int pairs) {
+  if constexpr (!CAUSAL) {
+    const int x = blockIdx.x;
+    return make_int4(blockIdx.z * gridDim.y + blockIdx.y, nm - 1 - x, x, 2 * x + 1 == nm ? 1 : 2);
+  } else {
+    const int h = (nm + 1) / 2, g = fa_fold_singles(pairs);
+    const long long folded = (long long)(pairs - g) * h;
+    const long long lin = blockIdx.x;
+    if (lin < folded) {
+      const int pair = (int)(lin / h), x = (int)(lin - (long long)pair * h);
+      return make_int4(pair, nm - 1 - x, x, 2 * x + 1 == nm ? 1 : 2);
+    }
+    const int r = (int)(lin - folded);
+    return make_int4(pairs - g + r % g, nm - 1 - r / g, 0, 1);
+  }
+}
 
 // Persistent schedule of the experimental m128n128w12tp entries (grid = min(tiles, SMs)): tile t
 // is query block t % nm of head (t / nm) % Hq of sequence t / (nm * Hq), the heaviest block
@@ -1584,7 +1619,13 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
     int window = 0) {
 #if OF_WGMMA_OK
   const int3 cc = fa_ws_coords<CAUSAL, OPT>();
-  const int hq = cc.y, b = cc.z;
+  const int nm = (S + 127) / 128;
+  // kWsFold: the CTA's (head, sequence) pair and query blocks (B: the grid's z without a mask; causal,
+  // seq_lens' length is not known here, so the pair count comes from the 1-D grid's size)
+  const int4 fc = (OPT & kWsFold) != 0
+                      ? fa_fold_coords<CAUSAL>(nm, CAUSAL ? fa_fold_pairs(gridDim.x, nm) : 0)
+                      : make_int4(cc.z * Hq + cc.y, 0, 0, 1);
+  const int hq = fc.x % Hq, b = fc.x / Hq;
   const int hkv = hq / (Hq / Hkv);
   const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
   FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
@@ -1592,8 +1633,7 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                           q_ss, k_ss, v_ss, o_ss, L, L, S, 0, window},
                          tq, tk, tv, hq, hkv, b, S};
   if constexpr ((OPT & kWsFold) != 0) {
-    const int nm = (S + 127) / 128;
-    const FaWsFoldTiles<FaDenseTmaRows<T>> tiles{rows, nm, 2 * (int)blockIdx.x + 1 == nm ? 1 : 2};
+    const FaWsFoldTiles<FaDenseTmaRows<T>> tiles{rows, fc.y, fc.z, fc.w};
     fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsFoldTiles<FaDenseTmaRows<T>>, OPT, SC>(
         rows, scale_log2, tiles, sc_k);
   } else {
@@ -2429,7 +2469,12 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      if (kind == 11) grid.x = (grid.x + 1) / 2;  // _ovedf: query blocks nm - 1 - x and x per CTA
+      if (kind == 11 && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
+        OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
+        grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
+      } else if (kind == 11) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
+        grid.x = (grid.x + 1) / 2;
+      }
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
                                        k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                        scale * onnx_fuse::kLog2e, tq, tk, tv, window);

@@ -1263,13 +1263,24 @@ def test_ovedf_candidate_folds_two_query_blocks_per_cta_by_name_only(causal):
         assert re.search(rf"^OF_FA_WSTODF_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTODF_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     assert "case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)" in fa
-    assert "if (kind == 11) grid.x = (grid.x + 1) / 2;" in fa
+    assert "grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);" in fa
+    assert f"constexpr int kWsFoldSingles = {lp.FA_FOLD_SINGLES};" in fa
     mask = "causal" if causal else "full"
     for dt in ("float16", "bfloat16"):
         for s_len, nm in ((4096, 32), (4000, 32), (900, 8), (1000, 8), (129, 2), (640, 5)):
-            p = lp.plan_fused_attention(3, s_len, 8, 2, 128, dt, causal=causal, variant=lp.FA_WS_TMA_OVEDF)
-            assert p.kernel.endswith(f"_d128_m128n128w12t_ovedf_{mask}") and p.opt == "ovedf"
-            assert p.grid == ((nm + 1) // 2, 8, 3)
+            for batch, heads in ((3, 8), (1, 4), (4, 32)):
+                p = lp.plan_fused_attention(batch, s_len, heads, 2, 128, dt, causal=causal,
+                                            variant=lp.FA_WS_TMA_OVEDF)
+                assert p.kernel.endswith(f"_d128_m128n128w12t_ovedf_{mask}") and p.opt == "ovedf"
+                pairs = batch * heads
+                if not causal:
+                    assert p.grid == ((nm + 1) // 2, heads, batch)
+                    continue
+                # every block of every pair exactly once: the folded pairs' ceil(nm / 2) CTAs, then
+                # min(pairs, 8) pairs' nm single blocks
+                g = min(pairs, 8)
+                assert p.grid == ((pairs - g) * ((nm + 1) // 2) + g * nm, 1, 1)
+                assert p.grid[0] == lp.fa_fold_ctas(pairs, nm)
         assert lp.fa_launch_loads(p, by_name=True) == 24 and lp.fa_launch_loads(p, by_name=False) == 25
         assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal).opt != "ovedf"
     with pytest.raises(ValueError, match="not compiled"):
