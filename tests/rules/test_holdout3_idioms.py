@@ -167,3 +167,44 @@ def test_score_view_that_splits_the_batch_is_refused(h):
     model, _ = _decomposed_rel_pos(h, view=(2, -1, 2, 2, 2))
     reasons = h.reasons(model, "ort", "scores-bias-in-view")
     assert any("leading dim" in r for r in reasons), reasons
+
+
+def _key_view_scores(h, softmax=True):
+    """SqueezeBERT's scores: K^T is the view [B, H, D, T] of a channels-first projection [B, H*D, T]
+    (no Transpose), q [B, H, S, D]; with softmax, the whole attention over v [B, H, T, D]."""
+    n = h.node
+    nodes = [n("Reshape", ["kc", "heads"], ["kd"]), n("MatMul", ["q", "kd"], ["sc"]),
+             n("Div", ["sc", "root"], ["sd"])]
+    inits = {"heads": np.array([0, H, D, -1], np.int64), "root": np.array(D ** 0.5, np.float32)}
+    inputs = [h.vi("q", ["batch", H, S, D]), h.vi("kc", ["batch", H * D, S])]
+    if not softmax:
+        return h.make_model(nodes, inputs, [h.vi("sd", ["batch", H, S, S])], inits)
+    nodes += [n("Add", ["sd", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
+    inputs += [h.vi("v", ["batch", H, S, D]), h.vi("mask", ["batch", 1, 1, S])]
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, S, D])], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_key_written_as_a_channels_first_view_is_fused(h, target):
+    """SqueezeBERT (hold-out 3): K^T is a Reshape of the Conv1d projection, not a Transpose, so the
+    attention fragment refused it (attention 0/2). scores-key-view passes it on as a Transpose pair."""
+    model = _key_view_scores(h)
+    out = h.fuse(model, target)
+    assert "Softmax" not in h.ops(out) and h.fired(out)["scores-key-view"] >= 1, h.ops(out)
+    r = h.rng
+    mask = np.zeros((B, 1, 1, S), np.float32)
+    mask[-1, ..., S // 2:] = -1e9
+    feeds = {"q": r.standard_normal((B, H, S, D)).astype(np.float32),
+             "kc": r.standard_normal((B, H * D, S)).astype(np.float32),
+             "v": r.standard_normal((B, H, S, D)).astype(np.float32), "mask": mask}
+    h.assert_close(model, out, feeds)
+
+
+def test_key_view_pair_is_removed_without_attention(h):
+    """Scores that are no attention's (no softmax after them): the Transpose pair is removed again."""
+    model = _key_view_scores(h, softmax=False)
+    out = h.fuse(model, "ort")
+    assert "Transpose" not in h.ops(out), h.ops(out)
+    r = h.rng
+    h.assert_close(model, out, {"q": r.standard_normal((B, H, S, D)).astype(np.float32),
+                                "kc": r.standard_normal((B, H * D, S)).astype(np.float32)})
