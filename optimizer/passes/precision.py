@@ -53,13 +53,20 @@ _SUFFIX = {F32: "fp32", ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16
 FP16_MAX = float(np.finfo(np.float16).max)
 # bfloat16's largest finite value: float32's max (HF's finfo.min masks) rounds past it to inf
 BF16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
-# ORT's Attention-23 reads a mask entry at its dtype's lowest value (or -inf) as -inf and gives 0
-# for a query row whose keys all have it; a float32 mask with a floor above that (lower.yaml's
-# keep-masked-rows: -1e30) gives such a row uniform weights, but a boundary Cast to float16
-# overflows -1e30 to -inf. Entries between float32's lowest and this floor are raised to it before
-# the Cast, as keep-masked-rows does for float16 graphs (s + (-60000) in float16 absorbs |s| < 16);
-# -inf and float32's lowest itself, -inf to ORT in either precision, are left to become -inf.
+# Attention masks cast down at run time (mask_floor). ORT's Attention-23 reads a mask entry at its
+# dtype's lowest value (or -inf) as -inf and gives 0 for a query row whose keys all have it; a
+# float32 mask with a floor above that (lower.yaml's keep-masked-rows: -1e30) gives such a row
+# uniform weights, but a boundary Cast to float16 overflows -1e30 to -inf. Entries between float32's
+# lowest and this floor are raised to it before the Cast, as keep-masked-rows does for float16
+# graphs (s + (-60000) in float16 absorbs |s| < 16); -inf and float32's lowest itself, -inf to ORT
+# in either precision, are left to become -inf.
 FP16_MASK_FLOOR = -60000.0
+# bfloat16 holds -1e30, but float32's lowest (HF's finfo.min masks) rounds to -inf, and
+# MultiHeadAttention / GroupQueryAttention give NaN for a row of -inf biases where the float32 graph
+# gives uniform weights: for bfloat16, every attention mask or bias is clipped to bfloat16's lowest
+# (-inf stays -inf).
+_MASK_SLOTS = {("", "Attention"): 3, ("com.microsoft", "MultiHeadAttention"): 5,
+               ("com.microsoft", "Attention"): 5, ("com.microsoft", "GroupQueryAttention"): 10}
 
 #: Ops computed in the low type whenever their type constraints allow it (where the speed is).
 LOW_OPS = frozenset({
@@ -265,14 +272,14 @@ class PrecisionConversionPass(FusePass):
             if _is_constant(v) and not v.is_graph_input():
                 self._convert_constant(graph, v, by_dtype)
                 del wants[v]
-        # Boundary casts for everything else (float16 attention masks raised to a floor first).
+        # Boundary casts for everything else (attention masks raised to a floor first).
         for v, by_dtype in wants.items():
             for dtype, uses in by_dtype.items():
                 if dtype == v.dtype:
                     continue
-                masks = [u for u in uses if dtype == ir.DataType.FLOAT16 and _is_attention_mask(*u)]
+                masks = [u for u in uses if _is_attention_mask(*u, dtype)]
                 plain = [u for u in uses if u not in masks]
-                for group, src in ((plain, v), (masks, masks and self._mask_floor(graph, v))):
+                for group, src in ((plain, v), (masks, masks and self._mask_floor(graph, v, dtype))):
                     if group:
                         cast = self._cast_after(graph, src, dtype)
                         for node, i in group:
@@ -382,10 +389,16 @@ class PrecisionConversionPass(FusePass):
         self.stats["casts-inserted"] += 1
         return out
 
-    def _mask_floor(self, graph: ir.Graph, v: ir.Value) -> ir.Value:
-        """Where(v <= float32's lowest, v, Max(v, FP16_MASK_FLOOR)) in float32, after v's producer."""
+    def _mask_floor(self, graph: ir.Graph, v: ir.Value, dtype: ir.DataType) -> ir.Value:
+        """Where(v <= keep, v, Max(v, floor)) in float32, after v's producer: float16 keeps float32's
+        lowest and -inf and raises the rest to FP16_MASK_FLOOR; bfloat16 keeps -inf and raises the
+        rest to its own lowest."""
+        if dtype == ir.DataType.FLOAT16:
+            keep, floor = float(np.finfo(np.float32).min), FP16_MASK_FLOOR
+        else:
+            keep, floor = -np.inf, -BF16_MAX
         consts = []
-        for tag, x in (("lowest", float(np.finfo(np.float32).min)), ("floor", FP16_MASK_FLOOR)):
+        for tag, x in (("lowest", keep), ("floor", floor)):
             c = ir.Value(name=self._fresh(f"{v.name}__mask_{tag}"), shape=ir.Shape([1]), type=ir.TensorType(F32),
                          const_value=ir.tensor(np.array([x], np.float32)))
             graph.register_initializer(c)
@@ -507,9 +520,14 @@ def _is_upcast(node: ir.Node, low: ir.DataType) -> bool:
             and _attr_int(node, "to") == int(F32))
 
 
-def _is_attention_mask(node: ir.Node, index: int) -> bool:
-    """Attention-23's attn_mask slot (a bool mask is never float32, so never cast)."""
-    return node.op_type == "Attention" and node.domain in ("", "ai.onnx") and index == 3
+def _is_attention_mask(node: ir.Node, index: int, low: ir.DataType) -> bool:
+    """An attention op's additive mask / bias slot that mask_floor guards when cast to ``low``:
+    Attention-23's attn_mask for float16, every attention op's for bfloat16 (a bool mask is never
+    float32, so never cast)."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if low == ir.DataType.FLOAT16:
+        return domain == "" and node.op_type == "Attention" and index == 3
+    return _MASK_SLOTS.get((domain, node.op_type)) == index
 
 
 def _is_constant(v: ir.Value) -> bool:

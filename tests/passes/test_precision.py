@@ -307,6 +307,28 @@ def test_fp16_attention_mask_keeps_fully_masked_rows(fill):
     assert rel_err(ref, got) <= TOL["fp16"]
 
 
+def test_bf16_attention_bias_at_float32_lowest_stays_finite():
+    """HF's finfo(float32).min bias, cast to bfloat16 for MultiHeadAttention at run time, rounded
+    to -inf, and a row of -inf biases is NaN where the float32 graph gives the mean of V. The pass
+    clips attention masks and biases to bfloat16's lowest before the Cast (-inf stays -inf)."""
+    b, s, h, d = 2, 4, 2, 8
+    nodes = [helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "", "m"], ["o"], domain="com.microsoft",
+                              num_heads=h, name="mha")]
+    proto = model(nodes, [vi(x, T.FLOAT, [b, s, h * d]) for x in "qkv"] + [vi("m", T.FLOAT, [b, 1, s, s])],
+                  [vi("o", T.FLOAT, [b, s, h * d])], extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
+    out, p, _ = convert(proto, "bf16")
+    assert p.stats["mask-floors"] == 1
+    rng = np.random.default_rng(0)
+    feeds = {x: rng.standard_normal((b, s, h * d)).astype(np.float32) for x in "qkv"}
+    feeds["m"] = np.zeros((b, 1, s, s), np.float32)
+    feeds["m"][1] = np.finfo(np.float32).min   # batch 1: every key masked
+    feeds["m"][0, :, :, -1] = -np.inf          # -inf stays -inf
+    ref = run(proto, feeds)[0]
+    got = make_session(emulate_bf16(out)).run(None, feeds)[0]
+    np.testing.assert_allclose(ref[1], np.broadcast_to(feeds["v"][1].mean(0), ref[1].shape), atol=1e-5)
+    assert rel_err(ref, got) <= TOL["bf16"]
+
+
 def test_initializer_used_by_both_precisions_is_duplicated():
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
              helper.make_node("Softmax", ["W"], ["sw"], axis=-1, name="sm"),
