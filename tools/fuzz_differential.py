@@ -35,7 +35,7 @@ processes, in completion order; --time-budget stops taking new graphs after that
 (the summary then counts the graphs that finished, ``graphs``, out of ``count``).
 --precision fp16|bf16 optimizes with that precision conversion too (keep_io_types: the outputs
 stay float32) and compares every float output at the low type's tolerance (paged runs' pools
-and logits too); bf16 models run through ``emulate_bf16`` (ORT's CPU provider has no bf16
+and logits too); bf16 models (paged ones too) run through ``emulate_bf16`` (ORT's CPU provider has no bf16
 MatMul), as ``--verify`` runs them.
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
@@ -206,7 +206,8 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     elif loosest is None:
         loosest = loosest_float_dtypes(original)
     if fuzz_paged.is_paged(optimized):
-        cls, detail = _check_paged(original, optimized, feeds, ref_out, kv_cache_dtype == "fp8", loosest)
+        cls, detail = _check_paged(original, optimized, feeds, ref_out, kv_cache_dtype == "fp8", loosest,
+                                   bf16=precision == "bf16")
         return cls, detail, optimized, fires
     if kv_cache_dtype is not None:
         return "crash", f"kv_cache_dtype={kv_cache_dtype} accepted but the model is not paged", optimized, fires
@@ -237,10 +238,12 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     return cls, detail, optimized, fires
 
 
-def _check_paged(original, optimized, feeds, ref_out, fp8: bool, loosest) -> tuple[str, str]:
+def _check_paged(original, optimized, feeds, ref_out, fp8: bool, loosest, bf16: bool = False) -> tuple[str, str]:
     """The paged-KV rewrite (verify's harness, onnx_fuse.targets.paged_kv_feeds): the original's
     past as shuffled pool blocks, its present outputs compared with the pools read back; fp8 pools
-    at e4m3's tolerance (fuzz_paged.compare_fp8)."""
+    at e4m3's tolerance (fuzz_paged.compare_fp8). ``bf16`` (--precision bf16): the model runs
+    through emulate_bf16 like every bf16 run, its bfloat16 pools fed as float32."""
+    from onnx_fuse.passes.precision import emulate_bf16
     from onnx_fuse.targets import paged_kv_feeds as pk
 
     names = [o.name for o in original.graph.output]
@@ -253,7 +256,9 @@ def _check_paged(original, optimized, feeds, ref_out, fp8: bool, loosest) -> tup
         ref_feeds, run_feeds = pk.paged_feeds(original, optimized, feeds, total=total,
                                               block_size=fuzz_paged.BLOCK, seed=total, fp8=fp8)
         ref = _session(original, ort_optimizations=False).run(names, ref_feeds)
-        sess = _session(optimized, ort_optimizations=True)
+        if bf16:
+            run_feeds = {k: v.astype(np.float32) if v.dtype == ml_dtypes.bfloat16 else v for k, v in run_feeds.items()}
+        sess = _session(emulate_bf16(optimized) if bf16 else optimized, ort_optimizations=True)
         got = pk.run_paged(sess, optimized, run_feeds)
     except Exception as exc:  # noqa: BLE001 - ORT's refusal of the paged model
         return "ort-refused", "paged: " + _first_line(exc)

@@ -261,14 +261,16 @@ def test_the_paged_kv_rewrite_is_compared_like_verify():
     assert all(r["cls"] == "ok" for r in runs), [(k, r["cls"], r["detail"][:160]) for k, r in by.items()]
 
 
-def test_paged_runs_under_precision_are_compared_at_its_tolerance():
-    """Seed 3528835259 with --precision fp16 (fp16rules' pass of 2026-12-02): the paged branch
-    compared the float16 pools with the float32 original at float32's tolerance (9 of 60 graphs
-    `wrong` at 3e-4 of the scale); they take the precision's tolerance like every other output."""
-    case = make_case(3528835259)
+@pytest.mark.parametrize("precision, seed", [("fp16", 3528835259), ("bf16", 2952367057)])
+def test_paged_runs_under_precision_are_compared_at_its_tolerance(precision, seed):
+    """fp16rules' passes of 2026-12-02: the paged branch ignored --precision. fp16: the float16
+    pools were held to float32's tolerance (9 of 60 graphs `wrong` at 3e-4 of the scale); bf16:
+    the model ran without emulate_bf16 (6 of 40 `ort-refused`, no bfloat16 MatMul). Both now run
+    and compare as every other output of that precision."""
+    case = make_case(seed)
     names = [o.name for o in case.model.graph.output]
     ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
-    cls, detail, optimized, fires = fd.run_one(case.model, case.feeds, ref, 4, "trt", precision="fp16")
+    cls, detail, optimized, fires = fd.run_one(case.model, case.feeds, ref, 4, "trt", precision=precision)
     assert fires.get("trt-paged-kv") and cls == "ok", (cls, detail)
 
 
