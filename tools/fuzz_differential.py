@@ -35,8 +35,8 @@ processes, in completion order; --time-budget stops taking new graphs after that
 (the summary then counts the graphs that finished, ``graphs``, out of ``count``).
 --precision fp16|bf16 optimizes with that precision conversion too (keep_io_types: the outputs
 stay float32) and compares every float output at the low type's tolerance (paged runs' pools
-and logits too); bf16 models (paged ones too) run through ``emulate_bf16`` (ORT's CPU provider has no bf16
-MatMul), as ``--verify`` runs them.
+and logits too); bf16 models (paged ones too) run through ``emulate_bf16`` (ORT's CPU provider
+has no bf16 MatMul), as ``--verify`` runs them.
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
         [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
