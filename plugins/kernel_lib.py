@@ -10,6 +10,7 @@ tools/bench_kernels.py. Launch planning comes from ``onnx_fuse.plugins.launch_pl
     lib.paged_decode(q, k_pool, v_pool, block_tables, seq_lens, out)
     lib.append_kv(k_new, v_new, k_pool, v_pool, block_tables, seq_lens)
     lib.paged_prefill(q, k_pool, v_pool, block_tables, seq_lens, out, cu_seqlens_q=cu)  # sm_90a
+    lib.paged_decode(..., sinks=s)               # GPT-OSS attention sinks: float32 [Hq] logits
     # fp8 (e4m3) pool: uint8 (or torch.float8_e4m3fn) pools, float32 per-kv-head scales [Hkv]
     lib.append_kv_fp8(k_new, v_new, k_pool8, v_pool8, k_scale, v_scale, block_tables, seq_lens)
     lib.paged_decode_fp8(q, k_pool8, v_pool8, k_scale, v_scale, block_tables, seq_lens, out)
@@ -37,33 +38,34 @@ ARGTYPES = {
     "onnx_fuse_fused_attention_fwd_w": [_i, _p, _p, _p, _p, _p, _i, _i, _i, _i, _i] + [_ll] * 12 + [_f, _f]
     + [_i] * 6 + [_p],
     "onnx_fuse_paged_attention_decode_ex": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p, _i, _i, _i, _i, _i, _i, _i, _i,
-                                            _f, _i, _i, _i, _i, _p],
+                                            _f, _i, _i, _i, _i, _p, _p],
     "onnx_fuse_append_kv": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _i, _i, _i, _i, _i, _i, _p],
     "onnx_fuse_paged_prefill_fwd": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
     + [_f, _i, _p],
     "onnx_fuse_paged_prefill_fwd_ex": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
     + [_f, _i, _i, _i, _p],
     "onnx_fuse_paged_prefill_fwd_w": [_i, _p, _ll, _ll, _ll, _p, _p, _p, _p, _p, _p, _ll, _ll, _ll] + [_i] * 7
-    + [_f, _i, _i, _i, _i, _p],
+    + [_f, _i, _i, _p, _i, _i, _p],
     "onnx_fuse_paged_attention_decode_fp8": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 8
-    + [_f, _i, _i, _i, _p],
+    + [_f, _i, _i, _i, _p, _p],
     "onnx_fuse_append_kv_fp8": [_i, _p, _p, _ll, _ll, _p, _p, _p, _p, _p, _p] + [_i] * 6 + [_p],
     "onnx_fuse_paged_attention_decode_fp8_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
-    + [_f, _i, _i, _i, _p],
+    + [_f, _i, _i, _i, _p, _p],
     "onnx_fuse_paged_attention_fp8_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_fp8_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
-    + [_i] * 9 + [_f, _i, _i, _i, _p],
+    + [_i] * 9 + [_f, _i, _i, _i, _p, _p],
     "onnx_fuse_paged_attention_fp8_tma_heads_map_ok": [_p, _i, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_fp8_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _p, _p, _ll, _p]
-    + [_i] * 9 + [_f, _i, _i, _i, _p],
+    + [_i] * 9 + [_f, _i, _i, _i, _p, _p],
     "onnx_fuse_paged_attention_fp8_cluster_smem_bytes": [_i, _i, _i],
-    "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9 + [_f, _i, _i, _i, _p],
+    "onnx_fuse_paged_attention_decode_tma": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
+    + [_f, _i, _i, _i, _p, _p],
     "onnx_fuse_paged_attention_tma_supported": [_i, _i, _i, _i],
     "onnx_fuse_paged_attention_tma_map_ok": [_i, _p, _i, _i, _i, _i],
     "onnx_fuse_paged_attention_decode_tma_heads": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
-    + [_f, _i, _i, _i, _p],
+    + [_f, _i, _i, _i, _p, _p],
     "onnx_fuse_paged_attention_decode_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
-    + [_f, _i, _i, _i, _i, _p],
+    + [_f, _i, _i, _i, _i, _p, _p],
 }
 
 
@@ -125,6 +127,16 @@ def _check_plan_window(plan, window: int) -> None:
     """A plan sized for a window covers only that window's keys; a plan without one, any window."""
     if plan.window not in (0, window):
         raise ValueError(f"plan sized for window {plan.window}, launched with window {window}")
+
+
+def _check_sinks(sinks, hq: int, q) -> None:
+    """Attention sinks as the kernels read them: contiguous float32 [Hq] on q's device (or None).
+    The kernels fold each query head's logit into its softmax rows' denominator."""
+    if sinks is None:
+        return
+    if (_dtype_name(sinks) != "float32" or _numel(sinks) != hq or not _contiguous(sinks)
+            or getattr(sinks, "device", None) != getattr(q, "device", None)):
+        raise ValueError(f"sinks: contiguous float32 [{hq}] (one logit per query head) on the query's device")
 
 
 class KernelLib:
@@ -203,10 +215,11 @@ class KernelLib:
 
     def paged_decode(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, scale=None,
                      num_splits=None, max_seq_len=None, workspace=None, plan=None, variant=None,
-                     window=0, stream=None):
+                     window=0, sinks=None, stream=None):
         """q/out [B,Hq,D]; pools [NB,BS,Hkv,D]; int32 block_tables [B,MB], seq_lens [B].
         window > 0: sliding window, the query (at position seq_lens[b] - 1) sees the last ``window``
-        keys, itself included; the blocks wholly before them are not read.
+        keys, itself included; the blocks wholly before them are not read. sinks: float32 [Hq]
+        attention-sink logits (GPT-OSS; one more score per row, value zero) or None.
 
         Returns the plan used; allocates the split-K workspace when none is passed.
         """
@@ -215,6 +228,7 @@ class KernelLib:
         _, BS, Hkv, _ = k_pool.shape
         MB = block_tables.shape[1]
         window = _window(window)
+        _check_sinks(sinks, Hq, q)
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
                                         max_seq_len=max_seq_len, variant=variant, window=window)
@@ -231,7 +245,7 @@ class KernelLib:
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB, k_pool.shape[0],
                 plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.l2_promotion, window,
-                self._stream(stream))
+                _ptr(sinks), self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
             return plan
         if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)
@@ -240,14 +254,14 @@ class KernelLib:
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
                 _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
                 k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, window,
-                self._stream(stream))
+                _ptr(sinks), self._stream(stream))
             self._check(rc, name)
             return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_ex(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
             _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB,
             plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.bulk, window,
-            self._stream(stream))
+            _ptr(sinks), self._stream(stream))
         self._check(rc, "onnx_fuse_paged_attention_decode_ex")
         return plan
 
@@ -278,16 +292,17 @@ class KernelLib:
 
     def paged_decode_fp8(self, q, k_pool, v_pool, k_scale, v_scale, block_tables, seq_lens, out, *,
                          scale=None, num_splits=None, max_seq_len=None, workspace=None, plan=None,
-                         variant=None, window=0, stream=None):
+                         variant=None, window=0, sinks=None, stream=None):
         """Decode over an fp8 (e4m3) pool: q/out [B,Hq,D] fp16|bf16; pools uint8 (or
         float8_e4m3fn) [NB,BS,Hkv,D]; k_scale/v_scale float32 [Hkv] (value = e4m3 * scale);
         variant (warps, stages), (warps, stages, "tma"), (warps, stages, "heads") (head groups) or
         (warps, stages, "cluster") (head groups, splits combined in a thread-block cluster);
-        window: as paged_decode's. Returns the plan used; allocates the split-K workspace when none
-        is passed."""
+        window, sinks: as paged_decode's. Returns the plan used; allocates the split-K workspace when
+        none is passed."""
         self._check_fp8_pool(k_pool, v_pool, k_scale, v_scale)
         check_pool_alignment(k_pool, v_pool)
         B, Hq, D = q.shape
+        _check_sinks(sinks, Hq, q)
         _, BS, Hkv, _ = k_pool.shape
         MB = block_tables.shape[1]
         window = _window(window)
@@ -308,7 +323,7 @@ class KernelLib:
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
                 _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), None, B, Hq, Hkv, D, BS, MB,
                 k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, window,
-                self._stream(stream))
+                _ptr(sinks), self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_fp8_cluster")
             return plan
         if plan.tma:  # tensor maps over the whole pools: their block count is part of the launch
@@ -318,14 +333,14 @@ class KernelLib:
                 plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
                 _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
                 BS, MB, k_pool.shape[0], plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages,
-                window, self._stream(stream))
+                window, _ptr(sinks), self._stream(stream))
             self._check(rc, name)
             return plan
         rc = self._lib.onnx_fuse_paged_attention_decode_fp8(
             plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(k_scale), _ptr(v_scale),
             _ptr(block_tables), _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D,
             BS, MB, plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, window,
-            self._stream(stream))
+            _ptr(sinks), self._stream(stream))
         self._check(rc, "onnx_fuse_paged_attention_decode_fp8")
         return plan
 
@@ -367,7 +382,8 @@ class KernelLib:
         self._check(rc, "onnx_fuse_append_kv_fp8")
 
     def paged_prefill(self, q, k_pool, v_pool, block_tables, seq_lens, out, *, cu_seqlens_q=None,
-                      max_q_len=None, causal=True, scale=None, loads=None, window=0, stream=None) -> None:
+                      max_q_len=None, causal=True, scale=None, loads=None, window=0, sinks=None,
+                      stream=None) -> None:
         """Prefill over a paged prefix: new tokens' queries over every cached token (the new
         tokens' K/V already appended). q/out packed [total_q, Hq, D] with int32 cu_seqlens_q
         [B + 1], or [B, Sq, Hq, D] without; pools [NB, BS, Hkv, D]; block_tables [B, MB];
@@ -376,7 +392,8 @@ class KernelLib:
         (``launch_plan.plan_paged_prefill_loads``: TMA at the planned block sizes (16-128), the launcher
         falling back to cp.async where the pools cannot be mapped), "tma" (refused where TMA
         cannot take the pools) or "cp.async". window > 0 (sliding window, causal only): new token i
-        of sequence b (position p = seq_lens[b] - q_len_b + i) sees keys p - window < j <= p."""
+        of sequence b (position p = seq_lens[b] - q_len_b + i) sees keys p - window < j <= p.
+        sinks: float32 [Hq] attention-sink logits, as paged_decode's."""
         window = _window(window)
         if window and not causal:
             raise ValueError("paged_prefill: window > 0 needs causal=True")
@@ -384,6 +401,7 @@ class KernelLib:
             if t.stride(-1) != 1:
                 raise ValueError("the head-dim axis must be contiguous")
         D, Hq = q.shape[-1], q.shape[-2]
+        _check_sinks(sinks, Hq, q)
         NB, BS, Hkv, _ = k_pool.shape
         NB, BS = int(NB), int(BS)
         # launcher codes: 0 cp.async, 1 TMA (the launcher refuses pools it cannot map), 2 TMA else
@@ -415,5 +433,5 @@ class KernelLib:
             lp.DTYPE_CODE[lp._dt(_dtype_name(q))], _ptr(q), q_sb, q_ts, q_hs, _ptr(cu_seqlens_q),
             _ptr(k_pool), _ptr(v_pool), _ptr(block_tables), _ptr(seq_lens), _ptr(out), o_sb, o_ts,
             o_hs, B, int(max(max_q_len, 1)), Hq, Hkv, D, BS, block_tables.shape[1], sc,
-            int(bool(causal)), window, NB, code, self._stream(stream))
+            int(bool(causal)), window, _ptr(sinks), NB, code, self._stream(stream))
         self._check(rc, "onnx_fuse_paged_prefill_fwd_w")

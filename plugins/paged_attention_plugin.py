@@ -10,7 +10,8 @@ plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_name
              or float8e4m3fn (an fp8 pool: decode only, JIT only, D in {64, 96, 128, 256})
              block_tables int32 [B, max_blocks], seq_lens int32 [B] (cache length incl. the new
              tokens); optional k_scale, v_scale float32 [Hkv] (fp8 pools: value = e4m3 *
-             scale; required there, unused with 16-bit pools)
+             scale; required there, unused with 16-bit pools); optional sinks float32 [Hq]
+             (attention-sink logits, GPT-OSS: one more score per softmax row, value zero)
     outputs  output [B, Sq, Hq*D]; key_cache_out, value_cache_out: the caches, updated in place
              (TensorRT aliases them to inputs 3 and 4; new token i is written at position
              seq_lens[b] - Sq + i and attends to positions 0 .. seq_lens[b] - Sq + i)
@@ -23,7 +24,9 @@ plugin through TensorRT's ONNX parser: op type ``PagedAttention``, ``plugin_name
              Hidden sizes static.
 
 tensorrt.plugin takes a fixed number of tensor inputs (no optional ones), so the plugin always
-has nine: :func:`prepare_node` feeds a constant 1.0 [Hkv] to both scale inputs of a 7-input node.
+has ten: :func:`prepare_node` feeds a constant 1.0 [Hkv] to both scale inputs where a node has
+none, and a constant -inf [Hq] to ``sinks`` where it has none (a sink of -inf adds nothing:
+exp(-inf) = 0 in every softmax denominator).
 An fp8 pool is FLOAT8E4M3FN in ONNX and ``DataType.FP8`` in TensorRT (e4m3, exponent bias 7, the
 OCP float8_e4m3fn the kernels store). Not UINT8: TensorRT's plugin tensors cannot be kUINT8
 (PluginTensorDesc), kUINT8 "cannot be used to represent quantized floating-point values", and
@@ -86,8 +89,9 @@ PLUGIN_NAME = "PagedAttention"
 PLUGIN_VERSION = PLUGIN_VERSIONS[PLUGIN_NAME]
 PLUGIN_ID = f"{PLUGIN_NAMESPACE}::{PLUGIN_NAME}"
 INPUTS = ("query", "key", "value", "key_cache", "value_cache", "block_tables", "seq_lens",
-          "k_scale", "v_scale")
-REQUIRED_INPUTS = 7   # the scales are optional in ONNX; the TensorRT plugin always has nine
+          "k_scale", "v_scale", "sinks")
+REQUIRED_INPUTS = 7   # the scales and sinks are optional in ONNX; the TensorRT plugin always has ten
+SINKS = 9             # input index of the attention-sink logits
 OUTPUTS = ("output", "key_cache_out", "value_cache_out")
 ATTRIBUTES = {
     "num_heads": (onnx.AttributeProto.INT, "query heads Hq"),
@@ -116,7 +120,8 @@ AOT_ADAPTER_HEADER = r"""
   extern "C" __global__ void __launch_bounds__(32 * W) onnx_fuse_pa_trt_##DTN##_d##D##_w##W##s##ST( \
       const T* q, const T* k_new, const T* v_new, const T* k_pool_in, const T* v_pool_in,      \
       const int* block_tables, const int* seq_lens, const float* k_scale,                      \
-      const float* v_scale, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,   \
+      const float* v_scale, const float* sinks, int Hq, int Hkv, int block_size, int max_blocks, \
+      int part_tokens,                                                                         \
       int scale_log2_bits, int window, T* out, T* k_pool, T* v_pool) {                         \
     (void)k_scale; (void)v_scale; /* 16-bit pools only: the scale inputs are ones */           \
     const int hkv = blockIdx.x, b = blockIdx.z;                                                \
@@ -137,7 +142,7 @@ AOT_ADAPTER_HEADER = r"""
                                                  seq_lens,                                     \
                                            out, row, nullptr, nullptr, Hq, Hkv, block_size,    \
                                            max_blocks, part_tokens,                            \
-                                           __int_as_float(scale_log2_bits), window);           \
+                                           __int_as_float(scale_log2_bits), window, sinks);    \
   }
 """
 
@@ -179,10 +184,14 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
     issues += more
     inputs = list(node.input)
     n_in = len(inputs)
-    if n_in not in (REQUIRED_INPUTS, len(INPUTS)) or not all(inputs):
-        issues.append(f"needs {REQUIRED_INPUTS} inputs ({', '.join(INPUTS[:REQUIRED_INPUTS])}) "
-                      f"or {len(INPUTS)} (with {' and '.join(INPUTS[REQUIRED_INPUTS:])}); "
-                      f"got {n_in}")
+    # 7 inputs, 9 (the fp8 scales), or 10 (sinks; the scale slots may be empty for 16-bit pools)
+    scales_ok = all(inputs[REQUIRED_INPUTS:SINKS]) or (n_in == len(INPUTS) and not any(inputs[REQUIRED_INPUTS:SINKS]))
+    shaped = (n_in in (REQUIRED_INPUTS, SINKS, len(INPUTS)) and all(inputs[:REQUIRED_INPUTS]) and scales_ok
+              and (n_in < len(INPUTS) or bool(inputs[SINKS])))
+    if not shaped:
+        issues.append(f"needs {REQUIRED_INPUTS} inputs ({', '.join(INPUTS[:REQUIRED_INPUTS])}), "
+                      f"{SINKS} (with {' and '.join(INPUTS[REQUIRED_INPUTS:SINKS])}) or {len(INPUTS)} "
+                      f"(with {INPUTS[SINKS]}; the scales both given or both empty); got {n_in}")
     outputs = [o for o in node.output if o]
     if len(outputs) != len(OUTPUTS):
         issues.append(f"needs {len(OUTPUTS)} outputs ({', '.join(OUTPUTS)}); got {len(outputs)}")
@@ -198,7 +207,7 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
         issues.append(f"scale must be >= 0 and finite (got {a['scale']})")
     if isinstance(a.get("window"), int) and a["window"] < 0:
         issues.append(f"window must be >= 0, 0 = none (got {a['window']})")
-    if n_in in (REQUIRED_INPUTS, len(INPUTS)) and all(inputs):
+    if shaped:
         fp8 = is_fp8_node(node, info)
         issues += _type_issues(node, info, fp8)
         q_shape = info.shape(inputs[0])
@@ -238,12 +247,15 @@ def check_node(node: onnx.NodeProto, info) -> list[str]:
         bt = info.shape(inputs[5])
         if bt is not None and len(bt) != 2:
             issues.append("block_tables must be rank 2 [B, max_blocks]")
-        for name, n in zip(INPUTS[REQUIRED_INPUTS:], inputs[REQUIRED_INPUTS:]):
-            shape = info.shape(n)
+        for name, n in zip(INPUTS[REQUIRED_INPUTS:SINKS], inputs[REQUIRED_INPUTS:SINKS]):
+            shape = info.shape(n) if n else None
             if shape is not None and (len(shape) != 1 or (
                     isinstance(hkv, int) and shape[0] not in (None, hkv))):
                 issues.append(f"{name} must be float32 [kv_num_heads] = [{hkv}] (got shape "
                               f"{list(shape)})")
+        shape = info.shape(inputs[SINKS]) if n_in > SINKS else None
+        if shape is not None and (len(shape) != 1 or (isinstance(hq, int) and shape[0] not in (None, hq))):
+            issues.append(f"sinks must be float32 [num_heads] = [{hq}] (got shape {list(shape)})")
     return list(dict.fromkeys(issues))
 
 
@@ -269,7 +281,7 @@ def _type_issues(node: onnx.NodeProto, info, fp8: bool) -> list[str]:
         if types[4] not in (None, FP8) or types[3] not in (None, FP8):
             issues.append("key_cache and value_cache must both be float8e4m3fn (an fp8 pool) "
                           "or both the query's type")
-        if len(inputs) < len(INPUTS):
+        if len(inputs) < SINKS or not all(inputs[REQUIRED_INPUTS:SINKS]):
             issues.append("fp8 (float8e4m3fn) caches need the k_scale and v_scale inputs "
                           "(float32 [kv_num_heads], value = e4m3 * scale)")
     elif len({t for t in types if t is not None}) > 1:
@@ -279,7 +291,7 @@ def _type_issues(node: onnx.NodeProto, info, fp8: bool) -> list[str]:
         if t is not None and t != onnx.TensorProto.INT32:
             issues.append(f"{name} must be int32 (got {_tname(t)})")
     for name, n in zip(INPUTS[REQUIRED_INPUTS:], inputs[REQUIRED_INPUTS:]):
-        t = info.dtype(n)
+        t = info.dtype(n) if n else None
         if t is not None and t != onnx.TensorProto.FLOAT:
             issues.append(f"{name} must be float32 (got {_tname(t)})")
     return issues
@@ -336,9 +348,10 @@ def _prefill_issues(node: onnx.NodeProto, info, d: int | None, sq: int | None) -
 
 
 def prepare_node(node: onnx.NodeProto, fresh_name, info=None) -> list[onnx.NodeProto]:
-    """Write the contract defaults and ``aot`` onto ``node`` (in place); for a 7-input node
-    return a Constant of ones [Hkv] and wire it to both scale inputs (tensorrt.plugin has no
-    optional inputs, so the plugin always takes nine; 16-bit pools never read them).
+    """Write the contract defaults and ``aot`` onto ``node`` (in place) and fill its optional
+    inputs (tensorrt.plugin has none, so the plugin always takes ten): where the scales are
+    absent, a Constant of ones [Hkv] wired to both (16-bit pools never read them); where sinks
+    are absent, a Constant of -inf [Hq] (a sink that adds nothing). Returns the new Constants.
 
     ``aot`` (unless set): 1 (the embedded decode kernel, no Python at run time) where ``info``
     (a ``trt_support.GraphInfo``) shows a query length of exactly 1 and a 16-bit pool, else 0
@@ -350,17 +363,30 @@ def prepare_node(node: onnx.NodeProto, fresh_name, info=None) -> list[onnx.NodeP
     if "aot" not in have:
         aot = 1 if query_len(node, info) == 1 and not is_fp8_node(node, info) else 0
         node.attribute.append(onnx.helper.make_attribute("aot", aot))
-    if len(node.input) != REQUIRED_INPUTS:
-        return []
+    if len(node.input) not in (REQUIRED_INPUTS, SINKS, len(INPUTS)):
+        return []   # check_node reports the input count
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    hkv = int(attrs.get("kv_num_heads") or 0) or int(attrs.get("num_heads") or 0)
+    hq = int(attrs.get("num_heads") or 0)
+    hkv = int(attrs.get("kv_num_heads") or 0) or hq
     if hkv <= 0:
         return []   # check_node reports the attributes
-    base = f"{node.name or node.output[0]}_unit_kv_scale"
-    name = fresh_name(base) if fresh_name is not None else base
-    node.input.extend([name, name])
-    ones = onnx.helper.make_tensor(name, onnx.TensorProto.FLOAT, [hkv], [1.0] * hkv)
-    return [onnx.helper.make_node("Constant", [], [name], name=name, value=ones)]
+    made = []
+
+    def constant(suffix: str, values: list[float]) -> str:
+        base = f"{node.name or node.output[0]}_{suffix}"
+        name = fresh_name(base) if fresh_name is not None else base
+        made.append(onnx.helper.make_node("Constant", [], [name], name=name, value=onnx.helper.make_tensor(
+            name, onnx.TensorProto.FLOAT, [len(values)], values)))
+        return name
+
+    ins = list(node.input) + [""] * (len(INPUTS) - len(node.input))
+    if not any(ins[REQUIRED_INPUTS:SINKS]):
+        ins[REQUIRED_INPUTS] = ins[REQUIRED_INPUTS + 1] = constant("unit_kv_scale", [1.0] * hkv)
+    if not ins[SINKS]:
+        ins[SINKS] = constant("no_sinks", [-math.inf] * hq)
+    del node.input[:]
+    node.input.extend(ins)
+    return made
 
 
 # --------------------------------------------------------------------------- tensorrt.plugin
@@ -368,8 +394,8 @@ def prepare_node(node: onnx.NodeProto, fresh_name, info=None) -> list[onnx.NodeP
 def register(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
              block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
-             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", num_heads: int,
-             kv_num_heads: int, scale: float, window: int
+             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", sinks: "trtp.TensorDesc",
+             num_heads: int, kv_num_heads: int, scale: float, window: int
              ) -> "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]":
     """Output like the query; the two cache outputs alias the cache inputs (in-place update,
     in the caches' type: fp16 / bf16, or FP8 for an e4m3 pool)."""
@@ -379,11 +405,11 @@ def register(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.Tens
 def autotune(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
              block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
-             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc",
+             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", sinks: "trtp.TensorDesc",
              outputs: "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]"
              ) -> "List[trtp.AutoTuneCombination]":
     """fp16 or bf16 for the query, new K/V and output; the caches in that type, or FP8 (e4m3)
-    where the network gives FP8 caches; int32 tables, float32 scales; linear layouts. One tactic
+    where the network gives FP8 caches; int32 tables, float32 scales and sinks; linear layouts. One tactic
     per AOT decode variant (warps, stages) for 16-bit pools; the fp8 pool runs the JIT path,
     which plans its own variant, so one tactic."""
     fp8 = _is_fp8(key_cache.dtype)
@@ -395,7 +421,7 @@ def _io_types(fp8: bool) -> str:
     """tensorrt.plugin's io_types string, inputs (INPUTS order) then outputs: dependent '|'
     choices, position 0 fp16 and position 1 bf16 everywhere."""
     f, c = "FP16|BF16", ("FP8|FP8" if fp8 else "FP16|BF16")
-    return ", ".join([f] * 3 + [c] * 2 + ["INT32|INT32"] * 2 + ["FP32|FP32"] * 2 + [f, c, c])
+    return ", ".join([f] * 3 + [c] * 2 + ["INT32|INT32"] * 2 + ["FP32|FP32"] * 3 + [f, c, c])
 
 
 def _is_fp8(dtype) -> bool:
@@ -425,11 +451,12 @@ def _dtype_tag(dtype) -> str:
 def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
          key_cache: "trtp.Tensor", value_cache: "trtp.Tensor", block_tables: "trtp.Tensor",
          seq_lens: "trtp.Tensor", k_scale: "trtp.Tensor", v_scale: "trtp.Tensor",
-         num_heads: int, kv_num_heads: int, scale: float, window: int,
+         sinks: "trtp.Tensor", num_heads: int, kv_num_heads: int, scale: float, window: int,
          outputs: "Tuple[trtp.Tensor, trtp.Tensor, trtp.Tensor]", stream: int) -> None:
     """JIT path: append the new K/V in place, then decode (Sq == 1, split-K) or prefill over the
     pool (Sq > 1), on TensorRT's stream; an FP8 pool quantizes on append and dequantizes in
-    the decode kernel with the scale inputs."""
+    the decode kernel with the scale inputs. The sinks (-inf where the node has none) go to every
+    attention kernel."""
     from onnx_fuse.plugins.fused_attention_plugin import kernel_lib
 
     dt = "float16" if _dtype_tag(query.dtype) == "f16" else "bfloat16"
@@ -437,7 +464,7 @@ def impl(query: "trtp.Tensor", key: "trtp.Tensor", value: "trtp.Tensor",
     run_jit(kernel_lib(), query, key, value, key_cache, value_cache, block_tables, seq_lens,
             outputs[0], k_scale=k_scale if fp8 else None, v_scale=v_scale if fp8 else None,
             num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, dtype=dt,
-            stream=stream, window=window)
+            stream=stream, window=window, sinks=sinks)
 
 
 _MODULE_WORKSPACE = object()   # run_jit's default: the module's WORKSPACE (defined below)
@@ -453,7 +480,7 @@ class _View(_BaseView):
 def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output, *,
             num_heads: int, kv_num_heads: int, scale: float, dtype: str, stream: int,
             k_scale=None, v_scale=None, workspace=_MODULE_WORKSPACE, device=None,
-            num_splits: int | None = None, window: int = 0):
+            num_splits: int | None = None, window: int = 0, sinks=None):
     """The JIT launch sequence on buffers with ``data_ptr`` (int), ``shape`` and ``strides``
     (element strides), as ``trtp.Tensor`` has them: ``lib.append_kv`` then ``lib.paged_decode``
     (Sq == 1) or ``lib.paged_prefill`` (Sq > 1, causal bottom-right, every sequence with Sq new
@@ -466,15 +493,16 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     :class:`Workspace`; default the module's, which :func:`impl` uses); with ``workspace=None``,
     or where it cannot allocate, the decode runs in one split. ``dtype``: "float16" or
     "bfloat16" (the query's); ``lib``: a ``KernelLib``; ``window``: the node's sliding window
-    (0 = none), passed to every attention kernel. Returns the decode plan (None for Sq > 1).
+    (0 = none), and ``sinks`` (float32 [Hq] attention-sink logits or None), passed to every
+    attention kernel. Returns the decode plan (None for Sq > 1).
 
     This runs on every enqueue. For a KernelLib the sequence is traced once per layout (the
     buffers' shapes and strides, the attributes, device and split count: :func:`_launch`) and
-    each call only reads the ten pointers and replays the traced ctypes calls with them
+    each call only reads the eleven pointers and replays the traced ctypes calls with them
     (``_launch_trace``); any other ``lib`` object gets the KernelLib method calls themselves."""
     workspace = WORKSPACE if workspace is _MODULE_WORKSPACE else workspace
     bufs = (query, key, value, key_cache, value_cache, block_tables, seq_lens, output, k_scale,
-            v_scale)
+            v_scale, sinks)
     if not isinstance(lib, KernelLib):
         return _sequence(lib, *bufs, num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale,
                          dtype=dtype, stream=stream, device=device, num_splits=num_splits, window=window,
@@ -494,7 +522,7 @@ def run_jit(lib, query, key, value, key_cache, value_cache, block_tables, seq_le
     return plan
 
 
-_WORKSPACE_SLOT, _STREAM_SLOT = 10, 11   # after the ten buffers of run_jit's order
+_WORKSPACE_SLOT, _STREAM_SLOT = 11, 12   # after the eleven buffers of run_jit's order
 
 
 @functools.lru_cache(maxsize=1024)
@@ -512,7 +540,7 @@ def _launch(lib, layout, num_heads, kv_num_heads, scale, dtype, device, num_spli
 
 
 def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_lens, output,
-              k_scale, v_scale, *, num_heads, kv_num_heads, scale, dtype, stream, device,
+              k_scale, v_scale, sinks, *, num_heads, kv_num_heads, scale, dtype, stream, device,
               num_splits, get_workspace, window=0):
     """run_jit's launch sequence as KernelLib method calls on buffer views;
     ``get_workspace(nbytes)`` gives the split-K partials' device pointer or None."""
@@ -547,9 +575,10 @@ def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_
     else:
         lib.append_kv(k_new, v_new, k_pool, v_pool, tables, lens, stream=stream)
     q, out = heads(query, num_heads), heads(output, num_heads)
+    sk = view(sinks, "float32") if sinks is not None else None
     if sq > 1:
         lib.paged_prefill(q, k_pool, v_pool, tables, lens, out, causal=True, scale=scale,
-                          window=window, stream=stream)
+                          window=window, sinks=sk, stream=stream)
         return None
     # Decode layout [B, Hq, D]: drop the single-token axis.
     q3 = _View(q.data_ptr(), (b, num_heads, d), (q.stride(0), d, 1), dtype)
@@ -569,10 +598,10 @@ def _sequence(lib, query, key, value, key_cache, value_cache, block_tables, seq_
             ws = _View(ptr, (plan.workspace_bytes // 4,), (1,), "float32")
     if fp8:
         lib.paged_decode_fp8(q3, k_pool, v_pool, ks, vs, tables, lens, o3, scale=scale,
-                             plan=plan, workspace=ws, window=window, stream=stream)
+                             plan=plan, workspace=ws, window=window, sinks=sk, stream=stream)
     else:
         lib.paged_decode(q3, k_pool, v_pool, tables, lens, o3, scale=scale, plan=plan,
-                         workspace=ws, window=window, stream=stream)
+                         workspace=ws, window=window, sinks=sk, stream=stream)
     return plan
 
 
@@ -738,13 +767,13 @@ def _fits(head_dim: int, warps: int, stages: int) -> bool:
 def aot_impl(query: "trtp.TensorDesc", key: "trtp.TensorDesc", value: "trtp.TensorDesc",
              key_cache: "trtp.TensorDesc", value_cache: "trtp.TensorDesc",
              block_tables: "trtp.TensorDesc", seq_lens: "trtp.TensorDesc",
-             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", num_heads: int,
-             kv_num_heads: int, scale: float, window: int,
+             k_scale: "trtp.TensorDesc", v_scale: "trtp.TensorDesc", sinks: "trtp.TensorDesc",
+             num_heads: int, kv_num_heads: int, scale: float, window: int,
              outputs: "Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]", tactic: int
              ) -> "Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymExprs]":
     """AOT path: one fused append + single-split decode kernel, grid (Hkv, 1, B); decode only
     (the query length must be the constant 1), 16-bit pools only (the scale inputs are passed
-    to the kernel and not read)."""
+    to the kernel and not read; the sinks are read, -inf where the node has none)."""
     from onnx_fuse.plugins.aot_ptx import aot_kernel_ptx
 
     if _is_fp8(key_cache.dtype) or _is_fp8(value_cache.dtype):

@@ -74,14 +74,21 @@ def _to_bshd(x: np.ndarray, layout: str, num_heads: int | None, name: str) -> np
     raise ValueError(f"unknown layout {layout!r} (bshd, bhsd or bsh)")
 
 
-def _softmax_rows(scores: np.ndarray, visible: np.ndarray) -> np.ndarray:
-    """Row softmax of float64 scores where ``visible`` is False -> weight 0; empty rows -> 0."""
+def _softmax_rows(scores: np.ndarray, visible: np.ndarray, sink: np.ndarray | None = None) -> np.ndarray:
+    """Row softmax of float64 scores where ``visible`` is False -> weight 0; empty rows -> 0.
+    ``sink`` (broadcast to the rows' shape [..., 1]): one more logit per row that takes part of
+    the mass and has no value (attention sinks); a row with no visible key stays zero."""
     s = np.where(visible, scores, -np.inf)
     m = np.max(s, axis=-1, keepdims=True)
+    if sink is not None:
+        m = np.maximum(m, sink)
     m = np.where(np.isfinite(m), m, 0.0)
     p = np.where(visible, np.exp(s - m), 0.0)
     denom = p.sum(axis=-1, keepdims=True)
-    return np.divide(p, denom, out=np.zeros_like(p), where=denom > 0)
+    empty = denom == 0
+    if sink is not None:
+        denom = denom + np.exp(sink - m)
+    return np.divide(p, denom, out=np.zeros_like(p), where=(denom > 0) & ~empty)
 
 
 def fused_attention(
@@ -179,6 +186,7 @@ def paged_attention(
     *,
     scale: float | None = None,
     window: int = 0,
+    sinks: np.ndarray | None = None,
     out_dtype=None,
 ) -> np.ndarray:
     """Attention of new query tokens over a block-paged cache (kernel layouts).
@@ -186,7 +194,9 @@ def paged_attention(
     q: [B, Hq, D] (decode, one token) or [B, Sq, Hq, D]; pools [NB, BS, Hkv, D];
     block_tables int32 [B, max_blocks]; seq_lens int32 [B] (cache length incl. new tokens).
     ``window`` W > 0: new token at position ``p`` sees cache positions ``p - W < j <= p``.
-    Returns q's shape.
+    ``sinks`` [Hq] (attention sinks, GPT-OSS): query head h's softmax rows get one more logit
+    ``sinks[h]`` (not scaled) whose value row is zero, so it only adds ``exp(sinks[h])`` to the
+    denominator. Returns q's shape.
     """
     W = _check_window(window, causal=True)
     q = np.asarray(q)
@@ -200,6 +210,12 @@ def paged_attention(
         raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
     group = Hq // Hkv
     sc = resolve_scale(scale, D)
+    sink = None
+    if sinks is not None:
+        sink = np.asarray(sinks, np.float64).reshape(-1)
+        if sink.shape != (Hq,):
+            raise ValueError(f"sinks must have shape [{Hq}] (one logit per query head), got {np.shape(sinks)}")
+        sink = sink[:, None, None]  # [Hq, 1, 1] against the scores [Hq, Sq, L]
     tables = np.asarray(block_tables)
     lens = np.asarray(seq_lens, np.int64)
     out = np.zeros((B, Sq, Hq, D), np.float64)
@@ -216,7 +232,7 @@ def paged_attention(
         visible = np.arange(L)[None, None, :] <= qpos[None, :, None]
         if W:
             visible = visible & (np.arange(L)[None, None, :] > qpos[None, :, None] - W)
-        p = _softmax_rows(scores, np.broadcast_to(visible, scores.shape))
+        p = _softmax_rows(scores, np.broadcast_to(visible, scores.shape), sink)
         out[b] = np.matmul(p, vc.transpose(1, 0, 2)).transpose(1, 0, 2)
     out = out[:, 0] if decode else out
     return out.astype(out_dtype or q.dtype)
@@ -292,6 +308,7 @@ def paged_attention_op(
     seq_lens: np.ndarray,
     k_scale: np.ndarray | None = None,
     v_scale: np.ndarray | None = None,
+    sinks: np.ndarray | None = None,
     *,
     num_heads: int,
     kv_num_heads: int | None = None,
@@ -310,7 +327,10 @@ def paged_attention_op(
     uint8; returned in the same form) with ``k_scale``/``v_scale`` float32 [Hkv]. The new tokens
     are stored as :func:`quantize_e4m3` of ``x / scale[h]`` and every token is read back as
     ``e4m3 * scale[h]`` (the dequantized pool is what the query attends to). With 16-bit pools
-    the scales are optional and unused (the TensorRT builder feeds ones to its fixed 9 inputs).
+    the scales are optional and unused (the TensorRT builder feeds ones to its fixed inputs).
+
+    ``sinks`` float32 [Hq] (optional): attention-sink logits, one more score per softmax row of
+    query head h with a zero value (:func:`paged_attention`).
     """
     if (k_scale is None) != (v_scale is None):
         raise ValueError("k_scale and v_scale go together (fp8 pools) or not at all")
@@ -323,7 +343,7 @@ def paged_attention_op(
         ks, vs = (_kv_scale(s, kvh, n) for s, n in ((k_scale, "k_scale"), (v_scale, "v_scale")))
     if not is_fp8_pool(key_cache):   # 16-bit pools: the scales (if any) are not used
         kc, vc = append_kv(key_cache, value_cache, kn, vn, block_tables, seq_lens)
-        out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale, window=window)
+        out = paged_attention(qh, kc, vc, block_tables, seq_lens, scale=scale, window=window, sinks=sinks)
         return out.reshape(B, Sq, -1), kc, vc
     if k_scale is None:
         raise ValueError("fp8 (e4m3) pools need k_scale and v_scale")
@@ -331,7 +351,7 @@ def paged_attention_op(
     kc, vc = append_kv(k8, v8, quantize_e4m3(kn, ks), quantize_e4m3(vn, vs), block_tables,
                        seq_lens)
     out = paged_attention(qh, dequantize_e4m3(kc, ks), dequantize_e4m3(vc, vs), block_tables,
-                          seq_lens, scale=scale, window=window, out_dtype=qh.dtype)
+                          seq_lens, scale=scale, window=window, sinks=sinks, out_dtype=qh.dtype)
     like = np.asarray(key_cache).dtype
     return out.reshape(B, Sq, -1), kc.view(like), vc.view(like)
 

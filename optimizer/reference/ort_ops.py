@@ -21,7 +21,10 @@ handles float16 and bfloat16; the rest of a bf16 graph usually is not runnable o
 Covered ops (float32, float16 or bfloat16 tensors; integer inputs int32):
   FusedAttention(query, key, value[, seq_lens])                       -> output
   PagedAttention(query, key, value, key_cache, value_cache, block_tables, seq_lens
-                 [, k_scale, v_scale])               -> output, key_cache_out, value_cache_out
+                 [, k_scale, v_scale] [, sinks])     -> output, key_cache_out, value_cache_out
+
+A PagedAttention with sinks but no scales (inputs 7 and 8 empty, the 16-bit pool form) runs as
+the 8-input registration ``OnnxFuse_PagedAttention_8`` (the empty slots dropped).
 
 The 9-input PagedAttention also takes float8e4m3fn caches (an fp8 pool) with float32 scales.
 The Python op API has no float8 type either, so those caches are wrapped the same way: Cast to
@@ -87,17 +90,42 @@ def _paged_attention(query, key, value, key_cache, value_cache, block_tables, se
                               window=int(window))
 
 
+def _paged_attention_sinks(query, key, value, key_cache, value_cache, block_tables, seq_lens, sinks,
+                           *, num_heads, kv_num_heads, scale, window):
+    """The 16-bit (here float32) pool form with attention sinks and no scales."""
+    return _paged_attention_with(query, key, value, key_cache, value_cache, block_tables, seq_lens, None,
+                                 None, sinks, num_heads=num_heads, kv_num_heads=kv_num_heads,
+                                 scale=scale, window=window)
+
+
+def _paged_attention_scales_sinks(query, key, value, key_cache, value_cache, block_tables, seq_lens,
+                                  k_scale, v_scale, sinks, *, num_heads, kv_num_heads, scale, window):
+    return _paged_attention_with(query, key, value, key_cache, value_cache, block_tables, seq_lens,
+                                 k_scale, v_scale, sinks, num_heads=num_heads,
+                                 kv_num_heads=kv_num_heads, scale=scale, window=window)
+
+
+def _paged_attention_with(query, key, value, key_cache, value_cache, block_tables, seq_lens, k_scale,
+                          v_scale, sinks, *, num_heads, kv_num_heads, scale, window):
+    from onnx_fuse.reference.attention import paged_attention_op
+
+    return paged_attention_op(query, key, value, key_cache, value_cache, block_tables, seq_lens,
+                              k_scale, v_scale, sinks, num_heads=int(num_heads),
+                              kv_num_heads=int(kv_num_heads) or None, scale=float(scale),
+                              window=int(window))
+
+
 def _paged_attention_fp8(query, key, value, key_cache, value_cache, block_tables, seq_lens,
-                         k_scale, v_scale, *, num_heads, kv_num_heads, scale, window):
+                         k_scale, v_scale, sinks=None, *, num_heads, kv_num_heads, scale, window):
     """The caches arrive as float32 e4m3 values (Cast from float8e4m3fn) and leave as such."""
     import ml_dtypes
     import numpy as np
 
     e4m3 = ml_dtypes.float8_e4m3fn
-    out, kc, vc = _paged_attention(query, key, value, np.asarray(key_cache).astype(e4m3),
-                                   np.asarray(value_cache).astype(e4m3), block_tables, seq_lens,
-                                   k_scale, v_scale, num_heads=num_heads,
-                                   kv_num_heads=kv_num_heads, scale=scale, window=window)
+    out, kc, vc = _paged_attention_with(query, key, value, np.asarray(key_cache).astype(e4m3),
+                                        np.asarray(value_cache).astype(e4m3), block_tables, seq_lens,
+                                        k_scale, v_scale, sinks, num_heads=num_heads,
+                                        kv_num_heads=kv_num_heads, scale=scale, window=window)
     return out.astype(np.float32), kc.astype(np.float32), vc.astype(np.float32)
 
 
@@ -114,6 +142,13 @@ _SPECS = (
     _OpSpec("PagedAttention", _PAGED_INPUTS + ("float", "float"), ("float", "float", "float"),
             _ATTN_ATTRS, _paged_attention, output_like=(0, 3, 4)),
     _OpSpec("PagedAttention", _PAGED_INPUTS + ("float", "float"), ("float", "float", "float"),
+            _ATTN_ATTRS, _paged_attention_fp8, output_like=(0, 3, 4), variant="fp8"),
+    # attention sinks: 7 inputs + sinks (the scale slots empty and dropped), or all ten
+    _OpSpec("PagedAttention", _PAGED_INPUTS + ("float",), ("float", "float", "float"), _ATTN_ATTRS,
+            _paged_attention_sinks, output_like=(0, 3, 4)),
+    _OpSpec("PagedAttention", _PAGED_INPUTS + ("float",) * 3, ("float", "float", "float"),
+            _ATTN_ATTRS, _paged_attention_scales_sinks, output_like=(0, 3, 4)),
+    _OpSpec("PagedAttention", _PAGED_INPUTS + ("float",) * 3, ("float", "float", "float"),
             _ATTN_ATTRS, _paged_attention_fp8, output_like=(0, 3, 4), variant="fp8"),
 )
 _SPEC_BY_KEY = {(s.op, len(s.inputs), s.variant): s for s in _SPECS}
@@ -144,11 +179,14 @@ def _retarget(node: onnx.NodeProto, types: dict[str, int]) -> _OpSpec:
     n_inputs = len(node.input)
     while n_inputs and not node.input[n_inputs - 1]:
         n_inputs -= 1  # trailing omitted optional inputs
+    if node.op_type == "PagedAttention" and n_inputs == 10 and not node.input[7] and not node.input[8]:
+        del node.input[7:9]  # sinks without scales: the 8-input registration
+        n_inputs = 8
     fp8 = (node.op_type == "PagedAttention" and len(node.input) > 3
            and types.get(node.input[3]) == onnx.TensorProto.FLOAT8E4M3FN)
-    if fp8 and n_inputs != 9:
+    if fp8 and n_inputs not in (9, 10):
         raise ValueError(f"node {node.name!r}: onnx_fuse::PagedAttention over float8e4m3fn caches "
-                         f"needs k_scale and v_scale (9 inputs, got {n_inputs})")
+                         f"needs k_scale and v_scale (9 inputs, or 10 with sinks; got {n_inputs})")
     spec = _SPEC_BY_KEY.get((node.op_type, n_inputs, "fp8" if fp8 else ""))
     if spec is None:
         known = sorted({f"{s.op}/{len(s.inputs)}" for s in _SPECS})

@@ -152,4 +152,20 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Attention sinks (GPT-OSS; PagedAttention's optional `sinks` input): a learned logit per query head
+// joins each softmax row as one more score whose value row is zero, so it only adds to the
+// denominator. sink_log2: the logit in the kernels' log2 units (-inf: no sink).
+__device__ __forceinline__ float sink_log2(const float* sinks, int hq) {
+  return sinks != nullptr ? sinks[hq] * kLog2e : -INFINITY;
+}
+// 1 / denominator of a finished row (running max m, sum l in log2 units) with the sink folded in
+// once: the max taken over the sink too, l' = l 2^(m - m') + 2^(s - m'), and O's 2^(m - m')
+// rescale in the result. s = -inf gives 1 / l; a row with no key (l = 0) gives 0 (a zero row).
+__device__ __forceinline__ float sink_row_inv(float l, float m, float s) {
+  if (!(l > 0.f)) return 0.f;
+  const float m2 = fmaxf(m, s);
+  const float a = exp2f(m - m2);
+  return a / (l * a + exp2f(s - m2));
+}
+
 }  // namespace onnx_fuse

@@ -887,7 +887,8 @@ struct FaDenseRows {
 // cached token (prefix and new) in the block pool [num_blocks, 2^bs_shift, Hkv, D]: token n
 // is row n % bs of block bt[n / bs]. k/v point at this kv head's columns of block 0; tok_ss
 // is Hkv * D. causal_off = kv_len - q_len (bottom-right aligned: new token i is at position
-// kv_len - q_len + i).
+// kv_len - q_len + i). sink: the query head's attention-sink logit in log2 units (-inf: none;
+// fa_row_inv folds it into each finished row's denominator).
 template <typename T>
 struct FaPagedRows {
   static constexpr bool kTma = false;
@@ -898,6 +899,7 @@ struct FaPagedRows {
   int bs_shift;
   int q_len, kv_len, q_store, causal_off;
   int window;
+  float sink;
   __device__ __forceinline__ const T* q_row(int r) const { return q + r * q_ss; }
   __device__ __forceinline__ T* o_row(int r) const { return o + r * o_ss; }
   __device__ __forceinline__ void kv_rows(int n, const T*& kr, const T*& vr) const {
@@ -907,6 +909,14 @@ struct FaPagedRows {
     vr = v + off;
   }
 };
+// 1 / the denominator of a finished row (sum l, max m in log2 units): rows with a `sink` (the
+// paged rows) fold it in (sink_row_inv), the others have none.
+template <typename Rows>
+__device__ __forceinline__ auto fa_row_inv(const Rows& rows, float l, float m, int) -> decltype(rows.sink, 0.f) {
+  return sink_row_inv(l, m, rows.sink);
+}
+template <typename Rows>
+__device__ __forceinline__ float fa_row_inv(const Rows&, float l, float, long) { return 1.f / l; }
 
 // Dense rows loaded by TMA (m128n128w12t): one producer thread copies each Q/K/V tile as D/64
 // boxes of 64 columns x 128 rows (128-byte swizzle, exactly the layout sw128_off describes)
@@ -1533,7 +1543,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       const float l = quad_sum(row_l[h]);
       const int lr = wrow + g + h * 8;
       const bool live = l > 0.f && m0 + lr < QL;  // rows past q_len: zeros (see below)
-      const float inv = live ? 1.f / l : 0.f;
+      const float inv = live ? fa_row_inv(rows, l, row_m[h], 0) : 0.f;
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
         const uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
@@ -1560,7 +1570,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     // Rows past q_len are zeros by selection: with TMA their Q rows are whatever the tensor holds
     // (NaN / Inf give NaN accumulators, and NaN * 0 is NaN).
     const bool live = l > 0.f && row < QL;
-    const float inv = live ? 1.f / l : 0.f;
+    const float inv = live ? fa_row_inv(rows, l, row_m[h], 0) : 0.f;
     if (row < rows.q_store) {
       T* orow = rows.o_row(row);
 #pragma unroll
@@ -1687,7 +1697,7 @@ __device__ __forceinline__ void fa_paged_prefill_body(
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ o, long long o_sb, long long o_ts,
     long long o_hs, int Hq, int Hkv, int bs_shift, int max_blocks, float scale_log2,
-    int window = 0) {
+    int window = 0, const float* __restrict__ sinks = nullptr) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
@@ -1701,7 +1711,7 @@ __device__ __forceinline__ void fa_paged_prefill_body(
   const int kv_len = min(max(seq_lens[b], 0), max_blocks << bs_shift);
   FaPagedRows<T> rows{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D, o + os + hq * o_hs,
                       q_ts, o_ts, (long long)Hkv * D, block_tables + (long long)b * max_blocks,
-                      bs_shift, q_len, kv_len, q_len, kv_len - q_len, window};
+                      bs_shift, q_len, kv_len, q_len, kv_len - q_len, window, sink_log2(sinks, hq)};
   fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
   __trap();
@@ -1717,7 +1727,7 @@ __device__ __forceinline__ void fa_paged_prefill_tma_body(
     const T* __restrict__ v_pool, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ o, long long o_sb, long long o_ts,
     long long o_hs, int Hq, int Hkv, int bs_shift, int max_blocks, float scale_log2,
-    const void* tk, const void* tv, int window = 0) {
+    const void* tk, const void* tv, int window = 0, const float* __restrict__ sinks = nullptr) {
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
@@ -1732,7 +1742,7 @@ __device__ __forceinline__ void fa_paged_prefill_tma_body(
   FaPagedTmaRows<T> rows{{q + qs + hq * q_hs, k_pool + hkv * D, v_pool + hkv * D,
                           o + os + hq * o_hs, q_ts, o_ts, (long long)Hkv * D,
                           block_tables + (long long)b * max_blocks, bs_shift, q_len, kv_len,
-                          q_len, kv_len - q_len, window},
+                          q_len, kv_len - q_len, window, sink_log2(sinks, hq)},
                          tk, tv, hkv};
   fa_ws_core<T, D, CAUSAL>(rows, scale_log2);
 #else
@@ -2030,10 +2040,10 @@ OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
-      int max_blocks, float scale_log2, int window) {                                          \
+      int max_blocks, float scale_log2, int window, const float* sinks) {                      \
     fa_paged_prefill_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,      \
                                         block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv,  \
-                                        bs_shift, max_blocks, scale_log2, window);             \
+                                        bs_shift, max_blocks, scale_log2, window, sinks);      \
   }
 #define OF_FA_PP_KERNELS_D(DTN, T, D)                                          \
   OF_FA_PP_KERNEL(onnx_fuse_fa_paged_prefill_##DTN##_d##D##_full, T, D, false)  \
@@ -2043,18 +2053,18 @@ OF_FA_PP_KERNELS_D(f16, __half, 128)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_PP_KERNELS_D(bf16, __nv_bfloat16, 128)
 // The same with K/V by TMA: onnx_fuse_fa_paged_prefill_tma_<dt>_d<D>_<full|causal>; two tensor
-// maps (K pool, V pool) follow the usual arguments. No TensorRT AOT twin.
+// maps (K pool, V pool) follow the usual arguments, then window and sinks. No TensorRT AOT twin.
 #define OF_FA_PPT_KERNEL(NAME, T, D, CAUSAL)                                                     \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, long long q_sb, long long q_ts, long long q_hs, const int* cu_q, int q_len,   \
       const T* k_pool, const T* v_pool, const int* block_tables, const int* seq_lens, T* o,     \
       long long o_sb, long long o_ts, long long o_hs, int Hq, int Hkv, int bs_shift,            \
       int max_blocks, float scale_log2, const __grid_constant__ CUtensorMap tk,                \
-      const __grid_constant__ CUtensorMap tv, int window) {                                    \
+      const __grid_constant__ CUtensorMap tv, int window, const float* sinks) {                \
     fa_paged_prefill_tma_body<T, D, CAUSAL>(q, q_sb, q_ts, q_hs, cu_q, q_len, k_pool, v_pool,  \
                                             block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,   \
                                             Hkv, bs_shift, max_blocks, scale_log2, &tk, &tv,   \
-                                            window);                                           \
+                                            window, sinks);                                    \
   }
 #define OF_FA_PPT_KERNELS_D(DTN, T, D)                                              \
   OF_FA_PPT_KERNEL(onnx_fuse_fa_paged_prefill_tma_##DTN##_d##D##_full, T, D, false)  \
@@ -2283,11 +2293,11 @@ namespace {
 
 using PpFn = void (*)(const void*, long long, long long, long long, const int*, int, const void*,
                       const void*, const int*, const int*, void*, long long, long long,
-                      long long, int, int, int, int, float, int);
+                      long long, int, int, int, int, float, int, const float*);
 using PpTmaFn = void (*)(const void*, long long, long long, long long, const int*, int,
                          const void*, const void*, const int*, const int*, void*, long long,
                          long long, long long, int, int, int, int, float, CUtensorMap,
-                         CUtensorMap, int);
+                         CUtensorMap, int, const float*);
 
 // Shared by onnx_fuse_paged_prefill_fwd (loads 0) and onnx_fuse_paged_prefill_fwd_ex.
 int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_ts,
@@ -2296,7 +2306,7 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
                          void* o, long long o_sb, long long o_ts, long long o_hs, int B,
                          int max_q_len, int Hq, int Hkv, int D, int block_size, int max_blocks,
                          float scale, int causal, int num_blocks, int loads,
-                         cudaStream_t stream, int window = 0) {
+                         cudaStream_t stream, int window = 0, const float* sinks = nullptr) {
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(B > 0 && B <= 65535 && max_q_len > 0 && Hq > 0 && Hq <= 65535 && Hkv > 0 &&
@@ -2342,7 +2352,7 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
       tfn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool,
                                        v_pool, block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq,
                                        Hkv, bs_shift, max_blocks, scale * onnx_fuse::kLog2e, tk,
-                                       tv, window);
+                                       tv, window, sinks);
       OF_CUDA_CHECK_LAUNCH();
       return 0;
     }
@@ -2351,7 +2361,7 @@ int paged_prefill_launch(int dtype, const void* q, long long q_sb, long long q_t
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   fn<<<grid, 384, smem, stream>>>(q, q_sb, q_ts, q_hs, cu_seqlens_q, max_q_len, k_pool, v_pool,
                                   block_tables, seq_lens, o, o_sb, o_ts, o_hs, Hq, Hkv, bs_shift,
-                                  max_blocks, scale * onnx_fuse::kLog2e, window);
+                                  max_blocks, scale * onnx_fuse::kLog2e, window, sinks);
   OF_CUDA_CHECK_LAUNCH();
   return 0;
 }
@@ -2547,18 +2557,20 @@ int onnx_fuse_paged_prefill_fwd_ex(int dtype, const void* q, long long q_sb, lon
 
 // onnx_fuse_paged_prefill_fwd_ex with a sliding window (window > 0 needs causal; 0 = none): new
 // token i of sequence b (position p = seq_lens[b] - q_len_b + i) sees keys n with p - window < n
-// <= p; key tiles wholly below every row's band are not loaded.
+// <= p; key tiles wholly below every row's band are not loaded. sinks: float32 [Hq] attention-sink
+// logits (GPT-OSS: one more score per row whose value is zero), or null for none.
 int onnx_fuse_paged_prefill_fwd_w(int dtype, const void* q, long long q_sb, long long q_ts,
                                   long long q_hs, const int* cu_seqlens_q, const void* k_pool,
                                   const void* v_pool, const int* block_tables,
                                   const int* seq_lens, void* o, long long o_sb, long long o_ts,
                                   long long o_hs, int B, int max_q_len, int Hq, int Hkv, int D,
                                   int block_size, int max_blocks, float scale, int causal,
-                                  int window, int num_blocks, int loads, cudaStream_t stream) {
+                                  int window, const float* sinks, int num_blocks, int loads,
+                                  cudaStream_t stream) {
   return paged_prefill_launch(dtype, q, q_sb, q_ts, q_hs, cu_seqlens_q, k_pool, v_pool,
                               block_tables, seq_lens, o, o_sb, o_ts, o_hs, B, max_q_len, Hq, Hkv,
                               D, block_size, max_blocks, scale, causal, num_blocks, loads, stream,
-                              window);
+                              window, sinks);
 }
 
 }  // extern "C"

@@ -20,6 +20,9 @@
 // Sliding window: every decode entry and launcher takes a runtime int `window` (0 = none); with
 // window W > 0 the query (position seq_lens[b] - 1) sees the last W keys only, and the splits
 // cover those (pa_window_lo): the blocks before them are not read.
+// Attention sinks: every decode entry and launcher takes `const float* sinks` ([Hq] float32 logits,
+// null = none; sink_row_inv): folded into the denominator once per row where the row is finished
+// (one split: the body; split-K: the reduce or the cluster combine, never per split).
 //
 // Append: onnx_fuse_append_kv_* writes new tokens k_new/v_new [B, Sq, Hkv, D] at cache
 // positions seq_lens[b] - Sq + i (i < Sq) of sequence b, in place.
@@ -212,7 +215,8 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
                                              const float (&row_m)[2], const float (&row_l)[2],
                                              float out_scale, T* __restrict__ out, long long o_sb,
                                              float* __restrict__ part_o, float* __restrict__ part_lse,
-                                             int Hq, int G, int hkv, int b, int split, int num_splits) {
+                                             int Hq, int G, int hkv, int b, int split, int num_splits,
+                                             const float* __restrict__ sinks) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   float* sm = scratch;
   float* sl = sm + W * 16;
@@ -240,6 +244,7 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
   __syncthreads();
   for (int idx = tid; idx < G * D; idx += 32 * W) {
     const int r = idx / D, d = idx % D;
+    const int hq = hkv * G + r;
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
@@ -251,8 +256,10 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
       lsum += sl[w * 16 + r] * f;
       osum += so[(w * 16 + r) * D + d] * f;
     }
-    const int hq = hkv * G + r;
-    const float o = lsum > 0.f ? osum * (out_scale * (1.f / lsum)) : 0.f;
+    // one split: the row is finished here, so its sink joins (split-K: in the reduce)
+    const float inv = num_splits == 1 ? sink_row_inv(lsum, Mu, sink_log2(sinks, hq))
+                                      : (lsum > 0.f ? 1.f / lsum : 0.f);
+    const float o = lsum > 0.f ? osum * (out_scale * inv) : 0.f;
     if (num_splits == 1) {
       out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
     } else {
@@ -273,7 +280,8 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
 // no second kernel.
 template <typename T, int D, int R16>
 __device__ __forceinline__ void pa_cluster_combine(const float* cl, const float* lse_loc, T* __restrict__ out,
-                                                   long long o_sb, int G, int head0, int b) {
+                                                   long long o_sb, int G, int head0, int b,
+                                                   const float* __restrict__ sinks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // release / acquire: every split's partial is visible cluster-wide
@@ -282,10 +290,11 @@ __device__ __forceinline__ void pa_cluster_combine(const float* cl, const float*
   for (int c = rank * nt + threadIdx.x; c < R16 * G * (D / 4); c += ns * nt) {
     const int rr = c / (D / 4), d = 4 * (c % (D / 4));
     const int r = (rr / G) * 16 + rr % G;
-    float M = -INFINITY;
+    const float sk = sink_log2(sinks, head0 * G + rr);  // the row's sink joins once, here
+    float M = sk;
     for (int s = 0; s < ns; ++s) M = fmaxf(M, cluster.map_shared_rank(lse_loc, s)[r]);
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    float wsum = 0.f;
+    float wsum = M != -INFINITY ? exp2f(sk - M) : 0.f;
     if (M != -INFINITY) {
       for (int s = 0; s < ns; ++s) {
         const float lse = cluster.map_shared_rank(lse_loc, s)[r];
@@ -344,7 +353,7 @@ __device__ __forceinline__ void pa_decode_body(
     const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
     float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv,
     int block_size, int max_blocks, int part_tokens, float scale_log2, int window,
-    const void* tmap_k = nullptr, const void* tmap_v = nullptr) {
+    const float* __restrict__ sinks, const void* tmap_k = nullptr, const void* tmap_v = nullptr) {
   using Tr = MmaTraits<T>;
   static_assert(BULK < 2 || D % 64 == 0, "TMA tiles are 64-column slabs");
   static_assert(BULK != 3 || D == 64 || D == 128, "head-group tiles: 64-column slabs, Q in registers");
@@ -663,7 +672,9 @@ __device__ __forceinline__ void pa_decode_body(
       const int r = g + 8 * h;
       if (r >= G) continue;
       const int hq = hkv * G + r;
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      // one split: the row is finished, its sink joins (split-K: the reduce / cluster combine)
+      const float inv = (!CLUSTER && num_splits == 1) ? sink_row_inv(l, row_m[h], sink_log2(sinks, hq))
+                                                      : (l > 0.f ? 1.f / l : 0.f);
       const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
@@ -683,11 +694,12 @@ __device__ __forceinline__ void pa_decode_body(
       }
     }
     if constexpr (CLUSTER)
-      pa_cluster_combine<T, D, kPaWarps>(cl, cl + kPaWarps * 16 * D, out, o_sb, G, blockIdx.x * kPaWarps, b);
+      pa_cluster_combine<T, D, kPaWarps>(cl, cl + kPaWarps * 16 * D, out, o_sb, G, blockIdx.x * kPaWarps, b,
+                                         sinks);
     return;
   }
   pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
-                                      part_o, part_lse, Hq, G, hkv, b, split, num_splits);
+                                      part_o, part_lse, Hq, G, hkv, b, split, num_splits, sinks);
 }
 
 // Combines num_splits partials per (batch, query head): grid (Hq, B), D threads.
@@ -695,12 +707,13 @@ template <typename T, int D>
 __device__ __forceinline__ void pa_reduce_body(const float* __restrict__ part_o,
                                                const float* __restrict__ part_lse,
                                                T* __restrict__ out, long long o_sb, int Hq,
-                                               int num_splits) {
+                                               int num_splits, const float* __restrict__ sinks) {
   const int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const size_t base = ((size_t)b * Hq + hq) * num_splits;
-  float M = -INFINITY;
+  const float sk = sink_log2(sinks, hq);  // the row's sink joins once, here (no split has it)
+  float M = sk;
   for (int s = 0; s < num_splits; ++s) M = fmaxf(M, part_lse[base + s]);
-  float wsum = 0.f, osum = 0.f;
+  float wsum = M != -INFINITY ? exp2f(sk - M) : 0.f, osum = 0.f;
   if (M != -INFINITY) {
     for (int s = 0; s < num_splits; ++s) {
       const float lse = part_lse[base + s];
@@ -739,10 +752,10 @@ using onnx_fuse::pa_reduce_body;
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2, int window) {                                                       \
+          float scale_log2, int window, const float* sinks) {                                   \
     pa_decode_body<T, D, W, ST, BULK>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out,     \
                                       o_sb, part_o, part_lse, Hq, Hkv, block_size, max_blocks,  \
-                                      part_tokens, scale_log2, window);                         \
+                                      part_tokens, scale_log2, window, sinks);                  \
   }
 
 // The variant list; launch_plan.PA_VARIANTS mirrors it (warps, stages, bulk).
@@ -758,8 +771,8 @@ using onnx_fuse::pa_reduce_body;
   OF_PA_VARIANTS_ALL(OF_PA_DECODE, DTN, T, D)                                                  \
   extern "C" __global__ void __launch_bounds__(D) onnx_fuse_pa_reduce_##DTN##_d##D(          \
       const float* part_o, const float* part_lse, T* out, long long o_sb, int Hq,             \
-      int num_splits) {                                                                        \
-    pa_reduce_body<T, D>(part_o, part_lse, out, o_sb, Hq, num_splits);                         \
+      int num_splits, const float* sinks) {                                                    \
+    pa_reduce_body<T, D>(part_o, part_lse, out, o_sb, Hq, num_splits, sinks);                  \
   }                                                                                            \
   extern "C" __global__ void __launch_bounds__(256) onnx_fuse_append_kv_##DTN##_d##D(        \
       const T* k_new, const T* v_new, long long n_sb, long long n_ss, T* k_pool, T* v_pool,   \
@@ -797,11 +810,11 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2, int window, const __grid_constant__ CUtensorMap tk,                 \
+          float scale_log2, int window, const float* sinks, const __grid_constant__ CUtensorMap tk, \
           const __grid_constant__ CUtensorMap tv) {                                             \
     pa_decode_body<T, D, W, ST, 2>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,  \
                                    part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
-                                   part_tokens, scale_log2, window, &tk, &tv);                  \
+                                   part_tokens, scale_log2, window, sinks, &tk, &tv);           \
   }
 // (warps, stages) lists; launch_plan.PA_TMA_VARIANTS mirrors them. D = 64, 128 and 256. D = 64 adds
 // 8 warps x 3 / 4 stages (tiles of 128 tokens: 32 / 48 KiB more of K/V in flight per CTA for the
@@ -830,11 +843,11 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2, int window, const __grid_constant__ CUtensorMap tk,                 \
+          float scale_log2, int window, const float* sinks, const __grid_constant__ CUtensorMap tk, \
           const __grid_constant__ CUtensorMap tv) {                                             \
     pa_decode_body<T, D, W, ST, 3>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, o_sb,  \
                                    part_o, part_lse, Hq, Hkv, block_size, max_blocks,           \
-                                   part_tokens, scale_log2, window, &tk, &tv);                  \
+                                   part_tokens, scale_log2, window, sinks, &tk, &tv);           \
   }
 #define OF_PA_HEADS_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 3)                       \
@@ -865,11 +878,11 @@ OF_PA_TMA_VARIANTS_D256(OF_PA_TMA_DECODE, bf16, __nv_bfloat16, 256)
           const T* q, long long q_sb, const T* k_pool, const T* v_pool,                         \
           const int* block_tables, const int* seq_lens, T* out, long long o_sb, float* part_o,  \
           float* part_lse, int Hq, int Hkv, int block_size, int max_blocks, int part_tokens,    \
-          float scale_log2, int window, const __grid_constant__ CUtensorMap tk,                 \
+          float scale_log2, int window, const float* sinks, const __grid_constant__ CUtensorMap tk, \
           const __grid_constant__ CUtensorMap tv) {                                             \
     pa_decode_body<T, D, W, ST, BULK, true>(q, q_sb, k_pool, v_pool, block_tables, seq_lens, out, \
                                             o_sb, part_o, part_lse, Hq, Hkv, block_size,         \
-                                            max_blocks, part_tokens, scale_log2, window, &tk, &tv);      \
+                                            max_blocks, part_tokens, scale_log2, window, sinks, &tk, &tv); \
   }
 #define OF_PA_CLUSTER_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2, 3, hc)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 64)
@@ -911,19 +924,20 @@ PaSplitK pa_split_k(void* workspace, int B, int Hq, int D, int num_splits) {
 }
 
 template <typename T>
-using PaReduceFn = void (*)(const float*, const float*, T*, long long, int, int);
+using PaReduceFn = void (*)(const float*, const float*, T*, long long, int, int, const float*);
 
 // Launches a decode kernel (grid, 32 * warps threads, smem bytes of dynamic shared memory) and,
 // with more than one split, the reduce of its dtype and head size D over grid (Hq, B).
 template <typename T, typename... P, typename... A>
 int pa_launch(void (*kernel)(P...), PaReduceFn<T> reduce, int D, dim3 grid, int warps, int smem,
-              const PaSplitK& sk, void* out, long long o_sb, int Hq, cudaStream_t stream, A... args) {
+              const PaSplitK& sk, void* out, long long o_sb, int Hq, const float* sinks, cudaStream_t stream,
+              A... args) {
   OF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<grid, 32 * warps, smem, stream>>>(args...);
   OF_CUDA_CHECK_LAUNCH();
   if (sk.num_splits > 1) {
     reduce<<<dim3(Hq, grid.z), D, 0, stream>>>(sk.part_o, sk.part_lse, static_cast<T*>(out), o_sb, Hq,
-                                                sk.num_splits);
+                                                sk.num_splits, sinks);
     OF_CUDA_CHECK_LAUNCH();
   }
   return 0;
@@ -959,19 +973,19 @@ int pa_launch_cluster(void (*kernel)(P...), dim3 grid, int warps, int smem, cuda
     BODY(bf16, __nv_bfloat16)               \
   }
 // The leading kernel arguments of the 16-bit pool decode (pa_decode_body) and of the fp8 pool's
-// (pa8_decode_body); the launchers define q ... sl2, window and sk.
+// (pa8_decode_body); the launchers define q ... sl2, window, sinks and sk.
 #define OF_PA16_ARGS(T)                                                                          \
   (const T*)q, q_sb, (const T*)k_pool, (const T*)v_pool, block_tables, seq_lens, (T*)out, o_sb, \
-      sk.part_o, sk.part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2, window
+      sk.part_o, sk.part_lse, Hq, Hkv, block_size, max_blocks, part_tokens, sl2, window, sinks
 #define OF_PA8_ARGS(T)                                                                            \
   (const T*)q, q_sb, (const unsigned char*)k_pool, (const unsigned char*)v_pool, k_scale, v_scale, \
       block_tables, seq_lens, (T*)out, o_sb, sk.part_o, sk.part_lse, Hq, Hkv, block_size,        \
-      max_blocks, part_tokens, sl2, window
+      max_blocks, part_tokens, sl2, window, sinks
 // One compiled variant: launch it (and the reduce) when (D, warps, stages[, bulk]) match.
 #define OF_PA_LAUNCH_IF(COND, KERNEL, DTN, DD, W, ...)                                              \
   if (COND)                                                                                      \
     return pa_launch(KERNEL, onnx_fuse_pa_reduce_##DTN##_d##DD, DD, grid, W, smem, sk, out, o_sb, Hq, \
-                     stream, __VA_ARGS__);
+                     sinks, stream, __VA_ARGS__);
 
 // The dispatch tail of the head-group launchers (D = 64, 128): LAUNCH(DTN, T, DD, ...) for each entry
 // of the variant list LIST(X, DTN, T, DD) at the launcher's dtype; what none of them takes is refused.
@@ -1010,7 +1024,7 @@ int onnx_fuse_paged_attention_decode_ex(int dtype, const void* q, long long q_sb
                                         long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                         int D, int block_size, int max_blocks, int part_tokens,
                                         int num_splits, float scale, int warps, int stages,
-                                        int bulk, int window, cudaStream_t stream) {
+                                        int bulk, int window, const float* sinks, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1052,7 +1066,7 @@ int onnx_fuse_paged_attention_decode(int dtype, const void* q, long long q_sb,
   return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables,
                                              seq_lens, out, o_sb, workspace, B, Hq, Hkv, D,
                                              block_size, max_blocks, part_tokens, num_splits,
-                                             scale, 0, 0, 0, 0, stream);
+                                             scale, 0, 0, 0, 0, nullptr, stream);
 }
 
 // Writes k_new/v_new [B, Sq, Hkv, D] (strides n_sb, n_ss; head rows contiguous) into the
@@ -1199,8 +1213,8 @@ __device__ __forceinline__ void pa8_decode_body(
     const float* __restrict__ v_scale, const int* __restrict__ block_tables,
     const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb,
     float* __restrict__ part_o, float* __restrict__ part_lse, int Hq, int Hkv, int block_size,
-    int max_blocks, int part_tokens, float scale_log2, int window, const void* tmap_k = nullptr,
-    const void* tmap_v = nullptr) {
+    int max_blocks, int part_tokens, float scale_log2, int window, const float* __restrict__ sinks,
+    const void* tmap_k = nullptr, const void* tmap_v = nullptr) {
   using H = MmaTraits<__half>;
   static_assert(D % 32 == 0, "fp8 decode pairs V bytes in 32-byte groups");
   static_assert(!TMA || D % 64 == 0, "TMA tiles are slabs of 64 or 128 bytes");
@@ -1487,7 +1501,9 @@ __device__ __forceinline__ void pa8_decode_body(
       const int r = g + 8 * h;
       if (r >= G) continue;
       const int hq = hkv * G + r;
-      const float f = l > 0.f ? vs / l : 0.f;
+      // one split: the row is finished, its sink joins (split-K: the reduce / cluster combine)
+      const float f = vs * ((!CLUSTER && num_splits == 1) ? sink_row_inv(l, row_m[h], sink_log2(sinks, hq))
+                                                          : (l > 0.f ? 1.f / l : 0.f));
       const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
       // acc[4grp + jj][2h + e] is column 32grp + 4(2t4 + e) + jj: four consecutive columns per (grp, e)
 #pragma unroll
@@ -1511,11 +1527,11 @@ __device__ __forceinline__ void pa8_decode_body(
         part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
       }
     }
-    if constexpr (CLUSTER) pa_cluster_combine<T, D, W>(cl, cl_lse, out, o_sb, G, blockIdx.x * W, b);
+    if constexpr (CLUSTER) pa_cluster_combine<T, D, W>(cl, cl_lse, out, o_sb, G, blockIdx.x * W, b, sinks);
   } else {
     // Merge the warps (scratch over the stages); acc[4grp + jj][e] is column 32grp + 4n + jj.
     pa_merge_out<T, D, W, true>(reinterpret_cast<float*>(sbase), acc, row_m, row_l, v_scale[hkv], out, o_sb,
-                                part_o, part_lse, Hq, G, hkv, b, split, num_splits);
+                                part_o, part_lse, Hq, G, hkv, b, split, num_splits, sinks);
   }
 }
 
@@ -1566,10 +1582,10 @@ using onnx_fuse::pa8_decode_body;
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,      \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,  \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,   \
-      int max_blocks, int part_tokens, float scale_log2, int window) {                           \
+      int max_blocks, int part_tokens, float scale_log2, int window, const float* sinks) {       \
     pa8_decode_body<T, D, W, ST>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,        \
                                  seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,     \
-                                 max_blocks, part_tokens, scale_log2, window);                   \
+                                 max_blocks, part_tokens, scale_log2, window, sinks);            \
   }
 
 // The fp8 variant list; launch_plan.PA8_VARIANTS mirrors it (warps, stages).
@@ -1620,11 +1636,11 @@ OF_APPEND_FP8(bf16, __nv_bfloat16, 256)
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
-      int max_blocks, int part_tokens, float scale_log2, int window, const __grid_constant__ CUtensorMap tk,  \
-      const __grid_constant__ CUtensorMap tv) {                                                   \
+      int max_blocks, int part_tokens, float scale_log2, int window, const float* sinks,         \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {           \
     pa8_decode_body<T, D, W, ST, 1>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,      \
                                     seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv, block_size,   \
-                                    max_blocks, part_tokens, scale_log2, window, &tk, &tv);       \
+                                    max_blocks, part_tokens, scale_log2, window, sinks, &tk, &tv); \
   }
 
 OF_PA8_VARIANTS(OF_PA8T_DECODE, f16, __half, 64)
@@ -1645,12 +1661,12 @@ OF_PA8_VARIANTS_D256(OF_PA8T_DECODE, bf16, __nv_bfloat16, 256)
       const T* q, long long q_sb, const unsigned char* k_pool, const unsigned char* v_pool,       \
       const float* k_scale, const float* v_scale, const int* block_tables, const int* seq_lens,   \
       T* out, long long o_sb, float* part_o, float* part_lse, int Hq, int Hkv, int block_size,    \
-      int max_blocks, int part_tokens, float scale_log2, int window, const __grid_constant__ CUtensorMap tk,  \
-      const __grid_constant__ CUtensorMap tv) {                                                   \
+      int max_blocks, int part_tokens, float scale_log2, int window, const float* sinks,         \
+      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {           \
     pa8_decode_body<T, D, W, ST, 2, CLUSTER>(q, q_sb, k_pool, v_pool, k_scale, v_scale, block_tables,  \
                                              seq_lens, out, o_sb, part_o, part_lse, Hq, Hkv,           \
-                                             block_size, max_blocks, part_tokens, scale_log2, window, &tk,     \
-                                             &tv);                                                     \
+                                             block_size, max_blocks, part_tokens, scale_log2, window,  \
+                                             sinks, &tk, &tv);                                         \
   }
 #define OF_PA8H_DECODE(DTN, T, D, W, ST) OF_PA8H_ENTRY(DTN, T, D, W, ST, h, false)
 #define OF_PA8_HEADS_VARIANTS(X, DTN, T, D) \
@@ -1698,7 +1714,7 @@ int onnx_fuse_paged_attention_decode_fp8(int dtype, const void* q, long long q_s
                                          long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                          int D, int block_size, int max_blocks, int part_tokens,
                                          int num_splits, float scale, int warps, int stages,
-                                         int window, cudaStream_t stream) {
+                                         int window, const float* sinks, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1927,7 +1943,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
                                              int Hq, int Hkv, int D, int block_size,
                                              int max_blocks, int num_blocks, int part_tokens,
                                              int num_splits, float scale, int warps, int stages,
-                                             int window, cudaStream_t stream) {
+                                             int window, const float* sinks, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -1946,7 +1962,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma(int dtype, const void* q, long long
     return onnx_fuse_paged_attention_decode_fp8(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale,
                                                 block_tables, seq_lens, out, o_sb, workspace, B,
                                                 Hq, Hkv, D, block_size, max_blocks, part_tokens,
-                                                num_splits, scale, warps, stages, window, stream);
+                                                num_splits, scale, warps, stages, window, sinks, stream);
   const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
@@ -2000,7 +2016,7 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
                                          long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                          int D, int block_size, int max_blocks, int num_blocks,
                                          int part_tokens, int num_splits, float scale, int warps,
-                                         int stages, int window, cudaStream_t stream) {
+                                         int stages, int window, const float* sinks, cudaStream_t stream) {
   if (warps == 0 && stages == 0) {
     warps = 4;
     stages = 3;
@@ -2021,7 +2037,7 @@ int onnx_fuse_paged_attention_decode_tma(int dtype, const void* q, long long q_s
     return onnx_fuse_paged_attention_decode_ex(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens,
                                                out, o_sb, workspace, B, Hq, Hkv, D, block_size,
                                                max_blocks, part_tokens, num_splits, scale, 4,
-                                               bulk ? stages : 3, bulk ? 1 : 0, window, stream);
+                                               bulk ? stages : 3, bulk ? 1 : 0, window, sinks, stream);
   }
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 2);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
@@ -2059,7 +2075,7 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
                                                int Hq, int Hkv, int D, int block_size,
                                                int max_blocks, int num_blocks, int part_tokens,
                                                int num_splits, float scale, int warps, int stages,
-                                               int window, cudaStream_t stream) {
+                                               int window, const float* sinks, cudaStream_t stream) {
   if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
                                    k_pool, v_pool))
     return rc;
@@ -2073,7 +2089,7 @@ int onnx_fuse_paged_attention_decode_tma_heads(int dtype, const void* q, long lo
   if (!tma)  // the per-kv-head TMA kernel (itself falling back to bulk / cp.async), same splits
     return onnx_fuse_paged_attention_decode_tma(dtype, q, q_sb, k_pool, v_pool, block_tables, seq_lens, out,
                                                 o_sb, workspace, B, Hq, Hkv, D, block_size, max_blocks,
-                                                num_blocks, part_tokens, num_splits, scale, 4, 3, window, stream);
+                                                num_blocks, part_tokens, num_splits, scale, 4, 3, window, sinks, stream);
   const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 3);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
@@ -2124,7 +2140,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
                                                    int Hq, int Hkv, int D, int block_size,
                                                    int max_blocks, int num_blocks, int part_tokens,
                                                    int num_splits, float scale, int warps,
-                                                   int stages, int window, cudaStream_t stream) {
+                                                   int stages, int window, const float* sinks, cudaStream_t stream) {
   if (const int rc = pa_check_args(B, Hq, Hkv, block_size, max_blocks, q_sb, part_tokens, num_splits, workspace,
                                    k_pool, v_pool))
     return rc;
@@ -2141,7 +2157,7 @@ int onnx_fuse_paged_attention_decode_fp8_tma_heads(int dtype, const void* q, lon
     return onnx_fuse_paged_attention_decode_fp8_tma(dtype, q, q_sb, k_pool, v_pool, k_scale, v_scale,
                                                     block_tables, seq_lens, out, o_sb, workspace, B, Hq,
                                                     Hkv, D, block_size, max_blocks, num_blocks,
-                                                    part_tokens, num_splits, scale, 4, 3, window, stream);
+                                                    part_tokens, num_splits, scale, 4, 3, window, sinks, stream);
   const int smem = onnx_fuse::pa8t_smem_bytes(D, warps, stages);
   const PaSplitK sk = pa_split_k(workspace, B, Hq, D, num_splits);
   const float sl2 = scale * onnx_fuse::kLog2e;
@@ -2172,7 +2188,7 @@ int onnx_fuse_paged_attention_decode_cluster(int dtype, const void* q, long long
                                              void* out, long long o_sb, void* workspace, int B, int Hq, int Hkv,
                                              int D, int block_size, int max_blocks, int num_blocks, int part_tokens,
                                              int num_splits, float scale, int warps, int stages,
-                                             int l2_promotion, int window, cudaStream_t stream) {
+                                             int l2_promotion, int window, const float* sinks, cudaStream_t stream) {
   (void)workspace;
   if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
                                       num_splits, k_pool, v_pool))
@@ -2214,7 +2230,7 @@ int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long 
                                                  long long o_sb, void* workspace, int B, int Hq, int Hkv, int D,
                                                  int block_size, int max_blocks, int num_blocks, int part_tokens,
                                                  int num_splits, float scale, int warps, int stages,
-                                                 int window, cudaStream_t stream) {
+                                                 int window, const float* sinks, cudaStream_t stream) {
   (void)workspace;
   if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb, part_tokens,
                                       num_splits, k_pool, v_pool))

@@ -88,8 +88,8 @@ def test_fp8_contract_violations_are_one_line_each(kw, message):
 def test_eight_inputs_is_neither_form():
     m = _model()
     del _pa(m).input[8]
-    assert any("needs 7 inputs" in r and "or 9 (with k_scale and v_scale); got 8" in r
-               for r in _reasons(m))
+    assert any("needs 7 inputs" in r and "9 (with k_scale and v_scale) or 10 (with sinks" in r
+               and r.endswith("got 8") for r in _reasons(m))
 
 
 def test_prepare_feeds_unit_scales_to_the_seven_input_form():
@@ -101,11 +101,15 @@ def test_prepare_feeds_unit_scales_to_the_seven_input_form():
     m = _model(cache=TP.FLOAT16, scales=False, hq=8, hkv=2)
     prepared, changed = prepare_for_tensorrt(m)
     node = _pa(prepared)
-    assert changed == 1 and len(node.input) == 9 and node.input[7] == node.input[8]
+    assert changed == 1 and len(node.input) == 10 and node.input[7] == node.input[8]
     const = next(n for n in prepared.graph.node if n.output[0] == node.input[7])
     assert const.op_type == "Constant"
     t = helper.get_attribute_value(const.attribute[0])
     assert t.data_type == TP.FLOAT and list(t.dims) == [2] and list(t.float_data) == [1.0, 1.0]
+    # and no sinks: -inf [Hq], a sink that adds nothing to any softmax
+    sinks = next(n for n in prepared.graph.node if n.output[0] == node.input[9])
+    t = helper.get_attribute_value(sinks.attribute[0])
+    assert t.data_type == TP.FLOAT and list(t.dims) == [8] and all(x == -float("inf") for x in t.float_data)
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     assert attrs["aot"] == 1
     assert check_model(prepared).supported, check_model(prepared).issues
@@ -120,7 +124,8 @@ def test_prepare_gives_fp8_nodes_the_jit_path():
     prepared, _ = prepare_for_tensorrt(_model())
     node = _pa(prepared)
     assert {a.name: helper.get_attribute_value(a) for a in node.attribute}["aot"] == 0
-    assert len(prepared.graph.node) == 1 and check_model(prepared).supported
+    # the node and its -inf sinks Constant (the fp8 node has its scales)
+    assert len(prepared.graph.node) == 2 and check_model(prepared).supported
 
 
 def test_autotune_type_string_follows_the_io_order():
@@ -132,15 +137,15 @@ def test_autotune_type_string_follows_the_io_order():
         cache = "FP8|FP8" if fp8 else "FP16|BF16"
         for name, col in zip(names, cols):
             want = ("INT32|INT32" if name in ("block_tables", "seq_lens") else
-                    "FP32|FP32" if name.endswith("_scale") else
+                    "FP32|FP32" if name.endswith("_scale") or name == "sinks" else
                     cache if "cache" in name else "FP16|BF16")
             assert col == want, (name, col)
 
 
-def test_contract_yaml_lists_the_scales_and_fp8_head_sizes():
+def test_contract_yaml_lists_the_scales_sinks_and_fp8_head_sizes():
     doc = yaml.safe_load(Path(pa.__file__).with_name("paged_attention.yaml").read_text())
     assert [i["name"] for i in doc["inputs"]] == list(pa.INPUTS)
-    assert [i.get("optional", False) for i in doc["inputs"]] == [False] * 7 + [True] * 2
+    assert [i.get("optional", False) for i in doc["inputs"]] == [False] * 7 + [True] * 3
     assert tuple(doc["kernel"]["fp8_pool"]["head_dims"]) == pa.FP8_HEAD_DIMS == lp.PA8_HEAD_DIMS
 
 

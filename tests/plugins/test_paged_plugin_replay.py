@@ -59,10 +59,13 @@ class _Workspace:
         return self.ptr
 
 
-def _buffers(base, *, b=4, ctx=4096, bs=16, d=128, hq=32, hkv=8, sq=1, fp8=False, packed=False):
-    """run_jit's ten buffers at pointers base + i * 0x100000 (the query a strided view of a
-    packed QKV row when ``packed``)."""
-    p = [base + i * 0x100000 for i in range(10)]
+SINKS_AT = 0xB40000   # the sinks buffer's offset from base (not a multiple the other buffers or the workspace use)
+
+
+def _buffers(base, *, b=4, ctx=4096, bs=16, d=128, hq=32, hkv=8, sq=1, fp8=False, packed=False, sinks=False):
+    """run_jit's eleven buffers at pointers base + i * 0x100000 (the query a strided view of a
+    packed QKV row when ``packed``; the scales with ``fp8``, the sinks with ``sinks``)."""
+    p = [base + i * 0x100000 for i in range(10)] + [base + SINKS_AT]
     qkv = (hq + 2 * hkv) * d
     q = (_Buf((b, sq, hq * d), p[0], (sq * qkv, qkv, 1)) if packed
          else _Buf((b, sq, hq * d), p[0]))
@@ -71,7 +74,7 @@ def _buffers(base, *, b=4, ctx=4096, bs=16, d=128, hq=32, hkv=8, sq=1, fp8=False
             _Buf((nb, bs, hkv, d), p[3]), _Buf((nb, bs, hkv, d), p[4]), _Buf((b, ctx // bs), p[5]),
             _Buf((b,), p[6]), _Buf((b, sq, hq * d), p[7])]
     scales = [_Buf((hkv,), p[8]), _Buf((hkv,), p[9])] if fp8 else [None, None]
-    return bufs + scales
+    return bufs + scales + [_Buf((hq,), p[10]) if sinks else None]
 
 
 CASES = {
@@ -84,6 +87,9 @@ CASES = {
     "decode-one-split": dict(num_splits=1),
     "prefill-512": dict(b=2, ctx=4608, sq=512),
     "prefill-d64-block64": dict(b=3, ctx=1024, sq=7, hq=8, hkv=2, d=64, bs=64),
+    "decode-sinks-split-k": dict(sinks=True),
+    "decode-fp8-sinks": dict(fp8=True, sinks=True),
+    "prefill-sinks": dict(b=2, ctx=4608, sq=512, sinks=True),
     "decode-a100": dict(device=lp.DeviceInfo(name="A100", num_sms=108,
                                              max_smem_per_block=163 * 1024,
                                              smem_per_sm=164 * 1024, compute_capability=(8, 0))),
@@ -109,7 +115,7 @@ def _both(case, base, stream, workspace):
                  device=device, num_splits=splits)
     want = pa._sequence(DIRECT_LIB, *bufs, **attrs, get_workspace=lambda n: (
         None if workspace is None else workspace.get(n, stream)))
-    got = pa.run_jit(TRACED_LIB, *bufs[:8], k_scale=bufs[8], v_scale=bufs[9], **attrs,
+    got = pa.run_jit(TRACED_LIB, *bufs[:8], k_scale=bufs[8], v_scale=bufs[9], sinks=bufs[10], **attrs,
                      workspace=workspace)
     return want, got, direct.converted(), traced.converted()
 
@@ -124,6 +130,9 @@ def test_replayed_calls_are_the_kernel_lib_calls(case):
         assert got == want
         assert traced == direct and len(traced) == 2
         assert any(base in args for _, args in traced)      # this call's pointers
+        # the sinks pointer reaches the attention launch (decode or prefill), else a null
+        sinks_ptr = base + SINKS_AT
+        assert any(sinks_ptr in args for _, args in traced) == bool(case.get("sinks"))
     assert pa._launch.cache_info().misses == 1 and pa._launch.cache_info().hits == 1
 
 
