@@ -322,14 +322,16 @@ def _expand_canonical_gelu(node: onnx.NodeProto) -> list[onnx.NodeProto]:
 
 
 def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodeProto]:
-    """Canonical Attention / AttentionKV (q, k, v [B,H,S,D], mask?, past_k?, past_v?) as the
-    plain ops of what it means: softmax(softcap(scale * q k^T) + mask) v, kv heads repeated for
-    GQA, past concatenated before the new K/V, rows with every key at -inf giving zeros. Written
+    """Canonical Attention / AttentionKV (q, k, v [B,H,S,D], mask?, [past_k, past_v,] sinks?) as
+    the plain ops of what it means: softmax(softcap(scale * q k^T) + mask) v, kv heads repeated for
+    GQA, past concatenated before the new K/V, rows with every key at -inf giving zeros; sinks
+    ([.., .., .., 1], broadcast to the rows) one more score per row with a zero value. Written
     out rather than run as Attention-23, which also zeroes rows whose mask is the finite minimum
     (sliding-window exports), where the exporters' graphs give the uniform average."""
     a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-    ins = list(node.input) + [""] * (6 - len(node.input))
+    ins = list(node.input) + [""] * (7 - len(node.input))
     q, k, v, mask = ins[:4]
+    sinks = ins[6] if node.op_type == "AttentionKV" else ins[4]
     out = list(node.output) + [""] * (3 - len(node.output))
     tag = node.name
     nodes: list[onnx.NodeProto] = []
@@ -377,7 +379,13 @@ def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodePr
             zero, ninf = add("CastLike", [const(0.0, dtype), scores]), add("CastLike", [const(-np.inf, dtype), scores])
             bias = add("Where", [mask, zero, ninf])
         scores = add("Add", [scores, bias])
-    probs = add("Softmax", [scores], axis=-1)
+    if sinks:   # the sink column: softmax over [scores, sink], that column dropped
+        bhs = add("Slice", [add("Shape", [scores]), const([0]), const([3])])
+        col = add("Expand", [sinks, add("Concat", [bhs, const([1])], axis=0)])
+        both = add("Softmax", [add("Concat", [scores, col], axis=-1)], axis=-1)
+        probs = add("Slice", [both, const([0]), const([-1]), const([-1])])
+    else:
+        probs = add("Softmax", [scores], axis=-1)
     # A row whose keys are all masked (-inf) gives zeros, as the lowered ops (ORT's contrib ops,
     # Attention-23) and the exporters' IsNaN guards do; a finite-min mask still averages.
     probs = add("Where", [add("IsNaN", [probs]), add("CastLike", [const(0.0, dtype), probs]), probs])

@@ -563,8 +563,7 @@ def _explain_none(graph: ir.Graph) -> str | None:
         via = _path_to_attention(cat, 6)
         if via is not None:
             att, ops = via
-            why = (" (attention sinks append a zero key row with Pad)" if "Pad" in ops else
-                   " (a repetition of the K/V heads that attention-repeat-kv did not fold)" if "Expand" in ops else "")
+            why = " (a repetition of the K/V heads that attention-repeat-kv did not fold)" if "Expand" in ops else ""
             return (f"{head}: {cat.name!r} = Concat({past.name!r}, new) reaches the attention {att.name!r} "
                     f"only through {ops}{why}, and PagedAttention reads the cache as it is")
         return f"{head}: {cat.name!r} = Concat({past.name!r}, new), but no attention reading it was recognized"

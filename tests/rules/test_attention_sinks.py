@@ -76,3 +76,29 @@ def test_dropping_another_column_is_not_a_sink(h):
     out = h.fuse(model, "onnx")
     assert "Softmax" in h.ops(out), h.ops(out)
     h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_sinks_over_a_kv_cache_stay_contiguous_where_not_paged(target):
+    """rules/attention/sinks.yaml: over Concat(past, new) the sinks make a canonical AttentionKV with
+    sinks (attention-kv-cache); where nothing pages it (level 3, every target) attention-kv-sinks
+    and attention-sinks-zero-key lower it back to the zero key/value row, present outputs kept,
+    checked against the original (GQA through attention-repeat-kv, the sink column as GPT-OSS's
+    export writes it)."""
+    import sys
+    from pathlib import Path
+
+    import onnx_fuse
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from fuzz_motifs import make_decoder_case
+
+    case = make_decoder_case(5, head=16, heads=4, kv_heads=2, layers=1, window=0, sinks=True, sink_shape="export",
+                             fp16=False, upcast=False, decode=False, positions="offset", padded=False,
+                             dim_names="optimum", repeat="shape", present_dims=True, kv_fp8=False)
+    result = onnx_fuse.optimize(case.model, level=3, target=target, verify=True)
+    fires = result.report.rule_fires
+    assert fires.get("attention-sinks") == fires.get("attention-kv-cache") == 1, fires
+    assert fires.get("attention-kv-sinks") == fires.get("attention-sinks-zero-key") == 1, fires
+    assert "Softmax" not in [n.op_type for n in result.model.graph]
+    assert result.report.status == "PASSED", result.report.status_reason
