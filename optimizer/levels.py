@@ -8,10 +8,11 @@ O1  cleanup: shape inference, constant folding, inlining of If with a constant c
     our folding, and trip over what it exposes); CSE runs after both so that folded twins
     collapse; DCE runs last to drop what the others orphaned.
 O2  O1 + rule packs of level 2 (normalizations, GELU family, Gemm/bias forms, RoPE).
-O3  O2 + rule packs of level 3 (attention), after merge-shared-probabilities (softmax
-    probabilities read by several P.V MatMuls become one MatMul on the values side by side, so
-    the attention rules see one reader: DiffLlama's two calls over halves of V). All rules of
-    the chosen levels run in ONE rewrite
+O3  O2 + rule packs of level 3 (attention), after einsum-to-matmul (batched-matmul Einsums as
+    Transpose -> MatMul -> Transpose: attention written with einsum) and merge-shared-probabilities
+    (softmax probabilities read by several P.V MatMuls become one MatMul on the values side by
+    side, so the attention rules see one reader: DiffLlama's two calls over halves of V). All
+    rules of the chosen levels run in ONE rewrite
     pass: by stage (fuse, then lower, then simplify), and inside a stage by priority, highest
     first, which puts attention recognition (100) ahead of most norm rules (layer-norm 60). The
     stage repeats rounds until nothing fires, so an attention pattern written against ops another
@@ -139,15 +140,19 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         target_module = importlib.import_module(f"onnx_fuse.targets.{target}")
         pre = tuple(target_module.pre_fusion_passes(level))
         post = tuple(target_module.post_fusion_passes(level))
-        # O3: probabilities read by several P.V MatMuls (DiffLlama) get one reader before the rules
+        # O3: batched-matmul Einsums become MatMuls (Funnel's attention), and probabilities read by
+        # several P.V MatMuls (DiffLlama) get one reader, before the attention rules
+        from onnx_fuse.passes.einsum_matmul import EinsumToMatMulPass
         from onnx_fuse.passes.shared_probabilities import MergeSharedProbabilitiesPass
 
-        attention_prepare = (MergeSharedProbabilitiesPass(),) if level >= 3 else ()
+        attention_prepare = (EinsumToMatMulPass(), MergeSharedProbabilitiesPass()) if level >= 3 else ()
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare) if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
+        # (so are the O3 attention-prepare passes at O2)
         idle = ({p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
                                          *target_module.post_fusion_passes(max(LEVELS)))
-                if hasattr(p, "display_name")} | {MergeSharedProbabilitiesPass.name}) - pass_names
+                if hasattr(p, "display_name")}
+                | {EinsumToMatMulPass.name, MergeSharedProbabilitiesPass.name}) - pass_names
         # Names that are not passes must be rules, of any target or level (a script that
         # disables gelu-ort keeps working with --target onnx); anything else is a typo.
         rule_set = load_rule_set(user_files=rule_files)

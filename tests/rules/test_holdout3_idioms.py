@@ -208,3 +208,30 @@ def test_key_view_pair_is_removed_without_attention(h):
     r = h.rng
     h.assert_close(model, out, {"q": r.standard_normal((B, H, S, D)).astype(np.float32),
                                 "kc": r.standard_normal((B, H * D, S)).astype(np.float32)})
+
+
+def _einsum_attention(h):
+    """Funnel's attention written with einsum: scores einsum('bind,bjnd->bnij', q, k) + mask, softmax,
+    output einsum('bnij,bjnd->bind', p, v); q, k, v [B, S, H, D] as the projections' views."""
+    n = h.node
+    nodes = [n("Mul", ["q", "scale"], ["qs"]), n("Einsum", ["qs", "k"], ["sc"], equation="bind,bjnd->bnij"),
+             n("Add", ["sc", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1),
+             n("Einsum", ["p", "v"], ["o"], equation="bnij,bjnd->bind")]
+    inputs = [h.vi(name, ["batch", S, H, D]) for name in ("q", "k", "v")] + [h.vi("mask", ["batch", 1, 1, S])]
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", S, H, D])], {"scale": np.array(D ** -0.5, np.float32)})
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_einsum_attention_is_fused(h, target):
+    """Funnel (hold-out 3): attention 0/2 with its einsums; einsum-to-matmul writes them as the MatMuls
+    the attention rules take."""
+    model = _einsum_attention(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert "Einsum" not in counts and "Softmax" not in counts, counts
+    r = h.rng
+    mask = np.zeros((B, 1, 1, S), np.float32)
+    mask[-1, ..., S // 2:] = -1e9
+    feeds = {name: r.standard_normal((B, S, H, D)).astype(np.float32) for name in ("q", "k", "v")}
+    feeds["mask"] = mask
+    h.assert_close(model, out, feeds)

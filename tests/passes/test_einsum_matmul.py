@@ -1,0 +1,48 @@
+"""EinsumToMatMulPass: two-operand Einsums that are one batched matrix product become
+Transpose -> MatMul -> Transpose (Funnel's einsum attention); other equations stay."""
+
+from __future__ import annotations
+
+import pytest
+from pass_testing import apply, check_same, ops, parse
+
+from onnx_fuse.passes.einsum_matmul import EinsumToMatMulPass
+
+
+def _model(equation: str, a: str, b: str, out: str) -> str:
+    return f"""
+<ir_version: 9, opset_import: ["" : 18]>
+g ({a} x, {b} y) => ({out} z)
+{{
+    e = Einsum<equation = "{equation}">(x, y)
+    z = Relu(e)
+}}
+"""
+
+
+@pytest.mark.parametrize("equation, a, b, out, transposes", [
+    # Funnel's scores: q [b, i, n, d], k [b, j, n, d] -> [b, n, i, j] (both operands transposed)
+    ("bind,bjnd->bnij", "float[B, 4, 2, 8]", "float[B, 5, 2, 8]", "float[B, 2, 4, 5]", 2),
+    # Funnel's output: p [b, n, i, j], v [b, j, n, d] -> [b, i, n, d] (v and the product transposed)
+    ("bnij,bjnd->bind", "float[B, 2, 4, 5]", "float[B, 5, 2, 8]", "float[B, 4, 2, 8]", 2),
+    # already a MatMul: no Transpose at all
+    ("bij,bjk->bik", "float[B, 4, 8]", "float[B, 8, 3]", "float[B, 4, 3]", 0),
+])
+def test_batched_matmul_einsums_become_matmuls(equation, a, b, out, transposes):
+    proto = parse(_model(equation, a, b, out))
+    model, modified, p = apply(EinsumToMatMulPass, proto, shape_inference=True)
+    assert modified and p.stats["Einsum"] == 1
+    counts = ops(model)
+    assert "Einsum" not in counts and counts["MatMul"] == 1 and counts.get("Transpose", 0) == transposes, counts
+    check_same(proto, model)
+
+
+@pytest.mark.parametrize("equation, a, b, out", [
+    ("binh,tnh->bnit", "float[B, 4, 2, 8]", "float[5, 2, 8]", "float[B, 2, 4, 5]"),  # two free letters in A
+    ("bij,bjk->bik", "float[1, 4, 8]", "float[B, 8, 3]", "float[B, 4, 3]"),  # a broadcast batch dim
+    ("bij,bj->bi", "float[B, 4, 8]", "float[B, 8]", "float[B, 4]"),  # a matrix-vector product
+    ("bii,bij->bj", "float[B, 4, 4]", "float[B, 4, 3]", "float[B, 3]"),  # a repeated letter (a trace)
+])
+def test_other_einsums_are_left_alone(equation, a, b, out):
+    model, modified, _ = apply(EinsumToMatMulPass, parse(_model(equation, a, b, out)), shape_inference=True)
+    assert not modified and ops(model)["Einsum"] == 1
