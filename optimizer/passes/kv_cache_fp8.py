@@ -71,7 +71,7 @@ class KvCacheFp8Pass(FusePass):
                                  shape=ir.Shape([hkv]))
                 graph.inputs.append(scale)
                 scales.append(scale)
-            node.resize_inputs(9)
+            node.resize_inputs(max(len(node.inputs), 9))   # 10 with attention sinks (kept)
             node.replace_input_with(7, scales[0])
             node.replace_input_with(8, scales[1])
             self.stats["pools-fp8"] += 2
@@ -84,7 +84,7 @@ class KvCacheFp8Pass(FusePass):
             raise UserError(f"{_OPTION}: PagedAttention {node.name!r}: {why}")
 
         ins = list(node.inputs)
-        if len(ins) != 7:
+        if len(ins) not in (7, 10) or any(v is not None for v in ins[7:9]):
             refuse("already has scale inputs (k_scale, v_scale)")
         # q, k and v share S (the op's contract): one fixed at 1 fixes all (RoPE's broadcast
         # against positions of unknown length can leave q's and k's unnamed, v keeps the input's)

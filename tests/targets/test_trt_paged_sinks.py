@@ -112,3 +112,13 @@ def test_sinks_of_several_values_per_head_are_not_paged():
     result = onnx_fuse.optimize(model, level=4, target="trt")
     notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
     assert notes and "one logit per query head" in notes[0], result.report.warnings
+
+
+def test_fp8_pools_keep_the_sinks():
+    """--kv-cache-dtype fp8 on a node with sinks: the scales go to inputs 7 and 8, the sinks stay
+    input 9; verified against the original on the rounded past (the 10-input fp8 reference)."""
+    case = make_decoder_case(11, **{**BASE, **CASES[2], "heads": 4, "kv_heads": 2})
+    result = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8", verify=True)
+    node = next(n for n in to_proto(result.model).graph.node if n.op_type == "PagedAttention")
+    assert list(node.input[7:9]) == ["kv_scale_k.0", "kv_scale_v.0"] and node.input[9], list(node.input)
+    assert result.report.status == "PASSED", result.report.status_reason
