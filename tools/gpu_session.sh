@@ -27,6 +27,8 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 300 python3 -m pytest -m gpu $GPU_TESTS -q --maxfail=40 -p no:cacheprovider -k "not ($TMA_K)" 2>&1 | tee "$OUT/pytest.log" | tail -40
   # the paged kernels' sliding-window cases (~420, TMA among them): their own process and log
   timeout 150 python3 -m pytest -m gpu tests/plugins/test_paged_window_gpu.py -q --maxfail=20 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_window.log" | tail -25
+  # attention sinks in every paged kernel path (~220 cases): their own process and log
+  timeout 200 python3 -m pytest -m gpu tests/plugins/test_paged_sinks_gpu.py -q --maxfail=20 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_sinks.log" | tail -25
 fi
 if [ "$MODE" = prefix ]; then
   timeout 200 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q -k "paged_prefill or 128x128x12" -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -30

@@ -112,8 +112,8 @@ PA_SINK_CASES = [
     (3, 16, 4, 80, 16, [1000, 1, 77], 100, None),
     (3, 12, 4, 96, 16, [700, 5, 64], 0, 3),
     (3, 8, 2, 256, 16, [900, 1, 300], 64, None),
-    (64, 64, 8, 64, 16, [4096] * 64, 128, None),           # GPT-OSS-like: 64 / 8 heads, sliding layer
-    (64, 64, 8, 64, 16, [4096] * 64, 0, None),             # and a full one (the planned head groups)
+    (64, 64, 8, 64, 16, [2048] * 64, 128, None),           # GPT-OSS-like: 64 / 8 heads, sliding layer
+    (64, 64, 8, 64, 16, [2048] * 64, 0, None),             # and a full one (the planned head groups)
 ]
 
 
