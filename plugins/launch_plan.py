@@ -129,9 +129,14 @@ FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
 # the causal grid is 1-D and runs the last FA_FOLD_SINGLES pairs' blocks one per CTA, longest first
 # (fa_fold_ctas), so short blocks fill the last wave.
 FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf")  # a last variant element naming fa_ws_core options
+# Candidate FA_WS_TMA_OVEDH (..._w12t_ovedh_..., loads 26 / 27): FA_WS_TMA_OVEDF with each consumer's
+# 64 Q rows on their own barrier (kWsQHalves, Q's tensor map in 64-row boxes), reloaded for the next
+# block as soon as that consumer's last S is done, so consumer 0 starts the next block's first S
+# while consumer 1 finishes this one. Experimental, never planned.
+FA_WS_TMA_OVEDH = (128, 128, 12, "tma", "ovedh")
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedh")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
-                 "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25)}  # launcher loads (by name, planned)
+                 "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25), "ovedh": (26, 27)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG)
@@ -183,10 +188,10 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and
-    FA_WS_TMA_OVEDF: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    FA_WS_TMA_OVEDF / _OVEDH: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDF)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDH)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -452,7 +457,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
-                          FA_WS_TMA_OVEDF):
+                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDH):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -479,7 +484,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); "ld" (12 / 13), "oved" (18 / 19), "ovedg" (22 / 23); candidates "ldr", "lde", "ovedf" (24 / 25)
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); "ld" (12 / 13), "oved" (18 / 19), "ovedg" (22 / 23); candidates "ldr", "lde", "ovedf" (24 / 25), "ovedh" (26 / 27)
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -573,9 +578,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt == "ovedf" and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt in ("ovedf", "ovedh") and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt == "ovedf":  # query blocks nm - 1 - x and x per CTA
+    elif opt in ("ovedf", "ovedh"):  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -590,7 +595,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
-    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15, _OVEDF 24 / 25."""
+    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15, _OVEDF 24 / 25, _OVEDH 26 / 27."""
     if plan.persistent:
         return 4
     if not plan.tma:

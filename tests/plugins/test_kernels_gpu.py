@@ -563,13 +563,13 @@ def test_fused_attention_tma_d64_stepped_descriptors_error_as_w12t(lib, dtype, c
         assert abs(errs[tag] - errs["tma"]) <= 1e-3 * errs["tma"], errs
 
 
-@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25], ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf"])
+@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25, 27], ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf", "ovedh"])
 def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
     """Launcher loads 11 / 13 / 15 / 19 (ldr / ld / lde at D = 64, oved at D = 128, with the
     cp.async fallback; 13 and 19 are the planned ones) run where TMA cannot address K/V (broadcast
     over the batch) and match the reference (23: ovedg, planned causal from run 18; 25: the ovedf
     candidate, whose fallback keeps the one-block-per-CTA grid); the by-name codes 10 / 12 / 14 /
-    18 / 22 / 24 refuse there, and 16 / 17 (the dropped ovd) and 20 / 21 (the
+    18 / 22 / 24 / 26 refuse there, and 16 / 17 (the dropped ovd) and 20 / 21 (the
     dropped ovedl) everywhere."""
     _need_sm90()
     B, S, Hq, Hkv, D = 2, 300, 4, 2, 128 if code >= 17 else 64
@@ -622,11 +622,13 @@ def test_fused_attention_tma_longest_first_matches_reference(lib, case, dtype):
 # x in one CTA (kWsFold, the persistent tile loop): the ov cases, odd block counts (the middle
 # CTA runs one block), two blocks, ragged batches whose short sequences skip the first (heavy) or
 # the second block of a pair or both (lens 0, 1, 128, 129), and GQA / MQA.
+# m128n128w12t_ovedh: the same with each consumer's Q half reloaded on its own barrier (kWsQHalves).
 FA_OVEDF = (128, 128, 12, "tma", "ovedf")
-FA_OVEDF_CASES = [c[:7] + (FA_OVEDF,) for c in FA_OV_CASES] + [
-    (c[0], c[1], c[2], c[3], 128, causal, c[4], FA_OVEDF) for causal in (False, True) for c in (
-        (3, 640, 12, 4, [640, 300, 129]), (1, 129, 4, 1, None), (1, 900, 3, 1, [899]),
-        (6, 1024, 4, 2, [1024, 0, 1, 128, 129, 700]), (2, 1000, 8, 8, [1000, 513]))]
+FA_OVEDH = (128, 128, 12, "tma", "ovedh")
+FA_OVEDF_CASES = [c[:7] + (v,) for v in (FA_OVEDF, FA_OVEDH) for c in FA_OV_CASES] + [
+    (c[0], c[1], c[2], c[3], 128, causal, c[4], v) for v in (FA_OVEDF, FA_OVEDH) for causal in (False, True)
+    for c in ((3, 640, 12, 4, [640, 300, 129]), (1, 129, 4, 1, None), (1, 900, 3, 1, [899]),
+              (6, 1024, 4, 2, [1024, 0, 1, 128, 129, 700]), (2, 1000, 8, 8, [1000, 513]))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -677,11 +679,12 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
     (2, 1000, 4, 2, 64, [999, 640], v, w, 0.0) for v in FA_WS_TMA_NAMED for w in (1, 129)
 ] + [
     (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
-    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf")]
+    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf", "ovedh")]
     for w in (64, 200)
 ] + [
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedf"), 1024, 0.0),
+    (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedh"), 1024, 0.0),
     (2, 700, 8, 2, 128, [700, 130], (128, 128, 12, "tma", "r24"), 128, 50.0),   # the D = 128 _sc twin
     (2, 700, 8, 2, 64, [700, 130], (128, 128, 12, "tma"), 64, 5.0),             # the D = 64 _sc twin
 ]

@@ -399,7 +399,7 @@ def test_yaml_contracts_match_the_planner():
     assert {tuple(v) for v in pa["kernel"]["variants"]} == set(lp.PA_VARIANTS)
     assert [i["name"] for i in fa["inputs"]] == ["query", "key", "value", "seq_lens"]
     assert [i["name"] for i in pa["inputs"]] == ["query", "key", "value", "key_cache", "value_cache",
-                                                 "block_tables", "seq_lens", "k_scale", "v_scale"]
+                                                 "block_tables", "seq_lens", "k_scale", "v_scale", "sinks"]
     assert {tuple(v) for v in fa["kernel"]["variants_d256"]} == set(lp.fa_variants(256))
     base = {tuple(v) for v in fa["kernel"]["variants"]}
     assert base | {tuple(v) for v in fa["kernel"]["variants_d64_extra"]} == set(lp.fa_variants(64))
@@ -818,7 +818,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 25);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 27);" in fa
     assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -843,8 +843,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDF)
-    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDF)
+    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDH)
+    assert lp.fa_experimental_variants(128, causal=True) == lp.fa_experimental_variants(128)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -1252,26 +1252,29 @@ def test_plan_paged_decode_window_sizes_the_splits_for_the_window():
         lp.plan_paged_decode(16, 32, 8, 128, 16, 64, "float16", window=-1)
 
 
+@pytest.mark.parametrize("opt, kind, loads", [("ovedf", 11, 24), ("ovedh", 12, 26)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_ovedf_candidate_folds_two_query_blocks_per_cta_by_name_only(causal):
+def test_ovedf_candidate_folds_two_query_blocks_per_cta_by_name_only(causal, opt, kind, loads):
     """m128n128w12t_ovedf (oved with query blocks nm - 1 - x and x in one CTA, kWsFold): compiled at
     D = 128 for fp16 and bf16 and both masks, launcher loads 24 by name / 25 with the fallback,
     a grid of ceil(nm / 2) query-block pairs (the launcher halves grid.x for kind 11 only), never
     planned."""
     fa = (KERNELS / "fused_attention.cu").read_text()
+    macro = {"ovedf": "WSTODF", "ovedh": "WSTODH"}[opt]
+    var = (128, 128, 12, "tma", opt)
     for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_WSTODF_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert not re.search(r"^OF_FA_WSTODF_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
-    assert "case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)" in fa
+        assert re.search(rf"^OF_FA_{macro}_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert not re.search(rf"^OF_FA_{macro}_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
+    assert f"case {kind}: OF_PICK_TK2(128, m128n128w12t_{opt})" in fa
+    assert "fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh, kind == 12 ? 64 : 128)" in fa
     assert "grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);" in fa
     assert f"constexpr int kWsFoldSingles = {lp.FA_FOLD_SINGLES};" in fa
     mask = "causal" if causal else "full"
     for dt in ("float16", "bfloat16"):
         for s_len, nm in ((4096, 32), (4000, 32), (900, 8), (1000, 8), (129, 2), (640, 5)):
             for batch, heads in ((3, 8), (1, 4), (4, 32)):
-                p = lp.plan_fused_attention(batch, s_len, heads, 2, 128, dt, causal=causal,
-                                            variant=lp.FA_WS_TMA_OVEDF)
-                assert p.kernel.endswith(f"_d128_m128n128w12t_ovedf_{mask}") and p.opt == "ovedf"
+                p = lp.plan_fused_attention(batch, s_len, heads, 2, 128, dt, causal=causal, variant=var)
+                assert p.kernel.endswith(f"_d128_m128n128w12t_{opt}_{mask}") and p.opt == opt
                 pairs = batch * heads
                 if not causal:
                     assert p.grid == ((nm + 1) // 2, heads, batch)
@@ -1281,8 +1284,8 @@ def test_ovedf_candidate_folds_two_query_blocks_per_cta_by_name_only(causal):
                 g = min(pairs, 8)
                 assert p.grid == ((pairs - g) * ((nm + 1) // 2) + g * nm, 1, 1)
                 assert p.grid[0] == lp.fa_fold_ctas(pairs, nm)
-        assert lp.fa_launch_loads(p, by_name=True) == 24 and lp.fa_launch_loads(p, by_name=False) == 25
-        assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal).opt != "ovedf"
+        assert lp.fa_launch_loads(p, by_name=True) == loads and lp.fa_launch_loads(p, by_name=False) == loads + 1
+        assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal).opt not in ("ovedf", "ovedh")
     with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 32, 64, causal=causal, variant=lp.FA_WS_TMA_OVEDF)
-    assert lp.fa_engine(lp.FA_WS_TMA_OVEDF, 128) == "wgmma"
+        lp.plan_fused_attention(4, 4096, 32, 32, 64, causal=causal, variant=var)
+    assert lp.fa_engine(var, 128) == "wgmma"
