@@ -390,7 +390,7 @@ HOLDOUT3 = {
                       dict(ENC, embedding_size=HIDDEN, type_vocab_size=2, q_groups=2, k_groups=2, v_groups=2,
                            intermediate_groups=2, output_groups=2),
                       ["mha", "padding-mask", "grouped-conv1d-projections", "channels-first", "layernorm", "gelu-erf"],
-                      "squeezebert", "bert", styles=ENC_TS),
+                      "squeezebert", "bert", styles=ENC_TS + ("static_nomask",)),
     "convbert": _s("encoder", "ConvBertConfig", "ConvBertModel",
                    dict(ENC, num_attention_heads=4, embedding_size=HIDDEN, type_vocab_size=2, conv_kernel_size=3),
                    ["mha", "padding-mask", "span-dynamic-conv", "head-ratio", "layernorm", "gelu-erf"], "convbert",
@@ -404,7 +404,8 @@ HOLDOUT3 = {
                  dict(vocab_size=VOCAB, block_sizes=[1, 1], d_model=HIDDEN, n_head=2, d_head=16, d_inner=FFN,
                       type_vocab_size=2),
                  ["mha", "padding-mask", "relative-shift-attention", "pooled-queries", "layernorm", "gelu-tanh"],
-                 "funnel", "bert", styles=("static_nomask",)),  # dynamic: the pooled length specializes
+                 # dynamo specializes the pooled length: static; TorchScript traces it with dynamic axes
+                 "funnel", "bert", styles=("static_nomask", "torchscript")),
     # vision
     "dinov3_vit": _s("vision", "DINOv3ViTConfig", "DINOv3ViTModel", dict(VIS, num_register_tokens=2),
                      ["mha", "patch-embed", "rope-2d", "register-tokens", "layernorm", "gelu-erf", "layer-scale"],
@@ -419,7 +420,7 @@ HOLDOUT3 = {
                  dict(VIS, mlp_ratio=2, pretrain_image_size=IMAGE, window_block_indices=[0], window_size=2,
                       use_relative_position_embeddings=True),
                  ["mha", "patch-embed", "windowed-attention", "relative-position-decomposed", "layernorm", "gelu-erf"],
-                 "vitdet", "vit", styles=("dyn_mask", "torchscript")),
+                 "vitdet", "vit", styles=VIS_ALL),
     "aimv2_vision": _s("vision", "Aimv2VisionConfig", "Aimv2VisionModel", dict(VIS),
                        ["mha", "patch-embed", "rmsnorm", "swiglu", "attention-pool-head"], "aimv2_vision_model", "vit",
                        styles=VIS_ALL),
