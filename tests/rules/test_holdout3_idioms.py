@@ -235,3 +235,50 @@ def test_einsum_attention_is_fused(h, target):
     feeds = {name: r.standard_normal((B, S, H, D)).astype(np.float32) for name in ("q", "k", "v")}
     feeds["mask"] = mask
     h.assert_close(model, out, feeds)
+
+
+def _subtracted_mask(h, stabilizer=False):
+    """Funnel's scores with an attention_mask: q k^T + position term + token-type term, minus
+    INF * (1 - mask) (INF = 1e6), softmax, @ v. stabilizer: softmax(x - max(x)) instead of a mask."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Add", ["sc", "pos"], ["a1"]), n("Add", ["a1", "tt"], ["a2"])]
+    if stabilizer:
+        nodes += [n("ReduceMax", ["a2", "ax_last"], ["m"], keepdims=1)]
+    else:
+        nodes += [n("Cast", ["keep"], ["kf"], to=h.F32), n("Sub", ["one", "kf"], ["off"]),
+                  n("Unsqueeze", ["off", "ax12"], ["off4"]), n("Mul", ["off4", "inf"], ["m"])]
+    nodes += [n("Sub", ["a2", "m"], ["d"]), n("Softmax", ["d"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
+    inputs = [h.vi(name, ["batch", H, S, D]) for name in ("q", "k", "v")] + [
+        h.vi("pos", ["batch", H, S, S]), h.vi("tt", ["batch", H, S, S])]
+    if not stabilizer:
+        inputs.append(h.vi("keep", ["batch", S], 7))  # int64 attention_mask
+    inits = {"one": np.array(1.0, np.float32), "inf": np.array(1e6, np.float32),
+             "ax12": np.array([1, 2], np.int64), "ax_last": np.array([-1], np.int64)}
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, S, D])], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_mask_subtracted_before_the_softmax_is_fused(h, target):
+    """Funnel with an attention_mask (hold-out 3, a static export with the mask input): softmax(s + pos +
+    tt - INF * (1 - mask)) was not a mask form the rules took (attention 0/2); softmax-sub-mask makes
+    the Sub an Add of the negated term and attention-scores-bias-sum sums the three terms."""
+    model = _subtracted_mask(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert "Softmax" not in counts and h.fired(out)["softmax-sub-mask"] >= 1, counts
+    r = h.rng
+    feeds = {name: r.standard_normal((B, H, S, D)).astype(np.float32) for name in ("q", "k", "v")}
+    feeds.update(pos=r.standard_normal((B, H, S, S)).astype(np.float32),
+                 tt=r.standard_normal((B, H, S, S)).astype(np.float32))
+    keep = np.ones((B, S), np.int64)
+    keep[-1, S // 2:] = 0
+    feeds["keep"] = keep
+    h.assert_close(model, out, feeds)
+
+
+def test_softmax_stabilizer_is_not_a_mask(h):
+    """softmax(x - max(x)) is left alone (it reads the scores: no additive mask)."""
+    model = _subtracted_mask(h, stabilizer=True)
+    reasons = h.reasons(model, "ort", "softmax-sub-mask")
+    assert any("stabilizer" in r for r in reasons), reasons
