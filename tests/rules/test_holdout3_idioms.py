@@ -41,8 +41,8 @@ def test_rotate_half_with_flipped_signs_is_fused(h, target, layout):
 
 
 def test_rotate_half_with_flipped_signs_is_exact_for_any_tables(h):
-    """The sign rewrite alone (level 2 without a RotaryEmbedding to make: tables that are graph inputs,
-    not cos/sin of one frequency table) keeps the numbers for any cos/sin."""
+    """The sign rewrite alone (tables that are graph inputs, not cos/sin of one frequency table, so no
+    RotaryEmbedding follows) keeps the numbers for any cos/sin."""
     n = h.node
     nodes = [n("Slice", ["x", "i0", "ih", "ax_last"], ["x1"]), n("Slice", ["x", "ih", "big", "ax_last"], ["x2"]),
              n("Neg", ["x1"], ["nx1"]), n("Concat", ["x2", "nx1"], ["r"], axis=-1),
