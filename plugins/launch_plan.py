@@ -112,34 +112,33 @@ FA_WS_TMA_OVED = (128, 128, 12, "tma", "oved")
 # 24 / 240 registers (ldr, loads 10 / 11; 396 / 400-406 in run 17b).
 FA_WS_TMA_LDR = (128, 128, 12, "tma", "ldr")
 FA_WS_TMA_LDE = (128, 128, 12, "tma", "lde")
-# FA_WS_TMA_OVEDG (..._w12t_ovedg_..., loads 22 by name / 23 planned, D = 128): oved with the grid
+# FA_WS_TMA_OVEDG (..._w12t_ovedg_..., loads 22 by name / 23 with the fallback, D = 128): oved with the grid
 # taken longest first within groups of 8 (head, sequence) pairs (fa_ws_core's kWsLptGroups; causal
 # only, the full entry is oved's body), so the last group's heaviest query blocks start about two
 # waves before the end while the CTAs running together still share each head's K/V in L2. Planned
-# at D = 128 causal on Hopper (no softcap) from run 18: on the H200 (run 18 A, B4 S4096) fp16
-# 520 / 517 TFLOP/s against oved's 495 / 515 (cuDNN 496 / 495), bf16 534 / 531 against 521 / 532
-# (cuDNN 506 / 517). Dropped there: the same order over the whole grid (ovedl, 412-427: CTAs running
-# together no longer share a head's K/V in L2).
+# at D = 128 causal on Hopper (no softcap) in runs 18-19 (since then FA_WS_TMA_OVEDF): on the H200
+# (run 18 A, B4 S4096) fp16 520 / 517 TFLOP/s against oved's 495 / 515 (cuDNN 496 / 495), bf16
+# 534 / 531 against 521 / 532 (cuDNN 506 / 517). Dropped there: the same order over the whole grid
+# (ovedl, 412-427: CTAs running together no longer share a head's K/V in L2).
 FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
-# Candidate FA_WS_TMA_OVEDF (..._w12t_ovedf_..., loads 24 by name / 25, D = 128, both masks;
-# experimental, never planned): oved with two query blocks per CTA, nm - 1 - x then x (fa_ws_core's
-# kWsFold through its persistent tile loop; grid ceil(nm / 2) x H x B). Causal, every CTA then weighs
-# nm + 1 key tiles, and the per-CTA costs (about 2.4 tile-times by the sliding-window runs) are paid
-# once per two query blocks, the second block's Q and first K/V loads overlapping the first's end;
-# the causal grid is 1-D and runs the last FA_FOLD_SINGLES pairs' blocks one per CTA, longest first
-# (fa_fold_ctas), so short blocks fill the last wave.
+# FA_WS_TMA_OVEDF (..._w12t_ovedf_..., loads 24 by name / 25 planned, D = 128, both masks): oved
+# with two query blocks per CTA, nm - 1 - x then x (fa_ws_core's kWsFold through its persistent tile
+# loop; grid ceil(nm / 2) x H x B). Causal, every CTA then weighs nm + 1 key tiles, and the per-CTA
+# costs (about 2.4 tile-times by the sliding-window runs) are paid once per two query blocks, the
+# second block's Q and first K/V loads overlapping the first's end; the causal grid is 1-D and runs
+# the last FA_FOLD_SINGLES pairs' blocks one per CTA, longest first (fa_fold_ctas), so short blocks
+# fill the last wave. Planned at D = 128 causal on Hopper (no softcap) from run 19: on the H200 (B4
+# S4096 H32) fp16 503-507 / 519-521 TFLOP/s (runs 19a / 19b) against ovedg's 494-498 / 509-510 (cuDNN
+# 466-478 / 487), bf16 517-527 / 530-539 against 515-517 / 533-536; without a mask 1-5 % behind oved,
+# which stays planned there. Dropped in run 19b: ovedh (each consumer's Q half on its own barrier,
+# reloaded as soon as that consumer's last S is done; fp16 causal 514-517).
 FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
-# Candidate FA_WS_TMA_OVEDH (..._w12t_ovedh_..., loads 26 / 27): FA_WS_TMA_OVEDF with each consumer's
-# 64 Q rows on their own barrier (kWsQHalves, Q's tensor map in 64-row boxes), reloaded for the next
-# block as soon as that consumer's last S is done, so consumer 0 starts the next block's first S
-# while consumer 1 finishes this one. Experimental, never planned.
-FA_WS_TMA_OVEDH = (128, 128, 12, "tma", "ovedh")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedh")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
-                 "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25), "ovedh": (26, 27)}  # launcher loads (by name, planned)
+                 "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
-                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG)
+                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -187,11 +186,11 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and
-    FA_WS_TMA_OVEDF / _OVEDH: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
+    FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDH)
+        return (FA_WS_TMA_PERSIST,)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -457,7 +456,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
-                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDH):
+                          FA_WS_TMA_OVEDF):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -484,7 +483,7 @@ class FusedAttentionPlan:
     tma: bool = False  # FA_WS_TMA: the launcher builds tensor maps for Q, K, V
     persistent: bool = False  # FA_WS_TMA_PERSIST (experimental): launcher loads = 4
     r24: bool = False  # FA_WS_TMA_R24: 24 producer / 240 consumer registers (launcher loads 3 / 5)
-    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); "ld" (12 / 13), "oved" (18 / 19), "ovedg" (22 / 23); candidates "ldr", "lde", "ovedf" (24 / 25), "ovedh" (26 / 27)
+    opt: str = ""  # FA_OPTS: "ov" FA_WS_TMA_OV (loads 6 / 7), "ove" FA_WS_TMA_OVE (8 / 9); "ld" (12 / 13), "oved" (18 / 19), "ovedg" (22 / 23); "ovedf" (24 / 25); candidates "ldr", "lde"
     softcap: bool = False  # the variant's _sc twin (onnx_fuse_fused_attention_fwd_ex, softcap > 0)
 
     @property
@@ -540,11 +539,11 @@ def plan_fused_attention(
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). With
             # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVED (pinned
-            # softmax, staged epilogue; causal: FA_WS_TMA_OVEDG, its grid longest first within
-            # groups of 8 heads, run 18), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
+            # softmax, staged epilogue; causal: FA_WS_TMA_OVEDF, two query blocks per CTA, run 19),
+            # at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
             # needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
-                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDG if causal else FA_WS_TMA_OVED
+                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if causal else FA_WS_TMA_OVED
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:
@@ -578,9 +577,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt in ("ovedf", "ovedh") and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt == "ovedf" and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt in ("ovedf", "ovedh"):  # query blocks nm - 1 - x and x per CTA
+    elif opt == "ovedf":  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -595,7 +594,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
-    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15, _OVEDF 24 / 25, _OVEDH 26 / 27."""
+    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25."""
     if plan.persistent:
         return 4
     if not plan.tma:

@@ -825,7 +825,7 @@ constexpr int kWsSmemEpilogue = 2;
 // this: 8 issue slots per exponential where the consumer warps' issue slots are about as busy as
 // MUFU; ov with this alone, at par with ov.)
 constexpr int kWsLeanDesc = 8;
-// kWsLptGroups (m128n128w12t_ovedg, planned at D = 128 causal from run 18): longest first within
+// kWsLptGroups (m128n128w12t_ovedg, planned at D = 128 causal in runs 18-19): longest first within
 // groups of kWsLptGroup
 // (head, sequence) pairs, the groups in order: CTAs running together are about 16 query blocks of
 // 8 heads, so each head's K/V is still shared in L2 by the CTAs reading it at the same time, and
@@ -833,20 +833,16 @@ constexpr int kWsLeanDesc = 8;
 // blocks (its 8 x 528 tile-times at S4096 over 132 SMs) left to fill in behind them.
 constexpr int kWsLptGroups = 32;
 constexpr int kWsLptGroup = 8;
-// kWsFold (m128n128w12t_ovedf, D = 128 candidate): a CTA runs two query blocks of one (head,
-// sequence), nm - 1 - x and then x (grid.x = ceil(nm / 2)), through fa_ws_core's persistent tile
-// loop (FaWsFoldTiles). Causal, every CTA then weighs nm + 1 key tiles, and the per-CTA costs
-// (launch, barrier set-up, the first Q and K/V loads, the pipeline's fill and drain), about 2.4
-// tile-times per CTA by the sliding-window runs, are paid once per two query blocks: the second
-// block's Q (prefetched into L2 when the first starts) and first K/V tiles load while the first
-// block's last P V and output stores run.
+// kWsFold (m128n128w12t_ovedf, planned at D = 128 causal from run 19): a CTA runs two query blocks
+// of one (head, sequence), nm - 1 - x and then x, through fa_ws_core's persistent tile loop
+// (FaWsFoldTiles). Causal, every CTA then weighs nm + 1 key tiles, and the per-CTA costs (launch,
+// barrier set-up, the first Q and K/V loads, the pipeline's fill and drain), about 2.4 tile-times
+// per CTA by the sliding-window runs, are paid once per two query blocks: the second block's Q
+// (prefetched into L2 when the first starts) and first K/V tiles load while the first block's last
+// P V and output stores run. On the H200 (B4 S4096 H32 causal) fp16 503-507 / 519-521 TFLOP/s in
+// runs 19a / 19b against ovedg's 494-498 / 509-510, bf16 517-527 / 530-539 against 515-517 /
+// 533-536; without a mask 1-5 % behind oved (not planned there).
 constexpr int kWsFold = 64;
-// kWsQHalves (m128n128w12t_ovedh, with kWsFold; TMA rows): each consumer's 64 Q rows load on their
-// own barrier through a tensor map of 64-row boxes (the launcher builds Q's map so), and the
-// producer reloads a half for the next tile as soon as that consumer's last S = Q K^T is done:
-// consumer 0 starts the next tile's first S while consumer 1 still finishes this one, instead of
-// both waiting for the later of the two.
-constexpr int kWsQHalves = 128;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -1095,12 +1091,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   static_assert(D == 64 || D == 128, "warp-specialized variant: D = 64 or 128");
 
   extern __shared__ unsigned char fa_smem[];
-  // kWsQHalves: Q's rows in two halves, one per consumer (TMA rows, persistent loops)
-  constexpr bool QH = (OPT & kWsQHalves) != 0;
-  static_assert(!QH || (PERSIST && Rows::kTma), "kWsQHalves: persistent TMA rows only");
-  // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent), then with QH the halves' second Q
-  // and Q empty barriers
-  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + (QH ? 2 : 0)];
+  // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
+  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)];
   __shared__ float ws_pin[(OPT & kWsPinSoftmax) ? 256 : 1];  // kWsPinSoftmax: a slot per consumer thread
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
@@ -1110,8 +1102,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const uint32_t empty0 = smem_u32(&ws_bars[1 + ST]);
   const uint32_t vtail = smem_u32(&ws_bars[1 + 2 * ST]);
   const uint32_t qempty = smem_u32(&ws_bars[1 + 2 * ST + (PERSIST ? 1 : 0)]);  // persistent only
-  const uint32_t qbar1 = QH ? smem_u32(&ws_bars[3 + 2 * ST]) : qbar;      // QH: consumer 1's half
-  const uint32_t qempty1 = QH ? smem_u32(&ws_bars[4 + 2 * ST]) : qempty;
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
@@ -1165,11 +1155,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       mbar_init(empty0 + 8 * s, 256);
     }
     mbar_init(vtail, 1);
-    if constexpr (PERSIST) mbar_init(qempty, QH ? 128 : 256);
-    if constexpr (QH) {
-      mbar_init(qbar1, 1);
-      mbar_init(qempty1, 128);
-    }
+    if constexpr (PERSIST) mbar_init(qempty, 256);
     mbar_fence_init();
   }
   __syncthreads();
@@ -1260,36 +1246,20 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         if (gm.skip) continue;
         const Rows& rw = gm.tl.rows;
         const int KL = rw.kv_len, n_tiles = gm.n_tiles;
-        // QH: Q half h (64-row boxes) on its own barrier once consumer h's last S of the previous
-        // tile is done; half 1 goes after this tile's first K/V copies (consumer 0 starts first)
-        auto load_q_half = [&](int h) {
-          const uint32_t qb = h ? qbar1 : qbar;
-          if (it > 0) mbar_wait_parity(h ? qempty1 : qempty, (it - 1) & 1);
-          mbar_arrive_expect_tx(qb, 64 * D * 2);
+        if (lane == 0) {
+          if (PERSIST && it > 0) mbar_wait_parity(qempty, (it - 1) & 1);
+          mbar_arrive_expect_tx(qbar, BM * D * 2);
 #pragma unroll
           for (int cb = 0; cb < NB; ++cb)
-            wg::tma_load_4d(sQ + cb * BM * 128 + h * 64 * 128, rw.tq, cb * 64, rw.hq, gm.m0 + 64 * h, rw.b, qb);
-        };
-        if (lane == 0) {
-          if constexpr (QH) {
-            load_q_half(0);
-          } else {
-            if (PERSIST && it > 0) mbar_wait_parity(qempty, (it - 1) & 1);
-            mbar_arrive_expect_tx(qbar, BM * D * 2);
-#pragma unroll
-            for (int cb = 0; cb < NB; ++cb)
-              wg::tma_load_4d(sQ + cb * BM * 128, rw.tq, cb * 64, rw.hq, gm.m0, rw.b, qbar);
-          }
+            wg::tma_load_4d(sQ + cb * BM * 128, rw.tq, cb * 64, rw.hq, gm.m0, rw.b, qbar);
           if constexpr (PERSIST) {  // the next tile's Q into L2: its load after "Q empty" then hits
             const int tn = i + 1 < n_rounds ? tiles.index(i + 1) : tiles.count;
             if (tn < tiles.count) {
               const Geom gn = geom(tn);
               if (!gn.skip) {
 #pragma unroll
-                for (int h = 0; h < (QH ? 2 : 1); ++h)  // QH: the map's boxes are 64 rows
-#pragma unroll
-                  for (int cb = 0; cb < NB; ++cb)
-                    wg::tma_prefetch_l2_4d(gn.tl.rows.tq, cb * 64, gn.tl.rows.hq, gn.m0 + 64 * h, gn.tl.rows.b);
+                for (int cb = 0; cb < NB; ++cb)
+                  wg::tma_prefetch_l2_4d(gn.tl.rows.tq, cb * 64, gn.tl.rows.hq, gn.m0, gn.tl.rows.b);
               }
             }
           }
@@ -1323,9 +1293,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
           if (tail) {  // warp-uniform; vtail: once per CTA unless PERSIST; 0 < KL - n0 < BN
             ws_zero_v_tail<BN, CPR>(dv, KL - n0, vtail, tails & 1, full, lane);
             ++tails;
-          }
-          if constexpr (QH) {
-            if (j == 0 && lane == 0) load_q_half(1);
           }
         }
         kv_base += n_tiles;
@@ -1497,7 +1464,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
   };
 
-  mbar_wait_parity(cw == 1 ? qbar1 : qbar, it & 1);  // QH: this consumer's half (else qbar1 == qbar)
+  mbar_wait_parity(qbar, it & 1);
   mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
   {
     float s0[BN / 8][4];
@@ -1510,7 +1477,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     // PERSIST: "Q empty" as soon as this warpgroup's last S = Q K^T is done (here with one key tile,
     // else in the loop below), so the next tile's Q loads under this one's last softmax and P V
     if constexpr (PERSIST) {
-      if (n_tiles == 1) wg::mbar_arrive(cw == 1 ? qempty1 : qempty);
+      if (n_tiles == 1) wg::mbar_arrive(qempty);
     }
     float alpha[2];
     softmax(s0, 0, alpha);
@@ -1552,7 +1519,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::wait1();
     wg::fence_acc(s_nxt);
     if constexpr (PERSIST) {
-      if (j + 2 == n_tiles) wg::mbar_arrive(cw == 1 ? qempty1 : qempty);  // S of the last key tile is done
+      if (j + 2 == n_tiles) wg::mbar_arrive(qempty);  // S of the last key tile is done
     }
     softmax(s_nxt, j + 1, alpha);
     if constexpr ((OPT & kWsPinSoftmax) != 0)  // the store waits for every exp2; the wait for the store
@@ -1990,8 +1957,9 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc) \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_oved_causal, T, D, true,          \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)
-// m128n128w12t_ovedg (loads 22 by name / 23 planned: D = 128 causal), D = 128: oved longest first
-// within groups of 8 (head, sequence) pairs (kWsLptGroups; the full entry is oved's body).
+// m128n128w12t_ovedg (loads 22 by name / 23 with the fallback; planned at D = 128 causal in runs 18-19,
+// since then m128n128w12t_ovedf): oved longest first within groups of 8 (head, sequence) pairs
+// (kWsLptGroups; the full entry is oved's body).
 #define OF_FA_WSTODG_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedg_full, T, D, false,          \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
@@ -1999,8 +1967,9 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedg_causal, T, D, true,         \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsLptGroups)
-// m128n128w12t_ovedf (loads 24 by name / 25 with the fallback, D = 128; candidate): oved with two
-// query blocks per CTA, nm - 1 - x then x (kWsFold; grid.x = ceil(nm / 2)).
+// m128n128w12t_ovedf (loads 24 by name / 25 with the fallback, D = 128; planned causal from run 19):
+// oved with two query blocks per CTA, nm - 1 - x then x (kWsFold; without a mask grid.x = ceil(nm /
+// 2), causal a 1-D grid whose last pairs run one block per CTA, fa_fold_ctas).
 #define OF_FA_WSTODF_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedf_full, T, D, false,          \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
@@ -2008,16 +1977,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedf_causal, T, D, true,         \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsFold)
-// m128n128w12t_ovedh (loads 26 by name / 27 with the fallback, D = 128; candidate): ovedf with each
-// consumer's Q rows on their own barrier, reloaded as soon as that consumer's last S is done
-// (kWsQHalves; the launcher builds Q's tensor map with 64-row boxes).
-#define OF_FA_WSTODH_KERNELS_D(DTN, T, D)                                                         \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedh_full, T, D, false,          \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
-                    onnx_fuse::kWsFold | onnx_fuse::kWsQHalves)                                    \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedh_causal, T, D, true,         \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
-                    onnx_fuse::kWsFold | onnx_fuse::kWsQHalves)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2066,7 +2025,6 @@ OF_FA_WSTLD_KERNELS_D(f16, __half, 64)
 OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODH_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2086,7 +2044,6 @@ OF_FA_WSTLD_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODH_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2228,8 +2185,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 12 _ovedh
-// (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2260,7 +2216,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 8: OF_PICK_TK2(128, m128n128w12t_oved)
       case 10: OF_PICK_TK2(128, m128n128w12t_ovedg)
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
-      case 12: OF_PICK_TK2(128, m128n128w12t_ovedh)
       default: return nullptr;
     }
   }
@@ -2299,7 +2254,7 @@ using onnx_fuse::encode_tiled;
 // larger than the tensor are reported to fault, and such problems are small), or the driver
 // refusing the map.
 bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, int H, int D,
-                   long long sb, long long ss, long long sh, unsigned box_rows = 128) {
+                   long long sb, long long ss, long long sh) {
   const EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < 128 || D < 64) return false;
   const long long dims[3] = {H, S, B}, strides[3] = {sh, ss, sb};
@@ -2312,7 +2267,7 @@ bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, 
     gstride[i] = (cuuint64_t)bytes;
     natural = bytes * dims[i];
   }
-  const cuuint32_t box[4] = {64, 1, box_rows, 1}, elem[4] = {1, 1, 1, 1};  // 64 rows: kWsQHalves' Q
+  const cuuint32_t box[4] = {64, 1, 128, 1}, elem[4] = {1, 1, 1, 1};
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return enc(map, dt, 4, const_cast<void*>(base), gdim, gstride, box, elem,
@@ -2470,10 +2425,10 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // the fallback): 12 / 13 m128n128w12t_ld (D = 64: wgmma descriptors stepped by adds; 13 planned),
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
 // output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned full), 22 / 23
-// _ovedg (oved with the grid longest first within groups of 8 heads; 23 planned causal), 24 / 25
-// _ovedf (candidate: oved with two query blocks per CTA, nm - 1 - x and x), 26 / 27 _ovedh (candidate:
-// ovedf with each consumer's Q half reloaded on its own); 16 / 17 (the dropped _ovd) and 20 / 21 (the
-// dropped _ovedl) are refused.
+// _ovedg (oved with the grid longest first within groups of 8 heads; planned causal until run 19),
+// 24 / 25 _ovedf (oved with two query blocks per CTA, nm - 1 - x and x; 25 planned causal from run
+// 19); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and 26 / 27 (the dropped _ovedh:
+// ovedf with each consumer's Q half reloaded on its own barrier) are refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
@@ -2504,7 +2459,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 26 / 27: ovedh (20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
@@ -2515,7 +2470,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     OF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUtensorMap tq, tk, tv;
     const bool tma_rules_met = major == 9 &&
-                               fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh, kind == 12 ? 64 : 128) &&
+                               fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
                                fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
                                fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
     const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);  // planned: cp.async below
@@ -2536,10 +2491,10 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      if ((kind == 11 || kind == 12) && causal) {  // _ovedf / _ovedh: folded pairs, then single blocks (1-D)
+      if (kind == 11 && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
-      } else if (kind == 11 || kind == 12) {  // without a mask: query blocks nm - 1 - x and x per CTA
+      } else if (kind == 11) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
         grid.x = (grid.x + 1) / 2;
       }
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,

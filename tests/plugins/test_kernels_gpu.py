@@ -420,13 +420,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
     k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
-    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG):  # by name: no fallback
+    for variant in (FA_TMA, FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF):  # by name: no fallback
         with pytest.raises(KernelError):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
     st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    for code in (2, 5, 7, 9, 19, 23):  # planned TMA: w12t, r24, ov, ove, oved, ovedg
+    for code in (2, 5, 7, 9, 19, 23, 25):  # planned TMA: w12t, r24, ov, ove, oved, ovedg, ovedf
         out.fill_(float("nan"))
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
@@ -440,13 +440,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
 def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
     """At D = 128 on the H200 the planner names m128n128w12t_oved (launcher loads 19; ov / ove
-    until run 17), causal m128n128w12t_ovedg (loads 23, run 18): it runs on TMA, or on the cp.async
-    producer where TMA cannot address K/V (broadcast over the batch)."""
+    until run 17), causal m128n128w12t_ovedf (loads 25, run 19; ovedg in runs 18-19): it runs on
+    TMA, or on the cp.async producer where TMA cannot address K/V (broadcast over the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    want = lp.FA_WS_TMA_OVEDG
+    want = lp.FA_WS_TMA_OVEDF
     assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == want
     assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:]).variant == lp.FA_WS_TMA_OVED
     gen = torch.Generator(device="cuda").manual_seed(21)
@@ -563,14 +563,14 @@ def test_fused_attention_tma_d64_stepped_descriptors_error_as_w12t(lib, dtype, c
         assert abs(errs[tag] - errs["tma"]) <= 1e-3 * errs["tma"], errs
 
 
-@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25, 27], ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf", "ovedh"])
+@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25], ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf"])
 def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
-    """Launcher loads 11 / 13 / 15 / 19 (ldr / ld / lde at D = 64, oved at D = 128, with the
-    cp.async fallback; 13 and 19 are the planned ones) run where TMA cannot address K/V (broadcast
-    over the batch) and match the reference (23: ovedg, planned causal from run 18; 25: the ovedf
-    candidate, whose fallback keeps the one-block-per-CTA grid); the by-name codes 10 / 12 / 14 /
-    18 / 22 / 24 / 26 refuse there, and 16 / 17 (the dropped ovd) and 20 / 21 (the
-    dropped ovedl) everywhere."""
+    """Launcher loads 11 / 13 / 15 / 19 / 23 / 25 (ldr / ld / lde at D = 64, oved / ovedg / ovedf at
+    D = 128, with the cp.async fallback; 13, 19 and 25 are the planned ones, 25 causal from run 19)
+    run where TMA cannot address K/V (broadcast over the batch) and match the reference (ovedf's
+    fallback keeps the one-block-per-CTA grid); the by-name codes 10 / 12 / 14 / 18 / 22 / 24 refuse
+    there, and 16 / 17 (the dropped ovd), 20 / 21 (the dropped ovedl) and 26 / 27 (the dropped
+    ovedh) everywhere."""
     _need_sm90()
     B, S, Hq, Hkv, D = 2, 300, 4, 2, 128 if code >= 17 else 64
     gen = torch.Generator(device="cuda").manual_seed(code)
@@ -592,7 +592,7 @@ def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
     torch.cuda.synchronize()
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
     assert _rel_err(out, expect) < TOL[torch.float16]
-    for dropped in (16, 17, 20, 21):
+    for dropped in (16, 17, 20, 21, 26, 27):
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
             1.0 / D**0.5, 1, 128, 128, 12, dropped, stream)
@@ -622,11 +622,9 @@ def test_fused_attention_tma_longest_first_matches_reference(lib, case, dtype):
 # x in one CTA (kWsFold, the persistent tile loop): the ov cases, odd block counts (the middle
 # CTA runs one block), two blocks, ragged batches whose short sequences skip the first (heavy) or
 # the second block of a pair or both (lens 0, 1, 128, 129), and GQA / MQA.
-# m128n128w12t_ovedh: the same with each consumer's Q half reloaded on its own barrier (kWsQHalves).
 FA_OVEDF = (128, 128, 12, "tma", "ovedf")
-FA_OVEDH = (128, 128, 12, "tma", "ovedh")
-FA_OVEDF_CASES = [c[:7] + (v,) for v in (FA_OVEDF, FA_OVEDH) for c in FA_OV_CASES] + [
-    (c[0], c[1], c[2], c[3], 128, causal, c[4], v) for v in (FA_OVEDF, FA_OVEDH) for causal in (False, True)
+FA_OVEDF_CASES = [c[:7] + (v,) for v in (FA_OVEDF,) for c in FA_OV_CASES] + [
+    (c[0], c[1], c[2], c[3], 128, causal, c[4], v) for v in (FA_OVEDF,) for causal in (False, True)
     for c in ((3, 640, 12, 4, [640, 300, 129]), (1, 129, 4, 1, None), (1, 900, 3, 1, [899]),
               (6, 1024, 4, 2, [1024, 0, 1, 128, 129, 700]), (2, 1000, 8, 8, [1000, 513]))]
 
@@ -679,12 +677,11 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
     (2, 1000, 4, 2, 64, [999, 640], v, w, 0.0) for v in FA_WS_TMA_NAMED for w in (1, 129)
 ] + [
     (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
-    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf", "ovedh")]
+    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf")]
     for w in (64, 200)
 ] + [
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedf"), 1024, 0.0),
-    (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedh"), 1024, 0.0),
     (2, 700, 8, 2, 128, [700, 130], (128, 128, 12, "tma", "r24"), 128, 50.0),   # the D = 128 _sc twin
     (2, 700, 8, 2, 64, [700, 130], (128, 128, 12, "tma"), 64, 5.0),             # the D = 64 _sc twin
 ]

@@ -67,6 +67,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedg_full", _block(fa, "#define OF_FA_WSTODG_KERNELS_D("))}
     wstodg_d = {int(d) for d in re.findall(r"^OF_FA_WSTODG_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstodg and wstodg_d
+    wstodf = {tuple(map(int, v)) + ("tma", "ovedf") for v in re.findall(
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedf_full", _block(fa, "#define OF_FA_WSTODF_KERNELS_D("))}
+    wstodf_d = {int(d) for d in re.findall(r"^OF_FA_WSTODF_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wstodf and wstodf_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -96,6 +100,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wstod
         if d in wstodg_d:
             fav[d] |= wstodg
+        if d in wstodf_d:
+            fav[d] |= wstodf
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -168,7 +174,7 @@ def test_variant_tables_match_the_sources():
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
     assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LDE} and fav[128] - fav[96] == {
         lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED,
-        lp.FA_WS_TMA_OVEDG}
+        lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -212,8 +218,12 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
     B, S, Hq, Hkv, D = shape
     p = lp.plan_fused_attention(B, S, Hq, Hkv, D, dtype, causal=causal)
     assert p.kernel in _kernel_names()
-    assert p.grid == (math.ceil(S / p.block_m), Hq, B)
-    assert p.grid[0] * p.block_m >= S > (p.grid[0] - 1) * p.block_m
+    nm = math.ceil(S / p.block_m)
+    if p.opt == "ovedf":  # causal D = 128 on Hopper: two query blocks per CTA, a 1-D grid
+        assert causal and p.grid == (lp.fa_fold_ctas(Hq * B, nm), 1, 1)
+    else:
+        assert p.grid == (nm, Hq, B)
+    assert nm * p.block_m >= S > (nm - 1) * p.block_m
     assert p.block == (32 * p.warps, 1, 1)
     assert p.smem_bytes == lp.fa_smem_bytes(D, p.block_m, p.block_n, p.warps) <= lp.H200.max_smem_per_block
     assert p.kernel.endswith("causal" if causal else "full")
@@ -246,7 +256,7 @@ def test_fused_plan_picks_per_head_size():
     warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedg_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedf_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
@@ -273,7 +283,7 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            oved = lp.FA_WS_TMA_OVEDG if causal else lp.FA_WS_TMA_OVED  # causal: longest first in groups
+            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVED  # causal: two query blocks per CTA
             assert planned.tma and planned.opt == (oved[-1] if d == 128 else "lde")  # stepped descriptors
             assert planned.variant == (oved if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
@@ -843,8 +853,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDH)
-    assert lp.fa_experimental_variants(128, causal=True) == lp.fa_experimental_variants(128)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -898,8 +907,8 @@ def test_ov_entries_exist_and_are_planned_at_d128():
         for causal in (False, True):
             for heads in ((32, 32), (32, 8)):
                 planned = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
-                # run 17: ove with the stepped descriptors; run 18: causal takes it longest first in groups
-                assert planned.variant == (lp.FA_WS_TMA_OVEDG if causal else lp.FA_WS_TMA_OVED)
+                # run 17: ove with the stepped descriptors; run 19: causal runs two query blocks per CTA
+                assert planned.variant == (lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVED)
                 p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal, variant=v)
                 assert p.variant == v and p.kernel in _kernel_names()
                 assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_ov_{'causal' if causal else 'full'}"
@@ -1127,11 +1136,13 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.kernel in names, plan.kernel
                     assert plan.variant in lp.fa_softcap_variants(d)
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
-                    if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED, lp.FA_WS_TMA_OVEDG):  # r24
+                    if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED, lp.FA_WS_TMA_OVEDG,
+                                         lp.FA_WS_TMA_OVEDF):  # r24
                         want = lp.FA_WS_TMA_R24
                     if plain.variant == lp.FA_WS_TMA_LDE:  # softcapped: the w12t twin
                         want = lp.FA_WS_TMA
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
+                    assert plain.opt != "ovedf" or plain.grid[0] == lp.fa_fold_ctas(hq * b, plan.grid[0])
                     assert not plain.softcap and "_sc_" not in plain.kernel
                     assert lp.fa_launch_loads(plan, by_name=False) == lp.fa_launch_loads(plain, by_name=False) \
                         or plain.variant not in lp.fa_softcap_variants(d)
@@ -1208,11 +1219,11 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
             lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
 
 
-def test_ovedg_is_planned_at_d128_causal_and_ovedl_is_gone():
+def test_ovedg_is_compiled_and_ovedl_is_gone():
     """m128n128w12t_ovedg (oved with the grid longest first within groups of 8 heads, kWsLptGroups):
-    planned at D = 128 causal on Hopper without a softcap (run 18), launcher loads 22 by name and
-    23 planned (with the fallback); the full mask keeps oved, a softcap r24. ovedl (the whole-grid
-    order, measured 412-427 TFLOP/s against oved's 495-532) is no longer compiled."""
+    planned at D = 128 causal in runs 18-19 (since then ovedf), still compiled and in the contract,
+    launcher loads 22 by name and 23 with the fallback. ovedl (the whole-grid order, measured 412-427
+    TFLOP/s against oved's 495-532) is no longer compiled."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTODG_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
@@ -1221,10 +1232,11 @@ def test_ovedg_is_planned_at_d128_causal_and_ovedl_is_gone():
     assert lp.FA_WS_TMA_OVEDG in lp.fa_variants(128) and "ovedl" not in lp.FA_OPTS
     assert not hasattr(lp, "FA_WS_TMA_OVEDL")
     for dt in ("float16", "bfloat16"):
-        p = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True)
+        p = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, variant=lp.FA_WS_TMA_OVEDG)
         assert p.variant == lp.FA_WS_TMA_OVEDG and p.opt == "ovedg"
-        assert p.kernel.endswith("_d128_m128n128w12t_ovedg_causal")
+        assert p.kernel.endswith("_d128_m128n128w12t_ovedg_causal") and p.grid == (32, 32, 4)
         assert lp.fa_launch_loads(p, by_name=True) == 22 and lp.fa_launch_loads(p, by_name=False) == 23
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVEDF
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=False).variant == lp.FA_WS_TMA_OVED
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, softcap=30.0).variant == lp.FA_WS_TMA_R24
         assert lp.plan_fused_attention(4, 4096, 32, 8, 64, dt, causal=True).variant == lp.FA_WS_TMA_LDE
@@ -1252,21 +1264,21 @@ def test_plan_paged_decode_window_sizes_the_splits_for_the_window():
         lp.plan_paged_decode(16, 32, 8, 128, 16, 64, "float16", window=-1)
 
 
-@pytest.mark.parametrize("opt, kind, loads", [("ovedf", 11, 24), ("ovedh", 12, 26)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_ovedf_candidate_folds_two_query_blocks_per_cta_by_name_only(causal, opt, kind, loads):
+def test_ovedf_folds_two_query_blocks_per_cta_and_is_planned_causal(causal):
     """m128n128w12t_ovedf (oved with query blocks nm - 1 - x and x in one CTA, kWsFold): compiled at
-    D = 128 for fp16 and bf16 and both masks, launcher loads 24 by name / 25 with the fallback,
-    a grid of ceil(nm / 2) query-block pairs (the launcher halves grid.x for kind 11 only), never
-    planned."""
+    D = 128 for fp16 and bf16 and both masks, launcher loads 24 by name / 25 with the fallback;
+    without a mask a grid of ceil(nm / 2) query-block pairs per (head, sequence), causal a 1-D grid
+    whose last 8 pairs run one block per CTA; planned at D = 128 causal on Hopper (run 19), not
+    without a mask (oved) nor with a softcap (r24). ovedh (Q halves, run 19b) is gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
-    macro = {"ovedf": "WSTODF", "ovedh": "WSTODH"}[opt]
-    var = (128, 128, 12, "tma", opt)
+    opt, kind, loads = "ovedf", 11, 24
+    var = lp.FA_WS_TMA_OVEDF
+    assert "ovedh_" not in fa and "kWsQHalves" not in fa and "ovedh" not in lp.FA_OPTS
     for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_{macro}_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert not re.search(rf"^OF_FA_{macro}_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
+        assert re.search(rf"^OF_FA_WSTODF_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert not re.search(r"^OF_FA_WSTODF_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
     assert f"case {kind}: OF_PICK_TK2(128, m128n128w12t_{opt})" in fa
-    assert "fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh, kind == 12 ? 64 : 128)" in fa
     assert "grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);" in fa
     assert f"constexpr int kWsFoldSingles = {lp.FA_FOLD_SINGLES};" in fa
     mask = "causal" if causal else "full"
@@ -1285,7 +1297,9 @@ def test_ovedf_candidate_folds_two_query_blocks_per_cta_by_name_only(causal, opt
                 assert p.grid == ((pairs - g) * ((nm + 1) // 2) + g * nm, 1, 1)
                 assert p.grid[0] == lp.fa_fold_ctas(pairs, nm)
         assert lp.fa_launch_loads(p, by_name=True) == loads and lp.fa_launch_loads(p, by_name=False) == loads + 1
-        assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal).opt not in ("ovedf", "ovedh")
+        planned = lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal)
+        assert planned.variant == (var if causal else lp.FA_WS_TMA_OVED)
+        assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal, softcap=30.0).variant == lp.FA_WS_TMA_R24
     with pytest.raises(ValueError, match="not compiled"):
         lp.plan_fused_attention(4, 4096, 32, 32, 64, causal=causal, variant=var)
     assert lp.fa_engine(var, 128) == "wgmma"
