@@ -607,8 +607,13 @@ class _Side:
 
 def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None = None,
            shapes: Mapping[str, tuple[int, ...]] | None = None, seed: int = 0,
-           atol: float | None = None, rtol: float | None = None, raise_on_failure: bool = False) -> dict[str, Any]:
+           atol: float | None = None, rtol: float | None = None, raise_on_failure: bool = False,
+           precision: str | None = None) -> dict[str, Any]:
     """Compare ``optimized`` with ``original`` in ORT; return a JSON-friendly summary.
+
+    ``atol`` / ``rtol`` replace every per-output tolerance. ``precision`` ("fp16" / "bf16": the
+    optimized model was converted by --precision) raises each float output's to
+    ``VERIFY_TOLERANCE[precision]``, which fp8 pools then add their bound to (fp8_tolerance).
 
     The original runs with ORT's graph optimizations off (the oracle); the optimized model runs
     the way users run it, with ORT's default graph optimizations, so a model ORT's own optimizer
@@ -619,7 +624,8 @@ def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None
 
     with tempfile.TemporaryDirectory(prefix="onnx-fuse-verify-") as tmp:
         result = _verify(_Side(original, tmp, "original"), _Side(optimized, tmp, "optimized"),
-                         inputs=inputs, shapes=shapes, seed=seed, atol=atol, rtol=rtol)
+                         inputs=inputs, shapes=shapes, seed=seed, atol=atol, rtol=rtol,
+                         precision=precision)
     if raise_on_failure and not result["passed"]:
         raise VerificationError(failure_summary(result))
     return result
@@ -637,16 +643,17 @@ def failure_summary(result: Mapping[str, Any]) -> str:
 
 
 _PAGED_BLOCK = 4   # not a divisor of the default past + new length: a sequence spans a partial block
-FP8_NOTE = ("fp8 KV pools: the original runs on its past rounded to e4m3 (per kv head scales), "
-            "outputs compared at e4m3's tolerance (the op rounds the new tokens' K/V)")
+FP8_NOTE = ("fp8 KV pools: the original runs on its past rounded to e4m3 (per kv head scales); "
+            "the op's rounding of the new tokens' K/V adds to each output's bound (the first "
+            "layer's presents: 2^-4 relative, the rest 0.1 plus 0.1 x the output's magnitude)")
 
 
 def _run_paged(ref_sess, opt_sess, ref: "_Side", opt: "_Side", names: list[str], ref_out: list,
-               feeds: dict, seed: int) -> tuple[list[tuple], bool]:
+               feeds: dict, seed: int) -> tuple[list[tuple], bool, dict]:
     """Run the paged-KV rewrite on the original's feeds turned into pool feeds
     (targets/paged_kv_feeds.py, the fuzzer's harness too); pair its outputs with the original's,
     present.* read back out of the pools. On fp8 pools the original reruns on its past rounded
-    to e4m3, as the pools hold it. Returns (pairs, fp8)."""
+    to e4m3, as the pools hold it. Returns (pairs, fp8, {present output: its fp8 pool's scales})."""
     from onnx_fuse.targets import paged_kv_feeds as pk
 
     total = pk.total_length(opt.skeleton, ref_out)
@@ -658,7 +665,7 @@ def _run_paged(ref_sess, opt_sess, ref: "_Side", opt: "_Side", names: list[str],
     paired = pk.paired_outputs(ref.skeleton, opt.skeleton, ref_out, got, run_feeds, total)
     if isinstance(paired, str):
         raise _PagedMismatch(paired)
-    return list(zip(*paired)), pk.is_fp8(opt.skeleton)
+    return list(zip(*paired)), pk.is_fp8(opt.skeleton), pk.pool_scales(ref.skeleton, opt.skeleton, run_feeds)
 
 
 class _PagedMismatch(Exception):
@@ -734,7 +741,7 @@ def _long_prefill_cases(model: onnx.ModelProto, fused_window: int, shapes: Mappi
             f"({label}; cap {_LONG_PREFILL_CAP}), so a wrong window shows")
 
 
-def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict[str, Any]:
+def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precision=None) -> dict[str, Any]:
     from onnx_fuse.targets.paged_kv_feeds import is_paged_rewrite
 
     ref_inputs, opt_inputs = _real_inputs(ref.skeleton), _real_inputs(opt.skeleton)
@@ -797,6 +804,7 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
         "atol": atol if atol is not None else "per-dtype",
         "rtol": rtol if rtol is not None else "per-dtype",
         "seed": seed,
+        "precision": precision,
         "inputs": {k: list(v.shape) for k, v in cases[0][1].items()},
         "cases": [label for label, _ in cases if label],
         "ort_optimizations": {"original": "off", "optimized": "default"},
@@ -817,6 +825,13 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
                                  for o in ref.skeleton.graph.output):
         notes.append("half-precision model (float16 weights or inputs): its float32 outputs are "
                      "compared at float16's tolerance")
+    if precision is not None:   # the conversion's own bound (it is at least float16's)
+        from onnx_fuse.passes.precision import VERIFY_TOLERANCE
+
+        p_atol, p_rtol = VERIFY_TOLERANCE[precision]
+        floor = (max(p_atol, floor[0]), max(p_rtol, floor[1])) if floor else (p_atol, p_rtol)
+        notes.append(f"--precision {precision}: float outputs compared at atol {p_atol:g}, rtol "
+                     f"{p_rtol:g} or their dtype's, the looser")
     for label, feeds in cases:
         try:
             ref_out = ref_sess.run(names, feeds)
@@ -828,10 +843,10 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
                             f"inputs ({_first_line(exc)}); give inputs with --inputs FILE.npz or dims "
                             "with --shape") from None
         suffix = f" [{label}]" if label else ""
-        fp8 = False
+        fp8, scales = False, {}
         try:
             if paged:
-                pairs, fp8 = _run_paged(ref_sess, opt_sess, ref, opt, names, ref_out, feeds, seed)
+                pairs, fp8, scales = _run_paged(ref_sess, opt_sess, ref, opt, names, ref_out, feeds, seed)
             else:
                 pairs = list(zip(names, ref_out, opt_sess.run(names, feeds)))
         except _PagedMismatch as exc:
@@ -847,11 +862,11 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol) -> dict
             d_atol, d_rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
             if floor is not None and r.dtype.kind == "f":
                 d_atol, d_rtol = max(d_atol, floor[0]), max(d_rtol, floor[1])
-            if fp8 and r.dtype.kind == "f":   # e4m3's tolerance, scaled by the output's magnitude
-                from onnx_fuse.targets.paged_kv_feeds import fp8_tolerance
+            if fp8 and r.dtype.kind == "f":   # e4m3's bound on top of the one without fp8 pools
+                from onnx_fuse.targets.paged_kv_feeds import fp8_pool_tolerance, fp8_tolerance
 
-                f_atol, f_rtol = fp8_tolerance(r)
-                d_atol, d_rtol = max(d_atol, f_atol), max(d_rtol, f_rtol)
+                d_atol, d_rtol = (fp8_pool_tolerance(scales[name], (d_atol, d_rtol)) if name in scales
+                                  else fp8_tolerance(r, (d_atol, d_rtol)))
             diffs.append(compare_arrays(name + suffix, r, g, d_atol if atol is None else atol,
                                         d_rtol if rtol is None else rtol))
     result["outputs"] = [dataclasses.asdict(d) for d in diffs]

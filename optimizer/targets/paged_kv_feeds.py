@@ -20,22 +20,80 @@ import onnx
 
 __all__ = ["paged_inputs_from_contiguous", "gather_pool", "is_paged_rewrite", "pool_name", "past_input",
            "pools", "is_fp8", "round_e4m3", "paged_feeds", "total_length", "run_paged", "paired_outputs",
-           "FP8_TOL", "fp8_tolerance"]
+           "FP8_TOL", "E4M3_U", "fp8_tolerance",
+           "fp8_pool_tolerance", "pool_scales"]
 
 F8 = onnx.TensorProto.FLOAT8E4M3FN
+#: e4m3's unit roundoff: 3 mantissa bits, round to nearest, so |e4m3(x) - x| <= 2^-4 |x| (normal x)
+E4M3_U = 2.0 ** -4
 #: relative and absolute (x the output's magnitude, at least 1) tolerance of a model on fp8 pools:
-#: e4m3 keeps 3 mantissa bits and the op rounds the new tokens' K/V to it (the past is exact)
+#: the op rounds the new tokens' K/V to e4m3 (the past is exact); 0.1 >= E4M3_U with room for
+#: what that rounding does to the outputs computed from them
 FP8_TOL = (0.1, 0.1)
 _NAN_E4M3 = 0x7F
 
 
-def fp8_tolerance(ref) -> tuple[float, float]:
+def fp8_tolerance(ref, base: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """(atol, rtol) of an output ``ref`` of a model on fp8 pools: a pair passes where
     ``|got - ref| <= atol + rtol * |ref|``, with atol FP8_TOL's absolute part times the output's
-    magnitude (its largest finite |value|, at least 1)."""
+    magnitude (its largest finite |value|, at least 1). ``base`` (atol, rtol): the bound the model
+    has without fp8 pools (--precision's); e4m3 then rounds values that already carry that error,
+    so the bounds add: |e4m3(y) - x| <= E4M3_U |y| + |y - x| with |y - x| <= a + r |x| gives
+    (FP8_TOL[1] mag + (1 + E4M3_U) a, FP8_TOL[0] + (1 + E4M3_U) r)."""
     r = np.asarray(ref, np.float64)
     mag = max(1.0, float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)))
-    return FP8_TOL[1] * mag, FP8_TOL[0]
+    grow = 1.0 + E4M3_U
+    return FP8_TOL[1] * mag + grow * base[0], FP8_TOL[0] + grow * base[1]
+
+
+def fp8_pool_tolerance(scales, base: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+    """(atol, rtol) of a present output read back out of an fp8 pool with kv scales ``scales``:
+    the past there is the original's own (rounded before it ran), and the op rounds each new
+    token's y (within ``base`` of the original's x) to e4m3 x scale, at most E4M3_U |y| off for a
+    normal e4m3 and half its subnormal step, 2^-10 x scale, below 2^-6 x scale. So
+    |got - x| <= 2^-10 s + E4M3_U |y| + |y - x| <= (2^-10 s + (1 + E4M3_U) a) + (E4M3_U + (1 +
+    E4M3_U) r) |x|. A value past 448 x scale saturates and fails it (round_e4m3 leaves 16x
+    headroom over the past's amax)."""
+    smax = float(np.max(np.asarray(scales, np.float64), initial=0.0))
+    grow = 1.0 + E4M3_U
+    return 2.0 ** -10 * smax + grow * base[0], E4M3_U + grow * base[1]
+
+
+def _after_paged(optimized: onnx.ModelProto) -> list[bool]:
+    """Per PagedAttention node, in graph order: whether its new K or V (inputs 1, 2) depend on
+    another PagedAttention's output (a later layer: its new tokens carry the earlier ones' fp8
+    error)."""
+    made = {o: n for n in optimized.graph.node for o in n.output}
+    paged = [n for n in optimized.graph.node if n.op_type == "PagedAttention" and n.domain == "onnx_fuse"]
+    ids = {id(n) for n in paged}
+    flags = []
+    for n in paged:
+        seen, todo, late = set(), [v for v in n.input[1:3] if v], False
+        while todo and not late:
+            m = made.get(todo.pop())
+            if m is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            late = id(m) in ids
+            todo += [v for v in m.input if v]
+        flags.append(late)
+    return flags
+
+
+def pool_scales(original: onnx.ModelProto, optimized: onnx.ModelProto, run_feeds: dict) -> dict:
+    """{original output name: its pool's kv scales [Hkv]} for the present slots holding an fp8
+    pool whose new tokens no other fp8 attention computed (the first layer's: fp8_pool_tolerance
+    holds there); empty on 16-bit pools. ``run_feeds`` from paged_feeds."""
+    late = [flag for flag in _after_paged(optimized) for _ in "kv"]   # pools() lists K then V per node
+    outs = {o: i for (i, o), flag in zip(pools(optimized), late) if not flag}
+    found = {}
+    for a, b in zip(original.graph.output, optimized.graph.output):
+        if b.name in outs:
+            kind, _, x = outs[b.name].partition(".")
+            key = f"kv_scale_{kind[-1]}.{x}"
+            if key in run_feeds:
+                found[a.name] = np.asarray(run_feeds[key], np.float32)
+    return found
 
 
 def pool_name(past: str, tag: str) -> str:
