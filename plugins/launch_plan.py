@@ -127,11 +127,13 @@ FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
 # costs (about 2.4 tile-times by the sliding-window runs) are paid once per two query blocks, the
 # second block's Q and first K/V loads overlapping the first's end; the causal grid is 1-D and runs
 # the last FA_FOLD_SINGLES pairs' blocks one per CTA, longest first (fa_fold_ctas), so short blocks
-# fill the last wave. Planned at D = 128 causal on Hopper (no softcap) from run 19: on the H200 (B4
-# S4096 H32) fp16 503-507 / 519-521 TFLOP/s (runs 19a / 19b) against ovedg's 494-498 / 509-510 (cuDNN
-# 466-478 / 487), bf16 517-527 / 530-539 against 515-517 / 533-536; without a mask 1-5 % behind oved,
-# which stays planned there. Dropped in run 19b: ovedh (each consumer's Q half on its own barrier,
-# reloaded as soon as that consumer's last S is done; fp16 causal 514-517).
+# fill the last wave. Planned at D = 128 causal fp16 on Hopper (no softcap) from run 19: on the H200
+# (B4 S4096 H32) 503-507 / 519-521 / 525-530 TFLOP/s (runs 19a / 19b / 19c) against ovedg's 494-498 /
+# 509-510 / 525-526 and oved's 484-495 / 503-504 / 524-531 (cuDNN 466-478 / 487 / 500-511). bf16
+# causal plans oved: ovedf 517-527 / 530-539 / 542-546 against oved's 515-521 / 536-549 / 554-556
+# (ovedg 515-517 / 533-536 / 552-553). Without a mask 1-5 % behind oved, which stays planned there.
+# Dropped in run 19b: ovedh (each consumer's Q half on its own barrier, reloaded as soon as that
+# consumer's last S is done; fp16 causal 514-517).
 FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
@@ -539,11 +541,12 @@ def plan_fused_attention(
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). With
             # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVED (pinned
-            # softmax, staged epilogue; causal: FA_WS_TMA_OVEDF, two query blocks per CTA, run 19),
-            # at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
+            # softmax, staged epilogue; causal fp16: FA_WS_TMA_OVEDF, two query blocks per CTA, run
+            # 19), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
             # needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
-                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if causal else FA_WS_TMA_OVED
+                fold = causal and dt == "f16"  # bf16 causal: oved measured at par or ahead (run 19)
+                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if fold else FA_WS_TMA_OVED
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:

@@ -833,15 +833,15 @@ constexpr int kWsLeanDesc = 8;
 // blocks (its 8 x 528 tile-times at S4096 over 132 SMs) left to fill in behind them.
 constexpr int kWsLptGroups = 32;
 constexpr int kWsLptGroup = 8;
-// kWsFold (m128n128w12t_ovedf, planned at D = 128 causal from run 19): a CTA runs two query blocks
+// kWsFold (m128n128w12t_ovedf, planned at D = 128 causal fp16 from run 19): a CTA runs two query blocks
 // of one (head, sequence), nm - 1 - x and then x, through fa_ws_core's persistent tile loop
 // (FaWsFoldTiles). Causal, every CTA then weighs nm + 1 key tiles, and the per-CTA costs (launch,
 // barrier set-up, the first Q and K/V loads, the pipeline's fill and drain), about 2.4 tile-times
 // per CTA by the sliding-window runs, are paid once per two query blocks: the second block's Q
 // (prefetched into L2 when the first starts) and first K/V tiles load while the first block's last
-// P V and output stores run. On the H200 (B4 S4096 H32 causal) fp16 503-507 / 519-521 TFLOP/s in
-// runs 19a / 19b against ovedg's 494-498 / 509-510, bf16 517-527 / 530-539 against 515-517 /
-// 533-536; without a mask 1-5 % behind oved (not planned there).
+// P V and output stores run. On the H200 (B4 S4096 H32 causal) fp16 503-507 / 519-521 / 525-530
+// TFLOP/s in runs 19a / 19b / 19c against ovedg's 494-498 / 509-510 / 525-526; bf16 at par with or
+// behind oved (542-546 against 554-556 in 19c), which bf16 keeps; without a mask 1-5 % behind oved.
 constexpr int kWsFold = 64;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
@@ -1967,7 +1967,7 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedg_causal, T, D, true,         \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsLptGroups)
-// m128n128w12t_ovedf (loads 24 by name / 25 with the fallback, D = 128; planned causal from run 19):
+// m128n128w12t_ovedf (loads 24 by name / 25 with the fallback, D = 128; planned causal fp16 from run 19):
 // oved with two query blocks per CTA, nm - 1 - x then x (kWsFold; without a mask grid.x = ceil(nm /
 // 2), causal a 1-D grid whose last pairs run one block per CTA, fa_fold_ctas).
 #define OF_FA_WSTODF_KERNELS_D(DTN, T, D)                                                         \
@@ -2426,8 +2426,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
 // output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned full), 22 / 23
 // _ovedg (oved with the grid longest first within groups of 8 heads; planned causal until run 19),
-// 24 / 25 _ovedf (oved with two query blocks per CTA, nm - 1 - x and x; 25 planned causal from run
-// 19); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and 26 / 27 (the dropped _ovedh:
+// 24 / 25 _ovedf (oved with two query blocks per CTA, nm - 1 - x and x; 25 planned causal fp16 from
+// run 19; bf16 causal plans 19); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and 26 / 27 (the dropped _ovedh:
 // ovedf with each consumer's Q half reloaded on its own barrier) are refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,

@@ -283,7 +283,7 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVED  # causal: two query blocks per CTA
+            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVED  # causal fp16: two query blocks per CTA
             assert planned.tma and planned.opt == (oved[-1] if d == 128 else "lde")  # stepped descriptors
             assert planned.variant == (oved if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
@@ -907,8 +907,9 @@ def test_ov_entries_exist_and_are_planned_at_d128():
         for causal in (False, True):
             for heads in ((32, 32), (32, 8)):
                 planned = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
-                # run 17: ove with the stepped descriptors; run 19: causal runs two query blocks per CTA
-                assert planned.variant == (lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVED)
+                # run 17: ove with the stepped descriptors; run 19: causal fp16 runs two query blocks per CTA
+                fold = causal and dt == "float16"
+                assert planned.variant == (lp.FA_WS_TMA_OVEDF if fold else lp.FA_WS_TMA_OVED)
                 p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal, variant=v)
                 assert p.variant == v and p.kernel in _kernel_names()
                 assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_ov_{'causal' if causal else 'full'}"
@@ -1210,7 +1211,9 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
                 p = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, variant=v)
                 assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d{d}_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
                 assert p.tma and p.opt == tag and not p.r24 and p.variant == v and p.grid == (16, 32, 8)
-                assert (lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant == v) == (causal in planned)
+                # oved: planned without a mask, and causal for bf16 (fp16 causal: ovedf, run 19)
+                want = causal in planned or (v == lp.FA_WS_TMA_OVED and causal and dtn == "bf16")
+                assert (lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant == v) == want
                 sc = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, softcap=30.0)
                 assert sc.variant == (lp.FA_WS_TMA_R24 if d == 128 else lp.FA_WS_TMA)
         with pytest.raises(ValueError, match="not compiled"):
@@ -1236,7 +1239,8 @@ def test_ovedg_is_compiled_and_ovedl_is_gone():
         assert p.variant == lp.FA_WS_TMA_OVEDG and p.opt == "ovedg"
         assert p.kernel.endswith("_d128_m128n128w12t_ovedg_causal") and p.grid == (32, 32, 4)
         assert lp.fa_launch_loads(p, by_name=True) == 22 and lp.fa_launch_loads(p, by_name=False) == 23
-        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVEDF
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == (
+            lp.FA_WS_TMA_OVEDF if dt == "float16" else lp.FA_WS_TMA_OVED)
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=False).variant == lp.FA_WS_TMA_OVED
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, softcap=30.0).variant == lp.FA_WS_TMA_R24
         assert lp.plan_fused_attention(4, 4096, 32, 8, 64, dt, causal=True).variant == lp.FA_WS_TMA_LDE
@@ -1269,8 +1273,8 @@ def test_ovedf_folds_two_query_blocks_per_cta_and_is_planned_causal(causal):
     """m128n128w12t_ovedf (oved with query blocks nm - 1 - x and x in one CTA, kWsFold): compiled at
     D = 128 for fp16 and bf16 and both masks, launcher loads 24 by name / 25 with the fallback;
     without a mask a grid of ceil(nm / 2) query-block pairs per (head, sequence), causal a 1-D grid
-    whose last 8 pairs run one block per CTA; planned at D = 128 causal on Hopper (run 19), not
-    without a mask (oved) nor with a softcap (r24). ovedh (Q halves, run 19b) is gone."""
+    whose last 8 pairs run one block per CTA; planned at D = 128 causal fp16 on Hopper (run 19), not
+    for bf16 nor without a mask (oved) nor with a softcap (r24). ovedh (Q halves, run 19b) is gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     opt, kind, loads = "ovedf", 11, 24
     var = lp.FA_WS_TMA_OVEDF
@@ -1298,7 +1302,7 @@ def test_ovedf_folds_two_query_blocks_per_cta_and_is_planned_causal(causal):
                 assert p.grid[0] == lp.fa_fold_ctas(pairs, nm)
         assert lp.fa_launch_loads(p, by_name=True) == loads and lp.fa_launch_loads(p, by_name=False) == loads + 1
         planned = lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal)
-        assert planned.variant == (var if causal else lp.FA_WS_TMA_OVED)
+        assert planned.variant == (var if causal and dt == "float16" else lp.FA_WS_TMA_OVED)
         assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal, softcap=30.0).variant == lp.FA_WS_TMA_R24
     with pytest.raises(ValueError, match="not compiled"):
         lp.plan_fused_attention(4, 4096, 32, 32, 64, causal=causal, variant=var)
