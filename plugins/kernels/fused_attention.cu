@@ -2427,8 +2427,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned full), 22 / 23
 // _ovedg (oved with the grid longest first within groups of 8 heads; planned causal until run 19),
 // 24 / 25 _ovedf (oved with two query blocks per CTA, nm - 1 - x and x; 25 planned causal fp16 from
-// run 19; bf16 causal plans 19); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and 26 / 27 (the dropped _ovedh:
-// ovedf with each consumer's Q half reloaded on its own barrier) are refused.
+// run 19, bf16 causal plans 19, oved); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
+// 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
+// refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
