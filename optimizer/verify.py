@@ -656,7 +656,7 @@ def _run_paged(ref_sess, opt_sess, ref: "_Side", opt: "_Side", names: list[str],
     to e4m3, as the pools hold it. Returns (pairs, fp8, {present output: its fp8 pool's scales})."""
     from onnx_fuse.targets import paged_kv_feeds as pk
 
-    total = pk.total_length(opt.skeleton, ref_out)
+    total = pk.total_length(opt.skeleton, ref_out, feeds)
     ref_feeds, run_feeds = pk.paged_feeds(ref.skeleton, opt.skeleton, feeds, total=total,
                                           block_size=_PAGED_BLOCK, seed=seed)
     if any(ref_feeds[k] is not feeds[k] for k in feeds):

@@ -332,6 +332,12 @@ def _sliding_window(ctx, m, q, past=None, without=None) -> int:
     return sliding_window(ctx, m, q, past, without)
 
 
+def _cropped_window(ctx, m, q, kept, past) -> int:
+    from onnx_fuse.rewrite._mask_probe import cropped_window
+
+    return cropped_window(ctx, m, q, kept, past)
+
+
 def _ancestor_ops(v, n: int) -> list[str]:
     ops: list[str] = []
     seen: set[int] = set()
@@ -402,6 +408,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the window W of a causal banded mask (0: plain causal), decided on its values like
     # causal_mask; past None for prefill; fails with the reason when it is neither
     "sliding_window": _sliding_window,
+    # the window W of a mask over a cache cropped to its last n tokens (kept = Slice(past, -n)):
+    # n + 1, proven at full past lengths from n on (_mask_probe.cropped_window)
+    "cropped_window": _cropped_window,
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
 }
 

@@ -5,7 +5,9 @@ A rule with ``graph_io`` may
   - add graph inputs (``inputs``: a rewrite name -> {name, dtype, shape}); an input of the same
     name made by another match of the rule is shared (block tables, sequence lengths);
   - put a rewrite value in the graph-output slot of a pattern output it retires (``outputs``:
-    name -> {name, replaces}); the retired output must have no reader but the match;
+    name -> {name, replaces}); the retired output must have no reader but the match; with
+    ``crop: "{n}"`` (n > 0) the graph output is instead the one Slice of that pattern output that
+    keeps its last n positions on axis 2 (a cache cropped to a window), and the Slice goes too;
   - retire graph inputs the match reads (``retire``: pattern leaves): once the rule has fired,
     they must have no reader left (a ``readers`` hook, registered by a target module, may
     re-derive what other nodes read from them first) and are removed; graph inputs that the
@@ -80,6 +82,7 @@ class NewOutput:
     var: str
     name: Template
     replaces: str
+    crop: Template | None = None
 
 
 @dataclasses.dataclass
@@ -110,9 +113,12 @@ def parse(data: Any, line: int, error: type[Exception]) -> GraphIO:
         inputs.append(NewInput(var, Template(spec["name"], line, error), Template(spec["dtype"], line, error),
                                [Template(d, line, error) for d in spec["shape"]]))
     for var, spec in (data.get("outputs") or {}).items():
-        if not isinstance(spec, Mapping) or set(spec) != {"name", "replaces"} or not isinstance(spec["replaces"], str):
-            raise error(f"graph_io output {var!r} needs exactly name and replaces (a pattern output)", line)
-        outputs.append(NewOutput(var, Template(spec["name"], line, error), spec["replaces"]))
+        if not isinstance(spec, Mapping) or set(spec) - {"crop"} != {"name", "replaces"} \
+                or not isinstance(spec["replaces"], str):
+            raise error(f"graph_io output {var!r} needs exactly name and replaces (a pattern output), "
+                        "and optionally crop", line)
+        crop = Template(spec["crop"], line, error) if "crop" in spec else None
+        outputs.append(NewOutput(var, Template(spec["name"], line, error), spec["replaces"], crop))
     retire = data.get("retire", [])
     if not isinstance(retire, list) or not all(isinstance(r, str) for r in retire):
         raise error("graph_io: `retire` must be a list of pattern inputs (graph inputs)", line)
@@ -197,17 +203,59 @@ def plan_inputs(io: GraphIO, env: dict, ctx: Any, new_value: Callable[..., Any],
         env[spec.var] = new_value(name, spec.var, dtype, ir.Shape(dims))
 
 
-def plan_outputs(io: GraphIO, match: Any, env: dict, ctx: Any, outputs: dict, reject: type[Exception]) -> None:
+_BIG_END = (1 << 31) - 1   # a Slice end at least this is "to the end" (exporters write INT64_MAX)
+
+
+def _crop_slice(old: ir.Value, n: int) -> tuple[ir.Node | None, str]:
+    """The one reader of ``old``: a Slice keeping its last n positions on axis 2 whose output is a
+    graph output read by nothing else; or (None, why not)."""
+    from onnx_fuse.rewrite._local_check import _const_array
+
+    uses = list(old.uses())
+    sl = uses[0].node if len(uses) == 1 else None
+    if sl is None or sl.op_type != "Slice" or sl.domain not in ("", "ai.onnx") or uses[0].idx != 0:
+        return None, f"{old.name!r} is not read by one Slice only"
+    out = sl.outputs[0]
+    if not out.is_graph_output() or list(out.uses()):
+        return None, f"the Slice of {old.name!r} is not a graph output read by nothing else"
+    arg = [None if i >= len(sl.inputs) or sl.inputs[i] is None else _const_array(sl.inputs[i]) for i in range(1, 5)]
+    if any(a is None for a in arg[:3]):
+        return None, f"the Slice of {old.name!r} has computed starts, ends or axes"
+    starts, ends, axes, steps = (None if a is None else [int(x) for x in a.reshape(-1)] for a in arg)
+    rank = len(old.shape) if old.shape is not None else 4
+    if (starts != [-n] or len(ends) != 1 or ends[0] < _BIG_END or axes not in ([2], [2 - rank])
+            or steps not in (None, [1])):
+        return None, (f"the Slice of {old.name!r} is not its last {n} positions on axis 2 (starts {starts}, "
+                      f"ends {ends}, axes {axes}, steps {steps})")
+    return sl, ""
+
+
+def plan_outputs(io: GraphIO, match: Any, env: dict, ctx: Any, outputs: dict, reject: type[Exception],
+                 crops: dict | None = None) -> None:
     """Each replaced pattern output takes the value the rewrite computed for the new graph
     output, named by its template. Refused when the old output is not a graph output or has a
-    reader outside the match: a rule never removes an output something still reads."""
+    reader outside the match: a rule never removes an output something still reads. An output
+    with ``crop`` n > 0 takes the graph-output slot of its cropping Slice instead (``crops``:
+    pattern output -> that Slice, which the commit removes)."""
     matched = set(match.nodes.values())
     for spec in io.outputs:
         old = match.values[spec.replaces]
-        if not old.is_graph_output():
+        try:
+            n = int(spec.crop.evaluate(env, ctx)) if spec.crop is not None else 0
+        except (_expr.EvalFailure, TypeError, ValueError) as exc:
+            raise reject(f"graph_io output {spec.var!r} crop: {exc}") from None
+        if n > 0:
+            if old.is_graph_output():
+                raise reject(f"graph_io: {spec.replaces!r} ({old.name!r}) is a graph output, not cropped")
+            sl, why = _crop_slice(old, n)
+            if sl is None:
+                raise reject(f"graph_io: {why}")
+            if crops is not None:
+                crops[spec.replaces] = sl
+        elif not old.is_graph_output():
             raise reject(f"graph_io: {spec.replaces!r} ({old.name!r}) is not a graph output, so it cannot be "
                          "replaced by a new one")
-        readers = [u.node for u in old.uses() if u.node not in matched]
+        readers = [u.node for u in old.uses() if u.node not in matched] if n <= 0 else []
         if readers:
             r = readers[0]
             raise reject(f"graph output {old.name!r} is still read by {r.op_type} {r.name!r}; a rule can only "

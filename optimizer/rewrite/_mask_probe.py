@@ -515,3 +515,53 @@ def _settle(rows: list[tuple[set[int], int]]) -> int:
         raise EvalFailure(f"the mask is a band of {w} keys at some positions but lets a query "
                           f"see all of its {need} keys at another")
     return w
+
+
+def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
+    """The window W of a mask over a cropped cache: the attention reads ``kept`` (the last n
+    cached tokens, ``Slice(past, -n)``, n static) and q's S new ones, the model's own present
+    keeps the last n (transformers 5's sliding layers, GPT-OSS). The mask is probed at full past
+    lengths P (``past``'s length; attention masks of P + S, positions P..P+S-1) from n up past
+    every integer constant of its cone; its [S, n + S] rows are read with the kept keys ending
+    at the last cached position, so new token i must keep exactly keys i..n+i, i.e. the last
+    W = n + 1 positions. Raises EvalFailure with the reason otherwise (a mask that lets the
+    n + S keys be all seen when S > 1 is plain causal over the crop, no single window)."""
+    for v, what in ((mask, "mask"), (q, "q"), (kept, "cropped past"), (past, "past")):
+        if not isinstance(v, ir.Value):
+            raise EvalFailure(f"cropped_window() needs the {what} as a graph value")
+    if mask.dtype is None or not (mask.dtype.is_floating_point() or mask.dtype == ir.DataType.BOOL):
+        raise EvalFailure("the mask is neither an additive float bias nor a boolean keep-mask")
+    if mask.is_graph_input():
+        raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
+    if q.shape is None or len(q.shape) != 4 or any(v.shape is None or len(v.shape) != 4 for v in (kept, past)):
+        raise EvalFailure("q and the pasts must be 4-D with known shapes")
+    n, pd = kept.shape.dims[2], past.shape.dims[2]
+    if not isinstance(n, int) or n < 1:
+        raise EvalFailure(f"the cropped cache's length ({n}) is not a static count of tokens")
+    if isinstance(pd, int) or not getattr(pd, "value", None):
+        raise EvalFailure("the full past's length must be a named dynamic dim (the probe varies it)")
+    cone, as_const = _cone(mask)
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    consts = _int_constants(cone)
+    far = max(_MIN_PAST, max([c for c in consts if c > 1], default=0) + 2, n + 2)
+    sd = q.shape.dims[2]
+    lengths = sorted({n, n + 1, n + 2, far} | {c + d for c in consts for d in (-1, 0, 1) if n <= c + d < far})
+    if len(lengths) > _MAX_BOUNDARY_PROBES:
+        raise EvalFailure(f"the mask's cone has too many constants to probe every boundary ({len(lengths)} lengths)")
+    found = []
+    for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
+        for p in lengths:
+            env = _bind(q, kept, s, n)
+            env[pd.value] = p
+            arr, why = _run_probe(cone, as_const, mask, p, s, env, opset)
+            if why is not None:
+                raise EvalFailure(why)
+            if arr.ndim < 2 or arr.shape[-1] != n + s:
+                raise EvalFailure(f"the mask has shape {list(arr.shape)} for {s} queries over the {n} kept "
+                                  f"and {s} new keys (probed after {p} cached tokens)")
+            found.append(_window_rows(arr, n, s))
+    w = _settle(found)
+    if w != n + 1:
+        raise EvalFailure(f"the cache keeps the last {n} tokens but the mask's window is "
+                          f"{w or 'the whole crop'}, not {n + 1}")
+    return w

@@ -117,6 +117,7 @@ class Plan:
     names: list[str]
     io_inputs: list[_NewValue] = dataclasses.field(default_factory=list)  # graph_io inputs read
     io_replaced: frozenset[str] = frozenset()   # pattern outputs whose graph-output slot a new output takes
+    io_crops: dict[str, ir.Node] = dataclasses.field(default_factory=dict)  # ... through this cropping Slice
 
 
 def _py(v: Any) -> Any:
@@ -274,8 +275,9 @@ class Rewriter:
                 raise RewriteRejected(f"rewrite line {st.line} ({st.source}): {exc}") from None
         replaced = io.replaced if io is not None else set()
         outputs = {o: env[o] for o in rule.outputs if o not in replaced}
+        crops: dict[str, ir.Node] = {}
         if io is not None:
-            _graph_io.plan_outputs(io, match, env, ctx, outputs, RewriteRejected)
+            _graph_io.plan_outputs(io, match, env, ctx, outputs, RewriteRejected, crops)
             for o in replaced:
                 if outputs[o].name in self.names.used or outputs[o].name in taken:
                     raise RewriteRejected(f"graph_io output {outputs[o].name!r}: the model already has a "
@@ -296,6 +298,7 @@ class Rewriter:
         if io is not None:
             plan.io_inputs = [env[i.var] for i in io.inputs]
             plan.io_replaced = frozenset(replaced)
+            plan.io_crops = crops
         if self._is_noop(plan):
             raise NoProgress(rule.name)
         self._validate(plan)
@@ -634,6 +637,16 @@ class Rewriter:
             if d not in graph.opset_imports and graph is self.model.graph:
                 graph.opset_imports[d] = self.model.opset_imports[d]
         self.names.commit(plan.names)
+        # a cropped output: the new value takes its Slice's graph-output slot, and the Slice goes
+        crop_frontier = []
+        for var, sl in plan.io_crops.items():
+            out = sl.outputs[0]
+            for i, g in enumerate(graph.outputs):
+                if g is out:
+                    graph.outputs[i] = real(plan.outputs[var])
+            crop_frontier += self._detach([sl])
+            graph.remove(sl, safe=False)
+            index.get((norm_domain(sl.domain), sl.op_type), {}).pop(sl, None)
         # redirect uses
         matched = set(match.nodes.values())
         for var in rule.outputs:
@@ -657,7 +670,7 @@ class Rewriter:
         # then whatever only fed them (Shape/Slice/Concat cones of removed Reshapes...), so later
         # rules in this pass see the graph as dead-code elimination would leave it
         removed = list(removable)
-        frontier = self._detach(removed)
+        frontier = self._detach(removed) + crop_frontier
         if removed:
             graph.remove(removed, safe=False)
         while frontier:

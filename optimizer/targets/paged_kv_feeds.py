@@ -250,11 +250,25 @@ def _retired_masks(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds:
     return out
 
 
-def total_length(optimized: onnx.ModelProto, ref_out: list) -> int:
-    """Cached + new positions: the sequence dim of the original's output in the first pool's slot."""
+def total_length(optimized: onnx.ModelProto, ref_out: list, feeds: dict | None = None) -> int:
+    """Cached + new positions: the sequence dim of the original's output in a pool's slot. A
+    cropped cache's present (a sliding layer keeping its last n tokens) is shorter than the past
+    fed (``feeds``): where every pool's slot is cropped, P + S, S the new tokens' axis (1) of the
+    first token input ([B, S] ids / positions, [B, S, hidden] embeddings) the paged model takes."""
     outs = {o for _, o in pools(optimized)}
-    slot = next(k for k, o in enumerate(optimized.graph.output) if o.name in outs)
-    return int(np.asarray(ref_out[slot]).shape[2])
+    lens = [int(np.asarray(ref_out[k]).shape[2]) for k, o in enumerate(optimized.graph.output) if o.name in outs]
+    if feeds is None:
+        return lens[0]
+    past = {past_input(p, list(feeds)) for p, _ in pools(optimized)}
+    P = max(int(np.asarray(feeds[n]).shape[2]) for n in past if n in feeds)
+    if max(lens) > P:
+        return max(lens)
+    skip = {p for p, _ in pools(optimized)} | {"block_tables", "seq_lens"}
+    for vi in optimized.graph.input:
+        if vi.name not in skip and not vi.name.startswith("kv_scale_") and vi.name in feeds \
+                and np.asarray(feeds[vi.name]).ndim >= 2:
+            return P + int(np.asarray(feeds[vi.name]).shape[1])
+    raise ValueError("every present is cropped and no token input tells the new tokens' count")
 
 
 def paged_feeds(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: dict, *, total: int,
@@ -320,6 +334,8 @@ def paired_outputs(original: onnx.ModelProto, optimized: onnx.ModelProto, ref_ou
                 kind, _, x = pool_in.partition(".")
                 g = dequantize_e4m3(g.view(np.uint8), run_feeds[f"kv_scale_{kind[-1]}.{x}"])
             g = np.stack([gather_pool(g, row, total) for row in run_feeds["block_tables"]]).astype(r.dtype)
+            if np.ndim(r) == 4 and 0 < r.shape[2] < total:   # a cropped cache's present: its last tokens
+                g = g[:, :, total - r.shape[2]:]
         names.append(name)
         refs.append(r)
         gots.append(g)

@@ -9,7 +9,7 @@ kv_idx > q_idx - W And-ed to its causal comparison (transformers' sliding_window
 whole, uncropped cache); the corpus' Optimum exports of Mistral and Gemma 3 (head size 16, so
 through the rule without its head-size check, as test_trt_paged_kv.py does).
 Transformers 5's own KV exports of sliding layers (DynamicSlidingWindowLayer) crop the present to
-the last W - 1 tokens, so their present is no Concat(past, new): not paged, as before.
+the last W - 1 tokens: tests/targets/test_trt_paged_cropped.py.
 """
 
 from __future__ import annotations

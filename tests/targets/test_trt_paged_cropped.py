@@ -1,0 +1,185 @@
+"""Paged KV for a cropped sliding-window cache (transformers 5's DynamicSlidingWindowLayer, GPT-OSS's
+sliding layers): the attention reads Concat(Slice(past, -n), new) and the model's present is the
+last n of that (n = W - 1). trt-paged-kv pages it (rules/attention/paged_trt.yaml: the crop
+Slices go, graph_io `crop` puts the pool in the cropped present's slot) with window = W proven
+by cropped_window() (rewrite/_mask_probe.py); the pool keeps every token.
+
+Checked on the corpus' transformers-5 `kv` exports of Mistral (sliding_window 4, both layers) and
+GPT-OSS (a sliding and a full layer, with sinks), head size 16, so through the rule without its
+head-size check (conftest's any_head_rule): verify, then the paged batch (ragged past lengths,
+decode and two new tokens, shuffled blocks) against the original run per sequence, logits and
+the pool's last n tokens against the cropped present. The original runs only with at least n
+cached tokens (its mask is [S, n + S]).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import numpy_helper
+
+import onnx_fuse
+from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
+from onnx_fuse.verify import make_session
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
+LAYERS, HKV, D, VOCAB, KEPT = 2, 2, 16, 128, 3
+
+
+def _load(name: str) -> onnx.ModelProto:
+    path = CORPUS / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path.name} not in the corpus")
+    return onnx.load(str(path))
+
+
+def _windows(model) -> list[int]:
+    return [n.attributes["window"].value for n in model.graph if n.op_type == "PagedAttention"]
+
+
+def _out(sess, feeds) -> dict:
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+@pytest.fixture(scope="module", params=[("mistral__kv__trained", [4, 4]), ("gpt_oss__kv__trained", [4, 0])],
+                ids=["mistral", "gpt_oss"])
+def paged(request, any_head_rule):
+    name, windows = request.param
+    original = _load(name)
+    result = onnx_fuse.optimize(original, level=4, target="trt", rules=[any_head_rule], verify=True)
+    return original, result, windows
+
+
+def test_cropped_cache_is_paged_with_its_window_and_verified(paged):
+    _, result, windows = paged
+    assert _windows(result.model) == windows, result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+    names = [o.name for o in result.model.graph.outputs]
+    assert names[1:] == [f"kv_pool_{t}_out.{i}" for i in range(LAYERS) for t in "kv"]
+    assert not any(i.name.startswith("past_key_values") for i in result.model.graph.inputs)
+    # every crop went with the cache: no Slice reads a pool
+    pools = {v.name for v in result.model.graph.inputs if v.name.startswith("kv_pool")}
+    assert not any(n.op_type == "Slice" and n.inputs[0].name in pools for n in result.model.graph)
+
+
+def _compare(original, model, past_lens, sq, block_size, seed) -> float:
+    rng = np.random.default_rng(seed)
+    feeds = {"input_ids": rng.integers(0, VOCAB, (len(past_lens), sq)).astype(np.int64)}
+    for i in range(LAYERS):
+        for kv in ("key", "value"):
+            shape = (len(past_lens), HKV, max(past_lens), D)
+            feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal(shape).astype(np.float32)
+    pf = paged_inputs_from_contiguous(feeds, block_size, past_lens=past_lens, new_tokens=sq, seed=seed)
+    got = _out(make_session(model), {k: v for k, v in pf.items() if k in {i.name for i in model.graph.inputs}})
+    ref_sess, worst = make_session(original), 0.0
+    for b, L in enumerate(past_lens):
+        f = {"input_ids": feeds["input_ids"][b:b + 1], "attention_mask": np.ones((1, L + sq), np.int64)}
+        f.update({k: v[b:b + 1, :, :L] for k, v in feeds.items() if k.startswith("past_key_values.")})
+        ref = _out(ref_sess, f)
+        np.testing.assert_allclose(got["logits"][b], ref["logits"][0], rtol=1e-4, atol=1e-5)
+        worst = max(worst, float(np.abs(got["logits"][b] - ref["logits"][0]).max()))
+        for i in range(LAYERS):
+            for kv, t in (("key", "k"), ("value", "v")):
+                pool = gather_pool(got[f"kv_pool_{t}_out.{i}"], pf["block_tables"][b], L + sq)
+                np.testing.assert_allclose(pool[:, :L], f[f"past_key_values.{i}.{kv}"][0])   # every token kept
+                r = ref[f"present.{i}.{kv}"][0]   # cropped: the last KEPT; GPT-OSS's full layer: all
+                assert r.shape[1] in (KEPT, L + sq)
+                np.testing.assert_allclose(pool[:, L + sq - r.shape[1]:], r, rtol=1e-4, atol=1e-5)
+    return worst
+
+
+@pytest.mark.parametrize("sq, block_size", [(1, 4), (2, 2)])
+def test_cropped_paged_batch_matches_the_original(paged, sq, block_size):
+    original, result, _ = paged
+    _compare(original, result.model, (3, 7, 12), sq, block_size, seed=sq * 10 + block_size)
+
+
+def test_the_window_is_what_makes_it_exact(paged):
+    """The comparison can fail: with window 0 the pool's whole history is read, past the crop."""
+    original, result, _ = paged
+    proto = ir.serde.serialize_model(result.model)
+    for n in proto.graph.node:
+        if n.op_type == "PagedAttention":
+            for a in n.attribute:
+                if a.name == "window":
+                    a.i = 0
+    with pytest.raises(AssertionError, match="tolerance"):
+        _compare(original, ir.serde.deserialize_model(proto), (3, 9), 1, 4, seed=7)
+
+
+def test_a_present_cropped_other_than_the_past_is_refused(any_head_rule):
+    """The present keeps 2 tokens where the attention read 3 (its window): not a rolling window
+    of the read cache, so the pool cannot replace it; the model stays contiguous and exact."""
+    model = _load("mistral__kv__trained")
+    node = next(n for n in model.graph.node if n.op_type == "Slice" and "present.0.key" in n.output)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([-2], np.int64), "rc_two_back"))
+    node.input[1] = "rc_two_back"
+    for o in model.graph.output:
+        if o.name == "present.0.key":
+            o.type.tensor_type.shape.dim[2].dim_value = 2
+    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
+    assert _windows(result.model) == []
+    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
+    assert notes and "not its last 3 positions" in notes[0], result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+
+
+def _crop_mask_graph(band: int | None, kept: int = KEPT) -> ir.Graph:
+    """q [B,4,S,16], past [B,2,P,16] and its crop [B,2,kept,16]; a mask over the kept + S keys
+    (key j, query i at crop position kept + i): causal, And-ed with j > kept + i - band."""
+    from onnx import TensorProto, helper
+
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [
+        helper.make_node("Slice", ["past", "neg", "big", "two"], ["kept"]),
+        helper.make_node("Shape", ["q"], ["s1"], start=2, end=3),
+        helper.make_node("Squeeze", ["s1"], ["s"]),
+        helper.make_node("Add", ["s", "n"], ["t"]),
+        helper.make_node("Range", ["zero", "t", "one"], ["keys"]),
+        helper.make_node("Range", ["n", "t", "one"], ["rows0"]),
+        helper.make_node("Unsqueeze", ["rows0", "last"], ["rows"]),
+        helper.make_node("LessOrEqual", ["keys", "rows"], ["keep0"]),
+    ]
+    if band is not None:
+        nodes += [helper.make_node("Sub", ["rows", "w"], ["lo"]),
+                  helper.make_node("Greater", ["keys", "lo"], ["inband"]),
+                  helper.make_node("And", ["keep0", "inband"], ["keep"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["keep0"], ["keep"]))
+    nodes.append(helper.make_node("Where", ["keep", "fzero", "ninf"], ["mask"]))
+    inits = [i64("neg", [-kept]), i64("big", [2 ** 63 - 1]), i64("two", [2]), i64("n", kept), i64("zero", 0),
+             i64("one", 1), i64("last", [-1]), i64("w", band or 0),
+             numpy_helper.from_array(np.array(0, np.float32), "fzero"),
+             numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")]
+    g = helper.make_graph(nodes, "crop", [
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, "sequence", D]),
+        helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", HKV, "past_sequence", D])],
+        [helper.make_tensor_value_info("mask", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("kept", TensorProto.FLOAT, ["batch", HKV, kept, D])], inits)
+    return ir.serde.deserialize_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])).graph
+
+
+def _vals(g: ir.Graph) -> dict:
+    out = {v.name: v for v in g.inputs}
+    out.update({v.name: v for n in g for v in n.outputs})
+    return out
+
+
+def test_cropped_window_reads_the_band_over_the_kept_tokens():
+    from onnx_fuse.rewrite._expr import EvalFailure
+    from onnx_fuse.rewrite._mask_probe import cropped_window
+
+    v = _vals(_crop_mask_graph(KEPT + 1))
+    assert cropped_window(None, v["mask"], v["q"], v["kept"], v["past"]) == KEPT + 1
+    with pytest.raises(EvalFailure, match="not a static count"):   # the whole past as the crop
+        cropped_window(None, v["mask"], v["q"], v["past"], v["past"])
+    v = _vals(_crop_mask_graph(None))    # plain causal over the crop: the last query sees kept + S
+    with pytest.raises(EvalFailure, match="window is the whole crop"):
+        cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
+    v = _vals(_crop_mask_graph(2))       # a band narrower than the crop plus one
+    with pytest.raises(EvalFailure, match="keeps the last 3 tokens but the mask's window is 2"):
+        cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
