@@ -183,3 +183,17 @@ def test_cropped_window_reads_the_band_over_the_kept_tokens():
     v = _vals(_crop_mask_graph(2))       # a band narrower than the crop plus one
     with pytest.raises(EvalFailure, match="keeps the last 3 tokens but the mask's window is 2"):
         cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
+
+
+def test_a_cropped_present_read_inside_the_graph_is_refused(any_head_rule):
+    """The pool cannot stand in for a cropped present that something else still reads."""
+    from onnx import helper
+
+    model = _load("mistral__kv__trained")
+    model.graph.node.append(helper.make_node("ReduceSum", ["present.0.key"], ["rc_sum"], keepdims=0))
+    model.graph.output.append(helper.make_tensor_value_info("rc_sum", onnx.TensorProto.FLOAT, ["batch", 2, 16]))
+    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
+    assert _windows(result.model) == []
+    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
+    assert notes and "is not a graph output read by nothing else" in notes[0], result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
