@@ -25,6 +25,7 @@ from onnx import numpy_helper
 import onnx_fuse
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.verify import make_session
+from tests.paged_ragged import outputs, per_sequence
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
 LAYERS, HKV, D, VOCAB, KEPT = 2, 2, 16, 128, 3
@@ -39,10 +40,6 @@ def _load(name: str) -> onnx.ModelProto:
 
 def _windows(model) -> list[int]:
     return [n.attributes["window"].value for n in model.graph if n.op_type == "PagedAttention"]
-
-
-def _out(sess, feeds) -> dict:
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
 @pytest.fixture(scope="module", params=[("mistral__kv__trained", [4, 4]), ("gpt_oss__kv__trained", [4, 0])],
@@ -74,12 +71,9 @@ def _compare(original, model, past_lens, sq, block_size, seed) -> float:
             shape = (len(past_lens), HKV, max(past_lens), D)
             feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal(shape).astype(np.float32)
     pf = paged_inputs_from_contiguous(feeds, block_size, past_lens=past_lens, new_tokens=sq, seed=seed)
-    got = _out(make_session(model), {k: v for k, v in pf.items() if k in {i.name for i in model.graph.inputs}})
-    ref_sess, worst = make_session(original), 0.0
-    for b, L in enumerate(past_lens):
-        f = {"input_ids": feeds["input_ids"][b:b + 1], "attention_mask": np.ones((1, L + sq), np.int64)}
-        f.update({k: v[b:b + 1, :, :L] for k, v in feeds.items() if k.startswith("past_key_values.")})
-        ref = _out(ref_sess, f)
+    got = outputs(make_session(model), {k: v for k, v in pf.items() if k in {i.name for i in model.graph.inputs}})
+    worst = 0.0
+    for b, L, f, ref in per_sequence(make_session(original), feeds, past_lens, sq):
         np.testing.assert_allclose(got["logits"][b], ref["logits"][0], rtol=1e-4, atol=1e-5)
         worst = max(worst, float(np.abs(got["logits"][b] - ref["logits"][0]).max()))
         for i in range(LAYERS):

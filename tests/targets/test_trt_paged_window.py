@@ -24,6 +24,7 @@ import pytest
 import onnx_fuse
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.verify import make_session
+from tests.paged_ragged import outputs, per_sequence
 from tests.sliding_band import with_band
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
@@ -53,10 +54,6 @@ def _feeds(batch: int, past: int, new: int, seed: int) -> dict:
     return feeds
 
 
-def _out(sess, feeds) -> dict:
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-
-
 def _check_against_original(original: onnx.ModelProto, paged, past_lens, sq: int, block_size: int,
                             seed: int) -> float:
     """The paged batch (ragged past lengths) against the original run per sequence: logits and
@@ -64,12 +61,9 @@ def _check_against_original(original: onnx.ModelProto, paged, past_lens, sq: int
     orig, new = make_session(original), make_session(paged)
     feeds = _feeds(len(past_lens), max(past_lens), sq, seed)
     pf = paged_inputs_from_contiguous(feeds, block_size, past_lens=past_lens, new_tokens=sq, seed=seed)
-    got = _out(new, pf)
+    got = outputs(new, pf)
     worst = 0.0
-    for b, L in enumerate(past_lens):
-        f = {"input_ids": feeds["input_ids"][b:b + 1], "attention_mask": np.ones((1, L + sq), np.int64)}
-        f.update({k: v[b:b + 1, :, :L] for k, v in feeds.items() if k.startswith("past_key_values.")})
-        ref = _out(orig, f)
+    for b, L, _, ref in per_sequence(orig, feeds, past_lens, sq):
         np.testing.assert_allclose(got["logits"][b], ref["logits"][0], rtol=1e-4, atol=1e-5)
         worst = max(worst, float(np.abs(got["logits"][b] - ref["logits"][0]).max()))
         for i in range(LAYERS):
@@ -106,7 +100,7 @@ def test_the_window_changes_the_numbers(banded):
     plain = onnx.load(str(MODELS / "llama64_kv_dynamo.onnx"))
     feeds = _feeds(1, 12, 1, seed=3)
     feeds["attention_mask"] = np.ones((1, 13), np.int64)
-    a, b = _out(make_session(original), feeds)["logits"], _out(make_session(plain), feeds)["logits"]
+    a, b = outputs(make_session(original), feeds)["logits"], outputs(make_session(plain), feeds)["logits"]
     assert np.abs(a - b).max() > 1e-3
 
 
