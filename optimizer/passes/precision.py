@@ -59,7 +59,8 @@ BF16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 # uniform weights, but a boundary Cast to float16 overflows -1e30 to -inf. Entries between float32's
 # lowest and this floor are raised to it before the Cast, as keep-masked-rows does for float16
 # graphs (s + (-60000) in float16 absorbs |s| < 16); -inf and float32's lowest itself, -inf to ORT
-# in either precision, are left to become -inf.
+# in either precision, are left to become -inf. keep-masked-rows reads it through the rule
+# language's mask_floor(dtype) (optimizer/rewrite/_expr.py), so the two cannot drift apart.
 FP16_MASK_FLOOR = -60000.0
 # bfloat16 holds -1e30, but float32's lowest (HF's finfo.min masks) rounds to -inf, and
 # MultiHeadAttention / GroupQueryAttention give NaN for a row of -inf biases where the float32 graph

@@ -182,6 +182,16 @@ def _lowest(ctx, dtype: str) -> float:
     return float(ml_dtypes.finfo(np_dtype).min)
 
 
+def _mask_floor(ctx, dtype: str) -> float:
+    """The finite floor keep-masked-rows raises an attention bias of this dtype to, so ORT's
+    Attention-23 does not read a masked entry as -inf: precision.FP16_MASK_FLOOR for float16 (the
+    one constant the precision pass uses too), -1e30 for every other float dtype."""
+    from onnx_fuse.passes.precision import FP16_MASK_FLOOR
+
+    _lowest(ctx, dtype)   # fails on an unknown or non-float dtype
+    return FP16_MASK_FLOOR if name_to_dtype(dtype) == ir.DataType.FLOAT16 else -1e30
+
+
 def _list(ctx, x) -> list:
     if isinstance(x, np.ndarray):
         return x.tolist() if x.ndim else [x.item()]
@@ -338,6 +348,12 @@ def _cropped_window(ctx, m, q, kept, past) -> int:
     return cropped_window(ctx, m, q, kept, past)
 
 
+def _crop_length(ctx, kept, past) -> int:
+    from onnx_fuse.rewrite._crop import crop_length
+
+    return crop_length(ctx, kept, past)
+
+
 def _ancestor_ops(v, n: int) -> list[str]:
     ops: list[str] = []
     seen: set[int] = set()
@@ -379,6 +395,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "array": _array,
     # the lowest finite value of a float dtype (mask fills and clamps are compared with it)
     "lowest": _lowest,
+    # the finite floor of an attention bias of a float dtype (keep-masked-rows, precision's Casts)
+    "mask_floor": _mask_floor,
     "slice_axis": _slice_axis,
     "allclose": _allclose,
     # r when constant cos/sin tables satisfy c^2 + s^2 == r^2 throughout (scaled rotations), else 0
@@ -411,6 +429,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the window W of a mask over a cache cropped to its last n tokens (kept = Slice(past, -n)):
     # n + 1, proven at full past lengths from n on (_mask_probe.cropped_window)
     "cropped_window": _cropped_window,
+    # n when kept is past's last n tokens (a Slice of it, its bounds constant or computed from
+    # shapes and probed), 0 when kept is past (_crop.crop_length); fails with the reason otherwise
+    "crop_length": _crop_length,
     "initializer": None,  # rewrite-only, handled by the rewriter (see _rewriter.py)
 }
 

@@ -80,3 +80,15 @@ def test_lowest_is_the_dtypes_lowest_finite_value():
     assert ev("max(-1e30, lowest('float16') / 2)") == -32752.0
     with pytest.raises(_expr.EvalFailure):
         ev("lowest('int64')")
+
+
+def test_mask_floor_is_precisions_float16_floor():
+    """keep-masked-rows' floor: float16's is precision.FP16_MASK_FLOOR (read, not repeated),
+    every other float's -1e30; a non-float dtype fails evaluation."""
+    from onnx_fuse.passes.precision import FP16_MASK_FLOOR
+
+    assert ev("mask_floor('float16')") == ev("mask_floor('fp16')") == FP16_MASK_FLOOR
+    assert ev("mask_floor('float')") == ev("mask_floor('bfloat16')") == -1e30
+    for bad in ("mask_floor('int64')", "mask_floor('nope')"):
+        with pytest.raises(_expr.EvalFailure):
+            ev(bad)
