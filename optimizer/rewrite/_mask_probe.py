@@ -535,9 +535,11 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
         raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
     if q.shape is None or len(q.shape) != 4 or any(v.shape is None or len(v.shape) != 4 for v in (kept, past)):
         raise EvalFailure("q and the pasts must be 4-D with known shapes")
-    n, pd = kept.shape.dims[2], past.shape.dims[2]
-    if not isinstance(n, int) or n < 1:
-        raise EvalFailure(f"the cropped cache's length ({n}) is not a static count of tokens")
+    from onnx_fuse.rewrite._crop import crop_length
+
+    n, pd = crop_length(ctx, kept, past), past.shape.dims[2]
+    if n < 1:
+        raise EvalFailure("the cropped past is the whole past, not a crop of it")
     if isinstance(pd, int) or not getattr(pd, "value", None):
         raise EvalFailure("the full past's length must be a named dynamic dim (the probe varies it)")
     cone, as_const = _cone(mask)

@@ -5,8 +5,10 @@ Slices go, graph_io `crop` puts the pool in the cropped present's slot) with win
 by cropped_window() (rewrite/_mask_probe.py); the pool keeps every token.
 
 Checked on the corpus' transformers-5 `kv` exports of Mistral (sliding_window 4, both layers) and
-GPT-OSS (a sliding and a full layer, with sinks), head size 16, so through the rule without its
-head-size check (conftest's any_head_rule): verify, then the paged batch (ragged past lengths,
+GPT-OSS (a sliding and a full layer, with sinks), and on a one-layer TorchScript export of Mistral
+(tests/data/models/mistral_l1__torchscript_kv__trained.onnx: its crop's length is only the Slice's
+constant start, shape inference leaves it symbolic, and its mask indexes absolute key positions),
+head size 16, so through the rule without its head-size check (conftest's any_head_rule): verify, then the paged batch (ragged past lengths,
 decode and two new tokens, shuffled blocks) against the original run per sequence, logits and
 the pool's last n tokens against the cropped present. The original runs only with at least n
 cached tokens (its mask is [S, n + S]).
@@ -27,12 +29,14 @@ from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_cont
 from onnx_fuse.verify import make_session
 from tests.paged_ragged import outputs, per_sequence
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
-LAYERS, HKV, D, VOCAB, KEPT = 2, 2, 16, 128, 3
+DATA = Path(__file__).resolve().parents[1] / "data"
+CORPUS = DATA / "corpus"
+HKV, D, KEPT = 2, 16, 3
+TORCHSCRIPT = "mistral_l1__torchscript_kv__trained"   # tests/data/models, 1 layer, vocab 32
 
 
 def _load(name: str) -> onnx.ModelProto:
-    path = CORPUS / f"{name}.onnx"
+    path = (DATA / "models" if name == TORCHSCRIPT else CORPUS) / f"{name}.onnx"
     if not path.exists():
         pytest.skip(f"{path.name} not in the corpus")
     return onnx.load(str(path))
@@ -42,8 +46,12 @@ def _windows(model) -> list[int]:
     return [n.attributes["window"].value for n in model.graph if n.op_type == "PagedAttention"]
 
 
-@pytest.fixture(scope="module", params=[("mistral__kv__trained", [4, 4]), ("gpt_oss__kv__trained", [4, 0])],
-                ids=["mistral", "gpt_oss"])
+def _layers(model) -> int:
+    return sum(i.name.startswith("past_key_values.") for i in model.graph.input) // 2
+
+
+@pytest.fixture(scope="module", params=[("mistral__kv__trained", [4, 4]), ("gpt_oss__kv__trained", [4, 0]),
+                                        (TORCHSCRIPT, [4])], ids=["mistral", "gpt_oss", "mistral_torchscript"])
 def paged(request, any_head_rule):
     name, windows = request.param
     original = _load(name)
@@ -52,11 +60,11 @@ def paged(request, any_head_rule):
 
 
 def test_cropped_cache_is_paged_with_its_window_and_verified(paged):
-    _, result, windows = paged
+    original, result, windows = paged
     assert _windows(result.model) == windows, result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason
     names = [o.name for o in result.model.graph.outputs]
-    assert names[1:] == [f"kv_pool_{t}_out.{i}" for i in range(LAYERS) for t in "kv"]
+    assert names[1:] == [f"kv_pool_{t}_out.{i}" for i in range(_layers(original)) for t in "kv"]
     assert not any(i.name.startswith("past_key_values") for i in result.model.graph.inputs)
     # every crop went with the cache: no Slice reads a pool
     pools = {v.name for v in result.model.graph.inputs if v.name.startswith("kv_pool")}
@@ -65,8 +73,10 @@ def test_cropped_cache_is_paged_with_its_window_and_verified(paged):
 
 def _compare(original, model, past_lens, sq, block_size, seed) -> float:
     rng = np.random.default_rng(seed)
-    feeds = {"input_ids": rng.integers(0, VOCAB, (len(past_lens), sq)).astype(np.int64)}
-    for i in range(LAYERS):
+    layers = _layers(original)
+    vocab = original.graph.output[0].type.tensor_type.shape.dim[2].dim_value
+    feeds = {"input_ids": rng.integers(0, vocab, (len(past_lens), sq)).astype(np.int64)}
+    for i in range(layers):
         for kv in ("key", "value"):
             shape = (len(past_lens), HKV, max(past_lens), D)
             feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal(shape).astype(np.float32)
@@ -76,7 +86,7 @@ def _compare(original, model, past_lens, sq, block_size, seed) -> float:
     for b, L, f, ref in per_sequence(make_session(original), feeds, past_lens, sq):
         np.testing.assert_allclose(got["logits"][b], ref["logits"][0], rtol=1e-4, atol=1e-5)
         worst = max(worst, float(np.abs(got["logits"][b] - ref["logits"][0]).max()))
-        for i in range(LAYERS):
+        for i in range(layers):
             for kv, t in (("key", "k"), ("value", "v")):
                 pool = gather_pool(got[f"kv_pool_{t}_out.{i}"], pf["block_tables"][b], L + sq)
                 np.testing.assert_allclose(pool[:, :L], f[f"past_key_values.{i}.{kv}"][0])   # every token kept
@@ -169,7 +179,7 @@ def test_cropped_window_reads_the_band_over_the_kept_tokens():
 
     v = _vals(_crop_mask_graph(KEPT + 1))
     assert cropped_window(None, v["mask"], v["q"], v["kept"], v["past"]) == KEPT + 1
-    with pytest.raises(EvalFailure, match="not a static count"):   # the whole past as the crop
+    with pytest.raises(EvalFailure, match="the whole past, not a crop"):
         cropped_window(None, v["mask"], v["q"], v["past"], v["past"])
     v = _vals(_crop_mask_graph(None))    # plain causal over the crop: the last query sees kept + S
     with pytest.raises(EvalFailure, match="window is the whole crop"):
