@@ -19,7 +19,7 @@ the past length, so the paged-KV rewrite (trt O4, docs/paged_kv.md) can fire. Th
   upcast      whether softmax is upcast (fp16 only)
   decode      query length fixed at 1 (the fp8 kernels' case), else symbolic
   kv_fp8      also run O4 trt with kv_cache_dtype="fp8" (only where it applies: decode, head size
-              in the fp8 kernels' sizes, no sinks)
+              in the fp8 kernels' sizes; with or without sinks)
   head, heads, kv_heads, layers, positions ("range": Range(P, P + S); "offset": Range(0, S) + P),
   repeat      GQA's K/V head repetition: HF's repeat_kv (shapes read at run time) or static
   present_dims  present outputs declared [batch, Hkv, total, D] (else as shape inference finds)
@@ -55,8 +55,8 @@ def draw_spec(b) -> dict:
         "present_dims": b.p(0.7),
     }
     spec["upcast"] = spec["fp16"] and b.p(0.7)
-    spec["kv_fp8"] = (spec["decode"] and head in FP8_HEADS and not spec["sinks"]
-                      and b.p(0.6))
+    # sinks too: every fp8 decode body reads PagedAttention's input 9
+    spec["kv_fp8"] = spec["decode"] and head in FP8_HEADS and b.p(0.6)
     return spec
 
 

@@ -6,8 +6,8 @@ The feeds, the run, the pairing and the fp8 tolerance are verify's
 compared as they are and each present output with its sequences read back out of the returned
 pool. fp8 pools (``kv_cache_dtype="fp8"``): the original runs on its past rounded to e4m3 and the
 fp8 model on its bytes; the new tokens' K/V are rounded by the op, so outputs are compared at
-``fp8_tolerance``. Here: which models are paged, the block size, and the fuzzer's class of an fp8
-run.
+e4m3's bound added to the run's own (verify's fp8_pool_tolerance / fp8_tolerance). Here: which
+models are paged, the block size, and the fuzzer's class of an fp8 run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from onnx_fuse.targets.paged_kv_feeds import fp8_tolerance
+from onnx_fuse.targets.paged_kv_feeds import fp8_pool_tolerance, fp8_tolerance
 
 BLOCK = 4   # not a divisor of most P + S: a sequence ends inside a partial block
 
@@ -26,8 +26,11 @@ def is_paged(model: onnx.ModelProto) -> bool:
         n.op_type == "PagedAttention" and n.domain == "onnx_fuse" for n in model.graph.node)
 
 
-def compare_fp8(names, ref, got) -> tuple[str, str]:
-    """The fuzzer's class of a run on fp8 pools: signature, wrong or ok (fp8_tolerance)."""
+def compare_fp8(names, ref, got, bases: dict | None = None, scales: dict | None = None) -> tuple[str, str]:
+    """The fuzzer's class of a run on fp8 pools: signature, wrong or ok. ``bases`` {output:
+    (atol, rtol)}: the bound the run has without fp8 pools (the output's type, or --precision's),
+    which e4m3's adds to as verify does: fp8_pool_tolerance for the presents of ``scales``
+    {output: kv scales} (the first layer's pools, pk.pool_scales), fp8_tolerance elsewhere."""
     for name, r, g in zip(names, ref, got):
         r64, g64 = np.asarray(r, np.float64), np.asarray(g, np.float64)
         if r64.shape != g64.shape:
@@ -35,7 +38,11 @@ def compare_fp8(names, ref, got) -> tuple[str, str]:
         if not np.all(np.isfinite(g64) == np.isfinite(r64)):
             return "wrong", f"output {name!r}: non-finite positions differ (fp8 pools)"
         ok = np.isfinite(r64)
-        atol, rtol = fp8_tolerance(r64)
+        base = (bases or {}).get(name, (0.0, 0.0))
+        if name in (scales or {}):
+            atol, rtol = fp8_pool_tolerance(scales[name], base)
+        else:
+            atol, rtol = fp8_tolerance(r64, base)
         err = np.abs(g64[ok] - r64[ok])
         if err.size and not np.all(err <= atol + rtol * np.abs(r64[ok])):
             return "wrong", f"output {name!r}: max abs diff {float(err.max()):.3g} (atol {atol:.3g}, fp8 pools)"

@@ -16,6 +16,7 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
 
 import fuzz_differential as fd  # noqa: E402
+import fuzz_paged  # noqa: E402
 from fuzz_motifs import make_case  # noqa: E402
 
 # Rule families by name: the attention rules are being renamed (canonical recognize/lower design),
@@ -379,3 +380,32 @@ def test_fp16_upcast_decoder_fuses_rope_and_norm_and_round_trips():
     assert ok, why
     fires = by[(3, "ort")]["fires"]
     assert any(n.startswith("rotary") for n in fires) and any(n.startswith("rms-norm") for n in fires), fires
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_fp8_pools_are_fuzzed_under_precision_too(precision):
+    """trust, session 11: --precision skipped the trt+fp8kv run. It runs now, compared at e4m3's
+    bound on top of the precision's (the pool bound on the first layer's presents), with sinks
+    too (fuzz_decoder drew fp8 only without them)."""
+    for sinks in (False, True):
+        case = make_decoder_case(77, **{**PAGEABLE, "sinks": sinks, "sink_shape": "export"})
+        runs = fd.fuzz_case(case, [4], ["trt"], precision=precision)[0]
+        by = {(r["level"], r["target"]): r for r in runs}
+        assert (4, fd.FP8_TARGET) in by, sorted(by)
+        fp8 = by[(4, fd.FP8_TARGET)]
+        assert fp8["fires"].get("trt-paged-kv") and fp8["precision"] == precision
+        ok, why = _all_ok(by)
+        assert ok, why
+
+
+def test_fp8_comparison_adds_e4m3_to_the_base_bound():
+    """A present 2^-4 + 1.5e-2 relative off: within the pool bound over fp16's base (2^-4 +
+    1.0625 x 2e-2), not over e4m3's alone."""
+    ref = np.full((1, 1, 4, 8), 2.0)
+    got = ref * (1 + 2.0 ** -4 + 1.5e-2)
+    scales = {"present.0.key": np.array([0.1], np.float32)}
+    fp16 = {"present.0.key": fd.base_tolerance("present.0.key", ref.astype(np.float16))}
+    assert fuzz_paged.compare_fp8(["present.0.key"], [ref], [got], fp16, scales)[0] == "ok"
+    assert fuzz_paged.compare_fp8(["present.0.key"], [ref], [got], None, scales)[0] == "wrong"
+    assert fd.base_tolerance("y", np.array([-3.0, 1.0], np.float32)) == pytest.approx((3e-4, 1e-3))
+    assert fd.base_tolerance("y", np.array([0.5], np.float32), {"y": np.dtype(np.float16)}) == (1e-2, 2e-2)
