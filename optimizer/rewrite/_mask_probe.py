@@ -330,6 +330,19 @@ def _window_rows(arr: np.ndarray, p: int, s: int) -> tuple[set[int], int]:
     """The windows the mask's rows allow, for S new tokens after P cached ones: (exact widths
     seen, least width the other rows need). A row that keeps keys lo..pos (lo > 0) fixes
     W = pos - lo + 1; one that keeps 0..pos needs W > pos (or none). Anything else raises."""
+    exact: set[int] = set()
+    need = 0
+    for i, lo in enumerate(_band_starts(arr, p, s)):
+        if lo:
+            exact.add(p + i - lo + 1)
+        else:
+            need = max(need, p + i + 1)
+    return exact, need
+
+
+def _band_starts(arr: np.ndarray, p: int, s: int) -> list[int]:
+    """The first key each of the S rows keeps when every row keeps one band of keys ending at its
+    own position (P + i); raises with the reason otherwise."""
     t = p + s
     if arr.ndim < 2 or arr.shape[-1] != t or arr.shape[-2] not in (1, s):
         raise EvalFailure(f"the mask has shape {list(arr.shape)} for {s} queries over {t} keys")
@@ -343,8 +356,7 @@ def _window_rows(arr: np.ndarray, p: int, s: int) -> tuple[set[int], int]:
             raise EvalFailure("the mask adds a bias to kept keys (neither 0 nor masked)")
     if not np.all(kept == kept[:1]):
         raise EvalFailure("the mask differs between batch rows or heads")
-    exact: set[int] = set()
-    need = 0
+    starts = []
     for i in range(s):
         pos = p + i
         keys = np.flatnonzero(kept[0, i])
@@ -356,11 +368,8 @@ def _window_rows(arr: np.ndarray, p: int, s: int) -> tuple[set[int], int]:
         if not np.array_equal(keys, np.arange(lo, pos + 1)):
             raise EvalFailure(f"the query at position {pos} sees keys with gaps, not a band "
                               f"(probed at {t} tokens)")
-        if lo:
-            exact.add(pos - lo + 1)
-        else:
-            need = max(need, pos + 1)
-    return exact, need
+        starts.append(lo)
+    return starts
 
 
 def _int_constants(cone: list[ir.Node]) -> list[int]:
@@ -524,8 +533,10 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     lengths P (``past``'s length; attention masks of P + S, positions P..P+S-1) from n up past
     every integer constant of its cone; its [S, n + S] rows are read with the kept keys ending
     at the last cached position, so new token i must keep exactly keys i..n+i, i.e. the last
-    W = n + 1 positions. Raises EvalFailure with the reason otherwise (a mask that lets the
-    n + S keys be all seen when S > 1 is plain causal over the crop, no single window)."""
+    W = n + 1 positions (with the key before the crop gone, a row that keeps the whole crop sees
+    exactly its last n + i + 1: one new token over a plain causal mask is the window n + 1).
+    Raises EvalFailure with the reason otherwise (a causal mask over the crop with S > 1 new
+    tokens lets query i see n + i + 1 keys, no single window)."""
     for v, what in ((mask, "mask"), (q, "q"), (kept, "cropped past"), (past, "past")):
         if not isinstance(v, ir.Value):
             raise EvalFailure(f"cropped_window() needs the {what} as a graph value")
@@ -542,7 +553,8 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
         raise EvalFailure("the cropped past is the whole past, not a crop of it")
     if isinstance(pd, int) or not getattr(pd, "value", None):
         raise EvalFailure("the full past's length must be a named dynamic dim (the probe varies it)")
-    cone, as_const = _cone(mask)
+    const = _const(mask)   # a decode graph's mask over n + 1 keys may fold to a constant
+    cone, as_const = ([], set()) if const is not None else _cone(mask)
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     consts = _int_constants(cone)
     far = max(_MIN_PAST, max([c for c in consts if c > 1], default=0) + 2, n + 2)
@@ -550,20 +562,31 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     lengths = sorted({n, n + 1, n + 2, far} | {c + d for c in consts for d in (-1, 0, 1) if n <= c + d < far})
     if len(lengths) > _MAX_BOUNDARY_PROBES:
         raise EvalFailure(f"the mask's cone has too many constants to probe every boundary ({len(lengths)} lengths)")
-    found = []
+    # the keys before the crop are gone, so a row keeping crop keys lo..n+i sees exactly the last
+    # n + i - lo + 1 positions, lo = 0 included: one new token over the whole crop (a plain causal
+    # mask, or a decode graph's all-kept one) is the window n + 1 too; with more new tokens a
+    # plain causal mask gives n + 1, n + 2, ... and is no window
+    widths: dict[int, tuple[int, int, int]] = {}   # width -> (P, S, row) it was first seen at
     for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
         for p in lengths:
-            env = _bind(q, kept, s, n)
-            env[pd.value] = p
-            arr, why = _run_probe(cone, as_const, mask, p, s, env, opset)
-            if why is not None:
-                raise EvalFailure(why)
+            if const is not None:
+                arr = np.asarray(const)
+            else:
+                env = _bind(q, kept, s, n)
+                env[pd.value] = p
+                arr, why = _run_probe(cone, as_const, mask, p, s, env, opset)
+                if why is not None:
+                    raise EvalFailure(why)
             if arr.ndim < 2 or arr.shape[-1] != n + s:
                 raise EvalFailure(f"the mask has shape {list(arr.shape)} for {s} queries over the {n} kept "
                                   f"and {s} new keys (probed after {p} cached tokens)")
-            found.append(_window_rows(arr, n, s))
-    w = _settle(found)
+            for i, lo in enumerate(_band_starts(arr, n, s)):
+                widths.setdefault(n + i - lo + 1, (p, s, i))
+    if len(widths) > 1:
+        where = ", ".join(f"{w} for new token {i} of {s} after {p}" for w, (p, s, i) in sorted(widths.items()))
+        raise EvalFailure(f"the mask over the crop is no single window: queries see the last {where} "
+                          f"(a causal mask over the crop with more than one new token)")
+    w = next(iter(widths))
     if w != n + 1:
-        raise EvalFailure(f"the cache keeps the last {n} tokens but the mask's window is "
-                          f"{w or 'the whole crop'}, not {n + 1}")
+        raise EvalFailure(f"the cache keeps the last {n} tokens but the mask's window is {w}, not {n + 1}")
     return w

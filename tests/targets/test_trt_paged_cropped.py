@@ -132,9 +132,9 @@ def test_a_present_cropped_other_than_the_past_is_refused(any_head_rule):
     assert result.report.status == "PASSED", result.report.status_reason
 
 
-def _crop_mask_graph(band: int | None, kept: int = KEPT) -> ir.Graph:
-    """q [B,4,S,16], past [B,2,P,16] and its crop [B,2,kept,16]; a mask over the kept + S keys
-    (key j, query i at crop position kept + i): causal, And-ed with j > kept + i - band."""
+def _crop_mask_graph(band: int | None, kept: int = KEPT, seq: int | str = "sequence") -> ir.Graph:
+    """q [B,4,S,16] (S = ``seq``), past [B,2,P,16] and its crop [B,2,kept,16]; a mask over the
+    kept + S keys (key j, query i at crop position kept + i): causal, And-ed with j > kept + i - band."""
     from onnx import TensorProto, helper
 
     i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
@@ -160,7 +160,7 @@ def _crop_mask_graph(band: int | None, kept: int = KEPT) -> ir.Graph:
              numpy_helper.from_array(np.array(0, np.float32), "fzero"),
              numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")]
     g = helper.make_graph(nodes, "crop", [
-        helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, "sequence", D]),
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", 4, seq, D]),
         helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", HKV, "past_sequence", D])],
         [helper.make_tensor_value_info("mask", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("kept", TensorProto.FLOAT, ["batch", HKV, kept, D])], inits)
@@ -181,12 +181,42 @@ def test_cropped_window_reads_the_band_over_the_kept_tokens():
     assert cropped_window(None, v["mask"], v["q"], v["kept"], v["past"]) == KEPT + 1
     with pytest.raises(EvalFailure, match="the whole past, not a crop"):
         cropped_window(None, v["mask"], v["q"], v["past"], v["past"])
-    v = _vals(_crop_mask_graph(None))    # plain causal over the crop: the last query sees kept + S
-    with pytest.raises(EvalFailure, match="window is the whole crop"):
+    v = _vals(_crop_mask_graph(None))    # plain causal over the crop: query i sees kept + i + 1
+    with pytest.raises(EvalFailure, match=r"no single window: queries see the last 4 for new token 0 of 3 "
+                                          r"after \d+, 5 for new token 1 of 3 after \d+, 6 for new token 2"):
         cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
     v = _vals(_crop_mask_graph(2))       # a band narrower than the crop plus one
     with pytest.raises(EvalFailure, match="keeps the last 3 tokens but the mask's window is 2"):
         cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
+
+
+def test_one_new_token_over_the_whole_crop_is_the_window():
+    """With S fixed at 1 the one query sees the n kept keys and its own: exactly the last n + 1
+    positions, the keys before the crop being gone, so a plain causal mask (or a decode graph's
+    all-kept one) proves the window n + 1; a band narrower than that is still refused."""
+    from onnx_fuse.rewrite._expr import EvalFailure
+    from onnx_fuse.rewrite._mask_probe import cropped_window
+
+    for band in (None, KEPT + 1):
+        v = _vals(_crop_mask_graph(band, seq=1))
+        assert cropped_window(None, v["mask"], v["q"], v["kept"], v["past"]) == KEPT + 1
+    v = _vals(_crop_mask_graph(KEPT, seq=1))
+    with pytest.raises(EvalFailure, match="keeps the last 3 tokens but the mask's window is 3, not 4"):
+        cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
+
+
+def test_a_decode_graph_over_a_cropped_cache_is_paged(any_head_rule):
+    """The corpus Mistral with its query length fixed at 1 (a decode graph): its mask keeps all
+    n + 1 keys of the crop, which is the window n + 1, proven on values (was refused as 'the
+    whole crop'); paged, verified, and a ragged decode batch against the original."""
+    model = _load("mistral__kv__trained")
+    dim = model.graph.input[0].type.tensor_type.shape.dim[1]
+    dim.Clear()
+    dim.dim_value = 1
+    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
+    assert _windows(result.model) == [4, 4], result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+    _compare(model, result.model, (3, 6, 11), 1, 4, seed=3)
 
 
 def test_a_cropped_present_read_inside_the_graph_is_refused(any_head_rule):
