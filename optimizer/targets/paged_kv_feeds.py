@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 __all__ = ["paged_inputs_from_contiguous", "gather_pool", "is_paged_rewrite", "pool_name", "past_input",
-           "pools", "is_fp8", "round_e4m3", "paged_feeds", "total_length", "run_paged", "paired_outputs",
+           "pools", "is_fp8", "round_e4m3", "paged_feeds", "total_length", "new_tokens", "run_paged", "paired_outputs",
            "FP8_TOL", "E4M3_U", "fp8_tolerance",
            "fp8_pool_tolerance", "pool_scales"]
 
@@ -253,8 +253,7 @@ def _retired_masks(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds:
 def total_length(optimized: onnx.ModelProto, ref_out: list, feeds: dict | None = None) -> int:
     """Cached + new positions: the sequence dim of the original's output in a pool's slot. A
     cropped cache's present (a sliding layer keeping its last n tokens) is shorter than the past
-    fed (``feeds``): where every pool's slot is cropped, P + S, S the new tokens' axis (1) of the
-    first token input ([B, S] ids / positions, [B, S, hidden] embeddings) the paged model takes."""
+    fed (``feeds``): where every pool's slot is cropped, P + S (new_tokens)."""
     outs = {o for _, o in pools(optimized)}
     lens = [int(np.asarray(ref_out[k]).shape[2]) for k, o in enumerate(optimized.graph.output) if o.name in outs]
     if feeds is None:
@@ -263,12 +262,42 @@ def total_length(optimized: onnx.ModelProto, ref_out: list, feeds: dict | None =
     P = max(int(np.asarray(feeds[n]).shape[2]) for n in past if n in feeds)
     if max(lens) > P:
         return max(lens)
+    return P + new_tokens(optimized, feeds, P)
+
+
+# inputs that carry one entry per new token (HF's names): input_ids, inputs_embeds, position_ids,
+# cache_position, token_type_ids
+_TOKEN_WORDS = ("ids", "embeds", "position")
+
+
+def new_tokens(optimized: onnx.ModelProto, feeds: dict, past: int) -> int:
+    """S, the new tokens' count in ``feeds`` (P = ``past`` cached ones), read from the token inputs
+    the paged model takes: [B, S] ids and positions, [B, S, hidden] embeddings, [S] cache
+    positions, or a mask it kept ([B, P + S]); where it takes none of these (the paged model
+    retires attention_mask), the original's mask among ``feeds``. Every input read must agree."""
     skip = {p for p, _ in pools(optimized)} | {"block_tables", "seq_lens"}
+    got: dict[str, int] = {}
+
+    def read(name: str, x: np.ndarray) -> None:
+        low = name.lower()
+        if "mask" in low:
+            if x.ndim >= 2 and x.shape[-1] > past:
+                got[name] = int(x.shape[-1]) - past
+        elif any(w in low for w in _TOKEN_WORDS) and (x.ndim in (1, 2) or (x.ndim == 3 and "embeds" in low)):
+            got[name] = int(x.shape[0 if x.ndim == 1 else 1])
+
     for vi in optimized.graph.input:
-        if vi.name not in skip and not vi.name.startswith("kv_scale_") and vi.name in feeds \
-                and np.asarray(feeds[vi.name]).ndim >= 2:
-            return P + int(np.asarray(feeds[vi.name]).shape[1])
-    raise ValueError("every present is cropped and no token input tells the new tokens' count")
+        if vi.name not in skip and not vi.name.startswith("kv_scale_") and vi.name in feeds:
+            read(vi.name, np.asarray(feeds[vi.name]))
+    if not got:
+        for name, x in feeds.items():
+            if "mask" in name.lower():
+                read(name, np.asarray(x))
+    if not got:
+        raise ValueError("every present is cropped and no token input, positions or mask tells the new tokens' count")
+    if len(set(got.values())) > 1:
+        raise ValueError(f"the inputs disagree on the new tokens' count: {got}")
+    return next(iter(got.values()))
 
 
 def paged_feeds(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: dict, *, total: int,
