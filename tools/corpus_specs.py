@@ -285,7 +285,8 @@ SPECS = {
 # take (plugins/paged_attention.yaml), for the trt O4 paged-KV coverage matrix (docs/paged_kv.md).
 # Hidden 128, 2 query heads; the GQA/MQA families keep fewer kv heads (1). Under 1 MB per file.
 KV64_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt_neox", "falcon", "olmo2",
-              "gpt2", "opt", "gpt_bigcode")
+              "gpt2", "opt", "gpt_bigcode",
+              "gpt_oss")  # sliding + full layers, sinks; its styles are dyn_mask and kv only
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
 _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
 

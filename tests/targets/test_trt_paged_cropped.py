@@ -31,7 +31,7 @@ from tests.paged_ragged import outputs, per_sequence
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CORPUS = DATA / "corpus"
-HKV, D, KEPT = 2, 16, 3
+HKV, D, KEPT = 2, 16, 3   # the synthetic crop graphs'
 TORCHSCRIPT = "mistral_l1__torchscript_kv__trained"   # tests/data/models, 1 layer, vocab 32
 
 
@@ -78,7 +78,8 @@ def _compare(original, model, past_lens, sq, block_size, seed) -> float:
     feeds = {"input_ids": rng.integers(0, vocab, (len(past_lens), sq)).astype(np.int64)}
     for i in range(layers):
         for kv in ("key", "value"):
-            shape = (len(past_lens), HKV, max(past_lens), D)
+            dims = next(v for v in original.graph.input if v.name == f"past_key_values.{i}.{kv}").type.tensor_type.shape.dim
+            shape = (len(past_lens), dims[1].dim_value, max(past_lens), dims[3].dim_value)
             feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal(shape).astype(np.float32)
     pf = paged_inputs_from_contiguous(feeds, block_size, past_lens=past_lens, new_tokens=sq, seed=seed)
     got = outputs(make_session(model), {k: v for k, v in pf.items() if k in {i.name for i in model.graph.inputs}})
