@@ -135,9 +135,17 @@ FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
 # Dropped in run 19b: ovedh (each consumer's Q half on its own barrier, reloaded as soon as that
 # consumer's last S is done; fp16 causal 514-517).
 FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf")  # a last variant element naming fa_ws_core options
+# Candidate FA_WS_TMA_OVEDM (..._w12t_ovedm_..., loads 28 by name / 29 with the fallback to oved,
+# D = 128, both masks): oved in clusters of two CTAs (adjacent query blocks of one head) that share
+# each K/V tile by TMA multicast (fa_ws_core's kWsMcast), halving K/V's L2 -> SM traffic; the D = 128
+# rows run at the 700 W limit. Causal, the pair's longer CTA loads its last tile alone. Only where
+# both CTAs of a pair are full query blocks: no window, no seq_lens, S a multiple of 256 (the
+# launcher refuses others by name and runs oved for them with 29).
+FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
-                 "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25)}  # launcher loads (by name, planned)
+                 "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
+                 "ovedm": (28, 29)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF)
@@ -188,11 +196,11 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
+    """Experimental variants compiled for ``head_dim`` (FA_WS_TMA_PERSIST and FA_WS_TMA_OVEDM: D = 128;
     FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST,)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDM)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -458,7 +466,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
-                          FA_WS_TMA_OVEDF):
+                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -597,7 +605,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
-    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25."""
+    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29."""
     if plan.persistent:
         return 4
     if not plan.tma:

@@ -843,6 +843,16 @@ constexpr int kWsLptGroup = 8;
 // TFLOP/s in runs 19a / 19b / 19c against ovedg's 494-498 / 509-510 / 525-526; bf16 at par with or
 // behind oved (542-546 against 554-556 in 19c), which bf16 keeps; without a mask 1-5 % behind oved.
 constexpr int kWsFold = 64;
+// kWsMcast (candidate m128n128w12t_ovedm: D = 128, no window, no seq_lens, S a multiple of 256): a
+// cluster of two CTAs, adjacent query blocks of one head, shares each K/V tile: each producer loads
+// one of the tile's two 64-column boxes of K and of V and multicasts it to both CTAs, so K/V's
+// L2 -> SM traffic halves (FlashAttention-3 does the same at hdim 128 without a mask; the D = 128
+// rows run at the 700 W limit, where bytes moved cost clock). Causal, the pair's longer CTA loads
+// its last tile alone. A shared stage is reloaded only once both CTAs' consumers have released it:
+// its empty barrier counts one arrival per consumer warp of either CTA. Each producer waits for the
+// release of its last shared stages before it exits, so no CTA exits while the other may still
+// arrive on or copy into it.
+constexpr int kWsMcast = 128;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -1085,6 +1095,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   static_assert(BN % 16 == 0 && BN <= 256 && ST >= 2, "tile shape");
   constexpr bool PERSIST = Tiles::kPersistent;
   static_assert(!PERSIST || Rows::kTma, "persistent schedule: dense TMA rows only");
+  constexpr bool MCAST = (OPT & kWsMcast) != 0;
+  static_assert(!MCAST || (Rows::kTma && !PERSIST && D == 128 && BNT == 128 && BM == BNT),
+                "K/V multicast: dense TMA rows, one tile per CTA, D = 128");
   constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
   using WG = wg::Mma<T, BN>;
   using WGO = wg::Mma<T, D>;
@@ -1122,6 +1135,15 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     return;
   }
   const int n_tiles = (n_end + BN - 1) / BN - j0;  // tiles this CTA loads
+  // MCAST: the key tiles both CTAs of the cluster load (the pair's shorter count; the launcher
+  // guarantees full query blocks and no window). Causal, the longer CTA's last tile is its own.
+  int mc_shared = n_tiles;
+  if constexpr (MCAST) {
+    const int peer_x = (int)(blockIdx.x ^ 1u);
+    const int pm0 = (CAUSAL ? (int)gridDim.x - 1 - peer_x : peer_x) * BM;
+    const int pend = CAUSAL ? min(KL, pm0 + BM + OFF) : KL;
+    mc_shared = min(n_tiles, (pend + BN - 1) / BN - j0);
+  }
 
   // The tile loop (one pass unless PERSIST): geometry of the CTA's tile t.
   struct Geom {
@@ -1152,13 +1174,16 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     mbar_init(qbar, Q_ARRIVALS);
     for (int s = 0; s < ST; ++s) {
       mbar_init(full0 + 8 * s, FULL_ARRIVALS);
-      mbar_init(empty0 + 8 * s, 256);
+      mbar_init(empty0 + 8 * s, MCAST ? 16 : 256);  // MCAST: a consumer warp of either CTA each
     }
     mbar_init(vtail, 1);
     if constexpr (PERSIST) mbar_init(qempty, 256);
     mbar_fence_init();
   }
-  __syncthreads();
+  if constexpr (MCAST)
+    wg::cluster_sync_all();  // the other CTA's barriers exist before anything arrives on them
+  else
+    __syncthreads();
 
   if constexpr (Rows::kPagedTma) {
     if (wgi == 0) {  // ---------------------------------------- producer (paged K/V by TMA)
@@ -1274,6 +1299,24 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
           // into P = 0 but 0 * Inf = NaN in P V: that tile's V lands on its own barrier first and
           // the warp zeroes those rows before the stage is published. K needs nothing (S is masked).
           const bool tail = j == n_tiles - 1 && n0 + BN > KL && KL < rw.s_len;
+          if constexpr (MCAST) {  // this CTA's box of K and of V, to both CTAs (no tail: launcher)
+            if (lane == 0) {
+              if (c >= ST) mbar_wait_parity(empty0 + 8 * (c % ST), ((c / ST) - 1) & 1);
+              mbar_arrive_expect_tx(full, 2 * TILE);  // both boxes of K and of V land here
+              if (j < mc_shared) {
+                const uint32_t rank = wg::cluster_rank();
+                wg::tma_load_4d_mc(dk + rank * BN * 128, rw.tk, (int)rank * 64, rw.hkv, n0, rw.b, full, 3);
+                wg::tma_load_4d_mc(dv + rank * BN * 128, rw.tv, (int)rank * 64, rw.hkv, n0, rw.b, full, 3);
+              } else {  // causal: the longer CTA's last tile, both boxes here only
+#pragma unroll
+                for (int cb = 0; cb < NB; ++cb) {
+                  wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0, rw.b, full);
+                  wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0, rw.b, full);
+                }
+              }
+            }
+            continue;
+          }
           if (lane == 0) {
             if (c >= ST) mbar_wait_parity(empty0 + 8 * (c % ST), ((c / ST) - 1) & 1);
             if (!tail) {
@@ -1297,6 +1340,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         }
         kv_base += n_tiles;
         ++it;
+      }
+      if constexpr (MCAST) {  // stay until both CTAs' consumers have released every shared stage
+        if (lane == 0)
+          for (int c = max(0, mc_shared - ST); c < mc_shared; ++c)
+            mbar_wait_parity(empty0 + 8 * (c % ST), (c / ST) & 1);
       }
       return;
     }
@@ -1495,6 +1543,20 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
     wg::commit();
   };
+  // Tile j's stage is free again: every consumer thread here; MCAST: one arrival per warp on both
+  // CTAs' barriers for a shared tile, none for the longer CTA's own last tile (nothing waits on it).
+  auto release = [&](int j) {
+    const uint32_t bar = empty0 + 8 * ((kv_base + j) % ST);
+    if constexpr (MCAST) {
+      __syncwarp();
+      if (lane == 0 && j < mc_shared) {
+        wg::mbar_arrive_rank(bar, 0);
+        wg::mbar_arrive_rank(bar, 1);
+      }
+    } else {
+      wg::mbar_arrive(bar);
+    }
+  };
   auto pv_done = [&]() {  // after wait0: acc is final, pa may be rewritten
     wg::fence_acc(acc);
 #pragma unroll
@@ -1527,7 +1589,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
                    : "memory");
     wg::wait0();
     pv_done();
-    wg::mbar_arrive(empty0 + 8 * ((kv_base + j) % ST));
+    release(j);
     finish(s_nxt, alpha);
   }
   {
@@ -1537,7 +1599,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
     wg::wait0();
     pv_done();
-    wg::mbar_arrive(empty0 + 8 * ((kv_base + j) % ST));
+    release(j);
   }
 
   // kWsSmemEpilogue stages through this warpgroup's Q rows; with PERSIST only on the CTA's last
@@ -1892,8 +1954,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WS_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12_causal, T, D, true)
 // The same with a TMA producer (name suffix t): three tensor maps follow the usual arguments.
 // No TensorRT AOT twin (its launcher cannot build tensor maps).
-#define OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, PREGS, OPT, SC)                                        \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
+#define OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, PREGS, OPT, SC) OF_FA_WST_ENTRY_A(, NAME, T, D, CAUSAL, PREGS, OPT, SC)
+// ATTR: extra kernel attributes (__cluster_dims__ for the K/V multicast entries)
+#define OF_FA_WST_ENTRY_A(ATTR, NAME, T, D, CAUSAL, PREGS, OPT, SC)                               \
+  extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(                              \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
@@ -1977,6 +2041,15 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedf_causal, T, D, true,         \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsFold)
+// Candidate m128n128w12t_ovedm (loads 28 by name / 29 with the fallback to oved, D = 128): oved in
+// clusters of two CTAs that multicast each K/V tile to both (kWsMcast).
+#define OF_FA_WSTODM_KERNEL(NAME, T, D, CAUSAL)                                                   \
+  OF_FA_WST_ENTRY_A(__cluster_dims__(2, 1, 1), NAME, T, D, CAUSAL, 24,                             \
+                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
+                    onnx_fuse::kWsMcast, 0)
+#define OF_FA_WSTODM_KERNELS_D(DTN, T, D)                                                         \
+  OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_full, T, D, false)       \
+  OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2025,6 +2098,7 @@ OF_FA_WSTLD_KERNELS_D(f16, __half, 64)
 OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2044,6 +2118,7 @@ OF_FA_WSTLD_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2185,7 +2260,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2216,6 +2291,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 8: OF_PICK_TK2(128, m128n128w12t_oved)
       case 10: OF_PICK_TK2(128, m128n128w12t_ovedg)
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
+      case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       default: return nullptr;
     }
   }
@@ -2427,7 +2503,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned full), 22 / 23
 // _ovedg (oved with the grid longest first within groups of 8 heads; planned causal until run 19),
 // 24 / 25 _ovedf (oved with two query blocks per CTA, nm - 1 - x and x; 25 planned causal fp16 from
-// run 19, bf16 causal plans 19, oved); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
+// run 19, bf16 causal plans 19, oved); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
+// tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
+// 29 runs oved for them); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
@@ -2444,7 +2522,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 27);
+  OF_REQUIRE(loads >= 0 && loads <= 29);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2461,8 +2539,14 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
     // 22 / 23: ovedg; 24 / 25: ovedf (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
-    const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
+    int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
+    // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
+    // seq_lens, S a multiple of 256; else 29 runs oved.
+    if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
+      OF_REQUIRE(loads == 29);
+      kind = 8;
+    }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
     const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
     OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);

@@ -113,6 +113,43 @@ __device__ __forceinline__ void tma_prefetch_l2_4d(const void* tmap, int c0, int
                ::"l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
 #endif
 }
+// tma_load_4d multicast to the CTAs of the cluster in cta_mask (bit r: rank r): the box lands at the
+// same shared-memory offset in each of them and completes_tx on the mbarrier at the same offset there.
+__device__ __forceinline__ void tma_load_4d_mc(uint32_t dst, const void* tmap, int c0, int c1, int c2,
+                                               int c3, uint32_t mbar, uint16_t cta_mask) {
+#if OF_WGMMA_OK
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(mbar),
+        "h"(cta_mask)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// Arrives (release, cluster scope) on the mbarrier at this CTA's offset `addr` in cluster rank `rank`.
+__device__ __forceinline__ void mbar_arrive_rank(uint32_t addr, uint32_t rank) {
+#if OF_WGMMA_OK
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r = 0;
+#if OF_WGMMA_OK
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+// Every thread of every CTA in the cluster (release / acquire): after it, what any of them wrote
+// before (mbarrier inits fenced with fence.mbarrier_init) is visible to all.
+__device__ __forceinline__ void cluster_sync_all() {
+#if OF_WGMMA_OK
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
 // Raises the pending transaction count of the mbarrier's current phase without arriving.
 __device__ __forceinline__ void mbar_expect_tx(uint32_t addr, uint32_t bytes) {
 #if OF_WGMMA_OK

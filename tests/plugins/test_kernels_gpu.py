@@ -636,6 +636,56 @@ def test_fused_attention_tma_folded_blocks_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
+# Candidate m128n128w12t_ovedm (D = 128, both masks, by name): oved in two-CTA clusters whose
+# producers each load one 64-column box of every K/V tile and multicast it to both CTAs (causal, the
+# longer CTA's last tile alone). Only full pairs of query blocks: S a multiple of 256, no seq_lens.
+# Grids of one cluster, many heads and batches, GQA / MQA, long sequences (the stage ring wraps).
+FA_OVEDM = (128, 128, 12, "tma", "ovedm")
+FA_OVEDM_CASES = [(B, S, Hq, Hkv, 128, causal, None, FA_OVEDM) for causal in (False, True) for B, S, Hq, Hkv in (
+    (1, 256, 1, 1), (1, 256, 4, 4), (2, 1024, 8, 2), (3, 512, 12, 4), (1, 2048, 4, 1), (1, 4096, 2, 1),
+    (5, 768, 7, 7))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_OVEDM_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
+def test_fused_attention_tma_multicast_matches_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_fused_attention_tma_multicast_refuses_or_falls_back(lib, dtype):
+    """By name (loads 28) ovedm refuses what its pairs cannot share (S not a multiple of 256, seq_lens,
+    a window); with loads 29 those run oved and match the reference."""
+    _need_sm90()
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    for B, S, lens in ((1, 300, None), (2, 1024, [1024, 700]), (2, 512, [512, 512])):
+        gen = torch.Generator(device="cuda").manual_seed(S + B)
+        q = _rand((B, S, 4, 128), dtype, gen)
+        k = _rand((B, S, 2, 128), dtype, gen)
+        v = _rand((B, S, 2, 128), dtype, gen)
+        seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
+        out = torch.full_like(q, float("nan"))
+        with pytest.raises(KernelError):
+            lib.fused_attention(q, k, v, out, seq_lens=seq, variant=FA_OVEDM)
+        torch.cuda.synchronize()
+        lib.fused_attention(q, k, v, out, seq_lens=seq, variant=FA_OVEDM, loads=29)
+        torch.cuda.synchronize()
+        expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, out_dtype=np.float64)
+        assert _rel_err(out, expect) < TOL[dtype], (B, S, lens)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (_rand((1, 1024, 4, 128), dtype, gen) for _ in range(3))
+    out = torch.full_like(q, float("nan"))
+    with pytest.raises(KernelError):
+        lib.fused_attention(q, k, v, out, causal=True, window=200, variant=FA_OVEDM)
+    torch.cuda.synchronize()
+    lib.fused_attention(q, k, v, out, causal=True, window=200, variant=FA_OVEDM, loads=29)
+    torch.cuda.synchronize()
+    expect = _window_reference(q, k, v, None, 1.0 / 128**0.5, 0.0, 200)
+    assert _rel_err(out, expect) < TOL[dtype]
+
+
 # ------------------------------------------------ sliding window (causal; window = W > 0)
 # Query i sees keys i - W < j <= i (HF's sliding_window). Every variant the planner can pick, the
 # TMA candidates by name, the _sc twins (Gemma 2: softcap and windows); S not a multiple of the

@@ -828,8 +828,8 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 27);" in fa
-    assert "const int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 29);" in fa
+    assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
     for d in (64, 128):
@@ -853,7 +853,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDM)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -1307,3 +1308,27 @@ def test_ovedf_folds_two_query_blocks_per_cta_and_is_planned_causal(causal):
     with pytest.raises(ValueError, match="not compiled"):
         lp.plan_fused_attention(4, 4096, 32, 32, 64, causal=causal, variant=var)
     assert lp.fa_engine(var, 128) == "wgmma"
+
+
+def test_multicast_candidate_entries_plan_by_name_without_a_mask_only():
+    """m128n128w12t_ovedm (oved in two-CTA clusters sharing each K/V tile by TMA multicast): entries
+    with __cluster_dims__(2, 1, 1) for fp16 and bf16 at D = 128, both masks, launcher loads 28 / 29, the
+    plain oved grid (pairs of query blocks along x), and never planned on its own."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTODM_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+    assert "OF_FA_WST_ENTRY_A(__cluster_dims__(2, 1, 1), NAME, T, D, CAUSAL, 24," in fa
+    assert "OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)" in fa
+    p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", variant=lp.FA_WS_TMA_OVEDM)
+    assert p.kernel == "onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ovedm_full" and p.opt == "ovedm"
+    assert p.grid == (32, 32, 4) and p.variant == lp.FA_WS_TMA_OVEDM
+    assert lp.fa_launch_loads(p, by_name=True) == 28 and lp.fa_launch_loads(p, by_name=False) == 29
+    assert lp.fa_engine(lp.FA_WS_TMA_OVEDM, 128) == "wgmma"
+    p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16", causal=True, variant=lp.FA_WS_TMA_OVEDM)
+    assert p.kernel == "onnx_fuse_fa_fwd_bf16_d128_m128n128w12t_ovedm_causal" and p.grid == (32, 32, 4)
+    with pytest.raises(ValueError, match="not compiled"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 64, variant=lp.FA_WS_TMA_OVEDM)
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        for shape in ((4, 4096, 32, 8), (8, 2048, 32, 32)):
+            for causal in (False, True):
+                assert lp.plan_fused_attention(*shape, d, causal=causal).variant != lp.FA_WS_TMA_OVEDM
