@@ -46,6 +46,10 @@ and dynamic-mask attention, interleaved M-RoPE, causal / grouped-conv text encod
 spatial-reduction vision encoders) in the corpus's export styles, usually into --out /tmp/holdout3.
 --holdout 4 plans the fourth sweep's part A (holdout_specs.HOLDOUT4): the architectures of sweeps 1-3 that
 optimum-onnx exports, in the optimum style only, usually into --out /tmp/holdout4.
+--holdout 5 plans the fourth sweep's part B (holdout_specs.HOLDOUT4B): corpus architectures as transformers
+4.38 and 4.45 wrote them (styles legacy, legacy_kv, legacy_sdpa, legacy_sdpa_kv: TorchScript, eager or SDPA
+attention, tuple caches), each exported by export_torch inside that version's venv (tools/legacy_venv.sh
+VERSION), usually into --out /tmp/holdout5.
 """
 
 from __future__ import annotations
@@ -64,18 +68,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
-from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT_SETS,  # noqa: E402
-                           HOLDOUT_STYLES, STATIC_CACHE_LEN, STYLE_ARCHS, STYLE_ARCHS2)
+from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B, HOLDOUT_SETS,  # noqa: E402
+                           HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN, STYLE_ARCHS,
+                           STYLE_ARCHS2)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
 OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
+LEGACY_VENVS = Path(os.environ.get("LEGACY_VENVS", "/work/venvs"))  # tf438/, tf445/ (tools/legacy_venv.sh)
 DTYPES = {"float32": "", "float16": "16"}  # export dtype -> weights-tag suffix (trained16)
 OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16"}
 # ORT vs torch in the export check: max abs diff (fp16: over max(1, max |torch output|))
 CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
-KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache")
+KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache", "legacy_kv", "legacy_sdpa_kv")
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
 AUDIO_SAMPLES = 400  # kind audio: waveform samples (the conv stack of holdout_specs.AUDIO makes 39 frames)
@@ -123,15 +129,16 @@ def perturb(model, seed: int = SEED) -> list[str]:
     return touched
 
 
-def build_model(arch: str, weights: str, dtype: str = "float32"):
+def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | None = None):
     """The seeded model; weights are perturbed in fp32 and then cast, so a float16 model holds the
-    fp32 model's weights rounded (the two exports stay comparable)."""
+    fp32 model's weights rounded (the two exports stay comparable). attn: the attention
+    implementation to ask for (legacy styles), else the version's default."""
     import torch
     import transformers as tf
 
     spec = SPECS[arch]
     torch.manual_seed(SEED)
-    config = getattr(tf, spec["config_class"])(**spec["config"])
+    config = getattr(tf, spec["config_class"])(**spec["config"], **({"attn_implementation": attn} if attn else {}))
     model = getattr(tf, spec["model_class"])(config).eval()
     touched = perturb(model) if weights == "trained" else []
     if dtype != "float32":
@@ -146,7 +153,12 @@ def _past_shapes(model, ids):
 
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True, return_dict=True)
-    return [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in out.past_key_values.layers]
+    cache = out.past_key_values
+    if hasattr(cache, "layers"):
+        return [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in cache.layers]
+    if hasattr(cache, "to_legacy_cache"):  # transformers 4.3x-4.4x DynamicCache
+        cache = cache.to_legacy_cache()
+    return [(tuple(k.shape), tuple(v.shape)) for k, v, *_ in cache]
 
 
 class _Wrap:
@@ -188,11 +200,29 @@ class _Wrap:
                     present += [layer.keys, layer.values]
                 return (out.logits, *present)
 
+        class LegacyCache(torch.nn.Module):
+            """Older transformers (legacy styles): the cache goes in and comes out as a tuple of
+            (key, value) per layer, as exports of that era passed it."""
+
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, input_ids, attention_mask, *past):
+                pkv = tuple((past[2 * i], past[2 * i + 1]) for i in range(n_layers))
+                out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=pkv,
+                             use_cache=True, return_dict=True)
+                cache = out.past_key_values
+                cache = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
+                return (out.logits, *(t for layer in cache[:n_layers] for t in layer[:2]))
+
         if kind in CROSS:
             return _Wrap.seq2seq(model, style in KV_STYLES, n_layers)
         if style == "static_cache":
             return _Wrap.static_cache(model, n_layers)
-        return WithCache if style in KV_STYLES else Plain
+        if style in KV_STYLES:
+            return LegacyCache if style in LEGACY_ATTN else WithCache
+        return Plain
 
     @staticmethod
     def static_cache(model, n_layers):
@@ -323,6 +353,8 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         ids = torch.randint(3, vocab, (batch, past), generator=g)
         for i, (ks, vs) in enumerate(_past_shapes(model, ids)):
             for kv, shape in (("key", ks), ("value", vs)):
+                if len(shape) != 4 or shape[0] != batch:  # BLOOM before 4.4x: [batch * heads, ...] 3-D
+                    raise RuntimeError(f"cache layout {list(shape)} is not [batch, heads, past, head_dim]")
                 name = f"past_key_values.{i}.{kv}"
                 feeds[name] = torch.randn(batch, shape[1], past, shape[3], generator=g)
                 dims[name] = ["batch", shape[1], "past_sequence", shape[3]]
@@ -400,8 +432,14 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     import torch
 
     spec = SPECS[arch]
-    config, model, touched = build_model(arch, weights, dtype)
+    if "transformers" in spec:  # --holdout 5: that version's modeling code, in its own venv
+        import transformers
+
+        if transformers.__version__ != spec["transformers"]:
+            return export_legacy(arch, style, weights, path)
+    config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style))
     n_layers = config.num_hidden_layers
+    torchscript = base_style(style).startswith("torchscript")
     feeds, dims = example_inputs(arch, style, model)
     names = list(feeds)
     wrapper = _Wrap.make(spec, model, style, n_layers)(names).eval()
@@ -417,7 +455,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     tmp = path.with_name(f".{path.name}.tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if style.startswith("torchscript"):
+        if torchscript:
             axes = {n: {i: d for i, d in enumerate(ds) if isinstance(d, str)} for n, ds in dims.items()}
             torch.onnx.export(wrapper, args, str(tmp), input_names=names, output_names=outputs,
                               dynamic_axes=axes, dynamo=False, opset_version=17)
@@ -460,7 +498,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     os.replace(tmp, path)
     import transformers
 
-    exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if style.startswith("torchscript")
+    exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if torchscript
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
                       "dynamic_shapes": style != "static_nomask", **HOLDOUT_STYLES.get(style, (style, {}))[1]})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
@@ -564,6 +602,24 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16, dtyp
             "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
                          "dtype_arg": OPTIMUM_DTYPE[dtype], "versions": json.loads(versions or "{}")},
             "dtype": dtype}
+
+
+def export_legacy(arch: str, style: str, weights: str, path: Path) -> dict:
+    """export_torch run by the venv of the architecture's transformers version (tools/legacy_venv.sh
+    VERSION: /work/venvs/tf<major><minor>, or $LEGACY_VENVS/tf..); its manifest extras come back as
+    JSON on the last line of its output."""
+    version = SPECS[arch]["transformers"]
+    tag = next(t for t, v in LEGACY_VERSIONS.items() if v == version)
+    py = LEGACY_VENVS / f"tf{tag}" / "bin/python"
+    if not py.exists():
+        raise RuntimeError(f"no transformers {version} venv at {py.parents[1]} (run tools/legacy_venv.sh {version})")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
+    env.pop("VIRTUAL_ENV", None)
+    run = subprocess.run([str(py), __file__, "_legacy_export", arch, style, weights, str(path)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    if run.returncode:
+        raise RuntimeError(f"transformers {version}: " + _last_error(run.stderr))
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def _last_error(text: str) -> str:
@@ -700,7 +756,11 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                         "latest_opset": ["dynamic-shapes", "mask-input", "opset-23"],
                                         "kv_latest_opset": ["dynamic-shapes", "kv-cache", "opset-23"],
                                         "static_cache": ["dynamic-shapes", "kv-cache", "static-cache"],
-                                        "converted_half": ["dynamic-shapes", "mask-input", "fp16-converted"]}[style],
+                                        "converted_half": ["dynamic-shapes", "mask-input", "fp16-converted"],
+                                        **{s: ["dynamic-shapes", "torchscript-exporter", "older-transformers"]
+                                           + (["kv-cache"] if s.endswith("_kv") else ["mask-input"])
+                                           + (["sdpa"] if "sdpa" in s else ["eager-attention"])
+                                           for s in LEGACY_ATTN}}[style],
         "opset": opsets.get("ai.onnx"), "opset_imports": opsets,
         "inputs": _io(proto.graph.input), "outputs": _io(proto.graph.output),
         "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
@@ -731,7 +791,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2. Sweep 3: HOLDOUT3;
     sweep 4: HOLDOUT4 (optimum style)."""
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
-                            4: (HOLDOUT4, {})}[sweep]
+                            4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {})}[sweep]
     if dtype != "float32":
         own_set, style_archs = {}, HALF_ARCHS2 if sweep == 2 else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
@@ -802,6 +862,10 @@ def _export_one(arch, style, weights, name, path, mpath, head_dim=16, dtype="flo
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_legacy_export"]:  # inside a tools/legacy_venv.sh venv (export_legacy)
+        SPECS.update(HOLDOUT4B)
+        print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]))))
+        return 0
     if argv[:1] == ["_optimum_save"]:
         _optimum_save(*argv[1:6])
         return 0
@@ -822,7 +886,7 @@ def main(argv=None) -> int:
     ap.add_argument("--holdout", type=int, nargs="?", const=1, default=0, choices=sorted(HOLDOUT_SETS),
                     help="the hold-out set of tools/holdout_specs.py (architectures and export styles the "
                          "rules were not tuned on) instead of the corpus; 2: the second sweep, 3: the third, "
-                         "4: the fourth's part A (Optimum); "
+                         "4: the fourth's part A (Optimum), 5: its part B (older transformers); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

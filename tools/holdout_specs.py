@@ -32,11 +32,17 @@ The fourth sweep's part A (--holdout 4, HOLDOUT4) exports the architectures of s
 optimum-onnx supports with Optimum's exporter (style optimum; the venv of tools/optimum_venv.sh):
 
     python tools/export_corpus.py --holdout 4 --out /tmp/holdout4
+
+Its part B (--holdout 5, HOLDOUT4B at the end of this file) exports corpus architectures with older
+transformers (4.38, 4.45), each in its own venv (tools/legacy_venv.sh VERSION):
+
+    tools/legacy_venv.sh 4.38.2 && tools/legacy_venv.sh 4.45.2
+    python tools/export_corpus.py --holdout 5 --out /tmp/holdout5
 """
 
 from __future__ import annotations
 
-from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, IMAGE, LAYERS, POSITIONS, TOKENS, VIS, VOCAB, _s
+from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, IMAGE, LAYERS, POSITIONS, SPECS, TOKENS, VIS, VOCAB, _s
 
 # hold-out style -> (the corpus style whose inputs and wrapper it uses, export options)
 LATEST_OPSET = 23
@@ -464,3 +470,47 @@ HOLDOUT4 = {arch: dict(spec, styles=("optimum",), optimum_task=OPTIMUM4_TASKS.ge
 # transformers 4.57's CodeGen splits the fused qkv into mp_num = 4 blocks of n_head / 4 heads: 4 heads of 16
 HOLDOUT4["codegen"] = dict(HOLDOUT4["codegen"], config=dict(HOLDOUT["codegen"]["config"], n_head=4, n_embd=2 * HIDDEN))
 HOLDOUT_SETS = {1: HOLDOUT, 2: HOLDOUT2, 3: HOLDOUT3, 4: HOLDOUT4}  # --holdout N
+
+
+# ---- fourth sweep, part B (--holdout 5, HOLDOUT4B): older transformers (exporter drift) ---------------
+# Corpus architectures as older transformers releases wrote them, exported with the TorchScript exporter
+# (what deployed files of that era were made with), each version in its own venv (tools/legacy_venv.sh
+# VERSION -> /work/venvs/tf<major><minor>): 4.38 (_prepare_4d_causal_attention_mask, rotary cos_cached /
+# sin_cached sliced by seq_len, tuple past_key_values, eager attention in most models) and 4.45 (SDPA by
+# default, cache_position, _update_causal_mask). Architecture names carry the version: llama_tf438.
+# Styles: legacy / legacy_kv (eager attention) and legacy_sdpa / legacy_sdpa_kv (SDPA), the TorchScript
+# export of the torchscript / torchscript_kv interface; a KV cache goes in and out as the tuples of the era.
+LEGACY_VERSIONS = {"438": "4.38.2", "445": "4.45.2"}
+LEGACY_ATTN = {"legacy": "eager", "legacy_kv": "eager", "legacy_sdpa": "sdpa", "legacy_sdpa_kv": "sdpa"}
+HOLDOUT_STYLES.update({"legacy": ("torchscript", {}), "legacy_kv": ("torchscript_kv", {}),
+                       "legacy_sdpa": ("torchscript", {}), "legacy_sdpa_kv": ("torchscript_kv", {})})
+_EAGER, _EAGER_KV, _SDPA, _SDPA_KV = ("legacy",), ("legacy", "legacy_kv"), ("legacy_sdpa",), \
+    ("legacy_sdpa", "legacy_sdpa_kv")
+LEGACY_PLAN = {  # version tag -> {corpus architecture: styles}; SDPA where that version's class has it
+    "438": dict({a: _EAGER_KV + _SDPA for a in ("llama", "mistral", "qwen2", "gemma", "falcon")},
+                **{a: _EAGER_KV for a in ("phi", "gpt2", "gpt_neox", "bloom", "opt", "gptj", "stablelm")},
+                **{a: _EAGER for a in ("bert", "roberta", "distilbert", "albert", "vit", "clip_vision",
+                                       "t5_encoder", "whisper_encoder")}),
+    "445": dict({a: _SDPA_KV for a in ("llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "gpt_neox",
+                                       "falcon", "stablelm")},
+                **{a: _EAGER_KV for a in ("bloom", "opt", "gptj")},
+                **{a: _SDPA for a in ("bert", "roberta", "albert", "vit", "clip_vision", "whisper_encoder")},
+                **{a: _EAGER for a in ("distilbert", "t5_encoder")}),
+}
+
+
+def _legacy(arch: str, tag: str, styles: tuple) -> dict:
+    """The corpus spec of `arch` for transformers LEGACY_VERSIONS[tag]. GQA configs take 2 query heads over
+    1 KV head: before 4.46 Llama-style models ignore head_dim (head size = hidden / heads)."""
+    spec = dict(SPECS[arch], styles=styles, transformers=LEGACY_VERSIONS[tag], base_arch=arch)
+    cfg = dict(spec["config"])
+    if arch != "gemma" and cfg.get("num_key_value_heads", 0) > 1 and "head_dim" in cfg:
+        cfg.update(num_attention_heads=2, num_key_value_heads=1)
+        del cfg["head_dim"]
+    spec["config"] = cfg
+    return spec
+
+
+HOLDOUT4B = {f"{arch}_tf{tag}": _legacy(arch, tag, styles)
+             for tag, archs in LEGACY_PLAN.items() for arch, styles in archs.items()}
+HOLDOUT_SETS[5] = HOLDOUT4B
