@@ -29,11 +29,16 @@ def _flipped_rotary(h, layout):
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
 def test_rotate_half_with_flipped_signs_is_fused(h, target, layout):
     """NanoChat (hold-out 3): concat(x2, -x1) is minus the usual rotate_half; rewritten around sign
-    vectors to the usual form, the rotary rules fuse it (RoPE 0/4 on nanochat before)."""
+    vectors to the usual form, the rotary rules fuse it (RoPE 0/4 on nanochat before), and the sign
+    Muls then fold into the op as a negated sin cache (rotary-flipped-signs-fold): no Mul is left,
+    and the one Neg reads the sin table, not x."""
     model = _flipped_rotary(h, layout)
     out = h.fuse(model, target)
-    assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
-    assert h.fired(out)["rotary-rotate-half-flipped"] >= 1
+    counts = h.ops(out)
+    assert counts["RotaryEmbedding"] == 1 and "Mul" not in counts and counts["Neg"] <= 1, counts
+    assert h.fired(out)["rotary-flipped-signs-fold"] >= 1
+    rope = next(nd for nd in out.graph.node if nd.op_type == "RotaryEmbedding")
+    assert [nd.output[0] for nd in out.graph.node if nd.op_type == "Neg"] in ([], [rope.input[2]])
     f = np.outer(np.arange(S), 1.0 / 10000 ** (np.arange(D // 2) * 2 / D))[None].astype(np.float32)
     xshape = (B, H, S, D) if layout == "bhsd" else (B, S, H, D)
     feeds = {"x": h.rng.standard_normal(xshape).astype(np.float32), "f": f}
@@ -82,7 +87,48 @@ def test_rotate_half_flipped_near_misses(h):
     assert not h.fired(out)["rotary-rotate-half-flipped"] and h.ops(out)["RotaryEmbedding"] == 1
 
 
-def _differential_attention(h):
+def _signed_rotary(h, d_in, d_out):
+    """Mul(x, d_in) -> RotaryEmbedding-23 (caches are graph inputs) -> Mul(., d_out), x [B, H, S, D]."""
+    n = h.node
+    nodes = [n("Mul", ["x", "d_in"], ["xd"]), n("RotaryEmbedding", ["xd", "cs", "sn"], ["r"], interleaved=0),
+             n("Mul", ["r", "d_out"], ["y"])]
+    inputs = [h.vi("x", [B, H, S, D]), h.vi("cs", [B, S, D // 2]), h.vi("sn", [B, S, D // 2])]
+    inits = {"d_in": np.asarray(d_in, np.float32), "d_out": np.asarray(d_out, np.float32)}
+    return h.make_model(nodes, inputs, [h.vi("y", [B, H, S, D])], inits)
+
+
+def _signed_rotary_feeds(h):
+    r = h.rng
+    return {"x": r.standard_normal((B, H, S, D)).astype(np.float32),
+            "cs": r.standard_normal((B, S, D // 2)).astype(np.float32),
+            "sn": r.standard_normal((B, S, D // 2)).astype(np.float32)}
+
+
+def test_flipped_signs_fold_into_the_rotary_op_for_any_caches(h):
+    """d * RotaryEmbedding(d*x, cos, sin) == RotaryEmbedding(x, cos, -sin) for d = [1.., -1..] and
+    any caches (here random, not a unit circle): the two Muls go, one Neg on sin comes."""
+    sign = [1.0] * (D // 2) + [-1.0] * (D // 2)
+    model = _signed_rotary(h, sign, np.reshape(sign, (1, 1, 1, D)))
+    out = h.fuse(model, "onnx", level=2)
+    assert h.ops(out) == {"RotaryEmbedding": 1, "Neg": 1}, h.ops(out)
+    h.assert_close(model, out, _signed_rotary_feeds(h), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("signs", ["alternating", "outer differs"])
+def test_flipped_signs_fold_near_misses(h, signs):
+    """Signs that are not [1.., -1..] on both sides (alternating ones; the outer Mul keeping the
+    second half) are no rotation by -theta: refused with the reason, the Muls stay."""
+    half = [1.0] * (D // 2) + [-1.0] * (D // 2)
+    d_in, d_out = ([1.0, -1.0] * (D // 2), [1.0, -1.0] * (D // 2)) if signs == "alternating" else (half, half[::-1])
+    model = _signed_rotary(h, d_in, d_out)
+    reasons = h.reasons(model, "onnx", "rotary-flipped-signs-fold")
+    assert any("must keep the first half and negate the second" in r for r in reasons), reasons
+    out = h.fuse(model, "onnx", level=2)
+    assert h.ops(out)["Mul"] == 2 and "Neg" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _signed_rotary_feeds(h))
+
+
+def _differential_attention(h, d=D):
     """DiffLlama's two attention calls with one q and k over two values, as the dynamo export writes
     them after its CSE: one scaled, masked softmax read by two P.V MatMuls, the outputs joined."""
     n = h.node
