@@ -220,6 +220,46 @@ def test_a_decode_graph_over_a_cropped_cache_is_paged(any_head_rule):
     _compare(model, result.model, (3, 6, 11), 1, 4, seed=3)
 
 
+def _computed_crop(op: str, operand: int) -> onnx.ModelProto:
+    """The corpus Mistral with each past crop's start computed from the past's shape:
+    ``op(Shape(past)[2], operand)`` instead of the constant -3."""
+    from onnx import helper
+
+    model = _load("mistral__kv__trained")
+    made = []
+    for node in model.graph.node:
+        if node.op_type == "Slice" and node.input[0].startswith("past_key_values"):
+            p = node.input[0]
+            model.graph.initializer.append(numpy_helper.from_array(np.array([operand], np.int64), f"{p}_operand"))
+            made += [helper.make_node("Shape", [p], [f"{p}_len"], start=2, end=3),
+                     helper.make_node(op, [f"{p}_len", f"{p}_operand"], [f"{p}_start"])]
+            node.input[1] = f"{p}_start"
+    assert len(made) == 8
+    for n in reversed(made):
+        model.graph.node.insert(0, n)
+    return model
+
+
+def test_a_crop_start_computed_from_the_past_length_is_probed(any_head_rule):
+    """Slice(past, Shape(past)[2] - 3): the last 3 at every past length, proven on values
+    (crop_length), so paged like the constant crop, verified, ragged batches vs the original."""
+    model = _computed_crop("Sub", KEPT)
+    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
+    assert _windows(result.model) == [4, 4], result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+    _compare(model, result.model, (3, 7, 12), 2, 2, seed=5)
+
+
+def test_a_crop_start_that_moves_with_the_past_length_is_refused(any_head_rule):
+    """Slice(past, Shape(past)[2] / 2) keeps the last half: no fixed crop, refused with the
+    positions it kept; the model stays contiguous and exact."""
+    result = onnx_fuse.optimize(_computed_crop("Div", 2), level=4, target="trt", rules=[any_head_rule], verify=True)
+    assert _windows(result.model) == []
+    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
+    assert notes and "not a fixed crop" in notes[0], result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+
+
 def test_a_cropped_present_read_inside_the_graph_is_refused(any_head_rule):
     """The pool cannot stand in for a cropped present that something else still reads."""
     from onnx import helper

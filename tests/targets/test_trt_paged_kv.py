@@ -319,7 +319,7 @@ def test_past_in_another_layout_is_not_lowered():
             if x == name:
                 node.input[i] = f"{name}_t"
     g.node.insert(0, onnx.helper.make_node("Transpose", [name], [f"{name}_t"], perm=[0, 2, 1, 3]))
-    _refused(proto, "which is not a graph input")
+    _refused(proto, "the past keys and values must be graph inputs or a crop of them")
 
 
 def test_concat_on_the_wrong_axis_is_not_lowered():
