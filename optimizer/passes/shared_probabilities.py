@@ -6,7 +6,9 @@ halves of V; the exporter's CSE merges their score and softmax nodes, so one pro
 feeds two MatMuls and no attention rule can take it (its intermediates would escape). After this
 pass the softmax has one reader, which the attention rules fuse as attention with a wider V (v's
 head size the sum); the Split gives each caller its part. Exact: each output column is the same
-dot product as before.
+dot product as before. At trt -O4, where the FusedAttention plugin needs one head size, the rule
+attention-split-value-heads (rules/attention/split_value.yaml) makes two attentions over V's
+halves again, as fused ops.
 
 Merged only: probabilities that are a Softmax output (through the sdpa NaN guard
 Where(IsNaN(p), 0, p) and a Cast, as the attention fragment allows), read as the left operand of

@@ -137,9 +137,18 @@ def _differential_attention(h, d=D):
              n("Softmax", ["sm"], ["p"], axis=-1),
              n("MatMul", ["p", "v1"], ["o1"]), n("MatMul", ["p", "v2"], ["o2"]),
              n("Concat", ["o1", "o2"], ["o"], axis=-1)]
-    inputs = [h.vi(name, ["batch", H, S, D]) for name in ("q", "k", "v1", "v2")] + [h.vi("mask", ["batch", 1, S, S])]
-    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, S, 2 * D])],
-                        {"scale": np.array(D ** -0.5, np.float32)})
+    inputs = [h.vi(name, ["batch", H, S, d]) for name in ("q", "k", "v1", "v2")] + [h.vi("mask", ["batch", 1, S, S])]
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, S, 2 * d])],
+                        {"scale": np.array(d ** -0.5, np.float32)})
+
+
+def _differential_feeds(h, d=D):
+    r = h.rng
+    feeds = {name: r.standard_normal((B, H, S, d)).astype(np.float32) for name in ("q", "k", "v1", "v2")}
+    mask = np.zeros((B, 1, S, S), np.float32)
+    mask[..., np.triu_indices(S, 1)[0], np.triu_indices(S, 1)[1]] = -1e9
+    feeds["mask"] = mask
+    return feeds
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
@@ -151,12 +160,46 @@ def test_probabilities_shared_by_two_value_matmuls_are_fused(h, target):
     out = h.fuse(model, target)
     counts = h.ops(out)
     assert counts["Attention"] == 1 and "Softmax" not in counts, counts
+    h.assert_close(model, out, _differential_feeds(h))
+
+
+@pytest.mark.parametrize("d", [16, 64])
+def test_value_halves_split_for_the_trt_plugin(h, d):
+    """At trt -O4 the attention of v head size 2D becomes two of head size D over V's halves (the
+    FusedAttention plugin takes one head size), where D is one of the plugin's head sizes (64);
+    V's Concat and the merge pass's Split of the output cancel against the split. At D = 16, and
+    at ort / onnx -O3 (one Attention-23), it stays one op. Numbers against the original in ORT."""
+    import onnx_fuse
+
+    model = _differential_attention(h, d)
+    res = onnx_fuse.optimize(model, level=4, target="trt")
+    out = res.to_proto()
+    counts = h.ops(out)
+    assert counts["Attention"] == (2 if d == 64 else 1) and "Softmax" not in counts, counts
+    assert res.report.rule_fires.get("attention-split-value-heads", 0) == (1 if d == 64 else 0)
+    if d == 64:
+        assert "Split" not in counts and counts["Concat"] <= 1, counts
+    h.assert_close(model, out, _differential_feeds(h, d))
+    for target in ("ort", "onnx"):
+        assert h.ops(h.fuse(model, target))["Attention"] == 1
+
+
+def test_value_split_near_miss(h):
+    """v head size 3D (V three heads wide) is not split: one attention, numbers unchanged."""
+    import onnx_fuse
+
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Softmax", ["sc"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
+    model = h.make_model(nodes, [h.vi("q", [B, H, S, 64]), h.vi("k", [B, H, S, 64]), h.vi("v", [B, H, S, 192])],
+                         [h.vi("o", [B, H, S, 192])])
+    res = onnx_fuse.optimize(model, level=4, target="trt")
+    out = res.to_proto()
+    assert h.ops(out)["Attention"] == 1 and "attention-split-value-heads" not in res.report.rule_fires
     r = h.rng
-    feeds = {name: r.standard_normal((B, H, S, D)).astype(np.float32) for name in ("q", "k", "v1", "v2")}
-    mask = np.zeros((B, 1, S, S), np.float32)
-    mask[..., np.triu_indices(S, 1)[0], np.triu_indices(S, 1)[1]] = -1e9
-    feeds["mask"] = mask
-    h.assert_close(model, out, feeds)
+    h.assert_close(model, out, {"q": r.standard_normal((B, H, S, 64)).astype(np.float32),
+                                "k": r.standard_normal((B, H, S, 64)).astype(np.float32),
+                                "v": r.standard_normal((B, H, S, 192)).astype(np.float32)})
 
 
 def test_shared_probabilities_unfused_without_the_merge(h):
