@@ -52,34 +52,75 @@ def _bias_then_mask_feeds():
             "pos_bias": np.full((1, H, S, S), -17, np.float16), "mask": mask}
 
 
-@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-def test_float16_bias_is_not_summed_into_a_finfo_min_mask(h, target):
-    """In float16 the two additions keep their order: every row matches the original in ORT,
-    the fully masked batch included (the summed mask gave other numbers there on onnx and trt;
-    on ort, ORT's CPU provider widens the Adds and MultiHeadAttention to float32, which hides the
-    overflow: the rule must not fire all the same)."""
+def _varied_bias_feeds():
+    """As above with a position bias that differs per key (-17 +- 4): a fully masked row of the
+    original in ORT (which adds in float32) is softmax(s + b), which a bias that lost b shows."""
+    feeds = _bias_then_mask_feeds()
+    r = np.random.default_rng(4)
+    feeds["pos_bias"] = (-17 + 4 * r.uniform(-1, 1, (1, H, S, S))).astype(np.float16)
+    return feeds
+
+
+def test_float16_bias_and_mask_are_summed_clamped_on_ort(h):
+    """ort: each term raised to mask_floor / 3 and then summed (attention-scores-bias-sum-half), so
+    the sum cannot overflow; the attention fuses (MultiHeadAttention) and every row matches the
+    original in ORT, the fully masked batch included, with a constant and a per-key bias."""
+    model = _bias_then_mask(h)
+    out, fires = _fuse(model, "ort")
+    assert fires.get("attention-scores-bias-sum-half") == 1 and "attention-scores-bias-sum" not in fires, fires
+    assert h.ops(out)["com.microsoft::MultiHeadAttention"] == 1 and "Softmax" not in h.ops(out), h.ops(out)
+    for feeds in (_bias_then_mask_feeds(), _varied_bias_feeds()):
+        h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_float16_bias_is_not_summed_on_attention_23_targets(h, target):
+    """onnx and trt lower to Attention-23, which takes the bias in float16: b + F keeps b only to
+    steps of 16, and ORT's fully masked rows (softmax(s + b)) would differ. The two additions keep
+    their order there, with the reason; every row matches the original."""
     model = _bias_then_mask(h)
     out, fires = _fuse(model, target)
-    h.assert_close(model, out, _bias_then_mask_feeds(), atol=2e-3, rtol=2e-3)
-    assert "attention-scores-bias-sum" not in fires, fires
-    assert any("float16 scores keep their two additions" in r
+    for feeds in (_bias_then_mask_feeds(), _varied_bias_feeds()):
+        h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
+    assert not {"attention-scores-bias-sum", "attention-scores-bias-sum-half"} & set(fires), fires
+    assert any("float16 scores: attention-scores-bias-sum-half (ort)" in r
                for r in h.reasons(model, target, "attention-scores-bias-sum"))
 
 
-def test_float16_bias_sum_in_float16_arithmetic(h):
-    """The rewrite alone (the recognizers off), run in the ONNX reference evaluator, which adds
-    in float16 (ORT's CPU provider runs these Adds in float32 and hides the overflow): the
-    original's fully masked rows are the mean of V, the summed mask made them NaN."""
+def test_float16_clamped_sum_in_float16_arithmetic(h):
+    """The clamped sum alone (the recognizers off), in the ONNX reference evaluator, which adds in
+    float16 (ORT's CPU provider widens these Adds): rows with a kept key equal the original's, and
+    the fully masked batch is finite; with the constant bias it is the mean of V, as the original's
+    (the plain sum b + finfo.min overflowed to -inf and made it NaN)."""
     from onnx.reference import ReferenceEvaluator
 
     model = _bias_then_mask(h)
-    out, _ = _fuse(model, "onnx", disable=["attention"])
-    feeds = _bias_then_mask_feeds()
-    ref = ReferenceEvaluator(model).run(None, feeds)[0]
-    got = ReferenceEvaluator(out).run(None, feeds)[0]
-    mean_v = np.broadcast_to(feeds["v"][1].astype(np.float32).mean(1, keepdims=True), ref[1].shape)
-    np.testing.assert_allclose(ref[1].astype(np.float32), mean_v, atol=2e-3)
-    np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), atol=2e-3, rtol=2e-3)
+    out, fires = _fuse(model, "ort", disable=["attention"])
+    assert fires.get("attention-scores-bias-sum-half") == 1, fires
+    for feeds, whole in ((_bias_then_mask_feeds(), True), (_varied_bias_feeds(), False)):
+        ref = ReferenceEvaluator(model).run(None, feeds)[0].astype(np.float32)
+        got = ReferenceEvaluator(out).run(None, feeds)[0].astype(np.float32)
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got[0], ref[0], atol=2e-3, rtol=2e-3)  # batch 0 keeps every key
+        if whole:
+            mean_v = np.broadcast_to(feeds["v"][1].astype(np.float32).mean(1, keepdims=True), ref[1].shape)
+            np.testing.assert_allclose(ref[1], mean_v, atol=2e-3)
+            np.testing.assert_allclose(got, ref, atol=2e-3, rtol=2e-3)
+
+
+def test_float16_clamp_keeps_terms_above_the_floor(h):
+    """A mask value between float16's lowest and F = mask_floor / 3 (-30000 on one key of batch 0,
+    whose other keys are kept) is raised to F: that key is masked in both graphs, and batch 0
+    matches the original in ORT and in the float16 evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _bias_then_mask(h)
+    out, _ = _fuse(model, "ort", disable=["attention"])
+    feeds = _varied_bias_feeds()
+    feeds["mask"][0, ..., 1] = -30000  # one key of batch 0 masked by a value between F and lowest
+    for run in (lambda m: h.run(m, feeds)[0], lambda m: ReferenceEvaluator(m).run(None, feeds)[0]):
+        ref, got = run(model).astype(np.float32), run(out).astype(np.float32)
+        np.testing.assert_allclose(got[0], ref[0], atol=2e-3, rtol=2e-3)
 
 
 def test_bfloat16_bias_and_mask_are_still_summed(h):
