@@ -10,7 +10,9 @@ Cases handled (each counted in ``stats`` under the op type):
   permutation, Slice over whole axes with step 1, Squeeze without axes of a static shape with no 1s,
   Pad with all-zero pads, Flatten of a rank-2 input at axis 1;
 - x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 where the constant broadcasts into x without changing
-  its shape (dtype is the same by the op's contract).
+  its shape (dtype is the same by the op's contract); x + ConstantOfShape(s) of zeros where s is a
+  shape x already has (Expand's reasoning: torch.baddbmm(torch.zeros(...), q, k) writes it, as
+  GPT-NeoX / GPT-J attention before transformers 4.4x did).
 
 Graph outputs keep their names: when the removed node's output is a graph output, the producer's
 value is renamed to it; when that cannot be done (the input is a graph input, an initializer, an
@@ -22,7 +24,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_products import shape_vector, value_dims
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._shape_values import invented_name
 from onnx_fuse.passes._shape_values import shape_entries as _shape_entries
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -166,11 +170,32 @@ class IdentityEliminationPass(FusePass):
             for a, b in ((ins[0], ins[1]), (ins[1], ins[0])):
                 if _all_equal(b, neutral) and _broadcasts_into(b, a):
                     return a
+                if op == "Add" and self._zeros_within(b, a):
+                    return a
             return None
         if op in ("Sub", "Div") and len(ins) == 2 and ins[1] is not None:
             neutral = 0.0 if op == "Sub" else 1.0
             return x if _all_equal(ins[1], neutral) and _broadcasts_into(ins[1], x) else None
         return None
+
+    def _zeros_within(self, zeros: ir.Value, x: ir.Value) -> bool:
+        """zeros = ConstantOfShape(s) filled with 0 (the default value) and s a shape x already has,
+        so x + zeros is x (a dynamic-shape zero tensor that constant folding cannot fold)."""
+        node = zeros.producer()
+        if node is None or node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") \
+                or not node.inputs or node.inputs[0] is None:
+            return False
+        value = _attr(node, "value")
+        if value is _Unknown or (value is not None and not bool(np.all(value.numpy() == 0))):
+            return False
+        if self._same_expand(x, node.inputs[0]):
+            return True
+        # products of dims (TorchScript's zeros(batch * heads, ...)): compare canonical products
+        found, dims = shape_vector(node.inputs[0], {}), value_dims(x)
+        if found is None or found[1] or dims is None or len(found[0]) > len(dims):
+            return False
+        return all(e is not None and (e == (1, ()) or (d is not None and e == d and not any(
+            invented_name(a) for a in d[1]))) for e, d in zip(reversed(found[0]), reversed(dims)))
 
     @staticmethod
     def _inference_dropout(node: ir.Node) -> bool:

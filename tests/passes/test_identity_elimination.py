@@ -265,3 +265,50 @@ def test_reshape_with_swapped_symbolic_dims_is_kept():
     proto, model, modified, _ = run(DYNAMO_CHAIN.replace("float[B, S, 8] y", "float[S, B, 8] y")
                                     % "r1, r0, eight")
     assert not modified and ops(model)["Reshape"] == 3
+
+
+# torch.baddbmm(torch.zeros(B * H, S, T), q3, k3^T) (GPT-NeoX / GPT-J attention before transformers
+# 4.4x, TorchScript): the zeros are a ConstantOfShape of a shape vector read from q, whose first entry
+# is the product batch * heads; the scores already have that shape, so the Add passes them through.
+BADDBMM = '''
+    g (float[batch, 2, seq, 16] q) => (float[M, seq, seq] y)
+    <int64[1] two = {2}, int64[1] d = {16}, int64[1] i0 = {0}, int64[1] i2 = {2}>
+    {
+        sh = Shape(q)
+        b = Gather(sh, i0)
+        s = Gather(sh, i2)
+        bh = Mul(b, two)
+        t3 = Concat <axis = 0> (bh, s, d)
+        q3 = Reshape(q, t3)
+        kt = Transpose <perm = [0, 2, 1]> (q3)
+        sc = MatMul(q3, kt)
+        zs = Concat <axis = 0> (bh, s, s)
+        zeros = ConstantOfShape%s (zs)
+        y = Add(%s)
+    }'''
+
+
+def test_baddbmm_zeros_of_a_product_shape_are_removed_either_side():
+    for operands in ("zeros, sc", "sc, zeros"):
+        proto, model, modified, p = run(BADDBMM % ("", operands))
+        assert modified and p.stats["Add"] == 1, p.stats
+        assert "Add" not in ops(model) and "ConstantOfShape" in ops(model)  # dead code goes later
+        check_same(proto, model)
+
+
+def test_zeros_with_an_explicit_zero_value_are_removed():
+    proto, model, modified, p = run(BADDBMM % (" <value = float[1] {0.0}>", "sc, zeros"))
+    assert modified and p.stats["Add"] == 1
+    check_same(proto, model)
+
+
+def test_constant_of_shape_that_is_not_zero_or_widens_the_scores_stays():
+    # a non-zero fill is real work
+    _, model, _, p = run(BADDBMM % (" <value = float[1] {1.0}>", "sc, zeros"))
+    assert "Add" not in p.stats and ops(model)["Add"] == 1
+    # zeros of a larger shape broadcast the scores: [2 * batch, seq, seq] + [2, 2 * batch, seq, seq]
+    wide = BADDBMM.replace("zs = Concat <axis = 0> (bh, s, s)", "zs = Concat <axis = 0> (two, bh, s, s)")
+    wide = wide.replace("float[M, seq, seq] y", "float[2, M, seq, seq] y")
+    proto, model, _, p = run(wide % ("", "sc, zeros"))
+    assert "Add" not in p.stats and ops(model)["Add"] == 1
+    check_same(proto, model)
