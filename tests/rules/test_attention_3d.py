@@ -23,7 +23,9 @@ CORPUS = pathlib.Path(__file__).parents[1] / "data" / "corpus"
 MHA_OP = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
 
 
-def _block(h, *, bias="rows", escape_scores=False):
+def _block(h, *, bias="rows", escape_scores=False, keep_fill=None):
+    """keep_fill: GPT-NeoX / GPT-J before transformers 4.4x, torch.where(causal, scores, fill) on the
+    4-D scores before the mask (a bool input `causal`)."""
     n = h.node
     nodes = [
         n("Shape", ["q"], ["qs"]),
@@ -40,7 +42,8 @@ def _block(h, *, bias="rows", escape_scores=False):
         n("Add", ["ss3", "bias"], ["sb"]),
         n("Concat", ["bb", "hh", "ss", "m1"], ["t4"], axis=0),  # [B, H, S, -1]
         n("Reshape", ["sb", "t4"], ["s4"]),
-        n("Add", ["s4", "mask"], ["sm"]),
+        *([n("Where", ["causal", "s4", "fill"], ["sk"]), n("Add", ["sk", "mask"], ["sm"])] if keep_fill is not None
+          else [n("Add", ["s4", "mask"], ["sm"])]),
         n("Softmax", ["sm"], ["p"], axis=-1),
         n("Concat", ["bh", "ss", "m1"], ["tp"], axis=0),        # [B*H, S, -1]
         n("Reshape", ["p", "tp"], ["p3"]),
@@ -58,6 +61,9 @@ def _block(h, *, bias="rows", escape_scores=False):
     bias_shape = ["bh", 1, "s"] if bias == "rows" else [1, "s", "s"]
     inputs = [h.vi(x, ["b", H, "s", D]) for x in ("q", "k", "v")]
     inputs += [h.vi("bias", bias_shape), h.vi("mask", ["b", 1, "s", "s"])]
+    if keep_fill is not None:
+        inits["fill"] = np.array(keep_fill, np.float32)
+        inputs.append(h.vi("causal", [1, 1, "s", "s"], 9))
     return h.make_model(nodes, inputs, outputs, inits, opset=18)
 
 
@@ -77,6 +83,27 @@ def test_batched_heads_attention_fuses(h, target, bias):
     assert ops[MHA_OP[target]] == 1, ops
     assert "Softmax" not in ops and "MatMul" not in ops, ops
     h.assert_close(model, out, _feeds(h, bias))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("bias", ["rows", "one"])
+def test_batched_heads_with_a_causal_where_before_the_mask_fuses(h, target, bias):
+    model = _block(h, bias=bias, keep_fill=float(np.finfo(np.float32).min))
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 1, ops
+    assert "Softmax" not in ops and "MatMul" not in ops, ops
+    # a padding mask (the last keys of batch 1) under the causal one; batch 0 unpadded
+    feeds = _feeds(h, bias)
+    feeds["mask"] = np.zeros((B, 1, S, S), np.float32)
+    feeds["mask"][1, :, :, S - 2:] = np.finfo(np.float32).min
+    h.assert_close(model, out, {**feeds, "causal": np.tril(np.ones((S, S), bool))[None, None]})
+
+
+def test_batched_heads_where_with_a_finite_fill_does_not_fuse(h):
+    model = _block(h, keep_fill=-1.0)  # not a mask: -1 is a score the softmax still weighs
+    assert "Softmax" in h.ops(h.fuse(model, "ort"))
+    assert any("must put (nearly) -inf" in r for r in h.reasons(model, "ort", "attention-batched-heads"))
 
 
 def test_escaping_3d_scores_do_not_fuse(h):
