@@ -1,0 +1,99 @@
+"""rules/attention/score_select.yaml, selects on attention scores as transformers 4.3x wrote them:
+- where-scaled-scores: where(causal, q k^T, finfo.min) / d (GPT-J and CodeGen eager attention, the
+  scale after the select) becomes where(c, s / d, fill / d), which the attention recognizer fuses; a
+  select that fills a finite value, or scores that are not a MatMul's, stay as they are;
+- where-expanded-mask: scores.masked_fill(mask.expand_as(scores), min) (DistilBERT), the expanded
+  mask shared by both layers after CSE, becomes where(mask, min, scores) in each: both layers fuse
+  (the Shape read no longer keeps the first layer's scores alive); an Expand to other dims stays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+B, H, S, D = 2, 2, 5, 8
+MHA_OP = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def _block(h, *, fill=LOWEST, scores="matmul"):
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"])]
+    if scores != "matmul":  # a select over values that are not attention scores
+        nodes = [n("Relu", ["q"], ["r"]), n("ReduceSum", ["r", "ax"], ["sc"], keepdims=1)]
+    nodes += [n("Where", ["causal", "sc", "fill"], ["w"]), n("Div", ["w", "scale"], ["sd"]),
+              n("Add", ["sd", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])]
+    inits = {"fill": np.array(fill, np.float32), "scale": np.array(np.sqrt(D), np.float32),
+             "ax": np.array([3], np.int64)}
+    inputs = [h.vi(x, ["b", H, "s", D]) for x in ("q", "k", "v")]
+    inputs += [h.vi("causal", [1, 1, "s", "s"], 9), h.vi("mask", ["b", 1, 1, "s"])]
+    return h.make_model(nodes, inputs, [h.vi("y", None)], inits, opset=18)
+
+
+def _feeds(h):
+    mask = np.zeros((B, 1, 1, S), np.float32)
+    mask[1, ..., S - 2:] = LOWEST  # batch 1 padded
+    feeds = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float32) for x in ("q", "k", "v")}
+    return {**feeds, "causal": np.tril(np.ones((S, S), bool))[None, None], "mask": mask}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_scale_after_the_causal_select_fuses(h, target):
+    model = _block(h)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 1 and "Softmax" not in ops and "MatMul" not in ops, ops
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_finite_fill_is_not_moved(h):
+    model = _block(h, fill=-1.0)
+    assert "Softmax" in h.ops(h.fuse(model, "ort"))
+    assert any("must fill (nearly) -inf" in r for r in h.reasons(model, "ort", "where-scaled-scores"))
+
+
+def test_select_over_non_scores_is_not_moved(h):
+    model = _block(h, scores="reduce")
+    assert h.fired(h.fuse(model, "ort"))["where-scaled-scores"] == 0
+    assert any("must be attention scores" in r for r in h.reasons(model, "ort", "where-scaled-scores"))
+
+
+def _two_layers(h, *, target_dims=("b", H, "s", "s")):
+    """Two attention blocks whose masked_fill reads one Expand(mask, Shape(layer 0's scores)), as
+    CSE leaves DistilBERT's expand_as(scores); target_dims: the dims of the tensor whose Shape sizes it."""
+    n = h.node
+    own = target_dims == ("b", H, "s", "s")  # the Expand reads layer 0's scores, else an input t
+    nodes, inputs = [], [h.vi("m", ["b", 1, 1, "s"], 9)] + ([] if own else [h.vi("t", list(target_dims))])
+    for i in (0, 1):
+        nodes += [n("Transpose", [f"k{i}"], [f"kt{i}"], perm=[0, 1, 3, 2]), n("MatMul", [f"q{i}", f"kt{i}"], [f"s{i}"]),
+                  n("Div", [f"s{i}", "scale"], [f"sd{i}"]), n("Where", ["me", "fill", f"sd{i}"], [f"w{i}"]),
+                  n("Softmax", [f"w{i}"], [f"p{i}"], axis=-1), n("MatMul", [f"p{i}", f"v{i}"], [f"y{i}"])]
+        inputs += [h.vi(f"{x}{i}", ["b", H, "s", D]) for x in "qkv"]
+    nodes[3:3] = [n("Shape", ["sd0" if own else "t"], ["sh"]), n("Expand", ["m", "sh"], ["me"])]  # after sd0
+    nodes.append(n("Add", ["y0", "y1"], ["y"]))
+    inits = {"fill": np.array(LOWEST, np.float32), "scale": np.array(np.sqrt(D), np.float32)}
+    return h.make_model(nodes, inputs, [h.vi("y", None)], inits, opset=18)
+
+
+def _two_feeds(h, t_shape=(B, H, S, S)):
+    m = np.zeros((B, 1, 1, S), bool)
+    m[1, ..., S - 2:] = True  # batch 1 padded
+    feeds = {f"{x}{i}": h.rng.standard_normal((B, H, S, D)).astype(np.float32) for x in "qkv" for i in (0, 1)}
+    return {**feeds, "m": m, "t": np.zeros(t_shape, np.float32)}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_shared_expanded_mask_fuses_both_layers(h, target):
+    model = _two_layers(h)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 2 and "Softmax" not in ops, ops
+    feeds = _two_feeds(h)
+    del feeds["t"]
+    h.assert_close(model, out, feeds)
+
+
+def test_mask_expanded_to_other_dims_stays(h):
+    model = _two_layers(h, target_dims=("b", H, "s", 1))  # broadcasts, but not the scores' own dims
+    assert h.fired(h.fuse(model, "ort"))["where-expanded-mask"] == 0
+    assert any("expanded to the scores' own dims" in r for r in h.reasons(model, "ort", "where-expanded-mask"))
