@@ -163,15 +163,45 @@ def test_probabilities_shared_by_two_value_matmuls_are_fused(h, target):
     h.assert_close(model, out, _differential_feeds(h))
 
 
+def _gathered_mask_attention(h, d, keys=S):
+    """The differential attention with a padding mask gathered from a [B, T] attention_mask
+    (GatherND of its boolean at (b, j), as Hugging Face's masks are built), filled with finfo.min;
+    ``keys`` != S makes K/V longer than q (a cached attention's shape)."""
+    n = h.node
+    b_idx, j_idx = np.meshgrid(np.arange(B), np.arange(keys), indexing="ij")
+    idx = np.stack([b_idx, j_idx], -1).reshape(B, 1, 1, keys, 2).astype(np.int64)
+    nodes = [n("Cast", ["attention_mask"], ["am"], to=9), n("GatherND", ["am", "idx"], ["g"]),
+             n("Where", ["g", "zero", "fill"], ["mask"]),
+             n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1),
+             n("MatMul", ["p", "v1"], ["o1"]), n("MatMul", ["p", "v2"], ["o2"]), n("Concat", ["o1", "o2"], ["o"], axis=-1)]
+    inputs = [h.vi("q", [B, H, S, d])] + [h.vi(name, [B, H, keys, d]) for name in ("k", "v1", "v2")]
+    inputs.append(h.vi("attention_mask", [B, keys], 7))
+    inits = {"scale": np.array(d ** -0.5, np.float32), "idx": idx, "zero": np.array(0.0, np.float32),
+             "fill": np.array(np.finfo(np.float32).min, np.float32)}
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, 2 * d])], inits)
+
+
+def _gathered_mask_feeds(h, d, keys=S):
+    r = h.rng
+    feeds = {"q": r.standard_normal((B, H, S, d)).astype(np.float32)}
+    feeds.update({name: r.standard_normal((B, H, keys, d)).astype(np.float32) for name in ("k", "v1", "v2")})
+    am = np.ones((B, keys), np.int64)
+    am[-1, keys // 2:] = 0
+    feeds["attention_mask"] = am
+    return feeds
+
+
 @pytest.mark.parametrize("d", [16, 64])
 def test_value_halves_split_for_the_trt_plugin(h, d):
     """At trt -O4 the attention of v head size 2D becomes two of head size D over V's halves (the
-    FusedAttention plugin takes one head size), where D is one of the plugin's head sizes (64);
-    V's Concat and the merge pass's Split of the output cancel against the split. At D = 16, and
-    at ort / onnx -O3 (one Attention-23), it stays one op. Numbers against the original in ORT."""
+    FusedAttention plugin takes one head size), where D is one of the plugin's head sizes (64) and
+    the mask is gathered from the attention mask input; V's Concat and the merge pass's Split of the
+    output cancel against the split. At D = 16, and at ort / onnx -O3 (one Attention-23), it stays
+    one op. Numbers against the original in ORT."""
     import onnx_fuse
 
-    model = _differential_attention(h, d)
+    model = _gathered_mask_attention(h, d)
     res = onnx_fuse.optimize(model, level=4, target="trt")
     out = res.to_proto()
     counts = h.ops(out)
@@ -179,9 +209,26 @@ def test_value_halves_split_for_the_trt_plugin(h, d):
     assert res.report.rule_fires.get("attention-split-value-heads", 0) == (1 if d == 64 else 0)
     if d == 64:
         assert "Split" not in counts and counts["Concat"] <= 1, counts
-    h.assert_close(model, out, _differential_feeds(h, d))
+    h.assert_close(model, out, _gathered_mask_feeds(h, d))
     for target in ("ort", "onnx"):
         assert h.ops(h.fuse(model, target))["Attention"] == 1
+
+
+@pytest.mark.parametrize("case", ["graph-input mask", "more keys than queries"])
+def test_value_halves_kept_where_the_plugin_cannot_take_them(h, case):
+    """A mask that is a graph input (not gathered from an attention mask) or K/V longer than q (a
+    cache's shape): FusedAttention would take neither half, so one Attention-23 stays; numbers
+    unchanged."""
+    import onnx_fuse
+
+    if case == "graph-input mask":
+        model, feeds = _differential_attention(h, 64), _differential_feeds(h, 64)
+    else:
+        model, feeds = _gathered_mask_attention(h, 64, keys=S + 2), _gathered_mask_feeds(h, 64, keys=S + 2)
+    res = onnx_fuse.optimize(model, level=4, target="trt")
+    out = res.to_proto()
+    assert h.ops(out)["Attention"] == 1 and "attention-split-value-heads" not in res.report.rule_fires
+    h.assert_close(model, out, feeds)
 
 
 def test_value_split_near_miss(h):
