@@ -220,6 +220,24 @@ def test_a_decode_graph_over_a_cropped_cache_is_paged(any_head_rule):
     _compare(model, result.model, (3, 6, 11), 1, 4, seed=3)
 
 
+def test_torchscript_band_narrower_than_its_crop_is_refused(any_head_rule):
+    """TorchScript's mask over the crop (absolute key positions) is proven on values, not taken on
+    trust: its band written as key > query - 2 (the export has - 4) keeps 2 of the crop's keys,
+    so it is refused with that window and stays contiguous and exact."""
+    model = _load(TORCHSCRIPT)
+    made = {o: n for n in model.graph.node for o in n.output}
+    band = [made[i] for n in model.graph.node if n.op_type == "Greater" for i in n.input if made[i].op_type == "Sub"]
+    assert len(band) == 1
+    const = made[band[0].input[1]]
+    assert int(numpy_helper.to_array(const.attribute[0].t)) == 4
+    const.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(2, np.int64)))
+    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
+    assert _windows(result.model) == []
+    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
+    assert notes and "keeps the last 3 tokens but the mask's window is 2, not 4" in notes[0], result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+
+
 def _computed_crop(op: str, operand: int) -> onnx.ModelProto:
     """The corpus Mistral with each past crop's start computed from the past's shape:
     ``op(Shape(past)[2], operand)`` instead of the constant -3."""
