@@ -346,6 +346,62 @@ def test_key_view_pair_is_removed_without_attention(h):
                                 "kc": r.standard_normal((B, H * D, S)).astype(np.float32)})
 
 
+def _channels_first_attention(h):
+    """SqueezeBERT's attention end to end: q, k, v channels-first [B, H*D, T] (Conv1d projections)
+    viewed [B, H, D, T]; q and v permuted to [B, H, T, D], k read as K^T straight from its view;
+    the context permuted back to [B, H, D, T] and viewed [B, H*D, T]. No mask (the lowerings read a
+    mask's target shape from q, which would keep q's permutation alive until the final cleanup)."""
+    n = h.node
+    nodes = [n("Reshape", [f"{x}c", "heads"], [f"{x}d"]) for x in "qkv"]
+    nodes += [n("Transpose", ["qd"], ["q"], perm=[0, 1, 3, 2]), n("Transpose", ["vd"], ["v"], perm=[0, 1, 3, 2]),
+              n("MatMul", ["q", "kd"], ["sc"]), n("Div", ["sc", "root"], ["sd"]),
+              n("Softmax", ["sd"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 1, 3, 2]), n("Reshape", ["ot", "merge"], ["y"])]
+    inits = {"heads": np.array([0, H, D, -1], np.int64), "merge": np.array([0, H * D, -1], np.int64),
+             "root": np.array(D ** 0.5, np.float32)}
+    inputs = [h.vi(f"{x}c", ["batch", H * D, S]) for x in "qkv"]
+    return h.make_model(nodes, inputs, [h.vi("y", ["batch", H * D, S])], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "trt"])
+def test_channels_first_head_views_become_transposes(h, target):
+    """The fused op takes q, k, v as [B, T, H*D]: each channels-first view, permutation and head merge
+    the lowering leaves (and the split, permutation and view back) is one Transpose(x, [0, 2, 1])
+    (heads-view-channels-last / -first, rules/layout/heads_channels.yaml): at trt no Reshape is left,
+    4 Transposes (q, k, v and the output: the unfused graph read K^T from its view, the fused op
+    needs K like q). ORT's MultiHeadAttention output has no inferred shape, so there the way back
+    keeps its Reshapes. Numbers against the original in ORT."""
+    import onnx_fuse
+
+    model = _channels_first_attention(h)
+    res = onnx_fuse.optimize(model, level=3, target=target)
+    out = res.to_proto()
+    counts, fires = h.ops(out), res.report.rule_fires
+    assert "Softmax" not in counts and fires.get("heads-view-channels-last") == 3, (counts, fires)
+    if target == "trt":
+        assert fires.get("heads-view-channels-first") == 1 and "Reshape" not in counts, counts
+        assert counts["Transpose"] == 4, counts
+    r = h.rng
+    h.assert_close(model, out, {f"{x}c": r.standard_normal((B, H * D, S)).astype(np.float32) for x in "qkv"})
+
+
+def test_channels_first_view_near_miss(h):
+    """A view that does not split x's channels ([B, C, T] -> [B, 2, C/4, 2T]: it moves data across
+    T), permuted and merged to [B, T, C] like the glue, is no Transpose of x: refused with the
+    reason, numbers unchanged."""
+    n = h.node
+    c = H * D
+    nodes = [n("Reshape", ["x", "split"], ["r"]), n("Transpose", ["r"], ["t"], perm=[0, 3, 1, 2]),
+             n("Reshape", ["t", "merge"], ["y"])]
+    model = h.make_model(nodes, [h.vi("x", [B, c, S])], [h.vi("y", [B, S, c])],
+                         {"split": np.array([B, 2, c // 4, 2 * S], np.int64), "merge": np.array([B, S, c], np.int64)})
+    reasons = h.reasons(model, "ort", "heads-view-channels-last")
+    assert any("the view must split x's channels into heads" in r for r in reasons), reasons
+    out = h.fuse(model, "ort")
+    assert "Reshape" in h.ops(out), h.ops(out)
+    h.assert_close(model, out, {"x": h.rng.standard_normal((B, c, S)).astype(np.float32)})
+
+
 def _einsum_attention(h):
     """Funnel's attention written with einsum: scores einsum('bind,bjnd->bnij', q, k) + mask, softmax,
     output einsum('bnij,bjnd->bind', p, v); q, k, v [B, S, H, D] as the projections' views."""
