@@ -1,0 +1,63 @@
+"""Idioms found on the fourth hold-out sweep, part A (Optimum's exporter, transformers 4.57, on the
+hold-out architectures: tools/holdout_specs.py HOLDOUT4, docs/holdout.md), each as a tiny graph that
+failed before its fix; numerics against the original in ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+B, H, S, D = 2, 2, 5, 8
+
+
+def _row_table_rotary(h, cut_axis=2, sin_end="send"):
+    """ESM's rotary as transformers 4.57 writes it: f = outer(arange(S), inv_freq) (an Einsum
+    'i,j->ij' in TorchScript / Optimum exports), cos/sin(concat(f, f))[None, None], cut to x's length
+    by cos[:, :, :S, :] (a Slice whose end is read from x's shape), then x*cos + rotate_half(x)*sin;
+    x [B, H, S, D] with a dynamic batch and sequence."""
+    n = h.node
+    nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i2"], ["slen"], axis=0),
+             n("Range", ["zero", "slen", "one"], ["t"]), n("Cast", ["t"], ["tf"], to=h.F32),
+             n("Einsum", ["tf", "inv_freq"], ["f"], equation="i,j->ij"),
+             n("Concat", ["f", "f"], ["cat"], axis=-1), n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"]),
+             n("Unsqueeze", ["co", "ax0"], ["cu0"]), n("Unsqueeze", ["cu0", "ax1"], ["cu1"]),
+             n("Unsqueeze", ["si", "ax0"], ["su0"]), n("Unsqueeze", ["su0", "ax1"], ["su1"]),
+             n("Shape", ["x"], ["send"], start=2, end=3),
+             n("Slice", ["cu1", "ax0", "send", "cut"], ["cs"]), n("Slice", ["su1", "ax0", sin_end, "cut"], ["ss"]),
+             n("Slice", ["x", "ax0", "ih", "last"], ["x1"]), n("Slice", ["x", "ih", "big", "last"], ["x2"]),
+             n("Neg", ["x2"], ["nx2"]), n("Concat", ["nx2", "x1"], ["r"], axis=-1),
+             n("Mul", ["x", "cs"], ["c"]), n("Mul", ["r", "ss"], ["s"]), n("Add", ["c", "s"], ["y"])]
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"i2": np.array(2, np.int64), "zero": np.array(0, np.int64), "one": np.array(1, np.int64),
+             "inv_freq": (1.0 / 10000 ** (np.arange(0, D, 2) / D)).astype(np.float32),
+             "ax0": i64(0), "ax1": i64(1), "cut": i64(cut_axis), "ih": i64(D // 2), "last": i64(-1),
+             "big": i64(2 ** 62), "sfix": i64(S - 1)}
+    shape = ["batch", H, "seq", D]
+    return h.make_model(nodes, [h.vi("x", shape)], [h.vi("y", shape)], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rotary_with_row_tables_cut_to_the_sequence_is_fused(h, target):
+    """ESM through Optimum (hold-out 4): RoPE 0/4 before (no rule took [S, D] tables lifted by two
+    Unsqueezes and cut by a Slice); rotary-rotate-half-row-tables makes it one RotaryEmbedding whose
+    caches are cos/sin of f's rows, for any batch and sequence length."""
+    model = _row_table_rotary(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert counts["RotaryEmbedding"] == 1 and "Neg" not in counts, counts
+    assert h.fired(out)["rotary-rotate-half-row-tables"] >= 1
+    for batch, seq in ((B, S), (1, 3), (3, 1)):
+        h.assert_close(model, out, {"x": h.rng.standard_normal((batch, H, seq, D)).astype(np.float32)})
+
+
+def test_rotary_row_tables_near_misses(h):
+    """Tables cut along another axis than their rows, or cos and sin cut differently, are refused
+    with the reason (the RoPE stays plain ops)."""
+    model = _row_table_rotary(h, cut_axis=3)
+    reasons = h.reasons(model, "ort", "rotary-rotate-half-row-tables")
+    assert any("only be cut along their rows" in r for r in reasons), reasons
+    assert "RotaryEmbedding" not in h.ops(h.fuse(model, "ort"))
+    model = _row_table_rotary(h, sin_end="sfix")
+    reasons = h.reasons(model, "ort", "rotary-rotate-half-row-tables")
+    assert any("must be cut alike" in r for r in reasons), reasons
+
