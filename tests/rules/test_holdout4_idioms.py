@@ -61,3 +61,62 @@ def test_rotary_row_tables_near_misses(h):
     reasons = h.reasons(model, "ort", "rotary-rotate-half-row-tables")
     assert any("must be cut alike" in r for r in reasons), reasons
 
+
+N, NW, WT = 4, 2, 2  # window tokens, windows per image, window batch = images * NW
+
+
+def _shifted_window_attention(h, wide=False):
+    """Swin's shifted-window attention as transformers 4.x writes it: scores [B*nW, H, N, N] scaled,
+    plus the relative-position bias [1, H, N, N], viewed [B, nW, H, N, N] (B = the window batch over
+    mask.shape[0], both read from shapes at run time), plus the mask [1, nW, 1, N, N], viewed back
+    to [-1, H, N, N], softmax, times V. wide: the mask gets one more leading axis (rank 6)."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Div", ["sc", "root"], ["sd"]), n("Add", ["sd", "rel"], ["sb"]),
+             n("Shape", ["q"], ["qs"], start=0, end=1),
+             n("Shape", ["mask"], ["ms"], start=0, end=1), n("Div", ["qs", "ms"], ["nb"]),
+             n("Concat", ["nb", "ms", "tail3"], ["view5"], axis=0), n("Reshape", ["sb", "view5"], ["v5"]),
+             n("Unsqueeze", ["mask", "ax1"], ["m1"]), n("Unsqueeze", ["m1", "ax0"], ["m0"])]
+    if wide:
+        nodes += [n("Unsqueeze", ["m0", "ax0"], ["m00"]), n("Add", ["v5", "m00"], ["a5"])]
+    else:
+        nodes += [n("Add", ["v5", "m0"], ["a5"])]
+    nodes += [n("Reshape", ["a5", "back"], ["s4"]), n("Softmax", ["s4"], ["p"], axis=-1),
+              n("MatMul", ["p", "v"], ["o"])]
+    inputs = [h.vi(name, ["wb", H, N, D]) for name in ("q", "k", "v")] + [h.vi("mask", ["nw", N, N])]
+    inits = {"root": np.array(D ** 0.5, np.float32), "rel": h.rng.standard_normal((1, H, N, N)).astype(np.float32),
+             "tail3": np.array([H, N, N], np.int64), "back": np.array([-1, H, N, N], np.int64),
+             "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64)}
+    return h.make_model(nodes, inputs, [h.vi("o", [None, H, N, D])], inits)
+
+
+def _window_feeds(h, images):
+    r = h.rng
+    feeds = {name: r.standard_normal((images * NW, H, N, D)).astype(np.float32) for name in ("q", "k", "v")}
+    feeds["mask"] = np.where(r.random((NW, N, N)) < 0.3, -100.0, 0.0).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_score_terms_in_a_view_that_splits_the_batch_are_fused(h, target):
+    """Swin through Optimum (hold-out 4): attention 3/4 before (the shifted-window block's mask is
+    added with the window batch split into [images, windows]); scores-bias-in-view now takes any
+    view (its shape reused on zeros of the scores' shape), and the scale and a bias before it."""
+    model = _shifted_window_attention(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert "Softmax" not in counts and h.fired(out)["scores-bias-in-view"] >= 1, counts
+    for images in (1, 3):
+        h.assert_close(model, out, _window_feeds(h, images))
+
+
+def test_score_view_term_that_widens_is_refused(h):
+    """A term of higher rank than the view (the mask unsqueezed once more: the view back then folds
+    the new axis into the batch) is refused with the reason; the softmax stays."""
+    model = _shifted_window_attention(h, wide=True)
+    reasons = h.reasons(model, "ort", "scores-bias-in-view")
+    assert any("must not widen the view" in r for r in reasons), reasons
+    out = h.fuse(model, "ort")
+    assert "Softmax" in h.ops(out)
+    h.assert_close(model, out, _window_feeds(h, 1))
+
