@@ -120,3 +120,46 @@ def test_score_view_term_that_widens_is_refused(h):
     assert "Softmax" in h.ops(out)
     h.assert_close(model, out, _window_feeds(h, 1))
 
+
+def _scaled_after_mask(h, op="Div", axis=-1):
+    """CodeGen's attention as transformers 4.57 writes it: softmax((q @ k^T + mask) / scale) @ v, the
+    mask a [B, 1, S, T] additive bias (0 kept, finfo.min masked)."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Add", ["sc", "mask"], ["sm"]), n(op, ["sm", "scale"], ["sd"]),
+             n("Softmax", ["sd"], ["p"], axis=axis), n("MatMul", ["p", "v"], ["o"])]
+    inputs = [h.vi(name, ["batch", H, "seq", D]) for name in ("q", "k", "v")] + [h.vi("mask", ["batch", 1, "seq", "seq"])]
+    value = D ** 0.5 if op == "Div" else D ** -0.5
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, "seq", D])], {"scale": np.array(value, np.float32)})
+
+
+def _causal_feeds(h, batch=B, seq=S):
+    r = h.rng
+    feeds = {name: r.standard_normal((batch, H, seq, D)).astype(np.float32) for name in ("q", "k", "v")}
+    causal = np.triu(np.full((seq, seq), np.finfo(np.float32).min, np.float32), 1)
+    feeds["mask"] = np.broadcast_to(causal, (batch, 1, seq, seq)).copy()
+    return feeds
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("op", ["Div", "Mul"])
+def test_scores_scaled_after_the_mask_are_fused(h, target, op):
+    """CodeGen through Optimum (hold-out 4): attention 0/2 before (the scale divides scores + mask);
+    attention-scale-after-mask scales the mask with the scores, the attention rules take the rest."""
+    model = _scaled_after_mask(h, op)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert "Softmax" not in counts and h.fired(out)["attention-scale-after-mask"] >= 1, counts
+    h.assert_close(model, out, _causal_feeds(h))
+
+
+def test_scale_after_mask_near_misses(h):
+    """A softmax over another axis than the keys is refused with the reason; a (x + b) / c without a
+    softmax (a GELU's x / sqrt(2)) is never a candidate."""
+    reasons = h.reasons(_scaled_after_mask(h, axis=2), "ort", "attention-scale-after-mask")
+    assert any("over the keys" in r for r in reasons), reasons
+    n = h.node
+    nodes = [n("MatMul", ["x", "w"], ["xw"]), n("Add", ["xw", "b"], ["xb"]), n("Div", ["xb", "c"], ["y"])]
+    inits = {"w": np.ones((D, D), np.float32), "b": np.ones(D, np.float32), "c": np.array(1.4142135, np.float32)}
+    model = h.make_model(nodes, [h.vi("x", ["batch", D])], [h.vi("y", ["batch", D])], inits)
+    assert not h.fired(h.fuse(model, "ort"))["attention-scale-after-mask"]
