@@ -645,15 +645,18 @@ def failure_summary(result: Mapping[str, Any]) -> str:
 _PAGED_BLOCK = 4   # not a divisor of the default past + new length: a sequence spans a partial block
 FP8_NOTE = ("fp8 KV pools: the original runs on its past rounded to e4m3 (per kv head scales); "
             "the op's rounding of the new tokens' K/V adds to each output's bound (the first "
-            "layer's presents: 2^-4 relative, the rest 0.1 plus 0.1 x the output's magnitude)")
+            "layer's presents: 2^-4 relative, the rest 0.1 plus 0.1 x the output's magnitude); "
+            "each fp8 attention's output is checked against the exact attention of its own inputs "
+            "within what e4m3's rounding of its new tokens allows ('attention ... (fp8 pools)' rows)")
 
 
 def _run_paged(ref_sess, opt_sess, ref: "_Side", opt: "_Side", names: list[str], ref_out: list,
-               feeds: dict, seed: int) -> tuple[list[tuple], bool, dict]:
+               feeds: dict, seed: int) -> tuple[list[tuple], bool, dict, list]:
     """Run the paged-KV rewrite on the original's feeds turned into pool feeds
     (targets/paged_kv_feeds.py, the fuzzer's harness too); pair its outputs with the original's,
     present.* read back out of the pools. On fp8 pools the original reruns on its past rounded
-    to e4m3, as the pools hold it. Returns (pairs, fp8, {present output: its fp8 pool's scales})."""
+    to e4m3, as the pools hold it. Returns (pairs, fp8, {present output: its fp8 pool's scales},
+    the fp8 attention checks: _fp8_attention)."""
     from onnx_fuse.targets import paged_kv_feeds as pk
 
     total = pk.total_length(opt.skeleton, ref_out, feeds)
@@ -665,7 +668,34 @@ def _run_paged(ref_sess, opt_sess, ref: "_Side", opt: "_Side", names: list[str],
     paired = pk.paired_outputs(ref.skeleton, opt.skeleton, ref_out, got, run_feeds, total)
     if isinstance(paired, str):
         raise _PagedMismatch(paired)
-    return list(zip(*paired)), pk.is_fp8(opt.skeleton), pk.pool_scales(ref.skeleton, opt.skeleton, run_feeds)
+    fp8 = pk.is_fp8(opt.skeleton)
+    checks = _fp8_attention(opt, run_feeds) if fp8 else []
+    return list(zip(*paired)), fp8, pk.pool_scales(ref.skeleton, opt.skeleton, run_feeds), checks
+
+
+def _fp8_attention(opt: "_Side", run_feeds: dict) -> list["OutputDiff"] | str:
+    """Each PagedAttention on fp8 pools against the exact attention of its own inputs, within
+    what the op's e4m3 rounding of its new tokens allows (targets/fp8_attention_check.py): one
+    OutputDiff each, or why it was not run (a model past the inline limit is not copied)."""
+    from onnx_fuse.targets import fp8_attention_check as fc
+    from onnx_fuse.targets import paged_kv_feeds as pk
+
+    proto = opt.proto
+    if proto is None and opt.ir is not None and _weights_bytes(opt.ir) <= _INLINE_LIMIT:
+        proto = ir.serde.serialize_model(opt.ir)
+    if proto is None:
+        return "the fp8 attention check needs the model in memory (over 256 MB of weights: skipped)"
+    probe, entries = fc.probe_model(proto)
+    try:
+        got = pk.run_paged(make_session(probe, ort_optimizations=False), probe, run_feeds)
+    except Exception as exc:  # the model itself ran: the copy with the extra outputs is ours
+        return f"the fp8 attention check could not run its copy of the model ({_first_line(exc)})"
+    out = []
+    for e in entries:   # (emulate_bf16's float32 values reach the op as probed: float32's roundoff)
+        r = fc.check_attention(e, got, run_feeds, probe)
+        out.append(OutputDiff(r.name, r.max_abs, r.max_rel, r.mean_abs, r.passed,
+                              f"{r.ratio:.3g} x the bound of e4m3's rounding of its new tokens"))
+    return out
 
 
 class _PagedMismatch(Exception):
@@ -843,10 +873,11 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
                             f"inputs ({_first_line(exc)}); give inputs with --inputs FILE.npz or dims "
                             "with --shape") from None
         suffix = f" [{label}]" if label else ""
-        fp8, scales = False, {}
+        fp8, scales, checks = False, {}, []
         try:
             if paged:
-                pairs, fp8, scales = _run_paged(ref_sess, opt_sess, ref, opt, names, ref_out, feeds, seed)
+                pairs, fp8, scales, checks = _run_paged(ref_sess, opt_sess, ref, opt, names, ref_out, feeds,
+                                                        seed)
             else:
                 pairs = list(zip(names, ref_out, opt_sess.run(names, feeds)))
         except _PagedMismatch as exc:
@@ -869,6 +900,10 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
                                   else fp8_tolerance(r, (d_atol, d_rtol)))
             diffs.append(compare_arrays(name + suffix, r, g, d_atol if atol is None else atol,
                                         d_rtol if rtol is None else rtol))
+        if isinstance(checks, str):
+            notes.append(checks)
+        else:   # after the case's outputs: each fp8 attention against its own inputs
+            diffs += [dataclasses.replace(d, name=d.name + suffix) for d in checks]
     result["outputs"] = [dataclasses.asdict(d) for d in diffs]
     if not diffs:
         result["skipped"] = "the model has no outputs to compare"

@@ -281,7 +281,10 @@ def _check_paged(original, optimized, feeds, ref_out, fp8: bool, loosest, bf16: 
         return "signature", "paged: " + paired
     if fp8:   # e4m3's bound on top of the one without fp8 pools (--precision's included)
         bases = {name: base_tolerance(name, r, loosest) for name, r in zip(paired[0], paired[1])}
-        return fuzz_paged.compare_fp8(*paired, bases, pk.pool_scales(original, optimized, run_feeds))
+        cls, detail = fuzz_paged.compare_fp8(*paired, bases, pk.pool_scales(original, optimized, run_feeds))
+        if cls == "ok":   # each fp8 attention against the exact one of its own inputs (verify's)
+            cls, detail = fuzz_paged.check_fp8_attention(optimized, run_feeds, bf16)
+        return cls, detail
     cls, detail = compare(*paired, loosest)
     return cls, ("paged: " + detail if detail else "")
 

@@ -47,3 +47,21 @@ def compare_fp8(names, ref, got, bases: dict | None = None, scales: dict | None 
         if err.size and not np.all(err <= atol + rtol * np.abs(r64[ok])):
             return "wrong", f"output {name!r}: max abs diff {float(err.max()):.3g} (atol {atol:.3g}, fp8 pools)"
     return "ok", ""
+
+
+def check_fp8_attention(optimized: onnx.ModelProto, run_feeds: dict, bf16: bool = False) -> tuple[str, str]:
+    """verify's fp8 attention check (onnx_fuse.targets.fp8_attention_check): each PagedAttention
+    on fp8 pools within what e4m3's rounding of its new tokens allows; ``wrong`` past it. ``bf16``:
+    the model runs through emulate_bf16 (float32 math on bf16-rounded values)."""
+    from onnx_fuse.passes.precision import emulate_bf16
+    from onnx_fuse.targets import fp8_attention_check as fc
+    from onnx_fuse.targets.paged_kv_feeds import run_paged
+    from onnx_fuse.verify import make_session
+
+    probe, entries = fc.probe_model(emulate_bf16(optimized) if bf16 else optimized)
+    got = run_paged(make_session(probe, threads=1, ort_optimizations=False), probe, run_feeds)
+    for e in entries:
+        r = fc.check_attention(e, got, run_feeds, probe)   # emulate_bf16's values reach the op as probed
+        if not r.passed:
+            return "wrong", f"{r.name}: max abs diff {r.max_abs:.3g}, {r.ratio:.3g} x e4m3's bound (fp8 pools)"
+    return "ok", ""

@@ -409,3 +409,26 @@ def test_fp8_comparison_adds_e4m3_to_the_base_bound():
     assert fuzz_paged.compare_fp8(["present.0.key"], [ref], [got], None, scales)[0] == "wrong"
     assert fd.base_tolerance("y", np.array([-3.0, 1.0], np.float32)) == pytest.approx((3e-4, 1e-3))
     assert fd.base_tolerance("y", np.array([0.5], np.float32), {"y": np.dtype(np.float16)}) == (1e-2, 2e-2)
+
+
+def test_fp8_run_checks_each_attention_against_its_own_inputs():
+    """A later layer's V scale 5 % off passes the output bounds (0.1 relative + 0.1 x the
+    magnitude past the first layer's presents); the fuzzer now runs verify's fp8 attention
+    check too, which fails it."""
+    import onnx_fuse
+    from onnx import helper as oh
+    from onnx import numpy_helper
+
+    case = make_decoder_case(77, **{**PAGEABLE, "layers": 2})
+    names = [o.name for o in case.model.graph.output]
+    ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    assert fd._check_paged(case.model, opt, case.feeds, ref, True, None) == ("ok", "")
+    node = [n for n in opt.graph.node if n.op_type == "PagedAttention"][1]
+    opt.graph.initializer.append(numpy_helper.from_array(np.array(1.05, np.float32), "planted"))
+    nodes = [oh.make_node("Mul", [node.input[8], "planted"], ["planted_v_scale"]), *opt.graph.node]
+    node.input[8] = "planted_v_scale"
+    del opt.graph.node[:]
+    opt.graph.node.extend(nodes)
+    cls, detail = fd._check_paged(case.model, opt, case.feeds, ref, True, None)
+    assert cls == "wrong" and "attention" in detail and "e4m3's bound" in detail, detail
