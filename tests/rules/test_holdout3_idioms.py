@@ -231,6 +231,23 @@ def test_value_halves_kept_where_the_plugin_cannot_take_them(h, case):
     h.assert_close(model, out, feeds)
 
 
+@pytest.mark.parametrize("sizes", [(4, 4), (2, 6)])
+def test_split_of_concat(h, sizes):
+    """split-of-concat (trt -O4): Split(Concat(a, b)) at the Concat's seam gives a and b back; a Split
+    elsewhere is refused with the reason. Numbers against ORT."""
+    n = h.node
+    nodes = [n("Concat", ["a", "b"], ["c"], axis=-1), n("Split", ["c", "sizes"], ["y1", "y2"], axis=-1),
+             n("Mul", ["y1", "two"], ["z1"]), n("Mul", ["y2", "two"], ["z2"])]
+    model = h.make_model(nodes, [h.vi("a", [B, 4]), h.vi("b", [B, 4])], [h.vi("z1", [B, sizes[0]]), h.vi("z2", [B, sizes[1]])],
+                         {"sizes": np.array(sizes, np.int64), "two": np.array(2.0, np.float32)})
+    out = h.fuse(model, "trt", level=4)
+    seam = sizes == (4, 4)
+    assert ("Split" in h.ops(out)) != seam, h.ops(out)
+    if not seam:
+        assert any("cut at the Concat's seam" in r for r in h.reasons(model, "trt", "split-of-concat"))
+    h.assert_close(model, out, {x: h.rng.standard_normal((B, 4)).astype(np.float32) for x in "ab"})
+
+
 def test_value_split_near_miss(h):
     """v head size 3D (V three heads wide) is not split: one attention, numbers unchanged."""
     import onnx_fuse
