@@ -469,6 +469,10 @@ HOLDOUT4 = {arch: dict(spec, styles=("optimum",), optimum_task=OPTIMUM4_TASKS.ge
             for arch, spec in {**HOLDOUT, **HOLDOUT2, **HOLDOUT3}.items() if arch in OPTIMUM4}
 # transformers 4.57's CodeGen splits the fused qkv into mp_num = 4 blocks of n_head / 4 heads: 4 heads of 16
 HOLDOUT4["codegen"] = dict(HOLDOUT4["codegen"], config=dict(HOLDOUT["codegen"]["config"], n_head=4, n_embd=2 * HIDDEN))
+# transformers 4.57's Moonshine maps num_hidden_layers / num_attention_heads to the encoder only (5.x: the
+# decoder); without its decoder_* keys the decoder would keep the defaults (6 layers of 8 heads)
+HOLDOUT4["moonshine_decoder"] = dict(HOLDOUT4["moonshine_decoder"], config=dict(
+    HOLDOUT3["moonshine_decoder"]["config"], decoder_num_hidden_layers=LAYERS, decoder_num_attention_heads=2))
 HOLDOUT_SETS = {1: HOLDOUT, 2: HOLDOUT2, 3: HOLDOUT3, 4: HOLDOUT4}  # --holdout N
 
 
