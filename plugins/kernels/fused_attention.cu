@@ -1105,7 +1105,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 
   extern __shared__ unsigned char fa_smem[];
   // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
-  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)];
+  // MCAST: V on barriers of its own (V full[ST], V empty[ST]); full / empty then hold K's
+  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + ((OPT & kWsMcast) ? 2 * ST : 0)];
   __shared__ float ws_pin[(OPT & kWsPinSoftmax) ? 256 : 1];  // kWsPinSoftmax: a slot per consumer thread
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
@@ -1115,6 +1116,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const uint32_t empty0 = smem_u32(&ws_bars[1 + ST]);
   const uint32_t vtail = smem_u32(&ws_bars[1 + 2 * ST]);
   const uint32_t qempty = smem_u32(&ws_bars[1 + 2 * ST + (PERSIST ? 1 : 0)]);  // persistent only
+  const uint32_t fullv0 = MCAST ? smem_u32(&ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)]) : 0u;  // MCAST only
+  const uint32_t emptyv0 = fullv0 + 8 * ST;
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
@@ -1175,6 +1178,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     for (int s = 0; s < ST; ++s) {
       mbar_init(full0 + 8 * s, FULL_ARRIVALS);
       mbar_init(empty0 + 8 * s, MCAST ? 16 : 256);  // MCAST: a consumer warp of either CTA each
+      if constexpr (MCAST) {
+        mbar_init(fullv0 + 8 * s, 1);
+        mbar_init(emptyv0 + 8 * s, 16);
+      }
     }
     mbar_init(vtail, 1);
     if constexpr (PERSIST) mbar_init(qempty, 256);
@@ -1300,19 +1307,24 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
           // the warp zeroes those rows before the stage is published. K needs nothing (S is masked).
           const bool tail = j == n_tiles - 1 && n0 + BN > KL && KL < rw.s_len;
           if constexpr (MCAST) {  // this CTA's box of K and of V, to both CTAs (no tail: launcher)
-            if (lane == 0) {
+            if (lane == 0) {  // K on full / empty, V on its own pair: K is freed one S earlier
+              const uint32_t fullv = fullv0 + 8 * (c % ST);
+              const uint32_t rank = wg::cluster_rank();
               if (c >= ST) mbar_wait_parity(empty0 + 8 * (c % ST), ((c / ST) - 1) & 1);
-              mbar_arrive_expect_tx(full, 2 * TILE);  // both boxes of K and of V land here
+              mbar_arrive_expect_tx(full, TILE);  // both boxes of K land here
               if (j < mc_shared) {
-                const uint32_t rank = wg::cluster_rank();
                 wg::tma_load_4d_mc(dk + rank * BN * 128, rw.tk, (int)rank * 64, rw.hkv, n0, rw.b, full, 3);
-                wg::tma_load_4d_mc(dv + rank * BN * 128, rw.tv, (int)rank * 64, rw.hkv, n0, rw.b, full, 3);
               } else {  // causal: the longer CTA's last tile, both boxes here only
 #pragma unroll
-                for (int cb = 0; cb < NB; ++cb) {
-                  wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0, rw.b, full);
-                  wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0, rw.b, full);
-                }
+                for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0, rw.b, full);
+              }
+              if (c >= ST) mbar_wait_parity(emptyv0 + 8 * (c % ST), ((c / ST) - 1) & 1);
+              mbar_arrive_expect_tx(fullv, TILE);
+              if (j < mc_shared) {
+                wg::tma_load_4d_mc(dv + rank * BN * 128, rw.tv, (int)rank * 64, rw.hkv, n0, rw.b, fullv, 3);
+              } else {
+#pragma unroll
+                for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0, rw.b, fullv);
               }
             }
             continue;
@@ -1343,8 +1355,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       }
       if constexpr (MCAST) {  // stay until both CTAs' consumers have released every shared stage
         if (lane == 0)
-          for (int c = max(0, mc_shared - ST); c < mc_shared; ++c)
+          for (int c = max(0, mc_shared - ST); c < mc_shared; ++c) {
             mbar_wait_parity(empty0 + 8 * (c % ST), (c / ST) & 1);
+            mbar_wait_parity(emptyv0 + 8 * (c % ST), (c / ST) & 1);
+          }
       }
       return;
     }
@@ -1512,6 +1526,21 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
   };
 
+  // Tile j's stage is free again: every consumer thread here; MCAST: one arrival per warp on both
+  // CTAs' barriers for a shared tile, none for the longer CTA's own last tile (nothing waits on it).
+  // MCAST: K's stage (release(empty0, j)) after its S, V's (release(emptyv0, j)) after its P V.
+  auto release = [&](uint32_t base, int j) {
+    const uint32_t bar = base + 8 * ((kv_base + j) % ST);
+    if constexpr (MCAST) {
+      __syncwarp();
+      if (lane == 0 && j < mc_shared) {
+        wg::mbar_arrive_rank(bar, 0);
+        wg::mbar_arrive_rank(bar, 1);
+      }
+    } else {
+      wg::mbar_arrive(bar);
+    }
+  };
   mbar_wait_parity(qbar, it & 1);
   mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
   {
@@ -1522,6 +1551,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::bar_arrive(other_bar, 256);
     wg::wait0();
     wg::fence_acc(s0);
+    if constexpr (MCAST) release(empty0, 0);  // K of the first tile is read
     // PERSIST: "Q empty" as soon as this warpgroup's last S = Q K^T is done (here with one key tile,
     // else in the loop below), so the next tile's Q loads under this one's last softmax and P V
     if constexpr (PERSIST) {
@@ -1543,20 +1573,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
     wg::commit();
   };
-  // Tile j's stage is free again: every consumer thread here; MCAST: one arrival per warp on both
-  // CTAs' barriers for a shared tile, none for the longer CTA's own last tile (nothing waits on it).
-  auto release = [&](int j) {
-    const uint32_t bar = empty0 + 8 * ((kv_base + j) % ST);
-    if constexpr (MCAST) {
-      __syncwarp();
-      if (lane == 0 && j < mc_shared) {
-        wg::mbar_arrive_rank(bar, 0);
-        wg::mbar_arrive_rank(bar, 1);
-      }
-    } else {
-      wg::mbar_arrive(bar);
-    }
-  };
   auto pv_done = [&]() {  // after wait0: acc is final, pa may be rewritten
     wg::fence_acc(acc);
 #pragma unroll
@@ -1575,11 +1591,13 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::bar_sync(my_bar, 256);
     issue_s(s_nxt, j + 1);
     wg::commit();
+    if constexpr (MCAST) mbar_wait_parity(fullv0 + 8 * ((c - 1) % ST), ((c - 1) / ST) & 1);
     pv(j);
     wg::bar_arrive(other_bar, 256);
     float alpha[2];
     wg::wait1();
     wg::fence_acc(s_nxt);
+    if constexpr (MCAST) release(empty0, j + 1);  // K of tile j + 1 is read
     if constexpr (PERSIST) {
       if (j + 2 == n_tiles) wg::mbar_arrive(qempty);  // S of the last key tile is done
     }
@@ -1589,17 +1607,18 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
                    : "memory");
     wg::wait0();
     pv_done();
-    release(j);
+    release(MCAST ? emptyv0 : empty0, j);
     finish(s_nxt, alpha);
   }
   {
     const int j = n_tiles - 1;
     wg::bar_sync(my_bar, 256);
+    if constexpr (MCAST) mbar_wait_parity(fullv0 + 8 * ((kv_base + j) % ST), ((kv_base + j) / ST) & 1);
     pv(j);
     if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
     wg::wait0();
     pv_done();
-    release(j);
+    release(MCAST ? emptyv0 : empty0, j);
   }
 
   // kWsSmemEpilogue stages through this warpgroup's Q rows; with PERSIST only on the CTA's last
