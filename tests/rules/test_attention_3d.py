@@ -106,6 +106,54 @@ def test_batched_heads_where_with_a_finite_fill_does_not_fuse(h):
     assert any("must put (nearly) -inf" in r for r in h.reasons(model, "ort", "attention-batched-heads"))
 
 
+def _bloom_438_block(h, *, kperm=(0, 2, 3, 1)):
+    """BLOOM as transformers 4.38 wrote it: q, k, v [B,S,H,D] from the fused projection; q and v
+    transposed to [B,H,S,D] and viewed [B*H,S,D]; K^T as k.permute(0, 2, 3, 1).reshape(B*H, D, T)."""
+    n = h.node
+    nodes = [
+        n("Shape", ["q"], ["qs"]), n("Slice", ["qs", "i0", "i1"], ["bb"]), n("Slice", ["qs", "i1", "i2"], ["ss"]),
+        n("Mul", ["bb", "hh"], ["bh"]),
+        n("Transpose", ["q"], ["q4"], perm=[0, 2, 1, 3]), n("Transpose", ["v"], ["v4"], perm=[0, 2, 1, 3]),
+        n("Transpose", ["k"], ["kp"], perm=list(kperm)),
+        n("Concat", ["bh", "m1", "dd"], ["t3d"], axis=0), n("Concat", ["bh", "dd", "m1"], ["tk"], axis=0),
+        n("Reshape", ["q4", "t3d"], ["q3"]), n("Reshape", ["v4", "t3d"], ["v3"]), n("Reshape", ["kp", "tk"], ["kd"]),
+        n("MatMul", ["q3", "kd"], ["sc"]), n("Mul", ["sc", "scale"], ["ss3"]), n("Add", ["ss3", "bias"], ["sb"]),
+        n("Concat", ["bb", "hh", "ss", "m1"], ["t4"], axis=0), n("Reshape", ["sb", "t4"], ["s4"]),
+        n("Add", ["s4", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1),
+        n("Concat", ["bh", "ss", "m1"], ["tp"], axis=0), n("Reshape", ["p", "tp"], ["p3"]),
+        n("MatMul", ["p3", "v3"], ["o3"]), n("Concat", ["bb", "hh", "ss", "dd"], ["to"], axis=0),
+        n("Reshape", ["o3", "to"], ["y"]),
+    ]
+    inits = {"i0": np.array([0], np.int64), "i1": np.array([1], np.int64), "i2": np.array([2], np.int64),
+             "hh": np.array([H], np.int64), "m1": np.array([-1], np.int64), "dd": np.array([D], np.int64),
+             "scale": np.array(D ** -0.5, np.float32)}
+    inputs = [h.vi(x, ["b", "s", H, D]) for x in ("q", "k", "v")]
+    inputs += [h.vi("bias", ["bh", 1, "s"]), h.vi("mask", ["b", 1, "s", "s"])]
+    return h.make_model(nodes, inputs, [h.vi("y", ["b", H, "s", D])], inits, opset=18)
+
+
+def _bloom_438_feeds(h):
+    feeds = _feeds(h)
+    return {**{x: h.rng.standard_normal((B, S, H, D)).astype(np.float32) for x in ("q", "k", "v")},
+            "bias": feeds["bias"], "mask": feeds["mask"]}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_bmm_key_as_a_view_of_the_transposed_key_fuses(h, target):
+    model = _bloom_438_block(h)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 1 and "Softmax" not in ops and "MatMul" not in ops, ops
+    h.assert_close(model, out, _bloom_438_feeds(h))
+
+
+def test_bmm_key_view_of_other_axes_does_not_fuse(h):
+    # [B,D,H,T] merged as [B*D, H, T]: not K^T of heads (H and D swapped); the view is refused
+    model = _bloom_438_block(h, kperm=(0, 3, 2, 1))
+    assert "Softmax" in h.ops(h.fuse(model, "ort"))
+    assert any("must merge [B,H,D,T]" in r for r in h.reasons(model, "ort", "bmm-key-view"))
+
+
 def test_escaping_3d_scores_do_not_fuse(h):
     model = _block(h, escape_scores=True)
     for target in ("ort", "onnx"):
