@@ -83,7 +83,7 @@ def _probed_length(ctx: Any, node: ir.Node, past: ir.Value) -> int:
             raise EvalFailure(f"the Slice of {past.name!r}: its bounds are not computed from shapes "
                               f"alone ({exc})") from None
     consts = sorted({c for cone in cones if cone for c in mp._int_constants(cone[0])})
-    far = max(mp._MIN_PAST, max([c for c in consts if c > 1], default=0) + 2)
+    far = mp._far_length(consts)
 
     def kept_at(p: int) -> tuple[int, int]:
         vals = []
@@ -103,7 +103,7 @@ def _probed_length(ctx: Any, node: ir.Node, past: ir.Value) -> int:
     n = end - start
     if end != far or n < 1:
         raise EvalFailure(f"the Slice of {past.name!r} keeps positions {start}..{end - 1} of {far}, not its last ones")
-    for p in sorted({n, n + 1, n + 2} | {c + d for c in consts for d in (-1, 0, 1) if n <= c + d < far}):
+    for p in mp._boundary_lengths(consts, n, far):
         if kept_at(p) != (p - n, p):
             s, e = kept_at(p)
             raise EvalFailure(f"the Slice of {past.name!r} keeps its last {n} positions of {far} but "

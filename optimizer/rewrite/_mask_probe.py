@@ -372,6 +372,18 @@ def _band_starts(arr: np.ndarray, p: int, s: int) -> list[int]:
     return starts
 
 
+def _far_length(consts: list[int], *least: int) -> int:
+    """A length past every integer constant of a cone (and at least _MIN_PAST and ``least``):
+    there no comparison of a length with a constant flips any more."""
+    return max(_MIN_PAST, max([c for c in consts if c > 1], default=0) + 2, *least)
+
+
+def _boundary_lengths(consts: list[int], low: int, far: int) -> list[int]:
+    """The lengths from ``low`` to probe below ``far``: low, low + 1, low + 2 and each constant
+    of the cone plus -1, 0, 1 (where a comparison with it can flip), sorted."""
+    return sorted({low, low + 1, low + 2} | {c + d for c in consts for d in (-1, 0, 1) if low <= c + d < far})
+
+
 def _int_constants(cone: list[ir.Node]) -> list[int]:
     """Integral values among the small constants the cone reads, of any numeric dtype (a window
     may be compared in float positions too), a negative integer-typed one as its magnitude (a
@@ -441,7 +453,7 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         raise EvalFailure(f"the mask reads {without.name!r}, which the probe cannot vary")
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     consts = _int_constants(cone)
-    far = max(_MIN_PAST, max([c for c in consts if c > 1], default=0) + 2)
+    far = _far_length(consts)
     sd = q.shape.dims[-2]
     pd = past.shape.dims[2] if past is not None else 0
 
@@ -557,9 +569,9 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     cone, as_const = ([], set()) if const is not None else _cone(mask)
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     consts = _int_constants(cone)
-    far = max(_MIN_PAST, max([c for c in consts if c > 1], default=0) + 2, n + 2)
+    far = _far_length(consts, n + 2)
     sd = q.shape.dims[2]
-    lengths = sorted({n, n + 1, n + 2, far} | {c + d for c in consts for d in (-1, 0, 1) if n <= c + d < far})
+    lengths = sorted({*_boundary_lengths(consts, n, far), far})
     if len(lengths) > _MAX_BOUNDARY_PROBES:
         raise EvalFailure(f"the mask's cone has too many constants to probe every boundary ({len(lengths)} lengths)")
     # the keys before the crop are gone, so a row keeping crop keys lo..n+i sees exactly the last

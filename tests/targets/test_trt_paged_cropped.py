@@ -50,6 +50,24 @@ def _layers(model) -> int:
     return sum(i.name.startswith("past_key_values.") for i in model.graph.input) // 2
 
 
+def _paged(model, rule, windows: list[int]):
+    """``model`` at trt -O4 with ``rule``: paged with these windows, verified; the result."""
+    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[rule], verify=True)
+    assert _windows(result.model) == windows, result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+    return result
+
+
+def _refused(model, rule, reason: str) -> None:
+    """``model`` at trt -O4 with ``rule``: not paged, the first refusal naming ``reason``, and the
+    contiguous model verified."""
+    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[rule], verify=True)
+    assert _windows(result.model) == []
+    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
+    assert notes and reason in notes[0], result.report.warnings
+    assert result.report.status == "PASSED", result.report.status_reason
+
+
 @pytest.fixture(scope="module", params=[("mistral__kv__trained", [4, 4]), ("gpt_oss__kv__trained", [4, 0]),
                                         (TORCHSCRIPT, [4])], ids=["mistral", "gpt_oss", "mistral_torchscript"])
 def paged(request, any_head_rule):
@@ -126,11 +144,7 @@ def test_a_present_cropped_other_than_the_past_is_refused(any_head_rule):
     for o in model.graph.output:
         if o.name == "present.0.key":
             o.type.tensor_type.shape.dim[2].dim_value = 2
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
-    assert _windows(result.model) == []
-    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
-    assert notes and "not its last 3 positions" in notes[0], result.report.warnings
-    assert result.report.status == "PASSED", result.report.status_reason
+    _refused(model, any_head_rule, "not its last 3 positions")
 
 
 def _crop_mask_graph(band: int | None, kept: int = KEPT, seq: int | str = "sequence") -> ir.Graph:
@@ -214,9 +228,7 @@ def test_a_decode_graph_over_a_cropped_cache_is_paged(any_head_rule):
     dim = model.graph.input[0].type.tensor_type.shape.dim[1]
     dim.Clear()
     dim.dim_value = 1
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
-    assert _windows(result.model) == [4, 4], result.report.warnings
-    assert result.report.status == "PASSED", result.report.status_reason
+    result = _paged(model, any_head_rule, [4, 4])
     _compare(model, result.model, (3, 6, 11), 1, 4, seed=3)
 
 
@@ -231,11 +243,7 @@ def test_torchscript_band_narrower_than_its_crop_is_refused(any_head_rule):
     const = made[band[0].input[1]]
     assert int(numpy_helper.to_array(const.attribute[0].t)) == 4
     const.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(2, np.int64)))
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
-    assert _windows(result.model) == []
-    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
-    assert notes and "keeps the last 3 tokens but the mask's window is 2, not 4" in notes[0], result.report.warnings
-    assert result.report.status == "PASSED", result.report.status_reason
+    _refused(model, any_head_rule, "keeps the last 3 tokens but the mask's window is 2, not 4")
 
 
 def _computed_crop(op: str, operand: int) -> onnx.ModelProto:
@@ -262,20 +270,14 @@ def test_a_crop_start_computed_from_the_past_length_is_probed(any_head_rule):
     """Slice(past, Shape(past)[2] - 3): the last 3 at every past length, proven on values
     (crop_length), so paged like the constant crop, verified, ragged batches vs the original."""
     model = _computed_crop("Sub", KEPT)
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
-    assert _windows(result.model) == [4, 4], result.report.warnings
-    assert result.report.status == "PASSED", result.report.status_reason
+    result = _paged(model, any_head_rule, [4, 4])
     _compare(model, result.model, (3, 7, 12), 2, 2, seed=5)
 
 
 def test_a_crop_start_that_moves_with_the_past_length_is_refused(any_head_rule):
     """Slice(past, Shape(past)[2] / 2) keeps the last half: no fixed crop, refused with the
     positions it kept; the model stays contiguous and exact."""
-    result = onnx_fuse.optimize(_computed_crop("Div", 2), level=4, target="trt", rules=[any_head_rule], verify=True)
-    assert _windows(result.model) == []
-    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
-    assert notes and "not a fixed crop" in notes[0], result.report.warnings
-    assert result.report.status == "PASSED", result.report.status_reason
+    _refused(_computed_crop("Div", 2), any_head_rule, "not a fixed crop")
 
 
 def test_a_cropped_present_read_inside_the_graph_is_refused(any_head_rule):
@@ -285,8 +287,4 @@ def test_a_cropped_present_read_inside_the_graph_is_refused(any_head_rule):
     model = _load("mistral__kv__trained")
     model.graph.node.append(helper.make_node("ReduceSum", ["present.0.key"], ["rc_sum"], keepdims=0))
     model.graph.output.append(helper.make_tensor_value_info("rc_sum", onnx.TensorProto.FLOAT, ["batch", 2, 16]))
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
-    assert _windows(result.model) == []
-    notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
-    assert notes and "is not a graph output read by nothing else" in notes[0], result.report.warnings
-    assert result.report.status == "PASSED", result.report.status_reason
+    _refused(model, any_head_rule, "is not a graph output read by nothing else")
