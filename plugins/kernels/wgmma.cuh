@@ -128,12 +128,15 @@ __device__ __forceinline__ void tma_load_4d_mc(uint32_t dst, const void* tmap, i
   __trap();
 #endif
 }
-// Arrives (release, cluster scope) on the mbarrier at this CTA's offset `addr` in cluster rank `rank`.
+// Arrives on the mbarrier at this CTA's offset `addr` in cluster rank `rank`. Default semantics
+// (release, CTA scope): the arrival only says the tensor cores' reads of a stage are done (wgmma
+// waited), no write of ours must become visible to the other CTA; a cluster-scope release fenced
+// every arrival (run 20b: 430 TFLOP/s against 490 with half as many arrivals).
 __device__ __forceinline__ void mbar_arrive_rank(uint32_t addr, uint32_t rank) {
 #if OF_WGMMA_OK
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 #endif
 }
 __device__ __forceinline__ uint32_t cluster_rank() {
