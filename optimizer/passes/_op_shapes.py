@@ -1,15 +1,23 @@
-"""Output shapes of our plugin ops for onnx's shape inference, which has no schema for them.
+"""Output shapes of our plugin ops and of the ONNX Runtime contrib attention ops the ort lowering
+writes, for onnx's shape inference, which has no schema for them.
 
 onnx's inference leaves a node of an unknown domain alone: its outputs keep whatever shape they
-had (the one the lowering rule gave them), and nothing after them learns more. A multi-layer
-decode step then loses ``S = 1`` at the first PagedAttention: the rule wrote ``[B, S, Hq*D]``
-with S symbolic before the positions were re-derived, and the next layer's query inherits it.
+had (the one the lowering rule gave them, or none), and nothing after them learns more. A
+multi-layer decode step then loses ``S = 1`` at the first PagedAttention: the rule wrote
+``[B, S, Hq*D]`` with S symbolic before the positions were re-derived, and the next layer's query
+inherits it. At ort, a MultiHeadAttention written with a dtype only leaves its output shapeless,
+so the view after it (SqueezeBERT's way back to channels-first) cannot be proven.
 
-So the copy handed to onnx has each plugin node replaced by stand-ins of the same output shapes
+So the copy handed to onnx has each such node replaced by stand-ins of the same output shapes
 and types (docs/ops.md): FusedAttention's and PagedAttention's ``output`` is shaped like the
-query, PagedAttention's ``key_cache_out`` / ``value_cache_out`` like the pools they update.
-An Identity per output says exactly that, and one inference run carries the facts through every
-layer. The stand-ins exist only in that copy; the model's nodes are untouched.
+query, PagedAttention's ``key_cache_out`` / ``value_cache_out`` like the pools they update (an
+Identity per output). com.microsoft GroupQueryAttention's ``output`` is the query's shape (not
+packed: a key is given); MultiHeadAttention's is [B, S, v_hidden], the query's batch and length
+with the value's hidden size, which ``Gather(q, [0], axis=2) + Gather(v, [0], axis=1)`` has
+by broadcasting ([B, S, 1] + [B, 1, Cv]); only for a 3-D query and value
+(the 4-D or packed forms are left alone). Their other outputs (presents) stay unknown: the node
+stays with its first output renamed. One inference run carries the facts through every layer.
+The stand-ins exist only in that copy; the model's nodes are untouched.
 """
 
 from __future__ import annotations
@@ -24,20 +32,61 @@ OUTPUT_LIKE = {
     "PagedAttention": (0, 3, 4),
 }
 
+_CONTRIB = "com.microsoft"
 
-def stand_in_plugin_ops(graph: onnx.GraphProto) -> int:
-    """Replace our plugin nodes in ``graph`` (a copy given to onnx) and in its subgraphs (an
-    Optimum merged decoder's If branches hold every layer) by Identity stand-ins; returns how
-    many nodes were replaced."""
+
+def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
+    """Declared ranks of the values ``graph`` can read (its own and the outer scopes')."""
+    ranks = dict(outer)
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
+    ranks.update((t.name, len(t.dims)) for t in graph.initializer)
+    return ranks
+
+
+def _contrib_output(node: onnx.NodeProto, ranks: dict[str, int]) -> list[onnx.NodeProto] | None:
+    """Nodes computing a value of the contrib attention op's first output's shape and type, under
+    that output's name; None where the op's form is not one whose shape is known here."""
+    ins = [*node.input, "", "", ""]
+    q, k, v, out = ins[0], ins[1], ins[2], node.output[0]
+    if not (q and k and out) or ranks.get(q) != 3:
+        return None
+    if node.op_type == "GroupQueryAttention":
+        return [onnx.helper.make_node("Identity", [q], [out], name=f"{node.name}/shape_0")]
+    if node.op_type != "MultiHeadAttention" or not v or ranks.get(v) != 3:
+        return None
+    p = f"{out}/shape"
+    zero = onnx.helper.make_node("Constant", [], [f"{p}/zero"], value=onnx.helper.make_tensor(
+        f"{p}/zero", onnx.TensorProto.INT64, [1], [0]))
+    return [zero,   # (a Gather of one index keeps that axis 1 long, where a Slice of a dynamic one may be 0)
+            onnx.helper.make_node("Gather", [q, f"{p}/zero"], [f"{p}/q1"], axis=2),   # [B, S, 1]
+            onnx.helper.make_node("Gather", [v, f"{p}/zero"], [f"{p}/v1"], axis=1),   # [B, 1, Cv]
+            onnx.helper.make_node("Add", [f"{p}/q1", f"{p}/v1"], [out], name=p)]
+
+
+def stand_in_plugin_ops(graph: onnx.GraphProto, outer: dict[str, int] | None = None) -> int:
+    """Replace our plugin nodes and the contrib attention ops in ``graph`` (a copy given to onnx)
+    and in its subgraphs (an Optimum merged decoder's If branches hold every layer) by stand-ins;
+    returns how many nodes were replaced."""
+    ranks = _ranks(graph, outer or {})
     replaced, here, nodes = 0, 0, []
     for node in graph.node:
         like = OUTPUT_LIKE.get(node.op_type) if node.domain == PLUGIN_DOMAIN else None
+        contrib = _contrib_output(node, ranks) if node.domain == _CONTRIB else None
+        if contrib is not None:
+            if len(node.output) > 1:   # the presents stay the op's, unknown to onnx
+                node.output[0] = f"{node.output[0]}/unshaped"
+                nodes.append(node)
+            nodes += contrib
+            here += 1
+            continue
         if like is None or len(node.output) > len(like):
             for attr in node.attribute:
                 if attr.HasField("g"):
-                    replaced += stand_in_plugin_ops(attr.g)
+                    replaced += stand_in_plugin_ops(attr.g, ranks)
                 for sub in attr.graphs:
-                    replaced += stand_in_plugin_ops(sub)
+                    replaced += stand_in_plugin_ops(sub, ranks)
             nodes.append(node)
             continue
         for k, out in enumerate(node.output):

@@ -77,6 +77,33 @@ def test_plugin_op_stand_ins_reach_if_branches():
                                            "FusedAttention", "Relu"]   # only the copy had stand-ins
 
 
+def test_contrib_attention_outputs_are_inferred():
+    """ORT's contrib attention ops, as the ort lowering writes them: MultiHeadAttention's output is
+    [B, S, v_hidden] (q's batch and length, v's hidden size: 48 here, not q's 32), also beside the
+    presents it keeps (left unknown); GroupQueryAttention's is q's shape. What reads them learns
+    it; the 4-D value form is left alone."""
+    model = ir.from_proto(onnx.parser.parse_model(
+        '<ir_version: 10, opset_import: ["" : 18, "com.microsoft" : 1]>' + '''
+    g (float[B, S, 32] q, float[B, T, 32] k, float[B, T, 48] v, float[B, 2, P, 16] pk, float[B, 2, P, 24] pv,
+       float[B, 1, T, 16] k4, int32[B] sl, int32 tot) => (float[B, S2, C2] o)
+    {
+        y = com.microsoft.MultiHeadAttention<num_heads = 2>(q, k, v)
+        z = Relu(y)
+        y2, pko, pvo = com.microsoft.MultiHeadAttention<num_heads = 2>(q, k, v, , , , pk, pv)
+        g1 = com.microsoft.GroupQueryAttention<num_heads = 2, kv_num_heads = 1>(q, k4, k4, , , sl, tot)
+        y4 = com.microsoft.MultiHeadAttention<num_heads = 2>(q, k4, k4)
+        w = Relu(g1)
+        o = Concat<axis = 2>(z, y2, w)
+    }'''))
+    assert ShapeInferencePass()(model).modified
+    assert _dims(model, "y") == _dims(model, "z") == _dims(model, "y2") == ["B", "S", 48]
+    assert _dims(model, "g1") == _dims(model, "w") == ["B", "S", 32]
+    out = {o.name: o for n in model.graph for o in n.outputs}
+    assert out["pko"].shape is None and out["y4"].shape is None
+    assert [n.op_type for n in model.graph] == ["MultiHeadAttention", "Relu", "MultiHeadAttention",
+                                                 "GroupQueryAttention", "MultiHeadAttention", "Relu", "Concat"]
+
+
 def test_a_concat_length_is_named_as_the_sum_of_its_parts():
     """present = Concat(past [.., p, ..], new [.., s, ..]) undeclared: onnx leaves its length
     unknown (a fresh unk__N per value); now it is ``p + s`` (sorted terms, ints last), and a

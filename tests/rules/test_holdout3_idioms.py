@@ -379,8 +379,9 @@ def test_channels_first_head_views_become_transposes(h, target):
     the lowering leaves (and the split, permutation and view back) is one Transpose(x, [0, 2, 1])
     (heads-view-channels-last / -first, rules/layout/heads_channels.yaml): at trt no Reshape is left,
     4 Transposes (q, k, v and the output: the unfused graph read K^T from its view, the fused op
-    needs K like q). ORT's MultiHeadAttention output has no inferred shape, so there the way back
-    keeps its Reshapes. Numbers against the original in ORT."""
+    needs K like q), and at ort too: the lowering gives MultiHeadAttention's output q's [B, T, H*D],
+    which proves the way back (it had a dtype only and kept its Reshapes). Numbers against the
+    original in ORT."""
     import onnx_fuse
 
     model = _channels_first_attention(h)
@@ -388,9 +389,8 @@ def test_channels_first_head_views_become_transposes(h, target):
     out = res.to_proto()
     counts, fires = h.ops(out), res.report.rule_fires
     assert "Softmax" not in counts and fires.get("heads-view-channels-last") == 3, (counts, fires)
-    if target == "trt":
-        assert fires.get("heads-view-channels-first") == 1 and "Reshape" not in counts, counts
-        assert counts["Transpose"] == 4, counts
+    assert fires.get("heads-view-channels-first") == 1 and "Reshape" not in counts, counts
+    assert counts["Transpose"] == 4, counts
     r = h.rng
     h.assert_close(model, out, {f"{x}c": r.standard_normal((B, H * D, S)).astype(np.float32) for x in "qkv"})
 
