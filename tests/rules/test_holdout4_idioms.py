@@ -163,3 +163,59 @@ def test_scale_after_mask_near_misses(h):
     inits = {"w": np.ones((D, D), np.float32), "b": np.ones(D, np.float32), "c": np.array(1.4142135, np.float32)}
     model = h.make_model(nodes, [h.vi("x", ["batch", D])], [h.vi("y", ["batch", D])], inits)
     assert not h.fired(h.fuse(model, "ort"))["attention-scale-after-mask"]
+
+
+def _seq_first_rotary(h, index=(0, 1)):
+    """wav2vec2-conformer's rotary as transformers 4.57 writes it: tables cos/sin(concat(f, f)) of
+    f = outer(arange(S), inv_freq), lifted to [S, 1, 1, D], stacked (torch.stack([cos, sin])) and read
+    back by index, cut to the sequence; x the hidden states [B, S, H*D] viewed [B, S, H, D] and
+    transposed seq-first, rotated, transposed back and merged. index: the stack entries read for cos
+    and sin."""
+    n = h.node
+    nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i1"], ["slen"], axis=0),
+             n("Range", ["zero", "slen", "one"], ["t"]), n("Cast", ["t"], ["tf"], to=h.F32),
+             n("Einsum", ["tf", "inv_freq"], ["f"], equation="i,j->ij"),
+             n("Concat", ["f", "f"], ["cat"], axis=-1), n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"]),
+             n("Unsqueeze", ["co", "ax12"], ["cu"]), n("Unsqueeze", ["si", "ax12"], ["su"]),
+             n("Unsqueeze", ["cu", "ax0"], ["cu0"]), n("Unsqueeze", ["su", "ax0"], ["su0"]),
+             n("Concat", ["cu0", "su0"], ["stack"], axis=0),
+             n("Gather", ["stack", "pick_c"], ["ct"], axis=0), n("Gather", ["stack", "pick_s"], ["st"], axis=0),
+             n("Shape", ["x"], ["send"], start=1, end=2),
+             n("Slice", ["ct", "ax0", "send", "ax0"], ["cs"]), n("Slice", ["st", "ax0", "send", "ax0"], ["ss"]),
+             n("Reshape", ["x", "heads"], ["x4"]), n("Transpose", ["x4"], ["xt"], perm=[1, 0, 2, 3]),
+             n("Slice", ["xt", "ax0", "ih", "last"], ["x1"]), n("Slice", ["xt", "ih", "big", "last"], ["x2"]),
+             n("Neg", ["x2"], ["nx2"]), n("Concat", ["nx2", "x1"], ["r"], axis=3),
+             n("Mul", ["xt", "cs"], ["c"]), n("Mul", ["r", "ss"], ["s"]), n("Add", ["c", "s"], ["yt"]),
+             n("Transpose", ["yt"], ["y4"], perm=[1, 0, 2, 3]), n("Reshape", ["y4", "merge"], ["y"])]
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"i1": np.array(1, np.int64), "zero": np.array(0, np.int64), "one": np.array(1, np.int64),
+             "inv_freq": (1.0 / 10000 ** (np.arange(0, D, 2) / D)).astype(np.float32),
+             "ax0": i64(0), "ax12": i64(1, 2), "ih": i64(D // 2), "last": i64(-1), "big": i64(2 ** 62),
+             "pick_c": np.array(index[0], np.int64), "pick_s": np.array(index[1], np.int64),
+             "heads": i64(0, 0, H, D), "merge": i64(0, 0, H * D)}
+    shape = ["batch", "seq", H * D]
+    return h.make_model(nodes, [h.vi("x", shape)], [h.vi("y", shape)], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_seq_first_rotary_with_stacked_row_tables_is_fused(h, target):
+    """wav2vec2-conformer through Optimum (hold-out 4): RoPE 0/2 before; gather-of-stack reads the
+    tables back out of their stack and rotary-rotate-half-row-tables-sbhd fuses the seq-first
+    rotation (RotaryEmbedding's 3-D form; the Transposes around it cancel)."""
+    model = _seq_first_rotary(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert counts["RotaryEmbedding"] == 1 and "Neg" not in counts, counts
+    fired = h.fired(out)
+    assert fired["rotary-rotate-half-row-tables-sbhd"] >= 1, fired
+    for batch, seq in ((B, S), (1, 3), (3, 1)):
+        h.assert_close(model, out, {"x": h.rng.standard_normal((batch, seq, H * D)).astype(np.float32)})
+
+
+def test_stacked_tables_read_back_swapped_are_not_rotary(h):
+    """cos read from the sin entry and sin from the cos entry: gather-of-stack still picks exactly
+    (numbers kept), but the tables are no rotation and no RotaryEmbedding comes."""
+    model = _seq_first_rotary(h, index=(1, 0))
+    out = h.fuse(model, "ort")
+    assert "RotaryEmbedding" not in h.ops(out)
+    h.assert_close(model, out, {"x": h.rng.standard_normal((B, S, H * D)).astype(np.float32)})
