@@ -432,3 +432,15 @@ def test_fp8_run_checks_each_attention_against_its_own_inputs():
     opt.graph.node.extend(nodes)
     cls, detail = fd._check_paged(case.model, opt, case.feeds, ref, True, None)
     assert cls == "wrong" and "attention" in detail and "e4m3's bound" in detail, detail
+
+
+def test_paged_bf16_model_that_only_orts_optimizations_refuse_is_ort_itself():
+    """Seed 2500259774 (trust's fp8 pass at bf16, session 11): with ORT's optimizations on, the
+    emulate_bf16 copy of the paged model is invalid ("Node input 'cast_45__to_fp32' is not a graph
+    input ..."), with them off it runs and matches: ORT's class, as for the unpaged runs (it was
+    ``ort-refused``)."""
+    case = make_case(2500259774)
+    names = [o.name for o in case.model.graph.output]
+    ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
+    cls, detail, _, fires = fd.run_one(case.model, case.feeds, ref, 4, "trt", precision="bf16")
+    assert fires.get("trt-paged-kv") and cls in ("ort-itself", "ok"), (cls, detail)
