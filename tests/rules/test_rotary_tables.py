@@ -154,6 +154,23 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                       n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
                       n("Reshape", [part + "x", part + "t"], [out])]
         inputs.append(h.vi("pos", ["b", "s"], 7))
+    elif tables == "sincos-ge1":   # GPT-J as transformers 4.38 / 4.45 wrote
+        # it (TorchScript): position_ids [1, S], so the table [1, P, rd] is not tiled (repeat by a batch
+        # of 1, folded), GatherElements(axis 1) of the one row tiled over the table's row
+        f, _ = _angles(P, rd)
+        inits.update(tab=np.concatenate([np.sin(f), np.cos(f)], axis=-1)[None].astype(np.float32),
+                     one1=np.array([1, 1], np.int64), sp=np.array([rd // 2, rd // 2], np.int64),
+                     i3=np.array([3], np.int64), i4=np.array([4], np.int64), rep=np.array(tile, np.int64))
+        nodes += [n("Unsqueeze", ["pos", "ilast"], ["pu"]), n("Shape", ["tab"], ["tw"], start=2, end=3),
+                  n("Concat", ["one1", "tw"], ["prep"], axis=0), n("Tile", ["pu", "prep"], ["pt"]),
+                  n("GatherElements", ["tab", "pt"], ["g"], axis=1), n("Split", ["g", "sp"], ["gs", "gc"], axis=-1)]
+        for part, out in (("gs", "su"), ("gc", "cu")):
+            nodes += [n("Unsqueeze", [part, "i2"], [part + "4"]), n("Unsqueeze", [part + "4", "i4"], [part + "5"]),
+                      n("Tile", [part + "5", "rep"], [part + "x"]), n("Shape", [part + "x"], [part + "sh"]),
+                      n("Slice", [part + "sh", "i0", "i3"], [part + "s3"]),
+                      n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
+                      n("Reshape", [part + "x", part + "t"], [out])]
+        inputs.append(h.vi("pos", [1, "s"], 7))
     else:   # [P, rd] tables cut to the sequence (optional) and gathered by position_ids
         inits.update(ct=cos, st=sin, ax0=np.array([0], np.int64), ax1=np.array([1], np.int64),
                      istart=np.array([slice_start], np.int64))
@@ -186,7 +203,8 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                   n("Slice", [xr, "i1", "ibig", "ilast", "i2"], ["xo"]),
                   n("Neg", ["xo"], ["nxo"]), n("Unsqueeze", ["nxo", "ilast"], ["nu"]),
                   n("Unsqueeze", ["xe", "ilast"], ["eu"]), n("Concat", ["nu", "eu"], ["stk"], axis=-1)]
-        if tables in ("sincos-ts", "sincos-ge", "computed-ts"):   # TorchScript sizes the flatten from Shape(stk)[:-2]
+        if tables in ("sincos-ts", "sincos-ge", "sincos-ge1", "computed-ts"):
+            # TorchScript sizes the flatten from Shape(stk)[:-2]
             inits["im2"] = np.array([-2], np.int64)
             nodes += [n("Shape", ["stk"], ["stksh"]), n("Slice", ["stksh", "i0", "im2"], ["stk2"]),
                       n("Concat", ["stk2", "ilast"], ["shp"], axis=0)]
@@ -213,6 +231,8 @@ def _feeds(h, model, dtype=np.float32):
     f = {"x": h.rng.standard_normal((B, S, H, D) if layout_bshd else (B, H, S, D)).astype(dtype)}
     if "pos" in names:   # positions after a past of 3 tokens, a different offset per row
         f["pos"] = (np.arange(S)[None, :] + np.array([[3], [5]])).astype(np.int64)
+        if model.graph.input[names.index("pos")].type.tensor_type.shape.dim[0].dim_value == 1:
+            f["pos"] = f["pos"][:1]   # one row of positions for every batch row
     return f
 
 
@@ -325,6 +345,17 @@ def test_gathered_sincos_table_torchscript_form_fuses(h, target, tables):
     assert ops["RotaryEmbedding"] == 1 and "Tile" not in ops and "Neg" not in ops, ops
     (rot,) = _rotary_nodes(out)
     assert _attr(rot, "interleaved") == 1 and _attr(rot, "num_heads") == H and rot.input[3]
+    h.assert_close(model, out, _feeds(h, model))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_gathered_sincos_untiled_table_of_one_position_row_fuses(h, target):
+    """GPT-J as transformers 4.38 / 4.45 wrote it (TorchScript): position_ids [1, S], the table
+    [1, P, rd] gathered untiled by GatherElements; the rows broadcast over the batch."""
+    model = _graph(h, form="interleaved", layout="bshd", tables="sincos-ge1")
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "GatherElements" not in ops and "Neg" not in ops, ops
     h.assert_close(model, out, _feeds(h, model))
 
 
