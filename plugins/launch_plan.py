@@ -135,12 +135,16 @@ FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
 # Dropped in run 19b: ovedh (each consumer's Q half on its own barrier, reloaded as soon as that
 # consumer's last S is done; fp16 causal 514-517).
 FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
-# Candidate FA_WS_TMA_OVEDM (..._w12t_ovedm_..., loads 28 by name / 29 with the fallback to oved,
-# D = 128, both masks): oved in clusters of two CTAs (adjacent query blocks of one head) that share
-# each K/V tile by TMA multicast (fa_ws_core's kWsMcast), halving K/V's L2 -> SM traffic; the D = 128
-# rows run at the 700 W limit. Causal, the pair's longer CTA loads its last tile alone. Only where
-# both CTAs of a pair are full query blocks: no window, no seq_lens, S a multiple of 256 (the
-# launcher refuses others by name and runs oved for them with 29).
+# FA_WS_TMA_OVEDM (..._w12t_ovedm_..., loads 28 by name / 29 planned, D = 128, both masks): oved in
+# clusters of two CTAs (adjacent query blocks of one head) that share each K/V tile by TMA multicast
+# (fa_ws_core's kWsMcast; K and V on barriers of their own), halving K/V's L2 -> SM traffic: the D =
+# 128 rows run at the 700 W limit, where fewer bytes moved leave more clock (run 20c: 1605-1620 MHz
+# against oved's 1545-1560 at the same 689 W). Causal, the pair's longer CTA loads its last tile alone.
+# Only where both CTAs of a pair are full query blocks: no window, no seq_lens, S a multiple of 256
+# (the launcher refuses others by name and runs oved for them with 29). Planned at D = 128 fp16
+# without a mask on Hopper (no softcap) from run 20c: B4 S4096 565 / 576 TFLOP/s against oved's 563 /
+# 564, GQA H32/8 576 / 577 against 564 / 564 (cuDNN 549-555); bf16 at par or behind (588-599 against
+# 582-615) and causal at par with ovedf (fp16 511-513 / 505-514): those keep their plans.
 FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
@@ -148,7 +152,7 @@ _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "
                  "ovedm": (28, 29)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
-                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF)
+                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -196,11 +200,11 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` (FA_WS_TMA_PERSIST and FA_WS_TMA_OVEDM: D = 128;
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
     FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDM)
+        return (FA_WS_TMA_PERSIST,)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -554,7 +558,10 @@ def plan_fused_attention(
             # needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
                 fold = causal and dt == "f16"  # bf16 causal: oved measured at par or ahead (run 19)
-                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if fold else FA_WS_TMA_OVED
+                # fp16 without a mask, pairs of full query blocks: K/V shared by multicast (run 20c)
+                mcast = not causal and dt == "f16" and seq_len % 256 == 0
+                variant = (FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if fold else
+                           FA_WS_TMA_OVEDM if mcast else FA_WS_TMA_OVED)
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:

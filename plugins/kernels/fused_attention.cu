@@ -2060,10 +2060,17 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedf_causal, T, D, true,         \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsFold)
-// Candidate m128n128w12t_ovedm (loads 28 by name / 29 with the fallback to oved, D = 128): oved in
-// clusters of two CTAs that multicast each K/V tile to both (kWsMcast).
+// m128n128w12t_ovedm (loads 28 by name / 29 planned with the fallback to oved, D = 128): oved in
+// clusters of two CTAs that multicast each K/V tile to both (kWsMcast). The cluster shape is the
+// entry's own (__cluster_dims__), in the sm_90 machine code only: other targets refuse the attribute
+// and never launch the entry (the launcher needs compute capability 9 for TMA).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define OF_FA_CLUSTER_PAIR __cluster_dims__(2, 1, 1)
+#else
+#define OF_FA_CLUSTER_PAIR
+#endif
 #define OF_FA_WSTODM_KERNEL(NAME, T, D, CAUSAL)                                                   \
-  OF_FA_WST_ENTRY_A(__cluster_dims__(2, 1, 1), NAME, T, D, CAUSAL, 24,                             \
+  OF_FA_WST_ENTRY_A(OF_FA_CLUSTER_PAIR, NAME, T, D, CAUSAL, 24,                                    \
                     onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
                     onnx_fuse::kWsMcast, 0)
 #define OF_FA_WSTODM_KERNELS_D(DTN, T, D)                                                         \

@@ -71,6 +71,10 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedf_full", _block(fa, "#define OF_FA_WSTODF_KERNELS_D("))}
     wstodf_d = {int(d) for d in re.findall(r"^OF_FA_WSTODF_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstodf and wstodf_d
+    wstodm = {tuple(map(int, v)) + ("tma", "ovedm") for v in re.findall(
+        r"OF_FA_WSTODM_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedm_full", _block(fa, "#define OF_FA_WSTODM_KERNELS_D("))}
+    wstodm_d = {int(d) for d in re.findall(r"^OF_FA_WSTODM_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert wstodm and wstodm_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -102,6 +106,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wstodg
         if d in wstodf_d:
             fav[d] |= wstodf
+        if d in wstodm_d:
+            fav[d] |= wstodm
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
@@ -164,6 +170,14 @@ def _kernel_names() -> set[str]:
     return names
 
 
+def _d128_plan(dt: str, causal: bool, seq_len: int = 4096) -> tuple:
+    """The D = 128 Hopper plan without a softcap: ovedf causal fp16 (run 19), ovedm fp16 without a mask
+    over pairs of full query blocks (run 20), oved otherwise."""
+    if causal:
+        return lp.FA_WS_TMA_OVEDF if dt == "float16" else lp.FA_WS_TMA_OVED
+    return lp.FA_WS_TMA_OVEDM if dt == "float16" and seq_len % 256 == 0 else lp.FA_WS_TMA_OVED
+
+
 def test_variant_tables_match_the_sources():
     fav, wgv, pvs = _variants_by_d()
     assert set(fav) == set(pvs) == set(lp.SUPPORTED_HEAD_DIMS)
@@ -174,7 +188,7 @@ def test_variant_tables_match_the_sources():
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
     assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LDE} and fav[128] - fav[96] == {
         lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED,
-        lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF}
+        lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -231,8 +245,11 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
 
 def test_fused_plan_small_problem_uses_small_tiles():
     assert lp.plan_fused_attention(1, 128, 2, 2, 128).block_m == 64  # 2 CTAs of 128 rows would idle the chip
-    big = lp.plan_fused_attention(4, 4096, 32, 32, 128)
+    big = lp.plan_fused_attention(4, 4096, 32, 32, 128, "bfloat16")
     assert big.variant == lp.FA_WS_TMA_OVED  # H200 default at D128: warp-specialized, TMA, 24/240, pinned softmax, staged output, stepped descriptors
+    # fp16 without a mask, pairs of full query blocks (S % 256 == 0): the same with K/V multicast in clusters
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128).variant == lp.FA_WS_TMA_OVEDM
+    assert lp.plan_fused_attention(4, 4000, 32, 32, 128).variant == lp.FA_WS_TMA_OVED
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
@@ -283,7 +300,7 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVED  # causal fp16: two query blocks per CTA
+            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVEDM  # fp16: folded blocks causal, multicast full
             assert planned.tma and planned.opt == (oved[-1] if d == 128 else "lde")  # stepped descriptors
             assert planned.variant == (oved if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
@@ -813,7 +830,8 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS_TMA_LDR] == (10, 11) and codes[lp.FA_WS_TMA_LD] == (12, 13)
     assert codes[lp.FA_WS_TMA_LDE] == (14, 15) and codes[lp.FA_WS_TMA_OVED] == (18, 19)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 19
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 19
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 29  # ovedm
+    assert codes[lp.FA_WS_TMA_OVEDM] == (28, 29)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 15
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64, softcap=30.0), by_name=False) == 2
@@ -853,8 +871,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDM)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -910,7 +927,7 @@ def test_ov_entries_exist_and_are_planned_at_d128():
                 planned = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal)
                 # run 17: ove with the stepped descriptors; run 19: causal fp16 runs two query blocks per CTA
                 fold = causal and dt == "float16"
-                assert planned.variant == (lp.FA_WS_TMA_OVEDF if fold else lp.FA_WS_TMA_OVED)
+                assert planned.variant == _d128_plan(dt, causal)
                 p = lp.plan_fused_attention(4, 4096, *heads, 128, dt, causal=causal, variant=v)
                 assert p.variant == v and p.kernel in _kernel_names()
                 assert p.kernel == f"onnx_fuse_fa_fwd_{lp._dt(dt)}_d128_m128n128w12t_ov_{'causal' if causal else 'full'}"
@@ -1139,7 +1156,7 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.variant in lp.fa_softcap_variants(d)
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
                     if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED, lp.FA_WS_TMA_OVEDG,
-                                         lp.FA_WS_TMA_OVEDF):  # r24
+                                         lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM):  # r24
                         want = lp.FA_WS_TMA_R24
                     if plain.variant == lp.FA_WS_TMA_LDE:  # softcapped: the w12t twin
                         want = lp.FA_WS_TMA
@@ -1212,8 +1229,9 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
                 p = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, variant=v)
                 assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d{d}_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
                 assert p.tma and p.opt == tag and not p.r24 and p.variant == v and p.grid == (16, 32, 8)
-                # oved: planned without a mask, and causal for bf16 (fp16 causal: ovedf, run 19)
-                want = causal in planned or (v == lp.FA_WS_TMA_OVED and causal and dtn == "bf16")
+                # oved: planned without a mask (fp16: ovedm, run 20), and causal for bf16 (fp16: ovedf, run 19)
+                want = (causal in planned and not (v == lp.FA_WS_TMA_OVED and dtn == "f16")) or (
+                    v == lp.FA_WS_TMA_OVED and _d128_plan(dt, causal, 2048) == v)
                 assert (lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal).variant == v) == want
                 sc = lp.plan_fused_attention(8, 2048, 32, 32, d, dt, causal=causal, softcap=30.0)
                 assert sc.variant == (lp.FA_WS_TMA_R24 if d == 128 else lp.FA_WS_TMA)
@@ -1242,7 +1260,7 @@ def test_ovedg_is_compiled_and_ovedl_is_gone():
         assert lp.fa_launch_loads(p, by_name=True) == 22 and lp.fa_launch_loads(p, by_name=False) == 23
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == (
             lp.FA_WS_TMA_OVEDF if dt == "float16" else lp.FA_WS_TMA_OVED)
-        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=False).variant == lp.FA_WS_TMA_OVED
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=False).variant == _d128_plan(dt, False)
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, softcap=30.0).variant == lp.FA_WS_TMA_R24
         assert lp.plan_fused_attention(4, 4096, 32, 8, 64, dt, causal=True).variant == lp.FA_WS_TMA_LDE
         with pytest.raises(ValueError, match="not compiled"):
@@ -1303,21 +1321,22 @@ def test_ovedf_folds_two_query_blocks_per_cta_and_is_planned_causal(causal):
                 assert p.grid[0] == lp.fa_fold_ctas(pairs, nm)
         assert lp.fa_launch_loads(p, by_name=True) == loads and lp.fa_launch_loads(p, by_name=False) == loads + 1
         planned = lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal)
-        assert planned.variant == (var if causal and dt == "float16" else lp.FA_WS_TMA_OVED)
+        assert planned.variant == _d128_plan(dt, causal)
         assert lp.plan_fused_attention(4, 4096, 32, 32, 128, dt, causal=causal, softcap=30.0).variant == lp.FA_WS_TMA_R24
     with pytest.raises(ValueError, match="not compiled"):
         lp.plan_fused_attention(4, 4096, 32, 32, 64, causal=causal, variant=var)
     assert lp.fa_engine(var, 128) == "wgmma"
 
 
-def test_multicast_candidate_entries_plan_by_name_without_a_mask_only():
+def test_multicast_entries_exist_and_are_planned_fp16_without_a_mask():
     """m128n128w12t_ovedm (oved in two-CTA clusters sharing each K/V tile by TMA multicast): entries
     with __cluster_dims__(2, 1, 1) for fp16 and bf16 at D = 128, both masks, launcher loads 28 / 29, the
-    plain oved grid (pairs of query blocks along x), and never planned on its own."""
+    plain oved grid (pairs of query blocks along x); planned for fp16 without a mask where S is a
+    multiple of 256 (run 20), never for bf16, causal, other head sizes or with a softcap."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTODM_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert "OF_FA_WST_ENTRY_A(__cluster_dims__(2, 1, 1), NAME, T, D, CAUSAL, 24," in fa
+    assert "OF_FA_WST_ENTRY_A(OF_FA_CLUSTER_PAIR, NAME, T, D, CAUSAL, 24," in fa and "#define OF_FA_CLUSTER_PAIR __cluster_dims__(2, 1, 1)" in fa
     assert "OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)" in fa
     p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", variant=lp.FA_WS_TMA_OVEDM)
     assert p.kernel == "onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ovedm_full" and p.opt == "ovedm"
@@ -1328,7 +1347,13 @@ def test_multicast_candidate_entries_plan_by_name_without_a_mask_only():
     assert p.kernel == "onnx_fuse_fa_fwd_bf16_d128_m128n128w12t_ovedm_causal" and p.grid == (32, 32, 4)
     with pytest.raises(ValueError, match="not compiled"):
         lp.plan_fused_attention(4, 4096, 32, 8, 64, variant=lp.FA_WS_TMA_OVEDM)
+    assert lp.FA_WS_TMA_OVEDM in lp.fa_variants(128) and lp.FA_WS_TMA_OVEDM not in lp.fa_experimental_variants(128)
     for d in lp.SUPPORTED_HEAD_DIMS:
-        for shape in ((4, 4096, 32, 8), (8, 2048, 32, 32)):
+        for shape in ((4, 4096, 32, 8), (8, 2048, 32, 32), (4, 1000, 16, 8), (4, 1280, 16, 2)):
             for causal in (False, True):
-                assert lp.plan_fused_attention(*shape, d, causal=causal).variant != lp.FA_WS_TMA_OVEDM
+                for dt in ("float16", "bfloat16"):
+                    p = lp.plan_fused_attention(*shape, d, dt, causal=causal)
+                    want = d == 128 and dt == "float16" and not causal and shape[1] % 256 == 0
+                    assert (p.variant == lp.FA_WS_TMA_OVEDM) == want, (shape, d, dt, causal)
+                    sc = lp.plan_fused_attention(*shape, d, dt, causal=causal, softcap=30.0)
+                    assert sc.variant != lp.FA_WS_TMA_OVEDM
