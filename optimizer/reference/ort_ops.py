@@ -32,6 +32,11 @@ float32 (every e4m3 value, NaN bytes included, is exact in float32, and ORT's Ca
 the same byte) around a separate registration, ``OnnxFuse_PagedAttention_9_fp8``, whose body
 reads its float32 caches as e4m3 values (the reference's fp8 form: append quantizes, attention
 dequantizes) and returns the new caches as float32 e4m3 values.
+
+ONNX's Cast takes float8 from opset 19 on, so a model importing an older default opset (TorchScript
+exports at 17) gets its copy raised to opset 19 with ONNX's version converter where float8 Casts
+go in (``_raise_opset_for_float8``: its adapters rewrite what changed, e.g. ReduceMean's axes
+attribute becoming an input at 18); the model's weights stay out of the converter's copy.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ class _OpSpec:
     def registered_name(self) -> str:
         return f"OnnxFuse_{self.op}_{len(self.inputs)}" + (f"_{self.variant}" if self.variant else "")
 
+
+#: The first default-domain opset whose Cast takes float8 types.
+_FLOAT8_CAST_OPSET = 19
 
 #: Float element types run by wrapping the float32 registration in Casts.
 _WRAPPED_FLOATS = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
@@ -246,7 +254,7 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    used = False
+    used = float8 = False
     types = None
     nodes = []
     for node in out.graph.node:
@@ -270,6 +278,7 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
                                                    to=onnx.TensorProto.FLOAT,
                                                    name=f"{node.name}__ref_cast_in_{i}"))
                 node.input[i] = wide
+                float8 |= elems[i] == onnx.TensorProto.FLOAT8E4M3FN
         after = []
         for i, t in enumerate(spec.outputs):
             elem = elems[spec.output_like[i]]
@@ -288,5 +297,38 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
         out.opset_import.extend(imports)
         if not any(o.domain == ORT_CONTRIB_DOMAIN for o in imports):
             out.opset_import.append(onnx.helper.make_opsetid(ORT_CONTRIB_DOMAIN, 1))
+        if float8:
+            out = _raise_opset_for_float8(out)
         opts.register_custom_ops_library(onnxruntime_extensions.get_library_path())
     return out
+
+
+def _raise_opset_for_float8(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` at a default opset whose Cast takes float8 (19) when it imports an older one.
+
+    The version converter serializes its input, so the weights' bytes are lifted out of the copy
+    it sees (names, types and dims stay, which is all it reads) and put back into its result:
+    a model past protobuf's 2 GB converts too."""
+    version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is None or version >= _FLOAT8_CAST_OPSET:
+        return proto
+    from onnx import version_converter
+
+    lifted: dict[str, bytes] = {}
+    for t in proto.graph.initializer:
+        if t.HasField("raw_data"):
+            lifted[t.name] = t.raw_data
+            t.ClearField("raw_data")
+    try:
+        raised = version_converter.convert_version(proto, _FLOAT8_CAST_OPSET)
+    except Exception as exc:  # noqa: BLE001 - reported with what it was for
+        raise ValueError(f"float8 caches need Cast-{_FLOAT8_CAST_OPSET}, and ONNX's version converter "
+                         f"could not raise this opset-{version} model to it: {exc}") from exc
+    finally:
+        for t in proto.graph.initializer:
+            if t.name in lifted:
+                t.raw_data = lifted[t.name]
+    for t in raised.graph.initializer:
+        if t.name in lifted:
+            t.raw_data = lifted[t.name]
+    return raised
