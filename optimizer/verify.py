@@ -216,6 +216,9 @@ def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
     for vi in model.graph.input:
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.dim_param and d.dim_param not in values:
+                if d.dim_param.isdigit():   # Optimum writes one new token per step as the symbol "1"
+                    values[d.dim_param] = int(d.dim_param)
+                    continue
                 given = shapes.get(d.dim_param)
                 is_past = d.dim_param in past_dims or d.dim_param.lower().startswith("past")
                 default = 2 if i == 0 else past if is_past else 8
@@ -771,6 +774,67 @@ def _long_prefill_cases(model: onnx.ModelProto, fused_window: int, shapes: Mappi
             f"({label}; cap {_LONG_PREFILL_CAP}), so a wrong window shows")
 
 
+def _declared_size(d) -> int | None:
+    """A dim's declared size: its value, or a symbol that is a number (Optimum's "1")."""
+    if d.HasField("dim_value"):
+        return d.dim_value
+    return int(d.dim_param) if d.dim_param.isdigit() else None
+
+
+def _contradictions(model: onnx.ModelProto, names: Sequence[str], outs: Sequence) -> list[tuple[str, int, int, int]]:
+    """(output, axis, declared size, actual size) where the original's outputs on the feeds
+    differ from a size the model declares for them."""
+    declared = {o.name: o for o in model.graph.output}
+    found = []
+    for name, arr in zip(names, outs):
+        dims = declared[name].type.tensor_type.shape.dim if name in declared else []
+        shape = np.shape(arr)
+        if len(dims) != len(shape):
+            continue
+        for axis, (d, got) in enumerate(zip(dims, shape)):
+            size = _declared_size(d)
+            if size is not None and size != got:
+                found.append((name, axis, size, got))
+    return found
+
+
+def _feed_declared_sizes(ref_sess, model: onnx.ModelProto, names: list[str], feeds: dict,
+                         shapes: Mapping[str, tuple[int, ...]], remake) -> tuple[dict, list, list, str | None]:
+    """Feeds whose original outputs have the sizes the model declares.
+
+    An export can declare a size it holds only at (Optimum's decoder-with-past declares logits
+    [batch_size, "1", vocab]: one new token per step, and a graph traced at that length may only
+    be right there). When the original's outputs on the feeds contradict a declared size, an input
+    symbol the harness chose (not the user's --shape) that was fed the contradicted size is set to
+    the declared one, if that makes the outputs agree. Returns (shapes, the first case's feeds,
+    its original outputs, a note or None); ``remake(shapes)`` makes the first case's feeds."""
+    outs = ref_sess.run(names, feeds)
+    found = _contradictions(model, names, outs)
+    if not found:
+        return dict(shapes), feeds, outs, None
+    name, axis, size, got = found[0]
+    fed: dict[str, int] = {}
+    for vi in _real(model):
+        if vi.name in feeds and vi.name not in shapes:
+            for d, n in zip(vi.type.tensor_type.shape.dim, np.shape(feeds[vi.name])):
+                if d.dim_param and not d.dim_param.isdigit() and d.dim_param not in shapes:
+                    fed.setdefault(d.dim_param, n)
+    said = f"the model declares {name}'s axis {axis} as {size}, the original gives {got} on the random feeds"
+    for sym in [k for k, n in fed.items() if n == got][:4]:
+        tried = {**shapes, sym: (size,)}
+        try:
+            new_feeds = remake(tried)
+            new_outs = ref_sess.run(names, new_feeds)
+        except Exception:  # noqa: BLE001 - this symbol does not set that size: try the next
+            continue
+        if not _contradictions(model, names, new_outs):
+            return tried, new_feeds, new_outs, (f"declared sizes: {said}; fed {sym}={size}, as declared "
+                                                f"(--shape {sym}=N feeds another size)")
+    return dict(shapes), feeds, outs, (f"declared sizes: {said}, and no input dim the harness chose "
+                                       "sets it; the model may hold only at the declared size: give "
+                                       "--shape or --inputs that match it")
+
+
 def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precision=None) -> dict[str, Any]:
     from onnx_fuse.targets.paged_kv_feeds import is_paged_rewrite
 
@@ -789,8 +853,15 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
         raise UserError(f"cannot verify: the model uses the custom op {custom}, which ONNX Runtime "
                         "has no kernel for here; optimize without --verify and check the result "
                         "where that op's library is registered")
+    try:
+        ref_sess = ref.session(ort_optimizations=False)
+    except Exception as exc:
+        raise UserError(f"cannot verify: ONNX Runtime cannot load the original model "
+                        f"({_first_line(exc)})") from None
+    names = [o.name for o in ref_sess.get_outputs()]
     notes = []
     long_labels: set[str] = set()   # the extra case past a window attribute (_long_prefill_cases)
+    first: tuple[dict, list] | None = None   # the first case's feeds and the original's outputs
     if isinstance(inputs, (str, os.PathLike)):
         cases = [("", load_npz(inputs))]
     elif inputs is None:
@@ -811,6 +882,19 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
             fused_window = max(fused_window, window)
         decoder = any(_is_past(vi) for vi in ref.skeleton.graph.input)
         cases = input_cases(ref.skeleton, shapes=shapes, seed=seed, pad_masks=pad, window=window)
+        try:   # the outputs' declared sizes: feed what the model declares (_feed_declared_sizes)
+            shapes, feeds0, outs0, declared = _feed_declared_sizes(
+                ref_sess, ref.skeleton, names, cases[0][1], shapes or {},
+                lambda s: input_cases(ref.skeleton, shapes=s, seed=seed, pad_masks=pad, window=window)[0][1])
+        except Exception:  # noqa: BLE001 - the run below reports an original that refuses its feeds
+            declared = None
+        else:
+            if declared is not None:
+                notes.append(declared)
+                if feeds0 is not cases[0][1]:
+                    cases = input_cases(ref.skeleton, shapes=shapes, seed=seed, pad_masks=pad, window=window)
+                    cases[0] = (cases[0][0], feeds0)
+            first = (feeds0, outs0)
         if window and decoder:
             notes.append(f"window constant {window} in the graph: the past is longer than it "
                          "(unless --shape sets it), so a banded mask is exercised")
@@ -825,11 +909,6 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
             notes += [why] if why else []
     else:
         cases = [("", dict(inputs))]
-    try:
-        ref_sess = ref.session(ort_optimizations=False)
-    except Exception as exc:
-        raise UserError(f"cannot verify: ONNX Runtime cannot load the original model "
-                        f"({_first_line(exc)})") from None
     result: dict[str, Any] = {
         "atol": atol if atol is not None else "per-dtype",
         "rtol": rtol if rtol is not None else "per-dtype",
@@ -848,7 +927,6 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
         result["error"] = (f"ONNX Runtime refuses the optimized model with its default graph "
                            f"optimizations: {_first_line(exc)}")
         return result
-    names = [o.name for o in ref_sess.get_outputs()]
     diffs: list[OutputDiff] = []
     floor = _half_floor(ref.skeleton)
     if floor is not None and any(o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
@@ -864,7 +942,7 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
                      f"{p_rtol:g} or their dtype's, the looser")
     for label, feeds in cases:
         try:
-            ref_out = ref_sess.run(names, feeds)
+            ref_out = first[1] if first is not None and feeds is first[0] else ref_sess.run(names, feeds)
         except Exception as exc:  # the inputs do not suit the model: the user has to give them
             if label in long_labels:   # lengths tied some way the feeds do not know: say so
                 notes.append(f"the original refuses the long case [{label}] ({_first_line(exc)}): not verified")
@@ -885,6 +963,8 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
             return result
         except Exception as exc:
             result["error"] = f"ONNX Runtime fails to run the optimized model{suffix}: {_first_line(exc)}"
+            if any(n.startswith("declared sizes:") for n in notes):   # the likelier cause: say it here
+                result["error"] += "; " + next(n for n in notes if n.startswith("declared sizes:"))
             return result
         if fp8 and FP8_NOTE not in notes:
             notes.append(FP8_NOTE)
