@@ -21,6 +21,16 @@ def _block(text: str, head: str) -> str:
     return text[i:j]
 
 
+def _tma_opt_family(fa: str, kernel: str, family: str, tag: str) -> tuple[set, set]:
+    """A TMA option family of fused_attention.cu: the variants (m, n, w, "tma", tag) of its full entries
+    (kernel macro `kernel` inside `#define family(`) and the head sizes it is instantiated at."""
+    variants = {tuple(map(int, v)) + ("tma", tag) for v in re.findall(
+        rf"{kernel}\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_{tag}_full", _block(fa, f"#define {family}("))}
+    dims = {int(d) for d in re.findall(rf"^{family}\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
+    assert variants and dims, family
+    return variants, dims
+
+
 def _variants_by_d() -> tuple[dict, dict, dict]:
     """Per head size: fused-attention variants, their wgmma subset, and decode variants, as the
     .cu files instantiate them (macro lists expanded by hand)."""
@@ -43,38 +53,17 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WST_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_full", _block(fa, "#define OF_FA_WST_KERNELS_D("))}
     wst_d = {int(d) for d in re.findall(r"^OF_FA_WST_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wst and wst_d
-    wstr = {tuple(map(int, v)) + ("tma", "r24") for v in re.findall(
-        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_r24_full", _block(fa, "#define OF_FA_WSTR_KERNELS_D("))}
-    wstr_d = {int(d) for d in re.findall(r"^OF_FA_WSTR_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
-    assert wstr and wstr_d
-    wsto = {tuple(map(int, v)) + ("tma", "ov") for v in re.findall(
-        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ov_full", _block(fa, "#define OF_FA_WSTO_KERNELS_D("))}
-    wsto_d = {int(d) for d in re.findall(r"^OF_FA_WSTO_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
-    assert wsto and wsto_d
-    wste = {tuple(map(int, v)) + ("tma", "ove") for v in re.findall(
-        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ove_full", _block(fa, "#define OF_FA_WSTE_KERNELS_D("))}
-    wste_d = {int(d) for d in re.findall(r"^OF_FA_WSTE_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
-    assert wste and wste_d
+    # the TMA option families: (variants, head sizes compiled) each, from their kernel macro's full entries
+    tma_opts = [_tma_opt_family(fa, kernel, family, tag) for kernel, family, tag in (
+        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTR_KERNELS_D", "r24"), ("OF_FA_WSTR_KERNEL", "OF_FA_WSTO_KERNELS_D", "ov"),
+        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTE_KERNELS_D", "ove"), ("OF_FA_WSTR_KERNEL", "OF_FA_WSTOD_KERNELS_D", "oved"),
+        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODG_KERNELS_D", "ovedg"),
+        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODF_KERNELS_D", "ovedf"),
+        ("OF_FA_WSTODM_KERNEL", "OF_FA_WSTODM_KERNELS_D", "ovedm"))]
     wstld = {tuple(map(int, v[:3])) + ("tma", v[3]) for v in re.findall(
         r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_(ld|lde)_full", _block(fa, "#define OF_FA_WSTLD_KERNELS_D("))}
     wstld_d = {int(d) for d in re.findall(r"^OF_FA_WSTLD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstld and wstld_d
-    wstod = {tuple(map(int, v)) + ("tma", "oved") for v in re.findall(
-        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_oved_full", _block(fa, "#define OF_FA_WSTOD_KERNELS_D("))}
-    wstod_d = {int(d) for d in re.findall(r"^OF_FA_WSTOD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
-    assert wstod and wstod_d
-    wstodg = {tuple(map(int, v)) + ("tma", "ovedg") for v in re.findall(
-        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedg_full", _block(fa, "#define OF_FA_WSTODG_KERNELS_D("))}
-    wstodg_d = {int(d) for d in re.findall(r"^OF_FA_WSTODG_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
-    assert wstodg and wstodg_d
-    wstodf = {tuple(map(int, v)) + ("tma", "ovedf") for v in re.findall(
-        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedf_full", _block(fa, "#define OF_FA_WSTODF_KERNELS_D("))}
-    wstodf_d = {int(d) for d in re.findall(r"^OF_FA_WSTODF_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
-    assert wstodf and wstodf_d
-    wstodm = {tuple(map(int, v)) + ("tma", "ovedm") for v in re.findall(
-        r"OF_FA_WSTODM_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_ovedm_full", _block(fa, "#define OF_FA_WSTODM_KERNELS_D("))}
-    wstodm_d = {int(d) for d in re.findall(r"^OF_FA_WSTODM_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
-    assert wstodm and wstodm_d
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -92,22 +81,11 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= ws
         if d in wst_d:
             fav[d] |= wst
-        if d in wstr_d:
-            fav[d] |= wstr
-        if d in wsto_d:
-            fav[d] |= wsto
-        if d in wste_d:
-            fav[d] |= wste
         if d in wstld_d:
             fav[d] |= wstld
-        if d in wstod_d:
-            fav[d] |= wstod
-        if d in wstodg_d:
-            fav[d] |= wstodg
-        if d in wstodf_d:
-            fav[d] |= wstodf
-        if d in wstodm_d:
-            fav[d] |= wstodm
+        for opt_variants, opt_d in tma_opts:
+            if d in opt_d:
+                fav[d] |= opt_variants
         wgv[d] = wg256 if d == 256 else wg
     for d in pa_d:
         pvs[d] = pav256 if d == 256 else pav
