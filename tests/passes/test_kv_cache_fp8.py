@@ -24,19 +24,13 @@ from onnx_fuse.errors import UserError
 from onnx_fuse.passes.kv_cache_fp8 import FP8_HEAD_DIMS
 from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous, round_e4m3, run_paged
 from onnx_fuse.verify import make_session
+from tests.decode_models import static_decode
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 HKV = {"llama64_kv_dynamo": 1, "gpt264_kv_dynamo": 2}
 LAYERS, D, VOCAB = 2, 64, 128
 F8 = onnx.TensorProto.FLOAT8E4M3FN
 
-
-def _static_decode(name: str) -> onnx.ModelProto:
-    proto = onnx.load(str(MODELS / f"{name}.onnx"))
-    dim = next(i for i in proto.graph.input if i.name == "input_ids").type.tensor_type.shape.dim[1]
-    dim.ClearField("dim_param")
-    dim.dim_value = 1
-    return proto
 
 
 def _types(values) -> dict[str, int]:
@@ -45,7 +39,7 @@ def _types(values) -> dict[str, int]:
 
 @pytest.mark.parametrize("name", sorted(HKV))
 def test_pools_become_fp8_with_scale_inputs(name):
-    model = ir.to_proto(onnx_fuse.optimize(_static_decode(name), level=4, target="trt",
+    model = ir.to_proto(onnx_fuse.optimize(static_decode(name), level=4, target="trt",
                                            kv_cache_dtype="fp8").model)
     onnx.checker.check_model(model, full_check=True)
     ins, outs = _types(model.graph.input), _types(model.graph.output)
@@ -82,7 +76,7 @@ def _run_fp8(model, feeds):
 
 @pytest.mark.parametrize("name", sorted(HKV))
 def test_fp8_model_matches_the_original_up_to_the_new_tokens_rounding(name):
-    fp8 = ir.to_proto(onnx_fuse.optimize(_static_decode(name), level=4, target="trt",
+    fp8 = ir.to_proto(onnx_fuse.optimize(static_decode(name), level=4, target="trt",
                                          kv_cache_dtype="fp8").model)
     orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
     past_lens = (7, 2)
@@ -108,7 +102,7 @@ def test_verify_compares_fp8_pools_at_e4m3_tolerance(name):
     that) and compares at e4m3's tolerance: it passes, and a doubled softmax scale fails."""
     from onnx_fuse.verify import FP8_NOTE, verify
 
-    result = onnx_fuse.optimize(_static_decode(name), level=4, target="trt", kv_cache_dtype="fp8", verify=True)
+    result = onnx_fuse.optimize(static_decode(name), level=4, target="trt", kv_cache_dtype="fp8", verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
     assert FP8_NOTE in result.report.verify["notes"]
     assert {"logits", "present.0.key", "present.1.value"} <= {o["name"] for o in result.report.verify["outputs"]}
@@ -116,7 +110,7 @@ def test_verify_compares_fp8_pools_at_e4m3_tolerance(name):
     for node in wrong.graph:
         if node.op_type == "PagedAttention":
             node.attributes["scale"] = ir.AttrFloat32("scale", node.attributes["scale"].value * 2)
-    bad = verify(_static_decode(name), wrong)
+    bad = verify(static_decode(name), wrong)
     assert any(o["name"] == "logits" and not o["passed"] for o in bad["outputs"]), bad["outputs"]
 
 
@@ -124,7 +118,7 @@ def test_fp16_precision_keeps_the_scales_float32_and_passes_check_trt():
     from onnx_fuse.plugins.check_trt import check_model
     from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
 
-    model = ir.to_proto(onnx_fuse.optimize(_static_decode("llama64_kv_dynamo"), level=4,
+    model = ir.to_proto(onnx_fuse.optimize(static_decode("llama64_kv_dynamo"), level=4,
                                            target="trt", precision="fp16",
                                            kv_cache_dtype="fp8").model)
     assert _types(model.graph.input)["kv_scale_k.0"] == onnx.TensorProto.FLOAT
@@ -146,7 +140,7 @@ def test_fp16_precision_keeps_the_scales_float32_and_passes_check_trt():
 def test_refusals_are_user_errors(kw, match):
     kw = {"level": 4, "target": "trt", "kv_cache_dtype": "fp8", **kw}
     model = kw.pop("model", "static")
-    src = {"static": lambda: _static_decode("gpt264_kv_dynamo"),
+    src = {"static": lambda: static_decode("gpt264_kv_dynamo"),
            "dynamic": lambda: onnx.load(str(MODELS / "gpt264_kv_dynamo.onnx")),
            "bert": lambda: onnx.load(str(MODELS / "bert_sdpa_dynamo.onnx"))}[model]()
     with pytest.raises(UserError, match=match):
@@ -155,7 +149,7 @@ def test_refusals_are_user_errors(kw, match):
 
 def test_cli_option_and_its_refusal(tmp_path, capsys):
     src = tmp_path / "decode.onnx"
-    onnx.save(_static_decode("gpt264_kv_dynamo"), src)
+    onnx.save(static_decode("gpt264_kv_dynamo"), src)
     out = tmp_path / "o.onnx"
     assert main(["optimize", str(src), "-o", str(out), "-O", "4", "--target", "trt",
                  "--kv-cache-dtype", "fp8", "--verify", "-q"]) == 0   # verified at e4m3 tolerance
@@ -182,7 +176,7 @@ def test_a_cast_between_a_pool_and_the_op_is_refused():
     converted. The pass used to remove such a Cast and retype the pool behind it."""
     from onnx_fuse.passes.kv_cache_fp8 import KvCacheFp8Pass
 
-    model = onnx_fuse.optimize(_static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
+    model = onnx_fuse.optimize(static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
     node = next(n for n in model.graph if n.op_type == "PagedAttention")
     pool = node.inputs[3]
     cast = ir.node("Cast", [pool], attributes={"to": ir.DataType.FLOAT}, name="pool_cast",
@@ -200,7 +194,7 @@ def test_decode_is_read_from_any_of_q_k_v():
     (RoPE broadcast against positions of unnamed length) is still decode when v's is 1."""
     from onnx_fuse.passes.kv_cache_fp8 import KvCacheFp8Pass
 
-    model = onnx_fuse.optimize(_static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
+    model = onnx_fuse.optimize(static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
     nodes = [n for n in model.graph if n.op_type == "PagedAttention"]
     for n in nodes:
         for v in n.inputs[:2]:

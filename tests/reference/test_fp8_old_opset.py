@@ -3,8 +3,6 @@ float8 only from opset 19 on, so onnx_fuse.reference.ort_ops raises the harness 
 version converter) where it wraps float8 caches in Casts. Before, ORT refused that copy and verify
 failed before comparing anything."""
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -13,8 +11,8 @@ from onnx import helper as h
 
 import onnx_fuse
 from onnx_fuse.verify import make_session, verify
+from tests.decode_models import static_decode
 
-MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 NB, BS, HQ, HKV, D = 8, 4, 4, 2, 16
 
 
@@ -74,19 +72,12 @@ def test_fp8_pool_runs_in_an_opset_17_model():
     np.testing.assert_allclose(q_mean, feeds["q"].mean(axis=-1, keepdims=True), rtol=1e-6)
 
 
-def _static_decode(name: str) -> onnx.ModelProto:
-    proto = onnx.load(str(MODELS / f"{name}.onnx"))
-    dim = next(i for i in proto.graph.input if i.name == "input_ids").type.tensor_type.shape.dim[1]
-    dim.ClearField("dim_param")
-    dim.dim_value = 1
-    return proto
-
 
 @pytest.mark.slow
 def test_torchscript_opset_17_decoder_verifies_with_fp8_pools():
     """OPT (TorchScript, opset 17) paged with fp8 pools: verify compares and passes; the last
     layer's V scale 5 % off (a Mul on the op's v_scale input) fails that attention's own check."""
-    original = _static_decode("opt_hd64__torchscript_kv__trained")
+    original = static_decode("opt_hd64__torchscript_kv__trained")
     assert next(o.version for o in original.opset_import if o.domain == "") == 17
     result = onnx_fuse.optimize(original, level=4, target="trt", kv_cache_dtype="fp8", verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
@@ -99,6 +90,6 @@ def test_torchscript_opset_17_decoder_verifies_with_fp8_pools():
     wrong.graph.node.insert(list(wrong.graph.node).index(last),
                             h.make_node("Mul", [last.input[8], "planted"], ["v_scale_planted"]))
     last.input[8] = "v_scale_planted"
-    bad = verify(_static_decode("opt_hd64__torchscript_kv__trained"), wrong)
+    bad = verify(static_decode("opt_hd64__torchscript_kv__trained"), wrong)
     failed = [o["name"] for o in bad["outputs"] if not o["passed"]]
     assert failed == [f"attention {last.name} (fp8 pools)"], failed

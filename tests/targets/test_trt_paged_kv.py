@@ -28,6 +28,7 @@ import onnx_fuse.rewrite
 from onnx_fuse.plugins.check_trt import check_model
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.verify import make_session
+from tests.decode_models import static_decode
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 KV_MODEL = MODELS / "llama64_kv_dynamo.onnx"
@@ -166,15 +167,6 @@ def test_chunked_prefill_matches_original_in_the_reference(sessions, past_lens, 
                                            ref[f"present.{i}.{kv}"][0], rtol=1e-4, atol=1e-5)
 
 
-def _static_decode(name: str) -> onnx.ModelProto:
-    """The export with its query length fixed at 1 (a decode-only graph): the optimizer folds
-    Range(0, S) into the constant [0]."""
-    proto = onnx.load(str(MODELS / f"{name}.onnx"))
-    dim = next(i for i in proto.graph.input if i.name == "input_ids").type.tensor_type.shape.dim[1]
-    dim.ClearField("dim_param")
-    dim.dim_value = 1
-    return proto
-
 
 def test_static_decode_export_is_paged_and_builds_with_the_aot_kernel(name):
     """S fixed at 1: the readers hook takes the folded constant positions, verify passes, and
@@ -182,10 +174,10 @@ def test_static_decode_export_is_paged_and_builds_with_the_aot_kernel(name):
     gets the JIT path (aot = 0), which runs chunked prefill too. Both pass check-trt."""
     from onnx_fuse.plugins.engine_builder import prepare_for_tensorrt
 
-    static = _o4(_static_decode(name), verify=True)
+    static = _o4(static_decode(name), verify=True)
     assert _ops(static.model)["PagedAttention"] == LAYERS, static.report.warnings
     assert static.report.status == "PASSED", static.report.status_reason
-    for proto, aot in ((_static_decode(name), 1), (MODELS / f"{name}.onnx", 0)):
+    for proto, aot in ((static_decode(name), 1), (MODELS / f"{name}.onnx", 0)):
         model = ir.to_proto(_o4(proto, precision="fp16").model)
         prepared, changed = prepare_for_tensorrt(model)
         assert changed == LAYERS
@@ -196,7 +188,7 @@ def test_static_decode_export_is_paged_and_builds_with_the_aot_kernel(name):
 
 def test_static_decode_ragged_batch_matches_original(name):
     orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
-    paged = make_session(_o4(_static_decode(name)).model)
+    paged = make_session(_o4(static_decode(name)).model)
     feeds = _feeds(2, 7, 1, seed=21, hkv=HKV[name])
     pf = paged_inputs_from_contiguous(feeds, 4, past_lens=(7, 2), new_tokens=1, seed=3)
     got = _run(paged, pf)
@@ -217,7 +209,7 @@ def test_prefill_head_sizes_need_a_static_decode_query(tmp_path):
     assert _ops(result.model)["PagedAttention"] == 0
     notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
     assert notes and "prefill kernel (more than one new token) takes head sizes 64 and 128" in notes[0]
-    assert _ops(_o4(_static_decode("llama64_kv_dynamo"), rules=[str(path)]).model)["PagedAttention"] == LAYERS
+    assert _ops(_o4(static_decode("llama64_kv_dynamo"), rules=[str(path)]).model)["PagedAttention"] == LAYERS
 
 
 def test_rule_prefill_head_sizes_are_the_plugin_contract():
