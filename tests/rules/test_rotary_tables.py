@@ -32,6 +32,19 @@ def _tables(rows, rd, *, form, bad_halves=False, scale=1.0):
     return (scale * np.cos(ang)).astype(np.float32), (scale * np.sin(ang)).astype(np.float32)
 
 
+def _ts_repeat_interleave(n) -> list:
+    """GPT-J's repeat_interleave of the gathered sin ("gs") / cos ("gc") halves as TorchScript writes
+    it: Unsqueeze(2), Unsqueeze(4), Tile, Reshape(x, Shape(x)[:3] + [-1]) -> "su" / "cu"."""
+    nodes = []
+    for part, out in (("gs", "su"), ("gc", "cu")):
+        nodes += [n("Unsqueeze", [part, "i2"], [part + "4"]), n("Unsqueeze", [part + "4", "i4"], [part + "5"]),
+                  n("Tile", [part + "5", "rep"], [part + "x"]), n("Shape", [part + "x"], [part + "sh"]),
+                  n("Slice", [part + "sh", "i0", "i3"], [part + "s3"]),
+                  n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
+                  n("Reshape", [part + "x", part + "t"], [out])]
+    return nodes
+
+
 def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=False, scale=1.0,
            head_varying=False, slice_start=0, pass_start=None, step=1, elem=1, tile=(1, 1, 1, 1, 2),
            table_batches=1, ts_order=1):
@@ -126,12 +139,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                      sp=np.array([rd // 2, rd // 2], np.int64), i3=np.array([3], np.int64),
                      i4=np.array([4], np.int64), rep=np.array(tile, np.int64))
         nodes += [n("Gather", ["tab", "pos"], ["g"], axis=0), n("Split", ["g", "sp"], ["gs", "gc"], axis=-1)]
-        for part, out in (("gs", "su"), ("gc", "cu")):
-            nodes += [n("Unsqueeze", [part, "i2"], [part + "4"]), n("Unsqueeze", [part + "4", "i4"], [part + "5"]),
-                      n("Tile", [part + "5", "rep"], [part + "x"]), n("Shape", [part + "x"], [part + "sh"]),
-                      n("Slice", [part + "sh", "i0", "i3"], [part + "s3"]),
-                      n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
-                      n("Reshape", [part + "x", part + "t"], [out])]
+        nodes += _ts_repeat_interleave(n)
         inputs.append(h.vi("pos", ["b", "s"], 7))
     elif tables == "sincos-ge":   # GPT-J Optimum (transformers < 4.58): table [1, P, rd] tiled
         # over the batch, GatherElements(axis 1) of position_ids tiled over the row, then as above
@@ -147,12 +155,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
                   n("Shape", ["tt"], ["tw"], start=2, end=3), n("Concat", ["one1", "tw"], ["prep"], axis=0),
                   n("Tile", ["pu", "prep"], ["pt"]), n("GatherElements", ["tt", "pt"], ["g"], axis=1),
                   n("Split", ["g", "sp"], ["gs", "gc"], axis=-1)]
-        for part, out in (("gs", "su"), ("gc", "cu")):
-            nodes += [n("Unsqueeze", [part, "i2"], [part + "4"]), n("Unsqueeze", [part + "4", "i4"], [part + "5"]),
-                      n("Tile", [part + "5", "rep"], [part + "x"]), n("Shape", [part + "x"], [part + "sh"]),
-                      n("Slice", [part + "sh", "i0", "i3"], [part + "s3"]),
-                      n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
-                      n("Reshape", [part + "x", part + "t"], [out])]
+        nodes += _ts_repeat_interleave(n)
         inputs.append(h.vi("pos", ["b", "s"], 7))
     elif tables == "sincos-ge1":   # GPT-J as transformers 4.38 / 4.45 wrote
         # it (TorchScript): position_ids [1, S], so the table [1, P, rd] is not tiled (repeat by a batch
@@ -164,12 +167,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
         nodes += [n("Unsqueeze", ["pos", "ilast"], ["pu"]), n("Shape", ["tab"], ["tw"], start=2, end=3),
                   n("Concat", ["one1", "tw"], ["prep"], axis=0), n("Tile", ["pu", "prep"], ["pt"]),
                   n("GatherElements", ["tab", "pt"], ["g"], axis=1), n("Split", ["g", "sp"], ["gs", "gc"], axis=-1)]
-        for part, out in (("gs", "su"), ("gc", "cu")):
-            nodes += [n("Unsqueeze", [part, "i2"], [part + "4"]), n("Unsqueeze", [part + "4", "i4"], [part + "5"]),
-                      n("Tile", [part + "5", "rep"], [part + "x"]), n("Shape", [part + "x"], [part + "sh"]),
-                      n("Slice", [part + "sh", "i0", "i3"], [part + "s3"]),
-                      n("Concat", [part + "s3", "ilast"], [part + "t"], axis=0),
-                      n("Reshape", [part + "x", part + "t"], [out])]
+        nodes += _ts_repeat_interleave(n)
         inputs.append(h.vi("pos", [1, "s"], 7))
     else:   # [P, rd] tables cut to the sequence (optional) and gathered by position_ids
         inits.update(ct=cos, st=sin, ax0=np.array([0], np.int64), ax1=np.array([1], np.int64),
