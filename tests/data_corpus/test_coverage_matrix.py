@@ -11,12 +11,12 @@ CI short; ONNX_FUSE_CORPUS_MATRIX=full runs every file and column.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+from tests.tool_modules import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "corpus"
@@ -25,10 +25,7 @@ STYLE_ORDER = ("dyn_mask", "static_nomask", "optimum", "kv", "torchscript")
 
 
 def _coverage_tool():
-    spec = importlib.util.spec_from_file_location("coverage_tool", ROOT / "tools" / "coverage.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("coverage", "coverage_tool")
 
 
 def _cases() -> list[tuple[str, str]]:

@@ -9,12 +9,12 @@ trained16 file at ort-O3 and trt-O4."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+from tests.tool_modules import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "corpus"
@@ -38,10 +38,7 @@ def _cases() -> list[tuple[str, str]]:
 
 
 def _coverage_tool():
-    spec = importlib.util.spec_from_file_location("coverage_tool", ROOT / "tools" / "coverage.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("coverage", "coverage_tool")
 
 
 @pytest.mark.slow

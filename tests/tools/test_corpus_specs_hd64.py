@@ -4,17 +4,11 @@ head size the PagedAttention kernels take), GPT-OSS with its sliding and full la
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tool_modules import load_tool
 
 
 def _specs():
-    spec = importlib.util.spec_from_file_location("corpus_specs_hd64", ROOT / "tools" / "corpus_specs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("corpus_specs", "corpus_specs_hd64")
 
 
 def _head_size(cfg: dict) -> int:

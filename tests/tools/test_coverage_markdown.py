@@ -4,11 +4,11 @@ partial rerun laid over the table (--overlay) replaces only the columns it ran."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from tests.tool_modules import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "tests/data/corpus/manifest.json"
@@ -17,10 +17,7 @@ COLS = ["ort-O3", "onnx-O3", "trt-O4", "onnxscript", "ort-tools"]
 
 @pytest.fixture(scope="module")
 def cov():
-    spec = importlib.util.spec_from_file_location("coverage_tool", ROOT / "tools" / "coverage.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("coverage", "coverage_tool")
 
 
 def _entry(arch, style, layers):

@@ -4,19 +4,12 @@ the specs' version pins and configs, and the venv hand-off's error when a versio
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tool_modules import load_tool
 
 
 def _export_corpus():
-    spec = importlib.util.spec_from_file_location("export_corpus_legacy", ROOT / "tools" / "export_corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("export_corpus", "export_corpus_legacy")
 
 
 def test_every_legacy_spec_pins_a_version_and_its_name_says_which():
