@@ -843,9 +843,10 @@ constexpr int kWsLptGroup = 8;
 // TFLOP/s in runs 19a / 19b / 19c against ovedg's 494-498 / 509-510 / 525-526; bf16 at par with or
 // behind oved (542-546 against 554-556 in 19c), which bf16 keeps; without a mask 1-5 % behind oved.
 constexpr int kWsFold = 64;
-// kWsMcast (candidate m128n128w12t_ovedm: D = 128, no window, no seq_lens, S a multiple of 256): a
-// cluster of two CTAs, adjacent query blocks of one head, shares each K/V tile: each producer loads
-// one of the tile's two 64-column boxes of K and of V and multicasts it to both CTAs, so K/V's
+// kWsMcast (m128n128w12t_ovedm, planned at D = 128 fp16 without a mask from run 20; no window, no
+// seq_lens, S a multiple of 256): a cluster of two CTAs, adjacent query blocks of one head, shares
+// each K/V tile: each producer loads one of the tile's two 64-column boxes of K and of V and
+// multicasts it to both CTAs, so K/V's
 // L2 -> SM traffic halves (FlashAttention-3 does the same at hdim 128 without a mask; the D = 128
 // rows run at the 700 W limit, where bytes moved cost clock). Causal, the pair's longer CTA loads
 // its last tile alone. A shared stage is reloaded only once both CTAs' consumers have released it:
@@ -1106,7 +1107,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   extern __shared__ unsigned char fa_smem[];
   // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
   // MCAST: V on barriers of its own (V full[ST], V empty[ST]); full / empty then hold K's
-  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + ((OPT & kWsMcast) ? 2 * ST : 0)];
+  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + (MCAST ? 2 * ST : 0)];
   __shared__ float ws_pin[(OPT & kWsPinSoftmax) ? 256 : 1];  // kWsPinSoftmax: a slot per consumer thread
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
