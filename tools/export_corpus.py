@@ -50,6 +50,9 @@ optimum-onnx exports, in the optimum style only, usually into --out /tmp/holdout
 4.38 and 4.45 wrote them (styles legacy, legacy_kv, legacy_sdpa, legacy_sdpa_kv: TorchScript, eager or SDPA
 attention, tuple caches), each exported by export_torch inside that version's venv (tools/legacy_venv.sh
 VERSION), usually into --out /tmp/holdout5.
+--holdout 8 plans the fifth sweep's part C (holdout_specs.HOLDOUT5C): corpus architectures exported by torch
+2.9.1 and 2.14.1 (exporter drift; transformers as in the corpus), each inside that torch's venv
+(tools/torch_venv.sh VERSION) by the same hand-off, usually into --out /tmp/holdout8.
 """
 
 from __future__ import annotations
@@ -68,14 +71,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
-from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B, HOLDOUT_SETS,  # noqa: E402
-                           HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN, STYLE_ARCHS,
-                           STYLE_ARCHS2)
+from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B, HOLDOUT5C,  # noqa: E402
+                           HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
+                           STYLE_ARCHS, STYLE_ARCHS2)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
 OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
-LEGACY_VENVS = Path(os.environ.get("LEGACY_VENVS", "/work/venvs"))  # tf438/, tf445/ (tools/legacy_venv.sh)
+LEGACY_VENVS = Path(os.environ.get("LEGACY_VENVS", "/work/venvs"))  # tf438/, tf445/ (tools/legacy_venv.sh),
+# torch291/, torch2141/ (tools/torch_venv.sh)
 DTYPES = {"float32": "", "float16": "16"}  # export dtype -> weights-tag suffix (trained16)
 OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16"}
 # ORT vs torch in the export check: max abs diff (fp16: over max(1, max |torch output|))
@@ -432,11 +436,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     import torch
 
     spec = SPECS[arch]
-    if "transformers" in spec:  # --holdout 5: that version's modeling code, in its own venv
-        import transformers
-
-        if transformers.__version__ != spec["transformers"]:
-            return export_legacy(arch, style, weights, path)
+    if _pinned_elsewhere(spec):  # --holdout 5 / 8: that transformers / torch version, in its own venv
+        return export_legacy(arch, style, weights, path)
     config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style))
     n_layers = config.num_hidden_layers
     torchscript = base_style(style).startswith("torchscript")
@@ -604,21 +605,35 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16, dtyp
             "dtype": dtype}
 
 
+def _pinned_elsewhere(spec) -> bool:
+    """The spec pins a transformers (--holdout 5) or torch (--holdout 8) version this process does not run."""
+    import torch
+    import transformers
+
+    return (spec.get("transformers", transformers.__version__) != transformers.__version__
+            or spec.get("torch", torch.__version__).split("+")[0] != torch.__version__.split("+")[0])
+
+
 def export_legacy(arch: str, style: str, weights: str, path: Path) -> dict:
-    """export_torch run by the venv of the architecture's transformers version (tools/legacy_venv.sh
-    VERSION: /work/venvs/tf<major><minor>, or $LEGACY_VENVS/tf..); its manifest extras come back as
-    JSON on the last line of its output."""
-    version = SPECS[arch]["transformers"]
-    tag = next(t for t, v in LEGACY_VERSIONS.items() if v == version)
-    py = LEGACY_VENVS / f"tf{tag}" / "bin/python"
+    """export_torch run by the venv of the architecture's pinned version: transformers (tools/legacy_venv.sh
+    VERSION: /work/venvs/tf<major><minor>) or torch (tools/torch_venv.sh VERSION: /work/venvs/torch<digits>),
+    or the same under $LEGACY_VENVS; its manifest extras come back as JSON on the last line of its output."""
+    spec = SPECS[arch]
+    if "torch" in spec:
+        version, what, script = spec["torch"], "torch", "torch_venv.sh"
+        py = LEGACY_VENVS / f"torch{version.replace('.', '')}" / "bin/python"
+    else:
+        version, what, script = spec["transformers"], "transformers", "legacy_venv.sh"
+        tag = next(t for t, v in LEGACY_VERSIONS.items() if v == version)
+        py = LEGACY_VENVS / f"tf{tag}" / "bin/python"
     if not py.exists():
-        raise RuntimeError(f"no transformers {version} venv at {py.parents[1]} (run tools/legacy_venv.sh {version})")
+        raise RuntimeError(f"no {what} {version} venv at {py.parents[1]} (run tools/{script} {version})")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
     env.pop("VIRTUAL_ENV", None)
     run = subprocess.run([str(py), __file__, "_legacy_export", arch, style, weights, str(path)], env=env,
                          capture_output=True, text=True, timeout=600)
     if run.returncode:
-        raise RuntimeError(f"transformers {version}: " + _last_error(run.stderr))
+        raise RuntimeError(f"{what} {version}: " + _last_error(run.stderr))
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
@@ -791,7 +806,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2. Sweep 3: HOLDOUT3;
     sweep 4: HOLDOUT4 (optimum style)."""
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
-                            4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {})}[sweep]
+                            4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}[sweep]
     if dtype != "float32":
         own_set, style_archs = {}, HALF_ARCHS2 if sweep == 2 else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
@@ -862,8 +877,9 @@ def _export_one(arch, style, weights, name, path, mpath, head_dim=16, dtype="flo
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_legacy_export"]:  # inside a tools/legacy_venv.sh venv (export_legacy)
+    if argv[:1] == ["_legacy_export"]:  # inside a tools/legacy_venv.sh / torch_venv.sh venv (export_legacy)
         SPECS.update(HOLDOUT4B)
+        SPECS.update(HOLDOUT5C)
         print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]))))
         return 0
     if argv[:1] == ["_optimum_save"]:
@@ -886,7 +902,8 @@ def main(argv=None) -> int:
     ap.add_argument("--holdout", type=int, nargs="?", const=1, default=0, choices=sorted(HOLDOUT_SETS),
                     help="the hold-out set of tools/holdout_specs.py (architectures and export styles the "
                          "rules were not tuned on) instead of the corpus; 2: the second sweep, 3: the third, "
-                         "4: the fourth's part A (Optimum), 5: its part B (older transformers); "
+                         "4: the fourth's part A (Optimum), 5: its part B (older transformers), "
+                         "8: the fifth's part C (torch 2.9.1 / 2.14.1 exporters); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:
