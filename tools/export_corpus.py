@@ -50,6 +50,9 @@ optimum-onnx exports, in the optimum style only, usually into --out /tmp/holdout
 4.38 and 4.45 wrote them (styles legacy, legacy_kv, legacy_sdpa, legacy_sdpa_kv: TorchScript, eager or SDPA
 attention, tuple caches), each exported by export_torch inside that version's venv (tools/legacy_venv.sh
 VERSION), usually into --out /tmp/holdout5.
+--holdout 6 plans the fifth sweep's part A (holdout_specs.HOLDOUT5A): decoder architectures of transformers
+5.24 that no set above has (MLA, attention sinks, partial / per-layer-type rotary, qk- and v-norms, AltUp,
+GPT-1 / CTRL / XLM) in the corpus's own styles, usually into --out /tmp/holdout6.
 --holdout 8 plans the fifth sweep's part C (holdout_specs.HOLDOUT5C): corpus architectures exported by torch
 2.9.1 and 2.14.1 (exporter drift; transformers as in the corpus), each inside that torch's venv
 (tools/torch_venv.sh VERSION) by the same hand-off, usually into --out /tmp/holdout8.
@@ -806,7 +809,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2. Sweep 3: HOLDOUT3;
     sweep 4: HOLDOUT4 (optimum style)."""
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
-                            4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}[sweep]
+                            4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
         own_set, style_archs = {}, HALF_ARCHS2 if sweep == 2 else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):

@@ -547,3 +547,105 @@ def _torch_drift(arch: str, tag: str, styles: tuple) -> dict:
 HOLDOUT5C = {f"{arch}_pt{tag}": _torch_drift(arch, tag, styles)
              for tag in TORCH_VERSIONS for arch, styles in TORCH_DRIFT_PLAN.items()}
 HOLDOUT_SETS[8] = HOLDOUT5C
+
+
+# ---- fifth sweep, part A (--holdout 6, HOLDOUT5A): decoder architectures never seen ------------------------
+# transformers 5.24 causal LMs in none of the sets above, in the corpus's own styles: MLA with the rope slice
+# rotated by halves (MiniCPM3) and interleaved (GLM-4-MoE-Lite), attention sinks with sliding windows (Granite
+# SWA, MiMo-V2-Flash, Flint), partial rotary per layer type (Laguna, MiMo-V2-Flash: a 0.334 factor, Gemma 4's
+# proportional rope), qk-norm over all heads (MiniMax-M2), value norms and K = V (Gemma 4), AltUp / LAuReL
+# (Gemma 3n), NoPE full layers (Beam, Cohere2-MoE), gated attention (Laguna), a hybrid Mamba-2 + attention
+# decoder (Falcon-H1, static: a Mamba view specializes) and the pre-rotary decoders GPT-1 (learned positions,
+# post-norm), CTRL (sinusoidal positions) and causal XLM.
+SLIDE5 = dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])
+BMM5 = dict(experts_implementation="batched_mm")
+MLA5 = dict(num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16,
+            qk_rope_head_dim=8, v_head_dim=16)
+MOE5 = dict(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, **BMM5)
+
+HOLDOUT5A = {
+    "minicpm3": _s("decoder", "MiniCPM3Config", "MiniCPM3ForCausalLM",
+                   dict(DEC, **MLA5, scale_emb=12, scale_depth=1.4, dim_model_base=16),
+                   ["mha", "mla", "rope-partial", "rmsnorm", "swiglu", "embed-scale", "residual-scale",
+                    "v-head-dim-differs"], "minicpm3", "gpt2", styles=DEC_ALL),
+    "glm4_moe_lite": _s("decoder", "Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+                        dict(DEC, **MLA5, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                             moe_intermediate_size=32, n_shared_experts=1, mlp_layer_types=["dense", "sparse"],
+                             **BMM5),
+                        ["mha", "mla", "rope-interleaved", "rope-partial", "rmsnorm", "swiglu", "moe"],
+                        "glm4_moe_lite", "gpt2", styles=DEC_KV),
+    "exaone_moe": _s("decoder", "ExaoneMoeConfig", "ExaoneMoeForCausalLM",
+                     dict(DEC, **GQA, **SLIDE5, **MOE5, mlp_layer_types=["dense", "sparse"], num_shared_experts=1,
+                          n_group=1, topk_group=1),
+                     ["gqa", "rope-full", "rmsnorm", "qk-norm", "sliding-window", "moe"], "exaone_moe", "gpt2",
+                     styles=DEC_KV),
+    "cohere2_moe": _s("decoder", "Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+                      dict(DEC, **GQA, **SLIDE5, **MOE5, num_shared_experts=1),
+                      ["gqa", "rope-interleaved", "layernorm-nobias", "parallel-residual", "sliding-window",
+                       "nope-layers", "moe"], "cohere2_moe", "gpt2", styles=DEC_KV),
+    "granite_swa": _s("decoder", "GraniteSWAConfig", "GraniteSWAForCausalLM",
+                      dict(DEC, **GQA, **SLIDE5, embedding_multiplier=12.0, residual_multiplier=0.22,
+                           attention_multiplier=0.0625, logits_scaling=8.0),
+                      ["gqa", "rope-full", "rmsnorm", "swiglu", "attention-sinks", "sliding-window",
+                       "attention-multiplier"], "granite_swa", "gpt2", styles=DEC_ALL),
+    "mellum": _s("decoder", "MellumConfig", "MellumForCausalLM", dict(DEC, **GQA, **SLIDE5, **MOE5),
+                 ["gqa", "rope-full", "rope-two-bases", "rmsnorm", "qk-norm", "sliding-window", "moe"], "mellum",
+                 "gpt2", styles=DEC_KV),
+    "laguna": _s("decoder", "LagunaConfig", "LagunaForCausalLM",
+                 dict(DEC, **GQA, **SLIDE5, **MOE5, shared_expert_intermediate_size=32),
+                 ["gqa", "rope-partial", "rope-two-bases", "rmsnorm", "qk-norm", "gated-attention", "sliding-window",
+                  "moe"], "laguna", "gpt2", styles=DEC_KV),
+    "mimo_v2_flash": _s("decoder", "MiMoV2FlashConfig", "MiMoV2FlashForCausalLM",
+                        dict(DEC, **GQA, v_head_dim=16, **SLIDE5, moe_intermediate_size=32, n_routed_experts=4,
+                             num_experts_per_tok=2, n_group=1, topk_group=1, **BMM5),
+                        ["gqa", "rope-partial", "rmsnorm", "attention-sinks", "value-scale", "sliding-window", "moe"],
+                        "mimo_v2_flash", "gpt2", styles=DEC_KV),
+    "minimax_m2": _s("decoder", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+                     dict(DEC, **GQA, num_local_experts=4, num_experts_per_tok=2, **BMM5),
+                     ["gqa", "rope-full", "rmsnorm", "qk-norm-full-width", "moe"], "minimax_m2", "gpt2",
+                     styles=DEC_KV),
+    "flint": _s("decoder", "FlintConfig", "FlintForCausalLM",
+                dict(DEC, **GQA, **SLIDE5, **MOE5, shared_expert_intermediate_size=32),
+                ["gqa", "rope-full", "rmsnorm", "qk-norm", "attention-sinks", "sliding-window", "moe"], "flint",
+                "gpt2", styles=DEC_KV),
+    "beam": _s("decoder", "BeamConfig", "BeamForCausalLM",
+               dict(DEC, **GQA, **SLIDE5, **MOE5, n_group=1, topk_group=1, final_logit_softcapping=30.0),
+               ["gqa", "rope-full", "nope-layers", "rmsnorm", "qk-norm", "sliding-window", "softcap-logits", "moe"],
+               "beam", "gpt2", styles=("dyn_mask",)),
+    "gemma3n_text": _s("decoder", "Gemma3nTextConfig", "Gemma3nForCausalLM",
+                       dict(DEC, **GQA, **SLIDE5, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                            num_kv_shared_layers=0, laurel_rank=8, altup_num_inputs=2,
+                            activation_sparsity_pattern=[0.0, 0.0]),
+                       ["gqa", "rope-full", "rope-two-bases", "rmsnorm", "qk-norm", "v-norm", "no-scale", "altup",
+                        "laurel", "sliding-window", "softcap-logits"], "gemma3n_text", "gpt2", styles=DEC_KV),
+    "gemma4_text": _s("decoder", "Gemma4TextConfig", "Gemma4ForCausalLM",
+                      dict(DEC, **GQA, **SLIDE5, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8,
+                           num_kv_shared_layers=0, attention_k_eq_v=True),
+                      ["gqa", "rope-full", "rope-partial", "rmsnorm", "qk-norm", "v-norm", "k-eq-v", "no-scale",
+                       "sliding-window"], "gemma4_text", "gpt2", styles=DEC_KV),
+    "falcon_h1": _s("decoder", "FalconH1Config", "FalconH1ForCausalLM",
+                    dict(DEC, **GQA, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8,
+                         mamba_chunk_size=4),
+                    ["gqa", "rope-full", "rmsnorm", "mamba2-parallel", "multipliers"], "falcon_h1", "gpt2",
+                    styles=("static_nomask",)),
+    "gpt_neox_japanese": _s("decoder", "GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM",
+                            dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2,
+                                 intermediate_multiple_size=2, rotary_pct=0.5, max_position_embeddings=POSITIONS,
+                                 **TOKENS),
+                            ["mha", "rope-partial", "layernorm", "gelu", "fused-qkv", "dense-bias-late"],
+                            "gpt_neox_japanese", "gpt2", styles=DEC_ALL),
+    # pre-rotary decoders
+    "openai_gpt": _s("decoder", "OpenAIGPTConfig", "OpenAIGPTLMHeadModel",
+                     dict(vocab_size=VOCAB, n_positions=POSITIONS, n_embd=HIDDEN, n_layer=LAYERS, n_head=2),
+                     ["mha", "learned-positions", "layernorm", "gelu-tanh", "post-norm", "fused-qkv", "conv1d"],
+                     "openai-gpt", "gpt2", styles=("dyn_mask", "static_nomask", "torchscript")),  # no cache
+    "ctrl": _s("decoder", "CTRLConfig", "CTRLLMHeadModel",
+               dict(vocab_size=VOCAB, n_positions=POSITIONS, n_embd=HIDDEN, dff=FFN, n_layer=LAYERS, n_head=2),
+               ["mha", "sinusoidal-positions", "embed-scale", "layernorm", "relu"], "ctrl", "gpt2", styles=DEC_ALL),
+    "xlm": _s("decoder", "XLMConfig", "XLMWithLMHeadModel",
+              dict(vocab_size=VOCAB, emb_dim=HIDDEN, n_layers=LAYERS, n_heads=2, causal=True, n_langs=1,
+                   max_position_embeddings=POSITIONS),
+              ["mha", "causal", "learned-positions", "layernorm", "gelu-erf", "post-norm"], "xlm", "gpt2",
+              styles=("dyn_mask", "torchscript")),  # its cache is a dict of per-layer tensors: no kv style
+}
+HOLDOUT_SETS[6] = HOLDOUT5A
