@@ -56,6 +56,9 @@ GPT-1 / CTRL / XLM) in the corpus's own styles, usually into --out /tmp/holdout6
 --holdout 8 plans the fifth sweep's part C (holdout_specs.HOLDOUT5C): corpus architectures exported by torch
 2.9.1 and 2.14.1 (exporter drift; transformers as in the corpus), each inside that torch's venv
 (tools/torch_venv.sh VERSION) by the same hand-off, usually into --out /tmp/holdout8.
+--holdout 7 plans the fifth sweep's part B (holdout_specs.HOLDOUT5B): encoders, vision, audio and seq2seq parts
+of transformers 5.24 no earlier set has, in the corpus's styles (kind features: log-mel frames
+[batch, frames, bins] in), usually into --out /tmp/holdout7.
 """
 
 from __future__ import annotations
@@ -332,6 +335,11 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     if kind == "audio":  # raw waveform; its length stays static (the conv stack's output length)
         feeds["input_values"] = torch.randn(batch, AUDIO_SAMPLES, generator=g)
         dims["input_values"] = [batch if static else "batch", AUDIO_SAMPLES]
+        return feeds, dims
+    if kind == "features":  # log-mel frames [batch, frames, bins] (holdout_specs.HOLDOUT5B: AST, Speech2Text)
+        name, frames, bins = spec["features_input"]
+        feeds[name] = torch.randn(batch, frames, bins, generator=g)
+        dims[name] = [batch if static else "batch", frames, bins]
         return feeds, dims
     if kind == "speech":
         mels, frames = cfg["num_mel_bins"], 2 * cfg["max_source_positions"]

@@ -649,3 +649,118 @@ HOLDOUT5A = {
               styles=("dyn_mask", "torchscript")),  # its cache is a dict of per-layer tensors: no kv style
 }
 HOLDOUT_SETS[6] = HOLDOUT5A
+
+
+# ---- fifth sweep, part B (--holdout 7, HOLDOUT5B): encoders, vision, audio, seq2seq never seen -----------
+# transformers 5.24 encoders in none of the sets above, in the corpus's own styles: text encoders with
+# task-type / 2-D-box / factorised embeddings, pre-LN, BigBird's full attention, CANINE's character
+# downsampling with block-local attention; vision with cosine attention and a log-spaced continuous
+# position bias (Swin v2), register tokens, spatial-reduction attention, LeViT's attention biases and
+# subsampled queries; audio with squeeze / upsample (SEW), mel-patch tokens (AST), a conv subsampler over
+# log-mel frames (Speech2Text), a Conformer with relative_key positions (Wav2Vec2-BERT); UMT5 (a T5 with
+# a relative position bias per layer) as encoder and decoder, PEGASUS-X's block-local + global attention.
+# Kind "features": log-mel frames [batch, frames, bins] in (features_input: name, frames, bins).
+T5_5B = dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=2,
+             relative_attention_num_buckets=8, decoder_start_token_id=0)
+AUDIO_5B = dict(AUDIO, do_stable_layer_norm=False, feat_extract_norm="group")
+BINS_5B = 16  # mel bins of the features kind
+
+HOLDOUT5B = {
+    # text encoders
+    "ernie": _s("encoder", "ErnieConfig", "ErnieModel", dict(ENC, type_vocab_size=2, use_task_id=True,
+                                                             task_type_vocab_size=3),
+                ["mha", "padding-mask", "learned-positions", "task-type-embedding", "layernorm", "gelu-erf",
+                 "post-norm"], "ernie", "bert", styles=ENC_TS),
+    "xlm_roberta_xl": _s("encoder", "XLMRobertaXLConfig", "XLMRobertaXLModel",
+                         dict(ENC, max_position_embeddings=POSITIONS + 2, type_vocab_size=1, pad_token_id=1),
+                         ["mha", "padding-mask", "learned-positions", "pre-norm", "layernorm", "gelu-erf"],
+                         "xlm-roberta-xl", "bert", styles=ENC_TS),
+    "rembert": _s("encoder", "RemBertConfig", "RemBertModel",
+                  dict(ENC, input_embedding_size=16, output_embedding_size=16, type_vocab_size=2, **TOKENS),
+                  ["mha", "padding-mask", "embed-projection", "layernorm", "gelu-erf", "eager-attention"],
+                  "rembert", "bert", styles=ENC_TS),
+    "layoutlm": _s("encoder", "LayoutLMConfig", "LayoutLMModel",
+                   dict(ENC, type_vocab_size=2, max_2d_position_embeddings=64),
+                   ["mha", "padding-mask", "2d-position-embeddings", "layernorm", "gelu-erf"], "layoutlm", "bert",
+                   styles=ENC_TS),
+    "big_bird": _s("encoder", "BigBirdConfig", "BigBirdModel",
+                   dict(ENC, type_vocab_size=2, attention_type="original_full"),
+                   ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-new", "eager-attention"],
+                   "big_bird", "bert", styles=ENC_TS),
+    "canine": _s("encoder", "CanineConfig", "CanineModel",
+                 dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=2,
+                      max_position_embeddings=POSITIONS, num_hash_functions=2, num_hash_buckets=64,
+                      downsampling_rate=4, local_transformer_stride=4, type_vocab_size=2),
+                 ["mha", "padding-mask", "hash-embeddings", "char-downsampling-conv", "block-local-attention",
+                  "layernorm", "gelu-erf"], "canine", "bert", styles=ENC_TS),
+    # vision
+    "swinv2": _s("vision", "Swinv2Config", "Swinv2Model",
+                 dict(image_size=IMAGE, patch_size=4, num_channels=3, embed_dim=16, depths=[2, 2], num_heads=[2, 2],
+                      window_size=4, mlp_ratio=2.0),
+                 ["mha", "windowed-attention", "cosine-attention", "logit-scale", "continuous-position-bias",
+                  "shifted-window-mask", "res-post-norm", "patch-merging"], "swinv2", "vit", styles=VIS_ALL),
+    "dinov2_with_registers": _s("vision", "Dinov2WithRegistersConfig", "Dinov2WithRegistersModel",
+                                dict(VIS, mlp_ratio=2, num_register_tokens=2),
+                                ["mha", "patch-embed", "cls-token", "register-tokens", "interpolated-positions",
+                                 "layernorm", "gelu-erf", "layer-scale"], "dinov2_with_registers", "vit",
+                                styles=ENC_TS),
+    "pvt_v2": _s("vision", "PvtV2Config", "PvtV2Model",
+                 dict(num_channels=3, image_size=IMAGE, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                      hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
+                      mlp_ratios=[2, 2]),
+                 ["mha", "spatial-reduction-attention", "overlapping-patch-embed", "dwconv-ffn", "layernorm",
+                  "gelu-erf"], "pvt_v2", "vit", styles=VIS_ALL),
+    "levit": _s("vision", "LevitConfig", "LevitModel",
+                dict(image_size=2 * IMAGE, num_channels=3, hidden_sizes=[16, 32], num_attention_heads=[2, 2],
+                     depths=[1, 1], key_dim=[8, 8], mlp_ratio=[2, 2], attention_ratio=[2, 2],
+                     down_ops=[["Subsample", 8, 2, 2, 2, 2]], patch_size=16, kernel_size=3, stride=2, padding=1),
+                ["mha", "conv-stem", "attention-bias-table", "subsampled-queries", "batchnorm", "hardswish",
+                 "v-head-dim-differs"], "levit", "vit", styles=ENC_TS),
+    # audio
+    "unispeech_sat": _s("audio", "UniSpeechSatConfig", "UniSpeechSatModel", dict(AUDIO),
+                        ["mha", "conv-feature-encoder", "conv-positions", "layernorm", "gelu-erf", "pre-norm"],
+                        "unispeech-sat", "bert", styles=ENC_TS),
+    "sew": _s("audio", "SEWConfig", "SEWModel", dict(AUDIO_5B, squeeze_factor=2),
+              ["mha", "conv-feature-encoder", "squeeze-upsample", "conv-positions", "layernorm", "gelu-erf",
+               "post-norm"], "sew", "bert", styles=ENC_TS),
+    "audio_spectrogram_transformer": dict(
+        _s("features", "ASTConfig", "ASTModel",
+           dict(VIS, frequency_stride=8, time_stride=8, max_length=32, num_mel_bins=BINS_5B),
+           ["mha", "mel-patch-embed", "cls-token", "distillation-token", "layernorm", "gelu-erf"],
+           "audio-spectrogram-transformer", "vit", styles=ENC_TS),
+        features_input=("input_values", 32, BINS_5B)),
+    "speech_to_text_encoder": dict(
+        _s("features", "Speech2TextConfig", "Speech2TextModel",
+           dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+                max_source_positions=64, max_target_positions=64, input_feat_per_channel=BINS_5B, input_channels=1,
+                num_conv_layers=2, conv_channels=32, conv_kernel_sizes=[5, 5], **TOKENS),
+           ["mha", "conv-subsampler-glu", "sinusoidal-positions", "embed-scale", "pre-norm", "layernorm", "relu"],
+           "speech_to_text", "bart", part="encoder", styles=ENC_TS),
+        features_input=("input_features", 32, BINS_5B)),
+    "wav2vec2_bert": dict(
+        _s("features", "Wav2Vec2BertConfig", "Wav2Vec2BertModel",
+           dict(WIN, feature_projection_input_dim=32, conv_depthwise_kernel_size=3,
+                position_embeddings_type="relative_key", left_max_position_embeddings=8,
+                right_max_position_embeddings=8, add_adapter=False),
+           ["mha", "conformer-conv", "macaron-ffn", "relative-key-positions", "layernorm", "swish"],
+           "wav2vec2-bert", "bert", styles=ENC_TS),
+        features_input=("input_features", 20, 32)),
+    # encoder-decoder parts
+    "umt5_encoder": _s("encoder", "UMT5Config", "UMT5EncoderModel", dict(T5_5B),
+                       ["mha", "padding-mask", "relative-position-per-layer", "rmsnorm", "gated-gelu", "no-scale"],
+                       "umt5", "t5", styles=ENC_TS),
+    "umt5_decoder": _s("seq2seq_decoder", "UMT5Config", "UMT5ForConditionalGeneration", dict(T5_5B),
+                       ["mha", "cross-attention", "causal", "relative-position-per-layer", "rmsnorm", "gated-gelu",
+                        "no-scale"], "umt5", "t5", part="decoder", styles=("dyn_mask", "kv", "torchscript_kv")),
+    "pegasus_x_encoder": _s("encoder", "PegasusXConfig", "PegasusXModel",
+                            dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                                 encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
+                                 decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, num_global_tokens=2,
+                                 block_size=4, stagger_local_blocks=True, **TOKENS),
+                            ["mha", "padding-mask", "block-local-attention", "global-tokens", "sinusoidal-positions",
+                             "pre-norm", "layernorm", "gelu-erf"], "pegasus_x", "bart", part="encoder", styles=ENC_TS),
+}
+# attention blocks the layer count does not give: LeViT's subsampling attention beside its two stages
+HOLDOUT5B["levit"]["attention_blocks"] = 3
+HOLDOUT_SETS[7] = HOLDOUT5B
