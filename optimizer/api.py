@@ -122,6 +122,44 @@ def prepare_for_fusion(model: ModelSource, *, level: int = DEFAULT_LEVEL, target
     return work
 
 
+def _bind_query_length(exc: UserError, load: Callable[[], ir.Model], refused: ir.Model,
+                       shapes: Mapping[str, tuple[int, ...]] | None, report: Report,
+                       run_stages: Callable[[ir.Model], list]) -> tuple[ir.Model, list]:
+    """fp8 pools on a graph whose query length is symbolic: bind a symbol that ``shapes`` sets to
+    1 in the original's inputs (as editing the export would; the others stay symbolic, also a
+    batch of 1) and optimize again, one symbol at a time, batch-like symbols last; else the
+    one-line error says which ``--shape`` would."""
+    from onnx_fuse.passes.kv_cache_fp8 import (DecodeOnlyError, bind_input_dim,
+                                               query_length_candidates)
+
+    ones, rest, bound = query_length_candidates(load(), shapes)
+    failed = []
+    for symbol in ones:
+        work = load()
+        bind_input_dim(work, symbol, 1)
+        report.passes.clear()
+        report.warnings.clear()
+        try:
+            checkers = run_stages(work)
+        except UserError as other:   # e.g. a batch of 1 that the paged rewrite then refuses
+            failed.append(f"--shape {symbol}=1" + ("" if isinstance(other, DecodeOnlyError)
+                                                   else f" ({other})"))
+            continue
+        report.warnings.append(f"--shape {symbol}=1 fixed the query length in the model's inputs "
+                               "(fp8 pools are decode-only)")
+        return work, checkers
+    if ones:
+        hint = f"; {', '.join(failed)} did not fix it"
+    else:
+        left = {d.value for v in refused.graph.inputs for d in (v.shape or ())
+                if isinstance(d, ir.SymbolicDim)}
+        rest = [s for s in rest if s in left] or rest
+        given = [f"{s}={bound[s]}" for s in rest if s in bound]
+        hint = (f", or bind that dim: --shape {rest[0]}=1 (symbolic input dims: {', '.join(rest)}"
+                + (f"; --shape gives {', '.join(given)}" if given else "") + ")") if rest else ""
+    raise DecodeOnlyError(f"{exc}{hint}") from None
+
+
 def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
              rules: Names = (), disable: Names = (), verify: bool = False,
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -142,7 +180,9 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     then uses that precision's tolerance, and runs bf16 with emulated bf16 storage in ORT.
     ``kv_cache_dtype="fp8"`` (with level 4, target "trt") makes the paged KV pools float8e4m3fn
     with per-layer scale inputs ``kv_scale_{k,v}.N`` (passes/kv_cache_fp8.py, docs/paged_kv.md);
-    ``verify`` feeds the original's past rounded to e4m3 and compares at e4m3's tolerance.
+    ``verify`` feeds the original's past rounded to e4m3 and compares at e4m3's tolerance; the
+    fp8 pools are decode-only, so a symbolic query length is fixed at 1 when ``shapes`` binds it
+    to 1 (``{"sequence": (1,)}`` or a full input shape), the report says so.
     """
     check_level_target(level, target)
     report = Report(level=level, target=target)
@@ -153,11 +193,22 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     report.ops_before = dict(op_histogram(work))
 
     t1 = time.perf_counter()
-    stages = build_stages(level, target, rule_files=rules, disable=disable, precision=precision,
-                          kv_cache_dtype=kv_cache_dtype)
-    checkers = _local_checkers(stages, seed) if verify else []
-    for stage in stages:
-        _run_stage(stage, work, report, on_record)
+
+    def run_stages(work: ir.Model) -> list:
+        stages = build_stages(level, target, rule_files=rules, disable=disable, precision=precision,
+                              kv_cache_dtype=kv_cache_dtype)
+        checkers = _local_checkers(stages, seed) if verify else []
+        for stage in stages:
+            _run_stage(stage, work, report, on_record)
+        return checkers
+
+    from onnx_fuse.passes.kv_cache_fp8 import DecodeOnlyError
+
+    try:
+        checkers = run_stages(work)
+    except DecodeOnlyError as exc:
+        work, checkers = _bind_query_length(exc, lambda: load_model(model, base_dir=base_dir),
+                                            work, shapes, report, run_stages)
     report.seconds["passes"] = time.perf_counter() - t1
     report.nodes_after = count_nodes(work)
     report.ops_after = dict(op_histogram(work))

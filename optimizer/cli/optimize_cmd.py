@@ -46,7 +46,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", choices=("fp8",), default=None,
                    help="with -O4 --target trt: make the paged KV pools float8e4m3fn (e4m3) with "
                         "float32 per-kv-head scale inputs kv_scale_{k,v}.N; decode-only graphs "
-                        "(query length fixed at 1); --verify compares it at e4m3's tolerance "
+                        "(query length fixed at 1, or bound by --shape sequence=1); --verify compares it at e4m3's tolerance "
                         "(default: the pools keep the model's float type)")
     add_common_optimize_flags(p)
     return p

@@ -12,8 +12,9 @@ K/V). Half the pool bytes of fp16; the plugin's JIT path quantizes on append and
 Shapes are inferred again first (the rewrites left the ops' outputs as their rules shaped them;
 shape inference now carries a decode step's ``S = 1`` through every PagedAttention).
 Refused with a UserError naming the layer, never half converted: a query length not fixed at 1
-(the fp8 form is decode-only), a head size the fp8 decode kernel lacks, pools that are not graph
-inputs and outputs of their own wired straight to the node (passes/_kv_pools.py: fp8 pool bytes
+(the fp8 form is decode-only; DecodeOnlyError, on which optimize() binds a symbol ``shapes``
+sets to 1 in the original's inputs and runs again), a head size the fp8 decode kernel lacks,
+pools that are not graph inputs and outputs of their own wired straight to the node (passes/_kv_pools.py: fp8 pool bytes
 are never converted, so a Cast between is refused; ``precision`` never puts one there), a node
 that already has scale inputs; and a model with no PagedAttention at all (the paged rewrite did not apply, see the
 report's warnings).
@@ -28,7 +29,8 @@ from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._kv_pools import pool_io, retype_pools
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 
-__all__ = ["KvCacheFp8Pass", "FP8_HEAD_DIMS", "KV_CACHE_DTYPES"]
+__all__ = ["KvCacheFp8Pass", "FP8_HEAD_DIMS", "KV_CACHE_DTYPES", "DecodeOnlyError",
+           "query_length_candidates", "bind_input_dim"]
 
 #: plugins/paged_attention.yaml kernel.fp8_pool.head_dims (tests/passes/test_kv_cache_fp8.py
 #: checks that they agree)
@@ -36,6 +38,52 @@ FP8_HEAD_DIMS = (64, 96, 128, 256)
 #: values of optimize(kv_cache_dtype=...) / --kv-cache-dtype besides None (the pools' own type)
 KV_CACHE_DTYPES = ("fp8",)
 _OPTION = "--kv-cache-dtype fp8"
+
+
+class DecodeOnlyError(UserError):
+    """A PagedAttention's query length is not fixed at 1; optimize() may bind it from ``shapes``
+    (``--shape sequence=1``) and run again."""
+
+
+def _input_symbols(model: ir.Model) -> list[tuple[str, int]]:
+    """(symbol, axis) of the graph inputs' named symbolic dims, in input order, each once."""
+    seen: dict[str, int] = {}
+    for v in model.graph.inputs:
+        for axis, d in enumerate(v.shape or ()):
+            if isinstance(d, ir.SymbolicDim) and d.value and d.value not in seen:
+                seen[d.value] = axis
+    return list(seen.items())
+
+
+def query_length_candidates(model: ir.Model, shapes) -> tuple[list[str], list[str], dict[str, int]]:
+    """(symbols ``shapes`` binds to 1, the graph inputs' other symbols, every binding), each list
+    with the symbols that are never an input's axis 0 (a batch) first: the query length is one of
+    them. ``shapes`` as verify's: a symbol name -> (n,), or an input name -> its full shape."""
+    bound: dict[str, int] = {}
+    inputs = {v.name: v for v in model.graph.inputs}
+    for name, dims in (shapes or {}).items():
+        if name in inputs and inputs[name].shape is not None and len(dims) == len(inputs[name].shape):
+            for d, n in zip(inputs[name].shape, dims):
+                if isinstance(d, ir.SymbolicDim) and d.value:
+                    bound.setdefault(d.value, n)
+        elif len(dims) == 1:
+            bound[name] = dims[0]
+    symbols = _input_symbols(model)
+    batch = {v.shape[0].value for v in model.graph.inputs
+             if v.shape and isinstance(v.shape[0], ir.SymbolicDim)}
+    order = sorted(symbols, key=lambda sa: sa[0] in batch)   # stable: input order otherwise
+    ones = [s for s, _ in order if bound.get(s) == 1]
+    rest = [s for s, _ in order if bound.get(s) != 1]
+    return ones, rest, bound
+
+
+def bind_input_dim(model: ir.Model, symbol: str, value: int) -> None:
+    """Every graph input dim named ``symbol`` becomes ``value`` (as editing the export would)."""
+    for v in model.graph.inputs:
+        if v.shape is not None and any(isinstance(d, ir.SymbolicDim) and d.value == symbol
+                                       for d in v.shape):
+            v.shape = ir.Shape([value if isinstance(d, ir.SymbolicDim) and d.value == symbol else d
+                                for d in v.shape])
 
 
 def _scale_name(pool: ir.Value, tag: str) -> str:
@@ -80,8 +128,8 @@ class KvCacheFp8Pass(FusePass):
     @staticmethod
     def _check(node: ir.Node):
         """(Hkv, [(tag, pool input, pool output)]) of a node that can take fp8 pools."""
-        def refuse(why: str):
-            raise UserError(f"{_OPTION}: PagedAttention {node.name!r}: {why}")
+        def refuse(why: str, error=UserError):
+            raise error(f"{_OPTION}: PagedAttention {node.name!r}: {why}")
 
         ins = list(node.inputs)
         if len(ins) not in (7, 10) or any(v is not None for v in ins[7:9]):
@@ -91,7 +139,7 @@ class KvCacheFp8Pass(FusePass):
         lens = {v.shape[1] for v in ins[:3] if v is not None and v.shape is not None and len(v.shape) == 3}
         if 1 not in lens:
             refuse("fp8 pools are decode-only, and this query's length is not fixed at 1 "
-                   "(export the decode graph with a sequence length of 1)")
+                   "(export the decode graph with a sequence length of 1)", DecodeOnlyError)
         pools = pool_io(node)
         if pools is None or any(p.shape is None or len(p.shape) != 4 for _, p, _ in pools):
             refuse("its k or v pool is not a graph input [blocks, block_size, Hkv, D] read "
