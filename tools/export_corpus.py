@@ -59,11 +59,15 @@ GPT-1 / CTRL / XLM) in the corpus's own styles, usually into --out /tmp/holdout6
 --holdout 7 plans the fifth sweep's part B (holdout_specs.HOLDOUT5B): encoders, vision, audio and seq2seq parts
 of transformers 5.24 no earlier set has, in the corpus's styles (kind features: log-mel frames
 [batch, frames, bins] in), usually into --out /tmp/holdout7.
+--holdout 9 plans the fifth sweep's part D (holdout_specs.HOLDOUT5D): corpus architectures as transformers
+4.48 and 4.53 wrote them, part B's styles plus legacy_dynamo / legacy_dynamo_kv (the dynamo exporter), by
+the same hand-off (tools/legacy_venv.sh VERSION), usually into --out /tmp/holdout9.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -91,7 +95,8 @@ OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16"}
 # ORT vs torch in the export check: max abs diff (fp16: over max(1, max |torch output|))
 CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
-KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache", "legacy_kv", "legacy_sdpa_kv")
+KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache", "legacy_kv", "legacy_sdpa_kv",
+             "legacy_dynamo_kv")
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
 AUDIO_SAMPLES = 400  # kind audio: waveform samples (the conv stack of holdout_specs.AUDIO makes 39 frames)
@@ -166,8 +171,10 @@ def _past_shapes(model, ids):
     cache = out.past_key_values
     if hasattr(cache, "layers"):
         return [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in cache.layers]
-    if hasattr(cache, "to_legacy_cache"):  # transformers 4.3x-4.4x DynamicCache
+    if hasattr(cache, "to_legacy_cache"):  # transformers 4.3x-4.5x DynamicCache
         cache = cache.to_legacy_cache()
+    elif hasattr(cache, "key_cache"):  # 4.4x-4.5x HybridCache (Gemma 2): per-layer lists
+        cache = list(zip(cache.key_cache, cache.value_cache))
     return [(tuple(k.shape), tuple(v.shape)) for k, v, *_ in cache]
 
 
@@ -179,6 +186,9 @@ class _Wrap:
         import torch
 
         kind, part = spec["kind"], spec["part"]
+        # transformers 4.47+ (HOLDOUT5D): Llama-style classes take a Cache object only, no tuples; a class
+        # without _supports_cache_class (GPT-2 4.48) still takes the tuples
+        cache_object = spec.get("cache_object") and getattr(model, "_supports_cache_class", True)
 
         class Plain(torch.nn.Module):
             def __init__(self, names):
@@ -220,6 +230,10 @@ class _Wrap:
 
             def forward(self, input_ids, attention_mask, *past):
                 pkv = tuple((past[2 * i], past[2 * i + 1]) for i in range(n_layers))
+                if cache_object:
+                    from transformers.cache_utils import DynamicCache
+
+                    pkv = DynamicCache.from_legacy_cache(pkv)
                 out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=pkv,
                              use_cache=True, return_dict=True)
                 cache = out.past_key_values
@@ -285,7 +299,7 @@ class _Wrap:
                 if "encoder_attention_mask" in kw:
                     call["attention_mask"] = kw["encoder_attention_mask"]
                 if kv:
-                    own, cross = DynamicCache(config=model.config), DynamicCache(config=model.config)
+                    own, cross = (_dynamic_cache(DynamicCache, model.config) for _ in range(2))
                     for i in range(n_layers):  # filled before EncoderDecoderCache marks cross as computed
                         for cache, part in ((own, "decoder"), (cross, "encoder")):
                             pre = f"past_key_values.{i}.{part}"
@@ -294,12 +308,22 @@ class _Wrap:
                 out = self.m(**call)
                 if not kv:
                     return out.logits
-                present = []
-                for layer in out.past_key_values.self_attention_cache.layers[:n_layers]:
-                    present += [layer.keys, layer.values]
+                own = out.past_key_values.self_attention_cache
+                if hasattr(own, "layers"):
+                    present = [t for layer in own.layers[:n_layers] for t in (layer.keys, layer.values)]
+                else:  # transformers before 4.56: per-layer lists
+                    present = [t for i in range(n_layers) for t in (own.key_cache[i], own.value_cache[i])]
                 return (out.logits, *present)
 
         return Seq2Seq
+
+
+def _dynamic_cache(cls, config):
+    """An empty DynamicCache; before transformers 4.56 it takes no config."""
+    try:
+        return cls(config=config)
+    except TypeError:
+        return cls()
 
 
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
@@ -465,7 +489,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
         outputs = ["last_hidden_state"]
     args = tuple(feeds[n] for n in names)
     tmp = path.with_name(f".{path.name}.tmp")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _traceable_masks(torchscript and "transformers" in spec):
         warnings.simplefilter("ignore")
         if torchscript:
             axes = {n: {i: d for i, d in enumerate(ds) if isinstance(d, str)} for n, ds in dims.items()}
@@ -519,6 +543,39 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
             "exporter": exporter, "perturbed_params": len(touched), "dtype": dtype,
             "torch_check": {"shapes": [list(s) for s in shapes], "max_abs": max(diffs),
                             "positions": "non-padded" if spec["kind"] == "encoder" else "all"}}
+
+
+@contextlib.contextmanager
+def _traceable_masks(on: bool):
+    """transformers 4.53 builds masks by torch.vmap over the mask functions (masking_utils._vmap_for_bhqkv),
+    which the TorchScript tracer cannot follow (RuntimeError unordered_map::at); TorchScript exports of that
+    era replaced it (Optimum's patcher). Here the same mask functions are evaluated on broadcast index grids:
+    they are elementwise in (batch, head, q, kv) (vmap needs that), so the mask is the same; the getitem
+    mode vmap needs (TransformGetItemToIndex, an autograd Function the tracer cannot follow either) is left
+    out. Only while `on` and where the running transformers has the vmap (4.53 - 4.5x)."""
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        masking_utils = None
+    if not on or not hasattr(masking_utils, "_vmap_for_bhqkv"):
+        yield
+        return
+
+    def broadcast(mask_function, bh_indices=True):
+        def grid(b, h, q, kv):
+            q, kv = q.reshape(-1, 1), kv.reshape(1, -1)
+            if not bh_indices:  # [q, kv] (b and h are not indices here)
+                return mask_function(b, h, q, kv).expand(q.shape[0], kv.shape[1])
+            b, h = b.reshape(-1, 1, 1, 1), h.reshape(1, -1, 1, 1)
+            return mask_function(b, h, q, kv).expand(b.shape[0], h.shape[1], q.shape[0], kv.shape[1])
+        return grid
+
+    saved = masking_utils._vmap_for_bhqkv, getattr(masking_utils, "TransformGetItemToIndex", None)
+    masking_utils._vmap_for_bhqkv, masking_utils.TransformGetItemToIndex = broadcast, contextlib.nullcontext
+    try:
+        yield
+    finally:
+        masking_utils._vmap_for_bhqkv, masking_utils.TransformGetItemToIndex = saved
 
 
 def convert_half(path: Path) -> None:
@@ -891,6 +948,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["_legacy_export"]:  # inside a tools/legacy_venv.sh / torch_venv.sh venv (export_legacy)
         SPECS.update(HOLDOUT4B)
         SPECS.update(HOLDOUT5C)
+        SPECS.update(HOLDOUT_SETS[9])
         print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]))))
         return 0
     if argv[:1] == ["_optimum_save"]:
@@ -914,7 +972,8 @@ def main(argv=None) -> int:
                     help="the hold-out set of tools/holdout_specs.py (architectures and export styles the "
                          "rules were not tuned on) instead of the corpus; 2: the second sweep, 3: the third, "
                          "4: the fourth's part A (Optimum), 5: its part B (older transformers), "
-                         "8: the fifth's part C (torch 2.9.1 / 2.14.1 exporters); "
+                         "8: the fifth's part C (torch 2.9.1 / 2.14.1 exporters), "
+                         "9: its part D (transformers 4.48 / 4.53); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

@@ -764,3 +764,32 @@ HOLDOUT5B = {
 # attention blocks the layer count does not give: LeViT's subsampling attention beside its two stages
 HOLDOUT5B["levit"]["attention_blocks"] = 3
 HOLDOUT_SETS[7] = HOLDOUT5B
+
+
+# ---- fifth sweep, part D (--holdout 9, HOLDOUT5D): transformers 4.48 / 4.53 (exporter drift) ---------------
+# The releases between part B's 4.45 and the corpus's 5.x that most 2025 deployed files were exported with,
+# each in its own venv (tools/legacy_venv.sh VERSION) by part B's hand-off: 4.48 (the attention interface,
+# ALL_ATTENTION_FUNCTIONS; _update_causal_mask; Llama-style classes take only Cache objects, so the era's
+# tuples go in through DynamicCache.from_legacy_cache) and 4.53 (masking_utils' create_causal_mask / sdpa_mask).
+# Part B's TorchScript styles, and legacy_dynamo / legacy_dynamo_kv: the same models through the dynamo
+# exporter (SDPA; the dyn_mask / kv interface). Configs as the corpus's (head_dim is honoured since 4.46).
+LEGACY_VERSIONS.update({"448": "4.48.3", "453": "4.53.3"})
+LEGACY_ATTN.update({"legacy_dynamo": "sdpa", "legacy_dynamo_kv": "sdpa"})
+HOLDOUT_STYLES.update({"legacy_dynamo": ("dyn_mask", {}), "legacy_dynamo_kv": ("kv", {})})
+_DYN_KV = ("legacy_dynamo", "legacy_dynamo_kv")
+MID_PLAN = {
+    "448": dict({a: ("legacy_sdpa_kv",) for a in ("mistral", "qwen2", "phi3", "starcoder2", "gpt_neox", "falcon",
+                                                 "cohere")},
+                llama=_SDPA_KV, gpt2=_SDPA_KV, gemma2=("legacy_kv",),
+                **{a: _SDPA for a in ("bert", "roberta", "vit", "modernbert", "whisper_decoder")},
+                distilbert=_EAGER),
+    "453": dict({a: _SDPA_KV for a in ("mistral", "qwen2", "phi3", "gemma3", "starcoder2", "gpt_neox", "falcon")},
+                llama=_SDPA_KV + ("legacy_kv",) + _DYN_KV, qwen3=_SDPA_KV + _DYN_KV, gpt2=_SDPA_KV + _DYN_KV,
+                gemma2=_EAGER_KV, whisper_decoder=_SDPA_KV,
+                **{a: _SDPA for a in ("bert", "roberta", "distilbert", "vit", "modernbert", "clip_vision")},
+                t5_encoder=_EAGER),
+}
+HOLDOUT5D = {f"{arch}_tf{tag}": dict(SPECS[arch], styles=styles, transformers=LEGACY_VERSIONS[tag], base_arch=arch,
+                                     cache_object=True)
+             for tag, archs in MID_PLAN.items() for arch, styles in archs.items()}
+HOLDOUT_SETS[9] = HOLDOUT5D

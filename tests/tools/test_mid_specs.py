@@ -1,0 +1,87 @@
+"""tools/holdout_specs.py HOLDOUT5D and export_corpus.py --holdout 9 (transformers 4.48 / 4.53): the plan, the
+specs' version pins, the hand-off's error when a version's venv is missing, and the broadcast stand-in for
+4.53's vmap masks in TorchScript exports (docs/holdout.md, fifth sweep part D). Only the last needs torch."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from tests.tool_modules import load_tool
+
+
+def _export_corpus():
+    return load_tool("export_corpus", "export_corpus_mid")
+
+
+def test_every_mid_spec_pins_448_or_453_and_keeps_the_corpus_config():
+    ec = _export_corpus()
+    hs = ec.HOLDOUT_SETS[9]
+    assert len(hs) == 35 and len({s["base_arch"] for s in hs.values()}) == 20
+    for name, spec in hs.items():
+        base, tag = name.rsplit("_tf", 1)
+        assert spec["transformers"] == {"448": "4.48.3", "453": "4.53.3"}[tag] == ec.LEGACY_VERSIONS[tag], name
+        # head_dim is honoured since 4.46: the corpus config as it is (part B dropped it for GQA)
+        assert spec["base_arch"] == base and spec["config"] == ec.SPECS[base]["config"], name
+        assert spec["cache_object"] and set(spec["styles"]) <= set(ec.LEGACY_ATTN), name
+
+
+def test_plan_holds_cache_styles_for_decoders_and_dynamo_styles_for_453(monkeypatch):
+    ec = _export_corpus()
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[9]})
+    todo = list(ec.plan_holdout(list(ec.HOLDOUT_SETS[9]), None, 9))
+    assert len(todo) == 56 and all(w == "trained" for _, _, w in todo)
+    for arch, style, _ in todo:
+        if style.endswith("_kv"):
+            assert ec.SPECS[arch]["kind"] in ("decoder", "seq2seq_decoder") and style in ec.KV_STYLES, arch
+        if style.startswith("legacy_dynamo"):
+            assert arch.endswith("_tf453") and not ec.base_style(style).startswith("torchscript")
+    assert ("whisper_decoder_tf453", "legacy_sdpa_kv", "trained") in todo
+    assert ("llama_tf453", "legacy_dynamo_kv", "trained") in todo
+    assert not any(a.startswith("qwen3_tf448") or a.startswith("gemma3_tf448") for a, _, _ in todo)  # newer
+
+
+def test_missing_version_venv_is_a_clear_error(tmp_path, monkeypatch):
+    ec = _export_corpus()
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[9]})
+    monkeypatch.setattr(ec, "LEGACY_VENVS", tmp_path)
+    with pytest.raises(RuntimeError, match=r"no transformers 4\.53\.3 venv .*tools/legacy_venv\.sh 4\.53\.3"):
+        ec.export_legacy("llama_tf453", "legacy_sdpa_kv", "trained", tmp_path / "x.onnx")
+
+
+def _vmapped(fn, bh_indices=True):
+    """What transformers 4.53's masking_utils._vmap_for_bhqkv computes: fn vmapped over kv, q (and h, b)."""
+    import torch
+
+    dims = [(None, None, None, 0), (None, None, 0, None)] + ([(None, 0, None, None), (0, None, None, None)]
+                                                              if bh_indices else [])
+    for d in dims:
+        fn = torch.vmap(fn, in_dims=d, out_dims=0)
+    return fn
+
+
+@pytest.mark.parametrize("bh_indices", [True, False])
+def test_traceable_masks_give_the_vmapped_mask_and_restore(monkeypatch, bh_indices):
+    torch = pytest.importorskip("torch")
+    ec = _export_corpus()
+    fake = types.ModuleType("transformers.masking_utils")
+    fake._vmap_for_bhqkv, fake.TransformGetItemToIndex = _vmapped, object
+    monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(masking_utils=fake))
+    padding = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+
+    def mask(b, h, q, kv):  # causal, a window of 3, and (with batch indices) the padding mask
+        m = (kv <= q) & (kv > q - 3)
+        return m & padding[b, kv] if bh_indices else m
+
+    b, h, q, kv = torch.arange(2), torch.arange(1), torch.arange(4, 7), torch.arange(7)
+    args = (b, h, q, kv) if bh_indices else (None, None, q, kv)
+    want = _vmapped(mask, bh_indices)(*args)
+    with ec._traceable_masks(True):
+        assert fake.TransformGetItemToIndex is not object
+        got = fake._vmap_for_bhqkv(mask, bh_indices)(*args)
+    assert fake._vmap_for_bhqkv is _vmapped and fake.TransformGetItemToIndex is object
+    assert got.shape == want.shape == ((2, 1, 3, 7) if bh_indices else (3, 7))
+    assert torch.equal(got, want) and 0 < int(got.sum()) < got.numel()
+    with ec._traceable_masks(False):  # off: the vmap stays
+        assert fake._vmap_for_bhqkv is _vmapped
