@@ -552,7 +552,10 @@ def _traceable_masks(on: bool):
     era replaced it (Optimum's patcher). Here the same mask functions are evaluated on broadcast index grids:
     they are elementwise in (batch, head, q, kv) (vmap needs that), so the mask is the same; the getitem
     mode vmap needs (TransformGetItemToIndex, an autograd Function the tracer cannot follow either) is left
-    out. Only while `on` and where the running transformers has the vmap (4.53 - 4.5x)."""
+    out. The packed-sequence check (position ids without a mask or cache: Whisper's decoder) reads
+    torch.diff, which TorchScript cannot export at opset 17; the wrappers feed one arange per row, never
+    packed rows, so it finds none (None). Only while `on` and where the running transformers has the vmap
+    (4.53 - 4.5x)."""
     try:
         from transformers import masking_utils
     except ImportError:
@@ -570,12 +573,15 @@ def _traceable_masks(on: bool):
             return mask_function(b, h, q, kv).expand(b.shape[0], h.shape[1], q.shape[0], kv.shape[1])
         return grid
 
-    saved = masking_utils._vmap_for_bhqkv, getattr(masking_utils, "TransformGetItemToIndex", None)
-    masking_utils._vmap_for_bhqkv, masking_utils.TransformGetItemToIndex = broadcast, contextlib.nullcontext
+    names = ("_vmap_for_bhqkv", "TransformGetItemToIndex", "find_packed_sequence_indices")
+    saved = {n: getattr(masking_utils, n, None) for n in names}
+    for n, stand_in in zip(names, (broadcast, contextlib.nullcontext, lambda position_ids: None)):
+        setattr(masking_utils, n, stand_in)
     try:
         yield
     finally:
-        masking_utils._vmap_for_bhqkv, masking_utils.TransformGetItemToIndex = saved
+        for n, value in saved.items():
+            setattr(masking_utils, n, value)
 
 
 def convert_half(path: Path) -> None:

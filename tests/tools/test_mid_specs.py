@@ -66,7 +66,7 @@ def test_traceable_masks_give_the_vmapped_mask_and_restore(monkeypatch, bh_indic
     torch = pytest.importorskip("torch")
     ec = _export_corpus()
     fake = types.ModuleType("transformers.masking_utils")
-    fake._vmap_for_bhqkv, fake.TransformGetItemToIndex = _vmapped, object
+    fake._vmap_for_bhqkv, fake.TransformGetItemToIndex, fake.find_packed_sequence_indices = _vmapped, object, len
     monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(masking_utils=fake))
     padding = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 0, 0]], dtype=torch.bool)
 
@@ -78,9 +78,10 @@ def test_traceable_masks_give_the_vmapped_mask_and_restore(monkeypatch, bh_indic
     args = (b, h, q, kv) if bh_indices else (None, None, q, kv)
     want = _vmapped(mask, bh_indices)(*args)
     with ec._traceable_masks(True):
-        assert fake.TransformGetItemToIndex is not object
+        assert fake.TransformGetItemToIndex is not object and fake.find_packed_sequence_indices(q) is None
         got = fake._vmap_for_bhqkv(mask, bh_indices)(*args)
     assert fake._vmap_for_bhqkv is _vmapped and fake.TransformGetItemToIndex is object
+    assert fake.find_packed_sequence_indices is len
     assert got.shape == want.shape == ((2, 1, 3, 7) if bh_indices else (3, 7))
     assert torch.equal(got, want) and 0 < int(got.sum()) < got.numel()
     with ec._traceable_masks(False):  # off: the vmap stays
