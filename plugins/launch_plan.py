@@ -146,10 +146,16 @@ FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
 # 564, GQA H32/8 576 / 577 against 564 / 564 (cuDNN 549-555); bf16 at par or behind (588-599 against
 # 582-615) and causal at par with ovedf (fp16 511-513 / 505-514): those keep their plans.
 FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm")  # a last variant element naming fa_ws_core options
+# Experimental FA_WS_TMA_OVEDQ / _OVEDMQ (..._w12t_ovedq_... loads 30 / 31, ..._ovedmq_... 32 / 33,
+# D = 128, both masks; by name, never planned): oved / ovedm with each consumer warp's Q fragments in
+# registers and S = Q K^T as a register-A wgmma (fa_ws_core's kWsQRegs), so S reads only K from shared
+# memory (the power-bound D = 128 rows: fewer bytes moved per FLOP).
+FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
+FA_WS_TMA_OVEDMQ = (128, 128, 12, "tma", "ovedmq")
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedmq")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29)}  # launcher loads (by name, planned)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedmq": (32, 33)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM)
@@ -200,11 +206,11 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
-    FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQ,
+    FA_WS_TMA_OVEDMQ: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST,)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDMQ)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -612,7 +618,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     TMA planned 2 (5 with r24), where it falls back to cp.async for them; 4 the persistent entry;
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
-    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29."""
+    FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
+    candidates FA_WS_TMA_OVEDQ 30 / 31, _OVEDMQ 32 / 33."""
     if plan.persistent:
         return 4
     if not plan.tma:

@@ -854,6 +854,12 @@ constexpr int kWsFold = 64;
 // release of its last shared stages before it exits, so no CTA exits while the other may still
 // arrive on or copy into it.
 constexpr int kWsMcast = 128;
+// kWsQRegs (candidates m128n128w12t_ovedq / _ovedmq: oved / ovedm with it, D = 128): each consumer warp
+// loads its Q rows' fragments into registers once per query block (ldmatrix from the swizzled tile,
+// 32 registers at D = 128) and issues S = Q K^T with A from registers (wgmma RS, B = K K-major), so
+// the tensor cores read only K from shared memory for S: a fifth less of their shared-memory reads
+// per tile. Why: the D = 128 rows run at the 700 W limit, where bytes moved cost clock (kWsMcast).
+constexpr int kWsQRegs = 256;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -1454,8 +1460,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   uint32_t pa[BN / 16][4];
 
   constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
+  constexpr bool QREGS = (OPT & kWsQRegs) != 0;
+  static_assert(!QREGS || BN == 128, "kWsQRegs: S = Q K^T by the m64n128 RS wgmma");
   // kWsLeanDesc: k-step 0 of Q; cw read back through a shuffle so ptxas keeps it in a uniform register
   const uint64_t da_q = wg::desc_sw128(sQ + (LEAN ? __shfl_sync(0xffffffffu, cw, 0) : cw) * 64 * 128, 16, 1024);
+  uint32_t qf[QREGS ? D / 16 : 1][4];  // kWsQRegs: this warp's 16 Q rows as m16k16 A fragments
   auto issue_s = [&](float (&sacc)[BN / 8][4], int tile) {
     const uint32_t tk = sKV + ((kv_base + tile) % ST) * 2 * TILE;
     const uint64_t db_k = wg::desc_sw128(tk, 16, 1024);
@@ -1463,11 +1472,15 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t koff = (kk & 3) * 32;
-      const uint64_t da = LEAN ? ws_desc_add(da_q, (kk >> 2) * BM * 128 + koff)
-                               : wg::desc_sw128(sQ + (kk >> 2) * BM * 128 + cw * 64 * 128 + koff, 16, 1024);
       const uint64_t db = LEAN ? ws_desc_add(db_k, (kk >> 2) * BN * 128 + koff)
                                : wg::desc_sw128(tk + (kk >> 2) * BN * 128 + koff, 16, 1024);
-      WG::ss(sacc, da, db, kk > 0 ? 1 : 0);
+      if constexpr (QREGS) {
+        wg::MmaRsK128<T>::rs(sacc, qf[QREGS ? kk : 0], db, kk > 0 ? 1 : 0);
+      } else {
+        const uint64_t da = LEAN ? ws_desc_add(da_q, (kk >> 2) * BM * 128 + koff)
+                                 : wg::desc_sw128(sQ + (kk >> 2) * BM * 128 + cw * 64 * 128 + koff, 16, 1024);
+        WG::ss(sacc, da, db, kk > 0 ? 1 : 0);
+      }
     }
   };
   // Mask and online softmax of tile `tile` (exp2 domain) in place; returns the O rescale factors
@@ -1543,6 +1556,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
   };
   mbar_wait_parity(qbar, it & 1);
+  if constexpr (QREGS) {  // lanes 0-15: rows wrow + 0..15 at chunk 2 kk, lanes 16-31 the same rows at 2 kk + 1
+    const int r = wrow + (lane & 7) + (lane & 8);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[QREGS ? kk : 0], sQ + sw128_off<BM>(r, 2 * kk + (lane >> 4)));
+  }
   mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
   {
     float s0[BN / 8][4];
@@ -2070,13 +2088,25 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #else
 #define OF_FA_CLUSTER_PAIR
 #endif
-#define OF_FA_WSTODM_KERNEL(NAME, T, D, CAUSAL)                                                   \
-  OF_FA_WST_ENTRY_A(OF_FA_CLUSTER_PAIR, NAME, T, D, CAUSAL, 24,                                    \
-                    onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc | \
-                    onnx_fuse::kWsMcast, 0)
+#define OF_FA_OVED_OPT (onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)
+#define OF_FA_WSTODMX_KERNEL(NAME, T, D, CAUSAL, XOPT)                                             \
+  OF_FA_WST_ENTRY_A(OF_FA_CLUSTER_PAIR, NAME, T, D, CAUSAL, 24, OF_FA_OVED_OPT | onnx_fuse::kWsMcast | XOPT, 0)
+#define OF_FA_WSTODM_KERNEL(NAME, T, D, CAUSAL) OF_FA_WSTODMX_KERNEL(NAME, T, D, CAUSAL, 0)
 #define OF_FA_WSTODM_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_full, T, D, false)       \
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)
+// Candidates m128n128w12t_ovedq (loads 30 by name / 31 with the cp.async fallback) and _ovedmq (32 / 33,
+// the fallback to ovedq where ovedm's pairs cannot share): oved and ovedm with Q's fragments in
+// registers (kWsQRegs), D = 128.
+#define OF_FA_WSTODMQ_KERNEL(NAME, T, D, CAUSAL) OF_FA_WSTODMX_KERNEL(NAME, T, D, CAUSAL, onnx_fuse::kWsQRegs)
+#define OF_FA_WSTODQ_KERNELS_D(DTN, T, D)                                                         \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_full, T, D, false,          \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
+#define OF_FA_WSTODMQ_KERNELS_D(DTN, T, D)                                                        \
+  OF_FA_WSTODMQ_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedmq_full, T, D, false)     \
+  OF_FA_WSTODMQ_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedmq_causal, T, D, true)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2126,6 +2156,8 @@ OF_FA_WSTOD_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODMQ_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2146,6 +2178,8 @@ OF_FA_WSTOD_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODMQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2287,7 +2321,8 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
                                long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
-// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm (D = 128).
+// 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
+// 14 _ovedq, 15 _ovedmq (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2319,6 +2354,8 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 10: OF_PICK_TK2(128, m128n128w12t_ovedg)
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
+      case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
+      case 15: OF_PICK_TK2(128, m128n128w12t_ovedmq)
       default: return nullptr;
     }
   }
@@ -2532,7 +2569,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 24 / 25 _ovedf (oved with two query blocks per CTA, nm - 1 - x and x; 25 planned causal fp16 from
 // run 19, bf16 causal plans 19, oved); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
-// 29 runs oved for them); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
+// 29 runs oved for them); 30 / 31 _ovedq and 32 / 33 _ovedmq (oved / ovedm with Q's fragments in
+// registers; 33 runs ovedq where ovedm's pairs cannot share); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
@@ -2549,7 +2587,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 29);
+  OF_REQUIRE(loads >= 0 && loads <= 33);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2565,14 +2603,15 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
     // seq_lens, S a multiple of 256; else 29 runs oved.
-    if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
-      OF_REQUIRE(loads == 29);
-      kind = 8;
+    // 32 / 33 _ovedmq: the same pairs (33 runs ovedq for the others).
+    if ((kind == 13 || kind == 15) && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
+      OF_REQUIRE(loads == 29 || loads == 33);
+      kind = kind == 13 ? 8 : 14;
     }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
     const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;

@@ -654,6 +654,37 @@ def test_fused_attention_tma_multicast_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
+# Candidates m128n128w12t_ovedq / _ovedmq (D = 128, by name): oved on the ov cases (ragged batches, GQA /
+# MQA, odd lengths) and ovedm on its cluster cases, each with Q's fragments in registers (kWsQRegs).
+FA_OVEDQ = (128, 128, 12, "tma", "ovedq")
+FA_OVEDMQ = (128, 128, 12, "tma", "ovedmq")
+FA_QREGS_CASES = [c[:7] + (FA_OVEDQ,) for c in FA_OV_CASES] + [c[:7] + (FA_OVEDMQ,) for c in FA_OVEDM_CASES]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_QREGS_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
+def test_fused_attention_tma_q_registers_match_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_fused_attention_tma_q_registers_multicast_falls_back_to_ovedq(lib, dtype):
+    """Loads 33 (ovedmq planned form) runs ovedq where ovedm's pairs cannot share (S % 256, seq_lens)."""
+    _need_sm90()
+    for B, S, lens in ((1, 300, None), (2, 1024, [1024, 700])):
+        gen = torch.Generator(device="cuda").manual_seed(S + B + 33)
+        q = _rand((B, S, 4, 128), dtype, gen)
+        k = _rand((B, S, 2, 128), dtype, gen)
+        v = _rand((B, S, 2, 128), dtype, gen)
+        seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
+        out = torch.full_like(q, float("nan"))
+        lib.fused_attention(q, k, v, out, seq_lens=seq, variant=FA_OVEDMQ, loads=33)
+        torch.cuda.synchronize()
+        expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, out_dtype=np.float64)
+        assert _rel_err(out, expect) < TOL[dtype], (B, S, lens)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_fused_attention_tma_multicast_refuses_or_falls_back(lib, dtype):
     """By name (loads 28) ovedm refuses what its pairs cannot share (S not a multiple of 256, seq_lens,
