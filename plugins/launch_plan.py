@@ -152,10 +152,11 @@ FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # memory (the power-bound D = 128 rows: fewer bytes moved per FLOP).
 FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
 FA_WS_TMA_OVEDMQ = (128, 128, 12, "tma", "ovedmq")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedmq")  # a last variant element naming fa_ws_core options
+FA_WS_TMA_OVEDFQ = (128, 128, 12, "tma", "ovedfq")  # ..._ovedfq_..., loads 34 / 35: ovedf with the same
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedmq", "ovedfq")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedmq": (32, 33)}  # launcher loads (by name, planned)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedmq": (32, 33), "ovedfq": (34, 35)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM)
@@ -207,10 +208,10 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQ,
-    FA_WS_TMA_OVEDMQ: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    FA_WS_TMA_OVEDMQ, FA_WS_TMA_OVEDFQ: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDMQ)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDMQ, FA_WS_TMA_OVEDFQ)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -601,9 +602,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt == "ovedf" and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt in ("ovedf", "ovedfq") and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt == "ovedf":  # query blocks nm - 1 - x and x per CTA
+    elif opt in ("ovedf", "ovedfq"):  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -619,7 +620,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    candidates FA_WS_TMA_OVEDQ 30 / 31, _OVEDMQ 32 / 33."""
+    candidates FA_WS_TMA_OVEDQ 30 / 31, _OVEDMQ 32 / 33, _OVEDFQ 34 / 35."""
     if plan.persistent:
         return 4
     if not plan.tma:

@@ -2097,13 +2097,19 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)
 // Candidates m128n128w12t_ovedq (loads 30 by name / 31 with the cp.async fallback) and _ovedmq (32 / 33,
 // the fallback to ovedq where ovedm's pairs cannot share): oved and ovedm with Q's fragments in
-// registers (kWsQRegs), D = 128.
+// registers (kWsQRegs), D = 128; _ovedfq (34 / 35) the same for ovedf.
 #define OF_FA_WSTODMQ_KERNEL(NAME, T, D, CAUSAL) OF_FA_WSTODMX_KERNEL(NAME, T, D, CAUSAL, onnx_fuse::kWsQRegs)
 #define OF_FA_WSTODQ_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_full, T, D, false,          \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
+// ovedfq (34 / 35): ovedf with kWsQRegs (each folded query block's fragments loaded when its Q lands).
+#define OF_FA_WSTODFQ_KERNELS_D(DTN, T, D)                                                        \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_full, T, D, false,         \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs)                     \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_causal, T, D, true,        \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs)
 #define OF_FA_WSTODMQ_KERNELS_D(DTN, T, D)                                                        \
   OF_FA_WSTODMQ_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedmq_full, T, D, false)     \
   OF_FA_WSTODMQ_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedmq_causal, T, D, true)
@@ -2158,6 +2164,7 @@ OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODMQ_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODFQ_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2180,6 +2187,7 @@ OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODMQ_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODFQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2322,7 +2330,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 15 _ovedmq (D = 128).
+// 14 _ovedq, 15 _ovedmq, 16 _ovedfq (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2356,6 +2364,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
       case 15: OF_PICK_TK2(128, m128n128w12t_ovedmq)
+      case 16: OF_PICK_TK2(128, m128n128w12t_ovedfq)
       default: return nullptr;
     }
   }
@@ -2570,7 +2579,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // run 19, bf16 causal plans 19, oved); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
 // 29 runs oved for them); 30 / 31 _ovedq and 32 / 33 _ovedmq (oved / ovedm with Q's fragments in
-// registers; 33 runs ovedq where ovedm's pairs cannot share); 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
+// registers; 33 runs ovedq where ovedm's pairs cannot share), 34 / 35 _ovedfq (ovedf with them);
+// 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
@@ -2587,7 +2597,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 33);
+  OF_REQUIRE(loads >= 0 && loads <= 35);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2603,7 +2613,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 32 / 33: ovedmq; 34 / 35: ovedfq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
@@ -2642,10 +2652,11 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      if (kind == 11 && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
+      const bool fold = kind == 11 || kind == 16;  // _ovedf, _ovedfq
+      if (fold && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
-      } else if (kind == 11) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
+      } else if (fold) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
         grid.x = (grid.x + 1) / 2;
       }
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,

@@ -654,11 +654,13 @@ def test_fused_attention_tma_multicast_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Candidates m128n128w12t_ovedq / _ovedmq (D = 128, by name): oved on the ov cases (ragged batches, GQA /
+# Candidates m128n128w12t_ovedq / _ovedmq / _ovedfq (D = 128, by name): oved on the ov cases (ragged batches, GQA /
 # MQA, odd lengths) and ovedm on its cluster cases, each with Q's fragments in registers (kWsQRegs).
 FA_OVEDQ = (128, 128, 12, "tma", "ovedq")
 FA_OVEDMQ = (128, 128, 12, "tma", "ovedmq")
-FA_QREGS_CASES = [c[:7] + (FA_OVEDQ,) for c in FA_OV_CASES] + [c[:7] + (FA_OVEDMQ,) for c in FA_OVEDM_CASES]
+FA_OVEDFQ = (128, 128, 12, "tma", "ovedfq")  # and ovedf with them on its folded-block cases
+FA_QREGS_CASES = ([c[:7] + (FA_OVEDQ,) for c in FA_OV_CASES] + [c[:7] + (FA_OVEDMQ,) for c in FA_OVEDM_CASES]
+                  + [c[:7] + (FA_OVEDFQ,) for c in FA_OVEDF_CASES])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])

@@ -824,7 +824,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 33);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 35);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -845,12 +845,15 @@ def test_q_register_candidates_exist_plan_by_name_and_are_never_planned():
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTODQ_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
         assert re.search(rf"^OF_FA_WSTODMQ_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
+        assert re.search(rf"^OF_FA_WSTODFQ_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert "if ((kind == 13 || kind == 15) && (window != 0" in fa and "kind = kind == 13 ? 8 : 14;" in fa
-    for v, tag, loads in ((lp.FA_WS_TMA_OVEDQ, "ovedq", (30, 31)), (lp.FA_WS_TMA_OVEDMQ, "ovedmq", (32, 33))):
+    for v, tag, loads in ((lp.FA_WS_TMA_OVEDQ, "ovedq", (30, 31)), (lp.FA_WS_TMA_OVEDMQ, "ovedmq", (32, 33)),
+                          (lp.FA_WS_TMA_OVEDFQ, "ovedfq", (34, 35))):
         for causal in (False, True):
             p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=v)
+            f = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=lp.FA_WS_TMA_OVEDF)
             assert p.kernel == f"onnx_fuse_fa_fwd_f16_d128_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
-            assert p.opt == tag and p.grid == (32, 32, 4)
+            assert p.opt == tag and p.grid == (f.grid if tag == "ovedfq" else (32, 32, 4))
             assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
         with pytest.raises(ValueError, match="not compiled"):
             lp.plan_fused_attention(4, 4096, 32, 8, 64, variant=v)
@@ -873,7 +876,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDMQ)
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDMQ, lp.FA_WS_TMA_OVEDFQ)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
