@@ -166,6 +166,8 @@ def main() -> int:
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--only", choices=["prefill", "decode", "prefix", "window"], default=None,
                     help="one family (window: the sliding-window decode rows)")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=None,
+                    help="prefill rows of these head sizes only, without the sliding-window rows (a candidates run)")
     a = ap.parse_args()
 
     import torch
@@ -241,6 +243,8 @@ def main() -> int:
         dts = dts[:1]
     if a.only in ("decode", "prefix", "window"):
         pre_shapes = []
+    if a.head_dims:
+        pre_shapes = [sh for sh in pre_shapes if sh[4] in a.head_dims]
     for dt in dts:
         for (B, S, Hq, Hkv, D, causal) in pre_shapes:
             g = torch.Generator(device="cuda").manual_seed(0)
@@ -304,7 +308,7 @@ def main() -> int:
 
     # sliding window (Gemma-like B4 H32/16 D128 S4096, windows 1024 and 4096 = S) beside the planned
     # causal kernel and the cuDNN / FA2 causal anchors (tools/bench_prefill_window.py)
-    if a.only in (None, "prefill") and not a.quick:
+    if a.only in (None, "prefill") and not a.quick and not a.head_dims:
         try:  # tools/, this script's directory; a failure here must not cost the rows above
             from bench_prefill_window import bench_prefill_window
             rows += bench_prefill_window(lib, dts, bench, rel)
