@@ -9,7 +9,9 @@ that are also graph inputs, fp16, scalar vs [1] constants, outputs of shape () v
 dims get a run-time value per graph (often 1: query length 1 is a trap of its own), and the feeds
 are generated with the graph, so a case is fully determined by its seed. A fifth of the seeds
 (``DECODER_SHARE``) are KV-cache decoder steps instead (tools/fuzz_decoder.py), whose switches
-(sliding window, attention sinks, fp16 upcasts, fp8 KV, ...) are ``Case.spec``.
+(sliding window, attention sinks, fp16 upcasts, fp8 KV, ...) are ``Case.spec``; of the rest, a
+share (fuzz_idioms.IDIOM_SHARE) are exporter idioms of the fourth hold-out sweep
+(tools/fuzz_idioms.py: baddbmm zeros, causal selects, masks before the scale, ...).
 """
 
 from __future__ import annotations
@@ -567,6 +569,11 @@ def make_case(seed: int) -> Case:
     side = np.random.default_rng([seed, 0xDF0])   # a salt under which the regression seeds of tests/tools stay motif graphs
     if side.random() < DECODER_SHARE:
         return make_decoder_case(seed, side)
+    from fuzz_idioms import IDIOM_SHARE
+
+    # a stream of its own (under this salt no regression seed of tests/tools becomes an idiom case)
+    if np.random.default_rng([seed, 0x1D2]).random() < IDIOM_SHARE:
+        return make_idiom_case(seed)
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -599,6 +606,23 @@ def make_case(seed: int) -> Case:
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
     model = _declare_outputs(model, b)
     return Case(seed, model, b.feeds, motifs, b.traps)
+
+
+def make_idiom_case(seed: int, name: str | None = None) -> Case:
+    """A graph of the exporter idioms the fourth hold-out sweep fixed (tools/fuzz_idioms.py);
+    ``name`` picks one (tests)."""
+    from fuzz_idioms import build_idiom
+
+    rng = np.random.default_rng([seed, 0x1D1])
+    b = Builder(rng, F16 if rng.random() < 0.1 else F32)
+    opset = int(b.pick([17, 18, 20, 23]))
+    if b.dtype == F16:
+        b.trap("fp16")
+    motifs = build_idiom(b, opset, name)
+    outputs = [oh.make_tensor_value_info(o, 0, None) for o in b.outputs]
+    graph = oh.make_graph(b.nodes, f"fuzz_idiom_{seed}", b.inputs, outputs, initializer=b.inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
+    return Case(seed, _declare_outputs(model, b), b.feeds, motifs, b.traps)
 
 
 def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:

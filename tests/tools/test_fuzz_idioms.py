@@ -1,0 +1,56 @@
+"""The fuzzer's exporter-idiom motifs (tools/fuzz_idioms.py, the fourth hold-out sweep's root
+causes): each builds valid graphs that ONNX Runtime runs, the optimizer's output matches ORT on
+them at every target, and the rules the idiom is there for fire (a generator whose rule never
+fires would not notice that rule regressing); make_case draws them without changing the graphs
+of the seeds other tests pin."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+sys.path.insert(0, str(TOOLS))
+
+import fuzz_differential as fd  # noqa: E402
+from fuzz_idioms import IDIOM_RULES, IDIOM_SHARE, IDIOMS  # noqa: E402
+from fuzz_motifs import make_case, make_idiom_case  # noqa: E402
+
+SEEDS = (0, 1, 2)
+
+
+@pytest.mark.parametrize("name", sorted(IDIOMS))
+def test_idiom_graphs_run_in_ort_and_the_optimized_ones_match(name):
+    fired = dict.fromkeys(IDIOM_RULES[name], 0)
+    for seed in SEEDS:
+        case = make_idiom_case(seed, name)
+        onnx.checker.check_model(case.model, full_check=True)
+        assert case.motifs[-1] == name
+        results, _, _ = fd.fuzz_case(case, [3], ["ort", "onnx", "trt"])
+        for r in results:
+            assert r["cls"] == "ok", (name, seed, r["target"], r["cls"], r["detail"], case.traps)
+            for rule in fired:
+                fired[rule] += r["fires"].get(rule, 0)
+    assert all(fired.values()), (name, fired)
+
+
+def test_make_case_draws_idioms_from_a_stream_of_their_own():
+    """About IDIOM_SHARE of the motif-graph seeds become idiom cases; the seeds other tests pin
+    (tests/tools/test_fuzz_differential.py) keep their graphs."""
+    names = [make_case(seed).motifs for seed in range(200)]
+    idiom = sum(any(m in IDIOMS for m in ms) for ms in names)
+    decoder = sum(ms == ["decoder_kv"] for ms in names)
+    assert 0.5 * IDIOM_SHARE < idiom / (200 - decoder) < 2 * IDIOM_SHARE, (idiom, decoder)
+    for seed in (14525077, 2078360400, 2710596152, 875106632, 211629190, 3, 4):
+        assert not set(make_case(seed).motifs) & set(IDIOMS), seed
+
+
+def test_idiom_cases_are_deterministic():
+    a, b = make_idiom_case(5), make_idiom_case(5)
+    assert a.model.SerializeToString() == b.model.SerializeToString()
+    assert a.feeds.keys() == b.feeds.keys()
+    assert all(np.array_equal(a.feeds[k], b.feeds[k]) for k in a.feeds)
