@@ -4,6 +4,7 @@
 #   4.38.2  pre-SDPA-default era: _prepare_4d_causal_attention_mask, rotary cos_cached / sin_cached
 #           sliced by seq_len, legacy tuple past_key_values
 #   4.45.2  SDPA by default, cache_position, _update_causal_mask, DynamicCache
+#   4.48.3, 4.53.3  (fifth sweep part D) the attention interface; 4.53's masking_utils
 # torch is pinned to the CPU build 2.13.0 (installs from a local wheel; an unpinned torch pulls a
 # multi-GB CUDA build).
 #
@@ -17,6 +18,7 @@ if "$VENV/bin/python" -c "import transformers, sys; sys.exit(transformers.__vers
 fi
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
-# numpy < 2: transformers 4.3x predates numpy 2
-"$VENV/bin/pip" install -q "torch==2.13.0" "transformers==$VERSION" "numpy<2" "onnx" "onnxruntime" "filelock"
+# numpy < 2: transformers 4.3x predates numpy 2; onnxscript (the main venv's 0.7.2): the dynamo styles
+"$VENV/bin/pip" install -q "torch==2.13.0" "transformers==$VERSION" "numpy<2" "onnx" "onnxruntime" "filelock" \
+    "onnxscript==0.7.2"
 "$VENV/bin/python" -c "import transformers, torch; print('legacy venv ok: transformers', transformers.__version__, 'torch', torch.__version__)"
