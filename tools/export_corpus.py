@@ -474,7 +474,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     if _pinned_elsewhere(spec):  # --holdout 5 / 8: that transformers / torch version, in its own venv
         return export_legacy(arch, style, weights, path)
     config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style))
-    n_layers = config.num_hidden_layers
+    n_layers = getattr(config, "num_hidden_layers", 0)  # a cache's layers; PVT v2 / LeViT have stages
     torchscript = base_style(style).startswith("torchscript")
     feeds, dims = example_inputs(arch, style, model)
     names = list(feeds)

@@ -664,6 +664,7 @@ T5_5B = dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAY
              relative_attention_num_buckets=8, decoder_start_token_id=0)
 AUDIO_5B = dict(AUDIO, do_stable_layer_norm=False, feat_extract_norm="group")
 BINS_5B = 16  # mel bins of the features kind
+TS_ONLY = ("torchscript",)  # dynamo fails on a head-merge view of a non-contiguous tensor (static too)
 
 HOLDOUT5B = {
     # text encoders
@@ -692,7 +693,8 @@ HOLDOUT5B = {
                       max_position_embeddings=POSITIONS, num_hash_functions=2, num_hash_buckets=64,
                       downsampling_rate=4, local_transformer_stride=4, type_vocab_size=2),
                  ["mha", "padding-mask", "hash-embeddings", "char-downsampling-conv", "block-local-attention",
-                  "layernorm", "gelu-erf"], "canine", "bert", styles=ENC_TS),
+                  "layernorm", "gelu-erf"], "canine", "bert",
+                 styles=("static_nomask",)),  # dynamic exports (dynamo, TorchScript) fix the sequence
     # vision
     "swinv2": _s("vision", "Swinv2Config", "Swinv2Model",
                  dict(image_size=IMAGE, patch_size=4, num_channels=3, embed_dim=16, depths=[2, 2], num_heads=[2, 2],
@@ -703,7 +705,7 @@ HOLDOUT5B = {
                                 dict(VIS, mlp_ratio=2, num_register_tokens=2),
                                 ["mha", "patch-embed", "cls-token", "register-tokens", "interpolated-positions",
                                  "layernorm", "gelu-erf", "layer-scale"], "dinov2_with_registers", "vit",
-                                styles=ENC_TS),
+                                styles=("dyn_mask", "static_nomask")),  # TorchScript: no antialiased bicubic
     "pvt_v2": _s("vision", "PvtV2Config", "PvtV2Model",
                  dict(num_channels=3, image_size=IMAGE, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
                       hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
@@ -744,25 +746,31 @@ HOLDOUT5B = {
                 position_embeddings_type="relative_key", left_max_position_embeddings=8,
                 right_max_position_embeddings=8, add_adapter=False),
            ["mha", "conformer-conv", "macaron-ffn", "relative-key-positions", "layernorm", "swish"],
-           "wav2vec2-bert", "bert", styles=ENC_TS),
+           "wav2vec2-bert", "bert", styles=TS_ONLY),
         features_input=("input_features", 20, 32)),
     # encoder-decoder parts
     "umt5_encoder": _s("encoder", "UMT5Config", "UMT5EncoderModel", dict(T5_5B),
                        ["mha", "padding-mask", "relative-position-per-layer", "rmsnorm", "gated-gelu", "no-scale"],
-                       "umt5", "t5", styles=ENC_TS),
+                       "umt5", "t5", styles=TS_ONLY),
     "umt5_decoder": _s("seq2seq_decoder", "UMT5Config", "UMT5ForConditionalGeneration", dict(T5_5B),
                        ["mha", "cross-attention", "causal", "relative-position-per-layer", "rmsnorm", "gated-gelu",
-                        "no-scale"], "umt5", "t5", part="decoder", styles=("dyn_mask", "kv", "torchscript_kv")),
+                        "no-scale"], "umt5", "t5", part="decoder", styles=("torchscript_kv",)),
     "pegasus_x_encoder": _s("encoder", "PegasusXConfig", "PegasusXModel",
                             dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
                                  decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, num_global_tokens=2,
                                  block_size=4, stagger_local_blocks=True, **TOKENS),
                             ["mha", "padding-mask", "block-local-attention", "global-tokens", "sinusoidal-positions",
-                             "pre-norm", "layernorm", "gelu-erf"], "pegasus_x", "bart", part="encoder", styles=ENC_TS),
+                             "pre-norm", "layernorm", "gelu-erf"], "pegasus_x", "bart", part="encoder",
+                            styles=("static_nomask",)),  # dynamic exports fix the block padding
 }
-# attention blocks the layer count does not give: LeViT's subsampling attention beside its two stages
+# attention blocks the layer count does not give: LeViT's subsampling attention beside its two stages;
+# CANINE: its local first character layer attends in two chunks at the export's 8 characters (stride 4),
+# then two deep layers and one final character layer; PEGASUS-X's layers each attend twice (global
+# tokens over all, blocks over themselves and the globals), the last layer's global tokens unread (dead)
 HOLDOUT5B["levit"]["attention_blocks"] = 3
+HOLDOUT5B["canine"]["attention_blocks"] = 5
+HOLDOUT5B["pegasus_x_encoder"]["attention_blocks"] = 3
 HOLDOUT_SETS[7] = HOLDOUT5B
 
 

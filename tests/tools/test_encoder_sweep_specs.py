@@ -28,7 +28,7 @@ def test_plan_keeps_cache_styles_for_the_seq2seq_decoder(monkeypatch):
     ec = _export_corpus()
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[7]})
     todo = list(ec.plan_holdout(list(ec.HOLDOUT_SETS[7]), None, 7))
-    assert len(todo) == 39 and all(w == "trained" for _, _, w in todo)
+    assert len(todo) == 33 and all(w == "trained" for _, _, w in todo)
     for arch, style, _ in todo:
         if style in ec.KV_STYLES:
             assert ec.SPECS[arch]["kind"] == "seq2seq_decoder", arch
