@@ -330,6 +330,12 @@ def _producer_ops(v, n: int) -> list[str]:
     return ops
 
 
+def _value_bound(ctx, v) -> float:
+    from onnx_fuse.rewrite._value_bound import value_bound
+
+    return value_bound(ctx, _as_value(v, "value_bound"))
+
+
 def _causal_mask(ctx, m, q, past) -> bool:
     from onnx_fuse.rewrite._mask_probe import causal_mask
 
@@ -415,6 +421,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "split": lambda ctx, s, sep: str(s).split(str(sep)),
     # op types of every producer above a value (all inputs, breadth first, at most n nodes)
     "ancestor_ops": lambda ctx, v, n: _ancestor_ops(_as_value(v, "ancestor_ops"), int(n)),
+    # the largest magnitude a value can hold, proven from constants through layout / gather /
+    # simple arithmetic ops (inf where unproven: an input, an activation; _value_bound.py)
+    "value_bound": _value_bound,
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
     # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable;
