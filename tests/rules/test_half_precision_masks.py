@@ -310,7 +310,7 @@ def test_float16_clamp_after_the_mask_stays_where_it_is(h):
     assert fires.get("batched-heads-clamped-softmax-3d") == 1 and h.ops(out)["Attention"] == 1, fires
 
 
-def _bias_and_key_mask(h, *, mask_first=False, query_rows=False, fill=-65504.0, bias_input=False):
+def _bias_and_key_mask(h, *, mask_first=False, query_rows=False, fill=-65504.0, bias_input=False, dv=D):
     """MPNet as transformers 5 exports it, in float16: softmax(q k^T / sqrt(D) + position_bias +
     Where(keep, 0, finfo.min)) @ v, the position bias gathered from its table by bucket
     (Gather -> Transpose -> Unsqueeze, [1,H,S,S]; ``bias_input``: a graph input instead), keep made
@@ -332,14 +332,15 @@ def _bias_and_key_mask(h, *, mask_first=False, query_rows=False, fill=-65504.0, 
         n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
         n("Div", ["sc", "sqrt_d"], ["sd"]), n("Add", ["sd", terms[0]], ["a1"]),
         n("Add", ["a1", terms[1]], ["a2"]), n("Softmax", ["a2"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
-    inputs = [h.vi(x, [B, H, S, D], F16) for x in ("q", "k", "v")] + [h.vi("am", [B, S], TensorProto.INT64)]
+    inputs = [h.vi("q", [B, H, S, D], F16), h.vi("k", [B, H, S, D], F16), h.vi("v", [B, H, S, dv], F16),
+              h.vi("am", [B, S], TensorProto.INT64)]
     inputs.append(h.vi("pos_bias", [1, H, S, S], F16) if bias_input else h.vi("bucket", [S, S], TensorProto.INT64))
     inits = {"sqrt_d": np.array(D ** 0.5, np.float16), "zero": np.array(0.0, np.float16),
              "fill": np.array(fill, np.float16), "ax12": np.array([1, 2], np.int64),
              "ax13": np.array([1, 3], np.int64), "ax0": np.array([0], np.int64)}
     if not bias_input:
         inits["table"] = _key_mask_table()
-    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, D], F16)], inits)
+    return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, dv], F16)], inits)
 
 
 def _key_mask_table():
@@ -421,3 +422,15 @@ def test_float16_key_mask_beside_an_unbounded_bias_is_refused(h):
     out, fires = _fuse(model, "onnx")
     assert "attention-scores-bias-key-mask-half" not in fires and "Softmax" in h.ops(out), fires
     h.assert_close(model, out, _key_mask_feeds(bias_input=True), atol=2e-3, rtol=2e-3)
+
+
+def test_float16_key_mask_is_exact_where_ort_falls_back_to_attention_23(h):
+    """v's head size twice q's: ort lowers to Attention-23, which takes the bias in float16. The
+    clamped sum (attention-scores-bias-sum-half) kept b only to steps of 16 there, so a fully
+    masked row was far from the original; the key mask kept apart gives it softmax(s + b)."""
+    model = _bias_and_key_mask(h, dv=2 * D)
+    out, fires = _fuse(model, "ort")
+    assert fires.get("attention-scores-bias-key-mask-half") == 1 and fires.get("attention-onnx") == 1, fires
+    feeds = _key_mask_feeds()
+    feeds["v"] = np.random.default_rng(6).standard_normal((B, H, S, 2 * D)).astype(np.float16)
+    h.assert_close(model, out, feeds, atol=1e-2, rtol=1e-2)
