@@ -525,17 +525,18 @@ HOLDOUT_SETS[5] = HOLDOUT4B
 # transformers (5.24), each torch in its own venv (tools/torch_venv.sh VERSION -> /work/venvs/torch<digits>),
 # so only torch.onnx (and the onnxscript pip resolves beside it) differs from the corpus's torch 2.13 files.
 # Names carry the torch version: llama_pt291, llama_pt2141. Styles: the corpus's dyn_mask / kv /
-# torchscript / torchscript_kv, and noopt (the dynamo graph before onnxscript's optimizer).
+# torchscript / torchscript_kv, noopt (the dynamo graph before onnxscript's optimizer) and latest_opset /
+# kv_latest_opset (opset 23, where torch may write ONNX Attention / RMSNormalization itself).
 TORCH_VERSIONS = {"291": "2.9.1", "2141": "2.14.1"}
 _DK = ("dyn_mask", "kv")
 TORCH_DRIFT_PLAN = {  # corpus architecture -> styles, the same for both torch versions
-    "llama": _DK + ("torchscript", "torchscript_kv", "noopt"), "mistral": _DK, "qwen2": _DK + ("torchscript",),
-    "qwen3": _DK + ("noopt",), "gemma2": _DK + ("torchscript",), "gemma3": _DK, "phi3": _DK + ("torchscript_kv",),
-    "gpt2": _DK + ("torchscript", "torchscript_kv", "noopt"), "gpt_neox": _DK + ("torchscript_kv",),
-    "falcon": ("dyn_mask", "torchscript"), "starcoder2": _DK, "olmo2": _DK, "gpt_oss": ("dyn_mask",),
-    "bert": ("dyn_mask", "torchscript", "noopt"), "roberta": ("dyn_mask",), "distilbert": ("dyn_mask", "torchscript"),
-    "modernbert": ("dyn_mask",), "deberta_v2": ("dyn_mask",),
-    "vit": ("dyn_mask", "torchscript", "noopt"), "clip_vision": ("dyn_mask",),
+    "llama": _DK + ("torchscript", "torchscript_kv", "noopt", "latest_opset", "kv_latest_opset"), "mistral": _DK,
+    "qwen2": _DK + ("torchscript",), "qwen3": _DK + ("noopt", "latest_opset"), "gemma2": _DK + ("torchscript",),
+    "gemma3": _DK, "phi3": _DK + ("torchscript_kv",), "gpt2": _DK + ("torchscript", "torchscript_kv", "noopt"),
+    "gpt_neox": _DK + ("torchscript_kv",), "falcon": ("dyn_mask", "torchscript"), "starcoder2": _DK, "olmo2": _DK,
+    "gpt_oss": ("dyn_mask",), "bert": ("dyn_mask", "torchscript", "noopt", "latest_opset"), "roberta": ("dyn_mask",),
+    "distilbert": ("dyn_mask", "torchscript"), "modernbert": ("dyn_mask",), "deberta_v2": ("dyn_mask",),
+    "vit": ("dyn_mask", "torchscript", "noopt", "latest_opset"), "clip_vision": ("dyn_mask",),
     "whisper_encoder": ("dyn_mask", "torchscript"), "whisper_decoder": _DK, "bart_decoder": _DK,
 }
 

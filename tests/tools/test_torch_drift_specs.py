@@ -30,8 +30,9 @@ def test_plan_holds_cache_styles_for_decoders_only(monkeypatch):
     ec = _export_corpus()
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT5C})
     todo = list(ec.plan_holdout(list(ec.HOLDOUT5C), None, 8))
-    assert len(todo) == 108 and all(w == "trained" for _, _, w in todo)
-    assert {s for _, s, _ in todo} == {"dyn_mask", "kv", "torchscript", "torchscript_kv", "noopt"}
+    assert len(todo) == 118 and all(w == "trained" for _, _, w in todo)
+    assert {s for _, s, _ in todo} == {"dyn_mask", "kv", "torchscript", "torchscript_kv", "noopt",
+                                         "latest_opset", "kv_latest_opset"}
     for arch, style, _ in todo:
         if style in ec.KV_STYLES:
             assert ec.SPECS[arch]["kind"] in ("decoder", "seq2seq_decoder"), arch
