@@ -146,3 +146,60 @@ def test_other_powers_stay(h):
     out = h.fuse(model, "ort", level=2)
     assert h.ops(out)["Pow"] == 2 and not h.fired(out)["rsqrt-pow"], h.ops(out)
     h.assert_close(model, out, {"x": h.rng.standard_normal((2, 3, 32)).astype(np.float32)})
+
+
+# ---- s * b + (1 - b) * c: GPT-1's causal mask as a 0/1 multiplier (0/2 attention before) --------------
+
+MAXPOS = 16
+
+
+def _binary_mask(h, *, const=False, buffer=None, fill=-1e4):
+    """scores * b + (1 - b) * fill, b the [1, 1, MAXPOS, MAXPOS] buffer sliced to [1, 1, S, S] at run
+    time (const: b and (1 - b) * fill as folded [1, 1, S, S] constants, S = 5 static)."""
+    n = h.node
+    buf = np.tril(np.ones((MAXPOS, MAXPOS), np.float32)) if buffer is None else buffer
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["qk"]),
+             n("Div", ["qk", "four"], ["s"]), n("Mul", ["s", "b"], ["sb"])]
+    inits = {"four": np.array(4.0, np.float32)}
+    if const:
+        inits.update(b=buf[None, None, :S, :S], m=((1 - buf) * fill)[None, None, :S, :S].astype(np.float32))
+    else:
+        nodes = [n("Shape", ["q"], ["sl"], start=2, end=3), n("Slice", ["buf", "zero", "sl", "two"], ["b2"]),
+                 n("Slice", ["b2", "zero", "sl", "three"], ["b"]), *nodes,
+                 n("Sub", ["one", "b"], ["nb"]), n("Mul", ["nb", "fill"], ["m"])]
+        inits.update(buf=buf[None, None], zero=_i64(0), two=_i64(2), three=_i64(3), one=np.array(1.0, np.float32),
+                     fill=np.array(fill, np.float32))
+    nodes += [n("Add", ["sb", "m"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
+    dims = ["batch", H, S if const else "seq", D]  # named: the mask probe binds them
+    return h.make_model(nodes, [h.vi(x, dims) for x in ("q", "k", "v")], [h.vi("o", dims)], inits)
+
+
+@pytest.mark.parametrize("const", [False, True], ids=["sliced", "folded"])
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_binary_causal_mask_is_fused(h, const, target, level):
+    model = _binary_mask(h, const=const)
+    out = h.fuse(model, target, level)
+    assert "Softmax" not in h.ops(out) and _attn_count(out, h) == 1, h.ops(out)
+    feeds = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float32) for x in ("q", "k", "v")}
+    h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("const", [False, True], ids=["sliced", "folded"])
+def test_binary_mask_that_is_not_causal_stays(h, const):
+    """An upper-triangular buffer (a query sees later keys) proves no causal mask: refused with the
+    probe's reason, the multiplier stays, numbers kept."""
+    rule = "scores-binary-mask-const" if const else "scores-binary-mask"
+    model = _binary_mask(h, const=const, buffer=np.triu(np.ones((MAXPOS, MAXPOS), np.float32)))
+    reasons = h.reasons(model, "ort", rule)
+    assert any("causal" in r for r in reasons), reasons
+    out = h.fuse(model, "ort")
+    assert "Softmax" in h.ops(out)
+    feeds = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float32) for x in ("q", "k", "v")}
+    h.assert_close(model, out, feeds)
+
+
+def test_folded_mask_must_pair_with_the_multiplier(h):
+    """A folded fill of -1 (no mask: the original weighs those keys) is refused by the values check."""
+    model = _binary_mask(h, const=True, fill=-1.0)
+    reasons = h.reasons(model, "ort", "scores-binary-mask-const")
+    assert any("0 where m masks" in r for r in reasons), reasons
