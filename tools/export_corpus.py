@@ -834,7 +834,7 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "num_kv_heads": (1 if cfg.get("multi_query") else g("num_key_value_heads", "num_attention_heads",
                                                             "n_head", "n_heads", "num_heads",
                                                             "encoder_attention_heads", "attention_heads")),
-        "hidden_size": g("hidden_size", "n_embd", "d_model", "dim"),
+        "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim"),
         "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
                                         "static_nomask": ["static-shapes"],
