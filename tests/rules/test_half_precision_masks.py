@@ -310,12 +310,14 @@ def test_float16_clamp_after_the_mask_stays_where_it_is(h):
     assert fires.get("batched-heads-clamped-softmax-3d") == 1 and h.ops(out)["Attention"] == 1, fires
 
 
-def _bias_and_key_mask(h, *, mask_first=False, query_rows=False, fill=-65504.0, bias_input=False, dv=D):
+def _bias_and_key_mask(h, *, mask_first=False, query_rows=False, fill=-65504.0, bias_input=False, dv=D,
+                       inverted=False):
     """MPNet as transformers 5 exports it, in float16: softmax(q k^T / sqrt(D) + position_bias +
     Where(keep, 0, finfo.min)) @ v, the position bias gathered from its table by bucket
     (Gather -> Transpose -> Unsqueeze, [1,H,S,S]; ``bias_input``: a graph input instead), keep made
     from the int attention_mask [B, S] (a key mask [B,1,1,S]; with ``query_rows`` also the
-    query's, [B,1,S,S], so a padded query has no key). ``mask_first`` adds the mask first."""
+    query's, [B,1,S,S], so a padded query has no key). ``mask_first`` adds the mask first;
+    ``inverted`` writes it Where(not keep, F, 0)."""
     n = h.node
     keep = [n("Unsqueeze", ["am", "ax12"], ["am4"]), n("Cast", ["am4"], ["kk"], to=TensorProto.BOOL)]
     if query_rows:
@@ -327,8 +329,9 @@ def _bias_and_key_mask(h, *, mask_first=False, query_rows=False, fill=-65504.0, 
                                   n("Transpose", ["tb"], ["tt"], perm=[2, 0, 1]),
                                   n("Unsqueeze", ["tt", "ax0"], ["pos_bias"])]
     terms = ["mk", "pos_bias"] if mask_first else ["pos_bias", "mk"]
-    nodes = keep + bias + [
-        n("Where", ["keep", "zero", "fill"], ["mk"]),
+    where = ([n("Not", ["keep"], ["masked"]), n("Where", ["masked", "fill", "zero"], ["mk"])] if inverted
+             else [n("Where", ["keep", "zero", "fill"], ["mk"])])
+    nodes = keep + bias + where + [
         n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
         n("Div", ["sc", "sqrt_d"], ["sd"]), n("Add", ["sd", terms[0]], ["a1"]),
         n("Add", ["a1", terms[1]], ["a2"]), n("Softmax", ["a2"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
@@ -363,14 +366,15 @@ def _key_mask_feeds(bias_input=False):
 
 
 @pytest.mark.parametrize("target, level", [("ort", 3), ("onnx", 3), ("trt", 3), ("trt", 4)])
-@pytest.mark.parametrize("form", ["bias_then_mask", "mask_then_bias", "query_rows"])
+@pytest.mark.parametrize("form", ["bias_then_mask", "mask_then_bias", "query_rows", "inverted"])
 def test_float16_bias_and_boolean_key_mask_fuse_exactly(h, target, level, form):
     """A bias plus a two-valued padding mask Where(keep, 0, finfo.min) in float16: the mask is kept
     apart from the bias as Where(keep or no key kept in the row, bias, -inf), so the attention fuses
     on every target (onnx and trt refused it before; ort clamped the sum) and every row equals the
     original in ORT, the fully masked ones too: softmax(s + b) (ORT adds in float32), not the mean
     of V that bias + finfo.min in float16 arithmetic would give."""
-    model = _bias_and_key_mask(h, mask_first=form == "mask_then_bias", query_rows=form == "query_rows")
+    model = _bias_and_key_mask(h, mask_first=form == "mask_then_bias", query_rows=form == "query_rows",
+                               inverted=form == "inverted")
     out, fires = _fuse(model, target, level=level)
     rule = "attention-scores-key-mask-bias-half" if form == "mask_then_bias" else "attention-scores-bias-key-mask-half"
     assert fires.get(rule) == 1 and "attention-scores-bias-sum-half" not in fires, fires
