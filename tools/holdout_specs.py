@@ -541,7 +541,14 @@ TORCH_DRIFT_PLAN = {  # corpus architecture -> styles, the same for both torch v
 }
 
 
+# torch 2.9.1 cannot export transformers 5.24 models with a dynamic batch or sequence (its 0/1-specialization
+# guards become constraint violations), so its dynamo graphs are also sampled static
+TORCH_DRIFT_EXTRA = {"291": {a: ("static_nomask",) for a in ("llama", "qwen2", "gemma2", "phi3", "gpt2", "gpt_neox",
+                                                              "bert", "vit")}}
+
+
 def _torch_drift(arch: str, tag: str, styles: tuple) -> dict:
+    styles = styles + TORCH_DRIFT_EXTRA.get(tag, {}).get(arch, ())
     return dict(SPECS[arch], styles=styles, torch=TORCH_VERSIONS[tag], base_arch=arch)
 
 
