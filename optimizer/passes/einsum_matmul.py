@@ -1,12 +1,15 @@
 """Two-operand Einsums that are batched matrix products become Transpose -> MatMul -> Transpose.
 
 Attention written with einsum (Funnel: "bind,bjnd->bnij" for the scores, "bnij,bjnd->bind" for the
-output) reaches the attention rules as MatMuls on [.., S, D] x [.., D, T] operands, the form every
-exporter's matmul attention has. Rewritten only when the equation is one batched product: the
-letters of both operands and the output are the batch letters (in the same order in every term
-after the transposes), at most one letter is free in each operand, exactly one is summed, no letter
-repeats inside a term, no ellipsis, and neither operand broadcasts a batch dim (the batch dims of
-the two operands must be equal). Exact: each output element is the same dot product.
+output; PEGASUS-X's blocks against the global tokens: "BHNKF,BHGF->BHNKG") reaches the attention rules
+as MatMuls on [.., S, D] x [.., D, T] operands, the form every exporter's matmul attention has.
+Rewritten only when the equation is one batched product: exactly one letter is summed, each operand
+has one free letter (in the output, not in the other operand: its last such letter in the output's
+order), every other output letter is a batch letter (in the output's order after the transposes);
+a batch letter that one operand lacks gets a dim of 1 there (Unsqueeze), which MatMul broadcasts as
+the einsum does. No letter repeats inside a term, no ellipsis, and the batch dims both operands have
+must be equal (MatMul would broadcast a 1 where Einsum refuses). Exact: each output element is the
+same dot product.
 
 Runs at O3 before the attention rules; Einsums of other forms stay as they are.
 """
@@ -30,24 +33,29 @@ def _plan(equation: str):
     a, b = terms
     if any(len(set(t)) != len(t) or not t.isalpha() for t in (a, b, out)):
         return None
-    batch = [c for c in out if c in a and c in b]
-    free_a = [c for c in a if c in out and c not in b]
-    free_b = [c for c in b if c in out and c not in a]
     summed = [c for c in a if c in b and c not in out]
-    if len(free_a) > 1 or len(free_b) > 1 or len(summed) != 1 or set(out) != set(batch + free_a + free_b) \
-            or set(a) != set(batch + free_a + summed) or set(b) != set(batch + free_b + summed):
+    if len(summed) != 1 or not set(a) | set(b) <= set(out) | set(summed):
         return None
-    # A as [batch..., free_a, summed], B as [batch..., summed, free_b]: the product is
-    # [batch..., free_a, free_b]; matrix-vector forms (no free letter on a side) are left alone
-    if not free_a or not free_b:
+    # each operand's free letter: its last output letter the other operand lacks; matrix-vector
+    # forms (no such letter on a side) are left alone
+    only_a = [c for c in out if c in a and c not in b]
+    only_b = [c for c in out if c in b and c not in a]
+    if not only_a or not only_b:
         return None
-    order_a = batch + free_a + summed
-    order_b = batch + summed + free_b
+    free_a, free_b = only_a[-1:], only_b[-1:]
+    batch = [c for c in out if c not in free_a + free_b]
+    # A as [batch..., free_a, summed], B as [batch..., summed, free_b] (a batch letter an operand lacks
+    # is a new axis of 1 there): the product is [batch..., free_a, free_b]
+    order_a = [c for c in batch if c in a] + free_a + summed
+    order_b = [c for c in batch if c in b] + summed + free_b
     made = batch + free_a + free_b
     perm_a = [a.index(c) for c in order_a]
     perm_b = [b.index(c) for c in order_b]
     perm_o = [made.index(c) for c in out]
-    return perm_a, perm_b, perm_o
+    new_a = [i for i, c in enumerate(batch) if c not in a]  # Unsqueeze axes
+    new_b = [i for i, c in enumerate(batch) if c not in b]
+    shared = [(a.index(c), b.index(c)) for c in batch if c in a and c in b]  # batch dims both have
+    return perm_a, perm_b, perm_o, new_a, new_b, shared
 
 
 def _identity(perm) -> bool:
@@ -86,13 +94,12 @@ class EinsumToMatMulPass(FusePass):
         plan = _plan(attr.as_string()) if attr is not None else None
         if plan is None:
             return False
-        perm_a, perm_b, perm_o = plan
+        perm_a, perm_b, perm_o, new_a, new_b, shared = plan
         a, b = node.inputs
         if a is None or b is None:
             return False
-        nbatch = len(perm_a) - 2
-        if not _dims_equal(a, perm_a, b, perm_b, nbatch):  # MatMul would broadcast where Einsum refuses
-            return False
+        if not _dims_equal(a, [i for i, _ in shared], b, [j for _, j in shared], len(shared)):
+            return False  # MatMul would broadcast where Einsum refuses
         out = node.outputs[0]
         new_nodes, stem = [], node.name or out.name or "einsum"
 
@@ -105,7 +112,23 @@ class EinsumToMatMulPass(FusePass):
                                      outputs=[y], name=f"{stem}_{tag}"))
             return y
 
-        ta, tb = transposed(a, perm_a, "lhs"), transposed(b, perm_b, "rhs")
+        def unsqueezed(x: ir.Value, axes, tag: str) -> ir.Value:
+            if not axes:
+                return x
+            shape = None
+            if x.shape is not None:
+                dims = list(x.shape)
+                for ax in axes:
+                    dims.insert(ax, 1)
+                shape = ir.Shape(dims)
+            y = ir.Value(name=f"{stem}_{tag}", type=x.type, shape=shape)
+            idx = ir.Value(name=f"{stem}_{tag}_axes", const_value=ir.tensor(list(axes), dtype=ir.DataType.INT64))
+            graph.register_initializer(idx)
+            new_nodes.append(ir.Node("", "Unsqueeze", [x, idx], outputs=[y], name=f"{stem}_{tag}"))
+            return y
+
+        ta = unsqueezed(transposed(a, perm_a, "lhs"), new_a, "lhs_b")
+        tb = unsqueezed(transposed(b, perm_b, "rhs"), new_b, "rhs_b")
         mm_out = ir.Value(name=f"{stem}_matmul", type=out.type, shape=out.shape if _identity(perm_o) else None)
         new_nodes.append(ir.Node("", "MatMul", [ta, tb], outputs=[mm_out], name=f"{stem}_matmul"))
         final = transposed(mm_out, perm_o, "out")  # [batch, free_a, free_b] -> the equation's order

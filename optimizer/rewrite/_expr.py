@@ -354,6 +354,27 @@ def _cropped_window(ctx, m, q, kept, past) -> int:
     return cropped_window(ctx, m, q, kept, past)
 
 
+def _broadcast_vector(ctx, x, y, n) -> list | None:
+    """The Expand shape (a constant vector, x's rank) that broadcasts the first ``n`` dims of x to
+    y's and keeps the rest: 1 where the dims are equal (the same number or symbol) or y's is 1, y's
+    dim where x's is 1 and y's is a number; None when that cannot be proven (a symbol against 1,
+    different numbers, an unknown dim, ranks that differ)."""
+    a, b, n = _shape(ctx, x), _shape(ctx, y), _int(ctx, n)
+    if len(a) != len(b) or not 0 <= n <= len(a):
+        return None
+    vec = []
+    for da, db in zip(a[:n], b[:n]):
+        if da is UNKNOWN_DIM or db is UNKNOWN_DIM:
+            return None
+        if da == db or db == 1:
+            vec.append(1)
+        elif da == 1 and isinstance(db, (int, np.integer)):
+            vec.append(int(db))
+        else:
+            return None
+    return vec + [1] * (len(a) - n)
+
+
 def _crop_length(ctx, kept, past) -> int:
     from onnx_fuse.rewrite._crop import crop_length
 
@@ -429,6 +450,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable;
     # an unreadable shape entry takes the inferred dim of the Expand's output ``out``)
     "expanded_dims": _expanded_dims,
+    # the constant Expand shape broadcasting x's first n dims to y's (None when not provable)
+    "broadcast_vector": _broadcast_vector,
     # whether an additive mask is causal for q's new tokens after past's cached ones, decided on
     # its values (optimizer/rewrite/_mask_probe.py); fails with the reason otherwise
     "causal_mask": lambda ctx, m, q, past: _causal_mask(ctx, m, q, past),

@@ -34,12 +34,37 @@ def test_batched_matmul_einsums_become_matmuls(equation, a, b, out, transposes):
     assert modified and p.stats["Einsum"] == 1
     counts = ops(model)
     assert "Einsum" not in counts and counts["MatMul"] == 1 and counts.get("Transpose", 0) == transposes, counts
+    assert "Unsqueeze" not in counts, counts
+    check_same(proto, model)
+
+
+@pytest.mark.parametrize("equation, a, b, out, unsqueezed", [
+    # PEGASUS-X: the blocks' queries against the global tokens' keys, which have no block axis N
+    ("BHNKF,BHGF->BHNKG", "float[B, 2, 3, 4, 8]", "float[B, 2, 5, 8]", "float[B, 2, 3, 4, 5]", "rhs"),
+    # ... and the blocks' probabilities over the global tokens times their values
+    ("BHNKG,BHGF->BHNKF", "float[B, 2, 3, 4, 5]", "float[B, 2, 5, 8]", "float[B, 2, 3, 4, 8]", "rhs"),
+    # the batch letter missing on the left, and not the leading one
+    ("hsd,bhtd->bhst", "float[2, 4, 8]", "float[B, 2, 5, 8]", "float[B, 2, 4, 5]", "lhs"),
+    # a free letter of A ahead of the output: b broadcast in B (Transposes around the product)
+    ("binh,tnh->bnit", "float[B, 4, 2, 8]", "float[5, 2, 8]", "float[B, 2, 4, 5]", "rhs"),
+])
+def test_a_batch_letter_one_operand_lacks_is_broadcast(equation, a, b, out, unsqueezed):
+    """A batch letter only one operand has (the other's dim is 1 by an Unsqueeze, which MatMul
+    broadcasts as the einsum does); the output equals the Einsum's."""
+    proto = parse(_model(equation, a, b, out))
+    model, modified, p = apply(EinsumToMatMulPass, proto, shape_inference=True)
+    assert modified and p.stats["Einsum"] == 1
+    counts = ops(model)
+    assert "Einsum" not in counts and counts["MatMul"] == 1 and counts["Unsqueeze"] == 1, counts
+    mm = next(n for n in model.graph if n.op_type == "MatMul")
+    lhs = mm.inputs[0].producer()
+    assert ("lhs" if lhs is not None and lhs.op_type == "Unsqueeze" else "rhs") == unsqueezed
     check_same(proto, model)
 
 
 @pytest.mark.parametrize("equation, a, b, out", [
-    ("binh,tnh->bnit", "float[B, 4, 2, 8]", "float[5, 2, 8]", "float[B, 2, 4, 5]"),  # two free letters in A
     ("bij,bjk->bik", "float[1, 4, 8]", "float[B, 8, 3]", "float[B, 4, 3]"),  # a broadcast batch dim
+    ("bij,bjk->bk", "float[B, 4, 8]", "float[B, 8, 3]", "float[B, 3]"),  # i summed away in A alone
     ("bij,bj->bi", "float[B, 4, 8]", "float[B, 8]", "float[B, 4]"),  # a matrix-vector product
     ("bii,bij->bj", "float[B, 4, 4]", "float[B, 4, 3]", "float[B, 3]"),  # a repeated letter (a trace)
 ])
