@@ -688,13 +688,12 @@ def _fp8_attention(opt: "_Side", run_feeds: dict) -> list["OutputDiff"] | str:
         proto = ir.serde.serialize_model(opt.ir)
     if proto is None:
         return "the fp8 attention check needs the model in memory (over 256 MB of weights: skipped)"
-    probe, entries = fc.probe_model(proto)
-    try:
-        got = pk.run_paged(make_session(probe, ort_optimizations=False), probe, run_feeds)
+    try:   # each op's inputs read where it reads them (float32, after prepare_session's Casts)
+        got, entries, probe = fc.run_probe(proto, run_feeds)
     except Exception as exc:  # the model itself ran: the copy with the extra outputs is ours
         return f"the fp8 attention check could not run its copy of the model ({_first_line(exc)})"
     out = []
-    for e in entries:   # (emulate_bf16's float32 values reach the op as probed: float32's roundoff)
+    for e in entries:
         r = fc.check_attention(e, got, run_feeds, probe)
         out.append(OutputDiff(r.name, r.max_abs, r.max_rel, r.mean_abs, r.passed,
                               f"{r.ratio:.3g} x the bound of e4m3's rounding of its new tokens"))

@@ -55,13 +55,10 @@ def check_fp8_attention(optimized: onnx.ModelProto, run_feeds: dict, bf16: bool 
     the model runs through emulate_bf16 (float32 math on bf16-rounded values)."""
     from onnx_fuse.passes.precision import emulate_bf16
     from onnx_fuse.targets import fp8_attention_check as fc
-    from onnx_fuse.targets.paged_kv_feeds import run_paged
-    from onnx_fuse.verify import make_session
 
-    probe, entries = fc.probe_model(emulate_bf16(optimized) if bf16 else optimized)
-    got = run_paged(make_session(probe, threads=1, ort_optimizations=False), probe, run_feeds)
+    got, entries, probe = fc.run_probe(emulate_bf16(optimized) if bf16 else optimized, run_feeds, threads=1)
     for e in entries:
-        r = fc.check_attention(e, got, run_feeds, probe)   # emulate_bf16's values reach the op as probed
+        r = fc.check_attention(e, got, run_feeds, probe)
         if not r.passed:
             return "wrong", f"{r.name}: max abs diff {r.max_abs:.3g}, {r.ratio:.3g} x e4m3's bound (fp8 pools)"
     return "ok", ""

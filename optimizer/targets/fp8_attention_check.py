@@ -23,7 +23,8 @@ row), with dk, dv, dq how far each element may be from what the op read:
 plus the op's float32 arithmetic (SCORE_GAMMA on every score, (L + 2) 2^-24 sum_j p_j |v_jd| on
 the sum over L keys) and the rounding of its result to the output's type. The probe reads the
 op's inputs and output from the model itself (extra graph outputs), so upstream error (a later
-layer's new tokens carry the earlier layers' fp8 error) is in the op's inputs, not its error.
+layer's new tokens carry the earlier layers' fp8 error) is in the op's inputs, not its error; the
+inputs where the op reads them, in float32 after the reference harness's Casts (run_probe).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import onnx
 
 from onnx_fuse.targets.paged_kv_feeds import E4M3_U, F8, gather_pool, pools
 
-__all__ = ["probe_model", "check_attention", "Fp8AttentionResult", "E4M3_SUB", "E4M3_MAX"]
+__all__ = ["probe_model", "run_probe", "check_attention", "Fp8AttentionResult", "E4M3_SUB", "E4M3_MAX"]
 
 #: half e4m3's subnormal step (2^-9), in units of the scale: the absolute rounding error below 2^-6
 E4M3_SUB = 2.0 ** -10
@@ -103,6 +104,49 @@ def probe_model(optimized: onnx.ModelProto) -> tuple[onnx.ModelProto, list[dict]
         entry["out"] = out
         entries.append(entry)
     return probe, entries
+
+
+def _expose_op_inputs(prepared: onnx.ModelProto, entries: list[dict]) -> onnx.ModelProto:
+    """After prepare_session: each entry's q, k, v and sinks renamed to what its op reads, the
+    float32 Cast prepare_session put in front of a float16 / bfloat16 input, its output to what
+    the op wrote before the Cast back, and those made graph outputs. ORT's CPU provider runs a
+    float16 MatMul in float32 and may drop the Cast pair between it and the op, so the op can
+    read a value the float16 graph value shows rounded: read there, the probe sees the op's own
+    inputs whatever ORT did upstream, and its own float32 result (no float16 rounding to allow)."""
+    producer = {o: n for n in prepared.graph.node for o in n.output}
+    have = {o.name for o in prepared.graph.output}
+    for entry in entries:
+        op = producer[entry["out"]]
+        if op.op_type == "Cast" and op.input[0] in producer:   # the output Cast back to float16
+            op = producer[op.input[0]]
+        for slot, key in ((0, "q"), (1, "k"), (2, "v"), (9, "sinks"), ("out", "out")):
+            name = op.output[0] if slot == "out" else (op.input[slot] if len(op.input) > slot else "")
+            if key not in entry or not name or name == entry[key]:
+                continue
+            entry[key] = name
+            if entry[key] not in have:
+                prepared.graph.output.append(onnx.helper.make_tensor_value_info(
+                    entry[key], onnx.TensorProto.FLOAT, None))
+                have.add(entry[key])
+    return prepared
+
+
+def run_probe(optimized: onnx.ModelProto, run_feeds: dict, *, threads: int | None = None
+              ) -> tuple[dict, list[dict], onnx.ModelProto]:
+    """(the probe's outputs by name, probe_model's entries, the model they came from): the probe
+    copy run as verify runs the model (ORT's optimizations off, onnx_fuse ops through their
+    references), each entry's inputs read where its op reads them (_expose_op_inputs)."""
+    import onnxruntime as ort
+
+    from onnx_fuse.reference.ort_ops import prepare_session
+    from onnx_fuse.targets.paged_kv_feeds import run_paged
+    from onnx_fuse.verify import _session_options
+
+    probe, entries = probe_model(optimized)
+    opts = _session_options(threads=threads, ort_optimizations=False)
+    prepared = _expose_op_inputs(prepare_session(probe, opts), entries)
+    sess = ort.InferenceSession(prepared.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return run_paged(sess, prepared, run_feeds), entries, prepared
 
 
 def _value(name: str, got: dict, feeds: dict, model: onnx.ModelProto) -> np.ndarray:
@@ -215,9 +259,10 @@ def check_attention(entry: dict, got: dict, feeds: dict, model: onnx.ModelProto,
     the paged model's feeds (pools as e4m3 bytes, ``kv_scale_{k,v}.X``, block tables, seq_lens).
 
     ``input_roundoff``: how far (relative) the op's float inputs may be from the probed values.
-    Default: the unit roundoff of the query's type, since ORT's CPU provider runs a float16 MatMul
-    in float32 and drops the Cast pair around the reference op, which then reads the unrounded
-    value the graph output shows rounded (emulate_bf16's float32 math has no such Casts). The query
+    Default: the unit roundoff of the query's type as probed: float32 where run_probe read the op's
+    own inputs (the Casts prepare_session puts in front of it); a float16 graph value read in front
+    of those Casts may be the rounding of what the op read (ORT's CPU provider runs a float16
+    MatMul in float32 and may drop the Cast pair), hence float16's roundoff there. The query
     carries it into every score; the new tokens' e4m3 rounding may then take the other side of a
     tie within it (contract_rounding's window)."""
     from onnx_fuse.reference.attention import dequantize_e4m3

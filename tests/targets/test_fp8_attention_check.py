@@ -124,3 +124,36 @@ def test_float16_inputs_that_reach_the_op_unrounded_are_within_the_bound():
     result = verify(case.model, opt)
     att, _ = _rows(result)
     assert result["passed"] and len(att) == 2, result
+
+
+def test_the_probe_reads_the_ops_own_float32_values(monkeypatch):
+    """A float16 model: the check reads q, K, V and the result where the op reads and writes them,
+    in float32 behind the reference harness's Casts (run_probe); before, it read the float16 graph
+    values and had to allow float16's roundoff on every input (ties up to 0.93 of the bound)."""
+    seen = []
+    real = fc.check_attention
+
+    def spy(entry, got, feeds, model, **kw):
+        seen.append({k: got[entry[k]].dtype for k in ("q", "k", "v", "out")})
+        return real(entry, got, feeds, model, **kw)
+
+    monkeypatch.setattr(fc, "check_attention", spy)
+    case = make_decoder_case(77, **{**PAGEABLE, "fp16": True})
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    result = verify(case.model, opt)
+    att, _ = _rows(result)
+    assert result["passed"] and len(att) == 2 == len(seen), result
+    assert all(d == np.float32 for s in seen for d in s.values()), seen
+
+
+def test_a_float16_models_scale_off_by_half_a_percent_is_caught():
+    """A float16 model's last layer K scale x1.005 passed the check at 0.62 of the bound while it
+    allowed float16's roundoff on the inputs and result; read in float32, the bound is float32's
+    and it fails by more than 10x (correct layers stay below 1 % of the bound)."""
+    case = make_decoder_case(77, **{**PAGEABLE, "fp16": True})
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    bad = verify(case.model, _plant(opt, 7, 1.005, 1))
+    att, rest = _rows(bad)
+    assert all(o["passed"] for o in rest), rest   # the output bound misses it
+    assert att[0]["passed"] and not att[-1]["passed"], att
+    assert float(att[-1]["reason"].split(" x ")[0]) > 10 and float(att[0]["reason"].split(" x ")[0]) < 0.01, att
