@@ -16,14 +16,15 @@ MHA_OP = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt"
 LOWEST = float(np.finfo(np.float32).min)
 
 
-def _block(h, *, fill=LOWEST, scores="matmul"):
+def _block(h, *, fill=LOWEST, scores="matmul", op="Div"):
     n = h.node
     nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"])]
     if scores != "matmul":  # a select over values that are not attention scores
         nodes = [n("Relu", ["q"], ["r"]), n("ReduceSum", ["r", "ax"], ["sc"], keepdims=1)]
-    nodes += [n("Where", ["causal", "sc", "fill"], ["w"]), n("Div", ["w", "scale"], ["sd"]),
+    nodes += [n("Where", ["causal", "sc", "fill"], ["w"]), n(op, ["w", "scale"], ["sd"]),
               n("Add", ["sd", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])]
-    inits = {"fill": np.array(fill, np.float32), "scale": np.array(np.sqrt(D), np.float32),
+    scale = np.sqrt(D) if op == "Div" else 1.0 / np.sqrt(D)
+    inits = {"fill": np.array(fill, np.float32), "scale": np.array(scale, np.float32),
              "ax": np.array([3], np.int64)}
     inputs = [h.vi(x, ["b", H, "s", D]) for x in ("q", "k", "v")]
     inputs += [h.vi("causal", [1, 1, "s", "s"], 9), h.vi("mask", ["b", 1, 1, "s"])]
@@ -38,18 +39,21 @@ def _feeds(h):
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-def test_scale_after_the_causal_select_fuses(h, target):
-    model = _block(h)
+@pytest.mark.parametrize("op", ["Div", "Mul"])   # Mul: 1 / sqrt(D), the fuzzer's select_scale idiom
+def test_scale_after_the_causal_select_fuses(h, target, op):
+    model = _block(h, op=op)
     out = h.fuse(model, target)
     ops = h.ops(out)
     assert ops[MHA_OP[target]] == 1 and "Softmax" not in ops and "MatMul" not in ops, ops
     h.assert_close(model, out, _feeds(h))
 
 
-def test_finite_fill_is_not_moved(h):
-    model = _block(h, fill=-1.0)
+@pytest.mark.parametrize("op", ["Div", "Mul"])
+def test_finite_fill_is_not_moved(h, op):
+    model = _block(h, fill=-1.0, op=op)
     assert "Softmax" in h.ops(h.fuse(model, "ort"))
-    assert any("must fill (nearly) -inf" in r for r in h.reasons(model, "ort", "where-scaled-scores"))
+    rule = "where-scaled-scores" + ("-mul" if op == "Mul" else "")
+    assert any("must fill (nearly) -inf" in r for r in h.reasons(model, "ort", rule))
 
 
 def test_select_over_non_scores_is_not_moved(h):
