@@ -187,7 +187,7 @@ class _Wrap:
 
         kind, part = spec["kind"], spec["part"]
         # transformers 4.47+ (HOLDOUT5D): Llama-style classes take a Cache object only, no tuples; a class
-        # without _supports_cache_class (GPT-2 4.48) still takes the tuples
+        # without _supports_cache_class (GPT-2, BART 4.48) still takes the tuples
         cache_object = spec.get("cache_object") and getattr(model, "_supports_cache_class", True)
 
         class Plain(torch.nn.Module):
@@ -241,7 +241,8 @@ class _Wrap:
                 return (out.logits, *(t for layer in cache[:n_layers] for t in layer[:2]))
 
         if kind in CROSS:
-            return _Wrap.seq2seq(model, style in KV_STYLES, n_layers)
+            tuples = bool(spec.get("cache_object")) and not cache_object
+            return _Wrap.seq2seq(model, style in KV_STYLES, n_layers, tuples)
         if style == "static_cache":
             return _Wrap.static_cache(model, n_layers)
         if style in KV_STYLES:
@@ -279,10 +280,12 @@ class _Wrap:
         return StaticKV
 
     @staticmethod
-    def seq2seq(model, kv, n_layers):
+    def seq2seq(model, kv, n_layers, tuples=False):
         """The decoder of an encoder-decoder model: encoder_hidden_states (the encoder's output) in,
         logits (and with kv the self-attention cache) out. With kv the cross-attention keys/values
-        come in too (past_key_values.N.encoder.*), as Optimum's decoder_with_past takes them."""
+        come in too (past_key_values.N.encoder.*), as Optimum's decoder_with_past takes them.
+        tuples: the cache as (self key, self value, cross key, cross value) per layer (HOLDOUT5D's BART
+        4.48, a class without Cache support)."""
         import torch
 
         class Seq2Seq(torch.nn.Module):
@@ -298,6 +301,11 @@ class _Wrap:
                             return_dict=True, use_cache=kv)
                 if "encoder_attention_mask" in kw:
                     call["attention_mask"] = kw["encoder_attention_mask"]
+                if kv and tuples:
+                    call["past_key_values"] = tuple(tuple(kw[f"past_key_values.{i}.{part}.{t}"] for part in (
+                        "decoder", "encoder") for t in ("key", "value")) for i in range(n_layers))
+                    out = self.m(**call)
+                    return (out.logits, *(t for layer in out.past_key_values[:n_layers] for t in layer[:2]))
                 if kv:
                     own, cross = (_dynamic_cache(DynamicCache, model.config) for _ in range(2))
                     for i in range(n_layers):  # filled before EncoderDecoderCache marks cross as computed

@@ -793,15 +793,18 @@ LEGACY_VERSIONS.update({"448": "4.48.3", "453": "4.53.3"})
 LEGACY_ATTN.update({"legacy_dynamo": "sdpa", "legacy_dynamo_kv": "sdpa"})
 HOLDOUT_STYLES.update({"legacy_dynamo": ("dyn_mask", {}), "legacy_dynamo_kv": ("kv", {})})
 _DYN_KV = ("legacy_dynamo", "legacy_dynamo_kv")
+_KV, _SKV = ("legacy_kv",), ("legacy_sdpa_kv",)  # eager / SDPA attention with the cache
 MID_PLAN = {
-    "448": dict({a: ("legacy_sdpa_kv",) for a in ("mistral", "qwen2", "phi3", "starcoder2", "gpt_neox", "falcon",
-                                                 "cohere")},
-                llama=_SDPA_KV, gpt2=_SDPA_KV, gemma2=("legacy_kv",),
+    "448": dict({a: _SKV for a in ("mistral", "starcoder2", "gpt_neox", "falcon", "cohere", "gemma", "granite",
+                                   "olmo2", "stablelm", "gpt_bigcode", "bart_decoder")},
+                **{a: _SKV + _KV for a in ("qwen2", "phi3")},
+                llama=_SDPA_KV + _KV, gpt2=_SDPA_KV, gemma2=_KV, t5_decoder=_KV, gptj=_KV,
                 **{a: _SDPA for a in ("bert", "roberta", "vit", "modernbert", "whisper_decoder")},
                 distilbert=_EAGER),
     "453": dict({a: _SDPA_KV for a in ("mistral", "qwen2", "phi3", "gemma3", "starcoder2", "gpt_neox", "falcon")},
-                llama=_SDPA_KV + ("legacy_kv",) + _DYN_KV, qwen3=_SDPA_KV + _DYN_KV, gpt2=_SDPA_KV + _DYN_KV,
-                gemma2=_EAGER_KV, whisper_decoder=_SDPA_KV,
+                **{a: _SKV for a in ("cohere", "granite", "olmo2", "phi", "bart_decoder")},
+                llama=_SDPA_KV + _KV + _DYN_KV, qwen3=_SDPA_KV + _KV + _DYN_KV, gpt2=_SDPA_KV + _DYN_KV,
+                gemma2=_EAGER_KV, whisper_decoder=_SDPA_KV, t5_decoder=_KV,
                 **{a: _SDPA for a in ("bert", "roberta", "distilbert", "vit", "modernbert", "clip_vision")},
                 t5_encoder=_EAGER),
 }

@@ -18,7 +18,7 @@ def _export_corpus():
 def test_every_mid_spec_pins_448_or_453_and_keeps_the_corpus_config():
     ec = _export_corpus()
     hs = ec.HOLDOUT_SETS[9]
-    assert len(hs) == 35 and len({s["base_arch"] for s in hs.values()}) == 20
+    assert len(hs) == 49 and len({s["base_arch"] for s in hs.values()}) == 29
     for name, spec in hs.items():
         base, tag = name.rsplit("_tf", 1)
         assert spec["transformers"] == {"448": "4.48.3", "453": "4.53.3"}[tag] == ec.LEGACY_VERSIONS[tag], name
@@ -31,7 +31,7 @@ def test_plan_holds_cache_styles_for_decoders_and_dynamo_styles_for_453(monkeypa
     ec = _export_corpus()
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[9]})
     todo = list(ec.plan_holdout(list(ec.HOLDOUT_SETS[9]), None, 9))
-    assert len(todo) == 56 and all(w == "trained" for _, _, w in todo)
+    assert len(todo) == 74 and all(w == "trained" for _, _, w in todo)
     for arch, style, _ in todo:
         if style.endswith("_kv"):
             assert ec.SPECS[arch]["kind"] in ("decoder", "seq2seq_decoder") and style in ec.KV_STYLES, arch
@@ -39,6 +39,7 @@ def test_plan_holds_cache_styles_for_decoders_and_dynamo_styles_for_453(monkeypa
             assert arch.endswith("_tf453") and not ec.base_style(style).startswith("torchscript")
     assert ("whisper_decoder_tf453", "legacy_sdpa_kv", "trained") in todo
     assert ("llama_tf453", "legacy_dynamo_kv", "trained") in todo
+    assert ("t5_decoder_tf448", "legacy_kv", "trained") in todo
     assert not any(a.startswith("qwen3_tf448") or a.startswith("gemma3_tf448") for a, _, _ in todo)  # newer
 
 
