@@ -100,9 +100,9 @@ def _block_local_attention(h, globals_dim=G, heads_static=True, einsum=True):
 
 
 def _block_feeds(h, model):
-    feeds = {}
+    feeds, sizes = {}, {"batch": B, "heads": H, "globals": G}
     for i in model.graph.input:
-        shape = [d.dim_value or {"batch": B, "heads": H, "globals": G}[d.dim_param] for d in i.type.tensor_type.shape.dim]
+        shape = [d.dim_value or sizes[d.dim_param] for d in i.type.tensor_type.shape.dim]
         feeds[i.name] = h.rng.standard_normal(shape).astype(np.float32)
     keep = h.rng.random(feeds["m"].shape) < 0.8  # a padding mask: some keys masked out
     feeds["m"] = np.where(keep, 0.0, -1e9).astype(np.float32)
