@@ -459,14 +459,16 @@ def _forward_args(spec):
     return set(inspect.signature(getattr(tf, spec["model_class"]).forward).parameters)
 
 
-def _dynamic_shapes(dims, kv):
+def _dynamic_shapes(dims, kv, min2=()):
+    """min2: dims that start at 2 (the retry after torch.export refuses 0/1, _violated_dims)."""
     import torch
 
     made = {}
 
     def dim(name):
         if name not in made:
-            made[name] = torch.export.Dim(name, max=128 if name == "total_sequence" else 64)
+            made[name] = torch.export.Dim(name, max=128 if name == "total_sequence" else 64,
+                                          **({"min": 2} if name in min2 else {}))
         return made[name]
 
     specs = [{i: dim(d) for i, d in enumerate(ds) if isinstance(d, str)} or None for ds in dims.values()]
@@ -496,6 +498,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     else:
         outputs = ["last_hidden_state"]
     args = tuple(feeds[n] for n in names)
+    min2: tuple = ()  # dynamo dims the export needed to start at 2
     tmp = path.with_name(f".{path.name}.tmp")
     with warnings.catch_warnings(), _traceable_masks(torchscript and "transformers" in spec):
         warnings.simplefilter("ignore")
@@ -506,10 +509,18 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
         else:
             static = style == "static_nomask"
             options = HOLDOUT_STYLES.get(style, (style, {}))[1]  # hold-out: optimize=False, opset 23
-            prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
-                                     dynamic_shapes=None if static else _dynamic_shapes(
-                                         dims, style in KV_STYLES and spec["kind"] not in CROSS),
-                                     dynamo=True, verbose=False, **options)
+            kv = style in KV_STYLES and spec["kind"] not in CROSS
+            for _ in range(3):  # older torch (2.9) turns 0/1-specialization guards into violations: retry at 2
+                try:
+                    prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
+                                             dynamic_shapes=None if static else _dynamic_shapes(dims, kv, min2),
+                                             dynamo=True, verbose=False, **options)
+                    break
+                except Exception as exc:  # noqa: BLE001 - only a new violated dim retries
+                    more = _violated_dims(exc) - set(min2)
+                    if static or not more:
+                        raise
+                    min2 += tuple(sorted(more))
             prog.save(str(tmp), external_data=False)
     _strip(tmp)
     if style == "converted_half":
@@ -549,6 +560,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
                       "dynamic_shapes": style != "static_nomask", **HOLDOUT_STYLES.get(style, (style, {}))[1]})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if min2:
+        exporter["dims_min_2"] = list(min2)
     return {"hf_class": spec["model_class"] + _part_suffix(spec),
             "attn_implementation": getattr(config, "_attn_implementation", None),
             "exporter": exporter, "perturbed_params": len(touched), "dtype": dtype,
@@ -688,6 +701,18 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16, dtyp
             "exporter": {"name": "optimum-cli export onnx", "task": task, "file": src.name,
                          "dtype_arg": OPTIMUM_DTYPE[dtype], "versions": json.loads(versions or "{}")},
             "dtype": dtype}
+
+
+def _violated_dims(exc: BaseException) -> set:
+    """The dims a torch.export 'Constraints violated (batch, sequence)!' error names, anywhere in the chain
+    (torch 2.9 raises it when a guard excludes size 0 or 1 from a Dim of min 0)."""
+    found, seen = set(), set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        for m in re.finditer(r"Constraints violated \(([^)]*)\)", str(exc)):
+            found.update(d.strip() for d in m[1].split(","))
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 def _pinned_elsewhere(spec) -> bool:

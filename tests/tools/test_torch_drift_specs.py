@@ -62,3 +62,12 @@ def test_missing_torch_venv_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(ec, "LEGACY_VENVS", tmp_path)
     with pytest.raises(RuntimeError, match=r"no torch 2\.9\.1 venv .*torch291 .*tools/torch_venv\.sh 2\.9\.1"):
         ec.export_legacy("llama_pt291", "dyn_mask", "trained", tmp_path / "x.onnx")
+
+
+def test_violated_dims_reads_torch_exports_constraint_error_through_the_exporters_wrapping():
+    ec = _export_corpus()
+    inner = ValueError("Constraints violated (batch, sequence)! For more information, run with TORCH_LOGS=...")
+    outer = RuntimeError("Failed to export the model with torch.export.")
+    outer.__cause__ = inner
+    assert ec._violated_dims(outer) == {"batch", "sequence"}
+    assert ec._violated_dims(RuntimeError("name 'L' is not defined")) == set()
