@@ -20,8 +20,14 @@ again so the names spread). Steps, each exact for every input the model accepts:
 - Reshape: the input dim an output dim is proven equal to (``reshape_out_dims``: ``0`` copies,
   the ``-1`` solved from the element count), only where every input dim is an int or an exporter
   symbol; a positive target entry read from known dims is the size itself.
+- Slice (constant axes and steps; starts and ends may be computed from sizes): an axis it does
+  not cut, or one cut at [0, its own size); a cut ``[s, s + n)`` with ``s`` a size holds at most n
+  entries, which broadcasting against n settles (``_at_most``: GPT-NeoX's causal buffer
+  ``bias[:, :, T - S : T]``).
 Dim names onnx's inference invents (``unk__N``) prove nothing: they are not stable across the
-inference runs of one optimization (passes/shape_inference.py), so they never count as equal.
+inference runs of one optimization (passes/shape_inference.py), so they never count as equal;
+nor do the TorchScript exporter's placeholders (``Concatpresent.0.key_dim_2``), which the naming
+replaces (a present's ``past + sequence``).
 """
 
 from __future__ import annotations
@@ -50,12 +56,18 @@ def _rank(v: ir.Value | None) -> int | None:
     return None if v is None or v.shape is None else len(v.shape)
 
 
+#: the TorchScript exporter's placeholder dim names (passes/shape_inference.py) during one
+#: name_known_dims sweep: no facts, so a present's ``Concatpresent.0.key_dim_2`` is named
+#: ``past + new`` from its Concat (empty outside a sweep)
+_PLACEHOLDERS: frozenset[str] = frozenset()
+
+
 def _fact(d) -> int | str | None:
-    """A dim as a fact: an int, an exporter's symbol, or None (unknown or invented)."""
+    """A dim as a fact: an int, an exporter's symbol, or None (unknown, invented, a placeholder)."""
     if isinstance(d, int):
         return d
     name = getattr(d, "value", None)
-    if name is None or invented_name(str(name)):
+    if name is None or invented_name(str(name)) or str(name) in _PLACEHOLDERS:
         return None
     return str(name)
 
@@ -82,9 +94,11 @@ def _broadcast_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] 
 
 
 def _at_most(y: ir.Value, b: int, size) -> bool:
-    """Whether ``y``'s dim ``b`` is a slice ``[0, size)`` of something (``min(size, n)``): then
+    """Whether ``y``'s dim ``b`` is a slice ``[s, s + size)`` of something, ``s`` a size read from
+    shapes (never negative): it holds ``min(s + size, n) - min(s, n) <= size`` entries, so
     broadcasting it against ``size`` gives ``size`` whenever the model runs (equal, or 1).
-    BERT-family exports cut their position-id buffer so: ``position_ids[:, :seq]``."""
+    BERT-family exports cut their position-id buffer so (``position_ids[:, :seq]``), GPT-NeoX its
+    causal buffer at ``[T - S : T]`` (``s`` = T - S, read as a difference of the shapes' sizes)."""
     if size is None:
         return False
     want = to_dim(size)
@@ -92,16 +106,53 @@ def _at_most(y: ir.Value, b: int, size) -> bool:
         node = u.producer() if u is not None else None
         if node is None or node.op_type != "Slice" or node.domain not in ("", "ai.onnx"):
             continue
-        ins = list(node.inputs) + [None] * 5
-        starts, axes, steps = _const_ints(ins[1]), _const_ints(ins[3]), _const_ints(ins[4])
-        r = _rank(u)
-        axes = [a % r for a in axes] if axes is not None else list(range(len(starts or [])))
-        if starts is None or j not in axes:
+        cut = _slice_cut(node, _rank(u), j)
+        if cut is None or cut is _UNCUT:
             continue
-        k = axes.index(j)
-        if starts[k] == 0 and (steps is None or steps[k] == 1) and _entry(ins[2], k) == want:
+        start, end = cut
+        if start == (0, ()) and end == want:
+            return True
+        if start is not None and end is not None and start[0] >= 0 and _clean(start) \
+                and _same_size(dim_diff(end, start), want):
             return True
     return False
+
+
+def _same_size(a: Dim | None, b: Dim | None) -> bool:
+    """Equal Dims, sums compared in one spelling (an exporter's ``past + new`` is ``new + past``)."""
+    if a is None or b is None:
+        return False
+    ca, cb = dim_sum([a]), dim_sum([b])
+    return a == b or (ca is not None and ca == cb)
+
+
+#: _slice_cut's answer for an axis the Slice leaves alone
+_UNCUT = object()
+
+
+def _slice_cut(node: ir.Node, r: int | None, i: int):
+    """How a Slice with step 1 on axis ``i`` cuts: ``_UNCUT`` (not among its axes), ``(start,
+    end)`` as Dims read from shape values (either None where unreadable), or None (axes not
+    constant, or another step). Starts and ends may be computed (``T - S``, ``Shape(k)[2]``); only
+    the axes (and steps) must be constants."""
+    ins = list(node.inputs) + [None] * 5
+    axes, steps = _const_ints(ins[3]), _const_ints(ins[4])
+    if r is None or (ins[3] is not None and axes is None) or (ins[4] is not None and steps is None):
+        return None
+    if axes is None:
+        starts = shape_vector(ins[1], {}) if ins[1] is not None else None
+        if starts is None or starts[1]:
+            return None
+        axes = list(range(len(starts[0])))
+    if not all(-r <= a < r for a in axes):
+        return None
+    axes = [a % r for a in axes]
+    if i not in axes:
+        return _UNCUT
+    k = axes.index(i)
+    if steps is not None and (k >= len(steps) or steps[k] != 1):
+        return None
+    return _entry(ins[1], k, sums=True), _entry(ins[2], k, sums=True)
 
 
 def _reshape_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
@@ -222,18 +273,15 @@ def _unsqueeze_step(node: ir.Node, v: ir.Value, i: int):
 
 def _slice_step(node: ir.Node, v: ir.Value, i: int):
     """A dim the Slice does not cut: an axis it leaves alone, or one cut at [0, its own size)."""
-    x, r = node.inputs[0], _rank(v)
-    ins = list(node.inputs) + [None] * 5
-    starts, axes, steps = _const_ints(ins[1]), _const_ints(ins[3]), _const_ints(ins[4])
-    if r is None or starts is None or (ins[3] is not None and axes is None) or (ins[4] is not None and steps is None):
+    x = node.inputs[0]
+    cut = _slice_cut(node, _rank(v), i)
+    if cut is None:
         return None
-    axes = [a % r for a in axes] if axes is not None else list(range(len(starts)))
-    if i not in axes:
+    if cut is _UNCUT:
         return x, i
-    k = axes.index(i)
-    if starts[k] != 0 or (steps is not None and steps[k] != 1):
+    start, end = cut
+    if start != (0, ()):
         return None
-    end = _entry(ins[2], k)
     if end is not None and (end == (2 ** 63 - 1, ()) or (end == known_dim(x, i) and end[0] >= 0)):
         return x, i
     return None
@@ -272,8 +320,8 @@ def _const_ints(value) -> list[int] | None:
     return [int(x) for x in t.numpy().reshape(-1)]
 
 
-def _entry(vec, k: int) -> Dim | None:
-    got = shape_vector(vec, {}) if vec is not None else None
+def _entry(vec, k: int, sums: bool = False) -> Dim | None:
+    got = shape_vector(vec, {}, sums=sums) if vec is not None else None
     return got[0][k] if got is not None and k < len(got[0]) else None
 
 
@@ -353,15 +401,16 @@ def known_dim(v: ir.Value, i: int) -> Dim | None:
     return None
 
 
-def name_known_dims(graph: ir.Graph) -> int:
-    """Give each unknown or invented dim the size ``known_dim`` proves (an int, an exporter
-    symbol, or a product such as ``2*batch_size``); returns how many values gained."""
-    global _PATHS
-    _PATHS = {}
+def name_known_dims(graph: ir.Graph, placeholders: frozenset[str] = frozenset()) -> int:
+    """Give each unknown or invented dim (or exporter placeholder, ``placeholders``) the size
+    ``known_dim`` proves (an int, an exporter symbol, or a product such as ``2*batch_size``);
+    returns how many values gained."""
+    global _PATHS, _PLACEHOLDERS
+    _PATHS, _PLACEHOLDERS = {}, frozenset(placeholders)
     try:
         return _name_known_dims(graph)
     finally:
-        _PATHS = None
+        _PATHS, _PLACEHOLDERS = None, frozenset()
 
 
 def _name_known_dims(graph: ir.Graph) -> int:

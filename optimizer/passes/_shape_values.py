@@ -113,6 +113,8 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         return picked, len(idx.shape) == 0
     if op == "Where" and len(ins) == 3:
         return _where_entries(ins, depth)
+    if op in ("Add", "Sub") and len(ins) == 2:
+        return _sum_entries(op, ins, depth)
     if op == "Slice" and len(ins) >= 3:
         inner = shape_entries(ins[0], depth + 1)
         starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
@@ -126,6 +128,44 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         s, e = (max(min(v, n), -n) for v in (starts[0], ends[0]))
         return inner[0][s:e], False
     return None
+
+
+def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
+    """Sizes added or subtracted entry by entry (a cache's ``past + new``, ``(p + s) - s``), in the
+    one spelling shape inference gives such a dim (passes/_dim_sums.py), so the read of a present's
+    length and the sum computed from the inputs are one value. Two sizes only: a number added
+    to a size is not read (None)."""
+    from onnx_fuse.passes._dim_products import to_dim
+    from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
+
+    a, b = shape_entries(ins[0], depth + 1), shape_entries(ins[1], depth + 1)
+    if a is None or b is None:
+        return None
+    (ea, sa), (eb, sb) = a, b
+    if len(ea) != len(eb) and 1 not in (len(ea), len(eb)):
+        return None
+    n = max(len(ea), len(eb))
+    ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+    out = []
+    for x, y in zip(ea, eb):
+        if isinstance(x, int) and isinstance(y, int):
+            out.append(x + y if op == "Add" else x - y)
+            continue
+        if isinstance(x, int) or isinstance(y, int):
+            # a size and a number (positions P + i, a length + 1) stay as written: the paged-KV
+            # lowering reads cache positions by their form (targets/trt_paged_positions.py)
+            return None
+        got = dim_sum([to_dim(x), to_dim(y)]) if op == "Add" else dim_diff(to_dim(x), to_dim(y))
+        if got is None:
+            return None
+        coef, atoms = got
+        if not atoms:
+            out.append(coef)
+        elif coef == 1 and len(atoms) == 1:
+            out.append(atoms[0])
+        else:
+            return None
+    return out, sa and sb
 
 
 def _where_entries(ins: list, depth: int) -> tuple[list, bool] | None:

@@ -14,6 +14,11 @@ The first copy itself is read from a graph input when one has those dims side by
 ``Shape(input, start, end)``, or ``Gather(Shape(input), j)`` for a scalar, at the top of the graph): a Shape of an intermediate keeps that
 intermediate alive, which is what stops a head-split Reshape/Transpose from dying once the ops
 it fed read the 3-D tensor instead (rules/layout/heads_3d.yaml).
+A sum of input dims (a present's length ``past_sequence + sequence``, which no input holds) is
+read as those reads added up, ``Shape(past)[2] + Shape(ids)[1]``; an Add or Sub of two sizes
+already in the graph holds the sum too (passes/_shape_values.py). A present read by its own
+length (BLOOM and GPT-NeoX cut their masks at ``Shape(present)[2]``) would otherwise stop
+attention-kv-cache, which replaces the present: the mask would read the node's own output.
 
 Unknown dims (no name, or a name onnx's inference invented) never match; values whose entries are
 all ints are left to folding. Dims onnx cannot size but an earlier value provably has (the
@@ -28,6 +33,8 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._shape_values import invented_name, shape_entries
+
+_SUM = " + "   # how a sum of dims is spelled (passes/_dim_sums.py)
 
 
 def _key(value: ir.Value) -> object | None:
@@ -64,8 +71,9 @@ def _dims(value: ir.Value) -> list | None:
 
 def _from_input(graph: ir.Graph, key) -> ir.Value | None:
     """A new 1-D ``Shape(input, start, end)`` holding ``key``'s entries, when a graph input has
-    them side by side (a scalar: ``Gather(Shape(input), j)``); None otherwise (or for vectors
-    before opset 15's start/end)."""
+    them side by side (a scalar: ``Gather(Shape(input), j)``); else, for one entry that is a sum
+    of input dims (a present's length ``past + new``), those reads added up; None otherwise (or
+    for vectors before opset 15's start/end)."""
     dtype, entries, scalar = key
     if dtype != ir.DataType.INT64 or (not scalar and graph.opset_imports.get("", 0) < 15):
         return None
@@ -77,7 +85,56 @@ def _from_input(graph: ir.Graph, key) -> ir.Value | None:
         for start in range(len(dims) - n + 1):
             if dims[start:start + n] == list(entries):
                 return _read_dims(graph, inp, start, n, scalar)
-    return None
+    return _sum_from_inputs(graph, entries, scalar)
+
+
+def _sum_from_inputs(graph: ir.Graph, entries: list, scalar: bool) -> ir.Value | None:
+    """``Add`` of the graph-input reads (and int terms) that make up one sum entry, at the top of
+    the graph; None when an entry is not such a sum or a term is no input's dim."""
+    if len(entries) != 1 or not isinstance(entries[0], str) or _SUM not in entries[0]:
+        return None
+    first = next(iter(graph), None)   # the sum goes above every node there now
+    reads = []
+    for t in entries[0].split(_SUM):
+        if t.isdigit():
+            reads.append(int(t))
+            continue
+        at = next(((inp, dims.index(t)) for inp in graph.inputs
+                   if (dims := _dims(inp)) is not None and t in dims), None)
+        if at is None:
+            return None
+        reads.append(at)
+    total = None
+    for r in reads:
+        part = (_int_value(graph, r, scalar, first) if isinstance(r, int)
+                else _read_dims(graph, r[0], r[1], 1, scalar))
+        total = part if total is None else _add(graph, total, part, scalar, first)
+    return total
+
+
+def _value(shape) -> ir.Value:
+    return ir.Value(name=None, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(shape))
+
+
+def _int_value(graph: ir.Graph, k: int, scalar: bool, before: ir.Node | None) -> ir.Value:
+    out = _value([] if scalar else [1])
+    out.const_value = ir.tensor(np.array(k if scalar else [k], dtype=np.int64))
+    node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", out.const_value)], outputs=[out])
+    _put(graph, node, before)
+    return out
+
+
+def _add(graph: ir.Graph, a: ir.Value, b: ir.Value, scalar: bool, before: ir.Node | None) -> ir.Value:
+    out = _value([] if scalar else [1])
+    _put(graph, ir.Node("", "Add", [a, b], outputs=[out]), before)
+    return out
+
+
+def _put(graph: ir.Graph, node: ir.Node, before: ir.Node | None) -> None:
+    if before is None:
+        graph.append(node)
+    else:
+        graph.insert_before(before, node)
 
 
 def _read_dims(graph: ir.Graph, inp: ir.Value, start: int, n: int, scalar: bool) -> ir.Value:
@@ -106,8 +163,11 @@ def _read_dims(graph: ir.Graph, inp: ir.Value, start: int, n: int, scalar: bool)
     return out
 
 
-def _reads_input(value: ir.Value) -> bool:
+def _reads_input(value: ir.Value, depth: int = 0) -> bool:
     node = value.producer()
+    if node is not None and node.op_type == "Add" and depth < 8:   # a sum of input reads
+        return all(x is not None and (x.const_value is not None or _reads_input(x, depth + 1))
+                   for x in node.inputs)
     if node is not None and node.op_type == "Gather" and node.inputs[0] is not None:
         node = node.inputs[0].producer()   # a scalar read: Gather(Shape(input), j)
     return (node is not None and node.op_type == "Shape" and node.inputs[0] is not None

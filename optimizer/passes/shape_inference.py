@@ -199,7 +199,7 @@ class ShapeInferencePass(FusePass):
             self.stats["reshape-dims"] += refined
         # dims onnx left unknown that an earlier value's dim provably equals (passes/_dim_source.py:
         # TorchScript's [B*H,S,D] bmm views, a hidden state after a residual Add)
-        named = 0 if self._refining else sum(name_known_dims(g) for g in model.graphs())
+        named = 0 if self._refining else sum(name_known_dims(g, placeholders) for g in model.graphs())
         if named:
             self.stats["dims-named"] += named
             refined += named

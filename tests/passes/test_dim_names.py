@@ -188,3 +188,61 @@ def test_equal_of_one_symbol_folds():
     rng = np.random.default_rng(0)
     check_same(proto, model, inputs={"a": rng.integers(0, 9, (2, 8)),
                                      "b": rng.standard_normal((2, 8, 8), dtype=np.float32)})
+
+
+# GPT-NeoX under TorchScript (transformers 4.38): the causal buffer [1, 1, M, M] cut to the queries'
+# rows at [T - S : T] and the keys' columns at [: T], where T = Shape(key)[2] (past + new with a
+# cache) and S = Shape(q)[2]; onnx sizes none of the slice's dims, so the Where over the scores
+# (and all that follows it: the layer's output, every later layer) got invented dims.
+CAUSAL_BUFFER = '''
+g (float[B, 2, P, 16] past, float[B, 2, S, 16] k, float[B, 2, S, 16] q, bool[1, 1, 64, 64] bias)
+    => (float[?, ?, ?, ?] w, float[?, ?, ?, ?] key)
+{
+    two = Constant<value = int64 {2}>()
+    ax0 = Constant<value = int64[1] {0}>()
+    ax2 = Constant<value = int64[1] {2}>()
+    ax3 = Constant<value = int64[1] {3}>()
+    low = Constant<value = float {-3.4e38}>()
+    key = Concat<axis = 2>(past, k)
+    sk = Shape(key)
+    t = Gather<axis = 0>(sk, two)
+    sq = Shape(q)
+    s = Gather<axis = 0>(sq, two)
+    t1 = Unsqueeze(t, ax0)
+    START
+    rows = Slice(bias, start1, END, ax2)
+    causal = Slice(rows, ax0, t1, ax3)
+    kt = Transpose<perm = [0, 1, 3, 2]>(key)
+    scores = MatMul(q, kt)
+    w = Where(causal, scores, low)
+}'''
+_T_MINUS_S = '''d = Sub(t, s)
+    start1 = Unsqueeze(d, ax0)'''
+
+
+def _causal_feeds(b=2, p=3, s=4, m=64):
+    rng = np.random.default_rng(0)
+    f = lambda *sh: rng.standard_normal(sh, dtype=np.float32)  # noqa: E731
+    bias = np.tril(np.ones((m, m), dtype=bool)).reshape(1, 1, m, m)
+    return {"past": f(b, 2, p, 16), "k": f(b, 2, s, 16), "q": f(b, 2, s, 16), "bias": bias}
+
+
+def test_causal_buffer_rows_at_t_minus_s_are_named():
+    proto, model, _, _ = _run(CAUSAL_BUFFER.replace("START", _T_MINUS_S).replace("END", "t1"))
+    # the slice keeps the buffer's leading 1s (its computed bounds cut axes 2 and 3 only); its
+    # rows hold min(T, 64) - min(T - S, 64) <= S entries, so the Where is the scores' size
+    assert _dims(model, "rows")[:2] == [1, 1] and _dims(model, "causal")[:2] == [1, 1]
+    assert _dims(model, "w") == ["B", 2, "S", "P + S"]
+    check_same(proto, model, inputs=_causal_feeds())
+    check_same(proto, model, inputs=_causal_feeds(p=0, s=1))
+
+
+def test_causal_buffer_rows_past_the_queries_are_not_named():
+    # near misses: rows [T - S : T + 1] may hold S + 1 entries (and broadcast-fail at run time),
+    # and rows [S - T : T] start at a difference that may be negative (counted from the end)
+    one = "\n    e1 = Constant<value = int64[1] {1}>()\n    t2 = Add(t1, e1)"
+    _, model, _, _ = _run(CAUSAL_BUFFER.replace("START", _T_MINUS_S + one).replace("END", "t2"))
+    assert _unknown(_dims(model, "w")[2]) and _dims(model, "w")[3] == "P + S"
+    neg = _T_MINUS_S.replace("Sub(t, s)", "Sub(s, t)")
+    _, model, _, _ = _run(CAUSAL_BUFFER.replace("START", neg).replace("END", "t1"))
+    assert _unknown(_dims(model, "w")[2])

@@ -1,16 +1,19 @@
 """rules/layout/shape_reads.yaml (shape-through-key-transpose): Shape(Transpose(k3, [0,2,1])) reads
 Gather(Shape(k3), [0,2,1]), so the Transpose keeps only its real readers; other permutations are left.
 BLOOM as transformers 4.45 wrote it with a KV cache: bmm attention on [B*H,S,D] views whose K^T
-length (past + sequence, a sum no input's Shape holds) is also read by a Shape; with the read moved
-to the [B*H,T,D] view the attention fuses (the cache stays contiguous: the view is of the present)."""
+length (past + sequence, a sum no input's Shape holds) is also read by a Shape; shape CSE reads that
+sum from the inputs (Shape(past)[2] + Shape(q)[2]), so the attention fuses with its cache."""
 
 from __future__ import annotations
+
+import collections
 
 import numpy as np
 import pytest
 
 B, H, S, P, D = 2, 2, 3, 4, 8
 MHA_OP = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
+KV_RULE = {"ort": "attention-kv-ort", "onnx": "attention-kv-onnx", "trt": "attention-kv-trt"}
 
 
 def _model(h, perm):
@@ -32,7 +35,7 @@ def test_shape_of_a_key_transpose_reads_its_input(h, perm, moved):
     h.assert_close(model, out, {"x": x}, atol=0, rtol=0)
 
 
-def _bloom_kv(h):
+def _bloom_kv(h, d=D, placeholders=False, causal=False):
     n = h.node
     nodes = [
         n("Concat", ["pk", "kn"], ["k"], axis=2), n("Concat", ["pv", "vn"], ["v"], axis=2),
@@ -44,19 +47,25 @@ def _bloom_kv(h):
         n("Concat", ["bb", "hh", "ss", "m1"], ["t4"], axis=0), n("Reshape", ["ss3", "t4"], ["s4"]),
         # the mask sliced to the keys' length, read from K^T (key_layer.shape[-1])
         n("Shape", ["kt"], ["kts"]), n("Slice", ["kts", "i2", "i3"], ["klen"]),
-        n("Slice", ["mask", "i0", "klen", "i3"], ["mk"]),
-        n("Add", ["s4", "mk"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1),
+        *([n("Slice", ["mask", "i0", "klen", "i3"], ["mk"]), n("Add", ["s4", "mk"], ["sm"])]
+          if not causal else  # GPT-NeoX 4.38's causal buffer cut at rows [T - S : T], columns [: T]
+          [n("Sub", ["klen", "ss"], ["top"]), n("Slice", ["tril", "top", "klen", "i2"], ["rows"]),
+           n("Slice", ["rows", "i0", "klen", "i3"], ["cm"]), n("Where", ["cm", "s4", "low"], ["sm"])]),
+        n("Softmax", ["sm"], ["p"], axis=-1),
         n("Concat", ["bh", "ss", "m1"], ["tp"], axis=0), n("Reshape", ["p", "tp"], ["p3"]),
         n("MatMul", ["p3", "v3"], ["o3"]), n("Concat", ["bb", "hh", "ss", "dd"], ["to"], axis=0),
         n("Reshape", ["o3", "to"], ["y"]),
     ]
     inits = {"i0": np.array([0], np.int64), "i1": np.array([1], np.int64), "i2": np.array([2], np.int64),
              "i3": np.array([3], np.int64), "hh": np.array([H], np.int64), "m1": np.array([-1], np.int64),
-             "dd": np.array([D], np.int64), "scale": np.array(D ** -0.5, np.float32)}
-    inputs = [h.vi("q", ["b", H, "s", D]), h.vi("kn", ["b", H, "s", D]), h.vi("vn", ["b", H, "s", D]),
-              h.vi("pk", ["b", H, "p", D]), h.vi("pv", ["b", H, "p", D]), h.vi("mask", ["b", 1, "s", "m"])]
-    return h.make_model(nodes, inputs, [h.vi("y", ["b", H, "s", D]), h.vi("k", None), h.vi("v", None)], inits,
-                        opset=18)
+             "dd": np.array([d], np.int64), "scale": np.array(d ** -0.5, np.float32),
+             **({"tril": np.tril(np.ones((64, 64), bool))[None, None],
+                 "low": np.array(np.finfo(np.float32).min, np.float32)} if causal else {})}
+    inputs = [h.vi("q", ["b", H, "s", d]), h.vi("kn", ["b", H, "s", d]), h.vi("vn", ["b", H, "s", d]),
+              h.vi("pk", ["b", H, "p", d]), h.vi("pv", ["b", H, "p", d])]
+    inputs += [] if causal else [h.vi("mask", ["b", 1, "s", "m"])]
+    present = [h.vi(x, ["b", H, f"Concat{x}_dim_2", d] if placeholders else None) for x in ("k", "v")]
+    return h.make_model(nodes, inputs, [h.vi("y", ["b", H, "s", d]), *present], inits, opset=18)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
@@ -65,9 +74,26 @@ def test_bloom_kv_bmm_attention_with_a_shape_read_of_k_transposed_fuses(h, targe
     out = h.fuse(model, target)
     ops = h.ops(out)
     assert ops[MHA_OP[target]] == 1 and "Softmax" not in ops, ops
-    assert h.fired(out)["shape-through-key-transpose"] >= 1
+    # the keys' length p + s is read from the inputs (passes/shape_cse.py), not from K^T or the
+    # present, so the cache is recognized as well: past in, present out
+    assert h.fired(out)[KV_RULE[target]] >= 1
+    assert not [nd.input for nd in out.graph.node if nd.op_type == "Shape" and nd.input[0] not in ("q", "pk")]
     mask = np.zeros((B, 1, S, P + S + 2), np.float32)  # longer than the keys: the slice matters
     mask[1, ..., :2] = np.finfo(np.float32).min
     feeds = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float32) for x in ("q", "kn", "vn")}
     feeds.update({x: h.rng.standard_normal((B, H, P, D)).astype(np.float32) for x in ("pk", "pv")})
     h.assert_close(model, out, {**feeds, "mask": mask})
+
+
+def test_bloom_kv_cache_read_by_its_length_is_paged(h):
+    """The same at head size 64 with the TorchScript exporter's placeholder lengths on the presents
+    (``Concatk_dim_2``): the presents are named p + s from their Concats, the mask's slice reads that
+    sum from the inputs, and trt-paged-kv pages the cache (it refused before: the slice's length was
+    read from the present, which PagedAttention replaces)."""
+    import onnx_fuse
+
+    model = _bloom_kv(h, d=64, placeholders=True, causal=True)
+    result = onnx_fuse.optimize(model, level=4, target="trt", verify=True)
+    ops = collections.Counter(n.op_type for n in result.model.graph)
+    assert ops["PagedAttention"] == 1 and ops["Softmax"] == 0, (ops, result.report.warnings)
+    assert result.report.verify["passed"], result.report.verify
