@@ -203,3 +203,27 @@ def test_folded_mask_must_pair_with_the_multiplier(h):
     model = _binary_mask(h, const=True, fill=-1.0)
     reasons = h.reasons(model, "ort", "scores-binary-mask-const")
     assert any("0 where m masks" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_float16_sink_gate_with_a_float32_sigmoid_is_fused(h, target, level):
+    """Granite SWA in float16: the gate is Cast(Unsqueeze(Sigmoid(Cast(lse - sink, float32))), float16),
+    the Cast back after the Unsqueeze (0/2 before at every target)."""
+    n, f16 = h.node, 10
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["qk"]),
+             n("Mul", ["qk", "scale"], ["sc"]), n("Add", ["sc", "mask"], ["s"]),
+             n("Softmax", ["s"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o0"]),
+             n("ReduceLogSumExp", ["s", "last"], ["lse"], keepdims=0), n("Sub", ["lse", "sinks"], ["dd"]),
+             n("Cast", ["dd"], ["d32"], to=1), n("Sigmoid", ["d32"], ["g"]), n("Unsqueeze", ["g", "last"], ["gu"]),
+             n("Cast", ["gu"], ["g16"], to=f16), n("Mul", ["o0", "g16"], ["o"])]
+    inits = {"last": _i64(-1), "scale": np.array(D ** -0.5, np.float16),
+             "sinks": h.rng.standard_normal((1, H, 1)).astype(np.float16)}
+    dims = ["batch", H, "seq", D]
+    inputs = [h.vi(x, dims, f16) for x in ("q", "k", "v")] + [h.vi("mask", ["batch", 1, "seq", "seq"], f16)]
+    model = h.make_model(nodes, inputs, [h.vi("o", dims, f16)], inits)
+    out = h.fuse(model, target, level)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and "Sigmoid" not in ops and _attn_count(out, h) == 1, ops
+    feeds = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float16) for x in ("q", "k", "v")}
+    feeds["mask"] = np.triu(np.full((S, S), -65504, np.float16), k=1)[None, None].repeat(B, 0)
+    h.assert_close(model, out, feeds, atol=2e-3, rtol=1e-2)
