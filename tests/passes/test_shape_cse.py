@@ -85,3 +85,35 @@ def test_scalar_and_vector_of_one_dim_stay_apart():
         s = Gather<axis = 0>(w, one)
     }''')
     assert not modified and ops(model) == {"Shape": 2, "Constant": 1, "Gather": 1}
+
+
+# A cache's present read by its own length (BLOOM 4.45 and GPT-NeoX 4.38 cut their masks at the
+# keys' length): P + S is no input's dim, so the read is rebuilt as Shape(past)[2] + Shape(k)[2];
+# a size plus a number (0 + P) is left as written.
+PRESENT_LENGTH = '''
+g (float[B, 2, P, 8] past, float[B, 2, S, 8] k, float[B, 1, S, M] mask)
+    => (float[B, 2, ?, 8] present, float[B, 1, S, ?] y, int64[1] q)
+{
+    zero = Constant<value = int64[1] {0}>()
+    two = Constant<value = int64[1] {2}>()
+    three = Constant<value = int64[1] {3}>()
+    present = Concat<axis = 2>(past, k)
+    sp = Shape(present)
+    t = Slice(sp, two, three)
+    y = Slice(mask, zero, t, three)
+    spast = Shape(past)
+    p = Slice(spast, two, three)
+    q = Add(zero, p)
+}'''
+
+
+def test_a_present_length_is_read_from_the_inputs():
+    proto, model, modified, _ = _run(PRESENT_LENGTH)
+    assert modified
+    readers = {n.inputs[0].name for n in model.graph if n.op_type == "Shape"}
+    assert readers == {"past", "k"}, readers
+    assert ops(model)["Add"] == 2   # the sum, and 0 + P as written
+    assert not CommonSubexpressionEliminationPass()(model).modified
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
+    check_same(proto, model, inputs={"past": f(2, 2, 3, 8), "k": f(2, 2, 4, 8), "mask": f(2, 1, 4, 9)})
