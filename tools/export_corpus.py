@@ -740,6 +740,7 @@ def export_legacy(arch: str, style: str, weights: str, path: Path) -> dict:
         raise RuntimeError(f"no {what} {version} venv at {py.parents[1]} (run tools/{script} {version})")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
     env.pop("VIRTUAL_ENV", None)
+    env["EXPORT_CORPUS_CONFIG"] = json.dumps(spec["config"])  # this process's config (--head-dim 64 changes it)
     run = subprocess.run([str(py), __file__, "_legacy_export", arch, style, weights, str(path)], env=env,
                          capture_output=True, text=True, timeout=600)
     if run.returncode:
@@ -991,6 +992,8 @@ def main(argv=None) -> int:
         SPECS.update(HOLDOUT4B)
         SPECS.update(HOLDOUT5C)
         SPECS.update(HOLDOUT_SETS[9])
+        if "EXPORT_CORPUS_CONFIG" in os.environ:
+            SPECS[argv[1]] = dict(SPECS[argv[1]], config=json.loads(os.environ["EXPORT_CORPUS_CONFIG"]))
         print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]))))
         return 0
     if argv[:1] == ["_optimum_save"]:
@@ -1024,7 +1027,8 @@ def main(argv=None) -> int:
         print("error: the hold-out styles need --holdout", file=sys.stderr)
         return 2
     if ns.head_dim == 64:
-        bad = sorted(set(ns.only or ()) - set(KV64_ARCHS))
+        # a hold-out spec of a corpus architecture (llama_tf453) has that architecture's head-64 config
+        bad = sorted(a for a in ns.only or () if SPECS.get(a, {}).get("base_arch", a) not in KV64_ARCHS)
         if bad:
             print(f"error: no head-dim-64 config for {', '.join(bad)}; known: {', '.join(KV64_ARCHS)}",
                   file=sys.stderr)

@@ -87,3 +87,34 @@ def test_traceable_masks_give_the_vmapped_mask_and_restore(monkeypatch, bh_indic
     assert torch.equal(got, want) and 0 < int(got.sum()) < got.numel()
     with ec._traceable_masks(False):  # off: the vmap stays
         assert fake._vmap_for_bhqkv is _vmapped
+
+
+def test_the_parent_config_travels_to_the_version_venv(tmp_path, monkeypatch):
+    """--head-dim 64 changes a spec's config in this process; the venv's _legacy_export rebuilds the specs
+    from holdout_specs, so the config goes with the call (EXPORT_CORPUS_CONFIG) and replaces its own."""
+    import json
+    import subprocess
+
+    ec = _export_corpus()
+    cfg = dict(ec.HOLDOUT_SETS[9]["llama_tf453"]["config"], hidden_size=128, head_dim=64)
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, "llama_tf453": dict(ec.HOLDOUT_SETS[9]["llama_tf453"], config=cfg)})
+    monkeypatch.setattr(ec, "LEGACY_VENVS", tmp_path)
+    (tmp_path / "tf453/bin").mkdir(parents=True)
+    (tmp_path / "tf453/bin/python").touch()
+    seen = {}
+
+    def run(cmd, env, **kw):
+        seen.update(env=env, cmd=cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout='{"exporter": {}}\n', stderr="")
+
+    monkeypatch.setattr(ec.subprocess, "run", run)
+    assert ec.export_legacy("llama_tf453", "legacy_sdpa_kv", "trained", tmp_path / "x.onnx") == {"exporter": {}}
+    assert json.loads(seen["env"]["EXPORT_CORPUS_CONFIG"]) == cfg
+    assert seen["cmd"][2:4] == ["_legacy_export", "llama_tf453"]
+
+    got = {}
+    monkeypatch.setattr(ec, "SPECS", dict(ec.SPECS))
+    monkeypatch.setattr(ec, "export_torch", lambda arch, *a: got.setdefault("config", ec.SPECS[arch]["config"]))
+    monkeypatch.setenv("EXPORT_CORPUS_CONFIG", seen["env"]["EXPORT_CORPUS_CONFIG"])
+    assert ec.main(["_legacy_export", "llama_tf453", "legacy_sdpa_kv", "trained", str(tmp_path / "x.onnx")]) == 0
+    assert got["config"] == cfg and ec.HOLDOUT_SETS[9]["llama_tf453"]["config"]["hidden_size"] == 32
