@@ -227,3 +227,51 @@ def test_float16_sink_gate_with_a_float32_sigmoid_is_fused(h, target, level):
     feeds = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float16) for x in ("q", "k", "v")}
     feeds["mask"] = np.triu(np.full((S, S), -65504, np.float16), k=1)[None, None].repeat(B, 0)
     h.assert_close(model, out, feeds, atol=2e-3, rtol=1e-2)
+
+
+# ---- sinks in a float32 island of a float16 model: Flint exported in float16 (0/2 before) ---------------
+
+def _float16_island_sinks(h, *, cast_probs=True):
+    """q, k (float16) cast up, q k^T * scale + Cast(mask), Concat with Cast(sink), Softmax, Slice, then
+    the probabilities cast back to float16 for V (cast_probs=False: V cast up instead, a float32 output)."""
+    n, f16 = h.node, 10
+    nodes = [n("Cast", ["q"], ["q32"], to=1), n("Cast", ["k"], ["k32"], to=1),
+             n("Transpose", ["k32"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q32", "kt"], ["qk"]),
+             n("Mul", ["qk", "scale"], ["sc"]), n("Cast", ["mask"], ["m32"], to=1), n("Add", ["sc", "m32"], ["s"]),
+             n("Shape", ["q"], ["b1"], start=0, end=1), n("Shape", ["q"], ["s1"], start=2, end=3),
+             n("Concat", ["b1", "heads", "s1", "one"], ["shc"], axis=0), n("Expand", ["sinks", "shc"], ["sink"]),
+             n("Cast", ["sink"], ["sink32"], to=1), n("Concat", ["s", "sink32"], ["cat"], axis=-1),
+             n("Softmax", ["cat"], ["p"], axis=-1), n("Slice", ["p", "zero", "last", "last"], ["ps"])]
+    if cast_probs:
+        nodes += [n("Cast", ["ps"], ["p16"], to=f16), n("MatMul", ["p16", "v"], ["o"])]
+    else:
+        nodes += [n("Cast", ["v"], ["v32"], to=1), n("MatMul", ["ps", "v32"], ["o"])]
+    inits = {"scale": np.array(D ** -0.5, np.float32), "one": _i64(1), "zero": _i64(0), "last": _i64(-1),
+             "heads": _i64(H), "sinks": h.rng.standard_normal((1, H, 1, 1)).astype(np.float16)}
+    dims = ["batch", H, "seq", D]
+    inputs = [h.vi(x, dims, f16) for x in ("q", "k", "v")] + [h.vi("mask", ["batch", 1, "seq", "seq"], f16)]
+    return h.make_model(nodes, inputs, [h.vi("o", dims, f16 if cast_probs else h.F32)], inits)
+
+
+def _feeds16(h):
+    f = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float16) for x in ("q", "k", "v")}
+    f["mask"] = np.triu(np.full((S, S), -65504, np.float16), k=1)[None, None].repeat(B, 0)
+    return f
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_float16_sinks_in_a_float32_island_are_fused(h, target, level):
+    model = _float16_island_sinks(h)
+    out = h.fuse(model, target, level)
+    assert "Softmax" not in h.ops(out) and _attn_count(out, h) == 1, h.ops(out)
+    h.assert_close(model, out, _feeds16(h), atol=2e-3, rtol=1e-2)
+
+
+def test_float16_island_with_v_cast_up_runs_in_float32(h):
+    """q, k and V all cast up (the probabilities stay float32, a float32 output): no island to give back
+    to float16; the Casts stay in front of a float32 attention, numbers kept."""
+    model = _float16_island_sinks(h, cast_probs=False)
+    out = h.fuse(model, "ort")
+    assert "Softmax" not in h.ops(out) and _attn_count(out, h) == 1, h.ops(out)
+    assert h.ops(out)["Cast"] >= 3
+    h.assert_close(model, out, _feeds16(h), atol=1e-4, rtol=1e-3)
