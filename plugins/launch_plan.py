@@ -146,20 +146,22 @@ FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
 # 564, GQA H32/8 576 / 577 against 564 / 564 (cuDNN 549-555); bf16 at par or behind (588-599 against
 # 582-615) and causal at par with ovedf (fp16 511-513 / 505-514): those keep their plans.
 FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
-# Experimental FA_WS_TMA_OVEDQ / _OVEDMQ (..._w12t_ovedq_... loads 30 / 31, ..._ovedmq_... 32 / 33,
-# D = 128, both masks; by name, never planned): oved / ovedm with each consumer warp's Q fragments in
-# registers and S = Q K^T as a register-A wgmma (fa_ws_core's kWsQRegs), so S reads only K from shared
-# memory (the power-bound D = 128 rows: fewer bytes moved per FLOP).
+# FA_WS_TMA_OVEDQ (..._w12t_ovedq_..., loads 30 by name / 31 planned, D = 128, both masks): oved with each
+# consumer warp's Q fragments in registers and S = Q K^T as a register-A wgmma (fa_ws_core's kWsQRegs), so
+# S reads only K from shared memory (the D = 128 rows run at the 700 W limit: fewer bytes moved per FLOP,
+# more clock). Planned at D = 128 on Hopper (no softcap) from run 21, except fp16 causal (FA_WS_TMA_OVEDF,
+# at par there): run 21a (B4 S4096) fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
+# and ovedm's 570-577 / 570-586 (cuDNN 550-555); bf16 604 / GQA 611 / causal 532 against oved's 594-599 /
+# 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:
+# the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind.
 FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
-FA_WS_TMA_OVEDMQ = (128, 128, 12, "tma", "ovedmq")
-FA_WS_TMA_OVEDFQ = (128, 128, 12, "tma", "ovedfq")  # ..._ovedfq_..., loads 34 / 35: ovedf with the same
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedmq", "ovedfq")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedmq": (32, 33), "ovedfq": (34, 35)}  # launcher loads (by name, planned)
+                 "ovedm": (28, 29), "ovedq": (30, 31)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
-                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM)
+                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -176,7 +178,7 @@ FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 # have without the softcap (FA_WS_TMA_R24 at D = 128 and FA_WS_TMA at D = 64 on Hopper, with their
 # cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96; (128, 64, 8) at D = 256; mma.sync 64x64 and
 # 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
-# FA_WS_TMA_OVED at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax
+# FA_WS_TMA_OVEDQ (OVEDF) at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax
 # unpinned, 4-byte stores, descriptors per k-step), and FA_WS_TMA_LDE at D = 64, whose softcapped
 # plan is FA_WS_TMA.
 FA_SOFTCAP_VARIANTS = ((64, 64, 4), (128, 64, 4))
@@ -207,11 +209,10 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQ,
-    FA_WS_TMA_OVEDMQ, FA_WS_TMA_OVEDFQ: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDMQ, FA_WS_TMA_OVEDFQ)
+        return (FA_WS_TMA_PERSIST,)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -477,7 +478,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
-                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM):
+                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -559,16 +560,14 @@ def plan_fused_attention(
             # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). With
-            # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVED (pinned
-            # softmax, staged epilogue; causal fp16: FA_WS_TMA_OVEDF, two query blocks per CTA, run
-            # 19), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
+            # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVEDQ (pinned
+            # softmax, staged epilogue, Q in registers; causal fp16: FA_WS_TMA_OVEDF, two query blocks
+            # per CTA, run 19), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
             # needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
-                fold = causal and dt == "f16"  # bf16 causal: oved measured at par or ahead (run 19)
-                # fp16 without a mask, pairs of full query blocks: K/V shared by multicast (run 20c)
-                mcast = not causal and dt == "f16" and seq_len % 256 == 0
-                variant = (FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if fold else
-                           FA_WS_TMA_OVEDM if mcast else FA_WS_TMA_OVED)
+                # Q's fragments in registers (run 21); causal fp16: two query blocks per CTA (run 19)
+                fold = causal and dt == "f16"
+                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if fold else FA_WS_TMA_OVEDQ
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:
@@ -602,9 +601,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt in ("ovedf", "ovedfq") and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt == "ovedf" and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt in ("ovedf", "ovedfq"):  # query blocks nm - 1 - x and x per CTA
+    elif opt == "ovedf":  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -620,7 +619,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    candidates FA_WS_TMA_OVEDQ 30 / 31, _OVEDMQ 32 / 33, _OVEDFQ 34 / 35."""
+    FA_WS_TMA_OVEDQ 30 / 31."""
     if plan.persistent:
         return 4
     if not plan.tma:

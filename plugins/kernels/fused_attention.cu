@@ -843,7 +843,7 @@ constexpr int kWsLptGroup = 8;
 // TFLOP/s in runs 19a / 19b / 19c against ovedg's 494-498 / 509-510 / 525-526; bf16 at par with or
 // behind oved (542-546 against 554-556 in 19c), which bf16 keeps; without a mask 1-5 % behind oved.
 constexpr int kWsFold = 64;
-// kWsMcast (m128n128w12t_ovedm, planned at D = 128 fp16 without a mask from run 20; no window, no
+// kWsMcast (m128n128w12t_ovedm, planned at D = 128 fp16 without a mask in run 20 only; no window, no
 // seq_lens, S a multiple of 256): a cluster of two CTAs, adjacent query blocks of one head, shares
 // each K/V tile: each producer loads one of the tile's two 64-column boxes of K and of V and
 // multicasts it to both CTAs, so K/V's
@@ -854,11 +854,14 @@ constexpr int kWsFold = 64;
 // release of its last shared stages before it exits, so no CTA exits while the other may still
 // arrive on or copy into it.
 constexpr int kWsMcast = 128;
-// kWsQRegs (candidates m128n128w12t_ovedq / _ovedmq: oved / ovedm with it, D = 128): each consumer warp
-// loads its Q rows' fragments into registers once per query block (ldmatrix from the swizzled tile,
-// 32 registers at D = 128) and issues S = Q K^T with A from registers (wgmma RS, B = K K-major), so
-// the tensor cores read only K from shared memory for S: a fifth less of their shared-memory reads
-// per tile. Why: the D = 128 rows run at the 700 W limit, where bytes moved cost clock (kWsMcast).
+// kWsQRegs (m128n128w12t_ovedq: oved with it, D = 128, planned from run 21 except fp16 causal): each
+// consumer warp loads its Q rows' fragments into registers once per query block (ldmatrix from the
+// swizzled tile, 32 registers at D = 128) and issues S = Q K^T with A from registers (wgmma RS, B = K
+// K-major), so the tensor cores read only K from shared memory for S: a fifth less of their
+// shared-memory reads per tile, and the D = 128 rows run at the 700 W limit, where bytes moved cost
+// clock. Run 21a (H200, B4 S4096): fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
+// and ovedm's 570-577 / 570-586; bf16 604 / 611 / causal 532 against oved's 594-599 / 599-602 / 525-531.
+// With ovedm (ovedmq) and ovedf (ovedfq) it measured at par with or behind ovedq and was dropped.
 constexpr int kWsQRegs = 256;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
@@ -2095,24 +2098,13 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTODM_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_full, T, D, false)       \
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)
-// Candidates m128n128w12t_ovedq (loads 30 by name / 31 with the cp.async fallback) and _ovedmq (32 / 33,
-// the fallback to ovedq where ovedm's pairs cannot share): oved and ovedm with Q's fragments in
-// registers (kWsQRegs), D = 128; _ovedfq (34 / 35) the same for ovedf.
-#define OF_FA_WSTODMQ_KERNEL(NAME, T, D, CAUSAL) OF_FA_WSTODMX_KERNEL(NAME, T, D, CAUSAL, onnx_fuse::kWsQRegs)
+// m128n128w12t_ovedq (loads 30 by name / 31 planned with the cp.async fallback, D = 128): oved with Q's
+// fragments in registers (kWsQRegs).
 #define OF_FA_WSTODQ_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_full, T, D, false,          \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
-// ovedfq (34 / 35): ovedf with kWsQRegs (each folded query block's fragments loaded when its Q lands).
-#define OF_FA_WSTODFQ_KERNELS_D(DTN, T, D)                                                        \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_full, T, D, false,         \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs)                     \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_causal, T, D, true,        \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs)
-#define OF_FA_WSTODMQ_KERNELS_D(DTN, T, D)                                                        \
-  OF_FA_WSTODMQ_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedmq_full, T, D, false)     \
-  OF_FA_WSTODMQ_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedmq_causal, T, D, true)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2163,8 +2155,6 @@ OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODMQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODFQ_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2186,8 +2176,6 @@ OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODMQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODFQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2330,7 +2318,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 15 _ovedmq, 16 _ovedfq (D = 128).
+// 14 _ovedq (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2363,8 +2351,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
-      case 15: OF_PICK_TK2(128, m128n128w12t_ovedmq)
-      case 16: OF_PICK_TK2(128, m128n128w12t_ovedfq)
       default: return nullptr;
     }
   }
@@ -2573,13 +2559,13 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // and written as 16-byte rows; 9 is planned at D = 128 for bf16); the same pairs (by name / with
 // the fallback): 12 / 13 m128n128w12t_ld (D = 64: wgmma descriptors stepped by adds; 13 planned),
 // 10 / 11 _ldr and 14 / 15 _lde (D = 64 candidates: ld with 24 / 240 registers, with the staged
-// output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned full), 22 / 23
+// output), 18 / 19 _oved (D = 128: ove with the stepped descriptors; 19 planned until run 21), 22 / 23
 // _ovedg (oved with the grid longest first within groups of 8 heads; planned causal until run 19),
 // 24 / 25 _ovedf (oved with two query blocks per CTA, nm - 1 - x and x; 25 planned causal fp16 from
-// run 19, bf16 causal plans 19, oved); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
+// run 19); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
-// 29 runs oved for them); 30 / 31 _ovedq and 32 / 33 _ovedmq (oved / ovedm with Q's fragments in
-// registers; 33 runs ovedq where ovedm's pairs cannot share), 34 / 35 _ovedfq (ovedf with them);
+// 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
+// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2597,7 +2583,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 35);
+  OF_REQUIRE(loads >= 0 && loads <= 31);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2613,15 +2599,14 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 32 / 33: ovedmq; 34 / 35: ovedfq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
     // seq_lens, S a multiple of 256; else 29 runs oved.
-    // 32 / 33 _ovedmq: the same pairs (33 runs ovedq for the others).
-    if ((kind == 13 || kind == 15) && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
-      OF_REQUIRE(loads == 29 || loads == 33);
-      kind = kind == 13 ? 8 : 14;
+    if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
+      OF_REQUIRE(loads == 29);
+      kind = 8;
     }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
     const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
@@ -2652,11 +2637,10 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 16;  // _ovedf, _ovedfq
-      if (fold && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
+      if (kind == 11 && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
-      } else if (fold) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
+      } else if (kind == 11) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
         grid.x = (grid.x + 1) / 2;
       }
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,

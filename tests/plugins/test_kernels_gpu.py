@@ -439,17 +439,16 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
 def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
-    """At D = 128 on the H200 the planner names m128n128w12t_oved (launcher loads 19; ov / ove
-    until run 17), causal fp16 m128n128w12t_ovedf (loads 25, run 19; ovedg in runs 18-19): it runs
-    on TMA, or on the cp.async producer where TMA cannot address K/V (broadcast over the batch)."""
+    """At D = 128 on the H200 the planner names m128n128w12t_ovedq (launcher loads 31, run 21; oved until
+    then), causal fp16 m128n128w12t_ovedf (loads 25, run 19): they run on TMA, or on the cp.async
+    producer where TMA cannot address K/V (broadcast over the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    want = lp.FA_WS_TMA_OVEDF if dtype == torch.float16 else lp.FA_WS_TMA_OVED  # bf16 causal: oved
+    want = lp.FA_WS_TMA_OVEDF if dtype == torch.float16 else lp.FA_WS_TMA_OVEDQ  # bf16 causal: ovedq
     assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == want
-    want = lp.FA_WS_TMA_OVEDM if dtype == torch.float16 else lp.FA_WS_TMA_OVED  # fp16 full: multicast (run 20)
-    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:]).variant == want
+    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:]).variant == lp.FA_WS_TMA_OVEDQ
     gen = torch.Generator(device="cuda").manual_seed(21)
     q = _rand((B, S, Hq, D), dtype, gen)
     kb = 1 if broadcast else B
@@ -457,11 +456,13 @@ def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
     v = _rand((kb, S, Hkv, D), dtype, gen).expand(B, S, Hkv, D)
     out = torch.full_like(q, float("nan"))
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=True)
-    torch.cuda.synchronize()
-    expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=True, out_dtype=np.float64)
-    assert _rel_err(out, expect) < TOL[dtype]
-    assert torch.count_nonzero(out[1, 700:]).item() == 0
+    for causal in (True, False):
+        out.fill_(float("nan"))
+        lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal)
+        torch.cuda.synchronize()
+        expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=causal, out_dtype=np.float64)
+        assert _rel_err(out, expect) < TOL[dtype], causal
+        assert torch.count_nonzero(out[1, 700:]).item() == 0
 
 
 # m128n128w12t_ov (launch_plan.FA_WS_TMA_OV, planned at D = 128: r24 with the softmax pinned
@@ -564,10 +565,10 @@ def test_fused_attention_tma_d64_stepped_descriptors_error_as_w12t(lib, dtype, c
         assert abs(errs[tag] - errs["tma"]) <= 1e-3 * errs["tma"], errs
 
 
-@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25], ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf"])
+@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25, 31], ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf", "ovedq"])
 def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
-    """Launcher loads 11 / 13 / 15 / 19 / 23 / 25 (ldr / ld / lde at D = 64, oved / ovedg / ovedf at
-    D = 128, with the cp.async fallback; 13, 19 and 25 are the planned ones, 25 causal from run 19)
+    """Launcher loads 11 / 13 / 15 / 19 / 23 / 25 / 31 (ldr / ld / lde at D = 64, oved / ovedg / ovedf /
+    ovedq at D = 128, with the cp.async fallback; 13, 25 and 31 are the planned ones, 25 causal fp16)
     run where TMA cannot address K/V (broadcast over the batch) and match the reference (ovedf's
     fallback keeps the one-block-per-CTA grid); the by-name codes 10 / 12 / 14 / 18 / 22 / 24 refuse
     there, and 16 / 17 (the dropped ovd), 20 / 21 (the dropped ovedl) and 26 / 27 (the dropped
@@ -593,7 +594,7 @@ def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
     torch.cuda.synchronize()
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
     assert _rel_err(out, expect) < TOL[torch.float16]
-    for dropped in (16, 17, 20, 21, 26, 27):
+    for dropped in (16, 17, 20, 21, 26, 27, 32, 33, 34, 35):
         rc = lib._lib.onnx_fuse_fused_attention_fwd(
             0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
             1.0 / D**0.5, 1, 128, 128, 12, dropped, stream)
@@ -654,37 +655,18 @@ def test_fused_attention_tma_multicast_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Candidates m128n128w12t_ovedq / _ovedmq / _ovedfq (D = 128, by name): oved on the ov cases (ragged batches, GQA /
-# MQA, odd lengths) and ovedm on its cluster cases, each with Q's fragments in registers (kWsQRegs).
+# m128n128w12t_ovedq (D = 128, planned from run 21 except fp16 causal): oved with Q's fragments in
+# registers (kWsQRegs), on the ov cases (ragged batches, GQA / MQA, odd lengths) and ovedf's (lengths
+# 0, 1, 128, 129 in one batch; its causal launch keeps the 3-D grid).
 FA_OVEDQ = (128, 128, 12, "tma", "ovedq")
-FA_OVEDMQ = (128, 128, 12, "tma", "ovedmq")
-FA_OVEDFQ = (128, 128, 12, "tma", "ovedfq")  # and ovedf with them on its folded-block cases
-FA_QREGS_CASES = ([c[:7] + (FA_OVEDQ,) for c in FA_OV_CASES] + [c[:7] + (FA_OVEDMQ,) for c in FA_OVEDM_CASES]
-                  + [c[:7] + (FA_OVEDFQ,) for c in FA_OVEDF_CASES])
+FA_OVEDQ_CASES = list({repr(c[:7]): c[:7] + (FA_OVEDQ,) for c in FA_OV_CASES + FA_OVEDF_CASES}.values())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_QREGS_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
+@pytest.mark.parametrize("case", FA_OVEDQ_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
 def test_fused_attention_tma_q_registers_match_reference(lib, case, dtype):
     _need_sm90()
     _check_fused_case(lib, case, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_fused_attention_tma_q_registers_multicast_falls_back_to_ovedq(lib, dtype):
-    """Loads 33 (ovedmq planned form) runs ovedq where ovedm's pairs cannot share (S % 256, seq_lens)."""
-    _need_sm90()
-    for B, S, lens in ((1, 300, None), (2, 1024, [1024, 700])):
-        gen = torch.Generator(device="cuda").manual_seed(S + B + 33)
-        q = _rand((B, S, 4, 128), dtype, gen)
-        k = _rand((B, S, 2, 128), dtype, gen)
-        v = _rand((B, S, 2, 128), dtype, gen)
-        seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
-        out = torch.full_like(q, float("nan"))
-        lib.fused_attention(q, k, v, out, seq_lens=seq, variant=FA_OVEDMQ, loads=33)
-        torch.cuda.synchronize()
-        expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, out_dtype=np.float64)
-        assert _rel_err(out, expect) < TOL[dtype], (B, S, lens)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -761,7 +743,7 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
     (2, 1000, 4, 2, 64, [999, 640], v, w, 0.0) for v in FA_WS_TMA_NAMED for w in (1, 129)
 ] + [
     (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
-    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf")]
+    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf", "ovedq")]
     for w in (64, 200)
 ] + [
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),
@@ -854,12 +836,12 @@ def test_fused_attention_tma_window_matches_reference(lib, case, dtype):
     _check_window_case(lib, case, dtype)
 
 
-@pytest.mark.parametrize("code", [2, 13, 15, 19, 23], ids=["w12t", "ld", "lde", "oved", "ovedg"])
+@pytest.mark.parametrize("code", [2, 13, 15, 19, 23, 31], ids=["w12t", "ld", "lde", "oved", "ovedg", "ovedq"])
 def test_fused_attention_tma_window_codes_fall_back(lib, code):
     """The planned TMA codes with a window where TMA cannot address the tensors (a broadcast K/V)
     run the cp.async producer with the same window."""
     _need_sm90()
-    B, S, Hq, D, W = 2, 600, 8, 128 if code in (19, 23) else 64, 100
+    B, S, Hq, D, W = 2, 600, 8, 128 if code in (19, 23, 31) else 64, 100
     gen = torch.Generator(device="cuda").manual_seed(code)
     q = _rand((B, S, Hq, D), torch.float16, gen)
     k = _rand((1, S, 1, D), torch.float16, gen).expand(B, S, 2, D)  # stride 0: no tensor map

@@ -59,7 +59,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         ("OF_FA_WSTR_KERNEL", "OF_FA_WSTE_KERNELS_D", "ove"), ("OF_FA_WSTR_KERNEL", "OF_FA_WSTOD_KERNELS_D", "oved"),
         ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODG_KERNELS_D", "ovedg"),
         ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODF_KERNELS_D", "ovedf"),
-        ("OF_FA_WSTODM_KERNEL", "OF_FA_WSTODM_KERNELS_D", "ovedm"))]
+        ("OF_FA_WSTODM_KERNEL", "OF_FA_WSTODM_KERNELS_D", "ovedm"),
+        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODQ_KERNELS_D", "ovedq"))]
     wstld = {tuple(map(int, v[:3])) + ("tma", v[3]) for v in re.findall(
         r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_(ld|lde)_full", _block(fa, "#define OF_FA_WSTLD_KERNELS_D("))}
     wstld_d = {int(d) for d in re.findall(r"^OF_FA_WSTLD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
@@ -149,11 +150,9 @@ def _kernel_names() -> set[str]:
 
 
 def _d128_plan(dt: str, causal: bool, seq_len: int = 4096) -> tuple:
-    """The D = 128 Hopper plan without a softcap: ovedf causal fp16 (run 19), ovedm fp16 without a mask
-    over pairs of full query blocks (run 20), oved otherwise."""
-    if causal:
-        return lp.FA_WS_TMA_OVEDF if dt == "float16" else lp.FA_WS_TMA_OVED
-    return lp.FA_WS_TMA_OVEDM if dt == "float16" and seq_len % 256 == 0 else lp.FA_WS_TMA_OVED
+    """The D = 128 Hopper plan without a softcap: ovedf causal fp16 (run 19), ovedq (oved with Q's
+    fragments in registers, run 21) otherwise, whatever the sequence length."""
+    return lp.FA_WS_TMA_OVEDF if causal and dt == "float16" else lp.FA_WS_TMA_OVEDQ
 
 
 def test_variant_tables_match_the_sources():
@@ -166,7 +165,7 @@ def test_variant_tables_match_the_sources():
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
     assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LDE} and fav[128] - fav[96] == {
         lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED,
-        lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM}
+        lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM, lp.FA_WS_TMA_OVEDQ}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -224,10 +223,9 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
 def test_fused_plan_small_problem_uses_small_tiles():
     assert lp.plan_fused_attention(1, 128, 2, 2, 128).block_m == 64  # 2 CTAs of 128 rows would idle the chip
     big = lp.plan_fused_attention(4, 4096, 32, 32, 128, "bfloat16")
-    assert big.variant == lp.FA_WS_TMA_OVED  # H200 default at D128: warp-specialized, TMA, 24/240, pinned softmax, staged output, stepped descriptors
-    # fp16 without a mask, pairs of full query blocks (S % 256 == 0): the same with K/V multicast in clusters
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128).variant == lp.FA_WS_TMA_OVEDM
-    assert lp.plan_fused_attention(4, 4000, 32, 32, 128).variant == lp.FA_WS_TMA_OVED
+    assert big.variant == lp.FA_WS_TMA_OVEDQ  # H200 default at D128: warp-specialized, TMA, 24/240, pinned softmax, staged output, stepped descriptors, Q in registers
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128).variant == lp.FA_WS_TMA_OVEDQ
+    assert lp.plan_fused_attention(4, 4000, 32, 32, 128).variant == lp.FA_WS_TMA_OVEDQ  # any S (ovedm needed S % 256)
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     a100 = lp.plan_fused_attention(4, 4096, 32, 32, 128, device=ampere)
     assert (a100.block_m, a100.block_n, a100.warps) == (128, 32, 4)
@@ -278,7 +276,7 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVEDM  # fp16: folded blocks causal, multicast full
+            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVEDQ  # fp16: folded blocks causal, Q in registers full
             assert planned.tma and planned.opt == (oved[-1] if d == 128 else "lde")  # stepped descriptors
             assert planned.variant == (oved if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
@@ -807,9 +805,9 @@ def test_fa_launch_loads_codes():
     assert codes[lp.FA_WS_TMA_OV] == (6, 7) and codes[lp.FA_WS_TMA_OVE] == (8, 9)
     assert codes[lp.FA_WS_TMA_LDR] == (10, 11) and codes[lp.FA_WS_TMA_LD] == (12, 13)
     assert codes[lp.FA_WS_TMA_LDE] == (14, 15) and codes[lp.FA_WS_TMA_OVED] == (18, 19)
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 19
-    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 29  # ovedm
-    assert codes[lp.FA_WS_TMA_OVEDM] == (28, 29)
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 31
+    assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 31  # ovedq
+    assert codes[lp.FA_WS_TMA_OVEDM] == (28, 29) and codes[lp.FA_WS_TMA_OVEDQ] == (30, 31)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 15
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64, softcap=30.0), by_name=False) == 2
@@ -824,7 +822,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 35);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 31);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -837,30 +835,33 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
             assert lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, softcap=50.0).r24 == (d == 128)
 
 
-def test_q_register_candidates_exist_plan_by_name_and_are_never_planned():
-    """m128n128w12t_ovedq / _ovedmq (oved / ovedm with Q's fragments in registers, kWsQRegs): entries at
-    D = 128 for both dtypes and masks, launcher loads 30 / 31 and 32 / 33 (33 falls back to ovedq where
-    ovedm's pairs cannot share), reachable by name only."""
+def test_q_register_entries_exist_and_are_planned_at_d128():
+    """m128n128w12t_ovedq (oved with Q's fragments in registers, kWsQRegs): entries at D = 128 for both
+    dtypes and masks, launcher loads 30 / 31; planned at D = 128 on Hopper without a softcap except fp16
+    causal (ovedf), at every sequence length; never at other head sizes, with a softcap or off Hopper. The
+    same registers in ovedm / ovedf (ovedmq, ovedfq) were dropped after run 21a."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTODQ_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-        assert re.search(rf"^OF_FA_WSTODMQ_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-        assert re.search(rf"^OF_FA_WSTODFQ_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert "if ((kind == 13 || kind == 15) && (window != 0" in fa and "kind = kind == 13 ? 8 : 14;" in fa
-    for v, tag, loads in ((lp.FA_WS_TMA_OVEDQ, "ovedq", (30, 31)), (lp.FA_WS_TMA_OVEDMQ, "ovedmq", (32, 33)),
-                          (lp.FA_WS_TMA_OVEDFQ, "ovedfq", (34, 35))):
-        for causal in (False, True):
-            p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=v)
-            f = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=lp.FA_WS_TMA_OVEDF)
-            assert p.kernel == f"onnx_fuse_fa_fwd_f16_d128_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
-            assert p.opt == tag and p.grid == (f.grid if tag == "ovedfq" else (32, 32, 4))
-            assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
-        with pytest.raises(ValueError, match="not compiled"):
-            lp.plan_fused_attention(4, 4096, 32, 8, 64, variant=v)
-        for d in lp.SUPPORTED_HEAD_DIMS:
-            assert v not in lp.fa_variants(d)
+    assert "case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)" in fa and "ovedmq_full" not in fa and "ovedfq_full" not in fa
+    v = lp.FA_WS_TMA_OVEDQ
+    assert v in lp.fa_variants(128) and v not in lp.fa_experimental_variants(128) and lp.fa_engine(v, 128) == "wgmma"
+    for causal in (False, True):
+        p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=v)
+        assert p.kernel == f"onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ovedq_{'causal' if causal else 'full'}"
+        assert p.opt == "ovedq" and p.grid == (32, 32, 4) and p.kernel in _kernel_names()
+        assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == (30, 31)
+    with pytest.raises(ValueError, match="not compiled"):
+        lp.plan_fused_attention(4, 4096, 32, 8, 64, variant=v)
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    for d in lp.SUPPORTED_HEAD_DIMS:
+        for shape in ((4, 4096, 32, 8), (4, 1000, 16, 8), (4, 1280, 16, 2)):
             for causal in (False, True):
-                assert lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal).variant != v
+                for dt in ("float16", "bfloat16"):
+                    want = d == 128 and not (causal and dt == "float16")
+                    assert (lp.plan_fused_attention(*shape, d, dt, causal=causal).variant == v) == want, (shape, d, dt)
+                    assert lp.plan_fused_attention(*shape, d, dt, causal=causal, softcap=30.0).variant != v
+                    assert lp.plan_fused_attention(*shape, d, dt, causal=causal, device=ampere).variant != v
 
 
 def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned():
@@ -875,8 +876,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDMQ, lp.FA_WS_TMA_OVEDFQ)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -1161,7 +1161,7 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.variant in lp.fa_softcap_variants(d)
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
                     if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED, lp.FA_WS_TMA_OVEDG,
-                                         lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM):  # r24
+                                         lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM, lp.FA_WS_TMA_OVEDQ):  # r24
                         want = lp.FA_WS_TMA_R24
                     if plain.variant == lp.FA_WS_TMA_LDE:  # softcapped: the w12t twin
                         want = lp.FA_WS_TMA
@@ -1225,7 +1225,7 @@ def test_stepped_descriptor_entries_exist_and_are_planned():
     assert lp.FA_WS_TMA_OVED in lp.fa_variants(128)
     # planned: the masks (causal flags) the planner picks v for (oved: full only from run 18)
     for v, d, planned, exp in ((lp.FA_WS_TMA_LD, 64, (), False), (lp.FA_WS_TMA_LDE, 64, (False, True), False),
-                               (lp.FA_WS_TMA_OVED, 128, (False,), False), (lp.FA_WS_TMA_LDR, 64, (), True)):
+                               (lp.FA_WS_TMA_OVED, 128, (), False), (lp.FA_WS_TMA_LDR, 64, (), True)):
         tag = v[-1]
         assert (v in lp.fa_experimental_variants(d)) == exp and (v in lp.fa_variants(d)) != exp
         assert lp.fa_engine(v, d) == "wgmma"
@@ -1263,8 +1263,7 @@ def test_ovedg_is_compiled_and_ovedl_is_gone():
         assert p.variant == lp.FA_WS_TMA_OVEDG and p.opt == "ovedg"
         assert p.kernel.endswith("_d128_m128n128w12t_ovedg_causal") and p.grid == (32, 32, 4)
         assert lp.fa_launch_loads(p, by_name=True) == 22 and lp.fa_launch_loads(p, by_name=False) == 23
-        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == (
-            lp.FA_WS_TMA_OVEDF if dt == "float16" else lp.FA_WS_TMA_OVED)
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == _d128_plan(dt, True)
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=False).variant == _d128_plan(dt, False)
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, softcap=30.0).variant == lp.FA_WS_TMA_R24
         assert lp.plan_fused_attention(4, 4096, 32, 8, 64, dt, causal=True).variant == lp.FA_WS_TMA_LDE
@@ -1333,11 +1332,11 @@ def test_ovedf_folds_two_query_blocks_per_cta_and_is_planned_causal(causal):
     assert lp.fa_engine(var, 128) == "wgmma"
 
 
-def test_multicast_entries_exist_and_are_planned_fp16_without_a_mask():
+def test_multicast_entries_exist_and_are_no_longer_planned():
     """m128n128w12t_ovedm (oved in two-CTA clusters sharing each K/V tile by TMA multicast): entries
     with __cluster_dims__(2, 1, 1) for fp16 and bf16 at D = 128, both masks, launcher loads 28 / 29, the
-    plain oved grid (pairs of query blocks along x); planned for fp16 without a mask where S is a
-    multiple of 256 (run 20), never for bf16, causal, other head sizes or with a softcap."""
+    plain oved grid (pairs of query blocks along x); planned for fp16 without a mask in run 20 only (since
+    run 21 ovedq is), by name only now."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTODM_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
@@ -1358,7 +1357,6 @@ def test_multicast_entries_exist_and_are_planned_fp16_without_a_mask():
             for causal in (False, True):
                 for dt in ("float16", "bfloat16"):
                     p = lp.plan_fused_attention(*shape, d, dt, causal=causal)
-                    want = d == 128 and dt == "float16" and not causal and shape[1] % 256 == 0
-                    assert (p.variant == lp.FA_WS_TMA_OVEDM) == want, (shape, d, dt, causal)
+                    assert p.variant != lp.FA_WS_TMA_OVEDM, (shape, d, dt, causal)
                     sc = lp.plan_fused_attention(*shape, d, dt, causal=causal, softcap=30.0)
                     assert sc.variant != lp.FA_WS_TMA_OVEDM
