@@ -38,6 +38,14 @@ transformers (4.38, 4.45), each in its own venv (tools/legacy_venv.sh VERSION):
 
     tools/legacy_venv.sh 4.38.2 && tools/legacy_venv.sh 4.45.2
     python tools/export_corpus.py --holdout 5 --out /tmp/holdout5
+
+The fifth sweep's part C (--holdout 8, HOLDOUT5C at the end of this file) exports corpus architectures with
+torch 2.9.1 and 2.14.1 (the corpus's transformers), each torch in its own venv (tools/torch_venv.sh VERSION);
+running export_corpus.py with that venv's python exports its files in one process:
+
+    tools/torch_venv.sh 2.9.1 && tools/torch_venv.sh 2.14.1
+    python tools/export_corpus.py --holdout 8 --out /tmp/holdout8
+    /work/venvs/torch2141/bin/python tools/export_corpus.py --holdout 8 --out /tmp/holdout8 --only llama_pt2141
 """
 
 from __future__ import annotations
