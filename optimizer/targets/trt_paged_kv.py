@@ -211,20 +211,28 @@ def _probed_positions(starts: list[ir.Node], live: set[int], uses: _ShapeUse, pa
 def _position_read(user: ir.Node, idx: int, out: ir.Value) -> bool:
     """``out`` read as position ids: the index of a constant embedding table, [1, S] unsqueezed
     to [1, S, 1] on the way to RoPE's cos/sin, or one row [S] (Range(P, P + S)) unsqueezed to
-    [1, S, 1] or [1, S], cast first or not (_check_positions_value checks the rest)."""
+    [1, S, 1] or [1, S], cast first or not, or to [1, 1, S] cast into inv_freq's MatMul
+    (_check_positions_value checks the rest)."""
     if user.op_type == "Gather":
         return idx == 1 and user.inputs[0].const_value is not None
     rank = len(out.shape) if out.shape is not None else None
     if rank == 1 and idx == 0 and user.op_type == "Cast":
         return all(_position_read(u, i, user.outputs[0]) for u, i in user.outputs[0].uses())
     if rank == 1:
-        return user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in _ROW_AXES
+        if user.op_type != "Unsqueeze" or idx != 0 or _axes(user) not in _ROW_AXES:
+            return False
+        # [1, 1, S] only as HF's inv_freq MatMul reads it (a mask's [1, 1, S] view is walked on)
+        return _axes(user) != [0, 1] or all(
+            c.op_type == "Cast" and all(_keeps_batch_axis(m, j) for m, j in c.outputs[0].uses())
+            for c, _ in user.outputs[0].uses())
     return (user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([1], [2], [-1])
             and rank == 2)
 
 
-#: Unsqueeze axes of one row of positions [S]: [1, S, 1] (RoPE's cos/sin) and [1, S] (position ids)
-_ROW_AXES = ([0, 2], [0])
+#: Unsqueeze axes of one row of positions [S]: [1, S, 1] (RoPE's cos/sin), [1, S] (position ids) and
+#: [1, 1, S] (HF's inv_freq [1, D/2, 1] @ positions [B, 1, S], its two Unsqueezes merged into one:
+#: transformers 4.53's dynamo export, where the [1, S] position ids have no other reader)
+_ROW_AXES = ([0, 2], [0], [0, 1])
 
 
 def _batch_shaped(pos: ir.Value, past: ir.Value) -> bool:
@@ -487,9 +495,9 @@ def _replace_probed(graph: ir.Graph, pos: ir.Value, c: int, seq_lens: ir.Value, 
 
 def _rebatch_row(graph: ir.Graph, user: ir.Node, rows: ir.Value) -> list[ir.Node]:
     """``user`` read one row of positions [S]; make what it computed from ``rows`` [B, S]: a Cast
-    stays a Cast, Unsqueeze [0, 2] ([1, S, 1]) becomes Unsqueeze [2], Unsqueeze [0] ([1, S])
-    ``rows`` itself; any other reader is dead (check() saw every live one) and stays for the
-    cleanup. Returns the readers replaced."""
+    stays a Cast, Unsqueeze [0, a] ([1, S, 1] / [1, 1, S]) becomes Unsqueeze [a] (axis 0 is now the
+    batch), Unsqueeze [0] ([1, S]) ``rows`` itself; any other reader is dead (check() saw every live
+    one) and stays for the cleanup. Returns the readers replaced."""
     if user.op_type == "Unsqueeze" and _axes(user) not in _ROW_AXES or user.op_type not in ("Cast", "Unsqueeze"):
         return []
     if user.op_type == "Cast":
@@ -499,15 +507,16 @@ def _rebatch_row(graph: ir.Graph, user: ir.Node, rows: ir.Value) -> list[ir.Node
     if _axes(user) == [0]:
         user.outputs[0].replace_all_uses_with(rows)
         return [user]
-    uq = ir.node("Unsqueeze", [rows, _const(graph, f"{user.name}_paged_ax2", [2])], name=f"{user.name}_paged")
+    axes = _const(graph, f"{user.name}_paged_ax", _axes(user)[1:])
+    uq = ir.node("Unsqueeze", [rows, axes], name=f"{user.name}_paged")
     graph.insert_before(user, [uq])
     user.outputs[0].replace_all_uses_with(uq.outputs[0])
     return [user]
 
 
 def _check_position_row(pos: ir.Value, live: set[int]) -> None:
-    """One row of positions [S] may become [B, S] only where it is read as [1, S, 1] on the way
-    into RoPE's cos/sin, or as position ids [1, S] (``_check_positions_value``), cast or not."""
+    """One row of positions [S] may become [B, S] only where it is read as [1, S, 1] or [1, 1, S] on
+    the way into RoPE's cos/sin, or as position ids [1, S] (``_check_positions_value``), cast or not."""
     if pos.is_graph_output():
         raise _Refuse("position ids reach a graph output")
     for user, idx in pos.uses():
@@ -515,7 +524,7 @@ def _check_position_row(pos: ir.Value, live: set[int]) -> None:
             continue
         if user.op_type == "Cast" and idx == 0:
             _check_position_row(user.outputs[0], live)
-        elif user.op_type == "Unsqueeze" and idx == 0 and _axes(user) == [0, 2]:
+        elif user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([0, 2], [0, 1]):
             _check_rope_path(user, live)
         elif user.op_type == "Unsqueeze" and idx == 0 and _axes(user) == [0]:
             _check_positions_value(user.outputs[0], live)

@@ -86,3 +86,42 @@ def test_range_positions_are_per_sequence_in_a_ragged_batch():
         np.testing.assert_allclose(got[hidden][b], ref[hidden][0], rtol=2e-4, atol=2e-4)
         k_back = gather_pool(got["kv_pool_k_out.0"], run["block_tables"][b], L + 1)
         np.testing.assert_allclose(k_back, ref["present.0.key"][0], rtol=2e-4, atol=2e-4)
+
+
+def _matmul_rope(case):
+    """The case's RoPE angles as HF writes them: inv_freq [1, D/2, 1] @ positions [1, 1, S] (one
+    Unsqueeze [0, 1] of the Range row, as the dynamo export of transformers 4.53 merges its two), then
+    Transpose [0, 2, 1], in place of the row's Unsqueeze [0, 2] and the Mul by inv_freq [D/2]."""
+    from onnx import helper, numpy_helper
+
+    g = case.model.graph
+    inits = {t.name: t for t in g.initializer}
+    prod = {o: n for n in g.node for o in n.output}
+    mul = next(n for n in g.node if n.op_type == "Mul" and any(i.startswith("inv_freq") for i in n.input))
+    inv_name = next(i for i in mul.input if i.startswith("inv_freq"))
+    cast = prod[next(i for i in mul.input if i != inv_name)]
+    unsq = prod[cast.input[0]]
+    assert unsq.op_type == "Unsqueeze" and list(numpy_helper.to_array(inits[unsq.input[1]])) == [0, 2]
+    inv = numpy_helper.to_array(inits[inv_name])
+    g.initializer.extend([numpy_helper.from_array(np.array([0, 1], np.int64), "row_axes_01"),
+                          numpy_helper.from_array(inv.reshape(1, -1, 1), "inv_freq_col")])
+    unsq.input[1] = "row_axes_01"
+    at = list(g.node).index(mul)
+    new = [helper.make_node("MatMul", ["inv_freq_col", cast.output[0]], ["freqs_t"], name="rope_matmul"),
+           helper.make_node("Transpose", ["freqs_t"], [mul.output[0]], perm=[0, 2, 1], name="rope_transpose")]
+    g.node.remove(mul)
+    for k, n in enumerate(new):
+        g.node.insert(at + k, n)
+    onnx.checker.check_model(case.model, full_check=True)
+    return case
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_range_row_unsqueezed_to_one_one_s_for_the_inv_freq_matmul_is_paged(decode):
+    """transformers 4.53 under the dynamo exporter: the position row reaches HF's inv_freq MatMul as
+    [1, 1, S] through one Unsqueeze [0, 1]; paged at -O4 (was refused: 'the past length feeds Cast')
+    and per sequence as the contiguous original."""
+    case = _matmul_rope(make_decoder_case(5, **SPEC, decode=decode, dim_names="optimum", fp16=False))
+    optimized = _paged(case)
+    assert not [n for n in optimized.graph.node if n.op_type == "Shape" and n.input[0].startswith("past")]
+    _compare(case, optimized)
