@@ -46,6 +46,13 @@ running export_corpus.py with that venv's python exports its files in one proces
     tools/torch_venv.sh 2.9.1 && tools/torch_venv.sh 2.14.1
     python tools/export_corpus.py --holdout 8 --out /tmp/holdout8
     /work/venvs/torch2141/bin/python tools/export_corpus.py --holdout 8 --out /tmp/holdout8 --only llama_pt2141
+
+Its part D (--holdout 9, HOLDOUT5D at the end of this file) exports corpus architectures with transformers
+4.48 and 4.53 (part B's styles, and legacy_dynamo / legacy_dynamo_kv through the dynamo exporter), by part
+B's hand-off; --head-dim 64 takes its KV64 decoders (the paged-KV check):
+
+    tools/legacy_venv.sh 4.48.3 && tools/legacy_venv.sh 4.53.3
+    python tools/export_corpus.py --holdout 9 --out /tmp/holdout9
 """
 
 from __future__ import annotations
