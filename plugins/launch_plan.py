@@ -148,8 +148,8 @@ FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
 FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # FA_WS_TMA_OVEDQ (..._w12t_ovedq_..., loads 30 by name / 31 planned, D = 128, both masks): oved with each
 # consumer warp's Q fragments in registers and S = Q K^T as a register-A wgmma (fa_ws_core's kWsQRegs), so
-# S reads only K from shared memory (the D = 128 rows run at the 700 W limit: fewer bytes moved per FLOP,
-# more clock). Planned at D = 128 on Hopper (no softcap) from run 21, except fp16 causal (FA_WS_TMA_OVEDF,
+# S reads only K from shared memory (a fifth less shared-memory operand traffic; the gain is per clock, not
+# more clock under the 700 W limit: run 21b). Planned at D = 128 on Hopper (no softcap) from run 21, except fp16 causal (FA_WS_TMA_OVEDF,
 # at par there): run 21a (B4 S4096) fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
 # and ovedm's 570-577 / 570-586 (cuDNN 550-555); bf16 604 / GQA 611 / causal 532 against oved's 594-599 /
 # 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:

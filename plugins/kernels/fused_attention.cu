@@ -858,8 +858,8 @@ constexpr int kWsMcast = 128;
 // consumer warp loads its Q rows' fragments into registers once per query block (ldmatrix from the
 // swizzled tile, 32 registers at D = 128) and issues S = Q K^T with A from registers (wgmma RS, B = K
 // K-major), so the tensor cores read only K from shared memory for S: a fifth less of their
-// shared-memory reads per tile, and the D = 128 rows run at the 700 W limit, where bytes moved cost
-// clock. Run 21a (H200, B4 S4096): fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
+// shared-memory reads per tile. The gain is per clock, not more clock at the 700 W limit (run 21b:
+// fp16 1575 MHz against ovedm's 1560, bf16 1635-1650 against 1650-1665). Run 21a (H200, B4 S4096): fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
 // and ovedm's 570-577 / 570-586; bf16 604 / 611 / causal 532 against oved's 594-599 / 599-602 / 525-531.
 // With ovedm (ovedmq) and ovedf (ovedfq) it measured at par with or behind ovedq and was dropped.
 constexpr int kWsQRegs = 256;
