@@ -83,3 +83,40 @@ def test_constant_row_tables_near_misses(h, kw, why):
     reasons = h.reasons(model, "ort", "rotary-const-row-tables-cut")
     assert any(why in r for r in reasons), reasons
     assert "RotaryEmbedding" not in h.ops(h.fuse(model, "ort"))
+
+
+def _seq_first(h, *, cut_axis=0):
+    """x [S, B, H, D] (seq-first, wav2vec2-conformer) rotated by constant tables [ROWS, 1, 1, D]
+    cut by [:S] on their rows."""
+    n = h.node
+    cos, sin = (t.reshape(ROWS, 1, 1, D) for t in _tables())
+    nodes = [n("Shape", ["x"], ["send"], start=0, end=1),
+             n("Slice", ["cos_t", "zero", "send", "cut"], ["cs"]),
+             n("Slice", ["sin_t", "zero", "send", "cut"], ["ss"]),
+             n("Slice", ["x", "zero", "ih", "last"], ["x1"]), n("Slice", ["x", "ih", "big", "last"], ["x2"]),
+             n("Neg", ["x2"], ["nx2"]), n("Concat", ["nx2", "x1"], ["r"], axis=-1),
+             n("Mul", ["x", "cs"], ["c"]), n("Mul", ["r", "ss"], ["s"]), n("Add", ["c", "s"], ["y"])]
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = {"cos_t": cos, "sin_t": sin, "zero": i64(0), "cut": i64(cut_axis), "ih": i64(D // 2),
+             "last": i64(-1), "big": i64(2 ** 62)}
+    shape = ["seq", "batch", H, D]
+    return h.make_model(nodes, [h.vi("x", shape)], [h.vi("y", shape)], inits)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_seq_first_constant_row_tables_cut_fuse(h, target):
+    """The fuzz stack_rope motif with constant tables (the stack and its Gathers fold away)."""
+    model = _seq_first(h)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert counts["RotaryEmbedding"] == 1 and "Neg" not in counts, counts
+    assert h.fired(out)["rotary-const-row-tables-cut-sbhd"] >= 1
+    for seq, batch in ((5, 2), (ROWS, 1), (1, 3)):
+        h.assert_close(model, out, {"x": h.rng.standard_normal((seq, batch, H, D)).astype(np.float32)})
+
+
+def test_seq_first_tables_cut_on_another_axis_do_not_fuse(h):
+    model = _seq_first(h, cut_axis=3)
+    reasons = h.reasons(model, "ort", "rotary-const-row-tables-cut-sbhd")
+    assert any("only be cut along their rows" in r for r in reasons), reasons
+    assert "RotaryEmbedding" not in h.ops(h.fuse(model, "ort"))
