@@ -146,7 +146,12 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.shared_probabilities import MergeSharedProbabilitiesPass
 
         attention_prepare = (EinsumToMatMulPass(), MergeSharedProbabilitiesPass()) if level >= 3 else ()
-        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare) if hasattr(p, "display_name")}
+        # O2: inference BatchNorms become the weights of the Conv / Gemm / MatMul before them
+        from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
+
+        bn_fold = (FoldBatchNormPass(),)
+        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold)
+                       if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
         # (so are the O3 attention-prepare passes at O2)
         idle = ({p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
@@ -168,6 +173,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # fold what those dims make constant (GPT-NeoX's rotate_half(x[..., :rd]) slices at
         # Shape(x_rot)[-1] // 2), to a fixed point
         stages.append(Stage("shape-refresh", keep((ShapeInferencePass(), *cleanup_passes()))))
+        # after the refresh: the BN's channel is followed back through Reshapes by their inferred dims
+        stages.append(Stage("batch-norm-fold", keep(bn_fold), fixed_point=False))
         if attention_prepare:
             stages.append(Stage("attention-prepare", keep(attention_prepare), fixed_point=False))
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))

@@ -1,0 +1,273 @@
+"""Inference BatchNormalization after a Conv, Gemm or MatMul with constant weights becomes new weights.
+
+BN(y) = s * y + t per channel, with s = scale / sqrt(var + eps) and t = bias - mean * s; when y is a
+linear op's output whose channel c is that op's output column c, s scales the weight's column c and
+t joins the bias, so the BN disappears (exact up to float rounding). Cases handled:
+- Conv (any group, dilation, pads; with or without bias): weight [M, C/g, k...] times s per M, bias
+  b * s + t;
+- Gemm (transB either way, C absent or of any broadcastable shape, any beta): B's output column times
+  s, C * s + t / beta (C = t and beta = 1 when there is no C or beta is 0);
+- MatMul with a constant right operand: its last axis times s; a following Add of a constant bias that
+  varies along that axis only becomes b * s + t, else an Add of t is inserted after the MatMul.
+Between the op and the BN there may be Transposes, Reshapes and Flattens (LeViT: Linear on [B, N, C],
+then BatchNorm1d over the tokens flattened to [B * N, C]): the BN's channel axis 1 is followed back
+through them (a Reshape or Flatten keeps a last axis of C in place when its input and output both end
+in a static C).
+
+Refused: training_mode 1 (or spatial 0 before opset 9), non-constant BN parameters or weights, a BN
+input or intermediate value that another node (but Shape or Size) or the graph output reads, weights
+of dtypes NumPy cannot compute (bfloat16, float8), BNs inside subgraphs (If / Loop bodies). Arithmetic
+runs in float64 and is cast back to the weight's dtype (float16 included). Folded weights are new
+initializers, so a weight shared with another op keeps its value there; the new tensors are computed
+lazily (``ir.LazyTensor``), when the model is saved.
+
+Runs at level >= 2 for every target, before the rules (a Conv-BN pair is then one Conv to them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes.constant_folding import constant_tensor
+
+_NUMPY_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16})
+
+
+def _default(node: ir.Node | None, *ops: str) -> bool:
+    return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
+
+
+def _only_reader(value: ir.Value, node: ir.Node) -> bool:
+    """``node`` is the one consumer of ``value``'s data, which is no graph output.
+
+    Shape and Size read only the shape, which folding keeps (TorchScript's reshape_as reads the
+    Linear's output for its Shape)."""
+    if value.is_graph_output():
+        return False
+    readers = [u.node for u in value.uses()]
+    data = [n for n in readers if not _default(n, "Shape", "Size")]
+    return len(data) == 1 and data[0] is node
+
+
+def _rank(value: ir.Value) -> int | None:
+    return None if value.shape is None else len(value.shape)
+
+
+def _static_last(value: ir.Value) -> int | None:
+    if value.shape is None or len(value.shape) == 0:
+        return None
+    d = value.shape[-1]
+    return d if isinstance(d, int) else None
+
+
+def _bn_affine(bn: ir.Node):
+    """(s, t) in float64 for an inference BN with constant parameters, else None."""
+    if len(bn.inputs) != 5 or any(v is None for v in bn.inputs):
+        return None
+    attrs = bn.attributes
+    if attrs.get_int("training_mode", 0) != 0 or attrs.get_int("spatial", 1) != 1:
+        return None
+    if any(list(o.uses()) or o.is_graph_output() for o in bn.outputs[1:]):
+        return None  # running mean / var read: a training graph
+    tensors = [constant_tensor(v) for v in bn.inputs[1:]]
+    if any(t is None or t.dtype not in _NUMPY_FLOATS for t in tensors):
+        return None
+    scale, bias, mean, var = (np.asarray(t.numpy(), np.float64).reshape(-1) for t in tensors)
+    if not scale.size == bias.size == mean.size == var.size:
+        return None
+    s = scale / np.sqrt(var + attrs.get_float("epsilon", 1e-5))
+    return s, bias - mean * s
+
+
+def _trace_channel(x: ir.Value, bn: ir.Node):
+    """Follow BN's channel axis 1 back through single-reader Transposes / Reshapes / Flattens.
+
+    Returns (producer node, its output, the channel axis there) or None."""
+    value, reader, axis = x, bn, 1
+    while True:
+        if not _only_reader(value, reader):
+            return None
+        node = value.producer()
+        if _default(node, "Transpose"):
+            rank = _rank(value)
+            perm = node.attributes.get_ints("perm", None)
+            if perm is None:
+                if rank is None:
+                    return None
+                perm = list(reversed(range(rank)))
+            axis = list(perm)[axis]
+        elif _default(node, "Reshape", "Flatten"):
+            src, rank = node.inputs[0], _rank(value)
+            c = _static_last(value)
+            # a flat index mod C is the last-axis index on both sides when both end in C
+            if rank is None or axis != rank - 1 or c is None or _static_last(src) != c:
+                return None
+            axis = len(src.shape) - 1
+        else:
+            return (node, value, axis) if node is not None else None
+        value, reader = node.inputs[0], node
+        if value is None:
+            return None
+
+
+def _lazy(fn, dtype: ir.DataType, shape) -> ir.LazyTensor:
+    return ir.LazyTensor(lambda: ir.tensor(fn()), dtype=dtype, shape=ir.Shape(list(shape)))
+
+
+def _channel_shape(s: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    shape = [1] * rank
+    shape[axis] = s.size
+    return s.reshape(shape)
+
+
+class FoldBatchNormPass(FusePass):
+    """Inference BatchNormalization folded into the Conv / Gemm / MatMul before it (module docstring)."""
+
+    name = "fold-batch-norm"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        graph = model.graph  # the new weights are initializers: main graph only
+        for node in list(graph):
+            if _default(node, "BatchNormalization"):
+                modified |= self._fold(graph, node)
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _fresh(self, graph: ir.Graph, base: str) -> str:
+        taken = {v.name for v in graph.inputs} | set(graph.initializers)
+        taken |= {o.name for n in graph for o in n.outputs}
+        name, i = base, 1
+        while name in taken:
+            name, i = f"{base}_{i}", i + 1
+        return name
+
+    def _const(self, graph: ir.Graph, base: str, fn, dtype: ir.DataType, shape) -> ir.Value:
+        value = ir.Value(name=self._fresh(graph, base), type=ir.TensorType(dtype), shape=ir.Shape(list(shape)),
+                         const_value=_lazy(fn, dtype, shape))
+        graph.register_initializer(value)
+        return value
+
+    def _fold(self, graph: ir.Graph, bn: ir.Node) -> bool:
+        affine = _bn_affine(bn)
+        x = bn.inputs[0]
+        traced = _trace_channel(x, bn) if affine is not None else None
+        if traced is None:
+            return False
+        s, t = affine
+        node, out, axis = traced
+        stem = node.name or out.name or "bn_fold"
+        done = False
+        if _default(node, "Conv") and axis == 1:
+            done = self._conv(graph, node, s, t, stem)
+        elif _default(node, "Gemm") and axis == 1:
+            done = self._gemm(graph, node, s, t, stem)
+        elif _default(node, "MatMul", "Add") and _rank(out) is not None and axis == _rank(out) - 1:
+            done = self._matmul(graph, node, s, t, stem)
+        if not done:
+            return False
+        y = bn.outputs[0]
+        name = y.name
+        y.replace_all_uses_with(x, replace_graph_outputs=True)
+        graph.remove(bn, safe=True)
+        if x.is_graph_output():  # the model's output keeps its name
+            y.name, x.name = None, name
+        self.stats[f"BatchNormalization<-{node.op_type}"] += 1
+        return True
+
+    def _weight(self, w: ir.Value | None, channels: int, axis: int):
+        tensor = constant_tensor(w)
+        if tensor is None or tensor.dtype not in _NUMPY_FLOATS or len(tensor.shape) < 2:
+            return None
+        dim = tensor.shape[axis]
+        return tensor if isinstance(dim, int) and dim == channels else None
+
+    def _conv(self, graph, conv, s, t, stem) -> bool:
+        w = self._weight(conv.inputs[1] if len(conv.inputs) > 1 else None, s.size, 0)
+        b_in = conv.inputs[2] if len(conv.inputs) > 2 else None
+        b = constant_tensor(b_in) if b_in is not None else None
+        if w is None or (b_in is not None and (b is None or b.dtype != w.dtype)):
+            return False
+        np_dt, rank = w.dtype.numpy(), len(w.shape)
+        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64)
+                            * _channel_shape(s, rank, 0)).astype(np_dt), w.dtype, w.shape)
+
+        def bias():
+            old = np.zeros(s.size) if b is None else b.numpy().astype(np.float64).reshape(-1)
+            return (old * s + t).astype(np_dt)
+
+        new_b = self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size])
+        conv.replace_input_with(1, new_w)
+        if len(conv.inputs) < 3:
+            conv.resize_inputs(3)
+        conv.replace_input_with(2, new_b)
+        return True
+
+    def _gemm(self, graph, gemm, s, t, stem) -> bool:
+        attrs = gemm.attributes
+        trans_b = attrs.get_int("transB", 0)
+        w = self._weight(gemm.inputs[1], s.size, 0 if trans_b else 1)
+        if w is None or len(w.shape) != 2:
+            return False
+        c_in = gemm.inputs[2] if len(gemm.inputs) > 2 else None
+        c = constant_tensor(c_in) if c_in is not None else None
+        if c_in is not None and (c is None or c.dtype != w.dtype):
+            return False
+        beta = attrs.get_float("beta", 1.0)
+        np_dt = w.dtype.numpy()
+        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64)
+                            * (s[:, None] if trans_b else s[None, :])).astype(np_dt), w.dtype, w.shape)
+        if c is None or beta == 0.0:
+            c_shape, c_fn = [s.size], lambda: t.astype(np_dt)
+            gemm.attributes["beta"] = ir.AttrFloat32("beta", 1.0)
+        else:
+            c_shape = list(np.broadcast_shapes(tuple(c.shape), (s.size,)))
+            c_fn = lambda: (c.numpy().astype(np.float64) * s + t / beta).astype(np_dt)  # noqa: E731
+        new_c = self._const(graph, f"{stem}_bn_c", c_fn, w.dtype, c_shape)
+        gemm.replace_input_with(1, new_w)
+        if len(gemm.inputs) < 3:
+            gemm.resize_inputs(3)
+        gemm.replace_input_with(2, new_c)
+        return True
+
+    def _matmul(self, graph, node, s, t, stem) -> bool:
+        add = None
+        if node.op_type == "Add":  # MatMul -> Add(bias): the bias takes the shift
+            add = node
+            for i in (0, 1):
+                mm, b_in = add.inputs[i].producer() if add.inputs[i] is not None else None, add.inputs[1 - i]
+                b = constant_tensor(b_in)
+                if _default(mm, "MatMul") and b is not None and _only_reader(add.inputs[i], add):
+                    break
+            else:
+                return False
+            # the bias varies along the last axis only, so s can scale it per channel
+            if b.dtype not in _NUMPY_FLOATS or any(d != 1 for d in list(b.shape)[:-1]) or (
+                    len(b.shape) and b.shape[-1] not in (1, s.size)):
+                return False
+            if len(b.shape) > _rank(add.outputs[0]):
+                return False
+            node = mm
+        w = self._weight(node.inputs[1], s.size, -1)
+        if w is None or constant_tensor(node.inputs[0]) is not None:
+            return False
+        if add is not None and b.dtype != w.dtype:
+            return False
+        np_dt = w.dtype.numpy()
+        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64) * s).astype(np_dt),
+                            w.dtype, w.shape)
+        node.replace_input_with(1, new_w)
+        if add is not None:
+            shape = list(b.shape)[:-1] + [s.size]
+            new_b = self._const(graph, f"{stem}_bn_b", lambda: (
+                b.numpy().astype(np.float64) * s + t).reshape(shape).astype(np_dt), w.dtype, shape)
+            add.replace_input_with(1 - i, new_b)
+            return True
+        mm_out = node.outputs[0]
+        new_t = self._const(graph, f"{stem}_bn_b", lambda: t.astype(np_dt), w.dtype, [s.size])
+        shifted = ir.Value(name=self._fresh(graph, f"{mm_out.name or stem}_bn"), type=mm_out.type,
+                           shape=mm_out.shape)
+        mm_out.replace_all_uses_with(shifted)
+        graph.insert_after(node, [ir.Node("", "Add", [mm_out, new_t], outputs=[shifted], name=f"{stem}_bn_shift")])
+        return True
