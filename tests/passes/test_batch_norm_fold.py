@@ -168,6 +168,17 @@ def test_bn_on_a_non_channel_axis_is_refused():
     assert not modified and ops(model)["BatchNormalization"] == 1
 
 
+def test_residual_add_before_bn_is_refused():
+    """MatMul -> Add(activation) -> BN: the Add is no constant bias, so s and t cannot go into weights."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"), *_bn_inits(8, rng)]
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["m"]), oh.make_node("Add", ["m", "x"], ["a"]), _bn("a", "y")]
+    proto = _model(nodes, inits, [oh.make_tensor_value_info("x", F, [5, 8])],
+                   [oh.make_tensor_value_info("y", F, [5, 8])])
+    model, modified, _ = _run(proto)
+    assert not modified and ops(model)["BatchNormalization"] == 1
+
+
 @pytest.mark.parametrize("trans_b,c_shape,beta", [(0, None, 1.0), (1, [8], 0.5), (0, [3, 8], 2.0),
                                                   (1, [3, 1], 1.0), (0, [8], 0.0)])
 def test_gemm_bn_folds(trans_b, c_shape, beta):
