@@ -395,6 +395,28 @@ def _ancestor_ops(v, n: int) -> list[str]:
     return ops
 
 
+def _reads_input(ctx, v, n: int = 200) -> bool:
+    """Whether ``v``'s values depend on a graph input's values: a Shape or Size of one reads only
+    its dims (a mask sized from x stays a function of the shapes). True too past ``n`` producers,
+    where the search gives up (unproven)."""
+    seen: set[int] = set()
+    queue = [_as_value(v, "reads_input")]
+    while queue:
+        x = queue.pop(0)
+        if x is None or id(x) in seen or x.const_value is not None:
+            continue
+        seen.add(id(x))
+        node = x.producer()
+        if node is None:   # a graph input, or a value from outside this graph: unknown
+            return True
+        if len(seen) > n:
+            return True
+        if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
+            continue
+        queue.extend(node.inputs)
+    return False
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "rank": _rank,
     "shape": _shape,
@@ -442,6 +464,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "split": lambda ctx, s, sep: str(s).split(str(sep)),
     # op types of every producer above a value (all inputs, breadth first, at most n nodes)
     "ancestor_ops": lambda ctx, v, n: _ancestor_ops(_as_value(v, "ancestor_ops"), int(n)),
+    "reads_input": _reads_input,
     # the largest magnitude a value can hold, proven from constants through layout / gather /
     # simple arithmetic ops (inf where unproven: an input, an activation; _value_bound.py)
     "value_bound": _value_bound,

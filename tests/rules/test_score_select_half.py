@@ -1,0 +1,90 @@
+"""where-causal-select-half (rules/attention/score_select.yaml): a float16 causal select with the
+dtype's lowest as fill, softmax(where(causal, q k^T, -65504) / scale) (GPT-J 4.38 without a padding
+mask, the fuzz select_scale motif in float16), which the recognizers did not take (they read only a
+-inf fill as a mask in float16). Numerics against the original in ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+
+F16 = TensorProto.FLOAT16
+H, D = 2, 8
+
+
+def _graph(h, *, scale="div", pad=False, causal="computed", fill=-65504.0):
+    """q, k, v [B, H, S, D] float16 (dynamic B, S); the causal mask a Trilu of ones sized from q
+    (or a graph input, or the upper triangle: near misses)."""
+    n = h.node
+    nodes = [n("Shape", ["q"], ["qs"], start=2, end=3), n("Concat", ["qs", "qs"], ["ss"], axis=0),
+             n("ConstantOfShape", ["ss"], ["ones"], value=oh.make_tensor("one", TensorProto.INT64, [1], [1])),
+             n("Trilu", ["ones"], ["tri"], upper=1 if causal == "upper" else 0),
+             n("Cast", ["tri"], ["trib"], to=TensorProto.BOOL), n("Unsqueeze", ["trib", "ax01"], ["cm"])]
+    c = "c_in" if causal == "input" else "cm"
+    nodes += [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+              n("Where", [c, "sc", "fill"], ["w"])]
+    s = "w"
+    if scale == "div":
+        nodes.append(n("Div", ["w", "d"], ["wd"]))
+        s = "wd"
+    elif scale == "mul":
+        nodes.append(n("Mul", ["w", "e"], ["wd"]))
+        s = "wd"
+    if pad:
+        nodes.append(n("Add", [s, "pad"], ["wp"]))
+        s = "wp"
+    nodes += [n("Softmax", [s], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])]
+    inits = {"ax01": np.array([0, 1], np.int64), "fill": np.array(fill, np.float16),
+             "d": np.array(np.sqrt(D), np.float16), "e": np.array(D ** -0.5, np.float16)}
+    shape = ["batch", H, "seq", D]
+    inputs = [h.vi(x, shape, F16) for x in ("q", "k", "v")]
+    if pad:
+        inputs.append(h.vi("pad", ["batch", 1, 1, "seq"], F16))
+    if causal == "input":
+        inputs.append(h.vi("c_in", [1, 1, "seq", "seq"], TensorProto.BOOL))
+    return h.make_model(nodes, inputs, [h.vi("y", shape, F16)], inits)
+
+
+def _feeds(h, batch, seq, **extra):
+    f = {x: h.rng.standard_normal((batch, H, seq, D)).astype(np.float16) for x in ("q", "k", "v")}
+    f.update(extra)
+    return f
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("scale", ["div", "mul", None])
+def test_float16_causal_select_is_fused(h, target, scale):
+    """Before: attention 0/1 (the select's fill -65504 is not the -inf the recognizers read)."""
+    model = _graph(h, scale=scale)
+    out = h.fuse(model, target)
+    assert h.fired(out)["where-causal-select-half"] == 1
+    counts = h.ops(out)
+    assert "Softmax" not in counts, counts
+    for batch, seq in ((2, 5), (1, 1), (3, 7)):
+        h.assert_close(model, out, _feeds(h, batch, seq), atol=3e-3, rtol=3e-3)
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(causal="input"), "computed from shapes"),
+    (dict(causal="upper"), "must be causal"),
+    (dict(fill=-1.0), "finite number <= -1e4"),
+])
+def test_float16_select_near_misses(h, kw, why):
+    model = _graph(h, **kw)
+    reasons = h.reasons(model, "ort", "where-causal-select-half")
+    assert any(why in r for r in reasons), reasons
+    assert "Softmax" in h.ops(h.fuse(model, "ort"))
+
+
+def test_float16_select_with_a_padding_mask_after_it_is_left(h):
+    """A padding mask after the select: a left-padded query whose causally kept keys are all
+    padded weighs the masked keys uniformly in the original; no additive mask does that."""
+    model = _graph(h, pad=True)
+    out = h.fuse(model, "ort")
+    assert h.fired(out)["where-causal-select-half"] == 0
+    assert "Softmax" in h.ops(out)
+    pad = np.zeros((2, 1, 1, 5), np.float16)
+    pad[1, ..., :2] = -65504.0
+    h.assert_close(model, out, _feeds(h, 2, 5, pad=pad), atol=3e-3, rtol=3e-3)
