@@ -12,6 +12,9 @@ tools/export_decoder_kv.py models of test_trt_paged_kv.py (docs/paged_kv.md, "Co
 - gemma_hd64__optimum__trained: Optimum without a position_ids input: the RoPE positions are
   Range(P, P + S) (probed by value), [1, S] through HF's inv_freq MatMul and a Transpose.
 
+Each also as a decode-only graph (tests/decode_models.static_decode, S fixed at 1): paged at O4 and,
+at ort-O3, one cache-holding attention per layer with the model's KV heads (GQA kept).
+
 Made offline (tests/data/models/<name>.json says how: tools/export_corpus.py --head-dim 64). Each is
 optimized with verify, must be paged in every layer with nothing of the contiguous interface left,
 and a ragged batch through the paged model must match the original run once per sequence.
@@ -30,6 +33,7 @@ import pytest
 import onnx_fuse
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.verify import make_session
+from tests.decode_models import static_decode
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 NAMES = ["opt_hd64__kv__trained", "opt_hd64__torchscript_kv__trained", "llama_hd64__torchscript_kv__trained",
@@ -73,8 +77,12 @@ def _has(entry: dict, name: str) -> bool:
 @pytest.mark.parametrize("past_lens,new", [((7, 3), 1), ((0, 9), 1), ((5, 2), 3)])
 def test_ragged_batch_matches_original(case, past_lens, new):
     name, entry, result = case
+    _check_ragged_batch(name, entry, result.model, past_lens, new)
+
+
+def _check_ragged_batch(name: str, entry: dict, model, past_lens, new: int) -> None:
     orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
-    paged = make_session(result.model)
+    paged = make_session(model)
     feeds = _original_feeds(entry, 2, max(past_lens), new, seed=sum(past_lens))
     pf = paged_inputs_from_contiguous(feeds, 4, past_lens=past_lens, new_tokens=new, seed=1)
     if _has(entry, "position_ids"):  # Optimum: the caller gives the positions, per sequence
@@ -92,6 +100,37 @@ def test_ragged_batch_matches_original(case, past_lens, new):
             for kv, t in (("key", "k"), ("value", "v")):
                 np.testing.assert_allclose(gather_pool(got[f"kv_pool_{t}_out.{i}"], pf["block_tables"][b], L + new),
                                            ref[f"present.{i}.{kv}"][0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_static_decode_is_paged_and_matches_original(name):
+    """S fixed at 1 makes a present's length ``past_sequence + 1``; shape CSE must not swap the
+    reads of it for an Add it cannot read back (TorchScript LLaMA's repeat-KV Expand target then
+    stayed unfolded: no GQA, no cache fusion, nothing paged)."""
+    entry = json.loads((MODELS / f"{name}.json").read_text())
+    result = onnx_fuse.optimize(static_decode(name), level=4, target="trt", verify=True)
+    assert result.report.status == "PASSED", result.report.status_reason
+    ops = collections.Counter(n.op_type for n in result.model.graph)
+    assert ops["PagedAttention"] == entry["num_layers"], result.report.warnings
+    _check_ragged_batch(name, entry, result.model, (7, 3), 1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_static_decode_keeps_kv_heads_and_cache_at_ort_o3(name):
+    entry = json.loads((MODELS / f"{name}.json").read_text())
+    result = onnx_fuse.optimize(static_decode(name), level=3, target="ort", verify=True)
+    assert result.report.status == "PASSED", result.report.status_reason
+    fused = [n for n in result.model.graph if n.op_type in ("Attention", "MultiHeadAttention", "GroupQueryAttention")]
+    assert len(fused) == entry["num_layers"], collections.Counter(n.op_type for n in result.model.graph)
+    for v in result.model.graph.inputs:   # the cache goes into the attention, not a Concat (Shape: dims)
+        if v.name.startswith("past_key_values."):
+            assert {u.node.op_type for u in v.uses()} <= {n.op_type for n in fused} | {"Shape"}, v.name
+    for n in fused:   # GQA: K/V not repeated to the query heads ([B, Hkv, S, D] or kv_num_heads)
+        k = n.inputs[1]
+        heads = (k.shape[1] if k.shape is not None and len(k.shape) == 4
+                 else n.attributes["kv_num_heads"].value if "kv_num_heads" in n.attributes
+                 else n.attributes["num_heads"].value)
+        assert heads == entry["num_kv_heads"], (n.op_type, k.shape)
 
 
 def test_padding_mask_read_only_for_the_batch_size_goes():
