@@ -117,3 +117,19 @@ def test_a_present_length_is_read_from_the_inputs():
     rng = np.random.default_rng(0)
     f = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
     check_same(proto, model, inputs={"past": f(2, 2, 3, 8), "k": f(2, 2, 4, 8), "mask": f(2, 1, 4, 9)})
+
+
+def test_a_present_length_plus_a_number_keeps_its_read():
+    """Decode-only (S = 1): the present's length is ``P + 1``; Shape(past)[2] + 1 would not read
+    back as that entry (a size plus a number stays as written), so the present's read stays
+    rather than becoming a value no later fold can read (regression of the read above)."""
+    text = PRESENT_LENGTH.replace("float[B, 2, S, 8] k", "float[B, 2, 1, 8] k").replace(
+        "float[B, 1, S, M] mask", "float[B, 1, 1, M] mask").replace("float[B, 1, S, ?] y", "float[B, 1, 1, ?] y")
+    proto, model, _, _ = _run(text)
+    readers = {n.inputs[0].name for n in model.graph if n.op_type == "Shape"}
+    assert "present" in readers, readers
+    assert ops(model)["Add"] == 1   # only 0 + P: no sum built and left behind
+    assert not CommonSubexpressionEliminationPass()(model).modified
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
+    check_same(proto, model, inputs={"past": f(2, 2, 3, 8), "k": f(2, 2, 1, 8), "mask": f(2, 1, 1, 9)})
