@@ -100,11 +100,24 @@ def _sum_from_inputs(graph: ir.Graph, entries: list, scalar: bool) -> ir.Value |
     first = next(iter(graph), None)   # the sum goes above every node there now
     before = set(graph)
     total = _build_sum(graph, entries[0], scalar, first)
-    if total is None or shape_entries(total) == (list(entries), scalar):
+    got = shape_entries(total) if total is not None else None
+    if total is None or (got is not None and got[1] == scalar and _same_sum(got[0], entries[0])):
         return total
     for node in reversed([n for n in graph if n not in before]):
         graph.remove(node, safe=True)
     return None
+
+
+def _same_sum(got: list, entry: str) -> bool:
+    """``got`` is the one entry ``entry``, sums compared in one spelling (Optimum names a present's
+    length ``past + new``; shape_entries spells the Add ``new + past``)."""
+    from onnx_fuse.passes._dim_products import to_dim
+    from onnx_fuse.passes._dim_sums import dim_sum
+
+    if len(got) != 1 or not isinstance(got[0], str):
+        return False
+    a, b = dim_sum([to_dim(got[0])]), dim_sum([to_dim(entry)])
+    return got[0] == entry or (a is not None and a == b)
 
 
 def _build_sum(graph: ir.Graph, entry: str, scalar: bool, first: ir.Node | None) -> ir.Value | None:
