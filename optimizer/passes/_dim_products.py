@@ -25,6 +25,15 @@ Dim = tuple[int, tuple[str, ...]]  # coef, sorted atoms
 _TOKEN = re.compile(r"^\s*(\d+|[A-Za-z_][\w.]*)\s*$")
 
 
+def broadcast_entries(ea: list, eb: list) -> tuple[list, list] | None:
+    """Two shape-entry lists of an elementwise op, a length-1 side repeated to the other's length;
+    None where the lengths differ otherwise (no numpy broadcasting beyond that is read)."""
+    if len(ea) != len(eb) and 1 not in (len(ea), len(eb)):
+        return None
+    n = max(len(ea), len(eb))
+    return (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+
+
 def to_dim(d) -> Dim | None:
     """A dim (int, str, a list meaning the product of its items) in canonical form; None if unknown."""
     if isinstance(d, (bool, np.bool_)):
@@ -170,10 +179,10 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         if a is None or b is None:
             return None
         (ea, sa), (eb, sb) = a, b
-        if len(ea) != len(eb) and 1 not in (len(ea), len(eb)):
+        pair = broadcast_entries(ea, eb)
+        if pair is None:
             return None
-        n = max(len(ea), len(eb))
-        ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+        ea, eb = pair
         f = mul if op == "Mul" else div
         return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], sa and sb
     if sums and op in ("Add", "Sub") and len(ins) == 2:   # P + S, (P + S) - P

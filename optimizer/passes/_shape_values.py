@@ -135,17 +135,17 @@ def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
     one spelling shape inference gives such a dim (passes/_dim_sums.py), so the read of a present's
     length and the sum computed from the inputs are one value. Two sizes only: a number added
     to a size is not read (None)."""
-    from onnx_fuse.passes._dim_products import to_dim
+    from onnx_fuse.passes._dim_products import broadcast_entries, to_dim
     from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 
     a, b = shape_entries(ins[0], depth + 1), shape_entries(ins[1], depth + 1)
     if a is None or b is None:
         return None
     (ea, sa), (eb, sb) = a, b
-    if len(ea) != len(eb) and 1 not in (len(ea), len(eb)):
+    pair = broadcast_entries(ea, eb)
+    if pair is None:
         return None
-    n = max(len(ea), len(eb))
-    ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+    ea, eb = pair
     out = []
     for x, y in zip(ea, eb):
         if isinstance(x, int) and isinstance(y, int):
