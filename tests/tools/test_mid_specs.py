@@ -53,7 +53,7 @@ def test_missing_version_venv_is_a_clear_error(tmp_path, monkeypatch):
 
 def _vmapped(fn, bh_indices=True):
     """What transformers 4.53's masking_utils._vmap_for_bhqkv computes: fn vmapped over kv, q (and h, b)."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     dims = [(None, None, None, 0), (None, None, 0, None)] + ([(None, 0, None, None), (0, None, None, None)]
                                                               if bh_indices else [])
