@@ -142,7 +142,7 @@ FA_WS_TMA_OVEDF = (128, 128, 12, "tma", "ovedf")
 # against oved's 1545-1560 at the same 689 W). Causal, the pair's longer CTA loads its last tile alone.
 # Only where both CTAs of a pair are full query blocks: no window, no seq_lens, S a multiple of 256
 # (the launcher refuses others by name and runs oved for them with 29). Planned at D = 128 fp16
-# without a mask on Hopper (no softcap) from run 20c: B4 S4096 565 / 576 TFLOP/s against oved's 563 /
+# without a mask on Hopper (no softcap) in run 20 only (since run 21 FA_WS_TMA_OVEDQ): B4 S4096 565 / 576 TFLOP/s against oved's 563 /
 # 564, GQA H32/8 576 / 577 against 564 / 564 (cuDNN 549-555); bf16 at par or behind (588-599 against
 # 582-615) and causal at par with ovedf (fp16 511-513 / 505-514): those keep their plans.
 FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")

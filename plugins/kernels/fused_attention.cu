@@ -2092,9 +2092,8 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_CLUSTER_PAIR
 #endif
 #define OF_FA_OVED_OPT (onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLeanDesc)
-#define OF_FA_WSTODMX_KERNEL(NAME, T, D, CAUSAL, XOPT)                                             \
-  OF_FA_WST_ENTRY_A(OF_FA_CLUSTER_PAIR, NAME, T, D, CAUSAL, 24, OF_FA_OVED_OPT | onnx_fuse::kWsMcast | XOPT, 0)
-#define OF_FA_WSTODM_KERNEL(NAME, T, D, CAUSAL) OF_FA_WSTODMX_KERNEL(NAME, T, D, CAUSAL, 0)
+#define OF_FA_WSTODM_KERNEL(NAME, T, D, CAUSAL)                                                   \
+  OF_FA_WST_ENTRY_A(OF_FA_CLUSTER_PAIR, NAME, T, D, CAUSAL, 24, OF_FA_OVED_OPT | onnx_fuse::kWsMcast, 0)
 #define OF_FA_WSTODM_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_full, T, D, false)       \
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)
