@@ -25,13 +25,17 @@ Dim = tuple[int, tuple[str, ...]]  # coef, sorted atoms
 _TOKEN = re.compile(r"^\s*(\d+|[A-Za-z_][\w.]*)\s*$")
 
 
-def broadcast_entries(ea: list, eb: list) -> tuple[list, list] | None:
-    """Two shape-entry lists of an elementwise op, a length-1 side repeated to the other's length;
-    None where the lengths differ otherwise (no numpy broadcasting beyond that is read)."""
+def broadcast_entries(a: tuple[list, bool] | None, b: tuple[list, bool] | None) -> tuple[list, list, bool] | None:
+    """The two (entries, static) shape reads of an elementwise op's inputs, a length-1 side repeated to
+    the other's length: (entries a, entries b, both static); None where a read failed or the lengths
+    differ otherwise (no numpy broadcasting beyond that is read)."""
+    if a is None or b is None:
+        return None
+    (ea, sa), (eb, sb) = a, b
     if len(ea) != len(eb) and 1 not in (len(ea), len(eb)):
         return None
     n = max(len(ea), len(eb))
-    return (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+    return (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb), sa and sb
 
 
 def to_dim(d) -> Dim | None:
@@ -175,16 +179,12 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         s, e = (max(min(int(x.numpy().reshape(-1)[0]), n), -n) for x in (starts, ends))
         return inner[0][s:e], False
     if op in ("Mul", "Div") and len(ins) == 2:
-        a, b = sub(0), sub(1)
-        if a is None or b is None:
-            return None
-        (ea, sa), (eb, sb) = a, b
-        pair = broadcast_entries(ea, eb)
+        pair = broadcast_entries(sub(0), sub(1))
         if pair is None:
             return None
-        ea, eb = pair
+        ea, eb, static = pair
         f = mul if op == "Mul" else div
-        return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], sa and sb
+        return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], static
     if sums and op in ("Add", "Sub") and len(ins) == 2:   # P + S, (P + S) - P
         from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 
@@ -194,8 +194,6 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         f = (lambda x, y: dim_sum([x, y])) if op == "Add" else dim_diff
         return [None if x is None or y is None else f(x, y) for x, y in zip(a[0], b[0])], a[1] and b[1]
     return None
-
-
 
 
 def reshape_out_dims(r, in_dims=None) -> list[Dim] | None:

@@ -138,14 +138,10 @@ def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
     from onnx_fuse.passes._dim_products import broadcast_entries, to_dim
     from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 
-    a, b = shape_entries(ins[0], depth + 1), shape_entries(ins[1], depth + 1)
-    if a is None or b is None:
-        return None
-    (ea, sa), (eb, sb) = a, b
-    pair = broadcast_entries(ea, eb)
+    pair = broadcast_entries(shape_entries(ins[0], depth + 1), shape_entries(ins[1], depth + 1))
     if pair is None:
         return None
-    ea, eb = pair
+    ea, eb, static = pair
     out = []
     for x, y in zip(ea, eb):
         if isinstance(x, int) and isinstance(y, int):
@@ -165,7 +161,7 @@ def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
             out.append(atoms[0])
         else:
             return None
-    return out, sa and sb
+    return out, static
 
 
 def _where_entries(ins: list, depth: int) -> tuple[list, bool] | None:
