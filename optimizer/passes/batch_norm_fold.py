@@ -122,6 +122,24 @@ def _channel_shape(s: np.ndarray, rank: int, axis: int) -> np.ndarray:
     return s.reshape(shape)
 
 
+def _optional_bias(node: ir.Node, dtype: ir.DataType) -> tuple[bool, ir.TensorProtocol | None]:
+    """Conv's / Gemm's optional third input: (True, None) when absent, (True, tensor) when a constant of
+    the weight's dtype, (False, None) otherwise (a computed bias cannot take the shift)."""
+    b_in = node.inputs[2] if len(node.inputs) > 2 else None
+    if b_in is None:
+        return True, None
+    b = constant_tensor(b_in)
+    return (b is not None and b.dtype == dtype), b
+
+
+def _set_weight_and_bias(node: ir.Node, w: ir.Value, b: ir.Value) -> None:
+    """Conv's / Gemm's inputs 1 and 2 replaced (input 2 added when the node had none)."""
+    node.replace_input_with(1, w)
+    if len(node.inputs) < 3:
+        node.resize_inputs(3)
+    node.replace_input_with(2, b)
+
+
 class FoldBatchNormPass(FusePass):
     """Inference BatchNormalization folded into the Conv / Gemm / MatMul before it (module docstring)."""
 
@@ -185,9 +203,10 @@ class FoldBatchNormPass(FusePass):
 
     def _conv(self, graph, conv, s, t, stem) -> bool:
         w = self._weight(conv.inputs[1] if len(conv.inputs) > 1 else None, s.size, 0)
-        b_in = conv.inputs[2] if len(conv.inputs) > 2 else None
-        b = constant_tensor(b_in) if b_in is not None else None
-        if w is None or (b_in is not None and (b is None or b.dtype != w.dtype)):
+        if w is None:
+            return False
+        ok, b = _optional_bias(conv, w.dtype)
+        if not ok:
             return False
         np_dt, rank = w.dtype.numpy(), len(w.shape)
         new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64)
@@ -197,11 +216,7 @@ class FoldBatchNormPass(FusePass):
             old = np.zeros(s.size) if b is None else b.numpy().astype(np.float64).reshape(-1)
             return (old * s + t).astype(np_dt)
 
-        new_b = self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size])
-        conv.replace_input_with(1, new_w)
-        if len(conv.inputs) < 3:
-            conv.resize_inputs(3)
-        conv.replace_input_with(2, new_b)
+        _set_weight_and_bias(conv, new_w, self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size]))
         return True
 
     def _gemm(self, graph, gemm, s, t, stem) -> bool:
@@ -210,9 +225,8 @@ class FoldBatchNormPass(FusePass):
         w = self._weight(gemm.inputs[1], s.size, 0 if trans_b else 1)
         if w is None or len(w.shape) != 2:
             return False
-        c_in = gemm.inputs[2] if len(gemm.inputs) > 2 else None
-        c = constant_tensor(c_in) if c_in is not None else None
-        if c_in is not None and (c is None or c.dtype != w.dtype):
+        ok, c = _optional_bias(gemm, w.dtype)
+        if not ok:
             return False
         beta = attrs.get_float("beta", 1.0)
         np_dt = w.dtype.numpy()
@@ -224,11 +238,7 @@ class FoldBatchNormPass(FusePass):
         else:
             c_shape = list(np.broadcast_shapes(tuple(c.shape), (s.size,)))
             c_fn = lambda: (c.numpy().astype(np.float64) * s + t / beta).astype(np_dt)  # noqa: E731
-        new_c = self._const(graph, f"{stem}_bn_c", c_fn, w.dtype, c_shape)
-        gemm.replace_input_with(1, new_w)
-        if len(gemm.inputs) < 3:
-            gemm.resize_inputs(3)
-        gemm.replace_input_with(2, new_c)
+        _set_weight_and_bias(gemm, new_w, self._const(graph, f"{stem}_bn_c", c_fn, w.dtype, c_shape))
         return True
 
     def _matmul(self, graph, node, s, t, stem) -> bool:
