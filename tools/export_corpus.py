@@ -62,6 +62,10 @@ of transformers 5.24 no earlier set has, in the corpus's styles (kind features: 
 --holdout 9 plans the fifth sweep's part D (holdout_specs.HOLDOUT5D): corpus architectures as transformers
 4.48 and 4.53 wrote them, part B's styles plus legacy_dynamo / legacy_dynamo_kv (the dynamo exporter), by
 the same hand-off (tools/legacy_venv.sh VERSION), usually into --out /tmp/holdout9.
+--holdout 10 plans the sixth sweep's part A (holdout_specs.HOLDOUT6A): decoder architectures of transformers
+5.24 that no set above has (MLA without MoE, sparse-attention indexers, recurrent layer loops, per-layer head
+sizes, mu-P multipliers, conv / linear-attention hybrids) in the corpus's own styles, usually into
+--out /tmp/holdout10.
 """
 
 from __future__ import annotations

@@ -827,3 +827,121 @@ HOLDOUT5D = {f"{arch}_tf{tag}": dict(SPECS[arch], styles=styles, transformers=LE
                                      cache_object=True)
              for tag, archs in MID_PLAN.items() for arch, styles in archs.items()}
 HOLDOUT_SETS[9] = HOLDOUT5D
+
+
+# ---- sixth sweep, part A (--holdout 10, HOLDOUT6A): decoder architectures never seen -----------------------
+# transformers 5.24 causal LMs in none of the sets above, in the corpus's own styles: MLA without MoE (Youtu),
+# MLA with zero-compute experts (LongCat-Flash), DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2)
+# and MiniMax-M3's block indexer, qk-norm MoE (HY-V3, Kolibri, Solar-Open: partial rotary), CCA attention
+# (ZAYA), mu-P multipliers (HyperCLOVA X, GraniteMoE-Shared), attention sinks with per-layer rope bases
+# (GraniteMoE-SWA), recurrent layer loops (HRM, Dory: an input / looped / output stack), per-layer head sizes
+# and KV sharing (Gemma 4 unified), conv + attention (LFM3: proportional partial rope), hybrid linear
+# attention (Qwen3.5, OLMo-Hybrid, Lara-mini with windowed layers too), Inkling's hybrid windowed attention
+# with relative biases.
+SLIDE6 = dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])
+BMM6 = dict(experts_implementation="batched_mm")
+MLA6 = dict(num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16,
+            qk_rope_head_dim=8, v_head_dim=16)
+MUP6 = dict(embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0625, logits_scaling=8.0)
+LIN6 = dict(linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4)
+DEC_TS6 = ("dyn_mask", "kv", "torchscript_kv")
+LONGCAT6 = {k: v for k, v in DEC.items() if k not in ("num_hidden_layers", "intermediate_size")}  # num_layers
+
+HOLDOUT6A = {
+    "youtu": _s("decoder", "YoutuConfig", "YoutuForCausalLM", dict(DEC, **MLA6),
+                ["mha", "mla", "rope-interleaved", "rope-partial", "rmsnorm", "swiglu", "v-head-dim-differs"],
+                "youtu", "gpt2", styles=DEC_TS6),
+    "longcat_flash": _s("decoder", "LongcatFlashConfig", "LongcatFlashForCausalLM",
+                        dict(LONGCAT6, num_layers=LAYERS, **MLA6, head_dim=8, qk_head_dim=24, ffn_hidden_size=FFN,
+                             n_routed_experts=4, zero_expert_num=2, moe_topk=2, expert_ffn_hidden_size=32, **BMM6),
+                        ["mha", "mla", "rope-interleaved", "rmsnorm", "moe", "zero-experts", "two-attentions"],
+                        "longcat_flash", "gpt2", styles=DEC_KV),
+    "deepseek_v32": _s("decoder", "DeepseekV32Config", "DeepseekV32ForCausalLM",
+                       dict(DEC, **MLA6, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                            n_shared_experts=1, n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse"],
+                            first_k_dense_replace=1, index_topk=4, index_head_dim=16, index_n_heads=2, **BMM6),
+                       ["mha", "mla", "rope-interleaved", "rmsnorm", "sparse-attention-indexer", "moe"],
+                       "deepseek_v32", "gpt2", styles=DEC_KV),
+    "minimax_m3_vl_text": _s("decoder", "MiniMaxM3VLTextConfig", "MiniMaxM3VLForCausalLM",
+                             dict(DEC, **GQA, num_local_experts=4, num_experts_per_tok=2, dense_intermediate_size=FFN,
+                                  shared_intermediate_size=32, rotary_dim=8, mlp_layer_types=["dense", "sparse"],
+                                  index_n_heads=2, index_head_dim=16, index_block_size=2, index_topk_blocks=2,
+                                  index_local_blocks=1, **BMM6),
+                             ["gqa", "rope-partial", "rmsnorm", "qk-norm", "block-sparse-indexer", "swiglu-clamped",
+                              "moe"], "minimax_m3_vl_text", "gpt2", styles=DEC_KV),
+    "hy_v3": _s("decoder", "HYV3Config", "HYV3ForCausalLM",
+                dict(DEC, **GQA, num_experts=4, num_experts_per_tok=2, num_shared_experts=1, moe_intermediate_size=32,
+                     mlp_layer_types=["dense", "sparse"], **BMM6),
+                ["gqa", "rope-full", "rmsnorm", "qk-norm", "moe"], "hy_v3", "gpt2", styles=DEC_KV),
+    "kolibri1": _s("decoder", "Kolibri1Config", "Kolibri1ForCausalLM",
+                   dict(DEC, **GQA, **SLIDE6, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        shared_expert_intermediate_size=32, **BMM6),
+                   ["gqa", "rope-full", "rmsnorm", "qk-norm", "sliding-window", "moe"], "kolibri1", "gpt2",
+                   styles=DEC_KV),
+    "solar_open": _s("decoder", "SolarOpenConfig", "SolarOpenForCausalLM",
+                     dict(DEC, **GQA, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_group=1,
+                          topk_group=1, **BMM6),
+                     ["gqa", "rope-full", "rmsnorm", "moe"], "solar_open", "gpt2", styles=DEC_KV),
+    "zaya": _s("decoder", "ZayaConfig", "ZayaForCausalLM",
+               dict(DEC, **GQA, num_experts=4, moe_intermediate_size=32, router_hidden_size=16, **BMM6),
+               ["gqa", "rope-partial", "rmsnorm", "cca-attention", "moe"], "zaya", "gpt2", styles=DEC_KV),
+    "hyperclovax": _s("decoder", "HyperCLOVAXConfig", "HyperCLOVAXForCausalLM", dict(DEC, **GQA, **MUP6),
+                      ["gqa", "rope-full", "rmsnorm", "swiglu", "attention-multiplier", "multipliers"], "hyperclovax",
+                      "gpt2", styles=DEC_TS6),
+    "aria_text": _s("decoder", "AriaTextConfig", "AriaTextForCausalLM",
+                    dict(DEC, **GQA, moe_num_experts=4, moe_topk=2, moe_num_shared_experts=1, **BMM6),
+                    ["gqa", "rope-full", "rmsnorm", "moe"], "aria_text", "gpt2", styles=DEC_KV),
+    "granitemoeshared": _s("decoder", "GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+                           dict(DEC, **GQA, **MUP6, num_local_experts=4, num_experts_per_tok=2,
+                                shared_intermediate_size=32, **BMM6),
+                           ["gqa", "rope-full", "rmsnorm", "attention-multiplier", "moe"], "granitemoeshared", "gpt2",
+                           styles=DEC_KV),
+    "granitemoe_swa": _s("decoder", "GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM",
+                         dict(DEC, **GQA, **SLIDE6, num_local_experts=4, num_experts_per_tok=2,
+                              shared_intermediate_size=32, layer_rope_theta=[10000.0, 500000.0], **BMM6),
+                         ["gqa", "rope-full", "rope-two-bases", "rmsnorm", "attention-sinks", "sliding-window", "moe"],
+                         "granitemoe_swa", "gpt2", styles=DEC_KV),
+    "hrm_text": _s("decoder", "HrmTextConfig", "HrmTextForCausalLM",
+                   dict(DEC, **GQA, num_hidden_layers=1, H_cycles=2, L_cycles=1, L_bp_cycles=[1]),
+                   ["gqa", "rope-full", "rmsnorm", "swiglu", "layer-loops", "embed-scale"], "hrm_text", "gpt2",
+                   styles=DEC_TS6),
+    "dory": _s("decoder", "DoryConfig", "DoryForCausalLM",
+               dict(DEC, **GQA, num_hidden_layers=6, sliding_window=4, n_input_layers=2, n_recurrent_layers=2,
+                    n_output_layers=2, n_recurrent_loops=2,
+                    layer_types=["sliding_attention", "mlp", "full_attention", "mlp", "full_attention", "mlp"]),
+               ["gqa", "rope-full", "rope-two-bases", "qk-norm", "sliding-window", "layer-loops"], "dory", "gpt2",
+               styles=DEC_KV),
+    "gemma4_unified_text": _s("decoder", "Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM",
+                              dict(DEC, **GQA, **SLIDE6, per_layer_config={"1": {"head_dim": 32}}),
+                              ["gqa", "rope-full", "rope-partial", "rmsnorm", "qk-norm", "v-norm", "no-scale",
+                               "per-layer-head-dim", "sliding-window", "softcap-logits"], "gemma4_unified_text", "gpt2",
+                              styles=DEC_KV),
+    "lfm3": _s("decoder", "Lfm3Config", "Lfm3ForCausalLM",
+               dict(DEC, **GQA, num_hidden_layers=4, sliding_window=4,
+                    layer_types=["conv", "full_attention", "conv", "sliding_attention"]),
+               ["gqa", "rope-full", "rope-partial", "rmsnorm", "qk-norm", "short-conv", "sliding-window"], "lfm3",
+               "gpt2", styles=DEC_KV),
+    "qwen3_5_text": _s("decoder", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+                       dict(DEC, **GQA, **LIN6, layer_types=["linear_attention", "full_attention"]),
+                       ["gqa", "rope-partial", "rmsnorm-1p", "qk-norm", "gated-attention", "gated-delta-net"],
+                       "qwen3_5_text", "gpt2", styles=DEC_KV),
+    "lara_mini": _s("decoder", "LaraMiniConfig", "LaraMiniForCausalLM",
+                    dict(DEC, **GQA, **LIN6, num_hidden_layers=3, sliding_window=4, num_experts=4,
+                         num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                         layer_types=["linear_attention", "sliding_attention", "full_attention"], **BMM6),
+                    ["gqa", "rope-full", "rmsnorm", "qk-norm", "gated-delta-net", "sliding-window", "moe"],
+                    "lara_mini", "gpt2", styles=DEC_KV),
+    "olmo_hybrid": _s("decoder", "OlmoHybridConfig", "OlmoHybridForCausalLM",
+                      dict(DEC, **GQA, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8,
+                           linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"]),
+                      ["gqa", "rope-full", "rmsnorm", "qk-norm-full-width", "post-norm", "gated-delta-net"],
+                      "olmo_hybrid", "gpt2", styles=DEC_KV),
+    "inkling_text": _s("decoder", "InklingTextConfig", "InklingForCausalLM",
+                       dict(DEC, **GQA, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16,
+                            sliding_window_size=4, d_rel=4, rel_extent=16, layer_types=["hybrid_sliding", "hybrid"],
+                            mlp_layer_types=["dense", "sparse"], moe_intermediate_size=32, n_routed_experts=4,
+                            num_experts_per_tok=2, n_shared_experts=1, **BMM6),
+                       ["gqa", "rmsnorm", "qk-norm", "relative-bias", "short-conv", "sliding-window", "moe"],
+                       "inkling_text", "gpt2", styles=DEC_KV),
+}
+HOLDOUT_SETS[10] = HOLDOUT6A
