@@ -1,10 +1,14 @@
-"""Inference BatchNormalization after a Conv, Gemm or MatMul with constant weights becomes new weights.
+"""Inference BatchNormalization next to a Conv, ConvTranspose, Gemm or MatMul with constant weights becomes
+new weights.
 
 BN(y) = s * y + t per channel, with s = scale / sqrt(var + eps) and t = bias - mean * s; when y is a
 linear op's output whose channel c is that op's output column c, s scales the weight's column c and
 t joins the bias, so the BN disappears (exact up to float rounding). Cases handled:
 - Conv (any group, dilation, pads; with or without bias): weight [M, C/g, k...] times s per M, bias
   b * s + t;
+- ConvTranspose (any group, strides, pads, output_padding; with or without bias): weight [C, M/g, k...]
+  times s per output channel g_c * M/g + j (g_c the group of input channel c), bias b * s + t; positions
+  no input reaches (output_padding) hold the bias, and BN(b) = b * s + t there too;
 - Gemm (transB either way, C absent or of any broadcastable shape, any beta): B's output column times
   s, C * s + t / beta (C = t and beta = 1 when there is no C or beta is 0);
 - MatMul with a constant right operand: its last axis times s; a following Add of a constant bias that
@@ -14,12 +18,21 @@ then BatchNorm1d over the tokens flattened to [B * N, C]): the BN's channel axis
 through them (a Reshape or Flatten keeps a last axis of C in place when its input and output both end
 in a static C).
 
+When nothing before the BN takes it, it folds forward into a Conv that is its output's one reader
+(BN -> Conv, the Conv reading it as X): Conv(s * x + t) = Conv_{W * s}(x) + Conv_W(t), s scaling W's
+input-channel axis (W[m, c'] belongs to input channel (m // (M/g)) * (C/g) + c'). Conv_W(t) is the
+constant b' = b + sum over c', k of W[m, c', k] * t[c] only when every tap of every output position reads
+the input itself, i.e. the Conv has no padding (pads all 0 or auto_pad VALID; SAME and nonzero pads are
+refused): the original pads BN's output with zeros, so a padded tap adds nothing, while the folded bias
+still holds W * t for that tap, so border outputs would be off by the sum of W * t over their padded
+taps (zeros padded to x are not BN's zeros: BN(0) = t).
+
 Refused: training_mode 1 (or spatial 0 before opset 9), non-constant BN parameters or weights, a BN
-input or intermediate value that another node (but Shape or Size) or the graph output reads, weights
-of dtypes NumPy cannot compute (bfloat16, float8), BNs inside subgraphs (If / Loop bodies). Arithmetic
-runs in float64 and is cast back to the weight's dtype (float16 included). Folded weights are new
-initializers, so a weight shared with another op keeps its value there; the new tensors are computed
-lazily (``ir.LazyTensor``), when the model is saved.
+input or intermediate value (forward: the BN's output) that another node (but Shape or Size) or the
+graph output reads, weights of dtypes NumPy cannot compute (bfloat16, float8), BNs inside subgraphs
+(If / Loop bodies). Arithmetic runs in float64 and is cast back to the weight's dtype (float16
+included). Folded weights are new initializers, so a weight shared with another op keeps its value
+there; the new tensors are computed lazily (``ir.LazyTensor``), when the model is saved.
 
 Runs at level >= 2 for every target, before the rules (a Conv-BN pair is then one Conv to them).
 """
@@ -122,6 +135,24 @@ def _channel_shape(s: np.ndarray, rank: int, axis: int) -> np.ndarray:
     return s.reshape(shape)
 
 
+def _group(node: ir.Node) -> int:
+    return node.attributes.get_int("group", 1)
+
+
+def _channel_index(rows: int, cols: int, group: int) -> np.ndarray:
+    """[rows, cols]: the channel on the far side of a grouped weight's entry (r, c): row r is in group
+    r // (rows / g), whose channels there are g_r * cols + c."""
+    return (np.arange(rows) // (rows // group))[:, None] * cols + np.arange(cols)[None, :]
+
+
+def _unpadded(conv: ir.Node) -> bool:
+    """Every tap of the Conv reads its input: no pads (auto_pad VALID, or NOTSET with pads all 0)."""
+    auto_pad = conv.attributes.get_string("auto_pad", "NOTSET")
+    if auto_pad == "VALID":
+        return True
+    return auto_pad == "NOTSET" and not any(conv.attributes.get_ints("pads", []) or [])
+
+
 def _optional_bias(node: ir.Node, dtype: ir.DataType) -> tuple[bool, ir.TensorProtocol | None]:
     """Conv's / Gemm's optional third input: (True, None) when absent, (True, tensor) when a constant of
     the weight's dtype, (False, None) otherwise (a computed bias cannot take the shift)."""
@@ -169,11 +200,15 @@ class FoldBatchNormPass(FusePass):
 
     def _fold(self, graph: ir.Graph, bn: ir.Node) -> bool:
         affine = _bn_affine(bn)
-        x = bn.inputs[0]
-        traced = _trace_channel(x, bn) if affine is not None else None
-        if traced is None:
+        if affine is None:
             return False
         s, t = affine
+        traced = _trace_channel(bn.inputs[0], bn)
+        if traced is None or not self._fold_back(graph, bn, s, t, traced):
+            return self._into_next_conv(graph, bn, s, t)
+        return True
+
+    def _fold_back(self, graph, bn, s, t, traced) -> bool:
         node, out, axis = traced
         stem = node.name or out.name or "bn_fold"
         done = False
@@ -181,17 +216,20 @@ class FoldBatchNormPass(FusePass):
             done = self._conv(graph, node, s, t, stem)
         elif _default(node, "Gemm") and axis == 1:
             done = self._gemm(graph, node, s, t, stem)
+        elif _default(node, "ConvTranspose") and axis == 1:
+            done = self._conv_transpose(graph, node, s, t, stem)
         elif _default(node, "MatMul", "Add") and _rank(out) is not None and axis == _rank(out) - 1:
             done = self._matmul(graph, node, s, t, stem)
-        if not done:
-            return False
-        y = bn.outputs[0]
-        name = y.name
+        return self._remove(graph, bn, node) if done else False
+
+    def _remove(self, graph: ir.Graph, bn: ir.Node, folded_into: ir.Node, forward: bool = False) -> bool:
+        x, y = bn.inputs[0], bn.outputs[0]
+        name, was_output = y.name, y.is_graph_output()
         y.replace_all_uses_with(x, replace_graph_outputs=True)
         graph.remove(bn, safe=True)
-        if x.is_graph_output():  # the model's output keeps its name
+        if was_output:  # the model's output keeps its name
             y.name, x.name = None, name
-        self.stats[f"BatchNormalization<-{node.op_type}"] += 1
+        self.stats[f"BatchNormalization{'->' if forward else '<-'}{folded_into.op_type}"] += 1
         return True
 
     def _weight(self, w: ir.Value | None, channels: int, axis: int):
@@ -218,6 +256,55 @@ class FoldBatchNormPass(FusePass):
 
         _set_weight_and_bias(conv, new_w, self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size]))
         return True
+
+    def _conv_transpose(self, graph, node, s, t, stem) -> bool:
+        w = self._weight(node.inputs[1] if len(node.inputs) > 1 else None, s.size // _group(node), 1)
+        if w is None or len(w.shape) < 3 or s.size % _group(node) or w.shape[0] % _group(node):
+            return False
+        ok, b = _optional_bias(node, w.dtype)
+        if not ok:
+            return False
+        # W[c, j] feeds output channel (c's group) * M/g + j
+        index = _channel_index(w.shape[0], w.shape[1], _group(node))
+        np_dt, rank = w.dtype.numpy(), len(w.shape)
+        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64)
+                            * s[index].reshape(index.shape + (1,) * (rank - 2))).astype(np_dt), w.dtype, w.shape)
+
+        def bias():
+            old = np.zeros(s.size) if b is None else b.numpy().astype(np.float64).reshape(-1)
+            return (old * s + t).astype(np_dt)
+
+        _set_weight_and_bias(node, new_w, self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size]))
+        return True
+
+    def _into_next_conv(self, graph, bn, s, t) -> bool:
+        """BN -> Conv without padding (module docstring): s into W's input channels, Conv_W(t) into the bias."""
+        y = bn.outputs[0]
+        conv = next((u.node for u in y.uses() if not _default(u.node, "Shape", "Size")), None)
+        if not _default(conv, "Conv") or not _only_reader(y, conv) or conv.inputs[0] is not y or not _unpadded(conv):
+            return False
+        group = _group(conv)
+        w = self._weight(conv.inputs[1] if len(conv.inputs) > 1 else None, s.size // group, 1)
+        if w is None or len(w.shape) < 3 or s.size % group or w.shape[0] % group:
+            return False
+        ok, b = _optional_bias(conv, w.dtype)
+        if not ok:
+            return False
+        # W[m, c'] reads input channel (m's group) * C/g + c'
+        index = _channel_index(w.shape[0], w.shape[1], group)
+        np_dt, rank = w.dtype.numpy(), len(w.shape)
+        per_tap = index.shape + (1,) * (rank - 2)
+        stem = conv.name or y.name or "bn_fold"
+        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64)
+                            * s[index].reshape(per_tap)).astype(np_dt), w.dtype, w.shape)
+
+        def bias():  # b + Conv_W(t): every tap reads the input, so each output sums W * t over all of them
+            old = np.zeros(w.shape[0]) if b is None else b.numpy().astype(np.float64).reshape(-1)
+            shift = (w.numpy().astype(np.float64) * t[index].reshape(per_tap)).sum(axis=tuple(range(1, rank)))
+            return (old + shift).astype(np_dt)
+
+        _set_weight_and_bias(conv, new_w, self._const(graph, f"{stem}_bn_b", bias, w.dtype, [w.shape[0]]))
+        return self._remove(graph, bn, conv, forward=True)
 
     def _gemm(self, graph, gemm, s, t, stem) -> bool:
         attrs = gemm.attributes

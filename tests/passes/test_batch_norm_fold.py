@@ -1,15 +1,18 @@
-"""FoldBatchNormPass: inference BatchNormalization becomes the weights of the Conv / Gemm / MatMul before it."""
+"""FoldBatchNormPass: inference BatchNormalization becomes the weights of the Conv / ConvTranspose / Gemm / MatMul
+before it, or of an unpadded Conv after it."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import helper as oh
 from onnx import numpy_helper
 
 from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+from onnx_fuse.verify import verify
 from pass_testing import apply, check_same, ops
 
 F = onnx.TensorProto.FLOAT
@@ -214,3 +217,160 @@ def test_levels_fold_from_o2(level, left):
         result = optimize(proto, level=level, target=target, verify=True)
         assert result.report.ops_after.get("BatchNormalization", 0) == left, target
         assert result.report.passed
+
+
+def _elem(dtype):
+    return F if dtype == np.float32 else onnx.TensorProto.FLOAT16
+
+
+def _bn_conv(*, group=1, bias=True, dims=2, dtype=np.float32, conv_attrs=None, extra=None, y_out=False):
+    """x -> BN -> Conv (BN before the Conv): folds forward only when the Conv has no padding."""
+    rng = np.random.default_rng(0)
+    cin, cout = 4, 8
+    inits = [numpy_helper.from_array(rng.standard_normal((cout, cin // group, *[3] * dims)).astype(dtype), "w"),
+             *_bn_inits(cin, rng, dtype=dtype)]
+    conv_in = ["bn_y", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(dtype), "b"))
+        conv_in.append("b")
+    nodes = [_bn("x", "bn_y"), oh.make_node("Conv", conv_in, ["y"], group=group,
+                                            **(conv_attrs or dict(strides=[2] * dims, dilations=[1] * dims)))]
+    x_dims = ["n", cin, *["h", "w"][:dims]]
+    outputs = [oh.make_tensor_value_info("y", _elem(dtype), ["n", cout, *[f"o{i}" for i in range(dims)]])]
+    if extra:  # a second reader of the BN's output
+        nodes.append(oh.make_node(extra, ["bn_y"], ["e"]))
+        outputs.append(oh.make_tensor_value_info("e", onnx.TensorProto.INT64, [dims + 2]) if extra == "Shape"
+                       else oh.make_tensor_value_info("e", _elem(dtype), x_dims))
+    if y_out:
+        outputs.append(oh.make_tensor_value_info("bn_y", _elem(dtype), x_dims))
+    return _model(nodes, inits, [oh.make_tensor_value_info("x", _elem(dtype), x_dims)], outputs)
+
+
+@pytest.mark.parametrize("group,bias,dims,attrs", [
+    (1, True, 2, None), (2, False, 2, None), (4, True, 1, dict(dilations=[2])), (2, True, 2, dict(auto_pad="VALID")),
+    (1, False, 2, dict(pads=[0, 0, 0, 0], strides=[1, 2]))])
+def test_bn_then_unpadded_conv_folds_forward(group, bias, dims, attrs):
+    proto = _bn_conv(group=group, bias=bias, dims=dims, conv_attrs=attrs)
+    model, modified, p = _run(proto)
+    assert modified and ops(model) == {"Conv": 1}
+    assert p.stats["BatchNormalization->Conv"] == 1
+    assert model.graph.node(0).inputs[0].name == "x"
+    check_same(proto, model, _feeds((2, 4, 9, 7)[:2 + dims]))
+
+
+def test_bn_then_conv_float16():
+    proto = _bn_conv(group=2, dtype=np.float16)
+    model, modified, _ = _run(proto)
+    assert modified and ops(model) == {"Conv": 1}
+    assert model.graph.node(0).inputs[2].dtype == onnx.TensorProto.FLOAT16
+    check_same(proto, model, _feeds((2, 4, 9, 7), np.float16))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(conv_attrs=dict(pads=[1, 1, 1, 1])),          # padded taps read BN's zeros, not BN(0) = t
+    dict(conv_attrs=dict(pads=[0, 1, 0, 0])),
+    dict(conv_attrs=dict(auto_pad="SAME_UPPER")),
+    dict(extra="Relu"),                                # the BN's output has another reader
+    dict(y_out=True)])                                 # ... or is a graph output
+def test_bn_then_conv_refused(kw):
+    proto = _bn_conv(**kw)
+    model, modified, _ = _run(proto)
+    assert not modified and ops(model)["BatchNormalization"] == 1
+
+
+def test_padded_conv_fold_would_be_wrong_at_the_border():
+    """Why padding is refused: the forward fold's weights and bias on a padded Conv differ at the border."""
+    proto = _bn_conv(conv_attrs=dict(pads=[1, 1, 1, 1]))
+    unpadded = _bn_conv()
+    model, _, _ = _run(unpadded)
+    folded = ir.to_proto(model)
+    conv = next(n for n in folded.graph.node if n.op_type == "Conv")
+    conv.attribute.append(oh.make_attribute("pads", [1, 1, 1, 1]))
+    result = verify(proto, folded, inputs=_feeds((2, 4, 9, 7)), seed=0)
+    assert not result["passed"]
+
+
+def test_bn_shape_reader_does_not_block_the_forward_fold():
+    proto = _bn_conv(extra="Shape")
+    model, modified, _ = _run(proto)
+    assert modified and ops(model) == {"Conv": 1, "Shape": 1}
+    check_same(proto, model, _feeds((2, 4, 9, 7)))
+
+
+def test_conv_bn_conv_folds_backward_first():
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32), "w0"),
+             numpy_helper.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w"),
+             *_bn_inits(4, rng)]
+    nodes = [oh.make_node("Conv", ["x", "w0"], ["c"]), _bn("c", "bn_y"),
+             oh.make_node("Conv", ["bn_y", "w"], ["y"], pads=[1, 1, 1, 1])]
+    proto = _model(nodes, inits, [oh.make_tensor_value_info("x", F, ["n", 4, "h", "w"])],
+                   [oh.make_tensor_value_info("y", F, ["n", 6, "h", "w"])])
+    model, modified, p = _run(proto)
+    assert modified and ops(model) == {"Conv": 2} and p.stats["BatchNormalization<-Conv"] == 1
+    check_same(proto, model, _feeds((2, 4, 9, 7)))
+
+
+def _conv_transpose_bn(*, group=1, bias=True, dtype=np.float32, dims=2, attrs=None, extra_reader=False):
+    rng = np.random.default_rng(0)
+    cin, cout = 4, 6
+    inits = [numpy_helper.from_array(rng.standard_normal((cin, cout // group, *[3] * dims)).astype(dtype), "w"),
+             *_bn_inits(cout, rng, dtype=dtype)]
+    ct_in = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(dtype), "b"))
+        ct_in.append("b")
+    nodes = [oh.make_node("ConvTranspose", ct_in, ["c"], group=group, **(attrs or {})), _bn("c", "y")]
+    y_dims = ["n", cout, *[f"o{i}" for i in range(dims)]]
+    outputs = [oh.make_tensor_value_info("y", _elem(dtype), y_dims)]
+    if extra_reader:
+        nodes.append(oh.make_node("Neg", ["c"], ["neg"]))
+        outputs.append(oh.make_tensor_value_info("neg", _elem(dtype), y_dims))
+    return _model(nodes, inits, [oh.make_tensor_value_info("x", _elem(dtype), ["n", cin, *["h", "w"][:dims]])],
+                  outputs)
+
+
+@pytest.mark.parametrize("group,bias,dims,attrs", [
+    (1, True, 2, None), (2, False, 2, dict(strides=[2, 2], pads=[1, 0, 1, 1], output_padding=[1, 1])),
+    (2, True, 1, dict(strides=[3], output_padding=[2], dilations=[2])), (1, False, 1, dict(pads=[1, 1]))])
+def test_conv_transpose_bn_folds(group, bias, dims, attrs):
+    proto = _conv_transpose_bn(group=group, bias=bias, dims=dims, attrs=attrs)
+    model, modified, p = _run(proto)
+    assert modified and ops(model) == {"ConvTranspose": 1}
+    assert p.stats["BatchNormalization<-ConvTranspose"] == 1
+    check_same(proto, model, _feeds((2, 4, 5, 4)[:2 + dims]))
+
+
+def test_conv_transpose_bn_float16():
+    proto = _conv_transpose_bn(group=2, dtype=np.float16, attrs=dict(strides=[2, 2], output_padding=[1, 0]))
+    model, modified, _ = _run(proto)
+    assert modified and ops(model) == {"ConvTranspose": 1}
+    check_same(proto, model, _feeds((2, 4, 5, 4), np.float16))
+
+
+def test_conv_transpose_with_another_reader_is_refused():
+    proto = _conv_transpose_bn(extra_reader=True)
+    model, modified, _ = _run(proto)
+    assert not modified and ops(model)["BatchNormalization"] == 1
+
+
+def test_bn_input_that_is_a_graph_output_keeps_its_name():
+    """x -> Relu -> r (a model output too) -> BN -> Conv: the Conv reads r after the fold, r keeps its name."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "w"), *_bn_inits(4, rng)]
+    nodes = [oh.make_node("Relu", ["x"], ["r"]), _bn("r", "bn_y"), oh.make_node("Conv", ["bn_y", "w"], ["y"])]
+    dims = ["n", 4, "h", "w"]
+    proto = _model(nodes, inits, [oh.make_tensor_value_info("x", F, dims)],
+                   [oh.make_tensor_value_info("y", F, ["n", 8, "h", "w"]), oh.make_tensor_value_info("r", F, dims)])
+    model, modified, _ = _run(proto)
+    assert modified and ops(model) == {"Relu": 1, "Conv": 1}
+    check_same(proto, model, _feeds((2, 4, 5, 3)))
+
+
+@pytest.mark.parametrize("build", [lambda: _bn_conv(group=2), lambda: _conv_transpose_bn(group=2)])
+def test_forward_and_conv_transpose_folds_run_in_optimize(build):
+    from onnx_fuse.api import optimize
+
+    result = optimize(build(), level=2, target="ort", verify=True)
+    assert result.report.ops_after.get("BatchNormalization", 0) == 0
+    assert result.report.passed
