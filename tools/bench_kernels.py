@@ -168,6 +168,9 @@ def main() -> int:
                     help="one family (window: the sliding-window decode rows)")
     ap.add_argument("--head-dims", type=int, nargs="+", default=None,
                     help="prefill rows of these head sizes only, without the sliding-window rows (a candidates run)")
+    ap.add_argument("--variants", nargs="+", default=None, metavar="TAG",
+                    help="prefill: time only our planned variant and those whose name ends in one of these tags "
+                         "(e.g. ovedq ldeq), beside the anchors (a shorter candidates run)")
     a = ap.parse_args()
 
     import torch
@@ -274,6 +277,9 @@ def main() -> int:
                     with sdpa_kernel([be]):
                         return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
                 cands[name] = (f, False)
+            if a.variants:  # keep the planned variant, the named candidates and the anchors
+                cands = {n: c for n, c in cands.items() if not c[1] or "(planned)" in n
+                         or any(n.split(" (")[0].endswith("_" + t) for t in a.variants)}
             results = {n: [] for n in cands}
             errs = {}
             for n, (fn, ours) in cands.items():
