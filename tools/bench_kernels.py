@@ -171,6 +171,8 @@ def main() -> int:
     ap.add_argument("--variants", nargs="+", default=None, metavar="TAG",
                     help="prefill: time only our planned variant and those whose name ends in one of these tags "
                          "(e.g. ovedq ldeq), beside the anchors (a shorter candidates run)")
+    ap.add_argument("--decode-kv-heads", type=int, nargs="+", default=None, metavar="HKV",
+                    help="decode rows with these kv head counts only (1: the MQA rows; a candidates run)")
     a = ap.parse_args()
 
     import torch
@@ -423,6 +425,8 @@ def main() -> int:
                   (64, 32, 8, 256, 4096, 16)]
     if a.quick:
         dec_shapes = dec_shapes[:1]
+    if a.decode_kv_heads:
+        dec_shapes = [sh for sh in dec_shapes if sh[2] in a.decode_kv_heads]
     if a.only in ("prefill", "prefix", "window"):
         dec_shapes = []
     for dt in dts:
