@@ -48,20 +48,22 @@ spatial-reduction vision encoders) in the corpus's export styles, usually into -
 optimum-onnx exports, in the optimum style only, usually into --out /tmp/holdout4.
 --holdout 5 plans the fourth sweep's part B (holdout_specs.HOLDOUT4B): corpus architectures as transformers
 4.38 and 4.45 wrote them (styles legacy, legacy_kv, legacy_sdpa, legacy_sdpa_kv: TorchScript, eager or SDPA
-attention, tuple caches), each exported by export_torch inside that version's venv (tools/legacy_venv.sh
-VERSION), usually into --out /tmp/holdout5.
+attention, tuple caches), each exported by export_torch inside that version's venv (tools/export_venv.sh
+--transformers VERSION), usually into --out /tmp/holdout5.
 --holdout 6 plans the fifth sweep's part A (holdout_specs.HOLDOUT5A): decoder architectures of transformers
 5.24 that no set above has (MLA, attention sinks, partial / per-layer-type rotary, qk- and v-norms, AltUp,
 GPT-1 / CTRL / XLM) in the corpus's own styles, usually into --out /tmp/holdout6.
 --holdout 8 plans the fifth sweep's part C (holdout_specs.HOLDOUT5C): corpus architectures exported by torch
 2.9.1 and 2.14.1 (exporter drift; transformers as in the corpus), each inside that torch's venv
-(tools/torch_venv.sh VERSION) by the same hand-off, usually into --out /tmp/holdout8.
+(tools/export_venv.sh --torch VERSION) by the same hand-off, usually into --out /tmp/holdout8.
 --holdout 7 plans the fifth sweep's part B (holdout_specs.HOLDOUT5B): encoders, vision, audio and seq2seq parts
 of transformers 5.24 no earlier set has, in the corpus's styles (kind features: log-mel frames
 [batch, frames, bins] in), usually into --out /tmp/holdout7.
 --holdout 9 plans the fifth sweep's part D (holdout_specs.HOLDOUT5D): corpus architectures as transformers
 4.48 and 4.53 wrote them, part B's styles plus legacy_dynamo / legacy_dynamo_kv (the dynamo exporter), by
-the same hand-off (tools/legacy_venv.sh VERSION), usually into --out /tmp/holdout9.
+the same hand-off (tools/export_venv.sh --transformers VERSION), usually into --out /tmp/holdout9; with
+--dtype float16 the float16 exports of its decoders of the earlier sweeps' fp16 architectures (HALF5D), the
+dtype handed to the venv.
 --holdout 10 plans the sixth sweep's part A (holdout_specs.HOLDOUT6A): decoder architectures of transformers
 5.24 that no set above has (MLA without MoE, sparse-attention indexers, recurrent layer loops, per-layer head
 sizes, mu-P multipliers, conv / linear-attention hybrids) in the corpus's own styles, usually into
@@ -85,7 +87,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
-from holdout_specs import (HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B, HOLDOUT5C,  # noqa: E402
+from holdout_specs import (HALF5D, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B, HOLDOUT5C,  # noqa: E402
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -486,7 +488,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
 
     spec = SPECS[arch]
     if _pinned_elsewhere(spec):  # --holdout 5 / 8: that transformers / torch version, in its own venv
-        return export_legacy(arch, style, weights, path)
+        return export_legacy(arch, style, weights, path, dtype)
     config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style))
     n_layers = getattr(config, "num_hidden_layers", 0)  # a cache's layers; PVT v2 / LeViT have stages
     torchscript = base_style(style).startswith("torchscript")
@@ -728,16 +730,17 @@ def _pinned_elsewhere(spec) -> bool:
             or spec.get("torch", torch.__version__).split("+")[0] != torch.__version__.split("+")[0])
 
 
-def export_legacy(arch: str, style: str, weights: str, path: Path) -> dict:
-    """export_torch run by the venv of the architecture's pinned version: transformers (tools/legacy_venv.sh
-    VERSION: /work/venvs/tf<major><minor>) or torch (tools/torch_venv.sh VERSION: /work/venvs/torch<digits>),
-    or the same under $LEGACY_VENVS; its manifest extras come back as JSON on the last line of its output."""
+def export_legacy(arch: str, style: str, weights: str, path: Path, dtype: str = "float32") -> dict:
+    """export_torch run by the venv of the architecture's pinned version (tools/export_venv.sh): transformers
+    (--transformers VERSION: /work/venvs/tf<major><minor>) or torch (--torch VERSION: /work/venvs/torch<digits>),
+    or the same under $LEGACY_VENVS; its manifest extras come back as JSON on the last line of its output.
+    dtype goes along (--holdout 9 --dtype float16: that era's float16 exports)."""
     spec = SPECS[arch]
     if "torch" in spec:
-        version, what, script = spec["torch"], "torch", "torch_venv.sh"
+        version, what, script = spec["torch"], "torch", "export_venv.sh --torch"
         py = LEGACY_VENVS / f"torch{version.replace('.', '')}" / "bin/python"
     else:
-        version, what, script = spec["transformers"], "transformers", "legacy_venv.sh"
+        version, what, script = spec["transformers"], "transformers", "export_venv.sh --transformers"
         tag = next(t for t, v in LEGACY_VERSIONS.items() if v == version)
         py = LEGACY_VENVS / f"tf{tag}" / "bin/python"
     if not py.exists():
@@ -745,7 +748,7 @@ def export_legacy(arch: str, style: str, weights: str, path: Path) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
     env.pop("VIRTUAL_ENV", None)
     env["EXPORT_CORPUS_CONFIG"] = json.dumps(spec["config"])  # this process's config (--head-dim 64 changes it)
-    run = subprocess.run([str(py), __file__, "_legacy_export", arch, style, weights, str(path)], env=env,
+    run = subprocess.run([str(py), __file__, "_legacy_export", arch, style, weights, str(path), dtype], env=env,
                          capture_output=True, text=True, timeout=600)
     if run.returncode:
         raise RuntimeError(f"{what} {version}: " + _last_error(run.stderr))
@@ -918,12 +921,12 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
 def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     """--holdout: the hold-out architectures in their spec styles, and the corpus architectures of
     holdout_specs.STYLE_ARCHS in the hold-out styles (trained weights). Sweep 2 (--holdout 2):
-    HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2. Sweep 3: HOLDOUT3;
+    HOLDOUT2 and STYLE_ARCHS2; with --dtype float16 only the fp16 files of HALF_ARCHS2 (sweep 9: HALF5D). Sweep 3: HOLDOUT3;
     sweep 4: HOLDOUT4 (optimum style)."""
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
-        own_set, style_archs = {}, HALF_ARCHS2 if sweep == 2 else {}
+        own_set, style_archs = {9: HALF5D}.get(sweep, {}), HALF_ARCHS2 if sweep == 2 else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()
@@ -992,13 +995,13 @@ def _export_one(arch, style, weights, name, path, mpath, head_dim=16, dtype="flo
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_legacy_export"]:  # inside a tools/legacy_venv.sh / torch_venv.sh venv (export_legacy)
+    if argv[:1] == ["_legacy_export"]:  # inside a tools/export_venv.sh venv (export_legacy)
         SPECS.update(HOLDOUT4B)
         SPECS.update(HOLDOUT5C)
         SPECS.update(HOLDOUT_SETS[9])
         if "EXPORT_CORPUS_CONFIG" in os.environ:
             SPECS[argv[1]] = dict(SPECS[argv[1]], config=json.loads(os.environ["EXPORT_CORPUS_CONFIG"]))
-        print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]))))
+        print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]), *argv[5:6])))  # [dtype]
         return 0
     if argv[:1] == ["_optimum_save"]:
         _optimum_save(*argv[1:6])

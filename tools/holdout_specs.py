@@ -827,6 +827,10 @@ HOLDOUT5D = {f"{arch}_tf{tag}": dict(SPECS[arch], styles=styles, transformers=LE
                                      cache_object=True)
              for tag, archs in MID_PLAN.items() for arch, styles in archs.items()}
 HOLDOUT_SETS[9] = HOLDOUT5D
+# float16 (--holdout 9 --dtype float16, session 13): the part D decoders of HALF_ARCHS2's architectures (the
+# second sweep's fp16 set) in all their part D styles, the dtype handed to the version's venv
+HALF5D = {name for name, spec in HOLDOUT5D.items()
+          if spec["base_arch"] in {a for archs in HALF_ARCHS2.values() for a in archs} and spec["kind"] == "decoder"}
 
 
 # ---- sixth sweep, part A (--holdout 10, HOLDOUT6A): decoder architectures never seen -----------------------

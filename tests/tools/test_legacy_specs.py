@@ -41,5 +41,5 @@ def test_missing_version_venv_is_a_clear_error(tmp_path, monkeypatch):
     ec = _export_corpus()
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT4B})
     monkeypatch.setattr(ec, "LEGACY_VENVS", tmp_path)
-    with pytest.raises(RuntimeError, match=r"no transformers 4\.38\.2 venv .*tools/legacy_venv\.sh 4\.38\.2"):
+    with pytest.raises(RuntimeError, match=r"no transformers 4\.38\.2 venv .*export_venv\.sh --transformers 4\.38\.2"):
         ec.export_legacy("llama_tf438", "legacy_kv", "trained", tmp_path / "x.onnx")

@@ -47,8 +47,39 @@ def test_missing_version_venv_is_a_clear_error(tmp_path, monkeypatch):
     ec = _export_corpus()
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[9]})
     monkeypatch.setattr(ec, "LEGACY_VENVS", tmp_path)
-    with pytest.raises(RuntimeError, match=r"no transformers 4\.53\.3 venv .*tools/legacy_venv\.sh 4\.53\.3"):
+    with pytest.raises(RuntimeError, match=r"no transformers 4\.53\.3 venv .*export_venv\.sh --transformers 4\.53\.3"):
         ec.export_legacy("llama_tf453", "legacy_sdpa_kv", "trained", tmp_path / "x.onnx")
+
+
+def test_float16_plan_is_the_half_archs_decoders_in_their_styles(monkeypatch):
+    ec = _export_corpus()
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[9]})
+    todo = list(ec.plan_holdout(list(ec.HOLDOUT_SETS[9]), None, 9, "float16"))
+    assert {a for a, _, _ in todo} == {"llama_tf448", "phi3_tf448", "llama_tf453", "qwen3_tf453", "phi3_tf453",
+                                       "gemma3_tf453"}
+    assert len(todo) == 19 and all(s in ec.SPECS[a]["styles"] for a, s, _ in todo)
+
+
+def test_hand_off_passes_the_dtype_to_the_version_venv(tmp_path, monkeypatch):
+    """--holdout 9 --dtype float16: the venv's export_torch gets the dtype (the hand-off dropped it before)."""
+    pytest.importorskip("torch")  # export_torch imports it first (the CI venv has none)
+    ec = _export_corpus()
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[9]})
+    monkeypatch.setattr(ec, "LEGACY_VENVS", tmp_path)
+    (tmp_path / "tf453/bin").mkdir(parents=True)
+    (tmp_path / "tf453/bin/python").touch()
+    seen = []
+
+    def run(cmd, **kw):
+        seen.append(cmd)
+        return types.SimpleNamespace(returncode=0, stdout='{"dtype": "float16"}\n', stderr="")
+
+    monkeypatch.setattr(ec.subprocess, "run", run)
+    monkeypatch.setattr(ec, "_pinned_elsewhere", lambda spec: True)
+    extra = ec.export_torch("llama_tf453", "legacy_sdpa_kv", "trained", tmp_path / "x.onnx", "float16")
+    assert extra["dtype"] == "float16"
+    assert seen[0][2:] == ["_legacy_export", "llama_tf453", "legacy_sdpa_kv", "trained", str(tmp_path / "x.onnx"),
+                           "float16"]
 
 
 def _vmapped(fn, bh_indices=True):

@@ -60,7 +60,7 @@ def test_missing_torch_venv_is_a_clear_error(tmp_path, monkeypatch):
     ec = _export_corpus()
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT5C})
     monkeypatch.setattr(ec, "LEGACY_VENVS", tmp_path)
-    with pytest.raises(RuntimeError, match=r"no torch 2\.9\.1 venv .*torch291 .*tools/torch_venv\.sh 2\.9\.1"):
+    with pytest.raises(RuntimeError, match=r"no torch 2\.9\.1 venv .*torch291 .*tools/export_venv\.sh --torch 2\.9\.1"):
         ec.export_legacy("llama_pt291", "dyn_mask", "trained", tmp_path / "x.onnx")
 
 
