@@ -109,6 +109,36 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def check_shape_names(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """A --shape must name a graph input or one of their symbolic dims: a typo would otherwise
+    leave the defaults in place and verify other shapes than the ones asked for."""
+    inputs = [vi.name for vi in model.graph.input]
+    symbols = sorted({d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
+                      if d.dim_param})
+    unknown = sorted(set(shapes) - set(inputs) - set(symbols))
+    if unknown:
+        raise UserError(f"--shape {unknown[0]}: the model has no input or symbolic input dim of that "
+                        f"name (inputs: {', '.join(inputs) or 'none'}; symbolic dims: "
+                        f"{', '.join(symbols) or 'none'})")
+
+
+def check_input_size(name: str, shape: Sequence[int], dtype: np.dtype) -> None:
+    """Refuse, before allocating, a random input larger than the machine's memory (--shape
+    batch=99999999999), which numpy would fail on with a MemoryError or the kernel with a kill."""
+    count = 1
+    for d in shape:
+        count *= int(d)
+    nbytes = count * np.dtype(dtype).itemsize
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 1 << 40
+    if nbytes > memory:
+        raise UserError(f"input {name!r} of shape {'x'.join(map(str, shape))} would take "
+                        f"{nbytes / 1e9:.3g} GB, more than this machine's memory ({memory / 1e9:.3g} GB); "
+                        "give smaller dims with --shape")
+
+
 # A sliding window (Mistral, Gemma 2: key j is kept for query i when j > i - W) is an integer
 # constant added to or subtracted from positions on their way to a comparison, whichever exporter
 # wrote it, or the diagonal of a Trilu (older transformers: Mistral's triu(mask, diagonal=-W),
@@ -387,6 +417,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
     weights ``model`` lacks); the past is longer than it."""
     rng = np.random.default_rng(seed)
     shapes = shapes or {}
+    check_shape_names(model, shapes)
     inits = {i.name for i in model.graph.initializer}
     symbols = _symbol_values(model, shapes, window)
     real = [vi for vi in model.graph.input if vi.name not in inits]
@@ -419,6 +450,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
                 shape[-1] = past_len + new_tokens          # the mask covers past + new tokens
             elif ("position" in lname) and shape and symbolic_last:
                 shape[-1] = new_tokens
+        check_input_size(vi.name, shape, dtype)
         if vi.name == branch:
             arr = np.full(shape, cache_branch, np.bool_)
         elif dtype == np.bool_:
@@ -471,8 +503,14 @@ def input_cases(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p}: is a folder; give the inputs as a .npz file")
     if not p.is_file():
         raise UserError(f"{p}: inputs file not found")
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic not in (b"PK\x03\x04", b"PK\x05\x06"):  # else numpy says it holds pickled data
+        raise UserError(f"{p}: not a .npz file (np.savez writes a zip archive of arrays by name)")
     try:
         with np.load(p, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
@@ -625,13 +663,54 @@ def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None
     """
     import tempfile
 
+    original, optimized, emulated = _emulate_bf16_pair(original, optimized)
     with tempfile.TemporaryDirectory(prefix="onnx-fuse-verify-") as tmp:
         result = _verify(_Side(original, tmp, "original"), _Side(optimized, tmp, "optimized"),
                          inputs=inputs, shapes=shapes, seed=seed, atol=atol, rtol=rtol,
-                         precision=precision)
+                         precision=precision, bf16=emulated)
     if raise_on_failure and not result["passed"]:
         raise VerificationError(failure_summary(result))
     return result
+
+
+BF16_NOTE = ("bfloat16 model: ONNX Runtime's CPU provider has no bf16 MatMul / Add, so both models ran "
+             "through emulate_bf16 (float32 math, every bf16 value rounded to bf16)")
+
+
+def _bf16_valued(model: Any) -> bool:
+    """The model holds a bfloat16 weight, input or typed value in its main graph."""
+    bf16 = onnx.TensorProto.BFLOAT16
+    if isinstance(model, ir.Model):
+        g = model.graph
+        return any(v.dtype == ir.DataType.BFLOAT16 for v in (*g.initializers.values(), *g.inputs)) or any(
+            o.dtype == ir.DataType.BFLOAT16 for n in g for o in n.outputs)
+    g = model.graph
+    return any(t.data_type == bf16 for t in g.initializer) or any(
+        v.type.tensor_type.elem_type == bf16 for v in (*g.input, *g.value_info, *g.output))
+
+
+def _emulate_bf16_pair(original: Any, optimized: Any) -> tuple[Any, Any, bool]:
+    """ORT's CPU provider cannot run a bf16 model (no bf16 MatMul, Add, Softmax...), so an original
+    holding bf16 values is compared through emulate_bf16 on both sides: float32 arithmetic with every
+    bf16 value rounded to bf16, the rounding both graphs store. A model whose weights do not fit in
+    one protobuf is left as it is (ORT then says it cannot load it)."""
+    from onnx_fuse.model_io import load_proto
+
+    skeleton = load_proto(original)[0] if isinstance(original, (str, os.PathLike)) else original
+    if not _bf16_valued(skeleton):
+        return original, optimized, False
+    from onnx_fuse.passes.precision import emulate_bf16
+
+    pair = []
+    for model in (original, optimized):
+        try:
+            proto = to_proto(model)
+            if isinstance(model, ir.Model):   # values a rewrite made untyped get their types
+                proto = onnx.shape_inference.infer_shapes(proto)
+            pair.append(emulate_bf16(proto))
+        except (ValueError, OverflowError, onnx.shape_inference.InferenceError):
+            return original, optimized, False
+    return pair[0], pair[1], True
 
 
 def failure_summary(result: Mapping[str, Any]) -> str:
@@ -834,7 +913,8 @@ def _feed_declared_sizes(ref_sess, model: onnx.ModelProto, names: list[str], fee
                                        "--shape or --inputs that match it")
 
 
-def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precision=None) -> dict[str, Any]:
+def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precision=None,
+            bf16=False) -> dict[str, Any]:
     from onnx_fuse.targets.paged_kv_feeds import is_paged_rewrite
 
     ref_inputs, opt_inputs = _real_inputs(ref.skeleton), _real_inputs(opt.skeleton)
@@ -932,6 +1012,11 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
                                  for o in ref.skeleton.graph.output):
         notes.append("half-precision model (float16 weights or inputs): its float32 outputs are "
                      "compared at float16's tolerance")
+    if bf16:   # emulated on both sides (_emulate_bf16_pair): bf16's rounding bounds the difference
+        from onnx_fuse.passes.precision import VERIFY_TOLERANCE
+
+        floor = VERIFY_TOLERANCE["bf16"]
+        notes.append(BF16_NOTE + f"; float outputs compared at atol {floor[0]:g}, rtol {floor[1]:g}")
     if precision is not None:   # the conversion's own bound (it is at least float16's)
         from onnx_fuse.passes.precision import VERIFY_TOLERANCE
 
