@@ -56,6 +56,10 @@ GPT-1 / CTRL / XLM) in the corpus's own styles, usually into --out /tmp/holdout6
 --holdout 8 plans the fifth sweep's part C (holdout_specs.HOLDOUT5C): corpus architectures exported by torch
 2.9.1 and 2.14.1 (exporter drift; transformers as in the corpus), each inside that torch's venv
 (tools/export_venv.sh --torch VERSION) by the same hand-off, usually into --out /tmp/holdout8.
+--holdout 11 plans the sixth sweep's part B (holdout_specs.HOLDOUT6B): corpus architectures exported beside
+onnxscript 0.5.7 and 0.6.2 (torch 2.13, transformers 5.24), each inside that onnxscript's venv
+(tools/export_venv.sh --onnxscript VERSION) by the same hand-off; with --dtype bfloat16 its bf16
+decoders (BF16_ARCHS6B, main venv), usually into --out /tmp/holdout11.
 --holdout 7 plans the fifth sweep's part B (holdout_specs.HOLDOUT5B): encoders, vision, audio and seq2seq parts
 of transformers 5.24 no earlier set has, in the corpus's styles (kind features: log-mel frames
 [batch, frames, bins] in), usually into --out /tmp/holdout7.
@@ -87,7 +91,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
-from holdout_specs import (HALF5D, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B, HOLDOUT5C,  # noqa: E402
+from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
+                           HOLDOUT5C, HOLDOUT6B,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -95,11 +100,12 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
 OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
 LEGACY_VENVS = Path(os.environ.get("LEGACY_VENVS", "/work/venvs"))  # tf438/, tf445/ (tools/legacy_venv.sh),
-# torch291/, torch2141/ (tools/torch_venv.sh)
-DTYPES = {"float32": "", "float16": "16"}  # export dtype -> weights-tag suffix (trained16)
-OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16"}
-# ORT vs torch in the export check: max abs diff (fp16: over max(1, max |torch output|))
-CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2}
+# torch291/, torch2141/, torch2130_os057/ (tools/export_venv.sh --torch / --onnxscript)
+DTYPES = {"float32": "", "float16": "16", "bfloat16": "bf16"}  # export dtype -> weights-tag suffix (trained16)
+OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+# ORT vs torch in the export check: max abs diff (fp16 / bf16: over max(1, max |torch output|); bf16 has
+# 8x float16's epsilon)
+CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 1.6e-1}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
 KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache", "legacy_kv", "legacy_sdpa_kv",
              "legacy_dynamo_kv")
@@ -537,7 +543,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     diffs, scales = [], []
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    sess = _ort_session(tmp)
     declared = {i.name for i in sess.get_inputs()}
     for b, s, p in shapes:
         f, _ = example_inputs(arch, style, model, batch=b, seq=s, past=p, seed=SEED + 7)
@@ -546,7 +552,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
         ref = ref if isinstance(ref, tuple) else (ref,)
         # TorchScript drops an input the trace never reads (transformers 4.53's Whisper decoder with the
         # cross-attention cache given does not read encoder_hidden_states)
-        got = sess.run(None, {n: f[n].numpy() for n in names if n in declared})
+        got = sess.run(None, {n: _numpy(f[n]) for n in names if n in declared})
         keep = f["attention_mask"].numpy().astype(bool) if spec["kind"] == "encoder" and "attention_mask" in f else None
         for a, r in zip(got, ref):
             r = r.float().numpy()
@@ -566,6 +572,10 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
                       "dynamic_shapes": style != "static_nomask", **HOLDOUT_STYLES.get(style, (style, {}))[1]})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if not torchscript:  # the dynamo exporter's op library and optimizer are onnxscript's
+        import onnxscript
+
+        exporter["versions"]["onnxscript"] = onnxscript.__version__
     if min2:
         exporter["dims_min_2"] = list(min2)
     return {"hf_class": spec["model_class"] + _part_suffix(spec),
@@ -722,12 +732,19 @@ def _violated_dims(exc: BaseException) -> set:
 
 
 def _pinned_elsewhere(spec) -> bool:
-    """The spec pins a transformers (--holdout 5) or torch (--holdout 8) version this process does not run."""
+    """The spec pins a transformers (--holdout 5), torch (--holdout 8) or onnxscript (--holdout 11) version
+    this process does not run."""
     import torch
     import transformers
 
+    try:
+        import onnxscript
+    except ImportError:  # a venv without the dynamo exporter: an onnxscript pin is elsewhere
+        onnxscript = None
+    here = getattr(onnxscript, "__version__", None)
     return (spec.get("transformers", transformers.__version__) != transformers.__version__
-            or spec.get("torch", torch.__version__).split("+")[0] != torch.__version__.split("+")[0])
+            or spec.get("torch", torch.__version__).split("+")[0] != torch.__version__.split("+")[0]
+            or spec.get("onnxscript", here) != here)
 
 
 def export_legacy(arch: str, style: str, weights: str, path: Path, dtype: str = "float32") -> dict:
@@ -736,7 +753,13 @@ def export_legacy(arch: str, style: str, weights: str, path: Path, dtype: str = 
     or the same under $LEGACY_VENVS; its manifest extras come back as JSON on the last line of its output.
     dtype goes along (--holdout 9 --dtype float16: that era's float16 exports)."""
     spec = SPECS[arch]
-    if "torch" in spec:
+    if "onnxscript" in spec:  # beside this process's torch
+        import torch
+
+        version, what, script = spec["onnxscript"], "onnxscript", "export_venv.sh --onnxscript"
+        torch_tag = torch.__version__.split("+")[0].replace(".", "")
+        py = LEGACY_VENVS / f"torch{torch_tag}_os{version.replace('.', '')}" / "bin/python"
+    elif "torch" in spec:
         version, what, script = spec["torch"], "torch", "export_venv.sh --torch"
         py = LEGACY_VENVS / f"torch{version.replace('.', '')}" / "bin/python"
     else:
@@ -838,17 +861,49 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
     return feeds
 
 
+def _is_bf16(proto) -> bool:
+    from onnx import TensorProto
+
+    return any(t.data_type == TensorProto.BFLOAT16 for t in proto.graph.initializer) or any(
+        v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in proto.graph.input)
+
+
+def _ort_session(path: Path):
+    """An ORT CPU session on the file; a bf16 model (ORT's CPU provider has no bf16 MatMul or Add) runs
+    through onnx_fuse's emulate_bf16 (float32 math on bf16-rounded values, float32 inputs / outputs)."""
+    import onnx
+    import onnxruntime as ort
+
+    proto = onnx.load(str(path))
+    if _is_bf16(proto):
+        from onnx_fuse.passes.precision import emulate_bf16
+
+        return ort.InferenceSession(emulate_bf16(proto).SerializeToString(), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _numpy(tensor):
+    """A torch tensor as NumPy; bf16 (NumPy has none) as float32, exactly (the emulated session's inputs)."""
+    import torch
+
+    return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+
+
 def ort_check(path: Path, entry: dict) -> dict:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = feeds_from_manifest(entry, entry["vocab_size"] or 128)
+    sess = _ort_session(path)
+    # a bf16 input is fed as float32 (_ort_session's emulated copy)
+    feeds = feeds_from_manifest({**entry, "inputs": [dict(i, dtype="float32") if i["dtype"] == "bfloat16" else i
+                                                     for i in entry["inputs"]]}, entry["vocab_size"] or 128)
     outs = sess.run(None, feeds)
     import numpy as np
 
     if not all(np.isfinite(o).all() for o in outs if o.dtype.kind == "f"):
         raise RuntimeError("ORT outputs are not finite")
-    return {"ran": True, "ort": ort.__version__, "output_shapes": [list(o.shape) for o in outs]}
+    emulated = {"emulated": "bf16 (emulate_bf16)"} if any(i["dtype"] == "bfloat16" for i in entry["inputs"]) or \
+        entry.get("dtype") == "bfloat16" else {}
+    return {"ran": True, "ort": ort.__version__, "output_shapes": [list(o.shape) for o in outs], **emulated}
 
 
 def _sha256(path: Path) -> str:
@@ -926,7 +981,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
-        own_set, style_archs = {9: HALF5D}.get(sweep, {}), HALF_ARCHS2 if sweep == 2 else {}
+        own_set, style_archs = {9: HALF5D}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()
@@ -999,6 +1054,7 @@ def main(argv=None) -> int:
         SPECS.update(HOLDOUT4B)
         SPECS.update(HOLDOUT5C)
         SPECS.update(HOLDOUT_SETS[9])
+        SPECS.update(HOLDOUT6B)
         if "EXPORT_CORPUS_CONFIG" in os.environ:
             SPECS[argv[1]] = dict(SPECS[argv[1]], config=json.loads(os.environ["EXPORT_CORPUS_CONFIG"]))
         print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]), *argv[5:6])))  # [dtype]
@@ -1017,7 +1073,8 @@ def main(argv=None) -> int:
                     help="skip what the manifest lists (made or failed) and what another run is making")
     ap.add_argument("--retry-failed", action="store_true", help="with --missing: retry recorded failures")
     ap.add_argument("--dtype", default="float32", choices=list(DTYPES),
-                    help="float16: decoders exported from the half-precision model, weights tag trained16")
+                    help="float16 / bfloat16: decoders exported from the half-precision model, weights tag "
+                         "trained16 / trainedbf16")
     ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
                     help="64: the decoders of corpus_specs.KV64_ARCHS at head size 64 (see above)")
     ap.add_argument("--holdout", type=int, nargs="?", const=1, default=0, choices=sorted(HOLDOUT_SETS),
@@ -1025,7 +1082,8 @@ def main(argv=None) -> int:
                          "rules were not tuned on) instead of the corpus; 2: the second sweep, 3: the third, "
                          "4: the fourth's part A (Optimum), 5: its part B (older transformers), "
                          "8: the fifth's part C (torch 2.9.1 / 2.14.1 exporters), "
-                         "9: its part D (transformers 4.48 / 4.53); "
+                         "9: its part D (transformers 4.48 / 4.53), "
+                         "11: the sixth's part B (onnxscript 0.5.7 / 0.6.2, bf16 decoders); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

@@ -53,6 +53,13 @@ B's hand-off; --head-dim 64 takes its KV64 decoders (the paged-KV check):
 
     tools/legacy_venv.sh 4.48.3 && tools/legacy_venv.sh 4.53.3
     python tools/export_corpus.py --holdout 9 --out /tmp/holdout9
+
+The sixth sweep's part B (--holdout 11, HOLDOUT6B) exports corpus architectures beside older onnxscript
+releases (torch and transformers as in the corpus), each in its own venv, and bf16 decoders (BF16_ARCHS6B):
+
+    tools/export_venv.sh --onnxscript 0.5.7 && tools/export_venv.sh --onnxscript 0.6.2
+    python tools/export_corpus.py --holdout 11 --out /tmp/holdout11
+    python tools/export_corpus.py --holdout 11 --dtype bfloat16 --out /tmp/holdout11
 """
 
 from __future__ import annotations
@@ -570,6 +577,26 @@ def _torch_drift(arch: str, tag: str, styles: tuple) -> dict:
 HOLDOUT5C = {f"{arch}_pt{tag}": _torch_drift(arch, tag, styles)
              for tag in TORCH_VERSIONS for arch, styles in TORCH_DRIFT_PLAN.items()}
 HOLDOUT_SETS[8] = HOLDOUT5C
+
+
+# ---- sixth sweep, part B (--holdout 11, HOLDOUT6B): onnxscript drift, bf16 models ------------------------
+# The dynamo exporter's aten -> ONNX library (torchlib) and its optimize=True pass are onnxscript's, so
+# corpus architectures are exported by the corpus's torch (2.13) and transformers (5.24) beside older
+# onnxscript releases, each in its own venv (tools/export_venv.sh --onnxscript VERSION ->
+# /work/venvs/torch2130_os<digits>). Names carry the version: llama_os057. Dynamo styles only (TorchScript
+# does not use onnxscript); noopt (the graph before onnxscript's optimizer) shows the op library's drift alone.
+ONNXSCRIPT_VERSIONS = {"057": "0.5.7", "062": "0.6.2"}
+ONNXSCRIPT_DRIFT_PLAN = {  # corpus architecture -> styles, the same for every onnxscript version
+    "llama": _DK + ("static_nomask", "noopt"), "mistral": _DK, "qwen2": _DK, "qwen3": _DK, "phi3": _DK,
+    "phi": ("dyn_mask",), "gemma3": _DK, "gpt2": _DK, "bert": ("dyn_mask", "static_nomask"),
+    "vit": ("dyn_mask", "latest_opset"), "bart_decoder": _DK,
+}
+HOLDOUT6B = {f"{arch}_os{tag}": dict(SPECS[arch], styles=styles, onnxscript=version, base_arch=arch)
+             for tag, version in ONNXSCRIPT_VERSIONS.items() for arch, styles in ONNXSCRIPT_DRIFT_PLAN.items()}
+HOLDOUT_SETS[11] = HOLDOUT6B
+# --holdout 11 --dtype bfloat16: corpus decoders exported from the bf16 model (main venv), as released
+# checkpoints are; ONNX Runtime's CPU provider has no bf16 MatMul / Add, so their checks run emulated
+BF16_ARCHS6B = {"dyn_mask": ("llama", "qwen3", "mistral", "phi3", "gemma3", "gpt2"), "kv": ("llama", "qwen3")}
 
 
 # ---- fifth sweep, part A (--holdout 6, HOLDOUT5A): decoder architectures never seen ------------------------
