@@ -57,7 +57,7 @@ GPT-1 / CTRL / XLM) in the corpus's own styles, usually into --out /tmp/holdout6
 2.9.1 and 2.14.1 (exporter drift; transformers as in the corpus), each inside that torch's venv
 (tools/export_venv.sh --torch VERSION) by the same hand-off, usually into --out /tmp/holdout8.
 --holdout 11 plans the sixth sweep's part B (holdout_specs.HOLDOUT6B): corpus architectures exported beside
-onnxscript 0.5.7 and 0.6.2 (torch 2.13, transformers 5.24), each inside that onnxscript's venv
+onnxscript 0.6.0 and 0.6.2 (torch 2.13, transformers 5.24), each inside that onnxscript's venv
 (tools/export_venv.sh --onnxscript VERSION) by the same hand-off; with --dtype bfloat16 its bf16
 decoders (BF16_ARCHS6B, main venv), usually into --out /tmp/holdout11.
 --holdout 7 plans the fifth sweep's part B (holdout_specs.HOLDOUT5B): encoders, vision, audio and seq2seq parts
@@ -100,7 +100,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests/data/corpus"
 OPTIMUM_VENV = Path(os.environ.get("OPTIMUM_VENV", "/work/venvs/optimum"))
 LEGACY_VENVS = Path(os.environ.get("LEGACY_VENVS", "/work/venvs"))  # tf438/, tf445/ (tools/legacy_venv.sh),
-# torch291/, torch2141/, torch2130_os057/ (tools/export_venv.sh --torch / --onnxscript)
+# torch291/, torch2141/, torch2130_os060/ (tools/export_venv.sh --torch / --onnxscript)
 DTYPES = {"float32": "", "float16": "16", "bfloat16": "bf16"}  # export dtype -> weights-tag suffix (trained16)
 OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 # ORT vs torch in the export check: max abs diff (fp16 / bf16: over max(1, max |torch output|); bf16 has
@@ -1083,7 +1083,7 @@ def main(argv=None) -> int:
                          "4: the fourth's part A (Optimum), 5: its part B (older transformers), "
                          "8: the fifth's part C (torch 2.9.1 / 2.14.1 exporters), "
                          "9: its part D (transformers 4.48 / 4.53), "
-                         "11: the sixth's part B (onnxscript 0.5.7 / 0.6.2, bf16 decoders); "
+                         "11: the sixth's part B (onnxscript 0.6.0 / 0.6.2, bf16 decoders); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

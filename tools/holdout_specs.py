@@ -57,7 +57,7 @@ B's hand-off; --head-dim 64 takes its KV64 decoders (the paged-KV check):
 The sixth sweep's part B (--holdout 11, HOLDOUT6B) exports corpus architectures beside older onnxscript
 releases (torch and transformers as in the corpus), each in its own venv, and bf16 decoders (BF16_ARCHS6B):
 
-    tools/export_venv.sh --onnxscript 0.5.7 && tools/export_venv.sh --onnxscript 0.6.2
+    tools/export_venv.sh --onnxscript 0.6.0 && tools/export_venv.sh --onnxscript 0.6.2
     python tools/export_corpus.py --holdout 11 --out /tmp/holdout11
     python tools/export_corpus.py --holdout 11 --dtype bfloat16 --out /tmp/holdout11
 """
@@ -582,10 +582,12 @@ HOLDOUT_SETS[8] = HOLDOUT5C
 # ---- sixth sweep, part B (--holdout 11, HOLDOUT6B): onnxscript drift, bf16 models ------------------------
 # The dynamo exporter's aten -> ONNX library (torchlib) and its optimize=True pass are onnxscript's, so
 # corpus architectures are exported by the corpus's torch (2.13) and transformers (5.24) beside older
-# onnxscript releases, each in its own venv (tools/export_venv.sh --onnxscript VERSION ->
-# /work/venvs/torch2130_os<digits>). Names carry the version: llama_os057. Dynamo styles only (TorchScript
-# does not use onnxscript); noopt (the graph before onnxscript's optimizer) shows the op library's drift alone.
-ONNXSCRIPT_VERSIONS = {"057": "0.5.7", "062": "0.6.2"}
+# onnxscript releases torch 2.13 runs with (0.6.0 is the oldest: torch 2.13 imports onnxscript's
+# _framework_apis.torch_2_11, which 0.5.x lacks), each in its own venv
+# (tools/export_venv.sh --onnxscript VERSION -> /work/venvs/torch2130_os<digits>). Names carry the version:
+# llama_os060. Dynamo styles only (TorchScript does not use onnxscript); noopt (the graph before onnxscript's
+# optimizer) shows the op library's drift alone.
+ONNXSCRIPT_VERSIONS = {"060": "0.6.0", "062": "0.6.2"}
 ONNXSCRIPT_DRIFT_PLAN = {  # corpus architecture -> styles, the same for every onnxscript version
     "llama": _DK + ("static_nomask", "noopt"), "mistral": _DK, "qwen2": _DK, "qwen3": _DK, "phi3": _DK,
     "phi": ("dyn_mask",), "gemma3": _DK, "gpt2": _DK, "bert": ("dyn_mask", "static_nomask"),
