@@ -155,18 +155,10 @@ FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:
 # the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind.
 FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
-# Experimental FA_WS_TMA_LDEQ (..._w12t_ldeq_..., loads 36 / 37, D = 64): FA_WS_TMA_LDE with Q's fragments
-# in registers (kWsQRegs), and FA_WS_TMA_OVEDQG (..._w12t_ovedqg_causal, loads 38 / 39, D = 128): FA_WS_TMA_OVEDQ
-# taken longest first within groups of 8 (head, sequence) pairs as FA_WS_TMA_OVEDG (causal; without a mask
-# the launcher runs ovedq's entry). By name only, never planned (session 13 candidates).
-FA_WS_TMA_LDEQ = (128, 128, 12, "tma", "ldeq")
-FA_WS_TMA_OVEDQG = (128, 128, 12, "tma", "ovedqg")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ldeq",
-           "ovedqg")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ldeq": (36, 37),
-                 "ovedqg": (38, 39)}  # launcher loads (by name, planned)
+                 "ovedm": (28, 29), "ovedq": (30, 31)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ)
@@ -217,12 +209,11 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128, and
-    FA_WS_TMA_OVEDQG there when causal; FA_WS_TMA_LDR, FA_WS_TMA_LDEQ: D = 64)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_OVEDQG) if causal else (FA_WS_TMA_PERSIST,)
-    return {64: (FA_WS_TMA_LDR, FA_WS_TMA_LDEQ)}.get(head_dim, ())
+        return (FA_WS_TMA_PERSIST,)
+    return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -487,8 +478,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
-                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_LDEQ,
-                          FA_WS_TMA_OVEDQG):
+                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -629,7 +619,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31; the candidates FA_WS_TMA_LDEQ 36 / 37, _OVEDQG 38 / 39."""
+    FA_WS_TMA_OVEDQ 30 / 31."""
     if plan.persistent:
         return 4
     if not plan.tma:

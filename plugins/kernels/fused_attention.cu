@@ -2104,18 +2104,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
-// Candidates (by name only, never planned): m128n128w12t_ldeq (loads 36 by name / 37 with the cp.async
-// fallback, D = 64): lde with Q's fragments in registers (kWsQRegs); m128n128w12t_ovedqg (loads 38 / 39,
-// D = 128, causal only: without a mask the launcher runs ovedq's entry): ovedq taken longest first within
-// groups of 8 (head, sequence) pairs (kWsLptGroups).
-#define OF_FA_WSTLDQ_KERNELS_D(DTN, T, D)                                                         \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ldeq_full, T, D, false, 40,       \
-                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsQRegs)    \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ldeq_causal, T, D, true, 40,      \
-                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsQRegs)
-#define OF_FA_WSTODQG_KERNELS_D(DTN, T, D)                                                        \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedqg_causal, T, D, true,        \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLptGroups)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2166,8 +2154,6 @@ OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTLDQ_KERNELS_D(f16, __half, 64)
-OF_FA_WSTODQG_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2189,8 +2175,6 @@ OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTLDQ_KERNELS_D(bf16, __nv_bfloat16, 64)
-OF_FA_WSTODQG_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2333,7 +2317,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq (D = 128); candidates 17 _ldeq (D = 64), 18 _ovedqg (D = 128).
+// 14 _ovedq (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2352,7 +2336,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 4: OF_PICK_TK2(64, m128n128w12t_ldr)
       case 5: OF_PICK_TK2(64, m128n128w12t_ld)
       case 6: OF_PICK_TK2(64, m128n128w12t_lde)
-      case 17: OF_PICK_TK2(64, m128n128w12t_ldeq)
       default: return nullptr;
     }
   }
@@ -2367,12 +2350,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
-      case 18:  // _ovedqg: causal only (longest first); without a mask ovedq's entry
-        if (!causal)
-          return f16 ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ovedq_full)
-                     : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_bf16_d128_m128n128w12t_ovedq_full);
-        return f16 ? reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ovedqg_causal)
-                   : reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_bf16_d128_m128n128w12t_ovedqg_causal);
       default: return nullptr;
     }
   }
@@ -2587,9 +2564,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // run 19); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
-// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused; the candidates 36 / 37 _ldeq
-// (D = 64: lde with Q's fragments in registers) and 38 / 39 _ovedqg (D = 128: ovedq longest first in
-// groups of 8 pairs, causal; ovedq without a mask);
+// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2607,7 +2582,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 39);
+  OF_REQUIRE(loads >= 0 && loads <= 31);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2623,8 +2598,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 36 / 37: ldeq; 38 / 39: ovedqg
-    // (32-35, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no

@@ -242,26 +242,17 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
     }
   }
   __syncthreads();
-  // Each (warp, row)'s weight exp2(m_w - M) once (M: the row's max over the warps): W * 16 exponentials
-  // rather than one per output column too (G * D * W: 16K at MQA's 16 warps, about 1000 MUFU cycles at
-  // the end of every CTA). Same values, same summation order.
-  float* sf = so + W * 16 * D;
-  auto row_max = [&](int r) {
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
-    return (M == -INFINITY) ? 0.f : M;
-  };
-  for (int i = tid; i < W * 16; i += 32 * W) sf[i] = exp2f(sm[i] - row_max(i % 16));
-  __syncthreads();
   for (int idx = tid; idx < G * D; idx += 32 * W) {
     const int r = idx / D, d = idx % D;
     const int hq = hkv * G + r;
-    const float Mu = row_max(r);
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
+    const float Mu = (M == -INFINITY) ? 0.f : M;
     float lsum = 0.f, osum = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
-      const float f = sf[w * 16 + r];
+      const float f = exp2f(sm[w * 16 + r] - Mu);
       lsum += sl[w * 16 + r] * f;
       osum += so[(w * 16 + r) * D + d] * f;
     }
@@ -372,7 +363,7 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
   constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
-  static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 12 <= kPaStages * 2 * kPaTile * RS * 2,
+  static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
   // CLUSTER: the split's partial (pa_cluster_combine) over the drained stages
   static_assert(!CLUSTER || HEADS, "cluster reduce: the head-group kernels");
@@ -1237,7 +1228,7 @@ __device__ __forceinline__ void pa8_decode_body(
   constexpr int TILE_BYTES = TMA ? TILE * D : TILE * RB;
   constexpr int CW = D >= 128 ? 128 : 64;  // TMA slab width (bytes)
   constexpr bool QREG = D <= 128;  // D = 256: Q fragments re-read (L1) per tile
-  static_assert(HEADS || W * 16 * D * 4 + W * 16 * 12 <= S * 2 * TILE_BYTES,
+  static_assert(HEADS || W * 16 * D * 4 + W * 16 * 8 <= S * 2 * TILE_BYTES,
                 "merge scratch must fit in the pipeline stages");
   static_assert(!CLUSTER || W * 16 * D * 4 <= S * 2 * TILE_BYTES, "cluster partial must fit in the stages");
 

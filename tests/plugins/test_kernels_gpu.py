@@ -669,49 +669,6 @@ def test_fused_attention_tma_q_registers_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Session-13 candidates (by name): m128n128w12t_ldeq (D = 64, lde with Q's fragments in registers) on the
-# D = 64 TMA cases plus a ragged batch, and m128n128w12t_ovedqg (D = 128, ovedq longest first in groups of
-# 8 (head, sequence) pairs; causal entries only) on ovedq's causal cases plus a grid of 12 pairs (a last
-# group of 4).
-FA_LDEQ = (128, 128, 12, "tma", "ldeq")
-FA_OVEDQG = (128, 128, 12, "tma", "ovedqg")
-FA_S13_CASES = [c[:7] + (FA_LDEQ,) for c in FA_TMA_CASES if c[4] == 64] + [
-    (8, 512, 4, 2, 64, causal, [512, 511, 300, 129, 128, 1, 0, 257], FA_LDEQ) for causal in (False, True)] + [
-    c[:7] + (FA_OVEDQG,) for c in FA_OVEDQ_CASES if c[5]] + [(3, 700, 4, 2, 128, True, [700, 650, 1], FA_OVEDQG)]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_S13_CASES, ids=lambda c: _fa_case_id("-" + c[7][-1])(c))
-def test_fused_attention_tma_session13_candidates_match_reference(lib, case, dtype):
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_fused_attention_tma_session13_candidates_fall_back(lib, dtype):
-    """Loads 37 (ldeq, D = 64) and 39 (ovedqg, D = 128; ovedq's entry without a mask) run with the cp.async
-    fallback where TMA cannot address K/V (broadcast over the batch); 36 / 38 refuse there."""
-    _need_sm90()
-    for code, D, causal in ((37, 64, True), (37, 64, False), (39, 128, True), (39, 128, False)):
-        B, S, Hq, Hkv = 2, 300, 4, 2
-        gen = torch.Generator(device="cuda").manual_seed(code + D + int(causal))
-        q = _rand((B, S, Hq, D), dtype, gen)
-        k = _rand((1, S, Hkv, D), dtype, gen).expand(B, S, Hkv, D)
-        v = _rand((1, S, Hkv, D), dtype, gen).expand(B, S, Hkv, D)
-        out = torch.full_like(q, float("nan"))
-        st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
-        stream = torch.cuda.current_stream().cuda_stream
-        code_dt = 0 if dtype == torch.float16 else 1
-        args = (code_dt, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
-                1.0 / D**0.5, int(causal), 128, 128, 12)
-        assert lib._lib.onnx_fuse_fused_attention_fwd(*args, code - 1, stream) != 0
-        torch.cuda.synchronize()
-        assert lib._lib.onnx_fuse_fused_attention_fwd(*args, code, stream) == 0
-        torch.cuda.synchronize()
-        expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=causal, out_dtype=np.float64)
-        assert _rel_err(out, expect) < TOL[dtype], (code, D, causal)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_fused_attention_tma_multicast_refuses_or_falls_back(lib, dtype):
     """By name (loads 28) ovedm refuses what its pairs cannot share (S not a multiple of 256, seq_lens,

@@ -808,7 +808,6 @@ def test_fa_launch_loads_codes():
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, "bfloat16"), by_name=False) == 31
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128), by_name=False) == 31  # ovedq
     assert codes[lp.FA_WS_TMA_OVEDM] == (28, 29) and codes[lp.FA_WS_TMA_OVEDQ] == (30, 31)
-    assert codes[lp.FA_WS_TMA_LDEQ] == (36, 37)
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 128, softcap=30.0), by_name=False) == 5
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64), by_name=False) == 15
     assert lp.fa_launch_loads(lp.plan_fused_attention(4, 4096, 32, 8, 64, softcap=30.0), by_name=False) == 2
@@ -823,7 +822,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 39);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 31);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -877,10 +876,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_OVEDQG)
-    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (
-        lp.FA_WS_TMA_LDR, lp.FA_WS_TMA_LDEQ)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
@@ -1363,33 +1360,3 @@ def test_multicast_entries_exist_and_are_no_longer_planned():
                     assert p.variant != lp.FA_WS_TMA_OVEDM, (shape, d, dt, causal)
                     sc = lp.plan_fused_attention(*shape, d, dt, causal=causal, softcap=30.0)
                     assert sc.variant != lp.FA_WS_TMA_OVEDM
-
-
-def test_session13_candidates_exist_plan_by_name_and_are_never_planned():
-    """m128n128w12t_ldeq (D = 64: lde with Q's fragments in registers, loads 36 / 37) and
-    m128n128w12t_ovedqg (D = 128 causal: ovedq longest first in groups of 8 pairs, loads 38 / 39; the
-    launcher runs ovedq's full entry without a mask): entries for both dtypes, reachable by name only."""
-    fa = (KERNELS / "fused_attention.cu").read_text()
-    for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_WSTLDQ_KERNELS_D\({dt}, [\w ]+, 64\)", fa, re.M), dt
-        assert re.search(rf"^OF_FA_WSTODQG_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert "case 17: OF_PICK_TK2(64, m128n128w12t_ldeq)" in fa
-    assert "onnx_fuse_fa_fwd_f16_d128_m128n128w12t_ovedqg_causal" in fa and "ovedqg_full" not in fa
-    for v, d, causals, loads in ((lp.FA_WS_TMA_LDEQ, 64, (False, True), (36, 37)),
-                                 (lp.FA_WS_TMA_OVEDQG, 128, (True,), (38, 39))):
-        tag = v[-1]
-        assert lp.fa_engine(v, d) == "wgmma"
-        for causal in causals:
-            p = lp.plan_fused_attention(4, 4096, 32, 8, d, "bfloat16", causal=causal, variant=v)
-            assert p.kernel == f"onnx_fuse_fa_fwd_bf16_d{d}_m128n128w12t_{tag}_{'causal' if causal else 'full'}"
-            assert p.opt == tag and p.grid == (32, 32, 4)
-            assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
-        for dd in lp.SUPPORTED_HEAD_DIMS:
-            assert v not in lp.fa_variants(dd)
-            for causal in (False, True):
-                for dt in ("float16", "bfloat16"):
-                    assert lp.plan_fused_attention(4, 4096, 32, 8, dd, dt, causal=causal).variant != v
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=lp.FA_WS_TMA_OVEDQG)  # no full entry
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 8, 128, causal=True, variant=lp.FA_WS_TMA_LDEQ)
