@@ -2,10 +2,11 @@
 
 It walks up from ``v`` through ops that only move or select elements (on their data inputs:
 a Gather's table, not its indices) and a few whose result's magnitude follows from their inputs'
-(Add, Sub, Mul, Neg, Abs, Max, Min, Where's two branches, float Casts), down to constants; the
-bound is what those constants allow. Anything else (a graph input, an activation, an op not
-listed) is unbounded: ``inf``. A rule uses it where exactness needs a term kept far from a mask
-fill: a relative-position bias gathered from its weight table (rules/attention/bias_sum.yaml).
+(Add, Sub, Mul, Neg, Abs, Max, Min, Where's two branches, float Casts), down to constants, carrying
+an interval [lo, hi] (value_range); the bound is its larger end's magnitude. Anything else (a graph
+input, an activation, an op not listed) is unbounded: ``inf``. A rule uses it where exactness needs a
+term kept far from a mask fill: a relative-position bias gathered from its weight table, GPT-1's causal
+(1 - b) * -1e4 (rules/attention/bias_sum.yaml).
 """
 
 from __future__ import annotations
@@ -26,36 +27,57 @@ _LIMIT = 64   # nodes visited: a bias's cone is a few layout ops over its table
 
 def value_bound(ctx: Any, v: ir.Value) -> float:
     """The largest magnitude ``v`` can hold, proven from constants; inf where unproven."""
-    seen: dict[int, float] = {}
+    lo, hi = value_range(ctx, v)
+    return max(abs(lo), abs(hi))
 
-    def bound(x: ir.Value | None) -> float:
+
+def value_range(ctx: Any, v: ir.Value) -> tuple[float, float]:
+    """An interval [lo, hi] holding every value of ``v``, proven from constants; (-inf, inf) where
+    unproven. Intervals, not magnitudes, so that ``(1 - b) * -1e4`` of a 0/1 buffer b (GPT-1's
+    causal mask) is bounded by 1e4, not by 2e4."""
+    seen: dict[int, tuple[float, float]] = {}
+    everything = (-math.inf, math.inf)
+
+    def rng(x: ir.Value | None) -> tuple[float, float]:
         if x is None:
-            return math.inf
+            return everything
         if id(x) in seen:
             return seen[id(x)]
         if len(seen) >= _LIMIT:
-            return math.inf
-        seen[id(x)] = math.inf   # a cycle (never in a valid graph) stays unbounded
+            return everything
+        seen[id(x)] = everything   # a cycle (never in a valid graph) stays unbounded
         arr = ctx.constant(x)
         node = x.producer()
         if arr is not None:
             a = np.asarray(arr, dtype=np.float64) if arr.size else np.zeros(1)
-            b = float(np.max(np.abs(a)))
+            r = (float(np.min(a)), float(np.max(a)))
         elif node is None or node.domain not in ("", "ai.onnx"):
-            b = math.inf
-        elif node.op_type in _MOVES:
-            b = max(bound(node.inputs[i]) if i < len(node.inputs) else math.inf for i in _MOVES[node.op_type])
-        elif node.op_type in _ELEMENTWISE_MAX:
-            b = max(bound(i) for i in node.inputs)
-        elif node.op_type in ("Add", "Sub"):
-            b = sum(bound(i) for i in node.inputs)
-        elif node.op_type == "Mul":
-            b = math.prod(bound(i) for i in node.inputs)
+            r = everything
+        elif node.op_type in _MOVES or node.op_type in _ELEMENTWISE_MAX:
+            ins = [rng(node.inputs[i]) if i < len(node.inputs) else everything for i in _MOVES[node.op_type]] \
+                if node.op_type in _MOVES else [rng(i) for i in node.inputs]
+            r = (min(i[0] for i in ins), max(i[1] for i in ins))
+            if node.op_type == "Neg":
+                r = (-r[1], -r[0])
+            elif node.op_type == "Abs":
+                r = (0.0 if r[0] <= 0 <= r[1] else min(abs(r[0]), abs(r[1])), max(abs(r[0]), abs(r[1])))
+            elif node.op_type in ("Max", "Min"):   # max(a, b) >= max of the lows; min(a, b) <= min of the highs
+                f = max if node.op_type == "Max" else min
+                r = (f(i[0] for i in ins), f(i[1] for i in ins))
+        elif node.op_type in ("Add", "Sub") and len(node.inputs) == 2:
+            (a0, a1), (b0, b1) = rng(node.inputs[0]), rng(node.inputs[1])
+            r = (a0 + b0, a1 + b1) if node.op_type == "Add" else (a0 - b1, a1 - b0)
+        elif node.op_type == "Mul" and len(node.inputs) == 2:
+            (a0, a1), (b0, b1) = rng(node.inputs[0]), rng(node.inputs[1])
+            ends = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]   # inf * 0 is nan: unbounded
+            r = everything if any(math.isnan(e) for e in ends) else (min(ends), max(ends))
         elif node.op_type == "Cast" and x.dtype is not None and x.dtype.is_floating_point():
-            b = bound(node.inputs[0])
+            r = rng(node.inputs[0])
         else:
-            b = math.inf
-        seen[id(x)] = b if math.isfinite(b) else math.inf
-        return seen[id(x)]
+            r = everything
+        if any(math.isnan(e) for e in r):
+            r = everything
+        seen[id(x)] = r
+        return r
 
-    return bound(v)
+    return rng(v)

@@ -44,7 +44,7 @@ def test_a_gathered_table_is_bounded_by_its_largest_entry():
 def test_arithmetic_combines_bounds():
     a, b = const(np.array([2.0, -1.0]), "a"), const(np.array([0.5]), "b")
     assert value_bound(Ctx(), node("Add", a, b)) == 2.5
-    assert value_bound(Ctx(), node("Sub", a, b)) == 2.5
+    assert value_bound(Ctx(), node("Sub", a, b)) == 1.5   # [-1.5, 1.5]: intervals, not magnitudes
     assert value_bound(Ctx(), node("Mul", a, b)) == 1.0
     assert value_bound(Ctx(), node("Where", inp("c", ir.DataType.BOOL), a, node("Neg", b))) == 2.0
 
@@ -62,3 +62,15 @@ def test_value_bound_in_rule_checks():
     b = node("Gather", table, inp("i", ir.DataType.INT64))
     assert _expr.parse("4 * value_bound(b) <= 65504").evaluate({"b": b}, Ctx()) is True
     assert _expr.parse("value_bound(x)").evaluate({"x": inp("x")}, Ctx()) == math.inf
+
+
+def test_a_binary_buffer_mask_is_bounded_by_its_fill():
+    """GPT-1's causal term (1 - b) * -1e4 of a 0/1 buffer b sliced at run time: within 1e4 (a magnitude
+    bound gave 2e4: |1| + |b| <= 2), so the float16 key-mask rules take it beside finfo.min's quarter."""
+    buf = const(np.tril(np.ones((8, 8))), "buf")
+    b = node("Slice", buf, inp("start", ir.DataType.INT64), inp("end", ir.DataType.INT64))
+    m = node("Mul", node("Sub", const(np.array(1.0), "one"), b), const(np.array(-1e4), "fill"))
+    assert value_bound(Ctx(), m) == 1e4
+    assert value_bound(Ctx(), node("Max", m, const(np.array([-5.0]), "lo"))) == 5.0   # [-5, 0]
+    assert value_bound(Ctx(), node("Min", m, const(np.array([3.0]), "hi"))) == 1e4
+    assert value_bound(Ctx(), node("Abs", node("Neg", m))) == 1e4

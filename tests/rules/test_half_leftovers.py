@@ -1,0 +1,82 @@
+"""Half-precision leftovers of the hold-out sweeps (docs/holdout.md, "half-precision leftovers (session 13)"):
+float16 GPT-1, whose padding mask is arithmetic on the attention mask, (1 - m) * finfo.min, beside its
+causal 0/1 multiplier (1 - b) * -1e4 (unfused on onnx / trt before: the padding term was an unknown
+bias and the causal one bounded by 2e4, not 1e4). Each graph runs before and after in ONNX Runtime,
+on right- and left-padded rows and a row with no key kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+F16 = TensorProto.FLOAT16
+B, H, S, D, MAXPOS = 3, 2, 6, 8, 16
+ATTN = ("Attention", "com.microsoft::MultiHeadAttention", "onnx_fuse::FusedAttention")
+MASKS = {"right": [[1] * S, [1] * 4 + [0] * 2, [1] * S], "left": [[1] * S, [0] * 2 + [1] * 4, [1] * S],
+         "no_key": [[1] * S, [0] * S, [1] * S]}
+
+
+def _gpt1_half(h, *, pad_fill=-65504.0, dtype=F16, mask_dtype=TensorProto.INT64):
+    """float16 GPT-1 attention: s * b + (1 - b) * -1e4 + (1 - Cast(m)) * pad_fill, b the causal 0/1
+    buffer sliced to the sequence at run time, m the [B, T] attention mask unsqueezed to [B, 1, 1, T]."""
+    n = h.node
+    np_t = np.float16 if dtype == F16 else np.float32
+    nodes = [n("Shape", ["q"], ["sl"], start=2, end=3), n("Slice", ["buf", "zero", "sl", "two"], ["b2"]),
+             n("Slice", ["b2", "zero", "sl", "three"], ["b"]),
+             n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["qk"]),
+             n("Div", ["qk", "four"], ["s"]), n("Mul", ["s", "b"], ["sb"]),
+             n("Sub", ["one", "b"], ["nb"]), n("Mul", ["nb", "cfill"], ["cm"]), n("Add", ["sb", "cm"], ["sc"]),
+             n("Unsqueeze", ["attention_mask", "ax12"], ["am"]), n("Cast", ["am"], ["amf"], to=dtype),
+             n("Sub", ["one", "amf"], ["nam"]), n("Mul", ["nam", "pfill"], ["pad"]), n("Add", ["sc", "pad"], ["sp"]),
+             n("Softmax", ["sp"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o4"]),
+             n("Transpose", ["o4"], ["o"], perm=[0, 2, 1, 3])]  # [B, S, H, D]: rows by query position
+    inits = {"buf": np.tril(np.ones((MAXPOS, MAXPOS), np_t))[None, None], "zero": np.array([0], np.int64),
+             "two": np.array([2], np.int64), "three": np.array([3], np.int64), "four": np.array(4.0, np_t),
+             "one": np.array(1.0, np_t), "cfill": np.array(-1e4, np_t), "pfill": np.array(pad_fill, np_t),
+             "ax12": np.array([1, 2], np.int64)}
+    dims = ["batch", H, "seq", D]
+    inputs = [h.vi(x, dims, dtype) for x in ("q", "k", "v")] + [h.vi("attention_mask", ["batch", "seq"], mask_dtype)]
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", "seq", H, D], dtype)], inits)
+
+
+def _feeds(h, mask, np_t=np.float16, mask_np=np.int64):
+    f = {x: h.rng.standard_normal((B, H, S, D)).astype(np_t) for x in ("q", "k", "v")}
+    f["attention_mask"] = np.array(MASKS[mask], mask_np)
+    return f
+
+
+def _attn(h, model):
+    return sum(h.ops(model)[k] for k in ATTN)
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+@pytest.mark.parametrize("mask_dtype", [TensorProto.INT64, TensorProto.BOOL], ids=["int64", "bool"])
+def test_float16_gpt1_arithmetic_padding_mask_fuses_on_every_target(h, target, level, mask_dtype):
+    """0/1 on onnx-O3 and trt-O4 before (the two float16 terms stayed two additions); within float16
+    rounding of the original on every row of a right-padded batch and of one with no key kept, and on
+    the unpadded rows of a left-padded one. (A left-padded query whose causal keys are all padding weighs
+    its later keys uniformly in the original, s * b being 0 there; scores-binary-mask's s + m gives them
+    their scores, in float32 too: a padded position's output, not compared.)"""
+    model = _gpt1_half(h, mask_dtype=mask_dtype)
+    out = h.fuse(model, target, level)
+    assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
+    for mask in MASKS:
+        f = _feeds(h, mask, mask_np=bool if mask_dtype == TensorProto.BOOL else np.int64)
+        h.assert_close(model, out, f, atol=4e-3, rtol=4e-3, valid=f["attention_mask"] if mask == "left" else None)
+
+
+def test_float16_padding_fill_that_is_no_mask_stays_arithmetic(h):
+    """(1 - m) * -1 is a bias the model means (a key lowered by 1), not a mask: refused with the reason."""
+    model = _gpt1_half(h, pad_fill=-1.0)
+    reasons = h.reasons(model, "onnx", "padding-mask-arith-select-half")
+    assert any("mask fill" in r for r in reasons), reasons
+
+
+def test_float32_arithmetic_padding_mask_is_left_to_the_sum(h):
+    """float32: the plain sum of the terms is exact, so the arithmetic is not rewritten (and fuses)."""
+    model = _gpt1_half(h, dtype=TensorProto.FLOAT)
+    out = h.fuse(model, "onnx")
+    assert _attn(h, out) == 1 and h.ops(out)["Sub"] == 2, h.ops(out)   # both (1 - x) kept
+    h.assert_close(model, out, _feeds(h, "right", np.float32), atol=1e-4)
