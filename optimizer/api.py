@@ -8,6 +8,7 @@ levels.py) -> validate (checker; ORT loads it when verifying) -> optional numeri
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -185,6 +186,8 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     to 1 (``{"sequence": (1,)}`` or a full input shape), the report says so.
     """
     check_level_target(level, target)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise UserError(f"seed must be an integer >= 0 (numpy's generators take no other), got {seed!r}")
     report = Report(level=level, target=target)
     t0 = time.perf_counter()
     work = load_model(model, base_dir=base_dir)

@@ -179,6 +179,17 @@ def output_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
         raise
 
 
+@contextlib.contextmanager
+def user_write(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """A write the user asked for: an OSError inside (disk full, a read-only file system, a file
+    size limit, permission refused at write time although the folder looked writable, as it
+    does to root) is the environment's, not a bug, so it becomes one line naming the file."""
+    try:
+        yield
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write the {what} ({exc.strerror or exc})") from None
+
+
 def write_bytes(path: str | os.PathLike, data: bytes | bytearray | memoryview) -> None:
     """Write ``data`` to ``path`` with ``output_file``'s semantics, creating missing folders."""
     if not is_special_output(path):

@@ -103,8 +103,17 @@ def _check_tensors(proto: onnx.ModelProto, what: str) -> None:
                             f"{len(tensor.raw_data)}")
 
 
+def _check_outputs(count: int, what: str) -> None:
+    """The checker and ORT accept a graph without outputs, but it computes nothing: optimizing
+    it would delete every node and still report success."""
+    if not count:
+        raise UserError(f"{what}: the graph has no outputs, so it computes nothing; declare the "
+                        "outputs you want in graph.output")
+
+
 def _check_graph(proto: onnx.ModelProto, what: str) -> None:
     """Structure, types and op schemas; external references were already checked by us."""
+    _check_outputs(len(proto.graph.output), what)
     try:
         check_structure(skeleton_from_proto(proto))
     except onnx.checker.ValidationError as exc:
@@ -182,6 +191,8 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
     if isinstance(source, ir.Model):
         # Work on a copy: the caller's model must stay untouched.
         model = source.clone()
+        if check:
+            _check_outputs(len(model.graph.outputs), "<model>")
         check_ir_external_data(model, base_dir)
         return model
     if isinstance(source, onnx.ModelProto):
@@ -262,6 +273,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, external_data: bool 
     """
     out = Path(path)
     check_output_path(out)
+    with fileio.user_write(out, "output model"):
+        return _write_model(model, out, external_data)
+
+
+def _write_model(model: ir.Model, out: Path, external_data: bool | None) -> list[Path]:
     special = fileio.is_special_output(out)
     sources = _external_files(model)
     weights = embedded_nbytes(model)

@@ -150,9 +150,10 @@ class Report:
     def write_json(self, path: str | os.PathLike) -> None:
         """Write like cp (fileio.output_file): atomically for a regular file (a half-written
         report is as bad as a half-written model), through a FIFO or /dev/stdout."""
-        from onnx_fuse.fileio import write_json
+        from onnx_fuse.fileio import user_write, write_json
 
-        write_json(path, self.to_dict(), indent=2)
+        with user_write(path, "report"):
+            write_json(path, self.to_dict(), indent=2)
 
     def render(self, console=None, *, verbose: bool = False) -> None:
         from rich.console import Console

@@ -109,6 +109,36 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def check_shape_names(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """A --shape must name a graph input or one of their symbolic dims: a typo would otherwise
+    leave the defaults in place and verify other shapes than the ones asked for."""
+    inputs = [vi.name for vi in model.graph.input]
+    symbols = sorted({d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
+                      if d.dim_param})
+    unknown = sorted(set(shapes) - set(inputs) - set(symbols))
+    if unknown:
+        raise UserError(f"--shape {unknown[0]}: the model has no input or symbolic input dim of that "
+                        f"name (inputs: {', '.join(inputs) or 'none'}; symbolic dims: "
+                        f"{', '.join(symbols) or 'none'})")
+
+
+def check_input_size(name: str, shape: Sequence[int], dtype: np.dtype) -> None:
+    """Refuse, before allocating, a random input larger than the machine's memory (--shape
+    batch=99999999999), which numpy would fail on with a MemoryError or the kernel with a kill."""
+    count = 1
+    for d in shape:
+        count *= int(d)
+    nbytes = count * np.dtype(dtype).itemsize
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 1 << 40
+    if nbytes > memory:
+        raise UserError(f"input {name!r} of shape {'x'.join(map(str, shape))} would take "
+                        f"{nbytes / 1e9:.3g} GB, more than this machine's memory ({memory / 1e9:.3g} GB); "
+                        "give smaller dims with --shape")
+
+
 # A sliding window (Mistral, Gemma 2: key j is kept for query i when j > i - W) is an integer
 # constant added to or subtracted from positions on their way to a comparison, whichever exporter
 # wrote it, or the diagonal of a Trilu (older transformers: Mistral's triu(mask, diagonal=-W),
@@ -387,6 +417,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
     weights ``model`` lacks); the past is longer than it."""
     rng = np.random.default_rng(seed)
     shapes = shapes or {}
+    check_shape_names(model, shapes)
     inits = {i.name for i in model.graph.initializer}
     symbols = _symbol_values(model, shapes, window)
     real = [vi for vi in model.graph.input if vi.name not in inits]
@@ -419,6 +450,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
                 shape[-1] = past_len + new_tokens          # the mask covers past + new tokens
             elif ("position" in lname) and shape and symbolic_last:
                 shape[-1] = new_tokens
+        check_input_size(vi.name, shape, dtype)
         if vi.name == branch:
             arr = np.full(shape, cache_branch, np.bool_)
         elif dtype == np.bool_:
@@ -471,8 +503,14 @@ def input_cases(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p}: is a folder; give the inputs as a .npz file")
     if not p.is_file():
         raise UserError(f"{p}: inputs file not found")
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic not in (b"PK\x03\x04", b"PK\x05\x06"):  # else numpy says it holds pickled data
+        raise UserError(f"{p}: not a .npz file (np.savez writes a zip archive of arrays by name)")
     try:
         with np.load(p, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}

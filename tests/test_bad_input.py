@@ -188,6 +188,22 @@ def _function_attack(model_dir: Path, case: Path) -> Path:
     return _write(model_dir, model)
 
 
+def _truncated_data_file(model_dir: Path, case: Path) -> Path:
+    """The weights file cut short (a copy interrupted), with no `length` entry to say so."""
+    path = _external(model_dir, "w.data")
+    data = (model_dir / "w.data").read_bytes()
+    (model_dir / "w.data").write_bytes(data[:100])
+    return path
+
+
+def _npz(text: bytes, name: str = "in.npz"):
+    def build(case: Path) -> Path:
+        case.mkdir(parents=True, exist_ok=True)
+        (case / name).write_bytes(text)
+        return _write(case, good_model())
+    return build
+
+
 def _truncated(case: Path) -> Path:
     data = good_model().SerializeToString()
     return _write(case, data[: len(data) * 2 // 3])
@@ -346,6 +362,7 @@ CASES = [
     Case("ext-constant-attribute", _in_model_dir(_constant_attack), "outside", attack=True),
     Case("ext-in-subgraph", _in_model_dir(_subgraph_attack), "outside", attack=True),
     Case("ext-in-function", _in_model_dir(_function_attack), "outside", attack=True),
+    Case("ext-data-file-truncated", _in_model_dir(_truncated_data_file), "beyond", attack=True),
     # outputs
     Case("output-is-a-folder", lambda c: _write(c, good_model()), "folder", surfaces=("api", "cli"),
          output="."),
@@ -355,6 +372,34 @@ CASES = [
          output="m.onnx"),
     Case("output-name-too-long", lambda c: _write(c, good_model()), "too long", surfaces=("api", "cli"),
          output="o" * 300 + ".onnx"),
+    # the write itself fails (disk full): the OSError becomes the one line
+    Case("output-disk-full", lambda c: _write(c, good_model()), "no space left", surfaces=("api", "cli"),
+         output="/dev/full"),
+    # graphs ONNX Runtime loads but that compute nothing
+    Case("no-graph-outputs", _with(lambda m: m.graph.ClearField("output")), "no outputs",
+         surfaces=("api", "cli")),
+    # flags and arguments
+    Case("unknown-target", lambda c: _write(c, good_model()), "target", surfaces=("api", "cli"),
+         cli_args=("--target", "cuda"), api_kwargs=lambda c: {"target": "cuda"}),
+    Case("unknown-level", lambda c: _write(c, good_model()), "7", surfaces=("api", "cli"),
+         cli_args=("-O", "7"), api_kwargs=lambda c: {"level": 7}),
+    Case("negative-seed", lambda c: _write(c, good_model()), "seed", surfaces=("api", "cli"),
+         cli_args=("-O", "1", "--verify", "--seed", "-1"),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "seed": -1}),
+    Case("shape-malformed", lambda c: _write(c, good_model()), "--shape", surfaces=("cli",),
+         cli_args=("-O", "1", "--verify", "--shape", "x=2xabc")),
+    Case("shape-unknown-name", lambda c: _write(c, good_model()), "batch", surfaces=("api", "cli"),
+         cli_args=("-O", "1", "--verify", "--shape", "batch=2"),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": {"batch": (2,)}}),
+    Case("shape-beyond-memory", lambda c: _write(c, good_model()), "memory", surfaces=("api", "cli"),
+         cli_args=("-O", "1", "--verify", "--shape", "N=99999999999"),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": {"N": (99999999999,)}}),
+    Case("inputs-not-npz", _npz(b"x,y\n1,2\n"), "not a .npz", surfaces=("api", "cli"),
+         cli_args=("-O", "1", "--verify", "--inputs", "{case}/in.npz"),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": str(c / "in.npz")}),
+    Case("inputs-is-a-folder", lambda c: (c / "in.npz").mkdir() or _write(c, good_model()), "is a folder",
+         surfaces=("api", "cli"), cli_args=("-O", "1", "--verify", "--inputs", "{case}/in.npz"),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": str(c / "in.npz")}),
     # hostile rule files
     Case("rules-python-tag", _rules("- !!python/object/apply:os.system ['echo pwned']\n"), "python",
          surfaces=("api", "cli"), cli_args=RULES_ARGS, api_kwargs=_rules_kwargs),

@@ -236,7 +236,7 @@ def test_failed_save_leaves_no_partial_output(tmp_path, monkeypatch, external):
 
     monkeypatch.setattr(model_io, "write_embedded", crash_embedded)
     monkeypatch.setattr(model_io.ir, "save", crash_external)
-    with pytest.raises(OSError):
+    with pytest.raises(UserError, match=r"o\.onnx: cannot write the output model \(disk full\)"):
         save_model(load_model(small_model()), out, external_data=external)
     assert out.read_bytes() == b"previous good model"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]  # no temp file left

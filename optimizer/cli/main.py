@@ -69,11 +69,19 @@ COMMANDS = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad flags get the same one line as every other bad input (exit 2), not argparse's usage
+    block; subcommand parsers inherit the class, so each names its own --help."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}; see `{self.prog} --help`\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     from onnx_fuse import __version__
 
-    parser = argparse.ArgumentParser(prog="onnx-fuse", description="ONNX graph optimizer for "
-                                     "transformer and LLM inference.")
+    parser = OneLineParser(prog="onnx-fuse", description="ONNX graph optimizer for "
+                           "transformer and LLM inference.")
     parser.add_argument("--version", action="version", version=f"onnx-fuse {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from onnx_fuse.cli.arg_types import non_negative_int
+
 from onnx_fuse.levels import DEFAULT_TARGET, TARGETS
 
 
@@ -25,7 +27,7 @@ def add_common_optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="run original and optimized in ONNX Runtime and compare outputs")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random verify inputs")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed for random verify inputs")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="concrete shape for an input or symbolic dim, e.g. input_ids=2x16 or batch=2")
     p.add_argument("--report", metavar="FILE.json", help="write the report as JSON")
@@ -86,7 +88,9 @@ def check_outputs(args) -> None:
     from onnx_fuse.errors import UserError
     from onnx_fuse.model_io import check_output_path
 
-    for path, what in ((getattr(args, "output", None), "output model"), (args.report, "report")):
+    for path, what in ((getattr(args, "output", None), "output model"),
+                       (getattr(args, "report", None), "report"),
+                       (getattr(args, "save_outputs", None), "outputs")):
         if not path:
             continue
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from onnx_fuse.cli.arg_types import non_negative_int
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -17,7 +19,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="ort (default for .onnx) or trt (default for a plan; a model is built "
                         "first through the engine cache)")
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name (default: random)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="shape for a dynamic input or symbolic dim, e.g. input_ids=2x16, batch=2")
     p.add_argument("--compare", action="store_true", help="compare with the reference")
@@ -48,6 +50,10 @@ def run(args) -> int:
     from onnx_fuse.report import print_table
     from onnx_fuse.verify import parse_shapes
 
+    if args.save_outputs:  # a bad path fails before the run, not after it
+        from onnx_fuse.cli.optimize_cmd import check_outputs
+
+        check_outputs(args)
     backend = args.backend or ("trt" if is_plan(args.source) else "ort")
     result = run_source(args.source, backend=backend, inputs=args.inputs, seed=args.seed,
                         shapes=parse_shapes(args.shape), compare=args.compare, model=args.model,
@@ -67,7 +73,10 @@ def run(args) -> int:
     print_table(out, f"{args.source} on {result.backend} ({result.seconds * 1e3:.2f} ms)",
                 ("output", "shape", "dtype", "mean", "min", "max"), rows, right=("mean", "min", "max"))
     if args.save_outputs:
-        np.savez(args.save_outputs, **result.outputs)
+        from onnx_fuse.fileio import output_file, user_write
+
+        with user_write(args.save_outputs, "outputs"), output_file(args.save_outputs) as f:
+            np.savez(f, **result.outputs)  # atomic, and to the name given (no .npz appended)
     if result.passed is None:
         return 0
     print_table(out, f"{result.backend} vs {result.reference_name} (polygraphy)",
