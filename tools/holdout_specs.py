@@ -864,14 +864,16 @@ HALF5D = {name for name, spec in HOLDOUT5D.items()
 
 # ---- sixth sweep, part A (--holdout 10, HOLDOUT6A): decoder architectures never seen -----------------------
 # transformers 5.24 causal LMs in none of the sets above, in the corpus's own styles: MLA without MoE (Youtu),
-# DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2: 8 index heads, as 2 ReLU'd heads tie at 0 and
-# TopK's order among ties differs between torch and ORT) and MiniMax-M3's block indexer, qk-norm MoE (HY-V3, Kolibri, Solar-Open: partial rotary), CCA attention
-# (ZAYA), mu-P multipliers (HyperCLOVA X, GraniteMoE-Shared), attention sinks with per-layer rope bases
-# (GraniteMoE-SWA), recurrent layer loops (HRM, Dory: an input / looped / output stack), per-layer head sizes
-# and KV sharing (Gemma 4 unified), conv + attention (LFM3: proportional partial rope), hybrid linear
-# attention (Qwen3.5, OLMo-Hybrid, Lara-mini with windowed layers too), Inkling's hybrid windowed attention
-# with relative biases. Left out: LongCat-Flash (its zero-compute-expert MoE loops over the experts a
-# batch hits, which torch.export cannot trace: a data-dependent guard).
+# sparse-attention indexers (DeepSeek-V3.2's lightning indexer: 8 index heads, as 2 ReLU'd heads tie at 0 and
+# TopK orders ties differently in torch and ORT; MiniMax-M3's block indexer), HY-V4 (MLA, sinks, an indexer,
+# hyper-connections), DeepSeek-V4 (compressed KV beside a sliding window, sinks, grouped output LoRA),
+# qk-norm MoE (HY-V3, Kolibri, Solar-Open), CCA attention (ZAYA: partial rotary, L2-clamped q/k), mu-P
+# multipliers (HyperCLOVA X, GraniteMoE-Shared), attention sinks with per-layer rope bases (GraniteMoE-SWA),
+# recurrent layer loops (HRM; Dory: an input / looped / output stack of nGPT L2 norms), per-layer head sizes
+# (Gemma 4 unified), conv + attention (LFM3: proportional partial rope), hybrid linear attention (Qwen3.5,
+# OLMo-Hybrid, Lara-mini with windowed layers too), Inkling's hybrid windowed attention with relative biases.
+# Left out: LongCat-Flash (its zero-compute-expert MoE loops over the experts a batch hits, which
+# torch.export cannot trace: a data-dependent guard).
 SLIDE6 = dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])
 BMM6 = dict(experts_implementation="batched_mm")
 MLA6 = dict(num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16,
@@ -891,6 +893,24 @@ HOLDOUT6A = {
                             first_k_dense_replace=1, index_topk=4, index_head_dim=16, index_n_heads=8, **BMM6),
                        ["mha", "mla", "rope-interleaved", "rmsnorm", "sparse-attention-indexer", "moe"],
                        "deepseek_v32", "gpt2", styles=DEC_KV),
+    "hy_v4": _s("decoder", "HYV4Config", "HYV4ForCausalLM",
+                dict(DEC, **MLA6, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                     moe_intermediate_size=32, mlp_layer_types=["dense", "sparse"],
+                     layer_types=["indexed_attention", "indexed_attention"], index_topk=4, index_head_dim=16,
+                     index_n_heads=8, indexer_types=["full", "shared"], hc_mult=2, **BMM6),
+                ["mha", "mla", "rmsnorm", "attention-sinks", "sparse-attention-indexer", "hyper-connections", "moe"],
+                "hy_v4", "gpt2", styles=DEC_KV),
+    "deepseek_v4": _s("decoder", "DeepseekV4Config", "DeepseekV4ForCausalLM",
+                      dict(DEC, num_attention_heads=4, num_key_value_heads=1, head_dim=32, q_lora_rank=16,
+                           qk_rope_head_dim=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                           moe_intermediate_size=32, mlp_layer_types=["moe", "moe"], sliding_window=4,
+                           layer_types=["heavily_compressed_attention", "compressed_sparse_attention"],
+                           compress_rates={"compressed_sparse_attention": 2, "heavily_compressed_attention": 4},
+                           o_groups=2, o_lora_rank=16, index_n_heads=8, index_head_dim=16, index_topk=4, hc_mult=2,
+                           num_nextn_predict_layers=0, **BMM6),
+                      ["mqa", "rope-partial", "rmsnorm", "attention-sinks", "compressed-kv", "sparse-attention-indexer",
+                       "sliding-window", "grouped-output-lora", "hyper-connections", "moe"], "deepseek_v4", "gpt2",
+                      styles=DEC_KV),
     "minimax_m3_vl_text": _s("decoder", "MiniMaxM3VLTextConfig", "MiniMaxM3VLForCausalLM",
                              dict(DEC, **GQA, num_local_experts=4, num_experts_per_tok=2, dense_intermediate_size=FFN,
                                   shared_intermediate_size=32, rotary_dim=8, mlp_layer_types=["dense", "sparse"],
@@ -965,13 +985,14 @@ HOLDOUT6A = {
                            linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"]),
                       ["gqa", "rope-full", "rmsnorm", "qk-norm-full-width", "post-norm", "gated-delta-net"],
                       "olmo_hybrid", "gpt2", styles=STATIC6),
+    # dynamo fails on a view of a non-contiguous tensor: TorchScript only
     "inkling_text": _s("decoder", "InklingTextConfig", "InklingForCausalLM",
                        dict(DEC, **GQA, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16,
                             sliding_window_size=4, d_rel=4, rel_extent=16, layer_types=["hybrid_sliding", "hybrid"],
                             mlp_layer_types=["dense", "sparse"], moe_intermediate_size=32, n_routed_experts=4,
                             num_experts_per_tok=2, n_shared_experts=1, **BMM6),
                        ["gqa", "rmsnorm", "qk-norm", "relative-bias", "short-conv", "sliding-window", "moe"],
-                       "inkling_text", "gpt2", styles=DEC_KV),
+                       "inkling_text", "gpt2", styles=("torchscript", "torchscript_kv")),
 }
 # softmax attentions run per token: Dory loops its recurrent block (1 + 2 loops x 1 + 1), HRM its one-layer
 # stack H_cycles x (L_cycles + 1) times

@@ -14,7 +14,7 @@ def _export_corpus():
 def test_sweep_architectures_are_new_decoders():
     ec = _export_corpus()
     hs = ec.HOLDOUT_SETS[10]
-    assert len(hs) == 19
+    assert len(hs) == 21
     earlier = [ec.SPECS] + [s for n, s in ec.HOLDOUT_SETS.items() if n < 10]
     seen_classes = {s["config_class"] for specs in earlier for s in specs.values()}
     assert not seen_classes & {s["config_class"] for s in hs.values()}
@@ -23,16 +23,16 @@ def test_sweep_architectures_are_new_decoders():
 
 
 def test_plan_is_the_corpus_styles(monkeypatch):
-    """38 files, trained weights: with and without the cache, TorchScript's cache for the three dense
+    """42 files, trained weights: with and without the cache, TorchScript's cache for the three dense
     ones, static_nomask alone for the three whose dynamic export specializes the sequence (linear
     attention)."""
     ec = _export_corpus()
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[10]})
     todo = list(ec.plan_holdout(list(ec.HOLDOUT_SETS[10]), None, 10))
-    assert len(todo) == 38 and all(w == "trained" for _, _, w in todo)
-    assert {s for _, s, _ in todo} == {"dyn_mask", "kv", "torchscript_kv", "static_nomask"}
+    assert len(todo) == 42 and all(w == "trained" for _, _, w in todo)
+    assert {s for _, s, _ in todo} == {"dyn_mask", "kv", "torchscript", "torchscript_kv", "static_nomask"}
     assert {a for a, s, _ in todo if s == "static_nomask"} == {"qwen3_5_text", "lara_mini", "olmo_hybrid"}
-    assert {a for a, s, _ in todo if s == "torchscript_kv"} == {"youtu", "hyperclovax", "hrm_text"}
+    assert {a for a, s, _ in todo if s == "torchscript_kv"} == {"youtu", "hyperclovax", "hrm_text", "inkling_text"}
 
 
 def test_looped_decoders_count_every_attention_run():
