@@ -80,3 +80,55 @@ def test_float32_arithmetic_padding_mask_is_left_to_the_sum(h):
     out = h.fuse(model, "onnx")
     assert _attn(h, out) == 1 and h.ops(out)["Sub"] == 2, h.ops(out)   # both (1 - x) kept
     h.assert_close(model, out, _feeds(h, "right", np.float32), atol=1e-4)
+
+
+# ---- float16 GPT-Neo / GPT-J: eager attention in a float32 island (0/2 at every target before) ----------
+
+def _float32_island(h, *, buffer=None):
+    """GPT-Neo's eager attention of a float16 model: q and k cast up to float32, where(causal, q k^T,
+    float32 finfo.min), plus the float16 padding mask Where(m, 0, -65504) cast up, softmax in float32,
+    the probabilities cast back to v's float16."""
+    n = h.node
+    buf = np.tril(np.ones((MAXPOS, MAXPOS), bool)) if buffer is None else buffer
+    nodes = [n("Shape", ["q"], ["sl"], start=2, end=3), n("Slice", ["buf", "zero", "sl", "two"], ["b2"]),
+             n("Slice", ["b2", "zero", "sl", "three"], ["c"]),
+             n("Cast", ["q"], ["qf"], to=TensorProto.FLOAT), n("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+             n("Transpose", ["kf"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["qf", "kt"], ["s"]),
+             n("Where", ["c", "s", "fmin"], ["w"]),
+             n("Unsqueeze", ["attention_mask", "ax12"], ["am"]), n("Cast", ["am"], ["amb"], to=TensorProto.BOOL),
+             n("Where", ["amb", "z16", "min16"], ["pad"]), n("Cast", ["pad"], ["padf"], to=TensorProto.FLOAT),
+             n("Add", ["w", "padf"], ["sp"]), n("Softmax", ["sp"], ["p"], axis=-1),
+             n("Cast", ["p"], ["p16"], to=F16), n("MatMul", ["p16", "v"], ["o4"]),
+             n("Transpose", ["o4"], ["o"], perm=[0, 2, 1, 3])]
+    inits = {"buf": buf[None, None], "zero": np.array([0], np.int64), "two": np.array([2], np.int64),
+             "three": np.array([3], np.int64), "fmin": np.array(np.finfo(np.float32).min, np.float32),
+             "z16": np.array(0.0, np.float16), "min16": np.array(-65504.0, np.float16),
+             "ax12": np.array([1, 2], np.int64)}
+    dims = ["batch", H, "seq", D]
+    inputs = [h.vi(x, dims, F16) for x in ("q", "k", "v")] + [h.vi("attention_mask", ["batch", "seq"], TensorProto.INT64)]
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", "seq", H, D], F16)], inits)
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_float16_attention_in_a_float32_island_fuses_on_every_target(h, target, level):
+    """The causal select and the padding Add in float32 (finfo.min absorbs the scores): the op gets
+    the float16 q, k, v and the mask in float16 (the select's fill -inf). Every row of a right-padded
+    batch and the unpadded rows of a left-padded one match; on ort (MultiHeadAttention, float32 inside)
+    a row with no key kept too. Attention-23 in float16 (onnx, trt) gives such a row its own numbers,
+    as for Hugging Face's plain float16 mask Where(c & m, 0, -65504) (docs/precision.md)."""
+    model = _float32_island(h)
+    out = h.fuse(model, target, level)
+    assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
+    for mask in MASKS:
+        f = _feeds(h, mask)
+        every_row = mask == "right" or (mask == "no_key" and target == "ort")
+        h.assert_close(model, out, f, atol=4e-3, rtol=4e-3, valid=None if every_row else f["attention_mask"])
+
+
+def test_float32_island_whose_select_is_not_causal_stays(h):
+    """A select that may mask a query's own key (an upper-triangular buffer) would turn a row to -inf
+    in float16 where the original's finfo.min averaged it: the island is refused, the numbers kept."""
+    model = _float32_island(h, buffer=np.triu(np.ones((MAXPOS, MAXPOS), bool), k=1))
+    out = h.fuse(model, "onnx")
+    assert "Softmax" in h.ops(out) and _attn(h, out) == 0, h.ops(out)
+    h.assert_close(model, out, _feeds(h, "right"), atol=4e-3, rtol=4e-3)
