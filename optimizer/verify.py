@@ -469,7 +469,7 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
                 arr = rng.integers(0, max(high, 1), size=shape, dtype=dtype)
         else:
             arr = rng.standard_normal(shape).astype(dtype)
-        feeds[vi.name] = arr
+        feeds[vi.name] = np.asarray(arr)  # a rank-0 comparison is a numpy scalar, which ORT refuses
     return feeds
 
 

@@ -543,3 +543,21 @@ def test_window_constant_reads_a_constant_trilu_diagonal(k, data_from_window, wa
         [helper.make_tensor_value_info("y", TensorProto.INT64, ["s", "t"])],
         [helper.make_tensor("k", TensorProto.INT64, [], [k]), helper.make_tensor("w", TensorProto.INT64, [], [16])])
     assert window_constant(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])) == want
+
+
+def test_a_rank0_bool_input_is_fed_as_an_array():
+    """An If on a scalar condition input: rng.random([]) < 0.5 is a numpy.bool scalar, which ORT
+    refuses ("Unable to handle object of type numpy.bool"), so verify said it could not run the
+    original and `onnx-fuse run` was an internal error."""
+    v = helper.make_tensor_value_info
+    branch = lambda op, out: helper.make_graph([helper.make_node(op, ["x"], [out])], op, [],  # noqa: E731
+                                               [v(out, TensorProto.FLOAT, [4])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu", "t"),
+                          else_branch=branch("Neg", "e"))], "g",
+        [v("c", TensorProto.BOOL, []), v("x", TensorProto.FLOAT, [4])], [v("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    feeds = make_inputs(model)
+    assert isinstance(feeds["c"], np.ndarray) and feeds["c"].shape == () and feeds["c"].dtype == np.bool_
+    assert verify(model, model)["passed"]
