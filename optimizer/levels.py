@@ -18,7 +18,10 @@ O3  O2 + rule packs of level 3 (attention), after einsum-to-matmul (batched-matm
     stage repeats rounds until nothing fires, so an attention pattern written against ops another
     rule fuses (RotaryEmbedding, a norm) matches in the round after that rule fired.
 O4  O3 + level-4 rules: target-specific rewrites (paged KV, plugin ops, precision conversion).
-Cleanup runs again after the rules, since rewrites leave dead nodes and foldable constants behind.
+Cleanup runs again after the rules, since rewrites leave dead nodes and foldable constants behind;
+there it also folds layout chains (fold-layout-chains, before identity removal, which then drops
+the identity Transposes and no-op Reshapes it leaves): Transpose pairs through elementwise ops and
+Reshapes of Reshapes, the glue between an exporter's head split and a lowering's.
 Precision (``precision="fp16"|"bf16"``, any level) runs last, after the final cleanup: rules match
 the float32 patterns exporters write, and folding must not compute constants in 16 bits. It leaves
 nothing dead behind, so no cleanup follows it. Only ``kv_cache_dtype="fp8"`` (O4, trt) comes after
@@ -150,7 +153,10 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 
         bn_fold = (FoldBatchNormPass(),)
-        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold)
+        from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
+
+        layout_chains = FoldLayoutChainsPass()
+        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains)
                        if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
         # (so are the O3 attention-prepare passes at O2)
@@ -180,7 +186,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
         stages.append(Stage("fusion", (OpsetOnDemandRewritePass(rule_set),), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))
-        stages.append(Stage("cleanup", keep(cleanup_passes())))
+        # after the rules only: the lowerings' layout glue cancels against the exporter's once the
+        # cleanup has dropped the shape reads beside it; before the rules it would rewrite the
+        # exporters' head splits and merges that the attention rules match
+        cleanup = cleanup_passes()
+        stages.append(Stage("cleanup", keep((*cleanup[:2], layout_chains, *cleanup[2:]))))
     elif unknown := [d for d in disable if d not in pass_names]:
         raise UserError(f"--disable {unknown[0]!r}: no pass of that name runs at O{level}")
     stages += [Stage(s.name, keep(s.passes), s.fixed_point) for s in final]

@@ -1,0 +1,209 @@
+"""FoldLayoutChainsPass: a Transpose sunk through layout-agnostic ops into the next Transpose, a Reshape
+of a Reshape read from its source, a static Reshape / Transpose chain as at most three nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
+from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
+from pass_testing import apply, check_same, parse
+from pass_testing import ops as _ops
+
+_HEAD = '<ir_version: 9, opset_import: ["" : 17]>\n'
+
+
+def _run(text: str):
+    proto = parse(_HEAD + text)
+    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    IdentityEliminationPass()(model)
+    DeadCodeEliminationPass()(model)
+    return proto, model, modified, p
+
+
+def ops(model) -> dict[str, int]:
+    return {k: v for k, v in _ops(model).items() if k != "Constant"}
+
+
+def _x(*shape):
+    return {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
+
+
+def test_inverse_pair_through_elementwise_cancels():
+    # the constants broadcast on the transposed layout: [S, 1] along axes 2, 3 and [H, 1, D] along 1..3
+    proto, model, modified, p = _run("""
+        g (float[B, S, H, D] x) => (float[B, S, H, D] y) {
+            c1 = Constant <value = float[5, 1] {1., 2., 3., 4., 5.}> ()
+            c2 = Constant <value = float[3, 1, 4] {1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12.}> ()
+            t = Transpose <perm = [0, 2, 1, 3]> (x)
+            a = Add (t, c1)
+            r = Relu (a)
+            m = Mul (c2, r)
+            h = Cast <to = 10> (m)
+            y16 = Transpose <perm = [0, 2, 1, 3]> (h)
+            y = Cast <to = 1> (y16)
+        }""")
+    assert modified and p.stats["transpose-sunk"] == 1
+    assert "Transpose" not in ops(model)
+    check_same(proto, model, _x(2, 5, 3, 4))
+
+
+def test_same_transpose_on_the_other_operand_is_read_from_before_it():
+    proto = parse(_HEAD + """
+        g (float[B, S, H, D] x, float[B, S, H, D] z) => (float[B, S, H, D] y) {
+            t = Transpose <perm = [0, 2, 1, 3]> (x)
+            u = Transpose <perm = [0, 2, 1, 3]> (z)
+            a = Sub (u, t)
+            y = Transpose <perm = [0, 2, 1, 3]> (a)
+        }""")
+    model, modified, _ = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    IdentityEliminationPass()(model)
+    DeadCodeEliminationPass()(model)
+    assert modified and ops(model) == {"Sub": 1}
+    rng = np.random.default_rng(0)
+    check_same(proto, model, {k: rng.standard_normal((2, 5, 3, 4)).astype(np.float32) for k in "xz"})
+
+
+def test_composed_permutation_stays_one_transpose():
+    proto, model, modified, _ = _run("""
+        g (float[A, B, C] x) => (float[C, A, B] y) {
+            t = Transpose <perm = [1, 0, 2]> (x)
+            e = Erf (t)
+            y = Transpose <perm = [2, 1, 0]> (e)
+        }""")
+    assert modified and ops(model) == {"Erf": 1, "Transpose": 1}
+    assert list(next(n for n in model.graph if n.op_type == "Transpose").attributes["perm"].value) == [2, 0, 1]
+    check_same(proto, model, _x(2, 3, 4))
+
+
+@pytest.mark.parametrize("blocker", ["second_reader", "shape_reader", "graph_output", "input_operand"])
+def test_blocked(blocker):
+    extra = {"second_reader": "w = Neg (a)", "shape_reader": "w = Shape (a)",
+             "graph_output": "w = Identity (x)", "input_operand": "w = Identity (x)"}[blocker]
+    operand = "z" if blocker == "input_operand" else "c"
+    out = "a" if blocker == "graph_output" else "w"
+    w_type = "int64[4]" if blocker == "shape_reader" else "float[B, S, H, D]"
+    if blocker == "graph_output":
+        w_type = "float[B, H, S, D]"
+    proto = parse(_HEAD + f"""
+        g (float[B, S, H, D] x, float[D] z) => (float[B, S, H, D] y, {w_type} {out}) {{
+            c = Constant <value = float[4] {{1., 2., 3., 4.}}> ()
+            t = Transpose <perm = [0, 2, 1, 3]> (x)
+            a = Add (t, {operand})
+            {extra}
+            y = Transpose <perm = [0, 2, 1, 3]> (a)
+        }}""")
+    model, modified, _ = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    assert not modified and ops(model)["Transpose"] == 2
+
+
+def test_reshape_of_reshape_from_shape_reads_cancels():
+    # a head split by a computed target, merged again by [0, 0, -1] (LayoutLM's TorchScript q / k)
+    proto, model, modified, p = _run("""
+        g (float[B, S, 32] x) => (float[B, S, 32] y) {
+            s = Shape (x)
+            i0 = Constant <value = int64[1] {0}> ()
+            i1 = Constant <value = int64[1] {1}> ()
+            b = Gather <axis = 0> (s, i0)
+            n = Gather <axis = 0> (s, i1)
+            hd = Constant <value = int64[2] {2, 16}> ()
+            target = Concat <axis = 0> (b, n, hd)
+            r = Reshape (x, target)
+            merge = Constant <value = int64[3] {0, 0, -1}> ()
+            y = Reshape (r, merge)
+        }""")
+    assert modified and p.stats["reshape-of-reshape"] == 1
+    assert "Reshape" not in ops(model)
+    check_same(proto, model, _x(2, 5, 32))
+
+
+def test_reshape_of_reshape_copying_a_changed_dim_is_refused():
+    # the 0 copies the middle value's B * S, not x's B
+    proto = parse(_HEAD + """
+        g (float[B, S, 32] x) => (float[M, 32] y) {
+            flat = Constant <value = int64[3] {-1, 2, 16}> ()
+            r = Reshape (x, flat)
+            back = Constant <value = int64[2] {0, -1}> ()
+            y = Reshape (r, back)
+        }""")
+    model, modified, _ = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    assert not modified and ops(model) == {"Reshape": 2}
+
+
+def test_static_chain_becomes_reshape_transpose_reshape():
+    # PEGASUS-X's blocks: [B, S, H*D] -> heads -> [B, H, N, K, D] -> [B*H*N, K, D] -> back to [B, S, H*D]
+    proto, model, modified, p = _run("""
+        g (float[2, 12, 8] x) => (float[2, 12, 8] y, float[16, 3, 4] q) {
+            s1 = Constant <value = int64[4] {2, 12, 2, 4}> ()
+            v = Reshape (x, s1)
+            t = Transpose <perm = [0, 2, 1, 3]> (v)
+            s2 = Constant <value = int64[5] {0, 0, 4, 3, 4}> ()
+            blocks = Reshape (t, s2)
+            s3 = Constant <value = int64[3] {-1, 3, 4}> ()
+            q = Reshape (blocks, s3)
+            e = Exp (q)
+            s4 = Constant <value = int64[4] {2, 2, 12, 4}> ()
+            back = Reshape (e, s4)
+            t2 = Transpose <perm = [0, 2, 1, 3]> (back)
+            s5 = Constant <value = int64[3] {2, 12, 8}> ()
+            y = Reshape (t2, s5)
+        }""")
+    assert modified and p.stats["layout-chain"] == 1
+    # q: Reshape, Transpose, Reshape (was 4 nodes); y's chain is 3 nodes already: left
+    assert ops(model) == {"Reshape": 4, "Transpose": 2, "Exp": 1}
+    check_same(proto, model, _x(2, 12, 8))
+
+
+def test_static_chain_that_only_moves_ones_is_one_reshape():
+    proto, model, modified, _ = _run("""
+        g (float[2, 1, 6] x) => (float[2, 6] y) {
+            t = Transpose <perm = [1, 0, 2]> (x)
+            s = Constant <value = int64[3] {2, 3, 2}> ()
+            r = Reshape (t, s)
+            s2 = Constant <value = int64[2] {2, 6}> ()
+            y = Reshape (r, s2)
+        }""")
+    assert modified and ops(model) == {"Reshape": 1}
+    check_same(proto, model, _x(2, 1, 6))
+
+
+def test_static_chain_off_atom_boundaries_is_left():
+    # [2, 6] -> [6, 2] (transposed) -> [4, 3]: 4 is no product of whole factors of the transposed axes
+    proto = parse(_HEAD + """
+        g (float[2, 6] x) => (float[4, 3] y) {
+            t = Transpose <perm = [1, 0]> (x)
+            s = Constant <value = int64[2] {4, 3}> ()
+            y = Reshape (t, s)
+        }""")
+    model, modified, _ = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    assert not modified and ops(model) == {"Transpose": 1, "Reshape": 1}
+
+
+def test_no_chain_is_not_modified():
+    proto = parse(_HEAD + """
+        g (float[B, S, H, D] x) => (float[B, H, S, D] y) {
+            t = Transpose <perm = [0, 2, 1, 3]> (x)
+            y = Relu (t)
+        }""")
+    _, modified, _ = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    assert not modified
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_pipeline_cancels_pairs_after_the_rules(target):
+    # the rules' transpose-pair takes adjacent Transposes only; the cleanup after them takes this
+    import onnx_fuse
+
+    proto = parse(_HEAD + """
+        g (float[B, S, H, D] x) => (float[B, S, H, D] y) {
+            t = Transpose <perm = [0, 2, 1, 3]> (x)
+            r = Relu (t)
+            y = Transpose <perm = [0, 2, 1, 3]> (r)
+        }""")
+    result = onnx_fuse.optimize(proto, level=2, target=target, verify=True)
+    assert result.report.passed and ops(result.model) == {"Relu": 1}
+    kept = onnx_fuse.optimize(proto, level=2, target=target, disable="fold-layout-chains")
+    assert ops(kept.model) == {"Transpose": 2, "Relu": 1}
