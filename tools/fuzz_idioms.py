@@ -290,8 +290,8 @@ IDIOMS = {
 }
 #: the rules each idiom is there to exercise (the tests check that its plain form fires them)
 IDIOM_RULES = {
-    "baddbmm": ("attention-batched-heads",), "select_scale": ("where-scaled-scores",),
-    "mask_scale": ("attention-scale-after-mask",), "shared_mask": ("where-expanded-mask",),
+    "baddbmm": ("attention-batched-heads",), "select_scale": ("scores-scale-before-mask",),
+    "mask_scale": ("scores-scale-before-mask",), "shared_mask": ("where-expanded-mask",),
     "key_view": ("bmm-key-view",), "row_rope": ("rotary-rotate-half-row-tables",),
     "stack_rope": ("gather-of-stack", "rotary-rotate-half-row-tables-sbhd"),
 }

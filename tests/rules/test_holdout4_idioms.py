@@ -121,16 +121,23 @@ def test_score_view_term_that_widens_is_refused(h):
     h.assert_close(model, out, _window_feeds(h, 1))
 
 
-def _scaled_after_mask(h, op="Div", axis=-1):
+def _scaled_after_mask(h, op="Div", axis=-1, pad=False, half=False):
     """CodeGen's attention as transformers 4.57 writes it: softmax((q @ k^T + mask) / scale) @ v, the
-    mask a [B, 1, S, T] additive bias (0 kept, finfo.min masked)."""
+    mask a [B, 1, S, T] additive bias (0 kept, finfo.min masked); ``pad``: a [B, 1, 1, T] padding
+    mask added after the scale as well; ``half``: everything float16."""
     n = h.node
+    ft = 10 if half else 1
     nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
              n("Add", ["sc", "mask"], ["sm"]), n(op, ["sm", "scale"], ["sd"]),
              n("Softmax", ["sd"], ["p"], axis=axis), n("MatMul", ["p", "v"], ["o"])]
-    inputs = [h.vi(name, ["batch", H, "seq", D]) for name in ("q", "k", "v")] + [h.vi("mask", ["batch", 1, "seq", "seq"])]
+    inputs = [h.vi(name, ["batch", H, "seq", D], ft) for name in ("q", "k", "v")] + [h.vi("mask", ["batch", 1, "seq", "seq"], ft)]
+    if pad:
+        nodes[4:4] = [n("Add", ["pad", "sd"], ["sp"])]
+        nodes[5] = n("Softmax", ["sp"], ["p"], axis=axis)
+        inputs.append(h.vi("pad", ["batch", 1, 1, "seq"]))
     value = D ** 0.5 if op == "Div" else D ** -0.5
-    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, "seq", D])], {"scale": np.array(value, np.float32)})
+    return h.make_model(nodes, inputs, [h.vi("o", ["batch", H, "seq", D], ft)],
+                        {"scale": np.array(value, np.float16 if half else np.float32)})
 
 
 def _causal_feeds(h, batch=B, seq=S):
@@ -145,24 +152,55 @@ def _causal_feeds(h, batch=B, seq=S):
 @pytest.mark.parametrize("op", ["Div", "Mul"])
 def test_scores_scaled_after_the_mask_are_fused(h, target, op):
     """CodeGen through Optimum (hold-out 4): attention 0/2 before (the scale divides scores + mask);
-    attention-scale-after-mask scales the mask with the scores, the attention rules take the rest."""
+    scores-scale-before-mask scales the mask with the scores, the attention rules take the rest."""
     model = _scaled_after_mask(h, op)
     out = h.fuse(model, target)
     counts = h.ops(out)
-    assert "Softmax" not in counts and h.fired(out)["attention-scale-after-mask"] >= 1, counts
+    assert "Softmax" not in counts and h.fired(out)["scores-scale-before-mask"] >= 1, counts
     h.assert_close(model, out, _causal_feeds(h))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_scores_scaled_between_two_masks_are_fused(h, target):
+    """softmax((q k^T + causal) / scale + padding): attention-scale-after-mask wanted the Softmax
+    right after the scale and left this unfused; scores-scale-before-mask takes an additive term
+    between them (as it does after a causal select)."""
+    model = _scaled_after_mask(h, pad=True)
+    out = h.fuse(model, target)
+    counts = h.ops(out)
+    assert "Softmax" not in counts and h.fired(out)["scores-scale-before-mask"] >= 1, counts
+    feeds = _causal_feeds(h)
+    pad = np.zeros((B, 1, 1, S), np.float32)
+    pad[-1, ..., S // 2:] = np.finfo(np.float32).min   # batch row 1 right-padded (every row keeps a key)
+    h.assert_close(model, out, {**feeds, "pad": pad})
+
+
+def test_half_scores_keep_the_scale_after_an_additive_mask(h):
+    """float16: (s + (-65504)) / d is -inf for s <= -16 where s / d + (-65504 / d) stays finite, so a
+    fully masked row (here every key of batch row 1) changes: attention-scale-after-mask moved the
+    scale anyway (ORT 1.24 off at onnx-O3 on the fuzzer's float16 mask_scale case, seed 21, with an
+    all-zero attention_mask); scores-scale-before-mask refuses with the reason, the softmax stays."""
+    model = _scaled_after_mask(h, half=True)
+    out = h.fuse(model, "onnx")
+    feeds = {k: (10 * v).astype(np.float16) for k, v in _causal_feeds(h).items() if k != "mask"}
+    mask = np.full((B, 1, S, S), np.finfo(np.float16).min, np.float16)
+    mask[0] = np.triu(mask[0, 0], 1)   # batch row 0 causal, batch row 1 fully masked
+    h.assert_close(model, out, {**feeds, "mask": mask})
+    assert "Softmax" in h.ops(out), h.ops(out)
+    reasons = h.reasons(model, "onnx", "scores-scale-before-mask")
+    assert any("float16 scores keep the scale" in r for r in reasons), reasons
 
 
 def test_scale_after_mask_near_misses(h):
     """A softmax over another axis than the keys is refused with the reason; a (x + b) / c without a
     softmax (a GELU's x / sqrt(2)) is never a candidate."""
-    reasons = h.reasons(_scaled_after_mask(h, axis=2), "ort", "attention-scale-after-mask")
+    reasons = h.reasons(_scaled_after_mask(h, axis=2), "ort", "scores-scale-before-mask")
     assert any("over the keys" in r for r in reasons), reasons
     n = h.node
     nodes = [n("MatMul", ["x", "w"], ["xw"]), n("Add", ["xw", "b"], ["xb"]), n("Div", ["xb", "c"], ["y"])]
     inits = {"w": np.ones((D, D), np.float32), "b": np.ones(D, np.float32), "c": np.array(1.4142135, np.float32)}
     model = h.make_model(nodes, [h.vi("x", ["batch", D])], [h.vi("y", ["batch", D])], inits)
-    assert not h.fired(h.fuse(model, "ort"))["attention-scale-after-mask"]
+    assert not h.fired(h.fuse(model, "ort"))["scores-scale-before-mask"]
 
 
 def _seq_first_rotary(h, index=(0, 1)):

@@ -1,8 +1,9 @@
-"""rules/attention/score_select.yaml, selects on attention scores as transformers 4.3x wrote them:
-- where-scaled-scores: where(causal, q k^T, finfo.min) / d (GPT-J and CodeGen eager attention, the
-  scale after the select) becomes where(c, s / d, fill / d), which the attention recognizer fuses; a
-  select that fills a finite value, or scores that are not a MatMul's, stay as they are;
-- where-expanded-mask: scores.masked_fill(mask.expand_as(scores), min) (DistilBERT), the expanded
+"""Selects on attention scores as transformers 4.3x wrote them:
+- scores-scale-before-mask (rules/attention/score_scale.yaml): where(causal, q k^T, finfo.min) / d
+  (GPT-J and CodeGen eager attention, the scale after the select) becomes where(c, s / d, fill / d),
+  which the attention recognizer fuses; a select that fills a finite value, or scores that are not a
+  MatMul's, stay as they are;
+- where-expanded-mask (rules/attention/score_select.yaml): scores.masked_fill(mask.expand_as(scores), min) (DistilBERT), the expanded
   mask shared by both layers after CSE, becomes where(mask, min, scores) in each: both layers fuse
   (the Shape read no longer keeps the first layer's scores alive); an Expand to other dims stays."""
 
@@ -52,14 +53,13 @@ def test_scale_after_the_causal_select_fuses(h, target, op):
 def test_finite_fill_is_not_moved(h, op):
     model = _block(h, fill=-1.0, op=op)
     assert "Softmax" in h.ops(h.fuse(model, "ort"))
-    rule = "where-scaled-scores" + ("-mul" if op == "Mul" else "")
-    assert any("must fill (nearly) -inf" in r for r in h.reasons(model, "ort", rule))
+    assert any("must fill (nearly) -inf" in r for r in h.reasons(model, "ort", "scores-scale-before-mask"))
 
 
 def test_select_over_non_scores_is_not_moved(h):
     model = _block(h, scores="reduce")
-    assert h.fired(h.fuse(model, "ort"))["where-scaled-scores"] == 0
-    assert any("must be attention scores" in r for r in h.reasons(model, "ort", "where-scaled-scores"))
+    assert h.fired(h.fuse(model, "ort"))["scores-scale-before-mask"] == 0
+    assert any("must be attention scores" in r for r in h.reasons(model, "ort", "scores-scale-before-mask"))
 
 
 def _two_layers(h, *, target_dims=("b", H, "s", "s")):
