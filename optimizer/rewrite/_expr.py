@@ -348,6 +348,12 @@ def _sliding_window(ctx, m, q, past=None, without=None) -> int:
     return sliding_window(ctx, m, q, past, without)
 
 
+def _padding_mask(ctx, m, q) -> bool:
+    from onnx_fuse.rewrite._mask_probe import padding_mask
+
+    return padding_mask(ctx, m, q)
+
+
 def _cropped_window(ctx, m, q, kept, past) -> int:
     from onnx_fuse.rewrite._mask_probe import cropped_window
 
@@ -484,6 +490,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the window W of a mask over a cache cropped to its last n tokens (kept = Slice(past, -n)):
     # n + 1, proven at full past lengths from n on (_mask_probe.cropped_window)
     "cropped_window": _cropped_window,
+    # whether a prefill mask is an attention-mask input's key padding over a causal band or
+    # nothing, decided on its values (_mask_probe.padding_mask); fails with the reason otherwise
+    "padding_mask": _padding_mask,
     # n when kept is past's last n tokens (a Slice of it, its bounds constant or computed from
     # shapes and probed), 0 when kept is past (_crop.crop_length); fails with the reason otherwise
     "crop_length": _crop_length,

@@ -150,7 +150,10 @@ def _feed(v: ir.Value, shape: list[int], p: int, s: int) -> np.ndarray:
 
 
 def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
-                 opset: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+                 opset: int, batch: int = 1, drop: tuple[ir.Value, np.ndarray] | None = None,
+                 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``batch``: the value of symbols on a leading axis that q and the past do not bind; ``drop``:
+    (an attention-mask input, a 0/1 array broadcast to its feed) zeroes those of its entries."""
     from onnx_fuse.rewrite._local_check import _Dims
 
     names: dict[int, str] = {}
@@ -166,7 +169,7 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
 
         def value(self, name: str, axis: int) -> int:
             if name not in self.values and name.isidentifier() and name not in self.sums:
-                self.values[name] = 1 if axis == 0 else s
+                self.values[name] = batch if axis == 0 else s
             return super().value(name, axis)
 
     dims = _ProbeDims(dim_sums(mask.graph))
@@ -195,6 +198,8 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
                 inits.append(onnx.numpy_helper.from_array(c, name(v)))
             elif v.is_graph_input() or v.producer() is None:
                 arr = _feed(v, _dims_of(v, dims), p, s)
+                if drop is not None and v is drop[0]:
+                    arr = (arr * np.broadcast_to(drop[1], arr.shape)).astype(arr.dtype)
                 inputs.append(onnx.helper.make_tensor_value_info(
                     name(v), onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
                 feeds[name(v)] = arr
@@ -286,9 +291,10 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
 
 
 def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
-               opset: int) -> tuple[np.ndarray | None, str | None]:
-    """The mask's values for P cached and S new tokens, or why the probe did not run."""
-    model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset)
+               opset: int, **kw: Any) -> tuple[np.ndarray | None, str | None]:
+    """The mask's values for P cached and S new tokens, or why the probe did not run (``kw``:
+    _probe_model's batch and drop)."""
+    model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset, **kw)
     key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
                          + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
     if key not in _RESULTS:
@@ -602,3 +608,81 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     if w != n + 1:
         raise EvalFailure(f"the cache keeps the last {n} tokens but the mask's window is {w}, not {n + 1}")
     return w
+
+
+# --------------------------------------------------------------------------- padding masks
+
+_PAD_BATCH = 2   # batch rows probed where the batch is not fixed: each drops other keys
+
+
+def _kept(arr: np.ndarray, what: str) -> np.ndarray:
+    """A mask's kept keys (a boolean keep-mask as is; a bias: 0 kept, <= _MASKED masked)."""
+    if arr.dtype == np.bool_:
+        return arr
+    arr = arr.astype(np.float64)
+    kept = arr == 0
+    if not np.all(kept | (arr <= _MASKED)):
+        raise EvalFailure(f"the mask adds a bias to kept keys (neither 0 nor masked) {what}")
+    return kept
+
+
+def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
+    """True when ``mask`` (an additive bias or a boolean keep-mask, broadcast to [B,H,S,S]) over
+    q's S tokens ([B,H,S,D], prefill) is the key padding of an attention-mask input [B, T] on top
+    of a causal band or of nothing: run with attention_mask all ones it keeps every key, or a band
+    (sliding_window's form); run with some of attention_mask's entries zero, a different set in
+    each batch row, it keeps exactly that less the keys zeroed in its own row. Decided on values
+    (the cone run in ONNX Runtime, a batch of 2 where the batch is not fixed), whatever ops build
+    the mask. Raises EvalFailure with the reason otherwise (no attention-mask input, a mask from
+    an activation, a bias on kept keys, keys dropped other than attention_mask's)."""
+    for v, what in ((mask, "mask"), (q, "q")):
+        if not isinstance(v, ir.Value):
+            raise EvalFailure(f"padding_mask() needs the {what} as a graph value")
+    if mask.dtype is None or not (mask.dtype.is_floating_point() or mask.dtype == ir.DataType.BOOL):
+        raise EvalFailure("the mask is neither an additive float bias nor a boolean keep-mask")
+    if mask.is_graph_input():
+        raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
+    if _const(mask) is not None:
+        raise EvalFailure("the mask is a constant: it reads no attention mask")
+    if q.shape is None or len(q.shape) != 4:
+        raise EvalFailure("q must be 4-D with a known shape")
+    cone, as_const = _cone(mask)
+    ams = list({id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()
+                and "mask" in (i.name or "").lower() and i.shape is not None and len(i.shape) == 2}.values())
+    if len(ams) != 1:
+        raise EvalFailure("the mask reads no [batch, keys] attention-mask input" if not ams else
+                          f"the mask reads {len(ams)} attention-mask inputs")
+    am = ams[0]
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    sd, bd = q.shape.dims[2], am.shape.dims[0]
+    s = sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3)
+    if s > _MAX_SQUARE_PROBE:
+        raise EvalFailure(f"a probe of {s} x {s} tokens is too large")
+    rows = bd if isinstance(bd, int) else _PAD_BATCH
+    env = _bind(q, None, s, 0)
+    if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
+        env[q.shape.dims[0].value] = rows
+    # every third key dropped, from a different first key in each row (a key in the middle and
+    # the last ones: left, right and inner padding at once)
+    pattern = ((np.arange(s)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
+    got = []
+    for drop in (None, (am, pattern)):
+        arr, why = _run_probe(cone, as_const, mask, 0, s, env, opset, batch=rows, drop=drop)
+        if why is not None:
+            raise EvalFailure(why)
+        if arr.ndim != 4 or arr.shape[-1] != s or arr.shape[-2] not in (1, s) or arr.shape[0] not in (1, rows):
+            raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {rows} and {s} tokens")
+        got.append(np.broadcast_to(_kept(arr, "(attention mask " + ("all ones)" if drop is None else "with keys dropped)")),
+                                   (rows, arr.shape[1], s, s)))
+    base, padded = got
+    if not base.all():   # a causal part: one band per row, the same in every batch row and head
+        _band_starts(base, 0, s)
+    want = base & (pattern[:, None, None, :] != 0)
+    bad = np.argwhere(padded != want)
+    if len(bad):
+        b, _, i, j = (int(x) for x in bad[0])
+        what = "keeps" if padded[tuple(bad[0])] else "masks"
+        raise EvalFailure(f"with attention_mask[{b}, {j}] = {int(pattern[b, j])} the mask {what} key {j} of "
+                          f"query {i} (not attention_mask's key padding)")
+    return True
+

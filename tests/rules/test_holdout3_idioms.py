@@ -163,22 +163,32 @@ def test_probabilities_shared_by_two_value_matmuls_are_fused(h, target):
     h.assert_close(model, out, _differential_feeds(h))
 
 
-def _gathered_mask_attention(h, d, keys=S):
+def _gathered_mask_attention(h, d, keys=S, form="gathered"):
     """The differential attention with a padding mask gathered from a [B, T] attention_mask
     (GatherND of its boolean at (b, j), as Hugging Face's masks are built), filled with finfo.min;
-    ``keys`` != S makes K/V longer than q (a cached attention's shape)."""
+    ``keys`` != S makes K/V longer than q (a cached attention's shape). ``form``: "expanded", the
+    same mask as (1 - attention_mask[:, None, None, :]) * finfo.min (no GatherND: transformers 4.x's
+    _expand_mask); "reversed", GatherND at (b, T - 1 - j) (not the key padding: key j reads key
+    T - 1 - j's entry)."""
     n = h.node
     b_idx, j_idx = np.meshgrid(np.arange(B), np.arange(keys), indexing="ij")
+    if form == "reversed":
+        j_idx = keys - 1 - j_idx
     idx = np.stack([b_idx, j_idx], -1).reshape(B, 1, 1, keys, 2).astype(np.int64)
-    nodes = [n("Cast", ["attention_mask"], ["am"], to=9), n("GatherND", ["am", "idx"], ["g"]),
-             n("Where", ["g", "zero", "fill"], ["mask"]),
+    masking = [n("Cast", ["attention_mask"], ["am"], to=9), n("GatherND", ["am", "idx"], ["g"]),
+               n("Where", ["g", "zero", "fill"], ["mask"])]
+    if form == "expanded":
+        masking = [n("Cast", ["attention_mask"], ["amf"], to=1), n("Unsqueeze", ["amf", "ax12"], ["am4"]),
+                   n("Sub", ["one", "am4"], ["inv"]), n("Mul", ["inv", "fill"], ["mask"])]
+    nodes = masking + [
              n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]), n("Softmax", ["sm"], ["p"], axis=-1),
              n("MatMul", ["p", "v1"], ["o1"]), n("MatMul", ["p", "v2"], ["o2"]), n("Concat", ["o1", "o2"], ["o"], axis=-1)]
     inputs = [h.vi("q", [B, H, S, d])] + [h.vi(name, [B, H, keys, d]) for name in ("k", "v1", "v2")]
     inputs.append(h.vi("attention_mask", [B, keys], 7))
     inits = {"scale": np.array(d ** -0.5, np.float32), "idx": idx, "zero": np.array(0.0, np.float32),
-             "fill": np.array(np.finfo(np.float32).min, np.float32)}
+             "fill": np.array(np.finfo(np.float32).min, np.float32), "one": np.array(1.0, np.float32),
+             "ax12": np.array([1, 2], np.int64)}
     return h.make_model(nodes, inputs, [h.vi("o", [B, H, S, 2 * d])], inits)
 
 
@@ -212,6 +222,23 @@ def test_value_halves_split_for_the_trt_plugin(h, d):
     h.assert_close(model, out, _gathered_mask_feeds(h, d))
     for target in ("ort", "onnx"):
         assert h.ops(h.fuse(model, target))["Attention"] == 1
+
+
+@pytest.mark.parametrize("form", ["expanded", "reversed"])
+def test_value_halves_split_where_the_mask_values_are_the_key_padding(h, form):
+    """The split asks padding_mask() (the mask cone run with attention_mask all ones and with keys
+    dropped), not for a GatherND among the mask's producers: the key padding written without a
+    GatherND is split, a GatherND that reads other keys' entries is not (both the other way round
+    with the GatherND stand-in). Numbers against the original in ORT either way."""
+    import onnx_fuse
+
+    model = _gathered_mask_attention(h, 64, form=form)
+    res = onnx_fuse.optimize(model, level=4, target="trt")
+    out = res.to_proto()
+    split = form == "expanded"
+    assert h.ops(out)["Attention"] == (2 if split else 1), h.ops(out)
+    assert res.report.rule_fires.get("attention-split-value-heads", 0) == (1 if split else 0)
+    h.assert_close(model, out, _gathered_mask_feeds(h, 64))
 
 
 @pytest.mark.parametrize("case", ["graph-input mask", "more keys than queries"])
