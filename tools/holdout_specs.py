@@ -34,16 +34,17 @@ optimum-onnx supports with Optimum's exporter (style optimum; the venv of tools/
     python tools/export_corpus.py --holdout 4 --out /tmp/holdout4
 
 Its part B (--holdout 5, HOLDOUT4B at the end of this file) exports corpus architectures with older
-transformers (4.38, 4.45), each in its own venv (tools/legacy_venv.sh VERSION):
+transformers (4.38, 4.45), each in its own venv (tools/export_venv.sh --transformers VERSION):
 
-    tools/legacy_venv.sh 4.38.2 && tools/legacy_venv.sh 4.45.2
+    tools/export_venv.sh --transformers 4.38.2 && tools/export_venv.sh --transformers 4.45.2
     python tools/export_corpus.py --holdout 5 --out /tmp/holdout5
 
 The fifth sweep's part C (--holdout 8, HOLDOUT5C at the end of this file) exports corpus architectures with
-torch 2.9.1 and 2.14.1 (the corpus's transformers), each torch in its own venv (tools/torch_venv.sh VERSION);
+torch 2.9.1 and 2.14.1 (the corpus's transformers), each torch in its own venv (tools/export_venv.sh --torch
+VERSION);
 running export_corpus.py with that venv's python exports its files in one process:
 
-    tools/torch_venv.sh 2.9.1 && tools/torch_venv.sh 2.14.1
+    tools/export_venv.sh --torch 2.9.1 && tools/export_venv.sh --torch 2.14.1
     python tools/export_corpus.py --holdout 8 --out /tmp/holdout8
     /work/venvs/torch2141/bin/python tools/export_corpus.py --holdout 8 --out /tmp/holdout8 --only llama_pt2141
 
@@ -51,7 +52,7 @@ Its part D (--holdout 9, HOLDOUT5D at the end of this file) exports corpus archi
 4.48 and 4.53 (part B's styles, and legacy_dynamo / legacy_dynamo_kv through the dynamo exporter), by part
 B's hand-off; --head-dim 64 takes its KV64 decoders (the paged-KV check):
 
-    tools/legacy_venv.sh 4.48.3 && tools/legacy_venv.sh 4.53.3
+    tools/export_venv.sh --transformers 4.48.3 && tools/export_venv.sh --transformers 4.53.3
     python tools/export_corpus.py --holdout 9 --out /tmp/holdout9
 
 The sixth sweep's part B (--holdout 11, HOLDOUT6B) exports corpus architectures beside older onnxscript
@@ -500,8 +501,8 @@ HOLDOUT_SETS = {1: HOLDOUT, 2: HOLDOUT2, 3: HOLDOUT3, 4: HOLDOUT4}  # --holdout 
 
 # ---- fourth sweep, part B (--holdout 5, HOLDOUT4B): older transformers (exporter drift) ---------------
 # Corpus architectures as older transformers releases wrote them, exported with the TorchScript exporter
-# (what deployed files of that era were made with), each version in its own venv (tools/legacy_venv.sh
-# VERSION -> /work/venvs/tf<major><minor>): 4.38 (_prepare_4d_causal_attention_mask, rotary cos_cached /
+# (what deployed files of that era were made with), each version in its own venv (tools/export_venv.sh
+# --transformers VERSION -> /work/venvs/tf<major><minor>): 4.38 (_prepare_4d_causal_attention_mask, rotary cos_cached /
 # sin_cached sliced by seq_len, tuple past_key_values, eager attention in most models) and 4.45 (SDPA by
 # default, cache_position, _update_causal_mask). Architecture names carry the version: llama_tf438.
 # Styles: legacy / legacy_kv (eager attention) and legacy_sdpa / legacy_sdpa_kv (SDPA), the TorchScript
@@ -544,7 +545,7 @@ HOLDOUT_SETS[5] = HOLDOUT4B
 
 # ---- fifth sweep, part C (--holdout 8, HOLDOUT5C): torch.onnx exporter drift ---------------------------
 # Corpus architectures exported by an older and a newer torch (2.9.1, 2.14.1) with the corpus's
-# transformers (5.24), each torch in its own venv (tools/torch_venv.sh VERSION -> /work/venvs/torch<digits>),
+# transformers (5.24), each torch in its own venv (tools/export_venv.sh --torch VERSION -> /work/venvs/torch<digits>),
 # so only torch.onnx (and the onnxscript pip resolves beside it) differs from the corpus's torch 2.13 files.
 # Names carry the torch version: llama_pt291, llama_pt2141. Styles: the corpus's dyn_mask / kv /
 # torchscript / torchscript_kv, noopt (the dynamo graph before onnxscript's optimizer) and latest_opset /
@@ -828,7 +829,7 @@ HOLDOUT_SETS[7] = HOLDOUT5B
 
 # ---- fifth sweep, part D (--holdout 9, HOLDOUT5D): transformers 4.48 / 4.53 (exporter drift) ---------------
 # The releases between part B's 4.45 and the corpus's 5.x that most 2025 deployed files were exported with,
-# each in its own venv (tools/legacy_venv.sh VERSION) by part B's hand-off: 4.48 (the attention interface,
+# each in its own venv (tools/export_venv.sh --transformers VERSION) by part B's hand-off: 4.48 (the attention interface,
 # ALL_ATTENTION_FUNCTIONS; _update_causal_mask; Llama-style classes take only Cache objects, so the era's
 # tuples go in through DynamicCache.from_legacy_cache) and 4.53 (masking_utils' create_causal_mask / sdpa_mask).
 # Part B's TorchScript styles, and legacy_dynamo / legacy_dynamo_kv: the same models through the dynamo
