@@ -3,10 +3,11 @@
 A dim is a product ``coef * atom * atom...`` (``Dim``); an atom is a symbol or a dim string that is
 not a plain product (``"past + sequence"``), compared as text. ``shape_vector`` reads a small int
 tensor symbolically (Shape -> Gather/Slice/Squeeze/Unsqueeze/Concat/Cast, plus Mul/Div of entries,
-as TorchScript and dynamo compute ``batch * num_heads``, and TorchScript's ``expand(-1)`` guard
-``Where(Equal(v, -1), 1, v)``); ``reshape_out_dims`` says what a Reshape
-outputs: ``0`` copies an input dim, and one ``-1`` (or one entry that cannot be read) is solved from
-the element count by cancelling factors. Used by the rule language's ``has_dims``
+as TorchScript and dynamo compute ``batch * num_heads``, a Div that does not divide as the floor
+atom ``(L)//s`` that ``floor_div`` names computed lengths with, and TorchScript's ``expand(-1)``
+guard ``Where(Equal(v, -1), 1, v)``); ``reshape_out_dims`` says what a Reshape outputs: ``0``
+copies an input dim, and one ``-1`` (or one entry that cannot be read) is solved from the element
+count by cancelling factors. Used by the rule language's ``has_dims``
 (rewrite/_dims.py) and by the Shape-read rerouting (passes/_dim_source.py). Nothing here fails:
 unprovable is None.
 """
@@ -18,11 +19,13 @@ import re
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._shape_values import _attr, constant_tensor
+from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
 Dim = tuple[int, tuple[str, ...]]  # coef, sorted atoms
 
 _TOKEN = re.compile(r"^\s*(\d+|[A-Za-z_][\w.]*)\s*$")
+# a floor division's atom as floor_div writes it: "(L + c)//s" (one parenthesized group)
+_FLOOR = re.compile(r"^\s*\((.+)\)//(\d+)\s*$")
 
 
 def broadcast_entries(a: tuple[list, bool] | None, b: tuple[list, bool] | None) -> tuple[list, list, bool] | None:
@@ -53,14 +56,70 @@ def to_dim(d) -> Dim | None:
             out = mul(out, f)
         return out
     if isinstance(d, str):
-        parts = d.split("*")
-        if "**" not in d and all(_TOKEN.match(p) for p in parts):
+        parts = _top_level_factors(d)
+        if "**" not in d and all(_TOKEN.match(p) or _floor_atom(p) for p in parts):
             out = (1, ())
             for p in (p.strip() for p in parts):
                 out = mul(out, (int(p), ()) if p.isdigit() else (1, (p,)))
             return out
         return 1, (d.strip(),)
     return None
+
+
+def _top_level_factors(d: str) -> list[str]:
+    """``d`` split at the ``*`` outside parentheses (a plain product splits as ``d.split("*")``)."""
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(d):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "*" and depth == 0:
+            parts.append(d[start:k])
+            start = k + 1
+    return parts + [d[start:]]
+
+
+def _floor_atom(part: str) -> bool:
+    """``part`` is one floor_div atom: "(...)//s" whose first parenthesis closes before the ``//``."""
+    m = _FLOOR.match(part)
+    if m is None:
+        return False
+    depth = 0
+    for ch in m.group(1):
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def dim_text(d: Dim) -> str:
+    """A symbolic Dim as text ``to_dim`` reads back (``2*batch``)."""
+    return "*".join(([str(d[0])] if d[0] != 1 else []) + list(d[1])) if d[1] else str(d[0])
+
+
+def floor_div(a: Dim | None, s: int, c: int = 0) -> Dim | None:
+    """floor((a + c) / s) for a size ``a`` (never negative): the int or exact quotient where there is
+    one, else the atom ``"(a + c)//s"``, which names a size only computed (a strided conv's or pool's
+    output length, a length halved in shape arithmetic) the same whichever way it was computed:
+    AveragePool(kernel 2, stride 2) over L frames and ``Shape(x)[1] // 2`` are both ``(L)//2``.
+    None where ``a`` is unknown, invented or not a size."""
+    if a is None or s <= 0 or a[0] < 0 or any(invented_name(t) for t in a[1]):
+        return None
+    if not a[1]:
+        return (a[0] + c) // s, ()
+    if c == 0 and (q := div(a, (s, ()))) is not None:
+        return q
+    if a[0] == 0:
+        return None
+    tail = f" + {c}" if c > 0 else f" - {-c}" if c < 0 else ""
+    return 1, (f"({dim_text(a)}{tail})//{s}",)
+
+
+def _int_div(a: Dim, b: Dim) -> Dim | None:
+    """An integer Div of shape entries: the exact quotient, else a size divided by a positive int,
+    rounded down (ONNX truncates, the same for sizes): ``n_frames // squeeze_factor``."""
+    q = div(a, b)
+    if q is not None or b[1] or b[0] <= 0:
+        return q
+    return floor_div(a, b[0]) if a[1] and a[0] > 0 else None
 
 
 def mul(a: Dim, b: Dim) -> Dim:
@@ -183,7 +242,7 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         if pair is None:
             return None
         ea, eb, static = pair
-        f = mul if op == "Mul" else div
+        f = mul if op == "Mul" else _int_div
         return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], static
     if sums and op in ("Add", "Sub") and len(ins) == 2:   # P + S, (P + S) - P
         from onnx_fuse.passes._dim_sums import dim_diff, dim_sum

@@ -24,6 +24,11 @@ again so the names spread). Steps, each exact for every input the model accepts:
   not cut, or one cut at [0, its own size); a cut ``[s, s + n)`` with ``s`` a size holds at most n
   entries, which broadcasting against n settles (``_at_most``: GPT-NeoX's causal buffer
   ``bias[:, :, T - S : T]``).
+- Conv / pooling (no ceil_mode): batch (and a pool's channels) pass through; a spatial length is
+  computed from the input's and named by its formula (``floor_div``: ``(L - 5)//5``), so a length
+  only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
+  computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
+- ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so).
 Dim names onnx's inference invents (``unk__N``) prove nothing: they are not stable across the
 inference runs of one optimization (passes/shape_inference.py), so they never count as equal;
 nor do the TorchScript exporter's placeholders (``Concatpresent.0.key_dim_2``), which the naming
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import Dim, reshape_out_dims, shape_vector, to_dim, value_dims
+from onnx_fuse.passes._dim_products import Dim, floor_div, reshape_out_dims, shape_vector, to_dim, value_dims
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
@@ -49,6 +54,8 @@ _BROADCAST = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "Equal", "Less", "LessOrEqual", "Greater",
     "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "Max", "Min", "Sum", "Mean", "PRelu",
 })
+# windowed ops: output lengths computed from the input's (_window_step)
+_WINDOWED = frozenset({"Conv", "AveragePool", "MaxPool", "LpPool"})
 _MAX_STEPS = 64
 
 
@@ -227,7 +234,48 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _range_size(node)
     if op == "Concat":
         return _concat_step(node, v, i)
+    if op in _WINDOWED:
+        return _window_step(node, v, i)
+    if op == "ConstantOfShape":   # torch.ones(n_frames // squeeze_factor): the entries read as sizes
+        e = _entry(x, i)
+        return (None, e) if e is not None and _clean(e) and e[0] > 0 else None
     return None
+
+
+def _window_step(node: ir.Node, v: ir.Value, i: int):
+    """Conv / pooling: the batch (and a pool's channels) pass through; a spatial output length is
+    computed from the input's, floor((L + pads - dilation * (kernel - 1) - 1) / stride) + 1 (SAME:
+    ceil(L / stride)), as ``floor_div`` names it; not for ceil_mode or explicit output shapes."""
+    x, r = node.inputs[0], _rank(v)
+    if r is None or _rank(x) != r or v is not node.outputs[0] or not 0 <= i < r:
+        return None
+    if i == 0 or (i == 1 and node.op_type != "Conv"):
+        return x, i
+    if i == 1:
+        return None
+    k = i - 2
+    kernel = _attr(node, "kernel_shape", None)
+    if kernel is None and node.op_type == "Conv" and len(node.inputs) > 1 and node.inputs[1] is not None:
+        w = node.inputs[1].shape
+        kernel = list(w.dims[2:]) if w is not None and len(w) == r else None
+    n = r - 2
+    strides = _attr(node, "strides", None) or [1] * n
+    dilations = _attr(node, "dilations", None) or [1] * n
+    pads = _attr(node, "pads", None) or [0] * (2 * n)
+    auto_pad = _attr(node, "auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if not (isinstance(kernel, (list, tuple)) and len(kernel) == n and all(isinstance(e, int) for e in kernel)) \
+            or _attr(node, "ceil_mode", 0) != 0 or len(strides) != n or len(dilations) != n or len(pads) != 2 * n:
+        return None
+    s, span = int(strides[k]), int(dilations[k]) * (int(kernel[k]) - 1) + 1
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        c = s - 1
+    elif auto_pad in ("NOTSET", "VALID"):
+        c = (int(pads[k]) + int(pads[k + n]) if auto_pad == "NOTSET" else 0) - span + s
+    else:
+        return None
+    out = floor_div(known_dim(x, i), s, c)
+    return (None, out) if out is not None and _clean(out) and out[0] >= 0 else None
 
 
 def _concat_step(node: ir.Node, v: ir.Value, i: int):

@@ -1,0 +1,94 @@
+"""Dims only computed (a strided conv's or pool's output length, a length halved in shape arithmetic)
+named by their formula from the input's symbols (passes/_dim_products.py floor_div, _dim_source.py),
+so that two computations of one size meet: SEW-D's frames out of an AveragePool and its attention
+mask sized by Shape(features)[1] // squeeze_factor (hold-out 4, docs/holdout.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from onnx_fuse.passes._dim_products import floor_div, to_dim
+from onnx_fuse.passes._shape_values import invented_name
+from onnx_fuse.passes.shape_inference import ShapeInferencePass
+from pass_testing import check_same, parse
+
+HEADER = '<ir_version: 9, opset_import: ["" : 18]>'
+
+# audio frames: Conv(k 4, s 2, pads 1 1) over the samples, AveragePool(k 2, s 2) over those frames,
+# and a mask of ones sized Shape(frames)[2] // 2, added to the pooled frames (the Add's dims agree
+# only if the two sizes are proven equal)
+FRAMES = '''
+g (float[B, 1, L] x) => (float[B, 4, ?] y, float[B, ?] ones)
+{
+    w = Constant<value = float[4, 1, 4] {1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15., 16.}>()
+    c = Conv<kernel_shape = [4], strides = [2], pads = [1, 1]>(x, w)
+    p = AveragePool<kernel_shape = [2], strides = [2]>(c)
+    s = Shape(c)
+    i0 = Constant<value = int64[1] {0}>()
+    i2 = Constant<value = int64 {2}>()
+    two = Constant<value = int64 {2}>()
+    b = Gather<axis = 0>(s, i0)
+    n = Gather<axis = 0>(s, i2)
+    half = Div(n, two)
+    ax = Constant<value = int64[1] {0}>()
+    half1 = Unsqueeze(half, ax)
+    target = Concat<axis = 0>(b, half1)
+    ones = ConstantOfShape<value = float[1] {1.}>(target)
+    ax1 = Constant<value = int64[1] {1}>()
+    m = Unsqueeze(ones, ax1)
+    y = Add(p, m)
+}'''
+
+
+def _dims(model, name):
+    v = next(o for n in model.graph for o in n.outputs if o.name == name)
+    return [d if isinstance(d, int) else str(d.value) for d in v.shape.dims]
+
+
+def test_conv_and_pool_lengths_are_named_from_the_input():
+    proto = parse(HEADER + FRAMES)
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    # conv: floor((L + 2 - 4) / 2) + 1 = floor(L / 2); pool: floor((L // 2 - 2) / 2) + 1 = (L // 2) // 2
+    assert _dims(model, "c") == ["B", 4, "(L)//2"]
+    assert _dims(model, "p") == ["B", 4, "((L)//2)//2"]
+    # the mask's length, computed as Shape(c)[2] // 2, is the same name: the Add's dims are proven
+    assert _dims(model, "ones") == ["B", "((L)//2)//2"]
+    assert _dims(model, "y") == ["B", 4, "((L)//2)//2"]
+    assert not any(invented_name(str(d.value)) for n in model.graph for o in n.outputs
+                   if o.shape is not None for d in o.shape.dims if not isinstance(d, int))
+    rng = np.random.default_rng(0)
+    for length in (16, 19, 22, 37):   # every remainder mod 4: the names hold at each
+        check_same(proto, model, {"x": rng.standard_normal((2, 1, length)).astype(np.float32)})
+
+
+def test_ceil_mode_pool_is_left_unknown():
+    ceil = FRAMES.replace("AveragePool<kernel_shape", "AveragePool<ceil_mode = 1, kernel_shape")
+    proto = parse(HEADER + ceil)
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    assert _dims(model, "c") == ["B", 4, "(L)//2"]
+    assert invented_name(_dims(model, "p")[2])
+
+
+@pytest.mark.parametrize("text,dim", [
+    ("(L)//2", (1, ("(L)//2",))),
+    ("2*(L - 1)//2", (2, ("(L - 1)//2",))),
+    ("batch*((L)//2 + 3)//4", (1, ("((L)//2 + 3)//4", "batch"))),
+    ("past + sequence", (1, ("past + sequence",))),      # a sum stays one atom, as before
+    ("2*past + sequence", (1, ("2*past + sequence",))),  # not 2 * (past + sequence)
+    ("(a)//2 + (b)//2", (1, ("(a)//2 + (b)//2",))),      # no single floor atom
+])
+def test_floor_atoms_read_back(text, dim):
+    assert to_dim(text) == dim
+
+
+def test_floor_div():
+    assert floor_div((1, ("L",)), 2) == (1, ("(L)//2",))
+    assert floor_div((4, ("L",)), 2) == (2, ("L",))            # exact
+    assert floor_div((1, ("L",)), 2, -1) == (1, ("(L - 1)//2",))
+    assert floor_div((7, ()), 2, 1) == (4, ())
+    assert floor_div((1, ("unk__r1_3",)), 2) is None            # an invented name proves nothing
+    assert floor_div(None, 2) is None
