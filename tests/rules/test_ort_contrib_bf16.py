@@ -1,9 +1,10 @@
-"""rules/norm/skip_norm.yaml on bfloat16 graphs: ORT's SkipLayerNormalization and
-SkipSimplifiedLayerNormalization take bf16 (their schemas; CUDA kernels for bf16, ORT's
-docs/OperatorKernels.md), and --precision bf16 already writes them in bf16, but the rules took
-float / float16 only, so a model exported in bf16 kept Add + RMSNormalization at ort-O3 (LLaMA:
-4 SkipSimplifiedLayerNormalization in fp32, none in bf16). ORT's CPU provider cannot run bf16,
-so the numbers are checked by verify's bf16 emulation."""
+"""The ort target's contrib-op rules on bfloat16 graphs. ORT's SkipLayerNormalization,
+SkipSimplifiedLayerNormalization, BiasGelu and FastGelu take bf16 (their schemas; CUDA kernels for
+bf16, ORT's docs/OperatorKernels.md), and --precision bf16 already writes them in bf16, but
+skip_norm.yaml and bias_gelu.yaml took float / float16 only, so a model exported in bf16 kept
+Add + RMSNormalization / Add + Gelu at ort-O3 (LLaMA: 4 SkipSimplifiedLayerNormalization in fp32,
+none in bf16). (The packed attention ops really are float / float16 only: packed_ort.yaml stays.)
+ORT's CPU provider cannot run bf16, so the numbers are checked by verify's bf16 emulation."""
 
 from __future__ import annotations
 
@@ -47,5 +48,20 @@ def test_bf16_skip_norm_fuses_for_ort_and_verifies(h, kind, bias):
     op = "SkipLayerNormalization" if kind == "layer" else "SkipSimplifiedLayerNormalization"
     assert h.ops(out) == {f"com.microsoft::{op}": 1}, h.ops(out)
     assert out.graph.output[0].type.tensor_type.elem_type == BF16
+    result = verify(model, out)
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("approximate,op,inputs", [("none", "BiasGelu", 2), ("tanh", "FastGelu", 2)])
+def test_bf16_bias_gelu_fuses_for_ort_and_verifies(h, approximate, op, inputs):
+    """Add(x, bias) -> Gelu-20 in bf16 (the dynamo exporter's BERT / GPT MLP)."""
+    n = h.node
+    nodes = [n("Add", ["x", "bias"], ["t"]), n("Gelu", ["t"], ["y"], approximate=approximate)]
+    inits = {"bias": np.asarray(0.1 * h.rng.standard_normal(D)).astype(ml_dtypes.bfloat16)}
+    dims = ["batch", "seq", D]
+    model = h.make_model(nodes, [h.vi("x", dims, BF16)], [h.vi("y", dims, BF16)], inits)
+    out = h.fuse(model, "ort")
+    assert h.ops(out) == {f"com.microsoft::{op}": 1}, h.ops(out)
+    assert len(out.graph.node[0].input) == inputs  # the bias moved into the op
     result = verify(model, out)
     assert result["passed"], result
