@@ -348,6 +348,18 @@ def _sliding_window(ctx, m, q, past=None, without=None) -> int:
     return sliding_window(ctx, m, q, past, without)
 
 
+def _concat_past(ctx, v):
+    """The cached part of a KV cache's keys: the first input of ``v``'s producer when it is a
+    Concat(past, new) on axis 2 (of rank 4), else None (a prefill's keys), so that a mask probe can
+    take the past's length (``sliding_window(mask, q, concat_past(k))``)."""
+    node = _as_value(v, "concat_past").producer()
+    if node is None or node.op_type != "Concat" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    axis = node.attributes["axis"].value if "axis" in node.attributes else None
+    rank = len(v.shape) if v.shape is not None else None
+    return node.inputs[0] if rank == 4 and axis in (2, -2) else None
+
+
 def _padding_mask(ctx, m, q) -> bool:
     from onnx_fuse.rewrite._mask_probe import padding_mask
 
@@ -487,6 +499,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the window W of a causal banded mask (0: plain causal), decided on its values like
     # causal_mask; past None for prefill; fails with the reason when it is neither
     "sliding_window": _sliding_window,
+    # the past of a Concat(past, new, axis=2) KV cache (its first input), None for other keys
+    "concat_past": _concat_past,
     # the window W of a mask over a cache cropped to its last n tokens (kept = Slice(past, -n)):
     # n + 1, proven at full past lengths from n on (_mask_probe.cropped_window)
     "cropped_window": _cropped_window,

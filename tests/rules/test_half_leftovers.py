@@ -132,3 +132,48 @@ def test_float32_island_whose_select_is_not_causal_stays(h):
     out = h.fuse(model, "onnx")
     assert "Softmax" in h.ops(out) and _attn(h, out) == 0, h.ops(out)
     h.assert_close(model, out, _feeds(h, "right"), atol=4e-3, rtol=4e-3)
+
+
+def _float32_island_kv(h):
+    """The island with a KV cache (GPT-Neo's kv export): K and V are Concat(past, new) before the Cast,
+    the causal buffer sliced to rows P..P+S and keys 0..P+S, the attention mask over P + S keys."""
+    n = h.node
+    nodes = [n("Concat", ["past_k", "k"], ["kall"], axis=2), n("Concat", ["past_v", "v"], ["vall"], axis=2),
+             n("Shape", ["past_k"], ["pl"], start=2, end=3), n("Shape", ["q"], ["sl"], start=2, end=3),
+             n("Add", ["pl", "sl"], ["tl"]),   # the keys' length read as past + new (the exports' shape reads)
+             n("Sub", ["tl", "sl"], ["st"]), n("Slice", ["buf", "st", "tl", "two"], ["b2"]),
+             n("Slice", ["b2", "zero", "tl", "three"], ["c"]),
+             n("Cast", ["q"], ["qf"], to=TensorProto.FLOAT), n("Cast", ["kall"], ["kf"], to=TensorProto.FLOAT),
+             n("Transpose", ["kf"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["qf", "kt"], ["s"]),
+             n("Where", ["c", "s", "fmin"], ["w"]),
+             n("Unsqueeze", ["attention_mask", "ax12"], ["am"]), n("Cast", ["am"], ["amb"], to=TensorProto.BOOL),
+             n("Where", ["amb", "z16", "min16"], ["pad"]), n("Cast", ["pad"], ["padf"], to=TensorProto.FLOAT),
+             n("Add", ["w", "padf"], ["sp"]), n("Softmax", ["sp"], ["p"], axis=-1),
+             n("Cast", ["p"], ["p16"], to=F16), n("MatMul", ["p16", "vall"], ["o4"]),
+             n("Transpose", ["o4"], ["o"], perm=[0, 2, 1, 3])]
+    # max_position_embeddings rows: the probe runs past lengths beyond every constant of the cone
+    inits = {"buf": np.tril(np.ones((64, 64), bool))[None, None], "zero": np.array([0], np.int64),
+             "two": np.array([2], np.int64), "three": np.array([3], np.int64),
+             "fmin": np.array(np.finfo(np.float32).min, np.float32), "z16": np.array(0.0, np.float16),
+             "min16": np.array(-65504.0, np.float16), "ax12": np.array([1, 2], np.int64)}
+    new, past = ["batch", H, "sequence", D], ["batch", H, "past_sequence", D]   # the exports' dim names
+    inputs = ([h.vi(x, new, F16) for x in ("q", "k", "v")] + [h.vi(x, past, F16) for x in ("past_k", "past_v")]
+              + [h.vi("attention_mask", ["batch", "total_sequence"], TensorProto.INT64)])
+    total = ["batch", H, "total_sequence", D]   # the cache's present outputs, as the exports return them
+    outputs = [h.vi("o", ["batch", "sequence", H, D], F16), h.vi("kall", total, F16), h.vi("vall", total, F16)]
+    return h.make_model(nodes, inputs, outputs, inits)
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3)])
+def test_float16_attention_in_a_float32_island_with_a_cache_fuses(h, target, level):
+    """With a KV cache the select's rows start at the past length: the probe takes the past from the
+    keys' Concat (concat_past), where it had the prefill's [S, S] in mind (0/2 before, GPT-Neo kv)."""
+    model = _float32_island_kv(h)
+    out = h.fuse(model, target, level)
+    assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
+    P = 3
+    f = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float16) for x in ("q", "k", "v")}
+    f.update({x: h.rng.standard_normal((B, H, P, D)).astype(np.float16) for x in ("past_k", "past_v")})
+    f["attention_mask"] = np.ones((B, P + S), np.int64)
+    f["attention_mask"][1, -2:] = 0   # right padding of the new tokens
+    h.assert_close(model, out, f, atol=4e-3, rtol=4e-3)
