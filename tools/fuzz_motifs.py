@@ -6,8 +6,10 @@ each drawn as a fusable form, a near miss (one detail a rule must refuse) or wit
 (intermediates that are also graph outputs or feed other nodes, broadcasting constants that change
 the output shape, masks with symbolic dims that are 1 at run time, odd head sizes, initializers
 that are also graph inputs, fp16, scalar vs [1] constants, outputs of shape () vs (1,)). Symbolic
-dims get a run-time value per graph (often 1: query length 1 is a trap of its own), and the feeds
-are generated with the graph, so a case is fully determined by its seed. A fifth of the seeds
+dims get a run-time value per graph (often 1: query length 1 is a trap of its own); a quarter of
+the motif graphs also get an If (``add_control_flow``: an intermediate read inside a branch, a
+motif built inside one). The feeds are generated with the graph, so a case is fully determined
+by its seed. A fifth of the seeds
 (``DECODER_SHARE``) are KV-cache decoder steps instead (tools/fuzz_decoder.py), whose switches
 (sliding window, attention sinks, fp16 upcasts, fp8 KV, ...) are ``Case.spec``; of the rest, a
 share (fuzz_idioms.IDIOM_SHARE) are exporter idioms of the fourth hold-out sweep
@@ -563,6 +565,58 @@ STANDALONE = {"gelu_small": standalone_gelu_small, "norm_rank": standalone_layer
 #: share of the cases that are KV-cache decoder steps (tools/fuzz_decoder.py). Drawn from a side
 #: stream of the seed, so the motif graphs of the other seeds stay what they were.
 DECODER_SHARE = 0.2
+#: share of the motif graphs that also get control flow (an If on a scalar bool input, as in
+#: Optimum's merged decoders), drawn and built from a side stream of their own: the rest of the
+#: graph, and every graph without it, stays what it was for its seed.
+CONTROL_FLOW_SHARE = 0.25
+
+
+def _branch(b: Builder, name: str, nodes: list, out: str, dtype: int, shape) -> onnx.GraphProto:
+    return oh.make_graph(nodes, b.name(name), [], [oh.make_tensor_value_info(out, dtype, shape)])
+
+
+def add_control_flow(b: Builder, side: np.random.Generator, h: str, shape: list[Dim], opset: int,
+                     first_node: int) -> list[str]:
+    """Traps for rewrites that only look at the main graph: an intermediate of the motifs read
+    from the outer scope inside an If branch (a fusion that deletes it breaks the branch), and a
+    motif built inside a branch on the hidden state (the rewrite must reach into subgraphs and
+    keep the outer-scope reads). Returns the motif names it adds."""
+    rng, b.rng = b.rng, side    # the main stream stays as it was
+    try:
+        cond = b.name("cond")
+        b.inputs.append(oh.make_tensor_value_info(cond, TensorProto.BOOL, []))
+        b.feeds[cond] = np.array(b.p(0.5))
+        added = []
+        inner = [o for n in b.nodes[first_node:] for o in n.output if o]
+        if inner and b.p(0.7):
+            v = b.pick(inner)
+            bodies = []
+            for red in ("ReduceMax", "ReduceMin"):   # order-free reductions: exact on both sides
+                f, r = b.name("cast"), b.name(red.lower())
+                nodes = [oh.make_node("Cast", [v], [f], to=F32), oh.make_node(red, [f], [r], keepdims=0)]
+                bodies.append(_branch(b, red.lower(), nodes, r, F32, []))
+            b.output(b.op("If", [cond], then_branch=bodies[0], else_branch=bodies[1]))
+            b.trap("intermediate-read-in-subgraph")
+            added.append("if_reads")
+        if not added or b.p(0.6):
+            saved_nodes, saved_outputs = b.nodes, list(b.outputs)
+            names = list(WEIGHTS)
+            motif = b.pick(names)
+            b.nodes = []
+            y = HIDDEN_MOTIFS[motif](b, h, shape, opset)
+            body = b.nodes
+            b.nodes, b.outputs = saved_nodes, saved_outputs   # branch values cannot be graph outputs
+            other = [oh.make_node("Identity", [h], [b.name("identity")])]
+            then_g = _branch(b, "then", body, y, b.dtype, shape)
+            else_g = _branch(b, "else", other, other[0].output[0], b.dtype, shape)
+            if b.p(0.5):
+                then_g, else_g = else_g, then_g
+            b.output(b.op("If", [cond], then_branch=then_g, else_branch=else_g))
+            b.trap("motif-in-subgraph")
+            added.append(f"if_{motif}")
+        return added
+    finally:
+        b.rng = rng
 
 
 def make_case(seed: int) -> Case:
@@ -590,6 +644,7 @@ def make_case(seed: int) -> Case:
         names = list(WEIGHTS)
         w = np.array([WEIGHTS[n] for n in names], dtype=float)
         n_motifs = int(b.pick([1, 1, 2, 2, 3]))
+        first_node = len(b.nodes)
         for _ in range(n_motifs):
             name = names[int(rng.choice(len(names), p=w / w.sum()))]
             motifs.append(name)
@@ -597,6 +652,9 @@ def make_case(seed: int) -> Case:
             if b.p(0.15):
                 b.output(h)
         b.output(h)
+        side = np.random.default_rng([seed, 0xC0F])
+        if side.random() < CONTROL_FLOW_SHARE:
+            motifs += add_control_flow(b, side, h, shape, opset, first_node)
     for name, fn in STANDALONE.items():
         if not motifs or b.p(0.15):
             motifs.append(name)
