@@ -75,3 +75,67 @@ def test_dynamic_last_axis_is_refused(h):
     out = h.fuse(model, "ort", level=2)
     assert "RMSNormalization" not in h.ops(out), h.ops(out)
     assert any("static size" in r for r in h.reasons(model, "ort", "l2-norm"))
+
+
+# ---- K^T as one Transpose of another layout: HY-V4's MLA key (0/2 attention before) -------------------
+
+B, H, S, DH = 2, 2, 5, 8
+
+
+def _permuted_key(h, *, sinks=False, perm=(3, 1, 0, 2)):
+    """softmax(q @ Transpose(x, perm) * DH^-0.5 + mask [, sink column]) @ v with x the key stored
+    [DH, H, S, B] (as HY-V4's slice-copied key is exported), perm taking it to [B, H, DH, S]."""
+    n = h.node
+    nodes = [n("Transpose", ["x"], ["kt"], perm=list(perm)), n("MatMul", ["q", "kt"], ["qk"]),
+             n("Mul", ["qk", "scale"], ["sc"]), n("Add", ["sc", "mask"], ["s"])]
+    inits = {"scale": np.array(DH ** -0.5, np.float32)}
+    if sinks:
+        nodes += [n("Shape", ["s"], ["sh"], start=0, end=3), n("Concat", ["sh", "one"], ["shc"], axis=0),
+                  n("Expand", ["sink"], ["sk"]), n("Concat", ["s", "sk"], ["cat"], axis=-1),
+                  n("Softmax", ["cat"], ["pp"], axis=-1), n("Slice", ["pp", "st", "en", "ax"], ["p"])]
+        nodes[-4].input.append("shc")
+        inits.update(one=_i64(1), st=_i64(0), en=_i64(-1), ax=_i64(-1),
+                     sink=(0.1 * h.rng.standard_normal((1, H, 1, 1))).astype(np.float32))
+    else:
+        nodes.append(n("Softmax", ["s"], ["p"], axis=-1))
+    nodes.append(n("MatMul", ["p", "v"], ["o"]))
+    xs = [DH, H, None, None] if tuple(perm) == (3, 1, 0, 2) else [None, H, DH, None]
+    inputs = [h.vi("q", [None, H, None, DH]), h.vi("x", xs), h.vi("v", [None, H, None, DH]),
+              h.vi("mask", [None, 1, None, None])]
+    return h.make_model(nodes, inputs, [h.vi("o", [None, H, None, DH])], inits)
+
+
+def _attn_feeds(h, perm=(3, 1, 0, 2)):
+    k = h.rng.standard_normal((B, H, S, DH)).astype(np.float32)  # [B, H, S, DH]
+    # x such that Transpose(x, perm) == k^T [B, H, DH, S]
+    kt = k.transpose(0, 1, 3, 2)
+    x = np.ascontiguousarray(kt.transpose(np.argsort(perm)))
+    return {"q": h.rng.standard_normal((B, H, S, DH)).astype(np.float32), "x": x,
+            "v": h.rng.standard_normal((B, H, S, DH)).astype(np.float32),
+            "mask": np.triu(np.full((S, S), -3.4e38, np.float32), k=1)[None, None].repeat(B, 0)}
+
+
+def _attn(h, model):
+    ops = h.ops(model)
+    return sum(v for k, v in ops.items() if k.endswith("Attention"))
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+@pytest.mark.parametrize("sinks", [False, True])
+def test_permuted_key_is_fused(h, target, level, sinks):
+    model = _permuted_key(h, sinks=sinks)
+    out = h.fuse(model, target, level)
+    assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
+    assert h.fired(out)["scores-key-permuted"] == 1
+    h.assert_close(model, out, _attn_feeds(h))
+
+
+def test_probabilities_times_a_permuted_value_are_left_alone(h):
+    """P @ Transpose(x, [0, 2, 1, 3]) is the value product: the rule must not split that Transpose (the
+    left operand comes from a Softmax)."""
+    n = h.node
+    nodes = [n("Softmax", ["s"], ["p"], axis=-1), n("Transpose", ["x"], ["vt"], perm=[0, 2, 1, 3]),
+             n("MatMul", ["p", "vt"], ["o"])]
+    model = h.make_model(nodes, [h.vi("s", [B, H, S, S]), h.vi("x", [B, S, H, S])], [h.vi("o", [B, H, S, S])])
+    assert any("probabilities" in r for r in h.reasons(model, "ort", "scores-key-permuted")), \
+        h.reasons(model, "ort", "scores-key-permuted")
