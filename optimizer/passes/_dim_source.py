@@ -89,10 +89,10 @@ def _broadcast_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] 
     if r is None or any(_rank(x) is None for x in ops):
         return None
     present = [(x, i - (r - _rank(x))) for x in ops if i - (r - _rank(x)) >= 0]
-    for x, a in present:
+    # operands whose dim is known come first: a static 1 against a cut of at most one entry (a
+    # decode step's causal row, bias[:, :, T - 1 : T]) is 1, where the cut's own dim is unknown
+    for x, a in sorted(present, key=lambda xa: _fact(xa[0].shape[xa[1]]) is None):
         mine = _fact(x.shape[a])
-        if mine == 1:
-            continue
         others = [(_fact(y.shape[b]), y, b) for y, b in present if y is not x]
         if all(o == 1 or (o is not None and o == mine) or (o is None and _at_most(y, b, mine))
                for o, y, b in others):

@@ -133,8 +133,10 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
 def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
     """Sizes added or subtracted entry by entry (a cache's ``past + new``, ``(p + s) - s``), in the
     one spelling shape inference gives such a dim (passes/_dim_sums.py), so the read of a present's
-    length and the sum computed from the inputs are one value. Two sizes only: a number added
-    to a size is not read (None)."""
+    length and the sum computed from the inputs are one value. A size and a nonzero number read
+    the same way (a decode step's present length ``P + 1``, whose read a mask cut at the keys'
+    length would otherwise keep on the present: attention-kv-cache would make a cycle); None
+    where an entry is no such sum (a number minus a size, or ``P - 1``: P may be 0)."""
     from onnx_fuse.passes._dim_products import broadcast_entries, to_dim
     from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 
@@ -147,9 +149,9 @@ def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
         if isinstance(x, int) and isinstance(y, int):
             out.append(x + y if op == "Add" else x - y)
             continue
-        if isinstance(x, int) or isinstance(y, int):
-            # a size and a number (positions P + i, a length + 1) stay as written: the paged-KV
-            # lowering reads cache positions by their form (targets/trt_paged_positions.py)
+        if 0 in (x, y):
+            # size + 0 stays as written: a decode step's cache positions P + Range(0, 1) fold to
+            # P + [0], the form the paged-KV readers hook takes (targets/trt_paged_kv.py)
             return None
         got = dim_sum([to_dim(x), to_dim(y)]) if op == "Add" else dim_diff(to_dim(x), to_dim(y))
         if got is None:

@@ -91,10 +91,10 @@ def _from_input(graph: ir.Graph, key) -> ir.Value | None:
 def _sum_from_inputs(graph: ir.Graph, entries: list, scalar: bool) -> ir.Value | None:
     """``Add`` of the graph-input reads (and int terms) that make up one sum entry, at the top of
     the graph; None when an entry is not such a sum, a term is no input's dim, or the Add does not
-    read back as that entry (``past + 1`` of a decode-only graph: shape_entries leaves a size plus
-    a number as written, so a present's plain ``Shape(present)[2]`` would turn into an opaque
-    value and, e.g., torch's Where(Equal(target, -1), 1, target) before a repeat-KV Expand would
-    no longer fold)."""
+    read back as that entry (a sum shape_entries leaves as written would turn a present's plain
+    ``Shape(present)[2]`` into an opaque value, and e.g. torch's Where(Equal(target, -1), 1,
+    target) before a repeat-KV Expand would no longer fold; a decode step's ``past + 1`` reads
+    back, passes/_shape_values.py)."""
     if len(entries) != 1 or not isinstance(entries[0], str) or _SUM not in entries[0]:
         return None
     first = next(iter(graph), None)   # the sum goes above every node there now

@@ -246,3 +246,26 @@ def test_causal_buffer_rows_past_the_queries_are_not_named():
     neg = _T_MINUS_S.replace("Sub(t, s)", "Sub(s, t)")
     _, model, _, _ = _run(CAUSAL_BUFFER.replace("START", neg).replace("END", "t1"))
     assert _unknown(_dims(model, "w")[2])
+
+
+# The same buffer in a decode-only export (S fixed at 1, so TorchScript's T - S is T - 1): rows
+# [T - 1 : T] hold at most one entry, and broadcast against the scores' static 1 they are 1.
+DECODE = CAUSAL_BUFFER.replace("float[B, 2, S, 16] k, float[B, 2, S, 16] q",
+                               "float[B, 2, 1, 16] k, float[B, 2, 1, 16] q")
+_T_MINUS_1 = '''e1 = Constant<value = int64 {1}>()
+    d = Sub(t, e1)
+    start1 = Unsqueeze(d, ax0)'''
+
+
+def test_decode_causal_row_against_one_query_is_named():
+    proto, model, _, _ = _run(DECODE.replace("START", _T_MINUS_1).replace("END", "t1"))
+    assert _dims(model, "w") == ["B", 2, 1, "P + 1"]
+    feeds = {k: v[:, :, :1] if k in ("k", "q") else v for k, v in _causal_feeds().items()}
+    check_same(proto, model, inputs=feeds)
+    check_same(proto, model, inputs={**feeds, "past": feeds["past"][:, :, :0]})
+
+
+def test_decode_causal_rows_that_may_hold_two_are_not_named():
+    two = "\n    e2 = Constant<value = int64[1] {1}>()\n    t2 = Add(t1, e2)"
+    _, model, _, _ = _run(DECODE.replace("START", _T_MINUS_1 + two).replace("END", "t2"))
+    assert _unknown(_dims(model, "w")[2]) and _dims(model, "w")[3] == "P + 1"

@@ -88,8 +88,8 @@ def test_scalar_and_vector_of_one_dim_stay_apart():
 
 
 # A cache's present read by its own length (BLOOM 4.45 and GPT-NeoX 4.38 cut their masks at the
-# keys' length): P + S is no input's dim, so the read is rebuilt as Shape(past)[2] + Shape(k)[2];
-# a size plus a number (0 + P) is left as written.
+# keys' length): P + S is no input's dim, so the read is rebuilt as Shape(past)[2] + Shape(k)[2]
+# (and P + 1 as Shape(past)[2] + 1); a size plus 0 (0 + P) is left as written.
 PRESENT_LENGTH = '''
 g (float[B, 2, P, 8] past, float[B, 2, S, 8] k, float[B, 1, S, M] mask)
     => (float[B, 2, ?, 8] present, float[B, 1, S, ?] y, int64[1] q)
@@ -119,16 +119,17 @@ def test_a_present_length_is_read_from_the_inputs():
     check_same(proto, model, inputs={"past": f(2, 2, 3, 8), "k": f(2, 2, 4, 8), "mask": f(2, 1, 4, 9)})
 
 
-def test_a_present_length_plus_a_number_keeps_its_read():
-    """Decode-only (S = 1): the present's length is ``P + 1``; Shape(past)[2] + 1 would not read
-    back as that entry (a size plus a number stays as written), so the present's read stays
-    rather than becoming a value no later fold can read (regression of the read above)."""
+def test_a_decode_present_length_plus_one_is_read_from_the_inputs():
+    """Decode-only (S = 1): the present's length is ``P + 1``, which shape_entries reads as that sum,
+    so Shape(past)[2] + 1 replaces the present's read (a mask cut there made attention-kv-cache a
+    cycle: GPT-NeoX 4.38's decode step); 0 + P still stays as written."""
     text = PRESENT_LENGTH.replace("float[B, 2, S, 8] k", "float[B, 2, 1, 8] k").replace(
         "float[B, 1, S, M] mask", "float[B, 1, 1, M] mask").replace("float[B, 1, S, ?] y", "float[B, 1, 1, ?] y")
-    proto, model, _, _ = _run(text)
+    proto, model, modified, _ = _run(text)
+    assert modified
     readers = {n.inputs[0].name for n in model.graph if n.op_type == "Shape"}
-    assert "present" in readers, readers
-    assert ops(model)["Add"] == 1   # only 0 + P: no sum built and left behind
+    assert readers == {"past"}, readers
+    assert ops(model)["Add"] == 2   # past + 1, and 0 + P as written
     assert not CommonSubexpressionEliminationPass()(model).modified
     rng = np.random.default_rng(0)
     f = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731

@@ -35,8 +35,14 @@ def test_shape_of_a_key_transpose_reads_its_input(h, perm, moved):
     h.assert_close(model, out, {"x": x}, atol=0, rtol=0)
 
 
-def _bloom_kv(h, d=D, placeholders=False, causal=False):
+def _bloom_kv(h, d=D, placeholders=False, causal=False, s="s", padding=False):
+    """``s``: the query length (1: a decode-only export); ``padding`` (with ``causal``): GPT-NeoX's
+    additive padding mask from attention_mask [b, total] added to the causal Where."""
     n = h.node
+    low = [n("Where", ["cm", "s4", "low"], ["sm"])] if not padding else [
+        n("Where", ["cm", "s4", "low"], ["sc4"]), n("Unsqueeze", ["attention_mask", "ax12"], ["am4"]),
+        n("Cast", ["am4"], ["amf"], to=1), n("Sub", ["onef", "amf"], ["inv"]), n("Mul", ["inv", "low"], ["pad"]),
+        n("Add", ["sc4", "pad"], ["sm"])]
     nodes = [
         n("Concat", ["pk", "kn"], ["k"], axis=2), n("Concat", ["pv", "vn"], ["v"], axis=2),
         n("Shape", ["q"], ["qs"]), n("Slice", ["qs", "i0", "i1"], ["bb"]), n("Slice", ["qs", "i2", "i3"], ["ss"]),
@@ -50,7 +56,7 @@ def _bloom_kv(h, d=D, placeholders=False, causal=False):
         *([n("Slice", ["mask", "i0", "klen", "i3"], ["mk"]), n("Add", ["s4", "mk"], ["sm"])]
           if not causal else  # GPT-NeoX 4.38's causal buffer cut at rows [T - S : T], columns [: T]
           [n("Sub", ["klen", "ss"], ["top"]), n("Slice", ["tril", "top", "klen", "i2"], ["rows"]),
-           n("Slice", ["rows", "i0", "klen", "i3"], ["cm"]), n("Where", ["cm", "s4", "low"], ["sm"])]),
+           n("Slice", ["rows", "i0", "klen", "i3"], ["cm"]), *low]),
         n("Softmax", ["sm"], ["p"], axis=-1),
         n("Concat", ["bh", "ss", "m1"], ["tp"], axis=0), n("Reshape", ["p", "tp"], ["p3"]),
         n("MatMul", ["p3", "v3"], ["o3"]), n("Concat", ["bb", "hh", "ss", "dd"], ["to"], axis=0),
@@ -60,12 +66,14 @@ def _bloom_kv(h, d=D, placeholders=False, causal=False):
              "i3": np.array([3], np.int64), "hh": np.array([H], np.int64), "m1": np.array([-1], np.int64),
              "dd": np.array([d], np.int64), "scale": np.array(d ** -0.5, np.float32),
              **({"tril": np.tril(np.ones((64, 64), bool))[None, None],
-                 "low": np.array(np.finfo(np.float32).min, np.float32)} if causal else {})}
-    inputs = [h.vi("q", ["b", H, "s", d]), h.vi("kn", ["b", H, "s", d]), h.vi("vn", ["b", H, "s", d]),
+                 "low": np.array(np.finfo(np.float32).min, np.float32)} if causal else {}),
+             **({"ax12": np.array([1, 2], np.int64), "onef": np.array(1.0, np.float32)} if padding else {})}
+    inputs = [h.vi("q", ["b", H, s, d]), h.vi("kn", ["b", H, s, d]), h.vi("vn", ["b", H, s, d]),
               h.vi("pk", ["b", H, "p", d]), h.vi("pv", ["b", H, "p", d])]
-    inputs += [] if causal else [h.vi("mask", ["b", 1, "s", "m"])]
+    inputs += [] if causal else [h.vi("mask", ["b", 1, s, "m"])]
+    inputs += [h.vi("attention_mask", ["b", "total"], 7)] if padding else []
     present = [h.vi(x, ["b", H, f"Concat{x}_dim_2", d] if placeholders else None) for x in ("k", "v")]
-    return h.make_model(nodes, inputs, [h.vi("y", ["b", H, "s", d]), *present], inits, opset=18)
+    return h.make_model(nodes, inputs, [h.vi("y", ["b", H, s, d]), *present], inits, opset=18)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
@@ -97,3 +105,23 @@ def test_bloom_kv_cache_read_by_its_length_is_paged(h):
     ops = collections.Counter(n.op_type for n in result.model.graph)
     assert ops["PagedAttention"] == 1 and ops["Softmax"] == 0, (ops, result.report.warnings)
     assert result.report.verify["passed"], result.report.verify
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_decode_only_kv_cache_read_by_its_length_is_paged(h, padding):
+    """The same as a decode-only export (S fixed at 1, so the causal rows are [T - 1 : T]): the
+    present's length P + 1 is read from the inputs (it stayed on the present, and attention-kv-cache
+    refused the cycle), the causal row against the one query is 1 (the layer's output kept invented
+    dims), and GPT-NeoX's padding mask added to the causal Where is decided on its values like any
+    other mask (a structural refusal of an Add took it for ALiBi): paged at trt-O4, verified."""
+    import onnx_fuse
+
+    model = _bloom_kv(h, d=64, placeholders=True, causal=True, s=1, padding=padding)
+    shapes = {"p": (5,), "total": (6,)}   # attention_mask spans the 5 cached keys and the new one
+    result = onnx_fuse.optimize(model, level=4, target="trt", verify=True, shapes=shapes)
+    ops = collections.Counter(n.op_type for n in result.model.graph)
+    assert ops["PagedAttention"] == 1 and ops["Softmax"] == 0, (ops, result.report.warnings)
+    assert result.report.verify["passed"], result.report.verify
+    o3 = onnx_fuse.optimize(model, level=3, target="ort", verify=True, shapes=shapes)   # the cache at ort too
+    assert h.fired(o3.to_proto())["attention-kv-ort"] >= 1, o3.report.warnings
+    assert o3.report.verify["passed"], o3.report.verify

@@ -356,7 +356,7 @@ def test_bias_added_to_the_causal_mask_is_not_lowered():
     at = list(g.node).index(add)
     g.node.insert(at, onnx.helper.make_node("Add", [add.input[j], "slopes"], ["mask_plus_bias"]))
     add.input[j] = "mask_plus_bias"
-    _refused(proto, "a bias such as ALiBi")
+    _refused(proto, "adds a bias to kept keys")
 
 
 def test_disable_keeps_the_contiguous_cache():
