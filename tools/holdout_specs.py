@@ -597,9 +597,11 @@ ONNXSCRIPT_DRIFT_PLAN = {  # corpus architecture -> styles, the same for every o
 HOLDOUT6B = {f"{arch}_os{tag}": dict(SPECS[arch], styles=styles, onnxscript=version, base_arch=arch)
              for tag, version in ONNXSCRIPT_VERSIONS.items() for arch, styles in ONNXSCRIPT_DRIFT_PLAN.items()}
 HOLDOUT_SETS[11] = HOLDOUT6B
-# --holdout 11 --dtype bfloat16: corpus decoders exported from the bf16 model (main venv), as released
-# checkpoints are; ONNX Runtime's CPU provider has no bf16 MatMul / Add, so their checks run emulated
-BF16_ARCHS6B = {"dyn_mask": ("llama", "qwen3", "mistral", "phi3", "gemma3", "gpt2"), "kv": ("llama", "qwen3")}
+# --holdout 11 --dtype bfloat16: corpus decoders (and BERT / ViT: a padding mask, BiasGelu, SkipLayerNorm in
+# bf16) exported from the bf16 model (main venv), as released checkpoints are; ONNX Runtime's CPU provider
+# has no bf16 MatMul / Add, so their checks run emulated
+BF16_ARCHS6B = {"dyn_mask": ("llama", "qwen3", "mistral", "phi3", "gemma3", "gpt2", "bert", "vit"),
+                "kv": ("llama", "qwen3")}
 
 
 # ---- fifth sweep, part A (--holdout 6, HOLDOUT5A): decoder architectures never seen ------------------------
