@@ -663,11 +663,14 @@ def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None
     """
     import tempfile
 
-    original, optimized, emulated = _emulate_bf16_pair(original, optimized)
     with tempfile.TemporaryDirectory(prefix="onnx-fuse-verify-") as tmp:
-        result = _verify(_Side(original, tmp, "original"), _Side(optimized, tmp, "optimized"),
-                         inputs=inputs, shapes=shapes, seed=seed, atol=atol, rtol=rtol,
-                         precision=precision, bf16=emulated)
+        ref, opt = _Side(original, tmp, "original"), _Side(optimized, tmp, "optimized")
+        # the skeleton (no weight bytes) says whether the original is bf16: only then is anything loaded
+        pair = _emulate_bf16_pair(original, optimized) if _bf16_valued(ref.skeleton) else None
+        if pair is not None:
+            ref, opt = _Side(pair[0], tmp, "original"), _Side(pair[1], tmp, "optimized")
+        result = _verify(ref, opt, inputs=inputs, shapes=shapes, seed=seed, atol=atol, rtol=rtol,
+                         precision=precision, bf16=pair is not None)
     if raise_on_failure and not result["passed"]:
         raise VerificationError(failure_summary(result))
     return result
@@ -689,16 +692,11 @@ def _bf16_valued(model: Any) -> bool:
         v.type.tensor_type.elem_type == bf16 for v in (*g.input, *g.value_info, *g.output))
 
 
-def _emulate_bf16_pair(original: Any, optimized: Any) -> tuple[Any, Any, bool]:
+def _emulate_bf16_pair(original: Any, optimized: Any) -> tuple[onnx.ModelProto, onnx.ModelProto] | None:
     """ORT's CPU provider cannot run a bf16 model (no bf16 MatMul, Add, Softmax...), so an original
     holding bf16 values is compared through emulate_bf16 on both sides: float32 arithmetic with every
-    bf16 value rounded to bf16, the rounding both graphs store. A model whose weights do not fit in
-    one protobuf is left as it is (ORT then says it cannot load it)."""
-    from onnx_fuse.model_io import load_proto
-
-    skeleton = load_proto(original)[0] if isinstance(original, (str, os.PathLike)) else original
-    if not _bf16_valued(skeleton):
-        return original, optimized, False
+    bf16 value rounded to bf16, the rounding both graphs store. None for a model whose weights do not
+    fit in one protobuf (it is left as it is: ORT then says it cannot load it)."""
     from onnx_fuse.passes.precision import emulate_bf16
 
     pair = []
@@ -709,8 +707,8 @@ def _emulate_bf16_pair(original: Any, optimized: Any) -> tuple[Any, Any, bool]:
                 proto = onnx.shape_inference.infer_shapes(proto)
             pair.append(emulate_bf16(proto))
         except (ValueError, OverflowError, onnx.shape_inference.InferenceError):
-            return original, optimized, False
-    return pair[0], pair[1], True
+            return None
+    return pair[0], pair[1]
 
 
 def failure_summary(result: Mapping[str, Any]) -> str:
