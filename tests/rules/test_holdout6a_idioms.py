@@ -139,3 +139,47 @@ def test_probabilities_times_a_permuted_value_are_left_alone(h):
     model = h.make_model(nodes, [h.vi("s", [B, H, S, S]), h.vi("x", [B, S, H, S])], [h.vi("o", [B, H, S, S])])
     assert any("probabilities" in r for r in h.reasons(model, "ort", "scores-key-permuted")), \
         h.reasons(model, "ort", "scores-key-permuted")
+
+
+# ---- interleaved rope with the head axis added after the repeat: DeepSeek-V4 (RoPE 0 before) ----------
+
+def _rope_3d(h, *, head_axis=1, repeat="Expand"):
+    """x*U(ri(c)) + rotate_every_two(x)*U(ri(s)), c/s [1, S, DH/2] inputs, ri = repeat_interleave by 2
+    (Unsqueeze(-1), Expand to 2 or Concat with itself, Reshape to [1, S, DH]), U = Unsqueeze(head_axis)."""
+    n = h.node
+    nodes = []
+    for t in ("c", "s"):
+        nodes.append(n("Unsqueeze", [t, "m1"], [t + "4"]))
+        nodes.append(n("Expand", [t + "4", "pair"], [t + "x"]) if repeat == "Expand" else
+                     n("Concat", [t + "4", t + "4"], [t + "x"], axis=-1))
+        nodes += [n("Reshape", [t + "x", "rs"], [t + "r"]), n("Unsqueeze", [t + "r", "hax"], [t + "u"])]
+    nodes += [n("Mul", ["x", "cu"], ["xc"]),
+              n("Slice", ["x", "z", "big", "m1", "two"], ["xe"]), n("Slice", ["x", "one", "big", "m1", "two"], ["xo"]),
+              n("Neg", ["xo"], ["ng"]), n("Unsqueeze", ["ng", "m1"], ["nu"]), n("Unsqueeze", ["xe", "m1"], ["eu"]),
+              n("Concat", ["nu", "eu"], ["stk"], axis=-1), n("Reshape", ["stk", "xs"], ["r"]),
+              n("Mul", ["r", "su"], ["xs2"]), n("Add", ["xc", "xs2"], ["y"])]
+    inits = {"m1": _i64(-1), "pair": _i64(1, 1, 1, 2), "rs": _i64(1, -1, DH), "hax": _i64(head_axis),
+             "z": _i64(0), "one": _i64(1), "two": _i64(2), "big": _i64(2 ** 62), "xs": _i64(0, H, -1, DH)}
+    inputs = [h.vi("x", ["b", H, "s", DH]), h.vi("c", [1, "s", DH // 2]), h.vi("s", [1, "s", DH // 2])]
+    return h.make_model(nodes, inputs, [h.vi("y", ["b", H, "s", DH])], inits)
+
+
+def _rope_feeds(h):
+    ang = h.rng.standard_normal((1, S, DH // 2)).astype(np.float32)
+    return {"x": h.rng.standard_normal((B, H, S, DH)).astype(np.float32), "c": np.cos(ang), "s": -np.sin(ang)}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("repeat", ["Expand", "Concat"])
+def test_interleaved_rope_unsqueezed_after_the_repeat(h, target, repeat):
+    model = _rope_3d(h, repeat=repeat)
+    out = h.fuse(model, target, level=2)
+    assert h.ops(out)["RotaryEmbedding"] == 1 and "Neg" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _rope_feeds(h))
+
+
+def test_tables_unsqueezed_on_another_axis_are_refused(h):
+    """Unsqueeze(2) makes [1, S, 1, DH]: the rows would rotate by head, not by position."""
+    model = _rope_3d(h, head_axis=2)
+    out = h.fuse(model, "ort", level=2)
+    assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
