@@ -47,8 +47,10 @@ def _ts_repeat_interleave(n) -> list:
 
 def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=False, scale=1.0,
            head_varying=False, slice_start=0, pass_start=None, step=1, elem=1, tile=(1, 1, 1, 1, 2),
-           table_batches=1, ts_order=1):
-    """x -> [x_rot, x_pass split] -> x_rot*cos + rotate(x_rot)*sin -> [concat x_pass] -> y."""
+           table_batches=1, ts_order=1, promote=False):
+    """x -> [x_rot, x_pass split] -> x_rot*cos + rotate(x_rot)*sin -> [concat x_pass] -> y.
+    ``promote``: x float16 against the float32 tables, x and its rotation cast up before their Muls
+    (GPT-J 4.4x eager in float16, TorchScript), y float32."""
     n = h.node
     shape = [B, H, S, D] if layout == "bhsd" else [B, S, H, D]
     inits = {"i0": np.array([0], np.int64), "i1": np.array([1], np.int64),
@@ -190,7 +192,9 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
         nodes += [n("Gather", [ct, "pos"], ["cg"], axis=0), n("Gather", [st, "pos"], ["sg"], axis=0),
                   n("Unsqueeze", ["cg", "ax1"], ["cu"]), n("Unsqueeze", ["sg", "ax1"], ["su"])]
         inputs.append(h.vi("pos", ["b", "s"], 7))
-    nodes.append(n("Mul", [xr, "cu"], ["c"]))
+    if promote:
+        nodes.append(n("Cast", [xr], ["xrf"], to=1))
+    nodes.append(n("Mul", ["xrf" if promote else xr, "cu"], ["c"]))
     if form == "half":
         inits["ihalf"] = np.array([rd // 2], np.int64)
         nodes += [n("Slice", [xr, "i0", "ihalf", "ilast", "istep"], ["x1"]),
@@ -209,7 +213,9 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
         else:
             inits["shp"] = np.array([0, 0, 0, -1], np.int64)
         nodes.append(n("Reshape", ["stk", "shp"], ["r"]))
-    nodes += [n("Mul", ["r", "su"], ["s"]), n("Add", ["c", "s"], ["yr" if rd < D else "y"])]
+    if promote:
+        nodes.append(n("Cast", ["r"], ["rf"], to=1))
+    nodes += [n("Mul", ["rf" if promote else "r", "su"], ["s"]), n("Add", ["c", "s"], ["yr" if rd < D else "y"])]
     if rd < D:
         nodes.append(n("Concat", ["yr", "xp"], ["y"], axis=-1))
     xshape = shape if tables in ("folded",) else (["b", H, "s", D] if layout == "bhsd" else ["b", "s", H, D])
@@ -219,7 +225,7 @@ def _graph(h, *, form="half", layout="bhsd", tables="folded", rd=D, bad_halves=F
     if elem != 1:   # a float16/bfloat16 model: x, y and the tables in that dtype
         dt = {10: np.float16, 16: __import__("ml_dtypes").bfloat16}[elem]
         inits = {k: (v.astype(dt) if v.dtype == np.float32 else v) for k, v in inits.items()}
-    inputs.insert(0, h.vi("x", xshape, elem))
+    inputs.insert(0, h.vi("x", xshape, 10 if promote else elem))
     return h.make_model(nodes, inputs, [h.vi("y", yshape, elem)], inits)
 
 
@@ -344,6 +350,18 @@ def test_gathered_sincos_table_torchscript_form_fuses(h, target, tables):
     (rot,) = _rotary_nodes(out)
     assert _attr(rot, "interleaved") == 1 and _attr(rot, "num_heads") == H and rot.input[3]
     h.assert_close(model, out, _feeds(h, model))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("tables", ["sincos-ge1", "sincos-ts"])
+def test_gathered_sincos_of_a_promoted_float16_x_fuses(h, target, tables):
+    """GPT-J 4.48 eager in float16 (TorchScript): float32 sin / cos promote the float16 q / k, so x and
+    its rotation are cast up before their Muls (0/4 RoPE before): the op runs on x cast up, exactly."""
+    model = _graph(h, form="interleaved", layout="bshd", tables=tables, promote=True)
+    out = h.fuse(model, target, level=2)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
+    h.assert_close(model, out, _feeds(h, model, np.float16), atol=1e-3)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
