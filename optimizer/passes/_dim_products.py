@@ -24,7 +24,7 @@ from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 Dim = tuple[int, tuple[str, ...]]  # coef, sorted atoms
 
 _TOKEN = re.compile(r"^\s*(\d+|[A-Za-z_][\w.]*)\s*$")
-# a floor division's atom as floor_div writes it: "(L + c)//s" (one parenthesized group)
+# a floor division's atom as floor_div writes it: "(L+c)//s" (one parenthesized group)
 _FLOOR = re.compile(r"^\s*\((.+)\)//(\d+)\s*$")
 
 
@@ -97,7 +97,7 @@ def dim_text(d: Dim) -> str:
 
 def floor_div(a: Dim | None, s: int, c: int = 0) -> Dim | None:
     """floor((a + c) / s) for a size ``a`` (never negative): the int or exact quotient where there is
-    one, else the atom ``"(a + c)//s"``, which names a size only computed (a strided conv's or pool's
+    one, else the atom ``"(a+c)//s"``, which names a size only computed (a strided conv's or pool's
     output length, a length halved in shape arithmetic) the same whichever way it was computed:
     AveragePool(kernel 2, stride 2) over L frames and ``Shape(x)[1] // 2`` are both ``(L)//2``.
     None where ``a`` is unknown, invented or not a size."""
@@ -109,8 +109,23 @@ def floor_div(a: Dim | None, s: int, c: int = 0) -> Dim | None:
         return q
     if a[0] == 0:
         return None
-    tail = f" + {c}" if c > 0 else f" - {-c}" if c < 0 else ""
-    return 1, (f"({dim_text(a)}{tail})//{s}",)
+    text = dim_text(a)
+    tail = f"+{c}" if c > 0 else f"-{-c}" if c < 0 else ""   # no " + ": that spells a sum (_dim_sums)
+    return (1, (f"({text}{tail})//{s}",)) if " " not in text else None
+
+
+def floor_plus(atom: str, k: int) -> str | None:
+    """``floor((L + c) / s) + k`` as the one atom ``(L+c')//s``, c' = c + k * s; None when ``atom`` is
+    not a floor_div atom (a sum keeps its terms then: passes/_dim_sums.py)."""
+    m = _FLOOR.match(atom)
+    if m is None or not _floor_atom(atom) or " " in m.group(1):
+        return None
+    inner, s = m.group(1), int(m.group(2))
+    tail = re.search(r"[+-]\d+$", inner)
+    c = int(tail.group(0)) if tail else 0
+    text = inner[:tail.start()] if tail else inner
+    c += k * s
+    return f"({text}{f'+{c}' if c > 0 else f'-{-c}' if c < 0 else ''})//{s}"
 
 
 def _int_div(a: Dim, b: Dim) -> Dim | None:

@@ -25,10 +25,11 @@ again so the names spread). Steps, each exact for every input the model accepts:
   entries, which broadcasting against n settles (``_at_most``: GPT-NeoX's causal buffer
   ``bias[:, :, T - S : T]``).
 - Conv / pooling (no ceil_mode): batch (and a pool's channels) pass through; a spatial length is
-  computed from the input's and named by its formula (``floor_div``: ``(L - 5)//5``), so a length
+  computed from the input's and named by its formula (``floor_div``: ``(L-5)//5``), so a length
   only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
   computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
-- ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so).
+- ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so);
+- a Slice ``[:-k]`` of such a computed length ``(L+c)//s``: ``(L+c-k*s)//s`` (``floor_plus``).
 Dim names onnx's inference invents (``unk__N``) prove nothing: they are not stable across the
 inference runs of one optimization (passes/shape_inference.py), so they never count as equal;
 nor do the TorchScript exporter's placeholders (``Concatpresent.0.key_dim_2``), which the naming
@@ -39,7 +40,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import Dim, floor_div, reshape_out_dims, shape_vector, to_dim, value_dims
+from onnx_fuse.passes._dim_products import (Dim, floor_div, floor_plus, reshape_out_dims, shape_vector, to_dim,
+                                            value_dims)
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
@@ -332,6 +334,12 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
         return None
     if end is not None and (end == (2 ** 63 - 1, ()) or (end == known_dim(x, i) and end[0] >= 0)):
         return x, i
+    if end is not None and not end[1] and -64 <= end[0] < 0:
+        # [:-k] of a computed length floor((L + c) / s) holds floor((L + c - k * s) / s): SEW-D's
+        # same-pad cut after its positional conv, which then meets the pool's length by name
+        n = known_dim(x, i)
+        folded = floor_plus(n[1][0], end[0]) if n is not None and n[0] == 1 and len(n[1]) == 1 else None
+        return (None, (1, (folded,))) if folded is not None and _clean((1, (folded,))) else None
     return None
 
 

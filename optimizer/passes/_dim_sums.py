@@ -5,7 +5,8 @@ onnx's inference leaves such a dim unknown unless every part is an int, so a KV 
 rule can prove two of them equal (a repeat_kv Reshape's ``-1`` solved against the present).
 Shape inference names it instead (passes/_dim_source.py, ``known_dim``): the parts' sizes in
 one canonical spelling, ``dim_sum``: symbol terms sorted, the int terms added into one last
-term, joined by `` + `` (``p + s``, ``past_sequence_length + 1``). ONNX compares dim names as
+term, joined by `` + `` (``p + s``, ``past_sequence_length + 1``); a computed length plus an int is
+the one floor atom ``(L+c)//s`` (passes/_dim_products.py ``floor_plus``). ONNX compares dim names as
 text, so one spelling per sum makes equal sums equal names; the rule language's checks evaluate
 such a name as the expression it is (rewrite/_local_check.py).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import _TOKEN, Dim, to_dim
+from onnx_fuse.passes._dim_products import _TOKEN, Dim, floor_plus, to_dim
 from onnx_fuse.passes._shape_values import invented_name
 
 #: graph.meta key of the {dim name: canonical sum} relations
@@ -49,6 +50,8 @@ def _from_terms(terms: list) -> Dim:
     names = sorted(t for t in terms if not isinstance(t, int))
     if not names:
         return consts, ()
+    if len(names) == 1 and consts and (folded := floor_plus(names[0], consts)) is not None:
+        return 1, (folded,)   # (L+2)//2 - 1 is (L)//2: one spelling for the floor and the sum
     if len(names) == 1 and not consts:
         return to_dim(names[0])
     return 1, (_SEP.join(names + ([str(consts)] if consts else [])),)

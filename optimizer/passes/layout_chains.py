@@ -164,7 +164,7 @@ class FoldLayoutChainsPass(FusePass):
             if _default(producer, "Transpose") and _perm(producer) == p1 and producer.inputs[0] is not None:
                 continue
             t = constant_tensor(v)
-            if t is not None and len(t.shape) <= rank and t.size <= (1 << 24):
+            if t is not None and len(t.shape) <= rank and t.size <= (1 << 22):  # a permuted copy is made
                 continue
             if not _all_ones(v) or len(v.shape) > rank:
                 return False

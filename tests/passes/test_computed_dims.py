@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_fuse.passes._dim_products import floor_div, to_dim
+from onnx_fuse.passes._dim_products import floor_div, floor_plus, to_dim
 from onnx_fuse.passes._shape_values import invented_name
 from onnx_fuse.passes.shape_inference import ShapeInferencePass
 from pass_testing import check_same, parse
@@ -64,6 +64,31 @@ def test_conv_and_pool_lengths_are_named_from_the_input():
         check_same(proto, model, {"x": rng.standard_normal((2, 1, length)).astype(np.float32)})
 
 
+# SEW-D's positional conv: padded by kernel // 2 on each side with an even kernel, so one frame too
+# many, cut by a same-pad Slice [:-1]; the result is the pool's length again, which the Add needs
+POSITIONS = FRAMES.replace("y = Add(p, m)", """wp = Constant<value = float[4, 4, 2] {1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15., 16.,
+        1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15., 16.}>()
+    pc = Conv<kernel_shape = [2], strides = [2], pads = [1, 1]>(c, wp)
+    z = Constant<value = int64[1] {0}>()
+    e = Constant<value = int64[1] {-1}>()
+    a2 = Constant<value = int64[1] {2}>()
+    pcut = Slice(pc, z, e, a2)
+    pm = Add(p, m)
+    y = Add(pm, pcut)""")
+
+
+def test_same_pad_cut_of_a_computed_length_meets_the_pool():
+    proto = parse(HEADER + POSITIONS)
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    assert _dims(model, "pc") == ["B", 4, "((L)//2+2)//2"]   # floor((n + 2 - 2) / 2) + 1
+    assert _dims(model, "pcut") == ["B", 4, "((L)//2)//2"]   # one fewer: the pool's length
+    assert _dims(model, "y") == ["B", 4, "((L)//2)//2"]
+    rng = np.random.default_rng(0)
+    for length in (16, 19, 22, 37):
+        check_same(proto, model, {"x": rng.standard_normal((2, 1, length)).astype(np.float32)})
+
+
 def test_ceil_mode_pool_is_left_unknown():
     ceil = FRAMES.replace("AveragePool<kernel_shape", "AveragePool<ceil_mode = 1, kernel_shape")
     proto = parse(HEADER + ceil)
@@ -75,8 +100,8 @@ def test_ceil_mode_pool_is_left_unknown():
 
 @pytest.mark.parametrize("text,dim", [
     ("(L)//2", (1, ("(L)//2",))),
-    ("2*(L - 1)//2", (2, ("(L - 1)//2",))),
-    ("batch*((L)//2 + 3)//4", (1, ("((L)//2 + 3)//4", "batch"))),
+    ("2*(L-1)//2", (2, ("(L-1)//2",))),
+    ("batch*((L)//2+3)//4", (1, ("((L)//2+3)//4", "batch"))),
     ("past + sequence", (1, ("past + sequence",))),      # a sum stays one atom, as before
     ("2*past + sequence", (1, ("2*past + sequence",))),  # not 2 * (past + sequence)
     ("(a)//2 + (b)//2", (1, ("(a)//2 + (b)//2",))),      # no single floor atom
@@ -88,7 +113,11 @@ def test_floor_atoms_read_back(text, dim):
 def test_floor_div():
     assert floor_div((1, ("L",)), 2) == (1, ("(L)//2",))
     assert floor_div((4, ("L",)), 2) == (2, ("L",))            # exact
-    assert floor_div((1, ("L",)), 2, -1) == (1, ("(L - 1)//2",))
+    assert floor_div((1, ("L",)), 2, -1) == (1, ("(L-1)//2",))
+    assert floor_div((1, ("past + sequence",)), 2) is None     # a sum's " + " would read as a sum
+    assert floor_plus("(L+2)//2", -1) == "(L)//2"               # floor((L + 2) / 2) - 1
+    assert floor_plus("((L-5)//5-1)//2", 3) == "((L-5)//5+5)//2"
+    assert floor_plus("(a)//2*(b)//2", 1) is None              # a product, not one floor
     assert floor_div((7, ()), 2, 1) == (4, ())
     assert floor_div((1, ("unk__r1_3",)), 2) is None            # an invented name proves nothing
     assert floor_div(None, 2) is None
