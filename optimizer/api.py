@@ -188,6 +188,9 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     check_level_target(level, target)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise UserError(f"seed must be an integer >= 0 (numpy's generators take no other), got {seed!r}")
+    from onnx_fuse.verify import check_feeds, check_shapes
+
+    shapes, verify_inputs = check_shapes(shapes), check_feeds(verify_inputs)
     report = Report(level=level, target=target)
     t0 = time.perf_counter()
     work = load_model(model, base_dir=base_dir)

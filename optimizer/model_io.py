@@ -158,6 +158,8 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True,
         base_dir = None
         what = "<bytes>"
     else:
+        if not os.fspath(source):   # Path("") is ".", which would be "a folder"
+            raise UserError("the model path is empty")
         path = Path(source)
         what = str(path)
         if not path.exists():
@@ -212,6 +214,9 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
         if base_dir is not None:
             ir.external_data.set_base_dir(model.graph, os.fspath(Path(base_dir).resolve()))
         return model
+    if not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
+        raise UserError(f"model must be a path, bytes, an onnx.ModelProto or an onnx_ir.Model, not "
+                        f"{type(source).__name__}")
     proto, folder = load_proto(source, check=check, map_weights=True)
     model = ir.serde.deserialize_model(proto)
     del proto

@@ -9,6 +9,7 @@ original graph rather than ORT's rewrite with ORT's rewrite. Graphs holding our 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -107,6 +108,41 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
                             "or a symbolic dim such as batch=2")
         shapes[name.strip()] = tuple(int(d) for d in re.split(r"[x,]", dims.strip()))
     return shapes
+
+
+def check_shapes(shapes: Any) -> dict[str, tuple[int, ...]]:
+    """optimize(shapes=...) as parse_shapes returns it: name -> dims, each dims an int or a
+    sequence of ints >= 0; anything else is refused here, not as a ValueError deep in numpy."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise UserError(f"shapes must map input or symbolic dim names to dims, not {type(shapes).__name__}")
+    out = {}
+    for name, dims in shapes.items():
+        dims = (dims,) if isinstance(dims, (int, np.integer)) else dims
+        try:
+            out[str(name)] = tuple(operator.index(d) for d in dims)
+        except TypeError:
+            raise UserError(f"shapes[{name!r}]: expected integer dims, got {dims!r}") from None
+        if any(d < 0 for d in out[str(name)]):
+            raise UserError(f"shapes[{name!r}]: negative dim in {dims!r}")
+    return out
+
+
+def check_feeds(inputs: Any) -> Any:
+    """optimize(verify_inputs=...): a .npz path, or a mapping of input name -> numeric array."""
+    if inputs is None or isinstance(inputs, (str, os.PathLike)):
+        return inputs
+    if not isinstance(inputs, Mapping):
+        raise UserError("verify_inputs must be a .npz path or a mapping of input name -> array, "
+                        f"not {type(inputs).__name__}")
+    feeds = {}
+    for name, value in inputs.items():
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biufc":
+            raise UserError(f"verify_inputs[{name!r}]: not a numeric or bool array (dtype {arr.dtype})")
+        feeds[name] = arr
+    return feeds
 
 
 def check_shape_names(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:

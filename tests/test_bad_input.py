@@ -394,6 +394,16 @@ CASES = [
     Case("shape-beyond-memory", lambda c: _write(c, good_model()), "memory", surfaces=("api", "cli"),
          cli_args=("-O", "1", "--verify", "--shape", "N=99999999999"),
          api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": {"N": (99999999999,)}}),
+    Case("api-shapes-not-integers", lambda c: _write(c, good_model()), "integer", surfaces=("api",),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": {"N": "2x3"}}),
+    Case("api-shapes-negative", lambda c: _write(c, good_model()), "negative", surfaces=("api",),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": {"N": (-2,)}}),
+    Case("api-shapes-not-a-mapping", lambda c: _write(c, good_model()), "shapes must map",
+         surfaces=("api",), api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": ["N=2"]}),
+    Case("api-verify-inputs-of-strings", lambda c: _write(c, good_model()), "numeric", surfaces=("api",),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": {"x": "1, 2"}}),
+    Case("api-verify-inputs-not-a-mapping", lambda c: _write(c, good_model()), "verify_inputs",
+         surfaces=("api",), api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": 5}),
     Case("inputs-not-npz", _npz(b"x,y\n1,2\n"), "not a .npz", surfaces=("api", "cli"),
          cli_args=("-O", "1", "--verify", "--inputs", "{case}/in.npz"),
          api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": str(c / "in.npz")}),
@@ -568,6 +578,15 @@ def test_session(case: Case, case_dir: Path):
     assert _snapshot(case_dir) == before
     entries = case_dir.parent / "cache" / "v1" / "entries"
     assert not entries.exists() or not any(entries.iterdir())
+
+
+@pytest.mark.parametrize("model", [None, 5, ["m.onnx"], ""], ids=["none", "int", "list", "empty-path"])
+def test_api_model_of_the_wrong_kind(model):
+    """Not a path, bytes, ModelProto or onnx-ir model: a UserError naming what was given, not a
+    TypeError from os.fspath; an empty path is not "." (which was reported as a folder)."""
+    with pytest.raises(UserError) as e:
+        onnx_fuse.optimize(model, level=1)
+    _one_line(str(e.value), "empty" if model == "" else type(model).__name__)
 
 
 def test_corpus_size():
