@@ -475,7 +475,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "producer_ops": lambda ctx, v, n: _producer_ops(_as_value(v, "producer_ops"), int(n)),
     "has_shape": lambda ctx, v, dims: _known_shape(ctx, v, _list(ctx, dims)),
     "take": lambda ctx, a, idx: [_list(ctx, a)[int(i)] for i in _list(ctx, idx)],
-    "iota": lambda ctx, n: list(range(int(n))),
+    "iota": lambda ctx, n: _iota(int(n)),
     "is_int": lambda ctx, x: isinstance(x, (int, np.integer)) and not isinstance(x, bool),
     # a value's name (graph_io templates derive new names from it) and splitting strings
     "name": lambda ctx, v: _as_value(v, "name").name or "",
@@ -590,6 +590,17 @@ def parse(text: str) -> Expr:
         elif isinstance(node, ast.Name) and id(node) not in func_nodes:
             names.add(node.id)
     return Expr(text.strip(), tree, frozenset(names), frozenset(calls))
+
+
+# iota's cap: far above any axis a rule enumerates (heads, ranks, index tables), far below a list
+# that exhausts memory (a rule file's iota(100000000000) was a MemoryError, an internal error)
+_MAX_IOTA = 1 << 22
+
+
+def _iota(n: int) -> list[int]:
+    if n > _MAX_IOTA:
+        raise EvalFailure(f"iota({n}): more than {_MAX_IOTA} values")
+    return list(range(n))
 
 
 def _check_size(op: type, a: Any, b: Any) -> None:

@@ -47,6 +47,10 @@ def test_resource_bombs_fail_evaluation():
         ev("'a' * 100000000")
     with pytest.raises(_expr.EvalFailure):
         ev("[0] * 100000000")
+    # a rule file's iota(1e11) was a MemoryError: an internal error of the rewrite pass
+    with pytest.raises(_expr.EvalFailure, match="iota"):
+        ev("iota(100000000000)")
+    assert ev("iota(4)") == [0, 1, 2, 3]
 
 
 def test_arithmetic_logic_and_comparisons():
