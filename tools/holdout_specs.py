@@ -1001,4 +1001,5 @@ HOLDOUT6A = {
 # stack H_cycles x (L_cycles + 1) times
 HOLDOUT6A["dory"]["attention_blocks"] = 4
 HOLDOUT6A["hrm_text"]["attention_blocks"] = 4
+HOLDOUT6A["inkling_text"]["attention_blocks"] = 2  # its layer types ("hybrid[_sliding]") do not say attention
 HOLDOUT_SETS[10] = HOLDOUT6A
