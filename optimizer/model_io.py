@@ -241,6 +241,8 @@ def check_output_path(path: str | os.PathLike, *, what: str = "output model") ->
     A symlink is checked where it leads (that is where the file is written); a special file
     (FIFO, /dev/null, /dev/stdout) must be writable itself.
     """
+    if not os.fspath(path):   # Path("") is ".", which would be "a folder"
+        raise UserError(f"the {what} path is empty")
     out = Path(path)
     longest = max((len(os.fsencode(part)) for part in out.parts), default=0)
     if longest > 255 - 20:  # a name component, with room for the temp file's affixes

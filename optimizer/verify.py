@@ -538,6 +538,8 @@ def input_cases(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    if not os.fspath(path):   # Path("") is ".", which would be "a folder"
+        raise UserError("the inputs path is empty")
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{p}: is a folder; give the inputs as a .npz file")

@@ -407,6 +407,13 @@ CASES = [
     Case("inputs-not-npz", _npz(b"x,y\n1,2\n"), "not a .npz", surfaces=("api", "cli"),
          cli_args=("-O", "1", "--verify", "--inputs", "{case}/in.npz"),
          api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": str(c / "in.npz")}),
+    Case("output-path-empty", lambda c: _write(c, good_model()), "path is empty", surfaces=("cli",),
+         output=""),
+    Case("rules-path-empty", lambda c: _write(c, good_model()), "path is empty", surfaces=("api", "cli"),
+         cli_args=("--rules", "", "-O", "2"), api_kwargs=lambda c: {"rules": [""], "level": 2}),
+    Case("inputs-path-empty", lambda c: _write(c, good_model()), "path is empty", surfaces=("api", "cli"),
+         cli_args=("-O", "1", "--verify", "--inputs", ""),
+         api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": ""}),
     Case("inputs-is-a-folder", lambda c: (c / "in.npz").mkdir() or _write(c, good_model()), "is a folder",
          surfaces=("api", "cli"), cli_args=("-O", "1", "--verify", "--inputs", "{case}/in.npz"),
          api_kwargs=lambda c: {"level": 1, "verify": True, "verify_inputs": str(c / "in.npz")}),
@@ -541,7 +548,7 @@ def test_cli(case: Case, case_dir: Path):
     model = case.build(case_dir)
     before = _snapshot(case_dir)
     args = [a.replace("{case}", str(case_dir)) for a in case.cli_args] or ["-O", "1"]
-    out = case_dir / case.output
+    out = case_dir / case.output if case.output else ""   # "": the empty path itself, not the folder
     cmd = [sys.executable, "-m", "onnx_fuse.cli.main", "optimize", os.fsencode(model), "-o",
            os.fsencode(out), "-q", *args]
     proc = subprocess.run(cmd, capture_output=True, timeout=60, cwd=case_dir.parent,

@@ -91,7 +91,7 @@ def check_outputs(args) -> None:
     for path, what in ((getattr(args, "output", None), "output model"),
                        (getattr(args, "report", None), "report"),
                        (getattr(args, "save_outputs", None), "outputs")):
-        if not path:
+        if path is None:   # "" is refused by name, not skipped (--report "") or taken as "."
             continue
         try:
             check_output_path(path, what=what)

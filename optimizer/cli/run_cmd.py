@@ -50,7 +50,7 @@ def run(args) -> int:
     from onnx_fuse.report import print_table
     from onnx_fuse.verify import parse_shapes
 
-    if args.save_outputs:  # a bad path fails before the run, not after it
+    if args.save_outputs is not None:  # a bad path fails before the run, not after it
         from onnx_fuse.cli.optimize_cmd import check_outputs
 
         check_outputs(args)

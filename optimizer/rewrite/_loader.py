@@ -262,6 +262,8 @@ def _dedent_item(source: str) -> str:
 
 
 def load_file(path: str | os.PathLike) -> tuple[list[Rule], list[RuleError]]:
+    if not os.fspath(path):   # Path("") is ".", which would be "a folder"
+        return [], [RuleError("the rule file path is empty", 0, "''")]
     p = Path(path)
     try:
         st = p.stat()
