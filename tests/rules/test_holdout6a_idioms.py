@@ -183,3 +183,42 @@ def test_tables_unsqueezed_on_another_axis_are_refused(h):
     model = _rope_3d(h, head_axis=2)
     out = h.fuse(model, "ort", level=2)
     assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
+
+
+# ---- rotated halves at the tail of a longer Concat: Youtu's TorchScript query (RoPE 2 of 4 before) ----
+
+def _halves_after_pass(h, *, sub_first=True):
+    """concat(p, a*c - b*s, b*c + a*s), a / b the even / odd columns of x [B, H, S, DH], c / s [1, S, DH/2]
+    unsqueezed at the head axis, p a pass-through part [B, H, S, 4] (sub_first=False: the Add first,
+    which is no rotation)."""
+    n = h.node
+    nodes = [n("Slice", ["x", "z", "big", "m1", "two"], ["a"]), n("Slice", ["x", "one", "big", "m1", "two"], ["b"]),
+             n("Unsqueeze", ["c", "one"], ["cu"]), n("Unsqueeze", ["s", "one"], ["su"]),
+             n("Mul", ["a", "cu"], ["m1v"]), n("Mul", ["b", "su"], ["m2v"]), n("Sub", ["m1v", "m2v"], ["lo"]),
+             n("Mul", ["b", "cu"], ["m3v"]), n("Mul", ["a", "su"], ["m4v"]), n("Add", ["m3v", "m4v"], ["hi"]),
+             n("Concat", ["p", "lo", "hi"] if sub_first else ["p", "hi", "lo"], ["y"], axis=-1)]
+    inits = {"z": _i64(0), "one": _i64(1), "two": _i64(2), "m1": _i64(-1), "big": _i64(2 ** 62)}
+    inputs = [h.vi("x", ["b", H, "s", DH]), h.vi("p", ["b", H, "s", 4]), h.vi("c", [1, "s", DH // 2]),
+              h.vi("s", [1, "s", DH // 2])]
+    return h.make_model(nodes, inputs, [h.vi("y", ["b", H, "s", DH + 4])], inits)
+
+
+def _halves_feeds(h):
+    ang = h.rng.standard_normal((1, S, DH // 2)).astype(np.float32)
+    return {"x": h.rng.standard_normal((B, H, S, DH)).astype(np.float32),
+            "p": h.rng.standard_normal((B, H, S, 4)).astype(np.float32), "c": np.cos(ang), "s": np.sin(ang)}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rotated_halves_after_a_pass_through_part(h, target):
+    model = _halves_after_pass(h)
+    out = h.fuse(model, target, level=2)
+    assert h.ops(out)["RotaryEmbedding"] == 1 and "Sub" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _halves_feeds(h))
+
+
+def test_halves_in_the_other_order_are_no_rotation(h):
+    model = _halves_after_pass(h, sub_first=False)
+    out = h.fuse(model, "ort", level=2)
+    assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _halves_feeds(h))
