@@ -42,6 +42,10 @@ _BROADCAST = frozenset({
 })
 
 
+# the most axes a Transpose of the folded chain may have (TensorRT's shuffle takes 8)
+_MAX_RANK = 8
+
+
 def _default(node: ir.Node | None, *ops: str) -> bool:
     return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
 
@@ -238,6 +242,8 @@ class FoldLayoutChainsPass(FusePass):
         if plan is None:
             return False
         sizes, perm, final = plan
+        if len(perm) > _MAX_RANK:
+            return False
         ops = []  # (op, attribute or shape)
         if perm != list(range(len(perm))):
             if sizes != list(x.shape.dims):
