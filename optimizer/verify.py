@@ -669,8 +669,10 @@ class _Side:
 
         if self.path is None and (self.proto is not None or _weights_bytes(self.ir) <= _INLINE_LIMIT):
             return make_session(self.proto if self.proto is not None else self.ir,
-                                ort_optimizations=ort_optimizations)
-        opts = _session_options(ort_optimizations=ort_optimizations)
+                                ort_optimizations=ort_optimizations, quiet=True)
+        # quiet: every load or run failure is reported in verify's own one line; ORT's log would
+        # add its copy above it (a StringNormalizer's missing locale printed three lines)
+        opts = _session_options(ort_optimizations=ort_optimizations, quiet=True)
         path = self.path
         if path is None:
             path = self.tmp / f"{self.tag}.onnx"

@@ -394,6 +394,12 @@ CASES = [
     Case("shape-beyond-memory", lambda c: _write(c, good_model()), "memory", surfaces=("api", "cli"),
          cli_args=("-O", "1", "--verify", "--shape", "N=99999999999"),
          api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": {"N": (99999999999,)}}),
+    # ORT's own log line ("[E:onnxruntime:...] Non-zero status code ...") came above the error
+    Case("original-fails-to-run", lambda c: _write(c, _model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])], [V("x", TP.FLOAT, ["N", 4])],
+        [V("y", TP.FLOAT, [3, 5])], [numpy_helper.from_array(np.array([3, 5], np.int64), "s")])),
+        "fails to run", surfaces=("api", "cli"), cli_args=("-O", "1", "--verify"),
+        api_kwargs=lambda c: {"level": 1, "verify": True}),
     Case("api-shapes-not-integers", lambda c: _write(c, good_model()), "integer", surfaces=("api",),
          api_kwargs=lambda c: {"level": 1, "verify": True, "shapes": {"N": "2x3"}}),
     Case("api-shapes-negative", lambda c: _write(c, good_model()), "negative", surfaces=("api",),
