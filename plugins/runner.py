@@ -106,15 +106,21 @@ def _load_model(path: str | os.PathLike) -> onnx.ModelProto:
 def run_ort(proto: onnx.ModelProto, feeds: dict, *, optimized: bool) -> tuple[dict, float]:
     from onnx_fuse.verify import make_session
 
-    try:
-        sess = make_session(proto, ort_optimizations=optimized)
+    from onnx_fuse.verify import _first_line
+
+    try:   # quiet: ORT's log would repeat the error above our one line
+        sess = make_session(proto, ort_optimizations=optimized, quiet=True)
     except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
-        raise UserError(f"ONNX Runtime cannot load the model: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"ONNX Runtime cannot load the model: {_first_line(exc)}") from None
     names = [o.name for o in sess.get_outputs()]
     inputs = {i.name for i in sess.get_inputs()}
     _check_feeds(feeds, sorted(inputs), "the model")
     t0 = time.perf_counter()
-    outs = sess.run(names, {k: v for k, v in feeds.items() if k in inputs})
+    try:
+        outs = sess.run(names, {k: v for k, v in feeds.items() if k in inputs})
+    except Exception as exc:  # noqa: BLE001 - the model fails on these inputs (a bad --shape, a Reshape)
+        raise UserError(f"ONNX Runtime fails to run the model on these inputs ({_first_line(exc)}); "
+                        "give inputs with --inputs FILE.npz or dims with --shape") from None
     return dict(zip(names, (np.asarray(o) for o in outs))), time.perf_counter() - t0
 
 
