@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import onnx
 
 from onnx_fuse.errors import InternalError, UserError
+from onnx_fuse.fileio import user_write
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.plugins.build_profiles import (InputRange, Profile, model_inputs, parse_profiles,
                                               parse_size, validate_profiles)
@@ -472,7 +473,16 @@ def build_engine(source: str | os.PathLike | bytes, output: str | os.PathLike,
 
     cache = None
     if options.cache_dir != "":
-        cache = EngineCache(Path(options.cache_dir) if options.cache_dir else default_cache_dir())
+        root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
+        if root.exists() and not root.is_dir():   # else "internal error: NotADirectoryError"
+            raise UserError(f"{root}: the engine cache folder is a file; give a folder with "
+                            "--cache-dir, or --no-cache")
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{root}: cannot create the engine cache folder ({exc.strerror or exc}); "
+                            "give another with --cache-dir, or --no-cache") from None
+        cache = EngineCache(root)
     lock = cache.lock(key) if cache else contextlib.nullcontext()
     with lock:
         if cache:
@@ -485,8 +495,9 @@ def build_engine(source: str | os.PathLike | bytes, output: str | os.PathLike,
                                model={"path": str(model_path) if model_path else None,
                                       "sha256": model_sha},
                                cache={"key": key, "hit": True, "dir": str(cache.root)})
-                atomic_write(out, data)
-                side = _write_sidecar(out, sidecar)
+                with user_write(out, "plan"):
+                    atomic_write(out, data)
+                    side = _write_sidecar(out, sidecar)
                 return BuildResult(out, side, sidecar, True, time.perf_counter() - t0, notes)
         plan, sidecar = _build(proto, model_path, what, options, backend, nodes, note)
         sidecar.update(
@@ -496,8 +507,9 @@ def build_engine(source: str | os.PathLike | bytes, output: str | os.PathLike,
             cache={"key": key, "hit": False, "dir": str(cache.root) if cache else None},
         )
         sidecar = _ordered(sidecar)
-        atomic_write(out, memoryview(plan))
-        side = _write_sidecar(out, sidecar)
+        with user_write(out, "plan"):   # a full disk is one line, not an internal error
+            atomic_write(out, memoryview(plan))
+            side = _write_sidecar(out, sidecar)
         if cache:
             cache.put(key, memoryview(plan), {"plan_bytes": plan.nbytes,
                                               "plan_sha256": sidecar["plan_sha256"],

@@ -399,3 +399,18 @@ def test_plan_and_sidecar_follow_the_umask(encoder, tmp_path):
         os.umask(old)
     assert oct(r.plan.stat().st_mode & 0o777) == oct(0o644)
     assert oct(r.sidecar.stat().st_mode & 0o777) == oct(0o644)
+
+
+@needs_builder
+def test_unusable_cache_folder_and_full_disk_are_one_line(encoder, tmp_path):
+    """A --cache-dir that is a file (or cannot be made) and a plan that cannot be written were
+    internal errors (NotADirectoryError, PermissionError, OSError ENOSPC); now one line each."""
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(UserError, match="the engine cache folder is a file"):
+        build_engine(encoder, tmp_path / "a.plan", _opts(tmp_path, cache_dir=str(tmp_path / "file")))
+    with pytest.raises(UserError, match="cannot create the engine cache folder"):
+        build_engine(encoder, tmp_path / "a.plan", _opts(tmp_path, cache_dir=str(tmp_path / "file" / "sub")))
+    assert not (tmp_path / "a.plan").exists()
+    if os.path.exists("/dev/full"):
+        with pytest.raises(UserError, match=r"/dev/full: cannot write the plan \(No space left"):
+            build_engine(encoder, "/dev/full", _opts(tmp_path, cache_dir=""))
