@@ -191,6 +191,9 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     from onnx_fuse.verify import check_feeds, check_shapes
 
     shapes, verify_inputs = check_shapes(shapes), check_feeds(verify_inputs)
+    if verify_inputs is not None and not verify:   # the caller expects a verification
+        raise UserError("--inputs (verify_inputs=) feeds --verify (verify=True), which is off: "
+                        "nothing would read them")
     report = Report(level=level, target=target)
     t0 = time.perf_counter()
     work = load_model(model, base_dir=base_dir)
