@@ -246,15 +246,20 @@ class FoldBatchNormPass(FusePass):
         ok, b = _optional_bias(conv, w.dtype)
         if not ok:
             return False
-        np_dt, rank = w.dtype.numpy(), len(w.shape)
-        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64)
-                            * _channel_shape(s, rank, 0)).astype(np_dt), w.dtype, w.shape)
+        return self._scale_output_channels(graph, conv, w, b, _channel_shape(s, len(w.shape), 0), s, t, stem)
+
+    def _scale_output_channels(self, graph, node, w, b, w_scale, s, t, stem) -> bool:
+        """The op's weight times ``w_scale`` (s laid out along the weight's output-channel entries) and
+        its bias b * s + t: BN(op(x)) for a Conv / ConvTranspose whose output channel c is scaled by s[c]."""
+        np_dt = w.dtype.numpy()
+        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64) * w_scale).astype(np_dt),
+                            w.dtype, w.shape)
 
         def bias():
             old = np.zeros(s.size) if b is None else b.numpy().astype(np.float64).reshape(-1)
             return (old * s + t).astype(np_dt)
 
-        _set_weight_and_bias(conv, new_w, self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size]))
+        _set_weight_and_bias(node, new_w, self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size]))
         return True
 
     def _conv_transpose(self, graph, node, s, t, stem) -> bool:
@@ -266,16 +271,8 @@ class FoldBatchNormPass(FusePass):
             return False
         # W[c, j] feeds output channel (c's group) * M/g + j
         index = _channel_index(w.shape[0], w.shape[1], _group(node))
-        np_dt, rank = w.dtype.numpy(), len(w.shape)
-        new_w = self._const(graph, f"{stem}_bn_w", lambda: (w.numpy().astype(np.float64)
-                            * s[index].reshape(index.shape + (1,) * (rank - 2))).astype(np_dt), w.dtype, w.shape)
-
-        def bias():
-            old = np.zeros(s.size) if b is None else b.numpy().astype(np.float64).reshape(-1)
-            return (old * s + t).astype(np_dt)
-
-        _set_weight_and_bias(node, new_w, self._const(graph, f"{stem}_bn_b", bias, w.dtype, [s.size]))
-        return True
+        w_scale = s[index].reshape(index.shape + (1,) * (len(w.shape) - 2))
+        return self._scale_output_channels(graph, node, w, b, w_scale, s, t, stem)
 
     def _into_next_conv(self, graph, bn, s, t) -> bool:
         """BN -> Conv without padding (module docstring): s into W's input channels, Conv_W(t) into the bias."""
