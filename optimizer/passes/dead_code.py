@@ -12,6 +12,28 @@ from onnx_ir.passes.common import RemoveUnusedFunctionsPass, RemoveUnusedNodesPa
 from onnx_fuse.passes._infra import FusePass, count_nodes
 
 
+def _keep_present_outputs(model: ir.Model) -> bool:
+    """onnx-ir drops unused optional outputs, but ONNX Runtime's Attention-23 refuses a past_key
+    without a present_key ("does not support past_key provided and present_key being null"):
+    an Attention fed a past gets its present outputs back, unread (a decoder whose present is
+    not a graph output, e.g. inside an If branch)."""
+    changed = False
+    for graph in model.graphs():
+        for node in graph:
+            if node.op_type != "Attention" or node.domain not in ("", "ai.onnx"):
+                continue
+            if len(node.inputs) < 5 or node.inputs[4] is None:
+                continue
+            if len(node.outputs) < 3:
+                node.resize_outputs(3)
+            for i, what in ((1, "present_key"), (2, "present_value")):
+                out = node.outputs[i]
+                if not out.name:
+                    out.name = f"{node.outputs[0].name}_{what}"
+                    changed = True
+    return changed
+
+
 class DeadCodeEliminationPass(FusePass):
     name = "dead-code"
 
@@ -19,6 +41,7 @@ class DeadCodeEliminationPass(FusePass):
         before_nodes = count_nodes(model)
         before_inits = sum(len(g.initializers) for g in model.graphs())
         modified = RemoveUnusedNodesPass()(model).modified
+        modified |= _keep_present_outputs(model)
         modified |= RemoveUnusedFunctionsPass()(model).modified
         modified |= RemoveUnusedOpsetsPass()(model).modified
         removed_nodes = before_nodes - count_nodes(model)

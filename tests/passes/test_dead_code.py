@@ -69,3 +69,22 @@ def test_live_model_reports_unmodified():
     }''')
     model, modified, p = apply(DeadCodeEliminationPass, proto)
     assert not modified and not p.stats
+
+
+def test_attention_fed_a_past_keeps_its_present_outputs():
+    """onnx-ir drops unused optional outputs; ORT's Attention-23 then refuses the model ("does
+    not support past_key provided and present_key being null"). Found by the fuzzer's control-flow
+    graphs (seed 2019: a KV-cache attention inside an If branch, present not returned) at O3/O4
+    onnx. Attention without a past still loses its unused outputs."""
+    proto = parse('<ir_version: 10, opset_import: ["" : 23]>' + '''
+    g (float[1, 2, 3, 4] q, float[1, 2, 3, 4] k, float[1, 2, 3, 4] v, float[1, 2, 5, 4] pk,
+       float[1, 2, 5, 4] pv) => (float[1, 2, 3, 4] y, float[1, 2, 3, 4] y2)
+    {
+        y, pko, pvo = Attention(q, k, v, , pk, pv)
+        y2, pk2, pv2 = Attention(q, k, v)
+    }''')
+    model, _, _ = apply(DeadCodeEliminationPass, proto)
+    with_past, without = [n for n in model.graph]
+    assert len(with_past.outputs) == 3 and all(o.name for o in with_past.outputs)
+    assert len(without.outputs) == 1
+    check_same(proto, model)

@@ -57,3 +57,11 @@ def test_a_layer_norm_inside_a_branch_is_fused_and_verified(level, target):
 
     optimized = onnx_fuse.optimize(case.model, level=level, target=target).to_proto()
     assert _subgraph_ops(optimized)["LayerNormalization"] == 1
+
+
+def test_a_kv_cache_attention_inside_a_branch_runs_at_the_onnx_target():
+    """Seed 2019: the branch's attention reads a past but returns no present; dead-code dropped
+    the Attention-23's unused present outputs, which ORT refuses with a past (ort-refused at
+    O3 / O4 onnx)."""
+    runs = fd.fuzz_case(make_case(2019), [3, 4], ["onnx"])[0]
+    assert [r["cls"] for r in runs] == ["ok", "ok"], runs
