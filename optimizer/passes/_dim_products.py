@@ -170,7 +170,7 @@ def value_dims(v: ir.Value) -> list[Dim | None] | None:
 def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums: bool = False):
     """(entries, is_scalar) of a small int tensor; an entry is a Dim or None (unknown). None when
     even the number of entries is unknown. ``sums``: read Add/Sub of entries as sums
-    (passes/_dim_sums.py: a Range's length); off, they are unknown, so a view's or an Expand's
+    (passes/_dim_sums.py: a Range's length) and Neg as a negated entry (a Slice's start); off, they are unknown, so a view's or an Expand's
     entry falls back to the inferred dim rather than meet a differently spelled equal one."""
     if v is None or depth > 16:
         return None
@@ -259,6 +259,9 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         ea, eb, static = pair
         f = mul if op == "Mul" else _int_div
         return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], static
+    if sums and op == "Neg":   # a Slice's start -S (TorchScript's x[:, -S:]); never read as a size
+        inner = sub(0)
+        return None if inner is None else ([None if e is None else (-e[0], e[1]) for e in inner[0]], inner[1])
     if sums and op in ("Add", "Sub") and len(ins) == 2:   # P + S, (P + S) - P
         from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 

@@ -29,7 +29,9 @@ again so the names spread). Steps, each exact for every input the model accepts:
   only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
   computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
 - ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so);
-- a Slice ``[:-k]`` of such a computed length ``(L+c)//s``: ``(L+c-k*s)//s`` (``floor_plus``).
+- a Slice ``[:-k]`` of such a computed length ``(L+c)//s``: ``(L+c-k*s)//s`` (``floor_plus``);
+- a Slice ``[:m]`` or ``[-m:]`` of a length provably >= m (``_at_least``): m (a causal conv's
+  ``(S+3)//1`` cut back to S, a KV mask's ``past + S`` cut to its last S).
 Dim names onnx's inference invents (``unk__N``) prove nothing: they are not stable across the
 inference runs of one optimization (passes/shape_inference.py), so they never count as equal;
 nor do the TorchScript exporter's placeholders (``Concatpresent.0.key_dim_2``), which the naming
@@ -37,6 +39,8 @@ replaces (a present's ``past + sequence``).
 """
 
 from __future__ import annotations
+
+import re
 
 import onnx_ir as ir
 
@@ -59,6 +63,8 @@ _BROADCAST = frozenset({
 # windowed ops: output lengths computed from the input's (_window_step)
 _WINDOWED = frozenset({"Conv", "AveragePool", "MaxPool", "LpPool"})
 _MAX_STEPS = 64
+# a stride-1 window's length as floor_div names it: (L+c)//1 is L + c
+_FLOOR_ONE = re.compile(r"^\((\w[\w.*]*)(?:\+(\d+))?\)//1$")
 
 
 def _rank(v: ir.Value | None) -> int | None:
@@ -330,6 +336,12 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
     if cut is _UNCUT:
         return x, i
     start, end = cut
+    if start is not None and start[0] < 0 and end == (2 ** 63 - 1, ()):
+        # [-m:] holds min(n, m): all n where m >= n, m where n >= m (a mask's attention_mask[:, -S:])
+        n, m = known_dim(x, i), (-start[0], start[1])
+        if _at_least(m, n):
+            return x, i
+        return (None, m) if _clean(m) and _at_least(n, m) else None
     if start != (0, ()):
         return None
     if end is not None and (end == (2 ** 63 - 1, ()) or (end == known_dim(x, i) and end[0] >= 0)):
@@ -340,7 +352,26 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
         n = known_dim(x, i)
         folded = floor_plus(n[1][0], end[0]) if n is not None and n[0] == 1 and len(n[1]) == 1 else None
         return (None, (1, (folded,))) if folded is not None and _clean((1, (folded,))) else None
+    if end is not None and end[0] >= 0 and _clean(end) and _at_least(known_dim(x, i), end):
+        # [:n] of a length provably >= n holds n: a causal conv padded by k - 1 on both sides
+        # outputs L + k - 1 frames, cut back to L = Shape(input)[-1] (Inkling's short convs on k / v)
+        return None, end
     return None
+
+
+def _at_least(n: Dim | None, m: Dim | None) -> bool:
+    """Whether size ``n`` is provably >= size ``m``: n - m is an int >= 0 or a sum of sizes
+    (``dim_diff``); a stride-1 window's length ``(L+c)//1`` is read as the sum L + c."""
+    if n is None or m is None or not _clean(n) or not _clean(m):
+        return False
+    got = _FLOOR_ONE.match(n[1][0]) if n[0] == 1 and len(n[1]) == 1 else None
+    if got is not None:
+        base = to_dim(got.group(1))
+        c = int(got.group(2)) if got.group(2) else 0
+        n = dim_sum([base, (c, ())]) if base is not None and c >= 0 and base[1] else None
+        if n is None:
+            return False
+    return dim_diff(n, m) is not None
 
 
 def _expand_step(node: ir.Node, v: ir.Value, i: int):

@@ -121,3 +121,105 @@ def test_floor_div():
     assert floor_div((7, ()), 2, 1) == (4, ())
     assert floor_div((1, ("unk__r1_3",)), 2) is None            # an invented name proves nothing
     assert floor_div(None, 2) is None
+
+
+# a short causal conv (Inkling's k / v): depthwise, padded by kernel - 1 on both sides, so L + 3
+# frames, cut back to the input's length by [:, :, :Shape(x)[2]]; the heads view after it
+# (view(B, S, -1, 2)) is only proven when the cut's length is S, not a name invented for it
+CAUSAL = '''
+g (float[B, 4, S] x) => (float[B, S, ?, 2] heads)
+{
+    w = Constant<value = float[4, 1, 4] {1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15., 16.}>()
+    c = Conv<group = 4, kernel_shape = [4], pads = [3, 3]>(x, w)
+    s = Shape(x)
+    i0 = Constant<value = int64 {0}>()
+    i2 = Constant<value = int64 {2}>()
+    ax = Constant<value = int64[1] {0}>()
+    n = Gather<axis = 0>(s, i2)
+    n1 = Unsqueeze(n, ax)
+    z = Constant<value = int64[1] {0}>()
+    a2 = Constant<value = int64[1] {2}>()
+    one = Constant<value = int64[1] {1}>()
+    cut = Slice(z, z, n1, a2, one)
+    t = Transpose<perm = [0, 2, 1]>(cut)
+    b = Gather<axis = 0>(s, i0)
+    b1 = Unsqueeze(b, ax)
+    rest = Constant<value = int64[2] {-1, 2}>()
+    target = Concat<axis = 0>(b1, n1, rest)
+    heads = Reshape(t, target)
+}'''.replace("Slice(z, z,", "Slice(c, z,")
+
+
+def test_causal_conv_cut_to_the_input_length_is_that_length():
+    proto = parse(HEADER + CAUSAL)
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    assert _dims(model, "c") == ["B", 4, "(S+3)//1"]   # L + pads - kernel + 1
+    assert _dims(model, "cut") == ["B", 4, "S"]          # min(S + 3, S)
+    assert _dims(model, "heads") == ["B", "S", 2, 2]     # the -1 solved: 2 heads
+    rng = np.random.default_rng(0)
+    for length in (1, 2, 5, 9):
+        check_same(proto, model, {"x": rng.standard_normal((2, 4, length)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("pads,end,want", [
+    ("[3, 3]", "n1", "S"),     # (S+3)//1 cut to S
+    ("[2, 2]", "n1", "S"),     # (S+1)//1 cut to S
+    ("[3, 3]", "k3", 3),       # cut to 3: S + 3 >= 3
+    ("[3, 3]", "k4", None),    # cut to 4: S + 3 may be less (S = 0), min(S + 3, 4)
+    ("[1, 1]", "n1", None),    # (S-1)//1 may be shorter than S: min(S - 1, S)
+])
+def test_cut_to_a_length_needs_the_length_provably_longer(pads, end, want):
+    text = CAUSAL.replace("pads = [3, 3]", f"pads = {pads}").replace(
+        "cut = Slice(c, z, n1,", "k3 = Constant<value = int64[1] {3}>()\n    "
+        f"k4 = Constant<value = int64[1] {{4}}>()\n    cut = Slice(c, z, {end},")
+    proto = parse(HEADER + text)
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    got = _dims(model, "cut")[2]
+    if want is None:
+        assert invented_name(str(got))
+    else:
+        assert got == want
+
+
+# the padding mask the short conv multiplies by: attention_mask[:, -S:] with S = Shape(hidden)[1]
+# (TorchScript: Slice(mask, -S, INT64_MAX, axis 1)); it holds min(len(mask), S) entries
+TAIL = '''
+g (float[B, S, 4] x, float[B, {mask_len}] mask) => (float[B, S, 4] y)
+{{
+    s = Shape(x)
+    i1 = Constant<value = int64 {{1}}>()
+    n = Gather<axis = 0>(s, i1)
+    neg = Neg(n)
+    ax = Constant<value = int64[1] {{0}}>()
+    start = Unsqueeze(neg, ax)
+    big = Constant<value = int64[1] {{9223372036854775807}}>()
+    a1 = Constant<value = int64[1] {{1}}>()
+    one = Constant<value = int64[1] {{1}}>()
+    {cat}
+    tail = Slice(m, start, big, a1, one)
+    a2 = Constant<value = int64[1] {{2}}>()
+    col = Unsqueeze(tail, a2)
+    y = Mul(x, col)
+}}'''
+
+
+@pytest.mark.parametrize("mask_len,cat,want", [
+    ("S", "m = Identity(mask)", "S"),                     # the whole mask
+    ("S", "m = Concat<axis = 1>(mask, mask)", "S"),       # S + S entries, the last S
+    ("T", "m = Identity(mask)", None),                    # min(T, S): unknown
+])
+def test_tail_of_a_longer_mask_has_the_cut_length(mask_len, cat, want):
+    proto = parse(HEADER + TAIL.format(mask_len=mask_len, cat=cat))
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    got = _dims(model, "tail")[1]
+    if want is None:
+        assert invented_name(str(got))
+    else:
+        assert got == want
+        rng = np.random.default_rng(0)
+        for length in (1, 3):
+            check_same(proto, model, {"x": rng.standard_normal((2, length, 4)).astype(np.float32),
+                                      "mask": rng.standard_normal((2, length)).astype(np.float32)})
