@@ -48,6 +48,11 @@ class PassRecord:
     stats: dict[str, int]
 
 
+def is_default_op(node: ir.Node | None, *ops: str) -> bool:
+    """``node`` is one of ``ops`` in the default ONNX domain."""
+    return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
+
+
 def count_nodes(model: ir.Model) -> int:
     """Nodes in the main graph and every subgraph."""
     return sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))

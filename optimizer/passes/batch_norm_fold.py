@@ -42,14 +42,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._infra import FusePass, is_default_op
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _NUMPY_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16})
-
-
-def _default(node: ir.Node | None, *ops: str) -> bool:
-    return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
 
 
 def _only_reader(value: ir.Value, node: ir.Node) -> bool:
@@ -60,7 +56,7 @@ def _only_reader(value: ir.Value, node: ir.Node) -> bool:
     if value.is_graph_output():
         return False
     readers = [u.node for u in value.uses()]
-    data = [n for n in readers if not _default(n, "Shape", "Size")]
+    data = [n for n in readers if not is_default_op(n, "Shape", "Size")]
     return len(data) == 1 and data[0] is node
 
 
@@ -103,7 +99,7 @@ def _trace_channel(x: ir.Value, bn: ir.Node):
         if not _only_reader(value, reader):
             return None
         node = value.producer()
-        if _default(node, "Transpose"):
+        if is_default_op(node, "Transpose"):
             rank = _rank(value)
             perm = node.attributes.get_ints("perm", None)
             if perm is None:
@@ -111,7 +107,7 @@ def _trace_channel(x: ir.Value, bn: ir.Node):
                     return None
                 perm = list(reversed(range(rank)))
             axis = list(perm)[axis]
-        elif _default(node, "Reshape", "Flatten"):
+        elif is_default_op(node, "Reshape", "Flatten"):
             src, rank = node.inputs[0], _rank(value)
             c = _static_last(value)
             # a flat index mod C is the last-axis index on both sides when both end in C
@@ -180,7 +176,7 @@ class FoldBatchNormPass(FusePass):
         modified = False
         graph = model.graph  # the new weights are initializers: main graph only
         for node in list(graph):
-            if _default(node, "BatchNormalization"):
+            if is_default_op(node, "BatchNormalization"):
                 modified |= self._fold(graph, node)
         return ir.passes.PassResult(model, modified=modified)
 
@@ -212,13 +208,13 @@ class FoldBatchNormPass(FusePass):
         node, out, axis = traced
         stem = node.name or out.name or "bn_fold"
         done = False
-        if _default(node, "Conv") and axis == 1:
+        if is_default_op(node, "Conv") and axis == 1:
             done = self._conv(graph, node, s, t, stem)
-        elif _default(node, "Gemm") and axis == 1:
+        elif is_default_op(node, "Gemm") and axis == 1:
             done = self._gemm(graph, node, s, t, stem)
-        elif _default(node, "ConvTranspose") and axis == 1:
+        elif is_default_op(node, "ConvTranspose") and axis == 1:
             done = self._conv_transpose(graph, node, s, t, stem)
-        elif _default(node, "MatMul", "Add") and _rank(out) is not None and axis == _rank(out) - 1:
+        elif is_default_op(node, "MatMul", "Add") and _rank(out) is not None and axis == _rank(out) - 1:
             done = self._matmul(graph, node, s, t, stem)
         return self._remove(graph, bn, node) if done else False
 
@@ -277,8 +273,8 @@ class FoldBatchNormPass(FusePass):
     def _into_next_conv(self, graph, bn, s, t) -> bool:
         """BN -> Conv without padding (module docstring): s into W's input channels, Conv_W(t) into the bias."""
         y = bn.outputs[0]
-        conv = next((u.node for u in y.uses() if not _default(u.node, "Shape", "Size")), None)
-        if not _default(conv, "Conv") or not _only_reader(y, conv) or conv.inputs[0] is not y or not _unpadded(conv):
+        conv = next((u.node for u in y.uses() if not is_default_op(u.node, "Shape", "Size")), None)
+        if not is_default_op(conv, "Conv") or not _only_reader(y, conv) or conv.inputs[0] is not y or not _unpadded(conv):
             return False
         group = _group(conv)
         w = self._weight(conv.inputs[1] if len(conv.inputs) > 1 else None, s.size // group, 1)
@@ -332,7 +328,7 @@ class FoldBatchNormPass(FusePass):
             for i in (0, 1):
                 mm, b_in = add.inputs[i].producer() if add.inputs[i] is not None else None, add.inputs[1 - i]
                 b = constant_tensor(b_in)
-                if _default(mm, "MatMul") and b is not None and _only_reader(add.inputs[i], add):
+                if is_default_op(mm, "MatMul") and b is not None and _only_reader(add.inputs[i], add):
                     break
             else:
                 return False

@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
-from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._infra import FusePass, is_default_op
 from onnx_fuse.passes._shape_values import invented_name
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -44,10 +44,6 @@ _BROADCAST = frozenset({
 
 # the most axes a Transpose of the folded chain may have (TensorRT's shuffle takes 8)
 _MAX_RANK = 8
-
-
-def _default(node: ir.Node | None, *ops: str) -> bool:
-    return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
 
 
 def _one_reader(value: ir.Value) -> ir.Node | None:
@@ -99,11 +95,11 @@ class FoldLayoutChainsPass(FusePass):
         for node in list(graph):
             if node.graph is not graph:  # removed by an earlier rewrite of this sweep
                 continue
-            if _default(node, "Transpose", "Reshape") and self._static_chain(graph, node):
+            if is_default_op(node, "Transpose", "Reshape") and self._static_chain(graph, node):
                 modified = True
-            elif _default(node, "Transpose"):
+            elif is_default_op(node, "Transpose"):
                 modified |= self._sink_transpose(graph, node)
-            elif _default(node, "Reshape"):
+            elif is_default_op(node, "Reshape"):
                 modified |= self._reshape_of_reshape(node)
         return ir.passes.PassResult(model, modified=modified)
 
@@ -136,7 +132,7 @@ class FoldLayoutChainsPass(FusePass):
             for j, v in enumerate(op.inputs):
                 if j == index or v is None:
                     continue
-                if _default(v.producer(), "Transpose") and _perm(v.producer()) == p1:
+                if is_default_op(v.producer(), "Transpose") and _perm(v.producer()) == p1:
                     op.replace_input_with(j, v.producer().inputs[0])
                 elif constant_tensor(v) is not None and not _all_ones(v):
                     op.replace_input_with(j, self._permuted(graph, v, inv, len(p1)))
@@ -165,7 +161,7 @@ class FoldLayoutChainsPass(FusePass):
             if j == index or v is None:
                 continue
             producer = v.producer()
-            if _default(producer, "Transpose") and _perm(producer) == p1 and producer.inputs[0] is not None:
+            if is_default_op(producer, "Transpose") and _perm(producer) == p1 and producer.inputs[0] is not None:
                 continue
             t = constant_tensor(v)
             if t is not None and len(t.shape) <= rank and t.size <= (1 << 22):  # a permuted copy is made
@@ -192,7 +188,7 @@ class FoldLayoutChainsPass(FusePass):
             return False
         mid = r2.inputs[0]
         r1 = mid.producer()
-        if not _default(r1, "Reshape") or len(r1.inputs) < 2 or r1.inputs[0] is None or _one_reader(mid) is not r2:
+        if not is_default_op(r1, "Reshape") or len(r1.inputs) < 2 or r1.inputs[0] is None or _one_reader(mid) is not r2:
             return False
         x = r1.inputs[0]
         a1 = r1.attributes.get("allowzero")
@@ -228,10 +224,10 @@ class FoldLayoutChainsPass(FusePass):
         Reshape (_atoms), when that is fewer nodes."""
         x = start.inputs[0] if start.inputs else None
         before = x.producer() if x is not None else None
-        if x is None or (_default(before, "Transpose", "Reshape") and _one_reader(x) is start):
+        if x is None or (is_default_op(before, "Transpose", "Reshape") and _one_reader(x) is start):
             return False  # not the chain's first node
         chain, node = [start], start
-        while (nxt := _one_reader(node.outputs[0])) is not None and _default(nxt, "Transpose", "Reshape"):
+        while (nxt := _one_reader(node.outputs[0])) is not None and is_default_op(nxt, "Transpose", "Reshape"):
             chain.append(node := nxt)
         if len(chain) < 2 or x.shape is None or not all(isinstance(d, int) and d > 0 for d in x.shape.dims):
             return False

@@ -22,23 +22,19 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._infra import FusePass, is_default_op
 from onnx_fuse.passes.constant_folding import constant_tensor
-
-
-def _is_op(node: ir.Node | None, op: str) -> bool:
-    return node is not None and node.op_type == op and node.domain in ("", "ai.onnx")
 
 
 def _from_softmax(value: ir.Value) -> bool:
     """The value is softmax probabilities, perhaps through the NaN guard's Where and a Cast."""
     for _ in range(3):
         node = value.producer()
-        if _is_op(node, "Softmax"):
+        if is_default_op(node, "Softmax"):
             return True
-        if _is_op(node, "Cast"):
+        if is_default_op(node, "Cast"):
             value = node.inputs[0]
-        elif _is_op(node, "Where") and len(node.inputs) == 3:
+        elif is_default_op(node, "Where") and len(node.inputs) == 3:
             value = node.inputs[2]  # where(isnan(p), 0, p): the kept branch
         else:
             return False
@@ -53,7 +49,7 @@ def _same_dim(a, b) -> bool:
 
 def _rhs_key(node: ir.Node):
     """(dtype, rank) of a P.V MatMul's values when it can join a merge, else None."""
-    if not _is_op(node, "MatMul") or len(node.inputs) != 2 or node.outputs[0].is_graph_output():
+    if not is_default_op(node, "MatMul") or len(node.inputs) != 2 or node.outputs[0].is_graph_output():
         return None
     v = node.inputs[1]
     if v is None or constant_tensor(v) is not None or v.shape is None or v.type is None:
@@ -73,7 +69,7 @@ class MergeSharedProbabilitiesPass(FusePass):
         if model.opset_imports.get("", 0) < 13:  # Split's sizes as an input
             return ir.passes.PassResult(model, modified=False)
         for graph in model.graphs():
-            shared = [n.outputs[0] for n in graph if _is_op(n, "Softmax")]
+            shared = [n.outputs[0] for n in graph if is_default_op(n, "Softmax")]
             probs = {id(v): v for p in shared for v in self._probabilities(p)}
             for p in probs.values():
                 modified |= self._merge(graph, p)
@@ -88,7 +84,7 @@ class MergeSharedProbabilitiesPass(FusePass):
             out.append(v)
             for use in v.uses():
                 n = use.node
-                if (_is_op(n, "Cast") and use.idx == 0) or (_is_op(n, "Where") and use.idx == 2):
+                if (is_default_op(n, "Cast") and use.idx == 0) or (is_default_op(n, "Where") and use.idx == 2):
                     todo.append(n.outputs[0])
         return out
 
