@@ -16,6 +16,8 @@ Failure policy: if anything of ours fails (optimization, the interface check, nu
 the cache, ORT refusing the optimized graph), the session is built from the original model exactly
 as ``onnxruntime.InferenceSession`` would build it, and one ``OnnxFuseWarning`` says why. Errors in
 the user's model or arguments therefore surface as the same exceptions plain ONNX Runtime raises.
+Our own keyword arguments are checked first: a level, target, cache size limit or rules value that
+does not exist raises ValueError (one line) at construction instead.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from onnx_fuse import fileio
 from onnx_fuse.api import optimize
 from onnx_fuse.errors import OnnxFuseWarning, UserError, VerificationError
 from onnx_fuse.external_data import UnsafeExternalDataError, external_info, has_external_data, iter_model_tensors
+from onnx_fuse.levels import as_list, check_level_target
 from onnx_fuse.model_io import load_proto, save_model
 from onnx_fuse.session_cache import DEFAULT_SIZE_LIMIT, MODEL_NAME, ModelCache
 
@@ -126,6 +129,21 @@ def choose_target(providers: Sequence[Any] | None, sess_options: Any = None) -> 
     if any(n in TRT_PROVIDERS for n in names):
         return "onnx"
     return "ort" if all(n in ORT_TARGET_PROVIDERS for n in names) else "onnx"
+
+
+def _check_options(level: Any, target: Any, size_limit: Any, rules: Any) -> None:
+    """Our keyword arguments, checked before anything loads: a level or target that does not exist
+    is the caller's mistake (a one-line ValueError), not an optimization failure to fall back from."""
+    try:
+        if isinstance(level, bool):  # True == 1 would pass as level 1
+            raise UserError(f"unknown optimization level {level!r}; choose one of 0..4")
+        check_level_target(level, "ort" if target is None else target)
+        as_list(rules, "rules")
+    except UserError as exc:
+        raise ValueError(f"onnx_fuse.InferenceSession: {exc}") from None
+    if isinstance(size_limit, bool) or not isinstance(size_limit, int) or size_limit < 0:
+        raise ValueError(f"onnx_fuse.InferenceSession: cache_size_limit must be a number of bytes >= 0, "
+                         f"got {size_limit!r}")
 
 
 def _is_ort_format(source: Any, sess_options: Any) -> bool:
@@ -248,6 +266,7 @@ class InferenceSession(onnxruntime.InferenceSession):
                  cache_dir: str | os.PathLike | bool | None = None,
                  cache_size_limit: int = DEFAULT_SIZE_LIMIT, verify: bool = False,
                  rules: Sequence[str | os.PathLike] = (), **kwargs: Any) -> None:
+        _check_options(optimize_level, target, cache_size_limit, rules)
         t0 = time.perf_counter()
         stats = SessionStats(level=optimize_level)
         self.onnx_fuse_stats = stats
@@ -256,7 +275,7 @@ class InferenceSession(onnxruntime.InferenceSession):
             super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
             stats.fallback_reason = "ORT-format model: left as it is"
             return
-        stats.target = target or choose_target(providers, sess_options)
+        stats.target = target if target is not None else choose_target(providers, sess_options)
         external = check_source(path_or_bytes)  # before anything hashes or loads it
         reason = None
         with contextlib.ExitStack() as stack:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from onnx_fuse.errors import UserError
 from onnx_fuse.plugins.engine_builder import PLUGIN_DOMAIN, PLUGIN_OPS
 from onnx_fuse.plugins.trt_support import (GraphInfo, Issue, SupportData, check_node,
                                            check_value_types, load_support_data)
@@ -143,6 +144,11 @@ def check_model(source: str | os.PathLike | bytes | onnx.ModelProto) -> CheckRes
     """Check a model (path, bytes or proto; external data is never loaded)."""
     data = load_support_data()
     proto = _load(source)
+    if not proto.graph.output:
+        # ONNX and ORT accept it, but TensorRT builds no network without an output.
+        what = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "model"
+        raise UserError(f"{what}: the graph has no outputs, so TensorRT has nothing to build; "
+                        "declare the outputs you want in graph.output")
     result = CheckResult(library=data.library, version=data.version)
     proto = _infer(proto, result.notes)
     _Checker(proto, data, result).graph(proto.graph, None, "")

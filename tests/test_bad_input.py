@@ -611,3 +611,45 @@ def test_corpus_size():
     # the CLI runs every case meant for it (the unmarked subset is a quick selection of them)
     assert counts["cli"] == sum("cli" in c.surfaces for c in CASES)
     assert CLI_CASES <= {c.name for c in CASES if "cli" in c.surfaces}
+
+
+# --- InferenceSession's own options -----------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, expect", [
+    ({"optimize_level": 9}, "9"), ({"optimize_level": -1}, "-1"), ({"optimize_level": True}, "true"),
+    ({"optimize_level": "3"}, "'3'"), ({"target": "cuda"}, "cuda"), ({"target": ""}, "target"),
+    ({"cache_size_limit": -1}, "cache_size_limit"), ({"cache_size_limit": "2G"}, "cache_size_limit"),
+    ({"rules": 5}, "rules")],
+    ids=["level-9", "level-negative", "level-bool", "level-str", "target-cuda", "target-empty",
+         "cache-limit-negative", "cache-limit-str", "rules-int"])
+def test_session_option_that_does_not_exist(kwargs, expect, case_dir):
+    """Our own keyword arguments are the caller's mistake, not an optimization failure: a one-line
+    ValueError at construction, not a warning and a session running the original."""
+    model = _write(case_dir, good_model())
+    before = _snapshot(case_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", onnx_fuse.OnnxFuseWarning)
+        with pytest.raises(ValueError) as e:
+            InferenceSession(os.fspath(model), providers=CPU, **kwargs)
+    _one_line(str(e.value), expect)
+    assert _snapshot(case_dir) == before
+    assert not (case_dir.parent / "cache").exists()
+
+
+# --- the other subcommands --------------------------------------------------------------------
+
+def _main_error(capsys, argv: list[str], expect: str, code: int = 2) -> None:
+    """In-process ``onnx-fuse ARGV``: exit ``code`` and one ``error:`` line on stderr."""
+    from onnx_fuse.cli.main import main
+
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    _one_line(err, expect)
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["table", "json"])
+def test_check_trt_graph_without_outputs(case_dir, capsys, json_flag):
+    """ONNX and ORT accept a graph with no outputs; TensorRT builds nothing from it."""
+    model = _with(lambda m: m.graph.ClearField("output"))(case_dir)
+    _main_error(capsys, ["check-trt", os.fspath(model), *json_flag], "no outputs")
