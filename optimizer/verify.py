@@ -522,7 +522,15 @@ def _first_padded(model: onnx.ModelProto, length: int, window: int | None) -> in
         o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
         for o in model.graph.output)
     w = (window if window is not None else window_constant(model)) if half else 0
-    return max(start, length - (w - 1)) if w else start
+    return pad_start(length, w)
+
+
+def pad_start(length: int, window: int) -> int:
+    """Where a padded mask row's padding starts: its second half, or, where a half-precision model
+    has a sliding window (``window`` > 0), its last W - 1 positions at most (_first_padded says why;
+    the per-rewrite checks feed the same rows)."""
+    start = length // 2
+    return max(start, length - (window - 1)) if window else start
 
 
 def input_cases(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]] | None = None,
