@@ -130,6 +130,9 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
     return None
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
     """Sizes added or subtracted entry by entry (a cache's ``past + new``, ``(p + s) - s``), in the
     one spelling shape inference gives such a dim (passes/_dim_sums.py), so the read of a present's
@@ -147,7 +150,10 @@ def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
     out = []
     for x, y in zip(ea, eb):
         if isinstance(x, int) and isinstance(y, int):
-            out.append(x + y if op == "Add" else x - y)
+            z = x + y if op == "Add" else x - y
+            if not INT64_MIN <= z <= INT64_MAX:
+                return None  # ONNX's int64 wraps; Python's ints do not: no fact, not a wrong one
+            out.append(z)
             continue
         if 0 in (x, y):
             # size + 0 stays as written: a decode step's cache positions P + Range(0, 1) fold to

@@ -104,6 +104,9 @@ def expand_output_dims(node: ir.Node) -> list | None:
     return out
 
 
+_MAX_DIM = (1 << 63) - 1   # a dim is an int64 >= 0
+
+
 def refine_reshape_outputs(model: ir.Model) -> int:
     """Give Reshape (and Tile) outputs the dims ``reshape_output_dims`` (``tile_output_dims``)
     proves: static dims always, symbols where the value had none or an invented one (Tile only:
@@ -117,6 +120,8 @@ def refine_reshape_outputs(model: ir.Model) -> int:
                 "Expand": expand_output_dims}[node.op_type](node)
         if dims is None or (out.shape is not None and len(out.shape) != len(dims)):
             continue
+        if any(isinstance(d, int) and not 0 <= d <= _MAX_DIM for d in dims):
+            continue  # the node fails at run time (a -2 entry); no dim to state
         old = list(out.shape) if out.shape is not None else [None] * len(dims)
         new, changed = [], False
         for o, d in zip(old, dims):

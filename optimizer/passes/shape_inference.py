@@ -143,6 +143,25 @@ def _states_nothing(dim, placeholders: frozenset[str]) -> bool:
     return unknown_or_invented(dim) or (not isinstance(dim, int) and str(dim.value) in placeholders)
 
 
+def _call_onnx_api(fn, model: ir.Model):
+    """onnx-ir's ``call_onnx_api``, leaving the model as it was when it raises. It turns the
+    initializers into graph inputs and detaches the large ones' values, then serializes outside
+    its try/finally: a model that fails to serialize (a dim outside int64) kept every weight as an
+    overridable input, the large ones empty."""
+    inputs, inits = list(model.graph.inputs), dict(model.graph.initializers)
+    values = {name: (v.const_value, v.shape, v.type) for name, v in inits.items()}
+    try:
+        return _c_api_utils.call_onnx_api(fn, model)
+    except Exception:
+        model.graph.inputs.clear()
+        model.graph.inputs.extend(inputs)
+        model.graph.initializers.clear()
+        for name, v in inits.items():
+            v.const_value, v.shape, v.type = values[name]
+            model.graph.initializers[name] = v
+        raise
+
+
 class ShapeInferencePass(FusePass):
     name = "shape-inference"
 
@@ -169,7 +188,7 @@ class ShapeInferencePass(FusePass):
                                                      data_prop=True)
 
         try:
-            inferred = ir.serde.deserialize_model(_c_api_utils.call_onnx_api(infer, model))
+            inferred = ir.serde.deserialize_model(_call_onnx_api(infer, model))
         except Exception as exc:  # best effort: a model onnx cannot infer still optimizes
             self.stats["failed"] += 1
             text = str(exc).strip()

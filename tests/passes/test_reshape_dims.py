@@ -119,3 +119,34 @@ def test_expand_target_whose_symbols_could_match_stays_unknown():
     ShapeInferencePass()(model)
     dims = _dims(model, "e")
     assert dims is None or dims[2:] != ["S", "B"]
+
+
+def test_int64_wrap_in_a_target_states_no_dim():
+    """Reshape(x, Concat((INT64_MAX + 1) - INT64_MIN - 1, [16])): -1 in ONNX's int64 arithmetic
+    (it wraps), 2**64 - 1 in Python's, a dim that cannot be serialized (to_proto raised)."""
+    import numpy as np
+
+    import onnx_fuse
+
+    n = oh.make_node
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    nodes = [n("Add", ["big", "one"], ["wrap"]), n("Sub", ["wrap", "small"], ["zero"]),
+             n("Sub", ["zero", "one"], ["m1"]), n("Concat", ["m1", "sixteen"], ["shp"], axis=0),
+             n("Reshape", ["x", "shp"], ["y"])]
+    inits = [oh.make_tensor("big", I64, [1], [big]), oh.make_tensor("one", I64, [1], [1]),
+             oh.make_tensor("small", I64, [1], [small]), oh.make_tensor("sixteen", I64, [1], [16])]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 16])],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 16])], inits)
+    proto = oh.make_model(g, opset_imports=[oh.make_opsetid("", 20)])
+    result = onnx_fuse.optimize(proto, level=1, verify=True)
+    assert result.report.verify["passed"]
+    y = result.to_proto().graph.output[0]
+    assert all(d.dim_value < 1 << 63 for d in y.type.tensor_type.shape.dim)
+
+
+def test_a_negative_entry_other_than_minus_one_states_no_dim():
+    """Reshape to [B, S, -3] fails at run time; the old code declared the output's last dim -3."""
+    model = _model([-3])
+    ShapeInferencePass()(model)
+    dims = _dims(model, "r")
+    assert dims is None or -3 not in dims

@@ -172,3 +172,26 @@ def test_torchscript_output_placeholders_give_way_to_inferred_dims():
     outs = {v.name: [str(d) for d in v.shape] for v in model.graph.outputs}
     assert modified and outs["present"] == ["B", "2", "T", "4"]
     assert outs["other"] == ["Reluother_dim_0", "2", "S", "4"]
+
+
+def test_a_model_that_fails_to_serialize_keeps_its_initializers():
+    """onnx-ir's call_onnx_api moves initializers into the inputs and detaches large values before
+    serializing, outside its try/finally: a dim outside int64 left every weight an overridable
+    input and the large ones empty (constant folding then folded nothing)."""
+    import numpy as np
+
+    w = ir.tensor(np.arange(1024, dtype=np.float32), name="w")   # 4 KB: call_onnx_api detaches it
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1024]))
+    w_val = ir.Value(name="w", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1024]), const_value=w)
+    add = ir.node("Add", [x, w_val], num_outputs=1)
+    add.outputs[0].name = "y"
+    add.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    add.outputs[0].shape = ir.Shape([(1 << 64) - 1])   # cannot be serialized
+    graph = ir.Graph([x], [add.outputs[0]], nodes=[add], initializers=[w_val], opset_imports={"": 20})
+    model = ir.Model(graph, ir_version=10)
+    p = ShapeInferencePass()
+    result = p(model)
+    assert not result.modified and p.stats["failed"] == 1
+    assert [v.name for v in model.graph.inputs] == ["x"]
+    assert list(model.graph.initializers) == ["w"]
+    assert model.graph.initializers["w"].const_value is w
