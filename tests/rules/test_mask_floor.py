@@ -1,5 +1,5 @@
-"""keep-masked-rows (rules/attention/lower.yaml) raises finite mask entries to ``mask_floor(dtype)``
-before ORT's Attention-23 reads them: the float16 floor is precision.FP16_MASK_FLOOR, one constant
+"""keep-masked-rows (rules/attention/lower.yaml) maps mask entries below F = ``mask_floor(dtype)`` to
+m / 2 + F / 2 before ORT's Attention-23 reads them: the float16 F is precision.FP16_MASK_FLOOR, one constant
 shared with the precision pass's mask Casts, and every row matches the original, fully masked ones
 included (their mean of V, not Attention-23's zeros)."""
 
@@ -27,9 +27,9 @@ def _attention(h, elem):
 
 
 def _floor_constants(model: onnx.ModelProto) -> list[float]:
-    """The constant operand of every Max keep-masked-rows emitted."""
+    """F of every m / 2 + F / 2 keep-masked-rows emitted (twice its Add's constant)."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    return [float(inits[i].reshape(-1)[0]) for nd in model.graph.node if nd.op_type == "Max"
+    return [2 * float(inits[i].reshape(-1)[0]) for nd in model.graph.node if nd.op_type == "Add"
             for i in nd.input if i in inits]
 
 
