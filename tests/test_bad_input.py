@@ -653,3 +653,40 @@ def test_check_trt_graph_without_outputs(case_dir, capsys, json_flag):
     """ONNX and ORT accept a graph with no outputs; TensorRT builds nothing from it."""
     model = _with(lambda m: m.graph.ClearField("output"))(case_dir)
     _main_error(capsys, ["check-trt", os.fspath(model), *json_flag], "no outputs")
+
+
+def _clash_case(case: Path) -> None:
+    case.mkdir(parents=True, exist_ok=True)
+    _write(case, good_model())
+    onnx.save_model(good_model(), case / "ext.onnx", save_as_external_data=True,
+                    location="ext.onnx.data", size_threshold=0)
+    np.savez(case / "in.npz", x=np.ones((2, 64), np.float32))
+    (case / "r.yaml").write_text("[]\n")
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["optimize", "m.onnx", "-o", "o.onnx", "--report", "m.onnx"], "report would overwrite the input model"),
+    (["optimize", "m.onnx", "-o", "o.onnx", "--report", "o.onnx"], "report would overwrite the output model"),
+    (["optimize", "ext.onnx", "-o", "o.onnx", "--report", "ext.onnx.data"], "weights file of the input"),
+    (["optimize", "m.onnx", "-o", "o.onnx", "-O", "2", "--rules", "r.yaml", "--report", "r.yaml"], "--rules file"),
+    (["optimize", "m.onnx", "-o", "in.npz", "-O", "1", "--verify", "--inputs", "in.npz"], "--inputs file"),
+    (["demo", "-o", "d.onnx", "--report", "d.onnx"], "report would overwrite the output model"),
+    (["run", "m.onnx", "--save-outputs", "m.onnx"], "outputs would overwrite the input model"),
+    (["run", "m.onnx", "--inputs", "in.npz", "--save-outputs", "in.npz"], "--inputs file"),
+], ids=["report-is-input", "report-is-output", "report-is-weights", "report-is-rules",
+        "output-is-inputs-npz", "demo-report-is-output", "run-outputs-is-model", "run-outputs-is-inputs"])
+def test_a_written_file_that_is_read_or_written_twice(case_dir, capsys, monkeypatch, argv, expect):
+    """`--report m.onnx` replaced the input model with the JSON report (exit 0), `-o x --report x`
+    the output model; now refused before any work, nothing written, nothing changed."""
+    _clash_case(case_dir)
+    monkeypatch.chdir(case_dir)
+    before = _snapshot(case_dir)
+    _main_error(capsys, [*argv, *(["-q"] if argv[0] != "run" else [])], expect)
+    assert _snapshot(case_dir) == before
+
+
+def test_the_same_special_file_may_take_the_model_and_the_report(case_dir, capsys):
+    model = _write(case_dir, good_model())
+    from onnx_fuse.cli.main import main
+
+    assert main(["optimize", os.fspath(model), "-o", "/dev/null", "--report", "/dev/null", "-O", "1", "-q"]) == 0

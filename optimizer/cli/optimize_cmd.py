@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from onnx_fuse.cli.arg_types import non_negative_int
 
@@ -97,6 +98,64 @@ def check_outputs(args) -> None:
             check_output_path(path, what=what)
         except OSError as exc:  # e.g. a name over the file system's 255 bytes: ENAMETOOLONG
             raise UserError(f"{path}: cannot write the {what} there ({exc.strerror or exc})") from None
+    check_clashes(args)
+
+
+def _same_file(a: str, b: str) -> bool:
+    from pathlib import Path
+
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)   # a hard link
+    except OSError:
+        return False
+
+
+def _weight_files(model: str) -> list[str]:
+    """The external-data files ``model`` reads (its skeleton only; none for a plan or a model
+    that does not load, which the command then reports itself)."""
+    import onnx
+
+    from onnx_fuse.errors import UserError
+    from onnx_fuse.external_data import external_info, iter_model_tensors
+    from onnx_fuse.model_io import load_proto
+
+    try:
+        proto, folder = load_proto(model, check=False, map_weights=True)
+    except (UserError, OSError):
+        return []
+    if folder is None:
+        return []
+    return sorted({os.path.join(folder, external_info(t).get("location", "")) for t in iter_model_tensors(proto)
+                   if t.data_location == onnx.TensorProto.EXTERNAL and external_info(t).get("location")})
+
+
+def check_clashes(args) -> None:
+    """No file the command writes is one it reads (the model, its weights, --rules, --inputs,
+    --model) or another it writes: ``--report m.onnx`` replaced the input model with JSON, and
+    ``-o x.onnx --report x.onnx`` the output. Special files (/dev/null) may be named twice."""
+    from onnx_fuse.errors import UserError
+    from onnx_fuse.fileio import is_special_output
+
+    writes = [(p, what) for p, what in ((getattr(args, "output", None), "output model"),
+                                        (getattr(args, "report", None), "report"),
+                                        (getattr(args, "save_outputs", None), "outputs"))
+              if p and not is_special_output(p)]
+    if not writes:
+        return
+    models = [m for m in (getattr(args, "input", None), getattr(args, "source", None),
+                          getattr(args, "model", None)) if isinstance(m, str) and m]
+    reads = [(m, "the input model") for m in models]
+    reads += [(r, "a --rules file") for r in getattr(args, "rules", None) or [] if r]
+    if getattr(args, "inputs", None):
+        reads.append((args.inputs, "the --inputs file"))
+    if any(what != "output model" for _, what in writes):  # save() guards the output model's own
+        reads += [(w, "a weights file of the input model") for m in models for w in _weight_files(m)]
+    for i, (path, what) in enumerate(writes):
+        for other, other_what in [*reads, *((p, f"the {w}") for p, w in writes[:i])]:
+            if _same_file(path, other):
+                raise UserError(f"{path}: the {what} would overwrite {other_what}; choose another name")
 
 
 def run(args) -> int:
