@@ -72,6 +72,10 @@ dtype handed to the venv.
 5.24 that no set above has (MLA without MoE, sparse-attention indexers, recurrent layer loops, per-layer head
 sizes, mu-P multipliers, conv / linear-attention hybrids) in the corpus's own styles, usually into
 --out /tmp/holdout10.
+--holdout 12 plans the seventh sweep's part A (holdout_specs.HOLDOUT7A): encoders, seq2seq parts, speech and
+vision towers of transformers 5.24 that no set above has (LongT5, Switch Transformers, T5Gemma, Pix2Struct's
+text decoder, Marian / M2M-100 / NLLB-MoE encoders, DeBERTa, SpeechT5, Moonshine, Parakeet, Hiera, SAM,
+Idefics3, MLCD, MobileViT) and a static Jamba, usually into --out /tmp/holdout12.
 """
 
 from __future__ import annotations
@@ -308,8 +312,12 @@ class _Wrap:
             def forward(self, *args):
                 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+                from transformers.modeling_outputs import BaseModelOutput
+
                 kw = dict(zip(self.names, args))
-                call = dict(decoder_input_ids=kw["input_ids"], encoder_outputs=(kw["encoder_hidden_states"],),
+                # what the models build from a tuple themselves (T5Gemma takes only this)
+                encoded = BaseModelOutput(last_hidden_state=kw["encoder_hidden_states"])
+                call = dict(decoder_input_ids=kw["input_ids"], encoder_outputs=encoded,
                             return_dict=True, use_cache=kv)
                 if "encoder_attention_mask" in kw:
                     call["attention_mask"] = kw["encoder_attention_mask"]
@@ -371,14 +379,16 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     static = style == "static_nomask"
     vocab = cfg.get("vocab_size", 128)
     feeds, dims = {}, {}
-    if kind == "vision":
+    if kind == "vision":  # image_size: one side or [height, width] (Hiera)
         size, ch = cfg["image_size"], cfg["num_channels"]
-        feeds["pixel_values"] = torch.randn(batch, ch, size, size, generator=g)
-        dims["pixel_values"] = [batch if static else "batch", ch, size, size]
+        h, w = size if isinstance(size, (list, tuple)) else (size, size)
+        feeds["pixel_values"] = torch.randn(batch, ch, h, w, generator=g)
+        dims["pixel_values"] = [batch if static else "batch", ch, h, w]
         return feeds, dims
     if kind == "audio":  # raw waveform; its length stays static (the conv stack's output length)
-        feeds["input_values"] = torch.randn(batch, AUDIO_SAMPLES, generator=g)
-        dims["input_values"] = [batch if static else "batch", AUDIO_SAMPLES]
+        samples = spec.get("audio_samples", AUDIO_SAMPLES)  # Moonshine's stem needs more (HOLDOUT7A)
+        feeds["input_values"] = torch.randn(batch, samples, generator=g)
+        dims["input_values"] = [batch if static else "batch", samples]
         return feeds, dims
     if kind == "features":  # log-mel frames [batch, frames, bins] (holdout_specs.HOLDOUT5B: AST, Speech2Text)
         name, frames, bins = spec["features_input"]
@@ -436,7 +446,7 @@ def _cross_inputs(spec, style, g, feeds, dims, batch, seq, past):
 
     cfg, static = spec["config"], style == "static_nomask"
     enc = max(seq - 2, 1)
-    hidden = cfg.get("d_model") or cfg["hidden_size"]
+    hidden = cfg.get("d_model") or cfg.get("hidden_size") or cfg["encoder"]["hidden_size"]  # T5Gemma: per part
     be = [batch, enc] if static else ["batch", "encoder_sequence"]
     feeds["encoder_hidden_states"] = torch.randn(batch, enc, hidden, generator=g)
     dims["encoder_hidden_states"] = be + [hidden]
@@ -916,6 +926,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
 
     spec = SPECS[arch]
     cfg = spec["config"]
+    if isinstance(cfg.get("encoder"), dict):  # per-part configs (T5Gemma): the exported part's sizes
+        cfg = dict(cfg[spec["part"] or "encoder"], **{k: v for k, v in cfg.items() if k not in ("encoder", "decoder")})
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto)
     opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
@@ -924,12 +936,14 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "file": path.name, "arch": arch, "kind": spec["kind"], "style": style, "weights": weights,
         "model_type": spec["model_type"], "ort_model_type": spec["ort_model_type"],
         "config_class": spec["config_class"], "config": cfg,
-        "num_layers": g("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers"),
+        "num_layers": g("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers",
+                        "encoder_num_hidden_layers"),
         "num_heads": g("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
-                       "attention_heads"),
+                       "attention_heads", "encoder_num_attention_heads"),
         "num_kv_heads": (1 if cfg.get("multi_query") else g("num_key_value_heads", "num_attention_heads",
                                                             "n_head", "n_heads", "num_heads",
-                                                            "encoder_attention_heads", "attention_heads")),
+                                                            "encoder_attention_heads", "attention_heads",
+                                                            "encoder_num_attention_heads")),
         "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim"),
         "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
@@ -958,6 +972,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         entry["attention_blocks"] = sum(cfg["depths"])
         entry["num_heads"] = entry["num_kv_heads"] = entry["num_heads"][0]
         entry["hidden_size"] = cfg["embed_dim"] if "embed_dim" in cfg else cfg["hidden_sizes"][0]
+    if entry["hidden_size"] is None and "hidden_sizes" in cfg:  # per-stage widths, one head count (MobileViT)
+        entry["hidden_size"] = cfg["hidden_sizes"][0]
     entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or entry["hidden_size"] // entry["num_heads"]
     if spec["kind"] in CROSS:  # self- and cross-attention per layer
         entry["attention_blocks"] = 2 * entry["num_layers"]
@@ -1083,7 +1099,9 @@ def main(argv=None) -> int:
                          "4: the fourth's part A (Optimum), 5: its part B (older transformers), "
                          "8: the fifth's part C (torch 2.9.1 / 2.14.1 exporters), "
                          "9: its part D (transformers 4.48 / 4.53), "
-                         "11: the sixth's part B (onnxscript 0.6.0 / 0.6.2, bf16 decoders); "
+                         "10: the sixth's part A (decoders), "
+                         "11: the sixth's part B (onnxscript 0.6.0 / 0.6.2, bf16 decoders), "
+                         "12: the seventh's part A (encoders, seq2seq parts, speech, vision); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

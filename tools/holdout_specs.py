@@ -65,7 +65,7 @@ releases (torch and transformers as in the corpus), each in its own venv, and bf
 
 from __future__ import annotations
 
-from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, IMAGE, LAYERS, POSITIONS, SPECS, TOKENS, VIS, VOCAB, _s
+from corpus_specs import DEC, ENC, FFN, GQA, HIDDEN, IMAGE, LAYERS, PATCH, POSITIONS, SPECS, TOKENS, VIS, VOCAB, _s
 
 # hold-out style -> (the corpus style whose inputs and wrapper it uses, export options)
 LATEST_OPSET = 23
@@ -1003,3 +1003,128 @@ HOLDOUT6A["dory"]["attention_blocks"] = 4
 HOLDOUT6A["hrm_text"]["attention_blocks"] = 4
 HOLDOUT6A["inkling_text"]["attention_blocks"] = 2  # its layer types ("hybrid[_sliding]") do not say attention
 HOLDOUT_SETS[10] = HOLDOUT6A
+
+
+# ---- seventh sweep, part A (--holdout 12, HOLDOUT7A): architectures and export styles nobody tried -------
+# transformers 5.24 models whose config class is in none of the sets above: T5-likes (LongT5's transient-global
+# attention, Switch Transformers' top-1 MoE, T5Gemma's GQA encoder with bidirectional windows and softcaps, and
+# its decoder; Pix2Struct's text decoder), BART-likes' encoders (Marian's static sinusoidal table, M2M-100's
+# padding-aware positions, NLLB-MoE's top-2 experts), DeBERTa v1 (in-projection with separate q / v biases),
+# speech encoders (SpeechT5's relative-position bias over a conv front end, Moonshine's rotary encoder over a
+# conv stem on the raw waveform, Parakeet's FastConformer with Transformer-XL relative positions), vision
+# (Hiera's mask-unit attention with query pooling, SAM's windowed encoder with decomposed relative positions,
+# Idefics3's bucketed patch positions, MLCD's 2-D rotary ViT, MobileViT's attention over unfolded patches) and
+# two decoders exported static without a mask (Jamba: Mamba + attention without positions + MoE; Kimi-Linear).
+# audio_samples: the waveform length of kind audio (Moonshine's stem strides 64 x 3 x 2); image sizes may be
+# [H, W] lists (Hiera).
+T5_7 = dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=2,
+            relative_attention_num_buckets=8, decoder_start_token_id=0)
+GEMMA_MOD7 = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, **GQA,
+                  query_pre_attn_scalar=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                  attn_logit_softcapping=50.0, final_logit_softcapping=30.0, max_position_embeddings=POSITIONS)
+ENC_ALL7 = ("dyn_mask", "torchscript", "static_nomask")
+
+HOLDOUT7A = {
+    # T5-likes
+    "longt5_encoder": _s("encoder", "LongT5Config", "LongT5EncoderModel",
+                         dict(T5_7, encoder_attention_type="transient-global", local_radius=2, global_block_size=4),
+                         ["mha", "padding-mask", "block-local-attention", "transient-global-tokens",
+                          "relative-position", "rmsnorm", "relu", "no-scale"], "longt5", "t5", styles=ENC_ALL7),
+    "switch_transformers_encoder": _s("encoder", "SwitchTransformersConfig", "SwitchTransformersEncoderModel",
+                                      dict(T5_7, num_experts=4, expert_capacity=16, num_sparse_encoder_layers=1,
+                                           router_jitter_noise=0.0),
+                                      ["mha", "padding-mask", "relative-position", "rmsnorm", "relu", "no-scale",
+                                       "moe-top1"], "switch_transformers", "t5", styles=ENC_ALL7),
+    "t5gemma_encoder": _s("encoder", "T5GemmaConfig", "T5GemmaEncoderModel",
+                          dict(vocab_size=VOCAB, encoder=GEMMA_MOD7, decoder=GEMMA_MOD7, is_encoder_decoder=False),
+                          ["gqa", "padding-mask", "rope-full", "rmsnorm-1p", "geglu", "softcap", "sandwich-norm",
+                           "bidirectional-sliding-window", "embed-scale"], "t5gemma", "bert", styles=ENC_ALL7),
+    "t5gemma_decoder": _s("seq2seq_decoder", "T5GemmaConfig", "T5GemmaForConditionalGeneration",
+                          dict(vocab_size=VOCAB, encoder=GEMMA_MOD7, decoder=GEMMA_MOD7),
+                          ["gqa", "cross-attention", "causal", "rope-full", "rmsnorm-1p", "geglu", "softcap",
+                           "sandwich-norm", "sliding-window"], "t5gemma", "bart", part="decoder",
+                          styles=("dyn_mask",)),
+    "pix2struct_text": _s("decoder", "Pix2StructTextConfig", "Pix2StructTextModel",
+                          dict(vocab_size=VOCAB, hidden_size=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=2,
+                               relative_attention_num_buckets=8, initializer_range=0.02, **TOKENS),
+                          ["mha", "causal", "relative-position", "rmsnorm", "gated-gelu-new", "no-scale"],
+                          "pix2struct", "gpt2", styles=TS_ONLY + ("torchscript_kv",)),  # dynamo: UMT5's view
+    # BART-like encoders
+    "marian_encoder": _s("encoder", "MarianConfig", "MarianMTModel", dict(SEQ2SEQ),
+                         ["mha", "padding-mask", "sinusoidal-positions", "embed-scale", "layernorm", "post-norm",
+                          "swish"], "marian", "bart", part="encoder", styles=ENC_TS),
+    "m2m_100_encoder": _s("encoder", "M2M100Config", "M2M100Model", dict(SEQ2SEQ),
+                          ["mha", "padding-mask", "sinusoidal-positions-from-ids", "embed-scale", "pre-norm",
+                           "layernorm", "relu"], "m2m_100", "bart", part="encoder", styles=ENC_TS),
+    "nllb_moe_encoder": _s("encoder", "NllbMoeConfig", "NllbMoeModel",
+                           dict(SEQ2SEQ, num_experts=4, expert_capacity=16, encoder_sparse_step=2, decoder_sparse_step=2),
+                           ["mha", "padding-mask", "sinusoidal-positions-from-ids", "embed-scale", "pre-norm",
+                            "layernorm", "relu", "moe-top2"], "nllb-moe", "bart", part="encoder", styles=ENC_TS),
+    "deberta": _s("encoder", "DebertaConfig", "DebertaModel",
+                  dict(ENC, type_vocab_size=0, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                       max_relative_positions=-1),
+                  ["mha", "padding-mask", "relative-position", "in-proj-qv-bias", "layernorm", "gelu-erf"],
+                  "deberta", "bert", styles=ENC_TS),
+    # speech
+    "speecht5_encoder": _s("audio", "SpeechT5Config", "SpeechT5ForSpeechToText",
+                           dict(vocab_size=VOCAB, hidden_size=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
+                                decoder_ffn_dim=FFN, conv_dim=[16, 16], conv_stride=[5, 2], conv_kernel=[10, 3],
+                                conv_bias=True, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
+                                encoder_max_relative_position=16, **TOKENS),
+                           ["mha", "conv-feature-encoder", "conv-positions", "sinusoidal-positions",
+                            "relative-position-bias", "layernorm", "gelu-erf", "post-norm"], "speecht5", "bert",
+                           part="encoder", styles=ENC_TS),
+    "moonshine_encoder": dict(
+        _s("audio", "MoonshineConfig", "MoonshineModel",
+           dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, encoder_num_hidden_layers=LAYERS,
+                decoder_num_hidden_layers=LAYERS, encoder_num_attention_heads=2, decoder_num_attention_heads=2,
+                encoder_num_key_value_heads=2, decoder_num_key_value_heads=2, max_position_embeddings=POSITIONS,
+                **TOKENS),
+           ["mha", "conv-stem", "groupnorm", "rope-partial", "layernorm-nobias", "gelu-erf"], "moonshine", "bert",
+           part="encoder", styles=ENC_ALL7),
+        audio_samples=4000),
+    "parakeet_encoder": dict(
+        _s("features", "ParakeetEncoderConfig", "ParakeetEncoder",
+           dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2, num_key_value_heads=2,
+                intermediate_size=FFN, subsampling_factor=4, subsampling_conv_channels=16, num_mel_bins=16,
+                conv_kernel_size=3, max_position_embeddings=64),
+           ["mha", "conformer-conv", "macaron-ffn", "rel-pos-transformer-xl", "conv-subsampler", "layernorm",
+            "swish"], "parakeet_encoder", "bert", styles=ENC_ALL7),
+        features_input=("input_features", 32, 16)),
+    # vision
+    "hiera": _s("vision", "HieraConfig", "HieraModel",
+                dict(embed_dim=16, image_size=[2 * IMAGE, 2 * IMAGE], patch_size=[7, 7], patch_stride=[4, 4],
+                     patch_padding=[3, 3], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4], num_query_pool=3,
+                     query_stride=[2, 2], masked_unit_size=[8, 8],
+                     masked_unit_attention=[True, True, False, False], mlp_ratio=2.0, num_channels=3),
+                ["mha", "mask-unit-attention", "query-pooling", "layernorm", "gelu-erf"], "hiera", "vit",
+                styles=VIS_ALL),
+    "sam_vision": _s("vision", "SamVisionConfig", "SamVisionModel",
+                     dict(hidden_size=HIDDEN, output_channels=16, num_hidden_layers=LAYERS, num_attention_heads=2,
+                          image_size=2 * IMAGE, patch_size=PATCH, window_size=4, global_attn_indexes=[1],
+                          mlp_dim=FFN, num_channels=3),
+                     ["mha", "windowed-attention", "decomposed-relative-positions", "layernorm", "gelu-erf",
+                      "conv-neck", "layernorm-2d"], "sam", "vit", styles=VIS_ALL),
+    "idefics3_vision": _s("vision", "Idefics3VisionConfig", "Idefics3VisionTransformer", dict(VIS),
+                          ["mha", "patch-embed", "bucketed-positions", "layernorm", "gelu-tanh"], "idefics3", "vit",
+                          styles=VIS_ALL),
+    "mlcd_vision": _s("vision", "MLCDVisionConfig", "MLCDVisionModel", dict(VIS),
+                      ["mha", "patch-embed", "cls-token", "rope-2d", "pre-norm", "layernorm", "gelu-erf"], "mlcd",
+                      "vit", styles=VIS_ALL),
+    "mobilevit": _s("vision", "MobileViTConfig", "MobileViTModel",
+                    dict(image_size=2 * IMAGE, num_channels=3, patch_size=2, hidden_sizes=[16, 24, 32],
+                         neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 48], num_attention_heads=2, expand_ratio=2.0),
+                    ["mha", "unfolded-patches", "conv-stem", "batchnorm", "layernorm", "swish"], "mobilevit", "vit",
+                    styles=VIS_ALL),
+    # decoders, static shapes without a mask
+    "jamba": _s("decoder", "JambaConfig", "JambaForCausalLM",
+                dict(DEC, num_attention_heads=2, num_key_value_heads=1, num_experts=4, num_experts_per_tok=2,
+                     expert_layer_period=2, expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1,
+                     use_mamba_kernels=False, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                     experts_implementation="batched_mm"),
+                ["mqa", "no-positions", "rmsnorm", "mamba", "moe"], "jamba", "gpt2", styles=("static_nomask",)),
+}
+HOLDOUT7A["jamba"]["attention_blocks"] = 1  # one attention layer of two (attn_layer_offset 1)
+HOLDOUT7A["mobilevit"]["attention_blocks"] = 9  # MobileViT's three transformer stages: 2 + 4 + 3 layers
+HOLDOUT_SETS[12] = HOLDOUT7A
