@@ -7,9 +7,11 @@ Rewritten only when the equation is one batched product: exactly one letter is s
 has one free letter (in the output, not in the other operand: its last such letter in the output's
 order), every other output letter is a batch letter (in the output's order after the transposes);
 a batch letter that one operand lacks gets a dim of 1 there (Unsqueeze), which MatMul broadcasts as
-the einsum does. No letter repeats inside a term, no ellipsis, and the batch dims both operands have
-must be equal (MatMul would broadcast a 1 where Einsum refuses). Exact: each output element is the
-same dot product.
+the einsum does. No letter repeats inside a term, and the batch dims both operands have must be equal
+(MatMul would broadcast a 1 where Einsum refuses). An ellipsis (LongT5's blocks: "...qhd,...khd->...hqk")
+is written out as letters once the operands' ranks are known, right-aligned as Einsum aligns it; those
+dims broadcast in Einsum as in MatMul, so they need not be equal, and the output must keep them (an
+ellipsis summed away is not one product). Exact: each output element is the same dot product.
 
 Runs at O3 before the attention rules; Einsums of other forms stay as they are.
 """
@@ -21,8 +23,31 @@ import onnx_ir as ir
 from onnx_fuse.passes._infra import FusePass
 
 
-def _plan(equation: str):
-    """(perm of A, perm of B, perm of the product) for a batched-matmul equation, else None."""
+def _spell_ellipsis(equation: str, rank_a: int | None, rank_b: int | None):
+    """The equation with each '...' written as letters the equation does not use (right-aligned: the
+    shorter operand's ellipsis is the trailing part of the longer one's), and those letters; the
+    equation unchanged without an ellipsis; None where a rank is unknown or the output drops it."""
+    eq = equation.replace(" ", "")
+    if "..." not in eq:
+        return eq, ""
+    if "->" not in eq or rank_a is None or rank_b is None:
+        return None
+    ins, out = eq.split("->")
+    terms = ins.split(",")
+    if len(terms) != 2 or "..." not in out:
+        return None
+    lengths = [r - len(t.replace("...", "")) if "..." in t else 0 for t, r in zip(terms, (rank_a, rank_b))]
+    if min(lengths) < 0:
+        return None
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in eq]
+    ell = "".join(free[:max(lengths)])
+    spelled = [t.replace("...", ell[len(ell) - n:]) for t, n in zip(terms, lengths)]
+    return f"{spelled[0]},{spelled[1]}->{out.replace('...', ell)}", ell
+
+
+def _plan(equation: str, broadcast: str = ""):
+    """(perm of A, perm of B, perm of the product) for a batched-matmul equation, else None;
+    broadcast: batch letters Einsum itself broadcasts (a spelled ellipsis), left out of `shared`."""
     eq = equation.replace(" ", "")
     if "..." in eq or "->" not in eq:
         return None
@@ -54,7 +79,7 @@ def _plan(equation: str):
     perm_o = [made.index(c) for c in out]
     new_a = [i for i, c in enumerate(batch) if c not in a]  # Unsqueeze axes
     new_b = [i for i, c in enumerate(batch) if c not in b]
-    shared = [(a.index(c), b.index(c)) for c in batch if c in a and c in b]  # batch dims both have
+    shared = [(a.index(c), b.index(c)) for c in batch if c in a and c in b and c not in broadcast]
     return perm_a, perm_b, perm_o, new_a, new_b, shared
 
 
@@ -91,13 +116,14 @@ class EinsumToMatMulPass(FusePass):
 
     def _rewrite(self, graph: ir.Graph, node: ir.Node) -> bool:
         attr = node.attributes.get("equation")
-        plan = _plan(attr.as_string()) if attr is not None else None
+        a, b = node.inputs
+        if attr is None or a is None or b is None:
+            return False
+        spelled = _spell_ellipsis(attr.as_string(), *(None if x.shape is None else len(x.shape) for x in (a, b)))
+        plan = _plan(*spelled) if spelled is not None else None
         if plan is None:
             return False
         perm_a, perm_b, perm_o, new_a, new_b, shared = plan
-        a, b = node.inputs
-        if a is None or b is None:
-            return False
         if not _dims_equal(a, [i for i, _ in shared], b, [j for _, j in shared], len(shared)):
             return False  # MatMul would broadcast where Einsum refuses
         out = node.outputs[0]

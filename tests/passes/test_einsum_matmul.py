@@ -3,6 +3,7 @@ Transpose -> MatMul -> Transpose (Funnel's einsum attention); other equations st
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pass_testing import apply, check_same, ops, parse
 
@@ -71,3 +72,48 @@ def test_a_batch_letter_one_operand_lacks_is_broadcast(equation, a, b, out, unsq
 def test_other_einsums_are_left_alone(equation, a, b, out):
     model, modified, _ = apply(EinsumToMatMulPass, parse(_model(equation, a, b, out)), shape_inference=True)
     assert not modified and ops(model)["Einsum"] == 1
+
+
+@pytest.mark.parametrize("equation, a, b, out", [
+    # LongT5's transient-global blocks: q [B, N, K, H, D] against the 3-block + global keys [B, N, L, H, D]
+    # (the dims named apart, as TorchScript's export leaves them)
+    ("...qhd,...khd->...hqk", "float[B, N, 3, 2, 8]", "float[B2, N2, 11, 2, 8]", "float[B, N, 2, 3, 11]"),
+    # ... and the probabilities times the values
+    ("...hqk,...khd->...qhd", "float[B, N, 2, 3, 11]", "float[B2, N2, 11, 2, 8]", "float[B, N, 3, 2, 8]"),
+    # a dim of 1 inside the ellipsis broadcasts (Einsum broadcasts an ellipsis as MatMul does)
+    ("...qd,...kd->...qk", "float[B, 1, 4, 8]", "float[B, 3, 5, 8]", "float[B, 3, 4, 5]"),
+])
+def test_an_ellipsis_is_spelled_out(equation, a, b, out):
+    """An ellipsis becomes batch letters once the ranks are known; the dims it covers broadcast, so
+    symbolic dims named apart (or a 1) do not stop it; numbers equal the Einsum's (fails before the
+    ellipsis was read: the Einsum stayed)."""
+    proto = parse(_model(equation, a, b, out))
+    model, modified, p = apply(EinsumToMatMulPass, proto, shape_inference=True)
+    assert modified and p.stats["Einsum"] == 1
+    counts = ops(model)
+    assert "Einsum" not in counts and counts["MatMul"] == 1, counts
+    sizes = {"B": 2, "B2": 2, "N": 3, "N2": 3}  # named apart, equal when run
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.standard_normal([sizes.get(d, d) if isinstance(d, str) else d for d in
+                                         [int(x) if x.isdigit() else x for x in shape[6:-1].split(", ")]])
+              .astype(np.float32) for name, shape in (("x", a), ("y", b))}
+    check_same(proto, model, inputs=inputs)
+
+
+@pytest.mark.parametrize("equation, a, b, out", [
+    ("...ij,...jk->ik", "float[2, 4, 8]", "float[2, 8, 3]", "float[4, 3]"),  # the ellipsis summed away
+    ("...ij,...kj->...i", "float[2, 4, 8]", "float[2, 3, 8]", "float[2, 4]"),  # k summed in B alone
+])
+def test_ellipses_that_are_not_one_product_are_left_alone(equation, a, b, out):
+    model, modified, _ = apply(EinsumToMatMulPass, parse(_model(equation, a, b, out)), shape_inference=True)
+    assert not modified and ops(model)["Einsum"] == 1
+
+
+def test_spell_ellipsis_needs_ranks_and_a_kept_ellipsis():
+    from onnx_fuse.passes.einsum_matmul import _spell_ellipsis
+
+    assert _spell_ellipsis("bij,bjk->bik", None, None) == ("bij,bjk->bik", "")
+    assert _spell_ellipsis("...ij,...jk->...ik", None, 3) is None  # a rank unknown
+    assert _spell_ellipsis("...ij,...jk->ik", 3, 3) is None
+    assert _spell_ellipsis("...ij,...jk,...kl->...il", 3, 3) is None
+    assert _spell_ellipsis("...qd,...kd->...qk", 4, 3) == ("ABqd,Bkd->ABqk", "AB")
