@@ -39,6 +39,7 @@ from onnx_ir.passes.common import _c_api_utils
 
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._op_shapes import stand_in_plugin_ops
+from onnx_fuse.passes._subgraph_scopes import restore_names, share_outer_constants, unique_subgraph_names
 from onnx_fuse.passes._shape_values import INVENTED_DIM_PREFIX, invented_name, unknown_or_invented
 
 #: Longest 1-D value (elements) for which data propagation still runs; see the module docstring.
@@ -173,10 +174,19 @@ class ShapeInferencePass(FusePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         placeholders = frozenset(exporter_placeholders(model))
+        fed = frozenset(v.name for v in model.graph.inputs)
 
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
             _forget_generated_dims(proto.graph, placeholders)
             stand_in_plugin_ops(proto.graph)
+            # subgraphs as onnx would see them in a main graph (passes/_subgraph_scopes.py)
+            share_outer_constants(proto.graph, fed)
+            back = unique_subgraph_names(proto.graph)
+            result = infer_copy(proto)
+            restore_names(result.graph, back)
+            return result
+
+        def infer_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
             plain = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                       data_prop=False)
             if not self.data_prop:
