@@ -32,6 +32,7 @@ from onnx_fuse.errors import UserError
 from onnx_fuse.external_data import (check_external_data, check_ir_external_data, external_info,
                                      has_external_data, iter_model_tensors)
 from onnx_fuse.proto_stream import WireError, embedded_nbytes, skeleton_with_mapped_weights, write_embedded
+from onnx_fuse.sparse_initializers import densify_sparse_initializers
 from onnx_fuse.structure_check import check_structure, skeleton_from_proto
 from onnx_fuse.text_check import check_text
 
@@ -210,6 +211,7 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
         _check_tensors(proto, "<model>")
         if check:
             _check_graph(proto, "<model>")
+        densify_sparse_initializers(proto, None if base_dir is None else os.fspath(base_dir), "<model>")
         model = ir.serde.deserialize_model(proto)
         if base_dir is not None:
             ir.external_data.set_base_dir(model.graph, os.fspath(Path(base_dir).resolve()))
@@ -218,6 +220,8 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
         raise UserError(f"model must be a path, bytes, an onnx.ModelProto or an onnx_ir.Model, not "
                         f"{type(source).__name__}")
     proto, folder = load_proto(source, check=check, map_weights=True)
+    what = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
+    densify_sparse_initializers(proto, folder, what)
     model = ir.serde.deserialize_model(proto)
     del proto
     if folder is not None:

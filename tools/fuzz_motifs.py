@@ -8,7 +8,8 @@ the output shape, masks with symbolic dims that are 1 at run time, odd head size
 that are also graph inputs, fp16, scalar vs [1] constants, outputs of shape () vs (1,)). Symbolic
 dims get a run-time value per graph (often 1: query length 1 is a trap of its own); a quarter of
 the motif graphs also get an If (``add_control_flow``: an intermediate read inside a branch, a
-motif built inside one). The feeds are generated with the graph, so a case is fully determined
+motif built inside one), and some (``SPARSE_SHARE``) keep part of their weights as sparse
+initializers (``add_sparse_initializers``). The feeds are generated with the graph, so a case is fully determined
 by its seed. A fifth of the seeds
 (``DECODER_SHARE``) are KV-cache decoder steps instead (tools/fuzz_decoder.py), whose switches
 (sliding window, attention sinks, fp16 upcasts, fp8 KV, ...) are ``Case.spec``; of the rest, a
@@ -619,6 +620,47 @@ def add_control_flow(b: Builder, side: np.random.Generator, h: str, shape: list[
         b.rng = rng
 
 
+#: share of the motif and idiom graphs whose weights are partly stored as sparse initializers
+#: (``add_sparse_initializers``); drawn from a side stream of the seed, so every other graph stays
+#: what it was for its seed, and the main graph's nodes and feeds stay too.
+SPARSE_SHARE = 0.15
+
+
+def add_sparse_initializers(model: onnx.ModelProto, side: np.random.Generator) -> list[str]:
+    """Move one to three float weights (never one that is also a graph input: an overridable
+    default stays dense) into ``graph.sparse_initializer``, about half their entries zeroed, as
+    [NNZ] linear indices or [NNZ, rank] coordinates. onnx-ir reads no sparse initializers; ONNX
+    Runtime densifies them at load. Returns the traps it adds."""
+    inputs = {vi.name for vi in model.graph.input}
+    floats = (TensorProto.FLOAT, TensorProto.FLOAT16)
+    cands = [t for t in model.graph.initializer if t.data_type in floats and t.name not in inputs
+             and len(t.dims) >= 1 and int(np.prod(t.dims)) >= 4]
+    if not cands:
+        return []
+    picked = side.choice(len(cands), size=min(len(cands), int(side.integers(1, 4))), replace=False)
+    chosen = [cands[int(i)] for i in sorted(picked)]
+    for t in chosen:
+        arr = numpy_helper.to_array(t).copy()
+        flat = arr.reshape(-1)
+        flat[side.random(flat.size) < 0.5] = 0
+        nz = np.flatnonzero(flat)
+        coords = arr.ndim > 1 and side.random() < 0.5
+        idx = np.stack(np.unravel_index(nz, arr.shape), 1) if coords else nz
+        sparse = oh.make_sparse_tensor(numpy_helper.from_array(flat[nz], t.name),
+                                       numpy_helper.from_array(idx.astype(np.int64), f"{t.name}__indices"),
+                                       list(arr.shape))
+        model.graph.initializer.remove(t)
+        model.graph.sparse_initializer.append(sparse)
+    return ["sparse-initializer"]
+
+
+def _with_sparse(case: Case) -> Case:
+    side = np.random.default_rng([case.seed, 0x5A5])
+    if side.random() < SPARSE_SHARE:
+        case.traps += add_sparse_initializers(case.model, side)
+    return case
+
+
 def make_case(seed: int) -> Case:
     side = np.random.default_rng([seed, 0xDF0])   # a salt under which the regression seeds of tests/tools stay motif graphs
     if side.random() < DECODER_SHARE:
@@ -627,7 +669,7 @@ def make_case(seed: int) -> Case:
 
     # a stream of its own (under this salt no regression seed of tests/tools becomes an idiom case)
     if np.random.default_rng([seed, 0x1D2]).random() < IDIOM_SHARE:
-        return make_idiom_case(seed)
+        return _with_sparse(make_idiom_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -663,7 +705,7 @@ def make_case(seed: int) -> Case:
     graph = oh.make_graph(b.nodes, f"fuzz_{seed}", b.inputs, outputs, initializer=b.inits)
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
     model = _declare_outputs(model, b)
-    return Case(seed, model, b.feeds, motifs, b.traps)
+    return _with_sparse(Case(seed, model, b.feeds, motifs, b.traps))
 
 
 def make_idiom_case(seed: int, name: str | None = None) -> Case:

@@ -1,0 +1,81 @@
+"""Sparse initializers become dense ones at load, as ONNX Runtime does when it loads a model.
+
+onnx-ir reads no ``graph.sparse_initializer``: the values they name would have no producer, and
+the optimized model failed the checker (an internal error). A dense initializer of the same name
+and the same values is what every consumer of the value sees in ORT, so the optimized model
+computes the same thing; it stores the zeros, which the saved file then holds too.
+
+Refused (one line): string values, indices outside the dense shape, a count of values that does not match the
+indices, a dense form over ``MAX_DENSE_BYTES``, and a sparse initializer that is also a graph
+input (an overridable sparse default, which a dense initializer would not keep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnx_fuse.errors import UserError
+
+#: the largest dense form made from a sparse initializer (2 GiB: the protobuf limit of one model)
+MAX_DENSE_BYTES = 2 << 30
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _graphs(attr.g)
+            for g in attr.graphs:
+                yield from _graphs(g)
+
+
+def _dense(sparse: onnx.SparseTensorProto, base_dir: str | None, where: str) -> onnx.TensorProto:
+    values = numpy_helper.to_array(sparse.values, base_dir or "")
+    if values.dtype == object:
+        raise UserError(f"{where}: sparse string tensors are not supported")
+    indices = numpy_helper.to_array(sparse.indices, base_dir or "").astype(np.int64, copy=False)
+    dims = [int(d) for d in sparse.dims]
+    if any(d < 0 for d in dims):
+        raise UserError(f"{where}: negative dims {dims}")
+    size = int(np.prod(dims, dtype=object)) if dims else 1
+    if size * values.dtype.itemsize > MAX_DENSE_BYTES:
+        raise UserError(f"{where}: its dense form {dims} would take {size * values.dtype.itemsize} "
+                        f"bytes (at most {MAX_DENSE_BYTES})")
+    values = values.reshape(-1)
+    if indices.ndim == 2 and indices.shape[1] == len(dims) and len(dims) > 1:
+        if ((indices < 0) | (indices >= np.array(dims))).any():
+            raise UserError(f"{where}: an index lies outside dims {dims}")
+        flat = np.ravel_multi_index(tuple(indices.T), dims) if len(indices) else indices[:, 0]
+    elif indices.ndim == 1:
+        flat = indices
+    else:
+        raise UserError(f"{where}: indices of shape {list(indices.shape)} fit neither [NNZ] nor "
+                        f"[NNZ, {len(dims)}]")
+    if len(flat) != len(values):
+        raise UserError(f"{where}: {len(values)} values for {len(flat)} indices")
+    if len(flat) and (flat.min() < 0 or flat.max() >= size):
+        raise UserError(f"{where}: an index lies outside dims {dims}")
+    dense = np.zeros(size, values.dtype)
+    dense[flat] = values
+    return numpy_helper.from_array(dense.reshape(dims), sparse.values.name)
+
+
+def densify_sparse_initializers(proto: onnx.ModelProto, base_dir: str | None, what: str) -> None:
+    """Replace every graph's sparse initializers by dense ones of the same names (in place)."""
+    for graph in _graphs(proto.graph):
+        if not graph.sparse_initializer:
+            continue
+        inputs = {vi.name for vi in graph.input}
+        for sparse in graph.sparse_initializer:
+            name = sparse.values.name
+            where = f"{what}: sparse initializer {name!r}"
+            if name in inputs:
+                raise UserError(f"{where} is also a graph input (an overridable sparse default); "
+                                "onnx-fuse keeps only dense defaults")
+            graph.initializer.append(_dense(sparse, base_dir, where))
+        graph.ClearField("sparse_initializer")
