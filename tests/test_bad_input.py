@@ -690,3 +690,23 @@ def test_the_same_special_file_may_take_the_model_and_the_report(case_dir, capsy
     from onnx_fuse.cli.main import main
 
     assert main(["optimize", os.fspath(model), "-o", "/dev/null", "--report", "/dev/null", "-O", "1", "-q"]) == 0
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["demo", "--layers", "100000"], "--layers: must be <= 64"),
+    (["run", "m.onnx", "--compare", "--rtol", "-1"], "--rtol: must be a finite number >= 0"),
+    (["run", "m.onnx", "--compare", "--atol", "nan"], "--atol: must be a finite number >= 0"),
+], ids=["demo-layers-100000", "run-negative-rtol", "run-nan-atol"])
+def test_flag_values_that_mean_nothing(case_dir, capsys, monkeypatch, argv, expect):
+    """demo --layers 100000 built for minutes before printing anything; run --rtol -1 compared
+    against a negative bound and reported PASSED (exit 0)."""
+    from onnx_fuse.cli.main import main
+
+    _write(case_dir, good_model())
+    monkeypatch.chdir(case_dir)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    _one_line(err, expect)

@@ -9,14 +9,14 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from onnx_fuse.cli.arg_types import positive_int
+from onnx_fuse.cli.arg_types import demo_layers
 from onnx_fuse.cli.optimize_cmd import add_common_optimize_flags, check_outputs
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="optimize a built-in BERT-style model and print the report")
     p.add_argument("-o", "--output", help="also save the optimized demo model here")
-    p.add_argument("--layers", type=positive_int, default=2, help="encoder layers (default 2)")
+    p.add_argument("--layers", type=demo_layers, default=2, help="encoder layers, 1..64 (default 2)")
     add_common_optimize_flags(p)
     p.set_defaults(verify=True)
     return p

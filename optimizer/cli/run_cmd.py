@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from onnx_fuse.cli.arg_types import non_negative_int
+from onnx_fuse.cli.arg_types import non_negative_int, tolerance
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -29,8 +29,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "(default: MODEL itself with graph optimizations off)")
     p.add_argument("--profile", action="extend", nargs="+", default=[],
                    metavar="NAME:MIN,OPT,MAX", help="profiles when a model is built for trt")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
-    p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
+    p.add_argument("--rtol", type=tolerance, help="relative tolerance (default per dtype)")
+    p.add_argument("--atol", type=tolerance, help="absolute tolerance (default per dtype)")
     p.add_argument("--alias-pools", action="store_true",
                    help="--backend trt: bind each paged-KV pool output (kv_pool_k_out.N) to its "
                         "input's buffer (kv_pool_k.N), the in-place path a server uses "
