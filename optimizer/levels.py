@@ -156,7 +156,12 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
 
         layout_chains = FoldLayoutChainsPass()
-        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains)
+        # O2: ORT's FusedMatMul (a graph ORT optimized offline) back into the MatMul and scale the
+        # rules match and the onnx / trt targets run
+        from onnx_fuse.passes.fused_matmul import ExpandFusedMatMulPass
+
+        contrib = (ExpandFusedMatMulPass(),)
+        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib)
                        if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
         # (so are the O3 attention-prepare passes at O2)
@@ -174,6 +179,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
                 raise UserError(f"--disable {name!r}: no rule or pass of that name{hint}")
             rule_set.remove(name)
         rule_set = rule_set.select(target=target, max_level=level)
+        stages.append(Stage("expand-contrib", keep(contrib), fixed_point=False))
         # Folding turned shape arithmetic into constants: infer again so the rules see the dims
         # it proves (TorchScript rotate-half Slices: head counts, passes/shape_inference.py), and
         # fold what those dims make constant (GPT-NeoX's rotate_half(x[..., :rd]) slices at

@@ -1,5 +1,6 @@
-"""Output shapes of our plugin ops and of the ONNX Runtime contrib attention ops the ort lowering
-writes, for onnx's shape inference, which has no schema for them.
+"""Output shapes of our plugin ops, of the ONNX Runtime contrib attention ops the ort lowering
+writes, and of ORT's elementwise-shaped fusions (norms, GELUs) in graphs ORT optimized offline, for
+onnx's shape inference, which has no schema for them.
 
 onnx's inference leaves a node of an unknown domain alone: its outputs keep whatever shape they
 had (the one the lowering rule gave them, or none), and nothing after them learns more. A
@@ -33,6 +34,39 @@ OUTPUT_LIKE = {
 }
 
 _CONTRIB = "com.microsoft"
+
+#: ONNX Runtime's elementwise-shaped fusions, as a graph ORT optimized offline carries them (its
+#: EXTENDED level, the transformers optimizer, Optimum -O2+): op type -> for each output, the input
+#: whose shape and type it has, None where it differs (a norm's mean / inv_std_var). Without them a
+#: SkipLayerNormalization hides the hidden size from the next layer's head split.
+CONTRIB_LIKE = {
+    "SkipLayerNormalization": (0, None, None, 0),
+    "SkipSimplifiedLayerNormalization": (0, None, None, 0),
+    "BiasGelu": (0,), "FastGelu": (0,), "Gelu": (0,), "QuickGelu": (0,), "BiasAdd": (0,),
+    "SimplifiedLayerNormalization": (0, None), "LayerNormalization": (0, None, None),
+}
+#: ORT registers these in the default domain too, where onnx has no schema (or an older one)
+DEFAULT_DOMAIN_CONTRIB = {"SimplifiedLayerNormalization"}
+
+
+def _elementwise_like(node: onnx.NodeProto) -> tuple | None:
+    if node.domain == _CONTRIB or (node.domain in ("", "ai.onnx") and node.op_type in DEFAULT_DOMAIN_CONTRIB):
+        return CONTRIB_LIKE.get(node.op_type)
+    return None
+
+
+def _stand_in_elementwise(node: onnx.NodeProto, like: tuple) -> list[onnx.NodeProto]:
+    """An Identity of the input per output shaped like it; the node stays for its other outputs
+    (renamed away from the ones the Identities give), unknown to onnx."""
+    out, kept = [], False
+    for k, name in enumerate(node.output):
+        src = like[k] if k < len(like) else None
+        if name and src is not None and src < len(node.input) and node.input[src]:
+            out.append(onnx.helper.make_node("Identity", [node.input[src]], [name], name=f"{node.name}/shape_{k}"))
+            node.output[k] = f"{name}/unshaped"
+        elif name:
+            kept = True
+    return [node, *out] if kept else out
 
 
 def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
@@ -74,6 +108,11 @@ def stand_in_plugin_ops(graph: onnx.GraphProto, outer: dict[str, int] | None = N
     for node in graph.node:
         like = OUTPUT_LIKE.get(node.op_type) if node.domain == PLUGIN_DOMAIN else None
         contrib = _contrib_output(node, ranks) if node.domain == _CONTRIB else None
+        elementwise = _elementwise_like(node) if contrib is None else None
+        if elementwise is not None:
+            nodes += _stand_in_elementwise(node, elementwise)
+            here += 1
+            continue
         if contrib is not None:
             if len(node.output) > 1:   # the presents stay the op's, unknown to onnx
                 node.output[0] = f"{node.output[0]}/unshaped"

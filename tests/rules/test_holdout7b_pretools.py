@@ -1,0 +1,70 @@
+"""Seventh sweep, part B (docs/holdout.md): corpus exports that another tool rewrote first. Here ONNX
+Runtime's own offline optimization (SessionOptions.optimized_model_filepath at EXTENDED), which
+writes FusedMatMul for the attention scores (q k^T with the scale as alpha) and
+SkipLayerNormalization / BiasGelu between the layers: attention must still fuse, and verify."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import onnx
+import onnx.parser
+import onnx_ir as ir
+import pytest
+
+import onnx_fuse
+from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
+ATTENTION = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "FusedAttention"}
+
+
+def _ort_extended(src: Path, dst: Path) -> None:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(dst)
+    so.log_severity_level = 3
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("stem", ["bert__dyn_mask__trained", "distilbert__torchscript__trained"])
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_attention_fuses_after_ort_offline_optimization(stem, target, tmp_path):
+    src = CORPUS / f"{stem}.onnx"
+    if not src.exists():
+        pytest.skip(f"{src.name} not in the corpus")
+    pre = tmp_path / "pre.onnx"
+    _ort_extended(src, pre)
+    before = collections.Counter(n.op_type for n in onnx.load(str(pre)).graph.node)
+    assert before["FusedMatMul"] == 2, before  # what ORT wrote (the scores, scale as alpha)
+    result = onnx_fuse.optimize(str(pre), level=3, target=target, verify=True)
+    counts = collections.Counter(n.op_type for n in result.to_proto().graph.node)
+    assert sum(counts[op] for op in ATTENTION) == 2, counts
+    assert "FusedMatMul" not in counts and result.report.verify["passed"]
+
+
+def test_ort_elementwise_fusions_keep_their_input_shape():
+    """SkipLayerNormalization's output (and its sum output) and a GELU's are shaped like the input,
+    so a head split after them is proven; mean / inv_std_var stay unknown. Default-domain
+    SimplifiedLayerNormalization (ORT registers it there) too."""
+    model = ir.from_proto(onnx.parser.parse_model(
+        '<ir_version: 10, opset_import: ["" : 18, "com.microsoft" : 1]>' + '''
+    g (float[B, S, 32] x, float[B, S, 32] skip, float[32] gamma, float[32] beta, float[32] bias) => (float[?, ?, ?] o)
+    {
+        y, mean, inv, sum = com.microsoft.SkipLayerNormalization<epsilon = 1e-5>(x, skip, gamma, beta)
+        a = com.microsoft.BiasGelu(y, bias)
+        b = com.microsoft.FastGelu(a)
+        r = SimplifiedLayerNormalization<epsilon = 1e-5>(b, gamma)
+        o = Relu(r)
+        s2 = Relu(sum)
+    }'''))
+    ShapeInferencePass()(model)
+    out = {o.name: o for n in model.graph for o in n.outputs}
+    for name in ("y", "sum", "a", "b", "r", "o", "s2"):
+        assert out[name].shape is not None and [d if isinstance(d, int) else d.value for d in out[name].shape] \
+            == ["B", "S", 32], name
+    assert [n.op_type for n in model.graph] == ["SkipLayerNormalization", "BiasGelu", "FastGelu",
+                                                 "SimplifiedLayerNormalization", "Relu", "Relu"]

@@ -1,0 +1,184 @@
+"""Hold-out 13 (seventh sweep, part B): corpus exports that another tool rewrote before ours.
+
+Users often run a tool before onnx-fuse. This script takes a few corpus exports and writes, for each
+tool, <model>__<tool>.onnx plus a manifest.json that tools/coverage.py reads (the corpus entry with the
+file, sha256 and the tool added), usually into /tmp/holdout13:
+
+    slim       onnxslim.slim (a project dependency)
+    ort1 ort2  ONNX Runtime's offline optimization (SessionOptions.optimized_model_filepath) at
+               ORT_ENABLE_BASIC / ORT_ENABLE_EXTENDED (EXTENDED writes FusedMatMul, Gelu,
+               SkipLayerNormalization, Attention... on the CPU provider)
+    osopt      onnxscript.optimizer.optimize
+    osrewrite  onnxscript.rewriter.rewrite (its default rules)
+    optO2 optO3 optO4
+               Optimum's ORTOptimizer with AutoOptimizationConfig.O2 / O3 / O4 (in the optimum venv,
+               /work/venvs/optimum; O4 converts to float16, keep_io_types); only the model types
+               Optimum optimizes (bert, gpt2, bart, vit, clip families)
+    fp16       onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)
+
+    python tools/pretool_holdout.py [--out /tmp/holdout13] [--only SUBSTR ...] [--tools slim ort2 ...]
+    python tools/coverage.py --corpus /tmp/holdout13 --columns ort-O3 trt-O4 onnx-O3
+
+A tool that fails on a model is recorded under the manifest's 'failed' with its one-line reason.
+'tool_check' says whether the tool's own output matches the corpus original (onnx_fuse.verify), so a
+coverage row that fails can be told apart from a tool that already changed the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests/data/corpus"
+OPTIMUM_VENV = Path(os.environ.get("ONNX_FUSE_OPTIMUM_VENV", "/work/venvs/optimum"))
+
+# several architectures and export styles: dynamo / TorchScript / Optimum; encoders, vision, decoders
+# with and without a KV cache (MHA, GQA, partial RoPE)
+MODELS = ("bert__dyn_mask__trained", "distilbert__torchscript__trained", "bart_encoder__optimum__trained",
+          "vit__static_nomask__trained", "clip_vision__dyn_mask__trained", "gpt2__dyn_mask__trained",
+          "llama__kv__trained", "mistral__torchscript__trained", "gpt_neox__kv__trained")
+TOOLS = ("slim", "ort1", "ort2", "osopt", "osrewrite", "optO2", "optO3", "optO4", "fp16")
+
+
+def _slim(src: str, dst: str, entry: dict) -> None:
+    import onnx
+    import onnxslim
+
+    onnx.save(onnxslim.slim(onnx.load(src)), dst)
+
+
+def _ort(level: str):
+    def run(src: str, dst: str, entry: dict) -> None:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        so.optimized_model_filepath = dst
+        so.log_severity_level = 3
+        ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    return run
+
+
+def _osopt(src: str, dst: str, entry: dict) -> None:
+    import onnx
+    import onnxscript.optimizer
+
+    onnx.save(onnxscript.optimizer.optimize(onnx.load(src)), dst)
+
+
+def _osrewrite(src: str, dst: str, entry: dict) -> None:
+    import onnx
+    import onnxscript.rewriter
+
+    onnx.save(onnxscript.rewriter.rewrite(onnx.load(src)), dst)
+
+
+def _fp16(src: str, dst: str, entry: dict) -> None:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    onnx.save(convert_float_to_float16(onnx.load(src), keep_io_types=True), dst)
+
+
+OPTIMUM_SCRIPT = """
+import sys, json, pathlib, shutil, tempfile, transformers
+from optimum.onnxruntime import ORTOptimizer
+from optimum.onnxruntime.configuration import AutoOptimizationConfig
+src, dst, level, cls, cfg, model_type = sys.argv[1:7]
+config = getattr(transformers, cls)(**json.loads(cfg))
+config.model_type = model_type
+with tempfile.TemporaryDirectory() as tmp:
+    opt = ORTOptimizer([pathlib.Path(src)], config=config)
+    opt.optimize(AutoOptimizationConfig.with_optimization_level(level), save_dir=tmp, file_suffix="")
+    shutil.copyfile(pathlib.Path(tmp) / pathlib.Path(src).name, dst)
+"""
+
+
+def _optimum(level: str):
+    def run(src: str, dst: str, entry: dict) -> None:
+        model_type = "clip" if entry["arch"].startswith("clip") else entry["model_type"]  # Optimum's name
+        proc = subprocess.run([str(OPTIMUM_VENV / "bin/python"), "-c", OPTIMUM_SCRIPT, src, dst, level,
+                               entry["config_class"], json.dumps(entry["config"]), model_type],
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode:
+            tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
+            raise RuntimeError(f"optimum: {tail[0][:300]}")
+    return run
+
+
+RUNNERS = {"slim": _slim, "ort1": _ort("ORT_ENABLE_BASIC"), "ort2": _ort("ORT_ENABLE_EXTENDED"),
+           "osopt": _osopt, "osrewrite": _osrewrite, "optO2": _optimum("O2"), "optO3": _optimum("O3"),
+           "optO4": _optimum("O4"), "fp16": _fp16}
+
+
+def _tool_check(original: str, tooled: str) -> dict:
+    """Does the tool's output match the corpus original? (fp16 outputs: float16 tolerances)."""
+    from onnx_fuse.verify import failure_summary, verify
+
+    try:
+        res = verify(original, tooled)
+        if not res.get("passed"):
+            half = verify(original, tooled, precision="fp16")
+            if half.get("passed"):
+                return {"passed": True, "precision": "fp16"}
+            return {"passed": False, "reason": failure_summary(res)}
+        return {"passed": True}
+    except Exception as exc:  # noqa: BLE001 -- recorded, not fatal
+        return {"passed": None, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="/tmp/holdout13")
+    ap.add_argument("--only", nargs="*", help="models whose name contains one of these")
+    ap.add_argument("--tools", nargs="*", default=list(TOOLS), choices=TOOLS)
+    ns = ap.parse_args(argv)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = json.loads((CORPUS / "manifest.json").read_text())
+    mpath = out / "manifest.json"
+    manifest = json.loads(mpath.read_text()) if mpath.exists() else {
+        "about": "Made by tools/pretool_holdout.py: corpus exports rewritten by another tool first; "
+                 "file names <corpus model>__<tool>.onnx.",
+        "example_dims": corpus["example_dims"], "files": {}, "failed": {}}
+    models = [m for m in MODELS if not ns.only or any(s in m for s in ns.only)]
+    for model in models:
+        entry = corpus["files"][f"{model}.onnx"]
+        src = str(CORPUS / f"{model}.onnx")
+        for tool in ns.tools:
+            name = f"{model}__{tool}.onnx"
+            dst = out / name
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            os.close(fd)
+            try:
+                RUNNERS[tool](src, tmp, entry)
+                os.replace(tmp, dst)
+            except Exception as exc:  # noqa: BLE001 -- a tool that fails is a recorded row
+                Path(tmp).unlink(missing_ok=True)
+                reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"
+                manifest["failed"][name] = reason
+                manifest["files"].pop(name, None)
+                print(f"{name}: FAILED {reason}", flush=True)
+                continue
+            manifest["failed"].pop(name, None)
+            data = dst.read_bytes()
+            check = _tool_check(src, str(dst))
+            manifest["files"][name] = dict(entry, file=name, source=f"{model}.onnx", pretool=tool,
+                                           sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
+                                           tool_check=check)
+            print(f"{name}: {len(data)} bytes, tool output vs original: {check}", flush=True)
+    tmp = mpath.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    os.replace(tmp, mpath)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
