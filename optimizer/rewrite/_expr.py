@@ -336,6 +336,12 @@ def _value_bound(ctx, v) -> float:
     return value_bound(ctx, _as_value(v, "value_bound"))
 
 
+def _value_range(ctx, v) -> list[float]:
+    from onnx_fuse.rewrite._value_bound import value_range
+
+    return list(value_range(ctx, _as_value(v, "value_range")))
+
+
 def _causal_mask(ctx, m, q, past) -> bool:
     from onnx_fuse.rewrite._mask_probe import causal_mask
 
@@ -486,6 +492,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the largest magnitude a value can hold, proven from constants through layout / gather /
     # simple arithmetic ops (inf where unproven: an input, an activation; _value_bound.py)
     "value_bound": _value_bound,
+    # [lo, hi] holding every value of v, proven the same way (a bool is [0, 1])
+    "value_range": _value_range,
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
     # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable;

@@ -2,7 +2,8 @@
 
 It walks up from ``v`` through ops that only move or select elements (on their data inputs:
 a Gather's table, not its indices) and a few whose result's magnitude follows from their inputs'
-(Add, Sub, Mul, Neg, Abs, Max, Min, Where's two branches, float Casts), down to constants, carrying
+(Add, Sub, Mul, Neg, Abs, Max, Min, Where's two branches, float Casts, Casts of a bool), down to
+constants or a bool (0 or 1, whatever computed it), carrying
 an interval [lo, hi] (value_range); the bound is its larger end's magnitude. Anything else (a graph
 input, an activation, an op not listed) is unbounded: ``inf``. A rule uses it where exactness needs a
 term kept far from a mask fill: a relative-position bias gathered from its weight table, GPT-1's causal
@@ -23,6 +24,10 @@ _MOVES = {"Identity": (0,), "Transpose": (0,), "Reshape": (0,), "Unsqueeze": (0,
           "GatherElements": (0,), "GatherND": (0,), "Where": (1, 2), "Neg": (0,), "Abs": (0,)}
 _ELEMENTWISE_MAX = {"Max", "Min", "Concat"}   # |max(a, b)| <= max(|a|, |b|); Concat joins them
 _LIMIT = 64   # nodes visited: a bias's cone is a few layout ops over its table
+
+
+def _is_bool(v: ir.Value | None) -> bool:
+    return v is not None and v.dtype == ir.DataType.BOOL
 
 
 def value_bound(ctx: Any, v: ir.Value) -> float:
@@ -51,6 +56,8 @@ def value_range(ctx: Any, v: ir.Value) -> tuple[float, float]:
         if arr is not None:
             a = np.asarray(arr, dtype=np.float64) if arr.size else np.zeros(1)
             r = (float(np.min(a)), float(np.max(a)))
+        elif x.dtype == ir.DataType.BOOL:   # an input too: a bool holds 0 or 1 whatever computed it
+            r = (0.0, 1.0)
         elif node is None or node.domain not in ("", "ai.onnx"):
             r = everything
         elif node.op_type in _MOVES or node.op_type in _ELEMENTWISE_MAX:
@@ -71,8 +78,8 @@ def value_range(ctx: Any, v: ir.Value) -> tuple[float, float]:
             (a0, a1), (b0, b1) = rng(node.inputs[0]), rng(node.inputs[1])
             ends = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]   # inf * 0 is nan: unbounded
             r = everything if any(math.isnan(e) for e in ends) else (min(ends), max(ends))
-        elif node.op_type == "Cast" and x.dtype is not None and x.dtype.is_floating_point():
-            r = rng(node.inputs[0])
+        elif node.op_type == "Cast" and x.dtype is not None and (x.dtype.is_floating_point() or _is_bool(node.inputs[0])):
+            r = rng(node.inputs[0])   # to a float, or from a bool (0 / 1 in any type)
         else:
             r = everything
         if any(math.isnan(e) for e in r):

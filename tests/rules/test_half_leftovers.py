@@ -18,9 +18,10 @@ MASKS = {"right": [[1] * S, [1] * 4 + [0] * 2, [1] * S], "left": [[1] * S, [0] *
          "no_key": [[1] * S, [0] * S, [1] * S]}
 
 
-def _gpt1_half(h, *, pad_fill=-65504.0, dtype=F16, mask_dtype=TensorProto.INT64):
+def _gpt1_half(h, *, pad_fill=-65504.0, dtype=F16, mask_dtype=TensorProto.INT64, via_bool=False):
     """float16 GPT-1 attention: s * b + (1 - b) * -1e4 + (1 - Cast(m)) * pad_fill, b the causal 0/1
-    buffer sliced to the sequence at run time, m the [B, T] attention mask unsqueezed to [B, 1, 1, T]."""
+    buffer sliced to the sequence at run time, m the [B, T] attention mask unsqueezed to [B, 1, 1, T]
+    (``via_bool``: the mask input cast to bool and back to its integer type first)."""
     n = h.node
     np_t = np.float16 if dtype == F16 else np.float32
     nodes = [n("Shape", ["q"], ["sl"], start=2, end=3), n("Slice", ["buf", "zero", "sl", "two"], ["b2"]),
@@ -36,6 +37,9 @@ def _gpt1_half(h, *, pad_fill=-65504.0, dtype=F16, mask_dtype=TensorProto.INT64)
              "two": np.array([2], np.int64), "three": np.array([3], np.int64), "four": np.array(4.0, np_t),
              "one": np.array(1.0, np_t), "cfill": np.array(-1e4, np_t), "pfill": np.array(pad_fill, np_t),
              "ax12": np.array([1, 2], np.int64)}
+    if via_bool:
+        nodes[10:10] = [n("Cast", ["attention_mask"], ["amb"], to=TensorProto.BOOL), n("Cast", ["amb"], ["ami"], to=mask_dtype)]
+        nodes[12].input[0] = "ami"
     dims = ["batch", H, "seq", D]
     inputs = [h.vi(x, dims, dtype) for x in ("q", "k", "v")] + [h.vi("attention_mask", ["batch", "seq"], mask_dtype)]
     return h.make_model(nodes, inputs, [h.vi("o", ["batch", "seq", H, D], dtype)], inits)
@@ -52,19 +56,40 @@ def _attn(h, model):
 
 
 @pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
-@pytest.mark.parametrize("mask_dtype", [TensorProto.INT64, TensorProto.BOOL], ids=["int64", "bool"])
-def test_float16_gpt1_arithmetic_padding_mask_fuses_on_every_target(h, target, level, mask_dtype):
+@pytest.mark.parametrize("mask_dtype,via_bool", [(TensorProto.BOOL, False), (TensorProto.INT64, True)],
+                         ids=["bool", "int64_of_bool"])
+def test_float16_gpt1_arithmetic_padding_mask_fuses_on_every_target(h, target, level, mask_dtype, via_bool):
     """0/1 on onnx-O3 and trt-O4 before (the two float16 terms stayed two additions); within float16
     rounding of the original on every row of a right-padded batch and of one with no key kept, and on
     the unpadded rows of a left-padded one. (A left-padded query whose causal keys are all padding weighs
     its later keys uniformly in the original, s * b being 0 there; scores-binary-mask's s + m gives them
-    their scores, in float32 too: a padded position's output, not compared.)"""
-    model = _gpt1_half(h, mask_dtype=mask_dtype)
+    their scores, in float32 too: a padded position's output, not compared.) The mask is proven 0 / 1:
+    a bool input, or an int64 one cast to bool and back."""
+    model = _gpt1_half(h, mask_dtype=mask_dtype, via_bool=via_bool)
     out = h.fuse(model, target, level)
     assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
     for mask in MASKS:
         f = _feeds(h, mask, mask_np=bool if mask_dtype == TensorProto.BOOL else np.int64)
+        if via_bool and mask == "right":
+            f["attention_mask"][0, 0] = 2   # read as kept through the bool, as the original does
         h.assert_close(model, out, f, atol=4e-3, rtol=4e-3, valid=f["attention_mask"] if mask == "left" else None)
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_float16_gpt1_integer_mask_input_is_not_read_as_a_select(h, target, level):
+    """An int64 attention_mask input may hold 2 (the original pushes that key up by 65504) or -1
+    ((1 - -1) * -65504 is -inf in float16): (1 - m) * F is no select there, so the rule refuses
+    (it rewrote it before: 2.6-3.5 off with m = 2, 1.6-2.4 with m = -1) and the outputs stay the
+    original's (ort still fuses the attention, with the sum as its bias)."""
+    model = _gpt1_half(h)
+    reasons = h.reasons(model, target, "padding-mask-arith-select-half")
+    assert any("proven to hold only 0 and 1" in r for r in reasons), reasons
+    out = h.fuse(model, target, level)
+    for value in (2, -1):
+        f = _feeds(h, "right")
+        f["attention_mask"][1, 1] = value
+        f["attention_mask"][2, 3] = value
+        h.assert_close(model, out, f, atol=4e-3, rtol=4e-3)
 
 
 def test_float16_padding_fill_that_is_no_mask_stays_arithmetic(h):
@@ -125,13 +150,20 @@ def test_float16_attention_in_a_float32_island_fuses_on_every_target(h, target, 
         h.assert_close(model, out, f, atol=4e-3, rtol=4e-3, valid=None if every_row else f["attention_mask"])
 
 
-def test_float32_island_whose_select_is_not_causal_stays(h):
+def test_float32_island_whose_select_is_not_causal_fuses_in_float32(h):
     """A select that may mask a query's own key (an upper-triangular buffer) would turn a row to -inf
-    in float16 where the original's finfo.min averaged it: the island is refused, the numbers kept."""
+    in float16 where the original's finfo.min averaged it: the island is not taken whole in float16.
+    Its float32 part is an attention of float32 q and k with v cast up (the probabilities' Cast meets
+    v's float16, session 14): the op runs in float32, where finfo.min averages that row as the
+    original does, and the numbers are kept exactly."""
     model = _float32_island(h, buffer=np.triu(np.ones((MAXPOS, MAXPOS), bool), k=1))
     out = h.fuse(model, "onnx")
-    assert "Softmax" in h.ops(out) and _attn(h, out) == 0, h.ops(out)
-    h.assert_close(model, out, _feeds(h, "right"), atol=4e-3, rtol=4e-3)
+    assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
+    attn = next(n for n in out.graph.node if n.op_type == "Attention")
+    q_type = {v.name: v.type.tensor_type.elem_type for v in (*out.graph.value_info, *out.graph.input)}
+    assert q_type.get(attn.input[0]) == TensorProto.FLOAT   # in float32, not the float16 island
+    for pad in ("right", "left"):
+        h.assert_close(model, out, _feeds(h, pad), atol=0, rtol=0)
 
 
 def _float32_island_kv(h):
