@@ -4,7 +4,8 @@ A dim is a product ``coef * atom * atom...`` (``Dim``); an atom is a symbol or a
 not a plain product (``"past + sequence"``), compared as text. ``shape_vector`` reads a small int
 tensor symbolically (Shape -> Gather/Slice/Squeeze/Unsqueeze/Concat/Cast, plus Mul/Div of entries,
 as TorchScript and dynamo compute ``batch * num_heads``, a Div that does not divide as the floor
-atom ``(L)//s`` that ``floor_div`` names computed lengths with, and TorchScript's ``expand(-1)``
+atom ``(L)//s`` that ``floor_div`` names computed lengths with (``parse_floor`` reads one back: the
+one parser of those atoms), and TorchScript's ``expand(-1)``
 guard ``Where(Equal(v, -1), 1, v)``); ``reshape_out_dims`` says what a Reshape outputs: ``0``
 copies an input dim, and one ``-1`` (or one entry that cannot be read) is solved from the element
 count by cancelling factors. Used by the rule language's ``has_dims``
@@ -24,8 +25,8 @@ from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 Dim = tuple[int, tuple[str, ...]]  # coef, sorted atoms
 
 _TOKEN = re.compile(r"^\s*(\d+|[A-Za-z_][\w.]*)\s*$")
-# a floor division's atom as floor_div writes it: "(L+c)//s" (one parenthesized group)
-_FLOOR = re.compile(r"^\s*\((.+)\)//(\d+)\s*$")
+_DIVISOR = re.compile(r"//(\d+)")
+_OFFSET = re.compile(r"[+-]\d+$")
 
 
 def broadcast_entries(a: tuple[list, bool] | None, b: tuple[list, bool] | None) -> tuple[list, list, bool] | None:
@@ -57,7 +58,7 @@ def to_dim(d) -> Dim | None:
         return out
     if isinstance(d, str):
         parts = _top_level_factors(d)
-        if "**" not in d and all(_TOKEN.match(p) or _floor_atom(p) for p in parts):
+        if "**" not in d and all(_TOKEN.match(p) or parse_floor(p) for p in parts):
             out = (1, ())
             for p in (p.strip() for p in parts):
                 out = mul(out, (int(p), ()) if p.isdigit() else (1, (p,)))
@@ -66,28 +67,46 @@ def to_dim(d) -> Dim | None:
     return None
 
 
-def _top_level_factors(d: str) -> list[str]:
-    """``d`` split at the ``*`` outside parentheses (a plain product splits as ``d.split("*")``)."""
-    parts, depth, start = [], 0, 0
-    for k, ch in enumerate(d):
-        depth += (ch == "(") - (ch == ")")
-        if ch == "*" and depth == 0:
-            parts.append(d[start:k])
-            start = k + 1
-    return parts + [d[start:]]
-
-
-def _floor_atom(part: str) -> bool:
-    """``part`` is one floor_div atom: "(...)//s" whose first parenthesis closes before the ``//``."""
-    m = _FLOOR.match(part)
-    if m is None:
-        return False
-    depth = 0
-    for ch in m.group(1):
-        depth += (ch == "(") - (ch == ")")
+def _outside(text: str) -> list[bool] | None:
+    """For each character of ``text``, whether it lies outside every parenthesis pair (the pair's
+    own characters count as inside); None when the parentheses do not balance."""
+    out, depth = [], 0
+    for ch in text:
+        depth += ch == "("
+        out.append(depth == 0)
+        depth -= ch == ")"
         if depth < 0:
-            return False
-    return depth == 0
+            return None
+    return out if depth == 0 else None
+
+
+def parse_floor(atom: str) -> tuple[str, int, int] | None:
+    """A floor_div atom ``"(L+c)//s"`` read back as ``(L, c, s)`` (``"((L)//2-1)//2"`` is
+    ``("(L)//2", -1, 2)``): the text must be one parenthesized group, balanced, followed by ``//``
+    and an int, and ``c`` is the group's trailing signed int (0 without one). None for anything
+    else: a product of atoms (``"(a)//2*(b)//2"``: the first group closes before the end), a sum,
+    unbalanced text."""
+    text = atom.strip()
+    flags = _outside(text)
+    if not flags or not text.startswith("("):
+        return None
+    after = flags.index(True) if True in flags else len(text)   # just past the first group's ")"
+    m = _DIVISOR.fullmatch(text[after:])
+    inner = text[1:after - 1]
+    if m is None or not inner:
+        return None
+    tail = _OFFSET.search(inner)
+    return (inner[:tail.start()], int(tail.group(0)), int(m.group(1))) if tail else (inner, 0, int(m.group(1)))
+
+
+def _top_level_factors(d: str) -> list[str]:
+    """``d`` split at the ``*`` outside parentheses (a plain product splits as ``d.split("*")``;
+    unbalanced text stays whole)."""
+    flags = _outside(d)
+    if flags is None:
+        return [d]
+    cuts = [k for k, (ch, out) in enumerate(zip(d, flags)) if ch == "*" and out]
+    return [d[a + 1:b] for a, b in zip([-1] + cuts, cuts + [len(d)])]
 
 
 def dim_text(d: Dim) -> str:
@@ -117,13 +136,10 @@ def floor_div(a: Dim | None, s: int, c: int = 0) -> Dim | None:
 def floor_plus(atom: str, k: int) -> str | None:
     """``floor((L + c) / s) + k`` as the one atom ``(L+c')//s``, c' = c + k * s; None when ``atom`` is
     not a floor_div atom (a sum keeps its terms then: passes/_dim_sums.py)."""
-    m = _FLOOR.match(atom)
-    if m is None or not _floor_atom(atom) or " " in m.group(1):
+    got = parse_floor(atom)
+    if got is None or " " in atom.strip():
         return None
-    inner, s = m.group(1), int(m.group(2))
-    tail = re.search(r"[+-]\d+$", inner)
-    c = int(tail.group(0)) if tail else 0
-    text = inner[:tail.start()] if tail else inner
+    text, c, s = got
     c += k * s
     return f"({text}{f'+{c}' if c > 0 else f'-{-c}' if c < 0 else ''})//{s}"
 

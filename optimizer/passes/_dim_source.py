@@ -24,14 +24,16 @@ again so the names spread). Steps, each exact for every input the model accepts:
   not cut, or one cut at [0, its own size); a cut ``[s, s + n)`` with ``s`` a size holds at most n
   entries, which broadcasting against n settles (``_at_most``: GPT-NeoX's causal buffer
   ``bias[:, :, T - S : T]``).
-- Conv / pooling (no ceil_mode): batch (and a pool's channels) pass through; a spatial length is
-  computed from the input's and named by its formula (``floor_div``: ``(L-5)//5``), so a length
+- Conv / ConvTranspose / pooling (ceil_mode too): batch (and a pool's channels) pass through; a
+  spatial length is computed from the input's and named by its formula (``floor_div``: ``(L-5)//5``,
+  a transposed conv's ``(2*L-1)//1``; an explicit output_shape is its int), so a length
   only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
   computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
 - ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so);
-- a Slice ``[:-k]`` of such a computed length ``(L+c)//s``: ``(L+c-k*s)//s`` (``floor_plus``);
-- a Slice ``[:m]`` or ``[-m:]`` of a length provably >= m (``_at_least``): m (a causal conv's
-  ``(S+3)//1`` cut back to S, a KV mask's ``past + S`` cut to its last S).
+- a Slice whose length follows from sizes (``_cut_length``): ``[:-k]`` of such a computed length
+  ``(L+c)//s`` is ``(L+c-k*s)//s`` (``floor_plus``); ``[s:e]``, ``[-m:]``, ``[s:]`` of a length
+  provably long enough are e - s, m, n - s (a causal conv's ``(S+3)//1`` cut back to S, a KV
+  mask's ``past + S`` cut to its last S, a patch grid after its class token).
 Dim names onnx's inference invents (``unk__N``) prove nothing: they are not stable across the
 inference runs of one optimization (passes/shape_inference.py), so they never count as equal;
 nor do the TorchScript exporter's placeholders (``Concatpresent.0.key_dim_2``), which the naming
@@ -40,12 +42,10 @@ replaces (a present's ``past + sequence``).
 
 from __future__ import annotations
 
-import re
-
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import (Dim, floor_div, floor_plus, reshape_out_dims, shape_vector, to_dim,
-                                            value_dims)
+from onnx_fuse.passes._dim_products import (Dim, floor_div, floor_plus, parse_floor, reshape_out_dims, shape_vector,
+                                            to_dim, value_dims)
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
@@ -61,10 +61,8 @@ _BROADCAST = frozenset({
     "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "Max", "Min", "Sum", "Mean", "PRelu",
 })
 # windowed ops: output lengths computed from the input's (_window_step)
-_WINDOWED = frozenset({"Conv", "AveragePool", "MaxPool", "LpPool"})
+_WINDOWED = frozenset({"Conv", "ConvTranspose", "AveragePool", "MaxPool", "LpPool"})
 _MAX_STEPS = 64
-# a stride-1 window's length as floor_div names it: (L+c)//1 is L + c
-_FLOOR_ONE = re.compile(r"^\((\w[\w.*]*)(?:\+(\d+))?\)//1$")
 
 
 def _rank(v: ir.Value | None) -> int | None:
@@ -251,39 +249,81 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
 
 
 def _window_step(node: ir.Node, v: ir.Value, i: int):
-    """Conv / pooling: the batch (and a pool's channels) pass through; a spatial output length is
-    computed from the input's, floor((L + pads - dilation * (kernel - 1) - 1) / stride) + 1 (SAME:
-    ceil(L / stride)), as ``floor_div`` names it; not for ceil_mode or explicit output shapes."""
+    """Conv / ConvTranspose / pooling: the batch (and a pool's channels) pass through; a spatial
+    output length is computed from the input's (``_window_length``) and named as ``floor_div``
+    names it."""
     x, r = node.inputs[0], _rank(v)
     if r is None or _rank(x) != r or v is not node.outputs[0] or not 0 <= i < r:
         return None
-    if i == 0 or (i == 1 and node.op_type != "Conv"):
+    if i == 0 or (i == 1 and node.op_type not in ("Conv", "ConvTranspose")):
         return x, i
     if i == 1:
         return None
-    k = i - 2
+    got = _window_length(node, r - 2, i - 2)
+    if got is None:
+        return None
+    if isinstance(got, int):   # ConvTranspose's explicit output_shape
+        return None, (got, ())
+    s, c, scale = got
+    n = known_dim(x, i)
+    out = floor_div(None if n is None else (n[0] * scale, n[1]), s, c)
+    return (None, out) if out is not None and _clean(out) and out[0] >= 0 else None
+
+
+def _ints_attr(node: ir.Node, name: str, n: int, default: int) -> list[int] | None:
+    got = _attr(node, name, None)
+    got = [default] * n if got is None or (isinstance(got, (list, tuple)) and not got) else got
+    return [int(e) for e in got] if isinstance(got, (list, tuple)) and all(isinstance(e, int) for e in got) else None
+
+
+def _window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int | None:
+    """Spatial axis ``k`` of ``n``: the output length as ``(s, c, scale)``, floor((scale * L + c) /
+    s) of the input length L, or an int (an explicit output_shape); None where not read. As ONNX
+    Runtime computes it (checked against it for every case here):
+    - Conv / pool: floor((L + pads - span) / s) + 1, span = dilation * (kernel - 1) + 1; SAME
+      padding ceil(L / s);
+    - pool with ceil_mode: the windows that start inside the input or its left padding,
+      ceil((L + pad_begin + min(pad_end + s - span, 0)) / s) (the spec drops a last window that
+      would start in the right padding, so the plain ceil formula holds only where pad_end + s <= span);
+    - ConvTranspose: s * (L - 1) + output_padding + span - pads (SAME: s * L), or its output_shape."""
+    op = node.op_type
     kernel = _attr(node, "kernel_shape", None)
-    if kernel is None and node.op_type == "Conv" and len(node.inputs) > 1 and node.inputs[1] is not None:
-        w = node.inputs[1].shape
-        kernel = list(w.dims[2:]) if w is not None and len(w) == r else None
-    n = r - 2
-    strides = _attr(node, "strides", None) or [1] * n
-    dilations = _attr(node, "dilations", None) or [1] * n
-    pads = _attr(node, "pads", None) or [0] * (2 * n)
+    w = node.inputs[1].shape if op in ("Conv", "ConvTranspose") and len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if kernel is None and w is not None and len(w) == n + 2:
+        kernel = list(w.dims[2:])
+    strides, dilations = _ints_attr(node, "strides", n, 1), _ints_attr(node, "dilations", n, 1)
+    pads = _ints_attr(node, "pads", 2 * n, 0)
     auto_pad = _attr(node, "auto_pad", "NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    ceil = _attr(node, "ceil_mode", 0)
     if not (isinstance(kernel, (list, tuple)) and len(kernel) == n and all(isinstance(e, int) for e in kernel)) \
-            or _attr(node, "ceil_mode", 0) != 0 or len(strides) != n or len(dilations) != n or len(pads) != 2 * n:
+            or strides is None or dilations is None or pads is None or len(strides) != n or len(dilations) != n \
+            or len(pads) != 2 * n or ceil not in (0, 1) or (ceil and auto_pad != "NOTSET"):
         return None
-    s, span = int(strides[k]), int(dilations[k]) * (int(kernel[k]) - 1) + 1
+    s, span = strides[k], dilations[k] * (int(kernel[k]) - 1) + 1
+    if s <= 0:
+        return None
+    if op == "ConvTranspose":
+        out_shape, out_pad = _ints_attr(node, "output_shape", 0, 0), _ints_attr(node, "output_padding", n, 0)
+        if out_shape:
+            return out_shape[k] if len(out_shape) == n else None
+        if out_pad is None or len(out_pad) != n:
+            return None
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            return 1, 0, s
+        if auto_pad not in ("NOTSET", "VALID"):
+            return None
+        total = (pads[k] + pads[k + n]) if auto_pad == "NOTSET" else 0
+        return 1, out_pad[k] + span - total - s, s
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        c = s - 1
-    elif auto_pad in ("NOTSET", "VALID"):
-        c = (int(pads[k]) + int(pads[k + n]) if auto_pad == "NOTSET" else 0) - span + s
-    else:
+        return s, s - 1, 1
+    if auto_pad == "VALID":
+        return s, s - span, 1
+    if auto_pad != "NOTSET":
         return None
-    out = floor_div(known_dim(x, i), s, c)
-    return (None, out) if out is not None and _clean(out) and out[0] >= 0 else None
+    if ceil:
+        return s, pads[k] + min(pads[k + n] + s - span, 0) + s - 1, 1
+    return s, pads[k] + pads[k + n] - span + s, 1
 
 
 def _concat_step(node: ir.Node, v: ir.Value, i: int):
@@ -328,7 +368,8 @@ def _unsqueeze_step(node: ir.Node, v: ir.Value, i: int):
 
 
 def _slice_step(node: ir.Node, v: ir.Value, i: int):
-    """A dim the Slice does not cut: an axis it leaves alone, or one cut at [0, its own size)."""
+    """A Slice (step 1) along axis ``i``: an axis it leaves alone, or cut to the whole axis, is the
+    input's dim; a cut of a provable length is that length (``_cut_length``)."""
     x = node.inputs[0]
     cut = _slice_cut(node, _rank(v), i)
     if cut is None:
@@ -336,42 +377,65 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
     if cut is _UNCUT:
         return x, i
     start, end = cut
-    if start is not None and start[0] < 0 and end == (2 ** 63 - 1, ()):
-        # [-m:] holds min(n, m): all n where m >= n, m where n >= m (a mask's attention_mask[:, -S:])
-        n, m = known_dim(x, i), (-start[0], start[1])
-        if _at_least(m, n):
-            return x, i
-        return (None, m) if _clean(m) and _at_least(n, m) else None
-    if start != (0, ()):
+    if start is None or end is None:
         return None
-    if end is not None and (end == (2 ** 63 - 1, ()) or (end == known_dim(x, i) and end[0] >= 0)):
+    if start == (0, ()) and end == (_INT64_MAX, ()):
         return x, i
-    if end is not None and not end[1] and -64 <= end[0] < 0:
-        # [:-k] of a computed length floor((L + c) / s) holds floor((L + c - k * s) / s): SEW-D's
-        # same-pad cut after its positional conv, which then meets the pool's length by name
-        n = known_dim(x, i)
-        folded = floor_plus(n[1][0], end[0]) if n is not None and n[0] == 1 and len(n[1]) == 1 else None
-        return (None, (1, (folded,))) if folded is not None and _clean((1, (folded,))) else None
-    if end is not None and end[0] >= 0 and _clean(end) and _at_least(known_dim(x, i), end):
-        # [:n] of a length provably >= n holds n: a causal conv padded by k - 1 on both sides
-        # outputs L + k - 1 frames, cut back to L = Shape(input)[-1] (Inkling's short convs on k / v)
-        return None, end
-    return None
+    got = _cut_length(start, end, known_dim(x, i))
+    if got is _WHOLE:
+        return x, i
+    return (None, got) if got is not None and _clean(got) and got[0] >= 0 else None
+
+
+_INT64_MAX = 2 ** 63 - 1
+#: _cut_length's answer for a cut that keeps the whole axis
+_WHOLE = object()
+
+
+def _cut_length(start: Dim, end: Dim, n: Dim | None):
+    """How many of ``n`` entries ``[start:end]`` keeps (ONNX clamps both bounds into [0, n]; a
+    negative bound counts from the end), where provable from sizes alone: ``_WHOLE``, a Dim, or None.
+    An end provably >= n (INT64_MAX, n itself read from a shape) is the end of the axis.
+    - ``[-m:]``: min(n, m): the whole axis where m >= n, m where n >= m (attention_mask[:, -S:]);
+      ``[-m:-k]``: m - k where n >= m >= k;
+    - ``[s:]``: n - s where n >= s (the patch grid after a class token, ``x[:, 1:]``);
+    - ``[s:e]``: e - s where n >= e >= s (a causal conv's ``(S+3)//1`` frames cut to ``[:S]``);
+    - ``[s:-k]``: n - k - s where n >= k + s; ``[:-k]`` of a computed length ``(L+c)//s``:
+      ``(L+c-k*s)//s`` (``floor_plus``: SEW-D's same-pad cut, which then meets its pool's length)."""
+    if n is None or not _clean(n) or not _clean(start) or not _clean(end):
+        return None
+    to_end = end == (_INT64_MAX, ()) or _at_least(end, n)
+    if start[0] < 0:
+        m = (-start[0], start[1])
+        if to_end:
+            return _WHOLE if _at_least(m, n) else m if _at_least(n, m) else None
+        return _minus(m, (-end[0], end[1])) if end[0] < 0 and _at_least(n, m) else None
+    if to_end:
+        return _WHOLE if start == (0, ()) else _minus(n, start)
+    if end[0] < 0:
+        if start == (0, ()) and not end[1] and n[0] == 1 and len(n[1]) == 1 \
+                and (folded := floor_plus(n[1][0], end[0])) is not None:
+            return 1, (folded,)
+        rest = _minus(n, (-end[0], end[1]))
+        return _minus(rest, start) if rest is not None else None
+    return _minus(end, start) if _at_least(n, end) else None
+
+
+def _minus(a: Dim | None, b: Dim | None) -> Dim | None:
+    """The size ``a - b`` where ``a`` is provably >= ``b`` (``dim_diff``: an int >= 0 or a sum of
+    sizes), a stride-1 window's length ``(L+c)//1`` read as the sum L + c; else None."""
+    if a is None or b is None or not _clean(a) or not _clean(b):
+        return None
+    got = parse_floor(a[1][0]) if a[0] == 1 and len(a[1]) == 1 else None
+    base = to_dim(got[0]) if got is not None and got[0] and got[1] >= 0 and got[2] == 1 else None
+    if _clean(base) and base[1]:
+        a = dim_sum([base, (got[1], ())]) or a
+    return dim_diff(a, b)
 
 
 def _at_least(n: Dim | None, m: Dim | None) -> bool:
-    """Whether size ``n`` is provably >= size ``m``: n - m is an int >= 0 or a sum of sizes
-    (``dim_diff``); a stride-1 window's length ``(L+c)//1`` is read as the sum L + c."""
-    if n is None or m is None or not _clean(n) or not _clean(m):
-        return False
-    got = _FLOOR_ONE.match(n[1][0]) if n[0] == 1 and len(n[1]) == 1 else None
-    if got is not None:
-        base = to_dim(got.group(1))
-        c = int(got.group(2)) if got.group(2) else 0
-        n = dim_sum([base, (c, ())]) if base is not None and c >= 0 and base[1] else None
-        if n is None:
-            return False
-    return dim_diff(n, m) is not None
+    """Whether size ``n`` is provably >= size ``m`` (``_minus``)."""
+    return _minus(n, m) is not None
 
 
 def _expand_step(node: ir.Node, v: ir.Value, i: int):
