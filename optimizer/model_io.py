@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from onnx_fuse import fileio
 from onnx_fuse.errors import UserError
+from onnx_fuse.graph_order import as_ort_domain, ort_default_domain_nodes, sort_nodes
 from onnx_fuse.external_data import (check_external_data, check_ir_external_data, external_info,
                                      has_external_data, iter_model_tensors)
 from onnx_fuse.proto_stream import WireError, embedded_nbytes, skeleton_with_mapped_weights, write_embedded
@@ -115,11 +116,18 @@ def _check_outputs(count: int, what: str) -> None:
 def _check_graph(proto: onnx.ModelProto, what: str) -> None:
     """Structure, types and op schemas; external references were already checked by us."""
     _check_outputs(len(proto.graph.output), what)
-    try:
-        check_structure(skeleton_from_proto(proto))
-    except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid graph"
-        raise UserError(f"{what}: invalid ONNX graph: {first}") from None
+    for attempt in (0, 1):
+        skeleton = skeleton_from_proto(proto)
+        if ort_default_domain_nodes(proto.graph):  # ORT's own op there (graph_order.py)
+            as_ort_domain(skeleton)
+        try:
+            check_structure(skeleton)
+            return
+        except onnx.checker.ValidationError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid graph"
+            # out of order, as ORT's float16 converter leaves it: ORT sorts on load, so do we
+            if attempt or "topologically sorted" not in first or not sort_nodes(proto.graph):
+                raise UserError(f"{what}: invalid ONNX graph: {first}") from None
 
 
 def _read_model_file(path: Path, what: str, map_weights: bool) -> tuple[onnx.ModelProto, list[int]]:
@@ -191,6 +199,32 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
     ``base_dir``: for a ModelProto or onnx-ir model with external data, the folder its weight
     files are in (an onnx-ir model loaded from a file already knows it).
     """
+    model = _load_model(source, check=check, base_dir=base_dir)
+    _unique_node_names(model)
+    return model
+
+
+def _unique_node_names(model: ir.Model) -> None:
+    """A node name used twice in one graph gets a suffix on its later uses: ONNX Runtime refuses
+    such a graph ("two nodes with same node name"), and onnx's checker does not, so the optimized
+    model would be written and fail to load. Names are no part of the interface."""
+    for graph in model.graphs():
+        taken = {n.name for n in graph if n.name}
+        seen: set[str] = set()
+        for node in graph:
+            if not node.name:
+                continue
+            if node.name in seen:
+                k = 1
+                while f"{node.name}_{k}" in taken:
+                    k += 1
+                node.name = f"{node.name}_{k}"
+                taken.add(node.name)
+            seen.add(node.name)
+
+
+def _load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *, check: bool,
+                base_dir: str | os.PathLike | None) -> ir.Model:
     if isinstance(source, ir.Model):
         # Work on a copy: the caller's model must stay untouched.
         model = source.clone()

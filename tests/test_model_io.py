@@ -478,3 +478,20 @@ def test_cli_report_and_output_through_symlink_and_fifo(tmp_path):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and (tmp_path / "report-link.json").is_symlink()
     assert json.loads(report_target.read_text())["level"] == 1
     assert verify(small_model(), onnx.ModelProto.FromString(got[0]))["passed"]
+
+
+def test_duplicate_node_names_are_made_unique_per_graph():
+    """ONNX Runtime refuses two nodes of one name in a graph (onnx's checker does not), so the
+    optimized model was written and failed to load; a branch may repeat a main-graph name."""
+    import onnxruntime
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="n"), helper.make_node("Neg", ["a"], ["b"], name="n"),
+             helper.make_node("Abs", ["b"], ["c"], name="n_1"), helper.make_node("Exp", ["c"], ["y"], name="n")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    before = proto.SerializeToString()
+    out = onnx_fuse.optimize(proto, level=1).to_proto()
+    assert [n.name for n in out.graph.node] == ["n", "n_2", "n_1", "n_3"]
+    onnxruntime.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert proto.SerializeToString() == before
