@@ -6,6 +6,8 @@ Cases handled:
 - Shape / Size of a value whose (sliced) shape is static, whatever produces it: the pattern that
   dynamo exports use for every reshape, and Gather/Slice/Concat/... of a partly symbolic shape
   vector that pick only static dims; CastLike of a constant to a value of known dtype;
+- a Reshape target Concat'ed from positive constants and one computed entry: the constant with -1
+  for that entry (passes/_reshape_target.py);
 - main-graph Constant nodes are lifted to initializers of the same name (so CSE merges twins);
 - the common shape and elementwise ops in NumPy, with ONNX semantics (integer Div truncates,
   dtypes are kept exactly, Reshape 0/-1, Slice clamping); anything else deterministic through
@@ -458,6 +460,8 @@ class ConstantFoldingPass(FusePass):
             return False
         if not node.outputs or all(not o.uses() and not o.is_graph_output() for o in node.outputs):
             return False  # dead: DCE's job, and folding it would only cost time
+        if node.op_type == "Reshape" and self._fold_reshape_target(node, graph):
+            return True
         try:
             lazy = _lazy_transpose(node)
             if lazy is not None:
@@ -478,6 +482,22 @@ class ConstantFoldingPass(FusePass):
             self._replace(out, t, graph)
         graph.remove(node, safe=True)
         self.stats[node.op_type] += 1
+        return True
+
+    def _fold_reshape_target(self, node: ir.Node, graph: ir.Graph) -> bool:
+        """A computed Reshape target with one entry not constant becomes the constant with -1
+        there (passes/_reshape_target.py)."""
+        from onnx_fuse.passes._reshape_target import solved_target
+
+        target = solved_target(node)
+        if target is None:
+            return False
+        const = ir.node("Constant", [], attributes={"value": ir.tensor(target)})
+        const.outputs[0].type = ir.TensorType(ir.DataType.INT64)
+        const.outputs[0].shape = ir.Shape([len(target)])
+        graph.insert_before(node, const)
+        node.replace_input_with(1, const.outputs[0])   # no 0 entry: allowzero means nothing here
+        self.stats["Reshape-target"] += 1
         return True
 
     def _lift_constant(self, node: ir.Node, graph: ir.Graph) -> bool:
