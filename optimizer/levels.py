@@ -156,11 +156,12 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
 
         layout_chains = FoldLayoutChainsPass()
-        # O2: ORT's FusedMatMul (a graph ORT optimized offline) back into the MatMul and scale the
-        # rules match and the onnx / trt targets run
+        # O2: ORT's FusedMatMul and default-domain SimplifiedLayerNormalization (a graph ORT optimized
+        # offline) back into the MatMul and scale / the RMSNorm the rules match and onnx / trt run
         from onnx_fuse.passes.fused_matmul import ExpandFusedMatMulPass
+        from onnx_fuse.passes.ort_contrib import ExpandSimplifiedLayerNormPass
 
-        contrib = (ExpandFusedMatMulPass(),)
+        contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass())
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib)
                        if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.

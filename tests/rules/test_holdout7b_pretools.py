@@ -68,3 +68,73 @@ def test_ort_elementwise_fusions_keep_their_input_shape():
             == ["B", "S", 32], name
     assert [n.op_type for n in model.graph] == ["SkipLayerNormalization", "BiasGelu", "FastGelu",
                                                  "SimplifiedLayerNormalization", "Relu", "Relu"]
+
+
+def test_ort_extended_rmsnorm_is_loaded_and_refused_by_nothing(tmp_path):
+    """ORT writes RMSNorm as SimplifiedLayerNormalization in the default domain (no onnx schema):
+    it was refused at load ('No Op registered'); now it loads, and at O2+ it is expanded so the norm
+    rules fuse it for the target (RMSNormalization at onnx, all 5 norms); O1 keeps it as it is."""
+    src = CORPUS / "mistral__torchscript__trained.onnx"
+    if not src.exists():
+        pytest.skip(f"{src.name} not in the corpus")
+    pre = tmp_path / "pre.onnx"
+    _ort_extended(src, pre)
+    assert collections.Counter(n.op_type for n in onnx.load(str(pre)).graph.node)["SimplifiedLayerNormalization"]
+    result = onnx_fuse.optimize(str(pre), level=2, target="onnx", verify=True)
+    counts = collections.Counter(n.op_type for n in result.to_proto().graph.node)
+    assert counts["RMSNormalization"] == 5 and "SimplifiedLayerNormalization" not in counts, counts
+    assert result.report.verify["passed"]
+    kept = onnx_fuse.optimize(str(pre), level=1, target="onnx", verify=True)
+    assert kept.report.verify["passed"]
+
+
+HALF_HEADER = '<ir_version: 9, opset_import: ["" : 18]>'
+
+
+@pytest.mark.parametrize("dtype", ["float", "float16"])
+def test_simplified_layer_norm_expansion_matches_ort(dtype):
+    proto = onnx.parser.parse_model(HALF_HEADER + f'''
+    g ({dtype}[B, S, 16] x, {dtype}[16] w) => ({dtype}[B, S, 16] y)
+    {{
+        n = SimplifiedLayerNormalization<epsilon = 1e-5, axis = -1>(x, w)
+        y = Relu(n)
+    }}''')
+    from onnx_fuse.passes.ort_contrib import ExpandSimplifiedLayerNormPass
+
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    assert ExpandSimplifiedLayerNormPass()(model).modified
+    ops = [n.op_type for n in model.graph]
+    assert "SimplifiedLayerNormalization" not in ops and ops.count("Cast") == (2 if dtype == "float16" else 0)
+    from onnx_fuse.verify import verify
+
+    out = ir.to_proto(model)
+    onnx.checker.check_model(out, full_check=True)
+    assert verify(proto, out, precision="fp16" if dtype == "float16" else None)["passed"]
+
+
+def test_nodes_out_of_order_are_sorted_on_load():
+    """onnxruntime.transformers' float16 converter appends the input Casts after their readers:
+    ORT sorts, the checker refuses; load sorts (stably). A cycle is still refused."""
+    from onnx_fuse.errors import UserError
+    from onnx_fuse.model_io import load_model
+
+    proto = onnx.parser.parse_model(HALF_HEADER + '''
+    g (float[2, 4] x) => (float[2, 4] y)
+    {
+        a = Relu(xc)
+        y = Neg(a)
+        xc = Abs(x)
+    }''')
+    model = load_model(proto)
+    assert [n.op_type for n in model.graph] == ["Abs", "Relu", "Neg"]
+    assert [n.op_type for n in proto.graph.node] == ["Relu", "Neg", "Abs"]  # the caller's proto untouched
+    cyclic = onnx.parser.parse_model(HALF_HEADER + '''
+    g (float[2, 4] x) => (float[2, 4] y)
+    {
+        a = Add(x, b)
+        b = Relu(a)
+        y = Neg(b)
+    }''')
+    with pytest.raises(UserError, match="topologically sorted"):
+        load_model(cyclic)
