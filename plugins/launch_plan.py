@@ -171,11 +171,6 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV,
 # its entries run the FA_WS_TMA_OV body with the stepped descriptors (24 / 240 registers, pinned
 # softmax): run 17 fp16 531 / 472-499 TFLOP/s full / causal, bf16 553-554 / 504-513, behind oved.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
-# FA_WS_TMA_W176 (kernel ..._m128n176w12t_oved_full, launcher block_n 176 with loads 18 by name / 19
-# with the cp.async FA_WS fallback): the FA_WS_TMA_OVED body on 176-key tiles in 2 stages
-# (FlashAttention-3's hdim-128 tile without a mask), D = 128 without a mask only; experimental.
-# (ovedq's Q fragments in registers do not fit beside 176-key S and P: ptxas spilled.)
-FA_WS_TMA_W176 = (128, 176, 12, "tma", "oved")
 
 
 # Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
@@ -214,11 +209,10 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128;
-    FA_WS_TMA_W176: D = 128 without a mask; FA_WS_TMA_LDR: D = 64)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST,) if causal else (FA_WS_TMA_PERSIST, FA_WS_TMA_W176)
+        return (FA_WS_TMA_PERSIST,)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -459,8 +453,6 @@ def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4, loa
     ``loads`` ("tma" for FA_WS_TMA) does not change it (the mbarriers are static)."""
     if (block_m, block_n, warps) == FA_WS:
         return 1024 + (block_m * head_dim + 3 * 2 * block_n * head_dim) * 2
-    if (block_m, block_n, warps) == FA_WS_TMA_W176[:3]:  # 176-key tiles, 2 stages
-        return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     if (block_m, block_n, warps) == FA_WGMMA_1WG:
         return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     dp = -(-head_dim // 64) * 64

@@ -1464,7 +1464,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 
   constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
   constexpr bool QREGS = (OPT & kWsQRegs) != 0;
-  // (with 176-key tiles Q's registers do not fit: ptxas spilled and serialized the wgmmas)
   static_assert(!QREGS || BN == 128, "kWsQRegs: S = Q K^T by the m64n128 RS wgmma");
   // kWsLeanDesc: k-step 0 of Q; cw read back through a shuffle so ptxas keeps it in a uniform register
   const uint64_t da_q = wg::desc_sw128(sQ + (LEAN ? __shfl_sync(0xffffffffu, cw, 0) : cw) * 64 * 128, 16, 1024);
@@ -2105,24 +2104,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
-// Experimental m128n176w12t_oved (launcher block_n = 176 with loads 18 by name / 19 with the
-// cp.async fallback; D = 128, no mask; benchmarked beside the planned ovedq, never planned): the
-// oved body on 176-key tiles in 2 stages, FlashAttention-3's hdim-128 tile without a mask, which
-// spreads the per-tile softmax, rescale and barrier costs over 37 % more keys. S 88 + P 44 + O 64
-// accumulators per thread fit in 240 registers without spills; ovedq's Q fragments (32 more) did
-// not (ptxas spilled and serialized the wgmmas), so Q stays in shared memory. Round 2 tried 176-key
-// tiles on the first w12t body (7-11 % behind, docs/PERF.md).
-#define OF_FA_WSTW_KERNEL(NAME, T, OPT)                                                          \
-  extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
-      const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
-      long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
-      long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
-      long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
-      const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int window) { \
-    fa_fwd_ws_tma_body<T, 128, false, 24, 176, 2, OPT, false>(                                  \
-        q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
-        o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv, 0.f, window);                               \
-  }
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2173,7 +2154,6 @@ OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_f16_d128_m128n176w12t_oved_full, __half, OF_FA_OVED_OPT)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2195,7 +2175,6 @@ OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_oved_full, __nv_bfloat16, OF_FA_OVED_OPT)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2379,15 +2358,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   return nullptr;
 }
 
-// The experimental m128n176w12t_oved (D = 128, no mask).
-FaTmaKernelFn pick_tma_wide(int dtype) {
-  if (dtype == onnx_fuse::kFloat16)
-    return reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_f16_d128_m128n176w12t_oved_full);
-  if (dtype == onnx_fuse::kBFloat16)
-    return reinterpret_cast<FaTmaKernelFn>(onnx_fuse_fa_fwd_bf16_d128_m128n176w12t_oved_full);
-  return nullptr;
-}
-
 using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, const int*, int, int,
                                 int, long long, long long, long long, long long, long long,
                                 long long, long long, long long, long long, long long, long long,
@@ -2416,12 +2386,11 @@ using onnx_fuse::encode_tiled;
 // a base not 16-byte aligned, a stride that is not positive (a broadcast), a multiple of 16
 // bytes and below 2^40 bytes (size-1 axes excepted), fewer rows than a box (S < 128: boxes
 // larger than the tensor are reported to fault, and such problems are small), or the driver
-// refusing the map. box_rows: 128, or 176 for the K / V maps of m128n176w12t_oved (then S >= 176).
+// refusing the map.
 bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, int H, int D,
-                   long long sb, long long ss, long long sh, int box_rows = 128) {
+                   long long sb, long long ss, long long sh) {
   const EncodeTiledFn enc = encode_tiled();
-  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < box_rows || D < 64)
-    return false;
+  if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < 128 || D < 64) return false;
   const long long dims[3] = {H, S, B}, strides[3] = {sh, ss, sb};
   cuuint64_t gdim[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)S, (cuuint64_t)B};
   cuuint64_t gstride[3];
@@ -2432,7 +2401,7 @@ bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, 
     gstride[i] = (cuuint64_t)bytes;
     natural = bytes * dims[i];
   }
-  const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1}, elem[4] = {1, 1, 1, 1};
+  const cuuint32_t box[4] = {64, 1, 128, 1}, elem[4] = {1, 1, 1, 1};
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return enc(map, dt, 4, const_cast<void*>(base), gdim, gstride, box, elem,
@@ -2550,10 +2519,8 @@ extern "C" {
 // wgmma variants (8 warps): tiles padded to a multiple of 64 columns, 1 KiB alignment slack, 3
 // stages for the pipelined one (64-key tiles, D <= 128). mma.sync: rows padded to tile_row<D>.
 int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n, int warps) {
-  if (warps == 12) {  // warp-specialized wgmma, 3 stages (D = 64, 128); 2 with 176-key tiles
-    const int stages = block_n == 176 ? 2 : onnx_fuse::kWsStages;
-    return 1024 + (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;
-  }
+  if (warps == 12)  // warp-specialized wgmma, 3 stages (D = 64, 128)
+    return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;
   if (warps == 4 && block_m == 64 && block_n == 128)  // wgmma, one warpgroup (D = 64)
     return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
   if (warps == 8 && block_m == onnx_fuse::kWgBM) {
@@ -2597,10 +2564,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // run 19); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
-// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused; (128, 176, 12) with
-// loads 18 / 19: the experimental m128n176w12t_oved (176-key tiles in 2 stages; D = 128 without a
-// mask; 19 falls back to the cp.async m128n128w12 where TMA cannot address the tensors, S < 176
-// included);
+// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2621,20 +2585,16 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   OF_REQUIRE(loads >= 0 && loads <= 31);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
-  // (128, 176, 12): the experimental m128n176w12t_oved, loads 18 by name / 19 with the cp.async
-  // m128n128w12 fallback; D = 128 without a mask only
-  const bool wide = block_m == 128 && block_n == 176 && warps == 12;
-  OF_REQUIRE(!wide || ((loads == 18 || loads == 19) && D == 128 && !causal));
-  OF_REQUIRE(loads == 0 || (block_m == 128 && (block_n == 128 || wide) && warps == 12));
+  OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
   OF_REQUIRE(B <= 65535 && Hq <= 65535);
   OF_REQUIRE(q && k && v && o);
   OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
-  FaKernelFn fn = pick(dtype, D, block_m, wide ? 128 : block_n, warps, causal != 0);
+  FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
-  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, wide ? 128 : block_n, warps);
+  const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
@@ -2647,9 +2607,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
       OF_REQUIRE(loads == 29);
       kind = 8;
     }
-    const FaTmaKernelFn tfn = persistent ? nullptr : wide ? pick_tma_wide(dtype) : pick_tma(dtype, D, causal != 0, kind);
-    const int tsmem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
-    const int kv_box = wide ? 176 : 128;
+    const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
     const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
     OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);
     int dev = 0, major = 0;
@@ -2658,8 +2616,8 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     CUtensorMap tq, tk, tv;
     const bool tma_rules_met = major == 9 &&
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
-                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, kv_box) &&
-                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh, kv_box);
+                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
+                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
     const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);  // planned: cp.async below
     OF_REQUIRE(tma_rules_met || fallback);
     if (tma_rules_met && pfn != nullptr) {
@@ -2677,16 +2635,16 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     }
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, tsmem));
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       if (kind == 11 && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
       } else if (kind == 11) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
         grid.x = (grid.x + 1) / 2;
       }
-      tfn<<<grid, 384, tsmem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                        k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                        scale * onnx_fuse::kLog2e, tq, tk, tv, window);
+      tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                       scale * onnx_fuse::kLog2e, tq, tk, tv, window);
       OF_CUDA_CHECK_LAUNCH();
       return 0;
     }

@@ -669,45 +669,6 @@ def test_fused_attention_tma_q_registers_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# m128n176w12t_oved (launch_plan.FA_WS_TMA_W176, experimental, D = 128 without a mask): oved on 176-key
-# tiles in 2 stages. Lengths around the tile (176, 177, 352 + 1), S not a multiple of it (the last box
-# runs past S: TMA zero fill), ragged seq_lens with NaN padding (the V tail zeroed), GQA / MQA, long
-# sequences (the 2-stage ring wraps many times).
-FA_W176 = (128, 176, 12, "tma", "oved")
-FA_W176_CASES = [(B, S, Hq, Hkv, 128, False, lens, FA_W176) for B, S, Hq, Hkv, lens in (
-    (1, 176, 2, 2, None), (2, 177, 4, 1, None), (3, 353, 6, 2, [353, 176, 1]), (2, 1000, 8, 2, [1000, 385]),
-    (1, 4096, 4, 1, None), (2, 4096, 2, 2, [3000, 4096]), (4, 700, 12, 4, [700, 0, 175, 529]),
-    (1, 2048, 32, 8, None))]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_W176_CASES, ids=_fa_case_id("-w176"))
-def test_fused_attention_wide_key_tiles_match_reference(lib, case, dtype):
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_fused_attention_wide_key_tiles_refuse_or_fall_back(lib, dtype):
-    """By name (loads 18) the 176-key tiles refuse S < 176 (no tensor map) and causal; loads 19 runs the
-    cp.async m128n128w12 for S < 176 and matches the reference."""
-    _need_sm90()
-    from onnx_fuse.plugins.kernel_lib import KernelError
-
-    gen = torch.Generator(device="cuda").manual_seed(176)
-    q, k, v = (_rand((2, 150, 4, 128), dtype, gen) for _ in range(3))
-    out = torch.full_like(q, float("nan"))
-    expect = ref.fused_attention(_np(q), _np(k), _np(v), out_dtype=np.float64)
-    with pytest.raises(KernelError):
-        lib.fused_attention(q, k, v, out, variant=FA_W176)
-    torch.cuda.synchronize()
-    lib.fused_attention(q, k, v, out, variant=FA_W176, loads=19)
-    torch.cuda.synchronize()
-    assert _rel_err(out, expect) < TOL[dtype]
-    with pytest.raises(ValueError, match="not compiled"):  # the planner refuses causal
-        lib.fused_attention(q, k, v, out, causal=True, variant=FA_W176)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_fused_attention_tma_multicast_refuses_or_falls_back(lib, dtype):
     """By name (loads 28) ovedm refuses what its pairs cannot share (S not a multiple of 256, seq_lens,

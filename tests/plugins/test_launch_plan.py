@@ -178,9 +178,7 @@ def test_smem_formulas_match_the_launchers():
     assert lp.fa_smem_bytes(80, 128, 128, 8) == lp.fa_smem_bytes(128, 128, 128, 8)  # padded to 128
     assert lp.fa_smem_bytes(128, 128, 64, 8) == 1024 + (128 * 128 + 3 * 2 * 64 * 128) * 2
     assert lp.fa_smem_bytes(128, 128, 128, 12) == 1024 + (128 * 128 + 3 * 2 * 128 * 128) * 2
-    assert "const int stages = block_n == 176 ? 2 : onnx_fuse::kWsStages;" in fa
-    assert "return 1024 + (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;" in fa
-    assert lp.fa_smem_bytes(128, 128, 176, 12) == 1024 + (128 * 128 + 2 * 2 * 176 * 128) * 2
+    assert "return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;" in fa
     assert lp.fa_smem_bytes(256, 128, 64, 8) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
     assert lp.fa_smem_bytes(96, 128, 64, 4) == (128 + 4 * 64) * 104 * 2
     assert lp.fa_mma_smem_bytes(96, 64, 64) == (64 + 4 * 64) * 104 * 2
@@ -866,37 +864,10 @@ def test_q_register_entries_exist_and_are_planned_at_d128():
                     assert lp.plan_fused_attention(*shape, d, dt, causal=causal, device=ampere).variant != v
 
 
-def test_wide_key_tiles_plan_by_name_without_a_mask_only():
-    """m128n176w12t_oved (FA_WS_TMA_W176): entries for fp16 / bf16 at D = 128 without a mask, the
-    launcher's 2-stage shared memory (Q + 2 x (K + V) of 176 rows: 214016 B), the oved loads codes
-    (18 by name, 19 with the fallback), causal refused by the planner and by the launcher."""
-    fa = (KERNELS / "fused_attention.cu").read_text()
-    for dtn, t in (("f16", "__half"), ("bf16", "__nv_bfloat16")):
-        assert f"OF_FA_WSTW_KERNEL(onnx_fuse_fa_fwd_{dtn}_d128_m128n176w12t_oved_full, {t}, OF_FA_OVED_OPT)" in fa
-    assert "fa_fwd_ws_tma_body<T, 128, false, 24, 176, 2, OPT, false>" in fa
-    assert "OF_REQUIRE(!wide || ((loads == 18 || loads == 19) && D == 128 && !causal));" in fa
-    assert 'static_assert(!QREGS || BN == 128, "kWsQRegs: S = Q K^T by the m64n128 RS wgmma");' in fa
-    v = lp.FA_WS_TMA_W176
-    assert v not in lp.fa_variants(128) and v in lp.fa_experimental_variants(128, causal=False)
-    assert lp.fa_smem_bytes(128, *v[:4]) == 1024 + (128 * 128 + 2 * 2 * 176 * 128) * 2 == 214016
-    for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
-        p = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, variant=v)
-        assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d128_m128n176w12t_oved_full" and p.opt == "oved"
-        assert (p.block_m, p.block_n, p.warps) == (128, 176, 12) and p.grid == (32, 32, 4)
-        assert p.smem_bytes == 214016
-        assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == (18, 19)
-    with pytest.raises(ValueError, match="not compiled"):
-        lp.plan_fused_attention(4, 4096, 32, 8, 128, causal=True, variant=v)
-    for d in (64, 80, 96, 256):
-        assert v not in lp.fa_experimental_variants(d) + lp.fa_variants(d)
-    assert lp.plan_fused_attention(4, 4096, 32, 8, 128).variant != v  # never planned
-
-
 def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned():
     """m128n128w12tp (the TMA body on a persistent grid, D = 128): compiled entries, reachable by
     name with the launcher's geometry, refused where not compiled, never picked by the planner
-    (fa_variants stays the contract). The first 176-key-tile experiments (measured slower on the w12t
-    body) are gone; m128n176w12t_oved (D = 128 without a mask) is back on the oved body."""
+    (fa_variants stays the contract). The 176-key-tile experiments (measured slower) are gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
@@ -904,9 +875,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
-    assert "m128n176w12tp" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
-    assert lp.fa_experimental_variants(128) == (lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_W176)
+    assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
