@@ -167,7 +167,8 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV,
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
 # m128n128w12tp, launcher loads = 4), D = 128, both masks; TMA rules as FA_WS_TMA by name (no
 # fallback). Measured on the H200 at par with FA_WS_TMA (within +-2 %; at D = 64 3-6 % below, so
-# not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped. Since run 17
+# not compiled there); 176-key tiles (2 stages) measured 7-8 % below and were dropped (on the oved
+# body in run 23a: 463-486 TFLOP/s against ovedq's 591-622, dropped again). Since run 17
 # its entries run the FA_WS_TMA_OV body with the stepped descriptors (24 / 240 registers, pinned
 # softmax): run 17 fp16 531 / 472-499 TFLOP/s full / causal, bf16 553-554 / 504-513, behind oved.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")

@@ -1082,7 +1082,8 @@ __device__ __forceinline__ void ws_zero_v_tail(uint32_t dv, int r0, uint32_t vta
 // consumers 240: FlashAttention-3's split, the experimental m128n128w12t_r24 entries). Either
 // way the pool is the 384 x 168 registers the CTA starts with. BNT / STT: keys per K/V tile and
 // stages (128 / 3; TMA rows may take others: 176-key tiles in 2 stages, FlashAttention-3's
-// hdim-128 tile, measured 7-8 % below 128 / 3 on the H200 and were dropped, docs/PERF.md).
+// hdim-128 tile, measured 7-8 % below 128 / 3 on the first w12t body (run 6) and 20-22 % below
+// ovedq on the oved body (run 23a; ovedq's Q registers do not fit beside them), docs/PERF.md).
 //
 // Tiles: FaWsOneTile, or a persistent schedule (the experimental m128n128w12tp entries, TMA rows
 // only): the CTA loops over its tiles with one set of barriers; the stage ring and the
