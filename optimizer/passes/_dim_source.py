@@ -285,7 +285,10 @@ def _window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int 
     - pool with ceil_mode: the windows that start inside the input or its left padding,
       ceil((L + pad_begin + min(pad_end + s - span, 0)) / s) (the spec drops a last window that
       would start in the right padding, so the plain ceil formula holds only where pad_end + s <= span);
-    - ConvTranspose: s * (L - 1) + output_padding + span - pads (SAME: s * L), or its output_shape."""
+    - ConvTranspose: s * (L - 1) + output_padding + span - pads (SAME: s * L, pads clamped at 0), or
+      its output_shape.
+    Where the padded input is shorter than one window, ONNX Runtime truncates the negative quotient
+    (one window) where these names floor it (none): inputs torch refuses, outside what the names claim."""
     op = node.op_type
     kernel = _attr(node, "kernel_shape", None)
     w = node.inputs[1].shape if op in ("Conv", "ConvTranspose") and len(node.inputs) > 1 and node.inputs[1] is not None else None
@@ -309,14 +312,15 @@ def _window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int 
             return out_shape[k] if len(out_shape) == n else None
         if out_pad is None or len(out_pad) != n:
             return None
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            return 1, 0, s
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):   # s * L, less where the pads would be negative
+            return 1, min(out_pad[k] + span - s, 0), s
         if auto_pad not in ("NOTSET", "VALID"):
             return None
         total = (pads[k] + pads[k + n]) if auto_pad == "NOTSET" else 0
         return 1, out_pad[k] + span - total - s, s
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        return s, s - 1, 1
+        # ONNX Runtime pads a dilated pool for the undilated kernel: ceil(L / s) only without dilation
+        return (s, s - 1, 1) if op == "Conv" or dilations[k] == 1 else None
     if auto_pad == "VALID":
         return s, s - span, 1
     if auto_pad != "NOTSET":

@@ -103,6 +103,8 @@ WINDOWS = [
     ("ConvTranspose", dict(kernel_shape=[3], strides=[2], pads=[1, 1], output_padding=[1]), W, "2*L"),
     ("ConvTranspose", dict(kernel_shape=[3], strides=[3], pads=[2, 2], dilations=[2]), W, "(3*L-2)//1"),
     ("ConvTranspose", dict(kernel_shape=[3], strides=[2], auto_pad="SAME_UPPER"), W, "2*L"),
+    # SAME with a window shorter than the stride: ONNX Runtime clamps the pads at 0, s * (L - 1) + span
+    ("ConvTranspose", dict(kernel_shape=[1], strides=[3], auto_pad="SAME_LOWER"), (2, 2, 1), "(3*L-2)//1"),
 ]
 
 
@@ -123,8 +125,13 @@ def test_transposed_conv_with_an_output_shape_has_it():
         assert _runtime_dims(proto, "y", {"x": np.ones((1, 2, length), np.float32)})[2] == 11
 
 
-def test_ceil_mode_with_same_padding_is_left_unknown():
-    proto = _window_model("MaxPool", dict(kernel_shape=[2], strides=[2], auto_pad="SAME_UPPER", ceil_mode=1))
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[2], strides=[2], auto_pad="SAME_UPPER", ceil_mode=1),
+    # ONNX Runtime pads a dilated SAME pool for the undilated kernel: not ceil(L / s) (L = 1: 0)
+    dict(kernel_shape=[3], strides=[4], auto_pad="SAME_UPPER", dilations=[3]),
+])
+def test_pools_onnx_runtime_sizes_its_own_way_are_left_unknown(attrs):
+    proto = _window_model("MaxPool", attrs)
     assert invented_name(_inferred(proto, "y")[2])
 
 
