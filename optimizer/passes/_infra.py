@@ -73,6 +73,10 @@ def run_pass(p: ir.passes.PassBase, model: ir.Model) -> PassRecord:
     seconds = time.perf_counter() - start
     if result.model is not model:
         raise InternalError(f"pass {name!r} returned a new model; passes must work in place")
+    if result.modified:
+        from onnx_fuse.passes._scoped_names import separate_scoped_names
+
+        separate_scoped_names(model)   # a name new in one graph may be defined in a body
     stats = collections.Counter(getattr(p, "stats", {}))
     stats.subtract(stats_before)
     return PassRecord(name, bool(result.modified), seconds, before, count_nodes(model),
