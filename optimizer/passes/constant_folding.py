@@ -8,7 +8,8 @@ Cases handled:
   vector that pick only static dims; CastLike of a constant to a value of known dtype;
 - a Reshape target Concat'ed from positive constants and one computed entry: the constant with -1
   for that entry (passes/_reshape_target.py);
-- main-graph Constant nodes are lifted to initializers of the same name (so CSE merges twins);
+- Constant nodes are lifted to initializers of the same name in their own graph (so CSE merges
+  twins), inside If / Loop / Scan bodies as in the main graph;
 - the common shape and elementwise ops in NumPy, with ONNX semantics (integer Div truncates,
   dtypes are kept exactly, Reshape 0/-1, Slice clamping); anything else deterministic through
   ``onnx.reference.ReferenceEvaluator``, with the output dtype checked against ONNX inference.
@@ -26,8 +27,10 @@ default domain, nodes with subgraphs, results over ``MAX_OUTPUT_ELEMENTS`` / ``M
 ``MAX_INPUT_BYTES``), inputs over ``MAX_INPUT_BYTES`` (a large external weight is never read just to fold it), and dtypes
 NumPy does not represent exactly (bfloat16, float8, int4, strings).
 
-Results become initializers named after the value they replace (deterministic); inside subgraphs,
-and where the value is a graph output, they become Constant nodes so names and scopes stay valid.
+Results become initializers named after the value they replace (deterministic), of the graph the
+node was in (a subgraph's own initializers keep the name in its scope, as ONNX allows since IR 4;
+the rules write their constants there too); where the value is a graph output they become
+Constant nodes, so the output keeps its name.
 """
 
 from __future__ import annotations
@@ -441,7 +444,6 @@ class ConstantFoldingPass(FusePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
-        self._main = model.graph
         for graph in model.graphs():
             for node in list(graph):
                 if node.graph is graph and self._try_fold(node, graph, model):
@@ -501,10 +503,10 @@ class ConstantFoldingPass(FusePass):
         return True
 
     def _lift_constant(self, node: ir.Node, graph: ir.Graph) -> bool:
-        """A main-graph Constant node becomes an initializer of the same name (so CSE can merge
-        duplicates); graph outputs and subgraph Constants stay as they are."""
+        """A Constant node becomes an initializer of the same name in its graph (so CSE can merge
+        duplicates); graph outputs stay as they are."""
         out = node.outputs[0] if len(node.outputs) == 1 else None
-        if graph is not self._main or out is None or out.is_graph_output() or not out.uses():
+        if out is None or out.is_graph_output() or not out.uses():
             return False
         tensor = constant_tensor(out)
         if tensor is None or not out.name:
@@ -619,14 +621,12 @@ class ConstantFoldingPass(FusePass):
                 if tuple(int(d) for d in out.shape) != arr.shape:
                     raise _NoFold("shape mismatch with declared shape")
 
-    _main: ir.Graph | None = None
-
     def _replace(self, out: ir.Value, tensor: ir.TensorProtocol, graph: ir.Graph) -> None:
         name = out.name
         tensor.name = name
-        # Main graph: an initializer. Graph outputs and subgraph values: a Constant node in
-        # place, which keeps the output name and the value's scope.
-        if out.is_graph_output() or graph is not self._main or not name:
+        # An initializer of the node's graph (its scope); a graph output: a Constant node in
+        # place, which keeps the output name.
+        if out.is_graph_output() or not name:
             const = ir.node("Constant", [], attributes={"value": tensor})
             new = const.outputs[0]
             graph.insert_before(out.producer(), const)

@@ -3,7 +3,7 @@
 Cases handled: an ``If`` in the main graph or in any subgraph whose condition is a true constant
 (an initializer that is not a graph input, a Constant node, an earlier folded result) holding one
 element. The taken branch's nodes move in front of the ``If`` (nested subgraphs move with them),
-its initializers become initializers of the main graph (Constant nodes inside a subgraph), and
+its initializers become initializers of the graph that held the ``If``, and
 each ``If`` output becomes an ``Identity`` of the branch output, which identity elimination then
 removes where it can. Branch names that clash with a name elsewhere in the model get a suffix.
 
@@ -80,21 +80,12 @@ class InlineConstantIfPass(FusePass):
         # A branch name that occurs more than once in the model (its own occurrence included)
         # clashes with another scope's name once it moves: rename it.
         values, node_names = _name_counts(model)
-        main = graph is model.graph
         moved: list[ir.Node] = []
         for name, init in list(branch.initializers.items()):
             branch.initializers.pop(name)
             if values[name] > 1:
                 init.name = _fresh(name, values)
-            if main:
-                graph.register_initializer(init)
-            else:  # a subgraph keeps its constants as nodes (folding writes them that way too)
-                const = ir.node("Constant", [], attributes={"value": init.const_value})
-                new = const.outputs[0]
-                new.type, new.shape = init.type, init.shape
-                init.replace_all_uses_with(new, replace_graph_outputs=True)
-                new.name, init.name = init.name, None
-                moved.append(const)
+            graph.register_initializer(init)
         branch_outputs = list(branch.outputs)
         branch.outputs.clear()
         for inner in list(branch):

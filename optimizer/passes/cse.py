@@ -4,7 +4,9 @@ attributes and input values) reuses the earlier node's outputs.
 Cases handled:
 - nodes in the main graph and, separately, inside each subgraph (never across scopes);
 - identical small initializers (same dtype, shape and bytes; not graph inputs, not graph
-  outputs) are merged into the first one, so that their consumers become twins too; tensors the
+  outputs) are merged into the first one of their graph (a subgraph's own initializers too: the
+  rules write their constants into the branch they rewrite, one per match), so that their
+  consumers become twins too; tensors the
   optimizer computed itself (NumPy-backed ``ir.Tensor``: folded results, rule-made caches such as
   RoPE's per-layer half tables) are merged at any size, loaded weights only up to 64 KiB;
 - Constant nodes compare by their tensor's dtype, shape and bytes;
@@ -126,8 +128,9 @@ class CommonSubexpressionEliminationPass(FusePass):
     name = "cse"
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = self._dedupe_initializers(model.graph)
-        for graph in model.graphs():
+        modified = False
+        for graph in model.graphs():   # the main graph first: its merges make twins in subgraphs
+            modified |= self._dedupe_initializers(graph)
             modified |= self._cse_graph(graph)
         return ir.passes.PassResult(model, modified=modified)
 

@@ -251,7 +251,7 @@ def test_input_size_cap_does_not_read_large_initializers(monkeypatch):
     assert read == []
 
 
-def test_subgraph_folds_inside_as_constants_and_if_stays():
+def test_subgraph_folds_inside_as_its_own_initializers_and_if_stays():
     proto = parse(HEADER + '''
     g (bool c, float[2] x) => (float[2] y)
     <float[2] a = {1.0, 2.0}>
@@ -269,7 +269,10 @@ def test_subgraph_folds_inside_as_constants_and_if_stays():
     }''')
     model, modified, _ = apply(ConstantFoldingPass, proto)
     assert modified
-    assert ops(model) == {"If": 1, "Constant": 2, "Mul": 1, "Neg": 1}
+    # as in the main graph: the Constant and the folded Add become initializers, of the branch
+    assert ops(model) == {"If": 1, "Mul": 1, "Neg": 1}
+    then = model.graph.node(0).attributes["then_branch"].as_graph()
+    assert set(then.initializers) == {"k", "s"} and set(model.graph.initializers) == {"a"}   # k: for DCE
     for cond in (True, False):
         check_same(proto, model, inputs={"c": np.array(cond), "x": np.array([1.0, -2.0], np.float32)})
 

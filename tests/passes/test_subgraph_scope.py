@@ -199,3 +199,30 @@ def test_sibling_branches_with_the_same_value_names_keep_their_own_shapes():
     for cond in (True, False):
         check_same(proto, model, inputs={"c": np.array(cond), "big": np.ones((2, 1, 3, 1, 4), np.float32),
                                          "x": np.ones((2, 12), np.float32), "k": np.array([12])})
+
+
+def test_twin_constants_inside_a_branch_merge_as_in_the_main_graph():
+    """A branch's own initializers (the rules write theirs there, one per match) and its Constant
+    nodes are merged like the main graph's, so the nodes reading them become twins: two
+    keep-masked-rows floors of one mask were two Max nodes in each branch of a merged decoder."""
+    proto = parse(HEADER + '''
+    g (bool c, float[2, 2] x) => (float[2, 2] y)
+    {
+        y = If(c) <
+            then_branch = t () => (float[2, 2] ty)
+            <float[1] f1 = {-1.0}, float[1] f2 = {-1.0}>
+            {
+                k = Constant <value = float[1] {-1.0}> ()
+                m1 = Max(x, f1)
+                m2 = Max(x, f2)
+                m3 = Max(x, k)
+                s = Add(m1, m2)
+                ty = Add(s, m3)
+            },
+            else_branch = e () => (float[2, 2] ey) { ey = Neg(x) }
+        >
+    }''')
+    model = _cleanup(proto)
+    assert ops(model) == {"If": 1, "Max": 1, "Add": 2, "Neg": 1}
+    assert len(_sub(model, "t").initializers) == 1
+    _branches(proto, model)
