@@ -400,11 +400,12 @@ def _cut_length(start: Dim, end: Dim, n: Dim | None):
     """How many of ``n`` entries ``[start:end]`` keeps (ONNX clamps both bounds into [0, n]; a
     negative bound counts from the end), where provable from sizes alone: ``_WHOLE``, a Dim, or None.
     An end provably >= n (INT64_MAX, n itself read from a shape) is the end of the axis.
-    - ``[-m:]``: min(n, m): the whole axis where m >= n, m where n >= m (attention_mask[:, -S:]);
-      ``[-m:-k]``: m - k where n >= m >= k;
+    - ``[-m:]``: min(n, m): the whole axis where m >= n, m where n >= m (attention_mask[:, -S:]) and
+      m >= 1 (at m = 0 the bound is the axis's start and the cut all of it: ``_from_end``); ``[-m:-k]``: m - k where
+      n >= m >= k >= 1;
     - ``[s:]``: n - s where n >= s (the patch grid after a class token, ``x[:, 1:]``);
     - ``[s:e]``: e - s where n >= e >= s (a causal conv's ``(S+3)//1`` frames cut to ``[:S]``);
-    - ``[s:-k]``: n - k - s where n >= k + s; ``[:-k]`` of a computed length ``(L+c)//s``:
+    - ``[s:-k]``: n - k - s where n >= k + s, k >= 1; ``[:-k]`` of a computed length ``(L+c)//s``:
       ``(L+c-k*s)//s`` (``floor_plus``: SEW-D's same-pad cut, which then meets its pool's length)."""
     if n is None or not _clean(n) or not _clean(start) or not _clean(end):
         return None
@@ -412,17 +413,30 @@ def _cut_length(start: Dim, end: Dim, n: Dim | None):
     if start[0] < 0:
         m = (-start[0], start[1])
         if to_end:
-            return _WHOLE if _at_least(m, n) else m if _at_least(n, m) else None
-        return _minus(m, (-end[0], end[1])) if end[0] < 0 and _at_least(n, m) else None
+            return _WHOLE if _at_least(m, n) else m if _at_least(n, m) and _from_end(m, n) else None
+        k = (-end[0], end[1])
+        return _minus(m, k) if end[0] < 0 and _at_least(n, m) and _at_least(k, _ONE) else None
     if to_end:
         return _WHOLE if start == (0, ()) else _minus(n, start)
     if end[0] < 0:
         if start == (0, ()) and not end[1] and n[0] == 1 and len(n[1]) == 1 \
                 and (folded := floor_plus(n[1][0], end[0])) is not None:
             return 1, (folded,)
-        rest = _minus(n, (-end[0], end[1]))
+        k = (-end[0], end[1])
+        rest = _minus(n, k) if _at_least(k, _ONE) else None
         return _minus(rest, start) if rest is not None else None
     return _minus(end, start) if _at_least(n, end) else None
+
+
+#: a bound -m counts from the end only for m >= 1: -0 is the axis's start (x[:, -S:] at S = 0 is all of x)
+_ONE = (1, ())
+
+
+def _from_end(m: Dim, n: Dim) -> bool:
+    """Whether ``[-m:]`` of ``n`` (n >= m) keeps m entries for every m: m >= 1, or n - m is a multiple
+    of m's own product (``[-S:]`` of S + S), so that m = 0, where the cut keeps all n, has n = 0 too."""
+    rest = _minus(n, m)
+    return _at_least(m, _ONE) or (rest is not None and bool(rest[1]) and rest[1] == m[1])
 
 
 def _minus(a: Dim | None, b: Dim | None) -> Dim | None:

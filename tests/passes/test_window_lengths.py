@@ -155,9 +155,13 @@ SLICES = [
      "float[B, 1, 4] cls, float[B, S, 4] x", "S"),
     # [1 : S + 1] of the same: a nonzero start with a computed end
     (CLS + "e = Add(s1, a1)\ny = Slice(c, a1, e, a1)", "float[B, 1, 4] cls, float[B, S, 4] x", "S"),
-    # [-S : len] of [past; x], the end read back as the axis's own length (not INT64_MAX)
-    ("c = Concat<axis = 1>(p, x)\nsc = Shape(c)\nn = Gather<axis = 0>(sc, a1)\n"
-     "neg = Neg(s1)\ny = Slice(c, neg, n, a1)", "float[B, P, 4] p, float[B, S, 4] x", "S"),
+    # [-(S + 1) : len] of [past; x; two frames], the end read back as the axis's own length (not INT64_MAX)
+    ("c = Concat<axis = 1>(p, x, t)\nsc = Shape(c)\nn = Gather<axis = 0>(sc, a1)\n"
+     "sp = Add(s1, a1)\nneg = Neg(sp)\ny = Slice(c, neg, n, a1)", "float[B, P, 4] p, float[B, S, 4] x, float[B, 2, 4] t",
+     "S + 1"),
+    # [-S:] of [past; x]: at S = 0 the bound -0 is the axis's start and the cut keeps all P entries
+    ("c = Concat<axis = 1>(p, x)\nbig = Constant<value = int64[1] {9223372036854775807}>()\n"
+     "neg = Neg(s1)\ny = Slice(c, neg, big, a1)", "float[B, P, 4] p, float[B, S, 4] x", None),
     # [-(S + 1) : -1] of [x; two frames]: S + 2 >= S + 1 >= 1, so S entries
     ("c = Concat<axis = 1>(x, t)\nm1 = Constant<value = int64[1] {-1}>()\nsp = Add(s1, a1)\nneg = Neg(sp)\n"
      "y = Slice(c, neg, m1, a1)", "float[B, S, 4] x, float[B, 2, 4] t", "S"),
@@ -178,7 +182,7 @@ def test_slice_cut_lengths_follow_from_sizes(body, inputs, want):
         return
     assert got == want
     rng = np.random.default_rng(0)
-    for length in (1, 2, 5):
+    for length in (0, 1, 2, 5):
         feeds = {"x": rng.standard_normal((1, length, 4)).astype(np.float32)}
         if "cls" in inputs:
             feeds["cls"] = rng.standard_normal((1, 1, 4)).astype(np.float32)
