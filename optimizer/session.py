@@ -230,6 +230,21 @@ def _original_proto(source: str | os.PathLike | bytes) -> onnx.ModelProto:
     return load_proto(source, check=False, map_weights=True)[0]
 
 
+def _repeated_node_name(graph: onnx.GraphProto) -> str | None:
+    """A node name used twice in one graph (a body is a graph of its own), or None."""
+    seen: set[str] = set()
+    for node in graph.node:
+        if node.name and node.name in seen:
+            return node.name
+        seen.add(node.name)
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                inner = _repeated_node_name(g)
+                if inner is not None:
+                    return inner
+    return None
+
+
 def _report_summary(result) -> dict[str, Any]:
     report = result.report
     return {"nodes_before": report.nodes_before, "nodes_after": report.nodes_after,
@@ -407,13 +422,16 @@ class InferenceSession(onnxruntime.InferenceSession):
 
     def _optimize(self, source: str | bytes, stats: SessionStats, *, level: int, verify: bool,
                   rules: Sequence[str]):
+        original = _original_proto(source)
+        repeated = _repeated_node_name(original.graph)
+        if repeated is not None:  # optimize() renames it; ONNX Runtime refuses the model
+            raise UserError(f"node name {repeated!r} is used twice in one graph")
         t = time.perf_counter()
         result = optimize(source, level=level, target=stats.target, rules=rules, verify=verify)
         stats.seconds["optimize"] = time.perf_counter() - t
         if verify and not result.report.passed:
             raise VerificationError(f"verification failed: {result.report.verify_failure}")
         t = time.perf_counter()
-        original = _original_proto(source)
         keep_interface(result.model, original)
         stats.seconds["interface"] = time.perf_counter() - t
         stats.report = _report_summary(result)

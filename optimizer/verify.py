@@ -463,6 +463,10 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
     past_len = None
     if lengths is not None:
         past_len = lengths[0] if cache_branch or branch is None else 0
+    # Optimum's merge declares the mask as its no-cache decoder's, [batch, sequence_length]; the
+    # cache branch still reads it over past + new tokens
+    new_vi = _new_tokens_input(model) if branch is not None else None
+    new_dim = _dim(new_vi, 1) if new_vi is not None else None
     feeds: dict[str, np.ndarray] = {}
     for vi in real:
         if not vi.type.HasField("tensor_type"):
@@ -477,7 +481,8 @@ def make_inputs(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
         dims = vi.type.tensor_type.shape.dim
         symbolic_last = bool(dims) and not dims[-1].HasField("dim_value") and vi.name not in shapes
         tied_last = symbolic_last and (not dims[-1].dim_param or (dims[-1].dim_param in ties
-                                                                   and dims[-1].dim_param not in shapes))
+                                                                   and dims[-1].dim_param not in shapes)
+                                       or (new_dim is not None and dims[-1].dim_param == new_dim))
         if past_len is not None and vi.name not in shapes and not _is_cross(vi, model):
             new_tokens = lengths[1]
             if _is_past(vi):

@@ -321,6 +321,9 @@ CASES = [
     Case("duplicate-initializers", _with(lambda m: m.graph.initializer.append(m.graph.initializer[0])), "w",
          surfaces=("api", "cli")),
     Case("duplicate-inputs", _with(lambda m: m.graph.input.append(m.graph.input[0])), "x"),
+    # optimize() renames the second node (model_io._unique_node_names); the session stays ORT's
+    Case("duplicate-node-names", _with(lambda m: [setattr(n, "name", "n") for n in m.graph.node]), "n",
+         surfaces=("session",)),
     Case("unknown-op", _with(lambda m: setattr(m.graph.node[1], "op_type", "Frobnicate")), "frobnicate"),
     Case("undeclared-domain", _with(lambda m: setattr(m.graph.node[1], "domain", "com.nowhere")), "com.nowhere"),
     Case("opset-1", _with(lambda m: setattr(m.opset_import[0], "version", 1)), "opset"),
