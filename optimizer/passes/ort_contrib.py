@@ -93,3 +93,122 @@ class ExpandSimplifiedLayerNormPass(FusePass):
             out.name, y.name = None, name
         self.stats["SimplifiedLayerNormalization"] += 1
         return True
+
+
+class ExpandOrtFusionsPass(FusePass):
+    """For the onnx and trt targets, which cannot run ORT's com.microsoft ops: the norm and GELU
+    fusions ORT's optimizers wrote (SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+    BiasGelu, FastGelu, QuickGelu) back into standard ops, in the forms the rules fuse again for the
+    target (LayerNormalization, RMSNormalization, Gelu) or that run as they are (x * Sigmoid(a x)).
+    A norm whose mean / inv_std_var output is read stays as it is. The ort target keeps them all."""
+
+    name = "expand-ort-fusions"
+    OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "QuickGelu")
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+        modified = False
+        for graph in model.graphs():
+            for node in list(graph):
+                if node.domain == "com.microsoft" and node.op_type in self.OPS:
+                    modified |= self._rewrite(graph, node, opset)
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _rewrite(self, graph: ir.Graph, node: ir.Node, opset: int) -> bool:
+        ins = list(node.inputs)
+        x = ins[0] if ins else None
+        if x is None or x.dtype not in _FLOATS or any(v is None for v in ins[:1]):
+            return False
+        op = node.op_type
+        if op.startswith("Skip") and (len(ins) < 3 or ins[1] is None or ins[2] is None
+                                      or any(o.uses() or o.is_graph_output() for o in node.outputs[1:3])):
+            return False
+        if op == "SkipLayerNormalization" and opset < 17:
+            return False  # LayerNormalization-17
+        dtype = x.dtype
+        stem = node.name or node.outputs[0].name or op
+        nodes: list[ir.Node] = []
+
+        def add(op_type: str, inputs, tag: str, attrs=(), dt=dtype, shape=None) -> ir.Value:
+            v = ir.Value(name=f"{stem}_{tag}", type=ir.TensorType(dt), shape=shape if shape is not None else x.shape)
+            nodes.append(ir.Node("", op_type, inputs, attributes=list(attrs), outputs=[v], name=f"{stem}_{tag}"))
+            return v
+
+        def const(value, tag: str) -> ir.Value:
+            v = ir.Value(name=f"{stem}_{tag}", const_value=ir.tensor(value, dtype=dtype))
+            graph.register_initializer(v)
+            return v
+
+        results: dict[int, ir.Value] = {}
+        if op.startswith("Skip"):
+            s = add("Add", [x, ins[1]], "sum")
+            bias = ins[4] if op == "SkipLayerNormalization" and len(ins) > 4 else (
+                ins[3] if op == "SkipSimplifiedLayerNormalization" and len(ins) > 3 else None)
+            if bias is not None:
+                s = add("Add", [s, bias], "sum_bias")
+            eps = float(_attr(node, "epsilon", 1e-12))  # ORT's default for both
+            if op == "SkipLayerNormalization":
+                beta = ins[3] if len(ins) > 3 else None
+                y = add("LayerNormalization", [s, ins[2], *([beta] if beta is not None else [])], "norm",
+                        attrs=[ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps)])
+            else:
+                if x.shape is None:
+                    return False
+                reduced = ir.Shape([*list(x.shape)[:-1], 1])
+                island = dtype != ir.DataType.FLOAT
+                sf = add("Cast", [s], "sum_f32", attrs=[ir.AttrInt64("to", int(ir.DataType.FLOAT))],
+                         dt=ir.DataType.FLOAT) if island else s
+                work = ir.DataType.FLOAT if island else dtype
+                sq = add("Mul", [sf, sf], "square", dt=work)
+                if opset >= 18:
+                    axes = ir.Value(name=f"{stem}_axes", const_value=ir.tensor([-1], dtype=ir.DataType.INT64))
+                    graph.register_initializer(axes)
+                    ms = add("ReduceMean", [sq, axes], "mean", attrs=[ir.AttrInt64("keepdims", 1)], dt=work,
+                             shape=reduced)
+                else:
+                    ms = add("ReduceMean", [sq], "mean", dt=work, shape=reduced,
+                             attrs=[ir.AttrInt64s("axes", [-1]), ir.AttrInt64("keepdims", 1)])
+                e = ir.Value(name=f"{stem}_epsilon", const_value=ir.tensor(eps, dtype=work))
+                graph.register_initializer(e)
+                sd = add("Sqrt", [add("Add", [ms, e], "var_eps", dt=work, shape=reduced)], "std", dt=work,
+                         shape=reduced)
+                n = add("Mul", [sf, add("Reciprocal", [sd], "inv_std", dt=work, shape=reduced)], "normalized",
+                        dt=work)
+                if island:
+                    n = add("Cast", [n], "normalized_cast", attrs=[ir.AttrInt64("to", int(dtype))])
+                y = add("Mul", [n, ins[2]], "scaled")
+            results = {0: y, 3: s}
+        else:
+            a = x
+            if len(ins) > 1 and ins[1] is not None:  # BiasGelu / FastGelu's bias
+                a = add("Add", [x, ins[1]], "biased")
+            if op == "BiasGelu":
+                t = add("Erf", [add("Mul", [a, const(0.7071067811865476, "rsqrt2")], "scaled")], "erf")
+                y = add("Mul", [add("Mul", [a, add("Add", [t, const(1.0, "one")], "one_plus")], "times"),
+                               const(0.5, "half")], "gelu")
+            elif op == "FastGelu":
+                cube = add("Mul", [a, add("Mul", [a, a], "square")], "cube")
+                inner = add("Add", [a, add("Mul", [cube, const(0.044715, "coef")], "cubic")], "inner")
+                t = add("Tanh", [add("Mul", [inner, const(0.7978845608028654, "k")], "scaled")], "tanh")
+                y = add("Mul", [add("Mul", [a, const(0.5, "half")], "half_x"),
+                               add("Add", [t, const(1.0, "one")], "one_plus")], "gelu")
+            else:  # QuickGelu: x * sigmoid(alpha x)
+                alpha = float(_attr(node, "alpha", 1.702))
+                z = a if alpha == 1.0 else add("Mul", [a, const(alpha, "alpha")], "scaled")
+                y = add("Mul", [a, add("Sigmoid", [z], "sigmoid")], "gelu")
+            results = {0: y}
+        graph.insert_before(node, nodes)
+        for k, new in results.items():
+            if k >= len(node.outputs):
+                continue
+            old = node.outputs[k]
+            if not (old.uses() or old.is_graph_output()):
+                continue
+            new.shape = old.shape if old.shape is not None else new.shape
+            name = old.name
+            old.replace_all_uses_with(new, replace_graph_outputs=True)
+            if new.is_graph_output():
+                old.name, new.name = None, name
+        graph.remove(node, safe=True)
+        self.stats[op] += 1
+        return True

@@ -138,3 +138,48 @@ def test_nodes_out_of_order_are_sorted_on_load():
     }''')
     with pytest.raises(UserError, match="topologically sorted"):
         load_model(cyclic)
+
+
+@pytest.mark.parametrize("dtype", ["float", "float16"])
+@pytest.mark.parametrize("body, gone", [
+    ("n, m1, v1, s = com.microsoft.SkipLayerNormalization<epsilon = 1e-5>(x, skip, w, b, b)\n y = Add(n, s)",
+     "SkipLayerNormalization"),
+    ("n, m1, v1, s = com.microsoft.SkipSimplifiedLayerNormalization<epsilon = 1e-6>(x, skip, w)\n y = Add(n, s)",
+     "SkipSimplifiedLayerNormalization"),
+    ("y = com.microsoft.BiasGelu(x, b)", "BiasGelu"),
+    ("y = com.microsoft.FastGelu(x, b)", "FastGelu"),
+    ("y = com.microsoft.QuickGelu<alpha = 1.702>(x)", "QuickGelu"),
+])
+def test_ort_fusions_expand_to_what_ort_computes(body, gone, dtype):
+    from onnx_fuse.passes.ort_contrib import ExpandOrtFusionsPass
+    from onnx_fuse.verify import verify
+
+    proto = onnx.parser.parse_model('<ir_version: 9, opset_import: ["" : 18, "com.microsoft" : 1]>' + f'''
+    g ({dtype}[B, S, 16] x, {dtype}[B, S, 16] skip, {dtype}[16] w, {dtype}[16] b) => ({dtype}[B, S, 16] y)
+    {{
+        {body}
+    }}''')
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    assert ExpandOrtFusionsPass()(model).modified
+    out = ir.to_proto(model)
+    assert all(n.domain in ("", "ai.onnx") for n in out.graph.node), [n.op_type for n in out.graph.node]
+    onnx.checker.check_model(out, full_check=True)
+    assert verify(proto, out, precision="fp16" if dtype == "float16" else None)["passed"]
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_onnx_and_trt_targets_re_express_ort_fusions(target, tmp_path):
+    """ORT EXTENDED's SkipLayerNormalization / BiasGelu / FusedMatMul on BERT: the onnx and trt
+    targets cannot run them; they come back as LayerNormalization-17 / Gelu-20 / Attention."""
+    src = CORPUS / "bert__dyn_mask__trained.onnx"
+    if not src.exists():
+        pytest.skip(f"{src.name} not in the corpus")
+    pre = tmp_path / "pre.onnx"
+    _ort_extended(src, pre)
+    result = onnx_fuse.optimize(str(pre), level=3, target=target, verify=True)
+    proto = result.to_proto()
+    assert not [n.op_type for n in proto.graph.node if n.domain == "com.microsoft"]
+    counts = collections.Counter(n.op_type for n in proto.graph.node)
+    assert counts["LayerNormalization"] == 5 and counts["Gelu"] == 2 and counts["Attention"] == 2, counts
+    assert result.report.verify["passed"]
