@@ -276,9 +276,12 @@ def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
     (``past_sequence_length``, ``p``); a decoder's mask length is past + new (length_ties), or
     the original model itself fails to run on the random inputs.
     """
+    from onnx_fuse.rewrite._local_check import _eval_dim
+
     values: dict[str, int] = {}
     past = max(5, (window_constant(model) if window is None else window) + 1)
     past_dims = {d for vi in _pasts(model) if isinstance(d := _dim(vi, _past_axis(vi)), str)}
+    formulas: list[tuple[str, int]] = []
     for vi in model.graph.input:
         for i, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.dim_param and d.dim_param not in values:
@@ -286,9 +289,16 @@ def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
                     values[d.dim_param] = int(d.dim_param)
                     continue
                 given = shapes.get(d.dim_param)
+                if not given and not d.dim_param.isidentifier():
+                    formulas.append((d.dim_param, i))   # '2*batch' (BLOOM 4.38's cache): after its names
+                    continue
                 is_past = d.dim_param in past_dims or d.dim_param.lower().startswith("past")
                 default = 2 if i == 0 else past if is_past else 8
                 values[d.dim_param] = given[0] if given else default
+    for name, i in formulas:
+        if name not in values:
+            v = _eval_dim(name, values)
+            values[name] = v if v is not None and v > 0 else 2 if i == 0 else 8
     for name, terms in length_ties(model).items():
         if name not in shapes:
             values[name] = sum(x if isinstance(x, int) else values.get(x, 8) for x in terms)

@@ -422,9 +422,17 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         ids = torch.randint(3, vocab, (batch, past), generator=g)
         for i, (ks, vs) in enumerate(_past_shapes(model, ids)):
             for kv, shape in (("key", ks), ("value", vs)):
-                if len(shape) != 4 or shape[0] != batch:  # BLOOM before 4.4x: [batch * heads, ...] 3-D
-                    raise RuntimeError(f"cache layout {list(shape)} is not [batch, heads, past, head_dim]")
                 name = f"past_key_values.{i}.{kv}"
+                if len(shape) == 3 and shape[0] % batch == 0 and list(shape[1:]).count(past) == 1:
+                    # BLOOM before 4.44: heads folded into the batch, key [B*H, D, P], value [B*H, P, D];
+                    # the folded dim is named by its product, which verify and the shape facts read
+                    heads, axis = shape[0] // batch, 1 + list(shape[1:]).index(past)
+                    size = [batch * heads, *shape[1:]]
+                    feeds[name] = torch.randn(*size, generator=g)
+                    dims[name] = [f"{heads}*batch", *("past_sequence" if a == axis else size[a] for a in (1, 2))]
+                    continue
+                if len(shape) != 4 or shape[0] != batch:
+                    raise RuntimeError(f"cache layout {list(shape)} is not [batch, heads, past, head_dim]")
                 feeds[name] = torch.randn(batch, shape[1], past, shape[3], generator=g)
                 dims[name] = ["batch", shape[1], "past_sequence", shape[3]]
         return feeds, dims
@@ -830,20 +838,23 @@ def _io(values):
 
 
 def dim_value(d, values=None):
-    """An int for a manifest dim: ints stay, names and sums of names ('past_sequence_length +
-    sequence_length') take the example sizes."""
+    """An int for a manifest dim: ints stay, names, sums and products of names ('past_sequence_length +
+    sequence_length', BLOOM 4.38's '2*batch') take the example sizes."""
     values = values or DIM_VALUES
     if isinstance(d, int):
         return d
     total = 0
     for term in str(d).split("+"):
-        term = term.strip()
-        if term.isdigit():
-            total += int(term)
-        elif term in values:
-            total += values[term]
-        else:
-            raise KeyError(f"unknown dim {d!r}")
+        product = 1
+        for factor in term.split("*"):
+            factor = factor.strip()
+            if factor.isdigit():
+                product *= int(factor)
+            elif factor in values:
+                product *= values[factor]
+            else:
+                raise KeyError(f"unknown dim {d!r}")
+        total += product
     return total
 
 

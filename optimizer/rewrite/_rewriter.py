@@ -36,6 +36,30 @@ RULE_TAG = "onnx_fuse.rule"
 _ZERO_MEANS_UNKNOWN = frozenset({"Attention"})
 
 
+def _concat_length(nn: Any, shape: ir.Shape, in_shapes: list) -> ir.Shape:
+    """A new Concat's length along its axis named as its parts' sum (``past_sequence + sequence``,
+    passes/_dim_sums.py's spelling) where ONNX inference leaves it unknown: a join written by a
+    rule (cache-heads-folded) then has the length shape inference would give it, which views of
+    it need to be proven."""
+    from onnx_fuse.passes._dim_products import dim_text, to_dim
+    from onnx_fuse.passes._dim_sums import dim_sum
+
+    rank, axis = len(shape), nn.attrs.get("axis")
+    if not isinstance(axis, (int, np.integer)) or not -rank <= axis < rank:
+        return shape
+    axis = int(axis) % rank
+    d = shape.dims[axis]
+    if isinstance(d, int) or getattr(d, "value", None) or any(x is None or len(x) != rank for x in in_shapes):
+        return shape
+    parts = [x.dims[axis] for x in in_shapes]
+    total = dim_sum([to_dim(p if isinstance(p, int) else getattr(p, "value", None)) for p in parts])
+    if total is None:
+        return shape
+    dims = list(shape.dims)
+    dims[axis] = total[0] if not total[1] else ir.SymbolicDim(dim_text(total))
+    return ir.Shape(dims)
+
+
 class RewriteRejected(Exception):
     """The replacement for a match is invalid; the match is left alone."""
 
@@ -451,6 +475,8 @@ class Rewriter:
                         continue
                     dtype, shape = inferred
                     shape = None if shape is None else ir.Shape(list(shape.dims))  # cached: copy
+                    if nn.op_type == "Concat" and shape is not None:
+                        shape = _concat_length(nn, shape, [type_of(v)[1] for v in nn.inputs])
                     known[out] = (dtype, shape)
                     out.dtype, out.shape = dtype, shape
         # replaced values keep their type; a disagreeing inferred type is a wrong rewrite

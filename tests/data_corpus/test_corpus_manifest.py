@@ -120,5 +120,8 @@ def test_dim_values():
     ex = _exporter()
     assert ex.dim_value("past_sequence_length + sequence_length") == ex.PAST + ex.SEQ
     assert ex.dim_value(16) == 16
+    assert ex.dim_value("2*batch") == 2 * ex.BATCH   # BLOOM 4.38's folded cache [2*batch, D, P]
     with pytest.raises(KeyError):
         ex.dim_value("unknown_dim")
+    with pytest.raises(KeyError):
+        ex.dim_value("2*unknown_dim")
