@@ -240,6 +240,22 @@ def test_merged_decoder_verifies_both_branches():
     np.testing.assert_array_equal(no_past["position_ids"][0], np.arange(no_past["input_ids"].shape[1]))
 
 
+def test_merged_decoder_mask_declared_as_the_no_cache_decoders():
+    """optimum.onnx.merge_decoders declares each input as the no-cache decoder has it: the mask is
+    [batch_size, sequence_length] like input_ids; the cache branch still reads it over past + new."""
+    model = _optimum_decoder(merged=True)
+    mask = next(vi for vi in model.graph.input if vi.name == "attention_mask")
+    mask.type.tensor_type.shape.dim[1].dim_param = "sequence_length"
+    from onnx_fuse.verify import input_cases
+
+    (_, with_past), (_, no_past) = input_cases(model)
+    assert with_past["attention_mask"].shape[1] == (with_past["past_key_values.0.key"].shape[2]
+                                                    + with_past["input_ids"].shape[1])
+    assert no_past["attention_mask"].shape[1] == no_past["input_ids"].shape[1]
+    result = verify(model, model)
+    assert result["passed"] and result["cases"] == ["use_cache_branch=1", "use_cache_branch=0"]
+
+
 def test_merged_decoder_difference_in_the_no_cache_branch_is_caught():
     result = verify(_optimum_decoder(merged=True), _optimum_decoder(merged=True, wrong_no_cache_branch=True))
     bad = {o["name"] for o in result["outputs"] if not o["passed"]}

@@ -59,6 +59,10 @@ def _tag_generated_dims(model: ir.Model, run: int) -> None:
                                     if _untagged(d) else d for d in shape])
 
 
+#: graph.meta key of the exporter placeholders found so far (exporter_placeholders)
+PLACEHOLDERS_KEY = "onnx_fuse.exporter_placeholders"
+
+
 def _untagged(dim) -> bool:
     """A name this run invented, not yet tagged with its run."""
     return (not isinstance(dim, int) and invented_name(dim.value)
@@ -66,8 +70,11 @@ def _untagged(dim) -> bool:
 
 
 def exporter_placeholders(model: ir.Model) -> set[str]:
-    """The TorchScript exporter's ``<OpType><output>_dim_<i>`` names on graph outputs (docstring)."""
-    names = set()
+    """The TorchScript exporter's ``<OpType><output>_dim_<i>`` names on graph outputs (docstring).
+    Names found once stay placeholders (kept in the graph's meta): cleanup may remove the producer
+    they name (GPT-J 4.48's float16 export casts its float32 present key to float32, so
+    ``Castpresent.0.key_dim_2`` sits on a Concat's output once the Cast is gone)."""
+    names = set(model.graph.meta.get(PLACEHOLDERS_KEY, ()))
     for graph in model.graphs():
         for value in graph.outputs:
             node = value.producer()
@@ -75,6 +82,7 @@ def exporter_placeholders(model: ir.Model) -> set[str]:
                 continue
             names |= {str(d.value) for i, d in enumerate(value.shape)
                       if not isinstance(d, int) and d.value == f"{node.op_type}{value.name}_dim_{i}"}
+    model.graph.meta[PLACEHOLDERS_KEY] = frozenset(names)
     return names
 
 
