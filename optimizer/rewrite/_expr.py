@@ -372,6 +372,24 @@ def _padding_mask(ctx, m, q) -> bool:
     return padding_mask(ctx, m, q)
 
 
+def _padding_input(ctx, m, q):
+    from onnx_fuse.rewrite._mask_probe import padding_input
+
+    return padding_input(ctx, m, q)
+
+
+def _padding_fill(ctx, m, q) -> float:
+    from onnx_fuse.rewrite._mask_probe import padding_fill
+
+    return padding_fill(ctx, m, q)
+
+
+def _padding_window(ctx, m, q) -> int:
+    from onnx_fuse.rewrite._mask_probe import padding_window
+
+    return padding_window(ctx, m, q)
+
+
 def _cropped_window(ctx, m, q, kept, past) -> int:
     from onnx_fuse.rewrite._mask_probe import cropped_window
 
@@ -515,6 +533,10 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # whether a prefill mask is an attention-mask input's key padding over a causal band or
     # nothing, decided on its values (_mask_probe.padding_mask); fails with the reason otherwise
     "padding_mask": _padding_mask,
+    # that proof's attention-mask input, and its causal part: -1 none, 0 causal, W a band of W keys
+    "padding_input": _padding_input,
+    "padding_window": _padding_window,
+    "padding_fill": _padding_fill,
     # n when kept is past's last n tokens (a Slice of it, its bounds constant or computed from
     # shapes and probed), 0 when kept is past (_crop.crop_length); fails with the reason otherwise
     "crop_length": _crop_length,

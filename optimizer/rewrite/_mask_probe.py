@@ -628,13 +628,46 @@ def _kept(arr: np.ndarray, what: str) -> np.ndarray:
 
 def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
     """True when ``mask`` (an additive bias or a boolean keep-mask, broadcast to [B,H,S,S]) over
-    q's S tokens ([B,H,S,D], prefill) is the key padding of an attention-mask input [B, T] on top
-    of a causal band or of nothing: run with attention_mask all ones it keeps every key, or a band
-    (sliding_window's form); run with some of attention_mask's entries zero, a different set in
-    each batch row, it keeps exactly that less the keys zeroed in its own row. Decided on values
-    (the cone run in ONNX Runtime, a batch of 2 where the batch is not fixed), whatever ops build
-    the mask. Raises EvalFailure with the reason otherwise (no attention-mask input, a mask from
-    an activation, a bias on kept keys, keys dropped other than attention_mask's)."""
+    q's S tokens ([B,H,S,D] or [B,S,E], prefill) is the key padding of an attention-mask input
+    [B, T] on top of a causal band or of nothing: run with attention_mask all ones it keeps every
+    key, or a band (sliding_window's form); run with some of attention_mask's entries zero, a
+    different set in each batch row, it keeps exactly that less the keys zeroed in its own row.
+    Decided on values (the cone run in ONNX Runtime, a batch of 2 where the batch is not fixed),
+    whatever ops build the mask. Raises EvalFailure with the reason otherwise (no attention-mask
+    input, a mask from an activation, a bias on kept keys, keys dropped other than attention_mask's)."""
+    _padding(ctx, mask, q)
+    return True
+
+
+def padding_input(ctx: Any, mask: Any, q: Any) -> ir.Value:
+    """The attention-mask graph input whose key padding ``mask`` is (padding_mask() holds)."""
+    return _padding(ctx, mask, q)[0]
+
+
+def padding_window(ctx: Any, mask: Any, q: Any) -> int:
+    """The causal part of a padding mask (padding_mask() holds): -1 for none (every key kept with
+    attention_mask all ones), 0 for a plain causal one, W for a band of W keys (probed past every
+    constant of the cone, so a window written as a constant shows). Raises EvalFailure otherwise."""
+    _, base, s, _ = _padding(ctx, mask, q)
+    if base.all():
+        return -1
+    exact, need = _window_rows(base.reshape(-1, s, s)[:1], 0, s)
+    if not exact:
+        return 0
+    if len(exact) > 1 or min(exact) < need:
+        raise EvalFailure(f"the mask's causal part is no single window (rows see {sorted(exact)} keys)")
+    return next(iter(exact))
+
+
+def padding_fill(ctx: Any, mask: Any, q: Any) -> float:
+    """The highest value a padding mask (padding_mask() holds) gives a masked key in its probes
+    (-inf for a boolean keep-mask): how far it pushes masked keys down."""
+    return _padding(ctx, mask, q)[3]
+
+
+def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float]:
+    """padding_mask()'s proof: (the attention-mask input, the keys kept with it all ones, S, the
+    highest masked value)."""
     for v, what in ((mask, "mask"), (q, "q")):
         if not isinstance(v, ir.Value):
             raise EvalFailure(f"padding_mask() needs the {what} as a graph value")
@@ -644,8 +677,8 @@ def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
         raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
     if _const(mask) is not None:
         raise EvalFailure("the mask is a constant: it reads no attention mask")
-    if q.shape is None or len(q.shape) != 4:
-        raise EvalFailure("q must be 4-D with a known shape")
+    if q.shape is None or len(q.shape) not in (3, 4):
+        raise EvalFailure("q must be 4-D (or 3-D, [B,S,E]) with a known shape")
     cone, as_const = _cone(mask)
     ams = list({id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()
                 and "mask" in (i.name or "").lower() and i.shape is not None and len(i.shape) == 2}.values())
@@ -654,7 +687,7 @@ def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
                           f"the mask reads {len(ams)} attention-mask inputs")
     am = ams[0]
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
-    sd, bd = q.shape.dims[2], am.shape.dims[0]
+    sd, bd = q.shape.dims[-2], am.shape.dims[0]
     s = sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3)
     if s > _MAX_SQUARE_PROBE:
         raise EvalFailure(f"a probe of {s} x {s} tokens is too large")
@@ -665,15 +698,17 @@ def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
     # every third key dropped, from a different first key in each row (a key in the middle and
     # the last ones: left, right and inner padding at once)
     pattern = ((np.arange(s)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
-    got = []
+    got, top = [], -np.inf
     for drop in (None, (am, pattern)):
         arr, why = _run_probe(cone, as_const, mask, 0, s, env, opset, batch=rows, drop=drop)
         if why is not None:
             raise EvalFailure(why)
         if arr.ndim != 4 or arr.shape[-1] != s or arr.shape[-2] not in (1, s) or arr.shape[0] not in (1, rows):
             raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {rows} and {s} tokens")
-        got.append(np.broadcast_to(_kept(arr, "(attention mask " + ("all ones)" if drop is None else "with keys dropped)")),
-                                   (rows, arr.shape[1], s, s)))
+        kept = _kept(arr, "(attention mask " + ("all ones)" if drop is None else "with keys dropped)"))
+        if arr.dtype != np.bool_ and not kept.all():
+            top = max(top, float(arr[~kept].astype(np.float64).max()))
+        got.append(np.broadcast_to(kept, (rows, arr.shape[1], s, s)))
     base, padded = got
     if not base.all():   # a causal part: one band per row, the same in every batch row and head
         _band_starts(base, 0, s)
@@ -684,5 +719,5 @@ def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
         what = "keeps" if padded[tuple(bad[0])] else "masks"
         raise EvalFailure(f"with attention_mask[{b}, {j}] = {int(pattern[b, j])} the mask {what} key {j} of "
                           f"query {i} (not attention_mask's key padding)")
-    return True
+    return am, base, s, top
 

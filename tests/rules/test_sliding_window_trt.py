@@ -156,7 +156,8 @@ def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path, wi
     """--verify checks each rewrite on a cut-out with random inputs: the band (base), outside the
     match but computed from the match's own index ranges, is computed there on the original's
     side (random booleans would be no mask the model makes, and rolled the right rewrite back);
-    the same rule emitting W + 1 is caught and rolled back. A window of 12 is wider than the
+    the same rule emitting W + 1 is caught and rolled back (and the probed rule takes the attention
+    with the window the mask's values give). A window of 12 is wider than the
     cut-out's default 8 positions: the cut-out then runs W + 3 (_local_check._sequence_length)."""
     import onnx_fuse
 
@@ -173,7 +174,9 @@ def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path, wi
     (tmp_path / "wrong.yaml").write_text("rules:\n" + wrong)
     bad = onnx_fuse.optimize(original, level=4, target="trt", verify=True, rules=[str(tmp_path / "wrong.yaml")])
     assert [f["rule"] for f in bad.report.verify["rewrites"]["failed"]] == ["fused-attention-trt-sliding"] * 2
-    assert not _fa_attrs(bad.to_proto())
+    # rolled back; fused-attention-trt-probed then reads the band from the mask's values
+    assert [a["window"] for a in _fa_attrs(bad.to_proto())] == [window] * ENTRY["num_layers"]
+    assert bad.report.rule_fires.get("fused-attention-trt-probed") == ENTRY["num_layers"], bad.report.rule_fires
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx"])
