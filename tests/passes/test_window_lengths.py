@@ -190,3 +190,82 @@ def test_slice_cut_lengths_follow_from_sizes(body, inputs, want):
             if name in inputs:
                 feeds[name[-1]] = rng.standard_normal((1, n, 4)).astype(np.float32)
         assert _runtime_dims(proto, "y", feeds)[1] == _length(want, {"S": length})
+
+
+def _random_window(rng):
+    op = rng.choice(["Conv", "MaxPool", "AveragePool", "ConvTranspose", "LpPool"])
+    k, s, d = rng.randint(1, 5), rng.randint(1, 4), rng.randint(1, 3)
+    attrs = dict(kernel_shape=[k], strides=[s])
+    auto = rng.choice(["NOTSET"] * 4 + ["SAME_UPPER", "SAME_LOWER", "VALID"])
+    if auto == "NOTSET":
+        attrs["pads"] = [rng.randint(0, k - 1), rng.randint(0, k - 1)]
+    else:
+        attrs["auto_pad"] = auto
+    if op in ("Conv", "MaxPool", "ConvTranspose"):
+        attrs["dilations"] = [d]
+    else:
+        d = 1
+    if op in ("MaxPool", "AveragePool", "LpPool") and rng.random() < 0.6:
+        attrs["ceil_mode"] = 1
+    if op == "ConvTranspose" and s > 1 and rng.random() < 0.4:
+        attrs["output_padding"] = [rng.randint(0, s - 1)]
+    return op, attrs, (2, 2, k) if op in ("Conv", "ConvTranspose") else None, d * (k - 1) + 1
+
+
+def test_random_windows_agree_with_onnx_runtime():
+    """60 random configurations: every length named is ORT's, wherever the padded input holds one
+    window (shorter inputs: _window_length's docstring)."""
+    import random
+
+    rng, named = random.Random(7), 0
+    for _ in range(60):
+        op, attrs, weight, span = _random_window(rng)
+        proto = _window_model(op, attrs, weight)
+        name = _inferred(proto, "y")[2]
+        if name is None or invented_name(name):
+            continue
+        named += 1
+        pads = sum(attrs.get("pads", [0, 0])) if attrs.get("auto_pad", "NOTSET") == "NOTSET" else 0
+        for length in range(1, 20):
+            if op != "ConvTranspose" and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") \
+                    and length + pads < span:
+                continue
+            try:
+                got = _runtime_dims(proto, "y", {"x": np.ones((1, 2, length), np.float32)})[2]
+            except ort.capi.onnxruntime_pybind11_state.InvalidArgument:
+                continue   # the original does not run (ORT refuses a dilated SAME Conv)
+            assert got == _length(name, {"L": length}), (op, attrs, name, length)
+    assert named >= 40
+
+
+def test_random_cuts_agree_with_onnx_runtime():
+    """80 random Slices of [x; c static frames] with bounds from ints, S, S + c, -S, -(S + c),
+    INT64_MAX and the axis's length read back: every length named is ORT's, S = 0..6."""
+    import random
+
+    rng, named = random.Random(11), 0
+
+    def bound(name):
+        kind, c = rng.choice(["int", "S", "S+c", "-S", "-(S+c)", "big", "n"]), rng.randint(-3, 4)
+        return {"int": f"{name} = Constant<value = int64[1] {{{c}}}>()",
+                "big": f"{name} = Constant<value = int64[1] {{9223372036854775807}}>()",
+                "n": f"{name}_s = Shape(c)\n{name} = Gather<axis = 0>({name}_s, a1)",
+                "S": f"{name} = Identity(s1)", "-S": f"{name} = Neg(s1)",
+                "S+c": f"{name}_c = Constant<value = int64[1] {{{abs(c)}}}>()\n{name} = Add(s1, {name}_c)",
+                "-(S+c)": f"{name}_c = Constant<value = int64[1] {{{abs(c)}}}>()\n{name}_p = Add(s1, {name}_c)\n"
+                          f"{name} = Neg({name}_p)"}[kind]
+
+    for _ in range(80):
+        pad = rng.randint(0, 3)
+        frames = ", ".join(["1."] * 4 * pad)
+        cat = (f"t = Constant<value = float[1, {pad}, 4] {{{frames}}}>()\nc = Concat<axis = 1>(x, t)"
+               if pad else "c = Identity(x)")
+        proto = _slice_model(f"{cat}\n{bound('st')}\n{bound('en')}\ny = Slice(c, st, en, a1)", "float[1, S, 4] x")
+        name = _inferred(proto, "y")[1]
+        if name is None or invented_name(name):
+            continue
+        named += 1
+        for length in range(7):
+            got = _runtime_dims(proto, "y", {"x": np.ones((1, length, 4), np.float32)})[1]
+            assert got == _length(name, {"S": length}), (proto.graph.node, name, length)
+    assert named >= 10
