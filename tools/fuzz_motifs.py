@@ -9,7 +9,8 @@ that are also graph inputs, fp16, scalar vs [1] constants, outputs of shape () v
 dims get a run-time value per graph (often 1: query length 1 is a trap of its own); a quarter of
 the motif graphs also get an If (``add_control_flow``: an intermediate read inside a branch, a
 motif built inside one), and some (``SPARSE_SHARE``) keep part of their weights as sparse
-initializers (``add_sparse_initializers``). The feeds are generated with the graph, so a case is fully determined
+initializers (``add_sparse_initializers``); half of those with an If name its branch values as
+onnx-ir names the values our passes add (``name_branches_like_ours``). The feeds are generated with the graph, so a case is fully determined
 by its seed. A fifth of the seeds
 (``DECODER_SHARE``) are KV-cache decoder steps instead (tools/fuzz_decoder.py), whose switches
 (sliding window, attention sinks, fp16 upcasts, fp8 KV, ...) are ``Case.spec``; of the rest, a
@@ -654,10 +655,39 @@ def add_sparse_initializers(model: onnx.ModelProto, side: np.random.Generator) -
     return ["sparse-initializer"]
 
 
+#: share of the graphs with an If whose branch values are named as onnx-ir names new values
+#: (``val_0``, ``val_1``...: ``name_branches_like_ours``), from a side stream of the seed
+INVENTED_NAMES_SHARE = 0.5
+
+
+def name_branches_like_ours(model: onnx.ModelProto) -> list[str]:
+    """Name the values each If branch of the main graph defines ``val_0``, ``val_1``... (both
+    branches alike, as merged decoders share names): the names onnx-ir gives the values a pass
+    adds to the main graph, which a body must not define (passes/_scoped_names.py)."""
+    renamed = False
+    for node in model.graph.node:
+        if node.op_type != "If":
+            continue
+        for attr in node.attribute:
+            names: dict[str, str] = {}
+            for inner in attr.g.node:
+                for i, o in enumerate(inner.output):
+                    if o:
+                        names[o] = inner.output[i] = f"val_{len(names)}"
+            for inner in attr.g.node:
+                inner.input[:] = [names.get(v, v) for v in inner.input]
+            for out in attr.g.output:
+                out.name = names.get(out.name, out.name)
+            renamed |= bool(names)
+    return ["branch-names-like-ours"] if renamed else []
+
+
 def _with_sparse(case: Case) -> Case:
     side = np.random.default_rng([case.seed, 0x5A5])
     if side.random() < SPARSE_SHARE:
         case.traps += add_sparse_initializers(case.model, side)
+    if np.random.default_rng([case.seed, 0x7A1]).random() < INVENTED_NAMES_SHARE:
+        case.traps += name_branches_like_ours(case.model)
     return case
 
 

@@ -65,3 +65,13 @@ def test_a_kv_cache_attention_inside_a_branch_runs_at_the_onnx_target():
     O3 / O4 onnx)."""
     runs = fd.fuzz_case(make_case(2019), [3, 4], ["onnx"])[0]
     assert [r["cls"] for r in runs] == ["ok", "ok"], runs
+
+
+def test_branch_values_named_as_our_passes_name_theirs():
+    """Seed 10's branches name their values val_0, val_1... (fuzz_motifs.name_branches_like_ours),
+    the names onnx-ir gives values a pass adds to the main graph: the checker refused the
+    optimized model at O3 / O4 every target ('val_0' used as output names multiple times)."""
+    case = make_case(10)
+    assert "branch-names-like-ours" in case.traps
+    runs = fd.fuzz_case(case, [3], ["ort", "trt"])[0]
+    assert runs and all(r["cls"] == "ok" for r in runs), runs
