@@ -98,3 +98,31 @@ def test_two_masked_levels_below_the_floor_keep_their_order(h, target, elem):
     np.testing.assert_allclose(y[1, :, 3], v[:, 2:].mean(1), atol=tol)
     if elem == TensorProto.FLOAT:
         np.testing.assert_allclose(y[1, :, 2], v[:, 1], atol=tol)
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_random_masked_levels_keep_their_order(h, target):
+    """Rows with no kept key whose entries take 2-4 random levels between finfo.min and -1e30
+    (log-uniform, at least 0.1% apart), -inf on some keys: the original weighs the highest level's
+    keys alike, and so does the fused op."""
+    model = _masked_attention(h, TensorProto.FLOAT)
+    out = h.fuse(model, target)
+    assert h.ops(out)["Attention"] == 1, h.ops(out)
+    r = np.random.default_rng(11)
+    for _ in range(4):
+        mask = np.zeros((B, 1, S, S), np.float32)
+        for b in range(B):
+            for i in range(S):
+                levels = -np.exp(r.uniform(np.log(1e30), np.log(-LOWEST), r.integers(2, 5)))
+                levels = levels[np.argsort(levels)]
+                while len(levels) > 1 and np.any(levels[1:] / levels[:-1] > 0.999):
+                    levels = levels[1:]
+                mask[b, 0, i] = r.choice(levels.astype(np.float32), S)
+                mask[b, 0, i, r.integers(0, S)] = levels.max()   # the top level on one key at least
+                if r.random() < 0.5:
+                    mask[b, 0, i, r.integers(0, S)] = -np.inf
+                if not np.isfinite(mask[b, 0, i]).any():
+                    mask[b, 0, i, 0] = levels.max()
+        feeds = {x: r.standard_normal((B, H, S, D)).astype(np.float32) for x in ("q", "k", "v")}
+        feeds["mask"] = mask
+        h.assert_close(model, out, feeds)
