@@ -45,7 +45,7 @@ def separate_scoped_names(model: ir.Model) -> int:
     def walk(graph: ir.Graph, outer: frozenset[str]) -> None:
         nonlocal renamed
         here = set()
-        for v in _defined(graph):
+        for v in list(_defined(graph)):   # renaming an initializer re-keys graph.initializers
             if v.name in outer:
                 k = 1
                 while f"{v.name}__{k}" in taken:

@@ -3,6 +3,7 @@ body already defines (onnx-ir names new values per graph, ``val_8``) is moved of
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from onnx import TensorProto as TP
@@ -78,3 +79,16 @@ def test_the_body_value_is_renamed_and_siblings_may_share():
     onnx.checker.check_model(ir.to_proto(model), full_check=True)
     siblings = _ir_model("s", "s")   # two branches of one If: not enclosing scopes
     assert separate_scoped_names(siblings) == 0
+
+
+def test_a_body_initializer_taking_an_outer_name():
+    """Renaming an initializer re-keys graph.initializers: iterating it while renaming raised
+    'dictionary keys changed during iteration' (fuzz seed 269904747, O3 / O4 every target)."""
+    model = _ir_model("t_out", "e_out")
+    body = model.graph.node(1).attributes["then_branch"].value
+    w = ir.Value(name="a", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]),
+                 const_value=ir.tensor(np.ones(2, np.float32), name="a"))
+    body.register_initializer(w)
+    body.node(0).replace_input_with(0, w)
+    assert separate_scoped_names(model) == 1
+    assert list(body.initializers) == ["a__1"] and body.node(0).inputs[0] is w
