@@ -57,9 +57,9 @@ BF16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 # dtype's lowest value (or -inf) as -inf and gives 0 for a query row whose keys all have it; a
 # float32 mask with a floor above that (lower.yaml's keep-masked-rows: -1e30) gives such a row
 # uniform weights, but a boundary Cast to float16 overflows -1e30 to -inf. Entries between float32's
-# lowest and this floor are raised to it before the Cast, as keep-masked-rows does for float16
-# graphs (s + (-60000) in float16 absorbs |s| < 16); -inf and float32's lowest itself, -inf to ORT
-# in either precision, are left to become -inf. keep-masked-rows reads it through the rule
+# lowest and this floor are mapped into (floor - 2048, floor] before the Cast, in order (_mask_floor),
+# as keep-masked-rows does for float16 graphs (s + (-60000) in float16 absorbs |s| < 16); -inf and
+# float32's lowest itself, -inf to ORT in either precision, are left to become -inf. keep-masked-rows reads it through the rule
 # language's mask_floor(dtype) (optimizer/rewrite/_expr.py), so the two cannot drift apart.
 FP16_MASK_FLOOR = -60000.0
 # bfloat16 holds -1e30, but float32's lowest (HF's finfo.min masks) rounds to -inf, and
@@ -391,27 +391,37 @@ class PrecisionConversionPass(FusePass):
         return out
 
     def _mask_floor(self, graph: ir.Graph, v: ir.Value, dtype: ir.DataType) -> ir.Value:
-        """Where(v <= keep, v, Max(v, floor)) in float32, after v's producer: float16 keeps float32's
-        lowest and -inf and raises the rest to FP16_MASK_FLOOR; bfloat16 keeps -inf and raises the
-        rest to its own lowest."""
+        """Where(v <= keep, v, Max(v, v * c + floor)) in float32, after v's producer: float16 keeps
+        float32's lowest and -inf and maps the rest below FP16_MASK_FLOOR into (F - 2048, F], in
+        order (c = 2**-117: float32's lowest times c is -2048), so two masked levels a float16 step
+        (32) apart after the map, i.e. >= 5.4e36 apart before it (finfo.min and finfo.min / 8, or
+        keep-masked-rows' images of them), keep their order in a row with no kept key; bfloat16
+        keeps -inf and raises the rest to its own lowest (c = 0)."""
         if dtype == ir.DataType.FLOAT16:
-            keep, floor = float(np.finfo(np.float32).min), FP16_MASK_FLOOR
+            keep, floor, c = float(np.finfo(np.float32).min), FP16_MASK_FLOOR, 2.0 ** -117
         else:
-            keep, floor = -np.inf, -BF16_MAX
+            keep, floor, c = -np.inf, -BF16_MAX, 0.0
         consts = []
-        for tag, x in (("lowest", keep), ("floor", floor)):
-            c = ir.Value(name=self._fresh(f"{v.name}__mask_{tag}"), shape=ir.Shape([1]), type=ir.TensorType(F32),
-                         const_value=ir.tensor(np.array([x], np.float32)))
-            graph.register_initializer(c)
-            consts.append(c)
-        lowest, lo = consts
+        for tag, x in (("lowest", keep), ("floor", floor), ("squeeze", c))[:3 if c else 2]:
+            cv = ir.Value(name=self._fresh(f"{v.name}__mask_{tag}"), shape=ir.Shape([1]), type=ir.TensorType(F32),
+                          const_value=ir.tensor(np.array([x], np.float32)))
+            graph.register_initializer(cv)
+            consts.append(cv)
+        lowest, lo = consts[:2]
         base = f"precision/mask-floor/{v.name}"
-        ninf = ir.Value(name=self._fresh(f"{v.name}__ninf"), shape=v.shape, type=ir.TensorType(ir.DataType.BOOL))
-        raised = ir.Value(name=self._fresh(f"{v.name}__raised"), shape=v.shape, type=ir.TensorType(F32))
-        out = ir.Value(name=self._fresh(f"{v.name}__floored"), shape=v.shape, type=ir.TensorType(F32))
-        nodes = [ir.node("LessOrEqual", [v, lowest], outputs=[ninf], name=self._fresh_node(f"{base}/lowest")),
-                 ir.node("Max", [v, lo], outputs=[raised], name=self._fresh_node(f"{base}/max")),
-                 ir.node("Where", [ninf, v, raised], outputs=[out], name=self._fresh_node(f"{base}/where"))]
+
+        def val(stem: str, elem: ir.DataType = F32) -> ir.Value:
+            return ir.Value(name=self._fresh(f"{v.name}__{stem}"), shape=v.shape, type=ir.TensorType(elem))
+
+        ninf, raised, out = val("ninf", ir.DataType.BOOL), val("raised"), val("floored")
+        nodes = [ir.node("LessOrEqual", [v, lowest], outputs=[ninf], name=self._fresh_node(f"{base}/lowest"))]
+        if c:   # v * c + F <= v for v >= F, so the Max gives v itself there
+            scaled, shifted = val("scaled"), val("shifted")
+            nodes += [ir.node("Mul", [v, consts[2]], outputs=[scaled], name=self._fresh_node(f"{base}/squeeze")),
+                      ir.node("Add", [scaled, lo], outputs=[shifted], name=self._fresh_node(f"{base}/shift"))]
+            lo = shifted
+        nodes += [ir.node("Max", [v, lo], outputs=[raised], name=self._fresh_node(f"{base}/max")),
+                  ir.node("Where", [ninf, v, raised], outputs=[out], name=self._fresh_node(f"{base}/where"))]
         producer = v.producer()
         if producer is not None and producer.graph is graph:
             graph.insert_after(producer, nodes)

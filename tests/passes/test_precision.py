@@ -307,6 +307,30 @@ def test_fp16_attention_mask_keeps_fully_masked_rows(fill):
     assert rel_err(ref, got) <= TOL["fp16"]
 
 
+def test_fp16_attention_mask_keeps_the_order_of_masked_levels():
+    """A row with no kept key whose entries take two levels below -60000 (finfo.min / 2 and
+    finfo.min / 16, as keep-masked-rows leaves GPT-J's min and min / d): the float32 graph weighs the
+    higher level's keys; raised to one floor before the float16 Cast they all weighed alike (0.96 off).
+    The map into (-62048, -60000] keeps them apart; a kept entry (0, -1e4) is unchanged."""
+    b, h, s, d = 2, 2, 4, 8
+    nodes = [helper.make_node("Attention", ["q", "k", "v", "m"], ["o"], name="attn")]
+    proto = model(nodes, [vi(x, T.FLOAT, [b, h, s, d]) for x in "qkv"] + [vi("m", T.FLOAT, [b, 1, s, s])],
+                  [vi("o", T.FLOAT, [b, h, s, d])], opset=23)
+    out, p, _ = convert(proto)
+    assert p.stats["mask-floors"] == 1
+    rng = np.random.default_rng(1)
+    feeds = {x: rng.standard_normal((b, h, s, d)).astype(np.float32) for x in "qkv"}
+    lowest = np.finfo(np.float32).min
+    feeds["m"] = np.zeros((b, 1, s, s), np.float32)
+    feeds["m"][1] = lowest / 2
+    feeds["m"][1, :, :, 2:] = lowest / 16     # batch 1: keys 2 and 3 the higher level
+    feeds["m"][0, :, :, -1] = -1e4             # batch 0: a bias far above the floor, kept as is
+    ref, got = run(proto, feeds)[0], run(out, feeds)[0]
+    np.testing.assert_allclose(ref[1], np.broadcast_to(feeds["v"][1][:, 2:].mean(1, keepdims=True), ref[1].shape),
+                               atol=1e-5)
+    assert rel_err(ref, got) <= TOL["fp16"]
+
+
 def test_bf16_attention_bias_at_float32_lowest_stays_finite():
     """HF's finfo(float32).min bias, cast to bfloat16 for MultiHeadAttention at run time, rounded
     to -inf, and a row of -inf biases is NaN where the float32 graph gives the mean of V. The pass
