@@ -39,6 +39,7 @@ from onnx_ir.passes.common import _c_api_utils
 
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._op_shapes import stand_in_plugin_ops
+from onnx_fuse.passes.merged_decoder import restate_merged_mask
 from onnx_fuse.passes._subgraph_scopes import restore_names, share_outer_constants, unique_subgraph_names
 from onnx_fuse.passes._shape_values import INVENTED_DIM_PREFIX, invented_name, unknown_or_invented
 
@@ -181,6 +182,10 @@ class ShapeInferencePass(FusePass):
         self._refining = False
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        # a false input declaration is no fact to infer from (passes/merged_decoder.py)
+        restated = restate_merged_mask(model) if not self._refining else 0
+        if restated:
+            self.stats["merged-mask-restated"] += restated
         placeholders = frozenset(exporter_placeholders(model))
         fed = frozenset(v.name for v in model.graph.inputs)
 
@@ -251,4 +256,4 @@ class ShapeInferencePass(FusePass):
                 record_dim_sums(g)
         if gained:
             self.stats["values-typed"] += gained
-        return ir.passes.PassResult(model, modified=gained > 0 or refined > 0)
+        return ir.passes.PassResult(model, modified=gained > 0 or refined > 0 or restated > 0)
