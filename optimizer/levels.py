@@ -164,7 +164,9 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.ort_contrib import ExpandOrtFusionsPass
 
         # onnx / trt cannot run ORT's norm and GELU fusions either: back to standard ops
-        contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(),
+        from onnx_fuse.passes.ort_contrib import ShapeSplitToGatherPass
+
+        contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
                    *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib)
                        if hasattr(p, "display_name")}

@@ -212,3 +212,70 @@ class ExpandOrtFusionsPass(FusePass):
         graph.remove(node, safe=True)
         self.stats[op] += 1
         return True
+
+
+def _const_ints(v: ir.Value | None) -> list[int] | None:
+    t = None if v is None else v.const_value
+    return None if t is None else [int(i) for i in t.numpy().reshape(-1)]
+
+
+class ShapeSplitToGatherPass(FusePass):
+    """ORT's GatherSliceToSplitFusion writes the dim reads ``Gather(Shape(x), i)`` of a shape as one
+    ``Split(Shape(x), [1, ...])`` with a Squeeze per part; the shape facts read Gathers of a Shape,
+    not Splits (Mistral's repeat_kv target then stays unknown and attention does not fuse). Each
+    part back as ``Gather(Shape(x), i)``: the scalar form where its reader is ``Squeeze(axes=[0])``,
+    else the one-element ``Gather(Shape(x), [i])``. Only Splits of a 1-D int64 vector (shape
+    arithmetic; here a Gather of the Shape) into parts of 1, where the Gathers are exact."""
+
+    name = "shape-split-to-gather"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in model.graphs():
+            for node in list(graph):
+                if node.op_type == "Split" and node.domain in ("", "ai.onnx"):
+                    modified |= self._rewrite(graph, node)
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _rewrite(self, graph: ir.Graph, node: ir.Node) -> bool:
+        src = node.inputs[0] if node.inputs else None
+        if src is None or src.dtype != ir.DataType.INT64 or src.shape is None or src.shape.rank() != 1:
+            return False
+        if int(_attr(node, "axis", 0)) not in (0, -1):
+            return False
+        sizes = _const_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+        if sizes is None:
+            attr = node.attributes.get("split")
+            sizes = list(attr.value) if attr is not None else None
+        if sizes is None or sizes != [1] * len(node.outputs):
+            return False
+        stem = node.name or "shape_split"
+        for k, out in enumerate(node.outputs):
+            for use in list(out.uses()):
+                reader = use.node
+                axes = (_const_ints(reader.inputs[1]) if len(reader.inputs) > 1 else
+                        (list(reader.attributes["axes"].value) if "axes" in reader.attributes else None))
+                if reader.op_type == "Squeeze" and reader.domain in ("", "ai.onnx") and axes in ([0], [-1]) \
+                        and reader.inputs[0] is out:
+                    idx = ir.Value(name=f"{stem}_index_{k}", const_value=ir.tensor(k, dtype=ir.DataType.INT64))
+                    graph.register_initializer(idx)
+                    g = ir.Value(name=f"{stem}_dim_{k}", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
+                    graph.insert_before(reader, ir.Node("", "Gather", [src, idx], attributes=[ir.AttrInt64("axis", 0)],
+                                                        outputs=[g], name=f"{stem}_dim_{k}"))
+                    sq = reader.outputs[0]
+                    name = sq.name
+                    sq.replace_all_uses_with(g, replace_graph_outputs=True)
+                    if g.is_graph_output():
+                        sq.name, g.name = None, name
+            if out.uses() or out.is_graph_output():
+                idx = ir.Value(name=f"{stem}_indices_{k}", const_value=ir.tensor([k], dtype=ir.DataType.INT64))
+                graph.register_initializer(idx)
+                g = ir.Value(name=f"{stem}_part_{k}", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1]))
+                graph.insert_before(node, ir.Node("", "Gather", [src, idx], attributes=[ir.AttrInt64("axis", 0)],
+                                                  outputs=[g], name=f"{stem}_part_{k}"))
+                name = out.name
+                out.replace_all_uses_with(g, replace_graph_outputs=True)
+                if g.is_graph_output():
+                    out.name, g.name = None, name
+        self.stats["Split"] += 1
+        return True

@@ -183,3 +183,52 @@ def test_onnx_and_trt_targets_re_express_ort_fusions(target, tmp_path):
     counts = collections.Counter(n.op_type for n in proto.graph.node)
     assert counts["LayerNormalization"] == 5 and counts["Gelu"] == 2 and counts["Attention"] == 2, counts
     assert result.report.verify["passed"]
+
+
+def test_shape_split_reads_as_gathers():
+    """ORT's GatherSliceToSplitFusion: a shape's dim reads as one Split into parts of 1 and a Squeeze
+    each; they come back as Gather(shape, i), what the shape facts read. A float Split, or parts
+    longer than 1, stay."""
+    from onnx_fuse.passes.ort_contrib import ShapeSplitToGatherPass
+    from onnx_fuse.verify import verify
+
+    proto = onnx.parser.parse_model('<ir_version: 9, opset_import: ["" : 18]>' + '''
+    g (float[B, S, 8] x) => (float[?, ?] y, int64[?] p, float[B, S, 4] h)
+      <int64[3] ones = {1, 1, 1}, int64[1] z = {0}, int64[2] halves = {4, 4}>
+    {
+        s = Shape(x)
+        a, b, c = Split<axis = 0>(s, ones)
+        b0 = Squeeze(b, z)
+        a0 = Squeeze(a, z)
+        m = Mul(a0, b0)
+        t = Unsqueeze(m, z)
+        c1 = Concat<axis = 0>(t, c)
+        y = Reshape(x, c1)
+        p = Identity(c)
+        h, h2 = Split<axis = -1>(x, halves)
+    }''')
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    assert ShapeSplitToGatherPass()(model).modified
+    from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+
+    DeadCodeEliminationPass()(model)
+    ops = collections.Counter(n.op_type for n in model.graph)
+    assert ops["Split"] == 1 and ops["Gather"] == 3 and ops["Squeeze"] == 0, ops  # the float Split stays
+    out = ir.to_proto(model)
+    onnx.checker.check_model(out, full_check=True)
+    assert verify(proto, out)["passed"]
+
+
+def test_mistral_gqa_after_ort_extended_fuses(tmp_path):
+    """Mistral TorchScript after ORT EXTENDED: its repeat_kv shape reads came as a Split of the shape
+    (GatherSliceToSplitFusion), the V repeat's dims were unknown, attention 0/2."""
+    src = CORPUS / "mistral__torchscript__trained.onnx"
+    if not src.exists():
+        pytest.skip(f"{src.name} not in the corpus")
+    pre = tmp_path / "pre.onnx"
+    _ort_extended(src, pre)
+    result = onnx_fuse.optimize(str(pre), level=3, target="onnx", verify=True)
+    counts = collections.Counter(n.op_type for n in result.to_proto().graph.node)
+    assert counts["Attention"] == 2 and counts["RotaryEmbedding"] == 4, counts
+    assert result.report.verify["passed"]
