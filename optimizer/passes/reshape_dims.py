@@ -128,7 +128,8 @@ def refine_reshape_outputs(model: ir.Model) -> int:
             if isinstance(d, int) and not isinstance(o, int):
                 new.append(d)
                 changed = True
-            elif node.op_type != "Reshape" and isinstance(d, str) and (o is None or unknown_or_invented(o)):
+            elif (node.op_type != "Reshape" and isinstance(d, str) and (o is None or unknown_or_invented(o))
+                  and (o is None or str(o.value) != d)):   # an Expand of an invented dim already has it
                 new.append(ir.SymbolicDim(d))
                 changed = True
             else:

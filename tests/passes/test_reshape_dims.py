@@ -150,3 +150,25 @@ def test_a_negative_entry_other_than_minus_one_states_no_dim():
     ShapeInferencePass()(model)
     dims = _dims(model, "r")
     assert dims is None or -3 not in dims
+
+
+def test_an_expand_of_an_invented_dim_is_no_new_fact_each_time():
+    """An Expand keeps its input's invented dim (unk__...): restating the same name counted as a
+    gain every time, so the shape-refresh stage never reached its fixed point (fuzz seed 187: 9
+    rounds of inference and cleanup with 'reshape-dims: 2' each)."""
+    import onnx.parser
+
+    from onnx_fuse.passes.reshape_dims import refine_reshape_outputs
+
+    model = ir.from_proto(onnx.parser.parse_model('''<ir_version: 9, opset_import: ["" : 18]>
+    g (float[A, 3] x) => (float[B, 3] y)
+    <int64[2] shp = {1, 3}>
+    {
+        r = Relu(x)
+        e = Expand(r, shp)
+        y = Neg(e)
+    }'''))
+    model.graph.inputs[0].shape = ir.Shape([None, 3])   # unnamed: inference invents its name
+    ShapeInferencePass()(model)
+    assert refine_reshape_outputs(model) == 0
+    assert not ShapeInferencePass()(model).modified
