@@ -406,7 +406,8 @@ def _cut_length(start: Dim, end: Dim, n: Dim | None):
     - ``[s:]``: n - s where n >= s (the patch grid after a class token, ``x[:, 1:]``);
     - ``[s:e]``: e - s where n >= e >= s (a causal conv's ``(S+3)//1`` frames cut to ``[:S]``);
     - ``[s:-k]``: n - k - s where n >= k + s, k >= 1; ``[:-k]`` of a computed length ``(L+c)//s``:
-      ``(L+c-k*s)//s`` (``floor_plus``: SEW-D's same-pad cut, which then meets its pool's length)."""
+      ``(L+c-k*s)//s`` where c >= k*s, so that n >= k (``floor_plus``: SEW-D's same-pad cut, which
+      then meets its pool's length)."""
     if n is None or not _clean(n) or not _clean(start) or not _clean(end):
         return None
     to_end = end == (_INT64_MAX, ()) or _at_least(end, n)
@@ -421,7 +422,8 @@ def _cut_length(start: Dim, end: Dim, n: Dim | None):
     if end[0] < 0:
         if start == (0, ()) and not end[1] and n[0] == 1 and len(n[1]) == 1 \
                 and (folded := floor_plus(n[1][0], end[0])) is not None:
-            return 1, (folded,)
+            # floor((L + c') / s) with c' >= 0 is never negative (L a size), so n >= k: exact
+            return (1, (folded,)) if parse_floor(folded)[1] >= 0 else None
         k = (-end[0], end[1])
         rest = _minus(n, k) if _at_least(k, _ONE) else None
         return _minus(rest, start) if rest is not None else None

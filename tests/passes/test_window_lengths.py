@@ -269,3 +269,24 @@ def test_random_cuts_agree_with_onnx_runtime():
             got = _runtime_dims(proto, "y", {"x": np.ones((1, length, 4), np.float32)})[1]
             assert got == _length(name, {"S": length}), (proto.graph.node, name, length)
     assert named >= 10
+
+
+@pytest.mark.parametrize("k,want", [
+    (1, "(L)//2"),    # floor((L + 2) / 2) - 1 = floor(L / 2): never negative
+    (2, None),        # floor((L - 2) / 2) is -1 at L = 1, where the Slice keeps 0 of the pool's 1
+])
+def test_cut_off_the_end_of_a_computed_length_needs_it_long_enough(k, want):
+    proto = _window_model("AveragePool", dict(kernel_shape=[2], strides=[2], pads=[1, 1]))
+    cut = onnx.parser.parse_node("y2 = Slice(y, z, e, ax)")
+    proto.graph.node.append(cut)
+    proto.graph.initializer.extend([onnx.numpy_helper.from_array(np.array([v], np.int64), n)
+                                    for n, v in (("z", 0), ("e", -k), ("ax", 2))])
+    proto.graph.output[0].name = "y2"
+    assert _inferred(proto, "y")[2] == "(L+2)//2"
+    got = _inferred(proto, "y2")[2]
+    if want is None:
+        assert got is None or invented_name(got)
+        return
+    assert got == want
+    for length in range(1, 12):
+        assert _runtime_dims(proto, "y2", {"x": np.ones((1, 2, length), np.float32)})[2] == _length(want, {"L": length})
