@@ -30,7 +30,7 @@ again so the names spread). Steps, each exact for every input the model accepts:
   only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
   computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
 - ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so);
-- a Slice whose length follows from sizes (``_cut_length``): ``[:-k]`` of such a computed length
+- a Slice whose length follows from sizes (``cut_length``): ``[:-k]`` of such a computed length
   ``(L+c)//s`` is ``(L+c-k*s)//s`` (``floor_plus``); ``[s:e]``, ``[-m:]``, ``[s:]`` of a length
   provably long enough are e - s, m, n - s (a causal conv's ``(S+3)//1`` cut back to S, a KV
   mask's ``past + S`` cut to its last S, a patch grid after its class token).
@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import (Dim, floor_div, floor_plus, parse_floor, reshape_out_dims, shape_vector,
-                                            to_dim, value_dims)
+from onnx_fuse.passes._dim_lengths import INT64_MAX, WHOLE, clean, cut_length, window_length
+from onnx_fuse.passes._dim_products import Dim, floor_div, reshape_out_dims, shape_vector, to_dim, value_dims
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
@@ -85,10 +85,6 @@ def _fact(d) -> int | str | None:
     return str(name)
 
 
-def _clean(d: Dim | None) -> bool:
-    return d is not None and not any(invented_name(a) for a in d[1])
-
-
 def _broadcast_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
     r = _rank(v)
     ops = [x for x in node.inputs if x is not None]
@@ -125,7 +121,7 @@ def _at_most(y: ir.Value, b: int, size) -> bool:
         start, end = cut
         if start == (0, ()) and end == want:
             return True
-        if start is not None and end is not None and start[0] >= 0 and _clean(start) \
+        if start is not None and end is not None and start[0] >= 0 and clean(start) \
                 and _same_size(dim_diff(end, start), want):
             return True
     return False
@@ -171,10 +167,10 @@ def _slice_cut(node: ir.Node, r: int | None, i: int):
 def _reshape_step(node: ir.Node, v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
     x = node.inputs[0]
     ins = value_dims(x) if x is not None else None
-    if ins is None or not all(_clean(d) for d in ins):
+    if ins is None or not all(clean(d) for d in ins):
         return None
     outs = reshape_out_dims(v)
-    if outs is None or i >= len(outs) or not _clean(outs[i]):
+    if outs is None or i >= len(outs) or not clean(outs[i]):
         return None
     if _attr(node, "allowzero", 0) == 0 and i < len(ins) and outs[i] == ins[i]:
         return x, i   # the same position first (a 0 entry copies it)
@@ -244,13 +240,13 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _window_step(node, v, i)
     if op == "ConstantOfShape":   # torch.ones(n_frames // squeeze_factor): the entries read as sizes
         e = _entry(x, i)
-        return (None, e) if e is not None and _clean(e) and e[0] > 0 else None
+        return (None, e) if e is not None and clean(e) and e[0] > 0 else None
     return None
 
 
 def _window_step(node: ir.Node, v: ir.Value, i: int):
     """Conv / ConvTranspose / pooling: the batch (and a pool's channels) pass through; a spatial
-    output length is computed from the input's (``_window_length``) and named as ``floor_div``
+    output length is computed from the input's (``window_length``) and named as ``floor_div``
     names it."""
     x, r = node.inputs[0], _rank(v)
     if r is None or _rank(x) != r or v is not node.outputs[0] or not 0 <= i < r:
@@ -259,7 +255,7 @@ def _window_step(node: ir.Node, v: ir.Value, i: int):
         return x, i
     if i == 1:
         return None
-    got = _window_length(node, r - 2, i - 2)
+    got = window_length(node, r - 2, i - 2)
     if got is None:
         return None
     if isinstance(got, int):   # ConvTranspose's explicit output_shape
@@ -267,67 +263,7 @@ def _window_step(node: ir.Node, v: ir.Value, i: int):
     s, c, scale = got
     n = known_dim(x, i)
     out = floor_div(None if n is None else (n[0] * scale, n[1]), s, c)
-    return (None, out) if out is not None and _clean(out) and out[0] >= 0 else None
-
-
-def _ints_attr(node: ir.Node, name: str, n: int, default: int) -> list[int] | None:
-    got = _attr(node, name, None)
-    got = [default] * n if got is None or (isinstance(got, (list, tuple)) and not got) else got
-    return [int(e) for e in got] if isinstance(got, (list, tuple)) and all(isinstance(e, int) for e in got) else None
-
-
-def _window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int | None:
-    """Spatial axis ``k`` of ``n``: the output length as ``(s, c, scale)``, floor((scale * L + c) /
-    s) of the input length L, or an int (an explicit output_shape); None where not read. As ONNX
-    Runtime computes it (checked against it for every case here):
-    - Conv / pool: floor((L + pads - span) / s) + 1, span = dilation * (kernel - 1) + 1; SAME
-      padding ceil(L / s);
-    - pool with ceil_mode: the windows that start inside the input or its left padding,
-      ceil((L + pad_begin + min(pad_end + s - span, 0)) / s) (the spec drops a last window that
-      would start in the right padding, so the plain ceil formula holds only where pad_end + s <= span);
-    - ConvTranspose: s * (L - 1) + output_padding + span - pads (SAME: s * L, pads clamped at 0), or
-      its output_shape.
-    Where the padded input is shorter than one window, ONNX Runtime truncates the negative quotient
-    (one window) where these names floor it (none): inputs torch refuses, outside what the names claim."""
-    op = node.op_type
-    kernel = _attr(node, "kernel_shape", None)
-    w = node.inputs[1].shape if op in ("Conv", "ConvTranspose") and len(node.inputs) > 1 and node.inputs[1] is not None else None
-    if kernel is None and w is not None and len(w) == n + 2:
-        kernel = list(w.dims[2:])
-    strides, dilations = _ints_attr(node, "strides", n, 1), _ints_attr(node, "dilations", n, 1)
-    pads = _ints_attr(node, "pads", 2 * n, 0)
-    auto_pad = _attr(node, "auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    ceil = _attr(node, "ceil_mode", 0)
-    if not (isinstance(kernel, (list, tuple)) and len(kernel) == n and all(isinstance(e, int) for e in kernel)) \
-            or strides is None or dilations is None or pads is None or len(strides) != n or len(dilations) != n \
-            or len(pads) != 2 * n or ceil not in (0, 1) or (ceil and auto_pad != "NOTSET"):
-        return None
-    s, span = strides[k], dilations[k] * (int(kernel[k]) - 1) + 1
-    if s <= 0:
-        return None
-    if op == "ConvTranspose":
-        out_shape, out_pad = _ints_attr(node, "output_shape", 0, 0), _ints_attr(node, "output_padding", n, 0)
-        if out_shape:
-            return out_shape[k] if len(out_shape) == n else None
-        if out_pad is None or len(out_pad) != n:
-            return None
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):   # s * L, less where the pads would be negative
-            return 1, min(out_pad[k] + span - s, 0), s
-        if auto_pad not in ("NOTSET", "VALID"):
-            return None
-        total = (pads[k] + pads[k + n]) if auto_pad == "NOTSET" else 0
-        return 1, out_pad[k] + span - total - s, s
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        # ONNX Runtime pads a dilated pool for the undilated kernel: ceil(L / s) only without dilation
-        return (s, s - 1, 1) if op == "Conv" or dilations[k] == 1 else None
-    if auto_pad == "VALID":
-        return s, s - span, 1
-    if auto_pad != "NOTSET":
-        return None
-    if ceil:
-        return s, pads[k] + min(pads[k + n] + s - span, 0) + s - 1, 1
-    return s, pads[k] + pads[k + n] - span + s, 1
+    return (None, out) if out is not None and clean(out) and out[0] >= 0 else None
 
 
 def _concat_step(node: ir.Node, v: ir.Value, i: int):
@@ -341,7 +277,7 @@ def _concat_step(node: ir.Node, v: ir.Value, i: int):
     if i != axis:
         return ins[0], i
     total = dim_sum([known_dim(x, axis) for x in ins])
-    return (None, total) if total is not None and _clean(total) and total[0] >= 0 else None
+    return (None, total) if total is not None and clean(total) and total[0] >= 0 else None
 
 
 def _axes(node: ir.Node, rank: int) -> list[int] | None:
@@ -373,7 +309,7 @@ def _unsqueeze_step(node: ir.Node, v: ir.Value, i: int):
 
 def _slice_step(node: ir.Node, v: ir.Value, i: int):
     """A Slice (step 1) along axis ``i``: an axis it leaves alone, or cut to the whole axis, is the
-    input's dim; a cut of a provable length is that length (``_cut_length``)."""
+    input's dim; a cut of a provable length is that length (``cut_length``)."""
     x = node.inputs[0]
     cut = _slice_cut(node, _rank(v), i)
     if cut is None:
@@ -383,79 +319,12 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
     start, end = cut
     if start is None or end is None:
         return None
-    if start == (0, ()) and end == (_INT64_MAX, ()):
+    if start == (0, ()) and end == (INT64_MAX, ()):
         return x, i
-    got = _cut_length(start, end, known_dim(x, i))
-    if got is _WHOLE:
+    got = cut_length(start, end, known_dim(x, i))
+    if got is WHOLE:
         return x, i
-    return (None, got) if got is not None and _clean(got) and got[0] >= 0 else None
-
-
-_INT64_MAX = 2 ** 63 - 1
-#: _cut_length's answer for a cut that keeps the whole axis
-_WHOLE = object()
-
-
-def _cut_length(start: Dim, end: Dim, n: Dim | None):
-    """How many of ``n`` entries ``[start:end]`` keeps (ONNX clamps both bounds into [0, n]; a
-    negative bound counts from the end), where provable from sizes alone: ``_WHOLE``, a Dim, or None.
-    An end provably >= n (INT64_MAX, n itself read from a shape) is the end of the axis.
-    - ``[-m:]``: min(n, m): the whole axis where m >= n, m where n >= m (attention_mask[:, -S:]) and
-      m >= 1 (at m = 0 the bound is the axis's start and the cut all of it: ``_from_end``); ``[-m:-k]``: m - k where
-      n >= m >= k >= 1;
-    - ``[s:]``: n - s where n >= s (the patch grid after a class token, ``x[:, 1:]``);
-    - ``[s:e]``: e - s where n >= e >= s (a causal conv's ``(S+3)//1`` frames cut to ``[:S]``);
-    - ``[s:-k]``: n - k - s where n >= k + s, k >= 1; ``[:-k]`` of a computed length ``(L+c)//s``:
-      ``(L+c-k*s)//s`` where c >= k*s, so that n >= k (``floor_plus``: SEW-D's same-pad cut, which
-      then meets its pool's length)."""
-    if n is None or not _clean(n) or not _clean(start) or not _clean(end):
-        return None
-    to_end = end == (_INT64_MAX, ()) or _at_least(end, n)
-    if start[0] < 0:
-        m = (-start[0], start[1])
-        if to_end:
-            return _WHOLE if _at_least(m, n) else m if _at_least(n, m) and _from_end(m, n) else None
-        k = (-end[0], end[1])
-        return _minus(m, k) if end[0] < 0 and _at_least(n, m) and _at_least(k, _ONE) else None
-    if to_end:
-        return _WHOLE if start == (0, ()) else _minus(n, start)
-    if end[0] < 0:
-        if start == (0, ()) and not end[1] and n[0] == 1 and len(n[1]) == 1 \
-                and (folded := floor_plus(n[1][0], end[0])) is not None:
-            # floor((L + c') / s) with c' >= 0 is never negative (L a size), so n >= k: exact
-            return (1, (folded,)) if parse_floor(folded)[1] >= 0 else None
-        k = (-end[0], end[1])
-        rest = _minus(n, k) if _at_least(k, _ONE) else None
-        return _minus(rest, start) if rest is not None else None
-    return _minus(end, start) if _at_least(n, end) else None
-
-
-#: a bound -m counts from the end only for m >= 1: -0 is the axis's start (x[:, -S:] at S = 0 is all of x)
-_ONE = (1, ())
-
-
-def _from_end(m: Dim, n: Dim) -> bool:
-    """Whether ``[-m:]`` of ``n`` (n >= m) keeps m entries for every m: m >= 1, or n - m is a multiple
-    of m's own product (``[-S:]`` of S + S), so that m = 0, where the cut keeps all n, has n = 0 too."""
-    rest = _minus(n, m)
-    return _at_least(m, _ONE) or (rest is not None and bool(rest[1]) and rest[1] == m[1])
-
-
-def _minus(a: Dim | None, b: Dim | None) -> Dim | None:
-    """The size ``a - b`` where ``a`` is provably >= ``b`` (``dim_diff``: an int >= 0 or a sum of
-    sizes), a stride-1 window's length ``(L+c)//1`` read as the sum L + c; else None."""
-    if a is None or b is None or not _clean(a) or not _clean(b):
-        return None
-    got = parse_floor(a[1][0]) if a[0] == 1 and len(a[1]) == 1 else None
-    base = to_dim(got[0]) if got is not None and got[0] and got[1] >= 0 and got[2] == 1 else None
-    if _clean(base) and base[1]:
-        a = dim_sum([base, (got[1], ())]) or a
-    return dim_diff(a, b)
-
-
-def _at_least(n: Dim | None, m: Dim | None) -> bool:
-    """Whether size ``n`` is provably >= size ``m`` (``_minus``)."""
-    return _minus(n, m) is not None
+    return (None, got) if got is not None and clean(got) and got[0] >= 0 else None
 
 
 def _expand_step(node: ir.Node, v: ir.Value, i: int):
@@ -469,7 +338,7 @@ def _expand_step(node: ir.Node, v: ir.Value, i: int):
     mine = known_dim(x, a) if a >= 0 else (1, ())
     if e == (1, ()) or (e is not None and e == mine):
         return (x, a) if a >= 0 else None
-    if mine == (1, ()) and e is not None and _clean(e) and e[0] > 0:
+    if mine == (1, ()) and e is not None and clean(e) and e[0] > 0:
         return None, e
     return None
 
@@ -481,7 +350,7 @@ def _range_size(node: ir.Node):
     if delta != [1] or start is None or limit is None or len(start[0]) != 1 or len(limit[0]) != 1:
         return None
     n = dim_diff(limit[0][0], start[0][0])
-    return (None, n) if n is not None and _clean(n) and n[0] > 0 else None
+    return (None, n) if n is not None and clean(n) and n[0] > 0 else None
 
 
 def _const_ints(value) -> list[int] | None:
@@ -548,13 +417,13 @@ def _view_dim(u: ir.Value, j: int) -> Dim | None:
     got = shape_vector(node.inputs[1], {})
     if got is not None and not got[1] and j < len(got[0]):
         e = got[0][j]
-        if e is not None and e[0] > 0 and _clean(e):   # a size, read straight from the target
+        if e is not None and e[0] > 0 and clean(e):   # a size, read straight from the target
             return e
     ins = value_dims(node.inputs[0]) if node.inputs[0] is not None else None
-    if ins is None or not all(_clean(d) for d in ins):
+    if ins is None or not all(clean(d) for d in ins):
         return None
     outs = reshape_out_dims(u)
-    return outs[j] if outs is not None and j < len(outs) and _clean(outs[j]) else None
+    return outs[j] if outs is not None and j < len(outs) and clean(outs[j]) else None
 
 
 def known_dim(v: ir.Value, i: int) -> Dim | None:
@@ -562,7 +431,7 @@ def known_dim(v: ir.Value, i: int) -> Dim | None:
     ``dim_path`` (a known dim there, or a view whose target gives it); None when not proven."""
     for u, j in dim_path(v, i):
         if u is None:
-            return j if _clean(j) else None
+            return j if clean(j) else None
         f = _fact(u.shape[j])
         if f is not None:
             return to_dim(f)

@@ -214,7 +214,7 @@ def _random_window(rng):
 
 def test_random_windows_agree_with_onnx_runtime():
     """60 random configurations: every length named is ORT's, wherever the padded input holds one
-    window (shorter inputs: _window_length's docstring)."""
+    window (shorter inputs: _dim_lengths.window_length's docstring)."""
     import random
 
     rng, named = random.Random(7), 0
