@@ -76,3 +76,11 @@ def test_a_key_scale_of_more_than_one_number_is_refused(h):
     scale.CopyFrom(__import__("onnx").numpy_helper.from_array(np.full((S,), DH ** -0.25, np.float32), "scale"))
     reasons = h.reasons(model, "ort", "scores-key-view")
     assert any("single number" in r for r in reasons), reasons
+
+
+def test_probabilities_times_a_value_view_is_refused(h):
+    """P @ view(v3) has the K^T view's shape too (P's last axis is V's length): the rule wrote an
+    identity Transpose pair there that transpose-pair removed again; the Softmax guard refuses it."""
+    reasons = h.reasons(_split_heads_key(h), "ort", "scores-key-view")
+    assert any("not probabilities" in r for r in reasons), reasons
+    assert sum(r.startswith("matched") for r in reasons) == 1, reasons  # the scores' K^T view still
