@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
+from onnx_fuse.passes._dim_products import Dim, dim_text, div, mul, reshape_out_dims, shape_vector, value_dims
 from onnx_fuse.passes._infra import FusePass, is_default_op
 from onnx_fuse.passes._shape_values import invented_name
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -217,11 +217,12 @@ class FoldLayoutChainsPass(FusePass):
         return all(i < len(got) and i < len(have) and have[i] is not None and got[i] == have[i]
                    and not any(invented_name(s) for s in have[i][1]) for i in zeros)
 
-    # -- Reshape / Transpose chains on static shapes ----------------------------------------------
+    # -- Reshape / Transpose chains on known (int or symbolic) shapes ----------------------------
 
     def _static_chain(self, graph: ir.Graph, start: ir.Node) -> bool:
-        """A chain of Reshapes and Transposes from a static shape, as at most Reshape, Transpose,
-        Reshape (_atoms), when that is fewer nodes."""
+        """A chain of Reshapes and Transposes from a known shape, as at most Reshape, Transpose,
+        Reshape (_atoms), when that is fewer nodes. Symbolic dims (``batch``, ``4*batch``) are atoms
+        never split, so the folded chain is the same for every value they take."""
         x = start.inputs[0] if start.inputs else None
         before = x.producer() if x is not None else None
         if x is None or (is_default_op(before, "Transpose", "Reshape") and _one_reader(x) is start):
@@ -229,43 +230,50 @@ class FoldLayoutChainsPass(FusePass):
         chain, node = [start], start
         while (nxt := _one_reader(node.outputs[0])) is not None and is_default_op(nxt, "Transpose", "Reshape"):
             chain.append(node := nxt)
-        if len(chain) < 2 or x.shape is None or not all(isinstance(d, int) and d > 0 for d in x.shape.dims):
+        shape = _known_dims(x)
+        if len(chain) < 2 or shape is None:
             return False
         steps = [_perm(n) if n.op_type == "Transpose" else _reshape_target(n) for n in chain]
         if any(s is None for s in steps):
             return False
-        plan = _atoms(list(x.shape.dims), [(n.op_type, s) for n, s in zip(chain, steps)])
+        plan = _atoms(shape, [(n.op_type, s) for n, s in zip(chain, steps)])
         if plan is None:
             return False
         sizes, perm, final = plan
         if len(perm) > _MAX_RANK:
             return False
-        ops = []  # (op, attribute or shape)
+        ops = []  # (op, perm or (target dims, the Reshape's input dims))
         if perm != list(range(len(perm))):
-            if sizes != list(x.shape.dims):
-                ops.append(("Reshape", sizes))
+            if sizes != shape:
+                ops.append(("Reshape", (sizes, shape)))
             ops.append(("Transpose", perm))
-            if [sizes[p] for p in perm] != final:
-                ops.append(("Reshape", final))
+            moved = [sizes[p] for p in perm]
+            if moved != final:
+                ops.append(("Reshape", (final, moved)))
         else:
-            ops.append(("Reshape", final))
+            ops.append(("Reshape", (final, shape)))
         if len(ops) >= len(chain):
             return False
+        targets = {k: _target_entries(*arg) for k, (op, arg) in enumerate(ops) if op == "Reshape"}
+        if any(t is None for t in targets.values()):
+            return False  # more than one symbolic entry that no 0 can copy
         last = chain[-1]
         taken = {o.name for n in graph for o in n.outputs} | set(graph.initializers) | {v.name for v in graph.inputs}
         cur = x
         for k, (op, arg) in enumerate(ops):
             if op == "Transpose":
                 new = ir.node("Transpose", [cur], attributes={"perm": arg})
+                dims = [sizes[p] for p in arg]
             else:
-                shape = self._shape_const(graph, f"{last.name or 'layout'}_shape", arg)
-                taken.add(shape.name)
-                new = ir.node("Reshape", [cur, shape])
+                shape_value = self._shape_const(graph, f"{last.name or 'layout'}_shape", targets[k])
+                taken.add(shape_value.name)
+                new = ir.node("Reshape", [cur, shape_value])
+                dims = arg[0]
             graph.insert_before(last, new)
             cur = new.outputs[0]
             cur.name = _fresh(f"{last.outputs[0].name or 'layout'}_{op.lower()}{k}", taken)
             cur.dtype = x.dtype
-            cur.shape = ir.Shape(arg if op == "Reshape" else [sizes[p] for p in arg])
+            cur.shape = ir.Shape([d[0] if not d[1] else dim_text(d) for d in dims])
         out = last.outputs[0]
         name, was_output = out.name, out.is_graph_output()
         cur.type, cur.shape = out.type, out.shape
@@ -286,24 +294,55 @@ class FoldLayoutChainsPass(FusePass):
         return value
 
 
-def _reshape_target(node: ir.Node) -> list[int] | None:
-    """A Reshape's constant target with 0 (copy) and -1 still to resolve; None if not constant."""
+def _reshape_target(node: ir.Node) -> list[Dim] | None:
+    """A Reshape's target entries with 0 (copy) and -1 still to resolve: a constant, or a vector
+    computed from shapes (TorchScript's Concat of Shape Gathers) read as dim products; None when an
+    entry cannot be read or names a dim inference invented."""
     if len(node.inputs) < 2:
         return None
     t = constant_tensor(node.inputs[1])
-    if t is None or not t.dtype.is_integer() or t.size > 64:
-        return None
+    if t is not None:
+        if not t.dtype.is_integer() or t.size > 64:
+            return None
+        entries = [(int(e), ()) for e in t.numpy().reshape(-1)]
+    else:
+        got = shape_vector(node.inputs[1], {})
+        if got is None or got[1] or any(e is None or any(invented_name(a) for a in e[1]) for e in got[0]):
+            return None
+        entries = list(got[0])
     a = node.attributes.get("allowzero")
-    if a is not None and (a.is_ref() or a.value != 0) and 0 in t.numpy():
+    if a is not None and (a.is_ref() or a.value != 0) and (0, ()) in entries:
         return None  # a literal 0: an empty tensor
-    return [int(e) for e in t.numpy().reshape(-1)]
+    return entries
 
 
-def _atoms(shape: list[int], steps: list[tuple[str, list[int]]]):
-    """Follow a Reshape / Transpose chain on x's static ``shape`` as a permutation of x's axes split into
-    factors ("atoms"): returns (atom sizes in x's order, the permutation of the atoms, the final shape),
-    adjacent atoms that stay adjacent merged and 1s dropped; None when a Reshape does not split the
-    atoms on their boundaries (or a divisor), or a shape entry cannot be resolved."""
+def _known_dims(x: ir.Value) -> list[Dim] | None:
+    """x's dims as products (``4*batch`` is (4, ("batch",))); None when one is unknown or invented
+    by inference (no fact to fold on) or not positive."""
+    dims = value_dims(x)
+    if dims is None or any(d is None or d[0] <= 0 or any(invented_name(a) for a in d[1]) for d in dims):
+        return None
+    return dims
+
+
+def _target_entries(target: list[Dim], ins: list[Dim]) -> list[int] | None:
+    """A Reshape target for ``target`` dims from an input with dims ``ins``: ints as they are, a
+    symbolic entry as 0 where the input has the same dim at that axis, else as the one -1; None when
+    two entries would need -1."""
+    out = [d[0] if not d[1] else 0 if i < len(ins) and ins[i] == d else None for i, d in enumerate(target)]
+    if out.count(None) > 1:
+        return None
+    return [-1 if e is None else e for e in out]
+
+
+def _atoms(shape: list[Dim], steps: list[tuple[str, list]]):
+    """Follow a Reshape / Transpose chain on x's ``shape`` (dims as products, _dim_products.Dim) as a
+    permutation of x's axes split into factors ("atoms"); a Reshape's step is its target entries
+    (Dims, (0, ()) a copy, (-1, ()) the one to solve). Returns (atom sizes in x's order, the
+    permutation of the atoms, the final shape), adjacent atoms that stay adjacent merged and 1s
+    dropped; None when a Reshape does not split the atoms on their boundaries (or a divisor), splits a
+    symbolic dim, or a shape entry cannot be resolved."""
+    one: Dim = (1, ())
     size = {i: d for i, d in enumerate(shape)}
     order = list(range(len(shape)))  # the atoms in x's memory order
     axes = [[i] for i in order]      # the atoms of each axis of the current value, outer first
@@ -315,47 +354,53 @@ def _atoms(shape: list[int], steps: list[tuple[str, list[int]]]):
                 return None
             axes, dims = [axes[p] for p in arg], [dims[p] for p in arg]
             continue
-        target = [dims[i] if e == 0 and i < len(dims) else e for i, e in enumerate(arg)]
-        total = int(np.prod(dims))
-        if target.count(-1) > 1 or any(e < -1 or e == 0 for e in target):
+        if any(e[0] < 0 and e != (-1, ()) for e in arg) or arg.count((-1, ())) > 1:
             return None
-        if -1 in target:
-            known = int(np.prod([e for e in target if e != -1]))
-            if known == 0 or total % known:
+        target = [dims[i] if e == (0, ()) and i < len(dims) else None if e == (-1, ()) else e
+                  for i, e in enumerate(arg)]
+        if any(d is not None and d[0] <= 0 for d in target):
+            return None
+        total = one
+        for d in dims:
+            total = mul(total, d)
+        known = one
+        for d in target:
+            known = mul(known, d) if d is not None else known
+        if None in target:
+            solved = div(total, known)
+            if solved is None or solved[0] <= 0:
                 return None
-            target[target.index(-1)] = total // known
-        if int(np.prod(target)) != total:
+            target[target.index(None)] = solved
+        elif known != total:
             return None
-        flat = [a for ax in axes for a in ax if size[a] != 1]
+        flat = [a for ax in axes for a in ax if size[a] != one]
         axes, k = [], 0
         for d in target:
-            group, have = [], 1
-            while have < d:
-                if k >= len(flat):
+            group, have = [], one
+            while have != d:
+                need = div(d, have)  # what this axis still takes
+                if k >= len(flat) or need is None:
                     return None
                 a = flat[k]
-                if have * size[a] <= d:
+                if div(need, size[a]) is not None:
                     group.append(a)
-                    have *= size[a]
+                    have = mul(have, size[a])
                     k += 1
                     continue
-                need = d // have
-                if d % have or size[a] % need:
-                    return None
+                if size[a][1] or need[1] or size[a][0] % need[0]:
+                    return None  # a symbolic dim is never split, an int one only by a divisor
                 outer, inner = fresh, fresh + 1  # a as [need, size / need]
                 fresh += 2
-                size[outer], size[inner] = need, size[a] // need
+                size[outer], size[inner] = need, (size[a][0] // need[0], ())
                 order[order.index(a):order.index(a) + 1] = [outer, inner]
                 flat[k:k + 1] = [outer, inner]
                 group.append(outer)
-                have *= need
+                have = mul(have, need)
                 k += 1
-            if have != d:
-                return None
             axes.append(group)
         dims = target
-    final_order = [a for ax in axes for a in ax if size[a] != 1]
-    order = [a for a in order if size[a] != 1]
+    final_order = [a for ax in axes for a in ax if size[a] != one]
+    order = [a for a in order if size[a] != one]
     # merge atoms adjacent in both orders
     merged: list[list[int]] = []
     for a in final_order:
@@ -364,7 +409,11 @@ def _atoms(shape: list[int], steps: list[tuple[str, list[int]]]):
         else:
             merged.append([a])
     groups = sorted(merged, key=lambda g: order.index(g[0]))
-    sizes = [int(np.prod([size[a] for a in g])) for g in groups]
+    sizes = []
+    for g in groups:
+        d = one
+        for a in g:
+            d = mul(d, size[a])
+        sizes.append(d)
     perm = [groups.index(g) for g in merged]
     return sizes, perm, dims
-

@@ -115,7 +115,8 @@ def test_reshape_of_reshape_from_shape_reads_cancels():
             merge = Constant <value = int64[3] {0, 0, -1}> ()
             y = Reshape (r, merge)
         }""")
-    assert modified and p.stats["reshape-of-reshape"] == 1
+    # the chain fold reads the computed target as [B, S, 2, 16] and takes it first
+    assert modified and p.stats["layout-chain"] + p.stats["reshape-of-reshape"] == 1
     assert "Reshape" not in ops(model)
     check_same(proto, model, _x(2, 5, 32))
 
@@ -129,8 +130,11 @@ def test_reshape_of_reshape_copying_a_changed_dim_is_refused():
             back = Constant <value = int64[2] {0, -1}> ()
             y = Reshape (r, back)
         }""")
-    model, modified, _ = apply(FoldLayoutChainsPass, proto, shape_inference=True)
-    assert not modified and ops(model) == {"Reshape": 2}
+    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    assert p.stats["reshape-of-reshape"] == 0
+    # the chain read on symbolic dims folds instead: one Reshape [-1, 32] (B * S is no dim of x)
+    assert modified and p.stats["layout-chain"] == 1 and ops(model) == {"Reshape": 1}
+    check_same(proto, model, _x(2, 5, 32))
 
 
 def test_static_chain_becomes_reshape_transpose_reshape():
@@ -180,6 +184,110 @@ def test_static_chain_off_atom_boundaries_is_left():
         }""")
     model, modified, _ = apply(FoldLayoutChainsPass, proto, shape_inference=True)
     assert not modified and ops(model) == {"Transpose": 1, "Reshape": 1}
+
+
+_HIERA_KEY = """
+    g (float[B, 4, 64, 16] x) => (float[B, 64, 64] y) {
+        t1 = Transpose <perm = [0, 1, 3, 2]> (x)
+        s1 = Constant <value = int64[4] {0, 4, 16, -1}> ()
+        kt = Reshape <allowzero = AZ> (t1, s1)
+        t2 = Transpose <perm = [0, 3, 1, 2]> (kt)
+        s2 = Constant <value = int64[3] {0, 0, -1}> ()
+        y = Reshape (t2, s2)
+    }"""
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_chain_on_a_symbolic_batch_folds(batch):
+    # Hiera's dynamic-batch key: K^T viewed, then turned back for [B, S, H*D]: 4 nodes -> Transpose,
+    # Reshape; B never split (B = 1 at run time too: a size-1 atom is still moved right)
+    proto, model, modified, p = _run(_HIERA_KEY.replace("AZ", "0"))
+    assert modified and p.stats["layout-chain"] == 1
+    assert ops(model) == {"Transpose": 1, "Reshape": 1}  # x already has [B, H, S, D]: no first Reshape
+    check_same(proto, model, _x(batch, 4, 64, 16))
+
+
+def test_chain_with_allowzero_reads_its_minus_one():
+    # allowzero = 1 (a 0 would stay literal, so the export writes -1 for B): folds the same
+    text = _HIERA_KEY.replace("AZ", "1").replace("{0, 4, 16, -1}", "{-1, 4, 16, 64}")
+    proto, model, modified, p = _run(text)
+    assert modified and p.stats["layout-chain"] == 1 and ops(model) == {"Transpose": 1, "Reshape": 1}
+    check_same(proto, model, _x(3, 4, 64, 16))
+
+
+def test_window_unpartition_on_symbolic_batch_is_one_reshape():
+    # SAM / Hiera after attention: [4B, 16, 32] -> heads -> windows -> [4B, 4, 4, 32], read through a -1
+    # and a symbolic product dim 4*B that stays whole
+    proto, model, modified, p = _run("""
+        g (float["4*B", 16, 32] x) => (float["4*B", 4, 4, 32] y) {
+            s1 = Constant <value = int64[4] {0, 0, 2, 16}> ()
+            a = Reshape (x, s1)
+            t1 = Transpose <perm = [0, 2, 1, 3]> (a)
+            s2 = Constant <value = int64[5] {-1, 2, 4, 4, 16}> ()
+            b = Reshape (t1, s2)
+            t2 = Transpose <perm = [0, 2, 3, 1, 4]> (b)
+            s3 = Constant <value = int64[4] {-1, 4, 4, 32}> ()
+            y = Reshape (t2, s3)
+        }""")
+    assert modified and p.stats["layout-chain"] == 1 and ops(model) == {"Reshape": 1}
+    check_same(proto, model, _x(8, 16, 32))
+
+
+def test_window_unpartition_with_computed_targets_is_one_reshape():
+    # the same unpartition as TorchScript writes it: targets are Concats of Shape reads (B from x's
+    # Shape, divided by the window count), read as dim products
+    proto, model, modified, p = _run("""
+        g (float[N, 16, 32] x) => (float[N, 4, 4, 32] y) {
+            s = Shape (x)
+            i0 = Constant <value = int64[1] {0}> ()
+            n = Gather <axis = 0> (s, i0)
+            heads = Constant <value = int64[2] {2, 16}> ()
+            hw = Constant <value = int64[1] {16}> ()
+            s1 = Concat <axis = 0> (n, hw, heads)
+            a = Reshape (x, s1)
+            t1 = Transpose <perm = [0, 2, 1, 3]> (a)
+            w = Constant <value = int64[4] {2, 4, 4, 16}> ()
+            s2 = Concat <axis = 0> (n, w)
+            b = Reshape (t1, s2)
+            t2 = Transpose <perm = [0, 2, 3, 1, 4]> (b)
+            c = Constant <value = int64[3] {4, 4, 32}> ()
+            s3 = Concat <axis = 0> (n, c)
+            y = Reshape (t2, s3)
+        }""")
+    assert modified and p.stats["layout-chain"] == 1 and ops(model) == {"Reshape": 1}
+    check_same(proto, model, _x(3, 16, 32))
+
+
+def test_chain_splitting_a_symbolic_dim_is_left():
+    # [B, 6] -> [B/2, 2, 6]: B / 2 is no product of x's dims, so no plan (static B = 4 would fold)
+    proto = parse(_HEAD + """
+        g (float[B, 6] x) => (float[M, 12] y) {
+            s1 = Constant <value = int64[3] {-1, 2, 6}> ()
+            a = Reshape (x, s1)
+            s2 = Constant <value = int64[4] {-1, 2, 3, 2}> ()
+            b = Reshape (a, s2)
+            t = Transpose <perm = [0, 2, 1, 3]> (b)
+            s3 = Constant <value = int64[2] {-1, 12}> ()
+            y = Reshape (t, s3)
+        }""")
+    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    assert p.stats["layout-chain"] == 0
+    check_same(proto, model, _x(4, 6))
+
+
+def test_symbolic_chain_stops_at_a_second_reader():
+    # kt is read by the chain and by an output: the fold covers only what follows it
+    proto, model, modified, p = _run("""
+        g (float[B, 4, 64, 16] x) => (float[B, 64, 64] y, float[B, 4, 16, 64] k) {
+            t1 = Transpose <perm = [0, 1, 3, 2]> (x)
+            s1 = Constant <value = int64[4] {0, 4, 16, -1}> ()
+            k = Reshape (t1, s1)
+            t2 = Transpose <perm = [0, 3, 1, 2]> (k)
+            s2 = Constant <value = int64[3] {0, 0, -1}> ()
+            y = Reshape (t2, s2)
+        }""")
+    assert p.stats["layout-chain"] == 0  # two 2-node chains: nothing shorter
+    check_same(proto, model, _x(3, 4, 64, 16))
 
 
 def test_no_chain_is_not_modified():
