@@ -111,6 +111,21 @@ def _rewrite_checks(checkers: Sequence, report: Report, work: ir.Model) -> dict:
     return total.to_dict()
 
 
+def _float32_plugin_warnings(model: ir.Model) -> list[str]:
+    """The plugin kernels are fp16 / bf16 only (docs/tensorrt.md): a float32 model at -O4 trt gets
+    plugin ops that the NumPy reference and verify run but TensorRT cannot build until --precision
+    lowers them. Said once per op type, so the graph stays what the contract documents."""
+    from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
+
+    counts: dict[str, int] = {}
+    for node in model.graph.all_nodes():
+        if node.domain == PLUGIN_DOMAIN and node.inputs and node.inputs[0] is not None \
+                and node.inputs[0].dtype == ir.DataType.FLOAT:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return [f"{n} {op} with float32 inputs: TensorRT cannot build them (the plugin kernels take fp16 / "
+            f"bf16); optimize with --precision fp16 or bf16" for op, n in sorted(counts.items())]
+
+
 def prepare_for_fusion(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
                        rules: Names = (), disable: Names = ()) -> ir.Model:
     """A copy of ``model`` as optimize()'s fusion stage sees it: every stage before "fusion"
@@ -224,6 +239,8 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     report.seconds["passes"] = time.perf_counter() - t1
     report.nodes_after = count_nodes(work)
     report.ops_after = dict(op_histogram(work))
+    if target == "trt" and precision is None:
+        report.warnings.extend(_float32_plugin_warnings(work))
 
     t2 = time.perf_counter()
     _validate(work)
