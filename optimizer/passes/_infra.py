@@ -53,6 +53,12 @@ def is_default_op(node: ir.Node | None, *ops: str) -> bool:
     return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
 
 
+def attr_value(node: ir.Node, name: str, default):
+    """The value of attribute ``name``, or ``default`` where the node does not set it."""
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
 def count_nodes(model: ir.Model) -> int:
     """Nodes in the main graph and every subgraph."""
     return sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))

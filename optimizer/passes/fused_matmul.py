@@ -18,12 +18,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import FusePass
-
-
-def _attr(node: ir.Node, name: str, default):
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
+from onnx_fuse.passes._infra import FusePass, attr_value
 
 
 class ExpandFusedMatMulPass(FusePass):
@@ -42,10 +37,10 @@ class ExpandFusedMatMulPass(FusePass):
     def _rewrite(self, graph: ir.Graph, node: ir.Node) -> bool:
         if len(node.inputs) != 2 or any(x is None for x in node.inputs) or len(node.outputs) != 1:
             return False
-        if _attr(node, "transBatchA", 0) or _attr(node, "transBatchB", 0):
+        if attr_value(node, "transBatchA", 0) or attr_value(node, "transBatchB", 0):
             return False
-        alpha = float(_attr(node, "alpha", 1.0))
-        trans = (_attr(node, "transA", 0), _attr(node, "transB", 0))
+        alpha = float(attr_value(node, "alpha", 1.0))
+        trans = (attr_value(node, "transA", 0), attr_value(node, "transB", 0))
         out = node.outputs[0]
         dtype = out.dtype or node.inputs[0].dtype
         if alpha != 1.0 and dtype is None:

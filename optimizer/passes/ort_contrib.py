@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._infra import FusePass, attr_value
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
-
-
-def _attr(node: ir.Node, name: str, default):
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
 
 
 class ExpandSimplifiedLayerNormPass(FusePass):
@@ -49,11 +44,11 @@ class ExpandSimplifiedLayerNormPass(FusePass):
         dtype = x.dtype
         if dtype not in _FLOATS or x.shape is None:
             return False
-        axis = int(_attr(node, "axis", -1))
+        axis = int(attr_value(node, "axis", -1))
         if axis not in (-1, x.shape.rank() - 1):
             return False
-        eps = float(_attr(node, "epsilon", 1e-5))
-        island = dtype != ir.DataType.FLOAT and int(_attr(node, "stash_type", 1)) == 1
+        eps = float(attr_value(node, "epsilon", 1e-5))
+        island = dtype != ir.DataType.FLOAT and int(attr_value(node, "stash_type", 1)) == 1
         work = ir.DataType.FLOAT if island else dtype
         stem = node.name or out.name or "simplified_layer_norm"
         nodes: list[ir.Node] = []
@@ -146,7 +141,7 @@ class ExpandOrtFusionsPass(FusePass):
                 ins[3] if op == "SkipSimplifiedLayerNormalization" and len(ins) > 3 else None)
             if bias is not None:
                 s = add("Add", [s, bias], "sum_bias")
-            eps = float(_attr(node, "epsilon", 1e-12))  # ORT's default for both
+            eps = float(attr_value(node, "epsilon", 1e-12))  # ORT's default for both
             if op == "SkipLayerNormalization":
                 beta = ins[3] if len(ins) > 3 else None
                 y = add("LayerNormalization", [s, ins[2], *([beta] if beta is not None else [])], "norm",
@@ -193,7 +188,7 @@ class ExpandOrtFusionsPass(FusePass):
                 y = add("Mul", [add("Mul", [a, const(0.5, "half")], "half_x"),
                                add("Add", [t, const(1.0, "one")], "one_plus")], "gelu")
             else:  # QuickGelu: x * sigmoid(alpha x)
-                alpha = float(_attr(node, "alpha", 1.702))
+                alpha = float(attr_value(node, "alpha", 1.702))
                 z = a if alpha == 1.0 else add("Mul", [a, const(alpha, "alpha")], "scaled")
                 y = add("Mul", [a, add("Sigmoid", [z], "sigmoid")], "gelu")
             results = {0: y}
@@ -241,7 +236,7 @@ class ShapeSplitToGatherPass(FusePass):
         src = node.inputs[0] if node.inputs else None
         if src is None or src.dtype != ir.DataType.INT64 or src.shape is None or src.shape.rank() != 1:
             return False
-        if int(_attr(node, "axis", 0)) not in (0, -1):
+        if int(attr_value(node, "axis", 0)) not in (0, -1):
             return False
         sizes = _const_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
         if sizes is None:
