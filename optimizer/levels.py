@@ -166,8 +166,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # onnx / trt cannot run ORT's norm and GELU fusions either: back to standard ops
         from onnx_fuse.passes.ort_contrib import ShapeSplitToGatherPass
 
+        # ORT's Split of rotate_half's two Slices (GatherSliceToSplitFusion) back into the Slices
+        from onnx_fuse.passes.split_rotate_half import SplitRotateHalfPass
+
         contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
-                   *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
+                   SplitRotateHalfPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib)
                        if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
