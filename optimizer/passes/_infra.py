@@ -59,6 +59,14 @@ def attr_value(node: ir.Node, name: str, default):
     return default if attr is None else attr.value
 
 
+def reroute(old: ir.Value, new: ir.Value) -> None:
+    """Every reader of ``old`` (a graph output too) reads ``new``; a graph output keeps its name."""
+    name = old.name
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    if new.is_graph_output():
+        old.name, new.name = None, name
+
+
 def count_nodes(model: ir.Model) -> int:
     """Nodes in the main graph and every subgraph."""
     return sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._infra import FusePass, reroute
 
 
 def _spell_ellipsis(equation: str, rank_a: int | None, rank_b: int | None):
@@ -160,10 +160,7 @@ class EinsumToMatMulPass(FusePass):
         final = transposed(mm_out, perm_o, "out")  # [batch, free_a, free_b] -> the equation's order
         final.shape = out.shape
         graph.insert_before(node, new_nodes)
-        name = out.name
-        out.replace_all_uses_with(final, replace_graph_outputs=True)
+        reroute(out, final)
         graph.remove(node, safe=True)
-        if final.is_graph_output():  # the model's output keeps its name
-            out.name, final.name = None, name
         self.stats["Einsum"] += 1
         return True

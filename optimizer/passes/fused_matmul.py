@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import FusePass, attr_value
+from onnx_fuse.passes._infra import FusePass, attr_value, reroute
 
 
 class ExpandFusedMatMulPass(FusePass):
@@ -71,10 +71,7 @@ class ExpandFusedMatMulPass(FusePass):
             final = ir.Value(name=f"{stem}_scaled", type=out.type, shape=out.shape)
             new_nodes.append(ir.Node("", "Mul", [product, scale], outputs=[final], name=f"{stem}_scaled"))
         graph.insert_before(node, new_nodes)
-        name = out.name
-        out.replace_all_uses_with(final, replace_graph_outputs=True)
+        reroute(out, final)
         graph.remove(node, safe=True)
-        if final.is_graph_output():  # the model's output keeps its name
-            out.name, final.name = None, name
         self.stats["FusedMatMul"] += 1
         return True

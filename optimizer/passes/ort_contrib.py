@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import FusePass, attr_value
+from onnx_fuse.passes._infra import FusePass, attr_value, reroute
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
 
@@ -81,11 +81,8 @@ class ExpandSimplifiedLayerNormPass(FusePass):
             n = add("Cast", [n], "normalized_cast", dt=dtype, attrs=[ir.AttrInt64("to", int(dtype))], shape=full)
         y = add("Mul", [n, scale], "scaled", dt=dtype, shape=out.shape)
         graph.insert_before(node, nodes)
-        name = out.name
-        out.replace_all_uses_with(y, replace_graph_outputs=True)
+        reroute(out, y)
         graph.remove(node, safe=True)
-        if y.is_graph_output():  # the model's output keeps its name
-            out.name, y.name = None, name
         self.stats["SimplifiedLayerNormalization"] += 1
         return True
 
@@ -200,10 +197,7 @@ class ExpandOrtFusionsPass(FusePass):
             if not (old.uses() or old.is_graph_output()):
                 continue
             new.shape = old.shape if old.shape is not None else new.shape
-            name = old.name
-            old.replace_all_uses_with(new, replace_graph_outputs=True)
-            if new.is_graph_output():
-                old.name, new.name = None, name
+            reroute(old, new)
         graph.remove(node, safe=True)
         self.stats[op] += 1
         return True
@@ -258,19 +252,13 @@ class ShapeSplitToGatherPass(FusePass):
                     graph.insert_before(reader, ir.Node("", "Gather", [src, idx], attributes=[ir.AttrInt64("axis", 0)],
                                                         outputs=[g], name=f"{stem}_dim_{k}"))
                     sq = reader.outputs[0]
-                    name = sq.name
-                    sq.replace_all_uses_with(g, replace_graph_outputs=True)
-                    if g.is_graph_output():
-                        sq.name, g.name = None, name
+                    reroute(sq, g)
             if out.uses() or out.is_graph_output():
                 idx = ir.Value(name=f"{stem}_indices_{k}", const_value=ir.tensor([k], dtype=ir.DataType.INT64))
                 graph.register_initializer(idx)
                 g = ir.Value(name=f"{stem}_part_{k}", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1]))
                 graph.insert_before(node, ir.Node("", "Gather", [src, idx], attributes=[ir.AttrInt64("axis", 0)],
                                                   outputs=[g], name=f"{stem}_part_{k}"))
-                name = out.name
-                out.replace_all_uses_with(g, replace_graph_outputs=True)
-                if g.is_graph_output():
-                    out.name, g.name = None, name
+                reroute(out, g)
         self.stats["Split"] += 1
         return True
