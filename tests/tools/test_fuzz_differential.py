@@ -444,3 +444,17 @@ def test_paged_bf16_model_that_only_orts_optimizations_refuse_is_ort_itself():
     ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
     cls, detail, _, fires = fd.run_one(case.model, case.feeds, ref, 4, "trt", precision="bf16")
     assert fires.get("trt-paged-kv") and cls in ("ort-itself", "ok"), (cls, detail)
+
+
+def test_fused_attention_padded_query_rows_are_the_contract_not_wrong():
+    """Seeds 3310816760 / 567340412 (session 14, seed 14501): fused-attention-trt-probed turns a
+    right-padded attention into FusedAttention at O4 trt, whose contract writes zeros in padded query
+    rows where the original computes values nobody reads. The run differs only there: with every
+    0/1 mask all ones it matches, so it is `padded-rows` (noted), and nowhere else `wrong`."""
+    for seed in (3310816760, 567340412):
+        (level, target, cls, detail), = _runs(seed, [4], ["trt"])
+        assert cls == "padded-rows", (seed, cls, detail)
+    case = make_case(3310816760)
+    names = [o.name for o in case.model.graph.output]
+    # the original against itself has no FusedAttention to blame
+    assert not fd._only_padded_rows_differ(case.model, case.model, names, case.feeds, None)
