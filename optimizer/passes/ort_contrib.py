@@ -208,6 +208,14 @@ def _const_ints(v: ir.Value | None) -> list[int] | None:
     return None if t is None else [int(i) for i in t.numpy().reshape(-1)]
 
 
+def split_sizes(node: ir.Node) -> list[int] | None:
+    """The part sizes a Split states: its constant ``split`` input, or the attribute before opset 13."""
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        return _const_ints(node.inputs[1])
+    attr = node.attributes.get("split")
+    return [int(i) for i in attr.value] if attr is not None else None
+
+
 class ShapeSplitToGatherPass(FusePass):
     """ORT's GatherSliceToSplitFusion writes the dim reads ``Gather(Shape(x), i)`` of a shape as one
     ``Split(Shape(x), [1, ...])`` with a Squeeze per part; the shape facts read Gathers of a Shape,
@@ -232,10 +240,7 @@ class ShapeSplitToGatherPass(FusePass):
             return False
         if int(attr_value(node, "axis", 0)) not in (0, -1):
             return False
-        sizes = _const_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-        if sizes is None:
-            attr = node.attributes.get("split")
-            sizes = list(attr.value) if attr is not None else None
+        sizes = split_sizes(node)
         if sizes is None or sizes != [1] * len(node.outputs):
             return False
         stem = node.name or "shape_split"

@@ -17,18 +17,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op
-
-
-def _part_sizes(node: ir.Node) -> tuple[int, int] | None:
-    """The two part sizes a Split states (split input, or the split attribute before opset 13)."""
-    if len(node.inputs) >= 2 and node.inputs[1] is not None:
-        tensor = node.inputs[1].const_value
-        sizes = None if tensor is None else np.asarray(tensor.numpy()).reshape(-1).tolist()
-    else:
-        sizes = attr_value(node, "split", None)
-    if sizes is None or len(sizes) != 2 or any(int(s) <= 0 for s in sizes):
-        return None
-    return int(sizes[0]), int(sizes[1])
+from onnx_fuse.passes.ort_contrib import split_sizes
 
 
 def _only_reader(v: ir.Value) -> ir.Node | None:
@@ -52,9 +41,9 @@ class SplitRotateHalfPass(FusePass):
     def _rewrite(self, graph: ir.Graph, node: ir.Node) -> bool:
         x = node.inputs[0]
         first, second = node.outputs
-        sizes = _part_sizes(node)
+        sizes = split_sizes(node)
         rank = x.shape.rank() if x is not None and x.shape is not None else None
-        if sizes is None or rank is None:
+        if sizes is None or len(sizes) != 2 or min(sizes) <= 0 or rank is None:
             return False
         axis = int(attr_value(node, "axis", 0)) % rank
         neg, cat = _only_reader(second), _only_reader(first)
