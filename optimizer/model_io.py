@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError
 from onnx_fuse import fileio
 from onnx_fuse.errors import UserError
 from onnx_fuse.graph_order import as_ort_domain, ort_default_domain_nodes, sort_nodes
+from onnx_fuse.passes._scoped_names import free_name
 from onnx_fuse.external_data import (check_external_data, check_ir_external_data, external_info,
                                      has_external_data, iter_model_tensors)
 from onnx_fuse.proto_stream import WireError, embedded_nbytes, skeleton_with_mapped_weights, write_embedded
@@ -215,11 +216,7 @@ def _unique_node_names(model: ir.Model) -> None:
             if not node.name:
                 continue
             if node.name in seen:
-                k = 1
-                while f"{node.name}_{k}" in taken:
-                    k += 1
-                node.name = f"{node.name}_{k}"
-                taken.add(node.name)
+                node.name = free_name(node.name, taken, "_")
             seen.add(node.name)
 
 

@@ -12,26 +12,15 @@ input (an overridable sparse default, which a dense initializer would not keep).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from onnx_fuse.errors import UserError
+from onnx_fuse.passes._subgraph_scopes import all_subgraphs
 
 #: the largest dense form made from a sparse initializer (2 GiB: the protobuf limit of one model)
 MAX_DENSE_BYTES = 2 << 30
-
-
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _graphs(attr.g)
-            for g in attr.graphs:
-                yield from _graphs(g)
 
 
 def _dense(sparse: onnx.SparseTensorProto, base_dir: str | None, where: str) -> onnx.TensorProto:
@@ -67,7 +56,7 @@ def _dense(sparse: onnx.SparseTensorProto, base_dir: str | None, where: str) -> 
 
 def densify_sparse_initializers(proto: onnx.ModelProto, base_dir: str | None, what: str) -> None:
     """Replace every graph's sparse initializers by dense ones of the same names (in place)."""
-    for graph in _graphs(proto.graph):
+    for graph in (proto.graph, *all_subgraphs(proto.graph)):
         if not graph.sparse_initializer:
             continue
         inputs = {vi.name for vi in graph.input}

@@ -35,6 +35,16 @@ def _bodies(graph: ir.Graph) -> Iterator[ir.Graph]:
                 yield from attr.value
 
 
+def free_name(base: str, taken: set[str], sep: str) -> str:
+    """``base + sep + k`` for the first k >= 1 not in ``taken``; added to ``taken``."""
+    k = 1
+    while f"{base}{sep}{k}" in taken:
+        k += 1
+    name = f"{base}{sep}{k}"
+    taken.add(name)
+    return name
+
+
 def separate_scoped_names(model: ir.Model) -> int:
     """Rename every subgraph value whose name an enclosing graph defines; returns how many."""
     if all(g is model.graph for g in model.graphs()):
@@ -47,11 +57,7 @@ def separate_scoped_names(model: ir.Model) -> int:
         here = set()
         for v in list(_defined(graph)):   # renaming an initializer re-keys graph.initializers
             if v.name in outer:
-                k = 1
-                while f"{v.name}__{k}" in taken:
-                    k += 1
-                v.name = f"{v.name}__{k}"
-                taken.add(v.name)
+                v.name = free_name(v.name, taken, "__")
                 renamed += 1
             here.add(v.name)
         for body in _bodies(graph):

@@ -63,10 +63,11 @@ def _subgraphs(graph: onnx.GraphProto):
         yield from _node_subgraphs(node)
 
 
-def _all_subgraphs(graph: onnx.GraphProto):
+def all_subgraphs(graph: onnx.GraphProto):
+    """Every If / Loop / Scan body under ``graph``, nested ones too (outermost first)."""
     for sub in _subgraphs(graph):
         yield sub
-        yield from _all_subgraphs(sub)
+        yield from all_subgraphs(sub)
 
 
 def _defined(graph: onnx.GraphProto) -> set[str]:
@@ -114,7 +115,7 @@ def unique_subgraph_names(graph: onnx.GraphProto) -> dict[str, str]:
     """Rename, in every subgraph of ``graph``, the values that another graph of the model also
     defines (to ``name#onnx_fuse_scope<k>``), uses in nested subgraphs included; returns new -> old."""
     counts: dict[str, int] = {}
-    for g in (graph, *_all_subgraphs(graph)):
+    for g in (graph, *all_subgraphs(graph)):
         for name in _defined(g):
             counts[name] = counts.get(name, 0) + 1
     shared = {name for name, c in counts.items() if c > 1}
@@ -133,13 +134,7 @@ def _rename(graph: onnx.GraphProto, outer: dict[str, str], shared: set[str], num
         names[name] = new = f"{name}{_MARK}{k}"
         back[new] = name
     if names:
-        for v in (*graph.input, *graph.output, *graph.value_info):
-            v.name = names.get(v.name, v.name)
-        for t in graph.initializer:
-            t.name = names.get(t.name, t.name)
-        for node in graph.node:
-            node.input[:] = [names.get(i, i) for i in node.input]
-            node.output[:] = [names.get(o, o) for o in node.output]
+        _apply_names(graph, names)
     for sub in _subgraphs(graph):
         _rename(sub, names, shared, number, back)
 
@@ -148,11 +143,16 @@ def restore_names(graph: onnx.GraphProto, back: dict[str, str]) -> None:
     """Undo ``unique_subgraph_names`` on ``graph`` (an inferred copy) and its subgraphs."""
     if not back:
         return
-    for g in (graph, *_all_subgraphs(graph)):
-        for v in (*g.input, *g.output, *g.value_info):
-            v.name = back.get(v.name, v.name)
-        for t in g.initializer:
-            t.name = back.get(t.name, t.name)
-        for node in g.node:
-            node.input[:] = [back.get(i, i) for i in node.input]
-            node.output[:] = [back.get(o, o) for o in node.output]
+    for g in (graph, *all_subgraphs(graph)):
+        _apply_names(g, back)
+
+
+def _apply_names(graph: onnx.GraphProto, names: dict[str, str]) -> None:
+    """Every value name of ``graph`` itself (not its subgraphs) mapped through ``names``."""
+    for v in (*graph.input, *graph.output, *graph.value_info):
+        v.name = names.get(v.name, v.name)
+    for t in graph.initializer:
+        t.name = names.get(t.name, t.name)
+    for node in graph.node:
+        node.input[:] = [names.get(i, i) for i in node.input]
+        node.output[:] = [names.get(o, o) for o in node.output]
