@@ -283,6 +283,22 @@ def test_bf16_keeps_finfo_min_masks_finite():
     assert rel_err(ref, got) <= TOL["bf16"]
 
 
+MASKED_ATTENTION_DIMS = (2, 2, 4, 8)  # b, h, s, d
+
+
+def _masked_attention_case(seed):
+    """A float32 Attention-23 with a float32 mask [b, 1, s, s], converted (one mask floor), and random
+    q / k / v feeds (the mask is the test's)."""
+    b, h, s, d = MASKED_ATTENTION_DIMS
+    nodes = [helper.make_node("Attention", ["q", "k", "v", "m"], ["o"], name="attn")]
+    proto = model(nodes, [vi(x, T.FLOAT, [b, h, s, d]) for x in "qkv"] + [vi("m", T.FLOAT, [b, 1, s, s])],
+                  [vi("o", T.FLOAT, [b, h, s, d])], opset=23)
+    out, p, _ = convert(proto)
+    assert p.stats["mask-floors"] == 1
+    rng = np.random.default_rng(seed)
+    return proto, out, {x: rng.standard_normal((b, h, s, d)).astype(np.float32) for x in "qkv"}
+
+
 @pytest.mark.parametrize("fill", [-1e30, -1e10, float(np.finfo(np.float32).min)])
 def test_fp16_attention_mask_keeps_fully_masked_rows(fill):
     """A float32 mask floor such as lower.yaml's keep-masked-rows -1e30, cast to float16 for
@@ -290,14 +306,8 @@ def test_fp16_attention_mask_keeps_fully_masked_rows(fill):
     the float32 graph gives the mean of V. The pass raises such entries to -60000 before the Cast:
     the row stays uniform. float32's lowest and -inf, which ORT's Attention-23 reads as -inf in
     float32 too (a row of them gives 0), are left alone."""
-    b, h, s, d = 2, 2, 4, 8
-    nodes = [helper.make_node("Attention", ["q", "k", "v", "m"], ["o"], name="attn")]
-    proto = model(nodes, [vi(x, T.FLOAT, [b, h, s, d]) for x in "qkv"] + [vi("m", T.FLOAT, [b, 1, s, s])],
-                  [vi("o", T.FLOAT, [b, h, s, d])], opset=23)
-    out, p, _ = convert(proto)
-    assert p.stats["mask-floors"] == 1
-    rng = np.random.default_rng(0)
-    feeds = {x: rng.standard_normal((b, h, s, d)).astype(np.float32) for x in "qkv"}
+    b, h, s, d = MASKED_ATTENTION_DIMS
+    proto, out, feeds = _masked_attention_case(0)
     feeds["m"] = np.zeros((b, 1, s, s), np.float32)
     feeds["m"][1] = fill            # batch 1: every key masked
     feeds["m"][0, :, :, -1] = -np.inf  # batch 0: -inf stays -inf (the last key gets no weight)
@@ -312,14 +322,8 @@ def test_fp16_attention_mask_keeps_the_order_of_masked_levels():
     finfo.min / 16, as keep-masked-rows leaves GPT-J's min and min / d): the float32 graph weighs the
     higher level's keys; raised to one floor before the float16 Cast they all weighed alike (0.96 off).
     The map into (-62048, -60000] keeps them apart; a kept entry (0, -1e4) is unchanged."""
-    b, h, s, d = 2, 2, 4, 8
-    nodes = [helper.make_node("Attention", ["q", "k", "v", "m"], ["o"], name="attn")]
-    proto = model(nodes, [vi(x, T.FLOAT, [b, h, s, d]) for x in "qkv"] + [vi("m", T.FLOAT, [b, 1, s, s])],
-                  [vi("o", T.FLOAT, [b, h, s, d])], opset=23)
-    out, p, _ = convert(proto)
-    assert p.stats["mask-floors"] == 1
-    rng = np.random.default_rng(1)
-    feeds = {x: rng.standard_normal((b, h, s, d)).astype(np.float32) for x in "qkv"}
+    b, h, s, d = MASKED_ATTENTION_DIMS
+    proto, out, feeds = _masked_attention_case(1)
     lowest = np.finfo(np.float32).min
     feeds["m"] = np.zeros((b, 1, s, s), np.float32)
     feeds["m"][1] = lowest / 2
