@@ -14,8 +14,9 @@ NumPy has no bfloat16: tests pass bf16 data upcast to float32.
 
 Conventions shared with the kernels:
 - GQA: query head ``h`` reads kv head ``h // (Hq // Hkv)``.
-- ``seq_lens[b]`` (prefill): valid tokens of sequence ``b``; keys at positions >= it are
-  masked, output rows at positions >= it are zeros.
+- ``seq_lens[b]`` (prefill): the valid tokens of sequence ``b``: ``L >= 0`` means positions
+  ``[0, L)`` (right padding), ``-L < 0`` positions ``[S - L, S)`` (left padding); keys outside
+  them are masked, output rows outside them are zeros.
 - causal (prefill): key ``j`` is visible to query ``i`` iff ``j <= i``.
 - paged: ``seq_lens[b]`` counts the tokens in the cache *including* the ``Sq`` new ones; new
   token ``i`` sits at position ``p = seq_lens[b] - Sq + i`` and sees cache positions ``0..p``.
@@ -129,9 +130,11 @@ def fused_attention(
     if not (cap >= 0.0 and np.isfinite(cap)):
         raise ValueError(f"softcap must be >= 0 and finite (0 = none), got {softcap}")
     W = _check_window(window, causal=bool(causal))
-    lens = np.full(B, S, dtype=np.int64) if seq_lens is None else np.clip(np.asarray(seq_lens, np.int64), 0, S)
-    if lens.shape != (B,):
-        raise ValueError(f"seq_lens must have shape [{B}], got {lens.shape}")
+    raw = np.full(B, S, dtype=np.int64) if seq_lens is None else np.asarray(seq_lens, np.int64)
+    if raw.shape != (B,):
+        raise ValueError(f"seq_lens must have shape [{B}], got {raw.shape}")
+    lens = np.minimum(np.abs(raw), S)
+    first = np.where(raw < 0, S - lens, 0)  # left padding: the span ends at S
 
     group = Hq // Hkv
     kx = np.repeat(kh, group, axis=2)  # [B,S,Hq,D]
@@ -141,7 +144,7 @@ def fused_attention(
     if cap:
         scores = cap * np.tanh(scores / cap)
     pos = np.arange(S)
-    key_ok = pos[None, :] < lens[:, None]  # [B,S]
+    key_ok = (pos[None, :] >= first[:, None]) & (pos[None, :] < (first + lens)[:, None])  # [B,S]
     visible = np.broadcast_to(key_ok[:, None, None, :], scores.shape)
     if causal:
         visible = visible & (pos[None, None, None, :] <= pos[None, None, :, None])
@@ -149,7 +152,7 @@ def fused_attention(
         visible = visible & (pos[None, None, None, :] > pos[None, None, :, None] - W)
     p = _softmax_rows(scores, visible)
     out = np.matmul(p, vx.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)  # [B,S,Hq,D]
-    out = out * (pos[None, :] < lens[:, None])[:, :, None, None]
+    out = out * key_ok[:, :, None, None]
     dt = out_dtype or np.asarray(q).dtype
     if layout == "bhsd":
         out = out.transpose(0, 2, 1, 3)

@@ -2,8 +2,9 @@
 //
 // Layouts (element strides are arguments, the last dim must be contiguous):
 //   Q [B, S, Hq, D], K [B, S, Hkv, D], V [B, S, Hkv, D], O [B, S, Hq, D]
-//   seq_lens int32 [B] (optional): valid length of each sequence, for queries and keys
-//   alike; output rows at positions >= seq_lens[b] are written as zeros.
+//   seq_lens int32 [B] (optional): the valid rows of each sequence, for queries and keys alike:
+//   seq_lens[b] = L >= 0 -> rows [0, L) (right padding); seq_lens[b] = -L < 0 -> rows [S - L, S)
+//   (left padding). Output rows outside them are written as zeros (fa_span, fa_zero_lead_rows).
 // Semantics: O = softmax(scale * Q K^T + mask) V per (batch, query head), with query
 // head h reading kv head h / (Hq / Hkv) (MHA when Hq == Hkv, GQA/MQA otherwise), the
 // causal mask top-left aligned (key j visible to query i iff j <= i). Softcap entries (name suffix
@@ -32,6 +33,22 @@
 #include "wgmma.cuh"
 
 namespace onnx_fuse {
+
+// The valid rows of sequence b (docs/ops.md, FusedAttention's seq_lens): rows [row0, row0 + len).
+// seq_lens[b] >= 0 counts them from row 0 (right padding); a negative value counts them back from
+// the end (left padding, as batched generation pads prompts). The kernels run on the rows from
+// row0 on (their Q/K/V/O bases moved by row0 rows, S - row0 rows in the tensor); the rows before
+// row0 are zeroed by fa_zero_lead_rows, launched beside them.
+struct FaSpan {
+  int row0, len;
+};
+__device__ __forceinline__ FaSpan fa_span(const int* __restrict__ seq_lens, int b, int S) {
+  if (seq_lens == nullptr) return FaSpan{0, S};
+  const int s = seq_lens[b];
+  if (s >= 0) return FaSpan{0, min(s, S)};
+  const int len = s < -S ? S : -s;  // never negates INT_MIN
+  return FaSpan{S - len, len};
+}
 
 template <int D, int NWARPS, int MT, int BN>
 constexpr int fa_smem_bytes() {
@@ -119,13 +136,21 @@ __device__ __forceinline__ void fa_fwd_body(
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
-  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  const FaSpan sp = fa_span(seq_lens, b, S);
+  const int L = sp.len;
+  S -= sp.row0;  // rows from the span's first on (fa_span)
   const int m0 = m_block * BM;
 
-  const T* qb = q + b * q_sb + hq * q_sh;
-  const T* kb = k + b * k_sb + hkv * k_sh;
-  const T* vb = v + b * v_sb + hkv * v_sh;
-  T* ob = o + b * o_sb + hq * o_sh;
+  const T* qb = q + b * q_sb + hq * q_sh + sp.row0 * q_ss;
+  const T* kb = k + b * k_sb + hkv * k_sh + sp.row0 * k_ss;
+  const T* vb = v + b * v_sb + hkv * v_sh + sp.row0 * v_ss;
+  T* ob = o + b * o_sb + hq * o_sh + sp.row0 * o_ss;
+  // Left padding: this block's rows in front of the span are zeros. The library launcher also
+  // runs fa_zero_lead_rows; TensorRT's AOT path launches this body alone (the _trt entries).
+  for (int c = tid; c < min(sp.row0 - m0, BM) * CPR; c += NT) {
+    int r = c / CPR, cc = c % CPR;
+    *reinterpret_cast<uint4*>(o + b * o_sb + hq * o_sh + (m0 + r) * o_ss + cc * 8) = make_uint4(0, 0, 0, 0);
+  }
 
   if (m0 >= L) {  // whole tile is padding: zeros
     for (int c = tid; c < BM * CPR; c += NT) {
@@ -397,13 +422,15 @@ __device__ __forceinline__ void fa_fwd_wgmma_body(
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
-  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  const FaSpan sp = fa_span(seq_lens, b, S);
+  const int L = sp.len;
+  S -= sp.row0;  // rows from the span's first on (fa_span)
   const int m0 = m_block * BM;
 
-  const T* qb = q + b * q_sb + hq * q_sh;
-  const T* kb = k + b * k_sb + hkv * k_sh;
-  const T* vb = v + b * v_sb + hkv * v_sh;
-  T* ob = o + b * o_sb + hq * o_sh;
+  const T* qb = q + b * q_sb + hq * q_sh + sp.row0 * q_ss;
+  const T* kb = k + b * k_sb + hkv * k_sh + sp.row0 * k_ss;
+  const T* vb = v + b * v_sb + hkv * v_sh + sp.row0 * v_ss;
+  T* ob = o + b * o_sb + hq * o_sh + sp.row0 * o_ss;
 
   if (m0 >= L) {
     for (int c = tid; c < BM * CPR; c += NT) {
@@ -604,13 +631,15 @@ __device__ __forceinline__ void fa_fwd_wgmma_pipe_body(
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
-  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
+  const FaSpan sp = fa_span(seq_lens, b, S);
+  const int L = sp.len;
+  S -= sp.row0;  // rows from the span's first on (fa_span)
   const int m0 = m_block * BM;
 
-  const T* qb = q + b * q_sb + hq * q_sh;
-  const T* kb = k + b * k_sb + hkv * k_sh;
-  const T* vb = v + b * v_sb + hkv * v_sh;
-  T* ob = o + b * o_sb + hq * o_sh;
+  const T* qb = q + b * q_sb + hq * q_sh + sp.row0 * q_ss;
+  const T* kb = k + b * k_sb + hkv * k_sh + sp.row0 * k_ss;
+  const T* vb = v + b * v_sb + hkv * v_sh + sp.row0 * v_ss;
+  T* ob = o + b * o_sb + hq * o_sh + sp.row0 * o_ss;
 
   if (m0 >= L) {
     for (int c = tid; c < BM * CPR; c += NT) {
@@ -948,7 +977,8 @@ template <typename T>
 struct FaDenseTmaRows : FaDenseRows<T> {
   static constexpr bool kTma = true;
   const void* tq; const void* tk; const void* tv;  // addresses of the __grid_constant__ maps
-  int hq, hkv, b, s_len;                           // coordinates; s_len = S (rows in the tensor)
+  int hq, hkv, b, s_len;  // coordinates; s_len = S - row0 (rows in the tensor from row0 on)
+  int row0;               // fa_span's first row: every TMA row coordinate is moved by it
 };
 
 // Which (query tile, head, sequence) tiles a CTA of fa_ws_core runs. FaWsOneTile: its own
@@ -1037,11 +1067,12 @@ struct FaDenseTmaTiles {
     const int bh = t / nm, mi = t - bh * nm;
     const int hq = bh % Hq, b = bh / Hq;
     const int hkv = hq / (Hq / Hkv);
-    const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
-    FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
-                            v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
-                            q_ss, k_ss, v_ss, o_ss, L, L, S, 0},
-                           tq, tk, tv, hq, hkv, b, S};
+    const FaSpan sp = fa_span(seq_lens, b, S);
+    const int L = sp.len, S1 = S - sp.row0;
+    FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh + sp.row0 * q_ss, k + b * k_sb + hkv * k_sh + sp.row0 * k_ss,
+                            v + b * v_sb + hkv * v_sh + sp.row0 * v_ss, o + b * o_sb + hq * o_sh + sp.row0 * o_ss,
+                            q_ss, k_ss, v_ss, o_ss, L, L, S1, 0},
+                           tq, tk, tv, hq, hkv, b, S1, sp.row0};
     return FaWsTile<FaDenseTmaRows<T>>{rows, CAUSAL ? nm - 1 - mi : mi};
   }
 };
@@ -1294,7 +1325,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
           mbar_arrive_expect_tx(qbar, BM * D * 2);
 #pragma unroll
           for (int cb = 0; cb < NB; ++cb)
-            wg::tma_load_4d(sQ + cb * BM * 128, rw.tq, cb * 64, rw.hq, gm.m0, rw.b, qbar);
+            wg::tma_load_4d(sQ + cb * BM * 128, rw.tq, cb * 64, rw.hq, gm.m0 + rw.row0, rw.b, qbar);
           if constexpr (PERSIST) {  // the next tile's Q into L2: its load after "Q empty" then hits
             const int tn = i + 1 < n_rounds ? tiles.index(i + 1) : tiles.count;
             if (tn < tiles.count) {
@@ -1302,7 +1333,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
               if (!gn.skip) {
 #pragma unroll
                 for (int cb = 0; cb < NB; ++cb)
-                  wg::tma_prefetch_l2_4d(gn.tl.rows.tq, cb * 64, gn.tl.rows.hq, gn.m0, gn.tl.rows.b);
+                  wg::tma_prefetch_l2_4d(gn.tl.rows.tq, cb * 64, gn.tl.rows.hq, gn.m0 + gn.tl.rows.row0, gn.tl.rows.b);
               }
             }
           }
@@ -1324,18 +1355,18 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
               if (c >= ST) mbar_wait_parity(empty0 + 8 * (c % ST), ((c / ST) - 1) & 1);
               mbar_arrive_expect_tx(full, TILE);  // both boxes of K land here
               if (j < mc_shared) {
-                wg::tma_load_4d_mc(dk + rank * BN * 128, rw.tk, (int)rank * 64, rw.hkv, n0, rw.b, full, 3);
+                wg::tma_load_4d_mc(dk + rank * BN * 128, rw.tk, (int)rank * 64, rw.hkv, n0 + rw.row0, rw.b, full, 3);
               } else {  // causal: the longer CTA's last tile, both boxes here only
 #pragma unroll
-                for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0, rw.b, full);
+                for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0 + rw.row0, rw.b, full);
               }
               if (c >= ST) mbar_wait_parity(emptyv0 + 8 * (c % ST), ((c / ST) - 1) & 1);
               mbar_arrive_expect_tx(fullv, TILE);
               if (j < mc_shared) {
-                wg::tma_load_4d_mc(dv + rank * BN * 128, rw.tv, (int)rank * 64, rw.hkv, n0, rw.b, fullv, 3);
+                wg::tma_load_4d_mc(dv + rank * BN * 128, rw.tv, (int)rank * 64, rw.hkv, n0 + rw.row0, rw.b, fullv, 3);
               } else {
 #pragma unroll
-                for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0, rw.b, fullv);
+                for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0 + rw.row0, rw.b, fullv);
               }
             }
             continue;
@@ -1350,10 +1381,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
             }
 #pragma unroll
             for (int cb = 0; cb < NB; ++cb)
-              wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0, rw.b, full);
+              wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0 + rw.row0, rw.b, full);
 #pragma unroll
             for (int cb = 0; cb < NB; ++cb)
-              wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0, rw.b,
+              wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0 + rw.row0, rw.b,
                               tail ? vtail : full);
           }
           if (tail) {  // warp-uniform; vtail: once per CTA unless PERSIST; 0 < KL - n0 < BN
@@ -1713,10 +1744,10 @@ __device__ __forceinline__ void fa_fwd_ws_body(
 #if OF_WGMMA_OK
   const int hq = blockIdx.y, b = blockIdx.z;
   const int hkv = hq / (Hq / Hkv);
-  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
-  FaDenseRows<T> rows{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
-                      v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
-                      q_ss, k_ss, v_ss, o_ss, L, L, S, 0, window};
+  const FaSpan sp = fa_span(seq_lens, b, S);
+  FaDenseRows<T> rows{q + b * q_sb + hq * q_sh + sp.row0 * q_ss, k + b * k_sb + hkv * k_sh + sp.row0 * k_ss,
+                      v + b * v_sb + hkv * v_sh + sp.row0 * v_ss, o + b * o_sb + hq * o_sh + sp.row0 * o_ss,
+                      q_ss, k_ss, v_ss, o_ss, sp.len, sp.len, S - sp.row0, 0, window};
   fa_ws_core<T, D, CAUSAL, FaDenseRows<T>, 40, 128, kWsStages, FaWsOneTile, 0, SC>(rows, scale_log2,
                                                                              FaWsOneTile{}, sc_k);
 #else
@@ -1750,11 +1781,12 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
                       : make_int4(cc.z * Hq + cc.y, 0, 0, 1);
   const int hq = fc.x % Hq, b = fc.x / Hq;
   const int hkv = hq / (Hq / Hkv);
-  const int L = seq_lens ? min(max(seq_lens[b], 0), S) : S;
-  FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh, k + b * k_sb + hkv * k_sh,
-                          v + b * v_sb + hkv * v_sh, o + b * o_sb + hq * o_sh,
-                          q_ss, k_ss, v_ss, o_ss, L, L, S, 0, window},
-                         tq, tk, tv, hq, hkv, b, S};
+  const FaSpan sp = fa_span(seq_lens, b, S);
+  const int S1 = S - sp.row0;
+  FaDenseTmaRows<T> rows{{q + b * q_sb + hq * q_sh + sp.row0 * q_ss, k + b * k_sb + hkv * k_sh + sp.row0 * k_ss,
+                          v + b * v_sb + hkv * v_sh + sp.row0 * v_ss, o + b * o_sb + hq * o_sh + sp.row0 * o_ss,
+                          q_ss, k_ss, v_ss, o_ss, sp.len, sp.len, S1, 0, window},
+                         tq, tk, tv, hq, hkv, b, S1, sp.row0};
   if constexpr ((OPT & kWsFold) != 0) {
     const FaWsFoldTiles<FaDenseTmaRows<T>> tiles{rows, fc.y, fc.z, fc.w};
     fa_ws_core<T, D, CAUSAL, FaDenseTmaRows<T>, PREGS, BNT, STT, FaWsFoldTiles<FaDenseTmaRows<T>>, OPT, SC>(
@@ -2570,6 +2602,19 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
 // Returns 0 or a cudaError_t code. (onnx_fuse_fused_attention_fwd_w adds the sliding window.)
+// Zeros the rows in front of each sequence's span (fa_span: left padding; none for right
+// padding or no seq_lens): the attention kernels start at the span's first row and never see
+// them. One CTA per (query head, sequence); rows of D 2-byte elements as 16-byte chunks.
+__global__ void fa_zero_lead_rows(void* __restrict__ o, const int* __restrict__ seq_lens, int S,
+                                  int D, long long o_sb, long long o_ss, long long o_sh) {
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int row0 = onnx_fuse::fa_span(seq_lens, b, S).row0;
+  const int cpr = D / 8;
+  uint16_t* base = static_cast<uint16_t*>(o) + b * o_sb + h * o_sh;
+  for (int c = threadIdx.x; c < row0 * cpr; c += blockDim.x)
+    *reinterpret_cast<uint4*>(base + (c / cpr) * o_ss + (c % cpr) * 8) = make_uint4(0, 0, 0, 0);
+}
+
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -2595,6 +2640,11 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
   FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
+  OF_REQUIRE(o_ss % 8 == 0 && o_sh % 8 == 0 && o_sb % 8 == 0);
+  if (seq_lens != nullptr) {  // left-padded sequences: their leading rows (the kernels skip them)
+    fa_zero_lead_rows<<<dim3(Hq, B), 128, 0, stream>>>(o, seq_lens, S, D, o_sb, o_ss, o_sh);
+    OF_CUDA_CHECK_LAUNCH();
+  }
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {

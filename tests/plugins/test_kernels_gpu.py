@@ -129,9 +129,9 @@ def _check_fused_case(lib, case, dtype, loads=None):
     seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
     if seq is not None:  # padding content must not matter: poison it
         for b, L in enumerate(lens):
-            k[b, L:] = float("nan")
-            v[b, L:] = float("nan")
-            q[b, L:] = float("nan")
+            for t in (q, k, v):
+                for rows in _outside_span(t, b, L, S):
+                    rows.fill_(float("nan"))
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / D**0.5
     lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant, loads=loads)
@@ -142,7 +142,15 @@ def _check_fused_case(lib, case, dtype, loads=None):
     assert err < TOL[dtype], f"relative error {err:.3e}"
     if lens is not None:  # padded rows are exact zeros
         for b, L in enumerate(lens):
-            assert torch.count_nonzero(out[b, L:]).item() == 0
+            assert all(torch.count_nonzero(rows).item() == 0 for rows in _outside_span(out, b, L, S))
+
+
+def _outside_span(t: torch.Tensor, b: int, L: int, S: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of sequence b's rows outside its span (docs/ops.md): L >= 0 keeps [0, L) (right
+    padding), L < 0 keeps the last -L rows (left padding); (rows in front, rows behind)."""
+    n = min(abs(L), S)
+    r0 = S - n if L < 0 else 0
+    return t[b, :r0], t[b, r0 + n:]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -669,6 +677,31 @@ def test_fused_attention_tma_q_registers_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
+# Left padding (seq_lens[b] = -L: the sequence's last L rows, as batched generation pads prompts):
+# every body moves its Q/K/V/O rows (or TMA coordinates) to the span's first row, and the rows in
+# front are zeros (fa_zero_lead_rows, or fa_fwd_body's own blocks on TensorRT's AOT path). One
+# batch mixes a full row, left padding by less than a tile and by more, and right padding.
+FA_LEFT_SHAPES = [(3, 515, 4, 1, 128, True, [-515, -260, 300]), (3, 515, 4, 1, 128, False, [-1, -400, 129]),
+                  (3, 333, 16, 1, 64, True, [-333, -200, 0]), (2, 333, 6, 3, 64, False, [-17, 333]),
+                  (2, 300, 4, 2, 80, True, [-129, 300]), (2, 333, 6, 3, 96, False, [-300, 17]),
+                  (2, 300, 4, 2, 256, True, [-129, -300])]
+FA_LEFT_VARIANTS = {64: [None, (64, 64, 4), (128, 64, 8), (64, 128, 4), (128, 128, 8), (128, 128, 12), FA_TMA]
+                    + FA_D64_LD,
+                    128: [None, (64, 64, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8), (128, 128, 12), FA_TMA,
+                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ],
+                    80: [None, (128, 64, 4)], 96: [None, (128, 128, 8)], 256: [None, (128, 64, 8)]}
+FA_LEFT_CASES = [c + (v,) for c in FA_LEFT_SHAPES for v in FA_LEFT_VARIANTS[c[4]]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_LEFT_CASES, ids=lambda c: _fa_case_id(
+    "-left-" + ("auto" if c[7] is None else "x".join(map(str, c[7]))))(c))
+def test_fused_attention_left_padding_matches_reference(lib, case, dtype):
+    if case[7] is not None and "tma" in case[7]:
+        _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_fused_attention_tma_multicast_refuses_or_falls_back(lib, dtype):
     """By name (loads 28) ovedm refuses what its pairs cannot share (S not a multiple of 256, seq_lens,
@@ -818,7 +851,7 @@ def _check_window_case(lib, case, dtype, loads=None):
         assert _rel_err(out, _window_reference(*clean, lens, scale, cap, 0)) > 4 * TOL[dtype]
     if lens is not None:  # padded rows are exact zeros
         for b, L in enumerate(lens):
-            assert torch.count_nonzero(out[b, L:]).item() == 0
+            assert all(torch.count_nonzero(rows).item() == 0 for rows in _outside_span(out, b, L, S))
 
 
 FA_WIN_TMA_CASES = [c for c in FA_WIN_CASES if c[6] is not None and len(c[6]) > 3]

@@ -101,3 +101,17 @@ def test_soft_fill_is_not_the_plugin_contract(h):
     out = h.fuse(model, "trt", level=4)
     assert not _fused(out) and h.ops(out)["Attention"] == 1, h.ops(out)
     assert any("pushed to (nearly) -inf" in r for r in h.reasons(model, "trt", "fused-attention-trt-probed"))
+
+
+@pytest.mark.parametrize("causal,window", [(True, 0), (False, 0), (True, 3)], ids=["causal", "encoder", "window"])
+@pytest.mark.parametrize("rows", [((0, 1, 1, 1, 1, 1), (0, 0, 0, 1, 1, 1)), ((1, 1, 1, 1, 0, 0), (0, 0, 1, 1, 1, 1))],
+                         ids=["left", "mixed"])
+def test_left_padded_batch_matches_on_its_tokens(h, causal, window, rows):
+    """Batched generation pads prompts on the left: seq_lens carries -L for a row that starts with
+    zeros (its tokens are the last L), so the plugin attends to the same keys as the mask. Before,
+    seq_lens only counted ones and a left-padded row attended to its padding."""
+    model = _expand_mask_attention(h, causal=causal, window=window)
+    out = h.fuse(model, "trt", level=4)
+    assert len(_fused(out)) == 1, h.ops(out)
+    f = {**_feeds(h), "attention_mask": np.array(rows, np.int64)}
+    h.assert_close(model, out, f, atol=1e-4, rtol=1e-3, valid=f["attention_mask"])
