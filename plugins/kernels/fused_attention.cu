@@ -2615,6 +2615,16 @@ __global__ void fa_zero_lead_rows(void* __restrict__ o, const int* __restrict__ 
     *reinterpret_cast<uint4*>(base + (c / cpr) * o_ss + (c % cpr) * 8) = make_uint4(0, 0, 0, 0);
 }
 
+// fa_zero_lead_rows beside an attention launch that has seq_lens (left padding possible).
+static int fa_zero_lead(void* o, const int* seq_lens, int B, int S, int Hq, int D, long long o_sb,
+                        long long o_ss, long long o_sh, cudaStream_t stream) {
+  OF_REQUIRE(o_ss % 8 == 0 && o_sh % 8 == 0 && o_sb % 8 == 0);
+  if (seq_lens == nullptr) return 0;
+  fa_zero_lead_rows<<<dim3(Hq, B), 128, 0, stream>>>(o, seq_lens, S, D, o_sb, o_ss, o_sh);
+  OF_CUDA_CHECK_LAUNCH();
+  return 0;
+}
+
 static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
                                   void* o, const int* seq_lens, int B, int S, int Hq, int Hkv,
                                   int D, long long q_sb, long long q_ss, long long q_sh,
@@ -2640,11 +2650,8 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
   FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
-  OF_REQUIRE(o_ss % 8 == 0 && o_sh % 8 == 0 && o_sb % 8 == 0);
-  if (seq_lens != nullptr) {  // left-padded sequences: their leading rows (the kernels skip them)
-    fa_zero_lead_rows<<<dim3(Hq, B), 128, 0, stream>>>(o, seq_lens, S, D, o_sb, o_ss, o_sh);
-    OF_CUDA_CHECK_LAUNCH();
-  }
+  // left-padded sequences: their leading rows (the kernels start at each span's first row)
+  if (const int err = fa_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
@@ -2885,6 +2892,7 @@ int onnx_fuse_fused_attention_fwd_w(int dtype, const void* q, const void* k, con
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
   const FaScKernelFn fn = pick_sc(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
+  if (const int err = fa_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
   const float post = softcap * onnx_fuse::kLog2e;               // scale_log2 of the entries
   const float sc_k = 2.f * onnx_fuse::kLog2e * scale / softcap;  // fa_softcap's argument
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);

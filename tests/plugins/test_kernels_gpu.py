@@ -49,6 +49,12 @@ def _rand(shape, dtype, gen):
 
 # ------------------------------------------------------------------ fused attention (prefill)
 
+
+def _pad_tag(lens) -> str:
+    """Test-id tag of a seq_lens list: "" none, "p" right padding only, "l" with left padding."""
+    return "" if not lens else "l" if min(lens) < 0 else "p"
+
+
 FA_CASES = [
     # B, S, Hq, Hkv, D, causal, seq_lens, variant (block_m, block_n, warps) or None = planned
     (2, 128, 4, 4, 64, False, None, None),
@@ -114,7 +120,7 @@ FA_CASES = [
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("case", FA_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-{}".format(
-    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "",
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", _pad_tag(c[6]),
     "x".join(map(str, c[7])) if c[7] else "auto"))
 def test_fused_attention_matches_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
@@ -207,6 +213,10 @@ FA_SC_CASES = [  # B, S, Hq, Hkv, D, causal, seq_lens, variant (None = planned),
     (1, 333, 6, 3, 96, True, None, (64, 64, 4), 5.0, 4.0),
     (2, 300, 4, 2, 256, True, [300, 129], (128, 64, 8), 50.0, 24.0),
     (2, 300, 4, 2, 256, False, None, (64, 64, 4), 5.0, 4.0),
+    # left padding (seq_lens < 0: the last rows), the planned TMA twin, cp.async ws, mma.sync
+    (2, 1024, 32, 8, 128, True, [-1024, -700], None, 5.0, 4.0),
+    (3, 200, 6, 3, 128, False, [-200, -1, 0], (128, 128, 12), 5.0, 4.0),
+    (2, 515, 4, 1, 64, True, [-515, -260], (64, 64, 4), 30.0, 16.0),
 ]
 
 
@@ -221,18 +231,28 @@ def _softcap_reference(q, k, v, lens, causal, scale, cap):
     if cap:
         s = cap * torch.tanh(s / cap)
     pos = torch.arange(S, device=q.device)
-    L = torch.tensor(lens if lens is not None else [S] * B, device=q.device)
-    visible = (pos[None, :] < L[:, None])[:, None, None, :]
+    rows = _span_rows(lens, B, S, q.device)
+    visible = rows[:, None, None, :]
     if causal:
         visible = visible & (pos[None, :] <= pos[:, None])[None, None]
     p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
     o = (p @ vd).transpose(1, 2)
-    return o * (pos[None, :] < L[:, None])[:, :, None, None]
+    return o * rows[:, :, None, None]
+
+
+def _span_rows(lens, B: int, S: int, device) -> torch.Tensor:
+    """bool [B, S]: the rows inside each sequence's span (seq_lens[b] = L >= 0: [0, L); -L: the
+    last L rows; None: all)."""
+    pos = torch.arange(S, device=device)
+    raw = torch.tensor(lens if lens is not None else [S] * B, device=device)
+    n = raw.abs().clamp(max=S)
+    first = torch.where(raw < 0, S - n, torch.zeros_like(n))
+    return (pos[None, :] >= first[:, None]) & (pos[None, :] < (first + n)[:, None])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("case", FA_SC_CASES, ids=lambda c: "B{}S{}H{}/{}D{}{}{}-{}-cap{:g}".format(
-    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", "p" if c[6] else "",
+    c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "", _pad_tag(c[6]),
     "x".join(map(str, c[7])) if c[7] else "auto", c[8]))
 def test_fused_attention_softcap_matches_torch(lib, case, dtype):
     B, S, Hq, Hkv, D, causal, lens, variant, cap, gain = case
@@ -247,7 +267,8 @@ def test_fused_attention_softcap_matches_torch(lib, case, dtype):
     if lens is not None:  # padding content must not matter: poison it
         for b, L in enumerate(lens):
             for t in (q, k, v):
-                t[b, L:] = float("nan")
+                for rows in _outside_span(t, b, L, S):
+                    rows.fill_(float("nan"))
     out = torch.full_like(q, float("nan"))
     scale = 1.0 / D**0.5
     lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, softcap=cap, variant=variant)
@@ -260,7 +281,7 @@ def test_fused_attention_softcap_matches_torch(lib, case, dtype):
         assert _rel_err(out, _softcap_reference(*clean, lens, causal, scale, 0.0).cpu().numpy()) > 4 * TOL[dtype]
     if lens is not None:
         for b, L in enumerate(lens):
-            assert torch.count_nonzero(out[b, L:]).item() == 0
+            assert all(torch.count_nonzero(rows).item() == 0 for rows in _outside_span(out, b, L, S))
 
 
 def test_fused_attention_softcap_refusals(lib):
@@ -301,7 +322,7 @@ FA_TMA_CASES = [  # as FA_CASES (rows [seq_len, S) of Q, K and V hold NaN)
 def _fa_case_id(suffix: str):
     """pytest id of a fused-attention case: shape, c (causal), p (padded), then ``suffix``."""
     return lambda c: "B{}S{}H{}/{}D{}{}{}{}".format(c[0], c[1], c[2], c[3], c[4], "c" if c[5] else "",
-                                                   "p" if c[6] else "", suffix)
+                                                   _pad_tag(c[6]), suffix)
 
 
 def _need_sm90():
@@ -783,12 +804,15 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedf"), 1024, 0.0),
     (2, 700, 8, 2, 128, [700, 130], (128, 128, 12, "tma", "r24"), 128, 50.0),   # the D = 128 _sc twin
     (2, 700, 8, 2, 64, [700, 130], (128, 128, 12, "tma"), 64, 5.0),             # the D = 64 _sc twin
-]
+] + [  # left padding (seq_lens < 0): windows counted from the span's first row as from row 0
+    (2, 1000, 8, 2, 128, [-1000, -385], v, 64, 0.0)
+    for v in (None, (128, 128, 12), (128, 64, 4), (128, 128, 12, "tma", "ovedg"), (128, 128, 12, "tma", "ovedq"))
+] + [(2, 1024, 32, 8, 128, [-1024, -700], None, 64, 50.0), (2, 1024, 32, 8, 64, [-1000, 517], None, 64, 30.0)]
 
 
 def _fa_win_id(c):
     v = "x".join(map(str, c[6])) if c[6] else "auto"
-    return "B{}S{}H{}/{}D{}{}-{}-W{}{}".format(c[0], c[1], c[2], c[3], c[4], "p" if c[5] else "", v, c[7],
+    return "B{}S{}H{}/{}D{}{}-{}-W{}{}".format(c[0], c[1], c[2], c[3], c[4], _pad_tag(c[5]), v, c[7],
                                               f"-cap{c[8]:g}" if c[8] else "")
 
 
@@ -805,14 +829,14 @@ def _window_reference(q, k, v, lens, scale, cap, window):
     if cap:
         s = cap * torch.tanh(s / cap)
     pos = torch.arange(S, device=q.device)
-    L = torch.tensor(lens if lens is not None else [S] * B, device=q.device)
+    rows = _span_rows(lens, B, S, q.device)
     band = pos[None, :] <= pos[:, None]
     if window:
         band = band & (pos[None, :] > pos[:, None] - window)
-    visible = (pos[None, :] < L[:, None])[:, None, None, :] & band[None, None]
+    visible = rows[:, None, None, :] & band[None, None]
     p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
     o = (p @ vd).transpose(1, 2)
-    return (o * (pos[None, :] < L[:, None])[:, :, None, None]).cpu().numpy()
+    return (o * rows[:, :, None, None]).cpu().numpy()
 
 
 def test_fused_attention_window_torch_reference_is_the_reference():
@@ -839,7 +863,8 @@ def _check_window_case(lib, case, dtype, loads=None):
     if lens is not None:  # padding content must not matter: poison it
         for b, L in enumerate(lens):
             for t in (q, k, v):
-                t[b, L:] = float("nan")
+                for rows in _outside_span(t, b, L, S):
+                    rows.fill_(float("nan"))
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / D**0.5
     lib.fused_attention(q, k, v, out, seq_lens=seq, causal=True, scale=scale, softcap=cap, variant=variant,
@@ -847,7 +872,7 @@ def _check_window_case(lib, case, dtype, loads=None):
     torch.cuda.synchronize()
     err = _rel_err(out, _window_reference(*clean, lens, scale, cap, window))
     assert err < TOL[dtype], f"relative error {err:.3e}"
-    if 4 * window <= max(lens or [S]):  # the window matters here (far beyond the tolerance)
+    if 4 * window <= max([abs(x) for x in lens] if lens else [S]):  # the window matters here (far beyond the tolerance)
         assert _rel_err(out, _window_reference(*clean, lens, scale, cap, 0)) > 4 * TOL[dtype]
     if lens is not None:  # padded rows are exact zeros
         for b, L in enumerate(lens):
