@@ -12,7 +12,7 @@ H = 16
 
 
 def _tf_layer_norm(h, *, shift="neg", pool=True, opset=17, gamma_shape=(1, 1, H), bias=True,
-                   mean_out=False, axis=-1):
+                   mean_out=False, axis=-1, xshape=("batch", "seq", H)):
     """Keras 3 LayerNormalization through tf2onnx: mean / variance as GlobalAveragePool (or
     ReduceMean), s = rsqrt(var + eps) * g, y = x * s + shift. shift "neg": Neg(mean) * s + b
     (tf2onnx's optimizer), "sub": b - mean * s (tf.nn.batch_normalization)."""
@@ -40,8 +40,8 @@ def _tf_layer_norm(h, *, shift="neg", pool=True, opset=17, gamma_shape=(1, 1, H)
         nodes += [n("Mul", ["m", "s"], ["ms"])]
         nodes += [n("Sub", ["b", "ms"], ["c"]), n("Add", ["xs", "c"], ["y"])] if bias else [
             n("Sub", ["xs", "ms"], ["y"])]
-    outputs = [h.vi("y", ["batch", "seq", H])] + ([h.vi("m", None)] if mean_out else [])
-    return h.make_model(nodes, [h.vi("x", ["batch", "seq", H])], outputs, inits, opset=opset)
+    outputs = [h.vi("y", list(xshape))] + ([h.vi("m", None)] if mean_out else [])
+    return h.make_model(nodes, [h.vi("x", list(xshape))], outputs, inits, opset=opset)
 
 
 def _feeds(h, shape=(2, 5, H)):
@@ -51,7 +51,7 @@ def _feeds(h, shape=(2, 5, H)):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("shift,pool,opset,rule", [
     ("neg", True, 17, "layer-norm-tf-neg-shift"),    # bert / gpt / vit exports (tf2onnx 1.17, opset 17)
-    ("neg", True, 18, "layer-norm-tf-neg-shift"),    # ReduceMean written back with its axes as an input
+    ("neg", False, 18, "layer-norm-tf-neg-shift"),   # ReduceMean's axes as an input
     ("sub", False, 17, "layer-norm-tf-sub-shift"),
     ("sub", True, 23, "layer-norm-tf-sub-shift"),
 ])
@@ -60,6 +60,8 @@ def test_tf_moments_layer_norm(h, target, shift, pool, opset, rule):
     out = h.fuse(model, target, level=2)
     assert h.ops(out) == {"LayerNormalization": 1}, h.ops(out)
     assert h.fired(out) == {rule: 1}, h.fired(out)
+    # LayerNormalization is opset 17: the model keeps its own opset (no upgrade for the pool)
+    assert next(o.version for o in out.opset_import if o.domain in ("", "ai.onnx")) == opset
     h.assert_close(model, out, _feeds(h))
 
 
@@ -98,23 +100,12 @@ def test_tf_layer_norm_refuses_other_axis(h):
     h.assert_close(model, out, _feeds(h))
 
 
-def test_global_average_pool_rank4_stays(h):
-    """An image's GlobalAveragePool (rank 4) averages two axes: not rewritten."""
-    n = h.node
-    model = h.make_model([n("GlobalAveragePool", ["x"], ["y"])], [h.vi("x", [2, 3, 4, 5])],
-                         [h.vi("y", [2, 3, 1, 1])], opset=17)
+def test_tf_layer_norm_refuses_rank4_pool(h):
+    """On a rank-4 x the pool averages the last two axes: that chain is no LayerNorm over H."""
+    model = _tf_layer_norm(h, xshape=(2, 3, 4, H), gamma_shape=(1, 1, 1, H))
     out = h.fuse(model, "onnx", level=2)
-    assert h.ops(out) == {"GlobalAveragePool": 1}, h.ops(out)
-
-
-def test_global_average_pool_rank3_reads_as_reduce_mean(h):
-    """A rank-3 GlobalAveragePool outside a norm becomes ReduceMean over the last axis, same values."""
-    n = h.node
-    model = h.make_model([n("GlobalAveragePool", ["x"], ["p"]), n("Relu", ["p"], ["y"])],
-                         [h.vi("x", ["batch", 3, 7])], [h.vi("y", ["batch", 3, 1])], opset=18)
-    out = h.fuse(model, "ort", level=2)
-    assert h.ops(out) == {"ReduceMean": 1, "Relu": 1}, h.ops(out)
-    h.assert_close(model, out, {"x": h.rng.standard_normal((2, 3, 7)).astype(np.float32)})
+    assert "LayerNormalization" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h, (2, 3, 4, H)))
 
 
 def _jax_layer_norm(h, *, clamp=True):
@@ -140,4 +131,40 @@ def test_jax_second_moment_layer_norm(h, target, clamp):
     out = h.fuse(model, target, level=2)
     assert h.ops(out) == {"LayerNormalization": 1}, h.ops(out)
     assert h.fired(out) == {"layer-norm-second-moment": 1}, h.fired(out)
+    h.assert_close(model, out, _feeds(h))
+
+
+def _tf_rms_norm(h, *, gamma_shape=(H,), opset=17, inv_read_elsewhere=False):
+    """keras-hub's RMSNorm through tf2onnx: mean(x^2) as GlobalAveragePool, the scale (Gemma's 1 + w,
+    one constant) folded into the inverse: y = x * (1 / sqrt(mean + eps) * g)."""
+    n = h.node
+    nodes = [n("Mul", ["x", "x"], ["sq"]), n("GlobalAveragePool", ["sq"], ["ms"]), n("Add", ["ms", "eps"], ["ve"]),
+             n("Sqrt", ["ve"], ["sd"]), n("Reciprocal", ["sd"], ["inv"]), n("Mul", ["inv", "g"], ["s"]),
+             n("Mul", ["x", "s"], ["y"])]
+    inits = {"eps": np.array(1e-6, np.float32), "g": (1 + 0.2 * h.rng.standard_normal(gamma_shape)).astype(np.float32)}
+    outputs = [h.vi("y", ["batch", "seq", H])] + ([h.vi("inv", None)] if inv_read_elsewhere else [])
+    return h.make_model(nodes, [h.vi("x", ["batch", "seq", H])], outputs, inits, opset=opset)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tf_rms_norm_scaled_inverse(h, target):
+    model = _tf_rms_norm(h)
+    out = h.fuse(model, target, level=2)
+    assert h.ops(out) == {"RMSNormalization": 1}, h.ops(out)
+    assert h.fired(out) == {"rms-norm-tf-scaled-inverse": 1}, h.fired(out)
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_tf_rms_norm_inverse_read_elsewhere_stays(h):
+    model = _tf_rms_norm(h, inv_read_elsewhere=True)
+    out = h.fuse(model, "onnx", level=2)
+    assert "RMSNormalization" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_tf_rms_norm_refuses_gamma_over_sequence(h):
+    """A scale [1, 5, 1] varies along the sequence: not a per-channel RMSNorm weight."""
+    model = _tf_rms_norm(h, gamma_shape=(1, 5, 1))
+    out = h.fuse(model, "onnx", level=2)
+    assert "RMSNormalization" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, _feeds(h))
