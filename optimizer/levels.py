@@ -168,9 +168,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
 
         # ORT's Split of rotate_half's two Slices (GatherSliceToSplitFusion) back into the Slices
         from onnx_fuse.passes.split_rotate_half import SplitRotateHalfPass
+        # pairs picked from x viewed as [..., D/2, 2] (Flux's rotate_every_two) as Slice(x, k::2)
+        from onnx_fuse.passes.unbind_pairs import UnbindPairsPass
 
         contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
-                   SplitRotateHalfPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
+                   SplitRotateHalfPass(), UnbindPairsPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib)
                        if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.

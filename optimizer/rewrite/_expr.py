@@ -24,6 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.rewrite import _dims
+from onnx_fuse.rewrite._paired import paired_columns as _paired_columns
 
 
 class ExprSyntaxError(ValueError):
@@ -512,6 +513,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "value_bound": _value_bound,
     # [lo, hi] holding every value of v, proven the same way (a bool is [0, 1])
     "value_range": _value_range,
+    # whether v's last axis provably repeats every value twice in a row (repeat_interleave'd
+    # tables, constant or computed; _paired.py)
+    "paired_columns": lambda ctx, v: _paired_columns(ctx, _as_value(v, "paired_columns")),
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
     # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable;

@@ -453,7 +453,11 @@ ROW_SCALE_P = np.linspace(0.5, 1.0, P)[:, None]
 def test_near_misses_do_not_fuse(h, kw, rule, why):
     model = _graph(h, **kw)
     out = h.fuse(model, "onnx", level=2)
-    assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
+    # the tables' values are not read where the graph repeats them itself: the paired-tables rules
+    # (rotary_interleaved_paired.yaml) take any such tables, exactly (the numbers are checked below)
+    fired = {r for r in h.fired(out) if r.startswith("rotary")}
+    assert fired <= {"rotary-interleaved-paired-tables", "rotary-interleaved-paired-tables-bshd"}, fired
+    assert fired or "RotaryEmbedding" not in h.ops(out), h.ops(out)
     rs = h.reasons(model, "onnx", rule) if kw.get("tables") not in ("sincos-ts", "sincos-ge") \
         else _prepared_reasons(model, rule)
     assert any(re.search(why, r) for r in rs), rs

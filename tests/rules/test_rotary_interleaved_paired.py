@@ -1,0 +1,128 @@
+"""Interleaved RoPE over tables computed at run time whose columns come in equal pairs
+(rules/rope/rotary_interleaved_paired.yaml, the paired_columns proof, rewrite/_paired.py): Flux's
+cos / sin from the position ids, one repeat_interleave per id axis in float64, cast and concatenated,
+rotate_every_two written as the unbind of x viewed as [..., D/2, 2] (passes/unbind_pairs.py).
+0 RotaryEmbedding before (eighth sweep part C, flux 0/6); numerics against the original in ORT."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+B, S, H, D = 2, 5, 2, 12
+AXES = (4, 4, 4)  # per id axis rotary widths (Flux's axes_dims_rope), summing to D
+F64 = onnx.TensorProto.DOUBLE
+
+
+def _i64(*v):
+    return np.array(v, np.int64)
+
+
+def _tables(h, *, repeat=True, scale=None):
+    """cos / sin [S, D] from ids [S, 3]: per axis i, repeat_interleave(cos(pos_i * w_i), 2) in float64,
+    cast to float32, concatenated. repeat=False: cos(pos_i * w) with D_i distinct frequencies (no pairs).
+    scale: a per-column constant multiplied into the cos table afterwards."""
+    n, nodes, inits = h.node, [], {}
+    cos_parts, sin_parts = [], []
+    for i, d in enumerate(AXES):
+        inits[f"ax{i}"] = np.array(i, np.int64)
+        inits[f"w{i}"] = (1.0 / 100.0 ** (np.arange(d // 2 if repeat else d) / d)).astype(np.float64)
+        nodes += [n("Gather", ["ids", f"ax{i}"], [f"p{i}"], axis=1), n("Reshape", [f"p{i}", "col"], [f"pc{i}"]),
+                  n("Cast", [f"pc{i}"], [f"pd{i}"], to=F64), n("Mul", [f"pd{i}", f"w{i}"], [f"f{i}"])]
+        for fn, parts in (("Cos", cos_parts), ("Sin", sin_parts)):
+            t = f"{fn.lower()}{i}"
+            nodes.append(n(fn, [f"f{i}"], [t]))
+            if repeat:
+                nodes += [n("Unsqueeze", [t, "ax_last"], [f"{t}_u"]), n("Expand", [f"{t}_u", "pair"], [f"{t}_x"]),
+                          n("Reshape", [f"{t}_x", "merge"], [f"{t}_r"])]
+                t = f"{t}_r"
+            nodes.append(n("Cast", [t], [f"{t}_f"], to=h.F32))
+            parts.append(f"{t}_f")
+    nodes += [n("Concat", cos_parts, ["cos_t"], axis=-1), n("Concat", sin_parts, ["sin_t"], axis=-1)]
+    if scale is not None:
+        inits["cscale"] = scale.astype(np.float32)
+        nodes += [n("Mul", ["cos_t", "cscale"], ["cos_s"])]
+    inits.update(col=_i64(S, 1), ax_last=_i64(2), pair=_i64(1, 1, 2), merge=_i64(S, -1))
+    return nodes, inits, ("cos_s" if scale is not None else "cos_t"), "sin_t"
+
+
+def _rope(h, x, cu, su, heads_first):
+    """x*cu + rotate_every_two(x)*su, rotate_every_two through the [..., D/2, 2] view's unbind."""
+    n = h.node
+    view = f"{x}_v"
+    return [n("Reshape", [x, "pairs"], [view]),
+            n("Slice", [view, "zero", "one", "last"], [f"{x}_e0"]), n("Squeeze", [f"{x}_e0", "last"], [f"{x}_e"]),
+            n("Slice", [view, "one", "two", "last"], [f"{x}_o0"]), n("Squeeze", [f"{x}_o0", "last"], [f"{x}_o"]),
+            n("Neg", [f"{x}_o"], [f"{x}_n"]), n("Unsqueeze", [f"{x}_n", "last"], [f"{x}_nu"]),
+            n("Unsqueeze", [f"{x}_e", "last"], [f"{x}_eu"]), n("Concat", [f"{x}_nu", f"{x}_eu"], [f"{x}_st"], axis=-1),
+            n("Reshape", [f"{x}_st", "xshape"], [f"{x}_rot"]), n("Mul", [x, cu], [f"{x}_c"]),
+            n("Mul", [f"{x}_rot", su], [f"{x}_s"]), n("Add", [f"{x}_c", f"{x}_s"], [f"{x}_y"])]
+
+
+def _model(h, *, heads_first=False, opset=20, **table_kw):
+    """q and k (sharing the tables) rotated; [B, S, H, D] with [1, S, 1, D] tables (Flux), or
+    [B, H, S, D] with [1, 1, S, D]."""
+    n = h.node
+    nodes, inits, cos_t, sin_t = _tables(h, **table_kw)
+    where = [0, 1] if heads_first else [0, 2]
+    nodes += [n("Unsqueeze", [cos_t, "where"], ["cu"]), n("Unsqueeze", [sin_t, "where"], ["su"])]
+    xshape = [B, H, S, D] if heads_first else [B, S, H, D]
+    for x in ("q", "k"):
+        nodes += _rope(h, x, "cu", "su", heads_first)
+    inits.update(where=_i64(*where), pairs=_i64(*xshape[:3], D // 2, 2), xshape=_i64(*xshape), zero=_i64(0),
+                 one=_i64(1), two=_i64(2), last=_i64(-1))
+    return h.make_model(nodes, [h.vi("q", xshape), h.vi("k", xshape), h.vi("ids", [S, 3])],
+                        [h.vi("q_y", xshape), h.vi("k_y", xshape)], inits, opset=opset)
+
+
+def _unbound(model):
+    """The model after unbind-pairs (explain runs the target's prepare passes only)."""
+    import onnx_ir as ir
+
+    from onnx_fuse.passes.unbind_pairs import UnbindPairsPass
+
+    work = ir.from_proto(model)
+    UnbindPairsPass()(work)
+    return ir.to_proto(work)
+
+
+def _feeds(h, heads_first=False):
+    shape = (B, H, S, D) if heads_first else (B, S, H, D)
+    ids = np.zeros((S, 3), np.float32)
+    ids[2:, 1], ids[2:, 2] = np.arange(S - 2) // 2, np.arange(S - 2) % 2  # text tokens 0, image (0, row, col)
+    return {"q": h.rng.standard_normal(shape).astype(np.float32),
+            "k": h.rng.standard_normal(shape).astype(np.float32), "ids": ids}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("heads_first", [False, True], ids=["bshd", "bhsd"])
+def test_computed_paired_tables_fuse_to_rotary_embedding(h, target, heads_first):
+    model = _model(h, heads_first=heads_first)
+    out = h.fuse(model, target, 2)
+    rule = "rotary-interleaved-paired-tables" + ("" if heads_first else "-bshd")
+    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)[rule] >= 2, (h.ops(out), h.fired(out))
+    assert "Neg" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h, heads_first))
+
+
+def test_tables_without_pairs_are_refused(h):
+    """cos(pos * w) with D distinct frequencies: columns 2j and 2j+1 differ, not RotaryEmbedding."""
+    model = _model(h, repeat=False, opset=23)  # explain skips a rule outside its opsets
+    reasons = h.reasons(_unbound(model), "ort", "rotary-interleaved-paired-tables-bshd")
+    assert any("not provably equal" in r for r in reasons), reasons
+    assert h.ops(h.fuse(model, "ort", 2))["RotaryEmbedding"] == 0
+
+
+def test_a_per_column_scale_breaks_the_pairs(h):
+    """A paired table times a constant whose even and odd columns differ is no longer paired (refused);
+    times one whose columns come in pairs it still is (fused, same numbers)."""
+    odd = np.arange(1, D + 1, dtype=np.float32) / D
+    model = _model(h, scale=odd, opset=23)
+    reasons = h.reasons(_unbound(model), "ort", "rotary-interleaved-paired-tables-bshd")
+    assert any("not provably equal" in r for r in reasons), reasons
+    paired = np.repeat(np.arange(1, D // 2 + 1, dtype=np.float32) / D, 2)
+    model = _model(h, scale=paired)
+    out = h.fuse(model, "ort", 2)
+    assert h.ops(out)["RotaryEmbedding"] == 2, h.ops(out)
+    h.assert_close(model, out, _feeds(h))
