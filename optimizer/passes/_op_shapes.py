@@ -15,8 +15,8 @@ query, PagedAttention's ``key_cache_out`` / ``value_cache_out`` like the pools t
 Identity per output). com.microsoft GroupQueryAttention's ``output`` is the query's shape (not
 packed: a key is given); MultiHeadAttention's is [B, S, v_hidden], the query's batch and length
 with the value's hidden size, which ``Gather(q, [0], axis=2) + Gather(v, [0], axis=1)`` has
-by broadcasting ([B, S, 1] + [B, 1, Cv]); only for a 3-D query and value
-(the 4-D or packed forms are left alone). Their other outputs (presents) stay unknown: the node
+by broadcasting ([B, S, 1] + [B, 1, Cv]); a heads-first value [B, N, L, Hv] gives its row merged
+to [B, 1, N*Hv]; only for a 3-D query (the packed forms are left alone). Their other outputs (presents) stay unknown: the node
 stays with its first output renamed. One inference run carries the facts through every layer.
 The stand-ins exist only in that copy; the model's nodes are untouched.
 """
@@ -88,14 +88,22 @@ def _contrib_output(node: onnx.NodeProto, ranks: dict[str, int]) -> list[onnx.No
         return None
     if node.op_type == "GroupQueryAttention":
         return [onnx.helper.make_node("Identity", [q], [out], name=f"{node.name}/shape_0")]
-    if node.op_type != "MultiHeadAttention" or not v or ranks.get(v) != 3:
+    if node.op_type != "MultiHeadAttention" or not v or ranks.get(v) not in (3, 4):
         return None
     p = f"{out}/shape"
     zero = onnx.helper.make_node("Constant", [], [f"{p}/zero"], value=onnx.helper.make_tensor(
         f"{p}/zero", onnx.TensorProto.INT64, [1], [0]))
+    if ranks[v] == 3:
+        value_row = [onnx.helper.make_node("Gather", [v, f"{p}/zero"], [f"{p}/v1"], axis=1)]   # [B, 1, Cv]
+    else:   # heads-first [B, N, L, Hv] (passes/mha_kv_heads.py): [B, N, 1, Hv] -> [B, 1, N, Hv] -> [B, 1, N*Hv]
+        merge = onnx.helper.make_node("Constant", [], [f"{p}/merge"], value=onnx.helper.make_tensor(
+            f"{p}/merge", onnx.TensorProto.INT64, [3], [0, 0, -1]))
+        value_row = [merge, onnx.helper.make_node("Gather", [v, f"{p}/zero"], [f"{p}/v4"], axis=2),
+                     onnx.helper.make_node("Transpose", [f"{p}/v4"], [f"{p}/vt"], perm=[0, 2, 1, 3]),
+                     onnx.helper.make_node("Reshape", [f"{p}/vt", f"{p}/merge"], [f"{p}/v1"])]
     return [zero,   # (a Gather of one index keeps that axis 1 long, where a Slice of a dynamic one may be 0)
             onnx.helper.make_node("Gather", [q, f"{p}/zero"], [f"{p}/q1"], axis=2),   # [B, S, 1]
-            onnx.helper.make_node("Gather", [v, f"{p}/zero"], [f"{p}/v1"], axis=1),   # [B, 1, Cv]
+            *value_row,
             onnx.helper.make_node("Add", [f"{p}/q1", f"{p}/v1"], [out], name=p)]
 
 

@@ -23,6 +23,8 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
+    from onnx_fuse.passes.mha_kv_heads import MhaHeadsFirstKvPass
     from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
 
-    return [PackSiblingMatMulsPass()] if level >= 2 else []  # q/k/v (gate/up) as one MatMul
+    # q/k/v (gate/up) as one MatMul; MultiHeadAttention's k / v left heads-first where merging them cost nodes
+    return [PackSiblingMatMulsPass(), *((MhaHeadsFirstKvPass(),) if level >= 3 else ())] if level >= 2 else []

@@ -1,0 +1,117 @@
+"""MhaHeadsFirstKvPass: com.microsoft MultiHeadAttention reads k / v as [B, N, L, H] where the ort
+lowering's merge back to [B, L, N*H] stayed (passes/mha_kv_heads.py); numbers checked in ORT."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+from onnx_fuse.passes.mha_kv_heads import MhaHeadsFirstKvPass
+from pass_testing import apply, check_same, parse
+from pass_testing import ops as _ops
+
+_HEAD = '<ir_version: 9, opset_import: ["" : 17, "com.microsoft" : 1]>\n'
+B, S, N, L, H = 2, 3, 2, 5, 4
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
+
+
+def _mha(k_from: str = "Transpose <perm = [0, 2, 1, 3]> (k4)", v_glue: bool = True, extra: str = "",
+         mha_inputs: str = "q, k3, v3", k_shape: str = f"{B}, {N}, {L}, {H}", heads: int = N,
+         after: bool = False) -> onnx.ModelProto:
+    """q [B, S, N*H]; k4 / v4 heads-first inputs merged back as the lowering writes them; ``after``:
+    the op's output read by a Relu (an intermediate)."""
+    v_lines = ("vt = Transpose <perm = [0, 2, 1, 3]> (v4)\n            v3 = Reshape (vt, merge)" if v_glue
+               else "v3 = Identity (v3in)")
+    return parse(_HEAD + f"""
+        g (float[{B}, {S}, {N * H}] q, float[{k_shape}] k4, float[{B}, {N}, {L}, {H}] v4,
+           float[{B}, {L}, {N * H}] v3in, float[{B}, 1, {S}, {L}] m) => (float[{B}, {S}, {N * H}] y) {{
+            merge = Constant <value = int64[3] {{0, 0, -1}}> ()
+            kt = {k_from}
+            k3 = Reshape (kt, merge)
+            {v_lines}
+            {extra}
+            {"a" if after else "y"} = com.microsoft.MultiHeadAttention <num_heads = {heads}, scale = 0.3> ({mha_inputs})
+            {"y = Relu (a)" if after else ""}
+        }}""")
+
+
+def _feeds():
+    rng = np.random.default_rng(0)
+    f = {"q": rng.standard_normal((B, S, N * H)), "k4": rng.standard_normal((B, N, L, H)),
+         "v4": rng.standard_normal((B, N, L, H)), "v3in": rng.standard_normal((B, L, N * H)),
+         "m": np.where(rng.random((B, 1, S, L)) < 0.3, -1e30, 0.0)}
+    return {k: v.astype(np.float32) for k, v in f.items()}
+
+
+def _run(proto):
+    model, modified, p = apply(MhaHeadsFirstKvPass, proto, shape_inference=True)
+    DeadCodeEliminationPass()(model)
+    return model, modified, p
+
+
+def ops(model) -> dict[str, int]:
+    return {k: v for k, v in _ops(model).items() if k != "Constant"}
+
+
+@pytest.mark.parametrize("inputs", ["q, k3, v3", "q, k3, v3, , , m"])
+def test_merged_heads_first_kv_read_as_they_are(inputs):
+    proto = _mha(mha_inputs=inputs)
+    model, modified, p = _run(proto)
+    assert modified and p.stats["MultiHeadAttention"] == 1
+    assert ops(model) == {"MultiHeadAttention": 1}
+    mha = next(n for n in model.graph if n.op_type == "MultiHeadAttention")
+    assert [v.name for v in mha.inputs[1:3]] == ["k4", "v4"]
+    check_same(proto, model, _feeds())
+
+
+def test_other_permutation_keeps_one_transpose():
+    # k given transposed, [B, N, H, L] (K^T): Transpose [0, 3, 1, 2] composed with the merge's is
+    # [0, 1, 3, 2], not the identity, so k is read through that one Transpose (the Reshape goes)
+    proto = _mha(k_from="Transpose <perm = [0, 3, 1, 2]> (k4)", k_shape=f"{B}, {N}, {H}, {L}")
+    model, modified, _ = _run(proto)
+    assert modified and ops(model) == {"Transpose": 1, "MultiHeadAttention": 1}
+    assert [list(n.attributes["perm"].value) for n in model.graph if n.op_type == "Transpose"] == [[0, 1, 3, 2]]
+    rng = np.random.default_rng(1)
+    check_same(proto, model, {**_feeds(), "k4": rng.standard_normal((B, N, H, L)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("case", ["value-3d", "bias", "past", "heads"])
+def test_refused(case):
+    kw = {"value-3d": dict(v_glue=False),   # ORT refuses a 4-D key beside a 3-D value
+          "bias": dict(extra=f"bias = Constant <value = float[{3 * N * H}] {{{', '.join(['0.5'] * 3 * N * H)}}}> ()",
+                       mha_inputs="q, k3, v3, bias"),
+          "past": dict(mha_inputs="q, k3, v3, , , m, k4, v4"),
+          # the merged [B, L, N*H] split into 2N heads of H / 2 by the op: [B, N, L, H] is not its BNSH
+          "heads": dict(heads=2 * N)}[case]
+    model, modified, _ = _run(_mha(**kw))
+    assert not modified
+
+
+def test_cross_attention_cache_of_a_decoder():
+    # whisper's decoder with a cache: the cross-attention keys and values come in as inputs
+    # [B, N, L, H]; at ort-O3 each cross MultiHeadAttention reads them directly (76 -> 68 nodes)
+    from onnx_fuse import optimize
+
+    path = CORPUS / "whisper_decoder__kv__trained.onnx"
+    result = optimize(str(path), level=3, target="ort", verify=True)
+    assert result.report.passed
+    graph = result.model.graph
+    cross = [n for n in graph if n.op_type == "MultiHeadAttention" and len(n.inputs) < 7]
+    assert len(cross) == 2 and all(n.inputs[1].is_graph_input() and n.inputs[2].is_graph_input() for n in cross)
+    assert not [n for n in graph if n.op_type == "Transpose"]
+
+
+def test_shape_inference_reads_the_heads_first_value():
+    # the stand-in onnx's inference sees (passes/_op_shapes.py) gives [B, S, N*Hv] for a 4-D value
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    model, modified, _ = _run(_mha(after=True))
+    assert modified
+    mha = next(n for n in model.graph if n.op_type == "MultiHeadAttention")
+    mha.outputs[0].shape = None
+    ShapeInferencePass()(model)
+    assert list(mha.outputs[0].shape) == [B, S, N * H]
