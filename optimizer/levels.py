@@ -153,9 +153,9 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 
         bn_fold = (FoldBatchNormPass(),)
-        from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
+        from onnx_fuse.passes.layout_chains import TRT_MAX_RANK, FoldLayoutChainsPass
 
-        layout_chains = FoldLayoutChainsPass()
+        layout_chains = FoldLayoutChainsPass(max_rank=TRT_MAX_RANK if target == "trt" else None)
         # O2: ORT's FusedMatMul and default-domain SimplifiedLayerNormalization (a graph ORT optimized
         # offline) back into the MatMul and scale / the RMSNorm the rules match and onnx / trt run
         from onnx_fuse.passes.fused_matmul import ExpandFusedMatMulPass

@@ -42,8 +42,10 @@ _BROADCAST = frozenset({
 })
 
 
-# the most axes a Transpose of the folded chain may have (TensorRT's shuffle takes 8)
-_MAX_RANK = 8
+# the most axes a Transpose of the folded chain may have at trt (TensorRT's dims hold 8); ONNX and
+# ONNX Runtime take any rank, so other targets fold without a cap (Hiera's unroll: one Transpose of
+# 10 axes for three rounds of 6, half the time in ORT at batch 4, docs/holdout.md)
+TRT_MAX_RANK = 8
 
 
 def _one_reader(value: ir.Value) -> ir.Node | None:
@@ -88,6 +90,10 @@ class FoldLayoutChainsPass(FusePass):
     """Transposes sunk into the next Transpose, Reshapes of Reshapes read from the source (module docstring)."""
 
     name = "fold-layout-chains"
+
+    def __init__(self, max_rank: int | None = TRT_MAX_RANK) -> None:
+        super().__init__()
+        self.max_rank = max_rank  # None: any rank
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
@@ -240,7 +246,7 @@ class FoldLayoutChainsPass(FusePass):
         if plan is None:
             return False
         sizes, perm, final = plan
-        if len(perm) > _MAX_RANK:
+        if self.max_rank is not None and len(perm) > self.max_rank:
             return False
         ops = []  # (op, perm or (target dims, the Reshape's input dims))
         if perm != list(range(len(perm))):

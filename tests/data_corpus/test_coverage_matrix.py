@@ -5,8 +5,8 @@ must be what tests/data/corpus/expected_coverage.json records (written by
 
 A change that fuses less, or breaks numerics, fails here; one that fuses more fails too, until the
 expectations are regenerated and the gain shows in docs/coverage.md. The suite runs a sample (one
-file per architecture, every KV-cache export; ort and onnx at O3, trt at O4 for KV exports) to keep
-CI short; ONNX_FUSE_CORPUS_MATRIX=full runs every file and column.
+file per architecture, every KV-cache export; ort and onnx at O3, trt at O4 for KV exports; the
+merged decoders at ort-O3 and trt-O4) to keep CI short; ONNX_FUSE_CORPUS_MATRIX=full runs every file and column.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def _cases() -> list[tuple[str, str]]:
         if "__kv__" in f:
             cases += [(f, c) for c in ("ort-O3", "onnx-O3", "trt-O4")
                       if c in expected[f] and (f, c) not in cases]
+        if "__optimum_merged__" in f:   # the corpus's only If branches (and trt-O4's merged-decoder trial)
+            cases += [(f, c) for c in ("ort-O3", "trt-O4") if c in expected[f] and (f, c) not in cases]
     return cases
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 
 from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
@@ -315,3 +316,51 @@ def test_pipeline_cancels_pairs_after_the_rules(target):
     assert result.report.passed and ops(result.model) == {"Relu": 1}
     kept = onnx_fuse.optimize(proto, level=2, target=target, disable="fold-layout-chains")
     assert ops(kept.model) == {"Transpose": 2, "Relu": 1}
+
+
+def _hiera_unroll(rounds: int = 3, side: int = 16, channels: int = 4) -> onnx.ModelProto:
+    """Hiera's unroll on a symbolic batch: [B, side*side, C] viewed [B', h, 2, w, 2, C], the 2s moved
+    to the front, merged into the batch, `rounds` times (transformers' HieraUnroll)."""
+    body, h = [f"r0 = Reshape (x, s0)"], side
+    consts = [f"s0 = Constant <value = int64[4] {{-1, {side}, {side}, {channels}}}> ()"]
+    for k in range(1, rounds + 1):
+        h //= 2
+        consts += [f"a{k} = Constant <value = int64[6] {{-1, {h}, 2, {h}, 2, {channels}}}> ()",
+                   f"b{k} = Constant <value = int64[4] {{-1, {h}, {h}, {channels}}}> ()"]
+        body += [f"ra{k} = Reshape (r{k - 1}, a{k})", f"t{k} = Transpose <perm = [0, 2, 4, 1, 3, 5]> (ra{k})",
+                 f"r{k} = Reshape (t{k}, b{k})"]
+    consts.append(f"sf = Constant <value = int64[3] {{-1, {side * side}, {channels}}}> ()")
+    body.append(f"y = Reshape (r{rounds}, sf)")
+    lines = "\n            ".join(consts + body)
+    return parse(_HEAD + f"""
+        g (float[B, {side * side}, {channels}] x) => (float[B, {side * side}, {channels}] y) {{
+            {lines}
+        }}""")
+
+
+@pytest.mark.parametrize("max_rank, transposes", [(None, [10]), (8, [6, 6, 6])])
+def test_hiera_unroll_above_eight_axes_folds_without_the_trt_cap(max_rank, transposes):
+    # three rounds of [B', h, 2, w, 2, C] -> [0, 2, 4, 1, 3, 5] are one permutation of 10 atoms
+    # (B, 2 x 4 per side, C): one Transpose of 10 axes where no cap holds (ort, onnx), the three
+    # rounds of 6 under TensorRT's 8 (the default, and levels.py's at trt)
+    proto = _hiera_unroll()
+    model = ir.from_proto(proto)
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    ShapeInferencePass()(model)
+    FoldLayoutChainsPass(max_rank=max_rank)(model)
+    IdentityEliminationPass()(model)
+    DeadCodeEliminationPass()(model)
+    assert [len(n.attributes["perm"].value) for n in model.graph if n.op_type == "Transpose"] == transposes
+    assert sum(ops(model).values()) == (3 if max_rank is None else 7)  # the unroll was 10 nodes
+    for batch in (1, 3):
+        check_same(proto, model, _x(batch, 256, 4))
+
+
+@pytest.mark.parametrize("target, widest", [("ort", 10), ("onnx", 10), ("trt", 6)])
+def test_levels_cap_the_chain_fold_at_trt_only(target, widest):
+    from onnx_fuse import optimize
+
+    result = optimize(_hiera_unroll().SerializeToString(), level=2, target=target, verify=True)
+    assert result.report.passed
+    assert max(len(n.attributes["perm"].value) for n in result.model.graph if n.op_type == "Transpose") == widest
