@@ -2,7 +2,7 @@
 
 It walks up from ``v`` through ops that only move or select elements (on their data inputs:
 a Gather's table, not its indices) and a few whose result's magnitude follows from their inputs'
-(Add, Sub, Mul, Neg, Abs, Max, Min, Where's two branches, float Casts, Casts of a bool), down to
+(Add, Sub, Mul, Neg, Abs, Max, Min, Clip, Where's two branches, float Casts, Casts of a bool), down to
 constants or a bool (0 or 1, whatever computed it), carrying
 an interval [lo, hi] (value_range); the bound is its larger end's magnitude. Anything else (a graph
 input, an activation, an op not listed) is unbounded: ``inf``. A rule uses it where exactness needs a
@@ -78,6 +78,17 @@ def value_range(ctx: Any, v: ir.Value) -> tuple[float, float]:
             (a0, a1), (b0, b1) = rng(node.inputs[0]), rng(node.inputs[1])
             ends = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]   # inf * 0 is nan: unbounded
             r = everything if any(math.isnan(e) for e in ends) else (min(ends), max(ends))
+        elif node.op_type == "Clip":   # min(max(x, lo), hi), bounds as inputs (opset 11+) or attributes
+            bounds = []
+            for i, name, absent in ((1, "min", -math.inf), (2, "max", math.inf)):
+                attr = node.attributes.get(name)
+                if i < len(node.inputs) and node.inputs[i] is not None:
+                    bounds.append(rng(node.inputs[i]))
+                else:
+                    b = float(attr.value) if attr is not None else absent
+                    bounds.append((b, b))
+            (a0, a1), (m0, m1), (h0, h1) = rng(node.inputs[0]), *bounds
+            r = (min(max(a0, m0), h0), min(max(a1, m1), h1))
         elif node.op_type == "Cast" and x.dtype is not None and (x.dtype.is_floating_point() or _is_bool(node.inputs[0])):
             r = rng(node.inputs[0])   # to a float, or from a bool (0 / 1 in any type)
         else:

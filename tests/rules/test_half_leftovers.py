@@ -18,10 +18,11 @@ MASKS = {"right": [[1] * S, [1] * 4 + [0] * 2, [1] * S], "left": [[1] * S, [0] *
          "no_key": [[1] * S, [0] * S, [1] * S]}
 
 
-def _gpt1_half(h, *, pad_fill=-65504.0, dtype=F16, mask_dtype=TensorProto.INT64, via_bool=False):
+def _gpt1_half(h, *, pad_fill=-65504.0, dtype=F16, mask_dtype=TensorProto.INT64, via_bool=False, clip=False):
     """float16 GPT-1 attention: s * b + (1 - b) * -1e4 + (1 - Cast(m)) * pad_fill, b the causal 0/1
     buffer sliced to the sequence at run time, m the [B, T] attention mask unsqueezed to [B, 1, 1, T]
-    (``via_bool``: the mask input cast to bool and back to its integer type first)."""
+    (``via_bool``: the mask input cast to bool and back to its integer type first; ``clip``: the
+    integer input clamped to [0, 1] first, attention_mask.clamp(0, 1))."""
     n = h.node
     np_t = np.float16 if dtype == F16 else np.float32
     nodes = [n("Shape", ["q"], ["sl"], start=2, end=3), n("Slice", ["buf", "zero", "sl", "two"], ["b2"]),
@@ -40,6 +41,10 @@ def _gpt1_half(h, *, pad_fill=-65504.0, dtype=F16, mask_dtype=TensorProto.INT64,
     if via_bool:
         nodes[10:10] = [n("Cast", ["attention_mask"], ["amb"], to=TensorProto.BOOL), n("Cast", ["amb"], ["ami"], to=mask_dtype)]
         nodes[12].input[0] = "ami"
+    if clip:
+        nodes[10:10] = [n("Clip", ["attention_mask", "lo", "hi"], ["ami"])]
+        nodes[11].input[0] = "ami"
+        inits.update(lo=np.array(0, np.int64), hi=np.array(1, np.int64))
     dims = ["batch", H, "seq", D]
     inputs = [h.vi(x, dims, dtype) for x in ("q", "k", "v")] + [h.vi("attention_mask", ["batch", "seq"], mask_dtype)]
     return h.make_model(nodes, inputs, [h.vi("o", ["batch", "seq", H, D], dtype)], inits)
@@ -56,22 +61,23 @@ def _attn(h, model):
 
 
 @pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
-@pytest.mark.parametrize("mask_dtype,via_bool", [(TensorProto.BOOL, False), (TensorProto.INT64, True)],
-                         ids=["bool", "int64_of_bool"])
-def test_float16_gpt1_arithmetic_padding_mask_fuses_on_every_target(h, target, level, mask_dtype, via_bool):
+@pytest.mark.parametrize("mask_dtype,via_bool,clip", [(TensorProto.BOOL, False, False), (TensorProto.INT64, True, False),
+                                                     (TensorProto.INT64, False, True)],
+                         ids=["bool", "int64_of_bool", "int64_clipped"])
+def test_float16_gpt1_arithmetic_padding_mask_fuses_on_every_target(h, target, level, mask_dtype, via_bool, clip):
     """0/1 on onnx-O3 and trt-O4 before (the two float16 terms stayed two additions); within float16
     rounding of the original on every row of a right-padded batch and of one with no key kept, and on
     the unpadded rows of a left-padded one. (A left-padded query whose causal keys are all padding weighs
     its later keys uniformly in the original, s * b being 0 there; scores-binary-mask's s + m gives them
     their scores, in float32 too: a padded position's output, not compared.) The mask is proven 0 / 1:
-    a bool input, or an int64 one cast to bool and back."""
-    model = _gpt1_half(h, mask_dtype=mask_dtype, via_bool=via_bool)
+    a bool input, an int64 one cast to bool and back, or one clamped to [0, 1] (Clip, value_range)."""
+    model = _gpt1_half(h, mask_dtype=mask_dtype, via_bool=via_bool, clip=clip)
     out = h.fuse(model, target, level)
     assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
     for mask in MASKS:
         f = _feeds(h, mask, mask_np=bool if mask_dtype == TensorProto.BOOL else np.int64)
-        if via_bool and mask == "right":
-            f["attention_mask"][0, 0] = 2   # read as kept through the bool, as the original does
+        if (via_bool or clip) and mask == "right":
+            f["attention_mask"][0, 0] = 2   # read as kept through the bool or the clamp, as the original does
         h.assert_close(model, out, f, atol=4e-3, rtol=4e-3, valid=f["attention_mask"] if mask == "left" else None)
 
 
