@@ -76,6 +76,9 @@ sizes, mu-P multipliers, conv / linear-attention hybrids) in the corpus's own st
 vision towers of transformers 5.24 that no set above has (LongT5, Switch Transformers, T5Gemma, Pix2Struct's
 text decoder, Marian / M2M-100 / NLLB-MoE encoders, DeBERTa, SpeechT5, Moonshine, Parakeet, Hiera, SAM,
 Idefics3, MLCD, MobileViT) and a static Jamba, usually into --out /tmp/holdout12.
+--holdout 14 plans the eighth sweep's part A (holdout_specs.HOLDOUT8A): attention written by hand in PyTorch
+(tools/handwritten_models.py: nanoGPT / timm / torch.nn / einsum / reference-Llama idioms, ALiBi, sliding
+windows, bucketed relative positions, QK-norm), usually into --out /tmp/holdout14.
 """
 
 from __future__ import annotations
@@ -169,8 +172,15 @@ def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | Non
 
     spec = SPECS[arch]
     torch.manual_seed(SEED)
-    config = getattr(tf, spec["config_class"])(**spec["config"], **({"attn_implementation": attn} if attn else {}))
-    model = getattr(tf, spec["model_class"])(config).eval()
+    if spec.get("handwritten"):  # --holdout 14: tools/handwritten_models.py, configured by a plain dict
+        import types
+
+        import handwritten_models
+
+        config, model = types.SimpleNamespace(**spec["config"]), handwritten_models.build(spec)
+    else:
+        config = getattr(tf, spec["config_class"])(**spec["config"], **({"attn_implementation": attn} if attn else {}))
+        model = getattr(tf, spec["model_class"])(config).eval()
     touched = perturb(model) if weights == "trained" else []
     if dtype != "float32":
         model = model.to(getattr(torch, dtype))
@@ -182,6 +192,8 @@ def _past_shapes(model, ids):
     kv heads / head_dim per architecture)."""
     import torch
 
+    if hasattr(model, "past_shapes"):  # handwritten_models: the model knows its cache layout
+        return model.past_shapes(ids)
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True, return_dict=True)
     cache = out.past_key_values
@@ -202,6 +214,10 @@ class _Wrap:
         import torch
 
         kind, part = spec["kind"], spec["part"]
+        if spec.get("handwritten"):
+            import handwritten_models
+
+            return handwritten_models.wrapper(spec, model, style in KV_STYLES)
         # transformers 4.47+ (HOLDOUT5D): Llama-style classes take a Cache object only, no tuples; a class
         # without _supports_cache_class (GPT-2, BART 4.48) still takes the tuples
         cache_object = spec.get("cache_object") and getattr(model, "_supports_cache_class", True)
@@ -486,6 +502,8 @@ def _forward_args(spec):
 
     import transformers as tf
 
+    if spec.get("handwritten"):  # no token_type_ids
+        return set()
     return set(inspect.signature(getattr(tf, spec["model_class"]).forward).parameters)
 
 
@@ -1112,7 +1130,8 @@ def main(argv=None) -> int:
                          "9: its part D (transformers 4.48 / 4.53), "
                          "10: the sixth's part A (decoders), "
                          "11: the sixth's part B (onnxscript 0.6.0 / 0.6.2, bf16 decoders), "
-                         "12: the seventh's part A (encoders, seq2seq parts, speech, vision); "
+                         "12: the seventh's part A (encoders, seq2seq parts, speech, vision), "
+                         "14: the eighth's part A (hand-written modules, tools/handwritten_models.py); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

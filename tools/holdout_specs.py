@@ -1128,3 +1128,71 @@ HOLDOUT7A = {
 HOLDOUT7A["jamba"]["attention_blocks"] = 1  # one attention layer of two (attn_layer_offset 1)
 HOLDOUT7A["mobilevit"]["attention_blocks"] = 9  # MobileViT's three transformer stages: 2 + 4 + 3 layers
 HOLDOUT_SETS[12] = HOLDOUT7A
+
+
+# ---- eighth sweep, part A (--holdout 14, HOLDOUT8A): attention written by people, not by transformers -----
+# tools/handwritten_models.py: nanoGPT-style tril buffers, timm-style ViT, torch's own nn.MultiheadAttention /
+# TransformerEncoderLayer / TransformerDecoderLayer, einsum attention, Llama-reference interleaved RoPE,
+# NeoX-style partial rotary with a parallel residual, MQA, ALiBi, sliding windows, a T5-style bucket table and
+# QK-norm (config "idiom" picks the module; the other keys are the corpus's tiny sizes). Decoders with a
+# cache: dyn_mask, kv, static_nomask, torchscript_kv; the rest dyn_mask, static_nomask, torchscript.
+HW_DEC = ("dyn_mask", "kv", "static_nomask", "torchscript_kv")
+HW_ENC = ("dyn_mask", "static_nomask", "torchscript")
+HW = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+          num_attention_heads=2)
+
+
+def _hw(kind, idiom, features, styles, ort_type="gpt2", **kw):
+    spec = _s(kind, "dict", f"handwritten_models:{idiom}", dict(HW, idiom=idiom, **kw), features, "handwritten",
+              ort_type, part=None, styles=styles)
+    spec["handwritten"] = True
+    return spec
+
+
+HOLDOUT8A = {
+    "hw_gpt_tril": _hw("decoder", "gpt_tril", ["mha", "fused-qkv-split", "tril-buffer-mask", "padding-mask",
+                                               "learned-positions", "layernorm", "gelu"], HW_DEC,
+                       learned_positions=True),
+    "hw_gpt_sdpa": _hw("decoder", "gpt_sdpa", ["mha", "fused-qkv-split", "sdpa-is-causal", "learned-positions",
+                                               "layernorm", "gelu"], HW_ENC, learned_positions=True, padding=False),
+    "hw_vit_cls": _hw("vision", "vit", ["mha", "qkv-permute-unbind", "scale-on-q", "class-token", "layernorm",
+                                        "gelu"], HW_ENC, "vit", image_size=IMAGE, patch_size=PATCH, num_channels=3),
+    "hw_vit_nocls": _hw("vision", "vit", ["mha", "qkv-permute-unbind", "scale-on-q", "layernorm", "gelu"], HW_ENC,
+                        "vit", image_size=IMAGE, patch_size=PATCH, num_channels=3, class_token=False),
+    "hw_mha_bf": _hw("encoder", "mha_bf", ["mha", "torch-multiheadattention", "batch-first", "key-padding-mask",
+                                           "learned-positions", "layernorm", "gelu"], HW_ENC, "bert",
+                     learned_positions=True),
+    "hw_mha_sf": _hw("decoder", "mha_sf", ["mha", "torch-multiheadattention", "seq-first", "float-causal-mask",
+                                           "key-padding-mask", "learned-positions", "layernorm", "gelu"], HW_ENC,
+                     learned_positions=True),
+    "hw_tel_post": _hw("encoder", "tel", ["mha", "torch-transformerencoderlayer", "post-norm", "key-padding-mask",
+                                          "learned-positions", "layernorm", "gelu"], HW_ENC, "bert", norm_first=False),
+    "hw_tel_pre": _hw("encoder", "tel", ["mha", "torch-transformerencoderlayer", "pre-norm", "key-padding-mask",
+                                         "learned-positions", "layernorm", "gelu"], HW_ENC, "bert", norm_first=True),
+    "hw_tdl": _hw("seq2seq_decoder", "tdl", ["mha", "torch-transformerdecoderlayer", "cross-attention", "causal",
+                                             "pre-norm", "layernorm", "relu"], HW_ENC, "bart", norm_first=True),
+    "hw_einsum": _hw("encoder", "einsum", ["mha", "einsum-attention", "reshape-permute-rearrange", "padding-mask",
+                                           "learned-positions", "layernorm", "gelu"], HW_ENC, "bert",
+                     learned_positions=True),
+    "hw_llama_ref": _hw("decoder", "llama_ref", ["gqa-repeat-interleave", "rope-interleaved-pairs", "rmsnorm-manual",
+                                                 "triu-hstack-mask", "padding-mask", "swiglu"], HW_DEC,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, norm="rms", mlp="swiglu"),
+    "hw_neox_parallel": _hw("decoder", "neox_parallel", ["gqa-expand-reshape", "rope-partial-25", "parallel-residual",
+                                                         "f-rms-norm", "sdpa-bool-mask", "padding-mask", "gelu"],
+                            HW_DEC, num_attention_heads=4, num_key_value_heads=2, head_dim=16, norm="frms",
+                            parallel=True),
+    "hw_mqa": _hw("decoder", "mqa", ["mqa-broadcast-matmul", "additive-finfo-min-mask", "padding-mask",
+                                     "learned-positions", "layernorm", "gelu"], HW_DEC, num_key_value_heads=1,
+                  learned_positions=True),
+    "hw_alibi": _hw("decoder", "alibi", ["mha", "alibi-by-hand", "tril-bool-mask", "padding-mask", "layernorm",
+                                         "gelu"], HW_DEC),
+    "hw_sliding": _hw("decoder", "sliding", ["mha", "sliding-window-tril-triu", "rope-full", "padding-mask",
+                                             "rmsnorm-manual", "swiglu"], HW_DEC, sliding_window=4, norm="rms",
+                      mlp="swiglu"),
+    "hw_t5_relbias": _hw("encoder", "t5_relbias", ["mha", "relative-position-buckets", "no-scale", "padding-mask",
+                                                   "rmsnorm-manual", "gelu"], HW_ENC, "bert",
+                         relative_attention_num_buckets=8, norm="rms"),
+    "hw_qknorm": _hw("decoder", "qknorm", ["mha", "qk-norm-per-head", "rope-full", "sdpa-bool-mask", "padding-mask",
+                                           "layernorm", "gelu"], HW_DEC),
+}
+HOLDOUT_SETS[14] = HOLDOUT8A
