@@ -30,10 +30,23 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
                  matches with every 0/1 mask input all ones: the plugin's contract writes zeros in
                  padded query rows, where the original computes values nobody reads (verify feeds
                  unpadded masks for the same reason; listed and saved, not counted as a failure)
+  left-padded    (O4 trt) the same, but a mask input is padded on the left (or has holes) and the
+                 rows it keeps differ too: FusedAttention's seq_lens only counts, so its contract
+                 expects right padding (docs/ops.md); listed and saved, not counted as a failure,
+                 so that a left-padding-safe plugin can be checked by replaying them
+  half-masked-rows  a float16 / bfloat16 model that agrees with the original on every query row
+                 its 0/1 masks keep and differs only on padded ones (left padding under a causal
+                 mask: rows with no kept key): the original's float16 Add absorbs the scores into
+                 the mask's floor and weighs them uniformly, Attention-23 (onnx, trt) adds in
+                 float32 (docs/holdout.md "Masked rows (session 14)"); listed, not a failure
 
 O1 runs no target-specific pass (levels.py), so it is optimized once per graph and its result
 stands for every target. Every failing case is saved (original.onnx, optimized.onnx, feeds.npz,
-info.json) under OUT/failures/<class>/seed<S>_O<L>_<target>/; OUT/summary.json has the counts.
+info.json; feeds_alt<i>.npz for a case run on more than one feed set, such as both values of an
+If's condition) under OUT/failures/<class>/seed<S>_O<L>_<target>/; OUT/summary.json has the counts.
+--pretool slim|ort1|ort2 first runs every graph through onnxslim or ONNX Runtime's offline
+optimizer (basic / extended), as users often do, and fuzzes what that tool wrote (a tool that fails,
+changes the inputs or the values leaves the graph as generated, with a trap saying so).
 The summary is rewritten (atomically) every 100 graphs, so a run that is killed keeps its counts;
 ``complete`` says whether every graph asked for ran. With --jobs N the graphs run in N worker
 processes, in completion order; --time-budget stops taking new graphs after that many seconds
@@ -45,9 +58,10 @@ has no bf16 MatMul), as ``--verify`` runs them.
 
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
         [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
-        [--time-budget SECONDS] [--graph-timeout 300] [--precision fp16|bf16]
+        [--time-budget SECONDS] [--graph-timeout 300] [--precision fp16|bf16] [--pretool slim|ort1|ort2]
     python tools/fuzz_differential.py --replay fuzz_out/failures/signature/seed123_O3_trt ...
     python tools/fuzz_differential.py --rerun old_out/summary.json --out new_out   # failed graphs
+                                                          # (and left-padded ones)
 
 Exit status: 0 when no run failed, 1 otherwise, 2 on bad arguments.
 """
@@ -75,11 +89,12 @@ import fuzz_paged  # noqa: E402
 from fuzz_motifs import make_case  # noqa: E402
 
 FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused", "timeout")
-CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", "padded-rows", *FAIL_CLASSES)
+CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", "padded-rows", "left-padded", "half-masked-rows",
+           *FAIL_CLASSES)
 #: the label of a run with kv_cache_dtype="fp8" (O4 trt, a decoder case whose spec asks for it)
 FP8_TARGET = "trt+fp8kv"
 #: listed and saved, but not failures
-NOTED_CLASSES = ("invalid-graph", "ort-itself", "padded-rows")
+NOTED_CLASSES = ("invalid-graph", "ort-itself", "padded-rows", "left-padded", "half-masked-rows")
 # atol is scaled by the output's largest magnitude: fused kernels reorder float sums.
 TOLERANCE = {np.dtype(np.float32): (1e-4, 1e-3), np.dtype(np.float16): (1e-2, 2e-2),
              np.dtype(np.float64): (1e-9, 1e-7), np.dtype(ml_dtypes.bfloat16): (5e-2, 5e-2)}
@@ -201,10 +216,12 @@ def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tupl
 
 
 def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=(), loosest=None,
-            precision: str | None = None, kv_cache_dtype: str | None = None):
+            precision: str | None = None, kv_cache_dtype: str | None = None, alt=()):
     """Optimize and compare; returns (class, detail, optimized proto or None, rule fires).
     ``loosest``: ``loosest_float_dtypes(original)``, computed here when not given; with
-    ``precision`` every output is compared at that type's tolerance."""
+    ``precision`` every output is compared at that type's tolerance. ``alt``: more (feeds,
+    reference outputs) pairs the optimized model is checked on too (an If's other branch), each
+    classified like the first; the first that is not ok decides."""
     import onnx_fuse
     from onnx_fuse.errors import UserError
     from onnx_fuse.passes.precision import emulate_bf16
@@ -234,29 +251,54 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     if sig:
         return "signature", sig, optimized, fires
     runnable = emulate_bf16(optimized) if precision == "bf16" else optimized
+    sess = None
+    cls, detail = "ok", ""
+    for i, (run_feeds, run_ref) in enumerate([(feeds, ref_out), *alt]):
+        cls, detail, sess = _judge(original, runnable, names, run_feeds, run_ref, loosest, sess)
+        if cls != "ok":
+            detail = f"feed set {i}: {detail}" if i else detail
+            break
+    if cls == "ok" and target == "trt":
+        refused = _trt_refused(original, optimized)
+        if refused:
+            return "trt-refused", refused, optimized, fires
+    return cls, detail, optimized, fires
+
+
+def _judge(original, runnable, names, feeds, ref_out, loosest, sess=None):
+    """One feed set's class and detail (and the session, made on the first call): run the
+    optimized model with ORT's optimizations on, compare, and sort a difference into ORT's own
+    (ort-itself), FusedAttention's padding contract (padded-rows, left-padded) or ours."""
     try:
-        sess = _session(runnable, ort_optimizations=True)
+        if sess is None:
+            sess = _session(runnable, ort_optimizations=True)
         got = sess.run(names, feeds)
     except Exception as exc:  # noqa: BLE001 - ORT's refusal, whatever its type
         if _ort_itself(original, feeds, ref_out, loosest) or \
                 _correct_without_ort_optimizations(runnable, names, feeds, ref_out, loosest):
             # ORT's own fusions refuse the original too (ORT 1.30-1.32's LayerNormFusion binds
             # float and float16 on an fp16 decomposed norm), or only ours with them on
-            return "ort-itself", "ORT's optimizations refuse it: " + _first_line(exc), optimized, fires
-        return "ort-refused", _first_line(exc), optimized, fires
+            return "ort-itself", "ORT's optimizations refuse it: " + _first_line(exc), sess
+        return "ort-refused", _first_line(exc), sess
     cls, detail = compare(names, ref_out, got, loosest)
     if cls != "ok" and _ort_itself(original, feeds, ref_out, loosest):
-        return "ort-itself", detail, optimized, fires
+        return "ort-itself", detail, sess
     if cls != "ok" and _correct_without_ort_optimizations(runnable, names, feeds, ref_out, loosest):
         return "ort-itself", "ORT's optimizations break the optimized model, which is right " \
-            f"without them: {detail}", optimized, fires
+            f"without them: {detail}", sess
     if cls == "wrong" and _only_padded_rows_differ(original, runnable, names, feeds, loosest):
-        return "padded-rows", f"FusedAttention zeroes padded query rows by contract: {detail}", optimized, fires
-    if cls == "ok" and target == "trt":
-        refused = _trt_refused(original, optimized)
-        if refused:
-            return "trt-refused", refused, optimized, fires
-    return cls, detail, optimized, fires
+        if _left_padded(feeds) and not _kept_rows_match(names, ref_out, got, feeds, loosest):
+            return "left-padded", "FusedAttention's seq_lens expects right padding (docs/ops.md): " \
+                f"{detail}", sess
+        return "padded-rows", f"FusedAttention zeroes padded query rows by contract: {detail}", sess
+    if cls == "wrong" and _half_precision(loosest, names) and _mask_feeds(feeds) and \
+            _kept_rows_match(names, ref_out, got, feeds, loosest, aligned_only=True):
+        return "half-masked-rows", f"only query rows the masks pad differ (float16 masked rows): {detail}", sess
+    return cls, detail, sess
+
+
+def _half_precision(loosest, names) -> bool:
+    return any((loosest or {}).get(n, np.dtype(np.float32)).itemsize == 2 for n in names)
 
 
 def _check_paged(original, optimized, feeds, ref_out, fp8: bool, loosest, bf16: bool = False) -> tuple[str, str]:
@@ -333,13 +375,49 @@ def _trt_refused(original: onnx.ModelProto, optimized: onnx.ModelProto) -> str |
     return issues[0][:400] if issues else None
 
 
+def _is_padding_mask(v: np.ndarray) -> bool:
+    """A 2-D 0/1 input (integer, bool or float: exporters take all three) that pads something."""
+    return v.ndim == 2 and v.dtype.kind in "iubf" and v.size > 0 and np.isin(v, (0, 1)).all() and not v.all()
+
+
+def _mask_feeds(feeds) -> list[np.ndarray]:
+    """The padding masks among the feeds (named so: position ids [0, 1] are 0/1 too)."""
+    return [v for k, v in feeds.items() if "mask" in k.lower() and _is_padding_mask(v)]
+
+
+def _left_padded(feeds) -> bool:
+    """Some padding mask row is not ones followed by zeros (left padding, or holes)."""
+    for v in _mask_feeds(feeds):
+        kept = v.astype(bool)
+        right = np.arange(v.shape[1])[None, :] < kept.sum(axis=1, keepdims=True)
+        if not np.array_equal(kept, right):
+            return True
+    return False
+
+
+def _kept_rows_match(names, ref_out, got, feeds, loosest, aligned_only: bool = False) -> bool:
+    """Whether every output agrees on the query rows the masks keep: an output [B, S, ...] is
+    compared where a padding mask [B, S] is 1; an output no mask lines up with must agree whole
+    (``aligned_only``: there must be none)."""
+    masks = [v.astype(bool) for v in _mask_feeds(feeds)]
+    for name, r, g in zip(names, ref_out, got):
+        r, g = np.asarray(r), np.asarray(g)
+        keep = next((m for m in masks if r.ndim >= 2 and r.shape[:2] == m.shape), None)
+        if keep is None and aligned_only:
+            return False
+        if keep is not None and r.shape == g.shape:
+            r, g = r[keep], g[keep]
+        if compare([name], [r], [g], loosest)[0] != "ok":
+            return False
+    return True
+
+
 def _only_padded_rows_differ(original, optimized, names, feeds, loosest) -> bool:
-    """A FusedAttention model that matches the original once every 0/1 mask input (2-D integer or
-    bool) is all ones: it differed only where the padding is, the plugin's padded query rows."""
+    """A FusedAttention model that matches the original once every 0/1 mask input (2-D integer,
+    bool or float) is all ones: it differed only where the padding is."""
     if not any(n.domain == "onnx_fuse" and n.op_type == "FusedAttention" for n in optimized.graph.node):
         return False
-    unpadded = {k: (np.ones_like(v) if v.ndim == 2 and v.dtype.kind in "iub" and np.isin(v, (0, 1)).all()
-                    and not v.all() else v) for k, v in feeds.items()}
+    unpadded = {k: (np.ones_like(v) if _is_padding_mask(v) else v) for k, v in feeds.items()}
     if all(unpadded[k] is feeds[k] for k in feeds):
         return False  # no padding to blame
     try:
@@ -381,8 +459,55 @@ def fuzz_graph(task):
     """All level x target runs of one graph: a list of result dicts (plus models of failures).
     A graph whose runs outlast ``graph_timeout`` seconds (SIGALRM; 0 = none) yields one
     ``timeout`` result for the combination that was running."""
-    seed, levels, targets, rules, graph_timeout, precision = task
-    return fuzz_case(make_case(seed), levels, targets, rules, graph_timeout, precision)
+    seed, levels, targets, rules, graph_timeout, precision, *rest = task
+    case = make_case(seed)
+    if rest and rest[0]:
+        case = pretool_case(case, rest[0])
+    return fuzz_case(case, levels, targets, rules, graph_timeout, precision)
+
+
+PRETOOLS = ("slim", "ort1", "ort2")
+
+
+def _pretool_model(model: onnx.ModelProto, tool: str) -> onnx.ModelProto:
+    if tool == "slim":
+        import onnxslim
+
+        return onnxslim.slim(model)
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if tool == "ort1"
+                                       else ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+        so.optimized_model_filepath = str(Path(tmp) / "pre.onnx")
+        so.log_severity_level = 4
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return onnx.load(so.optimized_model_filepath)
+
+
+def pretool_case(case, tool: str):
+    """The case with its graph rewritten by another tool first (tools/pretool_holdout.py does the
+    same for the corpus): onnxslim, or ORT's offline optimizer at basic (ort1) / extended (ort2).
+    The tool's output must keep the inputs and outputs and compute the same values (ORT, its
+    optimizations off, on every feed set); else the graph stays as generated, with a trap saying
+    why (a tool's own bug is not ours to count)."""
+    import dataclasses
+
+    names = [o.name for o in case.model.graph.output]
+    try:
+        pre = _pretool_model(case.model, tool)
+        if [i.name for i in pre.graph.input] != [i.name for i in case.model.graph.input] or \
+                [o.name for o in pre.graph.output] != names:
+            raise ValueError("inputs or outputs changed")
+        for feeds in (case.feeds, *case.alt_feeds):
+            ref = _session(case.model, ort_optimizations=False).run(names, feeds)
+            got = _session(pre, ort_optimizations=False).run(names, feeds)
+            if compare(names, ref, got)[0] != "ok":
+                raise ValueError("values changed")
+    except Exception as exc:  # noqa: BLE001 - the tool's failure, not ours
+        return dataclasses.replace(case, traps=[*case.traps, f"pretool-{tool}-failed: {_first_line(exc)[:80]}"])
+    return dataclasses.replace(case, model=pre, traps=[*case.traps, f"pretool-{tool}"])
 
 
 def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precision: str | None = None):
@@ -397,6 +522,7 @@ def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precisi
         sess = _session(case.model, ort_optimizations=False)
         names = [o.name for o in case.model.graph.output]
         ref_out = sess.run(names, case.feeds)
+        alt = [(f, sess.run(names, f)) for f in case.alt_feeds]
     except Exception as exc:  # noqa: BLE001
         return [dict(base, level=0, target="-", cls="invalid-graph", detail=_first_line(exc), fires={})], case, {}
     results, models = [], {}
@@ -414,7 +540,7 @@ def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precisi
                     cls, detail, opt, fires = o1_done
                 else:
                     cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules,
-                                                      loosest, precision)
+                                                      loosest, precision, alt=alt)
                     o1_done = (cls, detail, opt, fires) if level == 1 else None
                 results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
                 if cls in (*FAIL_CLASSES, "ort-itself"):
@@ -423,7 +549,7 @@ def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precisi
                         and fires.get("trt-paged-kv"):   # fp8 pools need the paged rewrite
                     target = FP8_TARGET   # the same run with fp8 KV pools
                     cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, "trt", rules,
-                                                      loosest, precision, kv_cache_dtype="fp8")
+                                                      loosest, precision, kv_cache_dtype="fp8", alt=alt)
                     results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
                     if cls in (*FAIL_CLASSES, "ort-itself"):
                         models[(level, target)] = opt
@@ -445,6 +571,8 @@ def _save_failure(out: Path, res: dict, case, optimized) -> str:
     if optimized is not None:
         onnx.save(optimized, folder / "optimized.onnx")
     np.savez(folder / "feeds.npz", **case.feeds)
+    for i, alt in enumerate(case.alt_feeds, 1):
+        np.savez(folder / f"feeds_alt{i}.npz", **alt)
     info = {k: res.get(k) for k in ("seed", "level", "target", "cls", "detail", "motifs", "traps",
                                     "precision", "spec")}
     (folder / "info.json").write_text(json.dumps(info, indent=1) + "\n")
@@ -469,16 +597,17 @@ def _write_summary(out: Path, summary: dict) -> None:
 
 def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None = None,
          start: int = 0, progress=None, rules=(), time_budget: float | None = None,
-         graph_timeout: float = 0, seeds=None, precision: str | None = None) -> dict:
+         graph_timeout: float = 0, seeds=None, precision: str | None = None, pretool: str | None = None) -> dict:
     """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``, and
     every 100 graphs while it runs). ``rules`` are extra rule files, passed to optimize() (a
     user's rules can be fuzzed too). ``time_budget`` (seconds) stops taking new graphs.
-    ``precision`` ("fp16"/"bf16") adds that precision conversion to every run."""
+    ``precision`` ("fp16"/"bf16") adds that precision conversion to every run; ``pretool``
+    (PRETOOLS) rewrites every graph with that tool first (pretool_case)."""
     rules = tuple(str(r) for r in rules)
     if seeds is None:  # the graphs (seed, start) ... (seed, start + count - 1)
         seeds = [case_seed(seed, i) for i in range(start, start + count)]
     count = len(seeds)
-    tasks = [(s, tuple(levels), tuple(targets), rules, graph_timeout, precision) for s in seeds]
+    tasks = [(s, tuple(levels), tuple(targets), rules, graph_timeout, precision, pretool) for s in seeds]
     counts = collections.Counter()
     by_combo: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     fires = collections.Counter()
@@ -495,7 +624,7 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
         return {
             "count": count, "graphs": graphs, "complete": complete, "seed": seed, "start": start,
             "levels": list(levels), "targets": list(targets), "rules": list(rules), "jobs": jobs,
-            "precision": precision,
+            "precision": precision, "pretool": pretool,
             "runs": sum(counts.values()), "seconds": round(time.time() - t0, 1),
             "classes": {c: counts.get(c, 0) for c in CLASSES},
             "failed": sum(counts.get(c, 0) for c in FAIL_CLASSES),
@@ -562,12 +691,17 @@ def replay(folders, rules=()) -> list[tuple[str, str, str]]:
         folder = Path(folder)
         info = json.loads((folder / "info.json").read_text())
         model = onnx.load(folder / "original.onnx")
-        with np.load(folder / "feeds.npz") as data:
-            feeds = {k: data[k] for k in data.files}
-        ref = _session(model, ort_optimizations=False).run([o.name for o in model.graph.output], feeds)
+        feed_sets = []
+        for path in [folder / "feeds.npz", *sorted(folder.glob("feeds_alt*.npz"))]:
+            with np.load(path) as data:
+                feed_sets.append({k: data[k] for k in data.files})
+        sess = _session(model, ort_optimizations=False)
+        names = [o.name for o in model.graph.output]
+        (feeds, ref), *alt = [(f, sess.run(names, f)) for f in feed_sets]
         fp8 = info["target"] == FP8_TARGET
         cls, detail, _, _ = run_one(model, feeds, ref, info["level"], "trt" if fp8 else info["target"], rules,
-                                    precision=info.get("precision"), kv_cache_dtype="fp8" if fp8 else None)
+                                    precision=info.get("precision"), kv_cache_dtype="fp8" if fp8 else None,
+                                    alt=alt)
         out.append((str(folder), info["cls"], cls + (f": {detail.splitlines()[0][:160]}" if detail else "")))
     return out
 
@@ -606,11 +740,14 @@ def main(argv=None) -> int:
                     help="extra rule file for optimize() (repeatable)")
     ap.add_argument("--precision", choices=("fp16", "bf16"), default=None,
                     help="optimize with this precision conversion too; outputs compared at its tolerance")
+    ap.add_argument("--pretool", choices=PRETOOLS, default=None,
+                    help="rewrite every graph with onnxslim (slim) or ORT's offline optimizer "
+                         "(ort1: basic, ort2: extended) before optimizing it")
     ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--rerun", type=Path, metavar="SUMMARY",
-                    help="re-run every graph that failed in SUMMARY (a summary.json), at --levels x "
-                         "--targets (cases rebuilt from their seeds: nothing saved is needed)")
+                    help="re-run every graph that failed in SUMMARY (a summary.json), or was left-padded, "
+                         "at --levels x --targets (cases rebuilt from their seeds: nothing saved is needed)")
     ap.add_argument("--replay", nargs="+", metavar="CASE",
                     help="re-run saved failing cases (OUT/failures/<class>/<case>) and print their class now")
     args = ap.parse_args(argv)
@@ -621,7 +758,7 @@ def main(argv=None) -> int:
         results = replay(args.replay, args.rules)
         for folder, then, now in results:
             print(f"{folder}: {then} -> {now}")
-        return 0 if all(now.startswith(("ok", "refused-input", "ort-itself"))
+        return 0 if all(now.startswith(("ok", "refused-input", "ort-itself", "padded-rows"))
                         for _, _, now in results) else 1
     if args.count < 1 or args.jobs < 1 or args.start < 0:
         ap.error("--count and --jobs must be >= 1, --start >= 0")
@@ -639,7 +776,7 @@ def main(argv=None) -> int:
     if args.rerun is not None:
         try:
             failures = json.loads(args.rerun.read_text())["failures"]
-            seeds = sorted({int(f["seed"]) for f in failures if f["cls"] in FAIL_CLASSES})
+            seeds = sorted({int(f["seed"]) for f in failures if f["cls"] in (*FAIL_CLASSES, "left-padded")})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             ap.error(f"--rerun {args.rerun}: not a fuzzer summary ({_first_line(exc)})")
         if not seeds:
@@ -649,7 +786,7 @@ def main(argv=None) -> int:
         ap.error(f"--rules {missing[0]}: no such file")
     summary = fuzz(args.count, args.seed, args.levels, args.targets, args.jobs, args.out,
                    args.start, progress, args.rules, args.time_budget, args.graph_timeout, seeds,
-                   args.precision)
+                   args.precision, args.pretool)
     of = "" if summary["complete"] else f" (of {summary['count']}: time budget reached)"
     print(f"{summary['graphs']} graphs{of}, {summary['runs']} runs, {summary['seconds']} s")
     for cls in CLASSES:

@@ -15,7 +15,10 @@ by its seed. A fifth of the seeds
 (``DECODER_SHARE``) are KV-cache decoder steps instead (tools/fuzz_decoder.py), whose switches
 (sliding window, attention sinks, fp16 upcasts, fp8 KV, ...) are ``Case.spec``; of the rest, a
 share (fuzz_idioms.IDIOM_SHARE) are exporter idioms of the fourth hold-out sweep
-(tools/fuzz_idioms.py: baddbmm zeros, causal selects, masks before the scale, ...).
+(tools/fuzz_idioms.py: baddbmm zeros, causal selects, masks before the scale, ...), and of the
+others a share (fuzz_sweeps.SWEEP_SHARE) the idioms of the later sweeps (tools/fuzz_sweeps.py:
+run-time mask forms, partial / interleaved RoPE, parallel blocks, QK-norm, GQA forms, ALiBi and
+relative biases, softcap, sinks, merged decoders checked on both branches).
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Case:
     traps: list[str]
     #: the switches of a decoder case (tools/fuzz_decoder.py); empty for the motif graphs
     spec: dict = dataclasses.field(default_factory=dict)
+    #: more feed sets the case is checked on (an If's condition flipped, with the inputs its other
+    #: branch reads): the fuzzer compares the optimized model with the original on each
+    alt_feeds: list = dataclasses.field(default_factory=list)
 
 
 class Builder:
@@ -700,6 +706,11 @@ def make_case(seed: int) -> Case:
     # a stream of its own (under this salt no regression seed of tests/tools becomes an idiom case)
     if np.random.default_rng([seed, 0x1D2]).random() < IDIOM_SHARE:
         return _with_sparse(make_idiom_case(seed))
+    from fuzz_sweeps import SWEEP_SHARE
+
+    # the sweeps' idioms (tools/fuzz_sweeps.py), a stream of their own too
+    if np.random.default_rng([seed, SWEEP_SALT]).random() < SWEEP_SHARE:
+        return _with_sparse(make_sweep_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -753,6 +764,28 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
     graph = oh.make_graph(b.nodes, f"fuzz_idiom_{seed}", b.inputs, outputs, initializer=b.inits)
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
     return Case(seed, _declare_outputs(model, b), b.feeds, motifs, b.traps)
+
+
+#: the side stream that picks sweep cases (no regression seed of tests/tools becomes one under it)
+SWEEP_SALT = 0x5E18
+
+
+def make_sweep_case(seed: int, name: str | None = None) -> Case:
+    """A graph of the idioms the later hold-out sweeps found (tools/fuzz_sweeps.py); ``name``
+    picks one (tests). A merged-decoder case carries its If's other branch as ``alt_feeds``."""
+    from fuzz_sweeps import build_sweep
+
+    rng = np.random.default_rng([seed, 0x5E16])
+    b = Builder(rng, F16 if rng.random() < 0.1 else F32)
+    opset = int(b.pick([17, 18, 20, 23]))
+    if b.dtype == F16:
+        b.trap("fp16")
+    motifs = build_sweep(b, opset, name)
+    outputs = [oh.make_tensor_value_info(o, 0, None) for o in b.outputs]
+    graph = oh.make_graph(b.nodes, f"fuzz_sweep_{seed}", b.inputs, outputs, initializer=b.inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
+    return Case(seed, _declare_outputs(model, b), b.feeds, motifs, b.traps,
+                alt_feeds=getattr(b, "alt_feeds", []))
 
 
 def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:
