@@ -6,7 +6,9 @@ tensor symbolically (Shape -> Gather/Slice/Squeeze/Unsqueeze/Concat/Cast, plus M
 as TorchScript and dynamo compute ``batch * num_heads``, a Div that does not divide as the floor
 atom ``(L)//s`` that ``floor_div`` names computed lengths with (``parse_floor`` reads one back: the
 one parser of those atoms), and TorchScript's ``expand(-1)``
-guard ``Where(Equal(v, -1), 1, v)``); ``reshape_out_dims`` says what a Reshape outputs: ``0``
+guard ``Where(Equal(v, -1), 1, v)``; a Concat part of known length whose values cannot be read gives
+None entries, and moves of a tensor of static shape, Reshape / Transpose / Slice of any step, are
+followed on its indices: TorchScript's F.pad pads); ``reshape_out_dims`` says what a Reshape outputs: ``0``
 copies an input dim, and one ``-1`` (or one entry that cannot be read) is solved from the element
 count by cancelling factors. Used by the rule language's ``has_dims``
 (rewrite/_dims.py) and by the Shape-read rerouting (passes/_dim_source.py). Nothing here fails:
@@ -199,7 +201,9 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
     if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
         return None
     op, ins = node.op_type, list(node.inputs)
-    sub = (lambda i: shape_vector(ins[i], alias, depth + 1, sums) if i < len(ins) else None)
+    # entries of a tensor of several axes are read flat, so only the moves (_moved_entries) take them
+    any_rank = (lambda i: shape_vector(ins[i], alias, depth + 1, sums) if i < len(ins) else None)
+    sub = (lambda i: any_rank(i) if i < len(ins) and not _multi_axis(ins[i]) else None)
     if op == "Shape":
         dims = value_dims(ins[0])
         if dims is None:
@@ -214,17 +218,19 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
     if op in ("Identity", "Cast"):
         if op == "Cast" and not ir.DataType(_attr(node, "to", 1)).is_integer():
             return None
-        return sub(0)
+        return any_rank(0) if depth > 0 else sub(0)
     if op in ("Squeeze", "Unsqueeze", "Reshape"):
         inner = sub(0)
         if inner is None:
-            return None
+            return _moved_entries(node, v, any_rank) if _multi_axis(ins[0]) and (depth > 0 or _rank_at_most_1(v)) else None
         entries, scalar = inner
-        if op == "Squeeze":
-            return (entries, True) if len(entries) == 1 and not scalar else None
-        if op == "Unsqueeze":
-            return (entries, False) if scalar else None
-        return (entries, False) if len(entries) == 1 else None
+        if op == "Squeeze" and len(entries) == 1 and not scalar:
+            return entries, True
+        if op == "Unsqueeze" and scalar:
+            return entries, False
+        if op == "Reshape" and len(entries) == 1:
+            return entries, False
+        return _moved_entries(node, v, any_rank) if depth > 0 or _rank_at_most_1(v) else None
     if op == "Where" and len(ins) == 3:
         # torch's expand(-1) as TorchScript writes it: Where(Equal(v, -1), ones, v) is v when no
         # entry of v can be -1 (sizes read from shapes are never negative)
@@ -241,6 +247,9 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         out = []
         for i in range(len(ins)):
             inner = sub(i)
+            n = _static(ins[i])
+            if inner is None and n is not None and len(n) == 1 and n[0] <= 16:
+                inner = [None] * n[0], False   # a part of known length, its values unread
             if inner is None or inner[1]:
                 return None
             out += inner[0]
@@ -259,12 +268,10 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         starts, ends = constant_tensor(ins[1]), constant_tensor(ins[2])
         axes = constant_tensor(ins[3]) if len(ins) > 3 and ins[3] is not None else None
         steps = constant_tensor(ins[4]) if len(ins) > 4 and ins[4] is not None else None
-        if inner is None or inner[1] or starts is None or ends is None or starts.size != 1:
-            return None
-        if axes is not None and int(axes.numpy().reshape(-1)[0]) not in (0, -1):
-            return None
-        if steps is not None and int(steps.numpy().reshape(-1)[0]) != 1:
-            return None
+        if inner is None or inner[1] or starts is None or ends is None or starts.size != 1 or \
+                (axes is not None and int(axes.numpy().reshape(-1)[0]) not in (0, -1)) or \
+                (steps is not None and int(steps.numpy().reshape(-1)[0]) != 1):
+            return _moved_entries(node, v, any_rank) if depth > 0 or _rank_at_most_1(v) else None
         n = len(inner[0])
         s, e = (max(min(int(x.numpy().reshape(-1)[0]), n), -n) for x in (starts, ends))
         return inner[0][s:e], False
@@ -286,7 +293,72 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
             return None
         f = (lambda x, y: dim_sum([x, y])) if op == "Add" else dim_diff
         return [None if x is None or y is None else f(x, y) for x, y in zip(a[0], b[0])], a[1] and b[1]
+    if op in ("Transpose", "Flatten") and (depth > 0 or _rank_at_most_1(v)):
+        return _moved_entries(node, v, any_rank)
     return None
+
+
+def _rank_at_most_1(v: ir.Value) -> bool:
+    return v.shape is not None and len(v.shape) <= 1
+
+
+def _multi_axis(v: ir.Value | None) -> bool:
+    return v is not None and v.shape is not None and len(v.shape) > 1
+
+
+def _static(v: ir.Value | None) -> tuple[int, ...] | None:
+    if v is None or v.shape is None or not all(isinstance(d, int) for d in v.shape):
+        return None
+    return tuple(int(d) for d in v.shape)
+
+
+def _slice_range(start: int, end: int, step: int, d: int) -> range:
+    """ONNX Slice's indices on an axis of length d (its clamping, not Python's)."""
+    start, end = start + d if start < 0 else start, end + d if end < 0 else end
+    if step > 0:
+        return range(min(max(start, 0), d), min(max(end, 0), d), step)
+    return range(min(max(start, 0), d - 1), min(max(end, -1), d - 1), step)
+
+
+def _moved_entries(node: ir.Node, v: ir.Value, sub) -> tuple[list, bool] | None:
+    """Entries of a small int tensor that ``node`` moved (Reshape, Flatten, Squeeze, Unsqueeze,
+    Transpose, or a Slice with constant bounds) between static shapes of at most 16 elements: the
+    op run on the entries' indices says where each came from, so a vector read in part (unknown
+    entries None) keeps its known entries through TorchScript's F.pad reversal of the pads (Reshape
+    [-1, 2], Slice step -1, Transpose, Reshape [-1]). Shapes of more than one axis are read only
+    inside such a chain (shape_vector's callers get vectors)."""
+    ins = list(node.inputs)
+    shape_in, shape_out = _static(ins[0] if ins else None), _static(v)
+    if shape_in is None or shape_out is None or int(np.prod(shape_in)) > 16:
+        return None
+    inner = sub(0)
+    if inner is None or len(inner[0]) != int(np.prod(shape_in)):
+        return None
+    idx = np.arange(len(inner[0])).reshape(shape_in)
+    op = node.op_type
+    if op == "Transpose":
+        perm = _attr(node, "perm", None)
+        if perm is not None and sorted(perm) != list(range(len(shape_in))):
+            return None
+        idx = idx.transpose(perm)
+    elif op == "Slice":
+        bounds = [constant_tensor(ins[k]) if k < len(ins) and ins[k] is not None else None for k in range(1, 5)]
+        starts, ends, axes, steps = ([int(x) for x in t.numpy().reshape(-1)] if t is not None else None for t in bounds)
+        if starts is None or ends is None or len(starts) != len(ends) or (len(ins) > 3 and ins[3] is not None
+                                                                       and axes is None) or \
+                (len(ins) > 4 and ins[4] is not None and steps is None):
+            return None
+        axes = list(range(len(starts))) if axes is None else axes
+        steps = [1] * len(starts) if steps is None else steps
+        if len(axes) != len(starts) or len(steps) != len(starts) or 0 in steps:
+            return None
+        for a, s0, e0, st in zip(axes, starts, ends, steps):
+            if not -len(shape_in) <= a < len(shape_in):
+                return None
+            idx = np.take(idx, list(_slice_range(s0, e0, st, idx.shape[a])), axis=a)
+    if idx.size != int(np.prod(shape_out)):
+        return None   # an inferred shape that disagrees with the op: read nothing
+    return [inner[0][k] for k in idx.reshape(-1)], len(shape_out) == 0
 
 
 def reshape_out_dims(r, in_dims=None) -> list[Dim] | None:

@@ -30,6 +30,8 @@ again so the names spread). Steps, each exact for every input the model accepts:
   only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
   computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
 - ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so);
+- Pad: an axis whose two pads are provably 0 (pads read in part through TorchScript's F.pad
+  reversal, shape_vector) keeps its dim;
 - a Slice whose length follows from sizes (``cut_length``): ``[:-k]`` of such a computed length
   ``(L+c)//s`` is ``(L+c-k*s)//s`` (``floor_plus``); ``[s:e]``, ``[-m:]``, ``[s:]`` of a length
   provably long enough are e - s, m, n - s (a causal conv's ``(S+3)//1`` cut back to S, a KV
@@ -238,10 +240,37 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _concat_step(node, v, i)
     if op in _WINDOWED:
         return _window_step(node, v, i)
+    if op == "Pad":
+        return _pad_step(node, v, i)
     if op == "ConstantOfShape":   # torch.ones(n_frames // squeeze_factor): the entries read as sizes
         e = _entry(x, i)
         return (None, e) if e is not None and clean(e) and e[0] > 0 else None
     return None
+
+
+def _pad_step(node: ir.Node, v: ir.Value, i: int):
+    """Pad (any mode): an axis whose begin and end pads are both provably 0 keeps its dim. The pads
+    may be computed, read in part (shape_vector: TorchScript's F.pad writes them as a Concat of
+    zeros and a computed entry, reversed pairwise), so the other axes of LongT5's block padding keep
+    their dims."""
+    x, r = node.inputs[0], _rank(v)
+    if r is None or _rank(x) != r:
+        return None
+    ins = list(node.inputs) + [None] * 4
+    if ins[1] is None:   # opset < 11: an attribute
+        pads = _attr(node, "pads", None)
+        entries = [(int(p), ()) for p in pads] if isinstance(pads, (list, tuple)) else None
+    else:
+        got = shape_vector(ins[1], {})
+        entries = got[0] if got is not None and not got[1] else None
+    axes = _const_ints(ins[3]) if ins[3] is not None else list(range(r))
+    if entries is None or axes is None or len(entries) != 2 * len(axes) or not all(-r <= a < r for a in axes):
+        return None
+    axes = [a % r for a in axes]
+    if i not in axes:
+        return x, i
+    k = axes.index(i)
+    return (x, i) if entries[k] == (0, ()) and entries[k + len(axes)] == (0, ()) else None
 
 
 def _window_step(node: ir.Node, v: ir.Value, i: int):
