@@ -11,8 +11,8 @@ the query's head size, value 4-D too), so the glue is dropped there.
 
 Only where both k and v carry the glue (ORT refuses a 4-D key with a 3-D value, and splitting a
 3-D value into heads would cost what it saves), without a past (the cache form needs 3-D k / v)
-and without a packed bias (ORT adds it to the 3-D form only), with the heads axis proven equal to
-``num_heads``. A Transpose whose permutation, composed with the merge's, is not the identity
+and without a packed bias (ORT adds it to the 3-D form only), a key_padding_mask only as [B, L]
+(the form checked in ORT), with the heads axis proven equal to ``num_heads``. A Transpose whose permutation, composed with the merge's, is not the identity
 stays as one Transpose to [B, N, L, H]. Exact: the same elements reach the same kernel.
 """
 
@@ -80,6 +80,9 @@ class MhaHeadsFirstKvPass(FusePass):
             return False
         if (len(ins) > 3 and ins[3] is not None) or any(v is not None for v in ins[6:]):
             return False  # a packed bias, or past / past_sequence_length / cache indirection
+        kpm = ins[4] if len(ins) > 4 else None
+        if kpm is not None and (kpm.shape is None or len(kpm.shape) != 2):
+            return False  # key_padding_mask's other forms (lengths, [3B]...) were not checked heads-first
         k, v = _glue(ins[1], int(heads)), _glue(ins[2], int(heads))
         if k is None or v is None:
             return False

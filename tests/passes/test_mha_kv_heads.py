@@ -28,7 +28,7 @@ def _mha(k_from: str = "Transpose <perm = [0, 2, 1, 3]> (k4)", v_glue: bool = Tr
                else "v3 = Identity (v3in)")
     return parse(_HEAD + f"""
         g (float[{B}, {S}, {N * H}] q, float[{k_shape}] k4, float[{B}, {N}, {L}, {H}] v4,
-           float[{B}, {L}, {N * H}] v3in, float[{B}, 1, {S}, {L}] m) => (float[{B}, {S}, {N * H}] y) {{
+           float[{B}, {L}, {N * H}] v3in, float[{B}, 1, {S}, {L}] m, int32[{B}, {L}] kpm) => (float[{B}, {S}, {N * H}] y) {{
             merge = Constant <value = int64[3] {{0, 0, -1}}> ()
             kt = {k_from}
             k3 = Reshape (kt, merge)
@@ -44,7 +44,9 @@ def _feeds():
     f = {"q": rng.standard_normal((B, S, N * H)), "k4": rng.standard_normal((B, N, L, H)),
          "v4": rng.standard_normal((B, N, L, H)), "v3in": rng.standard_normal((B, L, N * H)),
          "m": np.where(rng.random((B, 1, S, L)) < 0.3, -1e30, 0.0)}
-    return {k: v.astype(np.float32) for k, v in f.items()}
+    kpm = np.ones((B, L), np.int32)
+    kpm[1, -2:] = 0   # the second row's last two keys padded
+    return {**{k: v.astype(np.float32) for k, v in f.items()}, "kpm": kpm}
 
 
 def _run(proto):
@@ -57,7 +59,7 @@ def ops(model) -> dict[str, int]:
     return {k: v for k, v in _ops(model).items() if k != "Constant"}
 
 
-@pytest.mark.parametrize("inputs", ["q, k3, v3", "q, k3, v3, , , m"])
+@pytest.mark.parametrize("inputs", ["q, k3, v3", "q, k3, v3, , , m", "q, k3, v3, , kpm, m"])
 def test_merged_heads_first_kv_read_as_they_are(inputs):
     proto = _mha(mha_inputs=inputs)
     model, modified, p = _run(proto)
@@ -79,14 +81,16 @@ def test_other_permutation_keeps_one_transpose():
     check_same(proto, model, {**_feeds(), "k4": rng.standard_normal((B, N, H, L)).astype(np.float32)})
 
 
-@pytest.mark.parametrize("case", ["value-3d", "bias", "past", "heads"])
+@pytest.mark.parametrize("case", ["value-3d", "bias", "past", "heads", "lengths"])
 def test_refused(case):
     kw = {"value-3d": dict(v_glue=False),   # ORT refuses a 4-D key beside a 3-D value
           "bias": dict(extra=f"bias = Constant <value = float[{3 * N * H}] {{{', '.join(['0.5'] * 3 * N * H)}}}> ()",
                        mha_inputs="q, k3, v3, bias"),
           "past": dict(mha_inputs="q, k3, v3, , , m, k4, v4"),
           # the merged [B, L, N*H] split into 2N heads of H / 2 by the op: [B, N, L, H] is not its BNSH
-          "heads": dict(heads=2 * N)}[case]
+          "heads": dict(heads=2 * N),
+          # key_padding_mask as key lengths [B]: a form not checked heads-first
+          "lengths": dict(extra=f"kl = Constant <value = int32[{B}] {{{L}, {L - 2}}}> ()", mha_inputs="q, k3, v3, , kl")}[case]
     model, modified, _ = _run(_mha(**kw))
     assert not modified
 
