@@ -46,7 +46,7 @@ ATTENTION = {"com.microsoft::Attention", "com.microsoft::MultiHeadAttention",
 NORMS = {"LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
          "com.microsoft::SimplifiedLayerNormalization", "com.microsoft::SkipLayerNormalization",
          "com.microsoft::SkipSimplifiedLayerNormalization", "com.microsoft::EmbedLayerNormalization",
-         "com.microsoft::LayerNormalization"}
+         "com.microsoft::LayerNormalization", "GroupNormalization"}
 ROPE = {"RotaryEmbedding", "com.microsoft::RotaryEmbedding"}
 GELU = {"Gelu", "com.microsoft::Gelu", "com.microsoft::FastGelu", "com.microsoft::BiasGelu",
         "com.microsoft::QuickGelu"}
