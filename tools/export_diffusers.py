@@ -1,5 +1,9 @@
 """Export tiny diffusers models (UNets, diffusion transformers, the VAE) for the eighth sweep's part C.
 
+UNet2DConditionModel (SD 1.x form, and SDXL's: linear projections, text_time conditioning), DiT,
+PixArt-alpha, SD3 and SD 3.5's MMDiT-X (joint attention, QK RMSNorm, an extra image self-attention),
+Flux (RoPE from text + image ids), AutoencoderKL's decoder and encoder (mid-block attention).
+
 Runs in a venv with diffusers (tools/export_venv.sh /work/venvs/diffusers, then pip install diffusers);
 the main venv has none. Every model is built from a small config with seeded weights, then made
 trained-like with export_corpus.perturb (every bias and every constant-initialised parameter: norm
@@ -51,6 +55,32 @@ def _unet():
 
     def forward(m, sample, timestep, encoder_hidden_states):
         return m(sample, timestep, encoder_hidden_states, return_dict=False)[0]
+
+    return cfg, model, inputs, forward
+
+
+def _sdxl_unet():
+    """SDXL's UNet form: linear in / out projections, heads per block, 2 transformer layers in the deeper
+    block, text_time added conditioning (pooled text embeds + 6 size / crop ids)."""
+    from diffusers import UNet2DConditionModel
+
+    cfg = dict(sample_size=16, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+               down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+               up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=24,
+               attention_head_dim=(2, 4), use_linear_projection=True, transformer_layers_per_block=(1, 2),
+               addition_embed_type="text_time", addition_time_embed_dim=8,
+               projection_class_embeddings_input_dim=16 + 6 * 8, norm_num_groups=8)
+    model = UNet2DConditionModel(**cfg)
+
+    def inputs(b):
+        import torch
+        return {"sample": torch.randn(b, 4, 16, 16), "timestep": torch.rand(b) * 999,
+                "encoder_hidden_states": torch.randn(b, 7, 24), "text_embeds": torch.randn(b, 16),
+                "time_ids": torch.rand(b, 6) * 64}
+
+    def forward(m, sample, timestep, encoder_hidden_states, text_embeds, time_ids):
+        return m(sample, timestep, encoder_hidden_states, return_dict=False,
+                 added_cond_kwargs={"text_embeds": text_embeds, "time_ids": time_ids})[0]
 
     return cfg, model, inputs, forward
 
@@ -113,6 +143,18 @@ def _sd3():
     return cfg, model, inputs, forward
 
 
+def _sd35():
+    """SD 3.5 medium's MMDiT-X: the first block adds a second, image-only self-attention (attn2)."""
+    from diffusers import SD3Transformer2DModel
+
+    cfg = dict(sample_size=8, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=16,
+               num_attention_heads=2, joint_attention_dim=24, caption_projection_dim=32,
+               pooled_projection_dim=16, out_channels=4, pos_embed_max_size=16, qk_norm="rms_norm",
+               dual_attention_layers=(0,))
+    model = SD3Transformer2DModel(**cfg)
+    return (cfg, model) + _sd3()[2:]
+
+
 def _flux():
     from diffusers import FluxTransformer2DModel
 
@@ -160,8 +202,9 @@ def _vae(part):
     return build
 
 
-ARCHS = {"unet2d_cond": (_unet, STYLES), "dit": (_dit, STYLES[:3]), "pixart": (_pixart, STYLES[:3]),
-         "sd3": (_sd3, STYLES[:3]), "flux": (_flux, STYLES[:3]), "vae_decoder": (_vae("decoder"), STYLES),
+ARCHS = {"unet2d_cond": (_unet, STYLES), "sdxl_unet": (_sdxl_unet, STYLES[:3]), "dit": (_dit, STYLES[:3]),
+         "pixart": (_pixart, STYLES[:3]), "sd3": (_sd3, STYLES[:3]), "sd35": (_sd35, STYLES[:3]),
+         "flux": (_flux, STYLES[:3]), "vae_decoder": (_vae("decoder"), STYLES),
          "vae_encoder": (_vae("encoder"), ("static", "eager"))}
 
 
