@@ -15,8 +15,9 @@ query, PagedAttention's ``key_cache_out`` / ``value_cache_out`` like the pools t
 Identity per output). com.microsoft GroupQueryAttention's ``output`` is the query's shape (not
 packed: a key is given); MultiHeadAttention's is [B, S, v_hidden], the query's batch and length
 with the value's hidden size, which ``Gather(q, [0], axis=2) + Gather(v, [0], axis=1)`` has
-by broadcasting ([B, S, 1] + [B, 1, Cv]); a heads-first value [B, N, L, Hv] gives its row merged
-to [B, 1, N*Hv]; only for a 3-D query (the packed forms are left alone). Their other outputs (presents) stay unknown: the node
+by broadcasting ([B, S, 1] + [B, 1, Cv]); a heads-first value [B, N, L, Hv] (N declared equal to
+num_heads) gives its row merged to [B, 1, N*Hv]; only for a 3-D query (the packed forms are left
+alone). Their other outputs (presents) stay unknown: the node
 stays with its first output renamed. One inference run carries the facts through every layer.
 The stand-ins exist only in that copy; the model's nodes are untouched.
 """
@@ -79,9 +80,21 @@ def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
     return ranks
 
 
-def _contrib_output(node: onnx.NodeProto, ranks: dict[str, int]) -> list[onnx.NodeProto] | None:
+def _heads_axes(graph: onnx.GraphProto) -> dict[str, int]:
+    """Declared static dim 1 of the graph's own 4-D values (a heads-first value's head count)."""
+    out = {}
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ()
+        if len(dims) == 4 and dims[1].HasField("dim_value"):
+            out[vi.name] = dims[1].dim_value
+    return out
+
+
+def _contrib_output(node: onnx.NodeProto, ranks: dict[str, int],
+                    heads: dict[str, int] | None = None) -> list[onnx.NodeProto] | None:
     """Nodes computing a value of the contrib attention op's first output's shape and type, under
-    that output's name; None where the op's form is not one whose shape is known here."""
+    that output's name; None where the op's form is not one whose shape is known here (a 4-D value
+    only with its heads axis declared equal to num_heads, the form ORT runs)."""
     ins = [*node.input, "", "", ""]
     q, k, v, out = ins[0], ins[1], ins[2], node.output[0]
     if not (q and k and out) or ranks.get(q) != 3:
@@ -89,6 +102,9 @@ def _contrib_output(node: onnx.NodeProto, ranks: dict[str, int]) -> list[onnx.No
     if node.op_type == "GroupQueryAttention":
         return [onnx.helper.make_node("Identity", [q], [out], name=f"{node.name}/shape_0")]
     if node.op_type != "MultiHeadAttention" or not v or ranks.get(v) not in (3, 4):
+        return None
+    num_heads = next((a.i for a in node.attribute if a.name == "num_heads"), None)
+    if ranks[v] == 4 and (num_heads is None or (heads or {}).get(v) != num_heads):
         return None
     p = f"{out}/shape"
     zero = onnx.helper.make_node("Constant", [], [f"{p}/zero"], value=onnx.helper.make_tensor(
@@ -111,11 +127,11 @@ def stand_in_plugin_ops(graph: onnx.GraphProto, outer: dict[str, int] | None = N
     """Replace our plugin nodes and the contrib attention ops in ``graph`` (a copy given to onnx)
     and in its subgraphs (an Optimum merged decoder's If branches hold every layer) by stand-ins;
     returns how many nodes were replaced."""
-    ranks = _ranks(graph, outer or {})
+    ranks, heads = _ranks(graph, outer or {}), _heads_axes(graph)
     replaced, here, nodes = 0, 0, []
     for node in graph.node:
         like = OUTPUT_LIKE.get(node.op_type) if node.domain == PLUGIN_DOMAIN else None
-        contrib = _contrib_output(node, ranks) if node.domain == _CONTRIB else None
+        contrib = _contrib_output(node, ranks, heads) if node.domain == _CONTRIB else None
         elementwise = _elementwise_like(node) if contrib is None else None
         if elementwise is not None:
             nodes += _stand_in_elementwise(node, elementwise)
