@@ -2,8 +2,10 @@
 
 O0  load and save only (still validates and re-serializes).
 O1  cleanup: shape inference, constant folding, inlining of If with a constant condition,
-    identity/no-op removal, CSE, dead code, to a fixed point. Folding runs before identity removal
-    so a Reshape whose shape became constant can be recognised as a no-op; If inlining runs right
+    sequences of a SequenceConstruct as tensor ops (sequence-ops: torch.hstack's SequenceMap /
+    SequenceAt, ConcatFromSequence), identity/no-op removal, CSE, dead code, to a fixed point.
+    Folding runs before identity removal so a Reshape whose shape became constant can be recognised
+    as a no-op; If inlining runs right
     after folding made a condition constant (ORT would otherwise inline the branch on load, after
     our folding, and trip over what it exposes); CSE runs after both so that folded twins
     collapse; DCE runs last to drop what the others orphaned.
@@ -65,10 +67,14 @@ def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
     from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
     from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
+    from onnx_fuse.passes.sequence_ops import SequenceOpsPass
 
+    # sequence-ops after If inlining: a SequenceMap's copied bodies (atleast_1d's rank If) fold and
+    # inline in the next round
     return (
         ConstantFoldingPass(),
         InlineConstantIfPass(),
+        SequenceOpsPass(),
         IdentityEliminationPass(),
         CommonSubexpressionEliminationPass(),
         DeadCodeEliminationPass(),
