@@ -154,7 +154,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.einsum_matmul import EinsumToMatMulPass
         from onnx_fuse.passes.shared_probabilities import MergeSharedProbabilitiesPass
 
-        attention_prepare = (EinsumToMatMulPass(), MergeSharedProbabilitiesPass()) if level >= 3 else ()
+        # and tf2onnx's einsum decomposition loses its size-1 axes (passes/size_one_axes.py)
+        from onnx_fuse.passes.size_one_axes import SizeOneAxesPass
+
+        attention_prepare = (EinsumToMatMulPass(), MergeSharedProbabilitiesPass(), SizeOneAxesPass()) \
+            if level >= 3 else ()
         # O2: inference BatchNorms become the weights of the Conv / Gemm / MatMul before them
         from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 
@@ -186,7 +190,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         idle = ({p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
                                          *target_module.post_fusion_passes(max(LEVELS)))
                 if hasattr(p, "display_name")}
-                | {EinsumToMatMulPass.name, MergeSharedProbabilitiesPass.name}) - pass_names
+                | {EinsumToMatMulPass.name, MergeSharedProbabilitiesPass.name, SizeOneAxesPass.name}) - pass_names
         # Names that are not passes must be rules, of any target or level (a script that
         # disables gelu-ort keeps working with --target onnx); anything else is a typo.
         rule_set = load_rule_set(user_files=rule_files)

@@ -282,6 +282,22 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         ea, eb, static = pair
         f = mul if op == "Mul" else _int_div
         return [None if x is None or y is None else f(x, y) for x, y in zip(ea, eb)], static
+    if op == "ReduceProd" and len([i for i in ins if i is not None]) == 1 and _attr(node, "noop_with_empty_axes", 0) == 0 \
+            and _attr(node, "axes", None) is None:
+        # the number of elements of merged axes: tf2onnx's Einsum writes ReduceProd(Gather(Shape(x), [0, 1]))
+        inner = sub(0)
+        if inner is None or inner[1] or not inner[0] or any(e is None for e in inner[0]):
+            return None
+        prod = inner[0][0]
+        for e in inner[0][1:]:
+            prod = mul(prod, e)
+        return [prod], _attr(node, "keepdims", 1) == 0
+    if op in ("Max", "Min") and len(ins) == 2:   # of two equal entries: that entry (else unknown)
+        pair = broadcast_entries(sub(0), sub(1))
+        if pair is None:
+            return None
+        ea, eb, static = pair
+        return [x if x is not None and x == y else None for x, y in zip(ea, eb)], static
     if sums and op == "Neg":   # a Slice's start -S (TorchScript's x[:, -S:]); never read as a size
         inner = sub(0)
         return None if inner is None else ([None if e is None else (-e[0], e[1]) for e in inner[0]], inner[1])

@@ -168,3 +168,80 @@ def test_tf_rms_norm_refuses_gamma_over_sequence(h):
     out = h.fuse(model, "onnx", level=2)
     assert "RMSNormalization" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, _feeds(h))
+
+
+# ---------------------------------------------------------------- Keras MultiHeadAttention via tf2onnx
+
+S, N, D = 5, 4, 16
+LARGE_NEG = -2.3726709583555947e38   # Keras' masked softmax fill in float32
+
+
+def _keras_mha(h, *, fill=LARGE_NEG):
+    """Keras' MultiHeadAttention core as tf2onnx writes it: the einsums "aecd,abcd->acbe" (scores) and
+    "acbe,aecd->abcd" (output) as rank-5 Unsqueeze / Transpose views around [B*N, ., .] MatMuls with
+    shape-read targets, the scale after the scores' view, ones_like(scores) & mask, and SelectV2 as
+    Cast(c) * s + Cast(not c) * fill. q, k, v [B, S, N, D] -> [B, S, N*D]."""
+    n = h.node
+    inits = {"ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64), "ax3": np.array([3], np.int64),
+             "ax4": np.array([4], np.int64), "ax12": np.array([1, 2], np.int64), "i01": np.array([0, 1], np.int64),
+             "i4": np.array([4], np.int64), "m1": np.array([-1], np.int64), "c1": np.array([1], np.int64),
+             "cD": np.array([D], np.int64), "cS": np.array([S], np.int64), "cND": np.array([N * D], np.int64),
+             "scale": np.array(D ** -0.5, np.float32), "true": np.array(True), "fill": np.array(fill, np.float32)}
+
+    def flat(x, dst, last):   # Reshape(x, [prod(shape(x)[0:2]), -1, last]) and that product
+        return [n("Shape", [x], [f"{dst}_s"]), n("Gather", [f"{dst}_s", "i01"], [f"{dst}_g"]),
+                n("ReduceProd", [f"{dst}_g"], [f"{dst}_p"], keepdims=1),
+                n("Concat", [f"{dst}_p", "m1", last], [f"{dst}_t"], axis=0), n("Reshape", [x, f"{dst}_t"], [dst])]
+
+    nodes = [n("Unsqueeze", ["q", "ax3"], ["qu"]), n("Transpose", ["qu"], ["qt"], perm=[0, 2, 1, 3, 4])]
+    nodes += flat("qt", "q3", "cD")
+    nodes += [n("Unsqueeze", ["k", "ax1"], ["ku"]), n("Transpose", ["ku"], ["kt5"], perm=[0, 3, 1, 2, 4])]
+    nodes += flat("kt5", "k3", "cD")
+    nodes += [n("Transpose", ["k3"], ["kT"], perm=[0, 2, 1]), n("MatMul", ["q3", "kT"], ["mm"]),
+              n("Max", ["q3_g", "k3_g"], ["bs"]), n("Concat", ["bs", "cS", "cS", "c1"], ["ts"], axis=0),
+              n("Reshape", ["mm", "ts"], ["s5"]), n("Squeeze", ["s5", "ax4"], ["s4"]),
+              n("Mul", ["s4", "scale"], ["sc"]),
+              # ones_like(scores) & mask[:, None, None, :]
+              n("Shape", ["sc"], ["shp"]), n("Expand", ["true", "shp"], ["ones"]),
+              n("Cast", ["attention_mask"], ["mb"], to=9), n("Unsqueeze", ["mb", "ax12"], ["m4"]),
+              n("And", ["ones", "m4"], ["c"]),
+              n("Cast", ["c"], ["cf"], to=1), n("Mul", ["cf", "sc"], ["a1"]), n("Not", ["c"], ["nc"]),
+              n("Cast", ["nc"], ["nf"], to=1), n("Mul", ["fill", "nf"], ["f1"]), n("Add", ["a1", "f1"], ["sel"]),
+              n("Softmax", ["sel"], ["p"], axis=-1),
+              n("Unsqueeze", ["p", "ax3"], ["pu"]), n("Shape", ["pu"], ["pu_s"]), n("Gather", ["pu_s", "i4"], ["pu_l"])]
+    nodes += flat("pu", "p3", "pu_l")
+    nodes += [n("Unsqueeze", ["v", "ax2"], ["vu"]), n("Transpose", ["vu"], ["vt5"], perm=[0, 3, 2, 4, 1])]
+    nodes += flat("vt5", "v3", "cS")
+    nodes += [n("Transpose", ["v3"], ["vT"], perm=[0, 2, 1]), n("MatMul", ["p3", "vT"], ["o3"]),
+              n("Max", ["p3_g", "v3_g"], ["bo"]), n("Concat", ["bo", "cS", "cD", "c1"], ["to"], axis=0),
+              n("Reshape", ["o3", "to"], ["o5"]), n("Squeeze", ["o5", "ax4"], ["o4"]),
+              n("Unsqueeze", ["o4", "ax1"], ["ou"]), n("Transpose", ["ou"], ["ot"], perm=[0, 3, 1, 2, 4]),
+              n("Shape", ["q"], ["qs"], start=0, end=2), n("Concat", ["qs", "cND"], ["tout"], axis=0),
+              n("Reshape", ["ot", "tout"], ["y"])]
+    x4 = ["batch", S, N, D]
+    inputs = [h.vi("q", x4), h.vi("k", x4), h.vi("v", x4), h.vi("attention_mask", ["batch", S], 7)]
+    return h.make_model(nodes, inputs, [h.vi("y", ["batch", S, N * D])], inits, opset=17)
+
+
+def _mha_feeds(h):
+    x = {k: h.rng.standard_normal((2, S, N, D)).astype(np.float32) for k in "qkv"}
+    x["attention_mask"] = np.array([[1] * S, [1, 1, 1, 0, 0]], np.int64)   # the second row padded
+    return x
+
+
+@pytest.mark.parametrize("target,op", [("onnx", "Attention"), ("ort", "com.microsoft::MultiHeadAttention")])
+def test_keras_mha_einsum_views_fuse(h, target, op):
+    """tools/export_tf.py's bert_mha (Keras 3 MultiHeadAttention, tf2onnx 1.17): attention 0 -> 1 per
+    layer once the pass drops the size-1 axes (passes/size_one_axes.py) and select-arith reads the
+    select."""
+    model = _keras_mha(h)
+    out = h.fuse(model, target, level=3)
+    assert h.ops(out)[op] == 1, h.ops(out)
+    assert "Softmax" not in h.ops(out) and "Squeeze" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _mha_feeds(h), valid=_mha_feeds(h)["attention_mask"])
+
+
+def test_select_arith_refuses_infinite_fill(h):
+    """-inf * 0 is NaN where the condition holds: with an infinite fill the arithmetic is no select."""
+    model = _keras_mha(h, fill=-np.inf)
+    assert any("one finite number" in r for r in h.reasons(model, "onnx", "select-arith"))

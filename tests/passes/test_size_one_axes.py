@@ -1,0 +1,151 @@
+"""SizeOneAxesPass: the size-1 axes of tf2onnx's einsum decomposition moved past Transposes and into
+Reshapes, v's merged-heads view, the scores' scale before their view, Shape of a view, Max(a, a).
+Each case checks op counts and the outputs against the original in ONNX Runtime; refusals stay."""
+
+from __future__ import annotations
+
+from pass_testing import apply, check_same, ops, parse
+
+from onnx_fuse.passes.size_one_axes import SizeOneAxesPass
+
+HEAD = '<ir_version: 9, opset_import: ["" : 17]>'
+
+
+def _run(text: str):
+    proto = parse(text)
+    model, modified, p = apply(SizeOneAxesPass, proto, shape_inference=True)
+    return proto, model, modified, p
+
+
+def test_query_view_through_unsqueeze():
+    """q [B,S,N,H] -> Unsqueeze(3) -> Transpose [0,2,1,3,4] -> Reshape [B*N, -1, H] (tf2onnx's scores
+    einsum) becomes Transpose [0,2,1,3] -> Reshape."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[2, 5, 4, 16] q) => (float[8, 5, 16] y) {{
+    ax = Constant<value = int64[1] {{3}}>()
+    t = Constant<value = int64[3] {{8, -1, 16}}>()
+    u = Unsqueeze(q, ax)
+    p = Transpose<perm = [0, 2, 1, 3, 4]>(u)
+    r = Reshape(p, t)
+    y = Relu(r)
+}}""")
+    assert modified and p.stats["transpose-unsqueeze"] == 1 and p.stats["reshape-unsqueeze"] == 1
+    assert ops(model) == {"Transpose": 1, "Reshape": 1, "Relu": 1, "Constant": 1}, ops(model)
+    check_same(proto, model)
+
+
+def test_product_view_squeezed_with_shape_read_target():
+    """MatMul [B*N,S,T] -> Reshape(Concat(Shape(x)[0:1], [4, 5, 5], [1])) -> Squeeze(4): one Reshape
+    whose Concat drops the constant 1."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[B, 5, 16] x, float[B4, 5, 16] a, float[B4, 16, 5] b) => (float[B, 4, 5, 5] y) {{
+    mm = MatMul(a, b)
+    sx = Shape<start = 0, end = 1>(x)
+    c = Constant<value = int64[3] {{4, 5, 5}}>()
+    one = Constant<value = int64[1] {{1}}>()
+    t = Concat<axis = 0>(sx, c, one)
+    r = Reshape(mm, t)
+    ax = Constant<value = int64[1] {{4}}>()
+    y = Squeeze(r, ax)
+}}""")
+    assert modified and p.stats["squeeze-reshape"] == 1
+    assert "Squeeze" not in ops(model), ops(model)
+    import numpy as np
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 5, 16)).astype(np.float32),
+             "a": rng.standard_normal((8, 5, 16)).astype(np.float32),
+             "b": rng.standard_normal((8, 16, 5)).astype(np.float32)}
+    check_same(proto, model, inputs=feeds)
+
+
+def test_squeeze_of_a_computed_entry_stays():
+    """The squeezed entry is read from a shape (not a constant 1): the Squeeze stays."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[2, 3, 1] x, float[6] a) => (float[2, 3] y) {{
+    s = Shape(x)
+    r = Reshape(a, s)
+    ax = Constant<value = int64[1] {{2}}>()
+    y = Squeeze(r, ax)
+}}""")
+    assert p.stats["squeeze-reshape"] == 0 and ops(model)["Squeeze"] == 1
+
+
+def test_reshape_copying_a_dim_keeps_its_unsqueeze():
+    """A 0 entry copies the input's dim at its index, which the Unsqueeze shifted: refused."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[2, 3, 4] x) => (float[1, 2, 12] y) {{
+    ax = Constant<value = int64[1] {{0}}>()
+    u = Unsqueeze(x, ax)
+    t = Constant<value = int64[3] {{0, 2, -1}}>()
+    y = Reshape(u, t)
+}}""")
+    assert p.stats["reshape-unsqueeze"] == 0 and ops(model)["Unsqueeze"] == 1
+    check_same(proto, model)
+
+
+def test_value_view_becomes_head_split():
+    """v [B,S,N,H] -> Transpose [0,2,3,1] -> Reshape [B*N, -1, S] -> Transpose [0,2,1] is
+    Transpose [0,2,1,3] -> Reshape [B*N, S, -1]; K^T's view (Transpose [0,2,1,3] first) stays."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[2, 5, 4, 16] v, float[2, 5, 4, 16] k, float[8, 5, 5] pr, float[8, 5, 16] q) => (float[8, 5, 16] o, float[8, 5, 5] s) {{
+    vt = Transpose<perm = [0, 2, 3, 1]>(v)
+    tv = Constant<value = int64[3] {{8, -1, 5}}>()
+    v3 = Reshape(vt, tv)
+    vv = Transpose<perm = [0, 2, 1]>(v3)
+    o = MatMul(pr, vv)
+    kt4 = Transpose<perm = [0, 2, 1, 3]>(k)
+    tk = Constant<value = int64[3] {{8, -1, 16}}>()
+    k3 = Reshape(kt4, tk)
+    kt = Transpose<perm = [0, 2, 1]>(k3)
+    s = MatMul(q, kt)
+}}""")
+    assert modified and p.stats["transpose-batch-merge"] == 1
+    assert ops(model)["Transpose"] == 3, ops(model)   # v's one, K's two
+    check_same(proto, model)
+
+
+def test_scale_moves_before_the_scores_view():
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[8, 5, 16] a, float[8, 16, 5] b) => (float[2, 4, 5, 5] y, float[2, 4, 5, 5] z) {{
+    mm = MatMul(a, b)
+    t = Constant<value = int64[4] {{2, 4, 5, 5}}>()
+    r = Reshape(mm, t)
+    c = Constant<value = float {{0.25}}>()
+    y = Mul(r, c)
+    mm2 = MatMul(a, b)
+    r2 = Reshape(mm2, t)
+    w = Constant<value = float[5] {{1, 2, 3, 4, 5}}>()
+    z = Mul(r2, w)
+}}""")
+    assert p.stats["scale-before-view"] == 1   # the per-key weights [5] stay after the view
+    check_same(proto, model)
+
+
+def test_shape_of_view_reads_its_target():
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[B, 4, 5] a, float[B, 5, 5] w, float[B, 3] m) => (float[B, 20] y, int64[2] s, int64[2] s2, int64[2] s3) {{
+    x = MatMul(a, w)
+    b = Shape<start = 0, end = 1>(m)
+    c = Constant<value = int64[1] {{20}}>()
+    t = Concat<axis = 0>(b, c)
+    y = Reshape(x, t)
+    s = Shape(y)
+    t2 = Constant<value = int64[2] {{-1, 20}}>()
+    y2 = Reshape(x, t2)
+    s2 = Shape(y2)
+    y3 = Reshape(a, t)
+    s3 = Shape(y3)
+}}""")
+    # the view with -1 keeps its Shape, and so does a view of a value that is no product
+    assert p.stats["shape-of-view"] == 1
+    assert ops(model)["Shape"] == 3, ops(model)
+    check_same(proto, model)
+
+
+def test_max_of_one_value():
+    proto, model, modified, p = _run(f"""{HEAD}
+g (int64[2] a) => (int64[2] y) {{
+    m = Max(a, a)
+    y = Neg(m)
+}}""")
+    assert p.stats["max-same"] == 1 and ops(model) == {"Neg": 1}
