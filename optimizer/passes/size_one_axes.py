@@ -258,7 +258,8 @@ class SizeOneAxesPass(FusePass):
         else:
             new_target = ir.Value(name=self._fresh(f"{stem}_target"))
             extra = [ir.Node("", "Concat", [pieces[0][0], pieces[2][0], pieces[1][0]],
-                             attributes=[ir.AttrInt64("axis", 0)], outputs=[new_target], name=self._fresh(f"{stem}_target"))]
+                             attributes=[ir.AttrInt64("axis", 0)], outputs=[new_target],
+                             name=self._fresh(f"{stem}_target"))]
         # only into a Transpose of y that moved the last axis, which then keeps it: v [B, S, N, H]
         # seen as [B, N, H, S] becomes the head split [B, N, S, H] (K^T's view stays as it is)
         prod = y.producer()
@@ -272,7 +273,8 @@ class SizeOneAxesPass(FusePass):
         graph.insert_before(node, [*extra,
                                    ir.Node("", "Transpose", [base], attributes=[ir.AttrInt64s("perm", perm)],
                                            outputs=[t_out], name=self._fresh(f"{stem}_swapped")),
-                                   ir.Node("", "Reshape", [t_out, new_target], outputs=[r_out], name=self._fresh(f"{stem}_merged"))])
+                                   ir.Node("", "Reshape", [t_out, new_target], outputs=[r_out],
+                                           name=self._fresh(f"{stem}_merged"))])
         reroute(node.outputs[0], r_out)
         graph.remove(node, safe=True)
         self.stats["transpose-batch-merge"] += 1
@@ -297,7 +299,8 @@ class SizeOneAxesPass(FusePass):
             out = ir.Value(name=self._fresh(f"{stem}_view"), type=node.outputs[0].type, shape=node.outputs[0].shape)
             graph.insert_before(node, [ir.Node("", "Mul", [x, c], outputs=[scaled], name=self._fresh(f"{stem}_scaled")),
                                        ir.Node("", "Reshape", [scaled, resh.inputs[1]], outputs=[out],
-                                               attributes=list(resh.attributes.values()), name=self._fresh(f"{stem}_view"))])
+                                               attributes=list(resh.attributes.values()),
+                                               name=self._fresh(f"{stem}_view"))])
             reroute(node.outputs[0], out)
             graph.remove(node, safe=True)
             self.stats["scale-before-view"] += 1

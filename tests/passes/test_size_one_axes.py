@@ -87,7 +87,8 @@ def test_value_view_becomes_head_split():
     """v [B,S,N,H] -> Transpose [0,2,3,1] -> Reshape [B*N, -1, S] -> Transpose [0,2,1] is
     Transpose [0,2,1,3] -> Reshape [B*N, S, -1]; K^T's view (Transpose [0,2,1,3] first) stays."""
     proto, model, modified, p = _run(f"""{HEAD}
-g (float[2, 5, 4, 16] v, float[2, 5, 4, 16] k, float[8, 5, 5] pr, float[8, 5, 16] q) => (float[8, 5, 16] o, float[8, 5, 5] s) {{
+g (float[2, 5, 4, 16] v, float[2, 5, 4, 16] k, float[8, 5, 5] pr, float[8, 5, 16] q)
+    => (float[8, 5, 16] o, float[8, 5, 5] s) {{
     vt = Transpose<perm = [0, 2, 3, 1]>(v)
     tv = Constant<value = int64[3] {{8, -1, 5}}>()
     v3 = Reshape(vt, tv)
