@@ -5,6 +5,7 @@ block through jax2onnx. Every norm scale and bias is perturbed (trained-like wei
 
     /work/venvs/tf2onnx/bin/python tools/export_tf.py [--out /tmp/holdout_tf] [--only NAME ...] [--opset 17]
     /work/venvs/jax2onnx/bin/python tools/export_tf.py --only flax_block
+    ... --small --out tests/data/holdout_tf   (hidden 32, 2 heads, 1 layer: the committed test files)
 
 (tools/tf_venv.sh makes both venvs.) A model whose framework does not import in this python is skipped
 with a note; one that fails to build or export goes to the manifest's 'failed' with its one-line
@@ -312,7 +313,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="/tmp/holdout_tf")
     ap.add_argument("--only", nargs="*", help="model names (default: every model this python can export)")
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--small", action="store_true", help="hidden 32, 2 heads, 1 layer (files of ~100 KB)")
     ns = ap.parse_args(argv)
+    if ns.small:
+        global VOCAB, HIDDEN, HEADS, FFN, LAYERS, MAXLEN
+        VOCAB, HIDDEN, HEADS, FFN, LAYERS, MAXLEN = 64, 32, 2, 64, 1, 32
     unknown = set(ns.only or []) - set(KERAS + FLAX)
     if unknown:
         print(f"error: unknown model(s) {sorted(unknown)}; known: {KERAS + FLAX}", file=sys.stderr)
