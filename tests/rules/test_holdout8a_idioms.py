@@ -113,13 +113,13 @@ def _atleast_1d_body():
                              [helper.make_tensor_value_info("o", 1, [4, 3])])
 
 
-def _hstack(h, *, const_parts=False):
+def _hstack(h, *, const_parts=False, new_axis=1):
     """torch.hstack([zeros(T, P), triu(full(T, T, -inf), 1)]) as dynamo writes it, + x."""
     n = h.node
     nodes = [n("SequenceConstruct", ["a", "b"], ["seq"]), n("SequenceMap", ["seq"], ["mapped"], body=_atleast_1d_body()),
              n("SequenceAt", ["mapped", "i0"], ["a1"]), n("SequenceAt", ["mapped", "i1"], ["b1"]),
              n("Concat", ["a1", "b1"], ["m"], axis=1), n("Add", ["x", "m"], ["y"]),
-             n("SequenceConstruct", ["a", "b"], ["seq2"]), n("ConcatFromSequence", ["seq2"], ["y2"], axis=0, new_axis=1)]
+             n("SequenceConstruct", ["a", "b"], ["seq2"]), n("ConcatFromSequence", ["seq2"], ["y2"], axis=-1, new_axis=new_axis)]
     inits = {"i0": np.array(0, np.int64), "i1": np.array(-1, np.int64), "zero": np.array(0, np.int64)}
     if const_parts:
         inits.update(a=np.zeros((4, 3), np.float32), b=np.triu(np.full((4, 3), -1.5, np.float32), 1))
@@ -129,9 +129,9 @@ def _hstack(h, *, const_parts=False):
     return h.make_model(nodes, inputs, [h.vi("y", None), h.vi("y2", None)], inits, opset=18)
 
 
-@pytest.mark.parametrize("const_parts", [False, True])
-def test_sequence_ops_become_tensor_ops(h, const_parts):
-    model = _hstack(h, const_parts=const_parts)
+@pytest.mark.parametrize("const_parts,new_axis", [(False, 1), (True, 1), (False, 0)])
+def test_sequence_ops_become_tensor_ops(h, const_parts, new_axis):
+    model = _hstack(h, const_parts=const_parts, new_axis=new_axis)
     out = h.fuse(model, "trt", level=1)  # TensorRT runs no sequence op; constants used to crash folding
     assert not any("Sequence" in k for k in h.ops(out)), h.ops(out)
     feeds = {"x": h.rng.standard_normal((4, 6)).astype(np.float32)}
