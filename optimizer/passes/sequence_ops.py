@@ -100,6 +100,8 @@ class SequenceOpsPass(FusePass):
                     i = _const_index(node.inputs[1] if len(node.inputs) > 1 else None)
                     if i is None or not -len(xs) <= i < len(xs):
                         continue
+                    if node.outputs[0].is_graph_output():  # the element would take the output's name
+                        continue  # (a graph input renamed): identity-elimination's reasoning, not redone here
                     reroute(node.outputs[0], xs[i])
                 elif node.op_type == "SequenceMap":
                     if not self._map(graph, node, xs, taken):

@@ -201,3 +201,16 @@ def test_complex_product_rope_not_a_rotation_stays(h):
     out = h.fuse(model, "ort", level=2)
     assert not any(k.endswith("RotaryEmbedding") for k in h.ops(out)), h.ops(out)
     assert any("not a (scaled) rotation" in r for r in h.reasons(model, "ort", "rotary-interleaved-complex-rows-cut-bshd"))
+
+
+def test_sequence_at_graph_output_of_an_input_keeps_the_names(h):
+    """SequenceAt(SequenceConstruct(a, b), 0) as a graph output: a is a graph input, whose name the
+    output cannot take; the interface stays as it was and the values hold."""
+    n = h.node
+    model = h.make_model([n("SequenceConstruct", ["a", "b"], ["s"]), n("SequenceAt", ["s", "i0"], ["y"])],
+                         [h.vi("a", [4, 3]), h.vi("b", [4, 3])], [h.vi("y", None)],
+                         {"i0": np.array(0, np.int64)}, opset=18)
+    out = h.fuse(model, "ort", level=1)
+    assert [i.name for i in out.graph.input] == ["a", "b"] and [o.name for o in out.graph.output] == ["y"]
+    feeds = {k: h.rng.standard_normal((4, 3)).astype(np.float32) for k in ("a", "b")}
+    h.assert_close(model, out, feeds)
