@@ -67,6 +67,10 @@ def test_heads_folded_into_the_batch_become_multi_head_attention(h, target, leve
     # the head_to_batch_dim / batch_to_head_dim views are gone with the heads proven (one head per
     # B*H slice would keep them), and so is baddbmm's all-zero bias (no [B*H, S, T] zeros read)
     assert ops["Transpose"] == 0 and "Expand" not in ops, ops
+    if target == "ort":  # MultiHeadAttention's attention_bias (input 5): only a real bias is kept
+        mha = next(n for n in out.graph.node if n.op_type == "MultiHeadAttention")
+        has_bias = len(mha.input) > 5 and mha.input[5] != ""
+        assert has_bias == (bias == "table"), list(mha.input)
     h.assert_close(model, out, _feeds(h))
 
 
