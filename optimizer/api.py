@@ -81,6 +81,7 @@ def _run_stage(stage: Stage, work: ir.Model, report: Report,
         reason = getattr(p, "stats_reason", None)
         if reason:
             report.warnings.append(f"{getattr(p, 'display_name', p)}: {reason}")
+        report.warnings.extend(getattr(p, "plugin_notes", ()))
 
 
 def _local_checkers(stages: Sequence[Stage], seed: int) -> list:
@@ -112,9 +113,9 @@ def _rewrite_checks(checkers: Sequence, report: Report, work: ir.Model) -> dict:
 
 
 def _float32_plugin_warnings(model: ir.Model) -> list[str]:
-    """The plugin kernels are fp16 / bf16 only (docs/tensorrt.md): a float32 model at -O4 trt gets
-    plugin ops that the NumPy reference and verify run but TensorRT cannot build until --precision
-    lowers them. Said once per op type, so the graph stays what the contract documents."""
+    """The plugin kernels are fp16 / bf16 only (docs/tensorrt.md): float32 plugin ops left in a
+    -O4 trt result without --precision (asked for with float32_plugins, or in the input model)
+    run in the NumPy reference and verify, but TensorRT cannot build them. Said once per op type."""
     from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 
     counts: dict[str, int] = {}
@@ -184,7 +185,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
              seed: int = 0, on_record: Callable[[PassRecord], None] | None = None,
              precision: str | None = None, base_dir: str | os.PathLike | None = None,
-             kv_cache_dtype: str | None = None) -> OptimizeResult:
+             kv_cache_dtype: str | None = None, float32_plugins: bool = False) -> OptimizeResult:
     """Optimize ``model`` (path, bytes, ModelProto or ir.Model) and return the result.
 
     ``base_dir``: the folder of the weight files of a ModelProto or onnx-ir model with external
@@ -202,12 +203,20 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     ``verify`` feeds the original's past rounded to e4m3 and compares at e4m3's tolerance; the
     fp8 pools are decode-only, so a symbolic query length is fixed at 1 when ``shapes`` binds it
     to 1 (``{"sequence": (1,)}`` or a full input shape), the report says so.
+
+    At level 4, target "trt", without ``precision``, float32 attention keeps TensorRT's own ops
+    (Attention-23, the contiguous KV cache): the plugin ops' kernels take fp16 / bf16, and the
+    report says how many matches stayed. ``float32_plugins=True`` makes the plugin ops on float32
+    anyway, for checking that form against the original at float32 tolerance (the NumPy reference
+    runs it; TensorRT cannot build it).
     """
     check_level_target(level, target)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise UserError(f"seed must be an integer >= 0 (numpy's generators take no other), got {seed!r}")
     from onnx_fuse.verify import check_feeds, check_shapes
 
+    if not isinstance(float32_plugins, bool):
+        raise UserError(f"float32_plugins must be True or False, got {float32_plugins!r}")
     shapes, verify_inputs = check_shapes(shapes), check_feeds(verify_inputs)
     if verify_inputs is not None and not verify:   # the caller expects a verification
         raise UserError("--inputs (verify_inputs=) feeds --verify (verify=True), which is off: "
@@ -223,7 +232,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
 
     def run_stages(work: ir.Model) -> list:
         stages = build_stages(level, target, rule_files=rules, disable=disable, precision=precision,
-                              kv_cache_dtype=kv_cache_dtype)
+                              kv_cache_dtype=kv_cache_dtype, float32_plugins=float32_plugins)
         checkers = _local_checkers(stages, seed) if verify else []
         for stage in stages:
             _run_stage(stage, work, report, on_record)

@@ -106,8 +106,12 @@ def as_list(value, what: str) -> list:
 
 def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
                  disable: Sequence[str] = (), precision: str | None = None,
-                 kv_cache_dtype: str | None = None) -> list[Stage]:
+                 kv_cache_dtype: str | None = None, float32_plugins: bool = False) -> list[Stage]:
     """The ordered stages for ``level`` and ``target``; user rules join the built-in packs.
+
+    Plugin ops (-O4 trt) are made on float32 only where ``precision`` lowers them afterwards or
+    ``float32_plugins`` asks for them (the NumPy reference runs them, TensorRT does not build
+    them): otherwise a float32 match keeps the target's own ops (docs/tensorrt.md).
 
     Every ``disable`` name must be a pass that runs at ``level`` or a rule (built-in or from
     ``rule_files``, for any target); anything else is a UserError naming it."""
@@ -128,7 +132,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         if level < 4 or target != "trt":
             raise UserError(f"--kv-cache-dtype {kv_cache_dtype} converts the paged KV pools, which "
                             "only -O4 --target trt emits")
-        final.append(Stage("kv-cache-dtype", (KvCacheFp8Pass(),), fixed_point=False))
+        kept = precision is None and not float32_plugins
+        final.append(Stage("kv-cache-dtype", (KvCacheFp8Pass(float32_kept=kept),), fixed_point=False))
     if level == 0:
         return [s for s in final if s.passes]
     from onnx_fuse.passes.shape_inference import ShapeInferencePass
@@ -212,7 +217,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         if attention_prepare:
             stages.append(Stage("attention-prepare", keep(attention_prepare), fixed_point=False))
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
-        stages.append(Stage("fusion", (OpsetOnDemandRewritePass(rule_set),), fixed_point=False))
+        fusion = OpsetOnDemandRewritePass(rule_set, float32_plugins=float32_plugins or precision is not None)
+        stages.append(Stage("fusion", (fusion,), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))
         # after the rules only: the lowerings' layout glue cancels against the exporter's once the
         # cleanup has dropped the shape reads beside it; before the rules it would rewrite the

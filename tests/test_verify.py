@@ -454,7 +454,7 @@ def test_paged_kv_rewrite_is_verified_against_the_contiguous_original(name):
     path = Path(__file__).parent / "data" / "models" / f"{name}.onnx"
     if not path.exists():
         pytest.skip(f"{path.name} is not there")
-    result = onnx_fuse.optimize(path, level=4, target="trt", verify=True)
+    result = onnx_fuse.optimize(path, level=4, target="trt", float32_plugins=True, verify=True)
     assert "onnx_fuse::PagedAttention" in result.report.ops_after, result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason
     names = {o["name"] for o in result.report.verify["outputs"]}

@@ -20,7 +20,7 @@ WINDOW = 12   # above the 8 new tokens verify feeds by default
 
 def _fused(window: int) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     original = with_band(onnx.load(str(MODEL)), window)
-    fused = ir.to_proto(onnx_fuse.optimize(original, level=4, target="trt").model)
+    fused = ir.to_proto(onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True).model)
     attrs = [a for n in fused.graph.node if n.op_type == "FusedAttention" for a in n.attribute if a.name == "window"]
     assert attrs and all(a.i == window for a in attrs)
     return original, fused

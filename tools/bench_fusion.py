@@ -70,7 +70,8 @@ def fused_counts(proto: onnx.ModelProto) -> dict[str, int]:
 def run_onnx_fuse(path: Path, target: str, level: int = 3) -> onnx.ModelProto:
     import onnx_fuse
 
-    return onnx_fuse.optimize(str(path), level=level, target=target).to_proto()
+    # float32_plugins: -O4 trt's plugin form also on the float32 models (else TensorRT's own ops)
+    return onnx_fuse.optimize(str(path), level=level, target=target, float32_plugins=level == 4).to_proto()
 
 
 def run_ort_optimizer(path: Path, entry: dict) -> onnx.ModelProto:

@@ -2,6 +2,8 @@
 
 For every corpus file (tests/data/corpus/manifest.json, or an --only subset) and each column
   ort O3, onnx O3, trt O3, trt O4     onnx_fuse.optimize(path, level, target, verify=True)
+                                      (trt O4 with float32_plugins=True: the plugin ops on the
+                                      float32 exports too, checked through the NumPy reference)
   onnxscript                          onnxscript.rewriter.ort_fusions.optimize_for_ort
   ort-tools                           onnxruntime.transformers.optimizer.optimize_model
                                       (model_type from the architecture, heads/hidden from the manifest)
@@ -125,14 +127,17 @@ def run_onnx_fuse(path: str, level: int, target: str, entry: dict) -> dict:
     from onnx_fuse.errors import UserError
 
     t0 = time.perf_counter()
+    # trt-O4 is the plugin column: the plugin ops on the float32 exports too, checked through the
+    # NumPy reference (without float32_plugins optimize keeps TensorRT's own ops there, as trt-O3)
+    extra = {"float32_plugins": True} if (target, level) == ("trt", 4) else {}
     try:
         try:
-            result, inputs = onnx_fuse.optimize(path, level=level, target=target, verify=True), "random"
+            result, inputs = onnx_fuse.optimize(path, level=level, target=target, verify=True, **extra), "random"
         except UserError as exc:  # verify's random inputs cannot size this model: use the manifest's
             if "cannot verify" not in str(exc) or "changed the model's inputs" in str(exc):
                 raise
             result = onnx_fuse.optimize(path, level=level, target=target, verify=True,
-                                        verify_inputs=_manifest_feeds(entry))
+                                        verify_inputs=_manifest_feeds(entry), **extra)
             inputs = "manifest"
         verify = result.report.verify or {}
         row = {"verify": {"passed": bool(verify.get("passed")), "inputs": inputs,
@@ -141,7 +146,7 @@ def run_onnx_fuse(path: str, level: int, target: str, entry: dict) -> dict:
         if "changed the model's inputs" not in str(exc):
             raise
         # the O4 paged-KV rewrite replaces the KV inputs: optimize again without verify
-        result = onnx_fuse.optimize(path, level=level, target=target, verify=False)
+        result = onnx_fuse.optimize(path, level=level, target=target, verify=False, **extra)
         row = {"verify": {"passed": None, "reason": "not run: paged KV changes the inputs"}}
     row["ops"] = dict(sorted(result.report.ops_after.items()))
     row["counts"] = count_ops(result.report.ops_after)

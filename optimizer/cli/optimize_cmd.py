@@ -51,6 +51,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "float32 per-kv-head scale inputs kv_scale_{k,v}.N; decode-only graphs "
                         "(query length fixed at 1, or bound by --shape sequence=1); --verify compares it at e4m3's tolerance "
                         "(default: the pools keep the model's float type)")
+    p.add_argument("--float32-plugins", action="store_true",
+                   help="with -O4 --target trt and no --precision: make the plugin ops on float32 "
+                        "anyway, to check that form with --verify at float32 tolerance (the NumPy "
+                        "reference runs it; TensorRT cannot build it: the kernels take fp16 / bf16). "
+                        "Without it float32 attention keeps TensorRT's own ops")
     add_common_optimize_flags(p)
     return p
 
@@ -73,7 +78,8 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
                           disable=args.disable, verify=args.verify, verify_inputs=args.inputs,
                           shapes=shapes, seed=args.seed, on_record=on_record,
                           precision=args.precision,
-                          kv_cache_dtype=getattr(args, "kv_cache_dtype", None))
+                          kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
+                          float32_plugins=getattr(args, "float32_plugins", False))
     out = Console(quiet=False, highlight=False, soft_wrap=True)
     if args.quiet:
         out.print(result.report.status)

@@ -97,13 +97,23 @@ class KvCacheFp8Pass(FusePass):
 
     name = "kv-cache-fp8"
 
+    def __init__(self, *, float32_kept: bool = False) -> None:
+        super().__init__()
+        # no --precision and no float32_plugins: float32 attention kept TensorRT's own ops
+        self.float32_kept = float32_kept
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         nodes = [n for n in graph if n.domain == PLUGIN_DOMAIN and n.op_type == "PagedAttention"]
         if not nodes:
+            float32 = self.float32_kept and any(
+                n.op_type == "Attention" and n.inputs and n.inputs[0] is not None
+                and n.inputs[0].dtype == ir.DataType.FLOAT for n in graph)
+            why = ("its attention is float32, which the PagedAttention plugin does not take: add "
+                   "--precision fp16 or bf16" if float32 else
+                   f"the report's warnings say why without {_OPTION}")
             raise UserError(f"{_OPTION}: the model has no paged KV cache to convert (the paged-KV "
-                            "rewrite did not apply; the report's warnings say why without "
-                            f"{_OPTION})")
+                            f"rewrite did not apply; {why})")
         # the rewrites gave the ops' outputs shapes before the positions were re-derived; infer
         # again (through the plugin ops, passes/_op_shapes.py) so a decode step's S = 1 reaches
         # every layer's query, not only the first

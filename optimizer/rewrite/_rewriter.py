@@ -28,6 +28,7 @@ from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.rewrite import _expr, _graph_io
 from onnx_fuse.rewrite._matcher import GraphFacts, Match, Matcher, _ExprContext, attr_value, norm_domain
 from onnx_fuse.errors import InternalError
+from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN, STAGES, Rule, RuleSet
 
 RULE_TAG = "onnx_fuse.rule"
@@ -62,6 +63,16 @@ def _concat_length(nn: Any, shape: ir.Shape, in_shapes: list) -> ir.Shape:
 
 class RewriteRejected(Exception):
     """The replacement for a match is invalid; the match is left alone."""
+
+
+class Float32Plugin(RewriteRejected):
+    """The replacement would feed float32 to a plugin op whose TensorRT kernels take fp16 / bf16
+    only, and no precision conversion follows: the match is left to the target's own ops."""
+
+    def __init__(self, op_type: str):
+        super().__init__(f"{op_type} would take float32 inputs; its TensorRT kernels take fp16 / bf16 "
+                         "(--precision fp16 or bf16 lowers the graph first)")
+        self.op_type = op_type
 
 
 class NoProgress(Exception):
@@ -185,10 +196,11 @@ def _type_proto(dtype: ir.DataType | None, shape: ir.Shape | None) -> onnx.TypeP
 class Rewriter:
     """Plans and commits replacements in one model."""
 
-    def __init__(self, model: ir.Model, *, validate: bool = True):
+    def __init__(self, model: ir.Model, *, validate: bool = True, float32_plugins: bool = True):
         self.model = model
         self.names = NameAuthority(model)
         self.validate = validate
+        self.float32_plugins = float32_plugins
         self.opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
         self.needs_sort: set[ir.Graph] = set()
         self._checked: dict[tuple, list | str] = {}
@@ -425,6 +437,9 @@ class Rewriter:
 
         uncertain: set[_NewValue] = set()   # types guessed (dtype of the first input), not inferred
         for nn in plan.nodes:
+            if nn.domain == PLUGIN_DOMAIN and not self.float32_plugins and nn.inputs and \
+                    nn.inputs[0] is not None and type_of(nn.inputs[0])[0] == ir.DataType.FLOAT:
+                raise Float32Plugin(nn.op_type)   # the query's type is the kernels' T
             if nn.domain != "" or not self.validate:
                 # no schema here: outputs follow the type hint, else the first input's dtype
                 if nn.type_hint is not None:
@@ -760,8 +775,12 @@ class RewritePass(FusePass):
     name = "rewrite"
 
     def __init__(self, rule_set: RuleSet | Iterable[Rule], *, validate: bool = True, max_rounds: int = 16,
-                 local_check: bool = False, stages: Iterable[str] = STAGES):
+                 local_check: bool = False, stages: Iterable[str] = STAGES, float32_plugins: bool = True):
         super().__init__()
+        # False (the pipeline without --precision): a rewrite to a plugin op on float32 is refused
+        # (Float32Plugin) and counted in ``plugin_notes``; the rules below it lower the match
+        self.float32_plugins = float32_plugins
+        self.plugin_notes: list[str] = []
         # a prefix of STAGES (explain runs the stages before a rule's own); the canonical-op guard
         # only holds once every stage ran
         self.stages = tuple(stages)
@@ -790,10 +809,11 @@ class RewritePass(FusePass):
                 gc.enable()
 
     def _call(self, model: ir.Model) -> ir.passes.PassResult:
-        rewriter = Rewriter(model, validate=self.validate)
+        rewriter = Rewriter(model, validate=self.validate, float32_plugins=self.float32_plugins)
         rules = [r for r in self.rule_set.ordered() if r.opset_ok(rewriter.opset)]
         modified = False
         self.rejected = []
+        self._float32: dict[str, tuple[set, set]] = {}   # plugin op -> (anchors, rules) refused
         self.unsettled: list[str] = []
         self._io_done: set[str] = set()
         self._io_idle: set[str] = set()  # graph_io rules whose candidates had none of their structure
@@ -821,7 +841,16 @@ class RewritePass(FusePass):
                            f"({', '.join(f'{k}: {v}' for k, v in sorted(by_rule.items()))}); first: "
                            f"{first[0]} at {first[1]!r}: {first[2]}")
         self.stats_reason = "; ".join(reasons) or None
+        self.plugin_notes = [
+            f"{len(anchors)} match{'es' if len(anchors) != 1 else ''} kept TensorRT's own ops instead of {op}, "
+            f"whose kernels take fp16 / bf16, not float32 ({', '.join(sorted(names))}); --precision fp16 "
+            "or bf16 lowers them to the plugin" for op, (anchors, names) in sorted(self._float32.items())]
         return ir.passes.PassResult(model, modified=modified)
+
+    def _note_float32(self, exc: Float32Plugin, rule: Rule, anchor: ir.Node) -> None:
+        anchors, names = self._float32.setdefault(exc.op_type, (set(), set()))
+        anchors.add(anchor)
+        names.add(rule.name)
 
     def _explain_idle_io(self, graph: ir.Graph, matchers: list[tuple[Rule, Matcher]]) -> None:
         """A graph_io rule that found nothing to rewrite (no candidate, or none with its structure)
@@ -871,6 +900,11 @@ class RewritePass(FusePass):
                     plan = rewriter.plan(match, facts)
                 except NoProgress:
                     raise RewriteRejected(f"{node.op_type} {node.name!r}: no progress") from None
+                except Float32Plugin as exc:   # the interface stays: counted, not an anomaly
+                    for other in cands:
+                        if other is node or matcher.match(other, facts) is not None:
+                            self._note_float32(exc, rule, other)
+                    return 0
                 if self.local_check is not None and (why := self.local_check(plan, rewriter.model)):
                     raise RewriteRejected(f"{node.op_type} {node.name!r}: numeric check: {why}")
                 if any(n in claimed for n in match.nodes.values()):
@@ -946,6 +980,10 @@ class RewritePass(FusePass):
                         plan = rewriter.plan(match, facts)
                     except NoProgress:
                         rejected_at.add((rule.name, node))
+                        continue
+                    except Float32Plugin as exc:
+                        rejected_at.add((rule.name, node))
+                        self._note_float32(exc, rule, node)
                         continue
                     except RewriteRejected as exc:
                         rejected_at.add((rule.name, node))

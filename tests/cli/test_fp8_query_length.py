@@ -22,7 +22,7 @@ from tests.decode_models import static_decode
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 DYNAMIC = MODELS / "gpt264_kv_dynamo.onnx"
-FP8 = dict(level=4, target="trt", kv_cache_dtype="fp8")
+FP8 = dict(level=4, target="trt", kv_cache_dtype="fp8", float32_plugins=True)  # a float32 export
 
 
 def _io(model: ir.Model) -> list[tuple[str, str, tuple]]:
@@ -54,7 +54,7 @@ def _cli(tmp_path, capsys, *flags) -> tuple[int, list[str], Path]:
     out = tmp_path / "o.onnx"
     capsys.readouterr()
     code = main(["optimize", str(DYNAMIC), "-o", str(out), "-O", "4", "--target", "trt",
-                 "--kv-cache-dtype", "fp8", "-q", *flags])
+                 "--kv-cache-dtype", "fp8", "--float32-plugins", "-q", *flags])
     return code, capsys.readouterr().err.strip().splitlines(), out
 
 

@@ -39,7 +39,7 @@ def _types(values) -> dict[str, int]:
 
 @pytest.mark.parametrize("name", sorted(HKV))
 def test_pools_become_fp8_with_scale_inputs(name):
-    model = ir.to_proto(onnx_fuse.optimize(static_decode(name), level=4, target="trt",
+    model = ir.to_proto(onnx_fuse.optimize(static_decode(name), level=4, target="trt", float32_plugins=True,
                                            kv_cache_dtype="fp8").model)
     onnx.checker.check_model(model, full_check=True)
     ins, outs = _types(model.graph.input), _types(model.graph.output)
@@ -76,7 +76,7 @@ def _run_fp8(model, feeds):
 
 @pytest.mark.parametrize("name", sorted(HKV))
 def test_fp8_model_matches_the_original_up_to_the_new_tokens_rounding(name):
-    fp8 = ir.to_proto(onnx_fuse.optimize(static_decode(name), level=4, target="trt",
+    fp8 = ir.to_proto(onnx_fuse.optimize(static_decode(name), level=4, target="trt", float32_plugins=True,
                                          kv_cache_dtype="fp8").model)
     orig = make_session(onnx.load(str(MODELS / f"{name}.onnx")))
     past_lens = (7, 2)
@@ -102,7 +102,8 @@ def test_verify_compares_fp8_pools_at_e4m3_tolerance(name):
     that) and compares at e4m3's tolerance: it passes, and a doubled softmax scale fails."""
     from onnx_fuse.verify import FP8_NOTE, verify
 
-    result = onnx_fuse.optimize(static_decode(name), level=4, target="trt", kv_cache_dtype="fp8", verify=True)
+    result = onnx_fuse.optimize(static_decode(name), level=4, target="trt", float32_plugins=True,
+                                kv_cache_dtype="fp8", verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
     assert FP8_NOTE in result.report.verify["notes"]
     assert {"logits", "present.0.key", "present.1.value"} <= {o["name"] for o in result.report.verify["outputs"]}
@@ -138,7 +139,7 @@ def test_fp16_precision_keeps_the_scales_float32_and_passes_check_trt():
     (dict(model="bert"), "no paged KV cache"),
 ])
 def test_refusals_are_user_errors(kw, match):
-    kw = {"level": 4, "target": "trt", "kv_cache_dtype": "fp8", **kw}
+    kw = {"level": 4, "target": "trt", "kv_cache_dtype": "fp8", "float32_plugins": True, **kw}
     model = kw.pop("model", "static")
     src = {"static": lambda: static_decode("gpt264_kv_dynamo"),
            "dynamic": lambda: onnx.load(str(MODELS / "gpt264_kv_dynamo.onnx")),
@@ -152,12 +153,13 @@ def test_cli_option_and_its_refusal(tmp_path, capsys):
     onnx.save(static_decode("gpt264_kv_dynamo"), src)
     out = tmp_path / "o.onnx"
     assert main(["optimize", str(src), "-o", str(out), "-O", "4", "--target", "trt",
-                 "--kv-cache-dtype", "fp8", "--verify", "-q"]) == 0   # verified at e4m3 tolerance
+                 "--kv-cache-dtype", "fp8", "--float32-plugins", "--verify",
+                 "-q"]) == 0   # verified at e4m3 tolerance
     assert _types(onnx.load(str(out)).graph.input)["kv_pool_v.1"] == F8
     capsys.readouterr()
     dyn = tmp_path / "o2.onnx"
     assert main(["optimize", str(MODELS / "gpt264_kv_dynamo.onnx"), "-o", str(dyn), "-O", "4",
-                 "--target", "trt", "--kv-cache-dtype", "fp8", "-q"]) == 2
+                 "--target", "trt", "--kv-cache-dtype", "fp8", "--float32-plugins", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "decode-only" in err[0] and "Traceback" not in err[0]
     assert not dyn.exists()
@@ -176,7 +178,8 @@ def test_a_cast_between_a_pool_and_the_op_is_refused():
     converted. The pass used to remove such a Cast and retype the pool behind it."""
     from onnx_fuse.passes.kv_cache_fp8 import KvCacheFp8Pass
 
-    model = onnx_fuse.optimize(static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
+    model = onnx_fuse.optimize(static_decode("gpt264_kv_dynamo"), level=4, target="trt",
+                               float32_plugins=True).model
     node = next(n for n in model.graph if n.op_type == "PagedAttention")
     pool = node.inputs[3]
     cast = ir.node("Cast", [pool], attributes={"to": ir.DataType.FLOAT}, name="pool_cast",
@@ -194,7 +197,8 @@ def test_decode_is_read_from_any_of_q_k_v():
     (RoPE broadcast against positions of unnamed length) is still decode when v's is 1."""
     from onnx_fuse.passes.kv_cache_fp8 import KvCacheFp8Pass
 
-    model = onnx_fuse.optimize(static_decode("gpt264_kv_dynamo"), level=4, target="trt").model
+    model = onnx_fuse.optimize(static_decode("gpt264_kv_dynamo"), level=4, target="trt",
+                               float32_plugins=True).model
     nodes = [n for n in model.graph if n.op_type == "PagedAttention"]
     for n in nodes:
         for v in n.inputs[:2]:
@@ -204,7 +208,8 @@ def test_decode_is_read_from_any_of_q_k_v():
     assert {n.inputs[3].type.dtype for n in nodes} == {ir.DataType.FLOAT8E4M3FN}
     # the pass infers shapes again, so S is what the model proves, not what a value was left with:
     # the export with a symbolic query length is refused
-    fresh = onnx_fuse.optimize(str(MODELS / "gpt264_kv_dynamo.onnx"), level=4, target="trt").model
+    fresh = onnx_fuse.optimize(str(MODELS / "gpt264_kv_dynamo.onnx"), level=4, target="trt",
+                               float32_plugins=True).model
     assert [n for n in fresh.graph if n.op_type == "PagedAttention"]
     with pytest.raises(UserError, match="decode-only"):   # nothing says S = 1: refused
         KvCacheFp8Pass()(fresh)
@@ -224,7 +229,7 @@ def test_multi_layer_decode_with_range_positions_pages_and_verifies(fp16):
     case = make_decoder_case(7, head=64, heads=4, kv_heads=2, layers=3, window=0, sinks=False, upcast=fp16,
                              padded=False, kv_fp8=True, fp16=fp16, decode=True, positions="range",
                              repeat="hf", present_dims=True, dim_names="short")
-    result = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8")
+    result = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True, kv_cache_dtype="fp8")
     assert result.report.rule_fires.get("trt-paged-kv") == 3
     got = verify(case.model, result.model, shapes={k: tuple(a.shape) for k, a in case.feeds.items()})
     assert FP8_NOTE in got["notes"]

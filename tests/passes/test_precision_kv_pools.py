@@ -40,7 +40,7 @@ def _optimize(name: str, precision: str, static: bool = False, **kw) -> onnx.Mod
         dim.ClearField("dim_param")
         dim.dim_value = 1
     return ir.to_proto(onnx_fuse.optimize(proto, level=4, target="trt", precision=precision,
-                                          **kw).model)
+                                          float32_plugins=True, **kw).model)
 
 
 def _types(values) -> dict[str, int]:
@@ -181,7 +181,8 @@ def test_precision_never_makes_a_pool_cast(keep_io_types):
     pass inserts is still in the graph (none is made on a pool and removed afterwards)."""
     from onnx_fuse.passes.precision import PrecisionConversionPass
 
-    model = onnx_fuse.optimize(str(MODELS / "llama64_kv_dynamo.onnx"), level=4, target="trt").model
+    model = onnx_fuse.optimize(str(MODELS / "llama64_kv_dynamo.onnx"), level=4, target="trt",
+                               float32_plugins=True).model
     p = PrecisionConversionPass("fp16", keep_io_types=keep_io_types)
     p(model)
     casts = [n for n in model.graph if n.op_type == "Cast" and n.name.startswith("precision/cast/")]

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.skipif(not (SDPA.is_file() and KV.is_file()),
 
 
 def _convert(path: Path, precision: str, keep_io_types: bool = True) -> onnx.ModelProto:
-    model = onnx_fuse.optimize(str(path), level=4, target="trt").model
+    model = onnx_fuse.optimize(str(path), level=4, target="trt", float32_plugins=True).model
     PrecisionConversionPass(precision, keep_io_types=keep_io_types)(model)
     proto = ir.to_proto(model)
     onnx.checker.check_model(proto, full_check=True)

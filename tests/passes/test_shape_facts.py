@@ -147,7 +147,7 @@ def test_gqa_static_repeat_without_declared_present_dims_is_paged():
         case = make_decoder_case(7, head=64, heads=2, kv_heads=1, layers=1, window=0, sinks=False,
                                  upcast=False, padded=False, kv_fp8=False, fp16=fp16, decode=decode,
                                  positions="range", repeat="static", present_dims=False, dim_names=names)
-        result = onnx_fuse.optimize(case.model, level=4, target="trt")
+        result = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True)
         assert result.report.rule_fires.get("attention-repeat-kv") == 1
         assert result.report.rule_fires.get("trt-paged-kv") == 1, result.report.warnings
         got = verify(case.model, result.model, shapes={k: tuple(a.shape) for k, a in case.feeds.items()})

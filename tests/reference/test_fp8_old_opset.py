@@ -79,7 +79,8 @@ def test_torchscript_opset_17_decoder_verifies_with_fp8_pools():
     layer's V scale 5 % off (a Mul on the op's v_scale input) fails that attention's own check."""
     original = static_decode("opt_hd64__torchscript_kv__trained")
     assert next(o.version for o in original.opset_import if o.domain == "") == 17
-    result = onnx_fuse.optimize(original, level=4, target="trt", kv_cache_dtype="fp8", verify=True)
+    result = onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True,
+                                kv_cache_dtype="fp8", verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
     rows = {o["name"] for o in result.report.verify["outputs"]}
     assert {"logits", "present.0.key", "present.1.value"} <= rows

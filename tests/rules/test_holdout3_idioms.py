@@ -212,7 +212,7 @@ def test_value_halves_split_for_the_trt_plugin(h, d):
     import onnx_fuse
 
     model = _gathered_mask_attention(h, d)
-    res = onnx_fuse.optimize(model, level=4, target="trt")
+    res = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True)
     out = res.to_proto()
     counts = h.ops(out)
     if d == 64:   # both halves the plugin's (fused-attention-trt-probed: two Attention-23 before)
@@ -237,7 +237,7 @@ def test_value_halves_split_where_the_mask_values_are_the_key_padding(h, form):
     import onnx_fuse
 
     model = _gathered_mask_attention(h, 64, form=form)
-    res = onnx_fuse.optimize(model, level=4, target="trt")
+    res = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True)
     out = res.to_proto()
     split = form == "expanded"
     if split:   # the halves the plugin's (fused-attention-trt-probed), the mask proven the same way
@@ -266,7 +266,7 @@ def test_value_halves_kept_where_the_plugin_cannot_take_them(h, case):
         model, feeds = _differential_attention(h, 64), _differential_feeds(h, 64)
     else:
         model, feeds = _gathered_mask_attention(h, 64, keys=S + 2), _gathered_mask_feeds(h, 64, keys=S + 2)
-    res = onnx_fuse.optimize(model, level=4, target="trt")
+    res = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True)
     out = res.to_proto()
     assert h.ops(out)["Attention"] == 1 and "attention-split-value-heads" not in res.report.rule_fires
     h.assert_close(model, out, feeds)
@@ -298,7 +298,7 @@ def test_value_split_near_miss(h):
              n("Softmax", ["sc"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o"])]
     model = h.make_model(nodes, [h.vi("q", [B, H, S, 64]), h.vi("k", [B, H, S, 64]), h.vi("v", [B, H, S, 192])],
                          [h.vi("o", [B, H, S, 192])])
-    res = onnx_fuse.optimize(model, level=4, target="trt")
+    res = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True)
     out = res.to_proto()
     assert h.ops(out)["Attention"] == 1 and "attention-split-value-heads" not in res.report.rule_fires
     r = h.rng

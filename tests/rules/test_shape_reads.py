@@ -101,7 +101,7 @@ def test_bloom_kv_cache_read_by_its_length_is_paged(h):
     import onnx_fuse
 
     model = _bloom_kv(h, d=64, placeholders=True, causal=True)
-    result = onnx_fuse.optimize(model, level=4, target="trt", verify=True)
+    result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True, verify=True)
     ops = collections.Counter(n.op_type for n in result.model.graph)
     assert ops["PagedAttention"] == 1 and ops["Softmax"] == 0, (ops, result.report.warnings)
     assert result.report.verify["passed"], result.report.verify
@@ -118,7 +118,8 @@ def test_decode_only_kv_cache_read_by_its_length_is_paged(h, padding):
 
     model = _bloom_kv(h, d=64, placeholders=True, causal=True, s=1, padding=padding)
     shapes = {"p": (5,), **({"total": (6,)} if padding else {})}   # attention_mask: 5 cached keys + 1 new
-    result = onnx_fuse.optimize(model, level=4, target="trt", verify=True, shapes=shapes)
+    result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True,
+                                verify=True, shapes=shapes)
     ops = collections.Counter(n.op_type for n in result.model.graph)
     assert ops["PagedAttention"] == 1 and ops["Softmax"] == 0, (ops, result.report.warnings)
     assert result.report.verify["passed"], result.report.verify

@@ -162,7 +162,7 @@ def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path, wi
     import onnx_fuse
 
     original = _with_band(_llama(), window)
-    good = onnx_fuse.optimize(original, level=4, target="trt", verify=True)
+    good = onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True, verify=True)
     assert [a["window"] for a in _fa_attrs(good.to_proto())] == [window] * ENTRY["num_layers"]
     assert not good.report.verify["rewrites"]["failed"], good.report.verify["rewrites"]["failed"]
     assert good.report.status == "PASSED", good.report.status_reason
@@ -172,7 +172,8 @@ def test_per_rewrite_check_runs_the_band_and_catches_a_wrong_window(tmp_path, wi
                          "window=sliding_window(base, cm, None, attn_in) + 1")
     assert wrong != rule
     (tmp_path / "wrong.yaml").write_text("rules:\n" + wrong)
-    bad = onnx_fuse.optimize(original, level=4, target="trt", verify=True, rules=[str(tmp_path / "wrong.yaml")])
+    bad = onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True,
+                             verify=True, rules=[str(tmp_path / "wrong.yaml")])
     assert [f["rule"] for f in bad.report.verify["rewrites"]["failed"]] == ["fused-attention-trt-sliding"] * 2
     # rolled back; fused-attention-trt-probed then reads the band from the mask's values
     assert [a["window"] for a in _fa_attrs(bad.to_proto())] == [window] * ENTRY["num_layers"]
@@ -211,7 +212,8 @@ def test_corpus_sliding_prefill_exports_with_the_head_size_check_lifted(tmp_path
     rules = tmp_path / "fa_any_head.yaml"
     rules.write_text("\n".join(ln for ln in text.splitlines()
                                if "FusedAttention's kernels take head sizes" not in ln) + "\n")
-    result = onnx_fuse.optimize(str(path), level=4, target="trt", rules=[str(rules)], verify=True)
+    result = onnx_fuse.optimize(str(path), level=4, target="trt", float32_plugins=True,
+                                rules=[str(rules)], verify=True)
     got = [(a["causal"], a.get("window", 0), round(a.get("softcap", 0.0), 3)) for a in _fa_attrs(result.to_proto())]
     assert got == want, result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason

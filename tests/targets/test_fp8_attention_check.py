@@ -103,7 +103,8 @@ def _rows(result):
 @pytest.mark.parametrize("slot, factor", [(8, 1.05), (7, 1.05), (8, 0.95)])
 def test_verify_catches_a_later_layers_scale_off_where_the_output_bound_did_not(slot, factor):
     case = make_decoder_case(77, **PAGEABLE)
-    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True,
+                             kv_cache_dtype="fp8").to_proto()
     good = verify(case.model, opt)
     att, rest = _rows(good)
     assert good["passed"] and len(att) == 2 and all(o["passed"] for o in att), good
@@ -120,7 +121,8 @@ def test_float16_inputs_that_reach_the_op_unrounded_are_within_the_bound():
     query's type's roundoff was taken as the inputs' (the new tokens' e4m3 ties within it)."""
     case = make_case(3678026147)
     assert case.spec["fp16"] and case.spec["sinks"] and case.spec["kv_fp8"]
-    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True,
+                             kv_cache_dtype="fp8").to_proto()
     result = verify(case.model, opt)
     att, _ = _rows(result)
     assert result["passed"] and len(att) == 2, result
@@ -139,7 +141,8 @@ def test_the_probe_reads_the_ops_own_float32_values(monkeypatch):
 
     monkeypatch.setattr(fc, "check_attention", spy)
     case = make_decoder_case(77, **{**PAGEABLE, "fp16": True})
-    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True,
+                             kv_cache_dtype="fp8").to_proto()
     result = verify(case.model, opt)
     att, _ = _rows(result)
     assert result["passed"] and len(att) == 2 == len(seen), result
@@ -151,7 +154,8 @@ def test_a_float16_models_scale_off_by_half_a_percent_is_caught():
     allowed float16's roundoff on the inputs and result; read in float32, the bound is float32's
     and it fails by more than 10x (correct layers stay below 1 % of the bound)."""
     case = make_decoder_case(77, **{**PAGEABLE, "fp16": True})
-    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True,
+                             kv_cache_dtype="fp8").to_proto()
     bad = verify(case.model, _plant(opt, 7, 1.005, 1))
     att, rest = _rows(bad)
     assert all(o["passed"] for o in rest), rest   # the output bound misses it

@@ -91,7 +91,7 @@ def test_swapped_k_and_v_scales_fail_on_the_first_layers_present(precision):
     passed at the output-scaled fp8 bound; e4m3's own bound on the first layer's pool catches it."""
     case = make_decoder_case(11, **SPEC)
     good = to_proto(onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8",
-                                       precision=precision).model)
+                                       precision=precision, float32_plugins=True).model)
     assert verify(case.model, good, precision=precision)["passed"]
     bad = verify(case.model, _swap_scales(good), precision=precision)
     failed = {o["name"] for o in bad["outputs"] if not o["passed"]}

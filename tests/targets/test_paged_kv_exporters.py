@@ -44,7 +44,8 @@ NAMES = ["opt_hd64__kv__trained", "opt_hd64__torchscript_kv__trained", "llama_hd
 def case(request):
     name = request.param
     entry = json.loads((MODELS / f"{name}.json").read_text())
-    result = onnx_fuse.optimize(str(MODELS / f"{name}.onnx"), level=4, target="trt", verify=True)
+    result = onnx_fuse.optimize(str(MODELS / f"{name}.onnx"), level=4, target="trt", float32_plugins=True,
+                                verify=True)
     return name, entry, result
 
 
@@ -108,7 +109,7 @@ def test_static_decode_is_paged_and_matches_original(name):
     reads of it for an Add it cannot read back (TorchScript LLaMA's repeat-KV Expand target then
     stayed unfolded: no GQA, no cache fusion, nothing paged)."""
     entry = json.loads((MODELS / f"{name}.json").read_text())
-    result = onnx_fuse.optimize(static_decode(name), level=4, target="trt", verify=True)
+    result = onnx_fuse.optimize(static_decode(name), level=4, target="trt", float32_plugins=True, verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
     ops = collections.Counter(n.op_type for n in result.model.graph)
     assert ops["PagedAttention"] == entry["num_layers"], result.report.warnings
@@ -141,7 +142,7 @@ def test_padding_mask_read_only_for_the_batch_size_goes():
              and [(a.name, a.i) for a in sorted(n.attribute, key=lambda a: a.name)] == [("end", 1), ("start", 0)]]
     assert len(batch) == 1
     batch[0].input[0] = "attention_mask"
-    result = onnx_fuse.optimize(proto, level=4, target="trt", verify=True)
+    result = onnx_fuse.optimize(proto, level=4, target="trt", float32_plugins=True, verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
     assert collections.Counter(n.op_type for n in result.model.graph)["PagedAttention"] == 2
     assert [v.name for v in result.model.graph.inputs][:3] == ["input_ids", "block_tables", "seq_lens"]
@@ -157,7 +158,7 @@ def test_positions_that_are_not_the_cache_positions_are_refused():
     proto.graph.node.insert(list(proto.graph.node).index(gather),
                             onnx.helper.make_node("Mul", [gather.input[1], "stride_two"], ["strided_pos"]))
     gather.input[1] = "strided_pos"
-    result = onnx_fuse.optimize(proto, level=4, target="trt")
+    result = onnx_fuse.optimize(proto, level=4, target="trt", float32_plugins=True)
     assert collections.Counter(n.op_type for n in result.model.graph)["PagedAttention"] == 0
     notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
     assert notes and "not consecutive" in notes[0], result.report.warnings

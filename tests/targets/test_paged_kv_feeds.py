@@ -51,7 +51,7 @@ def test_paged_run_feeds_an_overridden_initializer_input():
     from graph.input, so the user's value of such a weight reaches the paged model too."""
     weight = "m.lm_head.weight"
     original = _with_weight_input(onnx.load(str(MODEL)), weight)
-    optimized = ir.to_proto(onnx_fuse.optimize(original, level=4, target="trt").model)
+    optimized = ir.to_proto(onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True).model)
     assert weight in {i.name for i in optimized.graph.input}
     assert any(n.op_type == "PagedAttention" for n in optimized.graph.node)
     feeds = make_inputs(original, pad_masks=False, seed=3)
@@ -71,7 +71,7 @@ def test_paged_run_feeds_an_overridden_initializer_input():
 
 def test_pools_hold_the_past_in_shuffled_blocks_and_nan_elsewhere():
     original = onnx.load(str(MODEL))
-    optimized = ir.to_proto(onnx_fuse.optimize(original, level=4, target="trt").model)
+    optimized = ir.to_proto(onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True).model)
     feeds = make_inputs(original, pad_masks=False, seed=0)
     P = feeds["past_key_values.1.value"].shape[2]
     _, run = paged_feeds(original, optimized, feeds, total=P + 1, block_size=4, seed=2)
@@ -114,7 +114,8 @@ def test_the_paged_rewrite_is_left_to_the_whole_model_check():
     """trt-paged-kv adds graph inputs (pools, block tables) that no cut-out of the per-rewrite
     check has: it is counted unchecked with that reason (it crashed there with a KeyError before)
     and the whole-model check compares the paged model."""
-    result = onnx_fuse.optimize(onnx.load(str(MODEL)), level=4, target="trt", verify=True)
+    result = onnx_fuse.optimize(onnx.load(str(MODEL)), level=4, target="trt", float32_plugins=True,
+                                verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
     reasons = result.report.verify["rewrites"]["unchecked_reasons"]
     assert not [r for r in reasons if "crashed" in r], reasons

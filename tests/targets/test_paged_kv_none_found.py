@@ -44,7 +44,7 @@ def _window_cache_model() -> onnx.ModelProto:
 
 
 def test_no_attention_kv_says_why_nothing_was_paged():
-    result = onnx_fuse.optimize(_window_cache_model(), level=4, target="trt")
+    result = onnx_fuse.optimize(_window_cache_model(), level=4, target="trt", float32_plugins=True)
     names = [v.name for v in result.model.graph.inputs]
     assert "past_key_values.0.key" in names and "block_tables" not in names  # nothing paged
     notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
@@ -66,5 +66,5 @@ def test_models_without_a_kv_cache_get_no_line():
     g.node.extend(nodes)
     del g.input[3:]
     del g.output[1:]
-    result = onnx_fuse.optimize(model, level=4, target="trt")
+    result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True)
     assert not [w for w in result.report.warnings if "trt-paged-kv" in w], result.report.warnings

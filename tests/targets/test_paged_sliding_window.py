@@ -57,7 +57,7 @@ def _paged_rule(tmp_path: Path, *, head_check: bool = True, mask_check: bool = T
 
 def _o4(model, **kw):
     return onnx_fuse.optimize(model if isinstance(model, onnx.ModelProto) else str(model),
-                              level=4, target="trt", **kw)
+                              level=4, target="trt", float32_plugins=True, **kw)
 
 
 def _refusal(result) -> str:

@@ -85,7 +85,8 @@ def test_a_cropped_model_fed_embeddings_is_verified(any_head_rule):
     readers = [n for n in model.graph.node if "input_ids" in n.input]
     for n in readers:   # shape reads of the ids (batch, length) now read the embeddings
         n.input[:] = [emb if i == "input_ids" else i for i in n.input]
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[any_head_rule], verify=True)
+    result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True,
+                                rules=[any_head_rule], verify=True)
     assert [n.attributes["window"].value for n in result.model.graph if n.op_type == "PagedAttention"] == [4, 4], \
         result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason

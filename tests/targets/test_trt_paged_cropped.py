@@ -52,7 +52,7 @@ def _layers(model) -> int:
 
 def _paged(model, rule, windows: list[int]):
     """``model`` at trt -O4 with ``rule``: paged with these windows, verified; the result."""
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[rule], verify=True)
+    result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True, rules=[rule], verify=True)
     assert _windows(result.model) == windows, result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason
     return result
@@ -61,7 +61,7 @@ def _paged(model, rule, windows: list[int]):
 def _refused(model, rule, reason: str) -> None:
     """``model`` at trt -O4 with ``rule``: not paged, the first refusal naming ``reason``, and the
     contiguous model verified."""
-    result = onnx_fuse.optimize(model, level=4, target="trt", rules=[rule], verify=True)
+    result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True, rules=[rule], verify=True)
     assert _windows(result.model) == []
     notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
     assert notes and reason in notes[0], result.report.warnings
@@ -73,7 +73,8 @@ def _refused(model, rule, reason: str) -> None:
 def paged(request, any_head_rule):
     name, windows = request.param
     original = _load(name)
-    result = onnx_fuse.optimize(original, level=4, target="trt", rules=[any_head_rule], verify=True)
+    result = onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True,
+                                rules=[any_head_rule], verify=True)
     return original, result, windows
 
 

@@ -48,7 +48,7 @@ def name(request) -> str:
 
 @pytest.fixture(scope="module")
 def paged(name) -> ir.Model:
-    return onnx_fuse.optimize(str(MODELS / f"{name}.onnx"), level=4, target="trt").model
+    return onnx_fuse.optimize(str(MODELS / f"{name}.onnx"), level=4, target="trt", float32_plugins=True).model
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +246,7 @@ def test_decode_loop_feeds_pools_back(sessions):
 
 def _o4(proto_or_path, **kw):
     return onnx_fuse.optimize(proto_or_path if isinstance(proto_or_path, onnx.ModelProto) else str(proto_or_path),
-                              level=4, target="trt", **kw)
+                              level=4, target="trt", float32_plugins=True, **kw)
 
 
 def _refused(proto: onnx.ModelProto, reason: str) -> None:

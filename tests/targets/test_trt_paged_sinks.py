@@ -39,7 +39,7 @@ CASES = [
 
 def _paged(kw):
     case = make_decoder_case(11, **{**BASE, **kw})
-    return case, onnx_fuse.optimize(case.model, level=4, target="trt", verify=True)
+    return case, onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True, verify=True)
 
 
 def _sink_consts(model: onnx.ModelProto) -> np.ndarray:
@@ -109,7 +109,7 @@ def test_sinks_of_several_values_per_head_are_not_paged():
     for n in model.graph.node:
         if n.op_type == "Constant" and n.output[0].startswith("sinks"):
             n.attribute[0].t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(two), n.output[0]))
-    result = onnx_fuse.optimize(model, level=4, target="trt")
+    result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True)
     notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
     assert notes and "one logit per query head" in notes[0], result.report.warnings
 
@@ -118,7 +118,8 @@ def test_fp8_pools_keep_the_sinks():
     """--kv-cache-dtype fp8 on a node with sinks: the scales go to inputs 7 and 8, the sinks stay
     input 9; verified against the original on the rounded past (the 10-input fp8 reference)."""
     case = make_decoder_case(11, **{**BASE, **CASES[2], "heads": 4, "kv_heads": 2})
-    result = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8", verify=True)
+    result = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True,
+                                kv_cache_dtype="fp8", verify=True)
     node = next(n for n in to_proto(result.model).graph.node if n.op_type == "PagedAttention")
     assert list(node.input[7:9]) == ["kv_scale_k.0", "kv_scale_v.0"] and node.input[9], list(node.input)
     assert result.report.status == "PASSED", result.report.status_reason

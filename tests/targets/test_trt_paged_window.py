@@ -76,7 +76,7 @@ def _check_against_original(original: onnx.ModelProto, paged, past_lens, sq: int
 @pytest.fixture(scope="module")
 def banded():
     original = _with_band(5)
-    return original, onnx_fuse.optimize(original, level=4, target="trt").model
+    return original, onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True).model
 
 
 def test_banded_cache_mask_becomes_paged_attention_with_its_window(banded):
@@ -106,7 +106,7 @@ def test_the_window_changes_the_numbers(banded):
 
 def test_window_longer_than_every_context_run_stays_exact():
     original = _with_band(100)
-    paged = onnx_fuse.optimize(original, level=4, target="trt").model
+    paged = onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True).model
     assert _windows(paged) == [100] * LAYERS
     _check_against_original(original, paged, (9, 30), 2, 4, seed=5)
 
@@ -116,7 +116,7 @@ def test_mask_banded_only_at_small_positions_is_refused():
     looks like a window of 5, but at position 40 on it is plain causal; no single W, so the
     model keeps its contiguous cache (and stays exact)."""
     original = _with_band(5, until=40)
-    result = onnx_fuse.optimize(original, level=4, target="trt", verify=True)
+    result = onnx_fuse.optimize(original, level=4, target="trt", float32_plugins=True, verify=True)
     assert _ops(result.model)["PagedAttention"] == 0
     notes = [w for w in result.report.warnings if "trt-paged-kv: not rewritten" in w]
     assert notes and "lets a query see all of its" in notes[0], result.report.warnings
@@ -131,6 +131,7 @@ def test_corpus_sliding_decoders_are_paged_with_their_windows_and_verified(any_h
     path = CORPUS / f"{name}.onnx"
     if not path.exists():
         pytest.skip(f"{path.name} not in the corpus")
-    result = onnx_fuse.optimize(str(path), level=4, target="trt", rules=[any_head_rule], verify=True)
+    result = onnx_fuse.optimize(str(path), level=4, target="trt", float32_plugins=True,
+                                rules=[any_head_rule], verify=True)
     assert _windows(result.model) == windows, result.report.warnings
     assert result.report.status == "PASSED", result.report.status_reason

@@ -348,7 +348,7 @@ def test_paged_check_catches_a_wrong_paged_model():
     case = make_decoder_case(78, **{**PAGEABLE, "kv_fp8": False})
     names = [o.name for o in case.model.graph.output]
     ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
-    optimized = onnx_fuse.optimize(case.model, level=4, target="trt").to_proto()
+    optimized = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True).to_proto()
     assert fd._check_paged(case.model, optimized, case.feeds, ref, False, None)[0] == "ok"
     node = next(n for n in optimized.graph.node if n.op_type == "PagedAttention")
     node.input[1], node.input[2] = node.input[2], node.input[1]
@@ -422,7 +422,8 @@ def test_fp8_run_checks_each_attention_against_its_own_inputs():
     case = make_decoder_case(77, **{**PAGEABLE, "layers": 2})
     names = [o.name for o in case.model.graph.output]
     ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
-    opt = onnx_fuse.optimize(case.model, level=4, target="trt", kv_cache_dtype="fp8").to_proto()
+    opt = onnx_fuse.optimize(case.model, level=4, target="trt", float32_plugins=True,
+                             kv_cache_dtype="fp8").to_proto()
     assert fd._check_paged(case.model, opt, case.feeds, ref, True, None) == ("ok", "")
     node = [n for n in opt.graph.node if n.op_type == "PagedAttention"][1]
     opt.graph.initializer.append(numpy_helper.from_array(np.array(1.05, np.float32), "planted"))
