@@ -11,6 +11,7 @@ scales, GroupNorm's too, adaLN zero-inits), and exported the way these models ar
 
   static      torch.onnx.export(dynamo=True), static shapes (batch 2, an 8x8 / 16x16 latent)
   dyn_batch   dynamo, the batch dim dynamic
+  dyn_hw      dynamo, batch and the latent's height and width dynamic (UNet, VAE decoder)
   torchscript torch.onnx.export(dynamo=False), opset 17, static shapes
   eager       dynamo, static, the attention processors set to diffusers' AttnProcessor (baddbmm
               scores with the heads folded into the batch) instead of SDPA (UNet, VAE)
@@ -202,9 +203,9 @@ def _vae(part):
     return build
 
 
-ARCHS = {"unet2d_cond": (_unet, STYLES), "sdxl_unet": (_sdxl_unet, STYLES[:3]), "dit": (_dit, STYLES[:3]),
+ARCHS = {"unet2d_cond": (_unet, STYLES + ("dyn_hw",)), "sdxl_unet": (_sdxl_unet, STYLES[:3]), "dit": (_dit, STYLES[:3]),
          "pixart": (_pixart, STYLES[:3]), "sd3": (_sd3, STYLES[:3]), "sd35": (_sd35, STYLES[:3]),
-         "flux": (_flux, STYLES[:3]), "vae_decoder": (_vae("decoder"), STYLES),
+         "flux": (_flux, STYLES[:3]), "vae_decoder": (_vae("decoder"), STYLES + ("dyn_hw",)),
          "vae_encoder": (_vae("encoder"), ("static", "eager"))}
 
 
@@ -264,9 +265,13 @@ def export_one(arch: str, style: str, path: Path) -> dict:
                               opset_version=17)
         else:
             dyn = None
-            if style == "dyn_batch":  # ids tables (Flux) have no batch axis
+            if style in ("dyn_batch", "dyn_hw"):  # ids tables (Flux) have no batch axis
                 batch = torch.export.Dim("batch", min=1, max=64)
-                dyn = {"args": tuple({0: batch} if v.shape and v.shape[0] == BATCH and n not in ("img_ids", "txt_ids")
+                # dyn_hw: the latent's height and width too, even (the UNet downsamples once)
+                hw = {2: 2 * torch.export.Dim("h2", min=2, max=64), 3: 2 * torch.export.Dim("w2", min=2, max=64)} \
+                    if style == "dyn_hw" else {}
+                dyn = {"args": tuple(({0: batch, **hw} if v.dim() == 4 else {0: batch})
+                                     if v.shape and v.shape[0] == BATCH and n not in ("img_ids", "txt_ids")
                                      else None for n, v in feeds.items())}  # forward(*args)
             prog = torch.onnx.export(wrap, args, input_names=names, output_names=["out"], dynamic_shapes=dyn,
                                      dynamo=True, verbose=False)
@@ -275,9 +280,13 @@ def export_one(arch: str, style: str, path: Path) -> dict:
     sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     declared = {i.name for i in sess.get_inputs()}
     diffs = []
-    for b in ([BATCH, 1] if style == "dyn_batch" else [BATCH]):
+    dynamic = style in ("dyn_batch", "dyn_hw")
+    for b in ([BATCH, 1] if dynamic else [BATCH]):
         torch.manual_seed(SEED + 7 + b)
         f = inputs(b)
+        if style == "dyn_hw" and b == 1:  # a second latent size: 1.5x the height, 2x the width
+            f = {n: torch.randn(*v.shape[:2], v.shape[2] * 3 // 2, v.shape[3] * 2) if v.dim() == 4 else v
+                 for n, v in f.items()}
         with torch.no_grad():
             ref = wrap(*f.values()).numpy()
         got = sess.run(None, {n: v.numpy() for n, v in f.items() if n in declared})[0]
@@ -297,10 +306,10 @@ def export_one(arch: str, style: str, path: Path) -> dict:
             "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path), "seed": SEED,
             "perturbed_params": len(touched),
             "exporter": {"name": "torch.onnx.export", "dynamo": style != "torchscript",
-                         "dynamic_batch": style == "dyn_batch", "attn_processor": "AttnProcessor"
-                         if style == "eager" else "default",
+                         "dynamic_batch": dynamic, "dynamic_hw": style == "dyn_hw",
+                         "attn_processor": "AttnProcessor" if style == "eager" else "default",
                          "versions": {"torch": torch.__version__, "diffusers": diffusers.__version__}},
-            "torch_check": {"batches": [BATCH, 1] if style == "dyn_batch" else [BATCH], "max_abs": max(diffs)}}
+            "torch_check": {"batches": [BATCH, 1] if dynamic else [BATCH], "max_abs": max(diffs)}}
 
 
 def main(argv=None) -> int:
