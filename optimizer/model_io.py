@@ -34,7 +34,7 @@ from onnx_fuse.passes._scoped_names import free_name
 from onnx_fuse.external_data import (check_external_data, check_ir_external_data, external_info,
                                      has_external_data, iter_model_tensors)
 from onnx_fuse.proto_stream import WireError, embedded_nbytes, skeleton_with_mapped_weights, write_embedded
-from onnx_fuse.sparse_initializers import densify_sparse_initializers
+from onnx_fuse.sparse_initializers import densify_sparse_initializers, widen_sparse_indices
 from onnx_fuse.structure_check import check_structure, skeleton_from_proto
 from onnx_fuse.text_check import check_text
 
@@ -188,6 +188,7 @@ def load_proto(source: str | os.PathLike | bytes, *, check: bool = True,
         raise UserError("<bytes>: model refers to external data but was given as bytes; load it "
                         "from its file instead")
     _check_tensors(proto, what)
+    widen_sparse_indices(proto)
     if check:
         _check_graph(proto, what)
     return proto, base_dir
@@ -240,6 +241,7 @@ def _load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, 
                                 "(the folder of its weight files) or load the model from its file")
             check_external_data(proto, base_dir)
         _check_tensors(proto, "<model>")
+        widen_sparse_indices(proto)
         if check:
             _check_graph(proto, "<model>")
         densify_sparse_initializers(proto, None if base_dir is None else os.fspath(base_dir), "<model>")

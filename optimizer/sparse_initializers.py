@@ -21,6 +21,20 @@ from onnx_fuse.passes._subgraph_scopes import all_subgraphs
 
 #: the largest dense form made from a sparse initializer (2 GiB: the protobuf limit of one model)
 MAX_DENSE_BYTES = 2 << 30
+#: index types ONNX Runtime's saver writes (the narrowest that holds the indices), which ORT
+#: reads back and the ONNX checker refuses ("indices must have INT64 type")
+_NARROW_INDICES = (onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32)
+
+
+def widen_sparse_indices(proto: onnx.ModelProto) -> None:
+    """Store narrow embedded sparse indices as int64 (in place), before the checker: a model saved
+    by ORT's offline optimizer (optimized_model_filepath) loads in ORT and is then ours too."""
+    for graph in (proto.graph, *all_subgraphs(proto.graph)):
+        for sparse in graph.sparse_initializer:
+            ind = sparse.indices
+            if ind.data_type in _NARROW_INDICES and ind.data_location != onnx.TensorProto.EXTERNAL:
+                ind.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(ind).astype(np.int64), ind.name))
+
 
 
 def _dense(sparse: onnx.SparseTensorProto, base_dir: str | None, where: str) -> onnx.TensorProto:

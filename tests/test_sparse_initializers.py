@@ -97,3 +97,42 @@ def test_sparse_initializer_that_is_also_an_input_is_refused():
     m.graph.input.append(helper.make_tensor_value_info("W", TP.FLOAT, [8, 8]))
     with pytest.raises(UserError, match="also a graph input"):
         onnx_fuse.optimize(m, level=1)
+
+
+@pytest.mark.parametrize("itype", [np.int8, np.int16, np.int32])
+@pytest.mark.parametrize("source", ["proto", "path"])
+def test_narrow_sparse_indices_as_onnx_runtime_saves_them(tmp_path, itype, source):
+    """ORT's offline optimizer (SessionOptions.optimized_model_filepath) writes sparse indices in the
+    narrowest integer type that holds them; ORT loads that back, the ONNX checker wants int64: load
+    refused the model ("Sparse tensor indices () must have INT64 type", the fuzzer's --pretool ort1
+    on its sparse-initializer graphs). They are widened before the checker now."""
+    s = _sparse(_weight(), coords=False)
+    s.indices.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(s.indices).astype(itype), "W_i"))
+    model = _model(s)
+    before = model.SerializeToString()
+    src = model
+    if source == "path":
+        src = tmp_path / "m.onnx"
+        src.write_bytes(before)
+    out = onnx_fuse.optimize(src, level=2).to_proto()
+    onnx.checker.check_model(out, full_check=True)
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)}
+    np.testing.assert_allclose(_run(out, feeds)[0], _run(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    assert model.SerializeToString() == before
+
+
+def test_a_model_onnx_runtime_saved_with_sparse_weights_loads(tmp_path):
+    """The same end to end: ORT's own saved file (its indices narrowed) is optimized and matches."""
+    w = np.zeros((8, 8), np.float32)
+    w[np.arange(8), np.arange(8)[::-1]] = np.arange(1, 9)
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    onnxruntime.InferenceSession(_model(_sparse(w, coords=False)).SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+    saved = onnx.load(tmp_path / "ort.onnx")
+    narrowed = [s.indices.data_type for s in saved.graph.sparse_initializer]
+    out = onnx_fuse.optimize(tmp_path / "ort.onnx", level=2).to_proto()
+    feeds = {"x": np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)}
+    np.testing.assert_allclose(_run(out, feeds)[0], _run(saved, feeds)[0], rtol=1e-5, atol=1e-5)
+    assert narrowed == [TP.INT8]   # what ORT 1.32 writes for 8 indices
