@@ -67,7 +67,11 @@ def to_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.Mode
 
 
 def uses_our_ops(proto: onnx.ModelProto) -> bool:
-    return any(n.domain == OUR_DOMAIN for n in proto.graph.node) or any(
+    """Whether an onnx_fuse op is in the model: the main graph, an If / Loop / Scan body (a merged
+    decoder's branches) or a function."""
+    from onnx_fuse.reference.ort_ops import all_nodes
+
+    return any(n.domain == OUR_DOMAIN for n in all_nodes(proto.graph)) or any(
         f.domain == OUR_DOMAIN for f in proto.functions)
 
 
@@ -860,20 +864,11 @@ def _half_floor(model: onnx.ModelProto) -> tuple[float, float] | None:
 _LONG_PREFILL_CAP = 2048
 
 
-def _attention_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Our FusedAttention / PagedAttention nodes, subgraphs (an If's branches) included."""
-    found: list[onnx.NodeProto] = []
+def _attention_nodes(model: onnx.ModelProto, ops=("FusedAttention", "PagedAttention")) -> list[onnx.NodeProto]:
+    """Our FusedAttention / PagedAttention nodes (``ops``), subgraphs (an If's branches) included."""
+    from onnx_fuse.reference.ort_ops import all_nodes
 
-    def walk(graph: onnx.GraphProto) -> None:
-        for n in graph.node:
-            if n.domain == OUR_DOMAIN and n.op_type in ("FusedAttention", "PagedAttention"):
-                found.append(n)
-            for a in n.attribute:
-                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    walk(g)
-
-    walk(model.graph)
-    return found
+    return [n for n in all_nodes(model.graph) if n.domain == OUR_DOMAIN and n.op_type in ops]
 
 
 def window_attribute(model: onnx.ModelProto) -> int:
@@ -1007,8 +1002,7 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
     elif inputs is None:
         # FusedAttention's contract writes zeros in padded query rows, where the original graph
         # computes values nobody reads: random masks stay unpadded so the comparison is fair.
-        pad = not paged and not any(n.domain == OUR_DOMAIN and n.op_type == "FusedAttention"
-                                    for n in opt.skeleton.graph.node)
+        pad = not paged and not _attention_nodes(opt.skeleton, ("FusedAttention",))
         if paged:
             notes.append("paged KV: the original's past fed as shuffled blocks of a pool "
                          f"(block size {_PAGED_BLOCK}), its present.* compared with the pools read back")

@@ -51,7 +51,7 @@ from onnx_fuse.plugin_ids import TRT_ONLY_ATTRS
 
 ORT_CONTRIB_DOMAIN = "ai.onnx.contrib"
 
-__all__ = ["prepare_session", "OUR_DOMAIN", "ORT_CONTRIB_DOMAIN"]
+__all__ = ["prepare_session", "all_nodes", "OUR_DOMAIN", "ORT_CONTRIB_DOMAIN"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,18 +223,36 @@ def _retarget(node: onnx.NodeProto, types: dict[str, int]) -> _OpSpec:
     return spec
 
 
+def _bodies(graph: onnx.GraphProto):
+    """``graph`` and every graph nested in its nodes' attributes (If / Loop / Scan bodies)."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                         a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
+                yield from _bodies(body)
+
+
+def all_nodes(graph: onnx.GraphProto):
+    """The nodes of ``graph`` and of every body nested in it."""
+    for g in _bodies(graph):
+        yield from g.node
+
+
 def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
-    """Element type per value name: declared types, else ONNX shape inference (best effort)."""
+    """Element type per value name (subgraphs too: a merged decoder's branches share their names,
+    with the same types): declared types, else ONNX shape inference (best effort)."""
     def collect(m):
-        g = m.graph
-        t = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.output, *g.value_info]
-             if v.type.tensor_type.elem_type}
-        t.update({i.name: i.data_type for i in g.initializer})
+        t = {}
+        for g in _bodies(m.graph):
+            t.update({v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.output, *g.value_info]
+                      if v.type.tensor_type.elem_type})
+            t.update({i.name: i.data_type for i in g.initializer})
         return t
 
     types = collect(proto)
     if any(n.domain == OUR_DOMAIN and any(i and i not in types for i in n.input)
-           for n in proto.graph.node):
+           for n in all_nodes(proto.graph)):
         try:
             types = {**collect(onnx.shape_inference.infer_shapes(proto)), **types}
         except Exception:  # noqa: BLE001 - unknown types fall back to float32
@@ -248,21 +266,40 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
     Registers those Python ops (once per process) and the extensions' custom-op library on
     ``opts`` (an ``onnxruntime.SessionOptions``). A node's float16, bfloat16 or float8e4m3fn
     tensors reach the float32 registration through Casts (and its outputs are Cast back). Raises ValueError for an onnx_fuse op or input count that
-    has no reference. Nodes inside functions/subgraphs are not retargeted.
+    has no reference. Nodes inside If / Loop / Scan bodies are retargeted too (a merged decoder
+    keeps its layers in If branches); nodes inside functions are not.
     """
     import onnxruntime_extensions
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
+    types = _elem_types(out) if any(n.domain == OUR_DOMAIN for n in all_nodes(out.graph)) else {}
     used = float8 = False
-    types = None
+    # innermost bodies first: rewriting a graph's node list copies its nodes, bodies included
+    for graph in reversed(list(_bodies(out.graph))):
+        graph_used, graph_float8 = _retarget_graph(graph, types)
+        used |= graph_used
+        float8 |= graph_float8
+    if used:
+        imports = [o for o in out.opset_import if o.domain != OUR_DOMAIN]
+        del out.opset_import[:]
+        out.opset_import.extend(imports)
+        if not any(o.domain == ORT_CONTRIB_DOMAIN for o in imports):
+            out.opset_import.append(onnx.helper.make_opsetid(ORT_CONTRIB_DOMAIN, 1))
+        if float8:
+            out = _raise_opset_for_float8(out)
+        opts.register_custom_ops_library(onnxruntime_extensions.get_library_path())
+    return out
+
+
+def _retarget_graph(graph: onnx.GraphProto, types: dict[str, int]) -> tuple[bool, bool]:
+    """prepare_session on the nodes of one graph (not its bodies): (any op retargeted, float8)."""
+    used = float8 = False
     nodes = []
-    for node in out.graph.node:
+    for node in graph.node:
         if node.domain != OUR_DOMAIN:
             nodes.append(node)
             continue
-        if types is None:
-            types = _elem_types(out)
         spec = _retarget(node, types)
         for every in _SPECS:   # all at once, before the first session: see _register
             _register(every)
@@ -290,17 +327,9 @@ def prepare_session(proto: onnx.ModelProto, opts) -> onnx.ModelProto:
                 node.output[i] = wide
         nodes += [node, *after]
     if used:
-        del out.graph.node[:]
-        out.graph.node.extend(nodes)
-        imports = [o for o in out.opset_import if o.domain != OUR_DOMAIN]
-        del out.opset_import[:]
-        out.opset_import.extend(imports)
-        if not any(o.domain == ORT_CONTRIB_DOMAIN for o in imports):
-            out.opset_import.append(onnx.helper.make_opsetid(ORT_CONTRIB_DOMAIN, 1))
-        if float8:
-            out = _raise_opset_for_float8(out)
-        opts.register_custom_ops_library(onnxruntime_extensions.get_library_path())
-    return out
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return used, float8
 
 
 def _raise_opset_for_float8(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -112,6 +112,18 @@ class OpsetOnDemandRewritePass(RewritePass):
         self.fusion_opset = fusion_opset
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        # -O4 trt: an Optimum merged decoder is tried with its If resolved to the cache branch,
+        # so that its KV cache can be paged (targets/trt_merged_decoder.py)
+        from onnx_fuse.targets.trt_merged_decoder import PAGED_RULE, fuse_merged_decoder
+
+        if PAGED_RULE in self.rule_set:
+            result = fuse_merged_decoder(self, model)
+            if result is not None:
+                return result
+        return self.fuse(model)
+
+    def fuse(self, model: ir.Model) -> ir.passes.PassResult:
+        """The rules on ``model``, upgraded to the fusion opset on demand (class docstring)."""
         current = default_opset(model)
         if current is None or current >= self.fusion_opset:
             return super().call(model)
