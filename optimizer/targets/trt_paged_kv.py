@@ -64,12 +64,14 @@ def _axes(node: ir.Node) -> list[int] | None:
     return list(a.value) if a is not None else None
 
 
-def _live(graph: ir.Graph, dead_outputs: set[int], matched: set[ir.Node]) -> set[int]:
-    """Nodes still needed once the lowered attentions read only q, k and v (inputs 0-2)."""
+def _live(graph: ir.Graph, dead_outputs: set[int], matched: set[ir.Node], replaced: set[int] = frozenset()) -> set[int]:
+    """Nodes still needed once the lowered attentions read only q, k and v (inputs 0-2), and the
+    values ``replaced`` (ids: position ids apply() re-derives) are no longer computed."""
     live: set[int] = set()
     stack = [o for o in graph.outputs if id(o) not in dead_outputs]
     while stack:
-        node = _prod(stack.pop())
+        v = stack.pop()
+        node = _prod(v) if id(v) not in replaced else None
         if node is None or id(node) in live:
             continue
         live.add(id(node))
@@ -337,10 +339,49 @@ def _check(graph: ir.Graph, retiring: list[ir.Value], matched: set[ir.Node]) -> 
         return f"past input(s) {stray} are not read by a lowered attention (a model is never half paged)"
     presents = {id(o) for n in matched for o in n.outputs[1:]}
     try:
-        _shape_uses(retiring, _live(graph, presents, matched), matched, _opset(graph), _query_len(graph, matched))
+        su = _shape_uses(retiring, _live(graph, presents, matched), matched, _opset(graph),
+                         _query_len(graph, matched))
     except _Refuse as exc:
         return str(exc)
+    return _mask_read_elsewhere(graph, retiring, matched, presents, su)
+
+
+def _mask_read_elsewhere(graph: ir.Graph, retiring: list[ir.Value], matched: set[ir.Node], presents: set[int],
+                         su: _ShapeUse) -> str | None:
+    """A graph input whose values make an attention's mask (the padding mask) is padded to one
+    length for the whole batch; a paged batch is ragged (seq_lens), so nothing may still read it
+    once the attentions are paged but its batch size (``Shape(x)[0:1]``, re-derived by apply()).
+    Positions counted from its length (Shape(attention_mask)[1] - S) would be one sequence's for
+    all, and its zeros would be ignored: refused rather than paged with a mask input that means
+    something else."""
+    live = _live(graph, presents, matched, {id(p) for p, _ in su.probed})
+    skip = {id(v) for v in retiring}
+    for x in _mask_inputs(n.inputs[3] for n in matched if n.op_type == "AttentionKV" and len(n.inputs) > 3):
+        for user in _users(x) if id(x) not in skip else ():
+            if id(user) in live and not (user.op_type == "Shape" and (
+                    user.attributes["start"].value if "start" in user.attributes else 0) == 0
+                    and "end" in user.attributes and user.attributes["end"].value == 1):
+                return (f"the padding mask {x.name!r} is still read by {user.op_type} {user.name!r} once the "
+                        "attentions are paged (its length or values); a paged batch is ragged and has no padding "
+                        "mask (seq_lens gives each sequence's length)")
     return None
+
+
+def _mask_inputs(masks) -> list[ir.Value]:
+    """Graph inputs whose values (not only their shapes: Shape stops the walk) reach ``masks``."""
+    found, seen = {}, set()
+    stack = [m for m in masks if m is not None]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.is_graph_input():
+            found[id(v)] = v
+        node = v.producer()
+        if node is not None and node.op_type not in ("Shape", "Size"):
+            stack.extend(i for i in node.inputs if i is not None)
+    return list(found.values())
 
 
 def _apply(graph: ir.Graph, retiring: list[ir.Value], new_inputs: dict[str, ir.Value]) -> None:
