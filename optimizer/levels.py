@@ -186,8 +186,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # pairs picked from x viewed as [..., D/2, 2] (Flux's rotate_every_two) as Slice(x, k::2)
         from onnx_fuse.passes.unbind_pairs import UnbindPairsPass
 
+        # keras-hub's rotate_half, stack([-x2, x1], axis=-2) viewed as x, as the Concat split-rotate-half reads
+        from onnx_fuse.passes.stack_merge import StackMergePass
+
         contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
-                   SplitRotateHalfPass(), UnbindPairsPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
+                   StackMergePass(), SplitRotateHalfPass(), UnbindPairsPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib)
                        if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.

@@ -211,7 +211,8 @@ def _const_ints(v: ir.Value | None) -> list[int] | None:
 def split_sizes(node: ir.Node) -> list[int] | None:
     """The part sizes a Split states: its constant ``split`` input, the attribute before opset 13, or
     (opset 18's ``num_outputs``: torch's chunk under the dynamo exporter) parts of ceil(d / n) with a
-    smaller last one, where the input's dim d on the axis is static."""
+    smaller last one, where the input's dim d on the axis is static; with none of them (opsets before
+    18: tf2onnx's tf.split) d / outputs each, where that divides."""
     if len(node.inputs) > 1 and node.inputs[1] is not None:
         return _const_ints(node.inputs[1])
     attr = node.attributes.get("split")
@@ -219,9 +220,13 @@ def split_sizes(node: ir.Node) -> list[int] | None:
         return [int(i) for i in attr.value]
     n = node.attributes.get("num_outputs")
     x = node.inputs[0] if node.inputs else None
-    if n is None or x is None or x.shape is None or not x.shape.rank():
+    if x is None or x.shape is None or not x.shape.rank():
         return None
-    n, d = int(n.value), x.shape[int(attr_value(node, "axis", 0)) % x.shape.rank()]
+    d = x.shape[int(attr_value(node, "axis", 0)) % x.shape.rank()]
+    if n is None:   # before opset 18 a Split without sizes has equal parts, one per output
+        k = len(node.outputs)
+        return [d // k] * k if isinstance(d, int) and k > 0 and d % k == 0 else None
+    n = int(n.value)
     part = -(-d // n) if isinstance(d, int) and n > 0 else 0
     last = d - part * (n - 1) if part else 0
     return [part] * (n - 1) + [last] if last > 0 else None

@@ -245,3 +245,42 @@ def test_select_arith_refuses_infinite_fill(h):
     """-inf * 0 is NaN where the condition holds: with an infinite fill the arithmetic is no select."""
     model = _keras_mha(h, fill=-np.inf)
     assert any("one finite number" in r for r in h.reasons(model, "onnx", "select-arith"))
+
+
+def _keras_hub_rope(h):
+    """keras-hub's RotaryEmbedding through tf2onnx (opset 17): angles = positions x inverse frequencies
+    [1, S, D/2], table stack([f, f], axis=-2) viewed as [1, S, D] and unsqueezed at the heads axis
+    before Cos / Sin; x [B, S, N, D] split in halves (tf.split: no sizes), rotate_half as
+    stack([-x2, x1], axis=-2) viewed as x; y = x * cos + rotate_half(x) * sin."""
+    n = h.node
+    half = D // 2
+    inits = {"inv": (10000.0 ** (-np.arange(half) / half)).astype(np.float32).reshape(1, 1, half),
+             "ax0": np.array([0], np.int64), "ax2": np.array([2], np.int64), "ax3": np.array([3], np.int64),
+             "t3": np.array([1, -1, D], np.int64), "zero": np.array(0.0, np.float32), "one": np.array(1.0, np.float32)}
+    nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "ax0"], ["s1"]), n("Squeeze", ["s1"], ["s"]),
+             n("Cast", ["s"], ["sf"], to=1), n("Range", ["zero", "sf", "one"], ["pos"]),
+             n("Unsqueeze", ["pos", "ax0"], ["p1"]), n("Unsqueeze", ["p1", "ax2"], ["p2"]),
+             n("Mul", ["p2", "inv"], ["f"]),
+             n("Unsqueeze", ["f", "ax2"], ["fa"]), n("Concat", ["fa", "fa"], ["fs"], axis=2),
+             n("Reshape", ["fs", "t3"], ["emb"]), n("Unsqueeze", ["emb", "ax2"], ["e4"]),
+             n("Cos", ["e4"], ["cos"]), n("Sin", ["e4"], ["sin"]),
+             n("Split", ["x"], ["x1", "x2"], axis=-1), n("Neg", ["x2"], ["nx2"]),
+             n("Unsqueeze", ["nx2", "ax3"], ["u2"]), n("Unsqueeze", ["x1", "ax3"], ["u1"]),
+             n("Concat", ["u2", "u1"], ["st"], axis=3), n("Reshape", ["st", "xs"], ["rot"]),
+             n("Mul", ["x", "cos"], ["xc"]), n("Mul", ["rot", "sin"], ["rs"]), n("Add", ["xc", "rs"], ["y"])]
+    # the position count is the sequence axis (x's dim 1): read it there
+    nodes[1] = n("Gather", ["xs", "ax1"], ["s1"])
+    inits["ax1"] = np.array([1], np.int64)
+    x4 = ["batch", "seq", N, D]
+    return h.make_model(nodes, [h.vi("x", x4)], [h.vi("y", x4)], inits, opset=17)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_keras_hub_rope(h, target):
+    """kh_llama / kh_gemma's RoPE: rope 0 -> 1 (stack-merge, the equal Split, cos/sin of the
+    unsqueezed table, then rotary-rotate-half-bshd)."""
+    model = _keras_hub_rope(h)
+    out = h.fuse(model, target, level=2)
+    assert h.ops(out)["RotaryEmbedding"] == 1, h.ops(out)
+    assert h.fired(out)["rotary-rotate-half-bshd"] >= 1, h.fired(out)
+    h.assert_close(model, out, {"x": h.rng.standard_normal((2, 6, N, D)).astype(np.float32)})
