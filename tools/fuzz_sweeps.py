@@ -83,11 +83,13 @@ def _keep(b: Builder, am: str, kind: str) -> str:
     return am if kind == "bool" else b.op("Cast", [am], to=BOOL)
 
 
-def _pad_additive(b: Builder, am: str, kind: str) -> str:
-    """[B, 1, 1, S]: 0 where kept, the dtype's lowest where padded."""
+def _pad_additive(b: Builder, am: str, kind: str, fill: float | None = None) -> str:
+    """[B, 1, 1, S]: 0 where kept, the dtype's lowest where padded (a select: ``fill`` if given;
+    the arithmetic (1 - m) * lowest has no -inf form: 0 * -inf is NaN)."""
     low = b.scalar(_lowest(b))
     if kind == "bool" and b.p(0.5):
-        return b.op("Where", [b.op("Unsqueeze", [am, b.ints([1, 2])]), b.scalar(0.0), low])
+        sel = low if fill is None else b.scalar(fill)
+        return b.op("Where", [b.op("Unsqueeze", [am, b.ints([1, 2])]), b.scalar(0.0), sel])
     if kind == "bool":
         inv = b.op("Cast", [b.op("Not", [am])], to=b.dtype)
     else:
@@ -201,6 +203,8 @@ def _draw(b: Builder, force: dict) -> dict:
         "softcap": b.p(0.12),
         "sinks": b.p(0.1),
         "scale_mul": b.p(0.5),
+        # selects fill -inf (sdpa's boolean masks): a row with no kept key is NaN in the original
+        "inf_fill": b.p(0.15),
     }
     f.update(force)
     if f["softcap"] and f["mask"] in ("causal", "causal_select_pad"):
@@ -240,13 +244,16 @@ def _attention(b: Builder, x: str, shape: list[Dim], opset: int, force: dict) ->
     if hkv != heads:
         k4, v4 = _repeat_kv(b, f["gqa"], k4, heads, hkv, dh), _repeat_kv(b, f["gqa"], v4, heads, hkv, dh)
     qk = b.op("MatMul", [q4, b.op("Transpose", [k4], perm=[0, 1, 3, 2])])
-    low = b.scalar(_lowest(b))
+    fill = -np.inf if f["inf_fill"] else _lowest(b)
+    if f["inf_fill"]:
+        b.trap("fill-neg-inf")
+    low = b.scalar(fill)
     am, kind = _mask01(b, bsz, seq) if f["mask"] in ("pad", "causal_select_pad", "causal_add_pad", "combined") \
         else (None, None)
     if f["mask"] in ("causal", "causal_select_pad"):
         causal = _causal(b, seq, x)
         if f["mask"] == "causal_select_pad":   # GPT-J: select, then scale, then the padding
-            s = b.op("Add", [_scale(b, b.op("Where", [causal, qk, low]), dh, f["scale_mul"]), _pad_additive(b, am, kind)])
+            s = b.op("Add", [_scale(b, b.op("Where", [causal, qk, low]), dh, f["scale_mul"]), _pad_additive(b, am, kind, fill)])
         else:
             s = b.op("Where", [causal, _scale(b, qk, dh, f["scale_mul"]), low])
         b.trap("causal-select")
@@ -260,9 +267,9 @@ def _attention(b: Builder, x: str, shape: list[Dim], opset: int, force: dict) ->
     if f["bias"]:
         s = b.op("Add", [s, _score_bias(b, f["bias"], x, seq, heads)])
     if f["mask"] == "pad":
-        s = b.op("Add", [s, _pad_additive(b, am, kind)])
+        s = b.op("Add", [s, _pad_additive(b, am, kind, fill)])
     elif f["mask"] == "causal_add_pad":   # the causal mask and the padding added first
-        m = b.op("Add", [b.op("Where", [_causal(b, seq, x), b.scalar(0.0), low]), _pad_additive(b, am, kind)])
+        m = b.op("Add", [b.op("Where", [_causal(b, seq, x), b.scalar(0.0), low]), _pad_additive(b, am, kind, fill)])
         s = b.op("Add", [s, m])
         b.trap("causal-plus-padding")
     elif f["mask"] == "combined":         # one boolean mask: causal and kept

@@ -114,13 +114,13 @@ def test_left_padding_and_kept_rows():
 
 
 def test_left_padded_fused_attention_is_its_own_class():
-    """Sweep seed 30 (mask_forms: a float32 left-padded float mask and a causal one combined,
-    head size 64) becomes FusedAttention at O4 trt, whose seq_lens only counts (docs/ops.md): the
-    kept rows differ too, which is `left-padded` (noted, saved, replayable), not `wrong` (the old
-    classifier took no float mask); a left-padding-safe plugin leaves only the padded rows
-    (`padded-rows`) or none."""
+    """Sweep seed 3 (mask_forms: a float32 left-padded float mask, a causal select filling -inf
+    plus the padding, head size 64) becomes FusedAttention at O4 trt, whose seq_lens only counts
+    (docs/ops.md): the kept rows differ too, which is `left-padded` (noted, saved, replayable), not
+    `wrong` (the old classifier took no float mask); a left-padding-safe plugin leaves only the
+    padded rows (`padded-rows`) or none."""
     ((_, _, cls, detail),) = [(r["level"], r["target"], r["cls"], r["detail"]) for r in
-                              fd.fuzz_case(make_sweep_case(30, "mask_forms"), [4], ["trt"])[0]]
+                              fd.fuzz_case(make_sweep_case(3, "mask_forms"), [4], ["trt"])[0]]
     assert cls in ("left-padded", "padded-rows", "ok"), (cls, detail)
     assert "left-padded" in fd.NOTED_CLASSES and "left-padded" not in fd.FAIL_CLASSES
 
@@ -132,3 +132,20 @@ def test_pretool_rewrites_the_graph_first():
     assert len(pre.model.graph.node) < len(case.model.graph.node)   # ORT's basic folding ran
     results, _, _ = fd.fuzz_case(pre, [3], ["ort", "trt"])
     assert all(r["cls"] == "ok" for r in results), [(r["target"], r["cls"], r["detail"]) for r in results]
+
+
+def test_float16_rows_with_no_kept_key_are_their_own_class():
+    """Sweep seed 9 (mask_forms, float16: a causal mask plus the padding, one sequence fully
+    masked): the original's float16 Adds absorb the scores into -65504 on rows with no kept key,
+    Attention-23 at onnx adds in float32 (docs/holdout.md "Masked rows (session 14)"): only those
+    rows differ, `half-masked-rows` (noted; it was `wrong`)."""
+    ((cls, detail),) = [(r["cls"], r["detail"]) for r in
+                        fd.fuzz_case(make_sweep_case(9, "mask_forms"), [3], ["onnx"])[0]]
+    assert cls in ("half-masked-rows", "ok"), (cls, detail)
+    # the rows set aside: none kept up to the row's own position (a causal row's keys)
+    feeds = {"attention_mask": np.array([[1, 1, 0], [0, 0, 0], [0, 1, 1]], np.int64)}
+    ref = np.zeros((3, 3, 2), np.float32)
+    for row, expected in (((1, 2), True), ((2, 0), True), ((0, 2), False), ((2, 1), False)):
+        got = ref.copy()
+        got[row] = 1.0
+        assert fd._kept_rows_match(["y"], [ref], [got], feeds, None, keyless=True) == expected, row
