@@ -237,6 +237,12 @@ class PrecisionConversionPass(FusePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         opsets = dict(model.opset_imports)
+        # bodies stay float32 (module docstring): said, since a model whose layers are all in an
+        # If (an Optimum merged decoder that was not paged) would otherwise convert silently nothing
+        inside = [n for n in ir.traversal.RecursiveGraphIterator(graph) if n.graph is not graph
+                  and any(v.dtype == F32 for v in n.outputs)]
+        self.stats_reason = (f"{len(inside)} float32 nodes inside If / Loop / Scan bodies stay float32 (the "
+                             "conversion covers the main graph)") if inside else None
         if any(v.dtype is None for n in graph for v in n.outputs):
             _infer_types(model)
             if fill_output_types(graph, opsets):

@@ -189,6 +189,17 @@ def test_plugin_ops_in_a_branch_run_in_verify():
     assert "masks unpadded: FusedAttention zeroes padded query rows by contract" in result.report.verify["notes"]
 
 
+def test_precision_says_it_leaves_branches_float32(unit):
+    """--precision converts the main graph only (passes/precision.py): a merged decoder that keeps
+    its If (here ort) is not converted, and the report says so; paged, it has no If left."""
+    kept = onnx_fuse.optimize(unit, level=3, target="ort", precision="fp16")
+    notes = [w for w in kept.report.warnings if w.startswith("precision:")]
+    assert notes and "float32 nodes inside If / Loop / Scan bodies stay float32" in notes[0], kept.report.warnings
+    paged = onnx_fuse.optimize(unit, level=4, target="trt", precision="fp16")
+    assert _ops(paged.model)["PagedAttention"] == LAYERS
+    assert not [w for w in paged.report.warnings if w.startswith("precision:")], paged.report.warnings
+
+
 def test_what_is_not_a_merged_decoder():
     base = onnx.load(str(MODELS / "llama64_kv_dynamo.onnx"))
     found = find_cache_branch(ir.from_proto(merged_from_kv(base)))
