@@ -14,7 +14,7 @@ H, D = 2, 8
 BIG = np.iinfo(np.int64).max
 
 
-def _graph(h, *, drop_first=False, sink_shape="inputs", named=True):
+def _graph(h, *, drop_first=False, sink_shape="inputs", named=True, div_scale=False):
     n = h.node
     if sink_shape == "inputs":
         expand = [n("Shape", ["q"], ["b1"], start=0, end=1), n("Shape", ["q"], ["s1"], start=2, end=3),
@@ -23,7 +23,7 @@ def _graph(h, *, drop_first=False, sink_shape="inputs", named=True):
         expand = [n("Shape", ["sm"], ["bhs"], start=0, end=3), n("Concat", ["bhs", "one"], ["sshape"], axis=0)]
     nodes = [
         n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-        n("MatMul", ["q", "kt"], ["qk"]), n("Mul", ["qk", "scale"], ["sc"]),
+        n("MatMul", ["q", "kt"], ["qk"]), n("Div" if div_scale else "Mul", ["qk", "scale"], ["sc"]),
         n("Add", ["sc", "mask"], ["sm"]),
         *expand,
         n("Expand", ["sinks", "sshape"], ["sink"]),                     # [B, H, S, 1]
@@ -35,7 +35,8 @@ def _graph(h, *, drop_first=False, sink_shape="inputs", named=True):
         n("MatMul", ["ps", "v"], ["o"]),
     ]
     inits = {"one": np.array([1], np.int64), "zero": np.array([0], np.int64), "last": np.array([-1], np.int64),
-             "big": np.array([BIG], np.int64), "scale": np.array(D ** -0.5, np.float32),
+             "big": np.array([BIG], np.int64),
+             "scale": np.array(D ** 0.5 if div_scale else D ** -0.5, np.float32),
              "sinks": np.array([0.7, -0.3], np.float32).reshape(1, H, 1, 1)}
     # unnamed batch and length: the Shape(scores) read is not a read of named dims that shape-cse
     # (passes/shape_cse.py) could take from q instead
@@ -68,6 +69,17 @@ def test_attention_sinks_expanded_to_the_scores_shape_fuse(h, target, level):
     ops = h.ops(out)
     assert "Softmax" not in ops and "MatMul" not in ops, ops
     assert (ops["Attention"] + ops["com.microsoft::MultiHeadAttention"]) == 1, ops
+    h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_attention_sinks_with_a_divided_scale_fuse(h, target, level):
+    """scores / sqrt(D) instead of scores * D^-0.5 (the differential fuzzer's sinks motif, sweep
+    seeds 2, 3, 7 at 38419ee): nothing matched the Softmax before."""
+    model = _graph(h, div_scale=True)
+    out = h.fuse(model, target, level)
+    ops = h.ops(out)
+    assert "Softmax" not in ops and (ops["Attention"] + ops["com.microsoft::MultiHeadAttention"]) == 1, ops
     h.assert_close(model, out, _feeds(h))
 
 
