@@ -245,8 +245,14 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     elif loosest is None:
         loosest = loosest_float_dtypes(original)
     if fuzz_paged.is_paged(optimized):
-        cls, detail = _check_paged(original, optimized, feeds, ref_out, kv_cache_dtype == "fp8", loosest,
-                                   bf16=precision == "bf16")
+        # every feed set: a merged decoder's other branch (alt: an empty past) is the paged model
+        # with nothing cached, which its resolution to the cache branch assumes
+        for i, (run_feeds, run_ref) in enumerate([(feeds, ref_out), *alt]):
+            cls, detail = _check_paged(original, optimized, run_feeds, run_ref, kv_cache_dtype == "fp8", loosest,
+                                       bf16=precision == "bf16")
+            if cls != "ok":
+                detail = f"feed set {i}: {detail}" if i else detail
+                break
         return cls, detail, optimized, fires
     if kv_cache_dtype is not None:
         return "crash", f"kv_cache_dtype={kv_cache_dtype} accepted but the model is not paged", optimized, fires

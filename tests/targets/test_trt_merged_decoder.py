@@ -200,6 +200,38 @@ def test_precision_says_it_leaves_branches_float32(unit):
     assert not [w for w in paged.report.warnings if w.startswith("precision:")], paged.report.warnings
 
 
+def test_fuzzer_checks_a_paged_merged_decoder_on_both_branches(unit, monkeypatch):
+    """tools/fuzz_differential.py run_one on a paged model: every feed set goes through the paged
+    harness (which runs the original on it itself), the other branch's (use_cache_branch false, an
+    empty past) too, and the first that is not ok decides ('feed set 1: ...')."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import fuzz_differential as fd
+
+    rng = np.random.default_rng(4)
+    feeds = _unit_feeds(rng, 2, 3, 2)
+    feeds.update(attention_mask=np.ones((2, 5), np.int64), use_cache_branch=np.array([True]))
+    alt = _unit_feeds(rng, 2, 0, 2)
+    alt.update(attention_mask=np.ones((2, 2), np.int64), use_cache_branch=np.array([False]))
+    names = [o.name for o in unit.graph.output]
+    sess = fd._session(unit, ort_optimizations=False)
+    ref, ref_alt = sess.run(names, feeds), sess.run(names, alt)
+    seen, check = [], fd._check_paged
+
+    def recording(original, optimized, run_feeds, *args, **kw):
+        seen.append(bool(run_feeds["use_cache_branch"][0]))
+        return check(original, optimized, run_feeds, *args, **kw)
+
+    monkeypatch.setattr(fd, "_check_paged", recording)
+    cls, detail, opt, fires = fd.run_one(unit, feeds, ref, 4, "trt", alt=[(alt, ref_alt)])
+    assert fires.get("trt-paged-kv") and cls == "ok" and seen == [True, False], (cls, detail, seen)
+    monkeypatch.setattr(fd, "_check_paged", lambda o, p, run_feeds, *a, **k: (
+        ("ok", "") if run_feeds["use_cache_branch"][0] else ("wrong", "logits off")))
+    cls, detail, _, _ = fd.run_one(unit, feeds, ref, 4, "trt", alt=[(alt, ref_alt)])
+    assert (cls, detail) == ("wrong", "feed set 1: logits off")
+
+
 def test_what_is_not_a_merged_decoder():
     base = onnx.load(str(MODELS / "llama64_kv_dynamo.onnx"))
     found = find_cache_branch(ir.from_proto(merged_from_kv(base)))
