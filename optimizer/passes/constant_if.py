@@ -107,4 +107,11 @@ class InlineConstantIfPass(FusePass):
             out.name = None
             new.name = name
         graph.insert_before(node, moved)
+        # the branch not taken goes with the If: its nodes must stop reading outer values, which
+        # onnx-ir counts as uses at any depth (a value only it read would look alive to DCE, a
+        # graph input only it read would stay in the interface: a merged decoder's attention_mask)
+        other = node.attributes["else_branch" if which == "then_branch" else "then_branch"].as_graph()
+        for inner in ir.traversal.RecursiveGraphIterator(other):
+            for i in range(len(inner.inputs)):
+                inner.replace_input_with(i, None)
         graph.remove(node, safe=True)

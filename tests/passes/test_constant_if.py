@@ -49,6 +49,19 @@ def test_takes_the_branch_the_constant_selects(cond, kept):
     check_same(proto, model, atol=0, rtol=0)
 
 
+def test_the_branch_not_taken_reads_nothing_afterwards():
+    """m = Neg(x) is read only by the else branch: once the then branch is taken, m has no reader
+    left (the discarded branch's nodes used to stay counted as its uses) and dead-code removes it."""
+    from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+
+    model = ir.from_proto(if_model("1"))
+    InlineConstantIfPass()(model)
+    m = next(n for n in model.graph if n.op_type == "Neg").outputs[0]
+    assert not list(m.uses())
+    DeadCodeEliminationPass()(model)
+    assert "Neg" not in {n.op_type for n in model.graph}
+
+
 def test_non_constant_condition_is_left_alone():
     proto = parse(HEADER + '''
     g (bool c, float[2] x) => (float[2] y)
