@@ -790,7 +790,7 @@ def make_sweep_case(seed: int, name: str | None = None) -> Case:
 
 def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:
     """A KV-cache decoder step (tools/fuzz_decoder.py); ``overrides`` fix spec switches (tests)."""
-    from fuzz_decoder import build_decoder, draw_spec
+    from fuzz_decoder import MERGED_SHARE, as_merged, build_decoder, draw_spec
 
     rng = rng if rng is not None else np.random.default_rng([seed, 0xDEC, 1])
     b = Builder(rng, F32)
@@ -810,6 +810,12 @@ def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overr
         for out in model.graph.output:
             if out.name.startswith("present."):
                 out.CopyFrom(oh.make_tensor_value_info(out.name, b.dtype, present))
+    # Optimum's merged form, from a stream of its own (the steps that stay steps are unchanged)
+    spec["merged"] = bool(overrides.get("merged", np.random.default_rng([seed, 0xDEC, 2]).random() < MERGED_SHARE))
+    if spec["merged"]:
+        model, feeds, alt = as_merged(model, b.feeds, next(i.name for i in model.graph.input))
+        b.trap("merged-decoder")
+        return Case(seed, model, feeds, ["decoder_kv"], b.traps, spec, alt_feeds=[alt])
     return Case(seed, model, b.feeds, ["decoder_kv"], b.traps, spec)
 
 

@@ -232,6 +232,28 @@ def test_fuzzer_checks_a_paged_merged_decoder_on_both_branches(unit, monkeypatch
     assert (cls, detail) == ("wrong", "feed set 1: logits off")
 
 
+def test_fuzzer_writes_decoder_steps_as_merged_decoders():
+    """tools/fuzz_decoder.as_merged (a share of the fuzzer's decoder steps): the step in one branch,
+    the same nodes over an empty past in the other, a second feed set for that branch; at O4 trt
+    the case is paged and ok on both sets, at O3 ort ok with its If."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import fuzz_differential as fd
+    from fuzz_motifs import make_decoder_case
+
+    case = make_decoder_case(77, merged=True, head=64, kv_heads=1, heads=2, sinks=False, window=0, fp16=False,
+                             kv_fp8=False, padded=True)
+    (alt,) = case.alt_feeds
+    assert "merged-decoder" in case.traps and case.spec["merged"]
+    assert case.feeds["use_cache_branch"].all() and not alt["use_cache_branch"].any()
+    assert alt["past_key_values.0.key"].shape[2] == 0 < case.feeds["past_key_values.0.key"].shape[2]
+    results, _, _ = fd.fuzz_case(case, [3, 4], ["ort", "trt"])
+    by = {(r["level"], r["target"]): r for r in results}
+    assert all(r["cls"] == "ok" for r in results), [(k, r["cls"], r["detail"]) for k, r in by.items()]
+    assert by[(4, "trt")]["fires"].get("trt-paged-kv") and not by[(3, "ort")]["fires"].get("trt-paged-kv")
+
+
 def test_what_is_not_a_merged_decoder():
     base = onnx.load(str(MODELS / "llama64_kv_dynamo.onnx"))
     found = find_cache_branch(ir.from_proto(merged_from_kv(base)))
