@@ -82,6 +82,12 @@ def window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int |
 
 
 INT64_MAX = 2 ** 63 - 1
+#: A constant Slice end at or above this reads as the end of the axis (ONNX clamps an end to the
+#: axis's length). Exporters write "to the end" as INT64_MAX (torch), INT32_MAX, or 10**9 (tf2onnx's
+#: strided_slice end_mask). Exact for every axis shorter than 10**9 entries: an assumption, not a
+#: proof (a symbolic dim has no upper bound), but one no model here comes near (a sequence of a
+#: billion positions; a 2**30 bound would miss tf2onnx's 10**9).
+TO_END = 10 ** 9
 #: cut_length's answer for a cut that keeps the whole axis
 WHOLE = object()
 
@@ -89,7 +95,7 @@ WHOLE = object()
 def cut_length(start: Dim, end: Dim, n: Dim | None):
     """How many of ``n`` entries ``[start:end]`` keeps (ONNX clamps both bounds into [0, n]; a
     negative bound counts from the end), where provable from sizes alone: ``WHOLE``, a Dim, or None.
-    An end provably >= n (INT64_MAX, n itself read from a shape) is the end of the axis.
+    An end provably >= n (n itself read from a shape) or a constant >= ``TO_END`` is the end of the axis.
     - ``[-m:]``: min(n, m): the whole axis where m >= n, m where n >= m (attention_mask[:, -S:]) and
       m >= 1 (at m = 0 the bound is the axis's start and the cut all of it: ``_from_end``); ``[-m:-k]``: m - k where
       n >= m >= k >= 1;
@@ -100,7 +106,7 @@ def cut_length(start: Dim, end: Dim, n: Dim | None):
       then meets its pool's length)."""
     if n is None or not clean(n) or not clean(start) or not clean(end):
         return None
-    to_end = end == (INT64_MAX, ()) or at_least(end, n)
+    to_end = (not end[1] and end[0] >= TO_END) or at_least(end, n)
     if start[0] < 0:
         m = (-start[0], start[1])
         if to_end:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_lengths import INT64_MAX, WHOLE, clean, cut_length, window_length
+from onnx_fuse.passes._dim_lengths import TO_END, WHOLE, clean, cut_length, window_length
 from onnx_fuse.passes._dim_products import Dim, floor_div, reshape_out_dims, shape_vector, to_dim, value_dims
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
@@ -348,7 +348,7 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
     start, end = cut
     if start is None or end is None:
         return None
-    if start == (0, ()) and end == (INT64_MAX, ()):
+    if start == (0, ()) and not end[1] and end[0] >= TO_END:
         return x, i
     got = cut_length(start, end, known_dim(x, i))
     if got is WHOLE:

@@ -24,13 +24,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_lengths import TO_END
 from onnx_fuse.passes._dim_products import shape_vector, value_dims
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._shape_values import invented_name
 from onnx_fuse.passes._shape_values import shape_entries as _shape_entries
 from onnx_fuse.passes.constant_folding import constant_tensor
 
-_BIG = 1 << 62  # Slice ends at or beyond this mean "to the end" whatever the dim
+_BIG = TO_END  # Slice ends at or beyond this mean "to the end" (passes/_dim_lengths.py: the bound and why)
 # float dtype -> dtypes that represent each of its values exactly (a Cast there and back is a no-op)
 _WIDER = {ir.DataType.FLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBLE.value),
           ir.DataType.BFLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBLE.value),
