@@ -107,7 +107,7 @@ def test_sinks_over_a_kv_cache_stay_contiguous_where_not_paged(target):
 
     case = make_decoder_case(5, head=16, heads=4, kv_heads=2, layers=1, window=0, sinks=True, sink_shape="export",
                              fp16=False, upcast=False, decode=False, positions="offset", padded=False,
-                             dim_names="optimum", repeat="shape", present_dims=True, kv_fp8=False)
+                             dim_names="optimum", repeat="shape", present_dims=True, kv_fp8=False, merged=False)
     result = onnx_fuse.optimize(case.model, level=3, target=target, verify=True)
     fires = result.report.rule_fires
     assert fires.get("attention-sinks") == fires.get("attention-kv-cache") == 1, fires
