@@ -206,7 +206,7 @@ class SizeOneAxesPass(FusePass):
         drop = sorted({a % rank for a in axes})
         if not drop or attr_value(resh, "allowzero", 0) != 0 or self._has_zero_entry(resh.inputs[1], drop[0]):
             return False
-        new_inputs, pos = [], 0
+        plan, pos = [], 0   # each piece kept (a value) or its constant entries left (a list)
         for v, n, const in pieces:
             mine = [i - pos for i in drop if pos <= i < pos + n]
             if mine:
@@ -214,10 +214,13 @@ class SizeOneAxesPass(FusePass):
                     return False                                  # only constant 1 entries go
                 kept = [c for i, c in enumerate(const) if i not in mine]
                 if kept:
-                    new_inputs.append(self._new_const(graph, f"{node.name or 'squeeze'}_target", kept))
+                    plan.append(kept)
             else:
-                new_inputs.append(v)
+                plan.append(v)
             pos += n
+        # constants made only now that nothing refuses (a refusal leaves the graph as it was)
+        new_inputs = [self._new_const(graph, f"{node.name or 'squeeze'}_target", v) if isinstance(v, list) else v
+                      for v in plan]
         stem = node.name or "squeeze"
         if len(new_inputs) == 1 and _ints(new_inputs[0]) is not None:
             target = new_inputs[0]
@@ -250,6 +253,15 @@ class SizeOneAxesPass(FusePass):
         pieces = self._pieces(target)
         if pieces is None or [n for _, n, _ in pieces] not in ([3], [1, 1, 1]) or self._has_zero_entry(target, 1):
             return False
+        # only into a Transpose of y that moved the last axis, which then keeps it: v [B, S, N, H]
+        # seen as [B, N, H, S] becomes the head split [B, N, S, H] (K^T's view stays as it is)
+        prod = y.producer()
+        first = list(attr_value(prod, "perm", None) or []) if is_default_op(prod, "Transpose") else []
+        if prod is None or prod.graph is not graph or len(first) != 4 or first[3] == 3 or first[2] != 3:
+            return False
+        # every check before the first new node: an ir.Node made and then dropped still counts
+        # as a reader of its inputs (the target's Shape pieces), which kept a Shape of GPT-2's
+        # present.N.key alive and its paging refused
         stem = node.name or "transpose"
         if len(pieces) == 1:
             c = pieces[0][2]
@@ -260,12 +272,6 @@ class SizeOneAxesPass(FusePass):
             extra = [ir.Node("", "Concat", [pieces[0][0], pieces[2][0], pieces[1][0]],
                              attributes=[ir.AttrInt64("axis", 0)], outputs=[new_target],
                              name=self._fresh(f"{stem}_target"))]
-        # only into a Transpose of y that moved the last axis, which then keeps it: v [B, S, N, H]
-        # seen as [B, N, H, S] becomes the head split [B, N, S, H] (K^T's view stays as it is)
-        prod = y.producer()
-        first = list(attr_value(prod, "perm", None) or []) if is_default_op(prod, "Transpose") else []
-        if prod is None or prod.graph is not graph or len(first) != 4 or first[3] == 3 or first[2] != 3:
-            return False
         perm, base = [first[p] for p in (0, 1, 3, 2)], prod.inputs[0]
         t_out = ir.Value(name=self._fresh(f"{stem}_swapped"), type=y.type,
                          shape=None if base.shape is None else ir.Shape([base.shape[p] for p in perm]))

@@ -150,3 +150,49 @@ g (int64[2] a) => (int64[2] y) {{
     y = Neg(m)
 }}""")
     assert p.stats["max-same"] == 1 and ops(model) == {"Neg": 1}
+
+
+def _readers_outside(model) -> list[str]:
+    """Values of the graph read by a node that is not in it: a node made and then dropped by a
+    refused rewrite still counts as a reader (dead-code elimination then keeps its producers)."""
+    return [f"{v.name} <- {u.op_type}" for n in model.graph for v in n.outputs
+            for u, _ in v.uses() if u.graph is not model.graph]
+
+
+def test_key_view_of_a_concat_refused_leaves_no_reader():
+    """GPT-2's sdpa K^T: the cache Concat(past, new) [B,2,T,8] -> Reshape(Concat(-1, Shape(k)[2:3], 8))
+    -> Transpose [0,2,1]. Its source is no Transpose: refused, and the target's Shape slice gains no
+    reader (the refusal made its new Concat first, which kept Shape(present.N.key) alive at -O4 trt
+    and GPT-2's static decode lost its paging)."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[B, 2, 3, 8] pk, float[B, 2, 1, 8] k) => (float[N, 8, 4] y) {{
+    key = Concat<axis = -2>(pk, k)
+    s = Shape(key)
+    st = Constant<value = int64[1] {{2}}>()
+    en = Constant<value = int64[1] {{3}}>()
+    t2 = Slice(s, st, en)
+    m1 = Constant<value = int64[1] {{-1}}>()
+    d = Constant<value = int64[1] {{8}}>()
+    tgt = Concat<axis = 0>(m1, t2, d)
+    r = Reshape(key, tgt)
+    y = Transpose<perm = [0, 2, 1]>(r)
+}}""")
+    assert not modified and p.stats["transpose-batch-merge"] == 0
+    assert _readers_outside(model) == []
+    assert len(model.graph.initializers) == 0
+
+
+def test_squeeze_refused_on_a_later_piece_adds_no_constant():
+    """Squeeze(Reshape(a, Concat([2, 1], Shape(x)[1:2]))) of axes 1 and 2: the first piece's 1 could go,
+    the second is computed, so the Squeeze stays and no target constant is left behind."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[2, 1] x, float[2] a) => (float[2] y) {{
+    s = Shape<start = 1, end = 2>(x)
+    c = Constant<value = int64[2] {{2, 1}}>()
+    t = Concat<axis = 0>(c, s)
+    r = Reshape(a, t)
+    ax = Constant<value = int64[2] {{1, 2}}>()
+    y = Squeeze(r, ax)
+}}""")
+    assert not modified and p.stats["squeeze-reshape"] == 0
+    assert len(model.graph.initializers) == 0 and _readers_outside(model) == []
