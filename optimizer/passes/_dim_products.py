@@ -298,6 +298,13 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
             return None
         ea, eb, static = pair
         return [x if x is not None and x == y else None for x, y in zip(ea, eb)], static
+    if op == "Equal" and len(ins) == 2:
+        # tf2onnx's tf.slice end: begin + size + INT32_MAX * (size == -1); a size is never negative
+        pair = broadcast_entries(sub(0), sub(1))
+        if pair is None:
+            return None
+        ea, eb, static = pair
+        return [_equal_entry(x, y) for x, y in zip(ea, eb)], static
     if sums and op == "Neg":   # a Slice's start -S (TorchScript's x[:, -S:]); never read as a size
         inner = sub(0)
         return None if inner is None else ([None if e is None else (-e[0], e[1]) for e in inner[0]], inner[1])
@@ -326,6 +333,19 @@ def _static(v: ir.Value | None) -> tuple[int, ...] | None:
     if v is None or v.shape is None or not all(isinstance(d, int) for d in v.shape):
         return None
     return tuple(int(d) for d in v.shape)
+
+
+def _equal_entry(x: Dim | None, y: Dim | None) -> Dim | None:
+    """Equal of two entries as 1 / 0 where known: two ints, or a size (a positive multiple of
+    dim names, never negative) against a negative int."""
+    if x is None or y is None:
+        return None
+    if not x[1] and not y[1]:
+        return int(x[0] == y[0]), ()
+    for a, b in ((x, y), (y, x)):
+        if a[1] and a[0] > 0 and not b[1] and b[0] < 0:
+            return 0, ()
+    return None
 
 
 def _slice_range(start: int, end: int, step: int, d: int) -> range:

@@ -369,17 +369,43 @@ def _expand_step(node: ir.Node, v: ir.Value, i: int):
         return (x, a) if a >= 0 else None
     if mine == (1, ()) and e is not None and clean(e) and e[0] > 0:
         return None, e
+    if e is not None and clean(e) and e[0] > 0 and a >= 0 and _at_most(x, a, e):
+        return None, e   # at most e entries broadcast to e (equal, or 1): keras-hub's position table [:S]
     return None
 
 
 def _range_size(node: ir.Node):
-    """Range(a, b, 1) has b - a elements: n for Range(0, n), S for Range(P, P + S)."""
-    delta = _const_ints(node.inputs[2])
-    start, limit = shape_vector(node.inputs[0], {}, sums=True), shape_vector(node.inputs[1], {}, sums=True)
+    """Range(a, b, 1) has b - a elements: n for Range(0, n), S for Range(P, P + S). Float bounds too
+    where they are integers (Keras' arange(float(S)): exact while S < 2**24, float32's integers)."""
+    delta = _const_ints(node.inputs[2]) or _float_ints(node.inputs[2])
+    start, limit = (_int_bound(v) for v in node.inputs[:2])
     if delta != [1] or start is None or limit is None or len(start[0]) != 1 or len(limit[0]) != 1:
         return None
     n = dim_diff(limit[0][0], start[0][0])
     return (None, n) if n is not None and clean(n) and n[0] > 0 else None
+
+
+def _float_ints(value) -> list[int] | None:
+    """A small float constant all of whose entries are integers, as ints."""
+    t = constant_tensor(value) if value is not None else None
+    if t is None or not t.dtype.is_floating_point() or t.size > 16:
+        return None
+    got = t.numpy().reshape(-1).astype("float64")
+    return [int(x) for x in got] if all(float(x).is_integer() for x in got) else None
+
+
+def _int_bound(v: ir.Value | None):
+    """A Range bound as shape entries: an int value, a float constant of integers, or an int value
+    Cast to float (Keras' arange over a shape read)."""
+    if v is None:
+        return None
+    node = v.producer()
+    if node is not None and node.op_type == "Cast" and node.domain in ("", "ai.onnx") and node.inputs \
+            and node.inputs[0] is not None and node.inputs[0].dtype is not None and node.inputs[0].dtype.is_integer():
+        v = node.inputs[0]
+    elif (ints := _float_ints(v)) is not None:
+        return [(i, ()) for i in ints], True
+    return shape_vector(v, {}, sums=True)
 
 
 def _const_ints(value) -> list[int] | None:
