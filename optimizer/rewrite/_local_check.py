@@ -333,7 +333,8 @@ def _expand_canonical_gelu(node: onnx.NodeProto) -> list[onnx.NodeProto]:
 def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodeProto]:
     """Canonical Attention / AttentionKV (q, k, v [B,H,S,D], mask?, [past_k, past_v,] sinks?) as
     the plain ops of what it means: softmax(softcap(scale * q k^T) + mask) v, kv heads repeated for
-    GQA, past concatenated before the new K/V, rows with every key at -inf giving zeros; sinks
+    GQA, past concatenated before the new K/V, rows with every key at -inf giving zeros where
+    nan_rows_zero says so (else NaN, as the unguarded export); sinks
     ([.., .., .., 1], broadcast to the rows) one more score per row with a zero value. Written
     out rather than run as Attention-23, which also zeroes rows whose mask is the finite minimum
     (sliding-window exports), where the exporters' graphs give the uniform average."""
@@ -395,9 +396,12 @@ def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodePr
         probs = add("Slice", [both, const([0]), const([-1]), const([-1])])
     else:
         probs = add("Softmax", [scores], axis=-1)
-    # A row whose keys are all masked (-inf) gives zeros, as the lowered ops (ORT's contrib ops,
-    # Attention-23) and the exporters' IsNaN guards do; a finite-min mask still averages.
-    probs = add("Where", [add("IsNaN", [probs]), add("CastLike", [const(0.0, dtype), probs]), probs])
+    # A row whose keys are all masked (-inf) gives zeros where the export guarded it
+    # (nan_rows_zero: Where(IsNaN(p), 0, p)); unguarded it is the export's 0/0 = NaN, a row
+    # verify.compare_arrays takes as undefined (Attention-23 gives 0 there, ORT's contrib ops
+    # NaN). A finite-min mask still averages.
+    if int(a.get("nan_rows_zero", 0)):
+        probs = add("Where", [add("IsNaN", [probs]), add("CastLike", [const(0.0, dtype), probs]), probs])
     nodes.append(onnx.helper.make_node("MatMul", [probs, v], [out[0]], name=f"{tag}_out"))
     return nodes
 
