@@ -68,7 +68,11 @@ def test_sliding_window_over_padding_fuses(h, target):
     keyless = np.isnan(ref[0]).all(axis=-1)            # [B, H, S]: rows with no kept key
     assert keyless[1, :, S // 2 + W - 1:].all() and keyless.sum() == H * (S // 2 - W + 1)
     assert compare_arrays("y", ref[0], got[0], 1e-5, 1e-4).passed
-    # every row with a kept key agrees (no padding at all: nothing is NaN, everything is compared)
+    # every row with a kept key agrees: padding shorter than the window leaves no keyless row, so
+    # nothing is NaN and every row, padded queries included, is compared
+    short = _feeds(h, padded=W - 1)
+    assert not np.isnan(h.run(model, short)[0]).any()
+    h.assert_close(model, out, short)
     h.assert_close(model, out, _feeds(h, padded=0))
 
 
