@@ -136,8 +136,11 @@ class OpsetOnDemandRewritePass(RewritePass):
         try:
             trial = upgraded_copy(model, self.fusion_opset)
         except Exception as exc:
-            result = super().call(model)
+            result, left_out = self._without_leftovers(model)
             note = f"kept opset {current}: cannot convert to {self.fusion_opset} ({_first_line(exc)})"
+            if left_out:
+                note += (f"; left out {', '.join(left_out)} (no lowering at opset {current} took their "
+                         "canonical ops)")
             self.stats_reason = "; ".join(x for x in (note, self.stats_reason) if x)
             return result
         before = collections.Counter(self.stats)
@@ -165,6 +168,29 @@ class OpsetOnDemandRewritePass(RewritePass):
                     f"{exc.op_type} (from {exc.rule})")
             self.stats_reason = "; ".join(x for x in (note, self.stats_reason) if x)
             return ir.passes.PassResult(model, True)
+
+    def _without_leftovers(self, model: ir.Model) -> tuple[ir.passes.PassResult, list[str]]:
+        """The rules at the model's own opset where no conversion is possible: the lowerings gated on
+        the fusion opset cannot fire, so a rule whose canonical op no other lowering took is left out
+        and the rules run again on the model as it was (a valid graph with that idiom unfused, not an
+        InternalError). The copy (ir's clone: weights shared) is made on this path only."""
+        pristine = model.clone()
+        before = collections.Counter(self.stats)
+        rule_set, left_out = self.rule_set, []
+        try:
+            while True:
+                try:
+                    return super().call(model), left_out
+                except CanonicalLeftover as exc:
+                    if exc.rule not in self.rule_set or exc.rule in left_out:
+                        raise
+                    left_out.append(exc.rule)
+                    _adopt(model, pristine.clone())
+                    self.stats.clear()
+                    self.stats.update(before)
+                    self.rule_set = type(rule_set)(r for r in rule_set.ordered() if r.name not in left_out)
+        finally:
+            self.rule_set = rule_set
 
     def _outcome(self) -> dict:
         """What a run leaves on the pass (its counts and notes), to restore a run that is kept."""

@@ -12,6 +12,7 @@ left one (size-one-axes, fixed), so the test holds whatever that pass does."""
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import onnx_ir as ir
 import pytest
@@ -57,3 +58,23 @@ def test_leftover_is_still_an_internal_error():
     assert issubclass(CanonicalLeftover, InternalError)
     exc = CanonicalLeftover("Attention", "attention-kv-trt")
     assert "canonical op Attention (made by rule 'attention-kv-trt') has no lowering" in str(exc)
+
+
+@pytest.mark.parametrize("target", ["trt", "onnx"])
+def test_unconvertible_model_leaves_the_unlowerable_idiom_unfused(target, monkeypatch):
+    """Below opset 23 with a model the converter refuses, attention-trt / attention-onnx (opset 23)
+    cannot fire: the recognizer whose canonical Attention nothing lowers is left out and the rules run
+    again on the model as it was (attention unfused, the norms still fused, verified), not an
+    InternalError."""
+    from onnx_fuse.targets import onnx as onnx_target
+
+    def refuse(model, target_opset):
+        raise RuntimeError("no adapter")
+
+    monkeypatch.setattr(onnx_target, "upgraded_copy", refuse)
+    path = Path(__file__).resolve().parents[1] / "data/corpus/gpt2__dyn_mask__trained.onnx"
+    result = onnx_fuse.optimize(str(path), level=3, target=target, verify=True)
+    ops = _ops(result.model)
+    assert result.report.status == "PASSED", result.report.status_reason
+    assert ops["Softmax"] == 2 and ops["LayerNormalization"] == 5 and ops["Attention"] == 0, ops
+    assert dict(result.model.opset_imports)[""] == 20
