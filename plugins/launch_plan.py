@@ -127,7 +127,7 @@ FA_WS_TMA_OVEDG = (128, 128, 12, "tma", "ovedg")
 # costs (about 2.4 tile-times by the sliding-window runs) are paid once per two query blocks, the
 # second block's Q and first K/V loads overlapping the first's end; the causal grid is 1-D and runs
 # the last FA_FOLD_SINGLES pairs' blocks one per CTA, longest first (fa_fold_ctas), so short blocks
-# fill the last wave. Planned at D = 128 causal fp16 on Hopper (no softcap) from run 19: on the H200
+# fill the last wave. Planned at D = 128 causal fp16 on Hopper (no softcap) in runs 19-23 (since run 24 FA_WS_TMA_OVEDQ): on the H200
 # (B4 S4096 H32) 503-507 / 519-521 / 525-530 TFLOP/s (runs 19a / 19b / 19c) against ovedg's 494-498 /
 # 509-510 / 525-526 and oved's 484-495 / 503-504 / 524-531 (cuDNN 466-478 / 487 / 500-511). bf16
 # causal plans oved: ovedf 517-527 / 530-539 / 542-546 against oved's 515-521 / 536-549 / 554-556
@@ -149,8 +149,9 @@ FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # FA_WS_TMA_OVEDQ (..._w12t_ovedq_..., loads 30 by name / 31 planned, D = 128, both masks): oved with each
 # consumer warp's Q fragments in registers and S = Q K^T as a register-A wgmma (fa_ws_core's kWsQRegs), so
 # S reads only K from shared memory (a fifth less shared-memory operand traffic; the gain is per clock, not
-# more clock under the 700 W limit: run 21b). Planned at D = 128 on Hopper (no softcap) from run 21, except fp16 causal (FA_WS_TMA_OVEDF,
-# at par there): run 21a (B4 S4096) fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
+# more clock under the 700 W limit: run 21b). Planned at D = 128 on Hopper (no softcap) from run 21, fp16 causal
+# too from run 24 (ovedf planned there until then; run 24a / 24b: 534-535 and, over 5 repeats, 522-528 / 497-517
+# against ovedf's 521 and 519-526 / 477-517 at 100-120 MHz less clock): run 21a (B4 S4096) fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
 # and ovedm's 570-577 / 570-586 (cuDNN 550-555); bf16 604 / GQA 611 / causal 532 against oved's 594-599 /
 # 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:
 # the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind.
@@ -562,13 +563,11 @@ def plan_fused_attention(
             # 366-384 (docs/PERF.md, 3rd round). The launcher falls back to FA_WS's cp.async
             # loads where TMA cannot address the tensors (S < 128, broadcast or odd strides). With
             # the wgmma descriptors stepped by adds (run 17): at D = 128 FA_WS_TMA_OVEDQ (pinned
-            # softmax, staged epilogue, Q in registers; causal fp16: FA_WS_TMA_OVEDF, two query blocks
-            # per CTA, run 19), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a softcap
-            # needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
+            # softmax, staged epilogue, Q in registers; causal fp16 too since run 24: FA_WS_TMA_OVEDF
+            # was planned there from run 19), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a
+            # softcap needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
             if head_dim == 128:
-                # Q's fragments in registers (run 21); causal fp16: two query blocks per CTA (run 19)
-                fold = causal and dt == "f16"
-                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDF if fold else FA_WS_TMA_OVEDQ
+                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDQ  # Q's fragments in registers (run 21)
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:

@@ -150,9 +150,9 @@ def _kernel_names() -> set[str]:
 
 
 def _d128_plan(dt: str, causal: bool, seq_len: int = 4096) -> tuple:
-    """The D = 128 Hopper plan without a softcap: ovedf causal fp16 (run 19), ovedq (oved with Q's
-    fragments in registers, run 21) otherwise, whatever the sequence length."""
-    return lp.FA_WS_TMA_OVEDF if causal and dt == "float16" else lp.FA_WS_TMA_OVEDQ
+    """The D = 128 Hopper plan without a softcap: ovedq (oved with Q's fragments in registers, run
+    21; causal fp16 too from run 24, ovedf before), whatever the sequence length."""
+    return lp.FA_WS_TMA_OVEDQ
 
 
 def test_variant_tables_match_the_sources():
@@ -249,7 +249,7 @@ def test_fused_plan_picks_per_head_size():
     warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedf_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedq_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
@@ -276,7 +276,7 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            oved = lp.FA_WS_TMA_OVEDF if causal else lp.FA_WS_TMA_OVEDQ  # fp16: folded blocks causal, Q in registers full
+            oved = lp.FA_WS_TMA_OVEDQ  # Q in registers, both masks (causal fp16 from run 24)
             assert planned.tma and planned.opt == (oved[-1] if d == 128 else "lde")  # stepped descriptors
             assert planned.variant == (oved if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
@@ -837,8 +837,8 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
 
 def test_q_register_entries_exist_and_are_planned_at_d128():
     """m128n128w12t_ovedq (oved with Q's fragments in registers, kWsQRegs): entries at D = 128 for both
-    dtypes and masks, launcher loads 30 / 31; planned at D = 128 on Hopper without a softcap except fp16
-    causal (ovedf), at every sequence length; never at other head sizes, with a softcap or off Hopper. The
+    dtypes and masks, launcher loads 30 / 31; planned at D = 128 on Hopper without a softcap (fp16 causal
+    too from run 24; ovedf before), at every sequence length; never at other head sizes, with a softcap or off Hopper. The
     same registers in ovedm / ovedf (ovedmq, ovedfq) were dropped after run 21a."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
@@ -858,7 +858,7 @@ def test_q_register_entries_exist_and_are_planned_at_d128():
         for shape in ((4, 4096, 32, 8), (4, 1000, 16, 8), (4, 1280, 16, 2)):
             for causal in (False, True):
                 for dt in ("float16", "bfloat16"):
-                    want = d == 128 and not (causal and dt == "float16")
+                    want = d == 128
                     assert (lp.plan_fused_attention(*shape, d, dt, causal=causal).variant == v) == want, (shape, d, dt)
                     assert lp.plan_fused_attention(*shape, d, dt, causal=causal, softcap=30.0).variant != v
                     assert lp.plan_fused_attention(*shape, d, dt, causal=causal, device=ampere).variant != v
@@ -1292,12 +1292,12 @@ def test_plan_paged_decode_window_sizes_the_splits_for_the_window():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_ovedf_folds_two_query_blocks_per_cta_and_is_planned_causal(causal):
+def test_ovedf_folds_two_query_blocks_per_cta(causal):
     """m128n128w12t_ovedf (oved with query blocks nm - 1 - x and x in one CTA, kWsFold): compiled at
     D = 128 for fp16 and bf16 and both masks, launcher loads 24 by name / 25 with the fallback;
     without a mask a grid of ceil(nm / 2) query-block pairs per (head, sequence), causal a 1-D grid
-    whose last 8 pairs run one block per CTA; planned at D = 128 causal fp16 on Hopper (run 19), not
-    for bf16 nor without a mask (oved) nor with a softcap (r24). ovedh (Q halves, run 19b) is gone."""
+    whose last 8 pairs run one block per CTA; planned at D = 128 causal fp16 on Hopper in runs 19-23,
+    no longer planned (ovedq from run 24); ovedh (Q halves, run 19b) is gone."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     opt, kind, loads = "ovedf", 11, 24
     var = lp.FA_WS_TMA_OVEDF
