@@ -810,8 +810,10 @@ def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overr
         for out in model.graph.output:
             if out.name.startswith("present."):
                 out.CopyFrom(oh.make_tensor_value_info(out.name, b.dtype, present))
-    # Optimum's merged form, from a stream of its own (the steps that stay steps are unchanged)
-    spec["merged"] = bool(overrides.get("merged", np.random.default_rng([seed, 0xDEC, 2]).random() < MERGED_SHARE))
+    # Optimum's merged form, from a stream of its own (the steps that stay steps are unchanged); a
+    # caller that fixes spec switches (a test) gets the plain step unless it asks for merged=True
+    drawn = not overrides and np.random.default_rng([seed, 0xDEC, 2]).random() < MERGED_SHARE
+    spec["merged"] = bool(overrides.get("merged", drawn))
     if spec["merged"]:
         model, feeds, alt = as_merged(model, b.feeds, next(i.name for i in model.graph.input))
         b.trap("merged-decoder")
