@@ -754,16 +754,23 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
     ``name`` picks one (tests)."""
     from fuzz_idioms import build_idiom
 
-    rng = np.random.default_rng([seed, 0x1D1])
+    return _built_case(seed, 0x1D1, build_idiom, name, "fuzz_idiom")
+
+
+def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str) -> Case:
+    """A case of one family's builder (``build(b, opset, name)`` -> motifs): float16 one time in ten,
+    opset 17 / 18 / 20 / 23, outputs declared; a builder's ``b.alt_feeds`` (other feed sets) kept."""
+    rng = np.random.default_rng([seed, salt])
     b = Builder(rng, F16 if rng.random() < 0.1 else F32)
     opset = int(b.pick([17, 18, 20, 23]))
     if b.dtype == F16:
         b.trap("fp16")
-    motifs = build_idiom(b, opset, name)
+    motifs = build(b, opset, name)
     outputs = [oh.make_tensor_value_info(o, 0, None) for o in b.outputs]
-    graph = oh.make_graph(b.nodes, f"fuzz_idiom_{seed}", b.inputs, outputs, initializer=b.inits)
+    graph = oh.make_graph(b.nodes, f"{graph_name}_{seed}", b.inputs, outputs, initializer=b.inits)
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
-    return Case(seed, _declare_outputs(model, b), b.feeds, motifs, b.traps)
+    return Case(seed, _declare_outputs(model, b), b.feeds, motifs, b.traps,
+                alt_feeds=getattr(b, "alt_feeds", []))
 
 
 #: the side stream that picks sweep cases (no regression seed of tests/tools becomes one under it)
@@ -775,17 +782,7 @@ def make_sweep_case(seed: int, name: str | None = None) -> Case:
     picks one (tests). A merged-decoder case carries its If's other branch as ``alt_feeds``."""
     from fuzz_sweeps import build_sweep
 
-    rng = np.random.default_rng([seed, 0x5E16])
-    b = Builder(rng, F16 if rng.random() < 0.1 else F32)
-    opset = int(b.pick([17, 18, 20, 23]))
-    if b.dtype == F16:
-        b.trap("fp16")
-    motifs = build_sweep(b, opset, name)
-    outputs = [oh.make_tensor_value_info(o, 0, None) for o in b.outputs]
-    graph = oh.make_graph(b.nodes, f"fuzz_sweep_{seed}", b.inputs, outputs, initializer=b.inits)
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
-    return Case(seed, _declare_outputs(model, b), b.feeds, motifs, b.traps,
-                alt_feeds=getattr(b, "alt_feeds", []))
+    return _built_case(seed, 0x5E16, build_sweep, name, "fuzz_sweep")
 
 
 def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:
