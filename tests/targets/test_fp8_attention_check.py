@@ -125,7 +125,9 @@ def test_float16_inputs_that_reach_the_op_unrounded_are_within_the_bound():
                              kv_cache_dtype="fp8").to_proto()
     result = verify(case.model, opt)
     att, _ = _rows(result)
-    assert result["passed"] and len(att) == 2, result
+    # the seed's draw is a merged decoder since 033588b: verify checks each layer on both branches
+    assert result["passed"] and len(att) == 2 * (2 if case.spec.get("merged") else 1), result
+    assert all(o["passed"] for o in att), att
 
 
 def test_the_probe_reads_the_ops_own_float32_values(monkeypatch):
