@@ -155,7 +155,7 @@ def test_nan_rows_of_the_original_are_their_own_class():
     """Seed 914902902 (run D at 38419ee: mask_forms, float32, a left-padded bool mask and a causal
     one combined by a -inf select, softcap): query 0 of the padded sequence keeps no key, so the
     original's softmax is NaN there; Attention-23 at onnx gives 0. Every row with a kept key agrees:
-    `nan-rows` (noted; it was `wrong`), the open policy question of docs/holdout.md."""
+    `nan-rows` (noted; it was `wrong`): verify's rule for rows NaN throughout (2c2c5f2) accepts it."""
     case = make_case(914902902)
     assert "fill-neg-inf" in case.traps and "mask_forms" in case.motifs
     ((cls, detail),) = [(r["cls"], r["detail"]) for r in fd.fuzz_case(case, [3], ["onnx"])[0]]
