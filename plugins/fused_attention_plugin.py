@@ -77,26 +77,35 @@ _BLOCK_N = 64  # keys per K/V tile when a variant name does not say (kFaBlockN)
 # (and its template arguments) gets a "<name>_trt" twin around the same fa_fwd_body; the
 # softcap entries (OF_FA_SC_KERNEL, name suffix _sc) get twins that also take fa_softcap's
 # argument, as float bits. Every twin takes the sliding window last (int, 0 = none; the causal
-# bodies read it).
+# bodies read it) and zeroes its block's rows in front of a left-padded span first.
 AOT_ADAPTER_HEADER = r"""
 #include "fused_attention.cu"
+// Left padding: TensorRT launches the twin alone, so each CTA zeroes the rows of its own query
+// block (16 * MT * W rows) in front of the span (fa_zero_lead; the library launches
+// fa_zero_lead_rows instead, and the bodies never do).
+#define OF_FA_TRT_ZERO_LEAD(D, W, MT)                                                          \
+  onnx_fuse::fa_zero_lead(o, seq_lens, blockIdx.z, blockIdx.y, S, D, S * qs, qs, D,            \
+                          blockIdx.x * 16 * MT * W, (blockIdx.x + 1) * 16 * MT * W,            \
+                          threadIdx.x, blockDim.x)
 #undef OF_FA_KERNEL
-#define OF_FA_KERNEL(NAME, T, D, W, ...)                                                       \
+#define OF_FA_KERNEL(NAME, T, D, W, MT, ...)                                                   \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME##_trt(                             \
       const T* q, const T* k, const T* v, const int* seq_lens, int S, int Hq, int Hkv,         \
       int scale_log2_bits, int window, T* o) {                                                 \
     const long long qs = (long long)Hq * D, ks = (long long)Hkv * D;                           \
-    onnx_fuse::fa_fwd_body<T, D, W, __VA_ARGS__>(q, k, v, o, seq_lens, S, Hq, Hkv, S * qs, qs, \
+    OF_FA_TRT_ZERO_LEAD(D, W, MT);                                                                \
+    onnx_fuse::fa_fwd_body<T, D, W, MT, __VA_ARGS__>(q, k, v, o, seq_lens, S, Hq, Hkv, S * qs, qs, \
         D, S * ks, ks, D, S * ks, ks, D, S * qs, qs, D, __int_as_float(scale_log2_bits), 0.f,  \
         window);                                                                               \
   }
 #undef OF_FA_SC_KERNEL
-#define OF_FA_SC_KERNEL(NAME, T, D, W, ...)                                                    \
+#define OF_FA_SC_KERNEL(NAME, T, D, W, MT, ...)                                                \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME##_trt(                             \
       const T* q, const T* k, const T* v, const int* seq_lens, int S, int Hq, int Hkv,         \
       int scale_log2_bits, int sc_k_bits, int window, T* o) {                                  \
     const long long qs = (long long)Hq * D, ks = (long long)Hkv * D;                           \
-    onnx_fuse::fa_fwd_body<T, D, W, __VA_ARGS__, true>(q, k, v, o, seq_lens, S, Hq, Hkv,       \
+    OF_FA_TRT_ZERO_LEAD(D, W, MT);                                                                \
+    onnx_fuse::fa_fwd_body<T, D, W, MT, __VA_ARGS__, true>(q, k, v, o, seq_lens, S, Hq, Hkv,   \
         S * qs, qs, D, S * ks, ks, D, S * ks, ks, D, S * qs, qs, D,                            \
         __int_as_float(scale_log2_bits), __int_as_float(sc_k_bits), window);                   \
   }

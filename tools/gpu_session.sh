@@ -18,7 +18,7 @@ export PYTHONPATH=/tmp/of_pkg${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "from onnx_fuse.plugins.kernel_lib import KernelLib; KernelLib.load()" 2>&1 \
   || { echo "rebuilding kernel library here"; python3 -m onnx_fuse.plugins.build_kernels --what lib --arch 90a 2>&1 | tee "$OUT/build.log"; }
-GPU_TESTS="tests/plugins/test_kernels_gpu.py tests/plugins/test_paged_chunked_gpu.py"
+GPU_TESTS="tests/plugins/test_kernels_gpu.py tests/plugins/test_paged_chunked_gpu.py tests/plugins/test_fa_aot_gpu.py"
 TMA_K="fused_attention_tma or paged_decode_tma or paged_decode_fp8_tma"
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   # TMA cases first, in their own process: a faulting bulk tensor copy leaves a sticky CUDA error

@@ -38,7 +38,8 @@ namespace onnx_fuse {
 // seq_lens[b] >= 0 counts them from row 0 (right padding); a negative value counts them back from
 // the end (left padding, as batched generation pads prompts). The kernels run on the rows from
 // row0 on (their Q/K/V/O bases moved by row0 rows, S - row0 rows in the tensor); the rows before
-// row0 are zeroed by fa_zero_lead_rows, launched beside them.
+// row0 are zeroed by fa_zero_lead (fa_zero_lead_rows beside a library launch, the AOT twins' own
+// blocks on TensorRT's path).
 struct FaSpan {
   int row0, len;
 };
@@ -48,6 +49,21 @@ __device__ __forceinline__ FaSpan fa_span(const int* __restrict__ seq_lens, int 
   if (s >= 0) return FaSpan{0, min(s, S)};
   const int len = s < -S ? S : -s;  // never negates INT_MIN
   return FaSpan{S - len, len};
+}
+
+// Zeros of rows [row0 of fa_span, ...) in front of sequence b's span, head h, of an O with 16-bit
+// elements: rows [r_lo, min(row0, r_hi)) as 16-byte chunks by nthr threads. fa_zero_lead_rows
+// (library launches, rows [0, row0) per CTA) and the TensorRT AOT twins (which TensorRT launches
+// alone: each CTA zeroes its own query block's share) call it; the attention bodies never do.
+__device__ __forceinline__ void fa_zero_lead(void* __restrict__ o, const int* __restrict__ seq_lens,
+                                             int b, int h, int S, int D, long long o_sb,
+                                             long long o_ss, long long o_sh, int r_lo, int r_hi,
+                                             int tid, int nthr) {
+  const int rows = min(fa_span(seq_lens, b, S).row0, r_hi) - r_lo;
+  const int cpr = D / 8;
+  uint16_t* base = static_cast<uint16_t*>(o) + b * o_sb + h * o_sh + r_lo * o_ss;
+  for (int c = tid; c < rows * cpr; c += nthr)
+    *reinterpret_cast<uint4*>(base + (c / cpr) * o_ss + (c % cpr) * 8) = make_uint4(0, 0, 0, 0);
 }
 
 template <int D, int NWARPS, int MT, int BN>
@@ -144,13 +160,7 @@ __device__ __forceinline__ void fa_fwd_body(
   const T* qb = q + b * q_sb + hq * q_sh + sp.row0 * q_ss;
   const T* kb = k + b * k_sb + hkv * k_sh + sp.row0 * k_ss;
   const T* vb = v + b * v_sb + hkv * v_sh + sp.row0 * v_ss;
-  T* ob = o + b * o_sb + hq * o_sh + sp.row0 * o_ss;
-  // Left padding: this block's rows in front of the span are zeros. The library launcher also
-  // runs fa_zero_lead_rows; TensorRT's AOT path launches this body alone (the _trt entries).
-  for (int c = tid; c < min(sp.row0 - m0, BM) * CPR; c += NT) {
-    int r = c / CPR, cc = c % CPR;
-    *reinterpret_cast<uint4*>(o + b * o_sb + hq * o_sh + (m0 + r) * o_ss + cc * 8) = make_uint4(0, 0, 0, 0);
-  }
+  T* ob = o + b * o_sb + hq * o_sh + sp.row0 * o_ss;  // rows in front: fa_zero_lead
 
   if (m0 >= L) {  // whole tile is padding: zeros
     for (int c = tid; c < BM * CPR; c += NT) {
@@ -2607,16 +2617,12 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // them. One CTA per (query head, sequence); rows of D 2-byte elements as 16-byte chunks.
 __global__ void fa_zero_lead_rows(void* __restrict__ o, const int* __restrict__ seq_lens, int S,
                                   int D, long long o_sb, long long o_ss, long long o_sh) {
-  const int h = blockIdx.x, b = blockIdx.y;
-  const int row0 = onnx_fuse::fa_span(seq_lens, b, S).row0;
-  const int cpr = D / 8;
-  uint16_t* base = static_cast<uint16_t*>(o) + b * o_sb + h * o_sh;
-  for (int c = threadIdx.x; c < row0 * cpr; c += blockDim.x)
-    *reinterpret_cast<uint4*>(base + (c / cpr) * o_ss + (c % cpr) * 8) = make_uint4(0, 0, 0, 0);
+  onnx_fuse::fa_zero_lead(o, seq_lens, blockIdx.y, blockIdx.x, S, D, o_sb, o_ss, o_sh, 0, S,
+                          threadIdx.x, blockDim.x);
 }
 
 // fa_zero_lead_rows beside an attention launch that has seq_lens (left padding possible).
-static int fa_zero_lead(void* o, const int* seq_lens, int B, int S, int Hq, int D, long long o_sb,
+static int fa_launch_zero_lead(void* o, const int* seq_lens, int B, int S, int Hq, int D, long long o_sb,
                         long long o_ss, long long o_sh, cudaStream_t stream) {
   OF_REQUIRE(o_ss % 8 == 0 && o_sh % 8 == 0 && o_sb % 8 == 0);
   if (seq_lens == nullptr) return 0;
@@ -2651,7 +2657,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
   // left-padded sequences: their leading rows (the kernels start at each span's first row)
-  if (const int err = fa_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
+  if (const int err = fa_launch_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
@@ -2892,7 +2898,7 @@ int onnx_fuse_fused_attention_fwd_w(int dtype, const void* q, const void* k, con
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
   const FaScKernelFn fn = pick_sc(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
-  if (const int err = fa_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
+  if (const int err = fa_launch_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
   const float post = softcap * onnx_fuse::kLog2e;               // scale_log2 of the entries
   const float sc_k = 2.f * onnx_fuse::kLog2e * scale / softcap;  // fa_softcap's argument
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);

@@ -133,11 +133,7 @@ def _check_fused_case(lib, case, dtype, loads=None):
     k = _rand((B, S, Hkv, D), dtype, gen)
     v = _rand((B, S, Hkv, D), dtype, gen)
     seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
-    if seq is not None:  # padding content must not matter: poison it
-        for b, L in enumerate(lens):
-            for t in (q, k, v):
-                for rows in _outside_span(t, b, L, S):
-                    rows.fill_(float("nan"))
+    _poison_padding(lens, q, k, v)  # padding content must not matter
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / D**0.5
     lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant, loads=loads)
@@ -146,17 +142,21 @@ def _check_fused_case(lib, case, dtype, loads=None):
                                  seq_lens=lens, causal=causal, scale=scale, out_dtype=np.float64)
     err = _rel_err(out, expect)
     assert err < TOL[dtype], f"relative error {err:.3e}"
-    if lens is not None:  # padded rows are exact zeros
-        for b, L in enumerate(lens):
-            assert all(torch.count_nonzero(rows).item() == 0 for rows in _outside_span(out, b, L, S))
+    _assert_padding_zero(lens, out)  # padded rows are exact zeros
 
 
-def _outside_span(t: torch.Tensor, b: int, L: int, S: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Views of sequence b's rows outside its span (docs/ops.md): L >= 0 keeps [0, L) (right
-    padding), L < 0 keeps the last -L rows (left padding); (rows in front, rows behind)."""
-    n = min(abs(L), S)
-    r0 = S - n if L < 0 else 0
-    return t[b, :r0], t[b, r0 + n:]
+def _poison_padding(lens, *tensors: torch.Tensor) -> None:
+    """NaN into every row of [B, S, ...] tensors outside the spans of ``lens`` (None: none)."""
+    if lens is not None:
+        for t in tensors:
+            t[~_span_rows(lens, t.shape[0], t.shape[1], t.device)] = float("nan")
+
+
+def _assert_padding_zero(lens, out: torch.Tensor) -> None:
+    """Rows of ``out`` [B, S, ...] outside the spans of ``lens`` are exact zeros (docs/ops.md)."""
+    if lens is not None:
+        pad = out[~_span_rows(lens, out.shape[0], out.shape[1], out.device)]
+        assert torch.count_nonzero(pad).item() == 0, "a padded row is not zero"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -264,11 +264,7 @@ def test_fused_attention_softcap_matches_torch(lib, case, dtype):
     v = _rand((B, S, Hkv, D), dtype, gen)
     seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
     clean = (q.clone(), k.clone(), v.clone())
-    if lens is not None:  # padding content must not matter: poison it
-        for b, L in enumerate(lens):
-            for t in (q, k, v):
-                for rows in _outside_span(t, b, L, S):
-                    rows.fill_(float("nan"))
+    _poison_padding(lens, q, k, v)  # padding content must not matter
     out = torch.full_like(q, float("nan"))
     scale = 1.0 / D**0.5
     lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, softcap=cap, variant=variant)
@@ -279,9 +275,7 @@ def test_fused_attention_softcap_matches_torch(lib, case, dtype):
     # the softcap matters here: without it the result is far off (not with a single key: p = 1)
     if S > 1:
         assert _rel_err(out, _softcap_reference(*clean, lens, causal, scale, 0.0).cpu().numpy()) > 4 * TOL[dtype]
-    if lens is not None:
-        for b, L in enumerate(lens):
-            assert all(torch.count_nonzero(rows).item() == 0 for rows in _outside_span(out, b, L, S))
+    _assert_padding_zero(lens, out)  # padded rows are exact zeros
 
 
 def test_fused_attention_softcap_refusals(lib):
@@ -860,11 +854,7 @@ def _check_window_case(lib, case, dtype, loads=None):
     v = _rand((B, S, Hkv, D), dtype, gen)
     seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
     clean = (q.clone(), k.clone(), v.clone())
-    if lens is not None:  # padding content must not matter: poison it
-        for b, L in enumerate(lens):
-            for t in (q, k, v):
-                for rows in _outside_span(t, b, L, S):
-                    rows.fill_(float("nan"))
+    _poison_padding(lens, q, k, v)  # padding content must not matter
     out = torch.full_like(q, float("nan"))
     scale = 0.7 / D**0.5
     lib.fused_attention(q, k, v, out, seq_lens=seq, causal=True, scale=scale, softcap=cap, variant=variant,
@@ -874,9 +864,7 @@ def _check_window_case(lib, case, dtype, loads=None):
     assert err < TOL[dtype], f"relative error {err:.3e}"
     if 4 * window <= max([abs(x) for x in lens] if lens else [S]):  # the window matters here (far beyond the tolerance)
         assert _rel_err(out, _window_reference(*clean, lens, scale, cap, 0)) > 4 * TOL[dtype]
-    if lens is not None:  # padded rows are exact zeros
-        for b, L in enumerate(lens):
-            assert all(torch.count_nonzero(rows).item() == 0 for rows in _outside_span(out, b, L, S))
+    _assert_padding_zero(lens, out)  # padded rows are exact zeros
 
 
 FA_WIN_TMA_CASES = [c for c in FA_WIN_CASES if c[6] is not None and len(c[6]) > 3]
