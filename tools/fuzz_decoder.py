@@ -38,7 +38,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 from onnx import helper as oh
-from onnx import numpy_helper
 
 F32, F16, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.BOOL
 FP8_HEADS = (64, 96, 128, 256)   # optimizer/passes/kv_cache_fp8.py FP8_HEAD_DIMS
@@ -220,34 +219,13 @@ MERGED_SHARE = 0.25
 
 
 def as_merged(model: onnx.ModelProto, feeds: dict, hidden: str) -> tuple[onnx.ModelProto, dict, dict]:
-    """The step as Optimum's merged decoder: an If on a bool ``use_cache_branch`` [1] whose then
-    branch is the step's nodes and whose else branch the same nodes (the same value names) over an
-    empty past [B, Hkv, 0, D] made in the branch from ``hidden``'s batch; weights stay in the main
-    graph. Returns (model, feeds with use_cache_branch true, the other branch's feeds: an empty
-    past, an all-ones mask over the new tokens)."""
-    g = model.graph
-    pasts = [i for i in g.input if i.name.startswith("past_key_values.")]
-    empty = {p.name: f"{p.name}__empty" for p in pasts}
-    nodes = [oh.make_node("Shape", [hidden], ["merged_batch"], start=0, end=1)]
-    inits = list(g.initializer)
-    for p in pasts:
-        a = feeds[p.name]
-        inits.append(numpy_helper.from_array(np.array([a.shape[1], 0, a.shape[3]], np.int64), f"{p.name}__dims"))
-        nodes += [oh.make_node("Concat", ["merged_batch", f"{p.name}__dims"], [f"{p.name}__shape"], axis=0),
-                  oh.make_node("ConstantOfShape", [f"{p.name}__shape"], [empty[p.name]],
-                               value=numpy_helper.from_array(np.zeros(1, a.dtype)))]
-    for n in g.node:
-        m = onnx.NodeProto()
-        m.CopyFrom(n)
-        m.input[:] = [empty.get(v, v) for v in m.input]
-        nodes.append(m)
-    branches = [oh.make_graph(list(g.node), "with_past", [], list(g.output)),
-                oh.make_graph(nodes, "no_past", [], list(g.output))]
-    cond = oh.make_tensor_value_info("use_cache_branch", BOOL, [1])
-    main = oh.make_graph([oh.make_node("If", ["use_cache_branch"], [o.name for o in g.output],
-                                       then_branch=branches[0], else_branch=branches[1])],
-                         g.name, [*g.input, cond], list(g.output), initializer=inits)
-    merged = oh.make_model(main, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    """The step as Optimum's merged decoder (tools/merged_decoder.py: the empty past made in the
+    else branch from ``hidden``'s batch). Returns (model, feeds with use_cache_branch true, the
+    other branch's feeds: an empty past, an all-ones mask over the new tokens)."""
+    from merged_decoder import merged_decoder
+
+    merged = merged_decoder(model, hidden)
+    pasts = [i for i in model.graph.input if i.name.startswith("past_key_values.")]
     feeds = dict(feeds, use_cache_branch=np.array([True]))
     alt = dict(feeds, use_cache_branch=np.array([False]),
                attention_mask=np.ones((feeds[hidden].shape[0], feeds[hidden].shape[1]), np.int64))

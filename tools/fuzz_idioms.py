@@ -302,18 +302,9 @@ IDIOM_SHARE = 0.15
 def build_idiom(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """An idiom (drawn, or ``name``) on a fresh hidden state, sometimes after a norm or before a
     second idiom; returns the motif names. The graph's outputs are the builder's."""
-    from fuzz_motifs import HIDDEN_MOTIFS
+    from fuzz_motifs import hidden_start
 
-    bsz = b.dim("batch", (1, 2, 3), 0.6)
-    seq = b.dim("seq", (1, 1, 2, 3, 5, 8), 0.6)
-    d = int(b.pick([8, 16, 24, 32, 64]))
-    shape = [bsz, seq, d]
-    h = b.input(shape, stem="hidden")
-    motifs = []
-    if name is None and b.p(0.2):
-        pre = b.pick(["layer_norm", "rms_norm"])
-        motifs.append(pre)
-        h = HIDDEN_MOTIFS[pre](b, h, shape, opset)
+    h, shape, motifs = hidden_start(b, opset, (1, 1, 2, 3, 5, 8), [8, 16, 24, 32, 64], norm=name is None)
     names = [name] if name is not None else [b.pick(list(IDIOMS)) for _ in range(int(b.pick([1, 1, 1, 2])))]
     for n in names:
         motifs.append(n)

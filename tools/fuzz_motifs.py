@@ -543,6 +543,20 @@ WEIGHTS = {"layer_norm": 2, "rms_norm": 2, "gelu": 2, "skip_norm": 2, "gemm": 1,
            "rope": 1, "attention": 4, "gqa": 3}
 
 
+def hidden_start(b: Builder, opset: int, seqs: tuple, widths: list, norm: bool) -> tuple[str, list[Dim], list[str]]:
+    """The start of the idiom and sweep graphs: a fresh hidden state [B, S, d] input (S from
+    ``seqs``, d from ``widths``: each family keeps its own sizes) and, when ``norm`` (nothing
+    named) a fifth of the time, a layer / RMS norm over it. Returns (value, shape, motifs so far)."""
+    bsz = b.dim("batch", (1, 2, 3), 0.6)
+    seq = b.dim("seq", seqs, 0.6)
+    shape = [bsz, seq, int(b.pick(widths))]
+    h = b.input(shape, stem="hidden")
+    if norm and b.p(0.2):
+        pre = b.pick(["layer_norm", "rms_norm"])
+        return HIDDEN_MOTIFS[pre](b, h, shape, opset), shape, [pre]
+    return h, shape, []
+
+
 # --- standalone motifs (own inputs; small or odd shapes) --------------------------------------
 
 

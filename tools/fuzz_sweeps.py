@@ -41,7 +41,7 @@ from onnx import helper as oh
 
 from fuzz_idioms import _causal, _lowest, _merge, _to_heads
 from fuzz_motifs import F16, I64, NP, Builder, Dim, _gelu_body, _proj, _reduce_mean, _rope, _rope_tables, \
-    motif_layer_norm, motif_rms_norm
+    hidden_start, motif_layer_norm, motif_rms_norm
 
 BOOL = TensorProto.BOOL
 HEADS_DH = (8, 16, 64, 64)
@@ -328,16 +328,7 @@ SWEEPS = {
 def build_sweep(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """A sweep motif (drawn, or ``name``) on a fresh hidden state [B, S, d], sometimes after a
     norm; returns the motif names."""
-    bsz = b.dim("batch", (1, 2, 3), 0.6)
-    seq = b.dim("seq", (1, 2, 3, 5, 8), 0.6)
-    d = int(b.pick([16, 32, 64]))
-    shape = [bsz, seq, d]
-    h = b.input(shape, stem="hidden")
-    motifs = []
-    if name is None and b.p(0.2):
-        pre = b.pick(["layer_norm", "rms_norm"])
-        motifs.append(pre)
-        h = (motif_layer_norm if pre == "layer_norm" else motif_rms_norm)(b, h, shape, opset)
+    h, shape, motifs = hidden_start(b, opset, (1, 2, 3, 5, 8), [16, 32, 64], norm=name is None)
     name = name if name is not None else b.pick(list(SWEEPS) + ["merged_decoder"])
     if name == "merged_decoder":
         return motifs + build_merged(b, opset)

@@ -421,26 +421,38 @@ ATTN = {"gpt_tril": GPTTrilAttn, "gpt_sdpa": lambda cfg: GPTTrilAttn(cfg, sdpa=T
         "mha_bf": lambda cfg: TorchMHA(cfg, batch_first=True, causal=False), "einsum": EinsumAttn}
 
 
-class DecoderLM(nn.Module):
+class _TokenModel(nn.Module):
+    """The language models' start: a token embedding ``wte`` and, with ``positions``, MAX_POS
+    learned positions ``wpe`` (made in this order, before the rest: the seeded weights stay)."""
+
+    def __init__(self, cfg, positions: bool):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.wpe = nn.Embedding(MAX_POS, cfg["hidden_size"]) if positions else None
+
+    def embed(self, input_ids, start=None):
+        """wte(ids) + wpe(positions start .. start + T) (``start`` None: arange(T), as written)."""
+        x = self.wte(input_ids)
+        if self.wpe is None:
+            return x
+        T, dev = input_ids.shape[1], input_ids.device
+        return x + self.wpe(torch.arange(T, device=dev) if start is None else torch.arange(start, start + T, device=dev))
+
+
+class DecoderLM(_TokenModel):
     """Token embedding (+ learned positions), blocks, final norm, LM head; `past` per layer (k, v)."""
 
     def __init__(self, cfg):
-        super().__init__()
+        super().__init__(cfg, bool(cfg.get("learned_positions")))
         c = cfg["hidden_size"]
-        self.cfg = cfg
-        self.wte = nn.Embedding(cfg["vocab_size"], c)
-        self.wpe = nn.Embedding(MAX_POS, c) if cfg.get("learned_positions") else None
         self.blocks = nn.ModuleList(Block(cfg, ATTN[cfg["idiom"]](cfg), cfg.get("parallel", False))
                                     for _ in range(cfg["num_hidden_layers"]))
         self.norm = NORMS[cfg.get("norm", "ln")](c)
         self.head = nn.Linear(c, cfg["vocab_size"], bias=False)
 
     def forward(self, input_ids, attention_mask=None, past=None):
-        T = input_ids.shape[1]
-        P = _past_len(past[0]) if past else 0
-        x = self.wte(input_ids)
-        if self.wpe is not None:
-            x = x + self.wpe(torch.arange(P, P + T, device=input_ids.device))
+        x = self.embed(input_ids, _past_len(past[0]) if past else 0)
         pad = attention_mask.bool() if attention_mask is not None and self.cfg.get("padding", True) else None
         presents = []
         for i, blk in enumerate(self.blocks):
@@ -455,15 +467,12 @@ class DecoderLM(nn.Module):
         return [(shape, shape)] * self.cfg["num_hidden_layers"]
 
 
-class EncoderModel(nn.Module):
+class EncoderModel(_TokenModel):
     """Bidirectional blocks with a key padding mask; t5_relbias adds its bucketed position bias."""
 
     def __init__(self, cfg):
-        super().__init__()
+        super().__init__(cfg, bool(cfg.get("learned_positions")))
         c = cfg["hidden_size"]
-        self.cfg = cfg
-        self.wte = nn.Embedding(cfg["vocab_size"], c)
-        self.wpe = nn.Embedding(MAX_POS, c) if cfg.get("learned_positions") else None
         t5 = cfg["idiom"] == "t5_relbias"
         self.rel = nn.Embedding(cfg["relative_attention_num_buckets"], cfg["num_attention_heads"]) if t5 else None
         make = T5RelAttn if t5 else ATTN[cfg["idiom"]]
@@ -472,9 +481,7 @@ class EncoderModel(nn.Module):
 
     def forward(self, input_ids, attention_mask=None):
         T = input_ids.shape[1]
-        x = self.wte(input_ids)
-        if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=input_ids.device))
+        x = self.embed(input_ids)
         pad = attention_mask.bool() if attention_mask is not None else None
         if self.rel is not None:
             pos = torch.arange(T, device=x.device)
@@ -524,31 +531,29 @@ class ViT(nn.Module):
         return self.norm(x)
 
 
-class TorchEncoder(nn.Module):
+class TorchEncoder(_TokenModel):
     """nn.TransformerEncoder of nn.TransformerEncoderLayer (batch_first), src_key_padding_mask."""
 
     def __init__(self, cfg):
-        super().__init__()
+        super().__init__(cfg, True)
         c = cfg["hidden_size"]
-        self.wte, self.wpe = nn.Embedding(cfg["vocab_size"], c), nn.Embedding(MAX_POS, c)
         layer = nn.TransformerEncoderLayer(c, cfg["num_attention_heads"], cfg["intermediate_size"], dropout=0.0,
                                            activation="gelu", batch_first=True, norm_first=cfg["norm_first"])
         self.enc = nn.TransformerEncoder(layer, cfg["num_hidden_layers"], enable_nested_tensor=False,
                                          norm=nn.LayerNorm(c) if cfg["norm_first"] else None)
 
     def forward(self, input_ids, attention_mask=None):
-        x = self.wte(input_ids) + self.wpe(torch.arange(input_ids.shape[1], device=input_ids.device))
+        x = self.embed(input_ids)
         kpm = None if attention_mask is None else attention_mask == 0
         return self.enc(x, src_key_padding_mask=kpm)
 
 
-class TorchDecoder(nn.Module):
+class TorchDecoder(_TokenModel):
     """nn.TransformerDecoder of nn.TransformerDecoderLayer over a memory (an encoder's output)."""
 
     def __init__(self, cfg):
-        super().__init__()
+        super().__init__(cfg, True)
         c = cfg["hidden_size"]
-        self.wte, self.wpe = nn.Embedding(cfg["vocab_size"], c), nn.Embedding(MAX_POS, c)
         layer = nn.TransformerDecoderLayer(c, cfg["num_attention_heads"], cfg["intermediate_size"], dropout=0.0,
                                            batch_first=True, norm_first=cfg["norm_first"])
         self.dec = nn.TransformerDecoder(layer, cfg["num_hidden_layers"], norm=nn.LayerNorm(c))
@@ -556,7 +561,7 @@ class TorchDecoder(nn.Module):
 
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None):
         T = input_ids.shape[1]
-        x = self.wte(input_ids) + self.wpe(torch.arange(T, device=input_ids.device))
+        x = self.embed(input_ids)
         causal = nn.Transformer.generate_square_subsequent_mask(T, device=x.device)
         mkpm = None if encoder_attention_mask is None else encoder_attention_mask == 0
         y = self.dec(x, encoder_hidden_states, tgt_mask=causal, tgt_is_causal=True, memory_key_padding_mask=mkpm)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +25,14 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from onnx import numpy_helper
 
 import onnx_fuse
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 from onnx_fuse.targets.trt_merged_decoder import find_cache_branch
 from onnx_fuse.verify import make_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from merged_decoder import merged_decoder  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 QWEN2 = "qwen2_hd64__optimum_merged__trained"
@@ -37,34 +40,9 @@ LAYERS, VOCAB = 2, 128
 
 
 def merged_from_kv(proto: onnx.ModelProto, *, else_reads_past: bool = False) -> onnx.ModelProto:
-    """An If on a bool ``use_cache_branch`` [1]: then = the KV export's nodes (with its value_info),
-    else = the same nodes reading an empty past made in the branch (or, ``else_reads_past``, the
-    graph's own past: no branch is then the cache branch alone). Weights stay in the main graph."""
-    g = proto.graph
-    pasts = [i for i in g.input if i.name.startswith("past_key_values.")]
-    then_g = oh.make_graph(list(g.node), "with_past", [], list(g.output), value_info=list(g.value_info))
-    empty = {p.name: f"{p.name}__empty" for p in pasts} if not else_reads_past else {}
-    nodes = [oh.make_node("Shape", ["input_ids"], ["merged_batch"], start=0, end=1)] if empty else []
-    inits = list(g.initializer)
-    for p in pasts if empty else []:
-        dims = [d.dim_value for d in p.type.tensor_type.shape.dim]
-        inits.append(numpy_helper.from_array(np.array([dims[1], 0, dims[3]], np.int64), f"{p.name}__dims"))
-        nodes += [oh.make_node("Concat", ["merged_batch", f"{p.name}__dims"], [f"{p.name}__shape"], axis=0),
-                  oh.make_node("ConstantOfShape", [f"{p.name}__shape"], [empty[p.name]],
-                               value=numpy_helper.from_array(np.zeros(1, np.float32)))]
-    for n in g.node:
-        m = onnx.NodeProto()
-        m.CopyFrom(n)
-        m.input[:] = [empty.get(x, x) for x in m.input]
-        nodes.append(m)
-    else_g = oh.make_graph(nodes, "no_past", [], list(g.output))
-    cond = oh.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])
-    main = oh.make_graph([oh.make_node("If", ["use_cache_branch"], [o.name for o in g.output],
-                                       then_branch=then_g, else_branch=else_g)],
-                         "merged", [*g.input, cond], list(g.output), initializer=inits)
-    model = oh.make_model(main, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
-    onnx.checker.check_model(model)
-    return model
+    """tools/merged_decoder.py's If on ``use_cache_branch`` over the KV export (the empty past's
+    batch read from input_ids; ``else_reads_past``: both branches read the graph's past)."""
+    return merged_decoder(proto, "input_ids", else_reads_past=else_reads_past, name="merged")
 
 
 def _o4(model, **kw):
