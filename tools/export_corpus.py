@@ -180,11 +180,22 @@ def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | Non
         config, model = types.SimpleNamespace(**spec["config"]), handwritten_models.build(spec)
     else:
         config = getattr(tf, spec["config_class"])(**spec["config"], **({"attn_implementation": attn} if attn else {}))
-        model = getattr(tf, spec["model_class"])(config).eval()
+        model = _hf_class(spec)(config).eval()
     touched = perturb(model) if weights == "trained" else []
     if dtype != "float32":
         model = model.to(getattr(torch, dtype))
     return config, model, touched
+
+
+def _hf_class(spec):
+    """The model class: transformers' top level, or spec["model_module"] for a tower the top level does not
+    export (holdout_specs.HOLDOUT9B: Qwen2-VL's vision transformer)."""
+    import importlib
+
+    import transformers as tf
+
+    module = importlib.import_module(spec["model_module"]) if spec.get("model_module") else tf
+    return getattr(module, spec["model_class"])
 
 
 def _past_shapes(model, ids):
@@ -272,6 +283,8 @@ class _Wrap:
                 cache = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
                 return (out.logits, *(t for layer in cache[:n_layers] for t in layer[:2]))
 
+        if kind in ("vlm", "patches"):
+            return _Wrap.multimodal(spec, model)
         if kind in CROSS:
             tuples = bool(spec.get("cache_object")) and not cache_object
             return _Wrap.seq2seq(model, style in KV_STYLES, n_layers, tuples)
@@ -280,6 +293,45 @@ class _Wrap:
         if style in KV_STYLES:
             return LegacyCache if style in LEGACY_ATTN else WithCache
         return Plain
+
+    @staticmethod
+    def multimodal(spec, model):
+        """kind vlm: a whole vision-language model in one graph; the text ids come in and the wrapper puts
+        the image's placeholder tokens (image_tokens of them, id image_token_index) in front, so every feed
+        (random ids included) holds as many placeholders as the vision tower makes features; its mask and
+        its token types (PaliGemma's prefix-LM: type 0 = the bidirectional prefix) cover them as prefix.
+        kind patches: a vision tower over flattened patches [N, C*T*P*P] (Qwen2-VL's), the grid
+        (patch_grid: t, h, w) a constant, as one image of a fixed size is."""
+        import torch
+
+        vlm = spec.get("vlm", {})
+        # the placeholder-count check (torch_compilable_check -> aten._is_all_true) has no ONNX lowering;
+        # transformers' own switch for production runs turns it off (the wrapper makes the count right)
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+
+        class Multimodal(torch.nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, *args):
+                kw = dict(zip(self.names, args))
+                if spec["kind"] == "patches":
+                    grid = torch.tensor([spec["patch_grid"]], dtype=torch.int64)
+                    return self.m(kw["pixel_values"], grid_thw=grid, return_dict=True).last_hidden_state
+                ids = kw["input_ids"]
+                n = vlm["image_tokens"]
+                image = torch.full((ids.shape[0], n), vlm["image_token_index"], dtype=ids.dtype)
+                call = dict(input_ids=torch.cat([image, ids], 1), pixel_values=kw["pixel_values"])
+                if "attention_mask" in kw:
+                    mask = kw["attention_mask"]
+                    call["attention_mask"] = torch.cat([torch.ones_like(image, dtype=mask.dtype), mask], 1)
+                if "token_type_ids" in kw:
+                    types = kw["token_type_ids"]
+                    call["token_type_ids"] = torch.cat([torch.zeros_like(image, dtype=types.dtype), types], 1)
+                return self.m(**call, use_cache=False, return_dict=True).logits
+
+        return Multimodal
 
     @staticmethod
     def static_cache(model, n_layers):
@@ -395,6 +447,13 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     static = style == "static_nomask"
     vocab = cfg.get("vocab_size", 128)
     feeds, dims = {}, {}
+    if kind == "patches":  # flattened patches of one image (static: the grid is a constant of the wrapper)
+        t, h, w = spec["patch_grid"]
+        feeds["pixel_values"] = torch.randn(t * h * w, spec["patch_features"], generator=g)
+        dims["pixel_values"] = [t * h * w, spec["patch_features"]]
+        return feeds, dims
+    if kind == "vlm":  # text ids below the image token (the wrapper adds the placeholders), an image per row
+        return _vlm_inputs(spec, g, static, batch, seq)
     if kind == "vision":  # image_size: one side or [height, width] (Hiera)
         size, ch = cfg["image_size"], cfg["num_channels"]
         h, w = size if isinstance(size, (list, tuple)) else (size, size)
@@ -459,6 +518,55 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     dims["attention_mask"] = bs
     if "token_type_ids" in _forward_args(spec) and cfg.get("type_vocab_size", 0) > 1:
         feeds["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.int64)
+        dims["token_type_ids"] = bs
+    _extra_inputs(spec, g, feeds, dims, batch, seq)
+    return feeds, dims
+
+
+def _extra_inputs(spec, g, feeds, dims, batch, seq):
+    """spec["extra_inputs"] (holdout_specs.HOLDOUT9B), what a multimodal model's language part takes beside
+    the text: "states" -> name [batch, n, hidden] floats (Mllama's cross_attention_states, the image's
+    tokens); "mrope" -> position_ids [3, batch, sequence] (Qwen2-VL's temporal / height / width streams:
+    the text's positions in all three, a 2 x 2 image grid's rows and columns in the first four)."""
+    import torch
+
+    for name, (what, *arg) in spec.get("extra_inputs", {}).items():
+        if what == "states":
+            hidden = spec["config"]["hidden_size"]
+            feeds[name] = torch.randn(batch, arg[0], hidden, generator=g)
+            dims[name] = ["batch", arg[0], hidden]
+        elif what == "mrope":
+            pos = torch.arange(seq).expand(3, batch, seq).clone()
+            if seq > 4:  # an image of 2 x 2 merged patches at the start: t = 0, h = i // 2, w = i % 2
+                grid = torch.arange(4)
+                pos[0, :, :4], pos[1, :, :4], pos[2, :, :4] = 0, grid // 2, grid % 2
+                pos[:, :, 4:] -= 2  # text resumes after the image's largest position + 1
+            feeds[name] = pos
+            dims[name] = [3, "batch", "sequence"]
+
+
+def _vlm_inputs(spec, g, static, batch, seq):
+    """kind vlm: input_ids and a mask over the text (ids never the image token: vlm_vocab excludes it),
+    pixel_values [batch, C, size, size]; token_type_ids (PaliGemma) mark the first half of the text as
+    prefix (0) and the rest as suffix (1)."""
+    import torch
+
+    vlm = spec["vlm"]
+    bs = [batch, seq] if static else [batch if vlm.get("fixed_batch") else "batch", "sequence"]
+    feeds, dims = {}, {}
+    feeds["input_ids"] = torch.randint(3, vlm["text_vocab"], (batch, seq), generator=g)
+    dims["input_ids"] = bs
+    size, ch = vlm["image_size"], 3
+    feeds["pixel_values"] = torch.randn(batch, ch, size, size, generator=g)
+    dims["pixel_values"] = [bs[0], ch, size, size]
+    if static:
+        return feeds, dims
+    feeds["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64)
+    dims["attention_mask"] = bs
+    if vlm.get("token_types"):
+        types = torch.ones(batch, seq, dtype=torch.int64)
+        types[:, : seq // 2] = 0
+        feeds["token_type_ids"] = types
         dims["token_type_ids"] = bs
     return feeds, dims
 
@@ -537,7 +645,9 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     feeds, dims = example_inputs(arch, style, model)
     names = list(feeds)
     wrapper = _Wrap.make(spec, model, style, n_layers)(names).eval()
-    if spec["kind"] == "decoder":
+    if spec["kind"] == "vlm":
+        outputs = ["logits"]
+    elif spec["kind"] == "decoder":
         outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
                                 if style in KV_STYLES else [])
     elif spec["kind"] in CROSS:
@@ -575,7 +685,9 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
         convert_half(tmp)
     check = "float16" if style == "converted_half" else dtype
     # numeric check against torch at the example shape and (dynamic exports) a second shape
-    shapes = [(BATCH, SEQ, PAST)] + ([] if style == "static_nomask" else [(1, 5, 3)])
+    # a batch the model pins (holdout_specs.HOLDOUT9B's LLaVA: list(image_features)) stays in the second shape
+    shapes = [(BATCH, SEQ, PAST)] + ([] if style == "static_nomask" else
+                                     [(BATCH if spec.get("vlm", {}).get("fixed_batch") else 1, 5, 3)])
     diffs, scales = [], []
     import onnxruntime as ort
 
@@ -957,6 +1069,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     cfg = spec["config"]
     if isinstance(cfg.get("encoder"), dict):  # per-part configs (T5Gemma): the exported part's sizes
         cfg = dict(cfg[spec["part"] or "encoder"], **{k: v for k, v in cfg.items() if k not in ("encoder", "decoder")})
+    if spec["kind"] == "vlm":  # the language model's sizes; ids a text token may take (below the image token)
+        cfg = dict(cfg["text_config"], vocab_size=spec["vlm"]["text_vocab"])
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto)
     opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
@@ -966,7 +1080,7 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "model_type": spec["model_type"], "ort_model_type": spec["ort_model_type"],
         "config_class": spec["config_class"], "config": cfg,
         "num_layers": g("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers",
-                        "encoder_num_hidden_layers"),
+                        "encoder_num_hidden_layers", "depth"),
         "num_heads": g("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                        "attention_heads", "encoder_num_attention_heads"),
         "num_kv_heads": (1 if cfg.get("multi_query") else g("num_key_value_heads", "num_attention_heads",
@@ -974,7 +1088,7 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                                             "encoder_attention_heads", "attention_heads",
                                                             "encoder_num_attention_heads")),
         "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim"),
-        "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", *CROSS) else None,
+        "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", "vlm", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
                                         "static_nomask": ["static-shapes"],
                                         "kv": ["dynamic-shapes", "kv-cache"],
@@ -1131,7 +1245,8 @@ def main(argv=None) -> int:
                          "10: the sixth's part A (decoders), "
                          "11: the sixth's part B (onnxscript 0.6.0 / 0.6.2, bf16 decoders), "
                          "12: the seventh's part A (encoders, seq2seq parts, speech, vision), "
-                         "14: the eighth's part A (hand-written modules, tools/handwritten_models.py); "
+                         "14: the eighth's part A (hand-written modules, tools/handwritten_models.py), "
+                         "16: the ninth's part B (vision-language models, DETR-likes, hybrid decoders); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

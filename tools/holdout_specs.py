@@ -1196,3 +1196,114 @@ HOLDOUT8A = {
                                            "layernorm", "gelu"], HW_DEC),
 }
 HOLDOUT_SETS[14] = HOLDOUT8A
+
+
+# ---- ninth sweep, part B (--holdout 16, HOLDOUT9B): architectures no sweep had ------------------------------
+# Whole vision-language models in one graph (kind vlm: PaliGemma's prefix-LM mask from token types, LLaVA's
+# CLIP tower + projector + Llama; the wrapper puts the image placeholders in front of the text ids), Qwen2-VL /
+# Qwen2.5-VL vision towers over flattened patches (kind patches: 2-D rotary, Qwen2.5's windowed layers
+# re-ordered by a window index), DETR-likes (position embeddings added to q and k, not v; Conditional DETR's
+# cross-attention concatenates content and position halves: q / k twice v's head size; Deformable DETR's
+# multi-scale deformable attention is grid_sample, only its decoder self-attention is softmax attention) and
+# hybrid decoders whose mamba layers were in no set (Zamba2's shared attention block, Nemotron-H's pattern,
+# Bamba).
+VIS9 = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=2,
+            image_size=16, patch_size=8, num_channels=3)
+TXT9 = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, **GQA,
+            max_position_embeddings=POSITIONS)
+IMAGE_TOKEN9 = VOCAB - 1  # text ids stay below it (vlm text_vocab)
+VLM9 = dict(image_tokens=4, image_token_index=IMAGE_TOKEN9, text_vocab=IMAGE_TOKEN9, image_size=16)
+DETR_BACKBONE = dict(model_type="resnet", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                     out_features=["stage2"], num_channels=3)
+DETR9 = dict(use_timm_backbone=False, backbone_config=DETR_BACKBONE, use_pretrained_backbone=False, d_model=HIDDEN,
+             encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=2, decoder_attention_heads=2,
+             encoder_ffn_dim=FFN, decoder_ffn_dim=FFN, num_queries=8, image_size=IMAGE, num_channels=3)
+VLM_STYLES = ("dyn_mask", "torchscript")
+PATCH_STYLES = ("torchscript",)  # dynamo: the window index and cu_seqlens are data-dependent even for a constant grid
+HYBRID9 = ("static_nomask",)  # dynamic: the mamba layers' chunking pins the sequence length
+
+
+def _mm(kind, config, model, kw, features, model_type, ort_type, styles, blocks, **extra):
+    spec = _s(kind, config, model, kw, features, model_type, ort_type, styles=styles)
+    spec.update(extra, attention_blocks=blocks)
+    return spec
+
+
+HOLDOUT9B = {
+    # whole vision-language models: vision tower + projector + language model, logits out
+    "paligemma": _mm("vlm", "PaliGemmaConfig", "PaliGemmaForConditionalGeneration",
+                     dict(vision_config=dict(VIS9, model_type="siglip_vision_model"),
+                          text_config=dict(TXT9, model_type="gemma"), image_token_index=IMAGE_TOKEN9,
+                          projection_dim=HIDDEN, vocab_size=VOCAB),
+                     ["gqa", "siglip-tower", "prefix-lm-mask", "token-types", "rope-full", "rmsnorm-1p", "geglu",
+                      "image-token-merge"], "paligemma", "gpt2", VLM_STYLES, 4, vlm=dict(VLM9, token_types=True)),
+    "llava": _mm("vlm", "LlavaConfig", "LlavaForConditionalGeneration",
+                 dict(vision_config=dict(VIS9, model_type="clip_vision_model", projection_dim=HIDDEN),
+                      text_config=dict(TXT9, model_type="llama"), image_token_index=IMAGE_TOKEN9,
+                      vision_feature_layer=-1, vision_feature_select_strategy="default"),
+                 ["gqa", "clip-tower", "mlp-projector", "rope-full", "rmsnorm", "swiglu", "image-token-merge"],
+                 # the batch is pinned: get_image_features returns list(image_features), one entry per image,
+                 # which torch.export unrolls (TorchScript's per-image Split fails at batch 1 the same way)
+                 "llava", "gpt2", ("dyn_mask",), 4, vlm=dict(VLM9, fixed_batch=True)),
+    # vision towers over flattened patches
+    "qwen2_vl_vision": _mm("patches", "Qwen2VLVisionConfig", "Qwen2VisionTransformerPretrainedModel",
+                           dict(depth=LAYERS, embed_dim=HIDDEN, hidden_size=HIDDEN, num_heads=2, mlp_ratio=2,
+                                patch_size=4, temporal_patch_size=2, spatial_merge_size=2, in_channels=3),
+                           ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "layernorm", "quick-gelu",
+                            "patch-merger"], "qwen2_vl", "vit", PATCH_STYLES, LAYERS,
+                           model_module="transformers.models.qwen2_vl.modeling_qwen2_vl", patch_grid=[1, 4, 4],
+                           patch_features=3 * 2 * 4 * 4),
+    "qwen2_5_vl_vision": _mm("patches", "Qwen2_5_VLVisionConfig", "Qwen2_5_VisionTransformerPretrainedModel",
+                             dict(depth=LAYERS, hidden_size=HIDDEN, intermediate_size=FFN, out_hidden_size=HIDDEN,
+                                  num_heads=2, patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
+                                  in_channels=3, window_size=16, fullatt_block_indexes=[1]),
+                             ["mha", "conv3d-patches", "rope-2d-vision", "window-attention", "window-index-reorder",
+                              "rmsnorm", "swiglu", "patch-merger"], "qwen2_5_vl", "vit",
+                             PATCH_STYLES, LAYERS, patch_grid=[1, 8, 8],
+                             patch_features=3 * 2 * 4 * 4),
+    # DETR-likes: a ResNet backbone, an encoder over the feature map, a decoder over 8 object queries
+    "detr": _mm("vision", "DetrConfig", "DetrModel", dict(DETR9),
+                ["mha", "resnet-backbone", "sine-positions-on-qk", "object-queries", "cross-attention", "layernorm",
+                 "relu", "post-norm"], "detr", "vit", VIS_ALL, 3 * LAYERS),
+    "conditional_detr": _mm("vision", "ConditionalDetrConfig", "ConditionalDetrModel", dict(DETR9),
+                            ["mha", "resnet-backbone", "sine-positions-on-qk", "object-queries",
+                             "cross-attention-concat-qk", "layernorm", "relu", "post-norm"], "conditional_detr",
+                            "vit", VIS_ALL, 3 * LAYERS),
+    "deformable_detr": _mm("vision", "DeformableDetrConfig", "DeformableDetrModel",
+                           dict(DETR9, num_feature_levels=1, encoder_n_points=2, decoder_n_points=2),
+                           ["mha", "resnet-backbone", "deformable-attention-grid-sample", "object-queries",
+                            "layernorm", "relu", "post-norm"], "deformable_detr", "vit", VIS_ALL, LAYERS),
+    # language parts of multimodal models fed as their VLM feeds them: Mllama's text model with the image's
+    # tokens as cross_attention_states (gated cross-attention layers between the self-attention layers),
+    # Qwen2-VL's text model with M-RoPE position_ids [3, batch, sequence] as an input (three position streams)
+    "mllama_text": _mm("decoder", "MllamaTextConfig", "MllamaForCausalLM",
+                       dict(DEC, num_attention_heads=2, num_key_value_heads=1, cross_attention_layers=[1]),
+                       ["mqa", "rope-full", "rmsnorm", "swiglu", "cross-attention-to-image", "tanh-gate"], "mllama",
+                       "gpt2", ("dyn_mask",), 2, extra_inputs={"cross_attention_states": ("states", 5)}),
+    "qwen2_vl_text_mrope": _mm("encoder", "Qwen2VLTextConfig", "Qwen2VLTextModel",
+                               dict(DEC, num_attention_heads=2, num_key_value_heads=1,
+                                    rope_scaling=dict(type="mrope", mrope_section=[2, 3, 3])),
+                               ["gqa", "rope-full", "mrope", "mrope-position-input", "rmsnorm", "qkv-bias", "causal"],
+                               "qwen2_vl", "gpt2", ("dyn_mask",), LAYERS,
+                               extra_inputs={"position_ids": ("mrope",)}),
+    # hybrid decoders (mamba / mamba2 + attention)
+    "zamba2": _mm("decoder", "Zamba2Config", "Zamba2ForCausalLM",
+                  dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=4,
+                       num_attention_heads=2, num_key_value_heads=2, attention_head_dim=16, mamba_d_state=8,
+                       mamba_headdim=8, mamba_ngroups=1, n_mamba_heads=8, use_mem_eff_path=False,
+                       layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], hybrid_layer_ids=[1, 3],
+                       use_shared_attention_adapter=False, max_position_embeddings=POSITIONS, **TOKENS),
+                  ["mha", "mamba2", "shared-attention-block", "concat-embeddings-input", "rope-full", "rmsnorm",
+                   "gelu"], "zamba2", "gpt2", HYBRID9, 2),
+    "nemotron_h": _mm("decoder", "NemotronHConfig", "NemotronHForCausalLM",
+                      dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=4,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, hybrid_override_pattern="M*-*",
+                           mamba_num_heads=4, mamba_head_dim=8, ssm_state_size=8, n_groups=1,
+                           max_position_embeddings=POSITIONS, **TOKENS),
+                      ["mqa", "mamba2", "no-positions", "rmsnorm", "relu2"], "nemotron_h", "gpt2", HYBRID9, 2),
+    "bamba": _mm("decoder", "BambaConfig", "BambaForCausalLM",
+                 dict(DEC, num_attention_heads=2, num_key_value_heads=1, attn_layer_indices=[1], mamba_n_heads=4,
+                      mamba_d_head=8, mamba_d_state=8, mamba_n_groups=1, mamba_expand=1),
+                 ["mqa", "mamba2", "rope-partial", "rmsnorm", "swiglu"], "bamba", "gpt2", HYBRID9, 1),
+}
+HOLDOUT_SETS[16] = HOLDOUT9B
