@@ -21,8 +21,11 @@ integer ReduceSum/ReduceProd whose |x| reduction exceeds 2**53, are not folded (
 exact Python integers); the other integer arithmetic ops (MatMul, CumSum, Pow, ReduceSumSquare,
 ...) are not folded at all.
 
-Never folded: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
-default domain, nodes with subgraphs, results over ``MAX_OUTPUT_ELEMENTS`` / ``MAX_OUTPUT_BYTES``
+Never folded: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), a DequantizeLinear
+whose float result has more than ``MAX_DEQUANTIZED_ELEMENTS`` entries (a quantized weight: folding
+it would store the float weight and undo the compression; scalars and tiny vectors, which rules
+match on value, still fold), ops outside the default domain, nodes with subgraphs, results over
+``MAX_OUTPUT_ELEMENTS`` / ``MAX_OUTPUT_BYTES``
 (data-moving ops such as Transpose, whose result is no bigger than their input, may produce up to
 ``MAX_INPUT_BYTES``), inputs over ``MAX_INPUT_BYTES`` (a large external weight is never read just to fold it), and dtypes
 NumPy does not represent exactly (bfloat16, float8, int4, strings).
@@ -49,6 +52,8 @@ MAX_INPUT_BYTES = 16 << 20
 # model is saved (tensor by tensor), so folding a model's weight transposes costs no time here.
 LAZY_BYTES = 1 << 20
 
+# A DequantizeLinear of a constant is a compressed weight: only results this small are stored as floats.
+MAX_DEQUANTIZED_ELEMENTS = 64
 NONDETERMINISTIC = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
     "Bernoulli", "Dropout",
@@ -548,6 +553,8 @@ class ConstantFoldingPass(FusePass):
         if not node.inputs and node.op_type not in ("ConstantOfShape",):
             return None  # source ops (e.g. RandomX, EyeLike without input): not ours to fold
         self._check_declared_size(node)
+        if node.op_type == "DequantizeLinear" and tensors[0].size > MAX_DEQUANTIZED_ELEMENTS:
+            raise _NoFold("quantized weight")
         args = [_to_numpy(t) if t is not None else None for t in tensors]
         fn = _NUMPY_OPS.get(node.op_type)
         if node.op_type in _SAME_DTYPE and len({a.dtype for a in args if a is not None}) > 1:
