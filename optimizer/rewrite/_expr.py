@@ -24,6 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.rewrite import _dims
+from onnx_fuse.rewrite._head_repeat import head_repeat as _head_repeat, head_source as _head_source_of
 from onnx_fuse.rewrite._paired import paired_columns as _paired_columns
 
 
@@ -367,6 +368,13 @@ def _concat_past(ctx, v):
     return node.inputs[0] if rank == 4 and axis in (2, -2) else None
 
 
+def _head_source(ctx, x, axis):
+    got = _head_source_of(ctx, _as_value(x, "head_source"), int(axis))
+    if got is None:
+        raise EvalFailure(f"{x.name!r} does not repeat the heads of another value on axis {int(axis)}")
+    return got
+
+
 def _padding_mask(ctx, m, q) -> bool:
     from onnx_fuse.rewrite._mask_probe import padding_mask
 
@@ -516,6 +524,10 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # whether v's last axis provably repeats every value twice in a row (repeat_interleave'd
     # tables, constant or computed; _paired.py)
     "paired_columns": lambda ctx, v: _paired_columns(ctx, _as_value(v, "paired_columns")),
+    # n when x repeats each head of a value n times on the axis (x[.., h, ..] = s[.., h // n, ..]:
+    # GQA's K / V, however written), else 0; and that value s (_head_repeat.py)
+    "head_repeat": lambda ctx, x, axis: _head_repeat(ctx, _as_value(x, "head_repeat"), int(axis)),
+    "head_source": _head_source,
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
     # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable;

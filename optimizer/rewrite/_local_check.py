@@ -635,6 +635,44 @@ def _compute_tied(nodes: list[ir.Node], tied: list[ir.Value], values: dict[int, 
         values[id(v)] = np.asarray(arr)
 
 
+# ops that only move or copy elements: what a bridge (below) may pass
+_MOVES = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile", "Concat", "Gather", "Identity",
+          "Flatten"}
+
+
+def _bridge(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any], depth: int = 8) -> list[ir.Node]:
+    """The nodes between a value only the replacement reads and the match's inputs computed from
+    it (attention-repeat-kv reads the K / V that the unmatched head repetition feeding the match
+    reads), in order: they join the original's side, so both sides see the same data (random data
+    fed to the two ends would not be related)."""
+    produced = {id(o) for n in old_nodes for o in n.outputs}
+    old_reads = {id(v) for n in old_nodes for v in n.inputs if v is not None}
+    ups = {id(v) for nn in new_nodes for v in nn.inputs
+           if isinstance(v, ir.Value) and id(v) not in produced and id(v) not in old_reads}
+    if not ups:
+        return []
+    found: dict[int, bool] = {}
+    order: list[ir.Node] = []
+
+    def reach(x: ir.Value, left: int) -> bool:
+        if id(x) in ups:
+            return True
+        n = x.producer()
+        if n is None or left <= 0 or n.domain not in ("", "ai.onnx") or n.op_type not in _MOVES:
+            return False
+        if id(n) not in found:
+            found[id(n)] = False
+            hit = [reach(i, left - 1) for i in n.inputs if i is not None]
+            found[id(n)] = any(hit)
+            if found[id(n)]:
+                order.append(n)
+        return found[id(n)]
+
+    for v in [v for n in old_nodes for v in n.inputs if v is not None and id(v) not in produced]:
+        reach(v, depth)
+    return order
+
+
 def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
                   new_inits: Mapping[Any, np.ndarray], old_outputs: Sequence[ir.Value],
                   new_outputs: Sequence[Any], opsets: Mapping[str, int], *, ir_version: int = 10,
@@ -650,6 +688,7 @@ def check_rewrite(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any],
     """
     from onnx_fuse.verify import DEFAULT_TOLERANCE, compare_arrays
 
+    old_nodes = [*_bridge(old_nodes, new_nodes), *old_nodes]
     producer = {id(o): n for n in old_nodes for o in n.outputs}
     # The replacement may reuse values computed inside the match: keep the nodes computing them.
     stack = [v for nn in new_nodes for v in nn.inputs if isinstance(v, ir.Value)]
