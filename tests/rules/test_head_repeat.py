@@ -178,3 +178,46 @@ def test_keras_masked_softmax_small_fill_is_refused(h):
     model = _block(h, form="tile", layout="bshd", keras_softmax=True, fill=-1e3)
     assert any("large negative" in r for r in h.reasons(model, "onnx", "masked-softmax-keep-zero"))
     assert "Softmax" in h.ops(h.fuse(model, "onnx"))
+
+
+def test_repeated_kv_read_elsewhere_still_folds(h):
+    """The repetition is not matched: a second reader of the repeated K keeps it, the attention
+    reads the kv heads (GQA) and both outputs keep the original's numbers."""
+    model = _block(h, form="tile")
+    model.graph.node.append(n("ReduceSum", ["kr"], ["side"], keepdims=0))
+    model.graph.output.append(h.vi("side", []))
+    out = h.fuse(model, "ort")
+    assert _attention(out).op_type == "GroupQueryAttention" and "Tile" in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_tiled_kv_cache_folds_with_its_past(h):
+    """TorchScript's repeat_interleave over Concat(past, new): the fold leaves the Concat as the
+    op's K / V, which attention-kv-cache then takes (past in, present out) on the kv heads."""
+    hkv, P = 2, 3
+    nodes, consts = [], {"scale": np.array(D ** -0.5, np.float32)}
+    for x in ("k", "v"):
+        nodes.append(n("Concat", [f"past_{x}", x], [f"present_{x}"], axis=2))
+        more, c = _repeat(n, f"present_{x}", f"{x}r", "tile", "bhsd", hkv)
+        nodes += more
+        consts.update(c)
+    nodes += [n("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "vr"], ["y"])]
+    kv = ["b", hkv, "s", D]
+    past = ["b", hkv, "p", D]
+    inputs = [h.vi("q", ["b", H, "s", D]), h.vi("k", kv), h.vi("v", kv), h.vi("past_k", past),
+              h.vi("past_v", past), h.vi("mask", ["b", 1, "s", "t"])]
+    outputs = [h.vi("y", ["b", H, "s", D]), h.vi("present_k", ["b", hkv, "t", D]),
+               h.vi("present_v", ["b", hkv, "t", D])]
+    model = h.make_model(nodes, inputs, outputs, consts, opset=18)
+    res = onnx_fuse.optimize(model, level=3, target="onnx")
+    fires = res.report.rule_fires
+    assert fires.get("attention-repeat-kv") == 1 and fires.get("attention-kv-cache") == 1, fires
+    keep = np.tril(np.ones((S, P + S), bool), P)[None, None].repeat(B, 0)
+    feeds = {"q": h.rng.standard_normal((B, H, S, D)).astype(np.float32),
+             "mask": np.where(keep, 0.0, -np.inf).astype(np.float32)}
+    for x in ("k", "v"):
+        feeds[x] = h.rng.standard_normal((B, hkv, S, D)).astype(np.float32)
+        feeds[f"past_{x}"] = h.rng.standard_normal((B, hkv, P, D)).astype(np.float32)
+    h.assert_close(model, res.to_proto(), feeds)
