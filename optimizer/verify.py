@@ -688,18 +688,22 @@ def _quantized(model: onnx.ModelProto) -> bool:
     return walk(model.graph)
 
 
-def _quantized_drift(ref: "_Side", ref_sess, names: list[str], feeds: dict, first) -> str | None:
-    """For a quantized original: the note saying how far ORT's default graph optimizations move its
-    outputs when that is beyond tolerance (then the optimized model is compared with them off, the
-    same graph semantics on both sides), else None (the usual comparison stands)."""
+def _quantized_drift(side: "_Side", sess_off, names: list[str], feeds: dict, first, label: str) -> str | None:
+    """For a quantized model (original or optimized): the note saying how far ORT's default graph
+    optimizations move its outputs when that is beyond tolerance (then the optimized model is
+    compared with them off, the same graph semantics on both sides), else None (the usual
+    comparison stands). ``first``: (feeds, outputs with them off) already computed, or None."""
     try:
-        ref_out = first[1] if first is not None and feeds is first[0] else ref_sess.run(names, feeds)
-        moved = ref.session(ort_optimizations=True).run(names, feeds)
+        if first is not None and feeds is first[0]:
+            off = first[1]
+        else:
+            off = (sess_off or side.session(ort_optimizations=False)).run(names, feeds)
+        moved = side.session(ort_optimizations=True).run(names, feeds)
     except Exception:  # noqa: BLE001 - the comparison below reports what fails to run
         return None
-    floor = _half_floor(ref.skeleton)
+    floor = _half_floor(side.skeleton)
     worst = None
-    for name, r, g in zip(names, ref_out, moved):
+    for name, r, g in zip(names, off, moved):
         r, g = np.asarray(r), np.asarray(g)
         atol, rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
         if floor is not None and r.dtype.kind == "f":
@@ -709,7 +713,7 @@ def _quantized_drift(ref: "_Side", ref_sess, names: list[str], feeds: dict, firs
             worst = d
     if worst is None:
         return None
-    return (f"quantized original: ONNX Runtime's own graph optimizations move its output '{worst.name}' "
+    return (f"quantized {label}: ONNX Runtime's own graph optimizations move its output '{worst.name}' "
             f"by up to {worst.max_abs:.3g} (QDQ / int4 fusions), so the optimized model ran with them off "
             "too (it was also loaded and run with them on)")
 
@@ -813,8 +817,9 @@ def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None
     the way users run it, with ORT's default graph optimizations, so a model ORT's own optimizer
     then refuses or breaks fails verification. A quantized original whose outputs ORT's own
     optimizations already move beyond tolerance (_quantized_drift) is the exception: the optimized
-    model is loaded and run with them on, and compared with them off. Models are paths, protos or onnx-ir models; big
-    ones are loaded by ORT from files with external data, never inlined into one protobuf.
+    model is loaded and run with them on, and compared with them off; so is a quantized optimized
+    model that they move. Models are paths, protos or onnx-ir models; big ones are loaded by ORT
+    from files with external data, never inlined into one protobuf.
     """
     import tempfile
 
@@ -1143,7 +1148,12 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
         "passed": False,
         "notes": notes,
     }
-    drift = _quantized_drift(ref, ref_sess, names, cases[0][1], first) if _quantized(ref.skeleton) else None
+    # ORT's QDQ / int4 fusions move a quantized model's numbers: on the original (the oracle) or on
+    # the optimized model (DequantizeLinear + MatMul it makes a MatMulNBits of, quantizing A too)
+    drift = _quantized_drift(ref, ref_sess, names, cases[0][1], first, "original") \
+        if _quantized(ref.skeleton) else None
+    if drift is None and not paged and _quantized(opt.skeleton):
+        drift = _quantized_drift(opt, None, names, cases[0][1], None, "optimized model")
     try:
         opt_sess = opt.session(ort_optimizations=True)
     except Exception as exc:  # what a user would hit when loading the optimized model
@@ -1159,7 +1169,7 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
                                    f"graph optimizations: {_first_line(exc)}")
                 return result
         opt_sess = opt.session(ort_optimizations=False)
-        result["ort_optimizations"]["optimized"] = "off (quantized original: see notes)"
+        result["ort_optimizations"]["optimized"] = "off (quantized: see notes)"
         notes.append(drift)
     diffs: list[OutputDiff] = []
     steps = _output_steps(ref) if _quantized(ref.skeleton) else {}

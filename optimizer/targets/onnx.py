@@ -309,7 +309,9 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
-    """Passes to run right after the rule packs: sibling projections packed into one MatMul."""
+    """Passes to run right after the rule packs: sibling projections packed into one MatMul, ORT's
+    int4 MatMulNBits as blocked DequantizeLinear + MatMul (passes/matmul_nbits.py)."""
+    from onnx_fuse.passes.matmul_nbits import LowerMatMulNBitsPass
     from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
 
-    return [PackSiblingMatMulsPass()] if level >= 2 else []
+    return [PackSiblingMatMulsPass(), LowerMatMulNBitsPass("onnx")] if level >= 2 else []

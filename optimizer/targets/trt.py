@@ -54,4 +54,9 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
     if level < 2:
         return []
-    return [PluginAttributesPass()]
+    from onnx_fuse.passes.matmul_nbits import LowerMatMulNBitsPass
+    from onnx_fuse.targets.trt_quantized import TrtQuantizedOpsNotePass
+
+    # ORT's int4 MatMulNBits as int4 DequantizeLinear + MatMul, which TensorRT parses; then the
+    # quantized ops it cannot parse are named in the report
+    return [PluginAttributesPass(), LowerMatMulNBitsPass("trt"), TrtQuantizedOpsNotePass()]

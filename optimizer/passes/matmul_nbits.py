@@ -1,0 +1,153 @@
+"""ONNX Runtime's int4 weight-only MatMulNBits as standard ops, for the onnx and trt targets.
+
+``com.microsoft::MatMulNBits`` (onnxruntime.quantization's MatMulNBitsQuantizer, onnxruntime-genai's
+model builder) stores a [K, N] weight as 4-bit values in blocks of ``block_size`` along K, packed two
+to a byte as B[N, blocks, block_size / 2], with a scale per block (scales[N, blocks]) and an optional
+packed 4-bit zero point per block (8 when absent). Only ORT runs it. Written as what it computes,
+
+    y = A @ DequantizeLinear(Wq, scales, zero_points, axis=0, block_size) (+ bias)
+
+with Wq the [K, N] 4-bit weight (DequantizeLinear-21 blocked quantization), it stays compressed (the
+4-bit values and scales are kept, never expanded to floats) and runs where standard ops run:
+
+- onnx target: uint4 values with their uint4 zero points (exact);
+- trt target: TensorRT's DequantizeLinear takes int4 with no zero point, so the weight is written as
+  the signed int4 q - 8, exact where every zero point is 8 (symmetric quantization, or none stored).
+  Other zero points do not fit int4: the node stays, and ``stats_reason`` says TensorRT cannot run it.
+
+Needs opset 21 (blocked DequantizeLinear, 4-bit types): a model below it is converted first
+(``upgraded_copy``); one that does not convert keeps its MatMulNBits, with the reason. Not lowered
+(left with the reason): bits other than 4, g_idx (act-order), float zero points, non-constant
+weights, scales or zero points.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import FusePass, attr_value, reroute
+
+_DQ_OPSET = 21
+
+
+def _const(v: ir.Value | None) -> np.ndarray | None:
+    if v is None or v.const_value is None or v.is_graph_input():
+        return None
+    return v.const_value.numpy()
+
+
+def _nibbles(packed: np.ndarray, count: int) -> np.ndarray:
+    """Two 4-bit values per byte, low nibble first, along the last axis; the first ``count``."""
+    packed = packed.astype(np.uint8)
+    out = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    return out[..., :count]
+
+
+class LowerMatMulNBitsPass(FusePass):
+    """com.microsoft::MatMulNBits -> DequantizeLinear (blocked, 4-bit) + MatMul (module docstring)."""
+
+    name = "lower-matmul-nbits"
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+        self.stats_reason = ""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.stats_reason = ""
+        nodes = [(g, n) for g in model.graphs() for n in g
+                 if n.op_type == "MatMulNBits" and n.domain == "com.microsoft"]
+        if not nodes:
+            return ir.passes.PassResult(model, False)
+        modified = False
+        from onnx_fuse.targets.onnx import _adopt, default_opset, upgraded_copy
+
+        current = default_opset(model) or 0
+        if current < _DQ_OPSET:
+            try:
+                new = upgraded_copy(model, _DQ_OPSET)
+            except Exception as exc:  # noqa: BLE001 -- the converter lacks an adapter: keep the ops
+                text = str(exc).strip().splitlines()
+                self.stats_reason = (f"kept {len(nodes)} MatMulNBits: opset {current} does not convert to "
+                                     f"{_DQ_OPSET} ({(text[0] if text else type(exc).__name__)[:160]})")
+                return ir.passes.PassResult(model, False)
+            _adopt(model, new)
+            self.stats[f"opset {current}->{_DQ_OPSET}"] += 1
+            modified = True
+            nodes = [(g, n) for g in model.graphs() for n in g
+                     if n.op_type == "MatMulNBits" and n.domain == "com.microsoft"]
+        kept: dict[str, int] = {}
+        for graph, node in nodes:
+            why = self._rewrite(graph, node)
+            if why:
+                kept[why] = kept.get(why, 0) + 1
+            else:
+                modified = True
+        if kept:
+            runner = "TensorRT" if self.target == "trt" else "standard ONNX runtimes"
+            self.stats_reason = f"kept MatMulNBits, which {runner} cannot run: " + "; ".join(
+                f"{n} with {why}" for why, n in kept.items())
+        return ir.passes.PassResult(model, modified)
+
+    def _rewrite(self, graph: ir.Graph, node: ir.Node) -> str | None:
+        """Lower one node; the reason it stays, or None when rewritten."""
+        ins = list(node.inputs) + [None] * (6 - len(node.inputs))
+        a, b, scales, zps, g_idx, bias = ins[:6]
+        k, n = int(attr_value(node, "K", 0)), int(attr_value(node, "N", 0))
+        bits, bs = int(attr_value(node, "bits", 4)), int(attr_value(node, "block_size", 0))
+        if bits != 4:
+            return f"bits={bits}"
+        if g_idx is not None:
+            return "g_idx (act-order)"
+        qb, sc = _const(b), _const(scales)
+        if qb is None or sc is None or a is None or k <= 0 or n <= 0 or bs <= 0:
+            return "a non-constant weight or scale"
+        blocks = -(-k // bs)
+        if qb.size != n * blocks * bs // 2 or sc.size != n * blocks:
+            return "an unexpected weight layout"
+        q = _nibbles(qb.reshape(n, blocks * bs // 2), blocks * bs)[:, :k]          # [N, K]
+        if zps is None:
+            zp = np.full((n, blocks), 8, np.uint8)
+        else:
+            zraw = _const(zps)
+            if zraw is None or zraw.dtype != np.uint8:
+                return "non-constant or float zero points"
+            zp = _nibbles(zraw.reshape(n, -1), blocks)                                  # [N, blocks]
+            if zp.shape != (n, blocks):
+                return "an unexpected zero-point layout"
+        stem = node.name or node.outputs[0].name or "matmul_nbits"
+        if self.target == "trt":
+            if np.any(zp != 8):
+                return "zero points other than 8 (TensorRT's DequantizeLinear takes no zero point)"
+            wq, zero = (q.astype(np.int16) - 8).astype(ml_dtypes.int4).T, None
+        else:
+            wq, zero = q.astype(ml_dtypes.uint4).T, zp.astype(ml_dtypes.uint4).T
+        inputs = [self._init(graph, f"{stem}_wq", np.ascontiguousarray(wq)),
+                  self._init(graph, f"{stem}_scale", np.ascontiguousarray(sc.reshape(n, blocks).T))]
+        if zero is not None:
+            inputs.append(self._init(graph, f"{stem}_zp", np.ascontiguousarray(zero)))
+        dtype = a.dtype
+        w = ir.Value(name=f"{stem}_w", type=ir.TensorType(dtype), shape=ir.Shape([k, n]))
+        new = [ir.Node("", "DequantizeLinear", inputs, outputs=[w], name=f"{stem}_dq",
+                       attributes=[ir.AttrInt64("axis", 0), ir.AttrInt64("block_size", bs)])]
+        out = node.outputs[0]
+        y = ir.Value(name=f"{stem}_mm", type=out.type, shape=out.shape)
+        new.append(ir.Node("", "MatMul", [a, w], outputs=[y], name=f"{stem}_mm"))
+        if bias is not None:
+            y2 = ir.Value(name=f"{stem}_bias", type=out.type, shape=out.shape)
+            new.append(ir.Node("", "Add", [y, bias], outputs=[y2], name=f"{stem}_bias"))
+            y = y2
+        graph.insert_before(node, new)
+        reroute(out, y)
+        graph.remove(node, safe=True)
+        self.stats["MatMulNBits"] += 1
+        return None
+
+    @staticmethod
+    def _init(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
+        v = ir.Value(name=name, const_value=ir.Tensor(arr, name=name))
+        v.type, v.shape = ir.TensorType(v.const_value.dtype), ir.Shape(list(arr.shape))
+        graph.register_initializer(v)
+        return v
