@@ -11,6 +11,13 @@ Tile gets the same treatment (``tile_output_dims``): Optimum's GPT-J tiles its p
 ``Concat(Shape(position_ids)[0], [1], [1])`` and its indices by ``[1, 1, Shape(table)[2]]``; onnx
 sizes a Tile only from constant repeats. A dim is known when the input dim is 1 (the repeat count),
 the repeat is 1 (the input dim), or both are ints.
+
+Resize too (``resize_output_dims``): torch's interpolate of a mask built at run time (DETR's
+``interpolate(pixel_mask[None], size=feature_map.shape[-2:])``, TorchScript) sizes its output by
+``Concat(Shape(x)[0:2], [h, w])``; onnx sizes a Resize only from constant sizes or scales, so the batch
+behind it was lost and with it the heads of every attention the mask's position embedding reaches. The
+sizes entries are the output dims exactly (the default ``stretch`` policy; with ``axes`` for those axes
+only, the others keep the input's); a scale of exactly 1 keeps the input dim.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections import Counter
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._shape_values import _attr, shape_entries, unknown_or_invented
+from onnx_fuse.passes._shape_values import _attr, constant_tensor, shape_entries, unknown_or_invented
 
 
 def _key(d) -> object:
@@ -104,6 +111,31 @@ def expand_output_dims(node: ir.Node) -> list | None:
     return out
 
 
+def resize_output_dims(node: ir.Node) -> list | None:
+    """The output dims (ints, symbol names, or None where unknown) of a Resize, or None."""
+    ins = (list(node.inputs) + [None] * 4)[:4]
+    x, scales, sizes = ins[0], ins[2], ins[3]
+    if x is None or x.shape is None or _attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
+        return None
+    rank, dims = len(x.shape), [_key(d) for d in x.shape]
+    axes = _attr(node, "axes", None)
+    axes = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
+    if sizes is not None and sizes.name:  # an empty name is an omitted input
+        got = shape_entries(sizes)
+        if got is None or got[1] or len(got[0]) != len(axes):
+            return None
+        for a, e in zip(axes, got[0]):
+            dims[a] = e
+        return dims
+    t = constant_tensor(scales) if scales is not None else None
+    if t is None or t.size != len(axes):
+        return None
+    for a, f in zip(axes, t.numpy().reshape(-1).tolist()):
+        if f != 1.0:
+            dims[a] = dims[a] * f if isinstance(dims[a], int) and float(dims[a] * f).is_integer() else None
+    return [int(d) if isinstance(d, float) else d for d in dims]
+
+
 _MAX_DIM = (1 << 63) - 1   # a dim is an int64 >= 0
 
 
@@ -113,11 +145,12 @@ def refine_reshape_outputs(model: ir.Model) -> int:
     a Reshape's symbols come from onnx already); returns how many outputs gained."""
     gained = 0
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.op_type not in ("Reshape", "Tile", "Expand") or node.domain not in ("", "ai.onnx") or not node.outputs:
+        if node.op_type not in ("Reshape", "Tile", "Expand", "Resize") or node.domain not in ("", "ai.onnx") \
+                or not node.outputs:
             continue
         out = node.outputs[0]
-        dims = {"Reshape": reshape_output_dims, "Tile": tile_output_dims,
-                "Expand": expand_output_dims}[node.op_type](node)
+        dims = {"Reshape": reshape_output_dims, "Tile": tile_output_dims, "Expand": expand_output_dims,
+                "Resize": resize_output_dims}[node.op_type](node)
         if dims is None or (out.shape is not None and len(out.shape) != len(dims)):
             continue
         if any(isinstance(d, int) and not 0 <= d <= _MAX_DIM for d in dims):
