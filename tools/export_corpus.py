@@ -578,7 +578,9 @@ def _cross_inputs(spec, style, g, feeds, dims, batch, seq, past):
 
     cfg, static = spec["config"], style == "static_nomask"
     enc = max(seq - 2, 1)
-    hidden = cfg.get("d_model") or cfg.get("hidden_size") or cfg["encoder"]["hidden_size"]  # T5Gemma: per part
+    enc_cfg = cfg.get("encoder") or {}
+    # T5Gemma: per part; T5Gemma 2: the encoder's text_config
+    hidden = cfg.get("d_model") or cfg.get("hidden_size") or enc_cfg.get("hidden_size") or enc_cfg["text_config"]["hidden_size"]
     be = [batch, enc] if static else ["batch", "encoder_sequence"]
     feeds["encoder_hidden_states"] = torch.randn(batch, enc, hidden, generator=g)
     dims["encoder_hidden_states"] = be + [hidden]

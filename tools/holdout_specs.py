@@ -1218,6 +1218,8 @@ DETR_BACKBONE = dict(model_type="resnet", embedding_size=8, hidden_sizes=[8, 16]
 DETR9 = dict(use_timm_backbone=False, backbone_config=DETR_BACKBONE, use_pretrained_backbone=False, d_model=HIDDEN,
              encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=2, decoder_attention_heads=2,
              encoder_ffn_dim=FFN, decoder_ffn_dim=FFN, num_queries=8, image_size=IMAGE, num_channels=3)
+TXT_T5G2 = dict(TXT9, query_pre_attn_scalar=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                **TOKENS)
 VLM_STYLES = ("dyn_mask", "torchscript")
 PATCH_STYLES = ("torchscript",)  # dynamo: the window index and cu_seqlens are data-dependent even for a constant grid
 HYBRID9 = ("static_nomask",)  # dynamic: the mamba layers' chunking pins the sequence length
@@ -1286,6 +1288,16 @@ HOLDOUT9B = {
                                ["gqa", "rope-full", "mrope", "mrope-position-input", "rmsnorm", "qkv-bias", "causal"],
                                "qwen2_vl", "gpt2", ("dyn_mask",), LAYERS,
                                extra_inputs={"position_ids": ("mrope",)}),
+    # T5Gemma 2's decoder: merged attention, one softmax over the decoder's own keys (RoPE'd, causal, sliding
+    # in one layer) and the encoder's keys concatenated after them (one q / k / v projection for both)
+    "t5gemma2_decoder": _mm("seq2seq_decoder", "T5Gemma2Config", "T5Gemma2ForConditionalGeneration",
+                            dict(encoder=dict(text_config=TXT_T5G2, vision_config=dict(VIS9, num_hidden_layers=1),
+                                              mm_tokens_per_image=4, image_token_index=IMAGE_TOKEN9,
+                                              boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2),
+                                 decoder=dict(TXT_T5G2), vocab_size=VOCAB, image_token_index=IMAGE_TOKEN9),
+                            ["gqa", "merged-self-cross-attention", "keys-concat-encoder", "rope-full", "qk-norm",
+                             "rmsnorm-1p", "geglu", "sliding-window"], "t5gemma2", "bart", ("dyn_mask",), LAYERS,
+                            part="decoder"),
     # hybrid decoders (mamba / mamba2 + attention)
     "zamba2": _mm("decoder", "Zamba2Config", "Zamba2ForCausalLM",
                   dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=4,
