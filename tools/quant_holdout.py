@@ -203,6 +203,7 @@ def main(argv=None) -> int:
             dst = out / name
             fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".onnx")
             os.close(fd)
+            os.chmod(tmp, 0o644)   # mkstemp's 0600 would survive the rename
             try:
                 RUNNERS[recipe](src, tmp, entry)
                 os.replace(tmp, dst)

@@ -1,0 +1,70 @@
+"""Hold-out 15's quantized exports end to end (tools/quant_holdout.py, tests/data/holdout_quant): the
+corpus LLaMA kv export after onnxruntime.quantization's static QDQ (int8 per-channel weights and int8
+activations on the projections only) and after MatMulNBitsQuantizer (int4 blocks of 32, asymmetric).
+Attention, RMSNorm and RoPE fuse around the quantized projections; the weights stay quantized (no
+DequantizeLinear of a weight folded into floats, MatMulNBits lowered only where the target needs it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+import onnx_fuse
+
+DATA = Path(__file__).resolve().parents[2] / "tests/data/holdout_quant"
+QDQ, NBITS = "llama__kv__trained__qdq_s8pc.onnx", "llama__kv__trained__nbits32.onnx"
+
+
+def _ops(model: onnx.ModelProto) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for n in model.graph.node:
+        key = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _weight_bytes(model: onnx.ModelProto) -> int:
+    return sum(t.ByteSize() for t in model.graph.initializer)
+
+
+def test_manifest_lists_the_files():
+    files = json.loads((DATA / "manifest.json").read_text())["files"]
+    assert set(files) == {QDQ, NBITS}
+    for name, entry in files.items():
+        assert (DATA / name).stat().st_size == entry["bytes"] < 120_000
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_qdq_projections_keep_their_weights_and_fuse(target):
+    src = onnx.load(str(DATA / QDQ))
+    result = onnx_fuse.optimize(str(DATA / QDQ), level=3, target=target, verify=True)
+    out = result.to_proto()
+    assert result.report.passed, result.report.verify_failure
+    ops, before = _ops(out), _ops(src)
+    attention = ops.get("Attention", 0) + ops.get("com.microsoft::MultiHeadAttention", 0) + ops.get(
+        "com.microsoft::GroupQueryAttention", 0)
+    assert attention == 2
+    # every weight DequantizeLinear and activation QuantizeLinear is still there
+    assert ops["DequantizeLinear"] == before["DequantizeLinear"] and ops["QuantizeLinear"] == before["QuantizeLinear"]
+    assert _weight_bytes(out) <= _weight_bytes(src)
+
+
+@pytest.mark.parametrize("target,level,nbits", [("ort", 3, 15), ("onnx", 3, 0), ("trt", 4, 15)])
+def test_matmul_nbits(target, level, nbits):
+    src = onnx.load(str(DATA / NBITS))
+    result = onnx_fuse.optimize(str(DATA / NBITS), level=level, target=target, verify=True,
+                                **({"float32_plugins": True} if target == "trt" else {}))
+    out = result.to_proto()
+    assert result.report.passed, result.report.verify_failure
+    ops = _ops(out)
+    assert ops.get("com.microsoft::MatMulNBits", 0) == nbits
+    if target == "onnx":   # lowered to 4-bit blocked DequantizeLinear + MatMul, no bigger
+        assert ops["DequantizeLinear"] == 15 and _weight_bytes(out) <= _weight_bytes(src) + 1024
+    if target == "trt":    # asymmetric blocks: TensorRT cannot take them, and the report says so
+        assert any("zero points other than 8" in w for w in result.report.warnings)
+    assert sum(ops.get(k, 0) for k in ("Attention", "com.microsoft::GroupQueryAttention",
+                                        "com.microsoft::MultiHeadAttention", "onnx_fuse::FusedAttention",
+                                        "onnx_fuse::PagedAttention")) == 2
