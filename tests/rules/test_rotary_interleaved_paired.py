@@ -47,20 +47,25 @@ def _tables(h, *, repeat=True, scale=None):
     return nodes, inits, ("cos_s" if scale is not None else "cos_t"), "sin_t"
 
 
-def _rope(h, x, cu, su, heads_first):
-    """x*cu + rotate_every_two(x)*su, rotate_every_two through the [..., D/2, 2] view's unbind."""
+def _rope(h, x, cu, su, heads_first, half=False):
+    """x*cu + rotate_every_two(x)*su, rotate_every_two through the [..., D/2, 2] view's unbind.
+    half: x float16, rotated in float32 (x and the rotated pairs cast up, the sum cast back: diffusers'
+    apply_rotary_emb on a float16 Flux)."""
     n = h.node
     view = f"{x}_v"
-    return [n("Reshape", [x, "pairs"], [view]),
+    up = [n("Cast", [x, ], [f"{x}_up"], to=h.F32), n("Cast", [f"{x}_rot16"], [f"{x}_rot"], to=h.F32),
+          n("Cast", [f"{x}_y32"], [f"{x}_y"], to=onnx.TensorProto.FLOAT16)] if half else []
+    xm, rot, y = (f"{x}_up", f"{x}_rot16", f"{x}_y32") if half else (x, f"{x}_rot", f"{x}_y")
+    return up + [n("Reshape", [x, "pairs"], [view]),
             n("Slice", [view, "zero", "one", "last"], [f"{x}_e0"]), n("Squeeze", [f"{x}_e0", "last"], [f"{x}_e"]),
             n("Slice", [view, "one", "two", "last"], [f"{x}_o0"]), n("Squeeze", [f"{x}_o0", "last"], [f"{x}_o"]),
             n("Neg", [f"{x}_o"], [f"{x}_n"]), n("Unsqueeze", [f"{x}_n", "last"], [f"{x}_nu"]),
             n("Unsqueeze", [f"{x}_e", "last"], [f"{x}_eu"]), n("Concat", [f"{x}_nu", f"{x}_eu"], [f"{x}_st"], axis=-1),
-            n("Reshape", [f"{x}_st", "xshape"], [f"{x}_rot"]), n("Mul", [x, cu], [f"{x}_c"]),
-            n("Mul", [f"{x}_rot", su], [f"{x}_s"]), n("Add", [f"{x}_c", f"{x}_s"], [f"{x}_y"])]
+            n("Reshape", [f"{x}_st", "xshape"], [rot]), n("Mul", [xm, cu], [f"{x}_c"]),
+            n("Mul", [f"{x}_rot", su], [f"{x}_s"]), n("Add", [f"{x}_c", f"{x}_s"], [y])]
 
 
-def _model(h, *, heads_first=False, opset=20, **table_kw):
+def _model(h, *, heads_first=False, opset=20, half=False, **table_kw):
     """q and k (sharing the tables) rotated; [B, S, H, D] with [1, S, 1, D] tables (Flux), or
     [B, H, S, D] with [1, 1, S, D]."""
     n = h.node
@@ -69,11 +74,12 @@ def _model(h, *, heads_first=False, opset=20, **table_kw):
     nodes += [n("Unsqueeze", [cos_t, "where"], ["cu"]), n("Unsqueeze", [sin_t, "where"], ["su"])]
     xshape = [B, H, S, D] if heads_first else [B, S, H, D]
     for x in ("q", "k"):
-        nodes += _rope(h, x, "cu", "su", heads_first)
+        nodes += _rope(h, x, "cu", "su", heads_first, half)
     inits.update(where=_i64(*where), pairs=_i64(*xshape[:3], D // 2, 2), xshape=_i64(*xshape), zero=_i64(0),
                  one=_i64(1), two=_i64(2), last=_i64(-1))
-    return h.make_model(nodes, [h.vi("q", xshape), h.vi("k", xshape), h.vi("ids", [S, 3])],
-                        [h.vi("q_y", xshape), h.vi("k_y", xshape)], inits, opset=opset)
+    elem = onnx.TensorProto.FLOAT16 if half else h.F32
+    return h.make_model(nodes, [h.vi("q", xshape, elem), h.vi("k", xshape, elem), h.vi("ids", [S, 3])],
+                        [h.vi("q_y", xshape, elem), h.vi("k_y", xshape, elem)], inits, opset=opset)
 
 
 def _unbound(model):
@@ -87,12 +93,12 @@ def _unbound(model):
     return ir.to_proto(work)
 
 
-def _feeds(h, heads_first=False):
+def _feeds(h, heads_first=False, half=False):
     shape = (B, H, S, D) if heads_first else (B, S, H, D)
     ids = np.zeros((S, 3), np.float32)
     ids[2:, 1], ids[2:, 2] = np.arange(S - 2) // 2, np.arange(S - 2) % 2  # text tokens 0, image (0, row, col)
-    return {"q": h.rng.standard_normal(shape).astype(np.float32),
-            "k": h.rng.standard_normal(shape).astype(np.float32), "ids": ids}
+    dt = np.float16 if half else np.float32
+    return {"q": h.rng.standard_normal(shape).astype(dt), "k": h.rng.standard_normal(shape).astype(dt), "ids": ids}
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
@@ -126,3 +132,16 @@ def test_a_per_column_scale_breaks_the_pairs(h):
     out = h.fuse(model, "ort", 2)
     assert h.ops(out)["RotaryEmbedding"] == 2, h.ops(out)
     h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("heads_first", [False, True], ids=["bshd", "bhsd"])
+def test_float16_x_rotated_in_float32_fuses(h, target, heads_first):
+    """A float16 Flux (eighth sweep's float16 exports: RoPE 0/6 before): x and rotate_every_two(x)
+    cast up to the float32 tables, the sum cast back; the rotation runs on x cast up, as exported."""
+    model = _model(h, heads_first=heads_first, half=True)
+    out = h.fuse(model, target, 2)
+    rule = "rotary-interleaved-paired-tables" + ("" if heads_first else "-bshd")
+    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)[rule] >= 2, (h.ops(out), h.fired(out))
+    assert "Neg" not in h.ops(out), h.ops(out)
+    h.assert_close(model, out, _feeds(h, heads_first, half=True), atol=2e-3, rtol=2e-3)
