@@ -12,11 +12,17 @@ scales, GroupNorm's too, adaLN zero-inits), and exported the way these models ar
   static      torch.onnx.export(dynamo=True), static shapes (batch 2, an 8x8 / 16x16 latent)
   dyn_batch   dynamo, the batch dim dynamic
   dyn_hw      dynamo, batch and the latent's height and width dynamic (UNet, VAE decoder)
-  torchscript torch.onnx.export(dynamo=False), opset 17, static shapes
+  torchscript torch.onnx.export(dynamo=False), opset 17, static shapes (torch.nn.RMSNorm swapped for
+              diffusers' RMSNorm module, the formula: no aten::rms_norm export at opset <= 20)
   eager       dynamo, static, the attention processors set to diffusers' AttnProcessor (baddbmm
               scores with the heads folded into the batch) instead of SDPA (UNet, VAE)
+  half        dynamo, static, the model in float16 (torch_dtype=float16 pipelines; float inputs and
+              output float16; UNet, DiT, SD3, Flux, VAE decoder)
+  converted_half  the static export converted to float16 afterwards (onnxruntime.transformers.float16,
+              keep_io_types: float32 inputs and output, Casts at the edges; same archs)
 
-Each file is checked in ONNX Runtime against torch, and --out/manifest.json gets the entry that
+A dynamo export's Squeeze of a dim that is not 1 (torch: a no-op; PixArt) is written as the no-op
+(_noop_squeezes). Each file is checked in ONNX Runtime against torch, and --out/manifest.json gets the entry that
 tools/coverage.py reads (expected attention = the Attention modules the forward calls, a joint
 attention counting once). Failures land under "failed" with a one-line reason.
 
@@ -33,7 +39,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from export_corpus import _io, _one_line, _sha256, _strip, perturb  # noqa: E402
+from export_corpus import _io, _one_line, _sha256, _strip, convert_half, perturb  # noqa: E402
 
 SEED = 0
 BATCH = 2
@@ -203,10 +209,67 @@ def _vae(part):
     return build
 
 
-ARCHS = {"unet2d_cond": (_unet, STYLES + ("dyn_hw",)), "sdxl_unet": (_sdxl_unet, STYLES[:3]), "dit": (_dit, STYLES[:3]),
-         "pixart": (_pixart, STYLES[:3]), "sd3": (_sd3, STYLES[:3]), "sd35": (_sd35, STYLES[:3]),
-         "flux": (_flux, STYLES[:3]), "vae_decoder": (_vae("decoder"), STYLES + ("dyn_hw",)),
-         "vae_encoder": (_vae("encoder"), ("static", "eager"))}
+HALF = ("half", "converted_half")
+ARCHS = {"unet2d_cond": (_unet, STYLES + ("dyn_hw",) + HALF), "sdxl_unet": (_sdxl_unet, STYLES[:3]),
+         "dit": (_dit, STYLES[:3] + HALF), "pixart": (_pixart, STYLES[:3]), "sd3": (_sd3, STYLES[:3] + HALF),
+         "sd35": (_sd35, STYLES[:3]), "flux": (_flux, STYLES[:3] + HALF),
+         "vae_decoder": (_vae("decoder"), STYLES + ("dyn_hw",) + HALF), "vae_encoder": (_vae("encoder"), ("static", "eager"))}
+
+
+def _formula_rms_norms(model) -> None:
+    """torch.nn.RMSNorm (Flux's QK norms) as diffusers' own RMSNorm module, same weights: the
+    TorchScript exporter has no aten::rms_norm symbolic at any opset (up to 20), diffusers' module
+    writes the formula (float32 mean of squares, rsqrt, scale)."""
+    import torch
+    from diffusers.models.normalization import RMSNorm
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.RMSNorm):
+                affine = child.weight is not None
+                eps = child.eps if child.eps is not None else torch.finfo(torch.float32).eps
+                new = RMSNorm(child.normalized_shape[-1], eps=eps, elementwise_affine=affine)
+                if affine:
+                    new.weight.data.copy_(child.weight.data)
+                setattr(parent, name, new)
+
+
+def _noop_squeezes(path: Path) -> int:
+    """torch's x.squeeze(d) on a dim that is not 1 is a no-op, but torch.onnx (dynamo, torch 2.13)
+    writes it as Squeeze(x, [d]), which ONNX refuses (PixArt's hidden_states.squeeze(1) of a dim of 16):
+    such a Squeeze, its axes constant and every squeezed dim a known size other than 1, becomes an
+    Identity. Returns how many."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(path))
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    dims = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+            for v in (*inferred.graph.value_info, *inferred.graph.input)}
+    consts = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    consts.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    fixed = 0
+    for node in proto.graph.node:
+        if node.op_type != "Squeeze" or len(node.input) < 2 or node.input[1] not in consts:
+            continue
+        shape = dims.get(node.input[0])
+        axes = np.asarray(consts[node.input[1]]).reshape(-1)
+        if shape and all(shape[int(a)] not in (None, 1) for a in axes):
+            node.op_type = "Identity"
+            del node.input[1:]
+            fixed += 1
+    if fixed:
+        onnx.save(proto, str(path))
+    return fixed
+
+
+def _halved(feeds: dict, style: str) -> dict:
+    """style half: the float inputs in float16, as a float16 pipeline passes them (ids stay integer)."""
+    if style != "half":
+        return feeds
+    return {n: v.half() if v.is_floating_point() else v for n, v in feeds.items()}
 
 
 class _Wrap:
@@ -248,12 +311,16 @@ def export_one(arch: str, style: str, path: Path) -> dict:
     torch.manual_seed(SEED)
     cfg, model, inputs, forward = ARCHS[arch][0]()
     touched = perturb(model)
+    if style == "torchscript":
+        _formula_rms_norms(model)
+    if style == "half":
+        model = model.half()
     if style == "eager":
         from diffusers.models.attention_processor import AttnProcessor
         model.set_attn_processor(AttnProcessor())
     wrap = _Wrap(model, forward)
     torch.manual_seed(SEED + 1)
-    feeds = inputs(BATCH)
+    feeds = _halved(inputs(BATCH), style)
     names = list(feeds)
     args = tuple(feeds.values())
     expected, heads = _attention_calls(wrap, args)
@@ -277,21 +344,30 @@ def export_one(arch: str, style: str, path: Path) -> dict:
                                      dynamo=True, verbose=False)
             prog.save(str(tmp), external_data=False)
     _strip(tmp)
+    if style != "torchscript":
+        _noop_squeezes(tmp)
     sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     declared = {i.name for i in sess.get_inputs()}
     diffs = []
     dynamic = style in ("dyn_batch", "dyn_hw")
     for b in ([BATCH, 1] if dynamic else [BATCH]):
         torch.manual_seed(SEED + 7 + b)
-        f = inputs(b)
+        f = _halved(inputs(b), style)
         if style == "dyn_hw" and b == 1:  # a second latent size: 1.5x the height, 2x the width
             f = {n: torch.randn(*v.shape[:2], v.shape[2] * 3 // 2, v.shape[3] * 2) if v.dim() == 4 else v
                  for n, v in f.items()}
         with torch.no_grad():
-            ref = wrap(*f.values()).numpy()
+            ref = wrap(*f.values()).float().numpy()
         got = sess.run(None, {n: v.numpy() for n, v in f.items() if n in declared})[0]
-        diffs.append(float(np.max(np.abs(got - ref))))
-    if max(diffs) > 1e-3:
+        diffs.append(float(np.max(np.abs(got.astype(np.float32) - ref))))
+    if style == "converted_half":
+        convert_half(tmp)
+        got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(
+            None, {n: v.numpy() for n, v in feeds.items() if n in declared})[0]
+        with torch.no_grad():
+            diffs.append(float(np.max(np.abs(got - wrap(*feeds.values()).numpy()))))
+    # float16 rounds every op's output (ORT's CPU runs some in float32 behind Casts, torch others)
+    if max(diffs) > (5e-2 if "half" in style else 1e-3):
         raise RuntimeError(f"ONNX Runtime differs from torch: max abs {max(diffs):.3g}")
     os.replace(tmp, path)
     proto = onnx.load(str(path))
