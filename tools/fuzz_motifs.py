@@ -18,7 +18,9 @@ share (fuzz_idioms.IDIOM_SHARE) are exporter idioms of the fourth hold-out sweep
 (tools/fuzz_idioms.py: baddbmm zeros, causal selects, masks before the scale, ...), and of the
 others a share (fuzz_sweeps.SWEEP_SHARE) the idioms of the later sweeps (tools/fuzz_sweeps.py:
 run-time mask forms, partial / interleaved RoPE, parallel blocks, QK-norm, GQA forms, ALiBi and
-relative biases, softcap, sinks, merged decoders checked on both branches).
+relative biases, softcap, sinks, merged decoders checked on both branches), and of the others a
+share (fuzz_forms.FORM_SHARE) session 16's forms (tools/fuzz_forms.py: GQA by Tile / Gather /
+Concat and its h % Hkv near misses, DequantizeLinear weights, opsets 17..23).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from onnx import numpy_helper
 
 F32, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
 NP = {F32: np.float32, F16: np.float16, I64: np.int64, TensorProto.INT32: np.int32,
-      TensorProto.BOOL: np.bool_}
+      TensorProto.BOOL: np.bool_, TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8}
 HEAD_SIZES = (4, 8, 12, 16, 24, 64)
 
 Dim = int | str
@@ -725,6 +727,11 @@ def make_case(seed: int) -> Case:
     # the sweeps' idioms (tools/fuzz_sweeps.py), a stream of their own too
     if np.random.default_rng([seed, SWEEP_SALT]).random() < SWEEP_SHARE:
         return _with_sparse(make_sweep_case(seed))
+    from fuzz_forms import FORM_SHARE
+
+    # session 16's forms (tools/fuzz_forms.py), a stream of their own (no seed a test names moves)
+    if np.random.default_rng([seed, FORM_SALT]).random() < FORM_SHARE:
+        return _with_sparse(make_form_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -771,12 +778,13 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
     return _built_case(seed, 0x1D1, build_idiom, name, "fuzz_idiom")
 
 
-def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str) -> Case:
+def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str,
+                opsets: tuple = (17, 18, 20, 23)) -> Case:
     """A case of one family's builder (``build(b, opset, name)`` -> motifs): float16 one time in ten,
-    opset 17 / 18 / 20 / 23, outputs declared; a builder's ``b.alt_feeds`` (other feed sets) kept."""
+    an opset of ``opsets``, outputs declared; a builder's ``b.alt_feeds`` (other feed sets) kept."""
     rng = np.random.default_rng([seed, salt])
     b = Builder(rng, F16 if rng.random() < 0.1 else F32)
-    opset = int(b.pick([17, 18, 20, 23]))
+    opset = int(b.pick(list(opsets)))
     if b.dtype == F16:
         b.trap("fp16")
     motifs = build(b, opset, name)
@@ -789,6 +797,9 @@ def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str) 
 
 #: the side stream that picks sweep cases (no regression seed of tests/tools becomes one under it)
 SWEEP_SALT = 0x5E18
+#: the side stream that picks form cases: under it no seed a test names, and no graph of the
+#: tests' fuzz() runs (seeds 5, 11, 12, 21, 22, 23, 31), becomes one
+FORM_SALT = 0xF063
 
 
 def make_sweep_case(seed: int, name: str | None = None) -> Case:
@@ -797,6 +808,14 @@ def make_sweep_case(seed: int, name: str | None = None) -> Case:
     from fuzz_sweeps import build_sweep
 
     return _built_case(seed, 0x5E16, build_sweep, name, "fuzz_sweep")
+
+
+def make_form_case(seed: int, name: str | None = None) -> Case:
+    """A graph of the session-16 forms (tools/fuzz_forms.py: Tile / Gather / Concat GQA and its near
+    misses, quantized projections) at an opset of 17..23; ``name`` picks one (tests)."""
+    from fuzz_forms import OPSETS, build_form
+
+    return _built_case(seed, 0xF016, build_form, name, "fuzz_form", OPSETS)
 
 
 def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:

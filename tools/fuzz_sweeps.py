@@ -180,14 +180,28 @@ def _score_bias(b: Builder, form: str, x: str, seq: Dim, heads: int) -> str:
 
 
 def _repeat_kv(b: Builder, form: str, t4: str, heads: int, hkv: int, dh: int) -> str:
+    """t4 [B, Hkv, T, dh] -> [B, H, T, dh]. GQA's map, head h reads kv head h // n: expand / tile_ri
+    / tile_bshd / gather / concat; the near misses tile_heads and gather_mod read h % Hkv."""
     n = heads // hkv
     if form == "tile_heads":   # k.repeat(1, n, 1, 1): head h reads kv head h % hkv (not GQA's h // n)
         b.trap("kv-tile-heads")
         return b.op("Tile", [t4, b.ints([1, n, 1, 1])])
+    if form in ("gather", "gather_mod"):   # k[:, idx] with a constant head table
+        idx = np.arange(heads) // n if form == "gather" else np.arange(heads) % hkv
+        b.trap(f"kv-{form.replace('_', '-')}")
+        return b.op("Gather", [t4, b.ints(idx)], axis=1)
+    if form == "tile_bshd":    # keras-hub through tf2onnx: repeat on [B, T, Hkv, dh]'s heads axis
+        b.trap("kv-tile-bshd")
+        u = b.op("Unsqueeze", [b.op("Transpose", [t4], perm=[0, 2, 1, 3]), b.ints([3])])
+        r = b.op("Reshape", [b.op("Tile", [u, b.ints([1, 1, 1, n, 1])]), b.ints([0, 0, heads, dh])])
+        return b.op("Transpose", [r], perm=[0, 2, 1, 3])
     u = b.op("Unsqueeze", [t4, b.ints([2])])
     if form == "tile_ri":      # torchlib's repeat_interleave(k, n, dim=1)
         b.trap("kv-repeat-interleave-tile")
         e = b.op("Tile", [u, b.ints([1, 1, n, 1, 1])])
+    elif form == "concat":     # torch.cat([k[:, :, None]] * n, 2): n copies on a new axis
+        b.trap("kv-concat-copies")
+        e = b.op("Concat", [u] * n, axis=2)
     else:
         e = b.op("Expand", [u, b.ints([1, 1, n, 1, 1])])
     return b.op("Reshape", [e, b.ints([0, heads, -1, dh])])
@@ -218,17 +232,18 @@ def _scale(b: Builder, s: str, dh: int, mul: bool) -> str:
     return b.op("Div", [s, b.scalar(float(np.sqrt(dh)))])
 
 
-def _attention(b: Builder, x: str, shape: list[Dim], opset: int, force: dict) -> str:
-    """Self-attention on x [B, S, d] with the switches ``force`` sets and the rest drawn."""
+def _attention(b: Builder, x: str, shape: list[Dim], opset: int, force: dict, proj=_proj) -> str:
+    """Self-attention on x [B, S, d] with the switches ``force`` sets and the rest drawn; ``proj``
+    makes the q / k / v projections (tools/fuzz_forms.py: quantized weights)."""
     bsz, seq, d = shape
     f = _draw(b, force)
     dh = int(b.pick(HEADS_DH))
     heads = int(b.pick([2, 4])) if f["gqa"] else int(b.pick([1, 2, 4]))
     hkv = int(b.pick([h for h in (1, 2) if heads % h == 0 and h < heads])) if f["gqa"] else heads
     bias = b.p(0.5)
-    q = _proj(b, x, d, heads * dh, bias)
-    k = _proj(b, x, d, hkv * dh, bias)
-    v = _proj(b, x, d, hkv * dh, bias)
+    q = proj(b, x, d, heads * dh, bias)
+    k = proj(b, x, d, hkv * dh, bias)
+    v = proj(b, x, d, hkv * dh, bias)
     if f["qk_norm"] == "proj_rms":   # OLMo2: over the whole projection, before the head split
         q = motif_rms_norm(b, q, [bsz, seq, heads * dh], opset)
         k = motif_rms_norm(b, k, [bsz, seq, hkv * dh], opset)

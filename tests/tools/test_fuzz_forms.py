@@ -1,0 +1,124 @@
+"""tools/fuzz_forms.py (session 16's forms): grouped-query attention repeated by Tile / Gather /
+Concat and its near misses that read kv head h % Hkv, DequantizeLinear weights, opsets 17..23; and
+the fuzzer judging a run with ORT's optimizations off where they change values on their own
+(ORT 1.32 turns a DequantizeLinear int8 weight and its MatMul into MatMulNBits)."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper as oh, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+
+import fuzz_differential as fd  # noqa: E402
+import fuzz_forms  # noqa: E402
+from fuzz_motifs import F32, Builder, make_case, make_form_case  # noqa: E402
+from fuzz_sweeps import _repeat_kv  # noqa: E402
+
+
+def _run(model, feeds):
+    from onnx_fuse.verify import make_session
+
+    return make_session(model, threads=1, ort_optimizations=False).run(None, feeds)
+
+
+@pytest.mark.parametrize("form", fuzz_forms.GQA_FORMS + fuzz_forms.NEAR_MISSES)
+def test_each_repeat_computes_its_head_map(form):
+    """GQA's forms give k[:, h // n]; the near misses k[:, h % Hkv] (4 heads over 2: they differ)."""
+    heads, hkv, dh = 4, 2, 3
+    b = Builder(np.random.default_rng(0), F32)
+    b.inputs.append(oh.make_tensor_value_info("k", TensorProto.FLOAT, [1, hkv, 5, dh]))
+    out = _repeat_kv(b, form, "k", heads, hkv, dh)
+    graph = oh.make_graph(b.nodes, "r", b.inputs, [oh.make_tensor_value_info(out, TensorProto.FLOAT, None)], b.inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)])
+    k = np.random.default_rng(1).standard_normal((1, hkv, 5, dh)).astype(np.float32)
+    (got,) = _run(model, {"k": k})
+    table = np.arange(heads) % hkv if form in fuzz_forms.NEAR_MISSES else np.arange(heads) // (heads // hkv)
+    np.testing.assert_array_equal(got, k[:, table])
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_quantized_weight_dequantizes_near_the_float_one(opset):
+    """Every weight kind the forms write (per tensor, per channel, blocked at 21, transposed)
+    dequantizes to a [d_in, d_out] matrix within half a step of its scale."""
+    kinds = collections.Counter()
+    for seed in range(40):
+        b = Builder(np.random.default_rng(seed), F32)
+        w = fuzz_forms.quantized_weight(b, 16, 8, opset)
+        kinds.update(t for t in b.traps if t.startswith("dq-weight-"))
+        graph = oh.make_graph(b.nodes, "w", [], [oh.make_tensor_value_info(w, TensorProto.FLOAT, None)], b.inits)
+        (got,) = _run(oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)]), {})
+        assert got.shape == (16, 8)
+        assert 0.02 < np.abs(got).max() < 2.5   # N(0, 1/16) weights, not zeros or garbage
+    assert set(kinds) == {"dq-weight-tensor", "dq-weight-channel"} | ({"dq-weight-block"} if opset >= 21 else set())
+
+
+def test_form_cases_are_valid_at_every_opset_and_draw_every_form():
+    opsets, traps, motifs = collections.Counter(), collections.Counter(), collections.Counter()
+    for seed in range(60):
+        case = make_form_case(seed)
+        onnx.checker.check_model(case.model, full_check=True)
+        opsets[case.model.opset_import[0].version] += 1
+        traps.update(case.traps)
+        motifs.update(case.motifs)
+    assert set(opsets) == set(fuzz_forms.OPSETS), opsets
+    assert {"gqa_tile", "quant_proj"} <= set(motifs)
+    for trap in ("kv-tile-heads", "kv-gather-mod", "kv-tile-bshd", "kv-gather", "kv-concat-copies",
+                 "kv-repeat-interleave-tile", "dq-weight-block", "qdq-activation"):
+        assert traps[trap], (trap, traps)
+
+
+def test_some_fuzzer_seeds_are_form_cases_and_pinned_seeds_are_not():
+    forms = [s for s in range(400) if make_case(s).model.graph.name.startswith("fuzz_form")]
+    assert 10 < len(forms) < 60, len(forms)
+    for seed in (1448915198, 14525077, 2019, 211629190, 2500259774, 3310816760, 3678026147, 875106632, 914902902):
+        assert not make_case(seed).model.graph.name.startswith("fuzz_form"), seed
+
+
+@pytest.mark.parametrize("form", ["tile_bshd", "gather", "concat", "tile_heads", "gather_mod"])
+def test_form_graphs_optimize_and_match(form):
+    """One seed per repeat form at O3 on every target: right values (fused or not)."""
+    for seed in range(200):
+        case = make_form_case(seed, "gqa_tile")
+        if any(t == f"kv-{form.replace('_', '-')}" for t in case.traps):
+            break
+    results, _, _ = fd.fuzz_case(case, [3], ["ort", "onnx", "trt"])
+    assert all(r["cls"] in ("ok", "ort-itself") for r in results), [(r["target"], r["cls"], r["detail"]) for r in results]
+
+
+def _dq_matmul_model():
+    """y = x @ DequantizeLinear(int8 W, per-column scales): ORT 1.32's own optimizations write a
+    MatMulNBits of it whose sums differ from the float MatMul by ~1e-2."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)) / 8
+    scale = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+    q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
+    nodes = [oh.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=1), oh.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = oh.make_graph(nodes, "dq", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                          [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+                          [numpy_helper.from_array(q, "wq"), numpy_helper.from_array(scale, "ws")])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+    return model, {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+
+
+def test_a_wrong_rewrite_is_caught_where_orts_optimizations_change_the_original():
+    """Before, a run whose original ORT's optimizations change was `ort-itself` whatever ours
+    computed; now ours is judged with them off: right there -> ort-itself, wrong -> wrong."""
+    model, feeds = _dq_matmul_model()
+    names = ["y"]
+    (ref,) = _run(model, feeds)
+    if not fd._ort_itself(model, feeds, [ref]):
+        pytest.skip("this ORT's optimizations keep the DequantizeLinear MatMul's values")
+    assert fd._judge(model, model, names, feeds, [ref], None)[0] == "ort-itself"
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    wrong.graph.initializer[1].CopyFrom(numpy_helper.from_array(
+        numpy_helper.to_array(model.graph.initializer[1]) * 1.5, "ws"))
+    cls, detail, _ = fd._judge(model, wrong, names, feeds, [ref], None)
+    assert cls == "wrong" and "optimizations off" in detail, (cls, detail)
