@@ -718,6 +718,16 @@ def _quantized_drift(side: "_Side", sess_off, names: list[str], feeds: dict, fir
             "too (it was also loaded and run with them on)")
 
 
+def _qdq_hint(exc: BaseException) -> str:
+    """What ORT's known refusal of int8 QDQ graphs at opset >= 21 is, when it is that one."""
+    text = str(exc)
+    if "output_dtype" in text and "y_zero_point" in text:
+        return (" (ONNX Runtime's QDQ propagation + int8-to-uint8 rewrite at opset >= 21, onnxruntime "
+                "issue 25526; the fused ops raised the opset: the model loads with "
+                "disabled_optimizers=['QDQPropagationTransformer'], or quantize activations as uint8)")
+    return ""
+
+
 def _output_steps(ref: "_Side") -> dict[str, float]:
     """Outputs the original computes as DequantizeLinear(QuantizeLinear(...)): values on a grid of
     step ``scale``, where a difference in the last float bit before the QuantizeLinear (a fused op's
@@ -1158,7 +1168,7 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
         opt_sess = opt.session(ort_optimizations=True)
     except Exception as exc:  # what a user would hit when loading the optimized model
         result["error"] = (f"ONNX Runtime refuses the optimized model with its default graph "
-                           f"optimizations: {_first_line(exc)}")
+                           f"optimizations: {_first_line(exc)}{_qdq_hint(exc)}")
         return result
     if drift is not None:   # the oracle itself moves under ORT's optimizations: compare with them off
         if not paged:       # (paged feeds are made in the loop; loading was checked above)

@@ -79,3 +79,28 @@ def test_rounding_flip_of_a_quantized_output_passes():
 def test_quantized_output_off_by_more_than_a_step_fails():
     result = verify(_qdq_output_model(), _qdq_output_model(shift_steps=2.5))
     assert not result["passed"]
+
+
+def _reshaped_qdq(opset: int) -> onnx.ModelProto:
+    """x -> Q/DQ (int8) -> Reshape -> MatMul: the pattern ORT's QDQ propagation copies a Q/DQ pair to."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+             helper.make_node("Reshape", ["xd", "shape"], ["r"]),
+             helper.make_node("MatMul", ["r", "w"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "zp"),
+             numpy_helper.from_array(np.array([4, 4], np.int64), "shape"),
+             numpy_helper.from_array(np.ones((4, 4), np.float32), "w")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_ort_refusal_of_int8_qdq_at_opset_21_is_explained():
+    # ORT 1.32 refuses this valid graph at opset >= 21 under its default optimizations (onnxruntime
+    # issue 25526); the fusions raise the opset, so the report says what it is and how to load it
+    result = verify(_reshaped_qdq(20), _reshaped_qdq(21))
+    if "error" in result:
+        assert not result["passed"]
+        assert "issue 25526" in result["error"] and "QDQPropagationTransformer" in result["error"]
+    else:                   # a later ORT that fixes it loads the model: then it simply verifies
+        assert result["passed"], result["outputs"]
