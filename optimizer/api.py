@@ -127,6 +127,26 @@ def _float32_plugin_warnings(model: ir.Model) -> list[str]:
             f"bf16); optimize with --precision fp16 or bf16" for op, n in sorted(counts.items())]
 
 
+def check_opset(opset: int | None) -> None:
+    """``opset=`` is None or an int from 7 (the oldest opset onnx-fuse reads) to the newest onnx knows."""
+    if opset is None:
+        return
+    newest = onnx.defs.onnx_opset_version()
+    if isinstance(opset, bool) or not isinstance(opset, numbers.Integral) or not 7 <= opset <= newest:
+        raise UserError(f"opset must be an integer from 7 to {newest} (the newest the installed onnx "
+                        f"knows), got {opset!r}")
+
+
+def _check_model_opset(model: ir.Model, opset: int | None) -> None:
+    """A model above the ceiling would have to be converted down, which onnx-fuse never does."""
+    if opset is None:
+        return
+    current = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if current is not None and current > opset:
+        raise UserError(f"the model is opset {current}, above --opset {opset}: onnx-fuse never converts "
+                        "a model down; convert it first or drop --opset")
+
+
 def prepare_for_fusion(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DEFAULT_TARGET,
                        rules: Names = (), disable: Names = ()) -> ir.Model:
     """A copy of ``model`` as optimize()'s fusion stage sees it: every stage before "fusion"
@@ -185,7 +205,8 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
              verify_inputs: str | Mapping | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None,
              seed: int = 0, on_record: Callable[[PassRecord], None] | None = None,
              precision: str | None = None, base_dir: str | os.PathLike | None = None,
-             kv_cache_dtype: str | None = None, float32_plugins: bool = False) -> OptimizeResult:
+             kv_cache_dtype: str | None = None, float32_plugins: bool = False,
+             opset: int | None = None) -> OptimizeResult:
     """Optimize ``model`` (path, bytes, ModelProto or ir.Model) and return the result.
 
     ``base_dir``: the folder of the weight files of a ModelProto or onnx-ir model with external
@@ -204,6 +225,12 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     fp8 pools are decode-only, so a symbolic query length is fixed at 1 when ``shapes`` binds it
     to 1 (``{"sequence": (1,)}`` or a full input shape), the report says so.
 
+    ``opset``: a ceiling on the output's default-domain opset. By default a model below opset 23 is
+    raised to 23 when a fused op needs it (Attention-23, RMSNormalization-23...); with ``opset=N``
+    it is raised to N at most, the rules gated above N do not fire, and attention below 23 is
+    lowered to plain MatMul / Softmax ops (docs/rules.md, "Targets, levels, opsets"). A model
+    already above N is refused (onnx-fuse never converts down).
+
     At level 4, target "trt", without ``precision``, float32 attention keeps TensorRT's own ops
     (Attention-23, the contiguous KV cache): the plugin ops' kernels take fp16 / bf16, and the
     report says how many matches stayed. ``float32_plugins=True`` makes the plugin ops on float32
@@ -221,9 +248,11 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
     if verify_inputs is not None and not verify:   # the caller expects a verification
         raise UserError("--inputs (verify_inputs=) feeds --verify (verify=True), which is off: "
                         "nothing would read them")
+    check_opset(opset)
     report = Report(level=level, target=target)
     t0 = time.perf_counter()
     work = load_model(model, base_dir=base_dir)
+    _check_model_opset(work, opset)
     report.seconds["load"] = time.perf_counter() - t0
     report.nodes_before = count_nodes(work)
     report.ops_before = dict(op_histogram(work))
@@ -232,7 +261,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
 
     def run_stages(work: ir.Model) -> list:
         stages = build_stages(level, target, rule_files=rules, disable=disable, precision=precision,
-                              kv_cache_dtype=kv_cache_dtype, float32_plugins=float32_plugins)
+                              kv_cache_dtype=kv_cache_dtype, float32_plugins=float32_plugins, opset=opset)
         checkers = _local_checkers(stages, seed) if verify else []
         for stage in stages:
             _run_stage(stage, work, report, on_record)

@@ -106,12 +106,16 @@ def as_list(value, what: str) -> list:
 
 def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
                  disable: Sequence[str] = (), precision: str | None = None,
-                 kv_cache_dtype: str | None = None, float32_plugins: bool = False) -> list[Stage]:
+                 kv_cache_dtype: str | None = None, float32_plugins: bool = False,
+                 opset: int | None = None) -> list[Stage]:
     """The ordered stages for ``level`` and ``target``; user rules join the built-in packs.
 
     Plugin ops (-O4 trt) are made on float32 only where ``precision`` lowers them afterwards or
     ``float32_plugins`` asks for them (the NumPy reference runs them, TensorRT does not build
     them): otherwise a float32 match keeps the target's own ops (docs/tensorrt.md).
+
+    ``opset``: the highest default-domain opset the fusion may raise the model to (default 23, the
+    fusion opset); below 23 attention takes the plain-ops lowering (rules/attention/lower_plain.yaml).
 
     Every ``disable`` name must be a pass that runs at ``level`` or a rule (built-in or from
     ``rule_files``, for any target); anything else is a UserError naming it."""
@@ -146,7 +150,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
               Stage("cleanup", keep(cleanup_passes()))]
     if level >= 2:
         from onnx_fuse.rewrite import load_rule_set
-        from onnx_fuse.targets.onnx import OpsetOnDemandRewritePass
+        from onnx_fuse.targets.onnx import FUSION_OPSET, OpsetOnDemandRewritePass
 
         # The target prepares the model for its rules and fixes up what they emitted afterwards.
         # The rules themselves run through OpsetOnDemandRewritePass: a model is raised to opset 23
@@ -220,7 +224,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         if attention_prepare:
             stages.append(Stage("attention-prepare", keep(attention_prepare), fixed_point=False))
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
-        fusion = OpsetOnDemandRewritePass(rule_set, float32_plugins=float32_plugins or precision is not None)
+        fusion = OpsetOnDemandRewritePass(rule_set, float32_plugins=float32_plugins or precision is not None,
+                                          fusion_opset=min(opset, FUSION_OPSET) if opset else FUSION_OPSET)
         stages.append(Stage("fusion", (fusion,), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))
         # after the rules only: the lowerings' layout glue cancels against the exporter's once the

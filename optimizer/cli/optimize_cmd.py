@@ -25,6 +25,10 @@ def add_common_optimize_flags(p: argparse.ArgumentParser) -> None:
                         "softmax and shape math; graph inputs/outputs keep their dtype, except "
                         "the paged KV pools (-O4 --target trt), which become fp16/bf16 "
                         "(default: leave float32)")
+    p.add_argument("--opset", type=int, default=None, metavar="N",
+                   help="highest default-domain opset of the output: the model is raised to N at "
+                        "most when a fused op needs it (default 23); below 23 attention becomes "
+                        "plain MatMul / Softmax ops instead of Attention-23. A model above N is refused")
     p.add_argument("--verify", action="store_true",
                    help="run original and optimized in ONNX Runtime and compare outputs")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random)")
@@ -79,7 +83,8 @@ def run_and_report(args, source, *, progress_label: str) -> tuple[object, int]:
                           shapes=shapes, seed=args.seed, on_record=on_record,
                           precision=args.precision,
                           kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
-                          float32_plugins=getattr(args, "float32_plugins", False))
+                          float32_plugins=getattr(args, "float32_plugins", False),
+                          opset=getattr(args, "opset", None))
     out = Console(quiet=False, highlight=False, soft_wrap=True)
     if args.quiet:
         out.print(result.report.status)

@@ -8,8 +8,10 @@ it (``upgraded_copy`` / ``UpgradeOpsetPass``) and the fusion pass of every targe
 Opset policy (all targets): the rule packs gate their opset-23 rules with ``opset: {min: 23}``.
 A model older than that is converted only when one of those rules then fires; a model on which
 none fires keeps its own opset (the rules run on it as it is). A model that cannot be converted
-keeps its opset and simply gets fewer fusions, with the reason in the report. Nothing is ever
-converted down.
+keeps its opset, and the canonical attention ops take the plain-ops lowering of
+rules/attention/lower_plain.yaml (opset max 22) instead of Attention-23. Nothing is ever converted
+down. The user may lower the ceiling (``optimize(opset=N)``, ``--opset N``): the model is then
+raised on demand to N at most, and rules gated above N never fire.
 """
 
 from __future__ import annotations
@@ -130,7 +132,8 @@ class OpsetOnDemandRewritePass(RewritePass):
             return super().call(model)
         rules = self.rule_set.ordered()
         possible = _could_fire(rules, model)
-        gated = {r.name for r in rules if r.opset_min is not None and r.opset_min > current}
+        # rules the trial can enable: gated above the model's opset, at or below the ceiling
+        gated = {r.name for r in rules if r.opset_min is not None and current < r.opset_min <= self.fusion_opset}
         if not gated & possible:
             return super().call(model)
         try:
@@ -156,7 +159,7 @@ class OpsetOnDemandRewritePass(RewritePass):
         self.stats.clear()
         self.stats.update(before)
         try:
-            return super().call(model)
+            return self._without_fallbacks(model)
         except CanonicalLeftover as exc:
             # the run at the model's own opset left a canonical op that only a lowering gated on
             # the fusion opset takes, where the trial lowered every one (the two runs can differ:
@@ -168,6 +171,23 @@ class OpsetOnDemandRewritePass(RewritePass):
                     f"{exc.op_type} (from {exc.rule})")
             self.stats_reason = "; ".join(x for x in (note, self.stats_reason) if x)
             return ir.passes.PassResult(model, True)
+
+    def _without_fallbacks(self, model: ir.Model) -> ir.passes.PassResult:
+        """The rules at the model's own opset, less those the trial could not run (``opset: {max}``
+        below the fusion opset: lower_plain.yaml's attention). The two runs can differ (a graph_io
+        rule that fired on the converted copy only); where the own run then leaves a canonical op
+        the fallback lowering would have taken, the trial is the better result (paged KV, not
+        plain attention), so the CanonicalLeftover goes to the caller, which keeps the trial."""
+        fallbacks = [r.name for r in self.rule_set.ordered()
+                     if r.opset_max is not None and r.opset_max < self.fusion_opset]
+        if not fallbacks:
+            return super().call(model)
+        rule_set = self.rule_set
+        self.rule_set = type(rule_set)(r for r in rule_set.ordered() if r.name not in fallbacks)
+        try:
+            return super().call(model)
+        finally:
+            self.rule_set = rule_set
 
     def _without_leftovers(self, model: ir.Model) -> tuple[ir.passes.PassResult, list[str]]:
         """The rules at the model's own opset where no conversion is possible: the lowerings gated on

@@ -63,9 +63,9 @@ def test_leftover_is_still_an_internal_error():
 @pytest.mark.parametrize("target", ["trt", "onnx"])
 def test_unconvertible_model_leaves_the_unlowerable_idiom_unfused(target, monkeypatch):
     """Below opset 23 with a model the converter refuses, attention-trt / attention-onnx (opset 23)
-    cannot fire: the recognizer whose canonical Attention nothing lowers is left out and the rules run
-    again on the model as it was (attention unfused, the norms still fused, verified), not an
-    InternalError."""
+    cannot fire: the canonical Attention takes the plain-ops lowering (attention-plain,
+    rules/attention/lower_plain.yaml; before it, the recognizer was left out and attention stayed
+    unfused), the norms still fused, verified, not an InternalError."""
     from onnx_fuse.targets import onnx as onnx_target
 
     def refuse(model, target_opset):
@@ -77,4 +77,6 @@ def test_unconvertible_model_leaves_the_unlowerable_idiom_unfused(target, monkey
     ops = _ops(result.model)
     assert result.report.status == "PASSED", result.report.status_reason
     assert ops["Softmax"] == 2 and ops["LayerNormalization"] == 5 and ops["Attention"] == 0, ops
+    assert result.report.rule_fires.get("attention-plain") == 2, result.report.rule_fires
+    assert not any("left out" in w for w in result.report.warnings), result.report.warnings
     assert dict(result.model.opset_imports)[""] == 20
