@@ -109,7 +109,11 @@ def qdq_activation(b: Builder, x: str, opset: int) -> str:
 
 def form_gqa_tile(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     form = b.pick(GQA_FORMS + NEAR_MISSES)
-    return _attention(b, x, shape, opset, {"gqa": form}, proj=quantized_proj(opset, 0.2))
+    force = {"gqa": form}
+    if b.p(0.7):   # Hkv > 1 and n > 1: h % Hkv and h // n differ (with Hkv = 1 both read head 0)
+        force["hkv"] = int(b.pick([2, 4]))
+        force["heads"] = force["hkv"] * int(b.pick([2, 4]))
+    return _attention(b, x, shape, opset, force, proj=quantized_proj(opset, 0.2))
 
 
 def form_quant_proj(b: Builder, x: str, shape: list[Dim], opset: int, raw: bool = False) -> str:

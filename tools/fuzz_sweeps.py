@@ -238,8 +238,9 @@ def _attention(b: Builder, x: str, shape: list[Dim], opset: int, force: dict, pr
     bsz, seq, d = shape
     f = _draw(b, force)
     dh = int(b.pick(HEADS_DH))
-    heads = int(b.pick([2, 4])) if f["gqa"] else int(b.pick([1, 2, 4]))
-    hkv = int(b.pick([h for h in (1, 2) if heads % h == 0 and h < heads])) if f["gqa"] else heads
+    # a caller may fix the head counts (fuzz_forms: near misses whose h % Hkv differs from h // n)
+    heads = f.get("heads") or (int(b.pick([2, 4])) if f["gqa"] else int(b.pick([1, 2, 4])))
+    hkv = f.get("hkv") or (int(b.pick([h for h in (1, 2) if heads % h == 0 and h < heads])) if f["gqa"] else heads)
     bias = b.p(0.5)
     q = proj(b, x, d, heads * dh, bias)
     k = proj(b, x, d, hkv * dh, bias)
