@@ -1,5 +1,7 @@
 """Output shapes of our plugin ops, of the ONNX Runtime contrib attention ops the ort lowering
-writes, and of ORT's elementwise-shaped fusions (norms, GELUs) in graphs ORT optimized offline, for
+writes, of ORT's elementwise-shaped fusions (norms, GELUs) in graphs ORT optimized offline, and of
+ORT's int4 MatMulNBits (A's shape with its last dim N: quantized TorchScript exports carry no
+value_info, so without it every projection's output was shapeless and no attention fused), for
 onnx's shape inference, which has no schema for them.
 
 onnx's inference leaves a node of an unknown domain alone: its outputs keep whatever shape they
@@ -90,6 +92,22 @@ def _heads_axes(graph: onnx.GraphProto) -> dict[str, int]:
     return out
 
 
+def _matmul_nbits_output(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+    """MatMulNBits (int4 weight-only A @ W, W [K, N]): A's shape with its last dim N and A's type,
+    as ``Gather(A, [0], axis=-1) + CastLike(zeros[N], A)`` (no [K, N] stand-in weight)."""
+    n = next((a.i for a in node.attribute if a.name == "N"), 0)
+    if n <= 0 or not node.input or not node.input[0] or not node.output or not node.output[0]:
+        return None
+    a, out, p = node.input[0], node.output[0], f"{node.output[0]}/shape"
+    return [onnx.helper.make_node("Constant", [], [f"{p}/zero"], value=onnx.helper.make_tensor(
+                f"{p}/zero", onnx.TensorProto.INT64, [1], [0])),
+            onnx.helper.make_node("Constant", [], [f"{p}/zeros"], value=onnx.helper.make_tensor(
+                f"{p}/zeros", onnx.TensorProto.FLOAT, [n], [0.0] * n)),
+            onnx.helper.make_node("Gather", [a, f"{p}/zero"], [f"{p}/a1"], axis=-1),          # [..., 1]
+            onnx.helper.make_node("CastLike", [f"{p}/zeros", a], [f"{p}/zeros_like"]),
+            onnx.helper.make_node("Add", [f"{p}/a1", f"{p}/zeros_like"], [out], name=p)]       # [..., N]
+
+
 def _contrib_output(node: onnx.NodeProto, ranks: dict[str, int],
                     heads: dict[str, int] | None = None) -> list[onnx.NodeProto] | None:
     """Nodes computing a value of the contrib attention op's first output's shape and type, under
@@ -131,7 +149,8 @@ def stand_in_plugin_ops(graph: onnx.GraphProto, outer: dict[str, int] | None = N
     replaced, here, nodes = 0, 0, []
     for node in graph.node:
         like = OUTPUT_LIKE.get(node.op_type) if node.domain == PLUGIN_DOMAIN else None
-        contrib = _contrib_output(node, ranks, heads) if node.domain == _CONTRIB else None
+        contrib = (_matmul_nbits_output(node) if node.op_type == "MatMulNBits" else
+                   _contrib_output(node, ranks, heads)) if node.domain == _CONTRIB else None
         elementwise = _elementwise_like(node) if contrib is None else None
         if elementwise is not None:
             nodes += _stand_in_elementwise(node, elementwise)

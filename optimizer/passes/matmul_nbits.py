@@ -128,7 +128,7 @@ class LowerMatMulNBitsPass(FusePass):
                   self._init(graph, f"{stem}_scale", np.ascontiguousarray(sc.reshape(n, blocks).T))]
         if zero is not None:
             inputs.append(self._init(graph, f"{stem}_zp", np.ascontiguousarray(zero)))
-        dtype = a.dtype
+        dtype = scales.dtype or a.dtype   # (A's may be unknown: TorchScript carries no value_info)
         w = ir.Value(name=f"{stem}_w", type=ir.TensorType(dtype), shape=ir.Shape([k, n]))
         new = [ir.Node("", "DequantizeLinear", inputs, outputs=[w], name=f"{stem}_dq",
                        attributes=[ir.AttrInt64("axis", 0), ir.AttrInt64("block_size", bs)])]

@@ -114,3 +114,21 @@ def test_trt_target_names_dynamic_quantization_it_cannot_run():
     assert note and "1 DynamicQuantizeLinear" in note[0] and "1 MatMulInteger" in note[0]
     plain = onnx_fuse.optimize(_dynamic_model(), level=2, target="onnx", verify=True)
     assert not any(w.startswith("trt-quantized-ops") for w in plain.report.warnings)
+
+
+def test_shape_inference_knows_matmul_nbits_output():
+    # a quantized TorchScript export has no value_info: the projections' shapes come from here
+    import onnx_ir as ir
+
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    proto = _nbits_model(64, 24, 32, zero_points="random")
+    proto.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
+    relu = helper.make_node("Relu", ["y"], ["z"])
+    proto.graph.node.append(relu)
+    proto.graph.output[0].name = "z"
+    proto.graph.output[0].type.tensor_type.ClearField("shape")
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    y = next(n for n in model.graph if n.op_type == "Relu").inputs[0]   # MatMulNBits' output
+    assert y.shape is not None and list(y.shape)[1:] == [5, 24] and y.dtype == ir.DataType.FLOAT
