@@ -158,6 +158,9 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         target_module = importlib.import_module(f"onnx_fuse.targets.{target}")
         pre = tuple(target_module.pre_fusion_passes(level))
         post = tuple(target_module.post_fusion_passes(level))
+        for p in post:   # a post-fusion pass that converts the model keeps under the ceiling too
+            if hasattr(p, "max_opset"):
+                p.max_opset = min(opset, FUSION_OPSET) if opset else FUSION_OPSET
         # O3: batched-matmul Einsums become MatMuls (Funnel's attention), and probabilities read by
         # several P.V MatMuls (DiffLlama) get one reader, before the attention rules
         from onnx_fuse.passes.einsum_matmul import EinsumToMatMulPass

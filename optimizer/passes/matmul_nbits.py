@@ -16,7 +16,8 @@ with Wq the [K, N] 4-bit weight (DequantizeLinear-21 blocked quantization), it s
   Other zero points do not fit int4: the node stays, and ``stats_reason`` says TensorRT cannot run it.
 
 Needs opset 21 (blocked DequantizeLinear, 4-bit types): a model below it is converted first
-(``upgraded_copy``); one that does not convert keeps its MatMulNBits, with the reason. Not lowered
+(``upgraded_copy``); one that does not convert, or whose user ceiling (``optimize(opset=N)``) is
+below 21, keeps its MatMulNBits, with the reason. Not lowered
 (left with the reason): bits other than 4, g_idx (act-order), float zero points, non-constant
 weights, scales or zero points.
 """
@@ -54,6 +55,7 @@ class LowerMatMulNBitsPass(FusePass):
         super().__init__()
         self.target = target
         self.stats_reason = ""
+        self.max_opset = 23   # the user's opset ceiling (levels.build_stages sets it)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         self.stats_reason = ""
@@ -65,6 +67,10 @@ class LowerMatMulNBitsPass(FusePass):
         from onnx_fuse.targets.onnx import _adopt, default_opset, upgraded_copy
 
         current = default_opset(model) or 0
+        if current < _DQ_OPSET and self.max_opset < _DQ_OPSET:
+            self.stats_reason = (f"kept {len(nodes)} MatMulNBits: the opset ceiling {self.max_opset} is below "
+                                 f"{_DQ_OPSET} (blocked 4-bit DequantizeLinear)")
+            return ir.passes.PassResult(model, False)
         if current < _DQ_OPSET:
             try:
                 new = upgraded_copy(model, _DQ_OPSET)

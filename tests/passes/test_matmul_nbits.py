@@ -132,3 +132,13 @@ def test_shape_inference_knows_matmul_nbits_output():
     ShapeInferencePass()(model)
     y = next(n for n in model.graph if n.op_type == "Relu").inputs[0]   # MatMulNBits' output
     assert y.shape is not None and list(y.shape)[1:] == [5, 24] and y.dtype == ir.DataType.FLOAT
+
+
+def test_opset_ceiling_below_21_keeps_matmul_nbits():
+    proto = _nbits_model(64, 16, 32, zero_points="random", opset=20)
+    result = onnx_fuse.optimize(proto, level=2, target="onnx", verify=True, opset=20)
+    out = result.to_proto()
+    assert result.report.passed
+    assert _ops(out).get("com.microsoft::MatMulNBits") == 1
+    assert next(o.version for o in out.opset_import if o.domain in ("", "ai.onnx")) == 20
+    assert any("ceiling 20" in w for w in result.report.warnings)
