@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import Dim, floor_plus, parse_floor, to_dim
+from onnx_fuse.passes._dim_products import Dim, floor_div, floor_plus, mul, parse_floor, parse_mod_neg, to_dim
 from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, invented_name
 
@@ -142,6 +142,9 @@ def minus(a: Dim | None, b: Dim | None) -> Dim | None:
     sizes), a stride-1 window's length ``(L+c)//1`` read as the sum L + c; else None."""
     if a is None or b is None or not clean(a) or not clean(b):
         return None
+    stepped = _floor_minus(a, b)
+    if stepped is not None:
+        return stepped
     got = parse_floor(a[1][0]) if a[0] == 1 and len(a[1]) == 1 else None
     base = to_dim(got[0]) if got is not None and got[0] and got[1] >= 0 and got[2] == 1 else None
     if clean(base) and base[1]:
@@ -149,6 +152,41 @@ def minus(a: Dim | None, b: Dim | None) -> Dim | None:
     return dim_diff(a, b)
 
 
+def _floor_minus(a: Dim, b: Dim) -> Dim | None:
+    """``a - b`` for a floor atom ``a = (L+c)//s`` (passes/_dim_products.py ``floor_div``) and an int
+    ``b = k`` or another atom ``(L+c2)//s``: floor((L + c) / s) - k is (L+c-k*s)//s, a size where
+    c >= k*s (L >= 0); the two atoms differ by (c - c2) / s where s divides it and c >= c2 (LongT5's
+    blocks: ``(S+8)//3``, the block count padded by one each side, cut at ``(S+5)//3``)."""
+    fa = parse_floor(a[1][0]) if a[0] == 1 and len(a[1]) == 1 else None
+    if fa is None:
+        return None
+    text, c, s = fa
+    if not b[1]:
+        if b[0] < 0 or c < b[0] * s:
+            return None
+        return (1, (folded,)) if (folded := floor_plus(a[1][0], -b[0])) is not None else None
+    fb = parse_floor(b[1][0]) if b[0] == 1 and len(b[1]) == 1 else None
+    if fb is None or fb[0] != text or fb[2] != s or c < fb[1] or (c - fb[1]) % s:
+        return None
+    return (c - fb[1]) // s, ()
+
+
 def at_least(n: Dim | None, m: Dim | None) -> bool:
     """Whether size ``n`` is provably >= size ``m`` (``minus``)."""
     return minus(n, m) is not None
+
+
+def padded_length(n: Dim | None, begin: Dim | None, end: Dim | None) -> Dim | None:
+    """An axis of ``n`` entries after ``begin`` and ``end`` more (a Pad's two pads, sizes): their sum,
+    where a pad ``(-n) % m`` of the axis's own length (``mod_neg``: torch's pad to a multiple of a
+    block, LongT5's ``_pad_to_multiple``) makes n up to ``m * ceil(n / m)``, named ``m*(n+m-1)//m``
+    so that the blocks view's ``// m`` gives the block count ``(n+m-1)//m``. None where a pad is
+    unknown or not a size (a negative pad crops)."""
+    if n is None or begin is None or end is None or not all(clean(d) for d in (n, begin, end)):
+        return None
+    for pad, other in ((end, begin), (begin, end)):
+        got = parse_mod_neg(pad)
+        if got is not None and got[0] == n and parse_mod_neg(other) is None:
+            ceil = floor_div(n, got[1], got[1] - 1)
+            return dim_sum([other, mul((got[1], ()), ceil)]) if ceil is not None else None
+    return dim_sum([n, begin, end])

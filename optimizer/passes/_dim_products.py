@@ -146,6 +146,30 @@ def floor_plus(atom: str, k: int) -> str | None:
     return f"({text}{f'+{c}' if c > 0 else f'-{-c}' if c < 0 else ''})//{s}"
 
 
+def mod_neg(n: Dim, m: int) -> Dim | None:
+    """``(-n) % m`` for a size ``n``: an int for an int, else the atom ``"(-n)%m"`` (a value in [0, m),
+    the amount that pads n up to a multiple of m; ``parse_mod_neg`` reads it back). None for a
+    size not spelled as a product (a sum) or invented."""
+    if n[0] < 0 or any(invented_name(t) for t in n[1]):
+        return None
+    if not n[1]:
+        return (-n[0]) % m, ()
+    text = dim_text(n)
+    return (1, (f"(-{text})%{m}",)) if " " not in text and m > 1 else ((0, ()) if m == 1 else None)
+
+
+_MOD_NEG = re.compile(r"^\(-(.+)\)%(\d+)$")
+
+
+def parse_mod_neg(d: Dim | None) -> tuple[Dim, int] | None:
+    """A ``mod_neg`` entry read back as ``(n, m)``; None for anything else."""
+    if d is None or d[0] != 1 or len(d[1]) != 1:
+        return None
+    got = _MOD_NEG.match(d[1][0])
+    n = to_dim(got.group(1)) if got else None
+    return (n, int(got.group(2))) if n is not None and _outside(got.group(1)) is not None else None
+
+
 def _int_div(a: Dim, b: Dim) -> Dim | None:
     """An integer Div of shape entries: the exact quotient, else a size divided by a positive int,
     rounded down (ONNX truncates, the same for sizes): ``n_frames // squeeze_factor``."""
@@ -305,6 +329,18 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
             return None
         ea, eb, static = pair
         return [_equal_entry(x, y) for x, y in zip(ea, eb)], static
+    if op == "Mod" and len(ins) == 2 and _attr(node, "fmod", 0) == 0:
+        # the pad to a multiple, (-n) % m (torch's -x.shape[d] % block): the atom pad_to_multiple reads
+        neg = ins[0].producer() if ins[0] is not None else None
+        m = constant_tensor(ins[1])
+        if neg is None or neg.op_type != "Neg" or neg.domain not in ("", "ai.onnx") or m is None \
+                or not m.dtype.is_integer() or m.size != 1 or int(m.numpy().reshape(-1)[0]) <= 0:
+            return None
+        inner = shape_vector(neg.inputs[0], alias, depth + 1)
+        if inner is None or (depth == 0 and _multi_axis(neg.inputs[0])):
+            return None
+        k = int(m.numpy().reshape(-1)[0])
+        return [None if e is None else mod_neg(e, k) for e in inner[0]], inner[1]
     if sums and op == "Neg":   # a Slice's start -S (TorchScript's x[:, -S:]); never read as a size
         inner = sub(0)
         return None if inner is None else ([None if e is None else (-e[0], e[1]) for e in inner[0]], inner[1])

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_lengths import TO_END, WHOLE, clean, cut_length, window_length
-from onnx_fuse.passes._dim_products import Dim, floor_div, reshape_out_dims, shape_vector, to_dim, value_dims
+from onnx_fuse.passes._dim_lengths import TO_END, WHOLE, clean, cut_length, padded_length, window_length
+from onnx_fuse.passes._dim_products import Dim, floor_div, mul, reshape_out_dims, shape_vector, to_dim, value_dims
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
@@ -242,6 +242,12 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _window_step(node, v, i)
     if op == "Pad":
         return _pad_step(node, v, i)
+    if op == "Tile" and len(node.inputs) == 2:
+        return _tile_step(node, v, i)
+    if op == "OneHot" and len(node.inputs) == 3:
+        return _one_hot_step(node, v, i)
+    if op == "Split":
+        return _split_step(node, v, i)
     if op == "ConstantOfShape":   # torch.ones(n_frames // squeeze_factor): the entries read as sizes
         e = _entry(x, i)
         return (None, e) if e is not None and clean(e) and e[0] > 0 else None
@@ -270,7 +276,48 @@ def _pad_step(node: ir.Node, v: ir.Value, i: int):
     if i not in axes:
         return x, i
     k = axes.index(i)
-    return (x, i) if entries[k] == (0, ()) and entries[k + len(axes)] == (0, ()) else None
+    if entries[k] == (0, ()) and entries[k + len(axes)] == (0, ()):
+        return x, i
+    total = padded_length(known_dim(x, i), entries[k], entries[k + len(axes)])
+    return (None, total) if total is not None and clean(total) and total[0] >= 0 else None
+
+
+def _tile_step(node: ir.Node, v: ir.Value, i: int):
+    """Tile: dim i is the input's times its repeat entry (read from sizes: LongT5 repeats its global
+    keys once per block, ``repeat(1, N, 1, 1, 1)``; a repeat of 1 keeps the dim)."""
+    x, r = node.inputs[0], _rank(v)
+    got = shape_vector(node.inputs[1], {})
+    if r is None or _rank(x) != r or got is None or got[1] or len(got[0]) != r:
+        return None
+    e = got[0][i]
+    if e == (1, ()):
+        return x, i
+    n = known_dim(x, i) if e is not None and clean(e) and e[0] > 0 else None
+    return (None, mul(n, e)) if n is not None and clean(n) and n[0] >= 0 else None
+
+
+def _one_hot_step(node: ir.Node, v: ir.Value, i: int):
+    """OneHot: the indices' dims with ``depth`` (a size read from shapes, a sum too: LongT5's
+    ``one_hot(ids, G + 1)``) inserted at ``axis``."""
+    idx, r = node.inputs[0], _rank(v)
+    axis = _attr(node, "axis", -1)
+    if r is None or _rank(idx) != r - 1 or not isinstance(axis, int) or not -r <= axis < r:
+        return None
+    axis %= r
+    if i != axis:
+        return idx, i - (i > axis)
+    got = shape_vector(node.inputs[1], {}, sums=True)
+    e = got[0][0] if got is not None and len(got[0]) == 1 else None
+    return (None, e) if e is not None and clean(e) and e[0] > 0 else None
+
+
+def _split_step(node: ir.Node, v: ir.Value, i: int):
+    """Split: every output keeps the input's dims off the split axis."""
+    x, r = node.inputs[0], _rank(v)
+    axis = _attr(node, "axis", 0)
+    if r is None or _rank(x) != r or not isinstance(axis, int) or not -r <= axis < r:
+        return None
+    return (x, i) if i != axis % r else None
 
 
 def _window_step(node: ir.Node, v: ir.Value, i: int):

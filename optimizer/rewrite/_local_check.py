@@ -85,7 +85,24 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 
 
 def _eval_dim(text: str, env: Mapping[str, int]) -> int | None:
-    """``s0 + s1``, ``2*s0``, ``past_sequence_length + 1`` with known symbols; None otherwise."""
+    """``s0 + s1``, ``2*s0``, ``past_sequence_length + 1`` with known symbols; None otherwise. A
+    product with floor atoms is read as the shape facts read it (passes/_dim_products.py ``to_dim``:
+    ``3*(S+2)//3`` is 3 * ((S + 2) // 3), a padded length, where Python would say S + 2)."""
+    from onnx_fuse.passes._dim_products import parse_floor, to_dim
+
+    d = to_dim(text)
+    if d is not None and d[1] and (d[0] != 1 or len(d[1]) > 1):
+        total = d[0]
+        for atom in d[1]:
+            v = _eval_dim(atom, env)
+            if v is None:
+                return None
+            total *= v
+        return total
+    floor = parse_floor(text)
+    if floor is not None:
+        base = _eval_dim(floor[0], env)
+        return None if base is None else (base + floor[1]) // floor[2]
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
