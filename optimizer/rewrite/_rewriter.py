@@ -61,6 +61,65 @@ def _concat_length(nn: Any, shape: ir.Shape, in_shapes: list) -> ir.Shape:
     return ir.Shape(dims)
 
 
+def _view_dims(nn: Any, shape: ir.Shape, in_shape: ir.Shape | None, target: np.ndarray | None) -> ir.Shape:
+    """A new Flatten's or constant-target Reshape's dims ONNX inference leaves unknown, named from
+    the input's dims (passes/_dim_products.py's products): Flatten's two products, a Reshape's ``0``
+    copies and its ``-1`` solved from the element count. The views a rule writes over symbolic dims
+    (attention-blocks-5d-batch: [B, N, H, K, L] -> [B*N, H*K*L] -> [B*N, H, K, L]) then have the
+    sizes the lowering's checks compare (a bias already [., ., S, T] is not broadcast again)."""
+    from onnx_fuse.passes._dim_lengths import clean
+    from onnx_fuse.passes._dim_products import div, mul, to_dim
+    from onnx_fuse.passes._dim_source import _render
+
+    if in_shape is None:
+        return shape
+    ins = [to_dim(d if isinstance(d, int) else getattr(d, "value", None)) for d in in_shape.dims]
+    if not ins or not all(clean(d) and d[0] >= 0 for d in ins):
+        return shape
+    total = (1, ())
+    for d in ins:
+        total = mul(total, d)
+    if nn.op_type == "Flatten":
+        axis = nn.attrs.get("axis", 1)
+        if not isinstance(axis, (int, np.integer)) or not -len(ins) <= axis <= len(ins) or len(shape) != 2:
+            return shape
+        head = (1, ())
+        for d in ins[:int(axis) % (len(ins) + 1) if axis >= 0 else len(ins) + int(axis)]:
+            head = mul(head, d)
+        outs = [head, div(total, head) if head[0] else None]
+    else:
+        if target is None or target.ndim != 1 or len(target) != len(shape):
+            return shape
+        zero_copies = not nn.attrs.get("allowzero", 0)
+        outs = []
+        for i, e in enumerate(int(x) for x in target):
+            if e == 0 and zero_copies:
+                outs.append(ins[i] if i < len(ins) else None)
+            else:
+                outs.append((e, ()) if e >= 0 else None if e == -1 else False)
+        if False in outs or outs.count(None) > 1 or (None in outs and not zero_copies and 0 in target):
+            return shape
+        if None in outs:
+            rest = (1, ())
+            for d in outs:
+                if d is not None:
+                    rest = mul(rest, d)
+            outs[outs.index(None)] = div(total, rest) if rest[0] else None
+    dims = list(shape.dims)
+    for i, (d, o) in enumerate(zip(dims, outs)):
+        known = isinstance(d, int) or (getattr(d, "value", None) and not _invented(d.value))
+        name = _render(o) if o is not None and clean(o) else None
+        if not known and name is not None:
+            dims[i] = name if isinstance(name, int) else ir.SymbolicDim(name)
+    return ir.Shape(dims)
+
+
+def _invented(name: str) -> bool:
+    from onnx_fuse.passes._shape_values import invented_name
+
+    return invented_name(str(name))
+
+
 class RewriteRejected(Exception):
     """The replacement for a match is invalid; the match is left alone."""
 
@@ -492,6 +551,8 @@ class Rewriter:
                     shape = None if shape is None else ir.Shape(list(shape.dims))  # cached: copy
                     if nn.op_type == "Concat" and shape is not None:
                         shape = _concat_length(nn, shape, [type_of(v)[1] for v in nn.inputs])
+                    elif nn.op_type in ("Flatten", "Reshape") and shape is not None and in_types[0] is not None:
+                        shape = _view_dims(nn, shape, in_types[0][1], in_data[1] if len(in_data) > 1 else None)
                     known[out] = (dtype, shape)
                     out.dtype, out.shape = dtype, shape
         # replaced values keep their type; a disagreeing inferred type is a wrong rewrite
