@@ -299,7 +299,8 @@ class _Wrap:
         """kind vlm: a whole vision-language model in one graph; the text ids come in and the wrapper puts
         the image's placeholder tokens (image_tokens of them, id image_token_index) in front, so every feed
         (random ids included) holds as many placeholders as the vision tower makes features; its mask and
-        its token types (PaliGemma's prefix-LM: type 0 = the bidirectional prefix) cover them as prefix.
+        its token types (PaliGemma's prefix-LM: type 0 = the bidirectional prefix) cover them as prefix;
+        with image_types (Gemma 3) the wrapper writes the types itself, 1 on the image, 0 on the text.
         kind patches: a vision tower over flattened patches [N, C*T*P*P] (Qwen2-VL's), the grid
         (patch_grid: t, h, w) a constant, as one image of a fixed size is."""
         import torch
@@ -329,6 +330,8 @@ class _Wrap:
                 if "token_type_ids" in kw:
                     types = kw["token_type_ids"]
                     call["token_type_ids"] = torch.cat([torch.zeros_like(image, dtype=types.dtype), types], 1)
+                elif vlm.get("image_types"):  # Gemma 3: type 1 marks the image block (bidirectional in it)
+                    call["token_type_ids"] = torch.cat([torch.ones_like(image), torch.zeros_like(ids)], 1)
                 return self.m(**call, use_cache=False, return_dict=True).logits
 
         return Multimodal

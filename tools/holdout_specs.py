@@ -1247,6 +1247,15 @@ HOLDOUT9B = {
                  # the batch is pinned: get_image_features returns list(image_features), one entry per image,
                  # which torch.export unrolls (TorchScript's per-image Split fails at batch 1 the same way)
                  "llava", "gpt2", ("dyn_mask",), 4, vlm=dict(VLM9, fixed_batch=True)),
+    "gemma3_vlm": _mm("vlm", "Gemma3Config", "Gemma3ForConditionalGeneration",
+                      dict(vision_config=dict(VIS9, image_size=IMAGE, model_type="siglip_vision_model"),
+                           text_config=dict(TXT9, model_type="gemma3_text", query_pre_attn_scalar=16, sliding_window=4,
+                                            layer_types=["sliding_attention", "full_attention"]),
+                           mm_tokens_per_image=4, image_token_index=IMAGE_TOKEN9, boi_token_index=VOCAB - 3,
+                           eoi_token_index=VOCAB - 2),
+                      ["gqa", "siglip-tower", "avg-pool-projector", "image-block-bidirectional", "sliding-window",
+                       "rope-full", "rmsnorm-1p", "qk-norm", "geglu", "image-token-merge"], "gemma3", "gpt2",
+                      ("dyn_mask",), 4, vlm=dict(VLM9, image_size=IMAGE, image_types=True)),
     # vision towers over flattened patches
     "qwen2_vl_vision": _mm("patches", "Qwen2VLVisionConfig", "Qwen2VisionTransformerPretrainedModel",
                            dict(depth=LAYERS, embed_dim=HIDDEN, hidden_size=HIDDEN, num_heads=2, mlp_ratio=2,
@@ -1298,6 +1307,14 @@ HOLDOUT9B = {
                             ["gqa", "merged-self-cross-attention", "keys-concat-encoder", "rope-full", "qk-norm",
                              "rmsnorm-1p", "geglu", "sliding-window"], "t5gemma2", "bart", ("dyn_mask",), LAYERS,
                             part="decoder"),
+    # DAB-DETR: anchor-box queries; its cross-attention concatenates content and sine halves as Conditional
+    # DETR's. (RT-DETR does not export faithfully at these sizes: its top-k query selection flips, ORT differs
+    # from torch by 0.04, and dynamo pins the batch.)
+    "dab_detr": _mm("vision", "DabDetrConfig", "DabDetrModel",
+                    dict({k: v for k, v in DETR9.items() if k != "d_model"}, hidden_size=HIDDEN),
+                    ["mha", "resnet-backbone", "anchor-box-queries", "sine-positions-on-qk",
+                     "cross-attention-concat-qk", "layernorm", "prelu", "post-norm"], "dab-detr", "vit", VIS_ALL,
+                    3 * LAYERS),
     # hybrid decoders (mamba / mamba2 + attention)
     "zamba2": _mm("decoder", "Zamba2Config", "Zamba2ForCausalLM",
                   dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=4,
