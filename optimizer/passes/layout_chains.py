@@ -1,18 +1,17 @@
 """Layout chains: a Transpose sunk into the next Transpose, a Reshape of a Reshape read from its source.
 
 Cases handled (each counted in ``stats``):
-- ``transpose-sunk``: Transpose(x, p1) -> ops that do not care about layout -> Transpose(p2) becomes
-  ops on x -> Transpose(p1[p2]); identity-elimination then drops an identity permutation, so an
-  inverse pair cancels. Layout-agnostic ops: unary elementwise ones (Cast, Relu, Erf, ...) and the
-  broadcasting ones (Add, Mul, Where, ...) whose other operands are constants (unsqueezed to the
-  chain's rank and permuted with p1's inverse), values whose dims are all 1, or Transposes by the same
-  p1 (read from before them).
+- ``transpose-sunk``: Transposes by p1 -> ops that do not care about layout -> Transposes by p2
+  become the ops on the first Transposes' inputs -> Transposes by p1[p2] (passes/_transpose_region.py
+  collects the region: elementwise ops, last-axis norms whose axes p1 keeps, Concat / Softmax with
+  their axis moved, constants permuted, Shape reads picked by p1); identity-elimination then drops an
+  identity permutation, so an inverse pair cancels. Done only when fewer Transposes are left.
 - ``reshape-of-reshape``: Reshape(Reshape(x, s1), s2) reads x directly when s2 does not copy (0) a dim
   of the middle value that x does not have at the same axis; identity-elimination then drops a
   Reshape to x's own shape, so a head split undone by its merge cancels.
 
-Every value between the two ends must have that one reader and must not be a graph output: a second
-reader (a Shape read included) would need the old layout, so it blocks the rewrite. Runs in the
+A Reshape chain's values must have that one reader and must not be a graph output: a second reader
+would need the old layout, so it blocks the rewrite (a transposed region's readers are its own). Runs in the
 cleanup after the rules (levels.py): the lowerings' layout glue meets the exporter's there, once the
 cleanup has dropped the shape reads the rules left beside it (LayoutLM's TorchScript export at
 trt-O4: 8 Transposes, and the Reshapes around them, cancel in pairs).
@@ -24,23 +23,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import Dim, dim_text, div, mul, reshape_out_dims, shape_vector, value_dims
-from onnx_fuse.passes._infra import FusePass, is_default_op
+from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 from onnx_fuse.passes._shape_values import invented_name
+from onnx_fuse.passes._transpose_region import ONE_AXIS, Refused, collect, layout_inputs, perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
-
-_UNARY = frozenset({
-    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Cos", "Cosh",
-    "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN",
-    "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign",
-    "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
-})
-# every input broadcasts elementwise (numpy rules); Clip's min / max are scalars, so they qualify
-_BROADCAST = frozenset({
-    "Add", "And", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Clip", "Div", "Equal", "Greater",
-    "GreaterOrEqual", "Less", "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "Sub",
-    "Sum", "Where", "Xor",
-})
-
 
 # the most axes a Transpose of the folded chain may have at trt (TensorRT's dims hold 8); ONNX and
 # ONNX Runtime take any rank, so other targets fold without a cap (Hiera's unroll: one Transpose of
@@ -54,16 +40,6 @@ def _one_reader(value: ir.Value) -> ir.Node | None:
         return None
     uses = list(value.uses())
     return uses[0].node if len(uses) == 1 else None
-
-
-def _perm(node: ir.Node) -> list[int] | None:
-    a = node.attributes.get("perm")
-    if a is None:  # default: reverse the axes
-        x = node.inputs[0] if node.inputs else None
-        return None if x is None or x.shape is None else list(range(len(x.shape)))[::-1]
-    if a.is_ref():
-        return None
-    return [int(p) for p in a.value]
 
 
 def _fresh(base: str, taken: set) -> str:
@@ -82,10 +58,6 @@ def _zero_entries(shape: ir.Value | None) -> list[int] | None:
     return [i for i, e in enumerate(t.numpy().reshape(-1)) if int(e) == 0]
 
 
-def _all_ones(value: ir.Value) -> bool:
-    return value.shape is not None and all(isinstance(d, int) and d == 1 for d in value.shape.dims)
-
-
 class FoldLayoutChainsPass(FusePass):
     """Transposes sunk into the next Transpose, Reshapes of Reshapes read from the source (module docstring)."""
 
@@ -98,83 +70,91 @@ class FoldLayoutChainsPass(FusePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         graph = model.graph  # permuted constants become initializers: main graph only
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
         for node in list(graph):
             if node.graph is not graph:  # removed by an earlier rewrite of this sweep
                 continue
             if is_default_op(node, "Transpose", "Reshape") and self._static_chain(graph, node):
                 modified = True
             elif is_default_op(node, "Transpose"):
-                modified |= self._sink_transpose(graph, node)
+                modified |= self._sink_transpose(graph, node, opset)
             elif is_default_op(node, "Reshape"):
                 modified |= self._reshape_of_reshape(node)
         return ir.passes.PassResult(model, modified=modified)
 
-    # -- Transpose -> layout-agnostic ops -> Transpose --------------------------------------------
+    # -- Transposes sunk through a region of layout-agnostic ops --------------------------------
 
-    def _sink_transpose(self, graph: ir.Graph, t1: ir.Node) -> bool:
-        p1 = _perm(t1)
-        if p1 is None or len(t1.inputs) != 1 or t1.inputs[0] is None:
+    def _sink_transpose(self, graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
+        try:
+            region = collect(t1, opset)
+        except Refused:
             return False
-        x, cur = t1.inputs[0], t1.outputs[0]
-        inv = list(np.argsort(p1))
-        chain: list[tuple[ir.Node, int]] = []  # (node, which input carries the chain)
-        while True:
-            node = _one_reader(cur)
-            if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
-                return False
-            index = next(u.idx for u in cur.uses())
-            if node.op_type == "Transpose":
-                p2 = _perm(node)
-                if p2 is None or len(p2) != len(p1):
-                    return False
-                break
-            if not self._agnostic(node, index, len(p1), p1):
-                return False
-            chain.append((node, index))
-            cur = node.outputs[0]
-        # rewrite: the chain runs on x's layout, the last Transpose does both permutations
-        t2 = node
-        for op, index in chain:
-            for j, v in enumerate(op.inputs):
-                if j == index or v is None:
+        p1, entries = region.p1, {id(t) for t in region.entries}
+        composed = {id(t): [p1[i] for i in perm_of(t)] for t in region.exits}
+        after = len(region.kept) + sum(c != list(range(len(c))) for c in composed.values())
+        if after >= len(region.entries) + len(region.exits):
+            return False  # no Transpose saved
+        inv = [int(i) for i in np.argsort(p1)]
+
+        def source(v: ir.Value) -> ir.Value:
+            """v in the entries' input layout: an entry's input, else v (rewritten in place)."""
+            producer = v.producer()
+            return producer.inputs[0] if producer is not None and id(producer) in entries else v
+
+        constants = {(id(n), j) for n, j in region.constants}
+        for op in region.inner:
+            for j in layout_inputs(op):  # a norm's scale read off a kept entry stays as it is
+                v = op.inputs[j]
+                if v is None:
                     continue
-                if is_default_op(v.producer(), "Transpose") and _perm(v.producer()) == p1:
-                    op.replace_input_with(j, v.producer().inputs[0])
-                elif constant_tensor(v) is not None and not _all_ones(v):
+                if (id(op), j) in constants:
                     op.replace_input_with(j, self._permuted(graph, v, inv, len(p1)))
-            out = op.outputs[0]
-            if out.shape is not None:
-                out.shape = ir.Shape([out.shape.dims[i] for i in inv])
-        first, index = chain[0] if chain else (t2, 0)
-        first.replace_input_with(index, x)
-        t2.attributes["perm"] = ir.AttrInt64s("perm", [p1[i] for i in p2])
-        if not t1.outputs[0].uses():
-            graph.remove(t1, safe=True)
+                elif source(v) is not v:
+                    op.replace_input_with(j, source(v))
+            if op.op_type == "Concat" or op.op_type in ONE_AXIS:
+                a = op.attributes.get("axis")
+                op.attributes["axis"] = ir.AttrInt64("axis", region.new_axis(-1 if a is None else int(a.value)))
+            for out in op.outputs:
+                if out.shape is not None and len(out.shape) == len(p1):
+                    out.shape = ir.Shape([out.shape.dims[i] for i in inv])
+        for t2 in region.exits:
+            t2.replace_input_with(0, source(t2.inputs[0]))
+            t2.attributes["perm"] = ir.AttrInt64s("perm", composed[id(t2)])
+        for shape in region.shape_reads:
+            self._shape_through(graph, shape, source(shape.inputs[0]), p1)
+        for t in region.entries:
+            if not t.outputs[0].uses():
+                graph.remove(t, safe=True)
         self.stats["transpose-sunk"] += 1
         return True
 
-    @staticmethod
-    def _agnostic(node: ir.Node, index: int, rank: int, p1: list[int]) -> bool:
-        """``node`` computes elementwise, so it commutes with permuting its chain input."""
-        out = node.outputs[0]
-        if out.shape is None or len(out.shape) != rank:
-            return False  # broadcasting must not add axes in front of the chain's
-        if node.op_type in _UNARY:
-            return len(node.inputs) == 1
-        if node.op_type not in _BROADCAST:
-            return False
-        for j, v in enumerate(node.inputs):
-            if j == index or v is None:
-                continue
-            producer = v.producer()
-            if is_default_op(producer, "Transpose") and _perm(producer) == p1 and producer.inputs[0] is not None:
-                continue
-            t = constant_tensor(v)
-            if t is not None and len(t.shape) <= rank and t.size <= (1 << 22):  # a permuted copy is made
-                continue
-            if not _all_ones(v) or len(v.shape) > rank:
-                return False
-        return True
+    def _shape_through(self, graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int]) -> None:
+        """Shape(Transpose(v, p1))[start:end] as v's dims picked by p1: one Shape slice where they
+        are a run of v's axes in order, else Gather(Shape(v), picked)."""
+        rank = len(p1)
+        start, end = attr_value(shape, "start", 0), attr_value(shape, "end", rank)
+        picked = [p1[i] for i in range(rank)[start:end]]
+        if not picked or picked == list(range(picked[0], picked[0] + len(picked))):
+            shape.replace_input_with(0, v)
+            if picked:
+                shape.attributes["start"] = ir.AttrInt64("start", picked[0])
+                shape.attributes["end"] = ir.AttrInt64("end", picked[-1] + 1)
+            return
+        taken = set(graph.initializers) | {w.name for w in graph.inputs} | {o.name for n in graph for o in n.outputs}
+        base = shape.outputs[0].name or "shape"
+        name = _fresh(f"{base}_axes", taken)
+        indices = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([len(picked)]),
+                           const_value=ir.tensor(np.array(picked, dtype=np.int64), name=name))
+        graph.register_initializer(indices)
+        whole = ir.node("Shape", [v])
+        whole.outputs[0].name = _fresh(f"{base}_all", taken)
+        whole.outputs[0].type, whole.outputs[0].shape = ir.TensorType(ir.DataType.INT64), ir.Shape([rank])
+        gather = ir.node("Gather", [whole.outputs[0], indices], attributes={"axis": 0})
+        gather.outputs[0].name = _fresh(f"{base}_picked", taken)
+        gather.outputs[0].type, gather.outputs[0].shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(picked)])
+        graph.insert_after(shape, [whole, gather])
+        reroute(shape.outputs[0], gather.outputs[0])
+        graph.remove(shape, safe=True)
 
     def _permuted(self, graph: ir.Graph, v: ir.Value, inv: list[int], rank: int) -> ir.Value:
         t = constant_tensor(v)
@@ -239,7 +219,7 @@ class FoldLayoutChainsPass(FusePass):
         shape = _known_dims(x)
         if len(chain) < 2 or shape is None:
             return False
-        steps = [_perm(n) if n.op_type == "Transpose" else _reshape_target(n) for n in chain]
+        steps = [perm_of(n) if n.op_type == "Transpose" else _reshape_target(n) for n in chain]
         if any(s is None for s in steps):
             return False
         plan = _atoms(shape, [(n.op_type, s) for n, s in zip(chain, steps)])

@@ -1,0 +1,224 @@
+"""The region a Transpose can be sunk through (layout_chains' ``transpose-sunk``).
+
+Start at a Transpose by p1 (an *entry*) and collect every node that computes the same whether its
+operands are permuted by p1 or not (the *inner* nodes), following values both ways: the readers of a
+value in the region, and the producers of an inner node's other operands. The region's edges are
+  - entries: Transposes by p1 (their outputs are read from before them),
+  - exits: Transposes of the region's values (they take p1 in their own perm),
+  - Shape reads of the region's values (Shape(Transpose(v, p1)) = Gather(Shape(v), p1)),
+  - constants and values whose dims are all 1 (constants are permuted, ones broadcast in any layout).
+A region whose value is a graph output or is read by anything else is refused. Rewritten, the inner
+nodes run on the entries' inputs, so a pair that was only apart because an elementwise op, a
+last-axis norm or a Concat sat between two Transposes cancels: SD3's q / k are transposed to
+[B, H, S, D], RMSNorm'd, concatenated over S and transposed back (three Transposes, none after).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import is_default_op
+from onnx_fuse.passes.constant_folding import constant_tensor
+
+UNARY = frozenset({
+    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Cos", "Cosh",
+    "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN",
+    "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign",
+    "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
+})
+# every input broadcasts elementwise (numpy rules); Clip's min / max are scalars, so they qualify
+BROADCAST = frozenset({
+    "Add", "And", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Clip", "Div", "Equal", "Greater",
+    "GreaterOrEqual", "Less", "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "Sub",
+    "Sum", "Where", "Xor",
+})
+# normalize over axes axis..rank-1 with a scale (and bias) of those trailing dims: unchanged when
+# the permutation keeps each of those axes in place
+_NORMS = {("", "LayerNormalization"), ("", "RMSNormalization"),
+          ("com.microsoft", "LayerNormalization"), ("com.microsoft", "SimplifiedLayerNormalization")}
+# one axis, moved with the permutation (opset 13 on: earlier Softmax flattens from the axis on)
+ONE_AXIS = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
+MAX_NODES = 256  # a region larger than this is left (the walk stays cheap)
+MAX_CONSTANT = 1 << 22  # elements of a constant operand copied permuted
+
+
+class Refused(Exception):
+    """The region cannot be sunk."""
+
+
+@dataclasses.dataclass
+class Region:
+    p1: list[int]
+    entries: list[ir.Node] = dataclasses.field(default_factory=list)
+    inner: list[ir.Node] = dataclasses.field(default_factory=list)
+    exits: list[ir.Node] = dataclasses.field(default_factory=list)
+    shape_reads: list[ir.Node] = dataclasses.field(default_factory=list)
+    # (node, input index) of constant operands to permute
+    constants: list[tuple[ir.Node, int]] = dataclasses.field(default_factory=list)
+    kept: set = dataclasses.field(default_factory=set)  # entries that other nodes still read
+
+    @property
+    def rank(self) -> int:
+        return len(self.p1)
+
+    def new_axis(self, axis: int) -> int:
+        """Where the old layout's ``axis`` is in the entries' input layout."""
+        return self.p1[axis + self.rank if axis < 0 else axis]
+
+
+def perm_of(node: ir.Node) -> list[int] | None:
+    a = node.attributes.get("perm")
+    if a is None:  # default: reverse the axes
+        x = node.inputs[0] if node.inputs else None
+        return None if x is None or x.shape is None else list(range(len(x.shape)))[::-1]
+    if a.is_ref():
+        return None
+    return [int(p) for p in a.value]
+
+
+def all_ones(value: ir.Value) -> bool:
+    return value.shape is not None and all(isinstance(d, int) and d == 1 for d in value.shape.dims)
+
+
+def collect(start: ir.Node, opset: int) -> Region:
+    """The region around the Transpose ``start`` (module docstring); raises Refused."""
+    p1 = perm_of(start)
+    if p1 is None or len(start.inputs) != 1 or start.inputs[0] is None:
+        raise Refused
+    region = Region(p1)
+    values: list[ir.Value] = []  # region values whose readers are still to visit
+    seen: set[int] = set()  # ids of nodes placed
+
+    def add_entry(t: ir.Node) -> None:
+        region.entries.append(t)
+        seen.add(id(t))
+        values.append(t.outputs[0])
+
+    def add_inner(node: ir.Node) -> None:
+        if len(region.inner) >= MAX_NODES:
+            raise Refused
+        _check_layout_op(node, region, opset)
+        region.inner.append(node)
+        seen.add(id(node))
+        for j in layout_inputs(node):
+            v = node.inputs[j]
+            if v is None or _in_region(v, region, seen):
+                continue
+            producer = v.producer()
+            # Concat's operands have the region's rank; broadcast operands at most that
+            fits = v.shape is not None and (len(v.shape) == region.rank if node.op_type == "Concat"
+                                            else len(v.shape) <= region.rank)
+            if _is_entry(producer, region):
+                add_entry(producer)
+            elif all_ones(v) and fits:
+                continue  # the same data in every layout
+            elif (t := constant_tensor(v)) is not None:
+                if not fits or t.size > MAX_CONSTANT:
+                    raise Refused
+                region.constants.append((node, j))
+            elif producer is not None and id(producer) not in seen and _layout_op(producer, region, opset):
+                add_inner(producer)
+            else:
+                raise Refused
+        values.extend(node.outputs)
+
+    add_entry(start)
+    while values:
+        v = values.pop()
+        if v.is_graph_output():
+            raise Refused
+        for use in list(v.uses()):
+            node = use.node
+            if node.graph is not start.graph:
+                pass  # read inside a subgraph (an If branch): not rewritten from here
+            elif node in region.inner:
+                if use.idx in layout_inputs(node):
+                    continue
+            elif id(node) in seen:
+                continue  # an exit or a Shape read placed already
+            elif is_default_op(node, "Transpose"):
+                p2 = perm_of(node)
+                if p2 is None or len(p2) != region.rank:
+                    raise Refused
+                region.exits.append(node)
+                seen.add(id(node))
+                continue
+            elif is_default_op(node, "Shape"):
+                region.shape_reads.append(node)
+                seen.add(id(node))
+                continue
+            elif use.idx in layout_inputs(node) and _layout_op(node, region, opset):
+                add_inner(node)
+                continue
+            # read some other way (a MatMul, a norm's scale): only an entry may stay for such readers
+            if v.producer() not in region.entries:
+                raise Refused
+            region.kept.add(id(v.producer()))
+    if any(id(t) in {id(e) for e in region.exits} for t in region.entries):
+        raise Refused  # a Transpose both reading and feeding the region: left to the next round
+    return region
+
+
+def _in_region(v: ir.Value, region: Region, seen: set[int]) -> bool:
+    return v.producer() is not None and id(v.producer()) in seen and (
+        v.producer() in region.inner or v.producer() in region.entries)
+
+
+def _is_entry(node: ir.Node | None, region: Region) -> bool:
+    return (is_default_op(node, "Transpose") and len(node.inputs) == 1 and node.inputs[0] is not None
+            and perm_of(node) == region.p1)
+
+
+def layout_inputs(node: ir.Node) -> list[int]:
+    """The inputs that carry the region's layout (the norms' scale / bias do not)."""
+    if (node.domain or "", node.op_type) in _NORMS or node.op_type in ONE_AXIS:
+        return [0]
+    return list(range(len(node.inputs)))
+
+
+def _layout_op(node: ir.Node, region: Region, opset: int) -> bool:
+    try:
+        _check_layout_op(node, region, opset)
+    except Refused:
+        return False
+    return True
+
+
+def _check_layout_op(node: ir.Node, region: Region, opset: int) -> None:
+    """Raises Refused unless ``node`` computes the same on operands permuted by the region's p1."""
+    rank, out = region.rank, node.outputs[0] if node.outputs else None
+    if out is None or out.shape is None or len(out.shape) != rank:
+        raise Refused  # broadcasting must not add axes in front of the region's
+    if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
+        raise Refused  # a norm's mean / inverse deviation: reduced shapes, not followed
+    key = (node.domain or "", node.op_type)
+    if key in _NORMS:
+        a = node.attributes.get("axis")
+        axis = -1 if a is None else (None if a.is_ref() else int(a.value))
+        if axis is None or not -rank <= axis < rank:
+            raise Refused
+        axis %= rank
+        if region.p1[axis:] != list(range(axis, rank)):
+            raise Refused  # the normalized axes must stay where they are, in order
+        return
+    if node.domain not in ("", "ai.onnx"):
+        raise Refused
+    if node.op_type in UNARY:
+        if len(node.inputs) != 1:
+            raise Refused
+        return
+    if node.op_type in BROADCAST:
+        return
+    if node.op_type in ONE_AXIS or node.op_type == "Concat":
+        if node.op_type in ONE_AXIS and opset < 13:
+            raise Refused
+        a = node.attributes.get("axis")
+        if a is None and node.op_type == "Concat" or a is not None and a.is_ref():
+            raise Refused
+        axis = -1 if a is None else int(a.value)
+        if not -rank <= axis < rank:
+            raise Refused
+        return
+    raise Refused
