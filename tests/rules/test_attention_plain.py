@@ -108,6 +108,22 @@ def test_no_mask_softcap_and_nan_guard(h, target, level, kw):
     h.assert_close(model, result.to_proto(), feeds)
 
 
+@pytest.mark.parametrize("target,level", TARGETS)
+@pytest.mark.parametrize("mask_shape", [("b", 1, "s", 1), ("s", "s"), (1, "s", "s"), (1, 1, 1, "s"), ("b", 1, 1, "s")])
+def test_gqa_masks_that_broadcast(h, target, level, mask_shape):
+    """Every additive bias that broadcasts to [B,H,S,T] with one row for all heads: onnx views it
+    as [.,1,1,S,T] beside the 5-D scores (rank 4 gets an Unsqueeze; ranks 2 and 3 broadcast as
+    they are), trt adds it to the 4-D scores; the original's numbers either way."""
+    model = _at(prefill._block(h, form="sdpa", kv_heads=2, mask_shape=mask_shape), 20)
+    result = _optimize(model, target, level, opset=20)
+    _assert_plain(result, 20)
+    _assert_gqa_form(result, target, True)
+    feeds = prefill._feeds(h, kv_heads=2, causal=False)
+    dims = {"b": prefill.B, "s": prefill.S}
+    feeds["mask"] = (h.rng.standard_normal([dims.get(d, d) for d in mask_shape]) * 3).astype(np.float32)
+    h.assert_close(model, result.to_proto(), feeds)
+
+
 def test_mask_with_a_row_per_head_repeats_kv(h):
     """GQA whose mask has one row per q head cannot view it as [B,Hkv,G,S,T] for free: the
     repeated-K/V form, still exact."""
