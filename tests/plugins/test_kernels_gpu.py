@@ -463,14 +463,13 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
 def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
     """At D = 128 on the H200 the planner names m128n128w12t_ovedq (launcher loads 31, run 21; oved until
-    then), causal fp16 m128n128w12t_ovedf (loads 25, run 19): they run on TMA, or on the cp.async
-    producer where TMA cannot address K/V (broadcast over the batch)."""
+    then), causal fp16 too since run 24 (ab543b3; m128n128w12t_ovedf before): it runs on TMA, or on
+    the cp.async producer where TMA cannot address K/V (broadcast over the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    want = lp.FA_WS_TMA_OVEDF if dtype == torch.float16 else lp.FA_WS_TMA_OVEDQ  # bf16 causal: ovedq
-    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == want
+    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == lp.FA_WS_TMA_OVEDQ
     assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:]).variant == lp.FA_WS_TMA_OVEDQ
     gen = torch.Generator(device="cuda").manual_seed(21)
     q = _rand((B, S, Hq, D), dtype, gen)
