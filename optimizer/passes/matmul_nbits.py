@@ -12,8 +12,11 @@ with Wq the [K, N] 4-bit weight (DequantizeLinear-21 blocked quantization), it s
 
 - onnx target: uint4 values with their uint4 zero points (exact);
 - trt target: TensorRT's DequantizeLinear takes int4 with no zero point, so the weight is written as
-  the signed int4 q - 8, exact where every zero point is 8 (symmetric quantization, or none stored).
-  Other zero points do not fit int4: the node stays, and ``stats_reason`` says TensorRT cannot run it.
+  the signed int4 q - 8 (exact where every zero point is 8: symmetric quantization, or none stored).
+  Other zero points (asymmetric blocks, the quantizer's default) add their share as a term of its
+  own: (q - zp) s = (q - 8) s + (8 - zp) s, and the last part is constant within a block, so
+  A @ W = A @ DQ(q - 8) + (A summed over each block of K) @ ((8 - zp) s), a [blocks, N] float
+  matrix the size of the scales (Pad where the last block is partial, Reshape, ReduceSum, MatMul).
 
 Needs opset 21 (blocked DequantizeLinear, 4-bit types): a model below it is converted first
 (``upgraded_copy``); one that does not convert, or whose user ceiling (``optimize(opset=N)``) is
@@ -124,9 +127,13 @@ class LowerMatMulNBitsPass(FusePass):
             if zp.shape != (n, blocks):
                 return "an unexpected zero-point layout"
         stem = node.name or node.outputs[0].name or "matmul_nbits"
+        shift = None   # trt, zero points other than 8: ((8 - zp) * scale) per block and column
         if self.target == "trt":
             if np.any(zp != 8):
-                return "zero points other than 8 (TensorRT's DequantizeLinear takes no zero point)"
+                rank = a.shape.rank() if a.shape is not None else None
+                if rank is None or rank < 2:
+                    return "zero points other than 8 and an input of unknown rank"
+                shift = ((8.0 - zp.astype(np.float64)) * sc.reshape(n, blocks).astype(np.float64)).T
             wq, zero = (q.astype(np.int16) - 8).astype(ml_dtypes.int4).T, None
         else:
             wq, zero = q.astype(ml_dtypes.uint4).T, zp.astype(ml_dtypes.uint4).T
@@ -141,6 +148,8 @@ class LowerMatMulNBitsPass(FusePass):
         out = node.outputs[0]
         y = ir.Value(name=f"{stem}_mm", type=out.type, shape=out.shape)
         new.append(ir.Node("", "MatMul", [a, w], outputs=[y], name=f"{stem}_mm"))
+        if shift is not None:
+            y = self._zero_point_term(graph, new, stem, a, y, shift.astype(sc.dtype), k, bs, out)
         if bias is not None:
             y2 = ir.Value(name=f"{stem}_bias", type=out.type, shape=out.shape)
             new.append(ir.Node("", "Add", [y, bias], outputs=[y2], name=f"{stem}_bias"))
@@ -150,6 +159,31 @@ class LowerMatMulNBitsPass(FusePass):
         graph.remove(node, safe=True)
         self.stats["MatMulNBits"] += 1
         return None
+
+    def _zero_point_term(self, graph: ir.Graph, new: list[ir.Node], stem: str, a: ir.Value, y: ir.Value,
+                         shift: np.ndarray, k: int, bs: int, out: ir.Value) -> ir.Value:
+        """y + (A summed over each block of K) @ shift: the zero points' share of A @ W, since
+        (q - zp) s = (q - 8) s + (8 - zp) s and the second term is constant within a block."""
+        rank, blocks = a.shape.rank(), shift.shape[0]
+
+        def node(op, inputs, tag, attrs=()):
+            v = ir.Value(name=f"{stem}_{tag}")
+            new.append(ir.Node("", op, inputs, attributes=list(attrs), outputs=[v], name=f"{stem}_{tag}"))
+            return v
+
+        x = a
+        if blocks * bs != k:   # the last block is partial: zeros make it whole
+            pads = self._init(graph, f"{stem}_pads", np.array([0] * (2 * rank - 1) + [blocks * bs - k], np.int64))
+            x = node("Pad", [x, pads], "pad")
+        view = self._init(graph, f"{stem}_blocks", np.array([0] * (rank - 1) + [blocks, bs], np.int64))
+        axes = self._init(graph, f"{stem}_axes", np.array([-1], np.int64))
+        sums = node("ReduceSum", [node("Reshape", [x, view], "view"), axes], "sums",
+                    [ir.AttrInt64("keepdims", 0)])                                      # [..., blocks]
+        term = node("MatMul", [sums, self._init(graph, f"{stem}_zp_shift", np.ascontiguousarray(shift))], "zp_term")
+        total = ir.Value(name=f"{stem}_zp", type=out.type, shape=out.shape)
+        new.append(ir.Node("", "Add", [y, term], outputs=[total], name=f"{stem}_zp"))
+        self.stats["zero-point term"] += 1
+        return total
 
     @staticmethod
     def _init(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:

@@ -78,12 +78,18 @@ def test_trt_target_writes_signed_int4_without_zero_point(zero_points):
     assert "com.microsoft::MatMulNBits" not in _ops(out)
 
 
-def test_trt_target_keeps_asymmetric_weights_and_says_why():
-    proto = _nbits_model(64, 16, 32, zero_points="random")
+@pytest.mark.parametrize("k", [64, 48])   # 48: a partial last block, padded for the block sums
+def test_trt_target_adds_the_zero_points_share_for_asymmetric_blocks(k):
+    proto = _nbits_model(k, 16, 32, zero_points="random")
     result = onnx_fuse.optimize(proto, level=2, target="trt", verify=True)
-    assert result.report.passed
-    assert _ops(result.to_proto()).get("com.microsoft::MatMulNBits") == 1
-    assert any("lower-matmul-nbits" in w and "zero points other than 8" in w for w in result.report.warnings)
+    out = result.to_proto()
+    assert result.report.passed, result.report.verify_failure
+    ops = _ops(out)
+    assert "com.microsoft::MatMulNBits" not in ops and ops["ReduceSum"] == 1 and ops["MatMul"] == 2
+    assert ops.get("Pad", 0) == (k % 32 != 0)
+    dq = [n for n in out.graph.node if n.op_type == "DequantizeLinear"]
+    assert len(dq) == 1 and len(dq[0].input) == 2      # int4, no zero point
+    assert _weight_bytes(out) <= _weight_bytes(proto) + 512   # + the [blocks, N] float shift
 
 
 def test_ort_target_keeps_matmul_nbits():
