@@ -9,6 +9,7 @@ code the pinned runs had no ``opset`` and the refused conversion left attention 
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -102,6 +103,10 @@ def test_no_mask_softcap_and_nan_guard(h, target, level, kw):
     assert fires.get(rule) == 1 and _ops(result)["Attention"] == 0, fires
     if "softcap" in kw:
         assert _ops(result)["Tanh"] == 1
+    if kw.get("guard"):   # on the output: Softmax -> BMM2 stays one chain (TensorRT's MHA fusion)
+        soft = next(n for n in result.model.graph if n.op_type == "Softmax")
+        assert [c.op_type for c, _ in soft.outputs[0].uses()] == ["MatMul"]
+        assert _ops(result)["IsNaN"] == 1
     feeds = canon._feeds(h, cache=False, mask=kw.get("mask", True))
     if kw.get("guard"):
         feeds["mask"][0, 0, 1, :] = -np.inf          # a row with no kept key: the guard's 0
@@ -198,3 +203,48 @@ def test_cli_opset_flag(h, tmp_path, capsys):
     assert main(["optimize", str(src), "-o", str(out), "--target", "trt", "--opset", "18"]) == 2
     err = capsys.readouterr().err
     assert "above --opset 18" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def _myelin_layers(model: onnx.ModelProto) -> list[str]:
+    """The layer names of a TensorRT-RTX engine built from ``model`` for an SM89 target (CPU-only
+    build; the names say which kernels Myelin chose)."""
+    trt = pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is not installed")
+
+    class Log(trt.ILogger):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def log(self, severity, msg):
+            self.lines += msg.splitlines()
+
+    log = Log()
+    builder = trt.Builder(log)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, log)
+    assert parser.parse(model.SerializeToString())
+    config = builder.create_builder_config()
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        t = network.get_input(i)
+        dims = list(t.shape)
+        profile.set_shape(t.name, [1 if d == -1 else d for d in dims], [prefill.S if d == -1 else d for d in dims],
+                          [2 * prefill.S if d == -1 else d for d in dims])
+    config.add_optimization_profile(profile)
+    config.num_compute_capabilities = 1
+    config.set_compute_capability(trt.ComputeCapability.SM89, 0)
+    assert builder.build_serialized_network(network, config) is not None, [x for x in log.lines if "rror" in x][:3]
+    return [x.split(",")[0][len("Name: "):] for x in log.lines if x.startswith("Name: ")]
+
+
+@pytest.mark.parametrize("name", ["bert_sdpa_dynamo", "llama_sdpa_dynamo"])
+def test_tensorrt_fuses_the_trt_chain_into_one_mha_kernel(name):
+    """TensorRT-RTX 1.7's Myelin takes the trt form of the sdpa exports (fp16; LLaMA's GQA 4/2 by
+    K/V repeated; the export's NaN guard on the output) into its fused MHA kernel (_gemm_mha_v2),
+    one per layer. With the guard between Softmax and BMM2, as the export has it (and this
+    lowering's first version), the build of the same fp16 graph fails in Myelin's mha_fusion."""
+    path = Path(__file__).resolve().parents[1] / "data" / "models" / f"{name}.onnx"
+    result = onnx_fuse.optimize(str(path), level=3, target="trt", opset=20, precision="fp16")
+    layers = _myelin_layers(result.to_proto())
+    assert sum("_gemm_mha" in x for x in layers) == 2, layers
