@@ -18,6 +18,10 @@ with Wq the [K, N] 4-bit weight (DequantizeLinear-21 blocked quantization), it s
   A @ W = A @ DQ(q - 8) + (A summed over each block of K) @ ((8 - zp) s), a [blocks, N] float
   matrix the size of the scales (Pad where the last block is partial, Reshape, ReduceSum, MatMul).
 
+At trt the same split applies to a standard blocked DequantizeLinear of a uint4 weight with zero
+points read only as MatMuls' B (MatMulNBitsQuantizer's QDQ form, which TensorRT refuses for its zero
+points): int4 q - 8 without zero point, and the zero points' term after each MatMul.
+
 Needs opset 21 (blocked DequantizeLinear, 4-bit types): a model below it is converted first
 (``upgraded_copy``); one that does not convert, or whose user ceiling (``optimize(opset=N)``) is
 below 21, keeps its MatMulNBits, with the reason. Not lowered
@@ -62,10 +66,60 @@ class LowerMatMulNBitsPass(FusePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         self.stats_reason = ""
+        modified = self._lower_nbits(model)
+        if self.target == "trt":
+            modified |= self._trt_zero_points(model)
+        return ir.passes.PassResult(model, modified)
+
+    def _trt_zero_points(self, model: ir.Model) -> bool:
+        """The same zero-point split for a standard blocked DequantizeLinear of a uint4 weight with
+        zero points (MatMulNBitsQuantizer's QDQ form) read only as MatMuls' B: TensorRT takes int4
+        without zero point, so DQ(q - 8) plus the zero points' term per reader."""
+        modified = False
+        for graph in model.graphs():
+            for node in list(graph):
+                if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 3:
+                    continue
+                x, scale, zpv = node.inputs[:3]
+                q, sc, zp = _const(x), _const(scale), _const(zpv)
+                bs, axis = int(attr_value(node, "block_size", 0)), int(attr_value(node, "axis", 1))
+                if x is None or x.dtype != ir.DataType.UINT4 or q is None or sc is None or zp is None \
+                        or q.ndim != 2 or axis not in (0, -2) or bs <= 0:
+                    continue
+                k, n = q.shape
+                blocks = -(-k // bs)
+                out = node.outputs[0]
+                readers = [u.node for u in out.uses()]
+                if out.is_graph_output() or sc.shape != (blocks, n) or zp.shape != (blocks, n) or not readers \
+                        or any(r.op_type != "MatMul" or r.inputs[0] is out or r.inputs[0] is None
+                               or r.inputs[0].shape is None or r.inputs[0].shape.rank() < 2 for r in readers):
+                    continue
+                zp8 = zp.astype(np.int16)
+                shift = ((8.0 - zp8) * sc.astype(np.float64)).astype(sc.dtype) if np.any(zp8 != 8) else None
+                stem = node.name or out.name or "dq_uint4"
+                wq = self._init(graph, f"{stem}_int4", (q.astype(np.int16) - 8).astype(ml_dtypes.int4))
+                w = ir.Value(name=f"{stem}_int4_w", type=out.type, shape=out.shape)
+                graph.insert_before(node, ir.Node("", "DequantizeLinear", [wq, scale], outputs=[w], name=f"{stem}_int4",
+                                                  attributes=[ir.AttrInt64("axis", 0), ir.AttrInt64("block_size", bs)]))
+                for i, mm in enumerate(readers):
+                    y_old = mm.outputs[0]
+                    y = ir.Value(name=f"{stem}_mm{i}", type=y_old.type, shape=y_old.shape)
+                    new = [ir.Node("", "MatMul", [mm.inputs[0], w], outputs=[y], name=f"{stem}_mm{i}")]
+                    if shift is not None:
+                        y = self._zero_point_term(graph, new, f"{stem}_{i}", mm.inputs[0], y, shift, k, bs, y_old)
+                    graph.insert_before(mm, new)
+                    reroute(y_old, y)
+                    graph.remove(mm, safe=True)
+                graph.remove(node, safe=True)
+                self.stats["DequantizeLinear uint4 -> int4"] += 1
+                modified = True
+        return modified
+
+    def _lower_nbits(self, model: ir.Model) -> bool:
         nodes = [(g, n) for g in model.graphs() for n in g
                  if n.op_type == "MatMulNBits" and n.domain == "com.microsoft"]
         if not nodes:
-            return ir.passes.PassResult(model, False)
+            return False
         modified = False
         from onnx_fuse.targets.onnx import _adopt, default_opset, upgraded_copy
 
@@ -73,7 +127,7 @@ class LowerMatMulNBitsPass(FusePass):
         if current < _DQ_OPSET and self.max_opset < _DQ_OPSET:
             self.stats_reason = (f"kept {len(nodes)} MatMulNBits: the opset ceiling {self.max_opset} is below "
                                  f"{_DQ_OPSET} (blocked 4-bit DequantizeLinear)")
-            return ir.passes.PassResult(model, False)
+            return False
         if current < _DQ_OPSET:
             try:
                 new = upgraded_copy(model, _DQ_OPSET)
@@ -81,7 +135,7 @@ class LowerMatMulNBitsPass(FusePass):
                 text = str(exc).strip().splitlines()
                 self.stats_reason = (f"kept {len(nodes)} MatMulNBits: opset {current} does not convert to "
                                      f"{_DQ_OPSET} ({(text[0] if text else type(exc).__name__)[:160]})")
-                return ir.passes.PassResult(model, False)
+                return False
             _adopt(model, new)
             self.stats[f"opset {current}->{_DQ_OPSET}"] += 1
             modified = True
@@ -98,7 +152,7 @@ class LowerMatMulNBitsPass(FusePass):
             runner = "TensorRT" if self.target == "trt" else "standard ONNX runtimes"
             self.stats_reason = f"kept MatMulNBits, which {runner} cannot run: " + "; ".join(
                 f"{n} with {why}" for why, n in kept.items())
-        return ir.passes.PassResult(model, modified)
+        return modified
 
     def _rewrite(self, graph: ir.Graph, node: ir.Node) -> str | None:
         """Lower one node; the reason it stays, or None when rewritten."""

@@ -148,3 +148,31 @@ def test_opset_ceiling_below_21_keeps_matmul_nbits():
     assert _ops(out).get("com.microsoft::MatMulNBits") == 1
     assert next(o.version for o in out.opset_import if o.domain in ("", "ai.onnx")) == 20
     assert any("ceiling 20" in w for w in result.report.warnings)
+
+
+def _uint4_dq_model(k: int, n: int, block: int, seed: int = 2) -> onnx.ModelProto:
+    """MatMulNBitsQuantizer's QDQ form: y = x @ DQ(uint4 w, scales, uint4 zero points, axis 0, block)."""
+    rng = np.random.default_rng(seed)
+    blocks = -(-k // block)
+    w = helper.make_tensor("w_q", TensorProto.UINT4, [k, n], rng.integers(0, 16, k * n).tolist())
+    zp = helper.make_tensor("w_zp", TensorProto.UINT4, [blocks, n], rng.integers(0, 16, blocks * n).tolist())
+    scale = numpy_helper.from_array((rng.random((blocks, n)) * 0.05 + 0.01).astype(np.float32), "w_scale")
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["w"], axis=0, block_size=block),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "dq4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", n])], [w, zp, scale])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_trt_target_takes_the_zero_points_out_of_a_uint4_dequantize():
+    proto = _uint4_dq_model(64, 16, 32)
+    result = onnx_fuse.optimize(proto, level=2, target="trt", verify=True)
+    out = result.to_proto()
+    assert result.report.passed, result.report.verify_failure
+    dq = [n for n in out.graph.node if n.op_type == "DequantizeLinear"]
+    assert len(dq) == 1 and len(dq[0].input) == 2
+    assert TensorProto.INT4 in {t.data_type for t in out.graph.initializer}
+    assert not any("trt-quantized-ops" in w for w in result.report.warnings)
+    # the onnx target runs uint4 with zero points as it is
+    plain = onnx_fuse.optimize(proto, level=2, target="onnx", verify=True).to_proto()
+    assert [len(n.input) for n in plain.graph.node if n.op_type == "DequantizeLinear"] == [3]
