@@ -122,3 +122,20 @@ def test_a_wrong_rewrite_is_caught_where_orts_optimizations_change_the_original(
         numpy_helper.to_array(model.graph.initializer[1]) * 1.5, "ws"))
     cls, detail, _ = fd._judge(model, wrong, names, feeds, [ref], None)
     assert cls == "wrong" and "optimizations off" in detail, (cls, detail)
+
+
+def test_float16_keyless_rows_beside_an_unaligned_output_are_half_masked_rows():
+    """Fuzz run 16011, seed 1356464380 (a form case: float16, a float mask padding the whole
+    sequence, an intermediate [B, 1, S, 1] also an output): only rows with no kept key differ,
+    as the half-masked-rows class allows; the intermediate, which no mask lines up with, agrees
+    whole. Before, any output the mask did not line up with ruled the class out: `wrong`."""
+    case = make_case(1356464380)
+    assert case.model.graph.name.startswith("fuzz_form") and "fp16" in case.traps
+    ((cls, detail),) = [(r["cls"], r["detail"]) for r in fd.fuzz_case(case, [3], ["onnx"])[0]]
+    assert cls in ("half-masked-rows", "ok"), (cls, detail)
+    feeds = {"attention_mask": np.zeros((1, 3), np.int64)}
+    ref = [np.zeros((1, 3, 2), np.float32), np.ones((1, 1, 3, 1), np.float32)]
+    got = [ref[0] + 1.0, ref[1].copy()]
+    assert fd._kept_rows_match(["y", "inter"], ref, got, feeds, None, keyless=True)
+    got[1] += 1.0   # the unaligned output must still agree
+    assert not fd._kept_rows_match(["y", "inter"], ref, got, feeds, None, keyless=True)
