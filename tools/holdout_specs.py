@@ -1336,3 +1336,7 @@ HOLDOUT9B = {
                  ["mqa", "mamba2", "rope-partial", "rmsnorm", "swiglu"], "bamba", "gpt2", HYBRID9, 1),
 }
 HOLDOUT_SETS[16] = HOLDOUT9B
+# --holdout 16 --dtype float16: the VLMs, the DETR-likes with a mask, the language parts and T5Gemma 2 in half
+# precision (each in its spec styles)
+HALF9B = {"paligemma", "gemma3_vlm", "llava", "detr", "conditional_detr", "mllama_text", "qwen2_vl_text_mrope",
+          "t5gemma2_decoder"}
