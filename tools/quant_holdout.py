@@ -11,6 +11,7 @@ for each quantization recipe, <model>__<recipe>.onnx plus a manifest.json that t
                 the quantizer knows (so the attention MatMuls and Softmax get activation Q/DQ too)
     qdq_s8pc    quantize_static, QDQ, int8 / int8 per channel, only the MatMul / Gemm nodes with a
                 constant weight (the projections): attention's QK^T and PV stay float
+    qdq_s8sym   qdq_s8pc with symmetric activations (zero points 0: the form TensorRT parses)
     qop_u8      quantize_static, QOperator format (QLinearMatMul, QLinearAdd, ...), uint8 / int8
     nbits32     MatMulNBitsQuantizer: int4 weight-only MatMulNBits, block 32 (QOperator form)
     nbits128    the same, block 128
@@ -47,7 +48,7 @@ from pretool_holdout import CORPUS  # noqa: E402 -- the same corpus and manifest
 MODELS = ("bert__dyn_mask__trained", "distilbert__torchscript__trained", "vit__static_nomask__trained",
           "gpt2__dyn_mask__trained", "llama__kv__trained", "mistral__torchscript__trained",
           "qwen2__optimum__trained", "phi3__dyn_mask__trained", "gpt_neox__kv__trained")
-RECIPES = ("dyn_u8", "dyn_s8pc", "qdq_u8", "qdq_s8pc", "qop_u8", "nbits32", "nbits128", "nbits_qdq",
+RECIPES = ("dyn_u8", "dyn_s8pc", "qdq_u8", "qdq_s8pc", "qdq_s8sym", "qop_u8", "nbits32", "nbits128", "nbits_qdq",
            "fp16_qdq")
 CALIBRATION_SAMPLES = 4
 
@@ -107,7 +108,8 @@ def _dynamic(weight: str, per_channel: bool):
     return run
 
 
-def _static(fmt: str, act: str, weight: str, per_channel: bool, projections_only: bool):
+def _static(fmt: str, act: str, weight: str, per_channel: bool, projections_only: bool,
+            symmetric_activations: bool = False):
     def run(src: str, dst: str, entry: dict) -> None:
         from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
@@ -118,7 +120,8 @@ def _static(fmt: str, act: str, weight: str, per_channel: bool, projections_only
                 kwargs = {"op_types_to_quantize": ["MatMul", "Gemm"], "nodes_to_exclude": _projection_matmuls(named)}
             quantize_static(named, dst, _Reader(entry), quant_format=getattr(QuantFormat, fmt),
                             activation_type=getattr(QuantType, act), weight_type=getattr(QuantType, weight),
-                            per_channel=per_channel, **kwargs)
+                            per_channel=per_channel,
+                            extra_options={"ActivationSymmetric": symmetric_activations}, **kwargs)
     return run
 
 
@@ -149,6 +152,7 @@ def _fp16_qdq(src: str, dst: str, entry: dict) -> None:
 RUNNERS = {"dyn_u8": _dynamic("QUInt8", False), "dyn_s8pc": _dynamic("QInt8", True),
            "qdq_u8": _static("QDQ", "QUInt8", "QInt8", False, False),
            "qdq_s8pc": _static("QDQ", "QInt8", "QInt8", True, True),
+           "qdq_s8sym": _static("QDQ", "QInt8", "QInt8", True, True, symmetric_activations=True),
            "qop_u8": _static("QOperator", "QUInt8", "QInt8", False, False),
            "nbits32": _nbits(32, "QOperator"), "nbits128": _nbits(128, "QOperator"),
            "nbits_qdq": _nbits(32, "QDQ"), "fp16_qdq": _fp16_qdq}
