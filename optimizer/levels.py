@@ -197,9 +197,12 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.stack_merge import StackMergePass
 
         contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
-                   StackMergePass(), SplitRotateHalfPass(), UnbindPairsPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
-        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib)
-                       if hasattr(p, "display_name")}
+                   StackMergePass(), SplitRotateHalfPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
+        # after the shape refresh: it reads the view's dims, which inference may only give once
+        # folding made the shape arithmetic before it constant (Flux's TorchScript export)
+        pair_picks = (UnbindPairsPass(),)
+        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib,
+                                                *pair_picks) if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
         # (so are the O3 attention-prepare passes at O2)
         idle = ({p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
@@ -222,6 +225,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # fold what those dims make constant (GPT-NeoX's rotate_half(x[..., :rd]) slices at
         # Shape(x_rot)[-1] // 2), to a fixed point
         stages.append(Stage("shape-refresh", keep((ShapeInferencePass(), *cleanup_passes()))))
+        stages.append(Stage("pair-picks", keep(pair_picks), fixed_point=False))
         # after the refresh: the BN's channel is followed back through Reshapes by their inferred dims
         stages.append(Stage("batch-norm-fold", keep(bn_fold), fixed_point=False))
         if attention_prepare:

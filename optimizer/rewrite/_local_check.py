@@ -556,6 +556,14 @@ _HEAVY = {"MatMul", "Gemm", "Conv", "Einsum", "LayerNormalization", "RMSNormaliz
           "SimplifiedLayerNormalization", "Gelu", "Erf", "Tanh", "Sigmoid"}
 
 
+def _heavy(n: ir.Node) -> bool:
+    """An activation op; an Einsum of vectors is an outer product building a table (TorchScript's
+    RoPE angles, einsum("i,j->ij", positions, inv_freq)), not one."""
+    if n.op_type == "Einsum":
+        return not all(i is not None and i.shape is not None and len(i.shape) <= 1 for i in n.inputs)
+    return n.op_type in _HEAVY
+
+
 def _shape_cone(v: ir.Value, *, stop_at_known: bool = False) -> list[ir.Node]:
     """The nodes computing ``v`` back to constants, graph inputs and the inputs of
     Shape/Size (whose data does not matter); empty when that cone is large or holds subgraphs."""
@@ -571,7 +579,7 @@ def _shape_cone(v: ir.Value, *, stop_at_known: bool = False) -> list[ir.Node]:
         if len(seen) >= _CONE_LIMIT or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
                                            for a in n.attributes.values()):
             return False
-        if not stop_at_known and (n.op_type in _HEAVY or n.domain not in ("", "ai.onnx")):
+        if not stop_at_known and (_heavy(n) or n.domain not in ("", "ai.onnx")):
             return False  # activations, not masks or shapes: random data of the known shape serves
         seen.add(id(n))
         if n.op_type not in ("Shape", "Size") or n.domain not in ("", "ai.onnx"):

@@ -6,7 +6,8 @@ on their values; computed ones (Flux builds cos / sin from the position ids at r
 repeat_interleave per id axis, concatenated) are proven on their structure, for every input:
 
 - the repeat: Reshape(Expand | Tile (Unsqueeze(h, last axis)) to 2 on that axis) or
-  Reshape(Concat(u, u, axis=-1)), the Reshape merging the last two axes back;
+  Reshape(Concat(u, u, axis=-1)), the Reshape (or a Flatten: TorchScript's repeat_interleave of a
+  2-D table is Unsqueeze, Tile, Flatten(axis=1)) merging the last two axes back;
 - Concat on the last axis of parts that are each paired and of even width;
 - elementwise ops of paired operands, or of operands constant along the last axis (width 1):
   Cast, Neg, Cos, Sin, Identity, Mul, Add, Sub, Div;
@@ -96,7 +97,7 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
         axis = node.attributes.get("axis")
         return axis is not None and axis.as_int() % rank == rank - 1 and all(
             _even_width(i) and _paired(ctx, i, nxt, memo) for i in ins)
-    if op == "Reshape":
+    if op in ("Reshape", "Flatten"):  # _repeat checks the output is the input's last two axes merged
         return _repeat(ctx, ins[0], out)
     if op == "Unsqueeze":
         return _last_kept(_axes(ctx, node, 1), rank) and _paired(ctx, ins[0], nxt, memo)
