@@ -61,12 +61,50 @@ def _concat_length(nn: Any, shape: ir.Shape, in_shapes: list) -> ir.Shape:
     return ir.Shape(dims)
 
 
-def _view_dims(nn: Any, shape: ir.Shape, in_shape: ir.Shape | None, target: np.ndarray | None) -> ir.Shape:
-    """A new Flatten's or constant-target Reshape's dims ONNX inference leaves unknown, named from
-    the input's dims (passes/_dim_products.py's products): Flatten's two products, a Reshape's ``0``
-    copies and its ``-1`` solved from the element count. The views a rule writes over symbolic dims
-    (attention-blocks-5d-batch: [B, N, H, K, L] -> [B*N, H*K*L] -> [B*N, H, K, L]) then have the
-    sizes the lowering's checks compare (a bias already [., ., S, T] is not broadcast again)."""
+def _target_entries(v: Any, data: np.ndarray | None, made: dict, type_of) -> list | None:
+    """A new Reshape's target as Dims: a constant's ints, or read through the new Shape / Slice /
+    Concat nodes that computed it (a rule's ``Concat(Shape(q)[0:2], [H, -1, D])``) and through
+    existing values as the shape facts read them; None where not read."""
+    from onnx_fuse.passes._dim_products import shape_vector, to_dim
+
+    if data is not None:
+        return [(int(x), ()) for x in np.asarray(data).reshape(-1)] if np.asarray(data).ndim == 1 else None
+    if isinstance(v, ir.Value):
+        got = shape_vector(v, {})
+        return list(got[0]) if got is not None and not got[1] else None
+    nn = made.get(v)
+    if nn is None or nn.domain != "":
+        return None
+    if nn.op_type == "Shape" and nn.inputs and nn.inputs[0] is not None:
+        shp = type_of(nn.inputs[0])[1]
+        if shp is None:
+            return None
+        dims = [to_dim(d if isinstance(d, int) else getattr(d, "value", None)) for d in shp.dims]
+        return dims[slice(nn.attrs.get("start"), nn.attrs.get("end"))]
+    if nn.op_type == "Concat" and nn.attrs.get("axis") in (0, -1):
+        out: list = []
+        for x in nn.inputs:
+            part = _target_entries(x, _small_int_constant(x), made, type_of) if x is not None else None
+            if part is None:
+                return None
+            out += part
+        return out
+    if nn.op_type == "Slice" and len(nn.inputs) == 3:   # one axis, step 1: a Shape read cut
+        inner = _target_entries(nn.inputs[0], _small_int_constant(nn.inputs[0]), made, type_of)
+        lo, hi = (_small_int_constant(x) for x in nn.inputs[1:3])
+        if inner is None or lo is None or hi is None or lo.size != 1 or hi.size != 1:
+            return None
+        return inner[int(lo.reshape(-1)[0]):int(hi.reshape(-1)[0])] if int(lo.reshape(-1)[0]) >= 0 else None
+    return None
+
+
+def _view_dims(nn: Any, shape: ir.Shape, in_shape: ir.Shape | None, target: list | None) -> ir.Shape:
+    """A new Flatten's or Reshape's dims ONNX inference leaves unknown, named from the input's dims
+    (passes/_dim_products.py's products): Flatten's two products, a Reshape's ``0`` copies, its
+    sizes read from the target (``_target_entries``) and its ``-1`` solved from the element count.
+    The views a rule writes over symbolic dims (attention-blocks-5d-batch: [B, N, H, K, L] ->
+    [B*N, H*K*L] -> [B*N, H, K, L] and back) then have the sizes the lowering's checks compare (a
+    bias already [., ., S, T] is not broadcast again)."""
     from onnx_fuse.passes._dim_lengths import clean
     from onnx_fuse.passes._dim_products import div, mul, to_dim
     from onnx_fuse.passes._dim_source import _render
@@ -88,17 +126,19 @@ def _view_dims(nn: Any, shape: ir.Shape, in_shape: ir.Shape | None, target: np.n
             head = mul(head, d)
         outs = [head, div(total, head) if head[0] else None]
     else:
-        if target is None or target.ndim != 1 or len(target) != len(shape):
+        if target is None or len(target) != len(shape):
             return shape
         zero_copies = not nn.attrs.get("allowzero", 0)
         outs = []
-        for i, e in enumerate(int(x) for x in target):
-            if e == 0 and zero_copies:
+        for i, e in enumerate(target):
+            if e is None or (e[1] and not clean(e)):
+                return shape   # an entry not read: nothing is solved
+            if e == (0, ()) and zero_copies:
                 outs.append(ins[i] if i < len(ins) else None)
             else:
-                outs.append((e, ()) if e >= 0 else None if e == -1 else False)
-        if False in outs or outs.count(None) > 1 or (None in outs and not zero_copies and 0 in target):
-            return shape
+                outs.append(e if e[0] >= 0 else None if e == (-1, ()) else False)
+        if False in outs or outs.count(None) > 1 or (None in outs and (0, ()) in outs):
+            return shape   # a second unknown, a negative size, or -1 beside a 0 (allowzero)
         if None in outs:
             rest = (1, ())
             for d in outs:
@@ -110,6 +150,32 @@ def _view_dims(nn: Any, shape: ir.Shape, in_shape: ir.Shape | None, target: np.n
         known = isinstance(d, int) or (getattr(d, "value", None) and not _invented(d.value))
         name = _render(o) if o is not None and clean(o) else None
         if not known and name is not None:
+            dims[i] = name if isinstance(name, int) else ir.SymbolicDim(name)
+    return ir.Shape(dims)
+
+
+def _expanded_dims(shape: ir.Shape, in_shape: ir.Shape | None, target: list | None) -> ir.Shape:
+    """A new Expand's dims ONNX inference leaves unknown (its shape computed: a bias broadcast to
+    ``Shape(q)[0:2] + [1, 1, 1]``): numpy broadcasting of the input's dims and the target's entries,
+    where each pair is decided (a 1 on either side, or the same size)."""
+    from onnx_fuse.passes._dim_lengths import clean
+    from onnx_fuse.passes._dim_products import to_dim
+    from onnx_fuse.passes._dim_source import _render
+
+    if in_shape is None or target is None or len(shape) != max(len(in_shape), len(target)):
+        return shape
+    ins = [to_dim(d if isinstance(d, int) else getattr(d, "value", None)) for d in in_shape.dims]
+    r = len(shape)
+    ins = [(1, ())] * (r - len(ins)) + ins
+    target = [(1, ())] * (r - len(target)) + list(target)
+    dims = list(shape.dims)
+    for i, (a, b) in enumerate(zip(ins, target)):
+        d = dims[i]
+        if isinstance(d, int) or (getattr(d, "value", None) and not _invented(d.value)):
+            continue
+        out = b if a == (1, ()) else a if b == (1, ()) or a == b else None
+        name = _render(out) if out is not None and clean(out) and out[0] >= 0 else None
+        if name is not None:
             dims[i] = name if isinstance(name, int) else ir.SymbolicDim(name)
     return ir.Shape(dims)
 
@@ -495,6 +561,7 @@ class Rewriter:
             return (v.dtype, v.shape)
 
         uncertain: set[_NewValue] = set()   # types guessed (dtype of the first input), not inferred
+        made = {o: nn for nn in plan.nodes for o in nn.outputs if o is not None}   # new value -> its node
         for nn in plan.nodes:
             if nn.domain == PLUGIN_DOMAIN and not self.float32_plugins and nn.inputs and \
                     nn.inputs[0] is not None and type_of(nn.inputs[0])[0] == ir.DataType.FLOAT:
@@ -552,7 +619,11 @@ class Rewriter:
                     if nn.op_type == "Concat" and shape is not None:
                         shape = _concat_length(nn, shape, [type_of(v)[1] for v in nn.inputs])
                     elif nn.op_type in ("Flatten", "Reshape") and shape is not None and in_types[0] is not None:
-                        shape = _view_dims(nn, shape, in_types[0][1], in_data[1] if len(in_data) > 1 else None)
+                        target = None if nn.op_type == "Flatten" else _target_entries(nn.inputs[1], in_data[1], made, type_of)
+                        shape = _view_dims(nn, shape, in_types[0][1], target)
+                    elif nn.op_type == "Expand" and shape is not None and in_types[0] is not None:
+                        target = _target_entries(nn.inputs[1], in_data[1], made, type_of)
+                        shape = _expanded_dims(shape, in_types[0][1], target)
                     known[out] = (dtype, shape)
                     out.dtype, out.shape = dtype, shape
         # replaced values keep their type; a disagreeing inferred type is a wrong rewrite

@@ -179,3 +179,12 @@ def test_views_are_named_so_the_bias_is_not_broadcast_again(h):
     assert shapes[mha.input[5]] == ["N*batch", H, K, "L"], shapes[mha.input[5]]
     h.assert_close(model, out, _feeds(h, model))
 
+
+def test_longt5_local_views_keep_every_dim_named(h):
+    """After the fusion every value of the LongT5 block graph has its dims named (ints or the shape
+    facts' names: the views back to [B, N, H, K, D] read their Shape / Concat targets, _target_entries)."""
+    out = h.fuse(_longt5_local(True), "ort")
+    unnamed = [v.name for v in out.graph.value_info
+               if any(not d.dim_param and not d.HasField("dim_value") or d.dim_param.startswith("unk__")
+                      for d in v.type.tensor_type.shape.dim)]
+    assert not unnamed, unnamed
