@@ -121,22 +121,24 @@ class FoldLayoutChainsPass(FusePass):
             t2.replace_input_with(0, source(t2.inputs[0]))
             t2.attributes["perm"] = ir.AttrInt64s("perm", composed[id(t2)])
         for shape in region.shape_reads:
-            self._shape_through(graph, shape, source(shape.inputs[0]), p1)
+            self._shape_through(graph, shape, source(shape.inputs[0]), p1, opset)
         for t in region.entries:
             if not t.outputs[0].uses():
                 graph.remove(t, safe=True)
         self.stats["transpose-sunk"] += 1
         return True
 
-    def _shape_through(self, graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int]) -> None:
+    def _shape_through(self, graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int], opset: int) -> None:
         """Shape(Transpose(v, p1))[start:end] as v's dims picked by p1: one Shape slice where they
-        are a run of v's axes in order, else Gather(Shape(v), picked)."""
+        are a run of v's axes in order (the whole shape before opset 15, which has no slice), else
+        Gather(Shape(v), picked)."""
         rank = len(p1)
         start, end = attr_value(shape, "start", 0), attr_value(shape, "end", rank)
         picked = [p1[i] for i in range(rank)[start:end]]
-        if not picked or picked == list(range(picked[0], picked[0] + len(picked))):
+        run = not picked or picked == list(range(picked[0], picked[0] + len(picked)))
+        if run and (opset >= 15 or picked == list(range(rank))):
             shape.replace_input_with(0, v)
-            if picked:
+            if picked and opset >= 15:
                 shape.attributes["start"] = ir.AttrInt64("start", picked[0])
                 shape.attributes["end"] = ir.AttrInt64("end", picked[-1] + 1)
             return

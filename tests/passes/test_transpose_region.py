@@ -214,3 +214,17 @@ def test_entry_read_inside_a_subgraph_is_kept_for_it():
     feeds = _feeds(x=(2, 5, 3, 4))
     for c in (True, False):
         check_same(proto, model, {**feeds, "c": np.array(c)})
+
+
+def test_shape_read_before_opset_15_gets_no_slice_attributes():
+    # Shape has no start / end before opset 15: a read picked whole stays a plain Shape (an identity
+    # entry's, here; its exit keeps the other permutation)
+    proto, model, modified, _ = _run("""
+        g (float[B, S, H, D] k) => (float[B, H, S, D] y, int64[4] s) {
+            t = Transpose <perm = [0, 1, 2, 3]> (k)
+            s = Shape (t)
+            y = Transpose <perm = [0, 2, 1, 3]> (t)
+        }""", opset=13)
+    assert modified and ops(model) == {"Shape": 1, "Transpose": 1}
+    assert all(not n.attributes for n in model.graph if n.op_type == "Shape")
+    check_same(proto, model, _feeds(k=(2, 5, 3, 4)))
