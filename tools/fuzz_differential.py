@@ -48,6 +48,11 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
                  gives 0): undefined output, which verify and the per-rewrite check accept too
                  (compare uses verify.compare_arrays, the one source of that rule); NaN anywhere
                  else still has to sit in the same places. Listed and saved, not a failure
+  all-nan        an output the original has NaN everywhere (every query row keeps no key, e.g. a
+                 batch of one fully masked sequence) where the optimized model gives numbers, every
+                 other output matching: no defined value to compare. verify refuses such a feed set
+                 (nothing left to compare is no pass), the fuzzer draws them at random: listed and
+                 saved, not a failure
 
 O1 runs no target-specific pass (levels.py), so it is optimized once per graph and its result
 stands for every target. Every failing case is saved (original.onnx, optimized.onnx, feeds.npz,
@@ -99,11 +104,12 @@ from fuzz_motifs import make_case  # noqa: E402
 
 FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused", "timeout")
 CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", "padded-rows", "left-padded", "half-masked-rows",
-           "nan-rows", *FAIL_CLASSES)
+           "nan-rows", "all-nan", *FAIL_CLASSES)
 #: the label of a run with kv_cache_dtype="fp8" (O4 trt, a decoder case whose spec asks for it)
 FP8_TARGET = "trt+fp8kv"
 #: listed and saved, but not failures
-NOTED_CLASSES = ("invalid-graph", "ort-itself", "padded-rows", "left-padded", "half-masked-rows", "nan-rows")
+NOTED_CLASSES = ("invalid-graph", "ort-itself", "padded-rows", "left-padded", "half-masked-rows", "nan-rows",
+                 "all-nan")
 # atol is scaled by the output's largest magnitude: fused kernels reorder float sums.
 TOLERANCE = {np.dtype(np.float32): (1e-4, 1e-3), np.dtype(np.float16): (1e-2, 2e-2),
              np.dtype(np.float64): (1e-9, 1e-7), np.dtype(ml_dtypes.bfloat16): (5e-2, 5e-2)}
@@ -222,6 +228,20 @@ def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tupl
                 return "wrong", f"output {name!r}: {diff.reason}"
             return "wrong", f"output {name!r}: max abs diff {diff.max_abs:.3g} (atol {atol:.3g})"
     return "ok", ""
+
+
+def all_nan_given(names, ref, got, loosest=None) -> str:
+    """A detail line when the only differences are outputs the original has NaN everywhere (the
+    optimized model gives numbers there) and every other output matches; "" otherwise."""
+    nan_all = [n for n, r in zip(names, ref)
+               if np.asarray(r).dtype.kind == "f" and np.asarray(r).size and np.isnan(np.asarray(r)).all()]
+    if not nan_all:
+        return ""
+    rest = [(n, r, g) for n, r, g in zip(names, ref, got) if n not in nan_all]
+    if rest and compare(*zip(*rest), loosest)[0] != "ok":
+        return ""
+    return f"output {nan_all[0]!r}: the original is NaN everywhere (no query row keeps a key), " \
+        "nothing defined to compare"
 
 
 def nan_rows_given(names, ref, got) -> str:
@@ -344,6 +364,10 @@ def _judge(original, runnable, names, feeds, ref_out, loosest, sess=None, ort_op
     if cls == "ok":
         given = nan_rows_given(names, ref_out, got)
         return ("nan-rows", given, sess) if given else ("ok", "", sess)
+    if cls == "wrong" and "NaN positions differ" in detail:
+        given = all_nan_given(names, ref_out, got, loosest)
+        if given:
+            return "all-nan", given, sess
     if cls == "wrong" and _half_precision(loosest, names) and _mask_feeds(feeds) and \
             _kept_rows_match(names, ref_out, got, feeds, loosest, keyless=True):
         return "half-masked-rows", f"only float16 query rows with no kept key differ: {detail}", sess

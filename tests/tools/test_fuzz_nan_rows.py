@@ -21,7 +21,7 @@ from fuzz_motifs import Case  # noqa: E402
 B, H, S, D = 2, 2, 4, 8
 
 
-def _keep_mask_attention() -> Case:
+def _keep_mask_attention(keep_none: bool = False) -> Case:
     """softmax(where(keep, q k^T * scale, -inf)) v with a 4-D bool ``keep`` input (no 2-D padding
     mask): query 0 of sequence 1 keeps no key, so the original is 0/0 = NaN on that row of each
     head; Attention-23 (onnx, trt) gives 0 there, ORT's MultiHeadAttention keeps the NaN."""
@@ -39,6 +39,8 @@ def _keep_mask_attention() -> Case:
     rng = np.random.default_rng(0)
     keep = np.broadcast_to(np.tril(np.ones((S, S), bool)), (B, 1, S, S)).copy()
     keep[1, 0, 0, :] = False
+    if keep_none:                           # no row keeps a key: the original is NaN everywhere
+        keep[:] = False
     feeds = {x: rng.standard_normal((B, H, S, D)).astype(np.float32) for x in "qkv"}
     return Case(seed=0, model=model, feeds={**feeds, "keep": keep}, motifs=["keep_mask"], traps=[])
 
@@ -78,3 +80,21 @@ def test_only_rows_nan_throughout_take_any_value():
 
     everywhere = np.full((2, 3), np.nan, np.float32)   # NaN throughout: nothing left, old rule
     assert fd.compare(["y"], [everywhere], [np.zeros_like(everywhere)])[0] == "wrong"
+
+
+def test_an_output_nan_everywhere_is_all_nan_not_wrong():
+    """A fully masked batch: the original's output is NaN everywhere, which verify refuses as
+    nothing to compare (compare stays `wrong`); the fuzzer lists it as `all-nan` (noted), as
+    long as every other output matches (fuzz9's run 16010: form seed 201748057 was `wrong`)."""
+    results, _, _ = fd.fuzz_case(_keep_mask_attention(keep_none=True), [3], ["ort", "onnx", "trt"])
+    got = {r["target"]: (r["cls"], r["detail"]) for r in results}
+    for target in ("onnx", "trt"):   # Attention-23 gives zeros there
+        assert got[target][0] == "all-nan", (target, got[target])
+    assert got["ort"][0] == "ok", got["ort"]   # MultiHeadAttention keeps the NaN
+    assert "all-nan" in fd.NOTED_CLASSES and "all-nan" not in fd.FAIL_CLASSES
+
+    every = np.full((2, 3), np.nan, np.float32)
+    other = np.ones((2, 3), np.float32)
+    assert "NaN everywhere" in fd.all_nan_given(["y", "z"], [every, other], [np.zeros_like(every), other])
+    assert fd.all_nan_given(["y", "z"], [every, other], [np.zeros_like(every), other + 1]) == ""  # z is wrong
+    assert fd.all_nan_given(["z"], [other], [other + 1]) == ""   # no output NaN everywhere
