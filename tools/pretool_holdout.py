@@ -134,49 +134,69 @@ def _tool_check(original: str, tooled: str) -> dict:
         return {"passed": None, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
 
 
+def write_derived(out: Path, models, steps, runners, *, kind: str, about: str, check) -> None:
+    """Write ``<model>__<step>.onnx`` for every corpus model x step into ``out`` and keep its
+    manifest.json (entries merged into an existing one). ``runners[step](src, tmp, entry)`` writes
+    the derived model; ``check(src, dst, entry)`` returns a dict stored as ``tool_check`` (with
+    ``"runs": False`` the file is dropped as a failure), plus optional ``extra`` entry fields. A
+    step that raises is a recorded failure; files and the manifest are written atomically. Shared
+    by this script and tools/quant_holdout.py (``kind`` names the step field: pretool / quant)."""
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = json.loads((CORPUS / "manifest.json").read_text())
+    mpath = out / "manifest.json"
+    manifest = json.loads(mpath.read_text()) if mpath.exists() else {
+        "about": about, "example_dims": corpus["example_dims"], "files": {}, "failed": {}}
+
+    def failed(name: str, reason: str) -> None:
+        manifest["failed"][name] = reason
+        manifest["files"].pop(name, None)
+        print(f"{name}: FAILED {reason}", flush=True)
+
+    for model in models:
+        entry = corpus["files"][f"{model}.onnx"]
+        src = str(CORPUS / f"{model}.onnx")
+        for step in steps:
+            name = f"{model}__{step}.onnx"
+            dst = out / name
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            os.close(fd)
+            os.chmod(tmp, 0o644)   # mkstemp's 0600 would survive the rename
+            try:
+                runners[step](src, tmp, entry)
+                os.replace(tmp, dst)
+            except Exception as exc:  # noqa: BLE001 -- a step that fails is a recorded row
+                Path(tmp).unlink(missing_ok=True)
+                text = str(exc).strip()
+                failed(name, f"{type(exc).__name__}: {text.splitlines()[-1][:300] if text else ''}")
+                continue
+            result = check(src, str(dst), entry)
+            if result.get("runs") is False:  # wrote a model ORT refuses: not an input to measure
+                dst.unlink()
+                failed(name, f"derived model does not run: {result['reason']}")
+                continue
+            extra = result.pop("extra", {})
+            manifest["failed"].pop(name, None)
+            data = dst.read_bytes()
+            manifest["files"][name] = dict(entry, file=name, source=f"{model}.onnx", **{kind: step},
+                                           sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
+                                           **extra, tool_check=result)
+            print(f"{name}: {len(data)} bytes, vs original: {result}", flush=True)
+    tmp = mpath.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    os.replace(tmp, mpath)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp/holdout13")
     ap.add_argument("--only", nargs="*", help="models whose name contains one of these")
     ap.add_argument("--tools", nargs="*", default=list(TOOLS), choices=TOOLS)
     ns = ap.parse_args(argv)
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    corpus = json.loads((CORPUS / "manifest.json").read_text())
-    mpath = out / "manifest.json"
-    manifest = json.loads(mpath.read_text()) if mpath.exists() else {
-        "about": "Made by tools/pretool_holdout.py: corpus exports rewritten by another tool first; "
-                 "file names <corpus model>__<tool>.onnx.",
-        "example_dims": corpus["example_dims"], "files": {}, "failed": {}}
     models = [m for m in MODELS if not ns.only or any(s in m for s in ns.only)]
-    for model in models:
-        entry = corpus["files"][f"{model}.onnx"]
-        src = str(CORPUS / f"{model}.onnx")
-        for tool in ns.tools:
-            name = f"{model}__{tool}.onnx"
-            dst = out / name
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
-            os.close(fd)
-            try:
-                RUNNERS[tool](src, tmp, entry)
-                os.replace(tmp, dst)
-            except Exception as exc:  # noqa: BLE001 -- a tool that fails is a recorded row
-                Path(tmp).unlink(missing_ok=True)
-                reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"
-                manifest["failed"][name] = reason
-                manifest["files"].pop(name, None)
-                print(f"{name}: FAILED {reason}", flush=True)
-                continue
-            manifest["failed"].pop(name, None)
-            data = dst.read_bytes()
-            check = _tool_check(src, str(dst))
-            manifest["files"][name] = dict(entry, file=name, source=f"{model}.onnx", pretool=tool,
-                                           sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
-                                           tool_check=check)
-            print(f"{name}: {len(data)} bytes, tool output vs original: {check}", flush=True)
-    tmp = mpath.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.replace(tmp, mpath)
+    write_derived(Path(ns.out), models, ns.tools, RUNNERS, kind="pretool",
+                  about="Made by tools/pretool_holdout.py: corpus exports rewritten by another tool first; "
+                        "file names <corpus model>__<tool>.onnx.",
+                  check=lambda src, dst, entry: _tool_check(src, dst))
     return 0
 
 

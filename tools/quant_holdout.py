@@ -35,15 +35,13 @@ our optimized model with the quantized input, so its usual tolerances apply.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pretool_holdout import CORPUS  # noqa: E402 -- the same corpus and manifest layout
+from pretool_holdout import CORPUS, write_derived  # noqa: E402 -- the same corpus and manifest layout
 
 MODELS = ("bert__dyn_mask__trained", "distilbert__torchscript__trained", "vit__static_nomask__trained",
           "gpt2__dyn_mask__trained", "llama__kv__trained", "mistral__torchscript__trained",
@@ -184,57 +182,24 @@ def _op_histogram(path: str) -> dict:
     return dict(sorted(hist.items()))
 
 
+def _check(src: str, dst: str, entry: dict) -> dict:
+    result = _tool_check(src, dst, entry)
+    if result["runs"]:
+        result["extra"] = {"quant_ops": _op_histogram(dst)}
+    return result
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp/holdout_quant")
     ap.add_argument("--only", nargs="*", help="models whose name contains one of these")
     ap.add_argument("--recipes", nargs="*", default=list(RECIPES), choices=RECIPES)
     ns = ap.parse_args(argv)
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    corpus = json.loads((CORPUS / "manifest.json").read_text())
-    mpath = out / "manifest.json"
-    manifest = json.loads(mpath.read_text()) if mpath.exists() else {
-        "about": "Made by tools/quant_holdout.py: corpus exports quantized first; "
-                 "file names <corpus model>__<recipe>.onnx.",
-        "example_dims": corpus["example_dims"], "files": {}, "failed": {}}
     models = [m for m in MODELS if not ns.only or any(s in m for s in ns.only)]
-    for model in models:
-        entry = corpus["files"][f"{model}.onnx"]
-        src = str(CORPUS / f"{model}.onnx")
-        for recipe in ns.recipes:
-            name = f"{model}__{recipe}.onnx"
-            dst = out / name
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".onnx")
-            os.close(fd)
-            os.chmod(tmp, 0o644)   # mkstemp's 0600 would survive the rename
-            try:
-                RUNNERS[recipe](src, tmp, entry)
-                os.replace(tmp, dst)
-            except Exception as exc:  # noqa: BLE001 -- a recipe that fails is a recorded row
-                Path(tmp).unlink(missing_ok=True)
-                text = str(exc).strip()
-                reason = f"{type(exc).__name__}: {text.splitlines()[-1][:300] if text else ''}"
-                manifest["failed"][name] = reason
-                manifest["files"].pop(name, None)
-                print(f"{name}: FAILED {reason}", flush=True)
-                continue
-            check = _tool_check(src, str(dst), entry)
-            if not check["runs"]:  # the quantizer wrote a model ORT refuses: not an input to measure
-                dst.unlink()
-                manifest["failed"][name] = f"quantized model does not run: {check['reason']}"
-                manifest["files"].pop(name, None)
-                print(f"{name}: FAILED {manifest['failed'][name]}", flush=True)
-                continue
-            manifest["failed"].pop(name, None)
-            data = dst.read_bytes()
-            manifest["files"][name] = dict(entry, file=name, source=f"{model}.onnx", quant=recipe,
-                                           sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
-                                           quant_ops=_op_histogram(str(dst)), tool_check=check)
-            print(f"{name}: {len(data)} bytes, vs float original: {check}", flush=True)
-    tmp = mpath.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.replace(tmp, mpath)
+    write_derived(Path(ns.out), models, ns.recipes, RUNNERS, kind="quant",
+                  about="Made by tools/quant_holdout.py: corpus exports quantized first; "
+                        "file names <corpus model>__<recipe>.onnx.",
+                  check=_check)
     return 0
 
 
