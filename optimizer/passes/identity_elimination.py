@@ -8,7 +8,8 @@ Cases handled (each counted in ``stats`` under the op type):
   symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
   shape the input already has (same reasoning), Transpose with the identity
   permutation, Slice over whole axes with step 1, Squeeze without axes of a static shape with no 1s,
-  Pad with all-zero pads, Flatten of a rank-2 input at axis 1;
+  Pad with all-zero pads, Flatten of a rank-2 input at axis 1; Unsqueeze(Squeeze(a, A), A) and
+  Squeeze(Unsqueeze(a, A), A) (a);
 - x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 where the constant broadcasts into x without changing
   its shape (dtype is the same by the op's contract); x + ConstantOfShape(s) of zeros where s is a
   shape x already has (Expand's reasoning: torch.baddbmm(torch.zeros(...), q, k) writes it, as
@@ -154,6 +155,10 @@ class IdentityEliminationPass(FusePass):
             return x if perm is not _Unknown and list(perm) == list(range(len(perm))) else None
         if op == "Slice":
             return x if self._whole_slice(node, x) else None
+        if op in ("Squeeze", "Unsqueeze"):
+            undone = self._undone_axes(node, x)
+            if undone is not None:
+                return undone
         if op == "Squeeze":
             dims = _dims(x)
             if len(ins) == 1 and _attr(node, "axes") is None and dims is not None:
@@ -178,6 +183,34 @@ class IdentityEliminationPass(FusePass):
             neutral = 0.0 if op == "Sub" else 1.0
             return x if _all_equal(ins[1], neutral) and _broadcasts_into(ins[1], x) else None
         return None
+
+    @staticmethod
+    def _undone_axes(node: ir.Node, x: ir.Value) -> ir.Value | None:
+        """Unsqueeze(Squeeze(a, A), A) and Squeeze(Unsqueeze(a, A), A) are a: the Squeeze only
+        drops size-1 axes and the Unsqueeze puts them back at the same places (the axes of both
+        counted in the larger rank). One pass's view undone by the next one's (attention-grouped-5d
+        squeezes the mask's group axis that attention-plain-grouped unsqueezed)."""
+        inner = x.producer()
+        pair = {"Squeeze": "Unsqueeze", "Unsqueeze": "Squeeze"}[node.op_type]
+        if inner is None or inner.op_type != pair or inner.domain not in ("", "ai.onnx") or not inner.inputs:
+            return None
+        a = inner.inputs[0]
+        big = a if node.op_type == "Unsqueeze" else x
+        if a is None or big.shape is None:
+            return None
+        rank = len(big.shape)
+
+        def axes(n: ir.Node) -> set[int] | None:
+            got = _attr(n, "axes")
+            if got is None or got is _Unknown:
+                got = _const_ints(n.inputs[1]) if len(n.inputs) > 1 else None
+            if not got:
+                return None
+            norm = {int(v) % rank for v in got}
+            return norm if len(norm) == len(got) else None
+
+        one, two = axes(node), axes(inner)
+        return a if one is not None and one == two else None
 
     def _zeros_within(self, zeros: ir.Value, x: ir.Value) -> bool:
         """zeros = ConstantOfShape(s) filled with 0 (the default value) and s a shape x already has,
