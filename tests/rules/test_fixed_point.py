@@ -42,7 +42,8 @@ def _attention(result) -> int:
     return ops["Attention"] + ops["com.microsoft::GroupQueryAttention"] + ops["com.microsoft::MultiHeadAttention"]
 
 
-def _grouped_chain(mask_rank: int | str | None = 5, guard: str | None = None, opset: int = 20) -> onnx.ModelProto:
+def _grouped_chain(mask_rank: int | str | None = 5, guard: str | None = None, opset: int = 20,
+                   softcap: float = 0.0) -> onnx.ModelProto:
     """softmax(q5 @ k5^T * s [+ mask]) @ v5 on q5 [B,K,G,T,D], k5 / v5 [B,K,1,S,D] (S = T), viewed
     [B, K*G, T, D] and merged to [B, T, K*G*D] as a decoder's attention output is."""
     nodes = [
@@ -62,6 +63,11 @@ def _grouped_chain(mask_rank: int | str | None = 5, guard: str | None = None, op
               helper.make_tensor_value_info("k", TensorProto.FLOAT, ["batch", K, "seq", D]),
               helper.make_tensor_value_info("v", TensorProto.FLOAT, ["batch", K, "seq", D])]
     scores = "sc"
+    if softcap:  # c * tanh(s / c), as lower_plain writes it
+        inits.append(helper.make_tensor("cap", TensorProto.FLOAT, [1], [softcap]))
+        nodes += [helper.make_node("Div", ["sc", "cap"], ["sd"]), helper.make_node("Tanh", ["sd"], ["st"]),
+                  helper.make_node("Mul", ["st", "cap"], ["scap"])]
+        scores = "scap"
     if mask_rank is not None:
         # an additive padding mask, one row for all heads: [B, 1, T, S] (viewed 5-D where rank 5)
         # rank 4 lines up with [K, G, T, S]: one mask [1, 1, T, S] for every batch row
@@ -72,7 +78,7 @@ def _grouped_chain(mask_rank: int | str | None = 5, guard: str | None = None, op
             inits.append(helper.make_tensor("ax2", TensorProto.INT64, [1], [2]))
             nodes.append(helper.make_node("Unsqueeze", ["mask", "ax2"], ["mask5"]))
             mask = "mask5"
-        nodes.append(helper.make_node("Add", ["sc", mask], ["sm"]))
+        nodes.append(helper.make_node("Add", [scores, mask], ["sm"]))
         scores = "sm"
     nodes.append(helper.make_node("Softmax", [scores], ["p"], axis=-1))
     probs = "p"
@@ -139,6 +145,16 @@ def test_grouped_5d_with_the_nan_guard(h, guard):
     h.assert_close(model, result.to_proto(), feeds)
 
 
+@pytest.mark.parametrize("mask_rank", [None, 5])
+def test_grouped_5d_with_a_softcap(h, mask_rank):
+    model = _grouped_chain(mask_rank, softcap=0.7)
+    result = _verified(model, level=3, target="onnx")
+    assert result.report.rule_fires.get("attention-grouped-5d-softcap") == 1, result.report.rule_fires
+    ops = _ops(result)
+    assert ops["Attention"] == 1 and ops["Tanh"] == 0 and ops["Softmax"] == 0, ops
+    h.assert_close(model, result.to_proto(), _feeds(mask_rank))
+
+
 def test_grouped_5d_leaves_a_mask_with_a_row_per_head():
     """A mask [B, K, G, T, S] (a row per query head) is not one mask for the K*G heads: left alone."""
     model = _grouped_chain("heads")
@@ -185,6 +201,7 @@ def test_squeeze_unsqueeze_round_trip_is_dropped():
     ("qwen2__kv__trained", "onnx-O3@22:ort-O3"),
     ("qwen2__kv__trained", "onnx-O3@22"),
     ("qwen2__optimum__trained", "onnx-O3@18:onnx-O3"),
+    ("gemma2__dyn_mask__trained", "onnx-O3@22:onnx-O3"),
     ("gpt2__kv__trained", "ort-O3:onnx-O3"),
     ("gpt2__kv__trained", "trt-O4"),
 ])
