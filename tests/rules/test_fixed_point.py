@@ -211,11 +211,12 @@ def test_corpus_files_are_a_fixed_point(name, spec):
     assert row["ok"], row
 
 
-def _native_attention() -> onnx.ModelProto:
+def _native_attention(scale: bool = True) -> onnx.ModelProto:
     """Attention-23 over [B, H, S, D] with a float bias (torch opset-23 export's form)."""
+    attrs = {"scale": D ** -0.5} if scale else {}
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 2, "seq", D]) for n in "qkv"]
     inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", 1, "seq", "seq"]))
-    graph = helper.make_graph([helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], scale=D ** -0.5)], "native", inputs,
+    graph = helper.make_graph([helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], **attrs)], "native", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "seq", D])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
 
@@ -233,3 +234,15 @@ def test_keep_masked_rows_map_is_not_stacked(h):
     mask[1, :, :, 3:] = np.finfo(np.float32).min
     feeds["mask"] = mask
     h.assert_close(model, two.to_proto(), feeds)
+
+
+def test_native_attention_without_a_scale_attribute(h):
+    """Attention-23 with no scale attribute (its default 1 / sqrt(D)) is read as the canonical op too;
+    before, the rewrite failed on float(None) and the node stayed."""
+    model = _native_attention(scale=False)
+    result = _verified(model, level=3, target="ort")
+    assert _ops(result)["com.microsoft::MultiHeadAttention"] == 1, _ops(result)
+    rng = np.random.default_rng(2)
+    feeds = {n: rng.standard_normal((B, 2, T, D), dtype=np.float32) for n in "qkv"}
+    feeds["mask"] = np.zeros((B, 1, T, T), np.float32)
+    h.assert_close(model, result.to_proto(), feeds)
