@@ -8,8 +8,9 @@ Cases handled (each counted in ``stats`` under the op type):
   symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
   shape the input already has (same reasoning), Transpose with the identity
   permutation, Slice over whole axes with step 1, Squeeze without axes of a static shape with no 1s,
-  Pad with all-zero pads, Flatten of a rank-2 input at axis 1; Unsqueeze(Squeeze(a, A), A) and
-  Squeeze(Unsqueeze(a, A), A) (a);
+  Pad with all-zero pads, Flatten of a rank-2 input at axis 1; Squeeze(Unsqueeze(a, A), A) (a;
+  the other order stays: unbind-pairs' picks, Slice -> Squeeze -> Unsqueeze -> Concat, are what the
+  interleaved-RoPE rules match);
 - x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 where the constant broadcasts into x without changing
   its shape (dtype is the same by the op's contract); x + ConstantOfShape(s) of zeros where s is a
   shape x already has (Expand's reasoning: torch.baddbmm(torch.zeros(...), q, k) writes it, as
@@ -155,7 +156,7 @@ class IdentityEliminationPass(FusePass):
             return x if perm is not _Unknown and list(perm) == list(range(len(perm))) else None
         if op == "Slice":
             return x if self._whole_slice(node, x) else None
-        if op in ("Squeeze", "Unsqueeze"):
+        if op == "Squeeze":  # not Unsqueeze(Squeeze(a)): the interleaved-RoPE rules read that pair
             undone = self._undone_axes(node, x)
             if undone is not None:
                 return undone
@@ -186,9 +187,9 @@ class IdentityEliminationPass(FusePass):
 
     @staticmethod
     def _undone_axes(node: ir.Node, x: ir.Value) -> ir.Value | None:
-        """Unsqueeze(Squeeze(a, A), A) and Squeeze(Unsqueeze(a, A), A) are a: the Squeeze only
-        drops size-1 axes and the Unsqueeze puts them back at the same places (the axes of both
-        counted in the larger rank). One pass's view undone by the next one's (attention-grouped-5d
+        """Squeeze(Unsqueeze(a, A), A) (and Unsqueeze(Squeeze(a, A), A), which the caller does not
+        ask for) is a: the Squeeze only drops size-1 axes and the Unsqueeze puts them back at the
+        same places (the axes of both counted in the larger rank). One pass's view undone by the next one's (attention-grouped-5d
         squeezes the mask's group axis that attention-plain-grouped unsqueezed)."""
         inner = x.producer()
         pair = {"Squeeze": "Unsqueeze", "Unsqueeze": "Squeeze"}[node.op_type]
