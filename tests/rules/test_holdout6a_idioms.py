@@ -126,7 +126,11 @@ def test_permuted_key_is_fused(h, target, level, sinks):
     model = _permuted_key(h, sinks=sinks)
     out = h.fuse(model, target, level)
     assert "Softmax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
-    assert h.fired(out)["scores-key-permuted"] == 1
+    # trt: fold-layout-chains' region sinking (a7b99c9) merges the key's permutation into the
+    # layout Attention-23 needs first (no more Transposes than q, k, v in and o out), and the
+    # attention rules fuse it without this one
+    assert h.fired(out)["scores-key-permuted"] == 1 or (target == "trt" and h.ops(out)["Transpose"] <= 4), \
+        (h.fired(out), h.ops(out))
     h.assert_close(model, out, _attn_feeds(h))
 
 
