@@ -110,6 +110,24 @@ def feeds_for(entry: dict, batch: int, seq: int, seed: int = 0) -> dict[str, np.
     return feeds
 
 
+def timed_rounds(sessions: dict, feeds: dict, warmup: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds of each session's run per round, the sessions interleaved in one run: ``warmup``
+    untimed rounds, then forward on even rounds and backward on odd ones (a fixed position in
+    the round biases: the last candidate ran ~10% faster than the same graph placed second)."""
+    for _ in range(warmup):
+        for sess in sessions.values():
+            sess.run(None, feeds)
+    times = collections.defaultdict(list)
+    order = list(sessions.items())
+    for r in range(rounds):
+        for cand, sess in (order if r % 2 == 0 else order[::-1]):
+            t = time.perf_counter()
+            sess.run(None, feeds)
+            times[cand].append(time.perf_counter() - t)
+    return times
+
+
+
 def session(proto: onnx.ModelProto, threads: int = 2):
     import onnxruntime as ort
 
@@ -180,18 +198,7 @@ def bench_model(name: str, entry: dict, ns) -> list[dict]:
         if not cand.startswith("fuse-trt") or ns.trt_latency:
             sessions[cand] = sess
         rows.append(row)
-    times = collections.defaultdict(list)
-    for _ in range(ns.warmup):
-        for sess in sessions.values():
-            sess.run(None, feeds)
-    order = list(sessions.items())
-    for r in range(ns.rounds):
-        # forward on even rounds, backward on odd ones: a fixed position in the round biases
-        # (measured: the last candidate ran ~10% faster than the same graph placed second)
-        for cand, sess in (order if r % 2 == 0 else order[::-1]):
-            t = time.perf_counter()
-            sess.run(None, feeds)
-            times[cand].append(time.perf_counter() - t)
+    times = timed_rounds(sessions, feeds, ns.warmup, ns.rounds)
     base = statistics.median(times["original"]) if times.get("original") else None
     for row in rows:
         if row["candidate"] in times:

@@ -28,17 +28,15 @@ and decode shapes.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_fusion import MODELS, compare, feeds_for, fused_counts, session  # noqa: E402
+from bench_fusion import MODELS, compare, feeds_for, fused_counts, session, timed_rounds  # noqa: E402
 
 DEFAULT_MODELS = ("bert_sdpa_dynamo", "bert_eager_torchscript", "gpt2_sdpa_dynamo", "gpt2_eager_torchscript",
                   "llama_sdpa_dynamo", "llama_eager_torchscript")
@@ -73,16 +71,7 @@ def bench_model(name: str, entry: dict, ns) -> list[dict]:
                      "softmax": sum(n.op_type == "Softmax" for n in proto.graph.node),
                      **fused_counts(proto), "max_abs": compare(ref, out, valid)})
         sessions[cand] = sess
-    for _ in range(ns.warmup):
-        for sess in sessions.values():
-            sess.run(None, feeds)
-    times = collections.defaultdict(list)
-    order = list(sessions.items())
-    for r in range(ns.rounds):
-        for cand, sess in (order if r % 2 == 0 else order[::-1]):
-            t = time.perf_counter()
-            sess.run(None, feeds)
-            times[cand].append(time.perf_counter() - t)
+    times = timed_rounds(sessions, feeds, ns.warmup, ns.rounds)
     base, best = statistics.median(times["original"]), min(times["original"])
     for row in rows:
         row["ms"] = 1e3 * statistics.median(times[row["candidate"]])
@@ -140,14 +129,9 @@ def gqa_forms(ns) -> None:
         sessions = {f: session(_gqa_block(f, B, Hq, Hkv, S, T, D), ns.threads) for f in ("repeat", "grouped")}
         outs = {f: s.run(None, feeds)[0] for f, s in sessions.items()}
         assert np.allclose(outs["repeat"], outs["grouped"], atol=1e-5)
-        times = collections.defaultdict(list)
-        for r in range(ns.rounds):
-            for f, s in (list(sessions.items()) if r % 2 else list(sessions.items())[::-1]):
-                t = time.perf_counter()
-                s.run(None, feeds)
-                times[f].append(1e3 * (time.perf_counter() - t))
-        med = {f: statistics.median(v) for f, v in times.items()}
-        best = {f: min(v) for f, v in times.items()}
+        times = timed_rounds(sessions, feeds, 0, ns.rounds)
+        med = {f: 1e3 * statistics.median(v) for f, v in times.items()}
+        best = {f: 1e3 * min(v) for f, v in times.items()}
         print(f"| {B}, {Hq}, {Hkv}, {S}, {T}, {D} | {med['repeat']:.2f} / {best['repeat']:.2f} | "
               f"{med['grouped']:.2f} / {best['grouped']:.2f} | {med['repeat'] / med['grouped']:.2f}x, "
               f"{best['repeat'] / best['grouped']:.2f}x |", flush=True)
