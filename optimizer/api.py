@@ -296,7 +296,7 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
             candidate = emulate_bf16(ir.to_proto(work))
         # the precision's tolerance per output, not atol/rtol: those would replace fp8 pools' bound
         report.verify = run_verify(original, candidate, inputs=verify_inputs, shapes=shapes,
-                                   seed=seed, precision=precision)
+                                   seed=seed, precision=precision, ort_runtime=target != "trt")
         report.verify["rewrites"] = _rewrite_checks(checkers, report, work)
         report.seconds["verify"] = time.perf_counter() - t3
     return OptimizeResult(work, report, model if isinstance(model, (str, os.PathLike)) else None)

@@ -25,6 +25,9 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
     from onnx_fuse.passes.mha_kv_heads import MhaHeadsFirstKvPass
     from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
+    from onnx_fuse.passes.qdq_uint8 import Int8QdqToUint8Pass
 
-    # q/k/v (gate/up) as one MatMul; MultiHeadAttention's k / v left heads-first where merging them cost nodes
-    return [PackSiblingMatMulsPass(), *((MhaHeadsFirstKvPass(),) if level >= 3 else ())] if level >= 2 else []
+    # q/k/v (gate/up) as one MatMul; MultiHeadAttention's k / v left heads-first where merging them cost
+    # nodes; int8 activation Q/DQ as uint8 at opset >= 21, where ORT refuses int8 (passes/qdq_uint8.py)
+    return [PackSiblingMatMulsPass(), *((MhaHeadsFirstKvPass(),) if level >= 3 else ()),
+            Int8QdqToUint8Pass()] if level >= 2 else []
