@@ -336,4 +336,7 @@ def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
     from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
     from onnx_fuse.passes.qdq_uint8 import Int8QdqToUint8Pass
 
-    return [PackSiblingMatMulsPass(), LowerMatMulNBitsPass("onnx"), Int8QdqToUint8Pass()] if level >= 2 else []
+    from onnx_fuse.passes.quantized_attention import QuantizedAttentionNotePass
+
+    return [PackSiblingMatMulsPass(), LowerMatMulNBitsPass("onnx"), Int8QdqToUint8Pass(),
+            *((QuantizedAttentionNotePass(),) if level >= 3 else ())] if level >= 2 else []

@@ -29,5 +29,7 @@ def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
     # q/k/v (gate/up) as one MatMul; MultiHeadAttention's k / v left heads-first where merging them cost
     # nodes; int8 activation Q/DQ as uint8 at opset >= 21, where ORT refuses int8 (passes/qdq_uint8.py)
-    return [PackSiblingMatMulsPass(), *((MhaHeadsFirstKvPass(),) if level >= 3 else ()),
+    from onnx_fuse.passes.quantized_attention import QuantizedAttentionNotePass
+
+    return [PackSiblingMatMulsPass(), *((MhaHeadsFirstKvPass(), QuantizedAttentionNotePass()) if level >= 3 else ()),
             Int8QdqToUint8Pass()] if level >= 2 else []

@@ -59,4 +59,7 @@ def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
     # ORT's int4 MatMulNBits as int4 DequantizeLinear + MatMul, which TensorRT parses; then the
     # quantized ops it cannot parse are named in the report
-    return [PluginAttributesPass(), LowerMatMulNBitsPass("trt"), TrtQuantizedOpsNotePass()]
+    from onnx_fuse.passes.quantized_attention import QuantizedAttentionNotePass
+
+    return [PluginAttributesPass(), LowerMatMulNBitsPass("trt"), TrtQuantizedOpsNotePass(),
+            *((QuantizedAttentionNotePass(),) if level >= 3 else ())]
