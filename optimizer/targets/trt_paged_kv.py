@@ -33,6 +33,7 @@ import onnx_ir as ir
 
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.rewrite._graph_io import ReadersHook, register_readers_hook
+from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN
 from onnx_fuse.targets.paged_kv_feeds import gather_pool, paged_inputs_from_contiguous
 
 __all__ = ["paged_inputs_from_contiguous", "gather_pool", "KV_CACHE_POSITIONS"]
@@ -305,6 +306,21 @@ def _keeps_batch_axis(node: ir.Node, idx: int) -> bool:
     return False
 
 
+def _attention_qk(user: ir.Node, idx: int) -> bool:
+    """RoPE left unfused (no RotaryEmbedding below opset 23): the rotated q / k [B, H, S, D],
+    elementwise in cos / sin, are the attention's own q and k: the canonical AttentionKV's inputs
+    0 / 1 (check()), or once lowered, the heads-merge Reshape [0, 0, -1] (after the Transpose that
+    _keeps_batch_axis passes) read only by PagedAttention's q / k (apply())."""
+    if user.op_type == "AttentionKV" and user.domain == CANONICAL_DOMAIN:
+        return idx in (0, 1)
+    if user.op_type != "Reshape" or idx != 0 or user.inputs[1] is None or user.inputs[1].const_value is None:
+        return False
+    target = user.inputs[1].const_value.numpy().reshape(-1).tolist()
+    uses = list(user.outputs[0].uses())
+    return (target == [0, 0, -1] and bool(uses) and not user.outputs[0].is_graph_output()
+            and all(u.op_type == "PagedAttention" and u.domain == PLUGIN_DOMAIN and i in (0, 1) for u, i in uses))
+
+
 def _check_rope_path(start: ir.Node, live: set[int]) -> None:
     """Positions [1, S, 1] may become [B, S, 1] only if they flow elementwise into RoPE cos/sin."""
     stack, seen = [start], set()
@@ -320,6 +336,8 @@ def _check_rope_path(start: ir.Node, live: set[int]) -> None:
                 if id(user) not in live:
                     continue
                 if user.op_type == "RotaryEmbedding" and idx in (1, 2) and len(user.inputs) <= 3:
+                    continue
+                if _attention_qk(user, idx):
                     continue
                 if not _keeps_batch_axis(user, idx) and (user.op_type not in _ROPE_PATH_OPS or (
                         user.op_type == "Concat" and user.attributes["axis"].value != -1)):
