@@ -317,24 +317,32 @@ class _Canon:
         return self.names[k]
 
 
-def _expand_canonical_gelu(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+def _cast_to(elem: int | None, const: str, like: str) -> tuple[str, list[str], dict]:
+    """(op, inputs, attributes) turning the float32 constant ``const`` into ``like``'s type: Cast to
+    ``elem`` (any opset) where the type is known, else CastLike (opset 15+). The check graph runs at
+    the model's own opsets, and TorchScript / tf2onnx exports at 13 / 14 have no CastLike."""
+    return ("Cast", [const], {"to": int(elem)}) if elem else ("CastLike", [const, like], {})
+
+
+def _expand_canonical_gelu(node: onnx.NodeProto, elem: int | None = None) -> list[onnx.NodeProto]:
     """Canonical Gelu as the plain ops of its formula (erf, or the tanh approximation), computed in
-    the input's type (constants CastLike'd), so the check needs no opset 20."""
+    the input's type (constants cast to it: ``_cast_to``), so the check needs no opset 20."""
     approx = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "approximate"), b"none")
     approx = approx.decode() if isinstance(approx, bytes) else approx
     (x,), (y,), tag = node.input, node.output, node.name or "gelu"
     nodes: list[onnx.NodeProto] = []
 
-    def add(op: str, inputs: list[str], out: str | None = None) -> str:
+    def add(op: str, inputs: list[str], out: str | None = None, **attrs: Any) -> str:
         name = out or f"{tag}_{len(nodes)}"
-        nodes.append(onnx.helper.make_node(op, inputs, [name], name=f"{tag}_n{len(nodes)}"))
+        nodes.append(onnx.helper.make_node(op, inputs, [name], name=f"{tag}_n{len(nodes)}", **attrs))
         return name
 
     def const(v: float) -> str:
         name = f"{tag}_c{len(nodes)}"
         nodes.append(onnx.helper.make_node("Constant", [], [name], name=name,
                                            value=onnx.numpy_helper.from_array(np.asarray([v], np.float32))))
-        return add("CastLike", [name, x])
+        op, ins, attrs = _cast_to(elem, name, x)
+        return add(op, ins, **attrs)
 
     half, one = const(0.5), const(1.0)
     if approx == "tanh":
@@ -347,7 +355,7 @@ def _expand_canonical_gelu(node: onnx.NodeProto) -> list[onnx.NodeProto]:
     return nodes
 
 
-def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodeProto]:
+def _expand_canonical(node: onnx.NodeProto, mask_bool: bool, elem: int | None = None) -> list[onnx.NodeProto]:
     """Canonical Attention / AttentionKV (q, k, v [B,H,S,D], mask?, [past_k, past_v,] sinks?) as
     the plain ops of what it means: softmax(softcap(scale * q k^T) + mask) v, kv heads repeated for
     GQA, past concatenated before the new K/V, rows with every key at -inf giving zeros where
@@ -374,6 +382,10 @@ def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodePr
                                            value=onnx.numpy_helper.from_array(np.asarray(vals, dtype))))
         return name
 
+    def like(vals: float, ref: str) -> str:   # a float32 constant in ref's type (q's, ``elem``)
+        op, ins, attrs = _cast_to(elem, const(vals, np.float32), ref)
+        return add(op, ins, **attrs)
+
     if node.op_type == "AttentionKV":
         k = add("Concat", [ins[4], k], axis=2) if ins[4] else k
         v = add("Concat", [ins[5], v], axis=2) if ins[5] else v
@@ -394,16 +406,15 @@ def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodePr
 
         k, v = repeat(k), repeat(v)
     scores = add("MatMul", [q, add("Transpose", [k], perm=[0, 1, 3, 2])])
-    dtype = np.float32   # the scale is cast to the scores' type below
-    scores = add("Mul", [scores, add("CastLike", [const(float(a.get("scale", 1.0)), dtype), scores])])
+    scores = add("Mul", [scores, like(float(a.get("scale", 1.0)), scores)])
     cap = float(a.get("softcap", 0.0) or 0.0)
     if cap:
-        c = add("CastLike", [const(cap, dtype), scores])
+        c = like(cap, scores)
         scores = add("Mul", [add("Tanh", [add("Div", [scores, c])]), c])
     if mask:
         bias = mask
         if mask_bool:
-            zero, ninf = add("CastLike", [const(0.0, dtype), scores]), add("CastLike", [const(-np.inf, dtype), scores])
+            zero, ninf = like(0.0, scores), like(-np.inf, scores)
             bias = add("Where", [mask, zero, ninf])
         scores = add("Add", [scores, bias])
     if sinks:   # the sink column: softmax over [scores, sink], that column dropped
@@ -418,7 +429,7 @@ def _expand_canonical(node: onnx.NodeProto, mask_bool: bool) -> list[onnx.NodePr
     # verify.compare_arrays takes as undefined (Attention-23 gives 0 there, ORT's contrib ops
     # NaN). A finite-min mask still averages.
     if int(a.get("nan_rows_zero", 0)):
-        probs = add("Where", [add("IsNaN", [probs]), add("CastLike", [const(0.0, dtype), probs]), probs])
+        probs = add("Where", [add("IsNaN", [probs]), like(0.0, probs), probs])
     nodes.append(onnx.helper.make_node("MatMul", [probs, v], [out[0]], name=f"{tag}_out"))
     return nodes
 
@@ -451,6 +462,12 @@ def _new_node(nn: Any, canon: _Canon, idx: int) -> onnx.NodeProto:
     return _node_proto(nn, canon, idx, attrs, nn.inputs, nn.outputs)
 
 
+def _elem(value: Any) -> int | None:
+    """The onnx element type of a matched or new value, None where it is not known."""
+    dtype = getattr(value, "dtype", None)
+    return int(dtype) if isinstance(dtype, ir.DataType) else None
+
+
 @dataclasses.dataclass
 class _Side:
     model: onnx.ModelProto
@@ -471,9 +488,9 @@ def _build(nodes: list[tuple[str, Any]], outputs: Sequence[Any], out_types: Sequ
             dtype = getattr(mask, "dtype", None)
             if mask is not None and dtype is None:
                 raise Unchecked("canonical attention mask of unknown dtype")
-            protos += _expand_canonical(proto, dtype == ir.DataType.BOOL)
+            protos += _expand_canonical(proto, dtype == ir.DataType.BOOL, _elem(n.inputs[0]))
         elif proto.domain == _CANONICAL_DOMAIN and proto.op_type == "Gelu":
-            protos += _expand_canonical_gelu(proto)
+            protos += _expand_canonical_gelu(proto, _elem(n.inputs[0]))
         else:
             protos.append(proto)
     out_names = [canon(o) for o in outputs]   # an output may be a boundary value itself (y = x)
