@@ -421,6 +421,10 @@ class Matcher:
         if real != n_pat and (real < n_pat or not alt.variadic):
             return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"node has {real} inputs, pattern has {n_pat}"
                               f"{' or more' if alt.variadic else ''}", step, node)
+        for k in alt.absent:   # `None`: an omitted input only (`_` takes any)
+            if k < len(inputs) and inputs[k] is not None:
+                return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"input {k} is present, pattern wants "
+                                                              "it absent (None)", step, node)
         mark = len(self.trail)
         # attributes
         if node.attributes:

@@ -57,6 +57,7 @@ class OpPattern:
     variadic: bool = False             # `...`: any further inputs
     optional: bool = False             # `Op?(...)`
     passthrough: str | None = None     # optional op: the input it stands for when absent
+    absent: frozenset[int] = frozenset()   # `None`: input positions that must be absent (omitted)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -64,7 +65,8 @@ class OpPattern:
 
     def text(self) -> str:
         dom = f"{self.domain}::" if self.domain else ""
-        args = [a or "_" for a in self.inputs] + (["..."] if self.variadic else [])
+        args = [("None" if k in self.absent else a or "_") for k, a in enumerate(self.inputs)] \
+            + (["..."] if self.variadic else [])
         for a in self.attrs.values():
             args.append(f"{a.name}={a.capture if a.capture else repr(a.literal)}")
         if self.optional and self.passthrough != (self.inputs[0] if self.inputs else None):
@@ -236,6 +238,7 @@ def iter_lines(block: str):
 def _parse_match_op(text: str) -> OpPattern:
     domain, op, optional, args = _parse_call(text)
     inputs: list[str | None] = []
+    absent: set[int] = set()
     attrs: dict[str, AttrPattern] = {}
     variadic = False
     for i, arg in enumerate(args):
@@ -266,6 +269,9 @@ def _parse_match_op(text: str) -> OpPattern:
             variadic = True
         elif arg == "_":
             inputs.append(None)
+        elif arg == "None":   # the input must be absent: `_` would match a present one too
+            absent.add(len(inputs))
+            inputs.append(None)
         else:
             inputs.append(_check_ident(arg, "input"))
     passthrough = None
@@ -281,7 +287,7 @@ def _parse_match_op(text: str) -> OpPattern:
             raise PatternSyntaxError(f"optional op {op}? needs a named first input or `pass=NAME` "
                                      "(the value it stands for when absent)")
         passthrough = inputs[0]
-    return OpPattern(domain, op, inputs, attrs, variadic, optional, passthrough)
+    return OpPattern(domain, op, inputs, attrs, variadic, optional, passthrough, frozenset(absent))
 
 
 def _parse_outputs(lhs: str, *, allow_conditional: bool) -> tuple[list[str | None], list[bool]]:
