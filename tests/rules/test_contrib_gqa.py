@@ -118,3 +118,47 @@ def test_smooth_softmax_is_left_alone(tmp_path):
     onnx.save(model, path)
     result = onnx_fuse.optimize(str(path), level=3, target="onnx", verify=False)
     assert "com.microsoft::GroupQueryAttention" in _ops(result.to_proto())
+
+
+def _mha_rotary_model(*, bias=True, interleaved=0):
+    """The builder's fp16 CPU form in float32: contrib RotaryEmbedding on q and k [B, S, N*D]
+    (num_heads 0: heads of the caches' width), MultiHeadAttention over K/V given whole, an additive
+    attention_bias [1, 1, S, T]."""
+    f, hid = TensorProto.FLOAT, H * D
+    inv = 1.0 / (10000 ** (np.arange(0, D, 2) / D))
+    ang = np.outer(np.arange(MAXPOS), inv).astype(np.float32)
+    inits = [helper.make_tensor("cos_cache", f, ang.shape, np.cos(ang).ravel()),
+             helper.make_tensor("sin_cache", f, ang.shape, np.sin(ang).ravel())]
+    nodes = [helper.make_node("RotaryEmbedding", [x, "position_ids", "cos_cache", "sin_cache"], [f"{x}_rot"],
+                              domain="com.microsoft", interleaved=interleaved, num_heads=0, rotary_embedding_dim=0)
+             for x in ("q", "k")]
+    nodes.append(helper.make_node("MultiHeadAttention", ["q_rot", "k_rot", "v", "", "", "bias" if bias else ""],
+                                  ["y"], domain="com.microsoft", num_heads=H, scale=0.2))
+    inputs = [helper.make_tensor_value_info("q", f, ["batch", "seq", hid]),
+              helper.make_tensor_value_info("k", f, ["batch", "seq", hid]),
+              helper.make_tensor_value_info("v", f, ["batch", "seq", hid]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"])]
+    if bias:
+        inputs.append(helper.make_tensor_value_info("bias", f, [1, 1, "seq", "seq"]))
+    graph = helper.make_graph(nodes, "mha", inputs, [helper.make_tensor_value_info("y", f, ["batch", "seq", hid])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("bias,interleaved", [(True, 0), (False, 1)])
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_mha_and_rotary_contrib_are_recognized(tmp_path, target, bias, interleaved):
+    model = _mha_rotary_model(bias=bias, interleaved=interleaved)
+    path = tmp_path / "mha.onnx"
+    onnx.save(model, path)
+    rng = np.random.default_rng(0)
+    b, s = 2, 6
+    feeds = {x: rng.standard_normal((b, s, H * D)).astype(np.float32) for x in ("q", "k", "v")}
+    feeds["position_ids"] = np.broadcast_to(np.arange(3, 3 + s), (b, s)).astype(np.int64)
+    if bias:   # causal, the lowest float32 above the diagonal (the builder's mask)
+        feeds["bias"] = np.triu(np.full((s, s), np.finfo(np.float32).min, np.float32), 1)[None, None]
+    result = onnx_fuse.optimize(str(path), level=3, target=target, verify=True, verify_inputs=feeds)
+    ops = _ops(result.to_proto())
+    assert not [o for o in ops if o.startswith("com.microsoft::")], ops
+    assert ops.count("Attention") == 1 and ops.count("RotaryEmbedding") == 2
+    assert result.report.passed, result.report.verify_failure
