@@ -12,6 +12,16 @@ for each quantization recipe, <model>__<recipe>.onnx plus a manifest.json that t
     qdq_s8pc    quantize_static, QDQ, int8 / int8 per channel, only the MatMul / Gemm nodes with a
                 constant weight (the projections): attention's QK^T and PV stay float
     qdq_s8sym   qdq_s8pc with symmetric activations (zero points 0: the form TensorRT parses)
+    qdq_mm_s8sym  static QDQ on every MatMul / Gemm, attention's QK^T and PV included (their inputs
+                q, k, v and the softmax probabilities), int8 symmetric activations, int8 per-channel
+                weights: the TensorRT int8 MHA form (tenth sweep, part B)
+    mo_int8     NVIDIA ModelOpt (nvidia-modelopt, modelopt.onnx.quantization.quantize) int8 PTQ for
+                TensorRT: symmetric int8 Q/DQ by its placement rules, max calibration on the CPU,
+                float32 kept (high_precision_dtype fp32)
+    mo_fp8      the same in fp8 (float8e4m3fn Q/DQ on GEMMs and attention's BMMs)
+    mo_int4     ModelOpt int4 weight-only (rtn_dq: blocked int4 DequantizeLinear + MatMul, block 32)
+                The mo_* recipes need nvidia-modelopt: run this script with its venv's python
+                (tools/modelopt_venv.sh makes /work/venvs/modelopt).
     qop_u8      quantize_static, QOperator format (QLinearMatMul, QLinearAdd, ...), uint8 / int8
     nbits32     MatMulNBitsQuantizer: int4 weight-only MatMulNBits, block 32 (QOperator form)
     nbits128    the same, block 128
@@ -47,7 +57,9 @@ MODELS = ("bert__dyn_mask__trained", "distilbert__torchscript__trained", "vit__s
           "gpt2__dyn_mask__trained", "llama__kv__trained", "mistral__torchscript__trained",
           "qwen2__optimum__trained", "phi3__dyn_mask__trained", "gpt_neox__kv__trained")
 RECIPES = ("dyn_u8", "dyn_s8pc", "qdq_u8", "qdq_s8pc", "qdq_s8sym", "qop_u8", "nbits32", "nbits128", "nbits_qdq",
-           "fp16_qdq")
+           "fp16_qdq", "qdq_mm_s8sym", "mo_int8", "mo_fp8", "mo_int4")
+#: recipes not in the default run (another venv)
+MODELOPT = ("mo_int8", "mo_fp8", "mo_int4")
 CALIBRATION_SAMPLES = 4
 
 
@@ -107,7 +119,7 @@ def _dynamic(weight: str, per_channel: bool):
 
 
 def _static(fmt: str, act: str, weight: str, per_channel: bool, projections_only: bool,
-            symmetric_activations: bool = False):
+            symmetric_activations: bool = False, matmuls_only: bool = False):
     def run(src: str, dst: str, entry: dict) -> None:
         from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
@@ -116,6 +128,8 @@ def _static(fmt: str, act: str, weight: str, per_channel: bool, projections_only
             kwargs = {}
             if projections_only:
                 kwargs = {"op_types_to_quantize": ["MatMul", "Gemm"], "nodes_to_exclude": _projection_matmuls(named)}
+            elif matmuls_only:
+                kwargs = {"op_types_to_quantize": ["MatMul", "Gemm"]}
             quantize_static(named, dst, _Reader(entry), quant_format=getattr(QuantFormat, fmt),
                             activation_type=getattr(QuantType, act), weight_type=getattr(QuantType, weight),
                             per_channel=per_channel,
@@ -137,6 +151,18 @@ def _nbits(block: int, fmt: str):
     return run
 
 
+def _modelopt(mode: str, method: str, **options):
+    def run(src: str, dst: str, entry: dict) -> None:
+        from modelopt.onnx.quantization import quantize
+
+        with tempfile.TemporaryDirectory() as tmp:
+            named = _named(src, os.path.join(tmp, "named.onnx"))
+            quantize(named, quantize_mode=mode, calibration_data=_feeds(entry, 0), calibration_method=method,
+                     calibration_eps=["cpu"], high_precision_dtype="fp32", output_path=dst,
+                     log_level="ERROR", **options)
+    return run
+
+
 def _fp16_qdq(src: str, dst: str, entry: dict) -> None:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -153,7 +179,11 @@ RUNNERS = {"dyn_u8": _dynamic("QUInt8", False), "dyn_s8pc": _dynamic("QInt8", Tr
            "qdq_s8sym": _static("QDQ", "QInt8", "QInt8", True, True, symmetric_activations=True),
            "qop_u8": _static("QOperator", "QUInt8", "QInt8", False, False),
            "nbits32": _nbits(32, "QOperator"), "nbits128": _nbits(128, "QOperator"),
-           "nbits_qdq": _nbits(32, "QDQ"), "fp16_qdq": _fp16_qdq}
+           "nbits_qdq": _nbits(32, "QDQ"), "fp16_qdq": _fp16_qdq,
+           "qdq_mm_s8sym": _static("QDQ", "QInt8", "QInt8", True, False, symmetric_activations=True,
+                                   matmuls_only=True),
+           "mo_int8": _modelopt("int8", "max"), "mo_fp8": _modelopt("fp8", "max"),
+           "mo_int4": _modelopt("int4", "rtn_dq", block_size=32)}
 
 
 def _tool_check(original: str, quantized: str, entry: dict) -> dict:
@@ -193,7 +223,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp/holdout_quant")
     ap.add_argument("--only", nargs="*", help="models whose name contains one of these")
-    ap.add_argument("--recipes", nargs="*", default=list(RECIPES), choices=RECIPES)
+    ap.add_argument("--recipes", nargs="*", default=[r for r in RECIPES if r not in MODELOPT], choices=RECIPES)
     ns = ap.parse_args(argv)
     models = [m for m in MODELS if not ns.only or any(s in m for s in ns.only)]
     write_derived(Path(ns.out), models, ns.recipes, RUNNERS, kind="quant",
