@@ -16,8 +16,8 @@ Failure policy: if anything of ours fails (optimization, the interface check, nu
 the cache, ORT refusing the optimized graph), the session is built from the original model exactly
 as ``onnxruntime.InferenceSession`` would build it, and one ``OnnxFuseWarning`` says why. Errors in
 the user's model or arguments therefore surface as the same exceptions plain ONNX Runtime raises.
-Our own keyword arguments are checked first: a level, target, cache size limit or rules value that
-does not exist raises ValueError (one line) at construction instead.
+Our own keyword arguments are checked first: a level, target, opset, cache size limit or rules value
+that does not exist raises ValueError (one line) at construction instead.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import onnxruntime
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail as _OrtFail
 
 from onnx_fuse import fileio
-from onnx_fuse.api import optimize
+from onnx_fuse.api import check_opset, optimize
 from onnx_fuse.errors import OnnxFuseWarning, UserError, VerificationError
 from onnx_fuse.external_data import UnsafeExternalDataError, external_info, has_external_data, iter_model_tensors
 from onnx_fuse.levels import as_list, check_level_target
@@ -107,6 +107,7 @@ class SessionStats:
     cache_entry: str | None = None
     level: int | None = None
     target: str | None = None
+    opset: int | None = None  #: the ceiling on the default-domain opset given (None: none)
     fallback_reason: str | None = None
     #: node counts, rule fires, pass timings of the optimization (from the manifest on a hit)
     report: dict[str, Any] | None = None
@@ -131,13 +132,14 @@ def choose_target(providers: Sequence[Any] | None, sess_options: Any = None) -> 
     return "ort" if all(n in ORT_TARGET_PROVIDERS for n in names) else "onnx"
 
 
-def _check_options(level: Any, target: Any, size_limit: Any, rules: Any) -> None:
-    """Our keyword arguments, checked before anything loads: a level or target that does not exist
-    is the caller's mistake (a one-line ValueError), not an optimization failure to fall back from."""
+def _check_options(level: Any, target: Any, size_limit: Any, rules: Any, opset: Any = None) -> None:
+    """Our keyword arguments, checked before anything loads: a level, target or opset that does not
+    exist is the caller's mistake (a one-line ValueError), not an optimization failure to fall back from."""
     try:
         if isinstance(level, bool):  # True == 1 would pass as level 1
             raise UserError(f"unknown optimization level {level!r}; choose one of 0..4")
         check_level_target(level, "ort" if target is None else target)
+        check_opset(opset)
         as_list(rules, "rules")
     except UserError as exc:
         raise ValueError(f"onnx_fuse.InferenceSession: {exc}") from None
@@ -270,6 +272,9 @@ class InferenceSession(onnxruntime.InferenceSession):
     verify           compare the optimized model with the original on random inputs when it is
                      first optimized, and fall back if they differ (default False).
     rules            extra YAML rule files for the optimizer.
+    opset            a ceiling on the optimized model's default-domain opset, as optimize(opset=N)
+                     (default None: raised to 23 where a fused op needs it); a model already above
+                     it falls back to the original with the warning.
 
     ``session.onnx_fuse_stats`` says whether the graph was optimized, whether the cache hit, why it
     fell back, and how long each step took.
@@ -280,10 +285,10 @@ class InferenceSession(onnxruntime.InferenceSession):
                  *, optimize_level: int = DEFAULT_OPTIMIZE_LEVEL, target: str | None = None,
                  cache_dir: str | os.PathLike | bool | None = None,
                  cache_size_limit: int = DEFAULT_SIZE_LIMIT, verify: bool = False,
-                 rules: Sequence[str | os.PathLike] = (), **kwargs: Any) -> None:
-        _check_options(optimize_level, target, cache_size_limit, rules)
+                 rules: Sequence[str | os.PathLike] = (), opset: int | None = None, **kwargs: Any) -> None:
+        _check_options(optimize_level, target, cache_size_limit, rules, opset)
         t0 = time.perf_counter()
-        stats = SessionStats(level=optimize_level)
+        stats = SessionStats(level=optimize_level, opset=opset)
         self.onnx_fuse_stats = stats
         self._onnx_fuse_keepalive: Any = None
         if _is_ort_format(path_or_bytes, sess_options):
@@ -380,6 +385,8 @@ class InferenceSession(onnxruntime.InferenceSession):
             t = time.perf_counter()
             options = {"level": level, "target": stats.target, "verify": bool(verify),
                        "rules": [[Path(r).name, fileio.sha256_file(r)] for r in rules]}
+            if stats.opset is not None:   # absent when unset: the keys made before the option stay valid
+                options["opset"] = int(stats.opset)
             key, _ = cache.key_for(source, options, external)
             stats.cache_key = key
             stats.seconds["hash"] = time.perf_counter() - t
@@ -427,7 +434,7 @@ class InferenceSession(onnxruntime.InferenceSession):
         if repeated is not None:  # optimize() renames it; ONNX Runtime refuses the model
             raise UserError(f"node name {repeated!r} is used twice in one graph")
         t = time.perf_counter()
-        result = optimize(source, level=level, target=stats.target, rules=rules, verify=verify)
+        result = optimize(source, level=level, target=stats.target, rules=rules, verify=verify, opset=stats.opset)
         stats.seconds["optimize"] = time.perf_counter() - t
         if verify and not result.report.passed:
             raise VerificationError(f"verification failed: {result.report.verify_failure}")
