@@ -291,8 +291,38 @@ class _Wrap:
         if style == "static_cache":
             return _Wrap.static_cache(model, n_layers)
         if style in KV_STYLES:
+            if named_kv(spec):
+                return _Wrap.named_cache(model, n_layers)
             return LegacyCache if style in LEGACY_ATTN else WithCache
         return Plain
+
+    @staticmethod
+    def named_cache(model, n_layers):
+        """A decoder with a cache and more than input_ids + attention_mask (holdout_specs.HOLDOUT10C: a VLM's
+        language model, inputs_embeds / token_type_ids / M-RoPE position_ids / cross_attention_states): every
+        input by name, the past_key_values.* ones into a DynamicCache."""
+        import torch
+
+        class NamedCache(torch.nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.m, self.names = model, names
+
+            def forward(self, *args):
+                from transformers.cache_utils import DynamicCache
+
+                kw = dict(zip(self.names, args))
+                past = [kw.pop(f"past_key_values.{i}.{kv}") for i in range(n_layers) for kv in ("key", "value")]
+                cache = DynamicCache(config=model.config)
+                for i in range(n_layers):
+                    cache.update(past[2 * i], past[2 * i + 1], i)
+                out = self.m(**kw, past_key_values=cache, use_cache=True, return_dict=True)
+                present = []
+                for layer in out.past_key_values.layers[:n_layers]:
+                    present += [layer.keys, layer.values]
+                return (out.logits, *present)
+
+        return NamedCache
 
     @staticmethod
     def multimodal(spec, model):
@@ -425,6 +455,11 @@ def _dynamic_cache(cls, config):
         return cls()
 
 
+def named_kv(spec) -> bool:
+    """A decoder whose cache export takes more than (input_ids, attention_mask, *past): _Wrap.named_cache."""
+    return spec["kind"] == "decoder" and bool(spec.get("embeds") or spec.get("extra_inputs"))
+
+
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
     """Named example tensors (torch) and their dims (symbolic name or int) for a style; float
     inputs (past keys/values, encoder states) take the model's dtype."""
@@ -513,6 +548,7 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
                     raise RuntimeError(f"cache layout {list(shape)} is not [batch, heads, past, head_dim]")
                 feeds[name] = torch.randn(batch, shape[1], past, shape[3], generator=g)
                 dims[name] = ["batch", shape[1], "past_sequence", shape[3]]
+        _extra_inputs(spec, g, feeds, dims, batch, seq, past)
         return feeds, dims
     mask = torch.ones(batch, seq, dtype=torch.int64)
     if kind == "encoder" and batch > 1:
@@ -526,23 +562,38 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     return feeds, dims
 
 
-def _extra_inputs(spec, g, feeds, dims, batch, seq):
+def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
     """spec["extra_inputs"] (holdout_specs.HOLDOUT9B), what a multimodal model's language part takes beside
     the text: "states" -> name [batch, n, hidden] floats (Mllama's cross_attention_states, the image's
     tokens); "mrope" -> position_ids [3, batch, sequence] (Qwen2-VL's temporal / height / width streams:
-    the text's positions in all three, a 2 x 2 image grid's rows and columns in the first four)."""
+    the text's positions in all three, a 2 x 2 image grid's rows and columns in the first four);
+    "image_types" -> token_type_ids, 1 on a 4-token image (Gemma 3). past: a cache export's past length
+    (positions start there; token types cover past + new, the image straddling the two); embeds: the
+    text comes as inputs_embeds [batch, sequence, embeds] instead of input_ids (a VLM's decoder)."""
     import torch
 
+    if spec.get("embeds"):
+        ids = feeds.pop("input_ids")
+        feeds["inputs_embeds"] = torch.randn(*ids.shape, spec["embeds"], generator=g)
+        dims["inputs_embeds"] = [*dims.pop("input_ids"), spec["embeds"]]
+    start = past or 0
     for name, (what, *arg) in spec.get("extra_inputs", {}).items():
+        if what == "image_types":
+            types = torch.zeros(batch, start + seq, dtype=torch.int64)
+            first = max(start - 2, 0)
+            types[:, first:first + 4] = 1
+            feeds[name] = types
+            dims[name] = ["batch", "total_sequence" if past is not None else "sequence"]
+            continue
         if what == "states":
             hidden = spec["config"]["hidden_size"]
             feeds[name] = torch.randn(batch, arg[0], hidden, generator=g)
             dims[name] = ["batch", arg[0], hidden]
         elif what == "mrope":
-            pos = torch.arange(seq).expand(3, batch, seq).clone()
+            pos = (start + torch.arange(seq)).expand(3, batch, seq).clone()
             if seq > 4:  # an image of 2 x 2 merged patches at the start: t = 0, h = i // 2, w = i % 2
                 grid = torch.arange(4)
-                pos[0, :, :4], pos[1, :, :4], pos[2, :, :4] = 0, grid // 2, grid % 2
+                pos[0, :, :4], pos[1, :, :4], pos[2, :, :4] = start, start + grid // 2, start + grid % 2
                 pos[:, :, 4:] -= 2  # text resumes after the image's largest position + 1
             feeds[name] = pos
             dims[name] = [3, "batch", "sequence"]
@@ -645,7 +696,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     if _pinned_elsewhere(spec):  # --holdout 5 / 8: that transformers / torch version, in its own venv
         return export_legacy(arch, style, weights, path, dtype)
     config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style))
-    n_layers = getattr(config, "num_hidden_layers", 0)  # a cache's layers; PVT v2 / LeViT have stages
+    # a cache's layers (a VLM's: its text config's); PVT v2 / LeViT have stages
+    n_layers = getattr(config, "num_hidden_layers", None) or getattr(config.get_text_config(), "num_hidden_layers", 0)
     torchscript = base_style(style).startswith("torchscript")
     feeds, dims = example_inputs(arch, style, model)
     names = list(feeds)
@@ -672,7 +724,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
         else:
             static = style == "static_nomask"
             options = HOLDOUT_STYLES.get(style, (style, {}))[1]  # hold-out: optimize=False, opset 23
-            kv = style in KV_STYLES and spec["kind"] not in CROSS
+            kv = style in KV_STYLES and spec["kind"] not in CROSS and not named_kv(spec)
             for _ in range(3):  # older torch (2.9) turns 0/1-specialization guards into violations: retry at 2
                 try:
                     prog = torch.onnx.export(wrapper, args, input_names=names, output_names=outputs,
@@ -1076,6 +1128,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         cfg = dict(cfg[spec["part"] or "encoder"], **{k: v for k, v in cfg.items() if k not in ("encoder", "decoder")})
     if spec["kind"] == "vlm":  # the language model's sizes; ids a text token may take (below the image token)
         cfg = dict(cfg["text_config"], vocab_size=spec["vlm"]["text_vocab"])
+    elif spec.get("embeds") and "text_config" in cfg:  # a VLM's language model (holdout_specs.HOLDOUT10C)
+        cfg = cfg["text_config"]
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto)
     opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
@@ -1251,7 +1305,8 @@ def main(argv=None) -> int:
                          "11: the sixth's part B (onnxscript 0.6.0 / 0.6.2, bf16 decoders), "
                          "12: the seventh's part A (encoders, seq2seq parts, speech, vision), "
                          "14: the eighth's part A (hand-written modules, tools/handwritten_models.py), "
-                         "16: the ninth's part B (vision-language models, DETR-likes, hybrid decoders); "
+                         "16: the ninth's part B (vision-language models, DETR-likes, hybrid decoders), "
+                         "18: the tenth's part C (VLM language models with a KV cache); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

@@ -1340,3 +1340,94 @@ HOLDOUT_SETS[16] = HOLDOUT9B
 # precision (each in its spec styles)
 HALF9B = {"paligemma", "gemma3_vlm", "llava", "detr", "conditional_detr", "mllama_text", "qwen2_vl_text_mrope",
           "t5gemma2_decoder"}
+
+# ---- tenth sweep, part C (--holdout 18, HOLDOUT10C): the language models of VLMs with a KV cache -------------
+# What Optimum's and onnxruntime-genai's VLM exports ship as "the decoder": inputs_embeds (the embedding model
+# merged the image features in already), attention_mask over past + new, the model's own extras, and the
+# cache in / present out. extra_inputs: "image_types" -> token_type_ids [batch, total_sequence] (Gemma 3's
+# bidirectional image block, read by absolute position, so over the past too; the example's image straddles
+# the past / new boundary, as in a chunked prefill), "mrope" -> position_ids [3, batch, sequence] after the
+# past. embeds: the hidden size of inputs_embeds (no input_ids). PaliGemma's prefix-LM mask applies only when
+# the cache is empty (transformers' is_first_iteration): with a cache its decoder is causal, as genai runs it
+# after the prefill. Mllama is not here: transformers keeps its image keys in the same DynamicCache layer that
+# cross_attention_states would append to again, so its decoder with past needs the cross-attention cache as
+# separate inputs (the seq2seq decoders' interface), which the kv wrapper does not build.
+KV10 = ("kv", "torchscript_kv")
+TXT10 = dict(TXT9, **TOKENS)
+MROPE10 = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
+
+
+def _vkv(config, model, kw, features, model_type, extra=None, styles=KV10, embeds=HIDDEN, **more):
+    spec = _s("decoder", config, model, kw, features, model_type, "gpt2", styles=styles)
+    spec.update(more, attention_blocks=LAYERS, extra_inputs=extra or {})
+    if embeds:
+        spec["embeds"] = embeds
+    return spec
+
+
+HOLDOUT10C = {
+    "gemma3_kv": _vkv("Gemma3Config", "Gemma3ForConditionalGeneration",
+                      dict(HOLDOUT9B["gemma3_vlm"]["config"], text_config=dict(
+                          HOLDOUT9B["gemma3_vlm"]["config"]["text_config"], **TOKENS)),
+                      ["gqa", "inputs-embeds", "kv-cache", "image-block-bidirectional", "token-types-total",
+                       "sliding-window", "rope-full", "rmsnorm-1p", "qk-norm", "geglu"], "gemma3",
+                      extra={"token_type_ids": ("image_types",)}),
+    "paligemma_kv": _vkv("PaliGemmaConfig", "PaliGemmaForConditionalGeneration",
+                         HOLDOUT9B["paligemma"]["config"],
+                         ["gqa", "inputs-embeds", "kv-cache", "rope-full", "rmsnorm-1p", "geglu"], "paligemma"),
+    "qwen2_vl_kv": _vkv("Qwen2VLConfig", "Qwen2VLForConditionalGeneration",
+                        dict(text_config=dict(TXT10, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                              rope_parameters=MROPE10),
+                             vision_config=dict(depth=1, embed_dim=HIDDEN, hidden_size=HIDDEN, num_heads=2)),
+                        ["mqa", "inputs-embeds", "kv-cache", "mrope", "mrope-position-input", "rmsnorm", "qkv-bias",
+                         "swiglu"], "qwen2_vl", extra={"position_ids": ("mrope",)}),
+    "qwen2_5_vl_kv": _vkv("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration",
+                          dict(text_config=dict(TXT10, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                                rope_parameters=MROPE10),
+                               vision_config=dict(depth=1, hidden_size=HIDDEN, intermediate_size=FFN,
+                                                  out_hidden_size=HIDDEN, num_heads=2, fullatt_block_indexes=[0])),
+                          ["mqa", "inputs-embeds", "kv-cache", "mrope", "mrope-position-input", "rmsnorm",
+                           "qkv-bias", "swiglu"], "qwen2_5_vl", extra={"position_ids": ("mrope",)}),
+    "qwen3_vl_kv": _vkv("Qwen3VLConfig", "Qwen3VLForConditionalGeneration",
+                        dict(text_config=dict(TXT10, rope_parameters=dict(MROPE10, mrope_interleaved=True)),
+                             vision_config=dict(depth=1, hidden_size=HIDDEN, intermediate_size=FFN,
+                                                out_hidden_size=HIDDEN, num_heads=2, deepstack_visual_indexes=[])),
+                        ["gqa", "inputs-embeds", "kv-cache", "mrope-interleaved", "mrope-position-input",
+                         "rmsnorm", "qk-norm", "swiglu"], "qwen3_vl", extra={"position_ids": ("mrope",)}),
+    "glm4v_kv": _vkv("Glm4vConfig", "Glm4vForConditionalGeneration",
+                     dict(text_config=dict(TXT10, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                           rope_parameters=dict(MROPE10, partial_rotary_factor=0.5,
+                                                                mrope_section=[2, 1, 1])),
+                          vision_config=dict(depth=1, hidden_size=HIDDEN, intermediate_size=FFN,
+                                             out_hidden_size=HIDDEN, num_heads=2)),
+                     ["mqa", "inputs-embeds", "kv-cache", "mrope", "rope-partial", "mrope-position-input", "rmsnorm",
+                      "post-norms", "qkv-bias", "swiglu"], "glm4v", extra={"position_ids": ("mrope",)}),
+    "llava_next_kv": _vkv("LlavaNextConfig", "LlavaNextForConditionalGeneration",
+                          dict(HOLDOUT9B["llava"]["config"], text_config=dict(TXT10, model_type="mistral",
+                                                                               sliding_window=None)),
+                          ["gqa", "inputs-embeds", "kv-cache", "rope-full", "rmsnorm", "swiglu"], "llava_next"),
+    "smolvlm_kv": _vkv("SmolVLMConfig", "SmolVLMForConditionalGeneration",
+                       dict(text_config=dict(TXT10, model_type="llama", rope_theta=100000.0),
+                            vision_config=dict(VIS9, image_size=IMAGE), scale_factor=2,
+                            image_token_id=IMAGE_TOKEN9),
+                       ["gqa", "inputs-embeds", "kv-cache", "rope-full", "rmsnorm", "swiglu"], "smolvlm"),
+}
+
+
+def _hd64(arch: str, sections=None) -> dict:
+    """The decoder at head size 64 (hidden 128, 2 query heads, 1 kv head), kv style only: the size the paged
+    KV rewrite (trt-O4, docs/paged_kv.md) takes; sections: M-RoPE's, summing to the rotary half."""
+    spec = HOLDOUT10C[arch]
+    text = dict(spec["config"]["text_config"], hidden_size=128, intermediate_size=256, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=64)
+    if "query_pre_attn_scalar" in text:
+        text["query_pre_attn_scalar"] = 64
+    if sections:
+        text["rope_parameters"] = dict(text["rope_parameters"], mrope_section=sections)
+    return dict(spec, config=dict(spec["config"], text_config=text), embeds=128, styles=("kv",))
+
+
+HOLDOUT10C.update({f"{arch}_hd64": _hd64(arch, sections) for arch, sections in (
+    ("gemma3_kv", None), ("paligemma_kv", None), ("qwen2_vl_kv", [8, 12, 12]), ("qwen3_vl_kv", [8, 12, 12]),
+    ("glm4v_kv", [4, 6, 6]), ("smolvlm_kv", None))})
+HOLDOUT_SETS[18] = HOLDOUT10C
