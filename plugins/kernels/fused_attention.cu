@@ -1605,9 +1605,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     const int r = wrow + (lane & 7) + (lane & 8);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[QREGS ? kk : 0], sQ + sw128_off<BM>(r, 2 * kk + (lane >> 4)));
-    // PERSIST: nothing reads this Q tile again (S takes Q from registers): "Q empty" now, so the
-    // producer loads the next tile's Q under this whole tile instead of after its last S
-    if constexpr (PERSIST) wg::mbar_arrive(qempty);
   }
   mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
   {
@@ -1621,7 +1618,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     if constexpr (MCAST) release(empty0, 0);  // K of the first tile is read
     // PERSIST: "Q empty" as soon as this warpgroup's last S = Q K^T is done (here with one key tile,
     // else in the loop below), so the next tile's Q loads under this one's last softmax and P V
-    if constexpr (PERSIST && !QREGS) {
+    if constexpr (PERSIST) {
       if (n_tiles == 1) wg::mbar_arrive(qempty);
     }
     float alpha[2];
@@ -1665,7 +1662,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::wait1();
     wg::fence_acc(s_nxt);
     if constexpr (MCAST) release(empty0, j + 1);  // K of tile j + 1 is read
-    if constexpr (PERSIST && !QREGS) {
+    if constexpr (PERSIST) {
       if (j + 2 == n_tiles) wg::mbar_arrive(qempty);  // S of the last key tile is done
     }
     softmax(s_nxt, j + 1, alpha);
@@ -2150,15 +2147,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
-// Candidate m128n128w12t_ovedfq (loads 34 by name / 35 with the cp.async fallback, D = 128): ovedf with
-// kWsQRegs. Run 21a measured it at par with or behind ovedq when Q's tile was still released after the
-// block's last S; since session 17 a persistent schedule with kWsQRegs releases it right after the
-// fragments are loaded, so the second block's Q lands under the first block instead of after it.
-#define OF_FA_WSTODFQ_KERNELS_D(DTN, T, D)                                                        \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_full, T, D, false,         \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs)                     \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_causal, T, D, true,        \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2166,29 +2154,20 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // costs weigh double when causal); the batch size follows the maps. (At D = 64 it measured 3-6 %
 // below m128n128w12t and was dropped; with the 40 / 232 split unpinned, run 4, at par with w12t;
 // run 17: 531 / 472-499 fp16 full / causal against oved's 580-587 / 503-504, behind.)
-#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL, OPT)                                               \
+#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) {     \
-    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL, 24, OPT>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, \
+    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
                                                 q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
                                                 o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);     \
   }
-#define OF_FA_WSTP_OPT (onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)
 #define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false, OF_FA_WSTP_OPT) \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, OF_FA_WSTP_OPT)
-// Candidate m128n128w12tp_ovedq (launcher loads 36, by name only, D = 128): the ovedq body (oved with
-// Q's fragments in registers) on the persistent grid; its Q tile is released as soon as the fragments
-// are loaded, so each tile's Q loads under the tile before it (the transition no longer waits for it).
-#define OF_FA_WSTPQ_KERNELS_D(DTN, T, D)                                                             \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedq_full, T, D, false,           \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                            \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedq_causal, T, D, true,          \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -2218,8 +2197,6 @@ OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODFQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTPQ_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2241,8 +2218,6 @@ OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODFQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTPQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2385,7 +2360,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 16 _ovedfq (D = 128).
+// 14 _ovedq (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2418,7 +2393,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
-      case 16: OF_PICK_TK2(128, m128n128w12t_ovedfq)
       default: return nullptr;
     }
   }
@@ -2432,12 +2406,8 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-// qregs: the m128n128w12tp_ovedq entries (launcher loads 36), else m128n128w12tp (loads 4).
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool qregs) {
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
 #define OF_PICK_TP(DTN, DD)                                                                 \
-  if (D == DD && qregs)                                                                     \
-    return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedq_causal) \
-                  : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedq_full); \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
                   : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_full);
@@ -2637,9 +2607,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // run 19); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
-// except fp16 causal); 32 / 33 (the dropped _ovedmq) are refused; 34 / 35 _ovedfq (ovedf with Q's
-// fragments in registers, its Q released once they are loaded); 36 m128n128w12tp_ovedq (the persistent
-// grid of loads 4 with the ovedq body, by name only);
+// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2676,9 +2644,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 36);
+  OF_REQUIRE(loads >= 0 && loads <= 31);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
-  OF_REQUIRE(window == 0 || (loads != 4 && loads != 36));  // the persistent entries take no window
+  OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2694,10 +2662,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 34 / 35: ovedfq; 36: tp_ovedq (persistent)
-    // (32 / 33, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
-    const bool persistent = loads == 4 || loads == 36;
+    const bool persistent = loads == 4;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
     // seq_lens, S a multiple of 256; else 29 runs oved.
     if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
@@ -2705,7 +2672,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
       kind = 8;
     }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
-    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 36) : nullptr;
+    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
     OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
@@ -2733,11 +2700,10 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 16;  // _ovedf, _ovedfq
-      if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
+      if (kind == 11 && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
-      } else if (fold) {  // without a mask: query blocks nm - 1 - x and x per CTA
+      } else if (kind == 11) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
         grid.x = (grid.x + 1) / 2;
       }
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
