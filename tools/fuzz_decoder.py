@@ -21,7 +21,11 @@ the past length, so the paged-KV rewrite (trt O4, docs/paged_kv.md) can fire. Th
   kv_fp8      also run O4 trt with kv_cache_dtype="fp8" (only where it applies: decode, head size
               in the fp8 kernels' sizes; with or without sinks)
   head, heads, kv_heads, layers, positions ("range": Range(P, P + S); "offset": Range(0, S) + P),
-  repeat      GQA's K/V head repetition: HF's repeat_kv (shapes read at run time) or static
+  repeat      GQA's K/V head repetition: HF's repeat_kv (shapes read at run time) or static Expand;
+              from a side stream (REPEAT_FORM_SHARE of the GQA steps) the forms of tools/fuzz_forms.py:
+              Tile on a new axis (tile_ri), Tile on [B, T, Hkv, D] (tile_bshd), Gather(h // n),
+              Concat of n copies, and the near misses that read kv head h % Hkv (tile_heads,
+              gather_mod), which no rewrite may take for GQA's map
   present_dims  present outputs declared [batch, Hkv, total, D] (else as shape inference finds)
   dim_names   the symbols: Optimum's (batch_size, sequence_length, past_sequence_length,
               total_sequence_length) or short ones (b, s, p, t) no convention names
@@ -102,7 +106,7 @@ def _rope_tables(b, spec: dict, qpos: str) -> tuple[str, str]:
     return b.op("Unsqueeze", [cos, b.ints([1])]), b.op("Unsqueeze", [sin, b.ints([1])])
 
 
-def _softmax(b, spec: dict, sc: str, heads: int) -> str:
+def _softmax(b, spec: dict, sc: str, heads: int, opset: int) -> str:
     if spec["sinks"]:
         sink = b.const(b.rng.standard_normal([1, heads, 1, 1]), stem="sinks")
         if spec["sink_shape"] == "scores":   # Shape(scores)[0:3] + [1]
@@ -111,7 +115,8 @@ def _softmax(b, spec: dict, sc: str, heads: int) -> str:
             shape = b.op("Concat", [b.op("Shape", ["attention_mask"], start=0, end=1), b.ints([1]),
                                     b.op("Shape", [spec["_x"]], start=1, end=2), b.ints([1])], axis=0)
         cat = b.op("Concat", [sc, b.op("Expand", [sink, shape])], axis=-1)
-        mx = b.op("ReduceMax", [cat, b.ints([-1])], keepdims=1)
+        mx = b.op("ReduceMax", [cat, b.ints([-1])], keepdims=1) if opset >= 18 else \
+            b.op("ReduceMax", [cat], axes=[-1], keepdims=1)
         p = b.op("Softmax", [b.op("Sub", [cat, mx])], axis=-1)
         b.trap("attention-sinks")
         return b.op("Slice", [p, b.ints([0]), b.ints([-1]), b.ints([-1]), b.ints([1])])
@@ -148,6 +153,10 @@ def _layer(b, spec: dict, i: int, x: str, mask: str, tables, dims, opset: int) -
     kc, vc = kc[0], vc[0]
     if hkv != heads:
         def repeat(t4):
+            if spec["repeat"] not in ("hf", "static"):   # the forms of tools/fuzz_forms.py
+                from fuzz_sweeps import _repeat_kv
+
+                return _repeat_kv(b, spec["repeat"], t4, heads, hkv, dh)
             u = b.op("Unsqueeze", [t4, b.ints([2])])
             if spec["repeat"] == "static":
                 e = b.op("Expand", [u, b.ints([1, 1, heads // hkv, 1, 1])])
@@ -161,7 +170,7 @@ def _layer(b, spec: dict, i: int, x: str, mask: str, tables, dims, opset: int) -
         kc, vc = repeat(kc), repeat(vc)
     sc = b.op("MatMul", [q, b.op("Transpose", [kc], perm=[0, 1, 3, 2])])
     sc = b.op("Add", [b.op("Mul", [sc, b.scalar(1.0 / np.sqrt(dh))]), mask])
-    o = b.op("MatMul", [_softmax(b, spec, sc, heads), vc])
+    o = b.op("MatMul", [_softmax(b, spec, sc, heads, opset), vc])
     y = b.op("Reshape", [b.op("Transpose", [o], perm=[0, 2, 1, 3]), b.ints([0, 0, dm])])
     return b.op("Add", [x, b.op("MatMul", [y, b.weight([dm, dm])])])
 
@@ -216,6 +225,15 @@ def build_decoder(b, opset: int, spec: dict) -> None:
 
 #: share of the decoder steps written as a merged decoder (``as_merged``), drawn from a side stream
 MERGED_SHARE = 0.25
+#: share of the decoder steps written at a LOW_OPSETS opset (a side stream of the seed): below
+#: the 18 / 20 / 23 of the main draw, so that the fuzzer's pinned runs (tools/fuzz_opset.py) reach
+#: opsets 15..17 too (Shape(start, end) needs 15)
+LOW_OPSET_SHARE = 0.3
+LOW_OPSETS = (15, 16, 17)
+#: share of the GQA steps whose K/V repeat is one of REPEAT_FORMS (a side stream of the seed)
+REPEAT_FORM_SHARE = 0.6
+#: tools/fuzz_forms.py's GQA forms and near misses (tools/fuzz_sweeps._repeat_kv writes them)
+REPEAT_FORMS = ("tile_ri", "tile_bshd", "gather", "concat", "tile_ri", "gather", "tile_heads", "gather_mod")
 
 
 def as_merged(model: onnx.ModelProto, feeds: dict, hidden: str) -> tuple[onnx.ModelProto, dict, dict]:

@@ -14,6 +14,7 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
   trt-refused    (target trt) `onnx-fuse check-trt` accepts the original but not the optimized
                  model (TensorRT's parser support and our plugin contracts, checked without TensorRT)
   timeout        one graph's runs took longer than --graph-timeout (optimize or a check hung)
+  opset          a pinned run (below) whose output's default-domain opset is above its pin
   invalid-graph  ORT cannot run the original (a generator bug; not counted as a failure)
   (paged)        (O4 trt) where the paged-KV rewrite fired (docs/paged_kv.md), the pools replace
                  the past inputs and present outputs: as verify does, the original's past is fed
@@ -65,6 +66,10 @@ The summary is rewritten (atomically) every 100 graphs, so a run that is killed 
 ``complete`` says whether every graph asked for ran. With --jobs N the graphs run in N worker
 processes, in completion order; --time-budget stops taking new graphs after that many seconds
 (the summary then counts the graphs that finished, ``graphs``, out of ``count``).
+--pin-share P (default 0.35): that share of the O2-O4 runs is optimized with a pinned output opset,
+optimize(opset=N), N drawn from the model's own opset to 22 (tools/fuzz_opset.py: rules gated above
+N stay off, attention below 23 takes lower_plain.yaml), judged like the others; a result's
+``opset`` names its pin, the summary counts them under ``pinned_runs`` / ``pinned_rule_fires``.
 --precision fp16|bf16 optimizes with that precision conversion too (keep_io_types: the outputs
 stay float32) and compares every float output at the low type's tolerance (paged runs' pools
 and logits too); bf16 models (paged ones too) run through ``emulate_bf16`` (ORT's CPU provider
@@ -73,6 +78,7 @@ has no bf16 MatMul), as ``--verify`` runs them.
     python tools/fuzz_differential.py --count 200 --seed 0 [--levels 1,2,3,4]
         [--targets ort,onnx,trt] [--jobs 1] [--start 0] [--rules my.yaml] [--out fuzz_out]
         [--time-budget SECONDS] [--graph-timeout 300] [--precision fp16|bf16] [--pretool slim|ort1|ort2]
+        [--pin-share 0.35]
     python tools/fuzz_differential.py --replay fuzz_out/failures/signature/seed123_O3_trt ...
     python tools/fuzz_differential.py --rerun old_out/summary.json --out new_out   # failed graphs
                                                           # (and left-padded ones)
@@ -99,10 +105,11 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fuzz_opset  # noqa: E402
 import fuzz_paged  # noqa: E402
 from fuzz_motifs import make_case  # noqa: E402
 
-FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused", "timeout")
+FAIL_CLASSES = ("wrong", "crash", "ort-refused", "signature", "trt-refused", "timeout", "opset")
 CLASSES = ("ok", "refused-input", "invalid-graph", "ort-itself", "padded-rows", "left-padded", "half-masked-rows",
            "nan-rows", "all-nan", *FAIL_CLASSES)
 #: the label of a run with kv_cache_dtype="fp8" (O4 trt, a decoder case whose spec asks for it)
@@ -263,12 +270,13 @@ def nan_rows_given(names, ref, got) -> str:
 
 
 def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, rules=(), loosest=None,
-            precision: str | None = None, kv_cache_dtype: str | None = None, alt=()):
+            precision: str | None = None, kv_cache_dtype: str | None = None, alt=(), opset: int | None = None):
     """Optimize and compare; returns (class, detail, optimized proto or None, rule fires).
     ``loosest``: ``loosest_float_dtypes(original)``, computed here when not given; with
     ``precision`` every output is compared at that type's tolerance. ``alt``: more (feeds,
     reference outputs) pairs the optimized model is checked on too (an If's other branch), each
-    classified like the first; the first that is not ok decides."""
+    classified like the first; the first that is not ok decides. ``opset``: optimize's output
+    ceiling (tools/fuzz_opset.py); an output above it is class ``opset``."""
     import onnx_fuse
     from onnx_fuse.errors import UserError
     from onnx_fuse.passes.precision import emulate_bf16
@@ -277,7 +285,8 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
         # float32_plugins: O4 trt keeps exercising the plugin rules on float32 graphs, checked
         # through the NumPy reference at float32 tolerance (the default keeps TensorRT's own ops)
         result = onnx_fuse.optimize(original, level=level, target=target, rules=list(rules),
-                                    precision=precision, kv_cache_dtype=kv_cache_dtype, float32_plugins=True)
+                                    precision=precision, kv_cache_dtype=kv_cache_dtype, float32_plugins=True,
+                                    opset=opset)
         optimized = result.to_proto()
     except UserError as exc:
         return "refused-input", _first_line(exc), None, {}
@@ -285,6 +294,9 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
         tb = traceback.format_exc(limit=-3)
         return "crash", _first_line(exc) + "\n" + tb, None, {}
     fires = dict(result.report.rule_fires)
+    above = fuzz_opset.above_pin(optimized, opset)
+    if above:
+        return "opset", above, optimized, fires
     names = [o.name for o in original.graph.output]
     if precision is not None:  # the paged runs too: their pools and logits are in that precision
         loosest = {n: PRECISION_DTYPE[precision] for n in names}
@@ -528,10 +540,12 @@ def fuzz_graph(task):
     A graph whose runs outlast ``graph_timeout`` seconds (SIGALRM; 0 = none) yields one
     ``timeout`` result for the combination that was running."""
     seed, levels, targets, rules, graph_timeout, precision, *rest = task
+    pretool = rest[0] if rest else None
+    pin_share = rest[1] if len(rest) > 1 else 0.0
     case = make_case(seed)
-    if rest and rest[0]:
-        case = pretool_case(case, rest[0])
-    return fuzz_case(case, levels, targets, rules, graph_timeout, precision)
+    if pretool:
+        case = pretool_case(case, pretool)
+    return fuzz_case(case, levels, targets, rules, graph_timeout, precision, pin_share)
 
 
 PRETOOLS = ("slim", "ort1", "ort2")
@@ -580,8 +594,11 @@ def pretool_case(case, tool: str):
     return dataclasses.replace(case, model=pre, traps=[*case.traps, f"pretool-{tool}"])
 
 
-def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precision: str | None = None):
-    """fuzz_graph on a built case (tests build decoder cases with fixed switches)."""
+def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precision: str | None = None,
+              pin_share: float = 0.0):
+    """fuzz_graph on a built case (tests build decoder cases with fixed switches). ``pin_share``:
+    the share of level >= 2 runs optimized with a pinned output opset (tools/fuzz_opset.py; the
+    pin of each run is in its result's ``opset``); tests that fix a case's runs leave it 0."""
     import onnxruntime
 
     onnxruntime.set_default_logger_severity(4)  # the failures we provoke are reported, not logged
@@ -601,31 +618,35 @@ def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precisi
     if use_alarm:
         previous = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, graph_timeout)
-    level, target = levels[0], targets[0]
+    level, target, pin = levels[0], targets[0], None
     try:
         for level in levels:
             o1_done = None
             for target in targets:
+                pin = fuzz_opset.draw_pin(seed, case.model, level, target, pin_share)
                 if level == 1 and o1_done is not None:
                     cls, detail, opt, fires = o1_done
                 else:
                     cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, target, rules,
-                                                      loosest, precision, alt=alt)
+                                                      loosest, precision, alt=alt, opset=pin)
                     o1_done = (cls, detail, opt, fires) if level == 1 else None
-                results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
+                results.append(dict(base, level=level, target=target, opset=pin, cls=cls, detail=detail,
+                                    fires=fires))
                 if cls in (*FAIL_CLASSES, "ort-itself"):
                     models[(level, target)] = opt
                 if level == 4 and target == "trt" and case.spec.get("kv_fp8") \
                         and fires.get("trt-paged-kv"):   # fp8 pools need the paged rewrite
-                    target = FP8_TARGET   # the same run with fp8 KV pools
+                    target = FP8_TARGET   # the same run with fp8 KV pools (and the same pin)
                     cls, detail, opt, fires = run_one(case.model, case.feeds, ref_out, level, "trt", rules,
-                                                      loosest, precision, kv_cache_dtype="fp8", alt=alt)
-                    results.append(dict(base, level=level, target=target, cls=cls, detail=detail, fires=fires))
+                                                      loosest, precision, kv_cache_dtype="fp8", alt=alt,
+                                                      opset=pin)
+                    results.append(dict(base, level=level, target=target, opset=pin, cls=cls, detail=detail,
+                                        fires=fires))
                     if cls in (*FAIL_CLASSES, "ort-itself"):
                         models[(level, target)] = opt
     except _GraphTimeout:
         detail = f"no result after {graph_timeout} s (the graph's earlier runs: {len(results)})"
-        results.append(dict(base, level=level, target=target, cls="timeout", detail=detail, fires={}))
+        results.append(dict(base, level=level, target=target, opset=pin, cls="timeout", detail=detail, fires={}))
         models[(level, target)] = None
     finally:
         if use_alarm:
@@ -635,7 +656,8 @@ def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precisi
 
 
 def _save_failure(out: Path, res: dict, case, optimized) -> str:
-    folder = out / "failures" / res["cls"] / f"seed{res['seed']}_O{res['level']}_{res['target']}"
+    pinned = f"@{res['opset']}" if res.get("opset") else ""
+    folder = out / "failures" / res["cls"] / f"seed{res['seed']}_O{res['level']}_{res['target']}{pinned}"
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(case.model, folder / "original.onnx")
     if optimized is not None:
@@ -643,7 +665,7 @@ def _save_failure(out: Path, res: dict, case, optimized) -> str:
     np.savez(folder / "feeds.npz", **case.feeds)
     for i, alt in enumerate(case.alt_feeds, 1):
         np.savez(folder / f"feeds_alt{i}.npz", **alt)
-    info = {k: res.get(k) for k in ("seed", "level", "target", "cls", "detail", "motifs", "traps",
+    info = {k: res.get(k) for k in ("seed", "level", "target", "opset", "cls", "detail", "motifs", "traps",
                                     "precision", "spec")}
     (folder / "info.json").write_text(json.dumps(info, indent=1) + "\n")
     return str(folder)
@@ -667,17 +689,19 @@ def _write_summary(out: Path, summary: dict) -> None:
 
 def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None = None,
          start: int = 0, progress=None, rules=(), time_budget: float | None = None,
-         graph_timeout: float = 0, seeds=None, precision: str | None = None, pretool: str | None = None) -> dict:
+         graph_timeout: float = 0, seeds=None, precision: str | None = None, pretool: str | None = None,
+         pin_share: float = fuzz_opset.PIN_SHARE) -> dict:
     """Run the fuzzer; returns the summary (also written to OUT/summary.json when ``out``, and
     every 100 graphs while it runs). ``rules`` are extra rule files, passed to optimize() (a
     user's rules can be fuzzed too). ``time_budget`` (seconds) stops taking new graphs.
     ``precision`` ("fp16"/"bf16") adds that precision conversion to every run; ``pretool``
-    (PRETOOLS) rewrites every graph with that tool first (pretool_case)."""
+    (PRETOOLS) rewrites every graph with that tool first (pretool_case); ``pin_share`` of the
+    level >= 2 runs get a pinned output opset (tools/fuzz_opset.py; 0: none)."""
     rules = tuple(str(r) for r in rules)
     if seeds is None:  # the graphs (seed, start) ... (seed, start + count - 1)
         seeds = [case_seed(seed, i) for i in range(start, start + count)]
     count = len(seeds)
-    tasks = [(s, tuple(levels), tuple(targets), rules, graph_timeout, precision, pretool) for s in seeds]
+    tasks = [(s, tuple(levels), tuple(targets), rules, graph_timeout, precision, pretool, pin_share) for s in seeds]
     counts = collections.Counter()
     by_combo: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     fires = collections.Counter()
@@ -685,6 +709,8 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
     failures = []
     refusals = collections.Counter()
     paged_runs = collections.Counter()    # runs where trt-paged-kv fired, by class
+    pinned_runs: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # by pin
+    pinned_fires = collections.Counter()  # rules that fired on pinned runs
     spec_counts = collections.Counter()   # decoder cases' switches, per run
     expected = builtin_rules(levels, targets)
     t0 = time.time()
@@ -694,7 +720,7 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
         return {
             "count": count, "graphs": graphs, "complete": complete, "seed": seed, "start": start,
             "levels": list(levels), "targets": list(targets), "rules": list(rules), "jobs": jobs,
-            "precision": precision, "pretool": pretool,
+            "precision": precision, "pretool": pretool, "pin_share": pin_share,
             "runs": sum(counts.values()), "seconds": round(time.time() - t0, 1),
             "classes": {c: counts.get(c, 0) for c in CLASSES},
             "failed": sum(counts.get(c, 0) for c in FAIL_CLASSES),
@@ -703,6 +729,8 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
             "rules_never_fired": [r for r in expected if not fires.get(r)],
             "motifs": dict(sorted(motifs.items())),
             "paged_runs": dict(paged_runs),
+            "pinned_runs": {k: dict(v) for k, v in sorted(pinned_runs.items())},
+            "pinned_rule_fires": dict(sorted(pinned_fires.items())),
             "decoder_switch_runs": dict(sorted(spec_counts.items())),
             "refusals": dict(refusals.most_common(20)),
             "failures": failures,
@@ -723,8 +751,11 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
             motifs.update(case.motifs)
             for res in results:
                 counts[res["cls"]] += 1
-                by_combo[f"O{res['level']}/{res['target']}"][res["cls"]] += 1
+                by_combo[f"O{res['level']}/{res['target']}" + ("@pin" if res.get("opset") else "")][res["cls"]] += 1
                 fires.update(res["fires"])
+                if res.get("opset"):
+                    pinned_runs[f"opset={res['opset']}"][res["cls"]] += 1
+                    pinned_fires.update(res["fires"])
                 if res["fires"].get("trt-paged-kv"):
                     paged_runs[res["cls"]] += 1
                 for key, value in res.get("spec", {}).items():
@@ -733,7 +764,7 @@ def fuzz(count: int, seed: int, levels, targets, jobs: int = 1, out: Path | None
                 if res["cls"] == "refused-input":
                     refusals[res["detail"][:160]] += 1
                 if res["cls"] in (*FAIL_CLASSES, *NOTED_CLASSES):  # listed, not all failures
-                    entry = {k: res[k] for k in ("seed", "level", "target", "cls", "detail")}
+                    entry = {k: res.get(k) for k in ("seed", "level", "target", "opset", "cls", "detail")}
                     entry["detail"] = entry["detail"].splitlines()[0] if entry["detail"] else ""
                     if out is not None:
                         entry["saved"] = _save_failure(out, res, case, models.get((res["level"], res["target"])))
@@ -771,7 +802,7 @@ def replay(folders, rules=()) -> list[tuple[str, str, str]]:
         fp8 = info["target"] == FP8_TARGET
         cls, detail, _, _ = run_one(model, feeds, ref, info["level"], "trt" if fp8 else info["target"], rules,
                                     precision=info.get("precision"), kv_cache_dtype="fp8" if fp8 else None,
-                                    alt=alt)
+                                    alt=alt, opset=info.get("opset"))
         out.append((str(folder), info["cls"], cls + (f": {detail.splitlines()[0][:160]}" if detail else "")))
     return out
 
@@ -813,6 +844,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pretool", choices=PRETOOLS, default=None,
                     help="rewrite every graph with onnxslim (slim) or ORT's offline optimizer "
                          "(ort1: basic, ort2: extended) before optimizing it")
+    ap.add_argument("--pin-share", type=float, default=fuzz_opset.PIN_SHARE, metavar="P",
+                    help="share of the O2-O4 runs optimized with a pinned output opset (opset=N, N from the "
+                         f"model's opset to {fuzz_opset.HIGHEST}; 0: none; default %(default)s)")
     ap.add_argument("--out", type=Path, default=Path("fuzz_out"), help="summary and failing graphs")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--rerun", type=Path, metavar="SUMMARY",
@@ -832,6 +866,8 @@ def main(argv=None) -> int:
                         for _, _, now in results) else 1
     if args.count < 1 or args.jobs < 1 or args.start < 0:
         ap.error("--count and --jobs must be >= 1, --start >= 0")
+    if not 0 <= args.pin_share <= 1:
+        ap.error(f"--pin-share must be from 0 to 1, got {args.pin_share}")
     if (args.time_budget is not None and args.time_budget <= 0) or args.graph_timeout < 0:
         ap.error("--time-budget must be > 0 and --graph-timeout >= 0")
     if args.out.exists() and not args.out.is_dir():
@@ -856,7 +892,7 @@ def main(argv=None) -> int:
         ap.error(f"--rules {missing[0]}: no such file")
     summary = fuzz(args.count, args.seed, args.levels, args.targets, args.jobs, args.out,
                    args.start, progress, args.rules, args.time_budget, args.graph_timeout, seeds,
-                   args.precision, args.pretool)
+                   args.precision, args.pretool, args.pin_share)
     of = "" if summary["complete"] else f" (of {summary['count']}: time budget reached)"
     print(f"{summary['graphs']} graphs{of}, {summary['runs']} runs, {summary['seconds']} s")
     for cls in CLASSES:
@@ -870,7 +906,8 @@ def main(argv=None) -> int:
         key = (f["cls"], f["detail"][:60])
         if key not in seen:
             seen.add(key)
-            print(f"  {f['cls']}: seed {f['seed']} O{f['level']} {f['target']}: {f['detail'][:200]}")
+            pinned = f" opset={f['opset']}" if f.get("opset") else ""
+            print(f"  {f['cls']}: seed {f['seed']} O{f['level']} {f['target']}{pinned}: {f['detail'][:200]}")
     print(f"summary: {args.out / 'summary.json'}")
     return 1 if summary["failed"] else 0
 

@@ -820,12 +820,19 @@ def make_form_case(seed: int, name: str | None = None) -> Case:
 
 def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:
     """A KV-cache decoder step (tools/fuzz_decoder.py); ``overrides`` fix spec switches (tests)."""
-    from fuzz_decoder import MERGED_SHARE, as_merged, build_decoder, draw_spec
+    from fuzz_decoder import (LOW_OPSET_SHARE, LOW_OPSETS, MERGED_SHARE, REPEAT_FORM_SHARE, REPEAT_FORMS, as_merged,
+                              build_decoder, draw_spec)
 
     rng = rng if rng is not None else np.random.default_rng([seed, 0xDEC, 1])
     b = Builder(rng, F32)
     opset = int(b.pick([18, 20, 23]))
+    low = np.random.default_rng([seed, 0xDEC, 5])   # opsets 15..17: a stream of their own (no seed a test names moves)
+    if not overrides and low.random() < LOW_OPSET_SHARE:
+        opset = int(low.choice(LOW_OPSETS))
     spec = {**draw_spec(b), **overrides}
+    side = np.random.default_rng([seed, 0xDEC, 3])   # GQA's repeat forms: a stream of their own
+    if not overrides and spec["heads"] != spec["kv_heads"] and side.random() < REPEAT_FORM_SHARE:
+        spec["repeat"] = str(side.choice(REPEAT_FORMS))
     spec["kv_fp8"] = bool(spec["kv_fp8"])
     b.dtype = F16 if spec["fp16"] else F32
     if spec["fp16"]:

@@ -301,7 +301,7 @@ def test_decoder_switches_are_generated_and_recorded():
     for key in ("sinks", "fp16", "upcast", "decode", "kv_fp8", "padded", "present_dims"):
         assert seen[key] == {False, True}, (key, seen[key])
     assert seen["window"] >= {0, 2, 3} and seen["positions"] == {"range", "offset"}
-    assert seen["head"] >= {16, 64, 128} and seen["repeat"] == {"hf", "static"}
+    assert seen["head"] >= {16, 64, 128} and seen["repeat"] >= {"hf", "static"}
 
 
 def _decoder_runs(levels, targets, **spec):
