@@ -16,6 +16,7 @@ import onnx_fuse
 
 DATA = Path(__file__).resolve().parents[2] / "tests/data/holdout_quant"
 QDQ, NBITS = "llama__kv__trained__qdq_s8pc.onnx", "llama__kv__trained__nbits32.onnx"
+FP16_QDQ = "gpt2__dyn_mask__trained__fp16_qdq.onnx"   # qdq_s8pc then float16 (tenth sweep, part B)
 
 
 def _ops(model: onnx.ModelProto) -> dict[str, int]:
@@ -32,7 +33,7 @@ def _weight_bytes(model: onnx.ModelProto) -> int:
 
 def test_manifest_lists_the_files():
     files = json.loads((DATA / "manifest.json").read_text())["files"]
-    assert set(files) == {QDQ, NBITS}
+    assert set(files) == {QDQ, NBITS, FP16_QDQ}
     for name, entry in files.items():
         assert (DATA / name).stat().st_size == entry["bytes"] < 120_000
 
@@ -70,3 +71,24 @@ def test_matmul_nbits(target, level, nbits):
     assert sum(ops.get(k, 0) for k in ("Attention", "com.microsoft::GroupQueryAttention",
                                         "com.microsoft::MultiHeadAttention", "onnx_fuse::FusedAttention",
                                         "onnx_fuse::PagedAttention")) == 2
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_int8_activations_fused_above_opset_20(target, level):
+    # Attention-23 raises the model to 23, where ORT 1.32 refuses int8-activation QDQ (issue 25526):
+    # at onnx the activation Q/DQ become uint8 (exact), at trt they stay int8 and verify runs the
+    # model with ORT's optimizations off (with only QDQ propagation off, ORT's other QDQ fusions moved
+    # the logits by 0.42). Before: onnx / trt failed verify with the refusal; trt then on numbers.
+    src = onnx.load(str(DATA / FP16_QDQ))
+    result = onnx_fuse.optimize(str(DATA / FP16_QDQ), level=level, target=target, verify=True,
+                                **({"float32_plugins": True} if target == "trt" else {}))
+    out = result.to_proto()
+    assert result.report.passed, result.report.verify_failure
+    ops, before = _ops(out), _ops(src)
+    assert sum(ops.get(k, 0) for k in ("Attention", "com.microsoft::MultiHeadAttention")) == 2
+    assert ops["QuantizeLinear"] == before["QuantizeLinear"]
+    zero_points = {t.name: t.data_type for t in out.graph.initializer}
+    q_types = {zero_points[n.input[2]] for n in out.graph.node if n.op_type == "QuantizeLinear"}
+    opset = next(o.version for o in out.opset_import if o.domain in ("", "ai.onnx"))
+    assert q_types == ({onnx.TensorProto.UINT8} if target == "onnx" else {onnx.TensorProto.INT8})
+    assert opset == (20 if target == "ort" else 23)
