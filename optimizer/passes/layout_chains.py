@@ -10,8 +10,15 @@ Cases handled (each counted in ``stats``):
   of the middle value that x does not have at the same axis; identity-elimination then drops a
   Reshape to x's own shape, so a head split undone by its merge cancels.
 
+- ``layout-chain``: a chain of Reshapes, Flattens (a Reshape to [prod(dims[:axis]), prod(dims[axis:])])
+  and Transposes from known (int or symbolic) dims as at most Reshape, Transpose, Reshape on x's
+  own dims where it moves whole axes; a symbolic dim is split only into exact factors (3*n as n and
+  3); a target with two symbolic entries no 0 copies is the chain's own computed last target, or
+  Flatten + a Reshape copying the merged leading dims (LongT5's [B*N, H, L, D] block views).
+
 A Reshape chain's values must have that one reader and must not be a graph output: a second reader
-would need the old layout, so it blocks the rewrite (a transposed region's readers are its own). Runs in the
+would need the old layout, so it blocks the rewrite (a transposed region's readers are its own);
+Shape reads beside it keep the nodes up to the value they read (their cost counted). Runs in the
 cleanup after the rules (levels.py): the lowerings' layout glue meets the exporter's there, once the
 cleanup has dropped the shape reads the rules left beside it (LayoutLM's TorchScript export at
 trt-O4: 8 Transposes, and the Reshapes around them, cancel in pairs).
@@ -32,6 +39,8 @@ from onnx_fuse.passes.constant_folding import constant_tensor
 # ONNX Runtime take any rank, so other targets fold without a cap (Hiera's unroll: one Transpose of
 # 10 axes for three rounds of 6, half the time in ORT at batch 4, docs/holdout.md)
 TRT_MAX_RANK = 8
+#: the ops a static chain is made of (Flatten is a Reshape to [prod(dims[:axis]), prod(dims[axis:])])
+LAYOUT_OPS = ("Transpose", "Reshape", "Flatten")
 
 
 def _one_reader(value: ir.Value) -> ir.Node | None:
@@ -40,6 +49,19 @@ def _one_reader(value: ir.Value) -> ir.Node | None:
         return None
     uses = list(value.uses())
     return uses[0].node if len(uses) == 1 else None
+
+
+def _chain_reader(value: ir.Value) -> tuple[ir.Node | None, bool]:
+    """The one layout op (Transpose / Reshape / Flatten) that reads ``value`` beside Shape reads
+    only, and whether there are such Shape reads; (None, _) for any other reader or a graph output."""
+    if value.is_graph_output():
+        return None, False
+    uses = [u.node for u in value.uses()]
+    shapes = [n for n in uses if is_default_op(n, "Shape")]
+    rest = [n for n in uses if not is_default_op(n, "Shape")]
+    if len(rest) != 1 or not is_default_op(rest[0], *LAYOUT_OPS):
+        return None, False
+    return rest[0], bool(shapes)
 
 
 def _fresh(base: str, taken: set) -> str:
@@ -74,7 +96,7 @@ class FoldLayoutChainsPass(FusePass):
         for node in list(graph):
             if node.graph is not graph:  # removed by an earlier rewrite of this sweep
                 continue
-            if is_default_op(node, "Transpose", "Reshape") and self._static_chain(graph, node):
+            if is_default_op(node, *LAYOUT_OPS) and self._static_chain(graph, node):
                 modified = True
             elif is_default_op(node, "Transpose"):
                 modified |= self._sink_transpose(graph, node, opset)
@@ -208,54 +230,87 @@ class FoldLayoutChainsPass(FusePass):
     # -- Reshape / Transpose chains on known (int or symbolic) shapes ----------------------------
 
     def _static_chain(self, graph: ir.Graph, start: ir.Node) -> bool:
-        """A chain of Reshapes and Transposes from a known shape, as at most Reshape, Transpose,
-        Reshape (_atoms), when that is fewer nodes. Symbolic dims (``batch``, ``4*batch``) are atoms
-        never split, so the folded chain is the same for every value they take."""
+        """A chain of Reshapes, Flattens and Transposes from a known shape, as at most Reshape,
+        Transpose, Reshape (_atoms), when that is fewer nodes. Symbolic dims (``batch``, ``4*batch``)
+        are split only into exact factors (``3*n`` as ``n`` and ``3``), so the folded chain is the
+        same for every value they take. A chain value also read by Shape keeps the nodes up to it
+        (the shape read stays as it was; they count against the saving)."""
         x = start.inputs[0] if start.inputs else None
         before = x.producer() if x is not None else None
-        if x is None or (is_default_op(before, "Transpose", "Reshape") and _one_reader(x) is start):
-            return False  # not the chain's first node
-        chain, node = [start], start
-        while (nxt := _one_reader(node.outputs[0])) is not None and is_default_op(nxt, "Transpose", "Reshape"):
+        if x is None or (is_default_op(before, *LAYOUT_OPS) and _one_reader(x) is start):
+            return False  # not the chain's first node (one read beside Shape reads: tried both ways)
+        chain, node, read = [start], start, []
+        while True:
+            nxt, shape_read = _chain_reader(node.outputs[0])
+            read.append(shape_read)
+            if nxt is None:
+                break
             chain.append(node := nxt)
+        # chain[:kept] stay for the Shape reads of their values (the last value's readers, Shape
+        # ones too, read the folded chain's result: same shape)
+        kept = max((i + 1 for i in range(len(chain) - 1) if read[i]), default=0)
         shape = _known_dims(x)
         if len(chain) < 2 or shape is None:
             return False
-        steps = [perm_of(n) if n.op_type == "Transpose" else _reshape_target(n) for n in chain]
+        steps = [perm_of(n) if n.op_type == "Transpose" else _flatten_axis(n) if n.op_type == "Flatten"
+                 else _reshape_target(n) for n in chain]
         if any(s is None for s in steps):
             return False
         plan = _atoms(shape, [(n.op_type, s) for n, s in zip(chain, steps)])
         if plan is None:
             return False
-        sizes, perm, final = plan
+        sizes, perm, final, axis_perm = plan
         if self.max_rank is not None and len(perm) > self.max_rank:
             return False
         ops = []  # (op, perm or (target dims, the Reshape's input dims))
         if perm != list(range(len(perm))):
-            if sizes != shape:
-                ops.append(("Reshape", (sizes, shape)))
-            ops.append(("Transpose", perm))
-            moved = [sizes[p] for p in perm]
+            if axis_perm is not None:
+                ops.append(("Transpose", axis_perm))
+                moved = [shape[p] for p in axis_perm]
+            else:
+                if sizes != shape:
+                    ops.append(("Reshape", (sizes, shape)))
+                ops.append(("Transpose", perm))
+                moved = [sizes[p] for p in perm]
             if moved != final:
                 ops.append(("Reshape", (final, moved)))
         else:
             ops.append(("Reshape", (final, shape)))
-        if len(ops) >= len(chain):
-            return False
-        targets = {k: _target_entries(*arg) for k, (op, arg) in enumerate(ops) if op == "Reshape"}
-        if any(t is None for t in targets.values()):
-            return False  # more than one symbolic entry that no 0 can copy
         last = chain[-1]
+        targets = {k: _target_entries(*arg) for k, (op, arg) in enumerate(ops) if op == "Reshape"}
+        reuse = _reusable_target(last)
+        if ops[-1][0] == "Reshape" and targets[len(ops) - 1] is None and reuse is not None:
+            targets[len(ops) - 1] = reuse  # the chain's own last target, computed from shapes
+        for k in [k for k, t in targets.items() if t is None]:
+            targets[k] = _flattened_target(*ops[k][1])
+        if any(t is None for t in targets.values()):
+            return False  # more than one symbolic entry that no 0 (or a Flatten's product) can copy
+        flattens = sum(isinstance(t, tuple) for t in targets.values())
+        if len(ops) + flattens + kept >= len(chain):
+            return False
         taken = {o.name for n in graph for o in n.outputs} | set(graph.initializers) | {v.name for v in graph.inputs}
         cur = x
         for k, (op, arg) in enumerate(ops):
             if op == "Transpose":
                 new = ir.node("Transpose", [cur], attributes={"perm": arg})
-                dims = [sizes[p] for p in arg]
+                dims = [(shape if axis_perm is not None else sizes)[p] for p in arg]
             else:
-                shape_value = self._shape_const(graph, f"{last.name or 'layout'}_shape", targets[k])
-                taken.add(shape_value.name)
-                new = ir.node("Reshape", [cur, shape_value])
+                target = targets[k]
+                if isinstance(target, tuple):  # Flatten(axis) first, then the rest with a 0 copying its product
+                    axis, target = target
+                    flat = ir.node("Flatten", [cur], attributes={"axis": axis})
+                    graph.insert_before(last, flat)
+                    cur = flat.outputs[0]
+                    cur.name = _fresh(f"{last.outputs[0].name or 'layout'}_flatten{k}", taken)
+                    cur.dtype = x.dtype
+                    halves = [(1, ()), (1, ())]
+                    for i, d in enumerate(arg[1]):
+                        halves[i >= axis] = mul(halves[i >= axis], d)
+                    cur.shape = ir.Shape([d[0] if not d[1] else dim_text(d) for d in halves])
+                if not isinstance(target, ir.Value):
+                    target = self._shape_const(graph, f"{last.name or 'layout'}_shape", target)
+                    taken.add(target.name)
+                new = ir.node("Reshape", [cur, target])
                 dims = arg[0]
             graph.insert_before(last, new)
             cur = new.outputs[0]
@@ -266,7 +321,7 @@ class FoldLayoutChainsPass(FusePass):
         name, was_output = out.name, out.is_graph_output()
         cur.type, cur.shape = out.type, out.shape
         out.replace_all_uses_with(cur, replace_graph_outputs=True)
-        for n in reversed(chain):
+        for n in reversed(chain[kept:]):
             graph.remove(n, safe=True)
         if was_output:  # the model's output keeps its name
             out.name, cur.name = None, name
@@ -304,6 +359,25 @@ def _reshape_target(node: ir.Node) -> list[Dim] | None:
     return entries
 
 
+def _flatten_axis(node: ir.Node) -> int | None:
+    """A Flatten's axis (negative: from the end, resolved in _atoms); None when it is a reference."""
+    a = node.attributes.get("axis")
+    if a is None:
+        return 1
+    return None if a.is_ref() else int(a.value)
+
+
+def _reusable_target(node: ir.Node) -> ir.Value | None:
+    """A Reshape's own computed target, usable after any input of the same size: no 0 entry (a 0
+    copies the input's dim at its index) and not a constant (a constant target is written afresh)."""
+    if node.op_type != "Reshape" or len(node.inputs) < 2 or node.inputs[1] is None:
+        return None
+    if constant_tensor(node.inputs[1]) is not None:
+        return None
+    entries = _reshape_target(node)
+    return node.inputs[1] if entries is not None and (0, ()) not in entries else None
+
+
 def _known_dims(x: ir.Value) -> list[Dim] | None:
     """x's dims as products (``4*batch`` is (4, ("batch",))); None when one is unknown or invented
     by inference (no fact to fold on) or not positive."""
@@ -323,13 +397,30 @@ def _target_entries(target: list[Dim], ins: list[Dim]) -> list[int] | None:
     return [-1 if e is None else e for e in out]
 
 
+def _flattened_target(target: list[Dim], ins: list[Dim]) -> tuple[int, list[int]] | None:
+    """Where no Reshape target alone can say ``target`` (two symbolic entries, neither copied), its
+    first entry the product of the input's first k >= 2 dims: (k, the entries after Flatten(axis k),
+    a 0 copying that product and the one symbolic entry left as -1); None otherwise."""
+    one: Dim = (1, ())
+    lead = one
+    for k, d in enumerate(ins[:-1]):
+        lead = mul(lead, d)
+        if k >= 1 and lead == target[0]:
+            rest = [d[0] if not d[1] else None for d in target[1:]]
+            if rest.count(None) > 1:
+                return None
+            return k + 1, [0] + [-1 if e is None else e for e in rest]
+    return None
+
+
 def _atoms(shape: list[Dim], steps: list[tuple[str, list]]):
     """Follow a Reshape / Transpose chain on x's ``shape`` (dims as products, _dim_products.Dim) as a
     permutation of x's axes split into factors ("atoms"); a Reshape's step is its target entries
     (Dims, (0, ()) a copy, (-1, ()) the one to solve). Returns (atom sizes in x's order, the
     permutation of the atoms, the final shape), adjacent atoms that stay adjacent merged and 1s
-    dropped; None when a Reshape does not split the atoms on their boundaries (or a divisor), splits a
-    symbolic dim, or a shape entry cannot be resolved."""
+    dropped, and that permutation on x's axes where it moves whole axes (else None); None when a
+    Reshape does not split the atoms on their boundaries (or an exact factor), or a shape entry
+    cannot be resolved. A Flatten's step is its axis."""
     one: Dim = (1, ())
     size = {i: d for i, d in enumerate(shape)}
     order = list(range(len(shape)))  # the atoms in x's memory order
@@ -342,6 +433,14 @@ def _atoms(shape: list[Dim], steps: list[tuple[str, list]]):
                 return None
             axes, dims = [axes[p] for p in arg], [dims[p] for p in arg]
             continue
+        if op == "Flatten":  # a Reshape to [prod(dims[:axis]), prod(dims[axis:])]
+            axis = arg + len(dims) if arg < 0 else arg
+            if not 0 <= axis <= len(dims):
+                return None
+            outer, inner = one, one
+            for i, d in enumerate(dims):
+                outer, inner = (mul(outer, d), inner) if i < axis else (outer, mul(inner, d))
+            arg = [outer, inner]
         if any(e[0] < 0 and e != (-1, ()) for e in arg) or arg.count((-1, ())) > 1:
             return None
         target = [dims[i] if e == (0, ()) and i < len(dims) else None if e == (-1, ()) else e
@@ -375,11 +474,12 @@ def _atoms(shape: list[Dim], steps: list[tuple[str, list]]):
                     have = mul(have, size[a])
                     k += 1
                     continue
-                if size[a][1] or need[1] or size[a][0] % need[0]:
-                    return None  # a symbolic dim is never split, an int one only by a divisor
+                rest = div(size[a], need)
+                if rest is None:
+                    return None  # a dim is split only into exact factors (3*n as n and 3, not n as 2 and n/2)
                 outer, inner = fresh, fresh + 1  # a as [need, size / need]
                 fresh += 2
-                size[outer], size[inner] = need, (size[a][0] // need[0], ())
+                size[outer], size[inner] = need, rest
                 order[order.index(a):order.index(a) + 1] = [outer, inner]
                 flat[k:k + 1] = [outer, inner]
                 group.append(outer)
@@ -404,4 +504,8 @@ def _atoms(shape: list[Dim], steps: list[tuple[str, list]]):
             d = mul(d, size[a])
         sizes.append(d)
     perm = [groups.index(g) for g in merged]
-    return sizes, perm, dims
+    # the same permutation on x's own axes, where no axis was split and none is 1: a Transpose of x
+    # needs no merging Reshape before it
+    whole = all(d != one for d in shape) and all(a < len(shape) for g in merged for a in g)
+    axis_perm = [a for g in merged for a in g] if whole else None
+    return sizes, perm, dims, axis_perm

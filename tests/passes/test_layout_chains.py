@@ -285,7 +285,8 @@ def test_symbolic_chain_stops_at_a_second_reader():
             s2 = Constant <value = int64[3] {0, 0, -1}> ()
             y = Reshape (t2, s2)
         }""")
-    assert p.stats["layout-chain"] == 0  # two 2-node chains: nothing shorter
+    # x -> k is one Transpose (the Reshape keeps its shape); k -> y stays two nodes, not read from x
+    assert p.stats["layout-chain"] == 1 and ops(model) == {"Transpose": 2, "Reshape": 1}, ops(model)
     check_same(proto, model, _x(3, 4, 64, 16))
 
 
@@ -362,3 +363,78 @@ def test_levels_cap_the_chain_fold_at_trt_only(target, widest):
     result = optimize(_hiera_unroll().SerializeToString(), level=2, target=target, verify=True)
     assert result.report.passed
     assert max(len(n.attributes["perm"].value) for n in result.model.graph if n.op_type == "Transpose") == widest
+
+
+# -- Flatten, exact symbolic splits, Shape side reads, computed targets (LongT5's block views) ------
+
+def test_flatten_in_a_chain_is_read_as_a_reshape():
+    # blocks attention's key view: [B, N, L, 2, 16] -> [B, N, 2, 16, L] -> [B*N, 32*L] -> [B*N, 2, 16, L]
+    # -> [B*N, 2, L, 16]: one Transpose of x, then the merged rows kept by Flatten and a 0 (B*N and L
+    # are both symbolic, so no Reshape alone can say it)
+    proto, model, modified, p = _run("""
+        g (float[B, N, L, 2, 16] x) => (float[Z, 2, L, 16] y) {
+            t1 = Transpose <perm = [0, 1, 3, 4, 2]> (x)
+            f = Flatten <axis = 2> (t1)
+            s = Constant <value = int64[4] {0, 2, 16, -1}> ()
+            r = Reshape (f, s)
+            y = Transpose <perm = [0, 1, 3, 2]> (r)
+        }""")
+    assert modified and p.stats["layout-chain"] == 1
+    assert ops(model) == {"Transpose": 1, "Flatten": 1, "Reshape": 1}, ops(model)
+    check_same(proto, model, _x(2, 3, 5, 2, 16))
+
+
+def test_flatten_then_reshape_back_cancels():
+    proto, model, modified, p = _run("""
+        g (float[B, 4, 8] x) => (float[B, 4, 8] y) {
+            f = Flatten <axis = 1> (x)
+            s = Constant <value = int64[3] {0, 4, 8}> ()
+            y = Reshape (f, s)
+        }""")
+    assert modified and p.stats["layout-chain"] == 1
+    assert "Flatten" not in ops(model), ops(model)
+    check_same(proto, model, _x(3, 4, 8))
+
+
+_BLOCKS = """
+        g (float[B, n, 3, 32] x) => (float[B, M, 32] y) {
+            s0 = Constant <value = int64[4] {0, -1, 2, 16}> ()
+            r0 = Reshape (x, s0)
+            a = Relu (r0)
+            s1 = Constant <value = int64[5] {0, -1, 3, 2, 16}> ()
+            q5 = Reshape (a, s1)
+            qt = Transpose <perm = [0, 1, 3, 2, 4]> (q5)
+            lead = Shape <start = 0, end = 2> (qt)
+            s2 = Constant <value = int64[4] {-1, 2, 3, 16}> ()
+            q4 = Reshape (qt, s2)
+            qh = Transpose <perm = [0, 2, 1, 3]> (q4)
+            s3 = Constant <value = int64[3] {0, 0, -1}> ()
+            q3 = Reshape (qh, s3)
+            o3 = Sigmoid (q3)
+            s4 = Constant <value = int64[4] {0, 0, 2, 16}> ()
+            o4 = Reshape (o3, s4)
+            ot = Transpose <perm = [0, 2, 1, 3]> (o4)
+            tail = Constant <value = int64[3] {2, -1, 16}> ()
+            os = Concat <axis = 0> (lead, tail)
+            o5 = Reshape (ot, os)
+            ob = Transpose <perm = [0, 1, 3, 2, 4]> (o5)
+            b = Shape <start = 0, end = 1> (x)
+            last = Constant <value = int64[2] {-1, 32}> ()
+            ys = Concat <axis = 0> (b, last)
+            y = Reshape (ob, ys)
+        }"""
+
+
+def test_block_views_fold_around_the_fused_op():
+    """LongT5's blocks (rules/attention/blocks_5d.yaml, the op a Sigmoid here): q [B, 3n, 2, 16] viewed
+    [B, n, 3, 2, 16], heads moved, rows merged to [B*n, 3, 32] is one Reshape (3n split as n, 3; the
+    Shape read of the moved view keeps the nodes before it); the output's way back to [B, 3n, 32]
+    through a target computed from that Shape read is one Reshape to the chain's own last target.
+    On the old code neither chain folded (a symbolic dim never split, a second reader, two
+    symbolic entries)."""
+    proto, model, modified, p = _run(_BLOCKS)
+    assert modified and p.stats["layout-chain"] == 2, p.stats
+    # x -> r0 -> Relu -> Reshape [B*n, 3, 32] -> Sigmoid -> Reshape(ys): the output no longer reads
+    # the Shape of q's view, so that view and its read go too
+    assert ops(model) == {"Reshape": 3, "Relu": 1, "Sigmoid": 1, "Shape": 1, "Concat": 1}, ops(model)
+    check_same(proto, model, _x(2, 4, 3, 32))
