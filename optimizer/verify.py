@@ -858,11 +858,60 @@ def verify(original, optimized, *, inputs: Mapping[str, np.ndarray] | str | None
         pair = _emulate_bf16_pair(original, optimized) if _bf16_valued(ref.skeleton) else None
         if pair is not None:
             ref, opt = _Side(pair[0], tmp, "original"), _Side(pair[1], tmp, "optimized")
+        nbits = pair is None and (_nbits_accuracy(ref.skeleton) or _nbits_accuracy(opt.skeleton))
+        if nbits:
+            ref = _Side(_nbits_float_activations(original), tmp, "original")
+            opt = _Side(_nbits_float_activations(optimized), tmp, "optimized")
         result = _verify(ref, opt, inputs=inputs, shapes=shapes, seed=seed, atol=atol, rtol=rtol,
                          precision=precision, bf16=pair is not None, ort_runtime=ort_runtime)
+        if nbits:
+            result.setdefault("notes", []).append(NBITS_NOTE)
     if raise_on_failure and not result["passed"]:
         raise VerificationError(failure_summary(result))
     return result
+
+
+NBITS_NOTE = ("MatMulNBits with accuracy_level > 0 (onnxruntime-genai's CPU int4: the kernel may quantize "
+              "its activations to int8, a permission, not the op's value): both models compared with it "
+              "at 0, float activations")
+
+
+def _nbits_accuracy(proto: onnx.ModelProto) -> bool:
+    """Does a com.microsoft MatMulNBits of the model carry accuracy_level > 0 (any graph)?"""
+    def walk(graph) -> bool:
+        for n in graph.node:
+            if n.op_type == "MatMulNBits" and n.domain == "com.microsoft" and any(
+                    a.name == "accuracy_level" and a.i > 0 for a in n.attribute):
+                return True
+            if any(walk(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH):
+                return True
+        return False
+    return walk(proto.graph)
+
+
+def _nbits_float_activations(model: Any) -> onnx.ModelProto:
+    """A copy of ``model`` whose MatMulNBits say accuracy_level 0: ORT's CPU kernel then multiplies
+    float activations, so its own int8 rounding of A (level 4, which the onnx / trt lowering to
+    DequantizeLinear + MatMul has no counterpart of) is not read as the optimizer's difference."""
+    if isinstance(model, (str, os.PathLike)):
+        proto = onnx.load(str(model))
+    elif isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    else:
+        proto = ir.to_proto(model)
+
+    def walk(graph) -> None:
+        for n in graph.node:
+            if n.op_type == "MatMulNBits" and n.domain == "com.microsoft":
+                for a in n.attribute:
+                    if a.name == "accuracy_level":
+                        a.i = 0
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+    walk(proto.graph)
+    return proto
 
 
 BF16_NOTE = ("bfloat16 model: ONNX Runtime's CPU provider has no bf16 MatMul / Add, so both models ran "
