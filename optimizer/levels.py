@@ -177,7 +177,10 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         bn_fold = (FoldBatchNormPass(),)
         from onnx_fuse.passes.layout_chains import TRT_MAX_RANK, FoldLayoutChainsPass
 
-        layout_chains = FoldLayoutChainsPass(max_rank=TRT_MAX_RANK if target == "trt" else None)
+        # onnx / ort write Attention-23 4-D; where the export's layout is [B, S, H*D] its 3-D form
+        # saves the Transposes around it (trt lowers to 3-D itself)
+        layout_chains = FoldLayoutChainsPass(max_rank=TRT_MAX_RANK if target == "trt" else None,
+                                             attention_3d=target != "trt")
         # O2: ORT's FusedMatMul and default-domain SimplifiedLayerNormalization (a graph ORT optimized
         # offline) back into the MatMul and scale / the RMSNorm the rules match and onnx / trt run
         from onnx_fuse.passes.fused_matmul import ExpandFusedMatMulPass

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes import _attention_3d
 from onnx_fuse.passes._dim_products import Dim, dim_text, div, mul, reshape_out_dims, shape_vector, value_dims
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 from onnx_fuse.passes._shape_values import invented_name
@@ -85,14 +86,22 @@ class FoldLayoutChainsPass(FusePass):
 
     name = "fold-layout-chains"
 
-    def __init__(self, max_rank: int | None = TRT_MAX_RANK) -> None:
+    def __init__(self, max_rank: int | None = TRT_MAX_RANK, attention_3d: bool = False) -> None:
         super().__init__()
         self.max_rank = max_rank  # None: any rank
+        self.attention_3d = attention_3d  # Attention-23 read 3-D where that saves Transposes
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         graph = model.graph  # permuted constants become initializers: main graph only
         opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+        if self.attention_3d:
+            for node in list(graph):
+                plan = _attention_3d.candidate(node, opset)
+                if plan is not None and plan[0]:
+                    _attention_3d.to_3d(graph, node, plan[1])
+                    self.stats["attention-3d"] += 1
+                    modified = True
         for node in list(graph):
             if node.graph is not graph:  # removed by an earlier rewrite of this sweep
                 continue

@@ -1,0 +1,168 @@
+"""Attention-23 on heads-first [B, H, S, D] tensors read in its 3-D form [B, S, H*D] where the
+graph around it is laid out that way (layout_chains' ``attention-3d``).
+
+Attention-23 takes q / k / v either 4-D or 3-D with ``q_num_heads`` / ``kv_num_heads``; the two
+compute the same (the 3-D inputs are the 4-D ones with heads and sequence swapped and the heads
+merged, the output likewise). The lowerings write the 4-D form at onnx (and ort's fallback), so an
+exporter that splits heads from [B, S, H*D] keeps a Transpose in front of every input and behind
+the output. Rewritten 3-D, each new input Transpose meets the export's own: directly (a Transpose
+pair) or through the ops a Transpose sinks through (_transpose_region: SD3's QK RMSNorm in
+[B, H, S, D] and its Concat of text and image over S), and the new Reshapes meet the export's head
+split / merge. Done only where that saves Transposes: at least three of q, k, v and the output must
+meet one (each that does saves one, each that does not costs one).
+
+Past keys / values whose present outputs nobody reads are no cache: they are joined to k / v
+(Concat over the sequence axis, the keys Attention-23 reads anyway) so they take the 3-D form too
+(SD3's joint attention, recognized as a cache of the text keys). Not with is_causal (the causal
+band is offset by the past length) nor with a key-length input (opset 24).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import attr_value, is_default_op, reroute
+from onnx_fuse.passes._transpose_region import Region, Refused, _check_layout_op, all_ones, layout_inputs, perm_of
+from onnx_fuse.passes.constant_folding import constant_tensor
+
+HEADS = [0, 2, 1, 3]  # [B, H, S, D] <-> [B, S, H, D]
+_DEPTH = 24  # producers walked from an input (a norm and a Concat in SD3)
+
+
+def _static(v: ir.Value | None, *axes: int) -> bool:
+    return (v is not None and v.shape is not None and len(v.shape) == 4
+            and all(isinstance(v.shape[a], int) and v.shape[a] > 0 for a in axes))
+
+
+def _one_reader(v: ir.Value) -> bool:
+    return not v.is_graph_output() and len(list(v.uses())) == 1
+
+
+def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
+    """Whether a Transpose by HEADS of ``v`` would meet the export's: ``v`` is a Transpose by HEADS,
+    or computed by ops a Transpose sinks through from such Transposes (constants and all-ones
+    operands aside), every value on the way read once (the region then has no other reader)."""
+    if depth <= 0 or not _one_reader(v):
+        return False
+    node = v.producer()
+    if is_default_op(node, "Transpose"):
+        return perm_of(node) == HEADS
+    if node is None or len(node.outputs) != 1:
+        return False
+    try:
+        _check_layout_op(node, Region(list(HEADS)), opset)
+    except Refused:
+        return False
+    for j in layout_inputs(node):
+        x = node.inputs[j]
+        if x is None or all_ones(x) or constant_tensor(x) is not None:
+            continue
+        if not heads_split(x, opset, depth - 1):
+            return False
+    return True
+
+
+def _merged_by_reader(v: ir.Value) -> bool:
+    """The output read once, by a Transpose by HEADS (the export's head merge)."""
+    if v.is_graph_output():
+        return False
+    uses = list(v.uses())
+    return len(uses) == 1 and is_default_op(uses[0].node, "Transpose") and perm_of(uses[0].node) == HEADS
+
+
+def candidate(node: ir.Node, opset: int) -> tuple[bool, bool] | None:
+    """(worth it, join the past) for a 4-D Attention-23 ``node``; None when it has no 3-D form here."""
+    if not is_default_op(node, "Attention") or len(node.inputs) < 3:
+        return None
+    q, k, v = node.inputs[:3]
+    if not (_static(q, 1, 3) and _static(k, 1, 3) and _static(v, 1, 3)):
+        return None
+    if len(node.inputs) > 6 and node.inputs[6] is not None:
+        return None  # nonpad_kv_seqlen
+    outs = node.outputs
+    if len(outs) > 3 and (outs[3].uses() or outs[3].is_graph_output()):
+        return None  # qk_matmul_output
+    past = [node.inputs[i] if len(node.inputs) > i else None for i in (4, 5)]
+    join = False
+    if past[0] is not None or past[1] is not None:
+        presents_read = any(o.uses() or o.is_graph_output() for o in outs[1:3])
+        if presents_read or attr_value(node, "is_causal", 0) or None in past:
+            return None  # a real cache: its past stays 4-D (left as it is)
+        if not all(_one_reader(p) for p in past):
+            return None
+        join = True
+    met = 0
+    for i, x in enumerate((q, k, v)):
+        if join and i > 0:  # the joined keys / values: both parts must meet a Transpose
+            met += heads_split(x, opset) and heads_split(past[i - 1], opset)
+        else:
+            met += heads_split(x, opset)
+    met += _merged_by_reader(outs[0])
+    return met >= 3, join
+
+
+def _int64(graph: ir.Graph, name: str, values: list[int], taken: set) -> ir.Value:
+    from onnx_fuse.passes.layout_chains import _fresh
+
+    name = _fresh(name, taken)
+    value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([len(values)]),
+                     const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
+    graph.register_initializer(value)
+    return value
+
+
+def to_3d(graph: ir.Graph, node: ir.Node, join: bool) -> None:
+    """Rewrite the 4-D Attention-23 ``node`` as its 3-D form between Transposes and Reshapes."""
+    from onnx_fuse.passes.layout_chains import _fresh
+
+    taken = {o.name for n in graph for o in n.outputs} | set(graph.initializers) | {w.name for w in graph.inputs}
+    base = node.name or "attention"
+    q, k, v = node.inputs[:3]
+    new_nodes: list[ir.Node] = []
+
+    def add(op: str, inputs, shape, dtype, **attributes) -> ir.Value:
+        n = ir.node(op, inputs, attributes=attributes)
+        n.name = _fresh(f"{base}/3d_{op.lower()}", taken)
+        out = n.outputs[0]
+        out.name = _fresh(f"{base}_3d_{op.lower()}", taken)
+        out.dtype = dtype
+        if shape is not None:
+            out.shape = ir.Shape(shape)
+        new_nodes.append(n)
+        return out
+
+    if join:
+        pk, pv = node.inputs[4], node.inputs[5]
+        joined = []
+        for a, b in ((pk, k), (pv, v)):  # the sequence dim summed where both are ints
+            dims = list(b.shape.dims)
+            s1, s2 = a.shape[2] if a.shape is not None and len(a.shape) == 4 else None, b.shape[2]
+            dims[2] = s1 + s2 if isinstance(s1, int) and isinstance(s2, int) else None
+            joined.append(add("Concat", [a, b], dims, b.dtype, axis=2))
+        k, v = joined
+    merge = _int64(graph, f"{base}_3d_merge", [0, 0, -1], taken)
+    three = []
+    for x in (q, k, v):
+        t = add("Transpose", [x], [x.shape[i] for i in HEADS], x.dtype, perm=HEADS)
+        d3 = [x.shape[0], x.shape[2], x.shape[1] * x.shape[3]]
+        three.append(add("Reshape", [t, merge], d3, x.dtype))
+    hq, hkv, dv = q.shape[1], k.shape[1], v.shape[3]
+    attrs = {a.name: a.value for a in node.attributes.values()}
+    attrs.update(q_num_heads=hq, kv_num_heads=hkv)
+    mask = node.inputs[3] if len(node.inputs) > 3 else None
+    att = ir.node("Attention", [*three, mask] if mask is not None else three, attributes=attrs)
+    att.name = _fresh(f"{base}/3d", taken)
+    y3 = att.outputs[0]
+    y3.name = _fresh(f"{base}_3d_y", taken)
+    o = node.outputs[0]
+    y3.dtype = o.dtype
+    if o.shape is not None:
+        y3.shape = ir.Shape([o.shape[0], o.shape[2], hq * dv])
+    new_nodes.append(att)
+    split = _int64(graph, f"{base}_3d_split", [0, 0, hq, dv], taken)
+    y4 = add("Reshape", [y3, split], None if o.shape is None else [o.shape[0], o.shape[2], hq, dv], o.dtype)
+    out = add("Transpose", [y4], None if o.shape is None else list(o.shape.dims), o.dtype, perm=HEADS)
+    graph.insert_before(node, new_nodes)
+    reroute(o, out)
+    graph.remove(node, safe=True)

@@ -1,0 +1,202 @@
+"""fold-layout-chains' attention-3d (passes/_attention_3d.py): Attention-23 on [B, H, S, D] views of
+[B, S, H*D] tensors read in its 3-D form, so the Transposes around it cancel; past keys / values
+whose presents nobody reads joined to k / v first (SD3's joint attention)."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_fuse
+from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
+from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
+from pass_testing import apply, check_same
+from pass_testing import ops as _ops
+
+B, S, P, H, D = 2, 5, 3, 2, 8
+
+
+def _graph(*, norm: bool = True, past: bool = False, presents_read: bool = False, rope_q: bool = False,
+           merge_out: bool = True) -> onnx.ModelProto:
+    """x [B, S, H*D] -> q / k / v views [B, H, S, D] (RMSNorm on q and k in that layout, as SD3) ->
+    Attention-23 -> [B, S, H*D]; ``past``: a second stream's k / v [B, H, P, D] as past_key /
+    past_value (what the lowering of a Concat over S recognized as a cache writes)."""
+    rng = np.random.default_rng(0)
+    inits = [helper.make_tensor("split", TensorProto.INT64, [4], [0, 0, H, D]),
+             helper.make_tensor("merge", TensorProto.INT64, [3], [0, 0, H * D]),
+             helper.make_tensor("g", TensorProto.FLOAT, [D], rng.uniform(0.5, 1.5, D).tolist())]
+    nodes, inputs = [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, H * D])]
+
+    def heads(src, name, normed):
+        w = f"w_{name}"
+        inits.append(helper.make_tensor(w, TensorProto.FLOAT, [H * D, H * D],
+                                        (rng.standard_normal((H * D, H * D)) / 4).ravel().tolist()))
+        nodes.extend([helper.make_node("MatMul", [src, w], [f"{name}_p"]),
+                      helper.make_node("Reshape", [f"{name}_p", "split"], [f"{name}_s"]),
+                      helper.make_node("Transpose", [f"{name}_s"], [f"{name}_t"], perm=[0, 2, 1, 3])])
+        if not normed:
+            return f"{name}_t"
+        nodes.append(helper.make_node("RMSNormalization", [f"{name}_t", "g"], [f"{name}_n"], epsilon=1e-6))
+        return f"{name}_n"
+
+    q, k, v = heads("x", "q", norm), heads("x", "k", norm), heads("x", "v", False)
+    if rope_q:  # q read through an op no Transpose sinks through
+        nodes.append(helper.make_node("Softplus", [q], ["q_sp"]))
+        nodes.append(helper.make_node("ReduceMax", ["q_sp"], ["q_m"], keepdims=1))
+        nodes.append(helper.make_node("Sub", ["q_sp", "q_m"], ["q_r"]))
+        q = "q_r"
+    att_in = [q, k, v]
+    outs = ["o4"]
+    if past:
+        inputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, [B, P, H * D]))
+        att_in += ["", heads("c", "pk", norm), heads("c", "pv", False)]
+        outs += ["present_k", "present_v"]
+    nodes.append(helper.make_node("Attention", att_in, outs, scale=D ** -0.5))
+    out_name = "o4"
+    if merge_out:
+        nodes += [helper.make_node("Transpose", ["o4"], ["ot"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", ["ot", "merge"], ["y"])]
+        out_name = "y"
+    seq = S + P if past else S
+    outputs = [helper.make_tensor_value_info(out_name, TensorProto.FLOAT,
+                                             [B, S, H * D] if merge_out else [B, H, S, D])]
+    if presents_read:
+        outputs.append(helper.make_tensor_value_info("present_k", TensorProto.FLOAT, [B, H, seq, D]))
+    graph = helper.make_graph(nodes, "att", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _feeds():
+    rng = np.random.default_rng(1)
+    return {"x": rng.standard_normal((B, S, H * D), dtype=np.float32),
+            "c": rng.standard_normal((B, P, H * D), dtype=np.float32)}
+
+
+def _run(model, attention_3d=True):
+    ir_model, modified, p = apply(lambda: FoldLayoutChainsPass(max_rank=None, attention_3d=attention_3d), model,
+                                  shape_inference=True)
+    for _ in range(3):  # the cleanup's fixed point: the sunk Transposes' identities, the dead glue
+        FoldLayoutChainsPass(max_rank=None)(ir_model)
+        IdentityEliminationPass()(ir_model)
+        DeadCodeEliminationPass()(ir_model)
+    return ir_model, modified, p
+
+
+def _attention(ir_model):
+    return next(n for n in ir_model.graph if n.op_type == "Attention")
+
+
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("norm", [False, True])
+def test_heads_first_attention_is_read_3d(norm, past):
+    model = _graph(norm=norm, past=past)
+    ir_model, modified, p = _run(model)
+    got = {k: v for k, v in _ops(ir_model).items() if k != "Constant"}
+    assert modified and p.stats["attention-3d"] == 1
+    att = _attention(ir_model)
+    assert att.attributes["q_num_heads"].value == H and att.attributes["kv_num_heads"].value == H
+    assert "Transpose" not in got, got  # every head split / merge Transpose cancelled
+    check_same(model, ir_model, {k: v for k, v in _feeds().items() if past or k != "c"})
+
+
+def test_three_of_four_is_enough():
+    """q read through ops no Transpose sinks through (its split's Transpose stays, a new one
+    follows them): 4 Transposes -> 2."""
+    model = _graph(rope_q=True)
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 1
+    assert _ops(ir_model).get("Transpose") == 2, _ops(ir_model)
+    check_same(model, ir_model, {"x": _feeds()["x"]})
+
+
+def test_left_4d_where_it_saves_nothing():
+    """q through other ops and the output not merged: two of four meet a Transpose, left alone."""
+    model = _graph(rope_q=True, merge_out=False)
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 0 and "q_num_heads" not in _attention(ir_model).attributes
+
+
+def test_a_read_present_keeps_the_cache():
+    model = _graph(past=True, presents_read=True)
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 0
+    check_same(model, ir_model, _feeds())
+
+
+def test_off_by_default():
+    ir_model, modified, p = _run(_graph(), attention_3d=False)
+    assert p.stats["attention-3d"] == 0 and "q_num_heads" not in _attention(ir_model).attributes
+
+
+def _joint_sdpa(opset: int = 18) -> onnx.ModelProto:
+    """SD3's joint attention as exported: image and text q / k / v split to [B, H, ., D], QK RMSNorm
+    written out (x * rsqrt(mean(x^2) + eps) * g) in that layout, Concat over the sequence, softmax
+    attention, merged back to [B, S+P, H*D]."""
+    rng = np.random.default_rng(2)
+    inits = [helper.make_tensor("split", TensorProto.INT64, [4], [0, 0, H, D]),
+             helper.make_tensor("merge", TensorProto.INT64, [3], [0, 0, H * D]),
+             helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-6]),
+             helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+             helper.make_tensor("scale", TensorProto.FLOAT, [], [D ** -0.5]),
+             helper.make_tensor("last", TensorProto.INT64, [1], [-1])]
+    nodes = []
+
+    def proj(src, name, normed):
+        w = f"w_{name}"
+        inits.append(helper.make_tensor(w, TensorProto.FLOAT, [H * D, H * D],
+                                        (rng.standard_normal((H * D, H * D)) / 4).ravel().tolist()))
+        nodes.extend([helper.make_node("MatMul", [src, w], [f"{name}_p"]),
+                      helper.make_node("Reshape", [f"{name}_p", "split"], [f"{name}_s"]),
+                      helper.make_node("Transpose", [f"{name}_s"], [f"{name}_t"], perm=[0, 2, 1, 3])])
+        if not normed:
+            return f"{name}_t"
+        g = f"g_{name}"
+        inits.append(helper.make_tensor(g, TensorProto.FLOAT, [D], rng.uniform(0.5, 1.5, D).tolist()))
+        nodes.extend([helper.make_node("Pow", [f"{name}_t", "two"], [f"{name}_sq"]),
+                      helper.make_node("ReduceMean", [f"{name}_sq", "last"], [f"{name}_ms"], keepdims=1),
+                      helper.make_node("Add", [f"{name}_ms", "eps"], [f"{name}_e"]),
+                      helper.make_node("Sqrt", [f"{name}_e"], [f"{name}_r"]),
+                      helper.make_node("Div", [f"{name}_t", f"{name}_r"], [f"{name}_d"]),
+                      helper.make_node("Mul", [f"{name}_d", g], [f"{name}_n"])])
+        return f"{name}_n"
+
+    parts = {}
+    for stream in ("x", "c"):
+        parts[stream] = [proj(stream, f"{stream}{t}", t != "v") for t in "qkv"]
+    for i, t in enumerate("qkv"):
+        nodes.append(helper.make_node("Concat", [parts["c"][i], parts["x"][i]], [f"j{t}"], axis=2))
+    nodes += [helper.make_node("Transpose", ["jk"], ["jkt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["jq", "jkt"], ["sc"]),
+              helper.make_node("Mul", ["sc", "scale"], ["ss"]),
+              helper.make_node("Softmax", ["ss"], ["pr"], axis=-1),
+              helper.make_node("MatMul", ["pr", "jv"], ["o4"]),
+              helper.make_node("Transpose", ["o4"], ["ot"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ot", "merge"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "joint", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", S, H * D]),
+                         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["batch", P, H * D])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", S + P, H * D])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_joint_attention_at_onnx_keeps_no_transpose():
+    """SD3 / SD 3.5's joint attention at onnx-O3: Attention-23 3-D, no Transpose left (the old code
+    kept the 4-D form: 2 QK-norm Transposes x 2 streams, the values', the past's and the merge)."""
+    model = _joint_sdpa()
+    result = onnx_fuse.optimize(model, target="onnx", level=3, verify=True)
+    assert result.report.status == "PASSED", result.report.status_reason
+    ops = collections.Counter(n.op_type for n in result.model.graph)
+    assert ops["Attention"] == 1 and ops["Softmax"] == 0, ops
+    att = next(n for n in result.model.graph if n.op_type == "Attention")
+    assert att.attributes["q_num_heads"].value == H, att
+    assert ops["Transpose"] == 0, ops
+    check_same(model, result.model, _feeds())
