@@ -272,7 +272,7 @@ def _check_positions_value(out: ir.Value, live: set[int]) -> None:
     for gather, idx in out.uses():
         if id(gather) not in live:
             continue
-        if gather.op_type in ("Cast", "Expand") and idx == 0:
+        if gather.op_type in ("Cast", "Expand") and idx == 0 or _position_offset(gather, idx):
             _check_positions_value(gather.outputs[0], live)
             continue
         if gather.op_type == "RotaryEmbedding" and idx == 3:
@@ -292,6 +292,15 @@ def _check_positions_value(out: ir.Value, live: set[int]) -> None:
             if (add.op_type != "Add" or other is None or other.shape is None or add.outputs[0].shape is None
                     or len(other.shape) != 3 or list(other.shape) != list(add.outputs[0].shape)):
                 raise _Refuse(f"position embeddings feed {add.op_type} {add.name!r}, not an Add to [B, S, H]")
+
+
+def _position_offset(node: ir.Node, idx: int) -> bool:
+    """``ids + c`` / ``ids - c`` with c a scalar constant (PaliGemma counts positions from 1): still one
+    value per token, so [1, S] ids widened to [B, S] keep their meaning."""
+    if node.op_type not in ("Add", "Sub") or (node.op_type == "Sub" and idx != 0):
+        return False
+    other = node.inputs[1 - idx]
+    return _scalar(other) is not None and other.const_value.numpy().size == 1
 
 
 def _keeps_batch_axis(node: ir.Node, idx: int) -> bool:
