@@ -12,24 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 import onnx_fuse
 from tests.rules import test_probed_fused_attention as probed
+from tests.rules.test_attention_plain import _at  # the same graph declared at another opset
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 OPSETS = [17, 18, 20, 22]
-
-
-def _at(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for imp in out.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            imp.version = opset
-    onnx.checker.check_model(out)
-    return out
 
 
 def _pinned(model, opset: int, **kw):

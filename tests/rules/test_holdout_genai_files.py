@@ -14,10 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-import onnx
 import pytest
 
 import onnx_fuse
+from tests.rules.test_holdout_quant_files import _ops  # op histogram of a ModelProto
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests/data/holdout_genai"
@@ -30,14 +30,6 @@ def _feeds(name: str) -> dict:
 
     entry = json.loads((DATA / "manifest.json").read_text())["files"][name]
     return feeds_from_manifest(entry, entry["vocab_size"])
-
-
-def _ops(model: onnx.ModelProto) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for n in model.graph.node:
-        key = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
-        out[key] = out.get(key, 0) + 1
-    return out
 
 
 def test_manifest_lists_the_files():
