@@ -153,12 +153,15 @@ def _longt5_local(with_bias: bool) -> onnx.ModelProto:
 def test_longt5_local_blocks_fuse(h, target, with_bias):
     """Both block counts are (S+2)//3 once the pad to a multiple and the window cuts are named, so the
     blocks fold into the batch and the attention fuses (0 before: the counts were onnx's unk names);
-    the numbers match at every length, a partial last block included."""
+    the numbers match at every length, a partial last block included. With the bias the 5-D block rule
+    folds them; without it fold-layout-chains (which reads Flatten since session 17) already leaves 4-D
+    views and the plain recognizer takes them."""
     model = _longt5_local(with_bias)
     out = h.fuse(model, target)
     counts = h.ops(out)
     assert sum(counts[k] for k in ATTENTION) == 1 and "Softmax" not in counts, counts
-    assert h.fired(out)["attention-blocks-5d-batch"] >= 1
+    if with_bias:
+        assert h.fired(out)["attention-blocks-5d-batch"] >= 1
     for s in (1, 2, 3, 4, 7, 11):
         feeds = {x: h.rng.standard_normal((2, s, 2, 16)).astype(np.float32) for x in "qkv"}
         h.assert_close(model, out, feeds)
