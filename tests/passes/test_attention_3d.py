@@ -21,6 +21,18 @@ from pass_testing import ops as _ops
 B, S, P, H, D = 2, 5, 3, 2, 8
 
 
+def _heads_view(nodes: list, inits: list, rng, src: str, name: str) -> str:
+    """src [B, S, H*D] times a random weight ``w_<name>``, viewed as heads [B, H, S, D] (Reshape by the
+    graph's ``split`` initializer, then Transpose); appends to ``nodes`` / ``inits``, returns the view."""
+    w = f"w_{name}"
+    inits.append(helper.make_tensor(w, TensorProto.FLOAT, [H * D, H * D],
+                                    (rng.standard_normal((H * D, H * D)) / 4).ravel().tolist()))
+    nodes.extend([helper.make_node("MatMul", [src, w], [f"{name}_p"]),
+                  helper.make_node("Reshape", [f"{name}_p", "split"], [f"{name}_s"]),
+                  helper.make_node("Transpose", [f"{name}_s"], [f"{name}_t"], perm=[0, 2, 1, 3])])
+    return f"{name}_t"
+
+
 def _graph(*, norm: bool = True, past: bool = False, presents_read: bool = False, rope_q: bool = False,
            merge_out: bool = True) -> onnx.ModelProto:
     """x [B, S, H*D] -> q / k / v views [B, H, S, D] (RMSNorm on q and k in that layout, as SD3) ->
@@ -33,15 +45,10 @@ def _graph(*, norm: bool = True, past: bool = False, presents_read: bool = False
     nodes, inputs = [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, H * D])]
 
     def heads(src, name, normed):
-        w = f"w_{name}"
-        inits.append(helper.make_tensor(w, TensorProto.FLOAT, [H * D, H * D],
-                                        (rng.standard_normal((H * D, H * D)) / 4).ravel().tolist()))
-        nodes.extend([helper.make_node("MatMul", [src, w], [f"{name}_p"]),
-                      helper.make_node("Reshape", [f"{name}_p", "split"], [f"{name}_s"]),
-                      helper.make_node("Transpose", [f"{name}_s"], [f"{name}_t"], perm=[0, 2, 1, 3])])
+        t = _heads_view(nodes, inits, rng, src, name)
         if not normed:
-            return f"{name}_t"
-        nodes.append(helper.make_node("RMSNormalization", [f"{name}_t", "g"], [f"{name}_n"], epsilon=1e-6))
+            return t
+        nodes.append(helper.make_node("RMSNormalization", [t, "g"], [f"{name}_n"], epsilon=1e-6))
         return f"{name}_n"
 
     q, k, v = heads("x", "q", norm), heads("x", "k", norm), heads("x", "v", False)
@@ -149,21 +156,16 @@ def _joint_sdpa(opset: int = 18) -> onnx.ModelProto:
     nodes = []
 
     def proj(src, name, normed):
-        w = f"w_{name}"
-        inits.append(helper.make_tensor(w, TensorProto.FLOAT, [H * D, H * D],
-                                        (rng.standard_normal((H * D, H * D)) / 4).ravel().tolist()))
-        nodes.extend([helper.make_node("MatMul", [src, w], [f"{name}_p"]),
-                      helper.make_node("Reshape", [f"{name}_p", "split"], [f"{name}_s"]),
-                      helper.make_node("Transpose", [f"{name}_s"], [f"{name}_t"], perm=[0, 2, 1, 3])])
+        t = _heads_view(nodes, inits, rng, src, name)
         if not normed:
-            return f"{name}_t"
+            return t
         g = f"g_{name}"
         inits.append(helper.make_tensor(g, TensorProto.FLOAT, [D], rng.uniform(0.5, 1.5, D).tolist()))
-        nodes.extend([helper.make_node("Pow", [f"{name}_t", "two"], [f"{name}_sq"]),
+        nodes.extend([helper.make_node("Pow", [t, "two"], [f"{name}_sq"]),
                       helper.make_node("ReduceMean", [f"{name}_sq", "last"], [f"{name}_ms"], keepdims=1),
                       helper.make_node("Add", [f"{name}_ms", "eps"], [f"{name}_e"]),
                       helper.make_node("Sqrt", [f"{name}_e"], [f"{name}_r"]),
-                      helper.make_node("Div", [f"{name}_t", f"{name}_r"], [f"{name}_d"]),
+                      helper.make_node("Div", [t, f"{name}_r"], [f"{name}_d"]),
                       helper.make_node("Mul", [f"{name}_d", g], [f"{name}_n"])])
         return f"{name}_n"
 
