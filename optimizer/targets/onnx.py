@@ -330,13 +330,16 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
     """Passes to run right after the rule packs: sibling projections packed into one MatMul, ORT's
-    int4 MatMulNBits as blocked DequantizeLinear + MatMul (passes/matmul_nbits.py), int8 activation
+    int4 MatMulNBits as blocked DequantizeLinear + MatMul (passes/matmul_nbits.py), the quantized
+    embedding GatherBlockQuantized as Gather + Cast + Mul (passes/gather_block_quantized.py), int8 activation
     Q/DQ as uint8 where the opset is >= 21 (passes/qdq_uint8.py: ORT refuses int8 there)."""
+    from onnx_fuse.passes.gather_block_quantized import LowerGatherBlockQuantizedPass
     from onnx_fuse.passes.matmul_nbits import LowerMatMulNBitsPass
     from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
     from onnx_fuse.passes.qdq_uint8 import Int8QdqToUint8Pass
 
     from onnx_fuse.passes.quantized_attention import QuantizedAttentionNotePass
 
-    return [PackSiblingMatMulsPass(), LowerMatMulNBitsPass("onnx"), Int8QdqToUint8Pass(),
+    return [PackSiblingMatMulsPass(), LowerMatMulNBitsPass("onnx"), LowerGatherBlockQuantizedPass("onnx"),
+            Int8QdqToUint8Pass(),
             *((QuantizedAttentionNotePass(),) if level >= 3 else ())] if level >= 2 else []

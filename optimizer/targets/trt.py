@@ -54,12 +54,15 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
     if level < 2:
         return []
+    from onnx_fuse.passes.gather_block_quantized import LowerGatherBlockQuantizedPass
     from onnx_fuse.passes.matmul_nbits import LowerMatMulNBitsPass
     from onnx_fuse.targets.trt_quantized import TrtQuantizedOpsNotePass
 
-    # ORT's int4 MatMulNBits as int4 DequantizeLinear + MatMul, which TensorRT parses; then the
+    # ORT's int4 MatMulNBits as int4 DequantizeLinear + MatMul, which TensorRT parses, and its
+    # quantized embedding GatherBlockQuantized as an int8 Gather + Cast + Mul; then the
     # quantized ops it cannot parse are named in the report
     from onnx_fuse.passes.quantized_attention import QuantizedAttentionNotePass
 
-    return [PluginAttributesPass(), LowerMatMulNBitsPass("trt"), TrtQuantizedOpsNotePass(),
+    return [PluginAttributesPass(), LowerMatMulNBitsPass("trt"), LowerGatherBlockQuantizedPass("trt"),
+            TrtQuantizedOpsNotePass(),
             *((QuantizedAttentionNotePass(),) if level >= 3 else ())]
