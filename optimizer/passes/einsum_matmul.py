@@ -4,8 +4,9 @@ Attention written with einsum (Funnel: "bind,bjnd->bnij" for the scores, "bnij,b
 output; PEGASUS-X's blocks against the global tokens: "BHNKF,BHGF->BHNKG") reaches the attention rules
 as MatMuls on [.., S, D] x [.., D, T] operands, the form every exporter's matmul attention has.
 Rewritten only when the equation is one batched product: exactly one letter is summed, each operand
-has one free letter (in the output, not in the other operand: its last such letter in the output's
-order), every other output letter is a batch letter (in the output's order after the transposes);
+has one free letter (in the output, not in the other operand: of those letters, the choice that
+needs the fewest Transposes, then the fewest on the operands, then the last in the output's order),
+every other output letter is a batch letter (in the output's order after the transposes);
 a batch letter that one operand lacks gets a dim of 1 there (Unsqueeze), which MatMul broadcasts as
 the einsum does. No letter repeats inside a term, and the batch dims both operands have must be equal
 (MatMul would broadcast a 1 where Einsum refuses). An ellipsis (LongT5's blocks: "...qhd,...khd->...hqk")
@@ -61,13 +62,26 @@ def _plan(equation: str, broadcast: str = ""):
     summed = [c for c in a if c in b and c not in out]
     if len(summed) != 1 or not set(a) | set(b) <= set(out) | set(summed):
         return None
-    # each operand's free letter: its last output letter the other operand lacks; matrix-vector
-    # forms (no such letter on a side) are left alone
+    # each operand's free letter: one output letter the other operand lacks (the rest are batch
+    # letters); matrix-vector forms (no such letter on a side) are left alone
     only_a = [c for c in out if c in a and c not in b]
     only_b = [c for c in out if c in b and c not in a]
     if not only_a or not only_b:
         return None
-    free_a, free_b = only_a[-1:], only_b[-1:]
+    pairs = [(fa, fb) for fa in reversed(only_a) for fb in reversed(only_b)]
+    return min((_layout(a, b, out, summed, [fa], [fb], broadcast) for fa, fb in pairs), key=_cost)
+
+
+def _cost(plan) -> tuple[int, int]:
+    """Fewest Transposes; on a tie, fewest on the operands: each MatMul operand stays the value its
+    producer wrote (a hand-written grouped GQA's output 'bhgts,bshd->bthgd' reads the probabilities
+    as the Softmax wrote them, [B, H, G, T, S], and transposes the product instead)."""
+    operands = sum(not _identity(p) for p in plan[:2])
+    return operands + (not _identity(plan[2])), operands
+
+
+def _layout(a: str, b: str, out: str, summed: list[str], free_a: list[str], free_b: list[str], broadcast: str):
+    """The plan for one choice of free letters (the first pair tried wins a tie: the last output letters)."""
     batch = [c for c in out if c not in free_a + free_b]
     # A as [batch..., free_a, summed], B as [batch..., summed, free_b] (a batch letter an operand lacks
     # is a new axis of 1 there): the product is [batch..., free_a, free_b]

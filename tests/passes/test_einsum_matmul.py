@@ -117,3 +117,17 @@ def test_spell_ellipsis_needs_ranks_and_a_kept_ellipsis():
     assert _spell_ellipsis("...ij,...jk->ik", 3, 3) is None
     assert _spell_ellipsis("...ij,...jk,...kl->...il", 3, 3) is None
     assert _spell_ellipsis("...qd,...kd->...qk", 4, 3) == ("ABqd,Bkd->ABqk", "AB")
+
+
+def test_a_tie_keeps_the_operand_as_its_producer_wrote_it():
+    """Grouped GQA's output einsum 'bhgts,bshd->bthgd' (probabilities [B, H, G, T, S]): with T free,
+    p is read as it is and the product is transposed; with G free (the last output letter A alone
+    has, the old choice) p was transposed to [B, T, H, G, S] as well, and no attention rule saw its
+    Softmax. Both need two Transposes; the one on the product wins the tie."""
+    proto = parse(_model("bhgts,bshd->bthgd", "float[B, 2, 3, 4, 5]", "float[B, 5, 2, 8]", "float[B, 4, 2, 3, 8]"))
+    model, modified, _ = apply(EinsumToMatMulPass, proto, shape_inference=True)
+    assert modified
+    mm = next(n for n in model.graph if n.op_type == "MatMul")
+    assert mm.inputs[0].name == "x", [v.name for v in mm.inputs]  # p untransposed
+    assert ops(model)["Transpose"] == 2
+    check_same(proto, model)
