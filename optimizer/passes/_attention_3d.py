@@ -19,10 +19,10 @@ band is offset by the past length) nor with a key-length input (opset 24).
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import attr_value, is_default_op, reroute
+from onnx_fuse.passes._new_values import fresh_name, int64_initializer
 from onnx_fuse.passes._transpose_region import Region, Refused, _check_layout_op, all_ones, layout_inputs, perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -102,20 +102,8 @@ def candidate(node: ir.Node, opset: int) -> tuple[bool, bool] | None:
     return met >= 3, join
 
 
-def _int64(graph: ir.Graph, name: str, values: list[int], taken: set) -> ir.Value:
-    from onnx_fuse.passes.layout_chains import _fresh
-
-    name = _fresh(name, taken)
-    value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([len(values)]),
-                     const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
-    graph.register_initializer(value)
-    return value
-
-
 def to_3d(graph: ir.Graph, node: ir.Node, join: bool) -> None:
     """Rewrite the 4-D Attention-23 ``node`` as its 3-D form between Transposes and Reshapes."""
-    from onnx_fuse.passes.layout_chains import _fresh
-
     taken = {o.name for n in graph for o in n.outputs} | set(graph.initializers) | {w.name for w in graph.inputs}
     base = node.name or "attention"
     q, k, v = node.inputs[:3]
@@ -123,9 +111,9 @@ def to_3d(graph: ir.Graph, node: ir.Node, join: bool) -> None:
 
     def add(op: str, inputs, shape, dtype, **attributes) -> ir.Value:
         n = ir.node(op, inputs, attributes=attributes)
-        n.name = _fresh(f"{base}/3d_{op.lower()}", taken)
+        n.name = fresh_name(f"{base}/3d_{op.lower()}", taken)
         out = n.outputs[0]
-        out.name = _fresh(f"{base}_3d_{op.lower()}", taken)
+        out.name = fresh_name(f"{base}_3d_{op.lower()}", taken)
         out.dtype = dtype
         if shape is not None:
             out.shape = ir.Shape(shape)
@@ -141,7 +129,7 @@ def to_3d(graph: ir.Graph, node: ir.Node, join: bool) -> None:
             dims[2] = s1 + s2 if isinstance(s1, int) and isinstance(s2, int) else None
             joined.append(add("Concat", [a, b], dims, b.dtype, axis=2))
         k, v = joined
-    merge = _int64(graph, f"{base}_3d_merge", [0, 0, -1], taken)
+    merge = int64_initializer(graph, f"{base}_3d_merge", [0, 0, -1], taken)
     three = []
     for x in (q, k, v):
         t = add("Transpose", [x], [x.shape[i] for i in HEADS], x.dtype, perm=HEADS)
@@ -152,15 +140,15 @@ def to_3d(graph: ir.Graph, node: ir.Node, join: bool) -> None:
     attrs.update(q_num_heads=hq, kv_num_heads=hkv)
     mask = node.inputs[3] if len(node.inputs) > 3 else None
     att = ir.node("Attention", [*three, mask] if mask is not None else three, attributes=attrs)
-    att.name = _fresh(f"{base}/3d", taken)
+    att.name = fresh_name(f"{base}/3d", taken)
     y3 = att.outputs[0]
-    y3.name = _fresh(f"{base}_3d_y", taken)
+    y3.name = fresh_name(f"{base}_3d_y", taken)
     o = node.outputs[0]
     y3.dtype = o.dtype
     if o.shape is not None:
         y3.shape = ir.Shape([o.shape[0], o.shape[2], hq * dv])
     new_nodes.append(att)
-    split = _int64(graph, f"{base}_3d_split", [0, 0, hq, dv], taken)
+    split = int64_initializer(graph, f"{base}_3d_split", [0, 0, hq, dv], taken)
     y4 = add("Reshape", [y3, split], None if o.shape is None else [o.shape[0], o.shape[2], hq, dv], o.dtype)
     out = add("Transpose", [y4], None if o.shape is None else list(o.shape.dims), o.dtype, perm=HEADS)
     graph.insert_before(node, new_nodes)

@@ -1,0 +1,98 @@
+"""Transposes by p1 sunk through a region of layout-agnostic ops into the Transposes by p2 after
+it, which become Transposes by p1[p2] (fold-layout-chains' ``transpose-sunk``, layout_chains.py;
+the region is passes/_transpose_region.py's)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._infra import attr_value, reroute
+from onnx_fuse.passes._new_values import fresh_name, graph_names, int64_initializer
+from onnx_fuse.passes._transpose_region import ONE_AXIS, Refused, collect, layout_inputs, perm_of
+from onnx_fuse.passes.constant_folding import constant_tensor
+
+
+def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
+    """The region from the Transpose ``t1`` rewritten on its entries' inputs, when fewer Transposes are left."""
+    try:
+        region = collect(t1, opset)
+    except Refused:
+        return False
+    p1, entries = region.p1, {id(t) for t in region.entries}
+    composed = {id(t): [p1[i] for i in perm_of(t)] for t in region.exits}
+    after = len(region.kept) + sum(c != list(range(len(c))) for c in composed.values())
+    if after >= len(region.entries) + len(region.exits):
+        return False  # no Transpose saved
+    inv = [int(i) for i in np.argsort(p1)]
+
+    def source(v: ir.Value) -> ir.Value:
+        """v in the entries' input layout: an entry's input, else v (rewritten in place)."""
+        producer = v.producer()
+        return producer.inputs[0] if producer is not None and id(producer) in entries else v
+
+    constants = {(id(n), j) for n, j in region.constants}
+    for op in region.inner:
+        for j in layout_inputs(op):  # a norm's scale read off a kept entry stays as it is
+            v = op.inputs[j]
+            if v is None:
+                continue
+            if (id(op), j) in constants:
+                op.replace_input_with(j, _permuted(graph, v, inv, len(p1)))
+            elif source(v) is not v:
+                op.replace_input_with(j, source(v))
+        if op.op_type == "Concat" or op.op_type in ONE_AXIS:
+            a = op.attributes.get("axis")
+            op.attributes["axis"] = ir.AttrInt64("axis", region.new_axis(-1 if a is None else int(a.value)))
+        for out in op.outputs:
+            if out.shape is not None and len(out.shape) == len(p1):
+                out.shape = ir.Shape([out.shape.dims[i] for i in inv])
+    for t2 in region.exits:
+        t2.replace_input_with(0, source(t2.inputs[0]))
+        t2.attributes["perm"] = ir.AttrInt64s("perm", composed[id(t2)])
+    for shape in region.shape_reads:
+        _shape_through(graph, shape, source(shape.inputs[0]), p1, opset)
+    for t in region.entries:
+        if not t.outputs[0].uses():
+            graph.remove(t, safe=True)
+    return True
+
+
+def _shape_through(graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int], opset: int) -> None:
+    """Shape(Transpose(v, p1))[start:end] as v's dims picked by p1: one Shape slice where they
+    are a run of v's axes in order (the whole shape before opset 15, which has no slice), else
+    Gather(Shape(v), picked)."""
+    rank = len(p1)
+    start, end = attr_value(shape, "start", 0), attr_value(shape, "end", rank)
+    picked = [p1[i] for i in range(rank)[start:end]]
+    run = not picked or picked == list(range(picked[0], picked[0] + len(picked)))
+    if run and (opset >= 15 or picked == list(range(rank))):
+        shape.replace_input_with(0, v)
+        if picked and opset >= 15:
+            shape.attributes["start"] = ir.AttrInt64("start", picked[0])
+            shape.attributes["end"] = ir.AttrInt64("end", picked[-1] + 1)
+        return
+    taken = graph_names(graph)
+    base = shape.outputs[0].name or "shape"
+    indices = int64_initializer(graph, f"{base}_axes", picked, taken)
+    whole = ir.node("Shape", [v])
+    whole.outputs[0].name = fresh_name(f"{base}_all", taken)
+    whole.outputs[0].type, whole.outputs[0].shape = ir.TensorType(ir.DataType.INT64), ir.Shape([rank])
+    gather = ir.node("Gather", [whole.outputs[0], indices], attributes={"axis": 0})
+    gather.outputs[0].name = fresh_name(f"{base}_picked", taken)
+    gather.outputs[0].type, gather.outputs[0].shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(picked)])
+    graph.insert_after(shape, [whole, gather])
+    reroute(shape.outputs[0], gather.outputs[0])
+    graph.remove(shape, safe=True)
+
+
+def _permuted(graph: ir.Graph, v: ir.Value, inv: list[int], rank: int) -> ir.Value:
+    """The constant ``v`` (broadcast to ``rank`` axes) transposed by ``inv``, a new initializer."""
+    t = constant_tensor(v)
+    arr = t.numpy().reshape((1,) * (rank - len(t.shape)) + tuple(t.shape))
+    arr = np.ascontiguousarray(np.transpose(arr, inv))
+    name = fresh_name(f"{v.name or 'const'}_perm", graph_names(graph))
+    value = ir.Value(name=name, type=ir.TensorType(t.dtype), shape=ir.Shape(list(arr.shape)),
+                     const_value=ir.tensor(arr, dtype=t.dtype, name=name))
+    graph.register_initializer(value)
+    return value
