@@ -156,22 +156,10 @@ FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:
 # the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind.
 FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
-# Candidate FA_WS_TMA_OVEDFQ (..._w12t_ovedfq_..., loads 34 by name / 35 with the fallback, D = 128, both
-# masks, experimental): FA_WS_TMA_OVEDF with Q's fragments in registers. Dropped after run 21a (at par or
-# behind ovedq) when the Q tile was released after a block's last S; back (session 17) with the tile
-# released as soon as the fragments are loaded (the second block's Q loads under the first).
-# Session 18: its first block's output staged in the block's last K/V stage (kWsStageKV) instead of stored
-# unstaged (run 26b's profile of the persistent loops).
-FA_WS_TMA_OVEDFQ = (128, 128, 12, "tma", "ovedfq")
-# Candidate FA_WS_TMA_OVEDQR (..._w12t_ovedqr_..., loads 38 by name / 39 with the fallback, D = 128, both
-# masks, experimental, session 18): FA_WS_TMA_OVEDQ with query block m's key loop started at tile
-# m % n_tiles (kWsRotate), so the CTAs of one head do not read the same K/V tile at the same time.
-FA_WS_TMA_OVEDQR = (128, 128, 12, "tma", "ovedqr")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfq", "ovedqr")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfq": (34, 35),
-                 "ovedqr": (38, 39)}  # launcher loads (by name, planned)
+                 "ovedm": (28, 29), "ovedq": (30, 31)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ)
@@ -185,10 +173,6 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV,
 # its entries run the FA_WS_TMA_OV body with the stepped descriptors (24 / 240 registers, pinned
 # softmax): run 17 fp16 531 / 472-499 TFLOP/s full / causal, bf16 553-554 / 504-513, behind oved.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
-# FA_WS_TMA_PERSISTQ (experimental, kernel m128n128w12tp_ovedq, launcher loads 36, by name only): the
-# FA_WS_TMA_OVEDQ body on FA_WS_TMA_PERSIST's grid, each tile's Q released once its fragments are in
-# registers, so the next tile's Q loads under the current one (session 17).
-FA_WS_TMA_PERSISTQ = (128, 128, 12, "tma", "persistent", "ovedq")
 
 
 # Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
@@ -230,7 +214,7 @@ def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTQ, FA_WS_TMA_OVEDFQ, FA_WS_TMA_OVEDQR)
+        return (FA_WS_TMA_PERSIST,)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -496,8 +480,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
-                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFQ,
-                          FA_WS_TMA_PERSISTQ, FA_WS_TMA_OVEDQR):
+                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -618,9 +601,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt in ("ovedf", "ovedfq") and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt == "ovedf" and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt in ("ovedf", "ovedfq"):  # query blocks nm - 1 - x and x per CTA
+    elif opt == "ovedf":  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -636,9 +619,9 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31; the candidates FA_WS_TMA_OVEDFQ 34 / 35, FA_WS_TMA_PERSISTQ 36 and FA_WS_TMA_OVEDQR 38 / 39."""
+    FA_WS_TMA_OVEDQ 30 / 31."""
     if plan.persistent:
-        return 36 if plan.opt == "ovedq" else 4
+        return 4
     if not plan.tma:
         return 0
     if plan.opt:

@@ -902,18 +902,6 @@ constexpr int kWsMcast = 128;
 // and ovedm's 570-577 / 570-586; bf16 604 / 611 / causal 532 against oved's 594-599 / 599-602 / 525-531.
 // With ovedm (ovedmq) and ovedf (ovedfq) it measured at par with or behind ovedq and was dropped.
 constexpr int kWsQRegs = 256;
-// kWsStageKV (persistent schedules only: the candidates ovedfq and tp_ovedq, session 18): the output is
-// staged in the K half of the block's last K/V stage instead of the Q tile, so the staged epilogue also
-// runs on a CTA's blocks before its last (run 26b: the persistent grid's unstaged 4-byte stores took 7.0 M
-// L2 write sectors against 4.2 M) while the next block's Q loads into the Q tile. Both warpgroups' S read
-// all of K: each waits for the other's last S (an mbarrier per warpgroup and block parity) before it
-// overwrites it, and the stage is released once the staged rows are read back.
-constexpr int kWsStageKV = 512;
-// kWsRotate (TMA rows without multicast: the candidates ovedqr and tp_ovedq, session 18): query block m
-// starts its key loop at key tile m % n_tiles and wraps around (the online softmax does not depend on
-// the order), so the CTAs of one head read different K/V tiles at a time instead of all the same one
-// (run 26b: the persistent consumers waited on K/V full barriers 1.9x as often as the one-tile grid's).
-constexpr int kWsRotate = 1024;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -1170,12 +1158,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   extern __shared__ unsigned char fa_smem[];
   // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
   // MCAST: V on barriers of its own (V full[ST], V empty[ST]); full / empty then hold K's
-  // STAGEKV: "S done" [warpgroup][block parity] after them
-  constexpr bool STAGEKV = (OPT & kWsStageKV) != 0;
-  constexpr bool ROTATE = (OPT & kWsRotate) != 0;
-  static_assert(!STAGEKV || (PERSIST && BN == BM && !MCAST), "kWsStageKV: persistent schedules, square tiles");
-  static_assert(!ROTATE || (Rows::kTma && !MCAST), "kWsRotate: dense TMA rows without multicast");
-  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + (MCAST ? 2 * ST : 0) + (STAGEKV ? 4 : 0)];
+  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + (MCAST ? 2 * ST : 0)];
   __shared__ float ws_pin[(OPT & kWsPinSoftmax) ? 256 : 1];  // kWsPinSoftmax: a slot per consumer thread
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
@@ -1187,7 +1170,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const uint32_t qempty = smem_u32(&ws_bars[1 + 2 * ST + (PERSIST ? 1 : 0)]);  // persistent only
   const uint32_t fullv0 = MCAST ? smem_u32(&ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)]) : 0u;  // MCAST only
   const uint32_t emptyv0 = fullv0 + 8 * ST;
-  const uint32_t sdone0 = smem_u32(&ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)]);  // STAGEKV only
 
   const int tid = threadIdx.x;
   const int wgi = tid >> 7;
@@ -1223,15 +1205,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     FaWsTile<Rows> tl;
     int m0, n_tiles, j0;  // n_tiles key tiles from tile j0 (keys j0 * BN ...)
     bool skip;  // no valid row or no visible key: the consumers store zeros (PERSIST only)
-    // kWsRotate: the j-th tile loaded is key tile j0 + key_tile(j)
-    __device__ __forceinline__ int key_tile(int j) const {
-      if constexpr (!ROTATE) {
-        return j;
-      } else {
-        const int r = n_tiles > 0 ? (m0 / BM) % n_tiles : 0;
-        return j + r < n_tiles ? j + r : j + r - n_tiles;
-      }
-    }
   };
   auto geom = [&](int t) -> Geom {
     if constexpr (PERSIST) {
@@ -1264,8 +1237,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
     mbar_init(vtail, 1);
     if constexpr (PERSIST) mbar_init(qempty, 256);
-    if constexpr (STAGEKV)
-      for (int i = 0; i < 4; ++i) mbar_init(sdone0 + 8 * i, 128);
     mbar_fence_init();
   }
   if constexpr (MCAST)
@@ -1379,15 +1350,14 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         }
         for (int j = 0; j < n_tiles; ++j) {
           const int c = kv_base + j;  // the stage ring counts K/V tiles across the CTA's tiles
-          const int kt = gm.key_tile(j);
-          const int n0 = (gm.j0 + kt) * BN;
+          const int n0 = (gm.j0 + j) * BN;
           const uint32_t full = full0 + 8 * (c % ST);
           const uint32_t dk = sKV + (c % ST) * 2 * TILE;
           const uint32_t dv = dk + TILE;
           // Rows [KL, S) of the last tile hold real data (NaN / Inf possible) that the mask turns
           // into P = 0 but 0 * Inf = NaN in P V: that tile's V lands on its own barrier first and
           // the warp zeroes those rows before the stage is published. K needs nothing (S is masked).
-          const bool tail = kt == n_tiles - 1 && n0 + BN > KL && KL < rw.s_len;
+          const bool tail = j == n_tiles - 1 && n0 + BN > KL && KL < rw.s_len;
           if constexpr (MCAST) {  // this CTA's box of K and of V, to both CTAs (no tail: launcher)
             if (lane == 0) {  // K on full / empty, V on its own pair: K is freed one S earlier
               const uint32_t fullv = fullv0 + 8 * (c % ST);
@@ -1562,7 +1532,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
     if constexpr (SC) fa_softcap(sv, sc_k);
-    const int n0 = (j0 + gm.key_tile(tile)) * BN;
+    const int n0 = (j0 + tile) * BN;
     const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF) ||
                            (CAUSAL && n0 <= m0 + wrow + 15 + OFF - wlo);
     if (need_mask) {
@@ -1635,9 +1605,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     const int r = wrow + (lane & 7) + (lane & 8);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[QREGS ? kk : 0], sQ + sw128_off<BM>(r, 2 * kk + (lane >> 4)));
-    // PERSIST: nothing reads this Q tile again (S takes Q from registers): "Q empty" now, so the
-    // producer loads the next tile's Q under this whole tile instead of after its last S
-    if constexpr (PERSIST) wg::mbar_arrive(qempty);
   }
   mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
   {
@@ -1651,11 +1618,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     if constexpr (MCAST) release(empty0, 0);  // K of the first tile is read
     // PERSIST: "Q empty" as soon as this warpgroup's last S = Q K^T is done (here with one key tile,
     // else in the loop below), so the next tile's Q loads under this one's last softmax and P V
-    if constexpr (PERSIST && !QREGS) {
+    if constexpr (PERSIST) {
       if (n_tiles == 1) wg::mbar_arrive(qempty);
-    }
-    if constexpr (STAGEKV) {
-      if (n_tiles == 1) wg::mbar_arrive(sdone0 + 8 * (2 * cw + (it & 1)));  // K of the last stage is read
     }
     float alpha[2];
     softmax(s0, 0, alpha);
@@ -1698,11 +1662,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::wait1();
     wg::fence_acc(s_nxt);
     if constexpr (MCAST) release(empty0, j + 1);  // K of tile j + 1 is read
-    if constexpr (PERSIST && !QREGS) {
+    if constexpr (PERSIST) {
       if (j + 2 == n_tiles) wg::mbar_arrive(qempty);  // S of the last key tile is done
-    }
-    if constexpr (STAGEKV) {
-      if (j + 2 == n_tiles) wg::mbar_arrive(sdone0 + 8 * (2 * cw + (it & 1)));  // K of the last stage is read
     }
     softmax(s_nxt, j + 1, alpha);
     if constexpr ((OPT & kWsPinSoftmax) != 0)  // the store waits for every exp2; the wait for the store
@@ -1721,17 +1682,13 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
     wg::wait0();
     pv_done();
-    if constexpr (!STAGEKV) release(MCAST ? emptyv0 : empty0, j);  // STAGEKV: after the epilogue
+    release(MCAST ? emptyv0 : empty0, j);
   }
 
   // kWsSmemEpilogue stages through this warpgroup's Q rows; with PERSIST only on the CTA's last
   // tile (before another, the producer may already be loading that tile's Q there).
-  // kWsStageKV stages through the K half of the block's last stage instead, on every block.
   bool staged = (OPT & kWsSmemEpilogue) != 0;
-  if constexpr (PERSIST && !STAGEKV) staged = staged && last_tile;
-  const uint32_t sO = STAGEKV ? sKV + ((kv_base + n_tiles - 1) % ST) * 2 * TILE : sQ;
-  if constexpr (STAGEKV)  // the other warpgroup's last S (it reads all of K) is done
-    mbar_wait_parity(sdone0 + 8 * (2 * (1 - cw) + (it & 1)), (it >> 1) & 1);
+  if constexpr (PERSIST) staged = staged && last_tile;
   if (staged) {
     // This warpgroup's Q rows [64 cw, 64 cw + 64) are free: its last S = Q K^T is done and the
     // other consumer reads only its own rows. Same swizzle as Q: conflict-free both ways.
@@ -1744,7 +1701,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
         const uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sO + sw128_off<BM>(lr, dt) + 4 * t4), "r"(packed)
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sQ + sw128_off<BM>(lr, dt) + 4 * t4), "r"(packed)
                      : "memory");
       }
     }
@@ -1755,7 +1712,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         uint4 val;
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
-                     : "r"(sO + sw128_off<BM>(lr, cc)) : "memory");
+                     : "r"(sQ + sw128_off<BM>(lr, cc)) : "memory");
         *reinterpret_cast<uint4*>(rows.o_row(m0 + lr) + cc * 8) = val;
       }
     }
@@ -1778,10 +1735,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
   }
   }  // kWsSmemEpilogue
-  if constexpr (STAGEKV) {  // the staged rows are read back: the stage may take the next TMA load
-    wg::fence_proxy_async();
-    release(empty0, n_tiles - 1);
-  }
   kv_base += n_tiles;
   ++it;
   }  // tile loop
@@ -2194,22 +2147,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
-// Candidate m128n128w12t_ovedfq (loads 34 by name / 35 with the cp.async fallback, D = 128): ovedf with
-// kWsQRegs, the Q tile released right after the fragments are loaded (the second block's Q lands under
-// the first) and, since session 18, the first block's output staged in its last K/V stage (kWsStageKV)
-// instead of stored unstaged (session 17's ovedfq without it: 2-10 % behind ovedq, run 26a).
-#define OF_FA_WSTODFQ_KERNELS_D(DTN, T, D)                                                        \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_full, T, D, false,         \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsStageKV) \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfq_causal, T, D, true,        \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsStageKV)
-// Candidate m128n128w12t_ovedqr (loads 38 by name / 39 with the cp.async fallback, D = 128): ovedq with
-// each query block's key loop started at tile m % n_tiles (kWsRotate).
-#define OF_FA_WSTODQR_KERNELS_D(DTN, T, D)                                                        \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedqr_full, T, D, false,         \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsRotate)                   \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedqr_causal, T, D, true,        \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsRotate)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2217,30 +2154,20 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // costs weigh double when causal); the batch size follows the maps. (At D = 64 it measured 3-6 %
 // below m128n128w12t and was dropped; with the 40 / 232 split unpinned, run 4, at par with w12t;
 // run 17: 531 / 472-499 fp16 full / causal against oved's 580-587 / 503-504, behind.)
-#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL, OPT)                                               \
+#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) {     \
-    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL, 24, OPT>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, \
+    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
                                                 q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
                                                 o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);     \
   }
-#define OF_FA_WSTP_OPT (onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)
 #define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false, OF_FA_WSTP_OPT) \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, OF_FA_WSTP_OPT)
-// Candidate m128n128w12tp_ovedq (launcher loads 36, by name only, D = 128): the ovedq body (oved with
-// Q's fragments in registers) on the persistent grid; its Q tile is released as soon as the fragments
-// are loaded, so each tile's Q loads under the tile before it. Since session 18 (run 26b's profile) every
-// tile's output is staged in its last K/V stage (kWsStageKV) and the key loops are rotated (kWsRotate),
-// so a round's CTAs do not read one head's K/V tiles in lockstep.
-#define OF_FA_TPQ_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsStageKV | onnx_fuse::kWsRotate)
-#define OF_FA_WSTPQ_KERNELS_D(DTN, T, D)                                                             \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedq_full, T, D, false, OF_FA_TPQ_OPT) \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedq_causal, T, D, true, OF_FA_TPQ_OPT)
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -2270,9 +2197,6 @@ OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODFQ_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODQR_KERNELS_D(f16, __half, 128)
-OF_FA_WSTPQ_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2294,9 +2218,6 @@ OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODFQ_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODQR_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTPQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2439,7 +2360,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 16 _ovedfq, 18 _ovedqr (D = 128).
+// 14 _ovedq (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2472,8 +2393,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
-      case 16: OF_PICK_TK2(128, m128n128w12t_ovedfq)
-      case 18: OF_PICK_TK2(128, m128n128w12t_ovedqr)
       default: return nullptr;
     }
   }
@@ -2487,12 +2406,8 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-// qregs: the m128n128w12tp_ovedq entries (launcher loads 36), else m128n128w12tp (loads 4).
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool qregs) {
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
 #define OF_PICK_TP(DTN, DD)                                                                 \
-  if (D == DD && qregs)                                                                     \
-    return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedq_causal) \
-                  : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedq_full); \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
                   : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_full);
@@ -2692,10 +2607,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // run 19); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
-// except fp16 causal); 32 / 33 (the dropped _ovedmq) are refused; 34 / 35 _ovedfq (ovedf with Q's
-// fragments in registers, its Q released once they are loaded, outputs staged in the last K/V stage);
-// 36 m128n128w12tp_ovedq (the persistent grid of loads 4 with the ovedq body, staged outputs and rotated
-// key loops, by name only); 38 / 39 _ovedqr (ovedq with rotated key loops); 37 is refused;
+// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2732,9 +2644,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 39);
+  OF_REQUIRE(loads >= 0 && loads <= 31);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
-  OF_REQUIRE(window == 0 || (loads != 4 && loads != 36));  // the persistent entries take no window
+  OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2750,10 +2662,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 34 / 35: ovedfq; 36: tp_ovedq (persistent); 38 / 39: ovedqr
-    // (32 / 33, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
-    const bool persistent = loads == 4 || loads == 36;
+    const bool persistent = loads == 4;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
     // seq_lens, S a multiple of 256; else 29 runs oved.
     if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
@@ -2761,7 +2672,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
       kind = 8;
     }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
-    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 36) : nullptr;
+    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
     OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
@@ -2789,11 +2700,10 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 16;  // _ovedf, _ovedfq
-      if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
+      if (kind == 11 && causal) {  // _ovedf: folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
-      } else if (fold) {  // without a mask: query blocks nm - 1 - x and x per CTA
+      } else if (kind == 11) {  // _ovedf without a mask: query blocks nm - 1 - x and x per CTA
         grid.x = (grid.x + 1) / 2;
       }
       tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,

@@ -691,44 +691,6 @@ def test_fused_attention_tma_q_registers_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Session 18's candidates (D = 128, by name): ovedfq (ovedf with Q in registers and the first block's output
-# staged in its last K/V stage, kWsStageKV) on ovedf's cases; the persistent tp_ovedq (every tile's output
-# staged there, key loops rotated) on the persistent cases (several rounds per CTA, empty and ragged tiles:
-# the "S done" barriers' parities and the deferred stage release carry across tiles); ovedqr (ovedq with
-# key loop m starting at tile m % n_tiles, kWsRotate) on ovedq's cases (ragged tails land mid-loop).
-FA_OVEDFQ = (128, 128, 12, "tma", "ovedfq")
-FA_PERSISTQ = (128, 128, 12, "tma", "persistent", "ovedq")
-FA_OVEDQR = (128, 128, 12, "tma", "ovedqr")
-FA_CANDIDATE_CASES = ([c[:7] + (FA_OVEDFQ,) for c in FA_OVEDF_CASES] + [c[:7] + (FA_PERSISTQ,) for c in FA_PERSIST_CASES]
-                      + [c[:7] + (FA_OVEDQR,) for c in FA_OVEDQ_CASES])
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_CANDIDATE_CASES, ids=lambda c: _fa_case_id("-" + "-".join(c[7][4:]))(c))
-def test_fused_attention_staged_or_rotated_candidates_match_reference(lib, case, dtype):
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_fused_attention_rotated_key_loops_keep_sliding_windows(lib, dtype):
-    """ovedqr rotates each query block's key loop inside its window's tiles: the same result as the
-    windowed reference (ragged lengths, GQA), and far from the unwindowed causal one."""
-    _need_sm90()
-    for B, S, Hq, Hkv, lens, window in ((2, 1000, 4, 2, [1000, 555], 300), (1, 2048, 2, 1, None, 640)):
-        gen = torch.Generator(device="cuda").manual_seed(S + window)
-        q = _rand((B, S, Hq, 128), dtype, gen)
-        k = _rand((B, S, Hkv, 128), dtype, gen)
-        v = _rand((B, S, Hkv, 128), dtype, gen)
-        seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
-        out = torch.full_like(q, float("nan"))
-        lib.fused_attention(q, k, v, out, seq_lens=seq, causal=True, window=window, variant=FA_OVEDQR)
-        torch.cuda.synchronize()
-        expect = _window_reference(q, k, v, lens, 1.0 / 128**0.5, 0.0, window)
-        assert _rel_err(out, expect) < TOL[dtype], (B, S, lens, window)
-        assert _rel_err(out, _window_reference(q, k, v, lens, 1.0 / 128**0.5, 0.0, 0)) > 10 * TOL[dtype]
-
-
 # Left padding (seq_lens[b] = -L: the sequence's last L rows, as batched generation pads prompts):
 # every body moves its Q/K/V/O rows (or TMA coordinates) to the span's first row, and the rows in
 # front are zeros (fa_zero_lead_rows, or fa_fwd_body's own blocks on TensorRT's AOT path). One
@@ -740,8 +702,7 @@ FA_LEFT_SHAPES = [(3, 515, 4, 1, 128, True, [-515, -260, 300]), (3, 515, 4, 1, 1
 FA_LEFT_VARIANTS = {64: [None, (64, 64, 4), (128, 64, 8), (64, 128, 4), (128, 128, 8), (128, 128, 12), FA_TMA]
                     + FA_D64_LD,
                     128: [None, (64, 64, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8), (128, 128, 12), FA_TMA,
-                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ,
-                          FA_OVEDFQ, FA_PERSISTQ, FA_OVEDQR],
+                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ],
                     80: [None, (128, 64, 4)], 96: [None, (128, 128, 8)], 256: [None, (128, 64, 8)]}
 FA_LEFT_CASES = [c + (v,) for c in FA_LEFT_SHAPES for v in FA_LEFT_VARIANTS[c[4]]]
 
