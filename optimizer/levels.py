@@ -199,8 +199,12 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # keras-hub's rotate_half, stack([-x2, x1], axis=-2) viewed as x, as the Concat split-rotate-half reads
         from onnx_fuse.passes.stack_merge import StackMergePass
 
+        # the builder's symbolic KV head size, fixed by its GroupQueryAttention (onnx / trt recognize it)
+        from onnx_fuse.passes.contrib_head_size import BindContribHeadSizePass
+
         contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
-                   StackMergePass(), SplitRotateHalfPass(), *((ExpandOrtFusionsPass(),) if target != "ort" else ()))
+                   StackMergePass(), SplitRotateHalfPass(),
+                   *((ExpandOrtFusionsPass(), BindContribHeadSizePass()) if target != "ort" else ()))
         # after the shape refresh: it reads the view's dims, which inference may only give once
         # folding made the shape arithmetic before it constant (Flux's TorchScript export)
         pair_picks = (UnbindPairsPass(),)

@@ -269,6 +269,18 @@ def band_constant(nodes: Sequence[tuple[str, Sequence[str], Sequence[str]]], sca
     return best
 
 
+def _contrib_head_sizes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """A KV cache's symbolic head size that its com.microsoft GroupQueryAttention / MultiHeadAttention
+    fixes (onnxruntime-genai's ``kv_cache_dim``: a guess would make the original fail), unless the
+    user gave it (passes/contrib_head_size.py)."""
+    if not any(n.domain == "com.microsoft" and n.op_type in ("GroupQueryAttention", "MultiHeadAttention")
+               for n in model.graph.node):
+        return {}
+    from onnx_fuse.passes.contrib_head_size import head_size_bindings
+
+    return {k: v for k, v in head_size_bindings(ir.from_proto(model).graph).items() if k not in shapes}
+
+
 def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
                    window: int | None = None) -> dict[str, int]:
     """A value for every symbolic input dim: the user's (--shape batch=2), else small defaults
@@ -282,7 +294,7 @@ def _symbol_values(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
     """
     from onnx_fuse.rewrite._local_check import _eval_dim
 
-    values: dict[str, int] = {}
+    values: dict[str, int] = dict(_contrib_head_sizes(model, shapes))
     past = max(5, (window_constant(model) if window is None else window) + 1)
     past_dims = {d for vi in _pasts(model) if isinstance(d := _dim(vi, _past_axis(vi)), str)}
     formulas: list[tuple[str, int]] = []

@@ -228,6 +228,8 @@ def _position_read(user: ir.Node, idx: int, out: ir.Value) -> bool:
         return _axes(user) != [0, 1] or all(
             c.op_type == "Cast" and all(_keeps_batch_axis(m, j) for m, j in c.outputs[0].uses())
             for c, _ in user.outputs[0].uses())
+    if user.op_type == "RotaryEmbedding" and idx == 3 and user.domain in ("", "ai.onnx"):
+        return rank == 2   # [B, S] ids into RotaryEmbedding-23 (the GroupQueryAttention rewrite's do_rotary)
     return (user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([1], [2], [-1])
             and rank == 2)
 
