@@ -90,7 +90,7 @@ def test_padded_batch_with_past_is_exact_when_paged():
     ropes them at that position; the paged form does the same from seq_lens (positions re-derived per
     sequence), so its output equals ORT's on every sequence. (The contiguous forms at onnx and trt-O3
     join Concat(past, new) and rope at P + i: exact only for equal lengths, docs/holdout.md.)"""
-    from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous, pool_name  # noqa: F401
+    from onnx_fuse.targets.paged_kv_feeds import paged_inputs_from_contiguous
 
     model = _builder_like()
     result = onnx_fuse.optimize(model, level=4, target="trt", float32_plugins=True)
@@ -99,7 +99,7 @@ def test_padded_batch_with_past_is_exact_when_paged():
     feeds = _feeds(model, 2, 1, past, seed=5)
     feeds["attention_mask"][1, lens[1]:past] = 0   # sum = 4 + 1: seqlens_k = 4
     ref = make_session(model).run(["y"], feeds)[0]
-    pool_map = {f"kv_pool_k.past_key": "past_key", f"kv_pool_v.past_value": "past_value"}
+    pool_map = {"kv_pool_k.past_key": "past_key", "kv_pool_v.past_value": "past_value"}
     names = {i.name for i in optimized.graph.input}
     assert set(pool_map) <= names, names
     run = paged_inputs_from_contiguous(feeds, 4, past_lens=lens, new_tokens=1, seed=2, pool_map=pool_map)
