@@ -156,10 +156,15 @@ FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:
 # the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind.
 FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq")  # a last variant element naming fa_ws_core options
+# Candidate FA_WS_TMA_OVEDFC (..._w12t_ovedfc_..., loads 38 by name / 39 with the fallback, D = 128, both
+# masks, experimental, session 18): FA_WS_TMA_OVEDF with Q's fragments in registers and its two blocks
+# chained without draining the pipeline (kWsChain: the second block's first S and softmax run beside the
+# first block's last P V, the first block's output staged under the second block's first P).
+FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31)}  # launcher loads (by name, planned)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ)
@@ -173,6 +178,9 @@ FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV,
 # its entries run the FA_WS_TMA_OV body with the stepped descriptors (24 / 240 registers, pinned
 # softmax): run 17 fp16 531 / 472-499 TFLOP/s full / causal, bf16 553-554 / 504-513, behind oved.
 FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
+# FA_WS_TMA_PERSISTC (experimental, kernel m128n128w12tp_ovedc, launcher loads 40, by name only, session
+# 18): the FA_WS_TMA_OVEDQ body on FA_WS_TMA_PERSIST's grid with every block chained into the next (kWsChain).
+FA_WS_TMA_PERSISTC = (128, 128, 12, "tma", "persistent", "ovedc")
 
 
 # Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
@@ -214,7 +222,7 @@ def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST,)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDFC)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -480,7 +488,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
     if tuple(variant) in FA_WGMMA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24,
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
-                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ):
+                          FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
+                          FA_WS_TMA_PERSISTC):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -601,9 +610,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt == "ovedf" and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt in ("ovedf", "ovedfc") and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt == "ovedf":  # query blocks nm - 1 - x and x per CTA
+    elif opt in ("ovedf", "ovedfc"):  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -619,9 +628,9 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31."""
+    FA_WS_TMA_OVEDQ 30 / 31; the candidates FA_WS_TMA_OVEDFC 38 / 39 and FA_WS_TMA_PERSISTC 40."""
     if plan.persistent:
-        return 4
+        return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:
         return 0
     if plan.opt:

@@ -902,6 +902,17 @@ constexpr int kWsMcast = 128;
 // and ovedm's 570-577 / 570-586; bf16 604 / 611 / causal 532 against oved's 594-599 / 599-602 / 525-531.
 // With ovedm (ovedmq) and ovedf (ovedfq) it measured at par with or behind ovedq and was dropped.
 constexpr int kWsQRegs = 256;
+// kWsChain (persistent schedules with kWsQRegs and kWsSmemEpilogue: the candidates ovedfc and tp_ovedc,
+// session 18): a block hands on to the next without draining the software pipeline. Its last P V and the
+// next block's first S = Q K^T go out as one turn, the next block's first softmax runs under that P V, and
+// the block's output is staged in the Q tile (this warpgroup's rows, whose next Q is already in
+// registers) before the next block's loop starts with its first P in registers. Without it each block
+// pays a prologue (S and softmax of its first tile with no P V beside them) and a drain (its last P V
+// alone), part of the about 2.4 tile-times per CTA the sliding-window runs measured, which a causal block
+// of 16.5 tiles at S = 4096 feels twice as much as a full one. The Q tile's "Q empty" barrier then counts one arrival
+// per consumer thread per block: after the Q load's ldmatrix for a block nothing chained into, else after
+// the previous block's staged output is read back.
+constexpr int kWsChain = 512;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -1476,7 +1487,38 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // and the other one has arrived; consumer 1 skips its last arrive so the counts match (with
   // PERSIST it never skips and consumer 0 syncs once more after its last tile).
   if (cw == 1) wg::bar_arrive(1, 256);
+
+  constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
+  constexpr bool QREGS = (OPT & kWsQRegs) != 0;
+  constexpr bool CHAIN = (OPT & kWsChain) != 0;
+  static_assert(!QREGS || BN == 128, "kWsQRegs: S = Q K^T by the m64n128 RS wgmma");
+  static_assert(!CHAIN || (PERSIST && QREGS && (OPT & kWsSmemEpilogue) != 0 && !MCAST),
+                "kWsChain: a persistent schedule with Q in registers and the staged epilogue");
+  // kWsLeanDesc: k-step 0 of Q; cw read back through a shuffle so ptxas keeps it in a uniform register
+  const uint64_t da_q = wg::desc_sw128(sQ + (LEAN ? __shfl_sync(0xffffffffu, cw, 0) : cw) * 64 * 128, 16, 1024);
+  // A block's accumulators, softmax state, P and (kWsQRegs) Q fragments; kWsChain carries them from the
+  // block that ran this block's first S and softmax into this block's loop.
+  float acc[D / 8][4];
+  float row_m[2], row_l[2];
+  uint32_t pa[BN / 16][4];
+  uint32_t qf[QREGS ? D / 16 : 1][4];  // kWsQRegs: this warp's 16 Q rows as m16k16 A fragments
+  // What the softmax's mask needs of a block.
+  struct BlockG {
+    int m0, j0, KL, OFF, wlo, row0;
+  };
+  auto block_g = [&](const Geom& b) {
+    return BlockG{b.m0, b.j0, b.tl.rows.kv_len, b.tl.rows.causal_off, fa_window_lo<CAUSAL>(b.tl.rows.window),
+                  b.m0 + wrow + g};
+  };
+  auto load_qf = [&]() {  // lanes 0-15: rows wrow + 0..15 at chunk 2 kk, lanes 16-31 the same rows at 2 kk + 1
+    if constexpr (QREGS) {
+      const int r = wrow + (lane & 7) + (lane & 8);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[QREGS ? kk : 0], sQ + sw128_off<BM>(r, 2 * kk + (lane >> 4)));
+    }
+  };
   int kv_base = 0, it = 0;  // K/V tiles and tiles so far (PERSIST)
+  bool chained = false;  // kWsChain: the block before ran this block's first S, softmax and P
   for (int i = 0; i < n_rounds; ++i) {
   const int t = tiles.index(i);
   if (PERSIST && t >= tiles.count) break;
@@ -1484,9 +1526,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const bool last_tile = i + 1 == n_rounds || tiles.index(i + 1) >= tiles.count;
   const Geom gm = geom(t);
   const Rows& rows = gm.tl.rows;
-  const int m0 = gm.m0, n_tiles = gm.n_tiles, j0 = gm.j0;
-  const int QL = rows.q_len, KL = rows.kv_len, OFF = rows.causal_off;
-  const int wlo = fa_window_lo<CAUSAL>(rows.window);
+  const int m0 = gm.m0, n_tiles = gm.n_tiles;
+  const int QL = rows.q_len;
   if (PERSIST && gm.skip) {  // no valid row or no visible key: zeros where we own rows
     for (int c = tid - 128; c < BM * CPR; c += 256) {
       const int r = c / CPR, cc = c % CPR;
@@ -1495,21 +1536,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     }
     continue;
   }
-  const int row0 = m0 + wrow + g;
+  const BlockG bg = block_g(gm);
 
-  float acc[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  float row_m[2] = {-INFINITY, -INFINITY};
-  float row_l[2] = {0.f, 0.f};
-  uint32_t pa[BN / 16][4];
-
-  constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
-  constexpr bool QREGS = (OPT & kWsQRegs) != 0;
-  static_assert(!QREGS || BN == 128, "kWsQRegs: S = Q K^T by the m64n128 RS wgmma");
-  // kWsLeanDesc: k-step 0 of Q; cw read back through a shuffle so ptxas keeps it in a uniform register
-  const uint64_t da_q = wg::desc_sw128(sQ + (LEAN ? __shfl_sync(0xffffffffu, cw, 0) : cw) * 64 * 128, 16, 1024);
-  uint32_t qf[QREGS ? D / 16 : 1][4];  // kWsQRegs: this warp's 16 Q rows as m16k16 A fragments
   auto issue_s = [&](float (&sacc)[BN / 8][4], int tile) {
     const uint32_t tk = sKV + ((kv_base + tile) % ST) * 2 * TILE;
     const uint64_t db_k = wg::desc_sw128(tk, 16, 1024);
@@ -1528,21 +1556,21 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       }
     }
   };
-  // Mask and online softmax of tile `tile` (exp2 domain) in place; returns the O rescale factors
-  // (applied by finish() once the previous PV is done: pa and acc belong to it until then).
-  auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2]) {
+  // Mask and online softmax of tile `tile` of block b (exp2 domain) in place; returns the O rescale
+  // factors (applied by finish() once the previous PV is done: pa and acc belong to it until then).
+  auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2], const BlockG& b) {
     if constexpr (SC) fa_softcap(sv, sc_k);
-    const int n0 = (j0 + tile) * BN;
-    const bool need_mask = (n0 + BN > KL) || (CAUSAL && n0 + BN - 1 > m0 + wrow + OFF) ||
-                           (CAUSAL && n0 <= m0 + wrow + 15 + OFF - wlo);
+    const int n0 = (b.j0 + tile) * BN;
+    const bool need_mask = (n0 + BN > b.KL) || (CAUSAL && n0 + BN - 1 > b.m0 + wrow + b.OFF) ||
+                           (CAUSAL && n0 <= b.m0 + wrow + 15 + b.OFF - b.wlo);
     if (need_mask) {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int col = n0 + nt * 8 + 2 * t4 + (e & 1);
-          int row = row0 + (e >> 1) * 8;
-          if (col >= KL || (CAUSAL && (col > row + OFF || col <= row + OFF - wlo))) sv[nt][e] = -INFINITY;
+          int row = b.row0 + (e >> 1) * 8;
+          if (col >= b.KL || (CAUSAL && (col > row + b.OFF || col <= row + b.OFF - b.wlo))) sv[nt][e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -1600,31 +1628,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       wg::mbar_arrive(bar);
     }
   };
-  mbar_wait_parity(qbar, it & 1);
-  if constexpr (QREGS) {  // lanes 0-15: rows wrow + 0..15 at chunk 2 kk, lanes 16-31 the same rows at 2 kk + 1
-    const int r = wrow + (lane & 7) + (lane & 8);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[QREGS ? kk : 0], sQ + sw128_off<BM>(r, 2 * kk + (lane >> 4)));
-  }
-  mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
-  {
-    float s0[BN / 8][4];
-    wg::bar_sync(my_bar, 256);
-    issue_s(s0, 0);
-    wg::commit();
-    wg::bar_arrive(other_bar, 256);
-    wg::wait0();
-    wg::fence_acc(s0);
-    if constexpr (MCAST) release(empty0, 0);  // K of the first tile is read
-    // PERSIST: "Q empty" as soon as this warpgroup's last S = Q K^T is done (here with one key tile,
-    // else in the loop below), so the next tile's Q loads under this one's last softmax and P V
-    if constexpr (PERSIST) {
-      if (n_tiles == 1) wg::mbar_arrive(qempty);
-    }
-    float alpha[2];
-    softmax(s0, 0, alpha);
-    finish(s0, alpha);
-  }
   auto pv = [&](int tile) {  // O += P V of `tile`, one wgmma group
     const uint32_t tv = sKV + ((kv_base + tile) % ST) * 2 * TILE + TILE;
     const uint64_t db_v = wg::desc_sw128(tv, BN * 128, 1024);  // kWsLeanDesc: k-step 0 of V
@@ -1644,6 +1647,88 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #pragma unroll
       for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
   };
+  // O / l of this block's rows (l, m: their final softmax sums and maxima): staged through this warpgroup's
+  // rows of the Q tile (kWsSmemEpilogue) or stored from registers.
+  auto store_out = [&](const float (&fl)[2], const float (&fm)[2], bool staged) {
+    if (staged) {
+      // This warpgroup's Q rows [64 cw, 64 cw + 64) are free: its last S = Q K^T is done and the
+      // other consumer reads only its own rows. Same swizzle as Q: conflict-free both ways.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(fl[h]);
+        const int lr = wrow + g + h * 8;
+        const bool live = l > 0.f && m0 + lr < QL;  // rows past q_len: zeros (see below)
+        const float inv = live ? fa_row_inv(rows, l, fm[h], 0) : 0.f;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          const uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sQ + sw128_off<BM>(lr, dt) + 4 * t4), "r"(packed)
+                       : "memory");
+        }
+      }
+      wg::bar_sync(3 + cw, 128);  // this warpgroup's rows are staged
+      for (int c = tid & 127; c < 64 * CPR; c += 128) {
+        const int lr = cw * 64 + c / CPR, cc = c % CPR;
+        if (m0 + lr < rows.q_store) {
+          uint4 val;
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                       : "r"(sQ + sw128_off<BM>(lr, cc)) : "memory");
+          *reinterpret_cast<uint4*>(rows.o_row(m0 + lr) + cc * 8) = val;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(fl[h]);
+        const int row = bg.row0 + h * 8;
+        // Rows past q_len are zeros by selection: with TMA their Q rows are whatever the tensor holds
+        // (NaN / Inf give NaN accumulators, and NaN * 0 is NaN).
+        const bool live = l > 0.f && row < QL;
+        const float inv = live ? fa_row_inv(rows, l, fm[h], 0) : 0.f;
+        if (row < rows.q_store) {
+          T* orow = rows.o_row(row);
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt) {
+            uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
+            *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
+          }
+        }
+      }
+    }
+  };
+
+  if (!chained) {
+#pragma unroll
+    for (int i2 = 0; i2 < D / 8; ++i2) acc[i2][0] = acc[i2][1] = acc[i2][2] = acc[i2][3] = 0.f;
+    row_m[0] = row_m[1] = -INFINITY;
+    row_l[0] = row_l[1] = 0.f;
+    mbar_wait_parity(qbar, it & 1);
+    load_qf();
+    // kWsChain: nothing reads this Q tile again before the block's output is stored (S takes Q from
+    // registers; the output of a block that hands on to the next is staged at the next block's start):
+    // "Q empty" now, so the next block's Q loads under this block
+    if constexpr (CHAIN) wg::mbar_arrive(qempty);
+    mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
+    {
+      float s0[BN / 8][4];
+      wg::bar_sync(my_bar, 256);
+      issue_s(s0, 0);
+      wg::commit();
+      wg::bar_arrive(other_bar, 256);
+      wg::wait0();
+      wg::fence_acc(s0);
+      if constexpr (MCAST) release(empty0, 0);  // K of the first tile is read
+      // PERSIST: "Q empty" as soon as this warpgroup's last S = Q K^T is done (here with one key tile,
+      // else in the loop below), so the next tile's Q loads under this one's last softmax and P V
+      if constexpr (PERSIST && !QREGS) {
+        if (n_tiles == 1) wg::mbar_arrive(qempty);
+      }
+      float alpha[2];
+      softmax(s0, 0, alpha, bg);
+      finish(s0, alpha);
+    }
+  }
   // Steady state: S of tile j+1 and PV of tile j as two wgmma groups; the exponentials of tile
   // j+1 run once S is done (wait_group 1) while PV still runs. No wgmma sits under a
   // data-dependent branch (the last tile is peeled): otherwise ptxas cannot tell which group
@@ -1662,10 +1747,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::wait1();
     wg::fence_acc(s_nxt);
     if constexpr (MCAST) release(empty0, j + 1);  // K of tile j + 1 is read
-    if constexpr (PERSIST) {
+    if constexpr (PERSIST && !QREGS) {
       if (j + 2 == n_tiles) wg::mbar_arrive(qempty);  // S of the last key tile is done
     }
-    softmax(s_nxt, j + 1, alpha);
+    softmax(s_nxt, j + 1, alpha, bg);
     if constexpr ((OPT & kWsPinSoftmax) != 0)  // the store waits for every exp2; the wait for the store
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_u32(&ws_pin[tid - 128])), "f"(row_l[0] + row_l[1])
                    : "memory");
@@ -1674,67 +1759,63 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     release(MCAST ? emptyv0 : empty0, j);
     finish(s_nxt, alpha);
   }
-  {
-    const int j = n_tiles - 1;
+  // kWsChain: the next block (not the last, not empty) starts here, its first S = Q K^T issued with this
+  // block's last P V as one turn, its softmax under that P V, this block's output staged while the next
+  // block's first P waits in registers (the pipeline does not drain and refill between blocks).
+  bool chain_next = false;
+  if constexpr (CHAIN) chain_next = !last_tile && !geom(tiles.index(i + 1)).skip;
+  if (chain_next) {
+  if constexpr (CHAIN) {
+    const BlockG bn = block_g(geom(tiles.index(i + 1)));
+    mbar_wait_parity(qbar, (it + 1) & 1);
+    load_qf();
+    const int c = kv_base + n_tiles;  // the next block's first K/V tile
+    mbar_wait_parity(full0 + 8 * (c % ST), (c / ST) & 1);
+    float s_nxt[BN / 8][4];
     wg::bar_sync(my_bar, 256);
-    if constexpr (MCAST) mbar_wait_parity(fullv0 + 8 * ((kv_base + j) % ST), ((kv_base + j) / ST) & 1);
-    pv(j);
-    if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
+    issue_s(s_nxt, n_tiles);
+    wg::commit();
+    pv(n_tiles - 1);
+    wg::bar_arrive(other_bar, 256);
+    wg::wait1();
+    wg::fence_acc(s_nxt);
+    const float fm[2] = {row_m[0], row_m[1]}, fl[2] = {row_l[0], row_l[1]};
+    row_m[0] = row_m[1] = -INFINITY;
+    row_l[0] = row_l[1] = 0.f;
+    float alpha[2];
+    softmax(s_nxt, 0, alpha, bn);
+    if constexpr ((OPT & kWsPinSoftmax) != 0)
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_u32(&ws_pin[tid - 128])), "f"(row_l[0] + row_l[1])
+                   : "memory");
     wg::wait0();
     pv_done();
-    release(MCAST ? emptyv0 : empty0, j);
-  }
-
-  // kWsSmemEpilogue stages through this warpgroup's Q rows; with PERSIST only on the CTA's last
-  // tile (before another, the producer may already be loading that tile's Q there).
-  bool staged = (OPT & kWsSmemEpilogue) != 0;
-  if constexpr (PERSIST) staged = staged && last_tile;
-  if (staged) {
-    // This warpgroup's Q rows [64 cw, 64 cw + 64) are free: its last S = Q K^T is done and the
-    // other consumer reads only its own rows. Same swizzle as Q: conflict-free both ways.
+    release(empty0, n_tiles - 1);
+    // this warpgroup's rows of the Q tile hold the next block's Q, already in registers
+    store_out(fl, fm, true);
+    wg::mbar_arrive(qempty);  // the next block's "Q empty": the staged rows are read back
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float l = quad_sum(row_l[h]);
-      const int lr = wrow + g + h * 8;
-      const bool live = l > 0.f && m0 + lr < QL;  // rows past q_len: zeros (see below)
-      const float inv = live ? fa_row_inv(rows, l, row_m[h], 0) : 0.f;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        const uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sQ + sw128_off<BM>(lr, dt) + 4 * t4), "r"(packed)
-                     : "memory");
-      }
-    }
-    wg::bar_sync(3 + cw, 128);  // this warpgroup's rows are staged
-    for (int c = tid & 127; c < 64 * CPR; c += 128) {
-      const int lr = cw * 64 + c / CPR, cc = c % CPR;
-      if (m0 + lr < rows.q_store) {
-        uint4 val;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
-                     : "r"(sQ + sw128_off<BM>(lr, cc)) : "memory");
-        *reinterpret_cast<uint4*>(rows.o_row(m0 + lr) + cc * 8) = val;
-      }
-    }
+    for (int i2 = 0; i2 < D / 8; ++i2) acc[i2][0] = acc[i2][1] = acc[i2][2] = acc[i2][3] = 0.f;
+    finish(s_nxt, alpha);
+    chained = true;
+  }  // CHAIN
   } else {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = quad_sum(row_l[h]);
-    const int row = row0 + h * 8;
-    // Rows past q_len are zeros by selection: with TMA their Q rows are whatever the tensor holds
-    // (NaN / Inf give NaN accumulators, and NaN * 0 is NaN).
-    const bool live = l > 0.f && row < QL;
-    const float inv = live ? fa_row_inv(rows, l, row_m[h], 0) : 0.f;
-    if (row < rows.q_store) {
-      T* orow = rows.o_row(row);
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
-        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
-      }
+    {
+      const int j = n_tiles - 1;
+      wg::bar_sync(my_bar, 256);
+      if constexpr (MCAST) mbar_wait_parity(fullv0 + 8 * ((kv_base + j) % ST), ((kv_base + j) / ST) & 1);
+      pv(j);
+      if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
+      wg::wait0();
+      pv_done();
+      release(MCAST ? emptyv0 : empty0, j);
     }
+    // kWsSmemEpilogue stages through this warpgroup's Q rows; with PERSIST only on the CTA's last
+    // tile (before another, the producer may already be loading that tile's Q there).
+    bool staged = (OPT & kWsSmemEpilogue) != 0;
+    if constexpr (PERSIST) staged = staged && last_tile;
+    store_out(row_l, row_m, staged);
+    chained = false;
   }
-  }  // kWsSmemEpilogue
   kv_base += n_tiles;
   ++it;
   }  // tile loop
@@ -2147,6 +2228,13 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
+// Candidate m128n128w12t_ovedfc (loads 38 by name / 39 with the cp.async fallback, D = 128): ovedf with Q's
+// fragments in registers and its two blocks chained without draining the pipeline (kWsChain).
+#define OF_FA_WSTODFC_KERNELS_D(DTN, T, D)                                                        \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_full, T, D, false,         \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain) \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_causal, T, D, true,        \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2154,20 +2242,27 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // costs weigh double when causal); the batch size follows the maps. (At D = 64 it measured 3-6 %
 // below m128n128w12t and was dropped; with the 40 / 232 split unpinned, run 4, at par with w12t;
 // run 17: 531 / 472-499 fp16 full / causal against oved's 580-587 / 503-504, behind.)
-#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL)                                                    \
+#define OF_FA_WSTP_KERNEL(NAME, T, D, CAUSAL, OPT)                                               \
   extern "C" __global__ void __launch_bounds__(384, 1) NAME(                                   \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
       long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,          \
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, int B) {     \
-    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss,  \
+    fa_fwd_ws_tma_persistent_body<T, D, CAUSAL, 24, OPT>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, \
                                                 q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, \
                                                 o_ss, o_sh, scale_log2, &tq, &tk, &tv, B);     \
   }
+#define OF_FA_WSTP_OPT (onnx_fuse::kWsPinSoftmax | onnx_fuse::kWsLeanDesc)
 #define OF_FA_WSTP_KERNELS_D(DTN, T, D)                                                  \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false)      \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_full, T, D, false, OF_FA_WSTP_OPT) \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, OF_FA_WSTP_OPT)
+// Candidate m128n128w12tp_ovedc (launcher loads 40, by name only, D = 128): the ovedq body (oved with Q's
+// fragments in registers) on the persistent grid, blocks chained without draining the pipeline (kWsChain).
+#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)
+#define OF_FA_WSTPC_KERNELS_D(DTN, T, D)                                                             \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedc_full, T, D, false, OF_FA_TPC_OPT) \
+  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedc_causal, T, D, true, OF_FA_TPC_OPT)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -2197,6 +2292,8 @@ OF_FA_WSTODG_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
+OF_FA_WSTODFC_KERNELS_D(f16, __half, 128)
+OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2218,6 +2315,8 @@ OF_FA_WSTODG_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTODFC_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2393,6 +2492,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 11: OF_PICK_TK2(128, m128n128w12t_ovedf)
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
+      case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)
       default: return nullptr;
     }
   }
@@ -2406,8 +2506,12 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal) {
+// chain: the m128n128w12tp_ovedc entries (launcher loads 40), else m128n128w12tp (loads 4).
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool chain) {
 #define OF_PICK_TP(DTN, DD)                                                                 \
+  if (D == DD && chain)                                                                     \
+    return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedc_causal) \
+                  : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedc_full); \
   if (D == DD)                                                                              \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_causal) \
                   : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_full);
@@ -2607,7 +2711,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // run 19); 28 / 29 _ovedm (oved in two-CTA clusters sharing each K/V
 // tile by TMA multicast; no window, no seq_lens, S a multiple of 256: 28 refuses other launches,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
-// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) are refused;
+// except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) and 36 / 37 are refused; 38 / 39 _ovedfc
+// (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
+// persistent grid of loads 4 with the ovedq body and chained blocks, by name only);
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2644,9 +2750,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 31);
+  OF_REQUIRE(loads >= 0 && loads <= 40);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
-  OF_REQUIRE(window == 0 || loads != 4);  // the persistent entries take no window
+  OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2662,9 +2768,10 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq (26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent)
+    // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
-    const bool persistent = loads == 4;
+    const bool persistent = loads == 4 || loads == 40;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
     // seq_lens, S a multiple of 256; else 29 runs oved.
     if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
@@ -2672,7 +2779,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
       kind = 8;
     }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
-    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;
+    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 40) : nullptr;
     OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));

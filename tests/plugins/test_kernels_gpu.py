@@ -691,6 +691,23 @@ def test_fused_attention_tma_q_registers_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
+# Session 18's chained candidates (kWsChain, D = 128, by name): ovedfc (ovedf's fold with Q in registers,
+# its second block's first S and softmax run beside the first block's last P V) on ovedf's cases (odd block
+# counts, lengths 0 / 1 / 128 / 129 that skip one block of a pair or both, GQA / MQA), and the persistent
+# tp_ovedc on the persistent cases (several rounds per CTA: chains across many blocks, broken by empty
+# tiles; the Q tile's arrivals per block and the stage ring carry across every block).
+FA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
+FA_PERSISTC = (128, 128, 12, "tma", "persistent", "ovedc")
+FA_CHAIN_CASES = [c[:7] + (FA_OVEDFC,) for c in FA_OVEDF_CASES] + [c[:7] + (FA_PERSISTC,) for c in FA_PERSIST_CASES]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_CHAIN_CASES, ids=lambda c: _fa_case_id("-chained-" + c[7][-1])(c))
+def test_fused_attention_chained_blocks_match_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
 # Left padding (seq_lens[b] = -L: the sequence's last L rows, as batched generation pads prompts):
 # every body moves its Q/K/V/O rows (or TMA coordinates) to the span's first row, and the rows in
 # front are zeros (fa_zero_lead_rows, or fa_fwd_body's own blocks on TensorRT's AOT path). One
@@ -702,7 +719,7 @@ FA_LEFT_SHAPES = [(3, 515, 4, 1, 128, True, [-515, -260, 300]), (3, 515, 4, 1, 1
 FA_LEFT_VARIANTS = {64: [None, (64, 64, 4), (128, 64, 8), (64, 128, 4), (128, 128, 8), (128, 128, 12), FA_TMA]
                     + FA_D64_LD,
                     128: [None, (64, 64, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8), (128, 128, 12), FA_TMA,
-                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ],
+                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ, FA_OVEDFC, FA_PERSISTC],
                     80: [None, (128, 64, 4)], 96: [None, (128, 128, 8)], 256: [None, (128, 64, 8)]}
 FA_LEFT_CASES = [c + (v,) for c in FA_LEFT_SHAPES for v in FA_LEFT_VARIANTS[c[4]]]
 

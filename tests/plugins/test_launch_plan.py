@@ -822,7 +822,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 31);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 40);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -872,11 +872,12 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTP_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
     assert not re.search(r"^OF_FA_WSTP_KERNELS_D\(\w+, [\w ]+, (?!128\))", fa, re.M)
-    assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true)" in fa
+    assert "OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_causal, T, D, true, OF_FA_WSTP_OPT)" in fa
     # since run 17 the persistent entries run the ov body with the stepped descriptors
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
-    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (lp.FA_WS_TMA_PERSIST,)
+    assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC, lp.FA_WS_TMA_OVEDFC)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -901,9 +902,9 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
             for shape in ((4, 4096, 32, 8), (1, 77, 4, 4), (8, 2048, 32, 32)):
                 p = lp.plan_fused_attention(*shape, d, causal=causal)
                 assert p.variant in lp.fa_variants(d) and not p.persistent
-    # the C launcher: loads 4 = persistent, D = 128 only
-    assert "const bool persistent = loads == 4;" in fa
-    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0) : nullptr;" in fa
+    # the C launcher: loads 4 (and the chained candidate's 40) = persistent, D = 128 only
+    assert "const bool persistent = loads == 4 || loads == 40;" in fa
+    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 40) : nullptr;" in fa
     assert "OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);" in fa
 
 
@@ -921,7 +922,7 @@ def test_ov_entries_exist_and_are_planned_at_d128():
     for mask, causal in (("full", "false"), ("causal", "true")):
         assert re.search(rf"m128n128w12t_ov_{mask}, T, D, {causal},\s*\\\s*onnx_fuse::kWsPinSoftmax\)", block), mask
     assert "if constexpr ((OPT & kWsPinSoftmax) != 0)" in fa
-    assert "_ovl" not in fa and "kWsLazyRescale" not in fa and "w12tp_ov" not in fa
+    assert "_ovl" not in fa and "kWsLazyRescale" not in fa and not re.search(r"w12tp_ov_(full|causal)", fa)
     assert "OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_r24_full, T, D, false, 0)" in fa
     v = lp.FA_WS_TMA_OV
     assert v in lp.fa_variants(128) and lp.fa_engine(v, 128) == "wgmma"
@@ -1360,3 +1361,30 @@ def test_multicast_entries_exist_and_are_no_longer_planned():
                     assert p.variant != lp.FA_WS_TMA_OVEDM, (shape, d, dt, causal)
                     sc = lp.plan_fused_attention(*shape, d, dt, causal=causal, softcap=30.0)
                     assert sc.variant != lp.FA_WS_TMA_OVEDM
+
+
+def test_chained_candidates_are_experimental_and_reach_their_entries():
+    """Session 18's candidates with chained blocks (kWsChain, D = 128, by name only, never planned): ovedfc
+    (ovedf's fold with Q in registers, loads 38 / 39, pick_tma kind 18, the fold's grid) and the persistent
+    tp_ovedc (loads 40: pick_tma_persistent's chain entries); the launcher accepts loads up to 40."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    assert "case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)" in fa
+    assert "OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain" in fa
+    assert "#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)" in fa
+    for dt in ("f16", "bf16"):
+        for m in ("ODFC", "PC"):
+            assert re.search(rf"^OF_FA_WST{m}_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), (dt, m)
+    want = {lp.FA_WS_TMA_OVEDFC: (38, 39), lp.FA_WS_TMA_PERSISTC: (40, 40)}
+    for v, loads in want.items():
+        assert v in lp.fa_experimental_variants(128) and v not in lp.fa_variants(128)
+        assert lp.fa_engine(v, 128) == "wgmma"
+        for causal in (False, True):
+            p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=v)
+            assert p.kernel.replace("_f16_d128_", "_##DTN##_d##D##_") in fa, p.kernel
+            assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
+            fold = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=lp.FA_WS_TMA_OVEDF)
+            if v == lp.FA_WS_TMA_OVEDFC:
+                assert p.grid == fold.grid
+            else:
+                assert p.persistent and p.grid == (lp.H200.num_sms, 1, 1)
+        assert lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16").variant != v
