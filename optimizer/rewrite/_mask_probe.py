@@ -3,7 +3,9 @@
 
 The nodes computing the mask (from attention_mask, positions and shapes; never activations) are
 cut out and run in ONNX Runtime for one sequence with P cached and S new tokens: attention_mask
-all ones, positions P..P+S-1, every Shape given the concrete shape of its input. The mask is
+all ones, positions P..P+S-1, every Shape given the concrete shape of its input, other integer
+inputs (token types) 0, then all 1 and in runs of 0s and 1s: a mask that changes with them is
+refused (_varies), as the probe cannot know their values. The mask is
 causal when new token i (at position P+i) keeps exactly the keys 0..P+i (bias 0) and masks the
 others (bias <= -1e4 or -inf; a bfloat16 cone runs through emulate_bf16, as ORT's CPU provider
 has no bfloat16 Where). P is chosen beyond every integer constant of those nodes, so a window
@@ -130,8 +132,9 @@ def _dims_of(v: ir.Value, dims: Any) -> list[int]:
         raise EvalFailure(f"shape of {v.name!r} for the mask probe: {exc}") from None
 
 
-def _feed(v: ir.Value, shape: list[int], p: int, s: int) -> np.ndarray:
-    """attention_mask-like inputs all kept, position-like ones P..P+S-1, other ints 0."""
+def _feed(v: ir.Value, shape: list[int], p: int, s: int, fill: int = 0) -> np.ndarray:
+    """attention_mask-like inputs all kept, position-like ones P..P+S-1, other ints 0 (``fill``:
+    1 all ones, 2 runs of two zeros and two ones along the last axis: _varies)."""
     name = (v.name or "").lower()
     try:
         dtype = np.dtype(v.dtype.numpy())
@@ -145,15 +148,33 @@ def _feed(v: ir.Value, shape: list[int], p: int, s: int) -> np.ndarray:
         shape = [*shape[:-1], s]
         return np.broadcast_to(np.arange(p, p + s, dtype=dtype), shape).copy()
     if np.issubdtype(dtype, np.integer):
+        if fill == 1:
+            return np.ones(shape, dtype)
+        if fill == 2 and shape:
+            return np.broadcast_to((np.arange(shape[-1]) % 4 >= 2).astype(dtype), shape).copy()
         return np.zeros(shape, dtype)
     raise EvalFailure(f"the mask is computed from the input {v.name!r}")
 
 
+def _other_ints(cone: list[ir.Node]) -> dict[int, ir.Value]:
+    """The integer graph inputs _feed fills with zeros (neither masks nor positions: token types,
+    ids) whose values the cone reads (not only their shape), by id."""
+    found = {}
+    for n in cone:
+        for v in n.inputs if n.op_type not in ("Shape", "Size") else ():
+            name = (v.name or "").lower() if v is not None else ""
+            if (v is not None and v.is_graph_input() and "mask" not in name and "pos" not in name
+                    and v.dtype is not None and v.dtype.is_integer()):
+                found[id(v)] = v
+    return found
+
+
 def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
-                 opset: int, batch: int = 1, drop: tuple[ir.Value, np.ndarray] | None = None,
+                 opset: int, batch: int = 1, drop: tuple[ir.Value, np.ndarray] | None = None, fill: int = 0,
                  ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """``batch``: the value of symbols on a leading axis that q and the past do not bind; ``drop``:
-    (an attention-mask input, a 0/1 array broadcast to its feed) zeroes those of its entries."""
+    (an attention-mask input, a 0/1 array broadcast to its feed) zeroes those of its entries;
+    ``fill``: how integer inputs that are neither masks nor positions are filled (_feed)."""
     from onnx_fuse.rewrite._local_check import _Dims
 
     names: dict[int, str] = {}
@@ -174,11 +195,18 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
 
     dims = _ProbeDims(dim_sums(mask.graph))
     dims.values.update(env)
+    # an attention mask's keys are P + S (_feed): another input declared over the same symbol
+    # (Gemma 3's token_type_ids [batch, total_sequence]) is as long
+    for v in {id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()}.values():
+        last = v.shape.dims[-1] if v.shape is not None and len(v.shape) else None
+        if "mask" in (v.name or "").lower() and getattr(last, "value", None) and last.value not in dims.values:
+            dims.values[last.value] = p + s
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     inputs: list[onnx.ValueInfoProto] = []
     feeds: dict[str, np.ndarray] = {}
     made = {id(o) for n in cone for o in n.outputs}
+    varied = _other_ints(cone) if fill else {}
     for node in cone:
         if id(node) in as_const:
             shape = _dims_of(node.inputs[0], dims)   # a present's P + S: its name says so
@@ -197,11 +225,11 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
             if c is not None:
                 inits.append(onnx.numpy_helper.from_array(c, name(v)))
             elif v.is_graph_input() or v.producer() is None:
-                arr = _feed(v, _dims_of(v, dims), p, s)
+                arr = _feed(v, _dims_of(v, dims), p, s, fill if id(v) in varied else 0)
                 if drop is not None and v is drop[0]:
                     arr = (arr * np.broadcast_to(drop[1], arr.shape)).astype(arr.dtype)
-                inputs.append(onnx.helper.make_tensor_value_info(
-                    name(v), onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
+                inputs.append(onnx.helper.make_tensor_value_info(   # its name in the reasons: in the cache keys
+                    name(v), onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape), doc_string=v.name or ""))
                 feeds[name(v)] = arr
             else:
                 raise EvalFailure(f"the mask reads {v.name!r}, which is not computed from masks, positions and shapes")
@@ -306,10 +334,40 @@ def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, 
         except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             res = (None, f"the mask probe did not run ({text})")
+        else:
+            why = _varies(cone, as_const, mask, p, s, env, opset, feeds, res[0], **kw)
+            if why is not None:
+                res = (None, why)
         if len(_RESULTS) >= _RESULT_LIMIT:
             _RESULTS.pop(next(iter(_RESULTS)))
         _RESULTS[key] = res
     return _RESULTS[key]
+
+
+def _varies(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
+            opset: int, feeds: dict[str, np.ndarray], arr: np.ndarray, **kw) -> str | None:
+    """None when the probed values ``arr`` (run with ``feeds``, the integer inputs that are
+    neither masks nor positions all 0) stay the same with those inputs all 1 and in runs of 0s
+    and 1s; else why not. The probe knows no values for such inputs: a mask that changes with them
+    (Gemma 3's token_type_ids: each run of image tokens attends bidirectionally) is not the
+    mask the zeros show, whatever the input is called."""
+    from onnx_fuse.verify import make_session
+
+    names = sorted(v.name for v in _other_ints(cone).values())
+    if not names:
+        return None
+    what = ", ".join(repr(n) for n in names)
+    for fill, how in ((1, "all 1"), (2, "runs of 0s and 1s")):
+        model, alt = _probe_model(cone, as_const, mask, p, s, env, opset, fill=fill, **kw)
+        try:
+            got = np.asarray(make_session(_ort_runnable(model), threads=1, quiet=True).run(None, alt)[0])
+        except Exception as exc:  # noqa: BLE001
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            return f"the mask probe did not run with the integer input {what} {how} ({text})"
+        if got.shape != arr.shape or not np.array_equal(got, arr):
+            return (f"the mask changes with the values of the integer input {what} (all 0 vs {how}): "
+                    f"it is not a mask of positions and attention_mask alone")
+    return None
 
 
 def _raise_unless(reason: str | None) -> bool:
@@ -476,7 +534,10 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
                 text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
                 res: tuple[set[int], int] | str = f"the mask probe did not run ({text})"
             else:
+                why = _varies(cone, as_const, mask, p, s, _bind(q, past, s, p), opset, feeds, arr)
                 try:
+                    if why is not None:   # a mask the zeros do not stand for: refuse
+                        raise EvalFailure(why)
                     res = (_window_rows(arr, p, s) if arr.ndim >= 2 and arr.shape[-1] == p + s else
                            f"the mask has shape {list(arr.shape)} for {s} queries over {p + s} keys")
                 except EvalFailure as exc:

@@ -125,8 +125,9 @@ def test_band_that_widens_is_refused(past):
 
 
 def test_window_from_an_input_is_refused():
-    """An integer input is fed 0 by the probe (its value is unknown): no W can be proven."""
-    with pytest.raises(EvalFailure, match="does not see its own key"):
+    """An integer input's values are unknown to the probe: the mask changes with them (fed all 0
+    it would not see its own key), so no W can be proven."""
+    with pytest.raises(EvalFailure, match="the mask changes with the values of the integer input 'w_in'"):
         _w(_graph(window=4, past=True, additive=True, window_input=True))
 
 
