@@ -162,3 +162,24 @@ def test_mha_and_rotary_contrib_are_recognized(tmp_path, target, bias, interleav
     assert not [o for o in ops if o.startswith("com.microsoft::")], ops
     assert ops.count("Attention") == 1 and ops.count("RotaryEmbedding") == 2
     assert result.report.passed, result.report.verify_failure
+
+
+@pytest.mark.parametrize("case", ["packed-rotary", "separate-qkv", "local-window", "partial-rotary"])
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_padded_batch_with_past_is_exact(tmp_path, case, target):
+    """Sequence 1 of a batch of 2 has 4 real past tokens of 7 (seqlens_k 4 on a decode step), or 3 of
+    5 prompt tokens: ORT reads that sequence's own past, writes its new K/V right after it, ropes them
+    there and leaves zeros after; the rewrite gathers the same present (all three outputs compared).
+    On the old code (Concat(past, new), positions P + i) the padded sequence's output moved by ~1."""
+    model = _gqa_model(**CASES[case])
+    path = tmp_path / "gqa.onnx"
+    onnx.save(model, path)
+    result = onnx_fuse.optimize(str(path), level=3, target=target, verify=True, verify_inputs=_feeds(model, 1, 6, 5))
+    assert result.report.passed, result.report.verify_failure
+    out = tmp_path / "out.onnx"
+    result.save(str(out))
+    for seq, past, own in ((1, 7, 4), (5, 0, 3)):
+        feeds = _feeds(model, 2, seq, past, seed=2)
+        feeds["seqlens_k"][1] = own + seq - 1 if past else own - 1
+        res = onnx_fuse.verify.verify(str(path), str(out), inputs=feeds)
+        assert res["passed"], (seq, past, res)
