@@ -26,6 +26,8 @@ the past length, so the paged-KV rewrite (trt O4, docs/paged_kv.md) can fire. Th
               Tile on a new axis (tile_ri), Tile on [B, T, Hkv, D] (tile_bshd), Gather(h // n),
               Concat of n copies, and the near misses that read kv head h % Hkv (tile_heads,
               gather_mod), which no rewrite may take for GQA's map
+  pos_shift   (a side stream of the seed, POS_SHIFT_SHARE) RoPE positions Range(P, P + S) + 1 or 2,
+              the mask on the unshifted ones (PaliGemma's 1-based cache_position + 1)
   present_dims  present outputs declared [batch, Hkv, total, D] (else as shape inference finds)
   dim_names   the symbols: Optimum's (batch_size, sequence_length, past_sequence_length,
               total_sequence_length) or short ones (b, s, p, t) no convention names
@@ -215,7 +217,11 @@ def build_decoder(b, opset: int, spec: dict) -> None:
         qpos = b.op("Add", [b.op("Range", [zero, b.op("Squeeze", [s]), one]), p0])
     kpos = b.op("Range", [zero, t0, one])
     mask = _mask(b, spec, "attention_mask", p, s, qpos, kpos)
-    tables = _rope_tables(b, spec, qpos)
+    rpos = qpos
+    if spec.get("pos_shift"):   # the rotary positions only: the mask keeps the cache's own
+        rpos = b.op("Add", [qpos, b.const(np.array(spec["pos_shift"], np.int64), I64)])
+        b.trap("positions-shifted")
+    tables = _rope_tables(b, spec, rpos)
     h = x
     for i in range(spec["layers"]):
         h = _layer(b, spec, i, h, mask, tables, (bsz, seq, past, total), opset)
@@ -230,6 +236,9 @@ MERGED_SHARE = 0.25
 #: opsets 15..17 too (Shape(start, end) needs 15)
 LOW_OPSET_SHARE = 0.3
 LOW_OPSETS = (15, 16, 17)
+#: share of the decoder steps whose RoPE positions are shifted by a constant 1 or 2 (``pos_shift``,
+#: a side stream of the seed; PaliGemma's 1-based positions): trt-paged-kv follows ids + c
+POS_SHIFT_SHARE = 0.25
 #: share of the GQA steps whose K/V repeat is one of REPEAT_FORMS (a side stream of the seed)
 REPEAT_FORM_SHARE = 0.6
 #: tools/fuzz_forms.py's GQA forms and near misses (tools/fuzz_sweeps._repeat_kv writes them)

@@ -732,6 +732,11 @@ def make_case(seed: int) -> Case:
     # session 16's forms (tools/fuzz_forms.py), a stream of their own (no seed a test names moves)
     if np.random.default_rng([seed, FORM_SALT]).random() < FORM_SHARE:
         return _with_sparse(make_form_case(seed))
+    from fuzz_contrib import CONTRIB_SALT, CONTRIB_SHARE, make_contrib_case
+
+    # session 18's contrib ops / int8 QDQ / Flatten layouts (tools/fuzz_contrib.py), a stream of their own
+    if np.random.default_rng([seed, CONTRIB_SALT]).random() < CONTRIB_SHARE:
+        return _with_sparse(make_contrib_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -820,8 +825,8 @@ def make_form_case(seed: int, name: str | None = None) -> Case:
 
 def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overrides) -> Case:
     """A KV-cache decoder step (tools/fuzz_decoder.py); ``overrides`` fix spec switches (tests)."""
-    from fuzz_decoder import (LOW_OPSET_SHARE, LOW_OPSETS, MERGED_SHARE, REPEAT_FORM_SHARE, REPEAT_FORMS, as_merged,
-                              build_decoder, draw_spec)
+    from fuzz_decoder import (LOW_OPSET_SHARE, LOW_OPSETS, MERGED_SHARE, POS_SHIFT_SHARE, REPEAT_FORM_SHARE, REPEAT_FORMS,
+                              as_merged, build_decoder, draw_spec)
 
     rng = rng if rng is not None else np.random.default_rng([seed, 0xDEC, 1])
     b = Builder(rng, F32)
@@ -834,6 +839,10 @@ def make_decoder_case(seed: int, rng: np.random.Generator | None = None, **overr
     if not overrides and spec["heads"] != spec["kv_heads"] and side.random() < REPEAT_FORM_SHARE:
         spec["repeat"] = str(side.choice(REPEAT_FORMS))
     spec["kv_fp8"] = bool(spec["kv_fp8"])
+    # RoPE positions shifted by a constant (PaliGemma's 1-based cache_position + 1): a stream of its own
+    shift = np.random.default_rng([seed, 0xDEC, 1740])   # no decoder seed of the tests moves
+    if not overrides and shift.random() < POS_SHIFT_SHARE:
+        spec["pos_shift"] = int(shift.choice([1, 2]))
     b.dtype = F16 if spec["fp16"] else F32
     if spec["fp16"]:
         b.trap("fp16")
