@@ -1369,6 +1369,8 @@ def test_chained_candidates_are_experimental_and_reach_their_entries():
     tp_ovedc (loads 40: pick_tma_persistent's chain entries); the launcher accepts loads up to 40."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     assert "case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)" in fa
+    # the launcher gives kind 18 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
+    assert "const bool fold = kind == 11 || kind == 18;" in fa
     assert "OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain" in fa
     assert "#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)" in fa
     for dt in ("f16", "bf16"):
