@@ -7,8 +7,9 @@ merged, the output likewise). The lowerings write the 4-D form at onnx (and ort'
 exporter that splits heads from [B, S, H*D] keeps a Transpose in front of every input and behind
 the output. Rewritten 3-D, each new input Transpose meets the export's own: directly (a Transpose
 pair) or through the ops a Transpose sinks through (_transpose_region: SD3's QK RMSNorm in
-[B, H, S, D] and its Concat of text and image over S), and the new Reshapes meet the export's head
-split / merge. Done only where that saves Transposes: at least three of q, k, v and the output must
+[B, H, S, D] and its Concat of text and image over S), or it folds into a Reshape / Flatten /
+Transpose chain's own Transposes (_static_chain: LongT5's block keys, [B, N, L, H, D] moved to
+[B, N, H, L, D] and merged), and the new Reshapes meet the export's head split / merge. Done only where that saves Transposes: at least three of q, k, v and the output must
 meet one (each that does saves one, each that does not costs one).
 
 Past keys / values whose present outputs nobody reads are no cache: they are joined to k / v
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._chain_atoms import atoms
+from onnx_fuse.passes._chain_reads import LAYOUT_OPS, flatten_axis, known_dims, reshape_target
 from onnx_fuse.passes._infra import attr_value, is_default_op, reroute
 from onnx_fuse.passes._new_values import fresh_name, int64_initializer
 from onnx_fuse.passes._transpose_region import Region, Refused, _check_layout_op, all_ones, layout_inputs, perm_of
@@ -46,8 +49,10 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
     if depth <= 0 or not _one_reader(v):
         return False
     node = v.producer()
-    if is_default_op(node, "Transpose"):
-        return perm_of(node) == HEADS
+    if is_default_op(node, "Transpose") and perm_of(node) == HEADS:
+        return True
+    if is_default_op(node, *LAYOUT_OPS):
+        return _chain_absorbs_heads(v)
     if node is None or len(node.outputs) != 1:
         return False
     try:
@@ -61,6 +66,30 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
         if not heads_split(x, opset, depth - 1):
             return False
     return True
+
+
+def _chain_absorbs_heads(v: ir.Value) -> bool:
+    """``v`` ends a Reshape / Flatten / Transpose chain from known dims (each value read once) whose
+    Transposes, a Transpose by HEADS added after them, fold into no more Transposes than before
+    (_static_chain.py folds it so): LongT5's keys, [B, N, L, H, D] moved to [B, N, H, L, D], merged
+    to [B*N, H, L, D], read 3-D are [B, N, L, H, D] merged, with no Transpose at all."""
+    chain, node = [], v.producer()
+    while is_default_op(node, *LAYOUT_OPS) and _one_reader(node.outputs[0]) and len(chain) < _DEPTH:
+        chain.insert(0, node)
+        x = node.inputs[0] if node.inputs else None
+        node = x.producer() if x is not None else None
+    dims = known_dims(chain[0].inputs[0]) if chain and chain[0].inputs[0] is not None else None
+    if dims is None:
+        return False
+    steps = [(n.op_type, perm_of(n) if n.op_type == "Transpose" else flatten_axis(n) if n.op_type == "Flatten"
+              else reshape_target(n)) for n in chain]
+    if any(arg is None for _, arg in steps):
+        return False
+    before, after = atoms(dims, steps), atoms(dims, [*steps, ("Transpose", HEADS)])
+    if before is None or after is None:
+        return False
+    moves = [plan[1] != list(range(len(plan[1]))) for plan in (before, after)]
+    return moves[1] <= moves[0]
 
 
 def _merged_by_reader(v: ir.Value) -> bool:

@@ -23,13 +23,16 @@ def pre_fusion_passes(level: int) -> list[ir.passes.PassBase]:
 
 
 def post_fusion_passes(level: int) -> list[ir.passes.PassBase]:
+    from onnx_fuse.passes.mha_joined_past import MhaJoinedPastPass
     from onnx_fuse.passes.mha_kv_heads import MhaHeadsFirstKvPass
     from onnx_fuse.passes.pack_matmul import PackSiblingMatMulsPass
     from onnx_fuse.passes.qdq_uint8 import Int8QdqToUint8Pass
 
-    # q/k/v (gate/up) as one MatMul; MultiHeadAttention's k / v left heads-first where merging them cost
-    # nodes; int8 activation Q/DQ as uint8 at opset >= 21, where ORT refuses int8 (passes/qdq_uint8.py)
+    # q/k/v (gate/up) as one MatMul; MultiHeadAttention's past that is no cache joined to its 3-D k / v
+    # (SD3's joint attention); its k / v left heads-first where merging them cost nodes; int8 activation
+    # Q/DQ as uint8 at opset >= 21, where ORT refuses int8 (passes/qdq_uint8.py)
     from onnx_fuse.passes.quantized_attention import QuantizedAttentionNotePass
 
-    return [PackSiblingMatMulsPass(), *((MhaHeadsFirstKvPass(), QuantizedAttentionNotePass()) if level >= 3 else ()),
+    return [PackSiblingMatMulsPass(), *((MhaJoinedPastPass(), MhaHeadsFirstKvPass(), QuantizedAttentionNotePass())
+                                       if level >= 3 else ()),
             Int8QdqToUint8Pass()] if level >= 2 else []

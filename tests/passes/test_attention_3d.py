@@ -202,3 +202,56 @@ def test_joint_attention_at_onnx_keeps_no_transpose():
     assert att.attributes["q_num_heads"].value == H, att
     assert ops["Transpose"] == 0, ops
     check_same(model, result.model, _feeds())
+
+
+def _blocks(n_blocks: int = 3, t: int = 4, keys: int = 6) -> onnx.ModelProto:
+    """LongT5's local blocks: q [B, N, T, H*D] viewed [B*N, T, H, D] and split into heads; k / v
+    [B, N, L, H, D] (the blocks with their neighbours, gathered 5-D) moved to [B, N, H, L, D] and
+    merged to [B*N, H, L, D] (Transpose, Flatten(2), Reshape: no head-split Transpose of their own);
+    the output merged back to [B, N*T, H*D]."""
+    inits = [helper.make_tensor("qsplit", TensorProto.INT64, [4], [-1, t, H, D]),
+             helper.make_tensor("kview", TensorProto.INT64, [4], [0, H, -1, D]),
+             helper.make_tensor("merge", TensorProto.INT64, [3], [-1, n_blocks * t, H * D])]
+    nodes = [helper.make_node("Reshape", ["q", "qsplit"], ["qs"]),
+             helper.make_node("Transpose", ["qs"], ["q4"], perm=[0, 2, 1, 3])]
+    for name in ("k", "v"):
+        nodes += [helper.make_node("Transpose", [name], [f"{name}t"], perm=[0, 1, 3, 2, 4]),
+                  helper.make_node("Flatten", [f"{name}t"], [f"{name}f"], axis=2),
+                  helper.make_node("Reshape", [f"{name}f", "kview"], [f"{name}4"])]
+    nodes += [helper.make_node("Attention", ["q4", "k4", "v4"], ["o4"], scale=D ** -0.5),
+              helper.make_node("Transpose", ["o4"], ["ot"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ot", "merge"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "blocks", [helper.make_tensor_value_info("q", TensorProto.FLOAT, ["batch", n_blocks, t, H * D]),
+                          helper.make_tensor_value_info("k", TensorProto.FLOAT, ["batch", n_blocks, keys, H, D]),
+                          helper.make_tensor_value_info("v", TensorProto.FLOAT, ["batch", n_blocks, keys, H, D])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", n_blocks * t, H * D])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_keys_from_a_layout_chain_meet_the_heads_transpose():
+    """LongT5's blocks at onnx-O3: k / v's Transpose + Flatten + Reshape chain takes the 3-D form's
+    Transpose into its own (read 3-D they are [B, N, L, H, D] merged, no Transpose), so all four
+    meet one: 4 Transposes -> 0. The old code counted only q and the output (2 of 4) and left it 4-D."""
+    model = _blocks()
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 1
+    assert "Transpose" not in _ops(ir_model), _ops(ir_model)
+    rng = np.random.default_rng(4)
+    check_same(model, ir_model, {"q": rng.standard_normal((B, 3, 4, H * D), dtype=np.float32),
+                                 "k": rng.standard_normal((B, 3, 6, H, D), dtype=np.float32),
+                                 "v": rng.standard_normal((B, 3, 6, H, D), dtype=np.float32)})
+
+
+def test_keys_from_a_chain_without_a_transpose_do_not_count():
+    """k / v merged to heads-first without moving an axis (no Transpose in their chain to take the new
+    one): the 3-D form would add a Transpose to each, so with q and the output it is 2 of 4: left 4-D."""
+    model = _blocks()
+    for node in model.graph.node:
+        if node.op_type == "Transpose" and node.input[0] in ("k", "v"):
+            del node.attribute[:]
+            node.attribute.append(helper.make_attribute("perm", [0, 1, 2, 3, 4]))
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 0
