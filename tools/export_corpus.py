@@ -208,8 +208,9 @@ def _past_shapes(model, ids):
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True, return_dict=True)
     cache = out.past_key_values
-    if hasattr(cache, "layers"):
-        return [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in cache.layers]
+    if hasattr(cache, "layers"):   # None for a layer the forward skipped (Mllama's cross-attention ones)
+        return [(tuple(layer.keys.shape), tuple(layer.values.shape)) if getattr(layer, "keys", None) is not None
+                and layer.keys.numel() else None for layer in cache.layers]
     if hasattr(cache, "to_legacy_cache"):  # transformers 4.3x-4.5x DynamicCache
         cache = cache.to_legacy_cache()
     elif hasattr(cache, "key_cache"):  # 4.4x-4.5x HybridCache (Gemma 2): per-layer lists
@@ -292,15 +293,16 @@ class _Wrap:
             return _Wrap.static_cache(model, n_layers)
         if style in KV_STYLES:
             if named_kv(spec):
-                return _Wrap.named_cache(model, n_layers)
+                return _Wrap.named_cache(model, n_layers, cross_layers(spec))
             return LegacyCache if style in LEGACY_ATTN else WithCache
         return Plain
 
     @staticmethod
-    def named_cache(model, n_layers):
+    def named_cache(model, n_layers, cross=()):
         """A decoder with a cache and more than input_ids + attention_mask (holdout_specs.HOLDOUT10C: a VLM's
         language model, inputs_embeds / token_type_ids / M-RoPE position_ids / cross_attention_states): every
-        input by name, the past_key_values.* ones into a DynamicCache."""
+        input by name, the past_key_values.* ones into a DynamicCache. cross: the layers whose cache holds the
+        image's keys / values (Mllama's cross-attention layers): past_key_values.N.encoder.* in, no present."""
         import torch
 
         class NamedCache(torch.nn.Module):
@@ -312,14 +314,15 @@ class _Wrap:
                 from transformers.cache_utils import DynamicCache
 
                 kw = dict(zip(self.names, args))
-                past = [kw.pop(f"past_key_values.{i}.{kv}") for i in range(n_layers) for kv in ("key", "value")]
                 cache = DynamicCache(config=model.config)
-                for i in range(n_layers):
-                    cache.update(past[2 * i], past[2 * i + 1], i)
+                for i in range(n_layers):   # filled in layer order
+                    pre = f"past_key_values.{i}" + (".encoder" if i in cross else "")
+                    cache.update(kw.pop(f"{pre}.key"), kw.pop(f"{pre}.value"), i)
                 out = self.m(**kw, past_key_values=cache, use_cache=True, return_dict=True)
                 present = []
-                for layer in out.past_key_values.layers[:n_layers]:
-                    present += [layer.keys, layer.values]
+                for i, layer in enumerate(out.past_key_values.layers[:n_layers]):
+                    if i not in cross:
+                        present += [layer.keys, layer.values]
                 return (out.logits, *present)
 
         return NamedCache
@@ -455,6 +458,13 @@ def _dynamic_cache(cls, config):
         return cls()
 
 
+def cross_layers(spec) -> tuple[int, ...]:
+    """The layers whose cache an extra "cross_cache" input fills (Mllama's cross-attention layers)."""
+    if not any(what == "cross_cache" for what, *_ in spec.get("extra_inputs", {}).values()):
+        return ()
+    return tuple(spec["config"].get("cross_attention_layers", ()))
+
+
 def named_kv(spec) -> bool:
     """A decoder whose cache export takes more than (input_ids, attention_mask, *past): _Wrap.named_cache."""
     return spec["kind"] == "decoder" and bool(spec.get("embeds") or spec.get("extra_inputs"))
@@ -533,8 +543,10 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         feeds["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.int64)
         dims["attention_mask"] = ["batch", "total_sequence"]
         ids = torch.randint(3, vocab, (batch, past), generator=g)
-        for i, (ks, vs) in enumerate(_past_shapes(model, ids)):
-            for kv, shape in (("key", ks), ("value", vs)):
+        for i, shapes in enumerate(_past_shapes(model, ids)):
+            if i in cross_layers(spec):   # _extra_inputs' cross_cache
+                continue
+            for kv, shape in zip(("key", "value"), shapes):
                 name = f"past_key_values.{i}.{kv}"
                 if len(shape) == 3 and shape[0] % batch == 0 and list(shape[1:]).count(past) == 1:
                     # BLOOM before 4.44: heads folded into the batch, key [B*H, D, P], value [B*H, P, D];
@@ -584,6 +596,14 @@ def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
             types[:, first:first + 4] = 1
             feeds[name] = types
             dims[name] = ["batch", "total_sequence" if past is not None else "sequence"]
+            continue
+        if what == "cross_cache":   # the image's keys / values of each cross-attention layer (cross_layers)
+            cfg = spec["config"]
+            heads, dim = cfg["num_key_value_heads"], cfg["hidden_size"] // cfg["num_attention_heads"]
+            for i in cross_layers(spec):
+                for kv in ("key", "value"):
+                    feeds[f"past_key_values.{i}.encoder.{kv}"] = torch.randn(batch, heads, arg[0], dim, generator=g)
+                    dims[f"past_key_values.{i}.encoder.{kv}"] = ["batch", heads, "encoder_sequence", dim]
             continue
         if what == "states":
             hidden = spec["config"]["hidden_size"]
@@ -705,8 +725,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     if spec["kind"] == "vlm":
         outputs = ["logits"]
     elif spec["kind"] == "decoder":
-        outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-                                if style in KV_STYLES else [])
+        outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(n_layers) if i not in cross_layers(spec)
+                                 for kv in ("key", "value")] if style in KV_STYLES else [])
     elif spec["kind"] in CROSS:
         outputs = ["logits"] + ([f"present.{i}.decoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
                                 if style in KV_STYLES else [])
