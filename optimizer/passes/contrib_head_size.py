@@ -8,7 +8,8 @@ cache cannot prove it is [B, Hkv, P, D] like the new keys: trt-paged-kv refused 
 for that alone, and random verification inputs guessed a head size the original then refused.
 
 ``head_size_bindings`` says which symbol is which size (one value per symbol over every such op,
-else none); ``BindContribHeadSizePass`` writes that size into the graph's own inputs and outputs
+else none; a cache Concat-joined to new keys of a static head size counts too: the builder's fp16
+CPU form joins the past before its MultiHeadAttention); ``BindContribHeadSizePass`` writes that size into the graph's own inputs and outputs
 (the declared interface is restored on output, session.keep_interface), and verify sizes its random
 inputs by it (verify._symbol_values).
 """
@@ -57,6 +58,19 @@ def head_size_bindings(graph: ir.Graph) -> dict[str, int]:
             if v is not None and v.shape is not None and v.shape.rank() == 4 and isinstance(v.shape[3], ir.SymbolicDim) \
                     and v.shape[3].value:
                 found.setdefault(v.shape[3].value, set()).add(d)
+    # the same cache joined to the new keys before a contrib MultiHeadAttention (the builder's fp16
+    # CPU form): Concat makes every non-axis dim equal, so a sibling's static head size is its own
+    for v in graph.inputs:
+        if v.shape is None or v.shape.rank() != 4 or not isinstance(v.shape[3], ir.SymbolicDim) or not v.shape[3].value:
+            continue
+        for user, _ in v.uses():
+            axis = int(attr_value(user, "axis", 0))
+            if user.op_type != "Concat" or user.domain not in ("", "ai.onnx") or axis in (3, -1):
+                continue
+            sizes = {x.shape[3] for x in user.inputs if x is not None and x.shape is not None
+                     and x.shape.rank() == 4 and isinstance(x.shape[3], int)}
+            if len(sizes) == 1:
+                found.setdefault(v.shape[3].value, set()).update(sizes)
     return {sym: next(iter(ds)) for sym, ds in found.items() if len(ds) == 1}
 
 
