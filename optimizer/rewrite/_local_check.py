@@ -575,9 +575,13 @@ _HEAVY = {"MatMul", "Gemm", "Conv", "Einsum", "LayerNormalization", "RMSNormaliz
 
 def _heavy(n: ir.Node) -> bool:
     """An activation op; an Einsum of vectors is an outer product building a table (TorchScript's
-    RoPE angles, einsum("i,j->ij", positions, inv_freq)), not one."""
+    RoPE angles, einsum("i,j->ij", positions, inv_freq)), not one, and so is a MatMul over a
+    contracted axis of 1 (HF's rotary modules: inv_freq [B, D/2, 1] @ positions [B, 1, S])."""
     if n.op_type == "Einsum":
         return not all(i is not None and i.shape is not None and len(i.shape) <= 1 for i in n.inputs)
+    if n.op_type == "MatMul" and len(n.inputs) == 2 and all(
+            i is not None and i.shape is not None and len(i.shape) >= 2 for i in n.inputs):
+        return not (n.inputs[0].shape[-1] == 1 and n.inputs[1].shape[-2] == 1)
     return n.op_type in _HEAVY
 
 

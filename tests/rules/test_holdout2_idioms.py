@@ -271,7 +271,7 @@ def test_interleaved_rotary_tables_reshaped_onto_another_axis_are_left_alone(h):
     del model.graph.value_info[:]  # make_model's shapes were inferred for the [1, 1, S, D] tables
     onnx.checker.check_model(model)
     out = h.fuse(model, "ort")
-    assert "rotary-interleaved-repeated-tables" not in h.fired(out), h.fired(out)
+    assert "rotary-interleaved-paired-tables" not in h.fired(out), h.fired(out)
     r = h.rng
     feeds = {"x": r.standard_normal((B, hs, S, D)).astype(np.float32),
              "c": r.standard_normal((1, 1, S, D // 2)).astype(np.float32),

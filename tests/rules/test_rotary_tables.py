@@ -256,8 +256,8 @@ def _attr(node, name, default=None):
 @pytest.mark.parametrize("form,layout,rule", [
     ("half", "bhsd", "rotary-const-table"),
     ("half", "bshd", "rotary-const-table-bshd"),
-    ("interleaved", "bhsd", "rotary-interleaved-const-table"),
-    ("interleaved", "bshd", "rotary-interleaved-const-table-bshd"),
+    ("interleaved", "bhsd", "rotary-interleaved-paired-tables"),
+    ("interleaved", "bshd", "rotary-interleaved-paired-tables-bshd"),
 ])
 def test_folded_tables_fuse(h, target, form, layout, rule):
     model = _graph(h, form=form, layout=layout)
@@ -297,9 +297,9 @@ def test_gathered_tables_fuse_with_position_ids(h, tables, target):
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
-@pytest.mark.parametrize("tables,rule", [("computed", "rotary-interleaved-computed"),
-                                         ("computed-ts", "rotary-interleaved-computed"),
-                                         ("computed-half", "rotary-interleaved-computed-half")])
+@pytest.mark.parametrize("tables,rule", [("computed", "rotary-interleaved-paired-tables"),
+                                         ("computed-ts", "rotary-interleaved-paired-tables"),
+                                         ("computed-half", "rotary-interleaved-paired-tables")])
 @pytest.mark.parametrize("scale", [1.0, 0.5])
 def test_computed_interleaved_tables_fuse(h, target, tables, rule, scale):
     """Dynamic exports: Cohere's cos(repeat_interleave(f, 2)); GLM's repeat_interleave of the first
@@ -433,8 +433,8 @@ ROW_SCALE_P = np.linspace(0.5, 1.0, P)[:, None]
     (dict(scale=ROW_SCALE), "rotary-const-table", "not a \\(scaled\\) rotation"),
     (dict(head_varying=True), "rotary-const-table", r"\[1\|B, 1, S, D\]"),
     (dict(layout="bshd", bad_halves=True), "rotary-const-table-bshd", "halves differ"),
-    (dict(form="interleaved", bad_halves=True), "rotary-interleaved-const-table", "even and odd"),
-    (dict(form="interleaved", scale=ROW_SCALE), "rotary-interleaved-const-table", "not a \\(scaled\\) rotation"),
+    (dict(form="interleaved", bad_halves=True), "rotary-interleaved-paired-tables", "even and odd"),
+    (dict(form="interleaved", scale=ROW_SCALE), "rotary-interleaved-paired-tables", "not a \\(scaled\\) rotation"),
     (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
     (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
     (dict(tables="sliced4", slice_start=1), "rotary-gathered-table", "first rows"),
