@@ -1430,4 +1430,111 @@ def _hd64(arch: str, sections=None) -> dict:
 HOLDOUT10C.update({f"{arch}_hd64": _hd64(arch, sections) for arch, sections in (
     ("gemma3_kv", None), ("paligemma_kv", None), ("qwen2_vl_kv", [8, 12, 12]), ("qwen3_vl_kv", [8, 12, 12]),
     ("glm4v_kv", [4, 6, 6]), ("smolvlm_kv", None))})
+# Mllama's decoder with a cache (session 18): its cross-attention layers read the image's keys / values from
+# the cache layer of their own index, so a decoder with past takes them as inputs (past_key_values.N.encoder.*,
+# the seq2seq decoders' names; "cross_cache": that many image tokens per cross-attention layer) and returns
+# only the self-attention layers' present.N.*. No cross-attention mask (as mllama_text): every text token
+# sees the image.
+HOLDOUT10C["mllama_kv"] = _vkv("MllamaTextConfig", "MllamaForCausalLM", HOLDOUT9B["mllama_text"]["config"],
+                               ["mqa", "kv-cache", "cross-attention-cache-input", "rope-full", "rmsnorm", "swiglu",
+                                "cross-attention-to-image", "tanh-gate"], "mllama",
+                               extra={"past_key_values.N.encoder": ("cross_cache", 5)}, embeds=None, styles=("kv",))
 HOLDOUT_SETS[18] = HOLDOUT10C
+
+
+# ---- eleventh sweep, part A (--holdout 19, HOLDOUT11A): transformers 5.25 model types no set had ----------
+# Decoders: Ergo (sandwich norms around attention and MLP, qk-norm, one global layer of two with its own
+# scale, MoE), Kolibri 1.1 (a later layer reads an earlier layer's K/V: shared-KV layers, attention sinks,
+# qk-norm, an indexed layer picking its top-k blocks), Apertus 1.5 (xIELU MLP, qk-norm), MiniCPM 5 MoE
+# (a sigmoid output gate from a joint q / gate projection), Inkling 2 (hybrid conv + attention layers,
+# learned relative positions, length-scaled queries, softcapped MLP), Moshi's text decoder (gating MLP,
+# sliding window). Encoders: ESMC (qk LayerNorm, rotary), GTE (rotary BERT, gated MLP), Jina Embeddings v3
+# (rotary XLM-R), NeoMME (exclusive self-attention: the value direction removed from the output, sigmoid
+# output gate, partial rotary on global layers), Ultrabert (rotary RMSNorm encoder, bidirectional window),
+# OpenAI's privacy filter (bidirectional window with sinks, MoE). Head size 16; _hd64 takes a few at 64.
+MOE11 = dict(experts_implementation="batched_mm")
+ENC11 = ("dyn_mask", "torchscript", "static_nomask")
+
+HOLDOUT11A = {
+    # decoders
+    "ergo": _s("decoder", "ErgoConfig", "ErgoForCausalLM",
+               dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
+                    num_key_value_heads=2, first_dense_intermediate_size=FFN, num_dense_blocks=1,
+                    moe_intermediate_size=32, shared_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                    max_position_embeddings=POSITIONS, sliding_window=4, global_attention_every_n_layers=2,
+                    global_attention_scale=2.0,
+                    **TOKENS, **MOE11),
+               ["gqa", "rope-full", "nope-layers", "rmsnorm", "qk-norm", "sandwich-norm", "sliding-window",
+                "global-scale", "moe"], "ergo", "gpt2", styles=DEC_ALL),
+    "kolibri1_1": _s("decoder", "Kolibri1_1Config", "Kolibri1_1ForCausalLM",
+                     dict(DEC, **GQA, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                          shared_expert_intermediate_size=32, num_hidden_layers=3, sliding_window=4,
+                          layer_types=["sliding_attention", "indexed_attention", "indexed_attention"],
+                          index_layers=[1], kv_source_layers=[0, 1, 1], index_topk=8, index_pool_size=64,
+                          index_compression=2, index_num_heads=2, index_num_local_tokens=2, index_num_sink_tokens=1,
+                          mlp_only_layers=[0], mlp_only_intermediate_size=FFN, **MOE11),
+                     ["gqa", "rope-full", "rmsnorm", "qk-norm", "attention-sinks", "shared-kv-layers",
+                      "sliding-window", "sparse-attention-indexer", "moe"], "kolibri1_1", "gpt2", styles=("torchscript",)),
+    "apertus1p5": _s("decoder", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", dict(DEC, **GQA),
+                     ["gqa", "rope-full", "rmsnorm", "qk-norm", "xielu"], "apertus1p5_text", "gpt2",
+                     styles=DEC_ALL),
+    "minicpm5_moe": _s("decoder", "MiniCPM5MoeConfig", "MiniCPM5MoeForCausalLM",
+                       dict(DEC, **GQA, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                            n_shared_experts=1, **MOE11),
+                       ["gqa", "rope-full", "rmsnorm", "sigmoid-output-gate", "joint-q-gate-projection", "moe"],
+                       "minicpm5_moe", "gpt2", styles=DEC_ALL),
+    "inkling2": _s("decoder", "Inkling2TextConfig", "Inkling2ForCausalLM",
+                   dict(vocab_size=VOCAB, unpadded_vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                        num_attention_heads=2, num_key_value_heads=1, head_dim=16, swa_num_attention_heads=2,
+                        swa_num_key_value_heads=1, swa_head_dim=16, sliding_window_size=4, d_rel=4, rel_extent=8,
+                        log_scaling_n_floor=4, max_position_embeddings=POSITIONS, moe_intermediate_size=32,
+                        n_routed_experts=4, num_experts_per_tok=2, n_layers_per_attn_res_block=1,
+                        layer_types=["hybrid_sliding", "hybrid"], **TOKENS, **MOE11),
+                   ["mqa", "relative-position", "log-length-scaling", "short-conv", "attention-sinks",
+                    "sliding-window", "rmsnorm", "softcap", "moe"], "inkling2_text", "gpt2", styles=DEC_ALL),
+    "moshi_text": _s("decoder", "MoshiConfig", "MoshiForCausalLM",
+                     dict(DEC, **GQA, ffn_dim=FFN, audio_vocab_size=16, num_codebooks=2, sliding_window=4,
+                          rms_norm_eps=1e-6,  # 1e-8 (its default): the dynamo export drops the eps Add
+                          depth_decoder_config=dict(hidden_size=HIDDEN, input_size=HIDDEN, num_hidden_layers=1,
+                                                    num_attention_heads=2, ffn_dim=FFN, audio_vocab_size=16,
+                                                    num_codebooks=2, vocab_size=VOCAB)),
+                     ["gqa", "rope-full", "rmsnorm", "gating-mlp", "sliding-window"], "moshi", "gpt2",
+                     styles=DEC_ALL),
+    # encoders
+    "esmc": _s("encoder", "EsmcConfig", "EsmcModel", dict(ENC, num_key_value_heads=2),
+               ["mha", "padding-mask", "rope-full", "layernorm-nobias", "qk-layernorm", "swiglu"], "esmc", "bert",
+               styles=ENC11),
+    "gte": _s("encoder", "GteConfig", "GteModel", dict(ENC),
+              ["mha", "padding-mask", "rope-full", "layernorm", "post-norm", "gated-mlp"], "gte", "bert",
+              styles=ENC11),
+    "jina_embeddings_v3": _s("encoder", "JinaEmbeddingsV3Config", "JinaEmbeddingsV3Model", dict(ENC),
+                             ["mha", "padding-mask", "rope-full", "layernorm", "post-norm", "gelu"],
+                             "jina_embeddings_v3", "bert", styles=ENC11),
+    "neomme": _s("encoder", "NeoMMEConfig", "NeoMMEModel",
+                 dict(ENC, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                      layer_types=["sliding_attention", "full_attention"]),
+                 ["mqa", "padding-mask", "rope-partial", "rmsnorm", "qk-norm", "exclusive-self-attention",
+                  "sigmoid-output-gate", "bidirectional-sliding-window"], "neomme", "bert", styles=ENC11),
+    "ultrabert": _s("encoder", "UltrabertConfig", "UltrabertModel", dict(ENC, sliding_window=4),
+                    ["mha", "padding-mask", "rope-full", "rmsnorm", "bidirectional-sliding-window"], "ultrabert",
+                    "bert", styles=ENC11),
+    "openai_privacy_filter": _s("encoder", "OpenAIPrivacyFilterConfig", "OpenAIPrivacyFilterModel",
+                                dict(ENC, num_key_value_heads=1, head_dim=16, sliding_window=4, num_local_experts=4,
+                                     num_experts_per_tok=2, pad_token_id=0, **MOE11),
+                                ["mqa", "padding-mask", "rope-full", "rmsnorm", "attention-sinks", "qkv-bias",
+                                 "bidirectional-sliding-window", "moe"], "openai_privacy_filter", "bert",
+                                styles=ENC11),
+}
+HOLDOUT11A["inkling2"]["attention_blocks"] = 2  # its layer types ("hybrid[_sliding]") do not say attention
+
+
+def _hd64_11(arch: str) -> dict:
+    """A decoder of HOLDOUT11A at head size 64 (hidden 128, 2 query heads, 1 kv head), kv only: the paged rewrite's
+    size."""
+    spec = HOLDOUT11A[arch]
+    cfg = dict(spec["config"], hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64)
+    return dict(spec, config=cfg, styles=("kv",))
+
+
+HOLDOUT11A.update({f"{arch}_hd64": _hd64_11(arch) for arch in ("apertus1p5", "minicpm5_moe", "moshi_text")})
+HOLDOUT_SETS[19] = HOLDOUT11A
