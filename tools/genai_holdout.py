@@ -156,7 +156,15 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=None, help="checkpoints and raw builder outputs (default: OUT/_work)")
     ap.add_argument("--only", nargs="*", help="architectures whose name contains one of these")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--head-dim", type=int, default=HEAD_DIM,
+                    help="attention head size (hidden = 4 heads of it; 64 is what trt-paged-kv pages; phi keeps its own)")
     ns = ap.parse_args(argv)
+    if ns.head_dim != HEAD_DIM:
+        if ns.head_dim <= 0 or ns.head_dim % 16:
+            print("genai_holdout: --head-dim must be a positive multiple of 16 (ORT's rotary half width)", file=sys.stderr)
+            return 2
+        BASE.update(hidden_size=HEADS * ns.head_dim, head_dim=ns.head_dim, intermediate_size=2 * HEADS * ns.head_dim)
+        EXAMPLE_DIMS["kv_cache_dim"] = ns.head_dim
     import onnx
 
     out = Path(ns.out)

@@ -32,3 +32,10 @@ def test_manifest_dims():
     assert decode[1]["dims"] == [1, "past_sequence_length + sequence_length"]
     prefill = genai._manifest_dims(ios, "fp16_cpu", 16)
     assert prefill[0]["dims"] == [1, 2, 0, 16] and prefill[1]["dims"] == [1, "sequence_length"]
+
+
+def test_head_dim_must_keep_the_rotary_width(tmp_path, capsys):
+    """--head-dim 64 builds the size trt-paged-kv pages; a size ORT's rotary refuses is a one-line error."""
+    assert genai.main(["--out", str(tmp_path), "--head-dim", "20"]) == 2
+    assert "--head-dim" in capsys.readouterr().err
+    assert genai.BASE["head_dim"] == genai.HEAD_DIM and genai.EXAMPLE_DIMS["kv_cache_dim"] == genai.HEAD_DIM
