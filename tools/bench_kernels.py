@@ -6,9 +6,10 @@ Prefill rows: our fused attention (4- and 8-warp tiles) beside torch SDPA's Flas
 and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved when causal).
 On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
 m128n128w12t_persistent, the ov body with stepped wgmma descriptors on a persistent grid, D = 128;
-m128n128w12t_ldr / _lde, the planned _ld with 24 / 240 registers / with the output staged in shared
-memory, D = 64) are timed beside the planned variant (at D = 128 m128n128w12t_oved, at D = 64
-m128n128w12t_ld), marked
+m128n128w12t_persistent_ovedc and m128n128w12t_ovedfc, the ovedq body on the persistent grid and ovedf's
+two-block fold with Q in registers, their blocks chained without draining the pipeline, D = 128;
+m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64) are timed beside the planned variant (at
+D = 128 m128n128w12t_ovedq, at D = 64 m128n128w12t_lde), marked
 "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).

@@ -807,11 +807,13 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
     (2, 1000, 4, 2, 64, [999, 640], v, w, 0.0) for v in FA_WS_TMA_NAMED for w in (1, 129)
 ] + [
     (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
-    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf", "ovedq")]
+    for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf", "ovedq",
+                                                                           "ovedfc")]
     for w in (64, 200)
 ] + [
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedf"), 1024, 0.0),
+    (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedfc"), 1024, 0.0),
     (2, 700, 8, 2, 128, [700, 130], (128, 128, 12, "tma", "r24"), 128, 50.0),   # the D = 128 _sc twin
     (2, 700, 8, 2, 64, [700, 130], (128, 128, 12, "tma"), 64, 5.0),             # the D = 64 _sc twin
 ] + [  # left padding (seq_lens < 0): windows counted from the span's first row as from row 0
