@@ -61,3 +61,30 @@ class _Cache:
     def parameters(self):
         torch = pytest.importorskip("torch")  # tests reach torch only through importorskip (test_packaging)
         yield torch.zeros(1)
+
+
+def test_mllama_takes_its_cross_attention_cache(monkeypatch):
+    """Mllama's cross-attention layers read the image's keys / values from the cache layer of their own
+    index: the decoder with past takes them as past_key_values.N.encoder.* (the seq2seq decoders' names)
+    and returns only the self-attention layers' present. Fails before session 18: mllama_kv was no spec,
+    and the example inputs read a shape from every cache layer (the skipped cross layer has none)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    ec = _export_corpus()
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[18]})
+    spec = ec.SPECS["mllama_kv"]
+    assert ec.cross_layers(spec) == (1,) and ec.cross_layers(ec.SPECS["gemma3_kv"]) == ()
+    _, model, _ = ec.build_model("mllama_kv", "trained")
+    feeds, dims = ec.example_inputs("mllama_kv", "kv", model)
+    assert [n for n in feeds if n.startswith("past")] == [
+        "past_key_values.0.key", "past_key_values.0.value",
+        "past_key_values.1.encoder.key", "past_key_values.1.encoder.value"]
+    assert dims["past_key_values.1.encoder.key"] == ["batch", 1, "encoder_sequence", 16]
+    names = list(feeds)
+    wrapper = ec._Wrap.make(spec, model, "kv", 2)(names).eval()
+    with torch.no_grad():
+        logits, key, value = wrapper(*(feeds[n] for n in names))
+        assert key.shape[2] == ec.PAST + ec.SEQ   # the self-attention layer's cache grew
+        # the cross-attention layer reads the image's keys (its tanh gate is perturbed off zero)
+        other = dict(feeds, **{"past_key_values.1.encoder.value": torch.randn_like(feeds["past_key_values.1.encoder.value"])})
+        assert not torch.allclose(wrapper(*(other[n] for n in names))[0], logits)
