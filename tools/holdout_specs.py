@@ -1445,9 +1445,9 @@ HOLDOUT_SETS[18] = HOLDOUT10C
 # ---- eleventh sweep, part A (--holdout 19, HOLDOUT11A): transformers 5.25 model types no set had ----------
 # Decoders: Ergo (sandwich norms around attention and MLP, qk-norm, one global layer of two with its own
 # scale, MoE), Kolibri 1.1 (attention sinks, qk-norm, sliding layers only: its indexed layers, which pick
-# top-k key blocks and may read an earlier layer's K/V, export under neither dynamo (a data-dependent
-# guard in the indexer) nor TorchScript (`24 is not a valid JitScalarType`)), Apertus 1.5 (xIELU MLP, qk-norm), MiniCPM 5 MoE
-# (a sigmoid output gate from a joint q / gate projection), Inkling 2 (hybrid conv + attention layers,
+# top-k key blocks and may read an earlier layer's K/V, export under neither dynamo (a data-dependent guard in
+# the indexer) nor TorchScript (`24 is not a valid JitScalarType`)), Apertus 1.5 (xIELU MLP, qk-norm), MiniCPM
+# 5 MoE (a sigmoid output gate from a joint q / gate projection), Inkling 2 (hybrid conv + attention layers,
 # learned relative positions, length-scaled queries, softcapped MLP), Moshi's text decoder (gating MLP,
 # sliding window). Encoders: ESMC (qk LayerNorm, rotary), GTE (rotary BERT, gated MLP), Jina Embeddings v3
 # (rotary XLM-R), NeoMME (exclusive self-attention: the value direction removed from the output, sigmoid
