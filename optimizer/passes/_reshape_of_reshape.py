@@ -1,7 +1,8 @@
 """Reshape(Reshape(x, s1), s2) read as Reshape(x, s2) where that is the same (fold-layout-chains'
 ``reshape-of-reshape``, layout_chains.py): s2 copies (0) no dim of the middle value that x lacks at
 the same axis; identity-elimination then drops a Reshape to x's own shape, so a head split undone by
-its merge cancels."""
+its merge cancels. An Unsqueeze or Squeeze in the middle is a view as well (einsum-to-matmul's
+Unsqueeze of a batch letter one operand lacks, before the grouped GQA body's Reshape of it)."""
 
 from __future__ import annotations
 
@@ -14,34 +15,37 @@ from onnx_fuse.passes._shape_values import invented_name
 
 
 def reshape_of_reshape(r2: ir.Node) -> bool:
-    """``r2`` reads the first Reshape's input directly, when that is the same (module docstring)."""
+    """``r2`` reads the first Reshape's (or view's) input directly, when that is the same (module docstring)."""
     if len(r2.inputs) < 2 or r2.inputs[0] is None:
         return False
     mid = r2.inputs[0]
     r1 = mid.producer()
-    if not is_default_op(r1, "Reshape") or len(r1.inputs) < 2 or r1.inputs[0] is None or one_reader(mid) is not r2:
+    view = is_default_op(r1, "Unsqueeze", "Squeeze")
+    if not (view or (is_default_op(r1, "Reshape") and len(r1.inputs) >= 2)):
+        return False
+    if not r1.inputs or r1.inputs[0] is None or one_reader(mid) is not r2:
         return False
     x = r1.inputs[0]
     a1 = r1.attributes.get("allowzero")
-    if a1 is not None and (a1.is_ref() or a1.value != 0) and zero_entries(r1.inputs[1]) != []:
+    if not view and a1 is not None and (a1.is_ref() or a1.value != 0) and zero_entries(r1.inputs[1]) != []:
         return False  # a literal 0 in s1 (an empty middle value) or an unread s1: left alone
     a = r2.attributes.get("allowzero")
     if a is not None and (a.is_ref() or a.value not in (0, 1)):
         return False
-    if not (a is not None and a.value == 1) and not _zeros_copy_same(r2.inputs[1], mid, x):
+    if not (a is not None and a.value == 1) and not _zeros_copy_same(r2.inputs[1], mid, x, view):
         return False
     r2.replace_input_with(0, x)
     return True
 
 
-def _zeros_copy_same(shape: ir.Value | None, mid: ir.Value, x: ir.Value) -> bool:
+def _zeros_copy_same(shape: ir.Value | None, mid: ir.Value, x: ir.Value, view: bool) -> bool:
     """Each 0 of ``shape`` (copy the input's dim) copies the same dim from x as from ``mid``."""
     zeros = zero_entries(shape)
     if zeros is None:
         return False
     if not zeros:
         return True
-    got, have = reshape_out_dims(mid), value_dims(x)
+    got, have = value_dims(mid) if view else reshape_out_dims(mid), value_dims(x)
     if got is None or have is None:
         return False
     return all(i < len(got) and i < len(have) and have[i] is not None and got[i] == have[i]

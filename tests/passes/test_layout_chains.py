@@ -136,6 +136,35 @@ def test_reshape_of_reshape_copying_a_changed_dim_is_refused():
     check_same(proto, model, _x(2, 5, 32))
 
 
+def test_reshape_of_an_unsqueeze_reads_its_input():
+    # einsum-to-matmul's Unsqueeze of v ([B, K, S, 8] -> [B, K, 1, S, 8]) under the grouped GQA body's
+    # Reshape to [B, K, S, 8]: the Reshape reads v, and it is then one to v's own shape (gone)
+    proto, model, modified, p = _run("""
+        g (float[B, 2, S, 8] x) => (float[B, 2, S, 8] y) {
+            ax = Constant <value = int64[1] {2}> ()
+            u = Unsqueeze (x, ax)
+            t = Constant <value = int64[4] {0, 2, -1, 8}> ()
+            r = Reshape (u, t)
+            y = Relu (r)
+        }""")
+    assert modified and p.stats["reshape-of-reshape"] == 1
+    assert ops(model) == {"Relu": 1}, ops(model)
+    check_same(proto, model, _x(3, 2, 5, 8))
+
+
+def test_reshape_of_an_unsqueeze_copying_a_moved_dim_is_refused():
+    # the 0 copies the Unsqueeze's new leading 1, which is B in x
+    proto = parse(_HEAD + """
+        g (float[B, 2, S, 8] x) => (float[1, M, 8] y) {
+            ax = Constant <value = int64[1] {0}> ()
+            u = Unsqueeze (x, ax)
+            t = Constant <value = int64[3] {0, -1, 8}> ()
+            y = Reshape (u, t)
+        }""")
+    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    assert p.stats["reshape-of-reshape"] == 0 and ops(model)["Unsqueeze"] == 1
+
+
 def test_static_chain_becomes_reshape_transpose_reshape():
     # PEGASUS-X's blocks: [B, S, H*D] -> heads -> [B, H, N, K, D] -> [B*H*N, K, D] -> back to [B, S, H*D]
     proto, model, modified, p = _run("""

@@ -123,3 +123,14 @@ def test_a_fill_that_is_not_minus_inf_is_left():
     assert result.report.status == "PASSED", result.report.status_reason
     assert not result.report.rule_fires.get("attention-grouped-5d-scaled"), result.report.rule_fires
     assert not result.report.rule_fires.get("attention-grouped-5d"), result.report.rule_fires
+
+
+@pytest.mark.parametrize("spelling", ["seq", "heads"])
+def test_unscaled_einsum_grouped_gqa_is_one_attention(spelling):
+    """At onnx-O3 nothing is left beside the 3-D Attention-23: einsum-to-matmul's Unsqueeze of K / V
+    under the body's Reshape is read as a view (reshape-of-reshape), so their head splits cancel; the
+    old code kept 4 Transposes."""
+    model = _einsum_gqa(spelling, "none", "none")
+    result = onnx_fuse.optimize(model, target="onnx", level=3, verify=True)
+    assert result.report.status == "PASSED", result.report.status_reason
+    assert collections.Counter(n.op_type for n in result.model.graph) == {"Attention": 1}
