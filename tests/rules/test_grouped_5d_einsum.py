@@ -125,12 +125,16 @@ def test_a_fill_that_is_not_minus_inf_is_left():
     assert not result.report.rule_fires.get("attention-grouped-5d"), result.report.rule_fires
 
 
+@pytest.mark.parametrize("scale", ["none", "mul"])
 @pytest.mark.parametrize("spelling", ["seq", "heads"])
-def test_unscaled_einsum_grouped_gqa_is_one_attention(spelling):
+def test_einsum_grouped_gqa_is_one_attention(spelling, scale):
     """At onnx-O3 nothing is left beside the 3-D Attention-23: einsum-to-matmul's Unsqueeze of K / V
-    under the body's Reshape is read as a view (reshape-of-reshape), so their head splits cancel; the
-    old code kept 4 Transposes."""
-    model = _einsum_gqa(spelling, "none", "none")
+    under the body's Reshape is read as a view (reshape-of-reshape), so their head splits cancel, and
+    the scale is the op's (it stays on the scores, not on K^T). The old code kept 4 Transposes."""
+    model = _einsum_gqa(spelling, scale, "none")
     result = onnx_fuse.optimize(model, target="onnx", level=3, verify=True)
     assert result.report.status == "PASSED", result.report.status_reason
     assert collections.Counter(n.op_type for n in result.model.graph) == {"Attention": 1}
+    att = next(n for n in result.model.graph if n.op_type == "Attention")
+    got = att.attributes["scale"].value if "scale" in att.attributes else D ** -0.5
+    assert got == pytest.approx(D ** -0.5 if scale == "mul" else 1.0, rel=1e-6), got
