@@ -314,6 +314,12 @@ class _Wrap:
                 from transformers.cache_utils import DynamicCache
 
                 kw = dict(zip(self.names, args))
+                if "cross_attention_mask" in kw:   # Mllama's [B, S, images, tiles] -> its additive mask and row gate
+                    from transformers.models.mllama.modeling_mllama import _prepare_cross_attention_mask
+
+                    image = kw[f"past_key_values.{cross[0]}.encoder.key"]
+                    kw["cross_attention_mask"], kw["full_text_row_masked_out_mask"] = _prepare_cross_attention_mask(
+                        kw["cross_attention_mask"].to(image.dtype), image.shape[2], image.dtype)
                 cache = DynamicCache(config=model.config)
                 for i in range(n_layers):   # filled in layer order
                     pre = f"past_key_values.{i}" + (".encoder" if i in cross else "")
@@ -604,6 +610,11 @@ def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
                 for kv in ("key", "value"):
                     feeds[f"past_key_values.{i}.encoder.{kv}"] = torch.randn(batch, heads, arg[0], dim, generator=g)
                     dims[f"past_key_values.{i}.encoder.{kv}"] = ["batch", heads, "encoder_sequence", dim]
+            continue
+        if what == "cross_mask":   # Mllama: which image (one, of one tile) each new token sees; none for the first
+            feeds[name] = torch.ones(batch, seq, 1, 1, dtype=torch.int64)
+            feeds[name][:, 0] = 0
+            dims[name] = ["batch", "sequence", 1, 1]
             continue
         if what == "states":
             hidden = spec["config"]["hidden_size"]

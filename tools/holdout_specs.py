@@ -1439,6 +1439,12 @@ HOLDOUT10C["mllama_kv"] = _vkv("MllamaTextConfig", "MllamaForCausalLM", HOLDOUT9
                                ["mqa", "kv-cache", "cross-attention-cache-input", "rope-full", "rmsnorm", "swiglu",
                                 "cross-attention-to-image", "tanh-gate"], "mllama",
                                extra={"past_key_values.N.encoder": ("cross_cache", 5)}, embeds=None, styles=("kv",))
+# with Mllama's cross-attention mask over the new tokens ([B, S, images, tiles]), made into its additive mask and
+# row gate in the graph: the first token sees no image (transformers then zeroes its row's cross-attention MLP
+# output and, multiplying the mask by that gate, leaves its attention row unmasked)
+HOLDOUT10C["mllama_kv_xmask"] = dict(HOLDOUT10C["mllama_kv"], extra_inputs=dict(
+    HOLDOUT10C["mllama_kv"]["extra_inputs"], cross_attention_mask=("cross_mask",)),
+    features=[*HOLDOUT10C["mllama_kv"]["features"], "cross-attention-mask", "row-gate"])
 HOLDOUT_SETS[18] = HOLDOUT10C
 
 
@@ -1455,6 +1461,10 @@ HOLDOUT_SETS[18] = HOLDOUT10C
 # OpenAI's privacy filter (bidirectional window with sinks, MoE). Head size 16; _hd64 takes a few at 64.
 MOE11 = dict(experts_implementation="batched_mm")
 ENC11 = ("dyn_mask", "torchscript", "static_nomask")
+FSMT11 = dict(langs=["en", "de"], src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS,
+              decoder_layers=LAYERS, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
+              decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+              decoder_start_token_id=2)
 
 HOLDOUT11A = {
     # decoders
@@ -1524,6 +1534,13 @@ HOLDOUT11A = {
                                 ["mqa", "padding-mask", "rope-full", "rmsnorm", "attention-sinks", "qkv-bias",
                                  "bidirectional-sliding-window", "moe"], "openai_privacy_filter", "bert",
                                 styles=ENC11),
+    # seq2seq: FSMT (fairseq's WMT19 translation models: post-norm, sinusoidal positions, separate vocabularies)
+    "fsmt_encoder": _s("encoder", "FSMTConfig", "FSMTModel", FSMT11,
+                       ["mha", "padding-mask", "sinusoidal-positions", "embed-scale", "layernorm", "post-norm", "relu"],
+                       "fsmt", "bart", part="encoder", styles=ENC_TS),
+    "fsmt_decoder": _s("seq2seq_decoder", "FSMTConfig", "FSMTModel", FSMT11,
+                       ["mha", "cross-attention", "causal", "sinusoidal-positions", "embed-scale", "layernorm",
+                        "post-norm", "relu"], "fsmt", "bart", part="decoder", styles=DEC_KV),
 }
 HOLDOUT11A["inkling2"]["attention_blocks"] = 2  # its layer types ("hybrid[_sliding]") do not say attention
 

@@ -88,3 +88,25 @@ def test_mllama_takes_its_cross_attention_cache(monkeypatch):
         # the cross-attention layer reads the image's keys (its tanh gate is perturbed off zero)
         other = dict(feeds, **{"past_key_values.1.encoder.value": torch.randn_like(feeds["past_key_values.1.encoder.value"])})
         assert not torch.allclose(wrapper(*(other[n] for n in names))[0], logits)
+
+
+def test_mllama_cross_attention_mask(monkeypatch):
+    """mllama_kv_xmask: Mllama's cross-attention mask over the new tokens (the first sees no image: transformers
+    zeroes that row's cross-attention MLP output), made into the additive mask and row gate in the graph: the
+    logits change with it, the later tokens' (which see the image) with the cross cache."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    ec = _export_corpus()
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[18]})
+    _, model, _ = ec.build_model("mllama_kv_xmask", "trained")
+    feeds, dims = ec.example_inputs("mllama_kv_xmask", "kv", model)
+    assert dims["cross_attention_mask"] == ["batch", "sequence", 1, 1]
+    assert feeds["cross_attention_mask"][:, :, 0, 0].tolist()[0] == [0] + [1] * (ec.SEQ - 1)
+    names = list(feeds)
+    wrapper = ec._Wrap.make(ec.SPECS["mllama_kv_xmask"], model, "kv", 2)(names).eval()
+    image = dict(feeds, **{"past_key_values.1.encoder.value": torch.randn_like(feeds["past_key_values.1.encoder.value"])})
+    seen = dict(feeds, cross_attention_mask=torch.ones_like(feeds["cross_attention_mask"]))
+    with torch.no_grad():
+        a, b, c = (wrapper(*(f[n] for n in names))[0] for f in (feeds, image, seen))
+    assert not torch.allclose(a[:, 0], c[:, 0]) and torch.allclose(a[:, 1:], c[:, 1:])
+    assert not torch.allclose(a[:, 1:], b[:, 1:])
