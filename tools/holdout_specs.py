@@ -1481,8 +1481,8 @@ HOLDOUT11A = {
                      dict(DEC, **GQA, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
                           shared_expert_intermediate_size=32, sliding_window=4,
                           layer_types=["sliding_attention", "sliding_attention"], index_layers=[],
-                          kv_source_layers=[0, 1], index_num_heads=2, mlp_only_layers=[0], mlp_only_intermediate_size=FFN,
-                          **MOE11),
+                          kv_source_layers=[0, 1], index_num_heads=2, mlp_only_layers=[0],
+                          mlp_only_intermediate_size=FFN, **MOE11),
                      ["gqa", "rope-full", "rmsnorm", "qk-norm", "attention-sinks", "sliding-window", "moe"],
                      "kolibri1_1", "gpt2", styles=DEC_ALL),
     "apertus1p5": _s("decoder", "Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", dict(DEC, **GQA),
@@ -1534,13 +1534,11 @@ HOLDOUT11A = {
                                 ["mqa", "padding-mask", "rope-full", "rmsnorm", "attention-sinks", "qkv-bias",
                                  "bidirectional-sliding-window", "moe"], "openai_privacy_filter", "bert",
                                 styles=ENC11),
-    # seq2seq: FSMT (fairseq's WMT19 translation models: post-norm, sinusoidal positions, separate vocabularies)
+    # seq2seq: FSMT's encoder (fairseq's WMT19 translation models: post-norm, sinusoidal positions, separate
+    # vocabularies); its decoder is not made: FSMTModel.forward requires input_ids even with encoder_outputs
     "fsmt_encoder": _s("encoder", "FSMTConfig", "FSMTModel", FSMT11,
-                       ["mha", "padding-mask", "sinusoidal-positions", "embed-scale", "layernorm", "post-norm", "relu"],
-                       "fsmt", "bart", part="encoder", styles=ENC_TS),
-    "fsmt_decoder": _s("seq2seq_decoder", "FSMTConfig", "FSMTModel", FSMT11,
-                       ["mha", "cross-attention", "causal", "sinusoidal-positions", "embed-scale", "layernorm",
-                        "post-norm", "relu"], "fsmt", "bart", part="decoder", styles=DEC_KV),
+                       ["mha", "padding-mask", "sinusoidal-positions", "embed-scale", "layernorm", "post-norm",
+                        "relu"], "fsmt", "bart", part="encoder", styles=ENC_TS),
 }
 HOLDOUT11A["inkling2"]["attention_blocks"] = 2  # its layer types ("hybrid[_sliding]") do not say attention
 
