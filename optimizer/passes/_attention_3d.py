@@ -52,7 +52,7 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
     if is_default_op(node, "Transpose") and perm_of(node) == HEADS:
         return True
     if is_default_op(node, *LAYOUT_OPS):
-        return _chain_absorbs_heads(v)
+        return chain_absorbs_transpose(v)
     if node is None or len(node.outputs) != 1:
         return False
     try:
@@ -68,9 +68,9 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
     return True
 
 
-def _chain_absorbs_heads(v: ir.Value) -> bool:
+def chain_absorbs_transpose(v: ir.Value, perm: list[int] = HEADS) -> bool:
     """``v`` ends a Reshape / Flatten / Transpose chain from known dims (each value read once) whose
-    Transposes, a Transpose by HEADS added after them, fold into no more Transposes than before
+    Transposes, a Transpose by ``perm`` added after them, fold into no more Transposes than before
     (_static_chain.py folds it so): LongT5's keys, [B, N, L, H, D] moved to [B, N, H, L, D], merged
     to [B*N, H, L, D], read 3-D are [B, N, L, H, D] merged, with no Transpose at all."""
     chain, node = [], v.producer()
@@ -85,7 +85,7 @@ def _chain_absorbs_heads(v: ir.Value) -> bool:
               else reshape_target(n)) for n in chain]
     if any(arg is None for _, arg in steps):
         return False
-    before, after = atoms(dims, steps), atoms(dims, [*steps, ("Transpose", HEADS)])
+    before, after = atoms(dims, steps), atoms(dims, [*steps, ("Transpose", list(perm))])
     if before is None or after is None:
         return False
     moves = [plan[1] != list(range(len(plan[1]))) for plan in (before, after)]

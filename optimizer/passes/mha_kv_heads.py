@@ -13,13 +13,17 @@ Only where both k and v carry the glue (ORT refuses a 4-D key with a 3-D value, 
 3-D value into heads would cost what it saves), without a past (the cache form needs 3-D k / v)
 and without a packed bias (ORT adds it to the 3-D form only), a key_padding_mask only as [B, L]
 (the form checked in ORT), with the heads axis proven equal to ``num_heads``. A Transpose whose permutation, composed with the merge's, is not the identity
-stays as one Transpose to [B, N, L, H]. Exact: the same elements reach the same kernel.
+stays as one Transpose to [B, N, L, H]. Not where k and v are both the end of a Reshape / Flatten /
+Transpose chain that takes the glue's Transpose into its own (LongT5's block keys: read 3-D they are
+[B, N, L, H, D] merged, no Transpose; fold-layout-chains folds them). Exact: the same elements reach
+the same kernel.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._attention_3d import chain_absorbs_transpose
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op
 from onnx_fuse.passes._scoped_names import free_name
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -86,6 +90,8 @@ class MhaHeadsFirstKvPass(FusePass):
         k, v = _glue(ins[1], int(heads)), _glue(ins[2], int(heads))
         if k is None or v is None:
             return False
+        if all(chain_absorbs_transpose(x, [perm[p] for p in _MERGE]) for x, perm in (k, v)):
+            return False  # the glue folds into their own layout chains: fewer Transposes left 3-D
         for idx, (x, perm) in ((1, k), (2, v)):
             if perm != [0, 1, 2, 3]:
                 shape = ir.Shape([x.shape[p] for p in perm])

@@ -119,3 +119,29 @@ def test_shape_inference_reads_the_heads_first_value():
     mha.outputs[0].shape = None
     ShapeInferencePass()(model)
     assert list(mha.outputs[0].shape) == [B, S, N * H]
+
+
+def test_kv_from_chains_that_take_the_glue_are_left_3d():
+    """LongT5's blocks: k / v [B*N, N, L, H] are Transpose -> Flatten -> Reshape of [B, N, L, H, D]; the
+    glue's Transpose folds into that chain's own (read 3-D they are the 5-D value merged, no
+    Transpose), so the glue stays for fold-layout-chains: heads-first would keep both chains'
+    Transposes (LongT5 ort-O3: 15 -> 11 Transposes left this way)."""
+    proto = parse(_HEAD + f"""
+        g (float[{B}, {S}, {N * H}] q, float[1, {B}, {L}, {N}, {H}] k5, float[1, {B}, {L}, {N}, {H}] v5)
+          => (float[{B}, {S}, {N * H}] y) {{
+            merge = Constant <value = int64[3] {{0, 0, -1}}> ()
+            view = Constant <value = int64[4] {{0, {N}, -1, {H}}}> ()
+            kt5 = Transpose <perm = [0, 1, 3, 2, 4]> (k5)
+            kf = Flatten <axis = 2> (kt5)
+            k4 = Reshape (kf, view)
+            vt5 = Transpose <perm = [0, 1, 3, 2, 4]> (v5)
+            vf = Flatten <axis = 2> (vt5)
+            v4 = Reshape (vf, view)
+            kt = Transpose <perm = [0, 2, 1, 3]> (k4)
+            k3 = Reshape (kt, merge)
+            vt = Transpose <perm = [0, 2, 1, 3]> (v4)
+            v3 = Reshape (vt, merge)
+            y = com.microsoft.MultiHeadAttention <num_heads = {N}, scale = 0.3> (q, k3, v3)
+        }}""")
+    _, modified, p = _run(proto)
+    assert not modified and p.stats["MultiHeadAttention"] == 0
