@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_fuse
+from tests.rules.test_grouped_5d_scaled import _feeds  # the same B, K, G, T, D and masks
 
 B, K, G, T, D = 2, 2, 3, 5, 8
 
@@ -72,20 +73,6 @@ def _einsum_gqa(spelling: str, scale: str, masks: str):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", K * G * D])],
                               initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
-
-
-def _feeds(masks: str) -> dict:
-    rng = np.random.default_rng(0)
-    feeds = {"q": rng.standard_normal((B, T, K * G * D), dtype=np.float32),
-             "k": rng.standard_normal((B, T, K * D), dtype=np.float32),
-             "v": rng.standard_normal((B, T, K * D), dtype=np.float32)}
-    if masks == "fill":
-        keep = np.ones((B, T), bool)
-        keep[1, 3:] = False  # the second row padded after 3 keys
-        feeds["keep"] = keep
-    if masks == "add":
-        feeds["bias"] = rng.uniform(-1, 0, (B, T)).astype(np.float32)
-    return feeds
 
 
 def _fuses(h, model, masks: str, target: str, level: int) -> None:
