@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -99,13 +100,13 @@ def audit(rows: dict[str, dict], known: dict[str, str], columns: list[str] | Non
             "rules": per_rule, "single_arch": single, "never_fired": never}
 
 
-def markdown(facts: dict, sources: list[str]) -> str:
-    """The audit as a Markdown page."""
+def markdown(facts: dict, sources: list[str], note: str = "") -> str:
+    """The audit as a Markdown page (``note``: a line on where the JSON files came from)."""
     lines = ["# Rule usage: which built-in rules the exports need", "",
              f"Made with `python tools/rule_usage.py {' '.join(sources)}` on "
              f"{datetime.date.today().isoformat()}: {facts['files']} files of {facts['archs']} architectures, "
              f"columns {facts['columns'] if isinstance(facts['columns'], str) else ', '.join(facts['columns'])}.",
-             "", "## Fired on one architecture only", "",
+             *(["", note] if note else []), "", "## Fired on one architecture only", "",
              "| rule | rules file | files | architecture | columns |", "|---|---|---|---|---|"]
     for r, v in facts["single_arch"].items():
         lines.append(f"| `{r}` | {v['file']} | {v['files']} | {v['archs'][0]} | {', '.join(v['columns'])} |")
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--columns", nargs="+", default=None, help="only these columns (default: every one with rule fires)")
     ap.add_argument("--markdown", default=None, help="write the audit as Markdown here")
     ap.add_argument("--json", dest="json_out", default=None, help="write the audit's facts as JSON here")
+    ap.add_argument("--note", default="", help="a line for the Markdown page: where the JSON files came from")
     a = ap.parse_args(argv)
     try:
         rows = load_rows(a.coverage_json)
@@ -139,16 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"rule_usage: error: {exc}", file=sys.stderr)
         return 2
-    print(f"{facts['files']} files, {facts['archs']} architectures; {len(facts['rules'])} rules fired, "
-          f"{len(facts['single_arch'])} on one architecture only, {len(facts['never_fired'])} built-ins never")
-    for r, v in facts["single_arch"].items():
-        print(f"  one architecture: {r:40s} {v['archs'][0]} ({v['files']} files)")
-    for r, f in facts["never_fired"].items():
-        print(f"  never fired:      {r:40s} {f}")
-    if a.markdown:
-        _write(a.markdown, markdown(facts, [Path(p).name for p in a.coverage_json]))
+    if a.markdown:  # the files first: a reader that closes stdout early (| head) must not cost them
+        _write(a.markdown, markdown(facts, [Path(p).name for p in a.coverage_json], a.note))
     if a.json_out:
         _write(a.json_out, json.dumps(facts, indent=1, default=sorted) + "\n")
+    lines = [f"{facts['files']} files, {facts['archs']} architectures; {len(facts['rules'])} rules fired, "
+             f"{len(facts['single_arch'])} on one architecture only, {len(facts['never_fired'])} built-ins never"]
+    lines += [f"  one architecture: {r:40s} {v['archs'][0]} ({v['files']} files)" for r, v in facts["single_arch"].items()]
+    lines += [f"  never fired:      {r:40s} {f}" for r, f in facts["never_fired"].items()]
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keep the interpreter's exit flush quiet
     return 0
 
 

@@ -56,11 +56,12 @@ def test_columns_filter_and_later_file_wins(ru, tmp_path):
 
 def test_cli_writes_markdown_and_json(ru, tmp_path, capsys):
     md, js = tmp_path / "usage.md", tmp_path / "usage.json"
-    assert ru.main([_cov(tmp_path, "c.json", ROWS), "--markdown", str(md), "--json", str(js)]) == 0
+    assert ru.main([_cov(tmp_path, "c.json", ROWS), "--markdown", str(md), "--json", str(js), "--note", "corpus at abc"]) == 0
     out = capsys.readouterr().out
     assert "3 files, 2 architectures" in out and "one architecture: rms-norm" in out
     text = md.read_text()
     assert "| `rms-norm` |" in text and "## Built-in rules that fired on none of these files" in text
+    assert "\ncorpus at abc\n" in text
     assert json.loads(js.read_text())["single_arch"]["rms-norm"]["files"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "usage.json", "usage.md"]  # no temp left
 
