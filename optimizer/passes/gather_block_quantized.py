@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, attr_value, reroute
-from onnx_fuse.passes.matmul_nbits import _const, _nibbles
+from onnx_fuse.passes.matmul_nbits import _const, _nibbles, initializer, kept_reason
 
 
 def _unpacked(raw: np.ndarray, dtype: ir.DataType, bits: int, count: int) -> np.ndarray | None:
@@ -64,9 +64,7 @@ class LowerGatherBlockQuantizedPass(FusePass):
                 else:
                     modified = True
         if kept:
-            runner = "TensorRT" if self.target == "trt" else "standard ONNX runtimes"
-            self.stats_reason = f"kept GatherBlockQuantized, which {runner} cannot run: " + "; ".join(
-                f"{n} with {why}" for why, n in kept.items())
+            self.stats_reason = kept_reason("GatherBlockQuantized", kept, self.target)
         return ir.passes.PassResult(model, modified)
 
     def _rewrite(self, graph: ir.Graph, node: ir.Node) -> str | None:
@@ -112,18 +110,18 @@ class LowerGatherBlockQuantizedPass(FusePass):
             new.append(ir.Node("", op, inputs, attributes=list(attrs), outputs=[v], name=f"{stem}_{tag}"))
             return v
 
-        table = self._init(graph, f"{stem}_table", q.astype(np.int8))
+        table = initializer(graph, f"{stem}_table", q.astype(np.int8))
         dtype = scales.dtype
         rowsq = emit("Gather", [table, ids], "rows", [ir.AttrInt64("axis", 0)])              # [..., blocks, bs] int8
         vals = emit("Cast", [rowsq], "float", [ir.AttrInt64("to", dtype.value)], ir.TensorType(dtype))
         srow = emit("Gather", [scales, ids], "row_scales", [ir.AttrInt64("axis", 0)])       # [..., blocks]
-        last = self._init(graph, f"{stem}_last", np.array([-1], np.int64))
+        last = initializer(graph, f"{stem}_last", np.array([-1], np.int64))
         deq = emit("Mul", [vals, emit("Unsqueeze", [srow, last], "scales_col")], "deq")
-        view = self._init(graph, f"{stem}_view", np.array([0] * rank + [-1], np.int64))
+        view = initializer(graph, f"{stem}_view", np.array([0] * rank + [-1], np.int64))
         y = emit("Reshape", [deq, view], "flat")                                             # [..., blocks * bs]
         if pad:
-            starts = self._init(graph, f"{stem}_start", np.array([0], np.int64))
-            ends = self._init(graph, f"{stem}_end", np.array([width], np.int64))
+            starts = initializer(graph, f"{stem}_start", np.array([0], np.int64))
+            ends = initializer(graph, f"{stem}_end", np.array([width], np.int64))
             y = emit("Slice", [y, starts, ends, last], "crop")
         y.type, y.shape = out.type, out.shape
         graph.insert_before(node, new)
@@ -131,10 +129,3 @@ class LowerGatherBlockQuantizedPass(FusePass):
         graph.remove(node, safe=True)
         self.stats["GatherBlockQuantized"] += 1
         return None
-
-    @staticmethod
-    def _init(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
-        v = ir.Value(name=name, const_value=ir.Tensor(arr, name=name))
-        v.type, v.shape = ir.TensorType(v.const_value.dtype), ir.Shape(list(arr.shape))
-        graph.register_initializer(v)
-        return v

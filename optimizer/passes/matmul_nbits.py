@@ -53,6 +53,20 @@ def _nibbles(packed: np.ndarray, count: int) -> np.ndarray:
     return out[..., :count]
 
 
+def initializer(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
+    """``arr`` as a new initializer of ``graph`` named ``name``, typed and shaped."""
+    v = ir.Value(name=name, const_value=ir.Tensor(arr, name=name))
+    v.type, v.shape = ir.TensorType(v.const_value.dtype), ir.Shape(list(arr.shape))
+    graph.register_initializer(v)
+    return v
+
+
+def kept_reason(op: str, kept: dict[str, int], target: str) -> str:
+    """The report's reason for contrib ops a lowering pass left (``kept``: reason -> count)."""
+    runner = "TensorRT" if target == "trt" else "standard ONNX runtimes"
+    return f"kept {op}, which {runner} cannot run: " + "; ".join(f"{n} with {why}" for why, n in kept.items())
+
+
 class LowerMatMulNBitsPass(FusePass):
     """com.microsoft::MatMulNBits -> DequantizeLinear (blocked, 4-bit) + MatMul (module docstring)."""
 
@@ -97,7 +111,7 @@ class LowerMatMulNBitsPass(FusePass):
                 zp8 = zp.astype(np.int16)
                 shift = ((8.0 - zp8) * sc.astype(np.float64)).astype(sc.dtype) if np.any(zp8 != 8) else None
                 stem = node.name or out.name or "dq_uint4"
-                wq = self._init(graph, f"{stem}_int4", (q.astype(np.int16) - 8).astype(ml_dtypes.int4))
+                wq = initializer(graph, f"{stem}_int4", (q.astype(np.int16) - 8).astype(ml_dtypes.int4))
                 w = ir.Value(name=f"{stem}_int4_w", type=out.type, shape=out.shape)
                 graph.insert_before(node, ir.Node("", "DequantizeLinear", [wq, scale], outputs=[w], name=f"{stem}_int4",
                                                   attributes=[ir.AttrInt64("axis", 0), ir.AttrInt64("block_size", bs)]))
@@ -149,9 +163,7 @@ class LowerMatMulNBitsPass(FusePass):
             else:
                 modified = True
         if kept:
-            runner = "TensorRT" if self.target == "trt" else "standard ONNX runtimes"
-            self.stats_reason = f"kept MatMulNBits, which {runner} cannot run: " + "; ".join(
-                f"{n} with {why}" for why, n in kept.items())
+            self.stats_reason = kept_reason("MatMulNBits", kept, self.target)
         return modified
 
     def _rewrite(self, graph: ir.Graph, node: ir.Node) -> str | None:
@@ -191,10 +203,10 @@ class LowerMatMulNBitsPass(FusePass):
             wq, zero = (q.astype(np.int16) - 8).astype(ml_dtypes.int4).T, None
         else:
             wq, zero = q.astype(ml_dtypes.uint4).T, zp.astype(ml_dtypes.uint4).T
-        inputs = [self._init(graph, f"{stem}_wq", np.ascontiguousarray(wq)),
-                  self._init(graph, f"{stem}_scale", np.ascontiguousarray(sc.reshape(n, blocks).T))]
+        inputs = [initializer(graph, f"{stem}_wq", np.ascontiguousarray(wq)),
+                  initializer(graph, f"{stem}_scale", np.ascontiguousarray(sc.reshape(n, blocks).T))]
         if zero is not None:
-            inputs.append(self._init(graph, f"{stem}_zp", np.ascontiguousarray(zero)))
+            inputs.append(initializer(graph, f"{stem}_zp", np.ascontiguousarray(zero)))
         dtype = scales.dtype or a.dtype   # (A's may be unknown: TorchScript carries no value_info)
         w = ir.Value(name=f"{stem}_w", type=ir.TensorType(dtype), shape=ir.Shape([k, n]))
         new = [ir.Node("", "DequantizeLinear", inputs, outputs=[w], name=f"{stem}_dq",
@@ -227,21 +239,14 @@ class LowerMatMulNBitsPass(FusePass):
 
         x = a
         if blocks * bs != k:   # the last block is partial: zeros make it whole
-            pads = self._init(graph, f"{stem}_pads", np.array([0] * (2 * rank - 1) + [blocks * bs - k], np.int64))
+            pads = initializer(graph, f"{stem}_pads", np.array([0] * (2 * rank - 1) + [blocks * bs - k], np.int64))
             x = node("Pad", [x, pads], "pad")
-        view = self._init(graph, f"{stem}_blocks", np.array([0] * (rank - 1) + [blocks, bs], np.int64))
-        axes = self._init(graph, f"{stem}_axes", np.array([-1], np.int64))
+        view = initializer(graph, f"{stem}_blocks", np.array([0] * (rank - 1) + [blocks, bs], np.int64))
+        axes = initializer(graph, f"{stem}_axes", np.array([-1], np.int64))
         sums = node("ReduceSum", [node("Reshape", [x, view], "view"), axes], "sums",
                     [ir.AttrInt64("keepdims", 0)])                                      # [..., blocks]
-        term = node("MatMul", [sums, self._init(graph, f"{stem}_zp_shift", np.ascontiguousarray(shift))], "zp_term")
+        term = node("MatMul", [sums, initializer(graph, f"{stem}_zp_shift", np.ascontiguousarray(shift))], "zp_term")
         total = ir.Value(name=f"{stem}_zp", type=out.type, shape=out.shape)
         new.append(ir.Node("", "Add", [y, term], outputs=[total], name=f"{stem}_zp"))
         self.stats["zero-point term"] += 1
         return total
-
-    @staticmethod
-    def _init(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
-        v = ir.Value(name=name, const_value=ir.Tensor(arr, name=name))
-        v.type, v.shape = ir.TensorType(v.const_value.dtype), ir.Shape(list(arr.shape))
-        graph.register_initializer(v)
-        return v
