@@ -7,7 +7,8 @@ and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved whe
 On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
 m128n128w12t_persistent, the ov body with stepped wgmma descriptors on a persistent grid, D = 128;
 m128n128w12t_persistent_ovedc and m128n128w12t_ovedfc, the ovedq body on the persistent grid and ovedf's
-two-block fold with Q in registers, their blocks chained without draining the pipeline, D = 128;
+two-block fold with Q in registers, their blocks chained without draining the pipeline, and their twins
+_ovedcr / _ovedfcr with rotated key loops, D = 128;
 m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64) are timed beside the planned variant (at
 D = 128 m128n128w12t_ovedq, at D = 64 m128n128w12t_lde), marked
 "(experimental)".
@@ -31,7 +32,9 @@ dense TMA prefill (m128n128w12t) runs beside them on the same batch and heads at
 full and causal, with its own FLOP count, so the paged / dense ratio comes from one run. The
 device copy bandwidth (bytes read + written) is measured in the same run. Every timed
 variant is first checked against a torch reference (||out-ref||/||ref||), and rounds are
-interleaved: each candidate is timed twice, in two passes, and both medians are reported.
+interleaved: each candidate is timed twice, in two passes, and both medians are reported (prefill:
+``--passes N`` times each candidate N times, every other pass in reverse order, and adds the median and
+max of the N to the log: an A/B of close candidates).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import argparse
 import dataclasses
 import json
 import subprocess
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -172,6 +176,9 @@ def main() -> int:
     ap.add_argument("--variants", nargs="+", default=None, metavar="TAG",
                     help="prefill: time only our planned variant and those whose name ends in one of these tags "
                          "(e.g. ovedq ldeq), beside the anchors (a shorter candidates run)")
+    ap.add_argument("--passes", type=int, default=2, metavar="N",
+                    help="prefill: timed passes over the candidates, every other one in reverse order (an A/B of "
+                         "candidates whose order under the power limit matters; the log adds each row's median and max)")
     ap.add_argument("--decode-kv-heads", type=int, nargs="+", default=None, metavar="HKV",
                     help="decode rows with these kv head counts only (1: the MQA rows; a candidates run)")
     a = ap.parse_args()
@@ -296,8 +303,9 @@ def main() -> int:
                         errs[n] = rel(fn().transpose(1, 2), ref)
                 except Exception as e:  # a backend may not support this shape
                     errs[n] = f"unavailable: {type(e).__name__}: {str(e)[:80]}"
-            for _ in range(2):
-                for n, (fn, _) in cands.items():
+            for pas in range(max(1, a.passes)):
+                order = list(cands.items())
+                for n, (fn, _) in (order[::-1] if pas % 2 else order):
                     if isinstance(errs[n], str):
                         continue
                     results[n].append(flops / (bench(fn) * 1e-3) / 1e12)
@@ -310,7 +318,9 @@ def main() -> int:
             for n in cands:
                 rows.append({"kind": "prefill", "name": f"{tag} | {n}", "unit": "TFLOP/s",
                              "values": results[n], "rel_err": errs[n]} | ({"clock": clocks[n]} if n in clocks else {}))
-                print(f"{tag} | {n}: {results[n]} err {errs[n]}" + (f" clock {clocks[n]}" if n in clocks else ""),
+                summary = (f" median {statistics.median(results[n]):.1f} max {max(results[n]):.1f}"
+                           if a.passes > 2 and results[n] else "")
+                print(f"{tag} | {n}: {results[n]}{summary} err {errs[n]}" + (f" clock {clocks[n]}" if n in clocks else ""),
                       flush=True)
             del q, k, v, out, qt, kt, vt, ref
             torch.cuda.empty_cache()

@@ -822,7 +822,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 40);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 44);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -877,7 +877,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC, lp.FA_WS_TMA_OVEDFC)
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC, lp.FA_WS_TMA_OVEDFC, lp.FA_WS_TMA_PERSISTCR, lp.FA_WS_TMA_OVEDFCR)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -902,9 +902,9 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
             for shape in ((4, 4096, 32, 8), (1, 77, 4, 4), (8, 2048, 32, 32)):
                 p = lp.plan_fused_attention(*shape, d, causal=causal)
                 assert p.variant in lp.fa_variants(d) and not p.persistent
-    # the C launcher: loads 4 (and the chained candidate's 40) = persistent, D = 128 only
-    assert "const bool persistent = loads == 4 || loads == 40;" in fa
-    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 40) : nullptr;" in fa
+    # the C launcher: loads 4 (and the chained candidates' 40 / 44) = persistent, D = 128 only
+    assert "const bool persistent = loads == 4 || loads == 40 || loads == 44;" in fa
+    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0, loads >= 40, loads == 44) : nullptr;" in fa
     assert "OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);" in fa
 
 
@@ -1366,17 +1366,23 @@ def test_multicast_entries_exist_and_are_no_longer_planned():
 def test_chained_candidates_are_experimental_and_reach_their_entries():
     """Session 18's candidates with chained blocks (kWsChain, D = 128, by name only, never planned): ovedfc
     (ovedf's fold with Q in registers, loads 38 / 39, pick_tma kind 18, the fold's grid) and the persistent
-    tp_ovedc (loads 40: pick_tma_persistent's chain entries); the launcher accepts loads up to 40."""
+    tp_ovedc (loads 40: pick_tma_persistent's chain entries); session 19's rotated twins ovedfcr (loads 42 / 43,
+    kind 20, the fold's grid) and tp_ovedcr (loads 44); the launcher accepts loads up to 44."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     assert "case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)" in fa
-    # the launcher gives kind 18 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
-    assert "const bool fold = kind == 11 || kind == 18;" in fa
+    assert "case 20: OF_PICK_TK2(128, m128n128w12t_ovedfcr)" in fa
+    # the launcher gives kinds 18 / 20 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
+    assert "const bool fold = kind == 11 || kind == 18 || kind == 20;" in fa
     assert "OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain" in fa
     assert "#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)" in fa
+    assert "#define OF_FA_TPCR_OPT (OF_FA_TPC_OPT | onnx_fuse::kWsRotate)" in fa
+    assert "pick_tma_persistent(dtype, D, causal != 0, loads >= 40, loads == 44)" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 44);" in fa
     for dt in ("f16", "bf16"):
-        for m in ("ODFC", "PC"):
+        for m in ("ODFC", "PC", "ODFCR", "PCR"):
             assert re.search(rf"^OF_FA_WST{m}_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), (dt, m)
-    want = {lp.FA_WS_TMA_OVEDFC: (38, 39), lp.FA_WS_TMA_PERSISTC: (40, 40)}
+    want = {lp.FA_WS_TMA_OVEDFC: (38, 39), lp.FA_WS_TMA_PERSISTC: (40, 40), lp.FA_WS_TMA_OVEDFCR: (42, 43),
+            lp.FA_WS_TMA_PERSISTCR: (44, 44)}
     for v, loads in want.items():
         assert v in lp.fa_experimental_variants(128) and v not in lp.fa_variants(128)
         assert lp.fa_engine(v, 128) == "wgmma"
@@ -1385,7 +1391,7 @@ def test_chained_candidates_are_experimental_and_reach_their_entries():
             assert p.kernel.replace("_f16_d128_", "_##DTN##_d##D##_") in fa, p.kernel
             assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
             fold = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=lp.FA_WS_TMA_OVEDF)
-            if v == lp.FA_WS_TMA_OVEDFC:
+            if v in (lp.FA_WS_TMA_OVEDFC, lp.FA_WS_TMA_OVEDFCR):
                 assert p.grid == fold.grid
             else:
                 assert p.persistent and p.grid == (lp.H200.num_sms, 1, 1)
