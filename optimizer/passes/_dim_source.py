@@ -30,6 +30,9 @@ again so the names spread). Steps, each exact for every input the model accepts:
   only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
   computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
 - ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so);
+- Flatten: an output dim that merges one input dim is that dim; one that merges several is their
+  product where each is known (``Reshape(Flatten(q [B, H, S, D], axis=2), [0, -1, D])``'s merged
+  ``2*B``, from which the view's ``-1`` is solved: S);
 - Pad: an axis whose two pads are provably 0 (pads read in part through TorchScript's F.pad
   reversal, shape_vector) keeps its dim;
 - a Slice whose length follows from sizes (``cut_length``): ``[:-k]`` of such a computed length
@@ -248,10 +251,31 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _one_hot_step(node, v, i)
     if op == "Split":
         return _split_step(node, v, i)
+    if op == "Flatten":
+        return _flatten_step(node, v, i)
     if op == "ConstantOfShape":   # torch.ones(n_frames // squeeze_factor): the entries read as sizes
         e = _entry(x, i)
         return (None, e) if e is not None and clean(e) and e[0] > 0 else None
     return None
+
+
+def _flatten_step(node: ir.Node, v: ir.Value, i: int):
+    """Flatten(x, axis): dim 0 is the product of x's dims before the axis, dim 1 of the rest."""
+    x, rx = node.inputs[0], _rank(node.inputs[0])
+    axis = _attr(node, "axis", 1)
+    if rx is None or _rank(v) != 2 or not isinstance(axis, int) or not -rx <= axis <= rx:
+        return None
+    axis = axis + rx if axis < 0 else axis
+    merged = range(0, axis) if i == 0 else range(axis, rx)
+    if len(merged) == 1:
+        return x, merged[0]
+    size: Dim = (1, ())
+    for j in merged:
+        f = _fact(x.shape[j])
+        if f is None:
+            return None
+        size = mul(size, to_dim(f))
+    return None, size
 
 
 def _pad_step(node: ir.Node, v: ir.Value, i: int):
