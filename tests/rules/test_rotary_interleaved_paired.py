@@ -118,8 +118,9 @@ def _feeds(h, heads_first=False, half=False):
 def test_computed_paired_tables_fuse_to_rotary_embedding(h, target, heads_first):
     model = _model(h, heads_first=heads_first)
     out = h.fuse(model, target, 2)
-    rule = "rotary-interleaved-paired-tables" + ("" if heads_first else "-bshd")
-    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)[rule] >= 2, (h.ops(out), h.fired(out))
+    # one rule for both layouts: the tables' broadcast axis says which (bshd: the 3-D form)
+    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)["rotary-interleaved-paired-tables"] >= 2, \
+        (h.ops(out), h.fired(out))
     assert "Neg" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, _feeds(h, heads_first))
 
@@ -127,7 +128,7 @@ def test_computed_paired_tables_fuse_to_rotary_embedding(h, target, heads_first)
 def test_tables_without_pairs_are_refused(h):
     """cos(pos * w) with D distinct frequencies: columns 2j and 2j+1 differ, not RotaryEmbedding."""
     model = _model(h, repeat=False, opset=23)  # explain skips a rule outside its opsets
-    reasons = h.reasons(_unbound(model), "ort", "rotary-interleaved-paired-tables-bshd")
+    reasons = h.reasons(_unbound(model), "ort", "rotary-interleaved-paired-tables")
     assert any("not provably equal" in r for r in reasons), reasons
     assert h.ops(h.fuse(model, "ort", 2))["RotaryEmbedding"] == 0
 
@@ -137,7 +138,7 @@ def test_a_per_column_scale_breaks_the_pairs(h):
     times one whose columns come in pairs it still is (fused, same numbers)."""
     odd = np.arange(1, D + 1, dtype=np.float32) / D
     model = _model(h, scale=odd, opset=23)
-    reasons = h.reasons(_unbound(model), "ort", "rotary-interleaved-paired-tables-bshd")
+    reasons = h.reasons(_unbound(model), "ort", "rotary-interleaved-paired-tables")
     assert any("not provably equal" in r for r in reasons), reasons
     paired = np.repeat(np.arange(1, D // 2 + 1, dtype=np.float32) / D, 2)
     model = _model(h, scale=paired)
@@ -153,8 +154,9 @@ def test_float16_x_rotated_in_float32_fuses(h, target, heads_first):
     cast up to the float32 tables, the sum cast back; the rotation runs on x cast up, as exported."""
     model = _model(h, heads_first=heads_first, half=True)
     out = h.fuse(model, target, 2)
-    rule = "rotary-interleaved-paired-tables" + ("" if heads_first else "-bshd")
-    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)[rule] >= 2, (h.ops(out), h.fired(out))
+    # one rule for both layouts: the tables' broadcast axis says which (bshd: the 3-D form)
+    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)["rotary-interleaved-paired-tables"] >= 2, \
+        (h.ops(out), h.fired(out))
     assert "Neg" not in h.ops(out), h.ops(out)
     h.assert_close(model, out, _feeds(h, heads_first, half=True), atol=2e-3, rtol=2e-3)
 
@@ -165,7 +167,7 @@ def test_tables_repeated_by_tile_and_flatten_fuse(h, target):
     Unsqueeze, Tile [1, 1, 2], Flatten(axis=1): paired like the Reshape form (RoPE 0/6 before)."""
     model = _model(h, tiled=True)
     out = h.fuse(model, target, 2)
-    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)["rotary-interleaved-paired-tables-bshd"] >= 2, \
+    assert h.ops(out)["RotaryEmbedding"] == 2 and h.fired(out)["rotary-interleaved-paired-tables"] >= 2, \
         (h.ops(out), h.fired(out))
     h.assert_close(model, out, _feeds(h))
 

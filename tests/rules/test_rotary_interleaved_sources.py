@@ -86,7 +86,7 @@ def test_constant_tables_of_an_x_cast_up_fuse(h, target, heads_first):
     out = h.fuse(model, target, level=2)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "Slice" not in ops, ops
-    rule = "rotary-interleaved-paired-tables" + ("" if heads_first else "-bshd")
+    rule = "rotary-interleaved-paired-tables"  # both layouts (bshd: the 3-D form)
     assert h.fired(out)[rule] >= 1, h.fired(out)
     # the caches are the constants' even columns, folded: [B, S, D/2] from a [1, S, D/2] initializer
     rot = next(nd for nd in out.graph.node if nd.op_type == "RotaryEmbedding")

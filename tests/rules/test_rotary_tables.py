@@ -257,7 +257,7 @@ def _attr(node, name, default=None):
     ("half", "bhsd", "rotary-const-table"),
     ("half", "bshd", "rotary-const-table-bshd"),
     ("interleaved", "bhsd", "rotary-interleaved-paired-tables"),
-    ("interleaved", "bshd", "rotary-interleaved-paired-tables-bshd"),
+    ("interleaved", "bshd", "rotary-interleaved-paired-tables"),
 ])
 def test_folded_tables_fuse(h, target, form, layout, rule):
     model = _graph(h, form=form, layout=layout)
@@ -391,7 +391,8 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     assert ops["RotaryEmbedding"] == 1 and "Slice" not in ops and "Neg" not in ops, ops
     (rot,) = _rotary_nodes(out)
     assert _attr(rot, "rotary_embedding_dim") == rd
-    assert any(k.startswith("rotary-partial") for k in h.fired(out)), h.fired(out)
+    # one rule for both layouts (the 3-D form's Reshapes are optional nodes of rotary-partial)
+    assert {k for k in h.fired(out) if k.startswith("rotary-partial")} == {"rotary-partial"}, h.fired(out)
     h.assert_close(model, out, _feeds(h, model))
 
 
@@ -456,7 +457,7 @@ def test_near_misses_do_not_fuse(h, kw, rule, why):
     # the tables' values are not read where the graph repeats them itself: the paired-tables rules
     # (rotary_interleaved_paired.yaml) take any such tables, exactly (the numbers are checked below)
     fired = {r for r in h.fired(out) if r.startswith("rotary")}
-    assert fired <= {"rotary-interleaved-paired-tables", "rotary-interleaved-paired-tables-bshd"}, fired
+    assert fired <= {"rotary-interleaved-paired-tables"}, fired
     assert fired or "RotaryEmbedding" not in h.ops(out), h.ops(out)
     rs = h.reasons(model, "onnx", rule) if kw.get("tables") not in ("sincos-ts", "sincos-ge") \
         else _prepared_reasons(model, rule)
