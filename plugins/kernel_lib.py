@@ -187,7 +187,7 @@ class KernelLib:
                 raise ValueError("the head-dim axis must be contiguous")
         cap = float(softcap or 0.0)
         plan = lp.plan_fused_attention(B, S, Hq, Hkv, D, _dtype_name(q), causal=causal, variant=variant,
-                                       softcap=cap)
+                                       softcap=cap, window=window)
         sc = 1.0 / D**0.5 if scale is None or scale == 0.0 else float(scale)
         st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
         if loads is None:

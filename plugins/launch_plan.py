@@ -156,24 +156,22 @@ FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:
 # the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind.
 FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
-# Candidate FA_WS_TMA_OVEDFC (..._w12t_ovedfc_..., loads 38 by name / 39 with the fallback, D = 128, both
-# masks, experimental, session 18): FA_WS_TMA_OVEDF with Q's fragments in registers and its two blocks
-# chained without draining the pipeline (kWsChain: the second block's first S and softmax run beside the
-# first block's last P V, the first block's output staged under the second block's first P).
+# FA_WS_TMA_OVEDFC (..._w12t_ovedfc_..., loads 38 by name / 39 planned, D = 128, both masks; session 18):
+# FA_WS_TMA_OVEDF with Q's fragments in registers and its two blocks chained without draining the pipeline
+# (kWsChain: the second block's first S and softmax run beside the first block's last P V, the first block's
+# output staged under the second block's first P). Planned causal without a window on Hopper from run 29a:
+# the medians of interleaved passes put it 0.8-2.5 % ahead of FA_WS_TMA_OVEDQ causal in three runs (28b's
+# second pass, 28c, 29a: fp16 525 against 515, bf16 547 against 534 TFLOP/s in 29a) and 1-2 % behind it
+# without a mask; sliding windows keep FA_WS_TMA_OVEDQ (not measured there).
 FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
-# Candidate FA_WS_TMA_OVEDFCR (..._w12t_ovedfcr_..., loads 42 / 43, session 19): FA_WS_TMA_OVEDFC with both
-# blocks' key tiles but the last loaded from a tile that differs between the CTAs of one head (kWsRotate).
-FA_WS_TMA_OVEDFCR = (128, 128, 12, "tma", "ovedfcr")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
-           "ovedfcr", "ovedcr")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
-                 "ovedfcr": (42, 43)}  # launcher loads (by name, planned)
-_FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcr")  # two query blocks per CTA (kWsFold)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39)}  # launcher loads (by name, planned)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
-                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ)
+                                  FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
+                                  FA_WS_TMA_OVEDFC)
 # Experimental TMA variant, timed beside FA_WS_TMA by tools/bench_kernels.py and reachable by
 # name (``variant=``), never planned and not part of the plugin contracts (fa_variants):
 # FA_WS_TMA_PERSIST, the FA_WS_TMA body on a persistent grid of min(tiles, SMs) CTAs (kernel
@@ -187,9 +185,6 @@ FA_WS_TMA_PERSIST = (128, 128, 12, "tma", "persistent")
 # FA_WS_TMA_PERSISTC (experimental, kernel m128n128w12tp_ovedc, launcher loads 40, by name only, session
 # 18): the FA_WS_TMA_OVEDQ body on FA_WS_TMA_PERSIST's grid with every block chained into the next (kWsChain).
 FA_WS_TMA_PERSISTC = (128, 128, 12, "tma", "persistent", "ovedc")
-# FA_WS_TMA_PERSISTCR (kernel m128n128w12tp_ovedcr, launcher loads 44, by name only, session 19):
-# FA_WS_TMA_PERSISTC with rotated key loops (kWsRotate), so a round's CTAs do not read one head's K/V in lockstep.
-FA_WS_TMA_PERSISTCR = (128, 128, 12, "tma", "persistent", "ovedcr")
 
 
 # Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
@@ -228,12 +223,11 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST, the chained candidates
-    FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDFC and their rotated twins FA_WS_TMA_PERSISTCR, FA_WS_TMA_OVEDFCR: D = 128;
-    FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDFC, FA_WS_TMA_PERSISTCR, FA_WS_TMA_OVEDFCR)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -500,7 +494,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
-                          FA_WS_TMA_PERSISTC, FA_WS_TMA_PERSISTCR, FA_WS_TMA_OVEDFCR):
+                          FA_WS_TMA_PERSISTC):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -554,10 +548,12 @@ def plan_fused_attention(
     variant: tuple[int, int, int] | None = None,
     device: DeviceInfo = H200,
     softcap: float = 0.0,
+    window: int = 0,
 ) -> FusedAttentionPlan:
     """Pick the fused-attention variant (block_m, block_n, warps) and grid. ``softcap`` > 0 (Gemma
     2's logit softcap) plans the variant's ``_sc`` twin (``fa_softcap_variants``); a variant asked
-    for by name without one is refused."""
+    for by name without one is refused. ``window`` > 0 (a causal sliding window) plans what was
+    measured with windows (at D = 128 on Hopper FA_WS_TMA_OVEDQ, not the causal FA_WS_TMA_OVEDFC)."""
     _check_heads(num_heads, num_kv_heads)
     _check_head_dim(head_dim)
     dt = _dt(dtype)
@@ -586,8 +582,10 @@ def plan_fused_attention(
             # softmax, staged epilogue, Q in registers; causal fp16 too since run 24: FA_WS_TMA_OVEDF
             # was planned there from run 19), at D = 64 FA_WS_TMA_LDE (staged epilogue); where a
             # softcap needs the _sc twin their base bodies FA_WS_TMA_R24 / FA_WS_TMA.
-            if head_dim == 128:
-                variant = FA_WS_TMA_R24 if softcap else FA_WS_TMA_OVEDQ  # Q's fragments in registers (run 21)
+            if head_dim == 128 and softcap:
+                variant = FA_WS_TMA_R24
+            elif head_dim == 128:  # Q's fragments in registers (run 21); causal, two blocks chained (run 29a)
+                variant = FA_WS_TMA_OVEDFC if causal and not window else FA_WS_TMA_OVEDQ
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
         elif head_dim in (80, 96) and hopper:
@@ -621,9 +619,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt in _FA_FOLD_OPTS and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt in ("ovedf", "ovedfc") and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt in _FA_FOLD_OPTS:  # query blocks nm - 1 - x and x per CTA
+    elif opt in ("ovedf", "ovedfc"):  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -639,10 +637,9 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31; the candidates FA_WS_TMA_OVEDFC 38 / 39, FA_WS_TMA_PERSISTC 40, FA_WS_TMA_OVEDFCR
-    42 / 43 and FA_WS_TMA_PERSISTCR 44."""
+    FA_WS_TMA_OVEDQ 30 / 31; the candidates FA_WS_TMA_OVEDFC 38 / 39 and FA_WS_TMA_PERSISTC 40."""
     if plan.persistent:
-        return {"ovedc": 40, "ovedcr": 44}.get(plan.opt, 4)
+        return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:
         return 0
     if plan.opt:

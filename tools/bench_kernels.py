@@ -7,8 +7,7 @@ and cuDNN backends on the same BSHD tensors, in TFLOP/s (4*B*H*S^2*D, halved whe
 On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
 m128n128w12t_persistent, the ov body with stepped wgmma descriptors on a persistent grid, D = 128;
 m128n128w12t_persistent_ovedc and m128n128w12t_ovedfc, the ovedq body on the persistent grid and ovedf's
-two-block fold with Q in registers, their blocks chained without draining the pipeline, and their twins
-_ovedcr / _ovedfcr with rotated key loops, D = 128;
+two-block fold with Q in registers, their blocks chained without draining the pipeline, D = 128;
 m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64) are timed beside the planned variant (at
 D = 128 m128n128w12t_ovedq, at D = 64 m128n128w12t_lde), marked
 "(experimental)".

@@ -913,16 +913,6 @@ constexpr int kWsQRegs = 256;
 // per consumer thread per block: after the Q load's ldmatrix for a block nothing chained into, else after
 // the previous block's staged output is read back.
 constexpr int kWsChain = 512;
-// kWsRotate (TMA rows without multicast: the candidates ovedfcr and tp_ovedcr, session 19): a block's key
-// tiles but its last are loaded from tile r on and wrapped around (the online softmax does not depend on the
-// order), r = (blocks after this one in the sequence, causal; this block's index, else) % (tiles - 1), so the
-// CTAs of one head that run at one time read different K/V tiles instead of all the same one (run 28e: the
-// chained persistent consumers waited on K/V full barriers 2.6-11x as often as the one-tile grid's, L2 at 39 %
-// against 29 %). The last tile stays last: causal it is the diagonal one, which needs the mask, and else it
-// may be the sequence's tail, whose V rows the producer zeroes (session 18's rotation, which started causal
-// loops on the diagonal tile in the prologue nothing overlaps, ran 5-7 % behind; without chaining it moved
-// the persistent grid 0-2 %).
-constexpr int kWsRotate = 1024;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -936,17 +926,6 @@ __device__ __forceinline__ int3 fa_ws_coords() {
     return make_int3(nm - 1 - rem / gsz, pair % (int)gridDim.y, pair / (int)gridDim.y);
   }
   return make_int3(CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x, blockIdx.y, blockIdx.z);
-}
-// kWsRotate: the j-th of a block's n key tiles loaded is tile ws_key_tile(j, n, rot) (from j0): tiles
-// [0, n - 1) from rot on, wrapped around; the last stays last.
-template <bool ROTATE>
-__device__ __forceinline__ int ws_key_tile(int j, int n, int rot) {
-  if constexpr (!ROTATE) {
-    return j;
-  } else {
-    const int k = j + rot;
-    return j == n - 1 ? j : k < n - 1 ? k : k - (n - 1);
-  }
 }
 // Adds a byte offset (a multiple of 16) to a shared-memory descriptor's start-address field. The
 // field holds (address & 0x3FFFF) >> 4 in bits 0-13; shared addresses stay below 2^18, so the sum
@@ -1233,22 +1212,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   }
 
   // The tile loop (one pass unless PERSIST): geometry of the CTA's tile t.
-  constexpr bool ROTATE = (OPT & kWsRotate) != 0;
-  static_assert(!ROTATE || (Rows::kTma && !MCAST), "kWsRotate: dense TMA rows without multicast");
-  // kWsRotate's start tile of a block of query block index mb (of ceil(q_len / BM)) and n key tiles
-  auto rot_of = [&](int mb, int q_len, int n) -> int {
-    if constexpr (!ROTATE) {
-      return 0;
-    } else {
-      const int later = (q_len + BM - 1) / BM - 1 - mb;
-      return n > 2 ? (CAUSAL ? later : mb) % (n - 1) : 0;
-    }
-  };
   struct Geom {
     FaWsTile<Rows> tl;
     int m0, n_tiles, j0;  // n_tiles key tiles from tile j0 (keys j0 * BN ...)
     bool skip;  // no valid row or no visible key: the consumers store zeros (PERSIST only)
-    int rot;    // kWsRotate: the j-th tile loaded is key tile j0 + ws_key_tile<ROTATE>(j, n_tiles, rot)
   };
   auto geom = [&](int t) -> Geom {
     if constexpr (PERSIST) {
@@ -1258,10 +1225,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       const int gj0 = fa_first_tile<CAUSAL>(gm0 + tl.rows.causal_off,
                                             fa_window_lo<CAUSAL>(tl.rows.window), BN);
       const bool skip = gm0 >= gql || gend <= gj0 * BN;
-      const int gn = skip ? 0 : (gend + BN - 1) / BN - gj0;
-      return Geom{tl, gm0, gn, gj0, skip, rot_of(tl.m_block, gql, gn)};
+      return Geom{tl, gm0, skip ? 0 : (gend + BN - 1) / BN - gj0, gj0, skip};
     } else {
-      return Geom{FaWsTile<Rows>{rows, m_block}, m0, n_tiles, j0, false, rot_of(m_block, QL, n_tiles)};
+      return Geom{FaWsTile<Rows>{rows, m_block}, m0, n_tiles, j0, false};
     }
   };
   const int n_rounds = tiles.rounds();
@@ -1395,7 +1361,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         }
         for (int j = 0; j < n_tiles; ++j) {
           const int c = kv_base + j;  // the stage ring counts K/V tiles across the CTA's tiles
-          const int n0 = (gm.j0 + ws_key_tile<ROTATE>(j, n_tiles, gm.rot)) * BN;
+          const int n0 = (gm.j0 + j) * BN;
           const uint32_t full = full0 + 8 * (c % ST);
           const uint32_t dk = sKV + (c % ST) * 2 * TILE;
           const uint32_t dv = dk + TILE;
@@ -1539,11 +1505,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // What the softmax's mask needs of a block.
   struct BlockG {
     int m0, j0, KL, OFF, wlo, row0;
-    int n_tiles, rot;  // kWsRotate: the key tile of a loaded tile is ws_key_tile(tile, n_tiles, rot)
   };
   auto block_g = [&](const Geom& b) {
     return BlockG{b.m0, b.j0, b.tl.rows.kv_len, b.tl.rows.causal_off, fa_window_lo<CAUSAL>(b.tl.rows.window),
-                  b.m0 + wrow + g, b.n_tiles, b.rot};
+                  b.m0 + wrow + g};
   };
   auto load_qf = [&]() {  // lanes 0-15: rows wrow + 0..15 at chunk 2 kk, lanes 16-31 the same rows at 2 kk + 1
     if constexpr (QREGS) {
@@ -1595,7 +1560,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   // factors (applied by finish() once the previous PV is done: pa and acc belong to it until then).
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2], const BlockG& b) {
     if constexpr (SC) fa_softcap(sv, sc_k);
-    const int n0 = (b.j0 + ws_key_tile<ROTATE>(tile, b.n_tiles, b.rot)) * BN;
+    const int n0 = (b.j0 + tile) * BN;
     const bool need_mask = (n0 + BN > b.KL) || (CAUSAL && n0 + BN - 1 > b.m0 + wrow + b.OFF) ||
                            (CAUSAL && n0 <= b.m0 + wrow + 15 + b.OFF - b.wlo);
     if (need_mask) {
@@ -2263,20 +2228,13 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
-// Candidate m128n128w12t_ovedfc (loads 38 by name / 39 with the cp.async fallback, D = 128): ovedf with Q's
-// fragments in registers and its two blocks chained without draining the pipeline (kWsChain).
+// m128n128w12t_ovedfc (loads 38 by name / 39 planned, D = 128; planned causal without a window from run 29a):
+// ovedf with Q's fragments in registers and its two blocks chained without draining the pipeline (kWsChain).
 #define OF_FA_WSTODFC_KERNELS_D(DTN, T, D)                                                        \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_full, T, D, false,         \
                     OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain) \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_causal, T, D, true,        \
                     OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)
-// Candidate m128n128w12t_ovedfcr (loads 42 by name / 43 with the cp.async fallback, D = 128): ovedfc with
-// both blocks' key loops rotated (kWsRotate).
-#define OF_FA_OVEDFCR_OPT \
-  (OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain | onnx_fuse::kWsRotate)
-#define OF_FA_WSTODFCR_KERNELS_D(DTN, T, D)                                                                    \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcr_full, T, D, false, OF_FA_OVEDFCR_OPT) \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcr_causal, T, D, true, OF_FA_OVEDFCR_OPT)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2305,12 +2263,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 #define OF_FA_WSTPC_KERNELS_D(DTN, T, D)                                                             \
   OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedc_full, T, D, false, OF_FA_TPC_OPT) \
   OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedc_causal, T, D, true, OF_FA_TPC_OPT)
-// Candidate m128n128w12tp_ovedcr (launcher loads 44, by name only, D = 128): tp_ovedc with rotated key loops
-// (kWsRotate), so a round's CTAs do not read one head's K/V tiles in lockstep.
-#define OF_FA_TPCR_OPT (OF_FA_TPC_OPT | onnx_fuse::kWsRotate)
-#define OF_FA_WSTPCR_KERNELS_D(DTN, T, D)                                                              \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedcr_full, T, D, false, OF_FA_TPCR_OPT) \
-  OF_FA_WSTP_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12tp_ovedcr_causal, T, D, true, OF_FA_TPCR_OPT)
 // D = 256: m128n64w8 is the 2-stage wgmma body with 64-key tiles (no pipelined variant: three
 // stages of 256-wide K/V tiles do not fit in shared memory).
 #define OF_FA_WG_KERNELS_D256(DTN, T)                                               \
@@ -2342,8 +2294,6 @@ OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODFC_KERNELS_D(f16, __half, 128)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODFCR_KERNELS_D(f16, __half, 128)
-OF_FA_WSTPCR_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2367,8 +2317,6 @@ OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODFC_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODFCR_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTPCR_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2545,7 +2493,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
       case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)
-      case 20: OF_PICK_TK2(128, m128n128w12t_ovedfcr)
       default: return nullptr;
     }
   }
@@ -2559,13 +2506,9 @@ using FaTmaPKernelFn = void (*)(const void*, const void*, const void*, void*, co
                                 long long, long long, long long, long long, long long, long long,
                                 long long, float, CUtensorMap, CUtensorMap, CUtensorMap, int);
 
-// chain: the m128n128w12tp_ovedc entries (launcher loads 40; with rotate, _ovedcr: loads 44), else
-// m128n128w12tp (loads 4).
-FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool chain, bool rotate) {
+// chain: the m128n128w12tp_ovedc entries (launcher loads 40), else m128n128w12tp (loads 4).
+FaTmaPKernelFn pick_tma_persistent(int dtype, int D, bool causal, bool chain) {
 #define OF_PICK_TP(DTN, DD)                                                                 \
-  if (D == DD && chain && rotate)                                                           \
-    return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedcr_causal) \
-                  : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedcr_full); \
   if (D == DD && chain)                                                                     \
     return causal ? reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedc_causal) \
                   : reinterpret_cast<FaTmaPKernelFn>(onnx_fuse_fa_fwd_##DTN##_d##DD##_m128n128w12tp_ovedc_full); \
@@ -2770,9 +2713,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
 // except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) and 36 / 37 are refused; 38 / 39 _ovedfc
 // (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
-// persistent grid of loads 4 with the ovedq body and chained blocks, by name only); 42 / 43 _ovedfcr
-// (ovedfc with rotated key loops, kWsRotate); 44 m128n128w12tp_ovedcr (40 with rotated key loops, by name
-// only); 41 is refused;
+// persistent grid of loads 4 with the ovedq body and chained blocks, by name only);
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2809,10 +2750,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 44);
+  OF_REQUIRE(loads >= 0 && loads <= 40);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
-  const bool persistent = loads == 4 || loads == 40 || loads == 44;
-  OF_REQUIRE(window == 0 || !persistent);  // the persistent entries take no window
+  OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
@@ -2828,9 +2768,10 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 42 / 43: ovedfcr; 40 / 44: tp_ovedc /
-    // tp_ovedcr (persistent) (41, 32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent)
+    // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
+    const bool persistent = loads == 4 || loads == 40;
     // 28 / 29 _ovedm: clusters of two full query blocks of one head (kWsMcast): no window, no
     // seq_lens, S a multiple of 256; else 29 runs oved.
     if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
@@ -2838,7 +2779,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
       kind = 8;
     }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
-    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0, loads >= 40, loads == 44) : nullptr;
+    const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 40) : nullptr;
     OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);
     int dev = 0, major = 0;
     OF_CUDA_TRY(cudaGetDevice(&dev));
@@ -2866,7 +2807,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 18 || kind == 20;  // _ovedf, _ovedfc, _ovedfcr (kWsFold)
+      const bool fold = kind == 11 || kind == 18;  // _ovedf, _ovedfc (kWsFold)
       if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);

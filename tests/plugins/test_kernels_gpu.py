@@ -463,13 +463,14 @@ def test_fused_attention_tma_falls_back_when_tma_cannot_address(lib, S):
 @pytest.mark.parametrize("broadcast", [False, True], ids=["tma", "fallback"])
 def test_fused_attention_tma_planned_d128_ov(lib, dtype, broadcast):
     """At D = 128 on the H200 the planner names m128n128w12t_ovedq (launcher loads 31, run 21; oved until
-    then), causal fp16 too since run 24 (ab543b3; m128n128w12t_ovedf before): it runs on TMA, or on
-    the cp.async producer where TMA cannot address K/V (broadcast over the batch)."""
+    then) without a mask, and causal m128n128w12t_ovedfc (loads 39, run 29a; ovedq in runs 24-28, ovedf
+    before): each runs on TMA, or on the cp.async producer where TMA cannot address K/V (broadcast over
+    the batch)."""
     _need_sm90()
     from onnx_fuse.plugins import launch_plan as lp
 
     B, S, Hq, Hkv, D, lens = 2, 1024, 32, 8, 128, [1024, 700]
-    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == lp.FA_WS_TMA_OVEDQ
+    assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:], causal=True).variant == lp.FA_WS_TMA_OVEDFC
     assert lp.plan_fused_attention(B, S, Hq, Hkv, D, str(dtype)[6:]).variant == lp.FA_WS_TMA_OVEDQ
     gen = torch.Generator(device="cuda").manual_seed(21)
     q = _rand((B, S, Hq, D), dtype, gen)
@@ -587,12 +588,13 @@ def test_fused_attention_tma_d64_stepped_descriptors_error_as_w12t(lib, dtype, c
         assert abs(errs[tag] - errs["tma"]) <= 1e-3 * errs["tma"], errs
 
 
-@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25, 31], ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf", "ovedq"])
+@pytest.mark.parametrize("code", [11, 13, 15, 19, 23, 25, 31, 39],
+                         ids=["ldr", "ld", "lde", "oved", "ovedg", "ovedf", "ovedq", "ovedfc"])
 def test_fused_attention_tma_stepped_descriptors_codes_fall_back(lib, code):
-    """Launcher loads 11 / 13 / 15 / 19 / 23 / 25 / 31 (ldr / ld / lde at D = 64, oved / ovedg / ovedf /
-    ovedq at D = 128, with the cp.async fallback; 13, 25 and 31 are the planned ones, 25 causal fp16)
-    run where TMA cannot address K/V (broadcast over the batch) and match the reference (ovedf's
-    fallback keeps the one-block-per-CTA grid); the by-name codes 10 / 12 / 14 / 18 / 22 / 24 refuse
+    """Launcher loads 11 / 13 / 15 / 19 / 23 / 25 / 31 / 39 (ldr / ld / lde at D = 64, oved / ovedg / ovedf /
+    ovedq / ovedfc at D = 128, with the cp.async fallback; 13, 31 and 39 are the planned ones, 39 causal)
+    run where TMA cannot address K/V (broadcast over the batch) and match the reference (ovedf's and
+    ovedfc's fallback keeps the one-block-per-CTA grid); the by-name codes 10 / 12 / 14 / 18 / 22 / 24 / 30 / 38 refuse
     there, and 16 / 17 (the dropped ovd), 20 / 21 (the dropped ovedl) and 26 / 27 (the dropped
     ovedh) everywhere."""
     _need_sm90()
@@ -708,22 +710,6 @@ def test_fused_attention_chained_blocks_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Session 19's rotated twins of the chained candidates (kWsRotate: a block's key tiles but the last loaded
-# from a tile that depends on the block, wrapped around): the same cases, where blocks of 1, 2 and 3 key
-# tiles (no rotation, a rotation of one tile) sit beside long ones, the sequence's tail tile stays last (its
-# V rows zeroed) and causal blocks end on their diagonal tile.
-FA_OVEDFCR = (128, 128, 12, "tma", "ovedfcr")
-FA_PERSISTCR = (128, 128, 12, "tma", "persistent", "ovedcr")
-FA_ROTATED_CASES = [c[:7] + ({FA_OVEDFC: FA_OVEDFCR, FA_PERSISTC: FA_PERSISTCR}[c[7]],) for c in FA_CHAIN_CASES]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_ROTATED_CASES, ids=lambda c: _fa_case_id("-rotated-" + c[7][-1])(c))
-def test_fused_attention_rotated_key_loops_match_reference(lib, case, dtype):
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
 # Left padding (seq_lens[b] = -L: the sequence's last L rows, as batched generation pads prompts):
 # every body moves its Q/K/V/O rows (or TMA coordinates) to the span's first row, and the rows in
 # front are zeros (fa_zero_lead_rows, or fa_fwd_body's own blocks on TensorRT's AOT path). One
@@ -735,8 +721,7 @@ FA_LEFT_SHAPES = [(3, 515, 4, 1, 128, True, [-515, -260, 300]), (3, 515, 4, 1, 1
 FA_LEFT_VARIANTS = {64: [None, (64, 64, 4), (128, 64, 8), (64, 128, 4), (128, 128, 8), (128, 128, 12), FA_TMA]
                     + FA_D64_LD,
                     128: [None, (64, 64, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8), (128, 128, 12), FA_TMA,
-                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ, FA_OVEDFC, FA_PERSISTC,
-                          FA_OVEDFCR, FA_PERSISTCR],
+                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ, FA_OVEDFC, FA_PERSISTC],
                     80: [None, (128, 64, 4)], 96: [None, (128, 128, 8)], 256: [None, (128, 64, 8)]}
 FA_LEFT_CASES = [c + (v,) for c in FA_LEFT_SHAPES for v in FA_LEFT_VARIANTS[c[4]]]
 
@@ -825,13 +810,12 @@ FA_WIN_CASES = [  # B, S, Hq, Hkv, D, seq_lens, variant (None = planned), window
 ] + [
     (2, 1000, 8, 2, 128, [1000, 385], v, w, 0.0)
     for v in [(128, 128, 12, "tma")] + [(128, 128, 12, "tma", t) for t in ("r24", "ov", "ove", "oved", "ovedg", "ovedf", "ovedq",
-                                                                           "ovedfc", "ovedfcr")]
+                                                                           "ovedfc")]
     for w in (64, 200)
 ] + [
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "oved"), 1024, 0.0),
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedf"), 1024, 0.0),
     (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedfc"), 1024, 0.0),
-    (1, 2048, 4, 4, 128, None, (128, 128, 12, "tma", "ovedfcr"), 1024, 0.0),
     (2, 700, 8, 2, 128, [700, 130], (128, 128, 12, "tma", "r24"), 128, 50.0),   # the D = 128 _sc twin
     (2, 700, 8, 2, 64, [700, 130], (128, 128, 12, "tma"), 64, 5.0),             # the D = 64 _sc twin
 ] + [  # left padding (seq_lens < 0): windows counted from the span's first row as from row 0

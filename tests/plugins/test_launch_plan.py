@@ -60,7 +60,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODG_KERNELS_D", "ovedg"),
         ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODF_KERNELS_D", "ovedf"),
         ("OF_FA_WSTODM_KERNEL", "OF_FA_WSTODM_KERNELS_D", "ovedm"),
-        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODQ_KERNELS_D", "ovedq"))]
+        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODQ_KERNELS_D", "ovedq"),
+        ("OF_FA_WSTR_KERNEL", "OF_FA_WSTODFC_KERNELS_D", "ovedfc"))]
     wstld = {tuple(map(int, v[:3])) + ("tma", v[3]) for v in re.findall(
         r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_(ld|lde)_full", _block(fa, "#define OF_FA_WSTLD_KERNELS_D("))}
     wstld_d = {int(d) for d in re.findall(r"^OF_FA_WSTLD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
@@ -150,9 +151,10 @@ def _kernel_names() -> set[str]:
 
 
 def _d128_plan(dt: str, causal: bool, seq_len: int = 4096) -> tuple:
-    """The D = 128 Hopper plan without a softcap: ovedq (oved with Q's fragments in registers, run
-    21; causal fp16 too from run 24, ovedf before), whatever the sequence length."""
-    return lp.FA_WS_TMA_OVEDQ
+    """The D = 128 Hopper plan without a softcap or window: ovedq (oved with Q's fragments in registers, run
+    21) without a mask, ovedfc (ovedf's fold with Q in registers and chained blocks, run 29a) causal,
+    whatever the sequence length."""
+    return lp.FA_WS_TMA_OVEDFC if causal else lp.FA_WS_TMA_OVEDQ
 
 
 def test_variant_tables_match_the_sources():
@@ -165,7 +167,7 @@ def test_variant_tables_match_the_sources():
     assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
     assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LDE} and fav[128] - fav[96] == {
         lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED,
-        lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM, lp.FA_WS_TMA_OVEDQ}
+        lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM, lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDFC}
     assert set(lp.PA_VARIANTS) == pvs[128] and lp.PA_DEFAULT in pvs[256]
 
 
@@ -210,7 +212,7 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
     p = lp.plan_fused_attention(B, S, Hq, Hkv, D, dtype, causal=causal)
     assert p.kernel in _kernel_names()
     nm = math.ceil(S / p.block_m)
-    if p.opt == "ovedf":  # causal D = 128 on Hopper: two query blocks per CTA, a 1-D grid
+    if p.opt in ("ovedf", "ovedfc"):  # causal D = 128 on Hopper: two query blocks per CTA, a 1-D grid
         assert causal and p.grid == (lp.fa_fold_ctas(Hq * B, nm), 1, 1)
     else:
         assert p.grid == (nm, Hq, B)
@@ -249,7 +251,7 @@ def test_fused_plan_picks_per_head_size():
     warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
         assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
-    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedq_causal")
+    assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedfc_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
     assert p256.kernel.endswith("d256_m128n64w8_full")
@@ -276,7 +278,7 @@ def test_fused_plan_tma_variant():
     for d in (64, 128):
         for causal in (False, True):
             planned = lp.plan_fused_attention(4, 4096, 32, 32, d, causal=causal)
-            oved = lp.FA_WS_TMA_OVEDQ  # Q in registers, both masks (causal fp16 from run 24)
+            oved = lp.FA_WS_TMA_OVEDFC if causal else lp.FA_WS_TMA_OVEDQ  # Q in registers; causal chained (run 29a)
             assert planned.tma and planned.opt == (oved[-1] if d == 128 else "lde")  # stepped descriptors
             assert planned.variant == (oved if d == 128 else lp.FA_WS_TMA_LDE)
             ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
@@ -822,7 +824,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 44);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 40);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -858,8 +860,11 @@ def test_q_register_entries_exist_and_are_planned_at_d128():
         for shape in ((4, 4096, 32, 8), (4, 1000, 16, 8), (4, 1280, 16, 2)):
             for causal in (False, True):
                 for dt in ("float16", "bfloat16"):
-                    want = d == 128
+                    want = d == 128 and not causal
                     assert (lp.plan_fused_attention(*shape, d, dt, causal=causal).variant == v) == want, (shape, d, dt)
+                    # with a sliding window (causal) ovedq stays planned (ovedfc not measured there)
+                    assert (lp.plan_fused_attention(*shape, d, dt, causal=causal, window=64 * causal).variant == v) == (
+                        d == 128), (shape, d, dt)
                     assert lp.plan_fused_attention(*shape, d, dt, causal=causal, softcap=30.0).variant != v
                     assert lp.plan_fused_attention(*shape, d, dt, causal=causal, device=ampere).variant != v
 
@@ -877,7 +882,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC, lp.FA_WS_TMA_OVEDFC, lp.FA_WS_TMA_PERSISTCR, lp.FA_WS_TMA_OVEDFCR)
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -902,9 +907,9 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
             for shape in ((4, 4096, 32, 8), (1, 77, 4, 4), (8, 2048, 32, 32)):
                 p = lp.plan_fused_attention(*shape, d, causal=causal)
                 assert p.variant in lp.fa_variants(d) and not p.persistent
-    # the C launcher: loads 4 (and the chained candidates' 40 / 44) = persistent, D = 128 only
-    assert "const bool persistent = loads == 4 || loads == 40 || loads == 44;" in fa
-    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0, loads >= 40, loads == 44) : nullptr;" in fa
+    # the C launcher: loads 4 (and the chained candidate's 40) = persistent, D = 128 only
+    assert "const bool persistent = loads == 4 || loads == 40;" in fa
+    assert "persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 40) : nullptr;" in fa
     assert "OF_REQUIRE(persistent ? pfn != nullptr : tfn != nullptr);" in fa
 
 
@@ -1162,12 +1167,14 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                     assert plan.variant in lp.fa_softcap_variants(d)
                     want = plain.variant if plain.variant in lp.fa_softcap_variants(d) else lp.FA_DEFAULT
                     if plain.variant in (lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED, lp.FA_WS_TMA_OVEDG,
-                                         lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM, lp.FA_WS_TMA_OVEDQ):  # r24
+                                         lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM, lp.FA_WS_TMA_OVEDQ,
+                                         lp.FA_WS_TMA_OVEDFC):  # r24
                         want = lp.FA_WS_TMA_R24
                     if plain.variant == lp.FA_WS_TMA_LDE:  # softcapped: the w12t twin
                         want = lp.FA_WS_TMA
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
-                    assert plain.opt != "ovedf" or plain.grid[0] == lp.fa_fold_ctas(hq * b, plan.grid[0])
+                    assert plain.opt not in ("ovedf", "ovedfc") or plain.grid[0] == (
+                        lp.fa_fold_ctas(hq * b, plan.grid[0]) if causal else (plan.grid[0] + 1) // 2)
                     assert not plain.softcap and "_sc_" not in plain.kernel
                     assert lp.fa_launch_loads(plan, by_name=False) == lp.fa_launch_loads(plain, by_name=False) \
                         or plain.variant not in lp.fa_softcap_variants(d)
@@ -1363,36 +1370,40 @@ def test_multicast_entries_exist_and_are_no_longer_planned():
                     assert sc.variant != lp.FA_WS_TMA_OVEDM
 
 
-def test_chained_candidates_are_experimental_and_reach_their_entries():
-    """Session 18's candidates with chained blocks (kWsChain, D = 128, by name only, never planned): ovedfc
-    (ovedf's fold with Q in registers, loads 38 / 39, pick_tma kind 18, the fold's grid) and the persistent
-    tp_ovedc (loads 40: pick_tma_persistent's chain entries); session 19's rotated twins ovedfcr (loads 42 / 43,
-    kind 20, the fold's grid) and tp_ovedcr (loads 44); the launcher accepts loads up to 44."""
+def test_chained_bodies_reach_their_entries_and_ovedfc_is_planned_causal():
+    """Session 18's bodies with chained blocks (kWsChain, D = 128): ovedfc (ovedf's fold with Q in registers,
+    loads 38 / 39, pick_tma kind 18, the fold's grid), planned causal without a window or softcap on Hopper
+    from run 29a (a contract variant), and the persistent tp_ovedc (loads 40: pick_tma_persistent's chain
+    entries; experimental, by name only); the launcher accepts loads up to 40."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     assert "case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)" in fa
-    assert "case 20: OF_PICK_TK2(128, m128n128w12t_ovedfcr)" in fa
-    # the launcher gives kinds 18 / 20 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
-    assert "const bool fold = kind == 11 || kind == 18 || kind == 20;" in fa
+    # the launcher gives kind 18 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
+    assert "const bool fold = kind == 11 || kind == 18;" in fa
     assert "OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain" in fa
     assert "#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)" in fa
-    assert "#define OF_FA_TPCR_OPT (OF_FA_TPC_OPT | onnx_fuse::kWsRotate)" in fa
-    assert "pick_tma_persistent(dtype, D, causal != 0, loads >= 40, loads == 44)" in fa
-    assert "OF_REQUIRE(loads >= 0 && loads <= 44);" in fa
     for dt in ("f16", "bf16"):
-        for m in ("ODFC", "PC", "ODFCR", "PCR"):
+        for m in ("ODFC", "PC"):
             assert re.search(rf"^OF_FA_WST{m}_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), (dt, m)
-    want = {lp.FA_WS_TMA_OVEDFC: (38, 39), lp.FA_WS_TMA_PERSISTC: (40, 40), lp.FA_WS_TMA_OVEDFCR: (42, 43),
-            lp.FA_WS_TMA_PERSISTCR: (44, 44)}
+    want = {lp.FA_WS_TMA_OVEDFC: (38, 39), lp.FA_WS_TMA_PERSISTC: (40, 40)}
     for v, loads in want.items():
-        assert v in lp.fa_experimental_variants(128) and v not in lp.fa_variants(128)
+        planned = v == lp.FA_WS_TMA_OVEDFC
+        assert (v in lp.fa_variants(128)) == planned and (v in lp.fa_experimental_variants(128)) != planned
         assert lp.fa_engine(v, 128) == "wgmma"
         for causal in (False, True):
             p = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=v)
             assert p.kernel.replace("_f16_d128_", "_##DTN##_d##D##_") in fa, p.kernel
             assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
             fold = lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16", causal=causal, variant=lp.FA_WS_TMA_OVEDF)
-            if v in (lp.FA_WS_TMA_OVEDFC, lp.FA_WS_TMA_OVEDFCR):
+            if v == lp.FA_WS_TMA_OVEDFC:
                 assert p.grid == fold.grid
             else:
                 assert p.persistent and p.grid == (lp.H200.num_sms, 1, 1)
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, "float16").variant != v
+        for dt in ("float16", "bfloat16"):
+            assert (lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == v) == planned
+            for kw in ({"window": 1024}, {"softcap": 30.0}):
+                assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True, **kw).variant != v
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    assert lp.plan_fused_attention(4, 4096, 32, 8, 128, causal=True, device=ampere).variant != lp.FA_WS_TMA_OVEDFC
+    for d in (64, 80, 96, 256):
+        assert lp.plan_fused_attention(4, 4096, 32, 8, d, causal=True).variant != lp.FA_WS_TMA_OVEDFC
