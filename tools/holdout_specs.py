@@ -1553,3 +1553,104 @@ def _hd64_11(arch: str) -> dict:
 
 HOLDOUT11A.update({f"{arch}_hd64": _hd64_11(arch) for arch in ("apertus1p5", "minicpm5_moe", "moshi_text")})
 HOLDOUT_SETS[19] = HOLDOUT11A
+
+
+# ---- twelfth sweep (--holdout 20, HOLDOUT12A): transformers 5.25 model types sweep 11 did not take -----------
+# Clones, cheap checks expected to fuse fully: RoBERTa-likes (CamemBERT, Data2Vec-text, X-MOD's per-language
+# adapters, RoCBert's shape / pronunciation embeddings), mT5, BART-likes (PLBart, MVP with its prefix prompts
+# prepended to every layer's keys / values, Blenderbot-small's post-norm). Long-range / older encoders: XLNet
+# (two-stream relative attention, einsum, rel_shift), Nystromformer (landmark softmaxes, a fixed sequence length:
+# static only), Longformer (banded chunked attention), FNet (no attention: Fourier mixing). Decoders: Cohere
+# Compass's text model (Cohere 2's parallel block with M-RoPE tables rebuilt by slice writes, NoPE global layer),
+# Bailing-hybrid (Ling 3: MLA with a latent cache, keys written into new_empty slices, a head-wise sigmoid output
+# gate; its KDA linear layers beside one softmax layer).
+PROMPT12 = dict(use_prompt=True, prompt_length=4, prompt_mid_dim=16)
+ROBERTA12 = dict(ENC, max_position_embeddings=POSITIONS + 2, type_vocab_size=1, pad_token_id=1)
+S2S12 = dict(SEQ2SEQ, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+MT5_12 = dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=2,
+              relative_attention_num_buckets=8, decoder_start_token_id=0)
+BERT_FEATS12 = ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "post-norm"]
+COMPASS12 = dict(DEC, num_attention_heads=2, num_key_value_heads=1, sliding_window=4,
+                 layer_types=["sliding_attention", "full_attention"],
+                 rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=10000.0,
+                                                            mrope_section=[4, 2, 2]),
+                                  "full_attention": None})
+BAILING12 = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                 num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=16, q_lora_rank=None,
+                 qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, head_dim=16, moe_intermediate_size=32,
+                 num_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+                 num_mtp_layers=0, layer_types=["linear_attention", "full_attention"], model_max_length=POSITIONS,
+                 pad_token_id=0, bos_token_id=1, eos_token_id=2, **MOE11)
+
+HOLDOUT12A = {
+    # RoBERTa / BERT clones
+    "camembert": _s("encoder", "CamembertConfig", "CamembertModel", dict(ROBERTA12), BERT_FEATS12, "camembert",
+                    "bert", styles=ENC_TS),
+    "data2vec_text": _s("encoder", "Data2VecTextConfig", "Data2VecTextModel", dict(ROBERTA12), BERT_FEATS12,
+                        "data2vec-text", "bert", styles=ENC_TS),
+    "xmod": _s("encoder", "XmodConfig", "XmodModel",
+               dict(ROBERTA12, languages=["en_XX", "de_DE"], default_language="de_DE"),
+               [*BERT_FEATS12, "language-adapters"], "xmod", "bert", styles=ENC_TS),
+    "roc_bert": _s("encoder", "RoCBertConfig", "RoCBertModel",
+                   dict(ENC, type_vocab_size=2, pronunciation_embed_dim=16, pronunciation_vocab_size=16,
+                        shape_embed_dim=16, shape_vocab_size=16),
+                   [*BERT_FEATS12, "shape-pronunciation-embeddings"], "roc_bert", "bert", styles=ENC_TS),
+    # mT5 and BART clones
+    "mt5_encoder": _s("encoder", "MT5Config", "MT5EncoderModel", dict(MT5_12),
+                      ["mha", "padding-mask", "relative-position", "rmsnorm", "gated-gelu", "no-scale"], "mt5", "t5",
+                      styles=ENC_TS),
+    "mt5_decoder": _s("seq2seq_decoder", "MT5Config", "MT5ForConditionalGeneration", dict(MT5_12),
+                      ["mha", "cross-attention", "causal", "relative-position", "rmsnorm", "gated-gelu", "no-scale"],
+                      "mt5", "t5", part="decoder", styles=("dyn_mask", "torchscript_kv")),
+    "plbart_encoder": _s("encoder", "PLBartConfig", "PLBartModel", dict(S2S12),
+                         ["mha", "padding-mask", "learned-positions", "embed-scale", "layernorm", "post-norm",
+                          "gelu-erf"], "plbart", "bart", part="encoder", styles=ENC_TS),
+    "plbart_decoder": _s("seq2seq_decoder", "PLBartConfig", "PLBartForConditionalGeneration", dict(S2S12),
+                         ["mha", "cross-attention", "causal", "learned-positions", "embed-scale", "layernorm",
+                          "post-norm"], "plbart", "bart", part="decoder", styles=DEC_KV),
+    "mvp_encoder": _s("encoder", "MvpConfig", "MvpModel", dict(S2S12, **PROMPT12),
+                      ["mha", "padding-mask", "learned-positions", "prefix-prompts-kv", "layernorm", "post-norm",
+                       "gelu-erf"], "mvp", "bart", part="encoder", styles=ENC_TS),
+    "mvp_decoder": _s("seq2seq_decoder", "MvpConfig", "MvpForConditionalGeneration", dict(S2S12, **PROMPT12),
+                      ["mha", "cross-attention", "causal", "learned-positions", "prefix-prompts-kv", "layernorm",
+                       "post-norm"], "mvp", "bart", part="decoder", styles=DEC_KV),
+    "blenderbot_small_encoder": _s("encoder", "BlenderbotSmallConfig", "BlenderbotSmallModel", dict(SEQ2SEQ),
+                                   ["mha", "padding-mask", "learned-positions", "layernorm-embedding", "layernorm",
+                                    "post-norm", "gelu-erf"], "blenderbot-small", "bart", part="encoder",
+                                   styles=ENC_TS),
+    "blenderbot_small_decoder": _s("seq2seq_decoder", "BlenderbotSmallConfig",
+                                   "BlenderbotSmallForConditionalGeneration", dict(SEQ2SEQ),
+                                   ["mha", "cross-attention", "causal", "learned-positions", "layernorm-embedding",
+                                    "layernorm", "post-norm"], "blenderbot-small", "bart", part="decoder",
+                                   styles=DEC_KV),
+    # long-range / older encoders
+    "xlnet": _s("encoder", "XLNetConfig", "XLNetModel",
+                dict(vocab_size=VOCAB, d_model=HIDDEN, n_layer=LAYERS, n_head=2, d_inner=FFN, mem_len=None,
+                     pad_token_id=5, bos_token_id=1, eos_token_id=2),
+                ["mha", "padding-mask", "relative-position-sinusoid", "rel-shift", "einsum-attention",
+                 "segment-bias", "layernorm", "post-norm", "gelu-erf"], "xlnet", "bert", styles=ENC_TS),
+    "nystromformer": _s("encoder", "NystromformerConfig", "NystromformerModel",
+                        dict(ENC, segment_means_seq_len=8, num_landmarks=4, conv_kernel_size=3, type_vocab_size=2,
+                             max_position_embeddings=POSITIONS + 2),
+                        ["landmark-attention", "padding-mask", "learned-positions", "depthwise-conv-on-v",
+                         "layernorm", "post-norm", "gelu-new"], "nystromformer", "bert",
+                        styles=("static_nomask", "torchscript")),
+    "longformer": _s("encoder", "LongformerConfig", "LongformerModel",
+                     dict(ROBERTA12, attention_window=4),
+                     ["banded-chunked-attention", "padding-mask", "learned-positions", "layernorm", "post-norm",
+                      "gelu-erf"], "longformer", "bert", styles=ENC_TS),
+    "fnet": _s("encoder", "FNetConfig", "FNetModel", dict(ENC, type_vocab_size=4, pad_token_id=3),
+               ["fourier-mixing", "learned-positions", "layernorm", "post-norm", "gelu-new"], "fnet", "bert",
+               styles=("dyn_mask", "static_nomask")),
+    # decoders
+    "cohere_compass": _s("decoder", "CohereCompassTextConfig", "CohereCompassForCausalLM", COMPASS12,
+                         ["mqa", "mrope-interleaved", "mrope-slice-writes", "nope-layers", "layernorm-nobias",
+                          "parallel-residual", "sliding-window", "swiglu"], "cohere_compass_text", "gpt2",
+                         styles=DEC_ALL),
+    "bailing_hybrid": _s("decoder", "BailingHybridConfig", "BailingHybridForCausalLM", BAILING12,
+                         ["mla", "latent-cache", "keys-written-into-slices", "rope-interleaved", "head-output-gate",
+                          "kda-linear-attention", "rmsnorm", "moe"], "bailing_hybrid", "gpt2",
+                         styles=("dyn_mask", "kv", "static_nomask")),
+}
+HOLDOUT12A["fnet"]["attention_blocks"] = 0  # Fourier mixing, no attention
+HOLDOUT_SETS[20] = HOLDOUT12A
