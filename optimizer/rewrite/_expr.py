@@ -247,16 +247,16 @@ def _rotation_scale(ctx, c, s, rtol=1e-2) -> float:
     return math.sqrt(mean)
 
 
-def _shape_entries(v: ir.Value) -> list | None:
-    """The entries of a shape vector read symbolically (None for one that cannot be read: a sum
-    of dims), or None when even their number is unknown."""
+def _shape_entries(v: ir.Value, sums: bool = False) -> list | None:
+    """The entries of a shape vector read symbolically (None for one that cannot be read; a sum
+    of dims only with ``sums``), or None when even their number is unknown."""
     from onnx_fuse.passes._dim_products import shape_vector
 
     def count(x: ir.Value) -> int | None:
         ok = x.shape is not None and len(x.shape) == 1 and isinstance(x.shape.dims[0], int)
         return x.shape.dims[0] if ok else None
 
-    got = shape_vector(v, {})
+    got = shape_vector(v, {}, sums=sums)
     if got is not None and not got[1]:
         return list(got[0])
     node = v.producer()
@@ -264,7 +264,7 @@ def _shape_entries(v: ir.Value) -> list | None:
             i is not None for i in node.inputs):
         out: list = []
         for x in node.inputs:
-            part = shape_vector(x, {})
+            part = shape_vector(x, {}, sums=sums)
             if part is not None and not part[1]:
                 out += part[0]
             elif count(x) is not None:
@@ -287,13 +287,25 @@ def _expanded_dims(ctx, in_dims, shape, out=None) -> list:
     entries = _shape_entries(_as_value(shape, "expanded_dims"))
     if entries is None:
         return []
+    # an entry that is a sum (a prefix's length plus the keys', BART-style prompts: P + S) is read as
+    # the canonical sum (passes/_dim_sums.py), the spelling shape inference names such a dim, but only
+    # where the plain reading had nothing and the output's inferred dim does not name it otherwise
+    summed = _shape_entries(_as_value(shape, "expanded_dims"), sums=True) if None in entries else None
+    from_sum = set()
+    if summed is not None and len(summed) == len(entries):
+        from_sum = {k for k, (e, t) in enumerate(zip(entries, summed)) if e is None and t is not None}
+        entries = [t if k in from_sum else e for k, (e, t) in enumerate(zip(entries, summed))]
     want = [None if d is UNKNOWN_DIM else to_dim(d) for d in _list(ctx, in_dims)]
     n = max(len(want), len(entries))
     want = [(1, ())] * (n - len(want)) + want
     entries = [(1, ())] * (n - len(entries)) + entries
     inferred = _shape(ctx, out) if out is not None and _as_value(out, "expanded_dims").shape is not None else None
     res = []
+    off = n - len(summed or ())
     for k, (a, b) in enumerate(zip(want, entries)):
+        if k - off in from_sum and inferred is not None and len(inferred) == n and inferred[k] is not UNKNOWN_DIM:
+            res.append(inferred[k])   # as before the sums were read: the inferred name wins
+            continue
         d = None if a is None or b is None else a if b == (1, ()) else b if a in ((1, ()), b) else None
         if d is None:
             g = inferred[k] if inferred is not None and len(inferred) == n else UNKNOWN_DIM
