@@ -1,8 +1,9 @@
-"""rules/layout/shape_reads.yaml (shape-through-key-transpose): Shape(Transpose(k3, [0,2,1])) reads
-Gather(Shape(k3), [0,2,1]), so the Transpose keeps only its real readers; other permutations are left.
-BLOOM as transformers 4.45 wrote it with a KV cache: bmm attention on [B*H,S,D] views whose K^T
+"""BLOOM as transformers 4.45 wrote it with a KV cache: bmm attention on [B*H,S,D] views whose K^T
 length (past + sequence, a sum no input's Shape holds) is also read by a Shape; shape CSE reads that
-sum from the inputs (Shape(past)[2] + Shape(q)[2]), so the attention fuses with its cache."""
+sum from the inputs (Shape(past)[2] + Shape(q)[2]), so the attention fuses with its cache. (Session 19
+deleted rules/layout/shape_reads.yaml, shape-through-key-transpose, which read Shape(Transpose(k3))
+through the Transpose: it fired on no corpus or hold-out file, nor on these graphs, once shape CSE
+moved the read.)"""
 
 from __future__ import annotations
 
@@ -14,25 +15,6 @@ import pytest
 B, H, S, P, D = 2, 2, 3, 4, 8
 MHA_OP = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
 KV_RULE = {"ort": "attention-kv-ort", "onnx": "attention-kv-onnx", "trt": "attention-kv-trt"}
-
-
-def _model(h, perm):
-    n = h.node
-    nodes = [n("Transpose", ["x"], ["t"], perm=perm), n("Relu", ["t"], ["y"]), n("Shape", ["t"], ["s"])]
-    rank = len(perm)
-    return h.make_model(nodes, [h.vi("x", ["b", 3, "n", 5][:rank])], [h.vi("y", None), h.vi("s", [rank], 7)],
-                        opset=18)
-
-
-@pytest.mark.parametrize("perm,moved", [([0, 2, 1], True), ([1, 0, 2], False), ([0, 2, 1, 3], False)])
-def test_shape_of_a_key_transpose_reads_its_input(h, perm, moved):
-    model = _model(h, perm)
-    out = h.fuse(model, "ort")
-    shapes = [nd for nd in out.graph.node if nd.op_type == "Shape"]
-    assert (h.fired(out)["shape-through-key-transpose"] >= 1) == moved
-    assert all((nd.input[0] == "x") == moved for nd in shapes), [nd.input for nd in shapes]
-    x = h.rng.standard_normal((2, 3, 4, 5)[:len(perm)]).astype(np.float32)
-    h.assert_close(model, out, {"x": x}, atol=0, rtol=0)
 
 
 def _bloom_kv(h, d=D, placeholders=False, causal=False, s="s", padding=False):
