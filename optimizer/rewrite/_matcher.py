@@ -605,7 +605,7 @@ class Matcher:
 
     def _finish(self) -> bool:
         rule = self.rule
-        outs = {self.values[o] for o in rule.outputs}
+        outs = {self.values[o] for o in rule.outputs if o in self.values}
         allowed = {self.values[n] for n in self.escape_ok if n in self.values}
         for node in self.used:
             for o in node.outputs:
@@ -633,5 +633,10 @@ class Matcher:
                 if not ok:
                     culprit = next((self.values[n] for n in sorted(chk.expr.names) if n in self.values), None)
                     return self.tracer is not None and self._fail(STAGE_CHECK, reason, f"check {chk.expr.text}", culprit)
+        # a listed output produced only on an alternative this match did not take (docs/rules.md,
+        # "Outputs of the pattern") is not part of it: the match carries the rule without it
+        bound = [o for o in rule.outputs if o in self.values]
+        if len(bound) != len(rule.outputs):
+            rule = dataclasses.replace(rule, outputs=bound)
         self.result = Match(rule, self.anchor, dict(self.values), dict(self.attrs), dict(self.nodes))
         return True

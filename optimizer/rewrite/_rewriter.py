@@ -414,7 +414,9 @@ class Rewriter:
                         hint = (op.type_hint[0], refs)
                     outs: list[_NewValue | None] = []
                     for name, cond in zip(st.outputs, st.conditional):
-                        if name is None or (cond and not ctx.consumed(match.values[name])):
+                        # `s?` of an output this match left unbound (an alternative not taken): none
+                        if name is None or (cond and (name not in match.values
+                                                      or not ctx.consumed(match.values[name]))):
                             outs.append(None)
                             continue
                         old = match.values.get(name)

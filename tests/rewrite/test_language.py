@@ -484,6 +484,44 @@ def feeds_skip():
             "beta": RNG.standard_normal(8).astype(np.float32)}
 
 
+# an output made only on one alternative (attention-batched-heads' o3: the 3-D bmm's output, absent
+# where folding merged its views into a 4-D MatMul)
+ALT_OUTPUT = """
+rules:
+  - name: abs-of-sum
+    doc: Abs(Neg(a + b)) -> Abs(a + b) (the sum kept as an output), or Relu(d) -> Max(d, 0)
+    targets: [ort]
+    outputs: [y, s]
+    match: |
+      s = Add(a, b)
+      t = Neg(s)
+      y = Abs(t) | Relu(d)
+    rewrite: |
+      s2 = Add(a, b)
+      ya = Abs(s2)
+      z = initializer(array([0.0], "float32"))
+      yr = Max(d, z)
+      y = ya if bound(a) else yr
+      s? = Identity(s2)
+"""
+
+
+@pytest.mark.parametrize("form", ["neg", "relu"])
+def test_output_unbound_on_the_alternative_taken(form):
+    """On the Relu alternative s is never bound: the match leaves it out (no KeyError, no s? node)."""
+    body = ("s = Add(a, b)\n t = Neg(s)\n y = Abs(t)\n r = Sigmoid(s)" if form == "neg" else
+            "y = Relu(a)\n r = Sigmoid(b)")
+    proto = model_from_text(f"""
+    <ir_version: 10, opset_import: ["" : 20]>
+    g (float[2, 3] a, float[2, 3] b) => (float[2, 3] y, float[2, 3] r) {{
+      {body} }}""")
+    model, p, _ = apply(proto, ALT_OUTPUT)
+    assert p.stats == {"abs-of-sum": 1}
+    assert ("Identity" in ops(model)) == (form == "neg") and ("Max" in ops(model)) == (form == "relu"), ops(model)
+    assert_same_outputs(proto, model, {"a": RNG.standard_normal((2, 3)).astype(np.float32),
+                                       "b": RNG.standard_normal((2, 3)).astype(np.float32)})
+
+
 def test_multi_output_rule_without_outside_consumer():
     proto = skip_ln()
     model, p, _ = apply(proto, SKIP_LN)
