@@ -149,33 +149,6 @@ def _merge_shape(old: ir.Shape | None, new: ir.Shape | None,
     return (ir.Shape(dims), gained) if gained else (old, 0)
 
 
-def _sums_in_one_spelling(graph: ir.Graph) -> int:
-    """Spell every dim that is a sum of dims the one canonical way (passes/_dim_sums.py): onnx's data
-    propagation and the exporters' value_info name (4 + s) + p "s + p + 4", the dim reading "p + s + 4",
-    and dims compare as text. The graph's inputs and outputs keep their declared names."""
-    from onnx_fuse.passes._dim_products import to_dim
-    from onnx_fuse.passes._dim_sums import dim_sum
-
-    declared = {id(v) for v in (*graph.inputs, *graph.outputs)}
-    count = 0
-    for node in graph:
-        for v in node.outputs:
-            if v.shape is None or id(v) in declared:
-                continue
-            dims, changed = list(v.shape.dims), False
-            for k, d in enumerate(dims):
-                name = None if isinstance(d, int) else getattr(d, "value", None)
-                if not isinstance(name, str) or " + " not in name:
-                    continue
-                canon = dim_sum([to_dim(name)])
-                if canon is not None and len(canon[1]) == 1 and canon[0] == 1 and canon[1][0] != name:
-                    dims[k], changed = canon[1][0], True
-            if changed:
-                v.shape = ir.Shape(dims)
-                count += 1
-    return count
-
-
 def _states_nothing(dim, placeholders: frozenset[str]) -> bool:
     return unknown_or_invented(dim) or (not isinstance(dim, int) and str(dim.value) in placeholders)
 
@@ -280,9 +253,6 @@ class ShapeInferencePass(FusePass):
             from onnx_fuse.passes._dim_sums import record_dim_sums
 
             for g in model.graphs():
-                renamed = _sums_in_one_spelling(g)
-                if renamed:
-                    self.stats["sum-dims-respelled"] += renamed
                 record_dim_sums(g)
         if gained:
             self.stats["values-typed"] += gained
