@@ -36,9 +36,17 @@ def _matches(got: list[Dim | None] | None, want) -> bool:
     for g, w in zip(got, want):
         if w is None:
             continue
-        if g is None or to_dim(w) != g:
+        if g is None or (to_dim(w) != g and _sum_form(to_dim(w)) != _sum_form(g)):
             return False
     return True
+
+
+def _sum_form(d: Dim) -> Dim:
+    """A sum in its one canonical spelling (passes/_dim_sums.py), so that "s + p + 4" (onnx's data
+    propagation, exporters' value_info) and "p + s + 4" (the dims reading) compare equal."""
+    from onnx_fuse.passes._dim_sums import dim_sum
+
+    return dim_sum([d]) or d
 
 
 def reshapes_to(r, in_dims=None, out_dims=None) -> bool:

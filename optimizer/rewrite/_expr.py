@@ -85,10 +85,23 @@ def _shape(ctx, v) -> list:
         if isinstance(d, int):
             dims.append(d)
         elif getattr(d, "value", None) is not None:
-            dims.append(d.value)
+            dims.append(_sum_spelled(d.value))
         else:
             dims.append(UNKNOWN_DIM)
     return dims
+
+
+def _sum_spelled(name):
+    """A dim named as a sum in its one canonical spelling (passes/_dim_sums.py): exporters and onnx's
+    data propagation name (4 + s) + p "s + p + 4", the dims reading "p + s + 4"; checks compare dims as
+    text, so they see every sum spelled the same way (has_dims compares sums so too: rewrite/_dims.py)."""
+    if not isinstance(name, str) or " + " not in name:
+        return name
+    from onnx_fuse.passes._dim_products import to_dim
+    from onnx_fuse.passes._dim_sums import dim_sum
+
+    got = dim_sum([to_dim(name)])
+    return got[1][0] if got is not None and got[0] == 1 and len(got[1]) == 1 else name
 
 
 def _rank(ctx, v) -> int:

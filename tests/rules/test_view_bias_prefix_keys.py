@@ -7,10 +7,11 @@ computed as S + P (torch's key_states.size(1)), which the target's reading took 
 could not prove that the second view holds the scores' dims.
 
 With a cache the length is (P + T) + R, which the exporter's value_info spells "t + r + 3" and the dims
-reading "r + t + 3": left (xfail below).
+reading "r + t + 3": rule checks see sums in one spelling (rewrite/_expr.py dim / shape, rewrite/_dims.py
+has_dims).
 
-Before (hold-out 20): mvp_decoder dyn_mask attention 0/4 -> 4/4; kv 0/4 -> 3/4 (the second layer is the
-spelling case)."""
+Before (hold-out 20): mvp_decoder dyn_mask attention 0/4 -> 4/4; kv 0/4 -> 3/4 -> 4/4 (the second layer is
+the spelling case)."""
 
 from __future__ import annotations
 
@@ -107,9 +108,6 @@ def test_prefix_keys_with_a_mask_in_a_view_are_one_attention(h, target, static):
         h.assert_close(model, out, _feeds(b=3, t=2, s=6))
 
 
-@pytest.mark.xfail(strict=True, reason="left (docs/holdout.md, twelfth sweep): the exporter's 't + r + 3' and the dims "
-                   "reading's 'r + t + 3' compare as text; respelling sums in shape inference fused this but changed "
-                   "Whisper / T5 decoders' glue (6363126, reverted)")
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_prefix_past_and_new_keys_sum_in_any_order(h, target):
     model = _prefix_block(h, past=True)
