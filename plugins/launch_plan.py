@@ -164,10 +164,18 @@ FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
 # second pass, 28c, 29a: fp16 525 against 515, bf16 547 against 534 TFLOP/s in 29a) and 1-2 % behind it
 # without a mask; sliding windows keep FA_WS_TMA_OVEDQ (not measured there).
 FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc")  # a last variant element naming fa_ws_core options
+# Candidates FA_WS_TMA_OVEDQL / FA_WS_TMA_OVEDFCL (..._w12t_ovedql_..., loads 42 / 43; ..._ovedfcl_..., 44 / 45,
+# the fold's grid; D = 128, both masks; session 20): FA_WS_TMA_OVEDQ / FA_WS_TMA_OVEDFC with the lazy O rescale
+# (kWsLazyRescale: a row's frame maximum moves only past 8 in log2 units, so O is rescaled on few tiles).
+FA_WS_TMA_OVEDQL = (128, 128, 12, "tma", "ovedql")
+FA_WS_TMA_OVEDFCL = (128, 128, 12, "tma", "ovedfcl")
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
+           "ovedql", "ovedfcl")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39)}  # launcher loads (by name, planned)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
+                 "ovedql": (42, 43), "ovedfcl": (44, 45)}  # launcher loads (by name, planned)
+_FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcl")  # two query blocks per CTA (kWsFold)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
@@ -223,11 +231,12 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
-    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST, the chained candidate
+    FA_WS_TMA_PERSISTC and the lazy-rescale candidates FA_WS_TMA_OVEDQL / FA_WS_TMA_OVEDFCL: D = 128;
+    FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQL, FA_WS_TMA_OVEDFCL)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -494,7 +503,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
-                          FA_WS_TMA_PERSISTC):
+                          FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQL, FA_WS_TMA_OVEDFCL):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -619,9 +628,9 @@ def plan_fused_attention(
     grid = (math.ceil(seq_len / bm), num_heads, batch)
     if persistent:  # one CTA per SM (at most one per tile), each looping over its tiles
         grid = (min(grid[0] * num_heads * batch, device.num_sms), 1, 1)
-    elif opt in ("ovedf", "ovedfc") and causal:  # 1-D: folded pairs of query blocks, then single ones
+    elif opt in _FA_FOLD_OPTS and causal:  # 1-D: folded pairs of query blocks, then single ones
         grid = (fa_fold_ctas(num_heads * batch, grid[0]), 1, 1)
-    elif opt in ("ovedf", "ovedfc"):  # query blocks nm - 1 - x and x per CTA
+    elif opt in _FA_FOLD_OPTS:  # query blocks nm - 1 - x and x per CTA
         grid = ((grid[0] + 1) // 2, num_heads, batch)
     return FusedAttentionPlan(
         kernel=name, grid=grid, block=(32 * warps, 1, 1), smem_bytes=smem, warps=warps, block_m=bm,
@@ -637,7 +646,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31; the candidates FA_WS_TMA_OVEDFC 38 / 39 and FA_WS_TMA_PERSISTC 40."""
+    FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidates FA_WS_TMA_PERSISTC 40, FA_WS_TMA_OVEDQL
+    42 / 43 and FA_WS_TMA_OVEDFCL 44 / 45."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

@@ -913,6 +913,15 @@ constexpr int kWsQRegs = 256;
 // per consumer thread per block: after the Q load's ldmatrix for a block nothing chained into, else after
 // the previous block's staged output is read back.
 constexpr int kWsChain = 512;
+// kWsLazyRescale (candidates ovedql and ovedfcl, session 20): a row's softmax keeps the maximum its P and O
+// are scaled by (the frame) until a tile's maximum passes it by more than kWsLazyT (log2 units), so O is
+// rescaled (D / 2 multiplies per thread) only on the tiles where a warp's frame moves: after the first tiles
+// hardly ever. P = exp2(s - frame) is then at most 2^kWsLazyT (256: in range for fp16 / bf16 P and the fp32
+// sums), and O / l is the same quotient in the frame's units. The consumers' issue slots are about as busy
+// as MUFU (run 17), so the multiplies taken out may go to the softmax's overlap or to the clock at the
+// power limit. (FlashAttention-4 rescales lazily the same way.)
+constexpr int kWsLazyRescale = 1024;
+constexpr float kWsLazyT = 8.f;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -1491,6 +1500,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
   constexpr bool QREGS = (OPT & kWsQRegs) != 0;
   constexpr bool CHAIN = (OPT & kWsChain) != 0;
+  constexpr bool LAZY = (OPT & kWsLazyRescale) != 0;
   static_assert(!QREGS || BN == 128, "kWsQRegs: S = Q K^T by the m64n128 RS wgmma");
   static_assert(!CHAIN || (PERSIST && QREGS && (OPT & kWsSmemEpilogue) != 0 && !MCAST),
                 "kWsChain: a persistent schedule with Q in registers and the staged epilogue");
@@ -1579,10 +1589,19 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(sv[nt][2 * h], sv[nt][2 * h + 1]));
       mx = quad_max(mx) * scale_log2;
-      const float m_new = fmaxf(row_m[h], mx);
-      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      alpha[h] = exp2f(row_m[h] - m_use);
-      row_m[h] = m_new;
+      float m_use;
+      if constexpr (LAZY) {  // the frame moves only past kWsLazyT (a first finite maximum always moves it)
+        const bool move = mx > row_m[h] + kWsLazyT;
+        const float frame = move ? mx : row_m[h];
+        m_use = (frame == -INFINITY) ? 0.f : frame;
+        alpha[h] = move ? exp2f(row_m[h] - m_use) : 1.f;
+        row_m[h] = frame;
+      } else {
+        const float m_new = fmaxf(row_m[h], mx);
+        m_use = (m_new == -INFINITY) ? 0.f : m_new;
+        alpha[h] = exp2f(row_m[h] - m_use);
+        row_m[h] = m_new;
+      }
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
@@ -1597,13 +1616,16 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   };
   // Rescale O and pack P into pa.
   auto finish = [&](float (&sv)[BN / 8][4], const float (&alpha)[2]) {
+    // kWsLazyRescale: only where some row of the warp moved its frame (a warp-uniform branch, no wgmma in it)
+    if (!LAZY || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        acc[dt][2 * h] *= alpha[h];
-        acc[dt][2 * h + 1] *= alpha[h];
-      }
+        for (int dt = 0; dt < D / 8; ++dt) {
+          acc[dt][2 * h] *= alpha[h];
+          acc[dt][2 * h + 1] *= alpha[h];
+        }
+    }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       pa[kk][0] = Tr::pack(sv[2 * kk][0], sv[2 * kk][1]);
@@ -2235,6 +2257,19 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                     OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain) \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_causal, T, D, true,        \
                     OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)
+// Candidates m128n128w12t_ovedql (loads 42 by name / 43 with the cp.async fallback) and _ovedfcl (44 / 45, the
+// fold's grid), D = 128: ovedq and ovedfc with the lazy O rescale (kWsLazyRescale).
+#define OF_FA_WSTLZ_KERNELS_D(DTN, T, D)                                                                 \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedql_full, T, D, false,                 \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)                      \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedql_causal, T, D, true,                \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)                      \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcl_full, T, D, false,                \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |      \
+                        onnx_fuse::kWsLazyRescale)                                                          \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcl_causal, T, D, true,               \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |      \
+                        onnx_fuse::kWsLazyRescale)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2293,6 +2328,7 @@ OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODFC_KERNELS_D(f16, __half, 128)
+OF_FA_WSTLZ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
@@ -2316,6 +2352,7 @@ OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODFC_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTLZ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
@@ -2459,7 +2496,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq (D = 128).
+// 14 _ovedq, 18 _ovedfc, 20 _ovedql, 21 _ovedfcl (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2493,6 +2530,8 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
       case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)
+      case 20: OF_PICK_TK2(128, m128n128w12t_ovedql)
+      case 21: OF_PICK_TK2(128, m128n128w12t_ovedfcl)
       default: return nullptr;
     }
   }
@@ -2713,7 +2752,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
 // except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) and 36 / 37 are refused; 38 / 39 _ovedfc
 // (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
-// persistent grid of loads 4 with the ovedq body and chained blocks, by name only);
+// persistent grid of loads 4 with the ovedq body and chained blocks, by name only); 42 / 43 _ovedql and
+// 44 / 45 _ovedfcl (ovedq and ovedfc with the lazy O rescale, kWsLazyRescale);
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2750,7 +2790,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 40);
+  OF_REQUIRE(loads >= 0 && loads <= 45);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2768,7 +2808,8 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
+    // 42 / 43: ovedql; 44 / 45: ovedfcl
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
@@ -2807,7 +2848,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 18;  // _ovedf, _ovedfc (kWsFold)
+      const bool fold = kind == 11 || kind == 18 || kind == 21;  // _ovedf, _ovedfc, _ovedfcl (kWsFold)
       if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);

@@ -710,6 +710,51 @@ def test_fused_attention_chained_blocks_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
+# Session 20's lazy-rescale candidates (kWsLazyRescale, D = 128, by name): ovedql on ovedq's cases, ovedfcl
+# (the chained fold) on ovedfc's.
+FA_OVEDQL = (128, 128, 12, "tma", "ovedql")
+FA_OVEDFCL = (128, 128, 12, "tma", "ovedfcl")
+FA_LAZY_CASES = [c[:7] + (FA_OVEDQL,) for c in FA_OVEDQ_CASES] + [c[:7] + (FA_OVEDFCL,) for c in FA_OVEDF_CASES]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", FA_LAZY_CASES, ids=lambda c: _fa_case_id("-lazy-" + c[7][-1])(c))
+def test_fused_attention_lazy_rescale_matches_reference(lib, case, dtype):
+    _need_sm90()
+    _check_fused_case(lib, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("variant", [FA_OVEDQ, FA_OVEDFC, FA_OVEDQL, FA_OVEDFCL], ids=lambda v: v[-1])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("lens", [None, [1000, 513]], ids=["dense", "ragged"])
+def test_fused_attention_rising_scores_move_the_softmax_frame(lib, lens, causal, variant, dtype):
+    """Scores that rise along the keys by about 100 in log2 units over the sequence, with one spike per
+    sequence far above the rest: each row's running maximum passes the lazy frame (kWsLazyT = 8) on many
+    tiles, and the spike's tile rescales everything before it by 2^-40 or less; the rows past the spike see
+    it only when it is visible to them (causal). Every body must match the float64 reference there too."""
+    _need_sm90()
+    B, S, H, D = 2, 1000, 4, 128
+    gen = torch.Generator(device="cuda").manual_seed(20)
+    ramp = torch.linspace(0.0, 8.8, S, device="cuda")  # scale * q . k * log2(e) ~ 11.4 * ramp
+    q = (1.0 + 0.3 * torch.randn(B, S, H, D, generator=gen, device="cuda")).to(dtype)
+    k = (ramp[None, :, None, None] + 0.3 * torch.randn(B, S, H, D, generator=gen, device="cuda"))
+    k[:, 700] += 4.0  # the spike: about 40 above its neighbours in log2 units
+    k = k.to(dtype)
+    v = _rand((B, S, H, D), dtype, gen)
+    seq = None if lens is None else torch.tensor(lens, dtype=torch.int32, device="cuda")
+    _poison_padding(lens, q, k, v)
+    out = torch.full_like(q, float("nan"))
+    scale = 0.7 / D**0.5
+    lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, variant=variant)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(np.nan_to_num(_np(q)), np.nan_to_num(_np(k)), np.nan_to_num(_np(v)),
+                                 seq_lens=lens, causal=causal, scale=scale, out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+    _assert_padding_zero(lens, out)
+
+
 # Left padding (seq_lens[b] = -L: the sequence's last L rows, as batched generation pads prompts):
 # every body moves its Q/K/V/O rows (or TMA coordinates) to the span's first row, and the rows in
 # front are zeros (fa_zero_lead_rows, or fa_fwd_body's own blocks on TensorRT's AOT path). One
@@ -721,7 +766,8 @@ FA_LEFT_SHAPES = [(3, 515, 4, 1, 128, True, [-515, -260, 300]), (3, 515, 4, 1, 1
 FA_LEFT_VARIANTS = {64: [None, (64, 64, 4), (128, 64, 8), (64, 128, 4), (128, 128, 8), (128, 128, 12), FA_TMA]
                     + FA_D64_LD,
                     128: [None, (64, 64, 4), (128, 32, 4), (128, 64, 8), (128, 128, 8), (128, 128, 12), FA_TMA,
-                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ, FA_OVEDFC, FA_PERSISTC],
+                          FA_PERSIST, FA_OV, FA_OVE, FA_OVED, FA_OVEDG, FA_OVEDF, FA_OVEDQ, FA_OVEDFC, FA_PERSISTC,
+                          FA_OVEDQL, FA_OVEDFCL],
                     80: [None, (128, 64, 4)], 96: [None, (128, 128, 8)], 256: [None, (128, 64, 8)]}
 FA_LEFT_CASES = [c + (v,) for c in FA_LEFT_SHAPES for v in FA_LEFT_VARIANTS[c[4]]]
 
