@@ -79,6 +79,9 @@ Idefics3, MLCD, MobileViT) and a static Jamba, usually into --out /tmp/holdout12
 --holdout 14 plans the eighth sweep's part A (holdout_specs.HOLDOUT8A): attention written by hand in PyTorch
 (tools/handwritten_models.py: nanoGPT / timm / torch.nn / einsum / reference-Llama idioms, ALiBi, sliding
 windows, bucketed relative positions, QK-norm), usually into --out /tmp/holdout14.
+--holdout 21 plans the thirteenth sweep (holdout_specs.HOLDOUT13A): corpus architectures exported with the options
+people set (holdout_specs.EXPORT_OPTIONS: output_attentions / output_hidden_states outputs, static shapes with a
+mask, pruned heads, batch 1, one new token with a cache), usually into --out /tmp/sweep13.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HOLDOUT5C, HOLDOUT6B,
+                           HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -115,7 +118,7 @@ OPTIMUM_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 1.6e-1}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
 KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache", "legacy_kv", "legacy_sdpa_kv",
-             "legacy_dynamo_kv")
+             "legacy_dynamo_kv", "decode_one")
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
 AUDIO_SAMPLES = 400  # kind audio: waveform samples (the conv stack of holdout_specs.AUDIO makes 39 frames)
@@ -163,10 +166,11 @@ def perturb(model, seed: int = SEED) -> list[str]:
     return touched
 
 
-def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | None = None):
+def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | None = None, prune=None):
     """The seeded model; weights are perturbed in fp32 and then cast, so a float16 model holds the
     fp32 model's weights rounded (the two exports stay comparable). attn: the attention
-    implementation to ask for (legacy styles), else the version's default."""
+    implementation to ask for (legacy styles), else the version's default. prune: {layer: heads} removed
+    (prune_heads)."""
     import torch
     import transformers as tf
 
@@ -182,9 +186,50 @@ def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | Non
         config = getattr(tf, spec["config_class"])(**spec["config"], **({"attn_implementation": attn} if attn else {}))
         model = _hf_class(spec)(config).eval()
     touched = perturb(model) if weights == "trained" else []
+    if prune:
+        prune_heads(model, prune)
     if dtype != "float32":
         model = model.to(getattr(torch, dtype))
     return config, model, touched
+
+
+def prune_heads(model, plan: dict) -> None:
+    """Remove heads per layer as PreTrainedModel.prune_heads did (transformers 5 dropped it): the query / key /
+    value rows and the output projection's columns of those heads. Self-attention modules whose views take -1
+    heads: BERT's (query / key / value, the parent's output.dense) and the q_proj / k_proj / v_proj / o_proj
+    form (ViT in transformers 5)."""
+    import torch
+
+    lin = lambda m, n: isinstance(getattr(m, n, None), torch.nn.Linear)  # noqa: E731
+    layers = []  # (attention module, its q / k / v names, the output projection's owner and name)
+    for parent in model.modules():
+        for child in parent.children():
+            if all(lin(child, n) for n in ("query", "key", "value")) and lin(getattr(parent, "output", None), "dense"):
+                layers.append((child, ("query", "key", "value"), parent.output, "dense"))
+        if all(lin(parent, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+            layers.append((parent, ("q_proj", "k_proj", "v_proj"), parent, "o_proj"))
+    for layer, heads in plan.items():
+        att, qkv, owner, out = layers[layer]
+        d = getattr(att, "attention_head_size", None) or att.head_dim
+        n = att.num_attention_heads
+        keep = torch.tensor([h * d + i for h in range(n) if h not in heads for i in range(d)])
+        with torch.no_grad():
+            for name in qkv:
+                old = getattr(att, name)
+                new = torch.nn.Linear(old.in_features, len(keep), bias=old.bias is not None)
+                new.weight.copy_(old.weight[keep])
+                if old.bias is not None:
+                    new.bias.copy_(old.bias[keep])
+                setattr(att, name, new)
+            old = getattr(owner, out)
+            new = torch.nn.Linear(len(keep), old.out_features, bias=old.bias is not None)
+            new.weight.copy_(old.weight[:, keep])
+            if old.bias is not None:
+                new.bias.copy_(old.bias)
+            setattr(owner, out, new)
+        att.num_attention_heads = n - len(heads)
+        if hasattr(att, "all_head_size"):
+            att.all_head_size = len(keep)
 
 
 def _hf_class(spec):
@@ -226,6 +271,7 @@ class _Wrap:
         import torch
 
         kind, part = spec["kind"], spec["part"]
+        opts = EXPORT_OPTIONS.get(style, {})
         if spec.get("handwritten"):
             import handwritten_models
 
@@ -240,11 +286,16 @@ class _Wrap:
                 self.m, self.names = model, names
 
             def forward(self, *args):
-                kw = dict(zip(self.names, args))
+                kw = dict(zip(self.names, args), **opts.get("model_kw", {}))
                 if kind == "decoder":
-                    return self.m(**kw, use_cache=False, return_dict=True).logits
-                target = self.m.get_encoder() if part == "encoder" else self.m
-                return target(**kw, return_dict=True).last_hidden_state
+                    out = self.m(**kw, use_cache=False, return_dict=True)
+                    main = out.logits
+                else:
+                    target = self.m.get_encoder() if part == "encoder" else self.m
+                    out = target(**kw, return_dict=True)
+                    main = out.last_hidden_state
+                # EXPORT_OPTIONS' outputs: every layer's attention probabilities / hidden states as well
+                return (main, *getattr(out, opts["outputs"])) if "outputs" in opts else main
 
         class WithCache(torch.nn.Module):
             def __init__(self, names):
@@ -480,6 +531,10 @@ def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past
     """Named example tensors (torch) and their dims (symbolic name or int) for a style; float
     inputs (past keys/values, encoder states) take the model's dtype."""
     feeds, dims = _example_inputs(arch, base_style(style), model, batch, seq, past, seed)
+    fixed = EXPORT_OPTIONS.get(style, {}).get("fixed")
+    if fixed:  # holdout_specs.EXPORT_OPTIONS: dims pinned to the example's size
+        dims = {n: [feeds[n].shape[i] if isinstance(d, str) and (fixed == "all" or d in fixed) else d
+                    for i, d in enumerate(ds)] for n, ds in dims.items()}
     dtype = next(model.parameters()).dtype if model is not None else None
     if dtype is not None:
         feeds = {n: t.to(dtype) if t.is_floating_point() else t for n, t in feeds.items()}
@@ -726,11 +781,14 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     spec = SPECS[arch]
     if _pinned_elsewhere(spec):  # --holdout 5 / 8: that transformers / torch version, in its own venv
         return export_legacy(arch, style, weights, path, dtype)
-    config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style))
+    opts = EXPORT_OPTIONS.get(style, {})  # holdout_specs' export options (--holdout 21)
+    config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style, opts.get("attn")),
+                                         opts.get("prune"))
     # a cache's layers (a VLM's: its text config's); PVT v2 / LeViT have stages
     n_layers = getattr(config, "num_hidden_layers", None) or getattr(config.get_text_config(), "num_hidden_layers", 0)
     torchscript = base_style(style).startswith("torchscript")
-    feeds, dims = example_inputs(arch, style, model)
+    first = (opts.get("batch", BATCH), opts.get("seq", SEQ), PAST)
+    feeds, dims = example_inputs(arch, style, model, *first)
     names = list(feeds)
     wrapper = _Wrap.make(spec, model, style, n_layers)(names).eval()
     if spec["kind"] == "vlm":
@@ -743,6 +801,9 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
                                 if style in KV_STYLES else [])
     else:
         outputs = ["last_hidden_state"]
+    if "outputs" in opts:  # attentions.0 .. (one per layer), hidden_states.0 .. (the embeddings' and each layer's)
+        outputs += [f"{opts['outputs']}.{i}" for i in range(n_layers + (opts["outputs"] == "hidden_states"))]
+    static = style == "static_nomask" or opts.get("fixed") == "all"
     args = tuple(feeds[n] for n in names)
     min2: tuple = ()  # dynamo dims the export needed to start at 2
     tmp = path.with_name(f".{path.name}.tmp")
@@ -753,7 +814,6 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
             torch.onnx.export(wrapper, args, str(tmp), input_names=names, output_names=outputs,
                               dynamic_axes=axes, dynamo=False, opset_version=17)
         else:
-            static = style == "static_nomask"
             options = HOLDOUT_STYLES.get(style, (style, {}))[1]  # hold-out: optimize=False, opset 23
             kv = style in KV_STYLES and spec["kind"] not in CROSS and not named_kv(spec)
             for _ in range(3):  # older torch (2.9) turns 0/1-specialization guards into violations: retry at 2
@@ -774,8 +834,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     check = "float16" if style == "converted_half" else dtype
     # numeric check against torch at the example shape and (dynamic exports) a second shape
     # a batch the model pins (holdout_specs.HOLDOUT9B's LLaVA: list(image_features)) stays in the second shape
-    shapes = [(BATCH, SEQ, PAST)] + ([] if style == "static_nomask" else
-                                     [(BATCH if spec.get("vlm", {}).get("fixed_batch") else 1, 5, 3)])
+    shapes = [first] + ([] if static else [(BATCH if spec.get("vlm", {}).get("fixed_batch") else 1,
+                                             opts.get("seq", 5), 3)])
     diffs, scales = [], []
     import onnxruntime as ort
 
@@ -806,7 +866,7 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
 
     exporter = ({"name": "torch.onnx.export", "dynamo": False, "opset_version": 17} if torchscript
                 else {"name": "torch.onnx.export", "dynamo": True, "optimize": True,
-                      "dynamic_shapes": style != "static_nomask", **HOLDOUT_STYLES.get(style, (style, {}))[1]})
+                      "dynamic_shapes": not static, **HOLDOUT_STYLES.get(style, (style, {}))[1]})
     exporter["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
     if not torchscript:  # the dynamo exporter's op library and optimizer are onnxscript's
         import onnxscript
@@ -1195,7 +1255,7 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                         **{s: ["dynamic-shapes", "torchscript-exporter", "older-transformers"]
                                            + (["kv-cache"] if s.endswith("_kv") else ["mask-input"])
                                            + (["sdpa"] if "sdpa" in s else ["eager-attention"])
-                                           for s in LEGACY_ATTN}}[style],
+                                           for s in LEGACY_ATTN}, **EXPORT_FEATURES}[style],
         "opset": opsets.get("ai.onnx"), "opset_imports": opsets,
         "inputs": _io(proto.graph.input), "outputs": _io(proto.graph.output),
         "nodes": len(proto.graph.node), "bytes": path.stat().st_size, "sha256": _sha256(path),
@@ -1337,7 +1397,8 @@ def main(argv=None) -> int:
                          "12: the seventh's part A (encoders, seq2seq parts, speech, vision), "
                          "14: the eighth's part A (hand-written modules, tools/handwritten_models.py), "
                          "16: the ninth's part B (vision-language models, DETR-likes, hybrid decoders), "
-                         "18: the tenth's part C (VLM language models with a KV cache); "
+                         "18: the tenth's part C (VLM language models with a KV cache), "
+                         "21: the thirteenth (export options); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

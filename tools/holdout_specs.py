@@ -1655,3 +1655,43 @@ HOLDOUT12A = {
 }
 HOLDOUT12A["fnet"]["attention_blocks"] = 0  # Fourier mixing, no attention
 HOLDOUT_SETS[20] = HOLDOUT12A
+
+
+# ---- thirteenth sweep (--holdout 21, HOLDOUT13A): export options nobody set ----------------------------------
+# Corpus architectures exported with the options people set (export_corpus.py reads EXPORT_OPTIONS; names carry
+# _eo): attn_out (eager attention, output_attentions=True: every layer's softmax probabilities are graph outputs),
+# hidden_out (output_hidden_states=True: every residual sum is an output), static_mask (fixed batch and sequence
+# WITH the attention_mask input), pruned (heads removed from a 4-head model per layer, PreTrainedModel.prune_heads'
+# plan {0: [0, 2], 1: [1]} done by hand: transformers 5 dropped the method, its views still take -1 heads),
+# batch_one (batch fixed to 1, the sequence dynamic) and decode_one (a cache and one new token: the sequence
+# fixed to 1, the past dynamic).
+HOLDOUT_STYLES.update({"attn_out": ("dyn_mask", {}), "hidden_out": ("dyn_mask", {}), "static_mask": ("dyn_mask", {}),
+                       "pruned": ("dyn_mask", {}), "batch_one": ("dyn_mask", {}), "decode_one": ("kv", {})})
+# style -> attn: the attention implementation asked for; model_kw: forward options; outputs: the model output
+# whose per-layer tensors become graph outputs; fixed: dims pinned to the example's size ("all": every one);
+# batch / seq: the example's size where it is pinned; prune: {layer: heads removed}
+EXPORT_OPTIONS = {"attn_out": dict(attn="eager", model_kw=dict(output_attentions=True), outputs="attentions"),
+                  "hidden_out": dict(model_kw=dict(output_hidden_states=True), outputs="hidden_states"),
+                  "static_mask": dict(fixed="all"),
+                  "pruned": dict(prune={0: [0, 2], 1: [1]}),
+                  "batch_one": dict(fixed=("batch",), batch=1),
+                  "decode_one": dict(fixed=("sequence",), seq=1)}
+EXPORT_FEATURES = {"attn_out": ["dynamic-shapes", "mask-input", "eager-attention", "attention-probs-outputs"],
+                   "hidden_out": ["dynamic-shapes", "mask-input", "hidden-state-outputs"],
+                   "static_mask": ["static-shapes", "mask-input"],
+                   "pruned": ["dynamic-shapes", "mask-input", "pruned-heads"],
+                   "batch_one": ["batch-1", "mask-input"],
+                   "decode_one": ["dynamic-shapes", "kv-cache", "decode-one-token"]}
+PLAN13 = {"bert": ("attn_out", "hidden_out", "static_mask", "batch_one"), "roberta": ("hidden_out",),
+          "deberta_v2": ("static_mask", "attn_out"), "vit": ("attn_out", "hidden_out"),
+          "llama": ("attn_out", "hidden_out", "static_mask", "batch_one", "decode_one"),
+          "qwen2": ("attn_out", "decode_one"), "gemma2": ("static_mask", "decode_one"),
+          "phi3": ("hidden_out", "decode_one"), "gpt2": ("attn_out", "batch_one", "decode_one"),
+          "falcon": ("batch_one", "decode_one"), "bart_encoder": ("static_mask", "hidden_out"),
+          "t5_encoder": ("hidden_out",), "bart_decoder": ("decode_one",), "whisper_decoder": ("decode_one",)}
+HOLDOUT13A = {f"{arch}_eo": dict(SPECS[arch], styles=styles, base_arch=arch) for arch, styles in PLAN13.items()}
+# pruned: 4 heads of 8, layer 0 keeps 2, layer 1 keeps 3 (the _h4 files' dyn_mask is the plain export)
+HOLDOUT13A.update({f"{arch}_h4": dict(SPECS[arch], config=dict(SPECS[arch]["config"], num_attention_heads=4),
+                                      styles=("dyn_mask", "pruned"), base_arch=arch)
+                   for arch in ("bert", "roberta", "vit")})
+HOLDOUT_SETS[21] = HOLDOUT13A
