@@ -154,7 +154,9 @@ FA_WS_TMA_OVEDM = (128, 128, 12, "tma", "ovedm")
 # against ovedf's 521 and 519-526 / 477-517 at 100-120 MHz less clock): run 21a (B4 S4096) fp16 575-581 / GQA 588-593 TFLOP/s against oved's 563-564 / 577-579
 # and ovedm's 570-577 / 570-586 (cuDNN 550-555); bf16 604 / GQA 611 / causal 532 against oved's 594-599 /
 # 599-602 / 525-531 (cuDNN 574-585 / 507-514); fp16 causal 505-521 against ovedf's 504-514. Dropped there:
-# the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind.
+# the same registers in ovedm (ovedmq, 577-583) and ovedf (ovedfq, 500-579), at par or behind. From session 20
+# with the lazy O rescale (kWsLazyRescale, as FA_WS_TMA_OVEDFC): run 30b +1.2-2.4 % (fp16 601 / bf16 629 TFLOP/s
+# without a mask against 591 / 615 in the same run).
 FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
 # FA_WS_TMA_OVEDFC (..._w12t_ovedfc_..., loads 38 by name / 39 planned, D = 128, both masks; session 18):
 # FA_WS_TMA_OVEDF with Q's fragments in registers and its two blocks chained without draining the pipeline
@@ -162,20 +164,15 @@ FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
 # output staged under the second block's first P). Planned causal without a window on Hopper from run 29a:
 # the medians of interleaved passes put it 0.8-2.5 % ahead of FA_WS_TMA_OVEDQ causal in three runs (28b's
 # second pass, 28c, 29a: fp16 525 against 515, bf16 547 against 534 TFLOP/s in 29a) and 1-2 % behind it
-# without a mask; sliding windows keep FA_WS_TMA_OVEDQ (not measured there).
+# without a mask; sliding windows keep FA_WS_TMA_OVEDQ (not measured there). From session 20 with the lazy O
+# rescale (kWsLazyRescale: O rescaled only where a row's frame maximum moves by more than 8 in log2 units):
+# run 30b +1.1 / +2.1 % causal (fp16 547 / bf16 571 TFLOP/s against 541 / 559 in the same run).
 FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
-# Candidates FA_WS_TMA_OVEDQL / FA_WS_TMA_OVEDFCL (..._w12t_ovedql_..., loads 42 / 43; ..._ovedfcl_..., 44 / 45,
-# the fold's grid; D = 128, both masks; session 20): FA_WS_TMA_OVEDQ / FA_WS_TMA_OVEDFC with the lazy O rescale
-# (kWsLazyRescale: a row's frame maximum moves only past 8 in log2 units, so O is rescaled on few tiles).
-FA_WS_TMA_OVEDQL = (128, 128, 12, "tma", "ovedql")
-FA_WS_TMA_OVEDFCL = (128, 128, 12, "tma", "ovedfcl")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
-           "ovedql", "ovedfcl")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
-                 "ovedql": (42, 43), "ovedfcl": (44, 45)}  # launcher loads (by name, planned)
-_FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcl")  # two query blocks per CTA (kWsFold)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39)}  # launcher loads (by name, planned)
+_FA_FOLD_OPTS = ("ovedf", "ovedfc")  # two query blocks per CTA (kWsFold)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
@@ -231,12 +228,11 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
-    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST, the chained candidate
-    FA_WS_TMA_PERSISTC and the lazy-rescale candidates FA_WS_TMA_OVEDQL / FA_WS_TMA_OVEDFCL: D = 128;
-    FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQL, FA_WS_TMA_OVEDFCL)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -503,7 +499,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
-                          FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQL, FA_WS_TMA_OVEDFCL):
+                          FA_WS_TMA_PERSISTC):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -646,8 +642,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidates FA_WS_TMA_PERSISTC 40, FA_WS_TMA_OVEDQL
-    42 / 43 and FA_WS_TMA_OVEDFCL 44 / 45."""
+    FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

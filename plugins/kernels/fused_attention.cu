@@ -913,13 +913,16 @@ constexpr int kWsQRegs = 256;
 // per consumer thread per block: after the Q load's ldmatrix for a block nothing chained into, else after
 // the previous block's staged output is read back.
 constexpr int kWsChain = 512;
-// kWsLazyRescale (candidates ovedql and ovedfcl, session 20): a row's softmax keeps the maximum its P and O
-// are scaled by (the frame) until a tile's maximum passes it by more than kWsLazyT (log2 units), so O is
-// rescaled (D / 2 multiplies per thread) only on the tiles where a warp's frame moves: after the first tiles
-// hardly ever. P = exp2(s - frame) is then at most 2^kWsLazyT (256: in range for fp16 / bf16 P and the fp32
-// sums), and O / l is the same quotient in the frame's units. The consumers' issue slots are about as busy
-// as MUFU (run 17), so the multiplies taken out may go to the softmax's overlap or to the clock at the
-// power limit. (FlashAttention-4 rescales lazily the same way.)
+// kWsLazyRescale (in the planned ovedq and ovedfc from session 20): a row's softmax keeps the maximum its P
+// and O are scaled by (the frame) until a tile's maximum passes it by more than kWsLazyT (log2 units), so O
+// is rescaled (D / 2 multiplies per thread) only on the tiles where a warp's frame moves: after the first
+// tiles hardly ever. P = exp2(s - frame) is then at most 2^kWsLazyT (256: in range for fp16 / bf16 P and the
+// fp32 sums), and O / l is the same quotient in the frame's units. (FlashAttention-4 rescales lazily the same
+// way.) Run 30b (H200, B4 S4096 D128, medians of six interleaved passes): as candidates ovedql / ovedfcl,
+// +1.2-2.4 % over ovedq / ovedfc on every row (fp16 full 601 against 591, causal 547 against 541; bf16 629
+// against 615, causal 571 against 559 TFLOP/s), at the same clocks: the consumers' issue slots, about as busy
+// as MUFU (run 17), shed the multiplies. (Run 11's lazy twin of ov, without a threshold, skipped only tiles
+// where no row's maximum moved at all and measured behind.)
 constexpr int kWsLazyRescale = 1024;
 constexpr float kWsLazyT = 8.f;
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
@@ -2244,31 +2247,21 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_full, T, D, false)       \
   OF_FA_WSTODM_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedm_causal, T, D, true)
 // m128n128w12t_ovedq (loads 30 by name / 31 planned with the cp.async fallback, D = 128): oved with Q's
-// fragments in registers (kWsQRegs).
+// fragments in registers (kWsQRegs) and, from session 20, the lazy O rescale (kWsLazyRescale).
 #define OF_FA_WSTODQ_KERNELS_D(DTN, T, D)                                                         \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_full, T, D, false,          \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)                                          \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)              \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedq_causal, T, D, true,         \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs)
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)
 // m128n128w12t_ovedfc (loads 38 by name / 39 planned, D = 128; planned causal without a window from run 29a):
-// ovedf with Q's fragments in registers and its two blocks chained without draining the pipeline (kWsChain).
+// ovedf with Q's fragments in registers and its two blocks chained without draining the pipeline (kWsChain);
+// the lazy O rescale (kWsLazyRescale) from session 20.
 #define OF_FA_WSTODFC_KERNELS_D(DTN, T, D)                                                        \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_full, T, D, false,         \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain) \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |  \
+                        onnx_fuse::kWsLazyRescale)                                                  \
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_causal, T, D, true,        \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)
-// Candidates m128n128w12t_ovedql (loads 42 by name / 43 with the cp.async fallback) and _ovedfcl (44 / 45, the
-// fold's grid), D = 128: ovedq and ovedfc with the lazy O rescale (kWsLazyRescale).
-#define OF_FA_WSTLZ_KERNELS_D(DTN, T, D)                                                                 \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedql_full, T, D, false,                 \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)                      \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedql_causal, T, D, true,                \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)                      \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcl_full, T, D, false,                \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |      \
-                        onnx_fuse::kWsLazyRescale)                                                          \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcl_causal, T, D, true,               \
-                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |      \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |  \
                         onnx_fuse::kWsLazyRescale)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
@@ -2328,7 +2321,6 @@ OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODFC_KERNELS_D(f16, __half, 128)
-OF_FA_WSTLZ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
@@ -2352,7 +2344,6 @@ OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODFC_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTLZ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
@@ -2496,7 +2487,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 18 _ovedfc, 20 _ovedql, 21 _ovedfcl (D = 128).
+// 14 _ovedq, 18 _ovedfc (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2530,8 +2521,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
       case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)
-      case 20: OF_PICK_TK2(128, m128n128w12t_ovedql)
-      case 21: OF_PICK_TK2(128, m128n128w12t_ovedfcl)
       default: return nullptr;
     }
   }
@@ -2752,8 +2741,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
 // except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) and 36 / 37 are refused; 38 / 39 _ovedfc
 // (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
-// persistent grid of loads 4 with the ovedq body and chained blocks, by name only); 42 / 43 _ovedql and
-// 44 / 45 _ovedfcl (ovedq and ovedfc with the lazy O rescale, kWsLazyRescale);
+// persistent grid of loads 4 with the ovedq body and chained blocks, by name only);
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2790,7 +2778,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 45);
+  OF_REQUIRE(loads >= 0 && loads <= 40);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2808,8 +2796,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
-    // 42 / 43: ovedql; 44 / 45: ovedfcl
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
@@ -2848,7 +2835,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 18 || kind == 21;  // _ovedf, _ovedfc, _ovedfcl (kWsFold)
+      const bool fold = kind == 11 || kind == 18;  // _ovedf, _ovedfc (kWsFold)
       if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
