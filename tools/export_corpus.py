@@ -206,13 +206,19 @@ def prune_heads(model, plan: dict) -> None:
         for child in parent.children():
             if all(lin(child, n) for n in ("query", "key", "value")) and lin(getattr(parent, "output", None), "dense"):
                 layers.append((child, ("query", "key", "value"), parent.output, "dense"))
-        if all(lin(parent, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
-            layers.append((parent, ("q_proj", "k_proj", "v_proj"), parent, "o_proj"))
+        for q, k, v, o in (("q_proj", "k_proj", "v_proj", "o_proj"), ("q_lin", "k_lin", "v_lin", "out_lin")):
+            if all(lin(parent, n) for n in (q, k, v, o)):
+                layers.append((parent, (q, k, v), parent, o))
+        if type(getattr(parent, "c_attn", None)).__name__ == "Conv1D":  # GPT-2: packed [in, 3*H*D] Conv1D
+            layers.append((parent, None, parent, "c_proj"))
     for layer, heads in plan.items():
         att, qkv, owner, out = layers[layer]
         d = getattr(att, "attention_head_size", None) or att.head_dim
-        n = att.num_attention_heads
+        n = getattr(att, "num_attention_heads", None) or getattr(att, "n_heads", None) or att.num_heads
         keep = torch.tensor([h * d + i for h in range(n) if h not in heads for i in range(d)])
+        if qkv is None:
+            _prune_conv1d(att, keep, n * d)
+            continue
         with torch.no_grad():
             for name in qkv:
                 old = getattr(att, name)
@@ -227,9 +233,25 @@ def prune_heads(model, plan: dict) -> None:
             if old.bias is not None:
                 new.bias.copy_(old.bias)
             setattr(owner, out, new)
-        att.num_attention_heads = n - len(heads)
+        for name in ("num_attention_heads", "n_heads"):
+            if hasattr(att, name):
+                setattr(att, name, n - len(heads))
         if hasattr(att, "all_head_size"):
             att.all_head_size = len(keep)
+
+
+def _prune_conv1d(att, keep, width: int) -> None:
+    """GPT-2's pruning: c_attn's q, k and v columns of the kept heads, c_proj's rows; split_size follows."""
+    import torch
+
+    cols = torch.cat([keep + i * width for i in range(3)])
+    with torch.no_grad():
+        att.c_attn.weight = torch.nn.Parameter(att.c_attn.weight[:, cols].clone())
+        att.c_attn.bias = torch.nn.Parameter(att.c_attn.bias[cols].clone())
+        att.c_attn.nf = len(cols)
+        att.c_proj.weight = torch.nn.Parameter(att.c_proj.weight[keep].clone())
+        att.c_proj.nx = len(keep)
+    att.split_size, att.num_heads = len(keep), len(keep) // att.head_dim
 
 
 def _hf_class(spec):

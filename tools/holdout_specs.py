@@ -1691,7 +1691,13 @@ PLAN13 = {"bert": ("attn_out", "hidden_out", "static_mask", "batch_one"), "rober
           "t5_encoder": ("hidden_out",), "bart_decoder": ("decode_one",), "whisper_decoder": ("decode_one",)}
 HOLDOUT13A = {f"{arch}_eo": dict(SPECS[arch], styles=styles, base_arch=arch) for arch, styles in PLAN13.items()}
 # pruned: 4 heads of 8, layer 0 keeps 2, layer 1 keeps 3 (the _h4 files' dyn_mask is the plain export)
-HOLDOUT13A.update({f"{arch}_h4": dict(SPECS[arch], config=dict(SPECS[arch]["config"], num_attention_heads=4),
+HEADS_KEY13 = {"gpt2": "n_head", "distilbert": "n_heads"}  # the config's head count, where not num_attention_heads
+HOLDOUT13A.update({f"{arch}_h4": dict(SPECS[arch], config=dict(SPECS[arch]["config"],
+                                                               **{HEADS_KEY13.get(arch, "num_attention_heads"): 4}),
                                       styles=("dyn_mask", "pruned"), base_arch=arch)
-                   for arch in ("bert", "roberta", "vit")})
+                   for arch in ("bert", "roberta", "vit", "distilbert", "gpt2")})
+# more readers of the probabilities / hidden states: speech, CLIP's vision tower, BART's encoder
+HOLDOUT13A.update({f"{arch}_eo": dict(SPECS[arch], styles=styles, base_arch=arch) for arch, styles in (
+    ("whisper_encoder", ("attn_out", "hidden_out")), ("clip_vision", ("attn_out", "hidden_out")))})
+HOLDOUT13A["bart_encoder_eo"]["styles"] += ("attn_out",)
 HOLDOUT_SETS[21] = HOLDOUT13A
