@@ -204,8 +204,11 @@ def prune_heads(model, plan: dict) -> None:
     layers = []  # (attention module, its q / k / v names, the output projection's owner and name)
     for parent in model.modules():
         for child in parent.children():
-            if all(lin(child, n) for n in ("query", "key", "value")) and lin(getattr(parent, "output", None), "dense"):
-                layers.append((child, ("query", "key", "value"), parent.output, "dense"))
+            for qkv in (("query", "key", "value"), ("query_proj", "key_proj", "value_proj")):  # BERT, DeBERTa
+                if all(lin(child, n) for n in qkv) and lin(getattr(parent, "output", None), "dense"):
+                    # DeBERTa's relative-position projections are per head too
+                    more = tuple(n for n in ("pos_key_proj", "pos_query_proj") if lin(child, n))
+                    layers.append((child, qkv + more, parent.output, "dense"))
         for q, k, v, o in (("q_proj", "k_proj", "v_proj", "o_proj"), ("q_lin", "k_lin", "v_lin", "out_lin")):
             if all(lin(parent, n) for n in (q, k, v, o)):
                 layers.append((parent, (q, k, v), parent, o))

@@ -1695,7 +1695,7 @@ HEADS_KEY13 = {"gpt2": "n_head", "distilbert": "n_heads"}  # the config's head c
 HOLDOUT13A.update({f"{arch}_h4": dict(SPECS[arch], config=dict(SPECS[arch]["config"],
                                                                **{HEADS_KEY13.get(arch, "num_attention_heads"): 4}),
                                       styles=("dyn_mask", "pruned"), base_arch=arch)
-                   for arch in ("bert", "roberta", "vit", "distilbert", "gpt2")})
+                   for arch in ("bert", "roberta", "vit", "distilbert", "gpt2", "deberta_v2")})
 # more readers of the probabilities / hidden states: speech, CLIP's vision tower, BART's encoder
 HOLDOUT13A.update({f"{arch}_eo": dict(SPECS[arch], styles=styles, base_arch=arch) for arch, styles in (
     ("whisper_encoder", ("attn_out", "hidden_out")), ("clip_vision", ("attn_out", "hidden_out")))})
