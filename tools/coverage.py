@@ -569,14 +569,19 @@ ONNX_FUSE_COLUMNS = ("ort-O3", "onnx-O3", "trt-O3", "trt-O4")
 
 
 def expectations(rows: list[dict], columns: list[str]) -> dict:
-    """{file: {"sha256": .., column: {attn, norm, rope, gelu, verified}}} for onnx-fuse's columns."""
+    """{file: {"sha256": .., column: {attn, norm, rope, gelu, verified, ops}}} for onnx-fuse's columns.
+
+    ops is the optimized graph's op histogram (subgraphs included): a change can keep every count and
+    still leave a larger graph (a fusion taken apart into more glue), which only the histogram shows.
+    """
     out: dict = {}
     for row in rows:
         cols = {}
         for col in columns:
             res = row.get("columns", {}).get(col, {})
             if col in ONNX_FUSE_COLUMNS and "counts" in res:
-                cols[col] = {**res["counts"], "verified": res["verify"]["passed"]}
+                cols[col] = {**res["counts"], "verified": res["verify"]["passed"],
+                             **({"ops": res["ops"]} if "ops" in res else {})}
         if cols:
             out[row["file"]] = {"sha256": row.get("sha256"), **cols}
     return out

@@ -1,6 +1,7 @@
 """The coverage matrix over the export corpus: for each file and onnx-fuse column (ort/onnx/trt at
 O3, trt at O4) the fused attention, norm, RoPE and GELU counts and the whole-model numeric check
-must be what tests/data/corpus/expected_coverage.json records (written by
+must be what tests/data/corpus/expected_coverage.json records, and so must the optimized graph's op
+histogram (equal counts over a larger graph are a partial fusion) (written by
 `python tools/coverage.py --write-expected tests/data/corpus/expected_coverage.json`, docs/coverage.md).
 
 A change that fuses less, or breaks numerics, fails here; one that fuses more fails too, until the
@@ -49,6 +50,12 @@ def _cases() -> list[tuple[str, str]]:
     return cases
 
 
+def _histogram_diff(want: dict[str, int], got: dict[str, int]) -> dict[str, str]:
+    """The ops whose count changed, as {op: 'recorded -> now'}."""
+    return {op: f"{want.get(op, 0)} -> {got.get(op, 0)}" for op in sorted(set(want) | set(got))
+            if want.get(op, 0) != got.get(op, 0)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,column", _cases() or [pytest.param("", "", marks=pytest.mark.skip(
     reason="tests/data/corpus/expected_coverage.json not generated"))])
@@ -62,5 +69,8 @@ def test_corpus_file_fuses_as_recorded(name, column):
     want = expected[column]
     assert got["counts"] == {k: want[k] for k in ("attn", "norm", "rope", "gelu")}, (
         f"{name} {column}: fused {got['counts']}, recorded {want} (rule fires: {got['rule_fires']})")
+    if "ops" in want:  # same counts but more glue is a partial fusion too
+        diff = _histogram_diff(want["ops"], got["ops"])
+        assert not diff, f"{name} {column}: op histogram differs from the record (op: recorded -> now): {diff}"
     if want["verified"]:  # numerics recorded as right must stay right
         assert got["verify"]["passed"], f"{name} {column}: {got['verify']}"
