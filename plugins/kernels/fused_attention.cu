@@ -2190,7 +2190,7 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // (40 / 232 registers, softmax unpinned) with the stepped descriptors (kWsLeanDesc); _lde (14 / 15,
 // planned at D = 64 on the H200 from run 17b: fp16 B8 S2048 412 TFLOP/s against ld's 388-392), the
 // same with the output staged in shared memory (kWsSmemEpilogue); candidate _ldr (10 / 11), ld with
-// 24 / 240 registers; candidate _ldel (42 / 43, session 20), lde with the lazy O rescale (kWsLazyRescale).
+// 24 / 240 registers.
 #define OF_FA_WSTLD_KERNELS_D(DTN, T, D)                                                          \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ld_full, T, D, false, 40,         \
                     onnx_fuse::kWsLeanDesc)                                                        \
@@ -2203,11 +2203,7 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lde_full, T, D, false, 40,        \
                     onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)                           \
   OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_lde_causal, T, D, true, 40,       \
-                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)                           \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ldel_full, T, D, false, 40,       \
-                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLazyRescale) \
-  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ldel_causal, T, D, true, 40,      \
-                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue | onnx_fuse::kWsLazyRescale)
+                    onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)
 // m128n128w12t_oved (planned at D = 128 on the H200: launcher loads 18 by name, 19 with the
 // fallback): the ove entries with the stepped descriptors (kWsLeanDesc).
 #define OF_FA_WSTOD_KERNELS_D(DTN, T, D)                                                          \
@@ -2491,7 +2487,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 18 _ovedfc (D = 128); 20 _ldel (D = 64).
+// 14 _ovedq, 18 _ovedfc (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2510,7 +2506,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 4: OF_PICK_TK2(64, m128n128w12t_ldr)
       case 5: OF_PICK_TK2(64, m128n128w12t_ld)
       case 6: OF_PICK_TK2(64, m128n128w12t_lde)
-      case 20: OF_PICK_TK2(64, m128n128w12t_ldel)
       default: return nullptr;
     }
   }
@@ -2746,8 +2741,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
 // except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) and 36 / 37 are refused; 38 / 39 _ovedfc
 // (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
-// persistent grid of loads 4 with the ovedq body and chained blocks, by name only); 42 / 43 _ldel (D = 64:
-// lde with the lazy O rescale, a candidate);
+// persistent grid of loads 4 with the ovedq body and chained blocks, by name only);
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2784,7 +2778,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 43);
+  OF_REQUIRE(loads >= 0 && loads <= 40);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2802,7 +2796,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent); 42 / 43: ldel
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
