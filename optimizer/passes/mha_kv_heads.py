@@ -24,6 +24,8 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._attention_3d import chain_absorbs_transpose
+from onnx_fuse.passes._chain_atoms import atoms
+from onnx_fuse.passes._chain_reads import LAYOUT_OPS, flatten_axis, known_dims, reshape_target
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op
 from onnx_fuse.passes._scoped_names import free_name
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -63,6 +65,35 @@ def _glue(value: ir.Value | None, heads: int) -> tuple[ir.Value, list[int]] | No
     return x, bnsh
 
 
+def _merge_is_one_transpose(value: ir.Value, depth: int = 24) -> bool:
+    """``value`` (the glue's merged [B, L, N*H]) ends a Reshape / Flatten / Transpose chain, each value
+    read once, that moves whole axes of its source (known dims): fold-layout-chains writes it as one
+    Transpose of that source, no dearer than the heads-first form's Transpose. fairseq's / torch
+    MHA's time-first keys respelled heads-first (heads-split-time-first): [T, B, C] split to
+    [T, B, H, D], moved to [B, H, T, D], merged back by the glue: Transpose(x, [1, 0, 2])."""
+    chain, node = [], value.producer()
+    while is_default_op(node, *LAYOUT_OPS) and len(chain) < depth:
+        out = node.outputs[0]
+        # beside the next link only Shape reads (the lowering's key length: shape CSE reads it from
+        # the inputs before the fold, which runs in the same cleanup to a fixed point)
+        if out.is_graph_output() or sum(not is_default_op(u.node, "Shape") for u in out.uses()) != 1:
+            return False
+        chain.insert(0, node)
+        x = node.inputs[0] if node.inputs else None
+        node = x.producer() if x is not None else None
+    dims = known_dims(chain[0].inputs[0]) if chain and chain[0].inputs[0] is not None else None
+    if dims is None:
+        return False
+    steps = [(n.op_type, attr_value(n, "perm", None) if n.op_type == "Transpose" else flatten_axis(n)
+              if n.op_type == "Flatten" else reshape_target(n)) for n in chain]
+    if any(arg is None for _, arg in steps):
+        return False
+    plan = atoms(dims, steps)
+    # the atoms, merged where they stay adjacent, are the source's own axes, each an axis of the
+    # result: a permutation of them (a 3-D source, so the heads-first form costs at least the split)
+    return plan is not None and (1, ()) not in dims and plan[0] == dims and len(plan[2]) == len(dims)
+
+
 class MhaHeadsFirstKvPass(FusePass):
     """com.microsoft MultiHeadAttention reads k / v as [B, N, L, H] (module docstring)."""
 
@@ -92,6 +123,8 @@ class MhaHeadsFirstKvPass(FusePass):
             return False
         if all(chain_absorbs_transpose(x, [perm[p] for p in _MERGE]) for x, perm in (k, v)):
             return False  # the glue folds into their own layout chains: fewer Transposes left 3-D
+        if _merge_is_one_transpose(ins[1]) and _merge_is_one_transpose(ins[2]):
+            return False  # 3-D they fold to one Transpose each of their sources
         for idx, (x, perm) in ((1, k), (2, v)):
             if perm != [0, 1, 2, 3]:
                 shape = ir.Shape([x.shape[p] for p in perm])
