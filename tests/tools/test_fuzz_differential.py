@@ -460,3 +460,19 @@ def test_fused_attention_padded_query_rows_are_the_contract_not_wrong():
     names = [o.name for o in case.model.graph.output]
     # the original against itself has no FusedAttention to blame
     assert not fd._only_padded_rows_differ(case.model, case.model, names, case.feeds, None)
+
+
+def test_padded_rows_leave_position_ids_alone():
+    """Seed 1118843654 at O4 trt, opset pinned to 21 (session 20, seed 20500): a one-token step (S = 1)
+    whose first sequence's only key is masked; FusedAttention zeroes that row by contract. The padded-rows
+    check made every 0/1 2-D input all ones, the position ids [[0], [0], [0]] too, which then index past
+    the one-row rotary table: the original failed there and the run was called `wrong`. Only inputs
+    named as masks are unpadded now."""
+    case = make_case(1118843654)
+    names = [o.name for o in case.model.graph.output]
+    ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
+    cls, detail, _, _ = fd.run_one(case.model, case.feeds, ref, 4, "trt", opset=21)
+    assert cls == "padded-rows", (cls, detail)
+    pos = [k for k in case.feeds if "position" in k]
+    assert pos and fd._is_padding_mask(case.feeds[pos[0]]) and not any(
+        v is case.feeds[pos[0]] for v in fd._mask_feeds(case.feeds))
