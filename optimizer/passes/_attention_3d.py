@@ -68,6 +68,17 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
     return True
 
 
+def chain_steps(chain: list[ir.Node]) -> tuple[list, list] | None:
+    """The known dims of a layout chain's source and its steps (op, perm / axis / target), or None
+    where a dim or a step's argument is not known: the input of _chain_atoms.atoms."""
+    dims = known_dims(chain[0].inputs[0]) if chain and chain[0].inputs[0] is not None else None
+    if dims is None:
+        return None
+    steps = [(n.op_type, perm_of(n) if n.op_type == "Transpose" else flatten_axis(n) if n.op_type == "Flatten"
+              else reshape_target(n)) for n in chain]
+    return None if any(arg is None for _, arg in steps) else (dims, steps)
+
+
 def chain_absorbs_transpose(v: ir.Value, perm: list[int] = HEADS) -> bool:
     """``v`` ends a Reshape / Flatten / Transpose chain from known dims (each value read once) whose
     Transposes, a Transpose by ``perm`` added after them, fold into no more Transposes than before
@@ -78,13 +89,10 @@ def chain_absorbs_transpose(v: ir.Value, perm: list[int] = HEADS) -> bool:
         chain.insert(0, node)
         x = node.inputs[0] if node.inputs else None
         node = x.producer() if x is not None else None
-    dims = known_dims(chain[0].inputs[0]) if chain and chain[0].inputs[0] is not None else None
-    if dims is None:
+    read = chain_steps(chain)
+    if read is None:
         return False
-    steps = [(n.op_type, perm_of(n) if n.op_type == "Transpose" else flatten_axis(n) if n.op_type == "Flatten"
-              else reshape_target(n)) for n in chain]
-    if any(arg is None for _, arg in steps):
-        return False
+    dims, steps = read
     before, after = atoms(dims, steps), atoms(dims, [*steps, ("Transpose", list(perm))])
     if before is None or after is None:
         return False

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._attention_3d import chain_absorbs_transpose
+from onnx_fuse.passes._attention_3d import chain_absorbs_transpose, chain_steps
 from onnx_fuse.passes._chain_atoms import atoms
-from onnx_fuse.passes._chain_reads import LAYOUT_OPS, flatten_axis, known_dims, reshape_target
+from onnx_fuse.passes._chain_reads import LAYOUT_OPS
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op
 from onnx_fuse.passes._scoped_names import free_name
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -81,13 +81,10 @@ def _merge_is_one_transpose(value: ir.Value, depth: int = 24) -> bool:
         chain.insert(0, node)
         x = node.inputs[0] if node.inputs else None
         node = x.producer() if x is not None else None
-    dims = known_dims(chain[0].inputs[0]) if chain and chain[0].inputs[0] is not None else None
-    if dims is None:
+    read = chain_steps(chain)
+    if read is None:
         return False
-    steps = [(n.op_type, attr_value(n, "perm", None) if n.op_type == "Transpose" else flatten_axis(n)
-              if n.op_type == "Flatten" else reshape_target(n)) for n in chain]
-    if any(arg is None for _, arg in steps):
-        return False
+    dims, steps = read
     plan = atoms(dims, steps)
     # the atoms, merged where they stay adjacent, are the source's own axes, each an axis of the
     # result: a permutation of them (a 3-D source, so the heads-first form costs at least the split)
