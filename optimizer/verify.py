@@ -620,9 +620,26 @@ def nan_rows(ref: np.ndarray) -> np.ndarray:
     return np.broadcast_to(rows, ref.shape)
 
 
-def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> OutputDiff:
+def saturate(ref: np.ndarray, got: np.ndarray, bound: float) -> tuple[np.ndarray, np.ndarray]:
+    """``ref`` and ``got`` as float64 with the reference's finite values beyond +-``bound`` (the
+    finite range of the type the optimized model computes in: --precision fp16's 65504) set to the
+    bound, and ``got``'s infinities there, of the same sign, too: a low-precision model can only
+    give the bound (constants are clipped to it) or overflow to infinity where the original gives
+    finfo(float32).min as a mask fill."""
+    r, g = ref.astype(np.float64), got.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        over = np.isfinite(r) & (np.abs(r) > bound)
+        clipped = np.sign(r) * bound
+        g = np.where(over & np.isinf(g) & (np.sign(g) == np.sign(r)), clipped, g)
+        g = np.where(over & (np.abs(g) >= bound) & (np.sign(g) == np.sign(r)), clipped, g)
+    return np.where(over, clipped, r), g
+
+
+def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, atol: float, rtol: float,
+                   bound: float | None = None) -> OutputDiff:
     """Elementwise |got-ref| <= atol + rtol*|ref|; NaNs must sit in the same places, except on
-    rows the original has NaN throughout (``nan_rows``), where any value is accepted."""
+    rows the original has NaN throughout (``nan_rows``), where any value is accepted. ``bound``:
+    the finite range of the optimized model's compute type (``saturate``), None for none."""
     if ref.shape != got.shape:
         return OutputDiff(name, float("inf"), float("inf"), float("inf"), False,
                           f"shape {got.shape} != {ref.shape}")
@@ -635,8 +652,7 @@ def compare_arrays(name: str, ref: np.ndarray, got: np.ndarray, atol: float, rto
         equal = bool(np.array_equal(ref, got))
         diff = 0.0 if equal else float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64))))
         return OutputDiff(name, diff, diff, diff, equal, "" if equal else "integer outputs differ")
-    r = ref.astype(np.float64)
-    g = got.astype(np.float64)
+    r, g = saturate(ref, got, bound) if bound is not None else (ref.astype(np.float64), got.astype(np.float64))
     nan_ref, nan_got = np.isnan(r), np.isnan(g)
     undefined = nan_rows(r)
     if not np.array_equal(nan_ref & ~undefined, nan_got & ~undefined):
@@ -1287,6 +1303,9 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
         floor = (max(p_atol, floor[0]), max(p_rtol, floor[1])) if floor else (p_atol, p_rtol)
         notes.append(f"--precision {precision}: float outputs compared at atol {p_atol:g}, rtol "
                      f"{p_rtol:g} or their dtype's, the looser")
+    # float16 compute saturates: where the original gives more than 65504 (a float32 min mask fill
+    # that is an output), the converted model gives the bound or an infinity of that sign
+    bound = float(np.finfo(np.float16).max) if precision == "fp16" else None
     for label, feeds in cases:
         try:
             ref_out = first[1] if first is not None and feeds is first[0] else ref_sess.run(names, feeds)
@@ -1328,7 +1347,7 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
                 d_atol, d_rtol = (fp8_pool_tolerance(scales[name], (d_atol, d_rtol)) if name in scales
                                   else fp8_tolerance(r, (d_atol, d_rtol)))
             diffs.append(compare_arrays(name + suffix, r, g, d_atol if atol is None else atol,
-                                        d_rtol if rtol is None else rtol))
+                                        d_rtol if rtol is None else rtol, bound=bound))
         if isinstance(checks, str):
             notes.append(checks)
         else:   # after the case's outputs: each fp8 attention against its own inputs

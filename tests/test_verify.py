@@ -43,6 +43,49 @@ def test_compare_integers_exact():
     assert not compare_arrays("i", a, b, 10, 10).passed
 
 
+def test_compare_saturates_at_the_low_types_bound():
+    """--precision fp16 computes in float16: where the original gives finfo(float32).min (a mask fill that is
+    an output), the converted model can only give -65504 (constants are clipped to it) or -inf. With the
+    bound those match; a value inside the range that moved (-60000) does not, nor does the wrong sign."""
+    lo = float(np.finfo(np.float32).min)
+    ref = np.array([lo, 1.0, -lo], np.float32)
+    for got in ([-65504.0, 1.0, 65504.0], [-np.inf, 1.0, np.inf]):
+        got = np.array(got, np.float32)
+        assert not compare_arrays("y", ref, got, 1e-3, 1e-2).passed
+        assert compare_arrays("y", ref, got, 1e-3, 1e-2, bound=65504.0).passed
+    for got in ([-60000.0, 1.0, 65504.0], [65504.0, 1.0, 65504.0], [-65504.0, 1.5, 65504.0]):
+        assert not compare_arrays("y", ref, np.array(got, np.float32), 1e-3, 1e-2, bound=65504.0).passed
+
+
+def test_precision_fp16_verifies_a_mask_fill_output():
+    """A float32 min mask fill that is a graph output (Where(keep, x W, min), then softmax and P W),
+    optimized with --precision fp16 and verified: the Where runs in float16, so the output is -65504 where
+    the original has -3.4e38 (within the saturation rule); the old check failed it by 3.4e38."""
+    from onnx import numpy_helper
+
+    from onnx_fuse import optimize
+
+    rng = np.random.default_rng(0)
+    lo = helper.make_tensor("lo", TensorProto.FLOAT, [], [float(np.finfo(np.float32).min)])
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["s"]), helper.make_node("Where", ["keep", "s", "lo"], ["filled"]),
+         helper.make_node("Softmax", ["filled"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "w"], ["y"])],
+        "mask_fill_out", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+                          helper.make_tensor_value_info("keep", TensorProto.BOOL, [2, 8])],
+        [helper.make_tensor_value_info("filled", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [lo, w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    keep = np.ones((2, 8), bool)
+    keep[:, 5:] = False
+    feeds = {"x": rng.standard_normal((2, 8)).astype(np.float32), "keep": keep}
+    result = optimize(model, level=1, precision="fp16", verify=True, verify_inputs=feeds)
+    assert "Cast" in result.report.ops_after, "the model must compute in float16"
+    assert result.report.verify["passed"], result.report.verify
+    filled = next(o for o in result.report.verify["outputs"] if o["name"] == "filled")
+    assert filled["max_abs"] < 0.01  # fp16 rounding of the kept scores; -65504 against -3.4e38 saturated
+
+
 def test_verify_detects_a_wrong_rewrite():
     original = _unary_model("Relu")
     wrong = _unary_model("Sigmoid")
