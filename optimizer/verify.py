@@ -623,14 +623,13 @@ def nan_rows(ref: np.ndarray) -> np.ndarray:
 def saturate(ref: np.ndarray, got: np.ndarray, bound: float) -> tuple[np.ndarray, np.ndarray]:
     """``ref`` and ``got`` as float64 with the reference's finite values beyond +-``bound`` (the
     finite range of the type the optimized model computes in: --precision fp16's 65504) set to the
-    bound, and ``got``'s infinities there, of the same sign, too: a low-precision model can only
-    give the bound (constants are clipped to it) or overflow to infinity where the original gives
-    finfo(float32).min as a mask fill."""
+    bound, and ``got``'s values there at or past the bound, of the same sign (infinities included),
+    too: a low-precision model can only give the bound (constants are clipped to it) or overflow to
+    infinity where the original gives finfo(float32).min as a mask fill."""
     r, g = ref.astype(np.float64), got.astype(np.float64)
     with np.errstate(invalid="ignore"):
         over = np.isfinite(r) & (np.abs(r) > bound)
         clipped = np.sign(r) * bound
-        g = np.where(over & np.isinf(g) & (np.sign(g) == np.sign(r)), clipped, g)
         g = np.where(over & (np.abs(g) >= bound) & (np.sign(g) == np.sign(r)), clipped, g)
     return np.where(over, clipped, r), g
 

@@ -227,14 +227,13 @@ def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tupl
             if not np.array_equal(r, g):
                 return "wrong", f"output {name!r}: integer values differ"
             continue
-        # a float16 run saturates (verify.saturate): the reference's values beyond 65504 are the bound,
-        # also for the tolerance, which scales with the largest finite reference value
-        bound = float(np.finfo(np.float16).max) if (loosest or {}).get(name) == np.float16 else None
-        if bound is not None:
-            r = saturate(r, g, bound)[0].astype(r.dtype)
+        # a float16 run saturates (verify.saturate), once, before the tolerance, which scales with the
+        # largest finite reference value
+        if (loosest or {}).get(name) == np.float16:
+            r, g = (a.astype(r.dtype) for a in saturate(r, g, float(np.finfo(np.float16).max)))
         atol, rtol = base_tolerance(name, r, loosest)
         with np.errstate(invalid="ignore"):   # inf - inf where both are inf: compare_arrays takes it
-            diff = compare_arrays(name, r, g, atol, rtol, bound=bound)
+            diff = compare_arrays(name, r, g, atol, rtol)
         if not diff.passed:
             if diff.reason:
                 return "wrong", f"output {name!r}: {diff.reason}"
@@ -475,14 +474,14 @@ def _is_padding_mask(v: np.ndarray) -> bool:
     return v.ndim == 2 and v.dtype.kind in "iubf" and v.size > 0 and np.isin(v, (0, 1)).all() and not v.all()
 
 
-def _mask_feeds(feeds) -> list[np.ndarray]:
-    """The padding masks among the feeds (named so: position ids [0, 1] are 0/1 too)."""
-    return [v for k, v in feeds.items() if "mask" in k.lower() and _is_padding_mask(v)]
+def _mask_feeds(feeds) -> dict[str, np.ndarray]:
+    """The padding masks among the feeds, by name (named so: position ids [0, 1] are 0/1 too)."""
+    return {k: v for k, v in feeds.items() if "mask" in k.lower() and _is_padding_mask(v)}
 
 
 def _left_padded(feeds) -> bool:
     """Some padding mask row is not ones followed by zeros (left padding, or holes)."""
-    for v in _mask_feeds(feeds):
+    for v in _mask_feeds(feeds).values():
         kept = v.astype(bool)
         right = np.arange(v.shape[1])[None, :] < kept.sum(axis=1, keepdims=True)
         if not np.array_equal(kept, right):
@@ -496,7 +495,7 @@ def _kept_rows_match(names, ref_out, got, feeds, loosest, keyless: bool = False)
     key at or before their own position, which a causal mask leaves with none at all); an output
     no mask lines up with (a [B, 1, S, 1] intermediate) must agree whole. Before, such an output
     ruled the keyless check out even when it agreed (form seed 1356464380: wrong)."""
-    masks = [np.cumsum(v, axis=1) > 0 if keyless else v.astype(bool) for v in _mask_feeds(feeds)]
+    masks = [np.cumsum(v, axis=1) > 0 if keyless else v.astype(bool) for v in _mask_feeds(feeds).values()]
     for name, r, g in zip(names, ref_out, got):
         r, g = np.asarray(r), np.asarray(g)
         keep = next((m for m in masks if r.ndim >= 2 and r.shape[:2] == m.shape), None)
@@ -514,8 +513,8 @@ def _only_padded_rows_differ(original, optimized, names, feeds, loosest) -> bool
     rotary table sized by the sequence and the original itself fails: seed 1118843654.)"""
     if not any(n.domain == "onnx_fuse" and n.op_type == "FusedAttention" for n in optimized.graph.node):
         return False
-    masks = {id(v) for v in _mask_feeds(feeds)}
-    unpadded = {k: (np.ones_like(v) if id(v) in masks else v) for k, v in feeds.items()}
+    masks = _mask_feeds(feeds)
+    unpadded = {k: (np.ones_like(v) if k in masks else v) for k, v in feeds.items()}
     if all(unpadded[k] is feeds[k] for k in feeds):
         return False  # no padding to blame
     try:

@@ -474,8 +474,7 @@ def test_padded_rows_leave_position_ids_alone():
     cls, detail, _, _ = fd.run_one(case.model, case.feeds, ref, 4, "trt", opset=21)
     assert cls == "padded-rows", (cls, detail)
     pos = [k for k in case.feeds if "position" in k]
-    assert pos and fd._is_padding_mask(case.feeds[pos[0]]) and not any(
-        v is case.feeds[pos[0]] for v in fd._mask_feeds(case.feeds))
+    assert pos and fd._is_padding_mask(case.feeds[pos[0]]) and pos[0] not in fd._mask_feeds(case.feeds)
 
 
 def test_precision_fp16_mask_fill_output_saturates():
@@ -488,3 +487,16 @@ def test_precision_fp16_mask_fill_output_saturates():
     ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
     cls, detail, _, _ = fd.run_one(case.model, case.feeds, ref, 1, "ort", precision="fp16")
     assert cls == "ok", (cls, detail)
+
+
+def test_float16_compare_saturates_the_reference_and_the_run_alike():
+    """A float16 run's output where the original gives finfo(float32).min: -65504 (a clipped constant) and
+    -inf (overflow) both match, as verify.saturate has it; -60000 or the wrong sign there does not (the
+    tolerance scales with the saturated reference, 65504, not 3.4e38)."""
+    lo = float(np.finfo(np.float32).min)
+    ref = np.array([lo, 0.5], np.float32)
+    loosest = {"y": np.dtype(np.float16)}
+    for fill in (-65504.0, -np.inf):
+        assert fd.compare(["y"], [ref], [np.array([fill, 0.5], np.float32)], loosest)[0] == "ok", fill
+    for got in ([-60000.0, 0.5], [65504.0, 0.5]):
+        assert fd.compare(["y"], [ref], [np.array(got, np.float32)], loosest)[0] == "wrong", got
