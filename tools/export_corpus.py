@@ -82,6 +82,9 @@ windows, bucketed relative positions, QK-norm), usually into --out /tmp/holdout1
 --holdout 21 plans the thirteenth sweep (holdout_specs.HOLDOUT13A): corpus architectures exported with the options
 people set (holdout_specs.EXPORT_OPTIONS: output_attentions / output_hidden_states outputs, static shapes with a
 mask, pruned heads, batch 1, one new token with a cache), usually into --out /tmp/sweep13.
+--holdout 22 plans the fourteenth sweep (holdout_specs.HOLDOUT14A): corpus architectures with PEFT adapters exported
+unmerged (LoRA, DoRA, IA3, LoKr, LoHa, prompt / P- / prefix tuning; the peft package of the bench extra), usually
+into --out /tmp/sweep14.
 """
 
 from __future__ import annotations
@@ -119,6 +122,8 @@ CHECK_TOLERANCE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 1.6e-1}
 STYLES = ("dyn_mask", "static_nomask", "kv", "optimum", "torchscript", "torchscript_kv")
 KV_STYLES = ("kv", "torchscript_kv", "kv_latest_opset", "static_cache", "legacy_kv", "legacy_sdpa_kv",
              "legacy_dynamo_kv", "decode_one")
+# hold-out styles over a cache style (holdout_specs.PEFT_STYLES' lora_kv, ...) take its inputs and wrapper
+KV_STYLES += tuple(s for s, (base, _) in HOLDOUT_STYLES.items() if base in KV_STYLES and s not in KV_STYLES)
 SEED = 0
 BATCH, SEQ, PAST = 2, 8, 5
 AUDIO_SAMPLES = 400  # kind audio: waveform samples (the conv stack of holdout_specs.AUDIO makes 39 frames)
@@ -166,11 +171,12 @@ def perturb(model, seed: int = SEED) -> list[str]:
     return touched
 
 
-def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | None = None, prune=None):
+def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | None = None, prune=None, peft=None):
     """The seeded model; weights are perturbed in fp32 and then cast, so a float16 model holds the
     fp32 model's weights rounded (the two exports stay comparable). attn: the attention
     implementation to ask for (legacy styles), else the version's default. prune: {layer: heads} removed
-    (prune_heads)."""
+    (prune_heads). peft: holdout_specs.PEFT14's adapter config: the model becomes the PeftModel, adapters
+    added before the perturbation (so lora_B, IA3's ones and the norms all move off their init)."""
     import torch
     import transformers as tf
 
@@ -185,12 +191,31 @@ def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | Non
     else:
         config = getattr(tf, spec["config_class"])(**spec["config"], **({"attn_implementation": attn} if attn else {}))
         model = _hf_class(spec)(config).eval()
+    if peft:
+        model = with_peft(model, spec, peft)
     touched = perturb(model) if weights == "trained" else []
     if prune:
         prune_heads(model, prune)
     if dtype != "float32":
         model = model.to(getattr(torch, dtype))
     return config, model, touched
+
+
+PEFT_TASKS = {"decoder": "CAUSAL_LM", "seq2seq_decoder": "SEQ_2_SEQ_LM", "encoder": "FEATURE_EXTRACTION"}
+
+
+def with_peft(model, spec, cfg: dict):
+    """The PeftModel over model (--holdout 22): cfg["kind"] names the PeftType, the rest its config's fields;
+    the task follows the spec's kind (a vision tower takes none: PeftModel's forward passes everything on)."""
+    import peft
+
+    cfg = dict(cfg)
+    kind = cfg.pop("kind")
+    config_class = {"LORA": peft.LoraConfig, "IA3": peft.IA3Config, "LOKR": peft.LoKrConfig, "LOHA": peft.LoHaConfig,
+                    "PROMPT_TUNING": peft.PromptTuningConfig, "P_TUNING": peft.PromptEncoderConfig,
+                    "PREFIX_TUNING": peft.PrefixTuningConfig}[kind]
+    task = PEFT_TASKS.get(spec["kind"])
+    return peft.get_peft_model(model, config_class(task_type=task, **cfg)).eval()
 
 
 def prune_heads(model, plan: dict) -> None:
@@ -806,9 +831,10 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     spec = SPECS[arch]
     if _pinned_elsewhere(spec):  # --holdout 5 / 8: that transformers / torch version, in its own venv
         return export_legacy(arch, style, weights, path, dtype)
-    opts = EXPORT_OPTIONS.get(style, {})  # holdout_specs' export options (--holdout 21)
+    opts = EXPORT_OPTIONS.get(style, {})  # holdout_specs' export options (--holdout 21, 22)
+    peft = spec.get("peft_override", {}).get(style, opts.get("peft"))
     config, model, touched = build_model(arch, weights, dtype, LEGACY_ATTN.get(style, opts.get("attn")),
-                                         opts.get("prune"))
+                                         opts.get("prune"), peft)
     # a cache's layers (a VLM's: its text config's); PVT v2 / LeViT have stages
     n_layers = getattr(config, "num_hidden_layers", None) or getattr(config.get_text_config(), "num_hidden_layers", 0)
     torchscript = base_style(style).startswith("torchscript")
@@ -1423,7 +1449,8 @@ def main(argv=None) -> int:
                          "14: the eighth's part A (hand-written modules, tools/handwritten_models.py), "
                          "16: the ninth's part B (vision-language models, DETR-likes, hybrid decoders), "
                          "18: the tenth's part C (VLM language models with a KV cache), "
-                         "21: the thirteenth (export options); "
+                         "21: the thirteenth (export options), "
+                         "22: the fourteenth (PEFT adapters, not merged); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

@@ -1701,3 +1701,45 @@ HOLDOUT13A.update({f"{arch}_eo": dict(SPECS[arch], styles=styles, base_arch=arch
     ("whisper_encoder", ("attn_out", "hidden_out")), ("clip_vision", ("attn_out", "hidden_out")))})
 HOLDOUT13A["bart_encoder_eo"]["styles"] += ("attn_out",)
 HOLDOUT_SETS[21] = HOLDOUT13A
+
+
+# ---- fourteenth sweep (--holdout 22, HOLDOUT14A): fine-tuned models with PEFT adapters, not merged ------------
+# Corpus architectures (names _peft) with PEFT adapters exported as the PeftModel (no merge_and_unload):
+# lora (LoRA r = 4, every linear layer but the head, lora_dropout 0.1 at eval: each projection gains
+# x @ A^T @ B^T * scaling beside its MatMul), dora (DoRA: the weight's column norm beside it, rsLoRA's
+# alpha / sqrt(r)), ia_scales (IA3: per-channel scales on k, v and the MLP down projection's input), lokr / loha
+# (LyCORIS: the delta weight a Kronecker / Hadamard product of small factors), prompt / ptuning (virtual tokens
+# before the embeddings, the mask extended; P-tuning's through an MLP prompt encoder) and prefix (prefix tuning:
+# every layer's past keys / values from the prefix embedding). export_corpus.build_model reads EXPORT_OPTIONS'
+# "peft"; the lora_B / IA3 / LoKr factors PEFT zero- or one-initialises are perturbed with the norms and biases
+# (the "trained" perturbation), so the adapter is not a no-op that folding removes.
+PEFT_STYLES = {"lora": "dyn_mask", "lora_kv": "kv", "lora_script": "torchscript", "lora_script_kv": "torchscript_kv",
+               "dora": "dyn_mask", "dora_kv": "kv", "ia_scales": "dyn_mask", "lokr": "dyn_mask", "loha": "dyn_mask",
+               "prompt": "dyn_mask", "ptuning": "dyn_mask", "prefix": "dyn_mask"}
+HOLDOUT_STYLES.update({style: (base, {}) for style, base in PEFT_STYLES.items()})
+LORA14 = dict(kind="LORA", r=4, lora_alpha=8, lora_dropout=0.1, target_modules="all-linear")
+PEFT14 = {"lora": LORA14, "lora_kv": LORA14, "lora_script": LORA14, "lora_script_kv": LORA14,
+          "dora": dict(LORA14, use_dora=True, use_rslora=True), "dora_kv": dict(LORA14, use_dora=True, use_rslora=True),
+          "ia_scales": dict(kind="IA3"),  # PEFT's per-model-type targets: k, v and the MLP's down projection
+          "lokr": dict(kind="LOKR", r=4, alpha=8, target_modules="all-linear"),
+          "loha": dict(kind="LOHA", r=4, alpha=8, target_modules="all-linear"),
+          "prompt": dict(kind="PROMPT_TUNING", num_virtual_tokens=4),
+          "ptuning": dict(kind="P_TUNING", num_virtual_tokens=4, encoder_hidden_size=16),
+          "prefix": dict(kind="PREFIX_TUNING", num_virtual_tokens=4)}
+EXPORT_OPTIONS.update({style: dict(peft=cfg) for style, cfg in PEFT14.items()})
+EXPORT_FEATURES.update({style: {"dyn_mask": ["dynamic-shapes", "mask-input"], "kv": ["dynamic-shapes", "kv-cache"],
+                                "torchscript": ["dynamic-shapes", "torchscript-exporter"],
+                                "torchscript_kv": ["dynamic-shapes", "torchscript-exporter", "kv-cache"]}[base]
+                        + ["peft-" + PEFT14[style]["kind"].lower().replace("_", "-")]
+                        for style, base in PEFT_STYLES.items()})
+# GPT-2: LoRA on its Conv1D layers (the fused c_attn [in, 3 * hidden] among them), fan_in_fan_out as PEFT asks
+GPT2_LORA14 = dict(LORA14, target_modules=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True)
+PLAN14 = {"bert": ("lora", "lora_script", "dora", "ia_scales", "prompt"), "roberta": ("lora", "loha", "ptuning"),
+          "vit": ("lora", "lokr"), "llama": ("lora", "lora_kv", "lora_script", "dora", "dora_kv", "ia_scales",
+                                             "prompt", "prefix"),
+          "qwen2": ("lora", "lora_kv", "lokr", "ptuning"), "mistral": ("lora", "lora_kv"),
+          "gemma2": ("lora", "ia_scales"), "gpt2": ("lora", "lora_kv", "prefix"),
+          "bart_decoder": ("lora", "lora_kv"), "bart_encoder": ("lora",), "t5_decoder": ("lora_script_kv",)}
+HOLDOUT14A = {f"{arch}_peft": dict(SPECS[arch], styles=styles, base_arch=arch) for arch, styles in PLAN14.items()}
+HOLDOUT14A["gpt2_peft"]["peft_override"] = {"lora": GPT2_LORA14, "lora_kv": GPT2_LORA14}
+HOLDOUT_SETS[22] = HOLDOUT14A
