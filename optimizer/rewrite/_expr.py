@@ -288,6 +288,20 @@ def _shape_entries(v: ir.Value, sums: bool = False) -> list | None:
     return None if count(v) is None else [None] * count(v)
 
 
+def _dim_quotient(ctx, a, b):
+    """a / b for dims (ints or symbolic products: "4*batch" / 4 is "batch"), where provably exact;
+    fails otherwise (an unknown dim, a remainder, a symbol b has that a lacks)."""
+    from onnx_fuse.passes._dim_products import dim_text, div, to_dim
+
+    if _has_unknown([a, b]):
+        raise EvalFailure("dim_quotient: involves an unknown dimension")
+    da, db = to_dim(a), to_dim(b)
+    q = None if da is None or db is None else div(da, db)
+    if q is None:
+        raise EvalFailure(f"dim_quotient: {a} is not provably a multiple of {b}")
+    return q[0] if not q[1] else dim_text(q)
+
+
 def _expanded_dims(ctx, in_dims, shape, out=None) -> list:
     """The dims Expand(x, ``shape``) provably outputs when x has ``in_dims`` (ints, symbols;
     passing x's true dims where shape inference renamed an unknown one). ``shape`` is read
@@ -555,6 +569,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "head_source": _head_source,
     # whether a value provably has these dims (products as lists), from its shape or its Reshape
     "has_dims": lambda ctx, v, dims, in_dims=None: _dims.has_dims(v, dims, in_dims),
+    # a / b for dims where provably exact ("4*batch" / 4 is "batch"); fails otherwise
+    "dim_quotient": _dim_quotient,
     # the dims Expand(x, shape) provably outputs for x of these dims (None where unprovable;
     # an unreadable shape entry takes the inferred dim of the Expand's output ``out``)
     "expanded_dims": _expanded_dims,
