@@ -175,6 +175,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 
         bn_fold = (FoldBatchNormPass(),)
+        # O2: a projection with unmerged adapter branches (LoRA, DoRA, LoKr) of one activation as one
+        # MatMul, so the rules see the plain projection (passes/linear_branches.py)
+        from onnx_fuse.passes.linear_branches import MergeLinearBranchesPass
+
+        linear_branches = (MergeLinearBranchesPass(),)
         from onnx_fuse.passes.layout_chains import TRT_MAX_RANK, FoldLayoutChainsPass
 
         # onnx / ort write Attention-23 4-D; where the export's layout is [B, S, H*D] its 3-D form
@@ -208,7 +213,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # after the shape refresh: it reads the view's dims, which inference may only give once
         # folding made the shape arithmetic before it constant (Flux's TorchScript export)
         pair_picks = (UnbindPairsPass(),)
-        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, layout_chains, *contrib,
+        pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, *linear_branches,
+                                                layout_chains, *contrib,
                                                 *pair_picks) if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
         # (so are the O3 attention-prepare passes at O2)
@@ -235,6 +241,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         stages.append(Stage("pair-picks", keep(pair_picks), fixed_point=False))
         # after the refresh: the BN's channel is followed back through Reshapes by their inferred dims
         stages.append(Stage("batch-norm-fold", keep(bn_fold), fixed_point=False))
+        stages.append(Stage("linear-branches", keep(linear_branches), fixed_point=False))
         if attention_prepare:
             stages.append(Stage("attention-prepare", keep(attention_prepare), fixed_point=False))
         stages.append(Stage("target-prepare", keep(pre), fixed_point=False))
