@@ -251,8 +251,8 @@ PA_SPLIT_ALIGN = 64  # kPaSplitAlign: split lengths are multiples of this
 PA_TMA_HEAD_DIMS = (64, 128, 256)
 PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2))
 # D = 64 adds 8 warps x 3 / 4 stages (OF_PA_TMA_VARIANTS_D64): more K/V in flight per CTA for the MQA
-# grid of one CTA per SM (w8s3t planned for bf16 MQA from run 14: _default_decode_variant), and 16 warps x
-# 2 stages (tiles of 256 tokens; planned for fp16 MQA from run 17)
+# grid of one CTA per SM (w8s3t planned for bf16 MQA in runs 14-30), and 16 warps x 2 stages (tiles of
+# 256 tokens; planned for fp16 MQA from run 17, bf16 from run 31b: _default_decode_variant)
 PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2), (16, 2, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
@@ -793,7 +793,7 @@ def plan_paged_decode(
     planned = variant is None
     if planned:
         max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
-        variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device, dt)
+        variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
     variant = tuple(variant)
     compiled = (pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
                 + pa_cluster_variants(head_dim))
@@ -843,18 +843,18 @@ def plan_paged_decode(
     return dataclasses.replace(plan, window=window) if window else plan
 
 
-def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device,
-                            dt: str = "f16") -> tuple[int, int, int]:
-    """The decode variant measured fastest on the H200 (docs/PERF.md, run 6, block 16-64):
+def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits,
+                            device) -> tuple[int, int, int]:
+    """The decode variant measured fastest on the H200 (docs/PERF.md, run 6, block 16-64; D = 64 run 31b):
 
     - D = 128: one CTA per 8 kv heads, w8s2h (3.99 TB/s at B64 H32/8 against 3.95 for w4s3t and
       4.22 for SDPA on a contiguous cache), where Hkv % 8 == 0 and the block size is a power of
       two >= 16; else w4s3t (tensor copies per block and kv head, 1-4 % ahead of bulk).
-    - D = 64: MQA-like grids (batch * Hkv <= SMs) w8s3t (run 14, B128 H16/1 split 1: 2687-2689 GB/s
-      fp16, 2697-2704 bf16, against 2650-2658 / 2628-2655 for w8s2t, 2626-2658 for w8s4t; SDPA
-      2722-2738; run 6: w8s2t 2.65-2.69 against 2.55 for the cp.async w4s3); in fp16 w16s2t (run 17:
-      2694-2697 against 2636-2645 for w8s3t and 2619-2655 for w16s3t; in bf16 it read 2650-2655
-      against w8s3t's 2680, so bf16 keeps w8s3t); GQA keeps cp.async w4s3 (3.83, TMA w4s2t 3.80).
+    - D = 64: MQA-like grids (batch * Hkv <= SMs) w16s2t, tiles of 256 tokens at one CTA per SM (run
+      31b, read-flushed L2, B128 H16/1 split 1: fp16 3170-3192 GB/s, bf16 3168-3175 against 2984-2994
+      for w8s3t, SDPA 3287-3321; under the dirty-L2 flush of runs 14 / 17 bf16 had read w8s3t 1 %
+      ahead); GQA w4s2t where TMA applies (run 31b, B64 H32/8: 4186 against 4088 for the cp.async w4s3
+      and 4122 for w4s3t, SDPA 4265), else the cp.async w4s3 (the bulk forms read 18-46 % behind it).
     - D = 256: w4s2t (4.10, bulk 3.77, two runs). D = 80 / 96: bulk w4s2b (two stages, four CTAs
       per SM; TMA boxes into padded rows measured 8-10 % behind).
     The 8-warp ones need a grid that fills one CTA per SM to 90 % within ``max_splits`` splits
@@ -871,8 +871,9 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
                  and fills(batch * num_kv_heads // 8))
         return (8, 2, 3) if heads else (4, 3, 2)
     if head_dim == 64:
-        mqa = (16, 2, 2) if dt == "f16" else (8, 3, 2)
-        return mqa if batch * num_kv_heads <= device.num_sms and fills(batch * num_kv_heads) else PA_DEFAULT
+        if batch * num_kv_heads <= device.num_sms and fills(batch * num_kv_heads):
+            return (16, 2, 2)
+        return (4, 2, 2) if pa_tma_applies(head_dim, block_size, device) else PA_DEFAULT
     if head_dim == 256:
         return (4, 2, 2)
     return (4, 2, 1)

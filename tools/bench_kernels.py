@@ -30,7 +30,9 @@ on contiguous K/V, in TFLOP/s (4*Hq*D*sum of visible keys); once per dtype and h
 dense TMA prefill (m128n128w12t) runs beside them on the same batch and heads at S = cached + new,
 full and causal, with its own FLOP count, so the paged / dense ratio comes from one run. The
 device copy bandwidth (bytes read + written) is measured in the same run. Every timed
-variant is first checked against a torch reference (||out-ref||/||ref||), and rounds are
+variant is first checked against a torch reference (||out-ref||/||ref||). Each timed call starts from
+an L2 emptied by reading a large buffer (``--flush read``, tools/bench_timing.py; ``--flush zero`` is
+triton's do_bench, whose dirty lines the timed call writes back), and rounds are
 interleaved: each candidate is timed twice, in two passes, and both medians are reported (prefill:
 ``--passes N`` times each candidate N times, every other pass in reverse order, and adds the median and
 max of the N to the log: an A/B of close candidates).
@@ -178,6 +180,10 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=2, metavar="N",
                     help="prefill: timed passes over the candidates, every other one in reverse order (an A/B of "
                          "candidates whose order under the power limit matters; the log adds each row's median and max)")
+    ap.add_argument("--flush", choices=["read", "zero", "none"], default="read",
+                    help="the L2 flush before each timed call (tools/bench_timing.py): read (default) leaves clean "
+                         "lines, as a model's earlier kernels do; zero is triton's do_bench (dirty lines, whose "
+                         "write-back the timed call pays: up to 50 MB of HBM writes on the H200)")
     ap.add_argument("--decode-kv-heads", type=int, nargs="+", default=None, metavar="HKV",
                     help="decode rows with these kv head counts only (1: the MQA rows; a candidates run)")
     a = ap.parse_args()
@@ -185,7 +191,7 @@ def main() -> int:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from triton.testing import do_bench
+    from bench_timing import KernelTimer
 
     from onnx_fuse.plugins import build_kernels
     from onnx_fuse.plugins import launch_plan as lp
@@ -209,8 +215,8 @@ def main() -> int:
     else:
         lib = KernelLib.load()
 
-    def bench(fn) -> float:
-        return do_bench(fn, warmup=25, rep=150, return_mode="median")  # ms
+    bench = KernelTimer(a.flush, warmup_ms=25, rep_ms=150)  # bench(fn) -> median ms
+    print(f"timing: median of about 150 ms of calls, each after an L2 flush of kind {a.flush!r}", flush=True)
 
     def clock_under_load(fn, ms: float) -> str:
         """SM clock, power and temperature (nvidia-smi) sampled while about 0.4 s of fn's launches

@@ -1041,10 +1041,11 @@ def test_paged_decode_variants(lib, variant, splits, D):
 
 
 # The H200 default plans (launch_plan.plan_paged_decode) on shapes that reach them: head groups with
-# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w16s2t (fp16) / w8s3t (bf16) for MQA
+# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w16s2t for MQA and w4s2t for GQA
 # at D 64, w4s2t at D 256; ragged lengths and an empty sequence.
 @pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w16s2t"),
-                                  (64, 16, 8, 256, 16, "w4s2t")], ids=lambda c: c[-1])
+                                  (64, 32, 8, 64, 16, "w4s2t"), (64, 16, 8, 256, 16, "w4s2t")],
+                         ids=lambda c: f"d{c[3]}_{c[-1]}")
 def test_paged_decode_default_plans(lib, case):
     B, Hq, Hkv, D, bs, suffix = case
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("default", case)).encode()))
@@ -1107,7 +1108,7 @@ def test_paged_decode_tma_variants(lib, variant, splits, D):
 
 
 # MQA (one kv head, 16 query heads in the mma tile) with the 8- and 16-warp TMA variants (the 256-token
-# tiles of w16s2t planned for fp16, w8s3t for bf16; w8s2t, w8s4t candidates; D = 64 only): ragged lengths
+# tiles of w16s2t planned for both dtypes; w8s2t, w8s3t, w8s4t candidates; D = 64 only): ragged lengths
 # ending mid-tile, an empty sequence, 1 to 3 splits.
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("variant", [(8, 2, 2), (8, 3, 2), (8, 4, 2), (16, 2, 2)], ids=lambda v: f"w{v[0]}s{v[1]}t")

@@ -352,8 +352,8 @@ def test_decode_plan_every_head_size(head_dim):
     assert (p.warps, p.stages, p.bulk) in (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim)
                                            + lp.pa_heads_variants(head_dim) + lp.pa_cluster_variants(head_dim))
     # H200 default: head groups at D = 128 (cluster reduce: two splits in one wave), TMA tensor copies
-    # at 256, bulk rows at 80 / 96, cp.async at 64
-    assert p.bulk == {128: 4, 256: 2, 64: 0}.get(head_dim, 1)
+    # at 64 and 256, bulk rows at 80 / 96
+    assert p.bulk == {128: 4, 256: 2, 64: 2}.get(head_dim, 1)
     assert p.smem_bytes == lp.pa_smem_bytes(head_dim, p.warps, p.stages, p.bulk)
     for v in lp.pa_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, "bfloat16", num_splits=3, variant=v)
@@ -531,7 +531,7 @@ def test_pa_tma_variants_match_the_sources_and_plan():
                         break
                 assert got == ((w, st, 2) in src.get(d, set())), (d, w, st)
     assert set(lp.pa_tma_variants(64)) - set(lp.pa_tma_variants(128)) == {(8, 3, 2), (8, 4, 2), (16, 2, 2)}
-    # MQA: one CTA per SM, split 1 (w8s3t planned for bf16 from run 14, w16s2t (256-token tiles) for fp16 from run 17)
+    # MQA: one CTA per SM, split 1 (w16s2t, 256-token tiles, planned for fp16 from run 17 and bf16 from run 31b)
     for w, st in ((8, 3), (8, 4), (16, 2)):
         p = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(w, st, 2))
         assert p.kernel == f"onnx_fuse_pa_decode_f16_d64_w{w}s{st}t" and p.num_splits == 1 and p.grid == (1, 1, 128)
@@ -570,7 +570,8 @@ def test_pa_tma_variants_match_the_sources_and_plan():
 def test_decode_default_plans_are_the_measured_fastest():
     """plan_paged_decode's default variant and splits per head size on the H200 (docs/PERF.md run 6):
     D128 head groups w8s2h where Hkv % 8 == 0 (2 splits = 128 CTAs at B64), else w4s3t; D64 MQA
-    w16s2t (fp16, run 17) / w8s3t (bf16, run 14) at one CTA per SM, D64 GQA cp.async w4s3; D256 w4s2t; D80/96 bulk w4s2b; 8-warp grids fill
+    w16s2t at one CTA per SM (fp16 run 17, bf16 run 31b), D64 GQA w4s2t (run 31b; cp.async w4s3 where TMA does
+    not apply); D256 w4s2t; D80/96 bulk w4s2b; 8-warp grids fill
     one CTA per SM (split lengths aligned), small batches keep the 4-warp kernels."""
     def plan(*a, **k):
         return lp.plan_paged_decode(*a, **k)
@@ -588,11 +589,15 @@ def test_decode_default_plans_are_the_measured_fastest():
     m = plan(128, 16, 1, 64, 16, 256)  # run 17: w16s2t ahead of w8s3t in fp16, behind it in bf16
     assert m.kernel == "onnx_fuse_pa_decode_f16_d64_w16s2t" and m.grid == (1, 1, 128) and m.bulk == 2
     assert m.block == (512, 1, 1)
-    m = plan(128, 16, 1, 64, 16, 256, "bfloat16")  # run 14: w8s3t ahead of w8s2t
-    assert m.kernel == "onnx_fuse_pa_decode_bf16_d64_w8s3t" and m.grid == (1, 1, 128) and m.bulk == 2
+    m = plan(128, 16, 1, 64, 16, 256, "bfloat16")  # run 31b (read-flushed L2): w16s2t 6 % ahead of w8s3t
+    assert m.kernel == "onnx_fuse_pa_decode_bf16_d64_w16s2t" and m.grid == (1, 1, 128) and m.bulk == 2
     assert plan(32, 16, 1, 64, 16, 256).grid == (1, 4, 32)
     assert plan(128, 16, 1, 64, 12, 256).kernel.endswith("_d64_w4s3")  # no TMA at block 12: cp.async
-    assert plan(64, 32, 8, 64, 16, 256).kernel.endswith("_d64_w4s3") and plan(1, 16, 1, 64, 16, 256).kernel.endswith("_w4s3")
+    # D64 GQA (and MQA grids too small to fill the SMs): TMA w4s2t, cp.async w4s3 where TMA does not apply
+    assert plan(64, 32, 8, 64, 16, 256).kernel.endswith("_d64_w4s2t") and plan(1, 16, 1, 64, 16, 256).kernel.endswith("_w4s2t")
+    assert plan(64, 32, 8, 64, 12, 256).kernel.endswith("_d64_w4s3") and plan(64, 32, 8, 64, 32, 128).kernel.endswith("_w4s2t")
+    assert plan(64, 32, 8, 64, 16, 256, device=lp.DeviceInfo(name="A100", num_sms=108,
+                                                             compute_capability=(8, 0))).kernel.endswith("_d64_w4s3")
     assert plan(64, 32, 8, 256, 16, 256).kernel.endswith("_d256_w4s2t")
     assert plan(64, 32, 8, 256, 12, 256).kernel.endswith("_d256_w4s2b")
     for d in (80, 96):
