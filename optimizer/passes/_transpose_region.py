@@ -7,10 +7,16 @@ value in the region, and the producers of an inner node's other operands. The re
   - exits: Transposes of the region's values (they take p1 in their own perm),
   - Shape reads of the region's values (Shape(Transpose(v, p1)) = Gather(Shape(v), p1)),
   - constants and values whose dims are all 1 (constants are permuted, ones broadcast in any layout).
+Inner nodes: elementwise ops, last-axis norms (ORT's residual SkipLayerNormalization too, its sum an
+output of the region), Concat / Softmax / Split with their axis moved, a projection by a 2-D weight
+and ORT's biased activations where the last axis stays, an Expand whose target p1 leaves as it is.
 A region whose value is a graph output or is read by anything else is refused. Rewritten, the inner
 nodes run on the entries' inputs, so a pair that was only apart because an elementwise op, a
 last-axis norm or a Concat sat between two Transposes cancels: SD3's q / k are transposed to
-[B, H, S, D], RMSNorm'd, concatenated over S and transposed back (three Transposes, none after).
+[B, H, S, D], RMSNorm'd, concatenated over S and transposed back (three Transposes, none after);
+fairseq's time-first models (FSMT) transpose x to [T, B, C] once and back at the end, around layers
+whose fused attention reads [B, S, C]: the input Transpose sinks through every projection, norm and
+FFN into the attention's Transposes and the output's (10 Transposes -> 0).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import dataclasses
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_products import shape_vector
 from onnx_fuse.passes._infra import is_default_op
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -38,6 +45,12 @@ BROADCAST = frozenset({
 # the permutation keeps each of those axes in place
 _NORMS = {("", "LayerNormalization"), ("", "RMSNormalization"),
           ("com.microsoft", "LayerNormalization"), ("com.microsoft", "SimplifiedLayerNormalization")}
+# ORT's residual norms: y = norm(x + skip (+ bias)) over the last axis, output 3 the sum; x and skip
+# carry the layout (the same shape), outputs 1 / 2 (mean, inverse deviation) must be unread
+_SKIP_NORMS = {("com.microsoft", "SkipLayerNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization")}
+# ORT's activations with a [C] bias on the last axis (input 1)
+_BIAS_LAST = {("com.microsoft", "FastGelu"), ("com.microsoft", "BiasGelu"), ("com.microsoft", "Gelu"),
+              ("com.microsoft", "QuickGelu")}
 # one axis, moved with the permutation (opset 13 on: earlier Softmax flattens from the axis on)
 ONE_AXIS = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
 MAX_NODES = 256  # a region larger than this is left (the walk stays cheap)
@@ -122,7 +135,7 @@ def collect(start: ir.Node, opset: int) -> Region:
                 add_inner(producer)
             else:
                 raise Refused
-        values.extend(node.outputs)
+        values.extend(node.outputs[j] for j in layout_outputs(node) if node.outputs[j] is not None)
 
     add_entry(start)
     while values:
@@ -172,10 +185,29 @@ def _is_entry(node: ir.Node | None, region: Region) -> bool:
 
 
 def layout_inputs(node: ir.Node) -> list[int]:
-    """The inputs that carry the region's layout (the norms' scale / bias do not)."""
-    if (node.domain or "", node.op_type) in _NORMS or node.op_type in ONE_AXIS:
+    """The inputs that carry the region's layout (the norms' scale / bias, a MatMul's weight, a
+    Split's sizes do not)."""
+    key = (node.domain or "", node.op_type)
+    if key in _SKIP_NORMS:
+        return [0, 1]
+    if key in _NORMS or key in _BIAS_LAST or node.op_type in ONE_AXIS or key in (("", "MatMul"), ("", "Split"), ("", "Expand")):
         return [0]
     return list(range(len(node.inputs)))
+
+
+def layout_outputs(node: ir.Node) -> list[int]:
+    """The outputs in the region's layout (a Split's every part, a residual norm's sum); the others
+    must be unread."""
+    key = (node.domain or "", node.op_type)
+    if key == ("", "Split"):
+        return list(range(len(node.outputs)))
+    if key in _SKIP_NORMS:
+        return [0, 3]
+    return [0]
+
+
+def _rank(v: ir.Value | None) -> int | None:
+    return None if v is None or v.shape is None else len(v.shape)
 
 
 def _layout_op(node: ir.Node, region: Region, opset: int) -> bool:
@@ -191,9 +223,47 @@ def _check_layout_op(node: ir.Node, region: Region, opset: int) -> None:
     rank, out = region.rank, node.outputs[0] if node.outputs else None
     if out is None or out.shape is None or len(out.shape) != rank:
         raise Refused  # broadcasting must not add axes in front of the region's
-    if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
-        raise Refused  # a norm's mean / inverse deviation: reduced shapes, not followed
+    kept = layout_outputs(node)
+    for j, o in enumerate(node.outputs):
+        if j in kept:
+            if o is not None and (o.uses() or o.is_graph_output()) and _rank(o) != rank:
+                raise Refused
+        elif o is not None and (o.uses() or o.is_graph_output()):
+            raise Refused  # a norm's mean / inverse deviation: reduced shapes, not followed
     key = (node.domain or "", node.op_type)
+    last_kept = region.p1[-1] == rank - 1
+    if key in _SKIP_NORMS:
+        # over the last axis; x and skip of one shape (ORT also broadcasts a lower-rank skip)
+        x, skip = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+        if not last_kept or _rank(x) != rank or _rank(skip) != rank or x.shape.dims != skip.shape.dims:
+            raise Refused
+        return
+    if key in _BIAS_LAST:
+        if not last_kept or any(_rank(b) not in (None, 1) for b in node.inputs[1:2] if b is not None):
+            raise Refused
+        return
+    if key == ("", "MatMul"):
+        # x [.., K] @ w [K, N] works on the last axis alone: any order of the others gives the same rows
+        if not last_kept or _rank(node.inputs[0]) != rank or _rank(node.inputs[1]) != 2:
+            raise Refused
+        return
+    if key == ("", "Expand"):
+        # the target shape is kept as it is: each entry must equal the one p1 moves to its place
+        # (prompts Expand(P [1, H, L, D], [B, 1, 1, 1]) read in [B, L, H, D]); read symbolically
+        read = shape_vector(node.inputs[1], {}) if len(node.inputs) > 1 else None
+        entries = None if read is None else read[0]
+        if entries is None or len(entries) != rank or any(
+                i != j and (entries[i] is None or entries[i] != entries[j]) for i, j in enumerate(region.p1)):
+            raise Refused
+        return
+    if key == ("", "Split"):
+        a = node.attributes.get("axis")
+        if a is not None and a.is_ref():
+            raise Refused
+        axis = 0 if a is None else int(a.value)
+        if not -rank <= axis < rank:
+            raise Refused
+        return
     if key in _NORMS:
         a = node.attributes.get("axis")
         axis = -1 if a is None else (None if a.is_ref() else int(a.value))

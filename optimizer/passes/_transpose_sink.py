@@ -38,12 +38,14 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
             if v is None:
                 continue
             if (id(op), j) in constants:
-                op.replace_input_with(j, _permuted(graph, v, inv, len(p1)))
+                if not _broadcasts_alike(v, inv, len(p1)):
+                    op.replace_input_with(j, _permuted(graph, v, inv, len(p1)))
             elif source(v) is not v:
                 op.replace_input_with(j, source(v))
-        if op.op_type == "Concat" or op.op_type in ONE_AXIS:
+        if op.op_type in ("Concat", "Split") or op.op_type in ONE_AXIS:
             a = op.attributes.get("axis")
-            op.attributes["axis"] = ir.AttrInt64("axis", region.new_axis(-1 if a is None else int(a.value)))
+            default = 0 if op.op_type == "Split" else -1
+            op.attributes["axis"] = ir.AttrInt64("axis", region.new_axis(default if a is None else int(a.value)))
         for out in op.outputs:
             if out.shape is not None and len(out.shape) == len(p1):
                 out.shape = ir.Shape([out.shape.dims[i] for i in inv])
@@ -84,6 +86,16 @@ def _shape_through(graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int], 
     graph.insert_after(shape, [whole, gather])
     reroute(shape.outputs[0], gather.outputs[0])
     graph.remove(shape, safe=True)
+
+
+def _broadcasts_alike(v: ir.Value, inv: list[int], rank: int) -> bool:
+    """Whether the constant ``v`` broadcasts the same in both layouts (a [C] bias when the last axis
+    stays): its padded shape unchanged by ``inv``, its axes of size > 1 in the same order."""
+    dims = constant_tensor(v).shape
+    padded = (1,) * (rank - len(dims)) + tuple(dims)
+    moved = [padded[i] for i in inv]
+    big = [i for i in inv if padded[i] != 1]
+    return tuple(moved) == padded and big == sorted(big)
 
 
 def _permuted(graph: ir.Graph, v: ir.Value, inv: list[int], rank: int) -> ir.Value:

@@ -3,8 +3,9 @@
 Cases handled (each counted in ``stats``):
 - ``transpose-sunk``: Transposes by p1 -> ops that do not care about layout -> Transposes by p2
   become the ops on the first Transposes' inputs -> Transposes by p1[p2] (passes/_transpose_region.py
-  collects the region: elementwise ops, last-axis norms whose axes p1 keeps, Concat / Softmax with
-  their axis moved, constants permuted, Shape reads picked by p1); identity-elimination then drops an
+  collects the region: elementwise ops, last-axis norms whose axes p1 keeps, Concat / Softmax / Split
+  with their axis moved, projections by a 2-D weight, Expands whose target p1 keeps, constants
+  permuted, Shape reads picked by p1); identity-elimination then drops an
   identity permutation, so an inverse pair cancels. Done only when fewer Transposes are left.
 - ``reshape-of-reshape``: Reshape(Reshape(x, s1), s2) reads x directly when s2 does not copy (0) a dim
   of the middle value that x does not have at the same axis; identity-elimination then drops a
