@@ -7,7 +7,8 @@ Cases handled (each counted in ``stats`` under the op type):
 - Reshape to the same shape (entries 0 = copy, equal to the input's static dim, or the same
   symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
   shape the input already has (same reasoning), Transpose with the identity
-  permutation, Slice over whole axes with step 1, Squeeze without axes of a static shape with no 1s,
+  permutation, Slice over whole axes with step 1, a Slice from 0 of an Expand that gives the
+  expanded value's shape back (the value: PEFT's prompt encoders), Squeeze without axes of a static shape with no 1s,
   Pad with all-zero pads, Flatten of a rank-2 input at axis 1; Squeeze(Unsqueeze(a, A), A) (a;
   the other order stays: unbind-pairs' picks, Slice -> Squeeze -> Unsqueeze -> Concat, are what the
   interleaved-RoPE rules match);
@@ -155,7 +156,7 @@ class IdentityEliminationPass(FusePass):
                 return x if rank is not None and rank <= 1 else None
             return x if perm is not _Unknown and list(perm) == list(range(len(perm))) else None
         if op == "Slice":
-            return x if self._whole_slice(node, x) else None
+            return x if self._whole_slice(node, x) else self._expand_taken_back(node, x)
         if op == "Squeeze":  # not Unsqueeze(Squeeze(a)): the interleaved-RoPE rules read that pair
             undone = self._undone_axes(node, x)
             if undone is not None:
@@ -270,6 +271,43 @@ class IdentityEliminationPass(FusePass):
             return False
         return all(t == 1 or _dim_matches(t, d)
                    for t, d in zip(reversed(found[0]), reversed(dims)))
+
+    @classmethod
+    def _expand_taken_back(cls, node: ir.Node, x: ir.Value) -> ir.Value | None:
+        """Slice(Expand(a, s)) is a when, on every axis, the Slice takes a whole axis Expand kept (its target
+        entry 1 or a's dim) or the first entry of an axis Expand broadcast from 1 (from 0, step 1; expanded
+        dims are taken as >= 1), and leaves no broadcast axis whole. PEFT's prompt encoders write it (the
+        virtual-token ids [1, P] expanded to the batch, then [:1]); once it is gone their embedding / MLP
+        reads constants only and folds."""
+        inner = x.producer()
+        if inner is None or inner.op_type != "Expand" or inner.domain not in ("", "ai.onnx") or len(inner.inputs) < 2:
+            return None
+        a = inner.inputs[0]
+        dims = _dims(a) if a is not None else None
+        found = _shape_entries(inner.inputs[1])
+        ins = list(node.inputs) + [None] * 5
+        if dims is None or found is None or found[1] or len(found[0]) > len(dims) or ins[1] is None:
+            return None
+        entries = [1] * (len(dims) - len(found[0])) + list(found[0])
+        kept = [t == 1 or _dim_matches(t, d) for t, d in zip(entries, dims)]
+        starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
+        axes = _const_ints(ins[3]) if ins[3] is not None else list(range(len(starts or ())))
+        steps = _const_ints(ins[4]) if ins[4] is not None else [1] * len(starts or ())
+        if starts is None or ends is None or axes is None or steps is None:
+            return None
+        sliced = {}
+        for s, e, ax, st in zip(starts, ends, axes, steps):
+            if not -len(dims) <= ax < len(dims) or s != 0 or st != 1:
+                return None
+            sliced[ax % len(dims)] = e
+        for i, (d, keep) in enumerate(zip(dims, kept)):
+            e = sliced.get(i)
+            if keep:   # the whole axis (or not sliced)
+                if e is not None and not (e >= _BIG or (isinstance(d, int) and e >= d)):
+                    return None
+            elif d != 1 or e is None or e < 1:   # broadcast from 1: the first copy only
+                return None
+        return a
 
     @staticmethod
     def _whole_slice(node: ir.Node, x: ir.Value) -> bool:

@@ -12,8 +12,12 @@ Nothing here names an adapter: a value qualifies when it is built only from
     back to a's leading dims, where a is x or (read by that MatMul only) another such MatMul of x;
   - Add / Sub of two such values, Mul / Div / Add / Sub by a constant that varies along the last axis
     only (a per-column scale or bias), Neg;
-every path reaching x through at least one MatMul, and at least two MatMuls in all (one MatMul with its
-bias is already the plain form). M and c come from evaluating those ops on the rows of the identity
+every path reaching x through at least one MatMul, the merged weight no larger than the weights it
+replaces (a low-rank chain x @ A @ B alone stays: merged it would cost K * N instead of (K + N) * r), and
+at least two MatMuls in all, or one rescaled by a
+per-column vector (IA3's scales on k / v: (x @ W + b) * l is x @ (W * l) + b * l). One MatMul with its
+bias is already the plain form, and a scalar or uniform scale after it stays (the attention's
+1 / sqrt(d) on q, which the recognizers read). M and c come from evaluating those ops on the rows of the identity
 and on a zero row (each op acts on rows alone, so f(x) = x @ (f(I) - f(0)) + f(0)), in float64, cast
 to the weights' dtype. The result keeps the plain export's form: MatMul + Add (or the Conv1D's
 Reshape / Gemm / Reshape). Intermediate values read outside the branch, or graph outputs, refuse it.
@@ -50,6 +54,12 @@ def _known_equal(dims, others) -> bool:
     """Two shapes the same dim for dim, each dim known (an int or a named symbol: two unknowns prove nothing)."""
     known = lambda d: isinstance(d, int) or getattr(d, "value", None) is not None  # noqa: E731
     return len(dims) == len(others) and all(known(d) and known(e) and d == e for d, e in zip(dims, others))
+
+
+def _varies(c: np.ndarray) -> bool:
+    """A per-column vector with different entries (a scalar or uniform scale is the attention's 1/sqrt(d)
+    idiom that the recognizers read, so it stays)."""
+    return c.size > 1 and bool(np.any(c != c.reshape(-1)[0]))
 
 
 def _weight(node: ir.Node):
@@ -92,6 +102,13 @@ def _conv1d(value: ir.Value):
     return outer, gemm, inner, attr_value(gemm, "alpha", 1.0) * w, bias
 
 
+def k_n(branch: "_Branch", top: ir.Value) -> int:
+    """Elements of the merged weight [K, N]: K from the root, N from the top's last dim."""
+    (x,) = branch.roots
+    k, n = x.shape[-1], top.shape[-1] if top.shape is not None else None
+    return k * n if isinstance(k, int) and isinstance(n, int) else 1 << 62
+
+
 class _Branch:
     """The affine ops from one top value down to its activation x (module docstring)."""
 
@@ -101,6 +118,8 @@ class _Branch:
         self.roots: set = set()
         self.matmuls = 0
         self.conv1d = None   # (inner Reshape target, outer Reshape target) of a Conv1D form reading x
+        self.rescaled = False   # a Mul / Div by a per-column vector (IA3's k / v scales): part of the weight
+        self.weight_elements = 0   # of the MatMuls' weights: the merged one must not be larger
 
     def post(self, v: ir.Value) -> bool:
         """v: a sum / scale / bias of linear maps of x."""
@@ -124,9 +143,11 @@ class _Branch:
             elif cb is not None and ca is None:
                 ok = self.post(a)
                 step = (op.lower() + "_c", a, cb)
+                self.rescaled |= op in ("Mul", "Div") and _varies(cb)
             elif ca is not None and cb is None and op in ("Add", "Mul", "Sub"):
                 ok = self.post(b)
                 step = ("c_" + op.lower(), b, ca)
+                self.rescaled |= op == "Mul" and _varies(ca)
             else:
                 return False
         else:
@@ -150,6 +171,7 @@ class _Branch:
             a = inner.inputs[0]
             self.nodes += [inner, gemm, outer]
         self.matmuls += 1
+        self.weight_elements += w.size
         if a is None or a.shape is None or len(a.shape) < 2:
             return False
         inner_mm = a.producer()
@@ -200,14 +222,18 @@ class MergeLinearBranchesPass(FusePass):
         modified = False
         for graph in model.graphs():
             for node in reversed(list(graph)):   # the widest sum first: its parts are not tops then
-                if node.graph is graph and is_default_op(node, "Add", "Sub"):
+                if node.graph is graph and is_default_op(node, "Add", "Sub", "Mul", "Div"):
                     modified |= self._merge(graph, node)
         return ir.passes.PassResult(model, modified=modified)
 
     def _merge(self, graph: ir.Graph, top_node: ir.Node) -> bool:
         top = top_node.outputs[0]
         branch = _Branch()
-        if not branch.post(top) or branch.matmuls < 2 or len(branch.roots) != 1:
+        if not branch.post(top) or len(branch.roots) != 1:
+            return False
+        if branch.matmuls < 2 and not branch.rescaled:   # one projection and its bias: the plain form
+            return False
+        if branch.weight_elements < k_n(branch, top):   # a low-rank chain alone (x @ A @ B): merging grows it
             return False
         (x,) = branch.roots
         inside = {id(n) for n in branch.nodes}

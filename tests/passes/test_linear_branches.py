@@ -103,8 +103,9 @@ def test_one_matmul_with_its_scale_stays():
 
 
 def test_near_misses_are_refused():
-    """A branch value read elsewhere (a graph output), two activations, a constant varying along the rows,
-    and an identity path (x + x @ W, a residual) stay as they are."""
+    """A branch value read elsewhere (a graph output), two activations (and the low-rank chain over x2 alone:
+    merged it would be larger than A and B), a constant varying along the rows, and an identity path
+    (x + x @ W, a residual) stay as they are."""
     lora_out = _model([oh.make_node("MatMul", ["x", "W"], ["base"]), *_lora(),
                        oh.make_node("Add", ["base", "lora"], ["y"])], LORA_INITS, outputs=("y", "lora_a"))
     two_inputs = _model([oh.make_node("MatMul", ["x", "W"], ["base"]), *_lora(x="x2"),
@@ -117,3 +118,20 @@ def test_near_misses_are_refused():
     for proto in (lora_out, two_inputs, row_scale, residual):
         _, modified, _ = _run(proto)
         assert not modified
+
+
+def test_ia3_per_column_scale_joins_the_weight():
+    """IA3 on k / v: (x @ W + b) * l with l a per-column vector is x @ (W * l) + b * l."""
+    proto = _model([oh.make_node("MatMul", ["x", "W"], ["xw"]), oh.make_node("Add", ["xw", "bias"], ["b1"]),
+                    oh.make_node("Mul", ["l", "b1"], ["y"])], {**LORA_INITS, "l": (N,)})
+    model, modified, p = _run(proto)
+    assert modified and ops(model) == {"MatMul": 1, "Add": 1} and p.stats["MatMul"] == 1
+    check_same(proto, model, _feeds())
+
+
+def test_uniform_vector_scale_stays():
+    """A scale whose entries are all equal reads as the attention's 1 / sqrt(d): not merged."""
+    proto = _model([oh.make_node("MatMul", ["x", "W"], ["xw"]), oh.make_node("Mul", ["xw", "u"], ["y"])],
+                   {"W": (K, N)}, ints={"u": np.full(N, 0.25, np.float32)})
+    _, modified, _ = _run(proto)
+    assert not modified
