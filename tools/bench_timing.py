@@ -12,7 +12,9 @@ matters for memory-bound kernels:
   and more than a third of the 134 MB MQA read (docs/PERF.md, session 21, run 31a).
 - ``none``: no flush (the previous repetition's lines stay).
 
-Compute-bound prefill kernels time the same either way. Reported: the median of the repetitions
+Prefill reads 8-15 % faster after the read flush too, ours and cuDNN alike (run 31e), which the
+write-back's bytes do not explain (the power limit reacting to the memset is the likelier cause), so
+tools/gpu_session.sh times the prefill families under ``zero``, the harness their targets were set in. Reported: the median of the repetitions
 (milliseconds), each bracketed by its own CUDA events, as do_bench's ``return_mode="median"``.
 """
 
