@@ -12,8 +12,9 @@ Nothing here names an adapter: a value qualifies when it is built only from
     back to a's leading dims, where a is x or (read by that MatMul only) another such MatMul of x;
   - Add / Sub of two such values, Mul / Div / Add / Sub by a constant that varies along the last axis
     only (a per-column scale or bias), Neg;
-every path reaching x through at least one MatMul, the merged weight no larger than the weights it
-replaces (a low-rank chain x @ A @ B alone stays: merged it would cost K * N instead of (K + N) * r), and
+every path reaching x through at least one MatMul, the merged weight no larger than the weights the merge
+frees (a low-rank chain x @ A @ B alone stays: merged it would cost K * N instead of (K + N) * r; so does a
+branch beside a weight another op reads too, a tied embedding), and
 at least two MatMuls in all, or one rescaled by a
 per-column vector (IA3's scales on k / v: (x @ W + b) * l is x @ (W * l) + b * l). One MatMul with its
 bias is already the plain form, and a scalar or uniform scale after it stays (the attention's
@@ -119,7 +120,7 @@ class _Branch:
         self.matmuls = 0
         self.conv1d = None   # (inner Reshape target, outer Reshape target) of a Conv1D form reading x
         self.rescaled = False   # a Mul / Div by a per-column vector (IA3's k / v scales): part of the weight
-        self.weight_elements = 0   # of the MatMuls' weights: the merged one must not be larger
+        self.weights: list[tuple[ir.Value, int]] = []   # (weight value, elements): the merged one must not be larger
 
     def post(self, v: ir.Value) -> bool:
         """v: a sum / scale / bias of linear maps of x."""
@@ -163,6 +164,7 @@ class _Branch:
         if w is not None:
             a = node.inputs[0]
             self.nodes.append(node)
+            self.weights.append((node.inputs[1], w.size))
         else:
             form = _conv1d(v)
             if form is None:
@@ -170,8 +172,8 @@ class _Branch:
             outer, gemm, inner, w, bias = form
             a = inner.inputs[0]
             self.nodes += [inner, gemm, outer]
+            self.weights.append((gemm.inputs[1], w.size))
         self.matmuls += 1
-        self.weight_elements += w.size
         if a is None or a.shape is None or len(a.shape) < 2:
             return False
         inner_mm = a.producer()
@@ -233,10 +235,15 @@ class MergeLinearBranchesPass(FusePass):
             return False
         if branch.matmuls < 2 and not branch.rescaled:   # one projection and its bias: the plain form
             return False
-        if branch.weight_elements < k_n(branch, top):   # a low-rank chain alone (x @ A @ B): merging grows it
-            return False
         (x,) = branch.roots
         inside = {id(n) for n in branch.nodes}
+        # the weights the merge frees (read by the branch only: a weight tied to another op stays) must
+        # hold at least the merged [K, N]: a low-rank chain alone (x @ A @ B) or a LoRA beside a tied
+        # lm_head would grow the model
+        freed = sum(size for w, size in branch.weights
+                    if not w.is_graph_output() and all(id(u.node) in inside for u in w.uses()))
+        if freed < k_n(branch, top):
+            return False
         for n in branch.nodes:   # nothing of the branch but its top may be read elsewhere
             if n is top_node:
                 continue

@@ -22,7 +22,8 @@ def _model(nodes, inits, outputs=("y",), extra_inputs=(), ints=None):
     arrays.update(ints or {})
     graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", F, ["b", "s", K]), *extra_inputs],
                           [oh.make_tensor_value_info(o, F, ["b", "s", R if o.endswith("_a") else N if o != "y" or
-                                                             "Wsq" not in inits else K]) for o in outputs],
+                                                             "Wsq" not in inits else K])
+                           for o in outputs],
                           [numpy_helper.from_array(a, n) for n, a in arrays.items()])
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
     model.ir_version = 9
@@ -133,5 +134,14 @@ def test_uniform_vector_scale_stays():
     """A scale whose entries are all equal reads as the attention's 1 / sqrt(d): not merged."""
     proto = _model([oh.make_node("MatMul", ["x", "W"], ["xw"]), oh.make_node("Mul", ["xw", "u"], ["y"])],
                    {"W": (K, N)}, ints={"u": np.full(N, 0.25, np.float32)})
+    _, modified, _ = _run(proto)
+    assert not modified
+
+
+def test_lora_beside_a_tied_weight_stays():
+    """W also read by an embedding Gather (a tied lm_head): merging would add a second [K, N] weight."""
+    proto = _model([oh.make_node("MatMul", ["x", "W"], ["base"]), *_lora(), oh.make_node("Add", ["base", "lora"], ["y"]),
+                    oh.make_node("Gather", ["W", "ids"], ["rows"])], LORA_INITS, outputs=("y", "rows"),
+                   extra_inputs=[oh.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["b", "s"])])
     _, modified, _ = _run(proto)
     assert not modified
