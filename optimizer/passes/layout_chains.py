@@ -11,6 +11,13 @@ Cases handled (each counted in ``stats``):
   of the middle value that x does not have at the same axis; identity-elimination then drops a
   Reshape to x's own shape, so a head split undone by its merge cancels.
 
+- ``gemm-view``: Reshape(Gemm(Reshape(t, [-1, K])), t's leading dims + [N]) as MatMul (+ Add) on t,
+  where a Transpose reads or feeds the views (passes/_gemm_view.py: torch MHA's out-projection), so
+  the projection joins a transpose-sunk region.
+- ``picks-through-transpose`` / ``picks-as-split``: constant Gathers of a Transpose read its input
+  (the Transposes after them take the perm), and constant Gathers of a Reshape splitting the last
+  axis into [G, C] are one Split of it (passes/_packed_picks.py: torch MHA's packed q / k / v).
+
 - ``layout-chain``: a chain of Reshapes, Flattens (a Reshape to [prod(dims[:axis]), prod(dims[axis:])])
   and Transposes from known (int or symbolic) dims as at most Reshape, Transpose, Reshape on x's
   own dims where it moves whole axes; a symbolic dim is split only into exact factors (3*n as n and
@@ -35,7 +42,9 @@ import onnx_ir as ir
 
 from onnx_fuse.passes import _attention_3d
 from onnx_fuse.passes._chain_reads import LAYOUT_OPS
+from onnx_fuse.passes._gemm_view import gemm_view
 from onnx_fuse.passes._infra import FusePass, is_default_op
+from onnx_fuse.passes._packed_picks import picks_as_split, picks_through_transpose
 from onnx_fuse.passes._reshape_of_reshape import reshape_of_reshape
 from onnx_fuse.passes._static_chain import fold_static_chain
 from onnx_fuse.passes._transpose_sink import sink_transpose
@@ -77,8 +86,17 @@ class FoldLayoutChainsPass(FusePass):
                 if sink_transpose(graph, node, opset):
                     self.stats["transpose-sunk"] += 1
                     modified = True
+                elif picks_through_transpose(graph, node):
+                    self.stats["picks-through-transpose"] += 1
+                    modified = True
             elif is_default_op(node, "Reshape"):
-                if reshape_of_reshape(node):
+                if gemm_view(graph, node):
+                    self.stats["gemm-view"] += 1
+                    modified = True
+                elif picks_as_split(graph, node, opset):
+                    self.stats["picks-as-split"] += 1
+                    modified = True
+                elif reshape_of_reshape(node):
                     self.stats["reshape-of-reshape"] += 1
                     modified = True
         return ir.passes.PassResult(model, modified=modified)
