@@ -247,6 +247,9 @@ class PrecisionConversionPass(FusePass):
             _infer_types(model)
             if fill_output_types(graph, opsets):
                 _infer_types(model)
+        # the outputs that are float32 now: only these are the model's float32 signature to keep (a model
+        # whose outputs are float16 already keeps them so, not cast to float32)
+        f32_outputs = {i for i, v in enumerate(graph.outputs) if v.dtype == F32}
         slots, keep = self._decide(graph, opsets)
         self._names = {v.name for n in ir.traversal.RecursiveGraphIterator(graph) for v in n.outputs}
         self._names |= {v.name for v in graph.inputs} | set(graph.initializers)
@@ -291,8 +294,7 @@ class PrecisionConversionPass(FusePass):
                         cast = self._cast_after(graph, src, dtype)
                         for node, i in group:
                             node.replace_input_with(i, cast)
-        f32_outputs = [i for i, v in enumerate(graph.outputs) if v.dtype == F32]
-        self._fix_outputs(graph, pool_outs)
+        self._fix_outputs(graph, pool_outs, f32_outputs)
         self.stats["io-converted"] += sum(graph.outputs[i].dtype != F32 for i in f32_outputs
                                           if graph.outputs[i] not in pool_outs)
         self._remove_redundant_casts(graph)
@@ -436,10 +438,12 @@ class PrecisionConversionPass(FusePass):
         self.stats["mask-floors"] += 1
         return out
 
-    def _fix_outputs(self, graph: ir.Graph, pool_outs: set[ir.Value]) -> None:
-        """Graph outputs get their original float32 back (or the low type without keep_io);
-        KV pool outputs keep the low type."""
+    def _fix_outputs(self, graph: ir.Graph, pool_outs: set[ir.Value], f32_outputs: set[int]) -> None:
+        """Graph outputs that were float32 (positions ``f32_outputs``) get float32 back (or the low type
+        without keep_io); KV pool outputs keep the low type, and outputs of other dtypes stay as they were."""
         for idx, v in enumerate(list(graph.outputs)):
+            if idx not in f32_outputs:
+                continue
             want = F32 if self.keep_io_types else self.low
             if v.dtype not in (F32, self.low) or v.dtype == want or v in pool_outs:
                 continue

@@ -149,6 +149,29 @@ def test_keep_io_types_false_converts_io():
     assert got.dtype == np.float16 and rel_err(ref, got) <= TOL["fp16"]
 
 
+@pytest.mark.parametrize("keep_io_types", [True, False])
+def test_float16_outputs_of_a_float16_model_stay_float16(keep_io_types):
+    """A model already in float16 at its outputs with a float32 island inside (a QDQ or upcast section):
+    the conversion lowers the island, and only the outputs that were float32 change dtype (back to float32
+    with keep_io_types, to float16 without). The float16 output used to come back as float32 (fuzz seed
+    2759514164 under --precision fp16: a signature change)."""
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=T.FLOAT, name="up"),
+        helper.make_node("MatMul", ["xf", "W"], ["h"], name="mm"),
+        helper.make_node("Cast", ["h"], ["h16"], to=T.FLOAT16, name="down"),
+        helper.make_node("Relu", ["h16"], ["y"], name="relu"),
+    ]
+    proto = model(nodes, [vi("x", T.FLOAT16, ["b", 16])],
+                  [vi("y", T.FLOAT16, ["b", 8]), vi("h", T.FLOAT, ["b", 8])], [w("W", 16, 8, scale=0.3)])
+    out, p, modified = convert(proto, keep_io_types=keep_io_types)
+    assert modified and node_dtypes(out)["mm"] == ("MatMul", T.FLOAT16)
+    assert [o.type.tensor_type.elem_type for o in out.graph.output] == [
+        T.FLOAT16, T.FLOAT if keep_io_types else T.FLOAT16]
+    feeds = {"x": np.random.default_rng(4).standard_normal((3, 16)).astype(np.float16)}
+    for ref, got in zip(run(proto, feeds), run(out, feeds)):
+        assert rel_err(ref, got) <= TOL["fp16"]
+
+
 # --- islands, shape paths, constants -----------------------------------------------------------
 
 def _decomposed_layer_norm_model():
