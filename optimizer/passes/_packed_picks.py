@@ -6,8 +6,9 @@ torch's nn.MultiheadAttention splits its packed in-projection [S, B, 3C] with
 Reshape to [S, B, 3, C], a Transpose by [2, 0, 1, 3] and Gathers of 0, 1, 2 over axis 0, each then
 transposed to [B, S, C] for the fused attention. Two identities take that apart:
   - Gather(Transpose(v, p), i, axis=a) = Transpose(Gather(v, i, axis=p[a]), p without a): done where
-    every reader of the Transpose is such a Gather read only by a Transpose, whose perm then takes the
-    rest, so the one Transpose before the picks goes and those after them compose (an identity drops);
+    every reader of the Transpose is such a Gather, read only by a Transpose whose perm then takes the
+    rest (or read any way where p moved the picked axis alone: the pick is then the same value), so the
+    one Transpose before the picks goes and those after them compose (an identity drops);
   - Gather(Reshape(t [.., G*C], [.., G, C]), i, axis=-2) is the i-th of G equal parts of t's last axis:
     where every reader of the view is such a pick, the view and picks are one Split of t (dims proven
     from the inferred shapes), which the transpose sink then crosses (its Split case).
@@ -54,14 +55,17 @@ def picks_through_transpose(graph: ir.Graph, t: ir.Node) -> bool:
         pick = _pick(g, len(p)) if use.idx == 0 else None
         if pick is None or g.outputs[0].is_graph_output():
             return False
+        a = pick[1]
+        rest = [d - (d > p[a]) for j, d in enumerate(p) if j != a]  # p without axis a, on Gather(v)'s axes
+        if rest == sorted(rest):  # p moved the picked axis alone: the pick is the same value
+            plans.append((g, None, p[a], None))
+            continue
         readers = list(g.outputs[0].uses())
         if len(readers) != 1 or not is_default_op(readers[0].node, "Transpose"):
             return False
         q = perm_of(readers[0].node)
         if q is None or len(q) != len(p) - 1:
             return False
-        a = pick[1]
-        rest = [d - (d > p[a]) for j, d in enumerate(p) if j != a]  # p without axis a, on Gather(v)'s axes
         plans.append((g, readers[0].node, p[a], [rest[i] for i in q]))
     if not plans:
         return False
@@ -72,7 +76,8 @@ def picks_through_transpose(graph: ir.Graph, t: ir.Node) -> bool:
         out = g.outputs[0]
         if v.shape is not None:
             out.shape = ir.Shape([d for j, d in enumerate(v.shape.dims) if j != axis])
-        t2.attributes["perm"] = ir.AttrInt64s("perm", composed)
+        if t2 is not None:
+            t2.attributes["perm"] = ir.AttrInt64s("perm", composed)
     graph.remove(t, safe=True)
     return True
 

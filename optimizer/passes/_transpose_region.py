@@ -6,6 +6,7 @@ value in the region, and the producers of an inner node's other operands. The re
   - entries: Transposes by p1 (their outputs are read from before them),
   - exits: Transposes of the region's values (they take p1 in their own perm),
   - Shape reads of the region's values (Shape(Transpose(v, p1)) = Gather(Shape(v), p1)),
+  - Reshapes of the region's values where p1 moves only axes of size 1 (the same flat data),
   - constants and values whose dims are all 1 (constants are permuted, ones broadcast in any layout).
 Inner nodes: elementwise ops, last-axis norms (ORT's residual SkipLayerNormalization too, its sum an
 output of the region), Concat / Softmax / Split with their axis moved, a projection by a 2-D weight
@@ -68,6 +69,8 @@ class Region:
     inner: list[ir.Node] = dataclasses.field(default_factory=list)
     exits: list[ir.Node] = dataclasses.field(default_factory=list)
     shape_reads: list[ir.Node] = dataclasses.field(default_factory=list)
+    # Reshapes of region values whose elements p1 leaves in memory order: they read the entries' layout as it is
+    view_reads: list[ir.Node] = dataclasses.field(default_factory=list)
     # (node, input index) of constant operands to permute
     constants: list[tuple[ir.Node, int]] = dataclasses.field(default_factory=list)
     kept: set = dataclasses.field(default_factory=set)  # entries that other nodes still read
@@ -162,6 +165,11 @@ def collect(start: ir.Node, opset: int) -> Region:
                 region.shape_reads.append(node)
                 seen.add(id(node))
                 continue
+            elif (is_default_op(node, "Reshape") and use.idx == 0 and keeps_memory_order(v, region.p1)
+                  and _copies_no_dim(node)):
+                region.view_reads.append(node)
+                seen.add(id(node))
+                continue
             elif use.idx in layout_inputs(node) and _layout_op(node, region, opset):
                 add_inner(node)
                 continue
@@ -172,6 +180,25 @@ def collect(start: ir.Node, opset: int) -> Region:
     if any(id(t) in {id(e) for e in region.exits} for t in region.entries):
         raise Refused  # a Transpose both reading and feeding the region: left to the next round
     return region
+
+
+def keeps_memory_order(v: ir.Value, p1: list[int]) -> bool:
+    """Whether v (a region value) and v in the entries' layout hold their elements in the same order:
+    p1 moves only axes of size 1 past the others (torch MHA's probe query [B, 1, C] read time-first as
+    [1, B, C]), so a Reshape reads the same flat data from either."""
+    if v.shape is None or len(v.shape) != len(p1):
+        return False
+    big = [p1[i] for i, d in enumerate(v.shape.dims) if not (isinstance(d, int) and d == 1)]
+    return big == sorted(big)
+
+
+def _copies_no_dim(reshape: ir.Node) -> bool:
+    """The Reshape's target copies (0) no dim of its input, which differs between the layouts."""
+    a = reshape.attributes.get("allowzero")
+    if a is not None and not a.is_ref() and a.value == 1:
+        return True
+    read = shape_vector(reshape.inputs[1], {}) if len(reshape.inputs) > 1 else None
+    return read is not None and all(e is not None and e != (0, ()) for e in read[0])
 
 
 def _in_region(v: ir.Value, region: Region, seen: set[int]) -> bool:

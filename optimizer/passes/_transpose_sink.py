@@ -52,6 +52,8 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
     for t2 in region.exits:
         t2.replace_input_with(0, source(t2.inputs[0]))
         t2.attributes["perm"] = ir.AttrInt64s("perm", composed[id(t2)])
+    for view in region.view_reads:
+        view.replace_input_with(0, source(view.inputs[0]))
     for shape in region.shape_reads:
         _shape_through(graph, shape, source(shape.inputs[0]), p1, opset)
     for t in region.entries:

@@ -144,3 +144,28 @@ def test_gemm_view_back_to_other_rows_is_refused():
             y = Reshape (g2, back)
         }""" % WO)
     assert "gemm-view" not in stats and ops(model)["Gemm"] == 1, stats
+
+
+def test_picks_read_by_views_as_torchscript_writes_them():
+    # TorchScript's key / value picks are read by the head views ([S, B*H, D]), not by Transposes:
+    # the Transpose moved the picked axis alone, so each pick is the same value read from the view
+    proto, model, modified, stats = _run("""
+        g (float[6, B, 24] a) => (float[B2, 6, 4] q, float[6, B2, 4] k, float[6, B2, 4] v) {
+            tgt = Constant <value = int64[4] {6, -1, 3, 8}> ()
+            heads = Constant <value = int64[3] {6, -1, 4}> ()
+            i0 = Constant <value = int64 {0}> ()
+            i1 = Constant <value = int64 {1}> ()
+            i2 = Constant <value = int64 {2}> ()
+            r = Reshape (a, tgt)
+            p = Transpose <perm = [2, 0, 1, 3]> (r)
+            q0 = Gather <axis = 0> (p, i0)
+            k0 = Gather <axis = 0> (p, i1)
+            v0 = Gather <axis = 0> (p, i2)
+            qh = Reshape (q0, heads)
+            q = Transpose <perm = [1, 0, 2]> (qh)
+            k = Reshape (k0, heads)
+            v = Reshape (v0, heads)
+        }""")
+    assert stats.get("picks-through-transpose") == 1 and stats.get("picks-as-split") == 1, stats
+    assert ops(model).get("Transpose") == 1 and "Gather" not in ops(model), ops(model)
+    check_same(proto, model, _feeds(a=(6, 2, 24)))
