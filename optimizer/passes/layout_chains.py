@@ -17,6 +17,9 @@ Cases handled (each counted in ``stats``):
 - ``picks-through-transpose`` / ``picks-as-split``: constant Gathers of a Transpose read its input
   (the Transposes after them take the perm), and constant Gathers of a Reshape splitting the last
   axis into [G, C] are one Split of it (passes/_packed_picks.py: torch MHA's packed q / k / v).
+- ``view-chain``: Reshape / Unsqueeze / Squeeze / Flatten views ending in a Reshape that provably
+  gives the chain's start its own dims read the start (passes/_view_chain.py: torch MHA's merged
+  key padding mask viewed back per head).
 
 - ``layout-chain``: a chain of Reshapes, Flattens (a Reshape to [prod(dims[:axis]), prod(dims[axis:])])
   and Transposes from known (int or symbolic) dims as at most Reshape, Transpose, Reshape on x's
@@ -48,6 +51,7 @@ from onnx_fuse.passes._packed_picks import picks_as_split, picks_through_transpo
 from onnx_fuse.passes._reshape_of_reshape import reshape_of_reshape
 from onnx_fuse.passes._static_chain import fold_static_chain
 from onnx_fuse.passes._transpose_sink import sink_transpose
+from onnx_fuse.passes._view_chain import view_chain
 
 # the most axes a Transpose of the folded chain may have at trt (TensorRT's dims hold 8); ONNX and
 # ONNX Runtime take any rank, so other targets fold without a cap (Hiera's unroll: one Transpose of
@@ -98,5 +102,8 @@ class FoldLayoutChainsPass(FusePass):
                     modified = True
                 elif reshape_of_reshape(node):
                     self.stats["reshape-of-reshape"] += 1
+                    modified = True
+                elif view_chain(node):
+                    self.stats["view-chain"] += 1
                     modified = True
         return ir.passes.PassResult(model, modified=modified)

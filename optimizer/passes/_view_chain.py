@@ -1,0 +1,47 @@
+"""A chain of views back to its start's own shape is the start (fold-layout-chains' ``view-chain``,
+layout_chains.py).
+
+Reshape, Unsqueeze, Squeeze and Flatten keep the elements in order, so a chain of them whose last
+Reshape provably gives the dims of the value the chain started from is that value. torch's
+MultiheadAttention weights path with a key padding mask merges the [B, H, 1, S] mask to [B*H, 1, S]
+for its baddbmm; the batched-heads recognizer views it back [B, H, 1, S] with an Unsqueeze and a
+Reshape whose 0 entries copy dims the first view does not have at those axes, which
+reshape-of-reshape (pairs, 0 copies read on both sides) leaves. Dims are the inferred shapes, read
+symbolically; a dim that shape inference invented proves nothing.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnx_fuse.passes._chain_reads import one_reader
+from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
+from onnx_fuse.passes._infra import is_default_op, reroute
+from onnx_fuse.passes._shape_values import invented_name
+
+_VIEWS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
+MAX_CHAIN = 8
+
+
+def view_chain(r: ir.Node) -> bool:
+    """The Reshape ``r``'s readers read the chain's start where r gives back its dims (module docstring)."""
+    out = r.outputs[0]
+    if out.is_graph_output() or not r.inputs or r.inputs[0] is None:
+        return False
+    dims = reshape_out_dims(out)
+    if dims is None or any(invented_name(a) for _, atoms in dims for a in atoms):
+        return False
+    starts, cur = [], r.inputs[0]
+    for _ in range(MAX_CHAIN):  # up through views whose one reader is the next view
+        node = cur.producer()
+        if not is_default_op(node, *_VIEWS) or not node.inputs or node.inputs[0] is None:
+            break
+        if one_reader(cur) is None:
+            break
+        cur = node.inputs[0]
+        starts.append(cur)
+    for start in reversed(starts):  # the farthest start first: the whole chain goes
+        if value_dims(start) == dims:
+            reroute(out, start)
+            return True
+    return False
