@@ -249,6 +249,9 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
                                           fusion_opset=min(opset, FUSION_OPSET) if opset else FUSION_OPSET)
         stages.append(Stage("fusion", (fusion,), fixed_point=False))
         stages.append(Stage("target-finish", keep(post), fixed_point=False))
+        # after the rules the norms are fused, so a per-column scale of a projection's input (IA3's on the
+        # feed-forward) joins its weight too; before them it may be a norm's gamma (passes/linear_branches.py)
+        stages.append(Stage("input-scales", keep((MergeLinearBranchesPass(pre_scales=True),)), fixed_point=False))
         # after the rules only: the lowerings' layout glue cancels against the exporter's once the
         # cleanup has dropped the shape reads beside it; before the rules it would rewrite the
         # exporters' head splits and merges that the attention rules match

@@ -113,7 +113,8 @@ def k_n(branch: "_Branch", top: ir.Value) -> int:
 class _Branch:
     """The affine ops from one top value down to its activation x (module docstring)."""
 
-    def __init__(self):
+    def __init__(self, pre_scales: bool = False):
+        self.pre_scales = pre_scales   # after the rules: a per-column scale of the input joins the weight too
         self.nodes: list[ir.Node] = []   # every node of the branch (Conv1D forms: all three)
         self.steps: dict[int, tuple] = {}   # id(value) -> how it is computed
         self.roots: set = set()
@@ -181,11 +182,32 @@ class _Branch:
             if not self.linear(a):   # LoRA's x @ A, read by the B MatMul only
                 return False
         else:
-            self.roots.add(a)
+            self.roots.add(self._pre_scale(a))   # the MatMul still reads a: its step below keeps it
             if w is not None and node is not None and not is_default_op(node, "MatMul"):
                 self.conv1d = (inner.inputs[1], outer.inputs[1])
         self.steps[id(v)] = ("matmul", a, w) if is_default_op(node, "MatMul") else ("gemm", a, w, bias)
         return True
+
+    def _pre_scale(self, a: ir.Value) -> ir.Value:
+        """With pre_scales: a = Mul(a2, l) / Div(a2, l), l a per-column vector with different entries read
+        by this MatMul only (IA3's scale of the feed-forward input): (a2 * l) @ W = a2 @ (diag(l) W).
+        Before the rules the same form is a norm's gamma before a single projection, which they must see."""
+        node = a.producer()
+        if not self.pre_scales or not is_default_op(node, "Mul", "Div") or len(node.inputs) != 2 \
+                or len(a.uses()) != 1 or a.is_graph_output():
+            return a
+        x0, x1 = node.inputs
+        c1, c0 = _row_const(x1), (_row_const(x0) if node.op_type == "Mul" else None)
+        if c1 is not None and c0 is None and _varies(c1):
+            step = ("mul_c" if node.op_type == "Mul" else "div_c", x0, c1)
+        elif c0 is not None and c1 is None and _varies(c0):
+            step = ("c_mul", x1, c0)
+        else:
+            return a
+        self.steps[id(a)] = step
+        self.nodes.append(node)
+        self.rescaled = True
+        return step[1]
 
     def evaluate(self, top: ir.Value, x: np.ndarray, root: ir.Value) -> np.ndarray:
         memo = {id(root): x}
@@ -220,17 +242,22 @@ class MergeLinearBranchesPass(FusePass):
 
     name = "merge-linear-branches"
 
+    def __init__(self, pre_scales: bool = False) -> None:
+        super().__init__()
+        self.pre_scales = pre_scales   # the instance after the rules (levels.py): input scales too
+        self.tops = ("Add", "Sub", "Mul", "Div", "MatMul") if pre_scales else ("Add", "Sub", "Mul", "Div")
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for graph in model.graphs():
             for node in reversed(list(graph)):   # the widest sum first: its parts are not tops then
-                if node.graph is graph and is_default_op(node, "Add", "Sub", "Mul", "Div"):
+                if node.graph is graph and is_default_op(node, *self.tops):
                     modified |= self._merge(graph, node)
         return ir.passes.PassResult(model, modified=modified)
 
     def _merge(self, graph: ir.Graph, top_node: ir.Node) -> bool:
         top = top_node.outputs[0]
-        branch = _Branch()
+        branch = _Branch(self.pre_scales)
         if not branch.post(top) or len(branch.roots) != 1:
             return False
         if branch.matmuls < 2 and not branch.rescaled:   # one projection and its bias: the plain form

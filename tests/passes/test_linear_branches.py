@@ -145,3 +145,37 @@ def test_lora_beside_a_tied_weight_stays():
                    extra_inputs=[oh.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["b", "s"])])
     _, modified, _ = _run(proto)
     assert not modified
+
+
+def test_input_scale_after_the_rules_only():
+    """IA3's feed-forward scale, (a * l) @ W: the instance after the rules (pre_scales) merges it into
+    diag(l) W; the one before them leaves it (there it may be a norm's gamma before one projection)."""
+    import functools
+
+    proto = _model([oh.make_node("Mul", ["x", "l"], ["xl"]), oh.make_node("MatMul", ["xl", "W"], ["y"])],
+                   {"W": (K, N), "l": (K,)})
+    _, modified, _ = _run(proto)
+    assert not modified
+    model, modified, _ = apply(functools.partial(MergeLinearBranchesPass, pre_scales=True), proto,
+                               shape_inference=True)
+    DeadCodeEliminationPass()(model)
+    assert modified and ops(model) == {"MatMul": 1}
+    check_same(proto, model, _feeds())
+
+
+def test_rms_norm_gamma_before_one_projection_still_fuses():
+    """An RMSNorm whose only reader is one projection (a final norm before lm_head): the norm fuses at O3
+    and its gamma is not taken into the weight before the rules."""
+    import onnx_fuse
+
+    nodes = [oh.make_node("Pow", ["x", "two"], ["sq"]), oh.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             oh.make_node("Add", ["ms", "eps"], ["mse"]), oh.make_node("Sqrt", ["mse"], ["rms"]),
+             oh.make_node("Reciprocal", ["rms"], ["inv"]), oh.make_node("Mul", ["x", "inv"], ["normed"]),
+             oh.make_node("Mul", ["g", "normed"], ["xn"]), oh.make_node("MatMul", ["xn", "W"], ["y"])]
+    proto = _model(nodes, {"W": (K, N)}, ints={"two": np.array(2.0, np.float32),
+                                               "eps": np.array(1e-6, np.float32),
+                                               "g": (1 + 0.1 * np.arange(K)).astype(np.float32)})
+    out = onnx_fuse.optimize(proto, level=3, target="onnx").model
+    got = ops(out)
+    assert got.get("RMSNormalization") == 1 and got.get("MatMul") == 1, got
+    check_same(proto, out, _feeds())
