@@ -59,6 +59,16 @@ def attr_value(node: ir.Node, name: str, default):
     return default if attr is None else attr.value
 
 
+def axis_attr(node: ir.Node, rank: int, default: int = 0) -> int | None:
+    """The node's ``axis`` attribute normalized into [0, rank) (``default`` where it is not set); None for a
+    reference attribute or an axis outside [-rank, rank)."""
+    attr = node.attributes.get("axis")
+    if attr is not None and attr.is_ref():
+        return None
+    axis = default if attr is None else int(attr.value)
+    return axis % rank if -rank <= axis < rank else None
+
+
 def reroute(old: ir.Value, new: ir.Value) -> None:
     """Every reader of ``old`` (a graph output too) reads ``new``; a graph output keeps its name."""
     name = old.name

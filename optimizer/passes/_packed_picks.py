@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
-from onnx_fuse.passes._infra import attr_value, is_default_op, reroute
+from onnx_fuse.passes._infra import axis_attr, is_default_op, reroute
 from onnx_fuse.passes._new_values import fresh_name, graph_names, int64_initializer
 from onnx_fuse.passes._transpose_region import perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -34,13 +34,8 @@ def _pick(node: ir.Node, rank: int) -> tuple[int, int] | None:
     t = constant_tensor(node.inputs[1])
     if t is None or len(t.shape) != 0 or not t.dtype.is_integer():
         return None
-    a = node.attributes.get("axis")
-    if a is not None and a.is_ref():
-        return None
-    axis = 0 if a is None else int(a.value)
-    if not -rank <= axis < rank:
-        return None
-    return int(t.numpy()), axis % rank
+    axis = axis_attr(node, rank)
+    return None if axis is None else (int(t.numpy()), axis)
 
 
 def picks_through_transpose(graph: ir.Graph, t: ir.Node) -> bool:

@@ -27,7 +27,7 @@ import dataclasses
 import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import shape_vector
-from onnx_fuse.passes._infra import is_default_op
+from onnx_fuse.passes._infra import axis_attr, is_default_op
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 UNARY = frozenset({
@@ -284,11 +284,7 @@ def _check_layout_op(node: ir.Node, region: Region, opset: int) -> None:
             raise Refused
         return
     if key == ("", "Split"):
-        a = node.attributes.get("axis")
-        if a is not None and a.is_ref():
-            raise Refused
-        axis = 0 if a is None else int(a.value)
-        if not -rank <= axis < rank:
+        if axis_attr(node, rank) is None:
             raise Refused
         return
     if key in _NORMS:

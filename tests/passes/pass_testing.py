@@ -51,3 +51,28 @@ def check_same(original: onnx.ModelProto, model: ir.Model, inputs: dict[str, np.
     result = verify(original, proto, inputs=inputs, seed=0, **kw)
     assert result["passed"], result["outputs"]
     return proto
+
+
+def fold_layout(text: str, *, opset: int = 17, ir_version: int = 10):
+    """fold-layout-chains once on the model of an ONNX text graph (shapes inferred first), then identity
+    elimination and dead code: (original proto, model, modified, the pass)."""
+    from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+    from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
+    from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
+
+    proto = parse(f'<ir_version: {ir_version}, opset_import: ["" : {opset}]>\n' + text)
+    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
+    IdentityEliminationPass()(model)
+    DeadCodeEliminationPass()(model)
+    return proto, model, modified, p
+
+
+def ops_but_constants(model: ir.Model | onnx.ModelProto) -> dict[str, int]:
+    """``ops`` without the Constant nodes (what a layout test counts)."""
+    return {k: v for k, v in ops(model).items() if k != "Constant"}
+
+
+def normal_feeds(seed: int, **shapes) -> dict[str, np.ndarray]:
+    """float32 standard-normal inputs of the given shapes, from one seed."""
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}

@@ -11,22 +11,14 @@ import pytest
 from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
 from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
 from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
-from pass_testing import apply, check_same, parse
-from pass_testing import ops as _ops
+from pass_testing import apply, check_same, fold_layout, parse
+from pass_testing import ops_but_constants as ops
 
 _HEAD = '<ir_version: 9, opset_import: ["" : 17]>\n'
 
 
 def _run(text: str):
-    proto = parse(_HEAD + text)
-    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
-    IdentityEliminationPass()(model)
-    DeadCodeEliminationPass()(model)
-    return proto, model, modified, p
-
-
-def ops(model) -> dict[str, int]:
-    return {k: v for k, v in _ops(model).items() if k != "Constant"}
+    return fold_layout(text, opset=17, ir_version=9)
 
 
 def _x(*shape):

@@ -9,14 +9,13 @@ exporter writes them (views computed from Shape reads), the attention already fu
 
 from __future__ import annotations
 
-import numpy as np
 
 from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
 from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
 from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
 from onnx_fuse.passes.shape_inference import ShapeInferencePass
-from pass_testing import apply, check_same, parse
-from pass_testing import ops as _ops
+from pass_testing import apply, check_same, normal_feeds, parse
+from pass_testing import ops_but_constants as ops
 
 C = 8
 W = ", ".join(f"{(i * 37 % 17 - 8) / 9:.3f}" for i in range(C * 3 * C))
@@ -42,13 +41,8 @@ def _run(text: str):
     return proto, model, modified, stats
 
 
-def ops(model) -> dict[str, int]:
-    return {k: v for k, v in _ops(model).items() if k != "Constant"}
-
-
 def _feeds(**shapes):
-    rng = np.random.default_rng(5)
-    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    return normal_feeds(5, **shapes)
 
 
 def _block(picks: str = "0, 1, 2", pick_axis: int = 0, bias_o: str = f"float[{C}] {{{BO}}}") -> str:

@@ -11,25 +11,16 @@ import pytest
 from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
 from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
 from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
-from pass_testing import apply, check_same, parse
-from pass_testing import ops as _ops
+from pass_testing import apply, check_same, fold_layout, normal_feeds
+from pass_testing import ops_but_constants as ops
 
 
 def _run(text: str, opset: int = 17):
-    proto = parse(f'<ir_version: 10, opset_import: ["" : {opset}]>\n' + text)
-    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
-    IdentityEliminationPass()(model)
-    DeadCodeEliminationPass()(model)
-    return proto, model, modified, p
-
-
-def ops(model) -> dict[str, int]:
-    return {k: v for k, v in _ops(model).items() if k != "Constant"}
+    return fold_layout(text, opset=opset)
 
 
 def _feeds(**shapes):
-    rng = np.random.default_rng(5)
-    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    return normal_feeds(5, **shapes)
 
 
 def _node(model, op):

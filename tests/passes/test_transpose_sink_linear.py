@@ -10,14 +10,10 @@ to the heads-first keys) keep their Transposes no longer at trt. Refused where t
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
-from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
-from onnx_fuse.passes.layout_chains import FoldLayoutChainsPass
-from pass_testing import apply, check_same, parse
-from pass_testing import ops as _ops
+from pass_testing import check_same, fold_layout, normal_feeds
+from pass_testing import ops_but_constants as ops
 
 W8 = ", ".join(f"{(i * 37 % 17 - 8) / 9:.3f}" for i in range(8 * 24))
 W88 = ", ".join(f"{(i * 29 % 13 - 6) / 7:.3f}" for i in range(64))
@@ -25,20 +21,11 @@ B24 = ", ".join(f"{(i % 5 - 2) / 10:.2f}" for i in range(24))
 
 
 def _run(text: str, opset: int = 18):
-    proto = parse(f'<ir_version: 10, opset_import: ["" : {opset}]>\n' + text)
-    model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
-    IdentityEliminationPass()(model)
-    DeadCodeEliminationPass()(model)
-    return proto, model, modified, p
-
-
-def ops(model) -> dict[str, int]:
-    return {k: v for k, v in _ops(model).items() if k != "Constant"}
+    return fold_layout(text, opset=opset)
 
 
 def _feeds(**shapes):
-    rng = np.random.default_rng(9)
-    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    return normal_feeds(9, **shapes)
 
 
 def test_time_first_block_between_batch_first_transposes_cancels():

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import collections
 import importlib
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -18,6 +20,9 @@ from onnx import numpy_helper
 import onnx_fuse
 from onnx_fuse.rewrite import explain, load_rule_set
 from onnx_fuse.verify import make_session
+
+# the shared helpers of tests/rules (attention_testing.py) importable under --import-mode=importlib
+sys.path.insert(0, str(Path(__file__).parent))
 
 F32 = TensorProto.FLOAT
 

@@ -18,37 +18,12 @@ Every fused graph is compared with the original in ONNX Runtime at two feed shap
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import onnx_fuse
 import pytest
+from attention_testing import attention_heads, fuse
 
 H, D, P = 2, 8, 3
 C = H * D
 ATTN = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
-
-
-def _fuse(model, target, disable=()):
-    """The fused model and the rules that fired (the report's counts: recognizers too)."""
-    level = 4 if target == "trt" else 3
-    out = onnx_fuse.optimize(model, level=level, target=target, float32_plugins=True, disable=list(disable))
-    return out.to_proto(), dict(out.report.rule_fires)
-
-
-def _heads(model) -> list[int]:
-    """The head count of every attention node: its num_heads / q_num_heads, else q's dim 1 (4-D)."""
-    m = onnx.shape_inference.infer_shapes(model)
-    shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
-              for v in [*m.graph.value_info, *m.graph.input]}
-    found = []
-    for n in m.graph.node:
-        if "Attention" not in n.op_type:
-            continue
-        a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
-        heads = a.get("num_heads", a.get("q_num_heads"))
-        if heads is None and len(shapes.get(n.input[0], [])) == 4:
-            heads = shapes[n.input[0]][1]
-        found.append(heads)
-    return found
 
 
 def _bart_block(h, *, prefix=True, static=False, softmax_axis=-1):
@@ -106,11 +81,11 @@ def _bart_feeds(b=2, t=4):
 @pytest.mark.parametrize("prefix", [True, False], ids=["prefix", "plain"])
 def test_softmax_after_the_view_back_is_multi_head(h, target, static, prefix):
     model = _bart_block(h, prefix=prefix, static=static)
-    out, fired = _fuse(model, target)
+    out, fired = fuse(model, target)
     ops = h.ops(out)
     assert ops[ATTN[target]] == 1 and "Softmax" not in ops, ops
     assert "attention-bmm-single-head" not in fired and fired.get("attention-batched-heads", 0) >= 1, fired
-    assert _heads(out) == [H]
+    assert attention_heads(out) == [H]
     assert ops["Reshape"] <= (4 if prefix else 0), ops   # one head per slice left 11 / 9
     h.assert_close(model, out, _bart_feeds())
     if not static:
@@ -119,7 +94,7 @@ def test_softmax_after_the_view_back_is_multi_head(h, target, static, prefix):
 
 def test_a_softmax_on_another_axis_of_the_view_is_not_attention(h):
     model = _bart_block(h, softmax_axis=1)   # over the queries: not the keys
-    out, fired = _fuse(model, "ort")
+    out, fired = fuse(model, "ort")
     assert "Softmax" in h.ops(out) and "attention-batched-heads" not in fired
     h.assert_close(model, out, _bart_feeds())
 
@@ -175,12 +150,12 @@ def _fairseq_feeds(t=5, b=2):
 def test_time_first_heads_are_multi_head(h, target, form):
     model = _fairseq_block(h, static=form == "static", mask=form not in ("no_mask", "keys_once"),
                            middle="minus1" if form == "minus1" else "bh", keys_once=form == "keys_once")
-    out, fired = _fuse(model, target)
+    out, fired = fuse(model, target)
     ops = h.ops(out)
     assert ops[ATTN[target]] == 1 and "Softmax" not in ops, ops
     assert "attention-bmm-single-head" not in fired, fired
     assert fired.get("heads-split-time-first", 0) >= 1 and fired.get("heads-merge-time-first", 0) >= 1, fired
-    assert _heads(out) == [H]
+    assert attention_heads(out) == [H]
     # time-first in and out: one Transpose each for q, k, v and the output, no view left (at ort the
     # keys / values stay [B, T, C] where that folds to one Transpose: passes/mha_kv_heads.py)
     assert ops["Reshape"] == 0 and ops["Transpose"] == 4, ops
@@ -194,6 +169,6 @@ def test_a_middle_dim_not_proven_b_times_h_keeps_one_head_per_slice(h):
     model = _fairseq_block(h, middle="other")
     assert any("the view must be x [T,B,H*D] as [T,B*H,D]" in r
                for r in h.reasons(model, "ort", "heads-split-time-first"))
-    out, fired = _fuse(model, "ort")
+    out, fired = fuse(model, "ort")
     assert "heads-split-time-first" not in fired
     h.assert_close(model, out, _fairseq_feeds())

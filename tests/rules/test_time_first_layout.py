@@ -12,18 +12,12 @@ with the original in ONNX Runtime at two feed shapes."""
 from __future__ import annotations
 
 import numpy as np
-import onnx_fuse
 import pytest
+from attention_testing import fuse
 
 H, D = 2, 8
 C = H * D
 ATTN = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
-
-
-def _fuse(model, target):
-    level = 4 if target == "trt" else 3
-    out = onnx_fuse.optimize(model, level=level, target=target, float32_plugins=True)
-    return out.to_proto(), dict(out.report.rule_fires)
 
 
 def _time_first_encoder(h, layers=2, packed=True):
@@ -89,7 +83,7 @@ def _feeds(b=2, s=5):
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "three"])
 def test_time_first_layers_keep_no_transpose(h, target, packed):
     model = _time_first_encoder(h, packed=packed)
-    out, fired = _fuse(model, target)
+    out, fired = fuse(model, target)
     ops = h.ops(out)
     assert ops[ATTN[target]] == 2 and "Softmax" not in ops, ops
     # 2 + 4 per layer before (the input, the output, and q / k / v / the attention's output)

@@ -17,31 +17,11 @@ import numpy as np
 import onnx
 import onnx_fuse
 import pytest
+from attention_testing import attention_heads, fuse
 
 H, D = 4, 8
 C = H * D
 ATTN = {"ort": "com.microsoft::MultiHeadAttention", "onnx": "Attention", "trt": "Attention"}
-
-
-def _fuse(model, target):
-    level = 4 if target == "trt" else 3
-    out = onnx_fuse.optimize(model, level=level, target=target, float32_plugins=True)
-    return out.to_proto(), dict(out.report.rule_fires)
-
-
-def _heads(model) -> list[int]:
-    m = onnx.shape_inference.infer_shapes(model)
-    shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
-              for v in [*m.graph.value_info, *m.graph.input]}
-    found = []
-    for n in m.graph.node:
-        if "Attention" in n.op_type:
-            a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
-            heads = a.get("num_heads", a.get("q_num_heads"))
-            if heads is None and len(shapes.get(n.input[0], [])) == 4:
-                heads = shapes[n.input[0]][1]
-            found.append(heads)
-    return found
 
 
 def _torch_mha(h, *, batch_first=True, probe=False, pad=False, rows="const", static=False, middle="bh"):
@@ -121,12 +101,12 @@ def test_torch_mha_weights_path_is_multi_head(h, target, batch_first, form):
     kw = dict(batch_first=batch_first, probe="probe" in form, pad="pad" in form,
               rows="computed" if form == "computed_rows" else "const", static=form == "static")
     model = _torch_mha(h, **kw)
-    out, fired = _fuse(model, target)
+    out, fired = fuse(model, target)
     ops = h.ops(out)
     assert ops[ATTN[target]] == 1 and "Softmax" not in ops, ops
     assert "attention-bmm-single-head" not in fired, fired
     assert fired.get("heads-merge-time-first-rows", 0) == 1, fired
-    assert _heads(out) == [H]
+    assert attention_heads(out) == [H]
     # one head per slice kept each view with Unsqueeze / Squeeze glue around the op; the padding's
     # [B*H, 1, S] term viewed back [B, H, 1, S] (attention-batched-heads-3d's Unsqueeze + Reshape)
     # reads the expanded mask itself (fold-layout-chains' view-chain)
@@ -142,7 +122,7 @@ def test_heads_not_proven_keep_one_head_per_slice(h):
     # the output's [N, T, D] then has no symbolic factor H, and the rows view is left as it is
     model = _torch_mha(h, middle="other")
     assert any("B*H a multiple of H" in r for r in h.reasons(model, "ort", "heads-merge-time-first-rows"))
-    out, fired = _fuse(model, "ort")
+    out, fired = fuse(model, "ort")
     assert "heads-merge-time-first-rows" not in fired
     h.assert_close(model, out, _feeds())
 
