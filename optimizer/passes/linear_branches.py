@@ -36,19 +36,44 @@ from onnx_fuse.passes.constant_folding import constant_tensor
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
 
 
-def _const(value: ir.Value | None):
+# A per-column constant is at most this many elements (a hidden size): the shape is read before any data,
+# so a multi-GB 1-D constant beside an Add is never loaded (tests/test_memory.py).
+_ROW_MAX = 1 << 20
+
+
+def _float_tensor(value: ir.Value | None):
     t = constant_tensor(value)
-    if t is None or t.dtype not in _FLOATS:
-        return None
-    return np.asarray(t.numpy()).astype(np.float64)
+    return t if t is not None and t.dtype in _FLOATS else None
 
 
 def _row_const(value: ir.Value | None):
-    """A constant that varies along the last axis only (scalar, [N], [1, .., N]), flattened."""
-    c = _const(value)
-    if c is None or any(d != 1 for d in c.shape[:-1]):
+    """A constant that varies along the last axis only (scalar, [N], [1, .., N]), flattened (float64)."""
+    t = _float_tensor(value)
+    if t is None:
         return None
+    dims = tuple(int(d) for d in t.shape)
+    if any(d != 1 for d in dims[:-1]) or (dims and dims[-1] > _ROW_MAX):
+        return None
+    c = np.asarray(t.numpy()).astype(np.float64)
     return c.reshape(-1) if c.ndim else c
+
+
+class _Weight:
+    """A 2-D constant weight, read (in float64, transposed and scaled as its op uses it) only when a merge is
+    made: every projection of a model is looked at, and most are plain, so their data stays where it is."""
+
+    def __init__(self, tensor, transpose: bool = False, scale: float = 1.0):
+        self.tensor, self.transpose, self.scale = tensor, transpose, scale
+        rows, cols = (int(d) for d in tensor.shape)
+        self.shape = (cols, rows) if transpose else (rows, cols)
+        self.size = rows * cols
+        self._array = None
+
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            w = np.asarray(self.tensor.numpy()).astype(np.float64)
+            self._array = self.scale * (w.T if self.transpose else w)
+        return self._array
 
 
 def _known_equal(dims, others) -> bool:
@@ -64,11 +89,11 @@ def _varies(c: np.ndarray) -> bool:
 
 
 def _weight(node: ir.Node):
-    """MatMul(a, W) with W a 2-D constant: W (float64)."""
+    """MatMul(a, W) with W a 2-D constant: W (a _Weight, not yet read)."""
     if not is_default_op(node, "MatMul") or len(node.inputs) != 2:
         return None
-    w = _const(node.inputs[1])
-    return w if w is not None and w.ndim == 2 else None
+    t = _float_tensor(node.inputs[1])
+    return _Weight(t) if t is not None and len(t.shape) == 2 else None
 
 
 def _conv1d(value: ir.Value):
@@ -85,10 +110,10 @@ def _conv1d(value: ir.Value):
     if not is_default_op(inner, "Reshape") or len(list(outer.inputs[0].uses())) != 1:
         return None
     a, target = inner.inputs[0], constant_tensor(inner.inputs[1])
-    w = _const(gemm.inputs[1])
-    if a is None or target is None or w is None or w.ndim != 2 or a.shape is None or value.shape is None:
+    t = _float_tensor(gemm.inputs[1])
+    if a is None or target is None or t is None or len(t.shape) != 2 or a.shape is None or value.shape is None:
         return None
-    w = w.T if attr_value(gemm, "transB", 0) else w
+    w = _Weight(t, transpose=bool(attr_value(gemm, "transB", 0)), scale=attr_value(gemm, "alpha", 1.0))
     dims = list(target.numpy())
     if len(dims) != 2 or dims[-1] != w.shape[0] or a.shape[-1] != w.shape[0]:
         return None
@@ -100,7 +125,7 @@ def _conv1d(value: ir.Value):
         if c is None:
             return None
         bias = bias + attr_value(gemm, "beta", 1.0) * c
-    return outer, gemm, inner, attr_value(gemm, "alpha", 1.0) * w, bias
+    return outer, gemm, inner, w, bias
 
 
 def k_n(branch: "_Branch", top: ir.Value) -> int:
@@ -218,9 +243,9 @@ class _Branch:
             kind, a, *rest = self.steps[id(v)]
             va = ev(a)
             if kind == "matmul":
-                out = va @ rest[0]
+                out = va @ rest[0].array()
             elif kind == "gemm":
-                out = va @ rest[0] + rest[1]
+                out = va @ rest[0].array() + rest[1]
             elif kind == "neg":
                 out = -va
             elif kind in ("add", "sub"):
