@@ -20,6 +20,8 @@ tools/gpu_session.sh times the prefill families under ``zero``, the harness thei
 
 from __future__ import annotations
 
+import statistics
+
 FLUSH_KINDS = ("read", "zero", "none")
 
 
@@ -72,6 +74,4 @@ class KernelTimer:
             fn()
             e.record()
         torch.cuda.synchronize()
-        times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-        mid = len(times) // 2
-        return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))

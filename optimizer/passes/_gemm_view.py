@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnx_fuse.passes._chain_reads import one_reader
 from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
 from onnx_fuse.passes._infra import attr_value, is_default_op, reroute
-from onnx_fuse.passes._new_values import fresh_name, graph_names
+from onnx_fuse.passes._new_values import array_initializer, fresh_name, graph_names
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 
@@ -58,12 +58,12 @@ def gemm_view(graph: ir.Graph, r1: ir.Node) -> bool:
     alpha, beta = float(attr_value(gemm, "alpha", 1.0)), float(attr_value(gemm, "beta", 1.0))
     taken = graph_names(graph)
     base = gemm.outputs[0].name or "gemm"
-    weight = _constant(graph, f"{base}_w", (wt * alpha).astype(wt.dtype), w.dtype, taken)
+    weight = array_initializer(graph, f"{base}_w", (wt * alpha).astype(wt.dtype), w.dtype, taken)
     nodes = [ir.node("MatMul", [t, weight])]
     if bias is not None:
         b = (bias.numpy().reshape(-1) * beta).astype(wt.dtype)
         b = np.broadcast_to(b, (n,)).copy()
-        nodes.append(ir.node("Add", [nodes[0].outputs[0], _constant(graph, f"{base}_b", b, bias.dtype, taken)]))
+        nodes.append(ir.node("Add", [nodes[0].outputs[0], array_initializer(graph, f"{base}_b", b, bias.dtype, taken)]))
     final = r2.outputs[0]
     nodes[0].outputs[0].name = fresh_name(f"{base}_mm", taken)
     for node in nodes:
@@ -74,11 +74,3 @@ def gemm_view(graph: ir.Graph, r1: ir.Node) -> bool:
         graph.remove(node, safe=True)
     return True
 
-
-def _constant(graph: ir.Graph, base: str, arr: np.ndarray, dtype: ir.DataType, taken: set) -> ir.Value:
-    name = fresh_name(base, taken)
-    taken.add(name)
-    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(list(arr.shape)),
-                     const_value=ir.tensor(arr, dtype=dtype, name=name))
-    graph.register_initializer(value)
-    return value

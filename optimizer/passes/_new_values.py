@@ -20,10 +20,16 @@ def graph_names(graph: ir.Graph) -> set:
     return {o.name for n in graph for o in n.outputs} | set(graph.initializers) | {w.name for w in graph.inputs}
 
 
-def int64_initializer(graph: ir.Graph, base: str, values: list[int], taken: set | None = None) -> ir.Value:
-    """A 1-D int64 initializer (a Reshape target, Gather indices) under a fresh name."""
+def array_initializer(graph: ir.Graph, base: str, array: np.ndarray, dtype: ir.DataType,
+                      taken: set | None = None) -> ir.Value:
+    """An initializer holding ``array`` as ``dtype`` under a fresh name (a merged weight, a bias)."""
     name = fresh_name(base, graph_names(graph) if taken is None else taken)
-    value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([len(values)]),
-                     const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
+    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(list(array.shape)),
+                     const_value=ir.tensor(np.ascontiguousarray(array), dtype=dtype, name=name))
     graph.register_initializer(value)
     return value
+
+
+def int64_initializer(graph: ir.Graph, base: str, values: list[int], taken: set | None = None) -> ir.Value:
+    """A 1-D int64 initializer (a Reshape target, Gather indices) under a fresh name."""
+    return array_initializer(graph, base, np.array(values, dtype=np.int64), ir.DataType.INT64, taken)

@@ -30,7 +30,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
-from onnx_fuse.passes._new_values import fresh_name, graph_names
+from onnx_fuse.passes._new_values import array_initializer, fresh_name, graph_names
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
@@ -323,11 +323,7 @@ class MergeLinearBranchesPass(FusePass):
         stem = top.name or "linear"
 
         def init(base, array):
-            name = fresh_name(base, taken)
-            value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(list(array.shape)),
-                             const_value=ir.tensor(np.ascontiguousarray(array.astype(np_dtype)), name=name))
-            graph.register_initializer(value)
-            return value
+            return array_initializer(graph, base, array.astype(np_dtype), dtype, taken)
 
         def out(base, shape=None):
             return ir.Value(name=fresh_name(base, taken), type=top.type, shape=shape)
