@@ -1743,3 +1743,183 @@ PLAN14 = {"bert": ("lora", "lora_script", "dora", "ia_scales", "prompt"), "rober
 HOLDOUT14A = {f"{arch}_peft": dict(SPECS[arch], styles=styles, base_arch=arch) for arch, styles in PLAN14.items()}
 HOLDOUT14A["gpt2_peft"]["peft_override"] = {"lora": GPT2_LORA14, "lora_kv": GPT2_LORA14}
 HOLDOUT_SETS[22] = HOLDOUT14A
+
+
+# ---- fifteenth sweep, part B (--holdout 24, HOLDOUT15B): sizes and config flags ------------------------------
+# Corpus decoders (and GPT-2 / BERT) at the sizes and flags that change the values the rules match on: one kv
+# head (MQA), one attention head, GQA 8:2, head_dim 80 / 96 / 256 (and an explicit head_dim unlike
+# hidden / heads), attention / MLP biases (Llama's attention_bias + mlp_bias, Seed-OSS's o_proj bias alone),
+# Granite's multipliers at other values, Gemma 2's query_pre_attn_scalar unlike head_dim and its softcaps off,
+# Cohere's qk-norm and logit_scale, OLMo 2's whole-projection qk-norm under GQA, GPT-NeoX / Falcon / Phi
+# residual and norm variants. Names <arch>_<what>; base_arch: the corpus file to compare node counts with.
+# Styles: the corpus's dyn_mask / kv / torchscript_kv, the hold-out set 21's batch_one / decode_one, and two
+# static ones: static_b1 (static_nomask at batch 1) and static_s1 (static_nomask with a one-token sequence).
+HOLDOUT_STYLES.update({"static_b1": ("static_nomask", {}), "static_s1": ("static_nomask", {})})
+EXPORT_OPTIONS.update({"static_b1": dict(fixed="all", batch=1), "static_s1": dict(fixed="all", seq=1)})
+EXPORT_FEATURES.update({"static_b1": ["static-shapes", "batch-1"], "static_s1": ["static-shapes", "sequence-1"]})
+
+
+def _sz(arch: str, styles: tuple, features: tuple = (), **config) -> dict:
+    """SPECS[arch] with config overrides (a None value drops the key) and extra feature tags."""
+    cfg = {k: v for k, v in dict(SPECS[arch]["config"], **config).items() if v is not None}
+    return dict(SPECS[arch], config=cfg, styles=styles, base_arch=arch,
+                features=list(SPECS[arch]["features"]) + list(features))
+
+
+KV15 = ("dyn_mask", "kv")
+HOLDOUT15B = {
+    "llama_mqa": _sz("llama", KV15 + ("static_b1", "torchscript_kv"), ("kv-heads-1",), num_key_value_heads=1,
+                     head_dim=8),
+    "llama_h1": _sz("llama", KV15 + ("static_s1",), ("heads-1",), num_attention_heads=1, num_key_value_heads=1,
+                    head_dim=32),
+    "llama_gqa82": _sz("llama", KV15 + ("decode_one",), ("gqa-8-2",), hidden_size=64, num_attention_heads=8,
+                       num_key_value_heads=2, head_dim=8),
+    "llama_hd80": _sz("llama", ("dyn_mask",), ("head-dim-80",), num_attention_heads=2, num_key_value_heads=1, head_dim=80),
+    "llama_bias": _sz("llama", KV15 + ("torchscript_kv",), ("attention-bias", "mlp-bias"), attention_bias=True,
+                      mlp_bias=True),
+    "qwen2_hd96": _sz("qwen2", KV15 + ("static_b1",), ("head-dim-96",), num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=96),
+    "qwen3_hd256": _sz("qwen3", KV15, ("head-dim-256",), num_attention_heads=2, num_key_value_heads=1,
+                       head_dim=256),
+    "seed_oss_obias": dict(_sz("llama", ("dyn_mask",), ("o-proj-bias",), attention_bias=False, attention_out_bias=True),
+                           config_class="SeedOssConfig", model_class="SeedOssForCausalLM", model_type="seed_oss"),
+    "granite_mult": _sz("granite", KV15 + ("static_s1",), ("kv-heads-1",), num_key_value_heads=1, head_dim=8,
+                        attention_multiplier=0.015625, residual_multiplier=0.5, embedding_multiplier=0.7,
+                        logits_scaling=0.25),
+    "gemma2_hd256": _sz("gemma2", ("dyn_mask",), ("head-dim-256",), num_attention_heads=2, num_key_value_heads=1,
+                        head_dim=256, query_pre_attn_scalar=256),
+    "gemma2_qpas": _sz("gemma2", KV15 + ("static_b1",), ("query-pre-attn-scalar-24", "no-softcap"),
+                       query_pre_attn_scalar=24, attn_logit_softcapping=None, final_logit_softcapping=None),
+    "cohere_qkn": _sz("cohere", KV15, ("qk-norm",), use_qk_norm=True, logit_scale=0.25),
+    "olmo2_gqa82": _sz("olmo2", ("dyn_mask",), ("gqa-8-2",), hidden_size=64, num_attention_heads=8, num_key_value_heads=2),
+    "gpt_neox_seq": _sz("gpt_neox", KV15 + ("torchscript_kv",), ("sequential-residual",),
+                        use_parallel_residual=False, attention_bias=False),
+    "falcon_new": _sz("falcon", KV15, ("new-decoder-architecture", "gqa-4-2"), new_decoder_architecture=True,
+                      multi_query=False, num_attention_heads=4, num_kv_heads=2, bias=True),
+    "falcon_seq": _sz("falcon", ("dyn_mask",), ("sequential-residual", "mha"), parallel_attn=False, multi_query=False),
+    "phi_qkln": _sz("phi", ("dyn_mask",), ("qk-norm", "kv-heads-1"), qk_layernorm=True, num_attention_heads=4,
+                    num_key_value_heads=1),
+    "gpt2_h1": _sz("gpt2", KV15 + ("static_s1",), ("heads-1",), n_head=1),
+    "bert_h1": _sz("bert", ("dyn_mask", "static_b1"), ("heads-1",), num_attention_heads=1),
+}
+HOLDOUT_SETS[24] = HOLDOUT15B
+
+
+# ---- fifteenth sweep, part A (--holdout 23, HOLDOUT15A): rotary configurations the rules were not tuned on ----
+# Corpus decoders (names <arch>_r<variant>) whose rotary embedding is configured as transformers 5.25 spells it
+# (config.rope_parameters: rope_type, rope_theta, factor, ...): the cos/sin tables change (linear: positions / f;
+# dynamic NTK: the base grows with the sequence seen at run time, torch.max(position_ids) + 1 past
+# max_position_embeddings; yarn: blended frequencies and an attention factor on cos / sin; longrope: short or long
+# per-frequency factors picked by the sequence length, both tables in the graph; llama3: per-wavelength rescaled
+# frequencies; default with an unusual base), the rotary width (partial_rotary_factor 0.375 / 0.5 / 0.75, GPT-NeoX's
+# 0.5 with linear scaling), the pairing (GPT-J / CodeGen interleaved, over the whole head or a slice) and the head
+# size (an explicit head_dim twice hidden / heads: Qwen3, Gemma 3 with its local base on sliding layers and linear
+# scaling on full ones). The _hf files are Optimum's exports of a variant (the optimum venv's transformers < 4.58
+# reads the older spelling, rope_scaling + rope_theta, for the same tables).
+R15 = dict(DEC, **GQA)
+MHA15 = dict(DEC, num_attention_heads=2, num_key_value_heads=2)
+LONG15 = dict(short_factor=[1.0, 1.1, 1.3, 1.6, 2.0, 2.5], long_factor=[1.0, 1.8, 3.0, 5.0, 7.5, 11.0])
+YARN15 = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)
+_DKTS = ("dyn_mask", "kv", "torchscript_kv")
+HOLDOUT15A = {
+    "llama_rlinear": _s("decoder", "LlamaConfig", "LlamaForCausalLM",
+                        dict(R15, rope_parameters=dict(rope_type="linear", factor=4.0, rope_theta=10000.0)),
+                        ["gqa", "rope-full", "rope-scaling-linear", "rmsnorm", "swiglu"], "llama", "gpt2",
+                        styles=_DKTS),
+    "llama_rlinearhf": _s("decoder", "LlamaConfig", "LlamaForCausalLM",
+                          dict(R15, rope_theta=10000.0, rope_scaling=dict(rope_type="linear", factor=4.0)),
+                          ["gqa", "rope-full", "rope-scaling-linear", "rmsnorm", "swiglu"], "llama", "gpt2",
+                          styles=("optimum",)),
+    # dynamic NTK below max_position_embeddings (128): the original table; above it (max 4: every example
+    # sequence is longer) the base is a function of max(position_ids) + 1 at run time
+    "llama_rdynamic": _s("decoder", "LlamaConfig", "LlamaForCausalLM",
+                         dict(R15, rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=10000.0)),
+                         ["gqa", "rope-full", "rope-scaling-dynamic", "rmsnorm", "swiglu"], "llama", "gpt2",
+                         styles=("dyn_mask", "torchscript_kv")),
+    "llama_rdyngrow": _s("decoder", "LlamaConfig", "LlamaForCausalLM",
+                         dict(R15, max_position_embeddings=4,
+                              rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=10000.0)),
+                         ["gqa", "rope-full", "rope-scaling-dynamic", "runtime-base", "rmsnorm", "swiglu"], "llama",
+                         "gpt2", styles=_DKTS),
+    # llama3 over all three wavelength bands (original 64: low 64, high 16 against wavelengths 6 .. 2e4)
+    "llama_rllama3": _s("decoder", "LlamaConfig", "LlamaForCausalLM",
+                        dict(R15, rope_parameters=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                       high_freq_factor=4.0, original_max_position_embeddings=64,
+                                                       rope_theta=500000.0)),
+                        ["gqa", "rope-full", "rope-scaling-llama3", "rmsnorm", "swiglu"], "llama", "gpt2",
+                        styles=("static_nomask", "torchscript_kv")),
+    "qwen2_ryarn": _s("decoder", "Qwen2Config", "Qwen2ForCausalLM",
+                      dict(R15, rope_parameters=dict(YARN15, rope_theta=1000000.0)),
+                      ["gqa", "rope-full", "rope-scaling-yarn", "scaled-cos-sin", "rmsnorm", "swiglu", "qkv-bias"],
+                      "qwen2", "gpt2", styles=("dyn_mask", "kv", "static_nomask", "torchscript_kv")),
+    # head_dim 32 with hidden 32 over 4 heads (8 each): q is 128 wide
+    "qwen3_rhd": _s("decoder", "Qwen3Config", "Qwen3ForCausalLM",
+                    dict(R15, head_dim=32, rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+                    ["gqa", "rope-full", "head-dim-explicit", "rmsnorm", "swiglu", "qk-norm"], "qwen3", "gpt2",
+                    styles=_DKTS),
+    "qwen3_rhdhf": _s("decoder", "Qwen3Config", "Qwen3ForCausalLM", dict(R15, head_dim=32, rope_theta=1000000.0),
+                      ["gqa", "rope-full", "head-dim-explicit", "rmsnorm", "swiglu", "qk-norm"], "qwen3", "gpt2",
+                      styles=("optimum",)),
+    # DeepSeek-V3's YaRN: mscale / mscale_all_dim (attention factor 0.88 on cos / sin, the softmax scale times
+    # mscale_all_dim's square), interleaved rope on the 8-wide slice
+    "deepseek_v3_ryarn": _s("decoder", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+                            dict(SPECS["deepseek_v3"]["config"],
+                                 rope_parameters=dict(YARN15, beta_fast=32.0, beta_slow=1.0, mscale=0.707,
+                                                      mscale_all_dim=1.0, rope_theta=10000.0)),
+                            ["mha", "mla", "rope-interleaved", "rope-partial", "rope-scaling-yarn", "scaled-cos-sin",
+                             "rmsnorm", "swiglu", "moe"], "deepseek_v3", "gpt2", styles=("dyn_mask", "kv")),
+    # Phi-4-mini: longrope over 3/4 of the head (12 of 16), original 6: the example sequences (8, 13) take the
+    # long factors, the second check shape (5) the short ones
+    "phi3_rpartlong": _s("decoder", "Phi3Config", "Phi3ForCausalLM",
+                         dict(MHA15, original_max_position_embeddings=6,  # Phi3Config's own field wins
+                              rope_parameters=dict(rope_type="longrope", partial_rotary_factor=0.75,
+                                                   original_max_position_embeddings=6, rope_theta=10000.0,
+                                                   **LONG15)),
+                         ["mha", "rope-partial", "rope-scaling-longrope", "scaled-cos-sin", "runtime-table-choice",
+                          "rmsnorm", "swiglu", "fused-qkv", "fused-gate-up"], "phi3", "phi", styles=_DKTS),
+    "phi3_rpartlonghf": _s("decoder", "Phi3Config", "Phi3ForCausalLM",
+                           dict(MHA15, partial_rotary_factor=0.75, original_max_position_embeddings=6,
+                                rope_theta=10000.0, rope_scaling=dict(type="longrope", **LONG15)),
+                           ["mha", "rope-partial", "rope-scaling-longrope", "scaled-cos-sin", "runtime-table-choice",
+                            "rmsnorm", "swiglu", "fused-qkv", "fused-gate-up"], "phi3", "phi", styles=("optimum",)),
+    "gpt_neox_rlinear": _s("decoder", "GPTNeoXConfig", "GPTNeoXForCausalLM",
+                           dict(DEC, num_attention_heads=2, use_parallel_residual=True,
+                                rope_parameters=dict(rope_type="linear", factor=2.0, rope_theta=10000.0,
+                                                     partial_rotary_factor=0.5)),
+                           ["mha", "rope-partial", "rope-scaling-linear", "layernorm", "gelu", "parallel-residual",
+                            "fused-qkv"], "gpt_neox", "gpt_neox", styles=("dyn_mask", "kv")),
+    "stablelm_rhalf": _s("decoder", "StableLmConfig", "StableLmForCausalLM",
+                         dict(MHA15, rope_parameters=dict(rope_type="default", rope_theta=100000.0,
+                                                          partial_rotary_factor=0.5)),
+                         ["mha", "rope-partial", "layernorm", "swiglu"], "stablelm", "gpt2",
+                         styles=("dyn_mask", "torchscript_kv")),
+    # 0.375 of 16: a 6-wide rotary slice (3 frequencies), base 500
+    "phi_rnarrow": _s("decoder", "PhiConfig", "PhiForCausalLM",
+                      dict(DEC, num_attention_heads=2, rope_parameters=dict(rope_type="default", rope_theta=500.0,
+                                                                              partial_rotary_factor=0.375)),
+                      ["mha", "rope-partial", "layernorm", "gelu-tanh", "parallel-residual", "qkv-bias"], "phi", "phi",
+                      styles=("dyn_mask", "kv")),
+    # interleaved pairs over the whole 16-wide head (GPT-J with rotary_dim = head size) and CodeGen's slice
+    "gptj_rfull": _s("decoder", "GPTJConfig", "GPTJForCausalLM",
+                     dict(SPECS["gptj"]["config"], rotary_dim=16),
+                     ["mha", "rope-interleaved", "layernorm", "gelu-tanh", "parallel-residual"], "gptj", "gpt2",
+                     styles=("dyn_mask", "kv")),
+    "codegen": _s("decoder", "CodeGenConfig", "CodeGenForCausalLM",
+                  dict(vocab_size=VOCAB, n_embd=HIDDEN, n_inner=FFN, n_layer=LAYERS, n_head=2, rotary_dim=8,
+                       n_positions=POSITIONS, n_ctx=POSITIONS, **TOKENS),
+                  ["mha", "rope-interleaved", "rope-partial", "layernorm", "gelu-tanh", "parallel-residual",
+                   "fused-qkv-mp"], "codegen", "gpt2", styles=("dyn_mask",)),
+    # Gemma 3: head_dim 32 (4 heads over hidden 32), base 1e4 on sliding layers, base 1e6 with linear 8 on full
+    "gemma3_rlocal": _s("decoder", "Gemma3TextConfig", "Gemma3ForCausalLM",
+                        dict(SPECS["gemma3"]["config"], head_dim=32,
+                             rope_parameters=dict(sliding_attention=dict(rope_type="default", rope_theta=10000.0),
+                                                  full_attention=dict(rope_type="linear", factor=8.0,
+                                                                      rope_theta=1000000.0))),
+                        ["gqa", "rope-full", "rope-two-bases", "rope-scaling-linear", "head-dim-explicit",
+                         "rmsnorm-1p", "geglu", "qk-norm", "sliding-window", "sandwich-norm", "embed-scale"],
+                        "gemma3_text", "gpt2", styles=("dyn_mask", "kv", "static_nomask")),
+}
+for _name, _spec in HOLDOUT15A.items():  # the corpus architecture each varies (CodeGen: none)
+    if _name.rsplit("_r", 1)[0] in SPECS:
+        _spec["base_arch"] = _name.rsplit("_r", 1)[0]
+HOLDOUT_SETS[23] = HOLDOUT15A
