@@ -31,6 +31,9 @@
 // in the section at the end of this file.
 
 #include <cooperative_groups.h>  // cluster barrier and DSMEM (the cluster-reduce variants)
+#include <map>    // the stream-K launcher's per-stream counter buffers
+#include <mutex>
+#include <utility>
 #include <cuda.h>  // CUtensorMap and its enums (types only; the driver is reached at run time)
 
 #include "attention_common.cuh"
@@ -739,6 +742,257 @@ __device__ __forceinline__ void append_kv_body(
                     });
 }
 
+// ---- Stream-K head-group decode (suffix "hs", sm_90; pa_decode_stream_body) ----
+// The split-K grids leave SMs idle where their CTAs do not fill whole waves: B64 H32/8 D128 runs the
+// 8-warp head-group kernel's two splits as 128 CTAs on the H200's 132 SMs. Here the grid is
+// (Hkv / W, C): CTA c of head group gx takes the equal share [c N / C, (c + 1) N / C) of the
+// N = B * tiles_per_seq virtual 16-token tiles (sequence-major; the tiles past a sequence's length are
+// skipped, not read), so a CTA's range may end in one sequence and go on in the next. Each (sequence,
+// CTA) piece is a segment with its own softmax state. A sequence inside one CTA's range is written
+// directly; otherwise each piece writes its fp32 partial (O normalized, log2-sum-exp) to workspace
+// slot c - c_first(b) and arrives on the sequence's counter, and the last to arrive combines the
+// partials (the sink joins there) and writes out. counters[gx * B + b] must be zero before the launch
+// and are zero after it (atomicInc wraps at the last arrival), so one zeroed buffer serves every later
+// launch on its stream (the launcher keeps one per stream). The tile loop is the BULK = 3 body's.
+constexpr int kPaStreamSegMax = 4;  // sequences one CTA's range may touch (the launcher checks)
+
+template <typename T, int D, int kPaWarps, int kPaStages>
+__device__ __forceinline__ void pa_decode_stream_body(
+    const T* __restrict__ q, long long q_sb, const int* __restrict__ block_tables,
+    const int* __restrict__ seq_lens, T* __restrict__ out, long long o_sb, float* __restrict__ part_o,
+    float* __restrict__ part_lse, unsigned* __restrict__ counters, int B, int Hq, int Hkv, int block_size,
+    int max_blocks, int tiles_per_seq, int parts_max, float scale_log2, const float* __restrict__ sinks,
+    const void* tmap_k, const void* tmap_v) {
+  using Tr = MmaTraits<T>;
+  static_assert(D == 64 || D == 128, "head-group tiles: 64-column slabs, Q in registers");
+  static_assert(kPaStages * 8 <= 64, "the mbarriers and the arrival flag share the first 128 bytes");
+  constexpr int NT = 32 * kPaWarps;
+  constexpr int kPaTile = 16 * kPaWarps;
+  constexpr int TILE_ELEMS = kPaTile * D;
+  auto kv_off = [](int r, int c) { return (c / 64) * (kPaTile * 64) + r * 64 + ((c % 64) ^ ((r & 7) << 3)); };
+
+  // pa_smem_bytes(D, W, S, 3)'s layout: mbarriers (and here the arrival flag at byte 64), the unused
+  // Q tile, 1 KiB-aligned stages
+  extern __shared__ __align__(128) unsigned char pa_smem[];
+  uint64_t* mbar = reinterpret_cast<uint64_t*>(pa_smem);
+  volatile int* s_last = reinterpret_cast<volatile int*>(pa_smem + 64);
+  T* sKV = reinterpret_cast<T*>(pa_smem + 128) + 16 * tile_row<D>();
+  sKV = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(sKV) + ((1024u - (smem_u32(sKV) & 1023u)) & 1023u));
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t4 = lane & 3, g = lane >> 2;
+  const int gx = blockIdx.x, c = blockIdx.y, C = gridDim.y;
+  const int G = Hq / Hkv;
+  const int hkv = gx * kPaWarps + warp;
+  const int Tv = tiles_per_seq;
+  const long long N = (long long)B * Tv;
+  const long long f0 = c * N / C, f1 = (c + 1) * N / C;  // C <= N: never empty
+  const int b_first = static_cast<int>(f0 / Tv);
+  const int nseg = static_cast<int>((f1 - 1) / Tv) - b_first + 1;
+  const int lo0 = static_cast<int>(f0 - (long long)b_first * Tv);
+  const int hi_last = static_cast<int>(f1 - (long long)(b_first + nseg - 1) * Tv);
+  const int bs_shift = __ffs(block_size) - 1;  // a power of two >= 16
+  const int cap = max_blocks * block_size;
+  const int* bt0 = block_tables + (size_t)b_first * max_blocks;
+
+  // the first tile's block id, loaded beside the lengths (it does not depend on them)
+  int p_blk = 0;
+  if (warp == 0) p_blk = bt0[min((lo0 * 16) >> bs_shift, max_blocks - 1)];
+  int Ls[kPaStreamSegMax];
+#pragma unroll
+  for (int i = 0; i < kPaStreamSegMax; ++i) Ls[i] = i < nseg ? min(max(seq_lens[b_first + i], 0), cap) : 0;
+  auto seg_len = [&](int s) {
+    int r = Ls[0];
+#pragma unroll
+    for (int i = 1; i < kPaStreamSegMax; ++i) r = s == i ? Ls[i] : r;
+    return r;
+  };
+  // segment s's tiles [lo, hi) of sequence b_first + s (hi <= lo: none)
+  auto seg_hi = [&](int s) { return min(s == nseg - 1 ? hi_last : Tv, (seg_len(s) + 15) >> 4); };
+
+  if (tid == 0) {
+    for (int st = 0; st < kPaStages; ++st) mbar_init(smem_u32(mbar + st), 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  // Producer cursor (warp 0; lane 0 issues): tile p_t of segment p_s, the block id p_blk loaded one
+  // issue ahead. Empty segments are skipped; the consumer's loop below counts the same tiles.
+  int p_s = 0, p_t = lo0, p_hi = seg_hi(0), issued = 0;
+  auto p_settle = [&] {  // past its segment's end: on to the next segment with tiles, and its block id
+    while (p_t >= p_hi && p_s < nseg) {
+      ++p_s;
+      p_t = 0;
+      if (p_s < nseg) p_hi = seg_hi(p_s);
+    }
+  };
+  auto p_load = [&] {
+    if (p_s < nseg) p_blk = block_tables[(size_t)(b_first + p_s) * max_blocks + ((p_t * 16) >> bs_shift)];
+  };
+  if (warp == 0 && p_t >= p_hi) {
+    p_settle();
+    p_load();
+  }
+  auto issue_next = [&] {  // all of warp 0
+    if (p_s >= nseg) return;
+    const int stage = issued % kPaStages;
+    if (lane == 0) {
+      const uint32_t bar = smem_u32(mbar + stage);
+      mbar_arrive_expect_tx(bar, 2 * TILE_ELEMS * 2);
+      const int row = (p_blk << bs_shift) + ((p_t * 16) & (block_size - 1));
+      T* dk = sKV + stage * 2 * TILE_ELEMS;
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h) {
+        tma_load_3d(smem_u32(dk + h * kPaTile * 64), tmap_k, h * 64, row, gx * kPaWarps, bar);
+        tma_load_3d(smem_u32(dk + TILE_ELEMS + h * kPaTile * 64), tmap_v, h * 64, row, gx * kPaWarps, bar);
+      }
+    }
+    ++issued;
+    ++p_t;
+    p_settle();
+    p_load();
+  };
+  if (warp == 0) {
+#pragma unroll
+    for (int st = 0; st < kPaStages - 1; ++st) issue_next();
+  }
+
+  float acc[D / 8][4];
+  float row_m[2], row_l[2];
+  uint32_t qf[D / 16][4];
+  int k = 0;  // tiles consumed: the stage and the mbarrier phase run on across segments
+  for (int s = 0; s < nseg; ++s) {
+    const int b = b_first + s;
+    const int L = seg_len(s);
+    const int lo = s == 0 ? lo0 : 0;
+    const int n = max(seg_hi(s) - lo, 0);
+    {  // m16k16 A fragments of rows g, g + 8 (zero at >= G) from global memory
+      const T* qb = q + b * q_sb + (size_t)hkv * G * D;
+      const T* q0 = qb + (g < G ? g : 0) * D + 2 * t4;
+      const T* q1 = qb + (g + 8 < G ? g + 8 : 0) * D + 2 * t4;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        qf[kk][0] = g < G ? *reinterpret_cast<const uint32_t*>(q0 + kk * 16) : 0u;
+        qf[kk][1] = g + 8 < G ? *reinterpret_cast<const uint32_t*>(q1 + kk * 16) : 0u;
+        qf[kk][2] = g < G ? *reinterpret_cast<const uint32_t*>(q0 + kk * 16 + 8) : 0u;
+        qf[kk][3] = g + 8 < G ? *reinterpret_cast<const uint32_t*>(q1 + kk * 16 + 8) : 0u;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    row_m[0] = row_m[1] = -INFINITY;
+    row_l[0] = row_l[1] = 0.f;
+
+    for (int j = 0; j < n; ++j, ++k) {
+      if (warp == 0) issue_next();  // keeps kPaStages - 1 tiles in flight, across segments
+      mbar_wait_parity(smem_u32(mbar + k % kPaStages), (k / kPaStages) & 1);
+      const T* tk = sKV + (k % kPaStages) * 2 * TILE_ELEMS;
+      const T* tv = tk + TILE_ELEMS;
+      const int kr = warp * 16;
+      const int tok0 = (lo + j) * 16;
+      // rows past the sequence's end hold whatever the pool has there: zero this warp's V rows of
+      // them (P = 0 there, and 0 * NaN would poison O); their scores become -inf below
+      const int valid = L - tok0;
+      if (valid < 16) {
+        for (int i = lane; i < 16 * (D / 8); i += 32) {
+          const int r = i / (D / 8), cc = (i % (D / 8)) * 8;
+          if (r >= valid)
+            *reinterpret_cast<uint4*>(const_cast<T*>(tv) + kv_off(kr + r, cc)) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        __syncwarp();
+      }
+      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      float sc_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t bf[4];
+        const int r = kr + (lane & 7) + ((lane >> 4) << 3);
+        const int cc = kk * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(bf, smem_u32(tk + kv_off(r, cc)));
+        float(&sk)[2][4] = (kk & 1) ? sc_odd : sc;
+        Tr::mma(sk[0], qf[kk], bf[0], bf[1]);
+        Tr::mma(sk[1], qf[kk], bf[2], bf[3]);
+      }
+      pa_add_scores(sc, sc_odd);
+      float alpha[2];
+      pa_softmax_step(sc, row_m, row_l, alpha, tok0, t4, static_cast<unsigned>(L), scale_log2);
+      pa_rescale<D>(acc, alpha);
+      uint32_t pa[4];
+      pa[0] = Tr::pack(sc[0][0], sc[0][1]);
+      pa[1] = Tr::pack(sc[0][2], sc[0][3]);
+      pa[2] = Tr::pack(sc[1][0], sc[1][1]);
+      pa[3] = Tr::pack(sc[1][2], sc[1][3]);
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t bf[4];
+        const int r = kr + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int cc = dd * 16 + (lane >> 4) * 8;
+        ldmatrix_x4_trans(bf, smem_u32(tv + kv_off(r, cc)));
+        Tr::mma(acc[2 * dd], pa, bf[0], bf[1]);
+        Tr::mma(acc[2 * dd + 1], pa, bf[2], bf[3]);
+      }
+      __syncthreads();  // stage k % kPaStages is refilled by a later iteration
+    }
+
+    // The segment's rows: written out, or a partial and an arrival.
+    const long long vb = (long long)b * Tv;
+    const int c_first = static_cast<int>(((vb + 1) * C - 1) / N);  // the CTA holding tile vb
+    const int parts = static_cast<int>(((vb + Tv) * C - 1) / N) - c_first + 1;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(row_l[h]);
+      const int r = g + 8 * h;
+      if (r >= G) continue;
+      const int hq = hkv * G + r;
+      const float inv = parts == 1 ? sink_row_inv(l, row_m[h], sink_log2(sinks, hq)) : (l > 0.f ? 1.f / l : 0.f);
+      const size_t pidx = ((size_t)b * Hq + hq) * parts_max + (c - c_first);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const int d = dt * 8 + 2 * t4;
+        const float o0 = acc[dt][2 * h] * inv, o1 = acc[dt][2 * h + 1] * inv;
+        if (parts == 1)
+          *reinterpret_cast<uint32_t*>(out + b * o_sb + (size_t)hq * D + d) = Tr::pack(o0, o1);
+        else
+          *reinterpret_cast<float2*>(part_o + pidx * D + d) = make_float2(o0, o1);
+      }
+      if (parts > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
+    }
+    if (parts == 1) continue;
+    __threadfence();  // this piece's partial is visible before the arrival
+    __syncthreads();
+    if (tid == 0) *s_last = atomicInc(counters + (size_t)gx * B + b, static_cast<unsigned>(parts - 1)) == parts - 1u;
+    __syncthreads();
+    if (!*s_last) continue;
+    __threadfence();  // the last arrival: every piece's partial is visible (read past L1 below)
+    const int rows = kPaWarps * G, head0 = gx * kPaWarps * G;
+    for (int idx = tid; idx < rows * (D / 4); idx += NT) {
+      const int hq = head0 + idx / (D / 4), d = 4 * (idx % (D / 4));
+      const size_t base = ((size_t)b * Hq + hq) * parts_max;
+      const float sk = sink_log2(sinks, hq);
+      float M = sk;
+      for (int p = 0; p < parts; ++p) M = fmaxf(M, __ldcg(part_lse + base + p));
+      float wsum = M != -INFINITY ? exp2f(sk - M) : 0.f;
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (M != -INFINITY) {
+        for (int p = 0; p < parts; ++p) {
+          const float lse = __ldcg(part_lse + base + p);
+          if (lse == -INFINITY) continue;
+          const float w = exp2f(lse - M);
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(part_o + (base + p) * D + d));
+          wsum += w;
+          o.x += w * x.x;
+          o.y += w * x.y;
+          o.z += w * x.z;
+          o.w += w * x.w;
+        }
+      }
+      const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+      T* dst = out + b * o_sb + (size_t)hq * D + d;
+      *reinterpret_cast<uint32_t*>(dst) = Tr::pack(o.x * inv, o.y * inv);
+      *reinterpret_cast<uint32_t*>(dst + 2) = Tr::pack(o.z * inv, o.w * inv);
+    }
+  }
+}
+
 }  // namespace onnx_fuse
 
 using onnx_fuse::append_kv_body;
@@ -889,6 +1143,27 @@ OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 64)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, f16, __half, 128)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 64)
 OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 128)
+
+// Stream-K head-group variant (suffix "hs", pa_decode_stream_body): grid (Hkv / W, C), launched by
+// onnx_fuse_paged_attention_decode_stream; launch_plan.PA_STREAM_VARIANTS mirrors the list.
+#define OF_PA_STREAM_DECODE(DTN, T, D, W, ST)                                                    \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                          \
+      onnx_fuse_pa_decode_##DTN##_d##D##_w##W##s##ST##hs(                                       \
+          const T* q, long long q_sb, const int* block_tables, const int* seq_lens, T* out,      \
+          long long o_sb, float* part_o, float* part_lse, unsigned* counters, int B, int Hq,     \
+          int Hkv, int block_size, int max_blocks, int tiles_per_seq, int parts_max,             \
+          float scale_log2, const float* sinks, const __grid_constant__ CUtensorMap tk,          \
+          const __grid_constant__ CUtensorMap tv) {                                             \
+    onnx_fuse::pa_decode_stream_body<T, D, W, ST>(q, q_sb, block_tables, seq_lens, out, o_sb, part_o, \
+                                                  part_lse, counters, B, Hq, Hkv, block_size,    \
+                                                  max_blocks, tiles_per_seq, parts_max, scale_log2, \
+                                                  sinks, &tk, &tv);                              \
+  }
+#define OF_PA_STREAM_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2)
+OF_PA_STREAM_VARIANTS(OF_PA_STREAM_DECODE, f16, __half, 64)
+OF_PA_STREAM_VARIANTS(OF_PA_STREAM_DECODE, f16, __half, 128)
+OF_PA_STREAM_VARIANTS(OF_PA_STREAM_DECODE, bf16, __nv_bfloat16, 64)
+OF_PA_STREAM_VARIANTS(OF_PA_STREAM_DECODE, bf16, __nv_bfloat16, 128)
 
 // ----------------------------------------------------------------------------------------
 // Host launch functions.
@@ -2249,6 +2524,106 @@ int onnx_fuse_paged_attention_decode_fp8_cluster(int dtype, const void* q, long 
     return pa_launch_cluster(onnx_fuse_pa8_decode_##DTN##_d##DD##_w##W##s##ST##hc, grid, W, smem, stream, \
                              OF_PA8_ARGS(T), tk, tv);
   OF_PA_HEAD_GROUP_DISPATCH(OF_PA8_CLUSTER_VARIANTS, OF_LAUNCH)
+#undef OF_LAUNCH
+}
+
+}  // extern "C"
+
+// ----------------------------------------------------------------------------------------
+// Stream-K head groups (pa_decode_stream_body, suffix "hs"): host side.
+
+namespace {
+
+// The stream-K arrival counters: one zeroed buffer per (device, stream), made on the first launch on
+// that stream (so, as for the JIT plugin's workspace, not inside a CUDA graph capture) and kept for
+// the process's life; every launch leaves its counters zero again (pa_decode_stream_body).
+constexpr int kPaStreamCounters = 1 << 16;  // head groups x sequences per launch, at most
+unsigned* pa_stream_counters(cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, unsigned*> bufs;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = bufs.find({dev, stream});
+  if (it != bufs.end()) return it->second;
+  void* p = nullptr;
+  if (cudaMalloc(&p, kPaStreamCounters * sizeof(unsigned)) != cudaSuccess) return nullptr;
+  if (cudaMemsetAsync(p, 0, kPaStreamCounters * sizeof(unsigned), stream) != cudaSuccess) {
+    cudaFree(p);
+    return nullptr;
+  }
+  bufs[{dev, stream}] = static_cast<unsigned*>(p);
+  return static_cast<unsigned*>(p);
+}
+
+// Partials a sequence of tiles_per_seq tiles can be cut into by C CTA ranges over B sequences
+// (0 where the launch is refused: C > B * tiles_per_seq, or a range touching more than
+// kPaStreamSegMax sequences).
+int pa_stream_parts(int B, int tiles_per_seq, int ctas) {
+  const long long N = (long long)B * tiles_per_seq;
+  if (B <= 0 || tiles_per_seq <= 0 || ctas <= 0 || ctas > N) return 0;
+  const long long longest = (N + ctas - 1) / ctas;
+  if ((longest - 1 + tiles_per_seq - 1) / tiles_per_seq + 1 > onnx_fuse::kPaStreamSegMax) return 0;
+  // the CTAs whose range starts inside a sequence's tiles, ceil(C / B) at most, and the one before
+  const int parts = (ctas + B - 1) / B + 1;
+  return parts < ctas ? parts : ctas;
+}
+
+}  // namespace
+
+extern "C" {
+
+// fp32 workspace bytes of onnx_fuse_paged_attention_decode_stream: partial outputs [B, Hq, P, D] and
+// their log2-sum-exps [B, Hq, P], P = the most pieces a sequence is cut into; -1 where the launch
+// would be refused (see pa_stream_parts).
+long long onnx_fuse_paged_attention_stream_workspace_bytes(int B, int Hq, int D, int tiles_per_seq, int ctas) {
+  const int parts = pa_stream_parts(B, tiles_per_seq, ctas);
+  return parts ? (long long)B * Hq * parts * (D + 1) * 4 : -1;
+}
+
+// Decode over the 16-bit pool by the stream-K head-group kernel (see pa_decode_stream_body): grid
+// (Hkv / warps, ctas), CTA c taking an equal share of the B * tiles_per_seq 16-token tiles.
+// tiles_per_seq * 16 must cover the longest sequence and not pass the block table
+// (max_blocks * block_size); workspace: onnx_fuse_paged_attention_stream_workspace_bytes(...) bytes.
+// (warps, stages) = (8, 2); D in {64, 128}; Hkv % 8 == 0, block_size a power of two >= 16; no sliding
+// window. Refuses (cudaErrorInvalidValue) what it cannot run, a missing tensor map included.
+int onnx_fuse_paged_attention_decode_stream(int dtype, const void* q, long long q_sb, const void* k_pool,
+                                            const void* v_pool, const int* block_tables, const int* seq_lens,
+                                            void* out, long long o_sb, void* workspace, int B, int Hq, int Hkv,
+                                            int D, int block_size, int max_blocks, int num_blocks,
+                                            int tiles_per_seq, int ctas, float scale, int warps, int stages,
+                                            int l2_promotion, const float* sinks, cudaStream_t stream) {
+  if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb,
+                                      onnx_fuse::kPaSplitAlign, 1, k_pool, v_pool))
+    return rc;
+  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && stages == 2 && ctas <= 65535);
+  OF_REQUIRE(tiles_per_seq > 0 && (long long)tiles_per_seq * 16 <= (long long)max_blocks * block_size);
+  const int parts = pa_stream_parts(B, tiles_per_seq, ctas);
+  OF_REQUIRE(parts > 0 && workspace != nullptr && (long long)(Hkv / warps) * B <= kPaStreamCounters);
+  unsigned* counters = pa_stream_counters(stream);
+  OF_REQUIRE(counters != nullptr);
+  const long long rows = (long long)num_blocks * block_size;
+  CUtensorMap tk, tv;
+  CUtensorMapL2promotion prom;
+  OF_REQUIRE(pa_l2_promotion(l2_promotion, &prom));
+  OF_REQUIRE(pa16h_tensor_map(&tk, dtype, k_pool, rows, Hkv, D, warps, prom) &&
+             pa16h_tensor_map(&tv, dtype, v_pool, rows, Hkv, D, warps, prom));
+  const int smem = onnx_fuse::pa_smem_bytes(D, warps, stages, 3);
+  float* part_o = static_cast<float*>(workspace);
+  float* part_lse = part_o + (size_t)B * Hq * parts * D;
+  const float sl2 = scale * onnx_fuse::kLog2e;
+  const dim3 grid(Hkv / warps, ctas, 1);
+#define OF_LAUNCH(DTN, T, DD, W, ST)                                                                  \
+  if (D == DD && warps == W && stages == ST) {                                                        \
+    auto kernel = onnx_fuse_pa_decode_##DTN##_d##DD##_w##W##s##ST##hs;                                \
+    OF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));     \
+    kernel<<<grid, 32 * W, smem, stream>>>((const T*)q, q_sb, block_tables, seq_lens, (T*)out, o_sb,  \
+                                           part_o, part_lse, counters, B, Hq, Hkv, block_size,        \
+                                           max_blocks, tiles_per_seq, parts, sl2, sinks, tk, tv);     \
+    OF_CUDA_CHECK_LAUNCH();                                                                           \
+    return 0;                                                                                         \
+  }
+  OF_PA_HEAD_GROUP_DISPATCH(OF_PA_STREAM_VARIANTS, OF_LAUNCH)
 #undef OF_LAUNCH
 }
 
