@@ -1760,8 +1760,8 @@ EXPORT_FEATURES.update({"static_b1": ["static-shapes", "batch-1"], "static_s1": 
 
 
 def _sz(arch: str, styles: tuple, features: tuple = (), **config) -> dict:
-    """SPECS[arch] with config overrides (a None value drops the key) and extra feature tags."""
-    cfg = {k: v for k, v in dict(SPECS[arch]["config"], **config).items() if v is not None}
+    """SPECS[arch] with config overrides (None stays: Gemma 2's softcaps off) and extra feature tags."""
+    cfg = dict(SPECS[arch]["config"], **config)
     return dict(SPECS[arch], config=cfg, styles=styles, base_arch=arch,
                 features=list(SPECS[arch]["features"]) + list(features))
 
