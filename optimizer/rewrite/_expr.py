@@ -517,6 +517,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "is_const": _is_const,
     "bound": lambda ctx, name: ctx.is_bound(name),
     "consumed": lambda ctx, v: ctx.consumed(_as_value(v, "consumed")),
+    "data_readers": lambda ctx, v: ctx.data_readers(_as_value(v, "data_readers")),
     "float": _float,
     "int": _int,
     "bool": lambda ctx, x: bool(_scalarize(x, "bool")),

@@ -218,6 +218,12 @@ class _ExprContext:
             return True
         return any(u.node not in self.matched for u in v.uses())
 
+    def data_readers(self, v: ir.Value) -> int:
+        """Readers of v's values outside the match: consumers other than Shape / Size (which read
+        only its dims, and which shape CSE re-points), plus one for a graph output."""
+        return int(v.is_graph_output()) + sum(u.node not in self.matched and u.node.op_type not in ("Shape", "Size")
+                                              for u in v.uses())
+
 
 class Matcher:
     """Matches one rule at candidate anchor nodes."""

@@ -1,0 +1,94 @@
+"""rules/layout/heads_3d.yaml rotary-between-head-transposes: a qk-norm between the head split and the
+rotation (Cohere's use_qk_norm, Qwen 3: a norm over D of q / k viewed [B,S,H,D], then the heads-first
+Transpose and RoPE) left the rotation between the exporter's Transpose and the one a 3-D attention
+lowering adds after it; RoPE's 3-D form (num_heads) on the normed value viewed [B,S,H*D] leaves none.
+
+The block is a layer's attention as the dynamo export writes it, without a cache: q / k / v [B,S,H*D]
+viewed into heads, a LayerNorm over D with a per-head gamma [H, D] on q and k, the heads-first
+Transpose, rotate-half RoPE with cos / sin computed from positions, softmax attention, the merge back.
+Numerics against the original in ONNX Runtime."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+B, S, H, D = 2, 3, 4, 8
+BIG = np.iinfo(np.int64).max
+
+
+def _block(h, *, rotated_out=False):
+    """rotated_out: q's rotation is also a graph output (read besides the attention)."""
+    n = h.node
+    nodes = []
+    for name in ("q", "k", "v"):
+        nodes.append(n("Reshape", [f"{name}3", "shp"], [f"{name}sp"]))
+        src = f"{name}sp"
+        if name != "v":  # qk-norm over D, per-head gamma
+            nodes += [n("LayerNormalization", [src, "ones"], [f"{name}ln"], axis=-1, epsilon=1e-5),
+                      n("Mul", [f"{name}ln", f"{name}_gamma"], [f"{name}nm"])]
+            src = f"{name}nm"
+        nodes.append(n("Transpose", [src], [f"{name}4"], perm=[0, 2, 1, 3]))
+    nodes += [n("Unsqueeze", ["pos", "ax02"], ["pos3"]), n("Cast", ["pos3"], ["posf"], to=1),
+              n("Mul", ["posf", "inv_freq"], ["f"]), n("Concat", ["f", "f"], ["cat"], axis=-1),
+              n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"]),
+              n("Unsqueeze", ["co", "ax1"], ["cu"]), n("Unsqueeze", ["si", "ax1"], ["su"])]
+    for x in ("q4", "k4"):
+        nodes += [n("Mul", [x, "cu"], [f"{x}c"]),
+                  n("Slice", [x, "s_0", "s_half", "s_ax"], [f"{x}1"]),
+                  n("Slice", [x, "s_half", "s_end", "s_ax"], [f"{x}2"]),
+                  n("Neg", [f"{x}2"], [f"{x}n"]), n("Concat", [f"{x}n", f"{x}1"], [f"{x}h"], axis=-1),
+                  n("Mul", [f"{x}h", "su"], [f"{x}s"]), n("Add", [f"{x}c", f"{x}s"], [f"{x}rot"])]
+    nodes += [n("Transpose", ["k4rot"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4rot", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v4"], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              n("Shape", ["q3"], ["bs"], start=0, end=2), n("Concat", ["bs", "hd"], ["merge"], axis=0),
+              n("Reshape", ["ot", "merge"], ["y"], allowzero=1)]
+    inputs = [h.vi("pos", ["s"], elem=7), h.vi("q3", ["b", "s", H * D]), h.vi("k3", ["b", "s", H * D]),
+              h.vi("v3", ["b", "s", H * D]), h.vi("mask", ["b", 1, "s", "s"])]
+    outputs = [h.vi("y", ["b", "s", H * D])] + ([h.vi("q4rot", ["b", H, "s", D])] if rotated_out else [])
+    r = np.random.default_rng(7)
+    inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
+    inits = {"shp": np.array([0, 0, H, D], np.int64), "ones": np.ones(D, np.float32),
+             "q_gamma": (1 + 0.1 * r.standard_normal((H, D))).astype(np.float32),
+             "k_gamma": (1 + 0.1 * r.standard_normal((H, D))).astype(np.float32),
+             "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
+             "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
+             "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64),
+             "scale": np.array(D ** -0.5, np.float32), "hd": np.array([H * D], np.int64)}
+    return h.make_model(nodes, inputs, outputs, inits)
+
+
+def _feeds(h):
+    r = h.rng
+    f = {"pos": np.arange(S), **{x: r.standard_normal((B, S, H * D)).astype(np.float32) for x in ("q3", "k3", "v3")}}
+    m = np.triu(np.full((S, S), -1e9), 1) + np.zeros((B, 1, S, S))
+    m[1, :, :, :1] = -1e9  # left padding on row 1
+    f["mask"] = m.astype(np.float32)
+    return f
+
+
+def test_qk_norm_rotation_runs_on_the_3d_view(h):
+    model = _block(h)
+    out = h.fuse(model, "ort")
+    ops = h.ops(out)
+    # the rotation between the exporter's Transpose and the lowering's: no Transpose is left
+    assert ops["RotaryEmbedding"] == 2 and "Transpose" not in ops, ops
+    # per q / k: the view and the rotation (the view back merged into the attention's)
+    assert h.fired(out)["rotary-between-head-transposes"] == 4, h.fired(out)
+    rope = [x for x in out.graph.node if x.op_type == "RotaryEmbedding"]
+    assert all(next(a.i for a in x.attribute if a.name == "num_heads") == H for x in rope)
+    h.assert_close(model, out, _feeds(h))
+
+
+def test_a_rotation_read_elsewhere_keeps_its_transposes(h):
+    """q's rotation is a graph output as well: viewing it [B,S,H*D] would compute it twice."""
+    model = _block(h, rotated_out=True)
+    reasons = h.reasons(model, "ort", "rotary-between-head-transposes")
+    assert any(re.search("must be read only through the Transpose back", r) for r in reasons), reasons
+    out = h.fuse(model, "ort")
+    assert h.ops(out)["RotaryEmbedding"] == 2, h.ops(out)
+    assert [o.name for o in out.graph.output] == ["y", "q4rot"]
+    h.assert_close(model, out, _feeds(h))
