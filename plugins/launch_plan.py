@@ -282,7 +282,7 @@ PA_CLUSTER_L2_PROMOTION = 128
 # finish one (workspace partials, per-stream arrival counters kept by the launcher). D = 64, 128; no
 # sliding window; at most PA_STREAM_MAX_SEGMENTS sequences per CTA range.
 PA_STREAM_HEAD_DIMS = (64, 128)
-PA_STREAM_VARIANTS = ((8, 2, 5),)
+PA_STREAM_VARIANTS = ((8, 2, 5), (8, 3, 5))
 PA_STREAM_MAX_SEGMENTS = 4  # kPaStreamSegMax
 PA_SUFFIX = ("", "b", "t", "h", "hc", "hs")  # kernel name suffix per bulk code
 MAX_GROUP = 16  # query heads per kv head in one mma tile

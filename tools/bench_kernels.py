@@ -500,10 +500,11 @@ def main() -> int:
                             cands[f"{label}, L2 promotion {prom or 'none'}"] = (
                                 lambda pp=pp: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=pp), True)
             # stream-K head groups (bulk 5): the CTAs that fill the SMs (the plan's default), four fewer (the
-            # w8s2hc grid's 128 at D 128: what the kernel does apart from the idle SMs) and twice as many
+            # w8s2hc grid's 128 at D 128: what the kernel does apart from the idle SMs), twice as many, and
+            # one CTA per sequence (no piece to combine: the tile loop alone)
             for var in (lp.pa_stream_variants(D, Hkv) if bs >= 16 else ()):
                 fill = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var).grid[1]
-                for n in sorted({fill, fill - 4, 2 * fill}):
+                for n in sorted({fill, fill - 4, 2 * fill, B}):
                     try:
                         plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, num_splits=n)
                     except ValueError:

@@ -775,7 +775,7 @@ __device__ __forceinline__ void pa_decode_stream_body(
   // Q tile, 1 KiB-aligned stages
   extern __shared__ __align__(128) unsigned char pa_smem[];
   uint64_t* mbar = reinterpret_cast<uint64_t*>(pa_smem);
-  volatile int* s_last = reinterpret_cast<volatile int*>(pa_smem + 64);
+  volatile int* s_last = reinterpret_cast<volatile int*>(pa_smem + 64);  // [kPaStreamSegMax]
   T* sKV = reinterpret_cast<T*>(pa_smem + 128) + 16 * tile_row<D>();
   sKV = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(sKV) + ((1024u - (smem_u32(sKV) & 1023u)) & 1023u));
 
@@ -956,33 +956,55 @@ __device__ __forceinline__ void pa_decode_stream_body(
       }
       if (parts > 1 && t4 == 0) part_lse[pidx] = l > 0.f ? row_m[h] + log2f(l) : -INFINITY;
     }
-    if (parts == 1) continue;
-    __threadfence();  // this piece's partial is visible before the arrival
-    __syncthreads();
-    if (tid == 0) *s_last = atomicInc(counters + (size_t)gx * B + b, static_cast<unsigned>(parts - 1)) == parts - 1u;
-    __syncthreads();
-    if (!*s_last) continue;
+  }
+
+  // The arrivals, all at the end (mid-stream, a fence and an atomic round trip would stall this CTA's
+  // loads): one fence for every piece written, one counter per piece of a shared sequence, and the
+  // last arrival combines that sequence's pieces (the sink joins once, here).
+  __threadfence();
+  __syncthreads();
+  if (tid < nseg) {
+    const long long vb = (long long)(b_first + tid) * Tv;
+    const int c_first = static_cast<int>(((vb + 1) * C - 1) / N);
+    const int parts = static_cast<int>(((vb + Tv) * C - 1) / N) - c_first + 1;
+    s_last[tid] = parts > 1 && atomicInc(counters + (size_t)gx * B + b_first + tid,
+                                         static_cast<unsigned>(parts - 1)) == parts - 1u;
+  }
+  __syncthreads();
+  const int rows = kPaWarps * G, head0 = gx * kPaWarps * G;
+  for (int s = 0; s < nseg; ++s) {
+    if (!s_last[s]) continue;
     __threadfence();  // the last arrival: every piece's partial is visible (read past L1 below)
-    const int rows = kPaWarps * G, head0 = gx * kPaWarps * G;
+    const int b = b_first + s;
+    const long long vb = (long long)b * Tv;
+    const int parts = static_cast<int>(((vb + Tv) * C - 1) / N) - static_cast<int>(((vb + 1) * C - 1) / N) + 1;
     for (int idx = tid; idx < rows * (D / 4); idx += NT) {
       const int hq = head0 + idx / (D / 4), d = 4 * (idx % (D / 4));
       const size_t base = ((size_t)b * Hq + hq) * parts_max;
-      const float sk = sink_log2(sinks, hq);
-      float M = sk;
-      for (int p = 0; p < parts; ++p) M = fmaxf(M, __ldcg(part_lse + base + p));
-      float wsum = M != -INFINITY ? exp2f(sk - M) : 0.f;
+      float M = sink_log2(sinks, hq);  // online merge from the sink (weight 1 at M = sink; none: -inf)
+      float wsum = M != -INFINITY ? 1.f : 0.f;
       float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (M != -INFINITY) {
-        for (int p = 0; p < parts; ++p) {
-          const float lse = __ldcg(part_lse + base + p);
-          if (lse == -INFINITY) continue;
-          const float w = exp2f(lse - M);
-          const float4 x = __ldcg(reinterpret_cast<const float4*>(part_o + (base + p) * D + d));
-          wsum += w;
-          o.x += w * x.x;
-          o.y += w * x.y;
-          o.z += w * x.z;
-          o.w += w * x.w;
+      for (int p0 = 0; p0 < parts; p0 += 4) {  // four pieces' loads in flight at once
+        float lse[4];
+        float4 x[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const bool ok = p0 + i < parts;
+          lse[i] = ok ? __ldcg(part_lse + base + p0 + i) : -INFINITY;
+          x[i] = ok ? __ldcg(reinterpret_cast<const float4*>(part_o + (base + p0 + i) * D + d))
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (lse[i] == -INFINITY) continue;
+          const float Mn = fmaxf(M, lse[i]);
+          const float a = exp2f(M - Mn), w = exp2f(lse[i] - Mn);  // a = 0 while M is -inf
+          wsum = wsum * a + w;
+          o.x = o.x * a + w * x[i].x;
+          o.y = o.y * a + w * x[i].y;
+          o.z = o.z * a + w * x[i].z;
+          o.w = o.w * a + w * x[i].w;
+          M = Mn;
         }
       }
       const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
@@ -1159,7 +1181,9 @@ OF_PA_CLUSTER_VARIANTS(OF_PA_CLUSTER_DECODE, bf16, __nv_bfloat16, 128)
                                                   max_blocks, tiles_per_seq, parts_max, scale_log2, \
                                                   sinks, &tk, &tv);                              \
   }
-#define OF_PA_STREAM_VARIANTS(X, DTN, T, D) X(DTN, T, D, 8, 2)
+#define OF_PA_STREAM_VARIANTS(X, DTN, T, D) \
+  X(DTN, T, D, 8, 2)                       \
+  X(DTN, T, D, 8, 3)
 OF_PA_STREAM_VARIANTS(OF_PA_STREAM_DECODE, f16, __half, 64)
 OF_PA_STREAM_VARIANTS(OF_PA_STREAM_DECODE, f16, __half, 128)
 OF_PA_STREAM_VARIANTS(OF_PA_STREAM_DECODE, bf16, __nv_bfloat16, 64)
@@ -2585,7 +2609,7 @@ long long onnx_fuse_paged_attention_stream_workspace_bytes(int B, int Hq, int D,
 // (Hkv / warps, ctas), CTA c taking an equal share of the B * tiles_per_seq 16-token tiles.
 // tiles_per_seq * 16 must cover the longest sequence and not pass the block table
 // (max_blocks * block_size); workspace: onnx_fuse_paged_attention_stream_workspace_bytes(...) bytes.
-// (warps, stages) = (8, 2); D in {64, 128}; Hkv % 8 == 0, block_size a power of two >= 16; no sliding
+// (warps, stages) = (8, 2) or (8, 3); D in {64, 128}; Hkv % 8 == 0, block_size a power of two >= 16; no sliding
 // window. Refuses (cudaErrorInvalidValue) what it cannot run, a missing tensor map included.
 int onnx_fuse_paged_attention_decode_stream(int dtype, const void* q, long long q_sb, const void* k_pool,
                                             const void* v_pool, const int* block_tables, const int* seq_lens,
@@ -2596,7 +2620,7 @@ int onnx_fuse_paged_attention_decode_stream(int dtype, const void* q, long long 
   if (const int rc = pa_cluster_check(dtype, B, Hq, Hkv, D, block_size, max_blocks, num_blocks, q_sb,
                                       onnx_fuse::kPaSplitAlign, 1, k_pool, v_pool))
     return rc;
-  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && stages == 2 && ctas <= 65535);
+  OF_REQUIRE(Hkv % warps == 0 && warps == 8 && (stages == 2 || stages == 3) && ctas <= 65535);
   OF_REQUIRE(tiles_per_seq > 0 && (long long)tiles_per_seq * 16 <= (long long)max_blocks * block_size);
   const int parts = pa_stream_parts(B, tiles_per_seq, ctas);
   OF_REQUIRE(parts > 0 && workspace != nullptr && (long long)(Hkv / warps) * B <= kPaStreamCounters);

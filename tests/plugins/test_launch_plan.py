@@ -696,13 +696,14 @@ def test_pa_stream_variants_match_the_sources_and_plan():
     run are refused."""
     pa = (KERNELS / "paged_attention.cu").read_text()
     rows = re.findall(r"X\(DTN, T, D, (\d+), (\d+)\)", _block(pa, "#define OF_PA_STREAM_VARIANTS("))
+    assert len(rows) == 2
     ds = {int(d) for d in re.findall(r"^OF_PA_STREAM_VARIANTS\(OF_PA_STREAM_DECODE, bf16, __nv_bfloat16, (\d+)\)",
                                      pa, re.M)}
     assert {(int(w), int(st), 5) for w, st in rows} == set(lp.PA_STREAM_VARIANTS) and ds == set(lp.PA_STREAM_HEAD_DIMS)
     assert re.search(rf"constexpr int kPaStreamSegMax = {lp.PA_STREAM_MAX_SEGMENTS};", pa)
     assert lp.PA_SUFFIX[5] == "hs" and "onnx_fuse_paged_attention_decode_stream" in pa
     for d in lp.SUPPORTED_HEAD_DIMS:
-        assert set(lp.pa_stream_variants(d)) == ({(8, 2, 5)} if d in ds else set()), d
+        assert set(lp.pa_stream_variants(d)) == ({(8, 2, 5), (8, 3, 5)} if d in ds else set()), d
     assert lp.pa_stream_variants(128, 4) == ()
     for batch, tiles, ctas in ((64, 256, 132), (3, 95, 1), (3, 95, 13), (8, 64, 200), (5, 256, 37), (40, 3, 2),
                                (40, 3, 10), (1, 1, 1), (7, 5, 35), (128, 256, 132), (512, 256, 132)):

@@ -43,7 +43,7 @@ def _err(out, expect: np.ndarray) -> float:
     return float(np.linalg.norm(o - expect) / max(np.linalg.norm(expect), 1e-30))
 
 
-def _check(lib, B, Hq, Hkv, D, bs, lens, ctas, dtype, key, sinks=False, repeat=1):
+def _check(lib, B, Hq, Hkv, D, bs, lens, ctas, dtype, key, sinks=False, repeat=1, variant=VARIANT):
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("stream", key)).encode()))
     k_pool, v_pool, tables = make_paged_pool(B, Hkv, D, bs, lens, dtype, gen)
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
@@ -55,7 +55,7 @@ def _check(lib, B, Hq, Hkv, D, bs, lens, ctas, dtype, key, sinks=False, repeat=1
     for _ in range(repeat):  # fresh queries each launch: the counters must be back at zero
         q = torch.randn((B, Hq, D), generator=gen, device="cuda", dtype=torch.float32).to(dtype)
         out = torch.full_like(q, float("nan"))
-        plan = lib.paged_decode(q, k_pool, v_pool, tables, seq, out, variant=VARIANT, num_splits=ctas, sinks=s)
+        plan = lib.paged_decode(q, k_pool, v_pool, tables, seq, out, variant=variant, num_splits=ctas, sinks=s)
         torch.cuda.synchronize()
         expect = ref.paged_attention(_np(q), np.nan_to_num(_np(k_pool)), np.nan_to_num(_np(v_pool)),
                                      tables.cpu().numpy(), np.array(lens), out_dtype=np.float64,
@@ -65,17 +65,18 @@ def _check(lib, B, Hq, Hkv, D, bs, lens, ctas, dtype, key, sinks=False, repeat=1
         for b, L in enumerate(lens):
             if L == 0:
                 assert torch.count_nonzero(out[b]).item() == 0
-    assert plan.stream_k and plan.kernel.endswith("w8s2hs") and plan.reduce_kernel is None
+    assert plan.stream_k and plan.kernel.endswith(f"w8s{variant[1]}hs") and plan.reduce_kernel is None
     return plan
 
 
+@pytest.mark.parametrize("variant", lp.PA_STREAM_VARIANTS, ids=lambda v: f"w{v[0]}s{v[1]}hs")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("ctas", [1, 2, 5, 13, None])
 @pytest.mark.parametrize("D", [64, 128])
-def test_stream_decode_ragged(lib, D, ctas, dtype):
+def test_stream_decode_ragged(lib, D, ctas, dtype, variant):
     """Three sequences (one empty, one ending mid-tile) cut by 1 to 132 CTAs: one CTA over all of them
     (three sequences in one range), pieces of one to many tiles, the planned count (None)."""
-    _check(lib, 3, 32, 8, D, 16, [1500, 47, 0], ctas, dtype, (D, ctas))
+    _check(lib, 3, 32, 8, D, 16, [1500, 47, 0], ctas, dtype, (D, ctas), variant=variant)
 
 
 @pytest.mark.parametrize("bs", [16, 32, 128])
