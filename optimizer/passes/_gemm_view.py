@@ -6,8 +6,12 @@ back t's own leading dims: the first view merges every leading axis into the row
 Gemm works on each row alone, and the second view splits the rows the same way. torch's
 nn.MultiheadAttention writes its out-projection so (``view(tgt_len * bsz, C)``, ``linear``,
 ``view(tgt_len, bsz, C)``) around a time-first Transpose: as a MatMul the projection joins the
-transpose sink's region and the Transposes on both sides cancel (batch_first=True: 2 -> 0). Done only
-where a Transpose reads or feeds the views, the one place the 2-D form blocks a layout move; the
+transpose sink's region and the Transposes on both sides cancel (batch_first=True: 2 -> 0). Done
+where a Transpose reads or feeds the views, the one place the 2-D form blocks a layout move, and where
+the rows view merges no two axes (every leading axis but at most one is a static 1: the views only
+drop and restore size-1 axes, so the 2-D form is t itself and the views are two nodes for nothing;
+torch MHA's probe query, [B, 1, C] viewed [B, C] for its out-projection, SigLIP's pooling head). A
+Gemm whose rows merge batch and sequence with no Transpose beside it (GPT-2's Conv1D) stays. The
 dims are compared symbolically (the inferred shapes), never assumed.
 """
 
@@ -53,8 +57,9 @@ def gemm_view(graph: ir.Graph, r1: ir.Node) -> bool:
     if mid is None or len(mid) != 2 or mid[1] != (k, ()) or out != dims[:-1] + [(n, ())]:
         return False
     near = r1.inputs[0].producer()
-    if not (is_default_op(near, "Transpose") or is_default_op(one_reader(r2.outputs[0]), "Transpose")):
-        return False  # elsewhere the 2-D form blocks nothing
+    squeeze = sum(d != (1, ()) for d in dims[:-1]) <= 1
+    if not (squeeze or is_default_op(near, "Transpose") or is_default_op(one_reader(r2.outputs[0]), "Transpose")):
+        return False  # rows merged from several axes, no Transpose beside them: the 2-D form blocks nothing
     alpha, beta = float(attr_value(gemm, "alpha", 1.0)), float(attr_value(gemm, "beta", 1.0))
     taken = graph_names(graph)
     base = gemm.outputs[0].name or "gemm"

@@ -13,7 +13,8 @@ Cases handled (each counted in ``stats``):
 
 - ``gemm-view``: Reshape(Gemm(Reshape(t, [-1, K])), t's leading dims + [N]) as MatMul (+ Add) on t,
   where a Transpose reads or feeds the views (passes/_gemm_view.py: torch MHA's out-projection), so
-  the projection joins a transpose-sunk region.
+  the projection joins a transpose-sunk region, or where the views only drop and restore size-1 axes
+  (the probe query's [B, 1, C] viewed [B, C]).
 - ``picks-through-transpose`` / ``picks-as-split``: constant Gathers of a Transpose read its input
   (the Transposes after them take the perm), and constant Gathers of a Reshape splitting the last
   axis into [G, C] are one Split of it (passes/_packed_picks.py: torch MHA's packed q / k / v).
