@@ -145,8 +145,13 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
     def keep(passes) -> tuple[ir.passes.PassBase, ...]:
         return tuple(p for p in passes if getattr(p, "display_name", None) not in disable)
 
-    pass_names = {p.display_name for p in (*cleanup_passes(), ShapeInferencePass())} | {"precision"}
-    stages = [Stage("shape-inference", keep((ShapeInferencePass(),)), fixed_point=False),
+    # a declared symbol a Reshape's element count pins (a tracer's constant length: TorchScript's torch
+    # MHA key / value views) takes its value in the inner shapes (passes/traced_lengths.py)
+    from onnx_fuse.passes.traced_lengths import TracedLengthsPass
+
+    pass_names = {p.display_name for p in (*cleanup_passes(), ShapeInferencePass(), TracedLengthsPass())}
+    pass_names |= {"precision"}
+    stages = [Stage("shape-inference", keep((ShapeInferencePass(), TracedLengthsPass())), fixed_point=False),
               Stage("cleanup", keep(cleanup_passes()))]
     if level >= 2:
         from onnx_fuse.rewrite import load_rule_set
@@ -237,7 +242,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # it proves (TorchScript rotate-half Slices: head counts, passes/shape_inference.py), and
         # fold what those dims make constant (GPT-NeoX's rotate_half(x[..., :rd]) slices at
         # Shape(x_rot)[-1] // 2), to a fixed point
-        stages.append(Stage("shape-refresh", keep((ShapeInferencePass(), *cleanup_passes()))))
+        # (traced-lengths again: a view's input is often sized only once folding made the views before it constant)
+        stages.append(Stage("shape-refresh", keep((ShapeInferencePass(), TracedLengthsPass(), *cleanup_passes()))))
         stages.append(Stage("pair-picks", keep(pair_picks), fixed_point=False))
         # after the refresh: the BN's channel is followed back through Reshapes by their inferred dims
         stages.append(Stage("batch-norm-fold", keep(bn_fold), fixed_point=False))
