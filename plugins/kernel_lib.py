@@ -66,8 +66,6 @@ ARGTYPES = {
     + [_f, _i, _i, _i, _p, _p],
     "onnx_fuse_paged_attention_decode_cluster": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
     + [_f, _i, _i, _i, _i, _p, _p],
-    "onnx_fuse_paged_attention_decode_stream": [_i, _p, _ll, _p, _p, _p, _p, _p, _ll, _p] + [_i] * 9
-    + [_f, _i, _i, _i, _p, _p],
 }
 
 
@@ -249,16 +247,6 @@ class KernelLib:
                 plan.part_tokens, plan.num_splits, sc, plan.warps, plan.stages, plan.l2_promotion, window,
                 _ptr(sinks), self._stream(stream))
             self._check(rc, "onnx_fuse_paged_attention_decode_cluster")
-            return plan
-        if plan.stream_k:  # stream-K head groups: the partials in the workspace, no reduce kernel
-            if window:
-                raise ValueError("the stream-K decode plan has no sliding window: plan another variant")
-            rc = self._lib.onnx_fuse_paged_attention_decode_stream(
-                plan.dtype_code, _ptr(q), q.stride(0), _ptr(k_pool), _ptr(v_pool), _ptr(block_tables),
-                _ptr(seq_lens), _ptr(out), out.stride(0), _ptr(workspace), B, Hq, Hkv, D, BS, MB, k_pool.shape[0],
-                plan.part_tokens // 16, plan.grid[1], sc, plan.warps, plan.stages, plan.l2_promotion,
-                _ptr(sinks), self._stream(stream))
-            self._check(rc, "onnx_fuse_paged_attention_decode_stream")
             return plan
         if plan.bulk in (2, 3):  # TMA: tensor maps over the whole pools (their block count is needed)
             name = ("onnx_fuse_paged_attention_decode_tma", "onnx_fuse_paged_attention_decode_tma_heads")[plan.bulk - 2]

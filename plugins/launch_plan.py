@@ -275,16 +275,7 @@ PA_CLUSTER_MAX_SPLITS = 8  # the portable cluster size
 # H200 run 11, B64 H32/8 D128 block 16, w8s2hc split 2: promotion 128 B 4186-4197 GB/s, none 4185-4194,
 # 256 B (the other launchers' setting) 4041-4051; SDPA on a contiguous cache 4204-4208
 PA_CLUSTER_L2_PROMOTION = 128
-# Stream-K head groups (OF_PA_STREAM_VARIANTS, onnx_fuse_paged_attention_decode_stream; bulk 5, suffix
-# "hs"): the head-group tile loop over grid (Hkv / warps, ctas), CTA c of a group taking an equal share of
-# the batch's B * ceil(ctx / 16) tiles (sequence-major), so a CTA may finish one sequence and start the
-# next and the grid fills every SM whatever B is; pieces of one sequence are combined by the last CTA to
-# finish one (workspace partials, per-stream arrival counters kept by the launcher). D = 64, 128; no
-# sliding window; at most PA_STREAM_MAX_SEGMENTS sequences per CTA range.
-PA_STREAM_HEAD_DIMS = (64, 128)
-PA_STREAM_VARIANTS = ((8, 2, 5), (8, 3, 5))
-PA_STREAM_MAX_SEGMENTS = 4  # kPaStreamSegMax
-PA_SUFFIX = ("", "b", "t", "h", "hc", "hs")  # kernel name suffix per bulk code
+PA_SUFFIX = ("", "b", "t", "h", "hc")  # kernel name suffix per bulk code
 MAX_GROUP = 16  # query heads per kv head in one mma tile
 # fp8 (e4m3) pool decode variants (warps, stages) compiled in paged_attention.cu (OF_PA8_VARIANTS);
 # head sizes with a multiple of 32 bytes per row only (V bytes are paired in 32-byte groups).
@@ -398,29 +389,6 @@ def pa_cluster_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple
     if head_dim not in PA_CLUSTER_HEAD_DIMS:
         return ()
     return tuple(v for v in PA_CLUSTER_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
-
-
-def pa_stream_variants(head_dim: int, num_kv_heads: int | None = None) -> tuple[tuple[int, int, int], ...]:
-    """(warps, stages, 5) stream-K head-group decode variants compiled for ``head_dim``; with
-    ``num_kv_heads``, only those whose group divides it."""
-    _check_head_dim(head_dim)
-    if head_dim not in PA_STREAM_HEAD_DIMS:
-        return ()
-    return tuple(v for v in PA_STREAM_VARIANTS if num_kv_heads is None or num_kv_heads % v[0] == 0)
-
-
-def pa_stream_parts(batch: int, tiles_per_seq: int, ctas: int) -> int:
-    """The most pieces ``ctas`` equal CTA ranges cut one sequence of ``tiles_per_seq`` tiles into
-    (mirrors pa_stream_parts in the .cu); 0 where the launcher refuses: more CTAs than tiles, or a range
-    touching more than PA_STREAM_MAX_SEGMENTS sequences."""
-    n = batch * tiles_per_seq
-    if batch <= 0 or tiles_per_seq <= 0 or ctas <= 0 or ctas > n:
-        return 0
-    longest = -(-n // ctas)
-    if (longest - 1 + tiles_per_seq - 1) // tiles_per_seq + 1 > PA_STREAM_MAX_SEGMENTS:
-        return 0
-    # the CTAs whose range starts inside a sequence's tiles, ceil(C / B) at most, and the one before
-    return min(ctas, -(-ctas // batch) + 1)
 
 
 def pa8_variants(head_dim: int) -> tuple[tuple, ...]:
@@ -758,13 +726,7 @@ class PagedDecodePlan:
         """The splits are reduced inside a thread-block cluster (bulk 4): no workspace, no reduce
         kernel; onnx_fuse_paged_attention_decode_cluster (16-bit pool) or
         onnx_fuse_paged_attention_decode_fp8_cluster (fp8 pool)."""
-        return self.bulk == 4
-
-    @property
-    def stream_k(self) -> bool:
-        """Stream-K head groups (bulk 5): grid (Hkv / warps, CTAs per group, 1), ``part_tokens`` the
-        tokens each sequence's tile range spans; onnx_fuse_paged_attention_decode_stream."""
-        return self.bulk == 5
+        return self.bulk >= 4
 
 
 def plan_paged_decode(
@@ -791,9 +753,6 @@ def plan_paged_decode(
     Splits: enough CTAs for ``target_waves`` waves of ``ctas_per_sm`` per SM, no split under
     ``min_split_tokens``; measured on the H200, fewer and longer splits read faster, so the
     default aims at about one and a half waves.
-
-    With the stream-K variant (bulk 5), ``num_splits`` is the CTAs per head group (default: as many
-    as fill the SMs).
 
     ``max_seq_len`` defaults to the block table's capacity (``max_blocks * block_size``),
     which is all a TensorRT plugin knows at enqueue time; CTAs past a sequence's end exit.
@@ -837,19 +796,16 @@ def plan_paged_decode(
         variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
     variant = tuple(variant)
     compiled = (pa_variants(head_dim) + pa_tma_variants(head_dim) + pa_heads_variants(head_dim)
-                + pa_cluster_variants(head_dim) + pa_stream_variants(head_dim))
+                + pa_cluster_variants(head_dim))
     if variant not in compiled:
         raise ValueError(f"variant {variant} not compiled for D={head_dim}; choose one of {compiled}")
     warps, stages, bulk = variant
-    if bulk in (3, 4, 5) and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
-                              or device.compute_capability < (9, 0)):
+    if bulk in (3, 4) and (num_kv_heads % warps or block_size < 16 or block_size & (block_size - 1)
+                           or device.compute_capability < (9, 0)):
         raise ValueError(f"head-group variant {variant} needs Hkv % {warps} == 0 (Hkv={num_kv_heads}), a "
                          f"power-of-two block size >= 16 (got {block_size}) and compute capability 9.0+")
-    if bulk == 4 and num_splits is not None and num_splits > PA_CLUSTER_MAX_SPLITS:
+    if bulk >= 4 and num_splits is not None and num_splits > PA_CLUSTER_MAX_SPLITS:
         raise ValueError(f"cluster-reduce variant {variant}: at most {PA_CLUSTER_MAX_SPLITS} splits")
-    if bulk == 5:
-        return _stream_launch(batch, num_heads, num_kv_heads, head_dim, dt, ctx, cap, warps, stages, window,
-                              num_splits, device)
     if bulk == 2 and not pa_tma_applies(head_dim, block_size, device):  # the C launcher's fallback
         bulk_ok = device.compute_capability >= (9, 0) and warps == 4 and (4, stages, 1) in pa_variants(head_dim)
         warps, stages, bulk = (4, stages, 1) if bulk_ok else (4, 3, 0)
@@ -921,31 +877,6 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
     if head_dim == 256:
         return (4, 2, 2)
     return (4, 2, 1)
-
-
-def _stream_launch(batch, num_heads, num_kv_heads, head_dim, dt, ctx, cap, warps, stages, window, ctas,
-                   device) -> PagedDecodePlan:
-    """The stream-K head-group plan: ``ctas`` CTAs per head group (default: as many as fill the SMs at
-    the kernel's shared-memory occupancy) over ceil(ctx / 16) tiles per sequence."""
-    if window > 0:
-        raise ValueError("the stream-K decode variant has no sliding window (window=0 only)")
-    groups = num_kv_heads // warps
-    smem = pa_smem_bytes(head_dim, warps, stages, 3)
-    tiles = min(math.ceil(ctx / 16), cap // 16)
-    if ctas is None:
-        per_sm = max(1, min(2, device.smem_per_sm // (smem + 1024)))
-        ctas = max(1, device.num_sms * per_sm // groups)
-    ctas = min(ctas, batch * tiles)
-    parts = pa_stream_parts(batch, tiles, ctas)
-    if not parts:
-        raise ValueError(f"stream-K decode: {ctas} CTAs over {batch} x {tiles} tiles would touch more than "
-                         f"{PA_STREAM_MAX_SEGMENTS} sequences per CTA")
-    return PagedDecodePlan(
-        kernel=f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w{warps}s{stages}hs", reduce_kernel=None,
-        grid=(groups, ctas, 1), block=(32 * warps, 1, 1), smem_bytes=smem, part_tokens=tiles * 16,
-        num_splits=1, workspace_bytes=batch * num_heads * parts * (head_dim + 1) * 4, reduce_grid=None,
-        reduce_block=None, dtype_code=DTYPE_CODE[dt], warps=warps, stages=stages, bulk=5,
-        l2_promotion=PA_CLUSTER_L2_PROMOTION)
 
 
 def _decode_launch(kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, num_splits, target_waves,

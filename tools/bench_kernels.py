@@ -499,19 +499,6 @@ def main() -> int:
                             pp = dataclasses.replace(plan, l2_promotion=prom)
                             cands[f"{label}, L2 promotion {prom or 'none'}"] = (
                                 lambda pp=pp: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=pp), True)
-            # stream-K head groups (bulk 5): the CTAs that fill the SMs (the plan's default), four fewer (the
-            # w8s2hc grid's 128 at D 128: what the kernel does apart from the idle SMs), twice as many, and
-            # one CTA per sequence (no piece to combine: the tile loop alone)
-            for var in (lp.pa_stream_variants(D, Hkv) if bs >= 16 else ()):
-                fill = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var).grid[1]
-                for n in sorted({fill, fill - 4, 2 * fill, B}):
-                    try:
-                        plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, num_splits=n)
-                    except ValueError:
-                        continue
-                    label = (f"ours paged w{plan.warps}s{plan.stages} tma heads stream-K ctas={plan.grid[1]}"
-                             f"{' (auto)' if plan == auto else ''}")
-                    cands[label] = (lambda plan=plan: lib.paged_decode(q, k_pool, v_pool, tables, seq, out, plan=plan, workspace=ws), True)
             v_shift = k_seq = v_seq = None
             if headline:
                 # layout experiment: the planned kernel on a V pool whose base sits 17 KiB + 128 B past a
