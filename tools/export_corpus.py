@@ -85,6 +85,9 @@ mask, pruned heads, batch 1, one new token with a cache), usually into --out /tm
 --holdout 22 plans the fourteenth sweep (holdout_specs.HOLDOUT14A): corpus architectures with PEFT adapters exported
 unmerged (LoRA, DoRA, IA3, LoKr, LoHa, prompt / P- / prefix tuning; the peft package of the bench extra), usually
 into --out /tmp/sweep14.
+--holdout 23 plans the fifteenth sweep's part A (holdout_specs.HOLDOUT15A): corpus decoders with the rotary
+configurations transformers 5.25 spells in rope_parameters (linear, dynamic NTK, yarn, longrope, llama3, unusual
+bases, partial and interleaved rotary, an explicit head_dim), usually into --out /tmp/sweep15a.
 """
 
 from __future__ import annotations
@@ -1450,7 +1453,8 @@ def main(argv=None) -> int:
                          "16: the ninth's part B (vision-language models, DETR-likes, hybrid decoders), "
                          "18: the tenth's part C (VLM language models with a KV cache), "
                          "21: the thirteenth (export options), "
-                         "22: the fourteenth (PEFT adapters, not merged); "
+                         "22: the fourteenth (PEFT adapters, not merged), "
+                         "23: the fifteenth's part A (rotary configurations); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

@@ -1821,6 +1821,7 @@ MHA15 = dict(DEC, num_attention_heads=2, num_key_value_heads=2)
 LONG15 = dict(short_factor=[1.0, 1.1, 1.3, 1.6, 2.0, 2.5], long_factor=[1.0, 1.8, 3.0, 5.0, 7.5, 11.0])
 YARN15 = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)
 _DKTS = ("dyn_mask", "kv", "torchscript_kv")
+_ALL15 = ("dyn_mask", "kv", "static_nomask", "torchscript_kv")
 HOLDOUT15A = {
     "llama_rlinear": _s("decoder", "LlamaConfig", "LlamaForCausalLM",
                         dict(R15, rope_parameters=dict(rope_type="linear", factor=4.0, rope_theta=10000.0)),
@@ -1867,7 +1868,7 @@ HOLDOUT15A = {
                                  rope_parameters=dict(YARN15, beta_fast=32.0, beta_slow=1.0, mscale=0.707,
                                                       mscale_all_dim=1.0, rope_theta=10000.0)),
                             ["mha", "mla", "rope-interleaved", "rope-partial", "rope-scaling-yarn", "scaled-cos-sin",
-                             "rmsnorm", "swiglu", "moe"], "deepseek_v3", "gpt2", styles=("dyn_mask", "kv")),
+                             "rmsnorm", "swiglu", "moe"], "deepseek_v3", "gpt2", styles=_ALL15),
     # Phi-4-mini: longrope over 3/4 of the head (12 of 16), original 6: the example sequences (8, 13) take the
     # long factors, the second check shape (5) the short ones
     "phi3_rpartlong": _s("decoder", "Phi3Config", "Phi3ForCausalLM",
@@ -1876,7 +1877,7 @@ HOLDOUT15A = {
                                                    original_max_position_embeddings=6, rope_theta=10000.0,
                                                    **LONG15)),
                          ["mha", "rope-partial", "rope-scaling-longrope", "scaled-cos-sin", "runtime-table-choice",
-                          "rmsnorm", "swiglu", "fused-qkv", "fused-gate-up"], "phi3", "phi", styles=_DKTS),
+                          "rmsnorm", "swiglu", "fused-qkv", "fused-gate-up"], "phi3", "phi", styles=_ALL15),
     "phi3_rpartlonghf": _s("decoder", "Phi3Config", "Phi3ForCausalLM",
                            dict(MHA15, partial_rotary_factor=0.75, original_max_position_embeddings=6,
                                 rope_theta=10000.0, rope_scaling=dict(type="longrope", **LONG15)),
@@ -1887,7 +1888,13 @@ HOLDOUT15A = {
                                 rope_parameters=dict(rope_type="linear", factor=2.0, rope_theta=10000.0,
                                                      partial_rotary_factor=0.5)),
                            ["mha", "rope-partial", "rope-scaling-linear", "layernorm", "gelu", "parallel-residual",
-                            "fused-qkv"], "gpt_neox", "gpt_neox", styles=("dyn_mask", "kv")),
+                            "fused-qkv"], "gpt_neox", "gpt_neox", styles=_DKTS),
+    # rotary_pct 1.0 (RedPajama-INCITE's GPT-NeoX): TorchScript keeps cat(rotated, x[..., 16:]) of an empty slice
+    "gpt_neox_rfull": _s("decoder", "GPTNeoXConfig", "GPTNeoXForCausalLM",
+                         dict(DEC, num_attention_heads=2, use_parallel_residual=True,
+                              rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0)),
+                         ["mha", "rope-full", "layernorm", "gelu", "parallel-residual", "fused-qkv"], "gpt_neox",
+                         "gpt_neox", styles=("dyn_mask", "torchscript_kv")),
     "stablelm_rhalf": _s("decoder", "StableLmConfig", "StableLmForCausalLM",
                          dict(MHA15, rope_parameters=dict(rope_type="default", rope_theta=100000.0,
                                                           partial_rotary_factor=0.5)),
@@ -1898,17 +1905,17 @@ HOLDOUT15A = {
                       dict(DEC, num_attention_heads=2, rope_parameters=dict(rope_type="default", rope_theta=500.0,
                                                                               partial_rotary_factor=0.375)),
                       ["mha", "rope-partial", "layernorm", "gelu-tanh", "parallel-residual", "qkv-bias"], "phi", "phi",
-                      styles=("dyn_mask", "kv")),
+                      styles=_ALL15),
     # interleaved pairs over the whole 16-wide head (GPT-J with rotary_dim = head size) and CodeGen's slice
     "gptj_rfull": _s("decoder", "GPTJConfig", "GPTJForCausalLM",
                      dict(SPECS["gptj"]["config"], rotary_dim=16),
                      ["mha", "rope-interleaved", "layernorm", "gelu-tanh", "parallel-residual"], "gptj", "gpt2",
-                     styles=("dyn_mask", "kv")),
+                     styles=_ALL15),
     "codegen": _s("decoder", "CodeGenConfig", "CodeGenForCausalLM",
                   dict(vocab_size=VOCAB, n_embd=HIDDEN, n_inner=FFN, n_layer=LAYERS, n_head=2, rotary_dim=8,
                        n_positions=POSITIONS, n_ctx=POSITIONS, **TOKENS),
                   ["mha", "rope-interleaved", "rope-partial", "layernorm", "gelu-tanh", "parallel-residual",
-                   "fused-qkv-mp"], "codegen", "gpt2", styles=("dyn_mask",)),
+                   "fused-qkv-mp"], "codegen", "gpt2", styles=("dyn_mask", "static_nomask")),
     # Gemma 3: head_dim 32 (4 heads over hidden 32), base 1e4 on sliding layers, base 1e6 with linear 8 on full
     "gemma3_rlocal": _s("decoder", "Gemma3TextConfig", "Gemma3ForCausalLM",
                         dict(SPECS["gemma3"]["config"], head_dim=32,
@@ -1917,7 +1924,7 @@ HOLDOUT15A = {
                                                                       rope_theta=1000000.0))),
                         ["gqa", "rope-full", "rope-two-bases", "rope-scaling-linear", "head-dim-explicit",
                          "rmsnorm-1p", "geglu", "qk-norm", "sliding-window", "sandwich-norm", "embed-scale"],
-                        "gemma3_text", "gpt2", styles=("dyn_mask", "kv", "static_nomask")),
+                        "gemma3_text", "gpt2", styles=_ALL15),
 }
 for _name, _spec in HOLDOUT15A.items():  # the corpus architecture each varies (CodeGen: none)
     if _name.rsplit("_r", 1)[0] in SPECS:

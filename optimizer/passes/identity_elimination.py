@@ -3,7 +3,8 @@
 Cases handled (each counted in ``stats`` under the op type):
 - Identity; Dropout in inference mode (no training_mode, or a constant false one) whose mask
   output is unused; Cast / CastLike to the input's own dtype; a Cast back from a lossless float
-  widening (float16 -> float32 -> float16); Concat of a single input;
+  widening (float16 -> float32 -> float16); Concat of a single input, and Concat's inputs of static
+  length 0 on its axis dropped first (TorchScript's cat of a rotated head with its empty pass-through);
 - Reshape to the same shape (entries 0 = copy, equal to the input's static dim, or the same
   symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
   shape the input already has (same reasoning), Transpose with the identity
@@ -104,11 +105,40 @@ class IdentityEliminationPass(FusePass):
             for node in list(graph):
                 if node.graph is not graph or node.domain not in ("", "ai.onnx"):
                     continue
+                if node.op_type == "Concat" and self._drop_empty_inputs(node):
+                    self.stats["Concat-empty-input"] += 1
+                    modified = True
                 source = self._passthrough_input(node)
                 if source is not None and self._bypass(node, source, graph):
                     self.stats[node.op_type] += 1
                     modified = True
         return ir.passes.PassResult(model, modified=modified)
+
+    @staticmethod
+    def _drop_empty_inputs(node: ir.Node) -> bool:
+        """Concat's inputs of static length 0 on its axis add nothing: they go, while one input of
+        another length stays (a Concat left with one input is then that input). TorchScript keeps
+        torch.cat([x_rot, x[..., rd:]]) with rd the whole head (Phi-3, GPT-J rotary_dim = head size,
+        GPT-NeoX rotary_pct 1.0), where dynamo folds the empty slice away."""
+        ins = list(node.inputs)
+        axis = _attr(node, "axis")
+        if len(ins) < 2 or any(v is None for v in ins) or not isinstance(axis, int):
+            return False
+
+        def empty(v: ir.Value) -> bool:
+            dims = _dims(v)
+            if dims is None or not -len(dims) <= axis < len(dims):
+                return False
+            d = dims[axis]
+            return isinstance(d, int) and d == 0
+
+        keep = [v for v in ins if not empty(v)]
+        if len(keep) == len(ins) or not keep:
+            return False
+        for i, v in enumerate(keep):
+            node.replace_input_with(i, v)
+        node.resize_inputs(len(keep))
+        return True
 
     # -- which input passes through unchanged, if any -----------------------------------------
 
