@@ -1916,6 +1916,14 @@ HOLDOUT15A = {
                        n_positions=POSITIONS, n_ctx=POSITIONS, **TOKENS),
                   ["mha", "rope-interleaved", "rope-partial", "layernorm", "gelu-tanh", "parallel-residual",
                    "fused-qkv-mp"], "codegen", "gpt2", styles=("dyn_mask", "static_nomask")),
+    # Ministral 3: yarn with llama_4_scaling_beta, the query times 1 + beta * log(1 + floor(position / original)) after
+    # RoPE (original 4: the factor changes inside the example sequences); no corpus Ministral 3
+    "ministral3_rtemp": _s("decoder", "Ministral3Config", "Ministral3ForCausalLM",
+                           dict(R15, rope_parameters=dict(YARN15, original_max_position_embeddings=4, beta_fast=32.0,
+                                                          beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0,
+                                                          llama_4_scaling_beta=0.1, rope_theta=1000000.0)),
+                           ["gqa", "rope-full", "rope-scaling-yarn", "scaled-cos-sin", "attn-temperature", "rmsnorm",
+                            "swiglu"], "ministral3", "gpt2", styles=_DKTS),
     # Gemma 3: head_dim 32 (4 heads over hidden 32), base 1e4 on sliding layers, base 1e6 with linear 8 on full
     "gemma3_rlocal": _s("decoder", "Gemma3TextConfig", "Gemma3ForCausalLM",
                         dict(SPECS["gemma3"]["config"], head_dim=32,
