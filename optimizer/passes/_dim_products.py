@@ -6,11 +6,13 @@ tensor symbolically (Shape -> Gather/Slice/Squeeze/Unsqueeze/Concat/Cast, plus M
 as TorchScript and dynamo compute ``batch * num_heads``, a Div that does not divide as the floor
 atom ``(L)//s`` that ``floor_div`` names computed lengths with (``parse_floor`` reads one back: the
 one parser of those atoms), and TorchScript's ``expand(-1)``
-guard ``Where(Equal(v, -1), 1, v)``; a Concat part of known length whose values cannot be read gives
-None entries, and moves of a tensor of static shape, Reshape / Transpose / Slice of any step, are
-followed on its indices: TorchScript's F.pad pads); ``reshape_out_dims`` says what a Reshape outputs: ``0``
-copies an input dim, and one ``-1`` (or one entry that cannot be read) is solved from the element
-count by cancelling factors. Used by the rule language's ``has_dims``
+guard ``Where(Equal(v, -1), 1, v)`` (also before folding: a ConstantOfShape of known length and int
+fill reads as its entries, and a Where whose condition's entries are known picks entry by entry);
+a Concat part of known length whose values cannot be read gives None entries, and moves of a
+tensor of static shape, Reshape / Transpose / Slice of any step, are followed on its indices:
+TorchScript's F.pad pads); ``reshape_out_dims`` says what a Reshape outputs: ``0`` copies an input
+dim, and one ``-1`` (or one entry that cannot be read) is solved from the element count by
+cancelling factors. Used by the rule language's ``has_dims``
 (rewrite/_dims.py) and by the Shape-read rerouting (passes/_dim_source.py). Nothing here fails:
 unprovable is None.
 """
@@ -228,6 +230,7 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
     # entries of a tensor of several axes are read flat, so only the moves (_moved_entries) take them
     any_rank = (lambda i: shape_vector(ins[i], alias, depth + 1, sums) if i < len(ins) else None)
     sub = (lambda i: any_rank(i) if i < len(ins) and not _multi_axis(ins[i]) else None)
+    sub_any = (lambda w: shape_vector(w, alias, depth + 1, sums) if w is not None and not _multi_axis(w) else None)
     if op == "Shape":
         dims = value_dims(ins[0])
         if dims is None:
@@ -255,14 +258,30 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         if op == "Reshape" and len(entries) == 1:
             return entries, False
         return _moved_entries(node, v, any_rank) if depth > 0 or _rank_at_most_1(v) else None
+    if op == "ConstantOfShape" and len(ins) == 1:
+        # a filled vector of known length (TorchScript's expand guard writes its -1s as ConstantOfShape * -1)
+        shape, fill = sub(0), _attr(node, "value", None)
+        if shape is None or len(shape[0]) != 1 or shape[0][0] is None or shape[0][0][1] \
+                or not 0 <= shape[0][0][0] <= 16:
+            return None
+        if fill is None or not hasattr(fill, "numpy") or not fill.dtype.is_integer() or fill.size != 1:
+            return None   # float zeros (no value) or a float fill: no int entries
+        return [(int(fill.numpy().reshape(-1)[0]), ())] * shape[0][0][0], False
     if op == "Where" and len(ins) == 3:
+        # a condition whose entries are known picks entry by entry (TorchScript's expand(b, -1, -1) guard
+        # once its Equal reads as [0, 1, 1]: the -1s become the ones)
+        picks = broadcast_entries(sub(0), sub(1))
+        other = broadcast_entries(sub(0), sub(2))
+        if picks is not None and other is not None and all(c is not None and not c[1] and c[0] in (0, 1)
+                                                           for c in picks[0]):
+            return [a if c[0] else b for c, a, b in zip(picks[0], picks[1], other[1])], picks[2] and other[2]
         # torch's expand(-1) as TorchScript writes it: Where(Equal(v, -1), ones, v) is v when no
         # entry of v can be -1 (sizes read from shapes are never negative)
         cond = ins[0].producer() if ins[0] is not None else None
         if cond is None or cond.op_type != "Equal" or cond.inputs[0] is not ins[2]:
             return None
-        inner, neg = sub(2), constant_tensor(cond.inputs[1])
-        if inner is None or neg is None or not all(int(c) < 0 for c in neg.numpy().reshape(-1)):
+        inner, neg = sub(2), sub_any(cond.inputs[1])
+        if inner is None or neg is None or not all(e is not None and not e[1] and e[0] < 0 for e in neg[0]):
             return None
         if any(e is None or e[0] < 0 for e in inner[0]):
             return None
