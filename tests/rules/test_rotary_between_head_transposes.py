@@ -2,6 +2,8 @@
 rotation (Cohere's use_qk_norm, Qwen 3: a norm over D of q / k viewed [B,S,H,D], then the heads-first
 Transpose and RoPE) left the rotation between the exporter's Transpose and the one a 3-D attention
 lowering adds after it; RoPE's 3-D form (num_heads) on the normed value viewed [B,S,H*D] leaves none.
+At onnx the attention itself stayed 4-D (q / k not head splits): attention-rotated-heads-3d and
+attention-kv-rotated-heads-3d take RoPE(Transpose(x4)) as the 3-D rotation of x4's view.
 
 The block is a layer's attention as the dynamo export writes it, without a cache: q / k / v [B,S,H*D]
 viewed into heads, a LayerNorm over D with a per-head gamma [H, D] on q and k, the heads-first
@@ -13,13 +15,15 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
-B, S, H, D = 2, 3, 4, 8
+B, S, P, H, D = 2, 3, 5, 4, 8
 BIG = np.iinfo(np.int64).max
 
 
-def _block(h, *, rotated_out=False):
-    """rotated_out: q's rotation is also a graph output (read besides the attention)."""
+def _block(h, *, rotated_out=False, cache=False):
+    """rotated_out: q's rotation is also a graph output (read besides the attention); cache: past keys /
+    values joined before the new ones, the joins graph outputs (present_k / present_v)."""
     n = h.node
     nodes = []
     for name in ("q", "k", "v"):
@@ -40,15 +44,23 @@ def _block(h, *, rotated_out=False):
                   n("Slice", [x, "s_half", "s_end", "s_ax"], [f"{x}2"]),
                   n("Neg", [f"{x}2"], [f"{x}n"]), n("Concat", [f"{x}n", f"{x}1"], [f"{x}h"], axis=-1),
                   n("Mul", [f"{x}h", "su"], [f"{x}s"]), n("Add", [f"{x}c", f"{x}s"], [f"{x}rot"])]
-    nodes += [n("Transpose", ["k4rot"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4rot", "kt"], ["sc"]),
+    k, v = "k4rot", "v4"
+    if cache:
+        nodes += [n("Concat", ["past_k", "k4rot"], ["present_k"], axis=2),
+                  n("Concat", ["past_v", "v4"], ["present_v"], axis=2)]
+        k, v = "present_k", "present_v"
+    nodes += [n("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4rot", "kt"], ["sc"]),
               n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
-              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v4"], ["o"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", v], ["o"]),
               n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
               n("Shape", ["q3"], ["bs"], start=0, end=2), n("Concat", ["bs", "hd"], ["merge"], axis=0),
               n("Reshape", ["ot", "merge"], ["y"], allowzero=1)]
     inputs = [h.vi("pos", ["s"], elem=7), h.vi("q3", ["b", "s", H * D]), h.vi("k3", ["b", "s", H * D]),
-              h.vi("v3", ["b", "s", H * D]), h.vi("mask", ["b", 1, "s", "s"])]
+              h.vi("v3", ["b", "s", H * D]), h.vi("mask", ["b", 1, "s", "t" if cache else "s"])]
     outputs = [h.vi("y", ["b", "s", H * D])] + ([h.vi("q4rot", ["b", H, "s", D])] if rotated_out else [])
+    if cache:
+        inputs += [h.vi("past_k", ["b", H, "p", D]), h.vi("past_v", ["b", H, "p", D])]
+        outputs += [h.vi("present_k", ["b", H, "t", D]), h.vi("present_v", ["b", H, "t", D])]
     r = np.random.default_rng(7)
     inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
     inits = {"shp": np.array([0, 0, H, D], np.int64), "ones": np.ones(D, np.float32),
@@ -61,12 +73,16 @@ def _block(h, *, rotated_out=False):
     return h.make_model(nodes, inputs, outputs, inits)
 
 
-def _feeds(h):
+def _feeds(h, cache=False):
     r = h.rng
-    f = {"pos": np.arange(S), **{x: r.standard_normal((B, S, H * D)).astype(np.float32) for x in ("q3", "k3", "v3")}}
-    m = np.triu(np.full((S, S), -1e9), 1) + np.zeros((B, 1, S, S))
+    past = P if cache else 0
+    f = {"pos": np.arange(past, past + S),
+         **{x: r.standard_normal((B, S, H * D)).astype(np.float32) for x in ("q3", "k3", "v3")}}
+    m = np.triu(np.full((S, past + S), -1e9), 1 + past) + np.zeros((B, 1, S, past + S))
     m[1, :, :, :1] = -1e9  # left padding on row 1
     f["mask"] = m.astype(np.float32)
+    if cache:
+        f["past_k"], f["past_v"] = (r.standard_normal((B, H, P, D)).astype(np.float32) for _ in range(2))
     return f
 
 
@@ -92,3 +108,18 @@ def test_a_rotation_read_elsewhere_keeps_its_transposes(h):
     assert h.ops(out)["RotaryEmbedding"] == 2, h.ops(out)
     assert [o.name for o in out.graph.output] == ["y", "q4rot"]
     h.assert_close(model, out, _feeds(h))
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_qk_norm_attention_runs_on_the_3d_rotations_at_onnx(h, cache):
+    model = _block(h, cache=cache)
+    out = h.fuse(model, "onnx")
+    ops = h.ops(out)
+    assert ops["Attention"] == 1 and ops["RotaryEmbedding"] == 2 and "Transpose" not in ops, ops
+    att = next(x for x in out.graph.node if x.op_type == "Attention")
+    assert next(a.i for a in att.attribute if a.name == "q_num_heads") == H
+    rule = "attention-kv-rotated-heads-3d" if cache else "attention-rotated-heads-3d"
+    assert h.fired(out)[rule], h.fired(out)
+    if cache:
+        assert [o.name for o in out.graph.output] == ["y", "present_k", "present_v"]
+    h.assert_close(model, out, _feeds(h, cache=cache))
