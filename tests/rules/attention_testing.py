@@ -31,3 +31,31 @@ def attention_heads(model: onnx.ModelProto) -> list[int]:
             heads = shapes[n.input[0]][1]
         found.append(heads)
     return found
+
+
+def rotate_half_nodes(n, xs=("q4", "k4")) -> list:
+    """Rotate-half RoPE as the dynamo export writes it, with ``n`` a node builder (``h.node``): cos / sin of
+    concat(f, f), f = positions * inv_freq (inputs pos, inv_freq, ax02, ax1), applied to each heads-first x
+    in ``xs`` as x * cos + concat(-x2, x1) * sin (slices s_0 / s_half / s_end on axis s_ax) -> ``{x}rot``."""
+    nodes = [n("Unsqueeze", ["pos", "ax02"], ["pos3"]), n("Cast", ["pos3"], ["posf"], to=1),
+             n("Mul", ["posf", "inv_freq"], ["f"]), n("Concat", ["f", "f"], ["cat"], axis=-1),
+             n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"]),
+             n("Unsqueeze", ["co", "ax1"], ["cu"]), n("Unsqueeze", ["si", "ax1"], ["su"])]
+    for x in xs:
+        nodes += [n("Mul", [x, "cu"], [f"{x}c"]),
+                  n("Slice", [x, "s_0", "s_half", "s_ax"], [f"{x}1"]),
+                  n("Slice", [x, "s_half", "s_end", "s_ax"], [f"{x}2"]),
+                  n("Neg", [f"{x}2"], [f"{x}n"]), n("Concat", [f"{x}n", f"{x}1"], [f"{x}h"], axis=-1),
+                  n("Mul", [f"{x}h", "su"], [f"{x}s"]), n("Add", [f"{x}c", f"{x}s"], [f"{x}rot"])]
+    return nodes
+
+
+def scores_merge_nodes(n, k: str, v: str) -> list:
+    """softmax(q4rot @ k^T * scale + mask) @ v as the dynamo export writes it, merged back to [B,S,H*D] as ``y``
+    (inputs q3 for the leading dims, hd = [H*D], scale, mask); ``n`` a node builder (``h.node``)."""
+    return [n("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4rot", "kt"], ["sc"]),
+            n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+            n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", v], ["o"]),
+            n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+            n("Shape", ["q3"], ["bs"], start=0, end=2), n("Concat", ["bs", "hd"], ["merge"], axis=0),
+            n("Reshape", ["ot", "merge"], ["y"], allowzero=1)]

@@ -13,6 +13,8 @@ import re
 import numpy as np
 import pytest
 
+from attention_testing import rotate_half_nodes, scores_merge_nodes
+
 B, S, P, H, KV, D = 2, 3, 5, 4, 2, 8
 T = P + S
 BIG = np.iinfo(np.int64).max
@@ -28,16 +30,7 @@ def _block(h, *, cache=True, split=(0, 0, H, D)):
         nodes += [n("Reshape", [f"{name}3", shp], [f"{name}sp"]),
                   n("Transpose", [f"{name}sp"], [f"{name}4"], perm=[0, 2, 1, 3])]
     # rotate-half RoPE on q and k, cos/sin of concat(f, f), f = positions * inv_freq
-    nodes += [n("Unsqueeze", ["pos", "ax02"], ["pos3"]), n("Cast", ["pos3"], ["posf"], to=1),
-              n("Mul", ["posf", "inv_freq"], ["f"]), n("Concat", ["f", "f"], ["cat"], axis=-1),
-              n("Cos", ["cat"], ["co"]), n("Sin", ["cat"], ["si"]),
-              n("Unsqueeze", ["co", "ax1"], ["cu"]), n("Unsqueeze", ["si", "ax1"], ["su"])]
-    for x in ("q4", "k4"):
-        nodes += [n("Mul", [x, "cu"], [f"{x}c"]),
-                  n("Slice", [x, "s_0", "s_half", "s_ax"], [f"{x}1"]),
-                  n("Slice", [x, "s_half", "s_end", "s_ax"], [f"{x}2"]),
-                  n("Neg", [f"{x}2"], [f"{x}n"]), n("Concat", [f"{x}n", f"{x}1"], [f"{x}h"], axis=-1),
-                  n("Mul", [f"{x}h", "su"], [f"{x}s"]), n("Add", [f"{x}c", f"{x}s"], [f"{x}rot"])]
+    nodes += rotate_half_nodes(n)
     k, v, tk, outputs = "k4rot", "v4", S, []
     if cache:
         nodes += [n("Concat", ["past_k", "k4rot"], ["present_k"], axis=2),
@@ -48,12 +41,7 @@ def _block(h, *, cache=True, split=(0, 0, H, D)):
                   n("Reshape", ["vx", "rep4"], ["vr"])]
         k, v, tk = "kr", "vr", T
         outputs += [h.vi("present_k", [B, KV, T, D]), h.vi("present_v", [B, KV, T, D])]
-    nodes += [n("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4rot", "kt"], ["sc"]),
-              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
-              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", v], ["o"]),
-              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
-              n("Shape", ["q3"], ["bs"], start=0, end=2), n("Concat", ["bs", "hd"], ["merge"], axis=0),
-              n("Reshape", ["ot", "merge"], ["y"], allowzero=1)]
+    nodes += scores_merge_nodes(n, k, v)
     inputs = [h.vi("pos", ["s"], elem=7), h.vi("q3", ["b", "s", H * D]), h.vi("k3", ["b", "s", kvh * D]), h.vi("v3", ["b", "s", kvh * D]),
               h.vi("mask", ["b", 1, "s", T if cache else "s"])]
     if cache:
