@@ -102,12 +102,10 @@ def _fold_input_shape_reads(graph: ir.Graph, pins: dict[str, int]) -> int:
         if x.shape is None or out.is_graph_output():
             continue
         dims = [d if isinstance(d, int) else _pinned_dim(d, pins) for d in x.shape.dims]
-        rank = len(dims)
-        start, end = _attr(node, "start", 0), _attr(node, "end", rank)
-        if not isinstance(start, int) or not isinstance(end, int):
+        start, end = _attr(node, "start", None), _attr(node, "end", None)
+        if not all(e is None or isinstance(e, int) for e in (start, end)):
             continue
-        start, end = (min(max(e + rank if e < 0 else e, 0), rank) for e in (start, end))
-        picked = dims[start:end]
+        picked = dims[start:end]   # Shape's start / end clamp as a Python slice does
         if not all(isinstance(d, int) for d in picked):
             continue
         reroute(out, int64_initializer(graph, f"{out.name or 'shape'}_pinned", picked))
