@@ -29,6 +29,10 @@ Cases handled:
   ``kv-cache-fp8``) are left as they are;
 - nodes with subgraphs (If/Loop/Scan) are KEEP and their bodies are untouched; an outer value a body
   reads is cast back to float32 for it.
+- a quantizer (QuantizeLinear, DynamicQuantizeLinear) sees the values the original computes: it and
+  its cone stay float32 back to DequantizeLinear outputs, constants and the compute ops not fed by
+  DequantizeLinears (passes/_quant_regions.py): a 16-bit input moves elements across a rounding
+  boundary, a whole quantization step.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from onnx_fuse.passes._op_signatures import PLUGIN_DOMAIN
 from onnx_fuse.passes._op_signatures import TYPE_STR as _TYPE_STR
 from onnx_fuse.passes._op_signatures import (fill_output_types, plugin_low_ops, signature,
                                              slot_allows)
+from onnx_fuse.passes._quant_regions import quantizer_cones
 
 F32 = ir.DataType.FLOAT
 LOW_TYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
@@ -154,9 +159,17 @@ class PrecisionConversionPass(FusePass):
                 outs.add(i)  # a dtype attribute decides these outputs' type (rewritten below)
         return ins, outs
 
+    def _is_compute(self, node: ir.Node) -> bool:
+        """One of the ops lowered whenever their constraints allow (LOW_OPS, the plugin ops)."""
+        return (node.op_type in self.plugin_low_ops if node.domain == PLUGIN_DOMAIN
+                else node.op_type in LOW_OPS)
+
     def _decide(self, graph: ir.Graph, opsets: dict[str, int]) -> tuple[dict, set[ir.Node]]:
         """``slots``: node -> lowerable slots for LOW nodes; plus the set of KEEP nodes."""
-        forced = self._shape_upstream(graph)
+        quantized = quantizer_cones(graph, self._is_compute, lambda v: v.dtype == F32)
+        if kept := sum(map(self._is_compute, quantized)):
+            self.stats["compute-kept-fp32-for-quantizers"] += kept
+        forced = self._shape_upstream(graph) | quantized
         int_derived: set[ir.Value] = set()
         fp32_values: set[ir.Value] = set()  # float32 values that stay float32 (non-constant)
         for inp in graph.inputs:
@@ -181,8 +194,7 @@ class PrecisionConversionPass(FusePass):
                        or any(v in int_derived for v in floats_out)
                        or (node.op_type == "Cast" and not _casts_to_float(node))
                        or _is_upcast(node, self.low))
-            always_low = (node.op_type in self.plugin_low_ops if node.domain == PLUGIN_DOMAIN
-                          else node.op_type in LOW_OPS)
+            always_low = self._is_compute(node)
             if not is_keep and not always_low:
                 is_keep = any(v in fp32_values for v in floats_in)  # follow the inputs
             if is_keep:
