@@ -294,9 +294,20 @@ def optimize(model: ModelSource, *, level: int = DEFAULT_LEVEL, target: str = DE
             from onnx_fuse.passes.precision import emulate_bf16
 
             candidate = emulate_bf16(ir.to_proto(work))
+        # a length traced-lengths pinned: the model runs at no other (the user's --shape first)
+        from onnx_fuse.passes.traced_lengths import pinned_lengths
+
+        pinned = {} if verify_inputs is not None else {
+            s: v for s, v in pinned_lengths(report.passes).items() if s not in (shapes or {})}
         # the precision's tolerance per output, not atol/rtol: those would replace fp8 pools' bound
-        report.verify = run_verify(original, candidate, inputs=verify_inputs, shapes=shapes,
+        report.verify = run_verify(original, candidate, inputs=verify_inputs,
+                                   shapes={**(shapes or {}), **{s: (v,) for s, v in pinned.items()}} or None,
                                    seed=seed, precision=precision, ort_runtime=target != "trt")
+        if pinned:
+            said = ", ".join(f"{s} = {v}" for s, v in pinned.items())
+            report.verify.setdefault("notes", []).insert(0, (
+                f"traced lengths: fed {said}, the length the model runs at (traced-lengths pinned it; "
+                "--shape SYMBOL=N feeds another)"))
         report.verify["rewrites"] = _rewrite_checks(checkers, report, work)
         report.seconds["verify"] = time.perf_counter() - t3
     return OptimizeResult(work, report, model if isinstance(model, (str, os.PathLike)) else None)

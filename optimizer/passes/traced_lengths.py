@@ -18,6 +18,10 @@ that runs at one length is worth knowing about.
 
 Runs after the first shape inference and again after each shape refresh (levels.py): a view's input
 is often sized only once folding made the shape arithmetic before it constant.
+
+``--verify`` feeds a pinned symbol its value (``pinned_lengths`` reads the pins back from the
+report's records of this pass; optimize passes them to verify as ``--shape`` would, a user's
+``--shape`` first): the original fails at any other length, so a default of 8 could verify nothing.
 """
 
 from __future__ import annotations
@@ -111,6 +115,21 @@ def _fold_input_shape_reads(graph: ir.Graph, pins: dict[str, int]) -> int:
         reroute(out, int64_initializer(graph, f"{out.name or 'shape'}_pinned", picked))
         done += 1
     return done
+
+
+def pinned_lengths(records) -> dict[str, int]:
+    """symbol -> value that the runs of this pass among ``records`` (the report's pass records)
+    pinned: the stats it writes, ``"<symbol>=<value>"``; a symbol two runs pinned to different
+    values is left out."""
+    found: dict[str, set[int]] = collections.defaultdict(set)
+    for record in records:
+        if getattr(record, "name", None) != TracedLengthsPass.name:
+            continue
+        for key in getattr(record, "stats", {}) or {}:
+            symbol, _, value = str(key).rpartition("=")
+            if symbol and value.isdigit():
+                found[symbol].add(int(value))
+    return {s: next(iter(v)) for s, v in sorted(found.items()) if len(v) == 1}
 
 
 class TracedLengthsPass(FusePass):

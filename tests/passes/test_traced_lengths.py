@@ -128,3 +128,44 @@ def test_two_reshapes_pinning_two_lengths_pin_nothing():
 ])
 def test_pinned_symbol(ins, outs, want):
     assert pinned_symbol([to_dim(d) for d in ins], [to_dim(d) for d in outs]) == want
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("trt", 4)])
+def test_verify_feeds_the_pinned_length(target, level):
+    """--verify with no --shape: the original runs only at seq = 6, so verify feeds 6 (a default of
+    8 failed: "ONNX Runtime fails to run the original model on these inputs") and says so."""
+    r = onnx_fuse.optimize(_ts_mha(), level=level, target=target, verify=True)
+    v = r.report.verify
+    assert v["passed"], v["outputs"]
+    assert v["inputs"]["x"][1] == TRACED
+    assert any(n.startswith(f"traced lengths: fed seq = {TRACED}") for n in v["notes"]), v["notes"]
+
+
+def test_verify_takes_the_users_length_first():
+    """A --shape for the symbol is the user's: fed as asked (here a length the model refuses, so the
+    one-line error; the batch dim from --shape is kept beside the pin)."""
+    from onnx_fuse.errors import UserError
+
+    with pytest.raises(UserError, match="fails to run the original"):
+        onnx_fuse.optimize(_ts_mha(), level=3, target="ort", verify=True, shapes={"seq": (8,)})
+    r = onnx_fuse.optimize(_ts_mha(), level=3, target="ort", verify=True, shapes={"batch": (3,)})
+    assert r.report.verify["passed"] and r.report.verify["inputs"]["x"] == [3, TRACED, C]
+
+
+def test_verify_of_a_model_with_nothing_pinned_has_no_note():
+    r = onnx_fuse.optimize(_ts_mha(traced=None), level=3, target="ort", verify=True)
+    assert r.report.verify["passed"] and r.report.verify["inputs"]["x"][1] == 8
+    assert not any(n.startswith("traced lengths") for n in r.report.verify["notes"])
+
+
+def test_pinned_lengths_reads_the_pass_records():
+    from onnx_fuse.passes.traced_lengths import pinned_lengths
+    from onnx_fuse.passes._infra import PassRecord
+
+    def rec(name, **stats):
+        return PassRecord(name=name, modified=True, seconds=0.0, nodes_before=0, nodes_after=0,
+                          stats={k.replace("_eq_", "="): v for k, v in stats.items()})
+
+    records = [rec("traced-lengths", seq_eq_6=1), rec("rewrite", **{"a_eq_3": 1}),
+               rec("traced-lengths", seq_eq_6=1, n_eq_4=1), rec("traced-lengths", n_eq_5=1)]
+    assert pinned_lengths(records) == {"seq": 6}   # n: 4 and 5 from two runs, left out
