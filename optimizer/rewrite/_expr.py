@@ -432,6 +432,24 @@ def _padding_fill(ctx, m, q) -> float:
     return padding_fill(ctx, m, q)
 
 
+def _finite_mask(ctx, m) -> bool:
+    """Whether an additive float32 mask provably holds finite values only (value_range: no -inf,
+    no NaN), so that no query row can have every key at -inf. float32 only: a float16 mask at its
+    lowest (-65504) overflows to -inf with a score below -16. Never fails."""
+    if not isinstance(m, ir.Value) or m.dtype != ir.DataType.FLOAT:
+        return False
+    from onnx_fuse.rewrite._value_bound import value_range
+
+    lo, hi = value_range(ctx, m)
+    return bool(np.isfinite(lo) and np.isfinite(hi))
+
+
+def _key_padding(ctx, m, q, k=None) -> bool:
+    from onnx_fuse.rewrite._mask_probe import key_padding
+
+    return key_padding(ctx, m, q, k)
+
+
 def _padding_window(ctx, m, q) -> int:
     from onnx_fuse.rewrite._mask_probe import padding_window
 
@@ -595,6 +613,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "padding_input": _padding_input,
     "padding_window": _padding_window,
     "padding_fill": _padding_fill,
+    # whether a mask is attention_mask's key padding alone with one fill for masked keys (the
+    # contrib ops' 2-D key mask with mask_filter_value = padding_fill), never fails
+    "key_padding": _key_padding,
+    # whether an additive float32 mask holds finite values only (value_range), never fails
+    "finite_mask": _finite_mask,
     # n when kept is past's last n tokens (a Slice of it, its bounds constant or computed from
     # shapes and probed), 0 when kept is past (_crop.crop_length); fails with the reason otherwise
     "crop_length": _crop_length,

@@ -709,7 +709,7 @@ def padding_window(ctx: Any, mask: Any, q: Any) -> int:
     """The causal part of a padding mask (padding_mask() holds): -1 for none (every key kept with
     attention_mask all ones), 0 for a plain causal one, W for a band of W keys (probed past every
     constant of the cone, so a window written as a constant shows). Raises EvalFailure otherwise."""
-    _, base, s, _ = _padding(ctx, mask, q)
+    _, base, s, _, _ = _padding(ctx, mask, q)
     if base.all():
         return -1
     exact, need = _window_rows(base.reshape(-1, s, s)[:1], 0, s)
@@ -726,9 +726,39 @@ def padding_fill(ctx: Any, mask: Any, q: Any) -> float:
     return _padding(ctx, mask, q)[3]
 
 
-def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float]:
+def key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
+    """True when ``mask`` is attention_mask's key padding and nothing else: padding_mask() holds,
+    every key is kept with attention_mask all ones (no causal part: padding_window() is -1), and
+    every masked key gets one value, padding_fill(). The mask is then Where(attention_mask[b, j]
+    != 0, 0, fill) for every head and query row, what a 2-D key mask with that fill computes
+    (com.microsoft's mask_index / key_padding_mask with mask_filter_value = fill). Needs
+    attention_mask's key axis and ``k``'s keys (axis -2, when given) to be q's length, provably
+    (self-attention: the probe feeds attention_mask q's length). Never fails: False where any of
+    it is not proven."""
+    if not isinstance(q, ir.Value) or q.shape is None or (k is not None and (
+            not isinstance(k, ir.Value) or k.shape is None or len(k.shape) < 2)):
+        return False
+    d = q.shape.dims[-2] if len(q.shape) >= 2 else None
+    if k is not None and not _same_dim(k.shape.dims[-2], d):
+        return False
+    try:
+        am, base, _, top, low = _padding(ctx, mask, q)
+    except EvalFailure:
+        return False
+    return bool(base.all()) and top == low and _same_dim(am.shape.dims[1], d)
+
+
+def _same_dim(a: Any, b: Any) -> bool:
+    """Two dims that are provably one length: equal ints, or one symbol."""
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    return a is not None and b is not None and getattr(a, "value", None) is not None \
+        and a.value == getattr(b, "value", None)
+
+
+def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """padding_mask()'s proof: (the attention-mask input, the keys kept with it all ones, S, the
-    highest masked value)."""
+    highest masked value, the lowest masked value; both -inf for a boolean keep-mask)."""
     for v, what in ((mask, "mask"), (q, "q")):
         if not isinstance(v, ir.Value):
             raise EvalFailure(f"padding_mask() needs the {what} as a graph value")
@@ -759,7 +789,7 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
     # every third key dropped, from a different first key in each row (a key in the middle and
     # the last ones: left, right and inner padding at once)
     pattern = ((np.arange(s)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
-    got, top = [], -np.inf
+    got, top, low = [], -np.inf, np.inf
     for drop in (None, (am, pattern)):
         arr, why = _run_probe(cone, as_const, mask, 0, s, env, opset, batch=rows, drop=drop)
         if why is not None:
@@ -769,6 +799,7 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
         kept = _kept(arr, "(attention mask " + ("all ones)" if drop is None else "with keys dropped)"))
         if arr.dtype != np.bool_ and not kept.all():
             top = max(top, float(arr[~kept].astype(np.float64).max()))
+            low = min(low, float(arr[~kept].astype(np.float64).min()))
         got.append(np.broadcast_to(kept, (rows, arr.shape[1], s, s)))
     base, padded = got
     if not base.all():   # a causal part: one band per row, the same in every batch row and head
@@ -780,5 +811,5 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
         what = "keeps" if padded[tuple(bad[0])] else "masks"
         raise EvalFailure(f"with attention_mask[{b}, {j}] = {int(pattern[b, j])} the mask {what} key {j} of "
                           f"query {i} (not attention_mask's key padding)")
-    return am, base, s, top
+    return am, base, s, top, (-np.inf if low == np.inf else low)
 
