@@ -1938,3 +1938,129 @@ for _name, _spec in HOLDOUT15A.items():  # the corpus architecture each varies (
     if _name.rsplit("_r", 1)[0] in SPECS:
         _spec["base_arch"] = _name.rsplit("_r", 1)[0]
 HOLDOUT_SETS[23] = HOLDOUT15A
+
+
+# ---- sixteenth sweep (--holdout 25, HOLDOUT16): transformers 5.25 causal-LM types no set names, third round ------
+# The model types of MODEL_FOR_CAUSAL_LM_MAPPING_NAMES (and text towers of MODEL_MAPPING_NAMES) that no tools/*.py
+# named before session 23. MLA (Sarvam-MLA = DeepSeek-V3's class, AXK 1, LongCat-Flash with zero-compute experts
+# and two attentions per layer), MLA with a sparse-attention indexer (GLM-MoE-DSA, AXK 2, dots3-note,
+# Mistral Large 4's text model: MLA without a q LoRA), hybrid layers (LFM2-MoE: short conv + attention; Kimi
+# Linear: KDA + MLA; Qwen 3.5 MoE: gated delta net + gated attention), qk-norm MoE on Glm4Moe's class (Sarvam-MoE,
+# Param2-MoE), Llama clones (InternLM 3, IQuest-Coder), text towers (Muse Glimmer: softcap, qk scale, output
+# multiplier, per-layer-type bases; Muse Spark: MoE and a residual gate; Molmo 2: qk-norm, norm-after; Cosmos 3
+# Edge: M-RoPE, relu2; Granite Docling: Granite's multipliers) and Falcon-Mamba (no attention: nothing to fuse,
+# must not break). Not taken: Qwen4-Exp (hyper-connections, per-layer embeddings, n-gram embeddings, an indexer in
+# one config), GLM-5-Next (linear attention + indexer + hyper-connections with Sinkhorn iterations), HunYuan-VL's
+# text model (its config needs the xdrope sections of the VLM), Gemma 4 assistant (a drafter over a backbone's
+# hidden states), BLT, RWKV / xLSTM (recurrent, as Falcon-Mamba). Index heads 8 (DeepSeek-V3.2's note above).
+MLA16 = dict(num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16,
+             qk_rope_head_dim=8, v_head_dim=16)
+MOE16 = dict(moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1,
+             topk_group=1, experts_implementation="batched_mm")
+IDX16 = dict(index_topk=4, index_head_dim=16, index_n_heads=8)
+DENSE_SPARSE16 = dict(mlp_layer_types=["dense", "sparse"])
+ROPE16 = dict(rope_type="default", rope_theta=10000.0)
+_DK16 = ("dyn_mask", "kv")
+_DKT16 = ("dyn_mask", "kv", "torchscript_kv")
+_TXT16 = ("dyn_mask", "static_nomask")
+
+HOLDOUT16 = {
+    # Llama clones (config-only model types on LlamaForCausalLM)
+    "internlm3": _s("decoder", "InternLM3Config", "LlamaForCausalLM", dict(DEC, **GQA),
+                    ["gqa", "rope-full", "rmsnorm", "swiglu"], "internlm3", "gpt2", styles=_DKT16),
+    "iquestcoder": _s("decoder", "IQuestCoderConfig", "LlamaForCausalLM", dict(DEC, **GQA),
+                      ["gqa", "rope-full", "rmsnorm", "swiglu"], "iquestcoder", "gpt2", styles=("dyn_mask",)),
+    # Glm4Moe's class: qk-norm (Sarvam-MoE) or not (Param2-MoE), one dense layer then MoE
+    "sarvam_moe": _s("decoder", "SarvamMoEConfig", "Glm4MoeForCausalLM",
+                     dict(DEC, **GQA, **MOE16, first_k_dense_replace=1, use_qk_norm=True),
+                     ["gqa", "rope-partial", "rmsnorm", "qk-norm", "moe"], "sarvam_moe", "gpt2", styles=_DKT16),
+    "param2moe": _s("decoder", "Param2MoeConfig", "Glm4MoeForCausalLM", dict(DEC, **GQA, **MOE16, first_k_dense_replace=1),
+                    ["gqa", "rope-partial", "rmsnorm", "moe"], "param2moe", "gpt2", styles=("dyn_mask",)),
+    # MLA
+    "sarvam_mla": _s("decoder", "SarvamMLAConfig", "DeepseekV3ForCausalLM",
+                     dict(DEC, **MLA16, **MOE16, first_k_dense_replace=1),
+                     ["mha", "mla", "rope-interleaved", "rope-partial", "rmsnorm", "moe"], "sarvam_mla", "gpt2",
+                     styles=_DKT16),
+    "axk1": _s("decoder", "AXK1Config", "AXK1ForCausalLM", dict(DEC, **MLA16, **MOE16, **DENSE_SPARSE16),
+               ["mha", "mla", "rope-partial", "rmsnorm", "moe"], "axk1", "gpt2", styles=_DKT16),
+    # zero-compute experts (identity experts beside the routed ones), two attentions and two MLPs per layer
+    "longcat_flash": _s("decoder", "LongcatFlashConfig", "LongcatFlashForCausalLM",
+                        dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=1, ffn_hidden_size=FFN,
+                             expert_ffn_hidden_size=32, n_routed_experts=4, moe_topk=2, zero_expert_num=2,
+                             max_position_embeddings=POSITIONS, head_dim=8, qk_head_dim=24, **MLA16, **TOKENS,
+                             experts_implementation="batched_mm"),
+                        ["mha", "mla", "rope-partial", "rmsnorm", "zero-experts", "dual-sublayers", "moe"],
+                        "longcat_flash", "gpt2", styles=("dyn_mask", "torchscript_kv")),
+    # MLA with a sparse-attention indexer
+    "glm_moe_dsa": _s("decoder", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+                      dict(DEC, **MLA16, **MOE16, **IDX16, **DENSE_SPARSE16),
+                      ["mha", "mla", "rope-partial", "rmsnorm", "sparse-attention-indexer", "moe"], "glm_moe_dsa",
+                      "gpt2", styles=_DKT16),
+    "axk2": _s("decoder", "AXK2Config", "AXK2ForCausalLM", dict(DEC, **MLA16, **MOE16, **IDX16, **DENSE_SPARSE16),
+               ["mha", "mla", "rope-partial", "rmsnorm", "sparse-attention-indexer", "moe"], "axk2", "gpt2",
+               styles=_DK16),
+    "dots3_note_text": _s("decoder", "Dots3NoteTextConfig", "Dots3NoteForCausalLM",
+                          dict(DEC, **MLA16, **MOE16, **IDX16, **DENSE_SPARSE16),
+                          ["mha", "mla", "rope-partial", "rmsnorm", "sparse-attention-indexer", "moe"],
+                          "dots3_note_text", "gpt2", styles=_DK16),
+    # hybrids
+    "lfm2_moe": _s("decoder", "Lfm2MoeConfig", "Lfm2MoeForCausalLM",
+                   dict(DEC, **GQA, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
+                        layer_types=["conv", "full_attention"], experts_implementation="batched_mm"),
+                   ["gqa", "rope-full", "rmsnorm", "qk-norm", "short-conv", "moe"], "lfm2_moe", "gpt2", styles=_DK16),
+    "kimi_linear": _s("decoder", "KimiLinearConfig", "KimiLinearForCausalLM",
+                      dict(DEC, **MLA16, moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                           n_shared_experts=1, n_group=1, topk_group=1, linear_head_dim=8, linear_num_heads=2,
+                           layer_types=["linear_attention", "full_attention"], experts_implementation="batched_mm",
+                           **DENSE_SPARSE16),
+                      ["mha", "mla", "nope", "rmsnorm", "kda-linear-attention", "moe"], "kimi_linear", "gpt2",
+                      styles=STATIC6),
+    "qwen3_5_moe_text": _s("decoder", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
+                           dict(DEC, **GQA, **LIN6, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                                num_experts=4, num_experts_per_tok=2, layer_types=["linear_attention", "full_attention"],
+                                experts_implementation="batched_mm"),
+                           ["gqa", "rope-partial", "rmsnorm-1p", "qk-norm", "gated-attention", "gated-delta-net",
+                            "moe"], "qwen3_5_moe_text", "gpt2", styles=STATIC6),
+    # text towers of multimodal models: hidden states out, causal
+    "mistral_large4_text": _s("encoder", "MistralLarge4TextConfig", "MistralLarge4TextModel",
+                              dict(DEC, **{k: v for k, v in MLA16.items() if k != "q_lora_rank"}, **MOE16, **IDX16,
+                                   **DENSE_SPARSE16, rope_parameters=ROPE16),
+                              ["mha", "mla", "rope-partial", "rmsnorm", "sparse-attention-indexer", "moe", "causal"],
+                              "mistral_large4_text", "gpt2", styles=_TXT16),
+    "muse_glimmer_text": _s("encoder", "MuseGlimmerTextConfig", "MuseGlimmerTextModel",
+                            dict(DEC, **GQA, **SLIDING, layer_rope_theta=[10000.0, 0], post_norm_eps=1e-6),
+                            ["gqa", "rope-full", "rope-two-bases", "rmsnorm", "qk-scale", "softcap-logits",
+                             "sliding-window", "causal"], "muse_glimmer_text", "gpt2", styles=_TXT16),
+    "muse_spark_text": _s("encoder", "MuseSparkTextConfig", "MuseSparkTextModel",
+                          dict(DEC, **GQA, **SLIDING, layer_rope_theta=[500000.0, 0], post_norm_eps=1e-6, moe_intermediate_size=32,
+                               moe_hidden_size=HIDDEN, num_local_experts=4,
+                               num_experts_per_tok=2, experts_implementation="batched_mm", **DENSE_SPARSE16),
+                          ["gqa", "rope-full", "rmsnorm", "residual-gate", "sliding-window", "moe", "causal"],
+                          "muse_spark_text", "gpt2", styles=("dyn_mask",)),
+    "molmo2_text": _s("encoder", "Molmo2TextConfig", "Molmo2TextModel",
+                      dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                           max_position_embeddings=POSITIONS, additional_vocab_size=16, **GQA),
+                      ["gqa", "rope-full", "rmsnorm", "qk-norm", "fused-qkv", "causal"], "molmo2_text", "gpt2",
+                      styles=_TXT16),
+    "cosmos3_edge_text": _s("encoder", "Cosmos3EdgeTextConfig", "Cosmos3EdgeTextModel",
+                            dict(DEC, **GQA, rope_parameters=dict(ROPE16, mrope_section=[4, 2, 2])),
+                            ["gqa", "mrope", "rmsnorm", "relu2", "causal"], "cosmos3_edge_text", "gpt2",
+                            styles=("dyn_mask",)),
+    "granite_docling_text": _s("encoder", "GraniteDoclingTextConfig", "GraniteDoclingTextModel",
+                               dict(DEC, **GQA, attention_multiplier=0.015625, residual_multiplier=0.5,
+                                    embedding_multiplier=0.7),
+                               ["gqa", "rope-full", "rmsnorm", "swiglu", "attention-multiplier", "causal"],
+                               "granite_docling_text", "gpt2", styles=("dyn_mask",)),
+    # no attention: a selective-scan recurrence (nothing to fuse but the norms; must pass through verified)
+    "falcon_mamba": _s("decoder", "FalconMambaConfig", "FalconMambaForCausalLM",
+                       dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, state_size=8, expand=2,
+                            conv_kernel=4, **TOKENS),
+                       ["selective-scan", "rmsnorm", "no-attention"], "falcon_mamba", "gpt2",
+                       styles=("static_nomask",)),  # dyn_mask: the export pins the sequence (ORT refuses length 5)
+}
+HOLDOUT16["falcon_mamba"]["attention_blocks"] = 0
+HOLDOUT16["longcat_flash"]["attention_blocks"] = 2  # its one layer runs two attentions (and two MLPs)
+HOLDOUT16["kimi_linear"]["attention_blocks"] = 1  # one MLA layer of two (the other KDA)
+HOLDOUT16["qwen3_5_moe_text"]["attention_blocks"] = 1  # one gated attention layer of two
+HOLDOUT16["lfm2_moe"]["attention_blocks"] = 1  # one attention layer of two (the other a short conv)
+HOLDOUT_SETS[25] = HOLDOUT16
