@@ -1321,7 +1321,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         entry["hidden_size"] = cfg["embed_dim"] if "embed_dim" in cfg else cfg["hidden_sizes"][0]
     if entry["hidden_size"] is None and "hidden_sizes" in cfg:  # per-stage widths, one head count (MobileViT)
         entry["hidden_size"] = cfg["hidden_sizes"][0]
-    entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or entry["hidden_size"] // entry["num_heads"]
+    entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or (  # no heads: attention-free (Falcon-Mamba)
+        entry["hidden_size"] // entry["num_heads"] if entry["num_heads"] else None)
     if spec["kind"] in CROSS:  # self- and cross-attention per layer
         entry["attention_blocks"] = 2 * entry["num_layers"]
     kinds = cfg.get("layer_types") or ["attention" if t == "attention" else "recurrent"
