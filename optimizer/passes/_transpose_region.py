@@ -7,7 +7,10 @@ value in the region, and the producers of an inner node's other operands. The re
   - exits: Transposes of the region's values (they take p1 in their own perm),
   - Shape reads of the region's values (Shape(Transpose(v, p1)) = Gather(Shape(v), p1)),
   - Reshapes of the region's values where p1 moves only axes of size 1 (the same flat data),
-  - constants and values whose dims are all 1 (constants are permuted, ones broadcast in any layout).
+  - constants and values whose dims are all 1 (constants are permuted, ones broadcast in any layout),
+  - other operands of an elementwise op with the region's rank, computed outside it (Ministral 3's
+    per-position query factor [1, 1, S, 1]): read through a Transpose by p1's inverse, which costs a
+    node per value (the sink counts it; CSE shares it between layers).
 Inner nodes: elementwise ops, last-axis norms (ORT's residual SkipLayerNormalization too, its sum an
 output of the region), Concat / Softmax / Split with their axis moved, a projection by a 2-D weight
 and ORT's biased activations where the last axis stays, an Expand whose target p1 leaves as it is.
@@ -73,6 +76,9 @@ class Region:
     view_reads: list[ir.Node] = dataclasses.field(default_factory=list)
     # (node, input index) of constant operands to permute
     constants: list[tuple[ir.Node, int]] = dataclasses.field(default_factory=list)
+    # (node, input index) of computed operands of the region's rank from outside it (Ministral 3's
+    # per-position query factor [1, 1, S, 1]): read through a Transpose by p1's inverse
+    operands: list[tuple[ir.Node, int]] = dataclasses.field(default_factory=list)
     kept: set = dataclasses.field(default_factory=set)  # entries that other nodes still read
 
     @property
@@ -136,6 +142,8 @@ def collect(start: ir.Node, opset: int) -> Region:
                 region.constants.append((node, j))
             elif producer is not None and id(producer) not in seen and _layout_op(producer, region, opset):
                 add_inner(producer)
+            elif node.op_type in BROADCAST and node.domain in ("", "ai.onnx") and _rank(v) == region.rank:
+                region.operands.append((node, j))   # computed outside: read under the permutation
             else:
                 raise Refused
         values.extend(node.outputs[j] for j in layout_outputs(node) if node.outputs[j] is not None)

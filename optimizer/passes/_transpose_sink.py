@@ -21,10 +21,14 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
         return False
     p1, entries = region.p1, {id(t) for t in region.entries}
     composed = {id(t): [p1[i] for i in perm_of(t)] for t in region.exits}
-    after = len(region.kept) + sum(c != list(range(len(c))) for c in composed.values())
+    inv = [int(i) for i in np.argsort(p1)]
+    # computed operands read permuted: one Transpose per value unless it broadcasts alike
+    moved = {id(op.inputs[j]): op.inputs[j] for op, j in region.operands
+             if not _dims_alike(list(op.inputs[j].shape.dims), inv, len(p1))}
+    after = len(region.kept) + sum(c != list(range(len(c))) for c in composed.values()) + len(moved)
     if after >= len(region.entries) + len(region.exits):
         return False  # no Transpose saved
-    inv = [int(i) for i in np.argsort(p1)]
+    permuted: dict[int, ir.Value] = {}
 
     def source(v: ir.Value) -> ir.Value:
         """v in the entries' input layout: an entry's input, else v (rewritten in place)."""
@@ -32,12 +36,18 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
         return producer.inputs[0] if producer is not None and id(producer) in entries else v
 
     constants = {(id(n), j) for n, j in region.constants}
+    operands = {(id(n), j) for n, j in region.operands}
     for op in region.inner:
         for j in layout_inputs(op):  # a norm's scale read off a kept entry stays as it is
             v = op.inputs[j]
             if v is None:
                 continue
-            if (id(op), j) in constants:
+            if (id(op), j) in operands:
+                if id(v) in moved:
+                    if id(v) not in permuted:
+                        permuted[id(v)] = _transposed(graph, op, v, inv)
+                    op.replace_input_with(j, permuted[id(v)])
+            elif (id(op), j) in constants:
                 if not _broadcasts_alike(v, inv, len(p1)):
                     op.replace_input_with(j, _permuted(graph, v, inv, len(p1)))
             elif source(v) is not v:
@@ -93,11 +103,26 @@ def _shape_through(graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int], 
 def _broadcasts_alike(v: ir.Value, inv: list[int], rank: int) -> bool:
     """Whether the constant ``v`` broadcasts the same in both layouts (a [C] bias when the last axis
     stays): its padded shape unchanged by ``inv``, its axes of size > 1 in the same order."""
-    dims = constant_tensor(v).shape
+    return _dims_alike(list(constant_tensor(v).shape), inv, rank)
+
+
+def _dims_alike(dims: list, inv: list[int], rank: int) -> bool:
+    """_broadcasts_alike on dims (ints or symbols; a symbol is not 1)."""
     padded = (1,) * (rank - len(dims)) + tuple(dims)
     moved = [padded[i] for i in inv]
     big = [i for i in inv if padded[i] != 1]
     return tuple(moved) == padded and big == sorted(big)
+
+
+def _transposed(graph: ir.Graph, reader: ir.Node, v: ir.Value, inv: list[int]) -> ir.Value:
+    """Transpose(v, inv), a new node before ``reader`` (v is computed outside the region)."""
+    t = ir.node("Transpose", [v], attributes={"perm": inv})
+    out = t.outputs[0]
+    out.name = fresh_name(f"{v.name or 'operand'}_perm", graph_names(graph))
+    out.type = v.type
+    out.shape = ir.Shape([v.shape.dims[i] for i in inv])
+    graph.insert_before(reader, [t])
+    return out
 
 
 def _permuted(graph: ir.Graph, v: ir.Value, inv: list[int], rank: int) -> ir.Value:
