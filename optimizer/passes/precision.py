@@ -193,7 +193,7 @@ class PrecisionConversionPass(FusePass):
                        or node in forced or node.op_type in self.fp32_ops
                        or any(v in int_derived for v in floats_out)
                        or (node.op_type == "Cast" and not _casts_to_float(node))
-                       or _is_upcast(node, self.low))
+                       or _is_upcast(node))
             always_low = self._is_compute(node)
             if not is_keep and not always_low:
                 is_keep = any(v in fp32_values for v in floats_in)  # follow the inputs
@@ -547,9 +547,13 @@ def _reads_shape_only(node: ir.Node, index: int) -> bool:
             and "dtype" in node.attributes)
 
 
-def _is_upcast(node: ir.Node, low: ir.DataType) -> bool:
-    """Cast(low -> float32) is deliberate (ours from an earlier run, or the exporter's): keep it."""
-    return (node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype == low
+def _is_upcast(node: ir.Node) -> bool:
+    """Cast(fp16|bf16 -> float32) is deliberate (ours from an earlier run, or the exporter's float32
+    island in a 16-bit model, whichever 16-bit type it comes from): keep it. A float16 model's
+    Cast(fp16 -> float32) before a decomposed LayerNorm became Cast(fp16 -> bf16) under bf16, the
+    island's input rounded to 8 bits (fuzz seed 23002, graph 2281700563)."""
+    return (node.op_type == "Cast" and node.inputs[0] is not None
+            and node.inputs[0].dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
             and _attr_int(node, "to") == int(F32))
 
 

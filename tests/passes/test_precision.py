@@ -172,6 +172,42 @@ def test_float16_outputs_of_a_float16_model_stay_float16(keep_io_types):
         assert rel_err(ref, got) <= TOL["fp16"]
 
 
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_float16_models_float32_island_keeps_its_upcast(precision):
+    """A float16 model's Cast(fp16 -> float32) before its float32 LayerNorm island is the exporter's on
+    purpose, whichever 16-bit type is asked for: the island sees the float16 values exactly (its
+    normalized output equals the original's bit for bit), the MatMul after it is lowered. Under bf16 the
+    Cast became Cast(fp16 -> bf16), the island's input rounded to 8 bits (fuzz seed 23002, graph
+    2281700563, where ORT's LayerNormFusion then refused the bf16 / fp16 mix)."""
+    ax = numpy_helper.from_array(np.array([-1], np.int64), "ax")
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=T.FLOAT, name="up"),
+        helper.make_node("ReduceMean", ["xf", "ax"], ["mean"], name="mean"),
+        helper.make_node("Sub", ["xf", "mean"], ["d"], name="sub"),
+        helper.make_node("Pow", ["d", "two"], ["sq"], name="pow"),
+        helper.make_node("ReduceMean", ["sq", "ax"], ["var"], name="var"),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        helper.make_node("Sqrt", ["ve"], ["std"], name="sqrt"),
+        helper.make_node("Div", ["d", "std"], ["n"], name="div"),
+        helper.make_node("Cast", ["n"], ["n16"], to=T.FLOAT16, name="down"),
+        helper.make_node("MatMul", ["n", "W"], ["h"], name="mm"),
+        helper.make_node("Cast", ["h"], ["y"], to=T.FLOAT16, name="down_y"),
+    ]
+    inits = [ax, numpy_helper.from_array(np.float32(2.0), "two"),
+             numpy_helper.from_array(np.float32(1e-5), "eps"), w("W", 32, 16, scale=0.2)]
+    proto = model(nodes, [vi("x", T.FLOAT16, ["b", 32])],
+                  [vi("n16", T.FLOAT16, ["b", 32]), vi("y", T.FLOAT16, ["b", 16])], inits)
+    out, _, modified = convert(proto, precision)
+    up = next(n for n in out.graph.node if n.name == "up")
+    assert modified and up.attribute[0].i == T.FLOAT
+    assert node_dtypes(out)["mean"] == ("ReduceMean", T.FLOAT) and node_dtypes(out)["mm"][1] != T.FLOAT
+    feeds = {"x": np.random.default_rng(5).standard_normal((4, 32)).astype(np.float16) * 3}
+    runnable = emulate_bf16(out) if precision == "bf16" else out
+    ref, got = make_session(proto).run(None, feeds), make_session(runnable).run(None, feeds)
+    np.testing.assert_array_equal(got[0], ref[0])
+    assert rel_err(ref[1], got[1]) <= TOL[precision]
+
+
 # --- islands, shape paths, constants -----------------------------------------------------------
 
 def _decomposed_layer_norm_model():
