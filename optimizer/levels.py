@@ -13,7 +13,9 @@ O2  O1 + rule packs of level 2 (normalizations, GELU family, Gemm/bias forms, Ro
 O3  O2 + rule packs of level 3 (attention), after einsum-to-matmul (batched-matmul Einsums as
     Transpose -> MatMul -> Transpose: attention written with einsum) and merge-shared-probabilities
     (softmax probabilities read by several P.V MatMuls become one MatMul on the values side by
-    side, so the attention rules see one reader: DiffLlama's two calls over halves of V). All
+    side, so the attention rules see one reader: DiffLlama's two calls over halves of V), and
+    qkv-columns (a fused q / k / v projection whose heads interleave q, k and v gets its columns
+    permuted, the per-head picks one Split: GPT-NeoX, BLOOM, Falcon, CodeGen). All
     rules of the chosen levels run in ONE rewrite
     pass: by stage (fuse, then lower, then simplify), and inside a stage by priority, highest
     first, which puts attention recognition (100) ahead of most norm rules (layer-norm 60). The
@@ -174,8 +176,13 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # and tf2onnx's einsum decomposition loses its size-1 axes (passes/size_one_axes.py)
         from onnx_fuse.passes.size_one_axes import SizeOneAxesPass
 
-        attention_prepare = (EinsumToMatMulPass(), MergeSharedProbabilitiesPass(), SizeOneAxesPass()) \
-            if level >= 3 else ()
+        # and a fused q / k / v projection whose heads interleave q, k and v (GPT-NeoX, BLOOM, Falcon,
+        # CodeGen) gets its weight's columns permuted so that the picks are one Split, the form the
+        # attention rules read (passes/qkv_columns.py)
+        from onnx_fuse.passes.qkv_columns import QkvColumnsPass
+
+        attention_prepare = (EinsumToMatMulPass(), MergeSharedProbabilitiesPass(), SizeOneAxesPass(),
+                             QkvColumnsPass()) if level >= 3 else ()
         # O2: inference BatchNorms become the weights of the Conv / Gemm / MatMul before them
         from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 
@@ -226,7 +233,8 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         idle = ({p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
                                          *target_module.post_fusion_passes(max(LEVELS)))
                 if hasattr(p, "display_name")}
-                | {EinsumToMatMulPass.name, MergeSharedProbabilitiesPass.name, SizeOneAxesPass.name}) - pass_names
+                | {EinsumToMatMulPass.name, MergeSharedProbabilitiesPass.name, SizeOneAxesPass.name,
+                   QkvColumnsPass.name}) - pass_names
         # Names that are not passes must be rules, of any target or level (a script that
         # disables gelu-ort keeps working with --target onnx); anything else is a typo.
         rule_set = load_rule_set(user_files=rule_files)
