@@ -733,19 +733,28 @@ def key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
     != 0, 0, fill) for every head and query row, what a 2-D key mask with that fill computes
     (com.microsoft's mask_index / key_padding_mask with mask_filter_value = fill). Needs
     attention_mask's key axis and ``k``'s keys (axis -2, when given) to be q's length, provably
-    (self-attention: the probe feeds attention_mask q's length). Never fails: False where any of
-    it is not proven."""
+    (self-attention: the probe feeds attention_mask q's length), and every reader of ``mask`` to be
+    an attention op (or a dims read), so that the ops building it die. Never fails: False where any
+    of it is not proven."""
     if not isinstance(q, ir.Value) or q.shape is None or (k is not None and (
             not isinstance(k, ir.Value) or k.shape is None or len(k.shape) < 2)):
         return False
     d = q.shape.dims[-2] if len(q.shape) >= 2 else None
     if k is not None and not _same_dim(k.shape.dims[-2], d):
         return False
+    if not isinstance(mask, ir.Value) or mask.is_graph_output() or any(
+            not _attention_reader(u.node) for u in mask.uses()):
+        return False   # the 4-D mask stays for another reader (ModernBERT's local band): nothing saved
     try:
         am, base, _, top, low = _padding(ctx, mask, q)
     except EvalFailure:
         return False
     return bool(base.all()) and top == low and _same_dim(am.shape.dims[1], d)
+
+
+def _attention_reader(node: ir.Node) -> bool:
+    """An attention op (canonical or lowered), which takes the 2-D form too, or a dims read."""
+    return "Attention" in node.op_type or node.op_type in ("Shape", "Size")
 
 
 def _same_dim(a: Any, b: Any) -> bool:

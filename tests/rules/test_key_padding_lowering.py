@@ -55,7 +55,7 @@ def _mask_nodes(n, kind: str) -> list:
     return nodes
 
 
-def _model(h, kind: str, packed: bool):
+def _model(h, kind: str, packed: bool, mask_read_elsewhere: bool = False):
     """One encoder attention over ``mask``: packed (q / k / v biased projections of x: com.microsoft
     Attention at ort) or separate q3 / k3 / v3 inputs (MultiHeadAttention), with the sdpa NaN guard."""
     n = h.node
@@ -75,6 +75,10 @@ def _model(h, kind: str, packed: bool):
               n("Softmax", ["sm"], ["p"], axis=-1), n("IsNaN", ["p"], ["isn"]),
               n("Where", ["isn", "zero", "p"], ["pz"]), n("MatMul", ["pz", "v4"], ["o"]),
               n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    outputs = [h.vi("y", ["batch", "seq", HID])]
+    if mask_read_elsewhere:   # ModernBERT's global mask also builds the local band's: the 4-D mask stays
+        nodes.append(n("ReduceMin", ["mask"], ["mask_min"], keepdims=0))
+        outputs.append(h.vi("mask_min", []))
     rng = np.random.default_rng(1)
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
              "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
@@ -88,7 +92,7 @@ def _model(h, kind: str, packed: bool):
         for c in "qkv":
             inits[f"w{c}"] = (rng.standard_normal((HID, HID)) * 0.3).astype(np.float32)
             inits[f"bias_{c}"] = (rng.standard_normal(HID) * 0.1).astype(np.float32)
-    return h.make_model(nodes, inputs, [h.vi("y", ["batch", "seq", HID])], inits)
+    return h.make_model(nodes, inputs, outputs, inits)
 
 
 def _feeds(model, b=4, s=7):
@@ -163,4 +167,15 @@ def test_other_masks_keep_the_bias(h, kind):
     # Where(causal and kept, 0, min) is finite (finite_mask): no row loses every key, no guard; the
     # per-row fills are computed from the batch size, which value_range cannot bound: the guard stays
     assert ops["IsNaN"] == (0 if kind == "causal" else 1), ops
+    _check(h, model, fused)
+
+
+def test_a_mask_read_elsewhere_keeps_the_bias(h):
+    """The 4-D mask has another reader: the 2-D form would only add a Cast beside the ops that stay."""
+    model = _model(h, "gathernd", packed=True, mask_read_elsewhere=True)
+    fused = h.fuse(model, "ort")
+    ops = h.ops(fused)
+    assert ops["com.microsoft::Attention"] == 1 and ops["GatherND"] == 1, ops
+    node = next(x for x in fused.graph.node if x.op_type == "Attention")
+    assert len(node.input) == 6 and node.input[3] == "", node.input
     _check(h, model, fused)
