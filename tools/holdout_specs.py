@@ -2085,3 +2085,68 @@ HOLDOUT16["kimi_linear"]["attention_blocks"] = 1  # one MLA layer of two (the ot
 HOLDOUT16["qwen3_5_moe_text"]["attention_blocks"] = 1  # one gated attention layer of two
 HOLDOUT16["lfm2_moe"]["attention_blocks"] = 1  # one attention layer of two (the other a short conv)
 HOLDOUT_SETS[25] = HOLDOUT16
+
+
+# ---- sixteenth sweep, part B (--holdout 26, HOLDOUT16B): encoders and vision towers no set names -----------------
+# Base-model types of transformers 5.25 MODEL_MAPPING_NAMES that no tools/*.py named before (session 23), taken as
+# their text / vision towers: BERT / RoBERTa clones with their own embeddings (AltCLIP's XLM-R text tower,
+# Chinese-CLIP's BERT, CLAP's RoBERTa, I-BERT unquantized, LUKE without entities, MarkupLM without xpaths, LiLT's
+# layout stream beside the text: its attention adds the two streams' scores, Splinter), XLM's FlauBERT, OWL-ViT's
+# CLIP text tower (causal), and the vision towers of OWL-ViT, GroupViT (group tokens, hard assignment between
+# stages), BLIP, BLIP-2, MetaCLIP 2, Chinese-CLIP and CLIPSeg. Not taken: the audio towers (CLAP's HTSAT: swin over mels), BROS and
+# LayoutLMv3 (a required bbox / its visual embedding's sizes), MRA (without its CUDA kernels the attention is
+# torch.zeros_like(query): the export has no attention), DPR (pooler output only), Kosmos-2's vision tower (no
+# public class), YOLOS (image_size a pair and detection tokens interpolated), Tapas (a list of type vocabularies).
+_ENC_RB16 = dict(ENC, max_position_embeddings=POSITIONS + 2, type_vocab_size=1, pad_token_id=1)
+_ENC_FEAT16 = ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "post-norm"]
+_VIS_FEAT16 = ["mha", "patch-embed", "cls-token", "pre-norm", "layernorm", "quick-gelu"]
+_BOTH16 = ("dyn_mask", "static_nomask")
+HOLDOUT16B = {
+    # text towers and encoders
+    "altclip_text": _s("encoder", "AltCLIPTextConfig", "AltCLIPTextModel", dict(_ENC_RB16, project_dim=HIDDEN),
+                       _ENC_FEAT16, "altclip_text_model", "bert", styles=_BOTH16),
+    "chinese_clip_text": _s("encoder", "ChineseCLIPTextConfig", "ChineseCLIPTextModel", dict(ENC, type_vocab_size=2),
+                            _ENC_FEAT16, "chinese_clip_text_model", "bert", styles=_BOTH16),
+    "clap_text": _s("encoder", "ClapTextConfig", "ClapTextModel", dict(_ENC_RB16, projection_dim=HIDDEN),
+                    _ENC_FEAT16, "clap_text_model", "bert", styles=_BOTH16),
+    "flaubert": _s("encoder", "FlaubertConfig", "FlaubertModel",
+                   dict(vocab_size=VOCAB, emb_dim=HIDDEN, n_layers=LAYERS, n_heads=2, n_langs=1,
+                        max_position_embeddings=POSITIONS, **TOKENS),
+                   _ENC_FEAT16, "flaubert", "bert", styles=_BOTH16),
+    "ibert": _s("encoder", "IBertConfig", "IBertModel", dict(_ENC_RB16, quant_mode=False), _ENC_FEAT16, "ibert",
+                "bert", styles=_BOTH16),
+    "luke": _s("encoder", "LukeConfig", "LukeModel", dict(_ENC_RB16, entity_vocab_size=16, entity_emb_size=16),
+               _ENC_FEAT16, "luke", "bert", styles=_BOTH16),
+    "markuplm": _s("encoder", "MarkupLMConfig", "MarkupLMModel",
+                   dict(_ENC_RB16, max_depth=4, xpath_unit_hidden_size=8, max_xpath_tag_unit_embeddings=16,
+                        max_xpath_subs_unit_embeddings=16, tag_pad_id=15, subs_pad_id=15),
+                   [*_ENC_FEAT16, "xpath-embeddings"], "markuplm", "bert", styles=_BOTH16),
+    # LiLT: hidden a multiple of 6 (six box coordinates), the layout stream at hidden / 2
+    "lilt": _s("encoder", "LiltConfig", "LiltModel", dict(_ENC_RB16, hidden_size=48, channel_shrink_ratio=2),
+               [*_ENC_FEAT16, "layout-stream", "shared-scores"], "lilt", "bert", styles=_BOTH16),
+    "splinter": _s("encoder", "SplinterConfig", "SplinterModel", dict(ENC, type_vocab_size=2), _ENC_FEAT16,
+                   "splinter", "bert", styles=_BOTH16),
+    "owlvit_text": _s("encoder", "OwlViTTextConfig", "OwlViTTextModel", dict(ENC, **TOKENS),
+                      ["mha", "causal", "padding-mask", "learned-positions", "layernorm", "quick-gelu"],
+                      "owlvit_text_model", "clip", styles=_BOTH16),
+    # vision towers
+    "owlvit_vision": _s("vision", "OwlViTVisionConfig", "OwlViTVisionModel", dict(VIS), _VIS_FEAT16,
+                        "owlvit_vision_model", "clip", styles=_BOTH16),
+    "groupvit_vision": _s("vision", "GroupViTVisionConfig", "GroupViTVisionModel",
+                          dict(VIS, depths=[1, 1], num_group_tokens=[4, 0], num_output_groups=[4, 4]),
+                          ["mha", "patch-embed", "group-tokens", "hard-assignment", "layernorm", "gelu-erf"],
+                          "groupvit_vision_model", "clip", styles=_BOTH16),
+    "blip_vision": _s("vision", "BlipVisionConfig", "BlipVisionModel", dict(VIS),
+                      ["mha", "patch-embed", "cls-token", "fused-qkv", "layernorm", "gelu-erf"], "blip_vision_model",
+                      "clip", styles=_BOTH16),
+    "blip2_vision": _s("vision", "Blip2VisionConfig", "Blip2VisionModel", dict(VIS),
+                       ["mha", "patch-embed", "cls-token", "fused-qkv", "qv-bias", "layernorm", "gelu-erf"],
+                       "blip_2_vision_model", "clip", styles=_BOTH16),
+    "metaclip_2_vision": _s("vision", "MetaClip2VisionConfig", "MetaClip2VisionModel", dict(VIS), _VIS_FEAT16,
+                            "metaclip_2_vision_model", "clip", styles=_BOTH16),
+    "chinese_clip_vision": _s("vision", "ChineseCLIPVisionConfig", "ChineseCLIPVisionModel", dict(VIS), _VIS_FEAT16,
+                              "chinese_clip_vision_model", "clip", styles=_BOTH16),
+    "clipseg_vision": _s("vision", "CLIPSegVisionConfig", "CLIPSegVisionModel", dict(VIS), _VIS_FEAT16,
+                         "clipseg_vision_model", "clip", styles=_BOTH16),
+}
+HOLDOUT_SETS[26] = HOLDOUT16B
