@@ -495,16 +495,34 @@ def _left_padded(feeds) -> bool:
     return False
 
 
+def _row_keep(shape, masks) -> np.ndarray | None:
+    """The entries of an output of ``shape`` on query rows the masks [B, S] keep, as a boolean array
+    of that shape, or None where no mask lines up: rows on axis 1 ([B, S, ...]) or, for a 4-D
+    output whose last axis is not 1, on axis 2 ([B, H, S, T]: attention probabilities or a per-head
+    output that is a graph output, fuzz seed 23004 graph 2319559700). Where both fit (H == S), or
+    several masks do, the union: every entry some reading keeps must agree."""
+    keep = None
+    for m in masks:
+        for axis in (1, 2):
+            if axis == 2 and (len(shape) != 4 or shape[3] == 1):
+                continue
+            if len(shape) > axis and (shape[0], shape[axis]) == m.shape:
+                view = m.reshape(m.shape[:1] + (1,) * (axis - 1) + m.shape[1:] + (1,) * (len(shape) - axis - 1))
+                keep = np.broadcast_to(view, shape) if keep is None else keep | view
+    return keep
+
+
 def _kept_rows_match(names, ref_out, got, feeds, loosest, keyless: bool = False) -> bool:
-    """Whether every output agrees on the query rows the masks keep: an output [B, S, ...] is
-    compared where a padding mask [B, S] is 1 (``keyless``: everywhere but the rows with no kept
-    key at or before their own position, which a causal mask leaves with none at all); an output
-    no mask lines up with (a [B, 1, S, 1] intermediate) must agree whole. Before, such an output
-    ruled the keyless check out even when it agreed (form seed 1356464380: wrong)."""
+    """Whether every output agrees on the query rows the masks keep: an output [B, S, ...] (or
+    [B, H, S, T], _row_keep) is compared where a padding mask [B, S] is 1 (``keyless``: everywhere
+    but the rows with no kept key at or before their own position, which a causal mask leaves with
+    none at all); an output no mask lines up with (a [B, 1, S, 1] intermediate) must agree whole.
+    Before, such an output ruled the keyless check out even when it agreed (form seed 1356464380:
+    wrong)."""
     masks = [np.cumsum(v, axis=1) > 0 if keyless else v.astype(bool) for v in _mask_feeds(feeds).values()]
     for name, r, g in zip(names, ref_out, got):
         r, g = np.asarray(r), np.asarray(g)
-        keep = next((m for m in masks if r.ndim >= 2 and r.shape[:2] == m.shape), None)
+        keep = _row_keep(r.shape, masks)
         if keep is not None and r.shape == g.shape:
             r, g = r[keep], g[keep]
         if compare([name], [r], [g], loosest)[0] != "ok":

@@ -517,3 +517,31 @@ def test_contrib_gqa_right_padded_prompt_rows_are_noted_not_wrong():
     off[0][0, 0] += 1.0  # sequence 0's first token: kept
     assert not fd._contrib_gqa_padded_rows_only(case.model, names, ref, off, case.feeds, None)
     assert fd._contrib_gqa_padded_rows_only(case.model, names, ref, ref, case.feeds, None)
+
+
+def test_keyless_rows_of_a_probabilities_output_are_half_masked_rows():
+    """Fuzz run 23004 (fp16), graph 2319559700 (qk_norm, left padding under a causal mask, the
+    softmax [B, H, S, T] also a graph output): only the query rows with no kept key differed
+    (uniform in the float32 original, not in float16), but the mask [B, S] was lined up only with an
+    output's axis 1, so the probabilities were compared whole: `wrong` at every level, O1 included.
+    Their rows are on axis 2: half-masked-rows, as for the attention's own output."""
+    case = make_case(2319559700)
+    assert "mask-left-padded" in case.traps and "intermediate-is-output" in case.traps
+    ((cls, detail),) = [(r["cls"], r["detail"]) for r in fd.fuzz_case(case, [1], ["ort"], precision="fp16")[0]]
+    assert cls == "half-masked-rows" and "softmax" in detail, (cls, detail)
+    feeds = {"attention_mask": np.array([[0, 0, 1]], np.int64)}
+    ref = [np.full((1, 2, 3, 3), 1 / 3, np.float32)]
+    got = [ref[0].copy()]
+    got[0][:, :, :2] = [0.6, 0.3, 0.1]   # the two keyless rows (no kept key at or before them)
+    assert fd._kept_rows_match(["p"], ref, got, feeds, None, keyless=True)
+    got[0][:, 1, 2] = [0.5, 0.25, 0.25]  # a kept row differs: not only keyless rows
+    assert not fd._kept_rows_match(["p"], ref, got, feeds, None, keyless=True)
+
+
+def test_row_keep_lines_a_mask_up_with_axis_1_or_2():
+    m = [np.array([[False, True, True]])]
+    assert fd._row_keep((1, 3, 4), m).shape == (1, 3, 4) and not fd._row_keep((1, 3, 4), m)[0, 0].any()
+    assert fd._row_keep((1, 2, 3, 5), m)[0, :, 0].sum() == 0 and fd._row_keep((1, 2, 3, 5), m)[0, :, 1:].all()
+    assert fd._row_keep((1, 1, 3, 1), m) is None           # a per-row scalar intermediate: compared whole
+    both = fd._row_keep((1, 3, 3, 4), m)                   # H == S: either reading's kept entries
+    assert both[0, 0, 1:].all() and both[0, 1:, 0].all() and not both[0, 0, 0].any()
