@@ -601,6 +601,15 @@ def emulate_bf16(proto: onnx.ModelProto) -> onnx.ModelProto:
                 numpy_helper.to_array(init).astype(np.float32), init.name))
     nodes = []
     for node in g.node:
+        if node.op_type == "Cast" and node.domain in ("", "ai.onnx") and node.input and types.get(node.input[0]) == bf16 \
+                and any(a.name == "to" and a.i == f32 for a in node.attribute):
+            # Cast(bf16 -> float32) would read a float32 value here, an identity that ORT 1.32's graph
+            # optimizations dropped while a node still read its output ("... is not a graph input,
+            # initializer, or output of a previous node": fuzz 23005, graph 1332654939, --verify too):
+            # a round trip through bfloat16 instead, exact on a value rounded to it already
+            rounded = f"{node.output[0]}__emulated_round"
+            nodes.append(helper.make_node("Cast", [node.input[0]], [rounded], to=bf16))
+            node.input[0] = rounded
         nodes.append(node)
         for i, out in enumerate(node.output):
             if types.get(out) != bf16:

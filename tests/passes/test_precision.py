@@ -116,6 +116,25 @@ def test_bf16_emulation_agrees_with_reference_evaluator():
     assert rel_err(ref, emulated) > 1e-4  # the rounding is really applied
 
 
+def test_bf16_emulation_runs_with_ort_optimizations_where_a_cast_up_would_be_an_identity():
+    """emulate_bf16 turned Cast(bf16 -> float32) into an identity Cast on a float32 value, which ORT
+    1.32's graph optimizations dropped while a Mul still read its output: fuzz 23005, graph 1332654939
+    (gemm, rms_norm, If bodies) at O1 with --precision bf16 was refused with them on, and --verify
+    failed ("Node input 'reshape_9__to_fp32' is not a graph input ..."). A bfloat16 round trip now."""
+    import sys
+
+    import onnx_fuse
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from fuzz_motifs import make_case
+
+    case = make_case(1332654939)
+    r = onnx_fuse.optimize(case.model, level=1, target="ort", precision="bf16", verify=True,
+                           verify_inputs=case.feeds)
+    v = r.report.verify
+    assert v["passed"] and v["ort_optimizations"]["optimized"] == "default", v.get("error")
+
+
 def test_changed_flag_both_ways_and_idempotent():
     model_ir = ir.from_proto(build_demo_model())
     assert PrecisionConversionPass("fp16")(model_ir).modified
