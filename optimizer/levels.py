@@ -181,8 +181,10 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # attention rules read (passes/qkv_columns.py)
         from onnx_fuse.passes.qkv_columns import QkvColumnsPass
 
+        # (as one MatMul per piece where pack-matmul packs what the rules leave: ort's packed Attention takes
+        # the projections whole; trt keeps one MatMul and the Split)
         attention_prepare = (EinsumToMatMulPass(), MergeSharedProbabilitiesPass(), SizeOneAxesPass(),
-                             QkvColumnsPass()) if level >= 3 else ()
+                             QkvColumnsPass(as_matmuls=target != "trt")) if level >= 3 else ()
         # O2: inference BatchNorms become the weights of the Conv / Gemm / MatMul before them
         from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 

@@ -20,11 +20,17 @@ When the leaves' columns together are each column exactly once and not already i
 widths, and each leaf is its piece viewed as ``lead + cols.shape`` (Reshape with 0s for the lead) and
 transposed by ``perm`` where that is no identity. The old views and picks die (Shape reads of them
 keep reading the same shapes: Y keeps its shape). Exact: every output element is the same dot
-product.
+product. With ``as_matmuls`` (ort, onnx) each piece is its own MatMul (+ bias Add) on the permuted
+weight's column range instead of a Split: the separate projections' form, which ORT's packed Attention
+takes whole and pack-matmul packs again after the rules; not where a Shape reads Y or a view before the
+pieces (Y would stay computed for its shape).
 
 Refused: a projection output read whole (or by a pick the pass cannot follow) beside the picks, a
 column read twice or never, non-constant indices, picks on the lead axes, a Reshape that merges a
-lead axis, non-float weights. Decided by the index arithmetic only, not by which ops wrote it.
+lead axis, non-float weights; pieces that meet again in a Concat before any product (a partial
+rotation's halves: GPT-J, GLM) or that a Concat widens along the head axis (DeepSeek's k_nope), pieces
+of different head sizes; and pieces already taken from Y's last axis in column order (Llama / Phi-3 /
+MPT / GPT-BigCode: nothing to do). Decided by the index arithmetic only, not by which ops wrote it.
 """
 
 from __future__ import annotations
@@ -32,10 +38,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import dim_text, reshape_out_dims, value_dims
+from onnx_fuse.passes._column_picks import ColumnState, Refused, step
+from onnx_fuse.passes._dim_products import value_dims
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 from onnx_fuse.passes._new_values import array_initializer, fresh_name, graph_names, int64_initializer
-from onnx_fuse.passes._transpose_region import perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 #: ops a region value may be read by without being a leaf's reader (they read dims, not elements)
@@ -46,26 +52,7 @@ _VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze")
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
 
 
-class _Refused(Exception):
-    """The region is not a set of column picks (the pass leaves the projection alone)."""
-
-
-def _ints(value: ir.Value | None) -> list[int] | None:
-    t = constant_tensor(value)
-    if t is None or not t.dtype.is_integer():
-        return None
-    return [int(x) for x in t.numpy().reshape(-1)]
-
-
-def _slice_range(start: int, end: int, step: int, d: int) -> list[int]:
-    """ONNX Slice's indices on an axis of length d (its clamping, not Python's)."""
-    start, end = start + d if start < 0 else start, end + d if end < 0 else end
-    if step > 0:
-        return list(range(min(max(start, 0), d), min(max(end, 0), d), step))
-    return list(range(min(max(start, 0), d - 1), min(max(end, -1), d - 1), step))
-
-
-def _widened(leaf: ir.Value, s: _State) -> bool:
+def _widened(leaf: ir.Value, s: ColumnState) -> bool:
     """The piece is read by a Concat along its head axis (cols' last): part of a wider head (DeepSeek's k_nope
     joined to the rotated k_pe of another projection), not a whole q / k / v. A cache's Concat over the
     sequence axis is no such join."""
@@ -103,40 +90,17 @@ def _rejoined(leaves: list[ir.Value], depth: int = 64) -> bool:
     return False
 
 
-class _State:
-    """A region value as Transpose(Reshape(Y[..., cols], lead + cols.shape), perm)."""
-
-    def __init__(self, cols: np.ndarray, perm: list[int], lead: int) -> None:
-        self.cols, self.perm, self.lead = cols, perm, lead
-
-    @property
-    def rank(self) -> int:
-        return len(self.perm)
-
-    def trailing(self, axis: int, rank: int) -> int:
-        """The cols axis behind the value's ``axis`` (normalized); refuses the lead axes."""
-        if not -rank <= axis < rank or rank != self.rank:
-            raise _Refused("axis out of range")
-        pa = self.perm[axis % rank]
-        if pa < self.lead:
-            raise _Refused("a pick on a lead axis")
-        return pa - self.lead
-
-    def take(self, axis: int, index, keep: bool) -> _State:
-        """Entries ``index`` (a list, or an int when not ``keep``) of the value's ``axis``."""
-        t = self.trailing(axis, self.rank)
-        pa = t + self.lead
-        cols = np.take(self.cols, index, axis=t)
-        if keep:
-            return _State(cols, list(self.perm), self.lead)
-        perm = [x - (x > pa) for j, x in enumerate(self.perm) if j != axis % self.rank]
-        return _State(cols, perm, self.lead)
-
-
 class QkvColumnsPass(FusePass):
     """Interleaved q / k / v columns of one projection made contiguous, the picks one Split (module docstring)."""
 
     name = "qkv-columns"
+
+    def __init__(self, as_matmuls: bool = False) -> None:
+        """``as_matmuls``: the pieces as one MatMul (+ bias Add) each instead of one Split of the projection:
+        the separate projections' form, which ORT's packed Attention fuses whole (the targets whose
+        pack-matmul packs what the rules leave take it; docs/passes.md)."""
+        super().__init__()
+        self.as_matmuls = as_matmuls
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
@@ -147,7 +111,7 @@ class QkvColumnsPass(FusePass):
                 if is_default_op(node, "MatMul") and node.graph is graph:
                     try:
                         modified |= self._rewrite(graph, node)
-                    except _Refused:
+                    except Refused:
                         pass
         return ir.passes.PassResult(model, modified=modified)
 
@@ -200,21 +164,22 @@ class QkvColumnsPass(FusePass):
         return True
 
     # -- following the readers -----------------------------------------------------------------
-    def _leaves(self, y: ir.Value, lead: list, n: int) -> list[tuple[ir.Value, _State]]:
-        """The leaves reached from y, ordered by their first column, each with its state; raises _Refused.
+    def _leaves(self, y: ir.Value, lead: list, n: int) -> list[tuple[ir.Value, ColumnState]]:
+        """The leaves reached from y, ordered by their first column, each with its state; raises Refused.
 
         Views (Reshape, Transpose, Squeeze, Unsqueeze) and picks (Gather, GatherND, Slice, Split) are
         followed up to the first pick on each path; after it only a single view reader is followed, so
         the leaves are the pieces the first picks make (q, k, v), not what the model does with them
         (a partial rotation's slices of q)."""
-        leaves: list[tuple[ir.Value, _State]] = []
-        todo = [(y, _State(np.arange(n), list(range(len(lead) + 1)), len(lead)), False)]
+        leaves: list[tuple[ir.Value, ColumnState]] = []
+        todo = [(y, ColumnState(np.arange(n), list(range(len(lead) + 1)), len(lead)), False)]
         seen: set[int] = set()
         self._flat = True   # every first pick reads y's last axis itself (no view before it)
+        self._dim_read = False   # a Shape / Size reads y or a view between it and the pieces
         while todo:
             v, s, picked = todo.pop(0)
             if id(v) in seen:
-                raise _Refused("a value reached twice")
+                raise Refused("a value reached twice")
             seen.add(id(v))
             readers = [u for u in v.uses() if not is_default_op(u.node, *_DIM_READERS)]
             children = None if v.is_graph_output() or not readers else []
@@ -229,158 +194,65 @@ class QkvColumnsPass(FusePass):
                 if not picked and use.node.op_type not in _VIEWS and sum(d != 1 for d in s.cols.shape) > 1:
                     self._flat = False  # a pick on a head view, not on Y's last axis (size-1 axes aside)
                 children.extend((o, so, picked or use.node.op_type not in _VIEWS) for o, so in outs)
+            if children is not None and any(is_default_op(u.node, *_DIM_READERS) for u in v.uses()):
+                self._dim_read = True
             if children is None:
                 if v is y:
-                    raise _Refused("the projection is read whole")
+                    raise Refused("the projection is read whole")
                 leaves.append((v, s))
             else:
                 todo.extend(children)
         leaves.sort(key=lambda vs: int(vs[1].cols.reshape(-1)[0]) if vs[1].cols.size else -1)
         return leaves
 
-    def _follow(self, node: ir.Node, idx: int, s: _State, lead: list):
+    def _follow(self, node: ir.Node, idx: int, s: ColumnState, lead: list):
         """[(output, state)] for a view / pick node reading the region value as input 0, else None."""
         if idx != 0 or node.domain not in ("", "ai.onnx"):
             return None
         try:
-            return self._step(node, s, lead)
-        except _Refused:
+            return step(node, s, lead)
+        except Refused:
             return None
-
-    def _step(self, node: ir.Node, s: _State, lead: list):
-        op, ins, outs = node.op_type, list(node.inputs), list(node.outputs)
-        r = s.rank
-        if op == "Transpose":
-            p = perm_of(node)
-            if p is None or sorted(p) != list(range(r)):
-                return None
-            return [(outs[0], _State(s.cols, [s.perm[j] for j in p], s.lead))]
-        if op == "Reshape":
-            if s.perm != list(range(r)) or len(ins) < 2:
-                return None
-            got = reshape_out_dims(outs[0], in_dims=[dim_text(d) for d in lead] + list(s.cols.shape))
-            if got is None or len(got) < len(lead) or got[:len(lead)] != lead:
-                return None
-            tail = got[len(lead):]
-            if any(a for _, a in tail) or int(np.prod([c for c, _ in tail])) != s.cols.size:
-                return None
-            shape = [c for c, _ in tail]
-            return [(outs[0], _State(s.cols.reshape(shape), list(range(len(lead) + len(shape))), s.lead))]
-        if op == "Gather":
-            index = constant_tensor(ins[1]) if len(ins) == 2 else None
-            if index is None or not index.dtype.is_integer() or len(index.shape) > 1:
-                return None
-            axis = int(attr_value(node, "axis", 0))
-            d = s.cols.shape[s.trailing(axis, r)]
-            ix = index.numpy().astype(np.int64)
-            if ((ix < -d) | (ix >= d)).any():
-                return None
-            ix = ix % d
-            return [(outs[0], s.take(axis, int(ix) if ix.ndim == 0 else list(ix), keep=ix.ndim == 1))]
-        if op == "GatherND":
-            index = constant_tensor(ins[1]) if len(ins) == 2 else None
-            if index is None or attr_value(node, "batch_dims", 0) != 0 or len(index.shape) not in (1, 2) \
-                    or index.shape[-1] != 1:
-                return None
-            ix = index.numpy().astype(np.int64)[..., 0]   # = Gather over axis 0 by these
-            d = s.cols.shape[s.trailing(0, r)]
-            if ((ix < -d) | (ix >= d)).any():
-                return None
-            ix = ix % d
-            return [(outs[0], s.take(0, int(ix) if ix.ndim == 0 else list(ix), keep=ix.ndim == 1))]
-        if op == "Slice":
-            starts, ends = (_ints(ins[k]) if len(ins) > k else None for k in (1, 2))
-            axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else None
-            steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else None
-            if starts is None or ends is None or len(starts) != len(ends) \
-                    or (len(ins) > 3 and ins[3] is not None and axes is None) \
-                    or (len(ins) > 4 and ins[4] is not None and steps is None):
-                return None
-            axes = list(range(len(starts))) if axes is None else axes
-            steps = [1] * len(starts) if steps is None else steps
-            if len(axes) != len(starts) or len(steps) != len(starts) or 0 in steps:
-                return None
-            out = s
-            for a, b0, e0, st in zip(axes, starts, ends, steps):
-                d = out.cols.shape[out.trailing(a, r)]
-                out = out.take(a, _slice_range(b0, e0, st, d), keep=True)
-            return [(outs[0], out)]
-        if op == "Split":
-            axis = int(attr_value(node, "axis", 0))
-            d = s.cols.shape[s.trailing(axis, r)]
-            if len(ins) > 1 and ins[1] is not None:
-                sizes = _ints(ins[1])
-            elif node.attributes.get("split") is not None:
-                sizes = [int(x) for x in node.attributes["split"].value]
-            else:
-                k = int(attr_value(node, "num_outputs", len(outs)))
-                if k != len(outs) or k < 1:
-                    return None
-                part = -(-d // k)
-                sizes = [min(part, d - i * part) for i in range(k)]
-            if sizes is None or len(sizes) != len(outs) or sum(sizes) != d or min(sizes) < 0:
-                return None
-            res, start = [], 0
-            for o, size in zip(outs, sizes):
-                res.append((o, s.take(axis, list(range(start, start + size)), keep=True)))
-                start += size
-            return res
-        if op in ("Squeeze", "Unsqueeze"):
-            axes = _ints(ins[1]) if len(ins) > 1 and ins[1] is not None else None
-            if axes is None and node.attributes.get("axes") is not None:
-                axes = [int(x) for x in node.attributes["axes"].value]
-            if axes is None:
-                return None
-            if op == "Squeeze":
-                out = s
-                for a in sorted({a % r for a in axes if -r <= a < r}, reverse=True):
-                    if out.cols.shape[out.trailing(a, out.rank)] != 1:
-                        return None
-                    out = out.take(a, 0, keep=False)
-                return None if len(set(a % r for a in axes)) != len(axes) else [(outs[0], out)]
-            r2 = r + len(axes)
-            if any(not -r2 <= a < r2 for a in axes) or len({a % r2 for a in axes}) != len(axes):
-                return None
-            new = {a % r2 for a in axes}
-            cols, perm, rest = s.cols, [], iter(s.perm)
-            for j in range(r2):
-                if j in new:
-                    cols = cols[..., None]
-                    perm.append(s.lead + cols.ndim - 1)
-                else:
-                    perm.append(next(rest))
-            return [(outs[0], _State(cols, perm, s.lead))]
-        return None
 
     # -- the rewrite ---------------------------------------------------------------------------
     def _apply(self, graph, mm, w, add, b, y, leaves, order, lead: int) -> None:
         taken = graph_names(graph)
         stem = y.name or mm.name or "qkv"
-        if order is not None:  # None: the leaves' columns are in order already (Falcon's multi-query q | k | v)
-            w_new = array_initializer(graph, f"{stem}_columns_w", w.numpy()[:, order], w.dtype, taken)
-            mm.replace_input_with(1, w_new)
-        if add is not None and order is not None:
-            b_arr = b.numpy()
-            b_new = array_initializer(graph, f"{stem}_columns_b", b_arr[..., order], b.dtype, taken)
-            add.replace_input_with(1 if add.inputs[0] is mm.outputs[0] else 0, b_new)
         widths = [int(s.cols.size) for _, s in leaves]
-        sizes = int64_initializer(graph, f"{stem}_columns_split", widths, taken)
-        split = ir.node("Split", [y, sizes], attributes={"axis": -1}, num_outputs=len(leaves))
-        new_nodes = [split]
-        for i, (o, (leaf, s)) in enumerate(zip(split.outputs, leaves)):
-            o.name = fresh_name(f"{stem}_part{i}", taken)
-            o.type = y.type
-            o.shape = None if y.shape is None else ir.Shape([*y.shape.dims[:-1], widths[i]])
-            v = o
+        w_arr = w.numpy() if order is None else w.numpy()[:, order]
+        b_arr = None if b is None else (b.numpy() if order is None else b.numpy()[..., order])
+        new_nodes: list[ir.Node] = []
+        if self.as_matmuls and not self._dim_read:  # one projection per piece (a Shape read of y would keep y)
+            parts, start = [], 0
+            for i, width in enumerate(widths):
+                wi = array_initializer(graph, f"{stem}_part{i}_w", w_arr[:, start:start + width], w.dtype, taken)
+                part = self._node(new_nodes, "MatMul", [mm.inputs[0], wi], f"{stem}_part{i}", y, width, taken)
+                if b_arr is not None:
+                    bi = array_initializer(graph, f"{stem}_part{i}_b", b_arr[..., start:start + width], b.dtype, taken)
+                    part = self._node(new_nodes, "Add", [part, bi], f"{stem}_part{i}_biased", y, width, taken)
+                parts.append(part)
+                start += width
+            anchor = mm
+        else:  # the permuted projection and one Split of its last axis
+            if order is not None:  # None: the pieces' columns are in order already (Falcon's multi-query q | k | v)
+                mm.replace_input_with(1, array_initializer(graph, f"{stem}_columns_w", w_arr, w.dtype, taken))
+                if add is not None:
+                    b_new = array_initializer(graph, f"{stem}_columns_b", b_arr, b.dtype, taken)
+                    add.replace_input_with(1 if add.inputs[0] is mm.outputs[0] else 0, b_new)
+            sizes = int64_initializer(graph, f"{stem}_columns_split", widths, taken)
+            split = ir.node("Split", [y, sizes], attributes={"axis": -1}, num_outputs=len(leaves))
+            new_nodes.append(split)
+            parts = list(split.outputs)
+            for i, o in enumerate(parts):
+                o.name, o.type = fresh_name(f"{stem}_part{i}", taken), y.type
+                o.shape = None if y.shape is None else ir.Shape([*y.shape.dims[:-1], widths[i]])
+            anchor = y.producer()
+        for i, (v, (leaf, s)) in enumerate(zip(parts, leaves)):
             if s.cols.ndim != 1:
                 target = int64_initializer(graph, f"{stem}_part{i}_view", [0] * lead + list(s.cols.shape), taken)
-                view = ir.node("Reshape", [v, target])
-                view.outputs[0].name = fresh_name(f"{stem}_part{i}_heads", taken)
-                view.outputs[0].type = y.type
+                v = self._node(new_nodes, "Reshape", [v, target], f"{stem}_part{i}_heads", y, None, taken)
                 if y.shape is not None:
-                    view.outputs[0].shape = ir.Shape([*y.shape.dims[:-1], *s.cols.shape])
-                new_nodes.append(view)
-                v = view.outputs[0]
+                    v.shape = ir.Shape([*y.shape.dims[:-1], *s.cols.shape])
             if s.perm != list(range(len(s.perm))):
                 t = ir.node("Transpose", [v], attributes={"perm": s.perm})
                 t.outputs[0].name = fresh_name(f"{stem}_part{i}_t", taken)
@@ -390,4 +262,15 @@ class QkvColumnsPass(FusePass):
             elif v.shape is not None and leaf.shape is not None:
                 v.shape = leaf.shape
             reroute(leaf, v)
-        graph.insert_after(y.producer(), new_nodes)
+        graph.insert_after(anchor, new_nodes)
+
+    @staticmethod
+    def _node(nodes: list, op: str, inputs: list, name: str, y: ir.Value, width: int | None, taken: set) -> ir.Value:
+        """A new node's one output, typed like y (width: its last dim, the rest y's)."""
+        node = ir.node(op, inputs)
+        out = node.outputs[0]
+        out.name, out.type = fresh_name(name, taken), y.type
+        if width is not None and y.shape is not None:
+            out.shape = ir.Shape([*y.shape.dims[:-1], width])
+        nodes.append(node)
+        return out

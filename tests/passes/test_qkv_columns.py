@@ -368,3 +368,26 @@ def test_piece_joined_to_more_head_dims_stays_and_cache_join_does_not_block():
              "qin": rng.standard_normal((2, h, 5, d)).astype(np.float32),
              "past": rng.standard_normal((2, h, 3, d)).astype(np.float32)}
     check_same(proto, model, feeds)
+
+
+@pytest.mark.parametrize("shape_read", [False, True])
+def test_pieces_as_matmuls(shape_read):
+    # as_matmuls (ort / onnx): one MatMul + bias Add per piece from the permuted columns; a Shape read of
+    # the projection would keep the whole projection alive, so then the pass writes the Split instead
+    text = gpt_neox(True, 2, 4)
+    if shape_read:
+        text = text.replace("sb = Shape <start = 0, end = 2> (x)", "sb = Shape <start = 0, end = 2> (a)")
+    proto = parse(HEADER + text)
+    model = ir.from_proto(proto)
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    ShapeInferencePass()(model)
+    p = QkvColumnsPass(as_matmuls=True)
+    assert p(model).modified
+    DeadCodeEliminationPass()(model)
+    got = ops(model)
+    if shape_read:
+        _split_projection(model)
+    else:
+        assert got.get("MatMul") == 5 and got.get("Add") == 3 and "Split" not in got, got
+    check_same(proto, model, _feeds())
