@@ -10,6 +10,9 @@ Cases handled:
   optimizer computed itself (NumPy-backed ``ir.Tensor``: folded results, rule-made caches such as
   RoPE's per-layer half tables) are merged at any size, loaded weights only up to 64 KiB;
 - Constant nodes compare by their tensor's dtype, shape and bytes;
+- a commutative two-input op (COMMUTATIVE: Add, Mul, the logical and bitwise ones, Equal) is a twin of
+  the same op with its operands swapped (LiLT's text and layout streams each add the other's scores:
+  Add(a, b) and Add(b, a) feed two Softmaxes of one value);
 - small integer values holding the same symbolic dims, read from different tensors (each layer's
   ``Shape(past_i)[2]`` is one ``past_sequence``): passes/shape_cse.py.
 
@@ -33,6 +36,10 @@ NONDETERMINISTIC = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
     "Bernoulli", "Dropout",
 })
+# two-input ops whose result does not depend on the operand order, bit for bit (IEEE a + b == b + a,
+# a * b == b * a; broadcasting is symmetric). Not Max / Min (which NaN comes out may follow the order),
+# nor Sum / Mean of more than two (float addition does not associate).
+COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "Equal", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 MAX_DEDUP_BYTES = 1 << 16  # initializers and tensor attributes compared by content up to this
 _UNHASHABLE = object()
 
@@ -99,6 +106,8 @@ def _node_key(node: ir.Node):
             return None
         attrs.append((name, k))
     inputs = tuple(id(v) if v is not None else None for v in node.inputs)
+    if node.op_type in COMMUTATIVE and len(inputs) == 2 and None not in inputs:
+        inputs = tuple(sorted(inputs))   # Add(a, b) is Add(b, a), bit for bit
     return (node.op_type, node.overload, node.version, len(node.outputs), inputs, tuple(attrs))
 
 
