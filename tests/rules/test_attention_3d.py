@@ -204,7 +204,11 @@ def test_corpus_batched_heads_attention_fuses(name):
     fired = r.report.rule_fires
     assert fired.get("attention-batched-heads", 0) == 2, fired  # the 4-D MatMul form too (one rule)
     ops = [n.op_type for n in r.model.graph]
-    assert ops.count("MultiHeadAttention") == 2 and "Softmax" not in ops
+    # BLOOM's biased fused projection, its columns permuted by qkv-columns (253f14f), goes to ORT's
+    # packed Attention when no cache is read; MultiHeadAttention otherwise
+    assert ops.count("MultiHeadAttention") + ops.count("Attention") == 2 and "Softmax" not in ops
+    if name.startswith("bloom") and "kv" not in name and "optimum" not in name:
+        assert ops.count("Attention") == 2, ops
 
 
 @pytest.mark.parametrize("name", ["bloom__optimum__trained", "deberta_v2__optimum__trained",
