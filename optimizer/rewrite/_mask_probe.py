@@ -53,9 +53,18 @@ def _const(v: ir.Value) -> np.ndarray | None:
     return _const_array(v)
 
 
+# meta key of a [B, T] graph input that _padding probes as the attention mask although its name does
+# not say so (an exporter's or a renaming tool's name): fed and bound like one while it is proven
+_MASK_ROLE = "onnx_fuse.attention_mask_role"
+
+
+def _is_mask_input(v: ir.Value) -> bool:
+    return "mask" in (v.name or "").lower() or bool(v.meta.get(_MASK_ROLE))
+
+
 def _feedable(v: ir.Value) -> bool:
     """A graph input the probe can feed: masks and integer inputs (ids, positions)."""
-    return v.dtype is not None and ("mask" in (v.name or "").lower() or v.dtype.is_integer()
+    return v.dtype is not None and (_is_mask_input(v) or v.dtype.is_integer()
                                     or v.dtype == ir.DataType.BOOL)
 
 
@@ -140,7 +149,7 @@ def _feed(v: ir.Value, shape: list[int], p: int, s: int, fill: int = 0) -> np.nd
         dtype = np.dtype(v.dtype.numpy())
     except Exception:
         raise EvalFailure(f"the mask reads {v.name!r} of dtype {v.dtype}") from None
-    if "mask" in name:
+    if _is_mask_input(v):
         if len(shape) >= 1:
             shape = [*shape[:-1], p + s]
         return np.ones(shape, dtype)
@@ -163,7 +172,7 @@ def _other_ints(cone: list[ir.Node]) -> dict[int, ir.Value]:
     for n in cone:
         for v in n.inputs if n.op_type not in ("Shape", "Size") else ():
             name = (v.name or "").lower() if v is not None else ""
-            if (v is not None and v.is_graph_input() and "mask" not in name and "pos" not in name
+            if (v is not None and v.is_graph_input() and not _is_mask_input(v) and "pos" not in name
                     and v.dtype is not None and v.dtype.is_integer()):
                 found[id(v)] = v
     return found
@@ -199,7 +208,7 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
     # (Gemma 3's token_type_ids [batch, total_sequence]) is as long
     for v in {id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()}.values():
         last = v.shape.dims[-1] if v.shape is not None and len(v.shape) else None
-        if "mask" in (v.name or "").lower() and getattr(last, "value", None) and last.value not in dims.values:
+        if _is_mask_input(v) and getattr(last, "value", None) and last.value not in dims.values:
             dims.values[last.value] = p + s
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
@@ -780,8 +789,20 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
     if q.shape is None or len(q.shape) not in (3, 4):
         raise EvalFailure("q must be 4-D (or 3-D, [B,S,E]) with a known shape")
     cone, as_const = _cone(mask)
-    ams = list({id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()
-                and "mask" in (i.name or "").lower() and i.shape is not None and len(i.shape) == 2}.values())
+    two_d = list({id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()
+                  and i.shape is not None and len(i.shape) == 2}.values())
+    ams = [i for i in two_d if _is_mask_input(i)]
+    if not ams:  # names are the exporter's: else the one [B, T] input whose values (not only its shape) the
+        # mask reads, fed as the attention mask; the probe below proves what it does either way
+        in_cone = {id(n) for n in cone}
+        ams = [i for i in two_d if any(n.op_type != "Shape" for n in i.consumers() if id(n) in in_cone)]
+        if len(ams) == 1:
+            ams[0].meta[_MASK_ROLE] = True
+            try:
+                return _padding(ctx, mask, q)
+            except EvalFailure:
+                del ams[0].meta[_MASK_ROLE]
+                raise
     if len(ams) != 1:
         raise EvalFailure("the mask reads no [batch, keys] attention-mask input" if not ams else
                           f"the mask reads {len(ams)} attention-mask inputs")
