@@ -795,7 +795,8 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
     if not ams:  # names are the exporter's: else the one [B, T] input whose values (not only its shape) the
         # mask reads, fed as the attention mask; the probe below proves what it does either way
         in_cone = {id(n) for n in cone}
-        ams = [i for i in two_d if any(n.op_type != "Shape" for n in i.consumers() if id(n) in in_cone)]
+        ams = [i for i in two_d if "pos" not in (i.name or "").lower()  # positions are fed as positions
+               and any(n.op_type != "Shape" for n in i.consumers() if id(n) in in_cone)]
         if len(ams) == 1:
             ams[0].meta[_MASK_ROLE] = True
             try:
