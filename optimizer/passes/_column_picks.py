@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._dim_products import dim_text, reshape_out_dims
+from onnx_fuse.passes._dim_products import dim_text, reshape_out_dims, slice_range
 from onnx_fuse.passes._infra import attr_value
 from onnx_fuse.passes._transpose_region import perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -23,14 +23,6 @@ def _ints(value: ir.Value | None) -> list[int] | None:
     if t is None or not t.dtype.is_integer():
         return None
     return [int(x) for x in t.numpy().reshape(-1)]
-
-
-def _slice_range(start: int, end: int, step: int, d: int) -> list[int]:
-    """ONNX Slice's indices on an axis of length d (its clamping, not Python's)."""
-    start, end = start + d if start < 0 else start, end + d if end < 0 else end
-    if step > 0:
-        return list(range(min(max(start, 0), d), min(max(end, 0), d), step))
-    return list(range(min(max(start, 0), d - 1), min(max(end, -1), d - 1), step))
 
 
 class ColumnState:
@@ -121,7 +113,7 @@ def step(node: ir.Node, s: ColumnState, lead: list):
         out = s
         for a, b0, e0, st in zip(axes, starts, ends, steps):
             d = out.cols.shape[out.trailing(a, r)]
-            out = out.take(a, _slice_range(b0, e0, st, d), keep=True)
+            out = out.take(a, list(slice_range(b0, e0, st, d)), keep=True)
         return [(outs[0], out)]
     if op == "Split":
         axis = int(attr_value(node, "axis", 0))

@@ -403,7 +403,15 @@ def _equal_entry(x: Dim | None, y: Dim | None) -> Dim | None:
     return None
 
 
-def _slice_range(start: int, end: int, step: int, d: int) -> range:
+def same_dim(a, b) -> bool:
+    """Two dims (ints or ir.SymbolicDims) that are provably one length: equal ints, or one named symbol."""
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    return a is not None and b is not None and getattr(a, "value", None) is not None \
+        and a.value == getattr(b, "value", None)
+
+
+def slice_range(start: int, end: int, step: int, d: int) -> range:
     """ONNX Slice's indices on an axis of length d (its clamping, not Python's)."""
     start, end = start + d if start < 0 else start, end + d if end < 0 else end
     if step > 0:
@@ -446,7 +454,7 @@ def _moved_entries(node: ir.Node, v: ir.Value, sub) -> tuple[list, bool] | None:
         for a, s0, e0, st in zip(axes, starts, ends, steps):
             if not -len(shape_in) <= a < len(shape_in):
                 return None
-            idx = np.take(idx, list(_slice_range(s0, e0, st, idx.shape[a])), axis=a)
+            idx = np.take(idx, list(slice_range(s0, e0, st, idx.shape[a])), axis=a)
     if idx.size != int(np.prod(shape_out)):
         return None   # an inferred shape that disagrees with the op: read nothing
     return [inner[0][k] for k in idx.reshape(-1)], len(shape_out) == 0

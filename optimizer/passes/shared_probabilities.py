@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.passes._infra import FusePass, is_default_op
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -39,12 +40,6 @@ def _from_softmax(value: ir.Value) -> bool:
         else:
             return False
     return False
-
-
-def _same_dim(a, b) -> bool:
-    if isinstance(a, int) or isinstance(b, int):
-        return a == b
-    return a is not None and b is not None and a.value is not None and a.value == b.value
 
 
 def _rhs_key(node: ir.Node):
@@ -98,7 +93,7 @@ class MergeSharedProbabilitiesPass(FusePass):
         modified = False
         for members in groups.values():
             ref = members[0].inputs[1].shape
-            members = [m for m in members if all(_same_dim(a, b) for a, b in
+            members = [m for m in members if all(same_dim(a, b) for a, b in
                                                  zip(list(m.inputs[1].shape)[:-1], list(ref)[:-1]))]
             if len(members) < 2:
                 continue

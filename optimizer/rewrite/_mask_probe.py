@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.passes._dim_sums import dim_sums
 from onnx_fuse.rewrite._expr import EvalFailure
 
@@ -749,7 +750,7 @@ def key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
             not isinstance(k, ir.Value) or k.shape is None or len(k.shape) < 2)):
         return False
     d = q.shape.dims[-2] if len(q.shape) >= 2 else None
-    if k is not None and not _same_dim(k.shape.dims[-2], d):
+    if k is not None and not same_dim(k.shape.dims[-2], d):
         return False
     if not isinstance(mask, ir.Value) or mask.is_graph_output() or any(
             not _attention_reader(u.node) for u in mask.uses()):
@@ -758,20 +759,12 @@ def key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
         am, base, _, top, low = _padding(ctx, mask, q)
     except EvalFailure:
         return False
-    return bool(base.all()) and top == low and _same_dim(am.shape.dims[1], d)
+    return bool(base.all()) and top == low and same_dim(am.shape.dims[1], d)
 
 
 def _attention_reader(node: ir.Node) -> bool:
     """An attention op (canonical or lowered), which takes the 2-D form too, or a dims read."""
     return "Attention" in node.op_type or node.op_type in ("Shape", "Size")
-
-
-def _same_dim(a: Any, b: Any) -> bool:
-    """Two dims that are provably one length: equal ints, or one symbol."""
-    if isinstance(a, int) or isinstance(b, int):
-        return a == b
-    return a is not None and b is not None and getattr(a, "value", None) is not None \
-        and a.value == getattr(b, "value", None)
 
 
 def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
