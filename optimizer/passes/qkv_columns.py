@@ -146,7 +146,7 @@ class QkvColumnsPass(FusePass):
         if dims is None or len(dims) < 2 or any(d is None for d in dims) or dims[-1] != (n, ()):
             return False
         lead = dims[:-1]
-        leaves = self._leaves(y, lead, n)
+        leaves, flat, dim_read = self._leaves(y, lead, n)
         if len(leaves) < 2 or _rejoined([v for v, _ in leaves]):
             return False
         heads = {s.cols.shape[-1] if s.cols.ndim else 1 for _, s in leaves}
@@ -156,16 +156,18 @@ class QkvColumnsPass(FusePass):
         if len(order) != n or not np.array_equal(np.sort(order), np.arange(n)):
             return False  # a column read twice or never
         in_order = np.array_equal(order, np.arange(n))
-        if in_order and self._flat:
+        if in_order and flat:
             return False  # already pieces of the last axis, in order (a Split, Slices of it)
-        self._apply(graph, mm, w, add, b, y, leaves, None if in_order else order, len(lead))
+        self._apply(graph, mm, w, add, b, y, leaves, None if in_order else order, len(lead), dim_read)
         self.stats["projections"] += 1
         self.stats["picks"] += len(leaves)
         return True
 
     # -- following the readers -----------------------------------------------------------------
-    def _leaves(self, y: ir.Value, lead: list, n: int) -> list[tuple[ir.Value, ColumnState]]:
-        """The leaves reached from y, ordered by their first column, each with its state; raises Refused.
+    def _leaves(self, y: ir.Value, lead: list, n: int) -> tuple[list[tuple[ir.Value, ColumnState]], bool, bool]:
+        """(leaves, flat, dim_read): the leaves reached from y, ordered by their first column, each with its
+        state; flat: every first pick reads y's last axis itself (no view before it); dim_read: a Shape /
+        Size reads y or a view between it and the pieces. Raises Refused.
 
         Views (Reshape, Transpose, Squeeze, Unsqueeze) and picks (Gather, GatherND, Slice, Split) are
         followed up to the first pick on each path; after it only a single view reader is followed, so
@@ -174,8 +176,7 @@ class QkvColumnsPass(FusePass):
         leaves: list[tuple[ir.Value, ColumnState]] = []
         todo = [(y, ColumnState(np.arange(n), list(range(len(lead) + 1)), len(lead)), False)]
         seen: set[int] = set()
-        self._flat = True   # every first pick reads y's last axis itself (no view before it)
-        self._dim_read = False   # a Shape / Size reads y or a view between it and the pieces
+        flat, dim_read = True, False
         while todo:
             v, s, picked = todo.pop(0)
             if id(v) in seen:
@@ -192,10 +193,10 @@ class QkvColumnsPass(FusePass):
                     children = None
                     break
                 if not picked and use.node.op_type not in _VIEWS and sum(d != 1 for d in s.cols.shape) > 1:
-                    self._flat = False  # a pick on a head view, not on Y's last axis (size-1 axes aside)
+                    flat = False  # a pick on a head view, not on Y's last axis (size-1 axes aside)
                 children.extend((o, so, picked or use.node.op_type not in _VIEWS) for o, so in outs)
             if children is not None and any(is_default_op(u.node, *_DIM_READERS) for u in v.uses()):
-                self._dim_read = True
+                dim_read = True
             if children is None:
                 if v is y:
                     raise Refused("the projection is read whole")
@@ -203,7 +204,7 @@ class QkvColumnsPass(FusePass):
             else:
                 todo.extend(children)
         leaves.sort(key=lambda vs: int(vs[1].cols.reshape(-1)[0]) if vs[1].cols.size else -1)
-        return leaves
+        return leaves, flat, dim_read
 
     def _follow(self, node: ir.Node, idx: int, s: ColumnState, lead: list):
         """[(output, state)] for a view / pick node reading the region value as input 0, else None."""
@@ -215,14 +216,14 @@ class QkvColumnsPass(FusePass):
             return None
 
     # -- the rewrite ---------------------------------------------------------------------------
-    def _apply(self, graph, mm, w, add, b, y, leaves, order, lead: int) -> None:
+    def _apply(self, graph, mm, w, add, b, y, leaves, order, lead: int, dim_read: bool) -> None:
         taken = graph_names(graph)
         stem = y.name or mm.name or "qkv"
         widths = [int(s.cols.size) for _, s in leaves]
         w_arr = w.numpy() if order is None else w.numpy()[:, order]
         b_arr = None if b is None else (b.numpy() if order is None else b.numpy()[..., order])
         new_nodes: list[ir.Node] = []
-        if self.as_matmuls and not self._dim_read:  # one projection per piece (a Shape read of y would keep y)
+        if self.as_matmuls and not dim_read:  # one projection per piece (a Shape read of y would keep y)
             parts, start = [], 0
             for i, width in enumerate(widths):
                 wi = array_initializer(graph, f"{stem}_part{i}_w", w_arr[:, start:start + width], w.dtype, taken)
