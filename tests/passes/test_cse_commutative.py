@@ -6,16 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
-from pass_testing import apply, check_same, ops, parse
-
-HEADER = '<ir_version: 9, opset_import: ["" : 18]>'
-
-
-def run(text: str):
-    proto = parse(HEADER + text)
-    model, modified, p = apply(CommonSubexpressionEliminationPass, proto)
-    return proto, model, modified, p
+from pass_testing import check_same, ops
+from test_cse import run  # the CSE pass on a parsed opset-18 graph
 
 
 def test_swapped_scores_add_merges_and_the_softmaxes_cascade():

@@ -111,18 +111,17 @@ def test_permuted_weight_columns():
     np.testing.assert_array_equal(new[:, :8], old[:, q_cols])
 
 
-def test_bloom_gather_of_the_qkv_axis():
-    # BLOOM / Falcon (no multi-query): view [B, S, H, 3, D], q / k / v = Gather 0 / 1 / 2 over axis 3,
-    # each transposed to [B, H, S, D]
-    h, d = 2, 4
-    proto, model, modified, stats = _run(f"""
+def _bloom_gathers(iq: int, ik: int, iv: int, h: int = 2, d: int = 4) -> str:
+    """BLOOM's view [B, S, H, 3, D] of the projection, q / k / v = Gather iq / ik / iv over axis 3, each
+    transposed to [B, H, S, D]."""
+    return f"""
         g (float[B, S, {C}] x) => (float[B, {h}, S, {d}] y) {{
             {_projection(h * 3 * d, True)}
             tgt = Constant <value = int64[5] {{0, 0, {h}, 3, {d}}}> ()
             view = Reshape (a, tgt)
-            i0 = Constant <value = int64 {{0}}> ()
-            i1 = Constant <value = int64 {{1}}> ()
-            i2 = Constant <value = int64 {{-1}}> ()
+            i0 = Constant <value = int64 {{{iq}}}> ()
+            i1 = Constant <value = int64 {{{ik}}}> ()
+            i2 = Constant <value = int64 {{{iv}}}> ()
             q0 = Gather <axis = 3> (view, i0)
             k0 = Gather <axis = 3> (view, i1)
             v0 = Gather <axis = 3> (view, i2)
@@ -130,7 +129,13 @@ def test_bloom_gather_of_the_qkv_axis():
             k = Transpose <perm = [0, 2, 1, 3]> (k0)
             v = Transpose <perm = [0, 2, 1, 3]> (v0)
             {_core()}
-        }}""")
+        }}"""
+
+
+def test_bloom_gather_of_the_qkv_axis():
+    # BLOOM / Falcon (no multi-query): view [B, S, H, 3, D], q / k / v = Gather 0 / 1 / 2 over axis 3,
+    # each transposed to [B, H, S, D]
+    proto, model, modified, stats = _run(_bloom_gathers(0, 1, -1))
     assert modified and stats["picks"] == 3, stats
     _split_projection(model)
     assert "Gather" not in ops(model), ops(model)
@@ -250,22 +255,7 @@ def test_picked_piece_also_a_graph_output():
 def test_column_read_twice_or_pieces_rejoined_stay():
     h, d = 2, 4
     # k picked twice (no v): a column read twice and some never
-    twice = f"""
-        g (float[B, S, {C}] x) => (float[B, {h}, S, {d}] y) {{
-            {_projection(h * 3 * d, True)}
-            tgt = Constant <value = int64[5] {{0, 0, {h}, 3, {d}}}> ()
-            view = Reshape (a, tgt)
-            i0 = Constant <value = int64 {{0}}> ()
-            i1 = Constant <value = int64 {{1}}> ()
-            q0 = Gather <axis = 3> (view, i0)
-            k0 = Gather <axis = 3> (view, i1)
-            v0 = Gather <axis = 3> (view, i1)
-            q = Transpose <perm = [0, 2, 1, 3]> (q0)
-            k = Transpose <perm = [0, 2, 1, 3]> (k0)
-            v = Transpose <perm = [0, 2, 1, 3]> (v0)
-            {_core()}
-        }}"""
-    _, _, modified, stats = _run(twice)
+    _, _, modified, stats = _run(_bloom_gathers(0, 1, 1))
     assert not modified, stats
     # GPT-J's partial rotation on a separate q projection: q[..., :rd] and q[..., rd:] per head are
     # interleaved columns too, but they meet again in a Concat: one tensor, not q / k / v
