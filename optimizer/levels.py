@@ -3,7 +3,8 @@
 O0  load and save only (still validates and re-serializes).
 O1  cleanup: shape inference, constant folding, inlining of If with a constant condition,
     sequences of a SequenceConstruct as tensor ops (sequence-ops: torch.hstack's SequenceMap /
-    SequenceAt, ConcatFromSequence), identity/no-op removal, CSE, dead code, to a fixed point.
+    SequenceAt, ConcatFromSequence), identity/no-op removal, slice writes of a tensor's own values
+    (self-write-elimination: M-RoPE's text-only tables), CSE, dead code, to a fixed point.
     Folding runs before identity removal so a Reshape whose shape became constant can be recognised
     as a no-op; If inlining runs right
     after folding made a condition constant (ORT would otherwise inline the branch on load, after
@@ -69,15 +70,18 @@ def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
     from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
     from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
+    from onnx_fuse.passes.self_writes import SelfWriteEliminationPass
     from onnx_fuse.passes.sequence_ops import SequenceOpsPass
 
     # sequence-ops after If inlining: a SequenceMap's copied bodies (atleast_1d's rank If) fold and
-    # inline in the next round
+    # inline in the next round; self-write-elimination (a ScatterND / ScatterElements putting a tensor's
+    # own values back: M-RoPE's slice writes) before CSE / DCE, which drop what it orphans
     return (
         ConstantFoldingPass(),
         InlineConstantIfPass(),
         SequenceOpsPass(),
         IdentityEliminationPass(),
+        SelfWriteEliminationPass(),
         CommonSubexpressionEliminationPass(),
         DeadCodeEliminationPass(),
     )
