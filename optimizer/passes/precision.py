@@ -177,6 +177,7 @@ class PrecisionConversionPass(FusePass):
                 fp32_values.add(inp)
         slots: dict[ir.Node, tuple[set[int], set[int]]] = {}
         keep: set[ir.Node] = set()
+        affine: set[ir.Node] = set()   # lowered scale / shift ops of decomposed LayerNorms
         for node in graph:
             if node.domain in ("", "ai.onnx") and (
                     node.op_type == "Constant" or node.op_type in _SHAPE_READERS):
@@ -197,6 +198,13 @@ class PrecisionConversionPass(FusePass):
             always_low = self._is_compute(node)
             if not is_keep and not always_low:
                 is_keep = any(v in fp32_values for v in floats_in)  # follow the inputs
+                if is_keep and self._is_norm_affine(node, slots, affine):
+                    # the scale / shift of a decomposed LayerNorm of a 16-bit value (_is_norm_affine):
+                    # low; its result still votes float32, so what follows it stays as before
+                    affine.add(node)
+                    slots[node] = lowerable
+                    fp32_values.update(floats_out)
+                    continue
             if is_keep:
                 keep.add(node)
                 fp32_values.update(floats_out)
@@ -205,6 +213,38 @@ class PrecisionConversionPass(FusePass):
                 fp32_values.update(v for i, v in enumerate(node.outputs)
                                    if v.dtype == F32 and i not in lowerable[1])
         return slots, keep
+
+    def _is_norm_affine(self, node: ir.Node, slots: dict, affine: set[ir.Node]) -> bool:
+        """``node`` scales or shifts a decomposed LayerNorm of a 16-bit value by a constant: Mul(n, c)
+        with n = (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps), then Add(., c). Such a norm's
+        statistics and its normalized values are float32 (rule 5), but its input arrives low (a
+        lowered producer, a Cast up from the low type, a low graph input), and the float32 island
+        then reads it through a Cast up. ONNX Runtime (1.32) fuses that Cast with the norm: its
+        LayerNormFusion takes the Cast's 16-bit input as X and the float32 constants as scale and
+        bias, and the model is refused ("LayerNormalization bound to different types"; fuzz 23004 -
+        23006, O1, where the norm is not fused by us). With the scale / shift low (a Cast down after
+        the Div), ORT fuses X, scale and bias all in the low type, the form it expects from mixed
+        precision training (Cast up, norm, Cast down, affine), and computes it in float32; elsewhere
+        the normalized values are rounded to the low type once more before the affine."""
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Mul", "Add") or len(node.inputs) != 2:
+            return False
+        a, b = node.inputs
+        if a is None or b is None or _is_constant(a) == _is_constant(b):
+            return False
+        p = (b if _is_constant(a) else a).producer()
+        if p is None:
+            return False
+        if node.op_type == "Add":
+            return p in affine
+        x = _layer_norm_input(p)
+        if x is None:
+            return False
+        src = x.producer()
+        if src is None:
+            return x.is_graph_input() and not x.is_initializer() and not self.keep_io_types
+        if src in slots:
+            return x.index() in slots[src][1]
+        return _is_upcast(src) and src.inputs[0].dtype == self.low
 
     @staticmethod
     def _is_int_derived(node: ir.Node, int_derived: set[ir.Value]) -> bool:
@@ -555,6 +595,36 @@ def _is_upcast(node: ir.Node) -> bool:
     return (node.op_type == "Cast" and node.inputs[0] is not None
             and node.inputs[0].dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
             and _attr_int(node, "to") == int(F32))
+
+
+def _layer_norm_input(div: ir.Node) -> ir.Value | None:
+    """x when ``div`` is Div(x - mean(x), Sqrt(mean((x - mean(x))^2) + eps)) (the square a Pow by 2
+    or a Mul of the difference by itself, its Sub the Div's or a twin of it), else None."""
+    def op(v: ir.Value | None, op_type: str) -> ir.Node | None:
+        p = None if v is None else v.producer()
+        return p if p is not None and p.op_type == op_type and p.domain in ("", "ai.onnx") else None
+
+    def centered(v: ir.Value | None) -> ir.Value | None:   # x of x - ReduceMean(x)
+        sub = op(v, "Sub")
+        mean = sub and op(sub.inputs[1], "ReduceMean")
+        return sub.inputs[0] if mean and mean.inputs[0] is sub.inputs[0] else None
+
+    if div.op_type != "Div" or div.domain not in ("", "ai.onnx") or (x := centered(div.inputs[0])) is None:
+        return None
+    sqrt = op(div.inputs[1], "Sqrt")
+    add = sqrt and op(sqrt.inputs[0], "Add")
+    var = add and next((r for r in map(lambda v: op(v, "ReduceMean"), add.inputs) if r), None)
+    sq = var and (op(var.inputs[0], "Pow") or op(var.inputs[0], "Mul"))
+    if not sq:
+        return None
+    d = sq.inputs[0]
+    if sq.op_type == "Pow":
+        exponent = ir.convenience.get_const_tensor(sq.inputs[1]) if sq.inputs[1] is not None else None
+        if exponent is None or exponent.numpy().size != 1 or float(exponent.numpy().reshape(())) != 2.0:
+            return None
+    elif sq.inputs[1] is not d:
+        return None
+    return x if centered(d) is x else None
 
 
 def _is_attention_mask(node: ir.Node, index: int, low: ir.DataType) -> bool:

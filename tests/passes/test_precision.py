@@ -267,6 +267,78 @@ def test_decomposed_layernorm_stays_fp32_and_naive_conversion_fails():
     assert rel_err(ref, bad) > 0.5
 
 
+def _norm_of_a_projection(square="pow", shared=False):
+    """h = x @ W1 (lowered), a decomposed LayerNorm of h with scale and bias, then the norm's output
+    both into a MatMul and (a residual) added to x: the norm's input is a 16-bit value."""
+    ax = numpy_helper.from_array(np.array([-1], np.int64), "ax")
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"], name="proj"),
+        helper.make_node("ReduceMean", ["h", "ax"], ["mean"], name="mean"),
+        helper.make_node("Sub", ["h", "mean"], ["d"], name="sub"),
+        (helper.make_node("Pow", ["d", "two"], ["sq"], name="pow") if square == "pow"
+         else helper.make_node("Mul", ["d", "d"], ["sq"], name="square")),
+        helper.make_node("ReduceMean", ["sq", "ax"], ["var"], name="var"),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        helper.make_node("Sqrt", ["ve"], ["std"], name="sqrt"),
+        helper.make_node("Div", ["d", "std"], ["n"], name="div"),
+        helper.make_node("Mul", ["n", "gamma"], ["ng"], name="scale"),
+        helper.make_node("Add", ["ng", "beta"], ["ln"], name="shift"),
+        helper.make_node("MatMul", ["ln", "W2"], ["y"], name="mm"),
+        helper.make_node("Add", ["x", "ln"], ["r"], name="residual"),
+    ]
+    rng = np.random.default_rng(3)
+    inits = [ax, numpy_helper.from_array(np.float32(2.0), "two"),
+             numpy_helper.from_array(np.float32(1e-5), "eps"), w("W1", 32, 32, scale=0.3),
+             numpy_helper.from_array((1 + 0.2 * rng.standard_normal(32)).astype(np.float32), "gamma"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(32)).astype(np.float32), "beta"),
+             w("W2", 32, 16, scale=0.2)]
+    outputs = [vi("y", T.FLOAT, ["b", 16]), vi("r", T.FLOAT, ["b", 32])]
+    if shared:   # the scale also read by a float32 op: duplicated, not converted away
+        nodes.append(helper.make_node("Mul", ["x", "gamma"], ["xg"], name="other"))
+        outputs.append(vi("xg", T.FLOAT, ["b", 32]))
+    return model(nodes, [vi("x", T.FLOAT, ["b", 32])], outputs, inits)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("square,shared", [("pow", False), ("mul", False), ("pow", True)])
+def test_decomposed_layernorm_of_a_16bit_value_loads_with_ort_optimizations(precision, square, shared):
+    """A decomposed LayerNorm whose input is 16 bits (here a lowered MatMul's output) reads it through a
+    Cast up; ONNX Runtime 1.32's LayerNormFusion takes that Cast's 16-bit input as X and the float32
+    scale / bias, and refused the model with its default optimizations ("LayerNormalization bound to
+    different types", fuzz 23004-23006 at O1). The scale Mul and bias Add are lowered instead (the
+    statistics and the Div stay float32), ORT loads the model and fuses the norm, and what follows the
+    norm still votes float32 (the residual Add)."""
+    proto = _norm_of_a_projection(square, shared)
+    out, _, _ = convert(proto, precision)
+    x = np.random.default_rng(7).standard_normal((4, 32)).astype(np.float32)
+    runnable = emulate_bf16(out) if precision == "bf16" else out
+    sess = make_session(runnable, ort_optimizations=True)   # refused before (the Pow form)
+    got, ref = sess.run(None, {"x": x}), make_session(proto).run(None, {"x": x})
+    for r, g in zip(ref, got):
+        assert rel_err(r, g) <= TOL[precision]
+    dtypes = node_dtypes(out)
+    low = T.FLOAT16 if precision == "fp16" else T.BFLOAT16
+    for name in ("mean", "sub", "var", "add_eps", "sqrt", "div"):
+        assert dtypes[name][1] == T.FLOAT, name
+    assert dtypes["scale"][1] == low and dtypes["shift"][1] == low
+    assert dtypes["residual"][1] == T.FLOAT and dtypes["mm"][1] == low
+
+
+def test_decomposed_layernorm_of_a_float32_input_keeps_its_affine_fp32():
+    """Near miss: the norm reads a float32 graph input (keep_io_types), no 16-bit value: scale and
+    bias stay in the float32 island, as before."""
+    proto = _norm_of_a_projection()
+    nodes = [n for n in proto.graph.node if n.name != "proj"]
+    for n in nodes:
+        n.input[:] = ["x" if i == "h" else i for i in n.input]
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    out, _, _ = convert(proto, "fp16")
+    dtypes = node_dtypes(out)
+    assert dtypes["scale"][1] == T.FLOAT and dtypes["shift"][1] == T.FLOAT and dtypes["mm"][1] == T.FLOAT16
+    make_session(out, ort_optimizations=True)
+
+
 def test_positions_from_integers_stay_fp32():
     """Rotary angles: Cast(int positions) @ inv_freq -> Cos; 4099 is not a float16 number."""
     inv = numpy_helper.from_array(
