@@ -444,6 +444,12 @@ def _finite_mask(ctx, m) -> bool:
     return bool(np.isfinite(lo) and np.isfinite(hi))
 
 
+def _finite_rows(ctx, m, q, past=None) -> bool:
+    from onnx_fuse.rewrite._mask_finite import finite_rows
+
+    return finite_rows(ctx, m, q, past)
+
+
 def _key_padding(ctx, m, q, k=None) -> bool:
     from onnx_fuse.rewrite._mask_probe import key_padding
 
@@ -618,6 +624,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "key_padding": _key_padding,
     # whether an additive float32 mask holds finite values only (value_range), never fails
     "finite_mask": _finite_mask,
+    # whether an additive float32 mask leaves every query row a finite key for every 0/1 attention_mask, decided on its
+    # values (_mask_finite.finite_rows: decoders' causal + padding masks), never fails
+    "finite_rows": _finite_rows,
     # n when kept is past's last n tokens (a Slice of it, its bounds constant or computed from
     # shapes and probed), 0 when kept is past (_crop.crop_length); fails with the reason otherwise
     "crop_length": _crop_length,
