@@ -332,6 +332,8 @@ class _Wrap:
         # transformers 4.47+ (HOLDOUT5D): Llama-style classes take a Cache object only, no tuples; a class
         # without _supports_cache_class (GPT-2, BART 4.48) still takes the tuples
         cache_object = spec.get("cache_object") and getattr(model, "_supports_cache_class", True)
+        if kind == "naflex":  # SigLIP 2's patch-count check (aten._is_all_true) has no ONNX lowering
+            os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
 
         class Plain(torch.nn.Module):
             def __init__(self, names):
@@ -340,6 +342,10 @@ class _Wrap:
 
             def forward(self, *args):
                 kw = dict(zip(self.names, args), **opts.get("model_kw", {}))
+                for name, value in spec.get("call_kw", {}).items():  # constants per row (SigLIP 2's spatial shapes)
+                    if name not in kw:
+                        row = torch.tensor(value)
+                        kw[name] = row.expand(args[0].shape[0], *row.shape[1:])
                 if kind == "decoder":
                     out = self.m(**kw, use_cache=False, return_dict=True)
                     main = out.logits
@@ -462,7 +468,10 @@ class _Wrap:
                 kw = dict(zip(self.names, args))
                 if spec["kind"] == "patches":
                     grid = torch.tensor([spec["patch_grid"]], dtype=torch.int64)
-                    return self.m(kw["pixel_values"], grid_thw=grid, return_dict=True).last_hidden_state
+                    extra = {k: torch.tensor(v) for k, v in spec.get("call_kw", {}).items()}  # VideoLLaMA 3's merge sizes
+                    out = self.m(kw["pixel_values"], **{spec.get("grid_arg", "grid_thw"): grid}, **extra,
+                                 return_dict=True)
+                    return out if isinstance(out, torch.Tensor) else out.last_hidden_state
                 ids = kw["input_ids"]
                 n = vlm["image_tokens"]
                 image = torch.full((ids.shape[0], n), vlm["image_token_index"], dtype=ids.dtype)
@@ -616,11 +625,23 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         return feeds, dims
     if kind == "vlm":  # text ids below the image token (the wrapper adds the placeholders), an image per row
         return _vlm_inputs(spec, g, static, batch, seq)
-    if kind == "vision":  # image_size: one side or [height, width] (Hiera)
-        size, ch = cfg["image_size"], cfg["num_channels"]
+    if kind == "vision":  # image_size: one side or [height, width] (Hiera); frames: a video [B, T, C, H, W]
+        size, ch = spec.get("image_size", cfg.get("image_size")), cfg.get("num_channels", 3)
         h, w = size if isinstance(size, (list, tuple)) else (size, size)
-        feeds["pixel_values"] = torch.randn(batch, ch, h, w, generator=g)
-        dims["pixel_values"] = [batch if static else "batch", ch, h, w]
+        name = spec.get("pixel_input", "pixel_values")  # VJEPA2 / VideoPrism: pixel_values_videos
+        shape = [spec["frames"], ch, h, w] if spec.get("frames") else [ch, h, w]
+        feeds[name] = torch.randn(batch, *shape, generator=g)
+        dims[name] = [batch if static else "batch", *shape]
+        return feeds, dims
+    if kind == "naflex":  # SigLIP 2: patches [B, N, C*P*P] and their mask (one row half padded in dyn_mask)
+        n, f = spec["naflex_patches"]
+        feeds["pixel_values"] = torch.randn(batch, n, f, generator=g)
+        dims["pixel_values"] = [batch if static else "batch", n, f]
+        if not static:
+            mask = torch.ones(batch, n, dtype=torch.int64)
+            mask[-1, n // 2:] = 0
+            feeds["pixel_attention_mask"] = mask
+            dims["pixel_attention_mask"] = ["batch", n]
         return feeds, dims
     if kind == "audio":  # raw waveform; its length stays static (the conv stack's output length)
         samples = spec.get("audio_samples", AUDIO_SAMPLES)  # Moonshine's stem needs more (HOLDOUT7A)

@@ -2150,3 +2150,135 @@ HOLDOUT16B = {
                          "clipseg_vision_model", "clip", styles=_BOTH16),
 }
 HOLDOUT_SETS[26] = HOLDOUT16B
+
+
+# ---- seventeenth sweep, part B (--holdout 28, HOLDOUT17B): vision and video towers no set names ----------------
+# Vision / video model types of transformers 5.25 MODEL_MAPPING_NAMES that no tools/*.py named before (session 24).
+# Images [B, 3, H, W]: ViT-MSN, YOLOS (detection tokens, interpolated positions), Pixio (several class tokens),
+# TIPSv2 (register token), Sapiens2 (2-D rotary, q / k norms, GQA in the middle layers, registers, gated MLP),
+# RADIO (class + register tokens, CPE positions), SAM 2's Hiera (windowed, query pooling, FPN neck), SAM 3's ViT
+# (2-D rotary, windowed + global layers). Videos [B, T, 3, H, W] (frames): TimeSformer (divided space-time
+# attention), ViViT (tubelets), VideoMAE, V-JEPA 2 (3-D rotary), VideoPrism (factorized space / time, softcaps).
+# Patch towers over flattened patches with a constant grid (kind patches, cu_seqlens from the grid): Qwen3-VL
+# (2-D rotary, interpolated learned positions, deepstack), Qwen3.5, GLM-4V (2-D rotary, RMSNorm, bicubic
+# positions), EXAONE 4.5 (Qwen2.5-style windows, GQA), VideoLLaMA 3 (merge sizes). SigLIP 2's NaFlex tower
+# (kind naflex): patches [B, N, C*P*P] and pixel_attention_mask [B, N], spatial shapes a constant per row.
+# Not taken here: SAM / MLCD (sweep 7A's sam_vision / mlcd_vision), the multimodal wholes, depth_pro (three
+# scaled ViTs and a fusion decoder), vit_mae (random masking in the forward).
+VIS17 = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2, image_size=IMAGE,
+             patch_size=PATCH, num_channels=3)
+_V17 = ("dyn_mask", "static_nomask")
+_P17 = ("torchscript",)  # patches: one image of a constant grid; dynamo fails on the grid's .item() (cu_seqlens)
+_VID17 = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2, intermediate_size=FFN,
+              num_channels=3)
+QWEN_VIS17 = dict(depth=LAYERS, hidden_size=HIDDEN, intermediate_size=FFN, num_heads=2, in_channels=3, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=HIDDEN)
+HOLDOUT17B = {
+    # images
+    "vit_msn": _s("vision", "ViTMSNConfig", "ViTMSNModel", dict(VIS17, intermediate_size=FFN),
+                  ["mha", "patch-embed", "cls-token", "pre-norm", "layernorm", "gelu-erf"], "vit_msn", "vit",
+                  styles=_V17),
+    "yolos": _s("vision", "YolosConfig", "YolosModel",
+                dict(VIS17, intermediate_size=FFN, image_size=[IMAGE, IMAGE], num_detection_tokens=4),
+                ["mha", "patch-embed", "cls-token", "detection-tokens", "interpolated-positions", "layernorm",
+                 "gelu-erf"], "yolos", "vit", styles=_V17),
+    "pixio": _s("vision", "PixioConfig", "PixioModel", dict(VIS17, mlp_ratio=2, n_cls_tokens=4),
+                ["mha", "patch-embed", "cls-tokens", "layernorm", "gelu-erf"], "pixio", "vit", styles=_V17),
+    "tipsv2_vision": _s("vision", "Tipsv2VisionConfig", "Tipsv2VisionModel",
+                        dict(VIS17, mlp_ratio=2, num_register_tokens=1),
+                        ["mha", "patch-embed", "cls-token", "register-tokens", "layerscale", "layernorm",
+                         "gelu-erf"], "tipsv2_vision_model", "vit", styles=_V17),
+    "sapiens2": _s("vision", "Sapiens2Config", "Sapiens2Model",
+                   dict(VIS17, intermediate_size=FFN, num_register_tokens=2, num_key_value_heads_per_layer=[2, 1],
+                        num_key_value_attention_heads=1, num_first_full_attention_layers=1,
+                        num_last_full_attention_layers=0),
+                   ["gqa", "patch-embed", "rope-2d", "qk-norm", "register-tokens", "rmsnorm", "swiglu"],
+                   "sapiens2", "vit", styles=_V17),
+    "radio": _s("vision", "RadioConfig", "RadioModel",
+                dict(VIS17, mlp_ratio=2.0, max_img_size=2 * IMAGE, num_cls_tokens=2, num_registers=2,
+                     patch_dim=3 * PATCH * PATCH, summary_idxs=[0, 1]),
+                ["mha", "patch-embed", "cls-tokens", "register-tokens", "cpe-positions", "layernorm", "gelu-erf"],
+                "radio", "vit", styles=_V17),
+    "sam2_vision": dict(_s("vision", "Sam2VisionConfig", "Sam2VisionModel",
+                           dict(backbone_config=dict(model_type="sam2_hiera_det_model", hidden_size=16,
+                                                     num_attention_heads=1, num_channels=3, image_size=[64, 64],
+                                                     window_positional_embedding_background_size=[4, 4],
+                                                     num_query_pool_stages=3, blocks_per_stage=[1, 1, 2, 1],
+                                                     embed_dim_per_stage=[16, 32, 64, 128],
+                                                     num_attention_heads_per_stage=[1, 1, 2, 2],
+                                                     # a global block (window 0) must not pool queries
+                                                     window_size_per_stage=[4, 2, 2, 2], global_attention_blocks=[3],
+                                                     mlp_ratio=2.0),
+                                backbone_channel_list=[128, 64, 32, 16],
+                                backbone_feature_sizes=[[16, 16], [8, 8], [4, 4]], fpn_hidden_size=32),
+                           ["mha", "hiera", "windowed-attention", "query-pooling", "fpn-neck", "layernorm",
+                            "gelu-erf"], "sam2_vision_model", "vit", styles=_V17), image_size=64),
+    "sam3_vit": _s("vision", "Sam3ViTConfig", "Sam3ViTModel",
+                   dict(VIS17, intermediate_size=FFN, window_size=2, global_attn_indexes=[1],
+                        pretrain_image_size=IMAGE),
+                   ["mha", "patch-embed", "rope-2d", "windowed-attention", "layernorm", "gelu-erf"], "sam3_vit_model",
+                   "vit", styles=_V17),
+    # videos
+    "timesformer": dict(_s("vision", "TimesformerConfig", "TimesformerModel", dict(_VID17, image_size=IMAGE,
+                                                                                   patch_size=PATCH, num_frames=2),
+                           ["mha", "patch-embed", "divided-space-time", "cls-token", "layernorm", "gelu-erf"],
+                           "timesformer", "vit", styles=_V17), frames=2),
+    "vivit": dict(_s("vision", "VivitConfig", "VivitModel", dict(_VID17, image_size=IMAGE, num_frames=4,
+                                                                 tubelet_size=[2, PATCH, PATCH]),
+                     ["mha", "tubelet-embed", "cls-token", "layernorm", "gelu-fast"], "vivit", "vit", styles=_V17),
+                  frames=4),
+    "videomae": dict(_s("vision", "VideoMAEConfig", "VideoMAEModel", dict(_VID17, image_size=IMAGE, patch_size=PATCH,
+                                                                          num_frames=4, tubelet_size=2),
+                        ["mha", "tubelet-embed", "sinusoid-positions", "qv-bias", "layernorm", "gelu-erf"],
+                        "videomae", "vit", styles=_V17), frames=4),
+    "vjepa2": dict(_s("vision", "VJEPA2Config", "VJEPA2Model",
+                      dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2, patch_size=PATCH,
+                           crop_size=IMAGE, frames_per_clip=4, tubelet_size=2, in_chans=3, mlp_ratio=2.0,
+                           pred_hidden_size=HIDDEN, pred_num_attention_heads=2, pred_num_hidden_layers=1,
+                           num_pooler_layers=1, pred_mlp_ratio=2.0),
+                      ["mha", "tubelet-embed", "rope-3d", "layernorm", "gelu-erf"], "vjepa2", "vit", styles=_V17),
+                   frames=4, image_size=IMAGE, pixel_input="pixel_values_videos"),
+    "videoprism_vision": dict(_s("vision", "VideoPrismVisionConfig", "VideoPrismVisionModel",
+                                 dict(hidden_size=HIDDEN, num_attention_heads=2, intermediate_size=FFN,
+                                      image_size=IMAGE, num_frames=2, tubelet_size=[1, PATCH, PATCH], num_channels=3,
+                                      num_spatial_layers=1, num_temporal_layers=1, num_auxiliary_layers=1),
+                                 ["mha", "tubelet-embed", "factorized-space-time", "softcap", "layernorm",
+                                  "gelu-tanh"], "videoprism_vision_model", "vit", styles=_V17),
+                              frames=2, pixel_input="pixel_values_videos"),
+    # patch towers over one image's flattened patches (constant grid)
+    "qwen3_vl_vision": _mm("patches", "Qwen3VLVisionConfig", "Qwen3VLVisionModel",
+                           dict(QWEN_VIS17, num_position_embeddings=16, deepstack_visual_indexes=[0]),
+                           ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "interpolated-positions",
+                            "layernorm", "gelu-tanh", "patch-merger", "deepstack"], "qwen3_vl_vision", "vit", _P17,
+                           LAYERS, patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    "qwen3_5_vision": _mm("patches", "Qwen3_5VisionConfig", "Qwen3_5VisionModel",
+                          dict(QWEN_VIS17, num_position_embeddings=16),
+                          ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "interpolated-positions",
+                           "layernorm", "gelu-tanh", "patch-merger"], "qwen3_5_vision", "vit", _P17, LAYERS,
+                          patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    "glm4v_vision": _mm("patches", "Glm4vVisionConfig", "Glm4vVisionModel",
+                        dict(QWEN_VIS17, image_size=16),
+                        ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "bicubic-positions", "rmsnorm",
+                         "swiglu", "patch-merger"], "glm4v_vision", "vit", _P17, LAYERS,
+                        patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    "exaone4_5_vision": _mm("patches", "Exaone4_5_VisionConfig", "Exaone4_5_VisionModel",
+                            # kv heads = heads: TorchScript has no sdpa with enable_gqa (dynamo fails on the grid)
+                            dict(QWEN_VIS17, num_key_value_heads=2, window_size=16, fullatt_block_indexes=[1]),
+                            ["mha", "conv3d-patches", "rope-2d-vision", "window-attention", "window-index-reorder",
+                             "rmsnorm", "swiglu", "patch-merger"], "exaone4_5_vision", "vit", _P17, LAYERS,
+                            patch_grid=[1, 8, 8], patch_features=3 * 2 * 4 * 4),
+    "video_llama_3_vision": _mm("patches", "VideoLlama3VisionConfig", "VideoLlama3VisionModel",
+                                dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                                     num_attention_heads=2, num_channels=3, patch_size=4),
+                                ["mha", "patch-embed", "rope-2d-vision", "cu-seqlens", "layernorm", "gelu-tanh"],
+                                "video_llama_3_vision", "vit", _P17, LAYERS, patch_grid=[1, 4, 4],
+                                patch_features=3 * 4 * 4, call_kw={"merge_sizes": [2]}),
+    # SigLIP 2 NaFlex: patches and their mask, a 4 x 4 grid per row
+    "siglip2_vision": dict(_s("naflex", "Siglip2VisionConfig", "Siglip2VisionModel",
+                              dict(VIS17, intermediate_size=FFN, num_patches=16, vision_use_head=False),
+                              ["mha", "naflex-patches", "pixel-attention-mask", "resized-positions", "layernorm",
+                               "gelu-tanh"], "siglip2_vision_model", "vit", styles=_V17),
+                           naflex_patches=(16, 3 * PATCH * PATCH), call_kw={"spatial_shapes": [[4, 4]],
+                                                                            "pixel_attention_mask": [[1] * 16]}),
+}
+HOLDOUT_SETS[28] = HOLDOUT17B
