@@ -456,6 +456,12 @@ def _key_padding(ctx, m, q, k=None) -> bool:
     return key_padding(ctx, m, q, k)
 
 
+def _causal_key_padding(ctx, m, q, k=None) -> bool:
+    from onnx_fuse.rewrite._mask_probe import causal_key_padding
+
+    return causal_key_padding(ctx, m, q, k)
+
+
 def _padding_window(ctx, m, q) -> int:
     from onnx_fuse.rewrite._mask_probe import padding_window
 
@@ -622,6 +628,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # whether a mask is attention_mask's key padding alone with one fill for masked keys (the
     # contrib ops' 2-D key mask with mask_filter_value = padding_fill), never fails
     "key_padding": _key_padding,
+    # the same over a plain causal part, one fill for causal and padded keys (the contrib ops' 2-D
+    # key mask with unidirectional=1), never fails
+    "causal_key_padding": _causal_key_padding,
     # whether an additive float32 mask holds finite values only (value_range), never fails
     "finite_mask": _finite_mask,
     # whether an additive float32 mask leaves every query row a finite key for every 0/1 attention_mask, decided on its

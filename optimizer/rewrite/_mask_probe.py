@@ -746,6 +746,22 @@ def key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
     (self-attention: the probe feeds attention_mask q's length), and every reader of ``mask`` to be
     an attention op (or a dims read), so that the ops building it die. Never fails: False where any
     of it is not proven."""
+    return _key_mask(ctx, mask, q, k, causal=False)
+
+
+def causal_key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
+    """key_padding()'s proof for attention_mask's key padding over a plain causal part (CLIP's text
+    tower, a decoder's prefill): padding_mask() holds, the causal part is plain causal
+    (padding_window() is 0: query i keeps keys 0..i with attention_mask all ones), and every masked
+    key, causal or padded, gets one value, padding_fill(). The mask is then Where(key j <= query i
+    and attention_mask[b, j] != 0, 0, fill), what com.microsoft's MultiHeadAttention / Attention
+    compute from the 2-D key mask with unidirectional=1 and mask_filter_value = fill (ORT 1.32 CPU:
+    one fill for both, a fully padded row's keys all at it). The same conditions on ``k``, the
+    lengths and the readers as key_padding(). Never fails: False where any of it is not proven."""
+    return _key_mask(ctx, mask, q, k, causal=True)
+
+
+def _key_mask(ctx: Any, mask: Any, q: Any, k: Any, causal: bool) -> bool:
     if not isinstance(q, ir.Value) or q.shape is None or (k is not None and (
             not isinstance(k, ir.Value) or k.shape is None or len(k.shape) < 2)):
         return False
@@ -756,10 +772,12 @@ def key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
             not _attention_reader(u.node) for u in mask.uses()):
         return False   # the 4-D mask stays for another reader (ModernBERT's local band): nothing saved
     try:
-        am, base, _, top, low = _padding(ctx, mask, q)
+        am, base, s, top, low = _padding(ctx, mask, q)
+        if causal and (base.all() or padding_window(ctx, mask, q) != 0):
+            return False
     except EvalFailure:
         return False
-    return bool(base.all()) and top == low and same_dim(am.shape.dims[1], d)
+    return (causal or bool(base.all())) and top == low and same_dim(am.shape.dims[1], d)
 
 
 def _attention_reader(node: ir.Node) -> bool:

@@ -10,7 +10,9 @@ the values that the mask is attention_mask's key padding with one fill for maske
         query rows, fill' the fill as keep-masked-rows would raise it (no Mul / Add / Max left).
 The sdpa NaN guard after the op goes where no row can have every key at -inf: a mask proven finite
 (finite_mask) or a key mask whose fill is finite; a -inf fill keeps it (a fully padded row is 0 there).
-Near misses keep the 4-D bias: a causal part, a fill that differs per batch row.
+Over a plain causal part with one fill (causal_key_padding: Where(key <= query and kept, 0, min)) the
+ort ops take the same 2-D mask with unidirectional=1; Attention-23 keeps the 4-D bias there.
+Near misses keep the 4-D bias: a fill that differs per batch row.
 """
 
 from __future__ import annotations
@@ -155,18 +157,52 @@ def test_key_mask_at_attention_23(h, kind, target):
     _check(h, model, fused)
 
 
-@pytest.mark.parametrize("kind", ["causal", "row_fills"])
+@pytest.mark.parametrize("packed", [True, False])
+def test_causal_key_mask_at_ort(h, packed):
+    """Where(key <= query and attention_mask, 0, min) (CLIP's text tower): causal_key_padding proves
+    one fill over a plain causal part; the contrib op reads attention_mask as its 2-D key mask with
+    unidirectional=1 and mask_filter_value = min (ORT adds the fill to causal and padded keys alike:
+    a fully padded row averages every key, as the export does)."""
+    model = _model(h, "causal", packed)
+    fused = h.fuse(model, "ort")
+    ops = h.ops(fused)
+    op = "com.microsoft::Attention" if packed else "com.microsoft::MultiHeadAttention"
+    assert ops[op] == 1 and ops["Softmax"] == 0, ops
+    node = next(x for x in fused.graph.node if x.op_type == op.split("::")[1])
+    slot = 3 if packed else 4
+    cast = next(x for x in fused.graph.node if node.input[slot] in x.output)
+    assert cast.op_type == "Cast" and cast.input[0] == "attention_mask", cast
+    assert len(node.input) == slot + 1, node.input
+    attrs = {a.name: a for a in node.attribute}
+    assert attrs["unidirectional"].i == 1 and attrs["mask_filter_value"].f == np.float32(MIN), attrs
+    assert not MASK_BUILDERS & set(ops) and "LessOrEqual" not in ops and ops["IsNaN"] == 0, ops
+    _check(h, model, fused)
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_causal_key_mask_keeps_the_bias_at_attention_23(h, target):
+    """Attention-23's is_causal masks future keys with -inf: a fully padded row would average its
+    causal keys only, where the export averages every key; the 4-D bias stays."""
+    model = _model(h, "causal", packed=True)
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    ops = h.ops(fused)
+    assert ops["Attention"] == 1 and ops["GatherND"] == 1, ops
+    _check(h, model, fused)
+
+
+@pytest.mark.parametrize("kind", ["row_fills"])
 def test_other_masks_keep_the_bias(h, kind):
-    """A causal part, or a fill that differs per batch row, is no 2-D key mask: the 4-D bias stays."""
+    """A fill that differs per batch row is no 2-D key mask: the 4-D bias stays."""
     model = _model(h, kind, packed=True)
     fused = h.fuse(model, "ort")
     ops = h.ops(fused)
     assert ops["com.microsoft::Attention"] == 1 and ops["GatherND"] == 1, ops
     node = next(x for x in fused.graph.node if x.op_type == "Attention")
     assert len(node.input) == 6 and node.input[3] == "", node.input   # attention_bias, no mask_index
-    # Where(causal and kept, 0, min) is finite (finite_mask): no row loses every key, no guard; the
-    # per-row fills are computed from the batch size, which value_range cannot bound: the guard stays
-    assert ops["IsNaN"] == (0 if kind == "causal" else 1), ops
+    assert "unidirectional" not in {a.name for a in node.attribute if a.i}, node.attribute
+    # the per-row fills are computed from the batch size, which value_range cannot bound, and they
+    # depend on the batch row (finite_rows refuses): the guard stays
+    assert ops["IsNaN"] == 1, ops
     _check(h, model, fused)
 
 
