@@ -352,7 +352,9 @@ class _Wrap:
                 else:
                     target = self.m.get_encoder() if part == "encoder" else self.m
                     out = target(**kw, return_dict=True)
-                    main = out.last_hidden_state
+                    # a tensor (Granite Speech's CTC encoder) or spec["output"] (Mimi's latents)
+                    main = out if isinstance(out, torch.Tensor) else getattr(out, spec.get("output",
+                                                                                            "last_hidden_state"))
                 # EXPORT_OPTIONS' outputs: every layer's attention probabilities / hidden states as well
                 return (main, *getattr(out, opts["outputs"])) if "outputs" in opts else main
 
@@ -645,14 +647,16 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         return feeds, dims
     if kind == "audio":  # raw waveform; its length stays static (the conv stack's output length)
         samples = spec.get("audio_samples", AUDIO_SAMPLES)  # Moonshine's stem needs more (HOLDOUT7A)
-        feeds["input_values"] = torch.randn(batch, samples, generator=g)
-        dims["input_values"] = [batch if static else "batch", samples]
-        return feeds, dims
+        shape = [1, samples] if spec.get("audio_channels") else [samples]  # PE-Audio, Mimi: [B, 1, samples]
+        feeds["input_values"] = torch.randn(batch, *shape, generator=g)
+        dims["input_values"] = [batch if static else "batch", *shape]
+        return _audio_mask(spec, static, feeds, dims, batch, samples)
     if kind == "features":  # log-mel frames [batch, frames, bins] (holdout_specs.HOLDOUT5B: AST, Speech2Text)
         name, frames, bins = spec["features_input"]
-        feeds[name] = torch.randn(batch, frames, bins, generator=g)
-        dims[name] = [batch if static else "batch", frames, bins]
-        return feeds, dims
+        shape = [bins, frames] if spec.get("features_layout") == "bins_frames" else [frames, bins]  # Whisper's
+        feeds[name] = torch.randn(batch, *shape, generator=g)
+        dims[name] = [batch if static else "batch", *shape]
+        return _audio_mask(spec, static, feeds, dims, batch, frames)
     if kind == "speech":
         mels, frames = cfg["num_mel_bins"], 2 * cfg["max_source_positions"]
         feeds["input_features"] = torch.randn(batch, mels, frames, generator=g)
@@ -706,6 +710,23 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         feeds["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.int64)
         dims["token_type_ids"] = bs
     _extra_inputs(spec, g, feeds, dims, batch, seq)
+    return feeds, dims
+
+
+def _audio_mask(spec, static, feeds, dims, batch, frames):
+    """spec["mask_input"] (holdout_specs.HOLDOUT17A): (name, dtype) of an audio encoder's padding mask over the
+    input's frames / samples; dyn_mask pads the last row's second half, static_nomask feeds it (all ones) only
+    where the forward requires it (spec["mask_required"])."""
+    import torch
+
+    if not spec.get("mask_input") or (static and not spec.get("mask_required")):
+        return feeds, dims
+    name, dtype, valid = (*spec["mask_input"], 1)[:3]  # valid: a real frame's value (Gemma 3n's mask: 0)
+    mask = torch.full((batch, frames), valid).to(getattr(torch, dtype))
+    if not static and batch > 1:
+        mask[-1, frames // 2:] = 1 - valid
+    feeds[name] = mask
+    dims[name] = [batch if static else "batch", frames]
     return feeds, dims
 
 

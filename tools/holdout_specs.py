@@ -2282,3 +2282,139 @@ HOLDOUT17B = {
                                                                             "pixel_attention_mask": [[1] * 16]}),
 }
 HOLDOUT_SETS[28] = HOLDOUT17B
+
+
+# ---- seventeenth sweep, part A (--holdout 27, HOLDOUT17A): speech and audio encoders no set names ----------------
+# Base-model types of transformers 5.25 MODEL_MAPPING_NAMES that no tools/*.py named before (session 24), their
+# audio encoders: Whisper-like stacks over log-mel [B, mels, frames] (Qwen2-Audio, Voxtral, AudioFlamingo 3 with its
+# frame mask, MOSS's, GLM-ASR's with half-rotary positions), Conformers over [B, frames, mels] (LASR: RoPE; Parakeet
+# with its padding mask; Nemotron's streaming FastConformer: a sliding window with look-ahead; Granite Speech's
+# Shaw block attention and Granite Speech 5's; Gemma 3n's and Gemma 4's chunked local attention with relative
+# positions and a logit cap), FunASR-Nano's SAN-M (an FSMN memory beside attention), Nemotron 3's diarization
+# encoder, and waveform encoders (PE-Audio over DAC's conv stack, Mimi's SEANet + windowed causal transformer,
+# Moonshine Streaming's sliding windows). mask_input: (name, dtype[, a real frame's value]) of the padding mask
+# over the input's frames / samples (export_corpus._audio_mask). Not taken: Qwen3-ASR's encoder (its chunk split
+# sizes come from lengths.tolist(): no small config ran in torch), OmniASR (wav2vec2-like; its conv stem took a
+# [1, B, samples] view of [B, samples]), the CTC / TDT heads (a projection over these encoders).
+_A17 = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=2)
+_W17 = dict(d_model=HIDDEN, encoder_ffn_dim=FFN, encoder_layers=LAYERS, encoder_attention_heads=2)
+_BOTH17 = ("dyn_mask", "static_nomask")
+_MEL17 = dict(features_input=("input_features", 32, 16), features_layout="bins_frames")  # [B, 16 mels, 32 frames]
+_FRM17 = dict(features_input=("input_features", 32, 16))  # [B, 32 frames, 16 mels]
+_MASK17 = dict(mask_input=("attention_mask", "int64"))
+_WHISPER17 = ["mha", "conv-stem", "sinusoidal-positions", "pre-norm", "layernorm", "gelu-erf"]
+_CONF17 = ["mha", "conv-subsampler", "conformer-conv", "macaron-ffn", "layernorm", "swish", "padding-mask"]
+_PARAKEET17 = dict(_A17, num_key_value_heads=2, subsampling_factor=4, subsampling_conv_channels=16, num_mel_bins=16,
+                   conv_kernel_size=3, max_position_embeddings=64)
+
+
+# dynamo fails on a dynamic batch (a head view of a non-contiguous tensor; PE-Audio / Gemma 4: an invalid graph;
+# Mimi: a data-dependent guard): the mask in with every dim fixed (HOLDOUT13A's static_mask)
+_FIXED17 = ("static_mask", "static_nomask")
+# dynamo fails at static shapes too (the head view; Gemma 4: an invalid graph; Mimi: the guard): TorchScript's exporter
+_TS17 = ("torchscript",)
+
+
+def _a17(kind, config, model, kw, features, model_type, styles=_BOTH17, **extra):
+    return dict(_s(kind, config, model, kw, features, model_type, "bert", styles=styles), **extra)
+
+
+HOLDOUT17A = {
+    # Whisper-like encoders over [B, mels, frames]
+    "qwen2_audio_encoder": _a17("features", "Qwen2AudioEncoderConfig", "Qwen2AudioEncoder",
+                                dict(_W17, num_mel_bins=16, max_source_positions=16), [*_WHISPER17, "avg-pool"],
+                                "qwen2_audio_encoder", **_MEL17),
+    "voxtral_encoder": _a17("features", "VoxtralEncoderConfig", "VoxtralEncoder",
+                            dict(_A17, num_mel_bins=16, max_source_positions=16), _WHISPER17, "voxtral_encoder",
+                            **_MEL17),
+    "audioflamingo3_encoder": _a17("features", "AudioFlamingo3EncoderConfig", "AudioFlamingo3Encoder",
+                                   dict(_A17, num_mel_bins=16, max_source_positions=16),
+                                   [*_WHISPER17, "padding-mask", "avg-pool"], "audioflamingo3_encoder", **_MEL17,
+                                   mask_input=("input_features_mask", "int64"), mask_required=True),
+    "moss_audio": _a17("features", "MossTranscribeDiarizeAudioConfig", "MossTranscribeDiarizeAudioModel",
+                       dict(_A17, num_mel_bins=16, max_source_positions=16), _WHISPER17,
+                       "moss_transcribe_diarize_audio", **_MEL17),
+    "glmasr_encoder": _a17("features", "GlmAsrEncoderConfig", "GlmAsrEncoder",
+                           dict(_A17, num_key_value_heads=2, num_mel_bins=16, max_position_embeddings=16),
+                           ["mha", "conv-stem", "rope-partial", "pre-norm", "layernorm", "gelu-erf"],
+                           "glmasr_encoder", **_MEL17),
+    # Conformers over [B, frames, mels]
+    "parakeet_masked": _a17("features", "ParakeetEncoderConfig", "ParakeetEncoder", dict(_PARAKEET17),
+                            [*_CONF17, "rel-pos-transformer-xl"], "parakeet_ctc", **_FRM17, **_MASK17,
+                            styles=_TS17),
+    "nemotron_asr_streaming_encoder": _a17("features", "NemotronAsrStreamingEncoderConfig",
+                                           "NemotronAsrStreamingEncoder",
+                                           dict(_PARAKEET17, sliding_window=5, default_num_lookahead_tokens=2),
+                                           [*_CONF17, "rel-pos-transformer-xl", "sliding-window-lookahead"],
+                                           "nemotron_asr_streaming_encoder", **_FRM17, **_MASK17, styles=_TS17),
+    "lasr_encoder": _a17("features", "LasrEncoderConfig", "LasrEncoder",
+                         dict(_A17, num_key_value_heads=2, conv_kernel_size=3, subsampling_conv_channels=16,
+                              num_mel_bins=16, max_position_embeddings=64),
+                         [*_CONF17, "rope-full"], "lasr_encoder", **_FRM17, **_MASK17),
+    "granite_speech_encoder": _a17("features", "GraniteSpeechEncoderConfig", "GraniteSpeechCTCEncoder",
+                                   dict(input_dim=16, num_layers=LAYERS, hidden_dim=HIDDEN, feedforward_mult=2,
+                                        num_heads=2, dim_head=16, output_dim=8, context_size=8, max_pos_emb=16,
+                                        conv_kernel_size=3),
+                                   ["mha", "conformer-conv", "macaron-ffn", "shaw-relative-positions",
+                                    "block-attention", "layernorm", "swish", "ctc-midpoint"], "granite_speech",
+                                   features_input=("hidden_states", 32, 16), styles=_TS17),
+    "granite_speech5_encoder": _a17("features", "GraniteSpeech5EncoderConfig", "GraniteSpeech5Encoder",
+                                    dict(_A17, num_key_value_heads=2, head_dim=16, num_mel_bins=16, context_size=8,
+                                         max_position_embeddings=16, conv_kernel_size=3),
+                                    [*_CONF17, "block-attention", "frame-stacking"], "granite_speech5_encoder",
+                                    features_input=("input_features", 32, 64), **_MASK17, styles=_TS17),
+    "gemma3n_audio": _a17("features", "Gemma3nAudioConfig", "Gemma3nAudioEncoder",
+                          dict(hidden_size=HIDDEN, input_feat_size=16, conf_num_attention_heads=2,
+                               conf_num_hidden_layers=LAYERS, conf_attention_chunk_size=4,
+                               conf_attention_context_left=5, conf_conv_kernel_size=3, sscp_conv_channel_size=[8, 8]),
+                          ["mha", "conv-subsampler", "chunked-local-attention", "relative-position-bias",
+                           "logit-softcap", "rmsnorm", "swish", "padding-mask"], "gemma3n_audio",
+                          features_input=("audio_mel", 32, 16), mask_input=("audio_mel_mask", "bool", 0),
+                          mask_required=True),
+    "gemma4_audio": _a17("features", "Gemma4AudioConfig", "Gemma4AudioModel",
+                         dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2,
+                              subsampling_conv_channels=[16, 8], conv_kernel_size=3, attention_chunk_size=4,
+                              attention_context_left=5, output_proj_dims=HIDDEN),
+                         ["mha", "conv-subsampler", "chunked-local-attention", "relative-position-bias",
+                          "logit-softcap", "rmsnorm", "swish", "padding-mask"], "gemma4_audio", **_FRM17, **_MASK17,
+                          styles=_TS17),
+    "fun_asr_nano_encoder": _a17("features", "FunAsrNanoEncoderConfig", "FunAsrNanoEncoder",
+                                 dict(_A17, num_mel_bins=16, num_stacked_frames=7, num_timestamp_prediction_layers=1,
+                                      fsmn_kernel_size=3, max_position_embeddings=64),
+                                 ["mha", "san-m-fsmn", "frame-stacking", "sinusoidal-positions", "layernorm", "relu",
+                                  "padding-mask"], "fun_asr_nano_encoder",
+                                 features_input=("input_features", 32, 16 * 7),
+                                 mask_input=("input_features_mask", "int64"), mask_required=True),
+    "nemotron3_diarization_audio": _a17("features", "Nemotron3DiarizationAudioConfig",
+                                        "Nemotron3DiarizationAudioModel",
+                                        dict(_A17, num_key_value_heads=2, num_mel_bins=16, subsampling_factor=8,
+                                             max_position_embeddings=64),
+                                        ["mha", "conv-subsampler", "rope-full", "layernorm", "gelu-erf",
+                                         "padding-mask"], "nemotron3_diarization_audio", **_FRM17, **_MASK17),
+    # waveform encoders
+    "pe_audio_encoder": _a17("audio", "PeAudioEncoderConfig", "PeAudioEncoder",
+                             dict(_A17, num_key_value_heads=2, head_dim=16,
+                                  dac_config=dict(encoder_hidden_size=8, downsampling_ratios=[2, 4], hidden_size=16,
+                                                  decoder_hidden_size=16, upsampling_ratios=[4, 2], codebook_dim=8,
+                                                  n_codebooks=2, codebook_size=16, hop_length=8)),
+                             ["mha", "dac-conv-encoder", "snake", "rope-full", "rmsnorm", "swiglu", "padding-mask"],
+                             "pe_audio_encoder", audio_channels=1, mask_input=("padding_mask", "int64"),
+                             styles=_FIXED17),
+    "mimi_encoder": _a17("audio", "MimiEncoderConfig", "MimiEncoderModel",
+                         dict(_A17, num_key_value_heads=2, head_dim=16, num_filters=8, upsampling_ratios=[4, 2],
+                              codebook_size=16, codebook_dim=16, num_quantizers=2,
+                              vector_quantization_hidden_dimension=16, upsample_groups=16, sliding_window=8),
+                         ["mha", "seanet-conv", "causal", "sliding-window", "rope-full", "layernorm", "gelu-erf",
+                          "layer-scale", "padding-mask"], "mimi_encoder", audio_channels=1,
+                         mask_input=("padding_mask", "int64"), output="latents", styles=_TS17),
+    "moonshine_streaming_encoder": _a17("audio", "MoonshineStreamingEncoderConfig", "MoonshineStreamingEncoder",
+                                        dict(_A17, num_key_value_heads=2, head_dim=16,
+                                             sliding_windows=[[4, 1], [4, 0]]),
+                                        ["mha", "conv-stem", "cmvn", "sliding-window-lookahead", "layernorm",
+                                         "gelu-erf", "padding-mask"], "moonshine_streaming",
+                                        audio_samples=4000, mask_input=("attention_mask", "int64"),
+                                        model_module="transformers.models.moonshine_streaming."
+                                                     "modeling_moonshine_streaming"),
+}
+HOLDOUT17A["gemma3n_audio"]["attention_blocks"] = LAYERS  # conf_num_hidden_layers: the manifest reads no layer count
+HOLDOUT_SETS[27] = HOLDOUT17A
