@@ -782,9 +782,19 @@ def _output_steps(ref: "_Side") -> dict[str, float]:
                     and node.inputs[1] is not None and node.inputs[1].const_value is not None:
                 steps[out.name] = float(np.max(np.abs(node.inputs[1].const_value.numpy())))
         return steps
-    graph = ref.skeleton.graph
+    return dequantized_output_steps(ref.skeleton)
+
+
+def dequantized_output_steps(model: onnx.ModelProto) -> dict[str, float]:
+    """``_output_steps`` on a ModelProto (the fuzzer's tolerance reads it too, tools/fuzz_differential.py):
+    output name -> the step of the DequantizeLinear that computes it, its scale an initializer
+    (not external) or a Constant node."""
+    graph = model.graph
     inits = {t.name: t for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL}
+    inits.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                  for a in n.attribute if a.name == "value"})
     producers = {o: n for n in graph.node for o in n.output}
+    steps: dict[str, float] = {}
     for out in graph.output:
         node = producers.get(out.name)
         if node is not None and node.op_type == "DequantizeLinear" and len(node.input) > 1 \

@@ -202,9 +202,13 @@ def loosest_float_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
     return out
 
 
-def base_tolerance(name: str, ref, loosest: dict[str, np.dtype] | None = None) -> tuple[float, float]:
+def base_tolerance(name: str, ref, loosest: dict[str, np.dtype] | None = None,
+                   steps: dict[str, float] | None = None) -> tuple[float, float]:
     """(atol, rtol) ``compare`` holds output ``name`` to, atol already times its magnitude (the
-    largest finite |value|, at least 1): the base that fp8 pools add e4m3's bound to."""
+    largest finite |value|, at least 1): the base that fp8 pools add e4m3's bound to. ``steps``
+    (``quantized_steps``): an output the original computes straight from a DequantizeLinear has
+    one quantization step more, as verify gives it (a last-bit difference before the
+    QuantizeLinear, a reordered sum or a 16-bit compute op under --precision, flips a rounding)."""
     r = np.asarray(ref)
     tol_dtype = (loosest or {}).get(name, r.dtype)
     if r.dtype.kind == "f" and tol_dtype.itemsize > r.dtype.itemsize:
@@ -213,10 +217,20 @@ def base_tolerance(name: str, ref, loosest: dict[str, np.dtype] | None = None) -
     if r.dtype.kind != "f":
         return 0.0, 0.0
     r64 = r.astype(np.float64)
-    return atol * max(1.0, float(np.max(np.abs(r64[np.isfinite(r64)]), initial=0.0))), rtol
+    scaled = atol * max(1.0, float(np.max(np.abs(r64[np.isfinite(r64)]), initial=0.0)))
+    return scaled + (steps or {}).get(name, 0.0), rtol
 
 
-def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tuple[str, str]:
+def quantized_steps(original: onnx.ModelProto) -> dict[str, float]:
+    """Output name -> the step of the DequantizeLinear the original computes it with
+    (verify.dequantized_output_steps, the rule verify applies)."""
+    from onnx_fuse.verify import dequantized_output_steps
+
+    return dequantized_output_steps(original)
+
+
+def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None,
+            steps: dict[str, float] | None = None) -> tuple[str, str]:
     """ok / wrong / signature, judged by verify.compare_arrays at the fuzzer's tolerance
     (``base_tolerance``): the same NaN rule as verify, so rows the original has NaN throughout
     take any value and every other NaN must match."""
@@ -234,7 +248,7 @@ def compare(names, ref, got, loosest: dict[str, np.dtype] | None = None) -> tupl
         # largest finite reference value
         if (loosest or {}).get(name) == np.float16:
             r, g = (a.astype(r.dtype) for a in saturate(r, g, float(np.finfo(np.float16).max)))
-        atol, rtol = base_tolerance(name, r, loosest)
+        atol, rtol = base_tolerance(name, r, loosest, steps)
         with np.errstate(invalid="ignore"):   # inf - inf where both are inf: compare_arrays takes it
             diff = compare_arrays(name, r, g, atol, rtol)
         if not diff.passed:
@@ -325,10 +339,11 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     if sig:
         return "signature", sig, optimized, fires
     runnable = emulate_bf16(optimized) if precision == "bf16" else optimized
+    steps = quantized_steps(original)
     sess = None
     cls, detail, accepted = "ok", "", None
     for i, (run_feeds, run_ref) in enumerate([(feeds, ref_out), *alt]):
-        cls, detail, sess = _judge(original, runnable, names, run_feeds, run_ref, loosest, sess)
+        cls, detail, sess = _judge(original, runnable, names, run_feeds, run_ref, loosest, sess, steps=steps)
         if cls != "ok":
             detail = f"feed set {i}: {detail}" if i else detail
         if cls == "nan-rows":   # accepted: the other feed sets still have to pass
@@ -344,7 +359,7 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
     return cls, detail, optimized, fires
 
 
-def _judge(original, runnable, names, feeds, ref_out, loosest, sess=None, ort_opts: bool = True):
+def _judge(original, runnable, names, feeds, ref_out, loosest, sess=None, ort_opts: bool = True, steps=None):
     """One feed set's class and detail (and the session, made on the first call): run the
     optimized model with ORT's optimizations on, as users do, and compare. A run that is not ok
     is judged again with them off (``ort_opts``), where our rewrite alone decides: ok there is
@@ -358,18 +373,18 @@ def _judge(original, runnable, names, feeds, ref_out, loosest, sess=None, ort_op
     except Exception as exc:  # noqa: BLE001 - ORT's refusal, whatever its type
         if not ort_opts:
             return "ort-refused", _first_line(exc), sess
-        off, off_detail, _ = _judge(original, runnable, names, feeds, ref_out, loosest, ort_opts=False)
+        off, off_detail, _ = _judge(original, runnable, names, feeds, ref_out, loosest, ort_opts=False, steps=steps)
         if off == "ok":   # ORT 1.30-1.32's LayerNormFusion binds float and float16 on an fp16 norm
             return "ort-itself", "ORT's optimizations refuse it: " + _first_line(exc), sess
         if off == "ort-refused":
             return off, _first_line(exc), sess
         return off, f"(ORT's optimizations off) {off_detail}", sess
-    cls, detail = compare(names, ref_out, got, loosest)
+    cls, detail = compare(names, ref_out, got, loosest, steps)
     if cls != "ok" and ort_opts:
         # ORT's optimizations change values on their own (1.32 turns a DequantizeLinear int8
         # weight and its MatMul into MatMulNBits, whose sums differ; the gelu-rank0 trap's
         # [1] -> []): our rewrite is judged with them off
-        off, off_detail, _ = _judge(original, runnable, names, feeds, ref_out, loosest, ort_opts=False)
+        off, off_detail, _ = _judge(original, runnable, names, feeds, ref_out, loosest, ort_opts=False, steps=steps)
         if off == "ok":
             what = "change the original too" if _ort_itself(original, feeds, ref_out, loosest) else \
                 "break the optimized model, which is right without them"
