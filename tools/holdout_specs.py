@@ -2281,6 +2281,9 @@ HOLDOUT17B = {
                            naflex_patches=(16, 3 * PATCH * PATCH), call_kw={"spatial_shapes": [[4, 4]],
                                                                             "pixel_attention_mask": [[1] * 16]}),
 }
+HOLDOUT17B["sam2_vision"]["attention_blocks"] = 5  # Hiera's blocks_per_stage [1, 1, 2, 1]
+HOLDOUT17B["timesformer"]["attention_blocks"] = 2 * LAYERS  # divided space-time: a temporal and a spatial per layer
+HOLDOUT17B["videoprism_vision"]["attention_blocks"] = 2  # one spatial and one temporal layer
 HOLDOUT_SETS[28] = HOLDOUT17B
 
 
