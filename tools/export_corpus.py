@@ -546,6 +546,7 @@ class _Wrap:
                             return_dict=True, use_cache=kv)
                 if "encoder_attention_mask" in kw:
                     call["attention_mask"] = kw["encoder_attention_mask"]
+                    encoded.attention_mask = kw["encoder_attention_mask"]  # Cohere ASR reads it off the encoder output
                 if kv and tuples:
                     call["past_key_values"] = tuple(tuple(kw[f"past_key_values.{i}.{part}.{t}"] for part in (
                         "decoder", "encoder") for t in ("key", "value")) for i in range(n_layers))
@@ -815,7 +816,8 @@ def _cross_inputs(spec, style, g, feeds, dims, batch, seq, past):
     enc = max(seq - 2, 1)
     enc_cfg = cfg.get("encoder") or {}
     # T5Gemma: per part; T5Gemma 2: the encoder's text_config
-    hidden = cfg.get("d_model") or cfg.get("hidden_size") or enc_cfg.get("hidden_size") or enc_cfg["text_config"]["hidden_size"]
+    hidden = (cfg.get("d_model") or cfg.get("hidden_size") or enc_cfg.get("hidden_size")
+              or cfg.get("encoder_config", {}).get("hidden_size") or enc_cfg["text_config"]["hidden_size"])
     be = [batch, enc] if static else ["batch", "encoder_sequence"]
     feeds["encoder_hidden_states"] = torch.randn(batch, enc, hidden, generator=g)
     dims["encoder_hidden_states"] = be + [hidden]
@@ -827,7 +829,7 @@ def _cross_inputs(spec, style, g, feeds, dims, batch, seq, past):
         dims["encoder_attention_mask"] = be
     if style in KV_STYLES:
         heads, head_dim = seq2seq_heads(cfg)
-        for i in range(cfg.get("decoder_layers") or cfg["num_layers"]):
+        for i in range(cfg.get("decoder_layers") or cfg.get("num_hidden_layers") or cfg["num_layers"]):
             for part, length, name in (("decoder", past, "past_sequence"), ("encoder", enc, "encoder_sequence")):
                 for kv in ("key", "value"):
                     key = f"past_key_values.{i}.{part}.{kv}"
@@ -838,8 +840,8 @@ def _cross_inputs(spec, style, g, feeds, dims, batch, seq, past):
 
 def seq2seq_heads(cfg: dict) -> tuple[int, int]:
     """(decoder heads, head size) of a T5 / BART / Whisper config dict."""
-    heads = cfg.get("decoder_attention_heads") or cfg["num_heads"]
-    return heads, cfg.get("d_kv") or cfg["d_model"] // heads
+    heads = cfg.get("decoder_attention_heads") or cfg.get("num_attention_heads") or cfg["num_heads"]
+    return heads, cfg.get("d_kv") or cfg.get("head_dim") or cfg["d_model"] // heads  # head_dim: Cohere ASR
 
 
 def _forward_args(spec):

@@ -2419,5 +2419,15 @@ HOLDOUT17A = {
                                         model_module="transformers.models.moonshine_streaming."
                                                      "modeling_moonshine_streaming"),
 }
+# Cohere ASR's decoder (its encoder: Parakeet's, above): self- and cross-attention, learned positions; the encoder's
+# key mask read off encoder_outputs (export_corpus._Wrap.seq2seq sets it there)
+HOLDOUT17A["cohere_asr_decoder"] = _s("seq2seq_decoder", "CohereAsrConfig", "CohereAsrForConditionalGeneration",
+                                      dict(encoder_config=dict(_PARAKEET17), vocab_size=VOCAB, hidden_size=HIDDEN,
+                                           num_hidden_layers=LAYERS, num_attention_heads=2, num_key_value_heads=2,
+                                           intermediate_size=FFN, head_dim=16, max_position_embeddings=POSITIONS,
+                                           decoder_start_token_id=1),
+                                      ["mha", "cross-attention", "causal", "learned-positions", "layernorm",
+                                       "relu", "pre-norm"], "cohere_asr", "bart", part="decoder",
+                                      styles=("dyn_mask", "kv"))
 HOLDOUT17A["gemma3n_audio"]["attention_blocks"] = LAYERS  # conf_num_hidden_layers: the manifest reads no layer count
 HOLDOUT_SETS[27] = HOLDOUT17A
