@@ -755,9 +755,11 @@ def causal_key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
     (padding_window() is 0: query i keeps keys 0..i with attention_mask all ones), and every masked
     key, causal or padded, gets one value, padding_fill(). The mask is then Where(key j <= query i
     and attention_mask[b, j] != 0, 0, fill), what com.microsoft's MultiHeadAttention / Attention
-    compute from the 2-D key mask with unidirectional=1 and mask_filter_value = fill (ORT 1.32 CPU:
-    one fill for both, a fully padded row's keys all at it). The same conditions on ``k``, the
-    lengths and the readers as key_padding(). Never fails: False where any of it is not proven."""
+    compute from the 2-D key mask with unidirectional=1 and mask_filter_value = fill where the fill
+    is the lowest float (ORT 1.32 CPU masks future keys with the lowest float whatever
+    mask_filter_value says: the rules ask for padding_fill() == lowest('float')). The same
+    conditions on ``k``, the lengths and the readers as key_padding(). Never fails: False where any
+    of it is not proven."""
     return _key_mask(ctx, mask, q, k, causal=True)
 
 
@@ -785,7 +787,56 @@ def _attention_reader(node: ir.Node) -> bool:
     return "Attention" in node.op_type or node.op_type in ("Shape", "Size")
 
 
+# padding proofs by mask: a lowering asks key_padding, causal_key_padding, padding_input and
+# padding_fill about one mask, and every layer's attention reads the same one; (the mask, q's shape,
+# the opset, the cone's nodes with their inputs, the result or the failure)
+_PROOFS: dict[int, tuple] = {}
+
+
+def _cone_sig(cone: list[ir.Node]) -> list[tuple[ir.Node, tuple, tuple]]:
+    return [(n, tuple(n.inputs), tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()))
+            for n in cone]
+
+
+def _cone_unchanged(mask: ir.Value, sig: list[tuple[ir.Node, tuple, tuple]]) -> bool:
+    """Whether the nodes that computed ``mask`` when it was proven are still in its graph with the
+    same inputs (identity; graph inputs of the same shape): a rewrite that touched the cone
+    replaced one of them."""
+    return all(n.graph is mask.graph and len(n.inputs) == len(ins) and all(a is b for a, b in zip(n.inputs, ins))
+               and tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()) == shapes
+               for n, ins, shapes in sig)
+
+
 def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """padding_mask()'s proof (_padding_proof), once per mask while its cone is unchanged: the
+    proof reads q's shape only, so the layers sharing a mask share it."""
+    if not isinstance(mask, ir.Value) or not isinstance(q, ir.Value):
+        return _padding_proof(ctx, mask, q)
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    qs = repr(q.shape)
+    hit = _PROOFS.get(id(mask))
+    if hit is not None and hit[0] is mask and hit[1] == qs and hit[2] == opset and _cone_unchanged(mask, hit[3]):
+        if isinstance(hit[4], EvalFailure):
+            raise EvalFailure(str(hit[4]))
+        return hit[4]
+    try:
+        res: Any = _padding_proof(ctx, mask, q)
+    except EvalFailure as exc:
+        res = exc
+    try:
+        cone, _ = _cone(mask)
+    except EvalFailure:
+        cone = None
+    if cone is not None:
+        if len(_PROOFS) >= _RESULT_LIMIT:
+            _PROOFS.pop(next(iter(_PROOFS)))
+        _PROOFS[id(mask)] = (mask, qs, opset, _cone_sig(cone), res)
+    if isinstance(res, EvalFailure):
+        raise res
+    return res
+
+
+def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """padding_mask()'s proof: (the attention-mask input, the keys kept with it all ones, S, the
     highest masked value, the lowest masked value; both -inf for a boolean keep-mask)."""
     for v, what in ((mask, "mask"), (q, "q")):
@@ -811,7 +862,7 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
         if len(ams) == 1:
             ams[0].meta[_MASK_ROLE] = True
             try:
-                return _padding(ctx, mask, q)
+                return _padding_proof(ctx, mask, q)
             except EvalFailure:
                 del ams[0].meta[_MASK_ROLE]
                 raise

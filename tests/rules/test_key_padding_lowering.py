@@ -31,7 +31,7 @@ def _mask_nodes(n, kind: str) -> list:
     nodes = [n("Shape", ["attention_mask"], ["ash"]), n("Gather", ["ash", "i0"], ["nb"], axis=0),
              n("Gather", ["ash", "i1"], ["ns"], axis=0), n("Range", ["i0", "nb", "i1"], ["rb"]),
              n("Range", ["i0", "ns", "i1"], ["rs"])]
-    if kind in ("gathernd", "causal", "row_fills"):   # transformers 5: padding_mask[batch_idx, kv_idx]
+    if kind in ("gathernd", "causal", "causal_inf", "row_fills"):   # transformers 5: padding_mask[batch_idx, kv_idx]
         nodes += [n("Unsqueeze", ["rb", "ax123"], ["bi"]), n("Unsqueeze", ["rs", "ax012"], ["ki"]),
                   n("Max", ["bi", "ki"], ["bk"]), n("Shape", ["bk"], ["bks"]),
                   n("Expand", ["bi", "bks"], ["bix"]), n("Unsqueeze", ["bix", "axm1"], ["biu"]),
@@ -39,7 +39,7 @@ def _mask_nodes(n, kind: str) -> list:
                   n("Concat", ["biu", "kiu"], ["idx"], axis=-1), n("Cast", ["attention_mask"], ["amb"], to=9),
                   n("GatherND", ["amb", "idx"], ["keep"])]
         cond = "keep"
-        if kind == "causal":   # and key j <= query i
+        if kind in ("causal", "causal_inf"):   # and key j <= query i
             nodes += [n("Unsqueeze", ["rs", "ax013"], ["qi"]), n("LessOrEqual", ["ki", "qi"], ["cz"]),
                       n("And", ["keep", "cz"], ["keepc"])]
             cond = "keepc"
@@ -47,7 +47,7 @@ def _mask_nodes(n, kind: str) -> list:
             nodes += [n("Add", ["bi", "i1"], ["b1"]), n("Cast", ["b1"], ["b1f"], to=1),
                       n("Mul", ["b1f", "big"], ["fills"]), n("Where", [cond, "zero", "fills"], ["mask"])]
         else:
-            nodes.append(n("Where", [cond, "zero", "fmin"], ["mask"]))
+            nodes.append(n("Where", [cond, "zero", "ninf" if kind == "causal_inf" else "fmin"], ["mask"]))
     elif kind == "sub_mul":   # transformers 4: (1 - attention_mask[:, None, None, :]) * min
         nodes += [n("Unsqueeze", ["attention_mask", "ax12"], ["am4"]), n("Cast", ["am4"], ["amf"], to=1),
                   n("Sub", ["one", "amf"], ["inv"]), n("Mul", ["inv", "fmin"], ["mask"])]
@@ -190,9 +190,11 @@ def test_causal_key_mask_keeps_the_bias_at_attention_23(h, target):
     _check(h, model, fused)
 
 
-@pytest.mark.parametrize("kind", ["row_fills"])
+@pytest.mark.parametrize("kind", ["row_fills", "causal_inf"])
 def test_other_masks_keep_the_bias(h, kind):
-    """A fill that differs per batch row is no 2-D key mask: the 4-D bias stays."""
+    """A fill that differs per batch row is no 2-D key mask; over a causal part a -inf fill is not
+    what unidirectional=1 adds (the lowest float: a row whose causal keys are all padded would
+    average the future keys, not give NaN / 0): the 4-D bias stays."""
     model = _model(h, kind, packed=True)
     fused = h.fuse(model, "ort")
     ops = h.ops(fused)
@@ -201,7 +203,8 @@ def test_other_masks_keep_the_bias(h, kind):
     assert len(node.input) == 6 and node.input[3] == "", node.input   # attention_bias, no mask_index
     assert "unidirectional" not in {a.name for a in node.attribute if a.i}, node.attribute
     # the per-row fills are computed from the batch size, which value_range cannot bound, and they
-    # depend on the batch row (finite_rows refuses): the guard stays
+    # depend on the batch row (finite_rows refuses); a -inf fill leaves fully padded rows NaN: the
+    # guard stays
     assert ops["IsNaN"] == 1, ops
     _check(h, model, fused)
 
