@@ -2431,3 +2431,122 @@ HOLDOUT17A["cohere_asr_decoder"] = _s("seq2seq_decoder", "CohereAsrConfig", "Coh
                                       styles=("dyn_mask", "kv"))
 HOLDOUT17A["gemma3n_audio"]["attention_blocks"] = LAYERS  # conf_num_hidden_layers: the manifest reads no layer count
 HOLDOUT_SETS[27] = HOLDOUT17A
+
+
+# ---- seventeenth sweep, part C (--holdout 29, HOLDOUT17C): the last decoders, seq2seq LMs, text encoders and
+# time-series models no set names (session 24). Decoders with a cache: BertGeneration's decoder (BERT with a causal
+# mask), TrOCR's text decoder (no encoder states: self-attention only), BigBird-Pegasus' causal LM (full attention:
+# the block-sparse form needs long inputs), Emu3's text model (Llama-like), CPM-Ant (relative position buckets,
+# a prompt prefix); ProphetNet's n-gram decoder (main stream out, dyn_mask only). Encoders: RoBERTa-PreLayerNorm,
+# VisualBERT (text only), YOSO (LSH-expectation attention: no softmax, must pass through), EmbeddingGemma 2's text
+# model (bidirectional Gemma), TIPSv2's text tower. Time series as kind "features" (values [B, T, C] in): PatchTST,
+# PatchTSMixer (no attention), and the encoders of Time-Series Transformer, Informer (full attention; ProbSparse
+# samples with torch.randint) and Autoformer (auto-correlation by FFT) over their inputs_embeds [B, context, features]
+# (lags 1-3 + 2 time features + loc / scale = 7). Not taken: GPT-SW3 (GPT2Config on GPT2LMHeadModel, the corpus's
+# gpt2), GOT-OCR2 / Fuyu (their language models are Qwen2 / Persimmon), Phi-4-multimodal (its causal LM builds the
+# audio and vision towers: 870M parameters at default sub-configs), Qwen4-Exp (its default layer types are all linear
+# attention: the mask helper finds no attention layer), TimesFM (past_values_padding and freq required), Decision
+# Transformer (five inputs), MRA (attention zeros without its CUDA kernels, sweep 16B), TAPAS, LXMERT, ViLT (visual
+# features or pixels required), DPR (pooler output only).
+_RB17 = dict(ENC, max_position_embeddings=POSITIONS + 2, pad_token_id=1, type_vocab_size=1)
+_ENC17 = ("dyn_mask", "static_nomask")
+_TS17 = dict(prediction_length=8, context_length=16, input_size=1, lags_sequence=[1, 2, 3], num_time_features=2,
+             d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=2,
+             decoder_attention_heads=2, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN)
+_TSIN17 = ("inputs_embeds", 16, 7)  # context 16 x (3 lags + 2 time features + loc / scale)
+HOLDOUT17C = {
+    # decoders
+    "bert_generation": _s("decoder", "BertGenerationConfig", "BertGenerationDecoder", dict(ENC, is_decoder=True),
+                          ["mha", "causal", "learned-positions", "layernorm", "gelu-erf", "post-norm"],
+                          "bert-generation", "bert", styles=("dyn_mask", "kv")),
+    "trocr": _s("decoder", "TrOCRConfig", "TrOCRForCausalLM",
+                dict(vocab_size=VOCAB, d_model=HIDDEN, decoder_layers=LAYERS, decoder_attention_heads=2,
+                     decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, **TOKENS),
+                ["mha", "causal", "learned-positions", "layernorm", "gelu-erf", "post-norm"], "trocr", "gpt2",
+                styles=("dyn_mask", "kv")),
+    "bigbird_pegasus": _s("decoder", "BigBirdPegasusConfig", "BigBirdPegasusForCausalLM",
+                          dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
+                               decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, attention_type="original_full",
+                               **TOKENS),
+                          ["mha", "causal", "learned-positions", "layernorm", "gelu-tanh", "pre-norm"],
+                          "bigbird_pegasus", "gpt2", styles=("dyn_mask", "kv")),
+    "emu3_text": _s("decoder", "Emu3TextConfig", "Emu3ForCausalLM", dict(DEC, **GQA),
+                    ["gqa", "rope-full", "rmsnorm", "swiglu"], "emu3", "gpt2", styles=("dyn_mask", "kv", "torchscript_kv")),
+    "cpmant": _s("decoder", "CpmAntConfig", "CpmAntForCausalLM",
+                 dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=2, dim_head=16, dim_ff=FFN,
+                      num_hidden_layers=LAYERS, prompt_length=4, prompt_types=3, segment_types=4),
+                 ["mha", "relative-position-buckets", "prompt-prefix", "rmsnorm", "gelu-erf"], "cpmant", "gpt2",
+                 styles=("dyn_mask", "static_nomask")),  # dyn_mask: the export pins the sequence (ORT refuses 5)
+    "prophetnet": _s("decoder", "ProphetNetConfig", "ProphetNetForCausalLM",
+                     dict(vocab_size=VOCAB, hidden_size=HIDDEN, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+                          num_encoder_layers=LAYERS, num_decoder_layers=LAYERS, num_encoder_attention_heads=2,
+                          num_decoder_attention_heads=2, max_position_embeddings=POSITIONS, ngram=2, num_buckets=8,
+                          relative_max_distance=16, **TOKENS),
+                     ["mha", "ngram-streams", "relative-position-buckets", "layernorm", "gelu-erf", "post-norm"],
+                     "prophetnet", "gpt2", styles=("dyn_mask",)),
+    # text encoders
+    "roberta_prelayernorm": _s("encoder", "RobertaPreLayerNormConfig", "RobertaPreLayerNormModel", _RB17,
+                               ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "pre-norm"],
+                               "roberta-prelayernorm", "bert", styles=_ENC17),
+    "visual_bert": _s("encoder", "VisualBertConfig", "VisualBertModel", dict(ENC, visual_embedding_dim=16),
+                      ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "post-norm"],
+                      "visual_bert", "bert", styles=_ENC17),
+    "yoso": _s("encoder", "YosoConfig", "YosoModel", dict(_RB17, use_expectation=True),
+               ["lsh-expectation-attention", "padding-mask", "learned-positions", "layernorm", "gelu-erf"], "yoso",
+               "bert", styles=_ENC17),
+    "embedding_gemma2_text": _s("encoder", "EmbeddingGemma2TextConfig", "EmbeddingGemma2TextModel", dict(DEC, **GQA),
+                                ["gqa", "rope-full", "rmsnorm", "bidirectional", "padding-mask"],
+                                "embedding_gemma2_text", "bert", styles=_ENC17),
+    "tipsv2_text": _s("encoder", "Tipsv2TextConfig", "Tipsv2TextModel", dict(ENC),
+                      ["mha", "padding-mask", "learned-positions", "layernorm"], "tipsv2_text_model", "bert",
+                      styles=_ENC17),
+    # text paths of multimodal encoders (input_ids only; the image token ids lie outside the feeds' ids)
+    "modernvbert_text": _s("encoder", "ModernVBertConfig", "ModernVBertModel",
+                           dict(text_config=dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                                                 num_hidden_layers=LAYERS, num_attention_heads=2,
+                                                 max_position_embeddings=POSITIONS, global_attn_every_n_layers=2,
+                                                 local_attention=4, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                                 cls_token_id=1, sep_token_id=2),
+                                vision_config=dict(VIS), image_token_id=VOCAB + 8, pixel_shuffle_factor=2),
+                           ["mha", "rope-full", "layernorm-nobias", "geglu", "sliding-window", "padding-mask"],
+                           "modernvbert", "bert", styles=_ENC17),
+    "t5gemma2_encoder_text": _s("encoder", "T5Gemma2EncoderConfig", "T5Gemma2Encoder",
+                                dict(text_config=dict(DEC, **GQA, **SLIDING, dropout_rate=0.0),
+                                     vision_config=dict(VIS), mm_tokens_per_image=4, image_token_index=VOCAB + 8,
+                                     boi_token_index=VOCAB + 9, eoi_token_index=VOCAB + 10),
+                                ["gqa", "rope-full", "rmsnorm", "qk-norm", "sandwich-norm", "sliding-window",
+                                 "bidirectional", "padding-mask"], "t5gemma2_encoder", "bert", styles=_ENC17),
+    # time series: values in, no token ids
+    "patchtst": dict(_s("features", "PatchTSTConfig", "PatchTSTModel",
+                        dict(num_input_channels=3, context_length=32, patch_length=8, patch_stride=8, d_model=HIDDEN,
+                             num_attention_heads=2, num_hidden_layers=LAYERS, ffn_dim=FFN),
+                        ["mha", "patch-embed", "batchnorm", "gelu-erf", "std-scaling"], "patchtst", "bert",
+                        styles=("dyn_mask",)), features_input=("past_values", 32, 3)),
+    "patchtsmixer": dict(_s("features", "PatchTSMixerConfig", "PatchTSMixerModel",
+                            dict(num_input_channels=3, context_length=32, patch_length=8, patch_stride=8, d_model=16,
+                                 num_layers=LAYERS),
+                            ["mlp-mixer", "patch-embed", "layernorm", "gelu-erf", "no-attention"], "patchtsmixer",
+                            "bert", styles=("dyn_mask",)), features_input=("past_values", 32, 3), attention_blocks=0),
+    "time_series_transformer": dict(_s("features", "TimeSeriesTransformerConfig", "TimeSeriesTransformerModel", _TS17,
+                                       ["mha", "sinusoidal-positions", "layernorm", "gelu-erf", "post-norm"],
+                                       "time_series_transformer", "bert", part="encoder", styles=("dyn_mask",)),
+                                    features_input=_TSIN17),
+    "informer": dict(_s("features", "InformerConfig", "InformerModel", dict(_TS17, attention_type="full"),
+                        ["mha", "sinusoidal-positions", "distil-conv", "layernorm", "gelu-erf", "post-norm"],
+                        "informer", "bert", part="encoder", styles=("dyn_mask",)), features_input=_TSIN17),
+    # distil (a conv + max-pool halving the sequence between layers): torch.export fails (8 vs 16 at dim 3) where
+    # eager runs; without it Informer's encoder is Time-Series Transformer's
+    "informer_nodistil": dict(_s("features", "InformerConfig", "InformerModel",
+                                 dict(_TS17, attention_type="full", distil=False),
+                                 ["mha", "sinusoidal-positions", "layernorm", "gelu-erf", "post-norm"], "informer",
+                                 "bert", part="encoder", styles=("dyn_mask",)), features_input=_TSIN17),
+    "autoformer": dict(_s("features", "AutoformerConfig", "AutoformerModel", dict(_TS17, moving_average=5),
+                          ["auto-correlation", "series-decomposition", "layernorm", "gelu-erf", "no-attention"],
+                          "autoformer", "bert", part="encoder", styles=("dyn_mask",)),
+                       features_input=_TSIN17, attention_blocks=0),
+}
+HOLDOUT17C["trocr"]["attention_blocks"] = LAYERS  # its layer count is decoder_layers (the manifest reads none)
+HOLDOUT17C["modernvbert_text"]["attention_blocks"] = HOLDOUT17C["t5gemma2_encoder_text"]["attention_blocks"] = LAYERS
+HOLDOUT17C["yoso"]["attention_blocks"] = 0  # LSH-expectation attention: no softmax to fuse
+HOLDOUT_SETS[29] = HOLDOUT17C
