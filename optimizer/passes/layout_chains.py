@@ -21,6 +21,8 @@ Cases handled (each counted in ``stats``):
 - ``view-chain``: Reshape / Unsqueeze / Squeeze / Flatten views ending in a Reshape that provably
   gives the chain's start its own dims read the start (passes/_view_chain.py: torch MHA's merged
   key padding mask viewed back per head).
+- ``view-factor``: Reshape(Mul(Reshape(x [B,S,N], [B,S,H,D]), f [..,1,1]), x's dims) is
+  Mul(x, Squeeze(f, [-1])) (passes/_view_factor.py: Ministral 3's per-position query factor).
 
 - ``layout-chain``: a chain of Reshapes, Flattens (a Reshape to [prod(dims[:axis]), prod(dims[axis:])])
   and Transposes from known (int or symbolic) dims as at most Reshape, Transpose, Reshape on x's
@@ -53,6 +55,7 @@ from onnx_fuse.passes._reshape_of_reshape import reshape_of_reshape
 from onnx_fuse.passes._static_chain import fold_static_chain
 from onnx_fuse.passes._transpose_sink import sink_transpose
 from onnx_fuse.passes._view_chain import view_chain
+from onnx_fuse.passes._view_factor import view_factor
 
 # the most axes a Transpose of the folded chain may have at trt (TensorRT's dims hold 8); ONNX and
 # ONNX Runtime take any rank, so other targets fold without a cap (Hiera's unroll: one Transpose of
@@ -106,5 +109,8 @@ class FoldLayoutChainsPass(FusePass):
                     modified = True
                 elif view_chain(node):
                     self.stats["view-chain"] += 1
+                    modified = True
+                elif view_factor(graph, node):
+                    self.stats["view-factor"] += 1
                     modified = True
         return ir.passes.PassResult(model, modified=modified)
