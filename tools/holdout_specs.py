@@ -2281,6 +2281,39 @@ HOLDOUT17B = {
                            naflex_patches=(16, 3 * PATCH * PATCH), call_kw={"spatial_shapes": [[4, 4]],
                                                                             "pixel_attention_mask": [[1] * 16]}),
 }
+HOLDOUT17B.update({  # more patch towers over one image's flattened patches (a 4 x 4 grid, TorchScript)
+    "llava_onevision1_5_vision": _mm("patches", "LlavaOnevision15VisionConfig", "LlavaOnevision15VisionModel",
+                                     dict(depth=LAYERS, hidden_size=HIDDEN, intermediate_size=FFN, num_heads=2,
+                                          patch_size=4, spatial_merge_size=2, out_hidden_size=HIDDEN),
+                                     ["mha", "patch-embed", "rope-2d-vision", "cu-seqlens", "layernorm", "gelu-erf",
+                                      "patch-merger"], "llava_onevision1_5_vision", "vit", _P17, LAYERS,
+                                     patch_grid=[1, 4, 4], patch_features=3 * 4 * 4),
+    "hunyuan_vl_vision": _mm("patches", "HunYuanVLVisionConfig", "HunYuanVLVisionTransformer",
+                             dict(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=2, num_key_value_heads=2,
+                                  num_hidden_layers=LAYERS, patch_size=4, spatial_merge_size=2, out_hidden_size=HIDDEN,
+                                  text_hidden_size=HIDDEN, max_image_size=64, min_image_size=16, img_max_token_num=64,
+                                  max_vit_seq_len=64),
+                             ["mha", "patch-embed", "interpolated-positions", "cu-seqlens", "layernorm", "gelu-erf",
+                              "patch-merger"], "hunyuan_vl_vision", "vit", _P17, LAYERS, patch_grid=[1, 4, 4],
+                             patch_features=3 * 4 * 4),
+    "cosmos3_edge_vision": _mm("patches", "Cosmos3EdgeVisionConfig", "Cosmos3EdgeVisionModel",
+                               dict(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=2,
+                                    num_hidden_layers=LAYERS, patch_size=4, num_patches=16),
+                               ["mha", "patch-embed", "cu-seqlens", "layernorm", "gelu-tanh"], "cosmos3_edge_vision",
+                               "vit", _P17, LAYERS, patch_grid=[1, 4, 4], patch_features=3 * 4 * 4),
+    "lfm3_vl_vision": _mm("patches", "Lfm3VlVisionConfig", "Lfm3VlVisionModel",
+                          # kv heads = heads: TorchScript has no sdpa with enable_gqa
+                          dict(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=2, num_key_value_heads=2,
+                               num_hidden_layers=LAYERS, patch_size=4, layer_types=["conv", "full_attention"]),
+                          ["mha", "conv3d-patches", "conv-layer", "cu-seqlens", "rmsnorm"], "lfm3_vl_vision", "vit",
+                          _P17, 1, patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    "ovis2_5_vision": _mm("patches", "Ovis2_5VisionConfig", "Ovis2_5VisionModel",
+                          dict(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=2, num_hidden_layers=LAYERS,
+                               patch_size=4, image_size=16, window_size=16, max_position_embeddings=64, vocab_size=64,
+                               layer_types=["full_attention", "full_attention"]),
+                          ["mha", "patch-embed", "rope-2d-vision", "cu-seqlens", "rmsnorm", "swiglu"],
+                          "ovis2_5_vision", "vit", _P17, LAYERS, patch_grid=[1, 4, 4], patch_features=3 * 4 * 4),
+})
 HOLDOUT17B["sam2_vision"]["attention_blocks"] = 5  # Hiera's blocks_per_stage [1, 1, 2, 1]
 HOLDOUT17B["timesformer"]["attention_blocks"] = 2 * LAYERS  # divided space-time: a temporal and a spatial per layer
 HOLDOUT17B["videoprism_vision"]["attention_blocks"] = 2  # one spatial and one temporal layer
