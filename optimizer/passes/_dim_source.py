@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import const_ints
 from onnx_fuse.passes._dim_lengths import TO_END, WHOLE, clean, cut_length, padded_length, window_length
 from onnx_fuse.passes._dim_products import Dim, floor_div, mul, reshape_out_dims, shape_vector, to_dim, value_dims
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
@@ -150,7 +151,7 @@ def _slice_cut(node: ir.Node, r: int | None, i: int):
     constant, or another step). Starts and ends may be computed (``T - S``, ``Shape(k)[2]``); only
     the axes (and steps) must be constants."""
     ins = list(node.inputs) + [None] * 5
-    axes, steps = _const_ints(ins[3]), _const_ints(ins[4])
+    axes, steps = const_ints(ins[3], 16), const_ints(ins[4], 16)
     if r is None or (ins[3] is not None and axes is None) or (ins[4] is not None and steps is None):
         return None
     if axes is None:
@@ -293,7 +294,7 @@ def _pad_step(node: ir.Node, v: ir.Value, i: int):
     else:
         got = shape_vector(ins[1], {})
         entries = got[0] if got is not None and not got[1] else None
-    axes = _const_ints(ins[3]) if ins[3] is not None else list(range(r))
+    axes = const_ints(ins[3], 16) if ins[3] is not None else list(range(r))
     if entries is None or axes is None or len(entries) != 2 * len(axes) or not all(-r <= a < r for a in axes):
         return None
     axes = [a % r for a in axes]
@@ -382,7 +383,7 @@ def _concat_step(node: ir.Node, v: ir.Value, i: int):
 
 def _axes(node: ir.Node, rank: int) -> list[int] | None:
     """Constant ``axes`` (input 1 from opset 13, else the attribute), normalized to ``rank``."""
-    got = _const_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    got = const_ints(node.inputs[1], 16) if len(node.inputs) > 1 and node.inputs[1] is not None else None
     if got is None:
         attr = _attr(node, "axes", None)
         got = list(attr) if isinstance(attr, (list, tuple)) else None
@@ -448,7 +449,7 @@ def _expand_step(node: ir.Node, v: ir.Value, i: int):
 def _range_size(node: ir.Node):
     """Range(a, b, 1) has b - a elements: n for Range(0, n), S for Range(P, P + S). Float bounds too
     where they are integers (Keras' arange(float(S)): exact while S < 2**24, float32's integers)."""
-    delta = _const_ints(node.inputs[2]) or _float_ints(node.inputs[2])
+    delta = const_ints(node.inputs[2], 16) or _float_ints(node.inputs[2])
     start, limit = (_int_bound(v) for v in node.inputs[:2])
     if delta != [1] or start is None or limit is None or len(start[0]) != 1 or len(limit[0]) != 1:
         return None
@@ -477,13 +478,6 @@ def _int_bound(v: ir.Value | None):
     elif (ints := _float_ints(v)) is not None:
         return [(i, ()) for i in ints], True
     return shape_vector(v, {}, sums=True)
-
-
-def _const_ints(value) -> list[int] | None:
-    t = constant_tensor(value) if value is not None else None
-    if t is None or not t.dtype.is_integer() or t.size > 16:
-        return None
-    return [int(x) for x in t.numpy().reshape(-1)]
 
 
 def _entry(vec, k: int, sums: bool = False) -> Dim | None:

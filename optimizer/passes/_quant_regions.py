@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import is_constant
+
 __all__ = ["quantizer_cones"]
 
 #: (domain, op) of the quantizers whose float inputs keep float32
@@ -40,17 +42,12 @@ def _key(node: ir.Node) -> tuple[str, str]:
     return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
 
 
-def _is_constant(v: ir.Value) -> bool:
-    p = v.producer()
-    return (p is None and v.is_initializer()) or (p is not None and _key(p) == ("", "Constant"))
-
-
 def _dequantized_inputs(node: ir.Node, graph: ir.Graph, is_float: Callable[[ir.Value], bool]) -> list[ir.Node] | None:
     """The DequantizeLinear producers of ``node``'s float inputs when every float input is one's
     output or a constant; None otherwise."""
     found = []
     for v in node.inputs:
-        if v is None or not is_float(v) or _is_constant(v):
+        if v is None or not is_float(v) or is_constant(v, dense=False):
             continue
         p = v.producer()
         if p is None or p.graph is not graph or _key(p) not in DEQUANTIZERS:

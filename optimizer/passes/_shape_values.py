@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import const_ints
+
 #: Prefix of the dim names onnx's shape inference invents for dims it cannot relate to any other.
 #: They are no facts: each inference run numbers them afresh (passes/shape_inference.py).
 INVENTED_DIM_PREFIX = "unk__"
@@ -36,13 +38,6 @@ def _attr(node: ir.Node, name: str, default=None):
     if a is None or a.is_ref():
         return default if a is None else object()
     return a.value
-
-
-def _const_ints(value: ir.Value | None) -> list[int] | None:
-    t = constant_tensor(value)
-    if t is None or not t.dtype.is_integer() or t.size > 64:
-        return None
-    return [int(v) for v in t.numpy().reshape(-1)]
 
 
 def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] | None:
@@ -90,8 +85,8 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         if op == "Squeeze":
             return (entries, True) if len(entries) == 1 and not scalar else None
         if op == "Unsqueeze":
-            return (entries, False) if scalar and _const_ints(ins[1] if len(ins) > 1 else None) == [0] else None
-        target = _const_ints(ins[1]) if len(ins) > 1 else None
+            return (entries, False) if scalar and const_ints(ins[1] if len(ins) > 1 else None, 64) == [0] else None
+        target = const_ints(ins[1], 64) if len(ins) > 1 else None
         return (entries, False) if len(entries) == 1 and target in ([-1], [1]) else None
     if op == "Concat" and _attr(node, "axis") in (0, -1):
         out = []
@@ -117,9 +112,9 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         return _sum_entries(op, ins, depth)
     if op == "Slice" and len(ins) >= 3:
         inner = shape_entries(ins[0], depth + 1)
-        starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
-        axes = _const_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else [0]
-        steps = _const_ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1]
+        starts, ends = const_ints(ins[1], 64), const_ints(ins[2], 64)
+        axes = const_ints(ins[3], 64) if len(ins) > 3 and ins[3] is not None else [0]
+        steps = const_ints(ins[4], 64) if len(ins) > 4 and ins[4] is not None else [1]
         if inner is None or inner[1] or starts is None or ends is None or len(starts) != 1:
             return None
         if axes not in ([0], [-1]) or steps != [1]:
@@ -179,8 +174,8 @@ def _where_entries(ins: list, depth: int) -> tuple[list, bool] | None:
     eq = cond.producer() if cond is not None else None
     if eq is None or eq.op_type != "Equal" or eq.domain not in ("", "ai.onnx") or c not in list(eq.inputs):
         return None
-    m = _const_ints([v for v in eq.inputs if v is not c][0] if list(eq.inputs).count(c) == 1 else None)
-    inner, fill = shape_entries(c, depth + 1), _const_ints(a)
+    m = const_ints([v for v in eq.inputs if v is not c][0] if list(eq.inputs).count(c) == 1 else None, 64)
+    inner, fill = shape_entries(c, depth + 1), const_ints(a, 64)
     if inner is None or inner[1] or m is None or fill is None:
         return None
     n = len(inner[0])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import const_ints
 from onnx_fuse.passes._dim_lengths import TO_END
 from onnx_fuse.passes._dim_products import shape_vector, value_dims
 from onnx_fuse.passes._infra import FusePass
@@ -51,13 +52,6 @@ def _attr(node: ir.Node, name: str, default=None):
 
 class _Unknown:  # a reference attribute (inside a function): value not known here
     pass
-
-
-def _const_ints(value: ir.Value | None) -> list[int] | None:
-    t = constant_tensor(value)
-    if t is None or not t.dtype.is_integer() or t.size > 64:
-        return None
-    return [int(v) for v in t.numpy().reshape(-1)]
 
 
 def _all_equal(value: ir.Value | None, target: float) -> bool:
@@ -197,7 +191,7 @@ class IdentityEliminationPass(FusePass):
                 return x if all(isinstance(d, int) and d != 1 for d in dims) else None
             return None
         if op == "Pad":
-            pads = _const_ints(ins[1]) if len(ins) > 1 else _attr(node, "pads")
+            pads = const_ints(ins[1], 64) if len(ins) > 1 else _attr(node, "pads")
             return x if pads is not None and pads is not _Unknown and all(p == 0 for p in pads) else None
         if op == "Flatten":
             dims = _dims(x)
@@ -235,7 +229,7 @@ class IdentityEliminationPass(FusePass):
         def axes(n: ir.Node) -> set[int] | None:
             got = _attr(n, "axes")
             if got is None or got is _Unknown:
-                got = _const_ints(n.inputs[1]) if len(n.inputs) > 1 else None
+                got = const_ints(n.inputs[1], 64) if len(n.inputs) > 1 else None
             if not got:
                 return None
             norm = {int(v) % rank for v in got}
@@ -320,9 +314,9 @@ class IdentityEliminationPass(FusePass):
             return None
         entries = [1] * (len(dims) - len(found[0])) + list(found[0])
         kept = [t == 1 or _dim_matches(t, d) for t, d in zip(entries, dims)]
-        starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
-        axes = _const_ints(ins[3]) if ins[3] is not None else list(range(len(starts or ())))
-        steps = _const_ints(ins[4]) if ins[4] is not None else [1] * len(starts or ())
+        starts, ends = const_ints(ins[1], 64), const_ints(ins[2], 64)
+        axes = const_ints(ins[3], 64) if ins[3] is not None else list(range(len(starts or ())))
+        steps = const_ints(ins[4], 64) if ins[4] is not None else [1] * len(starts or ())
         if starts is None or ends is None or axes is None or steps is None:
             return None
         sliced = {}
@@ -350,9 +344,9 @@ class IdentityEliminationPass(FusePass):
             if _Unknown in (starts, ends, axes):
                 return False
         else:
-            starts, ends = _const_ints(ins[1]), _const_ints(ins[2])
-            axes = _const_ints(ins[3]) if ins[3] is not None else None
-            steps = _const_ints(ins[4]) if ins[4] is not None else None
+            starts, ends = const_ints(ins[1], 64), const_ints(ins[2], 64)
+            axes = const_ints(ins[3], 64) if ins[3] is not None else None
+            steps = const_ints(ins[4], 64) if ins[4] is not None else None
             if starts is None or ends is None or (ins[3] is not None and axes is None) or (
                     ins[4] is not None and steps is None):
                 return False

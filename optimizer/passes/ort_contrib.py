@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import stored_ints
 from onnx_fuse.passes._infra import FusePass, attr_value, reroute
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
@@ -203,18 +204,13 @@ class ExpandOrtFusionsPass(FusePass):
         return True
 
 
-def _const_ints(v: ir.Value | None) -> list[int] | None:
-    t = None if v is None else v.const_value
-    return None if t is None else [int(i) for i in t.numpy().reshape(-1)]
-
-
 def split_sizes(node: ir.Node) -> list[int] | None:
     """The part sizes a Split states: its constant ``split`` input, the attribute before opset 13, or
     (opset 18's ``num_outputs``: torch's chunk under the dynamo exporter) parts of ceil(d / n) with a
     smaller last one, where the input's dim d on the axis is static; with none of them (opsets before
     18: tf2onnx's tf.split) d / outputs each, where that divides."""
     if len(node.inputs) > 1 and node.inputs[1] is not None:
-        return _const_ints(node.inputs[1])
+        return stored_ints(node.inputs[1])
     attr = node.attributes.get("split")
     if attr is not None:
         return [int(i) for i in attr.value]
@@ -263,7 +259,7 @@ class ShapeSplitToGatherPass(FusePass):
         for k, out in enumerate(node.outputs):
             for use in list(out.uses()):
                 reader = use.node
-                axes = (_const_ints(reader.inputs[1]) if len(reader.inputs) > 1 else
+                axes = (stored_ints(reader.inputs[1]) if len(reader.inputs) > 1 else
                         (list(reader.attributes["axes"].value) if "axes" in reader.attributes else None))
                 if reader.op_type == "Squeeze" and reader.domain in ("", "ai.onnx") and axes in ([0], [-1]) \
                         and reader.inputs[0] is out:

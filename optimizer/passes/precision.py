@@ -44,6 +44,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import is_constant
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._kv_pools import POOL_SLOTS, pool_io, retype_pools
 from onnx_fuse.passes._op_signatures import PLUGIN_DOMAIN
@@ -229,9 +230,9 @@ class PrecisionConversionPass(FusePass):
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("Mul", "Add") or len(node.inputs) != 2:
             return False
         a, b = node.inputs
-        if a is None or b is None or _is_constant(a) == _is_constant(b):
+        if a is None or b is None or is_constant(a) == is_constant(b):
             return False
-        p = (b if _is_constant(a) else a).producer()
+        p = (b if is_constant(a) else a).producer()
         if p is None:
             return False
         if node.op_type == "Add":
@@ -259,7 +260,7 @@ class PrecisionConversionPass(FusePass):
                 continue
             if v in int_derived:
                 seen = True
-            elif not _is_constant(v):
+            elif not is_constant(v):
                 return False
         return seen
 
@@ -331,7 +332,7 @@ class PrecisionConversionPass(FusePass):
                     self.stats["io-converted"] += 1
         # Constants first (they are converted or duplicated, never cast at run time).
         for v, by_dtype in list(wants.items()):
-            if _is_constant(v) and not v.is_graph_input():
+            if is_constant(v) and not v.is_graph_input():
                 self._convert_constant(graph, v, by_dtype)
                 del wants[v]
         # Boundary casts for everything else (attention masks raised to a floor first).
@@ -635,14 +636,6 @@ def _is_attention_mask(node: ir.Node, index: int, low: ir.DataType) -> bool:
     if low == ir.DataType.FLOAT16:
         return domain == "" and node.op_type == "Attention" and index == 3
     return _MASK_SLOTS.get((domain, node.op_type)) == index
-
-
-def _is_constant(v: ir.Value) -> bool:
-    if v.is_initializer():
-        return v.const_value is not None
-    p = v.producer()
-    return p is not None and p.op_type == "Constant" and p.domain in ("", "ai.onnx") and (
-        "value" in p.attributes or "value_float" in p.attributes or "value_floats" in p.attributes)
 
 
 #: ``optimize(verify=True)`` tolerance (atol, rtol) on outputs of a converted model, elementwise

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import stored_ints
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 
 
@@ -23,12 +24,6 @@ def _dims(v: ir.Value | None) -> list | None:
     if v is None or v.shape is None:
         return None
     return [d if isinstance(d, int) else (getattr(d, "value", None) or object()) for d in v.shape.dims]
-
-
-def _ints(v: ir.Value | None) -> list[int] | None:
-    if v is None or v.const_value is None:
-        return None
-    return [int(a) for a in np.asarray(v.const_value.numpy()).reshape(-1)]
 
 
 def _only_reader(v: ir.Value) -> ir.Node | None:
@@ -40,7 +35,7 @@ def _squeezes_last(node: ir.Node | None, rank: int) -> bool:
     if not is_default_op(node, "Squeeze"):
         return False
     axes = attr_value(node, "axes", None)
-    axes = list(axes) if axes is not None else _ints(node.inputs[1]) if len(node.inputs) > 1 else None
+    axes = list(axes) if axes is not None else stored_ints(node.inputs[1]) if len(node.inputs) > 1 else None
     return axes is not None and len(axes) == 1 and axes[0] % rank == rank - 1
 
 
@@ -74,20 +69,20 @@ class UnbindPairsPass(FusePass):
             if use.idx != 0:
                 continue
             if is_default_op(node, "Gather"):
-                idx = _ints(node.inputs[1])
+                idx = stored_ints(node.inputs[1])
                 if (int(attr_value(node, "axis", 0)) % rank == rank - 1 and idx is not None and len(idx) == 1
                         and node.inputs[1].shape is not None and len(node.inputs[1].shape) == 0):
                     picks.append((node, node.outputs[0], idx[0] % 2))
             elif is_default_op(node, "Slice") and len(node.inputs) >= 4:
-                st, en, ax = (_ints(node.inputs[i]) for i in (1, 2, 3))
-                steps = _ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else [1]
+                st, en, ax = (stored_ints(node.inputs[i]) for i in (1, 2, 3))
+                steps = stored_ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else [1]
                 sq = _only_reader(node.outputs[0])
                 if (st is not None and en is not None and ax is not None and steps == [1] and len(st) == 1
                         and ax[0] % rank == rank - 1 and st[0] in (0, 1) and en[0] >= st[0] + 1
                         and (st[0] == 1 or en[0] == 1) and _squeezes_last(sq, rank)):
                     picks.append((sq, sq.outputs[0], st[0]))
             elif is_default_op(node, "Split") and len(node.outputs) == 2:
-                sizes = _ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else \
+                sizes = stored_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else \
                     attr_value(node, "split", None)
                 readers = [_only_reader(o) for o in node.outputs]
                 if (int(attr_value(node, "axis", 0)) % rank == rank - 1 and (sizes is None or list(sizes) == [1, 1])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import ctx_ints
 from onnx_fuse.rewrite import _dims
 
 
@@ -47,16 +48,11 @@ def _dims_of(ctx, v: ir.Value) -> list | None:
     return None if any(d is UNKNOWN_DIM for d in dims) else dims
 
 
-def _ints(ctx, v: ir.Value | None) -> list[int] | None:
-    arr = ctx.constant(v) if v is not None else None
-    return None if arr is None else [int(a) for a in np.asarray(arr).reshape(-1)]
-
-
 def _axes(ctx, node: ir.Node) -> list[int] | None:
     attr = node.attributes.get("axes")
     if attr is not None:
         return [int(a) for a in attr.as_ints()]
-    return _ints(ctx, node.inputs[1]) if len(node.inputs) > 1 else None
+    return ctx_ints(ctx, node.inputs[1]) if len(node.inputs) > 1 else None
 
 
 def _default(node: ir.Node | None, *ops: str) -> bool:
@@ -113,7 +109,7 @@ def _new_axis_count(ctx, en: ir.Node, u: ir.Value, ones: list, new: int) -> int 
         ok = axis is not None and axis.as_int() % len(ones) == new and all(i is u for i in en.inputs)
         return len(en.inputs) if ok else None
     if en.op_type == "Tile":
-        reps = _ints(ctx, en.inputs[1]) if len(en.inputs) > 1 else None
+        reps = ctx_ints(ctx, en.inputs[1]) if len(en.inputs) > 1 else None
         if reps is None or len(reps) != len(ones) or any(r != 1 for i, r in enumerate(reps) if i != new):
             return None
         return reps[new]
@@ -150,7 +146,7 @@ def _broadcast(ctx, node: ir.Node, x: ir.Value, axis: int) -> tuple[ir.Value, in
     if sd is None or len(sd) != len(x.shape) or sd[axis] != 1 or len(node.inputs) < 2:
         return None
     if node.op_type == "Tile":
-        reps = _ints(ctx, node.inputs[1])
+        reps = ctx_ints(ctx, node.inputs[1])
         ok = reps is not None and len(reps) == len(sd) and all(r == 1 for i, r in enumerate(reps) if i != axis)
         n = reps[axis] if ok else 0
     else:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import ctx_ints
+
 _UNARY = {"Cast", "Neg", "Cos", "Sin", "Identity"}
 _BINARY = {"Mul", "Add", "Sub", "Div"}
 _DEPTH = 48
@@ -37,17 +39,12 @@ def _dims(v: ir.Value | None) -> list | None:
     return [d if isinstance(d, int) else (getattr(d, "value", None) or object()) for d in v.shape.dims]
 
 
-def _ints(ctx, v: ir.Value | None) -> list[int] | None:
-    arr = ctx.constant(v) if v is not None else None
-    return None if arr is None else [int(a) for a in np.asarray(arr).reshape(-1)]
-
-
 def _axes(ctx, node: ir.Node, idx: int) -> list[int] | None:
     """An axes list given as attribute (old opsets) or as input ``idx``."""
     attr = node.attributes.get("axes")
     if attr is not None:
         return [int(a) for a in attr.as_ints()]
-    return _ints(ctx, node.inputs[idx]) if len(node.inputs) > idx else None
+    return ctx_ints(ctx, node.inputs[idx]) if len(node.inputs) > idx else None
 
 
 def _last_kept(axes: list[int] | None, rank: int) -> bool:
@@ -108,7 +105,7 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
         if op == "Squeeze":
             kept = _last_kept(_axes(ctx, node, 1), len(src))
         elif op == "Slice":
-            kept = _last_kept(_ints(ctx, ins[3]) if len(ins) > 3 else list(range(len(src))), len(src))
+            kept = _last_kept(ctx_ints(ctx, ins[3]) if len(ins) > 3 else list(range(len(src))), len(src))
         elif op == "Gather":
             a = node.attributes.get("axis")
             kept = _last_kept([a.as_int() if a is not None else 0], len(src))
@@ -136,7 +133,7 @@ def _repeat(ctx, u: ir.Value | None, out: list) -> bool:
         axis = node.attributes.get("axis")
         return len(ins) == 2 and ins[0] is ins[1] and axis is not None and axis.as_int() % len(src) == len(src) - 1
     if node.op_type in ("Expand", "Tile"):  # a new axis of 1 broadcast (or tiled) to 2
-        if node.op_type == "Tile" and (_ints(ctx, ins[1]) or [0])[-1] != 2:
+        if node.op_type == "Tile" and (ctx_ints(ctx, ins[1]) or [0])[-1] != 2:
             return False
         one = _dims(ins[0])
         return one is not None and len(one) == len(src) and one[-1] == 1

@@ -1,0 +1,59 @@
+"""Constant reads shared by the passes and the rule helpers, each written once (session 24: the
+modules had their own twins of these).
+
+- ``is_constant``: a value no op computes at run time (an initializer with its data, a Constant
+  node's output); ``dense`` narrows Constant nodes to the float-capable dense ones the precision
+  pass converts in place.
+- ``const_ints``: a true constant's integers (``constant_tensor``: an initializer that is also a
+  graph input is not one), flat, optionally only up to ``limit`` elements.
+- ``stored_ints``: the tensor a value stores (``const_value``: initializers, and values a pass gave
+  one; not a Constant node's output otherwise), any dtype, as ints.
+- ``ctx_ints``: a rule context's constant (``ctx.constant``) as ints.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+__all__ = ["const_ints", "ctx_ints", "is_constant", "stored_ints"]
+
+#: Constant attributes that hold a dense value of a float-capable type
+_DENSE_VALUES = ("value", "value_float", "value_floats")
+
+
+def is_constant(v: ir.Value, *, dense: bool = True) -> bool:
+    """``v`` is an initializer holding its data (one that is also a graph input counts), or the
+    output of a default-domain Constant node: with ``dense`` (the precision pass: what it converts
+    in place) only one given by ``value`` / ``value_float`` / ``value_floats``; without it any
+    (``sparse_value``, ``value_int(s)``, strings: still nothing computed at run time; the quantizer
+    cones, passes/_quant_regions.py)."""
+    if v.is_initializer():
+        return v.const_value is not None
+    p = v.producer()
+    if p is None or p.op_type != "Constant" or p.domain not in ("", "ai.onnx"):
+        return False
+    return not dense or any(k in p.attributes for k in _DENSE_VALUES)
+
+
+def const_ints(value: ir.Value | None, limit: int | None = None) -> list[int] | None:
+    """The integers of a true constant of an integer type (``constant_tensor``), flat; None for
+    any other value, and for one of more than ``limit`` elements."""
+    from onnx_fuse.passes.constant_folding import constant_tensor
+
+    t = constant_tensor(value)
+    if t is None or not t.dtype.is_integer() or (limit is not None and t.size > limit):
+        return None
+    return [int(x) for x in t.numpy().reshape(-1)]
+
+
+def stored_ints(v: ir.Value | None) -> list[int] | None:
+    """``v``'s stored tensor (``const_value``) as ints, flat, whatever its dtype; None without one."""
+    t = None if v is None else v.const_value
+    return None if t is None else [int(x) for x in np.asarray(t.numpy()).reshape(-1)]
+
+
+def ctx_ints(ctx, v: ir.Value | None) -> list[int] | None:
+    """The rule context's constant of ``v`` (``ctx.constant``) as ints, flat; None when it has none."""
+    arr = ctx.constant(v) if v is not None else None
+    return None if arr is None else [int(x) for x in np.asarray(arr).reshape(-1)]
