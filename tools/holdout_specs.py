@@ -2470,11 +2470,12 @@ HOLDOUT_SETS[27] = HOLDOUT17A
 # time-series models no set names (session 24). Decoders with a cache: BertGeneration's decoder (BERT with a causal
 # mask), TrOCR's text decoder (no encoder states: self-attention only), BigBird-Pegasus' causal LM (full attention:
 # the block-sparse form needs long inputs), Emu3's text model (Llama-like), CPM-Ant (relative position buckets,
-# a prompt prefix); ProphetNet's n-gram decoder (main stream out, dyn_mask only). Encoders: RoBERTa-PreLayerNorm,
-# VisualBERT (text only), YOSO (LSH-expectation attention: no softmax, must pass through), EmbeddingGemma 2's text
-# model (bidirectional Gemma), TIPSv2's text tower. Time series as kind "features" (values [B, T, C] in): PatchTST,
-# PatchTSMixer (no attention), and the encoders of Time-Series Transformer, Informer (full attention; ProbSparse
-# samples with torch.randint) and Autoformer (auto-correlation by FFT) over their inputs_embeds [B, context, features]
+# a prompt prefix); ProphetNet's n-gram decoder (main stream out; dynamo fails on it, torchscript). Encoders:
+# RoBERTa-PreLayerNorm, VisualBERT (text only), YOSO (LSH-expectation attention: no softmax, must pass through),
+# EmbeddingGemma 2's text model (bidirectional Gemma), TIPSv2's text tower, the text paths of ModernVBERT and
+# T5Gemma 2's encoder. Time series as kind "features" (values [B, T, C] in): PatchTST, PatchTSMixer (no attention),
+# and the encoders of Time-Series Transformer, Informer (full attention; ProbSparse samples with torch.randint)
+# and Autoformer (auto-correlation by FFT) over their inputs_embeds [B, context, features]
 # (lags 1-3 + 2 time features + loc / scale = 7). Not taken: GPT-SW3 (GPT2Config on GPT2LMHeadModel, the corpus's
 # gpt2), GOT-OCR2 / Fuyu (their language models are Qwen2 / Persimmon), Phi-4-multimodal (its causal LM builds the
 # audio and vision towers: 870M parameters at default sub-configs), Qwen4-Exp (its default layer types are all linear
@@ -2505,7 +2506,8 @@ HOLDOUT17C = {
                           ["mha", "causal", "learned-positions", "layernorm", "gelu-tanh", "pre-norm"],
                           "bigbird_pegasus", "gpt2", styles=("dyn_mask", "kv")),
     "emu3_text": _s("decoder", "Emu3TextConfig", "Emu3ForCausalLM", dict(DEC, **GQA),
-                    ["gqa", "rope-full", "rmsnorm", "swiglu"], "emu3", "gpt2", styles=("dyn_mask", "kv", "torchscript_kv")),
+                    ["gqa", "rope-full", "rmsnorm", "swiglu"], "emu3", "gpt2",
+                    styles=("dyn_mask", "kv", "torchscript_kv")),
     "cpmant": _s("decoder", "CpmAntConfig", "CpmAntForCausalLM",
                  dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=2, dim_head=16, dim_ff=FFN,
                       num_hidden_layers=LAYERS, prompt_length=4, prompt_types=3, segment_types=4),
@@ -2517,7 +2519,7 @@ HOLDOUT17C = {
                           num_decoder_attention_heads=2, max_position_embeddings=POSITIONS, ngram=2, num_buckets=8,
                           relative_max_distance=16, **TOKENS),
                      ["mha", "ngram-streams", "relative-position-buckets", "layernorm", "gelu-erf", "post-norm"],
-                     "prophetnet", "gpt2", styles=("dyn_mask",)),
+                     "prophetnet", "gpt2", styles=("dyn_mask", "torchscript")),
     # text encoders
     "roberta_prelayernorm": _s("encoder", "RobertaPreLayerNormConfig", "RobertaPreLayerNormModel", _RB17,
                                ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "pre-norm"],
@@ -2581,5 +2583,6 @@ HOLDOUT17C = {
 }
 HOLDOUT17C["trocr"]["attention_blocks"] = LAYERS  # its layer count is decoder_layers (the manifest reads none)
 HOLDOUT17C["modernvbert_text"]["attention_blocks"] = HOLDOUT17C["t5gemma2_encoder_text"]["attention_blocks"] = LAYERS
+HOLDOUT17C["prophetnet"]["attention_blocks"] = 2 * LAYERS  # the main stream and the batched n-gram streams per layer
 HOLDOUT17C["yoso"]["attention_blocks"] = 0  # LSH-expectation attention: no softmax to fuse
 HOLDOUT_SETS[29] = HOLDOUT17C
