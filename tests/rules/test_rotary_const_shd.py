@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from onnx import TensorProto
 
 GRID, H, D = 4, 2, 16  # a 4 x 4 grid of patches, 2 heads of 16
 S = GRID * GRID
@@ -25,7 +26,7 @@ def _tables(scale=1.0, halves_equal=True):
     return (np.cos(emb) * scale).astype(np.float32), (np.sin(emb) * scale).astype(np.float32)
 
 
-def _model(h, cos, sin, heads=H):
+def _model(h, cos, sin, heads=H, elem=None):
     """q and k [S, heads, D] rotated by the same tables: y = x * cos + rotate_half(x) * sin."""
     n = h.node
     nodes = []
@@ -38,8 +39,8 @@ def _model(h, cos, sin, heads=H):
     shape = [S, heads, D]
     inits = {"cos": cos, "sin": sin, "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
              "s_end": np.array([BIG], np.int64), "s_ax": np.array([-1], np.int64)}
-    return h.make_model(nodes, [h.vi("q", shape), h.vi("k", shape)],
-                        [h.vi("q_rot", shape), h.vi("k_rot", shape)], inits)
+    vi = (lambda name: h.vi(name, shape)) if elem is None else (lambda name: h.vi(name, shape, elem))
+    return h.make_model(nodes, [vi("q"), vi("k")], [vi("q_rot"), vi("k_rot")], inits)
 
 
 def _feeds(h, heads=H):
@@ -63,6 +64,18 @@ def test_one_head(h):
     out = h.fuse(model, "ort", level=2)
     assert h.ops(out)["RotaryEmbedding"] == 2, h.ops(out)
     h.assert_close(model, out, _feeds(h, heads=1))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_float16(h, target):
+    """A half-precision export: float16 x and tables."""
+    cos, sin = _tables()
+    model = _model(h, cos.astype(np.float16), sin.astype(np.float16), elem=TensorProto.FLOAT16)
+    out = h.fuse(model, target, level=2)
+    assert h.ops(out)["RotaryEmbedding"] == 2 and "Neg" not in h.ops(out), h.ops(out)
+    feeds = {x: h.rng.standard_normal((S, H, D)).astype(np.float16) for x in ("q", "k")}
+    for r, g in zip(h.run(model, feeds), h.run(out, feeds)):
+        np.testing.assert_allclose(g.astype(np.float32), r.astype(np.float32), atol=2e-3, rtol=2e-3)
 
 
 def test_unequal_halves_stay(h):
