@@ -39,7 +39,11 @@ def view_factor(graph: ir.Graph, y_node: ir.Node) -> bool:
         return False
     x = split.inputs[0]
     taken = graph_names(graph)
-    axes = int64_initializer(graph, fresh_name("view_factor_axes", set(taken)), [-1], taken)
+    # one axes initializer for every layer: CSE then shares the Squeeze of a factor they all read
+    axes = next((v for name, v in graph.initializers.items() if name.startswith("view_factor_axes")
+                 and v.const_value is not None and v.const_value.numpy().tolist() == [-1]), None)
+    if axes is None:
+        axes = int64_initializer(graph, "view_factor_axes", [-1], taken)
     sq = ir.Node("", "Squeeze", [f, axes], num_outputs=1)
     sq.outputs[0].name = fresh_name(f"{f.name or 'factor'}_squeezed", taken)
     new = ir.Node("", "Mul", [x, sq.outputs[0]], num_outputs=1)
