@@ -469,7 +469,7 @@ class _Wrap:
             def forward(self, *args):
                 kw = dict(zip(self.names, args))
                 if spec["kind"] == "patches":
-                    grid = torch.tensor([spec["patch_grid"]], dtype=torch.int64)
+                    grid = torch.tensor(_grid_rows(spec), dtype=torch.int64)
                     extra = {k: torch.tensor(v) for k, v in spec.get("call_kw", {}).items()}  # VideoLLaMA 3's merge sizes
                     out = self.m(kw["pixel_values"], **{spec.get("grid_arg", "grid_thw"): grid}, **extra,
                                  return_dict=True)
@@ -622,9 +622,9 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     vocab = cfg.get("vocab_size", 128)
     feeds, dims = {}, {}
     if kind == "patches":  # flattened patches of one image (static: the grid is a constant of the wrapper)
-        t, h, w = spec["patch_grid"]
-        feeds["pixel_values"] = torch.randn(t * h * w, spec["patch_features"], generator=g)
-        dims["pixel_values"] = [t * h * w, spec["patch_features"]]
+        n = sum(t * h * w for t, h, w in _grid_rows(spec))  # several images: packed along the rows
+        feeds["pixel_values"] = torch.randn(n, spec["patch_features"], generator=g)
+        dims["pixel_values"] = [n, spec["patch_features"]]
         return feeds, dims
     if kind == "vlm":  # text ids below the image token (the wrapper adds the placeholders), an image per row
         return _vlm_inputs(spec, g, static, batch, seq)
@@ -729,6 +729,12 @@ def _audio_mask(spec, static, feeds, dims, batch, frames):
     feeds[name] = mask
     dims[name] = [batch if static else "batch", frames]
     return feeds, dims
+
+
+def _grid_rows(spec) -> list:
+    """kind patches: the grid_thw rows, one [t, h, w] per image (patch_grid: one image, or a list of them)."""
+    grid = spec["patch_grid"]
+    return [list(r) for r in grid] if isinstance(grid[0], (list, tuple)) else [list(grid)]
 
 
 def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):

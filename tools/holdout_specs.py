@@ -2314,6 +2314,11 @@ HOLDOUT17B.update({  # more patch towers over one image's flattened patches (a 4
                           ["mha", "patch-embed", "rope-2d-vision", "cu-seqlens", "rmsnorm", "swiglu"],
                           "ovis2_5_vision", "vit", _P17, LAYERS, patch_grid=[1, 4, 4], patch_features=3 * 4 * 4),
 })
+# two images packed along the rows (grid_thw [[1, 4, 4], [1, 4, 4]]): cu_seqlens splits the attention per image
+HOLDOUT17B.update({f"{arch}_2img": dict(HOLDOUT17B[arch], patch_grid=[[1, 4, 4], [1, 4, 4]],
+                                        features=[*HOLDOUT17B[arch]["features"], "two-images"],
+                                        attention_blocks=2 * LAYERS)
+                   for arch in ("qwen3_vl_vision", "glm4v_vision")})
 HOLDOUT17B["sam2_vision"]["attention_blocks"] = 5  # Hiera's blocks_per_stage [1, 1, 2, 1]
 HOLDOUT17B["timesformer"]["attention_blocks"] = 2 * LAYERS  # divided space-time: a temporal and a spatial per layer
 HOLDOUT17B["videoprism_vision"]["attention_blocks"] = 2  # one spatial and one temporal layer
