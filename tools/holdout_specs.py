@@ -2319,6 +2319,9 @@ HOLDOUT17B.update({f"{arch}_2img": dict(HOLDOUT17B[arch], patch_grid=[[1, 4, 4],
                                         features=[*HOLDOUT17B[arch]["features"], "two-images"],
                                         attention_blocks=2 * LAYERS)
                    for arch in ("qwen3_vl_vision", "glm4v_vision")})
+# VideoPrism at head size 64 (hidden 128, 2 heads): FusedAttention's kernels take it at trt -O4 (softcap, no mask)
+HOLDOUT17B["videoprism_vision_hd64"] = dict(HOLDOUT17B["videoprism_vision"], config=dict(
+    HOLDOUT17B["videoprism_vision"]["config"], hidden_size=128, intermediate_size=256), attention_blocks=2)
 HOLDOUT17B["sam2_vision"]["attention_blocks"] = 5  # Hiera's blocks_per_stage [1, 1, 2, 1]
 HOLDOUT17B["timesformer"]["attention_blocks"] = 2 * LAYERS  # divided space-time: a temporal and a spatial per layer
 HOLDOUT17B["videoprism_vision"]["attention_blocks"] = 2  # one spatial and one temporal layer
