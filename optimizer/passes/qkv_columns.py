@@ -29,8 +29,14 @@ Refused: a projection output read whole (or by a pick the pass cannot follow) be
 column read twice or never, non-constant indices, picks on the lead axes, a Reshape that merges a
 lead axis, non-float weights; pieces that meet again in a Concat before any product (a partial
 rotation's halves: GPT-J, GLM) or that a Concat widens along the head axis (DeepSeek's k_nope), pieces
-of different head sizes; and pieces already taken from Y's last axis in column order (Llama / Phi-3 /
-MPT / GPT-BigCode: nothing to do). Decided by the index arithmetic only, not by which ops wrote it.
+of different head sizes; and pieces that are already one Split of Y's last axis in column order (the
+Llama form: nothing to do). Pieces in column order are taken without a permutation where they are picked
+from a view of Y (GPT-BigCode's multi-query Unsqueeze to [B, 1, S, N] before its Split: as separate
+projections, or a Split of Y at trt, they reach the attention in its 3-D form) or by a Slice each (Phi-3's
+TorchScript / dynamo slices: one Split after pack-matmul); not where a piece is joined to a cache
+(``_cached``) or a Shape reads the region. Decided by the index arithmetic only, not by which ops wrote it.
+The replaced views, picks and projection are removed at once (``_drop_dead``), so that pack-matmul never
+packs the dead projection beside its pieces.
 """
 
 from __future__ import annotations
@@ -67,6 +73,14 @@ def _widened(leaf: ir.Value, s: ColumnState) -> bool:
     return False
 
 
+def _cached(leaves: list[tuple[ir.Value, ColumnState]]) -> bool:
+    """A piece is joined to a cache (a Concat over the sequence: one along the head axis is _widened's). The
+    attention over a cache stays heads-first 4-D (Attention-23 / MultiHeadAttention with past), so pieces
+    picked in column order from one shared view of the projection (GPT-BigCode's [B, 1, S, N]) are best left
+    there: as separate projections each would need its own view (gpt_bigcode kv / optimum: +1 node)."""
+    return any(is_default_op(u.node, "Concat") for v, _ in leaves for u in v.uses())
+
+
 def _rejoined(leaves: list[ir.Value], depth: int = 64) -> bool:
     """Two leaves reach one Concat before any product: pieces of one tensor (a partial rotation's rotated and
     passed halves of each head, GPT-J / GLM / DeepSeek's q_nope | q_pe), not q / k / v. Followed forward
@@ -88,6 +102,21 @@ def _rejoined(leaves: list[ir.Value], depth: int = 64) -> bool:
                         return True
                 todo.extend(node.outputs)
     return False
+
+
+def _drop_dead(graph: ir.Graph, nodes: list) -> None:
+    """Remove ``nodes`` where nothing reads them any more, and then the producers they were the last reader of:
+    the replaced views, picks and projection. Left in place they would reach the rules and pack-matmul alive,
+    which packed the old projection beside its pieces (its Split output then unread: the projection computed
+    twice)."""
+    todo = [n for n in nodes if n is not None]
+    while todo:
+        node = todo.pop()
+        if node.graph is not graph or any(o.is_graph_output() or any(True for _ in o.uses()) for o in node.outputs):
+            continue
+        producers = [i.producer() for i in node.inputs if i is not None]
+        graph.remove(node, safe=True)
+        todo.extend(p for p in producers if p is not None)
 
 
 class QkvColumnsPass(FusePass):
@@ -146,7 +175,7 @@ class QkvColumnsPass(FusePass):
         if dims is None or len(dims) < 2 or any(d is None for d in dims) or dims[-1] != (n, ()):
             return False
         lead = dims[:-1]
-        leaves, flat, dim_read = self._leaves(y, lead, n)
+        leaves, flat, viewed, pickers, dim_read = self._leaves(y, lead, n)
         if len(leaves) < 2 or _rejoined([v for v, _ in leaves]):
             return False
         heads = {s.cols.shape[-1] if s.cols.ndim else 1 for _, s in leaves}
@@ -156,18 +185,21 @@ class QkvColumnsPass(FusePass):
         if len(order) != n or not np.array_equal(np.sort(order), np.arange(n)):
             return False  # a column read twice or never
         in_order = np.array_equal(order, np.arange(n))
-        if in_order and flat:
-            return False  # already pieces of the last axis, in order (a Split, Slices of it)
+        if in_order and flat and (pickers == 1 and not viewed or dim_read or _cached(leaves)):
+            return False  # already one Split of the last axis, in order (the Llama form), or kept (_cached)
         self._apply(graph, mm, w, add, b, y, leaves, None if in_order else order, len(lead), dim_read)
         self.stats["projections"] += 1
         self.stats["picks"] += len(leaves)
         return True
 
     # -- following the readers -----------------------------------------------------------------
-    def _leaves(self, y: ir.Value, lead: list, n: int) -> tuple[list[tuple[ir.Value, ColumnState]], bool, bool]:
-        """(leaves, flat, dim_read): the leaves reached from y, ordered by their first column, each with its
-        state; flat: every first pick reads y's last axis itself (no view before it); dim_read: a Shape /
-        Size reads y or a view between it and the pieces. Raises Refused.
+    def _leaves(self, y: ir.Value, lead: list, n: int) -> tuple[list[tuple[ir.Value, ColumnState]], bool, bool, int,
+                                                                bool]:
+        """(leaves, flat, viewed, pickers, dim_read): the leaves reached from y, ordered by their first column,
+        each with its state; flat: every first pick reads y's last axis (no head view before it, size-1 axes
+        aside); viewed: a first pick reads a view of y, not y (GPT-BigCode's Unsqueeze to [B, 1, S, N]);
+        pickers: how many nodes make the first picks (one Split, or a Slice per piece); dim_read: a Shape / Size
+        reads y or a view between it and the pieces. Raises Refused.
 
         Views (Reshape, Transpose, Squeeze, Unsqueeze) and picks (Gather, GatherND, Slice, Split) are
         followed up to the first pick on each path; after it only a single view reader is followed, so
@@ -176,7 +208,7 @@ class QkvColumnsPass(FusePass):
         leaves: list[tuple[ir.Value, ColumnState]] = []
         todo = [(y, ColumnState(np.arange(n), list(range(len(lead) + 1)), len(lead)), False)]
         seen: set[int] = set()
-        flat, dim_read = True, False
+        flat, viewed, dim_read, pickers = True, False, False, set()
         while todo:
             v, s, picked = todo.pop(0)
             if id(v) in seen:
@@ -192,8 +224,10 @@ class QkvColumnsPass(FusePass):
                 if outs is None:
                     children = None
                     break
-                if not picked and use.node.op_type not in _VIEWS and sum(d != 1 for d in s.cols.shape) > 1:
-                    flat = False  # a pick on a head view, not on Y's last axis (size-1 axes aside)
+                if not picked and use.node.op_type not in _VIEWS:
+                    flat &= sum(d != 1 for d in s.cols.shape) <= 1  # else a pick on a head view (size-1 axes aside)
+                    viewed |= v is not y
+                    pickers.add(id(use.node))
                 children.extend((o, so, picked or use.node.op_type not in _VIEWS) for o, so in outs)
             if children is not None and any(is_default_op(u.node, *_DIM_READERS) for u in v.uses()):
                 dim_read = True
@@ -204,7 +238,7 @@ class QkvColumnsPass(FusePass):
             else:
                 todo.extend(children)
         leaves.sort(key=lambda vs: int(vs[1].cols.reshape(-1)[0]) if vs[1].cols.size else -1)
-        return leaves, flat, dim_read
+        return leaves, flat, viewed, len(pickers), dim_read
 
     def _follow(self, node: ir.Node, idx: int, s: ColumnState, lead: list):
         """[(output, state)] for a view / pick node reading the region value as input 0, else None."""
@@ -264,6 +298,7 @@ class QkvColumnsPass(FusePass):
                 v.shape = leaf.shape
             reroute(leaf, v)
         graph.insert_after(anchor, new_nodes)
+        _drop_dead(graph, [leaf.producer() for leaf, _ in leaves] + [mm])
 
     @staticmethod
     def _node(nodes: list, op: str, inputs: list, name: str, y: ir.Value, width: int | None, taken: set) -> ir.Value:

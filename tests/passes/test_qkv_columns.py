@@ -85,10 +85,9 @@ def gpt_neox(bias: bool = True, heads: int = 2, d: int = 4) -> str:
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("heads, d", [(2, 4), (4, 2), (1, 8)])
 def test_gpt_neox_split_of_heads(bias, heads, d):
+    # one head: q, k, v are column ranges of the projection in order, but picked from its [B, S, 1, 3D] view:
+    # taken too (pieces of the projection itself, each viewed as the pick was; the attention then reads them 3-D)
     proto, model, modified, stats = _run(gpt_neox(bias, heads, d))
-    if heads == 1:  # one head: q, k, v are already column ranges of the projection, taken in order
-        assert not modified and not stats, stats
-        return
     assert modified and stats == {"projections": 1, "picks": 3}, stats
     split = _split_projection(model)
     assert [o.shape[-1] for o in split.outputs] == [heads * d] * 3
@@ -380,4 +379,126 @@ def test_pieces_as_matmuls(shape_read):
         _split_projection(model)
     else:
         assert got.get("MatMul") == 5 and got.get("Add") == 3 and "Split" not in got, got
+    check_same(proto, model, _feeds())
+
+
+def gpt_bigcode(cache: bool = False, merged: bool = False) -> str:
+    """GPT-BigCode's multi-query attention (dynamo): q (2 heads) | k | v (one head each) in column order, picked
+    by a Split of the projection viewed [B, 1, S, N] (its Unsqueeze); q viewed [B, S, H, D] and transposed, k / v
+    [B, 1, S, D] broadcast over q's heads; with ``cache`` each joined to a past over the sequence (present out),
+    with ``merged`` the output's heads merged back to [B, S, H * D] after a scale (the end-to-end form)."""
+    h, d = 2, 4
+    past = f", float[B, 1, P, {d}] pk, float[B, 1, P, {d}] pv" if cache else ""
+    outs = (f", float[B, 1, T, {d}] kc, float[B, 1, T, {d}] vc" if cache else "")
+    out = f"float[B, S, {h * d}] out" if merged else f"float[B, {h}, S, {d}] y"
+    core = _core("q", "kc" if cache else "k", "vc" if cache else "v")
+    if merged:
+        core = core.replace("pr = Softmax <axis = -1> (sc)", """half = Constant <value = float {0.5}> ()
+            sc2 = Mul (sc, half)
+            pr = Softmax <axis = -1> (sc2)""") + f"""
+            yt = Transpose <perm = [0, 2, 1, 3]> (y)
+            back = Constant <value = int64[3] {{0, 0, {h * d}}}> ()
+            out = Reshape (yt, back)"""
+    join = """kc = Concat <axis = 2> (pk, k)
+            vc = Concat <axis = 2> (pv, v)""" if cache else ""
+    return f"""
+        g (float[B, S, {C}] x{past}) => ({out}{outs}) {{
+            {_projection(h * d + 2 * d, True)}
+            ax = Constant <value = int64[1] {{1}}> ()
+            u = Unsqueeze (a, ax)
+            sizes = Constant <value = int64[3] {{{h * d}, {d}, {d}}}> ()
+            q0, k, v = Split <axis = 3> (u, sizes)
+            hv = Constant <value = int64[4] {{0, -1, {h}, {d}}}> ()
+            q1 = Reshape (q0, hv)
+            q = Transpose <perm = [0, 2, 1, 3]> (q1)
+            {join}
+            {core}
+        }}"""
+
+
+def test_gpt_bigcode_pieces_in_order_of_a_view_taken():
+    # q | k | v in column order, but picked from a view of the projection ([B, 1, S, N]): each piece is now
+    # the projection's own column range (no Unsqueeze), viewed as the pick was
+    proto, model, modified, stats = _run(gpt_bigcode())
+    assert modified and stats == {"projections": 1, "picks": 3}, stats
+    split = _split_projection(model)
+    assert [o.shape[-1] for o in split.outputs] == [8, 4, 4]
+    assert "Unsqueeze" not in ops(model), ops(model)
+    check_same(proto, model, _feeds())
+    check_same(proto, model, _feeds(7, b=1, s=3))
+
+
+def test_gpt_bigcode_pieces_joined_to_a_cache_stay():
+    # with a cache the attention stays heads-first 4-D: the export's one shared view is kept (kv / optimum)
+    _, _, modified, stats = _run(gpt_bigcode(cache=True))
+    assert not modified and not stats, stats
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_gpt_bigcode_fewer_nodes_end_to_end(target):
+    # the whole pipeline at O3: fewer nodes than with the pieces left on the view, attention fused, verified
+    import onnx_fuse
+
+    proto = parse(HEADER + gpt_bigcode(merged=True))
+    new = onnx_fuse.optimize(proto, level=3, target=target, verify=True)
+    old = onnx_fuse.optimize(proto, level=3, target=target, verify=True, disable=["qkv-columns"])
+    assert new.report.passed and old.report.passed
+    attention = {"com.microsoft::GroupQueryAttention", "com.microsoft::MultiHeadAttention", "com.microsoft::Attention",
+                 "Attention"}
+    assert sum(new.report.ops_after.get(k, 0) for k in attention) == 1, new.report.ops_after
+    assert sum(new.report.ops_after.values()) < sum(old.report.ops_after.values()), \
+        (new.report.ops_after, old.report.ops_after)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_replaced_projection_not_computed_again(target):
+    # the pass removes the projection it replaced (and the views / picks): before, pack-matmul packed the dead
+    # projection with its pieces, so the fused projection ran twice and one output of the packed Split was unread
+    import onnx_fuse
+
+    proto = parse(HEADER + gpt_neox(True, 2, 4))
+    model = ir.from_proto(proto)
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    ShapeInferencePass()(model)
+    assert QkvColumnsPass(as_matmuls=True)(model).modified
+    read = {id(i) for n in model.graph for i in n.inputs if i is not None} | {id(o) for o in model.graph.outputs}
+    dead = [n.op_type for n in model.graph if not any(id(o) in read for o in n.outputs)]
+    assert not dead, dead
+    out = onnx_fuse.optimize(proto, level=3, target=target, verify=True)
+    assert out.report.passed
+    proto_out = out.to_proto()
+    read = {i for n in proto_out.graph.node for i in n.input} | {o.name for o in proto_out.graph.output}
+    unread = [o for n in proto_out.graph.node for o in n.output if o and o not in read]
+    assert not unread, unread
+    widths = [w.dims[-1] for w in proto_out.graph.initializer if len(w.dims) == 2 and w.dims[0] == C]
+    assert sum(widths) == 24, widths  # q | k | v once, not beside the old projection's 24 columns
+
+
+def test_pieces_in_order_sliced_one_split():
+    # Phi-3's qkv_proj / ModernBERT's MLP chunk in TorchScript: a Slice per piece of the last axis, in column
+    # order: one Split instead (at ort / onnx MatMuls per piece, which pack-matmul packs into one Split again)
+    proto, model, modified, stats = _run(f"""
+        g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
+            {_projection(24, True)}
+            ax = Constant <value = int64[1] {{-1}}> ()
+            s0 = Constant <value = int64[1] {{0}}> ()
+            s1 = Constant <value = int64[1] {{8}}> ()
+            s2 = Constant <value = int64[1] {{16}}> ()
+            s3 = Constant <value = int64[1] {{24}}> ()
+            q0 = Slice (a, s0, s1, ax)
+            k0 = Slice (a, s1, s2, ax)
+            v0 = Slice (a, s2, s3, ax)
+            hv = Constant <value = int64[4] {{0, 0, 2, 4}}> ()
+            q1 = Reshape (q0, hv)
+            k1 = Reshape (k0, hv)
+            v1 = Reshape (v0, hv)
+            q = Transpose <perm = [0, 2, 1, 3]> (q1)
+            k = Transpose <perm = [0, 2, 1, 3]> (k1)
+            v = Transpose <perm = [0, 2, 1, 3]> (v1)
+            {_core()}
+        }}""")
+    assert modified and stats == {"projections": 1, "picks": 3}, stats
+    assert [o.shape[-1] for o in _split_projection(model).outputs] == [8, 8, 8]
+    assert "Slice" not in ops(model), ops(model)
     check_same(proto, model, _feeds())
