@@ -1,0 +1,148 @@
+"""rules/attention/gqa_key_padding.yaml: grouped-kv encoder attention at ort over an attention_mask mask.
+
+An encoder with fewer kv heads (EmbeddingGemma, T5Gemma 2's encoder) lowers to GroupQueryAttention
+(causal=0) at ort, which takes a mask only as a 4-D attention_bias [B|1, H|1, S, T]. Its full layers'
+mask is attention_mask's key padding alone, which transformers 5 builds as Where(GatherND(attention_mask,
+batch / key index grids), 0, finfo.min) (about 15 ops): attention-gqa-ort-key-padding rebuilds that bias
+from the [B, T] input (Cast, Unsqueeze, Where, its Expand to the query rows), so the exporter's ops die,
+as attention-mha-ort and attention-onnx already do. The sliding layers' bidirectional window
+(|i - j| < W and the key padding) is no key padding, and GroupQueryAttention's local_window_size is a
+causal left window ("must be -1 when causal is 0"): that mask stays the 4-D bias.
+Numerics against the original in ORT with right, left, inner and full padding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+H, HKV, D = 4, 2, 8
+MIN = float(np.finfo(np.float32).min)
+
+
+def _mask_nodes(n, window: int | None) -> list:
+    """transformers 5's padding_mask[batch_idx, kv_idx] (GatherND over index grids), with a
+    bidirectional window |q - k| < window on top when given, as Where(keep, 0, min) -> ``mask``."""
+    nodes = [n("Shape", ["attention_mask"], ["ash"]), n("Gather", ["ash", "i0"], ["nb"], axis=0),
+             n("Gather", ["ash", "i1"], ["ns"], axis=0), n("Range", ["i0", "nb", "i1"], ["rb"]),
+             n("Range", ["i0", "ns", "i1"], ["rs"]),
+             n("Unsqueeze", ["rb", "ax123"], ["bi"]), n("Unsqueeze", ["rs", "ax012"], ["ki"]),
+             n("Max", ["bi", "ki"], ["bk"]), n("Shape", ["bk"], ["bks"]),
+             n("Expand", ["bi", "bks"], ["bix"]), n("Unsqueeze", ["bix", "axm1"], ["biu"]),
+             n("Expand", ["ki", "bks"], ["kix"]), n("Unsqueeze", ["kix", "axm1"], ["kiu"]),
+             n("Concat", ["biu", "kiu"], ["idx"], axis=-1), n("Cast", ["attention_mask"], ["amb"], to=9),
+             n("GatherND", ["amb", "idx"], ["keep"])]
+    cond = "keep"
+    if window is not None:   # EmbeddingGemma / Gemma 3 encoder sliding layers: |q - k| < W
+        nodes += [n("Unsqueeze", ["rs", "ax013"], ["qi"]), n("Sub", ["qi", "ki"], ["dist"]),
+                  n("Abs", ["dist"], ["adist"]), n("Less", ["adist", "win"], ["near"]),
+                  n("And", ["keep", "near"], ["keepw"])]
+        cond = "keepw"
+    nodes.append(n("Where", [cond, "zero", "fmin"], ["mask"]))
+    return nodes
+
+
+def _model(h, window: int | None = None):
+    """One attention over q3 [B,S,H*D] and k3 / v3 [B,S,HKV*D] (repeat_kv to H heads), the mask
+    added to the scaled scores, the sdpa NaN guard after Softmax."""
+    n = h.node
+    nodes = _mask_nodes(n, window)
+    nodes += [n("Reshape", ["q3", "qshape"], ["qr"]), n("Transpose", ["qr"], ["q4"], perm=[0, 2, 1, 3])]
+    for c in "kv":
+        nodes += [n("Reshape", [f"{c}3", "kvshape"], [f"{c}r"]),
+                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3]),
+                  n("Shape", [f"{c}4"], [f"{c}s"]), n("Gather", [f"{c}s", "j0"], [f"{c}b"]),
+                  n("Gather", [f"{c}s", "j2"], [f"{c}l"]),
+                  n("Concat", [f"{c}b", "kvh", "rep", f"{c}l", "dd"], [f"{c}xs"], axis=0),
+                  n("Concat", [f"{c}b", "hq", f"{c}l", "dd"], [f"{c}rs"], axis=0),
+                  n("Unsqueeze", [f"{c}4", "ax2"], [f"{c}u"]), n("Expand", [f"{c}u", f"{c}xs"], [f"{c}x"]),
+                  n("Reshape", [f"{c}x", f"{c}rs"], [f"{c}h"])]
+    nodes += [n("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("IsNaN", ["p"], ["isn"]),
+              n("Where", ["isn", "zero", "p"], ["pz"]), n("MatMul", ["pz", "vh"], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    inputs = [h.vi("q3", ["batch", "seq", H * D]), h.vi("k3", ["batch", "seq", HKV * D]),
+              h.vi("v3", ["batch", "seq", HKV * D]), h.vi("attention_mask", ["batch", "seq"], TensorProto.INT64)]
+    inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
+             "j0": np.array([0], np.int64), "j2": np.array([2], np.int64),
+             "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
+             "ax013": np.array([0, 1, 3], np.int64), "axm1": np.array([-1], np.int64),
+             "ax2": np.array([2], np.int64), "win": np.array(window or 0, np.int64),
+             "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
+             "qshape": np.array([0, 0, H, D], np.int64), "kvshape": np.array([0, 0, HKV, D], np.int64),
+             "kvh": np.array([HKV], np.int64), "rep": np.array([H // HKV], np.int64),
+             "hq": np.array([H], np.int64), "dd": np.array([D], np.int64),
+             "merge": np.array([0, 0, H * D], np.int64), "scale": np.array(D ** -0.5, np.float32)}
+    return h.make_model(nodes, inputs, [h.vi("y", ["batch", "seq", H * D])], inits)
+
+
+def _check(h, model, fused):
+    """Right, full, left and inner padding at two lengths (the window's edge inside and past them)."""
+    rng = np.random.default_rng(3)
+    for b, s in ((4, 7), (4, 3)):
+        am = np.ones((b, s), np.int64)
+        am[0, s - 2:] = 0
+        am[1, :] = 0
+        am[2, :2] = 0
+        am[3, 1] = 0
+        feeds = {"attention_mask": am, "q3": rng.standard_normal((b, s, H * D)).astype(np.float32)}
+        for c in "kv":
+            feeds[f"{c}3"] = rng.standard_normal((b, s, HKV * D)).astype(np.float32)
+        h.assert_close(model, fused, feeds)
+
+
+def _gqa(fused):
+    """The GroupQueryAttention node and the producer of every value."""
+    node = next(n for n in fused.graph.node if n.op_type == "GroupQueryAttention")
+    return node, {o: n for n in fused.graph.node for o in n.output}
+
+
+def test_key_padding_bias_rebuilt_from_attention_mask(h):
+    """The GatherND key mask dies: GroupQueryAttention's attention_bias is Expand(Where(Unsqueeze(
+    Cast(attention_mask)), 0, fill)) (fails on the old lowering, which kept the export's ops)."""
+    model = _model(h)
+    fused = h.fuse(model, "ort")
+    ops = h.ops(fused)
+    assert ops["com.microsoft::GroupQueryAttention"] == 1 and ops["Softmax"] == 0, ops
+    assert "attention-gqa-ort-key-padding" in h.fired(fused), h.fired(fused)
+    assert ops["GatherND"] == 0 and ops["Range"] == 0 and ops["Max"] == 0, ops
+    node, producer = _gqa(fused)
+    bias = producer[node.input[10]]
+    assert bias.op_type == "Expand", bias
+    where = producer[bias.input[0]]
+    assert where.op_type == "Where", where
+    unsq = producer[where.input[0]]
+    cast = producer[unsq.input[0]]
+    assert unsq.op_type == "Unsqueeze" and cast.op_type == "Cast" and cast.input[0] == "attention_mask"
+    # a finite fill: no row can lose every key, so the export's NaN guard has nothing to zero
+    assert ops["IsNaN"] == 0, ops
+    _check(h, model, fused)
+
+
+@pytest.mark.parametrize("window", [2, 4])
+def test_bidirectional_window_keeps_the_bias(h, window):
+    """|q - k| < W and the key padding: no key padding alone, and GroupQueryAttention's
+    local_window_size is a causal left window only: the 4-D bias stays, numerics as the original."""
+    model = _model(h, window)
+    fused = h.fuse(model, "ort")
+    ops = h.ops(fused)
+    assert ops["com.microsoft::GroupQueryAttention"] == 1 and ops["Softmax"] == 0, ops
+    assert "attention-gqa-ort-key-padding" not in h.fired(fused), h.fired(fused)
+    assert ops["GatherND"] == 1 and ops["Abs"] == 1, ops
+    node, _ = _gqa(fused)
+    assert len(node.input) > 10 and node.input[10], node.input
+    assert {a.name: a.i for a in node.attribute}.get("local_window_size", -1) == -1
+    _check(h, model, fused)
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_other_targets_unchanged(h, target):
+    """Attention-23 already took the key mask from attention_mask (attention-onnx / attention-trt)."""
+    model = _model(h)
+    fused = h.fuse(model, target)
+    ops = h.ops(fused)
+    assert ops["Attention"] == 1 and ops["GatherND"] == 0, ops
+    assert "attention-gqa-ort-key-padding" not in h.fired(fused)
+    _check(h, model, fused)
