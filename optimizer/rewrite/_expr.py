@@ -435,13 +435,15 @@ def _padding_fill(ctx, m, q) -> float:
 def _finite_mask(ctx, m) -> bool:
     """Whether an additive float32 mask provably holds finite values only (value_range: no -inf,
     no NaN), so that no query row can have every key at -inf. float32 only: a float16 mask at its
-    lowest (-65504) overflows to -inf with a score below -16. Never fails."""
+    lowest (-65504) overflows to -inf with a score below -16. value_range bounds in float64, where
+    finfo.min + finfo.min is still finite: the bounds must lie in float32's own range. Never fails."""
     if not isinstance(m, ir.Value) or m.dtype != ir.DataType.FLOAT:
         return False
     from onnx_fuse.rewrite._value_bound import value_range
 
     lo, hi = value_range(ctx, m)
-    return bool(np.isfinite(lo) and np.isfinite(hi))
+    f32 = np.finfo(np.float32)
+    return bool(float(f32.min) <= lo and hi <= float(f32.max))
 
 
 def _finite_rows(ctx, m, q, past=None) -> bool:

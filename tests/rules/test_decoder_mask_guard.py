@@ -181,3 +181,31 @@ def test_finite_rows_reasons(h):
     assert not run("bool_inf", True) and not run("bool_inf", False)
     assert not run("row_fills", False)
     assert not run("sub_mul", False, ir.DataType.FLOAT16)
+
+
+def test_two_min_fills_summed_keep_the_guard(h):
+    """Where(c, 0, min) + Where(d, 0, min) of two bool inputs: value_range bounds it at 2 * min in
+    float64, but float32 overflows to -inf where both mask a key, so a row masked by both everywhere
+    is NaN in the op (0 in the export): finite_mask compares with float32's own range, and
+    finite_rows cannot probe bool inputs, so the guard stays."""
+    n = h.node
+    nodes = [n("Where", ["c", "zero", "fmin"], ["a"]), n("Where", ["d", "zero", "fmin"], ["b"]),
+             n("Add", ["a", "b"], ["mask"]),
+             n("Transpose", ["k_new"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+             n("Softmax", ["sm"], ["p"], axis=-1), n("IsNaN", ["p"], ["isn"]),
+             n("Where", ["isn", "zero", "p"], ["pz"]), n("MatMul", ["pz", "v_new"], ["o"])]
+    inputs = [h.vi(x, ["batch", H, "seq", D]) for x in ("q", "k_new", "v_new")]
+    inputs += [h.vi(x, ["batch", 1, "seq", "seq"], TensorProto.BOOL) for x in "cd"]
+    model = h.make_model(nodes, inputs, [h.vi("o", ["batch", H, "seq", D])],
+                         {"zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
+                          "scale": np.array(D ** -0.5, np.float32)})
+    fused = h.fuse(model, "ort")
+    ops = h.ops(fused)
+    assert ops["com.microsoft::MultiHeadAttention"] == 1 and ops["IsNaN"] == 1, ops
+    rng = np.random.default_rng(7)
+    c = rng.random((2, 1, 4, 4)) < 0.5
+    d = rng.random((2, 1, 4, 4)) < 0.5
+    c[1, 0, 2], d[1, 0, 2] = False, False   # row 2 of batch 1: every key at min + min = -inf
+    feeds = {x: rng.standard_normal((2, H, 4, D)).astype(np.float32) for x in ("q", "k_new", "v_new")}
+    h.assert_close(model, fused, {**feeds, "c": c, "d": d})
