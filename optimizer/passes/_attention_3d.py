@@ -56,7 +56,7 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
     if node is None or len(node.outputs) != 1:
         return False
     try:
-        _check_layout_op(node, Region(list(HEADS)), opset)
+        _check_layout_op(node, Region(list(HEADS), rotary=_views_meet(node)), opset)
     except Refused:
         return False
     for j in layout_inputs(node):
@@ -66,6 +66,17 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
         if not heads_split(x, opset, depth - 1):
             return False
     return True
+
+
+def _views_meet(node: ir.Node) -> bool:
+    """A 4-D RotaryEmbedding the walk may pass: the sink runs it 3-D between two views, which cost as
+    much as the Transposes they save unless they meet the export's head split / merge, so none where a
+    Cast (a float16 island) reads or feeds the rotation and keeps them apart."""
+    if not is_default_op(node, "RotaryEmbedding"):
+        return False
+    x = node.inputs[0] if node.inputs else None
+    return not (is_default_op(x.producer() if x is not None else None, "Cast")
+                or any(is_default_op(u.node, "Cast") for u in node.outputs[0].uses()))
 
 
 def chain_steps(chain: list[ir.Node]) -> tuple[list, list] | None:

@@ -13,7 +13,9 @@ value in the region, and the producers of an inner node's other operands. The re
     node per value (the sink counts it; CSE shares it between layers).
 Inner nodes: elementwise ops, last-axis norms (ORT's residual SkipLayerNormalization too, its sum an
 output of the region), Concat / Softmax / Split with their axis moved, a projection by a 2-D weight
-and ORT's biased activations where the last axis stays, an Expand whose target p1 leaves as it is.
+and ORT's biased activations where the last axis stays, an Expand whose target p1 leaves as it is, and a
+4-D RotaryEmbedding where p1 swaps heads and sequence (rewritten as its 3-D form on [B, S, H*D]: a
+q / k norm, a scalar or per-position factor between the head Transpose and the rotation sinks alike).
 A region whose value is a graph output or is read by anything else is refused. Rewritten, the inner
 nodes run on the entries' inputs, so a pair that was only apart because an elementwise op, a
 last-axis norm or a Concat sat between two Transposes cancels: SD3's q / k are transposed to
@@ -57,6 +59,7 @@ _BIAS_LAST = {("com.microsoft", "FastGelu"), ("com.microsoft", "BiasGelu"), ("co
               ("com.microsoft", "QuickGelu")}
 # one axis, moved with the permutation (opset 13 on: earlier Softmax flattens from the axis on)
 ONE_AXIS = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
+HEADS = [0, 2, 1, 3]  # [B, H, S, D] <-> [B, S, H, D]: the one permutation a 4-D RotaryEmbedding passes
 MAX_NODES = 256  # a region larger than this is left (the walk stays cheap)
 MAX_CONSTANT = 1 << 22  # elements of a constant operand copied permuted
 
@@ -80,6 +83,9 @@ class Region:
     # per-position query factor [1, 1, S, 1]): read through a Transpose by p1's inverse
     operands: list[tuple[ir.Node, int]] = dataclasses.field(default_factory=list)
     kept: set = dataclasses.field(default_factory=set)  # entries that other nodes still read
+    # a 4-D RotaryEmbedding may be inner (the sink's own regions; attention-3d's walk does not pass one: its
+    # two views cost what the Transposes it would meet save where Casts sit between, fp16 islands)
+    rotary: bool = False
 
     @property
     def rank(self) -> int:
@@ -109,7 +115,7 @@ def collect(start: ir.Node, opset: int) -> Region:
     p1 = perm_of(start)
     if p1 is None or len(start.inputs) != 1 or start.inputs[0] is None:
         raise Refused
-    region = Region(p1)
+    region = Region(p1, rotary=True)
     values: list[ir.Value] = []  # region values whose readers are still to visit
     seen: set[int] = set()  # ids of nodes placed
 
@@ -225,7 +231,8 @@ def layout_inputs(node: ir.Node) -> list[int]:
     key = (node.domain or "", node.op_type)
     if key in _SKIP_NORMS:
         return [0, 1]
-    if key in _NORMS or key in _BIAS_LAST or node.op_type in ONE_AXIS or key in (("", "MatMul"), ("", "Split"), ("", "Expand")):
+    if key in _NORMS or key in _BIAS_LAST or node.op_type in ONE_AXIS or key in (
+            ("", "MatMul"), ("", "Split"), ("", "Expand"), ("", "RotaryEmbedding")):
         return [0]
     return list(range(len(node.inputs)))
 
@@ -293,6 +300,14 @@ def _check_layout_op(node: ir.Node, region: Region, opset: int) -> None:
         return
     if key == ("", "Split"):
         if axis_attr(node, rank) is None:
+            raise Refused
+        return
+    if key == ("", "RotaryEmbedding"):
+        # 4-D RotaryEmbedding-23 rotates [B, H, S, D]; on the heads-last layout [B, S, H, D] it runs 3-D
+        # (viewed [B, S, H*D], num_heads H; _transpose_sink.py rewrites it so): static H and D
+        x = node.inputs[0] if node.inputs else None
+        if not region.rotary or region.p1 != HEADS or _rank(x) != 4 or not all(
+                isinstance(x.shape[a], int) for a in (1, 3)):
             raise Refused
         return
     if key in _NORMS:

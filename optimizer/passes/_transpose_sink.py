@@ -25,7 +25,10 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
     # computed operands read permuted: one Transpose per value unless it broadcasts alike
     moved = {id(op.inputs[j]): op.inputs[j] for op, j in region.operands
              if not _dims_alike(list(op.inputs[j].shape.dims), inv, len(p1))}
-    after = len(region.kept) + sum(c != list(range(len(c))) for c in composed.values()) + len(moved)
+    # a rotation passed runs 3-D between two views: the one into it stays (the one after it meets the
+    # head merge), so it costs a node
+    rotations = sum(op.op_type == "RotaryEmbedding" for op in region.inner)
+    after = len(region.kept) + sum(c != list(range(len(c))) for c in composed.values()) + len(moved) + rotations
     if after >= len(region.entries) + len(region.exits):
         return False  # no Transpose saved
     permuted: dict[int, ir.Value] = {}
@@ -59,6 +62,8 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
         for out in op.outputs:
             if out.shape is not None and len(out.shape) == len(p1):
                 out.shape = ir.Shape([out.shape.dims[i] for i in inv])
+        if op.op_type == "RotaryEmbedding":
+            _rotary_3d(graph, op)
     for t2 in region.exits:
         t2.replace_input_with(0, source(t2.inputs[0]))
         t2.attributes["perm"] = ir.AttrInt64s("perm", composed[id(t2)])
@@ -70,6 +75,31 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
         if not t.outputs[0].uses():
             graph.remove(t, safe=True)
     return True
+
+
+def _rotary_3d(graph: ir.Graph, rope: ir.Node) -> None:
+    """A 4-D RotaryEmbedding now reading [B, S, H, D] (the heads-last layout) as its 3-D form: the input
+    viewed [B, S, H*D], num_heads H, the output viewed back [B, S, H, D] for the region's readers."""
+    x, y = rope.inputs[0], rope.outputs[0]
+    b, s, h, d = y.shape.dims   # permuted already (x's producer may come later in the region's order)
+    taken = graph_names(graph)
+    base = y.name or "rotary"
+    merge = int64_initializer(graph, f"{base}_heads_merged", [0, 0, h * d], taken)
+    split = int64_initializer(graph, f"{base}_heads_split", [0, 0, h, d], taken)
+    view = ir.node("Reshape", [x, merge])
+    view.outputs[0].name = fresh_name(f"{base}_in3d", taken)
+    view.outputs[0].type, view.outputs[0].shape = x.type, ir.Shape([b, s, h * d])
+    graph.insert_before(rope, [view])
+    rope.replace_input_with(0, view.outputs[0])
+    rope.attributes["num_heads"] = ir.AttrInt64("num_heads", h)
+    readers = list(y.uses())
+    back = ir.node("Reshape", [y, split])
+    y4 = back.outputs[0]
+    y4.name, y4.type, y4.shape = fresh_name(f"{base}_heads", taken), y.type, ir.Shape([b, s, h, d])
+    for use in readers:
+        use.node.replace_input_with(use.idx, y4)
+    graph.insert_after(rope, [back])
+    y.shape = ir.Shape([b, s, h * d])
 
 
 def _shape_through(graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int], opset: int) -> None:

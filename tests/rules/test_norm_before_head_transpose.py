@@ -64,7 +64,8 @@ def test_normed_heads_rotate_on_the_3d_view(h, target):
     out = h.fuse(model, target, level=4 if target == "trt" else 3)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 2 and ops["LayerNormalization"] == 2 and "Transpose" not in ops, ops
-    assert h.fired(out)["norm-before-head-transpose"] == 2, h.fired(out)
+    # the two LayerNorms it emitted (at onnx also the rotations the transpose sink rewrote in place)
+    assert h.fired(out)["norm-before-head-transpose"] >= 2, h.fired(out)
     # the norms run on the [B,S,H,D] views, the rotations on [B,S,H*D]
     rope = [x for x in out.graph.node if x.op_type == "RotaryEmbedding"]
     assert all(next(a.i for a in x.attribute if a.name == "num_heads") == H for x in rope)
@@ -114,7 +115,7 @@ def _block23(h, form):
     'rms_affine' q / k: RMSNorm with a trained [D] scale, then + a [1,1,1,D] vector, q also / a scalar
     'ln_nobias'  q / k: LayerNormalization without bias (2 inputs), q then * a [D] vector
     'mul_only'   q: no norm, * a [D] vector; k: RMSNorm without scale
-    'per_pos'    q: RMSNorm, * a per-position constant [1,1,S,1] (near miss); k as 'muse'
+    'per_pos'    q: RMSNorm, * a per-position constant [1,1,S,1] (the transpose sink's); k as 'muse'
     'rms_rows'   q / k: RMSNormalization over [S, D] (axis -2, near miss)"""
     n = h.node
     r = np.random.default_rng(11)
@@ -182,15 +183,15 @@ def test_norms_and_last_axis_ops_move_before_the_head_transpose(h, form, target)
         h.assert_close(model, out, _feeds(h, s))
 
 
-def test_a_per_position_operand_stays(h):
-    """q * c with c [1,1,S,1] (per position): on the [B,S,H,D] side it would need c transposed, which this
-    rule does not do, so q keeps its Transpose pair; k (RMSNorm only) still moves."""
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_a_per_position_operand_sinks(h, target):
+    """q * c with c [1,1,S,1] (per position) between the norm and the rotation: not this rule's (it moves
+    norms only), but the transpose sink takes the region through the 4-D rotation and reads c transposed
+    (session 24; on 14ac304 q kept its Transpose pair: 2 / 4 / 2 Transposes at ort / onnx / trt)."""
     model = _block23(h, "per_pos")
-    reasons = h.reasons(model, "ort", "norm-before-head-transpose")
-    assert any(re.search("must broadcast along the head size only", r) for r in reasons), reasons
-    out = h.fuse(model, "ort")
-    tr = [x for x in out.graph.node if x.op_type == "Transpose"]
-    assert len(tr) == 2 and tr[0].input[0] == "qsp", [(x.input[0], x.output[0]) for x in tr]   # q's pair only
+    out = h.fuse(model, target, level=4 if target == "trt" else 3)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 2 and "Transpose" not in ops, ops
     h.assert_close(model, out, _feeds(h))
 
 
