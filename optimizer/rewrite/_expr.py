@@ -517,6 +517,29 @@ def _ancestor_ops(v, n: int) -> list[str]:
     return ops
 
 
+def _freed_ops(ctx, v, limit: int = 512) -> int:
+    """How many nodes die with ``v`` once its readers stop reading it: its producer and, transitively, every
+    node whose outputs only those nodes read (no graph output). At most ``limit`` (a mask's cone)."""
+    v = _as_value(v, "freed_ops")
+    node = v.producer()
+    if node is None or v.is_graph_output():
+        return 0
+    dead = {id(node)}
+    frontier = [node]
+    while frontier and len(dead) < limit:
+        nxt = []
+        for n in frontier:
+            for i in n.inputs:
+                p = i.producer() if i is not None else None
+                if p is None or id(p) in dead:
+                    continue
+                if all(not o.is_graph_output() and all(id(u.node) in dead for u in o.uses()) for o in p.outputs):
+                    dead.add(id(p))
+                    nxt.append(p)
+        frontier = nxt
+    return len(dead)
+
+
 def _reads_input(ctx, v, n: int = 200) -> bool:
     """Whether ``v``'s values depend on a graph input's values: a Shape or Size of one reads only
     its dims (a mask sized from x stays a function of the shapes). True too past ``n`` producers,
@@ -588,6 +611,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # op types of every producer above a value (all inputs, breadth first, at most n nodes)
     "ancestor_ops": lambda ctx, v, n: _ancestor_ops(_as_value(v, "ancestor_ops"), int(n)),
     "reads_input": _reads_input,
+    # how many nodes die with a value once its readers drop it (its exclusive cone, at most 512)
+    "freed_ops": _freed_ops,
     # the largest magnitude a value can hold, proven from constants through layout / gather /
     # simple arithmetic ops (inf where unproven: an input, an activation; _value_bound.py)
     "value_bound": _value_bound,

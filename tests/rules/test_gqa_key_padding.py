@@ -43,28 +43,45 @@ def _mask_nodes(n, window: int | None) -> list:
     return nodes
 
 
-def _model(h, window: int | None = None):
+def _attention(n, t: str, mask: str) -> list:
+    """Attention over the graph inputs q3<t> / k3<t> / v3<t> and ``mask`` -> y<t> (names suffixed with t)."""
+    nodes = [n("Reshape", [f"q3{t}", "qshape"], [f"qr{t}"]), n("Transpose", [f"qr{t}"], [f"q4{t}"], perm=[0, 2, 1, 3])]
+    for c in "kv":
+        c_ = c + t
+        nodes += [n("Reshape", [f"{c}3{t}", "kvshape"], [f"{c_}r"]),
+                  n("Transpose", [f"{c_}r"], [f"{c_}4"], perm=[0, 2, 1, 3]),
+                  n("Shape", [f"{c_}4"], [f"{c_}s"]), n("Gather", [f"{c_}s", "j0"], [f"{c_}b"]),
+                  n("Gather", [f"{c_}s", "j2"], [f"{c_}l"]),
+                  n("Concat", [f"{c_}b", "kvh", "rep", f"{c_}l", "dd"], [f"{c_}xs"], axis=0),
+                  n("Concat", [f"{c_}b", "hq", f"{c_}l", "dd"], [f"{c_}rs"], axis=0),
+                  n("Unsqueeze", [f"{c_}4", "ax2"], [f"{c_}u"]), n("Expand", [f"{c_}u", f"{c_}xs"], [f"{c_}x"]),
+                  n("Reshape", [f"{c_}x", f"{c_}rs"], [f"{c_}h"])]
+    nodes += [n("Transpose", [f"k{t}h"], [f"kt{t}"], perm=[0, 1, 3, 2]),
+              n("MatMul", [f"q4{t}", f"kt{t}"], [f"sc{t}"]),
+              n("Mul", [f"sc{t}", "scale"], [f"ss{t}"]), n("Add", [f"ss{t}", mask], [f"sm{t}"]),
+              n("Softmax", [f"sm{t}"], [f"p{t}"], axis=-1), n("IsNaN", [f"p{t}"], [f"isn{t}"]),
+              n("Where", [f"isn{t}", "zero", f"p{t}"], [f"pz{t}"]), n("MatMul", [f"pz{t}", f"v{t}h"], [f"o{t}"]),
+              n("Transpose", [f"o{t}"], [f"ot{t}"], perm=[0, 2, 1, 3]), n("Reshape", [f"ot{t}", "merge"], [f"y{t}"])]
+    return nodes
+
+
+def _model(h, window: int | None = None, shared: bool = False):
     """One attention over q3 [B,S,H*D] and k3 / v3 [B,S,HKV*D] (repeat_kv to H heads), the mask
-    added to the scaled scores, the sdpa NaN guard after Softmax."""
+    added to the scaled scores, the sdpa NaN guard after Softmax. ``shared``: a second attention
+    over the key mask alone, whose GatherND the windowed mask also reads (EmbeddingGemma's full and
+    sliding layers), output y2."""
     n = h.node
     nodes = _mask_nodes(n, window)
-    nodes += [n("Reshape", ["q3", "qshape"], ["qr"]), n("Transpose", ["qr"], ["q4"], perm=[0, 2, 1, 3])]
-    for c in "kv":
-        nodes += [n("Reshape", [f"{c}3", "kvshape"], [f"{c}r"]),
-                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3]),
-                  n("Shape", [f"{c}4"], [f"{c}s"]), n("Gather", [f"{c}s", "j0"], [f"{c}b"]),
-                  n("Gather", [f"{c}s", "j2"], [f"{c}l"]),
-                  n("Concat", [f"{c}b", "kvh", "rep", f"{c}l", "dd"], [f"{c}xs"], axis=0),
-                  n("Concat", [f"{c}b", "hq", f"{c}l", "dd"], [f"{c}rs"], axis=0),
-                  n("Unsqueeze", [f"{c}4", "ax2"], [f"{c}u"]), n("Expand", [f"{c}u", f"{c}xs"], [f"{c}x"]),
-                  n("Reshape", [f"{c}x", f"{c}rs"], [f"{c}h"])]
-    nodes += [n("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
-              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
-              n("Softmax", ["sm"], ["p"], axis=-1), n("IsNaN", ["p"], ["isn"]),
-              n("Where", ["isn", "zero", "p"], ["pz"]), n("MatMul", ["pz", "vh"], ["o"]),
-              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
-    inputs = [h.vi("q3", ["batch", "seq", H * D]), h.vi("k3", ["batch", "seq", HKV * D]),
-              h.vi("v3", ["batch", "seq", HKV * D]), h.vi("attention_mask", ["batch", "seq"], TensorProto.INT64)]
+    if shared:
+        nodes.append(n("Where", ["keep", "zero", "fmin"], ["mask2"]))
+    outputs = []
+    for t, m in (("", "mask"), ("2", "mask2")) if shared else (("", "mask"),):
+        nodes += _attention(n, t, m)
+        outputs.append(h.vi(f"y{t}", ["batch", "seq", H * D]))
+    inputs = [h.vi("attention_mask", ["batch", "seq"], TensorProto.INT64)]
+    for t in ("", "2") if shared else ("",):
+        inputs += [h.vi(f"q3{t}", ["batch", "seq", H * D]), h.vi(f"k3{t}", ["batch", "seq", HKV * D]),
+                   h.vi(f"v3{t}", ["batch", "seq", HKV * D])]
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
              "j0": np.array([0], np.int64), "j2": np.array([2], np.int64),
              "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
@@ -75,7 +92,7 @@ def _model(h, window: int | None = None):
              "kvh": np.array([HKV], np.int64), "rep": np.array([H // HKV], np.int64),
              "hq": np.array([H], np.int64), "dd": np.array([D], np.int64),
              "merge": np.array([0, 0, H * D], np.int64), "scale": np.array(D ** -0.5, np.float32)}
-    return h.make_model(nodes, inputs, [h.vi("y", ["batch", "seq", H * D])], inits)
+    return h.make_model(nodes, inputs, outputs, inits)
 
 
 def _check(h, model, fused):
@@ -87,9 +104,9 @@ def _check(h, model, fused):
         am[1, :] = 0
         am[2, :2] = 0
         am[3, 1] = 0
-        feeds = {"attention_mask": am, "q3": rng.standard_normal((b, s, H * D)).astype(np.float32)}
-        for c in "kv":
-            feeds[f"{c}3"] = rng.standard_normal((b, s, HKV * D)).astype(np.float32)
+        feeds = {"attention_mask": am}
+        for i in model.graph.input[1:]:
+            feeds[i.name] = rng.standard_normal((b, s, H * D if i.name[0] == "q" else HKV * D)).astype(np.float32)
         h.assert_close(model, fused, feeds)
 
 
@@ -146,3 +163,15 @@ def test_other_targets_unchanged(h, target):
     assert ops["Attention"] == 1 and ops["GatherND"] == 0, ops
     assert "attention-gqa-ort-key-padding" not in h.fired(fused)
     _check(h, model, fused)
+
+
+def test_shared_key_mask_keeps_the_bias(h):
+    """The key mask's GatherND also builds the windowed mask: rebuilding the key mask would free only
+    its Where (fewer nodes than the rebuilt bias adds), so both layers keep their biases."""
+    model = _model(h, window=2, shared=True)
+    base = h.fuse(model, "ort")
+    ops = h.ops(base)
+    assert ops["com.microsoft::GroupQueryAttention"] == 2 and ops["Softmax"] == 0, ops
+    assert "attention-gqa-ort-key-padding" not in h.fired(base), h.fired(base)
+    assert ops["GatherND"] == 1, ops
+    _check(h, model, base)
