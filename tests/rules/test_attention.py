@@ -266,8 +266,9 @@ def test_repeat_on_wrong_axis_is_not_folded(h):
     h.assert_close(model, out, _feeds(h, kv_heads=2))
 
 
-def _with_projections(h, model, *, shared_input=True):
-    """Replace inputs q3/k3/v3 by x @ W + b (BERT's biased projections of one input)."""
+def _with_projections(h, model, *, shared_input=True, unbiased=""):
+    """Replace inputs q3/k3/v3 by x @ W + b (BERT's biased projections of one input); the
+    projections named in ``unbiased`` are x @ W alone (VideoMAE: no k bias)."""
     import onnx
 
     m = onnx.ModelProto()
@@ -279,9 +280,12 @@ def _with_projections(h, model, *, shared_input=True):
     proj = []
     for n in "qkv":
         src = "x" if (shared_input or n != "v") else "x2"
+        g.initializer.append(onnx.numpy_helper.from_array((0.2 * h.rng.standard_normal((HID, HID))).astype(np.float32), f"w{n}"))
+        if n in unbiased:
+            proj.append(h.node("MatMul", [src, f"w{n}"], [f"{n}3"]))
+            continue
         proj += [h.node("MatMul", [src, f"w{n}"], [f"m{n}"]), h.node("Add", [f"m{n}", f"b{n}"], [f"{n}3"])]
-        g.initializer.extend([onnx.numpy_helper.from_array((0.2 * h.rng.standard_normal((HID, HID))).astype(np.float32), f"w{n}"),
-                              onnx.numpy_helper.from_array((0.1 * h.rng.standard_normal(HID)).astype(np.float32), f"b{n}")])
+        g.initializer.append(onnx.numpy_helper.from_array((0.1 * h.rng.standard_normal(HID)).astype(np.float32), f"b{n}"))
     for node in g.node:  # the head split shapes read x, as in a dynamo export
         if node.op_type == "Shape" and node.input[0] == "q3":
             node.input[0] = "x"
@@ -301,6 +305,24 @@ def test_packed_qkv_attention_for_ort(h, form):
     feeds = _feeds(h)
     feeds = {"x": feeds["q3"], "mask": feeds["mask"]}
     h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("mask_shape", [("b", 1, "s", "s"), KEY_PADDING])
+def test_packed_qkv_attention_without_a_k_bias(h, mask_shape):
+    """VideoMAE: q and v biased, k not: packed Attention with a zero k bias (onnxscript packs it too)."""
+    model = _with_projections(h, _block(h, mask_shape=mask_shape), unbiased="k")
+    out = h.fuse(model, "ort")
+    ops = h.ops(out)
+    assert ops["com.microsoft::Attention"] == 1 and "MatMul" not in ops, ops
+    feeds = _feeds(h, mask_rows=1, causal=False) if mask_shape == KEY_PADDING else _feeds(h)
+    h.assert_close(model, out, {"x": feeds["q3"], "mask": feeds["mask"]})
+
+
+def test_packed_qkv_with_only_q_biased_is_not_packed(h):
+    """v without a bias too: the rule's v3 = Add(MatMul(x, wv), bv) does not match; MultiHeadAttention."""
+    model = _with_projections(h, _block(h), unbiased="kv")
+    ops = h.ops(h.fuse(model, "ort"))
+    assert "com.microsoft::Attention" not in ops and ops["com.microsoft::MultiHeadAttention"] == 1, ops
 
 
 def test_packed_qkv_needs_one_input(h):
