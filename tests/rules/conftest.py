@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import re
 import sys
 import types
 from pathlib import Path
@@ -84,6 +85,17 @@ def reasons(model: onnx.ModelProto, target: str, rule: str) -> list[str]:
     return [f"{r.status.value}: {r.reason}" for r in explain(work, rs, rule)]
 
 
+def stays(model: onnx.ModelProto, rule: str, why: str, feeds: dict, *, op: str, target: str = "ort",
+          level: int = 2) -> None:
+    """A near miss: ``rule`` refuses with a reason matching the regex ``why``, no ``op`` is made, and
+    the optimized model still computes the original's outputs."""
+    got = reasons(model, target, rule)
+    assert any(re.search(why, r) for r in got), got
+    out = fuse(model, target, level=level)
+    assert op not in ops(out), ops(out)
+    assert_close(model, out, feeds)
+
+
 def make_model(nodes, inputs, outputs, inits=(), opset: int = 23) -> onnx.ModelProto:
     graph = oh.make_graph(nodes, "g", inputs, outputs,
                           [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
@@ -100,5 +112,5 @@ def vi(name, shape, elem=F32):
 def h():
     """The helpers above as one namespace (tests import nothing from conftest)."""
     return types.SimpleNamespace(fuse=fuse, ops=ops, fired=fired, run=run, assert_close=assert_close,
-                                 reasons=reasons, make_model=make_model, vi=vi, node=oh.make_node,
+                                 reasons=reasons, stays=stays, make_model=make_model, vi=vi, node=oh.make_node,
                                  F32=F32, rng=np.random.default_rng(0))

@@ -6,7 +6,6 @@ Numerics against the original in ORT at every target."""
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pytest
@@ -81,11 +80,7 @@ def test_float16(h, target):
 def test_unequal_halves_stay(h):
     """cos / sin of concat(f, 1.5 f): not the tables RotaryEmbedding's half caches stand for."""
     model = _model(h, *_tables(halves_equal=False))
-    reasons = h.reasons(model, "ort", "rotary-const-table-shd")
-    assert any(re.search("halves differ", r) for r in reasons), reasons
-    out = h.fuse(model, "ort", level=2)
-    assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
-    h.assert_close(model, out, _feeds(h))
+    h.stays(model, "rotary-const-table-shd", "halves differ", _feeds(h), op="RotaryEmbedding")
 
 
 def test_tables_per_head_stay(h):
@@ -93,18 +88,11 @@ def test_tables_per_head_stay(h):
     cos, sin = _tables()
     model = _model(h, np.repeat(cos, H, 1) * np.array([1, 0.5], np.float32)[None, :, None],
                    np.repeat(sin, H, 1) * np.array([1, 0.5], np.float32)[None, :, None])
-    reasons = h.reasons(model, "ort", "rotary-const-table-shd")
-    assert any(re.search("rows of x's positions", r) for r in reasons), reasons
-    out = h.fuse(model, "ort", level=2)
-    assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
-    h.assert_close(model, out, _feeds(h))
+    h.stays(model, "rotary-const-table-shd", "rows of x's positions", _feeds(h), op="RotaryEmbedding")
 
 
 def test_not_a_rotation_stays(h):
     """cos^2 + sin^2 varying by position: equal halves, but no rotation."""
     cos, sin = _tables()
     model = _model(h, cos, sin * np.linspace(0.2, 1.0, S, dtype=np.float32)[:, None, None])
-    reasons = h.reasons(model, "ort", "rotary-const-table-shd")
-    assert any(re.search("not a \\(scaled\\) rotation", r) for r in reasons), reasons
-    out = h.fuse(model, "ort", level=2)
-    assert "RotaryEmbedding" not in h.ops(out), h.ops(out)
+    h.stays(model, "rotary-const-table-shd", r"not a \(scaled\) rotation", _feeds(h), op="RotaryEmbedding")
