@@ -218,3 +218,23 @@ def test_a_mask_read_elsewhere_keeps_the_bias(h):
     node = next(x for x in fused.graph.node if x.op_type == "Attention")
     assert len(node.input) == 6 and node.input[3] == "", node.input
     _check(h, model, fused)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_one_token_reads_the_fill_from_a_masked_key(h, target):
+    """A static sequence of one token, where the probe's every-third-key pattern masks no key: the fill
+    is read from a probe that masks one, never assumed -inf. The export's finite min gives a fully
+    padded row its one key's value; a -inf rebuild gave 0 (differential fuzz seed 24006, graph
+    2778370133: 1.9 off at onnx -O3)."""
+    import onnx
+
+    model = _model(h, "sub_mul", packed=True)
+    del model.graph.value_info[:]
+    for vi in list(model.graph.input) + list(model.graph.output):
+        vi.type.tensor_type.shape.dim[1].dim_value = 1   # seq -> 1
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((4, 1, HID)).astype(np.float32),
+             "attention_mask": np.array([[1], [0], [1], [0]], np.int64)}
+    h.assert_close(model, fused, feeds)
