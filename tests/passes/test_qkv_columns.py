@@ -48,6 +48,18 @@ def _projection(n: int, bias: bool, out: str = "a") -> str:
     return text
 
 
+def _heads_core() -> str:
+    """q0 / k0 / v0 [B, S, 8] viewed as 2 heads of 4, head-transposed, then _core()."""
+    return """
+            hv = Constant <value = int64[4] {0, 0, 2, 4}> ()
+            q1 = Reshape (q0, hv)
+            k1 = Reshape (k0, hv)
+            v1 = Reshape (v0, hv)
+            q = Transpose <perm = [0, 2, 1, 3]> (q1)
+            k = Transpose <perm = [0, 2, 1, 3]> (k1)
+            v = Transpose <perm = [0, 2, 1, 3]> (v1)""" + _core()
+
+
 def _core(q: str = "q", k: str = "k", v: str = "v") -> str:
     """softmax(q k^T) v on [B, H, S, D] tensors (no scale: the values are what is checked)."""
     return f"""
@@ -282,14 +294,7 @@ def test_pieces_already_in_order_stay():
         g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
             {_projection(24, True)}
             q0, k0, v0 = Split <axis = -1, num_outputs = 3> (a)
-            hv = Constant <value = int64[4] {{0, 0, 2, 4}}> ()
-            q1 = Reshape (q0, hv)
-            k1 = Reshape (k0, hv)
-            v1 = Reshape (v0, hv)
-            q = Transpose <perm = [0, 2, 1, 3]> (q1)
-            k = Transpose <perm = [0, 2, 1, 3]> (k1)
-            v = Transpose <perm = [0, 2, 1, 3]> (v1)
-            {_core()}
+            {_heads_core()}
         }}""")
     assert not modified and not stats, stats
 
@@ -489,14 +494,7 @@ def test_pieces_in_order_sliced_one_split():
             q0 = Slice (a, s0, s1, ax)
             k0 = Slice (a, s1, s2, ax)
             v0 = Slice (a, s2, s3, ax)
-            hv = Constant <value = int64[4] {{0, 0, 2, 4}}> ()
-            q1 = Reshape (q0, hv)
-            k1 = Reshape (k0, hv)
-            v1 = Reshape (v0, hv)
-            q = Transpose <perm = [0, 2, 1, 3]> (q1)
-            k = Transpose <perm = [0, 2, 1, 3]> (k1)
-            v = Transpose <perm = [0, 2, 1, 3]> (v1)
-            {_core()}
+            {_heads_core()}
         }}""")
     assert modified and stats == {"projections": 1, "picks": 3}, stats
     assert [o.shape[-1] for o in _split_projection(model).outputs] == [8, 8, 8]
