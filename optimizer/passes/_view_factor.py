@@ -8,7 +8,9 @@ the right. Ministral 3 (llama_4_scaling_beta) scales the rotated queries by a pe
 once the transpose sink has moved it next to RoPE's 3-D output (its [B, S, H, D] view, times
 [1, S, 1, 1], viewed back) the two views per layer are glue. Dims are the inferred shapes, read
 symbolically: the outer Reshape must provably give x's own dims, the inner split x's last axis only,
-and f's axes before the split ones must be 1 or x's (no broadcast wider than x).
+and f's axes before the split ones must be 1 or x's (no broadcast wider than x). Below opset 13
+Squeeze takes its axes as an attribute (f's last axis, counted from the front: opsets before 11 take no
+negative axis), one Squeeze per factor.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from onnx_fuse.passes._new_values import fresh_name, graph_names, int64_initiali
 _ONE = (1, ())
 
 
-def view_factor(graph: ir.Graph, y_node: ir.Node) -> bool:
+def view_factor(graph: ir.Graph, y_node: ir.Node, opset: int) -> bool:
     """Rewrite the Reshape ``y_node`` closing a factor's head view (module docstring)."""
     y = y_node.outputs[0]
     m = y_node.inputs[0] if y_node.inputs else None
@@ -39,12 +41,16 @@ def view_factor(graph: ir.Graph, y_node: ir.Node) -> bool:
         return False
     x = split.inputs[0]
     taken = graph_names(graph)
-    # one axes initializer for every layer: CSE then shares the Squeeze of a factor they all read
-    axes = next((v for name, v in graph.initializers.items() if name.startswith("view_factor_axes")
-                 and v.const_value is not None and v.const_value.numpy().tolist() == [-1]), None)
-    if axes is None:
-        axes = int64_initializer(graph, "view_factor_axes", [-1], taken)
-    sq = ir.Node("", "Squeeze", [f, axes], num_outputs=1)
+    if opset < 13:
+        sq = ir.Node("", "Squeeze", [f], attributes=[ir.AttrInt64s("axes", [len(value_dims(f)) - 1])],
+                     num_outputs=1)
+    else:
+        # one axes initializer for every layer: CSE then shares the Squeeze of a factor they all read
+        axes = next((v for name, v in graph.initializers.items() if name.startswith("view_factor_axes")
+                     and v.const_value is not None and v.const_value.numpy().tolist() == [-1]), None)
+        if axes is None:
+            axes = int64_initializer(graph, "view_factor_axes", [-1], taken)
+        sq = ir.Node("", "Squeeze", [f, axes], num_outputs=1)
     sq.outputs[0].name = fresh_name(f"{f.name or 'factor'}_squeezed", taken)
     new = ir.Node("", "Mul", [x, sq.outputs[0]], num_outputs=1)
     new.outputs[0].name = fresh_name(f"{y.name or 'y'}_factor", taken)

@@ -110,7 +110,7 @@ class FoldLayoutChainsPass(FusePass):
                 elif view_chain(node):
                     self.stats["view-chain"] += 1
                     modified = True
-                elif view_factor(graph, node):
+                elif view_factor(graph, node, opset):
                     self.stats["view-factor"] += 1
                     modified = True
         return ir.passes.PassResult(model, modified=modified)

@@ -70,3 +70,14 @@ def test_view_read_elsewhere_stays():
     assert p.stats["view-factor"] == 1, p.stats   # the second layer only
     assert ops(model)["Reshape"] == 2, ops(model)
     check_same(proto, model, normal_feeds(6, x=(2, 3, 8), w=(2, 3, 8), pos=(3,)))
+
+
+@pytest.mark.parametrize("opset", [9, 12])
+def test_squeeze_axes_attribute_below_opset_13(opset):
+    # Squeeze takes its axes as an input from opset 13 on: below it the new Squeeze carries an axes attribute
+    # (a positive one: opsets before 11 take no negative axis); an input there fails the checker
+    graph = _graph().replace("f = Unsqueeze (f3, ax)", "f = Unsqueeze <axes = [0, 2, 3]> (f3)")
+    proto, model, modified, p = fold_layout(graph, opset=opset, ir_version=8)
+    assert modified and p.stats["view-factor"] == 2
+    assert "Reshape" not in ops(model) and ops(model)["Squeeze"] == 2, ops(model)
+    check_same(proto, model, normal_feeds(7, x=(2, 3, 8), w=(2, 3, 8), pos=(3,)))
