@@ -21,7 +21,9 @@ from the values, not the exporter's spelling:
   ConstantOfShape of one): the data's map with ``u[axis] = c`` equals the updates' map.
 
 Such a write's output is rerouted to its data input (the node goes with dead-code elimination); the
-tables become the plain Gather(cos, 0) the RoPE rules read. Runs in the cleanup passes (every level).
+tables become the plain Gather(cos, 0) the RoPE rules read. A write whose output is a graph output while
+the data cannot take its name (a graph input or output, an initializer, a value of an outer graph read
+in a subgraph) becomes Identity(data). Runs in the cleanup passes (every level).
 """
 
 from __future__ import annotations
@@ -252,6 +254,13 @@ def _same(a: list[Term], b: list[Term], uniform: set[int]) -> bool:
     return len(a) == len(b) and all(j in uniform or x == y for j, (x, y) in enumerate(zip(a, b)))
 
 
+def _renamable(data: ir.Value, graph: ir.Graph) -> bool:
+    """Whether a graph output's name can move onto ``data``: a node's output in this very graph."""
+    producer = data.producer()
+    return (producer is not None and producer.graph is graph and not data.is_graph_output()
+            and not data.is_graph_input() and data.const_value is None)
+
+
 class SelfWriteEliminationPass(FusePass):
     """ScatterND / ScatterElements writing a tensor's own values back: the data (module docstring)."""
 
@@ -263,7 +272,13 @@ class SelfWriteEliminationPass(FusePass):
             for node in list(graph):
                 if node.graph is graph and is_default_op(node, "ScatterND", "ScatterElements") \
                         and self._no_op(node):
-                    reroute(node.outputs[0], node.inputs[0])
+                    out, data = node.outputs[0], node.inputs[0]
+                    if out.is_graph_output() and not _renamable(data, graph):
+                        ident = ir.node("Identity", [data])
+                        graph.insert_before(node, ident)
+                        ident.outputs[0].type, ident.outputs[0].shape = out.type, out.shape
+                        data = ident.outputs[0]
+                    reroute(out, data)
                     graph.remove(node, safe=True)
                     self.stats[node.op_type] += 1
                     modified = True
@@ -275,10 +290,6 @@ class SelfWriteEliminationPass(FusePass):
         if attr_value(node, "reduction", "none") not in ("none", b"none"):
             return False
         data, indices, updates = node.inputs
-        out = node.outputs[0]
-        if out.is_graph_output() and (data.is_graph_input() or data.is_graph_output()
-                                      or data.const_value is not None or data.producer() is None):
-            return False   # the output's name could not move onto the data
         dd, ud = _dims(data), _dims(updates)
         dm, um = element_map(data), element_map(updates)
         if dd is None or ud is None or dm is None or um is None or dm[0] is not um[0]:

@@ -132,3 +132,47 @@ def test_no_write_no_change():
     }''')
     model, modified, _ = apply(SelfWriteEliminationPass, proto, shape_inference=True)
     assert not modified and ops(model) == {"ScatterND": 1}
+
+
+def test_write_in_a_branch_of_an_outer_value_becomes_identity():
+    # the then-branch writes rows 0 and 1 of the outer xr back as its output: the branch output cannot be
+    # the outer value itself (the checker: "Graph output 'th_out' is not an output of any node"), so the write
+    # becomes Identity(xr); both branches run
+    proto = parse(HEADER + '''
+    g (float[4, 3] x, bool c) => (float[4, 3] z, float[4, 3] y)
+    <int64[1] s0 = {0}, int64[1] s1 = {2}, int64[1] sax = {0}>
+    {
+        xr = Relu(x)
+        y = If(c) <then_branch = th () => (float[4, 3] th_out) <int64[2, 1] idx = {0, 1}> {
+                upd = Slice(xr, s0, s1, sax)
+                th_out = ScatterND(xr, idx, upd)
+            }, else_branch = el () => (float[4, 3] el_out) {
+                el_out = Neg(xr)
+            }>
+        z = Add(y, xr)
+    }''')
+    for level in (1, 3):
+        result = onnx_fuse.optimize(proto, level=level, target="ort")
+        counts = ops(result.model)
+        assert "ScatterND" not in counts and "Slice" not in counts and counts["Identity"] == 1, counts
+        rng = np.random.default_rng(level)
+        for c in (True, False):
+            check_same(proto, result.model, inputs={"x": rng.standard_normal((4, 3)).astype(np.float32),
+                                                    "c": np.array(c)})
+
+
+def test_write_of_a_graph_input_as_graph_output_becomes_identity():
+    # y = x with rows 0 and 1 written back: y is Identity(x) (the input keeps its name, the output its own)
+    proto = parse(HEADER + '''
+    g (float[4, 3] x) => (float[4, 3] y)
+    <int64[1] s0 = {0}, int64[1] s1 = {2}, int64[1] sax = {0}, int64[2, 1] idx = {0, 1}>
+    {
+        upd = Slice(x, s0, s1, sax)
+        y = ScatterND(x, idx, upd)
+    }''')
+    model, modified, p = apply(SelfWriteEliminationPass, proto, shape_inference=True)
+    from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+
+    DeadCodeEliminationPass()(model)
+    assert modified and p.stats == {"ScatterND": 1} and ops(model) == {"Identity": 1}, ops(model)
+    check_same(proto, model, inputs={"x": np.arange(12, dtype=np.float32).reshape(4, 3)})
