@@ -67,6 +67,7 @@ class Stage:
 def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     from onnx_fuse.passes.constant_folding import ConstantFoldingPass
     from onnx_fuse.passes.constant_if import InlineConstantIfPass
+    from onnx_fuse.passes.covering_writes import CoveringWritesPass
     from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
     from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
     from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
@@ -75,13 +76,15 @@ def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
 
     # sequence-ops after If inlining: a SequenceMap's copied bodies (atleast_1d's rank If) fold and
     # inline in the next round; self-write-elimination (a ScatterND / ScatterElements putting a tensor's
-    # own values back: M-RoPE's slice writes) before CSE / DCE, which drop what it orphans
+    # own values back: M-RoPE's slice writes) before CSE / DCE, which drop what it orphans; covering-writes
+    # (ScatterND writes that fill a buffer's first axis in order: the Concat of their updates) after it
     return (
         ConstantFoldingPass(),
         InlineConstantIfPass(),
         SequenceOpsPass(),
         IdentityEliminationPass(),
         SelfWriteEliminationPass(),
+        CoveringWritesPass(),
         CommonSubexpressionEliminationPass(),
         DeadCodeEliminationPass(),
     )
