@@ -69,10 +69,11 @@ def _feedable(v: ir.Value) -> bool:
                                     or v.dtype == ir.DataType.BOOL)
 
 
-def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
+def _cone(mask: ir.Value, cut: ir.Value | None = None) -> tuple[list[ir.Node], set[int]]:
     """The nodes computing ``mask`` from constants and feedable graph inputs, in order, and the
     ids of the Shape/Size nodes among them whose input is not computable that way (an activation,
-    a past tensor): those become constants of the input's shape."""
+    a past tensor): those become constants of the input's shape. ``cut``: a computed value the
+    probe feeds as the attention mask (its producers are left out; _padding_proof's key mask)."""
     order: list[ir.Node] = []
     as_const: set[int] = set()
     state: dict[int, bool] = {}   # value id -> computable (once visited)
@@ -81,7 +82,9 @@ def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
         if id(v) in state:
             return state[id(v)]
         node = v.producer()
-        if _const(v) is not None:
+        if v is cut:
+            state[id(v)] = True
+        elif _const(v) is not None:
             state[id(v)] = True
         elif node is None:
             state[id(v)] = _feedable(v)
@@ -92,7 +95,8 @@ def _cone(mask: ir.Value) -> tuple[list[ir.Node], set[int]]:
             state[id(v)] = False
         elif node.op_type in ("Shape", "Size"):
             x = node.inputs[0]
-            if not ok(x, depth + 1):   # a past tensor, an activation: its shape is a constant
+            # a past tensor, an activation (with a cut: any graph input) -> its shape is a constant
+            if (cut is not None and x.is_graph_input()) or not ok(x, depth + 1):
                 as_const.add(id(node))
             order.append(node)
             state[id(v)] = True
@@ -142,15 +146,16 @@ def _dims_of(v: ir.Value, dims: Any) -> list[int]:
         raise EvalFailure(f"shape of {v.name!r} for the mask probe: {exc}") from None
 
 
-def _feed(v: ir.Value, shape: list[int], p: int, s: int, fill: int = 0) -> np.ndarray:
-    """attention_mask-like inputs all kept, position-like ones P..P+S-1, other ints 0 (``fill``:
-    1 all ones, 2 runs of two zeros and two ones along the last axis: _varies)."""
+def _feed(v: ir.Value, shape: list[int], p: int, s: int, fill: int = 0, as_mask: bool = False) -> np.ndarray:
+    """attention_mask-like inputs (and ``as_mask``: a cut key mask) all kept, position-like ones
+    P..P+S-1, other ints 0 (``fill``: 1 all ones, 2 runs of two zeros and two ones along the last
+    axis: _varies)."""
     name = (v.name or "").lower()
     try:
         dtype = np.dtype(v.dtype.numpy())
     except Exception:
         raise EvalFailure(f"the mask reads {v.name!r} of dtype {v.dtype}") from None
-    if _is_mask_input(v):
+    if as_mask or _is_mask_input(v):
         if len(shape) >= 1:
             shape = [*shape[:-1], p + s]
         return np.ones(shape, dtype)
@@ -181,10 +186,11 @@ def _other_ints(cone: list[ir.Node]) -> dict[int, ir.Value]:
 
 def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
                  opset: int, batch: int = 1, drop: tuple[ir.Value, np.ndarray] | None = None, fill: int = 0,
-                 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+                 cut: ir.Value | None = None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """``batch``: the value of symbols on a leading axis that q and the past do not bind; ``drop``:
     (an attention-mask input, a 0/1 array broadcast to its feed) zeroes those of its entries;
-    ``fill``: how integer inputs that are neither masks nor positions are filled (_feed)."""
+    ``fill``: how integer inputs that are neither masks nor positions are filled (_feed); ``cut``:
+    a computed value fed as the attention mask (_cone's)."""
     from onnx_fuse.rewrite._local_check import _Dims
 
     names: dict[int, str] = {}
@@ -207,9 +213,10 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
     dims.values.update(env)
     # an attention mask's keys are P + S (_feed): another input declared over the same symbol
     # (Gemma 3's token_type_ids [batch, total_sequence]) is as long
-    for v in {id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()}.values():
+    for v in {id(i): i for n in cone for i in n.inputs if i is not None and (i.is_graph_input() or i is cut)}.values():
         last = v.shape.dims[-1] if v.shape is not None and len(v.shape) else None
-        if _is_mask_input(v) and getattr(last, "value", None) and last.value not in dims.values:
+        if (v is cut if cut is not None else _is_mask_input(v)) and getattr(last, "value", None) and (
+                last.value not in dims.values):
             dims.values[last.value] = p + s
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
@@ -234,8 +241,8 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
             c = _const(v)
             if c is not None:
                 inits.append(onnx.numpy_helper.from_array(c, name(v)))
-            elif v.is_graph_input() or v.producer() is None:
-                arr = _feed(v, _dims_of(v, dims), p, s, fill if id(v) in varied else 0)
+            elif v.is_graph_input() or v.producer() is None or v is cut:
+                arr = _feed(v, _dims_of(v, dims), p, s, fill if id(v) in varied else 0, as_mask=v is cut)
                 if drop is not None and v is drop[0]:
                     arr = (arr * np.broadcast_to(drop[1], arr.shape)).astype(arr.dtype)
                 inputs.append(onnx.helper.make_tensor_value_info(   # its name in the reasons: in the cache keys
@@ -704,14 +711,19 @@ def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
     key, or a band (sliding_window's form); run with some of attention_mask's entries zero, a
     different set in each batch row, it keeps exactly that less the keys zeroed in its own row.
     Decided on values (the cone run in ONNX Runtime, a batch of 2 where the batch is not fixed),
-    whatever ops build the mask. Raises EvalFailure with the reason otherwise (no attention-mask
-    input, a mask from an activation, a bias on kept keys, keys dropped other than attention_mask's)."""
+    whatever ops build the mask. Where no graph input proves it, each boolean [B, S] value the mask
+    is computed from (S: q's length; AudioFlamingo 3's ``arange < lengths``, a strided Slice of
+    attention_mask, a mask from features) is fed as the attention mask instead, the cone cut there,
+    provided the rest of the cone reads no graph input's values (only shapes): a bool holds 0 / 1,
+    so the proof covers every value it takes. Raises EvalFailure with the reason otherwise (no
+    attention-mask input, a bias on kept keys, keys dropped other than attention_mask's)."""
     _padding(ctx, mask, q)
     return True
 
 
 def padding_input(ctx: Any, mask: Any, q: Any) -> ir.Value:
-    """The attention-mask graph input whose key padding ``mask`` is (padding_mask() holds)."""
+    """The attention mask whose key padding ``mask`` is (padding_mask() holds): a [B, T] graph
+    input, or a boolean [B, S] value the mask is computed from (a key mask made from lengths)."""
     return _padding(ctx, mask, q)[0]
 
 
@@ -823,8 +835,9 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
         res: Any = _padding_proof(ctx, mask, q)
     except EvalFailure as exc:
         res = exc
-    try:
-        cone, _ = _cone(mask)
+    try:   # the nodes the proof read: a computed key mask's cut cone, else the whole cone
+        cut = res[0] if isinstance(res, tuple) and not res[0].is_graph_input() else None
+        cone, _ = _cone(mask, cut=cut)
     except EvalFailure:
         cone = None
     if cone is not None:
@@ -837,8 +850,9 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
 
 
 def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
-    """padding_mask()'s proof: (the attention-mask input, the keys kept with it all ones, S, the
-    highest masked value, the lowest masked value; both -inf for a boolean keep-mask)."""
+    """padding_mask()'s proof: (the attention mask: a [B, T] graph input, else a computed boolean
+    [B, S] key mask (_computed_key_masks), the keys kept with it all ones, S, the highest masked
+    value, the lowest masked value; both -inf for a boolean keep-mask)."""
     for v, what in ((mask, "mask"), (q, "q")):
         if not isinstance(v, ir.Value):
             raise EvalFailure(f"padding_mask() needs the {what} as a graph value")
@@ -850,7 +864,62 @@ def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, i
         raise EvalFailure("the mask is a constant: it reads no attention mask")
     if q.shape is None or len(q.shape) not in (3, 4):
         raise EvalFailure("q must be 4-D (or 3-D, [B,S,E]) with a known shape")
-    cone, as_const = _cone(mask)
+    try:
+        cone, as_const = _cone(mask)
+    except EvalFailure as exc:   # a key mask computed from an activation's values: cut there, below
+        cone, as_const, first = None, set(), exc
+    if cone is not None:
+        try:
+            return _input_padding(ctx, mask, q, cone, as_const)
+        except EvalFailure as exc:
+            first = exc
+    for km in _computed_key_masks(mask, q):
+        try:
+            sub, sub_const = _cone(mask, cut=km)
+        except EvalFailure:
+            continue
+        read = [i for n in sub if n.op_type not in ("Shape", "Size") for i in n.inputs
+                if i is not None and i.is_graph_input()]
+        if read:   # the probe feeds km alone: any other value the mask reads is unknown to it
+            continue
+        try:
+            return _prove(ctx, mask, q, km, sub, sub_const, cut=km)
+        except EvalFailure:
+            continue
+    raise first
+
+
+# computed [B, S] key masks tried per mask (nearest the graph inputs first)
+_MAX_KEY_MASKS = 3
+
+
+def _computed_key_masks(mask: ir.Value, q: ir.Value) -> list[ir.Value]:
+    """Boolean [B, S] values the mask is computed from (S: q's length, provably), not graph
+    inputs: a key mask made from lengths (``arange(S) < lengths[:, None]``: AudioFlamingo 3, LASR),
+    a strided slice of attention_mask (Nemotron 3's subsampled frames), any such value. _padding_proof
+    feeds each in turn as the attention mask, furthest from the mask first (more of the glue dies)."""
+    d = q.shape.dims[-2]
+    dist: dict[int, tuple[int, ir.Value]] = {}
+    todo, seen = [(mask, 0)], {id(mask)}
+    while todo and len(seen) < _CONE_LIMIT:
+        v, k = todo.pop(0)
+        node = v.producer()
+        if (v is not mask and v.dtype == ir.DataType.BOOL and v.shape is not None and len(v.shape) == 2
+                and same_dim(v.shape.dims[1], d) and not v.is_graph_input() and _const(v) is None):
+            dist[id(v)] = (k, v)
+        if node is None or node.op_type in _HEAVY or node.domain not in ("", "ai.onnx"):
+            continue
+        for i in node.inputs:
+            if i is not None and id(i) not in seen:
+                seen.add(id(i))
+                todo.append((i, k + 1))
+    return [v for _, v in sorted(dist.values(), key=lambda kv: -kv[0])][:_MAX_KEY_MASKS]
+
+
+def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], as_const: set[int],
+                   ) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """_padding_proof over an attention-mask graph input (named like one, else the one [B, T]
+    input whose values the mask reads)."""
     two_d = list({id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()
                   and i.shape is not None and len(i.shape) == 2}.values())
     ams = [i for i in two_d if _is_mask_input(i)]
@@ -862,14 +931,19 @@ def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, i
         if len(ams) == 1:
             ams[0].meta[_MASK_ROLE] = True
             try:
-                return _padding_proof(ctx, mask, q)
+                return _input_padding(ctx, mask, q, cone, as_const)
             except EvalFailure:
                 del ams[0].meta[_MASK_ROLE]
                 raise
     if len(ams) != 1:
         raise EvalFailure("the mask reads no [batch, keys] attention-mask input" if not ams else
                           f"the mask reads {len(ams)} attention-mask inputs")
-    am = ams[0]
+    return _prove(ctx, mask, q, ams[0], cone, as_const)
+
+
+def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.Node], as_const: set[int],
+           cut: ir.Value | None = None) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """The padding proof with ``am`` fed as the attention mask (``cut``: am is a computed value)."""
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     sd, bd = q.shape.dims[-2], am.shape.dims[0]
     s = sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3)
@@ -886,7 +960,7 @@ def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, i
         pattern[-1, -1] = 0  # fill is read from a masked key, never assumed (-inf for a finite fill)
     got, top, low = [], -np.inf, np.inf
     for drop in (None, (am, pattern)):
-        arr, why = _run_probe(cone, as_const, mask, 0, s, env, opset, batch=rows, drop=drop)
+        arr, why = _run_probe(cone, as_const, mask, 0, s, env, opset, batch=rows, drop=drop, cut=cut)
         if why is not None:
             raise EvalFailure(why)
         if arr.ndim != 4 or arr.shape[-1] != s or arr.shape[-2] not in (1, s) or arr.shape[0] not in (1, rows):
