@@ -90,20 +90,19 @@ class CoveringWritesPass(FusePass):
                 if pieces is None:
                     continue
                 out = node.outputs[0]
-                if len(pieces) == 1:
+                if len(pieces) == 1 and not out.is_graph_output():
                     new = pieces[0][1]
-                    if out.is_graph_output() and (new.is_graph_input() or new.is_graph_output()
-                                                  or new.const_value is not None or new.producer() is None):
-                        continue   # the output's name could not move onto it
-                else:
+                else:   # a graph output keeps a node of this graph (an outer value cannot take its name)
                     taken = graph_names(graph)
-                    cat = ir.node("Concat", [upd for _, upd in pieces], attributes={"axis": 0})
+                    cat = ir.node("Concat", [upd for _, upd in pieces], attributes={"axis": 0}) if len(pieces) > 1 \
+                        else ir.node("Identity", [pieces[0][1]])
                     cat.name = fresh_name(f"{node.name or 'write'}/covered", taken)
                     new = cat.outputs[0]
                     new.name = fresh_name(f"{out.name or 'write'}_covered", taken)
                     new.type, new.shape = out.type, out.shape
                     graph.insert_before(node, [cat])
                 reroute(out, new)
+                graph.remove(node, safe=True)   # the earlier writes of the chain go with dead-code elimination
                 self.stats["writes"] += len(pieces)
                 modified = True
         return ir.passes.PassResult(model, modified=modified)

@@ -113,3 +113,44 @@ def test_reduction_and_a_read_intermediate_write_stay():
     model, modified, _ = apply(CoveringWritesPass, proto, shape_inference=True)
     assert not modified and ops(model)["ScatterND"] == 2
     check_same(proto, model, inputs=feeds(2, 3, 5))
+
+
+@pytest.mark.parametrize("level", [1, 3])
+def test_one_write_of_a_graph_input_as_the_graph_output(level):
+    # the write covers everything: the output is the updates, a graph input, which cannot take the output's name
+    proto = parse(HEADER + '''
+    g (float[3, 4] x, float[3, 4] u) => (float[3, 4] y)
+    <int64[3, 1] idx = {0, 1, 2}>
+    {
+        y = ScatterND(x, idx, u)
+    }''')
+    model, modified, p = apply(CoveringWritesPass, proto, shape_inference=True)
+    assert modified and p.stats == {"writes": 1} and ops(model) == {"Identity": 1}
+    rng = np.random.default_rng(level)
+    feeds_ = {"x": rng.standard_normal((3, 4)).astype(np.float32), "u": rng.standard_normal((3, 4)).astype(np.float32)}
+    check_same(proto, model, inputs=feeds_)
+    result = onnx_fuse.optimize(proto, level=level, target="ort", verify=True)
+    assert "ScatterND" not in ops(result.model) and [v.name for v in result.model.graph.outputs] == ["y"]
+    check_same(proto, result.model, inputs=feeds_)
+
+
+def test_a_branch_output_written_from_outer_values():
+    # inside an If branch the covering write's updates are an outer computed value: the branch output stays a node of
+    # the branch (an Identity), never the outer value itself
+    proto = parse(HEADER + '''
+    g (bool c, float[3, 4] x, float[3, 4] u) => (float[3, 4] y)
+    <int64[3, 1] idx = {0, 1, 2}>
+    {
+        w = Relu(u)
+        y = If(c) <then_branch = t () => (float[3, 4] t_out) {
+            t_out = ScatterND(x, idx, w)
+        }, else_branch = e () => (float[3, 4] e_out) {
+            e_out = Neg(x)
+        }>
+    }''')
+    rng = np.random.default_rng(7)
+    feeds_ = {"x": rng.standard_normal((3, 4)).astype(np.float32), "u": rng.standard_normal((3, 4)).astype(np.float32)}
+    for level in (1, 3):
+        result = onnx_fuse.optimize(proto, level=level, target="ort", verify=False)
+        for c in (True, False):
+            check_same(proto, result.model, inputs={"c": np.array(c), **feeds_})
