@@ -15,6 +15,15 @@ them:
                sometimes a QuantizeLinear -> DequantizeLinear pair on the raw hidden input (static
                QDQ); below opset 19 the scales are float32 (DequantizeLinear-13), so a float16 graph
                casts around them
+  quant_after  (drawn by a side stream of the seed, QUANT_AFTER_SHARE of the form cases, so that every
+               other form case stays what it was) a float MatMul (a bias sometimes, after an attention
+               or a norm sometimes) whose result is quantized and dequantized, the DequantizeLinear a
+               graph output: under --precision the MatMul is 16-bit and no DequantizeLinear feeds it,
+               so the quantizer rounds a value one low-type rounding off and the output may be one
+               step off (docs/precision.md's known limit, the fuzzer's and verify's one-step
+               tolerance, verify.dequantized_output_steps); per tensor or per output channel, uint8 or
+               int8; in a float16 graph below opset 19 the scale and the output are float32 (a Cast
+               up before the quantizer, none after: the output stays the DequantizeLinear's)
 
 Every attention draws the mask, RoPE, bias, softcap... switches of tools/fuzz_sweeps.py too.
 fuzz_motifs.make_case draws a form case for FORM_SHARE of the motif-graph seeds from a side stream
@@ -37,6 +46,9 @@ NEAR_MISSES = ("tile_heads", "gather_mod")
 FORM_SHARE = 0.12
 #: the opsets a form case is written at
 OPSETS = (17, 18, 19, 20, 21, 22, 23)
+#: share of the form cases that are quant_after (a side stream of the seed decides)
+QUANT_AFTER_SHARE = 0.3
+QUANT_AFTER_SALT = 0x0A58   # under it no form seed a test names (1356464380) becomes one
 
 
 def _scale_dtype(b: Builder, opset: int) -> int:
@@ -123,13 +135,43 @@ def form_quant_proj(b: Builder, x: str, shape: list[Dim], opset: int, raw: bool 
     return _attention(b, x, shape, opset, {"gqa": gqa}, proj=quantized_proj(opset, 0.85))
 
 
-FORMS = {"gqa_tile": form_gqa_tile, "quant_proj": form_quant_proj}
+def form_quant_after(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    """A float MatMul (+ bias), its result quantized and dequantized: the DequantizeLinear is the output
+    (module docstring: past further ops a step is not bounded, so nothing reads it)."""
+    if b.p(0.3):
+        x = _attention(b, x, shape, opset, {})
+    d_out = int(b.pick([8, 16, 32]))
+    y = b.op("MatMul", [x, b.weight([shape[-1], d_out])])
+    if b.p(0.5):
+        y = b.op("Add", [y, b.const(0.1 * b.rng.standard_normal([d_out]), stem="bias")])
+    sdt = _scale_dtype(b, opset)
+    ys = y if sdt == b.dtype else b.op("Cast", [y], to=sdt)
+    signed = b.p(0.5)
+    qtype, np_q, zp_value = (TensorProto.INT8, np.int8, 0) if signed else (TensorProto.UINT8, np.uint8, 128)
+    if b.p(0.3):   # one scale per output channel (the last axis)
+        scale = b.const(b.rng.uniform(0.01, 0.05, [d_out]), sdt, stem="yscale")
+        zp, attrs = b.const(np.full([d_out], zp_value, np_q), qtype, stem="yzp"), {"axis": -1}
+        b.trap("quant-after-channel")
+    else:
+        scale = b.const(np.array(float(b.pick([0.01, 0.02, 0.05]))), sdt, stem="yscale")
+        zp, attrs = b.const(np.array(zp_value, np_q), qtype, stem="yzp"), {}
+    q = b.op("QuantizeLinear", [ys, scale, zp], **attrs)
+    b.trap("quant-after-compute")
+    return b.op("DequantizeLinear", [q, scale, zp], **attrs)   # float32 in a float16 graph below 19
+
+
+FORMS = {"gqa_tile": form_gqa_tile, "quant_proj": form_quant_proj, "quant_after": form_quant_after}
 
 
 def build_form(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """A form motif (drawn, or ``name``) on a fresh hidden state [B, S, d], sometimes after a norm."""
-    h, shape, motifs = hidden_start(b, opset, (1, 2, 3, 5, 8), [16, 32, 64], norm=name is None)
-    name = name if name is not None else b.pick(list(FORMS))
+    if name is None and hasattr(b, "seed") and \
+            np.random.default_rng([b.seed, QUANT_AFTER_SALT]).random() < QUANT_AFTER_SHARE:
+        name = "quant_after"   # decided aside: the other seeds draw from b.rng as before
+        h, shape, motifs = hidden_start(b, opset, (1, 2, 3, 5, 8), [16, 32, 64], norm=True)
+    else:
+        h, shape, motifs = hidden_start(b, opset, (1, 2, 3, 5, 8), [16, 32, 64], norm=name is None)
+    name = name if name is not None else b.pick(["gqa_tile", "quant_proj"])
     motifs.append(name)
     fn = FORMS[name]
     b.output(fn(b, h, shape, opset, raw=not motifs[:-1]) if name == "quant_proj" else fn(b, h, shape, opset))

@@ -789,6 +789,7 @@ def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str,
     an opset of ``opsets``, outputs declared; a builder's ``b.alt_feeds`` (other feed sets) kept."""
     rng = np.random.default_rng([seed, salt])
     b = Builder(rng, F16 if rng.random() < 0.1 else F32)
+    b.seed = seed   # for a builder's side streams (fuzz_forms.quant_after)
     opset = int(b.pick(list(opsets)))
     if b.dtype == F16:
         b.trap("fp16")

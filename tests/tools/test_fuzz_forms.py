@@ -139,3 +139,38 @@ def test_float16_keyless_rows_beside_an_unaligned_output_are_half_masked_rows():
     assert fd._kept_rows_match(["y", "inter"], ref, got, feeds, None, keyless=True)
     got[1] += 1.0   # the unaligned output must still agree
     assert not fd._kept_rows_match(["y", "inter"], ref, got, feeds, None, keyless=True)
+
+
+def test_quant_after_forms_are_drawn_aside_and_end_in_a_dequantized_output():
+    """quant_after (a float MatMul quantized and dequantized, the DequantizeLinear an output) is drawn by a
+    side stream of the seed: the form seeds the tests name keep their graphs."""
+    drawn = 0
+    for seed in range(60):
+        case = make_form_case(seed)
+        if "quant_after" not in case.motifs:
+            continue
+        drawn += 1
+        onnx.checker.check_model(case.model, full_check=True)
+        assert "quant-after-compute" in case.traps
+        producers = {o: n for n in case.model.graph.node for o in n.output}
+        out = producers[case.model.graph.output[-1].name]
+        assert out.op_type == "DequantizeLinear" and producers[out.input[0]].op_type == "QuantizeLinear"
+        assert fd.quantized_steps(case.model), case.seed
+    assert 8 < drawn < 30, drawn
+    assert make_case(1356464380).motifs == ["quant_proj"]
+
+
+def test_quant_after_under_fp16_takes_the_one_step_tolerance():
+    """Seed 1's quant_after under --precision fp16: the MatMul is float16 (nothing dequantized feeds it), so
+    the quantizer may round one step apart; ok with verify's one-step rule, wrong without it (the form
+    exercises the tolerance e95b1c8 added, which no generated graph reached before)."""
+    case = make_form_case(1, "quant_after")
+    results, _, _ = fd.fuzz_case(case, [1, 3], ["ort"], precision="fp16")
+    assert all(r["cls"] == "ok" for r in results), [(r["level"], r["cls"], r["detail"]) for r in results]
+    steps = fd.quantized_steps
+    try:
+        fd.quantized_steps = lambda model: {}
+        results, _, _ = fd.fuzz_case(case, [1, 3], ["ort"], precision="fp16")
+    finally:
+        fd.quantized_steps = steps
+    assert any(r["cls"] == "wrong" for r in results), [(r["level"], r["cls"]) for r in results]
