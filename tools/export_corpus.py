@@ -1071,6 +1071,9 @@ def _optimum_save(arch: str, weights: str, out_dir: str, head_dim: str = "16", s
     if weights == "trained":
         perturb(model)
     model.save_pretrained(out_dir)
+    if spec.get("optimum_preprocessor"):  # what Optimum reads input sizes from (DINOv2: an image processor)
+        name, kw = spec["optimum_preprocessor"]
+        getattr(tf, name)(**kw).save_pretrained(out_dir)
 
 
 def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16, dtype: str = "float32",
@@ -1096,9 +1099,10 @@ def export_optimum(arch: str, weights: str, path: Path, head_dim: int = 16, dtyp
                              + (["--dtype", OPTIMUM_DTYPE[dtype]] if dtype != "float32" else []),
                              env=env, capture_output=True, text=True, timeout=600)
         # sequence-to-sequence tasks write encoder_model.onnx + decoder_model*.onnx: keep the encoder
-        # (encoder archs) or decoder_with_past_model.onnx (seq2seq decoders)
+        # (encoder archs) or decoder_with_past_model.onnx (seq2seq decoders); a task named for a single-file
+        # export (feature-extraction of a kind without a default task) writes model.onnx
         keep = ("decoder_with_past_model.onnx",) if cross else \
-            ("encoder_model.onnx",) if spec["optimum_task"] else ("model.onnx",)
+            ("encoder_model.onnx", "model.onnx") if spec["optimum_task"] else ("model.onnx",)
         candidates = [onx / n for n in keep]
         src = next((c for c in candidates if c.exists()), None)
         if run.returncode or src is None:
@@ -1248,7 +1252,9 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
     rng = np.random.default_rng(seed)
     feeds = {}
     # a waveform's symbolic length (Optimum's audio exports) takes the samples the conv stack needs
-    values = dict(DIM_VALUES, sequence_length=AUDIO_SAMPLES) if entry["kind"] == "audio" else DIM_VALUES
+    # (Moonshine's encoder_model names it encoder_sequence_length)
+    values = dict(DIM_VALUES, sequence_length=AUDIO_SAMPLES, encoder_sequence_length=AUDIO_SAMPLES) \
+        if entry["kind"] == "audio" else DIM_VALUES
     for inp in entry["inputs"]:
         name, shape = inp["name"], [dim_value(d, values) for d in inp["dims"]]
         if "mask" in name:
@@ -1257,6 +1263,9 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
             feeds[name] = np.broadcast_to(np.arange(shape[-1]) + (PAST if entry["style"] in ("kv", "optimum", *KV_STYLES)
                                                                   and entry["kind"] == "decoder" else 0),
                                           shape).astype(inp["dtype"])
+        elif name == "bbox" and shape[-1:] == [4]:  # LayoutLM / LiLT boxes (x0, y0, x1, y1): x1 >= x0, y1 >= y0,
+            corner = rng.integers(0, 32, [*shape[:-1], 2])  # each inside the 2-D position tables (>= 64 rows)
+            feeds[name] = np.concatenate([corner, corner + rng.integers(0, 32, corner.shape)], -1).astype(inp["dtype"])
         elif inp["dtype"].startswith("int"):
             feeds[name] = (np.zeros(shape) if "type" in name else rng.integers(3, vocab, shape)).astype(inp["dtype"])
         else:
@@ -1505,7 +1514,8 @@ def main(argv=None) -> int:
                          "18: the tenth's part C (VLM language models with a KV cache), "
                          "21: the thirteenth (export options), "
                          "22: the fourteenth (PEFT adapters, not merged), "
-                         "23: the fifteenth's part A (rotary configurations); "
+                         "23: the fifteenth's part A (rotary configurations), "
+                         "30: the eighteenth (Optimum on the later architectures); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

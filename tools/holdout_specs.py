@@ -2594,3 +2594,57 @@ HOLDOUT17C["modernvbert_text"]["attention_blocks"] = HOLDOUT17C["t5gemma2_encode
 HOLDOUT17C["prophetnet"]["attention_blocks"] = 2 * LAYERS  # the main stream and the batched n-gram streams per layer
 HOLDOUT17C["yoso"]["attention_blocks"] = 0  # LSH-expectation attention: no softmax to fuse
 HOLDOUT_SETS[29] = HOLDOUT17C
+
+
+# ---- eighteenth sweep (--holdout 30, HOLDOUT18): Optimum on the later architectures (session 25) -------
+# optimum-cli export onnx (the venv of tools/optimum_venv.sh) on every architecture of sets 6-29 that
+# optimum-onnx has an ONNX export config for and transformers 4.57 has, plus the corpus architectures never
+# exported with Optimum (gpt_oss, stablelm, whisper_encoder, dinov2). Same tiny configs and trained-like weights.
+# Tasks: decoders text-generation-with-past (model.onnx), seq2seq decoders text2text-generation-with-past
+# (decoder_with_past_model.onnx), seq2seq encoders their generation task (encoder_model.onnx), the rest
+# feature-extraction. Left out: speecht5 (Optimum exports its text-to-speech model only), Gemma 3's VLM (its
+# text decoder is gemma3_text here), TrOCR (Optimum exports it only inside a vision-encoder-decoder).
+OPTIMUM18_SEQ2SEQ_ENC = {  # encoder arch -> (its encoder-decoder class, task)
+    "marian_encoder": ("MarianMTModel", "text2text-generation"),
+    "m2m_100_encoder": ("M2M100ForConditionalGeneration", "text2text-generation"),
+    "blenderbot_small_encoder": ("BlenderbotSmallForConditionalGeneration", "text2text-generation"),
+    "mt5_encoder": ("MT5ForConditionalGeneration", "text2text-generation"),
+    "longt5_encoder": ("LongT5ForConditionalGeneration", "text2text-generation"),
+    "speech_to_text_encoder": ("Speech2TextForConditionalGeneration", "automatic-speech-recognition"),
+    "moonshine_encoder": ("MoonshineForConditionalGeneration", "automatic-speech-recognition"),
+}
+OPTIMUM18 = ("xlm", "rembert", "layoutlm", "big_bird", "swinv2", "levit", "unispeech_sat", "sew",
+             "audio_spectrogram_transformer", "speech_to_text_encoder",  # sets 6-7
+             "longt5_encoder", "marian_encoder", "m2m_100_encoder", "deberta", "moonshine_encoder", "hiera",
+             "mobilevit", "detr",  # sets 12, 16
+             "camembert", "data2vec_text", "mt5_encoder", "mt5_decoder", "blenderbot_small_encoder",
+             "blenderbot_small_decoder", "nystromformer", "longformer",  # set 20
+             "flaubert", "ibert", "markuplm", "lilt", "splinter", "vit_msn", "yolos",  # sets 26, 28
+             "bigbird_pegasus", "visual_bert", "patchtst", "patchtsmixer")  # set 29
+_OPT18_SRC = {a: s for n in sorted(HOLDOUT_SETS) if n >= 6 for a, s in HOLDOUT_SETS[n].items() if not s.get("base_arch")}
+HOLDOUT18 = {arch: dict(_OPT18_SRC[arch], styles=("optimum",)) for arch in OPTIMUM18}
+for _arch, (_cls, _task) in OPTIMUM18_SEQ2SEQ_ENC.items():
+    HOLDOUT18[_arch].update(model_class=_cls, optimum_task=_task, part="encoder")
+for _arch in ("xlm", "audio_spectrogram_transformer", "patchtst", "patchtsmixer"):  # kinds without a default task
+    HOLDOUT18[_arch]["optimum_task"] = "feature-extraction"
+# Gemma 3's text decoder (Gemma3ForCausalLM, model type gemma3_text): the text config of gemma3_kv
+HOLDOUT18["gemma3_text"] = dict(HOLDOUT10C["gemma3_kv"], config_class="Gemma3TextConfig", model_class="Gemma3ForCausalLM",
+                                config=dict(HOLDOUT10C["gemma3_kv"]["config"]["text_config"]), styles=("optimum",),
+                                extra_inputs={}, model_type="gemma3_text")
+HOLDOUT18["gemma3_text"].pop("embeds", None)
+HOLDOUT18["gemma3_text"]["features"] = ["gqa", "kv-cache", "sliding-window", "rope-full", "rmsnorm-1p", "qk-norm", "geglu"]
+HOLDOUT18.update({arch: dict(SPECS[arch], styles=("optimum",)) for arch in ("gpt_oss", "stablelm", "whisper_encoder", "dinov2")})
+# transformers 4.57's StableLM cannot be built with qk_layernorm (its _init_weights zeroes the per-head norms'
+# missing bias): StableLM 2 1.6B's layout, q / k / v biases and no q / k norms
+HOLDOUT18["stablelm"]["config"] = dict(SPECS["stablelm"]["config"], qk_layernorm=False)
+# Optimum feeds Whisper's encoder 3000 frames, which its positions must cover (as the corpus's whisper_decoder)
+HOLDOUT18["whisper_encoder"]["config"] = dict(SPECS["whisper_encoder"]["config"], max_source_positions=1500)
+# Optimum reads DINOv2's input size from a saved image processor
+HOLDOUT18["dinov2"]["optimum_preprocessor"] = ("BitImageProcessor", dict(size={"shortest_edge": IMAGE},
+                                                                          crop_size={"height": IMAGE, "width": IMAGE}))
+# transformers 4.57's LevitConfig ignores down_ops (two Subsample stages between three stages, always):
+# three stages, one layer each, and the two subsampling attentions
+HOLDOUT18["levit"]["config"] = dict(HOLDOUT18["levit"]["config"], hidden_sizes=[16, 32, 48], num_attention_heads=[2, 2, 2],
+                                    depths=[1, 1, 1], key_dim=[8, 8, 8], mlp_ratio=[2, 2, 2], attention_ratio=[2, 2, 2])
+HOLDOUT18["levit"]["attention_blocks"] = 5
+HOLDOUT_SETS[30] = HOLDOUT18
