@@ -464,6 +464,24 @@ def _causal_key_padding(ctx, m, q, k=None) -> bool:
     return causal_key_padding(ctx, m, q, k)
 
 
+def _cache_key_padding(ctx, m, q, past) -> bool:
+    from onnx_fuse.rewrite._mask_probe import cache_key_padding
+
+    return cache_key_padding(ctx, m, q, past)
+
+
+def _cache_padding_input(ctx, m, q, past):
+    from onnx_fuse.rewrite._mask_probe import cache_padding_input
+
+    return cache_padding_input(ctx, m, q, past)
+
+
+def _cache_padding_fill(ctx, m, q, past) -> float:
+    from onnx_fuse.rewrite._mask_probe import cache_padding_fill
+
+    return cache_padding_fill(ctx, m, q, past)
+
+
 def _padding_window(ctx, m, q) -> int:
     from onnx_fuse.rewrite._mask_probe import padding_window
 
@@ -658,6 +676,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the same over a plain causal part, one fill for causal and padded keys (the contrib ops' 2-D
     # key mask with unidirectional=1), never fails
     "causal_key_padding": _causal_key_padding,
+    # the same for S new tokens over a cache of past's P (keys 0..P + i), never fails; its
+    # attention-mask input and fill (fail where it does not hold)
+    "cache_key_padding": _cache_key_padding,
+    "cache_padding_input": _cache_padding_input,
+    "cache_padding_fill": _cache_padding_fill,
     # whether an additive float32 mask holds finite values only (value_range), never fails
     "finite_mask": _finite_mask,
     # whether an additive float32 mask leaves every query row a finite key for every 0/1 attention_mask, decided on its

@@ -917,9 +917,9 @@ def _computed_key_masks(mask: ir.Value, q: ir.Value) -> list[ir.Value]:
 
 
 def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], as_const: set[int],
-                   ) -> tuple[ir.Value, np.ndarray, int, float, float]:
+                   **kw: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """_padding_proof over an attention-mask graph input (named like one, else the one [B, T]
-    input whose values the mask reads)."""
+    input whose values the mask reads); ``kw``: _prove's past and at."""
     two_d = list({id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()
                   and i.shape is not None and len(i.shape) == 2}.values())
     ams = [i for i in two_d if _is_mask_input(i)]
@@ -931,48 +931,52 @@ def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], a
         if len(ams) == 1:
             ams[0].meta[_MASK_ROLE] = True
             try:
-                return _input_padding(ctx, mask, q, cone, as_const)
+                return _input_padding(ctx, mask, q, cone, as_const, **kw)
             except EvalFailure:
                 del ams[0].meta[_MASK_ROLE]
                 raise
     if len(ams) != 1:
         raise EvalFailure("the mask reads no [batch, keys] attention-mask input" if not ams else
                           f"the mask reads {len(ams)} attention-mask inputs")
-    return _prove(ctx, mask, q, ams[0], cone, as_const)
+    return _prove(ctx, mask, q, ams[0], cone, as_const, **kw)
 
 
 def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.Node], as_const: set[int],
-           cut: ir.Value | None = None) -> tuple[ir.Value, np.ndarray, int, float, float]:
-    """The padding proof with ``am`` fed as the attention mask (``cut``: am is a computed value)."""
+           cut: ir.Value | None = None, past: ir.Value | None = None, at: tuple[int, int] | None = None,
+           ) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """The padding proof with ``am`` fed as the attention mask (``cut``: am is a computed value);
+    ``past`` and ``at`` = (P, S): S new tokens after P cached ones (``past``'s length), keys P + S
+    (the base then [rows, heads, S, P + S]); prefill (P = 0) otherwise."""
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     sd, bd = q.shape.dims[-2], am.shape.dims[0]
-    s = sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3)
-    if s > _MAX_SQUARE_PROBE:
-        raise EvalFailure(f"a probe of {s} x {s} tokens is too large")
+    p, s = at if at is not None else (0, sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3))
+    t = p + s
+    if t > _MAX_SQUARE_PROBE:
+        raise EvalFailure(f"a probe of {s} x {t} tokens is too large")
     rows = bd if isinstance(bd, int) else _PAD_BATCH
-    env = _bind(q, None, s, 0)
+    env = _bind(q, past, s, p)
     if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
         env[q.shape.dims[0].value] = rows
     # every third key dropped, from a different first key in each row (a key in the middle and
     # the last ones: left, right and inner padding at once)
-    pattern = ((np.arange(s)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
+    pattern = ((np.arange(t)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
     if pattern.all():  # one or two tokens in too few rows: drop the last key of the last row, so the
         pattern[-1, -1] = 0  # fill is read from a masked key, never assumed (-inf for a finite fill)
     got, top, low = [], -np.inf, np.inf
     for drop in (None, (am, pattern)):
-        arr, why = _run_probe(cone, as_const, mask, 0, s, env, opset, batch=rows, drop=drop, cut=cut)
+        arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows, drop=drop, cut=cut)
         if why is not None:
             raise EvalFailure(why)
-        if arr.ndim != 4 or arr.shape[-1] != s or arr.shape[-2] not in (1, s) or arr.shape[0] not in (1, rows):
-            raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {rows} and {s} tokens")
+        if arr.ndim != 4 or arr.shape[-1] != t or arr.shape[-2] not in (1, s) or arr.shape[0] not in (1, rows):
+            raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {rows}, {s} queries over {t} keys")
         kept = _kept(arr, "(attention mask " + ("all ones)" if drop is None else "with keys dropped)"))
         if arr.dtype != np.bool_ and not kept.all():
             top = max(top, float(arr[~kept].astype(np.float64).max()))
             low = min(low, float(arr[~kept].astype(np.float64).min()))
-        got.append(np.broadcast_to(kept, (rows, arr.shape[1], s, s)))
+        got.append(np.broadcast_to(kept, (rows, arr.shape[1], s, t)))
     base, padded = got
     if not base.all():   # a causal part: one band per row, the same in every batch row and head
-        _band_starts(base, 0, s)
+        _band_starts(base, p, s)
     want = base & (pattern[:, None, None, :] != 0)
     bad = np.argwhere(padded != want)
     if len(bad):
@@ -982,3 +986,76 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
                           f"query {i} (not attention_mask's key padding)")
     return am, base, s, top, (-np.inf if low == np.inf else low)
 
+
+
+# cache proofs by mask: (the mask, q's and the past's shapes, the opset, the cone's signature, the
+# (attention mask, fill) or None)
+_CACHE_PROOFS: dict[int, tuple] = {}
+
+
+def cache_key_padding(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
+    """causal_key_padding() for S new tokens over a cache of P (``past``'s length, axis 2): the mask,
+    [B, ., S, P + S], is Where(key j <= P + i and attention_mask[b, j] != 0, 0, fill) with one fill
+    for causal and padded keys, proven on its values with an attention-mask input [B, P + S]: run
+    with it all ones it keeps exactly keys 0..P + i in row i, with every third key dropped (another
+    first key per batch row) exactly those less. Probed with P past every integer constant of the
+    cone, at S = q's length (3 and 1 where dynamic), the fill the same at each. Every reader of the
+    mask must be an attention op (or a dims read). Never fails: False where any of it is not proven."""
+    return _cache_proof(ctx, mask, q, past) is not None
+
+
+def cache_padding_input(ctx: Any, mask: Any, q: Any, past: Any) -> ir.Value:
+    """The attention-mask input of a mask cache_key_padding() proves."""
+    return _cache_proof_or_raise(ctx, mask, q, past)[0]
+
+
+def cache_padding_fill(ctx: Any, mask: Any, q: Any, past: Any) -> float:
+    """The one value a mask cache_key_padding() proves gives causal and padded keys."""
+    return _cache_proof_or_raise(ctx, mask, q, past)[1]
+
+
+def _cache_proof_or_raise(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float]:
+    res = _cache_proof(ctx, mask, q, past)
+    if res is None:
+        raise EvalFailure("the mask is not proven attention_mask's key padding over a causal part with a cache")
+    return res
+
+
+def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float] | None:
+    if not all(isinstance(v, ir.Value) for v in (mask, q, past)) or any(
+            v.shape is None or len(v.shape) != 4 for v in (q, past)):
+        return None
+    if mask.dtype is None or not (mask.dtype.is_floating_point() or mask.dtype == ir.DataType.BOOL) or (
+            mask.is_graph_input() or mask.is_graph_output() or _const(mask) is not None):
+        return None
+    if any(not _attention_reader(u.node) for u in mask.uses()):
+        return None
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    key = (repr(q.shape), repr(past.shape), opset)
+    hit = _CACHE_PROOFS.get(id(mask))
+    if hit is not None and hit[0] is mask and hit[1] == key and _cone_unchanged(mask, hit[2]):
+        return hit[3]
+    try:
+        cone, as_const = _cone(mask)
+    except EvalFailure:
+        return None
+    res: tuple[ir.Value, float] | None = None
+    try:
+        sd, pd = q.shape.dims[2], past.shape.dims[2]
+        p = pd if isinstance(pd, int) else _far_length(_int_constants(cone))
+        fills, ams = set(), set()
+        for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
+            am, base, _, top, low = _input_padding(ctx, mask, q, cone, as_const, past=past, at=(p, s))
+            causal = np.arange(p + s)[None, :] <= p + np.arange(s)[:, None]
+            if top != low or not np.array_equal(base, np.broadcast_to(causal, base.shape)):
+                raise EvalFailure("not causal with one fill")
+            fills.add(top)
+            ams.add(id(am))
+        if len(fills) == 1 and len(ams) == 1 and am.is_graph_input():
+            res = (am, fills.pop())
+    except EvalFailure:
+        res = None
+    if len(_CACHE_PROOFS) >= _RESULT_LIMIT:
+        _CACHE_PROOFS.pop(next(iter(_CACHE_PROOFS)))
+    _CACHE_PROOFS[id(mask)] = (mask, key, _cone_sig(cone), res)
+    return res

@@ -180,13 +180,14 @@ def test_causal_key_mask_at_ort(h, packed):
 
 
 @pytest.mark.parametrize("target", ["onnx", "trt"])
-def test_causal_key_mask_keeps_the_bias_at_attention_23(h, target):
+def test_causal_key_mask_rebuilt_at_attention_23(h, target):
     """Attention-23's is_causal masks future keys with -inf: a fully padded row would average its
-    causal keys only, where the export averages every key; the 4-D bias stays."""
+    causal keys only, where the export averages every key; the 4-D bias stays a bias, rebuilt from
+    attention_mask (causal-key-padding-bias, tests/rules/test_causal_padding_bias.py)."""
     model = _model(h, "causal", packed=True)
     fused = h.fuse(model, target, level=4 if target == "trt" else 3)
     ops = h.ops(fused)
-    assert ops["Attention"] == 1 and ops["GatherND"] == 1, ops
+    assert ops["Attention"] == 1 and ops["GatherND"] == 0 and ops["Where"] == 1, ops
     _check(h, model, fused)
 
 

@@ -103,8 +103,13 @@ def test_window_at_least_the_context_stays_exact(h, window):
 
 
 def test_plain_causal_mask_keeps_the_structural_rule(h):
+    """A plain causal mask is no window: FusedAttention(causal=1, window=0). attention-trt rebuilds the
+    export's causal + padding bias (causal-key-padding-bias), so the probed rule takes it, not the
+    structural fused-attention-trt-causal, which matched the export's ops."""
     fused = h.fuse(_llama(), "trt", level=4)
-    assert _fa_rules(fused) == ["fused-attention-trt-causal"] * ENTRY["num_layers"]
+    assert _fa_rules(fused) == ["fused-attention-trt-probed"] * ENTRY["num_layers"]
+    for a in _fa_attrs(fused):
+        assert a["causal"] == 1 and a["window"] == 0
 
 
 def _reasons(model: onnx.ModelProto, rule: str) -> list[str]:

@@ -1,0 +1,162 @@
+"""Causal + key padding masks rebuilt from attention_mask where Attention-23 / MultiHeadAttention keep a bias.
+
+transformers 5's decoder mask is Where(key j <= P + query i and attention_mask[b, j], 0, min), written as
+two index grids, a GatherND of attention_mask, Max / Expand / Concat, LessOrEqual, two And: about 20 ops,
+plus the lowering's keep-masked-rows (Attention-23) or cache-mask's Expand chain (MultiHeadAttention
+with a past). Attention-23's is_causal masks future keys with -inf, not the fill, so the bias has to
+stay; but where the values prove the mask is that function (causal_key_padding in prefill,
+cache_key_padding over a cache: rewrite/_mask_probe.py) and more ops die with it than the rebuilt
+Where(And(LessOrEqual(Range(T), Range(P, T)[:, None]), attention_mask[:, None, None, :]), 0, fill)
+adds (freed_ops), the lowering rebuilds it (rules/attention/lower.yaml causal-key-padding-bias,
+cache-key-padding-bias): onnx / trt prefill, onnx and ort with a past. Checked against the original
+with right, fully, left and inner padded rows (and a padded past), prefill at two lengths, decode at 3
+and 1 new tokens. Near misses keep the export's bias: a fill per batch row, a sliding window, a mask
+that another op reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+H, D = 2, 8
+HID = H * D
+MIN = float(np.finfo(np.float32).min)
+GLUE = {"GatherND", "Max", "Expand"}
+
+
+def _mask_nodes(n, past: bool, kind: str) -> list:
+    """transformers 5's causal + padding mask over attention_mask [B, P+S] -> ``mask`` [B,1,S,P+S].
+    kind: plain; row_fills (batch row b masks with (b + 1) * -1e30); window (key j > P + i - 3
+    too: a sliding window of 3)."""
+    nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i0"], ["nb"], axis=0),
+             n("Gather", ["xs", "i1"], ["ns"], axis=0)]
+    if past:
+        nodes += [n("Shape", ["past_k"], ["pks"]), n("Gather", ["pks", "i2"], ["np"], axis=0),
+                  n("Add", ["np", "ns"], ["nt"]), n("Range", ["i0", "nt", "i1"], ["rk"]),
+                  n("Range", ["np", "nt", "i1"], ["rq"])]
+    else:
+        nodes += [n("Range", ["i0", "ns", "i1"], ["rk"]), n("Identity", ["rk"], ["rq"])]
+    nodes += [n("Range", ["i0", "nb", "i1"], ["rb"]),
+              n("Unsqueeze", ["rb", "ax123"], ["bi"]), n("Unsqueeze", ["rk", "ax012"], ["ki"]),
+              n("Unsqueeze", ["rq", "ax013"], ["qi"]),
+              n("Max", ["bi", "ki"], ["bk"]), n("Shape", ["bk"], ["bks"]),
+              n("Expand", ["bi", "bks"], ["bix"]), n("Unsqueeze", ["bix", "axm1"], ["biu"]),
+              n("Expand", ["ki", "bks"], ["kix"]), n("Unsqueeze", ["kix", "axm1"], ["kiu"]),
+              n("Concat", ["biu", "kiu"], ["idx"], axis=-1), n("Cast", ["attention_mask"], ["amb"], to=9),
+              n("GatherND", ["amb", "idx"], ["keep"]), n("LessOrEqual", ["ki", "qi"], ["cz"]),
+              n("And", ["keep", "cz"], ["keepc"])]
+    cond = "keepc"
+    if kind == "window":
+        nodes += [n("Sub", ["qi", "i3"], ["qw"]), n("Greater", ["ki", "qw"], ["inw"]),
+                  n("And", ["keepc", "inw"], ["keepw"])]
+        cond = "keepw"
+    if kind == "row_fills":
+        nodes += [n("Add", ["bi", "i1"], ["b1"]), n("Cast", ["b1"], ["b1f"], to=1),
+                  n("Mul", ["b1f", "big"], ["fills"]), n("Where", [cond, "zero", "fills"], ["mask"])]
+    else:
+        nodes.append(n("Where", [cond, "zero", "fmin"], ["mask"]))
+    return nodes
+
+
+def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = False):
+    """One decoder attention over ``mask`` (q / k / v biased projections of x; with ``past`` the
+    keys and values are Concat(past, new) and the presents are outputs)."""
+    n = h.node
+    nodes = _mask_nodes(n, past, kind)
+    inputs = [h.vi("x", ["batch", "seq", HID]),
+              h.vi("attention_mask", ["batch", "total" if past else "seq"], TensorProto.INT64)]
+    for c in "qkv":
+        nodes += [n("MatMul", ["x", f"w{c}"], [f"m{c}"]), n("Add", [f"m{c}", f"bias_{c}"], [f"{c}3"]),
+                  n("Reshape", [f"{c}3", "hshape"], [f"{c}r"]),
+                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
+    kk, vv = "k4", "v4"
+    outputs = [h.vi("y", ["batch", "seq", HID])]
+    if past:
+        inputs += [h.vi("past_k", ["batch", H, "past", D]), h.vi("past_v", ["batch", H, "past", D])]
+        nodes += [n("Concat", ["past_k", "k4"], ["present_k"], axis=2),
+                  n("Concat", ["past_v", "v4"], ["present_v"], axis=2)]
+        kk, vv = "present_k", "present_v"
+        outputs += [h.vi("present_k", ["batch", H, "total", D]), h.vi("present_v", ["batch", H, "total", D])]
+    nodes += [n("Transpose", [kk], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", vv], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    if read_elsewhere:   # the 4-D mask has another reader: it stays, nothing is saved
+        nodes.append(n("ReduceMin", ["mask"], ["mask_min"], keepdims=0))
+        outputs.append(h.vi("mask_min", []))
+    rng = np.random.default_rng(1)
+    inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
+             "i3": np.array(3, np.int64),
+             "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
+             "ax013": np.array([0, 1, 3], np.int64), "axm1": np.array([-1], np.int64),
+             "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
+             "big": np.array(-1e30, np.float32),
+             "hshape": np.array([0, 0, H, D], np.int64), "merge": np.array([0, 0, HID], np.int64),
+             "scale": np.array(D ** -0.5, np.float32)}
+    for c in "qkv":
+        inits[f"w{c}"] = (rng.standard_normal((HID, HID)) * 0.3).astype(np.float32)
+        inits[f"bias_{c}"] = (rng.standard_normal(HID) * 0.1).astype(np.float32)
+    return h.make_model(nodes, inputs, outputs, inits)
+
+
+def _check(h, model, fused, past: bool):
+    """Right, fully, left and inner padded rows (batch 4); with a past, a left-padded past too."""
+    rng = np.random.default_rng(2)
+    for s, p in (((3, 5), (1, 6)) if past else ((7, 0), (3, 0))):
+        am = np.ones((4, p + s), np.int64)
+        am[0, -1] = 0
+        am[1, :] = 0
+        am[2, : p + 1] = 0
+        am[3, p // 2] = 0
+        feeds = {"x": rng.standard_normal((4, s, HID)).astype(np.float32), "attention_mask": am}
+        if past:
+            feeds["past_k"] = rng.standard_normal((4, H, p, D)).astype(np.float32)
+            feeds["past_v"] = rng.standard_normal((4, H, p, D)).astype(np.float32)
+        h.assert_close(model, fused, feeds)
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_prefill_bias_rebuilt_at_attention_23(h, target):
+    model = _model(h)
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    ops = h.ops(fused)
+    assert ops["Attention"] == 1 and ops["Softmax"] == 0, ops
+    assert not GLUE & set(ops), ops   # the export's grids and gather died
+    assert ops["Where"] == 1 and ops["LessOrEqual"] == 1 and ops["And"] == 1, ops
+    assert h.fired(fused)["attention-onnx" if target == "onnx" else "attention-trt"] >= 1
+    _check(h, model, fused, past=False)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_cache_bias_rebuilt(h, target):
+    model = _model(h, past=True)
+    fused = h.fuse(model, target)
+    ops = h.ops(fused)
+    op = "com.microsoft::MultiHeadAttention" if target == "ort" else "Attention"
+    assert ops[op] == 1 and ops["Softmax"] == 0, ops
+    assert not GLUE & set(ops), ops
+    assert ops["Where"] == 1 and ops["LessOrEqual"] == 1 and ops["Range"] == 2, ops
+    _check(h, model, fused, past=True)
+
+
+@pytest.mark.parametrize("kind", ["row_fills", "window"])
+@pytest.mark.parametrize("past", [False, True])
+def test_other_masks_keep_the_bias(h, kind, past):
+    """A fill per batch row is no single fill; a sliding window is no plain causal part: the export's
+    bias stays (GatherND)."""
+    model = _model(h, past=past, kind=kind)
+    fused = h.fuse(model, "onnx")
+    ops = h.ops(fused)
+    assert ops["Attention"] == 1 and ops["GatherND"] == 1, ops
+    _check(h, model, fused, past=past)
+
+
+@pytest.mark.parametrize("past", [False, True])
+def test_a_mask_read_elsewhere_keeps_the_bias(h, past):
+    model = _model(h, past=past, read_elsewhere=True)
+    fused = h.fuse(model, "onnx")
+    ops = h.ops(fused)
+    assert ops["Attention"] == 1 and ops["GatherND"] == 1, ops
+    _check(h, model, fused, past=past)
