@@ -15,7 +15,10 @@ meet one (each that does saves one, each that does not costs one).
 Past keys / values whose present outputs nobody reads are no cache: they are joined to k / v
 (Concat over the sequence axis, the keys Attention-23 reads anyway) so they take the 3-D form too
 (SD3's joint attention, recognized as a cache of the text keys). Not with is_causal (the causal
-band is offset by the past length) nor with a key-length input (opset 24).
+band is offset by the past length) nor with a key-length input (opset 24). A real cache (its presents
+read, or is_causal) stays as it is: Attention-23's past and present are 4-D [B, H, P, D] in either form,
+so only q / k / v and the output change layout (EXAONE 4's and Gemma 3's q / k norms on the heads-first
+view of a layer without a rotation, decoding with a cache).
 """
 
 from __future__ import annotations
@@ -53,7 +56,9 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
         return True
     if is_default_op(node, *LAYOUT_OPS):
         return chain_absorbs_transpose(v)
-    if node is None or len(node.outputs) != 1:
+    if node is None:
+        return False
+    if len(node.outputs) != 1 and not _rejoined(node):
         return False
     try:
         _check_layout_op(node, Region(list(HEADS), rotary=_views_meet(node)), opset)
@@ -66,6 +71,28 @@ def heads_split(v: ir.Value, opset: int, depth: int = _DEPTH) -> bool:
         if not heads_split(x, opset, depth - 1):
             return False
     return True
+
+
+def _rejoined(split: ir.Node) -> bool:
+    """A Split whose parts, each read once through single-output ops, all reach one Concat (StableLM's
+    per-head q / k norms: Split over the heads, a LayerNorm each, Concat): the sink passes it whole. Parts
+    that part ways (DeepSeek's k_nope | v of one view) would leave the Transpose with the other reader."""
+    if not is_default_op(split, "Split"):
+        return False
+    ends = set()
+    for part in split.outputs:
+        v, steps = part, 0
+        while _one_reader(v) and steps < _DEPTH:
+            reader = next(iter(v.uses())).node
+            if is_default_op(reader, "Concat"):
+                ends.add(id(reader))
+                break
+            if len(reader.outputs) != 1:
+                return False
+            v, steps = reader.outputs[0], steps + 1
+        else:
+            return False
+    return len(ends) == 1
 
 
 def _views_meet(node: ir.Node) -> bool:
@@ -135,11 +162,12 @@ def candidate(node: ir.Node, opset: int) -> tuple[bool, bool] | None:
     join = False
     if past[0] is not None or past[1] is not None:
         presents_read = any(o.uses() or o.is_graph_output() for o in outs[1:3])
-        if presents_read or attr_value(node, "is_causal", 0) or None in past:
-            return None  # a real cache: its past stays 4-D (left as it is)
-        if not all(_one_reader(p) for p in past):
+        if None in past:
             return None
-        join = True
+        if presents_read or attr_value(node, "is_causal", 0) or not all(_one_reader(p) for p in past):
+            pass  # a real cache: past and present stay 4-D where they are (to_3d keeps them)
+        else:
+            join = True
     met = 0
     for i, x in enumerate((q, k, v)):
         if join and i > 0:  # the joined keys / values: both parts must meet a Transpose
@@ -187,7 +215,9 @@ def to_3d(graph: ir.Graph, node: ir.Node, join: bool) -> None:
     attrs = {a.name: a.value for a in node.attributes.values()}
     attrs.update(q_num_heads=hq, kv_num_heads=hkv)
     mask = node.inputs[3] if len(node.inputs) > 3 else None
-    att = ir.node("Attention", [*three, mask] if mask is not None else three, attributes=attrs)
+    cache = [] if join else [x for x in node.inputs[4:6]]   # a real cache: past read 4-D as it is
+    inputs = [*three, mask, *cache] if cache or mask is not None else three
+    att = ir.node("Attention", inputs, attributes=attrs, num_outputs=1 + (2 if cache else 0))
     att.name = fresh_name(f"{base}/3d", taken)
     y3 = att.outputs[0]
     y3.name = fresh_name(f"{base}_3d_y", taken)
@@ -201,4 +231,7 @@ def to_3d(graph: ir.Graph, node: ir.Node, join: bool) -> None:
     out = add("Transpose", [y4], None if o.shape is None else list(o.shape.dims), o.dtype, perm=HEADS)
     graph.insert_before(node, new_nodes)
     reroute(o, out)
+    for old, new in zip(node.outputs[1:3] if cache else (), att.outputs[1:3]):   # the presents, 4-D in either form
+        new.name, new.type, new.shape = fresh_name(f"{base}_3d_present", taken), old.type, old.shape
+        reroute(old, new)
     graph.remove(node, safe=True)

@@ -130,11 +130,112 @@ def test_left_4d_where_it_saves_nothing():
     assert p.stats["attention-3d"] == 0 and "q_num_heads" not in _attention(ir_model).attributes
 
 
-def test_a_read_present_keeps_the_cache():
+def test_a_read_present_keeps_the_cache_4d():
+    """A present that is read makes the past a real cache: q / k / v and the output go 3-D (three of four
+    meet a Transpose), the past and present stay 4-D where they are (not joined to k / v: the present
+    must hold them); the old code left the whole attention 4-D."""
     model = _graph(past=True, presents_read=True)
     ir_model, modified, p = _run(model)
-    assert p.stats["attention-3d"] == 0
+    assert p.stats["attention-3d"] == 1
+    att = _attention(ir_model)
+    assert att.attributes["q_num_heads"].value == H and len(att.inputs) == 6 and len(att.outputs) == 3
+    assert [v.name for v in ir_model.graph.outputs] == ["y", "present_k"]
+    assert att.outputs[1] is ir_model.graph.outputs[1] and "Concat" not in _ops(ir_model)
+    assert _ops(ir_model).get("Transpose") == 2, _ops(ir_model)   # the past's own head views only
     check_same(model, ir_model, _feeds())
+
+
+def _decoder(*, causal: int, mask: bool = False, norm: bool = True, rope_q: bool = False) -> onnx.ModelProto:
+    """A decoder layer with a KV cache: q / k / v heads-first views of x (RMSNorm on q and k in that
+    layout: EXAONE 4's / Gemma 3's layers without a rotation), past_key / past_value graph inputs
+    [B, H, P, D], Attention-23 (is_causal ``causal``, a [B, 1, S, P+S] additive mask if ``mask``) whose
+    presents are graph outputs; the output merged back to [B, S, H*D]."""
+    rng = np.random.default_rng(5)
+    inits = [helper.make_tensor("split", TensorProto.INT64, [4], [0, 0, H, D]),
+             helper.make_tensor("merge", TensorProto.INT64, [3], [0, 0, H * D]),
+             helper.make_tensor("g", TensorProto.FLOAT, [D], rng.uniform(0.5, 1.5, D).tolist())]
+    nodes = []
+
+    def heads(name, normed):
+        t = _heads_view(nodes, inits, rng, "x", name)
+        if not normed:
+            return t
+        nodes.append(helper.make_node("RMSNormalization", [t, "g"], [f"{name}_n"], epsilon=1e-6))
+        return f"{name}_n"
+
+    q, k, v = heads("q", norm), heads("k", norm), heads("v", False)
+    if rope_q:  # q read through an op no Transpose sinks through
+        nodes += [helper.make_node("ReduceMax", [q], ["q_m"], keepdims=1), helper.make_node("Sub", [q, "q_m"], ["q_r"])]
+        q = "q_r"
+    seq = ["batch", H, "past", D]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", H * D]),
+              helper.make_tensor_value_info("past_key", TensorProto.FLOAT, seq),
+              helper.make_tensor_value_info("past_value", TensorProto.FLOAT, seq)]
+    if mask:
+        inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, ["batch", 1, "seq", "total"]))
+    nodes += [helper.make_node("Attention", [q, k, v, "m" if mask else "", "past_key", "past_value"],
+                               ["o4", "present_key", "present_value"], scale=D ** -0.5, is_causal=causal),
+              helper.make_node("Transpose", ["o4"], ["ot"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ot", "merge"], ["y"])]
+    total = ["batch", H, "total", D]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", H * D]),
+               helper.make_tensor_value_info("present_key", TensorProto.FLOAT, total),
+               helper.make_tensor_value_info("present_value", TensorProto.FLOAT, total)]
+    graph = helper.make_graph(nodes, "decoder", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _decoder_feeds(b=B, s=S, past=P, mask=False):
+    rng = np.random.default_rng(b * 100 + s * 10 + past)
+    feeds = {"x": rng.standard_normal((b, s, H * D), dtype=np.float32),
+             "past_key": rng.standard_normal((b, H, past, D), dtype=np.float32),
+             "past_value": rng.standard_normal((b, H, past, D), dtype=np.float32)}
+    if mask:
+        m = np.where(rng.random((b, 1, s, past + s)) < 0.2, -1e4, 0.0).astype(np.float32)
+        m[..., -1] = 0.0
+        feeds["m"] = m
+    return feeds
+
+
+@pytest.mark.parametrize("causal,mask", [(1, False), (0, True), (0, False)])
+def test_a_decoder_cache_stays_4d_and_the_rest_goes_3d(causal, mask):
+    """The cache's past / present graph values stay 4-D and keep their names; the q / k norms sink with
+    the head Transposes: no Transpose left (the old code kept all four and the norms heads-first)."""
+    model = _decoder(causal=causal, mask=mask)
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 1
+    assert "Transpose" not in _ops(ir_model), _ops(ir_model)
+    att = _attention(ir_model)
+    assert att.attributes["q_num_heads"].value == H and att.attributes["is_causal"].value == causal
+    assert [v.name for v in att.inputs[4:6]] == ["past_key", "past_value"]
+    assert [v.name for v in att.outputs[1:3]] == ["present_key", "present_value"]
+    for b, s, past in ((B, S, P), (1, 1, 7), (3, 4, 0)):
+        check_same(model, ir_model, _decoder_feeds(b, s, past, mask))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_a_decoder_cache_end_to_end(target):
+    model = _decoder(causal=1)
+    result = onnx_fuse.optimize(model, target=target, level=3, verify=True,
+                                shapes={"x": (B, S, H * D), "past_key": (B, H, P, D), "past_value": (B, H, P, D)})
+    assert result.report.passed
+    assert "Transpose" not in _ops(result.model), _ops(result.model)
+    check_same(model, result.model, _decoder_feeds(1, 3, 5))
+
+
+def test_a_decoder_cache_where_q_meets_nothing_and_the_output_is_not_merged_stays_4d():
+    """q through ops no Transpose sinks through and the output read heads-first: two of four meet a
+    Transpose (k, v), left 4-D."""
+    model = _decoder(causal=1, rope_q=True)
+    nodes = [n for n in model.graph.node if n.output[0] not in ("ot", "y")]   # the output read heads-first
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("o4", TensorProto.FLOAT, ["batch", H, "seq", D]))
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 0 and "q_num_heads" not in _attention(ir_model).attributes
+    check_same(model, ir_model, _decoder_feeds())
 
 
 def test_off_by_default():
@@ -255,3 +356,63 @@ def test_keys_from_a_chain_without_a_transpose_do_not_count():
             node.attribute.append(helper.make_attribute("perm", [0, 1, 2, 3, 4]))
     ir_model, modified, p = _run(model)
     assert p.stats["attention-3d"] == 0
+
+
+def _per_head_norms(escape: bool = False) -> onnx.ModelProto:
+    """StableLM's qk_layernorm: q / k heads-first views split into their H heads (Split over axis 1), a
+    LayerNorm with its own weights per head, joined back (Concat over axis 1); ``escape``: each Split's
+    first part is also a graph output (read outside the attention)."""
+    rng = np.random.default_rng(6)
+    inits = [helper.make_tensor("split", TensorProto.INT64, [4], [0, 0, H, D]),
+             helper.make_tensor("merge", TensorProto.INT64, [3], [0, 0, H * D])]
+    nodes, extra = [], []
+
+    def heads(name, normed):
+        t = _heads_view(nodes, inits, rng, "x", name)
+        if not normed:
+            return t
+        parts = [f"{name}_h{i}" for i in range(H)]
+        nodes.append(helper.make_node("Split", [t], parts, axis=1, num_outputs=H))
+        normed_parts = []
+        for i, part in enumerate(parts):
+            for w, lo in (("g", 0.5), ("b", -0.2)):
+                inits.append(helper.make_tensor(f"{w}_{name}{i}", TensorProto.FLOAT, [D],
+                                                rng.uniform(lo, lo + 1.0, D).tolist()))
+            nodes.append(helper.make_node("LayerNormalization", [part, f"g_{name}{i}", f"b_{name}{i}"],
+                                          [f"{part}_n"], axis=-1, epsilon=1e-5))
+            normed_parts.append(f"{part}_n")
+        if escape:
+            extra.append(helper.make_tensor_value_info(parts[0], TensorProto.FLOAT, [B, 1, S, D]))
+        nodes.append(helper.make_node("Concat", normed_parts, [f"{name}_n"], axis=1))
+        return f"{name}_n"
+
+    q, k, v = heads("q", True), heads("k", True), heads("v", False)
+    nodes += [helper.make_node("Attention", [q, k, v], ["o4"], scale=D ** -0.5, is_causal=1),
+              helper.make_node("Transpose", ["o4"], ["ot"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ot", "merge"], ["y"])]
+    graph = helper.make_graph(nodes, "per_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, H * D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, H * D]), *extra],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_per_head_norms_through_a_split_meet_the_heads_transpose():
+    """q / k split over the heads, normed per head and joined: the walk passes the Split (each part read
+    once), so all four meet a Transpose: 4 Transposes -> 0 (the old code stopped at the Split: 2 of 4,
+    left 4-D; StableLM at onnx-O3)."""
+    model = _per_head_norms()
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 1
+    assert "Transpose" not in _ops(ir_model), _ops(ir_model)
+    check_same(model, ir_model, {"x": _feeds()["x"]})
+
+
+def test_per_head_norms_with_a_part_read_elsewhere_stay_4d():
+    """A Split part that is also a graph output: the Transpose cannot sink through that Split, q and k
+    do not count (2 of 4), left 4-D."""
+    model = _per_head_norms(escape=True)
+    ir_model, modified, p = _run(model)
+    assert p.stats["attention-3d"] == 0 and "q_num_heads" not in _attention(ir_model).attributes
+    check_same(model, ir_model, {"x": _feeds()["x"]})
