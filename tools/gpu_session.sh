@@ -21,6 +21,7 @@ python3 -c "from onnx_fuse.plugins.kernel_lib import KernelLib; KernelLib.load()
 GPU_TESTS="tests/plugins/test_kernels_gpu.py tests/plugins/test_paged_chunked_gpu.py tests/plugins/test_fa_aot_gpu.py"
 TMA_K="fused_attention_tma or paged_decode_tma or paged_decode_fp8_tma"
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  t0=$SECONDS
   # TMA cases first, in their own process: a faulting bulk tensor copy leaves a sticky CUDA error
   # that would fail every later test of the same process
   timeout 320 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider -k "$TMA_K" 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
@@ -29,12 +30,14 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 150 python3 -m pytest -m gpu tests/plugins/test_paged_window_gpu.py -q --maxfail=20 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_window.log" | tail -25
   # attention sinks in every paged kernel path (~220 cases): their own process and log
   timeout 200 python3 -m pytest -m gpu tests/plugins/test_paged_sinks_gpu.py -q --maxfail=20 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_sinks.log" | tail -25
+  echo "GPU tests: $((SECONDS - t0)) s"
 fi
 if [ "$MODE" = prefix ]; then
   timeout 200 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q -k "paged_prefill or 128x128x12" -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -30
   timeout 200 python3 tools/bench_kernels.py --only prefix --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+  t0=$SECONDS
   # one process per family: a fault in one family's candidates cannot take the others' rows with it.
   # Prefill families under do_bench's zeroing flush, decode under the read flush (docs/PERF.md run 31e: the flush
   # moves prefill 8-15 % for reasons its bytes do not explain, so prefill keeps the harness its targets were set in)
@@ -43,4 +46,5 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   timeout 200 python3 tools/bench_kernels.py --only decode "$@" > "$OUT/bench_decode.log" 2>&1; tail -3 "$OUT/bench_decode.log"
   timeout 120 python3 tools/bench_kernels.py --only window "$@" > "$OUT/bench_window.log" 2>&1; tail -3 "$OUT/bench_window.log"
   timeout 60 python3 tools/bench_paged_plugin.py > "$OUT/bench_plugin.log" 2>&1; tail -12 "$OUT/bench_plugin.log"
+  echo "benchmark: $((SECONDS - t0)) s"
 fi
