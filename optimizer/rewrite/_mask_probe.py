@@ -780,18 +780,20 @@ def _key_mask(ctx: Any, mask: Any, q: Any, k: Any, causal: bool) -> bool:
             not isinstance(k, ir.Value) or k.shape is None or len(k.shape) < 2)):
         return False
     d = q.shape.dims[-2] if len(q.shape) >= 2 else None
-    if k is not None and not same_dim(k.shape.dims[-2], d):
-        return False
+    kd = k.shape.dims[-2] if k is not None else d
     if not isinstance(mask, ir.Value) or mask.is_graph_output() or any(
             not _attention_reader(u.node) for u in mask.uses()):
         return False   # the 4-D mask stays for another reader (ModernBERT's local band): nothing saved
+    if not same_dim(kd, d) and (causal or mask.shape is None or not len(mask.shape)
+                                or not same_dim(mask.shape.dims[-1], kd)):
+        return False   # keys of another length: key padding alone, proven over those keys (_cross_keys)
     try:
         am, base, s, top, low = _padding(ctx, mask, q)
         if causal and (base.all() or padding_window(ctx, mask, q) != 0):
             return False
     except EvalFailure:
         return False
-    return (causal or bool(base.all())) and top == low and same_dim(am.shape.dims[1], d)
+    return (causal or bool(base.all())) and top == low and same_dim(am.shape.dims[1], kd)
 
 
 def _attention_reader(node: ir.Node) -> bool:
@@ -916,6 +918,23 @@ def _computed_key_masks(mask: ir.Value, q: ir.Value) -> list[ir.Value]:
     return [v for _, v in sorted(dist.values(), key=lambda kv: -kv[0])][:_MAX_KEY_MASKS]
 
 
+def _cross_keys(mask: ir.Value, q: ir.Value) -> Any:
+    """The key count of a mask whose last axis is provably not q's length (cross-attention: the
+    encoder's keys): its dim (an int with q's an int, else a named symbol other than q's), or None."""
+    sd = q.shape.dims[-2]
+    kd = mask.shape.dims[-1] if mask.shape is not None and len(mask.shape) == 4 else None
+    if kd is None or same_dim(kd, sd):
+        return None
+    if isinstance(kd, int) and isinstance(sd, int):
+        return kd
+    if isinstance(kd, int) or isinstance(sd, int) or not getattr(kd, "value", None) or not getattr(sd, "value", None):
+        return None
+    # both named on the graph's inputs (an exporter's names: sequence, encoder_sequence), never names
+    # shape inference made up (unk__N), which say nothing about equality
+    declared = {getattr(d, "value", None) for i in mask.graph.inputs if i.shape is not None for d in i.shape.dims}
+    return kd if kd.value in declared and sd.value in declared else None
+
+
 def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], as_const: set[int],
                    **kw: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """_padding_proof over an attention-mask graph input (named like one, else the one [B, T]
@@ -950,11 +969,18 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     sd, bd = q.shape.dims[-2], am.shape.dims[0]
     p, s = at if at is not None else (0, sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3))
+    kd = _cross_keys(mask, q) if at is None else None
+    if kd is not None:   # cross-attention: T keys of their own (T - S is no past: nothing reads positions)
+        if any("pos" in (i.name or "").lower() for n in cone for i in n.inputs if i is not None and i.is_graph_input()):
+            raise EvalFailure("a mask over keys of another length that reads positions")
+        p = (kd if isinstance(kd, int) else s + 2) - s
     t = p + s
     if t > _MAX_SQUARE_PROBE:
         raise EvalFailure(f"a probe of {s} x {t} tokens is too large")
     rows = bd if isinstance(bd, int) else _PAD_BATCH
     env = _bind(q, past, s, p)
+    if kd is not None and not isinstance(kd, int):
+        env[kd.value] = t
     if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
         env[q.shape.dims[0].value] = rows
     # every third key dropped, from a different first key in each row (a key in the middle and
@@ -975,6 +1001,8 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
             low = min(low, float(arr[~kept].astype(np.float64).min()))
         got.append(np.broadcast_to(kept, (rows, arr.shape[1], s, t)))
     base, padded = got
+    if kd is not None and not base.all():
+        raise EvalFailure("a mask over keys of another length (cross-attention) that masks keys with attention_mask all ones")
     if not base.all():   # a causal part: one band per row, the same in every batch row and head
         _band_starts(base, p, s)
     want = base & (pattern[:, None, None, :] != 0)

@@ -11,6 +11,9 @@ the ort ops read Cast(km) as their 2-D key mask and Attention-23 reads Where(km,
 the glue after km dies, km's own ops stay. Checked with rows of different lengths, length 0 included
 (a fully padded row: the export's finite min averages every key, and so does the key mask).
 Near misses keep the bias: km masking query rows (not keys), a mask that also reads another input.
+Cross-attention (the encoder's keys, another length than the queries): the probe binds the keys to
+their own count, so encoder_attention_mask's key padding is proven over T keys (Cohere ASR's decoder);
+a causal part over those keys keeps the bias.
 """
 
 from __future__ import annotations
@@ -173,3 +176,87 @@ def test_a_second_mask_source_keeps_the_bias(h):
     node = next(x for x in fused.graph.node if x.op_type == "Attention")
     assert len(node.input) == 6 and node.input[3] == "", node.input
     h.assert_close(model, fused, _feeds(model))
+
+
+def _cross_model(h, causal_part: bool = False):
+    """Decoder queries x [B, S, HID] over encoder keys e [B, T, HID] (T another symbol), masked by
+    encoder_attention_mask [B, T] through transformers 5's gather (Cohere ASR's, BART's cross mask);
+    ``causal_part``: key j > query i masked too (not key padding alone)."""
+    n = h.node
+    nodes = [n("Shape", ["e"], ["es"]), n("Gather", ["es", "i0"], ["nb"], axis=0),
+             n("Gather", ["es", "i1"], ["nt"], axis=0), n("Range", ["i0", "nb", "i1"], ["rb"]),
+             n("Range", ["i0", "nt", "i1"], ["rt"]),
+             n("Unsqueeze", ["rb", "ax123"], ["bi"]), n("Unsqueeze", ["rt", "ax012"], ["ki"]),
+             n("Max", ["bi", "ki"], ["bk"]), n("Shape", ["bk"], ["bks"]),
+             n("Expand", ["bi", "bks"], ["bix"]), n("Unsqueeze", ["bix", "axm1"], ["biu"]),
+             n("Expand", ["ki", "bks"], ["kix"]), n("Unsqueeze", ["kix", "axm1"], ["kiu"]),
+             n("Concat", ["biu", "kiu"], ["idx"], axis=-1), n("Cast", ["encoder_attention_mask"], ["emb"], to=9),
+             n("GatherND", ["emb", "idx"], ["keep"])]
+    cond = "keep"
+    if causal_part:
+        nodes += [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i1"], ["ns"], axis=0),
+                  n("Range", ["i0", "ns", "i1"], ["rs"]), n("Unsqueeze", ["rs", "ax013"], ["qi"]),
+                  n("LessOrEqual", ["ki", "qi"], ["cz"]), n("And", ["keep", "cz"], ["keepc"])]
+        cond = "keepc"
+    nodes.append(n("Where", [cond, "zero", "fmin"], ["mask"]))
+    for c, src in (("q", "x"), ("k", "e"), ("v", "e")):
+        nodes += [n("MatMul", [src, f"w{c}"], [f"m{c}"]), n("Add", [f"m{c}", f"bias_{c}"], [f"{c}3"]),
+                  n("Reshape", [f"{c}3", "hshape"], [f"{c}r"]),
+                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
+    nodes += [n("Transpose", ["k4"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v4"], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    rng = np.random.default_rng(1)
+    inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
+             "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
+             "ax013": np.array([0, 1, 3], np.int64), "axm1": np.array([-1], np.int64),
+             "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
+             "hshape": np.array([0, 0, H, D], np.int64), "merge": np.array([0, 0, HID], np.int64),
+             "scale": np.array(D ** -0.5, np.float32)}
+    for c in "qkv":
+        inits[f"w{c}"] = (rng.standard_normal((HID, HID)) * 0.3).astype(np.float32)
+        inits[f"bias_{c}"] = (rng.standard_normal(HID) * 0.1).astype(np.float32)
+    inputs = [h.vi("x", ["batch", "seq", HID]), h.vi("e", ["batch", "enc", HID]),
+              h.vi("encoder_attention_mask", ["batch", "enc"], TensorProto.INT64)]
+    return h.make_model(nodes, inputs, [h.vi("y", ["batch", "seq", HID])], inits)
+
+
+def _cross_check(h, model, fused):
+    """Encoder rows right, fully, left and inner padded; 5 queries over 9 keys, 1 over 4, 6 over 6."""
+    rng = np.random.default_rng(2)
+    for s, t in ((5, 9), (1, 4), (6, 6)):
+        em = np.ones((4, t), np.int64)
+        em[0, t - 2:] = 0
+        em[1, :] = 0
+        em[2, :2] = 0
+        em[3, t // 2] = 0
+        feeds = {"x": rng.standard_normal((4, s, HID)).astype(np.float32),
+                 "e": rng.standard_normal((4, t, HID)).astype(np.float32), "encoder_attention_mask": em}
+        h.assert_close(model, fused, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_cross_attention_key_mask(h, target):
+    """Keys of another length (the encoder's): the probe binds them to their own count (not q's), so
+    the mask is proven encoder_attention_mask's key padding over T keys; MultiHeadAttention reads it
+    as its [B, T] key_padding_mask, Attention-23 as Where(m, 0, fill') [B,1,1,T]."""
+    model = _cross_model(h)
+    fused = h.fuse(model, target)
+    ops = h.ops(fused)
+    if target == "ort":
+        assert ops["com.microsoft::MultiHeadAttention"] == 1, ops
+        assert _key_mask_source(fused, "MultiHeadAttention") == "encoder_attention_mask"
+    else:   # (the Concat / Expand broadcast the [B,1,1,T] bias to the query rows)
+        assert ops["Attention"] == 1 and ops["Where"] == 1, ops
+    assert not (GLUE - {"Concat"}) & set(ops) and ops["GatherND"] == 0 and ops["Softmax"] == 0, ops
+    _cross_check(h, model, fused)
+
+
+def test_cross_attention_with_a_causal_part_keeps_the_bias(h):
+    """Key j > query i masked too over the encoder's keys: no key padding alone, the bias stays."""
+    model = _cross_model(h, causal_part=True)
+    fused = h.fuse(model, "ort")
+    ops = h.ops(fused)
+    assert ops["com.microsoft::MultiHeadAttention"] == 1 and ops["GatherND"] == 1, ops
+    _cross_check(h, model, fused)
