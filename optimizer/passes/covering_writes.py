@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 from onnx_fuse.passes._new_values import fresh_name, graph_names
+from onnx_fuse.passes._transpose_region import perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _MAX_INDICES = 1 << 16
@@ -62,12 +63,28 @@ def covering_chain(last: ir.Node) -> list[tuple[int, ir.Value]] | None:
         if covered[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(covered, covered[1:])) \
                 and covered[-1][0] + covered[-1][1] == n:
             return [(start, upd) for start, _, upd in covered]
-        data = node.inputs[0]
+        data = _through_pair(node.inputs[0])
         prev = data.producer()
         # an earlier write of the chain: read by this one only
         if not _write(prev) or data.is_graph_output() or len(list(data.uses())) != 1:
             return None
         node = prev
+
+
+def _through_pair(v: ir.Value) -> ir.Value:
+    """u where v = Transpose(Transpose(u, p), q) and the two compose to the identity, each read once (dynamo
+    transposes each write's result back and the next write's data forth again); else v."""
+    second = v.producer()
+    if not is_default_op(second, "Transpose") or len(list(v.uses())) != 1 or v.is_graph_output():
+        return v
+    mid = second.inputs[0]
+    first = mid.producer() if mid is not None else None
+    if not is_default_op(first, "Transpose") or len(list(mid.uses())) != 1 or mid.is_graph_output():
+        return v
+    p, q = perm_of(first), perm_of(second)
+    if p is None or q is None or len(p) != len(q) or [p[i] for i in q] != list(range(len(p))):
+        return v
+    return first.inputs[0]
 
 
 class CoveringWritesPass(FusePass):

@@ -16,13 +16,18 @@ def _idx(values) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def key_states(first=range(0, 6), second=range(6, 10), reduction: str = "none", read_mid: bool = False) -> str:
+def key_states(first=range(0, 6), second=range(6, 10), reduction: str = "none", read_mid: bool = False,
+               back_and_forth: bool = False) -> str:
     """DeepSeek V3's key_states as dynamo writes it: an empty [B, H, S, 10] buffer, then
     ``k[..., :6] = k_nope`` and ``k[..., 6:] = k_pe`` (expanded over the heads) as ScatterND on the buffer
     transposed [3, 1, 2, 0], transposed back; ``first`` / ``second`` are the written indices."""
     first, second = list(first), list(second)
     mid_out = ", float[10, H, S, B] mid" if read_mid else ""
     mid = "\n        mid = Identity(w1)" if read_mid else ""
+    # dynamo transposes the first write's result back and forth again before the second write
+    pair = ("\n        wb = Transpose<perm = [3, 1, 2, 0]>(w1)\n        wf = Transpose<perm = [3, 1, 2, 0]>(wb)"
+            if back_and_forth else "")
+    data2 = "wf" if back_and_forth else "w1"
     return HEADER + f'''
     g (float[B, H, S, 6] nope, float[B, 1, S, {len(second)}] pe) => (float[B, H, S, 10] y{mid_out})
     <int64[{len(first)}, 1] i1 = {{{_idx(first)}}}, int64[{len(second)}, 1] i2 = {{{_idx(second)}}},
@@ -40,8 +45,8 @@ def key_states(first=range(0, 6), second=range(6, 10), reduction: str = "none", 
         bt = Transpose<perm = [3, 1, 2, 0]>(buf)
         nt = Transpose<perm = [3, 1, 2, 0]>(nope)
         w1 = ScatterND<reduction = "{reduction}">(bt, i1, nt)
-        pt = Transpose<perm = [3, 1, 2, 0]>(pe_e)
-        w2 = ScatterND(w1, i2, pt){mid}
+        pt = Transpose<perm = [3, 1, 2, 0]>(pe_e){pair}
+        w2 = ScatterND({data2}, i2, pt){mid}
         k = Transpose<perm = [3, 1, 2, 0]>(w2)
         y = Mul(k, scale)
     }}'''
@@ -82,6 +87,19 @@ def test_optimize_leaves_a_last_axis_concat_without_transposes(target, level):
            and n.inputs[0].name == "nope"]
     assert cat and cat[0].attributes["axis"].value in (3, -1)
     check_same(proto, result.model, inputs=feeds(3, 2, 4))
+
+
+def test_writes_with_the_result_transposed_back_and_forth_between_them():
+    # the form dynamo writes (DeepSeek V3): the second write's data is the first's output through a Transpose
+    # pair that composes to the identity; taken in the first cleanup, before the rules
+    proto = parse(key_states(back_and_forth=True))
+    model, modified, p = apply(CoveringWritesPass, proto, shape_inference=True)
+    assert modified and p.stats == {"writes": 2}
+    check_same(proto, model, inputs=feeds(2, 3, 5))
+    result = onnx_fuse.optimize(proto, level=1, target="ort", verify=True,
+                                shapes={"nope": (2, 3, 5, 6), "pe": (2, 1, 5, 4)})
+    assert "ScatterND" not in ops(result.model), ops(result.model)
+    check_same(proto, result.model, inputs=feeds(1, 2, 3))
 
 
 def test_writes_in_either_order_and_negative_indices():
