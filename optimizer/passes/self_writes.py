@@ -120,7 +120,7 @@ def _input_coords(node: ir.Node, x: ir.Value, y: ir.Value) -> list[Term] | None:
             elif s > 0:
                 b = min(max(b + d, 0), d)
             else:
-                b = min(max(b + d if b < 0 else b, -1), d - 1)
+                b = min(max(b + d if b < 0 else b, 0), d - 1)   # the spec clamps a negative step's start to [0, d - 1]
             inner[a] = ("a", a, s, b)
         return inner
     if op == "Gather":

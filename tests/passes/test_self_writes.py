@@ -176,3 +176,19 @@ def test_write_of_a_graph_input_as_graph_output_becomes_identity():
     DeadCodeEliminationPass()(model)
     assert modified and p.stats == {"ScatterND": 1} and ops(model) == {"Identity": 1}, ops(model)
     check_same(proto, model, inputs={"x": np.arange(12, dtype=np.float32).reshape(4, 3)})
+
+
+def test_a_negative_step_slice_from_before_the_start_reads_row_zero():
+    # Slice(x, -100, -200, step -1) on 4 rows: the start clamps to 0 (a negative step's [0, d - 1]) and the
+    # end to -1, so it is [x[0]], and writing it back to row 0 changes nothing (was mapped to row -1: kept)
+    proto = parse(HEADER + '''
+    g (float[4, 3] x) => (float[4, 3] y)
+    <int64[1] b = {-100}, int64[1] e = {-200}, int64[1] ax = {0}, int64[1] st = {-1}, int64[1, 1] idx = {0}>
+    {
+        xr = Relu(x)
+        upd = Slice(xr, b, e, ax, st)
+        y = ScatterND(xr, idx, upd)
+    }''')
+    model, modified, p = apply(SelfWriteEliminationPass, proto, shape_inference=True)
+    assert modified and p.stats == {"ScatterND": 1}
+    check_same(proto, model, inputs={"x": np.arange(12, dtype=np.float32).reshape(4, 3) - 5})
