@@ -57,6 +57,18 @@ def test_compare_saturates_at_the_low_types_bound():
         assert not compare_arrays("y", ref, np.array(got, np.float32), 1e-3, 1e-2, bound=65504.0).passed
 
 
+def test_compare_saturates_a_scaled_fill():
+    """Where(causal, s, finfo.min) * 0.29 as an output (fuzz 25001, seed 3123461614): the original's masked
+    entries are -9.8e37, float16's the clipped fill times the scale, -65504 * 0.29 = -18910; that is the
+    same computation on the clipped constant, not a wrong value. A value that is neither (-1000, or the
+    scale's result on another fill, -9000) still differs."""
+    lo = float(np.finfo(np.float32).min)
+    ref = np.array([lo * 0.2887, 1.0, 2.0], np.float32)
+    assert compare_arrays("y", ref, np.array([-18902.8, 1.0, 2.0], np.float32), 1e-3, 1e-2, bound=65504.0).passed
+    for got in ([-1000.0, 1.0, 2.0], [-9000.0, 1.0, 2.0], [18910.0, 1.0, 2.0]):
+        assert not compare_arrays("y", ref, np.array(got, np.float32), 1e-3, 1e-2, bound=65504.0).passed
+
+
 def test_precision_fp16_verifies_a_mask_fill_output():
     """A float32 min mask fill that is a graph output (Where(keep, x W, min), then softmax and P W),
     optimized with --precision fp16 and verified: the Where runs in float16, so the output is -65504 where
@@ -262,7 +274,7 @@ def test_optimum_decoder_inputs_cover_past_and_new_tokens():
     np.testing.assert_array_equal(feeds["position_ids"][0], past + np.arange(new))
     np.testing.assert_array_equal(feeds["position_ids"][1], past + np.arange(new))
     result = verify(model, model)     # the original runs on them
-    assert result["passed"] and result["cases"] == []
+    assert result["passed"] and result["cases"] == ["padded-row"]   # its first row fully padded too
     assert make_inputs(model, shapes={"past_sequence_length": (3,), "sequence_length": (1,)})[
         "attention_mask"].shape == (2, 4)
 
@@ -271,7 +283,7 @@ def test_merged_decoder_verifies_both_branches():
     model = _optimum_decoder(merged=True)
     result = verify(model, model)
     assert result["passed"]
-    assert result["cases"] == ["use_cache_branch=1", "use_cache_branch=0"]
+    assert result["cases"] == ["use_cache_branch=1", "use_cache_branch=0", "padded-row"]
     names = [o["name"] for o in result["outputs"]]
     assert "logits [use_cache_branch=1]" in names and "logits [use_cache_branch=0]" in names
     from onnx_fuse.verify import input_cases
@@ -296,7 +308,7 @@ def test_merged_decoder_mask_declared_as_the_no_cache_decoders():
                                                     + with_past["input_ids"].shape[1])
     assert no_past["attention_mask"].shape[1] == no_past["input_ids"].shape[1]
     result = verify(model, model)
-    assert result["passed"] and result["cases"] == ["use_cache_branch=1", "use_cache_branch=0"]
+    assert result["passed"] and result["cases"] == ["use_cache_branch=1", "use_cache_branch=0", "padded-row"]
 
 
 def test_merged_decoder_difference_in_the_no_cache_branch_is_caught():
@@ -585,6 +597,7 @@ def test_a_window_written_as_a_trilu_diagonal_makes_the_past_longer(merged):
     bad = verify(original, _trilu_band_step(16, band=False, merged=merged))
     assert not bad["passed"]
     want = ["out [use_cache_branch=1]"] if merged else ["out"]   # the no-cache branch has no past
+    want.append("out [padded-row]")   # the first case's feeds (the long past), row 0 fully padded
     assert [o["name"] for o in bad["outputs"] if not o["passed"]] == want
     assert verify(original, _trilu_band_step(16, merged=merged))["passed"]
 
