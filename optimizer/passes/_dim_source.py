@@ -23,7 +23,8 @@ again so the names spread). Steps, each exact for every input the model accepts:
 - Slice (constant axes and steps; starts and ends may be computed from sizes): an axis it does
   not cut, or one cut at [0, its own size); a cut ``[s, s + n)`` with ``s`` a size holds at most n
   entries, which broadcasting against n settles (``_at_most``: GPT-NeoX's causal buffer
-  ``bias[:, :, T - S : T]``).
+  ``bias[:, :, T - S : T]``); so does the last entry ``[-1:]`` of an axis of that size (one entry, or
+  none where the size is 0: DETR's sine position embedding ``y / y[:, -1:]``).
 - Conv / ConvTranspose / pooling (ceil_mode too): batch (and a pool's channels) pass through; a
   spatial length is computed from the input's and named by its formula (``floor_div``: ``(L-5)//5``,
   a transposed conv's ``(2*L-1)//1``; an explicit output_shape is its int), so a length
@@ -126,6 +127,11 @@ def _at_most(y: ir.Value, b: int, size) -> bool:
             continue
         start, end = cut
         if start == (0, ()) and end == want:
+            return True
+        if start == (-1, ()) and end is not None and clean(end) and not end[1] and end[0] >= TO_END \
+                and _same_size(known_dim(node.inputs[0], j), want):
+            # [-1:] of an axis of this very size (DETR's sine embedding, y / y[:, -1:]): one entry,
+            # none only where the size is 0, so broadcasting against the size gives the size
             return True
         if start is not None and end is not None and start[0] >= 0 and clean(start) \
                 and _same_size(dim_diff(end, start), want):
