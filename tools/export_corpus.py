@@ -134,7 +134,8 @@ AUDIO_SAMPLES = 400  # kind audio: waveform samples (the conv stack of holdout_s
 DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_length": SEQ,
               "past_sequence": PAST, "past_sequence_length": PAST, "total_sequence": PAST + SEQ,
               "encoder_sequence_length": SEQ, "num_channels": 3, "height": 32, "width": 32,
-              "encoder_sequence": SEQ - 2, "decoder_sequence_length": SEQ, "past_decoder_sequence_length": PAST}
+              "encoder_sequence": SEQ - 2, "decoder_sequence_length": SEQ, "past_decoder_sequence_length": PAST,
+              "visual_seq_length": SEQ - 2}  # Optimum's VisualBERT: the visual embeddings' count
 CROSS = ("seq2seq_decoder",)  # kinds that take encoder_hidden_states (cross-attention)
 
 
@@ -1255,6 +1256,11 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
     # (Moonshine's encoder_model names it encoder_sequence_length)
     values = dict(DIM_VALUES, sequence_length=AUDIO_SAMPLES, encoder_sequence_length=AUDIO_SAMPLES) \
         if entry["kind"] == "audio" else DIM_VALUES
+    # an image's symbolic height / width (Optimum's vision exports) takes the size the model was built for
+    size = (entry.get("config") or {}).get("image_size")
+    if isinstance(size, (int, list)) and size:
+        hw = [size, size] if isinstance(size, int) else list(size) * (2 // len(size))
+        values = dict(values, height=hw[0], width=hw[-1])
     for inp in entry["inputs"]:
         name, shape = inp["name"], [dim_value(d, values) for d in inp["dims"]]
         if "mask" in name:
