@@ -1254,8 +1254,15 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
     feeds = {}
     # a waveform's symbolic length (Optimum's audio exports) takes the samples the conv stack needs
     # (Moonshine's encoder_model names it encoder_sequence_length)
-    values = dict(DIM_VALUES, sequence_length=AUDIO_SAMPLES, encoder_sequence_length=AUDIO_SAMPLES) \
+    samples = entry.get("audio_samples", AUDIO_SAMPLES)
+    values = dict(DIM_VALUES, sequence_length=samples, encoder_sequence_length=samples) \
         if entry["kind"] == "audio" else DIM_VALUES
+    # a dim named after a config entry (Optimum's VisualBERT: visual_embedding_dim) is that entry
+    values = dict({k: v for k, v in (entry.get("config") or {}).items() if type(v) is int and v > 0}, **values)
+    # a time series' symbolic length (Optimum's PatchTST / PatchTSMixer past_values) is the context the model
+    # was built for: its patch count and position table are fixed by it (another length computes garbage)
+    if any(i["name"] == "past_values" for i in entry["inputs"]) and (entry.get("config") or {}).get("context_length"):
+        values = dict(values, sequence_length=entry["config"]["context_length"])
     # an image's symbolic height / width (Optimum's vision exports) takes the size the model was built for
     size = (entry.get("config") or {}).get("image_size")
     if isinstance(size, (int, list)) and size:
@@ -1398,6 +1405,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     if "attention_blocks" in spec:  # the spec knows better (holdout_specs: Funnel has no layer count)
         entry["attention_blocks"] = spec["attention_blocks"]
     entry.update(extra)
+    if "audio_samples" in spec:  # a waveform's length the stem needs (Moonshine): Optimum's is symbolic
+        entry["audio_samples"] = spec["audio_samples"]
     entry["ort_check"] = ort_check(path, entry)
     return entry
 

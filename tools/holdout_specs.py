@@ -2647,4 +2647,7 @@ HOLDOUT18["dinov2"]["optimum_preprocessor"] = ("BitImageProcessor", dict(size={"
 HOLDOUT18["levit"]["config"] = dict(HOLDOUT18["levit"]["config"], hidden_sizes=[16, 32, 48], num_attention_heads=[2, 2, 2],
                                     depths=[1, 1, 1], key_dim=[8, 8, 8], mlp_ratio=[2, 2, 2], attention_ratio=[2, 2, 2])
 HOLDOUT18["levit"]["attention_blocks"] = 5
+# Optimum's dummy token_type_ids take values 0 and 1: two token types (the sets' configs have one)
+for _arch in ("longformer", "markuplm"):
+    HOLDOUT18[_arch]["config"] = dict(HOLDOUT18[_arch]["config"], type_vocab_size=2)
 HOLDOUT_SETS[30] = HOLDOUT18
