@@ -244,7 +244,10 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
             elif v.is_graph_input() or v.producer() is None or v is cut:
                 arr = _feed(v, _dims_of(v, dims), p, s, fill if id(v) in varied else 0, as_mask=v is cut)
                 if drop is not None and v is drop[0]:
-                    arr = (arr * np.broadcast_to(drop[1], arr.shape)).astype(arr.dtype)
+                    try:
+                        arr = (arr * np.broadcast_to(drop[1], arr.shape)).astype(arr.dtype)
+                    except ValueError:   # a [B, T] pattern that does not fit the fed value
+                        raise EvalFailure(f"the key mask {v.name!r} of shape {list(arr.shape)} is not [batch, keys]") from None
                 inputs.append(onnx.helper.make_tensor_value_info(   # its name in the reasons: in the cache keys
                     name(v), onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape), doc_string=v.name or ""))
                 feeds[name(v)] = arr
@@ -907,7 +910,8 @@ def _computed_key_masks(mask: ir.Value, q: ir.Value) -> list[ir.Value]:
         v, k = todo.pop(0)
         node = v.producer()
         if (v is not mask and v.dtype == ir.DataType.BOOL and v.shape is not None and len(v.shape) == 2
-                and same_dim(v.shape.dims[1], d) and not v.is_graph_input() and _const(v) is None):
+                and same_dim(v.shape.dims[1], d) and not same_dim(v.shape.dims[0], d)   # [S, S]: a causal part
+                and not v.is_graph_input() and _const(v) is None):
             dist[id(v)] = (k, v)
         if node is None or node.op_type in _HEAVY or node.domain not in ("", "ai.onnx"):
             continue
