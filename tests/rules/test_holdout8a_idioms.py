@@ -51,7 +51,8 @@ def test_tril_buffer_then_padding_masked_fill_fuses(h, target):
     out = h.fuse(model, target)
     ops = h.ops(out)
     assert ops[MHA_OP[target]] == 1 and "Softmax" not in ops, ops
-    assert "scores-masked-fill-pair" in h.fired(out), h.fired(out)
+    if target == "ort":   # onnx / trt: the mask probe proves causal + key padding and rebuilds it (d04da49)
+        assert "scores-masked-fill-pair" in h.fired(out), h.fired(out)
     h.assert_close(model, out, _feeds(h))
 
 
