@@ -805,9 +805,23 @@ def _attention_reader(node: ir.Node) -> bool:
 
 
 # padding proofs by mask: a lowering asks key_padding, causal_key_padding, padding_input and
-# padding_fill about one mask, and every layer's attention reads the same one; (the mask, q's shape,
-# the opset, the cone's nodes with their inputs, the result or the failure)
+# padding_fill about one mask, and every layer's attention reads the same one; (the mask, (q's
+# shape, the opset), the cone's nodes with their inputs, the result or the failure)
 _PROOFS: dict[int, tuple] = {}
+
+
+def _memo_get(store: dict[int, tuple], mask: ir.Value, key: tuple) -> tuple | None:
+    """(result,) of a proof ``store`` holds for ``mask`` under ``key`` while its cone is unchanged."""
+    hit = store.get(id(mask))
+    if hit is not None and hit[0] is mask and hit[1] == key and _cone_unchanged(mask, hit[2]):
+        return (hit[3],)
+    return None
+
+
+def _memo_put(store: dict[int, tuple], mask: ir.Value, key: tuple, cone: list[ir.Node], res: Any) -> None:
+    if len(store) >= _RESULT_LIMIT:
+        store.pop(next(iter(store)))
+    store[id(mask)] = (mask, key, _cone_sig(cone), res)
 
 
 def _cone_sig(cone: list[ir.Node]) -> list[tuple[ir.Node, tuple, tuple]]:
@@ -829,13 +843,12 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
     proof reads q's shape only, so the layers sharing a mask share it."""
     if not isinstance(mask, ir.Value) or not isinstance(q, ir.Value):
         return _padding_proof(ctx, mask, q)
-    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
-    qs = repr(q.shape)
-    hit = _PROOFS.get(id(mask))
-    if hit is not None and hit[0] is mask and hit[1] == qs and hit[2] == opset and _cone_unchanged(mask, hit[3]):
-        if isinstance(hit[4], EvalFailure):
-            raise EvalFailure(str(hit[4]))
-        return hit[4]
+    key = (repr(q.shape), getattr(getattr(ctx, "facts", None), "opset", None) or 18)
+    hit = _memo_get(_PROOFS, mask, key)
+    if hit is not None:
+        if isinstance(hit[0], EvalFailure):
+            raise EvalFailure(str(hit[0]))
+        return hit[0]
     try:
         res: Any = _padding_proof(ctx, mask, q)
     except EvalFailure as exc:
@@ -846,9 +859,7 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
     except EvalFailure:
         cone = None
     if cone is not None:
-        if len(_PROOFS) >= _RESULT_LIMIT:
-            _PROOFS.pop(next(iter(_PROOFS)))
-        _PROOFS[id(mask)] = (mask, qs, opset, _cone_sig(cone), res)
+        _memo_put(_PROOFS, mask, key, cone, res)
     if isinstance(res, EvalFailure):
         raise res
     return res
@@ -1064,9 +1075,9 @@ def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, floa
         return None
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     key = (repr(q.shape), repr(past.shape), opset)
-    hit = _CACHE_PROOFS.get(id(mask))
-    if hit is not None and hit[0] is mask and hit[1] == key and _cone_unchanged(mask, hit[2]):
-        return hit[3]
+    hit = _memo_get(_CACHE_PROOFS, mask, key)
+    if hit is not None:
+        return hit[0]
     try:
         cone, as_const = _cone(mask)
     except EvalFailure:
@@ -1087,7 +1098,5 @@ def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, floa
             res = (am, fills.pop())
     except EvalFailure:
         res = None
-    if len(_CACHE_PROOFS) >= _RESULT_LIMIT:
-        _CACHE_PROOFS.pop(next(iter(_CACHE_PROOFS)))
-    _CACHE_PROOFS[id(mask)] = (mask, key, _cone_sig(cone), res)
+    _memo_put(_CACHE_PROOFS, mask, key, cone, res)
     return res
