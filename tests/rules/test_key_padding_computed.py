@@ -29,6 +29,14 @@ MIN = float(np.finfo(np.float32).min)
 GLUE = {"GatherND", "Max", "Concat", "And"}
 
 
+
+def _scores_core(n):
+    """q4 k4^T * scale + mask, softmax, times v4, heads merged back to y (the two graphs' shared end)."""
+    return [n("Transpose", ["k4"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
+            n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+            n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v4"], ["o"]),
+            n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+
 def _vmap(n, km: str, rows: bool = False) -> list:
     """transformers 5's padding_mask[batch_idx, kv_idx] over ``km`` [B, S] (bool) -> ``mask``
     [B,1,1,S] float (``rows``: indexed by the query instead, [B,1,S,1])."""
@@ -77,10 +85,7 @@ def _model(h, kind: str, packed: bool = True, rows: bool = False):
     for c in "qkv":
         nodes += [n("Reshape", [f"{c}3", "hshape"], [f"{c}r"]),
                   n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
-    nodes += [n("Transpose", ["k4"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
-              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
-              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v4"], ["o"]),
-              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    nodes += _scores_core(n)
     rng = np.random.default_rng(1)
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "s_len": np.array(S, np.int64),
              "i0_1": np.array([0], np.int64), "big_1": np.array([2 * S], np.int64), "two_1": np.array([2], np.int64),
@@ -203,10 +208,7 @@ def _cross_model(h, causal_part: bool = False):
         nodes += [n("MatMul", [src, f"w{c}"], [f"m{c}"]), n("Add", [f"m{c}", f"bias_{c}"], [f"{c}3"]),
                   n("Reshape", [f"{c}3", "hshape"], [f"{c}r"]),
                   n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
-    nodes += [n("Transpose", ["k4"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
-              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
-              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v4"], ["o"]),
-              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    nodes += _scores_core(n)
     rng = np.random.default_rng(1)
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
              "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
