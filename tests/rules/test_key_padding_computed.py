@@ -29,13 +29,13 @@ MIN = float(np.finfo(np.float32).min)
 GLUE = {"GatherND", "Max", "Concat", "And"}
 
 
-
 def _scores_core(n):
     """q4 k4^T * scale + mask, softmax, times v4, heads merged back to y (the two graphs' shared end)."""
     return [n("Transpose", ["k4"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
             n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
             n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "v4"], ["o"]),
             n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+
 
 def _vmap(n, km: str, rows: bool = False) -> list:
     """transformers 5's padding_mask[batch_idx, kv_idx] over ``km`` [B, S] (bool) -> ``mask``
