@@ -415,19 +415,19 @@ def _head_source(ctx, x, axis):
 
 
 def _padding_mask(ctx, m, q) -> bool:
-    from onnx_fuse.rewrite._mask_probe import padding_mask
+    from onnx_fuse.rewrite._key_padding_proof import padding_mask
 
     return padding_mask(ctx, m, q)
 
 
 def _padding_input(ctx, m, q):
-    from onnx_fuse.rewrite._mask_probe import padding_input
+    from onnx_fuse.rewrite._key_padding_proof import padding_input
 
     return padding_input(ctx, m, q)
 
 
 def _padding_fill(ctx, m, q) -> float:
-    from onnx_fuse.rewrite._mask_probe import padding_fill
+    from onnx_fuse.rewrite._key_padding_proof import padding_fill
 
     return padding_fill(ctx, m, q)
 
@@ -453,37 +453,37 @@ def _finite_rows(ctx, m, q, past=None) -> bool:
 
 
 def _key_padding(ctx, m, q, k=None) -> bool:
-    from onnx_fuse.rewrite._mask_probe import key_padding
+    from onnx_fuse.rewrite._key_padding_proof import key_padding
 
     return key_padding(ctx, m, q, k)
 
 
 def _causal_key_padding(ctx, m, q, k=None) -> bool:
-    from onnx_fuse.rewrite._mask_probe import causal_key_padding
+    from onnx_fuse.rewrite._key_padding_proof import causal_key_padding
 
     return causal_key_padding(ctx, m, q, k)
 
 
 def _cache_key_padding(ctx, m, q, past) -> bool:
-    from onnx_fuse.rewrite._mask_probe import cache_key_padding
+    from onnx_fuse.rewrite._key_padding_proof import cache_key_padding
 
     return cache_key_padding(ctx, m, q, past)
 
 
 def _cache_padding_input(ctx, m, q, past):
-    from onnx_fuse.rewrite._mask_probe import cache_padding_input
+    from onnx_fuse.rewrite._key_padding_proof import cache_padding_input
 
     return cache_padding_input(ctx, m, q, past)
 
 
 def _cache_padding_fill(ctx, m, q, past) -> float:
-    from onnx_fuse.rewrite._mask_probe import cache_padding_fill
+    from onnx_fuse.rewrite._key_padding_proof import cache_padding_fill
 
     return cache_padding_fill(ctx, m, q, past)
 
 
 def _padding_window(ctx, m, q) -> int:
-    from onnx_fuse.rewrite._mask_probe import padding_window
+    from onnx_fuse.rewrite._key_padding_proof import padding_window
 
     return padding_window(ctx, m, q)
 
@@ -664,7 +664,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # n + 1, proven at full past lengths from n on (_mask_probe.cropped_window)
     "cropped_window": _cropped_window,
     # whether a prefill mask is an attention-mask input's key padding over a causal band or
-    # nothing, decided on its values (_mask_probe.padding_mask); fails with the reason otherwise
+    # nothing, decided on its values (_key_padding_proof.padding_mask); fails with the reason otherwise
     "padding_mask": _padding_mask,
     # that proof's attention-mask input, and its causal part: -1 none, 0 causal, W a band of W keys
     "padding_input": _padding_input,

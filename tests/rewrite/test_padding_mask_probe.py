@@ -1,4 +1,4 @@
-"""padding_mask() (optimizer/rewrite/_mask_probe.py): a prefill mask is an attention-mask input's
+"""padding_mask() (optimizer/rewrite/_key_padding_proof.py): a prefill mask is an attention-mask input's
 key padding over a causal band or nothing, decided on its values (the cone run with attention_mask
 all ones and with keys dropped, a batch of 2), whatever ops build it; anything else is refused with
 the reason. attention-split-value-heads (rules/attention/split_value.yaml) asks it."""
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_fuse.rewrite._expr import EvalFailure
-from onnx_fuse.rewrite._mask_probe import padding_mask
+from onnx_fuse.rewrite._key_padding_proof import padding_mask
 
 LOW = float(np.finfo(np.float32).min)
 

@@ -1,7 +1,8 @@
-"""The padding proof (rewrite/_mask_probe.py _padding) once per mask: a lowering asks key_padding,
+"""The padding proof (rewrite/_key_padding_proof.py _padding) once per mask: a lowering asks key_padding,
 padding_input and padding_fill (and causal_key_padding) about the mask, and every layer reads the
 same one, so the cone is built and probed once for the whole graph while it is unchanged; a rewrite
-that replaces a node of the cone (or one of its inputs) makes the next question prove it again."""
+that replaces a node of the cone (or one of its inputs) makes the next question prove it again.
+Probe models are counted where the proof's _run_probe looks _probe_model up: rewrite/_mask_probe.py."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_one_proof_for_every_layer(h, monkeypatch):
 
 def test_a_changed_cone_is_proven_again(h, monkeypatch):
     from onnx_fuse.rewrite import _mask_probe
-    from onnx_fuse.rewrite._mask_probe import padding_fill, padding_mask
+    from onnx_fuse.rewrite._key_padding_proof import padding_fill, padding_mask
 
     built = []
     real = _mask_probe._probe_model

@@ -1,0 +1,438 @@
+"""Whether an attention mask is an attention-mask input's key padding, decided on its values: the
+expression functions ``padding_mask``, ``padding_input``, ``padding_window``, ``padding_fill``,
+``key_padding``, ``causal_key_padding`` (prefill) and ``cache_key_padding``, ``cache_padding_input``,
+``cache_padding_fill`` (S new tokens over a cache of P) of rule checks (docs/rules.md).
+
+The mask's cone is cut out and run in ONNX Runtime as _mask_probe.py does for causal masks
+(_cone, _run_probe: shapes bound, positions P..P+S-1, other integer inputs varied and refused if
+the mask changes with them), twice: with the attention mask all ones, then with every third key
+dropped from another first key in each batch row (left, right and inner padding at once). The mask
+is key padding when the second run keeps exactly the first run's keys less those dropped in its own
+row. The attention mask is a [B, T] graph input (named like one, else the one such input whose
+values the mask reads), or else a boolean [B, S] value the mask is computed from (a key mask from
+lengths, a strided Slice of attention_mask), fed in its place with the cone cut there: a bool holds
+0 / 1, so the proof covers every value it can take. A mask over keys of another length
+(cross-attention) is probed with those keys bound to their own count. Proofs are kept per mask
+while the nodes of its cone are unchanged (every layer reads the same mask).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._dim_products import same_dim
+from onnx_fuse.rewrite._expr import EvalFailure
+from onnx_fuse.rewrite._mask_probe import (_CONE_LIMIT, _HEAVY, _MASK_ROLE, _MASKED, _MAX_SQUARE_PROBE, _NEW,
+                                           _RESULT_LIMIT, _band_starts, _bind, _cone, _const, _far_length,
+                                           _int_constants, _is_mask_input, _run_probe, _window_rows)
+
+_PAD_BATCH = 2   # batch rows probed where the batch is not fixed: each drops other keys
+
+
+def _kept(arr: np.ndarray, what: str) -> np.ndarray:
+    """A mask's kept keys (a boolean keep-mask as is; a bias: 0 kept, <= _MASKED masked)."""
+    if arr.dtype == np.bool_:
+        return arr
+    arr = arr.astype(np.float64)
+    kept = arr == 0
+    if not np.all(kept | (arr <= _MASKED)):
+        raise EvalFailure(f"the mask adds a bias to kept keys (neither 0 nor masked) {what}")
+    return kept
+
+
+def padding_mask(ctx: Any, mask: Any, q: Any) -> bool:
+    """True when ``mask`` (an additive bias or a boolean keep-mask, broadcast to [B,H,S,S]) over
+    q's S tokens ([B,H,S,D] or [B,S,E], prefill) is the key padding of an attention-mask input
+    [B, T] on top of a causal band or of nothing: run with attention_mask all ones it keeps every
+    key, or a band (sliding_window's form); run with some of attention_mask's entries zero, a
+    different set in each batch row, it keeps exactly that less the keys zeroed in its own row.
+    Decided on values (the cone run in ONNX Runtime, a batch of 2 where the batch is not fixed),
+    whatever ops build the mask. Where no graph input proves it, each boolean [B, S] value the mask
+    is computed from (S: q's length; AudioFlamingo 3's ``arange < lengths``, a strided Slice of
+    attention_mask, a mask from features) is fed as the attention mask instead, the cone cut there,
+    provided the rest of the cone reads no graph input's values (only shapes): a bool holds 0 / 1,
+    so the proof covers every value it takes. Raises EvalFailure with the reason otherwise (no
+    attention-mask input, a bias on kept keys, keys dropped other than attention_mask's)."""
+    _padding(ctx, mask, q)
+    return True
+
+
+def padding_input(ctx: Any, mask: Any, q: Any) -> ir.Value:
+    """The attention mask whose key padding ``mask`` is (padding_mask() holds): a [B, T] graph
+    input, or a boolean [B, S] value the mask is computed from (a key mask made from lengths)."""
+    return _padding(ctx, mask, q)[0]
+
+
+def padding_window(ctx: Any, mask: Any, q: Any) -> int:
+    """The causal part of a padding mask (padding_mask() holds): -1 for none (every key kept with
+    attention_mask all ones), 0 for a plain causal one, W for a band of W keys (probed past every
+    constant of the cone, so a window written as a constant shows). Raises EvalFailure otherwise."""
+    _, base, s, _, _ = _padding(ctx, mask, q)
+    if base.all():
+        return -1
+    exact, need = _window_rows(base.reshape(-1, s, s)[:1], 0, s)
+    if not exact:
+        return 0
+    if len(exact) > 1 or min(exact) < need:
+        raise EvalFailure(f"the mask's causal part is no single window (rows see {sorted(exact)} keys)")
+    return next(iter(exact))
+
+
+def padding_fill(ctx: Any, mask: Any, q: Any) -> float:
+    """The highest value a padding mask (padding_mask() holds) gives a masked key in its probes
+    (-inf for a boolean keep-mask): how far it pushes masked keys down."""
+    return _padding(ctx, mask, q)[3]
+
+
+def key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
+    """True when ``mask`` is attention_mask's key padding and nothing else: padding_mask() holds,
+    every key is kept with attention_mask all ones (no causal part: padding_window() is -1), and
+    every masked key gets one value, padding_fill(). The mask is then Where(attention_mask[b, j]
+    != 0, 0, fill) for every head and query row, what a 2-D key mask with that fill computes
+    (com.microsoft's mask_index / key_padding_mask with mask_filter_value = fill). Needs
+    attention_mask's key axis and ``k``'s keys (axis -2, when given) to be q's length, provably
+    (self-attention: the probe feeds attention_mask q's length), and every reader of ``mask`` to be
+    an attention op (or a dims read), so that the ops building it die. Never fails: False where any
+    of it is not proven."""
+    return _key_mask(ctx, mask, q, k, causal=False)
+
+
+def causal_key_padding(ctx: Any, mask: Any, q: Any, k: Any = None) -> bool:
+    """key_padding()'s proof for attention_mask's key padding over a plain causal part (CLIP's text
+    tower, a decoder's prefill): padding_mask() holds, the causal part is plain causal
+    (padding_window() is 0: query i keeps keys 0..i with attention_mask all ones), and every masked
+    key, causal or padded, gets one value, padding_fill(). The mask is then Where(key j <= query i
+    and attention_mask[b, j] != 0, 0, fill), what com.microsoft's MultiHeadAttention / Attention
+    compute from the 2-D key mask with unidirectional=1 and mask_filter_value = fill where the fill
+    is the lowest float (ORT 1.32 CPU masks future keys with the lowest float whatever
+    mask_filter_value says: the rules ask for padding_fill() == lowest('float')). The same
+    conditions on ``k``, the lengths and the readers as key_padding(). Never fails: False where any
+    of it is not proven."""
+    return _key_mask(ctx, mask, q, k, causal=True)
+
+
+def _key_mask(ctx: Any, mask: Any, q: Any, k: Any, causal: bool) -> bool:
+    if not isinstance(q, ir.Value) or q.shape is None or (k is not None and (
+            not isinstance(k, ir.Value) or k.shape is None or len(k.shape) < 2)):
+        return False
+    d = q.shape.dims[-2] if len(q.shape) >= 2 else None
+    kd = k.shape.dims[-2] if k is not None else d
+    if not isinstance(mask, ir.Value) or mask.is_graph_output() or any(
+            not _attention_reader(u.node) for u in mask.uses()):
+        return False   # the 4-D mask stays for another reader (ModernBERT's local band): nothing saved
+    if not same_dim(kd, d) and (causal or mask.shape is None or not len(mask.shape)
+                                or not same_dim(mask.shape.dims[-1], kd)):
+        return False   # keys of another length: key padding alone, proven over those keys (_cross_keys)
+    try:
+        am, base, s, top, low = _padding(ctx, mask, q)
+        if causal and (base.all() or padding_window(ctx, mask, q) != 0):
+            return False
+    except EvalFailure:
+        return False
+    return (causal or bool(base.all())) and top == low and same_dim(am.shape.dims[1], kd)
+
+
+def _attention_reader(node: ir.Node) -> bool:
+    """An attention op (canonical or lowered), which takes the 2-D form too, or a dims read."""
+    return "Attention" in node.op_type or node.op_type in ("Shape", "Size")
+
+
+# padding proofs by mask: a lowering asks key_padding, causal_key_padding, padding_input and
+# padding_fill about one mask, and every layer's attention reads the same one; (the mask, (q's
+# shape, the opset), the cone's nodes with their inputs, the result or the failure)
+_PROOFS: dict[int, tuple] = {}
+
+
+def _memo_get(store: dict[int, tuple], mask: ir.Value, key: tuple) -> tuple | None:
+    """(result,) of a proof ``store`` holds for ``mask`` under ``key`` while its cone is unchanged."""
+    hit = store.get(id(mask))
+    if hit is not None and hit[0] is mask and hit[1] == key and _cone_unchanged(mask, hit[2]):
+        return (hit[3],)
+    return None
+
+
+def _memo_put(store: dict[int, tuple], mask: ir.Value, key: tuple, cone: list[ir.Node], res: Any) -> None:
+    if len(store) >= _RESULT_LIMIT:
+        store.pop(next(iter(store)))
+    store[id(mask)] = (mask, key, _cone_sig(cone), res)
+
+
+def _cone_sig(cone: list[ir.Node]) -> list[tuple[ir.Node, tuple, tuple]]:
+    return [(n, tuple(n.inputs), tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()))
+            for n in cone]
+
+
+def _cone_unchanged(mask: ir.Value, sig: list[tuple[ir.Node, tuple, tuple]]) -> bool:
+    """Whether the nodes that computed ``mask`` when it was proven are still in its graph with the
+    same inputs (identity; graph inputs of the same shape): a rewrite that touched the cone
+    replaced one of them."""
+    return all(n.graph is mask.graph and len(n.inputs) == len(ins) and all(a is b for a, b in zip(n.inputs, ins))
+               and tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()) == shapes
+               for n, ins, shapes in sig)
+
+
+def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """padding_mask()'s proof (_padding_proof), once per mask while its cone is unchanged: the
+    proof reads q's shape only, so the layers sharing a mask share it."""
+    if not isinstance(mask, ir.Value) or not isinstance(q, ir.Value):
+        return _padding_proof(ctx, mask, q)
+    key = (repr(q.shape), getattr(getattr(ctx, "facts", None), "opset", None) or 18)
+    hit = _memo_get(_PROOFS, mask, key)
+    if hit is not None:
+        if isinstance(hit[0], EvalFailure):
+            raise EvalFailure(str(hit[0]))
+        return hit[0]
+    try:
+        res: Any = _padding_proof(ctx, mask, q)
+    except EvalFailure as exc:
+        res = exc
+    try:   # the nodes the proof read: a computed key mask's cut cone, else the whole cone
+        cut = res[0] if isinstance(res, tuple) and not res[0].is_graph_input() else None
+        cone, _ = _cone(mask, cut=cut)
+    except EvalFailure:
+        cone = None
+    if cone is not None:
+        _memo_put(_PROOFS, mask, key, cone, res)
+    if isinstance(res, EvalFailure):
+        raise res
+    return res
+
+
+def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """padding_mask()'s proof: (the attention mask: a [B, T] graph input, else a computed boolean
+    [B, S] key mask (_computed_key_masks), the keys kept with it all ones, S, the highest masked
+    value, the lowest masked value; both -inf for a boolean keep-mask)."""
+    for v, what in ((mask, "mask"), (q, "q")):
+        if not isinstance(v, ir.Value):
+            raise EvalFailure(f"padding_mask() needs the {what} as a graph value")
+    if mask.dtype is None or not (mask.dtype.is_floating_point() or mask.dtype == ir.DataType.BOOL):
+        raise EvalFailure("the mask is neither an additive float bias nor a boolean keep-mask")
+    if mask.is_graph_input():
+        raise EvalFailure(f"the mask is the graph input {mask.name!r}, whose values are not known")
+    if _const(mask) is not None:
+        raise EvalFailure("the mask is a constant: it reads no attention mask")
+    if q.shape is None or len(q.shape) not in (3, 4):
+        raise EvalFailure("q must be 4-D (or 3-D, [B,S,E]) with a known shape")
+    try:
+        cone, as_const = _cone(mask)
+    except EvalFailure as exc:   # a key mask computed from an activation's values: cut there, below
+        cone, as_const, first = None, set(), exc
+    if cone is not None:
+        try:
+            return _input_padding(ctx, mask, q, cone, as_const)
+        except EvalFailure as exc:
+            first = exc
+    for km in _computed_key_masks(mask, q):
+        try:
+            sub, sub_const = _cone(mask, cut=km)
+        except EvalFailure:
+            continue
+        read = [i for n in sub if n.op_type not in ("Shape", "Size") for i in n.inputs
+                if i is not None and i.is_graph_input()]
+        if read:   # the probe feeds km alone: any other value the mask reads is unknown to it
+            continue
+        try:
+            return _prove(ctx, mask, q, km, sub, sub_const, cut=km)
+        except EvalFailure:
+            continue
+    raise first
+
+
+# computed [B, S] key masks tried per mask (nearest the graph inputs first)
+_MAX_KEY_MASKS = 3
+
+
+def _computed_key_masks(mask: ir.Value, q: ir.Value) -> list[ir.Value]:
+    """Boolean [B, S] values the mask is computed from (S: q's length, provably), not graph
+    inputs: a key mask made from lengths (``arange(S) < lengths[:, None]``: AudioFlamingo 3, LASR),
+    a strided slice of attention_mask (Nemotron 3's subsampled frames), any such value. _padding_proof
+    feeds each in turn as the attention mask, furthest from the mask first (more of the glue dies)."""
+    d = q.shape.dims[-2]
+    dist: dict[int, tuple[int, ir.Value]] = {}
+    todo, seen = [(mask, 0)], {id(mask)}
+    while todo and len(seen) < _CONE_LIMIT:
+        v, k = todo.pop(0)
+        node = v.producer()
+        if (v is not mask and v.dtype == ir.DataType.BOOL and v.shape is not None and len(v.shape) == 2
+                and same_dim(v.shape.dims[1], d) and not same_dim(v.shape.dims[0], d)   # [S, S]: a causal part
+                and not v.is_graph_input() and _const(v) is None):
+            dist[id(v)] = (k, v)
+        if node is None or node.op_type in _HEAVY or node.domain not in ("", "ai.onnx"):
+            continue
+        for i in node.inputs:
+            if i is not None and id(i) not in seen:
+                seen.add(id(i))
+                todo.append((i, k + 1))
+    return [v for _, v in sorted(dist.values(), key=lambda kv: -kv[0])][:_MAX_KEY_MASKS]
+
+
+def _cross_keys(mask: ir.Value, q: ir.Value) -> Any:
+    """The key count of a mask whose last axis is provably not q's length (cross-attention: the
+    encoder's keys): its dim (an int with q's an int, else a named symbol other than q's), or None."""
+    sd = q.shape.dims[-2]
+    kd = mask.shape.dims[-1] if mask.shape is not None and len(mask.shape) == 4 else None
+    if kd is None or same_dim(kd, sd):
+        return None
+    if isinstance(kd, int) and isinstance(sd, int):
+        return kd
+    if isinstance(kd, int) or isinstance(sd, int) or not getattr(kd, "value", None) or not getattr(sd, "value", None):
+        return None
+    # both named on the graph's inputs (an exporter's names: sequence, encoder_sequence), never names
+    # shape inference made up (unk__N), which say nothing about equality
+    declared = {getattr(d, "value", None) for i in mask.graph.inputs if i.shape is not None for d in i.shape.dims}
+    return kd if kd.value in declared and sd.value in declared else None
+
+
+def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], as_const: set[int],
+                   **kw: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """_padding_proof over an attention-mask graph input (named like one, else the one [B, T]
+    input whose values the mask reads); ``kw``: _prove's past and at."""
+    two_d = list({id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()
+                  and i.shape is not None and len(i.shape) == 2}.values())
+    ams = [i for i in two_d if _is_mask_input(i)]
+    if not ams:  # names are the exporter's: else the one [B, T] input whose values (not only its shape) the
+        # mask reads, fed as the attention mask; the probe below proves what it does either way
+        in_cone = {id(n) for n in cone}
+        ams = [i for i in two_d if "pos" not in (i.name or "").lower()  # positions are fed as positions
+               and any(n.op_type != "Shape" for n in i.consumers() if id(n) in in_cone)]
+        if len(ams) == 1:
+            ams[0].meta[_MASK_ROLE] = True
+            try:
+                return _input_padding(ctx, mask, q, cone, as_const, **kw)
+            except EvalFailure:
+                del ams[0].meta[_MASK_ROLE]
+                raise
+    if len(ams) != 1:
+        raise EvalFailure("the mask reads no [batch, keys] attention-mask input" if not ams else
+                          f"the mask reads {len(ams)} attention-mask inputs")
+    return _prove(ctx, mask, q, ams[0], cone, as_const, **kw)
+
+
+def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.Node], as_const: set[int],
+           cut: ir.Value | None = None, past: ir.Value | None = None, at: tuple[int, int] | None = None,
+           ) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """The padding proof with ``am`` fed as the attention mask (``cut``: am is a computed value);
+    ``past`` and ``at`` = (P, S): S new tokens after P cached ones (``past``'s length), keys P + S
+    (the base then [rows, heads, S, P + S]); prefill (P = 0) otherwise."""
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    sd, bd = q.shape.dims[-2], am.shape.dims[0]
+    p, s = at if at is not None else (0, sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3))
+    kd = _cross_keys(mask, q) if at is None else None
+    if kd is not None:   # cross-attention: T keys of their own (T - S is no past: nothing reads positions)
+        if any("pos" in (i.name or "").lower() for n in cone for i in n.inputs if i is not None and i.is_graph_input()):
+            raise EvalFailure("a mask over keys of another length that reads positions")
+        p = (kd if isinstance(kd, int) else s + 2) - s
+    t = p + s
+    if t > _MAX_SQUARE_PROBE:
+        raise EvalFailure(f"a probe of {s} x {t} tokens is too large")
+    rows = bd if isinstance(bd, int) else _PAD_BATCH
+    env = _bind(q, past, s, p)
+    if kd is not None and not isinstance(kd, int):
+        env[kd.value] = t
+    if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
+        env[q.shape.dims[0].value] = rows
+    # every third key dropped, from a different first key in each row (a key in the middle and
+    # the last ones: left, right and inner padding at once)
+    pattern = ((np.arange(t)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
+    if pattern.all():  # one or two tokens in too few rows: drop the last key of the last row, so the
+        pattern[-1, -1] = 0  # fill is read from a masked key, never assumed (-inf for a finite fill)
+    got, top, low = [], -np.inf, np.inf
+    for drop in (None, (am, pattern)):
+        arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows, drop=drop, cut=cut)
+        if why is not None:
+            raise EvalFailure(why)
+        if arr.ndim != 4 or arr.shape[-1] != t or arr.shape[-2] not in (1, s) or arr.shape[0] not in (1, rows):
+            raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {rows}, {s} queries over {t} keys")
+        kept = _kept(arr, "(attention mask " + ("all ones)" if drop is None else "with keys dropped)"))
+        if arr.dtype != np.bool_ and not kept.all():
+            top = max(top, float(arr[~kept].astype(np.float64).max()))
+            low = min(low, float(arr[~kept].astype(np.float64).min()))
+        got.append(np.broadcast_to(kept, (rows, arr.shape[1], s, t)))
+    base, padded = got
+    if kd is not None and not base.all():
+        raise EvalFailure("a mask over keys of another length (cross-attention) that masks keys with attention_mask all ones")
+    if not base.all():   # a causal part: one band per row, the same in every batch row and head
+        _band_starts(base, p, s)
+    want = base & (pattern[:, None, None, :] != 0)
+    bad = np.argwhere(padded != want)
+    if len(bad):
+        b, _, i, j = (int(x) for x in bad[0])
+        what = "keeps" if padded[tuple(bad[0])] else "masks"
+        raise EvalFailure(f"with attention_mask[{b}, {j}] = {int(pattern[b, j])} the mask {what} key {j} of "
+                          f"query {i} (not attention_mask's key padding)")
+    return am, base, s, top, (-np.inf if low == np.inf else low)
+
+
+
+# cache proofs by mask: (the mask, q's and the past's shapes, the opset, the cone's signature, the
+# (attention mask, fill) or None)
+_CACHE_PROOFS: dict[int, tuple] = {}
+
+
+def cache_key_padding(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
+    """causal_key_padding() for S new tokens over a cache of P (``past``'s length, axis 2): the mask,
+    [B, ., S, P + S], is Where(key j <= P + i and attention_mask[b, j] != 0, 0, fill) with one fill
+    for causal and padded keys, proven on its values with an attention-mask input [B, P + S]: run
+    with it all ones it keeps exactly keys 0..P + i in row i, with every third key dropped (another
+    first key per batch row) exactly those less. Probed with P past every integer constant of the
+    cone, at S = q's length (3 and 1 where dynamic), the fill the same at each. Every reader of the
+    mask must be an attention op (or a dims read). Never fails: False where any of it is not proven."""
+    return _cache_proof(ctx, mask, q, past) is not None
+
+
+def cache_padding_input(ctx: Any, mask: Any, q: Any, past: Any) -> ir.Value:
+    """The attention-mask input of a mask cache_key_padding() proves."""
+    return _cache_proof_or_raise(ctx, mask, q, past)[0]
+
+
+def cache_padding_fill(ctx: Any, mask: Any, q: Any, past: Any) -> float:
+    """The one value a mask cache_key_padding() proves gives causal and padded keys."""
+    return _cache_proof_or_raise(ctx, mask, q, past)[1]
+
+
+def _cache_proof_or_raise(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float]:
+    res = _cache_proof(ctx, mask, q, past)
+    if res is None:
+        raise EvalFailure("the mask is not proven attention_mask's key padding over a causal part with a cache")
+    return res
+
+
+def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float] | None:
+    if not all(isinstance(v, ir.Value) for v in (mask, q, past)) or any(
+            v.shape is None or len(v.shape) != 4 for v in (q, past)):
+        return None
+    if mask.dtype is None or not (mask.dtype.is_floating_point() or mask.dtype == ir.DataType.BOOL) or (
+            mask.is_graph_input() or mask.is_graph_output() or _const(mask) is not None):
+        return None
+    if any(not _attention_reader(u.node) for u in mask.uses()):
+        return None
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    key = (repr(q.shape), repr(past.shape), opset)
+    hit = _memo_get(_CACHE_PROOFS, mask, key)
+    if hit is not None:
+        return hit[0]
+    try:
+        cone, as_const = _cone(mask)
+    except EvalFailure:
+        return None
+    res: tuple[ir.Value, float] | None = None
+    try:
+        sd, pd = q.shape.dims[2], past.shape.dims[2]
+        p = pd if isinstance(pd, int) else _far_length(_int_constants(cone))
+        fills, ams = set(), set()
+        for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
+            am, base, _, top, low = _input_padding(ctx, mask, q, cone, as_const, past=past, at=(p, s))
+            causal = np.arange(p + s)[None, :] <= p + np.arange(s)[:, None]
+            if top != low or not np.array_equal(base, np.broadcast_to(causal, base.shape)):
+                raise EvalFailure("not causal with one fill")
+            fills.add(top)
+            ams.add(id(am))
+        if len(fills) == 1 and len(ams) == 1 and am.is_graph_input():
+            res = (am, fills.pop())
+    except EvalFailure:
+        res = None
+    _memo_put(_CACHE_PROOFS, mask, key, cone, res)
+    return res
