@@ -630,12 +630,13 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     if kind == "vlm":  # text ids below the image token (the wrapper adds the placeholders), an image per row
         return _vlm_inputs(spec, g, static, batch, seq)
     if kind == "vision":  # image_size: one side or [height, width] (Hiera); frames: a video [B, T, C, H, W]
-        size, ch = spec.get("image_size", cfg.get("image_size")), cfg.get("num_channels", 3)
+        size, ch = spec.get("image_size", cfg.get("image_size")), spec.get("num_channels", cfg.get("num_channels", 3))
         h, w = size if isinstance(size, (list, tuple)) else (size, size)
         name = spec.get("pixel_input", "pixel_values")  # VJEPA2 / VideoPrism: pixel_values_videos
         shape = [spec["frames"], ch, h, w] if spec.get("frames") else [ch, h, w]
         feeds[name] = torch.randn(batch, *shape, generator=g)
         dims[name] = [batch if static else "batch", *shape]
+        _vision_inputs(spec, g, static, feeds, dims, batch, seq)
         return feeds, dims
     if kind == "naflex":  # SigLIP 2: patches [B, N, C*P*P] and their mask (one row half padded in dyn_mask)
         n, f = spec["naflex_patches"]
@@ -713,6 +714,33 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         dims["token_type_ids"] = bs
     _extra_inputs(spec, g, feeds, dims, batch, seq)
     return feeds, dims
+
+
+def _vision_inputs(spec, g, static, feeds, dims, batch, seq):
+    """spec["vision_inputs"] (holdout_specs.HOLDOUT19), what a whole vision model takes beside its image, by name:
+    ("ids", vocab) -> token ids [batch, sequence] (a text query: OWLv2, Grounding DINO, ALIGN, OneFormer's task);
+    ("mask",) -> their mask, the last row's second half padded in dyn_mask; ("pixels", *shape) -> another image
+    [batch, *shape] (SegGPT's prompt and its mask); ("points", n, side) -> n prompt points [batch, 1, n, 2] inside a
+    side x side image (SAM-HQ's resized input)."""
+    import torch
+
+    bs = [batch, seq] if static else ["batch", "sequence"]
+    for name, (what, *arg) in spec.get("vision_inputs", {}).items():
+        if what == "ids":
+            feeds[name], dims[name] = torch.randint(3, arg[0], (batch, seq), generator=g), bs
+        elif what == "mask":
+            mask = torch.ones(batch, seq, dtype=torch.int64)
+            if not static and batch > 1:
+                mask[-1, seq // 2:] = 0
+            feeds[name], dims[name] = mask, bs
+        elif what == "pixels":
+            feeds[name] = torch.randn(batch, *arg, generator=g)
+            dims[name] = [batch if static else "batch", *arg]
+        elif what == "points":
+            feeds[name] = torch.rand(batch, 1, arg[0], 2, generator=g) * arg[1]
+            dims[name] = [batch if static else "batch", 1, arg[0], 2]
+        else:
+            raise ValueError(f"vision_inputs {name}: unknown kind {what!r}")
 
 
 def _audio_mask(spec, static, feeds, dims, batch, frames):
