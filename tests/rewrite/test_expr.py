@@ -89,3 +89,16 @@ def test_unknowns_make_a_check_unprovable():
         ev("q + 1")
     with pytest.raises(_expr.EvalFailure):
         ev("float(value(c))", c=val([2], const=[1.0, 2.0]))
+
+
+def test_parsed_texts_are_shared_and_failures_still_name_their_source():
+    # rules share one Expr per text (parse is memoized); a bad text raises every time
+    assert _expr.parse(" a[1] < b ") is _expr.parse("a[1] < b")
+    for _ in range(2):
+        with pytest.raises(_expr.ExprSyntaxError):
+            _expr.parse("x.__class__")
+    # the compiled compare / subscript name their source only when they fail (unparsed lazily)
+    with pytest.raises(_expr.EvalFailure, match=r"a\[5\]"):
+        ev("a[5] < b", a=[1, 2], b=3)
+    with pytest.raises(_expr.EvalFailure, match=r"a < b: involves an unknown dimension"):
+        ev("a < b", a=_expr.UnknownDim(), b=3)
