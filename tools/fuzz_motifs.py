@@ -737,6 +737,11 @@ def make_case(seed: int) -> Case:
     # session 18's contrib ops / int8 QDQ / Flatten layouts (tools/fuzz_contrib.py), a stream of their own
     if np.random.default_rng([seed, CONTRIB_SALT]).random() < CONTRIB_SHARE:
         return _with_sparse(make_contrib_case(seed))
+    from fuzz_s25 import S25_SALT, S25_SHARE
+
+    # session 25's idioms (tools/fuzz_s25.py), a stream of their own (no seed a test names moves)
+    if np.random.default_rng([seed, S25_SALT]).random() < S25_SHARE:
+        return _with_sparse(make_s25_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -814,6 +819,14 @@ def make_sweep_case(seed: int, name: str | None = None) -> Case:
     from fuzz_sweeps import build_sweep
 
     return _built_case(seed, 0x5E16, build_sweep, name, "fuzz_sweep")
+
+
+def make_s25_case(seed: int, name: str | None = None) -> Case:
+    """A graph of the idioms session 25 taught the optimizer (tools/fuzz_s25.py: a key mask from
+    lengths, causal + padding over a past, ScatterND writes tiling an axis); ``name`` picks one (tests)."""
+    from fuzz_s25 import build_s25
+
+    return _built_case(seed, 0x5251, build_s25, name, "fuzz_s25")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

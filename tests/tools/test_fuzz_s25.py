@@ -1,0 +1,86 @@
+"""The fuzzer's session-25 motifs (tools/fuzz_s25.py): each builds valid graphs that ONNX Runtime runs, the
+optimizer's output matches ORT on them at every target, and the plain form is taken (the vmap glue of a key
+mask from lengths and of causal + padding over a past dies, covering ScatterND writes become a Concat), so a
+generator whose idiom is never optimized would not pass for coverage; make_case draws them from a stream of
+their own without changing the graphs of the seeds other tests pin."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import onnx_fuse
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+sys.path.insert(0, str(TOOLS))
+
+import fuzz_differential as fd  # noqa: E402
+from fuzz_motifs import make_case, make_s25_case  # noqa: E402
+from fuzz_s25 import S25, S25_SHARE  # noqa: E402
+
+SEEDS = (0, 1, 2)
+
+
+def _ops(model) -> collections.Counter:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+@pytest.mark.parametrize("name", sorted(S25))
+def test_s25_graphs_run_in_ort_and_the_optimized_ones_match(name):
+    for seed in SEEDS:
+        case = make_s25_case(seed, name)
+        onnx.checker.check_model(case.model, full_check=True)
+        assert case.motifs[-1] == name
+        results, _, _ = fd.fuzz_case(case, [1, 3], ["ort", "onnx", "trt"])
+        for r in results:
+            assert r["cls"] == "ok", (name, seed, r["level"], r["target"], r["cls"], r["detail"], case.traps)
+
+
+NEAR_MISSES = ("query-row-mask", "sliding-window-3", "writes-not-covering", "writes-mid-output")
+
+
+def _plain(name: str, want: str, opset: int = 17):
+    """The first seed whose case of ``name`` has trap ``want``, no near miss and an opset from ``opset``."""
+    for seed in range(80):
+        case = make_s25_case(seed, name)
+        if want in case.traps and not set(NEAR_MISSES) & set(case.traps) and "fp16" not in case.traps \
+                and case.model.opset_import[0].version >= opset:
+            return case
+    raise AssertionError(f"no plain {name} case with {want}")
+
+
+@pytest.mark.parametrize("name,trap,target,gone", [
+    ("lengths_key_mask", "vmap-gathernd-mask", "ort", "GatherND"),
+    ("lengths_key_mask", "vmap-gathernd-mask", "onnx", "GatherND"),
+    ("causal_pad_past", "vmap-gathernd-mask", "onnx", "GatherND"),
+    ("causal_pad_past", "vmap-gathernd-mask", "ort", "GatherND"),
+    ("covering_writes", "writes-back-and-forth", "ort", "ScatterND"),
+])
+def test_the_plain_form_is_optimized(name, trap, target, gone):
+    # (onnx: Attention-23 with its cache, opset 23)
+    case = _plain(name, trap, 23 if target == "onnx" else 17)
+    ops = _ops(onnx_fuse.optimize(case.model, level=3, target=target).to_proto())
+    assert ops[gone] == 0 and ops["Softmax"] == 0, (case.seed, case.traps, ops)
+
+
+def test_make_case_draws_s25_cases_from_a_stream_of_their_own():
+    """About S25_SHARE of the seeds that reach the plain motif graphs become session-25 cases; the seeds
+    other tests pin keep their graphs (S25_SALT was chosen so)."""
+    kinds = [make_case(seed) for seed in range(300)]
+    s25 = sum(any(m in S25 for m in c.motifs) for c in kinds)
+    assert 0.2 * S25_SHARE * 300 < s25 < 2 * S25_SHARE * 300, s25
+    for seed in (3, 4, 5, 6, 10, 16, 58, 130, 2019, 14525077, 2004176908, 3310816760, 567340412, 1118843654,
+                 1332654939, 1356464380, 211629190, 2159279219, 2319539263, 2319559700, 2500259774, 3678026147,
+                 875106632, 876935673, 914902902):
+        assert not any(m in S25 for m in make_case(seed).motifs), seed
+
+
+def test_s25_cases_are_deterministic():
+    a, b = make_s25_case(7), make_s25_case(7)
+    assert a.model.SerializeToString() == b.model.SerializeToString()
+    assert a.feeds.keys() == b.feeds.keys() and all(np.array_equal(a.feeds[k], b.feeds[k]) for k in a.feeds)
