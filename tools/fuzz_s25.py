@@ -177,13 +177,14 @@ def motif_covering_writes(b: Builder, x: str, shape: list[Dim], opset: int) -> s
     bsz, seq, d = shape
     heads, d1, d2 = int(b.pick([1, 2, 4])), int(b.pick([4, 6, 8])), int(b.pick([2, 4]))
     n = d1 + d2
+    first, second, reduction, covers = _runs(b, d1, d2)
+    w2 = len(second)   # the rope part's width (one less with a gap)
     nope = b.op("Reshape", [_proj(b, x, d, heads * d1, b.p(0.5)), b.ints([0, 0, heads, d1])])
-    pe = b.op("Reshape", [_proj(b, x, d, d2, False), b.ints([0, 0, 1, d2])])
+    pe = b.op("Reshape", [_proj(b, x, d, w2, False), b.ints([0, 0, 1, w2])])
     lead = b.op("Shape", [nope], start=0, end=3)
-    pe = b.op("Expand", [pe, b.op("Concat", [lead, b.ints([d2])], axis=0)])
+    pe = b.op("Expand", [pe, b.op("Concat", [lead, b.ints([w2])], axis=0)])
     buf = b.op("ConstantOfShape", [b.op("Concat", [lead, b.ints([n])], axis=0)],
                value=oh.make_tensor("z", b.dtype, [1], [0.0]))
-    first, second, reduction, covers = _runs(b, d1, d2)
     perm = [3, 1, 2, 0]
     writes = [(first, nope), (second, pe)]
     if b.p(0.3):
