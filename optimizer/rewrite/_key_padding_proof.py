@@ -26,8 +26,8 @@ import onnx_ir as ir
 from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.rewrite._expr import EvalFailure
 from onnx_fuse.rewrite._mask_probe import (_CONE_LIMIT, _HEAVY, _MASK_ROLE, _MASKED, _MAX_SQUARE_PROBE, _NEW,
-                                           _RESULT_LIMIT, _band_starts, _bind, _cone, _const, _far_length,
-                                           _int_constants, _is_mask_input, _run_probe, _window_rows)
+                                           _band_starts, _bind, _cone, _const, _far_length, _int_constants,
+                                           _is_mask_input, _memo_get, _memo_put, _run_probe, _window_rows)
 
 _PAD_BATCH = 2   # batch rows probed where the batch is not fixed: each drops other keys
 
@@ -146,34 +146,6 @@ def _attention_reader(node: ir.Node) -> bool:
 _PROOFS: dict[int, tuple] = {}
 
 
-def _memo_get(store: dict[int, tuple], mask: ir.Value, key: tuple) -> tuple | None:
-    """(result,) of a proof ``store`` holds for ``mask`` under ``key`` while its cone is unchanged."""
-    hit = store.get(id(mask))
-    if hit is not None and hit[0] is mask and hit[1] == key and _cone_unchanged(mask, hit[2]):
-        return (hit[3],)
-    return None
-
-
-def _memo_put(store: dict[int, tuple], mask: ir.Value, key: tuple, cone: list[ir.Node], res: Any) -> None:
-    if len(store) >= _RESULT_LIMIT:
-        store.pop(next(iter(store)))
-    store[id(mask)] = (mask, key, _cone_sig(cone), res)
-
-
-def _cone_sig(cone: list[ir.Node]) -> list[tuple[ir.Node, tuple, tuple]]:
-    return [(n, tuple(n.inputs), tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()))
-            for n in cone]
-
-
-def _cone_unchanged(mask: ir.Value, sig: list[tuple[ir.Node, tuple, tuple]]) -> bool:
-    """Whether the nodes that computed ``mask`` when it was proven are still in its graph with the
-    same inputs (identity; graph inputs of the same shape): a rewrite that touched the cone
-    replaced one of them."""
-    return all(n.graph is mask.graph and len(n.inputs) == len(ins) and all(a is b for a, b in zip(n.inputs, ins))
-               and tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()) == shapes
-               for n, ins, shapes in sig)
-
-
 def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """padding_mask()'s proof (_padding_proof), once per mask while its cone is unchanged: the
     proof reads q's shape only, so the layers sharing a mask share it."""
@@ -225,7 +197,7 @@ def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, i
             return _input_padding(ctx, mask, q, cone, as_const)
         except EvalFailure as exc:
             first = exc
-    for km in _computed_key_masks(mask, q):
+    for km in _computed_key_masks(mask, q.shape.dims[-2]):
         try:
             sub, sub_const = _cone(mask, cut=km)
         except EvalFailure:
@@ -245,12 +217,12 @@ def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, i
 _MAX_KEY_MASKS = 3
 
 
-def _computed_key_masks(mask: ir.Value, q: ir.Value) -> list[ir.Value]:
+def _computed_key_masks(mask: ir.Value, d: Any) -> list[ir.Value]:
     """Boolean [B, S] values the mask is computed from (S: q's length, provably), not graph
     inputs: a key mask made from lengths (``arange(S) < lengths[:, None]``: AudioFlamingo 3, LASR),
-    a strided slice of attention_mask (Nemotron 3's subsampled frames), any such value. _padding_proof
-    feeds each in turn as the attention mask, furthest from the mask first (more of the glue dies)."""
-    d = q.shape.dims[-2]
+    a strided slice of attention_mask (Nemotron 3's subsampled frames), any such value (S: ``d``, q's
+    length). _padding_proof feeds each in turn as the attention mask,
+    furthest from the mask first (more of the glue dies)."""
     dist: dict[int, tuple[int, ir.Value]] = {}
     todo, seen = [(mask, 0)], {id(mask)}
     while todo and len(seen) < _CONE_LIMIT:
@@ -436,3 +408,4 @@ def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, floa
         res = None
     _memo_put(_CACHE_PROOFS, mask, key, cone, res)
     return res
+

@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.passes._dim_sums import dim_sums
 from onnx_fuse.rewrite._expr import EvalFailure
 
@@ -691,3 +692,147 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     if w != n + 1:
         raise EvalFailure(f"the cache keeps the last {n} tokens but the mask's window is {w}, not {n + 1}")
     return w
+
+
+# --------------------------------------------------------------------------- proofs by mask
+# A lowering asks about one mask several times and every layer reads the same one: a proof is kept
+# per mask (by identity) with the signature of the cone it read, and reused while that is unchanged.
+
+def _memo_get(store: dict[int, tuple], mask: ir.Value, key: tuple) -> tuple | None:
+    """(result,) of a proof ``store`` holds for ``mask`` under ``key`` while its cone is unchanged."""
+    hit = store.get(id(mask))
+    if hit is not None and hit[0] is mask and hit[1] == key and _cone_unchanged(mask, hit[2]):
+        return (hit[3],)
+    return None
+
+
+def _memo_put(store: dict[int, tuple], mask: ir.Value, key: tuple, cone: list[ir.Node], res: Any) -> None:
+    if len(store) >= _RESULT_LIMIT:
+        store.pop(next(iter(store)))
+    store[id(mask)] = (mask, key, _cone_sig(cone), res)
+
+
+def _cone_sig(cone: list[ir.Node]) -> list[tuple[ir.Node, tuple, tuple]]:
+    return [(n, tuple(n.inputs), tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()))
+            for n in cone]
+
+
+def _cone_unchanged(mask: ir.Value, sig: list[tuple[ir.Node, tuple, tuple]]) -> bool:
+    """Whether the nodes that computed ``mask`` when it was proven are still in its graph with the
+    same inputs (identity; graph inputs of the same shape): a rewrite that touched the cone
+    replaced one of them."""
+    return all(n.graph is mask.graph and len(n.inputs) == len(ins) and all(a is b for a, b in zip(n.inputs, ins))
+               and tuple(repr(i.shape) for i in n.inputs if i is not None and i.is_graph_input()) == shapes
+               for n, ins, shapes in sig)
+
+
+# --------------------------------------------------------------------------- causal masks from shapes
+
+# causal_only proofs by mask: (the mask, (q's, k's and the past's shapes, the opset), the cone's
+# signature, True / False)
+_CAUSAL_ONLY: dict[int, tuple] = {}
+
+
+def _causal_fill_bound(dtype: ir.DataType) -> float:
+    """The highest bias a causally masked key may get for a causal flag to stand for it: the
+    lowest float of the dtype over 2, -1e30 at most (exp underflows to exactly 0 beside the row's
+    own key, whatever the score, as with the flag's -inf)."""
+    lowest = {ir.DataType.FLOAT16: -65504.0}.get(dtype, float(np.finfo(np.float32).min))
+    return max(-1e30, lowest / 2)
+
+
+def causal_only(ctx: Any, mask: Any, q: Any, k: Any, past: Any = None) -> bool:
+    """True when ``mask`` (an additive bias broadcast to [B,H,S,P+S]) over q's S queries and ``k``'s
+    S new keys (after ``past``'s P cached ones, axis 2; None: prefill) is the causal mask and
+    nothing else at every shape the model takes: query i keeps exactly the keys 0..P + i (bias 0),
+    every other key gets at most _causal_fill_bound (the lowest float / 2, -1e30 at most). Only for
+    a mask computed from shapes alone (its cone reads no graph input's values: Cohere ASR's decoder,
+    whose packed-sequence check, a CumSum of position jumps, is all one sequence for positions
+    0..S-1): its values are then those of the probe at each shape. Probed at the lengths where a
+    comparison with a constant of the cone can flip and past them (S, and P with a past; every row
+    of a prefill probe is a position), with a batch of 1 and of 2 and the other named dims of the
+    inputs it reads the shape of at other values. No row loses every key, so the causal flag
+    (Attention-23's is_causal, the contrib ops' unidirectional: both offset by P over a past)
+    gives the same result. Never fails: False where any of it is not proven."""
+    try:
+        return _causal_only(ctx, mask, q, k, past)
+    except EvalFailure:
+        return False
+
+
+def _causal_only(ctx: Any, mask: Any, q: Any, k: Any, past: Any) -> bool:
+    if not all(isinstance(v, ir.Value) for v in (mask, q, k)) or (past is not None and not isinstance(past, ir.Value)):
+        return False
+    if mask.dtype is None or not mask.dtype.is_floating_point() or mask.is_graph_input():
+        return False
+    if any(v.shape is None or len(v.shape) not in (3, 4) for v in (q, k)) or (
+            past is not None and (past.shape is None or len(past.shape) != 4)):
+        return False
+    sd = q.shape.dims[-2] if len(q.shape) == 4 else q.shape.dims[1]
+    kd = k.shape.dims[-2] if len(k.shape) == 4 else k.shape.dims[1]
+    if not same_dim(sd, kd):
+        return False   # keys of another length than the queries (cross-attention): no causal flag
+    opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
+    key = (repr(q.shape), repr(k.shape), repr(past.shape) if past is not None else None, opset)
+    hit = _memo_get(_CAUSAL_ONLY, mask, key)
+    if hit is not None:
+        return hit[0]
+    const = _const(mask)
+    if const is not None:   # every shape the model runs at is the constant's (q's length fixed)
+        if not isinstance(sd, int) or (past is not None and not isinstance(past.shape.dims[2], int)):
+            return False
+        p = past.shape.dims[2] if past is not None else 0
+        return _causal_values(np.asarray(const), p, sd, mask.dtype) is None
+    cone, as_const = _cone(mask)
+    res = _causal_probes(cone, as_const, mask, q, sd, past, opset)
+    _memo_put(_CAUSAL_ONLY, mask, key, cone, res)
+    return res
+
+
+def _causal_values(arr: np.ndarray, p: int, s: int, dtype: ir.DataType) -> str | None:
+    """None when ``arr`` is the causal mask of S queries after P cached keys with every masked
+    key at most _causal_fill_bound, else why not."""
+    why = _judge(arr, p, s)
+    if why is not None:
+        return why
+    arr = np.broadcast_to(arr, (*arr.shape[:-2], s, p + s)).astype(np.float64)
+    masked = arr[..., np.arange(p + s)[None, :] > p + np.arange(s)[:, None]]
+    if masked.size and masked.max() > _causal_fill_bound(dtype):
+        return f"a causally masked key gets {masked.max()}, not (nearly) -inf"
+    return None
+
+
+def _causal_probes(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q: ir.Value, sd: Any,
+                   past: ir.Value | None, opset: int) -> bool:
+    if any(i is not None and i.is_graph_input() for n in cone if n.op_type not in ("Shape", "Size") for i in n.inputs):
+        return False   # reads an input's values (attention_mask, positions): not the shapes alone
+    consts = _int_constants(cone)
+    far = _far_length(consts)
+    if far > _MAX_SQUARE_PROBE:
+        return False
+    pd = past.shape.dims[2] if past is not None else 0
+    lengths = [sd] if isinstance(sd, int) else [*_boundary_lengths(consts, 1, far), far]
+    pasts = [pd] if isinstance(pd, int) else [*_boundary_lengths(consts, 0, far), far]
+    if len(lengths) * len(pasts) > _MAX_BOUNDARY_PROBES:
+        return False
+    # the named dims of what the cone reads the shape of, other than q's batch and length and the
+    # past's: probed at another value once (an encoder's length, a batch read from another input)
+    bound = set(_bind(q, past, 1, 1))
+    others = {d.value for i in _shape_sources(cone, as_const) if i.shape is not None for d in i.shape.dims
+              if not isinstance(d, int) and getattr(d, "value", None) and d.value not in bound}
+    runs = [(p, s, 1, {}) for s in lengths for p in pasts]
+    far_p, far_s = pasts[-1], lengths[-1]
+    runs += [(far_p, far_s, 2, {})] + [(far_p, far_s, 1, {o: far_s + d for o in others}) for d in ((3, -3) if others else ())]
+    for p, s, rows, extra in runs:
+        env = {**_bind(q, past, s, p), **extra}
+        if rows != 1 and not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
+            env[q.shape.dims[0].value] = rows
+        arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows)
+        if why is not None or _causal_values(arr, p, s, mask.dtype) is not None:
+            return False
+    return True
+
+
+def _shape_sources(cone: list[ir.Node], as_const: set[int]) -> list[ir.Value]:
+    """The values whose shape (only) the cone reads: inputs of its Shape / Size nodes."""
+    return [n.inputs[0] for n in cone if n.op_type in ("Shape", "Size") and n.inputs and n.inputs[0] is not None]

@@ -1,0 +1,208 @@
+"""A causal mask computed from shapes alone lowers to the causal flag (causal_only, rewrite/_mask_probe.py).
+
+Cohere ASR's decoder has no decoder attention_mask: transformers builds its self-attention mask from
+shapes, the causal grid And-ed with the packed-sequence check (positions arange(S); a new sequence
+wherever a position does not follow the one before: CumSum of Not(Equal(diff, 1)), equal ids kept),
+which is all one sequence for those positions. The bias stayed at every column (no attention-mask
+input for the key-padding proofs). causal_only proves on the values, at the lengths where the cone's
+constants can flip a comparison and past them, with a batch of 1 and 2 and the other dims of what it
+reads the shape of moved, that the mask is causal and nothing else with masked keys at (nearly)
+-inf; the lowerings then drop the bias: unidirectional=1 (com.microsoft Attention /
+MultiHeadAttention, with a past too), causal=1 (GroupQueryAttention), is_causal=1 (Attention-23,
+bottom-right over past_key). Near misses keep the bias: positions read from an input (packed
+sequences would make it block-diagonal), a sliding window, full attention below 5 tokens, a batch row
+that sees every key, full attention when an encoder input is longer, a -1e4 fill.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+H, D = 2, 8
+HID = H * D
+MIN = float(np.finfo(np.float32).min)
+GLUE = {"Where", "CumSum", "LessOrEqual", "Range"}
+
+
+def _mask_nodes(n, past: bool, kind: str) -> list:
+    """The causal grid (key j <= P + i) from Shape(x) (and the past's length), And-ed with the
+    packed-sequence check over the positions in prefill, -> ``mask`` = Where(keep, 0, min)."""
+    nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i0"], ["nb"], axis=0),
+             n("Gather", ["xs", "i1"], ["ns"], axis=0)]
+    if past:
+        nodes += [n("Shape", ["past_k"], ["pks"]), n("Gather", ["pks", "i2"], ["np"], axis=0),
+                  n("Add", ["np", "ns"], ["nt"]), n("Range", ["i0", "nt", "i1"], ["rk"]),
+                  n("Range", ["np", "nt", "i1"], ["rq"])]
+    else:
+        nodes += [n("Range", ["i0", "ns", "i1"], ["rk"]), n("Identity", ["rk"], ["rq"])]
+    nodes += [n("Unsqueeze", ["rk", "ax012"], ["ki"]), n("Unsqueeze", ["rq", "ax013"], ["qi"]),
+              n("LessOrEqual", ["ki", "qi"], ["cz"])]
+    keep = "cz"
+    if not past:   # transformers' packed-sequence check: positions [B, S], CumSum of the jumps
+        if kind == "positions":
+            pos = "position_ids"
+        else:
+            pos = "pos"
+            nodes += [n("Unsqueeze", ["nb", "ax0"], ["nb1"]), n("Concat", ["nb1", "one1"], ["es"], axis=0),
+                      n("Unsqueeze", ["rq", "ax0"], ["rq2"]), n("Expand", ["rq2", "es"], ["pos"])]
+        nodes += [n("Slice", [pos, "s0", "s1", "ax1"], ["first"]), n("Sub", ["first", "i1"], ["fm"]),
+                  n("Concat", ["fm", pos], ["cat"], axis=1),
+                  n("Slice", ["cat", "s1", "sbig", "ax1"], ["after"]), n("Slice", ["cat", "s0", "sm1", "ax1"], ["before"]),
+                  n("Sub", ["after", "before"], ["jump"]), n("Equal", ["jump", "i1"], ["follows"]),
+                  n("Not", ["follows"], ["starts"]), n("Cast", ["starts"], ["starts_i"], to=TensorProto.INT64),
+                  n("CumSum", ["starts_i", "i1"], ["seq"]), n("Unsqueeze", ["seq", "ax13"], ["sq"]),
+                  n("Unsqueeze", ["seq", "ax12"], ["sk"]), n("Equal", ["sq", "sk"], ["same"]),
+                  n("And", ["cz", "same"], ["keep"])]
+        keep = "keep"
+    if kind == "window":   # a sliding window of 3 keys
+        nodes += [n("Sub", ["qi", "i3"], ["qw"]), n("Greater", ["ki", "qw"], ["inw"]), n("And", [keep, "inw"], ["kw"])]
+        keep = "kw"
+    if kind == "short_full":   # every key visible below 5 tokens
+        nodes += [n("Less", ["ns", "i5"], ["short"]), n("Or", [keep, "short"], ["kw"])]
+        keep = "kw"
+    if kind == "row_full":   # batch rows past the first see every key
+        nodes += [n("Range", ["i0", "nb", "i1"], ["rb"]), n("Unsqueeze", ["rb", "ax123"], ["bi"]),
+                  n("Greater", ["bi", "i0"], ["later"]), n("Or", [keep, "later"], ["kw"])]
+        keep = "kw"
+    if kind == "enc_longer":   # every key visible when another input (an encoder's states) is longer
+        nodes += [n("Shape", ["enc"], ["encs"]), n("Gather", ["encs", "i1"], ["ne"], axis=0),
+                  n("Greater", ["ne", "ns"], ["longer"]), n("Or", [keep, "longer"], ["kw"])]
+        keep = "kw"
+    nodes.append(n("Where", [keep, "zero", "fsmall" if kind == "fill_1e4" else "fmin"], ["mask"]))
+    return nodes
+
+
+def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain"):
+    """One self-attention over ``mask``. attn: packed (q, k, v biased projections of x: ORT's packed
+    Attention), mha (q without a bias: MultiHeadAttention), gqa (one kv head repeated)."""
+    n = h.node
+    hkv = 1 if attn == "gqa" else H
+    nodes = _mask_nodes(n, past, kind)
+    inputs = [h.vi("x", ["batch", "seq", HID])]
+    if kind == "positions":
+        inputs.append(h.vi("position_ids", ["batch", "seq"], TensorProto.INT64))
+    if kind == "enc_longer":
+        inputs.append(h.vi("enc", ["batch", "enc_seq", HID]))
+    rng = np.random.default_rng(1)
+    inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
+             "i3": np.array(3, np.int64), "i5": np.array(5, np.int64),
+             "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64),
+             "ax13": np.array([1, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
+             "ax013": np.array([0, 1, 3], np.int64), "ax123": np.array([1, 2, 3], np.int64),
+             "one1": np.array([1], np.int64), "s0": np.array([0], np.int64), "s1": np.array([1], np.int64),
+             "sm1": np.array([-1], np.int64), "sbig": np.array([2 ** 62], np.int64),
+             "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
+             "fsmall": np.array(-1e4, np.float32), "merge": np.array([0, 0, HID], np.int64),
+             "scale": np.array(D ** -0.5, np.float32), "qshape": np.array([0, 0, H, D], np.int64),
+             "kvshape": np.array([0, 0, hkv, D], np.int64)}
+    for c in "qkv":
+        width = HID if c == "q" else hkv * D
+        inits[f"w{c}"] = (rng.standard_normal((HID, width)) * 0.3).astype(np.float32)
+        inits[f"bias_{c}"] = (rng.standard_normal(width) * 0.1).astype(np.float32)
+        proj = f"m{c}"
+        nodes.append(n("MatMul", ["x", f"w{c}"], [proj]))
+        if not (c == "q" and attn == "mha"):
+            nodes.append(n("Add", [proj, f"bias_{c}"], [f"{c}3"]))
+            proj = f"{c}3"
+        nodes += [n("Reshape", [proj, "qshape" if c == "q" else "kvshape"], [f"{c}r"]),
+                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
+    kk, vv = "k4", "v4"
+    outputs = [h.vi("y", ["batch", "seq", HID])]
+    if past:
+        inputs += [h.vi("past_k", ["batch", hkv, "past", D]), h.vi("past_v", ["batch", hkv, "past", D])]
+        nodes += [n("Concat", ["past_k", "k4"], ["present_k"], axis=2),
+                  n("Concat", ["past_v", "v4"], ["present_v"], axis=2)]
+        kk, vv = "present_k", "present_v"
+        outputs += [h.vi("present_k", ["batch", hkv, "total", D]), h.vi("present_v", ["batch", hkv, "total", D])]
+    if hkv != H:   # repeat_kv: [B, 1, T, D] -> [B, H, T, D]
+        inits["rep"] = np.array([1, H, 1, 1], np.int64)
+        nodes += [n("Tile", [kk, "rep"], ["kh"]), n("Tile", [vv, "rep"], ["vh"])]
+        kk, vv = "kh", "vh"
+    nodes += [n("Transpose", [kk], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", vv], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    return h.make_model(nodes, inputs, outputs, inits)
+
+
+def _check(h, model, fused, past: bool, kind: str = "plain"):
+    """Batches of 1 and 3 at several lengths (with a past: 1 and 5 cached, 1 and 3 new)."""
+    rng = np.random.default_rng(2)
+    hkv = {i.name: i.type.tensor_type.shape.dim[1].dim_value for i in model.graph.input}.get("past_k", H)
+    shapes = [(1, 1, 5), (3, 3, 1), (3, 4, 5)] if past else [(1, 1, 0), (3, 4, 0), (3, 7, 0), (2, 9, 0)]
+    for b, s, p in shapes:
+        feeds = {"x": rng.standard_normal((b, s, HID)).astype(np.float32)}
+        if past:
+            feeds["past_k"] = rng.standard_normal((b, hkv, p, D)).astype(np.float32)
+            feeds["past_v"] = rng.standard_normal((b, hkv, p, D)).astype(np.float32)
+        if kind == "positions":   # two packed sequences in the last row
+            pos = np.tile(np.arange(s, dtype=np.int64), (b, 1))
+            pos[-1, s // 2:] -= s // 2
+            feeds["position_ids"] = pos
+        if kind == "enc_longer":
+            feeds["enc"] = np.zeros((b, s + 2, HID), np.float32)
+        h.assert_close(model, fused, feeds)
+
+
+def _attr(model, op: str, name: str) -> list[int]:
+    return [helper.get_attribute_value(a) for nd in model.graph.node if nd.op_type == op
+            for a in nd.attribute if a.name == name]
+
+
+@pytest.mark.parametrize("attn, op, flag", [("packed", "com.microsoft::Attention", "unidirectional"),
+                                            ("mha", "com.microsoft::MultiHeadAttention", "unidirectional"),
+                                            ("gqa", "com.microsoft::GroupQueryAttention", "causal")])
+def test_prefill_causal_flag_at_ort(h, attn, op, flag):
+    model = _model(h, attn)
+    fused = h.fuse(model, "ort")
+    ops = h.ops(fused)
+    assert ops[op] == 1 and ops["Softmax"] == 0, ops
+    assert _attr(fused, op.split("::")[1], flag) == [1], ops
+    assert not GLUE & set(ops), ops   # the grid, the packed-sequence check and the bias died
+    _check(h, model, fused, past=False)
+
+
+@pytest.mark.parametrize("target", ["onnx", "trt"])
+def test_prefill_is_causal_at_attention_23(h, target):
+    model = _model(h)
+    fused = h.fuse(model, target)
+    ops = h.ops(fused)
+    assert ops["Attention"] == 1 and _attr(fused, "Attention", "is_causal") == [1], ops
+    assert not GLUE & set(ops), ops
+    _check(h, model, fused, past=False)
+
+
+@pytest.mark.parametrize("target, op, flag", [("ort", "MultiHeadAttention", "unidirectional"),
+                                              ("onnx", "Attention", "is_causal")])
+def test_cache_causal_flag(h, target, op, flag):
+    """Over a cache the flag is offset by the past's length (key j <= P + i) in both ops."""
+    model = _model(h, past=True)
+    fused = h.fuse(model, target)
+    ops = h.ops(fused)
+    assert _attr(fused, op, flag) == [1], ops
+    assert not GLUE & set(ops), ops
+    _check(h, model, fused, past=True)
+
+
+@pytest.mark.parametrize("kind", ["positions", "window", "short_full", "row_full", "enc_longer", "fill_1e4"])
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_other_masks_keep_the_bias(h, kind, target):
+    """Positions read from an input (block-diagonal for packed sequences), a window of 3, every key
+    below 5 tokens (the probe tries lengths beside each constant), a later batch row seeing every
+    key (the probe runs a batch of 2), every key when an encoder input is longer (the probe moves the
+    other dims it reads the shape of), a -1e4 fill: no causal flag, the bias stays."""
+    model = _model(h, kind=kind)
+    fused = h.fuse(model, target)
+    ops = h.ops(fused)
+    flags = _attr(fused, "Attention", "unidirectional" if target == "ort" else "is_causal")
+    assert not any(flags) and ops["Where"] >= 1, ops
+    _check(h, model, fused, past=False, kind=kind)
+
+
+def test_cache_window_keeps_the_bias(h):
+    model = _model(h, past=True, kind="window")
+    fused = h.fuse(model, "ort")
+    assert not any(_attr(fused, "MultiHeadAttention", "unidirectional")), h.ops(fused)
+    _check(h, model, fused, past=True)
