@@ -405,7 +405,7 @@ def _judge(original, runnable, names, feeds, ref_out, loosest, sess=None, ort_op
         given = all_nan_given(names, ref_out, got, loosest)
         if given:
             return "all-nan", given, sess
-    if cls == "wrong" and _half_precision(loosest, names) and _mask_feeds(feeds) and \
+    if cls == "wrong" and _half_precision(loosest, names) and (_mask_feeds(feeds) or _empty_lengths(feeds)) and \
             _kept_rows_match(names, ref_out, got, feeds, loosest, keyless=True):
         return "half-masked-rows", f"only float16 query rows with no kept key differ: {detail}", sess
     return cls, detail, sess
@@ -500,6 +500,13 @@ def _mask_feeds(feeds) -> dict[str, np.ndarray]:
     return {k: v for k, v in feeds.items() if "mask" in k.lower() and _is_padding_mask(v)}
 
 
+def _empty_lengths(feeds) -> dict[str, np.ndarray]:
+    """Per-row lengths [B] (an integer input named so: a key mask ``arange(S) < lengths[:, None]`` is made
+    from them, AudioFlamingo 3) with a row of length 0, by name: that batch row has no kept key."""
+    return {k: v for k, v in feeds.items() if "length" in k.lower() and v.ndim == 1 and v.dtype.kind in "iu"
+            and v.size > 0 and (v == 0).any()}
+
+
 def _left_padded(feeds) -> bool:
     """Some padding mask row is not ones followed by zeros (left padding, or holes)."""
     for v in _mask_feeds(feeds).values():
@@ -535,9 +542,15 @@ def _kept_rows_match(names, ref_out, got, feeds, loosest, keyless: bool = False)
     Before, such an output ruled the keyless check out even when it agreed (form seed 1356464380:
     wrong)."""
     masks = [np.cumsum(v, axis=1) > 0 if keyless else v.astype(bool) for v in _mask_feeds(feeds).values()]
+    # (keyless) a batch row of length 0 keeps no key on any query row: outputs [B, ...] compared without it
+    rows = [v > 0 for v in _empty_lengths(feeds).values()] if keyless else []
     for name, r, g in zip(names, ref_out, got):
         r, g = np.asarray(r), np.asarray(g)
         keep = _row_keep(r.shape, masks)
+        for live in rows:
+            if r.ndim >= 1 and r.shape[0] == live.shape[0]:
+                view = np.broadcast_to(live.reshape((-1,) + (1,) * (r.ndim - 1)), r.shape)
+                keep = view if keep is None else keep & view
         if keep is not None and r.shape == g.shape:
             r, g = r[keep], g[keep]
         if compare([name], [r], [g], loosest)[0] != "ok":
