@@ -2,9 +2,10 @@
 
 Cases handled (each counted in ``stats`` under the op type):
 - Identity; Dropout in inference mode (no training_mode, or a constant false one) whose mask
-  output is unused; Cast / CastLike to the input's own dtype; a Cast back from a lossless float
-  widening (float16 -> float32 -> float16); Concat of a single input, and Concat's inputs of static
-  length 0 on its axis dropped first (TorchScript's cat of a rotated head with its empty pass-through);
+  output is unused; Cast / CastLike to the input's own dtype; a Cast back from a lossless
+  widening (float16 -> float32 -> float16, bool -> int64 -> bool); Concat of a single input, and
+  Concat's inputs of static length 0 on its axis dropped first (TorchScript's cat of a rotated head
+  with its empty pass-through);
 - Reshape to the same shape (entries 0 = copy, equal to the input's static dim, or the same
   symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
   shape the input already has (same reasoning), Transpose with the identity
@@ -37,10 +38,15 @@ from onnx_fuse.passes._shape_values import shape_entries as _shape_entries
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _BIG = TO_END  # Slice ends at or beyond this mean "to the end" (passes/_dim_lengths.py: the bound and why)
-# float dtype -> dtypes that represent each of its values exactly (a Cast there and back is a no-op)
+# dtype -> dtypes that represent each of its values exactly (a Cast there and back is a no-op)
 _WIDER = {ir.DataType.FLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBLE.value),
           ir.DataType.BFLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBLE.value),
-          ir.DataType.FLOAT.value: (ir.DataType.DOUBLE.value,)}
+          ir.DataType.FLOAT.value: (ir.DataType.DOUBLE.value,),
+          # bool's 0 / 1 in any number type, and back (x != 0): a frame mask cast to int64 and read as bool
+          ir.DataType.BOOL.value: tuple(t.value for t in (
+              ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16, ir.DataType.INT32,
+              ir.DataType.UINT32, ir.DataType.INT64, ir.DataType.UINT64, ir.DataType.FLOAT16,
+              ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE))}
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -139,7 +145,8 @@ class IdentityEliminationPass(FusePass):
     @staticmethod
     def _cast_round_trip(x: ir.Value, to) -> ir.Value | None:
         """Cast(Cast(a, wider), a's dtype) is a: the widening holds every value of a's dtype
-        (TorchScript writes softmax(dtype=float32).to(float16) of a float16 softmax so)."""
+        (TorchScript writes softmax(dtype=float32).to(float16) of a float16 softmax so; a bool
+        mask cast to a number and back: 0 / 1, then != 0)."""
         inner = x.producer()
         if inner is None or inner.op_type != "Cast" or inner.domain not in ("", "ai.onnx") or not inner.inputs:
             return None

@@ -495,6 +495,24 @@ def _padding_window(ctx, m, q) -> int:
     return padding_window(ctx, m, q)
 
 
+def _key_mask_reduction(ctx, r) -> bool:
+    from onnx_fuse.rewrite._key_padding_proof import key_mask_reduction
+
+    return key_mask_reduction(ctx, r)
+
+
+def _reduced_key_mask(ctx, r):
+    from onnx_fuse.rewrite._key_padding_proof import reduced_key_mask
+
+    return reduced_key_mask(ctx, r)
+
+
+def _reduced_key_mask_negated(ctx, r) -> bool:
+    from onnx_fuse.rewrite._key_padding_proof import reduced_key_mask_negated
+
+    return reduced_key_mask_negated(ctx, r)
+
+
 def _cropped_window(ctx, m, q, kept, past) -> int:
     from onnx_fuse.rewrite._mask_probe import cropped_window
 
@@ -692,6 +710,13 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "cache_key_padding": _cache_key_padding,
     "cache_padding_input": _cache_padding_input,
     "cache_padding_fill": _cache_padding_fill,
+    # whether a value [B, 1.., T] is a key mask's per-key value or its negation, whatever ops compute
+    # it from the key mask (a 4-D mask reduced over its query axis), decided on its values
+    # (_key_padding_proof.key_mask_reduction); fails with the reason otherwise; that key mask, and
+    # whether the value is its negation
+    "key_mask_reduction": _key_mask_reduction,
+    "reduced_key_mask": _reduced_key_mask,
+    "reduced_key_mask_negated": _reduced_key_mask_negated,
     # whether an additive float32 mask holds finite values only (value_range), never fails
     "finite_mask": _finite_mask,
     # whether an additive float32 mask leaves every query row a finite key for every 0/1 attention_mask, decided on its

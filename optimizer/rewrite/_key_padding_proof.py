@@ -221,7 +221,7 @@ def _computed_key_masks(mask: ir.Value, d: Any) -> list[ir.Value]:
     """Boolean [B, S] values the mask is computed from (S: q's length, provably), not graph
     inputs: a key mask made from lengths (``arange(S) < lengths[:, None]``: AudioFlamingo 3, LASR),
     a strided slice of attention_mask (Nemotron 3's subsampled frames), any such value (S: ``d``, q's
-    length). _padding_proof feeds each in turn as the attention mask,
+    length; None: any, the probe decides). _padding_proof feeds each in turn as the attention mask,
     furthest from the mask first (more of the glue dies)."""
     dist: dict[int, tuple[int, ir.Value]] = {}
     todo, seen = [(mask, 0)], {id(mask)}
@@ -229,7 +229,8 @@ def _computed_key_masks(mask: ir.Value, d: Any) -> list[ir.Value]:
         v, k = todo.pop(0)
         node = v.producer()
         if (v is not mask and v.dtype == ir.DataType.BOOL and v.shape is not None and len(v.shape) == 2
-                and same_dim(v.shape.dims[1], d) and not same_dim(v.shape.dims[0], d)   # [S, S]: a causal part
+                and (d is None or same_dim(v.shape.dims[1], d))
+                and not same_dim(v.shape.dims[0], v.shape.dims[1] if d is None else d)   # [S, S]: a causal part
                 and not v.is_graph_input() and _const(v) is None):
             dist[id(v)] = (k, v)
         if node is None or node.op_type in _HEAVY or node.domain not in ("", "ai.onnx"):
@@ -409,3 +410,123 @@ def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, floa
     _memo_put(_CACHE_PROOFS, mask, key, cone, res)
     return res
 
+
+# --------------------------------------------------------------------------- per-key reductions
+
+# reduction proofs by value: (the value, (the opset,), the cone's signature, (km, negated) or the failure)
+_REDUCED: dict[int, tuple] = {}
+
+
+def key_mask_reduction(ctx: Any, r: Any) -> bool:
+    """True when ``r`` ([B, 1.., T], any dtype holding 0 / 1) is a key mask km's per-key value,
+    km[b, j] or its negation at every key j, whatever ops compute it from km: a 4-D mask built
+    from km reduced over its query axis (LASR's conv module reads ``all(~mask, dim=query)`` as a
+    frame mask: Not, Cast, ReduceMin), so that it can read km itself and the 4-D mask dies. km is a
+    boolean [B, T] value r is computed from (T: r's last dim; a key mask from lengths) or an
+    attention-mask input [B, T]. Decided on values: r's cone, cut at km, runs with km all ones,
+    with every third key dropped from another first key per row, and with that pattern flipped (a
+    batch of 2 where not fixed); nothing else of the cone may read an input's values. Raises
+    EvalFailure with the reason otherwise."""
+    _reduced(ctx, r)
+    return True
+
+
+def reduced_key_mask(ctx: Any, r: Any) -> ir.Value:
+    """The key mask km of a key_mask_reduction() ``r``."""
+    return _reduced(ctx, r)[0]
+
+
+def reduced_key_mask_negated(ctx: Any, r: Any) -> bool:
+    """Whether a key_mask_reduction() ``r`` is ~km (True) or km (False)."""
+    return _reduced(ctx, r)[1]
+
+
+def _reduced(ctx: Any, r: Any) -> tuple[ir.Value, bool]:
+    if not isinstance(r, ir.Value):
+        raise EvalFailure("key_mask_reduction() needs a graph value")
+    key = (getattr(getattr(ctx, "facts", None), "opset", None) or 18,)
+    hit = _memo_get(_REDUCED, r, key)
+    if hit is not None:
+        if isinstance(hit[0], EvalFailure):
+            raise EvalFailure(str(hit[0]))
+        return hit[0]
+    try:
+        res: Any = _reduced_proof(r, key[0])
+    except EvalFailure as exc:
+        res = exc
+    try:   # the nodes the proof read: cut at a computed key mask, else the whole cone
+        cut = res[0] if isinstance(res, tuple) and not res[0].is_graph_input() else None
+        cone, _ = _cone(r, cut=cut)
+    except EvalFailure:
+        cone = None
+    if cone is not None:
+        _memo_put(_REDUCED, r, key, cone, res)
+    if isinstance(res, EvalFailure):
+        raise res
+    return res
+
+
+def _reduced_proof(r: ir.Value, opset: int) -> tuple[ir.Value, bool]:
+    if r.is_graph_input() or _const(r) is not None:
+        raise EvalFailure("a graph input or a constant is no reduction of a key mask")
+    if r.shape is None or len(r.shape) < 2 or r.dtype is None:
+        raise EvalFailure("the value needs a known type and rank >= 2 ([batch, 1.., keys])")
+    # (any [B, T]: shape inference may name r's keys and km's apart; the probe compares the shapes)
+    cands = _computed_key_masks(r, None)
+    seen = {id(n) for n in _ancestors(r)}
+    cands += [i for i in r.graph.inputs if i.shape is not None and len(i.shape) == 2 and _is_mask_input(i)
+              and any(id(u.node) in seen for u in i.uses())]
+    if not cands:
+        raise EvalFailure("the value is computed from no [batch, keys] key mask")
+    first = None
+    for km in cands:
+        try:
+            return _reduced_by(r, km, opset)
+        except EvalFailure as exc:
+            first = first or exc
+    raise first
+
+
+def _ancestors(v: ir.Value) -> list[ir.Node]:
+    """The nodes ``v`` is computed from (_CONE_LIMIT of them at most)."""
+    out, todo, seen = [], [v], {id(v)}
+    while todo and len(out) < _CONE_LIMIT:
+        node = todo.pop().producer()
+        if node is None:
+            continue
+        out.append(node)
+        for i in node.inputs:
+            if i is not None and id(i) not in seen:
+                seen.add(id(i))
+                todo.append(i)
+    return out
+
+
+def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
+    """key_mask_reduction()'s proof with ``km`` fed as the key mask."""
+    cut = None if km.is_graph_input() else km
+    cone, as_const = _cone(r, cut=cut)
+    if any(i is not None and i.is_graph_input() and i is not km for n in cone if n.op_type not in ("Shape", "Size")
+           for i in n.inputs):
+        raise EvalFailure("the value reads an input's values besides the key mask")
+    bd, kd = km.shape.dims[0], km.shape.dims[1]
+    s = kd if isinstance(kd, int) else _far_length(_int_constants(cone), 3)
+    rows = bd if isinstance(bd, int) else _PAD_BATCH
+    env = {d.value: v for d, v in ((bd, rows), (kd, s)) if not isinstance(d, int) and getattr(d, "value", None)}
+    pattern = ((np.arange(s)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
+    same = negated = True
+    for pat in (np.ones_like(pattern), pattern, 1 - pattern):
+        arr, why = _run_probe(cone, as_const, r, 0, s, env, opset, batch=rows, drop=(km, pat), cut=cut)
+        if why is not None:
+            raise EvalFailure(why)
+        if arr.ndim != len(r.shape) or arr.shape[0] != rows or arr.shape[-1] != s or any(
+                d != 1 for d in arr.shape[1:-1]):
+            raise EvalFailure(f"the value has shape {list(arr.shape)} for a key mask [{rows}, {s}]")
+        vals = arr.reshape(rows, s).astype(np.float64)
+        if not np.all((vals == 0) | (vals == 1)):
+            raise EvalFailure("the value holds other than 0 and 1")
+        same = same and bool(np.array_equal(vals != 0, pat != 0))
+        negated = negated and bool(np.array_equal(vals != 0, pat == 0))
+    if not (same or negated):
+        raise EvalFailure(f"the value is not {km.name!r}'s per-key value (nor its negation)")
+    return km, negated
