@@ -13,7 +13,8 @@ user's command would pay them; the CPU column is the child's user + system time)
   ort-tools                         ``onnxruntime.transformers.optimizer.optimize_model`` (model_type gpt2,
                                     heads / hidden given, opt_level 0)
 Rounds alternate the order; the table shows medians, ratios to fuse-ort, and what each fused
-(attention-like ops, norm ops) so a fast tool that fuses nothing is visible as such.
+(attention-like ops, norm ops) so a fast tool that fuses nothing is visible as such. A second table
+splits onnx-fuse's CPU time: loading the rule set, optimize() and its five costliest passes, save.
 
     python tools/bench_optimize_time.py [--layers 32] [--rounds 3] [--model PATH] [--keep DIR]
 """
@@ -71,11 +72,29 @@ def export_llama(path: Path, layers: int) -> Path:
 def _child(which: str, src: str, out: str) -> None:
     """One candidate in this (fresh) process; prints a JSON line of what it produced."""
     t0 = time.perf_counter()
+    phases: dict = {}
     if which.startswith("fuse-"):
         import onnx_fuse
+        from onnx_fuse.rewrite import load_rule_set
 
-        result = onnx_fuse.optimize(src, level=3, target=which[5:])
+        c0 = time.process_time()
+        load_rule_set(target=which[5:])   # cached: optimize() below reuses it
+        phases["rules"] = time.process_time() - c0
+        passes: dict = {}
+        mark = [time.process_time()]
+
+        def on_record(record) -> None:   # the CPU since the previous record is this pass's
+            now = time.process_time()
+            passes[record.name] = passes.get(record.name, 0.0) + now - mark[0]
+            mark[0] = now
+
+        c0 = mark[0] = time.process_time()
+        result = onnx_fuse.optimize(src, level=3, target=which[5:], on_record=on_record)
+        phases["optimize"] = time.process_time() - c0
+        phases["passes"] = passes
+        c0 = time.process_time()
         result.save(out)
+        phases["save"] = time.process_time() - c0
     elif which == "onnxscript":
         import onnx_ir as ir
         import onnxscript.optimizer
@@ -92,7 +111,7 @@ def _child(which: str, src: str, out: str) -> None:
         opt.save_model_to_file(out, use_external_data_format=True)
     else:
         raise SystemExit(f"unknown candidate {which}")
-    print(json.dumps({"wall": time.perf_counter() - t0,
+    print(json.dumps({"wall": time.perf_counter() - t0, "phases": phases,
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
 
 
@@ -116,7 +135,7 @@ def run_one(which: str, src: Path, folder: Path) -> dict:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:120]}
     child = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"wall": wall, "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "rss_mb": child["rss_mb"], **count_ops(out)}
+            "rss_mb": child["rss_mb"], "phases": child.get("phases", {}), **count_ops(out)}
 
 
 def main(argv=None) -> int:
@@ -163,7 +182,25 @@ def main(argv=None) -> int:
         last = rs[-1]
         print(f"| {c} | {wall:.1f} | {cpu:.1f} | {ratio} | {max(x['rss_mb'] for x in rs)} | {last['nodes']} "
               f"| {last['attention']} | {last['norm']} |")
+    print_phases(runs)
     return 0
+
+
+def print_phases(runs: dict) -> None:
+    """onnx-fuse's CPU seconds by phase and its costliest passes (medians over the rounds)."""
+    rows = {c: [x["phases"] for x in rs if x.get("phases")] for c, rs in runs.items()}
+    rows = {c: ps for c, ps in rows.items() if ps and len(ps) == len(runs[c])}
+    if not rows:
+        return
+    print("\n| onnx-fuse target | rule set load CPU s | optimize CPU s | save CPU s | costliest passes (CPU s) |")
+    print("|---|---:|---:|---:|---|")
+    for c, ps in rows.items():
+        names = {n for p in ps for n in p["passes"]}
+        per_pass = {n: statistics.median(p["passes"].get(n, 0.0) for p in ps) for n in names}
+        top = sorted(per_pass.items(), key=lambda kv: -kv[1])[:5]
+        med = {k: statistics.median(p[k] for p in ps) for k in ("rules", "optimize", "save")}
+        print(f"| {c[5:]} | {med['rules']:.2f} | {med['optimize']:.2f} | {med['save']:.2f} | "
+              + ", ".join(f"{n} {v:.2f}" for n, v in top) + " |")
 
 
 if __name__ == "__main__":
