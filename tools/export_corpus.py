@@ -333,7 +333,8 @@ class _Wrap:
         # transformers 4.47+ (HOLDOUT5D): Llama-style classes take a Cache object only, no tuples; a class
         # without _supports_cache_class (GPT-2, BART 4.48) still takes the tuples
         cache_object = spec.get("cache_object") and getattr(model, "_supports_cache_class", True)
-        if kind == "naflex":  # SigLIP 2's patch-count check (aten._is_all_true) has no ONNX lowering
+        # SigLIP 2's patch-count check, D-FINE's (holdout_specs.HOLDOUT19): aten._is_all_true has no ONNX lowering
+        if kind == "naflex" or spec.get("torch_check_off"):
             os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
 
         class Plain(torch.nn.Module):

@@ -2679,10 +2679,14 @@ _DSWIN19 = dict(model_type="donut-swin", embed_dim=16, depths=[1, 1], num_heads=
 _SP19 = dict(model_type="superpoint", encoder_hidden_sizes=[8, 8, 16, 16], decoder_hidden_size=16,
              keypoint_decoder_dim=65, descriptor_decoder_dim=32, max_keypoints=16)
 _ST19 = ("dyn_mask", "static_nomask")
+# transformers' Swin backbone and BEiT's (ZoeDepth): dynamo fails on a head-merge view of a non-contiguous tensor,
+# dynamic and static alike ("Cannot view a tensor with shape [128, 4, 2, 4] ... as [128, 4, 8]"): torchscript as well
+# (MaskFormer's own Swin exports)
+_SWIN_ST19 = _ST19 + ("torchscript",)
 
 
-def _v19(config, model, kw, features, model_type, blocks, output, image, **extra):
-    return _mm("vision", config, model, kw, features, model_type, "vit", _ST19, blocks, output=output,
+def _v19(config, model, kw, features, model_type, blocks, output, image, styles=_ST19, **extra):
+    return _mm("vision", config, model, kw, features, model_type, "vit", styles, blocks, output=output,
                image_size=image, **extra)
 
 
@@ -2706,7 +2710,7 @@ HOLDOUT19 = {
                           bin_embedding_dim=16, num_relative_features=8, head_in_index=-1, patch_size=8,
                           bin_configurations=[dict(n_bins=8, min_depth=0.001, max_depth=10.0, name="nyu")]),
                      ["mha", "beit-backbone", "relative-position-bias", "patch-transformer", "attractors",
-                      "layernorm", "gelu-erf"], "zoedepth", LAYERS, "predicted_depth", 32),
+                      "layernorm", "gelu-erf"], "zoedepth", LAYERS, "predicted_depth", 32, styles=_SWIN_ST19),
     "vitmatte": _v19("VitMatteConfig", "VitMatteForImageMatting",
                      dict(backbone_config=dict(model_type="vitdet", hidden_size=HIDDEN, mlp_ratio=2,
                                                num_hidden_layers=LAYERS, num_attention_heads=2, image_size=64,
@@ -2728,7 +2732,8 @@ HOLDOUT19 = {
                              num_attention_heads=2, encoder_layers=1, decoder_layers=3, num_queries=8, num_labels=4,
                              common_stride=4, feature_strides=[4, 8, 16, 32]),
                         ["mha", "swin-backbone", "deformable-pixel-decoder", "masked-cross-attention",
-                         "object-queries", "layernorm", "relu"], "mask2former", 4, "masks_queries_logits", 64),
+                         "object-queries", "layernorm", "relu"], "mask2former", 4, "masks_queries_logits", 64,
+                        styles=_SWIN_ST19),
     "maskformer": _v19("MaskFormerConfig", "MaskFormerForInstanceSegmentation",
                        dict(backbone_config=dict(_SWIN19), fpn_feature_size=HIDDEN, mask_feature_size=HIDDEN,
                             num_queries=8, num_labels=4,
@@ -2736,7 +2741,7 @@ HOLDOUT19 = {
                                                 decoder_attention_heads=2, decoder_ffn_dim=FFN, encoder_layers=1,
                                                 encoder_attention_heads=2, encoder_ffn_dim=FFN, num_queries=8)),
                        ["mha", "swin-backbone", "fpn", "object-queries", "cross-attention", "layernorm", "relu"],
-                       "maskformer", 4, "masks_queries_logits", 64),
+                       "maskformer", 4 + 2 * LAYERS, "masks_queries_logits", 64),
     "oneformer": _v19("OneFormerConfig", "OneFormerForUniversalSegmentation",
                       dict(backbone_config=dict(_SWIN19), hidden_dim=HIDDEN, conv_dim=HIDDEN, mask_dim=HIDDEN,
                            encoder_feedforward_dim=FFN, dim_feedforward=FFN, num_attention_heads=2, encoder_layers=1,
@@ -2746,11 +2751,13 @@ HOLDOUT19 = {
                            strides=[4, 8, 16, 32], is_training=False),
                       ["mha", "swin-backbone", "deformable-pixel-decoder", "masked-cross-attention", "task-token",
                        "object-queries", "layernorm", "relu"], "oneformer", 4, "masks_queries_logits", 64,
+                      styles=_SWIN_ST19,
                       vision_inputs={"task_inputs": ("ids", VOCAB)}),
     "upernet": _v19("UperNetConfig", "UperNetForSemanticSegmentation",
                     dict(backbone_config=dict(_SWIN19), hidden_size=16, pool_scales=[1, 2], auxiliary_in_channels=32,
                          auxiliary_channels=8, num_labels=4),
-                    ["mha", "swin-backbone", "ppm", "fpn", "batchnorm", "relu"], "upernet", 4, "logits", 64),
+                    ["mha", "swin-backbone", "ppm", "fpn", "batchnorm", "relu"], "upernet", 4, "logits", 64,
+                    styles=_SWIN_ST19),
     "seggpt": _v19("SegGptConfig", "SegGptModel",
                    dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2, image_size=[64, 16],
                         patch_size=8, mlp_dim=FFN, merge_index=0, intermediate_hidden_state_indices=[0, 1],
@@ -2766,7 +2773,7 @@ HOLDOUT19 = {
                         mask_decoder_config=dict(hidden_size=16, num_hidden_layers=LAYERS, num_attention_heads=2,
                                                  mlp_dim=32, iou_head_hidden_dim=16, vit_dim=HIDDEN)),
                    ["mha", "vitdet-backbone", "window-attention", "decomposed-rel-pos", "point-prompts",
-                    "two-way-transformer", "layernorm", "gelu-erf"], "sam_hq", 2 * LAYERS + 3 * LAYERS + 1,
+                    "two-way-transformer", "layernorm", "gelu-erf"], "sam_hq", LAYERS + 3 * LAYERS + 1,
                    "pred_masks", 64, vision_inputs={"input_points": ("points", 2, 64)}),
     # detection: DETR-likes, RT-DETR / D-FINE (deformable cross-attention), open-vocabulary detectors
     "table_transformer": _v19("TableTransformerConfig", "TableTransformerModel",
@@ -2791,7 +2798,7 @@ HOLDOUT19 = {
                                              depths=[1, 1, 1], embedding_size=8,
                                              out_features=["stage1", "stage2", "stage3"])),
                    ["mha", "hgnetv2-backbone", "hybrid-encoder", "deformable-cross-attention", "fdr-refinement",
-                    "layernorm", "relu"], "d_fine", 1 + LAYERS, "last_hidden_state", 64),
+                    "layernorm", "relu"], "d_fine", 1 + LAYERS, "last_hidden_state", 64, torch_check_off=True),
     "grounding_dino": _v19("GroundingDinoConfig", "GroundingDinoModel",
                            dict(**_DETR19, backbone_config=dict(_RES19), text_config=dict(_TXT19, model_type="bert"),
                                 d_model=HIDDEN, num_feature_levels=2, encoder_layers=1, decoder_layers=LAYERS,
@@ -2832,7 +2839,7 @@ HOLDOUT19 = {
                              num_attention_heads=2, intermediate_size=FFN,
                              vision_config=dict(hidden_size=64, num_hidden_layers=LAYERS, image_size=32, patch_size=8)),
                         ["mha", "roberta-text", "clip-vision", "bridge-layers", "co-attention", "padding-mask",
-                         "layernorm", "gelu-erf"], "bridgetower", 3 * LAYERS + 2 * LAYERS * 2, "pooler_output", 32,
+                         "layernorm", "gelu-erf"], "bridgetower", 2 * LAYERS + 4 * LAYERS, "pooler_output", 32,
                         vision_inputs=dict(_Q19)),
     "tvp": _v19("TvpConfig", "TvpModel",
                 dict(backbone_config=dict(DETR_BACKBONE), hidden_size=HIDDEN, intermediate_size=FFN,
