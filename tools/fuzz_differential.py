@@ -517,7 +517,7 @@ def _left_padded(feeds) -> bool:
     return False
 
 
-def _row_keep(shape, masks) -> np.ndarray | None:
+def _row_keep(shape, masks, tail: bool = False) -> np.ndarray | None:
     """The entries of an output of ``shape`` on query rows the masks [B, S] keep, as a boolean array
     of that shape, or None where no mask lines up: rows on axis 1 ([B, S, ...]) or, for a 4-D
     output whose last axis is not 1, on axis 2 ([B, H, S, T]: attention probabilities or a per-head
@@ -528,8 +528,11 @@ def _row_keep(shape, masks) -> np.ndarray | None:
         for axis in (1, 2):
             if axis == 2 and (len(shape) != 4 or shape[3] == 1):
                 continue
-            if len(shape) > axis and (shape[0], shape[axis]) == m.shape:
-                view = m.reshape(m.shape[:1] + (1,) * (axis - 1) + m.shape[1:] + (1,) * (len(shape) - axis - 1))
+            rows = m
+            if tail and len(shape) > axis and shape[0] == m.shape[0] and 0 < shape[axis] < m.shape[1]:
+                rows = m[:, -shape[axis]:]   # ``tail``: S new tokens after a cache, the mask's last S keys
+            if len(shape) > axis and (shape[0], shape[axis]) == rows.shape:
+                view = rows.reshape(rows.shape[:1] + (1,) * (axis - 1) + rows.shape[1:] + (1,) * (len(shape) - axis - 1))
                 keep = np.broadcast_to(view, shape) if keep is None else keep | view
     return keep
 
@@ -544,9 +547,11 @@ def _kept_rows_match(names, ref_out, got, feeds, loosest, keyless: bool = False)
     masks = [np.cumsum(v, axis=1) > 0 if keyless else v.astype(bool) for v in _mask_feeds(feeds).values()]
     # (keyless) a batch row of length 0 keeps no key on any query row: outputs [B, ...] compared without it
     rows = [v > 0 for v in _empty_lengths(feeds).values()] if keyless else []
+    # (keyless) with a cache, query i is key P + i: a mask [B, P + S] lines up with S rows by its last S keys
+    tail = keyless and any("past" in k.lower() for k in feeds)
     for name, r, g in zip(names, ref_out, got):
         r, g = np.asarray(r), np.asarray(g)
-        keep = _row_keep(r.shape, masks)
+        keep = _row_keep(r.shape, masks, tail)
         for live in rows:
             if r.ndim >= 1 and r.shape[0] == live.shape[0]:
                 view = np.broadcast_to(live.reshape((-1,) + (1,) * (r.ndim - 1)), r.shape)

@@ -97,3 +97,18 @@ def test_a_float16_row_of_length_0_is_half_masked_rows():
     assert [r["cls"] for r in results] == ["half-masked-rows"], [(r["cls"], r["detail"]) for r in results]
     broken = {k: (v + (v == 0)) for k, v in case.feeds.items()}   # no row of length 0: nothing to excuse
     assert not fd._empty_lengths(broken) and fd._empty_lengths(case.feeds)
+
+
+def test_keyless_rows_after_a_cache_line_up_with_the_masks_last_keys():
+    """--precision fp16, causal + padding over a past with batch row 0 fully padded (seed 36, attention_mask
+    [[0, 0, 0], [0, 1, 1]], P 2, S 1): the mask is [B, P + S] and the output [B, S, d], query i being key
+    P + i; the keyless rows are read from the mask's last S keys (before, no mask lined up with the output,
+    which had to agree whole: wrong at O1 / O3 on every target). Kept rows still have to match."""
+    case = make_s25_case(36, "causal_pad_past")
+    (am,) = (v for k, v in case.feeds.items() if "mask" in k)
+    assert not am[0].any() and am.shape[1] > 1
+    results, _, _ = fd.fuzz_case(case, [1], ["ort"], precision="fp16")
+    assert [r["cls"] for r in results] == ["half-masked-rows"], [(r["cls"], r["detail"]) for r in results]
+    keep = fd._row_keep((2, 1, 16), [np.cumsum(am, axis=1) > 0], tail=True)
+    assert keep is not None and not keep[0].any() and keep[1].all()
+    assert fd._row_keep((2, 1, 16), [np.cumsum(am, axis=1) > 0]) is None
