@@ -16,8 +16,7 @@ passes, or a rewrite that is wrong on one of their values, shows up in a fuzz pa
                     (3d031e3 / 040e3fb's covering-writes): [B, S, H, d1] | [B, S, 1, d2] (expanded over the
                     heads) written into a [B, S, H, d1 + d2] buffer transposed [3, 1, 2, 0], in either order,
                     with negative indices, transposed back and forth between the writes or not; near misses
-                    (traps): a gap left zero, an overlap, a run out of order, reduction add, the first write
-                    also an output
+                    (traps): a gap left zero, an overlap, a run out of order, the first write also an output
 
 Each is a motif on the hidden state [B, S, d] (tools/fuzz_motifs.py's signature: builder, hidden, shape, opset
 -> hidden). fuzz_motifs.make_case draws a case of this family for S25_SHARE of the seeds from a side stream
@@ -158,7 +157,9 @@ def _runs(b: Builder, d1: int, d2: int) -> tuple[list[int], list[int], str, bool
     reduction, and whether the writes cover the axis (a trap says which near miss when not)."""
     n = d1 + d2
     first, second = list(range(d1)), list(range(d1, n))
-    miss = b.pick(["gap", "overlap", "order", "add", "mid-output"]) if b.p(0.2) else None
+    # (no reduction near miss: ORT's CPU ScatterND has no float16 reduction, so --precision fp16 runs of
+    # it are ort-refused; tests/passes/test_covering_writes.py keeps reduction add)
+    miss = b.pick(["gap", "overlap", "order", "mid-output"]) if b.p(0.2) else None
     if miss == "gap":
         second = second[1:]
     elif miss == "overlap":
@@ -170,7 +171,7 @@ def _runs(b: Builder, d1: int, d2: int) -> tuple[list[int], list[int], str, bool
         b.trap("negative-indices")
     if miss:
         b.trap(f"writes-{miss}")
-    return first, second, "add" if miss == "add" else "none", miss is None
+    return first, second, "none", miss is None
 
 
 def motif_covering_writes(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
