@@ -20,7 +20,9 @@ others a share (fuzz_sweeps.SWEEP_SHARE) the idioms of the later sweeps (tools/f
 run-time mask forms, partial / interleaved RoPE, parallel blocks, QK-norm, GQA forms, ALiBi and
 relative biases, softcap, sinks, merged decoders checked on both branches), and of the others a
 share (fuzz_forms.FORM_SHARE) session 16's forms (tools/fuzz_forms.py: GQA by Tile / Gather /
-Concat and its h % Hkv near misses, DequantizeLinear weights, opsets 17..23).
+Concat and its h % Hkv near misses, DequantizeLinear weights, opsets 17..23); after those and the
+contrib ops' (tools/fuzz_contrib.py), a share (fuzz_s25.S25_SHARE) session 25's idioms (tools/fuzz_s25.py:
+a key mask from lengths, causal + padding over a past, ScatterND writes tiling an axis).
 """
 
 from __future__ import annotations
