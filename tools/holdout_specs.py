@@ -2866,7 +2866,9 @@ HOLDOUT19 = {
                   ["mha", "donut-swin", "window-attention", "mbart-decoder", "causal", "cross-attention",
                    "layernorm", "gelu-erf"], "vision-encoder-decoder", 2 + 2 * LAYERS, "logits", 32,
                   vision_inputs={"decoder_input_ids": ("ids", VOCAB)}),
-    "nougat": _v19("NougatConfig", "VisionEncoderDecoderModel",
+    # transformers 5.25's NougatConfig cannot be built (its encoder sub-config names model type donut_swin, registered
+    # as donut-swin): Nougat's layout (a rectangular page, mBART with scaled embeddings) on VisionEncoderDecoderConfig
+    "nougat": _v19("VisionEncoderDecoderConfig", "VisionEncoderDecoderModel",
                    dict(encoder=dict(_DSWIN19, image_size=[48, 32]),
                         decoder=dict(_MB19, scale_embedding=True, max_position_embeddings=POSITIONS)),
                    ["mha", "donut-swin", "window-attention", "mbart-decoder", "causal", "cross-attention",
