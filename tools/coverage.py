@@ -183,9 +183,11 @@ def run_ort_tools(path: str, entry: dict) -> dict:
 
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     t0 = time.perf_counter()
+    # a manifest without heads / hidden (vision models whose config nests them) passes 0, the optimizer's "read
+    # them from the graph": None reaches its comparisons (TypeError: '>' between NoneType and int)
     with redirect_stdout(io.StringIO()):
-        opt = optimize_model(path, model_type=entry["ort_model_type"] or "bert", num_heads=entry["num_heads"],
-                             hidden_size=entry["hidden_size"])
+        opt = optimize_model(path, model_type=entry["ort_model_type"] or "bert", num_heads=entry["num_heads"] or 0,
+                             hidden_size=entry["hidden_size"] or 0)
     proto = opt.model
     hist = _histogram(proto)
     return {"ops": dict(sorted(hist.items())), "counts": count_ops(hist), "verify": _verify(path, proto, entry),
