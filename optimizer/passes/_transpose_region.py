@@ -4,6 +4,9 @@ Start at a Transpose by p1 (an *entry*) and collect every node that computes the
 operands are permuted by p1 or not (the *inner* nodes), following values both ways: the readers of a
 value in the region, and the producers of an inner node's other operands. The region's edges are
   - entries: Transposes by p1 (their outputs are read from before them),
+  - mixed entries: Transposes by another perm p' read once, by the region: they take p1's inverse in
+    their own perm (DeepSeek's k at trt, a Concat of Transpose(k_nope [B, S, H, D], [3, 2, 1, 0]) and
+    Transpose(k_pe [B, H, S, D], [3, 1, 2, 0]): one layout from two perms),
   - exits: Transposes of the region's values (they take p1 in their own perm),
   - Shape reads of the region's values (Shape(Transpose(v, p1)) = Gather(Shape(v), p1)),
   - Reshapes of the region's values where p1 moves only axes of size 1 (the same flat data),
@@ -83,6 +86,10 @@ class Region:
     # per-position query factor [1, 1, S, 1]): read through a Transpose by p1's inverse
     operands: list[tuple[ir.Node, int]] = dataclasses.field(default_factory=list)
     kept: set = dataclasses.field(default_factory=set)  # entries that other nodes still read
+    # Transposes by another perm p' read once, by the region (DeepSeek's k at trt: Concat(Transpose(k_nope,
+    # [3, 2, 1, 0]), Transpose(k_pe, [3, 1, 2, 0])), one layout from two perms): each takes p1's inverse in its
+    # own perm, in place (read elsewhere: a computed operand, or refused, as before)
+    mixed: list[ir.Node] = dataclasses.field(default_factory=list)
     # a 4-D RotaryEmbedding may be inner (the sink's own regions; attention-3d's walk does not pass one: its
     # two views cost what the Transposes it would meet save where Casts sit between, fp16 islands)
     rotary: bool = False
@@ -140,6 +147,8 @@ def collect(start: ir.Node, opset: int) -> Region:
                                             else len(v.shape) <= region.rank)
             if _is_entry(producer, region):
                 add_entry(producer)
+            elif _is_other_transpose(producer, region) and len(v.uses()) == 1 and not v.is_graph_output():
+                region.mixed.append(producer)  # read here only: takes p1's inverse in its own perm
             elif all_ones(v) and fits:
                 continue  # the same data in every layout
             elif (t := constant_tensor(v)) is not None:
@@ -191,7 +200,7 @@ def collect(start: ir.Node, opset: int) -> Region:
             if v.producer() not in region.entries:
                 raise Refused
             region.kept.add(id(v.producer()))
-    if any(id(t) in {id(e) for e in region.exits} for t in region.entries):
+    if any(id(t) in {id(e) for e in region.exits} for t in region.entries + region.mixed):
         raise Refused  # a Transpose both reading and feeding the region: left to the next round
     return region
 
@@ -218,6 +227,14 @@ def _copies_no_dim(reshape: ir.Node) -> bool:
 def _in_region(v: ir.Value, region: Region, seen: set[int]) -> bool:
     return v.producer() is not None and id(v.producer()) in seen and (
         v.producer() in region.inner or v.producer() in region.entries)
+
+
+def _is_other_transpose(node: ir.Node | None, region: Region) -> bool:
+    """A Transpose of the region's rank by a perm other than p1 (a mixed entry)."""
+    if not is_default_op(node, "Transpose") or len(node.inputs) != 1 or node.inputs[0] is None:
+        return False
+    perm = perm_of(node)
+    return perm is not None and len(perm) == region.rank and perm != region.p1 and _rank(node.inputs[0]) == region.rank
 
 
 def _is_entry(node: ir.Node | None, region: Region) -> bool:

@@ -28,8 +28,9 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
     # a rotation passed runs 3-D between two views: the one into it stays (the one after it meets the
     # head merge), so it costs a node
     rotations = sum(op.op_type == "RotaryEmbedding" for op in region.inner)
-    after = len(region.kept) + sum(c != list(range(len(c))) for c in composed.values()) + len(moved) + rotations
-    if after >= len(region.entries) + len(region.exits):
+    after = (len(region.kept) + sum(c != list(range(len(c))) for c in composed.values()) + len(moved) + rotations
+             + len(region.mixed))
+    if after >= len(region.entries) + len(region.exits) + len(region.mixed):
         return False  # no Transpose saved
     permuted: dict[int, ir.Value] = {}
 
@@ -67,6 +68,10 @@ def sink_transpose(graph: ir.Graph, t1: ir.Node, opset: int) -> bool:
     for t2 in region.exits:
         t2.replace_input_with(0, source(t2.inputs[0]))
         t2.attributes["perm"] = ir.AttrInt64s("perm", composed[id(t2)])
+    for t in region.mixed:  # Transpose(x, p') read in the entries' layout: Transpose(x, p'[inv]) (x's rank known)
+        perm, x = perm_of(t), t.inputs[0]
+        t.attributes["perm"] = ir.AttrInt64s("perm", [perm[i] for i in inv])
+        t.outputs[0].shape = ir.Shape([x.shape.dims[perm[i]] for i in inv])
     for view in region.view_reads:
         view.replace_input_with(0, source(view.inputs[0]))
     for shape in region.shape_reads:
