@@ -21,7 +21,6 @@ import pytest
 from onnx import TensorProto, helper
 
 H, D = 2, 8
-HID = H * D
 MIN = float(np.finfo(np.float32).min)
 GLUE = {"Where", "CumSum", "LessOrEqual", "Range"}
 
@@ -74,17 +73,19 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
     return nodes
 
 
-def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain"):
+def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain", d: int = D):
     """One self-attention over ``mask``. attn: packed (q, k, v biased projections of x: ORT's packed
-    Attention), mha (q without a bias: MultiHeadAttention), gqa (one kv head repeated)."""
+    Attention), mha (q without a bias: MultiHeadAttention), gqa (one kv head repeated); ``d`` the
+    head size."""
     n = h.node
+    hid = H * d
     hkv = 1 if attn == "gqa" else H
     nodes = _mask_nodes(n, past, kind)
-    inputs = [h.vi("x", ["batch", "seq", HID])]
+    inputs = [h.vi("x", ["batch", "seq", hid])]
     if kind == "positions":
         inputs.append(h.vi("position_ids", ["batch", "seq"], TensorProto.INT64))
     if kind == "enc_longer":
-        inputs.append(h.vi("enc", ["batch", "enc_seq", HID]))
+        inputs.append(h.vi("enc", ["batch", "enc_seq", hid]))
     rng = np.random.default_rng(1)
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
              "i3": np.array(3, np.int64), "i5": np.array(5, np.int64),
@@ -94,12 +95,12 @@ def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain"):
              "one1": np.array([1], np.int64), "s0": np.array([0], np.int64), "s1": np.array([1], np.int64),
              "sm1": np.array([-1], np.int64), "sbig": np.array([2 ** 62], np.int64),
              "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
-             "fsmall": np.array(-1e4, np.float32), "merge": np.array([0, 0, HID], np.int64),
-             "scale": np.array(D ** -0.5, np.float32), "qshape": np.array([0, 0, H, D], np.int64),
-             "kvshape": np.array([0, 0, hkv, D], np.int64)}
+             "fsmall": np.array(-1e4, np.float32), "merge": np.array([0, 0, hid], np.int64),
+             "scale": np.array(d ** -0.5, np.float32), "qshape": np.array([0, 0, H, d], np.int64),
+             "kvshape": np.array([0, 0, hkv, d], np.int64)}
     for c in "qkv":
-        width = HID if c == "q" else hkv * D
-        inits[f"w{c}"] = (rng.standard_normal((HID, width)) * 0.3).astype(np.float32)
+        width = hid if c == "q" else hkv * d
+        inits[f"w{c}"] = (rng.standard_normal((hid, width)) * 0.3).astype(np.float32)
         inits[f"bias_{c}"] = (rng.standard_normal(width) * 0.1).astype(np.float32)
         proj = f"m{c}"
         nodes.append(n("MatMul", ["x", f"w{c}"], [proj]))
@@ -109,13 +110,13 @@ def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain"):
         nodes += [n("Reshape", [proj, "qshape" if c == "q" else "kvshape"], [f"{c}r"]),
                   n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
     kk, vv = "k4", "v4"
-    outputs = [h.vi("y", ["batch", "seq", HID])]
+    outputs = [h.vi("y", ["batch", "seq", hid])]
     if past:
-        inputs += [h.vi("past_k", ["batch", hkv, "past", D]), h.vi("past_v", ["batch", hkv, "past", D])]
+        inputs += [h.vi("past_k", ["batch", hkv, "past", d]), h.vi("past_v", ["batch", hkv, "past", d])]
         nodes += [n("Concat", ["past_k", "k4"], ["present_k"], axis=2),
                   n("Concat", ["past_v", "v4"], ["present_v"], axis=2)]
         kk, vv = "present_k", "present_v"
-        outputs += [h.vi("present_k", ["batch", hkv, "total", D]), h.vi("present_v", ["batch", hkv, "total", D])]
+        outputs += [h.vi("present_k", ["batch", hkv, "total", d]), h.vi("present_v", ["batch", hkv, "total", d])]
     if hkv != H:   # repeat_kv: [B, 1, T, D] -> [B, H, T, D]
         inits["rep"] = np.array([1, H, 1, 1], np.int64)
         nodes += [n("Tile", [kk, "rep"], ["kh"]), n("Tile", [vv, "rep"], ["vh"])]
@@ -130,19 +131,21 @@ def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain"):
 def _check(h, model, fused, past: bool, kind: str = "plain"):
     """Batches of 1 and 3 at several lengths (with a past: 1 and 5 cached, 1 and 3 new)."""
     rng = np.random.default_rng(2)
-    hkv = {i.name: i.type.tensor_type.shape.dim[1].dim_value for i in model.graph.input}.get("past_k", H)
+    dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    hid = dims["x"][2]
+    hkv = dims["past_k"][1] if "past_k" in dims else H
     shapes = [(1, 1, 5), (3, 3, 1), (3, 4, 5)] if past else [(1, 1, 0), (3, 4, 0), (3, 7, 0), (2, 9, 0)]
     for b, s, p in shapes:
-        feeds = {"x": rng.standard_normal((b, s, HID)).astype(np.float32)}
+        feeds = {"x": rng.standard_normal((b, s, hid)).astype(np.float32)}
         if past:
-            feeds["past_k"] = rng.standard_normal((b, hkv, p, D)).astype(np.float32)
-            feeds["past_v"] = rng.standard_normal((b, hkv, p, D)).astype(np.float32)
+            feeds["past_k"] = rng.standard_normal((b, hkv, p, hid // H)).astype(np.float32)
+            feeds["past_v"] = rng.standard_normal((b, hkv, p, hid // H)).astype(np.float32)
         if kind == "positions":   # two packed sequences in the last row
             pos = np.tile(np.arange(s, dtype=np.int64), (b, 1))
             pos[-1, s // 2:] -= s // 2
             feeds["position_ids"] = pos
         if kind == "enc_longer":
-            feeds["enc"] = np.zeros((b, s + 2, HID), np.float32)
+            feeds["enc"] = np.zeros((b, s + 2, hid), np.float32)
         h.assert_close(model, fused, feeds)
 
 
@@ -171,6 +174,18 @@ def test_prefill_is_causal_at_attention_23(h, target):
     ops = h.ops(fused)
     assert ops["Attention"] == 1 and _attr(fused, "Attention", "is_causal") == [1], ops
     assert not GLUE & set(ops), ops
+    _check(h, model, fused, past=False)
+
+
+def test_fused_attention_plugin_takes_the_flag(h):
+    """trt-O4 (plugins on float32, the NumPy reference runs them): Attention-23 with is_causal=1
+    and no mask becomes FusedAttention(causal=1) without seq_lens (fused-attention-trt-is-causal)."""
+    model = _model(h, d=64)
+    fused = h.fuse(model, "trt", level=4)
+    ops = h.ops(fused)
+    assert ops["onnx_fuse::FusedAttention"] == 1 and ops["Attention"] == 0, ops
+    assert _attr(fused, "FusedAttention", "causal") == [1] and not GLUE & set(ops), ops
+    assert h.fired(fused)["fused-attention-trt-is-causal"] == 1
     _check(h, model, fused, past=False)
 
 
