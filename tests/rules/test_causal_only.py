@@ -55,6 +55,13 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
                   n("Unsqueeze", ["seq", "ax12"], ["sk"]), n("Equal", ["sq", "sk"], ["same"]),
                   n("And", ["cz", "same"], ["keep"])]
         keep = "keep"
+    if kind == "long":   # more glue (always true: positions are >= 0) and the [B, 1, S, T] broadcast
+        nodes += [n("Abs", ["ki"], ["ka"]), n("Equal", ["ka", "ki"], ["kpos"]), n("Abs", ["qi"], ["qa"]),
+                  n("Equal", ["qa", "qi"], ["qpos"]), n("And", [keep, "kpos"], ["k1"]), n("And", ["k1", "qpos"], ["k2"]),
+                  n("Shape", ["k2"], ["k2s"]), n("Slice", ["k2s", "s2", "s4", "s0"], ["st"]),
+                  n("Unsqueeze", ["nb", "ax0"], ["nbl"]), n("Concat", ["nbl", "one1", "st"], ["bst"], axis=0),
+                  n("Expand", ["k2", "bst"], ["kl"])]
+        keep = "kl"
     if kind == "window":   # a sliding window of 3 keys
         nodes += [n("Sub", ["qi", "i3"], ["qw"]), n("Greater", ["ki", "qw"], ["inw"]), n("And", [keep, "inw"], ["kw"])]
         keep = "kw"
@@ -93,6 +100,7 @@ def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain", d: 
              "ax13": np.array([1, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
              "ax013": np.array([0, 1, 3], np.int64), "ax123": np.array([1, 2, 3], np.int64),
              "one1": np.array([1], np.int64), "s0": np.array([0], np.int64), "s1": np.array([1], np.int64),
+             "s2": np.array([2], np.int64), "s4": np.array([4], np.int64),
              "sm1": np.array([-1], np.int64), "sbig": np.array([2 ** 62], np.int64),
              "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
              "fsmall": np.array(-1e4, np.float32), "merge": np.array([0, 0, hid], np.int64),
@@ -198,6 +206,18 @@ def test_cache_causal_flag(h, target, op, flag):
     ops = h.ops(fused)
     assert _attr(fused, op, flag) == [1], ops
     assert not GLUE & set(ops), ops
+    _check(h, model, fused, past=True)
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_cache_causal_bias_rebuilt_at_trt(h, level):
+    """trt joins the caches (attention-kv-trt): Attention-23 gets no past_key to align is_causal by, so
+    a causal mask from shapes over the cache is rebuilt as Where(key j <= P + i, 0, lowest) (13 nodes,
+    cache-causal-bias) where more of the export's dies (freed_ops)."""
+    model = _model(h, past=True, kind="long")
+    fused = h.fuse(model, "trt", level=level)
+    ops = h.ops(fused)
+    assert ops["Abs"] == 0 and ops["Equal"] == 0 and ops["LessOrEqual"] == 1 and ops["Range"] == 2, ops
     _check(h, model, fused, past=True)
 
 
