@@ -312,8 +312,12 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
     pattern = ((np.arange(t)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
     if pattern.all():  # one or two tokens in too few rows: drop the last key of the last row, so the
         pattern[-1, -1] = 0  # fill is read from a masked key, never assumed (-inf for a finite fill)
+    # then batch row 0 fully padded: its query rows, with no kept key, must get the fill on every key too
+    # (a mask that lets them attend every key, transformers 4's _unmask_unattended, is no key padding)
+    empty = pattern.copy()
+    empty[0] = 0
     got, top, low = [], -np.inf, np.inf
-    for drop in (None, (am, pattern)):
+    for drop in (None, (am, pattern), (am, empty)):
         arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows, drop=drop, cut=cut)
         if why is not None:
             raise EvalFailure(why)
@@ -324,18 +328,18 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
             top = max(top, float(arr[~kept].astype(np.float64).max()))
             low = min(low, float(arr[~kept].astype(np.float64).min()))
         got.append(np.broadcast_to(kept, (rows, arr.shape[1], s, t)))
-    base, padded = got
+    base, *padded = got
     if kd is not None and not base.all():
         raise EvalFailure("a mask over keys of another length (cross-attention) that masks keys with attention_mask all ones")
     if not base.all():   # a causal part: one band per row, the same in every batch row and head
         _band_starts(base, p, s)
-    want = base & (pattern[:, None, None, :] != 0)
-    bad = np.argwhere(padded != want)
-    if len(bad):
-        b, _, i, j = (int(x) for x in bad[0])
-        what = "keeps" if padded[tuple(bad[0])] else "masks"
-        raise EvalFailure(f"with attention_mask[{b}, {j}] = {int(pattern[b, j])} the mask {what} key {j} of "
-                          f"query {i} (not attention_mask's key padding)")
+    for pat, arr in zip((pattern, empty), padded):
+        bad = np.argwhere(arr != (base & (pat[:, None, None, :] != 0)))
+        if len(bad):
+            b, _, i, j = (int(x) for x in bad[0])
+            what = "keeps" if arr[tuple(bad[0])] else "masks"
+            raise EvalFailure(f"with attention_mask[{b}, {j}] = {int(pat[b, j])} the mask {what} key {j} of "
+                              f"query {i} (not attention_mask's key padding)")
     return am, base, s, top, (-np.inf if low == np.inf else low)
 
 
@@ -424,8 +428,9 @@ def key_mask_reduction(ctx: Any, r: Any) -> bool:
     frame mask: Not, Cast, ReduceMin), so that it can read km itself and the 4-D mask dies. km is a
     boolean [B, T] value r is computed from (T: r's last dim; a key mask from lengths) or an
     attention-mask input [B, T]. Decided on values: r's cone, cut at km, runs with km all ones,
-    with every third key dropped from another first key per row, and with that pattern flipped (a
-    batch of 2 where not fixed); nothing else of the cone may read an input's values. Raises
+    with every third key dropped from another first key per row, with that pattern flipped and with
+    batch row 0 fully padded (a batch of 2 where not fixed); nothing else of the cone may read an
+    input's values. Raises
     EvalFailure with the reason otherwise."""
     _reduced(ctx, r)
     return True
@@ -514,8 +519,10 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
     rows = bd if isinstance(bd, int) else _PAD_BATCH
     env = {d.value: v for d, v in ((bd, rows), (kd, s)) if not isinstance(d, int) and getattr(d, "value", None)}
     pattern = ((np.arange(s)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
+    empty = pattern.copy()   # and batch row 0 fully padded (a mask whose empty rows attend every key is no key padding)
+    empty[0] = 0
     same = negated = True
-    for pat in (np.ones_like(pattern), pattern, 1 - pattern):
+    for pat in (np.ones_like(pattern), pattern, 1 - pattern, empty):
         arr, why = _run_probe(cone, as_const, r, 0, s, env, opset, batch=rows, drop=(km, pat), cut=cut)
         if why is not None:
             raise EvalFailure(why)

@@ -21,7 +21,8 @@ HID = H * D
 MIN = float(np.finfo(np.float32).min)
 
 
-def _model(h, source: str = "lengths", axis: int = 2, causal: bool = False, extra: bool = False):
+def _model(h, source: str = "lengths", axis: int = 2, causal: bool = False, extra: bool = False,
+           unmask: bool = False):
     """An encoder attention over Where(m4, 0, min), m4 = km[:, None, None, :] broadcast to
     [B, 1, S, S] (And the causal grid when ``causal``; And a second [B, S] input when ``extra``), and
     a frame mask of m4 reduced over ``axis`` (all(~m4): ReduceMin; any(~m4): ReduceMax) zeroing the
@@ -46,6 +47,11 @@ def _model(h, source: str = "lengths", axis: int = 2, causal: bool = False, extr
                   n("Unsqueeze", ["rk", "ax1"], ["qi"]), n("LessOrEqual", ["ki", "qi"], ["cz"]),
                   n("And", [m4, "cz"], ["m4c"])]
         m4 = "m4c"
+    if unmask:   # transformers 4's _unmask_unattended: a query row with no kept key attends every key
+        nodes += [n("Cast", [m4], ["m4i"], to=TensorProto.INT64), n("ReduceMax", ["m4i", "axm1"], ["anyk"], keepdims=1),
+                  n("Cast", ["anyk"], ["anyb"], to=TensorProto.BOOL), n("Not", ["anyb"], ["none"]),
+                  n("Or", [m4, "none"], ["m4u"])]
+        m4 = "m4u"
     if extra:
         inputs.append(h.vi("other_mask", ["batch", "seq"], TensorProto.BOOL))
         nodes += [n("Unsqueeze", ["other_mask", "ax12"], ["o4"]), n("And", [m4, "o4"], ["m4e"])]
@@ -53,6 +59,7 @@ def _model(h, source: str = "lengths", axis: int = 2, causal: bool = False, extr
     rng = np.random.default_rng(1)
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "ax0": np.array([0], np.int64),
              "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64), "one1": np.array([1], np.int64),
+             "axm1": np.array([-1], np.int64),
              "red": np.array([axis], np.int64), "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
              "hshape": np.array([0, 0, H, D], np.int64), "merge": np.array([0, 0, HID], np.int64),
              "scale": np.array(D ** -0.5, np.float32)}
@@ -115,14 +122,15 @@ def test_frame_mask_reads_the_key_mask(h, source, target):
     _check(h, model, fused)
 
 
-@pytest.mark.parametrize("kw", [dict(axis=3), dict(reduce="any", causal=True), dict(extra=True)],
-                         ids=["key_axis", "any_causal", "second_mask"])
+@pytest.mark.parametrize("kw", [dict(axis=3), dict(reduce="any", causal=True), dict(extra=True), dict(unmask=True)],
+                         ids=["key_axis", "any_causal", "second_mask", "unmask_unattended"])
 def test_other_reductions_stay(h, kw):
     """Over the key axis (all keys of a query masked: a per-query value), any() of a causal mask
-    (query 0 masks every later key), a second mask input in the 4-D mask: the reduction stays."""
+    (query 0 masks every later key), a second mask input in the 4-D mask, a mask whose fully padded
+    rows attend every key (the probe pads a whole batch row): the reduction stays."""
     model = _build(h, **kw)
     fused = h.fuse(model, "onnx")
     ops = h.ops(fused)
     assert "key-mask-reduction" not in h.fired(fused)
-    assert ops["ReduceMin"] + ops["ReduceMax"] == 1, ops
+    assert ops["ReduceMin"] + ops["ReduceMax"] == (2 if kw.get("unmask") else 1), ops
     _check(h, model, fused)
