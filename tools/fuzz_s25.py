@@ -11,7 +11,8 @@ passes, or a rewrite that is wrong on one of their values, shows up in a fuzz pa
                     cache-key-padding-bias): keys Concat(past, new), attention_mask [B, P + S], the mask
                     Where(key j <= P + i and attention_mask[b, j], 0, lowest) as transformers 5 builds it
                     (grids and GatherND) or broadcast (Unsqueeze / And); presents are outputs; the past
-                    left padded, a row fully padded sometimes. Near miss: a sliding window of 3
+                    left padded, a row fully padded sometimes. Near misses: a sliding window of 3; transformers 4's
+                    _unmask_unattended (a row with no kept key attends every key: ff6839a)
   covering_writes   ScatterND writes that tile the first axis of a zero buffer, DeepSeek V3's key_states
                     (3d031e3 / 040e3fb's covering-writes): [B, S, H, d1] | [B, S, 1, d2] (expanded over the
                     heads) written into a [B, S, H, d1 + d2] buffer transposed [3, 1, 2, 0], in either order,
@@ -113,6 +114,8 @@ def motif_causal_pad_past(b: Builder, x: str, shape: list[Dim], opset: int) -> s
     bsz, seq, d = shape
     heads, dh = int(b.pick([1, 2, 4])), int(b.pick([8, 16]))
     q4, k4, v4 = (_to_heads(b, _proj(b, x, d, heads * dh, b.p(0.5)), heads, dh) for _ in range(3))
+    # a side stream for switches added later (the graphs of the seeds drawn before stay what they were)
+    b.side = np.random.default_rng([getattr(b, "seed", 0), 0x5252])
     past = b.dim("past", (1, 2, 4, 6), 0.7)
     n_b, n_s, n_p = b.rt(bsz), b.rt(seq), b.rt(past)
     pk, pv = (b.input([bsz, heads, past, dh], stem=stem) for stem in ("past_key", "past_value"))
@@ -150,7 +153,13 @@ def motif_causal_pad_past(b: Builder, x: str, shape: list[Dim], opset: int) -> s
         b.trap("vmap-gathernd-mask")
     else:
         am4 = b.op("Unsqueeze", [amb, b.ints([1, 2])])
-    bias = b.op("Where", [b.op("And", [am4, cz]), b.scalar(0.0), b.scalar(_fill(b))])
+    keep = b.op("And", [am4, cz])
+    if b.side.random() < 0.15:   # near miss: transformers 4's _unmask_unattended (a row with no kept key attends all)
+        dead = b.op("Not", [b.op("Cast", [b.op("ReduceMax", [b.op("Cast", [keep], to=TensorProto.INT32), b.ints([-1])],
+                                               keepdims=1)], to=BOOL)])
+        keep = b.op("Or", [keep, dead])
+        b.trap("unmask-unattended")
+    bias = b.op("Where", [keep, b.scalar(0.0), b.scalar(_fill(b))])
     b.trap("causal-padding-over-past")
     return _merge(b, _attend(b, q4, kc, vc, bias, dh), heads * dh, d)
 

@@ -112,3 +112,13 @@ def test_keyless_rows_after_a_cache_line_up_with_the_masks_last_keys():
     keep = fd._row_keep((2, 1, 16), [np.cumsum(am, axis=1) > 0], tail=True)
     assert keep is not None and not keep[0].any() and keep[1].all()
     assert fd._row_keep((2, 1, 16), [np.cumsum(am, axis=1) > 0]) is None
+
+
+def test_unmask_unattended_near_miss_keeps_the_export_mask():
+    """causal_pad_past's near miss (seed 51, opset 23, batch row 0 fully padded): transformers 4's
+    _unmask_unattended lets a row with no kept key attend every key; no key padding, so it must not be rebuilt
+    from attention_mask (was: wrong by 1.0 at O3 on every target before ff6839a's fully padded probe row)."""
+    case = make_s25_case(51, "causal_pad_past")
+    assert {"unmask-unattended", "mask-fully-masked-row"} <= set(case.traps)
+    results, _, _ = fd.fuzz_case(case, [3], ["ort", "onnx", "trt"])
+    assert all(r["cls"] == "ok" for r in results), [(r["target"], r["cls"], r["detail"]) for r in results]
