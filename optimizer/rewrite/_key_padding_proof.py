@@ -152,22 +152,28 @@ def _padding(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, fl
     if not isinstance(mask, ir.Value) or not isinstance(q, ir.Value):
         return _padding_proof(ctx, mask, q)
     key = (repr(q.shape), getattr(getattr(ctx, "facts", None), "opset", None) or 18)
-    hit = _memo_get(_PROOFS, mask, key)
+    return _memoized(_PROOFS, mask, key, lambda: _padding_proof(ctx, mask, q))
+
+
+def _memoized(store: dict[int, tuple], value: ir.Value, key: tuple, prove: Any) -> Any:
+    """``prove()`` (a tuple whose first item is the key mask it found) once per ``value`` and
+    ``key`` while the nodes it read are unchanged; a failure is kept and raised again."""
+    hit = _memo_get(store, value, key)
     if hit is not None:
         if isinstance(hit[0], EvalFailure):
             raise EvalFailure(str(hit[0]))
         return hit[0]
     try:
-        res: Any = _padding_proof(ctx, mask, q)
+        res: Any = prove()
     except EvalFailure as exc:
         res = exc
-    try:   # the nodes the proof read: a computed key mask's cut cone, else the whole cone
+    try:   # the nodes the proof read: cut at a computed key mask, else the whole cone
         cut = res[0] if isinstance(res, tuple) and not res[0].is_graph_input() else None
-        cone, _ = _cone(mask, cut=cut)
+        cone, _ = _cone(value, cut=cut)
     except EvalFailure:
         cone = None
     if cone is not None:
-        _memo_put(_PROOFS, mask, key, cone, res)
+        _memo_put(store, value, key, cone, res)
     if isinstance(res, EvalFailure):
         raise res
     return res
@@ -450,25 +456,7 @@ def _reduced(ctx: Any, r: Any) -> tuple[ir.Value, bool]:
     if not isinstance(r, ir.Value):
         raise EvalFailure("key_mask_reduction() needs a graph value")
     key = (getattr(getattr(ctx, "facts", None), "opset", None) or 18,)
-    hit = _memo_get(_REDUCED, r, key)
-    if hit is not None:
-        if isinstance(hit[0], EvalFailure):
-            raise EvalFailure(str(hit[0]))
-        return hit[0]
-    try:
-        res: Any = _reduced_proof(r, key[0])
-    except EvalFailure as exc:
-        res = exc
-    try:   # the nodes the proof read: cut at a computed key mask, else the whole cone
-        cut = res[0] if isinstance(res, tuple) and not res[0].is_graph_input() else None
-        cone, _ = _cone(r, cut=cut)
-    except EvalFailure:
-        cone = None
-    if cone is not None:
-        _memo_put(_REDUCED, r, key, cone, res)
-    if isinstance(res, EvalFailure):
-        raise res
-    return res
+    return _memoized(_REDUCED, r, key, lambda: _reduced_proof(r, key[0]))
 
 
 def _reduced_proof(r: ir.Value, opset: int) -> tuple[ir.Value, bool]:
