@@ -477,6 +477,12 @@ def _cache_key_padding(ctx, m, q, past) -> bool:
     return cache_key_padding(ctx, m, q, past)
 
 
+def _cache_padding_cut(ctx, m, q, past) -> bool:
+    from onnx_fuse.rewrite._key_padding_proof import cache_padding_cut
+
+    return cache_padding_cut(ctx, m, q, past)
+
+
 def _cache_padding_input(ctx, m, q, past):
     from onnx_fuse.rewrite._key_padding_proof import cache_padding_input
 
@@ -710,6 +716,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "cache_key_padding": _cache_key_padding,
     "cache_padding_input": _cache_padding_input,
     "cache_padding_fill": _cache_padding_fill,
+    # whether that attention-mask input may be longer than P + S, its first P + S columns read
+    # (the rebuild slices it: a model taking a longer mask keeps taking it)
+    "cache_padding_cut": _cache_padding_cut,
     # whether a value [B, 1.., T] is a key mask's per-key value or its negation, whatever ops compute
     # it from the key mask (a 4-D mask reduced over its query axis), decided on its values
     # (_key_padding_proof.key_mask_reduction); fails with the reason otherwise; that key mask, and

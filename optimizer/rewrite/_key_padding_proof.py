@@ -1,7 +1,8 @@
 """Whether an attention mask is an attention-mask input's key padding, decided on its values: the
 expression functions ``padding_mask``, ``padding_input``, ``padding_window``, ``padding_fill``,
 ``key_padding``, ``causal_key_padding`` (prefill) and ``cache_key_padding``, ``cache_padding_input``,
-``cache_padding_fill`` (S new tokens over a cache of P) of rule checks (docs/rules.md).
+``cache_padding_fill``, ``cache_padding_cut`` (S new tokens over a cache of P) of rule checks
+(docs/rules.md).
 
 The mask's cone is cut out and run in ONNX Runtime as _mask_probe.py does for causal masks
 (_cone, _run_probe: shapes bound, positions P..P+S-1, other integer inputs varied and refused if
@@ -351,7 +352,7 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
 
 
 # cache proofs by mask: (the mask, q's and the past's shapes, the opset, the cone's signature, the
-# (attention mask, fill) or None)
+# (attention mask, fill, whether it is cut to the keys) or None)
 _CACHE_PROOFS: dict[int, tuple] = {}
 
 
@@ -376,14 +377,46 @@ def cache_padding_fill(ctx: Any, mask: Any, q: Any, past: Any) -> float:
     return _cache_proof_or_raise(ctx, mask, q, past)[1]
 
 
-def _cache_proof_or_raise(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float]:
+def cache_padding_cut(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
+    """Whether the model takes an attention mask longer than P + S for a mask cache_key_padding()
+    proves, reading its first P + S columns (_reads_first_keys): the rebuild then slices it."""
+    return _cache_proof_or_raise(ctx, mask, q, past)[2]
+
+
+def _cache_proof_or_raise(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float, bool]:
     res = _cache_proof(ctx, mask, q, past)
     if res is None:
         raise EvalFailure("the mask is not proven attention_mask's key padding over a causal part with a cache")
     return res
 
 
-def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float] | None:
+def _reads_first_keys(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q: ir.Value, past: ir.Value,
+                      am: ir.Value, p: int, s: int, opset: int) -> bool:
+    """Whether the cone takes an attention mask longer than the P + S keys and reads its first
+    P + S columns (True: a rebuild must cut it there too, else it would fail on inputs the model
+    accepts), decided by a probe with one more column, that one masked. False when the cone fails
+    on the longer mask or gives a key per column (the model takes no longer mask); EvalFailure when
+    it reads other columns."""
+    if mask.shape is not None and len(mask.shape) and same_dim(am.shape.dims[-1], mask.shape.dims[-1]):
+        return False   # declared as long as the keys
+    rows = am.shape.dims[0] if isinstance(am.shape.dims[0], int) else _PAD_BATCH
+    env = _bind(q, past, s, p)
+    if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
+        env[q.shape.dims[0].value] = rows
+    t = p + s
+    last_masked = np.ones((rows, t + 1), np.int64)
+    last_masked[:, t] = 0
+    arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows, drop=(am, last_masked), extra_keys=1)
+    if why is not None or arr.shape[-1] == t + 1:
+        return False
+    causal = np.arange(t)[None, :] <= p + np.arange(s)[:, None]
+    if arr.ndim != 4 or arr.shape[-1] != t or not np.array_equal(
+            _kept(arr, "(a longer attention mask)"), np.broadcast_to(causal, arr.shape)):
+        raise EvalFailure("with an attention mask longer than the keys the mask reads other columns than its first")
+    return True
+
+
+def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float, bool] | None:
     if not all(isinstance(v, ir.Value) for v in (mask, q, past)) or any(
             v.shape is None or len(v.shape) != 4 for v in (q, past)):
         return None
@@ -414,7 +447,7 @@ def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, floa
             fills.add(top)
             ams.add(id(am))
         if len(fills) == 1 and len(ams) == 1 and am.is_graph_input():
-            res = (am, fills.pop())
+            res = (am, fills.pop(), _reads_first_keys(cone, as_const, mask, q, past, am, p, s, opset))
     except EvalFailure:
         res = None
     _memo_put(_CACHE_PROOFS, mask, key, cone, res)

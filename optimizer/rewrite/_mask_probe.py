@@ -149,10 +149,11 @@ def _dims_of(v: ir.Value, dims: Any) -> list[int]:
         raise EvalFailure(f"shape of {v.name!r} for the mask probe: {exc}") from None
 
 
-def _feed(v: ir.Value, shape: list[int], p: int, s: int, fill: int = 0, as_mask: bool = False) -> np.ndarray:
-    """attention_mask-like inputs (and ``as_mask``: a cut key mask) all kept, position-like ones
-    P..P+S-1, other ints 0 (``fill``: 1 all ones, 2 runs of two zeros and two ones along the last
-    axis: _varies)."""
+def _feed(v: ir.Value, shape: list[int], p: int, s: int, fill: int = 0, as_mask: bool = False,
+          extra_keys: int = 0) -> np.ndarray:
+    """attention_mask-like inputs (and ``as_mask``: a cut key mask) all kept over P + S keys (and
+    ``extra_keys`` more), position-like ones P..P+S-1, other ints 0 (``fill``: 1 all ones, 2 runs of
+    two zeros and two ones along the last axis: _varies)."""
     name = (v.name or "").lower()
     try:
         dtype = np.dtype(v.dtype.numpy())
@@ -160,7 +161,7 @@ def _feed(v: ir.Value, shape: list[int], p: int, s: int, fill: int = 0, as_mask:
         raise EvalFailure(f"the mask reads {v.name!r} of dtype {v.dtype}") from None
     if as_mask or _is_mask_input(v):
         if len(shape) >= 1:
-            shape = [*shape[:-1], p + s]
+            shape = [*shape[:-1], p + s + extra_keys]
         return np.ones(shape, dtype)
     if "pos" in name and shape and np.issubdtype(dtype, np.integer):
         shape = [*shape[:-1], s]
@@ -189,11 +190,12 @@ def _other_ints(cone: list[ir.Node]) -> dict[int, ir.Value]:
 
 def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
                  opset: int, batch: int = 1, drop: tuple[ir.Value, np.ndarray] | None = None, fill: int = 0,
-                 cut: ir.Value | None = None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+                 cut: ir.Value | None = None, extra_keys: int = 0) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """``batch``: the value of symbols on a leading axis that q and the past do not bind; ``drop``:
     (an attention-mask input, a 0/1 array broadcast to its feed) zeroes those of its entries;
     ``fill``: how integer inputs that are neither masks nor positions are filled (_feed); ``cut``:
-    a computed value fed as the attention mask (_cone's)."""
+    a computed value fed as the attention mask (_cone's); ``extra_keys``: the attention mask fed
+    that many columns beyond P + S (a mask longer than the keys, which a cone may cut)."""
     from onnx_fuse.rewrite._local_check import _Dims
 
     names: dict[int, str] = {}
@@ -220,7 +222,7 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
         last = v.shape.dims[-1] if v.shape is not None and len(v.shape) else None
         if (v is cut if cut is not None else _is_mask_input(v)) and getattr(last, "value", None) and (
                 last.value not in dims.values):
-            dims.values[last.value] = p + s
+            dims.values[last.value] = p + s + extra_keys
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     inputs: list[onnx.ValueInfoProto] = []
@@ -245,7 +247,8 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
             if c is not None:
                 inits.append(onnx.numpy_helper.from_array(c, name(v)))
             elif v.is_graph_input() or v.producer() is None or v is cut:
-                arr = _feed(v, _dims_of(v, dims), p, s, fill if id(v) in varied else 0, as_mask=v is cut)
+                arr = _feed(v, _dims_of(v, dims), p, s, fill if id(v) in varied else 0, as_mask=v is cut,
+                            extra_keys=extra_keys)
                 if drop is not None and v is drop[0]:
                     try:
                         arr = (arr * np.broadcast_to(drop[1], arr.shape)).astype(arr.dtype)

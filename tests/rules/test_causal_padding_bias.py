@@ -29,13 +29,17 @@ GLUE = {"GatherND", "Max", "Expand"}
 def _mask_nodes(n, past: bool, kind: str) -> list:
     """transformers 5's causal + padding mask over attention_mask [B, P+S] -> ``mask`` [B,1,S,P+S].
     kind: plain; row_fills (batch row b masks with (b + 1) * -1e30); window (key j > P + i - 3
-    too: a sliding window of 3)."""
+    too: a sliding window of 3); free (plain, attention_mask declared [batch, mask_len], a length of
+    its own); cut (free, attention_mask sliced to its first P + S columns first)."""
     nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i0"], ["nb"], axis=0),
              n("Gather", ["xs", "i1"], ["ns"], axis=0)]
     if past:
         nodes += [n("Shape", ["past_k"], ["pks"]), n("Gather", ["pks", "i2"], ["np"], axis=0),
                   n("Add", ["np", "ns"], ["nt"]), n("Range", ["i0", "nt", "i1"], ["rk"]),
                   n("Range", ["np", "nt", "i1"], ["rq"])]
+        if kind == "cut":
+            nodes += [n("Unsqueeze", ["nt", "ax0"], ["nt1"]),
+                      n("Slice", ["attention_mask", "ax0", "nt1", "ax1"], ["am_cut"])]
     else:
         nodes += [n("Range", ["i0", "ns", "i1"], ["rk"]), n("Identity", ["rk"], ["rq"])]
     nodes += [n("Range", ["i0", "nb", "i1"], ["rb"]),
@@ -44,7 +48,8 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
               n("Max", ["bi", "ki"], ["bk"]), n("Shape", ["bk"], ["bks"]),
               n("Expand", ["bi", "bks"], ["bix"]), n("Unsqueeze", ["bix", "axm1"], ["biu"]),
               n("Expand", ["ki", "bks"], ["kix"]), n("Unsqueeze", ["kix", "axm1"], ["kiu"]),
-              n("Concat", ["biu", "kiu"], ["idx"], axis=-1), n("Cast", ["attention_mask"], ["amb"], to=9),
+              n("Concat", ["biu", "kiu"], ["idx"], axis=-1),
+              n("Cast", ["am_cut" if kind == "cut" else "attention_mask"], ["amb"], to=9),
               n("GatherND", ["amb", "idx"], ["keep"]), n("LessOrEqual", ["ki", "qi"], ["cz"]),
               n("And", ["keep", "cz"], ["keepc"])]
     cond = "keepc"
@@ -66,7 +71,8 @@ def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = Fa
     n = h.node
     nodes = _mask_nodes(n, past, kind)
     inputs = [h.vi("x", ["batch", "seq", HID]),
-              h.vi("attention_mask", ["batch", "total" if past else "seq"], TensorProto.INT64)]
+              h.vi("attention_mask", ["batch", ("mask_len" if kind in ("free", "cut") else "total") if past else "seq"],
+                   TensorProto.INT64)]
     for c in "qkv":
         nodes += [n("MatMul", ["x", f"w{c}"], [f"m{c}"]), n("Add", [f"m{c}", f"bias_{c}"], [f"{c}3"]),
                   n("Reshape", [f"{c}3", "hshape"], [f"{c}r"]),
@@ -91,6 +97,7 @@ def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = Fa
              "i3": np.array(3, np.int64),
              "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
              "ax013": np.array([0, 1, 3], np.int64), "axm1": np.array([-1], np.int64),
+             "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
              "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
              "big": np.array(-1e30, np.float32),
              "hshape": np.array([0, 0, H, D], np.int64), "merge": np.array([0, 0, HID], np.int64),
@@ -101,12 +108,13 @@ def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = Fa
     return h.make_model(nodes, inputs, outputs, inits)
 
 
-def _check(h, model, fused, past: bool):
-    """Right, fully, left and inner padded rows (batch 4); with a past, a left-padded past too."""
+def _check(h, model, fused, past: bool, extra: int = 0):
+    """Right, fully, left and inner padded rows (batch 4); with a past, a left-padded past too;
+    ``extra``: attention_mask that many columns longer than the keys (ones)."""
     rng = np.random.default_rng(2)
     for s, p in (((3, 5), (1, 6)) if past else ((7, 0), (3, 0))):
-        am = np.ones((4, p + s), np.int64)
-        am[0, -1] = 0
+        am = np.ones((4, p + s + extra), np.int64)
+        am[0, p + s - 1] = 0
         am[1, :] = 0
         am[2, : p + 1] = 0
         am[3, p // 2] = 0
@@ -141,6 +149,22 @@ def test_cache_bias_rebuilt(h, target):
     assert not (GLUE if target != "trt" else {"GatherND"}) & set(ops), ops
     assert ops["Where"] == 1 and ops["LessOrEqual"] == 1 and ops["Range"] == 2, ops
     _check(h, model, fused, past=True)
+
+
+@pytest.mark.parametrize("kind", ["free", "cut"])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_cache_bias_takes_a_longer_mask(h, target, kind):
+    """transformers 5's grids read attention_mask's first P + S columns only, so an export that
+    declares the mask's length apart from the keys' (the corpus's total_sequence) runs with a longer
+    mask (a serving loop's fixed-size one); so must the rebuilt bias: it slices the input to P + S
+    (cache_padding_cut). ``cut``: the export slices attention_mask itself first."""
+    model = _model(h, past=True, kind=kind)
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    assert "GatherND" not in h.ops(fused), h.ops(fused)   # the export's glue died: the bias was rebuilt
+    # its values are read through the cut only (trt reads its shape as well)
+    assert [n.op_type for n in fused.graph.node if "attention_mask" in n.input and n.op_type != "Shape"] == ["Slice"]
+    for extra in (0, 2):
+        _check(h, model, fused, past=True, extra=extra)
 
 
 @pytest.mark.parametrize("kind", ["row_fills", "window"])
