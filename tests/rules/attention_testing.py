@@ -3,6 +3,7 @@ back the attention nodes' head counts."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 import onnx_fuse
@@ -59,3 +60,51 @@ def scores_merge_nodes(n, k: str, v: str) -> list:
             n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
             n("Shape", ["q3"], ["bs"], start=0, end=2), n("Concat", ["bs", "hd"], ["merge"], axis=0),
             n("Reshape", ["ot", "merge"], ["y"], allowzero=1)]
+
+
+def decoder_attention(h, heads: int, head_size: int, past: bool, kv_heads: int | None = None,
+                      q_bias: bool = True, seed: int = 1) -> tuple[list, list, list, dict]:
+    """One decoder self-attention over a value ``mask`` as the dynamo export writes it: q / k / v
+    projections of x [batch, seq, heads*head_size] (biased; q unbiased with ``q_bias`` False) viewed
+    heads-first, with ``past`` the keys and values Concat(past_k / past_v [batch, kv, past, D], new)
+    and the presents outputs [batch, kv, total, D], k / v repeated by Tile where ``kv_heads`` is
+    fewer than ``heads``, softmax(q k^T * scale + mask) v merged back to y. Returns (nodes, inputs,
+    outputs, initializers) for ``h.make_model`` (``h`` the rule tests' helper namespace)."""
+    n = h.node
+    kv = kv_heads or heads
+    hid = heads * head_size
+    rng = np.random.default_rng(seed)
+    inits = {"scale": np.array(head_size ** -0.5, np.float32), "merge": np.array([0, 0, hid], np.int64),
+             "qshape": np.array([0, 0, heads, head_size], np.int64),
+             "kvshape": np.array([0, 0, kv, head_size], np.int64)}
+    inputs = [h.vi("x", ["batch", "seq", hid])]
+    outputs = [h.vi("y", ["batch", "seq", hid])]
+    nodes = []
+    for c in "qkv":
+        width = hid if c == "q" else kv * head_size
+        inits[f"w{c}"] = (rng.standard_normal((hid, width)) * 0.3).astype(np.float32)
+        inits[f"bias_{c}"] = (rng.standard_normal(width) * 0.1).astype(np.float32)
+        proj = f"m{c}"
+        nodes.append(n("MatMul", ["x", f"w{c}"], [proj]))
+        if c != "q" or q_bias:
+            nodes.append(n("Add", [proj, f"bias_{c}"], [f"{c}3"]))
+            proj = f"{c}3"
+        nodes += [n("Reshape", [proj, "qshape" if c == "q" else "kvshape"], [f"{c}r"]),
+                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
+    kk, vv = "k4", "v4"
+    if past:
+        inputs += [h.vi("past_k", ["batch", kv, "past", head_size]), h.vi("past_v", ["batch", kv, "past", head_size])]
+        nodes += [n("Concat", ["past_k", "k4"], ["present_k"], axis=2),
+                  n("Concat", ["past_v", "v4"], ["present_v"], axis=2)]
+        kk, vv = "present_k", "present_v"
+        outputs += [h.vi("present_k", ["batch", kv, "total", head_size]),
+                    h.vi("present_v", ["batch", kv, "total", head_size])]
+    if kv != heads:   # repeat_kv: [B, kv, T, D] -> [B, H, T, D]
+        inits["rep"] = np.array([1, heads // kv, 1, 1], np.int64)
+        nodes += [n("Tile", [kk, "rep"], ["kh"]), n("Tile", [vv, "rep"], ["vh"])]
+        kk, vv = "kh", "vh"
+    nodes += [n("Transpose", [kk], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
+              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
+              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", vv], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
+    return nodes, inputs, outputs, inits

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from attention_testing import decoder_attention
+
 H, D = 2, 8
 MIN = float(np.finfo(np.float32).min)
 GLUE = {"Where", "CumSum", "LessOrEqual", "Range"}
@@ -86,54 +88,23 @@ def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain", d: 
     head size."""
     n = h.node
     hid = H * d
-    hkv = 1 if attn == "gqa" else H
-    nodes = _mask_nodes(n, past, kind)
-    inputs = [h.vi("x", ["batch", "seq", hid])]
+    attention, inputs, outputs, inits = decoder_attention(h, H, d, past, kv_heads=1 if attn == "gqa" else H,
+                                                          q_bias=attn != "mha")
     if kind == "positions":
-        inputs.append(h.vi("position_ids", ["batch", "seq"], TensorProto.INT64))
+        inputs.insert(1, h.vi("position_ids", ["batch", "seq"], TensorProto.INT64))
     if kind == "enc_longer":
-        inputs.append(h.vi("enc", ["batch", "enc_seq", hid]))
-    rng = np.random.default_rng(1)
-    inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
-             "i3": np.array(3, np.int64), "i5": np.array(5, np.int64),
-             "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64),
-             "ax13": np.array([1, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
-             "ax013": np.array([0, 1, 3], np.int64), "ax123": np.array([1, 2, 3], np.int64),
-             "one1": np.array([1], np.int64), "s0": np.array([0], np.int64), "s1": np.array([1], np.int64),
-             "s2": np.array([2], np.int64), "s4": np.array([4], np.int64),
-             "sm1": np.array([-1], np.int64), "sbig": np.array([2 ** 62], np.int64),
-             "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
-             "fsmall": np.array(-1e4, np.float32), "merge": np.array([0, 0, hid], np.int64),
-             "scale": np.array(d ** -0.5, np.float32), "qshape": np.array([0, 0, H, d], np.int64),
-             "kvshape": np.array([0, 0, hkv, d], np.int64)}
-    for c in "qkv":
-        width = hid if c == "q" else hkv * d
-        inits[f"w{c}"] = (rng.standard_normal((hid, width)) * 0.3).astype(np.float32)
-        inits[f"bias_{c}"] = (rng.standard_normal(width) * 0.1).astype(np.float32)
-        proj = f"m{c}"
-        nodes.append(n("MatMul", ["x", f"w{c}"], [proj]))
-        if not (c == "q" and attn == "mha"):
-            nodes.append(n("Add", [proj, f"bias_{c}"], [f"{c}3"]))
-            proj = f"{c}3"
-        nodes += [n("Reshape", [proj, "qshape" if c == "q" else "kvshape"], [f"{c}r"]),
-                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
-    kk, vv = "k4", "v4"
-    outputs = [h.vi("y", ["batch", "seq", hid])]
-    if past:
-        inputs += [h.vi("past_k", ["batch", hkv, "past", d]), h.vi("past_v", ["batch", hkv, "past", d])]
-        nodes += [n("Concat", ["past_k", "k4"], ["present_k"], axis=2),
-                  n("Concat", ["past_v", "v4"], ["present_v"], axis=2)]
-        kk, vv = "present_k", "present_v"
-        outputs += [h.vi("present_k", ["batch", hkv, "total", d]), h.vi("present_v", ["batch", hkv, "total", d])]
-    if hkv != H:   # repeat_kv: [B, 1, T, D] -> [B, H, T, D]
-        inits["rep"] = np.array([1, H, 1, 1], np.int64)
-        nodes += [n("Tile", [kk, "rep"], ["kh"]), n("Tile", [vv, "rep"], ["vh"])]
-        kk, vv = "kh", "vh"
-    nodes += [n("Transpose", [kk], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
-              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
-              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", vv], ["o"]),
-              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
-    return h.make_model(nodes, inputs, outputs, inits)
+        inputs.insert(1, h.vi("enc", ["batch", "enc_seq", hid]))
+    inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
+                  "i3": np.array(3, np.int64), "i5": np.array(5, np.int64),
+                  "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64),
+                  "ax13": np.array([1, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
+                  "ax013": np.array([0, 1, 3], np.int64), "ax123": np.array([1, 2, 3], np.int64),
+                  "one1": np.array([1], np.int64), "s0": np.array([0], np.int64), "s1": np.array([1], np.int64),
+                  "s2": np.array([2], np.int64), "s4": np.array([4], np.int64),
+                  "sm1": np.array([-1], np.int64), "sbig": np.array([2 ** 62], np.int64),
+                  "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
+                  "fsmall": np.array(-1e4, np.float32)})
+    return h.make_model(_mask_nodes(n, past, kind) + attention, inputs, outputs, inits)
 
 
 def _check(h, model, fused, past: bool, kind: str = "plain"):

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+from attention_testing import decoder_attention
+
 H, D = 2, 8
 HID = H * D
 MIN = float(np.finfo(np.float32).min)
@@ -41,35 +43,13 @@ def _model(h, causal: bool, past: bool, unmask: bool):
                   n("Equal", ["anyk", "izero"], ["dead"]), n("Or", ["keep", "dead"], ["keepu"])]
         cond = "keepu"
     nodes.append(n("Where", [cond, "zero", "fmin"], ["mask"]))
-    inputs = [h.vi("x", ["batch", "seq", HID]),
-              h.vi("attention_mask", ["batch", "total" if past else "seq"], TensorProto.INT64)]
-    for c in "qkv":
-        nodes += [n("MatMul", ["x", f"w{c}"], [f"m{c}"]), n("Add", [f"m{c}", f"bias_{c}"], [f"{c}3"]),
-                  n("Reshape", [f"{c}3", "hshape"], [f"{c}r"]),
-                  n("Transpose", [f"{c}r"], [f"{c}4"], perm=[0, 2, 1, 3])]
-    kk, vv = "k4", "v4"
-    outputs = [h.vi("y", ["batch", "seq", HID])]
-    if past:
-        inputs += [h.vi("past_k", ["batch", H, "past", D]), h.vi("past_v", ["batch", H, "past", D])]
-        nodes += [n("Concat", ["past_k", "k4"], ["present_k"], axis=2),
-                  n("Concat", ["past_v", "v4"], ["present_v"], axis=2)]
-        kk, vv = "present_k", "present_v"
-        outputs += [h.vi("present_k", ["batch", H, "total", D]), h.vi("present_v", ["batch", H, "total", D])]
-    nodes += [n("Transpose", [kk], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q4", "kt"], ["sc"]),
-              n("Mul", ["sc", "scale"], ["ss"]), n("Add", ["ss", "mask"], ["sm"]),
-              n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", vv], ["o"]),
-              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "merge"], ["y"])]
-    rng = np.random.default_rng(1)
-    inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
-             "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64),
-             "axm1": np.array([-1], np.int64), "izero": np.array(0, np.int32),
-             "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
-             "hshape": np.array([0, 0, H, D], np.int64), "merge": np.array([0, 0, HID], np.int64),
-             "scale": np.array(D ** -0.5, np.float32)}
-    for c in "qkv":
-        inits[f"w{c}"] = (rng.standard_normal((HID, HID)) * 0.3).astype(np.float32)
-        inits[f"bias_{c}"] = (rng.standard_normal(HID) * 0.1).astype(np.float32)
-    return h.make_model(nodes, inputs, outputs, inits)
+    attention, inputs, outputs, inits = decoder_attention(h, H, D, past)
+    inputs.insert(1, h.vi("attention_mask", ["batch", "total" if past else "seq"], TensorProto.INT64))
+    inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
+                  "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64),
+                  "axm1": np.array([-1], np.int64), "izero": np.array(0, np.int32),
+                  "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32)})
+    return h.make_model(nodes + attention, inputs, outputs, inits)
 
 
 def _check(h, model, fused, past: bool):
