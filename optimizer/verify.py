@@ -822,18 +822,22 @@ def _output_steps(ref: "_Side") -> dict[str, float]:
 def dequantized_output_steps(model: onnx.ModelProto) -> dict[str, float]:
     """``_output_steps`` on a ModelProto (the fuzzer's tolerance reads it too, tools/fuzz_differential.py):
     output name -> the step of the DequantizeLinear that computes it, its scale an initializer
-    (not external) or a Constant node."""
+    (not external; sparse too) or a Constant node."""
     graph = model.graph
     inits = {t.name: t for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL}
     inits.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
                   for a in n.attribute if a.name == "value"})
+    # a sparse scale's largest entry is among its stored values (the rest are 0)
+    inits.update({sp.values.name: sp.values for sp in graph.sparse_initializer
+                  if sp.values.data_location != onnx.TensorProto.EXTERNAL})
     producers = {o: n for n in graph.node for o in n.output}
     steps: dict[str, float] = {}
     for out in graph.output:
         node = producers.get(out.name)
         if node is not None and node.op_type == "DequantizeLinear" and len(node.input) > 1 \
                 and node.input[1] in inits:
-            steps[out.name] = float(np.max(np.abs(onnx.numpy_helper.to_array(inits[node.input[1]]))))
+            scale = onnx.numpy_helper.to_array(inits[node.input[1]])
+            steps[out.name] = float(np.max(np.abs(scale), initial=0.0))
     return steps
 
 

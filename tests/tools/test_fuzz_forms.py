@@ -174,3 +174,22 @@ def test_quant_after_under_fp16_takes_the_one_step_tolerance():
     finally:
         fd.quantized_steps = steps
     assert any(r["cls"] == "wrong" for r in results), [(r["level"], r["cls"]) for r in results]
+
+
+def test_a_sparse_per_channel_scale_gives_its_step():
+    """A DequantizeLinear output's one-step tolerance reads a sparse scale's stored values (its largest
+    entry): fuzz 26007's graph 1436930359 (fp16 quant_after, the per-channel scale a sparse
+    initializer with zeros) was 'wrong' by exactly one step of channel 2 (0.022 against 0.0194) at
+    O2-O4 because the step was not found."""
+    scale = oh.make_sparse_tensor(numpy_helper.from_array(np.array([0.02, 0.04], np.float32), "s"),
+                                      numpy_helper.from_array(np.array([1, 3], np.int64), "s_idx"), [4])
+    graph = oh.make_graph(
+        [oh.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=-1),
+         oh.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=-1)],
+        "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(np.zeros(4, np.uint8), "zp")], sparse_initializer=[scale])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+    assert fd.quantized_steps(model) == {"y": pytest.approx(0.04)}
+    results, _, _ = fd.fuzz_case(make_case(1436930359), [2], ["ort"], precision="fp16")
+    assert [r["cls"] for r in results] == ["ok"], [(r["level"], r["cls"], r["detail"]) for r in results]
