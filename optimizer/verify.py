@@ -593,6 +593,37 @@ def padded_row_case(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
     return PADDED_ROW, out
 
 
+LONGER_MASK = "longer-mask"
+LONGER_MASK_NOTE = (f"[{LONGER_MASK}]: each integer mask input declared with a length of its own fed 2 columns "
+                    "longer (kept), which the original takes (it reads the keys' columns only)")
+
+
+def longer_mask_case(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> tuple[str, dict[str, np.ndarray]] | None:
+    """``feeds`` with every integer [B, T] mask input whose T is a symbol no other input or output
+    declares (a length of its own: transformers 5's decoders read the first P + S columns of it)
+    2 columns longer, kept: a rewrite that rebuilds a mask from the whole input must still take it.
+    None without such an input; the caller keeps the case only where the original runs on it."""
+    declared: dict[str, int] = {}
+    for vi in (*model.graph.input, *model.graph.output):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param:
+                declared[d.dim_param] = declared.get(d.dim_param, 0) + 1
+    names = []
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if ("mask" in vi.name.lower() and vi.name in feeds and len(dims) == 2 and dims[1].dim_param
+                and declared.get(dims[1].dim_param) == 1 and np.ndim(feeds[vi.name]) == 2
+                and np.issubdtype(np.asarray(feeds[vi.name]).dtype, np.integer)):
+            names.append(vi.name)
+    if not names:
+        return None
+    out = dict(feeds)
+    for name in names:
+        arr = np.asarray(feeds[name])
+        out[name] = np.concatenate([arr, np.ones((arr.shape[0], 2), arr.dtype)], axis=1)
+    return LONGER_MASK, out
+
+
 def input_cases(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]] | None = None,
                 seed: int = 0, pad_masks: bool = True,
                 window: int | None = None) -> list[tuple[str, dict[str, np.ndarray]]]:
@@ -603,6 +634,14 @@ def input_cases(model: onnx.ModelProto, *, shapes: Mapping[str, tuple[int, ...]]
         return [("", make_inputs(model, shapes=shapes, seed=seed, pad_masks=pad_masks, window=window))]
     return [(f"{branch}={int(flag)}", make_inputs(model, shapes=shapes, seed=seed, pad_masks=pad_masks,
                                                   cache_branch=flag, window=window)) for flag in (True, False)]
+
+
+def _runs(sess: Any, names: list[str], feeds: Mapping[str, np.ndarray]) -> bool:
+    try:
+        sess.run(names, dict(feeds))
+    except Exception:  # noqa: BLE001 - the model's contract refuses these feeds: no case
+        return False
+    return True
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -1292,6 +1331,10 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
         if padded_row is not None:
             cases.append(padded_row)
             notes.append(PADDED_ROW_NOTE)
+        longer = longer_mask_case(ref.skeleton, cases[0][1]) if pad else None
+        if longer is not None and _runs(ref_sess, names, longer[1]):
+            cases.append(longer)
+            notes.append(LONGER_MASK_NOTE)
     else:
         cases = [("", dict(inputs))]
     result: dict[str, Any] = {
