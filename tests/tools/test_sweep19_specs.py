@@ -29,6 +29,7 @@ def test_plan_is_dyn_mask_and_static_per_architecture(ec):
 
 
 def test_text_query_beside_the_image(ec):
+    pytest.importorskip("torch")  # example_inputs makes torch tensors (the CI venv has none)
     feeds, dims = ec.example_inputs("owlv2", "dyn_mask")
     assert feeds["pixel_values"].shape == (ec.BATCH, 3, 32, 32)
     assert feeds["input_ids"].shape == (ec.BATCH, ec.SEQ) and int(feeds["input_ids"].min()) >= 3
@@ -40,6 +41,7 @@ def test_text_query_beside_the_image(ec):
 
 
 def test_prompt_images_points_channels_and_frames(ec):
+    pytest.importorskip("torch")  # example_inputs makes torch tensors (the CI venv has none)
     feeds, dims = ec.example_inputs("seggpt", "dyn_mask")
     assert feeds["pixel_values"].shape == feeds["prompt_masks"].shape == (ec.BATCH, 3, 32, 16)
     assert dims["prompt_pixel_values"] == ["batch", 3, 32, 16]
@@ -51,6 +53,7 @@ def test_prompt_images_points_channels_and_frames(ec):
 
 
 def test_unknown_input_kind_is_one_clear_error(ec, monkeypatch):
+    pytest.importorskip("torch")  # example_inputs makes torch tensors (the CI venv has none)
     spec = dict(ec.SPECS["owlv2"], vision_inputs={"boxes": ("boxes", 4)})
     monkeypatch.setitem(ec.SPECS, "owlv2", spec)
     with pytest.raises(ValueError, match="vision_inputs boxes: unknown kind 'boxes'"):
