@@ -309,11 +309,9 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
     if t > _MAX_SQUARE_PROBE:
         raise EvalFailure(f"a probe of {s} x {t} tokens is too large")
     rows = bd if isinstance(bd, int) else _PAD_BATCH
-    env = _bind(q, past, s, p)
+    env = _bind(q, past, s, p, rows)
     if kd is not None and not isinstance(kd, int):
         env[kd.value] = t
-    if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
-        env[q.shape.dims[0].value] = rows
     # every third key dropped, from a different first key in each row (a key in the middle and
     # the last ones: left, right and inner padding at once)
     pattern = ((np.arange(t)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
@@ -400,9 +398,7 @@ def _reads_first_keys(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q
     if mask.shape is not None and len(mask.shape) and same_dim(am.shape.dims[-1], mask.shape.dims[-1]):
         return False   # declared as long as the keys
     rows = am.shape.dims[0] if isinstance(am.shape.dims[0], int) else _PAD_BATCH
-    env = _bind(q, past, s, p)
-    if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
-        env[q.shape.dims[0].value] = rows
+    env = _bind(q, past, s, p, rows)
     t = p + s
     last_masked = np.ones((rows, t + 1), np.int64)
     last_masked[:, t] = 0

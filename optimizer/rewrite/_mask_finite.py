@@ -101,9 +101,7 @@ def _finite(ctx: Any, mask: ir.Value, q: ir.Value, past: ir.Value | None) -> boo
     rows = bd if isinstance(bd, int) else _ROWS
     ran = 0
     for p, s in lengths:
-        env = _bind(q, past, s, p)
-        if not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
-            env[q.shape.dims[0].value] = rows
+        env = _bind(q, past, s, p, rows)
         if past is not None and not isinstance(past.shape.dims[0], int) and getattr(past.shape.dims[0], "value", None):
             env[past.shape.dims[0].value] = rows
         got = _probes(cone, as_const, mask, am, p, s, env, opset, rows)

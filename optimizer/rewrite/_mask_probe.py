@@ -494,12 +494,14 @@ def _int_constants(cone: list[ir.Node]) -> list[int]:
     return sorted(out)
 
 
-def _bind(q: ir.Value, past: ir.Value | None, s: int, p: int) -> dict[str, int]:
+def _bind(q: ir.Value, past: ir.Value | None, s: int, p: int, rows: int = 1) -> dict[str, int]:
+    """Symbols of q's length and batch and the past's length and batch -> S, ``rows`` (q's batch,
+    bound last), P and 1."""
     env: dict[str, int] = {}
     pairs = [(q.shape.dims[-2], s), (q.shape.dims[0], 1)]
     if past is not None:
         pairs += [(past.shape.dims[2], p), (past.shape.dims[0], 1)]
-    for d, val in pairs:
+    for d, val in [*pairs, (q.shape.dims[0], rows)]:
         if not isinstance(d, int) and getattr(d, "value", None):
             env[d.value] = val
     return env
@@ -827,9 +829,7 @@ def _causal_probes(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q: i
     far_p, far_s = pasts[-1], lengths[-1]
     runs += [(far_p, far_s, 2, {})] + [(far_p, far_s, 1, {o: far_s + d for o in others}) for d in ((3, -3) if others else ())]
     for p, s, rows, extra in runs:
-        env = {**_bind(q, past, s, p), **extra}
-        if rows != 1 and not isinstance(q.shape.dims[0], int) and getattr(q.shape.dims[0], "value", None):
-            env[q.shape.dims[0].value] = rows
+        env = {**_bind(q, past, s, p, rows), **extra}
         arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows)
         if why is not None or _causal_values(arr, p, s, mask.dtype) is not None:
             return False
