@@ -8,6 +8,7 @@ original graph rather than ORT's rewrite with ORT's rewrite. Graphs holding our 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import operator
 import os
@@ -569,6 +570,12 @@ PADDED_ROW_NOTE = (f"[{PADDED_ROW}]: the first row of each integer mask input al
                    "the other feeds as in the first case")
 
 
+def _integer_masks(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[onnx.ValueInfoProto]:
+    """The inputs named like a mask that ``feeds`` gives as an integer [B, T] array."""
+    return [vi for vi in model.graph.input if "mask" in vi.name.lower() and vi.name in feeds
+            and np.issubdtype(np.asarray(feeds[vi.name]).dtype, np.integer) and np.ndim(feeds[vi.name]) == 2]
+
+
 def padded_row_case(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> tuple[str, dict[str, np.ndarray]] | None:
     """``feeds`` with the first batch row of every integer [B, T] mask input all zeros: a sequence with no
     kept key, whose query rows a rewrite must treat as the original does (a finite fill gives the mean of
@@ -580,9 +587,7 @@ def padded_row_case(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
             o.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
             for o in model.graph.output):
         return None
-    names = [vi.name for vi in model.graph.input if "mask" in vi.name.lower() and vi.name in feeds
-             and np.issubdtype(np.asarray(feeds[vi.name]).dtype, np.integer)
-             and np.ndim(feeds[vi.name]) == 2 and np.shape(feeds[vi.name])[0] > 1]
+    names = [vi.name for vi in _integer_masks(model, feeds) if np.shape(feeds[vi.name])[0] > 1]
     if not names:
         return None
     out = dict(feeds)
@@ -603,18 +608,10 @@ def longer_mask_case(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) ->
     declares (a length of its own: transformers 5's decoders read the first P + S columns of it)
     2 columns longer, kept: a rewrite that rebuilds a mask from the whole input must still take it.
     None without such an input; the caller keeps the case only where the original runs on it."""
-    declared: dict[str, int] = {}
-    for vi in (*model.graph.input, *model.graph.output):
-        for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param:
-                declared[d.dim_param] = declared.get(d.dim_param, 0) + 1
-    names = []
-    for vi in model.graph.input:
-        dims = vi.type.tensor_type.shape.dim
-        if ("mask" in vi.name.lower() and vi.name in feeds and len(dims) == 2 and dims[1].dim_param
-                and declared.get(dims[1].dim_param) == 1 and np.ndim(feeds[vi.name]) == 2
-                and np.issubdtype(np.asarray(feeds[vi.name]).dtype, np.integer)):
-            names.append(vi.name)
+    declared = collections.Counter(d.dim_param for vi in (*model.graph.input, *model.graph.output)
+                                   for d in vi.type.tensor_type.shape.dim if d.dim_param)
+    names = [vi.name for vi in _integer_masks(model, feeds) if len(vi.type.tensor_type.shape.dim) == 2
+             and declared.get(vi.type.tensor_type.shape.dim[1].dim_param) == 1]
     if not names:
         return None
     out = dict(feeds)
