@@ -88,6 +88,9 @@ into --out /tmp/sweep14.
 --holdout 23 plans the fifteenth sweep's part A (holdout_specs.HOLDOUT15A): corpus decoders with the rotary
 configurations transformers 5.25 spells in rope_parameters (linear, dynamic NTK, yarn, longrope, llama3, unusual
 bases, partial and interleaved rotary, an explicit head_dim), usually into --out /tmp/sweep15a.
+--holdout 32 plans the twentieth sweep (holdout_specs.HOLDOUT20): corpus architectures in their corpus styles
+exported by torch 2.15.0 (transformers 5.24.0), inside that torch's venv (tools/export_venv.sh --torch 2.15.0) by
+the --holdout 8 hand-off or run by that venv's python, usually into --out /tmp/sweep27/h32.
 """
 
 from __future__ import annotations
@@ -1522,6 +1525,7 @@ def main(argv=None) -> int:
         SPECS.update(HOLDOUT5C)
         SPECS.update(HOLDOUT_SETS[9])
         SPECS.update(HOLDOUT6B)
+        SPECS.update(HOLDOUT_SETS[32])
         if "EXPORT_CORPUS_CONFIG" in os.environ:
             SPECS[argv[1]] = dict(SPECS[argv[1]], config=json.loads(os.environ["EXPORT_CORPUS_CONFIG"]))
         print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]), *argv[5:6])))  # [dtype]
@@ -1559,7 +1563,8 @@ def main(argv=None) -> int:
                          "21: the thirteenth (export options), "
                          "22: the fourteenth (PEFT adapters, not merged), "
                          "23: the fifteenth's part A (rotary configurations), "
-                         "30: the eighteenth (Optimum on the later architectures); "
+                         "30: the eighteenth (Optimum on the later architectures), "
+                         "32: the twentieth (torch 2.15 exporter drift); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

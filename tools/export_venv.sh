@@ -14,6 +14,9 @@
 #   --torch V         another torch.onnx; venv /work/venvs/torch<digits>
 #       2.9.1   an older torch.onnx (x86_64: a CUDA build, ~7 GB)
 #       2.14.1  a newer torch.onnx (x86_64: a CUDA build, ~5.5 GB)
+#       2.15.0  the newest (twentieth sweep): not on this machine's disk, so pip fetches the CUDA build (~4 GB)
+#               from the registry; the machine's pip constraint caps torch at the local 2.14.1, which
+#               PIP_CONSTRAINT=/dev/null lifts for this one install
 #   --onnxscript V    another onnxscript beside the torch (the dynamo exporter's optimizer and op library);
 #                     venv /work/venvs/torch<digits>_os<digits>: tools/export_venv.sh --torch 2.13.0 --onnxscript 0.5.7
 #
@@ -30,7 +33,7 @@ while [ $# -gt 0 ]; do
         --torch) TORCH="$2"; shift 2 ;;
         --transformers) TRANSFORMERS="$2"; shift 2 ;;
         --onnxscript) ONNXSCRIPT="$2"; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "error: unknown option $1 (see tools/export_venv.sh --help)" >&2; exit 2 ;;
         *) [ -z "$VENV" ] || { echo "error: one VENV_DIR only" >&2; exit 2; }; VENV="$1"; shift ;;
     esac

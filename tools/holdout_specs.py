@@ -2876,3 +2876,21 @@ HOLDOUT19 = {
                    vision_inputs={"decoder_input_ids": ("ids", VOCAB)}),
 }
 HOLDOUT_SETS[31] = HOLDOUT19
+
+
+# ---- twentieth sweep (--holdout 32, HOLDOUT20): torch 2.15 exporter drift ------------------------------------
+# Corpus architectures exported by torch 2.15.0 (the newest release) with the corpus's transformers (5.24.0),
+# onnxscript as pip resolves it beside that torch, in their corpus styles, so every file has a torch 2.13 twin in
+# tests/data/corpus (expected_coverage.json). Venv: tools/export_venv.sh --torch 2.15.0 (or any with that torch);
+# running export_corpus.py with its python exports in one process. Names carry the version: llama_pt2150.
+_DKS = _DK + ("static_nomask", "torchscript")
+TORCH_DRIFT_PLAN20 = {
+    "llama": _DKS + ("noopt",), "qwen3": _DKS, "gemma3": _DKS, "phi3": _DKS, "gpt2": _DKS, "mistral": _DK,
+    "gpt_oss": _DK, "deepseek_v3": _DK, "smollm3": _DK, "falcon": _DK + ("torchscript",),
+    "bloom": ("kv", "torchscript_kv"), "bert": ("dyn_mask", "static_nomask", "torchscript"),
+    "modernbert": ("dyn_mask", "torchscript"), "vit": ("dyn_mask", "torchscript", "latest_opset"),
+    "whisper_encoder": ("dyn_mask", "torchscript"), "whisper_decoder": _DK, "bart_decoder": ("kv",),
+}
+HOLDOUT20 = {f"{arch}_pt2150": dict(SPECS[arch], styles=styles, torch="2.15.0", base_arch=arch)
+             for arch, styles in TORCH_DRIFT_PLAN20.items()}
+HOLDOUT_SETS[32] = HOLDOUT20
