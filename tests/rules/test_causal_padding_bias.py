@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto
+from onnx import helper as oh
 
 from attention_testing import decoder_attention
 
@@ -136,13 +137,19 @@ def test_cache_bias_rebuilt(h, target):
 def test_cache_bias_takes_a_longer_mask(h, target, kind):
     """transformers 5's grids read attention_mask's first P + S columns only, so an export that
     declares the mask's length apart from the keys' (the corpus's total_sequence) runs with a longer
-    mask (a serving loop's fixed-size one); so must the rebuilt bias: it slices the input to P + S
-    (cache_padding_cut). ``cut``: the export slices attention_mask itself first."""
+    mask (a serving loop's fixed-size one); so must the rebuilt bias: it reads the input's columns
+    0..P+S-1 (cache_padding_cut), by a Gather of the grid's key range. ``cut``: the export slices
+    attention_mask itself first."""
     model = _model(h, past=True, kind=kind)
     fused = h.fuse(model, target, level=4 if target == "trt" else 3)
     assert "GatherND" not in h.ops(fused), h.ops(fused)   # the export's glue died: the bias was rebuilt
-    # its values are read through the cut only (trt reads its shape as well)
-    assert [n.op_type for n in fused.graph.node if "attention_mask" in n.input and n.op_type != "Shape"] == ["Slice"]
+    # its values are read through the cut only (trt reads its shape as well): a Cast to bool, then a
+    # Gather of key columns on axis 1
+    readers = [n for n in fused.graph.node if "attention_mask" in n.input and n.op_type != "Shape"]
+    assert [n.op_type for n in readers] == ["Cast"], readers
+    cut = [n for n in fused.graph.node if readers[0].output[0] in n.input]
+    axis = [oh.get_node_attr_value(n, "axis") if n.op_type == "Gather" else None for n in cut]
+    assert [(n.op_type, n.input[0]) for n in cut] == [("Gather", readers[0].output[0])] and axis == [1], cut
     for extra in (0, 2):
         _check(h, model, fused, past=True, extra=extra)
 
