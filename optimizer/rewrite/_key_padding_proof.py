@@ -9,10 +9,13 @@ The mask's cone is cut out and run in ONNX Runtime as _mask_probe.py does for ca
 the mask changes with them), twice: with the attention mask all ones, then with every third key
 dropped from another first key in each batch row (left, right and inner padding at once). The mask
 is key padding when the second run keeps exactly the first run's keys less those dropped in its own
-row. The attention mask is a [B, T] graph input (named like one, else the one such input whose
-values the mask reads), or else a boolean [B, S] value the mask is computed from (a key mask from
-lengths, a strided Slice of attention_mask), fed in its place with the cone cut there: a bool holds
-0 / 1, so the proof covers every value it can take. A mask over keys of another length
+row. That form must hold at the other shapes the model takes where a constant of the cone can flip
+a comparison (_other_shapes: the query or cache length either side of each constant, the batch either
+side of each and past them), not only past every constant. The attention mask is a [B, T] graph
+input (named like one, else the one such input whose values the mask reads), or else a boolean
+[B, S] value the mask is computed from (a key mask from lengths, a strided Slice of attention_mask),
+fed in its place with the cone cut there: a bool holds 0 / 1, so the proof covers every value it
+can take. A mask over keys of another length
 (cross-attention) is probed with those keys bound to their own count. Proofs are kept per mask
 while the nodes of its cone are unchanged (every layer reads the same mask).
 """
@@ -27,8 +30,9 @@ import onnx_ir as ir
 from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.rewrite._expr import EvalFailure
 from onnx_fuse.rewrite._mask_probe import (_CONE_LIMIT, _HEAVY, _MASK_ROLE, _MASKED, _MAX_SQUARE_PROBE, _NEW,
-                                           _band_starts, _bind, _cone, _const, _far_length, _int_constants,
-                                           _is_mask_input, _memo_get, _memo_put, _run_probe, _window_rows)
+                                           _band_starts, _bind, _boundary_lengths, _cone, _const, _far_length,
+                                           _int_constants, _is_mask_input, _memo_get, _memo_put, _run_probe,
+                                           _window_rows)
 
 _PAD_BATCH = 2   # batch rows probed where the batch is not fixed: each drops other keys
 
@@ -336,8 +340,8 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
     base, *padded = got
     if kd is not None and not base.all():
         raise EvalFailure("a mask over keys of another length (cross-attention) that masks keys with attention_mask all ones")
-    if not base.all():   # a causal part: one band per row, the same in every batch row and head
-        _band_starts(base, p, s)
+    # a causal part: one band per row, the same in every batch row and head
+    starts = None if base.all() else _band_starts(base, p, s)
     for pat, arr in zip((pattern, empty), padded):
         bad = np.argwhere(arr != (base & (pat[:, None, None, :] != 0)))
         if len(bad):
@@ -345,8 +349,90 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
             what = "keeps" if arr[tuple(bad[0])] else "masks"
             raise EvalFailure(f"with attention_mask[{b}, {j}] = {int(pat[b, j])} the mask {what} key {j} of "
                               f"query {i} (not attention_mask's key padding)")
+    widths = {p + i - lo + 1 for i, lo in enumerate(starts) if lo} if starts is not None else set()
+    if len(widths) > 1:
+        raise EvalFailure(f"the mask's causal part is no single window (rows see {sorted(widths)} keys)")
+    w = next(iter(widths), 0)
+
+    def form(p_: int, s_: int) -> np.ndarray:
+        """The keys this proof's form keeps with attention_mask all ones for S new tokens after P: every
+        key, or the band of its causal part (a window W: the last W positions)."""
+        if starts is None:
+            return np.ones((s_, p_ + s_), bool)
+        pos, j = p_ + np.arange(s_)[:, None], np.arange(p_ + s_)[None, :]
+        return (j <= pos) & (j > pos - w) if w else j <= pos
+
+    def probe(n: int, p_: int, s_: int, pat: np.ndarray) -> None:
+        """Run at a batch of n, S new tokens after P, attention_mask ``pat``: the form less each row's
+        dropped keys, masked keys within the fills found above (nothing where the cone does not run)."""
+        t_ = p_ + s_
+        env_ = _bind(q, past, s_, p_, n)
+        if kd is not None and not isinstance(kd, int):
+            env_[kd.value] = t_
+        arr, why = _run_probe(cone, as_const, mask, p_, s_, env_, opset, batch=n, drop=(am, pat), cut=cut)
+        if why is not None:   # a shape the cone cannot run at is one the model cannot
+            return
+        if arr.ndim != 4 or arr.shape[-1] != t_ or arr.shape[-2] not in (1, s_) or arr.shape[0] not in (1, n):
+            raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {n}, {s_} queries over {t_} keys")
+        kept = np.broadcast_to(_kept(arr, "(another shape)"), (n, arr.shape[1], s_, t_))
+        bad = np.argwhere(kept != (form(p_, s_)[None, None] & (pat[:, None, None, :] != 0)))
+        if len(bad):
+            b, _, i, j = (int(x) for x in bad[0])
+            raise EvalFailure(f"with a batch of {n}, {s_} queries after {p_} and attention_mask[{b}, {j}] = "
+                              f"{int(pat[b, j])} the mask {'keeps' if kept[tuple(bad[0])] else 'masks'} key {j} of "
+                              f"query {i} (not the same key padding at every shape)")
+        masked = arr[~_kept(arr, "")].astype(np.float64) if arr.dtype != np.bool_ else np.zeros(0)
+        if masked.size and (masked.min() < low or masked.max() > top):
+            raise EvalFailure(f"with a batch of {n}, {s_} queries after {p_} the mask fills masked keys with "
+                              f"other values ({masked.min()} .. {masked.max()})")
+
+    _other_shapes(probe, rows, p, s, q, past, kd, bd, _int_constants(cone), at is not None)
     return am, base, s, top, (-np.inf if low == np.inf else low)
 
+
+# the most mask entries (batch x queries x keys) a probe of another shape materializes
+_BATCH_PROBE_SIZE = 1 << 24
+
+
+def _drops(rows: int, t: int, empty: bool) -> np.ndarray:
+    """Every third key dropped from another first key per row (batch row 0 fully padded: ``empty``)."""
+    pat = ((np.arange(t)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
+    if empty:
+        pat[0] = 0
+    return pat
+
+
+def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.Value | None, kd: Any, bd: Any,
+                  consts: list[int], cache: bool) -> None:
+    """The padding proof at the other shapes the model takes where its cone's constants can flip a
+    comparison: the query length (prefill, cross keys) or the cache length either side of each constant,
+    with keys dropped and with row 0 fully padded; the batch either side of each and past them (a mask
+    may compare a row index or the batch size with a constant: rows past the second keeping every key),
+    at P, S or, where that mask is too large, S = 3 after 2 cached. ``probe(rows, P, S, pattern)`` raises
+    unless the mask keeps the proof's form less the pattern's keys there (skipped where too large)."""
+    sd = q.shape.dims[-2]
+    shapes: list[tuple[int, int]] = []
+    if cache:
+        if not isinstance(past.shape.dims[2], int):
+            shapes = [(y, s) for y in _boundary_lengths(consts, 0, p) if y != p]
+    elif not isinstance(sd, int):
+        for x in _boundary_lengths(consts, 1, s):
+            t = kd if isinstance(kd, int) else x + (2 if kd is not None else 0)
+            if x != s and t >= x:
+                shapes.append((t - x, x))
+    for p_, s_ in shapes:
+        if rows * s_ * (p_ + s_) <= _BATCH_PROBE_SIZE:
+            for empty in (False, True) if rows > 1 else (False,):
+                probe(rows, p_, s_, _drops(rows, p_ + s_, empty))
+    if isinstance(bd, int):
+        return
+    small = (p if kd is not None or not cache or isinstance(past.shape.dims[2], int) else min(p, 2),
+             s if isinstance(sd, int) or kd is not None else min(s, 3))
+    far = _far_length(consts, 3)
+    for n in sorted({*_boundary_lengths(consts, 3, far), far}):
+        at = (p, s) if n * s * (p + s) <= _BATCH_PROBE_SIZE else small
+        if n * at[1] * sum(at) <= _BATCH_PROBE_SIZE:
+            probe(n, *at, _drops(n, sum(at), True))
 
 
 # cache proofs by mask: (the mask, q's and the past's shapes, the opset, the cone's signature, the
@@ -360,7 +446,8 @@ def cache_key_padding(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
     for causal and padded keys, proven on its values with an attention-mask input [B, P + S]: run
     with it all ones it keeps exactly keys 0..P + i in row i, with every third key dropped (another
     first key per batch row) exactly those less. Probed with P past every integer constant of the
-    cone, at S = q's length (3 and 1 where dynamic), the fill the same at each. Every reader of the
+    cone, at S = q's length (3 and 1 where dynamic), the fill the same at each, then at P either side
+    of each constant and other batch sizes (_other_shapes). Every reader of the
     mask must be an attention op (or a dims read). Never fails: False where any of it is not proven."""
     return _cache_proof(ctx, mask, q, past) is not None
 
@@ -464,8 +551,9 @@ def key_mask_reduction(ctx: Any, r: Any) -> bool:
     boolean [B, T] value r is computed from (T: r's last dim; a key mask from lengths) or an
     attention-mask input [B, T]. Decided on values: r's cone, cut at km, runs with km all ones,
     with every third key dropped from another first key per row, with that pattern flipped and with
-    batch row 0 fully padded (a batch of 2 where not fixed); nothing else of the cone may read an
-    input's values. Raises
+    batch row 0 fully padded (a batch of 2 where not fixed), then at the lengths either side of each
+    constant of the cone and batches either side of each and past them; nothing else of the cone may
+    read an input's values. Raises
     EvalFailure with the reason otherwise."""
     _reduced(ctx, r)
     return True
@@ -553,4 +641,23 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
         negated = negated and bool(np.array_equal(vals != 0, pat == 0))
     if not (same or negated):
         raise EvalFailure(f"the value is not {km.name!r}'s per-key value (nor its negation)")
+    # the other lengths either side of each constant of the cone, and batches either side of each and past
+    # them (_other_shapes'), row 0 fully padded, the others dropping keys
+    consts = _int_constants(cone)
+    far = _far_length(consts, 3)
+    shapes = [(rows, x, e) for x in _boundary_lengths(consts, 1, s) if x != s for e in {False, rows > 1}
+              ] if not isinstance(kd, int) else []
+    if not isinstance(bd, int):
+        shapes += [(n, s, True) for n in sorted({*_boundary_lengths(consts, 3, far), far})]
+    for n, s_, empty_row in shapes:
+        if n * s_ > _BATCH_PROBE_SIZE:
+            continue
+        pat = _drops(n, s_, empty_row)
+        env_ = {d.value: v for d, v in ((bd, n), (kd, s_)) if not isinstance(d, int) and getattr(d, "value", None)}
+        arr, why = _run_probe(cone, as_const, r, 0, s_, env_, opset, batch=n, drop=(km, pat), cut=cut)
+        if why is not None:   # a shape the cone cannot run at is one the model cannot
+            continue
+        if arr.shape[0] != n or arr.size != n * s_ or not np.array_equal(
+                arr.reshape(n, s_).astype(np.float64) != 0, (pat == 0) if negated else (pat != 0)):
+            raise EvalFailure(f"the value is not {km.name!r}'s per-key value with a batch of {n} over {s_} keys")
     return km, negated

@@ -733,6 +733,8 @@ def _cone_unchanged(mask: ir.Value, sig: list[tuple[ir.Node, tuple, tuple]]) -> 
 
 # --------------------------------------------------------------------------- causal masks from shapes
 
+# the most mask entries (batch x queries x keys) a batch probe of causal_only materializes
+_BATCH_PROBE_SIZE = 1 << 24
 # causal_only proofs by mask: (the mask, (q's, k's and the past's shapes, the opset), the cone's
 # signature, True / False)
 _CAUSAL_ONLY: dict[int, tuple] = {}
@@ -755,10 +757,11 @@ def causal_only(ctx: Any, mask: Any, q: Any, k: Any, past: Any = None) -> bool:
     whose packed-sequence check, a CumSum of position jumps, is all one sequence for positions
     0..S-1): its values are then those of the probe at each shape. Probed at the lengths where a
     comparison with a constant of the cone can flip and past them (S, and P with a past; every row
-    of a prefill probe is a position), with a batch of 1 and of 2 and the other named dims of the
-    inputs it reads the shape of at other values. No row loses every key, so the causal flag
-    (Attention-23's is_causal, the contrib ops' unidirectional: both offset by P over a past)
-    gives the same result. Never fails: False where any of it is not proven."""
+    of a prefill probe is a position), with a batch of 1, of 2 and either side of each constant and
+    past them, the other named dims of the inputs it reads the shape of at other values, and an
+    attention mask whose length (only) it reads 2 longer and 1 shorter than the keys. No row loses
+    every key, so the causal flag (Attention-23's is_causal, the contrib ops' unidirectional: both
+    offset by P over a past) gives the same result. Never fails: False where any of it is not proven."""
     try:
         return _causal_only(ctx, mask, q, k, past)
     except EvalFailure:
@@ -828,11 +831,34 @@ def _causal_probes(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q: i
     runs = [(p, s, 1, {}) for s in lengths for p in pasts]
     far_p, far_s = pasts[-1], lengths[-1]
     runs += [(far_p, far_s, 2, {})] + [(far_p, far_s, 1, {o: far_s + d for o in others}) for d in ((3, -3) if others else ())]
+    # the batch too: a mask from shapes may compare a row index or the batch size with a constant
+    # (rows past the second seeing every key), so batches either side of each constant and past
+    # them, at the far lengths or, where that mask is too large, the shortest with several queries
+    short = next((s for s in lengths if s >= 2), lengths[-1])
+    for rows in [*_boundary_lengths(consts, 3, far), far]:
+        p, s = (far_p, far_s) if rows * far_s * (far_p + far_s) <= _BATCH_PROBE_SIZE else (pasts[0], short)
+        if rows * s * (p + s) > _BATCH_PROBE_SIZE:
+            return False
+        runs.append((p, s, rows, {}))
     for p, s, rows, extra in runs:
         env = {**_bind(q, past, s, p, rows), **extra}
         arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows)
         if why is not None or _causal_values(arr, p, s, mask.dtype) is not None:
             return False
+    # an attention-mask input whose length (only) it reads, declared apart from q's and the past's, is
+    # fed P + S long above: a model may take it 2 longer or 1 shorter too (the probe's mask then
+    # still over the P + S keys; the cone failing, or a key per column, is a length the model does
+    # not take), and a mask that reads its query positions from that length is no causal mask there
+    if any(_is_mask_input(i) and i.shape is not None and len(i.shape)
+           and getattr(i.shape.dims[-1], "value", None) in others for i in _shape_sources(cone, as_const)):
+        for extra_keys in (2, -1):
+            if far_p + far_s + extra_keys < 1:
+                continue
+            arr, why = _run_probe(cone, as_const, mask, far_p, far_s, _bind(q, past, far_s, far_p), opset,
+                                  extra_keys=extra_keys)
+            if why is None and arr.ndim >= 2 and arr.shape[-1] == far_p + far_s and (
+                    _causal_values(arr, far_p, far_s, mask.dtype) is not None):
+                return False
     return True
 
 

@@ -74,6 +74,13 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
         nodes += [n("Range", ["i0", "nb", "i1"], ["rb"]), n("Unsqueeze", ["rb", "ax123"], ["bi"]),
                   n("Greater", ["bi", "i0"], ["later"]), n("Or", [keep, "later"], ["kw"])]
         keep = "kw"
+    if kind == "rows_late":   # batch rows past the second see every key (a batch of 2 shows none)
+        nodes += [n("Range", ["i0", "nb", "i1"], ["rb"]), n("Unsqueeze", ["rb", "ax123"], ["bi"]),
+                  n("Greater", ["bi", "i1"], ["later"]), n("Or", [keep, "later"], ["kw"])]
+        keep = "kw"
+    if kind == "batch_3":   # every key with a batch of exactly 3
+        nodes += [n("Equal", ["nb", "i3"], ["b3"]), n("Or", [keep, "b3"], ["kw"])]
+        keep = "kw"
     if kind == "enc_longer":   # every key visible when another input (an encoder's states) is longer
         nodes += [n("Shape", ["enc"], ["encs"]), n("Gather", ["encs", "i1"], ["ne"], axis=0),
                   n("Greater", ["ne", "ns"], ["longer"]), n("Or", [keep, "longer"], ["kw"])]
@@ -192,13 +199,16 @@ def test_cache_causal_bias_rebuilt_at_trt(h, level):
     _check(h, model, fused, past=True)
 
 
-@pytest.mark.parametrize("kind", ["positions", "window", "short_full", "row_full", "enc_longer", "fill_1e4"])
+@pytest.mark.parametrize("kind", ["positions", "window", "short_full", "row_full", "rows_late", "batch_3",
+                                  "enc_longer", "fill_1e4"])
 @pytest.mark.parametrize("target", ["ort", "onnx"])
 def test_other_masks_keep_the_bias(h, kind, target):
     """Positions read from an input (block-diagonal for packed sequences), a window of 3, every key
     below 5 tokens (the probe tries lengths beside each constant), a later batch row seeing every
-    key (the probe runs a batch of 2), every key when an encoder input is longer (the probe moves the
-    other dims it reads the shape of), a -1e4 fill: no causal flag, the bias stays."""
+    key (the probe runs a batch of 2), rows past the second or a batch of 3 seeing every key (the
+    probe runs batches beside each constant and past them), every key when an encoder input is
+    longer (the probe moves the other dims it reads the shape of), a -1e4 fill: no causal flag, the
+    bias stays."""
     model = _model(h, kind=kind)
     fused = h.fuse(model, target)
     ops = h.ops(fused)
@@ -212,3 +222,60 @@ def test_cache_window_keeps_the_bias(h):
     fused = h.fuse(model, "ort")
     assert not any(_attr(fused, "MultiHeadAttention", "unidirectional")), h.ops(fused)
     _check(h, model, fused, past=True)
+
+
+@pytest.mark.parametrize("kind", ["rows_late", "batch_3"])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_cache_mask_by_batch_keeps_the_bias(h, kind, target):
+    """Over a cache too (trt: no cache-causal-bias rebuild either): batches of 3 see every key."""
+    model = _model(h, past=True, kind=kind)
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    flags = _attr(fused, "MultiHeadAttention" if target == "ort" else "Attention",
+                  "unidirectional" if target == "ort" else "is_causal")
+    ops = h.ops(fused)
+    assert not any(flags) and ops["Or"] == 1, ops
+    _check(h, model, fused, past=True)
+
+
+def _mask_length_model(h, past: bool):
+    """A causal grid whose query positions are read from attention_mask's length (declared apart:
+    [batch, mask_len]), its values unused: key j kept for query i when j <= T - S + i, T the mask's
+    length. With T = P + S that is the causal mask; with a longer or shorter attention_mask, which
+    the model takes, it is not."""
+    n = h.node
+    attention, inputs, outputs, inits = decoder_attention(h, H, D, past)
+    nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i1"], ["ns"], axis=0),
+             n("Shape", ["attention_mask"], ["ams"]), n("Gather", ["ams", "i1"], ["nm"], axis=0),
+             n("Sub", ["nm", "ns"], ["q0"]), n("Range", ["q0", "nm", "i1"], ["rq"])]
+    if past:
+        nodes += [n("Shape", ["past_k"], ["pks"]), n("Gather", ["pks", "i2"], ["np"], axis=0),
+                  n("Add", ["np", "ns"], ["nt"]), n("Range", ["i0", "nt", "i1"], ["rk"])]
+    else:
+        nodes.append(n("Range", ["i0", "ns", "i1"], ["rk"]))
+    nodes += [n("Unsqueeze", ["rk", "ax0"], ["ki"]), n("Unsqueeze", ["rq", "ax1"], ["qi"]),
+              n("LessOrEqual", ["ki", "qi"], ["keep"]), n("Where", ["keep", "zero", "fmin"], ["mask"])]
+    inputs.insert(1, h.vi("attention_mask", ["batch", "mask_len"], TensorProto.INT64))
+    inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
+                  "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
+                  "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32)})
+    return h.make_model(nodes + attention, inputs, outputs, inits)
+
+
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_positions_from_the_mask_length_keep_the_bias(h, target, past):
+    """causal_only feeds attention_mask P + S long; a mask that reads only its length is probed with
+    it 2 longer and 1 shorter as well (the lengths a [batch, mask_len] input takes): with the flag
+    every target was wrong by 2-4 on a mask 2 longer."""
+    model = _mask_length_model(h, past)
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    assert h.ops(fused)["Where"] == 1, h.ops(fused)
+    rng = np.random.default_rng(3)
+    for extra in (0, 2, -1):
+        for b, s, p in ((2, 4, 3), (1, 1, 5)) if past else ((2, 4, 0), (1, 6, 0)):
+            feeds = {"x": rng.standard_normal((b, s, H * D)).astype(np.float32),
+                     "attention_mask": np.ones((b, p + s + extra), np.int64)}
+            if past:
+                feeds["past_k"] = rng.standard_normal((b, H, p, D)).astype(np.float32)
+                feeds["past_v"] = rng.standard_normal((b, H, p, D)).astype(np.float32)
+            h.assert_close(model, fused, feeds)

@@ -32,7 +32,8 @@ GLUE = {"GatherND", "Max", "Expand"}
 def _mask_nodes(n, past: bool, kind: str) -> list:
     """transformers 5's causal + padding mask over attention_mask [B, P+S] -> ``mask`` [B,1,S,P+S].
     kind: plain; row_fills (batch row b masks with (b + 1) * -1e30); window (key j > P + i - 3
-    too: a sliding window of 3); free (plain, attention_mask declared [batch, mask_len], a length of
+    too: a sliding window of 3); rows_late (batch rows past the second keep every key); short / short_past
+    (every key kept below 5 new / cached tokens); free (plain, attention_mask declared [batch, mask_len], a length of
     its own); cut (free, attention_mask sliced to its first P + S columns first)."""
     nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i0"], ["nb"], axis=0),
              n("Gather", ["xs", "i1"], ["ns"], axis=0)]
@@ -56,6 +57,12 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
               n("GatherND", ["amb", "idx"], ["keep"]), n("LessOrEqual", ["ki", "qi"], ["cz"]),
               n("And", ["keep", "cz"], ["keepc"])]
     cond = "keepc"
+    if kind == "rows_late":   # batch rows past the second see every key (the proof's batch of 2 shows none)
+        nodes += [n("Greater", ["bi", "i1"], ["later"]), n("Or", ["keepc", "later"], ["keepl"])]
+        cond = "keepl"
+    if kind in ("short", "short_past"):   # every key kept below 5 new (short) or cached (short_past) tokens
+        nodes += [n("Less", ["ns" if kind == "short" else "np", "i5"], ["few"]), n("Or", [cond, "few"], ["keeps"])]
+        cond = "keeps"
     if kind == "window":
         nodes += [n("Sub", ["qi", "i3"], ["qw"]), n("Greater", ["ki", "qw"], ["inw"]),
                   n("And", ["keepc", "inw"], ["keepw"])]
@@ -80,7 +87,7 @@ def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = Fa
         nodes.append(n("ReduceMin", ["mask"], ["mask_min"], keepdims=0))
         outputs.append(h.vi("mask_min", []))
     inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
-                  "i3": np.array(3, np.int64),
+                  "i3": np.array(3, np.int64), "i5": np.array(5, np.int64),
                   "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
                   "ax013": np.array([0, 1, 3], np.int64), "axm1": np.array([-1], np.int64),
                   "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
@@ -89,11 +96,11 @@ def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = Fa
     return h.make_model(nodes, inputs, outputs, inits)
 
 
-def _check(h, model, fused, past: bool, extra: int = 0):
+def _check(h, model, fused, past: bool, extra: int = 0, sizes=None):
     """Right, fully, left and inner padded rows (batch 4); with a past, a left-padded past too;
-    ``extra``: attention_mask that many columns longer than the keys (ones)."""
+    ``extra``: attention_mask that many columns longer than the keys (ones); ``sizes``: (S, P) pairs."""
     rng = np.random.default_rng(2)
-    for s, p in (((3, 5), (1, 6)) if past else ((7, 0), (3, 0))):
+    for s, p in sizes or (((3, 5), (1, 6)) if past else ((7, 0), (3, 0))):
         am = np.ones((4, p + s + extra), np.int64)
         am[0, p + s - 1] = 0
         am[1, :] = 0
@@ -173,3 +180,30 @@ def test_a_mask_read_elsewhere_keeps_the_bias(h, past):
     ops = h.ops(fused)
     assert ops["Attention"] == 1 and ops["GatherND"] == 1, ops
     _check(h, model, fused, past=past)
+
+
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rows_past_the_second_keep_the_bias(h, target, past):
+    """Batch rows past the second keeping every key are no key padding: the proof probes batches
+    beside each constant of the cone and past them (with 2 rows only, every target rebuilt the bias
+    from attention_mask or took its 2-D form: max abs 0.7-2.8 on batch rows 2 and 3)."""
+    model = _model(h, past=past, kind="rows_late")
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    ops = h.ops(fused)
+    assert ops["GatherND"] == 1 and ops["Or"] == 1, ops
+    _check(h, model, fused, past=past)
+
+
+@pytest.mark.parametrize("kind, past", [("short", False), ("short", True), ("short_past", True)])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_short_lengths_keep_the_bias(h, target, kind, past):
+    """Every key kept below 5 new or cached tokens is no key padding there: the proof probes the
+    query length (prefill) or the cache length either side of each constant of the cone, not only
+    past them (prefill, probed at 16 tokens only, rebuilt the bias or took the 2-D key mask at every
+    target: max abs 2.5-3.5 at 3 tokens)."""
+    model = _model(h, past=past, kind=kind)
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    ops = h.ops(fused)
+    assert ops["GatherND"] == 1 and ops["Or"] == 1, ops
+    _check(h, model, fused, past=past, sizes=((3, 2), (1, 0), (2, 6)) if past else ((7, 0), (3, 0), (1, 0)))
