@@ -8,7 +8,7 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
   ok             same output names, dtypes, shapes and values (per-dtype tolerance)
   wrong          an output's values differ
   crash          optimize raised something other than a UserError
-  refused-input  optimize refused the input with a UserError (fine)
+  refused-input  optimize refused the input with a UserError (fine; a crash where the built-in rules do not load)
   ort-refused    ORT cannot load or run the optimized model
   signature      an output's name, dtype, rank or shape changed (declared or at run time)
   trt-refused    (target trt) `onnx-fuse check-trt` accepts the original but not the optimized
@@ -310,6 +310,11 @@ def run_one(original: onnx.ModelProto, feeds, ref_out, level: int, target: str, 
                                     opset=opset)
         optimized = result.to_proto()
     except UserError as exc:
+        from onnx_fuse.rewrite import load_rules
+
+        errors = load_rules(builtin=True)[1]   # the shipped rule files (parsed once per content)
+        if errors:   # not the input's fault: our own rule set does not load
+            return "crash", f"the built-in rules do not load: {_first_line(exc)}", None, {}
         return "refused-input", _first_line(exc), None, {}
     except Exception as exc:  # noqa: BLE001 - anything else is an optimizer bug
         tb = traceback.format_exc(limit=-3)

@@ -587,3 +587,32 @@ def test_a_quantizer_after_a_16bit_matmul_is_allowed_one_step_at_a_dequantized_o
     assert 0.049 < np.abs(got[0] - ref[0]).max() < 0.06   # one step (and the low type's rounding)
     assert fd.compare(["out"], ref, got, loosest)[0] == "wrong"
     assert fd.compare(["out"], ref, got, loosest, fd.quantized_steps(model))[0] == "ok"
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_refusal_from_our_own_rule_files_is_a_crash(monkeypatch, broken):
+    """optimize() refuses with a UserError when a built-in rule file does not load (fuzz 27000 ran while
+    rules/attention/lower.yaml was mid-edit: 60 runs of 'bad expression' filed under refused-input, which
+    counts as fine); the input is not at fault then: crash. A refusal with the rules loading stays
+    refused-input."""
+    import onnx
+    from onnx import helper as oh
+
+    import onnx_fuse
+    import onnx_fuse.rewrite
+    from onnx_fuse.errors import UserError
+
+    def refuse(*a, **k):
+        raise UserError("rules/attention/lower.yaml:163: fragment 'x': bad expression")
+
+    monkeypatch.setattr(onnx_fuse, "optimize", refuse)
+    real = onnx_fuse.rewrite.load_rules
+    monkeypatch.setattr(onnx_fuse.rewrite, "load_rules",
+                        lambda **k: (None, ["rules/attention/lower.yaml:163: bad expression"], []) if broken
+                        else real(**k))
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    model = oh.make_model(oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "g", [x],
+                                        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])]))
+    cls, detail, _, _ = fd.run_one(model, {"x": np.ones(2, np.float32)}, [np.ones(2, np.float32)], 3, "ort")
+    assert cls == ("crash" if broken else "refused-input"), (cls, detail)
+    assert ("do not load" in detail) == broken
