@@ -155,8 +155,10 @@ def motif_causal_pad_past(b: Builder, x: str, shape: list[Dim], opset: int) -> s
         am4 = b.op("Unsqueeze", [amb, b.ints([1, 2])])
     keep = b.op("And", [am4, cz])
     if b.side.random() < 0.15:   # near miss: transformers 4's _unmask_unattended (a row with no kept key attends all)
-        dead = b.op("Not", [b.op("Cast", [b.op("ReduceMax", [b.op("Cast", [keep], to=TensorProto.INT32), b.ints([-1])],
-                                               keepdims=1)], to=BOOL)])
+        ki = b.op("Cast", [keep], to=TensorProto.INT32)   # (axes an input from opset 18, an attribute before)
+        anyk = (b.op("ReduceMax", [ki, b.ints([-1])], keepdims=1) if opset >= 18 else
+                b.op("ReduceMax", [ki], axes=[-1], keepdims=1))
+        dead = b.op("Not", [b.op("Cast", [anyk], to=BOOL)])
         keep = b.op("Or", [keep, dead])
         b.trap("unmask-unattended")
     bias = b.op("Where", [keep, b.scalar(0.0), b.scalar(_fill(b))])

@@ -122,3 +122,13 @@ def test_unmask_unattended_near_miss_keeps_the_export_mask():
     assert {"unmask-unattended", "mask-fully-masked-row"} <= set(case.traps)
     results, _, _ = fd.fuzz_case(case, [3], ["ort", "onnx", "trt"])
     assert all(r["cls"] == "ok" for r in results), [(r["target"], r["cls"], r["detail"]) for r in results]
+
+
+def test_unmask_unattended_near_miss_below_opset_18():
+    """The near miss's ReduceMax takes its axes as an attribute below opset 18 (seed 278, opset 17: the axes
+    input made an invalid graph, 'ReduceMax:13 has input size 2', class invalid-graph at every run)."""
+    case = make_s25_case(278, "causal_pad_past")
+    assert "unmask-unattended" in case.traps and case.model.opset_import[0].version < 18
+    onnx.checker.check_model(case.model, full_check=True)
+    results, _, _ = fd.fuzz_case(case, [1, 3], ["ort", "onnx", "trt"])
+    assert all(r["cls"] == "ok" for r in results), [(r["target"], r["cls"], r["detail"]) for r in results]
