@@ -14,17 +14,20 @@ again so the names spread). Steps, each exact for every input the model accepts:
   lacks that axis or has it as a static 1 or as the same static size or exporter symbol;
 - MatMul (both operands of rank >= 2): rows from the first operand, columns from the second,
   batch dims as broadcasting says;
-- Gather: the data's dims around the gathered axis, the indices' dims in its place;
+- Gather: the data's dims around the gathered axis, the indices' dims in its place; ScatterND /
+  ScatterElements: the data's dims;
 - Concat: off its axis, the first input's dim; along it, the inputs' sizes added up in one
   canonical spelling (``past + seq``, passes/_dim_sums.py), where every input's size is known;
 - Reshape: the input dim an output dim is proven equal to (``reshape_out_dims``: ``0`` copies,
   the ``-1`` solved from the element count), only where every input dim is an int or an exporter
   symbol; a positive target entry read from known dims is the size itself.
 - Slice (constant axes and steps; starts and ends may be computed from sizes): an axis it does
-  not cut, or one cut at [0, its own size); a cut ``[s, s + n)`` with ``s`` a size holds at most n
-  entries, which broadcasting against n settles (``_at_most``: GPT-NeoX's causal buffer
-  ``bias[:, :, T - S : T]``); so does the last entry ``[-1:]`` of an axis of that size (one entry, or
-  none where the size is 0: DETR's sine position embedding ``y / y[:, -1:]``).
+  not cut, one cut at [0, its own size), or one reversed whole (``x.flip(-1)``); a cut
+  ``[s, s + n)`` with ``s`` a size holds at most n entries, which broadcasting against n settles
+  (``_at_most``: GPT-NeoX's causal buffer ``bias[:, :, T - S : T]``), and so does ``[-n:]``;
+  so does the last entry ``[-1:]`` of an axis of that size (one entry, or none where the size
+  is 0: DETR's sine position embedding ``y / y[:, -1:]``).
+- Reduce ops (constant axes): the dims they do not reduce;
 - Conv / ConvTranspose / pooling (ceil_mode too): batch (and a pool's channels) pass through; a
   spatial length is computed from the input's and named by its formula (``floor_div``: ``(L-5)//5``,
   a transposed conv's ``(2*L-1)//1``; an explicit output_shape is its int), so a length
@@ -40,6 +43,10 @@ again so the names spread). Steps, each exact for every input the model accepts:
   ``(L+c)//s`` is ``(L+c-k*s)//s`` (``floor_plus``); ``[s:e]``, ``[-m:]``, ``[s:]`` of a length
   provably long enough are e - s, m, n - s (a causal conv's ``(S+3)//1`` cut back to S, a KV
   mask's ``past + S`` cut to its last S, a patch grid after its class token).
+Where a path ends unproven at a view's ``-1`` or at a broadcast of two different sizes, the dim is
+named after the value that has it (``_unsolved``: ``dim__<value>_<axis>_<digest>``, one size per
+run), so that the dims proven equal to it and the sizes read from it spell alike; shape inference
+clears and derives such names again in each run (passes/shape_inference.py).
 Dim names onnx's inference invents (``unk__N``) prove nothing: they are not stable across the
 inference runs of one optimization (passes/shape_inference.py), so they never count as equal;
 nor do the TorchScript exporter's placeholders (``Concatpresent.0.key_dim_2``), which the naming
@@ -47,6 +54,9 @@ replaces (a present's ``past + sequence``).
 """
 
 from __future__ import annotations
+
+import hashlib
+import re
 
 import onnx_ir as ir
 
@@ -67,9 +77,15 @@ _BROADCAST = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "Equal", "Less", "LessOrEqual", "Greater",
     "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "Max", "Min", "Sum", "Mean", "PRelu",
 })
+_REDUCE = frozenset({
+    "ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+})
 # windowed ops: output lengths computed from the input's (_window_step)
 _WINDOWED = frozenset({"Conv", "ConvTranspose", "AveragePool", "MaxPool", "LpPool"})
 _MAX_STEPS = 64
+#: prefix of the names producer_dim_name gives a dim after the value that has it (_unsolved)
+PRODUCER_DIM_PREFIX = "dim__"
 
 
 def _rank(v: ir.Value | None) -> int | None:
@@ -114,7 +130,8 @@ def _at_most(y: ir.Value, b: int, size) -> bool:
     shapes (never negative): it holds ``min(s + size, n) - min(s, n) <= size`` entries, so
     broadcasting it against ``size`` gives ``size`` whenever the model runs (equal, or 1).
     BERT-family exports cut their position-id buffer so (``position_ids[:, :seq]``), GPT-NeoX its
-    causal buffer at ``[T - S : T]`` (``s`` = T - S, read as a difference of the shapes' sizes)."""
+    causal buffer at ``[T - S : T]`` (``s`` = T - S, read as a difference of the shapes' sizes); a cut
+    ``[-m:]`` to the end holds at most m."""
     if size is None:
         return False
     want = to_dim(size)
@@ -135,6 +152,11 @@ def _at_most(y: ir.Value, b: int, size) -> bool:
             return True
         if start is not None and end is not None and start[0] >= 0 and clean(start) \
                 and _same_size(dim_diff(end, start), want):
+            return True
+        if start is not None and end is not None and start[0] < 0 and start[1] and clean(end) \
+                and not end[1] and end[0] >= TO_END and _same_size((-start[0], start[1]), want):
+            # [-m:] of any length n holds min(m, n) entries, m a size read from shapes: XLM's
+            # positions[:, :S][:, -S:] (its cache-free cut to the last S), broadcast against S
             return True
     return False
 
@@ -238,6 +260,8 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _reshape_step(node, v, i)
     if op == "GatherElements" and len(node.inputs) == 2:
         return node.inputs[1], i   # the output has the indices' shape
+    if op in ("ScatterND", "ScatterElements", "Scatter"):   # the output has the data's shape
+        return (x, i) if v is node.outputs[0] and _rank(x) == _rank(v) else None
     if op in ("Unsqueeze", "Squeeze"):
         return _unsqueeze_step(node, v, i)
     if op == "Slice":
@@ -260,10 +284,37 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _split_step(node, v, i)
     if op == "Flatten":
         return _flatten_step(node, v, i)
+    if op in _REDUCE:
+        return _reduce_step(node, v, i)
     if op == "ConstantOfShape":   # torch.ones(n_frames // squeeze_factor): the entries read as sizes
         e = _entry(x, i)
         return (None, e) if e is not None and clean(e) and e[0] > 0 else None
     return None
+
+
+def _reduce_step(node: ir.Node, v: ir.Value, i: int):
+    """A Reduce* op (constant axes): an axis it does not reduce keeps its dim (keepdims=0 drops the
+    reduced ones: Hiera's query pooling, max over a [B, 4, S/4, C] view)."""
+    x, r, rx = node.inputs[0], _rank(v), _rank(node.inputs[0])
+    if r is None or rx is None or v is not node.outputs[0]:
+        return None
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        axes = const_ints(node.inputs[1], 16)
+    else:
+        attr = _attr(node, "axes", None)
+        axes = list(attr) if isinstance(attr, (list, tuple)) else None
+        if axes is None and _attr(node, "noop_with_empty_axes", 0) == 0:
+            axes = list(range(rx))   # no axes: every axis is reduced
+    if not axes or not all(-rx <= a < rx for a in axes):
+        return None
+    axes = sorted({a % rx for a in axes})
+    keep = _attr(node, "keepdims", 1)
+    if keep not in (0, 1):
+        return None
+    kept = list(range(rx)) if keep else [d for d in range(rx) if d not in axes]
+    if len(kept) != r or not 0 <= i < r or kept[i] in axes:
+        return None
+    return x, kept[i]
 
 
 def _flatten_step(node: ir.Node, v: ir.Value, i: int):
@@ -418,6 +469,8 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
     """A Slice (step 1) along axis ``i``: an axis it leaves alone, or cut to the whole axis, is the
     input's dim; a cut of a provable length is that length (``cut_length``)."""
     x = node.inputs[0]
+    if _reverses(node, _rank(v), i):
+        return x, i
     cut = _slice_cut(node, _rank(v), i)
     if cut is None:
         return None
@@ -432,6 +485,25 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
     if got is WHOLE:
         return x, i
     return (None, got) if got is not None and clean(got) and got[0] >= 0 else None
+
+
+def _reverses(node: ir.Node, r: int | None, i: int) -> bool:
+    """Whether a Slice reverses all of axis ``i``: step -1 from the last entry (-1, or past the end)
+    to before the first (an end at or below -n: ``x.flip(-1)``, TorchScript's ``[-1, -INT64_MAX]``),
+    which keeps its length (Speech2Text's mask flip before a CumSum)."""
+    ins = list(node.inputs) + [None] * 5
+    axes, steps = const_ints(ins[3], 16), const_ints(ins[4], 16)
+    starts, ends = const_ints(ins[1], 16), const_ints(ins[2], 16)
+    if r is None or None in (axes, steps, starts, ends) \
+            or not len(axes) == len(steps) == len(starts) == len(ends):
+        return False
+    if not all(-r <= a < r for a in axes):
+        return False
+    axes = [a % r for a in axes]
+    if i not in axes:
+        return False
+    k = axes.index(i)
+    return steps[k] == -1 and (starts[k] == -1 or starts[k] >= TO_END) and ends[k] <= -TO_END
 
 
 def _expand_step(node: ir.Node, v: ir.Value, i: int):
@@ -554,8 +626,11 @@ def _view_dim(u: ir.Value, j: int) -> Dim | None:
 
 def known_dim(v: ir.Value, i: int) -> Dim | None:
     """The size of ``v``'s dim ``i`` as a Dim of ints and exporter symbols, proven along its
-    ``dim_path`` (a known dim there, or a view whose target gives it); None when not proven."""
-    for u, j in dim_path(v, i):
+    ``dim_path`` (a known dim there, or a view whose target gives it, or where the path ends at a
+    view's unsolved ``-1`` or a broadcast of two sizes, that value's name: ``_unsolved``); None
+    when not proven."""
+    path = dim_path(v, i)
+    for u, j in path:
         if u is None:
             return j if clean(j) else None
         f = _fact(u.shape[j])
@@ -564,7 +639,67 @@ def known_dim(v: ir.Value, i: int) -> Dim | None:
         d = _view_dim(u, j)
         if d is not None:
             return d
-    return None
+    u, j = path[-1]
+    name = _unsolved(u, j) if u is not None else None
+    return (1, (name,)) if name is not None else None
+
+
+def _unsolved(u: ir.Value, j: int) -> str | None:
+    """A name for dim ``j`` of ``u``, where its dim_path ends at ``u`` unproven and ``u`` is
+    - a Reshape output whose target entry ``j`` is the ``-1``, which the element count does not
+      solve symbolically (Hiera's unroll, ``[64*B, h/64, w/64, C] -> [-1, (h/4)*(w/4), C]``: B only
+      because earlier views force h/4 to a multiple of 16, a fact the dims do not keep), or
+    - a broadcasting op's output whose operands' dims are two different sizes (a residual Add of
+      the tokens in and the windows' tokens out, ``S`` and ``(S)//64*W``: equal at run time, not
+      provably);
+    so that every dim proven equal to it (dim_path) and every size read from it (Shape -> Div ...)
+    spells alike: Hiera's q, K and V read their window count as ``(that)//64`` from one Shape.
+    None for anything else."""
+    node = u.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or not u.name or _rank(u) is None:
+        return None
+    if node.op_type == "Reshape" and len(node.inputs) >= 2:
+        got = shape_vector(node.inputs[1], {})
+        if got is None or got[1] or len(got[0]) != _rank(u) or got[0][j] != (-1, ()):
+            return None
+    elif node.op_type not in _BROADCAST or u is not node.outputs[0] or not _sizes_differ(node, u, j):
+        return None
+    return producer_dim_name(u.name, j)
+
+
+def _sizes_differ(node: ir.Node, u: ir.Value, j: int) -> bool:
+    """Whether every operand of a broadcasting op has dim ``j`` (aligned to the output's rank) as
+    a known size, and two of them differ: an operand still unknown may be named later in the sweep
+    (its producer further up), and the output then takes its name by broadcasting, not this one."""
+    r = _rank(u)
+    facts = []
+    for x in node.inputs:
+        if x is None or _rank(x) is None:
+            return False
+        a = j - (r - _rank(x))
+        if a >= 0:
+            f = _fact(x.shape[a])
+            if f is None:
+                return False
+            facts.append(f)
+    return len(set(facts)) > 1
+
+
+def producer_dim_name(value_name: str, axis: int) -> str:
+    """A dim name for axis ``axis`` of the value ``value_name``: the size it has at run time, one
+    number per run, so the name states a fact, and unlike onnx's ``unk__N`` it is the same in every
+    inference run while the value is there. An identifier (the local check binds it like any
+    symbol), marked by PRODUCER_DIM_PREFIX; the digest of the exact value name keeps apart two
+    names that spell alike once sanitized."""
+    clean_name = re.sub(r"\W+", "_", value_name).strip("_")[-48:]
+    digest = hashlib.sha1(f"{value_name}#{axis}".encode()).hexdigest()[:8]
+    return f"{PRODUCER_DIM_PREFIX}{clean_name}_{axis}_{digest}"
+
+
+def producer_dim(name) -> bool:
+    """A dim name producer_dim_name made (shape inference clears it before each run, and lets an
+    exporter's symbol inferred in the run replace it)."""
+    return isinstance(name, str) and name.startswith(PRODUCER_DIM_PREFIX)
 
 
 def name_known_dims(graph: ir.Graph, placeholders: frozenset[str] = frozenset()) -> int:

@@ -144,9 +144,31 @@ def _merge_shape(old: ir.Shape | None, new: ir.Shape | None,
         elif _states_nothing(o, placeholders) and not _states_nothing(n, placeholders):
             dims.append(n)
             gained += 1
+        elif _producer_named(o) and not _states_nothing(n, placeholders) and not _producer_named(n):
+            dims.append(n)   # a dim named after its value (_dim_source) gives way to an exporter's symbol
+            gained += 1
         else:
             dims.append(o)
     return (ir.Shape(dims), gained) if gained else (old, 0)
+
+
+def _forget_producer_dims(model: ir.Model) -> dict | None:
+    """Clear every dim named after its value (passes/_dim_source.py); None where there is none,
+    else every value's (type, shape) as it was, to tell re-derived names from new facts."""
+    values = [v for g in model.graphs() for v in ir.convenience.create_value_mapping(g).values()]
+    if not any(v.shape is not None and any(_producer_named(d) for d in v.shape) for v in values):
+        return None
+    kept = {v: (v.type, v.shape) for v in values}
+    for v in values:
+        if v.shape is not None and any(_producer_named(d) for d in v.shape):
+            v.shape = ir.Shape([None if _producer_named(d) else d for d in v.shape])
+    return kept
+
+
+def _producer_named(dim) -> bool:
+    from onnx_fuse.passes._dim_source import producer_dim
+
+    return not isinstance(dim, int) and producer_dim(str(dim.value))
 
 
 def _states_nothing(dim, placeholders: frozenset[str]) -> bool:
@@ -186,6 +208,10 @@ class ShapeInferencePass(FusePass):
         restated = restate_merged_mask(model) if not self._refining else 0
         if restated:
             self.stats["merged-mask-restated"] += restated
+        # dims named after their values (passes/_dim_source.py ``_unsolved``) are derived again from
+        # the graph as it is now: a rewrite may have made a better fact reachable (a fused
+        # attention's output batch_size meeting the residual's), which a kept name would hide
+        kept = _forget_producer_dims(model) if not self._refining else None
         placeholders = frozenset(exporter_placeholders(model))
         fed = frozenset(v.name for v in model.graph.inputs)
 
@@ -217,6 +243,8 @@ class ShapeInferencePass(FusePass):
             text = str(exc).strip()
             self.stats_reason = ("shape inference failed: " + (text.splitlines()[0] if text else
                                  type(exc).__name__))
+            for value, (_, shape) in (kept or {}).items():
+                value.shape = shape
             return ir.passes.PassResult(model, modified=False)
         _tag_generated_dims(inferred, next(_RUNS))
         gained = 0
@@ -256,4 +284,7 @@ class ShapeInferencePass(FusePass):
                 record_dim_sums(g)
         if gained:
             self.stats["values-typed"] += gained
+        if kept:   # names derived again as they were are no news: modified only where a value changed
+            changed = any(v.type != t or v.shape != sh for v, (t, sh) in kept.items())
+            return ir.passes.PassResult(model, modified=changed or restated > 0)
         return ir.passes.PassResult(model, modified=gained > 0 or refined > 0 or restated > 0)

@@ -86,8 +86,10 @@ def test_view_not_provably_of_k_is_kept():
     text = KT_LENGTH.replace("float[B, 2, S, 16] q", "float[C, 2, S, 16] q").replace(
         "sk = Shape(k)", "sk = Shape(q)").replace("float[B, 1, S, M] mask", "float[C, 1, S, M] mask")
     proto, model, modified, p = _run(text)
-    # k3's dims stay unknown (only the Transpose is proven): nothing known to read instead
-    assert _unknown(_dims(model, "kt")[2])
+    # k3's -1 stays unproven (only the Transpose is proven): named after the view k3 itself
+    # (passes/_dim_source.py, _unsolved), not k's T, so nothing earlier to read instead
+    d = _dims(model, "kt")[2]
+    assert _unknown(d) or d.startswith("dim__k3_1_"), d
     assert not p.stats.get("shape values") and _shape_readers(model) == {"q", "kt"}
     # where C != B the view is k with another split (T*B/C rows): the mask is cut at that length
     feeds = _feeds(b=2)
@@ -120,7 +122,9 @@ def test_broadcast_of_two_unsized_operands_is_kept():
         sy = Shape(y)
         n = Gather<axis = 0>(sy, zero)
     }''')
-    assert _dims(model, "a3")[0] == "B" and _unknown(_dims(model, "y")[0])
+    # y's dim is named after y itself (two sizes broadcast: passes/_dim_source.py, _unsolved)
+    d = _dims(model, "y")[0]
+    assert _dims(model, "a3")[0] == "B" and (_unknown(d) or d.startswith("dim__y_0_")), d
     assert "y" in _shape_readers(model)
     rng = np.random.default_rng(0)
     check_same(proto, model, inputs={"a": rng.standard_normal((3, 2, 5, 16), dtype=np.float32),

@@ -1,0 +1,103 @@
+"""Lengths shape inference proves through cuts and writes (passes/_dim_source.py), each of which lost
+the sequence of a hold-out 30 export (Optimum) so that its attention glue stayed:
+- XLM's positions ``pos[:, :S][:, -S:]`` (a [1, 128] buffer): ``[-m:]`` holds at most m entries,
+  so broadcasting it against the word embeddings' S gives S;
+- Speech2Text's padding mask flipped, summed and flipped back (``mask.flip(-1).cumsum(-1).flip(-1)``):
+  a Slice that reverses a whole axis keeps its length;
+- the mask written by ScatterND into zeros of [B, S]: ScatterND's output has its data's shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnx_ir as ir
+import onnxruntime as ort
+
+from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+HEADER = '<ir_version: 9, opset_import: ["" : 18]>'
+
+POSITIONS = '''
+g (int64[B, S] ids, float[128, 8] table, float[1, 128] pos) => (float[?, ?, ?] y)
+{
+    c0 = Constant<value = int64[1] {0}>()
+    c1 = Constant<value = int64[1] {1}>()
+    big = Constant<value = int64[1] {9223372036854775807}>()
+    si = Shape(ids)
+    s = Slice(si, c1, big, c0)
+    sc = Squeeze(s, c0)
+    ns = Neg(sc)
+    n1 = Unsqueeze(ns, c0)
+    p1 = Slice(pos, c0, s, c1, c1)
+    p2 = Slice(p1, n1, big, c1, c1)
+    pi = Cast<to = 7>(p2)
+    word = Gather(table, ids)
+    pe = Gather(table, pi)
+    sw = Shape(word)
+    pex = Expand(pe, sw)
+    y = Add(word, pex)
+}'''
+
+# the mask's length is a conv stem's output length, (S+1)//2, which only the shape facts name (onnx
+# leaves it unknown), so the ScatterND's and the flips' outputs are named within one sweep
+FLIP = '''
+g (float[B, 4, S] x, float[4, 4, 3] w3) => (int64[?, ?] y)
+{
+    m1 = Constant<value = int64[1] {-1}>()
+    lo = Constant<value = int64[1] {-9223372036854775807}>()
+    ax = Constant<value = int64 {1}>()
+    zero = Constant<value = int64 {0}>()
+    c0 = Constant<value = int64[1] {0}>()
+    c1 = Constant<value = int64[1] {1}>()
+    c2 = Constant<value = int64[1] {2}>()
+    c3 = Constant<value = int64[1] {3}>()
+    h = Conv<pads = [1, 1], strides = [2]>(x, w3)
+    sx = Shape(x)
+    bb = Slice(sx, c0, c1, c0)
+    sh = Shape(h)
+    ll = Slice(sh, c2, c3, c0)
+    sm = Concat<axis = 0>(bb, ll)
+    z = ConstantOfShape<value = int64[1] {0}>(sm)
+    b = Gather<axis = 0>(sx, zero)
+    r = Range(zero, b, ax)
+    r1 = Unsqueeze(r, m1)
+    rr = Concat<axis = 1>(r1, r1)
+    ones = Expand(ax, bb)
+    w = ScatterND(z, rr, ones)
+    f = Slice(w, m1, lo, m1, m1)
+    c = CumSum(f, ax)
+    y = Slice(c, m1, lo, m1, m1)
+}'''
+
+
+def _dims(text: str) -> dict[str, list]:
+    model = ir.serde.deserialize_model(onnx.parser.parse_model(HEADER + text))
+    ShapeInferencePass()(model)
+    return {v.name: [d if isinstance(d, int) else str(d.value) for d in v.shape]
+            for n in model.graph for v in n.outputs if v.shape is not None}
+
+
+def test_last_m_positions_broadcast_to_the_sequence():
+    dims = _dims(POSITIONS)
+    assert dims["pex"] == ["B", "S", 8] and dims["y"] == ["B", "S", 8], (dims["pex"], dims["y"])
+
+
+def test_a_reversed_axis_keeps_its_length():
+    dims = _dims(FLIP)
+    n = "(S+1)//2"
+    assert dims["w"] == ["B", n], dims["w"]   # ScatterND: the data's shape
+    assert dims["f"] == dims["c"] == dims["y"] == ["B", n], (dims["f"], dims["y"])
+    # the graph computes what the dims say (ORT: the flip, the cumsum and the flip back)
+    sess = ort.InferenceSession(onnx.parser.parse_model(HEADER + FLIP).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    out = sess.run(None, {"x": np.ones((3, 4, 5), np.float32), "w3": np.ones((4, 4, 3), np.float32)})[0]
+    assert out.shape == (3, 3)
+
+
+def test_a_partial_reversal_is_not_the_axis():
+    """[-2::-1] drops the last entry: no length proven (onnx leaves it unknown)."""
+    text = FLIP.replace("f = Slice(w, m1, lo, m1, m1)",
+                        "m2 = Constant<value = int64[1] {-2}>()\n    f = Slice(w, m2, lo, m1, m1)")
+    dims = _dims(text)
+    assert dims["f"][1] != "(S+1)//2", dims["f"]
