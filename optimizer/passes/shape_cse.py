@@ -14,6 +14,12 @@ The first copy itself is read from a graph input when one has those dims side by
 ``Shape(input, start, end)``, or ``Gather(Shape(input), j)`` for a scalar, at the top of the graph): a Shape of an intermediate keeps that
 intermediate alive, which is what stops a head-split Reshape/Transpose from dying once the ops
 it fed read the 3-D tensor instead (rules/layout/heads_3d.yaml).
+That read is taken only where it is no more nodes than the copy keeps alive (passes/_rep_cost.py):
+a copy whose cone reads nothing but the shapes of the inputs that read would and constants
+(the mask probes vary some inputs' lengths, not others'), and costs fewer nodes
+than the read adds (a cache rebuild's ``Unsqueeze(P + S)`` of a scalar its Range reads: 1 node
+against ``Shape(past)[2:3] + Shape(ids)[1:2]``'s 3), stays the representative. Dead copies (what
+a rewrite left for dead code) take no part: one picked first would keep its chain alive.
 A sum of input dims (a present's length ``past_sequence + sequence``, which no input holds) is
 read as those reads added up, ``Shape(past)[2] + Shape(ids)[1]``; an Add or Sub of two sizes
 already in the graph holds the sum too (passes/_shape_values.py). A present read by its own
@@ -32,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._rep_cost import fresh_cost, keep_cost, live_nodes, twin_index
 from onnx_fuse.passes._shape_values import invented_name, shape_entries
 
 _SUM = " + "   # how a sum of dims is spelled (passes/_dim_sums.py)
@@ -204,11 +211,15 @@ def _reads_input(value: ir.Value, depth: int = 0) -> bool:
 def merge_equal_shape_values(graph: ir.Graph, merge) -> int:
     """Point uses of each later shape value at the first equal one; returns how many merged.
 
-    ``merge(keep, drop)`` does the rewiring (CSE's, which keeps graph output names)."""
+    Only live values take part: a rewrite leaves the nodes it replaced behind for dead code, and
+    one of those picked first would keep its producer chain alive in place of the rewrite's own
+    equal value. ``merge(keep, drop)`` does the rewiring (CSE's, which keeps graph output names)."""
     seen: dict[object, ir.Value] = {}
     merged = 0
+    live = live_nodes(graph)
+    index = None   # built once, when first needed
     for node in graph:
-        if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or node not in live:
             continue
         value = node.outputs[0]
         if not value.uses() and not value.is_graph_output():
@@ -219,8 +230,18 @@ def merge_equal_shape_values(graph: ir.Graph, merge) -> int:
         first = seen.get(key)
         if first is None:
             first = seen[key] = value
-            if _reads_input(value) or value.is_graph_output() or (src := _from_input(graph, key)) is None:
+            if _reads_input(value) or value.is_graph_output():
                 continue
+            before = set(graph)
+            if (src := _from_input(graph, key)) is None:
+                continue
+            fresh = {n for n in graph if n not in before}
+            if (cost := keep_cost(value, graph, live, fresh)) is not None:
+                index = twin_index(graph, live) if index is None else index
+                if cost < fresh_cost(src, fresh, index):   # the copy is cheaper: the fresh read goes
+                    for n in reversed([n for n in graph if n in fresh]):
+                        graph.remove(n, safe=True)
+                    continue
             seen[key] = first = src
         if merge([first], [value]):
             merged += 1

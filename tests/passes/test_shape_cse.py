@@ -134,3 +134,82 @@ def test_a_decode_present_length_plus_one_is_read_from_the_inputs():
     rng = np.random.default_rng(0)
     f = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
     check_same(proto, model, inputs={"past": f(2, 2, 3, 8), "k": f(2, 2, 1, 8), "mask": f(2, 1, 1, 9)})
+
+
+# A cache mask rebuild's glue (rules/attention/lower.yaml, cache-causal-grid): the scalar P + S
+# feeds a Range that stays, and its Unsqueeze is the end of a cut of the mask. The 1-D [P + S]
+# read fresh from the inputs is Shape(past)[2:3] + Shape(ids)[1:2], 3 nodes; the Unsqueeze is 1.
+REBUILT_LENGTH = '''
+g (float[B, 2, P, 8] past, int64[B, S] ids, float[B, T] mask) => (int64[?] keys, float[B, ?] cut)
+{
+    zero = Constant<value = int64 {0}>()
+    one = Constant<value = int64 {1}>()
+    two = Constant<value = int64 {2}>()
+    zero1 = Constant<value = int64[1] {0}>()
+    one1 = Constant<value = int64[1] {1}>()
+    sp = Shape(past)
+    p = Gather<axis = 0>(sp, two)
+    si = Shape(ids)
+    s = Gather<axis = 0>(si, one)
+    t = Add(p, s)
+    keys = Range(zero, t, one)
+    te = Unsqueeze(t, zero1)
+    cut = Slice(mask, zero1, te, one1)
+}'''
+
+
+def _rebuilt_feeds() -> dict:
+    rng = np.random.default_rng(0)
+    return {"past": rng.standard_normal((2, 2, 3, 8), dtype=np.float32), "ids": np.ones((2, 4), np.int64),
+            "mask": rng.standard_normal((2, 9), dtype=np.float32)}
+
+
+def test_a_copy_cheaper_than_the_input_read_is_kept():
+    """The Unsqueeze of a scalar that stays alive costs 1 node; the fresh read of [P + S] from the
+    inputs would cost 3 (2 Shapes and the Add): the copy stays the representative."""
+    proto, model, _, _ = _run(REBUILT_LENGTH)
+    assert ops(model) == {"Constant": 5, "Shape": 2, "Gather": 2, "Add": 1, "Range": 1, "Unsqueeze": 1,
+                          "Slice": 1}, ops(model)
+    check_same(proto, model, inputs=_rebuilt_feeds())
+
+
+def test_a_dead_copy_is_no_representative():
+    """An equal [P + S] the rewrite left dead (its Slice reaches no output) comes first and reads
+    the inputs, but it must not take the live Unsqueeze's uses: that would keep its 3 nodes alive
+    instead of the 1."""
+    text = REBUILT_LENGTH.replace("    sp = Shape(past)\n", '''    sp = Shape(past)
+    dp = Shape<start = 2, end = 3>(past)
+    ds = Shape<start = 1, end = 2>(ids)
+    dt = Add(dp, ds)
+    dead = Slice(mask, zero1, dt, one1)
+''')
+    proto, model, _, _ = _run(text)
+    assert ops(model) == {"Constant": 5, "Shape": 2, "Gather": 2, "Add": 1, "Range": 1, "Unsqueeze": 1,
+                          "Slice": 1}, ops(model)
+    check_same(proto, model, inputs=_rebuilt_feeds())
+
+
+def test_an_input_read_cheaper_than_the_copy_is_taken():
+    """Without the Range the scalar dies with its Unsqueeze (5 nodes): the 3-node read wins."""
+    text = REBUILT_LENGTH.replace("(int64[?] keys, float[B, ?] cut)", "(float[B, ?] cut)").replace(
+        "    keys = Range(zero, t, one)\n", "")
+    proto, model, _, _ = _run(text)
+    assert ops(model) == {"Constant": 2, "Shape": 2, "Add": 1, "Slice": 1}, ops(model)
+    assert {n.inputs[0].name for n in model.graph if n.op_type == "Shape"} == {"past", "ids"}
+    check_same(proto, model, inputs=_rebuilt_feeds())
+
+
+def test_a_copy_reading_another_input_gives_way():
+    """The scalar reads S from m's shape, the fresh read from ids' (the first input holding S): the
+    copy is not kept, cheaper or not. Which input a size comes from matters to the mask probes
+    (they vary input_ids' length, not attention_mask's)."""
+    text = REBUILT_LENGTH.replace("int64[B, S] ids,", "int64[B, S] ids, float[B, S] m,").replace(
+        "si = Shape(ids)", "si = Shape(m)")
+    proto, model, _, _ = _run(text)
+    (cut,) = [n for n in model.graph if n.op_type == "Slice"]
+    end = cut.inputs[2].producer()
+    assert end.op_type == "Add", end.op_type
+    assert sorted(x.producer().inputs[0].name for x in end.inputs) == ["ids", "past"]
+    feeds = _rebuilt_feeds()
+    feeds["m"] = np.zeros((2, 4), np.float32)
+    check_same(proto, model, inputs=feeds)
