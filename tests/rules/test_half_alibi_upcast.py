@@ -6,8 +6,8 @@ the probabilities cast back (MPT exported by TorchScript in float16):
     p = softmax(where(m, -65504f, float(q k^T * scale) + alibi_f32)).to(float16);  o = p v
 
 The recognizer takes the up-cast after the scale as it takes it before, and the float32 fill of
-up-cast scores at or below the float16 floor (every kept key outweighs it by far more than
-float32's exp range, so its probability is 0 either way). Each fused graph is compared with the
+up-cast scores at or below the float16 floor, as that floor (every kept key outweighs it by far more
+than float32's exp range, so its probability is 0 either way; a row with no kept key stays finite). Each fused graph is compared with the
 original in ONNX Runtime on causal rows with right padding (each query keeps its first key; a
 fully masked float16 row has no exact form, docs/holdout.md "Masked rows (session 14)")."""
 
@@ -83,3 +83,24 @@ def test_scores_cast_after_the_scale_to_bfloat16_are_refused(h):
     fill.CopyFrom(numpy_helper.from_array(np.array(-65504.0, np.float32).astype(ml_dtypes.bfloat16), "fill"))
     rs = h.reasons(model, "ort", "attention")
     assert rs and not any(r.startswith("matched") for r in rs), rs
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("fill", [-65504.0, float(np.finfo(np.float32).min)])
+def test_fully_masked_half_rows_stay_finite(h, target, fill):
+    """Left padding leaves query rows with no kept key. The original's float32 fill makes them uniform
+    (finite); the fused op must keep them finite too (their values have no exact float16 form), or
+    the next layer reads NaN K/V at those positions and 0 * NaN poisons every row. A float32 fill
+    below float16's range saturates at float16's lowest instead of becoming -inf."""
+    model = _mpt_half(h, fill=fill)
+    out = h.fuse(model, target)
+    assert "Softmax" not in h.ops(out), h.ops(out)
+    feeds = _feeds(h)
+    keep = np.ones((B, S), bool)
+    keep[1, :2] = False  # left padding: batch 1's query rows 0 and 1 keep no key
+    feeds["m"] = ~(np.tril(np.ones((S, S), bool))[None, None] & keep[:, None, None, :])
+    want = h.run(model, feeds)[0]
+    got = h.run(out, feeds)[0]
+    assert np.isfinite(want).all()
+    assert np.isfinite(got).all(), np.argwhere(~np.isfinite(got))[:4]
+    np.testing.assert_allclose(got[:, :, 2:].astype(np.float32), want[:, :, 2:].astype(np.float32), atol=4e-3, rtol=4e-3)
