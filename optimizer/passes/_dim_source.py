@@ -173,6 +173,15 @@ def _same_size(a: Dim | None, b: Dim | None) -> bool:
 _UNCUT = object()
 
 
+def _axis_slot(axes: list[int], r: int, i: int) -> int | None:
+    """Where axis ``i`` is in a Slice's ``axes`` of a rank-``r`` input: its index, -1 where it is not
+    cut, None where an axis is out of range."""
+    if not all(-r <= a < r for a in axes):
+        return None
+    axes = [a % r for a in axes]
+    return axes.index(i) if i in axes else -1
+
+
 def _slice_cut(node: ir.Node, r: int | None, i: int):
     """How a Slice with step 1 on axis ``i`` cuts: ``_UNCUT`` (not among its axes), ``(start,
     end)`` as Dims read from shape values (either None where unreadable), or None (axes not
@@ -187,12 +196,9 @@ def _slice_cut(node: ir.Node, r: int | None, i: int):
         if starts is None or starts[1]:
             return None
         axes = list(range(len(starts[0])))
-    if not all(-r <= a < r for a in axes):
-        return None
-    axes = [a % r for a in axes]
-    if i not in axes:
-        return _UNCUT
-    k = axes.index(i)
+    k = _axis_slot(axes, r, i)
+    if k is None or k < 0:
+        return None if k is None else _UNCUT
     if steps is not None and (k >= len(steps) or steps[k] != 1):
         return None
     return _entry(ins[1], k, sums=True), _entry(ins[2], k, sums=True)
@@ -497,12 +503,9 @@ def _reverses(node: ir.Node, r: int | None, i: int) -> bool:
     if r is None or None in (axes, steps, starts, ends) \
             or not len(axes) == len(steps) == len(starts) == len(ends):
         return False
-    if not all(-r <= a < r for a in axes):
+    k = _axis_slot(axes, r, i)
+    if k is None or k < 0:
         return False
-    axes = [a % r for a in axes]
-    if i not in axes:
-        return False
-    k = axes.index(i)
     return steps[k] == -1 and (starts[k] == -1 or starts[k] >= TO_END) and ends[k] <= -TO_END
 
 
