@@ -665,6 +665,12 @@ def _unsolved(u: ir.Value, j: int) -> str | None:
         got = shape_vector(node.inputs[1], {})
         if got is None or got[1] or len(got[0]) != _rank(u) or got[0][j] != (-1, ()):
             return None
+        ins = value_dims(node.inputs[0]) if node.inputs[0] is not None else None
+        if ins is None or not all(clean(d) for d in ins):
+            # an input dim not known yet (OPT's cache Concat before onnx's data propagation names it):
+            # a name now would stand for a size later runs can prove, and hide it from the views that
+            # undo this one (the KV-cache rule then misses the Concat under the attention)
+            return None
     elif node.op_type not in _BROADCAST or u is not node.outputs[0] or not _sizes_differ(node, u, j):
         return None
     return producer_dim_name(u.name, j)
