@@ -110,9 +110,14 @@ def _sum_from_inputs(graph: ir.Graph, entries: list, scalar: bool) -> ir.Value |
     got = shape_entries(total) if total is not None else None
     if total is None or (got is not None and got[1] == scalar and _same_sum(got[0], entries[0])):
         return total
-    for node in reversed([n for n in graph if n not in before]):
-        graph.remove(node, safe=True)
+    _drop_nodes(graph, {n for n in graph if n not in before})
     return None
+
+
+def _drop_nodes(graph: ir.Graph, nodes: set[ir.Node]) -> None:
+    """Remove ``nodes`` (a read this pass just built and does not keep), consumers first."""
+    for node in reversed([n for n in graph if n in nodes]):
+        graph.remove(node, safe=True)
 
 
 def _same_sum(got: list, entry: str) -> bool:
@@ -239,8 +244,7 @@ def merge_equal_shape_values(graph: ir.Graph, merge) -> int:
             if (cost := keep_cost(value, graph, live, fresh)) is not None:
                 index = twin_index(graph, live) if index is None else index
                 if cost < fresh_cost(src, fresh, index):   # the copy is cheaper: the fresh read goes
-                    for n in reversed([n for n in graph if n in fresh]):
-                        graph.remove(n, safe=True)
+                    _drop_nodes(graph, fresh)
                     continue
             seen[key] = first = src
         if merge([first], [value]):

@@ -29,10 +29,10 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.rewrite._expr import EvalFailure
-from onnx_fuse.rewrite._mask_probe import (_CONE_LIMIT, _HEAVY, _MASK_ROLE, _MASKED, _MAX_SQUARE_PROBE, _NEW,
-                                           _band_starts, _bind, _boundary_lengths, _cone, _const, _far_length,
-                                           _int_constants, _is_mask_input, _memo_get, _memo_put, _run_probe,
-                                           _window_rows)
+from onnx_fuse.rewrite._mask_probe import (_BATCH_PROBE_SIZE, _CONE_LIMIT, _HEAVY, _MASK_ROLE, _MASKED,
+                                           _MAX_SQUARE_PROBE, _NEW, _band_starts, _bind, _boundary_lengths, _cone,
+                                           _const, _far_length, _int_constants, _is_mask_input, _memo_get,
+                                           _memo_put, _run_probe, _window_rows)
 
 _PAD_BATCH = 2   # batch rows probed where the batch is not fixed: each drops other keys
 
@@ -318,7 +318,7 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
         env[kd.value] = t
     # every third key dropped, from a different first key in each row (a key in the middle and
     # the last ones: left, right and inner padding at once)
-    pattern = ((np.arange(t)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
+    pattern = _drops(rows, t, False)
     if pattern.all():  # one or two tokens in too few rows: drop the last key of the last row, so the
         pattern[-1, -1] = 0  # fill is read from a masked key, never assumed (-inf for a finite fill)
     # then batch row 0 fully padded: its query rows, with no kept key, must get the fill on every key too
@@ -388,10 +388,6 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
 
     _other_shapes(probe, rows, p, s, q, past, kd, bd, _int_constants(cone), at is not None)
     return am, base, s, top, (-np.inf if low == np.inf else low)
-
-
-# the most mask entries (batch x queries x keys) a probe of another shape materializes
-_BATCH_PROBE_SIZE = 1 << 24
 
 
 def _drops(rows: int, t: int, empty: bool) -> np.ndarray:
@@ -623,9 +619,8 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
     s = kd if isinstance(kd, int) else _far_length(_int_constants(cone), 3)
     rows = bd if isinstance(bd, int) else _PAD_BATCH
     env = {d.value: v for d, v in ((bd, rows), (kd, s)) if not isinstance(d, int) and getattr(d, "value", None)}
-    pattern = ((np.arange(s)[None, :] + np.arange(rows)[:, None]) % 3 != 2).astype(np.int64)
-    empty = pattern.copy()   # and batch row 0 fully padded (a mask whose empty rows attend every key is no key padding)
-    empty[0] = 0
+    pattern = _drops(rows, s, False)
+    empty = _drops(rows, s, True)   # and batch row 0 fully padded (a mask whose empty rows attend every key is no key padding)
     same = negated = True
     for pat in (np.ones_like(pattern), pattern, 1 - pattern, empty):
         arr, why = _run_probe(cone, as_const, r, 0, s, env, opset, batch=rows, drop=(km, pat), cut=cut)

@@ -733,7 +733,8 @@ def _cone_unchanged(mask: ir.Value, sig: list[tuple[ir.Node, tuple, tuple]]) -> 
 
 # --------------------------------------------------------------------------- causal masks from shapes
 
-# the most mask entries (batch x queries x keys) a batch probe of causal_only materializes
+# the most mask entries (batch x queries x keys) a probe at another batch or length materializes
+# (causal_only here, the key padding proofs in _key_padding_proof.py)
 _BATCH_PROBE_SIZE = 1 << 24
 # causal_only proofs by mask: (the mask, (q's, k's and the past's shapes, the opset), the cone's
 # signature, True / False)
