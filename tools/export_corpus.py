@@ -91,6 +91,9 @@ bases, partial and interleaved rotary, an explicit head_dim), usually into --out
 --holdout 32 plans the twentieth sweep (holdout_specs.HOLDOUT20): corpus architectures in their corpus styles
 exported by torch 2.15.0 (transformers 5.24.0), inside that torch's venv (tools/export_venv.sh --torch 2.15.0) by
 the --holdout 8 hand-off or run by that venv's python, usually into --out /tmp/sweep27/h32.
+--holdout 33 plans the twenty-first sweep (holdout_specs.HOLDOUT21): hold-out 32's architectures and styles exported
+by transformers 5.25.0 (<arch>_tf525; a process with another transformers hands them to /work/venvs/tf525, made by
+tools/export_venv.sh --transformers 5.25.0) and 10 architectures no set had, usually into --out /tmp/sweep28/h33.
 """
 
 from __future__ import annotations
@@ -1420,9 +1423,10 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "seed": SEED, "postprocess": "node metadata_props and doc_string stripped",
     }
     if isinstance(entry["num_heads"], list):  # per-stage heads (Swin, Segformer): one attention block per depth
-        entry["attention_blocks"] = sum(cfg["depths"])
+        entry["attention_blocks"] = sum(cfg["depths"] if "depths" in cfg else cfg["depth"])  # CvT: depth
         entry["num_heads"] = entry["num_kv_heads"] = entry["num_heads"][0]
-        entry["hidden_size"] = cfg["embed_dim"] if "embed_dim" in cfg else cfg["hidden_sizes"][0]
+        width = cfg["embed_dim"] if "embed_dim" in cfg else cfg["hidden_sizes"]
+        entry["hidden_size"] = width[0] if isinstance(width, list) else width  # CvT: per-stage embed_dim
     if entry["hidden_size"] is None and "hidden_sizes" in cfg:  # per-stage widths, one head count (MobileViT)
         entry["hidden_size"] = cfg["hidden_sizes"][0]
     entry["head_dim"] = cfg.get("head_dim") or cfg.get("d_kv") or (  # no heads: attention-free (Falcon-Mamba)
@@ -1526,6 +1530,7 @@ def main(argv=None) -> int:
         SPECS.update(HOLDOUT_SETS[9])
         SPECS.update(HOLDOUT6B)
         SPECS.update(HOLDOUT_SETS[32])
+        SPECS.update(HOLDOUT_SETS[33])
         if "EXPORT_CORPUS_CONFIG" in os.environ:
             SPECS[argv[1]] = dict(SPECS[argv[1]], config=json.loads(os.environ["EXPORT_CORPUS_CONFIG"]))
         print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]), *argv[5:6])))  # [dtype]
@@ -1564,7 +1569,8 @@ def main(argv=None) -> int:
                          "22: the fourteenth (PEFT adapters, not merged), "
                          "23: the fifteenth's part A (rotary configurations), "
                          "30: the eighteenth (Optimum on the later architectures), "
-                         "32: the twentieth (torch 2.15 exporter drift); "
+                         "32: the twentieth (torch 2.15 exporter drift), "
+                         "33: the twenty-first (transformers 5.25 drift and architectures no set had); "
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:

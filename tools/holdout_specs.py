@@ -2894,3 +2894,76 @@ TORCH_DRIFT_PLAN20 = {
 HOLDOUT20 = {f"{arch}_pt2150": dict(SPECS[arch], styles=styles, torch="2.15.0", base_arch=arch)
              for arch, styles in TORCH_DRIFT_PLAN20.items()}
 HOLDOUT_SETS[32] = HOLDOUT20
+
+
+# ---- twenty-first sweep (--holdout 33, HOLDOUT21): transformers 5.25 drift and architectures 5.2x added ----------
+# Part A, drift: hold-out 32's corpus architectures and styles exported by transformers 5.25.0 (torch 2.13, onnxscript
+# 0.7.2: the main venv's) against their transformers 5.24.0 twins in tests/data/corpus. Names carry the version
+# (llama_tf525); a process with another transformers hands them to that version's venv like --holdout 9.
+LEGACY_VERSIONS["525"] = "5.25.0"  # the hand-off's venv: tools/export_venv.sh --transformers 5.25.0 (/work/venvs/tf525)
+HOLDOUT21 = {f"{arch}_tf525": dict(SPECS[arch], styles=styles, transformers=LEGACY_VERSIONS["525"], base_arch=arch)
+             for arch, styles in TORCH_DRIFT_PLAN20.items()}
+HOLDOUT_SETS[33] = HOLDOUT21
+
+# Part B, new architectures: model types of transformers 5.25's CONFIG_MAPPING_NAMES that no tools/*.py named (the
+# nine types 5.25 added over 5.24 were all in sets 19-28 already, but pi05: a VLA policy), with attention and a small
+# config that runs: EXAONE 3 (its own config on LlamaForCausalLM), ImageGPT (a GPT-2 whose norm is an RMS norm
+# without bias), Bark's semantic and coarse GPTs (their own causal attention, input_embeds summed), CLVP's text
+# encoder (rotary on head dim 32, RMSNorm), CvT (depth-wise conv q / k / v projections, a cls token in the last
+# stage), Swin2SR (SwinV2's cosine attention windows inside residual groups), MGP-STR (a ViT and its A^3 token
+# attention heads), GLPN (Segformer-like spatial-reduction attention), Llama 4's vision tower (complex-number 2-D
+# RoPE, pixel shuffle). Not taken: Dia (no public encoder class), MobileViTV2 (linear attention, no softmax).
+_DEC21 = ("dyn_mask", "kv", "static_nomask", "torchscript")
+_VIS21 = ("dyn_mask", "static_nomask", "torchscript")
+_BARK21 = dict(input_vocab_size=VOCAB, output_vocab_size=VOCAB, block_size=POSITIONS, num_layers=LAYERS, num_heads=2,
+               hidden_size=HIDDEN)
+HOLDOUT21.update({
+    "exaone": _s("decoder", "ExaoneConfig", "LlamaForCausalLM",
+                 dict(DEC, num_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2),
+                 ["gqa", "rope-full", "rmsnorm", "swiglu", "config-conversion"], "exaone", "gpt2", styles=_DEC21),
+    "imagegpt": _s("decoder", "ImageGPTConfig", "ImageGPTForCausalImageModeling",
+                   dict(vocab_size=VOCAB + 1, n_positions=POSITIONS, n_embd=HIDDEN, n_layer=LAYERS, n_head=2),
+                   ["mha", "learned-positions", "rms-layernorm", "quick-gelu", "fused-qkv"], "imagegpt", "gpt2",
+                   styles=_DEC21),
+    "bark_semantic": _s("decoder", "BarkSemanticConfig", "BarkSemanticModel", dict(_BARK21),
+                        ["mha", "learned-positions", "layernorm", "gelu-erf", "fused-qkv"], "semantic", "gpt2",
+                        styles=_DEC21),
+    "bark_coarse": _s("decoder", "BarkCoarseConfig", "BarkCoarseModel", dict(_BARK21),
+                      ["mha", "learned-positions", "layernorm", "gelu-erf", "fused-qkv"], "coarse_acoustics", "gpt2",
+                      styles=_DEC21),
+    # head dim 32: CLVP's rotary dim is max(projection_dim // (2 * heads), 32)
+    "clvp_encoder": _s("encoder", "ClvpEncoderConfig", "ClvpEncoder",
+                       dict(ENC, hidden_size=2 * HIDDEN, projection_dim=HIDDEN, bos_token_id=1, eos_token_id=2),
+                       ["mha", "padding-mask", "rope-full", "rmsnorm", "swiglu"], "clvp_encoder", "bert",
+                       styles=("dyn_mask", "static_nomask")),
+    # depth [1, 2]: CvtStage indexes its drop-path list by the stage number
+    "cvt": _mm("vision", "CvtConfig", "CvtModel",
+               dict(embed_dim=[16, 32], num_heads=[1, 2], depth=[1, 2], patch_sizes=[7, 3], patch_stride=[4, 2],
+                    patch_padding=[2, 1], mlp_ratio=[2.0, 2.0], attention_drop_rate=[0.0, 0.0], drop_rate=[0.0, 0.0],
+                    drop_path_rate=[0.0, 0.0], qkv_bias=[True, True], cls_token=[False, True],
+                    qkv_projection_method=["dw_bn", "dw_bn"], kernel_qkv=[3, 3], padding_kv=[1, 1],
+                    stride_kv=[2, 2], padding_q=[1, 1], stride_q=[1, 1]),
+               ["mha", "conv-qkv", "batchnorm", "cls-token", "layernorm", "gelu-erf"], "cvt", "vit", _VIS21, 3,
+               image_size=IMAGE),
+    "swin2sr": _mm("vision", "Swin2SRConfig", "Swin2SRModel",
+                   dict(image_size=16, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, upscale=2),
+                   ["mha", "window-attention", "cosine-attention", "continuous-position-bias", "layernorm",
+                    "gelu-erf"], "swin2sr", "vit", _VIS21, 2, image_size=16),
+    "mgp_str": _mm("vision", "MgpstrConfig", "MgpstrForSceneTextRecognition",
+                   dict(image_size=[32, 64], patch_size=8, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                        num_attention_heads=2, mlp_ratio=2.0, max_token_length=8, num_character_labels=16,
+                        num_bpe_labels=16, num_wordpiece_labels=16),
+                   ["mha", "patch-embed", "cls-token", "a3-token-attention", "layernorm", "gelu-erf"], "mgp-str",
+                   "vit", _VIS21, LAYERS, image_size=[32, 64], output="logits"),
+    "glpn": _mm("vision", "GLPNConfig", "GLPNModel",
+                dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3],
+                     strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=16),
+                ["mha", "spatial-reduction", "overlap-patch-embed", "layernorm", "gelu-erf"], "glpn", "vit", _VIS21,
+                2, image_size=IMAGE),
+    # intermediate 4 * hidden: the pixel-shuffle MLP's input (projector_input_dim / ratio^2)
+    "llama4_vision": _mm("vision", "Llama4VisionConfig", "Llama4VisionModel",
+                         dict(VIS, intermediate_size=4 * HIDDEN, vision_output_dim=HIDDEN, projector_input_dim=HIDDEN,
+                              projector_output_dim=HIDDEN, pixel_shuffle_ratio=0.5),
+                         ["mha", "patch-embed", "cls-token", "rope-2d-complex", "layernorm", "gelu-erf"],
+                         "llama4_vision_model", "vit", _VIS21, LAYERS),
+})
