@@ -35,6 +35,8 @@ from onnx_fuse.rewrite._mask_probe import (_BATCH_PROBE_SIZE, _CONE_LIMIT, _HEAV
                                            _memo_put, _run_probe, _window_rows)
 
 _PAD_BATCH = 2   # batch rows probed where the batch is not fixed: each drops other keys
+# batches x lengths _other_shapes may probe (a few ms each); a cone with more constants is not proven
+_MAX_SHAPE_PROBES = 768
 
 
 def _kept(arr: np.ndarray, what: str) -> np.ndarray:
@@ -404,7 +406,8 @@ def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.V
     comparison: the query length (prefill, cross keys) or the cache length either side of each constant,
     with keys dropped and with row 0 fully padded; the batch either side of each and past them (a mask
     may compare a row index or the batch size with a constant: rows past the second keeping every key),
-    at P, S or, where that mask is too large, S = 3 after 2 cached. ``probe(rows, P, S, pattern)`` raises
+    at P, S or, where that mask is too large, S = 3 after 2 cached, and at each of those other lengths
+    (a batch condition may hold at some lengths only). ``probe(rows, P, S, pattern)`` raises
     unless the mask keeps the proof's form less the pattern's keys there (skipped where too large)."""
     sd = q.shape.dims[-2]
     shapes: list[tuple[int, int]] = []
@@ -425,10 +428,18 @@ def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.V
     small = (p if kd is not None or not cache or isinstance(past.shape.dims[2], int) else min(p, 2),
              s if isinstance(sd, int) or kd is not None else min(s, 3))
     far = _far_length(consts, 3)
-    for n in sorted({*_boundary_lengths(consts, 3, far), far}):
+    batches = sorted({*_boundary_lengths(consts, 3, far), far})
+    if len(batches) * (len(shapes) + 1) > _MAX_SHAPE_PROBES:
+        raise EvalFailure(f"{len(batches)} batches at {len(shapes) + 1} lengths: too many shapes to probe")
+    for n in batches:
         at = (p, s) if n * s * (p + s) <= _BATCH_PROBE_SIZE else small
         if n * at[1] * sum(at) <= _BATCH_PROBE_SIZE:
             probe(n, *at, _drops(n, sum(at), True))
+        # and at the other lengths probed above: a batch condition may hold only together with a
+        # length between two constants (rows past the second keeping every key at 2..4 tokens)
+        for p_, s_ in shapes:
+            if n * s_ * (p_ + s_) <= _BATCH_PROBE_SIZE:
+                probe(n, p_, s_, _drops(n, p_ + s_, True))
 
 
 # cache proofs by mask: (the mask, q's and the past's shapes, the opset, the cone's signature, the
@@ -637,13 +648,16 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
     if not (same or negated):
         raise EvalFailure(f"the value is not {km.name!r}'s per-key value (nor its negation)")
     # the other lengths either side of each constant of the cone, and batches either side of each and past
-    # them (_other_shapes'), row 0 fully padded, the others dropping keys
+    # them at each length (_other_shapes'), row 0 fully padded, the others dropping keys
     consts = _int_constants(cone)
     far = _far_length(consts, 3)
     shapes = [(rows, x, e) for x in _boundary_lengths(consts, 1, s) if x != s for e in {False, rows > 1}
               ] if not isinstance(kd, int) else []
-    if not isinstance(bd, int):
-        shapes += [(n, s, True) for n in sorted({*_boundary_lengths(consts, 3, far), far})]
+    if not isinstance(bd, int):   # at each of those lengths too (a batch condition may hold at some only)
+        lens = [s, *sorted({x for _, x, _ in shapes})]
+        shapes += [(n, x, True) for n in sorted({*_boundary_lengths(consts, 3, far), far}) for x in lens]
+    if len(shapes) > _MAX_SHAPE_PROBES:
+        raise EvalFailure(f"{len(shapes)} shapes to probe: too many")
     for n, s_, empty_row in shapes:
         if n * s_ > _BATCH_PROBE_SIZE:
             continue

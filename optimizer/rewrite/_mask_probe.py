@@ -407,6 +407,9 @@ def _raise_unless(reason: str | None) -> bool:
 # Probes at small cache lengths (each integer constant of the cone and either side of it) when the
 # query length is fixed; more than this many constants is no mask worth the proof.
 _MAX_BOUNDARY_PROBES = 48
+# causal_only's probes with the batch too (every probed length at each batch beside a constant,
+# a few ms each: 254 for test_causal_only's 'long' mask over a cache); more is no mask worth the proof
+_MAX_BATCH_GRID_PROBES = 16 * _MAX_BOUNDARY_PROBES
 # A probe of S queries over S keys (prefill, or a prefill over an empty cache) materializes an
 # [S, S] mask: S past a window of 8192 at most (verify's bound too). Larger constants make the
 # prefill proof refuse and the cache proof probe the small positions one length at a time.
@@ -758,9 +761,9 @@ def causal_only(ctx: Any, mask: Any, q: Any, k: Any, past: Any = None) -> bool:
     whose packed-sequence check, a CumSum of position jumps, is all one sequence for positions
     0..S-1): its values are then those of the probe at each shape. Probed at the lengths where a
     comparison with a constant of the cone can flip and past them (S, and P with a past; every row
-    of a prefill probe is a position), with a batch of 1, of 2 and either side of each constant and
-    past them, the other named dims of the inputs it reads the shape of at other values, and an
-    attention mask whose length (only) it reads 2 longer and 1 shorter than the keys. No row loses
+    of a prefill probe is a position), with a batch of 1, and of 2, either side of each constant and
+    past them at each of those lengths (a batch condition may hold at some lengths only), the other
+    named dims of the inputs it reads the shape of at other values, and an attention mask whose length (only) it reads 2 longer and 1 shorter than the keys. No row loses
     every key, so the causal flag (Attention-23's is_causal, the contrib ops' unidirectional: both
     offset by P over a past) gives the same result. Never fails: False where any of it is not proven."""
     try:
@@ -834,13 +837,22 @@ def _causal_probes(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q: i
     runs += [(far_p, far_s, 2, {})] + [(far_p, far_s, 1, {o: far_s + d for o in others}) for d in ((3, -3) if others else ())]
     # the batch too: a mask from shapes may compare a row index or the batch size with a constant
     # (rows past the second seeing every key), so batches either side of each constant and past
-    # them, at the far lengths or, where that mask is too large, the shortest with several queries
+    # them, at the far lengths or, where that mask is too large, the shortest with several queries,
+    # and at every other probed length that mask fits: a batch condition may hold only together
+    # with a length between two constants (every key for a batch of 3 at 5..10 tokens)
     short = next((s for s in lengths if s >= 2), lengths[-1])
-    for rows in [*_boundary_lengths(consts, 3, far), far]:
+    grid = [(p, s) for s in lengths for p in pasts]
+    seen = {(p, s, rows) for p, s, rows, extra in runs if not extra}
+    for rows in [2, *_boundary_lengths(consts, 3, far), far]:
         p, s = (far_p, far_s) if rows * far_s * (far_p + far_s) <= _BATCH_PROBE_SIZE else (pasts[0], short)
         if rows * s * (p + s) > _BATCH_PROBE_SIZE:
             return False
-        runs.append((p, s, rows, {}))
+        for p_, s_ in [*grid, (p, s)]:
+            if (p_, s_, rows) not in seen and (rows * s_ * (p_ + s_) <= _BATCH_PROBE_SIZE or (p_, s_) == (p, s)):
+                seen.add((p_, s_, rows))
+                runs.append((p_, s_, rows, {}))
+    if len(runs) > _MAX_BATCH_GRID_PROBES:
+        return False
     for p, s, rows, extra in runs:
         env = {**_bind(q, past, s, p, rows), **extra}
         arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows)

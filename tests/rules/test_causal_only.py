@@ -81,6 +81,11 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
     if kind == "batch_3":   # every key with a batch of exactly 3
         nodes += [n("Equal", ["nb", "i3"], ["b3"]), n("Or", [keep, "b3"], ["kw"])]
         keep = "kw"
+    if kind == "band_batch":   # every key with a batch of 3 or more at 2..4 new tokens (not at 2 rows or past 4)
+        nodes += [n("GreaterOrEqual", ["ns", "i2"], ["lo"]), n("LessOrEqual", ["ns", "i4"], ["hi"]),
+                  n("GreaterOrEqual", ["nb", "i3"], ["b3"]), n("And", ["lo", "hi"], ["band"]),
+                  n("And", ["band", "b3"], ["bb"]), n("Or", [keep, "bb"], ["kw"])]
+        keep = "kw"
     if kind == "enc_longer":   # every key visible when another input (an encoder's states) is longer
         nodes += [n("Shape", ["enc"], ["encs"]), n("Gather", ["encs", "i1"], ["ne"], axis=0),
                   n("Greater", ["ne", "ns"], ["longer"]), n("Or", [keep, "longer"], ["kw"])]
@@ -102,7 +107,7 @@ def _model(h, attn: str = "packed", past: bool = False, kind: str = "plain", d: 
     if kind == "enc_longer":
         inputs.insert(1, h.vi("enc", ["batch", "enc_seq", hid]))
     inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
-                  "i3": np.array(3, np.int64), "i5": np.array(5, np.int64),
+                  "i3": np.array(3, np.int64), "i4": np.array(4, np.int64), "i5": np.array(5, np.int64),
                   "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64),
                   "ax13": np.array([1, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
                   "ax013": np.array([0, 1, 3], np.int64), "ax123": np.array([1, 2, 3], np.int64),
@@ -200,13 +205,14 @@ def test_cache_causal_bias_rebuilt_at_trt(h, level):
 
 
 @pytest.mark.parametrize("kind", ["positions", "window", "short_full", "row_full", "rows_late", "batch_3",
-                                  "enc_longer", "fill_1e4"])
+                                  "band_batch", "enc_longer", "fill_1e4"])
 @pytest.mark.parametrize("target", ["ort", "onnx"])
 def test_other_masks_keep_the_bias(h, kind, target):
     """Positions read from an input (block-diagonal for packed sequences), a window of 3, every key
     below 5 tokens (the probe tries lengths beside each constant), a later batch row seeing every
     key (the probe runs a batch of 2), rows past the second or a batch of 3 seeing every key (the
-    probe runs batches beside each constant and past them), every key when an encoder input is
+    probe runs batches beside each constant and past them), every key for a batch of 3 at 2..4 tokens
+    only (the batches are probed at every probed length too), every key when an encoder input is
     longer (the probe moves the other dims it reads the shape of), a -1e4 fill: no causal flag, the
     bias stays."""
     model = _model(h, kind=kind)
@@ -224,10 +230,11 @@ def test_cache_window_keeps_the_bias(h):
     _check(h, model, fused, past=True)
 
 
-@pytest.mark.parametrize("kind", ["rows_late", "batch_3"])
+@pytest.mark.parametrize("kind", ["rows_late", "batch_3", "band_batch"])
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_cache_mask_by_batch_keeps_the_bias(h, kind, target):
-    """Over a cache too (trt: no cache-causal-bias rebuild either): batches of 3 see every key."""
+    """Over a cache too (trt: no cache-causal-bias rebuild either): batches of 3 see every key (at 2..4
+    new tokens only: band_batch)."""
     model = _model(h, past=True, kind=kind)
     fused = h.fuse(model, target, level=4 if target == "trt" else 3)
     flags = _attr(fused, "MultiHeadAttention" if target == "ort" else "Attention",

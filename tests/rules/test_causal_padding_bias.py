@@ -32,7 +32,8 @@ GLUE = {"GatherND", "Max", "Expand"}
 def _mask_nodes(n, past: bool, kind: str) -> list:
     """transformers 5's causal + padding mask over attention_mask [B, P+S] -> ``mask`` [B,1,S,P+S].
     kind: plain; row_fills (batch row b masks with (b + 1) * -1e30); window (key j > P + i - 3
-    too: a sliding window of 3); rows_late (batch rows past the second keep every key); short / short_past
+    too: a sliding window of 3); rows_late (batch rows past the second keep every key); band_rows (those rows
+    keep every key at 2..4 new tokens in prefill, 2..4 cached ones with a past, only); short / short_past
     (every key kept below 5 new / cached tokens); free (plain, attention_mask declared [batch, mask_len], a length of
     its own); cut (free, attention_mask sliced to its first P + S columns first)."""
     nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i0"], ["nb"], axis=0),
@@ -60,6 +61,12 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
     if kind == "rows_late":   # batch rows past the second see every key (the proof's batch of 2 shows none)
         nodes += [n("Greater", ["bi", "i1"], ["later"]), n("Or", ["keepc", "later"], ["keepl"])]
         cond = "keepl"
+    if kind == "band_rows":   # rows past the second see every key at 2..4 new (prefill) or cached tokens only
+        nodes += [n("GreaterOrEqual", ["np" if past else "ns", "i2"], ["b_lo"]),
+                  n("LessOrEqual", ["np" if past else "ns", "i4"], ["b_hi"]), n("And", ["b_lo", "b_hi"], ["band"]),
+                  n("Greater", ["bi", "i1"], ["later"]), n("And", ["band", "later"], ["bl"]),
+                  n("Or", ["keepc", "bl"], ["keepb"])]
+        cond = "keepb"
     if kind in ("short", "short_past"):   # every key kept below 5 new (short) or cached (short_past) tokens
         nodes += [n("Less", ["ns" if kind == "short" else "np", "i5"], ["few"]), n("Or", [cond, "few"], ["keeps"])]
         cond = "keeps"
@@ -87,7 +94,7 @@ def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = Fa
         nodes.append(n("ReduceMin", ["mask"], ["mask_min"], keepdims=0))
         outputs.append(h.vi("mask_min", []))
     inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
-                  "i3": np.array(3, np.int64), "i5": np.array(5, np.int64),
+                  "i3": np.array(3, np.int64), "i4": np.array(4, np.int64), "i5": np.array(5, np.int64),
                   "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
                   "ax013": np.array([0, 1, 3], np.int64), "axm1": np.array([-1], np.int64),
                   "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
@@ -207,3 +214,16 @@ def test_short_lengths_keep_the_bias(h, target, kind, past):
     ops = h.ops(fused)
     assert ops["GatherND"] == 1 and ops["Or"] == 1, ops
     _check(h, model, fused, past=past, sizes=((3, 2), (1, 0), (2, 6)) if past else ((7, 0), (3, 0), (1, 0)))
+
+
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_rows_late_at_some_lengths_keep_the_bias(h, target, past):
+    """Batch rows past the second keeping every key at 2..4 new (prefill) or cached tokens only: the proof
+    probes the batches beside each constant at each length it probes too (at the proof's own length
+    only, every target rebuilt the bias or took the 2-D key mask: max abs 0.9-4.4 at 2..4 tokens)."""
+    model = _model(h, past=past, kind="band_rows")
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    ops = h.ops(fused)
+    assert ops["GatherND"] == 1 and ops["Or"] == 1, ops
+    _check(h, model, fused, past=past, sizes=((3, 3), (1, 2), (2, 6)) if past else ((7, 0), (3, 0), (2, 0)))

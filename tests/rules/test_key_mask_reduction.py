@@ -22,7 +22,7 @@ MIN = float(np.finfo(np.float32).min)
 
 
 def _model(h, source: str = "lengths", axis: int = 2, causal: bool = False, extra: bool = False,
-           unmask: bool = False, rows_late: bool = False, short: bool = False):
+           unmask: bool = False, rows_late: bool = False, short: bool = False, band_rows: bool = False):
     """An encoder attention over Where(m4, 0, min), m4 = km[:, None, None, :] broadcast to
     [B, 1, S, S] (And the causal grid when ``causal``; And a second [B, S] input when ``extra``), and
     a frame mask of m4 reduced over ``axis`` (all(~m4): ReduceMin; any(~m4): ReduceMax) zeroing the
@@ -59,6 +59,12 @@ def _model(h, source: str = "lengths", axis: int = 2, causal: bool = False, extr
         nodes += [n("Range", ["i0", "nb", "i1"], ["rb"]), n("Unsqueeze", ["rb", "ax123"], ["bi"]),
                   n("Greater", ["bi", "i1"], ["later"]), n("Or", [m4, "later"], ["m4l"])]
         m4 = "m4l"
+    if band_rows:   # those rows keep every key at 2..4 tokens only (the proof's 16 and a batch of 2 show none)
+        nodes += [n("GreaterOrEqual", ["ns", "i2"], ["b_lo"]), n("LessOrEqual", ["ns", "i4"], ["b_hi"]),
+                  n("And", ["b_lo", "b_hi"], ["band"]), n("Range", ["i0", "nb", "i1"], ["rb"]),
+                  n("Unsqueeze", ["rb", "ax123"], ["bi"]), n("Greater", ["bi", "i1"], ["later"]),
+                  n("And", ["band", "later"], ["bl"]), n("Or", [m4, "bl"], ["m4b"])]
+        m4 = "m4b"
     if extra:
         inputs.append(h.vi("other_mask", ["batch", "seq"], TensorProto.BOOL))
         nodes += [n("Unsqueeze", ["other_mask", "ax12"], ["o4"]), n("And", [m4, "o4"], ["m4e"])]
@@ -67,7 +73,7 @@ def _model(h, source: str = "lengths", axis: int = 2, causal: bool = False, extr
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "ax0": np.array([0], np.int64),
              "ax1": np.array([1], np.int64), "ax12": np.array([1, 2], np.int64), "one1": np.array([1], np.int64),
              "axm1": np.array([-1], np.int64), "ax123": np.array([1, 2, 3], np.int64),
-             "i5": np.array(5, np.int64),
+             "i2": np.array(2, np.int64), "i4": np.array(4, np.int64), "i5": np.array(5, np.int64),
              "red": np.array([axis], np.int64), "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
              "hshape": np.array([0, 0, H, D], np.int64), "merge": np.array([0, 0, HID], np.int64),
              "scale": np.array(D ** -0.5, np.float32)}
@@ -131,14 +137,16 @@ def test_frame_mask_reads_the_key_mask(h, source, target):
 
 
 @pytest.mark.parametrize("kw", [dict(axis=3), dict(reduce="any", causal=True), dict(extra=True), dict(unmask=True),
-                                dict(rows_late=True), dict(short=True)],
-                         ids=["key_axis", "any_causal", "second_mask", "unmask_unattended", "rows_late", "short"])
+                                dict(rows_late=True), dict(short=True), dict(band_rows=True)],
+                         ids=["key_axis", "any_causal", "second_mask", "unmask_unattended", "rows_late", "short",
+                              "rows_late_at_4"])
 def test_other_reductions_stay(h, kw):
     """Over the key axis (all keys of a query masked: a per-query value), any() of a causal mask
     (query 0 masks every later key), a second mask input in the 4-D mask, a mask whose fully padded
     rows attend every key (the probe pads a whole batch row), batch rows past the second keeping
     every key (the probe runs batches beside each constant and past them), every key kept below 5
-    tokens (and lengths beside each constant): the reduction stays."""
+    tokens (and lengths beside each constant), those rows keeping every key at 2..4 tokens only (the
+    batches at each of those lengths): the reduction stays."""
     model = _build(h, **kw)
     fused = h.fuse(model, "onnx")
     ops = h.ops(fused)
