@@ -2967,3 +2967,8 @@ HOLDOUT21.update({
                          ["mha", "patch-embed", "cls-token", "rope-2d-complex", "layernorm", "gelu-erf"],
                          "llama4_vision_model", "vit", _VIS21, LAYERS),
 })
+# Falcon-RW's layout (ALiBi, MHA, sequential residual, biases), in no set before: transformers 5.25 moved Falcon to the
+# attention interface (ALiBi folded into the float mask, MQA by repeat_kv), the one modeling change hold-out 32's
+# drift files show; exported by 5.24 and 5.25 alike (no pin), each the other's twin
+HOLDOUT21["falcon_alibi"] = _sz("falcon", ("dyn_mask", "kv", "torchscript"), ("alibi", "mha", "sequential-residual"),
+                                alibi=True, multi_query=False, parallel_attn=False, bias=True)
