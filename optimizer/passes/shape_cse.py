@@ -235,17 +235,25 @@ def merge_equal_shape_values(graph: ir.Graph, merge) -> int:
         first = seen.get(key)
         if first is None:
             first = seen[key] = value
-            if _reads_input(value) or value.is_graph_output():
+            if value.is_graph_output():
                 continue
+            direct = _reads_input(value)
             before = set(graph)
             if (src := _from_input(graph, key)) is None:
                 continue
             fresh = {n for n in graph if n not in before}
-            if (cost := keep_cost(value, graph, live, fresh)) is not None:
+            cost = keep_cost(value, graph, live, fresh)
+            if cost is None:
+                keep = direct   # a read of another input (or an intermediate) keeps its own
+            else:
                 index = twin_index(graph, live) if index is None else index
-                if cost < fresh_cost(src, fresh, index):   # the copy is cheaper: the fresh read goes
-                    _drop_nodes(graph, fresh)
-                    continue
+                # ties keep a direct read (already an input's) and give way to the fresh read
+                # for a copy of an intermediate
+                added = fresh_cost(src, fresh, index)
+                keep = cost <= added if direct else cost < added
+            if keep:
+                _drop_nodes(graph, fresh)
+                continue
             seen[key] = first = src
         if merge([first], [value]):
             merged += 1

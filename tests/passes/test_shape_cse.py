@@ -213,3 +213,42 @@ def test_a_copy_reading_another_input_gives_way():
     feeds = _rebuilt_feeds()
     feeds["m"] = np.zeros((2, 4), np.float32)
     check_same(proto, model, inputs=feeds)
+
+
+# roberta torchscript's glue: a 1-D [S] read straight from the input as Gather(Shape(ids), [1]),
+# whose full Shape nothing else reads. The fresh read Shape<start = 1, end = 2>(ids) is 1 node
+# against the copy's 2, so the cost check that other copies get applies to direct reads too.
+DIRECT_READ = '''
+g (int64[B, S] ids, float[B, 1, 1, 3] m) => (float[B, 1, S, 3] y)
+{
+    one = Constant<value = int64[1] {1}>()
+    ones = Constant<value = int64[1] {1}>()
+    three = Constant<value = int64[1] {3}>()
+    si = Shape(ids)
+    s = Gather<axis = 0>(si, one)
+    b = Shape<start = 0, end = 1>(ids)
+    t = Concat<axis = 0>(b, ones, s, three)
+    y = Expand(m, t)
+}'''
+
+
+def _direct_feeds() -> dict:
+    return {"ids": np.ones((2, 5), np.int64), "m": np.ones((2, 1, 1, 3), np.float32)}
+
+
+def test_a_direct_read_dearer_than_the_input_read_gives_way():
+    """Gather(Shape(ids), [1]) keeps 2 nodes alive, Shape(ids)[1:2] adds 1: the fresh read is
+    taken (before, a direct read stayed the representative without the cost check)."""
+    proto, model, _, _ = _run(DIRECT_READ)
+    assert "Gather" not in ops(model), ops(model)
+    assert ops(model)["Shape"] == 2, ops(model)
+    check_same(proto, model, inputs=_direct_feeds())
+
+
+def test_a_direct_read_as_cheap_as_the_input_read_is_kept():
+    """When the full Shape stays alive for another reader the copy costs 1 node, as the fresh
+    read does: ties keep the direct read (no churn)."""
+    text = DIRECT_READ.replace("=> (float[B, 1, S, 3] y)", "=> (float[B, 1, S, 3] y, int64[2] si)")
+    proto, model, _, _ = _run(text)
+    assert ops(model)["Gather"] == 1 and ops(model)["Shape"] == 2, ops(model)
+    check_same(proto, model, inputs=_direct_feeds())
