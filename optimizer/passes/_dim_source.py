@@ -13,7 +13,7 @@ again so the names spread). Steps, each exact for every input the model accepts:
 - broadcasting ops (Add, Mul, Where...): the operand whose dim survives, when every other operand
   lacks that axis or has it as a static 1 or as the same static size or exporter symbol;
 - MatMul (both operands of rank >= 2): rows from the first operand, columns from the second,
-  batch dims as broadcasting says;
+  batch dims as broadcasting says; Gemm: rows from A, columns from B (transA / transB read);
 - Gather: the data's dims around the gathered axis, the indices' dims in its place; ScatterND /
   ScatterElements: the data's dims;
 - Concat: off its axis, the first input's dim; along it, the inputs' sizes added up in one
@@ -252,6 +252,14 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         if f1 == 1 or (f1 is not None and f1 == f0):
             return y0, k0
         return (y1, k1) if f0 == 1 else None
+    if op == "Gemm" and len(node.inputs) >= 2 and node.inputs[1] is not None:
+        # rows from A (its columns under transA), columns from B (its rows under transB); C only
+        # broadcasts to [M, N] (GPT-OSS's MoE router: the tokens' B*S, which the experts' views read)
+        ta, tb = _attr(node, "transA", 0), _attr(node, "transB", 0)
+        if v is not node.outputs[0] or _rank(v) != 2 or _rank(x) != 2 or _rank(node.inputs[1]) != 2 \
+                or ta not in (0, 1) or tb not in (0, 1):
+            return None
+        return (x, ta) if i == 0 else (node.inputs[1], 1 - tb)
     if op == "Gather" and len(node.inputs) == 2:
         axis, r_idx, r_data = _attr(node, "axis", 0), _rank(node.inputs[1]), _rank(x)
         if not isinstance(axis, int) or r_idx is None or r_data is None:

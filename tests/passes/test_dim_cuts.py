@@ -101,3 +101,60 @@ def test_a_partial_reversal_is_not_the_axis():
                         "m2 = Constant<value = int64[1] {-2}>()\n    f = Slice(w, m2, lo, m1, m1)")
     dims = _dims(text)
     assert dims["f"][1] != "(S+1)//2", dims["f"]
+
+
+# GPT-OSS's MoE router (hold-out 30, Optimum): the tokens [B*S, H] through a Gemm, the top-k
+# weights scattered into zeros of the Gemm output's shape, turned expert-major and viewed as
+# [E, B, -1] (the -1 is S). onnx leaves the Gemm's rows unknown; without a Gemm step the view's
+# -1 could not be solved in the sweep, and session 27's names hid the S a later run found.
+MOE = '''
+g (float[B, S, 8] x, float[3, 8] wr, float[3] br) => (float[?, ?, ?] y)
+{
+    zero = Constant<value = int64 {0}>()
+    zero1 = Constant<value = int64[1] {0}>()
+    m1 = Constant<value = int64[1] {-1}>()
+    e1 = Constant<value = int64[1] {3}>()
+    k = Constant<value = int64[1] {2}>()
+    flat = Constant<value = int64[2] {-1, 8}>()
+    t = Reshape(x, flat)
+    logits = Gemm<transB = 1>(t, wr, br)
+    top, idx = TopK(logits, k)
+    p = Softmax(top)
+    sl = Shape(logits)
+    z = ConstantOfShape(sl)
+    sc = ScatterElements<axis = 1>(z, idx, p)
+    tr = Transpose<perm = [1, 0]>(sc)
+    sx = Shape(x)
+    b = Gather<axis = 0>(sx, zero)
+    b1 = Unsqueeze(b, zero1)
+    tgt = Concat<axis = 0>(e1, b1, m1)
+    w = Reshape(tr, tgt)
+    w4 = Unsqueeze(w, e1)
+    xs = Unsqueeze(x, zero1)
+    ex = Mul(xs, w4)
+    r = ReduceSum<keepdims = 0>(ex, zero1)
+    y = Add(x, r)
+}'''
+
+
+def test_a_gemm_keeps_the_token_count():
+    dims = _dims(MOE)
+    assert dims["logits"] == ["B*S", 3] and dims["tr"] == [3, "B*S"], (dims["logits"], dims["tr"])
+    assert dims["w"] == [3, "B", "S"], dims["w"]   # the view's -1 solved: S, not a name of its own
+    assert dims["r"] == dims["y"] == ["B", "S", 8], (dims["r"], dims["y"])
+    rng = np.random.default_rng(0)
+    sess = ort.InferenceSession(onnx.parser.parse_model(HEADER + MOE).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    out = sess.run(None, {"x": rng.standard_normal((2, 5, 8), dtype=np.float32),
+                          "wr": rng.standard_normal((3, 8), dtype=np.float32),
+                          "br": np.zeros(3, np.float32)})[0]
+    assert out.shape == (2, 5, 8)
+
+
+def test_gemm_transposed_operands():
+    """transA reads the rows from A's second dim, transB (off) the columns from B's second."""
+    text = MOE.replace("t = Reshape(x, flat)", "t0 = Reshape(x, flat)\n    t = Transpose<perm = [1, 0]>(t0)").replace(
+        "Gemm<transB = 1>(t, wr, br)", "Gemm<transA = 1>(t, wrt, br)").replace(
+        "float[3, 8] wr", "float[8, 3] wrt")
+    dims = _dims(text)
+    assert dims["logits"] == ["B*S", 3] and dims["w"] == [3, "B", "S"], (dims["logits"], dims["w"])
