@@ -186,10 +186,12 @@ def _memoized(store: dict[int, tuple], value: ir.Value, key: tuple, prove: Any) 
     return res
 
 
-def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, int, float, float]:
+def _padding_proof(ctx: Any, mask: Any, q: Any, any_base: bool = False,
+                   ) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """padding_mask()'s proof: (the attention mask: a [B, T] graph input, else a computed boolean
     [B, S] key mask (_computed_key_masks), the keys kept with it all ones, S, the highest masked
-    value, the lowest masked value; both -inf for a boolean keep-mask)."""
+    value, the lowest masked value; both -inf for a boolean keep-mask). ``any_base``: the keys kept
+    with it all ones may be any pattern of a static S (_band_padding.py), not only a causal band."""
     for v, what in ((mask, "mask"), (q, "q")):
         if not isinstance(v, ir.Value):
             raise EvalFailure(f"padding_mask() needs the {what} as a graph value")
@@ -207,7 +209,7 @@ def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, i
         cone, as_const, first = None, set(), exc
     if cone is not None:
         try:
-            return _input_padding(ctx, mask, q, cone, as_const)
+            return _input_padding(ctx, mask, q, cone, as_const, any_base=any_base)
         except EvalFailure as exc:
             first = exc
     for km in _computed_key_masks(mask, q.shape.dims[-2]):
@@ -220,7 +222,7 @@ def _padding_proof(ctx: Any, mask: Any, q: Any) -> tuple[ir.Value, np.ndarray, i
         if read:   # the probe feeds km alone: any other value the mask reads is unknown to it
             continue
         try:
-            return _prove(ctx, mask, q, km, sub, sub_const, cut=km)
+            return _prove(ctx, mask, q, km, sub, sub_const, cut=km, any_base=any_base)
         except EvalFailure:
             continue
     raise first
@@ -299,12 +301,16 @@ def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], a
 
 def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.Node], as_const: set[int],
            cut: ir.Value | None = None, past: ir.Value | None = None, at: tuple[int, int] | None = None,
-           ) -> tuple[ir.Value, np.ndarray, int, float, float]:
+           any_base: bool = False) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """The padding proof with ``am`` fed as the attention mask (``cut``: am is a computed value);
     ``past`` and ``at`` = (P, S): S new tokens after P cached ones (``past``'s length), keys P + S
-    (the base then [rows, heads, S, P + S]); prefill (P = 0) otherwise."""
+    (the base then [rows, heads, S, P + S]); prefill (P = 0) otherwise. ``any_base``: prefill
+    self-attention over a static S, whose keys kept with attention_mask all ones may be any [S, S]
+    pattern the same in every batch row and head (a band with look-ahead), not only a causal band."""
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     sd, bd = q.shape.dims[-2], am.shape.dims[0]
+    if any_base and (at is not None or not isinstance(sd, int)):
+        raise EvalFailure("a key padding over any pattern needs a prefill of a static length")
     p, s = at if at is not None else (0, sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3))
     kd = _cross_keys(mask, q) if at is None else None
     if kd is not None:   # cross-attention: T keys of their own (T - S is no past: nothing reads positions)
@@ -343,7 +349,10 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
     if kd is not None and not base.all():
         raise EvalFailure("a mask over keys of another length (cross-attention) that masks keys with attention_mask all ones")
     # a causal part: one band per row, the same in every batch row and head
-    starts = None if base.all() else _band_starts(base, p, s)
+    if any_base and (kd is not None or not np.array_equal(base, np.broadcast_to(base[:1, :1], base.shape))):
+        raise EvalFailure("the keys kept with attention_mask all ones differ between batch rows or heads"
+                          if kd is None else "a pattern over keys of another length")
+    starts = None if base.all() or any_base else _band_starts(base, p, s)
     for pat, arr in zip((pattern, empty), padded):
         bad = np.argwhere(arr != (base & (pat[:, None, None, :] != 0)))
         if len(bad):
@@ -359,6 +368,8 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
     def form(p_: int, s_: int) -> np.ndarray:
         """The keys this proof's form keeps with attention_mask all ones for S new tokens after P: every
         key, or the band of its causal part (a window W: the last W positions)."""
+        if any_base:   # a static S: _other_shapes probes other batches at this S only
+            return base[0, 0] if (p_, s_) == (p, s) else np.zeros((s_, p_ + s_), bool)
         if starts is None:
             return np.ones((s_, p_ + s_), bool)
         pos, j = p_ + np.arange(s_)[:, None], np.arange(p_ + s_)[None, :]
