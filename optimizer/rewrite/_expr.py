@@ -501,6 +501,14 @@ def _padding_window(ctx, m, q) -> int:
     return padding_window(ctx, m, q)
 
 
+def _band_padding(name: str):
+    def call(ctx, *args):
+        from onnx_fuse.rewrite import _band_padding as band
+
+        return getattr(band, name)(ctx, *args)
+    return call
+
+
 def _key_mask_reduction(ctx, r) -> bool:
     from onnx_fuse.rewrite._key_padding_proof import key_mask_reduction
 
@@ -719,6 +727,13 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # whether that attention-mask input may be longer than P + S, its first P + S columns read
     # (the rebuild slices it: a model taking a longer mask keeps taking it)
     "cache_padding_cut": _cache_padding_cut,
+    # whether a prefill mask over a static length is a key mask's padding And-ed with any fixed
+    # pattern of keys (a window looking ahead), one fill (_band_padding.py), never fails; that
+    # pattern as bool [1, 1, S, S], the key mask and the fill (fail where it does not hold)
+    "banded_key_padding": _band_padding("banded_key_padding"),
+    "padding_base": _band_padding("padding_base"),
+    "base_padding_input": _band_padding("base_padding_input"),
+    "base_padding_fill": _band_padding("base_padding_fill"),
     # whether a value [B, 1.., T] is a key mask's per-key value or its negation, whatever ops compute
     # it from the key mask (a 4-D mask reduced over its query axis), decided on its values
     # (_key_padding_proof.key_mask_reduction); fails with the reason otherwise; that key mask, and
