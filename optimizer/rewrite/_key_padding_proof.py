@@ -414,17 +414,22 @@ def _drops(rows: int, t: int, empty: bool) -> np.ndarray:
 def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.Value | None, kd: Any, bd: Any,
                   consts: list[int], cache: bool) -> None:
     """The padding proof at the other shapes the model takes where its cone's constants can flip a
-    comparison: the query length (prefill, cross keys) or the cache length either side of each constant,
-    with keys dropped and with row 0 fully padded; the batch either side of each and past them (a mask
-    may compare a row index or the batch size with a constant: rows past the second keeping every key),
-    at P, S or, where that mask is too large, S = 3 after 2 cached, and at each of those other lengths
-    (a batch condition may hold at some lengths only). ``probe(rows, P, S, pattern)`` raises
-    unless the mask keeps the proof's form less the pattern's keys there (skipped where too large)."""
+    comparison: the query length (prefill, cross keys; over a cache too, past them as well) or the cache
+    length either side of each constant, with keys dropped and with row 0 fully padded; the batch either
+    side of each and past them (a mask may compare a row index or the batch size with a constant: rows
+    past the second keeping every key), at P, S or, where that mask is too large, S = 3 after 2 cached,
+    and at each of those other lengths (a batch condition may hold at some lengths only).
+    ``probe(rows, P, S, pattern)`` raises unless the mask keeps the proof's form less the pattern's keys
+    there (skipped where too large)."""
     sd = q.shape.dims[-2]
     shapes: list[tuple[int, int]] = []
     if cache:
         if not isinstance(past.shape.dims[2], int):
             shapes = [(y, s) for y in _boundary_lengths(consts, 0, p) if y != p]
+        if not isinstance(sd, int) and s > 1:   # and the new tokens' count (a chunk of 5..9 keeping every
+            # key), from the proof at several new tokens (one new token shows no causal band to extend)
+            far_s = _far_length(consts, 3)
+            shapes += [(p, x) for x in sorted({*_boundary_lengths(consts, 1, far_s), far_s}) if x != s]
     elif not isinstance(sd, int):
         for x in _boundary_lengths(consts, 1, s):
             t = kd if isinstance(kd, int) else x + (2 if kd is not None else 0)

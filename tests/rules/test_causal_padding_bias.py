@@ -33,7 +33,8 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
     """transformers 5's causal + padding mask over attention_mask [B, P+S] -> ``mask`` [B,1,S,P+S].
     kind: plain; row_fills (batch row b masks with (b + 1) * -1e30); window (key j > P + i - 3
     too: a sliding window of 3); rows_late (batch rows past the second keep every key); band_rows (those rows
-    keep every key at 2..4 new tokens in prefill, 2..4 cached ones with a past, only); short / short_past
+    keep every key at 2..4 new tokens in prefill, 2..4 cached ones with a past, only); chunk (every key at
+    5..9 new tokens); short / short_past
     (every key kept below 5 new / cached tokens); free (plain, attention_mask declared [batch, mask_len], a length of
     its own); cut (free, attention_mask sliced to its first P + S columns first)."""
     nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i0"], ["nb"], axis=0),
@@ -61,6 +62,10 @@ def _mask_nodes(n, past: bool, kind: str) -> list:
     if kind == "rows_late":   # batch rows past the second see every key (the proof's batch of 2 shows none)
         nodes += [n("Greater", ["bi", "i1"], ["later"]), n("Or", ["keepc", "later"], ["keepl"])]
         cond = "keepl"
+    if kind == "chunk":   # every key kept at 5..9 new tokens over a cache (the proof's 3 and 1 show none)
+        nodes += [n("GreaterOrEqual", ["ns", "i5"], ["c_lo"]), n("LessOrEqual", ["ns", "i9"], ["c_hi"]),
+                  n("And", ["c_lo", "c_hi"], ["chunk"]), n("Or", [cond, "chunk"], ["keepk"])]
+        cond = "keepk"
     if kind == "band_rows":   # rows past the second see every key at 2..4 new (prefill) or cached tokens only
         nodes += [n("GreaterOrEqual", ["np" if past else "ns", "i2"], ["b_lo"]),
                   n("LessOrEqual", ["np" if past else "ns", "i4"], ["b_hi"]), n("And", ["b_lo", "b_hi"], ["band"]),
@@ -95,7 +100,7 @@ def _model(h, past: bool = False, kind: str = "plain", read_elsewhere: bool = Fa
         outputs.append(h.vi("mask_min", []))
     inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "i2": np.array(2, np.int64),
                   "i3": np.array(3, np.int64), "i4": np.array(4, np.int64), "i5": np.array(5, np.int64),
-                  "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
+                  "i9": np.array(9, np.int64), "ax123": np.array([1, 2, 3], np.int64), "ax012": np.array([0, 1, 2], np.int64),
                   "ax013": np.array([0, 1, 3], np.int64), "axm1": np.array([-1], np.int64),
                   "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
                   "zero": np.array(0.0, np.float32), "fmin": np.array(MIN, np.float32),
@@ -227,3 +232,15 @@ def test_rows_late_at_some_lengths_keep_the_bias(h, target, past):
     ops = h.ops(fused)
     assert ops["GatherND"] == 1 and ops["Or"] == 1, ops
     _check(h, model, fused, past=past, sizes=((3, 3), (1, 2), (2, 6)) if past else ((7, 0), (3, 0), (2, 0)))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_a_chunk_of_new_tokens_keeping_every_key_keeps_the_bias(h, target):
+    """Over a cache, every key kept at 5..9 new tokens is no key padding there: the cache proof probes the
+    new tokens' count either side of each constant and past them too (at 3 and 1 only, every target
+    rebuilt the bias or took the 2-D key mask: max abs 2.2-3.7 at 5..9 new tokens)."""
+    model = _model(h, past=True, kind="chunk")
+    fused = h.fuse(model, target, level=4 if target == "trt" else 3)
+    ops = h.ops(fused)
+    assert ops["GatherND"] == 1 and ops["Or"] == 1, ops
+    _check(h, model, fused, past=True, sizes=((6, 2), (3, 4), (9, 0), (1, 6)))
