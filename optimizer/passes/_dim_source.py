@@ -34,6 +34,8 @@ again so the names spread). Steps, each exact for every input the model accepts:
   only computed (SEW-D's frames out of the conv feature extractor) is a fact, and the same size
   computed another way (``Shape(x)[1] // 2`` for AveragePool(2, 2)) gets the same name;
 - ConstantOfShape: its shape's entries read as sizes (a mask of ones sized so);
+- Resize given output sizes for every axis (no ``axes``, stretched): each entry of sizes (DINOv2's
+  position table interpolated to the patch grid, ``height // p``);
 - Flatten: an output dim that merges one input dim is that dim; one that merges several is their
   product where each is known (``Reshape(Flatten(q [B, H, S, D], axis=2), [0, -1, D])``'s merged
   ``2*B``, from which the view's ``-1`` is solved: S);
@@ -300,6 +302,14 @@ def _step(v: ir.Value, i: int) -> tuple[ir.Value, int] | None:
         return _flatten_step(node, v, i)
     if op in _REDUCE:
         return _reduce_step(node, v, i)
+    if op == "Resize" and len(node.inputs) >= 4 and node.inputs[3] is not None:
+        # output sizes given (DINOv2's position table interpolated to the patch grid, sized height // p):
+        # each entry is the size, where every axis is sized and stretched (no axes, no aspect policy)
+        policy = _attr(node, "keep_aspect_ratio_policy", b"stretch")
+        if _attr(node, "axes", None) is not None or policy not in (b"stretch", "stretch"):
+            return None
+        e = _entry(node.inputs[3], i)
+        return (None, e) if e is not None and clean(e) and e[0] > 0 and v is node.outputs[0] else None
     if op == "ConstantOfShape":   # torch.ones(n_frames // squeeze_factor): the entries read as sizes
         e = _entry(x, i)
         return (None, e) if e is not None and clean(e) and e[0] > 0 else None

@@ -158,3 +158,44 @@ def test_gemm_transposed_operands():
         "float[3, 8] wr", "float[8, 3] wrt")
     dims = _dims(text)
     assert dims["logits"] == ["B*S", 3] and dims["w"] == [3, "B", "S"], (dims["logits"], dims["w"])
+
+
+# DINOv2's position table (hold-out 30, Optimum) interpolated to the patch grid: Resize with sizes
+# read from the pixels' height and width (// 8), then viewed [1, -1, C]. Without a Resize step the
+# grid was unknown, so the view's -1 too, and the residual Add with the patch tokens lost its length.
+RESIZE = '''
+g (float[B, 3, h, w] px, float[1, 4, 4, 8] tab) => (float[?, ?, ?] y)
+{
+    zero1 = Constant<value = int64[1] {0}>()
+    two1 = Constant<value = int64[1] {2}>()
+    two = Constant<value = int64 {2}>()
+    three = Constant<value = int64 {3}>()
+    eight = Constant<value = int64 {8}>()
+    tgt = Constant<value = int64[3] {1, -1, 8}>()
+    sx = Shape(px)
+    hh = Gather<axis = 0>(sx, two)
+    ww = Gather<axis = 0>(sx, three)
+    hd = Div(hh, eight)
+    wd = Div(ww, eight)
+    hu = Unsqueeze(hd, zero1)
+    wu = Unsqueeze(wd, zero1)
+    hw = Concat<axis = 0>(hu, wu)
+    t = Transpose<perm = [0, 3, 1, 2]>(tab)
+    st = Shape(t)
+    lead = Slice(st, zero1, two1, zero1)
+    sizes = Concat<axis = 0>(lead, hw)
+    r = Resize<mode = "linear">(t, , , sizes)
+    rt = Transpose<perm = [0, 2, 3, 1]>(r)
+    y = Reshape(rt, tgt)
+}'''
+
+
+def test_resize_to_sizes_keeps_them():
+    dims = _dims(RESIZE)
+    assert dims["r"] == [1, 8, "(h)//8", "(w)//8"], dims["r"]
+    assert dims["y"] == [1, "(h)//8*(w)//8", 8], dims["y"]   # the view's -1 solved
+    sess = ort.InferenceSession(onnx.parser.parse_model(HEADER + RESIZE).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    out = sess.run(None, {"px": np.zeros((2, 3, 40, 24), np.float32), "tab": np.ones((1, 4, 4, 8), np.float32)})[0]
+    assert out.shape == (1, 15, 8)
+
