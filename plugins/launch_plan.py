@@ -261,7 +261,7 @@ PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # warps, block sizes a power of two >= 16, compute capability 9.0 (else the plan refuses; the C
 # launcher runs (4, 3, 2) where the pool leaves no tensor map). (8, 2, 3) is planned at D = 128.
 PA_HEADS_HEAD_DIMS = (64, 128)
-PA_HEADS_VARIANTS = ((4, 3, 3), (8, 2, 3), (8, 3, 3))
+PA_HEADS_VARIANTS = ((4, 2, 3), (4, 3, 3), (8, 2, 3), (8, 3, 3))
 # Cluster-reduce head groups (OF_PA_CLUSTER_VARIANTS, onnx_fuse_paged_attention_decode_cluster; bulk 4,
 # suffix "hc"): w8s2h with the splits of each row reduced inside a thread-block cluster (distributed
 # shared memory) instead of the workspace and the reduce kernel, and its tensor maps' L2 promotion at
@@ -791,6 +791,7 @@ def plan_paged_decode(
     if ctas_per_sm is None:
         ctas_per_sm = 2
     planned = variant is None
+    auto_splits = num_splits is None
     if planned:
         max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
         variant = _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits, device)
@@ -830,6 +831,17 @@ def plan_paged_decode(
     if plan.cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # auto splits past the cluster size
         plan = _decode_launch(plan.kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, PA_CLUSTER_MAX_SPLITS,
                               target_waves, ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    half = -(-plan.num_splits // 2)
+    if (planned and auto_splits and (plan.bulk, plan.warps) == (3, 8) and plan.num_splits >= 2
+            and batch * (num_kv_heads // 4) * half <= device.num_sms):
+        # about the same CTAs with half the splits: 4 kv heads per CTA over twice the keys, two 32 KiB stages
+        # (H100 runs 36c / 36e, D128 H32/8 block 16, GB/s: B64 3018-3021 at one split against 2986-2989 for
+        # w8s2hc at two, B32 2894-2895 / 2873-2874, B16 ctx 16384 2982-2997 / 2964-2973, B8 ctx 32768
+        # 2998 / 2903; w4s3h between; not yet timed on the H200, where w4s3h at one split read 0.1-0.3 %
+        # ahead of w8s2hc in four runs: docs/PERF.md "Twenty-sixth round")
+        plan = _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w4s2h", batch, num_heads, num_kv_heads,
+                              head_dim, dt, ctx, half, target_waves, ctas_per_sm, min_split_tokens,
+                              device, pa_smem_bytes(head_dim, 4, 2, 3), 4, 2, bulk=3)
     if (planned and (plan.bulk, plan.warps, plan.stages, plan.num_splits) == (3, 8, 2, 2)
             and math.prod(plan.grid) <= device.num_sms):
         # the planned w8s2h grid is two splits in one wave: the cluster-reduce form (run 11, H200, B64
@@ -850,6 +862,7 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
     - D = 128: one CTA per 8 kv heads, w8s2h (3.99 TB/s at B64 H32/8 against 3.95 for w4s3t and
       4.22 for SDPA on a contiguous cache), where Hkv % 8 == 0 and the block size is a power of
       two >= 16; else w4s3t (tensor copies per block and kv head, 1-4 % ahead of bulk).
+      plan_paged_decode turns a w8s2h grid of n >= 2 splits in one wave into w4s2h at ceil(n / 2).
     - D = 64: MQA-like grids (batch * Hkv <= SMs) w16s2t, tiles of 256 tokens at one CTA per SM (run
       31b, read-flushed L2, B128 H16/1 split 1: fp16 3170-3192 GB/s, bf16 3168-3175 against 2984-2994
       for w8s3t, SDPA 3287-3321; under the dirty-L2 flush of runs 14 / 17 bf16 had read w8s3t 1 %

@@ -1040,12 +1040,13 @@ def test_paged_decode_variants(lib, variant, splits, D):
 
 
 
-# The H200 default plans (launch_plan.plan_paged_decode) on shapes that reach them: head groups with
-# the cluster reduce w8s2hc (D 128, Hkv 8, two splits fill 128 SMs), w16s2t for MQA and w4s2t for GQA
-# at D 64, w4s2t at D 256; ragged lengths and an empty sequence.
-@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w8s2hc"), (128, 16, 1, 64, 16, "w16s2t"),
-                                  (64, 32, 8, 64, 16, "w4s2t"), (64, 16, 8, 256, 16, "w4s2t")],
-                         ids=lambda c: f"d{c[3]}_{c[-1]}")
+# The H200 default plans (launch_plan.plan_paged_decode) on shapes that reach them: head groups of 4
+# kv heads w4s2h (D 128, Hkv 8: one split at B64, two with the workspace reduce at B32), w16s2t for MQA
+# and w4s2t for GQA at D 64, w4s2t at D 256; ragged lengths and an empty sequence.
+@pytest.mark.parametrize("case", [(64, 32, 8, 128, 16, "w4s2h"), (32, 32, 8, 128, 16, "w4s2h"),
+                                  (128, 16, 1, 64, 16, "w16s2t"), (64, 32, 8, 64, 16, "w4s2t"),
+                                  (64, 16, 8, 256, 16, "w4s2t")],
+                         ids=lambda c: f"b{c[0]}_d{c[3]}_{c[-1]}")
 def test_paged_decode_default_plans(lib, case):
     B, Hq, Hkv, D, bs, suffix = case
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("default", case)).encode()))

@@ -351,9 +351,9 @@ def test_decode_plan_every_head_size(head_dim):
     assert p.kernel in _kernel_names() and f"_d{head_dim}_" in p.kernel
     assert (p.warps, p.stages, p.bulk) in (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim)
                                            + lp.pa_heads_variants(head_dim) + lp.pa_cluster_variants(head_dim))
-    # H200 default: head groups at D = 128 (cluster reduce: two splits in one wave), TMA tensor copies
+    # H200 default: head groups at D = 128 (4 kv heads per CTA, one wave), TMA tensor copies
     # at 64 and 256, bulk rows at 80 / 96
-    assert p.bulk == {128: 4, 256: 2, 64: 2}.get(head_dim, 1)
+    assert p.bulk == {128: 3, 256: 2, 64: 2}.get(head_dim, 1)
     assert p.smem_bytes == lp.pa_smem_bytes(head_dim, p.warps, p.stages, p.bulk)
     for v in lp.pa_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, "bfloat16", num_splits=3, variant=v)
@@ -575,13 +575,15 @@ def test_decode_default_plans_are_the_measured_fastest():
     one CTA per SM (split lengths aligned), small batches keep the 4-warp kernels."""
     def plan(*a, **k):
         return lp.plan_paged_decode(*a, **k)
-    p = plan(64, 32, 8, 128, 16, 256)  # head groups, two splits in one wave: the cluster-reduce form
-    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2hc" and p.grid == (1, 2, 64) and p.part_tokens == 2048
-    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2hc"
+    p = plan(64, 32, 8, 128, 16, 256)  # head groups of 4 kv heads, one split: one wave
+    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w4s2h" and p.grid == (2, 1, 64) and p.part_tokens == 4096
+    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w4s2h"
     assert plan(64, 32, 32, 128, 16, 128).grid == (4, 1, 64)  # 256 CTAs: 1.94 waves of 132
-    assert plan(16, 32, 8, 128, 16, 1024).grid == (1, 8, 16)
-    q = plan(8, 32, 8, 128, 16, 256)  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
+    assert plan(16, 32, 8, 128, 16, 1024).grid == (2, 4, 16)  # w8s2h's 8 splits as w4s2h's 4
+    assert plan(16, 32, 8, 128, 16, 1024, variant=(8, 2, 3)).grid == (1, 8, 16)
+    q = plan(8, 32, 8, 128, 16, 256, variant=(8, 2, 3))  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
     assert q.num_splits == 16 and q.part_tokens == 256 and q.grid == (1, 16, 8)
+    assert plan(8, 32, 8, 128, 16, 256).grid == (2, 8, 8)  # as w4s2h: half the splits
     for args in ((4, 8, 2, 128, 16, 64), (64, 32, 8, 128, 12, 256), (1, 32, 8, 128, 16, 256)):
         assert plan(*args).kernel.endswith("_d128_w4s3t" if args[4] == 16 else "_d128_w4s3b"), args
     assert plan(64, 32, 8, 128, 16, 256, device=lp.DeviceInfo(name="A100", num_sms=108,
@@ -618,7 +620,7 @@ def test_pa_heads_variants_match_the_sources_and_plan():
     assert src == set(lp.PA_HEADS_VARIANTS) and ds == set(lp.PA_HEADS_HEAD_DIMS)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert set(lp.pa_heads_variants(d)) == (src if d in ds else set()), d
-    assert lp.pa_heads_variants(128, 4) == ((4, 3, 3),) and lp.pa_heads_variants(64, 1) == ()
+    assert lp.pa_heads_variants(128, 4) == ((4, 2, 3), (4, 3, 3)) and lp.pa_heads_variants(64, 1) == ()
     for w, st, b in lp.PA_HEADS_VARIANTS:
         p = lp.plan_paged_decode(64, 32, 8, 128, 16, 256, "bfloat16", variant=(w, st, b), num_splits=2)
         assert p.kernel == f"onnx_fuse_pa_decode_bf16_d128_w{w}s{st}h" and p.bulk == 3
@@ -674,25 +676,33 @@ def test_pa_cluster_variants_match_the_sources_and_plan():
             lp.plan_paged_decode(*args, **kw)
 
 
-def test_decode_plans_the_cluster_reduce_where_w8s2h_runs_two_splits_in_one_wave():
-    """plan_paged_decode takes w8s2hc (L2 promotion 128 B) exactly where its default would be w8s2h at two
-    splits within one wave of one CTA per SM (run 11: 4186-4197 GB/s against 3988-3998 at B64 H32/8 D128);
-    other split counts, forced variants and multi-wave grids keep what they were."""
+def test_decode_plans_four_head_groups_where_w8s2h_would_split_in_one_wave():
+    """Where plan_paged_decode's 8-head-group default would run n >= 2 splits within one wave of one CTA
+    per SM, it plans w4s2h at ceil(n / 2) splits (about the same CTAs, 4 kv heads each over twice the
+    keys; H100 run 36c: 0.7-1.5 % faster); the cluster reduce w8s2hc stays where a caller asks for two
+    splits (run 11: 4186-4197 GB/s against 3988-3998 for w8s2h at B64 H32/8 D128); forced variants,
+    caller-chosen splits and multi-wave grids keep what they were."""
     def plan(*a, **k):
         return lp.plan_paged_decode(*a, **k)
     for bs in (16, 32, 64):
         p = plan(64, 32, 8, 128, bs, 4096 // bs)
-        assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2hc" and p.grid == (1, 2, 64) and p.cluster
-        assert p.l2_promotion == 128 and p.workspace_bytes == 0 and p.part_tokens == 2048
-    assert plan(64, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2hc")
+        assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w4s2h" and p.grid == (2, 1, 64) and not p.cluster
+        assert p.workspace_bytes == 0 and p.part_tokens == 4096 and p.reduce_kernel is None
+    p = plan(32, 32, 8, 128, 16, 256)  # w8s2h would take 4 splits: two here, reduced by the reduce kernel
+    assert p.kernel.endswith("_w4s2h") and p.grid == (2, 2, 32) and p.workspace_bytes > 0 and p.reduce_kernel
+    assert plan(16, 32, 8, 128, 16, 1024).grid == (2, 4, 16)  # 8 -> 4
+    assert plan(8, 32, 8, 128, 16, 2048).grid == (2, 8, 8)  # 15 (odd) -> 8: 128 CTAs
+    assert plan(66, 32, 8, 128, 16, 256).grid == (2, 1, 66)  # 132 CTAs: one wave
+    assert plan(67, 32, 8, 128, 16, 256).kernel.endswith("_w8s2h")  # 134 CTAs
+    p = plan(64, 32, 8, 128, 16, 256, num_splits=2)  # the caller's two splits: the cluster-reduce form
+    assert p.kernel.endswith("_w8s2hc") and p.grid == (1, 2, 64) and p.cluster and p.l2_promotion == 128
     assert plan(64, 32, 8, 128, 16, 256, num_splits=4).kernel.endswith("_w8s2h")  # 2 waves: no cluster
     assert plan(64, 32, 8, 128, 16, 256, variant=(8, 2, 3)).kernel.endswith("_w8s2h")
-    assert plan(16, 32, 8, 128, 16, 1024).kernel.endswith("_w8s2h")  # 8 splits
     assert plan(64, 32, 32, 128, 16, 128).kernel.endswith("_w8s2h")  # 1 split, 256 CTAs
-    assert plan(66, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2hc")  # 132 CTAs: one wave
-    assert plan(67, 32, 8, 128, 16, 256, num_splits=2).kernel.endswith("_w8s2h")  # 134 CTAs
+    assert plan(128, 32, 8, 128, 16, 128).kernel.endswith("_w8s2h")  # 1 split, 128 CTAs
+    assert plan(64, 32, 8, 128, 16, 256, window=1000).kernel.endswith("_w4s2h")
     for args in ((128, 16, 1, 64, 16, 256), (64, 32, 8, 64, 16, 256), (64, 32, 8, 256, 16, 256)):
-        assert not plan(*args).cluster
+        assert not plan(*args).cluster and "s2h" not in plan(*args).kernel
 
 
 def _pa8_tma_sources() -> dict[int, set]:
