@@ -22,7 +22,9 @@ relative biases, softcap, sinks, merged decoders checked on both branches), and 
 share (fuzz_forms.FORM_SHARE) session 16's forms (tools/fuzz_forms.py: GQA by Tile / Gather /
 Concat and its h % Hkv near misses, DequantizeLinear weights, opsets 17..23); after those and the
 contrib ops' (tools/fuzz_contrib.py), a share (fuzz_s25.S25_SHARE) session 25's idioms (tools/fuzz_s25.py:
-a key mask from lengths, causal + padding over a past, ScatterND writes tiling an axis).
+a key mask from lengths, causal + padding over a past, ScatterND writes tiling an axis), then a share
+(fuzz_s28.S28_SHARE) session 28's (tools/fuzz_s28.py: float32 softmax islands in half models, masked_fill,
+masks on batch and length jointly, fed at other shapes too).
 """
 
 from __future__ import annotations
@@ -744,6 +746,11 @@ def make_case(seed: int) -> Case:
     # session 25's idioms (tools/fuzz_s25.py), a stream of their own (no seed a test names moves)
     if np.random.default_rng([seed, S25_SALT]).random() < S25_SHARE:
         return _with_sparse(make_s25_case(seed))
+    from fuzz_s28 import S28_SALT, S28_SHARE
+
+    # session 28's forms (tools/fuzz_s28.py: float32 softmax islands, masked_fill, batch x length masks)
+    if np.random.default_rng([seed, S28_SALT]).random() < S28_SHARE:
+        return _with_sparse(make_s28_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -829,6 +836,14 @@ def make_s25_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s25 import build_s25
 
     return _built_case(seed, 0x5251, build_s25, name, "fuzz_s25")
+
+
+def make_s28_case(seed: int, name: str | None = None) -> Case:
+    """A graph of the forms session 27/28's wrong-model bugs came from (tools/fuzz_s28.py: float32 softmax
+    islands in half models, masked_fill, masks on batch and length jointly); ``name`` picks one (tests)."""
+    from fuzz_s28 import build_s28
+
+    return _built_case(seed, 0x5281, build_s28, name, "fuzz_s28")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:
