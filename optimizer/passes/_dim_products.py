@@ -5,7 +5,8 @@ not a plain product (``"past + sequence"``), compared as text. ``shape_vector`` 
 tensor symbolically (Shape -> Gather/Slice/Squeeze/Unsqueeze/Concat/Cast, plus Mul/Div of entries,
 as TorchScript and dynamo compute ``batch * num_heads``, a Div that does not divide as the floor
 atom ``(L)//s`` that ``floor_div`` names computed lengths with (``parse_floor`` reads one back: the
-one parser of those atoms), and TorchScript's ``expand(-1)``
+one parser of those atoms; ``(L + c) // s`` with c >= 0 too), the pad to a multiple ``(-L) % m`` (also
+spelled ``(m - L % m) % m``: Swin's window padding), Add / Sub of plain ints, and TorchScript's ``expand(-1)``
 guard ``Where(Equal(v, -1), 1, v)`` (also before folding: a ConstantOfShape of known length and int
 fill reads as its entries, and a Where whose condition's entries are known picks entry by entry);
 a Concat part of known length whose values cannot be read gives None entries, and moves of a
@@ -157,6 +158,8 @@ def mod_neg(n: Dim, m: int) -> Dim | None:
     if not n[1]:
         return (-n[0]) % m, ()
     text = dim_text(n)
+    if not _TOKEN.match(text):   # -(L)//4 would read as (-L)//4: negate the whole size
+        text = f"({text})"
     return (1, (f"(-{text})%{m}",)) if " " not in text and m > 1 else ((0, ()) if m == 1 else None)
 
 
@@ -168,8 +171,14 @@ def parse_mod_neg(d: Dim | None) -> tuple[Dim, int] | None:
     if d is None or d[0] != 1 or len(d[1]) != 1:
         return None
     got = _MOD_NEG.match(d[1][0])
-    n = to_dim(got.group(1)) if got else None
-    return (n, int(got.group(2))) if n is not None and _outside(got.group(1)) is not None else None
+    text = got.group(1) if got else ""
+    flags = _outside(text)
+    if flags is None:
+        return None
+    if text.startswith("(") and not any(flags):   # one group around the whole size (mod_neg's)
+        text = text[1:-1]
+    n = to_dim(text) if got else None
+    return (n, int(got.group(2))) if n is not None else None
 
 
 def _int_div(a: Dim, b: Dim) -> Dim | None:
@@ -318,6 +327,15 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         n = len(inner[0])
         s, e = (max(min(int(x.numpy().reshape(-1)[0]), n), -n) for x in (starts, ends))
         return inner[0][s:e], False
+    if op == "Div" and len(ins) == 2 and (got := _plus_const(ins[0])) is not None \
+            and (k := _positive_int(ins[1])) is not None:
+        # (n + c) // s of a size, c >= 0 (Swin's merged grid (W + 1) // 2): never negative, so ONNX's
+        # truncation is the floor, named as floor_div names a computed length
+        inner = sub_any(got[0])
+        if inner is None or len(inner[0]) != 1:
+            return None
+        e = inner[0][0]
+        return [None if e is None or e[0] < 0 else floor_div(e, k, got[1])], inner[1]
     if op in ("Mul", "Div") and len(ins) == 2:
         pair = broadcast_entries(sub(0), sub(1))
         if pair is None:
@@ -349,16 +367,16 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
         ea, eb, static = pair
         return [_equal_entry(x, y) for x, y in zip(ea, eb)], static
     if op == "Mod" and len(ins) == 2 and _attr(node, "fmod", 0) == 0:
-        # the pad to a multiple, (-n) % m (torch's -x.shape[d] % block): the atom pad_to_multiple reads
-        neg = ins[0].producer() if ins[0] is not None else None
-        m = constant_tensor(ins[1])
-        if neg is None or neg.op_type != "Neg" or neg.domain not in ("", "ai.onnx") or m is None \
-                or not m.dtype.is_integer() or m.size != 1 or int(m.numpy().reshape(-1)[0]) <= 0:
+        # the pad to a multiple, (-n) % m (torch's -x.shape[d] % block), or (c - n % m) % m with c a
+        # multiple of m (Swin's window padding (w - W % w) % w), which is the same number for every
+        # integer n (Mod with fmod 0 takes the divisor's sign): the atom pad_to_multiple reads
+        k = _positive_int(ins[1])
+        n = _negated_mod_of(ins[0], k) if k is not None else None
+        if n is None:
             return None
-        inner = shape_vector(neg.inputs[0], alias, depth + 1)
-        if inner is None or (depth == 0 and _multi_axis(neg.inputs[0])):
+        inner = shape_vector(n, alias, depth + 1)
+        if inner is None or (depth == 0 and _multi_axis(n)):
             return None
-        k = int(m.numpy().reshape(-1)[0])
         return [None if e is None else mod_neg(e, k) for e in inner[0]], inner[1]
     if sums and op == "Neg":   # a Slice's start -S (TorchScript's x[:, -S:]); never read as a size
         inner = sub(0)
@@ -371,9 +389,57 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
             return None
         f = (lambda x, y: dim_sum([x, y])) if op == "Add" else dim_diff
         return [None if x is None or y is None else f(x, y) for x, y in zip(a[0], b[0])], a[1] and b[1]
+    if op in ("Add", "Sub") and len(ins) == 2:   # of plain ints: one spelling (F.pad's 8 - len(pads) zeros)
+        pair = broadcast_entries(sub(0), sub(1))
+        if pair is None:
+            return None
+        ea, eb, static = pair
+        f = (lambda x, y: x + y) if op == "Add" else (lambda x, y: x - y)
+        return [None if x is None or y is None or x[1] or y[1] else (f(x[0], y[0]), ())
+                for x, y in zip(ea, eb)], static
     if op in ("Transpose", "Flatten") and (depth > 0 or _rank_at_most_1(v)):
         return _moved_entries(node, v, any_rank)
     return None
+
+
+def _positive_int(v: ir.Value | None) -> int | None:
+    """A one-element positive int constant's value."""
+    t = constant_tensor(v) if v is not None else None
+    if t is None or not t.dtype.is_integer() or t.size != 1 or int(t.numpy().reshape(-1)[0]) <= 0:
+        return None
+    return int(t.numpy().reshape(-1)[0])
+
+
+def _plus_const(v: ir.Value | None) -> tuple[ir.Value, int] | None:
+    """``(n, c)`` where ``v`` is ``Add(n, c)`` (either order) with c a one-element int constant >= 0."""
+    node = v.producer() if v is not None else None
+    if node is None or node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    for a, b in (node.inputs, node.inputs[::-1]):
+        t = constant_tensor(b) if b is not None else None
+        if a is not None and t is not None and t.dtype.is_integer() and t.size == 1 \
+                and int(t.numpy().reshape(-1)[0]) >= 0 and constant_tensor(a) is None:
+            return a, int(t.numpy().reshape(-1)[0])
+    return None
+
+
+def _negated_mod_of(v: ir.Value | None, m: int) -> ir.Value | None:
+    """``n`` where ``v`` is ``Neg(n)`` or ``Sub(c, Mod(n, m))`` with c a constant multiple of m (fmod 0),
+    so that ``v % m`` is ``(-n) % m``; else None."""
+    node = v.producer() if v is not None else None
+    if node is None or node.domain not in ("", "ai.onnx") or len(node.inputs) < 1:
+        return None
+    if node.op_type == "Neg":
+        return node.inputs[0]
+    if node.op_type != "Sub" or len(node.inputs) != 2:
+        return None
+    c = constant_tensor(node.inputs[0]) if node.inputs[0] is not None else None
+    inner = node.inputs[1].producer() if node.inputs[1] is not None else None
+    if c is None or not c.dtype.is_integer() or c.size != 1 or int(c.numpy().reshape(-1)[0]) % m \
+            or inner is None or inner.op_type != "Mod" or inner.domain not in ("", "ai.onnx") \
+            or len(inner.inputs) != 2 or _attr(inner, "fmod", 0) != 0 or _positive_int(inner.inputs[1]) != m:
+        return None
+    return inner.inputs[0]
 
 
 def _rank_at_most_1(v: ir.Value) -> bool:

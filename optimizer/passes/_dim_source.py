@@ -17,7 +17,8 @@ again so the names spread). Steps, each exact for every input the model accepts:
 - Gather: the data's dims around the gathered axis, the indices' dims in its place; ScatterND /
   ScatterElements: the data's dims;
 - Concat: off its axis, the first input's dim; along it, the inputs' sizes added up in one
-  canonical spelling (``past + seq``, passes/_dim_sums.py), where every input's size is known;
+  canonical spelling (``past + seq``, passes/_dim_sums.py), where every input's size is known, or
+  the sliced axis itself where it joins ``x[s:]`` and ``x[:s]`` (torch.roll: Swin's shifted windows);
 - Reshape: the input dim an output dim is proven equal to (``reshape_out_dims``: ``0`` copies,
   the ``-1`` solved from the element count), only where every input dim is an int or an exporter
   symbol; a positive target entry read from known dims is the size itself.
@@ -26,7 +27,8 @@ again so the names spread). Steps, each exact for every input the model accepts:
   ``[s, s + n)`` with ``s`` a size holds at most n entries, which broadcasting against n settles
   (``_at_most``: GPT-NeoX's causal buffer ``bias[:, :, T - S : T]``), and so does ``[-n:]``;
   so does the last entry ``[-1:]`` of an axis of that size (one entry, or none where the size
-  is 0: DETR's sine position embedding ``y / y[:, -1:]``).
+  is 0: DETR's sine position embedding ``y / y[:, -1:]``). A strided cut ``[s::k]`` to the end
+  (0 <= s < k) is ``(n+k-1-s)//k`` (Swin's patch merging, ``x[:, 0::2]``).
 - Reduce ops (constant axes): the dims they do not reduce;
 - Conv / ConvTranspose / pooling (ceil_mode too): batch (and a pool's channels) pass through; a
   spatial length is computed from the input's and named by its formula (``floor_div``: ``(L-5)//5``,
@@ -458,8 +460,57 @@ def _concat_step(node: ir.Node, v: ir.Value, i: int):
         return None
     if i != axis:
         return ins[0], i
+    rolled = _rolled(ins, r, axis)
+    if rolled is not None:
+        return rolled, axis
     total = dim_sum([known_dim(x, axis) for x in ins])
     return (None, total) if total is not None and clean(total) and total[0] >= 0 else None
+
+
+def _rolled(ins: list, r: int, axis: int) -> ir.Value | None:
+    """``x`` where a Concat joins ``x[s:]`` and ``x[:s]`` (either order) along ``axis``: torch.roll
+    (Swin's shifted windows, ``roll(x, -2, 1)``). ONNX clamps a bound the same way as a start and as
+    an end, so the two cuts split the axis at one point whatever ``s`` is (negative, past the end):
+    together they are the whole axis."""
+    if len(ins) != 2:
+        return None
+    slices = [x.producer() for x in ins]
+    if any(n is None or n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or not n.inputs
+           or n.inputs[0] is None for n in slices) or slices[0].inputs[0] is not slices[1].inputs[0]:
+        return None
+    x = slices[0].inputs[0]
+    if _rank(x) != r:
+        return None
+    cuts = [_slice_cut(n, r, axis) for n in slices]
+    if any(c is None or c is _UNCUT or None in c for c in cuts):
+        return None
+    zero = (0, ())
+    for (s1, e1), (s2, e2) in (cuts, cuts[::-1]):
+        if not e1[1] and e1[0] >= TO_END and s2 == zero and e2 == s1:
+            return x
+    return None
+
+
+def _strided(node: ir.Node, r: int | None, i: int) -> Dim | None:
+    """The length of ``x[s::k]`` on axis ``i`` (constant k > 1, 0 <= s < k, to the end): ceil((n - s) / k)
+    entries, ``(n+k-1-s)//k``, which is 0 where n < s (Swin's patch merging, ``x[:, 0::2]`` and
+    ``x[:, 1::2]``); None for any other Slice."""
+    ins = list(node.inputs) + [None] * 5
+    starts, ends = const_ints(ins[1], 16), const_ints(ins[2], 16)
+    axes, steps = const_ints(ins[3], 16), const_ints(ins[4], 16)
+    if r is None or starts is None or ends is None or steps is None or (ins[3] is not None and axes is None):
+        return None
+    axes = list(range(len(starts))) if axes is None else axes
+    if not len(axes) == len(starts) == len(ends) == len(steps):
+        return None
+    k = _axis_slot(axes, r, i)
+    if k is None or k < 0:
+        return None
+    step, start = steps[k], starts[k]
+    if step <= 1 or not 0 <= start < step or ends[k] < TO_END:
+        return None
+    n = known_dim(node.inputs[0], i)
+    return floor_div(n, step, step - 1 - start) if n is not None and clean(n) else None
 
 
 def _axes(node: ir.Node, rank: int) -> list[int] | None:
@@ -497,7 +548,8 @@ def _slice_step(node: ir.Node, v: ir.Value, i: int):
         return x, i
     cut = _slice_cut(node, _rank(v), i)
     if cut is None:
-        return None
+        got = _strided(node, _rank(v), i)
+        return (None, got) if got is not None and clean(got) and got[0] >= 0 else None
     if cut is _UNCUT:
         return x, i
     start, end = cut

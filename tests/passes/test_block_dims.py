@@ -233,3 +233,194 @@ def test_names_evaluate_as_the_shape_facts_read_them():
     env = {"S": 7, "a": 5, "b": 7, "p": 3}
     assert _eval_dim("3*(S+2)//3", env) == 9 and _eval_dim("(a)//2*(b)//2", env) == 6
     assert _eval_dim("p + 1", env) == 4 and _eval_dim("((S)//2+3)//4", env) == 1 and _eval_dim("2*S", env) == 14
+
+
+#: Swin's window padding (transformers' maybe_pad): ``(w - n % w) % w`` of the patch grid's height and
+#: width (4 here), padded at the end of each by F.pad, then the windows view read back from the padded
+#: shape; the grid comes out of a patch Conv (floor atoms: ``(H)//2``)
+_WINDOWS = """
+            wt = Constant <value = float[8, 3, 2, 2] {""" + ", ".join(["0.01"] * 96) + """}> ()
+            y = Conv <kernel_shape = [2, 2], strides = [2, 2]> (x, wt)
+            t = Transpose <perm = [0, 2, 3, 1]> (y)
+            sh = Shape (t)
+            i0 = Constant <value = int64 {0}> ()
+            i2 = Constant <value = int64 {2}> ()
+            b = Gather <axis = 0> (sh, i0)
+            h = Gather <axis = 0> (sh, i1)
+            w = Gather <axis = 0> (sh, i2)
+            four = Constant <value = int64 {4}> ()
+            win = Constant <value = int64 {C}> ()
+            hm = Mod (h, four)
+            hs = Sub (win, hm)
+            ph = Mod (hs, four)
+            wm = Mod (w, four)
+            ws = Sub (win, wm)
+            pw = Mod (ws, four)
+            phu = Unsqueeze (ph, z1)
+            pwu = Unsqueeze (pw, z1)
+            pads = Concat <axis = 0> (z1, z1, z1, z1, z1, phu, pwu, z1)
+            tp = Pad (t, pads)
+            psh = Shape (tp)
+            hp = Gather <axis = 0> (psh, i1)
+            wp = Gather <axis = 0> (psh, i2)
+            nh = Div (hp, four)
+            nw = Div (wp, four)
+            bu = Unsqueeze (b, z1)
+            nhu = Unsqueeze (nh, z1)
+            nwu = Unsqueeze (nw, z1)
+            f1 = Constant <value = int64[1] {4}> ()
+            c8 = Constant <value = int64[1] {8}> ()
+            vt = Concat <axis = 0> (bu, nhu, f1, nwu, f1, c8)
+            v = Reshape (tp, vt)
+            vp = Transpose <perm = [0, 1, 3, 2, 4, 5]> (v)
+            wtg = Constant <value = int64[4] {-1, 4, 4, 8}> ()
+            wins = Reshape (vp, wtg)
+            ttg = Constant <value = int64[3] {-1, 16, 8}> ()
+            toks = Reshape (wins, ttg)"""
+
+
+def _swin(c: int = 4, mod: str = "") -> onnx.ModelProto:
+    body = _WINDOWS.replace("{C}", f"{{{c}}}")
+    if mod:
+        body = body.replace("ph = Mod (hs, four)", f"ph = Mod {mod} (hs, four)")
+    return parse(_HEAD + "g (float[B, 3, H, W] x) => (float s) {" + _CONSTS + body
+                 + "\n            s = ReduceSum <keepdims = 0> (toks)\n}")
+
+
+def test_window_padding_names_the_padded_grid_and_its_windows():
+    """Swin's ``(4 - n % 4) % 4`` is ``(-n) % 4`` for every n, so the padded grid is 4*((H)//2+3)//4 and
+    the windows' -1 is solved (the Pad's dims and the windows were unknown before: only Neg's form was
+    read). Every name equals ONNX Runtime's size at each image size."""
+    proto = _swin()
+    names = _names(proto, "tp", "wins", "toks")
+    hp, wp = "4*((H)//2+3)//4", "4*((W)//2+3)//4"
+    assert names["tp"] == ["B", hp, wp, 8]
+    assert names["wins"][1:] == [4, 4, 8] and names["toks"][1:] == [16, 8]
+    for h in range(2, 21, 3):
+        for w in (2, 7, 8, 13):
+            x = np.random.default_rng(h * w).standard_normal((2, 3, h, w)).astype(np.float32)
+            got = _runtime(proto, ["tp", "wins", "toks"], {"x": x})
+            for v, dims in names.items():
+                want = [d if isinstance(d, int) else _eval_dim(d, {"B": 2, "H": h, "W": w}) for d in dims]
+                assert want == list(got[v]), (v, dims, h, w, got[v])
+
+
+@pytest.mark.parametrize("c,mod", [(5, ""), (4, "<fmod = 1>")])
+def test_window_padding_near_misses_are_not_read(c, mod):
+    """(5 - n % 4) % 4 is (1 - n) % 4, not the pad to a multiple; an fmod = 1 outer Mod is C's
+    remainder: neither reads as ``(-n) % 4``, so the padded height stays unnamed."""
+    model = ir.from_proto(_swin(c, mod))
+    ShapeInferencePass()(model)
+    found = {o.name: o for n in model.graph for o in n.outputs}
+    assert shape_vector(found["ph"], {}) is None
+    dim = found["tp"].shape.dims[1]
+    assert not isinstance(dim, int) and "4*" not in str(getattr(dim, "value", ""))
+
+
+def _merge_graph(shift: str = "2", second_end: str = "2", odd_start: str = "1", join: str = "eve, odo") -> onnx.ModelProto:
+    """Swin's shifted windows and patch merging on x [B, H, W, 8]: torch.roll(x, -2, 1) as
+    Concat(x[:, 2:], x[:, :2]), then x[:, 0::2, 0::2] and x[:, 1::2, 1::2] joined on channels and the
+    merged grid's sizes read back as (H + 1) // 2 (transformers' height_downsampled) for the next
+    stage's view [B, H2, W2, 16] (``join``: what the channels Concat joins)."""
+    return parse(_HEAD + f"""g (float[B, H, W, 8] x) => (float s) {{{_CONSTS}
+            big = Constant <value = int64[1] {{9223372036854775807}}> ()
+            sft = Constant <value = int64[1] {{{shift}}}> ()
+            e2 = Constant <value = int64[1] {{{second_end}}}> ()
+            a1 = Slice (x, sft, big, o1)
+            a2 = Slice (x, z1, e2, o1)
+            r = Concat <axis = 1> (a1, a2)
+            two = Constant <value = int64[1] {{2}}> ()
+            st1 = Constant <value = int64[1] {{{odd_start}}}> ()
+            ev = Slice (r, z1, big, o1, two)
+            eve = Slice (ev, z1, big, two, two)
+            od = Slice (r, st1, big, o1, two)
+            odo = Slice (od, st1, big, two, two)
+            m = Concat <axis = -1> ({join})
+            sh = Shape (x)
+            i0 = Constant <value = int64 {{0}}> ()
+            i2 = Constant <value = int64 {{2}}> ()
+            one = Constant <value = int64 {{1}}> ()
+            twos = Constant <value = int64 {{2}}> ()
+            b = Gather <axis = 0> (sh, i0)
+            h = Gather <axis = 0> (sh, i1)
+            w = Gather <axis = 0> (sh, i2)
+            h1 = Add (h, one)
+            h2 = Div (h1, twos)
+            w1 = Add (one, w)
+            w2 = Div (w1, twos)
+            bu = Unsqueeze (b, z1)
+            h2u = Unsqueeze (h2, z1)
+            w2u = Unsqueeze (w2, z1)
+            c16 = Constant <value = int64[1] {{16}}> ()
+            tg = Concat <axis = 0> (bu, h2u, w2u, c16)
+            mv = Reshape (m, tg)
+            s = ReduceSum <keepdims = 0> (mv)
+        }}""")
+
+
+def test_roll_and_patch_merging_keep_the_grid():
+    """The roll's two cuts split the axis at one point, so together they are H whatever the shift;
+    x[0::2] holds (H+1)//2 entries and x[1::2] (H)//2; (H + 1) // 2 read from shapes is the same
+    (H+1)//2, so the merged view is named (all unknown before: no roll, no strided Slice, no (n + c) // s).
+    Every name equals ONNX Runtime's size at each H, W (odd ones too, with the halves' Concat joining
+    the even half twice: the model's own fails there at run time)."""
+    proto, odd = _merge_graph(), _merge_graph(join="eve, eve")
+    names = _names(proto, "r", "eve", "odo", "m", "mv")
+    assert names == _names(odd, "r", "eve", "odo", "m", "mv")
+    assert names["r"] == ["B", "H", "W", 8]
+    assert names["eve"] == ["B", "(H+1)//2", "(W+1)//2", 8] and names["odo"] == ["B", "(H)//2", "(W)//2", 8]
+    assert names["m"] == ["B", "(H+1)//2", "(W+1)//2", 16] and names["mv"] == names["m"]
+    for h in (1, 2, 3, 5, 8):
+        for w in (1, 4, 7):
+            x = np.random.default_rng(h + w).standard_normal((2, h, w, 8)).astype(np.float32)
+            values = ["r", "eve", "odo", "m", "mv"]
+            got = _runtime(proto if h % 2 == 0 == w % 2 else odd, values, {"x": x})
+            for v in values:
+                want = [d if isinstance(d, int) else _eval_dim(d, {"B": 2, "H": h, "W": w}) for d in names[v]]
+                assert want == list(got[v]), (v, names[v], h, w, got[v])
+
+
+@pytest.mark.parametrize("shift", ["-2", "0", "11"])
+def test_any_roll_shift_keeps_the_axis(shift):
+    """A negative shift, none, or one past the end: the two cuts still make up the axis."""
+    assert _names(_merge_graph(shift, shift), "r")["r"] == ["B", "H", "W", 8]
+
+
+def test_near_misses_are_not_rolls_or_strides():
+    """x[:, 2:] with x[:, :3] overlaps (H + 1 entries where H >= 3); x[2::2] starts past its step
+    (ceil((H - 2) / 2) would be negative at H = 0 as a floor): neither is read."""
+    names = _names(_merge_graph("2", "3", "2", join="eve, eve"), "r", "od")
+    assert names["r"][1] is None or str(names["r"][1]).startswith("unk")
+    assert names["od"][1] is None or str(names["od"][1]).startswith("unk")
+
+
+def test_int_arithmetic_of_sizes_reads_only_plain_ints():
+    """TorchScript's F.pad fills its pads up to 2 * rank with ConstantOfShape(8 - len(pads)) zeros: 8 - 6
+    reads as 2 (so the zeros are read, and the batch axis's pads are 0); S + 1 stays unread without
+    ``sums`` (one spelling only), and (S + 1) // 2 is the floor atom."""
+    proto = parse(_HEAD + """g (float[B, S] x) => (int64[2] y) {
+            six = Constant <value = int64[6] {0, 0, 0, 0, 0, 0}> ()
+            n6 = Shape (six)
+            i0 = Constant <value = int64 {0}> ()
+            n = Gather <axis = 0> (n6, i0)
+            eight = Constant <value = int64 {8}> ()
+            k = Sub (eight, n)
+            z1 = Constant <value = int64[1] {0}> ()
+            ku = Unsqueeze (k, z1)
+            zs = ConstantOfShape <value = int64[1] {0}> (ku)
+            sh = Shape (x)
+            i1 = Constant <value = int64 {1}> ()
+            s = Gather <axis = 0> (sh, i1)
+            one = Constant <value = int64 {1}> ()
+            s1 = Add (s, one)
+            two = Constant <value = int64 {2}> ()
+            half = Div (s1, two)
+            y = Identity (zs)
+        }""")
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    found = {o.name: o for n in model.graph for o in n.outputs}
+    assert shape_vector(found["k"], {}) == ([(2, ())], True)
+    assert shape_vector(found["zs"], {}) == ([(0, ()), (0, ())], False)
+    assert shape_vector(found["s1"], {}) == ([None], True)
+    assert shape_vector(found["half"], {}) == ([(1, ("(S+1)//2",))], True)

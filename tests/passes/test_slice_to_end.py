@@ -40,7 +40,8 @@ def _dims(model, name):
     (0, 9223372036854775807, 1, "S"),      # INT64_MAX (read before too)
     (-3, 1000000000, 1, None),             # min(S, 3): not provable
     (0, 999999999, 1, None),               # below the bound: min(S, 999999999)
-    (0, 1000000000, 2, None),              # another step: not read
+    (0, 1000000000, 2, "(S+1)//2"),        # every second entry to the end: ceil(S / 2) (_strided)
+    (2, 1000000000, 2, None),              # [2::2]: a start past its step is not read
 ])
 def test_big_end_keeps_the_axis(start, end, step, want):
     proto = parse(HEADER + CUT.format(start=start, end=end, step=step))
