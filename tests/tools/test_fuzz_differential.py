@@ -616,3 +616,17 @@ def test_a_refusal_from_our_own_rule_files_is_a_crash(monkeypatch, broken):
     cls, detail, _, _ = fd.run_one(model, {"x": np.ones(2, np.float32)}, [np.ones(2, np.float32)], 3, "ort")
     assert cls == ("crash" if broken else "refused-input"), (cls, detail)
     assert ("do not load" in detail) == broken
+
+
+def test_padded_rows_checks_allow_a_quantized_outputs_step():
+    """Seed 2766378798 (fuzz 28101, --precision fp16, O4 trt): attention under a right-padded causal mask, then
+    a MatMul quantized and dequantized per channel (the DequantizeLinear an output). FusedAttention zeroes the
+    two padded query rows (1.5 there: padded-rows by contract); with the mask all ones the float16 run rounds
+    one quantization step apart (0.046, a step 0.048), which the first comparison allows (verify's
+    dequantized-output step) but the padded-rows check compared without it: wrong before."""
+    case = make_case(2766378798)
+    assert case.motifs == ["quant_after"] and "mask-right-padded" in case.traps
+    names = [o.name for o in case.model.graph.output]
+    ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
+    cls, detail, _, _ = fd.run_one(case.model, case.feeds, ref, 4, "trt", precision="fp16")
+    assert cls == "padded-rows", (cls, detail)
