@@ -103,8 +103,12 @@ def _select(b: Builder, keep: str, s: str, fill: str) -> str:
     return b.op("Where", [keep, s, fill])
 
 
-def _fill_value(b: Builder, half: int) -> float:
+def _fill_value(b: Builder, half: int, store: int | None = None) -> float:
+    """q's lowest, float32's lowest or -inf; a fill stored in a half type (``store``) cannot hold float32's
+    lowest, which casts to -inf there (so it is -inf, said so)."""
     kind = b.pick(["q-lowest", "f32-lowest", "-inf"])
+    if kind == "f32-lowest" and store is not None and store != F32:
+        kind = "-inf"
     b.trap(f"fill-{kind}")
     return {"q-lowest": float(np.finfo(NP[half]).min), "f32-lowest": float(np.finfo(np.float32).min),
             "-inf": -np.inf}[kind]
@@ -149,7 +153,7 @@ def motif_masked_fill(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     if not after:
         sc = b.op("Mul", [sc, scale])
     keep = _base_keep(b, x, shape)
-    fill = b.scalar(_fill_value(b, b.dtype) if b.p(0.7) else _near_fill(b))
+    fill = b.scalar(_fill_value(b, b.dtype, b.dtype) if b.p(0.7) else _near_fill(b))
     s = _select(b, keep, sc, fill)
     if after:
         s = b.op("Mul", [s, scale])
@@ -191,7 +195,7 @@ def motif_batch_length_mask(b: Builder, x: str, shape: list[Dim], opset: int) ->
             b.trap("mask-pad")
     else:
         keep = b.op("Or", [_base_keep(b, x, shape), cond])
-    fill = _fill_value(b, b.dtype) if b.p(0.8) else _near_fill(b)
+    fill = _fill_value(b, b.dtype, b.dtype) if b.p(0.8) else _near_fill(b)
     if b.p(0.5):
         s = _select(b, keep, sc, b.scalar(fill))
     else:
