@@ -25,6 +25,7 @@ import re
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import const_ints
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
 
 Dim = tuple[int, tuple[str, ...]]  # coef, sorted atoms
@@ -402,12 +403,16 @@ def shape_vector(v: ir.Value | None, alias: dict[str, Dim], depth: int = 0, sums
     return None
 
 
+def _int_scalar(v: ir.Value | None) -> int | None:
+    """A one-element int constant's value (``const_ints``)."""
+    got = const_ints(v, 1) if v is not None else None
+    return got[0] if got is not None and len(got) == 1 else None
+
+
 def _positive_int(v: ir.Value | None) -> int | None:
     """A one-element positive int constant's value."""
-    t = constant_tensor(v) if v is not None else None
-    if t is None or not t.dtype.is_integer() or t.size != 1 or int(t.numpy().reshape(-1)[0]) <= 0:
-        return None
-    return int(t.numpy().reshape(-1)[0])
+    k = _int_scalar(v)
+    return k if k is not None and k > 0 else None
 
 
 def _plus_const(v: ir.Value | None) -> tuple[ir.Value, int] | None:
@@ -416,10 +421,9 @@ def _plus_const(v: ir.Value | None) -> tuple[ir.Value, int] | None:
     if node is None or node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
         return None
     for a, b in (node.inputs, node.inputs[::-1]):
-        t = constant_tensor(b) if b is not None else None
-        if a is not None and t is not None and t.dtype.is_integer() and t.size == 1 \
-                and int(t.numpy().reshape(-1)[0]) >= 0 and constant_tensor(a) is None:
-            return a, int(t.numpy().reshape(-1)[0])
+        c = _int_scalar(b)
+        if a is not None and c is not None and c >= 0 and constant_tensor(a) is None:
+            return a, c
     return None
 
 
@@ -433,10 +437,9 @@ def _negated_mod_of(v: ir.Value | None, m: int) -> ir.Value | None:
         return node.inputs[0]
     if node.op_type != "Sub" or len(node.inputs) != 2:
         return None
-    c = constant_tensor(node.inputs[0]) if node.inputs[0] is not None else None
+    c = _int_scalar(node.inputs[0])
     inner = node.inputs[1].producer() if node.inputs[1] is not None else None
-    if c is None or not c.dtype.is_integer() or c.size != 1 or int(c.numpy().reshape(-1)[0]) % m \
-            or inner is None or inner.op_type != "Mod" or inner.domain not in ("", "ai.onnx") \
+    if c is None or c % m or inner is None or inner.op_type != "Mod" or inner.domain not in ("", "ai.onnx") \
             or len(inner.inputs) != 2 or _attr(inner, "fmod", 0) != 0 or _positive_int(inner.inputs[1]) != m:
         return None
     return inner.inputs[0]
