@@ -26,7 +26,7 @@ module's probe from rewrite/_key_padding_proof.py.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -521,7 +521,9 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
     window written as a constant shows; then the small positions too (a prefill over an empty
     cache of that many tokens, or, where the query length is fixed, P at 0, 1 and each constant
     of the cone and either side of it), so that a mask banded at some positions and not at
-    others is refused rather than read from one of them.
+    others is refused rather than read from one of them. Over a cache, the new tokens' count
+    too at 1, 2, 3, each constant and either side of it (a band dropped for some counts); and
+    every probed shape again at a batch of 2 and either side of each constant (_by_batch).
 
     ``without``: a graph input the mask must not read (the probe feeds attention masks all
     ones, so a part of the mask that reads one is not proven by it: a rule that proves the
@@ -552,8 +554,9 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
     sd = q.shape.dims[-2]
     pd = past.shape.dims[2] if past is not None else 0
 
-    def probe(p: int, s: int) -> tuple[set[int], int] | str:
-        model, feeds = _probe_model(cone, as_const, mask, p, s, _bind(q, past, s, p), opset)
+    def probe(p: int, s: int, rows: int = 1) -> tuple[set[int], int] | str:
+        env = _bind(q, past, s, p, rows)
+        model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset, batch=rows)
         key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
                              + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
         if key not in _ROWS:
@@ -565,7 +568,7 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
                 text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
                 res: tuple[set[int], int] | str = f"the mask probe did not run ({text})"
             else:
-                why = _varies(cone, as_const, mask, p, s, _bind(q, past, s, p), opset, feeds, arr)
+                why = _varies(cone, as_const, mask, p, s, env, opset, feeds, arr, batch=rows)
                 try:
                     if why is not None:   # a mask the zeros do not stand for: refuse
                         raise EvalFailure(why)
@@ -588,24 +591,34 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         got = probe(0, sd if isinstance(sd, int) else far)
         if isinstance(got, str):
             raise EvalFailure(got)
-        return _settle([got])
+        lengths = [sd] if isinstance(sd, int) else [*_boundary_lengths(consts, 1, far), far]
+        return _settle([got, *_by_batch(probe, [(0, n) for n in lengths], consts, far)])
     p_far = pd if isinstance(pd, int) else far
-    found, first, s_ok = [], None, None
+    found, first, s_ok, shapes = [], None, None, []
     for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
         got = probe(p_far, s)
         if not isinstance(got, str):
             found.append(got)
             s_ok = s
+            shapes.append((p_far, s))
             break
         first = first or got
     if s_ok is None:
         raise EvalFailure(first)
+    if not isinstance(sd, int):   # new tokens over a cache: each count where a comparison with a constant can flip
+        for s in [*_boundary_lengths(consts, 1, far), far]:
+            if s != s_ok and s * (p_far + s) <= _BATCH_PROBE_SIZE:
+                got = probe(p_far, s)
+                if not isinstance(got, str):   # a count the cone cannot run at is one the model cannot
+                    found.append(got)
+                    shapes.append((p_far, s))
     if isinstance(pd, int):   # a static cache length: the model runs at this P only
-        return _settle(found)
+        return _settle([*found, *_by_batch(probe, shapes, consts, far)])
     small = (probe(0, far) if not isinstance(sd, int) and s_ok > 1 and far <= _MAX_SQUARE_PROBE
              else "query length fixed, or too long a prefill")
     if not isinstance(small, str):
         found.append(small)
+        shapes.append((0, far))
     else:
         w = _settle(found)
         ps = {0, 1, w - 1, w, w + 1} | {c + d for c in consts for d in (-1, 0, 1)}
@@ -617,7 +630,32 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
             got = probe(p, s_ok)
             if not isinstance(got, str):   # a length the cone cannot run at is one the model cannot
                 found.append(got)
-    return _settle(found)
+                shapes.append((p, s_ok))
+    return _settle([*found, *_by_batch(probe, shapes, consts, far)])
+
+
+def _by_batch(probe: Callable[..., tuple[set[int], int] | str], shapes: list[tuple[int, int]],
+              consts: list[int], far: int) -> list[tuple[set[int], int]]:
+    """``probe``'s rows at the (P, S) ``shapes`` again with a batch of 2, either side of each
+    constant of the cone and past them: a mask from shapes may compare the batch with a constant
+    (rows past the second seeing every key, or all of them at a batch of 3 and some lengths only),
+    and a probe at a batch of 1 shows none of it (_band_starts refuses rows that differ). Shapes
+    whose mask would be too large at a batch are left out there; a batch none fits, or a probe a
+    batch cannot run, is not proven."""
+    out, runs = [], 0
+    for rows in [2, *_boundary_lengths(consts, 3, far), far]:
+        fit = [(p, s) for p, s in shapes if rows * s * (p + s) <= _BATCH_PROBE_SIZE]
+        if not fit:
+            raise EvalFailure(f"no probed length fits a batch of {rows} (the band is not proven at every batch)")
+        runs += len(fit)
+        if runs > _MAX_BATCH_GRID_PROBES:
+            raise EvalFailure("the mask's cone has too many constants to probe every batch at every length")
+        for p, s in fit:
+            got = probe(p, s, rows)
+            if isinstance(got, str):
+                raise EvalFailure(f"at a batch of {rows}: {got}")
+            out.append(got)
+    return out
 
 
 def _settle(rows: list[tuple[set[int], int]]) -> int:
@@ -677,21 +715,27 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     # mask, or a decode graph's all-kept one) is the window n + 1 too; with more new tokens a
     # plain causal mask gives n + 1, n + 2, ... and is no window
     widths: dict[int, tuple[int, int, int]] = {}   # width -> (P, S, row) it was first seen at
-    for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
-        for p in lengths:
-            if const is not None:
-                arr = np.asarray(const)
-            else:
-                env = _bind(q, kept, s, n)
-                env[pd.value] = p
-                arr, why = _run_probe(cone, as_const, mask, p, s, env, opset)
-                if why is not None:
-                    raise EvalFailure(why)
-            if arr.ndim < 2 or arr.shape[-1] != n + s:
-                raise EvalFailure(f"the mask has shape {list(arr.shape)} for {s} queries over the {n} kept "
-                                  f"and {s} new keys (probed after {p} cached tokens)")
-            for i, lo in enumerate(_band_starts(arr, n, s)):
-                widths.setdefault(n + i - lo + 1, (p, s, i))
+    shapes = [(s, p) for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)) for p in lengths]
+    runs = [(s, p, 1) for s, p in shapes]
+    if const is None:   # each shape again at the batches beside each constant (as _by_batch)
+        runs += [(s, p, rows) for rows in [2, *_boundary_lengths(consts, 3, far), far] for s, p in shapes
+                 if rows * s * (n + s) <= _BATCH_PROBE_SIZE]
+        if len(runs) > _MAX_BATCH_GRID_PROBES:
+            raise EvalFailure("the mask's cone has too many constants to probe every batch at every length")
+    for s, p, rows in runs:
+        if const is not None:
+            arr = np.asarray(const)
+        else:
+            env = _bind(q, kept, s, n, rows)
+            env[pd.value] = p
+            arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows)
+            if why is not None:
+                raise EvalFailure(why if rows == 1 else f"at a batch of {rows}: {why}")
+        if arr.ndim < 2 or arr.shape[-1] != n + s:
+            raise EvalFailure(f"the mask has shape {list(arr.shape)} for {s} queries over the {n} kept "
+                              f"and {s} new keys (probed after {p} cached tokens)")
+        for i, lo in enumerate(_band_starts(arr, n, s)):
+            widths.setdefault(n + i - lo + 1, (p, s, i))
     if len(widths) > 1:
         where = ", ".join(f"{w} for new token {i} of {s} after {p}" for w, (p, s, i) in sorted(widths.items()))
         raise EvalFailure(f"the mask over the crop is no single window: queries see the last {where} "

@@ -18,11 +18,13 @@ from onnx_fuse.rewrite._mask_probe import causal_mask, sliding_window
 
 def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = False,
            until: int | None = None, widen: bool = False, window_input: bool = False,
-           negative: bool = False) -> dict:
+           negative: bool = False, wide_batch: int | None = None,
+           wide_lengths: tuple[int, int] | None = None) -> dict:
     """q positions Range(P, P + S), keys Range(0, P + S); keep j <= i (and j > i - window; with
     ``until`` only for i < until; ``widen``: j > i // 2 - 1 instead); AND attention_mask;
     Where(0, finfo.min) when ``additive`` (``negative``: the band as Add(i, -window)). P = Shape(past)[2] (0 without a past), S from the
-    hidden state (fixed at 1 with ``fixed_one``, q's length symbolic all the same)."""
+    hidden state (fixed at 1 with ``fixed_one``, q's length symbolic all the same). ``wide_batch``:
+    every key in the band from that batch on (only at S in ``wide_lengths`` when given)."""
     nodes = [helper.make_node("Shape", ["hidden"], ["ss"], start=1, end=2)]
     if past:
         nodes += [helper.make_node("Shape", ["past"], ["ps"], start=2, end=3),
@@ -51,6 +53,16 @@ def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = 
             nodes += [helper.make_node("GreaterOrEqual", ["qc", "until"], ["late"]),
                       helper.make_node("Or", ["band", "late"], ["band2"])]
             band = "band2"
+        if wide_batch is not None:
+            nodes += [helper.make_node("Shape", ["hidden"], ["bs"], start=0, end=1),
+                      helper.make_node("GreaterOrEqual", ["bs", "wide_b"], ["wide"])]
+            if wide_lengths is not None:
+                nodes += [helper.make_node("GreaterOrEqual", ["ss", "wide_lo"], ["s_lo"]),
+                          helper.make_node("LessOrEqual", ["ss", "wide_hi"], ["s_hi"]),
+                          helper.make_node("And", ["wide", "s_lo"], ["wide1"]),
+                          helper.make_node("And", ["wide1", "s_hi"], ["wide2"])]
+            nodes.append(helper.make_node("Or", [band, "wide2" if wide_lengths is not None else "wide"], ["band3"]))
+            band = "band3"
         nodes.append(helper.make_node("And", ["causal", band], ["keep0"]))
         keep = "keep0"
     nodes += [helper.make_node("Unsqueeze", [keep, "ax01"], ["keep4"]),
@@ -64,7 +76,8 @@ def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = 
     inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
         ("zero", 0, np.int64), ("one", 1, np.int64), ("two", 2, np.int64), ("w", window or 0, np.int64),
         ("w_neg", -(window or 0), np.int64),
-        ("until", until or 0, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
+        ("until", until or 0, np.int64), ("wide_b", [wide_batch or 0], np.int64),
+        ("wide_lo", [(wide_lengths or (0, 0))[0]], np.int64), ("wide_hi", [(wide_lengths or (0, 0))[1]], np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
         ("ax12", [1, 2], np.int64), ("zero_f", 0.0, np.float32),
         ("neg", np.finfo(np.float32).min, np.float32)]]
     s = 1 if fixed_one else "s"
@@ -122,6 +135,19 @@ def test_band_at_small_positions_only_is_refused(past, fixed_one):
 def test_band_that_widens_is_refused(past):
     with pytest.raises(EvalFailure, match="not one width"):
         _w(_graph(window=None, widen=True, past=past, additive=True))
+
+
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("wide_batch, wide_lengths", [(3, None), (3, (6, 9)), (1, (6, 9))])
+def test_band_that_a_batch_or_a_length_drops_is_refused(past, wide_batch, wide_lengths):
+    """Every key in the band from a batch of 3 on (at 6..9 new tokens only, with ``wide_lengths``;
+    a batch of 1 too: the new tokens' count alone): probes at a batch of 1 with 3 new tokens read
+    a window of 4; the counts beside each constant of the cone, and the batches beside them at
+    each probed length, show the rows that see more."""
+    g = _graph(window=4, past=past, additive=True, wide_batch=wide_batch, wide_lengths=wide_lengths)
+    with pytest.raises(EvalFailure):
+        _w(g)
+    assert _w(_graph(window=4, past=past, additive=True, wide_batch=None)) == 4
 
 
 def test_window_from_an_input_is_refused():

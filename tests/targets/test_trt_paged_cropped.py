@@ -148,9 +148,11 @@ def test_a_present_cropped_other_than_the_past_is_refused(any_head_rule):
     _refused(model, any_head_rule, "not its last 3 positions")
 
 
-def _crop_mask_graph(band: int | None, kept: int = KEPT, seq: int | str = "sequence") -> ir.Graph:
+def _crop_mask_graph(band: int | None, kept: int = KEPT, seq: int | str = "sequence",
+                     wide_batch: int | None = None) -> ir.Graph:
     """q [B,4,S,16] (S = ``seq``), past [B,2,P,16] and its crop [B,2,kept,16]; a mask over the
-    kept + S keys (key j, query i at crop position kept + i): causal, And-ed with j > kept + i - band."""
+    kept + S keys (key j, query i at crop position kept + i): causal, And-ed with j > kept + i - band
+    (with ``wide_batch``, the band Or-ed with B >= wide_batch: every kept key at such a batch)."""
     from onnx import TensorProto, helper
 
     i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
@@ -166,13 +168,17 @@ def _crop_mask_graph(band: int | None, kept: int = KEPT, seq: int | str = "seque
     ]
     if band is not None:
         nodes += [helper.make_node("Sub", ["rows", "w"], ["lo"]),
-                  helper.make_node("Greater", ["keys", "lo"], ["inband"]),
-                  helper.make_node("And", ["keep0", "inband"], ["keep"])]
+                  helper.make_node("Greater", ["keys", "lo"], ["inband"])]
+        if wide_batch is not None:
+            nodes += [helper.make_node("Shape", ["q"], ["b1"], start=0, end=1),
+                      helper.make_node("GreaterOrEqual", ["b1", "wb"], ["wide"]),
+                      helper.make_node("Or", ["inband", "wide"], ["inband2"])]
+        nodes.append(helper.make_node("And", ["keep0", "inband2" if wide_batch is not None else "inband"], ["keep"]))
     else:
         nodes.append(helper.make_node("Identity", ["keep0"], ["keep"]))
     nodes.append(helper.make_node("Where", ["keep", "fzero", "ninf"], ["mask"]))
     inits = [i64("neg", [-kept]), i64("big", [2 ** 63 - 1]), i64("two", [2]), i64("n", kept), i64("zero", 0),
-             i64("one", 1), i64("last", [-1]), i64("w", band or 0),
+             i64("one", 1), i64("last", [-1]), i64("w", band or 0), i64("wb", [wide_batch or 0]),
              numpy_helper.from_array(np.array(0, np.float32), "fzero"),
              numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")]
     g = helper.make_graph(nodes, "crop", [
@@ -203,6 +209,17 @@ def test_cropped_window_reads_the_band_over_the_kept_tokens():
         cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
     v = _vals(_crop_mask_graph(2))       # a band narrower than the crop plus one
     with pytest.raises(EvalFailure, match="keeps the last 3 tokens but the mask's window is 2"):
+        cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
+
+
+def test_a_band_that_a_larger_batch_drops_is_refused():
+    """The band over the crop at a batch of 1 and 2, plain causal from a batch of 3 on: the probes at
+    the batches beside each constant of the cone show those rows (was proven at a batch of 1 only)."""
+    from onnx_fuse.rewrite._expr import EvalFailure
+    from onnx_fuse.rewrite._mask_probe import cropped_window
+
+    v = _vals(_crop_mask_graph(KEPT + 1, wide_batch=3))
+    with pytest.raises(EvalFailure, match="no single window"):
         cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
 
 
