@@ -486,6 +486,9 @@ class _Wrap:
                 n = vlm["image_tokens"]
                 image = torch.full((ids.shape[0], n), vlm["image_token_index"], dtype=ids.dtype)
                 call = dict(input_ids=torch.cat([image, ids], 1), pixel_values=kw["pixel_values"])
+                if vlm.get("vla"):  # pi05: a camera axis and its mask, one denoising step of the action chunk
+                    call.update(pixel_values=kw["pixel_values"][:, None], noise=kw["noise"], timestep=kw["timestep"],
+                                pixel_attention_mask=torch.ones(ids.shape[0], 1, dtype=torch.bool))
                 if "attention_mask" in kw:
                     mask = kw["attention_mask"]
                     call["attention_mask"] = torch.cat([torch.ones_like(image, dtype=mask.dtype), mask], 1)
@@ -837,6 +840,11 @@ def _vlm_inputs(spec, g, static, batch, seq):
     size, ch = vlm["image_size"], 3
     feeds["pixel_values"] = torch.randn(batch, ch, size, size, generator=g)
     dims["pixel_values"] = [bs[0], ch, size, size]
+    if vlm.get("vla"):  # pi05's noisy action chunk [batch, chunk, action dim] and its timestep in (0, 1)
+        feeds["noise"] = torch.randn(batch, *vlm["vla"], generator=g)
+        dims["noise"] = [bs[0], *vlm["vla"]]
+        feeds["timestep"] = torch.rand(batch, generator=g)
+        dims["timestep"] = [bs[0]]
     if static:
         return feeds, dims
     feeds["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64)
@@ -1378,8 +1386,12 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     cfg = spec["config"]
     if isinstance(cfg.get("encoder"), dict):  # per-part configs (T5Gemma): the exported part's sizes
         cfg = dict(cfg[spec["part"] or "encoder"], **{k: v for k, v in cfg.items() if k not in ("encoder", "decoder")})
+    elif isinstance(cfg.get("encoder_config"), dict):  # Dia's encoder_config / decoder_config
+        part = f"{spec['part'] or 'encoder'}_config"
+        cfg = dict(cfg[part], **{k: v for k, v in cfg.items() if k not in ("encoder_config", "decoder_config")})
     if spec["kind"] == "vlm":  # the language model's sizes; ids a text token may take (below the image token)
-        cfg = dict(cfg["text_config"], vocab_size=spec["vlm"]["text_vocab"])
+        text = cfg["text_config"] if "text_config" in cfg else cfg["vlm_config"]["text_config"]  # pi05: vlm_config
+        cfg = dict(text, vocab_size=spec["vlm"]["text_vocab"])
     elif spec.get("embeds") and "text_config" in cfg:  # a VLM's language model (holdout_specs.HOLDOUT10C)
         cfg = cfg["text_config"]
     proto = onnx.load(str(path))

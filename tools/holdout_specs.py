@@ -2972,3 +2972,89 @@ HOLDOUT21.update({
 # drift files show; exported by 5.24 and 5.25 alike (no pin), each the other's twin
 HOLDOUT21["falcon_alibi"] = _sz("falcon", ("dyn_mask", "kv", "torchscript"), ("alibi", "mha", "sequential-residual"),
                                 alibi=True, multi_query=False, parallel_attn=False, bias=True)
+
+# ---- twenty-second sweep (--holdout 34, HOLDOUT22): transformers 5.25 types no set names, fourth round ------------
+# Mistral 4 (MLA with a q LoRA, interleaved YaRN RoPE, MoE: in no set; Mistral Large 4's text model is), Step 3.5's
+# text model (sliding layers with their own head count, a sigmoid head gate g_proj, MoE), Chameleon (per-head
+# LayerNorm qk-norm, norm-after residual of the 7B), MusicGen's decoder (sinusoidal positions, one codebook), Reformer
+# (chunked local attention over the previous chunk, reversible residual), GLM-Image's text model (M-RoPE, three
+# sections), HunYuan-VL's text model (xd-RoPE, four sections: hold-out 25 did not take it), Dia's encoder (its
+# bidirectional text encoder: RoPE, RMSNorm). Not taken: pi05 (its action expert takes the attention mask as given,
+# a float [B, 1, S, P] built by PI05Model around the VLM's prefix cache, and a timestep vector per row), GLM-5-Next
+# and Qwen4-Exp (hold-out 25's reasons), Zamba (its layer_types check disagrees with num_hidden_layers at a tiny size).
+_DEC22 = ("dyn_mask", "kv", "static_nomask", "torchscript")
+_TXT22 = ("dyn_mask", "static_nomask")
+_MLA22 = dict(num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16,
+              qk_rope_head_dim=8, v_head_dim=16)
+_MOE22 = dict(moe_intermediate_size=32, num_experts_per_tok=2, experts_implementation="batched_mm")
+# llama_4_scaling_beta: Mistral 4 scales q by 1 + beta * log(1 + floor(position / original_max)) (None: TypeError);
+# original_max 4 so that the export's positions (up to 12) take three scales
+_YARN22 = dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=4, beta_fast=32.0,
+               beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1)
+HOLDOUT22 = {
+    "mistral4": _s("decoder", "Mistral4Config", "Mistral4ForCausalLM",
+                   dict(DEC, **_MLA22, **_MOE22, n_routed_experts=4, n_shared_experts=1, n_group=1, topk_group=1,
+                        rope_parameters=_YARN22),
+                   ["mha", "mla", "rope-interleaved", "rope-partial", "rope-yarn", "rmsnorm", "moe"], "mistral4",
+                   "gpt2", styles=_DEC22),
+    "step3p5_text": _s("encoder", "Step3p7TextConfig", "Step3p7TextModel",
+                       dict(DEC, **GQA, **_MOE22, layer_types=["sliding_attention", "full_attention"],
+                            sliding_window=4, num_sliding_attention_heads=2, mlp_layer_types=["dense", "sparse"],
+                            n_routed_experts=4, share_expert_dim=32),
+                       ["gqa", "sliding-window", "head-gate", "rope-full", "rmsnorm", "moe", "causal"], "step3p5",
+                       "gpt2", styles=_TXT22),
+    "chameleon": _s("decoder", "ChameleonConfig", "ChameleonForConditionalGeneration",
+                    dict(DEC, num_attention_heads=4, num_key_value_heads=2, vocabulary_map={"<image>": VOCAB - 1},
+                         vq_config=dict(embed_dim=8, num_embeddings=16, base_channels=32, channel_multiplier=[1],
+                                        num_res_blocks=1)),
+                    ["gqa", "rope-full", "rmsnorm", "qk-layernorm-per-head", "swiglu"], "chameleon", "gpt2",
+                    styles=_DEC22),
+    "musicgen_decoder": _s("decoder", "MusicgenDecoderConfig", "MusicgenForCausalLM",
+                           dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, ffn_dim=FFN,
+                                num_attention_heads=2, num_codebooks=1, max_position_embeddings=POSITIONS),
+                           ["mha", "sinusoidal-positions", "layernorm", "gelu-erf"], "musicgen_decoder", "gpt2",
+                           styles=_DEC22),
+    "reformer_local": _s("decoder", "ReformerConfig", "ReformerModelWithLMHead",
+                         dict(vocab_size=VOCAB, hidden_size=HIDDEN, attn_layers=["local", "local"],
+                              num_attention_heads=2, attention_head_size=16, feed_forward_size=FFN,
+                              axial_pos_embds=False, max_position_embeddings=POSITIONS, local_attn_chunk_length=4,
+                              is_decoder=True),
+                         ["mha", "local-chunked-attention", "reversible-residual", "layernorm", "relu"], "reformer",
+                         "gpt2", styles=("dyn_mask", "static_nomask", "torchscript")),
+    "glm_image_text": _s("encoder", "GlmImageTextConfig", "GlmImageTextModel",
+                         dict(DEC, **GQA, rope_parameters=dict(ROPE16, mrope_section=[2, 3, 3])),
+                         ["gqa", "mrope", "rmsnorm", "swiglu", "causal"], "glm_image_text", "gpt2", styles=_TXT22),
+    "hunyuan_vl_text": _s("encoder", "HunYuanVLTextConfig", "HunYuanVLTextModel",
+                          dict(DEC, **GQA, rope_parameters=dict(ROPE16, mrope_section=[2, 2, 2, 2])),
+                          ["gqa", "xd-rope", "rmsnorm", "qk-norm", "swiglu", "causal"], "hunyuan_vl_text", "gpt2",
+                          styles=_TXT22),
+    "dia_encoder": dict(_s("encoder", "DiaConfig", "DiaModel",
+                           dict(encoder_config=dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                                                    num_hidden_layers=LAYERS, num_attention_heads=2,
+                                                    num_key_value_heads=2, head_dim=16),
+                                decoder_config=dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                                                    num_hidden_layers=LAYERS, num_attention_heads=2,
+                                                    num_key_value_heads=2, head_dim=16, cross_num_attention_heads=2,
+                                                    cross_head_dim=16, cross_num_key_value_heads=2,
+                                                    cross_hidden_size=HIDDEN, num_channels=2),
+                                delay_pattern=[0, 1]),
+                           ["mha", "rope-full", "rmsnorm", "swiglu", "padding-mask"], "dia", "bert", part="encoder",
+                           styles=_TXT22), attention_blocks=LAYERS),
+}
+# pi05 (a vision-language-action policy): one denoising step, PI05ForConditionalGeneration's forward: PaliGemma's
+# prefix (SigLIP tower, Gemma with the bidirectional prefix) and the Gemma action expert over the prefix's cache, its
+# norms adaptive (RMS without weight, then * (1 + scale) + shift from the timestep embedding), the action chunk
+# bidirectional in its block; velocity [batch, chunk, action dim] out. Attention blocks: 2 vision + 2 expert + 1 text
+# (the prefix's last Gemma layer feeds only the cache: its K / V stay, its attention is dead and the export drops it)
+HOLDOUT22["pi05"] = _mm("vlm", "PI05Config", "PI05ForConditionalGeneration",
+                        dict(vlm_config=dict(model_type="paligemma", vision_config=dict(VIS9, model_type="siglip_vision_model"),
+                                             text_config=dict(TXT9, model_type="gemma"), image_token_id=IMAGE_TOKEN9,
+                                             projection_dim=HIDDEN, vocab_size=VOCAB),
+                             dit_config=dict(model_type="gemma", hidden_size=HIDDEN, intermediate_size=FFN,
+                                             num_hidden_layers=LAYERS, **GQA),
+                             chunk_size=4, max_action_dim=8),
+                        ["gqa", "siglip-tower", "prefix-lm-mask", "rope-full", "rmsnorm-1p", "geglu", "adaptive-rmsnorm",
+                         "action-expert", "block-bidirectional-mask"], "pi05", "gpt2", ("dyn_mask", "static_nomask"),
+                        2 * LAYERS + 1, vlm=dict(VLM9, vla=[4, 8]))
+HOLDOUT22["reformer_local"]["attention_blocks"] = LAYERS  # its layer count is len(attn_layers) (the manifest reads none)
+HOLDOUT_SETS[34] = HOLDOUT22

@@ -1,0 +1,79 @@
+"""tools/holdout_specs.py HOLDOUT22 and export_corpus.py --holdout 34 (twenty-second sweep: transformers 5.25 model types
+no set had): the architectures are new, the plan's file count, and the manifest entries of Dia's per-part
+`encoder_config` and of pi05's `vlm_config` (its language model's sizes); pi05's extra feeds (torch only there)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tool_modules import load_tool
+
+NEW = ("mistral4", "step3p5_text", "chameleon", "musicgen_decoder", "reformer_local", "glm_image_text",
+       "hunyuan_vl_text", "dia_encoder", "pi05")
+
+
+def _export_corpus():
+    return load_tool("export_corpus", "export_corpus_sweep22")
+
+
+def _identity_model(path, shape):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.INT64, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, shape)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+
+
+def test_new_architectures_are_in_no_earlier_set(monkeypatch):
+    ec = _export_corpus()
+    hs = ec.HOLDOUT_SETS[34]
+    assert set(hs) == set(NEW)
+    earlier = {spec["model_type"] for n, s in ec.HOLDOUT_SETS.items() if n != 34 for spec in s.values()}
+    earlier |= {spec["model_type"] for spec in ec.SPECS.values()}
+    assert not {hs[a]["model_type"] for a in NEW} & earlier
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **hs})
+    todo = list(ec.plan_holdout(list(NEW), None, 34))
+    assert len(todo) == 25 and {w for _, _, w in todo} == {"trained"}
+    for arch, style, _ in todo:
+        if style in ec.KV_STYLES:
+            assert ec.SPECS[arch]["kind"] == "decoder", arch
+
+
+def test_entry_of_dia_encoder_config(monkeypatch, tmp_path):
+    """Dia nests its parts as encoder_config / decoder_config (T5Gemma: encoder / decoder)."""
+    ec = _export_corpus()
+    path = tmp_path / "dia.onnx"
+    _identity_model(path, ["batch", "sequence"])
+    spec = dict(ec.HOLDOUT_SETS[34]["dia_encoder"])
+    spec.pop("attention_blocks")  # the count must come from the encoder's config
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, "dia_encoder": spec})
+    monkeypatch.setattr(ec, "ort_check", lambda path, entry: {"ok": True})
+    entry = ec.make_entry("dia_encoder", "dyn_mask", "trained", path, {})
+    assert entry["num_layers"] == 2 and entry["num_heads"] == 2 and entry["hidden_size"] == 32
+    assert entry["head_dim"] == 16 and entry["vocab_size"] == 128 and "delay_pattern" in entry["config"]
+
+
+def test_entry_of_pi05_reads_the_vlm_text_config(monkeypatch, tmp_path):
+    ec = _export_corpus()
+    path = tmp_path / "pi05.onnx"
+    _identity_model(path, ["batch", "sequence"])
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[34]})
+    monkeypatch.setattr(ec, "ort_check", lambda path, entry: {"ok": True})
+    entry = ec.make_entry("pi05", "dyn_mask", "trained", path, {})
+    assert entry["num_layers"] == 2 and entry["num_heads"] == 4 and entry["num_kv_heads"] == 2
+    assert entry["attention_blocks"] == 5 and entry["vocab_size"] == ec.HOLDOUT_SETS[34]["pi05"]["vlm"]["text_vocab"]
+
+
+def test_pi05_feeds_an_action_chunk_and_a_timestep(monkeypatch):
+    pytest.importorskip("torch")
+    ec = _export_corpus()
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[34]})
+    feeds, dims = ec.example_inputs("pi05", "dyn_mask")
+    b = feeds["input_ids"].shape[0]
+    assert tuple(feeds["noise"].shape) == (b, 4, 8) and dims["noise"] == ["batch", 4, 8]
+    assert tuple(feeds["timestep"].shape) == (b,) and dims["timestep"] == ["batch"]
+    assert 0 <= float(feeds["timestep"].min()) and float(feeds["timestep"].max()) < 1
+    feeds, dims = ec.example_inputs("pi05", "static_nomask")
+    assert dims["noise"] == [b, 4, 8] and "attention_mask" not in feeds
