@@ -11,6 +11,8 @@ draws:
                      from Shape of the input and compared with constants (B >= c and c2 <= S <= c3): at those
                      shapes every key is kept (for the whole batch or for the rows past a constant), or the causal
                      band holds only there; the mask proofs of 5c8d481 / 0a4e432 / 71d6cb4 must see it
+  window_batch_mask  a sliding window of 2 or 3 keys dropped (every causal key) under such a condition, sometimes
+                     And-ed with a padding mask; the window proofs of 3d4a75b must see it
 
 Every case with symbolic batch / length also carries feed sets at other shapes (``alt_feeds``): for
 batch_length_mask one inside and one just outside the condition's region, so a proof that misses it is wrong on a
@@ -206,17 +208,48 @@ def motif_batch_length_mask(b: Builder, x: str, shape: list[Dim], opset: int) ->
     return _merge(b, b.op("MatMul", [p, v4]), heads * dh, d)
 
 
+def motif_window_batch_mask(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    """A sliding window of w keys (i - w < j <= i, from Range over x's length) that a condition on the batch
+    and the length drops (B >= c and lo <= S <= hi, lo past w: every causal key there); the window proofs
+    (sliding_window, cropped_window) probed a batch of 1 only before 3d4a75b."""
+    d = shape[2]
+    sc, v4, heads, dh = _scores(b, x, shape)
+    sc = b.op("Mul", [sc, b.scalar(float(dh ** -0.5))])
+    w, c_b = int(b.pick([2, 3])), int(b.pick([2, 3]))
+    lo = w + int(b.pick([2, 3]))
+    hi = lo + int(b.pick([0, 1, 2]))
+    b.trap(f"window-{w}")
+    zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    ar = b.op("Range", [zero, b.op("Squeeze", [_dim_of(b, x, 1)]), one])
+    keys, rows = b.op("Unsqueeze", [ar, b.ints([0])]), b.op("Unsqueeze", [ar, b.ints([1])])
+    band = b.op("Greater", [keys, b.op("Sub", [rows, b.const(np.array(w, np.int64))])])
+    cond = b.op("And", [b.op("GreaterOrEqual", [_dim_of(b, x, 0), b.ints([c_b])]), _in_range(b, _dim_of(b, x, 1), lo, hi)])
+    keep = b.op("And", [b.op("LessOrEqual", [keys, rows]), b.op("Or", [band, cond])])
+    if b.p(0.3):
+        keep = b.op("And", [keep, _pad_mask(b, shape[0], shape[1])])
+        b.trap("mask-pad")
+    fill = _fill_value(b, b.dtype, b.dtype)
+    if b.p(0.5):
+        s = _select(b, keep, sc, b.scalar(fill))
+    else:
+        s = b.op("Add", [sc, b.op("Where", [keep, b.scalar(0.0), b.scalar(fill)])])
+    p = b.op("Softmax", [s], axis=-1)
+    b.region = (c_b, lo, hi)
+    b.trap(f"region-B>={c_b}-S{lo}..{hi}")
+    return _merge(b, b.op("MatMul", [p, v4]), heads * dh, d)
+
+
 S28 = {"fp32_island": motif_fp32_island, "masked_fill": motif_masked_fill,
-       "batch_length_mask": motif_batch_length_mask}
+       "batch_length_mask": motif_batch_length_mask, "window_batch_mask": motif_window_batch_mask}
 
 
 def _shapes(b: Builder, name: str, bsz: Dim, seq: Dim) -> list[dict[str, int]]:
-    """The other shapes (symbol -> size) a case is fed at: for batch_length_mask one inside the condition's
+    """The other shapes (symbol -> size) a case is fed at: for the batch x length masks one inside the condition's
     region and one beside it (the length one past it, or the batch one under it); else one other shape."""
     syms = [s for s in (bsz, seq) if isinstance(s, str)]
     if not syms:
         return []
-    if name == "batch_length_mask":
+    if name in ("batch_length_mask", "window_batch_mask"):
         c_b, lo, hi = b.region
         inside = {bsz: c_b + int(b.rng.integers(0, 2))} if isinstance(bsz, str) else {}
         if isinstance(seq, str):

@@ -1,5 +1,5 @@
 """The fuzzer's session-28 motifs (tools/fuzz_s28.py): float32 softmax islands in half models, masked_fill
-masks, and masks on batch and length jointly. Each builds valid graphs that ONNX Runtime runs on every feed set
+masks, and masks (causal, padding, sliding windows) on batch and length jointly. Each builds valid graphs that ONNX Runtime runs on every feed set
 (other shapes too), the optimizer's output matches ORT on them at every target, and the plain form is fused, so
 a generator whose form is never optimized would not pass for coverage; make_case draws them from a stream of
 their own without changing the graphs of the seeds other tests pin."""
@@ -60,6 +60,8 @@ def _first(name: str, want: set[str], half: bool | None = None):
     ("batch_length_mask", {"joint-all-keys"}, None),
     ("batch_length_mask", {"joint-rows-all-keys"}, None),
     ("batch_length_mask", {"joint-causal-only-there"}, None),
+    ("window_batch_mask", {"window-2"}, None),
+    ("window_batch_mask", {"window-3", "mask-pad"}, None),
 ])
 def test_the_form_is_fused_and_right_on_every_feed_set(name, traps, half):
     """Each form's first case with those switches: attention fused at ort-O3 (Softmax gone) and, at O3 on
@@ -92,12 +94,13 @@ def test_the_island_is_a_float32_softmax_between_half_casts():
     assert next(n for n in g.node if n.output[0] == sm.input[0]).op_type == "Where"
 
 
-def test_batch_length_masks_are_fed_inside_and_beside_their_region():
+@pytest.mark.parametrize("name", ["batch_length_mask", "window_batch_mask"])
+def test_batch_length_masks_are_fed_inside_and_beside_their_region(name):
     """A case with symbolic batch and length carries a feed set inside the condition's region (B >= c and
     lo <= S <= hi) and one beside it, where the mask differs."""
     seen = 0
     for seed in range(40):
-        case = make_s28_case(seed, "batch_length_mask")
+        case = make_s28_case(seed, name)
         region = next(t for t in case.traps if t.startswith("region-"))
         c_b, lo, hi = map(int, re.match(r"region-B>=(\d+)-S(\d+)\.\.(\d+)", region).groups())
         (h,) = (v for k, v in case.feeds.items() if k.startswith("hidden"))
