@@ -2,7 +2,8 @@
 
 ``window_length`` says how a Conv / pool / ConvTranspose output length follows from the input's (for
 ``floor_div`` to name); ``cut_length`` how many entries a Slice keeps, from its bounds and the axis's
-size where that is provable (``minus``, ``at_least``). Both as ONNX Runtime computes them, checked
+size where that is provable (``minus``, ``at_least``; a lower bound the graph's Convs give a size counts:
+passes/_dim_bounds.py). Both as ONNX Runtime computes them, checked
 against it at every input length (tests/passes/test_window_lengths.py). No graph walking here: the
 callers read the sizes (``known_dim``).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_bounds import lower
 from onnx_fuse.passes._dim_products import Dim, floor_div, floor_plus, mul, parse_floor, parse_mod_neg, to_dim
 from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, invented_name
@@ -81,6 +83,26 @@ def window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int |
     return s, pads[k] + pads[k + n] - span + s, 1
 
 
+def conv_least_input(node: ir.Node, n: int, k: int) -> int | None:
+    """The least length spatial axis ``k`` of a Conv's input may have: ONNX Runtime refuses a padded
+    input shorter than the dilated kernel (explicit pads or VALID; passes/_dim_bounds.py). None for
+    SAME padding or attributes not read."""
+    kernel = _attr(node, "kernel_shape", None)
+    w = node.inputs[1].shape if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if kernel is None and w is not None and len(w) == n + 2:
+        kernel = list(w.dims[2:])
+    dilations, pads = _ints_attr(node, "dilations", n, 1), _ints_attr(node, "pads", 2 * n, 0)
+    auto_pad = _attr(node, "auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if node.op_type != "Conv" or not (isinstance(kernel, (list, tuple)) and len(kernel) == n
+                                      and all(isinstance(e, int) for e in kernel)) \
+            or dilations is None or pads is None or len(dilations) != n or len(pads) != 2 * n \
+            or auto_pad not in ("NOTSET", "VALID") or not 0 <= k < n:
+        return None
+    span = dilations[k] * (int(kernel[k]) - 1) + 1
+    return span - (pads[k] + pads[k + n] if auto_pad == "NOTSET" else 0)
+
+
 INT64_MAX = 2 ** 63 - 1
 #: A constant Slice end at or above this reads as the end of the axis (ONNX clamps an end to the
 #: axis's length). Exporters write "to the end" as INT64_MAX (torch), INT32_MAX, or 10**9 (tf2onnx's
@@ -118,8 +140,9 @@ def cut_length(start: Dim, end: Dim, n: Dim | None):
     if end[0] < 0:
         if start == (0, ()) and not end[1] and n[0] == 1 and len(n[1]) == 1 \
                 and (folded := floor_plus(n[1][0], end[0])) is not None:
-            # floor((L + c') / s) with c' >= 0 is never negative (L a size), so n >= k: exact
-            return (1, (folded,)) if parse_floor(folded)[1] >= 0 else None
+            # floor((L + c') / s) with c' >= 0 is never negative (L a size), so n >= k: exact; so is
+            # a bound n >= k (_dim_bounds)
+            return (1, (folded,)) if parse_floor(folded)[1] >= 0 or lower(n) >= -end[0] else None
         k = (-end[0], end[1])
         rest = minus(n, k) if at_least(k, _ONE) else None
         return minus(rest, start) if rest is not None else None
@@ -149,7 +172,23 @@ def minus(a: Dim | None, b: Dim | None) -> Dim | None:
     base = to_dim(got[0]) if got is not None and got[0] and got[1] >= 0 and got[2] == 1 else None
     if clean(base) and base[1]:
         a = dim_sum([base, (got[1], ())]) or a
-    return dim_diff(a, b)
+    return dim_diff(a, b) or _less_bounded(a, b)
+
+
+def _less_bounded(a: Dim, b: Dim) -> Dim | None:
+    """``a - k`` for an int k where a bound proves ``a >= k`` (passes/_dim_bounds.py): a floor atom
+    ``(L+c)//s`` (or ``m`` times one, m dividing k) less k is ``(L+c-k*s)//s`` (times m), a symbol L
+    less k the stride-1 window ``(L-k)//1``; None for other spellings."""
+    k = b[0]
+    if b[1] or k < 0 or lower(a) < k:
+        return None
+    coef, atoms = a
+    if len(atoms) != 1 or coef <= 0 or k % coef:
+        return None
+    if parse_floor(atoms[0]) is not None:
+        folded = floor_plus(atoms[0], -(k // coef))
+        return mul((coef, ()), (1, (folded,))) if folded is not None else None
+    return floor_div((1, atoms), 1, -k) if coef == 1 and to_dim(atoms[0]) == a else None
 
 
 def _floor_minus(a: Dim, b: Dim) -> Dim | None:
@@ -172,8 +211,8 @@ def _floor_minus(a: Dim, b: Dim) -> Dim | None:
 
 
 def at_least(n: Dim | None, m: Dim | None) -> bool:
-    """Whether size ``n`` is provably >= size ``m`` (``minus``)."""
-    return minus(n, m) is not None
+    """Whether size ``n`` is provably >= size ``m`` (``minus``, or an int m under n's bound)."""
+    return minus(n, m) is not None or (clean(n) and m is not None and not m[1] and lower(n) >= m[0])
 
 
 def padded_length(n: Dim | None, begin: Dim | None, end: Dim | None) -> Dim | None:

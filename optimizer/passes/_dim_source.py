@@ -46,7 +46,9 @@ again so the names spread). Steps, each exact for every input the model accepts:
 - a Slice whose length follows from sizes (``cut_length``): ``[:-k]`` of such a computed length
   ``(L+c)//s`` is ``(L+c-k*s)//s`` (``floor_plus``); ``[s:e]``, ``[-m:]``, ``[s:]`` of a length
   provably long enough are e - s, m, n - s (a causal conv's ``(S+3)//1`` cut back to S, a KV
-  mask's ``past + S`` cut to its last S, a patch grid after its class token).
+  mask's ``past + S`` cut to its last S, a patch grid after its class token); "long enough" may
+  rest on a lower bound from the graph's Convs (``conv_bounds``, passes/_dim_bounds.py: Swin's
+  mask cuts ``[:-4]`` of a padded grid that the patch Conv makes at least 4).
 Where a path ends unproven at a view's ``-1`` or at a broadcast of two different sizes, the dim is
 named after the value that has it (``_unsolved``: ``dim__<value>_<axis>_<digest>``, one size per
 run), so that the dims proven equal to it and the sizes read from it spell alike; shape inference
@@ -65,7 +67,9 @@ import re
 import onnx_ir as ir
 
 from onnx_fuse.passes._consts import const_ints
-from onnx_fuse.passes._dim_lengths import TO_END, WHOLE, clean, cut_length, padded_length, window_length
+from onnx_fuse.passes._dim_bounds import bounds_in, raise_bound
+from onnx_fuse.passes._dim_lengths import (TO_END, WHOLE, clean, conv_least_input, cut_length, padded_length,
+                                           window_length)
 from onnx_fuse.passes._dim_products import Dim, floor_div, mul, reshape_out_dims, shape_vector, to_dim, value_dims
 from onnx_fuse.passes._dim_sums import concat_axis, dim_diff, dim_sum
 from onnx_fuse.passes._shape_values import _attr, constant_tensor, invented_name
@@ -788,9 +792,33 @@ def name_known_dims(graph: ir.Graph, placeholders: frozenset[str] = frozenset())
     global _PATHS, _PLACEHOLDERS
     _PATHS, _PLACEHOLDERS = {}, frozenset(placeholders)
     try:
-        return _name_known_dims(graph)
+        bounds = conv_bounds(graph)
+        _PATHS = {}   # paths walked for the bounds cut no Slice with them
+        with bounds_in(bounds):
+            return _name_known_dims(graph)
     finally:
         _PATHS, _PLACEHOLDERS = None, frozenset()
+
+
+def conv_bounds(graph: ir.Graph) -> dict[str, int]:
+    """{atom: least value} from the graph's Convs (passes/_dim_bounds.py): each refuses an input
+    length below ``conv_least_input``, so the size naming that length is at least that wherever the
+    model runs. Only the graph's own nodes: a Conv in a branch need not run."""
+    bounds: dict[str, int] = {}
+    for node in graph:
+        x = node.inputs[0] if node.op_type == "Conv" and node.domain in ("", "ai.onnx") and node.inputs else None
+        r = _rank(x)
+        if r is None or r < 3:
+            continue
+        for k in range(r - 2):
+            least = conv_least_input(node, r - 2, k)
+            if least is not None and least > 0:
+                try:
+                    d = known_dim(x, 2 + k)
+                except RecursionError:
+                    continue
+                raise_bound(bounds, d if clean(d) else None, least)
+    return bounds
 
 
 def _name_known_dims(graph: ir.Graph) -> int:
