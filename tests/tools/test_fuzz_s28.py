@@ -39,7 +39,11 @@ def test_s28_graphs_run_in_ort_and_the_optimized_ones_match(name):
         assert case.motifs[-1] == name
         results, _, _ = fd.fuzz_case(case, [1, 3], ["ort", "onnx", "trt"])
         for r in results:
-            assert r["cls"] == "ok", (name, seed, r["level"], r["target"], r["cls"], r["detail"], case.traps)
+            # half-masked-rows: a float16 query row with no kept key (uniform in the original under a finite fill) has
+            # no exact fused form, every other row matched (since session 29 the keep-form select of float32 scores
+            # of seed 2's fp32_island fuses, as its masked_fill form did): the fuzzer's noted class, not a failure
+            ok = ("ok", "half-masked-rows") if "fp16" in case.traps else ("ok",)
+            assert r["cls"] in ok, (name, seed, r["level"], r["target"], r["cls"], r["detail"], case.traps)
 
 
 def _first(name: str, want: set[str], half: bool | None = None):
