@@ -73,17 +73,20 @@ def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
     from onnx_fuse.passes.self_writes import SelfWriteEliminationPass
     from onnx_fuse.passes.sequence_ops import SequenceOpsPass
+    from onnx_fuse.passes.uniform_sections import UniformSectionsPass
 
     # sequence-ops after If inlining: a SequenceMap's copied bodies (atleast_1d's rank If) fold and
     # inline in the next round; self-write-elimination (a ScatterND / ScatterElements putting a tensor's
     # own values back: M-RoPE's slice writes) before CSE / DCE, which drop what it orphans; covering-writes
-    # (ScatterND writes that fill a buffer's first axis in order: the Concat of their updates) after it
+    # (ScatterND writes that fill a buffer's first axis in order: the Concat of their updates) after it;
+    # uniform-sections (XD-RoPE's per-section stream Gathers of one Expand'ed stream) beside them
     return (
         ConstantFoldingPass(),
         InlineConstantIfPass(),
         SequenceOpsPass(),
         IdentityEliminationPass(),
         SelfWriteEliminationPass(),
+        UniformSectionsPass(),
         CoveringWritesPass(),
         CommonSubexpressionEliminationPass(),
         DeadCodeEliminationPass(),

@@ -13,7 +13,7 @@ from the values, not the exporter's spelling:
   coordinate vector u;
 - the root's uniform axes, along which its values do not change, are read from how it was computed:
   an Expand of a size-1 axis, a static size-1 axis, kept through elementwise ops, Cast, Unsqueeze,
-  Transpose and constant Gathers; on a uniform axis any two coordinates name equal values;
+  Transpose, constant Gathers and a Concat on another axis; on a uniform axis any two coordinates name equal values;
 - ScatterND with constant indices (reduction none): for every index tuple, the updates' element map
   equals the data's at that index (per root axis: the same constant or the same affine term, or the
   axis is uniform), so every written value is the one already there;
@@ -193,6 +193,11 @@ def uniform_axes(value: ir.Value, depth: int = 0) -> set[int]:
             below, lead = uniform_axes(x, depth + 1), r - len(xd)
             per.append(set(range(lead)) | {lead + k for k, d in enumerate(xd) if d == 1 or k in below})
         out |= set.intersection(*per)
+    elif op == "Concat" and ins and all(x is not None for x in ins):
+        # uniform off the joined axis when every input is (XD-RoPE's cat(f, f) of Expand'ed streams)
+        a = attr_value(node, "axis", 0)
+        if -r <= a < r and all(_dims(x) is not None and len(_dims(x)) == r for x in ins):
+            out |= set.intersection(*(uniform_axes(x, depth + 1) for x in ins)) - {a % r}
     elif op in ("Unsqueeze", "Squeeze", "Transpose", "Gather", "Slice", "Identity") and ins and ins[0] is not None:
         inner = _input_coords(node, ins[0], value)
         if inner is not None:
