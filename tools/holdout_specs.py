@@ -2983,7 +2983,7 @@ HOLDOUT21["falcon_alibi"] = _sz("falcon", ("dyn_mask", "kv", "torchscript"), ("a
 # a float [B, 1, S, P] built by PI05Model around the VLM's prefix cache, and a timestep vector per row), GLM-5-Next
 # and Qwen4-Exp (hold-out 25's reasons), Zamba (its layer_types check disagrees with num_hidden_layers at a tiny size).
 _DEC22 = ("dyn_mask", "kv", "static_nomask", "torchscript")
-_TXT22 = ("dyn_mask", "static_nomask")
+_TXT22 = ("dyn_mask", "static_nomask", "torchscript")
 _MLA22 = dict(num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16,
               qk_rope_head_dim=8, v_head_dim=16)
 _MOE22 = dict(moe_intermediate_size=32, num_experts_per_tok=2, experts_implementation="batched_mm")
