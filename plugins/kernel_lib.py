@@ -82,6 +82,18 @@ def default_library_path() -> Path:
     return DEFAULT_BUILD_DIR / LIB_NAME
 
 
+_DEVICES: dict[int, "lp.DeviceInfo"] = {}
+
+
+def _device(t) -> "lp.DeviceInfo":
+    """The GPU holding tensor ``t``, as launch_plan.DeviceInfo (once per device): plans are the device's
+    (plan_paged_decode's w4s2h is an H100 plan, not an H200 one)."""
+    index = t.device.index if t.device.index is not None else 0
+    if index not in _DEVICES:
+        _DEVICES[index] = lp.DeviceInfo.from_torch(index)
+    return _DEVICES[index]
+
+
 def _dtype_name(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
@@ -231,7 +243,7 @@ class KernelLib:
         _check_sinks(sinks, Hq, q)
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
-                                        max_seq_len=max_seq_len, variant=variant, window=window)
+                                        max_seq_len=max_seq_len, variant=variant, window=window, device=_device(q))
         _check_plan_window(plan, window)
         if plan.kv_fp8:
             raise ValueError("plan is for an fp8 pool: use paged_decode_fp8")
@@ -309,7 +321,7 @@ class KernelLib:
         if plan is None:
             plan = lp.plan_paged_decode(B, Hq, Hkv, D, BS, MB, _dtype_name(q), num_splits=num_splits,
                                         max_seq_len=max_seq_len, variant=variant, kv_dtype="fp8",
-                                        window=window)
+                                        window=window, device=_device(q))
         _check_plan_window(plan, window)
         if not plan.kv_fp8:
             raise ValueError("plan is for a 16-bit pool: plan with kv_dtype='fp8'")

@@ -303,6 +303,9 @@ PA8_HEADS_VARIANTS = ((4, 3, "heads"), (4, 4, "heads"), (8, 2, "heads"), (8, 3, 
 # fallback (the plan refuses where the kernel does not apply). Planned: PA8_PLANNED_CLUSTER (_plan_fp8).
 # (w4s3hc / w8s3hc measured behind w4s4hc and spilled at D = 128: dropped in run 18.)
 PA8_CLUSTER_VARIANTS = ((4, 4, "cluster"), (8, 2, "cluster"))
+#: w4s2h is planned on devices whose memory reads slower than this (bytes / s): it led on four H100 SXM
+#: machines (3.35e12) and trailed the 8-head groups on the H200 (4.8e12; docs/PERF.md runs 36c-h, 37a)
+W4S2H_MAX_BANDWIDTH = 4.0e12
 PA8_PLANNED_CLUSTER = (4, 4, "cluster")  # planned where the head-group plan is two splits in one wave
 PA8_PLANNED_BF16 = (8, 2, "heads")  # there for bf16, at four splits (_plan_fp8)
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
@@ -319,6 +322,8 @@ class DeviceInfo:
     regs_per_sm: int = 65536
     max_threads_per_sm: int = 2048
     compute_capability: tuple[int, int] = (9, 0)
+    #: bytes per second of device memory (HBM3e on the H200 SXM; HBM3 on the H100 SXM: 3.35e12)
+    mem_bandwidth: float = 4.8e12
 
     @classmethod
     def from_torch(cls, index: int = 0) -> "DeviceInfo":
@@ -329,7 +334,21 @@ class DeviceInfo:
         smem_sm = getattr(p, "shared_memory_per_multiprocessor", cls.smem_per_sm)
         return cls(name=p.name, num_sms=p.multi_processor_count, max_smem_per_block=smem_block,
                    smem_per_sm=smem_sm, regs_per_sm=getattr(p, "regs_per_multiprocessor", 65536),
-                   compute_capability=(p.major, p.minor))
+                   compute_capability=(p.major, p.minor),
+                   mem_bandwidth=memory_bandwidth(p.name, getattr(p, "memory_clock_rate", None),
+                                                  getattr(p, "memory_bus_width", None)))
+
+
+def memory_bandwidth(name: str, clock_khz: int | None = None, bus_bits: int | None = None) -> float:
+    """Bytes per second of device memory: double data rate at the memory clock over the bus where the
+    driver says them (cudaDevAttrMemoryClockRate, kHz, and GlobalMemoryBusWidth, bits: H100 SXM 2619 MHz x
+    5120 bits = 3.35e12, H200 3201 MHz x 6144 bits = 4.9e12), else by the name's part (HBM3 for the
+    H100 / H800 SXM, HBM2e for their PCIe cards), else the H200's."""
+    if clock_khz and bus_bits:
+        return 2.0 * clock_khz * 1e3 * bus_bits / 8
+    if any(k in name for k in ("H100", "H800")):
+        return 2.0e12 if "PCIe" in name else 3.35e12
+    return DeviceInfo.mem_bandwidth
 
 
 H200 = DeviceInfo()
@@ -833,12 +852,12 @@ def plan_paged_decode(
                               target_waves, ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
     half = -(-plan.num_splits // 2)
     if (planned and auto_splits and (plan.bulk, plan.warps) == (3, 8) and plan.num_splits >= 2
-            and batch * (num_kv_heads // 4) * half <= device.num_sms):
+            and batch * (num_kv_heads // 4) * half <= device.num_sms and device.mem_bandwidth < W4S2H_MAX_BANDWIDTH):
         # about the same CTAs with half the splits: 4 kv heads per CTA over twice the keys, two 32 KiB stages
         # (H100 runs 36c / 36e, D128 H32/8 block 16, GB/s: B64 3018-3021 at one split against 2986-2989 for
         # w8s2hc at two, B32 2894-2895 / 2873-2874, B16 ctx 16384 2982-2997 / 2964-2973, B8 ctx 32768
-        # 2998 / 2903; w4s3h between; not yet timed on the H200, where w4s3h at one split read 0.1-0.3 %
-        # ahead of w8s2hc in four runs: docs/PERF.md "Twenty-sixth round")
+        # 2998 / 2903; w4s3h between). Not on the H200 (run 37a: w4s2h 4370 GB/s at B64 against 4463 for
+        # w8s2hc, 97.7 % / 99.7 % of SDPA; behind at B32 and B8 ctx 32768 too): docs/PERF.md "Twenty-seventh round"
         plan = _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w4s2h", batch, num_heads, num_kv_heads,
                               head_dim, dt, ctx, half, target_waves, ctas_per_sm, min_split_tokens,
                               device, pa_smem_bytes(head_dim, 4, 2, 3), 4, 2, bulk=3)
@@ -862,7 +881,8 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
     - D = 128: one CTA per 8 kv heads, w8s2h (3.99 TB/s at B64 H32/8 against 3.95 for w4s3t and
       4.22 for SDPA on a contiguous cache), where Hkv % 8 == 0 and the block size is a power of
       two >= 16; else w4s3t (tensor copies per block and kv head, 1-4 % ahead of bulk).
-      plan_paged_decode turns a w8s2h grid of n >= 2 splits in one wave into w4s2h at ceil(n / 2).
+      plan_paged_decode turns a w8s2h grid of n >= 2 splits in one wave into w4s2h at ceil(n / 2) on
+      devices with memory slower than W4S2H_MAX_BANDWIDTH (the H100), and a two-split one into w8s2hc.
     - D = 64: MQA-like grids (batch * Hkv <= SMs) w16s2t, tiles of 256 tokens at one CTA per SM (run
       31b, read-flushed L2, B128 H16/1 split 1: fp16 3170-3192 GB/s, bf16 3168-3175 against 2984-2994
       for w8s3t, SDPA 3287-3321; under the dirty-L2 flush of runs 14 / 17 bf16 had read w8s3t 1 %

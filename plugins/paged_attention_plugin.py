@@ -739,10 +739,20 @@ def _device_from_cudart(rt, device_info):
         return v.value
 
     # cudaDevAttr: MultiProcessorCount 16, ComputeCapabilityMajor 75 / Minor 76,
-    # MaxSharedMemoryPerMultiprocessor 81, MaxSharedMemoryPerBlockOptin 97
-    return device_info(name=f"cuda:{dev.value}", num_sms=attr(16),
-                       max_smem_per_block=attr(97), smem_per_sm=attr(81),
-                       compute_capability=(attr(75), attr(76)))
+    # MaxSharedMemoryPerMultiprocessor 81, MaxSharedMemoryPerBlockOptin 97, MemoryClockRate 36 (kHz),
+    # GlobalMemoryBusWidth 37 (bits)
+    from onnx_fuse.plugins.launch_plan import memory_bandwidth
+
+    def optional(code: int) -> int | None:   # a driver without the attribute: the name's estimate
+        try:
+            return attr(code)
+        except RuntimeError:
+            return None
+
+    name = f"cuda:{dev.value}"
+    return device_info(name=name, num_sms=attr(16),
+                       max_smem_per_block=attr(97), smem_per_sm=attr(81), compute_capability=(attr(75), attr(76)),
+                       mem_bandwidth=memory_bandwidth(name, optional(36), optional(37)))
 
 
 def aot_entry(dtype_tag: str, head_dim: int, warps: int, stages: int) -> str:

@@ -52,6 +52,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _device():
+    """The GPU the rows run on (launch_plan.DeviceInfo): the planned rows are its plans."""
+    from onnx_fuse.plugins import launch_plan as lp
+
+    global _DEVICE
+    if _DEVICE is None:
+        _DEVICE = lp.DeviceInfo.from_torch()
+    return _DEVICE
+
+
+_DEVICE = None
+
+
 def bench_decode_window(lib, dts, bench, rel, B=64, Hq=32, Hkv=8, D=128, ctx=16384, bs=16, W=4096) -> list[dict]:
     """Sliding-window decode rows: the planned kernel with window W (splits sized for it) and without
     one on the same pool, torch SDPA over the window's W keys of a contiguous copy (the anchor, and
@@ -84,8 +97,8 @@ def bench_decode_window(lib, dts, bench, rel, B=64, Hq=32, Hkv=8, D=128, ctx=163
         vf = v_pool[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2)
         ref_f = F.scaled_dot_product_attention(qs.float(), kf.float(), vf.float(), enable_gqa=True).view(B, Hq, D)
         del kf, vf
-        plan_w = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, window=W)
-        plan_f = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name)
+        plan_w = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, window=W, device=_device())
+        plan_f = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, device=_device())
         ws = torch.empty(max(plan_w.workspace_bytes, plan_f.workspace_bytes, 4) // 4, dtype=torch.float32,
                          device="cuda")
         cands = {  # name -> (fn, reference or None (returns its output), keys read per sequence)
@@ -117,8 +130,8 @@ def bench_decode_window(lib, dts, bench, rel, B=64, Hq=32, Hkv=8, D=128, ctx=163
             ref8_f = F.scaled_dot_product_attention(qs.float(), dq(k8, ks, tables.long(), ctx),
                                                     dq(v8, vs, tables.long(), ctx), enable_gqa=True).view(B, Hq, D)
             torch.cuda.empty_cache()
-            p8_w = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, kv_dtype="fp8", window=W)
-            p8_f = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, kv_dtype="fp8")
+            p8_w = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, kv_dtype="fp8", window=W, device=_device())
+            p8_f = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, name, kv_dtype="fp8", device=_device())
             ws8 = torch.empty(max(p8_w.workspace_bytes, p8_f.workspace_bytes, 4) // 4, dtype=torch.float32,
                               device="cuda")
             cands[f"ours fp8 pool planned, window {W} ({p8_w.kernel[-6:]} split={p8_w.num_splits})"] = (
@@ -464,7 +477,7 @@ def main() -> int:
             ref = F.scaled_dot_product_attention(qs.float(), kc.float(), vc.float(), enable_gqa=True).view(B, Hq, D)
             kv_bytes = lp.paged_decode_kv_bytes([ctx] * B, Hkv, D, 2)
             cands = {}
-            auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:])
+            auto = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], device=_device())
             ws = torch.empty(max(1, 2 * 64 * B * Hq * (D + 1)), dtype=torch.float32, device="cuda")
             # (warps, stages, 0 | 1 bulk | 2 TMA | 3 TMA head groups | 4 head groups with the splits
             # reduced in a thread-block cluster, at most 8 splits)
@@ -488,7 +501,7 @@ def main() -> int:
                 for sp in sorted({auto.num_splits} | sweep):
                     if var[2] >= 4 and sp > lp.PA_CLUSTER_MAX_SPLITS:
                         continue
-                    plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var)
+                    plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp, variant=var, device=_device())
                     kind = ("", " bulk", " tma", " tma heads", " tma heads cluster")[plan.bulk]
                     label = (f"ours paged w{plan.warps}s{plan.stages}{kind} split={plan.num_splits}"
                              f"{' (auto)' if sp == auto.num_splits and var == (auto.warps, auto.stages, auto.bulk) else ''}")
@@ -547,7 +560,7 @@ def main() -> int:
                     ref8 = F.scaled_dot_product_attention(qs.float(), dq_contig(k8, ks), dq_contig(v8, vs),
                                                           enable_gqa=True).view(B, Hq, D)
                     torch.cuda.empty_cache()
-                    auto8 = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], kv_dtype="fp8")
+                    auto8 = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], kv_dtype="fp8", device=_device())
                     # (variant, splits): the per-kv-head variants (split sweep of the TMA ones only:
                     # cp.async measured 30 % behind), then the head groups (planned at D = 128: bulk 3;
                     # one CTA per group of w kv heads; splits 1, 2, 4 and the count their own plan picks)
@@ -556,12 +569,12 @@ def main() -> int:
                              for sp in sorted({auto8.num_splits} | ({1, 2, 3, 4, 2 * auto8.num_splits}
                                                                     if len(var) == 3 else set()))]
                     for var in (lp.pa8_heads_variants(D, Hkv) + lp.pa8_cluster_variants(D, Hkv)) if bs >= 16 else ():
-                        own = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, kv_dtype="fp8")
+                        own = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], variant=var, kv_dtype="fp8", device=_device())
                         more = {8} if var[2] == "cluster" else set()
                         runs8 += [(var, sp) for sp in sorted({1, 2, 4, own.num_splits} | more)]
                     for var, sp in runs8:
                         plan = lp.plan_paged_decode(B, Hq, Hkv, D, bs, nb_per, str(dt)[6:], num_splits=sp,
-                                                    variant=var, kv_dtype="fp8")
+                                                    variant=var, kv_dtype="fp8", device=_device())
                         is_auto = (sp == auto8.num_splits and var[:2] == (auto8.warps, auto8.stages)
                                    and (plan.bulk, plan.tma) == (auto8.bulk, auto8.tma))
                         kind = {3: " tma heads", 4: " tma heads cluster"}.get(plan.bulk, " tma" if plan.tma else "")

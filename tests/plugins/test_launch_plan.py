@@ -11,6 +11,9 @@ import pytest
 
 from onnx_fuse.plugins import launch_plan as lp
 
+#: an H100 SXM as plan_paged_decode sees it (DeviceInfo.from_torch on one: its memory reads 3.35e12 B / s)
+H100 = lp.DeviceInfo(name="NVIDIA H100 80GB HBM3", mem_bandwidth=lp.memory_bandwidth("NVIDIA H100 80GB HBM3"))
+
 KERNELS = Path(lp.__file__).resolve().parent / "kernels"
 
 
@@ -351,9 +354,9 @@ def test_decode_plan_every_head_size(head_dim):
     assert p.kernel in _kernel_names() and f"_d{head_dim}_" in p.kernel
     assert (p.warps, p.stages, p.bulk) in (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim)
                                            + lp.pa_heads_variants(head_dim) + lp.pa_cluster_variants(head_dim))
-    # H200 default: head groups at D = 128 (4 kv heads per CTA, one wave), TMA tensor copies
+    # H200 default: head groups at D = 128 (cluster reduce: two splits in one wave), TMA tensor copies
     # at 64 and 256, bulk rows at 80 / 96
-    assert p.bulk == {128: 3, 256: 2, 64: 2}.get(head_dim, 1)
+    assert p.bulk == {128: 4, 256: 2, 64: 2}.get(head_dim, 1)
     assert p.smem_bytes == lp.pa_smem_bytes(head_dim, p.warps, p.stages, p.bulk)
     for v in lp.pa_variants(head_dim):
         q = lp.plan_paged_decode(4, 16, 1, head_dim, 32, 100, "bfloat16", num_splits=3, variant=v)
@@ -575,15 +578,17 @@ def test_decode_default_plans_are_the_measured_fastest():
     one CTA per SM (split lengths aligned), small batches keep the 4-warp kernels."""
     def plan(*a, **k):
         return lp.plan_paged_decode(*a, **k)
-    p = plan(64, 32, 8, 128, 16, 256)  # head groups of 4 kv heads, one split: one wave
+    p = plan(64, 32, 8, 128, 16, 256)  # head groups of 8 kv heads, two splits in one wave: the cluster reduce
+    assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w8s2hc" and p.grid == (1, 2, 64) and p.part_tokens == 2048
+    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w8s2hc"
+    p = plan(64, 32, 8, 128, 16, 256, device=H100)  # on the H100: 4 kv heads, one split: one wave
     assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w4s2h" and p.grid == (2, 1, 64) and p.part_tokens == 4096
-    assert plan(64, 32, 8, 128, 16, 256, "bfloat16").kernel == "onnx_fuse_pa_decode_bf16_d128_w4s2h"
     assert plan(64, 32, 32, 128, 16, 128).grid == (4, 1, 64)  # 256 CTAs: 1.94 waves of 132
-    assert plan(16, 32, 8, 128, 16, 1024).grid == (2, 4, 16)  # w8s2h's 8 splits as w4s2h's 4
-    assert plan(16, 32, 8, 128, 16, 1024, variant=(8, 2, 3)).grid == (1, 8, 16)
-    q = plan(8, 32, 8, 128, 16, 256, variant=(8, 2, 3))  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
+    assert plan(16, 32, 8, 128, 16, 1024).grid == (1, 8, 16)
+    assert plan(16, 32, 8, 128, 16, 1024, device=H100).grid == (2, 4, 16)  # w8s2h's 8 splits as w4s2h's 4
+    q = plan(8, 32, 8, 128, 16, 256)  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
     assert q.num_splits == 16 and q.part_tokens == 256 and q.grid == (1, 16, 8)
-    assert plan(8, 32, 8, 128, 16, 256).grid == (2, 8, 8)  # as w4s2h: half the splits
+    assert plan(8, 32, 8, 128, 16, 256, device=H100).grid == (2, 8, 8)  # as w4s2h: half the splits
     for args in ((4, 8, 2, 128, 16, 64), (64, 32, 8, 128, 12, 256), (1, 32, 8, 128, 16, 256)):
         assert plan(*args).kernel.endswith("_d128_w4s3t" if args[4] == 16 else "_d128_w4s3b"), args
     assert plan(64, 32, 8, 128, 16, 256, device=lp.DeviceInfo(name="A100", num_sms=108,
@@ -677,13 +682,14 @@ def test_pa_cluster_variants_match_the_sources_and_plan():
 
 
 def test_decode_plans_four_head_groups_where_w8s2h_would_split_in_one_wave():
-    """Where plan_paged_decode's 8-head-group default would run n >= 2 splits within one wave of one CTA
-    per SM, it plans w4s2h at ceil(n / 2) splits (about the same CTAs, 4 kv heads each over twice the
-    keys; H100 run 36c: 0.7-1.5 % faster); the cluster reduce w8s2hc stays where a caller asks for two
-    splits (run 11: 4186-4197 GB/s against 3988-3998 for w8s2h at B64 H32/8 D128); forced variants,
-    caller-chosen splits and multi-wave grids keep what they were."""
+    """On a device whose memory reads slower than W4S2H_MAX_BANDWIDTH (the H100), where plan_paged_decode's
+    8-head-group default would run n >= 2 splits within one wave of one CTA per SM, it plans w4s2h at
+    ceil(n / 2) splits (about the same CTAs, 4 kv heads each over twice the keys; H100 run 36c: 0.7-1.5 %
+    faster); the cluster reduce w8s2hc stays where a caller asks for two splits (run 11: 4186-4197 GB/s
+    against 3988-3998 for w8s2h at B64 H32/8 D128), and on the H200 (run 37a: w4s2h 2 % behind it); forced
+    variants, caller-chosen splits and multi-wave grids keep what they were."""
     def plan(*a, **k):
-        return lp.plan_paged_decode(*a, **k)
+        return lp.plan_paged_decode(*a, **{"device": H100, **k})
     for bs in (16, 32, 64):
         p = plan(64, 32, 8, 128, bs, 4096 // bs)
         assert p.kernel == "onnx_fuse_pa_decode_f16_d128_w4s2h" and p.grid == (2, 1, 64) and not p.cluster
@@ -703,6 +709,18 @@ def test_decode_plans_four_head_groups_where_w8s2h_would_split_in_one_wave():
     assert plan(64, 32, 8, 128, 16, 256, window=1000).kernel.endswith("_w4s2h")
     for args in ((128, 16, 1, 64, 16, 256), (64, 32, 8, 64, 16, 256), (64, 32, 8, 256, 16, 256)):
         assert not plan(*args).cluster and "s2h" not in plan(*args).kernel
+    for bw, kernel in ((3.9e12, "_w4s2h"), (4.0e12, "_w8s2hc"), (lp.H200.mem_bandwidth, "_w8s2hc")):
+        assert plan(64, 32, 8, 128, 16, 256, device=lp.DeviceInfo(mem_bandwidth=bw)).kernel.endswith(kernel), bw
+    assert plan(32, 32, 8, 128, 16, 256, device=lp.H200).kernel.endswith("_w8s2h")  # 4 splits, one wave
+
+
+def test_memory_bandwidth_from_the_driver_or_the_name():
+    """Double data rate over the bus where the driver reports clock (kHz) and width (bits), else by the name."""
+    assert lp.memory_bandwidth("cuda:0", 2619000, 5120) == pytest.approx(3.352e12, rel=1e-3)
+    assert lp.memory_bandwidth("cuda:0", 3201000, 6144) == pytest.approx(4.917e12, rel=1e-3)
+    assert lp.memory_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert lp.memory_bandwidth("NVIDIA H100 PCIe") == 2.0e12
+    assert lp.memory_bandwidth("NVIDIA H200") == lp.memory_bandwidth("cuda:0") == lp.H200.mem_bandwidth
 
 
 def _pa8_tma_sources() -> dict[int, set]:

@@ -103,7 +103,7 @@ PA_WIN_CASES = [
     (3, 16, 4, 80, 16, [1000, 1, 77], 100, None),
     (3, 12, 4, 96, 16, [700, 5, 64], 64, 3),
     (3, 8, 2, 256, 16, [900, 1, 300], 100, None),
-    (64, 32, 8, 128, 16, None, 300, None),                  # the planned head groups (w4s2h)
+    (64, 32, 8, 128, 16, None, 300, None),                  # the planned head groups (w4s2h on an H100, w8s2hc on the H200)
     (128, 16, 1, 64, 16, None, 500, None),                  # the planned MQA (w16s2t / w8s3t)
 ]
 
