@@ -171,6 +171,20 @@ def _in_range(b: Builder, v: str, lo: int, hi: int) -> str:
     return b.op("And", [b.op("Greater", [v, b.ints([lo - 1])]), b.op("Less", [v, b.ints([hi + 1])])])
 
 
+def _region_attention(b: Builder, keep: str, sc: str, fill: float, v4: str, hd: int, d: int,
+                      region: tuple[int, int, int]) -> str:
+    """softmax(scores masked by ``keep``: a masked_fill select or an additive Where(keep, 0, fill)) v, merged;
+    the batch x length region (B >= c, lo <= S <= hi) noted for the other-shape feeds."""
+    if b.p(0.5):
+        s = _select(b, keep, sc, b.scalar(fill))
+    else:
+        s = b.op("Add", [sc, b.op("Where", [keep, b.scalar(0.0), b.scalar(fill)])])
+    p = b.op("Softmax", [s], axis=-1)
+    b.region = region
+    b.trap("region-B>={}-S{}..{}".format(*region))
+    return _merge(b, b.op("MatMul", [p, v4]), hd, d)
+
+
 def motif_batch_length_mask(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     d = shape[2]
     sc, v4, heads, dh = _scores(b, x, shape)
@@ -198,14 +212,7 @@ def motif_batch_length_mask(b: Builder, x: str, shape: list[Dim], opset: int) ->
     else:
         keep = b.op("Or", [_base_keep(b, x, shape), cond])
     fill = _fill_value(b, b.dtype, b.dtype) if b.p(0.8) else _near_fill(b)
-    if b.p(0.5):
-        s = _select(b, keep, sc, b.scalar(fill))
-    else:
-        s = b.op("Add", [sc, b.op("Where", [keep, b.scalar(0.0), b.scalar(fill)])])
-    p = b.op("Softmax", [s], axis=-1)
-    b.region = (c_b, lo, hi)
-    b.trap(f"region-B>={c_b}-S{lo}..{hi}")
-    return _merge(b, b.op("MatMul", [p, v4]), heads * dh, d)
+    return _region_attention(b, keep, sc, fill, v4, heads * dh, d, (c_b, lo, hi))
 
 
 def motif_window_batch_mask(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
@@ -228,15 +235,7 @@ def motif_window_batch_mask(b: Builder, x: str, shape: list[Dim], opset: int) ->
     if b.p(0.3):
         keep = b.op("And", [keep, _pad_mask(b, shape[0], shape[1])])
         b.trap("mask-pad")
-    fill = _fill_value(b, b.dtype, b.dtype)
-    if b.p(0.5):
-        s = _select(b, keep, sc, b.scalar(fill))
-    else:
-        s = b.op("Add", [sc, b.op("Where", [keep, b.scalar(0.0), b.scalar(fill)])])
-    p = b.op("Softmax", [s], axis=-1)
-    b.region = (c_b, lo, hi)
-    b.trap(f"region-B>={c_b}-S{lo}..{hi}")
-    return _merge(b, b.op("MatMul", [p, v4]), heads * dh, d)
+    return _region_attention(b, keep, sc, _fill_value(b, b.dtype, b.dtype), v4, heads * dh, d, (c_b, lo, hi))
 
 
 S28 = {"fp32_island": motif_fp32_island, "masked_fill": motif_masked_fill,
