@@ -498,12 +498,13 @@ def _int_constants(cone: list[ir.Node]) -> list[int]:
 
 
 def _bind(q: ir.Value, past: ir.Value | None, s: int, p: int, rows: int = 1) -> dict[str, int]:
-    """Symbols of q's length and batch and the past's length and batch -> S, ``rows`` (q's batch,
-    bound last), P and 1."""
+    """Symbols of q's length and batch and the past's length and batch -> S, ``rows``, P and
+    ``rows`` (the batches bound last: a run has one batch, the past concatenated with the new
+    keys, whatever each is named)."""
     env: dict[str, int] = {}
-    pairs = [(q.shape.dims[-2], s), (q.shape.dims[0], 1)]
+    pairs = [(q.shape.dims[-2], s)]
     if past is not None:
-        pairs += [(past.shape.dims[2], p), (past.shape.dims[0], 1)]
+        pairs += [(past.shape.dims[2], p), (past.shape.dims[0], rows)]
     for d, val in [*pairs, (q.shape.dims[0], rows)]:
         if not isinstance(d, int) and getattr(d, "value", None):
             env[d.value] = val
@@ -605,13 +606,18 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         first = first or got
     if s_ok is None:
         raise EvalFailure(first)
-    if not isinstance(sd, int):   # new tokens over a cache: each count where a comparison with a constant can flip
-        for s in [*_boundary_lengths(consts, 1, far), far]:
-            if s != s_ok and s * (p_far + s) <= _BATCH_PROBE_SIZE:
-                got = probe(p_far, s)
-                if not isinstance(got, str):   # a count the cone cannot run at is one the model cannot
-                    found.append(got)
-                    shapes.append((p_far, s))
+    # new tokens over a cache: each count where a comparison with a constant can flip
+    counts = [] if isinstance(sd, int) else [s for s in [*_boundary_lengths(consts, 1, far), far] if s != s_ok]
+    ran = [s_ok]   # the counts the cone runs at (after p_far cached tokens, or too large to try there)
+    for s in counts:
+        if s * (p_far + s) > _BATCH_PROBE_SIZE:
+            ran.append(s)
+            continue
+        got = probe(p_far, s)
+        if not isinstance(got, str):   # a count the cone cannot run at is one the model cannot
+            found.append(got)
+            shapes.append((p_far, s))
+            ran.append(s)
     if isinstance(pd, int):   # a static cache length: the model runs at this P only
         return _settle([*found, *_by_batch(probe, shapes, consts, far)])
     small = (probe(0, far) if not isinstance(sd, int) and s_ok > 1 and far <= _MAX_SQUARE_PROBE
@@ -619,18 +625,23 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
     if not isinstance(small, str):
         found.append(small)
         shapes.append((0, far))
-    else:
-        w = _settle(found)
-        ps = {0, 1, w - 1, w, w + 1} | {c + d for c in consts for d in (-1, 0, 1)}
-        ps = sorted(x for x in ps if 0 <= x < p_far)
-        if len(ps) > _MAX_BOUNDARY_PROBES:
-            raise EvalFailure(f"the mask's cone has too many constants to probe every boundary "
-                              f"({len(ps)} cache lengths)")
-        for p in ps:
-            got = probe(p, s_ok)
-            if not isinstance(got, str):   # a length the cone cannot run at is one the model cannot
-                found.append(got)
-                shapes.append((p, s_ok))
+    # the small cache lengths at every probed count, jointly: a mask from shapes may keep every key
+    # only where both P and S are in some range (a prefill of far tokens and counts after p_far
+    # cached ones show neither)
+    w = _settle(found)
+    ps = {0, 1, 2, w - 1, w, w + 1} | {c + d for c in consts for d in (-1, 0, 1)}
+    ps = sorted(x for x in ps if 0 <= x < p_far)
+    if len(ps) > _MAX_BOUNDARY_PROBES:
+        raise EvalFailure(f"the mask's cone has too many constants to probe every boundary "
+                          f"({len(ps)} cache lengths)")
+    grid = [(p, s) for p in ps for s in ran if s * (p + s) <= _BATCH_PROBE_SIZE]
+    if len(grid) > _MAX_BATCH_GRID_PROBES:
+        raise EvalFailure("the mask's cone has too many constants to probe every cache length at every count")
+    for p, s in grid:
+        got = probe(p, s)
+        if not isinstance(got, str):   # a length the cone cannot run at is one the model cannot
+            found.append(got)
+            shapes.append((p, s))
     return _settle([*found, *_by_batch(probe, shapes, consts, far)])
 
 
@@ -715,7 +726,10 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     # mask, or a decode graph's all-kept one) is the window n + 1 too; with more new tokens a
     # plain causal mask gives n + 1, n + 2, ... and is no window
     widths: dict[int, tuple[int, int, int]] = {}   # width -> (P, S, row) it was first seen at
-    shapes = [(s, p) for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)) for p in lengths]
+    # every new-token count beside a constant too (a band dropped at some counts), at each P
+    counts = (sd,) if isinstance(sd, int) else (
+        _NEW, 1, *sorted({*_boundary_lengths(consts, 1, far), far} - {_NEW, 1}))
+    shapes = [(s, p) for s in counts for p in lengths if s * (n + s) <= _BATCH_PROBE_SIZE]
     runs = [(s, p, 1) for s, p in shapes]
     if const is None:   # each shape again at the batches beside each constant (as _by_batch)
         runs += [(s, p, rows) for rows in [2, *_boundary_lengths(consts, 3, far), far] for s, p in shapes

@@ -19,12 +19,15 @@ from onnx_fuse.rewrite._mask_probe import causal_mask, sliding_window
 def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = False,
            until: int | None = None, widen: bool = False, window_input: bool = False,
            negative: bool = False, wide_batch: int | None = None,
-           wide_lengths: tuple[int, int] | None = None) -> dict:
+           wide_lengths: tuple[int, int] | None = None, wide_past: tuple[int, int] | None = None,
+           past_batch: str = "b") -> dict:
     """q positions Range(P, P + S), keys Range(0, P + S); keep j <= i (and j > i - window; with
     ``until`` only for i < until; ``widen``: j > i // 2 - 1 instead); AND attention_mask;
     Where(0, finfo.min) when ``additive`` (``negative``: the band as Add(i, -window)). P = Shape(past)[2] (0 without a past), S from the
     hidden state (fixed at 1 with ``fixed_one``, q's length symbolic all the same). ``wide_batch``:
-    every key in the band from that batch on (only at S in ``wide_lengths`` when given)."""
+    every key in the band from that batch on (only at S in ``wide_lengths`` when given, and only
+    at P in ``wide_past`` when given too; the batch read from the past when ``past_batch``, the
+    past's batch symbol, is not q's)."""
     nodes = [helper.make_node("Shape", ["hidden"], ["ss"], start=1, end=2)]
     if past:
         nodes += [helper.make_node("Shape", ["past"], ["ps"], start=2, end=3),
@@ -54,14 +57,20 @@ def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = 
                       helper.make_node("Or", ["band", "late"], ["band2"])]
             band = "band2"
         if wide_batch is not None:
-            nodes += [helper.make_node("Shape", ["hidden"], ["bs"], start=0, end=1),
+            nodes += [helper.make_node("Shape", ["hidden" if past_batch == "b" else "past"], ["bs"], start=0, end=1),
                       helper.make_node("GreaterOrEqual", ["bs", "wide_b"], ["wide"])]
             if wide_lengths is not None:
                 nodes += [helper.make_node("GreaterOrEqual", ["ss", "wide_lo"], ["s_lo"]),
                           helper.make_node("LessOrEqual", ["ss", "wide_hi"], ["s_hi"]),
                           helper.make_node("And", ["wide", "s_lo"], ["wide1"]),
                           helper.make_node("And", ["wide1", "s_hi"], ["wide2"])]
-            nodes.append(helper.make_node("Or", [band, "wide2" if wide_lengths is not None else "wide"], ["band3"]))
+                if wide_past is not None:
+                    nodes += [helper.make_node("GreaterOrEqual", ["ps", "wide_plo"], ["p_lo"]),
+                              helper.make_node("LessOrEqual", ["ps", "wide_phi"], ["p_hi"]),
+                              helper.make_node("And", ["wide2", "p_lo"], ["wide3"]),
+                              helper.make_node("And", ["wide3", "p_hi"], ["wide4"])]
+            wide = "wide" if wide_lengths is None else "wide2" if wide_past is None else "wide4"
+            nodes.append(helper.make_node("Or", [band, wide], ["band3"]))
             band = "band3"
         nodes.append(helper.make_node("And", ["causal", band], ["keep0"]))
         keep = "keep0"
@@ -77,7 +86,8 @@ def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = 
         ("zero", 0, np.int64), ("one", 1, np.int64), ("two", 2, np.int64), ("w", window or 0, np.int64),
         ("w_neg", -(window or 0), np.int64),
         ("until", until or 0, np.int64), ("wide_b", [wide_batch or 0], np.int64),
-        ("wide_lo", [(wide_lengths or (0, 0))[0]], np.int64), ("wide_hi", [(wide_lengths or (0, 0))[1]], np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
+        ("wide_lo", [(wide_lengths or (0, 0))[0]], np.int64), ("wide_hi", [(wide_lengths or (0, 0))[1]], np.int64),
+        ("wide_plo", [(wide_past or (0, 0))[0]], np.int64), ("wide_phi", [(wide_past or (0, 0))[1]], np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
         ("ax12", [1, 2], np.int64), ("zero_f", 0.0, np.float32),
         ("neg", np.finfo(np.float32).min, np.float32)]]
     s = 1 if fixed_one else "s"
@@ -85,7 +95,7 @@ def _graph(*, window: int | None, past: bool, additive: bool, fixed_one: bool = 
            helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", "t"])]
     if past:
-        ins.append(helper.make_tensor_value_info("past", TensorProto.FLOAT, ["b", 1, "p", 64]))
+        ins.append(helper.make_tensor_value_info("past", TensorProto.FLOAT, [past_batch, 1, "p", 64]))
     if window_input:
         ins.append(helper.make_tensor_value_info("w_in", TensorProto.INT64, []))
     graph = helper.make_graph(nodes + [helper.make_node("Identity", ["q"], ["y"])], "mask", ins,
@@ -148,6 +158,27 @@ def test_band_that_a_batch_or_a_length_drops_is_refused(past, wide_batch, wide_l
     with pytest.raises(EvalFailure):
         _w(g)
     assert _w(_graph(window=4, past=past, additive=True, wide_batch=None)) == 4
+
+
+@pytest.mark.parametrize("wide_lengths, wide_past", [((5, 6), (1, 2)), ((5, 6), (0, 2)), ((1, 2), (5, 6))])
+def test_band_that_a_cache_and_a_count_drop_together_is_refused(wide_lengths, wide_past):
+    """Every key in the band only where both the new tokens' count and the cache length are in a
+    range (5..6 new tokens after at most 2 cached ones, say): probing the counts over a cache past
+    every constant, and the prefill of ``far`` tokens, sees neither (session 29 review: the P x S
+    grid was not probed jointly), so the band must be probed at each count beside a constant
+    after each cache length beside one."""
+    with pytest.raises(EvalFailure):
+        _w(_graph(window=4, past=True, additive=True, wide_batch=1, wide_lengths=wide_lengths,
+                  wide_past=wide_past))
+
+
+def test_band_that_the_past_s_batch_drops_is_refused():
+    """The batch read from the past, whose batch symbol is not q's (exporters name them apart; a run
+    has one batch, the past concatenated with the new keys): the probe at each batch must feed the
+    past that batch too (session 29 review: it fed the past a batch of 1)."""
+    with pytest.raises(EvalFailure):
+        _w(_graph(window=4, past=True, additive=True, wide_batch=3, past_batch="past_batch"))
+    assert _w(_graph(window=4, past=True, additive=True, past_batch="past_batch")) == 4
 
 
 def test_window_from_an_input_is_refused():

@@ -149,10 +149,11 @@ def test_a_present_cropped_other_than_the_past_is_refused(any_head_rule):
 
 
 def _crop_mask_graph(band: int | None, kept: int = KEPT, seq: int | str = "sequence",
-                     wide_batch: int | None = None) -> ir.Graph:
+                     wide_batch: int | None = None, wide_lengths: tuple[int, int] | None = None) -> ir.Graph:
     """q [B,4,S,16] (S = ``seq``), past [B,2,P,16] and its crop [B,2,kept,16]; a mask over the
     kept + S keys (key j, query i at crop position kept + i): causal, And-ed with j > kept + i - band
-    (with ``wide_batch``, the band Or-ed with B >= wide_batch: every kept key at such a batch)."""
+    (with ``wide_batch``, the band Or-ed with B >= wide_batch: every kept key at such a batch; only at
+    S in ``wide_lengths`` too when given)."""
     from onnx import TensorProto, helper
 
     i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
@@ -172,13 +173,19 @@ def _crop_mask_graph(band: int | None, kept: int = KEPT, seq: int | str = "seque
         if wide_batch is not None:
             nodes += [helper.make_node("Shape", ["q"], ["b1"], start=0, end=1),
                       helper.make_node("GreaterOrEqual", ["b1", "wb"], ["wide"]),
-                      helper.make_node("Or", ["inband", "wide"], ["inband2"])]
+                      helper.make_node("Or", ["inband", "wide" if wide_lengths is None else "wide2"], ["inband2"])]
+            if wide_lengths is not None:
+                nodes[-1:-1] = [helper.make_node("GreaterOrEqual", ["s1", "wlo"], ["s_lo"]),
+                                helper.make_node("LessOrEqual", ["s1", "whi"], ["s_hi"]),
+                                helper.make_node("And", ["wide", "s_lo"], ["wide1"]),
+                                helper.make_node("And", ["wide1", "s_hi"], ["wide2"])]
         nodes.append(helper.make_node("And", ["keep0", "inband2" if wide_batch is not None else "inband"], ["keep"]))
     else:
         nodes.append(helper.make_node("Identity", ["keep0"], ["keep"]))
     nodes.append(helper.make_node("Where", ["keep", "fzero", "ninf"], ["mask"]))
     inits = [i64("neg", [-kept]), i64("big", [2 ** 63 - 1]), i64("two", [2]), i64("n", kept), i64("zero", 0),
              i64("one", 1), i64("last", [-1]), i64("w", band or 0), i64("wb", [wide_batch or 0]),
+             i64("wlo", [(wide_lengths or (0, 0))[0]]), i64("whi", [(wide_lengths or (0, 0))[1]]),
              numpy_helper.from_array(np.array(0, np.float32), "fzero"),
              numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")]
     g = helper.make_graph(nodes, "crop", [
@@ -219,6 +226,19 @@ def test_a_band_that_a_larger_batch_drops_is_refused():
     from onnx_fuse.rewrite._mask_probe import cropped_window
 
     v = _vals(_crop_mask_graph(KEPT + 1, wide_batch=3))
+    with pytest.raises(EvalFailure, match="no single window"):
+        cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
+
+
+@pytest.mark.parametrize("wide_batch", [1, 3])
+def test_a_band_that_some_new_token_counts_drop_is_refused(wide_batch):
+    """The band over the crop, plain causal at 5..6 new tokens (from a batch of ``wide_batch``): the
+    probes at 1 and 3 new tokens read the band (session 29 review: only those two counts were
+    probed), the counts beside each constant of the cone show the rows that see more."""
+    from onnx_fuse.rewrite._expr import EvalFailure
+    from onnx_fuse.rewrite._mask_probe import cropped_window
+
+    v = _vals(_crop_mask_graph(KEPT + 1, wide_batch=wide_batch, wide_lengths=(5, 6)))
     with pytest.raises(EvalFailure, match="no single window"):
         cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
 
