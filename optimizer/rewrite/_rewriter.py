@@ -298,6 +298,18 @@ def _py(v: Any) -> Any:
     return v
 
 
+# canonical ops whose ``scale`` every lowering passes on as the target op's scale attribute
+_SCALED_OPS = frozenset(("Attention", "AttentionKV"))
+
+
+def _check_scale(v: Any) -> None:
+    """A canonical attention's scale must be a positive finite number: ONNX Attention-23 refuses scale <= 0 at
+    load time and com.microsoft::MultiHeadAttention reads 0 as its default 1/sqrt(D), so softmax(c q k^T) with
+    c <= 0 (or a scale that overflowed) stays as it is, whichever recognizer read it."""
+    if v is not None and not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+        raise RewriteRejected(f"attention scale {v!r}: must be a positive finite number")
+
+
 def _ir_attr(name: str, v: Any) -> ir.Attr:
     if isinstance(v, np.ndarray):
         return ir.AttrTensor(name, ir.tensor(v))
@@ -402,6 +414,8 @@ class Rewriter:
                     while inputs and inputs[-1] is None:
                         inputs.pop()
                     attrs = {k: _py(e.evaluate(env, ctx)) for k, e in op.attrs.items()}
+                    if norm_domain(op.domain) == CANONICAL_DOMAIN and op.op_type in _SCALED_OPS:
+                        _check_scale(attrs.get("scale"))
                     # hints resolve before this statement binds its outputs: `like(present)` names
                     # the matched value being replaced (its type is the one to keep)
                     hint = None
