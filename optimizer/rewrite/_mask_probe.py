@@ -477,6 +477,13 @@ def _boundary_lengths(consts: list[int], low: int, far: int) -> list[int]:
     return sorted({low, low + 1, low + 2} | {c + d for c in consts for d in (-1, 0, 1) if low <= c + d < far})
 
 
+def _probe_batches(consts: list[int], far: int) -> list[int]:
+    """The batches a mask proof runs its shapes at besides 1: 2, 3..5, each constant of the cone and
+    either side of it, and ``far`` past them all (a mask from shapes may compare the batch, or a row
+    index, with a constant)."""
+    return [2, *_boundary_lengths(consts, 3, far), far]
+
+
 def _int_constants(cone: list[ir.Node]) -> list[int]:
     """Integral values among the small constants the cone reads, of any numeric dtype (a window
     may be compared in float positions too), a negative integer-typed one as its magnitude (a
@@ -654,7 +661,7 @@ def _by_batch(probe: Callable[..., tuple[set[int], int] | str], shapes: list[tup
     whose mask would be too large at a batch are left out there; a batch none fits, or a probe a
     batch cannot run, is not proven."""
     out, runs = [], 0
-    for rows in [2, *_boundary_lengths(consts, 3, far), far]:
+    for rows in _probe_batches(consts, far):
         fit = [(p, s) for p, s in shapes if rows * s * (p + s) <= _BATCH_PROBE_SIZE]
         if not fit:
             raise EvalFailure(f"no probed length fits a batch of {rows} (the band is not proven at every batch)")
@@ -732,7 +739,7 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     shapes = [(s, p) for s in counts for p in lengths if s * (n + s) <= _BATCH_PROBE_SIZE]
     runs = [(s, p, 1) for s, p in shapes]
     if const is None:   # each shape again at the batches beside each constant (as _by_batch)
-        runs += [(s, p, rows) for rows in [2, *_boundary_lengths(consts, 3, far), far] for s, p in shapes
+        runs += [(s, p, rows) for rows in _probe_batches(consts, far) for s, p in shapes
                  if rows * s * (n + s) <= _BATCH_PROBE_SIZE]
         if len(runs) > _MAX_BATCH_GRID_PROBES:
             raise EvalFailure("the mask's cone has too many constants to probe every batch at every length")
@@ -901,7 +908,7 @@ def _causal_probes(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q: i
     short = next((s for s in lengths if s >= 2), lengths[-1])
     grid = [(p, s) for s in lengths for p in pasts]
     seen = {(p, s, rows) for p, s, rows, extra in runs if not extra}
-    for rows in [2, *_boundary_lengths(consts, 3, far), far]:
+    for rows in _probe_batches(consts, far):
         p, s = (far_p, far_s) if rows * far_s * (far_p + far_s) <= _BATCH_PROBE_SIZE else (pasts[0], short)
         if rows * s * (p + s) > _BATCH_PROBE_SIZE:
             return False
