@@ -82,16 +82,10 @@ def default_library_path() -> Path:
     return DEFAULT_BUILD_DIR / LIB_NAME
 
 
-_DEVICES: dict[int, "lp.DeviceInfo"] = {}
-
-
 def _device(t) -> "lp.DeviceInfo":
-    """The GPU holding tensor ``t``, as launch_plan.DeviceInfo (once per device): plans are the device's
-    (plan_paged_decode's w4s2h is an H100 plan, not an H200 one)."""
-    index = t.device.index if t.device.index is not None else 0
-    if index not in _DEVICES:
-        _DEVICES[index] = lp.DeviceInfo.from_torch(index)
-    return _DEVICES[index]
+    """The GPU holding tensor ``t``: plans are the device's (plan_paged_decode's w4s2h is an H100 plan,
+    not an H200 one)."""
+    return lp.current_device(t.device.index if t.device.index is not None else 0)
 
 
 def _dtype_name(t) -> str:

@@ -21,6 +21,7 @@ checks that the kernel names exist in the sources.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -352,6 +353,13 @@ def memory_bandwidth(name: str, clock_khz: int | None = None, bus_bits: int | No
 
 
 H200 = DeviceInfo()
+
+
+@functools.cache
+def current_device(index: int = 0) -> DeviceInfo:
+    """``DeviceInfo.from_torch(index)``, read once per GPU: what KernelLib and the benchmarks plan for
+    (the decode plan depends on the device's memory: W4S2H_MAX_BANDWIDTH)."""
+    return DeviceInfo.from_torch(index)
 
 
 def _dt(dtype: str) -> str:

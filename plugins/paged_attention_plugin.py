@@ -713,7 +713,7 @@ def _device_info():
     torch = sys.modules.get("torch")
     try:
         if torch is not None and torch.cuda.is_available():
-            _DEVICE = lp.DeviceInfo.from_torch(torch.cuda.current_device())
+            _DEVICE = lp.current_device(torch.cuda.current_device())
             return _DEVICE
         cuda = _cudart()
         if cuda is not None:

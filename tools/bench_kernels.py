@@ -53,16 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _device():
-    """The GPU the rows run on (launch_plan.DeviceInfo): the planned rows are its plans."""
+    """The GPU the rows run on (launch_plan.current_device): the planned rows are its plans."""
     from onnx_fuse.plugins import launch_plan as lp
 
-    global _DEVICE
-    if _DEVICE is None:
-        _DEVICE = lp.DeviceInfo.from_torch()
-    return _DEVICE
-
-
-_DEVICE = None
+    return lp.current_device()
 
 
 def bench_decode_window(lib, dts, bench, rel, B=64, Hq=32, Hkv=8, D=128, ctx=16384, bs=16, W=4096) -> list[dict]:

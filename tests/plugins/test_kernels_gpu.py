@@ -1040,7 +1040,7 @@ def test_paged_decode_variants(lib, variant, splits, D):
 
 
 
-# The default plans of this GPU (launch_plan.plan_paged_decode for DeviceInfo.from_torch) on shapes that
+# The default plans of this GPU (launch_plan.plan_paged_decode for current_device) on shapes that
 # reach them: head groups at D 128, Hkv 8 (on an H100 4 kv heads w4s2h: one split at B64, two with the
 # workspace reduce at B32; on the H200 8 kv heads: the cluster reduce w8s2hc at B64, w8s2h at four splits
 # at B32), w16s2t for MQA and w4s2t for GQA at D 64, w4s2t at D 256; ragged lengths and an empty sequence.
@@ -1053,7 +1053,7 @@ def test_paged_decode_default_plans(lib, case):
 
     B, Hq, Hkv, D, bs, suffix = case
     if not isinstance(suffix, str):   # (slower memory than W4S2H_MAX_BANDWIDTH, else)
-        slow = lp.DeviceInfo.from_torch().mem_bandwidth < lp.W4S2H_MAX_BANDWIDTH
+        slow = lp.current_device().mem_bandwidth < lp.W4S2H_MAX_BANDWIDTH
         suffix = suffix[0] if slow else suffix[1]
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("default", case)).encode()))
     lens = torch.randint(1, 1025, (B,), generator=torch.Generator().manual_seed(B + D)).tolist()
