@@ -29,6 +29,26 @@ def _ints_attr(node: ir.Node, name: str, n: int, default: int) -> list[int] | No
     return [int(e) for e in got] if isinstance(got, (list, tuple)) and all(isinstance(e, int) for e in got) else None
 
 
+def _window_attrs(node: ir.Node, n: int) -> tuple[list[int], list[int], list[int], list[int], str] | None:
+    """(kernel, strides, dilations, pads, auto_pad) of a Conv / pool / ConvTranspose over ``n`` spatial
+    axes (a Conv's kernel from its weight's shape where the attribute is absent); None where any is not
+    read as ints of its length."""
+    kernel = _attr(node, "kernel_shape", None)
+    w = node.inputs[1].shape if node.op_type in ("Conv", "ConvTranspose") and len(node.inputs) > 1 \
+        and node.inputs[1] is not None else None
+    if kernel is None and w is not None and len(w) == n + 2:
+        kernel = list(w.dims[2:])
+    strides, dilations = _ints_attr(node, "strides", n, 1), _ints_attr(node, "dilations", n, 1)
+    pads = _ints_attr(node, "pads", 2 * n, 0)
+    auto_pad = _attr(node, "auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if not (isinstance(kernel, (list, tuple)) and len(kernel) == n and all(isinstance(e, int) for e in kernel)) \
+            or strides is None or dilations is None or pads is None or len(strides) != n or len(dilations) != n \
+            or len(pads) != 2 * n:
+        return None
+    return [int(e) for e in kernel], strides, dilations, pads, auto_pad
+
+
 def window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int | None:
     """Spatial axis ``k`` of ``n``: the output length as ``(s, c, scale)``, floor((scale * L + c) /
     s) of the input length L, or an int (an explicit output_shape); None where not read. As ONNX
@@ -43,20 +63,12 @@ def window_length(node: ir.Node, n: int, k: int) -> tuple[int, int, int] | int |
     Where the padded input is shorter than one window, ONNX Runtime truncates the negative quotient
     (one window) where these names floor it (none): inputs torch refuses, outside what the names claim."""
     op = node.op_type
-    kernel = _attr(node, "kernel_shape", None)
-    w = node.inputs[1].shape if op in ("Conv", "ConvTranspose") and len(node.inputs) > 1 and node.inputs[1] is not None else None
-    if kernel is None and w is not None and len(w) == n + 2:
-        kernel = list(w.dims[2:])
-    strides, dilations = _ints_attr(node, "strides", n, 1), _ints_attr(node, "dilations", n, 1)
-    pads = _ints_attr(node, "pads", 2 * n, 0)
-    auto_pad = _attr(node, "auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    got = _window_attrs(node, n)
     ceil = _attr(node, "ceil_mode", 0)
-    if not (isinstance(kernel, (list, tuple)) and len(kernel) == n and all(isinstance(e, int) for e in kernel)) \
-            or strides is None or dilations is None or pads is None or len(strides) != n or len(dilations) != n \
-            or len(pads) != 2 * n or ceil not in (0, 1) or (ceil and auto_pad != "NOTSET"):
+    if got is None or ceil not in (0, 1) or (ceil and got[4] != "NOTSET"):
         return None
-    s, span = strides[k], dilations[k] * (int(kernel[k]) - 1) + 1
+    kernel, strides, dilations, pads, auto_pad = got
+    s, span = strides[k], dilations[k] * (kernel[k] - 1) + 1
     if s <= 0:
         return None
     if op == "ConvTranspose":
@@ -87,19 +99,11 @@ def conv_least_input(node: ir.Node, n: int, k: int) -> int | None:
     """The least length spatial axis ``k`` of a Conv's input may have: ONNX Runtime refuses a padded
     input shorter than the dilated kernel (explicit pads or VALID; passes/_dim_bounds.py). None for
     SAME padding or attributes not read."""
-    kernel = _attr(node, "kernel_shape", None)
-    w = node.inputs[1].shape if len(node.inputs) > 1 and node.inputs[1] is not None else None
-    if kernel is None and w is not None and len(w) == n + 2:
-        kernel = list(w.dims[2:])
-    dilations, pads = _ints_attr(node, "dilations", n, 1), _ints_attr(node, "pads", 2 * n, 0)
-    auto_pad = _attr(node, "auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    if node.op_type != "Conv" or not (isinstance(kernel, (list, tuple)) and len(kernel) == n
-                                      and all(isinstance(e, int) for e in kernel)) \
-            or dilations is None or pads is None or len(dilations) != n or len(pads) != 2 * n \
-            or auto_pad not in ("NOTSET", "VALID") or not 0 <= k < n:
+    got = _window_attrs(node, n) if node.op_type == "Conv" else None
+    if got is None or got[4] not in ("NOTSET", "VALID") or not 0 <= k < n:
         return None
-    span = dilations[k] * (int(kernel[k]) - 1) + 1
+    kernel, _, dilations, pads, auto_pad = got
+    span = dilations[k] * (kernel[k] - 1) + 1
     return span - (pads[k] + pads[k + n] if auto_pad == "NOTSET" else 0)
 
 
