@@ -76,3 +76,29 @@ def normal_feeds(seed: int, **shapes) -> dict[str, np.ndarray]:
     """float32 standard-normal inputs of the given shapes, from one seed."""
     rng = np.random.default_rng(seed)
     return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+def inferred_dims(proto: onnx.ModelProto, *values: str) -> dict[str, list]:
+    """Each named value's dims after ShapeInferencePass (the dim-naming sweep): ints, or the symbols' text."""
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    model = ir.from_proto(proto)
+    ShapeInferencePass()(model)
+    found = {o.name: o for n in model.graph for o in n.outputs}
+    return {v: [d if isinstance(d, int) else getattr(d, "value", None) for d in found[v].shape.dims]
+            for v in values}
+
+
+def runtime_shapes(proto: onnx.ModelProto, values, feeds) -> dict[str, tuple]:
+    """The shapes ONNX Runtime (graph optimizations off) gives the named values on ``feeds``."""
+    import onnxruntime as ort
+
+    p = onnx.ModelProto()
+    p.CopyFrom(proto)
+    for v in values:
+        if v not in [o.name for o in p.graph.output]:
+            p.graph.output.append(onnx.helper.make_empty_tensor_value_info(v))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(p.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return dict(zip(values, (a.shape for a in sess.run(list(values), feeds))))

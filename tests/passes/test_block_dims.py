@@ -11,10 +11,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
-from onnx import helper
-from pass_testing import parse
+from pass_testing import inferred_dims, parse, runtime_shapes
 
 from onnx_fuse.passes._dim_lengths import minus, padded_length
 from onnx_fuse.passes._dim_products import mod_neg, parse_mod_neg, shape_vector
@@ -57,30 +55,10 @@ _SUM = """
             y = ReduceSum <keepdims = 0> ({})"""
 
 
-def _names(proto: onnx.ModelProto, *values: str) -> dict[str, list]:
-    model = ir.from_proto(proto)
-    ShapeInferencePass()(model)
-    found = {o.name: o for n in model.graph for o in n.outputs}
-    return {v: [d if isinstance(d, int) else getattr(d, "value", None) for d in found[v].shape.dims]
-            for v in values}
-
-
-def _runtime(proto: onnx.ModelProto, values, feeds) -> dict[str, tuple]:
-    p = onnx.ModelProto()
-    p.CopyFrom(proto)
-    for v in values:
-        if v not in [o.name for o in p.graph.output]:
-            p.graph.output.append(helper.make_empty_tensor_value_info(v))
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(p.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return dict(zip(values, (a.shape for a in sess.run(list(values), feeds))))
-
-
 def _check(proto, names: dict[str, list], feeds_for, lengths=range(1, 14)) -> None:
     """Every named dim equals the runtime size at each S (batch 2)."""
     for s in lengths:
-        got = _runtime(proto, list(names), feeds_for(s))
+        got = runtime_shapes(proto, list(names), feeds_for(s))
         for v, dims in names.items():
             for d, size in zip(dims, got[v]):
                 assert d is not None and not str(d).startswith("unk__"), (v, dims)
@@ -97,7 +75,7 @@ def test_pad_to_a_multiple_names_the_padded_length_and_its_blocks():
     padded shape (LongT5's _pad_to_multiple / _split_into_blocks): 3*(S+2)//3 and (S+2)//3 (unknown
     before: the pad entry was no fact)."""
     proto = parse(_HEAD + "g (float[B, S, 2, 16] x) => (float y) {" + _CONSTS + _PAD + _SUM.format("xb") + "\n}")
-    names = _names(proto, "xp", "xb")
+    names = inferred_dims(proto, "xp", "xb")
     assert names == {"xp": ["B", "3*(S+2)//3", 2, 16], "xb": ["B", "(S+2)//3", 3, 2, 16]}
     _check(proto, names, _x)
 
@@ -153,7 +131,7 @@ def test_constant_pads_and_cuts_of_block_counts():
     three-block keys are [B, N, 9, 2, 16] (unknown before)."""
     proto = parse(_HEAD + "g (float[B, S, 2, 16] x) => (float y) {" + _CONSTS + _PAD + _blocks3()
                   + _SUM.format("k9") + "\n}")
-    names = _names(proto, "xbp", "w0", "w1", "w2", "k9")
+    names = inferred_dims(proto, "xbp", "w0", "w1", "w2", "k9")
     assert names["xbp"][1] == "(S+8)//3" and names["k9"] == ["B", "(S+2)//3", 9, 2, 16]
     assert all(names[w][1] == "(S+2)//3" for w in ("w0", "w1", "w2"))
     _check(proto, names, _x)
@@ -207,7 +185,7 @@ def test_one_hot_depth_and_tiled_globals():
             kall = Concat <axis = 2> (k9, gt)"""
     proto = parse(_HEAD + "g (float[B, S, 2, 16] x, float[B, S, 32] hs, int64[B, S] ids) => "
                   "(float y) {" + _CONSTS + _PAD + _blocks3() + _globals(tail) + _SUM.format("kall") + "\n}")
-    names = _names(proto, "oh", "ohs", "gk", "gt", "kall")
+    names = inferred_dims(proto, "oh", "ohs", "gk", "gt", "kall")
     assert names["oh"] == ["B", "S", "(S+4)//4"] and names["ohs"] == ["B", "S", "(S)//4"]
     assert names["gt"] == ["B", "(S+2)//3", "(S)//4", 2, 16]
     assert names["kall"] == ["B", "(S+2)//3", "(S+36)//4", 2, 16]
@@ -224,7 +202,7 @@ def test_split_keeps_the_dims_off_its_axis():
                   + _CONSTS + """
             sh = Shape (x)
             s1 = Gather <axis = 0> (sh, i1)""" + _globals(tail) + _SUM.format("gb") + "\n}")
-    names = _names(proto, "ga", "gb")
+    names = inferred_dims(proto, "ga", "gb")
     assert names == {"ga": ["B", "(S)//4", 16], "gb": ["B", "(S)//4", 16]}
     _check(proto, names, _ids, lengths=range(4, 14))
 
@@ -292,14 +270,14 @@ def test_window_padding_names_the_padded_grid_and_its_windows():
     the windows' -1 is solved (the Pad's dims and the windows were unknown before: only Neg's form was
     read). Every name equals ONNX Runtime's size at each image size."""
     proto = _swin()
-    names = _names(proto, "tp", "wins", "toks")
+    names = inferred_dims(proto, "tp", "wins", "toks")
     hp, wp = "4*((H)//2+3)//4", "4*((W)//2+3)//4"
     assert names["tp"] == ["B", hp, wp, 8]
     assert names["wins"][1:] == [4, 4, 8] and names["toks"][1:] == [16, 8]
     for h in range(2, 21, 3):
         for w in (2, 7, 8, 13):
             x = np.random.default_rng(h * w).standard_normal((2, 3, h, w)).astype(np.float32)
-            got = _runtime(proto, ["tp", "wins", "toks"], {"x": x})
+            got = runtime_shapes(proto, ["tp", "wins", "toks"], {"x": x})
             for v, dims in names.items():
                 want = [d if isinstance(d, int) else _eval_dim(d, {"B": 2, "H": h, "W": w}) for d in dims]
                 assert want == list(got[v]), (v, dims, h, w, got[v])
@@ -365,8 +343,8 @@ def test_roll_and_patch_merging_keep_the_grid():
     Every name equals ONNX Runtime's size at each H, W (odd ones too, with the halves' Concat joining
     the even half twice: the model's own fails there at run time)."""
     proto, odd = _merge_graph(), _merge_graph(join="eve, eve")
-    names = _names(proto, "r", "eve", "odo", "m", "mv")
-    assert names == _names(odd, "r", "eve", "odo", "m", "mv")
+    names = inferred_dims(proto, "r", "eve", "odo", "m", "mv")
+    assert names == inferred_dims(odd, "r", "eve", "odo", "m", "mv")
     assert names["r"] == ["B", "H", "W", 8]
     assert names["eve"] == ["B", "(H+1)//2", "(W+1)//2", 8] and names["odo"] == ["B", "(H)//2", "(W)//2", 8]
     assert names["m"] == ["B", "(H+1)//2", "(W+1)//2", 16] and names["mv"] == names["m"]
@@ -374,7 +352,7 @@ def test_roll_and_patch_merging_keep_the_grid():
         for w in (1, 4, 7):
             x = np.random.default_rng(h + w).standard_normal((2, h, w, 8)).astype(np.float32)
             values = ["r", "eve", "odo", "m", "mv"]
-            got = _runtime(proto if h % 2 == 0 == w % 2 else odd, values, {"x": x})
+            got = runtime_shapes(proto if h % 2 == 0 == w % 2 else odd, values, {"x": x})
             for v in values:
                 want = [d if isinstance(d, int) else _eval_dim(d, {"B": 2, "H": h, "W": w}) for d in names[v]]
                 assert want == list(got[v]), (v, names[v], h, w, got[v])
@@ -383,13 +361,13 @@ def test_roll_and_patch_merging_keep_the_grid():
 @pytest.mark.parametrize("shift", ["-2", "0", "11"])
 def test_any_roll_shift_keeps_the_axis(shift):
     """A negative shift, none, or one past the end: the two cuts still make up the axis."""
-    assert _names(_merge_graph(shift, shift), "r")["r"] == ["B", "H", "W", 8]
+    assert inferred_dims(_merge_graph(shift, shift), "r")["r"] == ["B", "H", "W", 8]
 
 
 def test_near_misses_are_not_rolls_or_strides():
     """x[:, 2:] with x[:, :3] overlaps (H + 1 entries where H >= 3); x[2::2] starts past its step
     (ceil((H - 2) / 2) would be negative at H = 0 as a floor): neither is read."""
-    names = _names(_merge_graph("2", "3", "2", join="eve, eve"), "r", "od")
+    names = inferred_dims(_merge_graph("2", "3", "2", join="eve, eve"), "r", "od")
     assert names["r"][1] is None or str(names["r"][1]).startswith("unk")
     assert names["od"][1] is None or str(names["od"][1]).startswith("unk")
 

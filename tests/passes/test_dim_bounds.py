@@ -10,12 +10,10 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from onnx import helper
-from pass_testing import parse
+from pass_testing import inferred_dims, parse, runtime_shapes
 
 from onnx_fuse.passes._dim_bounds import bounds_in, lower, raise_bound
 from onnx_fuse.passes._dim_lengths import at_least, cut_length, minus
-from onnx_fuse.passes.shape_inference import ShapeInferencePass
 from onnx_fuse.rewrite._local_check import _eval_dim
 
 _HEAD = '<ir_version: 9, opset_import: ["" : 18]>\n'
@@ -73,38 +71,19 @@ def _mask_graph(stem: str) -> onnx.ModelProto:
 _CONV = "y = Conv <kernel_shape = [2, 2], strides = [2, 2]> (x, wt)"
 
 
-def _names(proto: onnx.ModelProto, *values: str) -> dict[str, list]:
-    model = ir.from_proto(proto)
-    ShapeInferencePass()(model)
-    found = {o.name: o for n in model.graph for o in n.outputs}
-    return {v: [d if isinstance(d, int) else getattr(d, "value", None) for d in found[v].shape.dims]
-            for v in values}
-
-
-def _runtime(proto: onnx.ModelProto, values, feeds) -> dict[str, tuple]:
-    p = onnx.ModelProto()
-    p.CopyFrom(proto)
-    for v in values:
-        p.graph.output.append(helper.make_empty_tensor_value_info(v))
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(p.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return dict(zip(values, (a.shape for a in sess.run(list(values), feeds))))
-
-
 def test_a_patch_conv_bounds_the_window_grid_so_the_mask_cuts_are_named():
     """The patch Conv (kernel 2) runs only for H, W >= 2, so the padded grid 4*((H)//2+3)//4 is at least
     4: ``[0:-4]`` keeps n - 4 = 4*((H)//2-1)//4 entries, ``[-4:-2]`` and ``[-2:]`` two each (all three
     unknown before: max(n - 4, 0)). Each name equals ONNX Runtime's size at every H, W the Conv accepts."""
     proto = _mask_graph(_CONV)
-    names = _names(proto, "tp", "lo", "mid", "hi")
+    names = inferred_dims(proto, "tp", "lo", "mid", "hi")
     assert names["tp"] == ["B", "4*((H)//2+3)//4", "4*((W)//2+3)//4", 8]
     assert names["lo"] == [1, "4*((H)//2-1)//4", "4*((W)//2-1)//4", 1]
     assert names["mid"] == [1, 2, 2, 1] and names["hi"] == [1, 2, 2, 1]
     for hgt in range(2, 23, 3):
         for wid in (2, 3, 8, 9, 17):
             x = np.random.default_rng(hgt * wid).standard_normal((2, 3, hgt, wid)).astype(np.float32)
-            got = _runtime(proto, list(names), {"x": x})
+            got = runtime_shapes(proto, list(names), {"x": x})
             for v, dims in names.items():
                 want = [d if isinstance(d, int) else _eval_dim(d, {"B": 2, "H": hgt, "W": wid}) for d in dims]
                 assert want == list(got[v]), (v, dims, hgt, wid, got[v])
@@ -118,7 +97,7 @@ def test_a_patch_conv_bounds_the_window_grid_so_the_mask_cuts_are_named():
 def test_no_bound_without_a_conv_that_refuses_short_inputs(stem):
     """Where nothing refuses an empty grid the padded grid may be 0 and ``[0:-4]`` keeps max(n - 4, 0):
     not named (the pool accepts H = 1, where its grid is 0; without a Conv nothing bounds H)."""
-    names = _names(_mask_graph(stem), "lo", "mid")
+    names = inferred_dims(_mask_graph(stem), "lo", "mid")
     assert str(names["lo"][1]).startswith("unk__") and str(names["mid"][1]).startswith("unk__")
 
 
@@ -157,11 +136,11 @@ def test_a_conv_output_cut_before_its_end():
             c = Slice (y, st, en, ax)
             s = ReduceSum <keepdims = 0> (c)
         }""")
-    names = _names(proto, "c")
+    names = inferred_dims(proto, "c")
     assert names["c"] == ["B", 2, "(H-4)//4", "(W)//4"]
     for hgt in range(4, 20):
         x = np.zeros((2, 3, hgt, 5), np.float32)
-        assert _runtime(proto, ["c"], {"x": x})["c"][2] == _eval_dim("(H-4)//4", {"H": hgt})
+        assert runtime_shapes(proto, ["c"], {"x": x})["c"][2] == _eval_dim("(H-4)//4", {"H": hgt})
 
 
 def test_lower_and_the_reads_it_proves():
