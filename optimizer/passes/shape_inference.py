@@ -27,6 +27,11 @@ The TorchScript exporter names a graph output's dims it could not relate ``<OpTy
 (``Concatpresent.0.value_dim_0``: the producer's op type, the output's name, the axis). Those
 placeholders are not facts either: they are cleared and give way to what inference proves (the
 present's batch is the past's ``batch``), or the KV cache's views could not be proven.
+
+A Loop that may run zero times (its trip count or first condition not a constant that runs it)
+gives scan outputs whose symbolic dims ONNX Runtime makes 0: onnx names them after the body
+([M, 2, H, W]), ORT returns [0, 2, 0, 0]. Such a name equates a dim with H where it is 0, so the
+scan outputs keep only their first and static dims, in the model and in what inference returns.
 """
 
 from __future__ import annotations
@@ -68,6 +73,49 @@ def _untagged(dim) -> bool:
     """A name this run invented, not yet tagged with its run."""
     return (not isinstance(dim, int) and invented_name(dim.value)
             and not str(dim.value)[len(INVENTED_DIM_PREFIX):].startswith("r"))
+
+
+def _runs_once(loop: ir.Node) -> bool:
+    """Whether a Loop runs its body at least once: a constant trip count > 0 (or none) and a
+    constant true first condition (or none), not both absent."""
+    from onnx_fuse.passes._shape_values import constant_tensor
+
+    trip, cond = (list(loop.inputs) + [None, None])[:2]
+    if trip is None and cond is None:
+        return False
+    for value, runs in ((trip, lambda a: int(a) > 0), (cond, bool)):
+        if value is None:
+            continue
+        tensor = constant_tensor(value)
+        if tensor is None or tensor.numpy().size != 1 or not runs(tensor.numpy().reshape(())):
+            return False
+    return True
+
+
+def _zero_trip_outputs(model: ir.Model) -> frozenset[str]:
+    """Names of the scan outputs of Loops that may run zero times (see the docstring)."""
+    return frozenset(value.name for graph in model.graphs() for node in graph
+                     if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and not _runs_once(node)
+                     for value in node.outputs[max(len(node.inputs) - 2, 0):])
+
+
+def _forget_zero_trip_dims(model: ir.Model, names: frozenset[str]) -> int:
+    """Clear the symbolic dims after the first of the values ``names``; returns how many changed.
+    (The names are found on the model itself: the copy inference returns has its initializers
+    detached, so its trip counts are no constants.)"""
+    cleared = 0
+    if not names:
+        return 0
+    for graph in model.graphs():
+        for node in graph:
+            for value in node.outputs:
+                shape = value.shape
+                if (value.name not in names or shape is None
+                        or all(isinstance(d, int) or d.value is None for d in shape[1:])):
+                    continue
+                value.shape = ir.Shape([shape[0], *(d if isinstance(d, int) else None for d in shape[1:])])
+                cleared += 1
+    return cleared
 
 
 def exporter_placeholders(model: ir.Model) -> set[str]:
@@ -212,6 +260,8 @@ class ShapeInferencePass(FusePass):
         # the graph as it is now: a rewrite may have made a better fact reachable (a fused
         # attention's output batch_size meeting the residual's), which a kept name would hide
         kept = _forget_producer_dims(model) if not self._refining else None
+        zero_names = _zero_trip_outputs(model)
+        zero_trip = _forget_zero_trip_dims(model, zero_names)
         placeholders = frozenset(exporter_placeholders(model))
         fed = frozenset(v.name for v in model.graph.inputs)
 
@@ -245,7 +295,9 @@ class ShapeInferencePass(FusePass):
                                  type(exc).__name__))
             for value, (_, shape) in (kept or {}).items():
                 value.shape = shape
-            return ir.passes.PassResult(model, modified=False)
+            return ir.passes.PassResult(model, modified=zero_trip > 0)
+        # inference names them again each run: counted, but no change of the model by itself
+        self.stats["zero-trip-dims-cleared"] += _forget_zero_trip_dims(inferred, zero_names)
         _tag_generated_dims(inferred, next(_RUNS))
         gained = 0
         for graph, inferred_graph in zip(model.graphs(), inferred.graphs()):
@@ -282,9 +334,11 @@ class ShapeInferencePass(FusePass):
 
             for g in model.graphs():
                 record_dim_sums(g)
+        if zero_trip:
+            self.stats["zero-trip-dims-cleared"] += zero_trip
         if gained:
             self.stats["values-typed"] += gained
         if kept:   # names derived again as they were are no news: modified only where a value changed
             changed = any(v.type != t or v.shape != sh for v, (t, sh) in kept.items())
-            return ir.passes.PassResult(model, modified=changed or restated > 0)
-        return ir.passes.PassResult(model, modified=gained > 0 or refined > 0 or restated > 0)
+            return ir.passes.PassResult(model, modified=changed or restated > 0 or zero_trip > 0)
+        return ir.passes.PassResult(model, modified=gained > 0 or refined > 0 or restated > 0 or zero_trip > 0)
