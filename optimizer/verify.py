@@ -1428,6 +1428,12 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
             notes.append(FP8_NOTE)
         for name, r, g in pairs:
             r, g = np.asarray(r), np.asarray(g)
+            if label == PADDED_ROW and r.dtype.kind == "f" and r.size and np.isnan(r).all():
+                # the keyless row's NaN spread over the whole output (the next layer's p v, a
+                # window that leaves the half-padded row keyless too): nothing defined to compare
+                # here, and the first case compared this output
+                notes.append(f"{name} [{PADDED_ROW}]: NaN throughout in the original, not compared")
+                continue
             d_atol, d_rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))
             if floor is not None and r.dtype.kind == "f":
                 d_atol, d_rtol = max(d_atol, floor[0]), max(d_rtol, floor[1])

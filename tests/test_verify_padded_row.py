@@ -69,3 +69,36 @@ def test_a_minus_inf_fill_gives_nan_rows_that_any_value_matches():
     # the original has NaN throughout the padded row: undefined there (verify.nan_rows), a guard's 0 passes
     original = _masked_attention(float("-inf"))
     assert verify(original, _masked_attention(FMIN))["passed"]
+
+
+
+def _spread_nan(model: onnx.ModelProto, tilt: float = 1.0) -> onnx.ModelProto:
+    """``model`` with its output plus 0 * sum(output), times ``tilt``: a NaN anywhere reaches every
+    element, as a keyless row's NaN reaches the whole padded sequence through the next layer's p v
+    (and further rows through a window that leaves half-padded rows keyless: hold-out 14's hw_sliding kv)."""
+    g = model.graph
+    out = g.output[0].name
+    g.initializer.append(numpy_helper.from_array(np.array(tilt, np.float32), "tilt"))
+    g.node.extend([oh.make_node("ReduceSum", [out], ["tot"], keepdims=1),
+                   oh.make_node("Mul", ["tot", "zero"], ["tot0"]),
+                   oh.make_node("Add", [out, "tot0"], ["pre"]),
+                   oh.make_node("Mul", ["pre", "tilt"], ["spread"])])
+    g.output[0].name = "spread"
+    return model
+
+
+def test_an_output_nan_throughout_on_the_padded_row_case_is_not_compared():
+    original = _spread_nan(_masked_attention(float("-inf")))
+    fused = _spread_nan(_masked_attention(FMIN))   # a keyless row's mean of V: numbers where the original has NaN
+    result = verify(original, fused)
+    assert PADDED_ROW in result["cases"]
+    assert result["passed"], result["outputs"]
+    assert [o["name"] for o in result["outputs"]] == ["spread"]   # the first case compared it
+    assert any(f"[{PADDED_ROW}]: NaN throughout" in n for n in result["notes"])
+
+
+def test_the_first_case_still_fails_a_wrong_value_where_the_padded_case_is_nan_throughout():
+    original = _spread_nan(_masked_attention(float("-inf")))
+    result = verify(original, _spread_nan(_masked_attention(float("-inf")), tilt=1.1))
+    assert not result["passed"]
+    assert [o["name"] for o in result["outputs"] if not o["passed"]] == ["spread"]
