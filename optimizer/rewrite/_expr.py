@@ -384,6 +384,12 @@ def _value_range(ctx, v) -> list[float]:
     return list(value_range(ctx, _as_value(v, "value_range")))
 
 
+def _flat_fill_rows(ctx, v) -> bool:
+    from onnx_fuse.rewrite._flat_rows import flat_fill_rows
+
+    return flat_fill_rows(ctx, _as_value(v, "flat_fill_rows"))
+
+
 def _causal_mask(ctx, m, q, past) -> bool:
     from onnx_fuse.rewrite._mask_probe import causal_mask
 
@@ -675,6 +681,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "value_bound": _value_bound,
     # [lo, hi] holding every value of v, proven the same way (a bool is [0, 1])
     "value_range": _value_range,
+    # whether a row of v may be one large finite number throughout (a select's fill on a row with
+    # every key masked), where exp(v - logsumexp(v)) is not softmax(v) (_flat_rows.py)
+    "flat_fill_rows": _flat_fill_rows,
     # whether v's last axis provably repeats every value twice in a row (repeat_interleave'd
     # tables, constant or computed; _paired.py)
     "paired_columns": lambda ctx, v: _paired_columns(ctx, _as_value(v, "paired_columns")),
