@@ -75,16 +75,26 @@ def test_float16_causal_select_is_fused(h, target, scale):
         h.assert_close(model, out, _feeds(h, batch, seq), atol=3e-3, rtol=3e-3)
 
 
-@pytest.mark.parametrize("kw, why", [
-    (dict(causal="input"), "computed from shapes"),
-    (dict(causal="upper"), "must be causal"),
-    (dict(fill=-1.0), "finite number <= -1e4"),
+@pytest.mark.parametrize("kw, why, fused", [
+    (dict(causal="input"), "computed from shapes", True),
+    (dict(causal="upper"), "must be causal", True),
+    (dict(fill=-1.0), "finite number <= -1e4", False),
 ])
-def test_float16_select_near_misses(h, kw, why):
+def test_float16_select_near_misses(h, kw, why, fused):
+    """where-causal-select-half refuses each. Since session 30 an input mask and a non-causal one fuse
+    anyway, by the route every other float16 select of -65504 takes (scores-scale-before-mask keeps the
+    floor, the recognizer reads it as the op's mask): a row that keeps no key is then the half-masked-rows
+    class (tests/rules/test_half_fill_scale_floor.py), not exact, like the masked_fill order since af83ea8
+    (docs/holdout.md "Session-30: unfused leftovers (left30)"). A fill of -1 is no mask: left."""
     model = _graph(h, **kw)
     reasons = h.reasons(model, "ort", "where-causal-select-half")
     assert any(why in r for r in reasons), reasons
-    assert "Softmax" in h.ops(h.fuse(model, "ort"))
+    result = onnx_fuse.optimize(model, level=3, target="ort")
+    out = result.to_proto()
+    assert "where-causal-select-half" not in result.report.rule_fires
+    assert ("Softmax" not in h.ops(out)) == fused, h.ops(out)
+    extra = {"c_in": np.tril(np.ones((5, 5), bool))[None, None]} if kw.get("causal") == "input" else {}
+    h.assert_close(model, out, _feeds(h, 2, 5, **extra), atol=3e-3, rtol=3e-3)
 
 
 def test_float16_select_with_a_padding_mask_after_it_is_left(h):
