@@ -302,12 +302,15 @@ def _py(v: Any) -> Any:
 _SCALED_OPS = frozenset(("Attention", "AttentionKV"))
 
 
-def _check_scale(v: Any) -> None:
-    """A canonical attention's scale must be a positive finite number: ONNX Attention-23 refuses scale <= 0 at
+def _check_scale(v: Any) -> bool:
+    """A canonical attention's scale must be a finite number other than 0: ONNX Attention-23 refuses scale <= 0 at
     load time and com.microsoft::MultiHeadAttention reads 0 as its default 1/sqrt(D), so softmax(c q k^T) with
-    c <= 0 (or a scale that overflowed) stays as it is, whichever recognizer read it."""
-    if v is not None and not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
-        raise RewriteRejected(f"attention scale {v!r}: must be a positive finite number")
+    c = 0 (or a scale that overflowed) stays as it is, whichever recognizer read it. True for a negative scale,
+    which the caller carries exactly as -c on Neg(q): c (q k^T) = (-c) ((-q) k^T) bit for bit (negation is
+    exact, and a sum of negated terms rounds to the negated sum)."""
+    if v is not None and not (isinstance(v, (int, float)) and np.isfinite(v) and v != 0):
+        raise RewriteRejected(f"attention scale {v!r}: must be a finite number other than 0")
+    return v is not None and v < 0
 
 
 def _ir_attr(name: str, v: Any) -> ir.Attr:
@@ -414,8 +417,12 @@ class Rewriter:
                     while inputs and inputs[-1] is None:
                         inputs.pop()
                     attrs = {k: _py(e.evaluate(env, ctx)) for k, e in op.attrs.items()}
-                    if norm_domain(op.domain) == CANONICAL_DOMAIN and op.op_type in _SCALED_OPS:
-                        _check_scale(attrs.get("scale"))
+                    if norm_domain(op.domain) == CANONICAL_DOMAIN and op.op_type in _SCALED_OPS \
+                            and _check_scale(attrs.get("scale")):
+                        # q is the only input the scale meets (q k^T, then softcap / mask / sinks)
+                        nq = _NewValue(new_name(f"{base}_neg_q"), None)
+                        nodes.append(_NewNode("", "Neg", [inputs[0]], {}, new_name(f"{base}/{rule.name}/neg_q"), [nq]))
+                        inputs[0], attrs["scale"] = nq, -attrs["scale"]
                     # hints resolve before this statement binds its outputs: `like(present)` names
                     # the matched value being replaced (its type is the one to keep)
                     hint = None
