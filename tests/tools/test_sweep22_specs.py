@@ -55,6 +55,22 @@ def test_entry_of_dia_encoder_config(monkeypatch, tmp_path):
     assert entry["head_dim"] == 16 and entry["vocab_size"] == 128 and "delay_pattern" in entry["config"]
 
 
+
+def test_entry_of_a_decoder_beside_a_nested_encoder_config(monkeypatch, tmp_path):
+    """Cohere ASR nests its encoder's config (encoder_config) but keeps its decoder's sizes top-level: the
+    decoder's entry reads those (hold-out 27's cohere_asr_decoder failed with KeyError 'decoder_config')."""
+    ec = _export_corpus()
+    path = tmp_path / "cohere_asr_decoder.onnx"
+    _identity_model(path, ["batch", "sequence"])
+    spec = ec.HOLDOUT_SETS[27]["cohere_asr_decoder"]
+    assert isinstance(spec["config"]["encoder_config"], dict) and "decoder_config" not in spec["config"]
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, "cohere_asr_decoder": spec})
+    monkeypatch.setattr(ec, "ort_check", lambda path, entry: {"ok": True})
+    entry = ec.make_entry("cohere_asr_decoder", "dyn_mask", "trained", path, {})
+    assert entry["vocab_size"] == spec["config"]["vocab_size"] and "vocab_size" not in spec["config"]["encoder_config"]
+    assert entry["num_layers"] == 2 and entry["num_heads"] == 2 and entry["hidden_size"] == 32
+
+
 def test_entry_of_pi05_reads_the_vlm_text_config(monkeypatch, tmp_path):
     ec = _export_corpus()
     path = tmp_path / "pi05.onnx"
