@@ -30,9 +30,10 @@ import onnx_ir as ir
 from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.rewrite._expr import EvalFailure
 from onnx_fuse.rewrite._mask_probe import (_BATCH_PROBE_SIZE, _CONE_LIMIT, _HEAVY, _MASK_ROLE, _MASKED,
-                                           _MAX_SQUARE_PROBE, _NEW, _band_starts, _bind, _boundary_lengths, _cone,
-                                           _const, _far_length, _int_constants, _is_mask_input, _memo_get,
-                                           _memo_put, _run_probe, _window_rows)
+                                           _MAX_SQUARE_PROBE, _NEW, _SINGLE_PROBE_SIZE, _band_starts, _bind,
+                                           _boundary_lengths, _cone, _const, _far_length, _int_constants,
+                                           _is_mask_input, _memo_get, _memo_put, _probe_batches, _run_probe,
+                                           _window_rows)
 
 _PAD_BATCH = 2   # batch rows probed where the batch is not fixed: each drops other keys
 # batches x lengths _other_shapes may probe (a few ms each); a cone with more constants is not proven
@@ -439,23 +440,32 @@ def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.V
         if rows * s_ * (p_ + s_) <= _BATCH_PROBE_SIZE:
             for empty in (False, True) if rows > 1 else (False,):
                 probe(rows, p_, s_, _drops(rows, p_ + s_, empty))
+        elif (rows == 1 or not isinstance(bd, int)) and s_ * (p_ + s_) <= _SINGLE_PROBE_SIZE:
+            probe(1, p_, s_, _drops(1, p_ + s_, False))   # too large at 2 rows: one row dropping keys
+        else:   # a length never run would be assumed padded
+            raise EvalFailure(f"a probe of {s_} queries after {p_} is too large (the key padding is not "
+                              f"proven at every length beside a constant)")
     if isinstance(bd, int):
         return
     small = (p if kd is not None or not cache or isinstance(past.shape.dims[2], int) else min(p, 2),
              s if isinstance(sd, int) or kd is not None else min(s, 3))
     far = _far_length(consts, 3)
-    batches = sorted({*_boundary_lengths(consts, 3, far), far})
+    # the batches of the other mask proofs and 1 (a mask may ignore attention_mask at a batch of 1 only);
+    # ``rows`` ran above
+    batches = [n for n in (1, *_probe_batches(consts, far)) if n != rows]
     if len(batches) * (len(shapes) + 1) > _MAX_SHAPE_PROBES:
         raise EvalFailure(f"{len(batches)} batches at {len(shapes) + 1} lengths: too many shapes to probe")
     for n in batches:
         at = (p, s) if n * s * (p + s) <= _BATCH_PROBE_SIZE else small
-        if n * at[1] * sum(at) <= _BATCH_PROBE_SIZE:
-            probe(n, *at, _drops(n, sum(at), True))
-        # and at the other lengths probed above: a batch condition may hold only together with a
-        # length between two constants (rows past the second keeping every key at 2..4 tokens)
-        for p_, s_ in shapes:
-            if n * s_ * (p_ + s_) <= _BATCH_PROBE_SIZE:
-                probe(n, p_, s_, _drops(n, p_ + s_, True))
+        # row 0 fully padded, the others dropping keys; a batch of 1 both ways
+        for empty in (True,) if n > 1 else (False, True):
+            if n * at[1] * sum(at) <= _BATCH_PROBE_SIZE:
+                probe(n, *at, _drops(n, sum(at), empty))
+            # and at the other lengths probed above: a batch condition may hold only together with a
+            # length between two constants (rows past the second keeping every key at 2..4 tokens)
+            for p_, s_ in shapes:
+                if n * s_ * (p_ + s_) <= _BATCH_PROBE_SIZE:
+                    probe(n, p_, s_, _drops(n, p_ + s_, empty))
 
 
 # cache proofs by mask: (the mask, q's and the past's shapes, the opset, the cone's signature, the
@@ -669,9 +679,10 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
     far = _far_length(consts, 3)
     shapes = [(rows, x, e) for x in _boundary_lengths(consts, 1, s) if x != s for e in {False, rows > 1}
               ] if not isinstance(kd, int) else []
-    if not isinstance(bd, int):   # at each of those lengths too (a batch condition may hold at some only)
-        lens = [s, *sorted({x for _, x, _ in shapes})]
-        shapes += [(n, x, True) for n in sorted({*_boundary_lengths(consts, 3, far), far}) for x in lens]
+    if not isinstance(bd, int):   # at each of those lengths too (a batch condition may hold at some only),
+        lens = [s, *sorted({x for _, x, _ in shapes})]   # a batch of 1 both ways
+        shapes += [(n, x, e) for n in (1, *_probe_batches(consts, far)) if n != rows for x in lens
+                   for e in ((True,) if n > 1 else (False, True))]
     if len(shapes) > _MAX_SHAPE_PROBES:
         raise EvalFailure(f"{len(shapes)} shapes to probe: too many")
     for n, s_, empty_row in shapes:

@@ -414,6 +414,9 @@ _MAX_BATCH_GRID_PROBES = 16 * _MAX_BOUNDARY_PROBES
 # [S, S] mask: S past a window of 8192 at most (verify's bound too). Larger constants make the
 # prefill proof refuse and the cache proof probe the small positions one length at a time.
 _MAX_SQUARE_PROBE = 8192 + 2
+# The most mask entries one probe at a batch of 1 materializes (a prefill's square at that bound):
+# a count or length beside a constant must run at least there; one past it is refused, not assumed.
+_SINGLE_PROBE_SIZE = _MAX_SQUARE_PROBE ** 2
 # Probed rows (their windows, or why not), by probe model: a rule asks again for its rewrite, and
 # every layer shares one mask; the masks themselves are not kept (an [S, S] one is large).
 _ROWS: dict[bytes, tuple[set[int], int] | str] = {}
@@ -600,7 +603,11 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         if isinstance(got, str):
             raise EvalFailure(got)
         lengths = [sd] if isinstance(sd, int) else [*_boundary_lengths(consts, 1, far), far]
-        return _settle([got, *_by_batch(probe, [(0, n) for n in lengths], consts, far)])
+        # each length at a batch of 1 too (_by_batch runs batches from 2): a mask from shapes may drop
+        # its band for some lengths at a batch of 1 only; a length the cone cannot run at is one the
+        # model cannot (every length is at most far, so within the square bound)
+        more = [r for r in (probe(0, n) for n in lengths if n != far) if not isinstance(r, str)]
+        return _settle([got, *more, *_by_batch(probe, [(0, n) for n in lengths], consts, far)])
     p_far = pd if isinstance(pd, int) else far
     found, first, s_ok, shapes = [], None, None, []
     for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
@@ -615,11 +622,11 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         raise EvalFailure(first)
     # new tokens over a cache: each count where a comparison with a constant can flip
     counts = [] if isinstance(sd, int) else [s for s in [*_boundary_lengths(consts, 1, far), far] if s != s_ok]
-    ran = [s_ok]   # the counts the cone runs at (after p_far cached tokens, or too large to try there)
+    ran = [s_ok]   # the counts the cone runs at after p_far cached tokens
     for s in counts:
-        if s * (p_far + s) > _BATCH_PROBE_SIZE:
-            ran.append(s)
-            continue
+        if s * (p_far + s) > _SINGLE_PROBE_SIZE:   # a count never run would be assumed banded
+            raise EvalFailure(f"a probe of {s} new tokens after {p_far} cached ones is too large "
+                              f"(the band is not proven at every count beside a constant)")
         got = probe(p_far, s)
         if not isinstance(got, str):   # a count the cone cannot run at is one the model cannot
             found.append(got)
@@ -641,7 +648,7 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
     if len(ps) > _MAX_BOUNDARY_PROBES:
         raise EvalFailure(f"the mask's cone has too many constants to probe every boundary "
                           f"({len(ps)} cache lengths)")
-    grid = [(p, s) for p in ps for s in ran if s * (p + s) <= _BATCH_PROBE_SIZE]
+    grid = [(p, s) for p in ps for s in ran]   # p < p_far: each fits where (p_far, s) did
     if len(grid) > _MAX_BATCH_GRID_PROBES:
         raise EvalFailure("the mask's cone has too many constants to probe every cache length at every count")
     for p, s in grid:
@@ -736,7 +743,9 @@ def cropped_window(ctx: Any, mask: Any, q: Any, kept: Any, past: Any) -> int:
     # every new-token count beside a constant too (a band dropped at some counts), at each P
     counts = (sd,) if isinstance(sd, int) else (
         _NEW, 1, *sorted({*_boundary_lengths(consts, 1, far), far} - {_NEW, 1}))
-    shapes = [(s, p) for s in counts for p in lengths if s * (n + s) <= _BATCH_PROBE_SIZE]
+    if max(counts) * (n + max(counts)) > _SINGLE_PROBE_SIZE:   # a count never run would be assumed
+        raise EvalFailure(f"a probe of {max(counts)} new tokens over the {n} kept keys is too large")
+    shapes = [(s, p) for s in counts for p in lengths]
     runs = [(s, p, 1) for s, p in shapes]
     if const is None:   # each shape again at the batches beside each constant (as _by_batch)
         runs += [(s, p, rows) for rows in _probe_batches(consts, far) for s, p in shapes

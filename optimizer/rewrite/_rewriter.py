@@ -318,6 +318,13 @@ def _ir_attr(name: str, v: Any) -> ir.Attr:
         return ir.AttrTensor(name, ir.tensor(v))
     if v is None:
         raise RewriteRejected(f"attribute {name} evaluated to None")
+    if isinstance(v, float) and np.isfinite(v) and v != 0:
+        # rules compute in Python floats, an attribute holds a float32: a scale of 1e-46 (two operand
+        # scales multiplied) would be stored as 0, which MultiHeadAttention reads as 1/sqrt(D)
+        with np.errstate(over="ignore"):
+            f32 = float(np.float32(v))
+        if not 0 < abs(f32) < np.inf:
+            raise RewriteRejected(f"attribute {name}={v!r} is {f32} as a float32")
     try:
         return ir.convenience.convert_attribute(name, v)
     except (TypeError, ValueError) as exc:

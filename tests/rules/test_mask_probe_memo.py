@@ -16,8 +16,9 @@ MIN = float(np.finfo(np.float32).min)
 # one proof's probe models: at 16 tokens attention_mask all ones, keys dropped, a row fully padded; at 1, 2
 # and 3 tokens (either side of the cone's constants, 1 and 2) keys dropped, a row fully padded; batches of
 # 3, 4, 5 and 16 (either side of those constants and past them) with keys dropped and a row fully padded,
-# at 16 tokens and at each of 1, 2 and 3
-PROOF = 3 + 3 * 2 + 4 + 4 * 3
+# at 16 tokens and at each of 1, 2 and 3; and a batch of 1 there, once with keys dropped and once fully
+# padded (session 30: a mask may ignore attention_mask at a batch of 1 only)
+PROOF = 3 + 3 * 2 + 4 + 4 * 3 + 2 * 4
 
 
 def _encoder(h, layers: int):

@@ -326,3 +326,16 @@ def test_a_cropped_present_read_inside_the_graph_is_refused(any_head_rule):
     model.graph.node.append(helper.make_node("ReduceSum", ["present.0.key"], ["rc_sum"], keepdims=0))
     model.graph.output.append(helper.make_tensor_value_info("rc_sum", onnx.TensorProto.FLOAT, ["batch", 2, 16]))
     _refused(model, any_head_rule, "is not a graph output read by nothing else")
+
+
+@pytest.mark.slow
+def test_a_band_dropped_at_counts_past_the_batch_probe_size_is_refused():
+    """A crop of 4096 (band 4097), plain causal at 4098..4099 new tokens: each such probe is over 16M
+    entries (4098 x 8194), which cropped_window left out even at a batch of 1, so the mask read as
+    window 4097 (session 30, trust30). A batch of 1 runs them now (up to a prefill's square bound)."""
+    from onnx_fuse.rewrite._expr import EvalFailure
+    from onnx_fuse.rewrite._mask_probe import cropped_window
+
+    v = _vals(_crop_mask_graph(4097, kept=4096, wide_batch=1, wide_lengths=(4098, 4099)))
+    with pytest.raises(EvalFailure, match="no single window"):
+        cropped_window(None, v["mask"], v["q"], v["kept"], v["past"])
