@@ -13,6 +13,10 @@ mask fill makes. So the walk goes up from s through positive scalings and float 
   takes the other branch somewhere; the other branches are walked on;
 - Add(a, b): one side proven within the limit (a relative-position bias), the other walked on;
 - anything else (a graph input, an unknown op) may: True.
+A constant mask keeps a key in every row only if the kept keys are scores: a second large finite fill
+anywhere in the walk (two constant masks whose union leaves a row keyless, each keeping a key in every
+row on its own) may make a row that fill at every kept key, so two such fills are refused. -inf fills are
+not counted: ONNX Runtime's ReduceLogSumExp gives NaN on a row of -inf and one large fill (nan-rows).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ _DEPTH = 16
 
 
 def flat_fill_rows(ctx: Any, s: ir.Value) -> bool:
-    return _walk(ctx, s, 1.0, 0)
+    large: list[ir.Value] = []          # the Where branches of a large finite fill taken under a constant mask
+    return _walk(ctx, s, 1.0, 0, large) or len(large) > 1
 
 
 def _scalar(ctx: Any, v: ir.Value | None) -> float | None:
@@ -46,7 +51,7 @@ def _branch_ok(ctx: Any, arr: np.ndarray, scale: float) -> bool:
     return bool(np.all(~np.isfinite(a) | (np.abs(a) <= LIMIT)))
 
 
-def _walk(ctx: Any, v: ir.Value, scale: float, depth: int) -> bool:
+def _walk(ctx: Any, v: ir.Value, scale: float, depth: int, large: list) -> bool:
     if depth > _DEPTH:
         return True
     arr = ctx.constant(v)
@@ -63,30 +68,30 @@ def _walk(ctx: Any, v: ir.Value, scale: float, depth: int) -> bool:
     if op == "Tanh":            # softcapping: |tanh| <= 1, times the scale above it
         return scale > LIMIT
     if op in _PASS:
-        return _walk(ctx, ins[0], scale, depth + 1)
+        return _walk(ctx, ins[0], scale, depth + 1, large)
     if op in ("Mul", "Div") and len(ins) == 2:
         for i in (0, 1):
             c = _scalar(ctx, ins[i])
             if c is not None and c > 0 and (op == "Mul" or i == 1):
-                return _walk(ctx, ins[1 - i], scale * (c if op == "Mul" else 1.0 / c), depth + 1)
+                return _walk(ctx, ins[1 - i], scale * (c if op == "Mul" else 1.0 / c), depth + 1, large)
         return True
     if op == "Add" and len(ins) == 2:
         for i in (0, 1):
             lo, hi = value_range(ctx, ins[i])
             if max(abs(lo), abs(hi)) * scale <= LIMIT:
-                return _walk(ctx, ins[1 - i], scale, depth + 1)
+                return _walk(ctx, ins[1 - i], scale, depth + 1, large)
         return True
     if op == "Where" and len(ins) == 3:
-        return _where(ctx, ins, scale, depth)
+        return _where(ctx, ins, scale, depth, large)
     return True
 
 
-def _where(ctx: Any, ins: list, scale: float, depth: int) -> bool:
+def _where(ctx: Any, ins: list, scale: float, depth: int, large: list) -> bool:
     cond = ctx.constant(ins[0])
     for i, other in ((1, 2), (2, 1)):
         arr = ctx.constant(ins[i])
         if arr is None:
-            if _walk(ctx, ins[i], scale, depth + 1):
+            if _walk(ctx, ins[i], scale, depth + 1, large):
                 return True
         elif not _branch_ok(ctx, arr, scale):
             if cond is None:
@@ -96,4 +101,5 @@ def _where(ctx: Any, ins: list, scale: float, depth: int) -> bool:
             takes_other = c if other == 1 else ~c
             if not bool(np.all(np.any(takes_other, axis=-1))):
                 return True
+            large.append(ins[i])
     return False
