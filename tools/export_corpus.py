@@ -1386,9 +1386,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     cfg = spec["config"]
     if isinstance(cfg.get("encoder"), dict):  # per-part configs (T5Gemma): the exported part's sizes
         cfg = dict(cfg[spec["part"] or "encoder"], **{k: v for k, v in cfg.items() if k not in ("encoder", "decoder")})
-    elif isinstance(cfg.get(f"{spec['part'] or 'encoder'}_config"), dict):  # Dia's encoder_config / decoder_config
+    elif isinstance(cfg.get(part := f"{spec['part'] or 'encoder'}_config"), dict):  # Dia's encoder_config / decoder_config
         # (only where the exported part has one: Cohere ASR nests its encoder_config, its decoder's sizes are top-level)
-        part = f"{spec['part'] or 'encoder'}_config"
         cfg = dict(cfg[part], **{k: v for k, v in cfg.items() if k not in ("encoder_config", "decoder_config")})
     if spec["kind"] == "vlm":  # the language model's sizes; ids a text token may take (below the image token)
         text = cfg["text_config"] if "text_config" in cfg else cfg["vlm_config"]["text_config"]  # pi05: vlm_config

@@ -46,7 +46,7 @@ from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._op_shapes import stand_in_plugin_ops
 from onnx_fuse.passes.merged_decoder import restate_merged_mask
 from onnx_fuse.passes._subgraph_scopes import restore_names, share_outer_constants, unique_subgraph_names
-from onnx_fuse.passes._shape_values import INVENTED_DIM_PREFIX, invented_name, unknown_or_invented
+from onnx_fuse.passes._shape_values import INVENTED_DIM_PREFIX, constant_tensor, invented_name, unknown_or_invented
 
 #: Longest 1-D value (elements) for which data propagation still runs; see the module docstring.
 DATA_PROP_MAX_LEN = 4096
@@ -78,8 +78,6 @@ def _untagged(dim) -> bool:
 def _runs_once(loop: ir.Node) -> bool:
     """Whether a Loop runs its body at least once: a constant trip count > 0 (or none) and a
     constant true first condition (or none), not both absent."""
-    from onnx_fuse.passes._shape_values import constant_tensor
-
     trip, cond = (list(loop.inputs) + [None, None])[:2]
     if trip is None and cond is None:
         return False
@@ -103,9 +101,9 @@ def _forget_zero_trip_dims(model: ir.Model, names: frozenset[str]) -> int:
     """Clear the symbolic dims after the first of the values ``names``; returns how many changed.
     (The names are found on the model itself: the copy inference returns has its initializers
     detached, so its trip counts are no constants.)"""
-    cleared = 0
     if not names:
         return 0
+    cleared = 0
     for graph in model.graphs():
         for node in graph:
             for value in node.outputs:

@@ -46,7 +46,7 @@ def _scalar(ctx: Any, v: ir.Value | None) -> float | None:
     return float(np.asarray(arr, np.float64).reshape(()))
 
 
-def _branch_ok(ctx: Any, arr: np.ndarray, scale: float) -> bool:
+def _branch_ok(arr: np.ndarray, scale: float) -> bool:
     a = np.asarray(arr, np.float64) * scale
     return bool(np.all(~np.isfinite(a) | (np.abs(a) <= LIMIT)))
 
@@ -56,7 +56,7 @@ def _walk(ctx: Any, v: ir.Value, scale: float, depth: int, large: list) -> bool:
         return True
     arr = ctx.constant(v)
     if arr is not None:
-        return not _branch_ok(ctx, arr, scale)
+        return not _branch_ok(arr, scale)
     if value_bound(ctx, v) * scale <= LIMIT:
         return False
     node = v.producer()
@@ -93,7 +93,7 @@ def _where(ctx: Any, ins: list, scale: float, depth: int, large: list) -> bool:
         if arr is None:
             if _walk(ctx, ins[i], scale, depth + 1, large):
                 return True
-        elif not _branch_ok(ctx, arr, scale):
+        elif not _branch_ok(arr, scale):
             if cond is None:
                 return True
             # the rows (last axis) where this branch is taken throughout

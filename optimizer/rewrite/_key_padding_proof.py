@@ -412,6 +412,18 @@ def _drops(rows: int, t: int, empty: bool) -> np.ndarray:
     return pat
 
 
+def _other_batches(consts: list[int], far: int, rows: int) -> list[int]:
+    """The batches a padding proof runs besides ``rows``: the other mask proofs' and 1 (a mask may
+    ignore attention_mask at a batch of 1 only)."""
+    return [n for n in (1, *_probe_batches(consts, far)) if n != rows]
+
+
+def _empty_rows(n: int) -> tuple[bool, ...]:
+    """Whether row 0 is fully padded (``_drops``' ``empty``) at a batch of ``n``: always above 1, where
+    the other rows drop keys; a batch of 1 both ways."""
+    return (True,) if n > 1 else (False, True)
+
+
 def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.Value | None, kd: Any, bd: Any,
                   consts: list[int], cache: bool) -> None:
     """The padding proof at the other shapes the model takes where its cone's constants can flip a
@@ -450,15 +462,12 @@ def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.V
     small = (p if kd is not None or not cache or isinstance(past.shape.dims[2], int) else min(p, 2),
              s if isinstance(sd, int) or kd is not None else min(s, 3))
     far = _far_length(consts, 3)
-    # the batches of the other mask proofs and 1 (a mask may ignore attention_mask at a batch of 1 only);
-    # ``rows`` ran above
-    batches = [n for n in (1, *_probe_batches(consts, far)) if n != rows]
+    batches = _other_batches(consts, far, rows)   # ``rows`` ran above
     if len(batches) * (len(shapes) + 1) > _MAX_SHAPE_PROBES:
         raise EvalFailure(f"{len(batches)} batches at {len(shapes) + 1} lengths: too many shapes to probe")
     for n in batches:
         at = (p, s) if n * s * (p + s) <= _BATCH_PROBE_SIZE else small
-        # row 0 fully padded, the others dropping keys; a batch of 1 both ways
-        for empty in (True,) if n > 1 else (False, True):
+        for empty in _empty_rows(n):
             if n * at[1] * sum(at) <= _BATCH_PROBE_SIZE:
                 probe(n, *at, _drops(n, sum(at), empty))
             # and at the other lengths probed above: a batch condition may hold only together with a
@@ -680,9 +689,8 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
     shapes = [(rows, x, e) for x in _boundary_lengths(consts, 1, s) if x != s for e in {False, rows > 1}
               ] if not isinstance(kd, int) else []
     if not isinstance(bd, int):   # at each of those lengths too (a batch condition may hold at some only),
-        lens = [s, *sorted({x for _, x, _ in shapes})]   # a batch of 1 both ways
-        shapes += [(n, x, e) for n in (1, *_probe_batches(consts, far)) if n != rows for x in lens
-                   for e in ((True,) if n > 1 else (False, True))]
+        lens = [s, *sorted({x for _, x, _ in shapes})]
+        shapes += [(n, x, e) for n in _other_batches(consts, far, rows) for x in lens for e in _empty_rows(n)]
     if len(shapes) > _MAX_SHAPE_PROBES:
         raise EvalFailure(f"{len(shapes)} shapes to probe: too many")
     for n, s_, empty_row in shapes:
