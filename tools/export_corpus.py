@@ -897,11 +897,10 @@ def seq2seq_heads(cfg: dict) -> tuple[int, int]:
 def _forward_args(spec):
     import inspect
 
-    import transformers as tf
-
     if spec.get("handwritten"):  # no token_type_ids
         return set()
-    return set(inspect.signature(getattr(tf, spec["model_class"]).forward).parameters)
+    # _hf_class: a class the top level does not export (spec["model_module"]: Kosmos-2's text decoder) too
+    return set(inspect.signature(_hf_class(spec).forward).parameters)
 
 
 def _dynamic_shapes(dims, kv, min2=()):
@@ -1403,14 +1402,14 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "model_type": spec["model_type"], "ort_model_type": spec["ort_model_type"],
         "config_class": spec["config_class"], "config": cfg,
         "num_layers": g("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers",
-                        "encoder_num_hidden_layers", "depth"),
+                        "encoder_num_hidden_layers", "depth", "layers"),  # Kosmos-2's text decoder: layers
         "num_heads": g("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                        "attention_heads", "encoder_num_attention_heads"),
         "num_kv_heads": (1 if cfg.get("multi_query") else g("num_key_value_heads", "num_attention_heads",
                                                             "n_head", "n_heads", "num_heads",
                                                             "encoder_attention_heads", "attention_heads",
                                                             "encoder_num_attention_heads")),
-        "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim"),
+        "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim", "embed_dim"),  # Kosmos-2: embed_dim
         "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", "vlm", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
                                         "static_nomask": ["static-shapes"],

@@ -3058,3 +3058,158 @@ HOLDOUT22["pi05"] = _mm("vlm", "PI05Config", "PI05ForConditionalGeneration",
                         2 * LAYERS + 1, vlm=dict(VLM9, vla=[4, 8]))
 HOLDOUT22["reformer_local"]["attention_blocks"] = LAYERS  # its layer count is len(attn_layers) (the manifest reads none)
 HOLDOUT_SETS[34] = HOLDOUT22
+
+# ---- twenty-third sweep (--holdout 35, HOLDOUT23): transformers 5.25 model types no set or corpus spec tried --------
+# Model-module directories of transformers 5.25 whose classes no tools/*.py named (session 31), biased to what is
+# deployed: decoders with a head (Kosmos-2's and Kosmos-2.5's text decoders: sinusoidal positions, Kosmos-2's
+# LayerNorm inside the attention before out_proj; GIT's text-only causal BERT; MusicGen-Melody's decoder; CSM's depth
+# decoder: one embedding table per codebook position), the text models of multimodal LLMs (PaddleOCR-VL's Ernie 4.5
+# with M-RoPE, DeepSeek-OCR 2's MoE, Unlimited-OCR's reference-sliding MoE, Qwen2.5-Omni's thinker, Qwen3-Omni's MoE
+# thinker, ERNIE 4.5-VL's MoE with 3-D RoPE), encoders (LayoutLMv3 with its 1-D / 2-D relative biases over zero
+# boxes, TAPAS, DPR's question encoder (an embeddings model: pooler output), LED's Longformer encoder (banded + global
+# attention), PVT's spatial reduction, UniSpeech, SeamlessM4T v1 / v2 speech encoders (conformer with relative
+# positions, an attention in the length adaptor), Voxtral Realtime's streaming audio encoder), VLM vision towers
+# (Kosmos-2, Idefics2, Janus) and Idefics2's perceiver resampler. Not taken: HY-V4-VL's text model (MLA + indexer +
+# hyper-connections: GLM-5-Next's reasons), Inkling 2 Loop (looped layers, conv + relative-position hybrids), EoMT
+# (needs scipy at build), UltraVBERT (no output in a probe), TimesFM 2.5 (past_values_padding), Qwen3-Omni's code
+# predictor (inputs_embeds only), DiffusionGemma's encoder (a size left None at a tiny config), the Omni audio
+# encoders (chunking from feature_lens.tolist(), as Qwen3-ASR).
+_DK23 = ("dyn_mask", "kv", "torchscript")
+_TXT23 = ("dyn_mask", "static_nomask", "torchscript")  # the text models of multimodal LLMs (no head)
+_D23 = ("dyn_mask",)
+# batched_mm: the default grouped_mm fallback (transformers.grouped_mm_fallback) has no ONNX lowering
+_BMM23 = dict(experts_implementation="batched_mm")
+_MOE23 = dict(n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=32,
+              mlp_layer_types=["dense", "sparse"], **_BMM23)
+_MROPE23 = dict(ROPE16, mrope_section=[2, 3, 3])
+_KOS23 = dict(vocab_size=VOCAB, embed_dim=HIDDEN, layers=LAYERS, ffn_dim=FFN, attention_heads=2,
+              max_position_embeddings=POSITIONS, **TOKENS)
+_SEAM23 = dict(hidden_size=HIDDEN, speech_encoder_layers=LAYERS, speech_encoder_attention_heads=2,
+               speech_encoder_intermediate_size=FFN, feature_projection_input_dim=16, conv_depthwise_kernel_size=3,
+               adaptor_kernel_size=4, adaptor_stride=2, num_adapter_layers=1)
+# dynamo fails on a dynamic batch (a head view of a non-contiguous tensor): every dim fixed, or TorchScript
+_FIX23 = ("static_mask", "torchscript")
+_SPEECH23 = dict(features_input=("input_features", 32, 16), mask_input=("attention_mask", "int64"))
+HOLDOUT23 = {
+    "kosmos2_text": _s("decoder", "Kosmos2TextConfig", "Kosmos2TextForCausalLM", dict(_KOS23),
+                       ["mha", "sinusoidal-positions", "embed-scale", "layernorm", "inner-attn-layernorm", "gelu-erf"],
+                       "kosmos_2_text_model", "gpt2", styles=_DK23),
+    "kosmos2_5_text": _s("decoder", "Kosmos2_5TextConfig", "Kosmos2_5TextForCausalLM", dict(_KOS23),
+                         ["mha", "sinusoidal-positions", "embed-scale", "layernorm", "gelu-erf"],
+                         "kosmos_2_5_text_model", "gpt2", styles=_DK23),
+    "git_text": _s("decoder", "GitConfig", "GitForCausalLM",
+                   dict(ENC, vision_config=dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=1,
+                                                num_attention_heads=2, image_size=IMAGE, patch_size=PATCH)),
+                   ["mha", "learned-positions", "post-norm", "layernorm", "gelu-erf", "causal"], "git", "gpt2",
+                   styles=_DK23),
+    "musicgen_melody_decoder": _s("decoder", "MusicgenMelodyDecoderConfig", "MusicgenMelodyForCausalLM",
+                                  dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, ffn_dim=FFN,
+                                       num_attention_heads=2, num_codebooks=1, max_position_embeddings=POSITIONS),
+                                  ["mha", "sinusoidal-positions", "layernorm", "gelu-erf"], "musicgen_melody_decoder",
+                                  "gpt2", styles=_DK23),
+    # positions index the codebook: past + new tokens stay below num_codebooks (+1 positions)
+    "csm_depth": _s("decoder", "CsmDepthDecoderConfig", "CsmDepthDecoderForCausalLM",
+                    dict(DEC, **GQA, num_codebooks=16, backbone_hidden_size=HIDDEN, max_position_embeddings=17),
+                    ["gqa", "rope-full", "rmsnorm", "swiglu", "per-codebook-embeddings"], "csm_depth_decoder_model",
+                    "gpt2", styles=("static_nomask",)),  # dyn_mask / kv: torch.export pins the (total) sequence
+    "paddleocr_vl_text": _s("encoder", "PaddleOCRTextConfig", "PaddleOCRTextModel",
+                            dict(DEC, **GQA, rope_parameters=_MROPE23),
+                            ["gqa", "mrope", "rmsnorm", "swiglu", "causal"], "paddleocr_vl_text", "gpt2", styles=_TXT23),
+    "deepseek_ocr2_text": _s("encoder", "DeepseekOcr2TextConfig", "DeepseekOcr2TextModel", dict(DEC, **GQA, **_MOE23),
+                             ["gqa", "rope-full", "rmsnorm", "swiglu", "moe", "shared-expert", "causal"],
+                             "deepseek_ocr2_text", "gpt2", styles=_TXT23),
+    "unlimited_ocr_text": _s("encoder", "UnlimitedOcrTextConfig", "UnlimitedOcrTextModel",
+                             dict(DEC, **GQA, **_MOE23, sliding_window=4,
+                                  layer_types=["reference_sliding_attention"] * LAYERS),
+                             ["gqa", "rope-full", "rmsnorm", "swiglu", "moe", "sliding-window", "causal"],
+                             "unlimited_ocr_text", "gpt2", styles=_TXT23),
+    "qwen2_5_omni_text": _s("encoder", "Qwen2_5OmniTextConfig", "Qwen2_5OmniThinkerTextModel",
+                            dict(DEC, **GQA, rope_parameters=_MROPE23),
+                            ["gqa", "mrope", "rmsnorm", "swiglu", "qkv-bias", "causal"], "qwen2_5_omni_text", "gpt2",
+                            styles=_TXT23),
+    "qwen3_omni_moe_text": _s("encoder", "Qwen3OmniMoeTextConfig", "Qwen3OmniMoeThinkerTextModel",
+                              dict(DEC, **GQA, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, **_BMM23),
+                              ["gqa", "mrope-interleaved", "rmsnorm", "qk-norm", "moe", "causal"],
+                              "qwen3_omni_moe_text", "gpt2", styles=_TXT23),
+    "ernie4_5_vl_moe_text": _s("encoder", "Ernie4_5_VLMoeTextConfig", "Ernie4_5_VLMoeTextModel",
+                               dict(DEC, **GQA, moe_intermediate_size=[32, 32], moe_num_experts=4, moe_k=2, **_BMM23,
+                                    rope_parameters=dict(ROPE16, mrope_section=[3, 3, 2])),
+                               ["gqa", "rope-3d", "rmsnorm", "swiglu", "moe", "modality-experts", "causal"],
+                               "ernie4_5_vl_moe_text", "gpt2", styles=_TXT23),
+    # encoders
+    "layoutlmv3_text": _s("encoder", "LayoutLMv3Config", "LayoutLMv3Model",
+                          dict(ENC, max_2d_position_embeddings=64, coordinate_size=4, shape_size=8, rel_pos_bins=8,
+                               max_rel_pos=16, rel_2d_pos_bins=8, max_rel_2d_pos=32, input_size=IMAGE, patch_size=PATCH),
+                          ["mha", "padding-mask", "relative-position-bias", "2d-relative-position-bias", "layernorm",
+                           "gelu-erf", "post-norm"], "layoutlmv3", "bert", styles=("torchscript",)),  # dynamo: a head view fails
+    "tapas": _s("encoder", "TapasConfig", "TapasModel", dict(ENC),
+                ["mha", "padding-mask", "learned-positions", "table-token-types", "layernorm", "gelu-erf", "post-norm"],
+                "tapas", "bert", styles=_D23),
+    "dpr_question": dict(_s("encoder", "DPRConfig", "DPRQuestionEncoder", dict(ENC),
+                            ["mha", "padding-mask", "learned-positions", "layernorm", "gelu-erf", "post-norm",
+                             "cls-pooling"], "dpr", "bert", styles=_D23), output="pooler_output"),
+    "led_encoder": _s("encoder", "LEDConfig", "LEDModel",
+                      dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN,
+                           decoder_ffn_dim=FFN, attention_window=[4, 4], max_encoder_position_embeddings=POSITIONS,
+                           max_decoder_position_embeddings=POSITIONS, **TOKENS),
+                      ["mha", "padding-mask", "banded-attention", "global-attention", "learned-positions",
+                       "layernorm", "gelu-erf"], "led", "bert", part="encoder", styles=("static_nomask",)),  # dynamic: data-dependent chunks
+    "pvt": _mm("vision", "PvtConfig", "PvtModel",
+               dict(image_size=IMAGE, num_encoder_blocks=2, depths=[1, 1], sequence_reduction_ratios=[2, 1],
+                    hidden_sizes=[16, 32], patch_sizes=[4, 2], strides=[4, 2], num_attention_heads=[1, 2],
+                    mlp_ratios=[2, 2]),
+               ["mha", "spatial-reduction", "patch-embed", "cls-token", "layernorm", "gelu-erf"], "pvt", "vit",
+               _D23, 2, image_size=IMAGE),
+    "unispeech": _s("audio", "UniSpeechConfig", "UniSpeechModel", dict(AUDIO),
+                    ["mha", "conv-feature-encoder", "conv-positions", "layernorm", "gelu-erf", "post-norm"],
+                    "unispeech", "bert", styles=_D23),
+    # the speech encoder of SeamlessM4T (v1: relative positions as in wav2vec2-conformer's rel_pos; v2: Shaw's
+    # relative_key with a distance table) and one attention in its length adaptor
+    "seamless_m4t_speech": dict(_s("features", "SeamlessM4TConfig", "SeamlessM4TSpeechEncoder", dict(_SEAM23),
+                                   ["mha", "conformer-conv", "macaron-ffn", "relative-positions", "adaptor-attention",
+                                    "layernorm", "swish", "padding-mask"], "seamless_m4t", "bert", styles=_FIX23),
+                                model_module="transformers.models.seamless_m4t.modeling_seamless_m4t",
+                                attention_blocks=LAYERS + 1, **_SPEECH23),
+    "seamless_m4t_v2_speech": dict(_s("features", "SeamlessM4Tv2Config", "SeamlessM4Tv2SpeechEncoder",
+                                      dict(_SEAM23, left_max_position_embeddings=8, right_max_position_embeddings=4),
+                                      ["mha", "conformer-conv", "macaron-ffn", "shaw-relative-key", "adaptor-attention",
+                                       "layernorm", "swish", "padding-mask"], "seamless_m4t_v2", "bert", styles=_FIX23),
+                                   model_module="transformers.models.seamless_m4t_v2.modeling_seamless_m4t_v2",
+                                   attention_blocks=LAYERS + 1, **_SPEECH23),
+    # Voxtral Realtime's streaming audio encoder: causal sliding-window attention with RoPE over conv-stem frames
+    "voxtral_realtime_encoder": dict(_s("features", "VoxtralRealtimeEncoderConfig", "VoxtralRealtimeEncoder",
+                                        dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                                             num_attention_heads=2, head_dim=16, num_mel_bins=16,
+                                             max_position_embeddings=64, sliding_window=8),
+                                        ["mha", "conv-stem", "causal", "sliding-window", "rope-full", "rmsnorm",
+                                         "swiglu"], "voxtral_realtime_encoder", "bert", styles=_D23),
+                                     model_module="transformers.models.voxtral_realtime.modeling_voxtral_realtime",
+                                     features_input=("input_features", 32, 16), features_layout="bins_frames"),
+    # VLM vision towers: Kosmos-2's CLIP-like tower, Idefics2's SigLIP-like tower (patch_attention_mask none: all
+    # patches), Janus's SigLIP tower; Idefics2's perceiver resampler (4 latents attend to [context; latents], the
+    # context's padding mask in, GQA 2:1)
+    "kosmos2_vision": dict(_mm("vision", "Kosmos2VisionConfig", "Kosmos2VisionModel", dict(VIS),
+                               ["mha", "patch-embed", "cls-token", "pre-norm", "layernorm", "quick-gelu"],
+                               "kosmos_2_vision_model", "vit", _D23, LAYERS, image_size=IMAGE),
+                           model_module="transformers.models.kosmos2.modeling_kosmos2"),
+    "idefics2_vision": dict(_mm("vision", "Idefics2VisionConfig", "Idefics2VisionTransformer", dict(VIS),
+                                ["mha", "patch-embed", "layernorm", "gelu-tanh"], "idefics2_vision", "vit", _D23,
+                                LAYERS, image_size=IMAGE),
+                            model_module="transformers.models.idefics2.modeling_idefics2"),
+    "janus_vision": dict(_mm("vision", "JanusVisionConfig", "JanusVisionModel", dict(VIS),
+                             ["mha", "patch-embed", "layernorm", "gelu-erf"], "janus_vision_model", "vit", _D23,
+                             LAYERS, image_size=IMAGE),
+                         model_module="transformers.models.janus.modeling_janus"),
+    "idefics2_perceiver": dict(_s("features", "Idefics2PerceiverConfig", "Idefics2PerceiverResampler",
+                                  dict(hidden_size=HIDDEN, resampler_n_latents=4, resampler_depth=LAYERS,
+                                       resampler_n_heads=2, resampler_head_dim=16, num_key_value_heads=1),
+                                  ["gqa", "latent-queries", "kv-concat-latents", "padding-mask", "rmsnorm", "swiglu"],
+                                  "idefics2_perceiver", "bert", styles=_D23),
+                               model_module="transformers.models.idefics2.modeling_idefics2",
+                               features_input=("context", 16, HIDDEN), mask_input=("attention_mask", "int64"),
+                               attention_blocks=LAYERS),
+}
+for _arch in ("kosmos2_text", "kosmos2_5_text"):
+    HOLDOUT23[_arch]["model_module"] = "transformers.models.%s.modeling_%s" % ((_arch[:-5],) * 2)
+HOLDOUT_SETS[35] = HOLDOUT23

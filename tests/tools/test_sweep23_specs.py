@@ -1,0 +1,70 @@
+"""tools/holdout_specs.py HOLDOUT23 and export_corpus.py --holdout 35 (twenty-third sweep: transformers 5.25 model types
+no set or corpus spec tried): the architectures are new, the plan, and two export_corpus fixes the set needed: a
+manifest entry for Kosmos-2's text decoder (sizes spelled embed_dim / layers) and the forward's arguments of a class
+the transformers top level does not export (spec["model_module"])."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tool_modules import load_tool
+
+NEW = ("kosmos2_text", "kosmos2_5_text", "git_text", "musicgen_melody_decoder", "csm_depth", "paddleocr_vl_text",
+       "deepseek_ocr2_text", "unlimited_ocr_text", "qwen2_5_omni_text", "qwen3_omni_moe_text", "ernie4_5_vl_moe_text",
+       "layoutlmv3_text", "tapas", "dpr_question", "led_encoder", "pvt", "unispeech", "seamless_m4t_speech",
+       "seamless_m4t_v2_speech", "voxtral_realtime_encoder", "kosmos2_vision", "idefics2_vision", "janus_vision",
+       "idefics2_perceiver")
+
+
+def _export_corpus():
+    return load_tool("export_corpus", "export_corpus_sweep23")
+
+
+def _identity_model(path, shape):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.INT64, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, shape)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+
+
+def test_new_architectures_are_in_no_earlier_set(monkeypatch):
+    ec = _export_corpus()
+    hs = ec.HOLDOUT_SETS[35]
+    assert set(hs) == set(NEW)
+    earlier = {spec["model_type"] for n, s in ec.HOLDOUT_SETS.items() if n != 35 for spec in s.values()}
+    earlier |= {spec["model_type"] for spec in ec.SPECS.values()}
+    assert not {hs[a]["model_type"] for a in NEW} & earlier
+    earlier_classes = {spec["model_class"] for n, s in ec.HOLDOUT_SETS.items() if n != 35 for spec in s.values()}
+    assert not {hs[a]["model_class"] for a in NEW} & earlier_classes
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **hs})
+    todo = list(ec.plan_holdout(list(NEW), None, 35))
+    assert len(todo) == 46 and {w for _, _, w in todo} == {"trained"}
+    for arch, style, _ in todo:
+        if style in ec.KV_STYLES:
+            assert ec.SPECS[arch]["kind"] == "decoder", arch
+
+
+@pytest.mark.parametrize("arch", ["kosmos2_text", "kosmos2_5_text"])
+def test_entry_of_kosmos_text_sizes(monkeypatch, tmp_path, arch):
+    """Kosmos-2's text config spells its width embed_dim and its depth layers: the entry read neither, and head_dim
+    (hidden // heads) raised TypeError, so both files failed after a good export."""
+    ec = _export_corpus()
+    path = tmp_path / f"{arch}.onnx"
+    _identity_model(path, ["batch", "sequence"])
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[35]})
+    monkeypatch.setattr(ec, "ort_check", lambda path, entry: {"ok": True})
+    entry = ec.make_entry(arch, "kv", "trained", path, {})
+    assert entry["num_layers"] == 2 and entry["num_heads"] == 2 and entry["hidden_size"] == 32
+    assert entry["head_dim"] == 16 and entry["vocab_size"] == 128
+
+
+def test_forward_args_of_a_class_outside_the_top_level():
+    """Kosmos2TextForCausalLM lives in its module only: _forward_args looked it up on transformers (AttributeError)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    ec = _export_corpus()
+    args = ec._forward_args(ec.HOLDOUT_SETS[35]["kosmos2_text"])
+    assert {"input_ids", "attention_mask", "image_embeds"} <= args
