@@ -113,7 +113,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
-from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
+from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
                            HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
@@ -1466,7 +1466,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
-        own_set, style_archs = {9: HALF5D, 16: HALF9B}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
+        own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()

@@ -3213,3 +3213,6 @@ HOLDOUT23 = {
 for _arch in ("kosmos2_text", "kosmos2_5_text"):
     HOLDOUT23[_arch]["model_module"] = "transformers.models.%s.modeling_%s" % ((_arch[:-5],) * 2)
 HOLDOUT_SETS[35] = HOLDOUT23
+# --holdout 35 --dtype float16: the decoders and LLM text models exported from a float16 model
+HALF23 = {"kosmos2_text", "kosmos2_5_text", "git_text", "musicgen_melody_decoder", "qwen2_5_omni_text",
+          "deepseek_ocr2_text", "qwen3_omni_moe_text"}

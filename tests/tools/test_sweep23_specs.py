@@ -45,6 +45,8 @@ def test_new_architectures_are_in_no_earlier_set(monkeypatch):
     for arch, style, _ in todo:
         if style in ec.KV_STYLES:
             assert ec.SPECS[arch]["kind"] == "decoder", arch
+    half = list(ec.plan_holdout(list(NEW), ("dyn_mask", "kv"), 35, "float16"))  # HALF23: 4 heads x 2 + 3 text models
+    assert len(half) == 11 and {a for a, _, _ in half} == ec.HALF23
 
 
 @pytest.mark.parametrize("arch", ["kosmos2_text", "kosmos2_5_text"])
