@@ -116,6 +116,45 @@ def _forget_zero_trip_dims(model: ir.Model, names: frozenset[str]) -> int:
     return cleared
 
 
+def _body_names(model: ir.Model, names: frozenset[str]) -> frozenset[str]:
+    """The symbolic dim names after the first of the values ``names`` (what the Loop's body named)."""
+    return frozenset(d.value for graph in model.graphs() for node in graph for value in node.outputs
+                     if value.name in names and value.shape is not None
+                     for d in value.shape[1:] if not isinstance(d, int) and d.value is not None)
+
+
+def _reads(node: ir.Node) -> set[str]:
+    """Names of the values ``node`` reads, in its subgraphs too (outer-scope references)."""
+    out = {v.name for v in node.inputs if v is not None}
+    for attr in node.attributes.values():
+        for g in (attr.value,) if attr.type == ir.AttributeType.GRAPH else (
+                attr.value if attr.type == ir.AttributeType.GRAPHS else ()):
+            out.update(name for n in g for name in _reads(n))
+    return out
+
+
+def _forget_after_zero_trip(model: ir.Model, names: frozenset[str], body: frozenset[str]) -> int:
+    """Clear the dims named ``body`` on every value computed from the values ``names``: onnx infers
+    Relu(scan output) as [M, 2, H, W] from the body's names again, where ORT gives [0, 2, 0, 0] too.
+    Returns how many values changed."""
+    if not names or not body:
+        return 0
+    cleared, tainted = 0, set(names)
+    for graph in model.graphs():
+        for node in graph:
+            if not tainted & _reads(node):
+                continue
+            for value in node.outputs:
+                tainted.add(value.name)
+                shape = value.shape
+                if value.name in names or shape is None or not any(
+                        not isinstance(d, int) and d.value in body for d in shape):
+                    continue
+                value.shape = ir.Shape([None if not isinstance(d, int) and d.value in body else d for d in shape])
+                cleared += 1
+    return cleared
+
+
 def exporter_placeholders(model: ir.Model) -> set[str]:
     """The TorchScript exporter's ``<OpType><output>_dim_<i>`` names on graph outputs (docstring).
     Names found once stay placeholders (kept in the graph's meta): cleanup may remove the producer
@@ -259,7 +298,8 @@ class ShapeInferencePass(FusePass):
         # attention's output batch_size meeting the residual's), which a kept name would hide
         kept = _forget_producer_dims(model) if not self._refining else None
         zero_names = _zero_trip_outputs(model)
-        zero_trip = _forget_zero_trip_dims(model, zero_names)
+        zero_body = _body_names(model, zero_names)
+        zero_trip = _forget_zero_trip_dims(model, zero_names) + _forget_after_zero_trip(model, zero_names, zero_body)
         placeholders = frozenset(exporter_placeholders(model))
         fed = frozenset(v.name for v in model.graph.inputs)
 
@@ -295,7 +335,11 @@ class ShapeInferencePass(FusePass):
                 value.shape = shape
             return ir.passes.PassResult(model, modified=zero_trip > 0)
         # inference names them again each run: counted, but no change of the model by itself
+        # and on the values computed from them, which it names after the body too
+        zero_body = _body_names(inferred, zero_names)
         self.stats["zero-trip-dims-cleared"] += _forget_zero_trip_dims(inferred, zero_names)
+        self.stats["zero-trip-dims-cleared"] += _forget_after_zero_trip(inferred, zero_names, zero_body)
+        zero_trip += _forget_after_zero_trip(model, zero_names, zero_body)   # names an export or a run left
         _tag_generated_dims(inferred, next(_RUNS))
         gained = 0
         for graph, inferred_graph in zip(model.graphs(), inferred.graphs()):
