@@ -1428,10 +1428,11 @@ def _verify(ref: _Side, opt: _Side, *, inputs, shapes, seed, atol, rtol, precisi
             notes.append(FP8_NOTE)
         for name, r, g in pairs:
             r, g = np.asarray(r), np.asarray(g)
-            if label == PADDED_ROW and r.dtype.kind == "f" and r.size and np.isnan(r).all():
+            if (label == PADDED_ROW and r.dtype.kind == "f" and r.size and np.isnan(r).all()
+                    and g.shape == r.shape and g.dtype == r.dtype):
                 # the keyless row's NaN spread over the whole output (the next layer's p v, a
                 # window that leaves the half-padded row keyless too): nothing defined to compare
-                # here, and the first case compared this output
+                # here, and the first case compared this output (its shape and dtype are defined)
                 notes.append(f"{name} [{PADDED_ROW}]: NaN throughout in the original, not compared")
                 continue
             d_atol, d_rtol = DEFAULT_TOLERANCE.get(r.dtype, (1e-4, 1e-3))

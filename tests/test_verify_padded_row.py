@@ -102,3 +102,73 @@ def test_the_first_case_still_fails_a_wrong_value_where_the_padded_case_is_nan_t
     result = verify(original, _spread_nan(_masked_attention(float("-inf")), tilt=1.1))
     assert not result["passed"]
     assert [o["name"] for o in result["outputs"] if not o["passed"]] == ["spread"]
+
+
+def _cut_when_padded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (a _spread_nan one) with its output's first batch row cut off where some row of
+    attention_mask keeps no key: a rewrite whose output shape depends on the padding."""
+    g = model.graph
+    g.node[-1].output[0] = "spread_full"
+    g.initializer.extend([numpy_helper.from_array(np.array([1], np.int64), "one1"),
+                          numpy_helper.from_array(np.array([1 << 30], np.int64), "big"),
+                          numpy_helper.from_array(np.array([0], np.int64), "ax0")])
+    g.node.extend([oh.make_node("ReduceMax", ["attention_mask", "ax1"], ["kept"], keepdims=0),
+                   oh.make_node("ReduceMin", ["kept"], ["least"], keepdims=1),
+                   oh.make_node("Sub", ["one1", "least"], ["start"]),
+                   oh.make_node("Slice", ["spread_full", "start", "big", "ax0"], ["spread"])])
+    return model
+
+
+def test_an_output_nan_throughout_is_still_compared_for_its_shape():
+    """The padded-row case skips an output NaN throughout in the original (7cba9df), but one the
+    rewrite gives in another shape there is a wrong output, not an undefined one (trust31)."""
+    original = _spread_nan(_masked_attention(float("-inf")))
+    result = verify(original, _cut_when_padded(_spread_nan(_masked_attention(float("-inf")))))
+    assert not result["passed"]
+    bad = [o for o in result["outputs"] if not o["passed"]]
+    assert [o["name"] for o in bad] == [f"spread [{PADDED_ROW}]"] and "shape" in bad[0]["reason"], bad
+
+
+def _two_outputs(fill: float, tilt: float = 1.0) -> onnx.ModelProto:
+    """_spread_nan's output (NaN throughout on the padded-row case with a -inf fill) and the unspread
+    attention output times ``tilt`` where the first mask row keeps no key."""
+    model = _spread_nan(_masked_attention(fill))
+    g = model.graph
+    g.initializer.extend([numpy_helper.from_array(np.array(tilt, np.float32), "tilt2"),
+                          numpy_helper.from_array(np.array(1.0, np.float32), "one_f")])
+    g.node.extend([oh.make_node("ReduceMax", ["attention_mask", "ax1"], ["kept"], keepdims=0),
+                   oh.make_node("ReduceMin", ["kept"], ["least"], keepdims=1),
+                   oh.make_node("Cast", ["least"], ["least_f"], to=TensorProto.FLOAT),
+                   oh.make_node("Sub", ["one_f", "least_f"], ["padded"]),   # 1 where a row keeps no key
+                   oh.make_node("Mul", ["padded", "tilt2"], ["t0"]),
+                   oh.make_node("Sub", ["one_f", "padded"], ["t1"]),
+                   oh.make_node("Add", ["t0", "t1"], ["factor"]),            # tilt there, else 1
+                   oh.make_node("Where", ["keep", "x", "zero"], ["xk"]),    # finite: no softmax
+                   oh.make_node("Mul", ["xk", "factor"], ["second"])])
+    # keep [B, S] -> [B, S, 1] for x [B, S, 4]
+    g.node[-2].input[0] = "keep3"
+    g.node.insert(len(g.node) - 2, oh.make_node("Unsqueeze", ["keep", "axm1"], ["keep3"]))
+    g.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), "axm1"))
+    g.output.append(oh.make_tensor_value_info("second", TensorProto.FLOAT, ["batch", "seq", 4]))
+    return model
+
+
+def test_other_outputs_of_the_padded_row_case_are_still_compared():
+    """One output NaN throughout on the padded-row case is skipped; a second output, finite there
+    and wrong only there, still fails."""
+    original = _two_outputs(float("-inf"))
+    assert verify(original, _two_outputs(float("-inf")))["passed"]
+    result = verify(original, _two_outputs(float("-inf"), tilt=1.5))
+    assert not result["passed"]
+    assert [o["name"] for o in result["outputs"] if not o["passed"]] == [f"second [{PADDED_ROW}]"]
+    assert any(f"spread [{PADDED_ROW}]: NaN throughout" in n for n in result["notes"])
+
+
+def test_an_original_nan_throughout_on_the_first_case_too_is_compared_there():
+    """The skip is the padded-row case's only: an original NaN everywhere on the first feeds needs the
+    rewrite NaN everywhere too (nan_rows gives no undefined rows in an all-NaN output)."""
+    nan_always = _spread_nan(_masked_attention(float("-inf")), tilt=float("nan"))
+    result = verify(nan_always, _spread_nan(_masked_attention(float("-inf"))))
+    assert not result["passed"]
+    assert [o["name"] for o in result["outputs"] if not o["passed"]] == ["spread"]
+    assert verify(nan_always, nan_always)["passed"]
