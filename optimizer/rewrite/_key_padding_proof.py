@@ -384,7 +384,9 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
         if kd is not None and not isinstance(kd, int):
             env_[kd.value] = t_
         arr, why = _run_probe(cone, as_const, mask, p_, s_, env_, opset, batch=n, drop=(am, pat), cut=cut)
-        if why is not None:   # a shape the cone cannot run at is one the model cannot
+        if why is not None:   # a shape the cone cannot run at is one the model cannot; one where it
+            if arr is not None:   # runs and reads another integer input is not proven
+                raise EvalFailure(f"with a batch of {n}, {s_} queries after {p_}: {why}")
             return
         if arr.ndim != 4 or arr.shape[-1] != t_ or arr.shape[-2] not in (1, s_) or arr.shape[0] not in (1, n):
             raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {n}, {s_} queries over {t_} keys")
@@ -450,10 +452,13 @@ def _other_shapes(probe: Any, rows: int, p: int, s: int, q: ir.Value, past: ir.V
                 shapes.append((t - x, x))
     for p_, s_ in shapes:
         if rows * s_ * (p_ + s_) <= _BATCH_PROBE_SIZE:
-            for empty in (False, True) if rows > 1 else (False,):
+            # row 0 fully padded at a batch of 1 too: a fixed batch of 1 runs no other batch, and its
+            # base shape alone would not show a mask that lets an empty row see every key at this length
+            for empty in (False, True):
                 probe(rows, p_, s_, _drops(rows, p_ + s_, empty))
         elif (rows == 1 or not isinstance(bd, int)) and s_ * (p_ + s_) <= _SINGLE_PROBE_SIZE:
-            probe(1, p_, s_, _drops(1, p_ + s_, False))   # too large at 2 rows: one row dropping keys
+            for empty in (False, True):   # too large at 2 rows: one row dropping keys, then none kept
+                probe(1, p_, s_, _drops(1, p_ + s_, empty))
         else:   # a length never run would be assumed padded
             raise EvalFailure(f"a probe of {s_} queries after {p_} is too large (the key padding is not "
                               f"proven at every length beside a constant)")
@@ -686,7 +691,7 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
     # them at each length (_other_shapes'), row 0 fully padded, the others dropping keys
     consts = _int_constants(cone)
     far = _far_length(consts, 3)
-    shapes = [(rows, x, e) for x in _boundary_lengths(consts, 1, s) if x != s for e in {False, rows > 1}
+    shapes = [(rows, x, e) for x in _boundary_lengths(consts, 1, s) if x != s for e in (False, True)
               ] if not isinstance(kd, int) else []
     if not isinstance(bd, int):   # at each of those lengths too (a batch condition may hold at some only),
         lens = [s, *sorted({x for _, x, _ in shapes})]
@@ -699,7 +704,9 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
         pat = _drops(n, s_, empty_row)
         env_ = {d.value: v for d, v in ((bd, n), (kd, s_)) if not isinstance(d, int) and getattr(d, "value", None)}
         arr, why = _run_probe(cone, as_const, r, 0, s_, env_, opset, batch=n, drop=(km, pat), cut=cut)
-        if why is not None:   # a shape the cone cannot run at is one the model cannot
+        if why is not None:   # a shape the cone cannot run at is one the model cannot (one where
+            if arr is not None:   # it runs and reads another integer input is not proven)
+                raise EvalFailure(f"with a batch of {n} over {s_} keys: {why}")
             continue
         if arr.shape[0] != n or arr.size != n * s_ or not np.array_equal(
                 arr.reshape(n, s_).astype(np.float64) != 0, (pat == 0) if negated else (pat != 0)):

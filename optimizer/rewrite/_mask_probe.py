@@ -346,8 +346,10 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
 
 def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
                opset: int, **kw: Any) -> tuple[np.ndarray | None, str | None]:
-    """The mask's values for P cached and S new tokens, or why the probe did not run (``kw``:
-    _probe_model's batch and drop)."""
+    """The mask's values for P cached and S new tokens, and why not None where the probe did not
+    run (no values) or ran but changes with an integer input (_varies: its values and why; a caller
+    that skips a shape the model cannot run at must refuse this one) (``kw``: _probe_model's batch
+    and drop)."""
     model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset, **kw)
     key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
                          + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
@@ -363,7 +365,7 @@ def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, 
         else:
             why = _varies(cone, as_const, mask, p, s, env, opset, feeds, res[0], **kw)
             if why is not None:
-                res = (None, why)
+                res = (res[0], why)
         if len(_RESULTS) >= _RESULT_LIMIT:
             _RESULTS.pop(next(iter(_RESULTS)))
         _RESULTS[key] = res
@@ -446,26 +448,38 @@ def _band_starts(arr: np.ndarray, p: int, s: int) -> list[int]:
     if arr.dtype == np.bool_:
         kept = arr
     else:
-        arr = arr.astype(np.float64)
+        # float16 / 32 / 64 compare exactly in their own type (0 and _MASKED are exact in each);
+        # a float64 copy of a long window's [S, P + S] probe was a tenth of its proof's time
+        if arr.dtype not in (np.float16, np.float32, np.float64):
+            arr = arr.astype(np.float64)
         kept = arr == 0
         if not np.all(kept | (arr <= _MASKED)):
             raise EvalFailure("the mask adds a bias to kept keys (neither 0 nor masked)")
     if not np.all(kept == kept[:1]):
         raise EvalFailure("the mask differs between batch rows or heads")
-    starts = []
-    for i in range(s):
-        pos = p + i
-        keys = np.flatnonzero(kept[0, i])
-        if not len(keys) or keys.max() != pos:
-            what = (f"sees the later key {int(keys.max())}" if len(keys) and keys.max() > pos
-                    else "does not see its own key")
-            raise EvalFailure(f"the query at position {pos} {what} (not causal; probed at {t} tokens)")
-        lo = int(keys.min())
-        if not np.array_equal(keys, np.arange(lo, pos + 1)):
-            raise EvalFailure(f"the query at position {pos} sees keys with gaps, not a band "
-                              f"(probed at {t} tokens)")
-        starts.append(lo)
-    return starts
+    rows = kept[0]
+    if not s:
+        return []
+    # every row at once (a loop over a window-4096 probe's rows was a third of its proof's time): its
+    # last kept key is its own position and it keeps each key from its first
+    pos = p + np.arange(s)
+    lo = np.argmax(rows, axis=1)
+    hi = t - 1 - np.argmax(rows[:, ::-1], axis=1)
+    ok = rows.any(axis=1) & (hi == pos) & (np.count_nonzero(rows, axis=1) == hi - lo + 1)
+    if not ok.all():
+        _refuse_row(rows, p, int(np.argmin(ok)))   # the first row that is not a band, as one would read it
+    return lo.tolist()
+
+
+def _refuse_row(rows: np.ndarray, p: int, i: int) -> None:
+    """Raise why kept-key row ``i`` of ``rows`` ([S, P + S]) is not a band ending at its position."""
+    pos, t = p + i, rows.shape[-1]
+    keys = np.flatnonzero(rows[i])
+    if not len(keys) or keys.max() != pos:
+        what = (f"sees the later key {int(keys.max())}" if len(keys) and keys.max() > pos
+                else "does not see its own key")
+        raise EvalFailure(f"the query at position {pos} {what} (not causal; probed at {t} tokens)")
+    raise EvalFailure(f"the query at position {pos} sees keys with gaps, not a band (probed at {t} tokens)")
 
 
 def _far_length(consts: list[int], *least: int) -> int:
@@ -566,6 +580,8 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
     pd = past.shape.dims[2] if past is not None else 0
 
     def probe(p: int, s: int, rows: int = 1) -> tuple[set[int], int] | str:
+        if rows * s * (p + s) > _SINGLE_PROBE_SIZE:   # a static length past it: refused, not assumed
+            raise EvalFailure(f"a probe of {s} queries over {p + s} keys at a batch of {rows} is too large")
         env = _bind(q, past, s, p, rows)
         model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset, batch=rows)
         key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
@@ -599,6 +615,8 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         if not isinstance(sd, int) and far > _MAX_SQUARE_PROBE:
             raise EvalFailure(f"the mask's cone holds constants up to {far - 2}: a prefill probe "
                               f"past them ({far} x {far}) is too large")
+        if isinstance(sd, int) and 2 * sd * sd > _BATCH_PROBE_SIZE:   # what _by_batch ends in, before the probe
+            raise EvalFailure("no probed length fits a batch of 2 (the band is not proven at every batch)")
         got = probe(0, sd if isinstance(sd, int) else far)
         if isinstance(got, str):
             raise EvalFailure(got)
