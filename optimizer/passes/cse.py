@@ -14,7 +14,10 @@ Cases handled:
   the same op with its operands swapped (LiLT's text and layout streams each add the other's scores:
   Add(a, b) and Add(b, a) feed two Softmaxes of one value);
 - small integer values holding the same symbolic dims, read from different tensors (each layer's
-  ``Shape(past_i)[2]`` is one ``past_sequence``): passes/shape_cse.py.
+  ``Shape(past_i)[2]`` is one ``past_sequence``): passes/shape_cse.py;
+- before that, Shape / Size reads that alone read an op's output move to the tensor whose dims it
+  has by the op's contract (a RoPE's, a unary op's, a Transpose's input), and the op is removed:
+  passes/_shape_forward.py.
 
 Never merged: nondeterministic ops (Random*, Multinomial, Bernoulli, Dropout), ops outside the
 default domain (their purity is unknown; ours may write in place), nodes with subgraph attributes,
@@ -30,6 +33,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._shape_forward import forward_shape_reads
 from onnx_fuse.passes.shape_cse import merge_equal_shape_values
 
 NONDETERMINISTIC = frozenset({
@@ -138,8 +142,13 @@ class CommonSubexpressionEliminationPass(FusePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
         for graph in model.graphs():   # the main graph first: its merges make twins in subgraphs
             modified |= self._dedupe_initializers(graph)
+            forwarded = forward_shape_reads(graph, opset)
+            if forwarded:
+                self.stats["shape reads forwarded"] += forwarded
+                modified = True
             modified |= self._cse_graph(graph)
         return ir.passes.PassResult(model, modified=modified)
 
