@@ -10,7 +10,7 @@ import sys
 import types
 from pathlib import Path
 
-from tests.tool_modules import load_tool
+from tests.tool_modules import load_tool, plan_new_set
 
 EXPECTED = Path(__file__).resolve().parents[1] / "data/corpus/expected_coverage.json"
 NEW = ("exaone", "imagegpt", "bark_semantic", "bark_coarse", "clvp_encoder", "cvt", "swin2sr", "mgp_str", "glpn",
@@ -52,15 +52,7 @@ def test_new_architectures_are_in_no_earlier_set(monkeypatch):
     hs = ec.HOLDOUT_SETS[33]
     assert set(hs) - set(_drift(hs)) == {*NEW, "falcon_alibi"}
     assert hs["falcon_alibi"]["config"]["alibi"] and "transformers" not in hs["falcon_alibi"]  # both venvs export it
-    earlier = {spec["model_type"] for n, s in ec.HOLDOUT_SETS.items() if n != 33 for spec in s.values()}
-    earlier |= {spec["model_type"] for spec in ec.SPECS.values()}
-    assert not {hs[a]["model_type"] for a in NEW} & earlier
-    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **hs})
-    todo = list(ec.plan_holdout(list(NEW), None, 33))
-    assert len(todo) == 33
-    for arch, style, _ in todo:
-        if style in ec.KV_STYLES:
-            assert ec.SPECS[arch]["kind"] == "decoder", arch
+    assert len(plan_new_set(ec, 33, NEW, monkeypatch)) == 33
 
 
 def test_drift_specs_hand_off_unless_this_process_runs_transformers_5_25(monkeypatch):

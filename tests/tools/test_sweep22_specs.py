@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tool_modules import load_tool
+from tests.tool_modules import identity_model, load_tool, plan_new_set
 
 NEW = ("mistral4", "step3p5_text", "chameleon", "musicgen_decoder", "reformer_local", "glm_image_text",
        "hunyuan_vl_text", "dia_encoder", "pi05")
@@ -16,36 +16,19 @@ def _export_corpus():
     return load_tool("export_corpus", "export_corpus_sweep22")
 
 
-def _identity_model(path, shape):
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.INT64, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT64, shape)])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
-
-
 def test_new_architectures_are_in_no_earlier_set(monkeypatch):
     ec = _export_corpus()
     hs = ec.HOLDOUT_SETS[34]
     assert set(hs) == set(NEW)
-    earlier = {spec["model_type"] for n, s in ec.HOLDOUT_SETS.items() if n != 34 for spec in s.values()}
-    earlier |= {spec["model_type"] for spec in ec.SPECS.values()}
-    assert not {hs[a]["model_type"] for a in NEW} & earlier
-    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **hs})
-    todo = list(ec.plan_holdout(list(NEW), None, 34))
+    todo = plan_new_set(ec, 34, NEW, monkeypatch)
     assert len(todo) == 29 and {w for _, _, w in todo} == {"trained"}
-    for arch, style, _ in todo:
-        if style in ec.KV_STYLES:
-            assert ec.SPECS[arch]["kind"] == "decoder", arch
 
 
 def test_entry_of_dia_encoder_config(monkeypatch, tmp_path):
     """Dia nests its parts as encoder_config / decoder_config (T5Gemma: encoder / decoder)."""
     ec = _export_corpus()
     path = tmp_path / "dia.onnx"
-    _identity_model(path, ["batch", "sequence"])
+    identity_model(path, ["batch", "sequence"])
     spec = dict(ec.HOLDOUT_SETS[34]["dia_encoder"])
     spec.pop("attention_blocks")  # the count must come from the encoder's config
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, "dia_encoder": spec})
@@ -61,7 +44,7 @@ def test_entry_of_a_decoder_beside_a_nested_encoder_config(monkeypatch, tmp_path
     decoder's entry reads those (hold-out 27's cohere_asr_decoder failed with KeyError 'decoder_config')."""
     ec = _export_corpus()
     path = tmp_path / "cohere_asr_decoder.onnx"
-    _identity_model(path, ["batch", "sequence"])
+    identity_model(path, ["batch", "sequence"])
     spec = ec.HOLDOUT_SETS[27]["cohere_asr_decoder"]
     assert isinstance(spec["config"]["encoder_config"], dict) and "decoder_config" not in spec["config"]
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, "cohere_asr_decoder": spec})
@@ -74,7 +57,7 @@ def test_entry_of_a_decoder_beside_a_nested_encoder_config(monkeypatch, tmp_path
 def test_entry_of_pi05_reads_the_vlm_text_config(monkeypatch, tmp_path):
     ec = _export_corpus()
     path = tmp_path / "pi05.onnx"
-    _identity_model(path, ["batch", "sequence"])
+    identity_model(path, ["batch", "sequence"])
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[34]})
     monkeypatch.setattr(ec, "ort_check", lambda path, entry: {"ok": True})
     entry = ec.make_entry("pi05", "dyn_mask", "trained", path, {})

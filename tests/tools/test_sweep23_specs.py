@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tool_modules import load_tool
+from tests.tool_modules import identity_model, load_tool, plan_new_set
 
 NEW = ("kosmos2_text", "kosmos2_5_text", "git_text", "musicgen_melody_decoder", "csm_depth", "paddleocr_vl_text",
        "deepseek_ocr2_text", "unlimited_ocr_text", "qwen2_5_omni_text", "qwen3_omni_moe_text", "ernie4_5_vl_moe_text",
@@ -20,31 +20,14 @@ def _export_corpus():
     return load_tool("export_corpus", "export_corpus_sweep23")
 
 
-def _identity_model(path, shape):
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.INT64, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT64, shape)])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
-
-
 def test_new_architectures_are_in_no_earlier_set(monkeypatch):
     ec = _export_corpus()
     hs = ec.HOLDOUT_SETS[35]
     assert set(hs) == set(NEW)
-    earlier = {spec["model_type"] for n, s in ec.HOLDOUT_SETS.items() if n != 35 for spec in s.values()}
-    earlier |= {spec["model_type"] for spec in ec.SPECS.values()}
-    assert not {hs[a]["model_type"] for a in NEW} & earlier
     earlier_classes = {spec["model_class"] for n, s in ec.HOLDOUT_SETS.items() if n != 35 for spec in s.values()}
     assert not {hs[a]["model_class"] for a in NEW} & earlier_classes
-    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **hs})
-    todo = list(ec.plan_holdout(list(NEW), None, 35))
+    todo = plan_new_set(ec, 35, NEW, monkeypatch)
     assert len(todo) == 46 and {w for _, _, w in todo} == {"trained"}
-    for arch, style, _ in todo:
-        if style in ec.KV_STYLES:
-            assert ec.SPECS[arch]["kind"] == "decoder", arch
     half = list(ec.plan_holdout(list(NEW), ("dyn_mask", "kv"), 35, "float16"))  # HALF23: 4 heads x 2 + 3 text models
     assert len(half) == 11 and {a for a, _, _ in half} == ec.HALF23
 
@@ -55,7 +38,7 @@ def test_entry_of_kosmos_text_sizes(monkeypatch, tmp_path, arch):
     (hidden // heads) raised TypeError, so both files failed after a good export."""
     ec = _export_corpus()
     path = tmp_path / f"{arch}.onnx"
-    _identity_model(path, ["batch", "sequence"])
+    identity_model(path, ["batch", "sequence"])
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **ec.HOLDOUT_SETS[35]})
     monkeypatch.setattr(ec, "ort_check", lambda path, entry: {"ok": True})
     entry = ec.make_entry(arch, "kv", "trained", path, {})
