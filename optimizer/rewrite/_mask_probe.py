@@ -337,6 +337,8 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
             arr, err = _run_probe(cone, as_const, mask, p, s, env, opset)
         if err is None and arr.ndim >= 2 and arr.shape[-1] == p + s:
             return _raise_unless(_judge(arr, p, s))
+        if err is not None and arr is not None:   # it ran, but changes with another integer input
+            raise EvalFailure(err)
         # the cone does not run at S new tokens, or gives a key count other than P + S: the
         # model's scores [.., S, P + S] cannot take that mask, so S is no length the model runs at
         first = first or err or _judge(arr, p, s)

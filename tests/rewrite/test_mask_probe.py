@@ -176,3 +176,88 @@ def test_a_probe_that_fits_no_length_names_a_reason(monkeypatch):
     with pytest.raises(EvalFailure) as err:
         _probe(_decode_mask_graph())
     assert err.value.args[0] and "None" not in str(err.value)
+
+
+def _token_type_mask_graph() -> ir.Model:
+    """q [b, 2, s, 64], past [b, 1, p, 64], token_type_ids [b, s]: the causal mask OR'ed with "both the
+    query and the key are typed 1" (Gemma 3's bidirectional image runs; cached keys typed 0). At one new
+    token the OR adds nothing (the query sees every key already), at several it lets typed queries see
+    later typed keys: the probe at several rows varies with token_type_ids, the one at one row does not."""
+    nodes = [
+        helper.make_node("Shape", ["past"], ["ps"], start=2, end=3),
+        helper.make_node("Shape", ["q"], ["ss"], start=2, end=3),
+        helper.make_node("Add", ["ps", "ss"], ["ts"]),
+        helper.make_node("Squeeze", ["ps"], ["p0"]),
+        helper.make_node("Squeeze", ["ts"], ["t0"]),
+        helper.make_node("Range", ["p0", "t0", "one"], ["qp"]),
+        helper.make_node("Range", ["zero", "t0", "one"], ["kv"]),
+        helper.make_node("Unsqueeze", ["qp", "ax1"], ["qc"]),
+        helper.make_node("LessOrEqual", ["kv", "qc"], ["causal"]),
+        helper.make_node("Gather", ["token_type_ids", "zero"], ["tq"], axis=0),
+        helper.make_node("ConstantOfShape", ["ps"], ["tpast"], value=numpy_helper.from_array(np.zeros(1, np.int64))),
+        helper.make_node("Concat", ["tpast", "tq"], ["tk"], axis=0),
+        helper.make_node("Equal", ["tk", "one"], ["ek"]),
+        helper.make_node("Equal", ["tq", "one"], ["eq1"]),
+        helper.make_node("Unsqueeze", ["eq1", "ax1"], ["eq"]),
+        helper.make_node("And", ["eq", "ek"], ["both"]),
+        helper.make_node("Or", ["causal", "both"], ["keep2"]),
+        helper.make_node("Unsqueeze", ["keep2", "ax01"], ["keep"]),
+        helper.make_node("Where", ["keep", "zero_f", "neg"], ["mask"]),
+        helper.make_node("Identity", ["q"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
+        ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
+        ("zero_f", 0.0, np.float32), ("neg", np.finfo(np.float32).min, np.float32)]]
+    graph = helper.make_graph(nodes, "token_type_mask", [
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
+        helper.make_tensor_value_info("past", TensorProto.FLOAT, ["b", 1, "p", 64]),
+        helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["b", "s"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return ir.from_proto(onnx.shape_inference.infer_shapes(model))
+
+
+def test_mask_that_varies_with_token_types_at_several_rows_is_refused():
+    """Accepted before (session 31 review): the probe at several new tokens ran but changed with
+    token_type_ids, which causal_mask took for a length the model cannot run at, and one new token,
+    where the OR adds nothing, then read as causal."""
+    with pytest.raises(EvalFailure, match="token_type_ids"):
+        _probe(_token_type_mask_graph())
+
+
+def test_finite_rows_refuses_a_mask_that_varies_with_token_types_at_the_short_length():
+    """finite_rows (rewrite/_mask_finite.py), the same gap: prefill probes the far length, then several
+    rows; a mask that empties typed queries' rows only below 10 tokens ran at the short length but changed
+    with token_type_ids, and was skipped as a length the model cannot run at (True before)."""
+    from onnx_fuse.rewrite._mask_finite import finite_rows
+
+    nodes = [
+        helper.make_node("Shape", ["q"], ["ss"], start=2, end=3),
+        helper.make_node("Squeeze", ["ss"], ["s0"]),
+        helper.make_node("Range", ["zero", "s0", "one"], ["kv"]),
+        helper.make_node("Unsqueeze", ["kv", "ax1"], ["qc"]),
+        helper.make_node("LessOrEqual", ["kv", "qc"], ["causal"]),
+        helper.make_node("Less", ["s0", "ten"], ["short"]),
+        helper.make_node("Gather", ["token_type_ids", "zero"], ["tq"], axis=0),
+        helper.make_node("Equal", ["tq", "one"], ["typed1"]),
+        helper.make_node("Unsqueeze", ["typed1", "ax1"], ["typed"]),
+        helper.make_node("And", ["typed", "short"], ["drop"]),
+        helper.make_node("Not", ["drop"], ["kept"]),
+        helper.make_node("And", ["causal", "kept"], ["keep2"]),
+        helper.make_node("Unsqueeze", ["keep2", "ax01"], ["keep"]),
+        helper.make_node("Where", ["keep", "zero_f", "ninf"], ["mask"]),
+        helper.make_node("Identity", ["q"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
+        ("zero", 0, np.int64), ("one", 1, np.int64), ("ten", 10, np.int64), ("ax1", [1], np.int64),
+        ("ax01", [0, 1], np.int64), ("zero_f", 0.0, np.float32), ("ninf", -np.inf, np.float32)]]
+    graph = helper.make_graph(nodes, "token_type_rows", [
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
+        helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["b", "s"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None)], inits)
+    model = ir.from_proto(onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])))
+    values = {v.name: v for n in model.graph for v in n.outputs}
+    assert finite_rows(None, values["mask"], model.graph.inputs[0]) is False
