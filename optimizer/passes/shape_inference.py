@@ -118,6 +118,8 @@ def _forget_zero_trip_dims(model: ir.Model, names: frozenset[str]) -> int:
 
 def _body_names(model: ir.Model, names: frozenset[str]) -> frozenset[str]:
     """The symbolic dim names after the first of the values ``names`` (what the Loop's body named)."""
+    if not names:   # no zero-trip Loop (nearly every model): no walk over the graph on each inference
+        return frozenset()
     return frozenset(d.value for graph in model.graphs() for node in graph for value in node.outputs
                      if value.name in names and value.shape is not None
                      for d in value.shape[1:] if not isinstance(d, int) and d.value is not None)
