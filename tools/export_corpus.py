@@ -94,6 +94,9 @@ the --holdout 8 hand-off or run by that venv's python, usually into --out /tmp/s
 --holdout 33 plans the twenty-first sweep (holdout_specs.HOLDOUT21): hold-out 32's architectures and styles exported
 by transformers 5.25.0 (<arch>_tf525; a process with another transformers hands them to /work/venvs/tf525, made by
 tools/export_venv.sh --transformers 5.25.0) and 10 architectures no set had, usually into --out /tmp/sweep28/h33.
+--holdout 36 plans the twenty-fourth sweep (holdout_specs.HOLDOUT24): encoder / vision / speech families of earlier
+sets as transformers 4.45.2 / 4.53.3 wrote them (legacy / legacy_sdpa, by the --holdout 5 hand-off), usually into
+--out /tmp/drift32.
 """
 
 from __future__ import annotations
@@ -1542,6 +1545,7 @@ def main(argv=None) -> int:
         SPECS.update(HOLDOUT6B)
         SPECS.update(HOLDOUT_SETS[32])
         SPECS.update(HOLDOUT_SETS[33])
+        SPECS.update(HOLDOUT_SETS[36])
         if "EXPORT_CORPUS_CONFIG" in os.environ:
             SPECS[argv[1]] = dict(SPECS[argv[1]], config=json.loads(os.environ["EXPORT_CORPUS_CONFIG"]))
         print(json.dumps(export_torch(argv[1], argv[2], argv[3], Path(argv[4]), *argv[5:6])))  # [dtype]

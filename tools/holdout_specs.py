@@ -3216,3 +3216,32 @@ HOLDOUT_SETS[35] = HOLDOUT23
 # --holdout 35 --dtype float16: the decoders and LLM text models exported from a float16 model
 HALF23 = {"kosmos2_text", "kosmos2_5_text", "git_text", "musicgen_melody_decoder", "qwen2_5_omni_text",
           "deepseek_ocr2_text", "qwen3_omni_moe_text"}
+
+
+# ---- twenty-fourth sweep (--holdout 36, HOLDOUT24): older transformers on encoder / vision / speech families -----
+# Parts B / D's drift (4.38 - 4.53) took mostly decoders; their encoders were bert, roberta, distilbert, albert,
+# vit, clip_vision, t5_encoder, whisper_encoder and modernbert only. Here the encoder, seq2seq-encoder, vision and
+# speech families of earlier sets (their tiny configs, trained-like weights) as transformers 4.45.2 wrote them, by
+# part B's hand-off (tools/export_venv.sh --transformers 4.45.2): legacy (TorchScript, eager attention) for all,
+# and legacy_sdpa where the 4.45 class has SDPA (_supports_sdpa: XLM-R, CamemBERT, BART, DeiT, DINOv2, SigLIP,
+# wav2vec2, HuBERT, Data2Vec-audio); transformers 4.53.3 (_tf453) for those of them the 4.4x-4.5x attention
+# refactors rewrote. Names carry the version: electra_tf445.
+_SRC24 = {a: s for s in [SPECS] + [HOLDOUT_SETS[n] for n in sorted(HOLDOUT_SETS)] for a, s in s.items()
+          if not s.get("base_arch") and s.get("styles") != ("optimum",)}
+_E24, _ES24 = ("legacy",), ("legacy", "legacy_sdpa")
+DRIFT24_PLAN = {
+    "445": dict({a: _E24 for a in ("electra", "deberta", "deberta_v2", "mpnet", "layoutlm", "funnel", "data2vec_text",
+                                   "mobilebert", "convbert", "roformer", "esm", "big_bird", "marian_encoder",
+                                   "mt5_encoder", "longt5_encoder", "pegasus_x_encoder", "swin", "beit", "segformer",
+                                   "blip_vision", "data2vec_vision", "wavlm", "speecht5_encoder")},
+                **{a: _ES24 for a in ("xlm_roberta", "camembert", "bart_encoder", "deit", "dinov2", "siglip_vision",
+                                      "wav2vec2", "hubert", "data2vec_audio")}),
+    "453": dict({a: _SDPA for a in ("xlm_roberta", "deit", "dinov2", "siglip_vision", "wav2vec2", "bart_encoder",
+                                    "beit", "marian_encoder")},  # BEiT and Marian took SDPA after 4.45
+                **{a: _E24 for a in ("deberta_v2", "swin", "mt5_encoder")}),
+}
+HOLDOUT24 = {f"{arch}_tf{tag}": dict(_SRC24[arch], styles=styles, transformers=LEGACY_VERSIONS[tag], base_arch=arch)
+             for tag, archs in DRIFT24_PLAN.items() for arch, styles in archs.items()}
+for _spec in HOLDOUT24.values():  # the styles ask for the attention (Swin's config names eager itself)
+    _spec["config"] = {k: v for k, v in _spec["config"].items() if k != "attn_implementation"}
+HOLDOUT_SETS[36] = HOLDOUT24
