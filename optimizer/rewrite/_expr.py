@@ -390,6 +390,24 @@ def _flat_fill_rows(ctx, v) -> bool:
     return flat_fill_rows(ctx, _as_value(v, "flat_fill_rows"))
 
 
+def _row_max(ctx, c, t, axis) -> bool:
+    from onnx_fuse.rewrite._row_max import row_max
+
+    return row_max(ctx, c, t, axis)
+
+
+def _unscaled(ctx, t, f) -> list:
+    from onnx_fuse.rewrite._row_max import unscaled
+
+    return unscaled(ctx, t, f)
+
+
+def _power_of_two(ctx, x) -> bool:
+    from onnx_fuse.rewrite._row_max import power_of_two
+
+    return power_of_two(x)
+
+
 def _causal_mask(ctx, m, q, past) -> bool:
     from onnx_fuse.rewrite._mask_probe import causal_mask
 
@@ -684,6 +702,13 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # whether a row of v may be one large finite number throughout (a select's fill on a row with
     # every key masked), where exp(v - logsumexp(v)) is not softmax(v) (_flat_rows.py)
     "flat_fill_rows": _flat_fill_rows,
+    # whether c is t's maximum along the axis, kept or re-expanded, through the same monotone ops
+    # as t (a softmax's own shift; _row_max.py); fails with the reason otherwise
+    "row_max": _row_max,
+    # [s, g]: t = s * g exactly, g a power of two <= 1 with f * g <= 1 (a scale f undone; _row_max.py)
+    "unscaled": _unscaled,
+    # whether a positive number is exactly 2**n (scaling by it is exact)
+    "power_of_two": _power_of_two,
     # whether v's last axis provably repeats every value twice in a row (repeat_interleave'd
     # tables, constant or computed; _paired.py)
     "paired_columns": lambda ctx, v: _paired_columns(ctx, _as_value(v, "paired_columns")),

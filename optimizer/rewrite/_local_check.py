@@ -684,37 +684,53 @@ def _compute_tied(nodes: list[ir.Node], tied: list[ir.Value], values: dict[int, 
 # ops that only move or copy elements: what a bridge (below) may pass
 _MOVES = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile", "Concat", "Gather", "Identity",
           "Flatten"}
+# ops computing a value from one other and constants, which a bridge passes too: a softmax's row
+# maximum of scores the replacement reads (softmax-max-shift proves the shift on what it computes,
+# row_max), a scale it undoes (Div / Mul by a constant)
+_ONE_INPUT = {"ReduceMax", "ReduceMin", "Mul", "Div", "Add", "Sub", "Cast", "Neg"}
 
 
 def _bridge(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any], depth: int = 8) -> list[ir.Node]:
-    """The nodes between a value only the replacement reads and the match's inputs computed from
-    it (attention-repeat-kv reads the K / V that the unmatched head repetition feeding the match
-    reads), in order: they join the original's side, so both sides see the same data (random data
-    fed to the two ends would not be related)."""
+    """The nodes between a value the replacement reads and the match's inputs computed from it
+    (attention-repeat-kv reads the K / V that the unmatched head repetition feeding the match
+    reads; softmax-max-shift reads the scores whose row maximum, unmatched, the match subtracts),
+    in order: they join the original's side, so both sides see the same data (random data fed to
+    the two ends would not be related). A bridge passes moves, and ops of one non-constant input."""
     produced = {id(o) for n in old_nodes for o in n.outputs}
-    old_reads = {id(v) for n in old_nodes for v in n.inputs if v is not None}
-    ups = {id(v) for nn in new_nodes for v in nn.inputs
-           if isinstance(v, ir.Value) and id(v) not in produced and id(v) not in old_reads}
-    if not ups:
+    reads = {id(v) for nn in new_nodes for v in nn.inputs if isinstance(v, ir.Value) and id(v) not in produced}
+    if not reads:
         return []
     found: dict[int, bool] = {}
     order: list[ir.Node] = []
 
+    def passes(n: ir.Node) -> list[ir.Value] | None:
+        """The inputs a bridge may reach through ``n`` (None: it may not pass ``n``)."""
+        if n.domain not in ("", "ai.onnx"):
+            return None
+        ins = [i for i in n.inputs if i is not None]
+        if n.op_type in _MOVES:
+            return ins
+        if n.op_type in _ONE_INPUT:
+            live = [i for i in ins if _const_array(i) is None]
+            return live if len(live) == 1 else None
+        return None
+
     def reach(x: ir.Value, left: int) -> bool:
-        if id(x) in ups:
+        if id(x) in reads:
             return True
         n = x.producer()
-        if n is None or left <= 0 or n.domain not in ("", "ai.onnx") or n.op_type not in _MOVES:
+        ins = passes(n) if n is not None and left > 0 else None
+        if ins is None:
             return False
         if id(n) not in found:
             found[id(n)] = False
-            hit = [reach(i, left - 1) for i in n.inputs if i is not None]
+            hit = [reach(i, left - 1) for i in ins]
             found[id(n)] = any(hit)
             if found[id(n)]:
                 order.append(n)
         return found[id(n)]
 
-    for v in [v for n in old_nodes for v in n.inputs if v is not None and id(v) not in produced]:
+    for v in [v for n in old_nodes for v in n.inputs if v is not None and id(v) not in produced and id(v) not in reads]:
         reach(v, depth)
     return order
 
