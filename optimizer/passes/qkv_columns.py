@@ -34,7 +34,12 @@ Llama form: nothing to do). Pieces in column order are taken without a permutati
 from a view of Y (GPT-BigCode's multi-query Unsqueeze to [B, 1, S, N] before its Split: as separate
 projections, or a Split of Y at trt, they reach the attention in its 3-D form) or by a Slice each (Phi-3's
 TorchScript / dynamo slices: one Split after pack-matmul); not where a piece is joined to a cache
-(``_cached``) or a Shape reads the region. Decided by the index arithmetic only, not by which ops wrote it.
+(``_cached``), a Shape reads the region, or the pieces would need more data-moving Transposes than the
+region has (``_moved``: Mamba-1's in_proj Transpose(0, 2, 1) before its Split, shared by both halves, would be
+one per half, and pack-matmul's repacked Split leaves them there). That count is for pieces picked without a
+head view only: after one (ModernBERT's [B, S, 3, H, D] transposed heads-first, then unbound), the per-piece
+heads-first Transposes are the form the attention rules read. Decided by the index arithmetic only, not by
+which ops wrote it.
 The replaced views, picks and projection are removed at once (``_drop_dead``), so that pack-matmul never
 packs the dead projection beside its pieces.
 """
@@ -79,6 +84,16 @@ def _cached(leaves: list[tuple[ir.Value, ColumnState]]) -> bool:
     picked in column order from one shared view of the projection (GPT-BigCode's [B, 1, S, N]) are best left
     there: as separate projections each would need its own view (gpt_bigcode kv / optimum: +1 node)."""
     return any(is_default_op(u.node, "Concat") for v, _ in leaves for u in v.uses())
+
+
+def _moved(before: list[int], after: list[int], s: ColumnState, lead: list) -> bool:
+    """Going from axis order ``before`` to ``after`` (layout axes of ``s``: ``lead`` then ``s.cols``' axes) moves
+    data: the axes of size other than 1 change their relative order. A Transpose that only moves size-1 axes
+    is a Reshape."""
+    def unit(a: int) -> bool:
+        return lead[a] == (1, ()) if a < s.lead else s.cols.shape[a - s.lead] == 1
+
+    return [a for a in before if not unit(a)] != [a for a in after if not unit(a)]
 
 
 def _rejoined(leaves: list[ir.Value], depth: int = 64) -> bool:
@@ -175,7 +190,7 @@ class QkvColumnsPass(FusePass):
         if dims is None or len(dims) < 2 or any(d is None for d in dims) or dims[-1] != (n, ()):
             return False
         lead = dims[:-1]
-        leaves, flat, viewed, pickers, dim_read = self._leaves(y, lead, n)
+        leaves, flat, viewed, pickers, dim_read, moves = self._leaves(y, lead, n)
         if len(leaves) < 2 or _rejoined([v for v, _ in leaves]):
             return False
         heads = {s.cols.shape[-1] if s.cols.ndim else 1 for _, s in leaves}
@@ -187,6 +202,8 @@ class QkvColumnsPass(FusePass):
         in_order = np.array_equal(order, np.arange(n))
         if in_order and flat and (pickers == 1 and not viewed or dim_read or _cached(leaves)):
             return False  # already one Split of the last axis, in order (the Llama form), or kept (_cached)
+        if in_order and flat and sum(_moved(list(range(s.rank)), s.perm, s, lead) for _, s in leaves) > moves:
+            return False  # each piece would need its own copy of a Transpose the region shares (Mamba's in_proj)
         self._apply(graph, mm, w, add, b, y, leaves, None if in_order else order, len(lead), dim_read)
         self.stats["projections"] += 1
         self.stats["picks"] += len(leaves)
@@ -194,12 +211,13 @@ class QkvColumnsPass(FusePass):
 
     # -- following the readers -----------------------------------------------------------------
     def _leaves(self, y: ir.Value, lead: list, n: int) -> tuple[list[tuple[ir.Value, ColumnState]], bool, bool, int,
-                                                                bool]:
-        """(leaves, flat, viewed, pickers, dim_read): the leaves reached from y, ordered by their first column,
-        each with its state; flat: every first pick reads y's last axis (no head view before it, size-1 axes
-        aside); viewed: a first pick reads a view of y, not y (GPT-BigCode's Unsqueeze to [B, 1, S, N]);
+                                                                bool, int]:
+        """(leaves, flat, viewed, pickers, dim_read, moves): the leaves reached from y, ordered by their first
+        column, each with its state; flat: every first pick reads y's last axis (no head view before it, size-1
+        axes aside); viewed: a first pick reads a view of y, not y (GPT-BigCode's Unsqueeze to [B, 1, S, N]);
         pickers: how many nodes make the first picks (one Split, or a Slice per piece); dim_read: a Shape / Size
-        reads y or a view between it and the pieces. Raises Refused.
+        reads y or a view between it and the pieces; moves: the region's Transposes that move data
+        (``_moved``). Raises Refused.
 
         Views (Reshape, Transpose, Squeeze, Unsqueeze) and picks (Gather, GatherND, Slice, Split) are
         followed up to the first pick on each path; after it only a single view reader is followed, so
@@ -208,7 +226,7 @@ class QkvColumnsPass(FusePass):
         leaves: list[tuple[ir.Value, ColumnState]] = []
         todo = [(y, ColumnState(np.arange(n), list(range(len(lead) + 1)), len(lead)), False)]
         seen: set[int] = set()
-        flat, viewed, dim_read, pickers = True, False, False, set()
+        flat, viewed, dim_read, pickers, moves = True, False, False, set(), 0
         while todo:
             v, s, picked = todo.pop(0)
             if id(v) in seen:
@@ -228,6 +246,8 @@ class QkvColumnsPass(FusePass):
                     flat &= sum(d != 1 for d in s.cols.shape) <= 1  # else a pick on a head view (size-1 axes aside)
                     viewed |= v is not y
                     pickers.add(id(use.node))
+                if use.node.op_type == "Transpose":
+                    moves += _moved(s.perm, outs[0][1].perm, s, lead)
                 children.extend((o, so, picked or use.node.op_type not in _VIEWS) for o, so in outs)
             if children is not None and any(is_default_op(u.node, *_DIM_READERS) for u in v.uses()):
                 dim_read = True
@@ -238,7 +258,7 @@ class QkvColumnsPass(FusePass):
             else:
                 todo.extend(children)
         leaves.sort(key=lambda vs: int(vs[1].cols.reshape(-1)[0]) if vs[1].cols.size else -1)
-        return leaves, flat, viewed, len(pickers), dim_read
+        return leaves, flat, viewed, len(pickers), dim_read, moves
 
     def _follow(self, node: ir.Node, idx: int, s: ColumnState, lead: list):
         """[(output, state)] for a view / pick node reading the region value as input 0, else None."""

@@ -500,3 +500,83 @@ def test_pieces_in_order_sliced_one_split():
     assert [o.shape[-1] for o in _split_projection(model).outputs] == [8, 8, 8]
     assert "Slice" not in ops(model), ops(model)
     check_same(proto, model, _feeds())
+
+
+def mamba_in_proj(bias: bool = False) -> str:
+    """Mamba-1's in_proj (falcon_mamba, jamba): ``in_proj(x).transpose(1, 2).chunk(2, dim=1)``, a MatMul, one
+    Transpose(0, 2, 1) of the whole projection, one Split of the column axis into hidden_states and gate (in
+    column order), hidden_states through a depthwise causal Conv, gate through SiLU, their product out."""
+    i = C // 2
+    return f"""
+        g (float[B, S, {C}] x) => (float[B, {i}, S] out) {{
+            {_projection(C, bias)}
+            t = Transpose <perm = [0, 2, 1]> (a)
+            hs, gate = Split <axis = 1, num_outputs = 2> (t)
+            cw = Constant <value = float[{i}, 1, 3] {{{_floats(i * 3, 3, 0.5)}}}> ()
+            conv = Conv <group = {i}, pads = [2, 0]> (hs, cw)
+            sg = Sigmoid (gate)
+            silu = Mul (gate, sg)
+            out = Mul (conv, silu)
+        }}"""
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_mamba_in_proj_transpose_not_copied_per_piece(bias):
+    # the pieces are in column order: the only change the pass could make is moving the shared Transpose into
+    # each half (two Transposes for one, nothing gained; falcon_mamba / jamba +1 node per mixer after ec695f7)
+    proto, model, modified, stats = _run(mamba_in_proj(bias))
+    assert not modified and not stats, stats
+    assert ops(model).get("Transpose") == 1, ops(model)
+    check_same(proto, model, _feeds())
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_mamba_in_proj_one_transpose_end_to_end(target):
+    # the whole pipeline at O3: one Transpose and no more nodes than with qkv-columns off, verified in ORT
+    import onnx_fuse
+
+    proto = parse(HEADER + mamba_in_proj())
+    new = onnx_fuse.optimize(proto, level=3, target=target, verify=True)
+    old = onnx_fuse.optimize(proto, level=3, target=target, verify=True, disable=["qkv-columns"])
+    assert new.report.passed and old.report.passed
+    assert new.report.ops_after.get("Transpose") == 1, new.report.ops_after
+    assert sum(new.report.ops_after.values()) == sum(old.report.ops_after.values()), \
+        (new.report.ops_after, old.report.ops_after)
+
+
+def test_shared_transpose_undone_per_piece_taken():
+    # the shared Transpose moves the column axis, but each piece moves it back: the pieces as column ranges of
+    # the projection need no Transpose at all (fewer data moves than the region's three), so they are taken
+    proto, model, modified, stats = _run(f"""
+        g (float[B, S, {C}] x) => (float[B, S, 4] p, float[B, S, 4] q) {{
+            {_projection(C, True)}
+            t = Transpose <perm = [0, 2, 1]> (a)
+            h0, h1 = Split <axis = 1, num_outputs = 2> (t)
+            p = Transpose <perm = [0, 2, 1]> (h0)
+            q = Transpose <perm = [0, 2, 1]> (h1)
+        }}""")
+    assert modified and stats == {"projections": 1, "picks": 2}, stats
+    assert "Transpose" not in ops(model), ops(model)
+    check_same(proto, model, _feeds())
+
+
+def test_heads_first_pieces_in_order_taken():
+    # ModernBERT (Optimum): q | k | v in column order viewed [B, S, 3, H, D], one Transpose to [B, H, 3, S, D],
+    # split and squeezed. Each piece then needs its own heads-first Transpose (three for the region's one), but
+    # after a head view that is the Llama form the attention rules read: the data-move count does not refuse it
+    proto, model, modified, stats = _run(f"""
+        g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
+            {_projection(24, True)}
+            hv = Constant <value = int64[5] {{0, 0, 3, 2, 4}}> ()
+            view = Reshape (a, hv)
+            t = Transpose <perm = [0, 3, 2, 1, 4]> (view)
+            q0, k0, v0 = Split <axis = 2, num_outputs = 3> (t)
+            ax = Constant <value = int64[1] {{2}}> ()
+            q = Squeeze (q0, ax)
+            k = Squeeze (k0, ax)
+            v = Squeeze (v0, ax)
+            {_core()}
+        }}""")
+    assert modified and stats == {"projections": 1, "picks": 3}, stats
+    assert [o.shape[-1] for o in _split_projection(model).outputs] == [8, 8, 8]
+    check_same(proto, model, _feeds())
