@@ -384,9 +384,7 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
         if kd is not None and not isinstance(kd, int):
             env_[kd.value] = t_
         arr, why = _run_probe(cone, as_const, mask, p_, s_, env_, opset, batch=n, drop=(am, pat), cut=cut)
-        if why is not None:   # a shape the cone cannot run at is one the model cannot; one where it
-            if arr is not None:   # runs and reads another integer input is not proven
-                raise EvalFailure(f"with a batch of {n}, {s_} queries after {p_}: {why}")
+        if why is not None:   # a shape the cone cannot run at is one the model cannot
             return
         if arr.ndim != 4 or arr.shape[-1] != t_ or arr.shape[-2] not in (1, s_) or arr.shape[0] not in (1, n):
             raise EvalFailure(f"the mask has shape {list(arr.shape)} for a batch of {n}, {s_} queries over {t_} keys")
@@ -523,27 +521,39 @@ def _cache_proof_or_raise(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Va
 
 
 def _reads_first_keys(cone: list[ir.Node], as_const: set[int], mask: ir.Value, q: ir.Value, past: ir.Value,
-                      am: ir.Value, p: int, s: int, opset: int) -> bool:
+                      am: ir.Value, p: int, news: tuple[int, ...], opset: int) -> bool:
     """Whether the cone takes an attention mask longer than the P + S keys and reads its first
     P + S columns (True: a rebuild must cut it there too, else it would fail on inputs the model
-    accepts), decided by a probe with one more column, that one masked. False when the cone fails
-    on the longer mask or gives a key per column (the model takes no longer mask); EvalFailure when
-    it reads other columns."""
+    accepts), decided by probes with one more column, that one masked, at each of the S ``news``,
+    with the first P + S columns all kept and with every third key dropped (a term only a longer
+    mask turns on may keep or hide keys: every kept key is causal at one new token). False when the
+    cone fails on the longer mask or gives a key per column at each (the model takes no longer
+    mask); EvalFailure when it reads other columns, or takes it at some S only."""
     if mask.shape is not None and len(mask.shape) and same_dim(am.shape.dims[-1], mask.shape.dims[-1]):
         return False   # declared as long as the keys
     rows = am.shape.dims[0] if isinstance(am.shape.dims[0], int) else _PAD_BATCH
-    env = _bind(q, past, s, p, rows)
-    t = p + s
-    last_masked = np.ones((rows, t + 1), np.int64)
-    last_masked[:, t] = 0
-    arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows, drop=(am, last_masked), extra_keys=1)
-    if why is not None or arr.shape[-1] == t + 1:
-        return False
-    causal = np.arange(t)[None, :] <= p + np.arange(s)[:, None]
-    if arr.ndim != 4 or arr.shape[-1] != t or not np.array_equal(
-            _kept(arr, "(a longer attention mask)"), np.broadcast_to(causal, arr.shape)):
-        raise EvalFailure("with an attention mask longer than the keys the mask reads other columns than its first")
-    return True
+    takes = set()
+    for s in news:
+        env = _bind(q, past, s, p, rows)
+        t = p + s
+        causal = np.arange(t)[None, :] <= p + np.arange(s)[:, None]
+        for pat in (np.ones((rows, t), np.int64), _drops(rows, t, False)):
+            longer = np.concatenate([pat, np.zeros((rows, 1), np.int64)], axis=1)   # the extra column masked
+            arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows, drop=(am, longer),
+                                  extra_keys=1)
+            if why is not None or arr.shape[-1] == t + 1:
+                takes.add(False)
+                continue
+            want = causal[None, None] & (pat[:, None, None, :] != 0)
+            if arr.ndim != 4 or arr.shape[-1] != t or arr.shape[0] not in (1, rows) or not np.array_equal(
+                    np.broadcast_to(_kept(arr, "(a longer attention mask)"), (rows, arr.shape[1], s, t)),
+                    np.broadcast_to(want, (rows, arr.shape[1], s, t))):
+                raise EvalFailure("with an attention mask longer than the keys the mask is not the key padding "
+                                  "of its first columns")
+            takes.add(True)
+    if len(takes) > 1:
+        raise EvalFailure("the mask takes an attention mask longer than the keys at some lengths only")
+    return takes.pop()
 
 
 def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, float, bool] | None:
@@ -569,7 +579,8 @@ def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, floa
         sd, pd = q.shape.dims[2], past.shape.dims[2]
         p = pd if isinstance(pd, int) else _far_length(_int_constants(cone))
         fills, ams = set(), set()
-        for s in ((sd,) if isinstance(sd, int) else (_NEW, 1)):
+        news = (sd,) if isinstance(sd, int) else (_NEW, 1)
+        for s in news:
             am, base, _, top, low = _input_padding(ctx, mask, q, cone, as_const, past=past, at=(p, s))
             causal = np.arange(p + s)[None, :] <= p + np.arange(s)[:, None]
             if top != low or not np.array_equal(base, np.broadcast_to(causal, base.shape)):
@@ -577,7 +588,7 @@ def _cache_proof(ctx: Any, mask: Any, q: Any, past: Any) -> tuple[ir.Value, floa
             fills.add(top)
             ams.add(id(am))
         if len(fills) == 1 and len(ams) == 1 and am.is_graph_input():
-            res = (am, fills.pop(), _reads_first_keys(cone, as_const, mask, q, past, am, p, s, opset))
+            res = (am, fills.pop(), _reads_first_keys(cone, as_const, mask, q, past, am, p, news, opset))
     except EvalFailure:
         res = None
     _memo_put(_CACHE_PROOFS, mask, key, cone, res)
@@ -704,9 +715,7 @@ def _reduced_by(r: ir.Value, km: ir.Value, opset: int) -> tuple[ir.Value, bool]:
         pat = _drops(n, s_, empty_row)
         env_ = {d.value: v for d, v in ((bd, n), (kd, s_)) if not isinstance(d, int) and getattr(d, "value", None)}
         arr, why = _run_probe(cone, as_const, r, 0, s_, env_, opset, batch=n, drop=(km, pat), cut=cut)
-        if why is not None:   # a shape the cone cannot run at is one the model cannot (one where
-            if arr is not None:   # it runs and reads another integer input is not proven)
-                raise EvalFailure(f"with a batch of {n} over {s_} keys: {why}")
+        if why is not None:   # a shape the cone cannot run at is one the model cannot
             continue
         if arr.shape[0] != n or arr.size != n * s_ or not np.array_equal(
                 arr.reshape(n, s_).astype(np.float64) != 0, (pat == 0) if negated else (pat != 0)):

@@ -130,8 +130,8 @@ def _probes(cone: list, as_const: set, mask: ir.Value, am: ir.Value | None, p: i
     for drop in drops:
         arr, why = _run_probe(cone, as_const, mask, p, s, env, opset, batch=rows,
                               drop=None if drop is None or am is None else (am, drop))
-        if why is not None:   # ran but changed with another integer input: refused, not skipped
-            return None if drop is None and arr is None else False
+        if why is not None:   # the cone does not run at this length (one that varies raised)
+            return None if drop is None else False
         arr = np.asarray(arr)
         if arr.ndim != 4 or arr.shape[-1] != t or arr.shape[0] not in (1, rows) or arr.shape[-2] not in (1, s):
             return False

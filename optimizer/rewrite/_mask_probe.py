@@ -47,7 +47,8 @@ _NEW = 3          # new tokens when the query length is dynamic: several rows, o
 _MASKED = -9984.0
 _HEAVY = {"MatMul", "Gemm", "Conv", "Einsum", "Softmax", "LayerNormalization", "RMSNormalization",
           "Attention"}
-_RESULTS: dict[bytes, tuple[np.ndarray | None, str | None]] = {}
+# probe values (or why the probe did not run; the EvalFailure of one that varies), by probe model
+_RESULTS: dict[bytes, tuple[np.ndarray | None, str | None] | EvalFailure] = {}
 _RESULT_LIMIT = 64
 
 
@@ -337,8 +338,6 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
             arr, err = _run_probe(cone, as_const, mask, p, s, env, opset)
         if err is None and arr.ndim >= 2 and arr.shape[-1] == p + s:
             return _raise_unless(_judge(arr, p, s))
-        if err is not None and arr is not None:   # it ran, but changes with another integer input
-            raise EvalFailure(err)
         # the cone does not run at S new tokens, or gives a key count other than P + S: the
         # model's scores [.., S, P + S] cannot take that mask, so S is no length the model runs at
         first = first or err or _judge(arr, p, s)
@@ -347,31 +346,44 @@ def causal_mask(ctx: Any, mask: Any, q: Any, past: Any) -> bool:
 
 
 def _run_probe(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
-               opset: int, **kw: Any) -> tuple[np.ndarray | None, str | None]:
-    """The mask's values for P cached and S new tokens, and why not None where the probe did not
-    run (no values) or ran but changes with an integer input (_varies: its values and why; a caller
-    that skips a shape the model cannot run at must refuse this one) (``kw``: _probe_model's batch
-    and drop)."""
+               opset: int, **kw: Any) -> tuple[np.ndarray, None] | tuple[None, str]:
+    """The mask's values for P cached and S new tokens, or why the probe did not run (a shape the
+    cone cannot run at, which a caller may skip as one the model cannot); raises EvalFailure where it
+    ran but the mask changes with another integer input (_varies), which no caller may skip
+    (``kw``: _probe_model's batch, drop, cut, extra_keys)."""
     model, feeds = _probe_model(cone, as_const, mask, p, s, env, opset, **kw)
     key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
                          + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
     if key not in _RESULTS:
-        from onnx_fuse.verify import make_session
-
         try:
-            arr = make_session(_ort_runnable(model), threads=1, quiet=True).run(None, feeds)[0]
-            res: tuple[np.ndarray | None, str | None] = (np.asarray(arr), None)
-        except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
-            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            res = (None, f"the mask probe did not run ({text})")
-        else:
-            why = _varies(cone, as_const, mask, p, s, env, opset, feeds, res[0], **kw)
-            if why is not None:
-                res = (res[0], why)
+            res: tuple[np.ndarray | None, str | None] | EvalFailure = _ran(
+                model, feeds, cone, as_const, mask, p, s, env, opset, **kw)
+        except EvalFailure as exc:   # kept, and raised again on every hit
+            res = exc
         if len(_RESULTS) >= _RESULT_LIMIT:
             _RESULTS.pop(next(iter(_RESULTS)))
         _RESULTS[key] = res
-    return _RESULTS[key]
+    res = _RESULTS[key]
+    if isinstance(res, EvalFailure):
+        raise EvalFailure(str(res))
+    return res
+
+
+def _ran(model: onnx.ModelProto, feeds: dict[str, np.ndarray], cone: list[ir.Node], as_const: set[int],
+         mask: ir.Value, p: int, s: int, env: dict[str, int], opset: int,
+         **kw: Any) -> tuple[np.ndarray, None] | tuple[None, str]:
+    """_run_probe's run of its probe model, uncached (sliding_window keeps rows, not values)."""
+    from onnx_fuse.verify import make_session
+
+    try:
+        arr = np.asarray(make_session(_ort_runnable(model), threads=1, quiet=True).run(None, feeds)[0])
+    except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return None, f"the mask probe did not run ({text})"
+    why = _varies(cone, as_const, mask, p, s, env, opset, feeds, arr, **kw)
+    if why is not None:
+        raise EvalFailure(why)
+    return arr, None
 
 
 def _varies(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int, s: int, env: dict[str, int],
@@ -589,22 +601,13 @@ def sliding_window(ctx: Any, mask: Any, q: Any, past: Any = None, without: Any =
         key = hashlib.sha256(model.SerializeToString(deterministic=True) + repr((p, s)).encode()
                              + b"".join(k.encode() + a.tobytes() for k, a in sorted(feeds.items()))).digest()
         if key not in _ROWS:
-            from onnx_fuse.verify import make_session
-
             try:
-                arr = np.asarray(make_session(_ort_runnable(model), threads=1, quiet=True).run(None, feeds)[0])
-            except Exception as exc:  # noqa: BLE001 - a cone that cannot run proves nothing
-                text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-                res: tuple[set[int], int] | str = f"the mask probe did not run ({text})"
-            else:
-                why = _varies(cone, as_const, mask, p, s, env, opset, feeds, arr, batch=rows)
-                try:
-                    if why is not None:   # a mask the zeros do not stand for: refuse
-                        raise EvalFailure(why)
-                    res = (_window_rows(arr, p, s) if arr.ndim >= 2 and arr.shape[-1] == p + s else
-                           f"the mask has shape {list(arr.shape)} for {s} queries over {p + s} keys")
-                except EvalFailure as exc:
-                    res = ("!", str(exc))   # a mask of the right size that is not a band: refuse
+                arr, why = _ran(model, feeds, cone, as_const, mask, p, s, env, opset, batch=rows)
+                res: tuple[set[int], int] | str = why if arr is None else (
+                    _window_rows(arr, p, s) if arr.ndim >= 2 and arr.shape[-1] == p + s else
+                    f"the mask has shape {list(arr.shape)} for {s} queries over {p + s} keys")
+            except EvalFailure as exc:   # it varies, or a mask of the right size that is not a band: refuse
+                res = ("!", str(exc))
             if len(_ROWS) >= 4 * _RESULT_LIMIT:
                 _ROWS.pop(next(iter(_ROWS)))
             _ROWS[key] = res

@@ -19,6 +19,28 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_fuse.rewrite._expr import EvalFailure
 from onnx_fuse.rewrite._mask_probe import causal_mask
 
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def _ir_model(name: str, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], consts: dict,
+              outputs: tuple[onnx.ValueInfoProto, ...] = (), ours: bool = False) -> ir.Model:
+    """``nodes`` over ``inputs`` and ``consts`` (initializers: float32 for a float, else int64) with the
+    outputs y, mask and ``outputs``, at opset 18, shapes inferred by onnx (``ours``: by the optimizer's
+    ShapeInferencePass, which relates a Concat's length to the sum of its inputs')."""
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32 if isinstance(v, float) else np.int64), k)
+             for k, v in consts.items()]
+    graph = helper.make_graph(nodes, name, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                                                    helper.make_tensor_value_info("mask", TensorProto.FLOAT, None),
+                                                    *outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    if not ours:
+        return ir.from_proto(onnx.shape_inference.infer_shapes(model))
+    from onnx_fuse.passes.shape_inference import ShapeInferencePass
+
+    ir_model = ir.from_proto(model)
+    ShapeInferencePass()(ir_model)
+    return ir_model
+
 
 def _mask_tail(shifted: bool) -> list[onnx.NodeProto]:
     """From p0 = P and t0 = P + S (scalars): query positions Range(P, P + S), keys Range(0, P + S),
@@ -52,19 +74,13 @@ def _decode_mask_graph(kind: str = "causal", names: tuple[str, str, str] = ("b",
         helper.make_node("Squeeze", ["ps"], ["p0"]),
         helper.make_node("Squeeze", ["ts"], ["t0"]),
     ] + _mask_tail(shifted=True)
-    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
-        ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
-        ("ax12", [1, 2], np.int64), ("shift", -1 if kind == "own-key-hidden" else 0, np.int64),
-        ("zero_f", 0.0, np.float32), ("neg", np.finfo(np.float32).min, np.float32)]]
-    graph = helper.make_graph(nodes, "decode_mask", [
+    consts = {"zero": 0, "one": 1, "ax1": [1], "ax01": [0, 1], "ax12": [1, 2],
+              "shift": -1 if kind == "own-key-hidden" else 0, "zero_f": 0.0, "neg": LOWEST}
+    return _ir_model("decode_mask", nodes, [
         helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [b, 1, 64]),
         helper.make_tensor_value_info("q", TensorProto.FLOAT, [b, 2, s, 64]),
         helper.make_tensor_value_info("past", TensorProto.FLOAT, [b, 1, p, 64]),
-        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [b, mask_len or f"{p} + 1"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ir.from_proto(onnx.shape_inference.infer_shapes(model))
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [b, mask_len or f"{p} + 1"])], consts)
 
 
 def _probe(model: ir.Model) -> bool:
@@ -135,27 +151,17 @@ def _present_sized_mask_graph(present_dim: str | None) -> ir.Model:
         helper.make_node("Squeeze", ["ps"], ["p0"]),
         helper.make_node("Squeeze", ["ts"], ["t0"]),
     ] + _mask_tail(shifted=False)
-    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
-        ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
-        ("ax12", [1, 2], np.int64), ("zero_f", 0.0, np.float32), ("neg", -np.inf, np.float32)]]
-    kv_len = present_dim or "kv"
-    graph = helper.make_graph(nodes, "present_sized_mask", [
+    consts = {"zero": 0, "one": 1, "ax1": [1], "ax01": [0, 1], "ax12": [1, 2], "zero_f": 0.0, "neg": -np.inf}
+    # the optimizer's inference: it names an undeclared present's length p + s and keeps a
+    # declared one's relation to that sum (passes/_dim_sums.py), which the probe binds
+    present = helper.make_tensor_value_info("present", TensorProto.FLOAT,
+                                            ["b", 1, present_dim, 64] if present_dim else None)
+    return _ir_model("present_sized_mask", nodes, [
         helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
         helper.make_tensor_value_info("k_new", TensorProto.FLOAT, ["b", 1, "s", 64]),
         helper.make_tensor_value_info("past", TensorProto.FLOAT, ["b", 1, "p", 64]),
-        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", kv_len])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("present", TensorProto.FLOAT,
-                                       ["b", 1, present_dim, 64] if present_dim else None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    # the optimizer's inference: it names an undeclared present's length p + s and keeps a
-    # declared one's relation to that sum (passes/_dim_sums.py), which the probe binds
-    from onnx_fuse.passes.shape_inference import ShapeInferencePass
-
-    ir_model = ir.from_proto(model)
-    ShapeInferencePass()(ir_model)
-    return ir_model
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", present_dim or "kv"])], consts,
+        (present,), ours=True)
 
 
 @pytest.mark.parametrize("present_dim", ["kv_len", "t", None])
@@ -205,17 +211,11 @@ def _token_type_mask_graph() -> ir.Model:
         helper.make_node("Where", ["keep", "zero_f", "neg"], ["mask"]),
         helper.make_node("Identity", ["q"], ["y"]),
     ]
-    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
-        ("zero", 0, np.int64), ("one", 1, np.int64), ("ax1", [1], np.int64), ("ax01", [0, 1], np.int64),
-        ("zero_f", 0.0, np.float32), ("neg", np.finfo(np.float32).min, np.float32)]]
-    graph = helper.make_graph(nodes, "token_type_mask", [
+    consts = {"zero": 0, "one": 1, "ax1": [1], "ax01": [0, 1], "zero_f": 0.0, "neg": LOWEST}
+    return _ir_model("token_type_mask", nodes, [
         helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
         helper.make_tensor_value_info("past", TensorProto.FLOAT, ["b", 1, "p", 64]),
-        helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["b", "s"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ir.from_proto(onnx.shape_inference.infer_shapes(model))
+        helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["b", "s"])], consts)
 
 
 def test_mask_that_varies_with_token_types_at_several_rows_is_refused():
@@ -249,15 +249,9 @@ def test_finite_rows_refuses_a_mask_that_varies_with_token_types_at_the_short_le
         helper.make_node("Where", ["keep", "zero_f", "ninf"], ["mask"]),
         helper.make_node("Identity", ["q"], ["y"]),
     ]
-    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
-        ("zero", 0, np.int64), ("one", 1, np.int64), ("ten", 10, np.int64), ("ax1", [1], np.int64),
-        ("ax01", [0, 1], np.int64), ("zero_f", 0.0, np.float32), ("ninf", -np.inf, np.float32)]]
-    graph = helper.make_graph(nodes, "token_type_rows", [
+    consts = {"zero": 0, "one": 1, "ten": 10, "ax1": [1], "ax01": [0, 1], "zero_f": 0.0, "ninf": -np.inf}
+    model = _ir_model("token_type_rows", nodes, [
         helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "s", 64]),
-        helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["b", "s"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("mask", TensorProto.FLOAT, None)], inits)
-    model = ir.from_proto(onnx.shape_inference.infer_shapes(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])))
+        helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["b", "s"])], consts)
     values = {v.name: v for n in model.graph for v in n.outputs}
     assert finite_rows(None, values["mask"], model.graph.inputs[0]) is False
