@@ -23,6 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._consts import ctx_ints
+from onnx_fuse.passes._infra import is_default_op as _default
 from onnx_fuse.rewrite import _dims
 
 
@@ -53,10 +54,6 @@ def _axes(ctx, node: ir.Node) -> list[int] | None:
     if attr is not None:
         return [int(a) for a in attr.as_ints()]
     return ctx_ints(ctx, node.inputs[1]) if len(node.inputs) > 1 else None
-
-
-def _default(node: ir.Node | None, *ops: str) -> bool:
-    return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
 
 
 def _prove(ctx, x: ir.Value, axis: int) -> tuple[ir.Value, int] | None:

@@ -32,6 +32,8 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._consts import ctx_ints
+from onnx_fuse.passes._infra import attr_value
+from onnx_fuse.passes._infra import is_default_op as _default
 from onnx_fuse.rewrite import _dims
 from onnx_fuse.rewrite._expr import EvalFailure
 
@@ -43,10 +45,6 @@ def power_of_two(x: Any) -> bool:
     """Whether a positive number is exactly 2**n (scaling by it is exact in binary floating point)."""
     x = float(np.asarray(x, np.float64).reshape(-1)[0]) if not isinstance(x, (int, float)) else float(x)
     return x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5
-
-
-def _default(node: ir.Node | None, *ops: str) -> bool:
-    return node is not None and node.op_type in ops and node.domain in ("", "ai.onnx")
 
 
 def _rank(v: ir.Value) -> int | None:
@@ -119,8 +117,7 @@ def row_max(ctx: Any, c: Any, t: Any, axis: Any) -> bool:
             v = m[1]
             continue
         if _default(node, "ReduceMax"):
-            keep = node.attributes.get("keepdims")
-            keep = 1 if keep is None else int(keep.value)
+            keep = int(attr_value(node, "keepdims", 1))
             u = node.inputs[0]
             axes = _axes(ctx, node)
             if axes is None or _rank(u) != rank or [_norm(a, rank) for a in axes] != [ax]:
