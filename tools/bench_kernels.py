@@ -59,6 +59,34 @@ def _device():
     return lp.current_device()
 
 
+def rel_err(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN where ``out`` holds a non-finite value."""
+    o, r = out.double(), ref.double()
+    if not o.isfinite().all():
+        return float("nan")
+    return float((o - r).norm() / r.norm())
+
+
+def load_library(build: bool = True):
+    """The kernel library (KernelLib.load: $ONNX_FUSE_KERNEL_LIB or the default build); with ``build``, one
+    that does not load is rebuilt for sm_90a first. Prints where it came from and how long it took."""
+    from onnx_fuse.plugins import build_kernels
+    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
+
+    if not build and default_library_path().is_file():
+        return KernelLib.load()
+    t0 = time.perf_counter()
+    try:
+        lib = KernelLib.load()
+        print("using the prebuilt kernel library", flush=True)
+    except OSError as e:
+        print(f"prebuilt library unusable ({e}); building", flush=True)
+        build_kernels.build(what=("lib",), archs=("90a",))
+        lib = KernelLib.load()
+    print(f"library ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    return lib
+
+
 def bench_decode_window(lib, dts, bench, rel, B=64, Hq=32, Hkv=8, D=128, ctx=16384, bs=16, W=4096) -> list[dict]:
     """Sliding-window decode rows: the planned kernel with window W (splits sized for it) and without
     one on the same pool, torch SDPA over the window's W keys of a contiguous copy (the anchor, and
@@ -200,27 +228,14 @@ def main() -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from bench_timing import KernelTimer
 
-    from onnx_fuse.plugins import build_kernels
     from onnx_fuse.plugins import launch_plan as lp
-    from onnx_fuse.plugins.kernel_lib import KernelLib, default_library_path
 
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to benchmark")
         return 2
     dev = torch.cuda.get_device_properties(0)
     print(f"device: {dev.name}, {dev.multi_processor_count} SMs, torch {torch.__version__}", flush=True)
-    if not a.no_build or not default_library_path().is_file():
-        t0 = time.perf_counter()
-        try:
-            lib = KernelLib.load()
-            print("using the prebuilt kernel library", flush=True)
-        except OSError as e:
-            print(f"prebuilt library unusable ({e}); building", flush=True)
-            build_kernels.build(what=("lib",), archs=("90a",))
-            lib = KernelLib.load()
-        print(f"library ready in {time.perf_counter() - t0:.1f} s", flush=True)
-    else:
-        lib = KernelLib.load()
+    lib = load_library(build=not a.no_build)
 
     bench = KernelTimer(a.flush, warmup_ms=25, rep_ms=150)  # bench(fn) -> median ms
     print(f"timing: median of about 150 ms of calls, each after an L2 flush of kind {a.flush!r}", flush=True)
@@ -242,11 +257,7 @@ def main() -> int:
         torch.cuda.synchronize()
         return got
 
-    def rel(out, ref) -> float:
-        o, r = out.double(), ref.double()
-        if not torch.isfinite(o).all():
-            return float("nan")
-        return float((o - r).norm() / r.norm())
+    rel = rel_err
 
     rows = []  # dicts
     # --- copy bandwidth

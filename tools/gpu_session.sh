@@ -5,8 +5,15 @@
 #   bench/all: one tools/bench_kernels.py process per family (prefill, prefix, decode, window), logs
 #   bench_<family>.log, then tools/bench_paged_plugin.py (bench_plugin.log)
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
+#   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
+#   name: h200 on an H200, wave then splits on an H100), logs sweep_<set>.log and sweep_<set>.json
 set -o pipefail
 MODE=${1:-all}; shift || true
+SWEEP_SETS=""
+if [ "$MODE" = sweep ]; then
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do SWEEP_SETS="$SWEEP_SETS $1"; shift; done
+  [ "${1:-}" = -- ] && shift
+fi
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 ROOT=$(pwd)
@@ -47,4 +54,23 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   timeout 120 python3 tools/bench_kernels.py --only window "$@" > "$OUT/bench_window.log" 2>&1; tail -3 "$OUT/bench_window.log"
   timeout 60 python3 tools/bench_paged_plugin.py > "$OUT/bench_plugin.log" 2>&1; tail -12 "$OUT/bench_plugin.log"
   echo "benchmark: $((SECONDS - t0)) s"
+fi
+if [ "$MODE" = sweep ]; then
+  t0=$SECONDS
+  if [ -z "$SWEEP_SETS" ]; then
+    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    case "$GPU_NAME" in
+      *H200*) SWEEP_SETS=h200 ;;
+      *H100*) SWEEP_SETS="wave splits" ;;
+      *) SWEEP_SETS=h200; echo "GPU '$GPU_NAME' is neither an H200 nor an H100: the h200 set" ;;
+    esac
+  fi
+  for s in $SWEEP_SETS; do
+    echo "== sweep set $s"
+    timeout 200 python3 tools/sweep_decode_plans.py --set "$s" --json "$OUT/sweep_$s.json" "$@" > "$OUT/sweep_$s.log" 2>&1
+    echo "exit $?"
+    if grep -q '^| B, ctx' "$OUT/sweep_$s.log"; then grep '^device:' "$OUT/sweep_$s.log"; sed -n '/^| B, ctx/,$p' "$OUT/sweep_$s.log"
+    else tail -20 "$OUT/sweep_$s.log"; fi
+  done
+  echo "sweep: $((SECONDS - t0)) s"
 fi

@@ -1,0 +1,189 @@
+"""tools/sweep_decode_plans.py without a GPU: the named sets and the plans they resolve to on the H100 and
+the H200 (docs/PERF.md runs 37b-39c name them), the split-count arithmetic, argument errors, the table,
+and the check-then-time loop with a stand-in library on the CPU (a wrong plan is never timed). The run
+on a GPU is `bash tools/gpu_session.sh sweep`."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import sweep_decode_plans as sw  # noqa: E402
+
+lp = sw.lp
+H100, H200 = sw.H100, lp.H200
+
+
+def _labels(set_name, device):
+    shapes, specs = sw.SETS[set_name]
+    cands = [sw.parse_candidate(s) for s in specs]
+    return {(b, c): [cell.get("plan", cell["status"]) for cell in sw.resolve_all(sw.Shape(b, c), cands, device)[0]]
+            for b, c in shapes}
+
+
+def test_h200_set_is_run_38_with_the_plans_of_each_device():
+    shapes, specs = sw.SETS["h200"]
+    assert shapes == ((4, 32768), (8, 8192), (8, 32768), (16, 4096), (16, 16384), (32, 4096), (64, 4096))
+    assert specs == ("planned", "w8s2h@n", "w8s3h@n", "w4s3h@n/2", "w4s2h@n/2")
+    h100, h200 = _labels("h200", H100), _labels("h200", H200)
+    # run 38 on the H100: n 31 / 15 / 8 / 4 / 2, the plan w4s2h at ceil(n / 2)
+    assert h100[(4, 32768)] == ["w4s2h s16", "w8s2h s31", "w8s3h s31", "w4s3h s16", "w4s2h s16"]
+    assert h100[(8, 8192)] == ["w4s2h s8", "w8s2h s15", "w8s3h s15", "w4s3h s8", "w4s2h s8"]
+    assert h100[(64, 4096)] == ["w4s2h s1", "w8s2h s2", "w8s3h s2", "w4s3h s1", "w4s2h s1"]
+    # on the H200 the 8-head groups are planned (the cluster reduce at two splits in one wave)
+    assert h200[(64, 4096)] == ["w8s2hc s2", "w8s2h s2", "w8s3h s2", "w4s3h s1", "w4s2h s1"]
+    assert h200[(16, 4096)][0] == "w8s2h s8" and h200[(32, 4096)][0] == "w8s2h s4"
+    assert all(row[0] == row[1] for k, row in h200.items() if k != (64, 4096))
+
+
+def test_wave_and_splits_sets_past_one_wave_on_the_h100():
+    shapes, specs = sw.SETS["wave"]
+    assert shapes[:6] == tuple((b, c) for b in (40, 48, 56) for c in (4096, 8192))
+    assert shapes[6:] == ((36, 4096), (45, 4096))
+    assert specs == ("planned", "w4s2h@3", "w4s2h@4", "w8s2h@4")
+    wave = _labels("wave", H100)
+    for c in (4096, 8192):  # run 39c: planned w8s2h s3 / s5 / s7 (the 4-head halves overfill one wave)
+        assert [wave[(b, c)][0] for b in (40, 48, 56)] == ["w8s2h s3", "w8s2h s5", "w8s2h s7"]
+        assert wave[(48, c)][1:] == ["w4s2h s3", "w4s2h s4", "w8s2h s4"]
+    assert wave[(36, 4096)][0] == "w8s2h s7" and wave[(45, 4096)][0] == "w8s2h s8"  # 252 / 360 CTAs
+    shapes, specs = sw.SETS["splits"]
+    assert set(shapes) == {(16, 4096), (40, 4096), (48, 4096), (48, 8192), (56, 4096), (32, 4096), (16, 16384)}
+    assert specs == ("planned", "w4s2h@3", "w4s2h@4", "w4s2h@8", "w8s2h@4", "w8s2h@8")
+    assert _labels("splits", H100)[(16, 4096)][0] == "w4s2h s4"
+
+
+def test_split_counts_n_and_half():
+    assert [sw.eight_head_splits(sw.Shape(b, c), H100) for b, c in
+            ((4, 32768), (8, 8192), (16, 4096), (32, 4096), (40, 4096), (48, 4096), (56, 4096), (64, 4096))] == \
+        [31, 15, 8, 4, 3, 5, 7, 2]
+    assert [sw.split_count(s, 15) for s in ("n", "n/2", 4)] == [15, 8, 4]
+    assert sw.split_count("n/2", 2) == 1 and sw.split_count("n/2", 1) == 1
+    with pytest.raises(ValueError, match="Hkv % 8"):  # no 8-head groups at 4 kv heads: no n
+        sw.eight_head_splits(sw.Shape(8, 4096, kv_heads=4), H100)
+
+
+def test_candidate_specs():
+    assert sw.parse_candidate("planned") == sw.Candidate("planned")
+    assert sw.parse_candidate("w8s2hc@2") == sw.Candidate("w8s2hc@2", (8, 2, 4), 2)
+    assert sw.parse_candidate("w4s3t@n/2").variant == (4, 3, 2)
+    assert sw.parse_candidate("w4s3b@n").splits == "n"
+    for bad, msg in (("w4s2x@4", "expected 'planned'"), ("w4s2h", "expected"), ("planned@2", "expected"),
+                     ("w4s2h@n/3", "expected"), ("w16s2h@4", "not compiled at D=128"), ("w4s2h@0", "one split")):
+        with pytest.raises(ValueError, match=msg):
+            sw.parse_candidate(bad)
+    with pytest.raises(ValueError, match="not compiled at D=256"):  # head groups: D 64 / 128 only
+        sw.parse_candidate("w4s2h@1", head_dim=256)
+
+
+def test_same_launch_is_timed_once_and_refusals_are_cells():
+    cands = [sw.parse_candidate(s) for s in ("planned", "w4s2h@n/2", "w8s2hc@16", "w8s2h@n")]
+    cells, plans = sw.resolve_all(sw.Shape(64, 4096), cands, H100)
+    assert len(plans) == 2  # planned = w4s2h s1 on the H100
+    assert cells[0]["key"] == cells[1]["key"] and cells[0]["ctas"] == 128
+    assert cells[2]["status"].startswith("refused:") and "at most 8 splits" in cells[2]["status"]
+    assert cells[3]["plan"] == "w8s2h s2"
+
+
+def test_shape_specs_and_argument_errors(capsys):
+    assert sw.parse_shape("48x4096") == sw.Shape(48, 4096)
+    assert sw.parse_shape("8x32768:bf16", block=32).dtype == "bfloat16"
+    for bad in ("48-4096", "48x4100", "48x4096:fp32", "0x4096", "4x8"):
+        with pytest.raises(ValueError, match="shape"):
+            sw.parse_shape(bad)
+    a = sw.parse_args(["--set", "wave", "--dtype", "bf16", "--passes", "5"])
+    assert len(a.shapes_) == 8 and {s.dtype for s in a.shapes_} == {"bfloat16"} and len(a.candidates) == 4
+    a = sw.parse_args(["--shapes", "48x4096", "--heads", "16/4"])
+    assert a.shapes_ == [sw.Shape(48, 4096, heads=16, kv_heads=4)]
+    assert [c.spec for c in a.candidates] == list(sw.DEFAULT_PLANS)
+    for argv, msg in ((["--passes", "2"], "name a --set or give --shapes"),
+                      (["--set", "h200", "--passes", "0"], "at least 1"),
+                      (["--set", "h200", "--heads", "32/7"], "HKV dividing HQ"),
+                      (["--set", "h200", "--plans", "w4s2q@4"], "expected 'planned'"),
+                      (["--set", "wave", "--head-dim", "80"], "'w4s2h@3': w4s2h is not compiled at D=80"),
+                      (["--shapes", "48x4096", "--block", "12"], "multiple of the block (12)"),
+                      (["--set", "nope"], "invalid choice")):
+        with pytest.raises(SystemExit) as e:
+            sw.parse_args(argv)
+        assert e.value.code == 2 and msg in capsys.readouterr().err, argv
+
+
+def test_markdown_table():
+    def cell(spec, plan, med, status="ok"):
+        return {"spec": spec, "plan": plan, "status": status, "median": med, "gbs": [med] if med else []}
+    results = [{"shape": "B48 ctx4096", "n": 5, "sdpa": {"median": 3058.0},
+                "cells": [cell("planned", "w8s2h s5", 2972.0), cell("w4s2h@4", "w4s2h s4", 3027.4),
+                          cell("w4s3h@n/2", "w4s3h s3", None, "WRONG (rel err full 3.0e-02 > 4e-03): not timed")]},
+               {"shape": "B64 ctx4096 bf16", "n": None, "sdpa": {"median": 3000.0},
+                "cells": [cell("planned", "w4s2h s1", 3000.0), {"spec": "w8s2hc@16", "status": "refused: at most 8"}]}]
+    lines = sw.markdown_table(results).splitlines()
+    assert lines[0] == "| B, ctx (n) | `planned` | `w4s2h@4` | `w4s3h@n/2` | `w8s2hc@16` | torch SDPA |"
+    assert lines[1] == "|---|---|---|---|---|---|"
+    assert lines[2] == ("| B48 ctx4096 (n 5) | 2972 (97.2 %) `w8s2h s5` | **3027 (99.0 %)** `w4s2h s4` | "
+                        "w4s3h s3 WRONG (rel err full 3.0e-02 > 4e-03): not timed |  | 3058 |")
+    assert lines[3] == "| B64 ctx4096 bf16 | **3000 (100.0 %)** `w4s2h s1` |  |  | refused: at most 8 | 3000 |"
+
+
+class _FakeLib:
+    """paged_decode on the CPU: the plan's answer from the gathered pool (NaN slots past each length are
+    masked as the kernels do); plans of three splits answer wrong. Records the plans it runs."""
+
+    def __init__(self, torch):
+        self.torch, self.calls = torch, []
+
+    def paged_decode(self, q, k_pool, v_pool, tables, seq, out, *, plan, workspace):
+        torch = self.torch
+        self.calls.append(plan.num_splits)
+        B, Hq, D = q.shape
+        _, bs, Hkv, _ = k_pool.shape
+        k = k_pool[tables.long()].reshape(B, -1, Hkv, D).transpose(1, 2).float().repeat_interleave(Hq // Hkv, 1)
+        v = v_pool[tables.long()].reshape(B, -1, Hkv, D).transpose(1, 2).float().repeat_interleave(Hq // Hkv, 1)
+        live = torch.arange(k.shape[2])[None, :] < seq.long()[:, None]
+        s = (q.float()[:, :, None] @ k.transpose(2, 3))[:, :, 0] / math.sqrt(D)
+        p = s.masked_fill(~live[:, None], float("-inf")).softmax(-1)
+        o = (p[:, :, None] @ v.nan_to_num().masked_fill(~live[:, None, :, None], 0))[:, :, 0]
+        out.copy_(o * (1.5 if plan.num_splits == 3 else 1.0))
+        return plan
+
+
+def test_check_then_time_with_a_stand_in_library():
+    torch = pytest.importorskip("torch")
+    lib = _FakeLib(torch)
+    timed = []
+
+    def bench(fn):  # a stand-in timer: one call, a fixed time per callable
+        fn()
+        timed.append(fn)
+        return 1.0
+    cands = [sw.parse_candidate(s) for s in ("planned", "w4s2h@n/2", "w4s2h@3", "w8s2h@n", "w8s2hc@16")]
+    shape = sw.Shape(32, 1024, heads=8, kv_heads=8)  # n = 4 splits of 8-head groups in one wave on the H100
+    r = sw.run_shape(lib, bench, shape, cands, H100, passes=2, dev="cpu")
+    by = {c["spec"]: c for c in r["cells"]}
+    assert r["n"] == 4 and by["planned"]["plan"] == by["w4s2h@n/2"]["plan"] == "w4s2h s2"
+    assert by["w4s2h@3"]["status"].startswith("WRONG") and by["w4s2h@3"]["median"] is None
+    assert by["w8s2hc@16"]["status"].startswith("refused")
+    gb = shape.kv_bytes() / 1e-3 / 1e9  # 1 ms per call
+    for spec in ("planned", "w4s2h@n/2", "w8s2h@n"):
+        assert by[spec]["status"] == "ok" and by[spec]["gbs"] == [gb, gb] and by[spec]["rel_err"]["ragged"] < 1e-3
+    assert r["sdpa"]["median"] == gb and r["sdpa"]["rel_err"] < 4e-3
+    # the checks ran the three distinct plans on full and ragged lengths, the wrong one among them; the
+    # timed passes ran the right ones only: (2 plans + SDPA) x 2 passes
+    assert sorted(lib.calls[:6]) == [2, 2, 3, 3, 4, 4]
+    assert 3 not in lib.calls[6:] and len(timed) == 6
+
+
+@pytest.mark.gpu
+def test_sweep_on_the_gpu_checks_and_times_the_planned_launch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU and the kernel library (the device run: bash tools/gpu_session.sh sweep)")
+    from bench_kernels import load_library
+    from bench_timing import KernelTimer
+
+    cands = [sw.parse_candidate(s) for s in ("planned", "w8s2h@n", "w4s2h@n/2")]
+    r = sw.run_shape(load_library(), KernelTimer("read", warmup_ms=2, rep_ms=10), sw.Shape(16, 2048), cands,
+                     lp.current_device(), passes=1)
+    for c in r["cells"]:
+        assert c["status"] == "ok" and c["median"] > 0 and max(c["rel_err"].values()) < sw.TOL["float16"], c
+    assert r["sdpa"]["median"] > 0
