@@ -23,8 +23,8 @@ Sets (docs/PERF.md, twenty-seventh to twenty-ninth rounds):
           w4s3h ceil(n/2), w4s2h ceil(n/2): the H200 sweep owed since run 37b
   splits  run 39's split counts: planned, w4s2h s3 / s4 / s8, w8s2h s4 / s8 at the shapes run 37b left
           below 97 % of SDPA on the H100
-  wave    the H100 shapes past one wave of the 8-head plan (B40 / 48 / 56 x ctx 4096 / 8192, and B36 / B45
-          at ctx 4096): planned, w4s2h s3 / s4, w8s2h s4
+  wave    the H100 shapes past one wave of the 8-head plan (B40 / 48 / 56 x ctx 4096 / 8192, and B19 / 28 /
+          36 / 45 at ctx 4096): planned, w4s2h s3 / s4, w8s2h s4
 """
 
 from __future__ import annotations
@@ -131,9 +131,10 @@ SETS = {
     # runs 39b-c: split counts where run 37b's plans read below 97 % of SDPA on the H100
     "splits": (((16, 4096), (40, 4096), (48, 4096), (48, 8192), (56, 4096), (32, 4096), (16, 16384)),
                ("planned", "w4s2h@3", "w4s2h@4", "w4s2h@8", "w8s2h@4", "w8s2h@8")),
-    # the 8-head plan past one wave on the H100 (B48-56, run 39c; B40 fits one wave) and, at B36 / B45, where a
-    # rule of w4s2h at 4 splits within 1.5 waves of two CTAs per SM would also apply (not yet measured)
-    "wave": (((40, 4096), (40, 8192), (48, 4096), (48, 8192), (56, 4096), (56, 8192), (36, 4096), (45, 4096)),
+    # the 8-head plan past one wave on the H100 (B48-56, run 39c; B40 fits one wave) and, at B19 / 28 / 36 / 45,
+    # where a rule of w4s2h at 4 splits within 1.5 waves of two CTAs per SM would also apply (not yet measured)
+    "wave": (((40, 4096), (40, 8192), (48, 4096), (48, 8192), (56, 4096), (56, 8192),
+              (19, 4096), (28, 4096), (36, 4096), (45, 4096)),
              ("planned", "w4s2h@3", "w4s2h@4", "w8s2h@4")),
 }
 DEFAULT_PLANS = ("planned", "w8s2h@n", "w4s2h@n/2")

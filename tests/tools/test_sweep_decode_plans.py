@@ -41,13 +41,13 @@ def test_h200_set_is_run_38_with_the_plans_of_each_device():
 def test_wave_and_splits_sets_past_one_wave_on_the_h100():
     shapes, specs = sw.SETS["wave"]
     assert shapes[:6] == tuple((b, c) for b in (40, 48, 56) for c in (4096, 8192))
-    assert shapes[6:] == ((36, 4096), (45, 4096))
+    assert shapes[6:] == ((19, 4096), (28, 4096), (36, 4096), (45, 4096))
     assert specs == ("planned", "w4s2h@3", "w4s2h@4", "w8s2h@4")
     wave = _labels("wave", H100)
     for c in (4096, 8192):  # run 39c: planned w8s2h s3 / s5 / s7 (the 4-head halves overfill one wave)
         assert [wave[(b, c)][0] for b in (40, 48, 56)] == ["w8s2h s3", "w8s2h s5", "w8s2h s7"]
         assert wave[(48, c)][1:] == ["w4s2h s3", "w4s2h s4", "w8s2h s4"]
-    assert wave[(36, 4096)][0] == "w8s2h s7" and wave[(45, 4096)][0] == "w8s2h s8"  # 252 / 360 CTAs
+    assert [wave[(b, 4096)][0] for b in (19, 28, 36, 45)] == ["w8s2h s13", "w8s2h s13", "w8s2h s7", "w8s2h s8"]
     shapes, specs = sw.SETS["splits"]
     assert set(shapes) == {(16, 4096), (40, 4096), (48, 4096), (48, 8192), (56, 4096), (32, 4096), (16, 16384)}
     assert specs == ("planned", "w4s2h@3", "w4s2h@4", "w4s2h@8", "w8s2h@4", "w8s2h@8")
@@ -93,7 +93,7 @@ def test_shape_specs_and_argument_errors(capsys):
         with pytest.raises(ValueError, match="shape"):
             sw.parse_shape(bad)
     a = sw.parse_args(["--set", "wave", "--dtype", "bf16", "--passes", "5"])
-    assert len(a.shapes_) == 8 and {s.dtype for s in a.shapes_} == {"bfloat16"} and len(a.candidates) == 4
+    assert len(a.shapes_) == 10 and {s.dtype for s in a.shapes_} == {"bfloat16"} and len(a.candidates) == 4
     a = sw.parse_args(["--shapes", "48x4096", "--heads", "16/4"])
     assert a.shapes_ == [sw.Shape(48, 4096, heads=16, kv_heads=4)]
     assert [c.spec for c in a.candidates] == list(sw.DEFAULT_PLANS)
