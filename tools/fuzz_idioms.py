@@ -15,6 +15,15 @@ sweep" root causes), so that a regression in their rules shows up in a fuzz pass
                  lifted by Unsqueezes and cut to x's length (ESM 4.57)
   stack_rope     tables stacked and read back by Gather (torch.stack([cos, sin])[i]) on a
                  seq-first x [S, B, H, D] (wav2vec2-conformer 4.57)
+  max_shift      softmax(t - max(t)) with the row maximum written out (MiMo-V2-Flash; session 32's
+                 value-based softmax-max-shift): ReduceMax keepdims=1, or keepdims=0 re-expanded by
+                 an Unsqueeze or a Reshape, through Identity / Expand; the maximum taken before the
+                 monotone ops that made t (a positive scale, an offset, a float Cast); a power-of-two
+                 Div / Mul after the shift, or CogView's PB-Relax (s / a - max(s / a)) * a. Near misses
+                 the rule must refuse: a row minimum or mean, a maximum over another axis or re-inserted
+                 on another axis, ops above the maximum that are not t's, a scale that is not a power of
+                 two, and a scale up with no scale-down under t over a fill that it overflows (a row
+                 with every key masked, its mask a -inf / lowest / large finite fill)
 
 Each is a motif on the hidden state [B, S, D] (tools/fuzz_motifs.py's signature: builder, hidden,
 shape, opset -> hidden), with the builder's dims (symbolic or not, often 1 at run time), dtype and
@@ -29,7 +38,7 @@ import numpy as np
 from onnx import TensorProto
 from onnx import helper as oh
 
-from fuzz_motifs import F16, HEAD_SIZES, Builder, Dim, _proj, _rope
+from fuzz_motifs import F16, F32, HEAD_SIZES, Builder, Dim, _proj, _rope
 
 BOOL = TensorProto.BOOL
 
@@ -283,10 +292,122 @@ def idiom_stack_rope(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     return b.op("Reshape", [b.op("Transpose", [y], perm=[1, 0, 2, 3]), b.ints([0, 0, d])])
 
 
+def _reduce(b: Builder, op: str, x: str, axis: int, keep: int, opset: int) -> str:
+    if opset >= 18:
+        return b.op(op, [x, b.ints([axis])], keepdims=keep)
+    return b.op(op, [x], axes=[axis], keepdims=keep)
+
+
+def _row_keep(b: Builder, bsz: Dim, seq: Dim) -> str:
+    """A bool [B, 1, 1, S] key mask: the last batch row half padded, or (a near miss for a scale up
+    after the shift) every key of it masked."""
+    am = b.input([bsz, seq], dtype=BOOL, stem="attention_mask", kind="mask01")
+    if b.p(0.35):
+        b.feeds[am][-1, :] = False
+        b.trap("row-all-masked")
+    return b.op("Unsqueeze", [am, b.ints([1, 2])])
+
+
+def _shift_fill(b: Builder) -> str:
+    """The fill of masked keys: the dtype's lowest, -inf, or a large finite number."""
+    kind = b.pick(["lowest", "inf", "finite"])
+    b.trap(f"fill-{kind}")
+    return b.scalar({"lowest": _lowest(b), "inf": -np.inf, "finite": -1e4}[kind])
+
+
+def _monotone_ops(b: Builder) -> list:
+    """Non-decreasing ops with one constant (op, constant) that make t from the maximum's input."""
+    ops = []
+    for _ in range(int(b.pick([1, 1, 2]))):
+        op = b.pick(["Mul", "Div", "Add", "Sub", "Cast"])
+        value = None if op == "Cast" else \
+            float(b.pick([0.125, 0.3, 3.0])) if op in ("Mul", "Div") else float(b.pick([-2.5, 0.75]))
+        ops.append((op, value))
+    return ops
+
+
+def _apply(b: Builder, x: str, ops: list, shared: dict) -> str:
+    """x through ``ops`` (their constants shared between t's and the maximum's chains, or drawn
+    again with the same value; a Mul's or an Add's on either side)."""
+    for i, (op, value) in enumerate(ops):
+        if op == "Cast":
+            x = b.op("Cast", [x], to=F32)
+            continue
+        if i not in shared or b.p(0.4):
+            shared[i] = b.scalar(value, F32 if any(o[0] == "Cast" for o in ops[:i]) else None)
+        x = b.op(op, [shared[i], x] if op in ("Mul", "Add") and b.p(0.5) else [x, shared[i]])
+    return x
+
+
+def idiom_max_shift(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
+    """softmax(t - c) with c t's row maximum written out (softmax-max-shift); a third of the time
+    with one near miss the rule must refuse."""
+    bsz, seq, d = shape
+    heads, dh = _heads(b)
+    sc, v4 = _scores4(b, x, d, heads, dh)
+    s = _scale(b, sc, dh)
+    miss = b.pick(["min", "mean", "axis", "ops", "unsqueeze_other", "up", "up", "odd"]) if b.p(0.35) else None
+    if miss is not None:
+        b.trap(f"shift-{miss}")
+    mask = b.pick(["none", "pad", "select", "select"] if miss != "up" else ["pad", "select", "select"])
+    if mask == "pad":
+        s = b.op("Add", [s, _pad_mask(b, bsz, seq)])
+    elif mask == "select":
+        s = b.op("Where", [_row_keep(b, bsz, seq), s, _shift_fill(b)])
+    form = "chain" if miss == "ops" else b.pick(["plain", "plain", "chain", "pbrelax"])
+    if miss in ("up", "odd") and form == "pbrelax":
+        form = "plain"
+    ops = _monotone_ops(b) if form == "chain" else []
+    if form == "pbrelax":    # CogView: (s / a - max(s / a)) * a
+        a = float(b.pick([8.0, 32.0]))
+        ops = [("Div", a)] if b.p(0.5) else [("Mul", 1.0 / a)]
+    shared: dict = {}
+    t = _apply(b, s, ops, shared)
+    # the maximum of s, then s's ops on it (f(max(s)) = max(f(s))), or the maximum of t
+    base, top = (s, ops) if miss == "ops" or (form == "chain" and b.p(0.5)) else (t, [])
+    red = {"min": "ReduceMin", "mean": "ReduceMean"}.get(miss, "ReduceMax")
+    axis = -2 if miss == "axis" else -1
+    keep = 0 if miss == "unsqueeze_other" or (axis == -1 and b.p(0.5)) else 1
+    m = _reduce(b, red, base, axis, keep, opset)
+    if not keep:
+        view = "other" if miss == "unsqueeze_other" else b.pick(["unsqueeze", "unsqueeze", "reshape0", "reshape_shape"])
+        if view == "unsqueeze":
+            m = b.op("Unsqueeze", [m, b.ints([b.pick([-1, 3])])])
+        elif view == "reshape0":
+            m = b.op("Reshape", [m, b.ints([0, 0, 0, 1])])
+        elif view == "reshape_shape":
+            m = b.op("Reshape", [m, b.op("Concat", [b.op("Shape", [m]), b.ints([1])], axis=0)])
+        else:                              # [B, H, 1, S]: the column maxima, not the row's
+            m = b.op("Unsqueeze", [m, b.ints([2])])
+    if miss == "ops":                      # other constants above the maximum than t's
+        top, shared = [(op, value * 2.0 if value else value) for op, value in top], {}
+        top = top if any(op != "Cast" for op, _ in top) else top + [("Add", 1.0)]
+    m = _apply(b, m, top, shared)
+    if b.p(0.15):
+        m = b.op("Identity", [m])
+    if b.p(0.2):
+        m = b.op("Expand", [m, b.op("Shape", [t])])
+    y = b.op("Sub", [t, m])
+    cast = any(op == "Cast" for op, _ in ops)
+    ydt = F32 if cast else None
+    if form == "pbrelax":
+        y = b.op("Mul", [y, b.scalar(a)])
+    else:                                  # up: a scale up over t with no scale-down under it
+        post = miss if miss in ("up", "odd") else b.pick(["none", "none", "div", "mul"])
+        k = {"div": [2.0, 4.0], "mul": [0.5, 0.25], "up": [2.0, 4.0], "odd": [0.7, 3.0]}.get(post)
+        if k is not None:
+            y = b.op("Div" if post == "div" else "Mul", [y, b.scalar(float(b.pick(k)), ydt)])
+    b.maybe_expose(y, 0.05)
+    p = b.op("Softmax", [y], axis=-1)
+    if cast and b.dtype != F32:
+        p = b.op("Cast", [p], to=b.dtype)
+    return _merge(b, b.op("MatMul", [p, v4]), heads * dh, d)
+
+
 IDIOMS = {
     "baddbmm": idiom_baddbmm, "select_scale": idiom_select_scale, "mask_scale": idiom_mask_scale,
     "shared_mask": idiom_shared_mask, "key_view": idiom_key_view, "row_rope": idiom_row_rope,
-    "stack_rope": idiom_stack_rope,
+    "stack_rope": idiom_stack_rope, "max_shift": idiom_max_shift,
 }
 #: the rules each idiom is there to exercise (the tests check that its plain form fires them)
 IDIOM_RULES = {
@@ -294,6 +415,7 @@ IDIOM_RULES = {
     "mask_scale": ("scores-scale-before-mask",), "shared_mask": ("where-expanded-mask",),
     "key_view": ("bmm-key-view",), "row_rope": ("rotary-rotate-half-row-tables",),
     "stack_rope": ("gather-of-stack", "rotary-rotate-half-row-tables-sbhd"),
+    "max_shift": ("softmax-max-shift",),
 }
 #: share of the motif-graph seeds that are idiom cases (a side stream of the seed decides)
 IDIOM_SHARE = 0.15

@@ -57,3 +57,12 @@ def ctx_ints(ctx, v: ir.Value | None) -> list[int] | None:
     """The rule context's constant of ``v`` (``ctx.constant``) as ints, flat; None when it has none."""
     arr = ctx.constant(v) if v is not None else None
     return None if arr is None else [int(x) for x in np.asarray(arr).reshape(-1)]
+
+
+def ctx_axes(ctx, node: ir.Node) -> list[int] | None:
+    """A Reduce* / Unsqueeze / Squeeze node's axes in a rule context: its ``axes`` attribute (older
+    opsets) or its second input's constant; None when it has neither."""
+    attr = node.attributes.get("axes")
+    if attr is not None:
+        return [int(a) for a in attr.as_ints()]
+    return ctx_ints(ctx, node.inputs[1]) if len(node.inputs) > 1 else None

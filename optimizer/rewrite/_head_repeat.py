@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import ctx_axes as _axes
 from onnx_fuse.passes._consts import ctx_ints
 from onnx_fuse.passes._infra import is_default_op as _default
 from onnx_fuse.rewrite import _dims
@@ -47,13 +48,6 @@ def _dims_of(ctx, v: ir.Value) -> list | None:
         return None
     dims = _shape(ctx, v)
     return None if any(d is UNKNOWN_DIM for d in dims) else dims
-
-
-def _axes(ctx, node: ir.Node) -> list[int] | None:
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return [int(a) for a in attr.as_ints()]
-    return ctx_ints(ctx, node.inputs[1]) if len(node.inputs) > 1 else None
 
 
 def _prove(ctx, x: ir.Value, axis: int) -> tuple[ir.Value, int] | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import ctx_axes as _axes
 from onnx_fuse.passes._consts import ctx_ints
 
 _UNARY = {"Cast", "Neg", "Cos", "Sin", "Identity"}
@@ -37,14 +38,6 @@ def _dims(v: ir.Value | None) -> list | None:
     if v is None or v.shape is None:
         return None
     return [d if isinstance(d, int) else (getattr(d, "value", None) or object()) for d in v.shape.dims]
-
-
-def _axes(ctx, node: ir.Node, idx: int) -> list[int] | None:
-    """An axes list given as attribute (old opsets) or as input ``idx``."""
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return [int(a) for a in attr.as_ints()]
-    return ctx_ints(ctx, node.inputs[idx]) if len(node.inputs) > idx else None
 
 
 def _last_kept(axes: list[int] | None, rank: int) -> bool:
@@ -97,13 +90,13 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
     if op in ("Reshape", "Flatten"):  # _repeat checks the output is the input's last two axes merged
         return _repeat(ctx, ins[0], out)
     if op == "Unsqueeze":
-        return _last_kept(_axes(ctx, node, 1), rank) and _paired(ctx, ins[0], nxt, memo)
+        return _last_kept(_axes(ctx, node), rank) and _paired(ctx, ins[0], nxt, memo)
     if op in ("Squeeze", "Slice", "Gather", "Expand", "Transpose"):
         src = _dims(ins[0])
         if src is None or not src or src[-1] != out[-1]:
             return False
         if op == "Squeeze":
-            kept = _last_kept(_axes(ctx, node, 1), len(src))
+            kept = _last_kept(_axes(ctx, node), len(src))
         elif op == "Slice":
             kept = _last_kept(ctx_ints(ctx, ins[3]) if len(ins) > 3 else list(range(len(src))), len(src))
         elif op == "Gather":

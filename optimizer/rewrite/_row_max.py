@@ -8,11 +8,12 @@ is that value on what it computes, walking up from c:
 - views that leave each row's one value in place: Identity, an Expand, ReduceMax(keepdims=1) over
   the axis alone, or keepdims=0 re-expanded on the same axis by an Unsqueeze or a Reshape proven to
   insert a 1 there (its shape vector read symbolically, as has_dims does);
-- elementwise monotone (non-decreasing) ops with a one-element finite constant: Mul by a positive
-  number, Div by one, Add / Sub of one, a Cast to a float type. f(max(u)) is max(f(u)) for each, in
-  floating point too (rounding is monotone), so c = f(max(u)) is the row maximum of t when t is
-  f(u) through the same ops and constants (CogView's PB-Relax writes (s / a - max(s / a)) * a;
-  a model may take max(s) then scale it as it scaled s).
+- elementwise monotone (non-decreasing) ops with a one-element finite constant of rank at most the
+  value's (it cannot widen it): Mul by a positive number, Div by one, Add / Sub of one, a Cast to a
+  float type. f(max(u)) is max(f(u)) for each, in floating point too (rounding is monotone), so
+  c = f(max(u)) is the row maximum of t when t is f(u) through the same ops and constants, a Mul's
+  or an Add's on either side (CogView's PB-Relax writes (s / a - max(s / a)) * a; a model may take
+  max(s) then scale it as it scaled s).
 Any other shift is refused with the reason: a row mean or minimum is -inf on a row holding a -inf
 (masked) key, where s - c is NaN and softmax(s) is not; a constant or a computed value can be large
 or infinite, where s - c loses s's low bits or is NaN.
@@ -20,7 +21,8 @@ or infinite, where s - c loses s's low bits or is NaN.
 ``unscaled(t, f)``: t scaled back up by a power of two f > 1 (PB-Relax's alpha) is exact only where
 t is itself a power-of-two scale-down of some s (t = s / a): then f * t is s * (f / a) exactly
 (outside subnormals), and f * t cannot overflow. Returns [s, g] with t = s * g exactly (g a power
-of two <= 1), walking up the fewest scale-downs that make f * g <= 1; fails with the reason.
+of two <= 1), walking up the fewest scale-downs that make f * g <= 1; fails with the reason. f <= 1
+(a scale down after the shift, or none) gives [t, 1]: nothing to undo, so the rule asks once for any f.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._consts import ctx_ints
+from onnx_fuse.passes._consts import ctx_axes as _axes
 from onnx_fuse.passes._infra import attr_value
 from onnx_fuse.passes._infra import is_default_op as _default
 from onnx_fuse.rewrite import _dims
@@ -51,24 +53,20 @@ def _rank(v: ir.Value) -> int | None:
     return len(v.shape) if v is not None and v.shape is not None else None
 
 
-def _axes(ctx, node: ir.Node) -> list[int] | None:
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return [int(a) for a in attr.as_ints()]
-    return ctx_ints(ctx, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-
-
-def _one_const(ctx, v: ir.Value | None) -> np.ndarray | None:
-    """A one-element finite constant of rank <= 1 (it cannot widen a tensor), else None."""
+def _one_const(ctx, v: ir.Value | None, rank: int | None) -> np.ndarray | None:
+    """A one-element finite constant of rank <= ``rank``, the other operand's (it cannot widen it; 1
+    where that is unknown), else None."""
     arr = ctx.constant(v) if v is not None else None
-    if arr is None or arr.size != 1 or arr.ndim > 1 or not np.issubdtype(arr.dtype, np.floating):
+    if arr is None or arr.size != 1 or arr.ndim > (1 if rank is None else rank) \
+            or not np.issubdtype(arr.dtype, np.floating):
         return None
     return arr if bool(np.isfinite(arr).all()) else None
 
 
-def _monotone(ctx, node: ir.Node):
-    """(key, data input) when the node is a non-decreasing elementwise map of one input, keyed by
-    what it computes (op, constant, its slot; Cast's target), else None."""
+def _monotone(ctx, node: ir.Node, rank: int):
+    """(key, data input) when the node is a non-decreasing elementwise map of one input of ``rank``
+    (the walk's: a value of the row maximum's rank), keyed by what it computes (op and constant, in
+    either slot of a Mul / Add; Cast's target), else None."""
     if _default(node, "Identity"):
         return ("Identity",), node.inputs[0]
     if _default(node, "Cast"):
@@ -77,14 +75,14 @@ def _monotone(ctx, node: ir.Node):
     if not _default(node, "Mul", "Div", "Add", "Sub") or len(node.inputs) != 2:
         return None
     for i in (1, 0):
-        arr = _one_const(ctx, node.inputs[i])
+        arr = _one_const(ctx, node.inputs[i], rank)
         if arr is None:
             continue
         x = float(arr.reshape(-1)[0])
         op = node.op_type
         ok = (op == "Mul" and x > 0) or (op == "Div" and i == 1 and x > 0) or op == "Add" or (op == "Sub" and i == 1)
         if ok:
-            return (op, i, arr.dtype.str, arr.tobytes()), node.inputs[1 - i]
+            return (op, arr.dtype.str, arr.tobytes()), node.inputs[1 - i]   # Mul / Add commute
     return None
 
 
@@ -111,7 +109,7 @@ def row_max(ctx: Any, c: Any, t: Any, axis: Any) -> bool:
         if node is None:
             raise EvalFailure(f"the shift {c.name!r} is not computed from {t.name!r} (a graph input or constant: "
                               f"its size is unbounded, s - c may lose s's low bits or be NaN)")
-        m = _monotone(ctx, node)
+        m = _monotone(ctx, node, rank - 1 if squeezed else rank)
         if m is not None:
             chain.append(m[0])
             v = m[1]
@@ -139,8 +137,8 @@ def row_max(ctx: Any, c: Any, t: Any, axis: Any) -> bool:
             v, squeezed = node.inputs[0], True
             continue
         if not squeezed and _default(node, "Reshape"):
-            dims = _reduced_dims(v, node.inputs[0], ax, rank)
-            if dims is None or not _dims.reshapes_to(v, None, dims[:ax] + [1] + dims[ax:]):
+            dims = _reduced_dims(ctx, node.inputs[0], ax, rank)
+            if dims is None or not _dims.reshapes_to(v, dims, dims[:ax] + [1] + dims[ax:]):
                 raise EvalFailure(f"{node.name!r} is not proven to insert a 1 at axis {ax} alone")
             v, squeezed = node.inputs[0], True
             continue
@@ -149,14 +147,19 @@ def row_max(ctx: Any, c: Any, t: Any, axis: Any) -> bool:
     raise EvalFailure(f"the shift {c.name!r} is more than {_DEPTH} ops from a ReduceMax")
 
 
-def _reduced_dims(out: ir.Value, x: ir.Value, ax: int, rank: int) -> list | None:
-    """The dims of a keepdims=0 row maximum ``x`` (rank - 1), from its shape or its ReduceMax's input."""
+def _reduced_dims(ctx, x: ir.Value, ax: int, rank: int) -> list | None:
+    """The dims of a keepdims=0 row maximum ``x`` (rank - 1), from its shape or, where that is not
+    known, from its ReduceMax's input, reached along the monotone ops the walk then takes (they
+    keep the dims): the Reshape's proof reads its input as these dims."""
     dims = _dims._value_dims(x)
     if dims is None or len(dims) != rank - 1 or any(d is None for d in dims):
+        for _ in range(_DEPTH):
+            m = _monotone(ctx, x.producer(), rank - 1) if x.producer() is not None else None
+            if m is None:
+                break
+            x = m[1]
         node = x.producer()
-        while node is not None and not _default(node, "ReduceMax") and node.inputs:
-            node = node.inputs[0].producer()     # monotone ops keep the dims
-        full = _dims._value_dims(node.inputs[0]) if node is not None else None
+        full = _dims._value_dims(node.inputs[0]) if _default(node, "ReduceMax") else None
         if full is None or len(full) != rank or any(d is None for d in full):
             return None
         dims = full[:ax] + full[ax + 1:]
@@ -173,7 +176,7 @@ def _same_chain(ctx, t: ir.Value, u: ir.Value, chain: list) -> None:
         while _default(node, "Identity"):
             v = node.inputs[0]
             node = v.producer()
-        m = _monotone(ctx, node) if node is not None else None
+        m = _monotone(ctx, node, _rank(t)) if node is not None else None
         if m is None or m[0] != key:
             raise EvalFailure(f"{t.name!r} is not the value the shift's maximum was taken of, through the same "
                               f"ops ({key[0]} above the maximum, {node.op_type if node else 'nothing'} above "
@@ -193,14 +196,14 @@ def unscaled(ctx: Any, t: Any, f: Any) -> list:
     v, g = t, 1.0
     for _ in range(_DEPTH):
         if f * g <= 1.0:
-            if f * g < 2.0 ** -14:      # the net scale must be a normal float16 too (exact)
+            if g < 1.0 and f * g < 2.0 ** -14:    # a net scale undone must be a normal float16 too (exact)
                 raise EvalFailure(f"{t.name!r}: the net scale {f * g:g} is below float16's normal range")
             return [v, g]
         node = v.producer()
         step = None
         if _default(node, "Mul", "Div") and len(node.inputs) == 2:
             for i in ((1,) if node.op_type == "Div" else (1, 0)):
-                arr = _one_const(ctx, node.inputs[i])
+                arr = _one_const(ctx, node.inputs[i], _rank(node.inputs[1 - i]))
                 if arr is None or not power_of_two(arr):
                     continue
                 x = float(arr.reshape(-1)[0])

@@ -130,6 +130,23 @@ def test_row_shift_is_the_same_softmax_bit_for_bit(h, form):
         np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("target,level", TARGETS)
+def test_one_element_constants_of_rank_two(h, target, level):
+    """alpha stored as [1, 1] (a one-element constant of any rank up to the scores' cannot widen them),
+    and a [1, 1] scale in the maximum's own chain, written first there (Mul commutes): fused (the first
+    row_max took rank <= 1 only and keyed the constant's slot; the fuzzer's max_shift idiom draws both)."""
+    n = h.node
+    nodes, inits = _pb_relax(h)
+    model = _model(h, nodes, dict(inits, alpha=np.full((1, 1), 32.0, np.float32)))
+    nodes2 = [n("Mul", ["s", "q4"], ["t"]), n("ReduceMax", ["s", "lax"], ["m0"], keepdims=0),
+              n("Mul", ["q4", "m0"], ["m"]), n("Unsqueeze", ["m", "lax"], ["mu"]), n("Sub", ["t", "mu"], ["x"])]
+    model2 = _model(h, nodes2, {"q4": np.full((1, 1), 0.25, np.float32), "lax": _i64(-1)}, scaled=False)
+    for m in (model, model2):
+        out = h.fuse(m, target, level)
+        assert "ReduceMax" not in h.ops(out) and _attn(h, out) == 1, h.ops(out)
+        h.assert_close(m, out, _feeds(h))
+
+
 @pytest.mark.parametrize("form", ["pb_relax", "kept_scaled", "reshaped"])
 def test_row_shift_passes_its_local_check(h, form):
     """The shift is not matched (it is proven, row_max): the per-rewrite check computes it from the
