@@ -97,6 +97,9 @@ tools/export_venv.sh --transformers 5.25.0) and 10 architectures no set had, usu
 --holdout 36 plans the twenty-fourth sweep (holdout_specs.HOLDOUT24): encoder / vision / speech families of earlier
 sets as transformers 4.45.2 / 4.53.3 wrote them (legacy / legacy_sdpa, by the --holdout 5 hand-off), usually into
 --out /tmp/drift32.
+--holdout 37 plans the twenty-fifth sweep (holdout_specs.HOLDOUT25): transformers 5.25 families no set had (mBART /
+Pegasus encoders, BLIP text, ConvNeXt family, FocalNet, MobileViT V2, Phi-4-multimodal, RWKV, xLSTM, RF-DETR /
+LW-DETR, Perceiver), usually into --out /tmp/h37; --dtype float16 the text models of holdout_specs.HALF25.
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -1469,7 +1472,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
-        own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
+        own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()

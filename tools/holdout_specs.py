@@ -3245,3 +3245,123 @@ HOLDOUT24 = {f"{arch}_tf{tag}": dict(_SRC24[arch], styles=styles, transformers=L
 for _spec in HOLDOUT24.values():  # the styles ask for the attention (Swin's config names eager itself)
     _spec["config"] = {k: v for k, v in _spec["config"].items() if k != "attn_implementation"}
 HOLDOUT_SETS[36] = HOLDOUT24
+
+
+# ---- twenty-fifth sweep (--holdout 37, HOLDOUT25): transformers 5.25 families with norms or attention no set has ----
+# Model directories of transformers 5.25 that no corpus or hold-out spec names (session 33, a script over
+# transformers.models and the specs' classes), biased to what is deployed: the mBART-50 and Pegasus encoders
+# (pre-norm with a final LayerNorm; Pegasus' sinusoidal positions and scaled embeddings), BLIP's text encoder (the
+# captioning / retrieval BERT, is_decoder off), Granite 4 Vision's text model (Granite's multipliers), the ConvNeXt
+# family (channels-last LayerNorm over NHWC; ConvNeXt V2's global response norm; DINOv3's ConvNeXt), FocalNet (focal
+# modulation between LayerNorms), MobileViT V2 (separable linear attention: a softmax over patches, GroupNorm(1)),
+# Phi-4-multimodal's causal LM and audio conformer, RWKV-4 and xLSTM (recurrent: norms only), RF-DETR / LW-DETR
+# (windowed ViT backbones, deformable decoders), Perceiver (latent cross-attention). Styles mixed: dyn_mask,
+# TorchScript, static without a mask, kv / torchscript_kv for the decoder, Optimum for the seq2seq encoders.
+# Not made: MobileViT V2 TorchScript (aten::col2im needs opset 18), Phi-4-mm audio by dynamo (a head view fails).
+_SEQ25 = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+              encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+              max_position_embeddings=POSITIONS, decoder_start_token_id=2, **TOKENS)
+_PHI4V25 = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                patch_size=14, crop_size=28)
+_PHI4A25 = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_blocks=LAYERS, num_attention_heads=2,
+                ext_pw_out_channel=HIDDEN, depthwise_separable_out_channel=HIDDEN, nemo_conv_channels=HIDDEN,
+                input_size=16, bias_max_distance=16)
+_DETRBB25 = dict(hidden_size=HIDDEN, num_hidden_layers=4, num_attention_heads=2, image_size=64, patch_size=8,
+                 mlp_ratio=2, out_features=["stage2", "stage4"])
+_DETR25 = dict(d_model=HIDDEN, decoder_layers=LAYERS, decoder_self_attention_heads=2, decoder_cross_attention_heads=2,
+               decoder_ffn_dim=FFN, num_queries=8, group_detr=1, decoder_n_points=2, c2f_num_blocks=1)
+_CNX25 = dict(image_size=IMAGE, patch_size=4, num_stages=2, hidden_sizes=[16, 32], depths=[2, 1])
+HOLDOUT25 = {
+    "mbart_encoder": _s("encoder", "MBartConfig", "MBartModel", dict(_SEQ25),
+                        ["mha", "padding-mask", "learned-positions", "pre-norm", "layernorm-embedding",
+                         "final-layernorm", "layernorm", "gelu-erf"], "mbart", "bart", part="encoder",
+                        task="text2text-generation", styles=("dyn_mask", "torchscript", "optimum")),
+    "pegasus_encoder": _s("encoder", "PegasusConfig", "PegasusModel", dict(_SEQ25, scale_embedding=True),
+                          ["mha", "padding-mask", "sinusoidal-positions", "embed-scale", "pre-norm",
+                           "final-layernorm", "layernorm", "gelu-erf"], "pegasus", "bart", part="encoder",
+                          task="text2text-generation", styles=("dyn_mask", "static_nomask", "torchscript", "optimum")),
+    "blip_text": _s("encoder", "BlipTextConfig", "BlipTextModel",
+                    dict(ENC, encoder_hidden_size=HIDDEN, projection_dim=HIDDEN, is_decoder=False, sep_token_id=3,
+                         **TOKENS),
+                    ["mha", "padding-mask", "learned-positions", "post-norm", "layernorm", "gelu-erf"],
+                    "blip_text_model", "bert", styles=("dyn_mask", "static_nomask", "torchscript")),
+    "granite4_vision_text": _s("encoder", "Granite4VisionTextConfig", "Granite4VisionTextModel",
+                               dict(DEC, **GQA, embedding_multiplier=2.0, residual_multiplier=0.5,
+                                    attention_multiplier=0.125),
+                               ["gqa", "rope-full", "rmsnorm", "swiglu", "mup-multipliers", "causal"],
+                               "granite4_vision_text", "gpt2", styles=("dyn_mask", "static_nomask", "torchscript")),
+    "convnext": _mm("vision", "ConvNextConfig", "ConvNextModel", dict(_CNX25),
+                    ["conv-stem", "channels-last-layernorm", "channels-first-layernorm", "layer-scale", "gelu-erf"],
+                    "convnext", "vit", ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+    "convnextv2": _mm("vision", "ConvNextV2Config", "ConvNextV2Model", dict(_CNX25),
+                      ["conv-stem", "channels-last-layernorm", "channels-first-layernorm", "global-response-norm",
+                       "gelu-erf"], "convnextv2", "vit", ("dyn_mask", "static_nomask"), 0, image_size=IMAGE),
+    "dinov3_convnext": _mm("vision", "DINOv3ConvNextConfig", "DINOv3ConvNextModel",
+                           dict(image_size=IMAGE, hidden_sizes=[16, 32], depths=[1, 1]),  # num_stages: len(depths)
+                           ["conv-stem", "channels-last-layernorm", "channels-first-layernorm", "layer-scale",
+                            "gelu-erf"], "dinov3_convnext", "vit", ("dyn_mask",), 0, image_size=IMAGE),
+    "focalnet": _mm("vision", "FocalNetConfig", "FocalNetModel",
+                    dict(image_size=IMAGE, patch_size=4, embed_dim=16, hidden_sizes=[16, 32], depths=[1, 1],
+                         focal_levels=[2, 2], focal_windows=[3, 3], use_layerscale=True,
+                         use_post_layernorm_in_modulation=True),
+                    ["patch-embed", "focal-modulation", "layernorm", "layer-scale", "gelu-erf"], "focalnet", "vit",
+                    ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+    "mobilevitv2": _mm("vision", "MobileViTV2Config", "MobileViTV2Model",
+                       dict(image_size=64, n_attn_blocks=[1, 1, 1], base_attn_unit_dims=[16, 24, 32],
+                            width_multiplier=0.25),
+                       ["conv-stem", "separable-linear-attention", "groupnorm-1", "swish"], "mobilevitv2", "vit",
+                       ("dyn_mask", "static_nomask"), 0, image_size=64),  # TorchScript: aten::col2im needs opset 18
+    # Phi-4-multimodal: its causal LM (Phi-3 with a 3/4 rotary, GQA; the towers it builds shrunk) and its
+    # audio encoder (a conformer: NeMo conv subsampling, T5-style relative bias added to the mask, GLU convs)
+    "phi4mm_text": _s("decoder", "Phi4MultimodalConfig", "Phi4MultimodalForCausalLM",
+                      dict(DEC, **GQA, rope_parameters=dict(ROPE16, partial_rotary_factor=0.75),
+                           original_max_position_embeddings=POSITIONS, vision_config=_PHI4V25, audio_config=_PHI4A25),
+                      ["gqa", "rope-partial", "rmsnorm", "swiglu", "fused-qkv", "fused-gate-up"], "phi4_multimodal",
+                      "phi", styles=("dyn_mask", "kv", "torchscript_kv")),
+    "phi4mm_audio": dict(_s("features", "Phi4MultimodalAudioConfig", "Phi4MultimodalAudioModel", dict(_PHI4A25),
+                            ["mha", "conformer-conv", "macaron-ffn", "t5-relative-bias", "layernorm", "swish"],
+                            "phi4_multimodal_audio", "bert", styles=("torchscript",)),  # dynamo: a head view fails
+                         model_module="transformers.models.phi4_multimodal.modeling_phi4_multimodal",
+                         features_input=("hidden_states", 64, 16), mask_input=("mask", "bool"), mask_required=True,
+                         attention_blocks=LAYERS),
+    # RWKV-4: time-mix / channel-mix recurrences between LayerNorms (no softmax)
+    "rwkv": _mm("decoder", "RwkvConfig", "RwkvForCausalLM",
+                dict(vocab_size=VOCAB, context_length=POSITIONS, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                     attention_hidden_size=HIDDEN, intermediate_size=FFN, bos_token_id=1, eos_token_id=2),
+                ["time-mix", "channel-mix", "layernorm", "squared-relu"], "rwkv", "gpt2", ("static_nomask",), 0),
+    # real-time detectors: RF-DETR (a windowed DINOv2 backbone: windows folded into the batch on some layers) and
+    # LW-DETR (a windowed ViT backbone), both with a deformable-attention decoder (grid_sample; its self-attention
+    # is softmax attention): backbone layers + decoder layers
+    "rf_detr": _v19("RfDetrConfig", "RfDetrModel",
+                    dict(_DETR25, backbone_config=dict(_DETRBB25, model_type="rf_detr_dinov2", num_windows=2,
+                                                       window_block_indexes=[0, 2]), intermediate_size=FFN),
+                    ["mha", "windowed-dinov2-backbone", "deformable-cross-attention", "query-selection", "layernorm",
+                     "gelu-erf", "layer-scale"], "rf_detr", 4 + LAYERS, "last_hidden_state", 64),
+    "lw_detr": _v19("LwDetrConfig", "LwDetrModel",
+                    dict(_DETR25, backbone_config=dict(_DETRBB25, model_type="lw_detr_vit", pretrain_image_size=64,
+                                                       num_windows=4, num_windows_side=2, window_block_indices=[0, 2]),
+                         projector_scale_factors=[1.0], projector_in_channels=[HIDDEN], projector_out_channels=HIDDEN,
+                         num_feature_levels=1),
+                    ["mha", "windowed-vit-backbone", "deformable-cross-attention", "query-selection", "layernorm",
+                     "gelu-erf"], "lw_detr", 4 + LAYERS, "last_hidden_state", 64),
+    # Perceiver (no preprocessor): 8 learned latents cross-attend to the padded inputs (queries that are a
+    # parameter, key / value widths unlike the query's), then self-attend
+    "perceiver": dict(_s("features", "PerceiverConfig", "PerceiverModel",
+                         dict(num_latents=8, d_latents=HIDDEN, d_model=16, num_blocks=1,
+                              num_self_attends_per_block=LAYERS, num_self_attention_heads=2,
+                              num_cross_attention_heads=1),
+                         ["mha", "latent-queries", "cross-attention", "padding-mask", "layernorm", "gelu-erf"],
+                         "perceiver", "bert", styles=("dyn_mask", "torchscript")),
+                      features_input=("inputs", 16, 16), mask_input=("attention_mask", "int64"),
+                      attention_blocks=1 + LAYERS),
+    # xLSTM (mLSTM blocks: a per-head LayerNorm of the cell output, soft-capped gates and logits), no softmax
+    "xlstm": _mm("decoder", "xLSTMConfig", "xLSTMForCausalLM",
+                 dict(vocab_size=VOCAB, hidden_size=HIDDEN, embedding_dim=HIDDEN, num_hidden_layers=LAYERS,
+                      num_blocks=LAYERS, num_heads=2, chunk_size=8, ffn_round_up_to_multiple_of=16,
+                      max_inference_chunksize=16, use_cache=False, **TOKENS),
+                 ["mlstm", "multihead-layernorm", "rmsnorm", "soft-cap", "swiglu"], "xlstm", "gpt2",
+                 ("static_nomask",), 0),
+}
+HOLDOUT_SETS[37] = HOLDOUT25
+# --holdout 37 --dtype float16: the decoders, text models and text encoders exported from a float16 model
+HALF25 = {"phi4mm_text", "granite4_vision_text", "mbart_encoder", "pegasus_encoder", "blip_text"}
