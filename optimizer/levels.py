@@ -71,6 +71,7 @@ def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
     from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
     from onnx_fuse.passes.identity_elimination import IdentityEliminationPass
+    from onnx_fuse.passes.reduce_keepdims import ReduceKeepdimsPass
     from onnx_fuse.passes.self_writes import SelfWriteEliminationPass
     from onnx_fuse.passes.sequence_ops import SequenceOpsPass
     from onnx_fuse.passes.uniform_sections import UniformSectionsPass
@@ -79,7 +80,9 @@ def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     # inline in the next round; self-write-elimination (a ScatterND / ScatterElements putting a tensor's
     # own values back: M-RoPE's slice writes) before CSE / DCE, which drop what it orphans; covering-writes
     # (ScatterND writes that fill a buffer's first axis in order: the Concat of their updates) after it;
-    # uniform-sections (XD-RoPE's per-section stream Gathers of one Expand'ed stream) beside them
+    # uniform-sections (XD-RoPE's per-section stream Gathers of one Expand'ed stream) beside them;
+    # reduce-keepdims (a keepdims=0 reduction viewed back to its kept-axes shape: torch's var) before CSE,
+    # which merges its result with a twin that kept the axes itself
     return (
         ConstantFoldingPass(),
         InlineConstantIfPass(),
@@ -88,6 +91,7 @@ def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
         SelfWriteEliminationPass(),
         UniformSectionsPass(),
         CoveringWritesPass(),
+        ReduceKeepdimsPass(),
         CommonSubexpressionEliminationPass(),
         DeadCodeEliminationPass(),
     )

@@ -13,6 +13,9 @@ Cases handled:
 - a commutative two-input op (COMMUTATIVE: Add, Mul, the logical and bitwise ones, Equal) is a twin of
   the same op with its operands swapped (LiLT's text and layout streams each add the other's scores:
   Add(a, b) and Add(b, a) feed two Softmaxes of one value);
+- a reduction's axes compare as numbers in [0, rank) where its input's rank is known: ReduceMean(x, [-1]) and
+  ReduceMean(x, [3]) of a rank-4 x are twins (torch's var decomposition spells the axis one way, the mean
+  beside it the other; xLSTM's per-head LayerNorm);
 - small integer values holding the same symbolic dims, read from different tensors (each layer's
   ``Shape(past_i)[2]`` is one ``past_sequence``): passes/shape_cse.py;
 - before that, Shape / Size reads that alone read an op's output move to the tensor whose dims it
@@ -34,6 +37,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._shape_forward import forward_shape_reads
+from onnx_fuse.passes.reduce_keepdims import REDUCE_OPS, reduce_axes
 from onnx_fuse.passes.shape_cse import merge_equal_shape_values
 
 NONDETERMINISTIC = frozenset({
@@ -100,16 +104,28 @@ def _attr_key(attr: ir.Attr):
     return (kind, repr(value) if isinstance(value, float) else value)
 
 
+def _reduce_axes_key(node: ir.Node):
+    """A reduction's axes normalized by its input's rank (None: not a reduction, or not provable)."""
+    x = node.inputs[0] if node.inputs else None
+    if node.op_type not in REDUCE_OPS or x is None or x.shape is None:
+        return None
+    axes = reduce_axes(node, len(x.shape))
+    return None if axes is None else ("axes", tuple(axes))
+
+
 def _node_key(node: ir.Node):
     if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC:
         return None
+    axes = _reduce_axes_key(node)
     attrs = []
     for name in sorted(node.attributes):
-        k = _attr_key(node.attributes[name])
+        k = axes if name == "axes" and axes is not None else _attr_key(node.attributes[name])
         if k is _UNHASHABLE or (isinstance(k, tuple) and _UNHASHABLE in k):
             return None
         attrs.append((name, k))
     inputs = tuple(id(v) if v is not None else None for v in node.inputs)
+    if axes is not None and len(inputs) > 1 and inputs[1] is not None:
+        inputs = (inputs[0], axes, *inputs[2:])
     if node.op_type in COMMUTATIVE and len(inputs) == 2 and None not in inputs:
         inputs = tuple(sorted(inputs))   # Add(a, b) is Add(b, a), bit for bit
     return (node.op_type, node.overload, node.version, len(node.outputs), inputs, tuple(attrs))
