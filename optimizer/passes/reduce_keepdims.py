@@ -75,7 +75,7 @@ class ReduceKeepdimsPass(FusePass):
                 red = node.inputs[0].producer()
                 attrs = [a for name, a in red.attributes.items() if name != "keepdims"]
                 kept = ir.Node("", red.op_type, list(red.inputs), attributes=[*attrs, ir.AttrInt64("keepdims", 1)],
-                               version=red.version, name=f"{red.name}_kept", num_outputs=1)
+                               version=red.version, name=f"{red.name or red.op_type}_kept", num_outputs=1)
                 graph.insert_before(node, kept)
                 out = kept.outputs[0]
                 out.dtype, out.shape = node.outputs[0].dtype, node.outputs[0].shape
