@@ -25,6 +25,7 @@ from onnx_fuse.rewrite import _expr
 from onnx_fuse.rewrite._pattern import OpPattern
 from onnx_fuse.rewrite._result import (STAGE_CHECK, STAGE_CONSTRAINT, STAGE_ESCAPE, STAGE_STRUCTURE,
                                        Tracer, describe_node, describe_value)
+from onnx_fuse.rewrite._shape_reads import ShapeRead, reread
 from onnx_fuse.rewrite._rule import (CANONICAL_DOMAIN, COMMUTATIVE, PROMOTED_ATTRIBUTES, Rule,
                                      ValueConstraint)
 
@@ -193,6 +194,8 @@ class Match:
     values: dict[str, ir.Value]
     attrs: dict[str, Any]
     nodes: dict[int, ir.Node]
+    #: Shape nodes outside the match that read an intermediate, and where they read instead
+    shape_reads: tuple[ShapeRead, ...] = ()
 
     def node_list(self) -> list[ir.Node]:
         return [self.nodes[i] for i in sorted(self.nodes)]
@@ -613,6 +616,7 @@ class Matcher:
         rule = self.rule
         outs = {self.values[o] for o in rule.outputs if o in self.values}
         allowed = {self.values[n] for n in self.escape_ok if n in self.values}
+        reads: list[ShapeRead] = []   # Shapes of intermediates, moved at commit (rewrite/_shape_reads.py)
         for node in self.used:
             for o in node.outputs:
                 if o in outs or o in allowed:
@@ -621,7 +625,9 @@ class Matcher:
                     return self.tracer is not None and self._fail(STAGE_ESCAPE, f"intermediate {o.name!r} is a graph output",
                                       "intermediates must not escape", o)
                 for use in o.uses():
-                    if use.node not in self.used:
+                    if use.node not in self.used and (got := reread(o, use.node, self.used, self.facts.opset)):
+                        reads.append(got)
+                    elif use.node not in self.used:
                         return self.tracer is not None and self._fail(STAGE_ESCAPE, lambda: f"intermediate {o.name!r} is also "
                                           f"used by {describe_node(use.node)}", "intermediates must not escape",
                                           use.node)
@@ -644,5 +650,6 @@ class Matcher:
         bound = [o for o in rule.outputs if o in self.values]
         if len(bound) != len(rule.outputs):
             rule = dataclasses.replace(rule, outputs=bound)
-        self.result = Match(rule, self.anchor, dict(self.values), dict(self.attrs), dict(self.nodes))
+        self.result = Match(rule, self.anchor, dict(self.values), dict(self.attrs), dict(self.nodes),
+                            tuple(reads))
         return True

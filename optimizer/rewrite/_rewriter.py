@@ -27,6 +27,7 @@ import onnx_ir as ir
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.rewrite import _expr, _graph_io
 from onnx_fuse.rewrite._matcher import GraphFacts, Match, Matcher, _ExprContext, attr_value, norm_domain
+from onnx_fuse.rewrite._shape_reads import move_reads
 from onnx_fuse.errors import InternalError
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN, STAGES, Rule, RuleSet
@@ -850,6 +851,8 @@ class Rewriter:
             crop_frontier += self._detach([sl])
             graph.remove(sl, safe=False)
             index.get((norm_domain(sl.domain), sl.op_type), {}).pop(sl, None)
+        # Shapes outside the match that read an intermediate read a kept value's dims instead
+        move_reads(list(match.shape_reads))
         # redirect uses
         matched = set(match.nodes.values())
         for var in rule.outputs:
