@@ -619,6 +619,18 @@ def _alarm(signum, frame):
     raise _GraphTimeout()
 
 
+def _warm_imports() -> None:
+    """Import what the runs import lazily before a graph's alarm is armed. The reference session
+    imports onnxruntime-extensions on first use, which pulls in transformers and torch (seconds on a
+    loaded machine); an alarm that interrupts that import leaves torch's operator registrations half
+    done, and every later run of the process is refused ('Trying to override a python impl for
+    DispatchKey.Meta ...': fuzz 33010, ten ort-refused runs after one timeout)."""
+    try:
+        import onnxruntime_extensions  # noqa: F401
+    except Exception:  # noqa: BLE001 - not installed: the runs say so themselves
+        pass
+
+
 def fuzz_graph(task):
     """All level x target runs of one graph: a list of result dicts (plus models of failures).
     A graph whose runs outlast ``graph_timeout`` seconds (SIGALRM; 0 = none) yields one
@@ -700,6 +712,7 @@ def fuzz_case(case, levels, targets, rules=(), graph_timeout: float = 0, precisi
     loosest = loosest_float_dtypes(case.model)   # once per graph, not per level x target
     use_alarm = graph_timeout > 0 and hasattr(signal, "SIGALRM")
     if use_alarm:
+        _warm_imports()
         previous = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, graph_timeout)
     level, target, pin = levels[0], targets[0], None

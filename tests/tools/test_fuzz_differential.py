@@ -151,6 +151,28 @@ def test_graph_timeout_is_a_failure_class_and_saved(tmp_path):
     assert (saved / "original.onnx").is_file() and json.loads((saved / "info.json").read_text())["cls"] == "timeout"
 
 
+def test_lazy_imports_are_done_before_the_graph_alarm_is_armed():
+    # an alarm that interrupts the reference's first import of onnxruntime-extensions (transformers, torch)
+    # leaves torch half registered and every later run refused; so it is imported before the alarm is armed
+    code = f"""
+import signal, sys
+sys.path.insert(0, {str(TOOLS)!r})
+import fuzz_differential as fd
+armed = []
+real = signal.setitimer
+def spy(which, seconds, *rest):
+    if seconds:
+        armed.append('onnxruntime_extensions' in sys.modules)
+    return real(which, seconds, *rest)
+signal.setitimer = spy
+fd.fuzz(1, seed=22, levels=[2], targets=["ort"], graph_timeout=600)
+print(armed)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[True]"
+
+
 def test_time_budget_stops_early_and_says_so(tmp_path):
     summary = fd.fuzz(50, seed=23, levels=[2], targets=["ort"], out=tmp_path, time_budget=1e-6)
     assert summary["graphs"] == 1 and not summary["complete"] and summary["count"] == 50
