@@ -307,6 +307,9 @@ PA8_CLUSTER_VARIANTS = ((4, 4, "cluster"), (8, 2, "cluster"))
 #: w4s2h is planned on devices whose memory reads slower than this (bytes / s): it led on four H100 SXM
 #: machines (3.35e12) and trailed the 8-head groups on the H200 (4.8e12; docs/PERF.md runs 36c-h, 37a)
 W4S2H_MAX_BANDWIDTH = 4.0e12
+#: on the faster memory (the H200), an 8-head plan of at least this many splits (small batches, long contexts)
+#: runs as 4-head groups with three stages at half the splits (docs/PERF.md run 41, "Thirtieth round")
+W4S3H_MIN_SPLITS = 15
 PA8_PLANNED_CLUSTER = (4, 4, "cluster")  # planned where the head-group plan is two splits in one wave
 PA8_PLANNED_BF16 = (8, 2, "heads")  # there for bf16, at four splits (_plan_fp8)
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
@@ -869,6 +872,17 @@ def plan_paged_decode(
         plan = _decode_launch(f"onnx_fuse_pa_decode_{dt}_d{head_dim}_w4s2h", batch, num_heads, num_kv_heads,
                               head_dim, dt, ctx, half, target_waves, ctas_per_sm, min_split_tokens,
                               device, pa_smem_bytes(head_dim, 4, 2, 3), 4, 2, bulk=3)
+    if (planned and auto_splits and (plan.bulk, plan.warps, plan.stages) == (3, 8, 2)
+            and plan.num_splits >= W4S3H_MIN_SPLITS and device.mem_bandwidth >= W4S2H_MAX_BANDWIDTH):
+        # many short splits of 8-head groups: 4 kv heads per CTA, three 16 KiB-per-head stages, twice the
+        # keys per split (H200 runs 41a-b, H32/8 D128 block 16, % of SDPA, w8s2h s n -> w4s3h s ceil(n / 2):
+        # fp16 B2 ctx 32768 n 64 95.7 -> 100.8, B4 ctx 8192 / 16384 / 32768 n 31-32 94.3 / 99.2 / 95.2-95.9 ->
+        # 100.9 / 100.5 / 97.4-98.4, B6 ctx 16384 n 20 101.4 -> 102.8, B8 n 15 97.2-99.6 -> 98.0-99.5 (ahead by
+        # -0.1 to 1.7 %); bf16 ahead by 0.9-2.6 %; at n 10 (B12) 0.6 % behind to 0.1 % ahead, n 4-5 0.7-11 % behind)
+        plan = plan_paged_decode(batch, num_heads, num_kv_heads, head_dim, block_size, max_blocks, dtype,
+                                 max_seq_len=max_seq_len, num_splits=half, variant=(4, 3, 3),
+                                 target_waves=target_waves, min_split_tokens=min_split_tokens, device=device,
+                                 window=window)
     if (planned and (plan.bulk, plan.warps, plan.stages, plan.num_splits) == (3, 8, 2, 2)
             and math.prod(plan.grid) <= device.num_sms):
         # the planned w8s2h grid is two splits in one wave: the cluster-reduce form (run 11, H200, B64
@@ -890,7 +904,8 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
       4.22 for SDPA on a contiguous cache), where Hkv % 8 == 0 and the block size is a power of
       two >= 16; else w4s3t (tensor copies per block and kv head, 1-4 % ahead of bulk).
       plan_paged_decode turns a w8s2h grid of n >= 2 splits in one wave into w4s2h at ceil(n / 2) on
-      devices with memory slower than W4S2H_MAX_BANDWIDTH (the H100), and a two-split one into w8s2hc.
+      devices with memory slower than W4S2H_MAX_BANDWIDTH (the H100), one of W4S3H_MIN_SPLITS or more
+      splits into w4s3h at ceil(n / 2) on the faster ones (the H200), and a two-split one into w8s2hc.
     - D = 64: MQA-like grids (batch * Hkv <= SMs) w16s2t, tiles of 256 tokens at one CTA per SM (run
       31b, read-flushed L2, B128 H16/1 split 1: fp16 3170-3192 GB/s, bf16 3168-3175 against 2984-2994
       for w8s3t, SDPA 3287-3321; under the dirty-L2 flush of runs 14 / 17 bf16 had read w8s3t 1 %

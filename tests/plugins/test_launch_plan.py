@@ -586,8 +586,10 @@ def test_decode_default_plans_are_the_measured_fastest():
     assert plan(64, 32, 32, 128, 16, 128).grid == (4, 1, 64)  # 256 CTAs: 1.94 waves of 132
     assert plan(16, 32, 8, 128, 16, 1024).grid == (1, 8, 16)
     assert plan(16, 32, 8, 128, 16, 1024, device=H100).grid == (2, 4, 16)  # w8s2h's 8 splits as w4s2h's 4
-    q = plan(8, 32, 8, 128, 16, 256)  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
+    q = plan(8, 32, 8, 128, 16, 256, variant=(8, 2, 3))  # 15 splits would round to 13 (320-token splits): 16 fill 97 %
     assert q.num_splits == 16 and q.part_tokens == 256 and q.grid == (1, 16, 8)
+    q = plan(8, 32, 8, 128, 16, 256)  # planned: those 16 splits as w4s3h's 8 (W4S3H_MIN_SPLITS)
+    assert q.kernel == "onnx_fuse_pa_decode_f16_d128_w4s3h" and q.grid == (2, 8, 8) and q.part_tokens == 512
     assert plan(8, 32, 8, 128, 16, 256, device=H100).grid == (2, 8, 8)  # as w4s2h: half the splits
     for args in ((4, 8, 2, 128, 16, 64), (64, 32, 8, 128, 12, 256), (1, 32, 8, 128, 16, 256)):
         assert plan(*args).kernel.endswith("_d128_w4s3t" if args[4] == 16 else "_d128_w4s3b"), args
@@ -712,6 +714,36 @@ def test_decode_plans_four_head_groups_where_w8s2h_would_split_in_one_wave():
     for bw, kernel in ((3.9e12, "_w4s2h"), (4.0e12, "_w8s2hc"), (lp.H200.mem_bandwidth, "_w8s2hc")):
         assert plan(64, 32, 8, 128, 16, 256, device=lp.DeviceInfo(mem_bandwidth=bw)).kernel.endswith(kernel), bw
     assert plan(32, 32, 8, 128, 16, 256, device=lp.H200).kernel.endswith("_w8s2h")  # 4 splits, one wave
+
+
+def test_decode_plans_three_stage_four_head_groups_where_the_8_head_plan_needs_many_splits():
+    """On a device whose memory reads at W4S2H_MAX_BANDWIDTH or faster (the H200), a planned 8-head grid of
+    W4S3H_MIN_SPLITS = 15 splits or more (small batches, long contexts) runs as w4s3h at ceil(n / 2): the same
+    launch as forcing that variant and split count (H200 runs 41a-b: 0.9-7.1 % ahead from n 15 on, except
+    B8 ctx 16384 fp16 level; at n 10 and below level or behind). The H100, forced variants or splits and
+    fewer splits keep their plans."""
+    def plan(*a, **k):
+        return lp.plan_paged_decode(*a, **k)
+    assert lp.W4S3H_MIN_SPLITS == 15
+    for b, mb, n in ((2, 2048, 64), (4, 512, 32), (4, 2048, 31), (6, 1024, 20), (8, 1024, 15), (8, 2048, 15)):
+        w8 = plan(b, 32, 8, 128, 16, mb, variant=(8, 2, 3))
+        assert w8.num_splits == n, (b, mb)
+        for dtype in ("float16", "bfloat16"):
+            p = plan(b, 32, 8, 128, 16, mb, dtype)
+            assert p == plan(b, 32, 8, 128, 16, mb, dtype, variant=(4, 3, 3), num_splits=-(-n // 2)), (b, mb)
+            assert p.kernel.endswith("_d128_w4s3h") and p.num_splits == -(-n // 2) and p.reduce_kernel
+        assert plan(b, 32, 8, 128, 16, mb, device=H100).kernel.endswith("_w4s2h")   # the H100's rule
+        assert plan(b, 32, 8, 128, 16, mb, num_splits=n).kernel.endswith("_w8s2h")  # caller's splits
+    for b, mb in ((12, 512), (12, 1024), (16, 1024), (24, 512), (32, 256)):  # n 10, 10, 8, 5, 4
+        assert plan(b, 32, 8, 128, 16, mb).kernel.endswith("_w8s2h"), (b, mb)
+    assert plan(64, 32, 8, 128, 16, 256).kernel.endswith("_w8s2hc")
+    # a sliding window bounds the keys, so the splits: a short one keeps its plan, a long one keeps the window
+    assert plan(2, 32, 8, 128, 16, 2048, window=1024) == plan(2, 32, 8, 128, 16, 2048, window=1024, variant=(4, 3, 2))
+    p = plan(2, 32, 8, 128, 16, 2048, window=16384)
+    assert p.kernel.endswith("_w4s3h") and p.window == 16384
+    assert p.num_splits == -(-plan(2, 32, 8, 128, 16, 2048, window=16384, variant=(8, 2, 3)).num_splits // 2)
+    for bw, kernel in ((3.9e12, "_w4s2h"), (4.0e12, "_w4s3h")):
+        assert plan(4, 32, 8, 128, 16, 2048, device=lp.DeviceInfo(mem_bandwidth=bw)).kernel.endswith(kernel), bw
 
 
 def test_memory_bandwidth_from_the_driver_or_the_name():

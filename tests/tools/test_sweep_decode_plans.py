@@ -32,10 +32,13 @@ def test_h200_set_is_run_38_with_the_plans_of_each_device():
     assert h100[(4, 32768)] == ["w4s2h s16", "w8s2h s31", "w8s3h s31", "w4s3h s16", "w4s2h s16"]
     assert h100[(8, 8192)] == ["w4s2h s8", "w8s2h s15", "w8s3h s15", "w4s3h s8", "w4s2h s8"]
     assert h100[(64, 4096)] == ["w4s2h s1", "w8s2h s2", "w8s3h s2", "w4s3h s1", "w4s2h s1"]
-    # on the H200 the 8-head groups are planned (the cluster reduce at two splits in one wave)
+    # on the H200 the 8-head groups are planned (the cluster reduce at two splits in one wave), and from
+    # W4S3H_MIN_SPLITS splits on (n 15 / 31: runs 41a-b) 4-head groups with three stages at ceil(n / 2)
     assert h200[(64, 4096)] == ["w8s2hc s2", "w8s2h s2", "w8s3h s2", "w4s3h s1", "w4s2h s1"]
     assert h200[(16, 4096)][0] == "w8s2h s8" and h200[(32, 4096)][0] == "w8s2h s4"
-    assert all(row[0] == row[1] for k, row in h200.items() if k != (64, 4096))
+    assert h200[(4, 32768)][0] == "w4s3h s16" and h200[(8, 8192)][0] == "w4s3h s8"
+    assert all(row[0] == (row[3] if int(row[1].split(" s")[1]) >= 15 else row[1])
+               for k, row in h200.items() if k != (64, 4096))
 
 
 def test_wave_and_splits_sets_past_one_wave_on_the_h100():
