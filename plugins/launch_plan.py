@@ -356,6 +356,8 @@ def memory_bandwidth(name: str, clock_khz: int | None = None, bus_bits: int | No
 
 
 H200 = DeviceInfo()
+#: an H100 SXM as the planner sees it (DeviceInfo.from_torch on one: its memory reads 3.35e12 B / s)
+H100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", mem_bandwidth=memory_bandwidth("NVIDIA H100 80GB HBM3"))
 
 
 @functools.cache

@@ -384,14 +384,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
-H100 = lp.DeviceInfo(name="NVIDIA H100 80GB HBM3", mem_bandwidth=lp.memory_bandwidth("NVIDIA H100 80GB HBM3"))
-
-
 def main(argv=None) -> int:
     a = parse_args(argv)
     shapes, cands = a.shapes_, a.candidates
     if a.dry_run:
-        device = {"h200": lp.H200, "h100": H100}.get(a.device) or lp.current_device()
+        device = {"h200": lp.H200, "h100": lp.H100}.get(a.device) or lp.current_device()
         print(f"plans for {device.name} ({device.num_sms} SMs, {device.mem_bandwidth:.3g} B/s)")
         for s in shapes:
             cells, _ = resolve_all(s, cands, device)

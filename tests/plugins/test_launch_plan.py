@@ -11,8 +11,7 @@ import pytest
 
 from onnx_fuse.plugins import launch_plan as lp
 
-#: an H100 SXM as plan_paged_decode sees it (DeviceInfo.from_torch on one: its memory reads 3.35e12 B / s)
-H100 = lp.DeviceInfo(name="NVIDIA H100 80GB HBM3", mem_bandwidth=lp.memory_bandwidth("NVIDIA H100 80GB HBM3"))
+H100 = lp.H100
 
 KERNELS = Path(lp.__file__).resolve().parent / "kernels"
 

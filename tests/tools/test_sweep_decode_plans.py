@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import sweep_decode_plans as sw  # noqa: E402
 
 lp = sw.lp
-H100, H200 = sw.H100, lp.H200
+H100, H200 = lp.H100, lp.H200
 
 
 def _labels(set_name, device):
