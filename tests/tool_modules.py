@@ -29,13 +29,14 @@ def identity_model(path, shape) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
 
 
-def plan_new_set(ec: ModuleType, number: int, new, monkeypatch) -> list:
-    """Hold-out ``number``'s architectures ``new`` have model types no earlier set and no corpus spec has,
-    and its plan (returned) exports cache styles of decoders only; ``ec`` = export_corpus loaded by load_tool."""
+def plan_new_set(ec: ModuleType, number: int, new, monkeypatch, key=lambda spec: spec["model_type"]) -> list:
+    """Hold-out ``number``'s architectures ``new`` have keys (model types, or what ``key`` reads of a spec)
+    no earlier set and no corpus spec has, and its plan (returned) exports cache styles of decoders only;
+    ``ec`` = export_corpus loaded by load_tool."""
     hs = ec.HOLDOUT_SETS[number]
-    earlier = {spec["model_type"] for n, s in ec.HOLDOUT_SETS.items() if n != number for spec in s.values()}
-    earlier |= {spec["model_type"] for spec in ec.SPECS.values()}
-    assert not {hs[a]["model_type"] for a in new} & earlier
+    earlier = {key(spec) for n, s in ec.HOLDOUT_SETS.items() if n != number for spec in s.values()}
+    earlier |= {key(spec) for spec in ec.SPECS.values()}
+    assert not {key(hs[a]) for a in new} & earlier
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **hs})
     todo = list(ec.plan_holdout(list(new), None, number))
     for arch, style, _ in todo:
