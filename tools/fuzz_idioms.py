@@ -38,7 +38,7 @@ import numpy as np
 from onnx import TensorProto
 from onnx import helper as oh
 
-from fuzz_motifs import F16, F32, HEAD_SIZES, Builder, Dim, _proj, _rope
+from fuzz_motifs import F16, F32, HEAD_SIZES, Builder, Dim, _proj, _reduce, _rope
 
 BOOL = TensorProto.BOOL
 
@@ -290,12 +290,6 @@ def idiom_stack_rope(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
                 for i in pick)
     y = _rope(b, xt, (cos, sin), dh, rd, False)
     return b.op("Reshape", [b.op("Transpose", [y], perm=[1, 0, 2, 3]), b.ints([0, 0, d])])
-
-
-def _reduce(b: Builder, op: str, x: str, axis: int, keep: int, opset: int) -> str:
-    if opset >= 18:
-        return b.op(op, [x, b.ints([axis])], keepdims=keep)
-    return b.op(op, [x], axes=[axis], keepdims=keep)
 
 
 def _row_keep(b: Builder, bsz: Dim, seq: Dim) -> str:

@@ -183,11 +183,15 @@ class Builder:
 # Each takes the builder and a hidden value (name, shape) and returns the next hidden value.
 
 
-def _reduce_mean(b: Builder, x: str, opset: int) -> str:
-    axes = [-1]
+def _reduce(b: Builder, op: str, x: str, axis: int, keep: int, opset: int) -> str:
+    """A Reduce* over one axis: axes as an input from opset 18, as an attribute before."""
     if opset >= 18:
-        return b.op("ReduceMean", [x, b.ints(axes)], keepdims=1)
-    return b.op("ReduceMean", [x], axes=axes, keepdims=1)
+        return b.op(op, [x, b.ints([axis])], keepdims=keep)
+    return b.op(op, [x], axes=[axis], keepdims=keep)
+
+
+def _reduce_mean(b: Builder, x: str, opset: int) -> str:
+    return _reduce(b, "ReduceMean", x, -1, 1, opset)
 
 
 def motif_layer_norm(b: Builder, x: str, shape: list[Dim], opset: int, standalone: bool = False) -> str:
