@@ -66,7 +66,7 @@ import re
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._consts import const_ints
+from onnx_fuse.passes._consts import const_ints, node_axes
 from onnx_fuse.passes._dim_bounds import bounds_in, raise_bound
 from onnx_fuse.passes._dim_lengths import (TO_END, WHOLE, clean, conv_least_input, cut_length, padded_length,
                                            window_length)
@@ -517,27 +517,16 @@ def _strided(node: ir.Node, r: int | None, i: int) -> Dim | None:
     return floor_div(n, step, step - 1 - start) if n is not None and clean(n) else None
 
 
-def _axes(node: ir.Node, rank: int) -> list[int] | None:
-    """Constant ``axes`` (input 1 from opset 13, else the attribute), normalized to ``rank``."""
-    got = const_ints(node.inputs[1], 16) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-    if got is None:
-        attr = _attr(node, "axes", None)
-        got = list(attr) if isinstance(attr, (list, tuple)) else None
-    if got is None or not all(-rank <= a < rank for a in got):
-        return None
-    return sorted(a % rank for a in got)
-
-
 def _unsqueeze_step(node: ir.Node, v: ir.Value, i: int):
     x, r, rx = node.inputs[0], _rank(v), _rank(node.inputs[0])
     if r is None or rx is None:
         return None
     if node.op_type == "Unsqueeze":
-        axes = _axes(node, r)
+        axes = node_axes(node, r, sort=True)
         if axes is None or i in axes or len(axes) != r - rx:
             return None
         return x, i - sum(a < i for a in axes)
-    axes = _axes(node, rx)
+    axes = node_axes(node, rx, sort=True)
     if axes is None or len(axes) != rx - r:
         return None
     kept = [d for d in range(rx) if d not in axes]

@@ -77,6 +77,17 @@ def reroute(old: ir.Value, new: ir.Value) -> None:
         old.name, new.name = None, name
 
 
+def repoint_shape(shape: ir.Node, value: ir.Value, start: int | None, end: int | None) -> None:
+    """Point a Shape node at ``value`` reading its axes ``[start, end)`` (None: the attribute unset,
+    from the first axis / to the last); the slice attributes are opset 15's, the caller's to check."""
+    shape.replace_input_with(0, value)
+    shape.attributes.pop("start", None)
+    shape.attributes.pop("end", None)
+    for name, k in (("start", start), ("end", end)):
+        if k is not None:
+            shape.attributes[name] = ir.AttrInt64(name, k)
+
+
 def count_nodes(model: ir.Model) -> int:
     """Nodes in the main graph and every subgraph."""
     return _count_graph_nodes(model.graph)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import attr_value, reroute
+from onnx_fuse.passes._infra import attr_value, repoint_shape, reroute
 from onnx_fuse.passes._new_values import fresh_name, graph_names, int64_initializer
 from onnx_fuse.passes._transpose_region import ONE_AXIS, Refused, collect, layout_inputs, perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -116,10 +116,10 @@ def _shape_through(graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int], 
     picked = [p1[i] for i in range(rank)[start:end]]
     run = not picked or picked == list(range(picked[0], picked[0] + len(picked)))
     if run and (opset >= 15 or picked == list(range(rank))):
-        shape.replace_input_with(0, v)
         if picked and opset >= 15:
-            shape.attributes["start"] = ir.AttrInt64("start", picked[0])
-            shape.attributes["end"] = ir.AttrInt64("end", picked[-1] + 1)
+            repoint_shape(shape, v, picked[0], picked[-1] + 1)
+        else:   # the whole shape, or an empty run: the same on v (the same rank)
+            shape.replace_input_with(0, v)
         return
     taken = graph_names(graph)
     base = shape.outputs[0].name or "shape"

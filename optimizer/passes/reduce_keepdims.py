@@ -18,30 +18,18 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import node_axes
 from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
-from onnx_fuse.passes.constant_folding import constant_tensor
 
 REDUCE_OPS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
 
 
 def reduce_axes(node: ir.Node, rank: int) -> list[int] | None:
-    """The reduction's axes in [0, rank) (from its axes input, or its attribute before opset 18 / 13 for
-    ReduceSum); None where they are not constant, out of range, or empty (all axes, or none)."""
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        t = constant_tensor(node.inputs[1])
-        if t is None:
-            return None
-        axes = [int(a) for a in t.numpy().reshape(-1)]
-    else:
-        attr = node.attributes.get("axes")
-        if attr is None or attr.is_ref():
-            return None
-        axes = [int(a) for a in attr.value]
-    if not axes or any(not -rank <= a < rank for a in axes):
-        return None
-    return [a % rank for a in axes]
+    """The reduction's axes in [0, rank), in its order (passes/_consts.node_axes); None where they are
+    not constant, out of range, or empty (all axes, or none)."""
+    return node_axes(node, rank) or None
 
 
 def _kept_dims(reduced: ir.Value) -> list | None:

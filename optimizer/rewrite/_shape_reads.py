@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import is_default_op
+from onnx_fuse.passes._infra import is_default_op, repoint_shape
 from onnx_fuse.passes._shape_values import unknown_or_invented
 
 #: (Shape node, the value it will read, start, end); end None: to the last axis
@@ -93,10 +93,4 @@ def reread(o: ir.Value, reader: ir.Node, used, opset: int | None) -> ShapeRead |
 def move_reads(reads: list[ShapeRead]) -> None:
     """Point each Shape at its new value (``reread``'s plan), before the match's nodes go."""
     for node, src, start, end in reads:
-        node.replace_input_with(0, src)
-        node.attributes.pop("start", None)
-        node.attributes.pop("end", None)
-        if start:
-            node.attributes["start"] = ir.AttrInt64("start", start)
-        if end is not None:
-            node.attributes["end"] = ir.AttrInt64("end", end)
+        repoint_shape(node, src, start or None, end)
