@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._dim_lengths import TO_END
 from onnx_fuse.passes._dim_products import dim_text, reshape_out_dims, slice_range
 from onnx_fuse.passes._infra import attr_value
 from onnx_fuse.passes._transpose_region import perm_of
@@ -112,6 +113,8 @@ def step(node: ir.Node, s: ColumnState, lead: list):
             return None
         out = s
         for a, b0, e0, st in zip(axes, starts, ends, steps):
+            if st == 1 and b0 == 0 and e0 >= TO_END:
+                continue   # the whole axis: a Slice without axes cuts every axis, the lead ones too
             d = out.cols.shape[out.trailing(a, r)]
             out = out.take(a, list(slice_range(b0, e0, st, d)), keep=True)
         return [(outs[0], out)]

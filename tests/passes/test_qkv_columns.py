@@ -502,6 +502,51 @@ def test_pieces_in_order_sliced_one_split():
     check_same(proto, model, _feeds())
 
 
+def test_pieces_sliced_without_axes_one_split():
+    # a Slice without its axes input cuts every axis, each from its starts / ends: the lead axes [0, INT64_MAX)
+    # whole (fuzz_s34's slices, seeds 4 / 35: the lead axes refused the picks, the pieces stayed three Slices)
+    big = np.iinfo(np.int64).max
+    proto, model, modified, stats = _run(f"""
+        g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
+            {_projection(24, True)}
+            s0 = Constant <value = int64[3] {{0, 0, 0}}> ()
+            s1 = Constant <value = int64[3] {{0, 0, 8}}> ()
+            s2 = Constant <value = int64[3] {{0, 0, 16}}> ()
+            e0 = Constant <value = int64[3] {{{big}, {big}, 8}}> ()
+            e1 = Constant <value = int64[3] {{{big}, {big}, 16}}> ()
+            e2 = Constant <value = int64[3] {{{big}, {big}, {big}}}> ()
+            q0 = Slice (a, s0, e0)
+            k0 = Slice (a, s1, e1)
+            v0 = Slice (a, s2, e2)
+            {_heads_core()}
+        }}""")
+    assert modified and stats == {"projections": 1, "picks": 3}, stats
+    assert [o.shape[-1] for o in _split_projection(model).outputs] == [8, 8, 8]
+    assert "Slice" not in ops(model), ops(model)
+    check_same(proto, model, _feeds())
+    check_same(proto, model, _feeds(7, b=1, s=3))
+
+
+def test_a_lead_axis_cut_short_stays():
+    # the same Slices cutting the batch axis to its first row: a pick on a lead axis, not columns
+    big = np.iinfo(np.int64).max
+    proto, model, modified, stats = _run(f"""
+        g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
+            {_projection(24, True)}
+            s0 = Constant <value = int64[3] {{0, 0, 0}}> ()
+            s1 = Constant <value = int64[3] {{0, 0, 8}}> ()
+            s2 = Constant <value = int64[3] {{0, 0, 16}}> ()
+            e0 = Constant <value = int64[3] {{1, {big}, 8}}> ()
+            e1 = Constant <value = int64[3] {{1, {big}, 16}}> ()
+            e2 = Constant <value = int64[3] {{1, {big}, {big}}}> ()
+            q0 = Slice (a, s0, e0)
+            k0 = Slice (a, s1, e1)
+            v0 = Slice (a, s2, e2)
+            {_heads_core()}
+        }}""")
+    assert not modified, stats
+
+
 def mamba_in_proj(bias: bool = False) -> str:
     """Mamba-1's in_proj (falcon_mamba, jamba): ``in_proj(x).transpose(1, 2).chunk(2, dim=1)``, a MatMul, one
     Transpose(0, 2, 1) of the whole projection, one Split of the column axis into hidden_states and gate (in
