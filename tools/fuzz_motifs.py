@@ -24,7 +24,8 @@ Concat and its h % Hkv near misses, DequantizeLinear weights, opsets 17..23); af
 contrib ops' (tools/fuzz_contrib.py), a share (fuzz_s25.S25_SHARE) session 25's idioms (tools/fuzz_s25.py:
 a key mask from lengths, causal + padding over a past, ScatterND writes tiling an axis), then a share
 (fuzz_s28.S28_SHARE) session 28's (tools/fuzz_s28.py: float32 softmax islands in half models, masked_fill,
-masks on batch and length jointly, fed at other shapes too).
+masks on batch and length jointly, fed at other shapes too), then a share (fuzz_s34.S34_SHARE) session 34's
+(tools/fuzz_s34.py: a fused q / k / v projection picked apart by slices, chunks and head views).
 """
 
 from __future__ import annotations
@@ -755,6 +756,11 @@ def make_case(seed: int) -> Case:
     # session 28's forms (tools/fuzz_s28.py: float32 softmax islands, masked_fill, batch x length masks)
     if np.random.default_rng([seed, S28_SALT]).random() < S28_SHARE:
         return _with_sparse(make_s28_case(seed))
+    from fuzz_s34 import S34_SALT, S34_SHARE
+
+    # session 34's fused q / k / v projections picked apart (tools/fuzz_s34.py: slices, chunks, head views)
+    if np.random.default_rng([seed, S34_SALT]).random() < S34_SHARE:
+        return _with_sparse(make_s34_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -848,6 +854,14 @@ def make_s28_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s28 import build_s28
 
     return _built_case(seed, 0x5281, build_s28, name, "fuzz_s28")
+
+
+def make_s34_case(seed: int, name: str | None = None) -> Case:
+    """A graph of a fused q / k / v projection picked apart into q, k and v (tools/fuzz_s34.py: Phi-3's slices,
+    chunks, GPT-NeoX / BLOOM / Falcon / ModernBERT head views); ``name`` picks one (tests)."""
+    from fuzz_s34 import build_s34
+
+    return _built_case(seed, 0x3435, build_s34, name, "fuzz_s34")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:
