@@ -502,24 +502,25 @@ def test_pieces_in_order_sliced_one_split():
     check_same(proto, model, _feeds())
 
 
+def _sliced_without_axes(lead_end: str) -> str:
+    """Phi-3's three Slices of the projection's last axis written without axes: starts / ends on every axis, the
+    batch axis cut to ``lead_end`` (INT64_MAX: whole)."""
+    big = np.iinfo(np.int64).max
+    cuts = "".join(f"""
+            s{i} = Constant <value = int64[3] {{0, 0, {8 * i}}}> ()
+            e{i} = Constant <value = int64[3] {{{lead_end}, {big}, {8 * i + 8 if i < 2 else big}}}> ()
+            {n}0 = Slice (a, s{i}, e{i})""" for i, n in enumerate("qkv"))
+    return f"""
+        g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
+            {_projection(24, True)}{cuts}
+            {_heads_core()}
+        }}"""
+
+
 def test_pieces_sliced_without_axes_one_split():
     # a Slice without its axes input cuts every axis, each from its starts / ends: the lead axes [0, INT64_MAX)
     # whole (fuzz_s34's slices, seeds 4 / 35: the lead axes refused the picks, the pieces stayed three Slices)
-    big = np.iinfo(np.int64).max
-    proto, model, modified, stats = _run(f"""
-        g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
-            {_projection(24, True)}
-            s0 = Constant <value = int64[3] {{0, 0, 0}}> ()
-            s1 = Constant <value = int64[3] {{0, 0, 8}}> ()
-            s2 = Constant <value = int64[3] {{0, 0, 16}}> ()
-            e0 = Constant <value = int64[3] {{{big}, {big}, 8}}> ()
-            e1 = Constant <value = int64[3] {{{big}, {big}, 16}}> ()
-            e2 = Constant <value = int64[3] {{{big}, {big}, {big}}}> ()
-            q0 = Slice (a, s0, e0)
-            k0 = Slice (a, s1, e1)
-            v0 = Slice (a, s2, e2)
-            {_heads_core()}
-        }}""")
+    proto, model, modified, stats = _run(_sliced_without_axes(str(np.iinfo(np.int64).max)))
     assert modified and stats == {"projections": 1, "picks": 3}, stats
     assert [o.shape[-1] for o in _split_projection(model).outputs] == [8, 8, 8]
     assert "Slice" not in ops(model), ops(model)
@@ -529,21 +530,7 @@ def test_pieces_sliced_without_axes_one_split():
 
 def test_a_lead_axis_cut_short_stays():
     # the same Slices cutting the batch axis to its first row: a pick on a lead axis, not columns
-    big = np.iinfo(np.int64).max
-    proto, model, modified, stats = _run(f"""
-        g (float[B, S, {C}] x) => (float[B, 2, S, 4] y) {{
-            {_projection(24, True)}
-            s0 = Constant <value = int64[3] {{0, 0, 0}}> ()
-            s1 = Constant <value = int64[3] {{0, 0, 8}}> ()
-            s2 = Constant <value = int64[3] {{0, 0, 16}}> ()
-            e0 = Constant <value = int64[3] {{1, {big}, 8}}> ()
-            e1 = Constant <value = int64[3] {{1, {big}, 16}}> ()
-            e2 = Constant <value = int64[3] {{1, {big}, {big}}}> ()
-            q0 = Slice (a, s0, e0)
-            k0 = Slice (a, s1, e1)
-            v0 = Slice (a, s2, e2)
-            {_heads_core()}
-        }}""")
+    proto, model, modified, stats = _run(_sliced_without_axes("1"))
     assert not modified, stats
 
 
