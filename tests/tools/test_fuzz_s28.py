@@ -16,6 +16,7 @@ import onnx
 import pytest
 
 import onnx_fuse
+from tests.tool_modules import pinned_fuzz_seeds
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
@@ -135,11 +136,7 @@ def test_make_case_draws_s28_cases_from_a_stream_of_their_own():
     kinds = [make_case(seed) for seed in range(300)]
     s28 = sum(any(m in S28 for m in c.motifs) for c in kinds)
     assert 0.1 * S28_SHARE * 300 < s28 < S28_SHARE * 300, s28
-    fuzz_runs = [fd.case_seed(s, i) for s, n in ((11, 40), (12, 20), (5, 25), (21, 4), (22, 2), (31, 2), (17, 3))
-                 for i in range(n)]   # the graphs of the tests' fuzz() runs
-    for seed in (*fuzz_runs, 3, 4, 5, 6, 10, 16, 58, 130, 2019, 1448915198, 3122327281, 1436930359, 14525077, 2004176908, 3310816760,
-                 567340412, 1118843654, 1332654939, 1356464380, 211629190, 2159279219, 2319539263, 2319559700,
-                 2500259774, 3678026147, 875106632, 876935673, 914902902):
+    for seed in pinned_fuzz_seeds():
         assert not any(m in S28 for m in make_case(seed).motifs), seed
 
 

@@ -16,6 +16,7 @@ import onnx
 import pytest
 
 import onnx_fuse
+from tests.tool_modules import pinned_fuzz_seeds
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
@@ -83,12 +84,7 @@ def test_make_case_draws_s34_cases_from_a_stream_of_their_own():
     kinds = [make_case(seed) for seed in range(300)]
     s34 = sum(any(m in S34 for m in c.motifs) for c in kinds)
     assert 0.1 * S34_SHARE * 300 < s34 < S34_SHARE * 300, s34
-    fuzz_runs = [fd.case_seed(s, i) for s, n in ((11, 40), (12, 20), (5, 25), (21, 4), (22, 2), (31, 2), (17, 3),
-                                                 (23, 50)) for i in range(n)]   # the graphs of the tests' fuzz() runs
-    for seed in (*fuzz_runs, 3, 4, 5, 6, 7, 10, 13, 16, 58, 77, 130, 2019, 1448915198, 3122327281, 1436930359,
-                 14525077, 2004176908, 3310816760, 567340412, 1118843654, 1332654939, 1356464380, 211629190,
-                 2159279219, 2319539263, 2319559700, 2500259774, 2766378798, 3201138260, 3528835259, 2952367057,
-                 3678026147, 3750698633, 875106632, 876935673, 914902902):
+    for seed in pinned_fuzz_seeds():
         assert not any(m in S34 for m in make_case(seed).motifs), seed
 
 
