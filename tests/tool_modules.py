@@ -60,3 +60,14 @@ def pinned_fuzz_seeds() -> list[int]:
     from fuzz_differential import case_seed   # tools/ on sys.path (the fuzz tests put it there)
 
     return [case_seed(s, i) for s, n in FUZZ_RUNS for i in range(n)] + list(FUZZ_NAMED_SEEDS)
+
+
+def check_own_stream(names, low: float, high: float, graphs: int = 300) -> None:
+    """A fuzz family drawn from a side stream of its own: between ``low`` and ``high`` of the first ``graphs``
+    make_case seeds are its cases (a motif named in ``names``), and none of the pinned_fuzz_seeds is."""
+    from fuzz_motifs import make_case
+
+    drawn = sum(any(m in names for m in make_case(seed).motifs) for seed in range(graphs))
+    assert low < drawn < high, drawn
+    for seed in pinned_fuzz_seeds():
+        assert not any(m in names for m in make_case(seed).motifs), seed

@@ -15,13 +15,13 @@ import onnx
 import pytest
 
 import onnx_fuse
-from tests.tool_modules import pinned_fuzz_seeds
+from tests.tool_modules import check_own_stream
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
 
 import fuzz_differential as fd  # noqa: E402
-from fuzz_motifs import make_case, make_s25_case  # noqa: E402
+from fuzz_motifs import make_s25_case  # noqa: E402
 from fuzz_s25 import S25, S25_SHARE  # noqa: E402
 
 SEEDS = (0, 1, 2)
@@ -72,11 +72,7 @@ def test_the_plain_form_is_optimized(name, trap, target, gone):
 def test_make_case_draws_s25_cases_from_a_stream_of_their_own():
     """About S25_SHARE of the seeds that reach the plain motif graphs become session-25 cases; the seeds
     other tests pin keep their graphs (S25_SALT was chosen so)."""
-    kinds = [make_case(seed) for seed in range(300)]
-    s25 = sum(any(m in S25 for m in c.motifs) for c in kinds)
-    assert 0.2 * S25_SHARE * 300 < s25 < 2 * S25_SHARE * 300, s25
-    for seed in pinned_fuzz_seeds():
-        assert not any(m in S25 for m in make_case(seed).motifs), seed
+    check_own_stream(S25, 0.2 * S25_SHARE * 300, 2 * S25_SHARE * 300)
 
 
 def test_s25_cases_are_deterministic():

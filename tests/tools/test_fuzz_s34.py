@@ -16,13 +16,13 @@ import onnx
 import pytest
 
 import onnx_fuse
-from tests.tool_modules import pinned_fuzz_seeds
+from tests.tool_modules import check_own_stream
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
 
 import fuzz_differential as fd  # noqa: E402
-from fuzz_motifs import make_case, make_s34_case  # noqa: E402
+from fuzz_motifs import make_s34_case  # noqa: E402
 from fuzz_s34 import FORMS, S34, S34_SHARE  # noqa: E402
 
 NEAR = ("near-v-reversed", "near-k-early", "near-qk-interleaved", "near-unread-columns")
@@ -81,11 +81,7 @@ def test_a_near_miss_keeps_its_picks():
 def test_make_case_draws_s34_cases_from_a_stream_of_their_own():
     """About S34_SHARE of the seeds that reach the plain motif graphs (about a third: the other families are drawn
     first) become session-34 cases; the seeds other tests pin keep their graphs (S34_SALT was chosen so)."""
-    kinds = [make_case(seed) for seed in range(300)]
-    s34 = sum(any(m in S34 for m in c.motifs) for c in kinds)
-    assert 0.1 * S34_SHARE * 300 < s34 < S34_SHARE * 300, s34
-    for seed in pinned_fuzz_seeds():
-        assert not any(m in S34 for m in make_case(seed).motifs), seed
+    check_own_stream(S34, 0.1 * S34_SHARE * 300, S34_SHARE * 300)
 
 
 def test_s34_cases_are_deterministic():
