@@ -169,19 +169,11 @@ FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
 # rescale (kWsLazyRescale: O rescaled only where a row's frame maximum moves by more than 8 in log2 units):
 # run 30b +1.1 / +2.1 % causal (fp16 547 / bf16 571 TFLOP/s against 541 / 559 in the same run).
 FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
-# FA_WS_TMA_OVEDFCM / FA_WS_TMA_OVEDFCD (experimental, kernels ..._w12t_ovedfcm_ / _ovedfcd_, loads 42 / 43 and
-# 44 / 45, D = 128, session 34): FA_WS_TMA_OVEDFC whose causal diagonal tile is masked by one compare per score
-# (fa_ws_core's kWsDiagMask), and with that the diagonal's 16-key chunks no row of a warp sees left out of the
-# maximum and the exp2 (kWsDiagSkip). Without a mask they run FA_WS_TMA_OVEDFC's code.
-FA_WS_TMA_OVEDFCM = (128, 128, 12, "tma", "ovedfcm")
-FA_WS_TMA_OVEDFCD = (128, 128, 12, "tma", "ovedfcd")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
-           "ovedfcm", "ovedfcd")  # a last variant element naming fa_ws_core options
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
-                 "ovedfcm": (42, 43), "ovedfcd": (44, 45)}  # launcher loads (by name, planned)
-_FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcm", "ovedfcd")  # two query blocks per CTA (kWsFold)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39)}  # launcher loads (by name, planned)
+_FA_FOLD_OPTS = ("ovedf", "ovedfc")  # two query blocks per CTA (kWsFold)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
@@ -238,11 +230,10 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
-    FA_WS_TMA_PERSISTC and the causal diagonal's candidates FA_WS_TMA_OVEDFCM / _OVEDFCD, whose entries without
-    a mask are FA_WS_TMA_OVEDFC's code: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask)."""
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDFCM, FA_WS_TMA_OVEDFCD)
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -540,7 +531,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
-                          FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDFCM, FA_WS_TMA_OVEDFCD):
+                          FA_WS_TMA_PERSISTC):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -683,8 +674,7 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40; the candidates
-    FA_WS_TMA_OVEDFCM 42 / 43, FA_WS_TMA_OVEDFCD 44 / 45."""
+    FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

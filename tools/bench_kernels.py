@@ -8,9 +8,7 @@ On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
 m128n128w12t_persistent, the ov body with stepped wgmma descriptors on a persistent grid, D = 128;
 m128n128w12t_persistent_ovedc and m128n128w12t_ovedfc, the ovedq body on the persistent grid and ovedf's
 two-block fold with Q in registers, their blocks chained without draining the pipeline, D = 128;
-m128n128w12t_ovedfcm / _ovedfcd, ovedfc with the causal diagonal's cheap mask and with its unseen chunks
-left out (without a mask ovedfc's code), D = 128; m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64) are timed
-beside the planned variant (at
+m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64) are timed beside the planned variant (at
 D = 128 m128n128w12t_ovedq, at D = 64 m128n128w12t_lde), marked
 "(experimental)".
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a

@@ -925,13 +925,11 @@ constexpr int kWsChain = 512;
 // where no row's maximum moved at all and measured behind.)
 constexpr int kWsLazyRescale = 1024;
 constexpr float kWsLazyT = 8.f;
-// kWsDiagMask / kWsDiagSkip (causal candidates ovedfcm / ovedfcd, session 34): a key tile masked by the
-// causal diagonal alone (no key tail, no window edge) is masked by one compare per score against a per-thread
-// limit (the column offsets are constants of the unrolled loop) instead of the general test's column, row,
-// tail and window terms. kWsDiagSkip also leaves out the 16-key chunks that no row of the warp sees (on the
-// diagonal tile 7 of 16 groups on average): no maximum, no exp2 there, P set to zero.
-constexpr int kWsDiagMask = 2048;
-constexpr int kWsDiagSkip = 4096;
+// (Session 34, run 42a, dropped: on ovedfc the causal diagonal tile masked by one compare per score against a
+// per-thread limit (candidate ovedfcm) measured level with the general mask (fp16 / bf16 causal medians 550 / 565
+// against 543 / 575 TFLOP/s under the zeroing flush, 623 / 644 against 627 / 645 under the read flush), and with
+// the 16-key chunks no row of a warp sees left out by warp-uniform exits from the softmax's loops (ovedfcd)
+// 4.5-8 % behind on every causal row: docs/PERF.md "Thirty-first round".)
 // (query block, head, sequence) of this CTA for fa_ws_core's one-tile schedule.
 template <bool CAUSAL, int OPT>
 __device__ __forceinline__ int3 fa_ws_coords() {
@@ -1511,8 +1509,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   constexpr bool QREGS = (OPT & kWsQRegs) != 0;
   constexpr bool CHAIN = (OPT & kWsChain) != 0;
   constexpr bool LAZY = (OPT & kWsLazyRescale) != 0;
-  constexpr bool DSKIP = CAUSAL && (OPT & kWsDiagSkip) != 0;
-  constexpr bool DIAG = CAUSAL && ((OPT & kWsDiagMask) != 0 || DSKIP);
   static_assert(!QREGS || BN == 128, "kWsQRegs: S = Q K^T by the m64n128 RS wgmma");
   static_assert(!CHAIN || (PERSIST && QREGS && (OPT & kWsSmemEpilogue) != 0 && !MCAST),
                 "kWsChain: a persistent schedule with Q in registers and the staged epilogue");
@@ -1583,23 +1579,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   auto softmax = [&](float (&sv)[BN / 8][4], int tile, float (&alpha)[2], const BlockG& b) {
     if constexpr (SC) fa_softcap(sv, sc_k);
     const int n0 = (b.j0 + tile) * BN;
-    bool dfast = false;  // kWsDiagMask / kWsDiagSkip: a tile masked by the causal diagonal alone
-    int live = BN / 16;  // kWsDiagSkip: 16-key chunks [0, live) hold a key some row of this warp sees
-    if constexpr (DIAG) {
-      dfast = n0 + BN - 1 > b.m0 + wrow + b.OFF && n0 + BN <= b.KL && n0 > b.m0 + wrow + 15 + b.OFF - b.wlo;
-      if (dfast) {
-        // key offset nt * 8 + (e & 1) is past row g (+ 8) of this warp's 16 iff it exceeds lim (+ 8)
-        const int dlo = b.m0 + wrow + b.OFF - n0;
-        const int lim = dlo + g - 2 * t4;
-        if constexpr (DSKIP) live = dlo + 15 < 0 ? 0 : min(BN / 16, (dlo + 15) / 16 + 1);
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (nt * 8 + (e & 1) > lim + 8 * (e >> 1)) sv[nt][e] = -INFINITY;
-      }
-    }
-    if (!dfast) {
     const bool need_mask = (n0 + BN > b.KL) || (CAUSAL && n0 + BN - 1 > b.m0 + wrow + b.OFF) ||
                            (CAUSAL && n0 <= b.m0 + wrow + 15 + b.OFF - b.wlo);
     if (need_mask) {
@@ -1612,21 +1591,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
           if (col >= b.KL || (CAUSAL && (col > row + b.OFF || col <= row + b.OFF - b.wlo))) sv[nt][e] = -INFINITY;
         }
     }
-    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
-      if (DSKIP && dfast) {  // warp-uniform exits: the chunks past `live` are all -inf
-#pragma unroll
-        for (int c = 0; c < BN / 16; ++c) {
-          if (c >= live) break;
-          mx = fmaxf(mx, fmaxf(fmaxf(sv[2 * c][2 * h], sv[2 * c][2 * h + 1]),
-                               fmaxf(sv[2 * c + 1][2 * h], sv[2 * c + 1][2 * h + 1])));
-        }
-      } else {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(sv[nt][2 * h], sv[nt][2 * h + 1]));
-      }
       mx = quad_max(mx) * scale_log2;
       float m_use;
       if constexpr (LAZY) {  // the frame moves only past kWsLazyT (a first finite maximum always moves it)
@@ -1642,25 +1611,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         row_m[h] = m_new;
       }
       float sum = 0.f;
-      if (DSKIP && dfast) {  // exp2 over the live chunks; P = 0 on the others
-#pragma unroll
-        for (int c = 0; c < BN / 16; ++c) {
-          if (c >= live) break;
-#pragma unroll
-          for (int nt = 2 * c; nt < 2 * c + 2; ++nt) {
-            float p0 = exp2f(fmaf(sv[nt][2 * h], scale_log2, -m_use));
-            float p1 = exp2f(fmaf(sv[nt][2 * h + 1], scale_log2, -m_use));
-            sv[nt][2 * h] = p0;
-            sv[nt][2 * h + 1] = p1;
-            sum += p0 + p1;
-          }
-        }
-#pragma unroll
-        for (int c = BN / 16 - 1; c >= 0; --c) {
-          if (c < live) break;
-          sv[2 * c][2 * h] = sv[2 * c][2 * h + 1] = sv[2 * c + 1][2 * h] = sv[2 * c + 1][2 * h + 1] = 0.f;
-        }
-      } else {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
         float p0 = exp2f(fmaf(sv[nt][2 * h], scale_log2, -m_use));
@@ -1668,7 +1618,6 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         sv[nt][2 * h] = p0;
         sv[nt][2 * h + 1] = p1;
         sum += p0 + p1;
-      }
       }
       row_l[h] = row_l[h] * alpha[h] + sum;
     }
@@ -2319,18 +2268,6 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_causal, T, D, true,        \
                     OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |  \
                         onnx_fuse::kWsLazyRescale)
-// Candidates m128n128w12t_ovedfcm / _ovedfcd (loads 42 / 43 and 44 / 45, D = 128, by name; session 34): ovedfc
-// with the causal diagonal's cheap mask (kWsDiagMask), and with it the diagonal's unseen chunks left out
-// (kWsDiagSkip). Without a mask the options do nothing (the entries equal ovedfc's).
-#define OF_FA_OVEDFC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain | \
-                          onnx_fuse::kWsLazyRescale)
-#define OF_FA_WSTODFX_KERNELS_D(DTN, T, D)                                                                   \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcm_full, T, D, false, OF_FA_OVEDFC_OPT) \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcm_causal, T, D, true,                \
-                    OF_FA_OVEDFC_OPT | onnx_fuse::kWsDiagMask)                                              \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcd_full, T, D, false, OF_FA_OVEDFC_OPT) \
-  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcd_causal, T, D, true,                \
-                    OF_FA_OVEDFC_OPT | onnx_fuse::kWsDiagSkip)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2389,7 +2326,6 @@ OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODFC_KERNELS_D(f16, __half, 128)
-OF_FA_WSTODFX_KERNELS_D(f16, __half, 128)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
@@ -2413,7 +2349,6 @@ OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODFC_KERNELS_D(bf16, __nv_bfloat16, 128)
-OF_FA_WSTODFX_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
@@ -2557,7 +2492,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 18 _ovedfc, the candidates 20 _ovedfcm, 21 _ovedfcd (D = 128).
+// 14 _ovedq, 18 _ovedfc (D = 128).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2591,8 +2526,6 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
       case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)
-      case 20: OF_PICK_TK2(128, m128n128w12t_ovedfcm)
-      case 21: OF_PICK_TK2(128, m128n128w12t_ovedfcd)
       default: return nullptr;
     }
   }
@@ -2813,8 +2746,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
 // except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) and 36 / 37 are refused; 38 / 39 _ovedfc
 // (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
-// persistent grid of loads 4 with the ovedq body and chained blocks, by name only); 42 / 43 _ovedfcm and
-// 44 / 45 _ovedfcd (ovedfc with kWsDiagMask / kWsDiagSkip, candidates; 41 is refused);
+// persistent grid of loads 4 with the ovedq body and chained blocks, by name only);
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2851,7 +2783,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 45 && loads != 41);
+  OF_REQUIRE(loads >= 0 && loads <= 40);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
@@ -2869,8 +2801,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
-    // 42 / 43: ovedfcm; 44 / 45: ovedfcd (candidates)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
@@ -2909,7 +2840,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 18 || kind == 20 || kind == 21;  // _ovedf, _ovedfc(m / d) (kWsFold)
+      const bool fold = kind == 11 || kind == 18;  // _ovedf, _ovedfc (kWsFold)
       if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);

@@ -710,41 +710,10 @@ def test_fused_attention_chained_blocks_match_reference(lib, case, dtype):
     _check_fused_case(lib, case, dtype)
 
 
-# Session 34's causal candidates (D = 128, by name): ovedfc with the causal diagonal's cheap mask (ovedfcm,
-# kWsDiagMask) and with the diagonal's unseen 16-key chunks left out (ovedfcd, kWsDiagSkip), on ovedfc's cases
-# (causal and full: without a mask they run ovedfc's code), FA_LEFT_SHAPES' D = 128 left padding, sliding windows (a
-# window edge or a key tail takes the general mask) and scores that rise along the keys.
-FA_DIAG = [(128, 128, 12, "tma", "ovedfcm"), (128, 128, 12, "tma", "ovedfcd")]
-FA_DIAG_CASES = ([c[:7] + (v,) for v in FA_DIAG for c in FA_OVEDF_CASES]
-                 + [c + (v,) for v in FA_DIAG for c in ((3, 515, 4, 1, 128, True, [-515, -260, 300]),
-                                                        (3, 515, 4, 1, 128, False, [-1, -400, 129]))]
-                 + [(2, 1000, 8, 2, 128, True, [1000, 385], v) for v in FA_DIAG]
-                 + [(1, 4096, 2, 1, 128, True, None, v) for v in FA_DIAG])
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_DIAG_CASES, ids=lambda c: _fa_case_id("-diag-" + c[7][-1])(c))
-def test_fused_attention_diag_candidates_match_reference(lib, case, dtype):
-    _need_sm90()
-    _check_fused_case(lib, case, dtype)
-
-
-FA_DIAG_WIN_CASES = [(B, S, 8, 2, 128, lens, v, w, 0.0) for v in FA_DIAG for w in (64, 200, 1024)
-                     for B, S, lens in ((2, 1000, [1000, 385]), (2, 1000, [-1000, -385]), (1, 2048, None))]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("case", FA_DIAG_WIN_CASES, ids=lambda c: "diag-" + _fa_win_id(c))
-def test_fused_attention_diag_candidates_window_matches_reference(lib, case, dtype):
-    """Windows across and inside tiles, ragged and left-padded: the diagonal tiles whose window edge or key tail
-    needs the general mask take it, the others the candidates' own."""
-    _check_window_case(lib, case, dtype)
-
-
 # Session 20: the planned D = 128 bodies rescale O lazily (kWsLazyRescale); ovedf keeps the exact running
 # maximum (a control on the same inputs).
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("variant", [FA_OVEDQ, FA_OVEDFC, FA_OVEDF] + FA_DIAG, ids=lambda v: v[-1])
+@pytest.mark.parametrize("variant", [FA_OVEDQ, FA_OVEDFC, FA_OVEDF], ids=lambda v: v[-1])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("lens", [None, [1000, 513]], ids=["dense", "ragged"])
 def test_fused_attention_rising_scores_move_the_softmax_frame(lib, lens, causal, variant, dtype):

@@ -888,7 +888,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 45 && loads != 41);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 40);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -946,7 +946,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC, lp.FA_WS_TMA_OVEDFCM, lp.FA_WS_TMA_OVEDFCD)
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96, 256):
         assert lp.fa_experimental_variants(d) == ()
@@ -1439,11 +1439,11 @@ def test_chained_bodies_reach_their_entries_and_ovedfc_is_planned_causal():
     """Session 18's bodies with chained blocks (kWsChain, D = 128): ovedfc (ovedf's fold with Q in registers,
     loads 38 / 39, pick_tma kind 18, the fold's grid), planned causal without a window or softcap on Hopper
     from run 29a (a contract variant), and the persistent tp_ovedc (loads 40: pick_tma_persistent's chain
-    entries; experimental, by name only); the launcher accepts loads up to 45 (but 41)."""
+    entries; experimental, by name only); the launcher accepts loads up to 40."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     assert "case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)" in fa
     # the launcher gives kind 18 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
-    assert "const bool fold = kind == 11 || kind == 18 || kind == 20 || kind == 21;" in fa
+    assert "const bool fold = kind == 11 || kind == 18;" in fa
     assert "OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain" in fa
     assert "#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)" in fa
     for dt in ("f16", "bf16"):
@@ -1487,35 +1487,11 @@ def test_planned_d128_bodies_rescale_lazily():
 
     for name in ("OF_FA_WSTODQ_KERNELS_D", "OF_FA_WSTODFC_KERNELS_D"):
         assert macro(name).count("onnx_fuse::kWsLazyRescale") == 2, name
+    # session 34's causal-diagonal candidates (ovedfcm / ovedfcd, run 42a) measured level / behind and are gone
+    assert "kWsDiag" not in fa and "ovedfcm_full" not in fa and "ovedfcd" not in lp.FA_OPTS
     for name in ("OF_FA_WSTODF_KERNELS_D", "OF_FA_WSTOD_KERNELS_D", "OF_FA_WSTODM_KERNELS_D"):
         assert "kWsLazyRescale" not in macro(name), name
     assert "kWsLazyRescale" not in fa[fa.index("#define OF_FA_TPC_OPT"):fa.index("#define OF_FA_WSTPC_KERNELS_D")]
     for dt in ("float16", "bfloat16"):
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt).variant == lp.FA_WS_TMA_OVEDQ
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVEDFC
-
-
-def test_diagonal_candidates_reach_their_entries_and_are_never_planned():
-    """Session 34's causal candidates (D = 128, by name): ovedfc with the causal diagonal's cheap mask (ovedfcm,
-    kWsDiagMask, loads 42 / 43, pick_tma kind 20) and with its unseen chunks left out (ovedfcd, kWsDiagSkip, 44 /
-    45, kind 21): the fold's grid, experimental (without a mask their entries are ovedfc's code), never planned;
-    loads 41 is refused."""
-    fa = (KERNELS / "fused_attention.cu").read_text()
-    assert "case 20: OF_PICK_TK2(128, m128n128w12t_ovedfcm)" in fa and "case 21: OF_PICK_TK2(128, m128n128w12t_ovedfcd)" in fa
-    for dt in ("f16", "bf16"):
-        assert re.search(rf"^OF_FA_WSTODFX_KERNELS_D\({dt}, [\w ]+, 128\)", fa, re.M), dt
-    assert "OF_FA_OVEDFC_OPT | onnx_fuse::kWsDiagMask)" in fa and "OF_FA_OVEDFC_OPT | onnx_fuse::kWsDiagSkip)" in fa
-    for v, loads in ((lp.FA_WS_TMA_OVEDFCM, (42, 43)), (lp.FA_WS_TMA_OVEDFCD, (44, 45))):
-        assert v not in lp.fa_variants(128) and v in lp.fa_experimental_variants(128)
-        assert lp.fa_engine(v, 128) == "wgmma"
-        for dt in ("float16", "bfloat16"):
-            for causal in (False, True):
-                p = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, variant=v)
-                fold = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, variant=lp.FA_WS_TMA_OVEDFC)
-                assert p.kernel.replace("_" + v[-1] + "_", "_ovedfc_") == fold.kernel and p.grid == fold.grid
-                assert p.kernel.replace("_f16_d128_", "_##DTN##_d##D##_").replace("_bf16_d128_", "_##DTN##_d##D##_") in fa
-                assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
-                for kw in ({}, {"window": 1024 * causal}, {"softcap": 30.0}):
-                    assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, **kw).variant != v
-        with pytest.raises(ValueError, match="not compiled"):
-            lp.plan_fused_attention(4, 4096, 32, 8, 64, causal=True, variant=v)
