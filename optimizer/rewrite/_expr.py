@@ -27,6 +27,9 @@ import onnx_ir as ir
 from onnx_fuse.rewrite import _dims
 from onnx_fuse.rewrite._head_repeat import head_repeat as _head_repeat, head_source as _head_source_of
 from onnx_fuse.rewrite._paired import paired_columns as _paired_columns
+from onnx_fuse.rewrite._rotation_tables import rotation_pair as _rotation_pair
+from onnx_fuse.rewrite._rotation_tables import rotation_scale as _rotation_scale_of
+from onnx_fuse.rewrite._rotation_tables import table_layout as _table_layout
 
 
 class ExprSyntaxError(ValueError):
@@ -248,17 +251,7 @@ def _rotation_scale(ctx, c, s, rtol=1e-2) -> float:
     """The radius r of constant cos/sin tables when c^2 + s^2 == r^2 everywhere (within ``rtol``
     of r^2: float16 tables round), else 0.0. HF's attention_scaling (YaRN, LongRoPE) makes r != 1;
     folded into constants (onnxsim, onnxslim) it is one number for the whole table."""
-    c, s = _const_array(c, "rotation_scale"), _const_array(s, "rotation_scale")
-    try:
-        r2 = np.square(c.astype(np.float64)) + np.square(s.astype(np.float64))
-    except ValueError:
-        return 0.0
-    if not r2.size or not np.all(np.isfinite(r2)):
-        return 0.0
-    mean = float(r2.mean())
-    if mean <= 0.0 or not np.allclose(r2, mean, rtol=float(rtol), atol=0.0):
-        return 0.0
-    return math.sqrt(mean)
+    return _rotation_scale_of(_const_array(c, "rotation_scale"), _const_array(s, "rotation_scale"), float(rtol))
 
 
 def _shape_entries(v: ir.Value, sums: bool = False) -> list | None:
@@ -677,6 +670,12 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "allclose": _allclose,
     # r when constant cos/sin tables satisfy c^2 + s^2 == r^2 throughout (scaled rotations), else 0
     "rotation_scale": _rotation_scale,
+    # whether c and s are cos and sin of the same angles times one number: constants on their values,
+    # computed ones on their structure (_rotation_tables.py), never fails
+    "rotation_pair": lambda ctx, c, s: _rotation_pair(ctx, _as_value(c, "rotation_pair"), _as_value(s, "rotation_pair")),
+    # ["bhsd" | "bshd" | "sbhd" | "", table axes to squeeze]: where a rotary table broadcast
+    # against x's even columns holds its positions, read from its dims (_rotation_tables.py)
+    "table_layout": lambda ctx, t, xe: _table_layout(ctx, _as_value(t, "table_layout"), _as_value(xe, "table_layout")),
     "reshape": _reshape,
     # two pattern names bound to one graph value (an optional node was absent between them)
     "same": lambda ctx, a, b: a is b,

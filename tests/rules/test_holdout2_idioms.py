@@ -280,9 +280,9 @@ def test_interleaved_rotary_tables_reshaped_onto_another_axis_are_left_alone(h):
 
 
 def test_rotate_half_on_a_seq_first_layout_with_symbolic_heads_is_refused_in_one_line(h):
-    """rotary-const-table-sbhd needs static heads (its Reshape writes H * D): a symbolic head count
+    """rotary-const-table needs static heads on a seq-first x (its Reshape writes H * D): a symbolic head count
     is refused with the check's own reason, not a TypeError from multiplying a dim name."""
     model = _seq_first_rope(h, ["b", S, "h", D])
-    assert h.reasons(model, "ort", "rotary-const-table-sbhd") == ["check failed: heads and head dim must be static"]
+    assert h.reasons(model, "ort", "rotary-const-table") == ["check failed: heads and head dim must be static"]
     out = h.fuse(model, "ort")
     h.assert_close(model, out, {"x0": h.rng.standard_normal((B, S, H, D)).astype(np.float32)})

@@ -54,7 +54,7 @@ def test_pair_view_rotary_becomes_rotary_embedding(h, target, flat_in, out4):
 def test_tables_that_are_no_rotation_are_refused(h):
     r = np.random.default_rng(1)
     model = _pairs(h, tables=(r.standard_normal((S, D // 2)), r.standard_normal((S, D // 2))))
-    rs = h.reasons(model, "ort", "rotary-interleaved-complex-pairs-const-bshd")
+    rs = h.reasons(model, "ort", "rotary-interleaved-complex")
     assert rs and not any(r.startswith("matched") for r in rs), rs
     assert any("rotation" in r for r in rs), rs
     out = h.fuse(model, "ort")
@@ -65,7 +65,7 @@ def test_tables_that_are_no_rotation_are_refused(h):
 def test_swapped_parts_are_refused(h):
     """x1 taken as the real part is another map (y = conj rotation of the swapped pair): not this rule's."""
     model = _pairs(h, swap=True)
-    rs = h.reasons(model, "ort", "rotary-interleaved-complex-pairs-const-bshd")
+    rs = h.reasons(model, "ort", "rotary-interleaved-complex")
     assert rs and not any(r.startswith("matched") for r in rs), rs
     out = h.fuse(model, "ort")
     assert "RotaryEmbedding" not in h.ops(out)

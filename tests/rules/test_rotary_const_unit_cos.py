@@ -39,7 +39,7 @@ def test_rotation_without_its_cos_product_fuses(h, sin, heads_first):
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "Concat" not in ops, ops
     fired = h.fired(out)
-    assert fired["rotary-const-table" if heads_first else "rotary-const-table-bshd"], fired
+    assert fired["rotary-const-table"], fired
     x = h.rng.standard_normal((B, H, S, D) if heads_first else (B, S, H, D)).astype(np.float32)
     h.assert_close(model, out, {"x": x})
 

@@ -255,7 +255,7 @@ def _attr(node, name, default=None):
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 @pytest.mark.parametrize("form,layout,rule", [
     ("half", "bhsd", "rotary-const-table"),
-    ("half", "bshd", "rotary-const-table-bshd"),
+    ("half", "bshd", "rotary-const-table"),
     ("interleaved", "bhsd", "rotary-interleaved-paired-tables"),
     ("interleaved", "bshd", "rotary-interleaved-paired-tables"),
 ])
@@ -433,7 +433,7 @@ ROW_SCALE_P = np.linspace(0.5, 1.0, P)[:, None]
     # cos^2 + sin^2 varying with the position: no single scale s
     (dict(scale=ROW_SCALE), "rotary-const-table", "not a \\(scaled\\) rotation"),
     (dict(head_varying=True), "rotary-const-table", r"\[1\|B, 1, S, D\]"),
-    (dict(layout="bshd", bad_halves=True), "rotary-const-table-bshd", "halves differ"),
+    (dict(layout="bshd", bad_halves=True), "rotary-const-table", "halves differ"),
     (dict(form="interleaved", bad_halves=True), "rotary-interleaved-paired-tables", "even and odd"),
     (dict(form="interleaved", scale=ROW_SCALE), "rotary-interleaved-paired-tables", "not a \\(scaled\\) rotation"),
     (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
