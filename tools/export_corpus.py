@@ -100,6 +100,9 @@ sets as transformers 4.45.2 / 4.53.3 wrote them (legacy / legacy_sdpa, by the --
 --holdout 37 plans the twenty-fifth sweep (holdout_specs.HOLDOUT25): transformers 5.25 families no set had (mBART /
 Pegasus encoders, BLIP text, ConvNeXt family, FocalNet, MobileViT V2, Phi-4-multimodal, RWKV, xLSTM, RF-DETR /
 LW-DETR, Perceiver), usually into --out /tmp/h37; --dtype float16 the text models of holdout_specs.HALF25.
+--holdout 38 plans the twenty-sixth sweep (holdout_specs.HOLDOUT26): transformers 5.25 families earlier sets passed
+over (HY-V4-VL text, Inkling 2 Loop, Zamba, Mamba-2, SigLIP 2 / AIMv2 / VideoPrism / SAM 3 Lite text towers,
+Nemotron 3.5 ASR, OmniASR, TimesFM 2.5, SwiftFormer), usually into --out /tmp/h38.
 """
 
 from __future__ import annotations
@@ -673,6 +676,7 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     if kind == "features":  # log-mel frames [batch, frames, bins] (holdout_specs.HOLDOUT5B: AST, Speech2Text)
         name, frames, bins = spec["features_input"]
         shape = [bins, frames] if spec.get("features_layout") == "bins_frames" else [frames, bins]  # Whisper's
+        shape = [frames] if bins is None else shape  # a univariate series [B, T] (TimesFM 2.5's past_values)
         feeds[name] = torch.randn(batch, *shape, generator=g)
         dims[name] = [batch if static else "batch", *shape]
         return _audio_mask(spec, static, feeds, dims, batch, frames)
