@@ -102,7 +102,7 @@ Pegasus encoders, BLIP text, ConvNeXt family, FocalNet, MobileViT V2, Phi-4-mult
 LW-DETR, Perceiver), usually into --out /tmp/h37; --dtype float16 the text models of holdout_specs.HALF25.
 --holdout 38 plans the twenty-sixth sweep (holdout_specs.HOLDOUT26): transformers 5.25 families earlier sets passed
 over (HY-V4-VL text, Inkling 2 Loop, Zamba, Mamba-2, SigLIP 2 / AIMv2 / VideoPrism / SAM 3 Lite text towers,
-Nemotron 3.5 ASR, OmniASR, TimesFM 2.5, SwiftFormer), usually into --out /tmp/h38.
+Nemotron 3.5 ASR, OmniASR, CLAP's audio tower, TimesFM 2.5, SwiftFormer), usually into --out /tmp/h38.
 """
 
 from __future__ import annotations
@@ -1446,7 +1446,7 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     if isinstance(entry["num_heads"], list):  # per-stage heads (Swin, Segformer): one attention block per depth
         entry["attention_blocks"] = sum(cfg["depths"] if "depths" in cfg else cfg["depth"])  # CvT: depth
         entry["num_heads"] = entry["num_kv_heads"] = entry["num_heads"][0]
-        width = cfg["embed_dim"] if "embed_dim" in cfg else cfg["hidden_sizes"]
+        width = cfg["embed_dim"] if "embed_dim" in cfg else cfg.get("hidden_sizes", entry["hidden_size"])  # HTSAT
         entry["hidden_size"] = width[0] if isinstance(width, list) else width  # CvT: per-stage embed_dim
     if entry["hidden_size"] is None and "hidden_sizes" in cfg:  # per-stage widths, one head count (MobileViT)
         entry["hidden_size"] = cfg["hidden_sizes"][0]

@@ -3375,7 +3375,8 @@ HALF25 = {"phi4mm_text", "granite4_vision_text", "mbart_encoder", "pegasus_encod
 # attention block fed the embeddings), Mamba-2 (gated RMSNorm over groups); text towers: SigLIP 2 (final LayerNorm +
 # head), AIMv2 (RMSNorm, SwiGLU, causal), VideoPrism (attention logits soft-capped), SAM 3 Lite's MobileCLIP text
 # model (RepMixer conv blocks around attention); audio: Nemotron 3.5 Transcribe's ASR encoder (partial rotary,
-# feature stacking), OmniASR (wav2vec2-like, [B, 1, samples]); time series: TimesFM 2.5 (qk-norm with a per-dim query
+# feature stacking), OmniASR (wav2vec2-like, [B, 1, samples]), CLAP's HTSAT audio tower (Swin windows over the
+# mel frames folded into an image); time series: TimesFM 2.5 (qk-norm with a per-dim query
 # scale, RMSNorm, [B, T] values); vision: SwiftFormer (efficient additive attention, BatchNorm).
 # Not made (tried): Qwen4-Exp (dynamo: a guard on nonzero's data-dependent size; TorchScript: a JIT alias-analysis
 # assert on aten::scatter), GLM-5-Next's text model (dynamo dyn_mask: an invalid Reshape; static: ORT differs from
@@ -3458,6 +3459,15 @@ HOLDOUT26 = {
                        dict(image_size=IMAGE, depths=[1, 1, 1, 1], embed_dims=[8, 16, 16, 32]),
                        ["conv-stem", "efficient-additive-attention", "batchnorm", "layer-scale", "gelu-erf"],
                        "swiftformer", "vit", ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+    # CLAP's audio tower (HTSAT): the mel frames folded into a square image, Swin window attention with a relative
+    # position bias, patch merging; input_features [B, 1, frames, bins] as a one-channel image
+    "clap_audio": _mm("vision", "ClapAudioConfig", "ClapAudioModel",
+                      dict(window_size=4, num_mel_bins=16, spec_size=32, patch_size=4, patch_stride=[4, 4],
+                           depths=[1, 1], num_attention_heads=[2, 2], patch_embeds_hidden_size=16, hidden_size=HIDDEN,
+                           projection_dim=16, enable_fusion=False),
+                      ["mha", "window-attention", "relative-position-bias", "patch-merging", "mel-to-image",
+                       "layernorm", "gelu-erf"], "clap_audio_model", "vit", ("dyn_mask", "torchscript"), 2,
+                      image_size=[32, 16], num_channels=1, pixel_input="input_features"),
 }
 # layer types "hybrid[_sliding]" do not say attention; layers 1-2 run twice: 6 attentions a forward
 HOLDOUT26["inkling2_loop"]["attention_blocks"] = 6

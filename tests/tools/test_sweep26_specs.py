@@ -11,7 +11,7 @@ from tests.tool_modules import load_tool, plan_new_set
 
 NEW = ("hy_v4_vl_text", "inkling2_loop", "zamba", "mamba2", "siglip2_text",
        "aimv2_text", "videoprism_text", "sam3_lite_text", "nemotron35_asr", "omniasr_audio", "timesfm2_5",
-       "swiftformer")
+       "swiftformer", "clap_audio")
 
 
 def _export_corpus():
@@ -22,7 +22,7 @@ def test_new_model_types_are_in_no_earlier_set(monkeypatch):
     ec = _export_corpus()
     assert set(ec.HOLDOUT_SETS[38]) == set(NEW)
     todo = plan_new_set(ec, 38, NEW, monkeypatch)
-    assert len(todo) == 24 and {w for _, _, w in todo} == {"trained"}
+    assert len(todo) == 26 and {w for _, _, w in todo} == {"trained"}
     assert {s for _, s, _ in todo} == {"dyn_mask", "static_nomask", "torchscript"}
 
 
@@ -37,3 +37,20 @@ def test_features_without_bins_is_a_series(monkeypatch):
         feeds, dims = ec._example_inputs("timesfm2_5", style, None, 2, 8, 0, 0)
         assert list(feeds) == [name] and feeds[name].dtype == torch.float32
         assert list(feeds[name].shape) == [2, frames] and dims[name] == [batch, frames]
+
+
+def test_entry_of_per_stage_heads_without_stage_widths(monkeypatch, tmp_path):
+    """CLAP's audio tower (HTSAT) has per-stage heads but neither embed_dim nor hidden_sizes: the entry takes its
+    hidden_size (a KeyError on hidden_sizes before)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    ec = _export_corpus()
+    path = tmp_path / "clap.onnx"
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 32, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, 32, 16])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+    monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, "clap_audio": ec.HOLDOUT_SETS[38]["clap_audio"]})
+    entry = ec.make_entry("clap_audio", "dyn_mask", "trained", path, {})
+    assert entry["attention_blocks"] == 2 and entry["num_heads"] == 2 and entry["hidden_size"] == 32
