@@ -310,6 +310,15 @@ W4S2H_MAX_BANDWIDTH = 4.0e12
 #: on the faster memory (the H200), an 8-head plan of at least this many splits (small batches, long contexts)
 #: runs as 4-head groups with three stages at half the splits (docs/PERF.md run 41, "Thirtieth round")
 W4S3H_MIN_SPLITS = 15
+#: D = 64 with a 16-bit pool on the slower memory (below W4S2H_MAX_BANDWIDTH, sm_90: the H100), where the planner
+#: picks w16s2t: its base (batch x kv heads, the CTAs at one split) up to MQA_W4S2T_MAX_BASE x SMs runs w4s2t at
+#: the power of two nearest MQA_W4S2T_CTAS_PER_SM x SMs / base splits (in log2), at most MQA_W4S2T_MAX_SPLITS
+#: (8 at base 16 / 32, 4 at base 48-80 on 132 SMs: 93.7-100.5 % of SDPA against 71.7-94.3 % for w16s2t at
+#: 2-8 splits); above it, up to one CTA per SM, w16s2t at one split (B96 / B112 H16/1: 90.7-93.5 % against
+#: 62.3-76.4 % at 4-7 splits). H100 runs 44a-b, H16/1 and H32/4 D64 block 16: docs/PERF.md "Thirty-third round"
+MQA_W4S2T_MAX_BASE = 0.62
+MQA_W4S2T_CTAS_PER_SM = 2
+MQA_W4S2T_MAX_SPLITS = 8
 PA8_PLANNED_CLUSTER = (4, 4, "cluster")  # planned where the head-group plan is two splits in one wave
 PA8_PLANNED_BF16 = (8, 2, "heads")  # there for bf16, at four splits (_plan_fp8)
 _FP8_NAMES = ("fp8", "e4m3", "float8_e4m3fn", "uint8")
@@ -863,6 +872,14 @@ def plan_paged_decode(
     if plan.cluster and plan.num_splits > PA_CLUSTER_MAX_SPLITS:  # auto splits past the cluster size
         plan = _decode_launch(plan.kernel, batch, num_heads, num_kv_heads, head_dim, dt, ctx, PA_CLUSTER_MAX_SPLITS,
                               target_waves, ctas_per_sm, min_split_tokens, device, smem, warps, stages, bulk=bulk)
+    if (planned and auto_splits and (plan.bulk, plan.warps, plan.stages) == (2, 16, 2) and head_dim == 64
+            and device.compute_capability == (9, 0) and device.mem_bandwidth < W4S2H_MAX_BANDWIDTH):
+        # small MQA / GQA grids on the H100: the launch runs 44a-b timed (MQA_W4S2T_MAX_BASE)
+        variant, splits = _h100_d64_small_grid(batch * num_kv_heads, ctx, min_split_tokens, device)
+        return plan_paged_decode(batch, num_heads, num_kv_heads, head_dim, block_size, max_blocks, dtype,
+                                 max_seq_len=max_seq_len, num_splits=splits, variant=variant,
+                                 target_waves=target_waves, min_split_tokens=min_split_tokens, device=device,
+                                 window=window)
     half = -(-plan.num_splits // 2)
     if (planned and auto_splits and (plan.bulk, plan.warps) == (3, 8) and plan.num_splits >= 2
             and batch * (num_kv_heads // 4) * half <= device.num_sms and device.mem_bandwidth < W4S2H_MAX_BANDWIDTH):
@@ -898,6 +915,17 @@ def plan_paged_decode(
     return dataclasses.replace(plan, window=window) if window else plan
 
 
+def _h100_d64_small_grid(base: int, ctx: int, min_split_tokens: int, device) -> tuple[tuple[int, int, int], int]:
+    """(variant, splits) for a planned w16s2t grid of ``base`` CTAs per split on the H100: w4s2t at the power of
+    two nearest MQA_W4S2T_CTAS_PER_SM x SMs / base (at most MQA_W4S2T_MAX_SPLITS and what the context holds)
+    up to MQA_W4S2T_MAX_BASE x SMs, else w16s2t at one split (the caller plans w16s2t only up to one CTA per SM)."""
+    if base > MQA_W4S2T_MAX_BASE * device.num_sms:
+        return (16, 2, 2), 1
+    max_splits = max(1, math.ceil(ctx / max(min_split_tokens, PA_SPLIT_ALIGN)))
+    nearest = 2 ** round(math.log2(MQA_W4S2T_CTAS_PER_SM * device.num_sms / base))
+    return (4, 2, 2), max(1, min(nearest, MQA_W4S2T_MAX_SPLITS, max_splits))
+
+
 def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_splits,
                             device) -> tuple[int, int, int]:
     """The decode variant measured fastest on the H200 (docs/PERF.md, run 6, block 16-64; D = 64 run 31b):
@@ -911,7 +939,9 @@ def _default_decode_variant(batch, num_kv_heads, head_dim, block_size, ctx, max_
     - D = 64: MQA-like grids (batch * Hkv <= SMs) w16s2t, tiles of 256 tokens at one CTA per SM (run
       31b, read-flushed L2, B128 H16/1 split 1: fp16 3170-3192 GB/s, bf16 3168-3175 against 2984-2994
       for w8s3t, SDPA 3287-3321; under the dirty-L2 flush of runs 14 / 17 bf16 had read w8s3t 1 %
-      ahead); GQA w4s2t where TMA applies (run 31b, B64 H32/8: 4186 against 4088 for the cp.async w4s3
+      ahead); on the H100 plan_paged_decode turns a 16-bit w16s2t plan into w4s2t at 4-8 splits up to
+      MQA_W4S2T_MAX_BASE x SMs CTAs per split and into w16s2t at one split above it (runs 44a-b);
+      GQA w4s2t where TMA applies (run 31b, B64 H32/8: 4186 against 4088 for the cp.async w4s3
       and 4122 for w4s3t, SDPA 4265), else the cp.async w4s3 (the bulk forms read 18-46 % behind it).
     - D = 256: w4s2t (4.10, bulk 3.77, two runs). D = 80 / 96: bulk w4s2b (two stages, four CTAs
       per SM; TMA boxes into padded rows measured 8-10 % behind).

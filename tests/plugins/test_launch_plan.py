@@ -745,6 +745,59 @@ def test_decode_plans_three_stage_four_head_groups_where_the_8_head_plan_needs_m
         assert plan(4, 32, 8, 128, 16, 2048, device=lp.DeviceInfo(mem_bandwidth=bw)).kernel.endswith(kernel), bw
 
 
+def test_decode_plans_w4s2t_or_one_split_for_small_d64_grids_on_the_h100():
+    """On a device whose memory reads slower than W4S2H_MAX_BANDWIDTH (the H100), where the planner picks w16s2t
+    at D = 64 with a 16-bit pool: a base (batch x kv heads) up to MQA_W4S2T_MAX_BASE x SMs runs w4s2t at the
+    power of two nearest 2 x SMs / base splits (at most 8), a larger one up to one CTA per SM w16s2t at one split:
+    the launch runs 44a-b timed (H100, H16/1 and H32/4 D64 block 16, % of SDPA, old -> planned: B16 82.1 -> 93.7,
+    B48 71.7 -> 95.9, B80 77.8 -> 96.1, B96 74.0 -> 90.9, B112 62.3 -> 90.7). The H200, fp8 pools, forced variants
+    or splits, other head sizes and grids past one CTA per SM keep their plans."""
+    def plan(b, ctx, dtype="float16", heads=(16, 1), **k):
+        return lp.plan_paged_decode(b, *heads, 64, 16, ctx // 16, dtype, **{"device": H100, **k})
+    assert (lp.MQA_W4S2T_MAX_BASE, lp.MQA_W4S2T_CTAS_PER_SM, lp.MQA_W4S2T_MAX_SPLITS) == (0.62, 2, 8)
+    measured = {  # (batch, ctx, heads): (variant, splits) planned now, (splits) of the w16s2t plan before
+        (16, 4096, (16, 1)): ((4, 2, 2), 8, 8), (32, 4096, (16, 1)): ((4, 2, 2), 8, 4),
+        (32, 16384, (16, 1)): ((4, 2, 2), 8, 4), (48, 4096, (16, 1)): ((4, 2, 2), 4, 5),
+        (64, 4096, (16, 1)): ((4, 2, 2), 4, 2), (64, 8192, (16, 1)): ((4, 2, 2), 4, 2),
+        (64, 16384, (16, 1)): ((4, 2, 2), 4, 2), (80, 4096, (16, 1)): ((4, 2, 2), 4, 3),
+        (96, 4096, (16, 1)): ((16, 2, 2), 1, 4), (112, 4096, (16, 1)): ((16, 2, 2), 1, 7),
+        (128, 4096, (16, 1)): ((16, 2, 2), 1, 1), (128, 8192, (16, 1)): ((16, 2, 2), 1, 1),
+        (132, 4096, (16, 1)): ((16, 2, 2), 1, 1),
+        (16, 4096, (32, 4)): ((4, 2, 2), 4, 2), (32, 4096, (32, 4)): ((16, 2, 2), 1, 1)}
+    for (b, ctx, heads), (variant, splits, old) in measured.items():
+        for dtype, dt in (("float16", "f16"), ("bfloat16", "bf16")):
+            p = plan(b, ctx, dtype, heads)
+            w, st, _ = variant
+            assert p.kernel == f"onnx_fuse_pa_decode_{dt}_d64_w{w}s{st}t" and p.num_splits == splits, (b, ctx, heads)
+            assert p == plan(b, ctx, dtype, heads, variant=variant, num_splits=splits), (b, ctx, heads)
+            assert p.grid == ((heads[1], splits, b) if w == 4 else (heads[1], 1, b)) and p.part_tokens == ctx // splits
+            q = plan(b, ctx, dtype, heads, device=lp.H200)  # the H200 keeps w16s2t at its splits
+            assert q.kernel.endswith("_d64_w16s2t") and q.num_splits == old, (b, ctx, heads)
+            assert q == plan(b, ctx, dtype, heads, variant=(16, 2, 2), device=H100)  # = the old H100 plan
+            f = plan(b, ctx, dtype, heads, kv_dtype="fp8")  # fp8 pools: the same plan on both devices
+            assert f == plan(b, ctx, dtype, heads, kv_dtype="fp8", device=lp.H200), (b, ctx, heads)
+    # past one CTA per SM the planner's w4s2t stays (B256: 2 splits)
+    assert plan(256, 4096).kernel.endswith("_w4s2t") and plan(256, 4096).num_splits == 2
+    assert plan(256, 4096) == plan(256, 4096, device=lp.H200)
+    # the boundary: base 81 (<= 0.62 x 132 = 81.8) w4s2t, 82 w16s2t at one split
+    assert plan(81, 4096).kernel.endswith("_w4s2t") and plan(81, 4096).num_splits == 4
+    assert plan(82, 4096).kernel.endswith("_w16s2t") and plan(82, 4096).num_splits == 1
+    # splits capped by the context (256-token minimum): ctx 1024 holds 4
+    assert plan(16, 1024).num_splits == 4 and plan(16, 1024).kernel.endswith("_w4s2t")
+    # forced variants or splits keep what they ask for
+    assert plan(16, 4096, num_splits=8).kernel.endswith("_w16s2t")
+    assert plan(96, 4096, variant=(16, 2, 2)).num_splits == 4
+    # a window bounds the keys the splits cover (1000 + 63: 5 splits of at least 256), and is kept
+    p = plan(16, 16384, window=1000)
+    assert p.kernel.endswith("_w4s2t") and p.window == 1000 and p.num_splits == 5
+    assert p == plan(16, 16384, window=1000, variant=(4, 2, 2), num_splits=5)
+    # other head sizes, no TMA (block 12: the cp.async fallback) and a faster memory keep their plans
+    assert plan(16, 4096) != lp.plan_paged_decode(16, 16, 1, 128, 16, 256, device=H100)
+    assert lp.plan_paged_decode(16, 16, 1, 64, 12, 342, device=H100) == lp.plan_paged_decode(16, 16, 1, 64, 12, 342)
+    for bw, kernel in ((3.9e12, "_w4s2t"), (4.0e12, "_w16s2t")):
+        assert plan(48, 4096, device=lp.DeviceInfo(mem_bandwidth=bw)).kernel.endswith(kernel), bw
+
+
 def test_memory_bandwidth_from_the_driver_or_the_name():
     """Double data rate over the bus where the driver reports clock (kHz) and width (bits), else by the name."""
     assert lp.memory_bandwidth("cuda:0", 2619000, 5120) == pytest.approx(3.352e12, rel=1e-3)

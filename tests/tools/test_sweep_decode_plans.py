@@ -57,6 +57,31 @@ def test_wave_and_splits_sets_past_one_wave_on_the_h100():
     assert _labels("splits", H100)[(16, 4096)][0] == "w4s2h s4"
 
 
+def test_d64_small_grid_plans_are_the_launches_runs_44a_b_timed():
+    """H16/1 (and H32/4) D64 on the H100 (docs/PERF.md thirty-third round): `planned` resolves to the same launch
+    (plan key) as the timed candidate the H100 rule picks, w4s2t at 8 / 4 splits up to base 80, w16s2t at one
+    split from base 96 to one CTA per SM; the H200 keeps the w16s2t plan it had (the old H100 plan)."""
+    cands = [sw.parse_candidate(s, head_dim=64) for s in ("planned", "w4s2t@8", "w4s2t@4", "w16s2t@1")]
+    want = {16: 1, 32: 1, 48: 2, 64: 2, 80: 2, 96: 3, 112: 3, 128: 3}  # index of the candidate planned
+    old = {16: 8, 32: 4, 48: 5, 64: 2, 80: 3, 96: 4, 112: 7, 128: 1}  # w16s2t splits before (and on the H200)
+    for b, i in want.items():
+        for dtype in ("float16", "bfloat16"):
+            shape = sw.Shape(b, 4096, dtype, heads=16, kv_heads=1, head_dim=64)
+            cells, plans = sw.resolve_all(shape, cands, H100)
+            assert cells[0]["key"] == cells[i]["key"], (b, dtype, cells[0]["plan"])
+            h200 = sw.resolve_all(shape, cands[:1], H200)[0][0]["plan"]
+            assert h200 == f"w16s2t s{old[b]}", (b, h200)
+            forced = sw.resolve_all(shape, [sw.parse_candidate(f"w16s2t@{old[b]}", head_dim=64)], H100)[0][0]
+            assert forced["plan"] == h200  # the old plan, timed explicitly beside the new one (out/run34/mqa3.sh)
+    for b, c in ((32, 16384), (64, 8192), (64, 16384)):
+        cells, _ = sw.resolve_all(sw.Shape(b, c, heads=16, kv_heads=1, head_dim=64), cands, H100)
+        assert cells[0]["key"] == cells[1 if b == 32 else 2]["key"], (b, c)
+    cells, _ = sw.resolve_all(sw.Shape(16, 4096, heads=32, kv_heads=4, head_dim=64), cands, H100)
+    assert cells[0]["plan"] == "w4s2t s4" and cells[0]["key"] == cells[2]["key"]
+    cells, _ = sw.resolve_all(sw.Shape(256, 4096, heads=16, kv_heads=1, head_dim=64), cands, H100)
+    assert cells[0]["plan"] == "w4s2t s2"  # past one CTA per SM: unchanged
+
+
 def test_split_counts_n_and_half():
     assert [sw.eight_head_splits(sw.Shape(b, c), H100) for b, c in
             ((4, 32768), (8, 8192), (16, 4096), (32, 4096), (40, 4096), (48, 4096), (56, 4096), (64, 4096))] == \
