@@ -25,7 +25,8 @@ contrib ops' (tools/fuzz_contrib.py), a share (fuzz_s25.S25_SHARE) session 25's 
 a key mask from lengths, causal + padding over a past, ScatterND writes tiling an axis), then a share
 (fuzz_s28.S28_SHARE) session 28's (tools/fuzz_s28.py: float32 softmax islands in half models, masked_fill,
 masks on batch and length jointly, fed at other shapes too), then a share (fuzz_s34.S34_SHARE) session 34's
-(tools/fuzz_s34.py: a fused q / k / v projection picked apart by slices, chunks and head views).
+(tools/fuzz_s34.py: a fused q / k / v projection picked apart by slices, chunks and head views), then a share
+(fuzz_s34b.S34B_SHARE) rotaries read by value (tools/fuzz_s34b.py: complex-product and rotate-half in three layouts).
 """
 
 from __future__ import annotations
@@ -761,6 +762,11 @@ def make_case(seed: int) -> Case:
     # session 34's fused q / k / v projections picked apart (tools/fuzz_s34.py: slices, chunks, head views)
     if np.random.default_rng([seed, S34_SALT]).random() < S34_SHARE:
         return _with_sparse(make_s34_case(seed))
+    from fuzz_s34b import S34B_SALT, S34B_SHARE
+
+    # session 34's rotaries read by value (tools/fuzz_s34b.py: complex / pairs / rotate-half, three layouts)
+    if np.random.default_rng([seed, S34B_SALT]).random() < S34B_SHARE:
+        return _with_sparse(make_s34b_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -862,6 +868,14 @@ def make_s34_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s34 import build_s34
 
     return _built_case(seed, 0x3435, build_s34, name, "fuzz_s34")
+
+
+def make_s34b_case(seed: int, name: str | None = None) -> Case:
+    """A graph of rotaries in three layouts, complex-product and rotate-half, with the tables' near misses
+    (tools/fuzz_s34b.py); ``name`` picks one (tests)."""
+    from fuzz_s34b import build_s34b
+
+    return _built_case(seed, 0x3436, build_s34b, name, "fuzz_s34b")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:
