@@ -569,6 +569,16 @@ def hidden_start(b: Builder, opset: int, seqs: tuple, widths: list, norm: bool) 
     return h, shape, []
 
 
+
+def build_family(b: Builder, opset: int, family: dict, name: str | None = None) -> list[str]:
+    """One motif of ``family`` (name -> motif; drawn, or ``name``) on a fresh hidden state [B, S, d] (S 1-8,
+    d 16 / 32; a norm before it sometimes), its output the graph's. Returns the motif names."""
+    name = name if name is not None else b.pick(list(family))
+    h, shape, motifs = hidden_start(b, opset, (1, 2, 3, 5, 8), [16, 32], norm=True)
+    motifs.append(name)
+    b.output(family[name](b, h, shape, opset))
+    return motifs
+
 # --- standalone motifs (own inputs; small or odd shapes) --------------------------------------
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from fuzz_idioms import _causal, _lowest, _merge, _pad_mask, _scale
-from fuzz_motifs import Builder, Dim, hidden_start
+from fuzz_motifs import Builder, Dim, build_family
 
 #: share of the motif-graph seeds that are session-34 cases (a side stream of the seed decides)
 S34_SHARE = 0.08
@@ -202,10 +202,5 @@ S34 = {"qkv_picks": motif_qkv_picks}
 
 
 def build_s34(b: Builder, opset: int, name: str | None = None) -> list[str]:
-    """A session-34 motif (drawn, or ``name``) on a fresh hidden state [B, S, d] (a norm before it sometimes).
-    Returns the motif names."""
-    name = name if name is not None else b.pick(list(S34))
-    h, shape, motifs = hidden_start(b, opset, (1, 2, 3, 5, 8), [16, 32], norm=True)
-    motifs.append(name)
-    b.output(S34[name](b, h, shape, opset))
-    return motifs
+    """A session-34 motif (drawn, or ``name``) on a fresh hidden state (fuzz_motifs.build_family)."""
+    return build_family(b, opset, S34, name)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuzz_motifs import I64, Builder, Dim, hidden_start
+from fuzz_motifs import I64, Builder, Dim, build_family
 
 #: share of the motif-graph seeds that are rotary cases (a side stream of the seed decides)
 S34B_SHARE = 0.06
@@ -246,10 +246,5 @@ S34B = {"rotary": motif_rotary}
 
 
 def build_s34b(b: Builder, opset: int, name: str | None = None) -> list[str]:
-    """A rotary motif (drawn, or ``name``) on a fresh hidden state [B, S, d] (a norm before it sometimes).
-    Returns the motif names."""
-    name = name if name is not None else b.pick(list(S34B))
-    h, shape, motifs = hidden_start(b, opset, (1, 2, 3, 5, 8), [16, 32], norm=True)
-    motifs.append(name)
-    b.output(S34B[name](b, h, shape, opset))
-    return motifs
+    """A rotary motif (drawn, or ``name``) on a fresh hidden state (fuzz_motifs.build_family)."""
+    return build_family(b, opset, S34B, name)
