@@ -71,3 +71,15 @@ def check_own_stream(names, low: float, high: float, graphs: int = 300) -> None:
     assert low < drawn < high, drawn
     for seed in pinned_fuzz_seeds():
         assert not any(m in names for m in make_case(seed).motifs), seed
+
+
+def assert_same_case(a, b) -> None:
+    """Two fuzz cases made from one seed are the same case: the model's bytes, its feeds (names and values) and
+    every other-shape feed set."""
+    import numpy as np
+
+    assert a.model.SerializeToString() == b.model.SerializeToString()
+    assert a.feeds.keys() == b.feeds.keys() and all(np.array_equal(a.feeds[k], b.feeds[k]) for k in a.feeds)
+    assert len(a.alt_feeds) == len(b.alt_feeds)
+    for x, y in zip(a.alt_feeds, b.alt_feeds):
+        assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)

@@ -18,6 +18,7 @@ sys.path.insert(0, str(TOOLS))
 import fuzz_differential as fd  # noqa: E402
 import fuzz_paged  # noqa: E402
 from fuzz_motifs import make_case  # noqa: E402
+from tests.tool_modules import assert_same_case  # noqa: E402
 
 # Rule families by name: the attention rules are being renamed (canonical recognize/lower design),
 # so a family is matched by the words its rule names carry in both designs.
@@ -63,10 +64,7 @@ def test_generator_fires_every_rule_family(short_run):
 
 def test_cases_are_deterministic():
     for seed in (3, 4):
-        a, b = make_case(seed), make_case(seed)
-        assert a.model.SerializeToString() == b.model.SerializeToString()
-        assert a.feeds.keys() == b.feeds.keys()
-        assert all(np.array_equal(a.feeds[k], b.feeds[k]) for k in a.feeds)
+        assert_same_case(make_case(seed), make_case(seed))
 
 
 # A wrong rewrite: GELU replaced by Relu (close to it for x > 0, wrong for x < 0).

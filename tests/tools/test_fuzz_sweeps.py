@@ -19,6 +19,7 @@ sys.path.insert(0, str(TOOLS))
 import fuzz_differential as fd  # noqa: E402
 from fuzz_motifs import SWEEP_SALT, make_case, make_sweep_case  # noqa: E402
 from fuzz_sweeps import SWEEP_SHARE, SWEEPS  # noqa: E402
+from tests.tool_modules import assert_same_case  # noqa: E402
 
 NAMES = sorted(SWEEPS) + ["merged_decoder"]
 #: a rule each motif must fire somewhere among its seeds at O3 (a generator whose rules never
@@ -63,10 +64,7 @@ def test_make_case_draws_sweeps_from_a_stream_of_their_own():
 
 
 def test_sweep_cases_are_deterministic():
-    a, b = make_sweep_case(5, "merged_decoder"), make_sweep_case(5, "merged_decoder")
-    assert a.model.SerializeToString() == b.model.SerializeToString()
-    assert all(np.array_equal(a.feeds[k], b.feeds[k]) for k in a.feeds)
-    assert all(np.array_equal(x[k], y[k]) for x, y in zip(a.alt_feeds, b.alt_feeds) for k in x)
+    assert_same_case(make_sweep_case(5, "merged_decoder"), make_sweep_case(5, "merged_decoder"))
 
 
 def test_merged_decoder_is_checked_on_both_values_of_the_condition():
