@@ -203,7 +203,20 @@ def load_model(source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model, *
     """
     model = _load_model(source, check=check, base_dir=base_dir)
     _unique_node_names(model)
+    _empty_dim_names_unknown(model)
     return model
+
+
+def _empty_dim_names_unknown(model: ir.Model) -> None:
+    """A dim whose dim_param is the empty string becomes an unknown dim. It names nothing (ONNX
+    Runtime runs x: ['', 4] and y: ['', 4] at different sizes), but the passes read two equal names
+    as one size, so Shape(x)[0] - Shape(y)[0] folded to 0."""
+    for graph in model.graphs():
+        values = [*graph.inputs, *graph.outputs, *graph.initializers.values(),
+                  *(v for node in graph for v in node.outputs)]
+        for v in values:
+            if v.shape is not None and any(not isinstance(d, int) and d.value == "" for d in v.shape):
+                v.shape = ir.Shape([None if not isinstance(d, int) and d.value == "" else d for d in v.shape])
 
 
 def _unique_node_names(model: ir.Model) -> None:

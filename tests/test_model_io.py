@@ -495,3 +495,27 @@ def test_duplicate_node_names_are_made_unique_per_graph():
     assert [n.name for n in out.graph.node] == ["n", "n_2", "n_1", "n_3"]
     onnxruntime.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
     assert proto.SerializeToString() == before
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_empty_dim_names_are_unknown_dims(target):
+    """dim_param "" names nothing: ONNX Runtime runs x: ['', 4] and y: ['', 4] at batch 2 and 3. The
+    passes read two equal names as one size, so Shape(x)[0] - Shape(y)[0] folded to 0 (at O1 already)."""
+    import onnxruntime
+
+    zero = helper.make_tensor("z", TensorProto.INT64, [], [0])
+    nodes = [helper.make_node("Relu", ["x"], ["rx"]), helper.make_node("Relu", ["y"], ["ry"]),
+             helper.make_node("Shape", ["rx"], ["sx"]), helper.make_node("Shape", ["ry"], ["sy"]),
+             helper.make_node("Constant", [], ["z"], value=zero),
+             helper.make_node("Gather", ["sx", "z"], ["bx"]), helper.make_node("Gather", ["sy", "z"], ["by"]),
+             helper.make_node("Sub", ["bx", "by"], ["d"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["", 4]) for n in "yx"],
+                              [helper.make_tensor_value_info("d", TensorProto.INT64, [])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.ones((2, 4), np.float32), "y": np.ones((3, 4), np.float32)}
+    for level in (1, 3):
+        out = onnx_fuse.optimize(proto, level=level, target=target).to_proto()
+        got = onnxruntime.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        assert int(got[0]) == -1
+    dims = list(load_model(proto).graph.inputs[0].shape)
+    assert dims[0].value is None and dims[1] == 4
