@@ -10,7 +10,8 @@ SPLITS an integer, ``n`` (the split count the 8-head-group plan, w8s2h, takes at
 ``n/2`` (ceil(n / 2)). Candidates that resolve to the same launch are timed once.
 
 Shapes: B x ctx (every sequence full), heads --heads (32/8), head size --head-dim (128), block --block (16),
-fp16 unless the shape names bf16; random K/V in a pool whose blocks a shuffled table hands out. Every plan
+fp16 unless the shape names bf16; random K/V in a pool whose blocks a shuffled table hands out (--table: also
+in order, or each sequence's own span shuffled; TABLES). Every plan
 is first checked against a float32 reference, on full and on ragged lengths; one that misses the tolerance
 (tests/plugins/test_kernels_gpu.py's) is reported and never timed. Timing: tools/bench_timing.KernelTimer
 with the read flush (as tools/bench_kernels.py's decode rows), N passes over the candidates and SDPA, every
@@ -58,6 +59,7 @@ class Shape:
     kv_heads: int = 8
     head_dim: int = 128
     block: int = 16
+    table: str = "shuffled"  # TABLES: the block order the table hands out
 
     @property
     def blocks(self) -> int:
@@ -66,7 +68,8 @@ class Shape:
     @property
     def label(self) -> str:
         dt = "" if self.dtype == "float16" else " bf16"
-        return f"B{self.batch} ctx{self.ctx}{dt}"
+        tb = "" if self.table == "shuffled" else f" {self.table}"
+        return f"B{self.batch} ctx{self.ctx}{dt}{tb}"
 
     def kv_bytes(self) -> int:
         return lp.paged_decode_kv_bytes([self.ctx] * self.batch, self.kv_heads, self.head_dim, 2)
@@ -77,17 +80,19 @@ class Candidate:
     spec: str
     variant: tuple[int, int, int] | None = None  # None: planned
     splits: int | str | None = None  # an int, "n" or "n/2"
+    lib: str = "a"  # "b": run on the --lib-b library
 
 
 _CAND_RE = re.compile(r"w(\d+)s(\d+)(hc|h|t|b|)@(\d+|n|n/2)")
 
 
 def parse_candidate(spec: str, head_dim: int = 128) -> Candidate:
-    """``planned`` or VARIANT@SPLITS (module docstring); ValueError for anything else, for a variant not
-    compiled at ``head_dim`` and for zero splits."""
-    if spec == "planned":
-        return Candidate(spec)
-    m = _CAND_RE.fullmatch(spec)
+    """``planned`` or VARIANT@SPLITS (module docstring), either maybe prefixed ``b:`` (run on the --lib-b
+    library); ValueError for anything else, for a variant not compiled at ``head_dim`` and for zero splits."""
+    lib, body = ("b", spec[2:]) if spec.startswith("b:") else ("a", spec)
+    if body == "planned":
+        return Candidate(spec, lib=lib)
+    m = _CAND_RE.fullmatch(body)
     if not m:
         raise ValueError(f"candidate {spec!r}: expected 'planned' or VARIANT@SPLITS, e.g. w4s2h@4, w8s2h@n, "
                          "w4s3h@n/2")
@@ -100,7 +105,7 @@ def parse_candidate(spec: str, head_dim: int = 128) -> Candidate:
     splits = int(m[4]) if m[4].isdigit() else m[4]
     if splits == 0:
         raise ValueError(f"candidate {spec!r}: at least one split")
-    return Candidate(spec, variant, splits)
+    return Candidate(spec, variant, splits, lib)
 
 
 def variant_name(variant) -> str:
@@ -182,7 +187,7 @@ def resolve_all(shape: Shape, cands, device) -> tuple[list[dict], dict]:
         except ValueError as e:
             cells.append({"spec": c.spec, "status": f"refused: {e}"})
             continue
-        k = plan_key(p)
+        k = (c.lib,) + plan_key(p)  # the same launch on another library is another candidate
         plans.setdefault(k, p)
         cells.append({"spec": c.spec, "plan": plan_label(p), "ctas": math.prod(p.grid), "key": k, "status": "ok"})
     return cells, plans
@@ -221,6 +226,28 @@ def markdown_table(results: list[dict]) -> str:
 
 # --- the GPU part ------------------------------------------------------------------------------------
 
+#: block orders of the pool (--table): "shuffled" (the default, as the decode benches) hands the B * blocks
+#: physical blocks out in a random order over the whole pool; "identity" gives sequence b the blocks b * blocks ..
+#: in order (each sequence one contiguous span, as a contiguous cache); "local" gives it the same span as
+#: identity in a random order (the pages of identity, the 2 KiB-grained order of shuffled at block 16 MQA):
+#: the three separate the cost of where the blocks lie from the cost of their order
+TABLES = ("shuffled", "identity", "local")
+
+
+def block_table(torch, batch: int, blocks: int, order: str, g, dev: str = "cuda"):
+    """int32 [batch, blocks] block table of a pool of batch * blocks blocks in ``order`` (TABLES)."""
+    nb = batch * blocks
+    if order == "shuffled":
+        return torch.randperm(nb, device=dev, generator=g).to(torch.int32).view(batch, blocks).contiguous()
+    span = torch.arange(nb, device=dev, dtype=torch.int32).view(batch, blocks)
+    if order == "identity":
+        return span.contiguous()
+    if order == "local":
+        perm = torch.stack([torch.randperm(blocks, device=dev, generator=g) for _ in range(batch)])
+        return torch.gather(span, 1, perm).contiguous()
+    raise ValueError(f"block order {order!r}: one of {', '.join(TABLES)}")
+
+
 def _reference(torch, q, kc, vc, lens):
     """float32 attention of one query per sequence over its first lens[b] keys ([B, Hkv, ctx, D] caches,
     kv heads repeated), a few sequences at a time (float32 temporaries of at most 2**28 elements each)."""
@@ -243,7 +270,8 @@ def _reference(torch, q, kc, vc, lens):
 def run_shape(lib, bench, shape: Shape, cands, device, passes: int, seed: int = 1, dev: str = "cuda") -> dict:
     """Check every distinct plan of ``cands`` at ``shape`` (full and ragged lengths), then time the right
     ones and SDPA on a contiguous copy of the cache over ``passes`` interleaved passes (``bench(fn)`` ->
-    milliseconds; ``dev``: the torch device, "cpu" in the tests with a stand-in library)."""
+    milliseconds; ``dev``: the torch device, "cpu" in the tests with a stand-in library). ``lib``: the
+    kernel library, or {"a": library, "b": library} for candidates on two libraries (``b:`` specs)."""
     import torch
     import torch.nn.functional as F
 
@@ -256,7 +284,7 @@ def run_shape(lib, bench, shape: Shape, cands, device, passes: int, seed: int = 
     nb = B * shape.blocks
     k_pool = torch.randn(nb, bs, Hkv, D, device=dev, dtype=dt, generator=g)
     v_pool = torch.randn(nb, bs, Hkv, D, device=dev, dtype=dt, generator=g)
-    tables = torch.randperm(nb, device=dev, generator=g).to(torch.int32).view(B, shape.blocks).contiguous()
+    tables = block_table(torch, B, shape.blocks, shape.table, g, dev)
     q = torch.randn(B, Hq, D, device=dev, dtype=dt, generator=g)
     out = torch.empty_like(q)
     full = torch.full((B,), ctx, dtype=torch.int32, device=dev)
@@ -276,10 +304,12 @@ def run_shape(lib, bench, shape: Shape, cands, device, passes: int, seed: int = 
     ws = torch.empty(max([p.workspace_bytes for p in plans.values()] + [4]) // 4, dtype=torch.float32, device=dev)
     tol = TOL[shape.dtype]
 
-    def ours(plan, lens="full"):
+    libs = lib if isinstance(lib, dict) else {"a": lib}
+
+    def ours(plan, lens="full", which="a"):
         seq = {"full": full, "ragged": ragged}[lens]
         kp, vp = pools[lens]
-        return lambda: lib.paged_decode(q, kp, vp, tables, seq, out, plan=plan, workspace=ws)
+        return lambda: libs[which].paged_decode(q, kp, vp, tables, seq, out, plan=plan, workspace=ws)
 
     status, errs = {}, {}
     for k, p in plans.items():
@@ -287,7 +317,7 @@ def run_shape(lib, bench, shape: Shape, cands, device, passes: int, seed: int = 
             e = {}
             for name in ("full", "ragged"):
                 out.fill_(float("nan"))
-                ours(p, name)()
+                ours(p, name, k[0])()
                 if dev == "cuda":
                     torch.cuda.synchronize()
                 e[name] = rel_err(out, refs[name])
@@ -302,7 +332,7 @@ def run_shape(lib, bench, shape: Shape, cands, device, passes: int, seed: int = 
         return F.scaled_dot_product_attention(qs, kc, vc, enable_gqa=True)
     sdpa_err = rel_err(sdpa().view(B, Hq, D), refs["full"])
     del pools["ragged"]
-    timed = {k: ours(p) for k, p in plans.items() if status[k] == "ok"}
+    timed = {k: ours(p, "full", k[0]) for k, p in plans.items() if status[k] == "ok"}
     timed["sdpa"] = sdpa
     gbs = {k: [] for k in timed}
     for pas in range(passes):
@@ -354,10 +384,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--heads", default="32/8", metavar="HQ/HKV", help="query / kv heads (32/8)")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--block", type=int, default=16, help="tokens per pool block (16)")
+    ap.add_argument("--table", nargs="+", choices=TABLES, default=["shuffled"],
+                    help="block orders: each shape is run once per order (shuffled; TABLES in the source)")
     ap.add_argument("--passes", type=int, default=3, help="timed passes over the candidates (3)")
     ap.add_argument("--flush", default="read", choices=("read", "zero", "none"),
                     help="the L2 flush before each timed call (tools/bench_timing.py; read, as the decode rows)")
     ap.add_argument("--json", default=None, metavar="OUT.json")
+    ap.add_argument("--lib-b", default=None, metavar="PATH", help="a second kernel library: candidates "
+                    "prefixed b: (b:planned, b:w16s2t@1) run on it, interleaved with the others (A/B of a build)")
     ap.add_argument("--dry-run", action="store_true", help="print the resolved plans for this GPU (or the "
                     "H200 / H100 planner defaults without one: --device) and time nothing")
     ap.add_argument("--device", choices=("h200", "h100"), default=None,
@@ -377,9 +411,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                   else [Shape(b, c, **dims) for b, c in set_shapes])
         if a.dtype:
             shapes = [dataclasses.replace(s, dtype=DTYPES[a.dtype]) for s in shapes]
+        shapes = [dataclasses.replace(s, table=t) for s in shapes for t in dict.fromkeys(a.table)]
         a.candidates = [parse_candidate(s, a.head_dim) for s in (a.plans or set_plans)]
     except ValueError as e:
         ap.error(str(e))
+    if any(c.lib == "b" for c in a.candidates) and not a.lib_b:
+        ap.error("b: candidates need --lib-b")
     a.shapes_ = shapes
     return a
 
@@ -407,6 +444,11 @@ def main(argv=None) -> int:
     print(f"device: {device.name}, {device.num_sms} SMs, memory {device.mem_bandwidth:.3g} B/s as planned for, "
           f"torch {torch.__version__}", flush=True)
     lib = load_library()
+    if a.lib_b:  # the A/B library, loaded beside the first (ctypes' RTLD_LOCAL: each keeps its own symbols)
+        from onnx_fuse.plugins.kernel_lib import KernelLib
+
+        lib = {"a": lib, "b": KernelLib.load(Path(a.lib_b).resolve())}
+        print(f"library b: {a.lib_b}", flush=True)
     bench = KernelTimer(a.flush, warmup_ms=25, rep_ms=150)
     print(f"timing: {a.passes} passes, each the median of about 150 ms of calls after an L2 flush of kind "
           f"{a.flush!r}; GB/s of K/V", flush=True)

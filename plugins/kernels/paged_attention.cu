@@ -270,6 +270,83 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
   }
 }
 
+// Session-35 candidate for the 16-bit pool's merge (pa_decode_body with OF_PA_MERGE_V2; same contract as
+// pa_merge_out without PERM, out_scale 1). pa_merge_out stores each warp's O rows at a stride of D floats, so
+// at D % 32 == 0 the float2 stores of the rows g = 0..3 of a half-warp hit one bank pair (4-way conflict),
+// and it takes W exponentials per output column (G * D * W, 16K for the 16-warp MQA kernel). Here lanes
+// r < 16 of warp 0 combine the W warps' (m, l) of row r once into its max and final scale (the sink folded
+// in at one split; the partial's log2-sum-exp written at split-K); each warp then scales its own rows in
+// registers by 2^(m_w - M) * scale and stores them at a stride of D + 8 floats (rows g = 0..3 eight banks
+// apart); the output is the plain sum over the warps. One barrier more.
+constexpr int kPaMergePad = 8;
+__host__ __device__ constexpr int pa_merge_v2_floats(int D, int W) { return W * 16 * (2 + D + kPaMergePad) + 32; }
+
+template <typename T, int D, int W>
+__device__ __forceinline__ void pa_merge_out_v2(float* scratch, const float (&acc)[D / 8][4],
+                                                const float (&row_m)[2], const float (&row_l)[2],
+                                                T* __restrict__ out, long long o_sb, float* __restrict__ part_o,
+                                                float* __restrict__ part_lse, int Hq, int G, int hkv, int b,
+                                                int split, int num_splits, const float* __restrict__ sinks) {
+  constexpr int OS = D + kPaMergePad;  // scratch row stride (floats)
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  float* sm = scratch;      // [W][16] the warps' row maxima
+  float* sl = sm + W * 16;  // [W][16] their row sums
+  float* rs = sl + W * 16;  // [16][2] per row: the max M (0 for an empty row) and the final scale
+  float* so = rs + 32;      // [W][16][OS] the warps' scaled O rows (16-byte aligned: 32 (W + 1) floats in)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    if (t4 == 0) {
+      sm[warp * 16 + g + 8 * h] = row_m[h];
+      sl[warp * 16 + g + 8 * h] = l;
+    }
+  }
+  __syncthreads();
+  if (warp == 0 && lane < 16) {
+    const int r = lane;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
+    const float Mu = (M == -INFINITY) ? 0.f : M;
+    float lsum = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) lsum += sl[w * 16 + r] * exp2f(sm[w * 16 + r] - Mu);
+    float inv = 0.f;
+    if (r < G) {
+      const int hq = hkv * G + r;
+      // one split: the row is finished here, so its sink joins (split-K: in the reduce)
+      inv = num_splits == 1 ? sink_row_inv(lsum, Mu, sink_log2(sinks, hq)) : (lsum > 0.f ? 1.f / lsum : 0.f);
+      if (num_splits > 1) part_lse[((size_t)b * Hq + hq) * num_splits + split] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+    }
+    rs[2 * r] = Mu;
+    rs[2 * r + 1] = inv;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    const float inv = rs[2 * r + 1];
+    const bool live = inv > 0.f;  // an empty row (or r >= G) is zero, whatever its O holds
+    const float f = live ? exp2f(row_m[h] - rs[2 * r]) * inv : 0.f;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(so + (warp * 16 + r) * OS + nt * 8 + 2 * t4) =
+          live ? make_float2(acc[nt][2 * h] * f, acc[nt][2 * h + 1] * f) : make_float2(0.f, 0.f);
+  }
+  __syncthreads();
+  for (int idx = tid; idx < G * D; idx += 32 * W) {
+    const int r = idx / D, d = idx % D;
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) o += so[(w * 16 + r) * OS + d];
+    const int hq = hkv * G + r;
+    if (num_splits == 1)
+      out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
+    else
+      part_o[(((size_t)b * Hq + hq) * num_splits + split) * D + d] = o;
+  }
+}
+
 // Split-K reduce inside a thread-block cluster (the cluster-reduce head-group kernels of both pools,
 // sm_90): the grid's cluster dimensions are (1, num_splits, 1), so the CTAs of one cluster are the
 // splits of one (head group, sequence). Each has written its partial to its own shared memory, rows
@@ -346,6 +423,12 @@ __device__ __forceinline__ void pa_append_walk(long long n_sb, long long n_ss, c
   }
 }
 
+// The 16-bit decode's warp merge: pa_merge_out in the shipped kernels; a build with -DOF_PA_MERGE_V2=1 takes
+// session 35's candidate pa_merge_out_v2 (docs/PERF.md "Thirty-fourth round").
+#ifndef OF_PA_MERGE_V2
+#define OF_PA_MERGE_V2 0
+#endif
+
 template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0, bool CLUSTER = false>
 __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ q, long long q_sb, const T* __restrict__ k_pool,
@@ -363,7 +446,8 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
   constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
-  static_assert(kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8 <= kPaStages * 2 * kPaTile * RS * 2,
+  static_assert((OF_PA_MERGE_V2 ? pa_merge_v2_floats(D, kPaWarps) * 4 : kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8) <=
+                    kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
   // CLUSTER: the split's partial (pa_cluster_combine) over the drained stages
   static_assert(!CLUSTER || HEADS, "cluster reduce: the head-group kernels");
@@ -698,8 +782,12 @@ __device__ __forceinline__ void pa_decode_body(
                                          sinks);
     return;
   }
-  pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
-                                      part_o, part_lse, Hq, G, hkv, b, split, num_splits, sinks);
+  if constexpr (OF_PA_MERGE_V2)
+    pa_merge_out_v2<T, D, kPaWarps>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, out, o_sb, part_o, part_lse,
+                                    Hq, G, hkv, b, split, num_splits, sinks);
+  else
+    pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
+                                        part_o, part_lse, Hq, G, hkv, b, split, num_splits, sinks);
 }
 
 // Combines num_splits partials per (batch, query head): grid (Hq, B), D threads.
@@ -820,7 +908,9 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
 // 8 warps x 3 / 4 stages (tiles of 128 tokens: 32 / 48 KiB more of K/V in flight per CTA for the
 // MQA grid of one CTA per SM; 8 warps x 4 stages do not fit at D = 128) and 16 warps x 2 stages
 // (tiles of 256 tokens, 134 KiB: planned for fp16 MQA, run 17: 2694-2697 GB/s against 2636-2645 for
-// w8s3t; 16 warps x 3 stages measured behind and were dropped).
+// w8s3t; 16 warps x 3 stages measured behind there, on the H200, and were dropped). 16 warps x 3 stages
+// (199 KiB, a third 64 KiB tile in flight) are back as an experimental H100 candidate (session 35, never
+// planned: launch_plan.PA_TMA_EXPERIMENTAL).
 #define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                     \
   X(DTN, T, D, 4, 3)                     \
@@ -830,7 +920,8 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
   OF_PA_TMA_VARIANTS(X, DTN, T, D)           \
   X(DTN, T, D, 8, 3)                         \
   X(DTN, T, D, 8, 4)                         \
-  X(DTN, T, D, 16, 2)
+  X(DTN, T, D, 16, 2)                        \
+  X(DTN, T, D, 16, 3)
 #define OF_PA_TMA_VARIANTS_D256(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                          \
   X(DTN, T, D, 4, 3)
@@ -1857,7 +1948,7 @@ bool pa_l2_promotion(int bytes, CUtensorMapL2promotion* prom) {
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
   if (D != 64 && D != 128 && D != 256) return false;
   if (D == 256) return warps == 4 && (stages == 2 || stages == 3);
-  if (D == 64 && warps == 16) return stages == 2;
+  if (D == 64 && warps == 16) return stages == 2 || stages == 3;
   return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || (D == 64 && (stages == 3 || stages == 4))));
 }
 
@@ -1992,7 +2083,7 @@ extern "C" {
 
 // 1 when onnx_fuse_paged_attention_decode_tma runs its TMA kernel for these sizes on the current
 // device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128, 256}, a
-// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 64 also (8, 3), (8, 4), (16, 2),
+// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 64 also (8, 3), (8, 4), (16, 2), (16, 3),
 // D = 256 (4, 2), (4, 3), block_size a power of two >= 8), else 0.
 int onnx_fuse_paged_attention_tma_supported(int head_dim, int block_size, int warps, int stages) {
   return pa_tma_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;

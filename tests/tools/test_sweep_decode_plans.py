@@ -215,3 +215,64 @@ def test_sweep_on_the_gpu_checks_and_times_the_planned_launch():
     for c in r["cells"]:
         assert c["status"] == "ok" and c["median"] > 0 and max(c["rel_err"].values()) < sw.TOL["float16"], c
     assert r["sdpa"]["median"] > 0
+
+
+def test_block_orders_of_the_table():
+    """--table (session 35): every order hands out each of the pool's blocks once; identity gives sequence b its
+    own span in order, local the same span in a random order, shuffled blocks from anywhere in the pool."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    B, nb = 6, 64
+    tabs = {o: sw.block_table(torch, B, nb, o, g, "cpu") for o in sw.TABLES}
+    span = torch.arange(B * nb, dtype=torch.int32).view(B, nb)
+    for o, t in tabs.items():
+        assert t.dtype == torch.int32 and t.shape == (B, nb) and t.is_contiguous(), o
+        assert torch.equal(t.flatten().sort().values, span.flatten()), o  # a permutation of the pool
+    assert torch.equal(tabs["identity"], span)
+    assert torch.equal(tabs["local"].sort(1).values, span) and not torch.equal(tabs["local"], span)
+    assert not torch.equal(tabs["shuffled"].sort(1).values, span)  # rows draw from other sequences' spans
+    with pytest.raises(ValueError):
+        sw.block_table(torch, B, nb, "reversed", g, "cpu")
+    a = sw.parse_args(["--shapes", "128x4096", "64x4096", "--heads", "16/1", "--head-dim", "64",
+                       "--table", "shuffled", "identity", "local"])
+    assert [(s.batch, s.table) for s in a.shapes_] == [(b, t) for b in (128, 64) for t in sw.TABLES]
+    assert [s.label for s in a.shapes_[:3]] == ["B128 ctx4096", "B128 ctx4096 identity", "B128 ctx4096 local"]
+    assert {s.table for s in sw.parse_args(["--shapes", "8x256"]).shapes_} == {"shuffled"}
+
+
+def test_check_then_time_on_each_block_order():
+    torch = pytest.importorskip("torch")
+    lib = _FakeLib(torch)
+    cands = [sw.parse_candidate("planned", head_dim=64)]
+    for order in sw.TABLES:
+        shape = sw.Shape(4, 256, heads=16, kv_heads=1, head_dim=64, table=order)
+        r = sw.run_shape(lib, lambda fn: (fn(), 1.0)[1], shape, cands, H100, passes=1, dev="cpu")
+        cell = r["cells"][0]
+        assert r["shape"].endswith("" if order == "shuffled" else order) and cell["status"] == "ok", order
+        assert max(cell["rel_err"].values()) < 1e-3 and r["sdpa"]["rel_err"] < 4e-3, order
+
+
+def test_candidates_on_a_second_library():
+    """--lib-b (session 35): a ``b:`` candidate is the same launch on the other library, checked and timed
+    apart from the plain one; b: candidates without --lib-b are an argument error."""
+    torch = pytest.importorskip("torch")
+    c = sw.parse_candidate("b:w16s2t@1", head_dim=64)
+    assert (c.lib, c.variant, c.splits) == ("b", (16, 2, 2), 1) and sw.parse_candidate("b:planned").lib == "b"
+    assert sw.parse_candidate("planned").lib == "a"
+    with pytest.raises(ValueError):
+        sw.parse_candidate("b:w16s9t@1", head_dim=64)
+    with pytest.raises(SystemExit):
+        sw.parse_args(["--shapes", "8x256", "--plans", "planned", "b:planned"])
+    a = sw.parse_args(["--shapes", "8x256", "--plans", "planned", "b:planned", "--lib-b", "x.so"])
+    assert [c.lib for c in a.candidates] == ["a", "b"] and a.lib_b == "x.so"
+    libs = {"a": _FakeLib(torch), "b": _FakeLib(torch)}
+    cands = [sw.parse_candidate(s, head_dim=64) for s in ("planned", "w16s2t@1", "b:planned", "b:w16s2t@3")]
+    shape = sw.Shape(4, 1024, heads=16, kv_heads=1, head_dim=64)
+    r = sw.run_shape(libs, lambda fn: (fn(), 1.0)[1], shape, cands, H100, passes=2, dev="cpu")
+    by = {c["spec"]: c for c in r["cells"]}
+    assert by["planned"]["plan"] == by["b:planned"]["plan"] and by["planned"]["gbs"] and by["b:planned"]["gbs"]
+    assert by["b:w16s2t@3"]["status"].startswith("WRONG")  # the stand-in scales 3-split outputs: never timed
+    # each library ran its own candidates' checks (full + ragged) and timed passes (2): planned is w4s2t at 4
+    # splits here (the H100's small-grid rule); the wrong 3-split plan was checked on b and never timed
+    assert by["planned"]["plan"] == "w4s2t s4"
+    assert sorted(libs["a"].calls) == [1] * 4 + [4] * 4 and sorted(libs["b"].calls) == [3] * 2 + [4] * 4
