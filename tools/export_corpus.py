@@ -103,6 +103,10 @@ LW-DETR, Perceiver), usually into --out /tmp/h37; --dtype float16 the text model
 --holdout 38 plans the twenty-sixth sweep (holdout_specs.HOLDOUT26): transformers 5.25 families earlier sets passed
 over (HY-V4-VL text, Inkling 2 Loop, Zamba, Mamba-2, SigLIP 2 / AIMv2 / VideoPrism / SAM 3 Lite text towers,
 Nemotron 3.5 ASR, OmniASR, CLAP's audio tower, TimesFM 2.5, SwiftFormer), usually into --out /tmp/h38.
+--holdout 39 plans the twenty-seventh sweep (holdout_specs.HOLDOUT27): transformers 5.25 families earlier sets passed
+over (Qwen3-Omni / Qwen2.5-Omni talkers, Higgs Audio v2, BLT's global transformer, Granite Speech Plus, PoolFormer,
+X-CLIP / OWLv2 vision, Muse Spark audio, BiT), usually into --out /tmp/h39; --dtype float16 holdout_specs.HALF27
+(its text models and hold-out 38's, read through holdout_specs.HALF_FROM).
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -190,6 +194,40 @@ def perturb(model, seed: int = SEED) -> list[str]:
     return touched
 
 
+@contextlib.contextmanager
+def _nan_filled_empty():
+    """torch.empty fills floats with NaN while the model is built (torch's deterministic mode), so a parameter its
+    init never writes is found, not left as whatever memory held (varying run to run)."""
+    import torch
+    import torch.utils.deterministic as det
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        det.fill_uninitialized_memory = before[2]
+
+
+def _init_left_params(model, std: float, seed: int = SEED) -> list[str]:
+    """Parameters the model's init left unwritten (NaN after _nan_filled_empty) get normal(0, std): transformers
+    initialises some sub-models only inside their parent (Qwen3-Omni's talker built alone: its experts'
+    gate_up_proj / down_proj are torch.empty). Returns their names."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1)
+    left = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.is_floating_point() and bool(torch.isnan(p).all()):
+                p.copy_(std * torch.randn(p.shape, generator=g))
+                left.append(name)
+    return left
+
+
 def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | None = None, prune=None, peft=None):
     """The seeded model; weights are perturbed in fp32 and then cast, so a float16 model holds the
     fp32 model's weights rounded (the two exports stay comparable). attn: the attention
@@ -209,7 +247,9 @@ def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | Non
         config, model = types.SimpleNamespace(**spec["config"]), handwritten_models.build(spec)
     else:
         config = getattr(tf, spec["config_class"])(**spec["config"], **({"attn_implementation": attn} if attn else {}))
-        model = _hf_class(spec)(config).eval()
+        with _nan_filled_empty():
+            model = _hf_class(spec)(config).eval()
+        _init_left_params(model, getattr(config, "initializer_range", 0.02))
     if peft:
         model = with_peft(model, spec, peft)
     touched = perturb(model) if weights == "trained" else []
@@ -691,7 +731,7 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     if kind in CROSS:
         return _cross_inputs(spec, style, g, feeds, dims, batch, seq, past)
     if static:
-        return feeds, dims
+        return _embeds_for_ids(spec, g, feeds, dims)  # static_nomask: no mask, no extra inputs, embeds kept
     if style == "static_cache":  # the new tokens go to slots past .. past + seq of a fixed-length cache
         feeds["cache_position"] = torch.arange(past, past + seq)
         dims["cache_position"] = ["sequence"]
@@ -796,10 +836,7 @@ def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
     text comes as inputs_embeds [batch, sequence, embeds] instead of input_ids (a VLM's decoder)."""
     import torch
 
-    if spec.get("embeds"):
-        ids = feeds.pop("input_ids")
-        feeds["inputs_embeds"] = torch.randn(*ids.shape, spec["embeds"], generator=g)
-        dims["inputs_embeds"] = [*dims.pop("input_ids"), spec["embeds"]]
+    _embeds_for_ids(spec, g, feeds, dims)
     start = past or 0
     for name, (what, *arg) in spec.get("extra_inputs", {}).items():
         if what == "image_types":
@@ -834,6 +871,18 @@ def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
                 pos[:, :, 4:] -= 2  # text resumes after the image's largest position + 1
             feeds[name] = pos
             dims[name] = [3, "batch", "sequence"]
+
+
+def _embeds_for_ids(spec, g, feeds, dims):
+    """spec["embeds"]: the text comes as inputs_embeds [batch, sequence, embeds] instead of input_ids (a VLM's
+    decoder; a model whose forward refuses ids, as Qwen3-Omni's talker or BLT's global transformer)."""
+    import torch
+
+    if spec.get("embeds") and "input_ids" in feeds:
+        ids = feeds.pop("input_ids")
+        feeds["inputs_embeds"] = torch.randn(*ids.shape, spec["embeds"], generator=g)
+        dims["inputs_embeds"] = [*dims.pop("input_ids"), spec["embeds"]]
+    return feeds, dims
 
 
 def _vlm_inputs(spec, g, static, batch, seq):
@@ -1419,7 +1468,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
                                                             "n_head", "n_heads", "num_heads",
                                                             "encoder_attention_heads", "attention_heads",
                                                             "encoder_num_attention_heads")),
-        "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim", "embed_dim"),  # Kosmos-2: embed_dim
+        "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim", "embed_dim",  # Kosmos-2: embed_dim
+                         "hidden_dim"),  # Granite Speech's conformers
         "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", "vlm", *CROSS) else None,
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
                                         "static_nomask": ["static-shapes"],
@@ -1476,7 +1526,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
-        own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
+        own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()
@@ -1596,6 +1646,8 @@ def main(argv=None) -> int:
                          "use with --out")
     ns = ap.parse_args(argv)
     if ns.holdout:
+        for earlier in HALF_FROM.get(ns.holdout, ()) if ns.dtype != "float32" else ():
+            SPECS.update(HOLDOUT_SETS[earlier])  # a float16 plan over an earlier set's architectures too
         SPECS.update(HOLDOUT_SETS[ns.holdout])
     elif set(ns.styles or ()) & set(HOLDOUT_STYLES):
         print("error: the hold-out styles need --holdout", file=sys.stderr)

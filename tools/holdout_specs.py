@@ -3472,3 +3472,99 @@ HOLDOUT26 = {
 # layer types "hybrid[_sliding]" do not say attention; layers 1-2 run twice: 6 attentions a forward
 HOLDOUT26["inkling2_loop"]["attention_blocks"] = 6
 HOLDOUT_SETS[38] = HOLDOUT26
+
+
+# ---- twenty-seventh sweep (--holdout 39, HOLDOUT27): transformers 5.25 families earlier sets passed over ----
+# Model types no corpus or hold-out spec names nor configures (session 35: the session-34 script over
+# CONFIG_MAPPING_NAMES, also matching the specs' config classes, and docs/holdout.md's mentions), taken where they
+# build at a tiny config and take inputs export_corpus makes; styles cut to what exports.
+# Not made (tried): Diffusion Gemma's encoder text model (transformers: is_causal passed twice to the attention
+# function, sdpa and eager), Moshi's depth decoder (dynamo: a guard on a data-dependent Eq(u0, 0); TorchScript bakes
+# the per-codebook weight index, ORT's Gather out of range at another length), Qwen3-ASR's encoder (dynamo: .item()
+# of the chunk lengths; TorchScript bakes the chunk Split sizes), Granite Speech Plus in dynamo (a non-contiguous
+# head view, as Granite Speech's), BLT's global transformer with a mask (its 2-D int64 mask reaches SDPA as is).
+HOLDOUT27 = {
+    # Qwen3-Omni's talker code predictor: a Qwen3 decoder (q / k RMSNorm) over codec tokens
+    # (both take inputs_embeds: their forwards refuse ids, the thinker's states come as embeddings)
+    "qwen3_omni_code_predictor": dict(_s("encoder", "Qwen3OmniMoeTalkerCodePredictorConfig",
+                                         "Qwen3OmniMoeTalkerCodePredictorModel",
+                                         dict(DEC, **GQA, vocab_size=VOCAB, num_code_groups=4),
+                                         ["gqa", "causal", "qk-norm", "rope-full", "rmsnorm", "swiglu"],
+                                         "qwen3_omni_moe_talker_code_predictor", "gpt2",
+                                         styles=("dyn_mask", "static_nomask", "torchscript")), embeds=HIDDEN),
+    # Qwen3-Omni's talker: MoE with a sigmoid-gated shared expert, q / k RMSNorm
+    "qwen3_omni_talker": dict(_s("encoder", "Qwen3OmniMoeTalkerTextConfig", "Qwen3OmniMoeTalkerModel",
+                                 dict(DEC, **GQA, moe_intermediate_size=32, num_experts_per_tok=2, num_local_experts=4,
+                                      shared_expert_intermediate_size=32, experts_implementation="batched_mm"),
+                                 ["gqa", "causal", "qk-norm", "rope-full", "rmsnorm", "moe", "shared-expert-gate"],
+                                 "qwen3_omni_moe_talker_text", "gpt2", styles=("dyn_mask", "static_nomask")), embeds=HIDDEN),
+    # Qwen2.5-Omni's talker: Qwen2 (q / k / v biases) with an embedding width apart from the hidden width
+    "qwen2_5_omni_talker": _s("encoder", "Qwen2_5OmniTalkerConfig", "Qwen2_5OmniTalkerModel",
+                              dict(DEC, **GQA, embedding_size=HIDDEN, tts_text_start_token_id=3,
+                                   tts_text_end_token_id=4, tts_text_pad_token_id=5, vision_start_token_id=6,
+                                   vision_end_token_id=7, audio_start_token_id=8, audio_end_token_id=9,
+                                   audio_token_index=10, image_token_index=11, video_token_index=12,
+                                   tts_codec_start_token_id=13, tts_codec_end_token_id=14, tts_codec_pad_token_id=15,
+                                   tts_codec_mask_token_id=16, rope_parameters=dict(ROPE16, mrope_section=[2, 3, 3])),
+                              ["gqa", "causal", "qkv-bias", "rope-full", "rmsnorm", "swiglu"], "qwen2_5_omni_talker",
+                              "gpt2", styles=("dyn_mask", "static_nomask", "torchscript")),
+    # Higgs Audio v2: Llama 3 (llama3 rope scaling) with an audio path beside the text one
+    "higgs_audio_v2": _s("encoder", "HiggsAudioV2Config", "HiggsAudioV2Model",
+                         dict(DEC, **GQA, num_codebooks=2, codebook_size=16, audio_token_id=3, audio_bos_token_id=4,
+                              audio_delay_token_id=5, audio_stream_bos_id=16, audio_stream_eos_id=17,
+                              rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=32.0,
+                                                   high_freq_factor=4.0, low_freq_factor=1.0,
+                                                   original_max_position_embeddings=32)),
+                         ["gqa", "causal", "rope-llama3", "rmsnorm", "swiglu"], "higgs_audio_v2", "gpt2",
+                         styles=("dyn_mask", "static_nomask", "torchscript")),
+    # BLT's global transformer: fed patch embeddings (inputs_embeds), Llama-like blocks
+    "blt_global": dict(_s("encoder", "BltGlobalTransformerConfig", "BltGlobalTransformer",
+                          dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                               num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                               max_position_embeddings=POSITIONS, rope_parameters=dict(ROPE16)),
+                          ["mha", "causal", "inputs-embeds", "rope-full", "rmsnorm", "swiglu"],
+                          "blt_global_transformer", "gpt2", styles=("static_nomask",)),
+                       embeds=HIDDEN, model_module="transformers.models.blt.modeling_blt"),
+    # Granite Speech Plus's CTC encoder: a conformer with Shaw relative positions inside blocks of context_size
+    "granite_speech_plus_encoder": dict(_s("features", "GraniteSpeechPlusEncoderConfig", "GraniteSpeechPlusCTCEncoder",
+                                           dict(input_dim=16, num_layers=LAYERS, hidden_dim=HIDDEN, feedforward_mult=2,
+                                                num_heads=2, dim_head=16, output_dim=8, context_size=8, max_pos_emb=16,
+                                                conv_kernel_size=3),
+                                           ["mha", "shaw-relative-positions", "block-attention", "conformer-conv",
+                                            "batchnorm", "layernorm", "silu"], "granite_speech_plus_encoder", "bert",
+                                           styles=("torchscript",)),
+                                        features_input=("hidden_states", 16, 16), attention_blocks=LAYERS),
+    # PoolFormer: token mixing by average pooling, GroupNorm with one group, layer scale
+    "poolformer": _mm("vision", "PoolFormerConfig", "PoolFormerModel",
+                      dict(image_size=IMAGE, depths=[1, 1, 1, 1], hidden_sizes=[8, 16, 16, 32]),
+                      ["conv-stem", "pool-mixer", "groupnorm-1", "layer-scale", "gelu-erf"], "poolformer", "vit",
+                      ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+    # X-CLIP's vision tower: each layer first attends across the frames (one message token per frame, the
+    # frames folded into the batch: 2 frames, batch 2 = one video), then over the frame's patches
+    "xclip_vision": _mm("vision", "XCLIPVisionConfig", "XCLIPVisionModel",
+                        dict(VIS, num_frames=2, mit_hidden_size=HIDDEN, mit_intermediate_size=FFN,
+                             mit_num_attention_heads=2),
+                        ["mha", "cross-frame-messages", "pre-norm", "layernorm", "quick-gelu"], "xclip_vision_model",
+                        "vit", ("static_nomask",), 2 * LAYERS),
+    # OWLv2's vision tower: CLIP's with a LayerNorm after the stem and one after the encoder
+    "owlv2_vision": _mm("vision", "Owlv2VisionConfig", "Owlv2VisionModel", dict(VIS),
+                        ["mha", "pre-norm", "final-layernorm", "layernorm", "quick-gelu"], "owlv2_vision_model", "vit",
+                        ("dyn_mask", "torchscript"), LAYERS),
+    # Muse Spark's audio encoder: no attention; causal convs, RMSNorm, patch-merging stages over the waveform
+    "muse_spark_audio": _mm("audio", "MuseSparkAudioConfig", "MuseSparkAudioModel",
+                            dict(patch_sizes=[4, 2, 2, 2], hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1],
+                                 num_hidden_layers=4, conv_kernel_size=3, out_hidden_size=HIDDEN),
+                            ["causal-conv", "patch-merge", "rmsnorm", "gelu"], "muse_spark_audio", "bert",
+                            ("dyn_mask", "static_nomask", "torchscript"), 0, audio_samples=384),
+    # BiT: weight-standardized convs (the weight normalized in every forward) and GroupNorm, pre-activation blocks
+    "bit": _mm("vision", "BitConfig", "BitModel",
+               dict(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], num_groups=2, image_size=IMAGE),
+               ["weight-standardization", "groupnorm", "preactivation", "relu"], "bit", "vit",
+               ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+}
+HOLDOUT_SETS[39] = HOLDOUT27
+# --holdout 39 --dtype float16: its decoders / text models and hold-out 38's text towers and LLM text models
+# (HALF_FROM: the earlier set whose specs the float16 plan also reads)
+HALF27 = {"qwen3_omni_code_predictor", "qwen2_5_omni_talker", "qwen3_omni_talker", "higgs_audio_v2", "blt_global",
+          "hy_v4_vl_text", "siglip2_text", "aimv2_text", "videoprism_text", "sam3_lite_text"}
+HALF_FROM = {39: (38,)}
