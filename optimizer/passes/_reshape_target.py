@@ -5,7 +5,9 @@ onnxscript 0.6's dynamo export of ViT reshapes the patch embedding's Conv output
 output, so no folding applies and the Shape read and the Concat stay in the optimized graph. onnxscript
 0.7's optimizer writes ``[-1, 32, 16]`` instead, and so does this: where every other entry is a
 positive constant, the one computed entry is what the element count leaves, whatever it reads, so the
--1 is exact wherever the original runs (it must then hold numel / 512). Literal 0s are refused (a copy
+-1 is exact wherever the original runs (it must then hold numel / 512). The target may also be a Shape read
+whole (``Reshape(y, Shape(x))``, a GroupNorm's way back to x's dims): x's inferred static dims are its constant
+entries, the one dynamic dim the computed one, as onnxscript 0.7 writes it. Literal 0s are refused (a copy
 under allowzero = 0, an empty dim under allowzero = 1, where a -1 beside it is invalid), and so is a
 target that already has a -1 (two computed entries cannot both be solved). Targets with several
 entries read from shapes (the head splits ``[B, S, -1, D]``) stay as they are: proving each entry
@@ -41,6 +43,8 @@ def _entries(target: ir.Value) -> list[int | None] | None:
     if target.shape is not None and len(target.shape) != 1:
         return None
     node = target.producer()
+    if node is not None and node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
+        return _shape_entries(node)
     if node is None or node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
         return None
     out: list[int | None] = []
@@ -57,3 +61,15 @@ def _entries(target: ir.Value) -> list[int | None] | None:
         else:
             return None
     return out
+
+
+def _shape_entries(node: ir.Node) -> list[int | None] | None:
+    """``Shape(x)`` (start / end as given) read as x's dims: an int where inferred static, None where not
+    (a GroupNorm's ``Reshape(norm, Shape(x))`` back to x [batch, C, H, W] becomes ``[-1, C, H, W]``)."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None or x.shape is None:
+        return None
+    rank = len(x.shape)
+    start, end = _attr(node, "start", 0), _attr(node, "end", rank)
+    dims = list(x.shape)[slice(*(max(0, min(rank, v + rank if v < 0 else v)) for v in (start, end)))]
+    return [d if isinstance(d, int) else None for d in dims]
