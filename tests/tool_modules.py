@@ -73,6 +73,15 @@ def check_own_stream(names, low: float, high: float, graphs: int = 300) -> None:
         assert not any(m in names for m in make_case(seed).motifs), seed
 
 
+def assert_fuzz_ok(case, levels, targets=("ort", "onnx", "trt")) -> None:
+    """Every run of fuzz_differential.fuzz_case(case, levels, targets) is ok; the others listed when not."""
+    from fuzz_differential import fuzz_case   # tools/ on sys.path (the fuzz tests put it there)
+
+    results, _, _ = fuzz_case(case, levels, list(targets))
+    assert all(r["cls"] == "ok" for r in results), \
+        [(case.seed, r["level"], r["target"], r["cls"], r["detail"][:200]) for r in results]
+
+
 def assert_same_case(a, b) -> None:
     """Two fuzz cases made from one seed are the same case: the model's bytes, its feeds (names and values) and
     every other-shape feed set."""

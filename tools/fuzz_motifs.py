@@ -26,7 +26,8 @@ a key mask from lengths, causal + padding over a past, ScatterND writes tiling a
 (fuzz_s28.S28_SHARE) session 28's (tools/fuzz_s28.py: float32 softmax islands in half models, masked_fill,
 masks on batch and length jointly, fed at other shapes too), then a share (fuzz_s34.S34_SHARE) session 34's
 (tools/fuzz_s34.py: a fused q / k / v projection picked apart by slices, chunks and head views), then a share
-(fuzz_s34b.S34B_SHARE) rotaries read by value (tools/fuzz_s34b.py: complex-product and rotate-half in three layouts).
+(fuzz_s34b.S34B_SHARE) rotaries read by value (tools/fuzz_s34b.py: complex-product and rotate-half in three layouts),
+then a share (fuzz_s35.S35_SHARE) gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU, gate and up sliced or chunked).
 """
 
 from __future__ import annotations
@@ -777,6 +778,11 @@ def make_case(seed: int) -> Case:
     # session 34's rotaries read by value (tools/fuzz_s34b.py: complex / pairs / rotate-half, three layouts)
     if np.random.default_rng([seed, S34B_SALT]).random() < S34B_SHARE:
         return _with_sparse(make_s34b_case(seed))
+    from fuzz_s35 import S35_SALT, S35_SHARE
+
+    # session 35's gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU pairs from slices, chunks, two projections)
+    if np.random.default_rng([seed, S35_SALT]).random() < S35_SHARE:
+        return _with_sparse(make_s35_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -886,6 +892,14 @@ def make_s34b_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s34b import build_s34b
 
     return _built_case(seed, 0x3436, build_s34b, name, "fuzz_s34b")
+
+
+def make_s35_case(seed: int, name: str | None = None) -> Case:
+    """A graph of a gated MLP (tools/fuzz_s35.py: SwiGLU / GeGLU with gate and up from one projection's slices or
+    chunks, or two projections), with its near misses; ``name`` picks one (tests)."""
+    from fuzz_s35 import build_s35
+
+    return _built_case(seed, 0x3537, build_s35, name, "fuzz_s35")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

@@ -15,12 +15,11 @@ import onnx
 import pytest
 
 import onnx_fuse
-from tests.tool_modules import assert_same_case, check_own_stream
+from tests.tool_modules import assert_fuzz_ok, assert_same_case, check_own_stream
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
 
-import fuzz_differential as fd  # noqa: E402
 from fuzz_motifs import make_s34_case  # noqa: E402
 from fuzz_s34 import FORMS, S34, S34_SHARE  # noqa: E402
 
@@ -46,17 +45,13 @@ def _first(form: str, want: frozenset = frozenset(), plain: bool = False):
 def test_every_form_runs_in_ort_and_the_optimized_graphs_match(form):
     case = _first(form)
     onnx.checker.check_model(case.model, full_check=True)
-    results, _, _ = fd.fuzz_case(case, [1, 3], ["ort", "onnx", "trt"])
-    assert all(r["cls"] == "ok" for r in results), \
-        [(case.seed, r["level"], r["target"], r["cls"], r["detail"][:200]) for r in results]
+    assert_fuzz_ok(case, [1, 3])
 
 
 @pytest.mark.parametrize("near", NEAR)
 def test_the_near_misses_run_and_match(near):
     case = _first("slices", frozenset({near}))
-    results, _, _ = fd.fuzz_case(case, [3, 4], ["ort", "onnx", "trt"])
-    assert all(r["cls"] == "ok" for r in results), \
-        [(case.seed, r["level"], r["target"], r["cls"], r["detail"][:200]) for r in results]
+    assert_fuzz_ok(case, [3, 4])
 
 
 @pytest.mark.parametrize("form", FORMS)

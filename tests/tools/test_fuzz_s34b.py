@@ -17,12 +17,11 @@ import onnx
 import pytest
 
 import onnx_fuse
-from tests.tool_modules import assert_same_case, check_own_stream
+from tests.tool_modules import assert_fuzz_ok, assert_same_case, check_own_stream
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
 
-import fuzz_differential as fd  # noqa: E402
 from fuzz_motifs import make_s34b_case  # noqa: E402
 from fuzz_s34b import LAYOUTS, NEAR, S34B, S34B_SHARE, STYLES  # noqa: E402
 
@@ -44,28 +43,22 @@ def _first(want: frozenset, plain: bool = False, without: frozenset = frozenset(
     raise AssertionError(f"no case with {set(want)}")
 
 
-def _all_ok(case, levels):
-    results, _, _ = fd.fuzz_case(case, levels, ["ort", "onnx", "trt"])
-    assert all(r["cls"] == "ok" for r in results), \
-        [(case.seed, r["level"], r["target"], r["cls"], r["detail"][:200]) for r in results]
-
-
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_form_runs_in_ort_and_the_optimized_graphs_match(layout, style):
     case = _first(frozenset({f"rotary-{layout}", f"rotary-{style}"}))
     onnx.checker.check_model(case.model, full_check=True)
-    _all_ok(case, [1, 3])
+    assert_fuzz_ok(case, [1, 3])
 
 
 @pytest.mark.parametrize("tables", ["const", "computed", "gathered", "cut"])
 def test_every_table_making_and_the_partial_width_run_and_match(tables):
-    _all_ok(_first(frozenset({f"tables-{tables}", "rotary-partial"})), [2, 4])
+    assert_fuzz_ok(_first(frozenset({f"tables-{tables}", "rotary-partial"})), [2, 4])
 
 
 @pytest.mark.parametrize("near", NEAR)
 def test_the_near_misses_run_and_match(near):
-    _all_ok(_first(frozenset({f"near-{near}"})), [3, 4])
+    assert_fuzz_ok(_first(frozenset({f"near-{near}"})), [3, 4])
 
 
 def _rotaries(case, target: str) -> int:
