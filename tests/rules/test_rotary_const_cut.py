@@ -1,6 +1,7 @@
 """Constant rotary tables without a batch axis, cut to x's length by a Slice whose end is read from
 x's shape (tools/fuzz_idioms.py's row_rope motif with a constant f, once constant folding has made
-cos/sin(concat(f, f)) initializers): rotary-const-row-tables-cut (rules/rope/rotary_row_tables.yaml).
+cos/sin(concat(f, f)) initializers): rotary-const-row-tables-cut (rules/rope/rotary_row_tables.yaml); the
+seq-first form [rows, 1, 1, D] through rotary-rotate-half-tables (rules/rope/rotary_rotate_half_tables.yaml).
 Numerics against the original in ONNX Runtime, for several batch and sequence lengths."""
 
 from __future__ import annotations
@@ -105,18 +106,20 @@ def _seq_first(h, *, cut_axis=0):
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_seq_first_constant_row_tables_cut_fuse(h, target):
-    """The fuzz stack_rope motif with constant tables (the stack and its Gathers fold away)."""
+    """The fuzz stack_rope motif with constant tables (the stack and its Gathers fold away): the tables
+    read as values by rotary-rotate-half-tables (session 35; rotary-const-row-tables-cut-sbhd before)."""
     model = _seq_first(h)
     out = h.fuse(model, target)
     counts = h.ops(out)
     assert counts["RotaryEmbedding"] == 1 and "Neg" not in counts, counts
-    assert h.fired(out)["rotary-const-row-tables-cut-sbhd"] >= 1
+    assert h.fired(out)["rotary-rotate-half-tables"] >= 1
     for seq, batch in ((5, 2), (ROWS, 1), (1, 3)):
         h.assert_close(model, out, {"x": h.rng.standard_normal((seq, batch, H, D)).astype(np.float32)})
 
 
 def test_seq_first_tables_cut_on_another_axis_do_not_fuse(h):
     model = _seq_first(h, cut_axis=3)
-    reasons = h.reasons(model, "ort", "rotary-const-row-tables-cut-sbhd")
-    assert any("only be cut along their rows" in r for r in reasons), reasons
+    reasons = h.reasons(model, "ort", "rotary-rotate-half-tables")
+    assert reasons and not any(r.startswith("matched") for r in reasons), reasons
+    assert any("not varying over the heads" in r for r in reasons), reasons  # the cut leaves no head dim D
     assert "RotaryEmbedding" not in h.ops(h.fuse(model, "ort"))
