@@ -27,6 +27,26 @@ def unknown_or_invented(dim) -> bool:
     return not isinstance(dim, int) and (dim.value is None or invented_name(str(dim.value)))
 
 
+def read_dims(value: ir.Value | None, *, names: str = "all", unknown: str = "none") -> list | None:
+    """``value``'s dims as a list (None when the value or its rank is unknown), in the convention its
+    caller compares in. Ints stay ints. A symbolic dim: its name with ``names="all"``, its name unless
+    inference invented it with ``"model"`` (an invented name states no fact), never with ``"none"``
+    (every symbolic dim is then unknown), the ir dim itself with ``"raw"``. A dim that states nothing:
+    None with ``unknown="none"``, with ``"opaque"`` a fresh object equal to nothing (so two unknown
+    dims never compare equal)."""
+    if value is None or value.shape is None:
+        return None
+    out = []
+    for d in value.shape:
+        if isinstance(d, int) or names == "raw":
+            out.append(d)
+        elif d.value is not None and (names == "all" or (names == "model" and not invented_name(d.value))):
+            out.append(d.value)
+        else:
+            out.append(object() if unknown == "opaque" else None)
+    return out
+
+
 def constant_tensor(value):
     from onnx_fuse.passes.constant_folding import constant_tensor as _ct
 

@@ -34,6 +34,7 @@ from onnx_fuse.passes._dim_lengths import TO_END
 from onnx_fuse.passes._dim_products import shape_vector, value_dims
 from onnx_fuse.passes._infra import FusePass
 from onnx_fuse.passes._shape_values import invented_name
+from onnx_fuse.passes._shape_values import read_dims
 from onnx_fuse.passes._shape_values import shape_entries as _shape_entries
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -78,14 +79,10 @@ def _dim_matches(entry, dim) -> bool:
     return not isinstance(dim, int) and dim.value is not None and str(dim.value) == entry
 
 
-def _dims(value: ir.Value) -> list | None:
-    return None if value.shape is None else list(value.shape)
-
-
 def _broadcasts_into(const: ir.Value, x: ir.Value) -> bool:
     """True when broadcasting ``const`` against ``x`` leaves x's shape unchanged."""
     t = constant_tensor(const)
-    dims = _dims(x)
+    dims = read_dims(x, names="raw")
     if t is None or dims is None or len(t.shape) > len(dims):
         return False
     for c, d in zip(reversed(list(t.shape)), reversed(dims)):
@@ -126,7 +123,7 @@ class IdentityEliminationPass(FusePass):
             return False
 
         def empty(v: ir.Value) -> bool:
-            dims = _dims(v)
+            dims = read_dims(v, names="raw")
             if dims is None or not -len(dims) <= axis < len(dims):
                 return False
             d = dims[axis]
@@ -193,7 +190,7 @@ class IdentityEliminationPass(FusePass):
             if undone is not None:
                 return undone
         if op == "Squeeze":
-            dims = _dims(x)
+            dims = read_dims(x, names="raw")
             if len(ins) == 1 and _attr(node, "axes") is None and dims is not None:
                 return x if all(isinstance(d, int) and d != 1 for d in dims) else None
             return None
@@ -201,7 +198,7 @@ class IdentityEliminationPass(FusePass):
             pads = const_ints(ins[1], 64) if len(ins) > 1 else _attr(node, "pads")
             return x if pads is not None and pads is not _Unknown and all(p == 0 for p in pads) else None
         if op == "Flatten":
-            dims = _dims(x)
+            dims = read_dims(x, names="raw")
             axis = _attr(node, "axis", 1)
             return x if dims is not None and len(dims) == 2 and axis in (1, -1) else None
         if op in ("Add", "Mul") and len(ins) == 2 and ins[1] is not None:
@@ -279,7 +276,7 @@ class IdentityEliminationPass(FusePass):
     @staticmethod
     def _same_reshape(node: ir.Node, x: ir.Value, shape_value: ir.Value) -> bool:
         found = _shape_entries(shape_value)
-        dims = _dims(x)
+        dims = read_dims(x, names="raw")
         if found is None or found[1] or dims is None or len(found[0]) != len(dims):
             return False
         allowzero = _attr(node, "allowzero", 0)
@@ -297,7 +294,7 @@ class IdentityEliminationPass(FusePass):
     @staticmethod
     def _same_expand(x: ir.Value, shape_value: ir.Value) -> bool:
         found = _shape_entries(shape_value)
-        dims = _dims(x)
+        dims = read_dims(x, names="raw")
         if found is None or found[1] or dims is None or len(found[0]) > len(dims):
             return False
         return all(t == 1 or _dim_matches(t, d)
@@ -314,7 +311,7 @@ class IdentityEliminationPass(FusePass):
         if inner is None or inner.op_type != "Expand" or inner.domain not in ("", "ai.onnx") or len(inner.inputs) < 2:
             return None
         a = inner.inputs[0]
-        dims = _dims(a) if a is not None else None
+        dims = read_dims(a, names="raw") if a is not None else None
         found = _shape_entries(inner.inputs[1])
         ins = list(node.inputs) + [None] * 5
         if dims is None or found is None or found[1] or len(found[0]) > len(dims) or ins[1] is None:
@@ -343,7 +340,7 @@ class IdentityEliminationPass(FusePass):
     @staticmethod
     def _whole_slice(node: ir.Node, x: ir.Value) -> bool:
         ins = list(node.inputs) + [None] * 5
-        dims = _dims(x)
+        dims = read_dims(x, names="raw")
         if dims is None:
             return False
         if ins[1] is None:  # opset < 10: attributes

@@ -32,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
+from onnx_fuse.passes._shape_values import read_dims
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _DEPTH = 24
@@ -52,13 +53,6 @@ def _ints(value: ir.Value | None) -> list[int] | None:
     if t is None or not t.dtype.is_integer() or t.size > 64:
         return None
     return [int(v) for v in t.numpy().reshape(-1)]
-
-
-def _dims(v: ir.Value) -> list | None:
-    """The value's dims: int or None (symbolic / unknown); None if the rank is unknown."""
-    if v.shape is None:
-        return None
-    return [d if isinstance(d, int) else None for d in v.shape]
 
 
 def _axes(node: ir.Node) -> list[int] | None:
@@ -84,7 +78,7 @@ def _compose(terms: list[Term], inner: list[Term]) -> list[Term]:
 
 def _input_coords(node: ir.Node, x: ir.Value, y: ir.Value) -> list[Term] | None:
     """The input coordinates of a moving op as terms of its output's; None where not provable."""
-    xd, yd = _dims(x), _dims(y)
+    xd, yd = read_dims(x, names="none"), read_dims(y, names="none")
     if xd is None or yd is None:
         return None
     r, ident = len(xd), lambda k: ("a", k, 1, 0)
@@ -164,13 +158,13 @@ def element_map(value: ir.Value, depth: int = 0) -> tuple[ir.Value, list[Term]] 
             below = element_map(node.inputs[0], depth + 1)
             if below is not None:
                 return below[0], _compose(below[1], inner)
-    dims = _dims(value)
+    dims = read_dims(value, names="none")
     return None if dims is None else (value, [("a", k, 1, 0) for k in range(len(dims))])
 
 
 def uniform_axes(value: ir.Value, depth: int = 0) -> set[int]:
     """Axes along which ``value`` provably holds equal values (module docstring)."""
-    dims = _dims(value)
+    dims = read_dims(value, names="none")
     if dims is None:
         return set()
     r = len(dims)
@@ -180,14 +174,14 @@ def uniform_axes(value: ir.Value, depth: int = 0) -> set[int]:
         return out
     op, ins = node.op_type, list(node.inputs)
     if op == "Expand" and ins and ins[0] is not None:
-        xd = _dims(ins[0])
+        xd = read_dims(ins[0], names="none")
         if xd is not None and len(xd) <= r:
             below, lead = uniform_axes(ins[0], depth + 1), r - len(xd)
             out |= set(range(lead)) | {lead + k for k, d in enumerate(xd) if d == 1 or k in below}
     elif op in _ELEMENTWISE and ins and all(x is not None for x in ins):
         per = []
         for x in ins:
-            xd = _dims(x)
+            xd = read_dims(x, names="none")
             if xd is None or len(xd) > r:
                 return out
             below, lead = uniform_axes(x, depth + 1), r - len(xd)
@@ -196,7 +190,7 @@ def uniform_axes(value: ir.Value, depth: int = 0) -> set[int]:
     elif op == "Concat" and ins and all(x is not None for x in ins):
         # uniform off the joined axis when every input is (XD-RoPE's cat(f, f) of Expand'ed streams)
         a = attr_value(node, "axis", 0)
-        if -r <= a < r and all(_dims(x) is not None and len(_dims(x)) == r for x in ins):
+        if -r <= a < r and all((d := read_dims(x, names="none")) is not None and len(d) == r for x in ins):
             out |= set.intersection(*(uniform_axes(x, depth + 1) for x in ins)) - {a % r}
     elif op in ("Unsqueeze", "Squeeze", "Transpose", "Gather", "Slice", "Identity") and ins and ins[0] is not None:
         inner = _input_coords(node, ins[0], value)
@@ -295,7 +289,7 @@ class SelfWriteEliminationPass(FusePass):
         if attr_value(node, "reduction", "none") not in ("none", b"none"):
             return False
         data, indices, updates = node.inputs
-        dd, ud = _dims(data), _dims(updates)
+        dd, ud = read_dims(data, names="none"), read_dims(updates, names="none")
         dm, um = element_map(data), element_map(updates)
         if dd is None or ud is None or dm is None or um is None or dm[0] is not um[0]:
             return False

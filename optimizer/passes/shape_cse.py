@@ -39,7 +39,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._rep_cost import fresh_cost, keep_cost, live_nodes, twin_index
-from onnx_fuse.passes._shape_values import invented_name, shape_entries
+from onnx_fuse.passes._shape_values import invented_name, read_dims, shape_entries
 
 _SUM = " + "   # how a sum of dims is spelled (passes/_dim_sums.py)
 
@@ -62,20 +62,6 @@ def _key(value: ir.Value) -> object | None:
     return (value.dtype, tuple(entries), scalar)
 
 
-def _dims(value: ir.Value) -> list | None:
-    if value.shape is None:
-        return None
-    out = []
-    for d in value.shape:
-        if isinstance(d, int):
-            out.append(d)
-        elif d.value is not None:
-            out.append(str(d.value))
-        else:
-            out.append(None)
-    return out
-
-
 def _from_input(graph: ir.Graph, key) -> ir.Value | None:
     """A new 1-D ``Shape(input, start, end)`` holding ``key``'s entries, when a graph input has
     them side by side (a scalar: ``Gather(Shape(input), j)``); else, for one entry that is a sum
@@ -86,7 +72,7 @@ def _from_input(graph: ir.Graph, key) -> ir.Value | None:
         return None
     n = len(entries)
     for inp in graph.inputs:
-        dims = _dims(inp)
+        dims = read_dims(inp)
         if dims is None:
             continue
         for start in range(len(dims) - n + 1):
@@ -139,7 +125,7 @@ def _build_sum(graph: ir.Graph, entry: str, scalar: bool, first: ir.Node | None)
             reads.append(int(t))
             continue
         at = next(((inp, dims.index(t)) for inp in graph.inputs
-                   if (dims := _dims(inp)) is not None and t in dims), None)
+                   if (dims := read_dims(inp)) is not None and t in dims), None)
         if at is None:
             return None
         reads.append(at)

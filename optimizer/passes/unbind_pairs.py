@@ -17,13 +17,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._consts import stored_ints
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
-
-
-def _dims(v: ir.Value | None) -> list | None:
-    """Ints and symbol names; an unknown dim is an object equal to nothing else."""
-    if v is None or v.shape is None:
-        return None
-    return [d if isinstance(d, int) else (getattr(d, "value", None) or object()) for d in v.shape.dims]
+from onnx_fuse.passes._shape_values import read_dims
 
 
 def _only_reader(v: ir.Value) -> ir.Node | None:
@@ -54,7 +48,7 @@ class UnbindPairsPass(FusePass):
 
     @staticmethod
     def _splits_last(node: ir.Node) -> bool:
-        src, out = _dims(node.inputs[0]), _dims(node.outputs[0])
+        src, out = read_dims(node.inputs[0], unknown="opaque"), read_dims(node.outputs[0], unknown="opaque")
         if src is None or out is None or not src or len(out) != len(src) + 1:
             return False
         d = src[-1]

@@ -23,6 +23,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._consts import ctx_axes as _axes
 from onnx_fuse.passes._consts import ctx_ints
+from onnx_fuse.passes._shape_values import read_dims
 
 _UNARY = {"Cast", "Neg", "Cos", "Sin", "Identity"}
 _BINARY = {"Mul", "Add", "Sub", "Div"}
@@ -34,10 +35,8 @@ def paired_columns(ctx, v: ir.Value) -> bool:
 
 
 def _dims(v: ir.Value | None) -> list | None:
-    """Ints and symbol names; an unknown dim is an object equal to nothing else."""
-    if v is None or v.shape is None:
-        return None
-    return [d if isinstance(d, int) else (getattr(d, "value", None) or object()) for d in v.shape.dims]
+    """Ints and symbol names; an unknown dim is an object equal to nothing else (rewrite/_half_columns too)."""
+    return read_dims(v, unknown="opaque")
 
 
 def _last_kept(axes: list[int] | None, rank: int) -> bool:

@@ -20,18 +20,10 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import is_default_op, repoint_shape
-from onnx_fuse.passes._shape_values import unknown_or_invented
+from onnx_fuse.passes._shape_values import read_dims
 
 #: (Shape node, the value it will read, start, end); end None: to the last axis
 ShapeRead = tuple[ir.Node, ir.Value, int, int | None]
-
-
-def _dims(value: ir.Value) -> list | None:
-    """``value``'s dims as ints and model-given names, None for a dim that states nothing."""
-    if value.shape is None:
-        return None
-    return [d if isinstance(d, int) else (None if unknown_or_invented(d) else str(d.value))
-            for d in value.shape]
 
 
 def _bounds(node: ir.Node, rank: int) -> tuple[int, int] | None:
@@ -69,7 +61,7 @@ def reread(o: ir.Value, reader: ir.Node, used, opset: int | None) -> ShapeRead |
     the match keeps; None when it is no plain Shape or no such value holds them side by side."""
     if not is_default_op(reader, "Shape") or len(reader.inputs) != 1:
         return None
-    want = _dims(o)
+    want = read_dims(o, names="model")
     if want is None:
         return None
     got = _bounds(reader, len(want))
@@ -80,7 +72,7 @@ def reread(o: ir.Value, reader: ir.Node, used, opset: int | None) -> ShapeRead |
         return None
     n = len(want)
     for src in _sources(o, used):
-        dims = _dims(src)
+        dims = read_dims(src, names="model")
         for start in range(len(dims or ()) - n + 1):
             if dims[start:start + n] == want:
                 whole = start == 0 and n == len(dims)
