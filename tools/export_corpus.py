@@ -105,8 +105,8 @@ over (HY-V4-VL text, Inkling 2 Loop, Zamba, Mamba-2, SigLIP 2 / AIMv2 / VideoPri
 Nemotron 3.5 ASR, OmniASR, CLAP's audio tower, TimesFM 2.5, SwiftFormer), usually into --out /tmp/h38.
 --holdout 39 plans the twenty-seventh sweep (holdout_specs.HOLDOUT27): transformers 5.25 families earlier sets passed
 over (Qwen3-Omni / Qwen2.5-Omni talkers, Higgs Audio v2, BLT's global transformer, Granite Speech Plus, PoolFormer,
-X-CLIP / OWLv2 vision, Muse Spark audio, BiT), usually into --out /tmp/h39; --dtype float16 holdout_specs.HALF27
-(its text models and hold-out 38's, read through holdout_specs.HALF_FROM).
+X-CLIP / OWLv2 vision, Muse Spark audio, BiT, CHMv2), usually into --out /tmp/h39; --dtype float16
+holdout_specs.HALF27 (its text models and hold-out 38's, read through holdout_specs.HALF_FROM).
 """
 
 from __future__ import annotations

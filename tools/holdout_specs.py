@@ -3497,7 +3497,8 @@ HOLDOUT27 = {
                                  dict(DEC, **GQA, moe_intermediate_size=32, num_experts_per_tok=2, num_local_experts=4,
                                       shared_expert_intermediate_size=32, experts_implementation="batched_mm"),
                                  ["gqa", "causal", "qk-norm", "rope-full", "rmsnorm", "moe", "shared-expert-gate"],
-                                 "qwen3_omni_moe_talker_text", "gpt2", styles=("dyn_mask", "static_nomask")), embeds=HIDDEN),
+                                 "qwen3_omni_moe_talker_text", "gpt2", styles=("dyn_mask", "static_nomask")),
+                              embeds=HIDDEN),
     # Qwen2.5-Omni's talker: Qwen2 (q / k / v biases) with an embedding width apart from the hidden width
     "qwen2_5_omni_talker": _s("encoder", "Qwen2_5OmniTalkerConfig", "Qwen2_5OmniTalkerModel",
                               dict(DEC, **GQA, embedding_size=HIDDEN, tts_text_start_token_id=3,
@@ -3558,9 +3559,23 @@ HOLDOUT27 = {
                             ("dyn_mask", "static_nomask", "torchscript"), 0, audio_samples=384),
     # BiT: weight-standardized convs (the weight normalized in every forward) and GroupNorm, pre-activation blocks
     "bit": _mm("vision", "BitConfig", "BitModel",
-               dict(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], num_groups=2, image_size=IMAGE),
+               dict(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], num_groups=2,
+                    image_size=IMAGE),
                ["weight-standardization", "groupnorm", "preactivation", "relu"], "bit", "vit",
                ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+    # CHMv2 (canopy height): a DINOv3 backbone (2-D rotary over the patches, register tokens, layer scale) read at four
+    # layers with their class tokens by a DPT-like head that predicts depth bins
+    "chmv2": _mm("vision", "CHMv2Config", "CHMv2ForDepthEstimation",
+                 dict(backbone_config=dict(model_type="dinov3_vit", hidden_size=HIDDEN, intermediate_size=FFN,
+                                           num_hidden_layers=4, num_attention_heads=2, patch_size=PATCH,
+                                           image_size=IMAGE, out_indices=[1, 2, 3, 4], num_register_tokens=4,
+                                           key_bias=True, reshape_hidden_states=True, apply_layernorm=True,
+                                           layer_norm_eps=1e-6, return_class_token=True),
+                      patch_size=PATCH, post_process_channels=[8, 16, 16, 32], fusion_hidden_size=16,
+                      head_hidden_size=8, number_output_channels=16),
+                 ["mha", "rope-2d", "register-tokens", "layer-scale", "layernorm", "gelu-erf", "dpt-head",
+                  "depth-bins"],
+                 "chmv2", "vit", ("dyn_mask", "torchscript"), 4, image_size=IMAGE, output="predicted_depth"),
 }
 HOLDOUT_SETS[39] = HOLDOUT27
 # --holdout 39 --dtype float16: its decoders / text models and hold-out 38's text towers and LLM text models
