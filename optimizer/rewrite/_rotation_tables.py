@@ -31,7 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._consts import ctx_axes, ctx_ints
-from onnx_fuse.passes._shape_values import unknown_or_invented
+from onnx_fuse.passes._shape_values import read_dims
 
 _VIEWS = {"Unsqueeze", "Squeeze", "Reshape", "Slice", "Gather", "GatherND", "Expand", "Transpose", "Tile",
           "Flatten", "Cast", "Identity"}
@@ -107,18 +107,11 @@ def _pair(ctx, c: ir.Value | None, s: ir.Value | None, depth: int) -> bool:
     return False
 
 
-def _dims(v: ir.Value) -> list | None:
-    """Ints and model-given symbol names; a dim that states nothing is an object equal to nothing."""
-    if v is None or v.shape is None:
-        return None
-    return [d if isinstance(d, int) else (object() if unknown_or_invented(d) else d.value) for d in v.shape.dims]
-
-
 def table_dims(ctx, v: ir.Value, depth: int = 8) -> list | None:
     """v's dims, those inference left unknown read through the ops above it: Unsqueeze / Cast /
     Identity keep their input's, a Slice keeps those of the axes it does not cut (ONNX inference
     drops every dim of a Slice with a computed start, the head dim a table's last axis keeps)."""
-    d = _dims(v)
+    d = read_dims(v, names="model", unknown="opaque")
     node = v.producer() if v is not None else None
     if d is not None and all(isinstance(x, (int, str)) for x in d) or \
             node is None or depth <= 0 or node.domain not in ("", "ai.onnx"):
@@ -154,7 +147,7 @@ def table_dims(ctx, v: ir.Value, depth: int = 8) -> list | None:
 
 
 def table_layout(ctx, t: ir.Value, xe: ir.Value) -> list:
-    td, xd = table_dims(ctx, t), _dims(xe)
+    td, xd = table_dims(ctx, t), read_dims(xe, names="model", unknown="opaque")
     none = ["", [], False, []]
     full = td
     if td is None or xd is None or len(xd) not in (4, 5) or len(td) > len(xd):
