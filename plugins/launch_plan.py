@@ -254,10 +254,8 @@ PA_TMA_VARIANTS = ((4, 2, 2), (4, 3, 2), (4, 4, 2), (8, 2, 2))
 # D = 64 adds 8 warps x 3 / 4 stages (OF_PA_TMA_VARIANTS_D64): more K/V in flight per CTA for the MQA
 # grid of one CTA per SM (w8s3t planned for bf16 MQA in runs 14-30), and 16 warps x 2 stages (tiles of
 # 256 tokens; planned for fp16 MQA from run 17, bf16 from run 31b: _default_decode_variant)
-# 16 warps x 3 stages (199 KiB, a third 64 KiB tile in flight): an experimental H100 MQA candidate of session 35
-# (PA_TMA_EXPERIMENTAL: compiled and launchable by variant=, never picked by plan_paged_decode)
-PA_TMA_EXPERIMENTAL = ((16, 3, 2),)
-PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2), (16, 2, 2)) + PA_TMA_EXPERIMENTAL
+# (16 warps x 3 stages, 199 KiB: measured behind w16s2t on the H200 in run 17 and on the H100 in session 35, dropped)
+PA_TMA_VARIANTS_D64 = PA_TMA_VARIANTS + ((8, 3, 2), (8, 4, 2), (16, 2, 2))
 PA_TMA_VARIANTS_D256 = ((4, 2, 2), (4, 3, 2))
 # Head-group variants (warps, stages, 3) (OF_PA_HEADS_VARIANTS, kernel suffix "h",
 # onnx_fuse_paged_attention_decode_tma_heads): one CTA per group of `warps` kv heads, tiles of 16

@@ -207,7 +207,8 @@ __device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (
 }
 
 // Merges the W warps' (m, l, O) for the G query rows through fp32 scratch (m[W][16], l[W][16],
-// o[W][16][D], over the drained stages) and writes out (num_splits == 1) or the split's partial.
+// o[W][16][D], over the drained stages) and writes out (num_splits == 1) or the split's partial: the merge
+// of the fp8 pool and of the 16-bit bulk / cp.async kernels (the 16-bit TMA kernels': pa_merge_out16, below).
 // PERM: acc[nt] holds columns 32(nt / 4) + 4n + nt % 4 (the fp8 PV order) instead of 8nt + n.
 // out_scale multiplies O (the fp8 pool's v_scale; 1 for the 16-bit pool).
 template <typename T, int D, int W, bool PERM>
@@ -270,19 +271,22 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
   }
 }
 
-// Session-35 candidate for the 16-bit pool's merge (pa_decode_body with OF_PA_MERGE_V2; same contract as
-// pa_merge_out without PERM, out_scale 1). pa_merge_out stores each warp's O rows at a stride of D floats, so
-// at D % 32 == 0 the float2 stores of the rows g = 0..3 of a half-warp hit one bank pair (4-way conflict),
-// and it takes W exponentials per output column (G * D * W, 16K for the 16-warp MQA kernel). Here lanes
-// r < 16 of warp 0 combine the W warps' (m, l) of row r once into its max and final scale (the sink folded
-// in at one split; the partial's log2-sum-exp written at split-K); each warp then scales its own rows in
-// registers by 2^(m_w - M) * scale and stores them at a stride of D + 8 floats (rows g = 0..3 eight banks
-// apart); the output is the plain sum over the warps. One barrier more.
+// The merge of the 16-bit per-kv-head TMA kernels (pa_decode_body, BULK = 2; pa_merge_out's contract without
+// PERM, out_scale 1). Lanes r < 16 of warp 0 combine the W warps' (m, l) of row r once into its max and final
+// scale (the sink folded in at one split; the partial's log2-sum-exp written at split-K); each warp then scales
+// its own rows in registers by 2^(m_w - M) * scale and stores them at a stride of D + 8 floats; the output is
+// the plain sum over the warps. Why not pa_merge_out: its rows at a stride of D floats put the float2 stores of
+// rows g = 0..3 of a half-warp in one bank pair at D % 32 == 0 (4-way conflict: ncu counted 196,608 store bank
+// conflicts in the MQA w16s2t grid, none here), and it takes W exponentials per output column (16K per CTA at
+// 16 warps), all after the CTA's last load, at one CTA per SM with nothing to hide them. Session 35 on an H100
+// (docs/PERF.md "Thirty-fourth round"): MQA B128 H16/1 D64 54.9 -> 51.7 us under ncu; GB/s +0.0 to +4.4 % (medians)
+// at every TMA shape timed (D 64 / 128 / 256, 1 to 8 splits). The bulk kernels (D 80 / 96) read level with it
+// (-0.0 to +0.8 %: several CTAs per SM hide a 4-warp merge) and keep pa_merge_out, as do the unmeasured cp.async.
 constexpr int kPaMergePad = 8;
-__host__ __device__ constexpr int pa_merge_v2_floats(int D, int W) { return W * 16 * (2 + D + kPaMergePad) + 32; }
+__host__ __device__ constexpr int pa_merge16_floats(int D, int W) { return W * 16 * (2 + D + kPaMergePad) + 32; }
 
 template <typename T, int D, int W>
-__device__ __forceinline__ void pa_merge_out_v2(float* scratch, const float (&acc)[D / 8][4],
+__device__ __forceinline__ void pa_merge_out16(float* scratch, const float (&acc)[D / 8][4],
                                                 const float (&row_m)[2], const float (&row_l)[2],
                                                 T* __restrict__ out, long long o_sb, float* __restrict__ part_o,
                                                 float* __restrict__ part_lse, int Hq, int G, int hkv, int b,
@@ -316,7 +320,8 @@ __device__ __forceinline__ void pa_merge_out_v2(float* scratch, const float (&ac
       const int hq = hkv * G + r;
       // one split: the row is finished here, so its sink joins (split-K: in the reduce)
       inv = num_splits == 1 ? sink_row_inv(lsum, Mu, sink_log2(sinks, hq)) : (lsum > 0.f ? 1.f / lsum : 0.f);
-      if (num_splits > 1) part_lse[((size_t)b * Hq + hq) * num_splits + split] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+      if (num_splits > 1)
+        part_lse[((size_t)b * Hq + hq) * num_splits + split] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
     }
     rs[2 * r] = Mu;
     rs[2 * r + 1] = inv;
@@ -423,12 +428,6 @@ __device__ __forceinline__ void pa_append_walk(long long n_sb, long long n_ss, c
   }
 }
 
-// The 16-bit decode's warp merge: pa_merge_out in the shipped kernels; a build with -DOF_PA_MERGE_V2=1 takes
-// session 35's candidate pa_merge_out_v2 (docs/PERF.md "Thirty-fourth round").
-#ifndef OF_PA_MERGE_V2
-#define OF_PA_MERGE_V2 0
-#endif
-
 template <typename T, int D, int kPaWarps, int kPaStages, int BULK = 0, bool CLUSTER = false>
 __device__ __forceinline__ void pa_decode_body(
     const T* __restrict__ q, long long q_sb, const T* __restrict__ k_pool,
@@ -446,7 +445,8 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
   constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
-  static_assert((OF_PA_MERGE_V2 ? pa_merge_v2_floats(D, kPaWarps) * 4 : kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8) <=
+  constexpr bool MERGE16 = BULK == 2;  // pa_merge_out16 (measured on the TMA kernels), else pa_merge_out
+  static_assert((MERGE16 ? pa_merge16_floats(D, kPaWarps) * 4 : kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8) <=
                     kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
   // CLUSTER: the split's partial (pa_cluster_combine) over the drained stages
@@ -782,9 +782,9 @@ __device__ __forceinline__ void pa_decode_body(
                                          sinks);
     return;
   }
-  if constexpr (OF_PA_MERGE_V2)
-    pa_merge_out_v2<T, D, kPaWarps>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, out, o_sb, part_o, part_lse,
-                                    Hq, G, hkv, b, split, num_splits, sinks);
+  if constexpr (MERGE16)
+    pa_merge_out16<T, D, kPaWarps>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, out, o_sb, part_o, part_lse,
+                                   Hq, G, hkv, b, split, num_splits, sinks);
   else
     pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
                                         part_o, part_lse, Hq, G, hkv, b, split, num_splits, sinks);
@@ -908,9 +908,8 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
 // 8 warps x 3 / 4 stages (tiles of 128 tokens: 32 / 48 KiB more of K/V in flight per CTA for the
 // MQA grid of one CTA per SM; 8 warps x 4 stages do not fit at D = 128) and 16 warps x 2 stages
 // (tiles of 256 tokens, 134 KiB: planned for fp16 MQA, run 17: 2694-2697 GB/s against 2636-2645 for
-// w8s3t; 16 warps x 3 stages measured behind there, on the H200, and were dropped). 16 warps x 3 stages
-// (199 KiB, a third 64 KiB tile in flight) are back as an experimental H100 candidate (session 35, never
-// planned: launch_plan.PA_TMA_EXPERIMENTAL).
+// w8s3t; 16 warps x 3 stages measured behind and were dropped, again on the H100 in session 35: 2440-2447
+// GB/s against w16s2t's 2475-2483 at B128, both with pa_merge_out16).
 #define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                     \
   X(DTN, T, D, 4, 3)                     \
@@ -920,8 +919,7 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
   OF_PA_TMA_VARIANTS(X, DTN, T, D)           \
   X(DTN, T, D, 8, 3)                         \
   X(DTN, T, D, 8, 4)                         \
-  X(DTN, T, D, 16, 2)                        \
-  X(DTN, T, D, 16, 3)
+  X(DTN, T, D, 16, 2)
 #define OF_PA_TMA_VARIANTS_D256(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                          \
   X(DTN, T, D, 4, 3)
@@ -1948,7 +1946,7 @@ bool pa_l2_promotion(int bytes, CUtensorMapL2promotion* prom) {
 bool pa_tma_variant_compiled(int D, int warps, int stages) {
   if (D != 64 && D != 128 && D != 256) return false;
   if (D == 256) return warps == 4 && (stages == 2 || stages == 3);
-  if (D == 64 && warps == 16) return stages == 2 || stages == 3;
+  if (D == 64 && warps == 16) return stages == 2;
   return (warps == 4 && stages >= 2 && stages <= 4) || (warps == 8 && (stages == 2 || (D == 64 && (stages == 3 || stages == 4))));
 }
 
@@ -2083,7 +2081,7 @@ extern "C" {
 
 // 1 when onnx_fuse_paged_attention_decode_tma runs its TMA kernel for these sizes on the current
 // device (compute capability 9.0+, driver with cuTensorMapEncodeTiled, D in {64, 128, 256}, a
-// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 64 also (8, 3), (8, 4), (16, 2), (16, 3),
+// compiled (warps, stages): (4, 2), (4, 3), (4, 4), (8, 2), D = 64 also (8, 3), (8, 4), (16, 2),
 // D = 256 (4, 2), (4, 3), block_size a power of two >= 8), else 0.
 int onnx_fuse_paged_attention_tma_supported(int head_dim, int block_size, int warps, int stages) {
   return pa_tma_shape_ok(head_dim, block_size, warps, stages) && pa8t_device_ok() ? 1 : 0;

@@ -532,10 +532,9 @@ def test_pa_tma_variants_match_the_sources_and_plan():
                         got = bool(eval(line[7:], {}, env))  # noqa: S307
                         break
                 assert got == ((w, st, 2) in src.get(d, set())), (d, w, st)
-    assert set(lp.pa_tma_variants(64)) - set(lp.pa_tma_variants(128)) == {(8, 3, 2), (8, 4, 2), (16, 2, 2), (16, 3, 2)}
-    # MQA: one CTA per SM, split 1 (w16s2t, 256-token tiles, planned for fp16 from run 17 and bf16 from run 31b;
-    # w16s3t the session-35 candidate, 199 KiB)
-    for w, st in ((8, 3), (8, 4), (16, 2), (16, 3)):
+    assert set(lp.pa_tma_variants(64)) - set(lp.pa_tma_variants(128)) == {(8, 3, 2), (8, 4, 2), (16, 2, 2)}
+    # MQA: one CTA per SM, split 1 (w16s2t, 256-token tiles, planned for fp16 from run 17 and bf16 from run 31b)
+    for w, st in ((8, 3), (8, 4), (16, 2)):
         p = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, variant=(w, st, 2))
         assert p.kernel == f"onnx_fuse_pa_decode_f16_d64_w{w}s{st}t" and p.num_splits == 1 and p.grid == (1, 1, 128)
         assert p.smem_bytes == 128 + 1024 + (16 * 64 + st * 2 * 16 * w * 64) * 2 and p.kernel in _kernel_names()
@@ -1549,22 +1548,3 @@ def test_planned_d128_bodies_rescale_lazily():
     for dt in ("float16", "bfloat16"):
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt).variant == lp.FA_WS_TMA_OVEDQ
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVEDFC
-
-
-def test_experimental_tma_variants_are_never_planned():
-    """Session 35's w16s3t (PA_TMA_EXPERIMENTAL) runs only when asked for by variant=: at D = 64 it launches the
-    199 KiB kernel at one CTA per SM for MQA, and no planned decode on either GPU, dtype, head layout or length
-    picks it."""
-    p = lp.plan_paged_decode(128, 16, 1, 64, 16, 256, "bfloat16", variant=(16, 3, 2), device=H100)
-    assert p.kernel == "onnx_fuse_pa_decode_bf16_d64_w16s3t" and p.grid == (1, 1, 128) and p.block == (512, 1, 1)
-    assert p.smem_bytes == lp.pa_smem_bytes(64, 16, 3, 2) == 128 + 1024 + (16 * 64 + 3 * 2 * 256 * 64) * 2
-    assert p.smem_bytes <= H100.max_smem_per_block and p.kernel in _kernel_names()
-    with pytest.raises(ValueError):  # 16 warps: D = 64 only
-        lp.plan_paged_decode(64, 32, 8, 128, 16, 256, variant=(16, 3, 2))
-    for dev in (lp.H200, H100):
-        for dt in ("float16", "bfloat16"):
-            for b in (1, 8, 16, 64, 96, 128, 132, 256):
-                for hq, hkv in ((16, 1), (32, 4), (32, 8)):
-                    for blocks in (16, 256, 1024):
-                        q = lp.plan_paged_decode(b, hq, hkv, 64, 16, blocks, dt, device=dev)
-                        assert (q.warps, q.stages, q.bulk) not in lp.PA_TMA_EXPERIMENTAL, (dev.name, dt, b, hq, blocks)
