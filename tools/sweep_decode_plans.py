@@ -7,7 +7,9 @@ A candidate is ``planned`` (what launch_plan.plan_paged_decode picks for this GP
 VARIANT a compiled 16-bit decode variant named as its kernel's suffix (``w4s2h`` = 4 warps, 2 stages, head
 groups; ``hc`` the cluster-reduce head groups, ``t`` TMA per kv head, ``b`` bulk copies, no suffix cp.async),
 SPLITS an integer, ``n`` (the split count the 8-head-group plan, w8s2h, takes at this shape on this GPU) or
-``n/2`` (ceil(n / 2)). Candidates that resolve to the same launch are timed once.
+``n/2`` (ceil(n / 2)). Candidates that resolve to the same launch are timed once. With ``--lib-b PATH`` a candidate
+prefixed ``b:`` (``b:planned``, ``b:w16s2t@1``) runs the same launch on that second kernel library, in the same
+process and passes as the others: an A/B of two builds (docs/PERF.md, thirty-fourth round).
 
 Shapes: B x ctx (every sequence full), heads --heads (32/8), head size --head-dim (128), block --block (16),
 fp16 unless the shape names bf16; random K/V in a pool whose blocks a shuffled table hands out (--table: also
