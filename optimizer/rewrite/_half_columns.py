@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._consts import ctx_axes, ctx_ints
+from onnx_fuse.passes._shape_values import read_dims
 
 _UNARY = {"Cast", "Neg", "Cos", "Sin", "Identity"}
 _BINARY = {"Mul", "Add", "Sub", "Div"}
@@ -30,13 +31,6 @@ _DEPTH = 48
 
 def half_columns(ctx, v: ir.Value) -> bool:
     return _halves(ctx, v, _DEPTH, {})
-
-
-def _dims(v: ir.Value | None) -> list | None:
-    """Ints and symbol names; an unknown dim is an object equal to nothing else."""
-    if v is None or v.shape is None:
-        return None
-    return [d if isinstance(d, int) else (getattr(d, "value", None) or object()) for d in v.shape.dims]
 
 
 def _last_kept(axes: list[int] | None, rank: int) -> bool:
@@ -56,7 +50,7 @@ def _halves(ctx, v: ir.Value | None, depth: int, memo: dict) -> bool:
 
 def _flat(v: ir.Value | None) -> bool:
     """Constant along the last axis (a scalar, or width 1): it broadcasts alike over both halves."""
-    d = _dims(v)
+    d = read_dims(v, unknown="opaque")
     return d is not None and (len(d) == 0 or d[-1] == 1)
 
 
@@ -81,7 +75,7 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
     if node is None or node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
         return False
     op, ins, nxt = node.op_type, list(node.inputs), depth - 1
-    out, src = _dims(v), _dims(ins[0])
+    out, src = read_dims(v, unknown="opaque"), read_dims(ins[0], unknown="opaque")
     if op in _UNARY:
         return _halves(ctx, ins[0], nxt, memo)
     if op in _BINARY:
@@ -125,7 +119,7 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
         perm = node.attributes.get("perm")
         kept = perm is not None and list(perm.as_ints())[-1] % rank == rank - 1
     elif op == "GatherND":   # indices [.., k] pick along the first batch_dims + k axes only
-        idx = _dims(ins[1]) if len(ins) > 1 else None
+        idx = read_dims(ins[1], unknown="opaque") if len(ins) > 1 else None
         b = node.attributes.get("batch_dims")
         kept = bool(idx) and isinstance(idx[-1], int) and (b.as_int() if b is not None else 0) + idx[-1] < rank
     else:
