@@ -35,7 +35,7 @@ def paired_columns(ctx, v: ir.Value) -> bool:
 
 
 def _dims(v: ir.Value | None) -> list | None:
-    """Ints and symbol names; an unknown dim is an object equal to nothing else (rewrite/_half_columns too)."""
+    """Ints and symbol names; an unknown dim is an object equal to nothing else."""
     return read_dims(v, unknown="opaque")
 
 
