@@ -27,6 +27,7 @@ import onnx_ir as ir
 from onnx_fuse.rewrite import _dims
 from onnx_fuse.rewrite._head_repeat import head_repeat as _head_repeat, head_source as _head_source_of
 from onnx_fuse.rewrite._half_columns import half_columns as _half_columns
+from onnx_fuse.rewrite._half_columns import half_readers as _half_readers
 from onnx_fuse.rewrite._paired import paired_columns as _paired_columns
 from onnx_fuse.rewrite._rotation_tables import rotation_pair as _rotation_pair
 from onnx_fuse.rewrite._rotation_tables import rotation_scale as _rotation_scale_of
@@ -715,6 +716,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # whether v's last axis provably holds its first half again as its second (rotate-half's
     # cos / sin(concat(f, f)) tables, constant or computed; _half_columns.py)
     "half_columns": lambda ctx, v: _half_columns(ctx, _as_value(v, "half_columns")),
+    # every reader of v takes its first half (Slice 0:D/2 on the last axis); half_slice_sink.yaml
+    "half_readers": lambda ctx, v: _half_readers(ctx, _as_value(v, "half_readers")),
     # n when x repeats each head of a value n times on the axis (x[.., h, ..] = s[.., h // n, ..]:
     # GQA's K / V, however written), else 0; and that value s (_head_repeat.py)
     "head_repeat": lambda ctx, x, axis: _head_repeat(ctx, _as_value(x, "head_repeat"), int(axis)),

@@ -110,8 +110,11 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
     if op == "Squeeze":
         kept = _last_kept(ctx_axes(ctx, node), rank)
     elif op == "Slice":
-        kept = _last_kept(ctx_ints(ctx, ins[3]) if len(ins) > 3 and ins[3] is not None
-                          else list(range(rank)), rank)
+        if len(ins) > 3 and ins[3] is not None:
+            kept = _last_kept(ctx_ints(ctx, ins[3]), rank)
+        else:   # no axes: the leading len(starts) axes
+            n = read_dims(ins[1], unknown="opaque") if len(ins) > 1 else None
+            kept = bool(n) and isinstance(n[0], int) and n[0] < rank
     elif op == "Gather":
         a = node.attributes.get("axis")
         kept = _last_kept([a.as_int() if a is not None else 0], rank)
@@ -125,3 +128,28 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
     else:
         return False
     return kept and _halves(ctx, ins[0], nxt, memo)
+
+
+def half_readers(ctx, v: ir.Value) -> bool:
+    """Whether every reader of v's values takes the same first half of its last axis (Slice 0:D/2):
+    then moving that Slice below v's producer (rules/rope/half_slice_sink.yaml) leaves the full-width
+    v unread, and the readers' moved copies are equal ops that CSE joins, so no node is added. Shape /
+    Size readers read only dims; a graph output reads all of v, so it is not one."""
+    d = read_dims(v, unknown="opaque")
+    if v.is_graph_output() or not d or not isinstance(d[-1], int) or d[-1] % 2:
+        return False
+    rank, half, seen = len(d), d[-1] // 2, 0
+    for use in v.uses():
+        node = use.node
+        if node.op_type in ("Shape", "Size"):
+            continue
+        ins = list(node.inputs) + [None] * (5 - len(node.inputs))
+        if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or use.idx != 0:
+            return False
+        axes = ctx_ints(ctx, ins[3]) if ins[3] is not None else None
+        steps = ctx_ints(ctx, ins[4]) if ins[4] is not None else [1]
+        if (ctx_ints(ctx, ins[1]) != [0] or ctx_ints(ctx, ins[2]) != [half] or axes is None
+                or len(axes) != 1 or axes[0] % rank != rank - 1 or steps != [1]):
+            return False
+        seen += 1
+    return seen > 0
