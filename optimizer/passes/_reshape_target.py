@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._shape_values import _attr, constant_tensor
+from onnx_fuse.passes._shape_values import _attr, constant_tensor, shape_read_bounds
 
 
 def solved_target(node: ir.Node) -> np.ndarray | None:
@@ -69,7 +69,8 @@ def _shape_entries(node: ir.Node) -> list[int | None] | None:
     x = node.inputs[0] if node.inputs else None
     if x is None or x.shape is None:
         return None
-    rank = len(x.shape)
-    start, end = _attr(node, "start", 0), _attr(node, "end", rank)
-    dims = list(x.shape)[slice(*(max(0, min(rank, v + rank if v < 0 else v)) for v in (start, end)))]
+    bounds = shape_read_bounds(node, len(x.shape))
+    if bounds is None:
+        return None
+    dims = list(x.shape)[bounds[0]:bounds[1]]
     return [d if isinstance(d, int) else None for d in dims]

@@ -60,6 +60,20 @@ def _attr(node: ir.Node, name: str, default=None):
     return a.value
 
 
+def shape_read_bounds(node: ir.Node, rank: int) -> tuple[int, int] | None:
+    """The run [start, end) of axes a Shape node reads from a rank-``rank`` input, clamped as ONNX
+    clamps them; None for a reference attribute (function bodies), whose value is not known here."""
+    out = []
+    for name, default in (("start", 0), ("end", rank)):
+        attr = node.attributes.get(name)
+        if attr is not None and attr.is_ref():
+            return None
+        k = default if attr is None else int(attr.value)
+        k = k + rank if k < 0 else k
+        out.append(min(max(k, 0), rank))
+    return out[0], out[1]
+
+
 def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] | None:
     """What a small int tensor holds, symbolically: (entries, is_scalar) where an entry is an int
     or the name of a symbolic dim, followed through the Shape -> Gather/Slice/Squeeze/Unsqueeze/
@@ -79,10 +93,10 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         x = ins[0]
         if x is None or x.shape is None:
             return None
-        start, end = _attr(node, "start", None), _attr(node, "end", None)
-        if not all(v is None or isinstance(v, int) for v in (start, end)):
+        bounds = shape_read_bounds(node, len(x.shape))
+        if bounds is None:
             return None
-        dims = list(x.shape)[slice(start, end)]
+        dims = list(x.shape)[bounds[0]:bounds[1]]
         out = []
         for d in dims:
             if isinstance(d, int):

@@ -36,6 +36,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import shape_vector
 from onnx_fuse.passes._infra import axis_attr, is_default_op
+from onnx_fuse.passes._shape_values import shape_read_bounds
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 UNARY = frozenset({
@@ -185,6 +186,8 @@ def collect(start: ir.Node, opset: int) -> Region:
                 seen.add(id(node))
                 continue
             elif is_default_op(node, "Shape"):
+                if shape_read_bounds(node, region.rank) is None:
+                    raise Refused   # a reference start / end (function bodies): unknown axes
                 region.shape_reads.append(node)
                 seen.add(id(node))
                 continue

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._infra import attr_value, repoint_shape, reroute
+from onnx_fuse.passes._infra import repoint_shape, reroute
 from onnx_fuse.passes._new_values import fresh_name, graph_names, int64_initializer
+from onnx_fuse.passes._shape_values import shape_read_bounds
 from onnx_fuse.passes._transpose_region import ONE_AXIS, Refused, collect, layout_inputs, perm_of
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -112,8 +113,8 @@ def _shape_through(graph: ir.Graph, shape: ir.Node, v: ir.Value, p1: list[int], 
     are a run of v's axes in order (the whole shape before opset 15, which has no slice), else
     Gather(Shape(v), picked)."""
     rank = len(p1)
-    start, end = attr_value(shape, "start", 0), attr_value(shape, "end", rank)
-    picked = [p1[i] for i in range(rank)[start:end]]
+    start, end = shape_read_bounds(shape, rank)   # not a reference: the region and _readers refuse those
+    picked = [p1[i] for i in range(start, end)]
     run = not picked or picked == list(range(picked[0], picked[0] + len(picked)))
     if run and (opset >= 15 or picked == list(range(rank))):
         if picked and opset >= 15:

@@ -20,23 +20,10 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import is_default_op, repoint_shape
-from onnx_fuse.passes._shape_values import read_dims
+from onnx_fuse.passes._shape_values import read_dims, shape_read_bounds
 
 #: (Shape node, the value it will read, start, end); end None: to the last axis
 ShapeRead = tuple[ir.Node, ir.Value, int, int | None]
-
-
-def _bounds(node: ir.Node, rank: int) -> tuple[int, int] | None:
-    """The run of axes ``node`` (a Shape) reads, clamped as ONNX does; None for a ref attribute."""
-    out = []
-    for name, default in (("start", 0), ("end", rank)):
-        attr = node.attributes.get(name)
-        if attr is not None and attr.is_ref():
-            return None
-        k = default if attr is None else int(attr.value)
-        k = k + rank if k < 0 else k
-        out.append(min(max(k, 0), rank))
-    return out[0], out[1]
 
 
 def _sources(o: ir.Value, used) -> list[ir.Value]:
@@ -64,7 +51,7 @@ def reread(o: ir.Value, reader: ir.Node, used, opset: int | None) -> ShapeRead |
     want = read_dims(o, names="model")
     if want is None:
         return None
-    got = _bounds(reader, len(want))
+    got = shape_read_bounds(reader, len(want))
     if got is None or got[0] >= got[1]:
         return None
     want = want[got[0]:got[1]]

@@ -1,0 +1,46 @@
+"""``shape_read_bounds`` (passes/_shape_values.py): the one reader of a Shape node's start / end, clamped as ONNX
+clamps them, used by shape_entries, the reshape-target fold, the shape-read rewrites and the transpose sink. A
+reference attribute (a function body's ``start: int = @s``) is unknown: the readers refuse it instead of reading it
+as a number (the reshape-target fold's own copy raised a TypeError there)."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import pytest
+
+from onnx_fuse.passes._reshape_target import _shape_entries
+from onnx_fuse.passes._shape_values import shape_read_bounds
+
+
+def _shape_node(rank: int, **attrs) -> ir.Node:
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(["B", 4, 6, 1][:rank]))
+    built = {}
+    for name, v in attrs.items():
+        built[name] = ir.RefAttr(name, v, ir.AttributeType.INT) if isinstance(v, str) else ir.AttrInt64(name, v)
+    return ir.node("Shape", [x], attributes=built)
+
+
+@pytest.mark.parametrize("attrs, want", [
+    ({}, (0, 4)),
+    ({"end": -1}, (0, 3)),
+    ({"start": 1}, (1, 4)),
+    ({"start": -2, "end": 10}, (2, 4)),     # end past the rank clamps to it
+    ({"start": -9, "end": -7}, (0, 0)),     # both below -rank clamp to 0: an empty read
+    ({"start": 3, "end": 1}, (3, 1)),       # start past end: the caller's range is empty
+])
+def test_bounds_clamp_as_onnx(attrs, want):
+    assert shape_read_bounds(_shape_node(4, **attrs), 4) == want
+    # the same run of axes a Python slice of the dims gives
+    assert list(range(4))[want[0]:want[1]] == list(range(4))[slice(attrs.get("start"), attrs.get("end"))]
+
+
+@pytest.mark.parametrize("ref", ["start", "end"])
+def test_reference_attribute_is_unknown(ref):
+    node = _shape_node(4, **{ref: "outer_" + ref})
+    assert shape_read_bounds(node, 4) is None
+    assert _shape_entries(node) is None   # raised TypeError before the shared reader
+
+
+def test_reshape_target_reads_dims_of_the_run():
+    assert _shape_entries(_shape_node(4, start=1, end=-1)) == [4, 6]
+    assert _shape_entries(_shape_node(4)) == [None, 4, 6, 1]
