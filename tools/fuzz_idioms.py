@@ -408,7 +408,7 @@ IDIOM_RULES = {
     "baddbmm": ("attention-batched-heads",), "select_scale": ("scores-scale-before-mask",),
     "mask_scale": ("scores-scale-before-mask",), "shared_mask": ("where-expanded-mask",),
     "key_view": ("bmm-key-view",), "row_rope": ("rotary-rotate-half-row-tables",),
-    "stack_rope": ("gather-of-stack", "rotary-rotate-half-row-tables-sbhd"),
+    "stack_rope": ("gather-of-stack", "rotary-rotate-half-tables"),
     "max_shift": ("softmax-max-shift",),
 }
 #: share of the motif-graph seeds that are idiom cases (a side stream of the seed decides)

@@ -238,14 +238,18 @@ def _seq_first_rotary(h, index=(0, 1)):
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_seq_first_rotary_with_stacked_row_tables_is_fused(h, target):
     """wav2vec2-conformer through Optimum (hold-out 4): RoPE 0/2 before; gather-of-stack reads the
-    tables back out of their stack and rotary-rotate-half-row-tables-sbhd fuses the seq-first
-    rotation (RotaryEmbedding's 3-D form; the Transposes around it cancel)."""
+    tables back out of their stack and rotary-rotate-half-tables fuses the seq-first rotation
+    (RotaryEmbedding's 3-D form; the Transposes around it cancel)."""
     model = _seq_first_rotary(h)
     out = h.fuse(model, target)
     counts = h.ops(out)
     assert counts["RotaryEmbedding"] == 1 and "Neg" not in counts, counts
     fired = h.fired(out)
-    assert fired["rotary-rotate-half-row-tables-sbhd"] >= 1, fired
+    assert fired["rotary-rotate-half-tables"] >= 1, fired
+    # one node leaner than the retired rotary-rotate-half-row-tables-sbhd's 16: the angles' rows cut
+    # to S (two Slices), no Unsqueeze of the tables
+    assert "Unsqueeze" not in counts and counts["Cos"] == 1 and counts["Sin"] == 1, counts
+    assert sum(counts.values()) <= 15, counts
     for batch, seq in ((B, S), (1, 3), (3, 1)):
         h.assert_close(model, out, {"x": h.rng.standard_normal((batch, seq, H * D)).astype(np.float32)})
 
