@@ -299,17 +299,17 @@ def test_float16_clamp_after_the_mask_stays_where_it_is(h):
     whose lowest float absorbs any score, still fuses."""
     model = _clamped_bmm(h, F16)
     assert any("float16 keeps the clamp after the mask" in r
-               for r in h.reasons(model, "onnx", "batched-heads-clamped-softmax"))
+               for r in h.reasons(model, "onnx", "scores-clamp-onto-mask"))
     out, fires = _fuse(model, "onnx")
-    assert not any(k.startswith("batched-heads-clamped") for k in fires), fires
+    assert "scores-clamp-onto-mask" not in fires, fires
     r = np.random.default_rng(7)
     feeds = {x: (4 * r.standard_normal((B, H, S, D))).astype(np.float16) for x in ("q", "k", "v")}
     feeds["mask"] = np.zeros((B, 1, S, S), np.float16)
     feeds["mask"][1] = -np.inf  # every key of batch 1 masked: the clamp gives uniform rows
     h.assert_close(model, out, feeds, atol=2e-3, rtol=2e-3)
     out, fires = _fuse(_clamped_bmm(h, BF16), "onnx")
-    # the form without the probabilities' views is the same rule (no -3d rule since session 19)
-    assert fires.get("batched-heads-clamped-softmax") == 1 and h.ops(out)["Attention"] == 1, fires
+    # the clamp moves onto the mask (scores-clamp-onto-mask, which replaced batched-heads-clamped-softmax)
+    assert fires.get("scores-clamp-onto-mask") == 1 and h.ops(out)["Attention"] == 1, fires
 
 
 def _bias_and_key_mask(h, *, mask_first=False, query_rows=False, fill=-65504.0, bias_input=False, dv=D,
