@@ -11,6 +11,12 @@ SPLITS an integer, ``n`` (the split count the 8-head-group plan, w8s2h, takes at
 prefixed ``b:`` (``b:planned``, ``b:w16s2t@1``) runs the same launch on that second kernel library, in the same
 process and passes as the others: an A/B of two builds (docs/PERF.md, thirty-fourth round).
 
+``--kv-dtype fp8`` sweeps the fp8 (e4m3) pool kernels instead (paged_decode_fp8; per-kv-head scales amax / 448):
+VARIANT names its kernel's suffix the same way (``w4s3`` cp.async, ``w4s3t`` TMA, ``w8s2h`` head groups, ``w4s4hc``
+cluster reduce; no ``b``), ``n`` is the fp8 w8s2h's split count, the check is against the float32 reference on the
+dequantized K/V (TOL8, as the GPU tests'), and GB/s counts the pool's bytes (1 per element) while SDPA beside it
+reads a 16-bit contiguous copy of the dequantized K/V (2 per element): % of SDPA compares bandwidths, not times.
+
 Shapes: B x ctx (every sequence full), heads --heads (32/8), head size --head-dim (128), block --block (16),
 fp16 unless the shape names bf16; random K/V in a pool whose blocks a shuffled table hands out (--table: also
 in order, or each sequence's own span shuffled; TABLES). Every plan
@@ -48,8 +54,13 @@ from onnx_fuse.plugins import launch_plan as lp  # noqa: E402
 
 #: relative-error tolerances against the float32 reference, as tests/plugins/test_kernels_gpu.py's TOL
 TOL = {"float16": 4e-3, "bfloat16": 2.5e-2}
+#: the fp8 pool's against its dequantized K/V (tests/plugins/test_kernels_gpu.py's TOL8)
+TOL8 = {"float16": 4e-3, "bfloat16": 1e-2}
+#: fp8 variant kinds by kernel suffix (launch_plan's variant tuples: (w, s), (w, s, "tma"), ...)
+FP8_KINDS = {"": None, "t": "tma", "h": "heads", "hc": "cluster"}
 DTYPES = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
 EIGHT_HEADS = (8, 2, 3)  # w8s2h: the variant whose split count ``n`` names
+EIGHT_HEADS_FP8 = (8, 2, "heads")  # its fp8 pool form
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +73,7 @@ class Shape:
     head_dim: int = 128
     block: int = 16
     table: str = "shuffled"  # TABLES: the block order the table hands out
+    kv_dtype: str | None = None  # "fp8": the e4m3 pool (paged_decode_fp8)
 
     @property
     def blocks(self) -> int:
@@ -71,9 +83,16 @@ class Shape:
     def label(self) -> str:
         dt = "" if self.dtype == "float16" else " bf16"
         tb = "" if self.table == "shuffled" else f" {self.table}"
-        return f"B{self.batch} ctx{self.ctx}{dt}{tb}"
+        kv = f" {self.kv_dtype}" if self.kv_dtype else ""
+        return f"B{self.batch} ctx{self.ctx}{dt}{kv}{tb}"
 
     def kv_bytes(self) -> int:
+        """Bytes of K/V our kernels read: the pool's element size."""
+        return lp.paged_decode_kv_bytes([self.ctx] * self.batch, self.kv_heads, self.head_dim,
+                                        1 if self.kv_dtype == "fp8" else 2)
+
+    def sdpa_bytes(self) -> int:
+        """Bytes of K/V SDPA reads: a 16-bit contiguous cache, whatever the pool."""
         return lp.paged_decode_kv_bytes([self.ctx] * self.batch, self.kv_heads, self.head_dim, 2)
 
 
@@ -88,9 +107,10 @@ class Candidate:
 _CAND_RE = re.compile(r"w(\d+)s(\d+)(hc|h|t|b|)@(\d+|n|n/2)")
 
 
-def parse_candidate(spec: str, head_dim: int = 128) -> Candidate:
+def parse_candidate(spec: str, head_dim: int = 128, kv_dtype: str | None = None) -> Candidate:
     """``planned`` or VARIANT@SPLITS (module docstring), either maybe prefixed ``b:`` (run on the --lib-b
-    library); ValueError for anything else, for a variant not compiled at ``head_dim`` and for zero splits."""
+    library); ValueError for anything else, for a variant not compiled at ``head_dim`` (of the fp8 pool's
+    kernels with ``kv_dtype="fp8"``) and for zero splits."""
     lib, body = ("b", spec[2:]) if spec.startswith("b:") else ("a", spec)
     if body == "planned":
         return Candidate(spec, lib=lib)
@@ -98,12 +118,20 @@ def parse_candidate(spec: str, head_dim: int = 128) -> Candidate:
     if not m:
         raise ValueError(f"candidate {spec!r}: expected 'planned' or VARIANT@SPLITS, e.g. w4s2h@4, w8s2h@n, "
                          "w4s3h@n/2")
-    variant = (int(m[1]), int(m[2]), lp.PA_SUFFIX.index(m[3]))
-    compiled = (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim) + lp.pa_heads_variants(head_dim)
-                + lp.pa_cluster_variants(head_dim))
+    if kv_dtype == "fp8":
+        kind = FP8_KINDS.get(m[3], "?")
+        variant = (int(m[1]), int(m[2])) + ((kind,) if kind else ())
+        compiled = (lp.pa8_variants(head_dim) + lp.pa8_heads_variants(head_dim)
+                    + lp.pa8_cluster_variants(head_dim)) if head_dim in lp.PA8_HEAD_DIMS else ()
+    else:
+        variant = (int(m[1]), int(m[2]), lp.PA_SUFFIX.index(m[3]))
+        compiled = (lp.pa_variants(head_dim) + lp.pa_tma_variants(head_dim) + lp.pa_heads_variants(head_dim)
+                    + lp.pa_cluster_variants(head_dim))
     if variant not in compiled:
         names = ", ".join(variant_name(v) for v in compiled)
-        raise ValueError(f"candidate {spec!r}: w{m[1]}s{m[2]}{m[3]} is not compiled at D={head_dim} ({names})")
+        pool = " for the fp8 pool" if kv_dtype == "fp8" else ""
+        raise ValueError(f"candidate {spec!r}: w{m[1]}s{m[2]}{m[3]} is not compiled{pool} at D={head_dim} "
+                         f"({names})")
     splits = int(m[4]) if m[4].isdigit() else m[4]
     if splits == 0:
         raise ValueError(f"candidate {spec!r}: at least one split")
@@ -111,11 +139,17 @@ def parse_candidate(spec: str, head_dim: int = 128) -> Candidate:
 
 
 def variant_name(variant) -> str:
-    w, s, bulk = variant
-    return f"w{w}s{s}{lp.PA_SUFFIX[bulk]}"
+    """A variant tuple as its kernel's suffix: 16-bit (w, s, bulk code) or fp8 (w, s[, kind])."""
+    w, s = variant[:2]
+    kind = variant[2] if len(variant) > 2 else None
+    suffix = lp.PA_SUFFIX[kind] if isinstance(kind, int) else {v: k for k, v in FP8_KINDS.items()}[kind]
+    return f"w{w}s{s}{suffix}"
 
 
 def plan_label(plan) -> str:
+    if plan.kv_fp8:  # bulk 3 / 4: head groups / cluster (as the 16-bit codes); else TMA or cp.async
+        suffix = lp.PA_SUFFIX[plan.bulk] if plan.bulk in (3, 4) else ("t" if plan.tma else "")
+        return f"w{plan.warps}s{plan.stages}{suffix} s{plan.num_splits}"
     return f"{variant_name((plan.warps, plan.stages, plan.bulk))} s{plan.num_splits}"
 
 
@@ -150,7 +184,7 @@ DEFAULT_PLANS = ("planned", "w8s2h@n", "w4s2h@n/2")
 def eight_head_splits(shape: Shape, device: lp.DeviceInfo) -> int:
     """``n``: the splits plan_paged_decode gives w8s2h at this shape on ``device`` (one CTA per SM, the
     fewest that fill the last wave to 90 %)."""
-    return _plan(shape, device, variant=EIGHT_HEADS).num_splits
+    return _plan(shape, device, variant=EIGHT_HEADS_FP8 if shape.kv_dtype == "fp8" else EIGHT_HEADS).num_splits
 
 
 def split_count(splits: int | str, n: int) -> int:
@@ -160,7 +194,7 @@ def split_count(splits: int | str, n: int) -> int:
 
 def _plan(shape: Shape, device, **kw):
     return lp.plan_paged_decode(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.block,
-                                shape.blocks, shape.dtype, device=device, **kw)
+                                shape.blocks, shape.dtype, device=device, kv_dtype=shape.kv_dtype, **kw)
 
 
 def resolve(shape: Shape, cand: Candidate, device: lp.DeviceInfo):
@@ -250,6 +284,29 @@ def block_table(torch, batch: int, blocks: int, order: str, g, dev: str = "cuda"
     raise ValueError(f"block order {order!r}: one of {', '.join(TABLES)}")
 
 
+E4M3_NAN = 0x7F
+
+
+def quant_e4m3(torch, pool):
+    """uint8 e4m3 bytes of a [NB, BS, Hkv, D] pool and float32 per-kv-head scales amax / 448 (value = e4m3 *
+    scale), as tools/bench_kernels.py's fp8 rows; in chunks of 4096 blocks (bounded float32 temporaries)."""
+    sc = (pool.abs().amax(dim=(0, 1, 3)).float() / 448.0).clamp_min(1e-12).contiguous()
+    b8 = torch.empty(pool.shape, dtype=torch.uint8, device=pool.device)
+    for i in range(0, pool.shape[0], 4096):
+        x = pool[i:i + 4096].float() / sc[None, None, :, None]
+        b8[i:i + 4096] = x.clamp_(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return b8, sc
+
+
+def dequant_e4m3(torch, b8, sc, dtype):
+    """The values an e4m3 pool holds (e4m3 * scale), rounded to ``dtype``: the cache SDPA reads and the
+    reference's input (the rounding, 2^-9 / 2^-12 relative per element, is far inside TOL8)."""
+    out = torch.empty(b8.shape, dtype=dtype, device=b8.device)
+    for i in range(0, b8.shape[0], 4096):
+        out[i:i + 4096] = (b8[i:i + 4096].view(torch.float8_e4m3fn).float() * sc[None, None, :, None]).to(dtype)
+    return out
+
+
 def _reference(torch, q, kc, vc, lens):
     """float32 attention of one query per sequence over its first lens[b] keys ([B, Hkv, ctx, D] caches,
     kv heads repeated), a few sequences at a time (float32 temporaries of at most 2**28 elements each)."""
@@ -292,25 +349,37 @@ def run_shape(lib, bench, shape: Shape, cands, device, passes: int, seed: int = 
     full = torch.full((B,), ctx, dtype=torch.int32, device=dev)
     ragged = torch.randint(1, ctx + 1, (B,), device=dev, dtype=torch.int32, generator=g)
     ragged[0] = ctx
-    kc = k_pool[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2).contiguous()
-    vc = v_pool[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2).contiguous()
+    fp8 = shape.kv_dtype == "fp8"
+    scales = ()
+    if fp8:  # e4m3 pools; the reference and SDPA see their dequantized values
+        (k_pool, ks), (v_pool, vs) = quant_e4m3(torch, k_pool), quant_e4m3(torch, v_pool)
+        scales = (ks, vs)
+        k_deq, v_deq = dequant_e4m3(torch, k_pool, ks, dt), dequant_e4m3(torch, v_pool, vs, dt)
+    else:
+        k_deq, v_deq = k_pool, v_pool
+    kc = k_deq[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2).contiguous()
+    vc = v_deq[tables.long()].reshape(B, ctx, Hkv, D).transpose(1, 2).contiguous()
+    del k_deq, v_deq
     refs = {"full": _reference(torch, q, kc, vc, full), "ragged": _reference(torch, q, kc, vc, ragged)}
     # the ragged check reads pools whose slots past each sequence's end hold NaN (a read that is not
-    # masked out shows), as the GPU tests' pools
+    # masked out shows; e4m3 NaN 0x7F in an fp8 pool), as the GPU tests' pools
     dead = (torch.arange(ctx, device=dev).view(shape.blocks, bs)[None] >= ragged.view(B, 1, 1))[..., None, None]
+    nan = E4M3_NAN if fp8 else float("nan")
     pools = {"full": (k_pool, v_pool)}
     pools["ragged"] = tuple(torch.empty_like(pool).index_put_((tables.view(-1).long(),),
-                                                              pool[tables.long()].masked_fill_(dead, float("nan"))
+                                                              pool[tables.long()].masked_fill_(dead, nan)
                                                               .view(nb, bs, Hkv, D))
                             for pool in (k_pool, v_pool))
     ws = torch.empty(max([p.workspace_bytes for p in plans.values()] + [4]) // 4, dtype=torch.float32, device=dev)
-    tol = TOL[shape.dtype]
+    tol = (TOL8 if fp8 else TOL)[shape.dtype]
 
     libs = lib if isinstance(lib, dict) else {"a": lib}
 
     def ours(plan, lens="full", which="a"):
         seq = {"full": full, "ragged": ragged}[lens]
         kp, vp = pools[lens]
+        if fp8:
+            return lambda: libs[which].paged_decode_fp8(q, kp, vp, *scales, tables, seq, out, plan=plan, workspace=ws)
         return lambda: libs[which].paged_decode(q, kp, vp, tables, seq, out, plan=plan, workspace=ws)
 
     status, errs = {}, {}
@@ -340,7 +409,8 @@ def run_shape(lib, bench, shape: Shape, cands, device, passes: int, seed: int = 
     for pas in range(passes):
         order = list(timed.items())
         for k, fn in order[::-1] if pas % 2 else order:
-            gbs[k].append(shape.kv_bytes() / (bench(fn) * 1e-3) / 1e9)
+            nbytes = shape.sdpa_bytes() if k == "sdpa" else shape.kv_bytes()
+            gbs[k].append(nbytes / (bench(fn) * 1e-3) / 1e9)
     n = None
     try:
         n = eight_head_splits(shape, device)
@@ -383,6 +453,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--plans", nargs="+", metavar="CAND", help="candidates instead of the set's (default: "
                     + " ".join(DEFAULT_PLANS) + ")")
     ap.add_argument("--dtype", choices=sorted(DTYPES), help="every shape in this dtype")
+    ap.add_argument("--kv-dtype", choices=("fp8",), default=None,
+                    help="the fp8 (e4m3) pool's kernels (paged_decode_fp8) instead of the 16-bit pool's")
     ap.add_argument("--heads", default="32/8", metavar="HQ/HKV", help="query / kv heads (32/8)")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--block", type=int, default=16, help="tokens per pool block (16)")
@@ -413,8 +485,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                   else [Shape(b, c, **dims) for b, c in set_shapes])
         if a.dtype:
             shapes = [dataclasses.replace(s, dtype=DTYPES[a.dtype]) for s in shapes]
+        if a.kv_dtype:
+            shapes = [dataclasses.replace(s, kv_dtype=a.kv_dtype) for s in shapes]
         shapes = [dataclasses.replace(s, table=t) for s in shapes for t in dict.fromkeys(a.table)]
-        a.candidates = [parse_candidate(s, a.head_dim) for s in (a.plans or set_plans)]
+        a.candidates = [parse_candidate(s, a.head_dim, a.kv_dtype) for s in (a.plans or set_plans)]
     except ValueError as e:
         ap.error(str(e))
     if any(c.lib == "b" for c in a.candidates) and not a.lib_b:
@@ -465,8 +539,9 @@ def main(argv=None) -> int:
         _print_shape(r)
         results.append(r)
     print()
-    print(f"{device.name}, H{shapes[0].heads}/{shapes[0].kv_heads} D{shapes[0].head_dim} block {shapes[0].block}, "
-          f"median of {a.passes} passes (GB/s of K/V, % of SDPA); n = the 8-head plan's split count")
+    pool = " fp8 pool (GB/s of its 1-byte K/V; SDPA: 2-byte)" if a.kv_dtype else ""
+    print(f"{device.name}, H{shapes[0].heads}/{shapes[0].kv_heads} D{shapes[0].head_dim} block {shapes[0].block}"
+          f"{pool}, median of {a.passes} passes (GB/s of K/V, % of SDPA); n = the 8-head plan's split count")
     print()
     print(markdown_table(results))
     if a.json:

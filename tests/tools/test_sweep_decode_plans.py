@@ -174,6 +174,13 @@ class _FakeLib:
         out.copy_(o * (1.5 if plan.num_splits == 3 else 1.0))
         return plan
 
+    def paged_decode_fp8(self, q, k8, v8, ks, vs, tables, seq, out, *, plan, workspace):
+        assert k8.dtype == v8.dtype == self.torch.uint8 and plan.kv_fp8
+
+        def deq(b8, sc):
+            return b8.view(self.torch.float8_e4m3fn).float() * sc[None, None, :, None]
+        return self.paged_decode(q, deq(k8, ks), deq(v8, vs), tables, seq, out, plan=plan, workspace=workspace)
+
 
 def test_check_then_time_with_a_stand_in_library():
     torch = pytest.importorskip("torch")
@@ -276,3 +283,57 @@ def test_candidates_on_a_second_library():
     # splits here (the H100's small-grid rule); the wrong 3-split plan was checked on b and never timed
     assert by["planned"]["plan"] == "w4s2t s4"
     assert sorted(libs["a"].calls) == [1] * 4 + [4] * 4 and sorted(libs["b"].calls) == [3] * 2 + [4] * 4
+
+
+def test_fp8_pool_candidates_and_plans():
+    """--kv-dtype fp8 (session 36): the fp8 pool's variants by kernel suffix (cp.async none, t TMA, h head
+    groups, hc cluster; no bulk), its planner's launches, the shapes' labels and byte counts."""
+    c = sw.parse_candidate("w4s3t@4", head_dim=64, kv_dtype="fp8")
+    assert (c.variant, c.splits) == ((4, 3, "tma"), 4)
+    assert sw.parse_candidate("w4s6@1", head_dim=96, kv_dtype="fp8").variant == (4, 6)
+    assert sw.parse_candidate("w8s2h@n", kv_dtype="fp8").variant == (8, 2, "heads")
+    assert sw.parse_candidate("b:w4s4hc@2", kv_dtype="fp8").variant == (4, 4, "cluster")
+    for bad, d in (("w4s3b@1", 128), ("w4s3t@1", 96), ("w8s3@1", 256), ("w4s3h@1", 256), ("w4s3@1", 80)):
+        with pytest.raises(ValueError, match="not compiled for the fp8 pool"):
+            sw.parse_candidate(bad, head_dim=d, kv_dtype="fp8")
+    assert [sw.variant_name(v) for v in ((4, 3), (4, 3, "tma"), (8, 2, "heads"), (4, 4, "cluster"), (4, 2, 2))] == [
+        "w4s3", "w4s3t", "w8s2h", "w4s4hc", "w4s2t"]
+    mqa = sw.Shape(128, 4096, heads=16, kv_heads=1, head_dim=64, kv_dtype="fp8")
+    assert mqa.label == "B128 ctx4096 fp8" and 2 * mqa.kv_bytes() == mqa.sdpa_bytes() == 2 * 128 * 4096 * 64 * 2
+    cands = [sw.parse_candidate(s, 64, "fp8") for s in ("planned", "w4s3@4", "w8s2h@1")]
+    cells, plans = sw.resolve_all(mqa, cands, H100)
+    assert [c.get("plan") for c in cells[:2]] == ["w4s3t s4", "w4s3 s4"] and len(plans) == 2
+    assert cells[2]["status"].startswith("refused")  # head groups of 8 need Hkv % 8 == 0
+    gqa = sw.Shape(64, 4096, head_dim=128, kv_dtype="fp8")
+    cells, _ = sw.resolve_all(gqa, [sw.parse_candidate(s, 128, "fp8") for s in ("planned", "w8s2h@n")], H100)
+    assert [c["plan"] for c in cells] == ["w4s4hc s2", "w8s2h s4"]
+    a = sw.parse_args(["--shapes", "128x4096", "--heads", "16/1", "--head-dim", "64", "--kv-dtype", "fp8",
+                       "--plans", "planned", "w4s3t@4"])
+    assert a.shapes_ == [mqa] and a.candidates[1].variant == (4, 3, "tma")
+    with pytest.raises(SystemExit):  # a bulk variant: no fp8 kernel
+        sw.parse_args(["--shapes", "8x256", "--kv-dtype", "fp8", "--plans", "w4s3b@1"])
+
+
+def test_fp8_pool_check_then_time_with_a_stand_in_library():
+    """The fp8 sweep quantizes the pools (e4m3, per-kv-head scales), checks each plan against the reference on
+    the dequantized K/V (NaN bytes past the ragged ends) and times the right ones; GB/s count 1 byte per pool
+    element, 2 per SDPA cache element."""
+    torch = pytest.importorskip("torch")
+    lib = _FakeLib(torch)
+    cands = [sw.parse_candidate(s, 64, "fp8") for s in ("planned", "w4s3@3", "w4s3@2")]
+    shape = sw.Shape(2, 1024, heads=16, kv_heads=2, head_dim=64, kv_dtype="fp8")  # planned: w4s3t s4
+    r = sw.run_shape(lib, lambda fn: (fn(), 1.0)[1], shape, cands, H100, passes=2, dev="cpu")
+    by = {c["spec"]: c for c in r["cells"]}
+    assert by["w4s3@3"]["status"].startswith("WRONG") and by["w4s3@3"]["median"] is None
+    for spec in ("planned", "w4s3@2"):
+        cell = by[spec]
+        assert cell["status"] == "ok" and max(cell["rel_err"].values()) < sw.TOL8["float16"], cell
+        assert cell["gbs"] == [shape.kv_bytes() / 1e-3 / 1e9] * 2
+    assert r["sdpa"]["gbs"] == [shape.sdpa_bytes() / 1e-3 / 1e9] * 2 and r["sdpa"]["rel_err"] < 4e-3
+    assert r["shape"] == "B2 ctx1024 fp8" and by["planned"]["plan"] == "w4s3t s4"
+    torch.manual_seed(0)
+    pool = torch.randn(3, 16, 2, 64, dtype=torch.float16) * torch.tensor([1.0, 8.0])[None, None, :, None]
+    b8, sc = sw.quant_e4m3(torch, pool)
+    assert b8.dtype == torch.uint8 and sc.shape == (2,) and sc[1] > 4 * sc[0]  # per kv head
+    back = sw.dequant_e4m3(torch, b8, sc, torch.float32)
+    assert ((back - pool.float()).abs() <= pool.float().abs() / 16 + sc[None, None, :, None]).all()
