@@ -107,6 +107,10 @@ Nemotron 3.5 ASR, OmniASR, CLAP's audio tower, TimesFM 2.5, SwiftFormer), usuall
 over (Qwen3-Omni / Qwen2.5-Omni talkers, Higgs Audio v2, BLT's global transformer, Granite Speech Plus, PoolFormer,
 X-CLIP / OWLv2 vision, Muse Spark audio, BiT, CHMv2), usually into --out /tmp/h39; --dtype float16
 holdout_specs.HALF27 (its text models and hold-out 38's, read through holdout_specs.HALF_FROM).
+--holdout 40 plans the twenty-eighth sweep (holdout_specs.HOLDOUT28): transformers 5.25 families earlier sets passed
+over (Voxtral Realtime's text decoder, T5Gemma 2's and FLAVA's text encoders, the vision towers of Gemma 4, Cohere
+Compass, GLM-OCR, Muse Spark, Step 3.7 and Ovis 2, PP-OCRv5's recognizer, EfficientLoFTR, MobileNetV2, RegNet),
+usually into --out /tmp/h40; --dtype float16 holdout_specs.HALF28.
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HALF27, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF28, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -1526,7 +1530,8 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
-        own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
+        own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27,
+                                40: HALF28}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()
