@@ -275,18 +275,22 @@ def _interface_change(before: onnx.ModelProto, after: onnx.ModelProto) -> str:
     """'' when inputs and outputs keep names, dtypes and shapes; else what changed. Some adapters
     do change them (Scan-8 -> 9 drops the batch axis of every scan input): refuse those. A dim
     the model left unknown (no value, no name) may come back named or sized: the converter's
-    shape inference fills it (``unk__N``), which changes nothing (``_restore_interface``)."""
+    shape inference fills it (``unk__N``), which changes nothing (``_restore_interface``). So may
+    an output's named dim come back sized: inference computed it from the graph, where torch.export
+    declares the size of a boolean index it folded to constant indices by its data-dependent
+    symbol (``u0``; Gemma 4's vision pooler); an input's stays as declared or is refused."""
     for kind, a, b in (("inputs", before.graph.input, after.graph.input),
                        ("outputs", before.graph.output, after.graph.output)):
         if len(a) != len(b):
             return f"{kind} differ (count)"
         for x, y in zip(a, b):
-            if x.name != y.name or not _same_type(x.type, y.type):
+            if x.name != y.name or not _same_type(x.type, y.type, sized_ok=kind == "outputs"):
                 return f"{kind} differ ({x.name})"
     return ""
 
 
-def _same_type(before: onnx.TypeProto, after: onnx.TypeProto) -> bool:
+def _same_type(before: onnx.TypeProto, after: onnx.TypeProto, sized_ok: bool = False) -> bool:
+    """sized_ok: a named dim may come back as a size (an output's, which inference computed)."""
     if before.SerializeToString() == after.SerializeToString():
         return True
     if not (before.HasField("tensor_type") and after.HasField("tensor_type")):
@@ -299,6 +303,8 @@ def _same_type(before: onnx.TypeProto, after: onnx.TypeProto) -> bool:
     if len(a.shape.dim) != len(b.shape.dim):
         return False
     for x, y in zip(a.shape.dim, b.shape.dim):
+        if sized_ok and x.HasField("dim_param") and y.HasField("dim_value"):
+            continue
         known = x.HasField("dim_value") or x.HasField("dim_param")
         if known and (x.dim_value, x.dim_param) != (y.dim_value, y.dim_param):
             return False
