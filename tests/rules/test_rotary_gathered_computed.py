@@ -5,7 +5,9 @@ torch.export, transformers 5.25, hold-out 33):
     cos, sin = cos[position_ids].unsqueeze(1), sin[position_ids].unsqueeze(1)     # GatherND(t, position_ids[..., None])
     y = x * cos + rotate_half(x) * sin
 
-is RotaryEmbedding-23 with Cos(f) / Sin(f) as caches and position_ids as its own. Compared with the original in ONNX
+is RotaryEmbedding-23 with Cos(f) / Sin(f) as caches and position_ids as its own (the general
+rotary-rotate-half-tables, its caches' half Slice moved down to f, then rotary-caches-gathered-rows; until session 36
+the single-spelling rotary-gathered-computed-table). Compared with the original in ONNX
 Runtime with shuffled positions; tables whose angles are not shared by cos and sin are refused."""
 
 from __future__ import annotations
@@ -68,7 +70,11 @@ def test_gathered_computed_tables_become_rotary_embedding(h, target, gather_nd, 
     model = _clvp(h, gather_nd=gather_nd, lead=lead)
     out = h.fuse(model, target)
     ops = h.ops(out)
-    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "GatherND" not in ops, ops
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "GatherND" not in ops and "Gather" not in ops, ops
+    # the position_ids form: Cos(f) / Sin(f) as the caches, no Squeeze / Unsqueeze of the tables left
+    rot = next(nd for nd in out.graph.node if nd.op_type == "RotaryEmbedding")
+    assert len(rot.input) == 4 and rot.input[3], rot.input
+    assert "Squeeze" not in ops and ops["Cos"] == 1 and ops["Sin"] == 1, ops
     h.assert_close(model, out, _feeds(h))
 
 

@@ -454,9 +454,11 @@ def test_near_misses_do_not_fuse(h, kw, rule, why):
     # the tables' values are not read where the graph repeats them itself: the paired-tables rules
     # (rotary_interleaved_paired.yaml) take any such tables, exactly (the numbers are checked below);
     # rows gathered from a cut that does not start at row 0 are still a rotation whose halves are
-    # equal: rotary-rotate-half-tables carries the gathered rows as its caches, exactly
+    # equal: rotary-rotate-half-tables fuses them, exactly, and rotary-caches-gathered-rows hands the op the
+    # cut tables' halves and the positions
     fired = {r for r in h.fired(out) if r.startswith("rotary")}
-    allowed = {"rotary-interleaved-paired-tables"} | ({"rotary-rotate-half-tables"} if kw.get("slice_start") else set())
+    allowed = {"rotary-interleaved-paired-tables"} | (
+        {"rotary-rotate-half-tables", "rotary-caches-gathered-rows"} if kw.get("slice_start") else set())
     assert fired <= allowed, fired
     assert fired or "RotaryEmbedding" not in h.ops(out), h.ops(out)
     rs = (h.reasons(model, "onnx", rule) if kw.get("tables") not in ("sincos-ts", "sincos-ge")
