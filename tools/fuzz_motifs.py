@@ -27,7 +27,8 @@ a key mask from lengths, causal + padding over a past, ScatterND writes tiling a
 masks on batch and length jointly, fed at other shapes too), then a share (fuzz_s34.S34_SHARE) session 34's
 (tools/fuzz_s34.py: a fused q / k / v projection picked apart by slices, chunks and head views), then a share
 (fuzz_s34b.S34B_SHARE) rotaries read by value (tools/fuzz_s34b.py: complex-product and rotate-half in three layouts),
-then a share (fuzz_s35.S35_SHARE) gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU, gate and up sliced or chunked).
+then a share (fuzz_s35.S35_SHARE) gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU, gate and up sliced or chunked),
+then a share (fuzz_s36.S36_SHARE) GroupNorm as torch writes it (tools/fuzz_s36.py: view, InstanceNormalization, view back).
 """
 
 from __future__ import annotations
@@ -170,8 +171,10 @@ class Builder:
             self.outputs.append(name)
 
     def maybe_expose(self, name: str, prob: float = 0.08) -> None:
-        """Trap: an intermediate of a pattern is also a graph output."""
-        if self.p(prob):
+        """Trap: an intermediate of a pattern is also a graph output. A weight is no intermediate: listed as an
+        output (of no declared type) it fails the model's shape inference (fuzz_s34b's constant cos tables:
+        make_s34b_case(33168)), so it is skipped after the draw, which the other seeds' graphs keep."""
+        if self.p(prob) and not any(t.name == name for t in self.inits):
             self.output(name)
             self.trap("intermediate-is-output")
 
@@ -783,6 +786,11 @@ def make_case(seed: int) -> Case:
     # session 35's gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU pairs from slices, chunks, two projections)
     if np.random.default_rng([seed, S35_SALT]).random() < S35_SHARE:
         return _with_sparse(make_s35_case(seed))
+    from fuzz_s36 import S36_SALT, S36_SHARE
+
+    # session 36's GroupNorm as torch writes it (tools/fuzz_s36.py: Reshape, InstanceNormalization, Reshape, affine)
+    if np.random.default_rng([seed, S36_SALT]).random() < S36_SHARE:
+        return _with_sparse(make_s36_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -900,6 +908,14 @@ def make_s35_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s35 import build_s35
 
     return _built_case(seed, 0x3537, build_s35, name, "fuzz_s35")
+
+
+def make_s36_case(seed: int, name: str | None = None) -> Case:
+    """A graph of GroupNorm as torch exports it (tools/fuzz_s36.py: [B, G, -1] view, InstanceNormalization, view
+    back, per-channel affine, SiLU), with its near misses; ``name`` is accepted for the family API (one motif)."""
+    from fuzz_s36 import build_s36
+
+    return _built_case(seed, 0x3638, build_s36, name, "fuzz_s36")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

@@ -103,3 +103,15 @@ def test_make_case_draws_s34b_cases_from_a_stream_of_their_own():
 
 def test_s34b_cases_are_deterministic():
     assert_same_case(make_s34b_case(11), make_s34b_case(11))
+
+
+def test_an_exposed_constant_table_is_not_made_a_graph_output():
+    """make_s34b_case(33168) drew its constant cos table (an initializer) as an exposed intermediate: listed as a
+    graph output of no type it failed the model's shape inference, so the case did not build. A weight is no
+    intermediate; the draw is kept, so the case is the same graph without that output."""
+    case = make_s34b_case(33168)
+    inits = {t.name for t in case.model.graph.initializer}
+    assert not inits & {o.name for o in case.model.graph.output}
+    assert "tables-const" in case.traps
+    onnx.checker.check_model(case.model, full_check=True)
+    assert_fuzz_ok(case, [1, 3])
