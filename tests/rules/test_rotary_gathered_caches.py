@@ -119,3 +119,49 @@ def test_computed_tables_gathered_before_the_head_transpose(h, target, gather_nd
     feeds = {"x": h.rng.standard_normal(shape).astype(np.float32), "f": _angles(),
              "pos": h.rng.permutation(ROWS)[:S][None].astype(np.int64)}
     h.assert_close(model, out, feeds)
+
+
+def _row_cut_model(h, *, start=0, buffer4=False):
+    """RotaryEmbedding(x, cut(ct), cut(st), position_ids), cut = the first rows up to S + past ([1, 1, P, D/2]
+    buffers cut on axis 2 and squeezed back to [rows, D/2] when buffer4)."""
+    n = h.node
+    nodes = [n("Shape", ["pos"], ["plen"], start=1, end=2), n("Add", ["plen", "past"], ["pend"])]
+    for t in ("ct", "st"):
+        if buffer4:
+            nodes += [n("Slice", [t, "i_start", "pend", "ax2"], [t + "c"]),
+                      n("Squeeze", [t + "c", "ax1"], [t + "q"]), n("Squeeze", [t + "q", "ax0"], [t + "s"])]
+        else:
+            nodes.append(n("Slice", [t, "i_start", "pend", "ax0"], [t + "s"]))
+    nodes.append(n("RotaryEmbedding", ["x", "cts", "sts", "pos"], ["y"]))
+    table = [1, 1, ROWS, D // 2] if buffer4 else [ROWS, D // 2]
+    inits = {"i_start": np.array([start], np.int64), "past": np.array([2], np.int64),
+             "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64)}
+    a = _angles()
+    inits.update(ct=np.cos(a).reshape(table), st=np.sin(a).reshape(table))
+    shape = ["b", H, "s", D]   # the cut's end read from the positions at run time
+    model = h.make_model(nodes, [h.vi("x", shape), h.vi("pos", ["b", "s"], I64)], [h.vi("y", shape)], inits)
+    feeds = {"x": h.rng.standard_normal((B, H, S, D)).astype(np.float32),
+             "pos": np.stack([np.arange(S) + 1, np.arange(S)]).astype(np.int64)}   # below the cut's S + 2 - start rows
+    return model, feeds
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("buffer4", [False, True])
+def test_position_caches_cut_to_first_rows_take_the_whole_tables(h, target, buffer4):
+    model, feeds = _row_cut_model(h, buffer4=buffer4)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops == {"RotaryEmbedding": 1}, ops
+    assert "rotary-position-caches-row-cut" in h.fired(out), h.fired(out)
+    rot = next(nd for nd in out.graph.node if nd.op_type == "RotaryEmbedding")
+    cache = next(i for i in out.graph.initializer if i.name == rot.input[1])
+    assert list(cache.dims) == [ROWS, D // 2]
+    h.assert_close(model, out, feeds)
+
+
+def test_position_caches_cut_past_the_first_rows_stay(h):
+    """rows 1.. of the tables: position p reads row p + 1 of the whole table, so the cut stays."""
+    model, feeds = _row_cut_model(h, start=1)
+    out = h.fuse(model, "ort")
+    assert "rotary-position-caches-row-cut" not in h.fired(out) and h.ops(out)["Slice"] == 2, h.ops(out)
+    h.assert_close(model, out, feeds)

@@ -391,8 +391,10 @@ def test_partial_rotary_fuses_into_one_op(h, target, form, layout, tables):
     assert ops["RotaryEmbedding"] == 1 and "Slice" not in ops and "Neg" not in ops, ops
     (rot,) = _rotary_nodes(out)
     assert _attr(rot, "rotary_embedding_dim") == rd
-    # one rule for both layouts (the 3-D form's Reshapes are optional nodes of rotary-partial)
-    assert {k for k in h.fired(out) if k.startswith("rotary-partial")} == {"rotary-partial"}, h.fired(out)
+    # one rule for both layouts (the 3-D form's Reshapes are optional nodes of rotary-partial); over gathered
+    # tables rotary-caches-gathered-rows then rewrites the folded op (its rotary dim checked above)
+    assert {k for k in h.fired(out) if k.startswith("rotary-partial")} == {"rotary-partial"} or (
+        tables == "gathered" and "rotary-caches-gathered-rows" in h.fired(out)), h.fired(out)
     h.assert_close(model, out, _feeds(h, model))
 
 
@@ -436,10 +438,12 @@ ROW_SCALE_P = np.linspace(0.5, 1.0, P)[:, None]
     (dict(layout="bshd", bad_halves=True), "rotary-const-table", "halves differ"),
     (dict(form="interleaved", bad_halves=True), "rotary-interleaved-paired-tables", "even and odd"),
     (dict(form="interleaved", scale=ROW_SCALE), "rotary-interleaved-paired-tables", "not a \\(scaled\\) rotation"),
-    (dict(tables="gathered", bad_halves=True), "rotary-gathered-table", "halves differ"),
-    (dict(tables="sliced", slice_start=1), "rotary-gathered-table", "first rows"),
-    (dict(tables="sliced4", slice_start=1), "rotary-gathered-table", "first rows"),
-    (dict(tables="gathered", scale=ROW_SCALE_P), "rotary-gathered-table", "not a \\(scaled\\) rotation"),
+    # constant tables gathered by position_ids: the general rotate-half rule (rotary-gathered-table until
+    # session 36), its op then over the tables and the positions (rotary_gathered_caches.yaml)
+    (dict(tables="gathered", bad_halves=True), "rotary-rotate-half-tables", "halves are not provably equal"),
+    (dict(tables="sliced", slice_start=1), "rotary-position-caches-row-cut", "first rows"),
+    (dict(tables="sliced4", slice_start=1), "rotary-position-caches-row-cut", "first rows"),
+    (dict(tables="gathered", scale=ROW_SCALE_P), "rotary-rotate-half-tables", "not a \\(scaled\\) rotation"),
     # Tile doubling the frequency axis instead of a new pair axis: concat(sin, sin), not interleaved
     (dict(form="interleaved", layout="bshd", tables="sincos-ts", tile=(1, 1, 1, 2, 1)),
      "rotary-interleaved-paired-tables", "not provably equal"),
@@ -463,6 +467,8 @@ def test_near_misses_do_not_fuse(h, kw, rule, why):
     assert fired or "RotaryEmbedding" not in h.ops(out), h.ops(out)
     rs = (h.reasons(model, "onnx", rule) if kw.get("tables") not in ("sincos-ts", "sincos-ge")
           else _fused_reasons(model, rule) if rule == "rotary-gathered-rows" else _prepared_reasons(model, rule))
+    if rule == "rotary-position-caches-row-cut":   # it reads the fused op
+        rs = _fused_reasons(model, rule)
     assert any(re.search(why, r) for r in rs), rs
     h.assert_close(model, out, _feeds(h, model))
 
