@@ -2,8 +2,9 @@
 
 Rotate-half RoPE multiplies by tables of width D built as cos / sin(concat(f, f)) (HF's ``emb =
 torch.cat((freqs, freqs), dim=-1)``), and RotaryEmbedding-23 takes the half-width table v[..., :D/2];
-that is exact only where v[..., :D/2] == v[..., D/2:]. The twin of _paired.py's paired_columns (GPT-J's
-interleave-repeated tables), read the same way, whatever ops made the table:
+that is exact only where v[..., :D/2] == v[..., D/2:]. Proven by _columns.py's walk, whatever ops made the
+table (as _paired.py's paired_columns proves GPT-J's interleave-repeated tables); this module gives the
+equal halves' own steps (constants, Concat, Tile, Expand, Reshape, elementwise pairs):
 
 - constants on their values;
 - Concat on the last axis of one value with itself (or of two equal constants);
@@ -21,37 +22,20 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._consts import ctx_axes, ctx_ints
+from onnx_fuse.passes._consts import ctx_ints
 from onnx_fuse.passes._shape_values import read_dims
-
-_UNARY = {"Cast", "Neg", "Cos", "Sin", "Identity"}
-_BINARY = {"Mul", "Add", "Sub", "Div"}
-_DEPTH = 48
+from onnx_fuse.rewrite._columns import BINARY, Column, dims, flat, prove_columns
 
 
 def half_columns(ctx, v: ir.Value) -> bool:
-    return _halves(ctx, v, _DEPTH, {})
+    return prove_columns(ctx, v, _HALVES)
 
 
-def _last_kept(axes: list[int] | None, rank: int) -> bool:
-    """Whether an op over ``axes`` of a rank-``rank`` tensor leaves its last axis alone."""
-    return axes is not None and rank > 0 and all(a % rank != rank - 1 for a in axes)
-
-
-def _halves(ctx, v: ir.Value | None, depth: int, memo: dict) -> bool:
-    if v is None or depth <= 0:
+def _equal_halves(arr: np.ndarray) -> bool:
+    if arr.ndim == 0 or arr.shape[-1] % 2 or not arr.shape[-1]:
         return False
-    if v in memo:
-        return memo[v]
-    memo[v] = False  # a cycle proves nothing
-    memo[v] = ok = _prove(ctx, v, depth, memo)
-    return ok
-
-
-def _flat(v: ir.Value | None) -> bool:
-    """Constant along the last axis (a scalar, or width 1): it broadcasts alike over both halves."""
-    d = read_dims(v, unknown="opaque")
-    return d is not None and (len(d) == 0 or d[-1] == 1)
+    h = arr.shape[-1] // 2
+    return bool(np.array_equal(arr[..., :h], arr[..., h:]))
 
 
 def _same(ctx, a: ir.Value | None, b: ir.Value | None) -> bool:
@@ -63,27 +47,15 @@ def _same(ctx, a: ir.Value | None, b: ir.Value | None) -> bool:
     return va is not None and vb is not None and va.shape == vb.shape and np.array_equal(va, vb)
 
 
-def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
-    arr = ctx.constant(v)
-    if arr is not None:
-        arr = np.asarray(arr)
-        if arr.ndim == 0 or arr.shape[-1] % 2 or not arr.shape[-1]:
-            return False
-        h = arr.shape[-1] // 2
-        return bool(np.array_equal(arr[..., :h], arr[..., h:]))
-    node = v.producer()
-    if node is None or node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
-        return False
-    op, ins, nxt = node.op_type, list(node.inputs), depth - 1
-    out, src = read_dims(v, unknown="opaque"), read_dims(ins[0], unknown="opaque")
-    if op in _UNARY:
-        return _halves(ctx, ins[0], nxt, memo)
-    if op in _BINARY:
+def _step(ctx, node: ir.Node, v: ir.Value, sub) -> bool | None:
+    """The ops that make equal halves, or keep them in their own way; None for the walk's."""
+    op, ins = node.op_type, list(node.inputs)
+    if op in BINARY:
         # each operand flat along the last axis or with equal halves (two such of widths that broadcast:
         # equal widths, as an even width never broadcasts against another)
-        return len(ins) == 2 and not all(_flat(i) for i in ins) and \
-            all(_flat(i) or _halves(ctx, i, nxt, memo) for i in ins)
-    if src is None or not src:
+        return len(ins) == 2 and not all(flat(i) for i in ins) and all(flat(i) or sub(i) for i in ins)
+    out, src = dims(v), dims(ins[0])
+    if not src:
         return False
     rank = len(src)
     if op == "Concat":
@@ -92,42 +64,20 @@ def _prove(ctx, v: ir.Value, depth: int, memo: dict) -> bool:
             return False
         if axis.as_int() % rank == rank - 1:     # concat(f, f): the halves are one value
             return len(ins) == 2 and _same(ctx, ins[0], ins[1])
-        return all(_halves(ctx, i, nxt, memo) for i in ins)   # rows (or batch rows) appended
+        return all(sub(i) for i in ins)   # rows (or batch rows) appended
     if op == "Tile":
         reps = ctx_ints(ctx, ins[1]) if len(ins) > 1 else None
-        return bool(reps) and (reps[-1] % 2 == 0 or _halves(ctx, ins[0], nxt, memo))
+        return bool(reps) and (reps[-1] % 2 == 0 or sub(ins[0]))
     if op == "Expand":
         if src[-1] == 1:
             return True    # every column the same
-        return out is not None and len(out) > 0 and src[-1] == out[-1] and _halves(ctx, ins[0], nxt, memo)
+        return out is not None and len(out) > 0 and src[-1] == out[-1] and sub(ins[0])
     if op == "Reshape":   # a view keeping the last dim keeps each row's columns together
-        return out is not None and len(out) > 0 and isinstance(src[-1], int) and src[-1] == out[-1] and \
-            _halves(ctx, ins[0], nxt, memo)
-    if op == "Unsqueeze":
-        axes = ctx_axes(ctx, node)
-        return axes is not None and _last_kept(axes, rank + len(axes)) and _halves(ctx, ins[0], nxt, memo)
-    # ops on other axes leave the last alone (whatever dims inference kept: a cut at run time loses them)
-    if op == "Squeeze":
-        kept = _last_kept(ctx_axes(ctx, node), rank)
-    elif op == "Slice":
-        if len(ins) > 3 and ins[3] is not None:
-            kept = _last_kept(ctx_ints(ctx, ins[3]), rank)
-        else:   # no axes: the leading len(starts) axes
-            n = read_dims(ins[1], unknown="opaque") if len(ins) > 1 else None
-            kept = bool(n) and isinstance(n[0], int) and n[0] < rank
-    elif op == "Gather":
-        a = node.attributes.get("axis")
-        kept = _last_kept([a.as_int() if a is not None else 0], rank)
-    elif op == "Transpose":
-        perm = node.attributes.get("perm")
-        kept = perm is not None and list(perm.as_ints())[-1] % rank == rank - 1
-    elif op == "GatherND":   # indices [.., k] pick along the first batch_dims + k axes only
-        idx = read_dims(ins[1], unknown="opaque") if len(ins) > 1 else None
-        b = node.attributes.get("batch_dims")
-        kept = bool(idx) and isinstance(idx[-1], int) and (b.as_int() if b is not None else 0) + idx[-1] < rank
-    else:
-        return False
-    return kept and _halves(ctx, ins[0], nxt, memo)
+        return out is not None and len(out) > 0 and isinstance(src[-1], int) and src[-1] == out[-1] and sub(ins[0])
+    return None
+
+
+_HALVES = Column(_equal_halves, _step)
 
 
 def half_readers(ctx, v: ir.Value) -> bool:
