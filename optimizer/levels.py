@@ -202,7 +202,10 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # O2: inference BatchNorms become the weights of the Conv / Gemm / MatMul before them
         from onnx_fuse.passes.batch_norm_fold import FoldBatchNormPass
 
-        bn_fold = (FoldBatchNormPass(),)
+        # and a constant zero Pad before a Conv becomes its pads (TorchScript's F.pad; passes/pad_conv_fold.py)
+        from onnx_fuse.passes.pad_conv_fold import FoldPadIntoConvPass
+
+        bn_fold = (FoldPadIntoConvPass(), FoldBatchNormPass())
         # O2: a projection with unmerged adapter branches (LoRA, DoRA, LoKr) of one activation as one
         # MatMul, so the rules see the plain projection (passes/linear_branches.py)
         from onnx_fuse.passes.linear_branches import MergeLinearBranchesPass

@@ -374,3 +374,21 @@ def test_forward_and_conv_transpose_folds_run_in_optimize(build):
     result = optimize(build(), level=2, target="ort", verify=True)
     assert result.report.ops_after.get("BatchNormalization", 0) == 0
     assert result.report.passed
+
+
+def test_bn_beside_conv_branches_of_a_shared_conv_output_is_refused():
+    """PP-OCRv5's RepVGG-style block: the stem Conv's output feeds a 3x3 and a 1x1 Conv branch and an identity BN,
+    summed. Folding the BN into the stem Conv would change what the branches read, so it stays (and numerics hold)."""
+    rng = np.random.default_rng(0)
+    c = 4
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n) for n, s in (
+        ("w0", (c, 3, 3, 3)), ("b0", (c,)), ("w3", (c, 1, 3, 3)), ("w1", (c, 1, 1, 1)))] + _bn_inits(c, rng)
+    nodes = [oh.make_node("Conv", ["x", "w0", "b0"], ["s"], pads=[1] * 4),
+             oh.make_node("Conv", ["s", "w3"], ["k3"], group=c, pads=[1] * 4),
+             oh.make_node("Conv", ["s", "w1"], ["k1"], group=c), _bn("s", "i"),
+             oh.make_node("Add", ["k3", "k1"], ["a"]), oh.make_node("Add", ["a", "i"], ["y"])]
+    proto = _model(nodes, inits, [oh.make_tensor_value_info("x", F, ["n", 3, "h", "w"])],
+                   [oh.make_tensor_value_info("y", F, ["n", c, "h", "w"])])
+    model, modified, _ = _run(proto)
+    assert not modified and ops(model)["BatchNormalization"] == 1
+    check_same(proto, model, _feeds((2, 3, 7, 6)))

@@ -1,0 +1,108 @@
+"""A constant zero Pad of the spatial axes whose output a Conv reads as X becomes that Conv's pads.
+
+TorchScript writes ``F.pad(x, ...)`` before a Conv with padding 0 (MobileNetV2's TF-style "same" padding, its
+pads built from ConstantOfShape / Concat / Slice that folding makes constant); the Conv already pads its
+input with zeros, so Conv(Pad(x, p, 0), pads=q) is Conv(x, pads=q + p), exactly (the same zeros at the
+same places), and the Pad copy of the activation goes.
+
+Folded only when: the Pad is default-domain, mode "constant", its value 0 (absent, or a constant scalar
+equal to 0), its pads constant and non-negative (a negative pad crops, which Conv pads cannot), zero on
+the batch and channel axes (axes 0 and 1: opset 18's ``axes`` input is mapped to them), and the Conv reads
+the Pad's output as its input X with auto_pad NOTSET or VALID (SAME_* pads are computed from the input's
+size, which the Pad changes). Each Conv reader folds on its own; the Pad stays while another node (or the
+graph output) still reads it. ConvInteger / QLinearConv pad with their zero point, not 0, so they are
+not taken; nor are pooling ops (MaxPool pads with -inf, AveragePool may exclude pads from the count).
+
+Runs at level >= 2 for every target with fold-batch-norm (before it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_fuse.passes._consts import const_ints
+from onnx_fuse.passes._infra import FusePass, is_default_op
+from onnx_fuse.passes.constant_folding import constant_tensor
+
+
+def _is_zero(node: ir.Node) -> bool:
+    """The Pad's fill value is 0 (input 2 from opset 11, attribute ``value`` before)."""
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        t = constant_tensor(node.inputs[2])
+        return t is not None and t.size == 1 and not np.asarray(t.numpy()).any()
+    return node.attributes.get_float("value", 0.0) == 0.0
+
+
+def spatial_pads(node: ir.Node) -> list[int] | None:
+    """The Pad's [begin..., end...] over all axes of its input when they are constant, non-negative and
+    zero on axes 0 and 1, with the fill value 0 in mode constant; else None."""
+    if node.attributes.get_string("mode", "constant") != "constant" or not _is_zero(node):
+        return None
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        pads = const_ints(node.inputs[1], 64)
+    else:
+        attr = node.attributes.get("pads")
+        pads = None if attr is None else list(attr.value)
+    if pads is None or len(pads) % 2 or any(p < 0 for p in pads):
+        return None
+    half = len(pads) // 2
+    if len(node.inputs) > 3 and node.inputs[3] is not None:  # opset 18: pads of the listed axes only
+        axes, rank = const_ints(node.inputs[3], 64), node.inputs[0].shape
+        if axes is None or rank is None or len(axes) != half:
+            return None
+        rank = len(rank)
+        axes = [a % rank for a in axes]
+        if len(set(axes)) != half:
+            return None
+        full = [0] * (2 * rank)
+        for i, a in enumerate(axes):
+            full[a], full[a + rank] = pads[i], pads[i + half]
+        pads, half = full, rank
+    if half < 3 or pads[0] or pads[1] or pads[half] or pads[half + 1]:
+        return None
+    return pads
+
+
+class FoldPadIntoConvPass(FusePass):
+    """Constant zero Pad of the spatial axes into the pads of the Conv reading it (module docstring)."""
+
+    name = "fold-pad-into-conv"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        graph = model.graph
+        for node in list(graph):
+            if is_default_op(node, "Pad"):
+                modified |= self._fold(graph, node)
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _fold(self, graph: ir.Graph, pad: ir.Node) -> bool:
+        pads = spatial_pads(pad)
+        if pads is None:
+            return False
+        half, x, y = len(pads) // 2, pad.inputs[0], pad.outputs[0]
+        done = False
+        for use in list(y.uses()):
+            conv = use.node
+            if not is_default_op(conv, "Conv") or use.idx != 0:
+                continue
+            auto_pad = conv.attributes.get_string("auto_pad", "NOTSET")
+            if auto_pad not in ("NOTSET", "VALID"):
+                continue
+            old = conv.attributes.get_ints("pads", None) if auto_pad == "NOTSET" else None
+            old = list(old) if old else [0] * (2 * (half - 2))
+            if len(old) != 2 * (half - 2):
+                continue
+            spatial = half - 2  # Conv pads: [begin of each spatial axis..., end of each...]
+            new = [old[i] + pads[2 + i] for i in range(spatial)] + [old[spatial + i] + pads[half + 2 + i]
+                                                                     for i in range(spatial)]
+            conv.attributes["pads"] = ir.AttrInt64s("pads", new)
+            if auto_pad == "VALID":
+                conv.attributes["auto_pad"] = ir.AttrString("auto_pad", "NOTSET")
+            conv.replace_input_with(0, x)
+            self.stats["Pad->Conv"] += 1
+            done = True
+        if done and not list(y.uses()) and not y.is_graph_output():
+            graph.remove(pad, safe=True)
+        return done
