@@ -397,6 +397,12 @@ def _unscaled(ctx, t, f) -> list:
     return unscaled(ctx, t, f)
 
 
+def _gelu_erf_input(ctx, y):
+    from onnx_fuse.rewrite._gelu_product import gelu_erf_input
+
+    return gelu_erf_input(ctx, _as_value(y, "gelu_erf_input"))
+
+
 def _power_of_two(ctx, x) -> bool:
     from onnx_fuse.rewrite._row_max import power_of_two
 
@@ -708,6 +714,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "row_max": _row_max,
     # [s, g]: t = s * g exactly, g a power of two <= 1 with f * g <= 1 (a scale f undone; _row_max.py)
     "unscaled": _unscaled,
+    # x when y computes x * 0.5 * (1 + erf(x / sqrt 2)), its product in any grouping, read by
+    # value (_gelu_product.py); fails with the reason otherwise
+    "gelu_erf_input": _gelu_erf_input,
     # whether a positive number is exactly 2**n (scaling by it is exact)
     "power_of_two": _power_of_two,
     # whether v's last axis provably repeats every value twice in a row (repeat_interleave'd

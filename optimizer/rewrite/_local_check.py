@@ -687,7 +687,10 @@ _MOVES = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile", "Con
 # ops computing a value from one other and constants, which a bridge passes too: a softmax's row
 # maximum of scores the replacement reads (softmax-max-shift proves the shift on what it computes,
 # row_max), a scale it undoes (Div / Mul by a constant)
-_ONE_INPUT = {"ReduceMax", "ReduceMin", "Mul", "Div", "Add", "Sub", "Cast", "Neg"}
+_ONE_INPUT = {"ReduceMax", "ReduceMin", "Mul", "Div", "Add", "Sub", "Cast", "Neg", "Erf"}
+# elementwise ops a bridge passes with several non-constant inputs when every one of them is
+# bridged: gelu-erf reads x, and the product it replaces is x times 1 + erf(x / sqrt 2), unmatched
+_ALL_INPUTS = {"Mul", "Div", "Add", "Sub"}
 
 
 def _bridge(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any], depth: int = 8) -> list[ir.Node]:
@@ -695,7 +698,8 @@ def _bridge(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any], depth: int =
     (attention-repeat-kv reads the K / V that the unmatched head repetition feeding the match
     reads; softmax-max-shift reads the scores whose row maximum, unmatched, the match subtracts),
     in order: they join the original's side, so both sides see the same data (random data fed to
-    the two ends would not be related). A bridge passes moves, and ops of one non-constant input."""
+    the two ends would not be related). A bridge passes moves, ops of one non-constant input, and
+    elementwise ops whose non-constant inputs are all bridged."""
     produced = {id(o) for n in old_nodes for o in n.outputs}
     reads = {id(v) for nn in new_nodes for v in nn.inputs if isinstance(v, ir.Value) and id(v) not in produced}
     if not reads:
@@ -703,29 +707,33 @@ def _bridge(old_nodes: Sequence[ir.Node], new_nodes: Sequence[Any], depth: int =
     found: dict[int, bool] = {}
     order: list[ir.Node] = []
 
-    def passes(n: ir.Node) -> list[ir.Value] | None:
-        """The inputs a bridge may reach through ``n`` (None: it may not pass ``n``)."""
+    def passes(n: ir.Node) -> tuple[list[ir.Value], bool] | None:
+        """The inputs a bridge may reach through ``n`` and whether it must reach all of them
+        (None: it may not pass ``n``)."""
         if n.domain not in ("", "ai.onnx"):
             return None
         ins = [i for i in n.inputs if i is not None]
         if n.op_type in _MOVES:
-            return ins
-        if n.op_type in _ONE_INPUT:
-            live = [i for i in ins if _const_array(i) is None]
-            return live if len(live) == 1 else None
+            return ins, False
+        live = [i for i in ins if _const_array(i) is None]
+        if n.op_type in _ONE_INPUT and len(live) == 1:
+            return live, False
+        if n.op_type in _ALL_INPUTS and len(live) > 1:
+            return live, True
         return None
 
     def reach(x: ir.Value, left: int) -> bool:
         if id(x) in reads:
             return True
         n = x.producer()
-        ins = passes(n) if n is not None and left > 0 else None
-        if ins is None:
+        way = passes(n) if n is not None and left > 0 else None
+        if way is None:
             return False
+        ins, every = way
         if id(n) not in found:
             found[id(n)] = False
             hit = [reach(i, left - 1) for i in ins]
-            found[id(n)] = any(hit)
+            found[id(n)] = all(hit) if every else any(hit)
             if found[id(n)]:
                 order.append(n)
         return found[id(n)]
