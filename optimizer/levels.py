@@ -205,7 +205,10 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # and a constant zero Pad before a Conv becomes its pads (TorchScript's F.pad; passes/pad_conv_fold.py)
         from onnx_fuse.passes.pad_conv_fold import FoldPadIntoConvPass
 
-        bn_fold = (FoldPadIntoConvPass(), FoldBatchNormPass())
+        # then Conv branches of one input summed with an identity BN as one Conv (RepVGG blocks; passes/conv_branches.py)
+        from onnx_fuse.passes.conv_branches import MergeConvBranchesPass
+
+        bn_fold = (FoldPadIntoConvPass(), FoldBatchNormPass(), MergeConvBranchesPass())
         # O2: a projection with unmerged adapter branches (LoRA, DoRA, LoKr) of one activation as one
         # MatMul, so the rules see the plain projection (passes/linear_branches.py)
         from onnx_fuse.passes.linear_branches import MergeLinearBranchesPass
