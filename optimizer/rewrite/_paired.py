@@ -13,7 +13,8 @@ repeat_interleave per id axis, concatenated) are proven on their structure, for 
 - elementwise ops of paired operands, or of operands constant along the last axis (width 1):
   Cast, Neg, Cos, Sin, Identity, Mul, Add, Sub, Div;
 - ops that leave the last axis alone: Unsqueeze / Squeeze / Slice / Gather / Expand / Transpose
-  on other axes.
+  on other axes, and a Reshape keeping the last dim (EfficientLoFTR's [B, h, w, D] grid table viewed
+  as [B, h*w, D] rows).
 Nothing here fails: unprovable is False.
 """
 
@@ -56,7 +57,10 @@ def _step(ctx, node: ir.Node, v: ir.Value, sub) -> bool | None:
         return axis is not None and axis.as_int() % rank == rank - 1 and all(
             _even_width(i) and sub(i) for i in ins)
     if op in ("Reshape", "Flatten"):  # _repeat checks the output is the input's last two axes merged
-        return _repeat(ctx, ins[0], out)
+        if _repeat(ctx, ins[0], out):
+            return True
+        src = dims(ins[0])   # a view keeping the last dim keeps each row's columns together
+        return op == "Reshape" and bool(src) and isinstance(src[-1], int) and src[-1] == out[-1] and sub(ins[0])
     if op == "Unsqueeze":
         return last_kept(ctx_axes(ctx, node), rank) and sub(ins[0])
     if op not in ("Squeeze", "Slice", "Gather", "Expand", "Transpose"):
