@@ -48,6 +48,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, is_default_op
+from onnx_fuse.passes._new_values import fresh_name, graph_names
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 _NUMPY_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16})
@@ -186,12 +187,7 @@ class FoldBatchNormPass(FusePass):
         return ir.passes.PassResult(model, modified=modified)
 
     def _fresh(self, graph: ir.Graph, base: str) -> str:
-        taken = {v.name for v in graph.inputs} | set(graph.initializers)
-        taken |= {o.name for n in graph for o in n.outputs}
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
-        return name
+        return fresh_name(base, graph_names(graph))
 
     def _const(self, graph: ir.Graph, base: str, fn, dtype: ir.DataType, shape) -> ir.Value:
         value = ir.Value(name=self._fresh(graph, base), type=ir.TensorType(dtype), shape=ir.Shape(list(shape)),

@@ -25,6 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, is_default_op
+from onnx_fuse.passes._new_values import array_initializer, fresh_name, graph_names
 from onnx_fuse.passes.batch_norm_fold import _NUMPY_FLOATS, _bn_affine, _optional_bias
 from onnx_fuse.passes.constant_folding import constant_tensor
 
@@ -122,10 +123,10 @@ class MergeConvBranchesPass(FusePass):
             bias = bias + t
         first = convs[0]
         np_dt = dtype.numpy()
-        w_val = self._const(graph, f"{first.name or 'conv'}_branches_w", merged.astype(np_dt), dtype)
-        b_val = self._const(graph, f"{first.name or 'conv'}_branches_b", bias.astype(np_dt), dtype)
+        w_val = array_initializer(graph, f"{first.name or 'conv'}_branches_w", merged.astype(np_dt), dtype)
+        b_val = array_initializer(graph, f"{first.name or 'conv'}_branches_b", bias.astype(np_dt), dtype)
         y = root.outputs[0]
-        out = ir.Value(name=self._fresh(graph, f"{y.name or 'conv'}_merged"), type=y.type, shape=y.shape)
+        out = ir.Value(name=fresh_name(f"{y.name or 'conv'}_merged", graph_names(graph)), type=y.type, shape=y.shape)
         attrs = [ir.AttrInt64("group", group), ir.AttrInt64s("strides", strides),
                  ir.AttrInt64s("pads", [d // 2 for d in big] * 2), ir.AttrInt64s("kernel_shape", big)]
         conv = ir.Node("", "Conv", [x, w_val, b_val], attributes=attrs, outputs=[out],
@@ -179,17 +180,3 @@ class MergeConvBranchesPass(FusePass):
             weights.append(np.asarray(w.numpy(), np.float64))
             biases.append(np.zeros(dims[0]) if b is None else np.asarray(b.numpy(), np.float64).reshape(-1))
         return weights, biases, group, strides, dtype
-
-    def _fresh(self, graph: ir.Graph, base: str) -> str:
-        taken = {v.name for v in graph.inputs} | set(graph.initializers)
-        taken |= {o.name for n in graph for o in n.outputs}
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
-        return name
-
-    def _const(self, graph: ir.Graph, base: str, array: np.ndarray, dtype: ir.DataType) -> ir.Value:
-        value = ir.Value(name=self._fresh(graph, base), type=ir.TensorType(dtype), shape=ir.Shape(list(array.shape)),
-                         const_value=ir.tensor(array))
-        graph.register_initializer(value)
-        return value
