@@ -206,11 +206,29 @@ __device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (
   }
 }
 
-// Merges the W warps' (m, l, O) for the G query rows through fp32 scratch (m[W][16], l[W][16],
-// o[W][16][D], over the drained stages) and writes out (num_splits == 1) or the split's partial: the merge
-// of the fp8 pool and of the 16-bit bulk / cp.async kernels (the 16-bit TMA kernels': pa_merge_out16, below).
-// PERM: acc[nt] holds columns 32(nt / 4) + 4n + nt % 4 (the fp8 PV order) instead of 8nt + n.
-// out_scale multiplies O (the fp8 pool's v_scale; 1 for the 16-bit pool).
+// Merges the W warps' (m, l, O) for the G query rows through fp32 scratch over the drained stages and
+// writes out (num_splits == 1) or the split's partial: the merge of the 16-bit TMA kernels and of the fp8
+// pool's per-kv-head kernels (the 16-bit bulk / cp.async kernels': pa_merge_out_flat, below; the head
+// groups have no merge). Lanes r < 16 of warp 0 combine the W
+// warps' (m, l) of row r once into its max and final scale (the sink folded in at one split; the
+// partial's log2-sum-exp written at split-K); each warp then scales its own rows in registers by
+// 2^(m_w - M) * scale * out_scale and stores them; the output is the plain sum over the warps.
+// out_scale: the fp8 pool's v_scale (1 for the 16-bit pool). PERM: acc[nt] holds columns
+// 32(nt / 4) + 4n + nt % 4 (the fp8 PV order) instead of 8nt + n.
+// Row stride D + pa_merge_pad(PERM) floats, so that the stores meet no bank conflict at D % 32 == 0:
+// !PERM stores float2 (a half-warp: rows g = 0..3 land 8 banks apart, t4 covers 8 banks); PERM
+// stores float4 (four consecutive columns 32grp + 8t4 + 4e + jj; a quarter-warp: rows g, g + 1 land
+// 4 banks apart, t4 8 banks apart). At a stride of D, rows g = 0..7 share banks: 4-way (float2) and
+// 8-way (the old PERM's scalar stores). The old merge also took W exponentials per output column.
+// Session 35 on an H100 (docs/PERF.md "Thirty-fourth round"), !PERM on the TMA kernels: MQA B128
+// H16/1 D64 54.9 -> 51.7 us under ncu (196,608 store bank conflicts -> 0), GB/s +0.0 to +4.4 %. Session 36
+// ("Thirty-fifth round"), PERM on the fp8 pool: MQA B128 D64 w4s3t 34.2 -> 30.5 us under ncu (476,886 -> 5,426
+// store bank conflicts), GB/s +1.5 to +10.4 % (medians, ahead in every pass) at every fp8 shape timed.
+__host__ __device__ constexpr int pa_merge_pad(bool perm) { return perm ? 4 : 8; }
+__host__ __device__ constexpr int pa_merge_floats(int D, int W, bool perm) {
+  return W * 16 * (2 + D + pa_merge_pad(perm)) + 32;
+}
+
 template <typename T, int D, int W, bool PERM>
 __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[D / 8][4],
                                              const float (&row_m)[2], const float (&row_l)[2],
@@ -218,80 +236,7 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
                                              float* __restrict__ part_o, float* __restrict__ part_lse,
                                              int Hq, int G, int hkv, int b, int split, int num_splits,
                                              const float* __restrict__ sinks) {
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  float* sm = scratch;
-  float* sl = sm + W * 16;
-  float* so = sl + W * 16;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = quad_sum(row_l[h]);
-    const int r = g + 8 * h;
-    if (t4 == 0) {
-      sm[warp * 16 + r] = row_m[h];
-      sl[warp * 16 + r] = l;
-    }
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      if constexpr (PERM) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          so[(warp * 16 + r) * D + 32 * (nt >> 2) + 4 * (2 * t4 + e) + (nt & 3)] = acc[nt][2 * h + e];
-      } else {
-        *reinterpret_cast<float2*>(so + (warp * 16 + r) * D + nt * 8 + 2 * t4) =
-            make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
-      }
-    }
-  }
-  __syncthreads();
-  for (int idx = tid; idx < G * D; idx += 32 * W) {
-    const int r = idx / D, d = idx % D;
-    const int hq = hkv * G + r;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
-    const float Mu = (M == -INFINITY) ? 0.f : M;
-    float lsum = 0.f, osum = 0.f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float f = exp2f(sm[w * 16 + r] - Mu);
-      lsum += sl[w * 16 + r] * f;
-      osum += so[(w * 16 + r) * D + d] * f;
-    }
-    // one split: the row is finished here, so its sink joins (split-K: in the reduce)
-    const float inv = num_splits == 1 ? sink_row_inv(lsum, Mu, sink_log2(sinks, hq))
-                                      : (lsum > 0.f ? 1.f / lsum : 0.f);
-    const float o = lsum > 0.f ? osum * (out_scale * inv) : 0.f;
-    if (num_splits == 1) {
-      out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
-    } else {
-      const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
-      part_o[pidx * D + d] = o;
-      if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
-    }
-  }
-}
-
-// The merge of the 16-bit per-kv-head TMA kernels (pa_decode_body, BULK = 2; pa_merge_out's contract without
-// PERM, out_scale 1). Lanes r < 16 of warp 0 combine the W warps' (m, l) of row r once into its max and final
-// scale (the sink folded in at one split; the partial's log2-sum-exp written at split-K); each warp then scales
-// its own rows in registers by 2^(m_w - M) * scale and stores them at a stride of D + 8 floats; the output is
-// the plain sum over the warps. Why not pa_merge_out: its rows at a stride of D floats put the float2 stores of
-// rows g = 0..3 of a half-warp in one bank pair at D % 32 == 0 (4-way conflict: ncu counted 196,608 store bank
-// conflicts in the MQA w16s2t grid, none here), and it takes W exponentials per output column (16K per CTA at
-// 16 warps), all after the CTA's last load, at one CTA per SM with nothing to hide them. Session 35 on an H100
-// (docs/PERF.md "Thirty-fourth round"): MQA B128 H16/1 D64 54.9 -> 51.7 us under ncu; GB/s +0.0 to +4.4 % (medians)
-// at every TMA shape timed (D 64 / 128 / 256, 1 to 8 splits). The bulk kernels (D 80 / 96) read level with it
-// (-0.0 to +0.8 %: several CTAs per SM hide a 4-warp merge) and keep pa_merge_out, as do the unmeasured cp.async.
-constexpr int kPaMergePad = 8;
-__host__ __device__ constexpr int pa_merge16_floats(int D, int W) { return W * 16 * (2 + D + kPaMergePad) + 32; }
-
-template <typename T, int D, int W>
-__device__ __forceinline__ void pa_merge_out16(float* scratch, const float (&acc)[D / 8][4],
-                                                const float (&row_m)[2], const float (&row_l)[2],
-                                                T* __restrict__ out, long long o_sb, float* __restrict__ part_o,
-                                                float* __restrict__ part_lse, int Hq, int G, int hkv, int b,
-                                                int split, int num_splits, const float* __restrict__ sinks) {
-  constexpr int OS = D + kPaMergePad;  // scratch row stride (floats)
+  constexpr int OS = D + pa_merge_pad(PERM);  // scratch row stride (floats)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   float* sm = scratch;      // [W][16] the warps' row maxima
   float* sl = sm + W * 16;  // [W][16] their row sums
@@ -332,11 +277,23 @@ __device__ __forceinline__ void pa_merge_out16(float* scratch, const float (&acc
     const int r = g + 8 * h;
     const float inv = rs[2 * r + 1];
     const bool live = inv > 0.f;  // an empty row (or r >= G) is zero, whatever its O holds
-    const float f = live ? exp2f(row_m[h] - rs[2 * r]) * inv : 0.f;
+    const float f = live ? exp2f(row_m[h] - rs[2 * r]) * (inv * out_scale) : 0.f;
+    float* row = so + (warp * 16 + r) * OS;
+    if constexpr (PERM) {
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt)
-      *reinterpret_cast<float2*>(so + (warp * 16 + r) * OS + nt * 8 + 2 * t4) =
-          live ? make_float2(acc[nt][2 * h] * f, acc[nt][2 * h + 1] * f) : make_float2(0.f, 0.f);
+      for (int grp = 0; grp < D / 32; ++grp)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          *reinterpret_cast<float4*>(row + 32 * grp + 8 * t4 + 4 * e) =
+              live ? make_float4(acc[4 * grp][2 * h + e] * f, acc[4 * grp + 1][2 * h + e] * f,
+                                 acc[4 * grp + 2][2 * h + e] * f, acc[4 * grp + 3][2 * h + e] * f)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+        *reinterpret_cast<float2*>(row + nt * 8 + 2 * t4) =
+            live ? make_float2(acc[nt][2 * h] * f, acc[nt][2 * h + 1] * f) : make_float2(0.f, 0.f);
+    }
   }
   __syncthreads();
   for (int idx = tid; idx < G * D; idx += 32 * W) {
@@ -349,6 +306,64 @@ __device__ __forceinline__ void pa_merge_out16(float* scratch, const float (&acc
       out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
     else
       part_o[(((size_t)b * Hq + hq) * num_splits + split) * D + d] = o;
+  }
+}
+
+// The merge of the 16-bit bulk and cp.async kernels (pa_decode_body, BULK < 2): the warps' (m, l, O) through
+// fp32 scratch at a stride of D floats, each output column combining the W warps (W exponentials per column).
+// Its float2 stores conflict (4-way at D % 32 == 0, 2-way at D = 80), which pa_merge_out's padding removes
+// (ncu, bulk D96 B32: 308,737 -> 10,182 store conflicts, 153.7 -> 149.8 us), but on the bulk kernels that read
+// -0.4 % (D96) and -0.1 % (D80) in session 36, +0.7 % / level in session 35 (medians of 3 passes): several CTAs
+// per SM hide a 4-warp merge. cp.async read +0.5 % (D128) on a build whose 16-bit GPU tests did not run: kept.
+template <typename T, int D, int W>
+__device__ __forceinline__ void pa_merge_out_flat(float* scratch, const float (&acc)[D / 8][4],
+                                                  const float (&row_m)[2], const float (&row_l)[2],
+                                                  T* __restrict__ out, long long o_sb, float* __restrict__ part_o,
+                                                  float* __restrict__ part_lse, int Hq, int G, int hkv, int b,
+                                                  int split, int num_splits, const float* __restrict__ sinks) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  float* sm = scratch;
+  float* sl = sm + W * 16;
+  float* so = sl + W * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_l[h]);
+    const int r = g + 8 * h;
+    if (t4 == 0) {
+      sm[warp * 16 + r] = row_m[h];
+      sl[warp * 16 + r] = l;
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(so + (warp * 16 + r) * D + nt * 8 + 2 * t4) =
+          make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
+  }
+  __syncthreads();
+  for (int idx = tid; idx < G * D; idx += 32 * W) {
+    const int r = idx / D, d = idx % D;
+    const int hq = hkv * G + r;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sm[w * 16 + r]);
+    const float Mu = (M == -INFINITY) ? 0.f : M;
+    float lsum = 0.f, osum = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float f = exp2f(sm[w * 16 + r] - Mu);
+      lsum += sl[w * 16 + r] * f;
+      osum += so[(w * 16 + r) * D + d] * f;
+    }
+    // one split: the row is finished here, so its sink joins (split-K: in the reduce)
+    const float inv = num_splits == 1 ? sink_row_inv(lsum, Mu, sink_log2(sinks, hq))
+                                      : (lsum > 0.f ? 1.f / lsum : 0.f);
+    const float o = lsum > 0.f ? osum * inv : 0.f;
+    if (num_splits == 1) {
+      out[b * o_sb + (size_t)hq * D + d] = MmaTraits<T>::from_float(o);
+    } else {
+      const size_t pidx = ((size_t)b * Hq + hq) * num_splits + split;
+      part_o[pidx * D + d] = o;
+      if (d == 0) part_lse[pidx] = lsum > 0.f ? Mu + log2f(lsum) : -INFINITY;
+    }
   }
 }
 
@@ -445,8 +460,7 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
   constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
-  constexpr bool MERGE16 = BULK == 2;  // pa_merge_out16 (measured on the TMA kernels), else pa_merge_out
-  static_assert((MERGE16 ? pa_merge16_floats(D, kPaWarps) * 4 : kPaWarps * 16 * D * 4 + kPaWarps * 16 * 8) <=
+  static_assert((BULK < 2 ? kPaWarps * 16 * (D + 2) : pa_merge_floats(D, kPaWarps, false)) * 4 <=
                     kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
   // CLUSTER: the split's partial (pa_cluster_combine) over the drained stages
@@ -782,12 +796,12 @@ __device__ __forceinline__ void pa_decode_body(
                                          sinks);
     return;
   }
-  if constexpr (MERGE16)
-    pa_merge_out16<T, D, kPaWarps>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, out, o_sb, part_o, part_lse,
-                                   Hq, G, hkv, b, split, num_splits, sinks);
+  if constexpr (BULK < 2)
+    pa_merge_out_flat<T, D, kPaWarps>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, out, o_sb, part_o, part_lse,
+                                      Hq, G, hkv, b, split, num_splits, sinks);
   else
-    pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb,
-                                        part_o, part_lse, Hq, G, hkv, b, split, num_splits, sinks);
+    pa_merge_out<T, D, kPaWarps, false>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, 1.f, out, o_sb, part_o,
+                                        part_lse, Hq, G, hkv, b, split, num_splits, sinks);
 }
 
 // Combines num_splits partials per (batch, query head): grid (Hq, B), D threads.
@@ -909,7 +923,7 @@ OF_PA_KERNELS(bf16, __nv_bfloat16, 256)
 // MQA grid of one CTA per SM; 8 warps x 4 stages do not fit at D = 128) and 16 warps x 2 stages
 // (tiles of 256 tokens, 134 KiB: planned for fp16 MQA, run 17: 2694-2697 GB/s against 2636-2645 for
 // w8s3t; 16 warps x 3 stages measured behind and were dropped, again on the H100 in session 35: 2440-2447
-// GB/s against w16s2t's 2475-2483 at B128, both with pa_merge_out16).
+// GB/s against w16s2t's 2475-2483 at B128, both with the padded pa_merge_out).
 #define OF_PA_TMA_VARIANTS(X, DTN, T, D) \
   X(DTN, T, D, 4, 2)                     \
   X(DTN, T, D, 4, 3)                     \
@@ -1321,7 +1335,7 @@ __device__ __forceinline__ void pa8_decode_body(
   constexpr int TILE_BYTES = TMA ? TILE * D : TILE * RB;
   constexpr int CW = D >= 128 ? 128 : 64;  // TMA slab width (bytes)
   constexpr bool QREG = D <= 128;  // D = 256: Q fragments re-read (L1) per tile
-  static_assert(HEADS || W * 16 * D * 4 + W * 16 * 8 <= S * 2 * TILE_BYTES,
+  static_assert(HEADS || pa_merge_floats(D, W, true) * 4 <= S * 2 * TILE_BYTES,
                 "merge scratch must fit in the pipeline stages");
   static_assert(!CLUSTER || W * 16 * D * 4 <= S * 2 * TILE_BYTES, "cluster partial must fit in the stages");
 

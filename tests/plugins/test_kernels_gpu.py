@@ -1609,6 +1609,30 @@ def test_paged_decode_fp8_variants(lib, variant, splits, D):
     assert torch.count_nonzero(out[2]).item() == 0  # zero-length sequence
 
 
+# MQA over the fp8 pool (16 query rows per kv head: every row of the warp merge live, v_scale folded into
+# its final scale) with every per-kv-head variant, cp.async and TMA: ragged lengths ending mid-tile, an
+# empty sequence, 1 and 3 splits.
+@pytest.mark.parametrize("variant", [(4, 3), (4, 4), (4, 6), (8, 3), (4, 3, "tma"), (4, 4, "tma"), (4, 6, "tma"),
+                                     (8, 3, "tma")], ids=lambda v: f"w{v[0]}s{v[1]}{'t' if len(v) == 3 else ''}")
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
+def test_paged_decode_fp8_mqa_variants(lib, variant, splits, D):
+    from onnx_fuse.plugins import launch_plan as lp
+
+    if variant not in lp.pa8_variants(D):
+        pytest.skip(f"fp8 variant {variant} is not compiled for D={D}")
+    B, Hq, Hkv, bs, lens = 5, 16, 1, 16, [1500, 0, 129, 640, 77]
+    dtype = torch.bfloat16 if D in (96, 256) else torch.float16
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("fp8-mqa", variant, splits, D)).encode()))
+    k16, v16, k8, v8, ks, vs, tables, seq = _make_fp8_pool(lib, B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode_fp8(q, k8, v8, ks, vs, tables, seq, out, num_splits=splits, variant=variant)
+    torch.cuda.synchronize()
+    assert (plan.warps, plan.stages) == variant[:2] and plan.kv_fp8 and plan.tma == (len(variant) == 3)
+    _check_fp8_out(out, q, k16, v16, k8, v8, ks, vs, tables, lens, dtype)
+
+
 # fp8 pool with TMA loads (variants (warps, stages, "tma"), sm_90): the pools' NaN slots past each
 # sequence's end sit in the boxes the kernel copies, so these cases also check that those rows
 # are masked (K) and zeroed (V) rather than merely never read.
