@@ -11,7 +11,7 @@ second) and _paired.py (column 2j equals column 2j + 1); a ``Column`` gives what
 The walk: a memo and cycle guard, a depth bound, constants, a default-domain producer with a first input;
 then unary elementwise ops (Cast / Neg / Cos / Sin / Identity) keep the property, the step reads its ops,
 and ops on other axes than the last keep it too (Unsqueeze / Squeeze / Slice / Gather / GatherND /
-Transpose). Nothing here fails: unprovable is False.
+Transpose, a Reshape keeping the last dim). Nothing here fails: unprovable is False.
 """
 
 from __future__ import annotations
@@ -111,6 +111,9 @@ def _other_axes(ctx, node: ir.Node) -> bool:
     if op == "Transpose":
         perm = node.attributes.get("perm")
         return perm is not None and list(perm.as_ints())[-1] % rank == rank - 1
+    if op == "Reshape":    # a view keeping the last dim keeps each row's columns together
+        out = dims(node.outputs[0])
+        return bool(out) and isinstance(src[-1], int) and src[-1] == out[-1]
     if op == "GatherND":   # indices [.., k] pick along the first batch_dims + k axes only
         idx = dims(ins[1]) if len(ins) > 1 else None
         b = node.attributes.get("batch_dims")

@@ -59,8 +59,7 @@ def _step(ctx, node: ir.Node, v: ir.Value, sub) -> bool | None:
     if op in ("Reshape", "Flatten"):  # _repeat checks the output is the input's last two axes merged
         if _repeat(ctx, ins[0], out):
             return True
-        src = dims(ins[0])   # a view keeping the last dim keeps each row's columns together
-        return op == "Reshape" and bool(src) and isinstance(src[-1], int) and src[-1] == out[-1] and sub(ins[0])
+        return None if op == "Reshape" else False   # the walk reads a Reshape keeping the last dim
     if op == "Unsqueeze":
         return last_kept(ctx_axes(ctx, node), rank) and sub(ins[0])
     if op not in ("Squeeze", "Slice", "Gather", "Expand", "Transpose"):
