@@ -34,15 +34,18 @@ def _read_once(v: ir.Value, node: ir.Node) -> bool:
     return not v.is_graph_output() and [u.node for u in v.uses()] == [node]
 
 
-def _leaves(add: ir.Node) -> list[tuple[ir.Value, ir.Node]] | None:
-    """(value, the Add reading it) for each leaf of the Add tree rooted at ``add``."""
+def _leaves(add: ir.Node, tree: list[ir.Node] | None = None) -> list[tuple[ir.Value, ir.Node]] | None:
+    """(value, the Add reading it) for each leaf of the Add tree rooted at ``add``; the tree's Adds, readers
+    first, are appended to ``tree`` when given."""
+    if tree is not None:
+        tree.append(add)
     out = []
     for v in add.inputs:
         if v is None:
             return None
         p = v.producer()
         if is_default_op(p, "Add") and _read_once(v, add):
-            sub = _leaves(p)
+            sub = _leaves(p, tree)
             if sub is None:
                 return None
             out += sub
@@ -78,7 +81,8 @@ class MergeConvBranchesPass(FusePass):
         return ir.passes.PassResult(model, modified=modified)
 
     def _merge(self, graph: ir.Graph, root: ir.Node) -> bool:
-        leaves = _leaves(root)
+        tree: list[ir.Node] = []
+        leaves = _leaves(root, tree)
         if leaves is None or len(leaves) < 2:
             return False
         convs, bns, x = [], [], None
@@ -136,25 +140,11 @@ class MergeConvBranchesPass(FusePass):
         y.replace_all_uses_with(out, replace_graph_outputs=True)
         if was_output:  # the model's output keeps its name
             y.name, out.name = None, name
-        self._drop_tree(graph, root)
+        # the Add tree (readers first), then the branches it summed
+        graph.remove(tree + [v.producer() for v, _ in leaves], safe=True)
         self.stats["Conv branches"] += 1
         self.stats["identity BatchNormalization"] += len(bns)
         return True
-
-    def _drop_tree(self, graph: ir.Graph, add: ir.Node) -> None:
-        """The Add tree and its leaves' producers, readers first."""
-        order = []
-
-        def walk(node):
-            order.append(node)
-            for v in node.inputs:
-                p = v.producer()
-                if is_default_op(p, "Add") and _read_once(v, node):
-                    walk(p)
-                elif p is not None and p not in order:
-                    order.append(p)
-        walk(add)
-        graph.remove(order, safe=True)
 
     def _conv_parts(self, convs):
         """Each Conv's weight and bias in float64, and the group / strides / dtype they share; None when
