@@ -111,6 +111,9 @@ holdout_specs.HALF27 (its text models and hold-out 38's, read through holdout_sp
 over (Voxtral Realtime's text decoder, T5Gemma 2's and FLAVA's text encoders, the vision towers of Gemma 4, Cohere
 Compass, GLM-OCR, Muse Spark, Step 3.7 and Ovis 2, PP-OCRv5's recognizer, EfficientLoFTR, MobileNetV2, RegNet),
 usually into --out /tmp/h40; --dtype float16 holdout_specs.HALF28.
+--holdout 41 plans the twenty-ninth sweep (holdout_specs.HOLDOUT29): transformers 5.25 families earlier sets passed
+over (TextNet, EfficientNet, MobileNetV1, PP-OCRv6's small and tiny recognizers, the vision towers of GLM-5 Next and
+Qwen4-Exp, MetaCLIP 2's text tower), usually into --out /tmp/h41; --dtype float16 holdout_specs.HALF29.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HALF27, HALF28, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF28, HALF29, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -1531,7 +1534,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
     if dtype != "float32":
         own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27,
-                                40: HALF28}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
+                                40: HALF28, 41: HALF29}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
             own = SPECS[arch].get("styles") or ()

@@ -3694,3 +3694,72 @@ HOLDOUT28 = {
 HOLDOUT_SETS[40] = HOLDOUT28
 # --holdout 40 --dtype float16: its text decoder / encoders (the vision and conv towers stay float32)
 HALF28 = {"voxtral_realtime_text", "t5gemma2_text", "flava_text"}
+
+
+# ---- twenty-ninth sweep (--holdout 41, HOLDOUT29): transformers 5.25 families earlier sets passed over ----
+# Model types no corpus or hold-out spec names nor configures (session 37: the same check by model type and config
+# class left 352 of 831, most of them sub-configs of covered models or whole multimodal wrappers), taken where they
+# build at a tiny config and take inputs export_corpus makes, favouring forms unlike those covered: CNNs with
+# asymmetric re-parameterized branches and TF-style padding, a new OCR recognizer, two new patch towers, a text tower.
+_LCNET4 = dict(model_type="pp_lcnet_v4", stem_channels=[3, 8, 16], stem_strides=[2, 1, 1, 2, 1],
+               block_configs=[[[3, 16, 16, 1, True]], [[3, 16, 16, 1, False]], [[3, 16, 32, [2, 1], True]],
+                              [[3, 32, 32, [2, 1], False]]],
+               depths=[1, 1, 1, 1], stage_out_channels=[16, 16, 32, 32], reduction=4)
+HOLDOUT29 = {
+    # TextNet (FAST's backbone): re-parameterizable convs whose branches are k x k, 1 x k and k x 1 kernels with
+    # their BatchNorms summed (asymmetric RepVGG), ReLU
+    "textnet": _mm("vision", "TextNetConfig", "TextNetModel",
+                   dict(stem_out_channels=8, hidden_sizes=[8, 8, 16, 16, 32], depths=[2, 2, 1, 1],
+                        conv_layer_kernel_sizes=[[[3, 3], [1, 3]], [[3, 3], [3, 1]], [[3, 3]], [[1, 3]]],
+                        conv_layer_strides=[[1, 1], [2, 1], [2], [2]], image_size=[IMAGE, IMAGE]),
+                   ["repconv-asymmetric", "batchnorm", "relu"], "textnet", "vit", ("dyn_mask", "torchscript"), 0,
+                   image_size=IMAGE),
+    # EfficientNet on its own (ALIGN's tower had it inside a dual encoder): MBConv with squeeze-excitation, swish,
+    # TF-style "valid" padding on the listed depth-wise blocks (an explicit ZeroPad2d)
+    "efficientnet": _mm("vision", "EfficientNetConfig", "EfficientNetModel",
+                        # width 0.25: channels (stem 32, top 1280 fixed in the model) a quarter
+                        dict(image_size=IMAGE, width_coefficient=0.25, depth_coefficient=1.0, kernel_sizes=[3, 5, 3],
+                             in_channels=[32, 32, 64], out_channels=[32, 64, 64], strides=[1, 2, 2],
+                             num_block_repeats=[1, 1, 1], expand_ratios=[1, 4, 4], depthwise_padding=[1],
+                             hidden_dim=320, dropout_rate=0.0, drop_connect_rate=0.0),
+                        ["mbconv", "depthwise-conv", "squeeze-excitation", "swish", "batchnorm", "tf-padding"],
+                        "efficientnet", "vit", ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+    # MobileNetV1: depth-wise separable convs, ReLU6, TF "SAME" padding computed from the input's shape per conv
+    "mobilenet_v1": _mm("vision", "MobileNetV1Config", "MobileNetV1Model",
+                        dict(image_size=IMAGE, depth_multiplier=0.25, min_depth=8, tf_padding=True),
+                        ["depthwise-conv", "relu6", "batchnorm", "tf-padding-dynamic"], "mobilenet_v1", "vit",
+                        ("dyn_mask", "torchscript"), 0, image_size=IMAGE),
+    # PP-OCRv6's small recognizer: a PP-LCNetV4 CNN, then an SVTR-like neck (a 1 x 7 conv, attention, conv), CTC
+    "pp_ocrv6_small_rec": _mm("vision", "PPOCRV6SmallRecConfig", "PPOCRV6SmallRecForTextRecognition",
+                              dict(backbone_config=_LCNET4, hidden_size=HIDDEN, depth=LAYERS, num_attention_heads=2,
+                                   head_out_channels=16),
+                              ["mha", "svtr-neck", "conv-backbone", "layernorm", "silu", "batchnorm"],
+                              "pp_ocrv6_small_rec", "vit", ("dyn_mask", "torchscript"), LAYERS,
+                              image_size=[48, 128]),
+    # PP-OCRv6's tiny recognizer: the PP-LCNetV4 CNN and a linear head (no attention)
+    "pp_ocrv6_tiny_rec": _mm("vision", "PPOCRV6TinyRecConfig", "PPOCRV6TinyRecForTextRecognition",
+                             dict(backbone_config=_LCNET4, hidden_size=HIDDEN, head_out_channels=16),
+                             ["conv-backbone", "batchnorm", "hardswish"], "pp_ocrv6_tiny_rec", "vit",
+                             ("dyn_mask",), 0, image_size=[48, 128]),
+    # GLM-5 Next's vision tower: Qwen-VL-like patches, RMSNorm, a clamped SwiGLU (swiglu_limit), axial 2-D rotary
+    "glm5_next_vision": _mm("patches", "Glm5NextVisionConfig", "Glm5NextVisionModel",
+                            dict(QWEN_VIS17, image_size=16, swiglu_limit=10.0, projection_intermediate_size=FFN),
+                            ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "rmsnorm", "swiglu-clamped",
+                             "patch-merger"], "glm5_next_vision", "vit", _P17, LAYERS,
+                            patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    # Qwen4-Exp's vision tower: Qwen3-VL-like patches with interpolated positions, axial 2-D rotary, LayerNorm, GELU
+    "qwen4_exp_vision": _mm("patches", "Qwen4ExpVisionConfig", "Qwen4ExpVisionModel",
+                            dict(QWEN_VIS17, num_position_embeddings=16),
+                            ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "interpolated-positions",
+                             "layernorm", "gelu-tanh", "patch-merger"], "qwen4_exp_vision", "vit", _P17, LAYERS,
+                            patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    # MetaCLIP 2's text tower: CLIP text (causal mask and padding, QuickGELU, pooling at the EOS id)
+    "metaclip_2_text": _s("encoder", "MetaClip2TextConfig", "MetaClip2TextModel",
+                          dict(ENC, hidden_act="quick_gelu", pad_token_id=0, bos_token_id=1, eos_token_id=2),
+                          ["mha", "causal", "padding-mask", "layernorm", "quick-gelu", "eos-pooling"],
+                          "metaclip_2_text_model", "bert", styles=("dyn_mask", "static_nomask", "torchscript")),
+}
+HOLDOUT_SETS[41] = HOLDOUT29
+# --holdout 41 --dtype float16: its text tower, a patch tower and the OCR recognizer with attention (not made:
+# MetaCLIP 2's text tower in TorchScript, whose LayerNormalization the exporter leaves with float32 and float16 inputs)
+HALF29 = {"metaclip_2_text", "glm5_next_vision", "pp_ocrv6_small_rec"}
