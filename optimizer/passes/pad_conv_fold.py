@@ -11,7 +11,15 @@ the batch and channel axes (axes 0 and 1: opset 18's ``axes`` input is mapped to
 the Pad's output as its input X with auto_pad NOTSET or VALID (SAME_* pads are computed from the input's
 size, which the Pad changes). Each Conv reader folds on its own; the Pad stays while another node (or the
 graph output) still reads it. ConvInteger / QLinearConv pad with their zero point, not 0, so they are
-not taken; nor are pooling ops (MaxPool pads with -inf, AveragePool may exclude pads from the count).
+not taken; nor is AveragePool (it may exclude pads from the count).
+
+A MaxPool reader folds too where the Pad's input is provably >= 0 (a Relu's, a Sigmoid's, a HardSigmoid's or a
+Clip's with a constant min >= 0: HGNetV2's stem, ``F.pad`` then MaxPool(ceil_mode) after a Conv + ReLU): MaxPool's
+own pads take no part in the max, and a zero cell changes no max of values >= 0 as long as every window keeps
+one real cell, which holds when each axis's total pads stay below the kernel and, in ceil mode, its end pad is at
+most kernel - stride (the last window then starts inside the input in both forms, so the output size is the
+same too). Dilations 1 only, no Indices output (they would count the padded tensor's cells). NaN inputs aside
+(a window of NaNs alone gives 0 with the zero cells, float32's lowest without): exact.
 
 Runs at level >= 2 for every target with fold-batch-norm (before it).
 """
@@ -85,6 +93,9 @@ class FoldPadIntoConvPass(FusePass):
         done = False
         for use in list(y.uses()):
             conv = use.node
+            if use.idx == 0 and is_default_op(conv, "MaxPool"):
+                done |= self._fold_max_pool(pads, x, conv)
+                continue
             if not is_default_op(conv, "Conv") or use.idx != 0:
                 continue
             auto_pad = conv.attributes.get_string("auto_pad", "NOTSET")
@@ -106,3 +117,47 @@ class FoldPadIntoConvPass(FusePass):
         if done and not list(y.uses()) and not y.is_graph_output():
             graph.remove(pad, safe=True)
         return done
+
+    def _fold_max_pool(self, pads: list[int], x: ir.Value, pool: ir.Node) -> bool:
+        """The zero Pad into a MaxPool's pads when x >= 0 and every window keeps a real cell (module docstring)."""
+        half, spatial = len(pads) // 2, len(pads) // 2 - 2
+        if not _non_negative(x) or (len(pool.outputs) > 1 and pool.outputs[1] is not None):
+            return False
+        auto_pad = pool.attributes.get_string("auto_pad", "NOTSET")
+        kernel = list(pool.attributes.get_ints("kernel_shape", []) or [])
+        strides = list(pool.attributes.get_ints("strides", []) or [1] * spatial)
+        dilations = list(pool.attributes.get_ints("dilations", []) or [1] * spatial)
+        old = list(pool.attributes.get_ints("pads", []) or [0] * (2 * spatial)) if auto_pad == "NOTSET" else None
+        if auto_pad not in ("NOTSET", "VALID") or len(kernel) != spatial or len(strides) != spatial:
+            return False
+        old = old if old is not None else [0] * (2 * spatial)
+        if len(old) != 2 * spatial or any(d != 1 for d in dilations):
+            return False
+        new = [old[i] + pads[2 + i] for i in range(spatial)] + [old[spatial + i] + pads[half + 2 + i]
+                                                                 for i in range(spatial)]
+        ceil = pool.attributes.get_int("ceil_mode", 0)
+        for i, (k, st) in enumerate(zip(kernel, strides)):
+            begin, end = new[i], new[spatial + i]
+            if begin > k - 1 or end > (k - st if ceil else k - 1):
+                return False
+        pool.attributes["pads"] = ir.AttrInt64s("pads", new)
+        if auto_pad == "VALID":
+            pool.attributes["auto_pad"] = ir.AttrString("auto_pad", "NOTSET")
+        pool.replace_input_with(0, x)
+        self.stats["Pad->MaxPool"] += 1
+        return True
+
+
+def _non_negative(v: ir.Value) -> bool:
+    """v >= 0 for every non-NaN element, read from the op that computes it."""
+    node = v.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in ("Relu", "Sigmoid", "HardSigmoid"):
+        return True
+    if node.op_type != "Clip":
+        return False
+    if len(node.inputs) > 1:  # opset 11+: min as input 1
+        low = constant_tensor(node.inputs[1]) if node.inputs[1] is not None else None
+        return low is not None and low.size == 1 and float(np.asarray(low.numpy())) >= 0
+    return node.attributes.get_float("min", float("-inf")) >= 0
