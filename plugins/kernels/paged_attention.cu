@@ -207,9 +207,9 @@ __device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (
 }
 
 // Merges the W warps' (m, l, O) for the G query rows through fp32 scratch over the drained stages and
-// writes out (num_splits == 1) or the split's partial: the merge of the 16-bit TMA kernels and of the fp8
-// pool's per-kv-head kernels (the 16-bit bulk / cp.async kernels': pa_merge_out_flat, below; the head
-// groups have no merge). Lanes r < 16 of warp 0 combine the W
+// writes out (num_splits == 1) or the split's partial: the merge of the 16-bit TMA and cp.async kernels and of
+// the fp8 pool's per-kv-head kernels (the 16-bit bulk kernels': pa_merge_out_flat, below; the head groups have
+// no merge). Lanes r < 16 of warp 0 combine the W
 // warps' (m, l) of row r once into its max and final scale (the sink folded in at one split; the
 // partial's log2-sum-exp written at split-K); each warp then scales its own rows in registers by
 // 2^(m_w - M) * scale * out_scale and stores them; the output is the plain sum over the warps.
@@ -223,7 +223,9 @@ __device__ __forceinline__ void pa_rescale(float (&acc)[D / 8][4], const float (
 // Session 35 on an H100 (docs/PERF.md "Thirty-fourth round"), !PERM on the TMA kernels: MQA B128
 // H16/1 D64 54.9 -> 51.7 us under ncu (196,608 store bank conflicts -> 0), GB/s +0.0 to +4.4 %. Session 36
 // ("Thirty-fifth round"), PERM on the fp8 pool: MQA B128 D64 w4s3t 34.2 -> 30.5 us under ncu (476,886 -> 5,426
-// store bank conflicts), GB/s +1.5 to +10.4 % (medians, ahead in every pass) at every fp8 shape timed.
+// store bank conflicts), GB/s +1.5 to +10.4 % (medians, ahead in every pass) at every fp8 shape timed. Session 37
+// ("Thirty-sixth round"), !PERM on the 16-bit cp.async kernels: MQA B128 H16/1 D64 w4s3 s4 +1.2 % (5/5 passes),
+// D128 B32 w4s3 s2 +0.5 % (3/3, session 36).
 __host__ __device__ constexpr int pa_merge_pad(bool perm) { return perm ? 4 : 8; }
 __host__ __device__ constexpr int pa_merge_floats(int D, int W, bool perm) {
   return W * 16 * (2 + D + pa_merge_pad(perm)) + 32;
@@ -309,12 +311,12 @@ __device__ __forceinline__ void pa_merge_out(float* scratch, const float (&acc)[
   }
 }
 
-// The merge of the 16-bit bulk and cp.async kernels (pa_decode_body, BULK < 2): the warps' (m, l, O) through
-// fp32 scratch at a stride of D floats, each output column combining the W warps (W exponentials per column).
-// Its float2 stores conflict (4-way at D % 32 == 0, 2-way at D = 80), which pa_merge_out's padding removes
-// (ncu, bulk D96 B32: 308,737 -> 10,182 store conflicts, 153.7 -> 149.8 us), but on the bulk kernels that read
-// -0.4 % (D96) and -0.1 % (D80) in session 36, +0.7 % / level in session 35 (medians of 3 passes): several CTAs
-// per SM hide a 4-warp merge. cp.async read +0.5 % (D128) on a build whose 16-bit GPU tests did not run: kept.
+// The merge of the 16-bit bulk kernels (pa_decode_body, BULK = 1): the warps' (m, l, O) through fp32 scratch at
+// a stride of D floats, each output column combining the W warps (W exponentials per column). Its float2 stores
+// conflict (4-way at D % 32 == 0, 2-way at D = 80), which pa_merge_out's padding removes (ncu, bulk D96 B32:
+// 308,737 -> 10,182 store conflicts, 153.7 -> 149.8 us), but the bulk kernels read it level, not ahead in every
+// pass: -0.4 % (D96) and -0.1 % (D80) in session 36, +0.7 % / level in session 35 (medians of 3 passes), D96 / D80
+// B32 -0.1 to -0.7 %, B64 +0.1 to +0.2 % in session 37 (5 passes): several CTAs per SM hide a 4-warp merge.
 template <typename T, int D, int W>
 __device__ __forceinline__ void pa_merge_out_flat(float* scratch, const float (&acc)[D / 8][4],
                                                   const float (&row_m)[2], const float (&row_l)[2],
@@ -460,7 +462,7 @@ __device__ __forceinline__ void pa_decode_body(
   constexpr int kPaTile = 16 * kPaWarps;
   constexpr int CPR = D / 8;
   constexpr int RS = pa_row_elems(D, BULK);  // smem row stride (elements)
-  static_assert((BULK < 2 ? kPaWarps * 16 * (D + 2) : pa_merge_floats(D, kPaWarps, false)) * 4 <=
+  static_assert((BULK == 1 ? kPaWarps * 16 * (D + 2) : pa_merge_floats(D, kPaWarps, false)) * 4 <=
                     kPaStages * 2 * kPaTile * RS * 2,
                 "merge scratch must fit in the pipeline stages");
   // CLUSTER: the split's partial (pa_cluster_combine) over the drained stages
@@ -796,7 +798,7 @@ __device__ __forceinline__ void pa_decode_body(
                                          sinks);
     return;
   }
-  if constexpr (BULK < 2)
+  if constexpr (BULK == 1)
     pa_merge_out_flat<T, D, kPaWarps>(reinterpret_cast<float*>(sKV), acc, row_m, row_l, out, o_sb, part_o, part_lse,
                                       Hq, G, hkv, b, split, num_splits, sinks);
   else
