@@ -403,6 +403,12 @@ def _gelu_erf_input(ctx, y):
     return gelu_erf_input(ctx, _as_value(y, "gelu_erf_input"))
 
 
+def _gelu_tanh_input(ctx, y):
+    from onnx_fuse.rewrite._gelu_product import gelu_tanh_input
+
+    return gelu_tanh_input(ctx, _as_value(y, "gelu_tanh_input"))
+
+
 def _power_of_two(ctx, x) -> bool:
     from onnx_fuse.rewrite._row_max import power_of_two
 
@@ -717,6 +723,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     # x when y computes x * 0.5 * (1 + erf(x / sqrt 2)), its product in any grouping, read by
     # value (_gelu_product.py); fails with the reason otherwise
     "gelu_erf_input": _gelu_erf_input,
+    # x when y computes x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), its product in any
+    # grouping and the argument in any spelling of that polynomial, read by value (_gelu_product.py)
+    "gelu_tanh_input": _gelu_tanh_input,
     # whether a positive number is exactly 2**n (scaling by it is exact)
     "power_of_two": _power_of_two,
     # whether v's last axis provably repeats every value twice in a row (repeat_interleave'd

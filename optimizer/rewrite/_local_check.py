@@ -686,10 +686,11 @@ _MOVES = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile", "Con
           "Flatten"}
 # ops computing a value from one other and constants, which a bridge passes too: a softmax's row
 # maximum of scores the replacement reads (softmax-max-shift proves the shift on what it computes,
-# row_max), a scale it undoes (Div / Mul by a constant)
-_ONE_INPUT = {"ReduceMax", "ReduceMin", "Mul", "Div", "Add", "Sub", "Cast", "Neg", "Erf"}
+# row_max), a scale it undoes (Div / Mul by a constant); Erf / Tanh / Pow by a constant: the GELUs'
+_ONE_INPUT = {"ReduceMax", "ReduceMin", "Mul", "Div", "Add", "Sub", "Cast", "Neg", "Erf", "Tanh", "Pow"}
 # elementwise ops a bridge passes with several non-constant inputs when every one of them is
-# bridged: gelu-erf reads x, and the product it replaces is x times 1 + erf(x / sqrt 2), unmatched
+# bridged: gelu-erf / gelu-tanh read x, and the product each replaces is x times 1 + erf(x / sqrt 2)
+# or 1 + tanh(polynomial of x), unmatched
 _ALL_INPUTS = {"Mul", "Div", "Add", "Sub"}
 
 
