@@ -73,6 +73,20 @@ def check_own_stream(names, low: float, high: float, graphs: int = 300) -> None:
         assert not any(m in names for m in make_case(seed).motifs), seed
 
 
+def first_case(make, want=frozenset(), plain_off=None, tries: int = 400):
+    """The first ``make(seed)`` (seed < ``tries``) whose traps include ``want``; with ``plain_off`` (a set of traps)
+    also none of those and no near miss (a ``near-`` trap): the fuzz families' tests pick their cases so."""
+    for seed in range(tries):
+        case = make(seed)
+        traps = set(case.traps)
+        if not want <= traps:
+            continue
+        if plain_off is not None and (traps & plain_off or any(t.startswith("near-") for t in traps)):
+            continue
+        return case
+    raise AssertionError(f"no case with {set(want)} in {tries} seeds")
+
+
 def assert_fuzz_ok(case, levels, targets=("ort", "onnx", "trt")) -> None:
     """Every run of fuzz_differential.fuzz_case(case, levels, targets) is ok; the others listed when not."""
     from fuzz_differential import fuzz_case   # tools/ on sys.path (the fuzz tests put it there)

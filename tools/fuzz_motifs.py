@@ -28,7 +28,9 @@ masks on batch and length jointly, fed at other shapes too), then a share (fuzz_
 (tools/fuzz_s34.py: a fused q / k / v projection picked apart by slices, chunks and head views), then a share
 (fuzz_s34b.S34B_SHARE) rotaries read by value (tools/fuzz_s34b.py: complex-product and rotate-half in three layouts),
 then a share (fuzz_s35.S35_SHARE) gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU, gate and up sliced or chunked),
-then a share (fuzz_s36.S36_SHARE) GroupNorm as torch writes it (tools/fuzz_s36.py: view, InstanceNormalization, view back).
+then a share (fuzz_s36.S36_SHARE) GroupNorm as torch writes it (tools/fuzz_s36.py: view, InstanceNormalization, view back),
+then a share (fuzz_s37.S37_SHARE) session 36's rewrites (tools/fuzz_s37.py: Pad into Conv, RepVGG Conv branches, BN folds,
+x / Sqrt(moment), the scores' clamp onto the mask, erf GELU groupings).
 """
 
 from __future__ import annotations
@@ -791,6 +793,11 @@ def make_case(seed: int) -> Case:
     # session 36's GroupNorm as torch writes it (tools/fuzz_s36.py: Reshape, InstanceNormalization, Reshape, affine)
     if np.random.default_rng([seed, S36_SALT]).random() < S36_SHARE:
         return _with_sparse(make_s36_case(seed))
+    from fuzz_s37 import S37_SALT, S37_SHARE
+
+    # session 36's rewrites (tools/fuzz_s37.py: Pad / Conv branches / BN folds, div-by-root, scores clamp, erf GELU)
+    if np.random.default_rng([seed, S37_SALT]).random() < S37_SHARE:
+        return _with_sparse(make_s37_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -916,6 +923,14 @@ def make_s36_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s36 import build_s36
 
     return _built_case(seed, 0x3638, build_s36, name, "fuzz_s36")
+
+
+def make_s37_case(seed: int, name: str | None = None) -> Case:
+    """A graph of one of session 36's rewrites' fields (tools/fuzz_s37.py: a Pad before a Conv, summed Conv branches,
+    BN folds, x / Sqrt(moment), the scores' clamp, erf GELU groupings) with its traps; ``name`` picks the motif."""
+    from fuzz_s37 import build_s37
+
+    return _built_case(seed, 0x3739, build_s37, name, "fuzz_s37")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

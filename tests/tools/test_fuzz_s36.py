@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 import onnx_fuse
-from tests.tool_modules import assert_fuzz_ok, assert_same_case, check_own_stream
+from tests.tool_modules import assert_fuzz_ok, assert_same_case, check_own_stream, first_case
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
@@ -30,15 +30,7 @@ OFF_PLAIN = {"fp16", "intermediate-is-output", "initializer-is-input", "gn-table
 def _first(want: frozenset, plain: bool = False):
     """The first case with the traps ``want`` (``plain``: no near miss, float32, no exposed piece or overridable
     weight, tables [C, 1, ...])."""
-    for seed in range(400):
-        case = make_s36_case(seed)
-        traps = set(case.traps)
-        if not want <= traps:
-            continue
-        if plain and (traps & OFF_PLAIN or any(t.startswith("near-") for t in traps)):
-            continue
-        return case
-    raise AssertionError(f"no case with {set(want)}")
+    return first_case(make_s36_case, want, OFF_PLAIN if plain else None)
 
 
 @pytest.mark.parametrize("rank", [3, 4])
