@@ -407,7 +407,7 @@ IDIOMS = {
 IDIOM_RULES = {
     "baddbmm": ("attention-batched-heads",), "select_scale": ("scores-scale-before-mask",),
     "mask_scale": ("scores-scale-before-mask",), "shared_mask": ("where-expanded-mask",),
-    "key_view": ("bmm-key-view",), "row_rope": ("rotary-rotate-half-row-tables",),
+    "key_view": ("bmm-key-view",), "row_rope": ("rotary-rotate-half-tables", "row-slice-above-cos"),
     "stack_rope": ("gather-of-stack", "rotary-rotate-half-tables"),
     "max_shift": ("softmax-max-shift",),
 }

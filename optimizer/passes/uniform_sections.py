@@ -4,8 +4,8 @@ HunYuan-VL's XD-RoPE (and any multi-axis RoPE written the same way) builds its t
 ``t = concat([m[i % K] for i, m in enumerate(cat(f, f).split(2 * sections, -1))], -1)`` for f [K, B, S, D/2],
 exported as Split on the last axis, a Gather of one constant index on axis 0 per piece, and a Concat of the
 gathered pieces. For text-only positions the K streams are one [1, B, S] row Expand'ed, so every index names
-the same values and the table is Gather(cat(f, f), 0, axis 0) -- the concat(c, c) form the RoPE rules read
-(rules/rope/rotary_cat_tables.yaml). This pass proves it from the values (self_writes.uniform_axes: an
+the same values and the table is Gather(cat(f, f), 0, axis 0) -- the concat(c, c) form whose halves the RoPE
+rules prove equal (rewrite/_half_columns.py). This pass proves it from the values (self_writes.uniform_axes: an
 Expand of a size-1 axis, kept through elementwise ops, Cast, Unsqueeze ...), not from the exporter's spelling:
 
     Concat(Gather(Split(X, axis=s)[0], k0, axis=g), ..., Gather(Split(X)[n-1], k_{n-1}, axis=g), axis=s')

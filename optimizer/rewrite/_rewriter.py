@@ -181,6 +181,28 @@ def _expanded_dims(shape: ir.Shape, in_shape: ir.Shape | None, target: list | No
     return ir.Shape(dims)
 
 
+def _sliced_dims(shape: ir.Shape, in_shape: ir.Shape | None, axes: np.ndarray | None, n_starts: list | None) -> ir.Shape:
+    """A new Slice's dims on the axes it does not cut: its input's. ONNX inference leaves every dim
+    unknown when starts / ends are not constants (a RoPE table's rows cut to x's length), though only
+    the cut axes change. ``axes``: the constant axes input (None: absent, the leading len(starts))."""
+    if in_shape is None or len(in_shape) != len(shape):
+        return shape
+    r = len(shape)
+    if axes is not None:
+        cut = {int(a) % r for a in axes.reshape(-1) if -r <= int(a) < r}
+        if len(cut) != axes.size:
+            return shape
+    elif n_starts and isinstance(n_starts[0], int):
+        cut = set(range(n_starts[0]))
+    else:
+        return shape
+    dims = list(shape.dims)
+    for i, d in enumerate(in_shape.dims):
+        if i not in cut and not isinstance(dims[i], int) and not getattr(dims[i], "value", None):
+            dims[i] = d
+    return ir.Shape(dims)
+
+
 def _invented(name: str) -> bool:
     from onnx_fuse.passes._shape_values import invented_name
 
@@ -652,6 +674,12 @@ class Rewriter:
                     elif nn.op_type in ("Flatten", "Reshape") and shape is not None and in_types[0] is not None:
                         target = None if nn.op_type == "Flatten" else _target_entries(nn.inputs[1], in_data[1], made, type_of)
                         shape = _view_dims(nn, shape, in_types[0][1], target)
+                    elif nn.op_type == "Slice" and shape is not None and in_types[0] is not None:
+                        has_axes = len(nn.inputs) > 3 and nn.inputs[3] is not None
+                        if not has_axes or in_data[3] is not None:
+                            starts = type_of(nn.inputs[1])[1] if len(nn.inputs) > 1 and nn.inputs[1] is not None else None
+                            shape = _sliced_dims(shape, in_types[0][1], in_data[3] if has_axes else None,
+                                                 None if starts is None else list(starts.dims))
                     elif nn.op_type == "Expand" and shape is not None and in_types[0] is not None:
                         target = _target_entries(nn.inputs[1], in_data[1], made, type_of)
                         shape = _expanded_dims(shape, in_types[0][1], target)

@@ -7,8 +7,9 @@
   same view or gather op on each (Unsqueeze, Squeeze, Reshape, Slice, Gather, GatherND, Expand,
   Transpose, Tile, Flatten, Cast, Identity) with the same attributes and the same other inputs
   (one value, or equal constants: cos and sin cut and gathered alike); Mul / Div of each by the
-  same one-element number; Concat of pairs that each rotate; down to two constants that rotate
-  (a buffer's rows cut at run time).
+  same one-element number; Concat of pairs that each rotate; ScatterND of a pair into a pair at one
+  set of indices (Qwen3's interleaved M-RoPE writes its streams' columns so); down to two constants
+  that rotate (a buffer's rows cut at run time).
 Nothing here fails: unprovable is False.
 
 ``table_layout``: where a table broadcast against xe holds its positions, read from its dims; xe is
@@ -104,6 +105,10 @@ def _pair(ctx, c: ir.Value | None, s: ir.Value | None, depth: int) -> bool:
             _pair(ctx, pc[0], ps[0], depth - 1)
     if op == "Concat":
         return all(_pair(ctx, a, b, depth - 1) for a, b in zip(ci, si))
+    if op == "ScatterND":   # each element is data's or updates', at one set of indices: a pair if both are
+        red = nc.attributes.get("reduction")
+        return (red is None or red.value == "none") and len(ci) == 3 and _same_input(ctx, ci[1], si[1]) and \
+            _pair(ctx, ci[0], si[0], depth - 1) and _pair(ctx, ci[2], si[2], depth - 1)
     return False
 
 

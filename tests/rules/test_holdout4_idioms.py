@@ -39,13 +39,19 @@ def _row_table_rotary(h, cut_axis=2, sin_end="send"):
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_rotary_with_row_tables_cut_to_the_sequence_is_fused(h, target):
     """ESM through Optimum (hold-out 4): RoPE 0/4 before (no rule took [S, D] tables lifted by two
-    Unsqueezes and cut by a Slice); rotary-rotate-half-row-tables makes it one RotaryEmbedding whose
-    caches are cos/sin of f's rows, for any batch and sequence length."""
+    Unsqueezes and cut by a Slice). The general rotary-rotate-half-tables takes it (the retired
+    rotary-rotate-half-row-tables did before), and the row cut moves onto the angles f through the
+    Unsqueezes and Cos / Sin (row-slice-above-*), so f is cut once for both caches, as the old rule
+    wrote it: no Squeeze left, one Slice, for any batch and sequence length."""
     model = _row_table_rotary(h)
     out = h.fuse(model, target)
     counts = h.ops(out)
     assert counts["RotaryEmbedding"] == 1 and "Neg" not in counts, counts
-    assert h.fired(out)["rotary-rotate-half-row-tables"] >= 1
+    assert h.fired(out)["rotary-rotate-half-tables"] >= 1, h.fired(out)
+    assert counts["Slice"] == 1 and counts["Cos"] == 1 and counts["Sin"] == 1, counts
+    assert "Squeeze" not in counts and sum(counts.values()) <= 16, counts   # the old rule's 16 nodes
+    slice_in = {i for n in out.graph.node if n.op_type == "Slice" for i in n.input[:1]}
+    assert slice_in == {"f"}, slice_in
     for batch, seq in ((B, S), (1, 3), (3, 1)):
         h.assert_close(model, out, {"x": h.rng.standard_normal((batch, H, seq, D)).astype(np.float32)})
 
@@ -54,12 +60,13 @@ def test_rotary_row_tables_near_misses(h):
     """Tables cut along another axis than their rows, or cos and sin cut differently, are refused
     with the reason (the RoPE stays plain ops)."""
     model = _row_table_rotary(h, cut_axis=3)
-    reasons = h.reasons(model, "ort", "rotary-rotate-half-row-tables")
-    assert any("only be cut along their rows" in r for r in reasons), reasons
+    reasons = h.reasons(model, "ort", "rotary-rotate-half-tables")
+    assert any("must be rows of positions" in r for r in reasons), reasons
     assert "RotaryEmbedding" not in h.ops(h.fuse(model, "ort"))
     model = _row_table_rotary(h, sin_end="sfix")
-    reasons = h.reasons(model, "ort", "rotary-rotate-half-row-tables")
-    assert any("must be cut alike" in r for r in reasons), reasons
+    reasons = h.reasons(model, "ort", "rotary-rotate-half-tables")
+    assert any("not a (scaled) rotation" in r for r in reasons), reasons
+    assert "RotaryEmbedding" not in h.ops(h.fuse(model, "ort"))
 
 
 N, NW, WT = 4, 2, 2  # window tokens, windows per image, window batch = images * NW

@@ -154,10 +154,12 @@ def test_clamp_above_the_lowest_float_is_refused(h):
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
 def test_rope_with_tables_concatenated_after_cos_sin_fuses(h, target):
     """x*concat(c, c) + rotate_half(x)*concat(s, s) for tables the graph computed (Qwen2-VL's M-RoPE
-    concatenates per-section cos/sin): RotaryEmbedding-23 with c, s as the caches."""
+    concatenates per-section cos/sin): RotaryEmbedding-23 with c, s as the caches (the general
+    rotary-rotate-half-tables since session 37: c, s are Cos / Sin of one angle, proven a rotation)."""
     n = h.node
     half = D // 2
-    nodes = [n("Concat", ["c", "c"], ["cc"], axis=-1), n("Unsqueeze", ["cc", "ax1"], ["cu"]),
+    nodes = [n("Cos", ["a"], ["c"]), n("Sin", ["a"], ["s"]),
+             n("Concat", ["c", "c"], ["cc"], axis=-1), n("Unsqueeze", ["cc", "ax1"], ["cu"]),
              n("Concat", ["s", "s"], ["sc"], axis=-1), n("Unsqueeze", ["sc", "ax1"], ["su"]),
              n("Mul", ["x", "cu"], ["m1"]),
              n("Slice", ["x", "zero", "mid", "last"], ["x1"]), n("Slice", ["x", "mid", "end", "last"], ["x2"]),
@@ -165,15 +167,14 @@ def test_rope_with_tables_concatenated_after_cos_sin_fuses(h, target):
              n("Mul", ["r", "su"], ["m2"]), n("Add", ["m1", "m2"], ["y"])]
     inits = {"ax1": np.array([1], np.int64), "zero": np.array([0], np.int64), "mid": np.array([half], np.int64),
              "end": np.array([2 ** 62], np.int64), "last": np.array([-1], np.int64)}
-    inputs = [h.vi("x", [B, H, S, D]), h.vi("c", [B, S, half]), h.vi("s", [B, S, half])]
+    inputs = [h.vi("x", [B, H, S, D]), h.vi("a", [B, S, half])]
     model = h.make_model(nodes, inputs, [h.vi("y", [B, H, S, D])], inits, opset=20)
     out = h.fuse(model, target)
     ops = h.ops(out)
-    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops, ops
+    assert ops["RotaryEmbedding"] == 1 and "Neg" not in ops and "Concat" not in ops, ops
     r = h.rng
-    ang = r.standard_normal((B, S, half)).astype(np.float32)
     h.assert_close(model, out, {"x": r.standard_normal((B, H, S, D)).astype(np.float32),
-                                "c": np.cos(ang), "s": np.sin(ang)})
+                                "a": r.standard_normal((B, S, half)).astype(np.float32)})
 
 
 @pytest.mark.parametrize("target,op", [("ort", "com.microsoft::FastGelu"), ("onnx", "Gelu"), ("trt", "Gelu")])
