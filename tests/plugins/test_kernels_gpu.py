@@ -1039,6 +1039,35 @@ def test_paged_decode_variants(lib, variant, splits, D):
     assert err < TOL[dtype], f"relative error {err:.3e}"
 
 
+# MQA (16 query rows per kv head: every row of the warp merge live) with the cp.async and bulk variants: the
+# cp.async ones merge through the padded pa_merge_out (session 37), the bulk ones through pa_merge_out_flat;
+# ragged lengths ending mid-tile, an empty sequence, 1 and 3 splits.
+@pytest.mark.parametrize("variant", [(4, 3, 0), (8, 3, 0), (4, 3, 1), (4, 2, 1), (8, 3, 1)],
+                         ids=lambda v: f"w{v[0]}s{v[1]}{'b' if v[2] else ''}")
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("D", [64, 80, 96, 128, 256])
+def test_paged_decode_mqa_variants(lib, variant, splits, D):
+    from onnx_fuse.plugins import launch_plan as lp
+
+    if variant not in lp.pa_variants(D):
+        pytest.skip(f"variant {variant} is not compiled for D={D} (shared memory)")
+    B, Hq, Hkv, bs, lens = 5, 16, 1, 16, [1500, 0, 129, 640, 77]
+    dtype = torch.bfloat16 if D in (96, 256) else torch.float16
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(("mqa16", variant, splits, D)).encode()))
+    k_pool, v_pool, tables = _make_pool(B, Hkv, D, bs, lens, dtype, gen)
+    q = _rand((B, Hq, D), dtype, gen)
+    out = torch.full_like(q, float("nan"))
+    plan = lib.paged_decode(q, k_pool, v_pool, tables, torch.tensor(lens, dtype=torch.int32, device="cuda"), out,
+                            num_splits=splits, variant=variant)
+    torch.cuda.synchronize()
+    assert (plan.warps, plan.stages, plan.bulk) == variant
+    expect = ref.paged_attention(_np(q), _ref_pool(k_pool), _ref_pool(v_pool), tables.cpu().numpy(),
+                                 np.array(lens), out_dtype=np.float64)
+    err = _rel_err(out, expect)
+    assert err < TOL[dtype], f"relative error {err:.3e}"
+    assert torch.count_nonzero(out[1]).item() == 0  # zero-length sequence
+
+
 
 # The default plans of this GPU (launch_plan.plan_paged_decode for current_device) on shapes that
 # reach them: head groups at D 128, Hkv 8 (on an H100 4 kv heads w4s2h: one split at B64, two with the
