@@ -113,7 +113,7 @@ Compass, GLM-OCR, Muse Spark, Step 3.7 and Ovis 2, PP-OCRv5's recognizer, Effici
 usually into --out /tmp/h40; --dtype float16 holdout_specs.HALF28.
 --holdout 41 plans the twenty-ninth sweep (holdout_specs.HOLDOUT29): transformers 5.25 families earlier sets passed
 over (TextNet, EfficientNet, MobileNetV1, PP-OCRv6's small and tiny recognizers, the vision towers of GLM-5 Next and
-Qwen4-Exp, MetaCLIP 2's text tower), usually into --out /tmp/h41; --dtype float16 holdout_specs.HALF29.
+Qwen4-Exp, BLIP-2's Q-Former, MetaCLIP 2's text tower), usually into --out /tmp/h41; --dtype float16 holdout_specs.HALF29.
 """
 
 from __future__ import annotations
@@ -882,13 +882,14 @@ def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
 
 def _embeds_for_ids(spec, g, feeds, dims):
     """spec["embeds"]: the text comes as inputs_embeds [batch, sequence, embeds] instead of input_ids (a VLM's
-    decoder; a model whose forward refuses ids, as Qwen3-Omni's talker or BLT's global transformer)."""
+    decoder; a model whose forward refuses ids, as Qwen3-Omni's talker or BLT's global transformer); under the
+    name spec["embeds_name"] where the forward calls it otherwise (BLIP-2's Q-Former: query_embeds)."""
     import torch
 
     if spec.get("embeds") and "input_ids" in feeds:
-        ids = feeds.pop("input_ids")
-        feeds["inputs_embeds"] = torch.randn(*ids.shape, spec["embeds"], generator=g)
-        dims["inputs_embeds"] = [*dims.pop("input_ids"), spec["embeds"]]
+        ids, name = feeds.pop("input_ids"), spec.get("embeds_name", "inputs_embeds")  # BLIP-2's Q-Former: query_embeds
+        feeds[name] = torch.randn(*ids.shape, spec["embeds"], generator=g)
+        dims[name] = [*dims.pop("input_ids"), spec["embeds"]]
     return feeds, dims
 
 

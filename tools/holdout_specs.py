@@ -3700,7 +3700,8 @@ HALF28 = {"voxtral_realtime_text", "t5gemma2_text", "flava_text"}
 # Model types no corpus or hold-out spec names nor configures (session 37: the same check by model type and config
 # class left 352 of 831, most of them sub-configs of covered models or whole multimodal wrappers), taken where they
 # build at a tiny config and take inputs export_corpus makes, favouring forms unlike those covered: CNNs with
-# asymmetric re-parameterized branches and TF-style padding, a new OCR recognizer, two new patch towers, a text tower.
+# asymmetric re-parameterized branches and TF-style padding, a new OCR recognizer, two new patch towers, a Q-Former
+# (learned queries with cross-attention), a text tower.
 _LCNET4 = dict(model_type="pp_lcnet_v4", stem_channels=[3, 8, 16], stem_strides=[2, 1, 1, 2, 1],
                block_configs=[[[3, 16, 16, 1, True]], [[3, 16, 16, 1, False]], [[3, 16, 32, [2, 1], True]],
                               [[3, 32, 32, [2, 1], False]]],
@@ -3753,6 +3754,17 @@ HOLDOUT29 = {
                             ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "interpolated-positions",
                              "layernorm", "gelu-tanh", "patch-merger"], "qwen4_exp_vision", "vit", _P17, LAYERS,
                             patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    # BLIP-2's Q-Former: learned queries (fed as query_embeds, a padding mask over them) through post-norm BERT
+    # layers, cross-attention to the image's features every second layer (3 attentions: 2 self, 1 cross); static
+    # styles drop extra inputs, and the cross-attention needs encoder_hidden_states
+    "blip_2_qformer": dict(_s("encoder", "Blip2QFormerConfig", "Blip2QFormerModel",
+                              dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2,
+                                   intermediate_size=FFN, encoder_hidden_size=HIDDEN, cross_attention_frequency=2,
+                                   vocab_size=VOCAB, max_position_embeddings=POSITIONS),
+                              ["mha", "cross-attention", "learned-queries", "padding-mask", "post-norm", "layernorm",
+                               "gelu-erf"], "blip_2_qformer", "bert", styles=("dyn_mask", "torchscript")),
+                           embeds=HIDDEN, embeds_name="query_embeds",
+                           extra_inputs={"encoder_hidden_states": ("states", 6)}, attention_blocks=3),
     # MetaCLIP 2's text tower: CLIP text (causal mask and padding, QuickGELU, pooling at the EOS id)
     "metaclip_2_text": _s("encoder", "MetaClip2TextConfig", "MetaClip2TextModel",
                           dict(ENC, hidden_act="quick_gelu", pad_token_id=0, bos_token_id=1, eos_token_id=2),
@@ -3760,6 +3772,6 @@ HOLDOUT29 = {
                           "metaclip_2_text_model", "bert", styles=("dyn_mask", "static_nomask", "torchscript")),
 }
 HOLDOUT_SETS[41] = HOLDOUT29
-# --holdout 41 --dtype float16: its text tower, a patch tower and the OCR recognizer with attention (not made:
+# --holdout 41 --dtype float16: its text tower, the Q-Former, a patch tower and the OCR recognizer with attention (not made:
 # MetaCLIP 2's text tower in TorchScript, whose LayerNormalization the exporter leaves with float32 and float16 inputs)
-HALF29 = {"metaclip_2_text", "glm5_next_vision", "pp_ocrv6_small_rec"}
+HALF29 = {"metaclip_2_text", "blip_2_qformer", "glm5_next_vision", "pp_ocrv6_small_rec"}
