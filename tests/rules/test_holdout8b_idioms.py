@@ -278,9 +278,9 @@ def _keras_hub_rope(h):
 @pytest.mark.parametrize("target", TARGETS)
 def test_keras_hub_rope(h, target):
     """kh_llama / kh_gemma's RoPE: rope 0 -> 1 (stack-merge, the equal Split, cos/sin of the
-    unsqueezed table, then rotary-rotate-half-bshd)."""
+    unsqueezed table, then rotary-rotate-half-tables; rotary-rotate-half-bshd until session 37)."""
     model = _keras_hub_rope(h)
     out = h.fuse(model, target, level=2)
     assert h.ops(out)["RotaryEmbedding"] == 1, h.ops(out)
-    assert h.fired(out)["rotary-rotate-half-bshd"] >= 1, h.fired(out)
+    assert h.fired(out)["rotary-rotate-half-tables"] >= 1, h.fired(out)
     h.assert_close(model, out, {"x": h.rng.standard_normal((2, 6, N, D)).astype(np.float32)})

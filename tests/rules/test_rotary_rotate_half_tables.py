@@ -268,4 +268,12 @@ def test_sign_on_the_other_half_is_not_this_rule(h):
     optimized graph (rotary-rotate-half-flipped may take it) keeps the original's values."""
     f = _angles(4, 4)[None]
     model, feeds = _bshd_computed(h, "f", "f", [h.vi("f", [1, "s", 4])], {"f": f}, sign="right")
-    _refused(h, model, feeds, "", rotary_ok=True)
+    rs = h.reasons(model, "ort", RULE)
+    assert rs and not any(r.startswith("matched") for r in rs), rs
+    for target in TARGETS:
+        out = h.fuse(model, target, 3)
+        fired = h.fired(out)
+        # the rotate-half that rotary-rotate-half-flipped writes (d * rotate_half(d * x)) is this rule's to fuse
+        # (rotary-rotate-half-bshd's until session 37)
+        assert RULE not in fired or fired["rotary-flipped-signs-fold"] or fired["rotary-rotate-half-flipped"], fired
+        h.assert_close(model, out, feeds)

@@ -44,3 +44,28 @@ def test_squeeze_of_an_axis_the_unsqueeze_did_not_add_stays(h):
     feeds = {"x": h.rng.standard_normal((1, 4)).astype(np.float32)}
     want, got = h.run(model, feeds)[0], h.run(out, feeds)[0]
     assert want.shape == got.shape and np.array_equal(want, got)
+
+
+@pytest.mark.parametrize("x_shape,ua,qa,folds", [
+    ([2, 1, 4], [2], [1], True),     # [2, 1, 1, 4]: either size-1 axis gives x back (a one-token table)
+    ([2, 1, 1, 4], [1], [3], True),  # every axis between the two has size 1
+    ([2, 1, 4], [3], [1], False),    # [2, 1, 4, 1] squeezed at 1 is [2, 4, 1], not x
+])
+def test_squeeze_of_another_size_one_axis(h, x_shape, ua, qa, folds):
+    """Squeeze(Unsqueeze(x, [a]), [b]) is x when every axis of the Unsqueeze's output from a to b has
+    size 1 (the same dims in the same order); otherwise the ops stay (session 37)."""
+    n = h.node
+    nodes = [n("Cos", ["x"], ["c"]), n("Unsqueeze", ["c", "ua"], ["u"]), n("Squeeze", ["u", "qa"], ["s"]),
+             n("Relu", ["s"], ["y"])]
+    model = h.make_model(nodes, [h.vi("x", x_shape)], [h.vi("y", None)],
+                         {"ua": np.array(ua, np.int64), "qa": np.array(qa, np.int64)})
+    fires = onnx_fuse.optimize(model, level=2, target="onnx").report.rule_fires
+    out = h.fuse(model, "onnx", 2)
+    ops = h.ops(out)
+    if folds:
+        assert fires.get("squeeze-of-unsqueeze") == 1 and "Squeeze" not in ops and "Unsqueeze" not in ops, (fires, ops)
+    else:
+        assert "squeeze-of-unsqueeze" not in fires and ops["Squeeze"] == 1, (fires, ops)
+    feeds = {"x": h.rng.standard_normal(x_shape).astype(np.float32)}
+    want, got = h.run(model, feeds)[0], h.run(out, feeds)[0]
+    assert want.shape == got.shape and np.array_equal(want, got)
