@@ -18,24 +18,35 @@ def reshape_of_reshape(r2: ir.Node) -> bool:
     """``r2`` reads the first Reshape's (or view's) input directly, when that is the same (module docstring)."""
     if len(r2.inputs) < 2 or r2.inputs[0] is None:
         return False
-    mid = r2.inputs[0]
-    r1 = mid.producer()
-    view = is_default_op(r1, "Unsqueeze", "Squeeze")
-    if not (view or (is_default_op(r1, "Reshape") and len(r1.inputs) >= 2)):
-        return False
-    if not r1.inputs or r1.inputs[0] is None or one_reader(mid) is not r2:
-        return False
-    x = r1.inputs[0]
-    a1 = r1.attributes.get("allowzero")
-    if not view and a1 is not None and (a1.is_ref() or a1.value != 0) and zero_entries(r1.inputs[1]) != []:
-        return False  # a literal 0 in s1 (an empty middle value) or an unread s1: left alone
-    a = r2.attributes.get("allowzero")
-    if a is not None and (a.is_ref() or a.value not in (0, 1)):
-        return False
-    if not (a is not None and a.value == 1) and not _zeros_copy_same(r2.inputs[1], mid, x, view):
+    x = view_source(r2, r2.inputs[0], r2)
+    if x is None:
         return False
     r2.replace_input_with(0, x)
     return True
+
+
+def view_source(r2: ir.Node, mid: ir.Value, reader: ir.Node) -> ir.Value | None:
+    """The input x of the Reshape / view making ``mid`` when Reshape(x, r2's target) gives what r2 gives
+    from ``mid`` (or from an elementwise op of ``mid``: a Cast between the views, _cast_between_views.py);
+    ``reader`` must be ``mid``'s one reader. None when not."""
+    if len(r2.inputs) < 2:
+        return None
+    r1 = mid.producer()
+    view = is_default_op(r1, "Unsqueeze", "Squeeze")
+    if not (view or (is_default_op(r1, "Reshape") and len(r1.inputs) >= 2)):
+        return None
+    if not r1.inputs or r1.inputs[0] is None or one_reader(mid) is not reader:
+        return None
+    x = r1.inputs[0]
+    a1 = r1.attributes.get("allowzero")
+    if not view and a1 is not None and (a1.is_ref() or a1.value != 0) and zero_entries(r1.inputs[1]) != []:
+        return None  # a literal 0 in s1 (an empty middle value) or an unread s1: left alone
+    a = r2.attributes.get("allowzero")
+    if a is not None and (a.is_ref() or a.value not in (0, 1)):
+        return None
+    if not (a is not None and a.value == 1) and not _zeros_copy_same(r2.inputs[1], mid, x, view):
+        return None
+    return x
 
 
 def _zeros_copy_same(shape: ir.Value | None, mid: ir.Value, x: ir.Value, view: bool) -> bool:

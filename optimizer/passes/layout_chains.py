@@ -10,6 +10,9 @@ Cases handled (each counted in ``stats``):
 - ``reshape-of-reshape``: Reshape(Reshape(x, s1), s2) reads x directly when s2 does not copy (0) a dim
   of the middle value that x does not have at the same axis; identity-elimination then drops a
   Reshape to x's own shape, so a head split undone by its merge cancels.
+- ``cast-between-views``: Reshape(Cast(view(x)), s2) as Cast(Reshape(x, s2)) where reshape-of-reshape
+  would merge the views without the Cast (passes/_cast_between_views.py: a float16 export's float32
+  island that starts between a head view and its merge).
 
 - ``gemm-view``: Reshape(Gemm(Reshape(t, [-1, K])), t's leading dims + [N]) as MatMul (+ Add) on t,
   where a Transpose reads or feeds the views (passes/_gemm_view.py: torch MHA's out-projection), so
@@ -37,8 +40,9 @@ cleanup after the rules (levels.py): the lowerings' layout glue meets the export
 cleanup has dropped the shape reads the rules left beside it (LayoutLM's TorchScript export at
 trt-O4: 8 Transposes, and the Reshapes around them, cancel in pairs).
 
-Modules: _transpose_sink.py (with _transpose_region.py), _reshape_of_reshape.py, _static_chain.py
-(with _chain_reads.py, _chain_atoms.py), _attention_3d.py; _new_values.py names what they add.
+Modules: _transpose_sink.py (with _transpose_region.py), _reshape_of_reshape.py, _cast_between_views.py,
+_static_chain.py (with _chain_reads.py, _chain_atoms.py), _attention_3d.py; _new_values.py names what
+they add.
 """
 
 
@@ -47,6 +51,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes import _attention_3d
+from onnx_fuse.passes._cast_between_views import cast_between_views
 from onnx_fuse.passes._chain_reads import LAYOUT_OPS
 from onnx_fuse.passes._gemm_view import gemm_view
 from onnx_fuse.passes._infra import FusePass, is_default_op
@@ -106,6 +111,9 @@ class FoldLayoutChainsPass(FusePass):
                     modified = True
                 elif reshape_of_reshape(node):
                     self.stats["reshape-of-reshape"] += 1
+                    modified = True
+                elif cast_between_views(graph, node):
+                    self.stats["cast-between-views"] += 1
                     modified = True
                 elif view_chain(node):
                     self.stats["view-chain"] += 1
