@@ -9,7 +9,9 @@ Cases handled (each counted in ``stats`` under the op type):
 - Reshape to the same shape (entries 0 = copy, equal to the input's static dim, or the same
   symbolic dim read back through Shape/Gather/Slice/Concat chains; at most one -1), Expand to a
   shape the input already has (same reasoning), Transpose with the identity
-  permutation, Slice over whole axes with step 1, a Slice from 0 of an Expand that gives the
+  permutation, Slice over whole axes with step 1 (an end that is the axis's own symbolic dim read
+  back through a Shape chain included: TorchScript's h[:, :query_embeds.shape[1]], Optimum's
+  causal_mask[..., :attention_mask.shape[-1]]), a Slice from 0 of an Expand that gives the
   expanded value's shape back (the value: PEFT's prompt encoders), Squeeze without axes of a static shape with no 1s,
   Pad with all-zero pads, Flatten of a rank-2 input at axis 1; Squeeze(Unsqueeze(a, A), A) (a;
   the other order stays: unbind-pairs' picks, Slice -> Squeeze -> Unsqueeze -> Concat, are what the
@@ -349,6 +351,9 @@ class IdentityEliminationPass(FusePass):
                 return False
         else:
             starts, ends = const_ints(ins[1], 64), const_ints(ins[2], 64)
+            if ends is None:  # ends read from a shape (TorchScript's h[:, :q.shape[1]]): names the axis's own dim?
+                found = _shape_entries(ins[2])
+                ends = None if found is None or found[1] else found[0]
             axes = const_ints(ins[3], 64) if ins[3] is not None else None
             steps = const_ints(ins[4], 64) if ins[4] is not None else None
             if starts is None or ends is None or (ins[3] is not None and axes is None) or (
@@ -364,7 +369,10 @@ class IdentityEliminationPass(FusePass):
             static = isinstance(d, int)
             if not (s == 0 or (static and s <= -d)):
                 return False
-            if not (e >= _BIG or (static and e >= d)):
+            if isinstance(e, str):  # a symbolic end: whole only when it is the sliced axis's own dim
+                if not _dim_matches(e, d):
+                    return False
+            elif not (e >= _BIG or (static and e >= d)):
                 return False
         return True
 

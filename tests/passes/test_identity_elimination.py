@@ -329,3 +329,34 @@ def test_constant_of_shape_that_is_not_zero_or_widens_the_scores_stays():
     proto, model, _, p = run(wide % ("", "sc, zeros"))
     assert "Add" not in p.stats and ops(model)["Add"] == 1
     check_same(proto, model)
+
+
+def test_slice_to_the_axis_own_symbolic_dim_is_a_noop():
+    """TorchScript's h[:, :q.shape[1]] (BLIP-2's Q-Former slices its layer output to the query length, read from
+    the mask over the same queries): the end is the sliced axis's own dim S, read back through Shape."""
+    proto, model, modified, p = run('''
+    g (float[B, S, 4] x, int64[B, S] m) => (float[B, S, 4] y)
+    <int64[1] st = {0}, int64[1] ax = {1}>
+    {
+        e = Shape<start = 1, end = 2>(m)
+        s = Slice(x, st, e, ax)
+        y = Relu(s)
+    }''')
+    assert modified and p.stats == {"Slice": 1} and ops(model) == {"Shape": 1, "Relu": 1}
+    check_same(proto, model)
+
+
+@pytest.mark.parametrize("sig,shape_attrs", [
+    ("float[B, S, 4] x, int64[B, T] m", "start = 1, end = 2"),  # another dim T: might cut
+    ("float[B, S, 4] x, int64[B, S] m", "start = 0, end = 1"),  # the batch dim read as the end of axis 1
+])
+def test_slice_to_another_symbolic_dim_is_kept(sig, shape_attrs):
+    proto, model, modified, _ = run(f'''
+    g ({sig}) => (float[B, S, 4] y)
+    <int64[1] st = {{0}}, int64[1] ax = {{1}}>
+    {{
+        e = Shape<{shape_attrs}>(m)
+        s = Slice(x, st, e, ax)
+        y = Relu(s)
+    }}''')
+    assert not modified and ops(model).get("Slice") == 1
