@@ -87,6 +87,36 @@ def first_case(make, want=frozenset(), plain_off=None, tries: int = 400):
     raise AssertionError(f"no case with {set(want)} in {tries} seeds")
 
 
+#: the traps a plain case of a one-motif fuzz family (fuzz_s37 / s38) has none of: float16, a piece of the pattern
+#: exposed or read elsewhere, an overridable weight
+PLAIN_OFF = frozenset({"fp16", "intermediate-is-output", "intermediate-multi-consumer", "initializer-is-input"})
+
+
+def motif_case(make, motif: str, want=frozenset(), plain: bool = False, tries: int = 600):
+    """The first ``make(seed, motif)`` with the traps ``want`` (``plain``: also no near miss and none of PLAIN_OFF)."""
+    return first_case(lambda seed: make(seed, motif), want, PLAIN_OFF if plain else None, tries)
+
+
+def op_counts(model, level: int = 3, target: str = "onnx"):
+    """The op types of ``model`` optimized at ``level`` for ``target``, counted."""
+    import collections
+
+    import onnx_fuse
+
+    return collections.Counter(n.op_type for n in onnx_fuse.optimize(model, level=level, target=target)
+                               .to_proto().graph.node)
+
+
+def assert_plain_motifs_ok(make, motifs, precision: str) -> None:
+    """The first plain case of each motif of ``make`` (make_s37_case ...) matches at O3 ort / onnx after conversion
+    to ``precision`` (fp16 / bf16)."""
+    from fuzz_differential import fuzz_case   # tools/ on sys.path (the fuzz tests put it there)
+
+    for motif in motifs:
+        results, _, _ = fuzz_case(motif_case(make, motif, plain=True), [3], ["ort", "onnx"], precision=precision)
+        assert all(r["cls"] == "ok" for r in results), [(motif, r["cls"], r["detail"][:200]) for r in results]
+
+
 def assert_fuzz_ok(case, levels, targets=("ort", "onnx", "trt")) -> None:
     """Every run of fuzz_differential.fuzz_case(case, levels, targets) is ok; the others listed when not."""
     from fuzz_differential import fuzz_case   # tools/ on sys.path (the fuzz tests put it there)

@@ -30,7 +30,8 @@ masks on batch and length jointly, fed at other shapes too), then a share (fuzz_
 then a share (fuzz_s35.S35_SHARE) gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU, gate and up sliced or chunked),
 then a share (fuzz_s36.S36_SHARE) GroupNorm as torch writes it (tools/fuzz_s36.py: view, InstanceNormalization, view back),
 then a share (fuzz_s37.S37_SHARE) session 36's rewrites (tools/fuzz_s37.py: Pad into Conv, RepVGG Conv branches, BN folds,
-x / Sqrt(moment), the scores' clamp onto the mask, erf GELU groupings).
+x / Sqrt(moment), the scores' clamp onto the mask, erf GELU groupings), then a share (fuzz_s38.S38_SHARE) session 37's
+(tools/fuzz_s38.py: a zero Pad of a value >= 0 into a MaxPool, tanh GELU spellings, Casts between views, Slices).
 """
 
 from __future__ import annotations
@@ -798,6 +799,11 @@ def make_case(seed: int) -> Case:
     # session 36's rewrites (tools/fuzz_s37.py: Pad / Conv branches / BN folds, div-by-root, scores clamp, erf GELU)
     if np.random.default_rng([seed, S37_SALT]).random() < S37_SHARE:
         return _with_sparse(make_s37_case(seed))
+    from fuzz_s38 import S38_SALT, S38_SHARE
+
+    # session 37's rewrites (tools/fuzz_s38.py: Pad into MaxPool, tanh GELU spellings, Cast between views, Slice)
+    if np.random.default_rng([seed, S38_SALT]).random() < S38_SHARE:
+        return _with_sparse(make_s38_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -931,6 +937,14 @@ def make_s37_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s37 import build_s37
 
     return _built_case(seed, 0x3739, build_s37, name, "fuzz_s37")
+
+
+def make_s38_case(seed: int, name: str | None = None) -> Case:
+    """A graph of one of session 37's rewrites' fields (tools/fuzz_s38.py: a Pad of a value >= 0 before a MaxPool,
+    the tanh GELU's spellings, a Cast between views, a whole-axis Slice to a symbolic end) with its traps."""
+    from fuzz_s38 import build_s38
+
+    return _built_case(seed, 0x3839, build_s38, name, "fuzz_s38")
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

@@ -7,7 +7,7 @@ a stream of its own without changing the graphs of the seeds other tests pin."""
 
 from __future__ import annotations
 
-import collections
+import functools
 import sys
 from pathlib import Path
 
@@ -15,7 +15,8 @@ import onnx
 import pytest
 
 import onnx_fuse
-from tests.tool_modules import assert_fuzz_ok, assert_same_case, check_own_stream, first_case
+from tests.tool_modules import (assert_fuzz_ok, assert_plain_motifs_ok, assert_same_case, check_own_stream, motif_case,
+                                 op_counts)
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
@@ -23,18 +24,11 @@ sys.path.insert(0, str(TOOLS))
 from fuzz_motifs import make_s37_case  # noqa: E402
 from fuzz_s37 import BRANCH_NEAR, CLAMP_NEAR, GELU_GROUPS, GELU_NEAR, MOTIFS, PAD_NEAR, ROOT_NEAR, S37_SHARE  # noqa: E402
 
-OFF_PLAIN = {"fp16", "intermediate-is-output", "intermediate-multi-consumer", "initializer-is-input"}
+_first = functools.partial(motif_case, make_s37_case)
 
 
-def _first(motif: str, want: frozenset = frozenset(), plain: bool = False):
-    """The first case of ``motif`` with the traps ``want`` (``plain``: float32, no near miss, nothing exposed or
-    overridable)."""
-    return first_case(lambda seed: make_s37_case(seed, motif), want, OFF_PLAIN if plain else None, 600)
-
-
-def _ops(case, level=3, target="onnx") -> collections.Counter:
-    return collections.Counter(n.op_type for n in onnx_fuse.optimize(case.model, level=level, target=target)
-                               .to_proto().graph.node)
+def _ops(case, level=3, target="onnx"):
+    return op_counts(case.model, level, target)
 
 
 @pytest.mark.parametrize("motif", MOTIFS)
@@ -105,12 +99,7 @@ def test_a_float16_clamp_is_left_and_matches():
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_each_motif_matches_under_a_half_precision_conversion(precision):
-    from fuzz_differential import fuzz_case
-
-    for motif in MOTIFS:
-        case = _first(motif, plain=True)
-        results, _, _ = fuzz_case(case, [3], ["ort", "onnx"], precision=precision)
-        assert all(r["cls"] == "ok" for r in results), [(motif, r["cls"], r["detail"][:200]) for r in results]
+    assert_plain_motifs_ok(make_s37_case, MOTIFS, precision)
 
 
 def test_make_case_draws_s37_cases_from_a_stream_of_their_own():
