@@ -56,10 +56,10 @@ def spatial_pads(node: ir.Node) -> list[int] | None:
         return None
     half = len(pads) // 2
     if len(node.inputs) > 3 and node.inputs[3] is not None:  # opset 18: pads of the listed axes only
-        axes, rank = const_ints(node.inputs[3], 64), node.inputs[0].shape
-        if axes is None or rank is None or len(axes) != half:
+        axes, shape = const_ints(node.inputs[3], 64), node.inputs[0].shape
+        if axes is None or shape is None or len(axes) != half:
             return None
-        rank = len(rank)
+        rank = len(shape)
         axes = [a % rank for a in axes]
         if len(set(axes)) != half:
             return None
@@ -89,7 +89,7 @@ class FoldPadIntoConvPass(FusePass):
         pads = spatial_pads(pad)
         if pads is None:
             return False
-        half, x, y = len(pads) // 2, pad.inputs[0], pad.outputs[0]
+        x, y = pad.inputs[0], pad.outputs[0]
         done = False
         for use in list(y.uses()):
             conv = use.node
@@ -98,20 +98,10 @@ class FoldPadIntoConvPass(FusePass):
                 continue
             if not is_default_op(conv, "Conv") or use.idx != 0:
                 continue
-            auto_pad = conv.attributes.get_string("auto_pad", "NOTSET")
-            if auto_pad not in ("NOTSET", "VALID"):
+            new = _merged_pads(conv, pads)
+            if new is None:
                 continue
-            old = conv.attributes.get_ints("pads", None) if auto_pad == "NOTSET" else None
-            old = list(old) if old else [0] * (2 * (half - 2))
-            if len(old) != 2 * (half - 2):
-                continue
-            spatial = half - 2  # Conv pads: [begin of each spatial axis..., end of each...]
-            new = [old[i] + pads[2 + i] for i in range(spatial)] + [old[spatial + i] + pads[half + 2 + i]
-                                                                     for i in range(spatial)]
-            conv.attributes["pads"] = ir.AttrInt64s("pads", new)
-            if auto_pad == "VALID":
-                conv.attributes["auto_pad"] = ir.AttrString("auto_pad", "NOTSET")
-            conv.replace_input_with(0, x)
+            _take_pads(conv, new, x)
             self.stats["Pad->Conv"] += 1
             done = True
         if done and not list(y.uses()) and not y.is_graph_output():
@@ -120,32 +110,48 @@ class FoldPadIntoConvPass(FusePass):
 
     def _fold_max_pool(self, pads: list[int], x: ir.Value, pool: ir.Node) -> bool:
         """The zero Pad into a MaxPool's pads when x >= 0 and every window keeps a real cell (module docstring)."""
-        half, spatial = len(pads) // 2, len(pads) // 2 - 2
+        spatial = len(pads) // 2 - 2
         if not _non_negative(x) or (len(pool.outputs) > 1 and pool.outputs[1] is not None):
             return False
-        auto_pad = pool.attributes.get_string("auto_pad", "NOTSET")
         kernel = list(pool.attributes.get_ints("kernel_shape", []) or [])
         strides = list(pool.attributes.get_ints("strides", []) or [1] * spatial)
         dilations = list(pool.attributes.get_ints("dilations", []) or [1] * spatial)
-        old = list(pool.attributes.get_ints("pads", []) or [0] * (2 * spatial)) if auto_pad == "NOTSET" else None
-        if auto_pad not in ("NOTSET", "VALID") or len(kernel) != spatial or len(strides) != spatial:
+        new = _merged_pads(pool, pads)
+        if new is None or len(kernel) != spatial or len(strides) != spatial or any(d != 1 for d in dilations):
             return False
-        old = old if old is not None else [0] * (2 * spatial)
-        if len(old) != 2 * spatial or any(d != 1 for d in dilations):
-            return False
-        new = [old[i] + pads[2 + i] for i in range(spatial)] + [old[spatial + i] + pads[half + 2 + i]
-                                                                 for i in range(spatial)]
         ceil = pool.attributes.get_int("ceil_mode", 0)
         for i, (k, st) in enumerate(zip(kernel, strides)):
             begin, end = new[i], new[spatial + i]
             if begin > k - 1 or end > (k - st if ceil else k - 1):
                 return False
-        pool.attributes["pads"] = ir.AttrInt64s("pads", new)
-        if auto_pad == "VALID":
-            pool.attributes["auto_pad"] = ir.AttrString("auto_pad", "NOTSET")
-        pool.replace_input_with(0, x)
+        _take_pads(pool, new, x)
         self.stats["Pad->MaxPool"] += 1
         return True
+
+
+def _merged_pads(node: ir.Node, pads: list[int]) -> list[int] | None:
+    """A Conv's or MaxPool's pads ([begin of each spatial axis..., end of each...]) plus the Pad's spatial
+    ``pads``; None under SAME_* auto_pad (computed from the input's size, which the Pad changes) or pads
+    of another rank."""
+    half = len(pads) // 2
+    spatial = half - 2
+    auto_pad = node.attributes.get_string("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "VALID"):
+        return None
+    old = node.attributes.get_ints("pads", None) if auto_pad == "NOTSET" else None
+    old = list(old) if old else [0] * (2 * spatial)
+    if len(old) != 2 * spatial:
+        return None
+    return [old[i] + pads[2 + i] for i in range(spatial)] + [old[spatial + i] + pads[half + 2 + i]
+                                                             for i in range(spatial)]
+
+
+def _take_pads(node: ir.Node, new: list[int], x: ir.Value) -> None:
+    """``node`` reads the Pad's input ``x`` with ``new`` as its own pads."""
+    node.attributes["pads"] = ir.AttrInt64s("pads", new)
+    if node.attributes.get_string("auto_pad", "NOTSET") == "VALID":
+        node.attributes["auto_pad"] = ir.AttrString("auto_pad", "NOTSET")
+    node.replace_input_with(0, x)
 
 
 def _non_negative(v: ir.Value) -> bool:
