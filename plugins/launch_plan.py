@@ -169,11 +169,23 @@ FA_WS_TMA_OVEDQ = (128, 128, 12, "tma", "ovedq")
 # rescale (kWsLazyRescale: O rescaled only where a row's frame maximum moves by more than 8 in log2 units):
 # run 30b +1.1 / +2.1 % causal (fp16 547 / bf16 571 TFLOP/s against 541 / 559 in the same run).
 FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
-FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc")  # a last variant element naming fa_ws_core options
+# Candidates FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP (..._d80 / _d96_m128n128w12t_ovedqp_ / _ovedfcp_..., loads 42 / 44
+# by name, 43 / 45 with the fallback to FA_WGMMA where TMA cannot address the tensors; session 38, by name only):
+# D = 80 / 96 through the D = 128 FA_WS_TMA_OVEDQ / OVEDFC bodies with the head dim padded to 128 in shared memory
+# only (fa_ws_core's kWsPadD80 / kWsPadD96): the tensor maps keep the real inner dim, so TMA zero-fills columns
+# D..127 and reads no extra bytes; O is stored up to the real D. The MMA work grows by 128 / D (1.6x at 80, 1.33x
+# at 96). Shared memory is the D = 128 body's.
+FA_WS_TMA_OVEDQP = (128, 128, 12, "tma", "ovedqp")
+FA_WS_TMA_OVEDFCP = (128, 128, 12, "tma", "ovedfcp")
+FA_PAD_HEAD_DIMS = (80, 96)
+FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
+           "ovedqp", "ovedfcp")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
-                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39)}  # launcher loads (by name, planned)
-_FA_FOLD_OPTS = ("ovedf", "ovedfc")  # two query blocks per CTA (kWsFold)
+                 "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
+                 "ovedqp": (42, 43), "ovedfcp": (44, 45)}  # launcher loads (by name, planned)
+_FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp")  # two query blocks per CTA (kWsFold)
+_FA_PAD_OPTS = ("ovedqp", "ovedfcp")  # the D = 128 body at D = 80 / 96 (head dim padded in shared memory)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
@@ -230,10 +242,13 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
-    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18)."""
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; the padded FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP: D = 80 / 96;
+    none depends on the mask since run 18)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
         return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
+    if head_dim in FA_PAD_HEAD_DIMS:
+        return (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -541,7 +556,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
-                          FA_WS_TMA_PERSISTC):
+                          FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -657,7 +672,7 @@ def plan_fused_attention(
     opt = variant[-1] if len(variant) > 4 and variant[-1] in FA_OPTS else ""
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
-    smem = fa_smem_bytes(head_dim, *variant[:4])
+    smem = fa_smem_bytes(128 if opt in _FA_PAD_OPTS else head_dim, *variant[:4])  # padded: the D = 128 tiles
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     suffix = (("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "")
@@ -684,7 +699,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OV 6 by name, 7 planned; FA_WS_TMA_OVE 8 by name, 9 planned; the candidates
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
-    FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40."""
+    FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40; the padded candidates
+    FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA)."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

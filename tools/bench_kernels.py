@@ -8,9 +8,10 @@ On sm_90 the experimental variants (``launch_plan.fa_experimental_variants``:
 m128n128w12t_persistent, the ov body with stepped wgmma descriptors on a persistent grid, D = 128;
 m128n128w12t_persistent_ovedc and m128n128w12t_ovedfc, the ovedq body on the persistent grid and ovedf's
 two-block fold with Q in registers, their blocks chained without draining the pipeline, D = 128;
-m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64) are timed beside the planned variant (at
-D = 128 m128n128w12t_ovedq, at D = 64 m128n128w12t_lde), marked
-"(experimental)".
+m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64; m128n128w12t_ovedqp / _ovedfcp, the ovedq /
+ovedfc bodies at D = 80 / 96 with the head dim padded to 128 in shared memory) are timed beside the planned
+variant (at D = 128 m128n128w12t_ovedq, at D = 64 m128n128w12t_lde, at D = 80 / 96 m128n128w8), marked
+"(experimental)". ``--prefill-shapes`` replaces the prefill shapes (e.g. 4x4096x32x32x96c, c: causal).
 Decode rows: our paged decode (auto split and forced splits) beside torch SDPA over a
 contiguous cache (GQA) and gather + SDPA, in GB/s of K/V read (sum(seq_lens)*Hkv*D*2*2 bytes).
 On the two headline decode shapes (B64 H32/8 D128 and MQA B128 H16/1 D64, ctx 4096, block 16)
@@ -219,6 +220,8 @@ def main() -> int:
                     help="the L2 flush before each timed call (tools/bench_timing.py): read (default) leaves clean "
                          "lines, as a model's earlier kernels do; zero is triton's do_bench (dirty lines, whose "
                          "write-back the timed call pays: up to 50 MB of HBM writes on the H200)")
+    ap.add_argument("--prefill-shapes", nargs="+", default=None, metavar="BxSxHQxHKVxD[c]",
+                    help="prefill rows of these shapes instead of the default ones (c: causal; e.g. 4x4096x32x32x96c)")
     ap.add_argument("--decode-kv-heads", type=int, nargs="+", default=None, metavar="HKV",
                     help="decode rows with these kv head counts only (1: the MQA rows; a candidates run)")
     a = ap.parse_args()
@@ -277,6 +280,8 @@ def main() -> int:
     if a.quick:
         pre_shapes = pre_shapes[:2]
         dts = dts[:1]
+    if a.prefill_shapes:
+        pre_shapes = [tuple(int(x) for x in sh.rstrip("c").split("x")) + (sh.endswith("c"),) for sh in a.prefill_shapes]
     if a.only in ("decode", "prefix", "window"):
         pre_shapes = []
     if a.head_dims:

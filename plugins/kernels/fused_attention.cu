@@ -925,6 +925,19 @@ constexpr int kWsChain = 512;
 // where no row's maximum moved at all and measured behind.)
 constexpr int kWsLazyRescale = 1024;
 constexpr float kWsLazyT = 8.f;
+// kWsPadD80 / kWsPadD96 (candidates ovedqp / ovedfcp, session 38, by name only): D = 80 / 96 heads run
+// through the D = 128 body (template D = 128) with the head dim padded in shared memory only. The
+// launcher's tensor maps keep the real inner dim, so TMA fills columns D..127 of every Q / K / V box
+// with zeros (out of bounds) and fetches no extra bytes; the full box still counts towards the
+// barrier's bytes. Q K^T over zero columns is exact and O's columns D..127 come out zero: they are
+// not stored (fa_ws_out_d: every store of O stops at the real D). MMA work grows by 128 / D.
+constexpr int kWsPadD80 = 2048;
+constexpr int kWsPadD96 = 4096;
+// The head dim of the tensors (columns of O stored): the real one under kWsPadD*, else D.
+template <int D, int OPT>
+__host__ __device__ constexpr int fa_ws_out_d() {
+  return (OPT & kWsPadD80) ? 80 : (OPT & kWsPadD96) ? 96 : D;
+}
 // (Session 34, run 42a, dropped: on ovedfc the causal diagonal tile masked by one compare per score against a
 // per-thread limit (candidate ovedfcm) measured level with the general mask (fp16 / bf16 causal medians 550 / 565
 // against 543 / 575 TFLOP/s under the zeroing flush, 623 / 644 against 627 / 645 under the read flush), and with
@@ -1182,6 +1195,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   using WG = wg::Mma<T, BN>;
   using WGO = wg::Mma<T, D>;
   static_assert(D == 64 || D == 128, "warp-specialized variant: D = 64 or 128");
+  constexpr int DO = fa_ws_out_d<D, OPT>(), CPRO = DO / 8;  // O's columns stored, as 16-byte chunks
+  static_assert(DO == D || (D == 128 && Rows::kTma && !MCAST),
+                "padded head dim: dense TMA rows (zero fill past the real D), D = 128 body");
 
   extern __shared__ unsigned char fa_smem[];
   // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
@@ -1210,8 +1226,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const int j0 = fa_first_tile<CAUSAL>(m0 + OFF, fa_window_lo<CAUSAL>(rows.window), BN);
 
   if (!PERSIST && (m0 >= QL || n_end <= j0 * BN)) {  // no valid row or visible key: zeros where we own rows
-    for (int c = tid; c < BM * CPR; c += NT) {
-      int r = c / CPR, cc = c % CPR;
+    for (int c = tid; c < BM * CPRO; c += NT) {
+      int r = c / CPRO, cc = c % CPRO;
       if (m0 + r < rows.q_store)
         *reinterpret_cast<uint4*>(rows.o_row(m0 + r) + cc * 8) = make_uint4(0, 0, 0, 0);
     }
@@ -1547,8 +1563,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const int m0 = gm.m0, n_tiles = gm.n_tiles;
   const int QL = rows.q_len;
   if (PERSIST && gm.skip) {  // no valid row or no visible key: zeros where we own rows
-    for (int c = tid - 128; c < BM * CPR; c += 256) {
-      const int r = c / CPR, cc = c % CPR;
+    for (int c = tid - 128; c < BM * CPRO; c += 256) {
+      const int r = c / CPRO, cc = c % CPRO;
       if (m0 + r < rows.q_store)
         *reinterpret_cast<uint4*>(rows.o_row(m0 + r) + cc * 8) = make_uint4(0, 0, 0, 0);
     }
@@ -1697,8 +1713,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         }
       }
       wg::bar_sync(3 + cw, 128);  // this warpgroup's rows are staged
-      for (int c = tid & 127; c < 64 * CPR; c += 128) {
-        const int lr = cw * 64 + c / CPR, cc = c % CPR;
+      for (int c = tid & 127; c < 64 * CPRO; c += 128) {  // the real D's columns only
+        const int lr = cw * 64 + c / CPRO, cc = c % CPRO;
         if (m0 + lr < rows.q_store) {
           uint4 val;
           asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -1719,7 +1735,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
         if (row < rows.q_store) {
           T* orow = rows.o_row(row);
 #pragma unroll
-          for (int dt = 0; dt < D / 8; ++dt) {
+          for (int dt = 0; dt < DO / 8; ++dt) {  // the real D's columns only
             uint32_t packed = Tr::pack(live ? acc[dt][2 * h] * inv : 0.f, live ? acc[dt][2 * h + 1] * inv : 0.f);
             *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t4) = packed;
           }
@@ -1918,9 +1934,9 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
   }
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
-  // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does.
+  // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does (at the real D).
   if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, D, 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+  fa_fwd_body<T, fa_ws_out_d<D, OPT>(), 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
                                           k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
                                           scale_log2, sc_k, window);
 #endif
@@ -2268,6 +2284,20 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfc_causal, T, D, true,        \
                     OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain |  \
                         onnx_fuse::kWsLazyRescale)
+// Candidates m128n128w12t_ovedqp / _ovedfcp at D = 80 / 96 (loads 42 / 44 by name, 43 / 45 with the
+// fallback to w8 where TMA cannot address the tensors; session 38): the ovedq / ovedfc bodies at D = 128 with
+// the head dim padded in shared memory (kWsPadD80 / kWsPadD96: TMA zero-fills the columns past the real D).
+#define OF_FA_WSTPAD_KERNELS_D(DTN, T, D, PAD)                                                    \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedqp_full, T, 128, false,       \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale | PAD)        \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedqp_causal, T, 128, true,      \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale | PAD)        \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcp_full, T, 128, false,      \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain | \
+                        onnx_fuse::kWsLazyRescale | PAD)                                            \
+  OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcp_causal, T, 128, true,     \
+                    OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain | \
+                        onnx_fuse::kWsLazyRescale | PAD)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2326,6 +2356,8 @@ OF_FA_WSTODF_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODM_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODQ_KERNELS_D(f16, __half, 128)
 OF_FA_WSTODFC_KERNELS_D(f16, __half, 128)
+OF_FA_WSTPAD_KERNELS_D(f16, __half, 80, onnx_fuse::kWsPadD80)
+OF_FA_WSTPAD_KERNELS_D(f16, __half, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
@@ -2349,6 +2381,8 @@ OF_FA_WSTODF_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODM_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODQ_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTODFC_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTPAD_KERNELS_D(bf16, __nv_bfloat16, 80, onnx_fuse::kWsPadD80)
+OF_FA_WSTPAD_KERNELS_D(bf16, __nv_bfloat16, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
@@ -2492,7 +2526,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 18 _ovedfc (D = 128).
+// 14 _ovedq, 18 _ovedfc (D = 128); 20 _ovedqp, 21 _ovedfcp (D = 80, 96: the D = 128 bodies, padded).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2526,6 +2560,20 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
       case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)
+      default: return nullptr;
+    }
+  }
+  if (D == 80) {
+    switch (kind) {
+      case 20: OF_PICK_TK2(80, m128n128w12t_ovedqp)
+      case 21: OF_PICK_TK2(80, m128n128w12t_ovedfcp)
+      default: return nullptr;
+    }
+  }
+  if (D == 96) {
+    switch (kind) {
+      case 20: OF_PICK_TK2(96, m128n128w12t_ovedqp)
+      case 21: OF_PICK_TK2(96, m128n128w12t_ovedfcp)
       default: return nullptr;
     }
   }
@@ -2746,7 +2794,9 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // 29 runs oved for them); 30 / 31 _ovedq (oved with Q's fragments in registers; 31 planned at D = 128
 // except fp16 causal); 32-35 (the dropped _ovedmq, _ovedfq) and 36 / 37 are refused; 38 / 39 _ovedfc
 // (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
-// persistent grid of loads 4 with the ovedq body and chained blocks, by name only);
+// persistent grid of loads 4 with the ovedq body and chained blocks, by name only); 42 / 43 _ovedqp and
+// 44 / 45 _ovedfcp (D = 80 / 96 only: the ovedq / ovedfc bodies at D = 128 with the head dim padded in shared
+// memory, candidates by name; 43 / 45 run (128, 128, 8) where TMA cannot address the tensors); 41 is refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2783,8 +2833,12 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 40);
+  OF_REQUIRE(loads >= 0 && loads <= 45);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
+  // 42-45 (_ovedqp / _ovedfcp): D = 80 / 96 on the D = 128 TMA bodies, the head dim padded in shared
+  // memory; where TMA cannot address the tensors, 43 / 45 run the w8 wgmma body (128, 128, 8) instead.
+  const bool pad = loads >= 42;
+  OF_REQUIRE(!pad || D == 80 || D == 96);
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
   OF_REQUIRE(scale > 0.f);
@@ -2793,15 +2847,18 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   OF_REQUIRE(q && k && v && o);
   OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
+  if (pad) warps = 8;  // the fallback (fn, smem) is w8; the TMA entry below keeps 384 threads
   FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
   // left-padded sequences: their leading rows (the kernels start at each span's first row)
   if (const int err = fa_launch_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
+  const int smem_tma = pad ? onnx_fuse_fused_attention_smem_bytes(128, 128, 128, 12) : smem;
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
-    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent)
+    // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
+    // 42 / 43: ovedqp; 44 / 45: ovedfcp (D = 80 / 96)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
@@ -2839,17 +2896,17 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     }
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const bool fold = kind == 11 || kind == 18;  // _ovedf, _ovedfc (kWsFold)
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem_tma));
+      const bool fold = kind == 11 || kind == 18 || kind == 21;  // _ovedf, _ovedfc, _ovedfcp (kWsFold)
       if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);
       } else if (fold) {  // without a mask: query blocks nm - 1 - x and x per CTA
         grid.x = (grid.x + 1) / 2;
       }
-      tfn<<<grid, 384, smem, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
-                                       k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                       scale * onnx_fuse::kLog2e, tq, tk, tv, window);
+      tfn<<<grid, 384, smem_tma, stream>>>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb,
+                                           k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                           scale * onnx_fuse::kLog2e, tq, tk, tv, window);
       OF_CUDA_CHECK_LAUNCH();
       return 0;
     }

@@ -941,7 +941,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 40);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 45);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -1001,8 +1001,9 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
         lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
-    for d in (80, 96, 256):
-        assert lp.fa_experimental_variants(d) == ()
+    for d in (80, 96):  # the padded D = 128 bodies (session 38)
+        assert lp.fa_experimental_variants(d) == (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP)
+    assert lp.fa_experimental_variants(256) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
     for causal in (False, True):
@@ -1496,7 +1497,7 @@ def test_chained_bodies_reach_their_entries_and_ovedfc_is_planned_causal():
     fa = (KERNELS / "fused_attention.cu").read_text()
     assert "case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)" in fa
     # the launcher gives kind 18 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
-    assert "const bool fold = kind == 11 || kind == 18;" in fa
+    assert "const bool fold = kind == 11 || kind == 18 || kind == 21;" in fa
     assert "OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain" in fa
     assert "#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)" in fa
     for dt in ("f16", "bf16"):
@@ -1548,3 +1549,46 @@ def test_planned_d128_bodies_rescale_lazily():
     for dt in ("float16", "bfloat16"):
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt).variant == lp.FA_WS_TMA_OVEDQ
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVEDFC
+
+
+def test_padded_head_dim_entries_run_the_d128_bodies_by_name_only():
+    """Session 38's candidates ovedqp / ovedfcp: D = 80 / 96 through the D = 128 ovedq / ovedfc bodies, the head
+    dim padded in shared memory only (kWsPadD80 / kWsPadD96: the tensor maps keep the real D, TMA zero-fills the
+    rest, O is stored up to the real D). Entries for both dtypes, masks and head sizes; launcher loads 42 / 43 and
+    44 / 45 (43 / 45 fall back to the w8 wgmma body); the D = 128 tiles' shared memory; the fold's grid for
+    ovedfcp; experimental (by name), never planned, and refused at other head sizes or with a softcap."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        for d, pad in ((80, "kWsPadD80"), (96, "kWsPadD96")):
+            assert re.search(rf"^OF_FA_WSTPAD_KERNELS_D\({dt}, [\w ]+, {d}, onnx_fuse::{pad}\)", fa, re.M), (dt, d)
+    # the entries instantiate the D = 128 body; every store of O stops at the real D
+    assert "_m128n128w12t_ovedqp_full, T, 128, false," in fa and "_m128n128w12t_ovedfcp_causal, T, 128, true," in fa
+    assert "constexpr int DO = fa_ws_out_d<D, OPT>(), CPRO = DO / 8;" in fa
+    assert "for (int dt = 0; dt < DO / 8; ++dt) {  // the real D's columns only" in fa
+    assert fa.count("c < BM * CPRO") == 2 and "c < 64 * CPRO" in fa
+    assert "case 20: OF_PICK_TK2(96, m128n128w12t_ovedqp)" in fa and "case 21: OF_PICK_TK2(80, m128n128w12t_ovedfcp)" in fa
+    assert "const int smem_tma = pad ? onnx_fuse_fused_attention_smem_bytes(128, 128, 128, 12) : smem;" in fa
+    assert "if (pad) warps = 8;" in fa  # the fallback: FA_WGMMA at the real D
+    d128 = {v: lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v) for v in (lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDFC)}
+    for d in (80, 96):
+        assert lp.fa_experimental_variants(d) == (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP)
+        for v, base, loads in ((lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDQ, (42, 43)),
+                               (lp.FA_WS_TMA_OVEDFCP, lp.FA_WS_TMA_OVEDFC, (44, 45))):
+            assert v not in lp.fa_variants(d) and lp.fa_engine(v, d) == "wgmma"
+            for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
+                for causal in (False, True):
+                    p = lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal, variant=v)
+                    assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d{d}_m128n128w12t_{v[-1]}_{'causal' if causal else 'full'}"
+                    assert p.kernel.replace(f"_{dtn}_d{d}_", "_##DTN##_d##D##_") in fa, p.kernel
+                    b = lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=causal, variant=base)
+                    assert p.smem_bytes == b.smem_bytes == d128[base].smem_bytes  # the D = 128 tiles
+                    assert p.grid == b.grid and p.block == (384, 1, 1)
+                    assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
+                    assert lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal).variant == lp.FA_WGMMA
+            with pytest.raises(ValueError, match="not compiled"):
+                lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
+        assert lp.fa_smem_bytes(128, *lp.FA_WS_TMA_OVEDQP[:4]) < lp.H200.max_smem_per_block
+    for d in (64, 128, 256):
+        for v in (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP):
+            with pytest.raises(ValueError, match="not compiled"):
+                lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
