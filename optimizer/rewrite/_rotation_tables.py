@@ -16,9 +16,11 @@ Nothing here fails: unprovable is False.
 what the table multiplies: x's even columns for the complex product (x [.., .., .., D]: xe
 [.., .., .., D/2]; or x viewed as pairs [.., .., .., D/2, 2]: xe [.., .., .., D/2, 1]), or x itself for
 rotate-half's full-width tables. It returns [layout, axes, proven, dims]: layout "bhsd" (tables
-[1|B, 1, S, .], x [B, H, S, D]), "bshd" ([1|B, S, 1, .], x [B, S, H, D]) or "sbhd" ([S, 1, 1, .],
-x [S, B, H, D]); axes, the table's own axes to squeeze so that it is [1|B, S, .] or [S, .] (the head
-axis, sbhd's batch axis, the pairs' axis of 1 where the table has them); proven, whether its row count
+[1|B, 1, S, .], x [B, H, S, D]), "bshd" ([1|B, S, 1, .], x [B, S, H, D]), "sbhd" ([S, 1, 1, .],
+x [S, B, H, D]) or "shd" ([S, 1, .], x [S, H, D]: packed patches without a batch axis, the vision
+towers' apply_rotary_pos_emb_vision; read as bshd with a batch of 1, the only reading of a rank-3 x);
+axes, the table's own axes to squeeze so that it is [1|B, S, .] or [S, .] (the head axis, sbhd's batch
+axis, the pairs' axis of 1 where the table has them); proven, whether its row count
 is provably x's (else the caches are expanded to x's positions); dims, the table's once squeezed (None
 where unknown). ["", [], False, []] when none holds. Only the axis the table varies along matters,
 not what x's axes are called: the rotation is elementwise with the tables, so reading a table that
@@ -155,9 +157,12 @@ def table_layout(ctx, t: ir.Value, xe: ir.Value) -> list:
     td, xd = table_dims(ctx, t), read_dims(xe, names="model", unknown="opaque")
     none = ["", [], False, []]
     full = td
-    if td is None or xd is None or len(xd) not in (4, 5) or len(td) > len(xd):
+    if td is None or xd is None or len(xd) not in (3, 4, 5) or len(td) > len(xd):
         return none
+    packed = len(xd) == 3          # x [S, H, D] without a batch axis: read as [1, S, H, D]
     pad = len(xd) - len(td)        # the table's axis i reads x's axis i + pad
+    if packed:
+        xd, pad = [1] + xd, pad + 1
     if len(xd) == 5:               # pairs [.., D/2, 1]: the table's last axis must be that 1
         if xd[4] != 1 or td[-1] != 1:
             return none
@@ -187,6 +192,8 @@ def table_layout(ctx, t: ir.Value, xe: ir.Value) -> list:
         return [layout, axes, rows(k) == "proven", kept]
 
     batch = t4[0] == 1 or t4[0] == xd[0]
+    if packed:                     # rows on x's first axis, one table for every head
+        return read("shd", [2], 1) if t4[2] == 1 and rows(1) else none
     found = []
     if t4[1] == 1 and rows(2) and batch:
         found.append(read("bhsd", [1], 2))

@@ -1,4 +1,5 @@
-"""rules/rope/rotary_const_shd.yaml: rotate-half RoPE on packed patches x [S, H, D] (no batch axis) with
+"""rules/rope/rotary_const.yaml rotary-const-table, its shd reading (table_layout reads a rank-3 x as
+[1, S, H, D]; rotary-const-table-shd until session 38): rotate-half RoPE on packed patches x [S, H, D] (no batch axis) with
 constant tables [S, 1, D], as the Qwen2-VL / Qwen3-VL / GLM-4V / EXAONE 4.5 / VideoLLaMA 3 vision towers
 write it for a fixed grid (apply_rotary_pos_emb_vision; hold-out 28: RoPE 0 before). The tables are 2-D
 rotary: each patch's row and column frequencies concatenated, so their rows are no arithmetic progression.
@@ -54,7 +55,7 @@ def test_packed_patches_rotation_fuses(h, target, scale):
     out = h.fuse(model, target, level=2)
     ops = h.ops(out)
     assert ops["RotaryEmbedding"] == 2 and not {"Neg", "Concat", "Slice", "Mul"} & set(ops), ops
-    assert h.fired(out)["rotary-const-table-shd"], h.fired(out)
+    assert h.fired(out)["rotary-const-table"], h.fired(out)
     h.assert_close(model, out, _feeds(h))
 
 
@@ -80,7 +81,7 @@ def test_float16(h, target):
 def test_unequal_halves_stay(h):
     """cos / sin of concat(f, 1.5 f): not the tables RotaryEmbedding's half caches stand for."""
     model = _model(h, *_tables(halves_equal=False))
-    h.stays(model, "rotary-const-table-shd", "halves differ", _feeds(h), op="RotaryEmbedding")
+    h.stays(model, "rotary-const-table", "halves differ", _feeds(h), op="RotaryEmbedding")
 
 
 def test_tables_per_head_stay(h):
@@ -88,11 +89,11 @@ def test_tables_per_head_stay(h):
     cos, sin = _tables()
     model = _model(h, np.repeat(cos, H, 1) * np.array([1, 0.5], np.float32)[None, :, None],
                    np.repeat(sin, H, 1) * np.array([1, 0.5], np.float32)[None, :, None])
-    h.stays(model, "rotary-const-table-shd", "rows of x's positions", _feeds(h), op="RotaryEmbedding")
+    h.stays(model, "rotary-const-table", "not varying over the heads|rows of positions", _feeds(h), op="RotaryEmbedding")
 
 
 def test_not_a_rotation_stays(h):
     """cos^2 + sin^2 varying by position: equal halves, but no rotation."""
     cos, sin = _tables()
     model = _model(h, cos, sin * np.linspace(0.2, 1.0, S, dtype=np.float32)[:, None, None])
-    h.stays(model, "rotary-const-table-shd", r"not a \(scaled\) rotation", _feeds(h), op="RotaryEmbedding")
+    h.stays(model, "rotary-const-table", r"not a \(scaled\) rotation", _feeds(h), op="RotaryEmbedding")
