@@ -26,7 +26,8 @@ O4  O3 + level-4 rules: target-specific rewrites (paged KV, plugin ops, precisio
 Cleanup runs again after the rules, since rewrites leave dead nodes and foldable constants behind;
 there it also folds layout chains (fold-layout-chains, before identity removal, which then drops
 the identity Transposes and no-op Reshapes it leaves): Transpose pairs through elementwise ops and
-Reshapes of Reshapes, the glue between an exporter's head split and a lowering's.
+Reshapes of Reshapes, the glue between an exporter's head split and a lowering's; and cast-of-select
+takes the attention rewrite's Cast of a constant-select mask to q's dtype (passes/cast_of_select.py).
 Precision (``precision="fp16"|"bf16"``, any level) runs last, after the final cleanup: rules match
 the float32 patterns exporters write, and folding must not compute constants in 16 bits. It leaves
 nothing dead behind, so no cleanup follows it. Only ``kv_cache_dtype="fp8"`` (O4, trt) comes after
@@ -216,6 +217,10 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         linear_branches = (MergeLinearBranchesPass(),)
         from onnx_fuse.passes.layout_chains import TRT_MAX_RANK, FoldLayoutChainsPass
 
+        # after the rules too: a Cast of a select between constants (the attention rewrite's Cast of a float32
+        # mask to q's float16) as a select of the cast constants; before them it would rewrite mask Casts they read
+        from onnx_fuse.passes.cast_of_select import CastOfSelectPass
+
         # onnx / ort write Attention-23 4-D; where the export's layout is [B, S, H*D] its 3-D form
         # saves the Transposes around it (trt lowers to 3-D itself)
         layout_chains = FoldLayoutChainsPass(max_rank=TRT_MAX_RANK if target == "trt" else None,
@@ -248,7 +253,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # folding made the shape arithmetic before it constant (Flux's TorchScript export)
         pair_picks = (UnbindPairsPass(),)
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, *linear_branches,
-                                                layout_chains, *contrib,
+                                                layout_chains, CastOfSelectPass(), *contrib,
                                                 *pair_picks) if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
         # (so are the O3 attention-prepare passes at O2)
@@ -292,7 +297,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # cleanup has dropped the shape reads beside it; before the rules it would rewrite the
         # exporters' head splits and merges that the attention rules match
         cleanup = cleanup_passes()
-        stages.append(Stage("cleanup", keep((*cleanup[:2], layout_chains, *cleanup[2:]))))
+        stages.append(Stage("cleanup", keep((*cleanup[:2], layout_chains, CastOfSelectPass(), *cleanup[2:]))))
     elif unknown := [d for d in disable if d not in pass_names]:
         raise UserError(f"--disable {unknown[0]!r}: no pass of that name runs at O{level}")
     stages += [Stage(s.name, keep(s.passes), s.fixed_point) for s in final]
