@@ -34,7 +34,7 @@ def plan_new_set(ec: ModuleType, number: int, new, monkeypatch, key=lambda spec:
     no earlier set and no corpus spec has, and its plan (returned) exports cache styles of decoders only;
     ``ec`` = export_corpus loaded by load_tool."""
     hs = ec.HOLDOUT_SETS[number]
-    earlier = {key(spec) for n, s in ec.HOLDOUT_SETS.items() if n != number for spec in s.values()}
+    earlier = {key(spec) for n, s in ec.HOLDOUT_SETS.items() if n < number for spec in s.values()}
     earlier |= {key(spec) for spec in ec.SPECS.values()}
     assert not {key(hs[a]) for a in new} & earlier
     monkeypatch.setattr(ec, "SPECS", {**ec.SPECS, **hs})

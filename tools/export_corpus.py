@@ -114,6 +114,10 @@ usually into --out /tmp/h40; --dtype float16 holdout_specs.HALF28.
 --holdout 41 plans the twenty-ninth sweep (holdout_specs.HOLDOUT29): transformers 5.25 families earlier sets passed
 over (TextNet, EfficientNet, MobileNetV1, PP-OCRv6's small and tiny recognizers, the vision towers of GLM-5 Next and
 Qwen4-Exp, BLIP-2's Q-Former, MetaCLIP 2's text tower), usually into --out /tmp/h41; --dtype float16 holdout_specs.HALF29.
+--holdout 43 plans the thirty-first sweep (holdout_specs.HOLDOUT31): hold-outs 38-41's families in the export styles
+the corpus has one or two files of (converted_half, latest_opset, kv_latest_opset, noopt, torchscript_kv; the headless
+talkers' caches return their last hidden state, _first_output), usually into --out /tmp/h43; --dtype bfloat16
+holdout_specs.HALF31 (each decoder in the styles it names).
 """
 
 from __future__ import annotations
@@ -134,7 +138,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -379,6 +383,12 @@ def _past_shapes(model, ids):
     return [(tuple(k.shape), tuple(v.shape)) for k, v, *_ in cache]
 
 
+def _first_output(out):
+    """A cache export's main output: the logits, or a headless decoder's last hidden state (a *Model class with no LM
+    head, holdout_specs.HOLDOUT31's talkers: kind encoder, a causal cache all the same)."""
+    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
 class _Wrap:
     """torch.nn.Module wrappers that take named tensors and return plain tensors."""
 
@@ -438,7 +448,7 @@ class _Wrap:
                 present = []
                 for layer in out.past_key_values.layers[:n_layers]:
                     present += [layer.keys, layer.values]
-                return (out.logits, *present)
+                return (_first_output(out), *present)
 
         class LegacyCache(torch.nn.Module):
             """Older transformers (legacy styles): the cache goes in and comes out as a tuple of
@@ -458,7 +468,7 @@ class _Wrap:
                              use_cache=True, return_dict=True)
                 cache = out.past_key_values
                 cache = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else cache
-                return (out.logits, *(t for layer in cache[:n_layers] for t in layer[:2]))
+                return (_first_output(out), *(t for layer in cache[:n_layers] for t in layer[:2]))
 
         if kind in ("vlm", "patches"):
             return _Wrap.multimodal(spec, model)
@@ -1013,8 +1023,9 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     elif spec["kind"] in CROSS:
         outputs = ["logits"] + ([f"present.{i}.decoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
                                 if style in KV_STYLES else [])
-    else:
-        outputs = ["last_hidden_state"]
+    else:  # a headless decoder's cache export (_first_output) has its presents too
+        outputs = ["last_hidden_state"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+                                           if style in KV_STYLES else [])
     if "outputs" in opts:  # attentions.0 .. (one per layer), hidden_states.0 .. (the embeddings' and each layer's)
         outputs += [f"{opts['outputs']}.{i}" for i in range(n_layers + (opts["outputs"] == "hidden_states"))]
     static = style == "static_nomask" or opts.get("fixed") == "all"
@@ -1145,6 +1156,17 @@ def convert_half(path: Path) -> None:
 
     proto = float16.convert_float_to_float16(onnx.load(str(path)), keep_io_types=True)
     onnx.save(proto, str(path))
+
+
+def _in_order(proto):
+    """The model with its nodes in topological order, for the checker only: the file keeps the order it was written
+    in. The fp16 converter (convert_half) appends the Casts of float graph inputs (inputs_embeds) after their users;
+    ONNX Runtime and onnx-fuse take such a graph, onnx.checker refuses it."""
+    import onnx_ir as ir
+
+    model = ir.from_proto(proto)
+    model.graph.sort()
+    return ir.to_proto(model)
 
 
 def _part_suffix(spec) -> str:
@@ -1461,7 +1483,7 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
     elif spec.get("embeds") and "text_config" in cfg:  # a VLM's language model (holdout_specs.HOLDOUT10C)
         cfg = cfg["text_config"]
     proto = onnx.load(str(path))
-    onnx.checker.check_model(proto)
+    onnx.checker.check_model(_in_order(proto))
     opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
     g = lambda *ks: next((cfg[k] for k in ks if k in cfg), None)  # noqa: E731
     entry = {
@@ -1533,12 +1555,15 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     sweep 4: HOLDOUT4 (optimum style)."""
     own_set, style_archs = {1: (HOLDOUT, STYLE_ARCHS), 2: (HOLDOUT2, STYLE_ARCHS2), 3: (HOLDOUT3, {}),
                             4: (HOLDOUT4, {}), 5: (HOLDOUT4B, {}), 8: (HOLDOUT5C, {})}.get(sweep, (HOLDOUT_SETS[sweep], {}))
+    half_styles = {}  # a half plan given as {arch: styles} (HALF31) names its own; a set of names takes the spec's
     if dtype != "float32":
         own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27,
-                                40: HALF28, 41: HALF29, 42: HALF30}.get(sweep, {}), {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
+                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31}.get(sweep, {}), \
+            {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
+        half_styles = own_set if isinstance(own_set, dict) else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):
         for arch in archs:
-            own = SPECS[arch].get("styles") or ()
+            own = half_styles.get(arch) or SPECS[arch].get("styles") or ()
             if (arch in own_set and style in own) or arch in style_archs.get(style, ()):
                 yield arch, style, "trained"
 

@@ -3830,3 +3830,35 @@ HOLDOUT30 = {
 HOLDOUT_SETS[42] = HOLDOUT30
 # --holdout 42 --dtype float16: the decoders
 HALF30 = {"clvp_decoder", "canary_decoder", "pp_formulanet_text", "diffusion_gemma_text"}
+
+
+# ---- thirty-first sweep (--holdout 43, HOLDOUT31): hold-outs 38-41's families in the rare export styles ----
+# The corpus has one or two files of converted_half, latest_opset, noopt, torchscript_kv and optimum_merged each
+# (docs/coverage.md), and sets 38-41 exported their families in dyn_mask / static_nomask / torchscript only, so a
+# fusion that stops matching after an fp16 conversion, at opset 23, without the exporter's own optimization or with
+# a cache traced by TorchScript would go unseen. Same specs (configs, trained-like weights) as sets 38-41, other
+# styles. Not planned: optimum_merged (Optimum's venv runs transformers 4.57, which has none of these decoders; Zamba
+# and Mamba-2, the two it has, Optimum has no export config for).
+_FROM31 = {**HOLDOUT26, **HOLDOUT27, **HOLDOUT28, **HOLDOUT29}
+STYLES31 = {
+    # decoders: the looped hybrid decoder's cache through TorchScript and at opset 23, and without optimization
+    "inkling2_loop": ("torchscript_kv", "kv_latest_opset", "noopt"),
+    "hy_v4_vl_text": ("latest_opset", "kv_latest_opset"),
+    "qwen3_omni_code_predictor": ("converted_half", "noopt"),
+    # the headless talkers' caches (export_corpus._first_output: their last hidden state beside the presents)
+    "qwen2_5_omni_talker": ("latest_opset", "converted_half", "torchscript_kv", "kv_latest_opset"),
+    "higgs_audio_v2": ("converted_half", "latest_opset", "torchscript_kv"),
+    "voxtral_realtime_text": ("converted_half", "noopt"),
+    # encoders / text towers
+    "siglip2_text": ("converted_half",),
+    "videoprism_text": ("noopt",),
+    "t5gemma2_text": ("latest_opset",),  # ORT refuses it (docs/holdout.md, thirty-first sweep)
+    "flava_text": ("latest_opset", "converted_half"),
+    "metaclip_2_text": ("converted_half", "noopt"),
+    "blip_2_qformer": ("latest_opset",),
+}
+HOLDOUT31 = {arch: dict(_FROM31[arch], styles=styles) for arch, styles in STYLES31.items()}
+HOLDOUT_SETS[43] = HOLDOUT31
+# --holdout 43 --dtype bfloat16: decoders exported from the bf16 model, each in one style (arch -> styles)
+HALF31 = {"qwen3_omni_talker": ("dyn_mask",), "higgs_audio_v2": ("dyn_mask",), "voxtral_realtime_text": ("dyn_mask",)}
+HOLDOUT31.update({arch: dict(_FROM31[arch], styles=()) for arch in HALF31 if arch not in HOLDOUT31})
