@@ -11,6 +11,11 @@ known tensors, nothing about it is dynamic:
   reads kept), every value and node of a copy renamed apart;
 - ``ConcatFromSequence(SequenceConstruct(x0..xn), axis, new_axis)`` is ``Concat(x0..xn, axis)``, each
   x_i unsqueezed at ``axis`` first where new_axis = 1.
+The exporter's own optimizer (torch.onnx.export(optimize=True)) turns torch.split's SplitToSequence into a
+Split; an export without it (optimize=False) keeps ``SequenceAt(SplitToSequence(x, split), i)``. With split a
+constant (1-D sizes, or a scalar chunk over an axis of known length) and every reader of the sequence one of the
+three above, ``SplitToSequence(x, split, axis)`` is ``SequenceConstruct(Split(x, sizes, axis))`` (keepdims is
+ignored where split is given), which the rules above then take apart.
 Exact (the same tensors, the same ops on them). Constant folding and If inlining then see the
 elements (atleast_1d's rank test folds once the rank is known), the attention rules see the mask,
 and TensorRT, which runs no sequence op, gets a graph without them. The SequenceConstruct dies with
@@ -26,6 +31,7 @@ import onnx_ir as ir
 from onnx_ir import _cloner
 
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
+from onnx_fuse.passes.constant_folding import constant_tensor
 
 
 def _elements(seq: ir.Value | None) -> list[ir.Value] | None:
@@ -34,7 +40,7 @@ def _elements(seq: ir.Value | None) -> list[ir.Value] | None:
 
 
 def _const_index(v: ir.Value | None) -> int | None:
-    t = v.const_value if v is not None else None
+    t = constant_tensor(v) if v is not None else None
     if t is None or t.size != 1 or not t.dtype.is_integer():
         return None
     return int(np.asarray(t.numpy()).reshape(-1)[0])
@@ -79,7 +85,8 @@ def _rename(nodes, taken: set[str], tag: str) -> None:
 
 
 class SequenceOpsPass(FusePass):
-    """SequenceAt / SequenceMap / ConcatFromSequence of a SequenceConstruct as tensor ops (module doc)."""
+    """SequenceAt / SequenceMap / ConcatFromSequence of a SequenceConstruct (or of a SplitToSequence with known
+    sizes) as tensor ops (module doc)."""
 
     name = "sequence-ops"
 
@@ -88,6 +95,12 @@ class SequenceOpsPass(FusePass):
         taken: set[str] | None = None
         opset = model.opset_imports.get("", 1)
         for graph in list(model.graphs()):
+            for node in list(graph):
+                if is_default_op(node, "SplitToSequence"):
+                    taken = _taken_names(model) if taken is None else taken
+                    if self._split(graph, node, opset, taken):
+                        self.stats["SplitToSequence"] += 1
+                        modified = True
             for node in list(graph):
                 if node.graph is not graph or not is_default_op(
                         node, "SequenceAt", "SequenceMap", "ConcatFromSequence") or not node.inputs:
@@ -112,6 +125,47 @@ class SequenceOpsPass(FusePass):
                 self.stats[node.op_type] += 1
                 modified = True
         return ir.passes.PassResult(model, modified=modified)
+
+    @staticmethod
+    def _split(graph: ir.Graph, node: ir.Node, opset: int, taken: set[str]) -> bool:
+        """SplitToSequence(x, split) -> SequenceConstruct(Split(x, sizes)), where the sizes are known and every
+        reader of the sequence is one this pass resolves."""
+        seq = node.outputs[0]
+        if len(node.inputs) < 2 or node.inputs[1] is None or seq.is_graph_output() or not seq.uses() or any(
+                not is_default_op(use.node, "SequenceAt", "SequenceMap", "ConcatFromSequence") or use.idx != 0
+                for use in seq.uses()):
+            return False
+        x, t = node.inputs[0], constant_tensor(node.inputs[1])  # an initializer or a Constant node's
+        axis = int(attr_value(node, "axis", 0))
+        if t is None or not t.dtype.is_integer() or t.shape.rank() > 1:
+            return False
+        sizes = [int(v) for v in np.asarray(t.numpy()).reshape(-1)]
+        if t.shape.rank() == 0:  # a chunk size: pieces of it, the last one shorter (torch.split's int form)
+            rank = x.shape.rank() if x.shape is not None else None
+            dim = x.shape[axis] if rank is not None and -rank <= axis < rank else None
+            if not isinstance(dim, int) or sizes[0] <= 0:
+                return False
+            sizes = [sizes[0]] * (dim // sizes[0]) + ([dim % sizes[0]] if dim % sizes[0] else [])
+        if not sizes or min(sizes) < 0:
+            return False
+        stem = node.name or seq.name or "split_to_sequence"
+        name = lambda what: _fresh(f"{stem}_{what}", taken, "")  # noqa: E731
+        attrs = [ir.AttrInt64("axis", axis)]
+        if opset >= 13:  # split an input from opset 13 on, an attribute before
+            sizes_in = ir.Value(name=name("sizes"), const_value=ir.tensor(np.array(sizes, np.int64)))
+            graph.register_initializer(sizes_in)
+            split = ir.Node("", "Split", [x, sizes_in], attributes=attrs, num_outputs=len(sizes), name=name("split"))
+        else:
+            split = ir.Node("", "Split", [x], attributes=[*attrs, ir.AttrInt64s("split", sizes)],
+                            num_outputs=len(sizes), name=name("split"))
+        for out in split.outputs:
+            out.name, out.dtype = name("piece"), x.dtype
+        construct = ir.Node("", "SequenceConstruct", list(split.outputs), name=name("construct"))
+        construct.outputs[0].name, construct.outputs[0].type = name("seq"), seq.type
+        graph.insert_before(node, [split, construct])
+        reroute(seq, construct.outputs[0])
+        graph.remove(node, safe=True)
+        return True
 
     def _map(self, graph: ir.Graph, node: ir.Node, xs: list[ir.Value], taken: set[str]) -> bool:
         body = node.attributes["body"].as_graph() if "body" in node.attributes else None
