@@ -29,6 +29,7 @@ from onnx_fuse.rewrite._head_repeat import head_repeat as _head_repeat, head_sou
 from onnx_fuse.rewrite._half_columns import half_columns as _half_columns
 from onnx_fuse.rewrite._half_columns import half_readers as _half_readers
 from onnx_fuse.rewrite._paired import paired_columns as _paired_columns
+from onnx_fuse.rewrite._rebuild_cost import dead_cone as _dead_cone, net_nodes as _net_nodes
 from onnx_fuse.rewrite._rotation_tables import rotation_pair as _rotation_pair
 from onnx_fuse.rewrite._rotation_tables import rotation_scale as _rotation_scale_of
 from onnx_fuse.rewrite._rotation_tables import table_layout as _table_layout
@@ -608,24 +609,7 @@ def _ancestor_ops(v, n: int) -> list[str]:
 def _freed_ops(ctx, v, limit: int = 512) -> int:
     """How many nodes die with ``v`` once its readers stop reading it: its producer and, transitively, every
     node whose outputs only those nodes read (no graph output). At most ``limit`` (a mask's cone)."""
-    v = _as_value(v, "freed_ops")
-    node = v.producer()
-    if node is None or v.is_graph_output():
-        return 0
-    dead = {id(node)}
-    frontier = [node]
-    while frontier and len(dead) < limit:
-        nxt = []
-        for n in frontier:
-            for i in n.inputs:
-                p = i.producer() if i is not None else None
-                if p is None or id(p) in dead:
-                    continue
-                if all(not o.is_graph_output() and all(id(u.node) in dead for u in o.uses()) for o in p.outputs):
-                    dead.add(id(p))
-                    nxt.append(p)
-        frontier = nxt
-    return len(dead)
+    return len(_dead_cone(_as_value(v, "freed_ops"), limit))
 
 
 def _reads_input(ctx, v, n: int = 200) -> bool:
@@ -707,6 +691,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "reads_input": _reads_input,
     # how many nodes die with a value once its readers drop it (its exclusive cone, at most 512)
     "freed_ops": _freed_ops,
+    # nodes the graph gains by rebuilding old as new (planned in this rewrite) instead of reading it
+    # through keep: new's nodes no graph node computes (cse / shape-cse keys) less what dies with old
+    "net_nodes": lambda ctx, new, old, keep=None: _net_nodes(ctx, new, old, keep),
     # the largest magnitude a value can hold, proven from constants through layout / gather /
     # simple arithmetic ops (inf where unproven: an input, an activation; _value_bound.py)
     "value_bound": _value_bound,

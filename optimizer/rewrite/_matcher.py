@@ -209,6 +209,9 @@ class _ExprContext:
         self.values = values
         self.attrs = attrs
         self.matched = matched
+        # a rewrite's nodes planned so far and the graph (net_nodes counts them); None in checks
+        self.planned: list | None = None
+        self.graph: ir.Graph | None = None
 
     def constant(self, v: ir.Value) -> np.ndarray | None:
         return self.facts.constant(v)

@@ -386,6 +386,7 @@ class Rewriter:
         base = match.anchor.name or rule.name
         nodes: list[_NewNode] = []
         inits: list[_NewValue] = []
+        ctx.planned, ctx.graph = nodes, match.anchor.graph
 
         def new_name(stem: str) -> str:
             n = self.names.propose(stem, taken)

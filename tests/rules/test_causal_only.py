@@ -203,8 +203,8 @@ def test_cache_causal_flag(h, target, op, flag):
 @pytest.mark.parametrize("level", [3, 4])
 def test_cache_causal_bias_rebuilt_at_trt(h, level):
     """trt joins the caches (attention-kv-trt): Attention-23 gets no past_key to align is_causal by, so
-    a causal mask from shapes over the cache is rebuilt as Where(key j <= P + i, 0, lowest) (13 nodes,
-    cache-causal-bias) where more of the export's dies (freed_ops)."""
+    a causal mask from shapes over the cache is rebuilt as Where(key j <= P + i, 0, lowest) (cache-causal-bias)
+    where that makes the graph smaller (net_nodes)."""
     model = _model(h, past=True, kind="long")
     fused = h.fuse(model, "trt", level=level)
     ops = h.ops(fused)
@@ -213,9 +213,9 @@ def test_cache_causal_bias_rebuilt_at_trt(h, level):
 
 
 def test_cache_causal_bias_rebuilt_at_a_tie(h):
-    """As many of the export's nodes die as the rebuild has (13, freed_ops): the rebuild shares the past-length
-    reads and positions the graph computes anyway (Whisper's position embedding), so it nets fewer than it frees
-    (Whisper's decoder 109 -> 104 at trt-O4 once the whole-axis Slice of its mask is gone and 13 die, not 14)."""
+    """As many of the export's nodes die (13) as the rebuild and attention-trt's broadcast have: the rebuild shares
+    the past-length reads and positions the graph computes anyway (Whisper's position embedding), so it nets fewer
+    than it frees, which net_nodes counts (Whisper's decoder 109 -> 104 at trt-O4)."""
     model = _model(h, past=True, kind="tie")
     fused = h.fuse(model, "trt", level=4)
     ops = h.ops(fused)
