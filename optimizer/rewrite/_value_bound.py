@@ -2,8 +2,9 @@
 
 It walks up from ``v`` through ops that only move or select elements (on their data inputs:
 a Gather's table, not its indices) and a few whose result's magnitude follows from their inputs'
-(Add, Sub, Mul, Neg, Abs, Max, Min, Clip, Where's two branches, float Casts, Casts of a bool), down to
-constants or a bool (0 or 1, whatever computed it), carrying
+(Add, Sub, Mul, Neg, Abs, Max, Min, Clip, Where's two branches, float Casts, Casts of a bool; a Range from its
+start by a step of known sign), down to constants or a bool (0 or 1, whatever computed it, unless an integer
+comparison of intervals that settle it made it: then 1 or 0 everywhere, and a Where of it takes one branch), carrying
 an interval [lo, hi] (value_range); the bound is its larger end's magnitude. Anything else (a graph
 input, an activation, an op not listed) is unbounded: ``inf``. A rule uses it where exactness needs a
 term kept far from a mask fill: a relative-position bias gathered from its weight table, GPT-1's causal
@@ -28,6 +29,40 @@ _LIMIT = 64   # nodes visited: a bias's cone is a few layout ops over its table
 
 def _is_bool(v: ir.Value | None) -> bool:
     return v is not None and v.dtype == ir.DataType.BOOL
+
+
+# comparison -> whether a <op> b holds for every a in [a0, a1], b in [b0, b1] / for none
+_ALWAYS = {"Greater": lambda a, b: a[0] > b[1], "GreaterOrEqual": lambda a, b: a[0] >= b[1],
+           "Less": lambda a, b: a[1] < b[0], "LessOrEqual": lambda a, b: a[1] <= b[0]}
+_NEVER = {"Greater": lambda a, b: a[1] <= b[0], "GreaterOrEqual": lambda a, b: a[1] < b[0],
+          "Less": lambda a, b: a[0] >= b[1], "LessOrEqual": lambda a, b: a[0] > b[1]}
+
+
+def _is_int(v: ir.Value) -> bool:
+    return v.dtype is not None and v.dtype.is_integer()
+
+
+def _decided(node: ir.Node, rng: Any) -> tuple[float, float]:
+    """A bool's interval: (1, 1) where its comparison (or Not / And / Or of such) holds for every
+    value the inputs' intervals allow, (0, 0) where it holds for none, else (0, 1). transformers 5's
+    bidirectional mask under export is `q_idx >= 0` of a Range from 0: true everywhere."""
+    both = (0.0, 1.0)
+    ins = list(node.inputs)
+    if node.op_type in _ALWAYS and len(ins) == 2 and all(i is not None and _is_int(i) for i in ins):
+        # integers only: a float interval may have come through a rounding Cast, where 2049 > 2048 can turn false
+        a, b = rng(ins[0]), rng(ins[1])
+        if any(math.isfinite(e) and abs(e) >= 2.0 ** 53 for e in (*a, *b)):
+            return both   # near int64's ends an Add may wrap where the float64 interval does not
+        return (1.0, 1.0) if _ALWAYS[node.op_type](a, b) else ((0.0, 0.0) if _NEVER[node.op_type](a, b) else both)
+    if node.op_type == "Not" and ins and ins[0] is not None:
+        lo, hi = rng(ins[0])
+        return (1.0 - hi, 1.0 - lo)
+    if node.op_type in ("And", "Or") and len(ins) == 2 and all(i is not None for i in ins):
+        (a0, a1), (b0, b1) = rng(ins[0]), rng(ins[1])
+        return (min(a0, b0), min(a1, b1)) if node.op_type == "And" else (max(a0, b0), max(a1, b1))
+    if node.op_type in _MOVES and ins and ins[0] is not None and node.op_type not in ("Where", "Neg", "Abs"):
+        return rng(ins[0])   # a view of a bool (Expand, Unsqueeze, ...) holds its values
+    return both
 
 
 def value_bound(ctx: Any, v: ir.Value) -> float:
@@ -57,9 +92,15 @@ def value_range(ctx: Any, v: ir.Value) -> tuple[float, float]:
             a = np.asarray(arr, dtype=np.float64) if arr.size else np.zeros(1)
             r = (float(np.min(a)), float(np.max(a)))
         elif x.dtype == ir.DataType.BOOL:   # an input too: a bool holds 0 or 1 whatever computed it
-            r = (0.0, 1.0)
+            r = _decided(node, rng) if node is not None and node.domain in ("", "ai.onnx") else (0.0, 1.0)
         elif node is None or node.domain not in ("", "ai.onnx"):
             r = everything
+        elif node.op_type == "Where" and len(node.inputs) == 3 and rng(node.inputs[0]) in ((1.0, 1.0), (0.0, 0.0)):
+            r = rng(node.inputs[1 if rng(node.inputs[0]) == (1.0, 1.0) else 2])   # a condition that never changes
+        elif node.op_type == "Range" and len(node.inputs) == 3:
+            (a0, _), (d0, d1) = rng(node.inputs[0]), rng(node.inputs[2])
+            # start, start + delta, ... (none where limit is reached first): from start up for delta > 0
+            r = (a0, math.inf) if d0 > 0 else ((-math.inf, rng(node.inputs[0])[1]) if d1 < 0 else everything)
         elif node.op_type in _MOVES or node.op_type in _ELEMENTWISE_MAX:
             ins = [rng(node.inputs[i]) if i < len(node.inputs) else everything for i in _MOVES[node.op_type]] \
                 if node.op_type in _MOVES else [rng(i) for i in node.inputs]
