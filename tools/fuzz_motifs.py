@@ -31,7 +31,9 @@ then a share (fuzz_s35.S35_SHARE) gated MLPs (tools/fuzz_s35.py: SwiGLU / GeGLU,
 then a share (fuzz_s36.S36_SHARE) GroupNorm as torch writes it (tools/fuzz_s36.py: view, InstanceNormalization, view back),
 then a share (fuzz_s37.S37_SHARE) session 36's rewrites (tools/fuzz_s37.py: Pad into Conv, RepVGG Conv branches, BN folds,
 x / Sqrt(moment), the scores' clamp onto the mask, erf GELU groupings), then a share (fuzz_s38.S38_SHARE) session 37's
-(tools/fuzz_s38.py: a zero Pad of a value >= 0 into a MaxPool, tanh GELU spellings, Casts between views, Slices).
+(tools/fuzz_s38.py: a zero Pad of a value >= 0 into a MaxPool, tanh GELU spellings, Casts between views, Slices), then a
+share (fuzz_s39.S39_SHARE) session 38's (tools/fuzz_s39.py: the rotary's halves form in four layouts, rotate-half over
+packed patches, Cast(Where) of constants).
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ class Builder:
                                                              list(arr.shape)))
                 self.trap("initializer-is-input")
                 if self.p(0.5):   # the user overrides the default: folding it would be wrong
-                    self.feeds[name] = (arr * 1.5 + 0.01).astype(arr.dtype)
+                    with np.errstate(over="ignore"):   # a default of the dtype's lowest is overridden by -inf
+                        self.feeds[name] = (arr * 1.5 + 0.01).astype(arr.dtype)
                     self.trap("initializer-overridden")
         return name
 
@@ -804,6 +807,11 @@ def make_case(seed: int) -> Case:
     # session 37's rewrites (tools/fuzz_s38.py: Pad into MaxPool, tanh GELU spellings, Cast between views, Slice)
     if np.random.default_rng([seed, S38_SALT]).random() < S38_SHARE:
         return _with_sparse(make_s38_case(seed))
+    from fuzz_s39 import S39_SALT, S39_SHARE
+
+    # session 38's rewrites (tools/fuzz_s39.py: the rotary's halves form, packed patches, Cast of a Where of constants)
+    if np.random.default_rng([seed, S39_SALT]).random() < S39_SHARE:
+        return _with_sparse(make_s39_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -851,11 +859,11 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
 
 
 def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str,
-                opsets: tuple = (17, 18, 20, 23)) -> Case:
-    """A case of one family's builder (``build(b, opset, name)`` -> motifs): float16 one time in ten,
+                opsets: tuple = (17, 18, 20, 23), half_share: float = 0.1) -> Case:
+    """A case of one family's builder (``build(b, opset, name)`` -> motifs): float16 ``half_share`` of the time,
     an opset of ``opsets``, outputs declared; a builder's ``b.alt_feeds`` (other feed sets) kept."""
     rng = np.random.default_rng([seed, salt])
-    b = Builder(rng, F16 if rng.random() < 0.1 else F32)
+    b = Builder(rng, F16 if rng.random() < half_share else F32)
     b.seed = seed   # for a builder's side streams (fuzz_forms.quant_after)
     opset = int(b.pick(list(opsets)))
     if b.dtype == F16:
@@ -945,6 +953,15 @@ def make_s38_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s38 import build_s38
 
     return _built_case(seed, 0x3839, build_s38, name, "fuzz_s38")
+
+
+def make_s39_case(seed: int, name: str | None = None) -> Case:
+    """A graph of one of session 38's rewrites' fields (tools/fuzz_s39.py: the rotary written half by half, rotate-half
+    over packed patches, a Cast of a Where of constants into the scores) with its traps; ``name`` picks the motif.
+    Opset 23 (RotaryEmbedding) half the time; float16 a third of the time (the float16 masks are the Cast fold's)."""
+    from fuzz_s39 import build_s39
+
+    return _built_case(seed, 0x3940, build_s39, name, "fuzz_s39", (17, 18, 20, 23, 23, 23), 0.35)
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:
