@@ -163,6 +163,11 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
+    """The entries of an Add / Sub of two shape reads (sum_entries)."""
+    return sum_entries(op, shape_entries(ins[0], depth + 1), shape_entries(ins[1], depth + 1))
+
+
+def sum_entries(op: str, a: tuple[list, bool] | None, b: tuple[list, bool] | None) -> tuple[list, bool] | None:
     """Sizes added or subtracted entry by entry (a cache's ``past + new``, ``(p + s) - s``), in the
     one spelling shape inference gives such a dim (passes/_dim_sums.py), so the read of a present's
     length and the sum computed from the inputs are one value. A size and a nonzero number read
@@ -172,7 +177,7 @@ def _sum_entries(op: str, ins: list, depth: int) -> tuple[list, bool] | None:
     from onnx_fuse.passes._dim_products import broadcast_entries, to_dim
     from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
 
-    pair = broadcast_entries(shape_entries(ins[0], depth + 1), shape_entries(ins[1], depth + 1))
+    pair = broadcast_entries(a, b)
     if pair is None:
         return None
     ea, eb, static = pair

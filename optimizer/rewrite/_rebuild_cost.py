@@ -97,6 +97,8 @@ class _Cost:
         return self._planned_entries(node)
 
     def _planned_entries(self, node) -> tuple[list, bool] | None:
+        from onnx_fuse.passes._shape_values import sum_entries
+
         op, ins, at = node.op_type, node.inputs, node.attrs
         if op == "Shape":
             dims = self._dims(ins[0])
@@ -137,7 +139,7 @@ class _Cost:
             s, e = (max(min(v, n), -n) for v in (got[1][0][0], got[2][0][0]))
             return got[0][0][s:e], False
         if op in ("Add", "Sub") and len(got) == 2:
-            return _sum(op, got[0], got[1])
+            return sum_entries(op, got[0], got[1])
         return None
 
     def _dims(self, x) -> list | None:
@@ -328,35 +330,6 @@ class _Cost:
                 elif i is not None:
                     stack.append(self.producer.get(id(i)))
         return cost, reads
-
-
-def _sum(op: str, a, b) -> tuple[list, bool] | None:
-    """Entries of an Add / Sub of two shape reads (passes/_shape_values.py's _sum_entries)."""
-    from onnx_fuse.passes._dim_products import broadcast_entries, to_dim
-    from onnx_fuse.passes._dim_sums import dim_diff, dim_sum
-
-    pair = broadcast_entries(a, b)
-    if pair is None:
-        return None
-    ea, eb, scalar = pair
-    out = []
-    for x, y in zip(ea, eb):
-        if isinstance(x, int) and isinstance(y, int):
-            out.append(x + y if op == "Add" else x - y)
-            continue
-        if 0 in (x, y):
-            return None
-        got = dim_sum([to_dim(x), to_dim(y)]) if op == "Add" else dim_diff(to_dim(x), to_dim(y))
-        if got is None:
-            return None
-        coef, atoms = got
-        if not atoms:
-            out.append(coef)
-        elif coef == 1 and len(atoms) == 1:
-            out.append(atoms[0])
-        else:
-            return None
-    return out, scalar
 
 
 def net_nodes(ctx, new, old, keep=None) -> int:
