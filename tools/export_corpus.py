@@ -119,8 +119,8 @@ the corpus has one or two files of (converted_half, latest_opset, kv_latest_opse
 talkers' caches return their last hidden state, _first_output), usually into --out /tmp/h43; --dtype bfloat16
 holdout_specs.HALF31 (each decoder in the styles it names).
 --holdout 44 plans the thirty-second sweep (holdout_specs.HOLDOUT32): transformers 5.25 model types no set covers
-(TimesFM 1.0, T5Gemma 2's decoder, Dots.3 Note's audio encoder, the vision towers of Molmo 2 and MiniMax M3-VL),
-usually into --out /tmp/h44; --dtype float16 holdout_specs.HALF32.
+(TimesFM 1.0, T5Gemma 2's decoder, Dots.3 Note's audio encoder, the vision towers of Molmo 2 and MiniMax M3-VL,
+LXMERT, BROS, VITS's text encoder), usually into --out /tmp/h44; --dtype float16 holdout_specs.HALF32.
 """
 
 from __future__ import annotations
@@ -851,7 +851,8 @@ def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
     the text: "states" -> name [batch, n, hidden] floats (Mllama's cross_attention_states, the image's
     tokens); "mrope" -> position_ids [3, batch, sequence] (Qwen2-VL's temporal / height / width streams:
     the text's positions in all three, a 2 x 2 image grid's rows and columns in the first four);
-    "image_types" -> token_type_ids, 1 on a 4-token image (Gemma 3). past: a cache export's past length
+    "image_types" -> token_type_ids, 1 on a 4-token image (Gemma 3); "boxes" -> name [batch, sequence, n] in [0, 1)
+    (BROS's bbox, one box per token); "mask_column" -> the attention mask as floats [batch, sequence, 1]. past: a cache export's past length
     (positions start there; token types cover past + new, the image straddling the two); embeds: the
     text comes as inputs_embeds [batch, sequence, embeds] instead of input_ids (a VLM's decoder)."""
     import torch
@@ -878,6 +879,14 @@ def _extra_inputs(spec, g, feeds, dims, batch, seq, past=None):
             feeds[name] = torch.ones(batch, seq, 1, 1, dtype=torch.int64)
             feeds[name][:, 0] = 0
             dims[name] = ["batch", "sequence", 1, 1]
+            continue
+        if what == "mask_column":   # the attention mask as floats [batch, sequence, 1] (VITS's padding_mask)
+            feeds[name] = feeds["attention_mask"][..., None].float()
+            dims[name] = [*dims["attention_mask"], 1]
+            continue
+        if what == "boxes":   # a box per token [batch, sequence, n] in [0, 1) (BROS's bbox: 4 corners' x, y)
+            feeds[name] = torch.rand(batch, seq, arg[0], generator=g)
+            dims[name] = ["batch", "sequence", arg[0]]
             continue
         if what == "states":
             hidden = arg[1] if len(arg) > 1 else spec["config"]["hidden_size"]  # a width other than hidden_size (d_model)

@@ -3871,9 +3871,11 @@ HOLDOUT31.update({arch: dict(_FROM31[arch], styles=()) for arch in HALF31 if arc
 # differs from what is covered: TimesFM 1.0 (a learned per-dim query scale, causal + padding over patches),
 # T5Gemma 2's decoder (one softmax over the decoder's own keys and the encoder's: merged self + cross attention),
 # Dots.3 Note's audio encoder (rotary, q / k / v / o biases), Molmo 2's vision tower (pre-patchified pixels, learned
-# positions) and MiniMax M3-VL's (Qwen-VL-like patches, 2-D rotary). Not taken: Qwen3-ASR's encoder (the packed
-# windowed sequence is chosen by nonzero over the mask; its forward fails at a tiny config: split sizes from
-# n_window_infer), Dia's decoder (input ids [B, T, channels]), Kimi K2.5's MoonViT (patches [N, 3, P, P]).
+# positions), MiniMax M3-VL's (Qwen-VL-like patches, 2-D rotary), LXMERT (a cross-modality encoder over text and
+# region features), BROS (a query-dependent bias from relative box positions) and VITS's text encoder (windowed
+# relative keys and values). Not taken: Qwen3-ASR's encoder
+# (the packed windowed sequence is chosen by nonzero over the mask; its forward fails at a tiny config: split sizes
+# from n_window_infer), Dia's decoder (input ids [B, T, channels]), Kimi K2.5's MoonViT (patches [N, 3, P, P]).
 # Tried, not made: Moshi's depth decoder (MoshiDepthDecoder, a weight per codebook position): torch.export cannot
 # guard `if position_idx == 0` on a value, TorchScript bakes the traced length into the per-position Gather (ORT:
 # index 7 out of [-5, 4] at the check's shorter sequence), static_nomask drops the main model's state it needs.
@@ -3900,12 +3902,13 @@ HOLDOUT32 = {
                                 styles=("dyn_mask", "torchscript")),
                              extra_inputs={"encoder_hidden_states": ("states", 6)}, attention_blocks=LAYERS,
                              model_module="transformers.models.t5gemma2.modeling_t5gemma2"),
-    # Dots.3 Note's audio encoder: a conv stem over mel chunks, rotary bidirectional attention with biases, SiLU MLP
+    # Dots.3 Note's audio encoder: a conv stem over mel chunks, rotary bidirectional attention with biases, RMSNorm,
+    # a SwiGLU MLP from one gate_up Linear
     "dots3_note_audio": dict(_s("features", "Dots3NoteAudioConfig", "Dots3NoteAudioModel",
                                 dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
                                      num_attention_heads=2, feature_size=16, downsample_hidden_size=8,
                                      adapter_input_size=HIDDEN, adapter_out_dim=HIDDEN, max_position_embeddings=128),
-                                ["mha", "conv-stem", "rope-full", "qkv-bias", "pre-norm", "layernorm", "silu"],
+                                ["mha", "conv-stem", "rope-full", "qkv-bias", "pre-norm", "rmsnorm", "swiglu-fused"],
                                 "dots3_note_audio_encoder", "bert", styles=("dyn_mask", "torchscript")),
                              features_input=("input_features", 64, 16), features_layout="bins_frames",
                              call_kw={"chunk_sample_lengths": [64 * 160]}, attention_blocks=LAYERS),
@@ -3925,6 +3928,38 @@ HOLDOUT32 = {
                                 ["mha", "conv3d-patches", "rope-2d-vision", "cu-seqlens", "layernorm", "gelu"],
                                 "minimax_m3_vl_vision", "vit", _P17, LAYERS,
                                 patch_grid=[1, 4, 4], patch_features=3 * 2 * 4 * 4),
+    # LXMERT: a BERT language encoder and an object-feature encoder, then cross-modality layers (each side attends
+    # to the other, then to itself); region features [B, 6, 16] and their boxes [B, 6, 4] in, the language side out
+    "lxmert": dict(_s("encoder", "LxmertConfig", "LxmertModel",
+                      dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=2, intermediate_size=FFN,
+                           l_layers=LAYERS, x_layers=1, r_layers=1, visual_feat_dim=16, visual_pos_dim=4,
+                           max_position_embeddings=POSITIONS, num_qa_labels=4, num_object_labels=4,
+                           num_attr_labels=4),
+                      ["mha", "cross-attention", "padding-mask", "post-norm", "layernorm", "gelu-erf",
+                       "region-features"], "lxmert", "bert", styles=("dyn_mask", "torchscript")),
+                   extra_inputs={"visual_feats": ("states", 6, 16), "visual_pos": ("states", 6, 4)},
+                   output="language_output", attention_blocks=5),  # language 2, object 1, cross layer: 2 reach it
+    # BROS: BERT whose every attention adds a query-dependent bias from the tokens' relative box positions,
+    # einsum("bnid,bijd->bnij", q, P) with P [S, S, B, D] from a sinusoid of the box deltas (hidden 64: the 1-D
+    # sinusoid's width is hidden / 4 / 8 boxes' coordinates, 0 at 32); bbox [B, S, 8] in
+    "bros": dict(_s("encoder", "BrosConfig", "BrosModel",
+                    dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
+                         intermediate_size=FFN, max_position_embeddings=POSITIONS, type_vocab_size=2),
+                    ["mha", "relative-box-bias", "query-dependent-bias", "padding-mask", "post-norm", "layernorm",
+                     "gelu-erf"], "bros", "bert", styles=("dyn_mask", "torchscript")),
+                 extra_inputs={"bbox": ("boxes", 8)}, attention_blocks=LAYERS),
+    # VITS's text encoder: post-norm layers whose attention adds windowed relative position embeddings to the keys
+    # (a query-dependent bias) and to the values (the probabilities times a relative value table), a conv FFN;
+    # padding_mask [B, S, 1] floats beside the attention mask
+    "vits_text": dict(_s("encoder", "VitsConfig", "VitsTextEncoder",
+                         dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=2,
+                              window_size=4, ffn_dim=FFN, ffn_kernel_size=3, flow_size=16),
+                         ["mha", "relative-key-bias", "relative-value", "window-relative-positions", "padding-mask",
+                          "post-norm", "layernorm", "relu", "conv-ffn"], "vits", "bert",
+                         styles=("dyn_mask", "torchscript")),
+                      # not fusable: the probabilities have a second reader (the relative values), as attn_out
+                      extra_inputs={"padding_mask": ("mask_column",)}, attention_blocks=LAYERS,
+                      model_module="transformers.models.vits.modeling_vits"),
 }
 HOLDOUT_SETS[44] = HOLDOUT32
 # --holdout 44 --dtype float16: the decoders
