@@ -31,6 +31,7 @@ from onnx_fuse.rewrite._shape_reads import move_reads
 from onnx_fuse.errors import InternalError
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN, STAGES, Rule, RuleSet
+from onnx_fuse.rewrite._operand_twins import merge_operand_twins
 
 RULE_TAG = "onnx_fuse.rule"
 #: ops whose ONNX shape inference (onnx 1.23) writes dim_value 0 for a dim it cannot compute
@@ -1021,6 +1022,7 @@ class RewritePass(FusePass):
         self.unsettled: list[str] = []
         self._io_done: set[str] = set()
         self._io_idle: set[str] = set()  # graph_io rules whose candidates had none of their structure
+        self.operand_twins = 0   # nodes merged between the fuse and lower stages (not a rule's fire)
         # Stages run in order, each to its own fixed point: recognition into canonical ops must be
         # complete before lowering picks the target op, and the layout glue lowerings leave is
         # simplified last (it would otherwise break patterns of the earlier stages).
@@ -1030,6 +1032,12 @@ class RewritePass(FusePass):
                 continue
             for graph in list(model.graphs()):
                 modified |= self._run_graph(graph, matchers, rewriter)
+                if stage == "fuse" and "lower" in self.stages:
+                    # one exporter value recognized once per layer stays one value for the
+                    # lowerings' cost decisions (rewrite/_operand_twins.py)
+                    merged = merge_operand_twins(graph, CANONICAL_DOMAIN)
+                    self.operand_twins += merged
+                    modified |= bool(merged)
             self._explain_idle_io(model.graph, matchers)
         if self.stages == STAGES:
             self._refuse_canonical_leftovers(model)
