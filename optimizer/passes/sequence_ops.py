@@ -15,7 +15,8 @@ The exporter's own optimizer (torch.onnx.export(optimize=True)) turns torch.spli
 Split; an export without it (optimize=False) keeps ``SequenceAt(SplitToSequence(x, split), i)``. With split a
 constant (1-D sizes, or a scalar chunk over an axis of known length) and every reader of the sequence one of the
 three above, ``SplitToSequence(x, split, axis)`` is ``SequenceConstruct(Split(x, sizes, axis))`` (keepdims is
-ignored where split is given), which the rules above then take apart.
+ignored where split is given; not so in ORT for a scalar split, whose keepdims 0 squeezes the axis: such a node is
+left), which the rules above then take apart.
 Exact (the same tensors, the same ops on them). Constant folding and If inlining then see the
 elements (atleast_1d's rank test folds once the rank is known), the attention rules see the mask,
 and TensorRT, which runs no sequence op, gets a graph without them. The SequenceConstruct dies with
@@ -140,6 +141,9 @@ class SequenceOpsPass(FusePass):
         if t is None or not t.dtype.is_integer() or t.shape.rank() > 1:
             return False
         sizes = [int(v) for v in np.asarray(t.numpy()).reshape(-1)]
+        if t.shape.rank() == 0 and not int(attr_value(node, "keepdims", 1)):
+            return False  # keepdims 0 with a scalar split: ORT squeezes the axis (a chunk of 1; longer ones fail),
+            # where the spec ignores keepdims once split is given: left to the runtime
         if t.shape.rank() == 0:  # a chunk size: pieces of it, the last one shorter (torch.split's int form)
             rank = x.shape.rank() if x.shape is not None else None
             dim = x.shape[axis] if rank is not None and -rank <= axis < rank else None

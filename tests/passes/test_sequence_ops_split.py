@@ -84,3 +84,22 @@ def test_sequence_read_by_another_op_stays():
     }""")
     model, modified, _ = apply(SequenceOpsPass, proto)
     assert not modified and ops(model)["SplitToSequence"] == 1 and "Split" not in ops(model)
+
+
+def test_a_scalar_chunk_with_keepdims_0_stays():
+    """ORT squeezes the axis of a scalar split's pieces where keepdims = 0 (a chunk of 1 gives [B] pieces; a longer
+    chunk fails), though the spec ignores keepdims once split is given: a Split would keep the axis ([B, 1]), so the
+    node is left to the runtime (found by tools/fuzz_s40.py's split_seq, seed 4: a signature change)."""
+    proto = parse(_model("s = Constant<value = int64 {1}>()").replace(
+        "SplitToSequence<axis = -1>", "SplitToSequence<axis = -1, keepdims = 0>").replace(
+        "float[B, 2] y0, float[B, M] y1", "float[B, 1] y0, float[B, 1] y1"))
+    model, modified, _ = apply(SequenceOpsPass, proto)   # (ONNX's shape inference follows the spec: [B, 1])
+    assert not modified and ops(model)["SplitToSequence"] == 1 and "Split" not in ops(model), ops(model)
+
+
+def test_a_scalar_chunk_with_keepdims_1_still_becomes_a_split():
+    proto = parse(_model("s = Constant<value = int64 {2}>()").replace(
+        "SplitToSequence<axis = -1>", "SplitToSequence<axis = -1, keepdims = 1>"))
+    model, modified, _ = apply(SequenceOpsPass, proto)
+    assert modified and "SplitToSequence" not in ops(model), ops(model)
+    check_same(proto, model, inputs={"x": np.random.default_rng(4).standard_normal((2, 6), np.float32)})
