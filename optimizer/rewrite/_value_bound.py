@@ -3,9 +3,9 @@
 It walks up from ``v`` through ops that only move or select elements (on their data inputs:
 a Gather's table, not its indices) and a few whose result's magnitude follows from their inputs'
 (Add, Sub, Mul, Neg, Abs, Max, Min, Clip, Where's two branches, float Casts, Casts of a bool; a Range from its
-start by a step of known sign), down to constants or a bool (0 or 1, whatever computed it, unless an integer
-comparison of intervals that settle it made it: then 1 or 0 everywhere, and a Where of it takes one branch), carrying
-an interval [lo, hi] (value_range); the bound is its larger end's magnitude. Anything else (a graph
+start by a step of known sign; an integer interval past its dtype's ends is none: the op wrapped), down to
+constants or a bool (0 or 1, whatever computed it, unless an integer comparison of intervals that settle it made it:
+then 1 or 0 everywhere, and a Where of it takes one branch), carrying an interval [lo, hi] (value_range); the bound is its larger end's magnitude. Anything else (a graph
 input, an activation, an op not listed) is unbounded: ``inf``. A rule uses it where exactness needs a
 term kept far from a mask fill: a relative-position bias gathered from its weight table, GPT-1's causal
 (1 - b) * -1e4 (rules/attention/bias_sum.yaml).
@@ -40,6 +40,23 @@ _NEVER = {"Greater": lambda a, b: a[1] <= b[0], "GreaterOrEqual": lambda a, b: a
 
 def _is_int(v: ir.Value) -> bool:
     return v.dtype is not None and v.dtype.is_integer()
+
+
+def _wrapped(x: ir.Value, node: ir.Node | None, r: tuple[float, float]) -> tuple[float, float]:
+    """``r`` for an integer ``x`` as its dtype holds it: an interval past the dtype's ends is no bound (the integer
+    op wrapped: int32's max + 1 is its min, uint8's 0 - 1 is 255), so it is unbounded. A Range stops below its
+    limit, itself of the dtype: its open end is the dtype's. int64's infinite ends stay (a Range's from a length
+    read at run time, which no export has near 2^63; finite ends near it are _decided's 2^53 guard's)."""
+    if x.dtype is None or not x.dtype.is_integer():
+        return r
+    info = np.iinfo(x.dtype.numpy())
+    lo, hi = float(info.min), float(info.max)
+    open_ok = x.dtype == ir.DataType.INT64   # an infinite end is the int64 Range's
+    if node is not None and node.op_type == "Range" and not open_ok:
+        r = (max(r[0], lo), min(r[1], hi))
+    if (r[0] < lo and not (open_ok and r[0] == -math.inf)) or (r[1] > hi and not (open_ok and r[1] == math.inf)):
+        return (-math.inf, math.inf)
+    return r
 
 
 def _decided(node: ir.Node, rng: Any) -> tuple[float, float]:
@@ -136,6 +153,7 @@ def value_range(ctx: Any, v: ir.Value) -> tuple[float, float]:
             r = everything
         if any(math.isnan(e) for e in r):
             r = everything
+        r = _wrapped(x, node, r)
         seen[id(x)] = r
         return r
 

@@ -39,9 +39,12 @@ def _model(h, kind: str = "plain"):
     nodes = [n("Shape", ["x"], ["xs"]), n("Gather", ["xs", "i1"], ["ns"], axis=0),
              n("Gather", ["xs", "i0"], ["nb"], axis=0),
              n("Sub", ["ns", "i1"], ["ns_1"]),   # Range(-1, S - 1): S positions from -1
-             n("Range", [start, "ns_1" if kind == "from_minus_one" else "ns", step], ["rq"]),
+             *([n("Range", [start, "ns_1" if kind == "from_minus_one" else "ns", step], ["rq"])]
+               if kind != "int32_wrap" else   # int32's max + Range(0, S): the max at 0, int32's lowest at 1
+               [n("Cast", ["ns"], ["ns32"], to=TensorProto.INT32), n("Range", ["z32", "ns32", "o32"], ["rq32"]),
+                n("Add", ["rq32", "max32"], ["rq"])]),
              n("Unsqueeze", ["rq", "ax013"], ["qi"]),
-             n(op, ["qi", "i0"], ["keep0"]),
+             n(op, ["qi", "z32" if kind == "int32_wrap" else "i0"], ["keep0"]),
              n("Unsqueeze", ["nb", "ax0"], ["nb1"]), n("Unsqueeze", ["ns", "ax0"], ["ns1"]),
              n("Concat", ["nb1", "one1", "ns1", "ns1"], ["tgt"], axis=0), n("Expand", ["keep0", "tgt"], ["keep"]),
              n("Where", ["keep", "one_f" if kind == "bias_one" else "zero", "fmin"], ["mask"])]
@@ -50,7 +53,9 @@ def _model(h, kind: str = "plain"):
     inits.update({"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "im1": np.array(-1, np.int64),
                   "ax0": np.array([0], np.int64), "ax013": np.array([0, 1, 3], np.int64),
                   "one1": np.array([1], np.int64), "zero": np.array(0.0, np.float32),
-                  "fmin": np.array(MIN, np.float32), "one_f": np.array(1.0, np.float32)})
+                  "fmin": np.array(MIN, np.float32), "one_f": np.array(1.0, np.float32),
+                  "z32": np.array(0, np.int32), "o32": np.array(1, np.int32),
+                  "max32": np.array(np.iinfo(np.int32).max, np.int32)})
     return h.make_model(nodes + attention, inputs, outputs, inits)
 
 
@@ -75,11 +80,12 @@ def test_a_mask_of_zeros_leaves_the_attention(h, target, op):
     _check(h, model, fused)
 
 
-@pytest.mark.parametrize("kind", ["greater", "from_minus_one", "step_input", "bias_one"])
+@pytest.mark.parametrize("kind", ["greater", "from_minus_one", "step_input", "bias_one", "int32_wrap"])
 @pytest.mark.parametrize("target", ["ort", "onnx"])
 def test_near_misses_keep_the_mask(h, kind, target):
     """q_idx > 0 masks the first query's keys, a Range from -1 masks them too, a step read from an
-    input proves nothing, and a kept entry of 1 is a bias, not 0."""
+    input proves nothing, a kept entry of 1 is a bias, not 0, and int32's max + q_idx >= 0 holds only at
+    q_idx = 0 (the sum wraps): value_range decided it true before it knew integer dtypes' ends."""
     model = _model(h, kind)
     fused = h.fuse(model, target)
     ops = h.ops(fused)
@@ -138,3 +144,26 @@ def test_value_range_decides_comparisons():
     assert value_range(Ctx(), _node("Greater", fr, _const(np.array(-1.0, np.float16), "h"))) == (0.0, 1.0)
     big = _node("Add", r, _const(np.array(2 ** 62, np.int64), "big"), dtype=i64)
     assert value_range(Ctx(), _node("GreaterOrEqual", big, zero)) == (0.0, 1.0)
+
+
+def test_value_range_does_not_decide_an_integer_op_that_wraps():
+    """An integer interval past its dtype's ends is no bound: int32's max + a Range from 0 is max at 0 and wraps to
+    int32's lowest at 1; uint8's Cast(b) - 1 is 255 where b is false; a Range over int32 times 2^30 wraps at 2. Each
+    comparison >= 0 (< 1) would have been decided true, and attention-zero-mask dropped a mask that masks keys
+    (tools/fuzz_s40.py zero_mask: seeds 63 / 30 wrong at ort / onnx / trt). In range the ops still decide."""
+    i32, u8 = ir.DataType.INT32, ir.DataType.UINT8
+    n = ir.Value(name="n", type=ir.TensorType(i32), shape=ir.Shape([]))
+    r = _node("Range", _const(np.array(0, np.int32), "s"), n, _const(np.array(1, np.int32), "d"), dtype=i32)
+    assert value_range(Ctx(), r) == (0.0, float(np.iinfo(np.int32).max))   # stops below its int32 limit
+    zero = _const(np.array(0, np.int32), "z")
+    top = _node("Add", r, _const(np.array(np.iinfo(np.int32).max, np.int32), "mx"), dtype=i32)
+    assert value_range(Ctx(), _node("GreaterOrEqual", top, zero)) == (0.0, 1.0)
+    times = _node("Mul", _node("Add", r, _const(np.array(1, np.int32), "o"), dtype=i32),
+                  _const(np.array(1 << 30, np.int32), "k"), dtype=i32)
+    assert value_range(Ctx(), _node("Greater", times, zero)) == (0.0, 1.0)
+    b = ir.Value(name="b", type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([2]))
+    less = _node("Sub", _node("Cast", b, dtype=u8), _const(np.array(1, np.uint8), "u1"), dtype=u8)
+    assert value_range(Ctx(), less) == (-math.inf, math.inf)
+    assert value_range(Ctx(), _node("Less", less, _const(np.array(1, np.uint8), "u1b"))) == (0.0, 1.0)
+    assert value_range(Ctx(), _node("GreaterOrEqual", _node("Add", r, zero, dtype=i32), zero)) == (1.0, 1.0)
+
