@@ -3962,5 +3962,5 @@ HOLDOUT32 = {
                       model_module="transformers.models.vits.modeling_vits"),
 }
 HOLDOUT_SETS[44] = HOLDOUT32
-# --holdout 44 --dtype float16: the decoders
-HALF32 = {"timesfm", "t5gemma2_decoder"}
+# --holdout 44 --dtype float16: the decoders and the two text encoders with a fused attention
+HALF32 = {"timesfm", "t5gemma2_decoder", "lxmert", "bros"}
