@@ -33,7 +33,8 @@ then a share (fuzz_s37.S37_SHARE) session 36's rewrites (tools/fuzz_s37.py: Pad 
 x / Sqrt(moment), the scores' clamp onto the mask, erf GELU groupings), then a share (fuzz_s38.S38_SHARE) session 37's
 (tools/fuzz_s38.py: a zero Pad of a value >= 0 into a MaxPool, tanh GELU spellings, Casts between views, Slices), then a
 share (fuzz_s39.S39_SHARE) session 38's (tools/fuzz_s39.py: the rotary's halves form in four layouts, rotate-half over
-packed patches, Cast(Where) of constants).
+packed patches, Cast(Where) of constants), then a share (fuzz_s40.S40_SHARE) their near misses (tools/fuzz_s40.py:
+keep-masks value_range decides or must not, Cast chains, SplitToSequence's readers, rotary tables cut at run time).
 """
 
 from __future__ import annotations
@@ -812,6 +813,11 @@ def make_case(seed: int) -> Case:
     # session 38's rewrites (tools/fuzz_s39.py: the rotary's halves form, packed patches, Cast of a Where of constants)
     if np.random.default_rng([seed, S39_SALT]).random() < S39_SHARE:
         return _with_sparse(make_s39_case(seed))
+    from fuzz_s40 import S40_SALT, S40_SHARE
+
+    # session 38's rewrites' near misses (tools/fuzz_s40.py: zero masks, Cast chains, SplitToSequence, cut tables)
+    if np.random.default_rng([seed, S40_SALT]).random() < S40_SHARE:
+        return _with_sparse(make_s40_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -962,6 +968,15 @@ def make_s39_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s39 import build_s39
 
     return _built_case(seed, 0x3940, build_s39, name, "fuzz_s39", (17, 18, 20, 23, 23, 23), 0.35)
+
+
+def make_s40_case(seed: int, name: str | None = None) -> Case:
+    """A graph of session 38's rewrites with near misses drawn on purpose (tools/fuzz_s40.py: a keep-mask that
+    value_range decides or must not, Cast chains around cast-of-select, SplitToSequence with its readers, rotary
+    tables cut at run time) with its traps; ``name`` picks the motif. Float16 a quarter of the time."""
+    from fuzz_s40 import build_s40
+
+    return _built_case(seed, 0x4041, build_s40, name, "fuzz_s40", (17, 18, 20, 23), 0.25)
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

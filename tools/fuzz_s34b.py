@@ -201,6 +201,15 @@ def _half(b: Builder, xr: str, c: str, s: str, rd: int, near: str) -> str:
     return b.op("Add", [_mul(b, xr, c), _mul(b, r, s)])
 
 
+def rotate_partial(b: Builder, x4: str, rd: int, dh: int, rotate) -> str:
+    """``rotate`` of x4's first rd columns, the other dh - rd passed through (a partial rotary where rd < dh)."""
+    xr = b.op("Slice", [x4, b.ints([0]), b.ints([rd]), b.ints([-1])]) if rd < dh else x4
+    y = rotate(xr)
+    if rd < dh:
+        y = b.op("Concat", [y, b.op("Slice", [x4, b.ints([rd]), b.ints([BIG]), b.ints([-1])])], axis=-1)
+    return y
+
+
 def _heads(b: Builder, x: str, d: int, heads: int, dh: int, layout: str) -> str:
     x4 = b.op("Reshape", [b.op("MatMul", [x, b.weight([d, heads * dh])]), b.ints([0, 0, heads, dh])])
     if layout == "bhsd":
@@ -231,11 +240,9 @@ def motif_rotary(b: Builder, x: str, shape: list[Dim], opset: int) -> str:
     b.maybe_expose(c, 0.04)
     outs = []
     for _ in range(1 if b.p(0.5) else 2):   # q, and k on the same tables
-        x4 = _heads(b, x, d, heads, dh, layout)
-        xr = b.op("Slice", [x4, b.ints([0]), b.ints([rd]), b.ints([-1])]) if rd < dh else x4
-        y = _half(b, xr, c, s, rd, near) if style == "half" else _complex(b, xr, c, s, rd, style == "pairs", near)
-        if rd < dh:
-            y = b.op("Concat", [y, b.op("Slice", [x4, b.ints([rd]), b.ints([BIG]), b.ints([-1])])], axis=-1)
+        y = rotate_partial(b, _heads(b, x, d, heads, dh, layout), rd, dh,
+                           lambda xr: _half(b, xr, c, s, rd, near) if style == "half" else
+                           _complex(b, xr, c, s, rd, style == "pairs", near))
         outs.append(_merge(b, y, heads, dh, layout))
     if len(outs) == 2:
         b.output(outs[1])

@@ -28,7 +28,7 @@ import numpy as np
 from onnx import TensorProto
 
 from fuzz_motifs import I64, Builder, Dim
-from fuzz_s34b import BIG, _angles, _half, _heads, _merge, _tables, _widen
+from fuzz_s34b import BIG, _angles, _half, _heads, _merge, _tables, _widen, rotate_partial
 
 #: share of the motif-graph seeds that are session-39 cases (a side stream of the seed decides)
 S39_SHARE = 0.05
@@ -122,14 +122,14 @@ def motif_rope_halves(b: Builder, opset: int) -> str:
         c, s = _tables(b, x, bsz, seq, heads, rd // 2, layout, "complex", table_near)
     outs = []
     for _ in range(1 if b.p(0.6) else 2):   # q, and k on the same tables
+        def rotate(xr):
+            a, bb = _halves(b, xr, rd, form)
+            if near == "b-broadcast":   # b is one head's half, broadcast over the heads
+                bb = b.op("Slice", [bb, b.ints([0]), b.ints([1]), b.ints([{"bhsd": 1, "shd": 1}.get(layout, 2)])])
+            return _rotate_halves(b, a, bb, c, s, near)
+
         x4 = _packed_heads(b, x, d, heads, dh) if layout == "shd" else _heads(b, x, d, heads, dh, layout)
-        xr = b.op("Slice", [x4, b.ints([0]), b.ints([rd]), b.ints([-1])]) if rd < dh else x4
-        a, bb = _halves(b, xr, rd, form)
-        if near == "b-broadcast":   # b is one head's half, broadcast over the heads
-            bb = b.op("Slice", [bb, b.ints([0]), b.ints([1]), b.ints([{"bhsd": 1, "shd": 1}.get(layout, 2)])])
-        y = _rotate_halves(b, a, bb, c, s, near)
-        if rd < dh:
-            y = b.op("Concat", [y, b.op("Slice", [x4, b.ints([rd]), b.ints([BIG]), b.ints([-1])])], axis=-1)
+        y = rotate_partial(b, x4, rd, dh, rotate)
         outs.append(b.op("Reshape", [y, b.ints([0, heads * dh])]) if layout == "shd" else
                     _merge(b, y, heads, dh, layout))
     if len(outs) == 2:
@@ -153,11 +153,7 @@ def motif_rope_packed(b: Builder, opset: int) -> str:
     c, s = _packed_tables(b, seq, heads, rd // 2, "half", near)
     outs = []
     for _ in range(1 if b.p(0.6) else 2):   # q, and k on the same tables
-        x3 = _packed_heads(b, x, d, heads, dh)
-        xr = b.op("Slice", [x3, b.ints([0]), b.ints([rd]), b.ints([-1])]) if rd < dh else x3
-        y = _half(b, xr, c, s, rd, near)
-        if rd < dh:
-            y = b.op("Concat", [y, b.op("Slice", [x3, b.ints([rd]), b.ints([BIG]), b.ints([-1])])], axis=-1)
+        y = rotate_partial(b, _packed_heads(b, x, d, heads, dh), rd, dh, lambda xr: _half(b, xr, c, s, rd, near))
         outs.append(b.op("Reshape", [y, b.ints([0, heads * dh])]))
     if len(outs) == 2:
         b.output(outs[1])

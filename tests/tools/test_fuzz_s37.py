@@ -8,43 +8,23 @@ a stream of its own without changing the graphs of the seeds other tests pin."""
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
-import onnx
 import pytest
 
 import onnx_fuse
-from tests.tool_modules import (assert_fuzz_ok, assert_plain_motifs_ok, assert_same_case, check_own_stream, motif_case,
-                                 op_counts)
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
-sys.path.insert(0, str(TOOLS))
+from tests.tool_modules import assert_fuzz_ok, motif_case
+from tests.tools.fuzz_family import case_ops, family_tests  # (puts tools/ on sys.path)
 
 from fuzz_motifs import make_s37_case  # noqa: E402
 from fuzz_s37 import BRANCH_NEAR, CLAMP_NEAR, GELU_GROUPS, GELU_NEAR, MOTIFS, PAD_NEAR, ROOT_NEAR, S37_SHARE  # noqa: E402
 
 _first = functools.partial(motif_case, make_s37_case)
+_ops = case_ops
 
-
-def _ops(case, level=3, target="onnx"):
-    return op_counts(case.model, level, target)
-
-
-@pytest.mark.parametrize("motif", MOTIFS)
-def test_every_motif_builds_a_checked_graph_that_matches_at_every_target(motif):
-    case = _first(motif)
-    onnx.checker.check_model(case.model, full_check=True)
-    assert_fuzz_ok(case, [1, 2, 3, 4])
-
-
-@pytest.mark.parametrize("motif, near", [*(("pad_conv", n) for n in PAD_NEAR),
-                                         *(("conv_branches", n) for n in BRANCH_NEAR),
-                                         *(("div_root", n) for n in ROOT_NEAR),
-                                         *(("scores_clamp", n) for n in CLAMP_NEAR),
-                                         *(("gelu_erf", n) for n in GELU_NEAR)])
-def test_the_near_misses_run_and_match(motif, near):
-    assert_fuzz_ok(_first(motif, frozenset({f"near-{near}"})), [2, 3])
+globals().update(family_tests(make_s37_case, MOTIFS, S37_SHARE,
+                              [*(("pad_conv", n) for n in PAD_NEAR), *(("conv_branches", n) for n in BRANCH_NEAR),
+                               *(("div_root", n) for n in ROOT_NEAR), *(("scores_clamp", n) for n in CLAMP_NEAR),
+                               *(("gelu_erf", n) for n in GELU_NEAR)], "s37", near_levels=(2, 3)))
 
 
 @pytest.mark.parametrize("group", GELU_GROUPS)
@@ -95,20 +75,3 @@ def test_the_scores_clamp_moves_onto_the_mask_in_float32_and_not_at_another_boun
 def test_a_float16_clamp_is_left_and_matches():
     case = _first("scores_clamp", frozenset({"fp16"}))
     assert_fuzz_ok(case, [3])
-
-
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_each_motif_matches_under_a_half_precision_conversion(precision):
-    assert_plain_motifs_ok(make_s37_case, MOTIFS, precision)
-
-
-def test_make_case_draws_s37_cases_from_a_stream_of_their_own():
-    """About S37_SHARE of the seeds that reach the plain motif graphs become session-37 cases; the seeds other tests
-    pin keep their graphs (S37_SALT was chosen so)."""
-    check_own_stream(set(MOTIFS), 0.1 * S37_SHARE * 300, S37_SHARE * 300)
-
-
-def test_s37_cases_are_deterministic():
-    assert_same_case(make_s37_case(7), make_s37_case(7))
-    with pytest.raises(AssertionError):
-        assert_same_case(make_s37_case(7), make_s37_case(8))

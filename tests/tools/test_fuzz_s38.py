@@ -8,42 +8,23 @@ graphs of the seeds other tests pin."""
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
-import onnx
 import pytest
 
-from tests.tool_modules import (assert_fuzz_ok, assert_plain_motifs_ok, assert_same_case, check_own_stream, motif_case,
-                                 op_counts)
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
-sys.path.insert(0, str(TOOLS))
+from tests.tool_modules import assert_fuzz_ok, motif_case
+from tests.tools.fuzz_family import case_ops, family_tests  # (puts tools/ on sys.path)
 
 from fuzz_motifs import make_s38_case  # noqa: E402
 from fuzz_s38 import (CUBICS, MOTIFS, POOL_ACTS, POOL_NEAR, S38_SHARE, SLICE_NEAR, TANH_GROUPS,  # noqa: E402
                       TANH_NEAR, VIEW_FORMS, VIEW_NEAR)
 
 _first = functools.partial(motif_case, make_s38_case)
+_ops = case_ops
 
-
-def _ops(case, level=3, target="onnx"):
-    return op_counts(case.model, level, target)
-
-
-@pytest.mark.parametrize("motif", MOTIFS)
-def test_every_motif_builds_a_checked_graph_that_matches_at_every_target(motif):
-    case = _first(motif)
-    onnx.checker.check_model(case.model, full_check=True)
-    assert_fuzz_ok(case, [1, 2, 3, 4])
-
-
-@pytest.mark.parametrize("motif, near", [*(("pad_maxpool", n) for n in POOL_NEAR),
-                                         *(("gelu_tanh", n) for n in TANH_NEAR),
-                                         *(("cast_views", n) for n in VIEW_NEAR),
-                                         *(("slice_dim", n) for n in SLICE_NEAR)])
-def test_the_near_misses_run_and_match(motif, near):
-    assert_fuzz_ok(_first(motif, frozenset({f"near-{near}"})), [1, 2, 3, 4])
+globals().update(family_tests(make_s38_case, MOTIFS, S38_SHARE,
+                              [*(("pad_maxpool", n) for n in POOL_NEAR), *(("gelu_tanh", n) for n in TANH_NEAR),
+                               *(("cast_views", n) for n in VIEW_NEAR), *(("slice_dim", n) for n in SLICE_NEAR)],
+                              "s38"))
 
 
 @pytest.mark.parametrize("act", POOL_ACTS)
@@ -99,20 +80,3 @@ def test_a_slice_to_the_axis_own_dim_is_dropped(read):
 def test_the_slice_near_misses_keep_their_slice(near):
     case = _first("slice_dim", frozenset({f"near-{near}"}))
     assert _ops(case)["Slice"] == 1, (case.seed, case.traps)
-
-
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_each_motif_matches_under_a_half_precision_conversion(precision):
-    assert_plain_motifs_ok(make_s38_case, MOTIFS, precision)
-
-
-def test_make_case_draws_s38_cases_from_a_stream_of_their_own():
-    """About S38_SHARE of the seeds that reach the plain motif graphs become session-38 cases; the seeds other tests
-    pin keep their graphs (S38_SALT was chosen so)."""
-    check_own_stream(set(MOTIFS), 0.1 * S38_SHARE * 300, S38_SHARE * 300)
-
-
-def test_s38_cases_are_deterministic():
-    assert_same_case(make_s38_case(7), make_s38_case(7))
-    with pytest.raises(AssertionError):
-        assert_same_case(make_s38_case(7), make_s38_case(8))

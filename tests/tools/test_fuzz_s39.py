@@ -8,41 +8,21 @@ its own without changing the graphs of the seeds other tests pin."""
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
-import onnx
 import pytest
 
-from tests.tool_modules import (PLAIN_OFF, assert_fuzz_ok, assert_plain_motifs_ok, assert_same_case, check_own_stream,
-                                 first_case, motif_case, op_counts)
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
-sys.path.insert(0, str(TOOLS))
+from tests.tool_modules import PLAIN_OFF, assert_fuzz_ok, first_case, motif_case
+from tests.tools.fuzz_family import case_ops, family_tests  # (puts tools/ on sys.path)
 
 from fuzz_motifs import make_s39_case  # noqa: E402
-from fuzz_s39 import (HALVES, HALVES_NEAR, LAYOUTS, MASK_CONSTS, MOTIFS, PACKED_NEAR, S39_SHARE,  # noqa: E402
-                      WHERE_NEAR)
+from fuzz_s39 import HALVES, HALVES_NEAR, LAYOUTS, MASK_CONSTS, MOTIFS, PACKED_NEAR, S39_SHARE, WHERE_NEAR  # noqa: E402
 
 _first = functools.partial(motif_case, make_s39_case)
+_ops = case_ops
 
-
-def _ops(case, level=3, target="onnx"):
-    return op_counts(case.model, level, target)
-
-
-@pytest.mark.parametrize("motif", MOTIFS)
-def test_every_motif_builds_a_checked_graph_that_matches_at_every_target(motif):
-    case = _first(motif)
-    onnx.checker.check_model(case.model, full_check=True)
-    assert_fuzz_ok(case, [1, 2, 3, 4])
-
-
-@pytest.mark.parametrize("motif, near", [*(("rope_halves", n) for n in HALVES_NEAR),
-                                         *(("rope_packed", n) for n in PACKED_NEAR),
-                                         *(("cast_where", n) for n in WHERE_NEAR)])
-def test_the_near_misses_run_and_match(motif, near):
-    assert_fuzz_ok(_first(motif, frozenset({f"near-{near}"})), [1, 2, 3, 4])
+globals().update(family_tests(make_s39_case, MOTIFS, S39_SHARE,
+                              [*(("rope_halves", n) for n in HALVES_NEAR), *(("rope_packed", n) for n in PACKED_NEAR),
+                               *(("cast_where", n) for n in WHERE_NEAR)], "s39"))
 
 
 def _plain_halves(layout, form):
@@ -81,23 +61,6 @@ def test_the_halves_near_misses_are_no_rotary(near):
     the heads are not RotaryEmbedding of concat(a, b): no rotary is written."""
     case = _first("rope_halves", frozenset({f"near-{near}"}))
     assert _ops(case)["RotaryEmbedding"] == 0, (case.seed, case.traps)
-
-
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_each_motif_matches_under_a_half_precision_conversion(precision):
-    assert_plain_motifs_ok(make_s39_case, MOTIFS, precision)
-
-
-def test_make_case_draws_s39_cases_from_a_stream_of_their_own():
-    """About S39_SHARE of the seeds that reach the plain motif graphs become session-39 cases; the seeds other tests
-    pin keep their graphs (S39_SALT was chosen so)."""
-    check_own_stream(set(MOTIFS), 0.1 * S39_SHARE * 300, S39_SHARE * 300)
-
-
-def test_s39_cases_are_deterministic():
-    assert_same_case(make_s39_case(7), make_s39_case(7))
-    with pytest.raises(AssertionError):
-        assert_same_case(make_s39_case(7), make_s39_case(8))
 
 
 def _casts_of_where(case, level=3, target="onnx"):
