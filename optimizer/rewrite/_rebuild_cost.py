@@ -15,9 +15,13 @@ its positions) and went stale when an exporter moved one node into or out of the
 - freed: the nodes that die with ``old`` (``freed_ops``'s cone) less those the rebuild keeps
   alive (a node it reads, or one of its twins, and what that reads in the cone);
 
-and gives added(new) - freed - added(keep): below 0 the rebuild makes the graph smaller. A layer
+and gives added(new) - freed - added(keep): below 0 the rebuild makes the graph smaller. A planned
+Expand of a graph value to the shape it has (the broadcast to [., ., S, T] of a mask that is that
+shape) adds nothing, nor does its target: identity elimination drops them. A layer
 that rebuilds after another did finds the first one's nodes (cost 0), so the layers of one graph
-decide alike. Nodes a later lowering adds to either side are not seen (attention-kv-trt hands its
+decide alike; so what dies is counted as it will once they all have: with the glue by which other
+layers of the anchor's op read ``old`` (sibling_readers: Optimum's first layer's mask, which the next
+layers' masks are computed from). Nodes a later lowering adds to either side are not seen (attention-kv-trt hands its
 mask to attention-trt, which broadcasts a mask smaller than [B, ., S, T]).
 """
 
@@ -32,14 +36,17 @@ _SHAPE_OPS = frozenset(("Shape", "Gather", "Slice", "Add", "Sub", "Cast", "Ident
                         "Concat", "Reshape", "Where"))
 
 
-def dead_cone(v: ir.Value, limit: int = 512) -> set[ir.Node]:
+def dead_cone(v: ir.Value, limit: int = 512, glue: set[ir.Node] = frozenset(),
+              anchors: set[ir.Node] = frozenset()) -> set[ir.Node]:
     """The nodes that die with ``v`` once its readers stop reading it (freed_ops counts them): its
-    producer and, transitively, every node whose outputs only those nodes read (no graph output)."""
+    producer and, transitively, every node whose outputs only those nodes read (no graph output);
+    with ``glue`` / ``anchors`` (sibling_readers), once the other layers stop reading it too (the glue
+    dies as well)."""
     node = v.producer()
     if node is None or v.is_graph_output():
         return set()
-    dead = {node}
-    frontier = [node]
+    dead = {node} | set(glue)
+    frontier = [node, *glue]
     while frontier and len(dead) < limit:
         nxt = []
         for n in frontier:
@@ -47,11 +54,55 @@ def dead_cone(v: ir.Value, limit: int = 512) -> set[ir.Node]:
                 p = i.producer() if i is not None else None
                 if p is None or p in dead:
                     continue
-                if all(not o.is_graph_output() and all(u.node in dead for u in o.uses()) for o in p.outputs):
+                if all(not o.is_graph_output() and all(u.node in dead or u.node in anchors for u in o.uses())
+                       for o in p.outputs):
                     dead.add(p)
                     nxt.append(p)
         frontier = nxt
     return dead
+
+
+_VIEWS = frozenset(("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze"))
+
+
+def sibling_readers(v: ir.Value, matched) -> tuple[set[ir.Node], set[ir.Node]]:
+    """The other layers that read the mask ``v`` is a view of, and so decide alike: (glue, anchors), the
+    view ops (Cast, Reshape, Expand...) by which nodes of the matched anchor's op (other layers'
+    canonical attention) read ``v`` or what ``v`` is a view of, and those nodes. Their lowering rebuilds
+    what this one rebuilds (the same values: the same proof) and cse merges the rebuilds, so what dies
+    is counted as it will once they all have: Optimum's float16 decoders read the first layer's float16
+    mask in the next layers and its Cast in the first (1 node dies at the first layer alone)."""
+    ops = {(n.domain, n.op_type) for u in v.uses() if (n := u.node) in (matched or ()) and n.domain not in ("", "ai.onnx")}
+    if len(ops) != 1:
+        return set(), set()
+    chain = [v]
+    while (p := chain[-1].producer()) is not None and p.op_type in _VIEWS and p.domain in ("", "ai.onnx") \
+            and p.inputs and p.inputs[0] is not None and len(chain) < 16:
+        chain.append(p.inputs[0])
+    on_chain = {c.producer() for c in chain[:-1]}
+    glue: set[ir.Node] = set()
+    anchors: set[ir.Node] = set()
+
+    def reach(n: ir.Node, depth: int) -> bool:
+        """n reads a view of the mask: is it an anchor, or a view op whose every reader reaches one?"""
+        if (n.domain, n.op_type) in ops:
+            anchors.add(n)
+            return True
+        if n.op_type not in _VIEWS or n.domain not in ("", "ai.onnx") or depth > 8:
+            return False
+        if any(o.is_graph_output() for o in n.outputs):
+            return False
+        users = [(u.node, u.idx) for o in n.outputs for u in o.uses()]
+        if users and all((idx == 0 or (u.domain, u.op_type) in ops) and reach(u, depth + 1) for u, idx in users):
+            glue.add(n)
+            return True
+        return False
+
+    for c in chain:
+        for u in c.uses():
+            if u.node not in on_chain and (u.idx == 0 or (u.node.domain, u.node.op_type) in ops):
+                reach(u.node, 0)
+    return glue, anchors
 
 
 def _array_key(a: np.ndarray) -> tuple:
@@ -277,6 +328,23 @@ class _Cost:
             visit(v)
         return out
 
+    def noop_expand(self, n) -> bool:
+        """A planned Expand of a graph value to a shape it has already (on every axis, from the last, the
+        target is 1 or the value's dim; no axis added): identity elimination drops it, and then what only
+        its target read (a kept mask the lowering broadcasts to [., ., S, T] where it is that shape)."""
+        from onnx_fuse.passes._shape_values import read_dims
+
+        if n.op_type != "Expand" or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2:
+            return False
+        x = n.inputs[0]
+        if not isinstance(x, ir.Value):
+            return False
+        dims = read_dims(x, names="model")
+        got = self.entries(n.inputs[1])
+        if dims is None or got is None or got[1] or len(got[0]) > len(dims):
+            return False
+        return all(t == 1 or (t is not None and t == d) for t, d in zip(reversed(got[0]), reversed(dims)))
+
     def added(self, v, dead: set[ir.Node]) -> tuple[int, list[ir.Value]]:
         """(nodes v's planned cone adds, graph values it reads or reuses). A planned node with a live
         twin adds nothing, nor does what only twinned nodes read (shape-cse's copies die)."""
@@ -319,6 +387,9 @@ class _Cost:
             if id(n) in twinned:
                 reads.extend(twinned[id(n)].outputs)
                 continue
+            if self.noop_expand(n):
+                reads.append(n.inputs[0])
+                continue
             k = keys.get(id(n))
             if k is None or k not in seen:
                 cost += 1
@@ -346,7 +417,7 @@ def net_nodes(ctx, new, old, keep=None) -> int:
     if isinstance(new, ir.Value) or new is None:
         raise EvalFailure("net_nodes()'s first argument must be a value the rewrite builds")
     cost = _Cost(graph, planned)
-    dead = dead_cone(old)
+    dead = dead_cone(old, 512, *sibling_readers(old, getattr(ctx, "matched", None)))
     made, reads = cost.added(new, dead)
     kept = 0 if keep is None or keep is old else cost.added(keep, set())[0]
     # what the rebuild reads keeps its producers alive, and what they read in the dying cone

@@ -149,3 +149,41 @@ def test_only_in_a_rewrite():
     # a where: check has no planned nodes to count
     with pytest.raises(Exception, match="rewrite"):
         FUNCTIONS["net_nodes"](type("Ctx", (), {"planned": None, "graph": None})(), None, None)
+
+
+def _layers(third: str):
+    import onnx
+    import onnx_ir as ir
+
+    text = f"""
+        <ir_version: 8, opset_import: ["" : 17, "onnx_fuse.canonical" : 1]>
+        g (float[N] x, float[N] q) => (float[N] y0, float[N] y1, float[N] y2) {{
+            a = Add(x, x)
+            m = Mul(a, a)
+            mh = Cast<to = 10>(m)
+            m0 = Cast<to = 1>(mh)
+            y0 = onnx_fuse.canonical.Attention(q, q, q, m0)
+            y1 = onnx_fuse.canonical.Attention(q, q, q, mh)
+            m2 = {third}(mh)
+            y2 = onnx_fuse.canonical.Attention(q, q, q, m2)
+        }}"""
+    g = ir.serde.deserialize_model(onnx.parser.parse_model(text)).graph
+    node = {n.outputs[0].name: n for n in g}
+    return g, node
+
+
+@pytest.mark.parametrize("third, dead", [("Identity", 5), ("Relu", 1)])
+def test_layers_reading_a_view_of_the_mask_decide_alike(third, dead):
+    """Optimum's float16 decoders: the first layer reads Cast(mask16), the next layers mask16 itself. The
+    first layer's Cast alone dies with its mask (freed_ops 1), but the other layers decide alike (the same
+    values), so net_nodes counts the cone as it dies once they all rebuild: Cast, Cast, Mul, Add (4). A
+    layer that reads another function of the mask (Relu) is no such reader: only the Cast dies."""
+    from onnx_fuse.rewrite._rebuild_cost import dead_cone, sibling_readers
+
+    g, node = _layers(third)
+    m0 = node["m0"].outputs[0]
+    assert len(dead_cone(m0)) == 1
+    glue, anchors = sibling_readers(m0, {node["y0"]})
+    assert {n.outputs[0].name for n in dead_cone(m0, 512, glue, anchors)} == (
+        {"m0", "mh", "m", "a", "m2"} if dead == 5 else {"m0"})
+    assert len(dead_cone(m0, 512, glue, anchors)) == dead

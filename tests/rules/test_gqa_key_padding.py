@@ -167,11 +167,67 @@ def test_other_targets_unchanged(h, target):
 
 def test_shared_key_mask_keeps_the_bias(h):
     """The key mask's GatherND also builds the windowed mask: rebuilding the key mask would free only
-    its Where (fewer nodes than the rebuilt bias adds), so both layers keep their biases."""
+    its Where (fewer nodes than the rebuilt bias adds, net_nodes), so both layers keep their biases
+    (the key-padding layer's as attention-gqa-ort gives it: the export's Where, broadcast)."""
     model = _model(h, window=2, shared=True)
     base = h.fuse(model, "ort")
     ops = h.ops(base)
     assert ops["com.microsoft::GroupQueryAttention"] == 2 and ops["Softmax"] == 0, ops
-    assert "attention-gqa-ort-key-padding" not in h.fired(base), h.fired(base)
     assert ops["GatherND"] == 1, ops
+    # the key mask's bias is the export's Where(keep, 0, min), not one rebuilt from attention_mask
+    producer = {o: n for n in base.graph.node for o in n.output}
+    biases = [producer[n.input[10]] for n in base.graph.node if n.op_type == "GroupQueryAttention"]
+    wheres = [producer[b.input[0]] if b.op_type == "Expand" else b for b in biases]
+    assert all(w.op_type == "Where" for w in wheres), biases
+    assert all(producer[w.input[0]].op_type in ("GatherND", "And") for w in wheres), wheres
     _check(h, model, base)
+
+
+def _bert_mask_model(h, fill: float = -10000.0):
+    """BERT's extended mask, (1 - attention_mask[:, None, None, :]) * fill: 4 ops (Unsqueeze, Cast,
+    Sub, Mul) die with it, one more than the rebuilt bias adds (Cast, Unsqueeze, Where: the Expand to
+    the query rows is built either way)."""
+    n = h.node
+    nodes = [n("Unsqueeze", ["attention_mask", "ax12"], ["am4"]), n("Cast", ["am4"], ["amf"], to=TensorProto.FLOAT),
+             n("Sub", ["one", "amf"], ["inv"]), n("Mul", ["inv", "fill"], ["mask"])] + _attention(n, "", "mask")
+    inputs = [h.vi("attention_mask", ["batch", "seq"], TensorProto.INT64), h.vi("q3", ["batch", "seq", H * D]),
+              h.vi("k3", ["batch", "seq", HKV * D]), h.vi("v3", ["batch", "seq", HKV * D])]
+    inits = {"j0": np.array([0], np.int64), "j2": np.array([2], np.int64), "ax12": np.array([1, 2], np.int64),
+             "ax2": np.array([2], np.int64), "one": np.array(1.0, np.float32), "fill": np.array(fill, np.float32),
+             "zero": np.array(0.0, np.float32),
+             "qshape": np.array([0, 0, H, D], np.int64), "kvshape": np.array([0, 0, HKV, D], np.int64),
+             "kvh": np.array([HKV], np.int64), "rep": np.array([H // HKV], np.int64),
+             "hq": np.array([H], np.int64), "dd": np.array([D], np.int64),
+             "merge": np.array([0, 0, H * D], np.int64), "scale": np.array(D ** -0.5, np.float32)}
+    return h.make_model(nodes, [*inputs], [h.vi("y", ["batch", "seq", H * D])], inits)
+
+
+def _decisions(h, monkeypatch, model) -> dict:
+    """Node counts at ort as the rule decides (net_nodes) and with the rebuild forced / refused."""
+    from onnx_fuse.rewrite import _expr
+
+    real = _expr._net_nodes
+    counts = {}
+    for mode in ("computed", -1, 1):
+        monkeypatch.setattr(_expr, "_net_nodes", real if mode == "computed" else (lambda ctx, *a, m=mode: m))
+        fused = h.fuse(model, "ort")
+        counts[mode] = len(fused.graph.node)
+        if mode == "computed":
+            _check(h, model, fused)
+            counts["fused"] = fused
+    return counts
+
+
+@pytest.mark.parametrize("kind, rebuilt", [("bert", True), ("shared", False)])
+def test_the_decision_is_the_leaner_graph(h, monkeypatch, kind, rebuilt):
+    """The rebuild is chosen by net_nodes, not by freed_ops(mask) > 4: BERT's 4-op mask frees one op
+    more than the rebuild adds, so it is rebuilt (the old count kept it: fails on it, the patched
+    decisions do not move the graph); the key mask the windowed mask shares frees 1 and stays."""
+    model = _bert_mask_model(h) if kind == "bert" else _model(h, window=2, shared=True)
+    counts = _decisions(h, monkeypatch, model)
+    assert counts[-1] != counts[1], counts   # the two graphs differ: the test decides something
+    assert counts["computed"] == min(counts[-1], counts[1]), counts
+    assert (counts["computed"] == counts[-1]) == rebuilt, counts
+    ops = h.ops(counts["fused"])
+    assert ops["com.microsoft::GroupQueryAttention"] == (1 if kind == "bert" else 2), ops
+    assert (ops["Mul"] == 0 if kind == "bert" else ops["GatherND"] == 1), ops   # BERT's (1 - m) * fill died
