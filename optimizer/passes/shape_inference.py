@@ -32,6 +32,12 @@ A Loop that may run zero times (its trip count or first condition not a constant
 gives scan outputs whose symbolic dims ONNX Runtime makes 0: onnx names them after the body
 ([M, 2, H, W]), ORT returns [0, 2, 0, 0]. Such a name equates a dim with H where it is 0, so the
 scan outputs keep only their first and static dims, in the model and in what inference returns.
+
+A sequence's elements share one inferred element shape, so onnx gives every SequenceAt of it the
+same invented name for a dim the elements need not share (SplitToSequence by sizes fed at run
+time: [2, 3, unk] for pieces of widths 1 and 5), and ORT, equating the two, failed its buffer reuse.
+So sequences' element shapes, SequenceAt outputs and what is computed from them keep no invented
+name.
 """
 
 from __future__ import annotations
@@ -114,6 +120,36 @@ def _forget_zero_trip_dims(model: ir.Model, names: frozenset[str]) -> int:
                 value.shape = ir.Shape([shape[0], *(d if isinstance(d, int) else None for d in shape[1:])])
                 cleared += 1
     return cleared
+
+
+def _sequence_values(model: ir.Model) -> frozenset[str]:
+    """Names of the sequence values and the SequenceAt outputs (see the docstring)."""
+    return frozenset(value.name for graph in model.graphs() for node in graph for value in node.outputs
+                     if isinstance(value.type, ir.SequenceType)
+                     or (node.op_type == "SequenceAt" and node.domain in ("", "ai.onnx")))
+
+
+def _forget_sequence_element_dims(model: ir.Model) -> int:
+    """Clear the invented dim names of the sequences' element shapes, of the SequenceAt outputs and of
+    every value computed from them; returns how many values changed."""
+    names = _sequence_values(model)
+    if not names:
+        return 0
+    cleared = 0
+    body = set()
+    for graph in model.graphs():
+        for node in graph:
+            for value in node.outputs:
+                shape = value.shape
+                if value.name not in names or shape is None:
+                    continue
+                invented = {d.value for d in shape if not isinstance(d, int) and invented_name(d.value)}
+                if invented:
+                    body |= invented
+                    value.shape = ir.Shape([None if not isinstance(d, int) and d.value in invented else d
+                                            for d in shape])
+                    cleared += 1
+    return cleared + _forget_after_zero_trip(model, names, frozenset(body))
 
 
 def _body_names(model: ir.Model, names: frozenset[str]) -> frozenset[str]:
@@ -302,6 +338,7 @@ class ShapeInferencePass(FusePass):
         zero_names = _zero_trip_outputs(model)
         zero_body = _body_names(model, zero_names)
         zero_trip = _forget_zero_trip_dims(model, zero_names) + _forget_after_zero_trip(model, zero_names, zero_body)
+        zero_trip += _forget_sequence_element_dims(model)   # names an export or a run left
         placeholders = frozenset(exporter_placeholders(model))
         fed = frozenset(v.name for v in model.graph.inputs)
 
@@ -342,6 +379,7 @@ class ShapeInferencePass(FusePass):
         self.stats["zero-trip-dims-cleared"] += _forget_zero_trip_dims(inferred, zero_names)
         self.stats["zero-trip-dims-cleared"] += _forget_after_zero_trip(inferred, zero_names, zero_body)
         zero_trip += _forget_after_zero_trip(model, zero_names, zero_body)   # names an export or a run left
+        _forget_sequence_element_dims(inferred)
         _tag_generated_dims(inferred, next(_RUNS))
         gained = 0
         for graph, inferred_graph in zip(model.graphs(), inferred.graphs()):
