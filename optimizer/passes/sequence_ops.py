@@ -114,9 +114,16 @@ class SequenceOpsPass(FusePass):
                     i = _const_index(node.inputs[1] if len(node.inputs) > 1 else None)
                     if i is None or not -len(xs) <= i < len(xs):
                         continue
-                    if node.outputs[0].is_graph_output():  # the element would take the output's name
-                        continue  # (a graph input renamed): identity-elimination's reasoning, not redone here
-                    reroute(node.outputs[0], xs[i])
+                    x = xs[i]
+                    if node.outputs[0].is_graph_output():
+                        # the element would take the output's name (a graph input, another output renamed):
+                        # an Identity keeps it, and identity-elimination decides whether it can go
+                        ident = ir.Node("", "Identity", [x], name=_fresh(f"{node.name or 'sequence_at'}_identity",
+                                                                           taken, ""))
+                        ident.outputs[0].type, ident.outputs[0].shape = node.outputs[0].type, node.outputs[0].shape
+                        graph.insert_before(node, ident)
+                        x = ident.outputs[0]
+                    reroute(node.outputs[0], x)
                 elif node.op_type == "SequenceMap":
                     if not self._map(graph, node, xs, taken):
                         continue
