@@ -154,15 +154,17 @@ def test_runs_only_after_the_rules():
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
 
 
-@pytest.mark.parametrize("name,target,level", [("llama__torchscript__trained16.onnx", "ort", 3),
-                                               ("llama__optimum__trained16.onnx", "trt", 4)])
-def test_float16_decoder_mask_cast_goes(name, target, level):
+@pytest.mark.parametrize("name,target,level,moved", [("llama__torchscript__trained16.onnx", "ort", 3, 1),
+                                                     ("llama__optimum__trained16.onnx", "trt", 4, 0)])
+def test_float16_decoder_mask_cast_goes(name, target, level, moved):
     """The attention rewrite's Cast of the export's float32 mask Where(keep, 0, finfo.min / -inf) to q's
-    float16: one Cast per model gone, the model verified against the original in ORT."""
+    float16: one Cast per model gone, the model verified against the original in ORT. Optimum's trt-O4
+    has none left to move since the operand-twin merge (04c2268): its layers' mask glue is one value
+    and attention-trt rebuilds the causal + key padding bias in q's dtype (118 -> 105 nodes)."""
     result = optimize(str(CORPUS / name), level=level, target=target, verify=True)
     assert result.report.passed
     fires = sum(r.stats.get("Cast", 0) for r in result.report.passes if r.name == "cast-of-select")
-    assert fires == 1
+    assert fires == moved
     selects = [n.inputs[0].producer() for n in result.model.graph if n.op_type == "Cast"]
     assert not [w for w in selects if w is not None and w.op_type == "Where"
                 and all(constant_tensor(v) is not None for v in w.inputs[1:])]
