@@ -18,7 +18,7 @@ import onnx_ir as ir
 import pytest
 
 import onnx_fuse
-from rw_testing import apply, builtin, model_from_text, rules_from_yaml, run
+from rw_testing import RELU_RELU, apply, builtin, model_from_text, rules_from_yaml, run
 from onnx_fuse.rewrite._operand_twins import merge_operand_twins
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN
 
@@ -129,18 +129,6 @@ def test_rewrite_pass_reports_the_merge():
         g (float[N] x) => (float[N] y) {
             y = Relu(x)
         }""")
-    model, p, modified = apply(proto, rules_from_yaml(RELU_ONLY))
+    model, p, modified = apply(proto, rules_from_yaml(RELU_RELU))
     assert not modified and p.operand_twins == 0
 
-
-RELU_ONLY = """\
-rules:
-  - name: relu-relu
-    doc: Relu(Relu(x)) -> Relu(x)
-    targets: [ort]
-    match: |
-      a = Relu(x)
-      y = Relu(a)
-    rewrite: |
-      y = Relu(x)
-"""
