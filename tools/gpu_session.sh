@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One device call: make onnx_fuse importable, check the kernel library loads (rebuild there if
 # not), run the GPU tests, then the kernel benchmark. Logs go to $OUT (or ./out).
-#   usage: bash tools/gpu_session.sh [tests|bench|all|prefix] [extra bench args]
+#   usage: bash tools/gpu_session.sh [tests|bench|all|prefix|pad] [extra bench args]
 #   bench/all: one tools/bench_kernels.py process per family (prefill, prefix, decode, window), logs
 #   bench_<family>.log, then tools/bench_paged_plugin.py (bench_plugin.log)
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
+#   pad: the padded D = 80 / 96 prefill candidates (ovedqp / ovedfcp, never planned): their GPU tests, then their
+#   rows beside the planned `w8`, FA2 and cuDNN (PAD_SHAPES overrides the shapes; a short call)
 #   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
 #   name: h200 on an H200, wave then splits on an H100), logs sweep_<set>.log and sweep_<set>.json
 set -o pipefail
@@ -42,6 +44,15 @@ fi
 if [ "$MODE" = prefix ]; then
   timeout 200 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q -k "paged_prefill or 128x128x12" -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -30
   timeout 200 python3 tools/bench_kernels.py --only prefix --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
+fi
+if [ "$MODE" = pad ]; then
+  t0=$SECONDS
+  timeout 200 python3 -m pytest -m gpu tests/plugins/test_fa_pad_gpu.py -q --maxfail=30 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_pad.log" | tail -30
+  echo "pad tests: $((SECONDS - t0)) s"
+  PAD_SHAPES=${PAD_SHAPES:-"4x4096x32x32x80 4x4096x32x32x80c 4x4096x32x32x96 4x4096x32x32x96c 8x2048x32x8x80 8x2048x32x8x96c"}
+  timeout 240 python3 tools/bench_kernels.py --no-build --only prefill --variants ovedqp ovedfcp --passes 3 --flush zero \
+    --prefill-shapes $PAD_SHAPES "$@" 2>&1 | tee "$OUT/bench_pad.log"
+  echo "pad: $((SECONDS - t0)) s"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   t0=$SECONDS
