@@ -113,22 +113,31 @@ def _reduce_axes_key(node: ir.Node):
     return None if axes is None else ("axes", tuple(axes))
 
 
-def _node_key(node: ir.Node):
-    if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC:
-        return None
-    axes = _reduce_axes_key(node)
+def _attrs_key(node: ir.Node, axes=None) -> tuple | None:
+    """The node's attributes as a sorted key (``axes``, where given, stands for an axes attribute);
+    None where one of them cannot be hashed."""
     attrs = []
     for name in sorted(node.attributes):
         k = axes if name == "axes" and axes is not None else _attr_key(node.attributes[name])
         if k is _UNHASHABLE or (isinstance(k, tuple) and _UNHASHABLE in k):
             return None
         attrs.append((name, k))
+    return tuple(attrs)
+
+
+def _node_key(node: ir.Node):
+    if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC:
+        return None
+    axes = _reduce_axes_key(node)
+    attrs = _attrs_key(node, axes)
+    if attrs is None:
+        return None
     inputs = tuple(id(v) if v is not None else None for v in node.inputs)
     if axes is not None and len(inputs) > 1 and inputs[1] is not None:
         inputs = (inputs[0], axes, *inputs[2:])
     if node.op_type in COMMUTATIVE and len(inputs) == 2 and None not in inputs:
         inputs = tuple(sorted(inputs))   # Add(a, b) is Add(b, a), bit for bit
-    return (node.op_type, node.overload, node.version, len(node.outputs), inputs, tuple(attrs))
+    return (node.op_type, node.overload, node.version, len(node.outputs), inputs, attrs)
 
 
 def _merge_values(graph: ir.Graph, keep: list[ir.Value], drop: list[ir.Value]) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_fuse.passes.cse import NONDETERMINISTIC, _attr_key, _merge_values, _tensor_key, _UNHASHABLE
+from onnx_fuse.passes.cse import NONDETERMINISTIC, _attrs_key, _merge_values, _tensor_key, _UNHASHABLE
 
 _DEPTH = 4   # how far below a canonical op's operand twins are looked for
 
@@ -47,16 +47,10 @@ def _node_key(node: ir.Node, keys: dict, depth: int):
         return keys[id(node)]
     key = None
     if node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC and node.graph is not None:
-        attrs = []
-        for name in sorted(node.attributes):
-            k = _attr_key(node.attributes[name])
-            if k is _UNHASHABLE or (isinstance(k, tuple) and _UNHASHABLE in k):
-                attrs = None
-                break
-            attrs.append((name, k))
+        attrs = _attrs_key(node)
         if attrs is not None:
             inputs = tuple(_value_key(i, keys, depth) for i in node.inputs)
-            key = (node.op_type, node.overload, len(node.outputs), inputs, tuple(attrs))
+            key = (node.op_type, node.overload, len(node.outputs), inputs, attrs)
     keys[id(node)] = key
     return key
 
