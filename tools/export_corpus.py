@@ -121,6 +121,9 @@ holdout_specs.HALF31 (each decoder in the styles it names).
 --holdout 44 plans the thirty-second sweep (holdout_specs.HOLDOUT32): transformers 5.25 model types no set covers
 (TimesFM 1.0, T5Gemma 2's decoder, Dots.3 Note's audio encoder, the vision towers of Molmo 2 and MiniMax M3-VL,
 LXMERT, BROS, VITS's text encoder), usually into --out /tmp/h44; --dtype float16 holdout_specs.HALF32.
+--holdout 45 plans the thirty-third sweep (holdout_specs.HOLDOUT33): the backbones of Gradium Phonon TTS and Pocket
+TTS, UDOP's encoder, Janus's VQ image tokenizer, Dia's text encoder, usually into --out /tmp/h45; --dtype float16
+holdout_specs.HALF33.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF33, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -1570,7 +1573,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     half_styles = {}  # a half plan given as {arch: styles} (HALF31) names its own; a set of names takes the spec's
     if dtype != "float32":
         own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27,
-                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32}.get(sweep, {}), \
+                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32, 45: HALF33}.get(sweep, {}), \
             {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
         half_styles = own_set if isinstance(own_set, dict) else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):

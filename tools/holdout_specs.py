@@ -3964,3 +3964,62 @@ HOLDOUT32 = {
 HOLDOUT_SETS[44] = HOLDOUT32
 # --holdout 44 --dtype float16: the decoders and the two text encoders with a fused attention
 HALF32 = {"timesfm", "t5gemma2_decoder", "lxmert", "bros"}
+
+
+# ---- thirty-third sweep (--holdout 45, HOLDOUT33): transformers 5.25 model types no set covers, thirteenth round ----
+# Set 44's check again (/work/notes/run44/holdout45_uncovered.py, set 44's types added): 329 of 831 left, nearly all
+# multimodal wrappers whose parts are covered, codecs, VQ image tokenizers, detection / segmentation heads and SAM
+# parts. Taken where the attention, norm or position form differs from what is covered: the backbones of Gradium
+# Phonon TTS and Pocket TTS (pre-LayerNorm rotary decoders, GQA and MHA: the TTS LMs), UDOP's encoder (T5 whose bias
+# adds 2-D relative buckets from the tokens' boxes to the 1-D ones: a bias computed from an input, per batch row),
+# Janus's VQ image tokenizer (single-head spatial attention over conv feature maps, GroupNorm) and Dia's text encoder
+# (bidirectional rotary RMSNorm encoder of a TTS model). Tried, not made: UDOP dyn_mask (dynamo: "Cannot view a
+# tensor with shape [s21, s50, 2, 16] ... as (s21, s50, 32)", a non-contiguous head view; static_nomask: the forward
+# needs the mask), Muse Glimmer's DFlash drafter (without its cache the drafter's mask spans the block only, not the
+# target's context + block: torch.export fails at [2, 1, 4, 4] against [2, 4, 4, 10]; the TorchScript exporter has
+# no GQA scaled_dot_product_attention), ViLT (its patch sampling: nonzero + multinomial, data-dependent sizes in
+# dynamo, a non-constant num_samples in TorchScript).
+HOLDOUT33 = {
+    # Gradium Phonon TTS's backbone: pre-LayerNorm GQA decoder with rotary (no RMSNorm), SiLU MLP; headless
+    "gradium_phonon_tts": _s("encoder", "GradiumPhononTTSConfig", "GradiumPhononTTSModel",
+                             dict(DEC, **GQA, flow_head_config=dict(condition_dim=HIDDEN)),
+                             ["gqa", "causal", "rope-full", "pre-norm", "layernorm"], "gradium_phonon_tts", "gpt2",
+                             styles=("dyn_mask", "static_nomask", "torchscript")),
+    # UDOP's encoder: T5 blocks whose position bias is the 1-D relative buckets plus horizontal and vertical ones from
+    # the tokens' boxes (bbox [B, S, 4] in [0, 1)): a [B, H, S, S] bias computed from an input, shared by the layers
+    "udop_encoder": dict(_s("encoder", "UdopConfig", "UdopEncoderModel",
+                            dict(vocab_size=VOCAB, d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=2,
+                                 image_size=32, patch_size=8, decoder_start_token_id=0),
+                            ["mha", "t5-relative-bias", "relative-box-bias", "padding-mask", "pre-norm", "rmsnorm",
+                             "relu"], "udop", "bert", styles=("torchscript",)),
+                         extra_inputs={"bbox": ("boxes", 4)}, attention_blocks=LAYERS),
+    # Janus's VQ image tokenizer (encode, quantize, decode): conv ResNet blocks with GroupNorm, and single-head
+    # spatial attention blocks (1x1-conv q / k / v, bmm over the H * W positions, scale C^-0.5), 5 of them at this
+    # config (encoder: one level + mid; decoder: mid + two at one level); 16 codes
+    "janus_vqgan": dict(_s("vision", "JanusVQVAEConfig", "JanusVQVAE",
+                           dict(embed_dim=8, num_embeddings=16, latent_channels=32, base_channels=32,
+                                channel_multiplier=[1, 2], num_res_blocks=1, num_patches=8, projection_dim=HIDDEN,
+                                image_token_embed_dim=HIDDEN),
+                           ["single-head", "spatial-attention", "conv-qkv", "groupnorm", "vq-codebook"],
+                           "janus_vqgan", "vit", styles=("dyn_mask", "static_nomask", "torchscript")),
+                        image_size=16, output="decoded_pixel_values", attention_blocks=5,
+                        model_module="transformers.models.janus.modeling_janus"),
+    # Pocket TTS's backbone: Gradium's family without GQA (pre-LayerNorm, rotary, causal), headless
+    "pocket_tts": _s("encoder", "PocketTTSConfig", "PocketTTSModel",
+                     dict(DEC, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                          flow_head_config=dict(condition_dim=HIDDEN), audio_prompt_token_id=124,
+                          audio_latent_token_id=125, audio_prompt_bos_token_id=126, audio_bos_token_id=127),
+                     ["mha", "causal", "rope-full", "pre-norm", "layernorm"], "pocket_tts", "gpt2",
+                     styles=("dyn_mask", "static_nomask", "torchscript")),
+    # Dia's text encoder (byte ids): bidirectional, rotary, RMSNorm, SwiGLU
+    "dia_encoder": dict(_s("encoder", "DiaEncoderConfig", "DiaEncoder",
+                           dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                                num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                                max_position_embeddings=POSITIONS),
+                           ["mha", "padding-mask", "rope-full", "pre-norm", "rmsnorm", "swiglu"], "dia_encoder", "bert",
+                           styles=("dyn_mask", "static_nomask", "torchscript")),
+                        model_module="transformers.models.dia.modeling_dia"),
+}
+HOLDOUT_SETS[45] = HOLDOUT33
+# --holdout 45 --dtype float16: Gradium's decoder, UDOP's encoder, Janus's tokenizer
+HALF33 = {"gradium_phonon_tts", "udop_encoder", "janus_vqgan"}
