@@ -174,7 +174,12 @@ FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
 # D = 80 / 96 through the D = 128 FA_WS_TMA_OVEDQ / OVEDFC bodies with the head dim padded to 128 in shared memory
 # only (fa_ws_core's kWsPadD80 / kWsPadD96): the tensor maps keep the real inner dim, so TMA zero-fills columns
 # D..127 and reads no extra bytes; O is stored up to the real D. The MMA work grows by 128 / D (1.6x at 80, 1.33x
-# at 96). Shared memory is the D = 128 body's.
+# at 96). Shared memory is the D = 128 body's. Planned on Hopper at D = 80 / 96 (no softcap) from run 48a (session
+# 40, H100: their 95 GPU tests passed; B4 S4096 H32 and B8 S2048 H32/8, 3 passes each): 1.31-1.42x the w8
+# FA_WGMMA body planned until then and ahead of cuDNN in every row (fp16 D96 causal 418-428 against w8's 308-310
+# and cuDNN's 378-390 TFLOP/s; D80 full 403-417 against 304-306 and 358-366). As at D = 128, causal without a
+# window plans the chained OVEDFCP (D96 causal 424-428 against OVEDQP's 406-423), the rest OVEDQP (D80 full
+# 403-417 against 388-400); loads 43 / 45 fall back to FA_WGMMA where TMA cannot address the tensors.
 FA_WS_TMA_OVEDQP = (128, 128, 12, "tma", "ovedqp")
 FA_WS_TMA_OVEDFCP = (128, 128, 12, "tma", "ovedfcp")
 FA_PAD_HEAD_DIMS = (80, 96)
@@ -186,6 +191,7 @@ _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "
                  "ovedqp": (42, 43), "ovedfcp": (44, 45)}  # launcher loads (by name, planned)
 _FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp")  # two query blocks per CTA (kWsFold)
 _FA_PAD_OPTS = ("ovedqp", "ovedfcp")  # the D = 128 body at D = 80 / 96 (head dim padded in shared memory)
+FA_VARIANTS_PAD = FA_VARIANTS + (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)  # D = 80 / 96
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
@@ -208,8 +214,8 @@ FA_WS_TMA_PERSISTC = (128, 128, 12, "tma", "persistent", "ovedc")
 # Variants with a logit-softcap twin (kernel suffix "_sc", fused_attention.cu OF_FA_SC_*): every
 # variant plan_fused_attention picks on its own, so a softcapped plan keeps the tile it would
 # have without the softcap (FA_WS_TMA_R24 at D = 128 and FA_WS_TMA at D = 64 on Hopper, with their
-# cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96; (128, 64, 8) at D = 256; mma.sync 64x64 and
-# 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
+# cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96, in place of the padded FA_WS_TMA_OVEDQP / OVEDFCP;
+# (128, 64, 8) at D = 256; mma.sync 64x64 and 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
 # FA_WS_TMA_OVEDQ (OVEDF) at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax
 # unpinned, 4-byte stores, descriptors per k-step), and FA_WS_TMA_LDE at D = 64, whose softcapped
 # plan is FA_WS_TMA.
@@ -240,15 +246,19 @@ def fa_fold_ctas(pairs: int, num_blocks: int) -> int:
     return (pairs - g) * ((num_blocks + 1) // 2) + g * num_blocks
 
 
+def fa_variant_smem_bytes(head_dim: int, variant: tuple) -> int:
+    """Shared memory of ``variant``'s kernel at ``head_dim``: the padded FA_WS_TMA_OVEDQP / OVEDFCP run the D = 128
+    body, so they take its tiles."""
+    return fa_smem_bytes(128 if variant[-1] in _FA_PAD_OPTS else head_dim, *variant[:4])
+
+
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
-    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; the padded FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP: D = 80 / 96;
-    none depends on the mask since run 18)."""
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18). The padded
+    FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP (D = 80 / 96) are planned since run 48a (fa_variants)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
         return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
-    if head_dim in FA_PAD_HEAD_DIMS:
-        return (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)
     return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
@@ -413,7 +423,8 @@ def _check_head_dim(head_dim: int) -> None:
 def fa_variants(head_dim: int) -> tuple[tuple, ...]:
     """(block_m, block_n, warps) variants compiled for ``head_dim`` (FA_WS_TMA adds "tma")."""
     _check_head_dim(head_dim)
-    return {256: FA_VARIANTS_D256, 64: FA_VARIANTS_D64, 128: FA_VARIANTS_D128}.get(head_dim, FA_VARIANTS)
+    return {256: FA_VARIANTS_D256, 64: FA_VARIANTS_D64, 128: FA_VARIANTS_D128, 80: FA_VARIANTS_PAD,
+            96: FA_VARIANTS_PAD}.get(head_dim, FA_VARIANTS)
 
 
 def pa_variants(head_dim: int) -> tuple[tuple[int, int, int], ...]:
@@ -650,8 +661,11 @@ def plan_fused_attention(
                 variant = FA_WS_TMA_OVEDFC if causal and not window else FA_WS_TMA_OVEDQ
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
-        elif head_dim in (80, 96) and hopper:
-            variant = FA_WGMMA  # 300-340 TFLOP/s on the H200 against ~290 for mma.sync
+        elif head_dim in FA_PAD_HEAD_DIMS and hopper and not softcap:
+            # the D = 128 TMA bodies, head dim padded in shared memory (run 48a: 1.31-1.42x FA_WGMMA, past cuDNN)
+            variant = FA_WS_TMA_OVEDFCP if causal and not window else FA_WS_TMA_OVEDQP
+        elif head_dim in FA_PAD_HEAD_DIMS and hopper:
+            variant = FA_WGMMA  # its _sc twin: 300-340 TFLOP/s on the H200 against ~290 for mma.sync
         elif head_dim == 128 and not causal:
             variant = (128, 32, 4)
         else:
@@ -672,7 +686,7 @@ def plan_fused_attention(
     opt = variant[-1] if len(variant) > 4 and variant[-1] in FA_OPTS else ""
     if tma and device.compute_capability != (9, 0):
         raise ValueError(f"variant {variant} (TMA loads, wgmma) needs compute capability 9.0")
-    smem = fa_smem_bytes(128 if opt in _FA_PAD_OPTS else head_dim, *variant[:4])  # padded: the D = 128 tiles
+    smem = fa_variant_smem_bytes(head_dim, variant)
     if smem > device.max_smem_per_block:
         raise ValueError(f"needs {smem} B shared memory, device allows {device.max_smem_per_block}")
     suffix = (("t" if tma else "") + ("p" if persistent else "") + ("_r24" if r24 else "")

@@ -5,8 +5,8 @@
 #   bench/all: one tools/bench_kernels.py process per family (prefill, prefix, decode, window), logs
 #   bench_<family>.log, then tools/bench_paged_plugin.py (bench_plugin.log)
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
-#   pad: the padded D = 80 / 96 prefill candidates (ovedqp / ovedfcp, never planned): their GPU tests, then their
-#   rows beside the planned `w8`, FA2 and cuDNN (PAD_SHAPES overrides the shapes; a short call)
+#   pad: the padded D = 80 / 96 prefill bodies (ovedqp / ovedfcp, planned since run 48a): their GPU tests, then
+#   their rows beside FA2 and cuDNN (PAD_SHAPES overrides the shapes; a short call)
 #   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
 #   name: h200 on an H200, wave then splits on an H100), logs sweep_<set>.log and sweep_<set>.json
 set -o pipefail

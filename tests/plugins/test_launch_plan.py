@@ -68,6 +68,12 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         r"OF_FA_WSTX_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_(ld|lde)_full", _block(fa, "#define OF_FA_WSTLD_KERNELS_D("))}
     wstld_d = {int(d) for d in re.findall(r"^OF_FA_WSTLD_KERNELS_D\(\w+, [\w ]+, (\d+)\)", fa, re.M)}
     assert wstld and wstld_d
+    # the padded candidates, planned at D = 80 / 96 since run 48a (the D = 128 bodies, head dim padded)
+    wstpad = {tuple(map(int, v[:3])) + ("tma", v[3]) for v in re.findall(
+        r"OF_FA_WSTR_KERNEL\(onnx_fuse_fa_fwd_##DTN##_d##D##_m(\d+)n(\d+)w(\d+)t_(ovedqp|ovedfcp)_full",
+        _block(fa, "#define OF_FA_WSTPAD_KERNELS_D("))}
+    wstpad_d = {int(d) for d in re.findall(r"^OF_FA_WSTPAD_KERNELS_D\(\w+, [\w ]+, (\d+), onnx_fuse::kWsPadD\d+\)", fa, re.M)}
+    assert len(wstpad) == 2 and wstpad_d == {80, 96}
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -87,6 +93,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wst
         if d in wstld_d:
             fav[d] |= wstld
+        if d in wstpad_d:
+            fav[d] |= wstpad
         for opt_variants, opt_d in tma_opts:
             if d in opt_d:
                 fav[d] |= opt_variants
@@ -166,7 +174,8 @@ def test_variant_tables_match_the_sources():
         assert fav[d] == set(lp.fa_variants(d)), d
         assert pvs[d] == set(lp.pa_variants(d)), d
     assert wgv[128] == set(lp.FA_WGMMA_VARIANTS)
-    assert set(lp.FA_VARIANTS) == fav[96] and lp.FA_DEFAULT in fav[64]
+    assert set(lp.FA_VARIANTS) == fav[96] - {lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP} and lp.FA_DEFAULT in fav[64]
+    assert fav[80] == fav[96] == set(lp.FA_VARIANTS_PAD)
     assert fav[64] - fav[128] == {lp.FA_WGMMA_1WG, lp.FA_WS_TMA_LD, lp.FA_WS_TMA_LDE} and fav[128] - fav[96] == {
         lp.FA_WS, lp.FA_WS_TMA, lp.FA_WS_TMA_R24, lp.FA_WS_TMA_OV, lp.FA_WS_TMA_OVE, lp.FA_WS_TMA_OVED,
         lp.FA_WS_TMA_OVEDG, lp.FA_WS_TMA_OVEDF, lp.FA_WS_TMA_OVEDM, lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDFC}
@@ -199,7 +208,7 @@ def test_smem_formulas_match_the_launchers():
     assert lp.pa_smem_bytes(80, 4, 3, 0) == (16 * 88 + 3 * 2 * 64 * 88) * 2
     for d in lp.SUPPORTED_HEAD_DIMS:
         for v in lp.fa_variants(d):
-            assert lp.fa_smem_bytes(d, *v[:4]) <= lp.H200.max_smem_per_block, (d, v)
+            assert lp.fa_variant_smem_bytes(d, v) <= lp.H200.max_smem_per_block, (d, v)
         for v in lp.pa_variants(d):
             assert lp.pa_smem_bytes(d, *v) <= lp.H200.max_smem_per_block, (d, v)
     assert lp.pa_smem_bytes(256, 8, 3, 0) > lp.H200.max_smem_per_block  # why D=256 has no 8-warp variant
@@ -214,13 +223,13 @@ def test_fused_plan_grid_covers_sequence(shape, causal, dtype):
     p = lp.plan_fused_attention(B, S, Hq, Hkv, D, dtype, causal=causal)
     assert p.kernel in _kernel_names()
     nm = math.ceil(S / p.block_m)
-    if p.opt in ("ovedf", "ovedfc"):  # causal D = 128 on Hopper: two query blocks per CTA, a 1-D grid
+    if p.opt in ("ovedf", "ovedfc", "ovedfcp"):  # causal D = 80-128 on Hopper: two query blocks per CTA, a 1-D grid
         assert causal and p.grid == (lp.fa_fold_ctas(Hq * B, nm), 1, 1)
     else:
         assert p.grid == (nm, Hq, B)
     assert nm * p.block_m >= S > (nm - 1) * p.block_m
     assert p.block == (32 * p.warps, 1, 1)
-    assert p.smem_bytes == lp.fa_smem_bytes(D, p.block_m, p.block_n, p.warps) <= lp.H200.max_smem_per_block
+    assert p.smem_bytes == lp.fa_variant_smem_bytes(D, p.variant) <= lp.H200.max_smem_per_block
     assert p.kernel.endswith("causal" if causal else "full")
 
 
@@ -245,14 +254,20 @@ def test_fused_plan_every_variant(head_dim):
         assert p.variant == tuple(variant) and (p.block_m, p.block_n, p.warps) == variant[:3]
         assert p.kernel in _kernel_names()
         assert p.dtype_code == 1
-        assert p.smem_bytes == lp.fa_smem_bytes(head_dim, *variant[:4])
+        assert p.smem_bytes == lp.fa_variant_smem_bytes(head_dim, variant)
+        assert p.smem_bytes == lp.fa_smem_bytes(128 if variant[-1] in ("ovedqp", "ovedfcp") else head_dim, *variant[:4])
 
 
 def test_fused_plan_picks_per_head_size():
     """On the H200 every head size gets a wgmma variant at large shapes (D=64 and 128: the
-    warp-specialized one with TMA loads; D=256: its 64-key body); elsewhere mma.sync."""
+    warp-specialized one with TMA loads; D = 80 / 96: the D = 128 bodies with the head dim padded, run 48a;
+    D=256: its 64-key body); elsewhere mma.sync."""
     for d in (80, 96):
-        assert (lambda p: (p.block_m, p.block_n, p.warps))(lp.plan_fused_attention(4, 4096, 32, 32, d)) == lp.FA_WGMMA
+        for dt in ("float16", "bfloat16"):
+            assert lp.plan_fused_attention(4, 4096, 32, 32, d, dt).variant == lp.FA_WS_TMA_OVEDQP
+            assert lp.plan_fused_attention(8, 2048, 32, 8, d, dt, causal=True).variant == lp.FA_WS_TMA_OVEDFCP
+            assert lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=True, window=512).variant == lp.FA_WS_TMA_OVEDQP
+            assert lp.plan_fused_attention(4, 4096, 32, 32, d, dt, softcap=30.0).variant == lp.FA_WGMMA
     assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedfc_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
     assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
@@ -1001,8 +1016,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
         lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC)
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
-    for d in (80, 96):  # the padded D = 128 bodies (session 38)
-        assert lp.fa_experimental_variants(d) == (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP)
+    for d in (80, 96):  # the padded D = 128 bodies (session 38) are planned since run 48a
+        assert lp.fa_experimental_variants(d) == ()
     assert lp.fa_experimental_variants(256) == ()
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
@@ -1291,8 +1306,10 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                         want = lp.FA_WS_TMA_R24
                     if plain.variant == lp.FA_WS_TMA_LDE:  # softcapped: the w12t twin
                         want = lp.FA_WS_TMA
+                    if plain.variant in (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP):  # padded: w8 has the twin
+                        want = lp.FA_WGMMA
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
-                    assert plain.opt not in ("ovedf", "ovedfc") or plain.grid[0] == (
+                    assert plain.opt not in ("ovedf", "ovedfc", "ovedfcp") or plain.grid[0] == (
                         lp.fa_fold_ctas(hq * b, plan.grid[0]) if causal else (plan.grid[0] + 1) // 2)
                     assert not plain.softcap and "_sc_" not in plain.kernel
                     assert lp.fa_launch_loads(plan, by_name=False) == lp.fa_launch_loads(plain, by_name=False) \
@@ -1551,12 +1568,13 @@ def test_planned_d128_bodies_rescale_lazily():
         assert lp.plan_fused_attention(4, 4096, 32, 8, 128, dt, causal=True).variant == lp.FA_WS_TMA_OVEDFC
 
 
-def test_padded_head_dim_entries_run_the_d128_bodies_by_name_only():
+def test_padded_head_dim_entries_run_the_d128_bodies():
     """Session 38's candidates ovedqp / ovedfcp: D = 80 / 96 through the D = 128 ovedq / ovedfc bodies, the head
     dim padded in shared memory only (kWsPadD80 / kWsPadD96: the tensor maps keep the real D, TMA zero-fills the
     rest, O is stored up to the real D). Entries for both dtypes, masks and head sizes; launcher loads 42 / 43 and
     44 / 45 (43 / 45 fall back to the w8 wgmma body); the D = 128 tiles' shared memory; the fold's grid for
-    ovedfcp; experimental (by name), never planned, and refused at other head sizes or with a softcap."""
+    ovedfcp; planned on Hopper since run 48a (ovedfcp causal without a window, ovedqp otherwise), refused at other
+    head sizes or with a softcap."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         for d, pad in ((80, "kWsPadD80"), (96, "kWsPadD96")):
@@ -1571,10 +1589,10 @@ def test_padded_head_dim_entries_run_the_d128_bodies_by_name_only():
     assert "if (pad) warps = 8;" in fa  # the fallback: FA_WGMMA at the real D
     d128 = {v: lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v) for v in (lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDFC)}
     for d in (80, 96):
-        assert lp.fa_experimental_variants(d) == (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP)
+        assert lp.fa_experimental_variants(d) == ()
         for v, base, loads in ((lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDQ, (42, 43)),
                                (lp.FA_WS_TMA_OVEDFCP, lp.FA_WS_TMA_OVEDFC, (44, 45))):
-            assert v not in lp.fa_variants(d) and lp.fa_engine(v, d) == "wgmma"
+            assert v in lp.fa_variants(d) and lp.fa_engine(v, d) == "wgmma"
             for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
                 for causal in (False, True):
                     p = lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal, variant=v)
@@ -1584,7 +1602,8 @@ def test_padded_head_dim_entries_run_the_d128_bodies_by_name_only():
                     assert p.smem_bytes == b.smem_bytes == d128[base].smem_bytes  # the D = 128 tiles
                     assert p.grid == b.grid and p.block == (384, 1, 1)
                     assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == loads
-                    assert lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal).variant == lp.FA_WGMMA
+                    assert lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal).variant == (
+                        lp.FA_WS_TMA_OVEDFCP if causal else lp.FA_WS_TMA_OVEDQP)
             with pytest.raises(ValueError, match="not compiled"):
                 lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
         assert lp.fa_smem_bytes(128, *lp.FA_WS_TMA_OVEDQP[:4]) < lp.H200.max_smem_per_block
