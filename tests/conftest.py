@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 #: A user rule that is deliberately wrong (Relu is not Sigmoid): verify and the per-rewrite check
@@ -24,3 +26,41 @@ def wrong_relu_rule(tmp_path):
     path = tmp_path / "wrong.yaml"
     path.write_text(WRONG_RELU_RULE)
     return path
+
+
+def _ort_threads() -> int:
+    """$ONNX_FUSE_TEST_ORT_THREADS, else 1 (0: ONNX Runtime's own default, one per core)."""
+    env = os.environ.get("ONNX_FUSE_TEST_ORT_THREADS", "").strip()
+    return max(0, int(env)) if env else 1
+
+
+def _default_ort_threads(threads: int) -> None:
+    """Sessions whose options leave intra_op_num_threads at 0 (ORT's "one per core", the default)
+    get ``threads``; an explicit count is kept. The suite's models are tiny: ORT's per-session
+    thread pool costs more than it saves (creating one and its spin-waiting), and two test workers
+    each spinning a pool per core on a 2-core machine starve each other (measured: 300 sessions of a
+    6-MatMul graph, 2 processes at once, 10.4 s each at the default vs 2.2 s with one thread)."""
+    try:
+        from onnxruntime.capi import onnxruntime_inference_collection as ort_py
+    except ImportError:
+        return
+    cls = ort_py.InferenceSession
+    create = cls._create_inference_session
+    if getattr(create, "onnx_fuse_tests_threads", None) is not None:
+        return
+
+    def _create_inference_session(self, *args, **kwargs):
+        if self._sess_options is None:
+            self._sess_options = ort_py.C.get_default_session_options()  # a fresh copy
+        if self._sess_options.intra_op_num_threads == 0:
+            self._sess_options.intra_op_num_threads = threads
+        return create(self, *args, **kwargs)
+
+    _create_inference_session.onnx_fuse_tests_threads = threads
+    cls._create_inference_session = _create_inference_session
+
+
+def pytest_configure(config):
+    threads = _ort_threads()
+    if threads:
+        _default_ort_threads(threads)
