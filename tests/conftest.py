@@ -28,6 +28,42 @@ def wrong_relu_rule(tmp_path):
     return path
 
 
+def _default_workers() -> int:
+    """$ONNX_FUSE_TEST_WORKERS, else one worker per usable CPU, at most 4."""
+    env = os.environ.get("ONNX_FUSE_TEST_WORKERS", "").strip()
+    if env:
+        return max(0, int(env))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return min(cpus, 4)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The README's command (`python -m pytest -q`, the whole suite from testpaths) runs on
+    pytest-xdist workers (the `test` extra installs it), one per CPU, with --dist worksteal: each
+    worker starts on a contiguous half of the suite (a module's fixtures are built there once, again
+    only where tests are stolen) and an idle one takes half of another's remaining tests, so one
+    long file (tests/test_node_suite.py, the corpus matrix) does not hold the run's end. A run naming files or folders, `-n N` / `-p no:xdist`, --pdb,
+    --collect-only, or ONNX_FUSE_TEST_WORKERS=0 or 1 keeps the serial default; without xdist
+    installed the suite runs serially as before."""
+    if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+        return
+    opt = config.option
+    if opt.numprocesses is not None or opt.dist != "no" or getattr(opt, "tx", None):
+        return
+    if opt.collectonly or getattr(opt, "usepdb", False):
+        return
+    workers = _default_workers()
+    if workers > 1:
+        opt.numprocesses = workers
+        opt.dist = "worksteal"
+
+
 def _ort_threads() -> int:
     """$ONNX_FUSE_TEST_ORT_THREADS, else 1 (0: ONNX Runtime's own default, one per core)."""
     env = os.environ.get("ONNX_FUSE_TEST_ORT_THREADS", "").strip()
