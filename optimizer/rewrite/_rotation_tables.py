@@ -34,7 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._consts import ctx_axes, ctx_ints
-from onnx_fuse.passes._shape_values import read_dims
+from onnx_fuse.passes._shape_values import read_dims, shape_entries, sum_entries
 
 _VIEWS = {"Unsqueeze", "Squeeze", "Reshape", "Slice", "Gather", "GatherND", "Expand", "Transpose", "Tile",
           "Flatten", "Cast", "Identity"}
@@ -143,14 +143,48 @@ def table_dims(ctx, v: ir.Value, depth: int = 8) -> list | None:
             else list(range(len(src)))
         if axes is None:
             return d
+        # a cut axis's dim is unknown, but for a one-row window [p, p + 1) of a run-time p
+        one = {a % len(src) for a, k in zip(axes, _one_row_cut(ctx, node, len(axes))) if k}
         cut = {a % len(src) for a in axes}
-        got = [object() if i in cut else x for i, x in enumerate(src)]
+        got = [(1 if i in one else object()) if i in cut else x for i, x in enumerate(src)]
     else:
         return d
     if d is not None and len(d) != len(got):
         return d
     # a dim inference knew stays (it may be the cut's length); the walk fills the others
     return [a if isinstance(a, (int, str)) else b for a, b in zip(d, got)] if d is not None else got
+
+
+def _window_length(ctx, starts: ir.Value | None, ends: ir.Value | None) -> list | None:
+    """ends - starts entry by entry where it is known whatever starts holds: ends = starts + n (either
+    order; n a constant or a shape read, as exporters cut the rows [p, p + S) at a run-time p), starts =
+    ends - n, or the two read as sizes whose difference is a number (shape_entries). None otherwise."""
+    if starts is None or ends is None:
+        return None
+    for whole, part, op in ((ends, starts, "Add"), (starts, ends, "Sub")):
+        node = whole.producer()
+        if node is None or node.op_type != op or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+            continue
+        a, b = node.inputs
+        for mine, n in ((a, b), (b, a)) if op == "Add" else ((a, b),):
+            if _same_input(ctx, mine, part):
+                got = shape_entries(n)
+                return None if got is None else got[0]
+    diff = sum_entries("Sub", shape_entries(ends), shape_entries(starts))
+    return None if diff is None else diff[0]
+
+
+def _one_row_cut(ctx, node: ir.Node, n_axes: int) -> list[bool]:
+    """Per axis of a Slice: whether it keeps one row at most whatever p holds at run time: a window
+    [p, p + n) of step k >= n > 0 (a decode step's one position cut from a cos / sin buffer, n = S = 1;
+    a negative p counts from the end, and clamping only drops rows). One row, not a count: a start past
+    the end keeps none, an out-of-range position the original too could not read."""
+    ins = list(node.inputs)
+    steps = ctx_ints(ctx, ins[4]) if len(ins) > 4 and ins[4] is not None else [1] * n_axes
+    length = _window_length(ctx, ins[1], ins[2]) if len(ins) > 2 else None
+    if steps is None or length is None or len(length) != n_axes or len(steps) != n_axes:
+        return [False] * n_axes
+    return [isinstance(n, int) and 0 < n <= k for n, k in zip(length, steps)]
 
 
 def table_layout(ctx, t: ir.Value, xe: ir.Value) -> list:
