@@ -34,7 +34,9 @@ x / Sqrt(moment), the scores' clamp onto the mask, erf GELU groupings), then a s
 (tools/fuzz_s38.py: a zero Pad of a value >= 0 into a MaxPool, tanh GELU spellings, Casts between views, Slices), then a
 share (fuzz_s39.S39_SHARE) session 38's (tools/fuzz_s39.py: the rotary's halves form in four layouts, rotate-half over
 packed patches, Cast(Where) of constants), then a share (fuzz_s40.S40_SHARE) their near misses (tools/fuzz_s40.py:
-keep-masks value_range decides or must not, Cast chains, SplitToSequence's readers, rotary tables cut at run time).
+keep-masks value_range decides or must not, Cast chains, SplitToSequence's readers, rotary tables cut at run time), then a
+share (fuzz_s41.S41_SHARE) session 39's rewrites with near misses (tools/fuzz_s41.py: operand twins of two layers'
+masks, Unsqueeze chains, float16 norm islands, sequences of elements of different shapes).
 """
 
 from __future__ import annotations
@@ -818,6 +820,11 @@ def make_case(seed: int) -> Case:
     # session 38's rewrites' near misses (tools/fuzz_s40.py: zero masks, Cast chains, SplitToSequence, cut tables)
     if np.random.default_rng([seed, S40_SALT]).random() < S40_SHARE:
         return _with_sparse(make_s40_case(seed))
+    from fuzz_s41 import S41_SALT, S41_SHARE
+
+    # session 39's rewrites (tools/fuzz_s41.py: operand twins, Unsqueeze chains, float16 norm islands, sequences)
+    if np.random.default_rng([seed, S41_SALT]).random() < S41_SHARE:
+        return _with_sparse(make_s41_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -977,6 +984,15 @@ def make_s40_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s40 import build_s40
 
     return _built_case(seed, 0x4041, build_s40, name, "fuzz_s40", (17, 18, 20, 23), 0.25)
+
+
+def make_s41_case(seed: int, name: str | None = None) -> Case:
+    """A graph of session 39's rewrites with near misses drawn on purpose (tools/fuzz_s41.py: two layers' masks whose
+    operands are twins or near twins, Unsqueeze chains, float16 norm islands and their inexact scales, sequences of
+    elements of different shapes) with its traps; ``name`` picks the motif. Float16 a quarter of the time."""
+    from fuzz_s41 import build_s41
+
+    return _built_case(seed, 0x4142, build_s41, name, "fuzz_s41", (18, 23, 23, 23), 0.25)
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

@@ -779,3 +779,39 @@ def test_type_inference_skips_data_propagation_with_a_large_1d_weight(monkeypatc
     assert not any(calls), "data propagation ran on a model with a long 1-D weight"
     # the dtypes it found drove the conversion: the MatMul runs in float16
     assert modified and {i.name: i.data_type for i in out.graph.initializer}["m"] == T.FLOAT16
+
+
+# --- sequences -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reader", ["at", "erase", "concat"])
+def test_a_sequence_of_lowered_tensors_stays_float32_and_loads_in_ort(reader):
+    """SequenceConstruct of two lowered MatMul slices, read by SequenceAt (after a SequenceErase) or
+    ConcatFromSequence: the sequence ops' slots are tensor or seq(tensor) typed, and the pass lowered
+    their tensor inputs while the sequence kept its float32 type: ORT refused the model ("Type
+    (seq(tensor(float))) of output arg ... does not match expected type (seq(tensor(float16)))"; fuzz_s41
+    seq_shapes, every seed under --precision fp16). A node reading or writing a sequence stays float32."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Slice", ["h", "s0", "e0", "ax"], ["a"]),
+             helper.make_node("Slice", ["h", "e0", "e1", "ax"], ["c"]),
+             helper.make_node("SequenceConstruct", ["a", "c"], ["sq"])]
+    if reader == "concat":
+        nodes.append(helper.make_node("ConcatFromSequence", ["sq"], ["p"], axis=-1))
+    else:
+        if reader == "erase":
+            nodes.append(helper.make_node("SequenceErase", ["sq", "i0"], ["sq2"]))
+        nodes.append(helper.make_node("SequenceAt", ["sq2" if reader == "erase" else "sq", "i0"], ["p"]))
+    nodes.append(helper.make_node("Mul", ["p", "two"], ["y"]))
+    ints = {"s0": [0], "e0": [3], "e1": [8], "ax": [-1]}
+    inits = [w("w", 8, 8), numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(0, np.int64), "i0"),
+             *(numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items())]
+    proto = model(nodes, [vi("x", T.FLOAT, [2, 8])], [vi("y", T.FLOAT, None)], inits)
+    out, _, _ = convert(proto)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
+    ref, got = run(proto, feeds, "ref")[0], run(out, feeds)[0]
+    assert got.shape == ref.shape and rel_err(ref, got) < TOL["fp16"]
+    inferred = onnx.shape_inference.infer_shapes(out, strict_mode=True).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in inferred.value_info if v.type.HasField("tensor_type")}
+    matmul = next(n for n in out.graph.node if n.op_type == "MatMul")
+    assert types[matmul.output[0]] == T.FLOAT16   # the compute is still lowered
