@@ -214,7 +214,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # MatMul, so the rules see the plain projection (passes/linear_branches.py)
         from onnx_fuse.passes.linear_branches import MergeLinearBranchesPass
 
-        linear_branches = (MergeLinearBranchesPass(),)
+        # and a per-channel constant scale on a projection's head view (TimesFM's per-dim query scale) too,
+        # which attention-q-scale cannot take (one number only; passes/head_view_scales.py)
+        from onnx_fuse.passes.head_view_scales import FoldHeadViewScalesPass
+
+        linear_branches = (FoldHeadViewScalesPass(), MergeLinearBranchesPass())
         from onnx_fuse.passes.layout_chains import TRT_MAX_RANK, FoldLayoutChainsPass
 
         # after the rules too: a Cast of a select between constants (the attention rewrite's Cast of a float32
