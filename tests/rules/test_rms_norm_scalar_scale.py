@@ -53,12 +53,14 @@ def test_factor_joins_the_scale(h, target, scale, c_shape):
         h.assert_close(model, out, _feeds(h, s))
 
 
-def test_a_factor_per_head_size_stays(h):
-    """c of shape [D] is not one number: the Mul stays (it is a second scale, not folded here)."""
+def test_a_factor_per_head_size_is_rms_norm_channel_scale(h):
+    """c of shape [D] is not one number: not this rule's; rms-norm-channel-scale (rules/norm/norm_channel_scale.yaml)
+    takes a per-channel factor into the scale instead (TimesFM 2.5's per-dim query scale)."""
     for op in (False, True):
         model = _model(h, c_shape=(D,), op=op)
         out = h.fuse(model, "ort")
-        assert h.ops(out)["Mul"] == 1 and not h.fired(out)["rms-norm-scalar-scale"], h.ops(out)
+        assert h.ops(out)["Mul"] == 0 and not h.fired(out)["rms-norm-scalar-scale"], h.ops(out)
+        assert h.fired(out)["rms-norm-channel-scale"] == 1, h.fired(out)
         h.assert_close(model, out, _feeds(h))
     reasons = h.reasons(model, "ort", "rms-norm-scalar-scale")
     assert any(re.search("single number", r) for r in reasons), reasons
