@@ -215,10 +215,10 @@ FA_WS_TMA_PERSISTC = (128, 128, 12, "tma", "persistent", "ovedc")
 # variant plan_fused_attention picks on its own, so a softcapped plan keeps the tile it would
 # have without the softcap (FA_WS_TMA_R24 at D = 128 and FA_WS_TMA at D = 64 on Hopper, with their
 # cp.async fallback FA_WS; FA_WGMMA at D = 80 / 96, in place of the padded FA_WS_TMA_OVEDQP / OVEDFCP;
-# (128, 64, 8) at D = 256; mma.sync 64x64 and 128x64 elsewhere) except the mma.sync (128, 32, 4), which becomes (128, 64, 4), and the planned
-# FA_WS_TMA_OVEDQ (OVEDF) at D = 128, whose softcapped plan is FA_WS_TMA_R24 (the same tile, softmax
-# unpinned, 4-byte stores, descriptors per k-step), and FA_WS_TMA_LDE at D = 64, whose softcapped
-# plan is FA_WS_TMA.
+# (128, 64, 8) at D = 256; mma.sync 64x64 and 128x64 elsewhere) except the mma.sync (128, 32, 4),
+# which becomes (128, 64, 4), and the planned FA_WS_TMA_OVEDQ (OVEDF) at D = 128, whose softcapped
+# plan is FA_WS_TMA_R24 (the same tile, softmax unpinned, 4-byte stores, descriptors per k-step), and
+# FA_WS_TMA_LDE at D = 64, whose softcapped plan is FA_WS_TMA.
 FA_SOFTCAP_VARIANTS = ((64, 64, 4), (128, 64, 4))
 FA_SOFTCAP_VARIANTS_BY_D = {
     64: FA_SOFTCAP_VARIANTS + (FA_WS, FA_WS_TMA),
@@ -661,11 +661,11 @@ def plan_fused_attention(
                 variant = FA_WS_TMA_OVEDFC if causal and not window else FA_WS_TMA_OVEDQ
             else:
                 variant = FA_WS_TMA if softcap else FA_WS_TMA_LDE
-        elif head_dim in FA_PAD_HEAD_DIMS and hopper and not softcap:
-            # the D = 128 TMA bodies, head dim padded in shared memory (run 48a: 1.31-1.42x FA_WGMMA, past cuDNN)
-            variant = FA_WS_TMA_OVEDFCP if causal and not window else FA_WS_TMA_OVEDQP
         elif head_dim in FA_PAD_HEAD_DIMS and hopper:
-            variant = FA_WGMMA  # its _sc twin: 300-340 TFLOP/s on the H200 against ~290 for mma.sync
+            if softcap:  # FA_WGMMA's _sc twin: 300-340 TFLOP/s on the H200 against ~290 for mma.sync
+                variant = FA_WGMMA
+            else:  # the D = 128 TMA bodies, head dim padded in shared memory (run 48a: 1.31-1.42x FA_WGMMA)
+                variant = FA_WS_TMA_OVEDFCP if causal and not window else FA_WS_TMA_OVEDQP
         elif head_dim == 128 and not causal:
             variant = (128, 32, 4)
         else:

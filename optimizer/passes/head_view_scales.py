@@ -82,9 +82,6 @@ class FoldHeadViewScalesPass(MergeLinearBranchesPass):
 
     name = "fold-head-view-scales"
 
-    def __init__(self) -> None:
-        super().__init__()
-
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for graph in model.graphs():
