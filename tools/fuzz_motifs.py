@@ -871,6 +871,14 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
     return _built_case(seed, 0x1D1, build_idiom, name, "fuzz_idiom")
 
 
+def build_one_motif(b: Builder, opset: int, builders: dict, motifs: tuple, name: str | None = None) -> list[str]:
+    """A family's builder body (tools/fuzz_s37.py .. fuzz_s41.py): one motif of ``builders`` (``name``, or drawn
+    from ``motifs`` in their order), its output the graph's."""
+    name = name or b.pick(list(motifs))
+    b.output(builders[name](b, opset))
+    return [name]
+
+
 def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str,
                 opsets: tuple = (17, 18, 20, 23), half_share: float = 0.1) -> Case:
     """A case of one family's builder (``build(b, opset, name)`` -> motifs): float16 ``half_share`` of the time,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from fuzz_motifs import Builder, Dim
+from fuzz_motifs import Builder, Dim, build_one_motif
 
 #: share of the motif-graph seeds that are session-37 cases (a side stream of the seed decides)
 S37_SHARE = 0.06
@@ -438,6 +438,4 @@ BUILDERS = {"pad_conv": motif_pad_conv, "conv_branches": motif_conv_branches, "b
 
 def build_s37(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """One motif (``name``, or drawn), its output the graph's."""
-    name = name or b.pick(list(MOTIFS))
-    b.output(BUILDERS[name](b, opset))
-    return [name]
+    return build_one_motif(b, opset, BUILDERS, MOTIFS, name)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from fuzz_motifs import Builder
+from fuzz_motifs import Builder, build_one_motif
 
 #: share of the motif-graph seeds that are session-38 cases (a side stream of the seed decides)
 S38_SHARE = 0.05
@@ -237,6 +237,4 @@ BUILDERS = {"pad_maxpool": motif_pad_maxpool, "gelu_tanh": motif_gelu_tanh, "cas
 
 def build_s38(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """One motif (``name``, or drawn), its output the graph's."""
-    name = name or b.pick(list(MOTIFS))
-    b.output(BUILDERS[name](b, opset))
-    return [name]
+    return build_one_motif(b, opset, BUILDERS, MOTIFS, name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from fuzz_motifs import I64, Builder, Dim
+from fuzz_motifs import I64, Builder, Dim, build_one_motif
 from fuzz_s34b import BIG, _angles, _half, _heads, _merge, _tables, _widen, rotate_partial
 
 #: share of the motif-graph seeds that are session-39 cases (a side stream of the seed decides)
@@ -253,6 +253,4 @@ BUILDERS = {"rope_halves": motif_rope_halves, "rope_packed": motif_rope_packed, 
 
 def build_s39(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """One motif (``name``, or drawn), its output the graph's."""
-    name = name or b.pick(list(MOTIFS))
-    b.output(BUILDERS[name](b, opset))
-    return [name]
+    return build_one_motif(b, opset, BUILDERS, MOTIFS, name)

@@ -34,7 +34,7 @@ import onnx
 from onnx import TensorProto
 from onnx import helper as oh
 
-from fuzz_motifs import I64, Builder
+from fuzz_motifs import I64, Builder, build_one_motif
 from fuzz_s34b import BIG, _half, _heads, _merge, _place_rows, rotate_partial
 from fuzz_s39 import _halves, _rotate_halves
 
@@ -396,6 +396,4 @@ BUILDERS = {"zero_mask": motif_zero_mask, "cast_chain": motif_cast_chain, "split
 
 def build_s40(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """One motif (``name``, or drawn), its output the graph's."""
-    name = name or b.pick(list(MOTIFS))
-    b.output(BUILDERS[name](b, opset))
-    return [name]
+    return build_one_motif(b, opset, BUILDERS, MOTIFS, name)

@@ -41,7 +41,7 @@ from onnx import TensorProto
 from onnx import helper as oh
 from onnx import numpy_helper
 
-from fuzz_motifs import I64, Builder
+from fuzz_motifs import I64, Builder, build_one_motif
 
 #: share of the motif-graph seeds that are session-41 cases (a side stream of the seed decides)
 S41_SHARE = 0.05
@@ -307,6 +307,4 @@ BUILDERS = {"twins": motif_twins, "unsq_chain": motif_unsq_chain, "norm_island":
 
 def build_s41(b: Builder, opset: int, name: str | None = None) -> list[str]:
     """One motif (``name``, or drawn), its output the graph's."""
-    name = name or b.pick(list(MOTIFS))
-    b.output(BUILDERS[name](b, opset))
-    return [name]
+    return build_one_motif(b, opset, BUILDERS, MOTIFS, name)
