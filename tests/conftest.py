@@ -28,11 +28,17 @@ def wrong_relu_rule(tmp_path):
     return path
 
 
+def _env_count(name: str) -> int | None:
+    """$name as a count (negative reads as 0), None where it is unset or blank."""
+    env = os.environ.get(name, "").strip()
+    return max(0, int(env)) if env else None
+
+
 def _default_workers() -> int:
     """$ONNX_FUSE_TEST_WORKERS, else one worker per usable CPU, at most 4."""
-    env = os.environ.get("ONNX_FUSE_TEST_WORKERS", "").strip()
-    if env:
-        return max(0, int(env))
+    env = _env_count("ONNX_FUSE_TEST_WORKERS")
+    if env is not None:
+        return env
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -66,8 +72,8 @@ def pytest_cmdline_main(config):
 
 def _ort_threads() -> int:
     """$ONNX_FUSE_TEST_ORT_THREADS, else 1 (0: ONNX Runtime's own default, one per core)."""
-    env = os.environ.get("ONNX_FUSE_TEST_ORT_THREADS", "").strip()
-    return max(0, int(env)) if env else 1
+    env = _env_count("ONNX_FUSE_TEST_ORT_THREADS")
+    return 1 if env is None else env
 
 
 def _default_ort_threads(threads: int) -> None:
