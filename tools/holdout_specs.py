@@ -4023,3 +4023,52 @@ HOLDOUT33 = {
 HOLDOUT_SETS[45] = HOLDOUT33
 # --holdout 45 --dtype float16: Gradium's decoder, UDOP's encoder, Janus's tokenizer
 HALF33 = {"gradium_phonon_tts", "udop_encoder", "janus_vqgan"}
+
+
+# ---- thirty-fourth sweep (--holdout 46, HOLDOUT34): transformers 5.25 model types no set covers, fourteenth round ----
+# /work/notes/run45/holdout46_uncovered.py (set 45's check, walking every HOLDOUT_SETS): 324 of 831 left, nearly all
+# multimodal wrappers, codecs, detection / SAM parts. Taken where the attention / position / mask form differs:
+# DeepSeek-OCR 2's vision pipeline (a SAM ViT-B with windowed and global attention and decomposed relative positions,
+# a conv neck, then a Qwen2 encoder over [patches; learned queries] with a hybrid mask: bidirectional over the patches,
+# causal over the queries; the queries' states out), Florence-2's DaViT backbone (conv stages, windowed spatial
+# attention and channel attention: softmax over a [C/G, C/G] product per group), HY-V4-VL's and GLM-Image's patch
+# towers (packed patches with grid_thw). DeepSeek-OCR 2 torchscript not made: the SAM position table's resize is
+# aten::_upsample_bicubic2d_aa, which the TorchScript exporter has no symbolic for (opset 17).
+HOLDOUT34 = {
+    "deepseek_ocr2_vision": dict(_mm("vision", "DeepseekOcr2VisionConfig", "DeepseekOcr2VisionModel",
+                                     dict(sam_config=dict(hidden_size=HIDDEN, output_channels=16, num_hidden_layers=2,
+                                                          num_attention_heads=2, image_size=64, patch_size=8,
+                                                          window_size=4, global_attn_indexes=[1], mlp_dim=FFN,
+                                                          downsample_channels=[16, HIDDEN]),
+                                          encoder_config=dict(hidden_size=HIDDEN, intermediate_size=FFN,
+                                                              num_hidden_layers=LAYERS, num_attention_heads=4,
+                                                              num_key_value_heads=2, vocab_size=VOCAB,
+                                                              max_position_embeddings=512)),
+                                     ["gqa", "sam-windowed", "decomposed-rel-pos", "conv-neck", "learned-queries",
+                                      "hybrid-mask", "rope-full", "rmsnorm", "swiglu", "layernorm"],
+                                     "deepseek_ocr2_vision", "vit", ("dyn_mask", "static_nomask"),
+                                     2 + LAYERS, image_size=64),
+                                 model_module="transformers.models.deepseek_ocr2.modeling_deepseek_ocr2"),
+    "florence2_vision": dict(_mm("vision", "Florence2VisionConfig", "Florence2VisionBackbone",
+                                 dict(depths=[1, 1], patch_size=[7, 3], patch_stride=[4, 2], patch_padding=[3, 1],
+                                      patch_prenorm=[False, True], embed_dim=[HIDDEN, 64], num_heads=[2, 4],
+                                      num_groups=[2, 4], window_size=4, drop_path_rate=0.0, projection_dim=HIDDEN),
+                                 ["window-attention", "channel-attention", "conv-stages", "layernorm", "gelu"],
+                                 "florence_vision", "vit", ("dyn_mask", "static_nomask", "torchscript"), 2,
+                                 image_size=32, pixel_input="hidden_states"),
+                             model_module="transformers.models.florence2.modeling_florence2"),
+    "hy_v4_vl_vision": _mm("patches", "HYV4VLVisionConfig", "HYV4VLVisionModel",
+                           dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                                num_attention_heads=2, num_key_value_heads=2, patch_size=4, spatial_merge_size=2,
+                                out_hidden_size=HIDDEN, max_image_size=64),
+                           ["mha", "packed-patches", "rmsnorm", "gelu"], "hy_v4_vl_vision", "vit", _P17, LAYERS,
+                           patch_grid=[1, 4, 4], patch_features=3 * 4 * 4),
+    "glm_image_vision": _mm("patches", "GlmImageVisionConfig", "GlmImageVisionModel",
+                            dict(depth=LAYERS, hidden_size=HIDDEN, num_heads=2, image_size=64, patch_size=4,
+                                 spatial_merge_size=1, intermediate_size=FFN),
+                            ["mha", "packed-patches", "layernorm", "gelu"], "glm_image_vision", "vit", _P17, LAYERS,
+                            patch_grid=[1, 4, 4], patch_features=3 * 4 * 4),
+}
+HOLDOUT_SETS[46] = HOLDOUT34
+# --holdout 46 --dtype float16
+HALF34 = {"deepseek_ocr2_vision", "florence2_vision"}
