@@ -125,7 +125,8 @@ LXMERT, BROS, VITS's text encoder), usually into --out /tmp/h44; --dtype float16
 TTS, UDOP's encoder, Janus's VQ image tokenizer, Dia's text encoder, usually into --out /tmp/h45; --dtype float16
 holdout_specs.HALF33.
 --holdout 46 plans the thirty-fourth sweep (holdout_specs.HOLDOUT34): DeepSeek-OCR 2's vision pipeline (SAM ViT +
-hybrid-mask query encoder), Florence-2's DaViT backbone, the patch towers of HY-V4-VL and GLM-Image, usually into
+hybrid-mask query encoder), Florence-2's DaViT backbone, the patch towers of HY-V4-VL and GLM-Image, Mllama's tiled
+vision tower (aspect ratio ids and a tile mask in), usually into
 --out /tmp/h46; --dtype float16 holdout_specs.HALF34.
 """
 
@@ -719,6 +720,7 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         h, w = size if isinstance(size, (list, tuple)) else (size, size)
         name = spec.get("pixel_input", "pixel_values")  # VJEPA2 / VideoPrism: pixel_values_videos
         shape = [spec["frames"], ch, h, w] if spec.get("frames") else [ch, h, w]
+        shape = list(spec.get("pixel_lead", ())) + shape  # Mllama: [B, images, tiles, C, H, W]
         feeds[name] = torch.randn(batch, *shape, generator=g)
         dims[name] = [batch if static else "batch", *shape]
         _vision_inputs(spec, g, static, feeds, dims, batch, seq)
@@ -807,7 +809,9 @@ def _vision_inputs(spec, g, static, feeds, dims, batch, seq):
     ("ids", vocab) -> token ids [batch, sequence] (a text query: OWLv2, Grounding DINO, ALIGN, OneFormer's task);
     ("mask",) -> their mask, the last row's second half padded in dyn_mask; ("pixels", *shape) -> another image
     [batch, *shape] (SegGPT's prompt and its mask); ("points", n, side) -> n prompt points [batch, 1, n, 2] inside a
-    side x side image (SAM-HQ's resized input)."""
+    side x side image (SAM-HQ's resized input); ("ints", low, high, *shape) -> integers [batch, *shape] in [low, high)
+    (Mllama's aspect_ratio_ids); ("tile_mask", *shape) -> ones [batch, *shape], the last row's last entry 0 in
+    dyn_mask (Mllama's aspect_ratio_mask: a padding tile)."""
     import torch
 
     bs = [batch, seq] if static else ["batch", "sequence"]
@@ -822,6 +826,14 @@ def _vision_inputs(spec, g, static, feeds, dims, batch, seq):
         elif what == "pixels":
             feeds[name] = torch.randn(batch, *arg, generator=g)
             dims[name] = [batch if static else "batch", *arg]
+        elif what == "ints":
+            feeds[name] = torch.randint(arg[0], arg[1], (batch, *arg[2:]), generator=g)
+            dims[name] = [batch if static else "batch", *arg[2:]]
+        elif what == "tile_mask":
+            mask = torch.ones(batch, *arg, dtype=torch.int64)
+            if not static and batch > 1:
+                mask.view(batch, -1)[-1, -1] = 0
+            feeds[name], dims[name] = mask, [batch if static else "batch", *arg]
         elif what == "points":
             feeds[name] = torch.rand(batch, 1, arg[0], 2, generator=g) * arg[1]
             dims[name] = [batch if static else "batch", 1, arg[0], 2]
@@ -1428,6 +1440,8 @@ def feeds_from_manifest(entry: dict, vocab: int = 128, seed: int = SEED) -> dict
         elif name == "bbox" and shape[-1:] == [4]:  # LayoutLM / LiLT boxes (x0, y0, x1, y1): x1 >= x0, y1 >= y0,
             corner = rng.integers(0, 32, [*shape[:-1], 2])  # each inside the 2-D position tables (>= 64 rows)
             feeds[name] = np.concatenate([corner, corner + rng.integers(0, 32, corner.shape)], -1).astype(inp["dtype"])
+        elif name in (entry.get("int_ranges") or {}):  # [low, high) of an integer input that is no token id
+            feeds[name] = rng.integers(*entry["int_ranges"][name], shape).astype(inp["dtype"])
         elif inp["dtype"].startswith("int"):
             feeds[name] = (np.zeros(shape) if "type" in name else rng.integers(3, vocab, shape)).astype(inp["dtype"])
         else:
@@ -1519,6 +1533,8 @@ def make_entry(arch: str, style: str, weights: str, path: Path, extra: dict) -> 
         "hidden_size": g("hidden_size", "n_embd", "d_model", "dim", "emb_dim", "embed_dim",  # Kosmos-2: embed_dim
                          "hidden_dim"),  # Granite Speech's conformers
         "vocab_size": g("vocab_size") if spec["kind"] in ("decoder", "encoder", "vlm", *CROSS) else None,
+        # integer inputs that are no token ids (Mllama's aspect_ratio_ids): their range, for feeds_from_manifest
+        "int_ranges": {n: list(v[1:3]) for n, v in spec.get("vision_inputs", {}).items() if v[0] == "ints"},
         "features": spec["features"] + {"dyn_mask": ["dynamic-shapes", "mask-input"],
                                         "static_nomask": ["static-shapes"],
                                         "kv": ["dynamic-shapes", "kv-cache"],

@@ -4072,3 +4072,19 @@ HOLDOUT34 = {
 HOLDOUT_SETS[46] = HOLDOUT34
 # --holdout 46 --dtype float16
 HALF34 = {"deepseek_ocr2_vision", "florence2_vision"}
+# Mllama's (Llama 3.2 Vision) tower: images as padded tiles [B, 1 image, 2 tiles, C, H, W] with an aspect ratio id per
+# image and a tile mask; tanh-gated tile / position embeddings, a local encoder whose mask is the padding tiles' outer
+# product times finfo.min (built from aspect_ratio_mask), a tanh-gated global encoder (gate_attn / gate_ffn)
+HOLDOUT34["mllama_vision"] = dict(_mm("vision", "MllamaVisionConfig", "MllamaVisionModel",
+                                      dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                                           num_global_layers=1, attention_heads=2, image_size=16, patch_size=8,
+                                           max_num_tiles=2, intermediate_layers_indices=[0], vision_output_dim=64,
+                                           supported_aspect_ratios=[[1, 1], [1, 2]]),
+                                      ["mha", "tiles", "tile-mask", "gated-positions", "gated-layers", "cls-token",
+                                       "layernorm", "gelu"], "mllama_vision_model", "vit",
+                                      ("dyn_mask", "static_nomask", "torchscript"), LAYERS + 1, image_size=16,
+                                      pixel_lead=[1, 2],
+                                      vision_inputs={"aspect_ratio_ids": ("ints", 1, 3, 1),
+                                                     "aspect_ratio_mask": ("tile_mask", 1, 2)}),
+                                  model_module="transformers.models.mllama.modeling_mllama")
+HALF34.add("mllama_vision")
