@@ -183,12 +183,21 @@ FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
 FA_WS_TMA_OVEDQP = (128, 128, 12, "tma", "ovedqp")
 FA_WS_TMA_OVEDFCP = (128, 128, 12, "tma", "ovedfcp")
 FA_PAD_HEAD_DIMS = (80, 96)
+# Candidates FA_WS_TMA_H256 / FA_WS_TMA_H256W (..._d256_m128n64w12t_h256_... / _m128n80w12t_h256w_..., loads 46 / 48
+# by name, 47 / 49 with the fallback to the planned (128, 64, 8) where TMA cannot address the tensors; session 41,
+# experimental, by name only): the warp-specialized TMA body at D = 256 (fa_ws_core's kWsH256BN / kWsH256WBN,
+# kWsH256Stages): 128 query rows (two consumer warpgroups x 64), K / V tiles of 64 or 80 keys (FlashAttention-3's
+# hdim-256 tile) in 2 stages, oved's options with the lazy O rescale, Q in shared memory (64 KiB; the O accumulator
+# takes 128 of the consumers' 240 registers). Shared memory 193 / 225 KiB (fa_smem_bytes).
+FA_WS_TMA_H256 = (128, 64, 12, "tma", "h256")
+FA_WS_TMA_H256W = (128, 80, 12, "tma", "h256w")
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
-           "ovedqp", "ovedfcp")  # a last variant element naming fa_ws_core options
+           "ovedqp", "ovedfcp", "h256", "h256w")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
                  "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
-                 "ovedqp": (42, 43), "ovedfcp": (44, 45)}  # launcher loads (by name, planned)
+                 "ovedqp": (42, 43), "ovedfcp": (44, 45),
+                 "h256": (46, 47), "h256w": (48, 49)}  # launcher loads (by name, planned)
 _FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp")  # two query blocks per CTA (kWsFold)
 _FA_PAD_OPTS = ("ovedqp", "ovedfcp")  # the D = 128 body at D = 80 / 96 (head dim padded in shared memory)
 FA_VARIANTS_PAD = FA_VARIANTS + (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)  # D = 80 / 96
@@ -254,12 +263,13 @@ def fa_variant_smem_bytes(head_dim: int, variant: tuple) -> int:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
-    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; none depends on the mask since run 18). The padded
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; FA_WS_TMA_H256 / H256W: D = 256; none depends on the mask
+    since run 18). The padded
     FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP (D = 80 / 96) are planned since run 48a (fa_variants)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
         return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
-    return {64: (FA_WS_TMA_LDR,)}.get(head_dim, ())
+    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256W)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -541,6 +551,8 @@ def fa_smem_bytes(head_dim: int, block_m: int, block_n: int, warps: int = 4, loa
     ``loads`` ("tma" for FA_WS_TMA) does not change it (the mbarriers are static)."""
     if (block_m, block_n, warps) == FA_WS:
         return 1024 + (block_m * head_dim + 3 * 2 * block_n * head_dim) * 2
+    if warps == 12 and head_dim == 256:  # FA_WS_TMA_H256 / H256W: 2 stages (kWsH256Stages)
+        return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     if (block_m, block_n, warps) == FA_WGMMA_1WG:
         return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2
     dp = -(-head_dim // 64) * 64
@@ -567,7 +579,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_PERSIST, FA_WS_TMA_OV, FA_WS_TMA_OVE, FA_WS_TMA_LD,
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
-                          FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP):
+                          FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP, FA_WS_TMA_H256,
+                          FA_WS_TMA_H256W):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -714,7 +727,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
     FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40; the padded candidates
-    FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA)."""
+    FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA); the D = 256
+    candidates FA_WS_TMA_H256 46 / 47 and FA_WS_TMA_H256W 48 / 49 (47 / 49 fall back to (128, 64, 8))."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

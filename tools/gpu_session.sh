@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call: make onnx_fuse importable, check the kernel library loads (rebuild there if
 # not), run the GPU tests, then the kernel benchmark. Logs go to $OUT (or ./out).
-#   usage: bash tools/gpu_session.sh [tests|bench|all|prefix|pad] [extra bench args]
+#   usage: bash tools/gpu_session.sh [tests|bench|all|prefix|pad|ws256] [extra bench args]
 #   bench/all: one tools/bench_kernels.py process per family (prefill, prefix, decode, window), logs
 #   bench_<family>.log, then tools/bench_paged_plugin.py (bench_plugin.log)
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
 #   pad: the padded D = 80 / 96 prefill bodies (ovedqp / ovedfcp, planned since run 48a): their GPU tests, then
 #   their rows beside FA2 and cuDNN (PAD_SHAPES overrides the shapes; a short call)
+#   ws256: the D = 256 warp-specialized candidates (h256 / h256w, session 41, by name only): their GPU tests, then
+#   their rows beside the planned m128n64w8, FA2 and cuDNN (WS256_SHAPES overrides the shapes; a short call)
 #   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
 #   name: h200 on an H200, wave then splits on an H100), logs sweep_<set>.log and sweep_<set>.json
 set -o pipefail
@@ -53,6 +55,18 @@ if [ "$MODE" = pad ]; then
   timeout 240 python3 tools/bench_kernels.py --no-build --only prefill --variants ovedqp ovedfcp --passes 3 --flush zero \
     --prefill-shapes $PAD_SHAPES "$@" 2>&1 | tee "$OUT/bench_pad.log"
   echo "pad: $((SECONDS - t0)) s"
+fi
+if [ "$MODE" = ws256 ]; then
+  t0=$SECONDS
+  # with the pad tests and the D = 128 moving-max case, which share the helpers these tests added
+  timeout 300 python3 -m pytest -m gpu tests/plugins/test_fa_ws256_gpu.py tests/plugins/test_fa_pad_gpu.py \
+    tests/plugins/test_kernels_gpu.py::test_fused_attention_tma_ov_moving_max -q --maxfail=30 -p no:cacheprovider 2>&1 \
+    | tee "$OUT/pytest_ws256.log" | tail -30
+  echo "ws256 tests: $((SECONDS - t0)) s"
+  WS256_SHAPES=${WS256_SHAPES:-"4x4096x16x16x256 4x4096x16x16x256c 8x2048x16x4x256 8x2048x16x4x256c"}
+  timeout 300 python3 tools/bench_kernels.py --no-build --only prefill --variants h256 h256w --passes 3 --flush zero \
+    --prefill-shapes $WS256_SHAPES "$@" 2>&1 | tee "$OUT/bench_ws256.log"
+  echo "ws256: $((SECONDS - t0)) s"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   t0=$SECONDS

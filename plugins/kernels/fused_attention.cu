@@ -933,6 +933,17 @@ constexpr float kWsLazyT = 8.f;
 // not stored (fa_ws_out_d: every store of O stops at the real D). MMA work grows by 128 / D.
 constexpr int kWsPadD80 = 2048;
 constexpr int kWsPadD96 = 4096;
+// D = 256 candidates (session 41, by name only): fa_ws_core at template D = 256 with 128 query rows (two
+// consumer warpgroups x 64), K / V tiles of kWsH256BN keys (m128n64w12t_h256) or kWsH256WBN
+// (m128n80w12t_h256w, FlashAttention-3's hdim-256 tile) in kWsH256Stages stages, TMA rows only: Q 64 KiB +
+// 2 x (K + V) of 32 / 40 KiB = 192 / 224 KiB of shared memory; the consumers' O accumulator is 64 x 256
+// fp32 (128 registers per thread) beside S (32 / 40) and P (16 / 20), so Q stays in shared memory (no
+// kWsQRegs: its 64 registers do not fit) and the 24 / 240 register split is taken. The K / V tensor maps'
+// boxes are kWsH256BN / kWsH256WBN rows (Q's stay 128). Options: oved's (pinned softmax, staged epilogue,
+// stepped descriptors) and the lazy O rescale, which at D = 256 skips 128 multiplies per thread and tile.
+constexpr int kWsH256BN = 64;
+constexpr int kWsH256WBN = 80;
+constexpr int kWsH256Stages = 2;
 // The head dim of the tensors (columns of O stored): the real one under kWsPadD*, else D.
 template <int D, int OPT>
 __host__ __device__ constexpr int fa_ws_out_d() {
@@ -1194,7 +1205,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
   using WG = wg::Mma<T, BN>;
   using WGO = wg::Mma<T, D>;
-  static_assert(D == 64 || D == 128, "warp-specialized variant: D = 64 or 128");
+  static_assert(D == 64 || D == 128 || (D == 256 && Rows::kTma && !PERSIST && !MCAST && (OPT & kWsQRegs) == 0 &&
+                                         (BN == kWsH256BN || BN == kWsH256WBN) && ST == kWsH256Stages),
+                "warp-specialized variant: D = 64 or 128; D = 256 with dense TMA rows, 64- or 80-key tiles, 2 stages");
   constexpr int DO = fa_ws_out_d<D, OPT>(), CPRO = DO / 8;  // O's columns stored, as 16-byte chunks
   static_assert(DO == D || (D == 128 && Rows::kTma && !MCAST),
                 "padded head dim: dense TMA rows (zero fill past the real D), D = 128 body");
@@ -1934,11 +1947,16 @@ __device__ __forceinline__ void fa_fwd_ws_tma_body(
   }
 #else
   // Not an sm_90a build (the launcher only takes this entry on compute capability 9.x): the
-  // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does (at the real D).
-  if (threadIdx.x >= 256) return;
-  fa_fwd_body<T, fa_ws_out_d<D, OPT>(), 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
-                                          k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
-                                          scale_log2, sc_k, window);
+  // first 256 threads run the mma.sync 128x64 8-warp body, as fa_fwd_ws_body does (at the real D). The D = 256
+  // candidates trap instead: that body spills at the 384-thread entry's 168 registers, and nothing launches it.
+  if constexpr (D == 256) {
+    __trap();
+  } else {
+    if (threadIdx.x >= 256) return;
+    fa_fwd_body<T, fa_ws_out_d<D, OPT>(), 8, 1, 64, CAUSAL, SC>(q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh,
+                                            k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh,
+                                            scale_log2, sc_k, window);
+  }
 #endif
 }
 
@@ -2167,7 +2185,10 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
 // No TensorRT AOT twin (its launcher cannot build tensor maps).
 #define OF_FA_WST_ENTRY(NAME, T, D, CAUSAL, PREGS, OPT, SC) OF_FA_WST_ENTRY_A(, NAME, T, D, CAUSAL, PREGS, OPT, SC)
 // ATTR: extra kernel attributes (__cluster_dims__ for the K/V multicast entries)
-#define OF_FA_WST_ENTRY_A(ATTR, NAME, T, D, CAUSAL, PREGS, OPT, SC)                               \
+#define OF_FA_WST_ENTRY_A(ATTR, NAME, T, D, CAUSAL, PREGS, OPT, SC) \
+  OF_FA_WST_ENTRY_B(ATTR, NAME, T, D, CAUSAL, PREGS, OPT, SC, 128, onnx_fuse::kWsStages)
+// BNT / STT: keys per K/V tile and stages (the D = 256 candidates: 64 or 80 keys, 2 stages)
+#define OF_FA_WST_ENTRY_B(ATTR, NAME, T, D, CAUSAL, PREGS, OPT, SC, BNT, STT)                     \
   extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(                              \
       const T* q, const T* k, const T* v, T* o, const int* seq_lens, int S, int Hq, int Hkv,    \
       long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,          \
@@ -2175,7 +2196,7 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
       long long o_ss, long long o_sh, float scale_log2, const __grid_constant__ CUtensorMap tq, \
       const __grid_constant__ CUtensorMap tk,                                                      \
       const __grid_constant__ CUtensorMap tv OF_FA_SC_PARAM_##SC, int window) {                                \
-    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, 128, onnx_fuse::kWsStages, OPT, OF_FA_SC_BOOL_##SC>(   \
+    fa_fwd_ws_tma_body<T, D, CAUSAL, PREGS, BNT, STT, OPT, OF_FA_SC_BOOL_##SC>(                    \
         q, k, v, o, seq_lens, S, Hq, Hkv, q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh,    \
         o_sb, o_ss, o_sh, scale_log2, &tq, &tk, &tv OF_FA_SC_ARG_##SC, window);                            \
   }
@@ -2298,6 +2319,17 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTR_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_ovedfcp_causal, T, 128, true,     \
                     OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain | \
                         onnx_fuse::kWsLazyRescale | PAD)
+// Candidates m128n64w12t_h256 / m128n80w12t_h256w at D = 256 (loads 46 / 48 by name, 47 / 49 with the fallback
+// to m128n64w8 where TMA cannot address the tensors; session 41): the warp-specialized TMA body at D = 256 with
+// 64- / 80-key K/V tiles in 2 stages (kWsH256BN, kWsH256WBN, kWsH256Stages), oved's options and the lazy rescale.
+#define OF_FA_H256_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsLazyRescale)
+#define OF_FA_WSTH256_KERNEL(NAME, T, CAUSAL, BNT) \
+  OF_FA_WST_ENTRY_B(, NAME, T, 256, CAUSAL, 24, OF_FA_H256_OPT, 0, BNT, onnx_fuse::kWsH256Stages)
+#define OF_FA_WSTH256_KERNELS(DTN, T)                                                                         \
+  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w12t_h256_full, T, false, onnx_fuse::kWsH256BN)    \
+  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w12t_h256_causal, T, true, onnx_fuse::kWsH256BN)   \
+  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n80w12t_h256w_full, T, false, onnx_fuse::kWsH256WBN)  \
+  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n80w12t_h256w_causal, T, true, onnx_fuse::kWsH256WBN)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2359,6 +2391,7 @@ OF_FA_WSTODFC_KERNELS_D(f16, __half, 128)
 OF_FA_WSTPAD_KERNELS_D(f16, __half, 80, onnx_fuse::kWsPadD80)
 OF_FA_WSTPAD_KERNELS_D(f16, __half, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
+OF_FA_WSTH256_KERNELS(f16, __half)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2384,6 +2417,7 @@ OF_FA_WSTODFC_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTPAD_KERNELS_D(bf16, __nv_bfloat16, 80, onnx_fuse::kWsPadD80)
 OF_FA_WSTPAD_KERNELS_D(bf16, __nv_bfloat16, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
+OF_FA_WSTH256_KERNELS(bf16, __nv_bfloat16)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2526,7 +2560,8 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
-// 14 _ovedq, 18 _ovedfc (D = 128); 20 _ovedqp, 21 _ovedfcp (D = 80, 96: the D = 128 bodies, padded).
+// 14 _ovedq, 18 _ovedfc (D = 128); 20 _ovedqp, 21 _ovedfcp (D = 80, 96: the D = 128 bodies, padded);
+// 22 m128n64w12t_h256, 23 m128n80w12t_h256w (D = 256).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2577,6 +2612,13 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       default: return nullptr;
     }
   }
+  if (D == 256) {
+    switch (kind) {
+      case 22: OF_PICK_TK2(256, m128n64w12t_h256)
+      case 23: OF_PICK_TK2(256, m128n80w12t_h256w)
+      default: return nullptr;
+    }
+  }
 #undef OF_PICK_TK2
 #undef OF_PICK_TK
   return nullptr;
@@ -2614,9 +2656,9 @@ using onnx_fuse::encode_tiled;
 // a base not 16-byte aligned, a stride that is not positive (a broadcast), a multiple of 16
 // bytes and below 2^40 bytes (size-1 axes excepted), fewer rows than a box (S < 128: boxes
 // larger than the tensor are reported to fault, and such problems are small), or the driver
-// refusing the map.
+// refusing the map. box_rows: rows per box (128; the D = 256 candidates' K / V tiles: 64 or 80).
 bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, int H, int D,
-                   long long sb, long long ss, long long sh) {
+                   long long sb, long long ss, long long sh, int box_rows = 128) {
   const EncodeTiledFn enc = encode_tiled();
   if (enc == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || S < 128 || D < 64) return false;
   const long long dims[3] = {H, S, B}, strides[3] = {sh, ss, sb};
@@ -2629,7 +2671,7 @@ bool fa_tensor_map(CUtensorMap* map, int dtype, const void* base, int B, int S, 
     gstride[i] = (cuuint64_t)bytes;
     natural = bytes * dims[i];
   }
-  const cuuint32_t box[4] = {64, 1, 128, 1}, elem[4] = {1, 1, 1, 1};
+  const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1}, elem[4] = {1, 1, 1, 1};
   const CUtensorMapDataType dt = dtype == onnx_fuse::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return enc(map, dt, 4, const_cast<void*>(base), gdim, gstride, box, elem,
@@ -2747,8 +2789,9 @@ extern "C" {
 // wgmma variants (8 warps): tiles padded to a multiple of 64 columns, 1 KiB alignment slack, 3
 // stages for the pipelined one (64-key tiles, D <= 128). mma.sync: rows padded to tile_row<D>.
 int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n, int warps) {
-  if (warps == 12)  // warp-specialized wgmma, 3 stages (D = 64, 128)
-    return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;
+  if (warps == 12)  // warp-specialized wgmma, 3 stages (D = 64, 128; the D = 256 candidates 2)
+    return 1024 + (block_m * head_dim +
+                   (head_dim == 256 ? onnx_fuse::kWsH256Stages : onnx_fuse::kWsStages) * 2 * block_n * head_dim) * 2;
   if (warps == 4 && block_m == 64 && block_n == 128)  // wgmma, one warpgroup (D = 64)
     return 1024 + (block_m * head_dim + 2 * 2 * block_n * head_dim) * 2;
   if (warps == 8 && block_m == onnx_fuse::kWgBM) {
@@ -2774,8 +2817,8 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // (128, 64, 8) only; D = 64 also has (64, 128, 4), wgmma with one warpgroup per CTA; D = 64
 // and 128 also have (128, 128, 12), warp-specialized wgmma (producer + 2 consumer warpgroups); (0, 0, 0) = default (plan it with
 // onnx_fuse.plugins.launch_plan). seq_lens may be null (all sequences full length S); scale
-// must be > 0. loads (only with (128, 128, 12), D = 64 or 128): 0 = the producer warpgroup's
-// cp.async (m128n128w12); 1 = TMA (m128n128w12t: tensor maps built here; needs compute
+// must be > 0. loads (only with (128, 128, 12), D = 64 or 128; the codes below name other D / tiles): 0 = the
+// producer warpgroup's cp.async (m128n128w12); 1 = TMA (m128n128w12t: tensor maps built here; needs compute
 // capability 9.x, S >= 128, 16-byte-aligned Q/K/V bases and positive strides, else
 // cudaErrorInvalidValue); 2 = TMA when those hold, else cp.async; 3 = as 1 with the
 // m128n128w12t_r24 entries (24 producer / 240 consumer registers); 5 = as 2 with the r24 entries;
@@ -2796,7 +2839,10 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // (ovedf with Q's fragments in registers and its blocks chained, kWsChain); 40 m128n128w12tp_ovedc (the
 // persistent grid of loads 4 with the ovedq body and chained blocks, by name only); 42 / 43 _ovedqp and
 // 44 / 45 _ovedfcp (D = 80 / 96 only: the ovedq / ovedfc bodies at D = 128 with the head dim padded in shared
-// memory, candidates by name; 43 / 45 run (128, 128, 8) where TMA cannot address the tensors); 41 is refused;
+// memory, candidates by name; 43 / 45 run (128, 128, 8) where TMA cannot address the tensors); 46 / 47
+// m128n64w12t_h256 and 48 / 49 m128n80w12t_h256w (D = 256 only, block_n 64 / 80: the warp-specialized TMA body
+// with 64- / 80-key tiles in 2 stages, candidates by name; 47 / 49 run (128, 64, 8) where TMA cannot address
+// the tensors); 41 is refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2833,32 +2879,41 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 45);
+  OF_REQUIRE(loads >= 0 && loads <= 49);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   // 42-45 (_ovedqp / _ovedfcp): D = 80 / 96 on the D = 128 TMA bodies, the head dim padded in shared
   // memory; where TMA cannot address the tensors, 43 / 45 run the w8 wgmma body (128, 128, 8) instead.
-  const bool pad = loads >= 42;
+  const bool pad = loads >= 42 && loads <= 45;
   OF_REQUIRE(!pad || D == 80 || D == 96);
+  // 46-49 (m128n64w12t_h256 / m128n80w12t_h256w): D = 256, K / V tiles of block_n (64 / 80) keys; where TMA
+  // cannot address the tensors, 47 / 49 run the w8 wgmma body (128, 64, 8) instead.
+  const bool h256 = loads >= 46;
+  const int h256_bn = loads >= 48 ? onnx_fuse::kWsH256WBN : onnx_fuse::kWsH256BN;
+  OF_REQUIRE(!h256 || D == 256);
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
-  OF_REQUIRE(loads == 0 || (block_m == 128 && block_n == 128 && warps == 12));
+  OF_REQUIRE(loads == 0 || (block_m == 128 && warps == 12 && block_n == (h256 ? h256_bn : 128)));
   OF_REQUIRE(scale > 0.f);
   OF_REQUIRE(B > 0 && S > 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0);
   OF_REQUIRE(B <= 65535 && Hq <= 65535);
   OF_REQUIRE(q && k && v && o);
   OF_REQUIRE(q_ss % 8 == 0 && q_sh % 8 == 0 && q_sb % 8 == 0 && k_ss % 8 == 0 && k_sh % 8 == 0 &&
              k_sb % 8 == 0 && v_ss % 8 == 0 && v_sh % 8 == 0 && v_sb % 8 == 0);
-  if (pad) warps = 8;  // the fallback (fn, smem) is w8; the TMA entry below keeps 384 threads
+  const int tile_n = block_n;  // keys per K/V tile of the TMA entry (the h256 candidates: 64 / 80)
+  if (pad || h256) warps = 8;  // the fallback (fn, smem) is w8; the TMA entry below keeps 384 threads
+  if (h256) block_n = 64;      // the D = 256 fallback: (128, 64, 8)
   FaKernelFn fn = pick(dtype, D, block_m, block_n, warps, causal != 0);
   OF_REQUIRE(fn != nullptr);
   // left-padded sequences: their leading rows (the kernels start at each span's first row)
   if (const int err = fa_launch_zero_lead(o, seq_lens, B, S, Hq, D, o_sb, o_ss, o_sh, stream)) return err;
   const int smem = onnx_fuse_fused_attention_smem_bytes(D, block_m, block_n, warps);
-  const int smem_tma = pad ? onnx_fuse_fused_attention_smem_bytes(128, 128, 128, 12) : smem;
+  const int smem_tma = pad    ? onnx_fuse_fused_attention_smem_bytes(128, 128, 128, 12)
+                       : h256 ? onnx_fuse_fused_attention_smem_bytes(256, 128, tile_n, 12)
+                              : smem;
   dim3 grid((S + block_m - 1) / block_m, Hq, B);
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
     // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
-    // 42 / 43: ovedqp; 44 / 45: ovedfcp (D = 80 / 96)
+    // 42 / 43: ovedqp; 44 / 45: ovedfcp (D = 80 / 96); 46 / 47: h256; 48 / 49: h256w (D = 256)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
@@ -2877,8 +2932,8 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     CUtensorMap tq, tk, tv;
     const bool tma_rules_met = major == 9 &&
                                fa_tensor_map(&tq, dtype, q, B, S, Hq, D, q_sb, q_ss, q_sh) &&
-                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh) &&
-                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh);
+                               fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, tile_n) &&
+                               fa_tensor_map(&tv, dtype, v, B, S, Hkv, D, v_sb, v_ss, v_sh, tile_n);
     const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);  // planned: cp.async below
     OF_REQUIRE(tma_rules_met || fallback);
     if (tma_rules_met && pfn != nullptr) {

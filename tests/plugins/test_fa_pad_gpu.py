@@ -16,8 +16,8 @@ import pytest
 
 from onnx_fuse import reference as ref
 
-from .test_kernels_gpu import (DTYPES, TOL, _check_fused_case, _check_window_case, _fa_case_id, _fa_win_id,
-                               _need_sm90, _np, _rand, _rel_err, torch)
+from .test_kernels_gpu import (DTYPES, TOL, _check_fused_case, _check_window_case, _fa_case_id, _fa_fwd_raw,
+                               _fa_win_id, _inf_padded_qkv, _need_sm90, _np, _rand, _rel_err, torch)
 
 pytestmark = pytest.mark.gpu
 
@@ -96,14 +96,7 @@ def test_fa_pad_inf_padding(lib, dtype, D):
     B, S, Hq, Hkv = 3, 700, 8, 2
     lens = [700, 385, 130]
     gen = torch.Generator(device="cuda").manual_seed(17 + D)
-    q, k, v = (_rand((B, S, h, D), dtype, gen) for h in (Hq, Hkv, Hkv))
-    qc, kc, vc = q.clone(), k.clone(), v.clone()
-    for b, L in enumerate(lens):
-        qc[b, L:] = kc[b, L:] = vc[b, L:] = 0
-        q[b, L:] = float("nan")
-        k[b, L:] = float("inf")
-        v[b, L:] = float("inf")
-        v[b, L + 1::3] = float("-inf")
+    (q, k, v), (qc, kc, vc) = _inf_padded_qkv(B, S, Hq, Hkv, D, lens, dtype, gen)
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     for causal in (False, True):
         expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
@@ -135,14 +128,10 @@ def test_fa_pad_falls_back_when_tma_cannot_address(lib, S, D):
         with pytest.raises(KernelError):
             lib.fused_attention(q, k, v, out, variant=variant)
     torch.cuda.synchronize()
-    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
     expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
     for code in (43, 45):
         out.fill_(float("nan"))
-        rc = lib._lib.onnx_fuse_fused_attention_fwd(
-            0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
-            1.0 / D**0.5, 1, 128, 128, 12, code, torch.cuda.current_stream().cuda_stream)
-        assert rc == 0
+        assert _fa_fwd_raw(lib, q, k, v, out, True, (128, 128, 12), code) == 0
         torch.cuda.synchronize()
         assert _rel_err(out, expect) < TOL[torch.float16], code
 
@@ -155,11 +144,7 @@ def test_fa_pad_refusals(lib):
     for D in (64, 128):
         q, k, v = (_rand((B, S, h, D), torch.float16, gen) for h in (Hq, Hkv, Hkv))
         out = torch.full_like(q, float("nan"))
-        st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
         for code in (41, 42, 43, 44, 45, 46):
-            rc = lib._lib.onnx_fuse_fused_attention_fwd(
-                0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, Hkv, D, *st,
-                1.0 / D**0.5, 0, 128, 128, 12, code, torch.cuda.current_stream().cuda_stream)
-            assert rc != 0, (D, code)
+            assert _fa_fwd_raw(lib, q, k, v, out, False, (128, 128, 12), code) != 0, (D, code)
         torch.cuda.synchronize()
         assert torch.isnan(out).all()

@@ -240,6 +240,30 @@ def _softcap_reference(q, k, v, lens, causal, scale, cap):
     return o * rows[:, :, None, None]
 
 
+def _inf_padded_qkv(B, S, Hq, Hkv, D, lens, dtype, gen):
+    """Q / K / V [B, S, H, D] with NaN (Q), +Inf (K) and +-Inf (V) in rows [seq_len, S) of each sequence (right
+    padding; TMA copies those rows), and their clean twins (zeros there) for the reference."""
+    q, k, v = (_rand((B, S, h, D), dtype, gen) for h in (Hq, Hkv, Hkv))
+    qc, kc, vc = q.clone(), k.clone(), v.clone()
+    for b, L in enumerate(lens):
+        qc[b, L:] = kc[b, L:] = vc[b, L:] = 0
+        q[b, L:] = float("nan")
+        k[b, L:] = float("inf")
+        v[b, L:] = float("inf")
+        v[b, L + 1::3] = float("-inf")
+    return (q, k, v), (qc, kc, vc)
+
+
+def _fa_fwd_raw(lib, q, k, v, out, causal, block, loads):
+    """onnx_fuse_fused_attention_fwd with the launcher's own arguments (fp16, no seq_lens, scale 1 / sqrt(D)):
+    block = (block_m, block_n, warps), loads its code; returns the launcher's status."""
+    B, S, Hq, D = q.shape
+    st = [x for t in (q, k, v, out) for x in t.stride()[:3]]
+    return lib._lib.onnx_fuse_fused_attention_fwd(
+        0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, k.shape[2], D, *st,
+        1.0 / D**0.5, int(causal), *block, loads, torch.cuda.current_stream().cuda_stream)
+
+
 def _span_rows(lens, B: int, S: int, device) -> torch.Tensor:
     """bool [B, S]: the rows inside each sequence's span (seq_lens[b] = L >= 0: [0, L); -L: the
     last L rows; None: all)."""
@@ -512,8 +536,13 @@ def test_fused_attention_tma_ov_moving_max(lib, dtype, causal):
     rescales O by a factor below 1), then a flat stretch (the same key repeated) leaves it still;
     against the reference, the planned m128n128w12t_ov and the r24 body it pins."""
     _need_sm90()
-    B, S, Hq, Hkv, D = 2, 1300, 8, 2, 128
-    gen = torch.Generator(device="cuda").manual_seed(31 + int(causal))
+    _check_moving_max(lib, dtype, causal, 128, (FA_OV, (128, 128, 12, "tma", "r24"), FA_OVE), 31 + int(causal))
+
+
+def _check_moving_max(lib, dtype, causal, D, variants, seed):
+    """The moving-max case (above) at head size D for each of ``variants``: B2 S1300 H8/2, seq_lens [1300, 900]."""
+    B, S, Hq, Hkv = 2, 1300, 8, 2
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     q = _rand((B, S, Hq, D), dtype, gen).abs()
     k = _rand((B, S, Hkv, D), dtype, gen).abs() * 0.2
     ramp = torch.linspace(0.2, 3.0, S, device="cuda").view(1, S, 1, 1)
@@ -523,7 +552,7 @@ def test_fused_attention_tma_ov_moving_max(lib, dtype, causal):
     lens = [1300, 900]
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     expect = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=causal, out_dtype=np.float64)
-    for variant in (FA_OV, (128, 128, 12, "tma", "r24"), FA_OVE):
+    for variant in variants:
         out = torch.full_like(q, float("nan"))
         lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
         torch.cuda.synchronize()

@@ -191,7 +191,13 @@ def test_smem_formulas_match_the_launchers():
     assert lp.fa_smem_bytes(80, 128, 128, 8) == lp.fa_smem_bytes(128, 128, 128, 8)  # padded to 128
     assert lp.fa_smem_bytes(128, 128, 64, 8) == 1024 + (128 * 128 + 3 * 2 * 64 * 128) * 2
     assert lp.fa_smem_bytes(128, 128, 128, 12) == 1024 + (128 * 128 + 3 * 2 * 128 * 128) * 2
-    assert "return 1024 + (block_m * head_dim + onnx_fuse::kWsStages * 2 * block_n * head_dim) * 2;" in fa
+    assert ("(head_dim == 256 ? onnx_fuse::kWsH256Stages : onnx_fuse::kWsStages) * 2 * block_n * head_dim) * 2;"
+            in fa and "constexpr int kWsH256Stages = 2;" in fa)
+    # the D = 256 warp-specialized candidates: 2 stages of 64- / 80-key tiles
+    assert lp.fa_smem_bytes(256, 128, 64, 12) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
+    assert lp.fa_smem_bytes(256, 128, 80, 12) == 1024 + (128 * 256 + 2 * 2 * 80 * 256) * 2
+    for v in (lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256W):  # beside the static 1072 bytes (barriers, pinned softmax)
+        assert lp.fa_variant_smem_bytes(256, v) + 1072 <= lp.H100.max_smem_per_block, v
     assert lp.fa_smem_bytes(256, 128, 64, 8) == 1024 + (128 * 256 + 2 * 2 * 64 * 256) * 2
     assert lp.fa_smem_bytes(96, 128, 64, 4) == (128 + 4 * 64) * 104 * 2
     assert lp.fa_mma_smem_bytes(96, 64, 64) == (64 + 4 * 64) * 104 * 2
@@ -956,7 +962,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 45);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 49);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -1018,7 +1024,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
     for d in (80, 96):  # the padded D = 128 bodies (session 38) are planned since run 48a
         assert lp.fa_experimental_variants(d) == ()
-    assert lp.fa_experimental_variants(256) == ()
+    assert lp.fa_experimental_variants(256) == lp.fa_experimental_variants(256, causal=True) == (
+        lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256W)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
     for causal in (False, True):
@@ -1585,8 +1592,8 @@ def test_padded_head_dim_entries_run_the_d128_bodies():
     assert "for (int dt = 0; dt < DO / 8; ++dt) {  // the real D's columns only" in fa
     assert fa.count("c < BM * CPRO") == 2 and "c < 64 * CPRO" in fa
     assert "case 20: OF_PICK_TK2(96, m128n128w12t_ovedqp)" in fa and "case 21: OF_PICK_TK2(80, m128n128w12t_ovedfcp)" in fa
-    assert "const int smem_tma = pad ? onnx_fuse_fused_attention_smem_bytes(128, 128, 128, 12) : smem;" in fa
-    assert "if (pad) warps = 8;" in fa  # the fallback: FA_WGMMA at the real D
+    assert "const int smem_tma = pad    ? onnx_fuse_fused_attention_smem_bytes(128, 128, 128, 12)" in fa
+    assert "if (pad || h256) warps = 8;" in fa  # the fallback: FA_WGMMA at the real D
     d128 = {v: lp.plan_fused_attention(4, 4096, 32, 8, 128, variant=v) for v in (lp.FA_WS_TMA_OVEDQ, lp.FA_WS_TMA_OVEDFC)}
     for d in (80, 96):
         assert lp.fa_experimental_variants(d) == ()
@@ -1611,3 +1618,43 @@ def test_padded_head_dim_entries_run_the_d128_bodies():
         for v in (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP):
             with pytest.raises(ValueError, match="not compiled"):
                 lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
+
+
+def test_d256_warp_specialized_candidates_exist_plan_by_name_and_are_not_planned():
+    """m128n64w12t_h256 / m128n80w12t_h256w (session 41): the warp-specialized TMA body at D = 256 with 64- / 80-key
+    K/V tiles in 2 stages: entries for both dtypes and masks, the launcher's picks (kind 22 / 23 = loads 46-49) and
+    K / V tensor maps of the tile's rows, reachable by name only (the planner keeps (128, 64, 8) at D = 256),
+    refused at other head sizes and off Hopper."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTH256_KERNELS\({dt}, [\w ]+\)$", fa, re.M), dt
+    body = _block(fa, "#define OF_FA_WSTH256_KERNELS(")
+    names = set(re.findall(r"OF_FA_WSTH256_KERNEL\(onnx_fuse_fa_fwd_##DTN##_(d256_m128n\d+w12t_\w+?)_(?:full|causal), T, "
+                           r"(?:false|true), onnx_fuse::(kWsH256W?BN)\)", body))
+    assert names == {("d256_m128n64w12t_h256", "kWsH256BN"), ("d256_m128n80w12t_h256w", "kWsH256WBN")}
+    assert "constexpr int kWsH256BN = 64;" in fa and "constexpr int kWsH256WBN = 80;" in fa
+    assert "case 22: OF_PICK_TK2(256, m128n64w12t_h256)" in fa and "case 23: OF_PICK_TK2(256, m128n80w12t_h256w)" in fa
+    assert "fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, tile_n)" in fa
+    assert "OF_REQUIRE(!h256 || D == 256);" in fa
+    for v, n, codes in ((lp.FA_WS_TMA_H256, 64, (46, 47)), (lp.FA_WS_TMA_H256W, 80, (48, 49))):
+        assert v in lp.fa_experimental_variants(256) and v not in lp.fa_variants(256) and lp.fa_engine(v, 256) == "wgmma"
+        for causal in (False, True):
+            for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
+                p = lp.plan_fused_attention(4, 4096, 16, 4, 256, dt, causal=causal, variant=v)
+                assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d256_m128n{n}w12t_{v[-1]}_{'causal' if causal else 'full'}"
+                assert p.tma and p.opt == v[-1] and p.variant == v and p.block == (384, 1, 1)
+                assert p.grid == (32, 16, 4) and (p.block_m, p.block_n, p.warps) == (128, n, 12)
+                assert p.smem_bytes == 1024 + (128 * 256 + 2 * 2 * n * 256) * 2
+                assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == codes
+        assert lp.plan_fused_attention(1, 300, 2, 1, 256, variant=v, window=100, causal=True).grid == (3, 2, 1)
+        for d in (64, 80, 96, 128):
+            with pytest.raises(ValueError, match="not compiled"):
+                lp.plan_fused_attention(4, 4096, 16, 4, d, variant=v)
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 16, 4, 256, variant=v, softcap=30.0)
+        ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+        with pytest.raises(ValueError, match="compute capability 9.0"):
+            lp.plan_fused_attention(4, 4096, 16, 4, 256, variant=v, device=ampere)
+    for causal in (False, True):  # the planner's own choice stays the 64-key w8 body
+        for dev in (lp.H200, H100):
+            assert lp.plan_fused_attention(4, 4096, 16, 16, 256, causal=causal, device=dev).variant == lp.FA_WGMMA_PIPE
