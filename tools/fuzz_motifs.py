@@ -36,7 +36,9 @@ share (fuzz_s39.S39_SHARE) session 38's (tools/fuzz_s39.py: the rotary's halves 
 packed patches, Cast(Where) of constants), then a share (fuzz_s40.S40_SHARE) their near misses (tools/fuzz_s40.py:
 keep-masks value_range decides or must not, Cast chains, SplitToSequence's readers, rotary tables cut at run time), then a
 share (fuzz_s41.S41_SHARE) session 39's rewrites with near misses (tools/fuzz_s41.py: operand twins of two layers'
-masks, Unsqueeze chains, float16 norm islands, sequences of elements of different shapes).
+masks, Unsqueeze chains, float16 norm islands, sequences of elements of different shapes), then a share
+(fuzz_s42.S42_SHARE) session 40's rewrites with near misses (tools/fuzz_s42.py: per-dim scales on a projection's head
+view, per-channel scales after a norm, channels-first one-head attention, a decode step's one-row table cut).
 """
 
 from __future__ import annotations
@@ -825,6 +827,11 @@ def make_case(seed: int) -> Case:
     # session 39's rewrites (tools/fuzz_s41.py: operand twins, Unsqueeze chains, float16 norm islands, sequences)
     if np.random.default_rng([seed, S41_SALT]).random() < S41_SHARE:
         return _with_sparse(make_s41_case(seed))
+    from fuzz_s42 import S42_SALT, S42_SHARE
+
+    # session 40's rewrites (tools/fuzz_s42.py: head-view scales, channel scales, channels-first attention, row cuts)
+    if np.random.default_rng([seed, S42_SALT]).random() < S42_SHARE:
+        return _with_sparse(make_s42_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -872,7 +879,7 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
 
 
 def build_one_motif(b: Builder, opset: int, builders: dict, motifs: tuple, name: str | None = None) -> list[str]:
-    """A family's builder body (tools/fuzz_s37.py .. fuzz_s41.py): one motif of ``builders`` (``name``, or drawn
+    """A family's builder body (tools/fuzz_s37.py .. fuzz_s42.py): one motif of ``builders`` (``name``, or drawn
     from ``motifs`` in their order), its output the graph's."""
     name = name or b.pick(list(motifs))
     b.output(builders[name](b, opset))
@@ -1001,6 +1008,16 @@ def make_s41_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s41 import build_s41
 
     return _built_case(seed, 0x4142, build_s41, name, "fuzz_s41", (18, 23, 23, 23), 0.25)
+
+
+def make_s42_case(seed: int, name: str | None = None) -> Case:
+    """A graph of session 40's rewrites with near misses drawn on purpose (tools/fuzz_s42.py: a per-dim scale on a
+    projection's head view, a per-channel scale after a norm, channels-first one-head attention, a decode step's
+    rotary over one row of a table cut at run time) with its traps; ``name`` picks the motif. Float16 a quarter of
+    the time."""
+    from fuzz_s42 import build_s42
+
+    return _built_case(seed, 0x4244, build_s42, name, "fuzz_s42", (18, 23, 23, 23), 0.25)
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:

@@ -369,7 +369,8 @@ def motif_rope_cut(b: Builder, opset: int) -> str:
     spare = int(b.pick([0, 2, 5]))
     rows = b.rt(seq) * (2 if near == "step-two" else 1) + spare + (1 if near == "sin-offset" else 0)
     b.cut_spare, b.cut_rows, b.cut_seq = spare, rows, seq
-    pos = np.arange(rows)[:, None] * (1.0 / 50.0 ** (np.arange(rd // 2) / (rd // 2)))[None, :]
+    # angles from 0.1 on: no row is the identity (angle 0: cos 1, sin 0, whose x * cos folds away)
+    pos = (np.arange(rows)[:, None] + 0.1) * (1.0 / 50.0 ** (np.arange(rd // 2) / (rd // 2)))[None, :]
     ang = pos if form == "halves" else np.concatenate([pos, pos], axis=-1)
     c, s = (_cut_rows(b, b.const(t, stem=n), x, 1, near, n == "sin_cache")
             for t, n in ((np.cos(ang), "cos_cache"), (np.sin(ang), "sin_cache")))
