@@ -4049,12 +4049,14 @@ HOLDOUT34 = {
                                      "deepseek_ocr2_vision", "vit", ("dyn_mask", "static_nomask"),
                                      2 + LAYERS, image_size=64),
                                  model_module="transformers.models.deepseek_ocr2.modeling_deepseek_ocr2"),
+    # Florence-2's DaViT: two conv stages of one block each, a block = windowed spatial attention + channel attention
+    # (softmax over a [C/G, C/G] product per group, scale N^-0.5 from the token count): 4 attentions
     "florence2_vision": dict(_mm("vision", "Florence2VisionConfig", "Florence2VisionBackbone",
                                  dict(depths=[1, 1], patch_size=[7, 3], patch_stride=[4, 2], patch_padding=[3, 1],
                                       patch_prenorm=[False, True], embed_dim=[HIDDEN, 64], num_heads=[2, 4],
                                       num_groups=[2, 4], window_size=4, drop_path_rate=0.0, projection_dim=HIDDEN),
                                  ["window-attention", "channel-attention", "conv-stages", "layernorm", "gelu"],
-                                 "florence_vision", "vit", ("dyn_mask", "static_nomask", "torchscript"), 2,
+                                 "florence_vision", "vit", ("dyn_mask", "static_nomask", "torchscript"), 4,
                                  image_size=32, pixel_input="hidden_states"),
                              model_module="transformers.models.florence2.modeling_florence2"),
     "hy_v4_vl_vision": _mm("patches", "HYV4VLVisionConfig", "HYV4VLVisionModel",
