@@ -4063,7 +4063,7 @@ HOLDOUT34 = {
                            dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
                                 num_attention_heads=2, num_key_value_heads=2, patch_size=4, spatial_merge_size=2,
                                 out_hidden_size=HIDDEN, max_image_size=64),
-                           ["mha", "packed-patches", "rmsnorm", "gelu"], "hy_v4_vl_vision", "vit", _P17, LAYERS,
+                           ["mha", "packed-patches", "layernorm", "gelu"], "hy_v4_vl_vision", "vit", _P17, LAYERS,
                            patch_grid=[1, 4, 4], patch_features=3 * 4 * 4),
     "glm_image_vision": _mm("patches", "GlmImageVisionConfig", "GlmImageVisionModel",
                             dict(depth=LAYERS, hidden_size=HIDDEN, num_heads=2, image_size=64, patch_size=4,
