@@ -10,7 +10,8 @@ DynamicQuantizeLinear) stays float32, walking up from its float inputs:
 - every producer on the way that is not a compute op (elementwise ops, data movement, norms), and
   the walk goes on above it;
 - a compute op (``LOW_OPS``: MatMul, Gemm, Conv, attention ...) whose float inputs are all
-  DequantizeLinear outputs or constants: DQ -> MatMul -> Q is the int8 region an int8 backend runs
+  DequantizeLinear outputs (read directly or through views: a weight DQ -> Transpose, as exporters
+  write W^T; the views stay float32 too) or constants: DQ -> MatMul -> Q is the int8 region an int8 backend runs
   in integers, exact up to the order of the sums, so float32 there is what the original computes and
   costs such a backend nothing. Its DequantizeLinear producers stay float32 too (a float16 scale
   changes the dequantized values) and the walk stops;
@@ -42,17 +43,27 @@ def _key(node: ir.Node) -> tuple[str, str]:
     return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
 
 
+#: ops that move a dequantized value without computing on it: DQ -> view -> MatMul is still DQ-fed
+VIEWS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
 def _dequantized_inputs(node: ir.Node, graph: ir.Graph, is_float: Callable[[ir.Value], bool]) -> list[ir.Node] | None:
-    """The DequantizeLinear producers of ``node``'s float inputs when every float input is one's
-    output or a constant; None otherwise."""
+    """The DequantizeLinear producers of ``node``'s float inputs, with the views between (VIEWS: their one
+    float input is the data, the others int64 shapes / axes), when every float input is one's output
+    (directly or through views) or a constant; None otherwise."""
     found = []
     for v in node.inputs:
         if v is None or not is_float(v) or is_constant(v, dense=False):
             continue
         p = v.producer()
+        chain = []
+        while p is not None and p.graph is graph and _key(p) in {("", op) for op in VIEWS} \
+                and p.inputs and p.inputs[0] is not None and is_float(p.inputs[0]):
+            chain.append(p)
+            p = p.inputs[0].producer()
         if p is None or p.graph is not graph or _key(p) not in DEQUANTIZERS:
             return None
-        found.append(p)
+        found += [*chain, p]
     return found
 
 
@@ -74,7 +85,7 @@ def quantizer_cones(graph: ir.Graph, is_compute: Callable[[ir.Node], bool],
             continue
         if is_compute(p):
             dequantizers = _dequantized_inputs(p, graph, is_float)
-            if dequantizers is not None:   # the int8 region: the op and its DequantizeLinears
+            if dequantizers is not None:   # the int8 region: the op, its DequantizeLinears and views between
                 found.add(p)
                 found.update(dequantizers)
             continue
