@@ -634,6 +634,19 @@ def _reads_input(ctx, v, n: int = 200) -> bool:
     return False
 
 
+def _unsqueeze_axes(ctx, ua, ub, r) -> list[int] | None:
+    """The sorted axes of one Unsqueeze doing Unsqueeze(Unsqueeze(x, ua), ub) for x of rank r (negative
+    axes numbered in each op's own output); None where an axis is out of range or repeated."""
+    ua, ub, r = _list(ctx, ua), _list(ctx, ub), int(r)
+    n1, n2 = r + len(ua), r + len(ua) + len(ub)
+    a = {int(x) % n1 for x in ua if -n1 <= int(x) < n1}
+    b = {int(x) % n2 for x in ub if -n2 <= int(x) < n2}
+    if len(a) != len(ua) or len(b) != len(ub):
+        return None
+    kept = [i for i in range(n2) if i not in b]  # where the inner result's axes land, in order
+    return sorted(b | {kept[p] for p in a})
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "rank": _rank,
     "shape": _shape,
@@ -682,6 +695,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "has_shape": lambda ctx, v, dims: _known_shape(ctx, v, _list(ctx, dims)),
     "take": lambda ctx, a, idx: [_list(ctx, a)[int(i)] for i in _list(ctx, idx)],
     "iota": lambda ctx, n: _iota(int(n)),
+    # the axes of one Unsqueeze doing two in a row (x of rank r), None when not valid
+    "unsqueeze_axes": _unsqueeze_axes,
     "is_int": lambda ctx, x: isinstance(x, (int, np.integer)) and not isinstance(x, bool),
     # a value's name (graph_io templates derive new names from it) and splitting strings
     "name": lambda ctx, v: _as_value(v, "name").name or "",
