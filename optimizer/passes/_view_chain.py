@@ -2,7 +2,12 @@
 layout_chains.py).
 
 Reshape, Unsqueeze, Squeeze and Flatten keep the elements in order, so a chain of them whose last
-Reshape provably gives the dims of the value the chain started from is that value. torch's
+Reshape, Squeeze or Unsqueeze (constant axes) provably gives the dims of the value the chain started
+from is that value. A Squeeze / Unsqueeze end's dims are its input's (a Reshape's target read as for a
+Reshape end) with the size-1 axes taken out / put in: the ort lowering of one-head attention (batch
+B*H or B, head 1: attention-bmm-single-head, attention-bmm-channels-first) gives
+MultiHeadAttention's [N, S, D] back as [N, 1, S, D], which the recognizer's Squeeze of the head axis
+takes back to [N, S, D]. torch's
 MultiheadAttention weights path with a key padding mask merges the [B, H, 1, S] mask to [B*H, 1, S]
 for its baddbmm; the batched-heads recognizer views it back [B, H, 1, S] with an Unsqueeze and a
 Reshape whose 0 entries copy dims the first view does not have at those axes, which
@@ -16,6 +21,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._chain_reads import one_reader
 from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
+from onnx_fuse.passes.constant_folding import constant_tensor
 from onnx_fuse.passes._infra import is_default_op, reroute
 from onnx_fuse.passes._shape_values import invented_name
 
@@ -23,12 +29,47 @@ _VIEWS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
 MAX_CHAIN = 8
 
 
+def _axes(node: ir.Node) -> list[int] | None:
+    """A Squeeze's / Unsqueeze's constant axes (input, or the attribute before opset 13); None when unknown."""
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        t = constant_tensor(node.inputs[1])
+        if t is None or not t.dtype.is_integer() or len(t.shape) > 1:
+            return None
+        return [int(a) for a in t.numpy().reshape(-1)]
+    a = node.attributes.get("axes")
+    return None if a is None else [int(x) for x in a.value]
+
+
+def _out_dims(r: ir.Node) -> list | None:
+    """The dims the view ``r`` provably outputs: a Reshape's by its target, a Squeeze's / Unsqueeze's
+    by its input's (a Reshape's target when a Reshape makes it) and its axes; None when unknown."""
+    if r.op_type == "Reshape":
+        return reshape_out_dims(r.outputs[0])
+    x = r.inputs[0]
+    axes = _axes(r)
+    if not axes:
+        return None  # a Squeeze of every size-1 axis: which ones rests on inference
+    ins = reshape_out_dims(x) if is_default_op(x.producer(), "Reshape") else value_dims(x)
+    if ins is None or any(d is None for d in ins):
+        return None
+    rank = len(ins) + (len(axes) if r.op_type == "Unsqueeze" else 0)
+    norm = sorted({a % rank for a in axes if -rank <= a < rank})
+    if len(norm) != len(axes):
+        return None
+    if r.op_type == "Squeeze":
+        if any(ins[a] != (1, ()) for a in norm):
+            return None
+        return [d for i, d in enumerate(ins) if i not in norm]
+    it = iter(ins)
+    return [(1, ()) if i in norm else next(it) for i in range(rank)]
+
+
 def view_chain(r: ir.Node) -> bool:
-    """The Reshape ``r``'s readers read the chain's start where r gives back its dims (module docstring)."""
+    """The view ``r``'s readers read the chain's start where r gives back its dims (module docstring)."""
     out = r.outputs[0]
     if out.is_graph_output() or not r.inputs or r.inputs[0] is None:
         return False
-    dims = reshape_out_dims(out)
+    dims = _out_dims(r)
     if dims is None or any(invented_name(a) for _, atoms in dims for a in atoms):
         return False
     starts, cur = [], r.inputs[0]

@@ -21,9 +21,10 @@ Cases handled (each counted in ``stats``):
 - ``picks-through-transpose`` / ``picks-as-split``: constant Gathers of a Transpose read its input
   (the Transposes after them take the perm), and constant Gathers of a Reshape splitting the last
   axis into [G, C] are one Split of it (passes/_packed_picks.py: torch MHA's packed q / k / v).
-- ``view-chain``: Reshape / Unsqueeze / Squeeze / Flatten views ending in a Reshape that provably
-  gives the chain's start its own dims read the start (passes/_view_chain.py: torch MHA's merged
-  key padding mask viewed back per head).
+- ``view-chain``: Reshape / Unsqueeze / Squeeze / Flatten views ending in a Reshape, Squeeze or
+  Unsqueeze that provably gives the chain's start its own dims read the start (passes/_view_chain.py:
+  torch MHA's merged key padding mask viewed back per head; one-head attention's MultiHeadAttention
+  output viewed [N, 1, S, D] and squeezed back).
 - ``view-factor``: Reshape(Mul(Reshape(x [B,S,N], [B,S,H,D]), f [..,1,1]), x's dims) is
   Mul(x, Squeeze(f, [-1])) (passes/_view_factor.py: Ministral 3's per-position query factor).
 
@@ -121,4 +122,7 @@ class FoldLayoutChainsPass(FusePass):
                 elif view_factor(graph, node, opset):
                     self.stats["view-factor"] += 1
                     modified = True
+            elif is_default_op(node, "Squeeze", "Unsqueeze") and view_chain(node):
+                self.stats["view-chain"] += 1
+                modified = True
         return ir.passes.PassResult(model, modified=modified)

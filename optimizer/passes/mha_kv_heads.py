@@ -65,6 +65,25 @@ def _glue(value: ir.Value | None, heads: int) -> tuple[ir.Value, list[int]] | No
     return x, bnsh
 
 
+def _one_head_source(x: ir.Value, bnsh: list[int], heads: int) -> ir.Value | None:
+    """y where ``heads`` is 1 and x (the glue's [B, N, L, H] source read by ``bnsh``) is
+    Unsqueeze(y, heads axis) with y's axes in the order B, L, H: the glue's merge is then y."""
+    node = x.producer()
+    if heads != 1 or not is_default_op(node, "Unsqueeze") or not node.inputs or node.inputs[0] is None:
+        return None
+    y = node.inputs[0]
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        t = constant_tensor(node.inputs[1])
+        axes = [int(a) for a in t.numpy().reshape(-1)] if t is not None and t.dtype.is_integer() else None
+    else:
+        a = node.attributes.get("axes")
+        axes = None if a is None else [int(v) for v in a.value]
+    if axes is None or len(axes) != 1 or axes[0] % 4 != bnsh[1] or y.shape is None or len(y.shape) != 3:
+        return None
+    rest = [bnsh[0], bnsh[2], bnsh[3]]
+    return y if rest == sorted(rest) else None
+
+
 def _merge_is_one_transpose(value: ir.Value, depth: int = 24) -> bool:
     """``value`` (the glue's merged [B, L, N*H]) ends a Reshape / Flatten / Transpose chain, each value
     read once, that moves whole axes of its source (known dims): fold-layout-chains writes it as one
@@ -118,6 +137,12 @@ class MhaHeadsFirstKvPass(FusePass):
         k, v = _glue(ins[1], int(heads)), _glue(ins[2], int(heads))
         if k is None or v is None:
             return False
+        ys = [_one_head_source(x, perm, int(heads)) for x, perm in (k, v)]
+        if ys[0] is not None and ys[1] is not None:
+            node.replace_input_with(1, ys[0])
+            node.replace_input_with(2, ys[1])
+            self.stats["one-head-3d"] += 1
+            return True
         if all(chain_absorbs_transpose(x, [perm[p] for p in _MERGE]) for x, perm in (k, v)):
             return False  # the glue folds into their own layout chains: fewer Transposes left 3-D
         if _merge_is_one_transpose(ins[1]) and _merge_is_one_transpose(ins[2]):

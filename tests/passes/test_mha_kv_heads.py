@@ -145,3 +145,49 @@ def test_kv_from_chains_that_take_the_glue_are_left_3d():
         }}""")
     _, modified, p = _run(proto)
     assert not modified and p.stats["MultiHeadAttention"] == 0
+
+
+
+def _one_head(axis: str = "1", v_unsqueezed: bool = True):
+    """One head: k [B, L, H] (and v, or v given [B, 1, L, H]) unsqueezed at ``axis`` and merged back by
+    the lowering's glue."""
+    v_in, v4 = (f"float[{B}, {L}, {H}] v", "v4 = Unsqueeze (v, ax)") if v_unsqueezed else (f"float[{B}, 1, {L}, {H}] v4", "")
+    return parse(_HEAD + f"""
+        g (float[{B}, {S}, {H}] q, float[{B}, {L}, {H}] k, {v_in}) => (float[{B}, {S}, {H}] y) {{
+            merge = Constant <value = int64[3] {{0, 0, -1}}> ()
+            ax = Constant <value = int64[1] {{{axis}}}> ()
+            k4 = Unsqueeze (k, ax)
+            {v4}
+            kt = Transpose <perm = [0, 2, 1, 3]> (k4)
+            k3 = Reshape (kt, merge)
+            vt = Transpose <perm = [0, 2, 1, 3]> (v4)
+            v3 = Reshape (vt, merge)
+            y = com.microsoft.MultiHeadAttention <num_heads = 1, scale = 0.3> (q, k3, v3)
+        }}""")
+
+
+@pytest.mark.parametrize("axis", ["1", "-3"])
+def test_one_head_unsqueezed_kv_read_3d(axis):
+    """One head (the one-head rules' [N, L, H] viewed [N, 1, L, H]): k and v are 3-D values unsqueezed at
+    the heads axis, so the merge back is the value itself; the op reads them 3-D, no Unsqueeze left
+    (heads-first kept one per tensor: janus_vqgan ort-O3, 327 -> 307 nodes with view-chain's Squeeze end)."""
+    proto = _one_head(axis)
+    model, modified, p = _run(proto)
+    assert modified and p.stats["one-head-3d"] == 1, dict(p.stats)
+    assert ops(model) == {"MultiHeadAttention": 1}, ops(model)
+    mha = next(n for n in model.graph if n.op_type == "MultiHeadAttention")
+    assert [v.name for v in mha.inputs[1:3]] == ["k", "v"]
+    rng = np.random.default_rng(4)
+    check_same(proto, model, {n: rng.standard_normal((B, d, H)).astype(np.float32) for n, d in (("q", S), ("k", L), ("v", L))})
+
+
+def test_one_head_with_one_unsqueezed_tensor_stays_heads_first():
+    # only k is a 3-D value unsqueezed (v comes in [B, 1, L, H]): both go heads-first as before (ORT takes a
+    # 4-D k only beside a 4-D v), the Unsqueeze stays
+    proto = _one_head(v_unsqueezed=False)
+    model, modified, p = _run(proto)
+    assert modified and "one-head-3d" not in p.stats and p.stats["MultiHeadAttention"] == 1
+    rng = np.random.default_rng(5)
+    check_same(proto, model, {"q": rng.standard_normal((B, S, H)).astype(np.float32),
+                              "k": rng.standard_normal((B, L, H)).astype(np.float32),
+                              "v4": rng.standard_normal((B, 1, L, H)).astype(np.float32)})

@@ -37,6 +37,10 @@ def _run(back: str):
             full = Reshape (u, back)
             y = Add (full, s)
         }}""")
+    return _fold(proto)
+
+
+def _fold(proto):
     model, modified, p = apply(FoldLayoutChainsPass, proto, shape_inference=True)
     IdentityEliminationPass()(model)
     DeadCodeEliminationPass()(model)
@@ -63,3 +67,48 @@ def test_view_to_other_dims_stays():
     # heads first: [4, B, 1, S] is other dims than the start's [B, 4, 1, S] (unless B is 4)
     proto, model, modified, p = _run("4, -1, 0, 0")
     assert "view-chain" not in p.stats
+
+
+def _one_head(view: str, end: str, out_shape: str):
+    """MultiHeadAttention's one-head output [N, S, D] (here x) viewed and taken back by a Squeeze /
+    Unsqueeze, as the ort lowering of the one-head rules leaves it."""
+    proto = parse(f"""<ir_version: 10, opset_import: ["" : 18]>
+        g (float[N, 6, 4] x) => (float[{out_shape}] y) {{
+            view = Constant <value = int64[{len(view.split(','))}] {{{view}}}> ()
+            ax = Constant <value = int64[1] {{1}}> ()
+            r = Reshape (x, view)
+            s = {end} (r, ax)
+            y = Relu (s)
+        }}""")
+    return _fold(proto)
+
+
+def test_one_head_output_viewed_and_squeezed_back_is_the_output():
+    proto, model, modified, p = _one_head("0, 1, 6, 4", "Squeeze", "N, 6, 4")
+    assert modified and p.stats["view-chain"] == 1, dict(p.stats)
+    assert _ops(model) == {"Relu": 1}, _ops(model)
+    check_same(proto, model, {"x": np.random.default_rng(1).standard_normal((3, 6, 4)).astype(np.float32)})
+
+
+def test_view_unsqueezed_back_is_the_start():
+    # [N, 1, 4] viewed [N, 4] and unsqueezed back at -2: the start's dims, so the start
+    proto = parse("""<ir_version: 10, opset_import: ["" : 18]>
+        g (float[N, 1, 4] x) => (float[N, 1, 4] y) {
+            view = Constant <value = int64[2] {0, 4}> ()
+            ax = Constant <value = int64[1] {-2}> ()
+            r = Reshape (x, view)
+            s = Unsqueeze (r, ax)
+            y = Relu (s)
+        }""")
+    proto, model, modified, p = _fold(proto)
+    assert modified and p.stats["view-chain"] == 1, dict(p.stats)
+    assert _ops(model) == {"Relu": 1}, _ops(model)
+    check_same(proto, model, {"x": np.random.default_rng(1).standard_normal((3, 1, 4)).astype(np.float32)})
+
+
+def test_squeeze_to_other_dims_stays():
+    # [N, 6, 4] viewed [N, 1, 4, 6] and squeezed: [N, 4, 6] is not the start's [N, 6, 4]
+    proto, model, modified, p = _one_head("0, 1, 4, 6", "Squeeze", "N, 4, 6")
+    assert "view-chain" not in p.stats
+    assert _ops(model).get("Squeeze") == 1
+    check_same(proto, model, {"x": np.random.default_rng(1).standard_normal((3, 6, 4)).astype(np.float32)})
