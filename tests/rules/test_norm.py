@@ -171,8 +171,8 @@ def test_rms_norm_wrong_axis_and_wrong_gamma_do_not_fuse(h):
     assert "RMSNormalization" not in h.ops(h.fuse(m1, "onnx"))
     assert any("last axis" in r for r in h.reasons(m1, "onnx", "rms-norm"))
     m2 = _rms_graph(h, gamma_d=1)
-    out2 = h.fuse(m2, "onnx")   # a scalar gamma: not rms-norm's; rms-norm-scalar-scale takes it into the scale
-    assert "rms-norm" not in h.fired(out2) and h.fired(out2)["rms-norm-scalar-scale"] == 1, h.fired(out2)
+    out2 = h.fuse(m2, "onnx")   # a scalar gamma: not rms-norm's; rms-norm-channel-scale takes it into the scale (one number)
+    assert "rms-norm" not in h.fired(out2) and h.fired(out2)["rms-norm-channel-scale"] == 1, h.fired(out2)
     assert h.ops(out2) == {"RMSNormalization": 1}, h.ops(out2)
     assert any("gamma must cover" in r for r in h.reasons(m2, "onnx", "rms-norm"))
     h.assert_close(m2, out2, _feeds(h))
