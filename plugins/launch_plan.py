@@ -6,8 +6,8 @@ Plain Python, no GPU needed: the TensorRT plugins, the ctypes wrappers
 checks that the kernel names exist in the sources.
 
 - ``plan_fused_attention``: per head size (64, 80, 96, 128, 256; ``fa_variants(D)`` lists what
-  each compiles) and chip: on the H200 wgmma variants (D=128: warp-specialized, D=64: one
-  warpgroup per CTA, D=256: 64-key tiles), elsewhere mma.sync; 64-row tiles when 128-row ones
+  each compiles) and chip: on the H200 wgmma variants (D=64 / 128 / 256: warp-specialized with TMA loads,
+  D=80 / 96: the D=128 bodies padded), elsewhere mma.sync; 64-row tiles when 128-row ones
   leave the chip under-filled; grid (query tiles, Hq, B).
 - ``plan_paged_decode``: variant per head size (``pa_variants(D)``; bulk copies from D=80 up on
   Hopper); one CTA per (kv head, split, sequence); splits the context so the
@@ -58,8 +58,9 @@ FA_WGMMA = (128, 128, 8)       # wgmma, 128-key tiles, 2 K/V stages
 FA_WGMMA_PIPE = (128, 64, 8)   # wgmma, 64-key tiles, 3 stages, S of tile j+1 overlaps softmax of j
 FA_WGMMA_VARIANTS = (FA_WGMMA, FA_WGMMA_PIPE)
 FA_DEFAULT = (128, 64, 4)
-# D = 256 compiles two variants: mma.sync 64x64 (4 warps) and wgmma (128, 64, 8), which at D = 256
-# is the 2-stage body with 64-key tiles (no pipelined variant: its 3 stages would not fit).
+# D = 256 compiles mma.sync 64x64 (4 warps) and wgmma (128, 64, 8), which at D = 256 is the 2-stage body with
+# 64-key tiles (no pipelined variant: its 3 stages would not fit), and (FA_VARIANTS_D256_ALL, below) the
+# warp-specialized FA_WS_TMA_H256W, planned on Hopper from run 49a.
 FA_VARIANTS_D256 = ((64, 64, 4), (128, 64, 8))
 # D = 64 adds (64, 128, 4): wgmma with one warpgroup per CTA and two CTAs per SM (sm_90a build;
 # elsewhere the entry runs the mma.sync 64x64 body).
@@ -183,24 +184,33 @@ FA_WS_TMA_OVEDFC = (128, 128, 12, "tma", "ovedfc")
 FA_WS_TMA_OVEDQP = (128, 128, 12, "tma", "ovedqp")
 FA_WS_TMA_OVEDFCP = (128, 128, 12, "tma", "ovedfcp")
 FA_PAD_HEAD_DIMS = (80, 96)
-# Candidates FA_WS_TMA_H256 / FA_WS_TMA_H256W (..._d256_m128n64w12t_h256_... / _m128n80w12t_h256w_..., loads 46 / 48
-# by name, 47 / 49 with the fallback to the planned (128, 64, 8) where TMA cannot address the tensors; session 41,
-# experimental, by name only): the warp-specialized TMA body at D = 256 (fa_ws_core's kWsH256BN / kWsH256WBN,
-# kWsH256Stages): 128 query rows (two consumer warpgroups x 64), K / V tiles of 64 or 80 keys (FlashAttention-3's
-# hdim-256 tile) in 2 stages, oved's options with the lazy O rescale, Q in shared memory (64 KiB; the O accumulator
-# takes 128 of the consumers' 240 registers). Shared memory 193 / 225 KiB (fa_smem_bytes).
+# FA_WS_TMA_H256W and the candidate FA_WS_TMA_H256 (..._d256_m128n80w12t_h256w_... / _m128n64w12t_h256_..., loads
+# 48 / 46 by name, 49 / 47 with the fallback to (128, 64, 8) where TMA cannot address the tensors; session 41): the
+# warp-specialized TMA body at D = 256 (fa_ws_core's kWsH256WBN / kWsH256BN, kWsH256Stages): 128 query rows (two
+# consumer warpgroups x 64), K / V tiles of 80 or 64 keys (80: FlashAttention-3's hdim-256 tile) in 2 stages, oved's
+# options with the lazy O rescale, Q in shared memory (64 KiB; the O accumulator takes 128 of the consumers' 240
+# registers). Shared memory 225 / 193 KiB (fa_smem_bytes). FA_WS_TMA_H256W is planned at D = 256 on Hopper without a
+# softcap from run 49a (session 41, H100, B4 S4096 H16 and B8 S2048 H16/4, 3 passes): fp16 full 503-509 TFLOP/s
+# against (128, 64, 8)'s 401-432 (cuDNN 525-617, FA2 303-315), causal 428-450 against 353-416 (cuDNN 485-546); bf16
+# full 514-527 against 411-456, causal 447-466 against 356-424; the 64-key FA_WS_TMA_H256 2-6 % behind it. Windows
+# plan it too (correct by the GPU tests, not timed). Candidates FA_WS_TMA_H256S / H256WS (loads 50 / 52, 51 / 53):
+# the same with K and V on barriers of their own (fa_ws_core's kWsSplitKV: K freed after its S, V after its P V).
 FA_WS_TMA_H256 = (128, 64, 12, "tma", "h256")
 FA_WS_TMA_H256W = (128, 80, 12, "tma", "h256w")
+FA_WS_TMA_H256S = (128, 64, 12, "tma", "h256s")
+FA_WS_TMA_H256WS = (128, 80, 12, "tma", "h256ws")
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
-           "ovedqp", "ovedfcp", "h256", "h256w")  # a last variant element naming fa_ws_core options
+           "ovedqp", "ovedfcp", "h256", "h256w", "h256s", "h256ws")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
                  "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
                  "ovedqp": (42, 43), "ovedfcp": (44, 45),
-                 "h256": (46, 47), "h256w": (48, 49)}  # launcher loads (by name, planned)
+                 "h256": (46, 47), "h256w": (48, 49), "h256s": (50, 51),
+                 "h256ws": (52, 53)}  # launcher loads (by name, planned)
 _FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp")  # two query blocks per CTA (kWsFold)
 _FA_PAD_OPTS = ("ovedqp", "ovedfcp")  # the D = 128 body at D = 80 / 96 (head dim padded in shared memory)
 FA_VARIANTS_PAD = FA_VARIANTS + (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)  # D = 80 / 96
+FA_VARIANTS_D256_ALL = FA_VARIANTS_D256 + (FA_WS_TMA_H256W,)  # D = 256 (fa_variants)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
@@ -263,13 +273,13 @@ def fa_variant_smem_bytes(head_dim: int, variant: tuple) -> int:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
-    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; FA_WS_TMA_H256 / H256W: D = 256; none depends on the mask
-    since run 18). The padded
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; FA_WS_TMA_H256 / H256S / H256WS: D = 256; none depends on
+    the mask since run 18). The padded
     FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP (D = 80 / 96) are planned since run 48a (fa_variants)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
         return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
-    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256W)}.get(head_dim, ())
+    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256S, FA_WS_TMA_H256WS)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -433,7 +443,7 @@ def _check_head_dim(head_dim: int) -> None:
 def fa_variants(head_dim: int) -> tuple[tuple, ...]:
     """(block_m, block_n, warps) variants compiled for ``head_dim`` (FA_WS_TMA adds "tma")."""
     _check_head_dim(head_dim)
-    return {256: FA_VARIANTS_D256, 64: FA_VARIANTS_D64, 128: FA_VARIANTS_D128, 80: FA_VARIANTS_PAD,
+    return {256: FA_VARIANTS_D256_ALL, 64: FA_VARIANTS_D64, 128: FA_VARIANTS_D128, 80: FA_VARIANTS_PAD,
             96: FA_VARIANTS_PAD}.get(head_dim, FA_VARIANTS)
 
 
@@ -580,7 +590,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
                           FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP, FA_WS_TMA_H256,
-                          FA_WS_TMA_H256W):
+                          FA_WS_TMA_H256W, FA_WS_TMA_H256S, FA_WS_TMA_H256WS):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -657,8 +667,8 @@ def plan_fused_attention(
         hopper = device.compute_capability == (9, 0)
         if ctas_128 < 2 * device.num_sms:
             variant = (64, 64, 4)
-        elif head_dim == 256:
-            variant = (128, 64, 8) if hopper else (64, 64, 4)
+        elif head_dim == 256:  # Hopper: the warp-specialized 80-key body (run 49a: 1.12-1.22x (128, 64, 8))
+            variant = (FA_WGMMA_PIPE if softcap else FA_WS_TMA_H256W) if hopper else (64, 64, 4)
         elif head_dim in (64, 128) and hopper:
             # warp-specialized with TMA loads: at D = 128 536-553 TFLOP/s on the H200 against
             # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against
@@ -727,8 +737,9 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_LD 12 / 13; FA_WS_TMA_OVED 18 / 19; FA_WS_TMA_OVEDG 22 / 23; the candidates
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
     FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40; the padded candidates
-    FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA); the D = 256
-    candidates FA_WS_TMA_H256 46 / 47 and FA_WS_TMA_H256W 48 / 49 (47 / 49 fall back to (128, 64, 8))."""
+    FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA); at D = 256
+    FA_WS_TMA_H256W 48 / 49 and the candidates FA_WS_TMA_H256 46 / 47, H256S 50 / 51, H256WS 52 / 53 (the odd codes
+    fall back to (128, 64, 8))."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

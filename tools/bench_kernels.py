@@ -213,7 +213,8 @@ def main() -> int:
                     help="prefill rows of these head sizes only, without the sliding-window rows (a candidates run)")
     ap.add_argument("--variants", nargs="+", default=None, metavar="TAG",
                     help="prefill: time only our planned variant and those whose name ends in one of these tags "
-                         "(e.g. ovedq ldeq), beside the anchors (a shorter candidates run)")
+                         "(e.g. ovedq ldeq) or whose tile is one of them (e.g. m128n64w8), beside the anchors (a "
+                         "shorter candidates run)")
     ap.add_argument("--passes", type=int, default=2, metavar="N",
                     help="prefill: timed passes over the candidates, every other one in reverse order (an A/B of "
                          "candidates whose order under the power limit matters; the log adds each row's median and max)")
@@ -316,9 +317,10 @@ def main() -> int:
                     with sdpa_kernel([be]):
                         return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
                 cands[name] = (f, False)
-            if a.variants:  # keep the planned variant, the named candidates and the anchors
+            if a.variants:  # keep the planned variant, the named candidates (by tag or tile) and the anchors
                 cands = {n: c for n, c in cands.items() if not c[1] or "(planned)" in n
-                         or any(n.split(" (")[0].endswith("_" + t) for t in a.variants)}
+                         or any(n.split(" (")[0].split()[-1] == t or n.split(" (")[0].endswith("_" + t)
+                                for t in a.variants)}
             results = {n: [] for n in cands}
             errs = {}
             for n, (fn, ours) in cands.items():

@@ -7,8 +7,9 @@
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
 #   pad: the padded D = 80 / 96 prefill bodies (ovedqp / ovedfcp, planned since run 48a): their GPU tests, then
 #   their rows beside FA2 and cuDNN (PAD_SHAPES overrides the shapes; a short call)
-#   ws256: the D = 256 warp-specialized candidates (h256 / h256w, session 41, by name only): their GPU tests, then
-#   their rows beside the planned m128n64w8, FA2 and cuDNN (WS256_SHAPES overrides the shapes; a short call)
+#   ws256: the D = 256 warp-specialized bodies (h256w planned since run 49a; the candidates h256, h256s, h256ws): their
+#   GPU tests, then their rows beside m128n64w8 (planned until then), FA2 and cuDNN (WS256_SHAPES overrides the
+#   shapes; a short call)
 #   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
 #   name: h200 on an H200, wave then splits on an H100), logs sweep_<set>.log and sweep_<set>.json
 set -o pipefail
@@ -64,7 +65,8 @@ if [ "$MODE" = ws256 ]; then
     | tee "$OUT/pytest_ws256.log" | tail -30
   echo "ws256 tests: $((SECONDS - t0)) s"
   WS256_SHAPES=${WS256_SHAPES:-"4x4096x16x16x256 4x4096x16x16x256c 8x2048x16x4x256 8x2048x16x4x256c"}
-  timeout 300 python3 tools/bench_kernels.py --no-build --only prefill --variants h256 h256w --passes 3 --flush zero \
+  timeout 300 python3 tools/bench_kernels.py --no-build --only prefill --variants h256 h256w h256s h256ws m128n64w8 \
+    --passes 3 --flush zero \
     --prefill-shapes $WS256_SHAPES "$@" 2>&1 | tee "$OUT/bench_ws256.log"
   echo "ws256: $((SECONDS - t0)) s"
 fi

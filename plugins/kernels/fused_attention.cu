@@ -944,6 +944,14 @@ constexpr int kWsPadD96 = 4096;
 constexpr int kWsH256BN = 64;
 constexpr int kWsH256WBN = 80;
 constexpr int kWsH256Stages = 2;
+// kWsSplitKV (the D = 256 candidates m128n64w12t_h256s / m128n80w12t_h256ws, session 41): K and V of a stage on
+// barriers of their own, as kWsMcast's (without the multicast): K is released once both consumers' S of it is
+// done, V once their P V is. With one full / empty pair per stage and 2 stages, tile j + 1 could only load once
+// the second consumer's P V of tile j - 1 was done, and the first consumer's next turn (S of j + 1) waited for
+// that load's whole latency with the tensor cores idle; split, K of j + 1 loads once S of j - 1 is done (two turns
+// earlier) and V of j + 1 once P V of j - 1 is (a turn before its P V needs it). FlashAttention-3 pipelines K and
+// V apart the same way.
+constexpr int kWsSplitKV = 8192;
 // The head dim of the tensors (columns of O stored): the real one under kWsPadD*, else D.
 template <int D, int OPT>
 __host__ __device__ constexpr int fa_ws_out_d() {
@@ -1200,6 +1208,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   constexpr bool PERSIST = Tiles::kPersistent;
   static_assert(!PERSIST || Rows::kTma, "persistent schedule: dense TMA rows only");
   constexpr bool MCAST = (OPT & kWsMcast) != 0;
+  constexpr bool SPLIT = (OPT & kWsSplitKV) != 0;  // K / V on barriers of their own (no multicast)
+  constexpr bool KVB = MCAST || SPLIT;  // V full / V empty barriers; K released after its S
+  static_assert(!SPLIT || (Rows::kTma && !PERSIST && !MCAST), "split K/V barriers: dense TMA rows, one tile per CTA");
   static_assert(!MCAST || (Rows::kTma && !PERSIST && D == 128 && BNT == 128 && BM == BNT),
                 "K/V multicast: dense TMA rows, one tile per CTA, D = 128");
   constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
@@ -1214,8 +1225,8 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 
   extern __shared__ unsigned char fa_smem[];
   // Q, full[ST], empty[ST], V tail (TMA), Q empty (persistent)
-  // MCAST: V on barriers of its own (V full[ST], V empty[ST]); full / empty then hold K's
-  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + (MCAST ? 2 * ST : 0)];
+  // MCAST / SPLIT: V on barriers of its own (V full[ST], V empty[ST]); full / empty then hold K's
+  __shared__ __align__(8) uint64_t ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0) + (KVB ? 2 * ST : 0)];
   __shared__ float ws_pin[(OPT & kWsPinSoftmax) ? 256 : 1];  // kWsPinSoftmax: a slot per consumer thread
   const uint32_t sbase = (smem_u32(fa_smem) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
@@ -1225,7 +1236,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   const uint32_t empty0 = smem_u32(&ws_bars[1 + ST]);
   const uint32_t vtail = smem_u32(&ws_bars[1 + 2 * ST]);
   const uint32_t qempty = smem_u32(&ws_bars[1 + 2 * ST + (PERSIST ? 1 : 0)]);  // persistent only
-  const uint32_t fullv0 = MCAST ? smem_u32(&ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)]) : 0u;  // MCAST only
+  const uint32_t fullv0 = KVB ? smem_u32(&ws_bars[2 + 2 * ST + (PERSIST ? 1 : 0)]) : 0u;  // MCAST / SPLIT only
   const uint32_t emptyv0 = fullv0 + 8 * ST;
 
   const int tid = threadIdx.x;
@@ -1287,9 +1298,9 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     for (int s = 0; s < ST; ++s) {
       mbar_init(full0 + 8 * s, FULL_ARRIVALS);
       mbar_init(empty0 + 8 * s, MCAST ? 16 : 256);  // MCAST: a consumer warp of either CTA each
-      if constexpr (MCAST) {
+      if constexpr (KVB) {
         mbar_init(fullv0 + 8 * s, 1);
-        mbar_init(emptyv0 + 8 * s, 16);
+        mbar_init(emptyv0 + 8 * s, MCAST ? 16 : 256);
       }
     }
     mbar_init(vtail, 1);
@@ -1435,6 +1446,26 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 #pragma unroll
                 for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0 + rw.row0, rw.b, fullv);
               }
+            }
+            continue;
+          }
+          if constexpr (SPLIT) {  // K on full / empty, V on V full / V empty (its tail fix-up arrives there)
+            if (lane == 0) {
+              const uint32_t fullv = fullv0 + 8 * (c % ST);
+              if (c >= ST) mbar_wait_parity(empty0 + 8 * (c % ST), ((c / ST) - 1) & 1);
+              mbar_arrive_expect_tx(full, TILE);
+#pragma unroll
+              for (int cb = 0; cb < NB; ++cb)
+                wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0 + rw.row0, rw.b, full);
+              if (c >= ST) mbar_wait_parity(emptyv0 + 8 * (c % ST), ((c / ST) - 1) & 1);
+              mbar_arrive_expect_tx(tail ? vtail : fullv, TILE);
+#pragma unroll
+              for (int cb = 0; cb < NB; ++cb)
+                wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0 + rw.row0, rw.b, tail ? vtail : fullv);
+            }
+            if (tail) {  // warp-uniform; once per CTA (no PERSIST)
+              ws_zero_v_tail<BN, CPR>(dv, KL - n0, vtail, tails & 1, fullv0 + 8 * (c % ST), lane);
+              ++tails;
             }
             continue;
           }
@@ -1777,7 +1808,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
       wg::bar_arrive(other_bar, 256);
       wg::wait0();
       wg::fence_acc(s0);
-      if constexpr (MCAST) release(empty0, 0);  // K of the first tile is read
+      if constexpr (KVB) release(empty0, 0);  // K of the first tile is read
       // PERSIST: "Q empty" as soon as this warpgroup's last S = Q K^T is done (here with one key tile,
       // else in the loop below), so the next tile's Q loads under this one's last softmax and P V
       if constexpr (PERSIST && !QREGS) {
@@ -1799,13 +1830,13 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::bar_sync(my_bar, 256);
     issue_s(s_nxt, j + 1);
     wg::commit();
-    if constexpr (MCAST) mbar_wait_parity(fullv0 + 8 * ((c - 1) % ST), ((c - 1) / ST) & 1);
+    if constexpr (KVB) mbar_wait_parity(fullv0 + 8 * ((c - 1) % ST), ((c - 1) / ST) & 1);
     pv(j);
     wg::bar_arrive(other_bar, 256);
     float alpha[2];
     wg::wait1();
     wg::fence_acc(s_nxt);
-    if constexpr (MCAST) release(empty0, j + 1);  // K of tile j + 1 is read
+    if constexpr (KVB) release(empty0, j + 1);  // K of tile j + 1 is read
     if constexpr (PERSIST && !QREGS) {
       if (j + 2 == n_tiles) wg::mbar_arrive(qempty);  // S of the last key tile is done
     }
@@ -1815,7 +1846,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
                    : "memory");
     wg::wait0();
     pv_done();
-    release(MCAST ? emptyv0 : empty0, j);
+    release(KVB ? emptyv0 : empty0, j);
     finish(s_nxt, alpha);
   }
   // kWsChain: the next block (not the last, not empty) starts here, its first S = Q K^T issued with this
@@ -1861,12 +1892,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     {
       const int j = n_tiles - 1;
       wg::bar_sync(my_bar, 256);
-      if constexpr (MCAST) mbar_wait_parity(fullv0 + 8 * ((kv_base + j) % ST), ((kv_base + j) / ST) & 1);
+      if constexpr (KVB) mbar_wait_parity(fullv0 + 8 * ((kv_base + j) % ST), ((kv_base + j) / ST) & 1);
       pv(j);
       if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
       wg::wait0();
       pv_done();
-      release(MCAST ? emptyv0 : empty0, j);
+      release(KVB ? emptyv0 : empty0, j);
     }
     // kWsSmemEpilogue stages through this warpgroup's Q rows; with PERSIST only on the CTA's last
     // tile (before another, the producer may already be loading that tile's Q there).
@@ -2321,15 +2352,20 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
                         onnx_fuse::kWsLazyRescale | PAD)
 // Candidates m128n64w12t_h256 / m128n80w12t_h256w at D = 256 (loads 46 / 48 by name, 47 / 49 with the fallback
 // to m128n64w8 where TMA cannot address the tensors; session 41): the warp-specialized TMA body at D = 256 with
-// 64- / 80-key K/V tiles in 2 stages (kWsH256BN, kWsH256WBN, kWsH256Stages), oved's options and the lazy rescale.
+// 64- / 80-key K/V tiles in 2 stages (kWsH256BN, kWsH256WBN, kWsH256Stages), oved's options and the lazy rescale;
+// m128n64w12t_h256s / m128n80w12t_h256ws (loads 50 / 52, 51 / 53) the same with K and V on barriers of their own
+// (kWsSplitKV).
 #define OF_FA_H256_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsLazyRescale)
-#define OF_FA_WSTH256_KERNEL(NAME, T, CAUSAL, BNT) \
-  OF_FA_WST_ENTRY_B(, NAME, T, 256, CAUSAL, 24, OF_FA_H256_OPT, 0, BNT, onnx_fuse::kWsH256Stages)
-#define OF_FA_WSTH256_KERNELS(DTN, T)                                                                         \
-  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w12t_h256_full, T, false, onnx_fuse::kWsH256BN)    \
-  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n64w12t_h256_causal, T, true, onnx_fuse::kWsH256BN)   \
-  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n80w12t_h256w_full, T, false, onnx_fuse::kWsH256WBN)  \
-  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n80w12t_h256w_causal, T, true, onnx_fuse::kWsH256WBN)
+#define OF_FA_WSTH256_KERNEL(NAME, T, CAUSAL, BNT, OPT) \
+  OF_FA_WST_ENTRY_B(, NAME, T, 256, CAUSAL, 24, OPT, 0, BNT, onnx_fuse::kWsH256Stages)
+#define OF_FA_WSTH256_PAIR(DTN, T, BNV, TAG, BNT, OPT)                                              \
+  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n##BNV##w12t_##TAG##_full, T, false, BNT, OPT) \
+  OF_FA_WSTH256_KERNEL(onnx_fuse_fa_fwd_##DTN##_d256_m128n##BNV##w12t_##TAG##_causal, T, true, BNT, OPT)
+#define OF_FA_WSTH256_KERNELS(DTN, T)                                                                     \
+  OF_FA_WSTH256_PAIR(DTN, T, 64, h256, onnx_fuse::kWsH256BN, OF_FA_H256_OPT)                              \
+  OF_FA_WSTH256_PAIR(DTN, T, 80, h256w, onnx_fuse::kWsH256WBN, OF_FA_H256_OPT)                            \
+  OF_FA_WSTH256_PAIR(DTN, T, 64, h256s, onnx_fuse::kWsH256BN, OF_FA_H256_OPT | onnx_fuse::kWsSplitKV)     \
+  OF_FA_WSTH256_PAIR(DTN, T, 80, h256ws, onnx_fuse::kWsH256WBN, OF_FA_H256_OPT | onnx_fuse::kWsSplitKV)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2561,7 +2597,7 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
 // 14 _ovedq, 18 _ovedfc (D = 128); 20 _ovedqp, 21 _ovedfcp (D = 80, 96: the D = 128 bodies, padded);
-// 22 m128n64w12t_h256, 23 m128n80w12t_h256w (D = 256).
+// 22 m128n64w12t_h256, 23 m128n80w12t_h256w, 24 _h256s, 25 _h256ws (D = 256).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2616,6 +2652,8 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
     switch (kind) {
       case 22: OF_PICK_TK2(256, m128n64w12t_h256)
       case 23: OF_PICK_TK2(256, m128n80w12t_h256w)
+      case 24: OF_PICK_TK2(256, m128n64w12t_h256s)
+      case 25: OF_PICK_TK2(256, m128n80w12t_h256ws)
       default: return nullptr;
     }
   }
@@ -2842,7 +2880,7 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // memory, candidates by name; 43 / 45 run (128, 128, 8) where TMA cannot address the tensors); 46 / 47
 // m128n64w12t_h256 and 48 / 49 m128n80w12t_h256w (D = 256 only, block_n 64 / 80: the warp-specialized TMA body
 // with 64- / 80-key tiles in 2 stages, candidates by name; 47 / 49 run (128, 64, 8) where TMA cannot address
-// the tensors); 41 is refused;
+// the tensors), 50 / 51 _h256s and 52 / 53 _h256ws (the same with K / V on barriers of their own); 41 is refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2879,16 +2917,16 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 49);
+  OF_REQUIRE(loads >= 0 && loads <= 53);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   // 42-45 (_ovedqp / _ovedfcp): D = 80 / 96 on the D = 128 TMA bodies, the head dim padded in shared
   // memory; where TMA cannot address the tensors, 43 / 45 run the w8 wgmma body (128, 128, 8) instead.
   const bool pad = loads >= 42 && loads <= 45;
   OF_REQUIRE(!pad || D == 80 || D == 96);
-  // 46-49 (m128n64w12t_h256 / m128n80w12t_h256w): D = 256, K / V tiles of block_n (64 / 80) keys; where TMA
-  // cannot address the tensors, 47 / 49 run the w8 wgmma body (128, 64, 8) instead.
+  // 46-53 (m128n64w12t_h256 / m128n80w12t_h256w / _h256s / _h256ws): D = 256, K / V tiles of block_n (64 / 80)
+  // keys; where TMA cannot address the tensors, the odd codes run the w8 wgmma body (128, 64, 8) instead.
   const bool h256 = loads >= 46;
-  const int h256_bn = loads >= 48 ? onnx_fuse::kWsH256WBN : onnx_fuse::kWsH256BN;
+  const int h256_bn = (loads >= 48 && loads <= 49) || loads >= 52 ? onnx_fuse::kWsH256WBN : onnx_fuse::kWsH256BN;
   OF_REQUIRE(!h256 || D == 256);
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && warps == 12 && block_n == (h256 ? h256_bn : 128)));
@@ -2913,7 +2951,8 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   if (loads != 0) {
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
     // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
-    // 42 / 43: ovedqp; 44 / 45: ovedfcp (D = 80 / 96); 46 / 47: h256; 48 / 49: h256w (D = 256)
+    // 42 / 43: ovedqp; 44 / 45: ovedfcp (D = 80 / 96); 46 / 47: h256; 48 / 49: h256w; 50 / 51: h256s;
+    // 52 / 53: h256ws (D = 256)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;

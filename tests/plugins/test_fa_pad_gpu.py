@@ -16,8 +16,9 @@ import pytest
 
 from onnx_fuse import reference as ref
 
-from .test_kernels_gpu import (DTYPES, TOL, _check_fused_case, _check_window_case, _fa_case_id, _fa_fwd_raw,
-                               _fa_win_id, _inf_padded_qkv, _need_sm90, _np, _rand, _rel_err, torch)
+from .test_kernels_gpu import (DTYPES, TOL, _check_fused_case, _check_inf_padding, _check_tma_fallback,
+                               _check_window_case, _fa_case_id, _fa_fwd_raw, _fa_win_id, _need_sm90, _np, _rand,
+                               _rel_err, torch)
 
 pytestmark = pytest.mark.gpu
 
@@ -25,24 +26,22 @@ QP = (128, 128, 12, "tma", "ovedqp")
 FCP = (128, 128, 12, "tma", "ovedfcp")
 PAD_VARIANTS = (QP, FCP)
 
-# B, S, Hq, Hkv, D, causal, seq_lens, variant: GQA / MQA, S not a multiple of 128, right and left padding
-# (NaN in the padding rows), one block per sequence, many (head, sequence) pairs (ovedfcp's causal 1-D grid
-# folds all but the last 8 pairs), a long sequence.
-FA_PAD_CASES = [
-    (B, S, Hq, Hkv, D, causal, lens, v)
-    for D in (80, 96)
-    for v in PAD_VARIANTS
-    for (B, S, Hq, Hkv, causal, lens) in (
-        (2, 128, 4, 4, False, None),
-        (2, 515, 4, 1, True, [515, 260]),
-        (1, 1000, 8, 8, False, None),
-        (1, 1000, 8, 2, True, None),
-        (4, 130, 12, 4, False, [130, 127, 17, 2]),
-        (2, 700, 8, 2, True, [-700, -385]),
-        (3, 300, 48, 8, True, [130, 300, 0]),
-        (1, 2048, 2, 1, False, [2000]),
-    )
-]
+# (B, S, Hq, Hkv, causal, seq_lens) of the TMA bodies' cases (here and test_fa_ws256_gpu.py): GQA / MQA, S not a
+# multiple of 128, right and left padding (NaN in the padding rows), one block per sequence, many (head, sequence)
+# pairs (ovedfcp's causal 1-D grid folds all but the last 8 pairs), a long sequence.
+TMA_BODY_SHAPES = (
+    (2, 128, 4, 4, False, None),
+    (2, 515, 4, 1, True, [515, 260]),
+    (1, 1000, 8, 8, False, None),
+    (1, 1000, 8, 2, True, None),
+    (4, 130, 12, 4, False, [130, 127, 17, 2]),
+    (2, 700, 8, 2, True, [-700, -385]),
+    (3, 300, 48, 8, True, [130, 300, 0]),
+    (1, 2048, 2, 1, False, [2000]),
+)
+# B, S, Hq, Hkv, D, causal, seq_lens, variant
+FA_PAD_CASES = [(B, S, Hq, Hkv, D, causal, lens, v) for D in (80, 96) for v in PAD_VARIANTS
+                for (B, S, Hq, Hkv, causal, lens) in TMA_BODY_SHAPES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -93,20 +92,7 @@ def test_fa_pad_inf_padding(lib, dtype, D):
     """+-Inf and NaN in rows [seq_len, S) of Q, K and V (TMA copies them): those V rows must be zeroed and
     those query rows not stored, as in the D = 128 bodies."""
     _need_sm90()
-    B, S, Hq, Hkv = 3, 700, 8, 2
-    lens = [700, 385, 130]
-    gen = torch.Generator(device="cuda").manual_seed(17 + D)
-    (q, k, v), (qc, kc, vc) = _inf_padded_qkv(B, S, Hq, Hkv, D, lens, dtype, gen)
-    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    for causal in (False, True):
-        expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
-        for variant in PAD_VARIANTS:
-            out = torch.full_like(q, float("nan"))
-            lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
-            torch.cuda.synchronize()
-            assert _rel_err(out, expect) < TOL[dtype], (variant, causal)
-            for b, L in enumerate(lens):
-                assert torch.count_nonzero(out[b, L:]).item() == 0, (variant, causal)
+    _check_inf_padding(lib, dtype, D, PAD_VARIANTS, 17 + D)
 
 
 @pytest.mark.parametrize("S", [300, 77], ids=["broadcast-kv", "short"])
@@ -115,25 +101,8 @@ def test_fa_pad_falls_back_when_tma_cannot_address(lib, S, D):
     """K/V broadcast over the batch (stride 0) or S < 128: by name (42 / 44) the launcher refuses; planned
     codes (43 / 45) run the w8 wgmma body at the real D and match."""
     _need_sm90()
-    from onnx_fuse.plugins.kernel_lib import KernelError
-
-    B, Hq, Hkv = 2, 4, 2
-    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"pad{S}{D}".encode()))
-    q = _rand((B, S, Hq, D), torch.float16, gen)
-    kb = 1 if S >= 128 else B
-    k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
-    v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
-    out = torch.full_like(q, float("nan"))
-    for variant in PAD_VARIANTS:
-        with pytest.raises(KernelError):
-            lib.fused_attention(q, k, v, out, variant=variant)
-    torch.cuda.synchronize()
-    expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
-    for code in (43, 45):
-        out.fill_(float("nan"))
-        assert _fa_fwd_raw(lib, q, k, v, out, True, (128, 128, 12), code) == 0
-        torch.cuda.synchronize()
-        assert _rel_err(out, expect) < TOL[torch.float16], code
+    _check_tma_fallback(lib, S, D, PAD_VARIANTS, [((128, 128, 12), 43), ((128, 128, 12), 45)],
+                        zlib.crc32(f"pad{S}{D}".encode()))
 
 
 def test_fa_pad_refusals(lib):

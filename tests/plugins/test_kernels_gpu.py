@@ -240,9 +240,13 @@ def _softcap_reference(q, k, v, lens, causal, scale, cap):
     return o * rows[:, :, None, None]
 
 
-def _inf_padded_qkv(B, S, Hq, Hkv, D, lens, dtype, gen):
-    """Q / K / V [B, S, H, D] with NaN (Q), +Inf (K) and +-Inf (V) in rows [seq_len, S) of each sequence (right
-    padding; TMA copies those rows), and their clean twins (zeros there) for the reference."""
+def _check_inf_padding(lib, dtype, D, variants, seed, strided_out=False):
+    """B3 S700 H8/2 with seq_lens [700, 385, 130] and NaN (Q), +Inf (K), +-Inf (V) in rows [seq_len, S) (right
+    padding; TMA copies those rows): those V rows must be zeroed and those query rows not stored, for each of
+    ``variants``, full and causal; strided_out: O a [B, H, S, D] buffer's transposed view (strided rows)."""
+    B, S, Hq, Hkv = 3, 700, 8, 2
+    lens = [700, 385, 130]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (_rand((B, S, h, D), dtype, gen) for h in (Hq, Hkv, Hkv))
     qc, kc, vc = q.clone(), k.clone(), v.clone()
     for b, L in enumerate(lens):
@@ -251,7 +255,17 @@ def _inf_padded_qkv(B, S, Hq, Hkv, D, lens, dtype, gen):
         k[b, L:] = float("inf")
         v[b, L:] = float("inf")
         v[b, L + 1::3] = float("-inf")
-    return (q, k, v), (qc, kc, vc)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for causal in (False, True):
+        expect = ref.fused_attention(_np(qc), _np(kc), _np(vc), seq_lens=lens, causal=causal, out_dtype=np.float64)
+        for variant in variants:
+            out = (torch.full((B, Hq, S, D), float("nan"), dtype=dtype, device="cuda").transpose(1, 2) if strided_out
+                   else torch.full_like(q, float("nan")))
+            lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, variant=variant)
+            torch.cuda.synchronize()
+            assert _rel_err(out, expect) < TOL[dtype], (variant, causal)
+            for b, L in enumerate(lens):
+                assert torch.count_nonzero(out[b, L:]).item() == 0, (variant, causal)
 
 
 def _fa_fwd_raw(lib, q, k, v, out, causal, block, loads):
@@ -262,6 +276,31 @@ def _fa_fwd_raw(lib, q, k, v, out, causal, block, loads):
     return lib._lib.onnx_fuse_fused_attention_fwd(
         0, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, S, Hq, k.shape[2], D, *st,
         1.0 / D**0.5, int(causal), *block, loads, torch.cuda.current_stream().cuda_stream)
+
+
+def _check_tma_fallback(lib, S, D, variants, fallback, seed):
+    """K/V that TMA cannot address (broadcast over the batch, stride 0, when S >= 128; else S < 128): each of
+    ``variants`` by name is refused, and each (block, loads) of ``fallback`` (codes that fall back to a body without
+    TMA) runs and matches the reference (causal)."""
+    from onnx_fuse.plugins.kernel_lib import KernelError
+
+    B, Hq, Hkv = 2, 4, 2
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = _rand((B, S, Hq, D), torch.float16, gen)
+    kb = 1 if S >= 128 else B
+    k = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
+    v = _rand((kb, S, Hkv, D), torch.float16, gen).expand(B, S, Hkv, D)
+    out = torch.full_like(q, float("nan"))
+    for variant in variants:
+        with pytest.raises(KernelError):
+            lib.fused_attention(q, k, v, out, variant=variant)
+    torch.cuda.synchronize()
+    expect = ref.fused_attention(_np(q), _np(k), _np(v), causal=True, out_dtype=np.float64)
+    for block, code in fallback:
+        out.fill_(float("nan"))
+        assert _fa_fwd_raw(lib, q, k, v, out, True, block, code) == 0
+        torch.cuda.synchronize()
+        assert _rel_err(out, expect) < TOL[torch.float16], code
 
 
 def _span_rows(lens, B: int, S: int, device) -> torch.Tensor:

@@ -74,6 +74,11 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         _block(fa, "#define OF_FA_WSTPAD_KERNELS_D("))}
     wstpad_d = {int(d) for d in re.findall(r"^OF_FA_WSTPAD_KERNELS_D\(\w+, [\w ]+, (\d+), onnx_fuse::kWsPadD\d+\)", fa, re.M)}
     assert len(wstpad) == 2 and wstpad_d == {80, 96}
+    # D = 256: the warp-specialized 80-key body, planned on Hopper since run 49a (the other OF_FA_WSTH256 pairs are
+    # candidates, fa_experimental_variants)
+    wst256 = {(128, int(n), 12, "tma", tag) for n, tag in re.findall(
+        r"OF_FA_WSTH256_PAIR\(DTN, T, (\d+), (h256w), ", _block(fa, "#define OF_FA_WSTH256_KERNELS("))}
+    assert len(wst256) == 1 and re.search(r"^OF_FA_WSTH256_KERNELS\(bf16", fa, re.M)
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -95,6 +100,8 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
             fav[d] |= wstld
         if d in wstpad_d:
             fav[d] |= wstpad
+        if d == 256:
+            fav[d] |= wst256
         for opt_variants, opt_d in tma_opts:
             if d in opt_d:
                 fav[d] |= opt_variants
@@ -267,7 +274,7 @@ def test_fused_plan_every_variant(head_dim):
 def test_fused_plan_picks_per_head_size():
     """On the H200 every head size gets a wgmma variant at large shapes (D=64 and 128: the
     warp-specialized one with TMA loads; D = 80 / 96: the D = 128 bodies with the head dim padded, run 48a;
-    D=256: its 64-key body); elsewhere mma.sync."""
+    D=256: the warp-specialized 80-key body, run 49a); elsewhere mma.sync."""
     for d in (80, 96):
         for dt in ("float16", "bfloat16"):
             assert lp.plan_fused_attention(4, 4096, 32, 32, d, dt).variant == lp.FA_WS_TMA_OVEDQP
@@ -276,8 +283,8 @@ def test_fused_plan_picks_per_head_size():
             assert lp.plan_fused_attention(4, 4096, 32, 32, d, dt, softcap=30.0).variant == lp.FA_WGMMA
     assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedfc_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
-    assert (p256.block_m, p256.block_n, p256.warps) == (128, 64, 8)
-    assert p256.kernel.endswith("d256_m128n64w8_full")
+    assert (p256.block_m, p256.block_n, p256.warps) == (128, 80, 12) and p256.variant == lp.FA_WS_TMA_H256W
+    assert p256.kernel.endswith("d256_m128n80w12t_h256w_full")
     p64 = lp.plan_fused_attention(4, 4096, 32, 32, 64)
     assert p64.variant == lp.FA_WS_TMA_LDE and p64.kernel.endswith("d64_m128n128w12t_lde_full")
     assert lp.plan_fused_attention(8, 2048, 32, 32, 64, "bfloat16", causal=True).kernel.endswith(
@@ -962,7 +969,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 49);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 53);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -1025,7 +1032,7 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     for d in (80, 96):  # the padded D = 128 bodies (session 38) are planned since run 48a
         assert lp.fa_experimental_variants(d) == ()
     assert lp.fa_experimental_variants(256) == lp.fa_experimental_variants(256, causal=True) == (
-        lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256W)
+        lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
     for causal in (False, True):
@@ -1315,6 +1322,8 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                         want = lp.FA_WS_TMA
                     if plain.variant in (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP):  # padded: w8 has the twin
                         want = lp.FA_WGMMA
+                    if plain.variant == lp.FA_WS_TMA_H256W:  # D = 256: the 64-key w8 body has the twin
+                        want = lp.FA_WGMMA_PIPE
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
                     assert plain.opt not in ("ovedf", "ovedfc", "ovedfcp") or plain.grid[0] == (
                         lp.fa_fold_ctas(hq * b, plan.grid[0]) if causal else (plan.grid[0] + 1) // 2)
@@ -1620,28 +1629,37 @@ def test_padded_head_dim_entries_run_the_d128_bodies():
                 lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v)
 
 
-def test_d256_warp_specialized_candidates_exist_plan_by_name_and_are_not_planned():
-    """m128n64w12t_h256 / m128n80w12t_h256w (session 41): the warp-specialized TMA body at D = 256 with 64- / 80-key
-    K/V tiles in 2 stages: entries for both dtypes and masks, the launcher's picks (kind 22 / 23 = loads 46-49) and
-    K / V tensor maps of the tile's rows, reachable by name only (the planner keeps (128, 64, 8) at D = 256),
-    refused at other head sizes and off Hopper."""
+def test_d256_warp_specialized_entries_exist_and_h256w_is_planned():
+    """The warp-specialized TMA body at D = 256 (session 41): m128n80w12t_h256w (80-key K/V tiles, 2 stages) planned
+    on Hopper without a softcap from run 49a, and the candidates m128n64w12t_h256 (64-key tiles), _h256s / _h256ws
+    (K and V on barriers of their own) by name only: entries for both dtypes and masks, the launcher's picks (kind
+    22-25 = loads 46-53) and K / V tensor maps of the tile's rows; refused at other head sizes, with a softcap and
+    off Hopper."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTH256_KERNELS\({dt}, [\w ]+\)$", fa, re.M), dt
-    body = _block(fa, "#define OF_FA_WSTH256_KERNELS(")
-    names = set(re.findall(r"OF_FA_WSTH256_KERNEL\(onnx_fuse_fa_fwd_##DTN##_(d256_m128n\d+w12t_\w+?)_(?:full|causal), T, "
-                           r"(?:false|true), onnx_fuse::(kWsH256W?BN)\)", body))
-    assert names == {("d256_m128n64w12t_h256", "kWsH256BN"), ("d256_m128n80w12t_h256w", "kWsH256WBN")}
+    pairs = set(re.findall(r"OF_FA_WSTH256_PAIR\(DTN, T, (\d+), (\w+), onnx_fuse::(kWsH256W?BN), (.*?)\)\s*\\?$",
+                           _block(fa, "#define OF_FA_WSTH256_KERNELS("), re.M))
+    assert pairs == {("64", "h256", "kWsH256BN", "OF_FA_H256_OPT"), ("80", "h256w", "kWsH256WBN", "OF_FA_H256_OPT"),
+                     ("64", "h256s", "kWsH256BN", "OF_FA_H256_OPT | onnx_fuse::kWsSplitKV"),
+                     ("80", "h256ws", "kWsH256WBN", "OF_FA_H256_OPT | onnx_fuse::kWsSplitKV")}, pairs
     assert "constexpr int kWsH256BN = 64;" in fa and "constexpr int kWsH256WBN = 80;" in fa
-    assert "case 22: OF_PICK_TK2(256, m128n64w12t_h256)" in fa and "case 23: OF_PICK_TK2(256, m128n80w12t_h256w)" in fa
+    for kind, tag in ((22, "m128n64w12t_h256"), (23, "m128n80w12t_h256w"), (24, "m128n64w12t_h256s"),
+                      (25, "m128n80w12t_h256ws")):
+        assert f"case {kind}: OF_PICK_TK2(256, {tag})" in fa
     assert "fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, tile_n)" in fa
-    assert "OF_REQUIRE(!h256 || D == 256);" in fa
-    for v, n, codes in ((lp.FA_WS_TMA_H256, 64, (46, 47)), (lp.FA_WS_TMA_H256W, 80, (48, 49))):
-        assert v in lp.fa_experimental_variants(256) and v not in lp.fa_variants(256) and lp.fa_engine(v, 256) == "wgmma"
+    assert "OF_REQUIRE(!h256 || D == 256);" in fa and "OF_REQUIRE(loads >= 0 && loads <= 53);" in fa
+    assert lp.fa_variants(256) == ((64, 64, 4), (128, 64, 8), lp.FA_WS_TMA_H256W)
+    assert lp.fa_experimental_variants(256) == (lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS)
+    for v, n, codes in ((lp.FA_WS_TMA_H256, 64, (46, 47)), (lp.FA_WS_TMA_H256W, 80, (48, 49)),
+                        (lp.FA_WS_TMA_H256S, 64, (50, 51)), (lp.FA_WS_TMA_H256WS, 80, (52, 53))):
+        assert lp.fa_engine(v, 256) == "wgmma"
         for causal in (False, True):
             for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
                 p = lp.plan_fused_attention(4, 4096, 16, 4, 256, dt, causal=causal, variant=v)
                 assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d256_m128n{n}w12t_{v[-1]}_{'causal' if causal else 'full'}"
+                assert p.kernel.replace(f"_{dtn}_d256_", "_##DTN##_d256_").replace(f"m128n{n}w12t_{v[-1]}", (
+                    f"m128n##BNV##w12t_##TAG##")) in fa
                 assert p.tma and p.opt == v[-1] and p.variant == v and p.block == (384, 1, 1)
                 assert p.grid == (32, 16, 4) and (p.block_m, p.block_n, p.warps) == (128, n, 12)
                 assert p.smem_bytes == 1024 + (128 * 256 + 2 * 2 * n * 256) * 2
@@ -1655,6 +1673,14 @@ def test_d256_warp_specialized_candidates_exist_plan_by_name_and_are_not_planned
         ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
         with pytest.raises(ValueError, match="compute capability 9.0"):
             lp.plan_fused_attention(4, 4096, 16, 4, 256, variant=v, device=ampere)
-    for causal in (False, True):  # the planner's own choice stays the 64-key w8 body
-        for dev in (lp.H200, H100):
-            assert lp.plan_fused_attention(4, 4096, 16, 16, 256, causal=causal, device=dev).variant == lp.FA_WGMMA_PIPE
+    ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
+    for causal in (False, True):
+        for dt in ("float16", "bfloat16"):
+            for dev in (lp.H200, H100):  # Hopper at large grids: h256w (planned loads 49: (128, 64, 8) where TMA cannot)
+                for window in (0, 512 * causal):
+                    p = lp.plan_fused_attention(4, 4096, 16, 16, 256, dt, causal=causal, device=dev, window=window)
+                    assert p.variant == lp.FA_WS_TMA_H256W and lp.fa_launch_loads(p, by_name=False) == 49
+                assert lp.plan_fused_attention(4, 4096, 16, 16, 256, dt, causal=causal, device=dev,
+                                               softcap=30.0).variant == lp.FA_WGMMA_PIPE  # no _sc twin
+                assert lp.plan_fused_attention(1, 512, 4, 4, 256, dt, causal=causal, device=dev).variant == (64, 64, 4)
+            assert lp.plan_fused_attention(4, 4096, 16, 16, 256, dt, causal=causal, device=ampere).variant == (64, 64, 4)
