@@ -26,6 +26,7 @@ import onnx_ir as ir
 from onnx_fuse.passes._attention_3d import chain_absorbs_transpose, chain_steps
 from onnx_fuse.passes._chain_atoms import atoms
 from onnx_fuse.passes._chain_reads import LAYOUT_OPS
+from onnx_fuse.passes._consts import node_axes
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op
 from onnx_fuse.passes._scoped_names import free_name
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -72,13 +73,8 @@ def _one_head_source(x: ir.Value, bnsh: list[int], heads: int) -> ir.Value | Non
     if heads != 1 or not is_default_op(node, "Unsqueeze") or not node.inputs or node.inputs[0] is None:
         return None
     y = node.inputs[0]
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        t = constant_tensor(node.inputs[1])
-        axes = [int(a) for a in t.numpy().reshape(-1)] if t is not None and t.dtype.is_integer() else None
-    else:
-        a = node.attributes.get("axes")
-        axes = None if a is None else [int(v) for v in a.value]
-    if axes is None or len(axes) != 1 or axes[0] % 4 != bnsh[1] or y.shape is None or len(y.shape) != 3:
+    axes = node_axes(node, 4)  # x is 4-D
+    if axes != [bnsh[1]] or y.shape is None or len(y.shape) != 3:
         return None
     rest = [bnsh[0], bnsh[2], bnsh[3]]
     return y if rest == sorted(rest) else None
