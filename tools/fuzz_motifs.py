@@ -38,7 +38,9 @@ keep-masks value_range decides or must not, Cast chains, SplitToSequence's reade
 share (fuzz_s41.S41_SHARE) session 39's rewrites with near misses (tools/fuzz_s41.py: operand twins of two layers'
 masks, Unsqueeze chains, float16 norm islands, sequences of elements of different shapes), then a share
 (fuzz_s42.S42_SHARE) session 40's rewrites with near misses (tools/fuzz_s42.py: per-dim scales on a projection's head
-view, per-channel scales after a norm, channels-first one-head attention, a decode step's one-row table cut).
+view, per-channel scales after a norm, channels-first one-head attention, a decode step's one-row table cut), then a
+share (fuzz_s43.S43_SHARE) session 41's rewrites with near misses (tools/fuzz_s43.py: Unsqueeze chains composing any
+constant axes, one-head attention's glue at ort, a single-number scale after a norm, a scaled K^T of a permuted key).
 """
 
 from __future__ import annotations
@@ -832,6 +834,11 @@ def make_case(seed: int) -> Case:
     # session 40's rewrites (tools/fuzz_s42.py: head-view scales, channel scales, channels-first attention, row cuts)
     if np.random.default_rng([seed, S42_SALT]).random() < S42_SHARE:
         return _with_sparse(make_s42_case(seed))
+    from fuzz_s43 import S43_SALT, S43_SHARE
+
+    # session 41's rewrites (tools/fuzz_s43.py: Unsqueeze chains, one-head glue, scalar norm scales, permuted keys)
+    if np.random.default_rng([seed, S43_SALT]).random() < S43_SHARE:
+        return _with_sparse(make_s43_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -879,7 +886,7 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
 
 
 def build_one_motif(b: Builder, opset: int, builders: dict, motifs: tuple, name: str | None = None) -> list[str]:
-    """A family's builder body (tools/fuzz_s37.py .. fuzz_s42.py): one motif of ``builders`` (``name``, or drawn
+    """A family's builder body (tools/fuzz_s37.py .. fuzz_s43.py): one motif of ``builders`` (``name``, or drawn
     from ``motifs`` in their order), its output the graph's."""
     name = name or b.pick(list(motifs))
     b.output(builders[name](b, opset))
@@ -1018,6 +1025,15 @@ def make_s42_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s42 import build_s42
 
     return _built_case(seed, 0x4244, build_s42, name, "fuzz_s42", (18, 23, 23, 23), 0.25)
+
+
+def make_s43_case(seed: int, name: str | None = None) -> Case:
+    """A graph of session 41's rewrites with near misses drawn on purpose (tools/fuzz_s43.py: an Unsqueeze chain
+    composing any constant axes, one-head attention lowered at ort, a single-number scale after a norm, a scaled
+    K^T of a key in a permuted layout) with its traps; ``name`` picks the motif. Float16 a quarter of the time."""
+    from fuzz_s43 import build_s43
+
+    return _built_case(seed, 0x4345, build_s43, name, "fuzz_s43", (18, 23, 23, 23), 0.25)
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:
