@@ -128,6 +128,9 @@ holdout_specs.HALF33.
 hybrid-mask query encoder), Florence-2's DaViT backbone, the patch towers of HY-V4-VL and GLM-Image, Mllama's tiled
 vision tower (aspect ratio ids and a tile mask in), usually into
 --out /tmp/h46; --dtype float16 holdout_specs.HALF34.
+--holdout 47 plans the thirty-fifth sweep (holdout_specs.HOLDOUT35): Muse Glimmer's DFlash drafter (context keys /
+values, no mask: spec no_mask), Moshi's depth decoder (per-position weights), BLT's local decoder (cross-attention
+to patch states), usually into --out /tmp/h47; --dtype float16 holdout_specs.HALF35.
 """
 
 from __future__ import annotations
@@ -148,7 +151,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF33, HALF34, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF33, HALF34, HALF35, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -175,7 +178,8 @@ DIM_VALUES = {"batch": BATCH, "batch_size": BATCH, "sequence": SEQ, "sequence_le
               "past_sequence": PAST, "past_sequence_length": PAST, "total_sequence": PAST + SEQ,
               "encoder_sequence_length": SEQ, "num_channels": 3, "height": 32, "width": 32,
               "encoder_sequence": SEQ - 2, "decoder_sequence_length": SEQ, "past_decoder_sequence_length": PAST,
-              "visual_seq_length": SEQ - 2}  # Optimum's VisualBERT: the visual embeddings' count
+              "visual_seq_length": SEQ - 2,  # Optimum's VisualBERT: the visual embeddings' count
+              "sequence_len": SEQ}  # the sequence's Dim where a derived dim reads it (_dynamic_shapes)
 CROSS = ("seq2seq_decoder",)  # kinds that take encoder_hidden_states (cross-attention)
 
 
@@ -271,6 +275,11 @@ def build_model(arch: str, weights: str, dtype: str = "float32", attn: str | Non
         with _nan_filled_empty():
             model = _hf_class(spec)(config).eval()
         _init_left_params(model, getattr(config, "initializer_range", 0.02))
+        with torch.no_grad():  # spec param_std {name part: std}: weights the class draws from N(0, 1) (Moshi's
+            for name, param in model.named_parameters():  # per-codebook MoshiFlexibleLinear) drawn like the rest
+                std = next((v for k, v in spec.get("param_std", {}).items() if k in name), None)
+                if std is not None:
+                    param.normal_(0.0, std)
     if peft:
         model = with_peft(model, spec, peft)
     touched = perturb(model) if weights == "trained" else []
@@ -683,7 +692,8 @@ def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past
     """Named example tensors (torch) and their dims (symbolic name or int) for a style; float
     inputs (past keys/values, encoder states) take the model's dtype."""
     feeds, dims = _example_inputs(arch, base_style(style), model, batch, seq, past, seed)
-    fixed = EXPORT_OPTIONS.get(style, {}).get("fixed")
+    # spec fixed_dims {style: dims}: a model whose trace bakes a size (Moshi's depth decoder: one weight per position)
+    fixed = EXPORT_OPTIONS.get(style, {}).get("fixed") or SPECS[arch].get("fixed_dims", {}).get(style)
     if fixed:  # holdout_specs.EXPORT_OPTIONS: dims pinned to the example's size
         dims = {n: [feeds[n].shape[i] if isinstance(d, str) and (fixed == "all" or d in fixed) else d
                     for i, d in enumerate(ds)] for n, ds in dims.items()}
@@ -756,6 +766,9 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     bs = [batch, seq] if static else ["batch", "sequence"]
     feeds["input_ids"] = torch.randint(3, vocab, (batch, seq), generator=g)
     dims["input_ids"] = bs
+    if spec.get("ids_channels"):  # audio codes [batch, sequence, channels] (Dia's decoder: one id per codebook)
+        feeds["input_ids"] = torch.randint(3, vocab, (batch, seq, spec["ids_channels"]), generator=g)
+        dims["input_ids"] = [*bs, spec["ids_channels"]]
     if kind in CROSS:
         return _cross_inputs(spec, style, g, feeds, dims, batch, seq, past)
     if static:
@@ -791,6 +804,17 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
                 feeds[name] = torch.randn(batch, shape[1], past, shape[3], generator=g)
                 dims[name] = ["batch", shape[1], "past_sequence", shape[3]]
         _extra_inputs(spec, g, feeds, dims, batch, seq, past)
+        return feeds, dims
+    if spec.get("no_mask"):  # a part whose forward takes no 2-D padding mask (BLT's local decoder)
+        _extra_inputs(spec, g, feeds, dims, batch, seq)
+        return feeds, dims
+    if spec.get("context_mask"):  # a mask over [n context states; the sequence] (a DFlash drafter's keys), the last
+        n = spec["context_mask"]  # row's first context states padded
+        feeds["attention_mask"] = torch.ones(batch, n + seq, dtype=torch.int64)
+        if batch > 1:
+            feeds["attention_mask"][-1, :n // 2] = 0
+        dims["attention_mask"] = ["batch", bs[1] if static else f"sequence+{n}"]
+        _extra_inputs(spec, g, feeds, dims, batch, seq)
         return feeds, dims
     mask = torch.ones(batch, seq, dtype=torch.int64)
     if kind == "encoder" and batch > 1:
@@ -1015,10 +1039,16 @@ def _dynamic_shapes(dims, kv, min2=()):
     import torch
 
     made = {}
+    # a derived dim, 'sequence+6' (a mask over 6 context states and the sequence); its base takes another Dim name,
+    # since torch sympifies a derived dim's name and 'sequence' is a sympy function
+    bases = {d.split("+")[0].strip() for ds in dims.values() for d in ds if isinstance(d, str) and "+" in d}
 
     def dim(name):
+        if "+" in name:
+            base, offset = name.split("+")
+            return dim(base.strip()) + int(offset)
         if name not in made:
-            made[name] = torch.export.Dim(name, max=128 if name == "total_sequence" else 64,
+            made[name] = torch.export.Dim(f"{name}_len" if name in bases else name, max=128 if name == "total_sequence" else 64,
                                           **({"min": 2} if name in min2 else {}))
         return made[name]
 
@@ -1056,6 +1086,8 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     else:  # a headless decoder's cache export (_first_output) has its presents too
         outputs = ["last_hidden_state"] + ([f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
                                            if style in KV_STYLES else [])
+    if outputs[0] in names:  # an input of that name (Moshi's depth decoder takes last_hidden_state): TorchScript
+        outputs[0] = spec.get("output", "output")  # would rename the input to last_hidden_state.1
     if "outputs" in opts:  # attentions.0 .. (one per layer), hidden_states.0 .. (the embeddings' and each layer's)
         outputs += [f"{opts['outputs']}.{i}" for i in range(n_layers + (opts["outputs"] == "hidden_states"))]
     static = style == "static_nomask" or opts.get("fixed") == "all"
@@ -1089,8 +1121,12 @@ def export_torch(arch: str, style: str, weights: str, path: Path, dtype: str = "
     check = "float16" if style == "converted_half" else dtype
     # numeric check against torch at the example shape and (dynamic exports) a second shape
     # a batch the model pins (holdout_specs.HOLDOUT9B's LLaVA: list(image_features)) stays in the second shape
+    # a sequence the spec pins (fixed_dims) stays too; fixed_dims "all": no second shape
+    pinned = spec.get("fixed_dims", {}).get(style, ())
+    static = static or pinned == "all"
+    pinned = "sequence" in pinned
     shapes = [first] + ([] if static else [(BATCH if spec.get("vlm", {}).get("fixed_batch") else 1,
-                                             opts.get("seq", 5), 3)])
+                                             first[1] if pinned else opts.get("seq", 5), 3)])
     diffs, scales = [], []
     import onnxruntime as ort
 
@@ -1592,7 +1628,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     half_styles = {}  # a half plan given as {arch: styles} (HALF31) names its own; a set of names takes the spec's
     if dtype != "float32":
         own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27,
-                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32, 45: HALF33, 46: HALF34}.get(sweep, {}), \
+                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32, 45: HALF33, 46: HALF34, 47: HALF35}.get(sweep, {}), \
             {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
         half_styles = own_set if isinstance(own_set, dict) else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):

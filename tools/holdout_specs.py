@@ -4090,3 +4090,74 @@ HOLDOUT34["mllama_vision"] = dict(_mm("vision", "MllamaVisionConfig", "MllamaVis
                                                      "aspect_ratio_mask": ("tile_mask", 1, 2)}),
                                   model_module="transformers.models.mllama.modeling_mllama")
 HALF34.add("mllama_vision")
+
+
+# ---- thirty-fifth sweep (--holdout 47, HOLDOUT35): transformers 5.25 model types no set covers, fifteenth round ----
+# /work/notes/run46/holdout47_uncovered.py (set 46's check, walking every HOLDOUT_SETS, set 46's included): 319 of 831
+# left; this round text parts first. Nearly every text config left is a multimodal wrapper's covered text model; the
+# text-side types that build alone: Muse Glimmer's DFlash drafter (queries over a block of noise embeddings, keys /
+# values over [the target model's context states; the block], a padding mask over both, bidirectional, QK-norm, GQA;
+# the queries' rotary is the tail of a table spanning context + block; full layers only: without a cache a sliding
+# layer's mask spans the block alone, which torch refuses), Moshi's depth decoder (one weight per codebook position:
+# q / k / v / o, fc1 / fc2 and the input projection are MatMuls of [B, T, 1, H] by [1, T, H, O]; GQA, rotary;
+# TorchScript only, all dims fixed: its embedding loop reads positions with .item(), which torch.export cannot
+# guard, and the trace bakes them), BLT's local decoder (bytes' causal self-attention with rotary and, at every
+# layer, a cross-attention to the global patches' states, each projected and split into cross_attn_k slots), Dia's
+# decoder (codes as ids [B, T, channels], spec ids_channels; GQA self-attention with rotary, cross-attention).
+# Not made: BLT's local decoder in TorchScript (ORT refuses a cross-attention Reshape the trace baked), Muse
+# Glimmer's drafter in TorchScript (SDPA with enable_gqa has no TorchScript conversion), Kyutai's STT (a Moshi-like
+# decoder over codes and a Mimi codec), BLT's local encoder (num_patches an int, patch_ids a scatter index), Gemma
+# 4's assistant (shared_kv_states, a dict of the target's keys / values), MRA (its attention needs a CUDA kernel).
+SEQ_47 = 8  # export_corpus.SEQ: Moshi's depth decoder has one weight per position, so its sequence is fixed
+HOLDOUT35 = {
+    "muse_glimmer_assistant": dict(_s("encoder", "MuseGlimmerAssistantConfig", "MuseGlimmerAssistantModel",
+                                      dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                                           num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                           max_position_embeddings=POSITIONS,
+                                           layer_types=["full_attention"] * LAYERS,
+                                           target_layer_ids=[0, 1], block_size=SEQ_47, **TOKENS),
+                                      ["gqa", "context-kv", "bidirectional", "qk-norm",
+                                       "rope-full", "rope-offset-queries", "rmsnorm", "swiglu"],
+                                      "muse_glimmer_assistant", "gpt2", styles=("dyn_mask",)),
+                                   embeds=HIDDEN, embeds_name="noise_embeds", context_mask=6,
+                                   extra_inputs={"context_hidden_states": ("states", 6, 2 * HIDDEN)},
+                                   attention_blocks=LAYERS),
+    "moshi_depth": dict(_s("encoder", "MoshiDepthConfig", "MoshiDepthDecoder",
+                           dict(vocab_size=VOCAB, hidden_size=HIDDEN, input_size=48, num_hidden_layers=LAYERS,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=8, audio_vocab_size=VOCAB,
+                                max_position_embeddings=SEQ_47, num_codebooks=SEQ_47, ffn_dim=FFN,
+                                sliding_window=SEQ_47, rms_norm_eps=1e-5),
+                           ["gqa", "causal", "per-position-weights", "rope-full", "rmsnorm", "gated-gelu"],
+                           "moshi_depth", "gpt2", styles=("torchscript",)),
+                        extra_inputs={"last_hidden_state": ("states", 1, 48)}, attention_blocks=LAYERS, output="logits",
+                        fixed_dims={"torchscript": "all"}, param_std={k: 0.02 for k in ("linear.weight", "fc1.weight",
+                                                                            "fc2.weight", "input_projections.weight",
+                                                                            "lm_heads.weight")},
+                        model_module="transformers.models.moshi.modeling_moshi"),
+    "blt_local_decoder": dict(_s("encoder", "BltLocalDecoderConfig", "BltLocalDecoder",
+                                 dict(vocab_size=VOCAB, hidden_size=HIDDEN, hidden_size_global=64,
+                                      num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                                      num_hidden_layers=LAYERS, intermediate_size=FFN, cross_attn_k=2,
+                                      cross_attn_all_layers=True, max_position_embeddings=POSITIONS),
+                                 ["mha", "causal", "cross-attention", "cross-attn-k-slots", "rope-full", "rmsnorm",
+                                  "swiglu"], "blt_local_decoder", "gpt2", styles=("dyn_mask",)),
+                              embeds=HIDDEN, no_mask=True, extra_inputs={"patch_embeds": ("states", 3, 64)},
+                              attention_blocks=2 * LAYERS, model_module="transformers.models.blt.modeling_blt"),
+    # Dia's decoder (TTS): audio codes [B, T, 9 -> 2 channels] summed from one offset embedding, GQA self-attention
+    # with rotary, a cross-attention (no rotary, no encoder mask here) to the text encoder's states (the decoder
+    # alone: kind encoder with the states as an extra input; its padding mask and causal mask combined)
+    "dia_decoder": dict(_s("encoder", "DiaDecoderConfig", "DiaDecoder",
+                           dict(max_position_embeddings=POSITIONS, num_hidden_layers=LAYERS, hidden_size=HIDDEN,
+                                intermediate_size=FFN, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                cross_num_attention_heads=2, cross_head_dim=16, cross_num_key_value_heads=2,
+                                cross_hidden_size=HIDDEN, vocab_size=VOCAB, num_channels=2, pad_token_id=0,
+                                eos_token_id=2, bos_token_id=1),
+                           ["gqa", "causal", "cross-attention", "multi-channel-ids", "rope-full", "rmsnorm",
+                            "swiglu"], "dia_decoder", "bart", styles=("dyn_mask", "torchscript")),
+                        ids_channels=2, extra_inputs={"encoder_hidden_states": ("states", 6)},
+                        attention_blocks=2 * LAYERS,
+                        model_module="transformers.models.dia.modeling_dia"),
+}
+HOLDOUT_SETS[47] = HOLDOUT35
+# --holdout 47 --dtype float16
+HALF35 = set(HOLDOUT35)
