@@ -199,14 +199,26 @@ FA_WS_TMA_H256 = (128, 64, 12, "tma", "h256")
 FA_WS_TMA_H256W = (128, 80, 12, "tma", "h256w")
 FA_WS_TMA_H256S = (128, 64, 12, "tma", "h256s")
 FA_WS_TMA_H256WS = (128, 80, 12, "tma", "h256ws")
+# Candidates FA_WS_TMA_H256WSN / H256WM / H256WMN (session 42, by name only; loads 54 / 56 / 58, 55 / 57 / 59 with the
+# fallback): 80-key tiles as FA_WS_TMA_H256WS, H256WSN without the consumers' turns (kWsNoTurn: FlashAttention-3
+# runs hdim 256 without its scheduler barrier); H256WM in two-CTA clusters multicasting each K / V tile (kWsMcast at
+# D = 256: half the L2 -> SM bytes of K / V) and H256WMN the same without turns. The cluster entries need no window,
+# no seq_lens and S a multiple of 256: loads 56 / 58 refuse other launches, 57 / 59 run H256WS / H256WSN instead.
+# FA_WS_TMA_H256WSG (loads 60 / 61): H256WS with the causal grid longest first within groups of 8 heads (kWsLptGroups).
+FA_WS_TMA_H256WSN = (128, 80, 12, "tma", "h256wsn")
+FA_WS_TMA_H256WM = (128, 80, 12, "tma", "h256wm")
+FA_WS_TMA_H256WMN = (128, 80, 12, "tma", "h256wmn")
+FA_WS_TMA_H256WSG = (128, 80, 12, "tma", "h256wsg")
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
-           "ovedqp", "ovedfcp", "h256", "h256w", "h256s", "h256ws")  # a last variant element naming fa_ws_core options
+           "ovedqp", "ovedfcp", "h256", "h256w", "h256s", "h256ws", "h256wsn", "h256wm",
+           "h256wmn", "h256wsg")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
                  "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
                  "ovedqp": (42, 43), "ovedfcp": (44, 45),
                  "h256": (46, 47), "h256w": (48, 49), "h256s": (50, 51),
-                 "h256ws": (52, 53)}  # launcher loads (by name, planned)
+                 "h256ws": (52, 53), "h256wsn": (54, 55), "h256wm": (56, 57),
+                 "h256wmn": (58, 59), "h256wsg": (60, 61)}  # launcher loads (by name, planned)
 _FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp")  # two query blocks per CTA (kWsFold)
 _FA_PAD_OPTS = ("ovedqp", "ovedfcp")  # the D = 128 body at D = 80 / 96 (head dim padded in shared memory)
 FA_VARIANTS_PAD = FA_VARIANTS + (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)  # D = 80 / 96
@@ -273,13 +285,15 @@ def fa_variant_smem_bytes(head_dim: int, variant: tuple) -> int:
 
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
-    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; FA_WS_TMA_H256 / H256S / H256WS: D = 256; none depends on
+    FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; FA_WS_TMA_H256 / H256S / H256WS / H256WSN / H256WM /
+    H256WMN / H256WSG: D = 256; none depends on
     the mask since run 18). The padded
     FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP (D = 80 / 96) are planned since run 48a (fa_variants)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
         return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
-    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256S, FA_WS_TMA_H256WS)}.get(head_dim, ())
+    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256S, FA_WS_TMA_H256WS, FA_WS_TMA_H256WSN,
+                                        FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN, FA_WS_TMA_H256WSG)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -590,7 +604,8 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_OVED, FA_WS_TMA_LDR, FA_WS_TMA_LDE, FA_WS_TMA_OVEDG,
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
                           FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP, FA_WS_TMA_H256,
-                          FA_WS_TMA_H256W, FA_WS_TMA_H256S, FA_WS_TMA_H256WS):
+                          FA_WS_TMA_H256W, FA_WS_TMA_H256S, FA_WS_TMA_H256WS, FA_WS_TMA_H256WSN,
+                          FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN, FA_WS_TMA_H256WSG):
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -738,8 +753,9 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
     FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40; the padded candidates
     FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA); at D = 256
-    FA_WS_TMA_H256W 48 / 49 and the candidates FA_WS_TMA_H256 46 / 47, H256S 50 / 51, H256WS 52 / 53 (the odd codes
-    fall back to (128, 64, 8))."""
+    FA_WS_TMA_H256W 48 / 49 and the candidates FA_WS_TMA_H256 46 / 47, H256S 50 / 51, H256WS 52 / 53, H256WSN 54 / 55,
+    H256WM 56 / 57, H256WMN 58 / 59, H256WSG 60 / 61 (the odd codes fall back to (128, 64, 8); 57 / 59 also run H256WS / H256WSN
+    where the cluster entries' rules fail)."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

@@ -7,7 +7,9 @@
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
 #   pad: the padded D = 80 / 96 prefill bodies (ovedqp / ovedfcp, planned since run 48a): their GPU tests, then
 #   their rows beside FA2 and cuDNN (PAD_SHAPES overrides the shapes; a short call)
-#   ws256: the D = 256 warp-specialized bodies (h256w planned since run 49a; the candidates h256, h256s, h256ws): their
+#   ws256: the D = 256 warp-specialized bodies (h256w planned since run 49a; the candidates h256, h256s, h256ws and,
+#   from session 42, h256wsn (no consumer turns), h256wm / h256wmn (K/V multicast in two-CTA clusters), h256wsg
+#   (longest-first causal groups)): their
 #   GPU tests, then their rows beside m128n64w8 (planned until then), FA2 and cuDNN (WS256_SHAPES overrides the
 #   shapes; a short call)
 #   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
@@ -65,7 +67,7 @@ if [ "$MODE" = ws256 ]; then
     | tee "$OUT/pytest_ws256.log" | tail -30
   echo "ws256 tests: $((SECONDS - t0)) s"
   WS256_SHAPES=${WS256_SHAPES:-"4x4096x16x16x256 4x4096x16x16x256c 8x2048x16x4x256 8x2048x16x4x256c"}
-  timeout 300 python3 tools/bench_kernels.py --no-build --only prefill --variants h256 h256w h256s h256ws m128n64w8 \
+  timeout 300 python3 tools/bench_kernels.py --no-build --only prefill --variants h256 h256w h256s h256ws h256wsn h256wm h256wmn h256wsg m128n64w8 \
     --passes 3 --flush zero \
     --prefill-shapes $WS256_SHAPES "$@" 2>&1 | tee "$OUT/bench_ws256.log"
   echo "ws256: $((SECONDS - t0)) s"

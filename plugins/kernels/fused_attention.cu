@@ -952,6 +952,12 @@ constexpr int kWsH256Stages = 2;
 // earlier) and V of j + 1 once P V of j - 1 is (a turn before its P V needs it). FlashAttention-3 pipelines K and
 // V apart the same way.
 constexpr int kWsSplitKV = 8192;
+// kWsNoTurn (the D = 256 candidates m128n80w12t_h256wsn / _h256wmn, session 42): the two consumer warpgroups issue
+// their wgmma groups without taking turns (no named-barrier ping-pong: each issues S of j + 1 and P V of j as soon as
+// its own softmax and the stage allow). At D = 256 the GEMMs of a tile (2 x 64 x 80 x 256 per warpgroup) are long
+// beside its softmax (64 x 80 exponentials), so the turn order only serializes the issue; FlashAttention-3 runs its
+// hdim-256 forward without the scheduler barrier (UseSchedulerBarrier is kHeadDim <= 128 for 16-bit types).
+constexpr int kWsNoTurn = 16384;
 // The head dim of the tensors (columns of O stored): the real one under kWsPadD*, else D.
 template <int D, int OPT>
 __host__ __device__ constexpr int fa_ws_out_d() {
@@ -1211,12 +1217,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   constexpr bool SPLIT = (OPT & kWsSplitKV) != 0;  // K / V on barriers of their own (no multicast)
   constexpr bool KVB = MCAST || SPLIT;  // V full / V empty barriers; K released after its S
   static_assert(!SPLIT || (Rows::kTma && !PERSIST && !MCAST), "split K/V barriers: dense TMA rows, one tile per CTA");
-  static_assert(!MCAST || (Rows::kTma && !PERSIST && D == 128 && BNT == 128 && BM == BNT),
-                "K/V multicast: dense TMA rows, one tile per CTA, D = 128");
+  static_assert(!MCAST || (Rows::kTma && !PERSIST && ((D == 128 && BNT == 128) || (D == 256 && BNT == kWsH256WBN))),
+                "K/V multicast: dense TMA rows, one tile per CTA, D = 128 (128-key tiles) or 256 (80-key tiles)");
   constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
   using WG = wg::Mma<T, BN>;
   using WGO = wg::Mma<T, D>;
-  static_assert(D == 64 || D == 128 || (D == 256 && Rows::kTma && !PERSIST && !MCAST && (OPT & kWsQRegs) == 0 &&
+  static_assert(D == 64 || D == 128 || (D == 256 && Rows::kTma && !PERSIST && (OPT & kWsQRegs) == 0 &&
                                          (BN == kWsH256BN || BN == kWsH256WBN) && ST == kWsH256Stages),
                 "warp-specialized variant: D = 64 or 128; D = 256 with dense TMA rows, 64- or 80-key tiles, 2 stages");
   constexpr int DO = fa_ws_out_d<D, OPT>(), CPRO = DO / 8;  // O's columns stored, as 16-byte chunks
@@ -1432,8 +1438,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
               const uint32_t rank = wg::cluster_rank();
               if (c >= ST) mbar_wait_parity(empty0 + 8 * (c % ST), ((c / ST) - 1) & 1);
               mbar_arrive_expect_tx(full, TILE);  // both boxes of K land here
-              if (j < mc_shared) {
-                wg::tma_load_4d_mc(dk + rank * BN * 128, rw.tk, (int)rank * 64, rw.hkv, n0 + rw.row0, rw.b, full, 3);
+              if (j < mc_shared) {  // rank r: boxes [r NB / 2, (r + 1) NB / 2) of the tile
+#pragma unroll
+                for (int hb = 0; hb < NB / 2; ++hb) {
+                  const int cb = (int)rank * (NB / 2) + hb;
+                  wg::tma_load_4d_mc(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0 + rw.row0, rw.b, full, 3);
+                }
               } else {  // causal: the longer CTA's last tile, both boxes here only
 #pragma unroll
                 for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dk + cb * BN * 128, rw.tk, cb * 64, rw.hkv, n0 + rw.row0, rw.b, full);
@@ -1441,7 +1451,11 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
               if (c >= ST) mbar_wait_parity(emptyv0 + 8 * (c % ST), ((c / ST) - 1) & 1);
               mbar_arrive_expect_tx(fullv, TILE);
               if (j < mc_shared) {
-                wg::tma_load_4d_mc(dv + rank * BN * 128, rw.tv, (int)rank * 64, rw.hkv, n0 + rw.row0, rw.b, fullv, 3);
+#pragma unroll
+                for (int hb = 0; hb < NB / 2; ++hb) {
+                  const int cb = (int)rank * (NB / 2) + hb;
+                  wg::tma_load_4d_mc(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0 + rw.row0, rw.b, fullv, 3);
+                }
               } else {
 #pragma unroll
                 for (int cb = 0; cb < NB; ++cb) wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0 + rw.row0, rw.b, fullv);
@@ -1562,8 +1576,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
 
   // Turn order: consumer 0 first. Barrier `my_bar` completes when this warpgroup syncs on it
   // and the other one has arrived; consumer 1 skips its last arrive so the counts match (with
-  // PERSIST it never skips and consumer 0 syncs once more after its last tile).
-  if (cw == 1) wg::bar_arrive(1, 256);
+  // PERSIST it never skips and consumer 0 syncs once more after its last tile). kWsNoTurn: no turns.
+  constexpr bool TURN = (OPT & kWsNoTurn) == 0;
+  static_assert(TURN || !PERSIST, "kWsNoTurn: one tile per CTA");
+  if (TURN && cw == 1) wg::bar_arrive(1, 256);
 
   constexpr bool LEAN = (OPT & kWsLeanDesc) != 0;
   constexpr bool QREGS = (OPT & kWsQRegs) != 0;
@@ -1802,10 +1818,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     mbar_wait_parity(full0 + 8 * (kv_base % ST), (kv_base / ST) & 1);
     {
       float s0[BN / 8][4];
-      wg::bar_sync(my_bar, 256);
+      if constexpr (TURN) wg::bar_sync(my_bar, 256);
       issue_s(s0, 0);
       wg::commit();
-      wg::bar_arrive(other_bar, 256);
+      if constexpr (TURN) wg::bar_arrive(other_bar, 256);
       wg::wait0();
       wg::fence_acc(s0);
       if constexpr (KVB) release(empty0, 0);  // K of the first tile is read
@@ -1827,12 +1843,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     float s_nxt[BN / 8][4];
     const int c = kv_base + j + 1;
     mbar_wait_parity(full0 + 8 * (c % ST), (c / ST) & 1);
-    wg::bar_sync(my_bar, 256);
+    if constexpr (TURN) wg::bar_sync(my_bar, 256);
     issue_s(s_nxt, j + 1);
     wg::commit();
     if constexpr (KVB) mbar_wait_parity(fullv0 + 8 * ((c - 1) % ST), ((c - 1) / ST) & 1);
     pv(j);
-    wg::bar_arrive(other_bar, 256);
+    if constexpr (TURN) wg::bar_arrive(other_bar, 256);
     float alpha[2];
     wg::wait1();
     wg::fence_acc(s_nxt);
@@ -1891,10 +1907,10 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   } else {
     {
       const int j = n_tiles - 1;
-      wg::bar_sync(my_bar, 256);
+      if constexpr (TURN) wg::bar_sync(my_bar, 256);
       if constexpr (KVB) mbar_wait_parity(fullv0 + 8 * ((kv_base + j) % ST), ((kv_base + j) / ST) & 1);
       pv(j);
-      if (PERSIST || cw == 0) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
+      if (TURN && (PERSIST || cw == 0)) wg::bar_arrive(other_bar, 256);  // consumer 1 skips its last arrive
       wg::wait0();
       pv_done();
       release(KVB ? emptyv0 : empty0, j);
@@ -2366,6 +2382,26 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTH256_PAIR(DTN, T, 80, h256w, onnx_fuse::kWsH256WBN, OF_FA_H256_OPT)                            \
   OF_FA_WSTH256_PAIR(DTN, T, 64, h256s, onnx_fuse::kWsH256BN, OF_FA_H256_OPT | onnx_fuse::kWsSplitKV)     \
   OF_FA_WSTH256_PAIR(DTN, T, 80, h256ws, onnx_fuse::kWsH256WBN, OF_FA_H256_OPT | onnx_fuse::kWsSplitKV)
+// Candidates at D = 256 with 80-key tiles (session 42, by name only): m128n80w12t_h256wsn (loads 54 / 55) is h256ws
+// without the consumers' turns (kWsNoTurn, FlashAttention-3's hdim-256 setting); m128n80w12t_h256wm (loads 56 / 57)
+// is h256w in two-CTA clusters multicasting each K/V tile to both (kWsMcast: each producer loads two of a tile's four
+// 64-column boxes; K / V on barriers of their own as kWsSplitKV's), which halves the L2 -> SM bytes of K / V: at D = 256
+// a 128 x 80 tile's 80 KiB of K / V feed 10.5 MFLOP, 128 FLOP per byte; m128n80w12t_h256wmn (loads 58 / 59) is h256wm
+// without turns. The cluster entries take no window, no seq_lens and S a multiple of 256: 56 / 58 refuse other
+// launches, 57 / 59 run h256ws / h256wsn for them (the same barriers without the cluster). m128n80w12t_h256wsg (loads
+// 60 / 61) is h256ws with the causal grid longest first within groups of 8 heads (kWsLptGroups, ovedg's order): the
+// default order runs each head's blocks longest first, so the last wave still holds the last heads' longest blocks
+// (B4 S4096 H16: 2048 CTAs of 7-52 key tiles at one CTA per SM); without a mask its entry is h256ws's body.
+#define OF_FA_WSTH256B_PAIR(DTN, T, TAG, ATTR, OPT)                                                       \
+  OF_FA_WST_ENTRY_B(ATTR, onnx_fuse_fa_fwd_##DTN##_d256_m128n80w12t_##TAG##_full, T, 256, false, 24, OPT, 0,    \
+                    onnx_fuse::kWsH256WBN, onnx_fuse::kWsH256Stages)                                       \
+  OF_FA_WST_ENTRY_B(ATTR, onnx_fuse_fa_fwd_##DTN##_d256_m128n80w12t_##TAG##_causal, T, 256, true, 24, OPT, 0,   \
+                    onnx_fuse::kWsH256WBN, onnx_fuse::kWsH256Stages)
+#define OF_FA_WSTH256B_KERNELS(DTN, T)                                                                    \
+  OF_FA_WSTH256B_PAIR(DTN, T, h256wsn, , OF_FA_H256_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsNoTurn)    \
+  OF_FA_WSTH256B_PAIR(DTN, T, h256wm, OF_FA_CLUSTER_PAIR, OF_FA_H256_OPT | onnx_fuse::kWsMcast)           \
+  OF_FA_WSTH256B_PAIR(DTN, T, h256wmn, OF_FA_CLUSTER_PAIR, OF_FA_H256_OPT | onnx_fuse::kWsMcast | onnx_fuse::kWsNoTurn) \
+  OF_FA_WSTH256B_PAIR(DTN, T, h256wsg, , OF_FA_H256_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsLptGroups)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2428,6 +2464,7 @@ OF_FA_WSTPAD_KERNELS_D(f16, __half, 80, onnx_fuse::kWsPadD80)
 OF_FA_WSTPAD_KERNELS_D(f16, __half, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
 OF_FA_WSTH256_KERNELS(f16, __half)
+OF_FA_WSTH256B_KERNELS(f16, __half)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2454,6 +2491,7 @@ OF_FA_WSTPAD_KERNELS_D(bf16, __nv_bfloat16, 80, onnx_fuse::kWsPadD80)
 OF_FA_WSTPAD_KERNELS_D(bf16, __nv_bfloat16, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTH256_KERNELS(bf16, __nv_bfloat16)
+OF_FA_WSTH256B_KERNELS(bf16, __nv_bfloat16)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2597,7 +2635,8 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 // kind: 0 m128n128w12t, 1 m128n128w12t_r24 (D = 64, 128); 2 m128n128w12t_ov, 3 _ove (D = 128);
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
 // 14 _ovedq, 18 _ovedfc (D = 128); 20 _ovedqp, 21 _ovedfcp (D = 80, 96: the D = 128 bodies, padded);
-// 22 m128n64w12t_h256, 23 m128n80w12t_h256w, 24 _h256s, 25 _h256ws (D = 256).
+// 22 m128n64w12t_h256, 23 m128n80w12t_h256w, 24 _h256s, 25 _h256ws, 26 m128n80w12t_h256wsn, 27 _h256wm,
+// 28 _h256wmn, 29 _h256wsg (D = 256).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2654,6 +2693,10 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 23: OF_PICK_TK2(256, m128n80w12t_h256w)
       case 24: OF_PICK_TK2(256, m128n64w12t_h256s)
       case 25: OF_PICK_TK2(256, m128n80w12t_h256ws)
+      case 26: OF_PICK_TK2(256, m128n80w12t_h256wsn)
+      case 27: OF_PICK_TK2(256, m128n80w12t_h256wm)
+      case 28: OF_PICK_TK2(256, m128n80w12t_h256wmn)
+      case 29: OF_PICK_TK2(256, m128n80w12t_h256wsg)
       default: return nullptr;
     }
   }
@@ -2880,7 +2923,11 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // memory, candidates by name; 43 / 45 run (128, 128, 8) where TMA cannot address the tensors); 46 / 47
 // m128n64w12t_h256 and 48 / 49 m128n80w12t_h256w (D = 256 only, block_n 64 / 80: the warp-specialized TMA body
 // with 64- / 80-key tiles in 2 stages, candidates by name; 47 / 49 run (128, 64, 8) where TMA cannot address
-// the tensors), 50 / 51 _h256s and 52 / 53 _h256ws (the same with K / V on barriers of their own); 41 is refused;
+// the tensors), 50 / 51 _h256s and 52 / 53 _h256ws (the same with K / V on barriers of their own); 54 / 55
+// m128n80w12t_h256wsn (h256ws without the consumers' turns), 56 / 57 _h256wm and 58 / 59 _h256wmn (h256w / h256wsn in
+// two-CTA clusters multicasting K / V: no window, no seq_lens, S a multiple of 256, else 56 / 58 refuse and 57 / 59 run
+// h256ws / h256wsn), 60 / 61 _h256wsg (h256ws with the causal grid longest first within groups of 8 heads; D = 256
+// candidates by name, session 42); 41 is refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2917,13 +2964,14 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 53);
+  OF_REQUIRE(loads >= 0 && loads <= 61);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   // 42-45 (_ovedqp / _ovedfcp): D = 80 / 96 on the D = 128 TMA bodies, the head dim padded in shared
   // memory; where TMA cannot address the tensors, 43 / 45 run the w8 wgmma body (128, 128, 8) instead.
   const bool pad = loads >= 42 && loads <= 45;
   OF_REQUIRE(!pad || D == 80 || D == 96);
-  // 46-53 (m128n64w12t_h256 / m128n80w12t_h256w / _h256s / _h256ws): D = 256, K / V tiles of block_n (64 / 80)
+  // 46-61 (m128n64w12t_h256 / m128n80w12t_h256w / _h256s / _h256ws / _h256wsn / _h256wm / _h256wmn / _h256wsg): D = 256, K / V
+  // tiles of block_n (64 / 80)
   // keys; where TMA cannot address the tensors, the odd codes run the w8 wgmma body (128, 64, 8) instead.
   const bool h256 = loads >= 46;
   const int h256_bn = (loads >= 48 && loads <= 49) || loads >= 52 ? onnx_fuse::kWsH256WBN : onnx_fuse::kWsH256BN;
@@ -2952,7 +3000,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
     // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
     // 42 / 43: ovedqp; 44 / 45: ovedfcp (D = 80 / 96); 46 / 47: h256; 48 / 49: h256w; 50 / 51: h256s;
-    // 52 / 53: h256ws (D = 256)
+    // 52 / 53: h256ws; 54 / 55: h256wsn; 56 / 57: h256wm; 58 / 59: h256wmn; 60 / 61: h256wsg (D = 256)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
@@ -2961,6 +3009,11 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (kind == 13 && (window != 0 || seq_lens != nullptr || S % 256 != 0 || D != 128)) {
       OF_REQUIRE(loads == 29);
       kind = 8;
+    }
+    // 56-59 _h256wm / _h256wmn: the same cluster rules; else 57 / 59 run h256ws / h256wsn (their barriers, no cluster)
+    if ((kind == 27 || kind == 28) && (window != 0 || seq_lens != nullptr || S % 256 != 0)) {
+      OF_REQUIRE(loads == 57 || loads == 59);
+      kind -= 2;
     }
     const FaTmaKernelFn tfn = persistent ? nullptr : pick_tma(dtype, D, causal != 0, kind);
     const FaTmaPKernelFn pfn = persistent ? pick_tma_persistent(dtype, D, causal != 0, loads == 40) : nullptr;

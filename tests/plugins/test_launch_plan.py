@@ -969,7 +969,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 53);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 61);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -1032,7 +1032,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     for d in (80, 96):  # the padded D = 128 bodies (session 38) are planned since run 48a
         assert lp.fa_experimental_variants(d) == ()
     assert lp.fa_experimental_variants(256) == lp.fa_experimental_variants(256, causal=True) == (
-        lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS)
+        lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS, lp.FA_WS_TMA_H256WSN, lp.FA_WS_TMA_H256WM,
+        lp.FA_WS_TMA_H256WMN, lp.FA_WS_TMA_H256WSG)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
     for causal in (False, True):
@@ -1648,9 +1649,9 @@ def test_d256_warp_specialized_entries_exist_and_h256w_is_planned():
                       (25, "m128n80w12t_h256ws")):
         assert f"case {kind}: OF_PICK_TK2(256, {tag})" in fa
     assert "fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, tile_n)" in fa
-    assert "OF_REQUIRE(!h256 || D == 256);" in fa and "OF_REQUIRE(loads >= 0 && loads <= 53);" in fa
+    assert "OF_REQUIRE(!h256 || D == 256);" in fa and "OF_REQUIRE(loads >= 0 && loads <= 61);" in fa
     assert lp.fa_variants(256) == ((64, 64, 4), (128, 64, 8), lp.FA_WS_TMA_H256W)
-    assert lp.fa_experimental_variants(256) == (lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS)
+    assert lp.fa_experimental_variants(256)[:3] == (lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS)
     for v, n, codes in ((lp.FA_WS_TMA_H256, 64, (46, 47)), (lp.FA_WS_TMA_H256W, 80, (48, 49)),
                         (lp.FA_WS_TMA_H256S, 64, (50, 51)), (lp.FA_WS_TMA_H256WS, 80, (52, 53))):
         assert lp.fa_engine(v, 256) == "wgmma"
@@ -1684,3 +1685,53 @@ def test_d256_warp_specialized_entries_exist_and_h256w_is_planned():
                                                softcap=30.0).variant == lp.FA_WGMMA_PIPE  # no _sc twin
                 assert lp.plan_fused_attention(1, 512, 4, 4, 256, dt, causal=causal, device=dev).variant == (64, 64, 4)
             assert lp.plan_fused_attention(4, 4096, 16, 16, 256, dt, causal=causal, device=ampere).variant == (64, 64, 4)
+
+
+def test_d256_session42_candidates_exist_by_name_and_are_not_planned():
+    """The session-42 D = 256 candidates (80-key tiles, by name only): m128n80w12t_h256wsn (h256ws without the
+    consumers' turns, kWsNoTurn), _h256wm / _h256wmn (two-CTA clusters multicasting K / V, kWsMcast at D = 256, the
+    latter without turns), _h256wsg (h256ws with the causal grid longest first in groups of 8 heads, kWsLptGroups):
+    entries for both dtypes and masks with their options, the cluster attribute on the multicast entries only, the
+    launcher's picks (kind 26-29 = loads 54-61) and the cluster rules' fallback (57 / 59 run h256ws / h256wsn),
+    never planned."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTH256B_KERNELS\({dt}, [\w ]+\)$", fa, re.M), dt
+    block = _block(fa, "#define OF_FA_WSTH256B_PAIR(")
+    pairs = set(re.findall(r"OF_FA_WSTH256B_PAIR\(DTN, T, (\w+), (\w*), (.*?)\)\s*\\?$",
+                           _block(fa, "#define OF_FA_WSTH256B_KERNELS("), re.M))
+    assert pairs == {("h256wsn", "", "OF_FA_H256_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsNoTurn"),
+                     ("h256wm", "OF_FA_CLUSTER_PAIR", "OF_FA_H256_OPT | onnx_fuse::kWsMcast"),
+                     ("h256wmn", "OF_FA_CLUSTER_PAIR", "OF_FA_H256_OPT | onnx_fuse::kWsMcast | onnx_fuse::kWsNoTurn"),
+                     ("h256wsg", "", "OF_FA_H256_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsLptGroups")}, pairs
+    # the option bits stay distinct powers of two
+    opts = dict(re.findall(r"^constexpr int (kWs(?:PinSoftmax|SmemEpilogue|LeanDesc|LptGroups|Fold|Mcast|QRegs|Chain|"
+                           r"LazyRescale|PadD80|PadD96|SplitKV|NoTurn)) = (\d+);$", fa, re.M))
+    assert opts["kWsNoTurn"] == "16384" and len(opts) == 13 and len(set(opts.values())) == 13
+    assert all(int(x) & (int(x) - 1) == 0 for x in opts.values())
+    for kind, tag in ((26, "m128n80w12t_h256wsn"), (27, "m128n80w12t_h256wm"), (28, "m128n80w12t_h256wmn"),
+                      (29, "m128n80w12t_h256wsg")):
+        assert f"case {kind}: OF_PICK_TK2(256, {tag})" in fa
+    assert "if ((kind == 27 || kind == 28) && (window != 0 || seq_lens != nullptr || S % 256 != 0)) {" in fa
+    assert "OF_REQUIRE(loads == 57 || loads == 59);" in fa and "kind -= 2;" in fa
+    new = (lp.FA_WS_TMA_H256WSN, lp.FA_WS_TMA_H256WM, lp.FA_WS_TMA_H256WMN, lp.FA_WS_TMA_H256WSG)
+    assert lp.fa_experimental_variants(256)[3:] == new
+    assert not set(new) & set(lp.fa_variants(256))
+    for v, codes in zip(new, ((54, 55), (56, 57), (58, 59), (60, 61))):
+        assert v[:4] == lp.FA_WS_TMA_H256W[:4] and lp.fa_engine(v, 256) == "wgmma"
+        for causal in (False, True):
+            mask = "causal" if causal else "full"
+            assert f"onnx_fuse_fa_fwd_##DTN##_d256_m128n80w12t_##TAG##_{mask}" in block
+            for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
+                p = lp.plan_fused_attention(4, 4096, 16, 4, 256, dt, causal=causal, variant=v)
+                assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d256_m128n80w12t_{v[-1]}_{mask}"
+                assert p.tma and p.opt == v[-1] and p.block == (384, 1, 1) and p.grid == (32, 16, 4)
+                assert p.smem_bytes == 1024 + (128 * 256 + 2 * 2 * 80 * 256) * 2
+                assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == codes
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 16, 4, 128, variant=v)
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 16, 4, 256, variant=v, softcap=30.0)
+    for causal in (False, True):  # never planned
+        for dev in (lp.H200, H100):
+            assert lp.plan_fused_attention(4, 4096, 16, 16, 256, causal=causal, device=dev).variant == lp.FA_WS_TMA_H256W
