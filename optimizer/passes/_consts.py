@@ -9,6 +9,7 @@ modules had their own twins of these).
 - ``stored_ints``: the tensor a value stores (``const_value``: initializers, and values a pass gave
   one; not a Constant node's output otherwise), any dtype, as ints.
 - ``ctx_ints``: a rule context's constant (``ctx.constant``) as ints.
+- ``raw_axes``: a Reduce* / Unsqueeze / Squeeze node's constant axes as written (input or attribute).
 - ``node_axes``: a Reduce* / Unsqueeze / Squeeze node's constant axes normalized to a rank, in the
   node's order or sorted (CSE keys reductions by order: [1, 3] is not merged with [3, 1]).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["const_ints", "ctx_axes", "ctx_ints", "is_constant", "node_axes", "stored_ints"]
+__all__ = ["const_ints", "ctx_axes", "ctx_ints", "is_constant", "node_axes", "raw_axes", "stored_ints"]
 
 #: Constant attributes that hold a dense value of a float-capable type
 _DENSE_VALUES = ("value", "value_float", "value_floats")
@@ -70,16 +71,28 @@ def ctx_axes(ctx, node: ir.Node) -> list[int] | None:
     return ctx_ints(ctx, node.inputs[1]) if len(node.inputs) > 1 else None
 
 
-def node_axes(node: ir.Node, rank: int, *, sort: bool = False) -> list[int] | None:
-    """A Reduce* / Unsqueeze / Squeeze node's axes in [0, rank): its second input's integer constant
-    (opset 13 / 18 on), else its ``axes`` attribute; kept in order unless ``sort``. None where they
-    are not constant (a ref attribute too), absent, or out of range; an empty list stays empty (what
-    it means is the op's: all axes, or none)."""
+def raw_axes(node: ir.Node) -> list[int] | None:
+    """A Reduce* / Unsqueeze / Squeeze node's axes as written (negative ones kept): its second
+    input's integer constant of rank 0 or 1 (opset 13 / 18 on), else its ``axes`` attribute (older
+    opsets). None where they are not constant (a ref attribute too) or absent; an empty list stays
+    empty. ``node_axes`` range-checks them for a known rank."""
     if len(node.inputs) > 1 and node.inputs[1] is not None:
-        axes = const_ints(node.inputs[1])
-    else:
-        attr = node.attributes.get("axes")
-        axes = None if attr is None or attr.is_ref() else [int(a) for a in attr.value]
+        from onnx_fuse.passes.constant_folding import constant_tensor
+
+        t = constant_tensor(node.inputs[1])
+        if t is None or not t.dtype.is_integer() or len(t.shape) > 1:
+            return None
+        return [int(a) for a in t.numpy().reshape(-1)]
+    attr = node.attributes.get("axes")
+    return None if attr is None or attr.is_ref() else [int(a) for a in attr.value]
+
+
+def node_axes(node: ir.Node, rank: int, *, sort: bool = False) -> list[int] | None:
+    """A Reduce* / Unsqueeze / Squeeze node's axes (``raw_axes``) in [0, rank); kept in order unless
+    ``sort``. None where they are not constant (a ref attribute too), absent, or out of range; an
+    empty list stays empty (what it means is the op's: all axes, or none). An Unsqueeze's rank is
+    its output's."""
+    axes = raw_axes(node)
     if axes is None or not all(-rank <= a < rank for a in axes):
         return None
     axes = [a % rank for a in axes]

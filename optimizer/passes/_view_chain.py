@@ -20,24 +20,13 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnx_fuse.passes._chain_reads import one_reader
+from onnx_fuse.passes._consts import raw_axes
 from onnx_fuse.passes._dim_products import reshape_out_dims, value_dims
-from onnx_fuse.passes.constant_folding import constant_tensor
 from onnx_fuse.passes._infra import is_default_op, reroute
 from onnx_fuse.passes._shape_values import invented_name
 
 _VIEWS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
 MAX_CHAIN = 8
-
-
-def _axes(node: ir.Node) -> list[int] | None:
-    """A Squeeze's / Unsqueeze's constant axes (input, or the attribute before opset 13); None when unknown."""
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        t = constant_tensor(node.inputs[1])
-        if t is None or not t.dtype.is_integer() or len(t.shape) > 1:
-            return None
-        return [int(a) for a in t.numpy().reshape(-1)]
-    a = node.attributes.get("axes")
-    return None if a is None else [int(x) for x in a.value]
 
 
 def _out_dims(r: ir.Node) -> list | None:
@@ -46,7 +35,7 @@ def _out_dims(r: ir.Node) -> list | None:
     if r.op_type == "Reshape":
         return reshape_out_dims(r.outputs[0])
     x = r.inputs[0]
-    axes = _axes(r)
+    axes = raw_axes(r)
     if not axes:
         return None  # a Squeeze of every size-1 axis: which ones rests on inference
     ins = reshape_out_dims(x) if is_default_op(x.producer(), "Reshape") else value_dims(x)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import raw_axes
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 from onnx_fuse.passes._shape_values import read_dims
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -53,13 +54,6 @@ def _ints(value: ir.Value | None) -> list[int] | None:
     if t is None or not t.dtype.is_integer() or t.size > 64:
         return None
     return [int(v) for v in t.numpy().reshape(-1)]
-
-
-def _axes(node: ir.Node) -> list[int] | None:
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        return _ints(node.inputs[1])
-    a = node.attributes.get("axes")
-    return None if a is None or a.is_ref() else list(a.value)
 
 
 def _compose(terms: list[Term], inner: list[Term]) -> list[Term]:
@@ -131,13 +125,13 @@ def _input_coords(node: ir.Node, x: ir.Value, y: ir.Value) -> list[Term] | None:
             return [("c", i) if k == a else ident(k) for k in range(r)]
         return [("c", i) if k == a else ident(k if k < a else k - 1) for k in range(r)]
     if op == "Unsqueeze":
-        axes = _axes(node)
+        axes = raw_axes(node)
         if axes is None or len(yd) != r + len(axes):
             return None
         new = {a % len(yd) for a in axes}
         return [ident(k) for k in range(len(yd)) if k not in new]
     if op == "Squeeze":
-        axes = _axes(node)
+        axes = raw_axes(node)
         if axes is None:
             return None
         gone = {a % r for a in axes}

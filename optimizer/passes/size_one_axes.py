@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import raw_axes
 from onnx_fuse.passes._dim_products import mul, reshape_out_dims, value_dims
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 from onnx_fuse.passes.constant_folding import constant_tensor
@@ -48,14 +49,6 @@ def _ints(value: ir.Value | None) -> list[int] | None:
         return None
     a = t.numpy()
     return [int(v) for v in a.reshape(-1)] if a.dtype.kind in "iu" and a.ndim <= 1 else None
-
-
-def _axes(node: ir.Node) -> list[int] | None:
-    """Unsqueeze / Squeeze axes, attribute (opset < 13) or constant input; None when unknown."""
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        return _ints(node.inputs[1])
-    a = node.attributes.get("axes")
-    return None if a is None else list(a.value)
 
 
 def _rank(value: ir.Value | None) -> int | None:
@@ -123,7 +116,7 @@ class SizeOneAxesPass(FusePass):
         unsq = None if src is None else src.producer()
         if not is_default_op(unsq, "Unsqueeze") or unsq.graph is not graph:
             return False
-        x, axes = unsq.inputs[0], _axes(unsq)
+        x, axes = unsq.inputs[0], raw_axes(unsq)
         perm = attr_value(node, "perm", None)
         rank = _rank(x)
         if x is None or axes is None or perm is None or rank is None:
@@ -199,7 +192,7 @@ class SizeOneAxesPass(FusePass):
         resh = None if src is None else src.producer()
         if not is_default_op(resh, "Reshape") or len(resh.inputs) < 2 or resh.inputs[1] is None:
             return False
-        axes, rank = _axes(node), _rank(src)
+        axes, rank = raw_axes(node), _rank(src)
         pieces = self._pieces(resh.inputs[1])
         if axes is None or rank is None or pieces is None or sum(n for _, n, _ in pieces) != rank:
             return False
