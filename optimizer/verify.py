@@ -599,6 +599,7 @@ def padded_row_case(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
 
 
 LONGER_MASK = "longer-mask"
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a symbol of a dim name ('past + sequence', '2*batch')
 LONGER_MASK_NOTE = (f"[{LONGER_MASK}]: each integer mask input declared with a length of its own fed 2 columns "
                     "longer (kept), which the original takes (it reads the keys' columns only)")
 
@@ -610,8 +611,17 @@ def longer_mask_case(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) ->
     None without such an input; the caller keeps the case only where the original runs on it."""
     declared = collections.Counter(d.dim_param for vi in (*model.graph.input, *model.graph.output)
                                    for d in vi.type.tensor_type.shape.dim if d.dim_param)
+
+    def own(dim: str) -> bool:
+        # named once, and no symbol of it named elsewhere: 'sequence + 6' over an input declared [B, sequence]
+        # is that input's length plus 6 (a drafter's mask over 6 context states and the block), which the
+        # optimizer may read off either input (passes/_dim_sums.py), not a length of its own
+        symbols = set(_SYMBOL.findall(dim))
+        return declared.get(dim) == 1 and not any(symbols & set(_SYMBOL.findall(other))
+                                                  for other in declared if other != dim)
+
     names = [vi.name for vi in _integer_masks(model, feeds) if len(vi.type.tensor_type.shape.dim) == 2
-             and declared.get(vi.type.tensor_type.shape.dim[1].dim_param) == 1]
+             and own(vi.type.tensor_type.shape.dim[1].dim_param)]
     if not names:
         return None
     out = dict(feeds)

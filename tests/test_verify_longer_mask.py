@@ -50,3 +50,16 @@ def test_no_case_where_the_original_refuses_a_longer_mask():
     # the uncut model needs the mask as long as x: the case is dropped, the rest verified
     result = verify(_keys_weighted(False), _keys_weighted(False))
     assert result["passed"] and LONGER_MASK not in result["cases"]
+
+
+def test_no_case_for_a_mask_declared_as_a_sum_over_another_inputs_length():
+    # Muse Glimmer's DFlash drafter (hold-out 47): attention_mask [B, 'sequence_len + 6'] over 6 context states and
+    # the block noise_embeds [B, 'sequence_len', D]; the optimizer reads the keys' count off the mask's declared
+    # length (shape_cse: Shape(context)[1] + Shape(noise)[1] -> Shape(mask)[1]), so a mask 2 columns longer breaks
+    # the declared contract, not the rewrite: no case. Before this, longer_mask_case lengthened it (a false FAIL).
+    feeds = {"x": np.ones((2, 3), np.float32), "attention_mask": np.ones((2, 9), np.int64)}
+    assert longer_mask_case(_keys_weighted(True, mask_dim="seq + 6"), feeds) is None
+    assert longer_mask_case(_keys_weighted(True, mask_dim="6 + seq"), feeds) is None
+    # a sum of symbols no other input names is still a length of its own
+    label, got = longer_mask_case(_keys_weighted(True, mask_dim="past + new"), feeds)
+    assert label == LONGER_MASK and got["attention_mask"].shape == (2, 11)
