@@ -4099,15 +4099,15 @@ HALF34.add("mllama_vision")
 # values over [the target model's context states; the block], a padding mask over both, bidirectional, QK-norm, GQA;
 # the queries' rotary is the tail of a table spanning context + block; full layers only: without a cache a sliding
 # layer's mask spans the block alone, which torch refuses), Moshi's depth decoder (one weight per codebook position:
-# q / k / v / o, fc1 / fc2 and the input projection are MatMuls of [B, T, 1, H] by [1, T, H, O]; GQA, rotary;
+# q / k / v / o, fc1 / fc2 and the input projection are MatMuls of [B, T, 1, H] by [1, T, H, O]; GQA, no rotary;
 # TorchScript only, all dims fixed: its embedding loop reads positions with .item(), which torch.export cannot
 # guard, and the trace bakes them), BLT's local decoder (bytes' causal self-attention with rotary and, at every
 # layer, a cross-attention to the global patches' states, each projected and split into cross_attn_k slots), Dia's
-# decoder (codes as ids [B, T, channels], spec ids_channels; GQA self-attention with rotary, cross-attention).
+# decoder (codes as ids [B, T, channels], spec ids_channels; GQA self-attention with rotary, cross-attention),
+# Kyutai's speech-to-text decoder (text + codebook ids [B, T, 3] summed, sliding-window GQA; the codec left out).
 # Not made: BLT's local decoder in TorchScript (ORT refuses a cross-attention Reshape the trace baked), Muse
-# Glimmer's drafter in TorchScript (SDPA with enable_gqa has no TorchScript conversion), Kyutai's STT (a Moshi-like
-# decoder over codes and a Mimi codec), BLT's local encoder (num_patches an int, patch_ids a scatter index), Gemma
-# 4's assistant (shared_kv_states, a dict of the target's keys / values), MRA (its attention needs a CUDA kernel).
+# Glimmer's drafter in TorchScript (SDPA with enable_gqa has no TorchScript conversion), BLT's local encoder
+# (num_patches an int, patch_ids a scatter index), Gemma 4's assistant (shared_kv_states, a dict of the target's keys / values), MRA (its attention needs a CUDA kernel).
 SEQ_47 = 8  # export_corpus.SEQ: Moshi's depth decoder has one weight per position, so its sequence is fixed
 HOLDOUT35 = {
     "muse_glimmer_assistant": dict(_s("encoder", "MuseGlimmerAssistantConfig", "MuseGlimmerAssistantModel",
@@ -4127,7 +4127,7 @@ HOLDOUT35 = {
                                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, audio_vocab_size=VOCAB,
                                 max_position_embeddings=SEQ_47, num_codebooks=SEQ_47, ffn_dim=FFN,
                                 sliding_window=SEQ_47, rms_norm_eps=1e-5),
-                           ["gqa", "causal", "per-position-weights", "rope-full", "rmsnorm", "gated-gelu"],
+                           ["gqa", "causal", "per-position-weights", "nope", "rmsnorm", "swiglu"],
                            "moshi_depth", "gpt2", styles=("torchscript",)),
                         extra_inputs={"last_hidden_state": ("states", 1, 48)}, attention_blocks=LAYERS, output="logits",
                         fixed_dims={"torchscript": "all"}, param_std={k: 0.02 for k in ("linear.weight", "fc1.weight",
@@ -4157,6 +4157,17 @@ HOLDOUT35 = {
                         ids_channels=2, extra_inputs={"encoder_hidden_states": ("states", 6)},
                         attention_blocks=2 * LAYERS,
                         model_module="transformers.models.dia.modeling_dia"),
+    # Kyutai's speech-to-text decoder (Moshi-like, the text stream and the audio codebooks' ids [B, T, 1 + 2] offset
+    # into one table and summed), sliding-window GQA with rotary, gated MLP; the Mimi codec stays out (codes in)
+    "kyutai_stt": dict(_s("encoder", "KyutaiSpeechToTextConfig", "KyutaiSpeechToTextModel",
+                          dict(codebook_vocab_size=64, vocab_size=64, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                               max_position_embeddings=POSITIONS, sliding_window=4, ffn_dim=FFN, rms_norm_eps=1e-5,
+                               num_codebooks=2, audio_bos_token_id=63, audio_pad_token_id=64 + 2 * 64,
+                               pad_token_id=0, bos_token_id=1),
+                          ["gqa", "causal", "sliding-window", "multi-stream-ids", "rope-full", "rmsnorm", "swiglu"],
+                          "kyutai_speech_to_text", "gpt2", styles=("dyn_mask", "torchscript")),
+                       ids_channels=3, attention_blocks=LAYERS),
 }
 HOLDOUT_SETS[47] = HOLDOUT35
 # --holdout 47 --dtype float16
