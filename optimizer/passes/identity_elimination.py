@@ -19,7 +19,11 @@ Cases handled (each counted in ``stats`` under the op type):
 - x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 where the constant broadcasts into x without changing
   its shape (dtype is the same by the op's contract); x + ConstantOfShape(s) of zeros where s is a
   shape x already has (Expand's reasoning: torch.baddbmm(torch.zeros(...), q, k) writes it, as
-  GPT-NeoX / GPT-J attention before transformers 4.4x did).
+  GPT-NeoX / GPT-J attention before transformers 4.4x did);
+- an Expand read by an elementwise op that broadcasts its inputs (Add, Mul, Where, Equal, ...) whose
+  other input has a shape the Expand's output broadcasts into, when every reader is such an op: the
+  readers read the Expand's input (they broadcast it the same way) and the Expand goes (MobileViT V2's
+  context.expand_as(v) * relu(v); DistilBERT's masked_fill(mask.expand_as(scores)) shared by layers).
 
 Graph outputs keep their names: when the removed node's output is a graph output, the producer's
 value is renamed to it; when that cannot be done (the input is a graph input, an initializer, an
@@ -50,6 +54,13 @@ _WIDER = {ir.DataType.FLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBL
               ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16, ir.DataType.INT32,
               ir.DataType.UINT32, ir.DataType.INT64, ir.DataType.UINT64, ir.DataType.FLOAT16,
               ir.DataType.BFLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE))}
+
+
+# elementwise ops that broadcast every input both ways (ONNX's multidirectional broadcasting; opset >= 8, as
+# Expand itself): an input expanded to the shape another input already has is broadcast by the op itself
+_BROADCASTING = frozenset(("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where",
+                           "And", "Or", "Xor", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+                           "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"))
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -110,6 +121,8 @@ class IdentityEliminationPass(FusePass):
                 source = self._passthrough_input(node)
                 if source is not None and self._bypass(node, source, graph):
                     self.stats[node.op_type] += 1
+                    modified = True
+                elif source is None and node.op_type == "Expand" and self._unexpand_readers(node):
                     modified = True
         return ir.passes.PassResult(model, modified=modified)
 
@@ -301,6 +314,43 @@ class IdentityEliminationPass(FusePass):
             return False
         return all(t == 1 or _dim_matches(t, d)
                    for t, d in zip(reversed(found[0]), reversed(dims)))
+
+    def _unexpand_readers(self, node: ir.Node) -> bool:
+        """op(b, Expand(a, s)) is op(b, a) for an elementwise op that broadcasts its inputs (_BROADCASTING) when
+        another input b of it has a shape the Expand's output broadcasts into (right-aligned, each of the output's
+        dims 1 or b's: equal ints or the same model-given symbolic name): a broadcasts into the output, so into b,
+        and the op's output shape and values stay. When every reader is such an op (and the output is no graph
+        output) each reads a and the Expand goes (MobileViT V2's context.expand_as(v) * relu(v); DistilBERT's
+        masked_fill(mask.expand_as(scores)), CSE sharing it across layers). One other reader keeps the Expand
+        and every reader on it: moving some readers off an Expand that stays saves nothing (the attention
+        lowerings' keep-masked-rows Max(m, m * 0.5 + F) reads its expanded mask twice)."""
+        ins = list(node.inputs)
+        out = node.outputs[0] if len(node.outputs) == 1 else None
+        if len(ins) < 2 or ins[0] is None or out is None or out.is_graph_output():
+            return False
+        want = read_dims(out, names="model", unknown="opaque")
+        uses = list(out.uses())
+        if want is None or not uses:
+            return False
+        for use in uses:
+            reader, idx = use.node, use.idx
+            if reader.op_type not in _BROADCASTING or reader.domain not in ("", "ai.onnx") or len(reader.outputs) != 1:
+                return False
+            if not any(self._broadcasts_to(want, read_dims(v, names="model", unknown="opaque"))
+                       for j, v in enumerate(reader.inputs) if j != idx and v is not None and v is not out):
+                return False
+        out.replace_all_uses_with(ins[0])
+        node.graph.remove(node, safe=True)
+        self.stats["Expand"] += 1
+        return True
+
+    @staticmethod
+    def _broadcasts_to(dims: list, into: list | None) -> bool:
+        """dims (read_dims, opaque unknowns) broadcast into `into` without changing it: rank no larger, each dim
+        1 or equal to into's (right-aligned)."""
+        if into is None or len(dims) > len(into):
+            return False
+        return all((isinstance(d, int) and d == 1) or d == t for d, t in zip(reversed(dims), reversed(into)))
 
     @classmethod
     def _expand_taken_back(cls, node: ir.Node, x: ir.Value) -> ir.Value | None:

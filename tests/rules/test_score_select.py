@@ -3,9 +3,11 @@
   (GPT-J and CodeGen eager attention, the scale after the select) becomes where(c, s / d, fill / d),
   which the attention recognizer fuses; a select that fills a finite value, or scores that are not a
   MatMul's, stay as they are;
-- where-expanded-mask (rules/attention/score_select.yaml): scores.masked_fill(mask.expand_as(scores), min) (DistilBERT), the expanded
-  mask shared by both layers after CSE, becomes where(mask, min, scores) in each: both layers fuse
-  (the Shape read no longer keeps the first layer's scores alive); an Expand to other dims stays."""
+- scores.masked_fill(mask.expand_as(scores), min) (DistilBERT), the expanded mask shared by both layers
+  after CSE, becomes where(mask, min, scores) in each (identity-elimination: a broadcasting reader with
+  another input of the Expand's dims reads its input; the where-expanded-mask rule did it until session
+  42): both layers fuse (the Shape read no longer keeps the first layer's scores alive); an Expand to
+  other dims stays."""
 
 from __future__ import annotations
 
@@ -97,7 +99,35 @@ def test_shared_expanded_mask_fuses_both_layers(h, target):
     h.assert_close(model, out, feeds)
 
 
+def _shape_reads(model) -> list[str]:
+    return [n.input[0] for n in model.graph.node if n.op_type == "Shape"]
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_shared_expanded_mask_is_read_by_each_select_itself(h, target):
+    # the select reads the mask; what Shape is left reads the mask (the fused attention's bias built from
+    # it), not layer 0's scores or their dims' source
+    out = h.fuse(_two_layers(h), target)
+    assert set(_shape_reads(out)) <= {"m"}, _shape_reads(out)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_mask_expanded_by_another_tensor_of_wider_broadcast_fuses(h, target):
+    # t [b, H, s, 1] sizes the Expand: Expand(m [b, 1, 1, s], Shape(t)) is [b, H, s, s] (each dim the larger),
+    # the scores' own dims, so each select may read the mask itself (the where-expanded-mask rule left it:
+    # it asked for t of the scores' dims); t is read no more
+    model = _two_layers(h, target_dims=("b", H, "s", 1))
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 2 and "Softmax" not in ops and "t" not in _shape_reads(out), ops
+    h.assert_close(model, out, _two_feeds(h, t_shape=(B, H, S, 1)))
+
+
 def test_mask_expanded_to_other_dims_stays(h):
-    model = _two_layers(h, target_dims=("b", H, "s", 1))  # broadcasts, but not the scores' own dims
-    assert h.fired(h.fuse(model, "ort"))["where-expanded-mask"] == 0
-    assert any("expanded to the scores' own dims" in r for r in h.reasons(model, "ort", "where-expanded-mask"))
+    # t [b, H, u, s]: the Expand's output [b, H, u, s] is not provably of the scores' dims [b, H, s, s] (u is
+    # another name, equal to s at run time here), so the selects keep reading it
+    model = _two_layers(h, target_dims=("b", H, "u", "s"))
+    out = h.fuse(model, "ort")
+    assert "Expand" in h.ops(out)
+    feeds = _two_feeds(h, t_shape=(B, H, S, S))
+    h.assert_close(model, out, feeds)

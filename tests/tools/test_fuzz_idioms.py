@@ -38,6 +38,25 @@ def test_idiom_graphs_run_in_ort_and_the_optimized_ones_match(name):
     assert all(fired.values()), (name, fired)
 
 
+def test_shared_mask_idiom_loses_its_expand():
+    """shared_mask has no rule of its own: the layers' selects read the mask itself (identity-elimination),
+    so no Shape of layer 0's scores (the Expand's size) is left and both layers fuse; an Expand
+    sized by other dims ([B, H, S, 1], the near-miss trap) is [B, H, S, S] anyway and goes too. Outputs match
+    ORT in the test above."""
+    import onnx_fuse
+
+    for seed in (0, 1, 2, 4, 17, 21, 36):   # 17, 36: expand-to-other-dims; 21: float16; 4: an exposed output
+        case = make_idiom_case(seed, "shared_mask")
+        for target in ("ort", "onnx", "trt"):
+            out = onnx_fuse.optimize(case.model, level=3, target=target).to_proto()
+            inputs = {i.name for i in case.model.graph.input}
+            sized_by = {n.input[0] for n in case.model.graph.node if n.op_type == "Shape"} - inputs  # the scores
+            reads = {n.input[0] for n in out.graph.node if n.op_type == "Shape"}
+            assert sized_by and not reads & sized_by, (seed, target, case.traps, reads)
+            if "intermediate-is-output" not in case.traps:   # an exposed intermediate keeps its layer
+                assert not any(n.op_type == "Softmax" for n in out.graph.node), (seed, target, case.traps)
+
+
 def test_make_case_draws_idioms_from_a_stream_of_their_own():
     """About IDIOM_SHARE of the motif-graph seeds become idiom cases; the seeds other tests pin
     (tests/tools/test_fuzz_differential.py) keep their graphs."""
