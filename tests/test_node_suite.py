@@ -8,11 +8,17 @@ is reused. Cases ORT itself fails (unsupported ops, known ORT deviations, random
 automatically; the ones excluded by hand are in EXCLUDED with a reason, and a test checks that the
 optimizer refuses exactly those the way the reason says. Inputs and expected outputs are the cases'
 own test data.
+
+The cases are checked in ``SLICES`` slices (every ``SLICES``-th case of the loader's order), each level /
+target / slice one test: the CI's pytest-xdist workers take them as separate units, and a worker
+computes the ORT baseline of only the slices it runs (cached per process, shared by its levels and
+targets). The per-case failure lines are the same as for one unsliced test.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import warnings
 
@@ -27,6 +33,9 @@ from onnx_fuse.levels import TARGETS
 _OPSET_1 = ("opset 1 is older than the oldest opset onnx-fuse accepts (7; README, 'Limits'): the "
             "loader refuses it with a one-line error instead of converting it")
 EXCLUDED: dict[str, str] = {"test_not_2d": _OPSET_1, "test_not_3d": _OPSET_1, "test_not_4d": _OPSET_1}
+
+#: How many slices each level / target's check is split into (separate tests, for the xdist workers).
+SLICES = 4
 
 
 @dataclasses.dataclass
@@ -94,40 +103,58 @@ def _passes(model, case: Case, *, ort_optimizations: bool = False) -> str | None
     return None
 
 
-@pytest.fixture(scope="module")
-def baseline() -> dict:
-    """The cases ORT passes unoptimized (computed once), and why the others are out."""
+@functools.cache
+def _raw_cases() -> tuple:
+    """The onnx package's node test cases, in the loader's order (loaded once per process)."""
     from onnx.backend.test import loader
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        raw = loader.load_model_tests(kind="node")
+        return tuple(loader.load_model_tests(kind="node"))
+
+
+@functools.cache
+def _baseline_slice(k: int) -> dict:
+    """Slice ``k`` of the cases (every SLICES-th from the k-th) that ORT passes unoptimized (computed
+    once per process), and why the slice's others are out."""
+    raw = _raw_cases()[k::SLICES]
     good: list[Case] = []
     out: dict[str, str] = {}
-    for tc in raw:
-        if tc.name in EXCLUDED:
-            out[tc.name] = EXCLUDED[tc.name]
-            continue
-        if tc.model is None or not tc.data_sets:
-            out[tc.name] = "no inline model or data"
-            continue
-        if not _tensor_io(tc.data_sets):
-            out[tc.name] = "sequence/optional inputs or outputs"
-            continue
-        case = Case(tc.name, tc.model, tc.data_sets, tc.rtol, tc.atol)
-        why = _passes(case.model, case)
-        if why:
-            out[tc.name] = "ORT fails the original: " + why
-            continue
-        try:
-            onnx.checker.check_model(case.model, full_check=True)
-        except Exception:
-            case.full_check = False
-        good.append(case)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for tc in raw:
+            if tc.name in EXCLUDED:
+                out[tc.name] = EXCLUDED[tc.name]
+                continue
+            if tc.model is None or not tc.data_sets:
+                out[tc.name] = "no inline model or data"
+                continue
+            if not _tensor_io(tc.data_sets):
+                out[tc.name] = "sequence/optional inputs or outputs"
+                continue
+            case = Case(tc.name, tc.model, tc.data_sets, tc.rtol, tc.atol)
+            why = _passes(case.model, case)
+            if why:
+                out[tc.name] = "ORT fails the original: " + why
+                continue
+            try:
+                onnx.checker.check_model(case.model, full_check=True)
+            except Exception:
+                case.full_check = False
+            good.append(case)
     return {"cases": good, "excluded": out, "total": len(raw)}
 
 
-def _check_level(baseline: dict, level: int, target: str) -> None:
+@pytest.fixture(scope="module")
+def baseline() -> dict:
+    """The cases ORT passes unoptimized (every slice's), and why the others are out."""
+    parts = [_baseline_slice(k) for k in range(SLICES)]
+    return {"cases": [c for p in parts for c in p["cases"]],
+            "excluded": {n: why for p in parts for n, why in p["excluded"].items()},
+            "total": sum(p["total"] for p in parts)}
+
+
+def _check_level(baseline: dict, level: int, target: str, label: str = "") -> None:
     from onnx_fuse import optimize
     from onnx_fuse.errors import UserError
 
@@ -155,7 +182,7 @@ def _check_level(baseline: dict, level: int, target: str) -> None:
         if why and case.original_with_ort_optimizations is None:
             failures.append(f"{case.name}: {why}")
     assert not failures, (
-        f"O{level}/{target}: {len(failures)} of {len(baseline['cases'])} cases broke:\n"
+        f"O{level}/{target}{label}: {len(failures)} of {len(baseline['cases'])} cases broke:\n"
         + "\n".join(failures))
 
 
@@ -163,6 +190,12 @@ def test_suite_is_real(baseline):
     """Guard against a suite that silently tests nothing."""
     assert baseline["total"] >= 1800
     assert len(baseline["cases"]) >= 1000, f"only {len(baseline['cases'])} runnable cases"
+
+
+def test_slices_cover_every_case_once():
+    """The slices partition the loader's cases: none checked twice, none left out."""
+    names = [tc.name for k in range(SLICES) for tc in _raw_cases()[k::SLICES]]
+    assert sorted(names) == sorted(tc.name for tc in _raw_cases()) and len(set(names)) == len(names)
 
 
 def test_o1_pipeline_is_target_independent():
@@ -173,14 +206,20 @@ def test_o1_pipeline_is_target_independent():
     assert all(v == shapes["ort"] for v in shapes.values())
 
 
-def test_node_suite_o1(baseline):
-    _check_level(baseline, 1, "ort")
+def _label(k: int) -> str:
+    return f" (slice {k + 1} of {SLICES})"
 
 
+@pytest.mark.parametrize("k", range(SLICES))
+def test_node_suite_o1(k):
+    _check_level(_baseline_slice(k), 1, "ort", _label(k))
+
+
+@pytest.mark.parametrize("k", range(SLICES))
 @pytest.mark.parametrize("level", [2, 3])
 @pytest.mark.parametrize("target", TARGETS)
-def test_node_suite_o2_o3(baseline, level, target):
-    _check_level(baseline, level, target)
+def test_node_suite_o2_o3(level, target, k):
+    _check_level(_baseline_slice(k), level, target, _label(k))
 
 
 def test_excluded_cases_are_refused_as_documented():
