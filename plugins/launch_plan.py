@@ -60,7 +60,7 @@ FA_WGMMA_VARIANTS = (FA_WGMMA, FA_WGMMA_PIPE)
 FA_DEFAULT = (128, 64, 4)
 # D = 256 compiles mma.sync 64x64 (4 warps) and wgmma (128, 64, 8), which at D = 256 is the 2-stage body with
 # 64-key tiles (no pipelined variant: its 3 stages would not fit), and (FA_VARIANTS_D256_ALL, below) the
-# warp-specialized FA_WS_TMA_H256W, planned on Hopper from run 49a.
+# warp-specialized FA_WS_TMA_H256WSG, planned on Hopper from run 50a (FA_WS_TMA_H256W in run 49a).
 FA_VARIANTS_D256 = ((64, 64, 4), (128, 64, 8))
 # D = 64 adds (64, 128, 4): wgmma with one warpgroup per CTA and two CTAs per SM (sm_90a build;
 # elsewhere the entry runs the mma.sync 64x64 body).
@@ -189,7 +189,7 @@ FA_PAD_HEAD_DIMS = (80, 96)
 # warp-specialized TMA body at D = 256 (fa_ws_core's kWsH256WBN / kWsH256BN, kWsH256Stages): 128 query rows (two
 # consumer warpgroups x 64), K / V tiles of 80 or 64 keys (80: FlashAttention-3's hdim-256 tile) in 2 stages, oved's
 # options with the lazy O rescale, Q in shared memory (64 KiB; the O accumulator takes 128 of the consumers' 240
-# registers). Shared memory 225 / 193 KiB (fa_smem_bytes). FA_WS_TMA_H256W is planned at D = 256 on Hopper without a
+# registers). Shared memory 225 / 193 KiB (fa_smem_bytes). FA_WS_TMA_H256W was planned at D = 256 on Hopper without a
 # softcap from run 49a (session 41, H100, B4 S4096 H16 and B8 S2048 H16/4, 3 passes): fp16 full 503-509 TFLOP/s
 # against (128, 64, 8)'s 401-432 (cuDNN 525-617, FA2 303-315), causal 428-450 against 353-416 (cuDNN 485-546); bf16
 # full 514-527 against 411-456, causal 447-466 against 356-424; the 64-key FA_WS_TMA_H256 2-6 % behind it. Windows
@@ -204,7 +204,13 @@ FA_WS_TMA_H256WS = (128, 80, 12, "tma", "h256ws")
 # runs hdim 256 without its scheduler barrier); H256WM in two-CTA clusters multicasting each K / V tile (kWsMcast at
 # D = 256: half the L2 -> SM bytes of K / V) and H256WMN the same without turns. The cluster entries need no window,
 # no seq_lens and S a multiple of 256: loads 56 / 58 refuse other launches, 57 / 59 run H256WS / H256WSN instead.
-# FA_WS_TMA_H256WSG (loads 60 / 61): H256WS with the causal grid longest first within groups of 8 heads (kWsLptGroups).
+# FA_WS_TMA_H256WSG (loads 60 / 61): H256WS with the causal grid longest first within groups of 8 heads (kWsLptGroups),
+# planned at D = 256 on Hopper without a softcap from run 50a (session 42, H100, B4 S4096 H16 and B8 S2048 H16/4, 3
+# passes; windows too, correct by the GPU tests): medians fp16 full 681 / 642 TFLOP/s against H256W's 502 / 510 (cuDNN
+# 617 / 572), causal 595 / 554 against 458 / 436 (cuDNN 536 / 523); bf16 full 703 / 683 against 515 / 520, causal
+# 621 / 570 against 469 / 451: 1.26-1.37x H256W, ahead of cuDNN (medians) in all 8 rows. The split K / V barriers
+# are the gain (H256S / H256WS within noise of it without a mask, where its body is H256WS's; causal 1-3.5 % ahead of
+# H256WS by the grouped order); H256WSN (no turns) and the multicast H256WM / H256WMN measured at par or behind.
 FA_WS_TMA_H256WSN = (128, 80, 12, "tma", "h256wsn")
 FA_WS_TMA_H256WM = (128, 80, 12, "tma", "h256wm")
 FA_WS_TMA_H256WMN = (128, 80, 12, "tma", "h256wmn")
@@ -222,7 +228,7 @@ _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "
 _FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp")  # two query blocks per CTA (kWsFold)
 _FA_PAD_OPTS = ("ovedqp", "ovedfcp")  # the D = 128 body at D = 80 / 96 (head dim padded in shared memory)
 FA_VARIANTS_PAD = FA_VARIANTS + (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)  # D = 80 / 96
-FA_VARIANTS_D256_ALL = FA_VARIANTS_D256 + (FA_WS_TMA_H256W,)  # D = 256 (fa_variants)
+FA_VARIANTS_D256_ALL = FA_VARIANTS_D256 + (FA_WS_TMA_H256WSG,)  # D = 256 (fa_variants)
 FA_VARIANTS_D64 = FA_VARIANTS + (FA_WGMMA_1WG, FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_LD, FA_WS_TMA_LDE)
 FA_VARIANTS_D128 = FA_VARIANTS + (FA_WS, FA_WS_TMA, FA_WS_TMA_R24, FA_WS_TMA_OV, FA_WS_TMA_OVE,
                                   FA_WS_TMA_OVED, FA_WS_TMA_OVEDG, FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ,
@@ -286,14 +292,14 @@ def fa_variant_smem_bytes(head_dim: int, variant: tuple) -> int:
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
     FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; FA_WS_TMA_H256 / H256S / H256WS / H256WSN / H256WM /
-    H256WMN / H256WSG: D = 256; none depends on
+    H256WMN and, planned until run 50a, H256W: D = 256; none depends on
     the mask since run 18). The padded
     FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP (D = 80 / 96) are planned since run 48a (fa_variants)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
         return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
-    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256S, FA_WS_TMA_H256WS, FA_WS_TMA_H256WSN,
-                                        FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN, FA_WS_TMA_H256WSG)}.get(head_dim, ())
+    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256W, FA_WS_TMA_H256S, FA_WS_TMA_H256WS,
+                                        FA_WS_TMA_H256WSN, FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -683,7 +689,7 @@ def plan_fused_attention(
         if ctas_128 < 2 * device.num_sms:
             variant = (64, 64, 4)
         elif head_dim == 256:  # Hopper: the warp-specialized 80-key body (run 49a: 1.12-1.22x (128, 64, 8))
-            variant = (FA_WGMMA_PIPE if softcap else FA_WS_TMA_H256W) if hopper else (64, 64, 4)
+            variant = (FA_WGMMA_PIPE if softcap else FA_WS_TMA_H256WSG) if hopper else (64, 64, 4)
         elif head_dim in (64, 128) and hopper:
             # warp-specialized with TMA loads: at D = 128 536-553 TFLOP/s on the H200 against
             # 448-469 for the cp.async FA_WS and 403-410 for FA_WGMMA; at D = 64 388-407 against

@@ -74,11 +74,12 @@ def _variants_by_d() -> tuple[dict, dict, dict]:
         _block(fa, "#define OF_FA_WSTPAD_KERNELS_D("))}
     wstpad_d = {int(d) for d in re.findall(r"^OF_FA_WSTPAD_KERNELS_D\(\w+, [\w ]+, (\d+), onnx_fuse::kWsPadD\d+\)", fa, re.M)}
     assert len(wstpad) == 2 and wstpad_d == {80, 96}
-    # D = 256: the warp-specialized 80-key body, planned on Hopper since run 49a (the other OF_FA_WSTH256 pairs are
-    # candidates, fa_experimental_variants)
-    wst256 = {(128, int(n), 12, "tma", tag) for n, tag in re.findall(
-        r"OF_FA_WSTH256_PAIR\(DTN, T, (\d+), (h256w), ", _block(fa, "#define OF_FA_WSTH256_KERNELS("))}
-    assert len(wst256) == 1 and re.search(r"^OF_FA_WSTH256_KERNELS\(bf16", fa, re.M)
+    # D = 256: the warp-specialized 80-key body with split K / V barriers and grouped causal order, planned on Hopper
+    # since run 50a (h256w from run 49a; the other OF_FA_WSTH256 / OF_FA_WSTH256B pairs are candidates,
+    # fa_experimental_variants)
+    wst256 = {(128, 80, 12, "tma", tag) for tag in re.findall(
+        r"OF_FA_WSTH256B_PAIR\(DTN, T, (h256wsg), , ", _block(fa, "#define OF_FA_WSTH256B_KERNELS("))}
+    assert len(wst256) == 1 and re.search(r"^OF_FA_WSTH256B_KERNELS\(bf16", fa, re.M)
     x_re = r"X\(DTN, T, D, (\d+), (\d+), (\d), b?\)"
     pav = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS("))}
     pav256 = {tuple(map(int, v)) for v in re.findall(x_re, _block(pa, "#define OF_PA_VARIANTS_D256("))}
@@ -283,8 +284,8 @@ def test_fused_plan_picks_per_head_size():
             assert lp.plan_fused_attention(4, 4096, 32, 32, d, dt, softcap=30.0).variant == lp.FA_WGMMA
     assert lp.plan_fused_attention(4, 4096, 32, 32, 128, causal=True).kernel.endswith("d128_m128n128w12t_ovedfc_causal")
     p256 = lp.plan_fused_attention(4, 4096, 16, 16, 256)
-    assert (p256.block_m, p256.block_n, p256.warps) == (128, 80, 12) and p256.variant == lp.FA_WS_TMA_H256W
-    assert p256.kernel.endswith("d256_m128n80w12t_h256w_full")
+    assert (p256.block_m, p256.block_n, p256.warps) == (128, 80, 12) and p256.variant == lp.FA_WS_TMA_H256WSG
+    assert p256.kernel.endswith("d256_m128n80w12t_h256wsg_full")
     p64 = lp.plan_fused_attention(4, 4096, 32, 32, 64)
     assert p64.variant == lp.FA_WS_TMA_LDE and p64.kernel.endswith("d64_m128n128w12t_lde_full")
     assert lp.plan_fused_attention(8, 2048, 32, 32, 64, "bfloat16", causal=True).kernel.endswith(
@@ -1032,8 +1033,8 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     for d in (80, 96):  # the padded D = 128 bodies (session 38) are planned since run 48a
         assert lp.fa_experimental_variants(d) == ()
     assert lp.fa_experimental_variants(256) == lp.fa_experimental_variants(256, causal=True) == (
-        lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS, lp.FA_WS_TMA_H256WSN, lp.FA_WS_TMA_H256WM,
-        lp.FA_WS_TMA_H256WMN, lp.FA_WS_TMA_H256WSG)
+        lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256W, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS, lp.FA_WS_TMA_H256WSN,
+        lp.FA_WS_TMA_H256WM, lp.FA_WS_TMA_H256WMN)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
     for causal in (False, True):
@@ -1323,7 +1324,7 @@ def test_softcap_plan_only_picks_softcap_kernels(device):
                         want = lp.FA_WS_TMA
                     if plain.variant in (lp.FA_WS_TMA_OVEDQP, lp.FA_WS_TMA_OVEDFCP):  # padded: w8 has the twin
                         want = lp.FA_WGMMA
-                    if plain.variant == lp.FA_WS_TMA_H256W:  # D = 256: the 64-key w8 body has the twin
+                    if plain.variant == lp.FA_WS_TMA_H256WSG:  # D = 256: the 64-key w8 body has the twin
                         want = lp.FA_WGMMA_PIPE
                     assert plan.variant == want and plan.grid[0] == math.ceil(s / plan.block_m)
                     assert plain.opt not in ("ovedf", "ovedfc", "ovedfcp") or plain.grid[0] == (
@@ -1632,7 +1633,7 @@ def test_padded_head_dim_entries_run_the_d128_bodies():
 
 def test_d256_warp_specialized_entries_exist_and_h256w_is_planned():
     """The warp-specialized TMA body at D = 256 (session 41): m128n80w12t_h256w (80-key K/V tiles, 2 stages) planned
-    on Hopper without a softcap from run 49a, and the candidates m128n64w12t_h256 (64-key tiles), _h256s / _h256ws
+    on Hopper without a softcap in run 49a (m128n80w12t_h256wsg from run 50a: the test below), and the candidates m128n64w12t_h256 (64-key tiles), _h256s / _h256ws
     (K and V on barriers of their own) by name only: entries for both dtypes and masks, the launcher's picks (kind
     22-25 = loads 46-53) and K / V tensor maps of the tile's rows; refused at other head sizes, with a softcap and
     off Hopper."""
@@ -1650,8 +1651,9 @@ def test_d256_warp_specialized_entries_exist_and_h256w_is_planned():
         assert f"case {kind}: OF_PICK_TK2(256, {tag})" in fa
     assert "fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, tile_n)" in fa
     assert "OF_REQUIRE(!h256 || D == 256);" in fa and "OF_REQUIRE(loads >= 0 && loads <= 61);" in fa
-    assert lp.fa_variants(256) == ((64, 64, 4), (128, 64, 8), lp.FA_WS_TMA_H256W)
-    assert lp.fa_experimental_variants(256)[:3] == (lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS)
+    assert lp.fa_variants(256) == ((64, 64, 4), (128, 64, 8), lp.FA_WS_TMA_H256WSG)
+    assert lp.fa_experimental_variants(256)[:4] == (lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256W, lp.FA_WS_TMA_H256S,
+                                                    lp.FA_WS_TMA_H256WS)
     for v, n, codes in ((lp.FA_WS_TMA_H256, 64, (46, 47)), (lp.FA_WS_TMA_H256W, 80, (48, 49)),
                         (lp.FA_WS_TMA_H256S, 64, (50, 51)), (lp.FA_WS_TMA_H256WS, 80, (52, 53))):
         assert lp.fa_engine(v, 256) == "wgmma"
@@ -1677,10 +1679,10 @@ def test_d256_warp_specialized_entries_exist_and_h256w_is_planned():
     ampere = lp.DeviceInfo(name="A100", num_sms=108, compute_capability=(8, 0))
     for causal in (False, True):
         for dt in ("float16", "bfloat16"):
-            for dev in (lp.H200, H100):  # Hopper at large grids: h256w (planned loads 49: (128, 64, 8) where TMA cannot)
+            for dev in (lp.H200, H100):  # Hopper at large grids: h256wsg (planned loads 61: (128, 64, 8) where TMA cannot)
                 for window in (0, 512 * causal):
                     p = lp.plan_fused_attention(4, 4096, 16, 16, 256, dt, causal=causal, device=dev, window=window)
-                    assert p.variant == lp.FA_WS_TMA_H256W and lp.fa_launch_loads(p, by_name=False) == 49
+                    assert p.variant == lp.FA_WS_TMA_H256WSG and lp.fa_launch_loads(p, by_name=False) == 61
                 assert lp.plan_fused_attention(4, 4096, 16, 16, 256, dt, causal=causal, device=dev,
                                                softcap=30.0).variant == lp.FA_WGMMA_PIPE  # no _sc twin
                 assert lp.plan_fused_attention(1, 512, 4, 4, 256, dt, causal=causal, device=dev).variant == (64, 64, 4)
@@ -1692,8 +1694,8 @@ def test_d256_session42_candidates_exist_by_name_and_are_not_planned():
     consumers' turns, kWsNoTurn), _h256wm / _h256wmn (two-CTA clusters multicasting K / V, kWsMcast at D = 256, the
     latter without turns), _h256wsg (h256ws with the causal grid longest first in groups of 8 heads, kWsLptGroups):
     entries for both dtypes and masks with their options, the cluster attribute on the multicast entries only, the
-    launcher's picks (kind 26-29 = loads 54-61) and the cluster rules' fallback (57 / 59 run h256ws / h256wsn),
-    never planned."""
+    launcher's picks (kind 26-29 = loads 54-61) and the cluster rules' fallback (57 / 59 run h256ws / h256wsn);
+    h256wsg planned at D = 256 on Hopper from run 50a (in h256w's place), the others by name only."""
     fa = (KERNELS / "fused_attention.cu").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"^OF_FA_WSTH256B_KERNELS\({dt}, [\w ]+\)$", fa, re.M), dt
@@ -1715,8 +1717,7 @@ def test_d256_session42_candidates_exist_by_name_and_are_not_planned():
     assert "if ((kind == 27 || kind == 28) && (window != 0 || seq_lens != nullptr || S % 256 != 0)) {" in fa
     assert "OF_REQUIRE(loads == 57 || loads == 59);" in fa and "kind -= 2;" in fa
     new = (lp.FA_WS_TMA_H256WSN, lp.FA_WS_TMA_H256WM, lp.FA_WS_TMA_H256WMN, lp.FA_WS_TMA_H256WSG)
-    assert lp.fa_experimental_variants(256)[3:] == new
-    assert not set(new) & set(lp.fa_variants(256))
+    assert lp.fa_experimental_variants(256)[4:] == new[:3] and lp.fa_variants(256)[-1] == lp.FA_WS_TMA_H256WSG
     for v, codes in zip(new, ((54, 55), (56, 57), (58, 59), (60, 61))):
         assert v[:4] == lp.FA_WS_TMA_H256W[:4] and lp.fa_engine(v, 256) == "wgmma"
         for causal in (False, True):
@@ -1732,6 +1733,6 @@ def test_d256_session42_candidates_exist_by_name_and_are_not_planned():
             lp.plan_fused_attention(4, 4096, 16, 4, 128, variant=v)
         with pytest.raises(ValueError, match="not compiled"):
             lp.plan_fused_attention(4, 4096, 16, 4, 256, variant=v, softcap=30.0)
-    for causal in (False, True):  # never planned
+    for causal in (False, True):  # h256wsg planned from run 50a, the others never
         for dev in (lp.H200, H100):
-            assert lp.plan_fused_attention(4, 4096, 16, 16, 256, causal=causal, device=dev).variant == lp.FA_WS_TMA_H256W
+            assert lp.plan_fused_attention(4, 4096, 16, 16, 256, causal=causal, device=dev).variant == lp.FA_WS_TMA_H256WSG
