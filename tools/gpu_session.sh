@@ -7,7 +7,8 @@
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
 #   pad: the padded D = 80 / 96 prefill bodies (ovedqp / ovedfcp, planned since run 48a): their GPU tests, then
 #   their rows beside FA2 and cuDNN (PAD_SHAPES overrides the shapes; a short call)
-#   ws256: the D = 256 warp-specialized bodies (h256w planned since run 49a; the candidates h256, h256s, h256ws and,
+#   ws256: the D = 256 warp-specialized bodies (h256wsg planned since run 50a, h256w in run 49a; the candidates h256,
+#   h256s, h256ws and,
 #   from session 42, h256wsn (no consumer turns), h256wm / h256wmn (K/V multicast in two-CTA clusters), h256wsg
 #   (longest-first causal groups)): their
 #   GPU tests, then their rows beside m128n64w8 (planned until then), FA2 and cuDNN (WS256_SHAPES overrides the
