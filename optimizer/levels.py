@@ -65,10 +65,7 @@ class Stage:
     fixed_point: bool = True
 
 
-def cleanup_passes(*, last: bool = False) -> tuple[ir.passes.PassBase, ...]:
-    """The cleanup passes; ``last``: the cleanup after the rules, whose CSE also reads whole-Shape
-    scalar reads as Squeezes of their [1] twins (passes/shape_cse.py: earlier, a later read could
-    bring the whole Shape back)."""
+def cleanup_passes() -> tuple[ir.passes.PassBase, ...]:
     from onnx_fuse.passes.constant_folding import ConstantFoldingPass
     from onnx_fuse.passes.constant_if import InlineConstantIfPass
     from onnx_fuse.passes.covering_writes import CoveringWritesPass
@@ -96,7 +93,7 @@ def cleanup_passes(*, last: bool = False) -> tuple[ir.passes.PassBase, ...]:
         UniformSectionsPass(),
         CoveringWritesPass(),
         ReduceKeepdimsPass(),
-        CommonSubexpressionEliminationPass(scalar_twins=last),
+        CommonSubexpressionEliminationPass(),
         DeadCodeEliminationPass(),
     )
 
@@ -303,7 +300,7 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # after the rules only: the lowerings' layout glue cancels against the exporter's once the
         # cleanup has dropped the shape reads beside it; before the rules it would rewrite the
         # exporters' head splits and merges that the attention rules match
-        cleanup = cleanup_passes(last=True)
+        cleanup = cleanup_passes()
         stages.append(Stage("cleanup", keep((*cleanup[:2], layout_chains, CastOfSelectPass(), *cleanup[2:]))))
     elif unknown := [d for d in disable if d not in pass_names]:
         raise UserError(f"--disable {unknown[0]!r}: no pass of that name runs at O{level}")

@@ -165,12 +165,6 @@ class CommonSubexpressionEliminationPass(FusePass):
 
     name = "cse"
 
-    def __init__(self, *, scalar_twins: bool = False) -> None:
-        """``scalar_twins``: whole-Shape scalar reads become Squeezes of their [1] twins where the whole
-        Shapes then die (shape_cse._scalar_reads_of_twins; the last cleanup only)."""
-        super().__init__()
-        self.scalar_twins = scalar_twins
-
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
@@ -205,8 +199,7 @@ class CommonSubexpressionEliminationPass(FusePass):
 
     def _cse_graph(self, graph: ir.Graph) -> bool:
         seen: dict[object, ir.Node] = {}
-        shapes = merge_equal_shape_values(graph, lambda keep, drop: _merge_values(graph, keep, drop),
-                                          scalar_twins=self.scalar_twins)
+        shapes = merge_equal_shape_values(graph, lambda keep, drop: _merge_values(graph, keep, drop))
         if shapes:
             self.stats["shape values"] += shapes
         modified = bool(shapes)

@@ -31,12 +31,6 @@ all ints are left to folding. Dims onnx cannot size but an earlier value provabl
 [B*H,S,D] views of TorchScript's bmm attention, BLOOM's Shape(k^T)[2]) are named by shape
 inference (passes/_dim_source.py), so their reads merge here too and the intermediate they were
 read from no longer escapes a fusion through its size.
-
-A scalar read ``Gather(Shape(x), j)`` and a [1] read ``Shape(x, j, j + 1)`` of one dim have different
-keys (torch's noopt export writes both: a Range's end beside a Concat's part). In the last cleanup
-(after the rules: nothing reads a whole Shape anew later) each Gather of a whole ``Shape(x)`` becomes
-``Squeeze`` of its live [1] twin where every reader of every whole ``Shape(x)`` is such a Gather, so
-that the whole Shape dies: one node less (``_scalar_reads_of_twins``).
 """
 
 from __future__ import annotations
@@ -194,30 +188,23 @@ def _read_dims(graph: ir.Graph, inp: ir.Value, start: int, n: int, scalar: bool)
     return out
 
 
-def _reads_input(value: ir.Value, depth: int = 0, *, squeeze: bool = False) -> bool:
-    """``value`` is read straight from graph inputs' shapes: ``Shape(input[, start, end])``, its scalar
-    ``Gather(Shape(input), j)`` (with ``squeeze`` also the axes-less ``Squeeze(Shape(input, j, j + 1))``
-    the last cleanup reads a scalar as), or a sum of such reads and constants."""
+def _reads_input(value: ir.Value, depth: int = 0) -> bool:
     node = value.producer()
     if node is not None and node.op_type == "Add" and depth < 8:   # a sum of input reads
-        return all(x is not None and (x.const_value is not None or _reads_input(x, depth + 1, squeeze=squeeze))
+        return all(x is not None and (x.const_value is not None or _reads_input(x, depth + 1))
                    for x in node.inputs)
-    axesless_squeeze = squeeze and node is not None and node.op_type == "Squeeze" and len(node.inputs) == 1 \
-        and "axes" not in node.attributes
-    if node is not None and (node.op_type == "Gather" or axesless_squeeze) and node.inputs[0] is not None:
+    if node is not None and node.op_type == "Gather" and node.inputs[0] is not None:
         node = node.inputs[0].producer()   # a scalar read: Gather(Shape(input), j)
     return (node is not None and node.op_type == "Shape" and node.inputs[0] is not None
             and node.inputs[0].is_graph_input())
 
 
-def merge_equal_shape_values(graph: ir.Graph, merge, *, scalar_twins: bool = False) -> int:
+def merge_equal_shape_values(graph: ir.Graph, merge) -> int:
     """Point uses of each later shape value at the first equal one; returns how many merged.
 
     Only live values take part: a rewrite leaves the nodes it replaced behind for dead code, and
     one of those picked first would keep its producer chain alive in place of the rewrite's own
-    equal value. ``merge(keep, drop)`` does the rewiring (CSE's, which keeps graph output names).
-    ``scalar_twins``: also read scalar dims of a whole Shape as Squeezes of their [1] twins
-    (``_scalar_reads_of_twins``; the last cleanup's CSE asks for it)."""
+    equal value. ``merge(keep, drop)`` does the rewiring (CSE's, which keeps graph output names)."""
     seen: dict[object, ir.Value] = {}
     merged = 0
     live = live_nodes(graph)
@@ -236,7 +223,7 @@ def merge_equal_shape_values(graph: ir.Graph, merge, *, scalar_twins: bool = Fal
             first = seen[key] = value
             if value.is_graph_output():
                 continue
-            direct = _reads_input(value, squeeze=scalar_twins)
+            direct = _reads_input(value)
             before = set(graph)
             if (src := _from_input(graph, key)) is None:
                 continue
@@ -256,64 +243,5 @@ def merge_equal_shape_values(graph: ir.Graph, merge, *, scalar_twins: bool = Fal
             seen[key] = first = src
         if merge([first], [value]):
             merged += 1
-    return merged + (_scalar_reads_of_twins(graph, merge) if scalar_twins else 0)
+    return merged
 
-
-def _scalar_reads_of_twins(graph: ir.Graph, merge) -> int:
-    """``Gather(Shape(x), j)`` as ``Squeeze(v)`` where a live ``v`` holds that dim as a [1] vector (torch's
-    noopt export reads ``Shape(x)[j]`` for a Range beside dynamo's ``Shape(x, j, j + 1)`` for a Concat:
-    the keys above keep a scalar and a [1] read apart), when every reader of every live whole
-    ``Shape(x)`` (node CSE merges those) is such a Gather, so that they die: one node less (each
-    Gather becomes one Squeeze). Only the last cleanup asks for it: before the rules, a later
-    scalar read from an input (``_read_dims``, a Gather of a new whole Shape) or a rule's own
-    Shape read could bring the whole Shape back, and the Gather would only have become a Squeeze.
-    The Squeeze goes right after ``v``'s producer, which must come before every reader of the
-    Gather (torch writes the Range's Gather above the Concat's Shape), and must read a graph input.
-    Returns how many were read so."""
-    live = live_nodes(graph)
-    order = {id(n): i for i, n in enumerate(graph)}
-    vectors: dict[object, ir.Value] = {}   # (dtype, entries) of a live [1] read -> the first such value
-    wholes: dict[ir.Value, list[ir.Node]] = {}   # x -> its live whole Shape(x) nodes
-    for node in graph:
-        if node not in live or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
-            continue
-        if node.op_type == "Shape" and node.inputs and node.inputs[0] is not None \
-                and not ({"start", "end"} & set(node.attributes)):
-            wholes.setdefault(node.inputs[0], []).append(node)
-        key = _key(node.outputs[0])
-        if key is not None and not key[2] and len(key[1]) == 1:
-            vectors.setdefault(key[:2], node.outputs[0])
-    done = 0
-    for shapes in wholes.values():
-        twins = _twin_reads(shapes, vectors, order)
-        for gather, twin in twins or ():
-            out = ir.Value(name=None, type=gather.outputs[0].type, shape=ir.Shape([]))
-            graph.insert_after(twin.producer(), ir.Node("", "Squeeze", [twin], outputs=[out]))
-            if merge([out], [gather.outputs[0]]):
-                done += 1
-    return done
-
-
-def _twin_reads(shapes: list[ir.Node], vectors: dict, order: dict) -> list[tuple[ir.Node, ir.Value]] | None:
-    """Each reader of the whole Shapes ``shapes`` of one tensor with the live [1] read (``vectors``)
-    of the dim it gathers; None unless every reader is such a scalar Gather whose twin is computed
-    before the Gather's readers (and no whole Shape is a graph output)."""
-    twins = []
-    for shape in shapes:
-        whole = shape.outputs[0]
-        if whole.is_graph_output():
-            return None
-        for use in whole.uses():
-            gather = use.node
-            out = gather.outputs[0] if gather.op_type == "Gather" and len(gather.outputs) == 1 else None
-            key = _key(out) if out is not None and gather.inputs[0] is whole else None
-            twin = vectors.get(key[:2]) if key is not None and key[2] else None
-            # a twin read from a graph input: the Squeeze of it is a direct read too, which the
-            # representative choice above keeps (of an intermediate, it would take a fresh
-            # Gather(Shape(input), j) in its place, and the next round would squeeze that again)
-            if twin is None or not _reads_input(twin) or gather.domain not in ("", "ai.onnx") \
-                    or twin.producer() is None \
-                    or any(order.get(id(u.node), -1) <= order[id(twin.producer())] for u in out.uses()):
-                return None
-            twins.append((gather, twin))
-    return twins or None

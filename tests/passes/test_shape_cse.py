@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from onnx_fuse.passes.cse import CommonSubexpressionEliminationPass
@@ -40,11 +38,9 @@ g (float[B, 4, P, 8] pk0, float[B, 4, P, 8] pk1, float[B, 1, 1, P] m, float[B, 1
 }'''
 
 
-def _run(text: str, *, last: bool = False):
-    """CSE (the last cleanup's, ``last``: scalar reads of whole Shapes as Squeezes of their twins) and DCE."""
+def _run(text: str):
     proto = parse(HEADER + text)
-    cse = partial(CommonSubexpressionEliminationPass, scalar_twins=True) if last else CommonSubexpressionEliminationPass
-    model, modified, p = apply(cse, proto, shape_inference=True)
+    model, modified, p = apply(CommonSubexpressionEliminationPass, proto, shape_inference=True)
     DeadCodeEliminationPass()(model)
     return proto, model, modified, p
 
@@ -79,97 +75,16 @@ def test_different_or_unnamed_dims_are_kept():
     check_same(proto, model, inputs=feeds)
 
 
-SCALAR_BESIDE_VECTOR = '''
+def test_scalar_and_vector_of_one_dim_stay_apart():
+    proto, model, modified, _ = _run('''
     g (float[B, P] a, float[B, P] b) => (int64[1] v, int64 s)
     {
         v = Shape<start = 1, end = 2>(a)
         w = Shape(b)
         one = Constant<value = int64 {1}>()
         s = Gather<axis = 0>(w, one)
-    }'''
-
-
-def test_scalar_read_beside_its_vector_twin_is_a_squeeze_of_it():
-    """torch's noopt export reads Gather(Shape(x), j) (a Range's end) beside Shape(x, j, j + 1) (a Concat's
-    part): the keys keep a scalar and a [1] vector apart, so the whole Shape stayed (qwen3_omni_code_predictor
-    noopt, hold-out 43: 1 node over its dyn_mask twin). Read as Squeeze(twin), the whole Shape dies."""
-    proto, model, modified, _ = _run(SCALAR_BESIDE_VECTOR, last=True)
-    assert modified and ops(model) == {"Shape": 1, "Squeeze": 1}
-    rng = np.random.default_rng(0)
-    check_same(proto, model, inputs={"a": rng.standard_normal((3, 5), dtype=np.float32),
-                                     "b": rng.standard_normal((3, 5), dtype=np.float32)})
-
-
-def test_scalar_and_vector_of_one_dim_stay_apart_where_the_shape_lives_on():
-    """The whole Shape read by something else too (another dim with no twin, a Slice): it stays alive, so a
-    Squeeze would only replace the Gather (no node less); nor is a twin defined after the Gather read."""
-    kept = SCALAR_BESIDE_VECTOR.replace("=> (int64[1] v, int64 s)", "=> (int64[1] v, int64 s, int64 t)").replace(
-        "s = Gather<axis = 0>(w, one)", "s = Gather<axis = 0>(w, one)\n        zero = Constant<value = int64 {0}>()\n"
-        "        t = Gather<axis = 0>(w, zero)")
-    proto, model, modified, _ = _run(kept, last=True)
-    assert ops(model) == {"Shape": 2, "Constant": 2, "Gather": 2}
-    # the twin read below the Gather's reader (the Squeeze would go after the twin, past its reader)
-    later = SCALAR_BESIDE_VECTOR.replace("        v = Shape<start = 1, end = 2>(a)\n", "").replace(
-        "=> (int64[1] v, int64 s)", "=> (int64[1] v, int64[1] s)").replace(
-        "s = Gather<axis = 0>(w, one)", "r = Gather<axis = 0>(w, one)\n        zero = Constant<value = int64[1] {0}>()\n"
-        "        s = Unsqueeze(r, zero)\n        v = Shape<start = 1, end = 2>(a)")
-    proto, model, modified, _ = _run(later, last=True)
-    assert ops(model)["Shape"] == 2 and ops(model)["Gather"] == 1 and "Squeeze" not in ops(model)
-
-
-def test_scalar_and_vector_of_one_dim_stay_apart_before_the_last_cleanup():
-    """The cleanups before the rules keep the Gather: a later scalar read from an input (a Gather of a
-    new whole Shape) or a rule's read could bring the whole Shape back, and the Gather would only have
-    become a Squeeze (llama / gpt2 TorchScript, ort-O3: 1 Gather swapped for 1 Squeeze, no node less)."""
-    proto, model, modified, _ = _run(SCALAR_BESIDE_VECTOR)
+    }''')
     assert not modified and ops(model) == {"Shape": 2, "Constant": 1, "Gather": 1}
-
-
-def test_a_second_whole_shape_of_the_tensor_read_otherwise_keeps_the_gather():
-    """Two whole Shape(b) nodes of a b with a dim inference named (no shape value key merges them; node CSE does,
-    later): one read only by the batch's Gather, which has a [1] twin, the other by a Gather of the invented
-    dim. The merged Shape lives on, so the Squeeze would save nothing: the Gather stays."""
-    text = '''
-    g (float[B, P] a, float[B, unk__7] b) => (int64[1] v, int64 s, int64 t)
-    {
-        v = Shape<start = 0, end = 1>(a)
-        w = Shape(b)
-        zero = Constant<value = int64 {0}>()
-        s = Gather<axis = 0>(w, zero)
-        w2 = Shape(b)
-        one = Constant<value = int64 {1}>()
-        t = Gather<axis = 0>(w2, one)
-    }'''
-    proto, model, modified, _ = _run(text, last=True)
-    assert ops(model) == {"Shape": 2, "Constant": 2, "Gather": 2}, ops(model)
-    rng = np.random.default_rng(0)
-    check_same(proto, model, inputs={"a": rng.standard_normal((3, 5), dtype=np.float32),
-                                     "b": rng.standard_normal((3, 7), dtype=np.float32)})
-
-
-def test_only_the_last_cleanup_reads_scalar_twins():
-    """build_stages: the cleanup after the rules asks CSE for the twin reads, the ones before do not."""
-    from onnx_fuse.levels import build_stages
-
-    for target in ("ort", "onnx", "trt"):
-        cses = [(s.name, p.scalar_twins) for s in build_stages(3, target) for p in s.passes
-                if isinstance(p, CommonSubexpressionEliminationPass)]
-        assert [t for _, t in cses] == [False] * (len(cses) - 1) + [True], cses
-        assert cses[-1][0] == "cleanup"
-
-
-def test_twin_read_after_the_gather_takes_the_squeeze_below_it():
-    """torch writes the Range's Gather(Shape(mask), 1) above the Concat's Shape(mask, 1, 2): the Squeeze goes
-    right after the twin, above the Gather's readers."""
-    text = SCALAR_BESIDE_VECTOR.replace("        v = Shape<start = 1, end = 2>(a)\n", "").replace(
-        "=> (int64[1] v, int64 s)", "=> (int64[1] v, int64[1] s)").replace(
-        "s = Gather<axis = 0>(w, one)", "r = Gather<axis = 0>(w, one)\n        v = Shape<start = 1, end = 2>(a)\n"
-        "        zero = Constant<value = int64[1] {0}>()\n        s = Unsqueeze(r, zero)")
-    proto, model, modified, _ = _run(text, last=True)
-    assert modified and ops(model)["Shape"] == 1 and ops(model)["Squeeze"] == 1 and "Gather" not in ops(model)
-    rng = np.random.default_rng(0)
-    check_same(proto, model, inputs={"a": rng.standard_normal((3, 5), dtype=np.float32),
-                                     "b": rng.standard_normal((3, 5), dtype=np.float32)})
 
 
 # A cache's present read by its own length (BLOOM 4.45 and GPT-NeoX 4.38 cut their masks at the
