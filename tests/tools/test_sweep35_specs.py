@@ -27,6 +27,7 @@ def test_plan(ec):
 
 
 def test_context_mask_spans_context_and_sequence(ec):
+    pytest.importorskip("torch")  # example_inputs makes torch tensors (the CI venv has none)
     feeds, dims = ec.example_inputs("muse_glimmer_assistant", "dyn_mask")
     assert list(feeds) == ["attention_mask", "noise_embeds", "context_hidden_states"]
     assert tuple(feeds["attention_mask"].shape) == (ec.BATCH, 6 + ec.SEQ)
@@ -40,6 +41,7 @@ def test_context_mask_spans_context_and_sequence(ec):
 
 
 def test_ids_channels_no_mask_and_fixed_dims(ec):
+    pytest.importorskip("torch")  # example_inputs makes torch tensors (the CI venv has none)
     feeds, dims = ec.example_inputs("dia_decoder", "dyn_mask")
     assert tuple(feeds["input_ids"].shape) == (ec.BATCH, ec.SEQ, 2) and dims["input_ids"] == ["batch", "sequence", 2]
     assert tuple(feeds["encoder_hidden_states"].shape) == (ec.BATCH, 6, 32)
