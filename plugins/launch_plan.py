@@ -688,7 +688,7 @@ def plan_fused_attention(
         hopper = device.compute_capability == (9, 0)
         if ctas_128 < 2 * device.num_sms:
             variant = (64, 64, 4)
-        elif head_dim == 256:  # Hopper: the warp-specialized 80-key body (run 49a: 1.12-1.22x (128, 64, 8))
+        elif head_dim == 256:  # Hopper: the warp-specialized 80-key body with split K / V barriers (run 50a)
             variant = (FA_WGMMA_PIPE if softcap else FA_WS_TMA_H256WSG) if hopper else (64, 64, 4)
         elif head_dim in (64, 128) and hopper:
             # warp-specialized with TMA loads: at D = 128 536-553 TFLOP/s on the H200 against
@@ -759,8 +759,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_LDR 10 / 11, _LDE 14 / 15; FA_WS_TMA_OVEDF 24 / 25; FA_WS_TMA_OVEDM 28 / 29; the
     FA_WS_TMA_OVEDQ 30 / 31; FA_WS_TMA_OVEDFC 38 / 39; the candidate FA_WS_TMA_PERSISTC 40; the padded candidates
     FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA); at D = 256
-    FA_WS_TMA_H256W 48 / 49 and the candidates FA_WS_TMA_H256 46 / 47, H256S 50 / 51, H256WS 52 / 53, H256WSN 54 / 55,
-    H256WM 56 / 57, H256WMN 58 / 59, H256WSG 60 / 61 (the odd codes fall back to (128, 64, 8); 57 / 59 also run H256WS / H256WSN
+    FA_WS_TMA_H256WSG 60 / 61 (planned since run 50a) and the candidates FA_WS_TMA_H256 46 / 47, H256W 48 / 49,
+    H256S 50 / 51, H256WS 52 / 53, H256WSN 54 / 55, H256WM 56 / 57, H256WMN 58 / 59 (the odd codes fall back to (128, 64, 8); 57 / 59 also run H256WS / H256WSN
     where the cluster entries' rules fail)."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4

@@ -39,13 +39,15 @@ def is_constant(v: ir.Value, *, dense: bool = True) -> bool:
     return not dense or any(k in p.attributes for k in _DENSE_VALUES)
 
 
-def const_ints(value: ir.Value | None, limit: int | None = None) -> list[int] | None:
+def const_ints(value: ir.Value | None, limit: int | None = None, *,
+               max_rank: int | None = None) -> list[int] | None:
     """The integers of a true constant of an integer type (``constant_tensor``), flat; None for
-    any other value, and for one of more than ``limit`` elements."""
+    any other value, for one of more than ``limit`` elements, and for one of rank above ``max_rank``."""
     from onnx_fuse.passes.constant_folding import constant_tensor
 
     t = constant_tensor(value)
-    if t is None or not t.dtype.is_integer() or (limit is not None and t.size > limit):
+    if (t is None or not t.dtype.is_integer() or (limit is not None and t.size > limit)
+            or (max_rank is not None and len(t.shape) > max_rank)):
         return None
     return [int(x) for x in t.numpy().reshape(-1)]
 
@@ -77,12 +79,7 @@ def raw_axes(node: ir.Node) -> list[int] | None:
     opsets). None where they are not constant (a ref attribute too) or absent; an empty list stays
     empty. ``node_axes`` range-checks them for a known rank."""
     if len(node.inputs) > 1 and node.inputs[1] is not None:
-        from onnx_fuse.passes.constant_folding import constant_tensor
-
-        t = constant_tensor(node.inputs[1])
-        if t is None or not t.dtype.is_integer() or len(t.shape) > 1:
-            return None
-        return [int(a) for a in t.numpy().reshape(-1)]
+        return const_ints(node.inputs[1], max_rank=1)
     attr = node.attributes.get("axes")
     return None if attr is None or attr.is_ref() else [int(a) for a in attr.value]
 
