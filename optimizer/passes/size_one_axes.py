@@ -6,7 +6,10 @@ writes each einsum as rank-5 views: q [B,S,N,H] -> Unsqueeze(axis 3) -> Transpos
 the [B*N, S, H] views the batched-heads attention rules read (rules/attention/batched_heads.yaml;
 torch.bmm's exports), hidden by the size-1 axis. Rewrites, each exact:
 - ``transpose-unsqueeze``: Transpose(Unsqueeze(x, U), p) is Unsqueeze(Transpose(x, q), J): the
-  size-1 axes move to where p puts them, q permutes x's own axes in p's order.
+  size-1 axes move to where p puts them, q permutes x's own axes in p's order (no Transpose where q keeps
+  them). Only where that saves a node: q keeps x's order, or the Transpose's readers are Reshapes that then
+  read x's elements (reshape-unsqueeze; Shapes besides). Elsewhere it saves none, and a 4-D K^T
+  Transpose(Unsqueeze(k)) the attention rules read would become Unsqueeze(Transpose(k)).
 - ``reshape-unsqueeze``: Reshape(Unsqueeze(x) or Squeeze(x), t) reads x: a Reshape of the same
   elements in the same order. Only where t's constant entries hold no 0 (a 0 copies the input's dim
   at its index, which the size-1 axis shifts) and allowzero is 0; t's computed entries (products of
@@ -129,26 +132,40 @@ class SizeOneAxesPass(FusePass):
         own = [p for p in perm if p not in ones]                  # x's axes in the output's order
         q = [p - sum(1 for u in ones if u < p) for p in own]
         where = [i for i, p in enumerate(perm) if p in ones]      # the size-1 axes' new places
+        # only where it saves a node: the Transpose moved only size-1 axes (q keeps x's order: no Transpose left;
+        # Range(S) -> [1, S] -> [S, 1], ModernBERT's distances), or its readers are Reshapes that then drop the
+        # Unsqueeze (reshape-unsqueeze; Shapes besides). Elsewhere it would hide the 4-D form the attention rules
+        # read (one-head q / k / v [B, S, D] unsqueezed at the heads axis: Unsqueeze(Transpose(k)) is no K^T)
+        readers = [n for n, _ in node.outputs[0].uses()]
+        moved = q != list(range(rank))
+        if moved and (node.outputs[0].is_graph_output() or not any(is_default_op(n, "Reshape") for n in readers)
+                      or not all(is_default_op(n, "Shape") or self._drops_view(n, node.outputs[0]) for n in readers)):
+            return False
         stem = node.name or "transpose"
         t_out = ir.Value(name=self._fresh(f"{stem}_moved"), type=x.type,
-                         shape=None if x.shape is None else ir.Shape([x.shape[i] for i in q]))
-        t_node = ir.Node("", "Transpose", [x], attributes=[ir.AttrInt64s("perm", q)], outputs=[t_out],
-                         name=self._fresh(f"{stem}_moved"))
+                         shape=None if x.shape is None else ir.Shape([x.shape[i] for i in q])) if moved else x
+        t_node = [ir.Node("", "Transpose", [x], attributes=[ir.AttrInt64s("perm", q)], outputs=[t_out],
+                          name=self._fresh(f"{stem}_moved"))] if moved else []
         u_out = ir.Value(name=self._fresh(f"{stem}_unsqueezed"), type=node.outputs[0].type, shape=node.outputs[0].shape)
         u_node = ir.Node("", "Unsqueeze", [t_out, self._new_const(graph, f"{stem}_axes", where)], outputs=[u_out],
                          name=self._fresh(f"{stem}_unsqueezed"))
-        graph.insert_before(node, [t_node, u_node])
+        graph.insert_before(node, [*t_node, u_node])
         reroute(node.outputs[0], u_out)
         graph.remove(node, safe=True)
         self.stats["transpose-unsqueeze"] += 1
         return True
 
+    def _drops_view(self, node: ir.Node, value: ir.Value) -> bool:
+        """Whether ``node`` is a Reshape of ``value`` that reads through an Unsqueeze / Squeeze before it: a target
+        with no constant 0 entry (which copies the input's dim at its index) and allowzero 0."""
+        return is_default_op(node, "Reshape") and len(node.inputs) >= 2 and node.inputs[0] is value \
+            and attr_value(node, "allowzero", 0) == 0 \
+            and not self._has_zero_entry(node.inputs[1], 0)
+
     def _reshape_unsqueeze(self, node: ir.Node) -> bool:
         src = node.inputs[0]
         prod = None if src is None else src.producer()
-        if not is_default_op(prod, "Unsqueeze", "Squeeze") or len(node.inputs) < 2 or prod.inputs[0] is None:
-            return False
-        if attr_value(node, "allowzero", 0) != 0 or self._has_zero_entry(node.inputs[1], 0):
+        if not is_default_op(prod, "Unsqueeze", "Squeeze") or prod.inputs[0] is None or not self._drops_view(node, src):
             return False
         node.replace_input_with(0, prod.inputs[0])
         self.stats["reshape-unsqueeze"] += 1

@@ -4,6 +4,7 @@ Each case checks op counts and the outputs against the original in ONNX Runtime;
 
 from __future__ import annotations
 
+import pytest
 from pass_testing import apply, check_same, ops, parse
 
 from onnx_fuse.passes.size_one_axes import SizeOneAxesPass
@@ -196,3 +197,89 @@ g (float[2, 1] x, float[2] a) => (float[2] y) {{
 }}""")
     assert not modified and p.stats["squeeze-reshape"] == 0
     assert len(model.graph.initializers) == 0 and _readers_outside(model) == []
+
+
+_ONE_HEAD = f"""{HEAD}
+g (float[B, 3, 8] x) => (float[B, 3, 8] y) {{
+    wq = Constant<value = float[8, 4] {{{", ".join(str((i * 7 % 11 - 5) / 9) for i in range(32))}}}>()
+    wk = Constant<value = float[8, 4] {{{", ".join(str((i * 5 % 13 - 6) / 8) for i in range(32))}}}>()
+    wv = Constant<value = float[8, 4] {{{", ".join(str((i * 3 % 7 - 3) / 5) for i in range(32))}}}>()
+    wo = Constant<value = float[4, 8] {{{", ".join(str((i * 9 % 17 - 8) / 10) for i in range(32))}}}>()
+    ax = Constant<value = int64[1] {{1}}>()
+    c = Constant<value = float {{0.5}}>()
+    t = Constant<value = int64[3] {{0, -1, 4}}>()
+    q3 = MatMul(x, wq)
+    k3 = MatMul(x, wk)
+    v3 = MatMul(x, wv)
+    q = Unsqueeze(q3, ax)
+    k = Unsqueeze(k3, ax)
+    v = Unsqueeze(v3, ax)
+    kt = Transpose<perm = [0, 1, 3, 2]>(k)
+    s = MatMul(q, kt)
+    sc = Mul(s, c)
+    p = Softmax<axis = -1>(sc)
+    o = MatMul(p, v)
+    r = Reshape(o, t)
+    y = MatMul(r, wo)
+}}"""
+
+
+def test_a_key_transpose_read_by_the_scores_keeps_its_unsqueeze():
+    """One-head attention with q / k / v [B, S, D] unsqueezed at the heads axis (fuzz_s43 one_head, oh-4d): K^T =
+    Transpose(Unsqueeze(k3)) read by the scores MatMul is no view a Reshape then drops, so the Unsqueeze stays
+    before the Transpose (the 4-D K^T the attention rules read; the old code moved it, and no target fused)."""
+    proto, model, modified, p = _run(_ONE_HEAD)
+    assert not modified and p.stats["transpose-unsqueeze"] == 0
+    assert ops(model) == ops(proto)
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_one_head_attention_unsqueezed_to_4d_fuses(target, level):
+    """The same graph end to end: the Softmax is gone at every target (ort: one MultiHeadAttention) and the
+    outputs match the original in ONNX Runtime (the old code left the Softmax at all three)."""
+    import onnx_fuse
+
+    result = onnx_fuse.optimize(parse(_ONE_HEAD), target=target, level=level, verify=True)
+    assert result.report.passed
+    counts = ops(result.model)
+    assert "Softmax" not in counts, counts
+    if target == "ort":
+        assert counts.get("MultiHeadAttention") == 1, counts
+
+
+@pytest.mark.parametrize("readers", ["reshape-and-matmul", "reshape-copying-a-dim"])
+def test_a_transposed_unsqueeze_no_reshape_drops_stays(readers):
+    """Transpose(Unsqueeze(q)) read by a Reshape and by a MatMul (the move would save no node: the MatMul still
+    reads an Unsqueeze), or only by a Reshape whose target copies a dim (a 0 entry, which reshape-unsqueeze
+    refuses): the Transpose stays where it is; the outputs match."""
+    other = "z = MatMul(p, w)" if readers == "reshape-and-matmul" else "z = Reshape(p, t0)"
+    out = "float[2, 4, 1, 5, 3] z" if readers == "reshape-and-matmul" else "float[2, 20, 16] z"
+    y = "y = Reshape(p, t)" if readers == "reshape-and-matmul" else "y = Relu(q)"
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[2, 5, 4, 16] q, float[2, 4, 1, 16, 3] w) => ({"float[8, 5, 16]" if readers == "reshape-and-matmul" else "float[2, 5, 4, 16]"} y, {out}) {{
+    ax = Constant<value = int64[1] {{3}}>()
+    t = Constant<value = int64[3] {{8, -1, 16}}>()
+    t0 = Constant<value = int64[3] {{0, -1, 16}}>()
+    u = Unsqueeze(q, ax)
+    p = Transpose<perm = [0, 2, 3, 1, 4]>(u)
+    {y}
+    {other}
+}}""")
+    assert p.stats["transpose-unsqueeze"] == 0 and "Transpose" in ops(model), ops(model)
+    check_same(proto, model)
+
+
+def test_a_transpose_moving_only_the_size_one_axis_becomes_an_unsqueeze():
+    """Range(S) -> Unsqueeze(0) [1, S] -> Transpose [S, 1], both read by a Sub (ModernBERT's pairwise distances):
+    the Transpose moves only the size-1 axis, so it is Unsqueeze(x, 1) whatever reads it (one node less than
+    the Transpose it replaces, no Transpose left)."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[7] x) => (float[7, 7] y) {{
+    ax = Constant<value = int64[1] {{0}}>()
+    u = Unsqueeze(x, ax)
+    t = Transpose<perm = [1, 0]>(u)
+    y = Sub(u, t)
+}}""")
+    assert modified and p.stats["transpose-unsqueeze"] == 1
+    assert ops(model) == {"Constant": 1, "Unsqueeze": 2, "Sub": 1}, ops(model)
+    check_same(proto, model)
