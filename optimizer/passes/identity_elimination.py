@@ -32,6 +32,8 @@ outer-scope value or already a graph output), the node stays as (or becomes) an 
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import onnx_ir as ir
 
@@ -92,16 +94,24 @@ def _dim_matches(entry, dim) -> bool:
     return not isinstance(dim, int) and dim.value is not None and str(dim.value) == entry
 
 
+def _keeps(entry, dim, same=_dim_matches) -> bool:
+    """Broadcasting ``entry`` against ``dim`` leaves the dim: the int 1, or ``same`` as it (``_dim_matches`` for a
+    shape value's entry or a constant's dim against an inferred dim; ``==`` between two read_dims entries)."""
+    return (isinstance(entry, int) and entry == 1) or same(entry, dim)
+
+
+def _broadcasts(entries, dims, same=_dim_matches) -> bool:
+    """``entries`` broadcast into ``dims`` without changing them: rank no larger, each entry (right-aligned)
+    ``_keeps`` the dim it meets."""
+    if entries is None or dims is None or len(entries) > len(dims):
+        return False
+    return all(_keeps(e, d, same) for e, d in zip(reversed(entries), reversed(dims)))
+
+
 def _broadcasts_into(const: ir.Value, x: ir.Value) -> bool:
     """True when broadcasting ``const`` against ``x`` leaves x's shape unchanged."""
     t = constant_tensor(const)
-    dims = read_dims(x, names="raw")
-    if t is None or dims is None or len(t.shape) > len(dims):
-        return False
-    for c, d in zip(reversed(list(t.shape)), reversed(dims)):
-        if c != 1 and not (isinstance(d, int) and d == c):
-            return False
-    return True
+    return t is not None and _broadcasts(list(t.shape), read_dims(x, names="raw"))
 
 
 class IdentityEliminationPass(FusePass):
@@ -309,11 +319,7 @@ class IdentityEliminationPass(FusePass):
     @staticmethod
     def _same_expand(x: ir.Value, shape_value: ir.Value) -> bool:
         found = _shape_entries(shape_value)
-        dims = read_dims(x, names="raw")
-        if found is None or found[1] or dims is None or len(found[0]) > len(dims):
-            return False
-        return all(t == 1 or _dim_matches(t, d)
-                   for t, d in zip(reversed(found[0]), reversed(dims)))
+        return found is not None and not found[1] and _broadcasts(found[0], read_dims(x, names="raw"))
 
     def _unexpand_readers(self, node: ir.Node) -> bool:
         """op(b, Expand(a, s)) is op(b, a) for an elementwise op that broadcasts its inputs (_BROADCASTING) when
@@ -336,21 +342,13 @@ class IdentityEliminationPass(FusePass):
             reader, idx = use.node, use.idx
             if reader.op_type not in _BROADCASTING or reader.domain not in ("", "ai.onnx") or len(reader.outputs) != 1:
                 return False
-            if not any(self._broadcasts_to(want, read_dims(v, names="model", unknown="opaque"))
+            if not any(_broadcasts(want, read_dims(v, names="model", unknown="opaque"), operator.eq)
                        for j, v in enumerate(reader.inputs) if j != idx and v is not None and v is not out):
                 return False
         out.replace_all_uses_with(ins[0])
         node.graph.remove(node, safe=True)
         self.stats["Expand"] += 1
         return True
-
-    @staticmethod
-    def _broadcasts_to(dims: list, into: list | None) -> bool:
-        """dims (read_dims, opaque unknowns) broadcast into `into` without changing it: rank no larger, each dim
-        1 or equal to into's (right-aligned)."""
-        if into is None or len(dims) > len(into):
-            return False
-        return all((isinstance(d, int) and d == 1) or d == t for d, t in zip(reversed(dims), reversed(into)))
 
     @classmethod
     def _expand_taken_back(cls, node: ir.Node, x: ir.Value) -> ir.Value | None:
@@ -369,7 +367,7 @@ class IdentityEliminationPass(FusePass):
         if dims is None or found is None or found[1] or len(found[0]) > len(dims) or ins[1] is None:
             return None
         entries = [1] * (len(dims) - len(found[0])) + list(found[0])
-        kept = [t == 1 or _dim_matches(t, d) for t, d in zip(entries, dims)]
+        kept = [_keeps(t, d) for t, d in zip(entries, dims)]
         starts, ends = const_ints(ins[1], 64), const_ints(ins[2], 64)
         axes = const_ints(ins[3], 64) if ins[3] is not None else list(range(len(starts or ())))
         steps = const_ints(ins[4], 64) if ins[4] is not None else [1] * len(starts or ())
