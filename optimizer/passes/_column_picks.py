@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import const_ints, raw_axes
 from onnx_fuse.passes._dim_lengths import TO_END
 from onnx_fuse.passes._dim_products import dim_text, reshape_out_dims, slice_range
 from onnx_fuse.passes._infra import attr_value
@@ -17,13 +18,6 @@ from onnx_fuse.passes.constant_folding import constant_tensor
 
 class Refused(Exception):
     """The region is not a set of column picks (the pass leaves the projection alone)."""
-
-
-def _ints(value: ir.Value | None) -> list[int] | None:
-    t = constant_tensor(value)
-    if t is None or not t.dtype.is_integer():
-        return None
-    return [int(x) for x in t.numpy().reshape(-1)]
 
 
 class ColumnState:
@@ -100,9 +94,9 @@ def step(node: ir.Node, s: ColumnState, lead: list):
         ix = ix % d
         return [(outs[0], s.take(0, int(ix) if ix.ndim == 0 else list(ix), keep=ix.ndim == 1))]
     if op == "Slice":
-        starts, ends = (_ints(ins[k]) if len(ins) > k else None for k in (1, 2))
-        axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else None
-        steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else None
+        starts, ends = (const_ints(ins[k]) if len(ins) > k else None for k in (1, 2))
+        axes = const_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+        steps = const_ints(ins[4]) if len(ins) > 4 and ins[4] is not None else None
         if starts is None or ends is None or len(starts) != len(ends) \
                 or (len(ins) > 3 and ins[3] is not None and axes is None) \
                 or (len(ins) > 4 and ins[4] is not None and steps is None):
@@ -122,7 +116,7 @@ def step(node: ir.Node, s: ColumnState, lead: list):
         axis = int(attr_value(node, "axis", 0))
         d = s.cols.shape[s.trailing(axis, r)]
         if len(ins) > 1 and ins[1] is not None:
-            sizes = _ints(ins[1])
+            sizes = const_ints(ins[1])
         elif node.attributes.get("split") is not None:
             sizes = [int(x) for x in node.attributes["split"].value]
         else:
@@ -139,9 +133,7 @@ def step(node: ir.Node, s: ColumnState, lead: list):
             start += size
         return res
     if op in ("Squeeze", "Unsqueeze"):
-        axes = _ints(ins[1]) if len(ins) > 1 and ins[1] is not None else None
-        if axes is None and node.attributes.get("axes") is not None:
-            axes = [int(x) for x in node.attributes["axes"].value]
+        axes = raw_axes(node)
         if axes is None:
             return None
         if op == "Squeeze":

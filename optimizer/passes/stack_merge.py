@@ -13,18 +13,10 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import raw_axes
 from onnx_fuse.passes._dim_products import mul, reshape_out_dims, value_dims
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
-from onnx_fuse.passes.constant_folding import constant_tensor
 from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
-
-
-def _unsqueeze_axes(node: ir.Node) -> list[int] | None:
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        t = constant_tensor(node.inputs[1])
-        return None if t is None else [int(a) for a in t.numpy().reshape(-1)]
-    a = node.attributes.get("axes")
-    return None if a is None else list(a.value)
 
 
 class StackMergePass(FusePass):
@@ -53,7 +45,7 @@ class StackMergePass(FusePass):
             u = None if v is None else v.producer()
             if not is_default_op(u, "Unsqueeze") or u.inputs[0] is None:
                 return False
-            parts.append((u.inputs[0], _unsqueeze_axes(u)))
+            parts.append((u.inputs[0], raw_axes(u)))
         x0 = parts[0][0]
         rank, dims = (None, None) if x0.shape is None else (len(x0.shape), value_dims(x0))
         if not rank or dims is None or any(d is None for d in dims):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._consts import stored_ints
+from onnx_fuse.passes._consts import raw_axes, stored_ints
 from onnx_fuse.passes._infra import FusePass, attr_value, is_default_op, reroute
 from onnx_fuse.passes._shape_values import read_dims
 
@@ -28,8 +28,7 @@ def _only_reader(v: ir.Value) -> ir.Node | None:
 def _squeezes_last(node: ir.Node | None, rank: int) -> bool:
     if not is_default_op(node, "Squeeze"):
         return False
-    axes = attr_value(node, "axes", None)
-    axes = list(axes) if axes is not None else stored_ints(node.inputs[1]) if len(node.inputs) > 1 else None
+    axes = raw_axes(node)
     return axes is not None and len(axes) == 1 and axes[0] % rank == rank - 1
 
 

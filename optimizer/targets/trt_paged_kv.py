@@ -31,6 +31,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._consts import raw_axes
 from onnx_fuse.plugin_ids import PLUGIN_DOMAIN
 from onnx_fuse.rewrite._graph_io import ReadersHook, register_readers_hook
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN
@@ -56,13 +57,6 @@ def _scalar(v: ir.Value | None) -> float | None:
         return None
     arr = v.const_value.numpy()
     return float(arr.reshape(-1)[0]) if arr.size == 1 else None
-
-
-def _axes(node: ir.Node) -> list[int] | None:
-    if len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].const_value is not None:
-        return [int(x) for x in node.inputs[1].const_value.numpy().reshape(-1)]
-    a = node.attributes.get("axes")
-    return list(a.value) if a is not None else None
 
 
 def _live(graph: ir.Graph, dead_outputs: set[int], matched: set[ir.Node], replaced: set[int] = frozenset()) -> set[int]:
@@ -149,11 +143,11 @@ def _past_len_uses(length: ir.Value, live: set[int], uses: _ShapeUse, probe: tup
             for u2 in _users(user.outputs[0]):
                 if id(u2) not in live:
                     continue
-                if u2.op_type == "Unsqueeze" and _axes(u2) == [0]:
+                if u2.op_type == "Unsqueeze" and raw_axes(u2) == [0]:
                     _check_position_embedding(u2, live)
                     uses.abs_unsq.append(u2)
                     continue
-                if u2.op_type != "Unsqueeze" or _axes(u2) != [0, 2]:
+                if u2.op_type != "Unsqueeze" or raw_axes(u2) != [0, 2]:
                     raise _Refuse(f"cache_position feeds {u2.op_type} {u2.name!r}, not the RoPE positions")
                 _check_rope_path(u2, live)
                 uses.rope_unsq.append(u2)
@@ -222,15 +216,15 @@ def _position_read(user: ir.Node, idx: int, out: ir.Value) -> bool:
     if rank == 1 and idx == 0 and user.op_type == "Cast":
         return all(_position_read(u, i, user.outputs[0]) for u, i in user.outputs[0].uses())
     if rank == 1:
-        if user.op_type != "Unsqueeze" or idx != 0 or _axes(user) not in _ROW_AXES:
+        if user.op_type != "Unsqueeze" or idx != 0 or raw_axes(user) not in _ROW_AXES:
             return False
         # [1, 1, S] only as HF's inv_freq MatMul reads it (a mask's [1, 1, S] view is walked on)
-        return _axes(user) != [0, 1] or all(
+        return raw_axes(user) != [0, 1] or all(
             c.op_type == "Cast" and all(_keeps_batch_axis(m, j) for m, j in c.outputs[0].uses())
             for c, _ in user.outputs[0].uses())
     if user.op_type == "RotaryEmbedding" and idx == 3 and user.domain in ("", "ai.onnx"):
         return rank == 2   # [B, S] ids into RotaryEmbedding-23 (the GroupQueryAttention rewrite's do_rotary)
-    return (user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([1], [2], [-1])
+    return (user.op_type == "Unsqueeze" and idx == 0 and raw_axes(user) in ([1], [2], [-1])
             and rank == 2)
 
 
@@ -279,7 +273,7 @@ def _check_positions_value(out: ir.Value, live: set[int]) -> None:
             continue
         if gather.op_type == "RotaryEmbedding" and idx == 3:
             continue
-        if gather.op_type == "Unsqueeze" and idx == 0 and _axes(gather) in ([1], [2], [-1]) \
+        if gather.op_type == "Unsqueeze" and idx == 0 and raw_axes(gather) in ([1], [2], [-1]) \
                 and out.shape is not None and len(out.shape) == 2:
             _check_rope_path(gather, live)  # [1, S] -> [1, S, 1] (TorchScript: two Unsqueezes) -> RoPE
             continue
@@ -568,16 +562,16 @@ def _rebatch_row(graph: ir.Graph, user: ir.Node, rows: ir.Value) -> list[ir.Node
     stays a Cast, Unsqueeze [0, a] ([1, S, 1] / [1, 1, S]) becomes Unsqueeze [a] (axis 0 is now the
     batch), Unsqueeze [0] ([1, S]) ``rows`` itself; any other reader is dead (check() saw every live
     one) and stays for the cleanup. Returns the readers replaced."""
-    if user.op_type == "Unsqueeze" and _axes(user) not in _ROW_AXES or user.op_type not in ("Cast", "Unsqueeze"):
+    if user.op_type == "Unsqueeze" and raw_axes(user) not in _ROW_AXES or user.op_type not in ("Cast", "Unsqueeze"):
         return []
     if user.op_type == "Cast":
         cast = ir.node("Cast", [rows], attributes={"to": user.attributes["to"].value}, name=f"{user.name}_paged")
         graph.insert_before(user, [cast])
         return [user, *(r for u, _ in list(user.outputs[0].uses()) for r in _rebatch_row(graph, u, cast.outputs[0]))]
-    if _axes(user) == [0]:
+    if raw_axes(user) == [0]:
         user.outputs[0].replace_all_uses_with(rows)
         return [user]
-    axes = _const(graph, f"{user.name}_paged_ax", _axes(user)[1:])
+    axes = _const(graph, f"{user.name}_paged_ax", raw_axes(user)[1:])
     uq = ir.node("Unsqueeze", [rows, axes], name=f"{user.name}_paged")
     graph.insert_before(user, [uq])
     user.outputs[0].replace_all_uses_with(uq.outputs[0])
@@ -594,9 +588,9 @@ def _check_position_row(pos: ir.Value, live: set[int]) -> None:
             continue
         if user.op_type == "Cast" and idx == 0:
             _check_position_row(user.outputs[0], live)
-        elif user.op_type == "Unsqueeze" and idx == 0 and _axes(user) in ([0, 2], [0, 1]):
+        elif user.op_type == "Unsqueeze" and idx == 0 and raw_axes(user) in ([0, 2], [0, 1]):
             _check_rope_path(user, live)
-        elif user.op_type == "Unsqueeze" and idx == 0 and _axes(user) == [0]:
+        elif user.op_type == "Unsqueeze" and idx == 0 and raw_axes(user) == [0]:
             _check_positions_value(user.outputs[0], live)
         else:
             raise _Refuse(f"positions [S] feed {user.op_type} {user.name!r}, not RoPE or a position embedding")
