@@ -179,7 +179,8 @@ class KernelLib:
         launcher's code, overriding the plan's (with variant FA_WS / FA_WS_TMA / FA_WS_TMA_R24 /
         FA_WS_TMA_OV / FA_WS_TMA_LD / FA_WS_TMA_OVED; see onnx_fuse_fused_attention_fwd). The experimental variants
         (``launch_plan.fa_experimental_variants``) run by name: FA_WS_TMA_PERSIST with loads 4, the D = 256
-        candidates FA_WS_TMA_H256 ... H256WMN with loads 46 ... 58 (``launch_plan.fa_launch_loads``).
+        candidates FA_WS_TMA_H256 ... H256WMN with loads 46 ... 58, session 43's split K / V candidates
+        (``launch_plan.FA_SPLIT_VARIANTS``) with loads 62 ... 72 (``launch_plan.fa_launch_loads``).
         softcap > 0: logits cap * tanh(scale * q k^T / cap) (Gemma 2), the variant's ``_sc`` twin
         (``launch_plan.fa_softcap_variants``) through onnx_fuse_fused_attention_fwd_ex.
         window > 0 (sliding window, causal only): query i sees keys i - window < j <= i, through

@@ -215,17 +215,35 @@ FA_WS_TMA_H256WSN = (128, 80, 12, "tma", "h256wsn")
 FA_WS_TMA_H256WM = (128, 80, 12, "tma", "h256wm")
 FA_WS_TMA_H256WMN = (128, 80, 12, "tma", "h256wmn")
 FA_WS_TMA_H256WSG = (128, 80, 12, "tma", "h256wsg")
+# Candidates of session 43 (split48, by name only): K and V on barriers of their own (fa_ws_core's kWsSplitKV, the gain
+# of H256S / H256WS at D = 256) in the bodies planned at D = 64 / 128, and the causal grid longest first within groups
+# of 8 heads (kWsLptGroups; their full entries are the base bodies): FA_WS_TMA_LDES / LDESG (D = 64: FA_WS_TMA_LDE with
+# them; loads 62 / 63, 64 / 65), FA_WS_TMA_OVEDQS / OVEDQSG (D = 128: FA_WS_TMA_OVEDQ with them; 66 / 67, 68 / 69),
+# FA_WS_TMA_OVEDFCS (D = 128: FA_WS_TMA_OVEDFC, two chained query blocks per CTA, with split barriers; 70 / 71) and at
+# D = 256 FA_WS_TMA_H256SG (H256S, 64-key tiles, with the grouped causal order; 72 / 73). The odd codes fall back as
+# the planned bodies' do (cp.async FA_WS at D = 64 / 128, (128, 64, 8) at D = 256).
+FA_WS_TMA_LDES = (128, 128, 12, "tma", "ldes")
+FA_WS_TMA_LDESG = (128, 128, 12, "tma", "ldesg")
+FA_WS_TMA_OVEDQS = (128, 128, 12, "tma", "ovedqs")
+FA_WS_TMA_OVEDQSG = (128, 128, 12, "tma", "ovedqsg")
+FA_WS_TMA_OVEDFCS = (128, 128, 12, "tma", "ovedfcs")
+FA_WS_TMA_H256SG = (128, 64, 12, "tma", "h256sg")
+FA_SPLIT_VARIANTS = (FA_WS_TMA_LDES, FA_WS_TMA_LDESG, FA_WS_TMA_OVEDQS, FA_WS_TMA_OVEDQSG, FA_WS_TMA_OVEDFCS,
+                     FA_WS_TMA_H256SG)
 FA_OPTS = ("ov", "ove", "ld", "oved", "ldr", "lde", "ovedg", "ovedf", "ovedm", "ovedq", "ovedfc", "ovedc",
            "ovedqp", "ovedfcp", "h256", "h256w", "h256s", "h256ws", "h256wsn", "h256wm",
-           "h256wmn", "h256wsg")  # a last variant element naming fa_ws_core options
+           "h256wmn", "h256wsg", "ldes", "ldesg", "ovedqs", "ovedqsg", "ovedfcs",
+           "h256sg")  # a last variant element naming fa_ws_core options
 _FA_OPT_LOADS = {"ov": (6, 7), "ove": (8, 9), "ldr": (10, 11), "ld": (12, 13), "lde": (14, 15),
                  "oved": (18, 19), "ovedg": (22, 23), "ovedf": (24, 25),
                  "ovedm": (28, 29), "ovedq": (30, 31), "ovedfc": (38, 39),
                  "ovedqp": (42, 43), "ovedfcp": (44, 45),
                  "h256": (46, 47), "h256w": (48, 49), "h256s": (50, 51),
                  "h256ws": (52, 53), "h256wsn": (54, 55), "h256wm": (56, 57),
-                 "h256wmn": (58, 59), "h256wsg": (60, 61)}  # launcher loads (by name, planned)
-_FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp")  # two query blocks per CTA (kWsFold)
+                 "h256wmn": (58, 59), "h256wsg": (60, 61), "ldes": (62, 63), "ldesg": (64, 65),
+                 "ovedqs": (66, 67), "ovedqsg": (68, 69), "ovedfcs": (70, 71),
+                 "h256sg": (72, 73)}  # launcher loads (by name, planned)
+_FA_FOLD_OPTS = ("ovedf", "ovedfc", "ovedfcp", "ovedfcs")  # two query blocks per CTA (kWsFold)
 _FA_PAD_OPTS = ("ovedqp", "ovedfcp")  # the D = 128 body at D = 80 / 96 (head dim padded in shared memory)
 FA_VARIANTS_PAD = FA_VARIANTS + (FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP)  # D = 80 / 96
 FA_VARIANTS_D256_ALL = FA_VARIANTS_D256 + (FA_WS_TMA_H256WSG,)  # D = 256 (fa_variants)
@@ -292,14 +310,16 @@ def fa_variant_smem_bytes(head_dim: int, variant: tuple) -> int:
 def fa_experimental_variants(head_dim: int, causal: bool = False) -> tuple[tuple, ...]:
     """Experimental variants compiled for ``head_dim`` and the mask (FA_WS_TMA_PERSIST and the chained candidate
     FA_WS_TMA_PERSISTC: D = 128; FA_WS_TMA_LDR: D = 64; FA_WS_TMA_H256 / H256S / H256WS / H256WSN / H256WM /
-    H256WMN and, planned until run 50a, H256W: D = 256; none depends on
-    the mask since run 18). The padded
+    H256WMN and, planned until run 50a, H256W: D = 256; session 43's split K / V candidates (FA_SPLIT_VARIANTS):
+    FA_WS_TMA_LDES / LDESG at D = 64, FA_WS_TMA_OVEDQS / OVEDQSG / OVEDFCS at D = 128, FA_WS_TMA_H256SG at D = 256;
+    none depends on the mask since run 18). The padded
     FA_WS_TMA_OVEDQP / FA_WS_TMA_OVEDFCP (D = 80 / 96) are planned since run 48a (fa_variants)."""
     _check_head_dim(head_dim)
     if head_dim == 128:
-        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC)
-    return {64: (FA_WS_TMA_LDR,), 256: (FA_WS_TMA_H256, FA_WS_TMA_H256W, FA_WS_TMA_H256S, FA_WS_TMA_H256WS,
-                                        FA_WS_TMA_H256WSN, FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN)}.get(head_dim, ())
+        return (FA_WS_TMA_PERSIST, FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQS, FA_WS_TMA_OVEDQSG, FA_WS_TMA_OVEDFCS)
+    return {64: (FA_WS_TMA_LDR, FA_WS_TMA_LDES, FA_WS_TMA_LDESG),
+            256: (FA_WS_TMA_H256, FA_WS_TMA_H256W, FA_WS_TMA_H256S, FA_WS_TMA_H256WS, FA_WS_TMA_H256WSN,
+                  FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN, FA_WS_TMA_H256SG)}.get(head_dim, ())
 
 # Paged decode variants compiled in paged_attention.cu: (warps, stages, bulk); a tile is
 # 16*warps tokens; bulk = 1 gathers token rows with the Hopper bulk-copy engine (sm_90+).
@@ -611,7 +631,7 @@ def fa_engine(variant: tuple[int, int, int], head_dim: int, compute_capability=(
                           FA_WS_TMA_OVEDF, FA_WS_TMA_OVEDM, FA_WS_TMA_OVEDQ, FA_WS_TMA_OVEDFC,
                           FA_WS_TMA_PERSISTC, FA_WS_TMA_OVEDQP, FA_WS_TMA_OVEDFCP, FA_WS_TMA_H256,
                           FA_WS_TMA_H256W, FA_WS_TMA_H256S, FA_WS_TMA_H256WS, FA_WS_TMA_H256WSN,
-                          FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN, FA_WS_TMA_H256WSG):
+                          FA_WS_TMA_H256WM, FA_WS_TMA_H256WMN, FA_WS_TMA_H256WSG) + FA_SPLIT_VARIANTS:
         return "wgmma"
     return "wgmma" if tuple(variant) == (64, 64, 4) and head_dim <= 128 else "mma.sync"
 
@@ -761,7 +781,8 @@ def fa_launch_loads(plan: FusedAttentionPlan, *, by_name: bool) -> int:
     FA_WS_TMA_OVEDQP 42 / 43 and FA_WS_TMA_OVEDFCP 44 / 45 (D = 80 / 96; 43 / 45 fall back to FA_WGMMA); at D = 256
     FA_WS_TMA_H256WSG 60 / 61 (planned since run 50a) and the candidates FA_WS_TMA_H256 46 / 47, H256W 48 / 49,
     H256S 50 / 51, H256WS 52 / 53, H256WSN 54 / 55, H256WM 56 / 57, H256WMN 58 / 59 (the odd codes fall back to (128, 64, 8); 57 / 59 also run H256WS / H256WSN
-    where the cluster entries' rules fail)."""
+    where the cluster entries' rules fail); session 43's split K / V candidates FA_WS_TMA_LDES 62 / 63, LDESG 64 / 65,
+    OVEDQS 66 / 67, OVEDQSG 68 / 69, OVEDFCS 70 / 71 and H256SG 72 / 73."""
     if plan.persistent:
         return 40 if plan.opt == "ovedc" else 4
     if not plan.tma:

@@ -11,7 +11,9 @@ two-block fold with Q in registers, their blocks chained without draining the pi
 m128n128w12t_ldr, the _ld body with 24 / 240 registers, D = 64; m128n64w12t_h256 / m128n80w12t_h256w, the
 warp-specialized TMA body at D = 256 with 64- / 80-key tiles in 2 stages, session 41, their split-barrier twins _h256s
 / _h256ws and the session-42 m128n80w12t_h256wsn / _h256wm / _h256wmn / _h256wsg, without consumer turns, with K / V
-multicast in two-CTA clusters, longest-first causal groups) are timed beside the planned
+multicast in two-CTA clusters, longest-first causal groups; session 43's split K / V candidates
+m128n128w12t_ldes / _ldesg at D = 64, _ovedqs / _ovedqsg / _ovedfcs at D = 128, m128n64w12t_h256sg at D = 256,
+launch_plan.FA_SPLIT_VARIANTS) are timed beside the planned
 variant (at D = 128 m128n128w12t_ovedq, at D = 64 m128n128w12t_lde, at D = 80 / 96 m128n128w12t_ovedqp / _ovedfcp
 causal, the D = 128 bodies with the head dim padded in shared memory, planned since run 48a; at D = 256 m128n64w8), marked
 "(experimental)". ``--prefill-shapes`` replaces the prefill shapes (e.g. 4x4096x32x32x96c, c: causal).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: make onnx_fuse importable, check the kernel library loads (rebuild there if
 # not), run the GPU tests, then the kernel benchmark. Logs go to $OUT (or ./out).
-#   usage: bash tools/gpu_session.sh [tests|bench|all|prefix|pad|ws256] [extra bench args]
+#   usage: bash tools/gpu_session.sh [tests|bench|all|prefix|pad|ws256|split] [extra bench args]
 #   bench/all: one tools/bench_kernels.py process per family (prefill, prefix, decode, window), logs
 #   bench_<family>.log, then tools/bench_paged_plugin.py (bench_plugin.log)
 #   prefix: only the paged-prefill GPU tests and the `--only prefix` benchmark rows (a short call)
@@ -13,6 +13,9 @@
 #   (longest-first causal groups)): their
 #   GPU tests, then their rows beside m128n64w8 (planned until then), FA2 and cuDNN (WS256_SHAPES overrides the
 #   shapes; a short call)
+#   split: session 43's split K / V candidates (ldes / ldesg at D = 64, ovedqs / ovedqsg / ovedfcs at D = 128, h256sg
+#   at D = 256; tests/plugins/test_fa_split_gpu.py), then their rows beside the planned bodies (lde, ovedq / ovedfc,
+#   h256wsg), h256s, FA2 and cuDNN (SPLIT_SHAPES overrides the shapes; a short call, < 400 s)
 #   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
 #   name: h200 on an H200, wave then splits on an H100), logs sweep_<set>.log and sweep_<set>.json
 set -o pipefail
@@ -72,6 +75,18 @@ if [ "$MODE" = ws256 ]; then
     --passes 3 --flush zero \
     --prefill-shapes $WS256_SHAPES "$@" 2>&1 | tee "$OUT/bench_ws256.log"
   echo "ws256: $((SECONDS - t0)) s"
+fi
+if [ "$MODE" = split ]; then
+  t0=$SECONDS
+  timeout 170 python3 -m pytest -m gpu tests/plugins/test_fa_split_gpu.py -q --maxfail=30 -p no:cacheprovider 2>&1 \
+    | tee "$OUT/pytest_split.log" | tail -30
+  echo "split tests: $((SECONDS - t0)) s"
+  SPLIT_SHAPES=${SPLIT_SHAPES:-"4x4096x32x32x128 4x4096x32x32x128c 8x2048x32x8x128 8x2048x32x8x128c 4x4096x32x32x64 \
+4x4096x32x32x64c 8x2048x32x32x64 8x2048x32x32x64c 4x4096x16x16x256c 8x2048x16x4x256c"}
+  timeout 220 python3 tools/bench_kernels.py --no-build --only prefill \
+    --variants ldes ldesg ovedqs ovedqsg ovedfcs h256sg lde ovedq ovedfc h256s h256wsg --passes 3 --flush zero \
+    --prefill-shapes $SPLIT_SHAPES "$@" 2>&1 | tee "$OUT/bench_split.log"
+  echo "split: $((SECONDS - t0)) s"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   t0=$SECONDS

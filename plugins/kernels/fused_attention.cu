@@ -950,7 +950,11 @@ constexpr int kWsH256Stages = 2;
 // the second consumer's P V of tile j - 1 was done, and the first consumer's next turn (S of j + 1) waited for
 // that load's whole latency with the tensor cores idle; split, K of j + 1 loads once S of j - 1 is done (two turns
 // earlier) and V of j + 1 once P V of j - 1 is (a turn before its P V needs it). FlashAttention-3 pipelines K and
-// V apart the same way.
+// V apart the same way. Session 43 (split48, candidates by name only): the same barriers on the bodies planned at
+// D = 64 (m128n128w12t_ldes / _ldesg: lde with them, _ldesg causal longest first within groups of 8 heads) and
+// D = 128 (_ovedqs / _ovedqsg: ovedq with them; _ovedfcs: the chained two-block ovedfc with them, so on the
+// persistent tile loop too: the chained hand-over waits for V of the block's last tile on V full and frees K of
+// the next block's first tile after its S), and at D = 256 m128n64w12t_h256sg (h256s, causal grouped).
 constexpr int kWsSplitKV = 8192;
 // kWsNoTurn (the D = 256 candidates m128n80w12t_h256wsn / _h256wmn, session 42): the two consumer warpgroups issue
 // their wgmma groups without taking turns (no named-barrier ping-pong: each issues S of j + 1 and P V of j as soon as
@@ -1216,7 +1220,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
   constexpr bool MCAST = (OPT & kWsMcast) != 0;
   constexpr bool SPLIT = (OPT & kWsSplitKV) != 0;  // K / V on barriers of their own (no multicast)
   constexpr bool KVB = MCAST || SPLIT;  // V full / V empty barriers; K released after its S
-  static_assert(!SPLIT || (Rows::kTma && !PERSIST && !MCAST), "split K/V barriers: dense TMA rows, one tile per CTA");
+  static_assert(!SPLIT || (Rows::kTma && !MCAST), "split K/V barriers: dense TMA rows, no multicast");
   static_assert(!MCAST || (Rows::kTma && !PERSIST && ((D == 128 && BNT == 128) || (D == 256 && BNT == kWsH256WBN))),
                 "K/V multicast: dense TMA rows, one tile per CTA, D = 128 (128-key tiles) or 256 (80-key tiles)");
   constexpr uint32_t TILE = BN * D * 2;  // bytes of one K or V tile
@@ -1477,7 +1481,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
               for (int cb = 0; cb < NB; ++cb)
                 wg::tma_load_4d(dv + cb * BN * 128, rw.tv, cb * 64, rw.hkv, n0 + rw.row0, rw.b, tail ? vtail : fullv);
             }
-            if (tail) {  // warp-uniform; once per CTA (no PERSIST)
+            if (tail) {  // warp-uniform; vtail: once per tile (PERSIST: each use waited for before the next)
               ws_zero_v_tail<BN, CPR>(dv, KL - n0, vtail, tails & 1, fullv0 + 8 * (c % ST), lane);
               ++tails;
             }
@@ -1881,10 +1885,12 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
     wg::bar_sync(my_bar, 256);
     issue_s(s_nxt, n_tiles);
     wg::commit();
+    if constexpr (KVB) mbar_wait_parity(fullv0 + 8 * ((c - 1) % ST), ((c - 1) / ST) & 1);
     pv(n_tiles - 1);
     wg::bar_arrive(other_bar, 256);
     wg::wait1();
     wg::fence_acc(s_nxt);
+    if constexpr (KVB) release(empty0, n_tiles);  // K of the next block's first tile is read
     const float fm[2] = {row_m[0], row_m[1]}, fl[2] = {row_l[0], row_l[1]};
     row_m[0] = row_m[1] = -INFINITY;
     row_l[0] = row_l[1] = 0.f;
@@ -1895,7 +1901,7 @@ __device__ __forceinline__ void fa_ws_core(const Rows& rows, float scale_log2,
                    : "memory");
     wg::wait0();
     pv_done();
-    release(empty0, n_tiles - 1);
+    release(KVB ? emptyv0 : empty0, n_tiles - 1);
     // this warpgroup's rows of the Q tile hold the next block's Q, already in registers
     store_out(fl, fm, true);
     wg::mbar_arrive(qempty);  // the next block's "Q empty": the staged rows are read back
@@ -2402,6 +2408,26 @@ using onnx_fuse::fa_fwd_wgmma_pipe_body;
   OF_FA_WSTH256B_PAIR(DTN, T, h256wm, OF_FA_CLUSTER_PAIR, OF_FA_H256_OPT | onnx_fuse::kWsMcast)           \
   OF_FA_WSTH256B_PAIR(DTN, T, h256wmn, OF_FA_CLUSTER_PAIR, OF_FA_H256_OPT | onnx_fuse::kWsMcast | onnx_fuse::kWsNoTurn) \
   OF_FA_WSTH256B_PAIR(DTN, T, h256wsg, , OF_FA_H256_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsLptGroups)
+// Session 43 candidates (split48, by name only): K / V on barriers of their own (kWsSplitKV) in the bodies planned at
+// D = 64 / 128, and the causal grid longest first within groups of 8 heads (kWsLptGroups; the full entries of the
+// ..g variants are their base bodies). D = 64: m128n128w12t_ldes (loads 62 / 63: lde + split), _ldesg (64 / 65);
+// D = 128: _ovedqs (66 / 67: ovedq + split), _ovedqsg (68 / 69), _ovedfcs (70 / 71: ovedfc + split, two chained
+// query blocks per CTA); D = 256: m128n64w12t_h256sg (72 / 73: h256s + grouped causal order, 64-key tiles).
+#define OF_FA_LDE_OPT (onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)
+#define OF_FA_OVEDQ_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)
+#define OF_FA_OVEDFC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain | \
+                          onnx_fuse::kWsLazyRescale)
+#define OF_FA_WSTSPLIT_PAIR(DTN, T, D, TAG, PREGS, OPT)                                                   \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_##TAG##_full, T, D, false, PREGS, OPT)   \
+  OF_FA_WSTX_KERNEL(onnx_fuse_fa_fwd_##DTN##_d##D##_m128n128w12t_##TAG##_causal, T, D, true, PREGS, OPT)
+#define OF_FA_WSTSPLIT_KERNELS(DTN, T)                                                                    \
+  OF_FA_WSTSPLIT_PAIR(DTN, T, 64, ldes, 40, OF_FA_LDE_OPT | onnx_fuse::kWsSplitKV)                         \
+  OF_FA_WSTSPLIT_PAIR(DTN, T, 64, ldesg, 40, OF_FA_LDE_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsLptGroups) \
+  OF_FA_WSTSPLIT_PAIR(DTN, T, 128, ovedqs, 24, OF_FA_OVEDQ_OPT | onnx_fuse::kWsSplitKV)                    \
+  OF_FA_WSTSPLIT_PAIR(DTN, T, 128, ovedqsg, 24, OF_FA_OVEDQ_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsLptGroups) \
+  OF_FA_WSTSPLIT_PAIR(DTN, T, 128, ovedfcs, 24, OF_FA_OVEDFC_OPT | onnx_fuse::kWsSplitKV)                  \
+  OF_FA_WSTH256_PAIR(DTN, T, 64, h256sg, onnx_fuse::kWsH256BN,                                             \
+                     OF_FA_H256_OPT | onnx_fuse::kWsSplitKV | onnx_fuse::kWsLptGroups)
 // Experimental m128n128w12tp (launcher loads = 4; benchmarked beside oved, not planned), D = 128:
 // the ov body with the stepped descriptors (r24, pinned softmax, kWsLeanDesc; the staged epilogue
 // needs the Q tile the next tile loads) on a persistent grid of min(tiles, SMs) CTAs, which
@@ -2465,6 +2491,7 @@ OF_FA_WSTPAD_KERNELS_D(f16, __half, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(f16, __half, 128)
 OF_FA_WSTH256_KERNELS(f16, __half)
 OF_FA_WSTH256B_KERNELS(f16, __half)
+OF_FA_WSTSPLIT_KERNELS(f16, __half)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 64)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 80)
 OF_FA_WG_KERNELS_D(bf16, __nv_bfloat16, 96)
@@ -2492,6 +2519,7 @@ OF_FA_WSTPAD_KERNELS_D(bf16, __nv_bfloat16, 96, onnx_fuse::kWsPadD96)
 OF_FA_WSTPC_KERNELS_D(bf16, __nv_bfloat16, 128)
 OF_FA_WSTH256_KERNELS(bf16, __nv_bfloat16)
 OF_FA_WSTH256B_KERNELS(bf16, __nv_bfloat16)
+OF_FA_WSTSPLIT_KERNELS(bf16, __nv_bfloat16)
 
 // Prefill over a paged prefix: onnx_fuse_fa_paged_prefill_<dt>_d<D>_<full|causal>, D = 64, 128.
 #define OF_FA_PP_KERNEL(NAME, T, D, CAUSAL)                                                      \
@@ -2636,7 +2664,8 @@ using FaTmaKernelFn = void (*)(const void*, const void*, const void*, void*, con
 // 4 m128n128w12t_ldr, 5 _ld, 6 _lde (D = 64); 8 m128n128w12t_oved, 10 _ovedg, 11 _ovedf, 13 _ovedm,
 // 14 _ovedq, 18 _ovedfc (D = 128); 20 _ovedqp, 21 _ovedfcp (D = 80, 96: the D = 128 bodies, padded);
 // 22 m128n64w12t_h256, 23 m128n80w12t_h256w, 24 _h256s, 25 _h256ws, 26 m128n80w12t_h256wsn, 27 _h256wm,
-// 28 _h256wmn, 29 _h256wsg (D = 256).
+// 28 _h256wmn, 29 _h256wsg (D = 256); session 43: 30 _ldes, 31 _ldesg (D = 64), 32 _ovedqs, 33 _ovedqsg,
+// 34 _ovedfcs (D = 128), 35 m128n64w12t_h256sg (D = 256).
 FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
   if (dtype != onnx_fuse::kFloat16 && dtype != onnx_fuse::kBFloat16) return nullptr;
   const bool f16 = dtype == onnx_fuse::kFloat16;
@@ -2655,6 +2684,8 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 4: OF_PICK_TK2(64, m128n128w12t_ldr)
       case 5: OF_PICK_TK2(64, m128n128w12t_ld)
       case 6: OF_PICK_TK2(64, m128n128w12t_lde)
+      case 30: OF_PICK_TK2(64, m128n128w12t_ldes)
+      case 31: OF_PICK_TK2(64, m128n128w12t_ldesg)
       default: return nullptr;
     }
   }
@@ -2670,6 +2701,9 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 13: OF_PICK_TK2(128, m128n128w12t_ovedm)
       case 14: OF_PICK_TK2(128, m128n128w12t_ovedq)
       case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)
+      case 32: OF_PICK_TK2(128, m128n128w12t_ovedqs)
+      case 33: OF_PICK_TK2(128, m128n128w12t_ovedqsg)
+      case 34: OF_PICK_TK2(128, m128n128w12t_ovedfcs)
       default: return nullptr;
     }
   }
@@ -2697,6 +2731,7 @@ FaTmaKernelFn pick_tma(int dtype, int D, bool causal, int kind) {
       case 27: OF_PICK_TK2(256, m128n80w12t_h256wm)
       case 28: OF_PICK_TK2(256, m128n80w12t_h256wmn)
       case 29: OF_PICK_TK2(256, m128n80w12t_h256wsg)
+      case 35: OF_PICK_TK2(256, m128n64w12t_h256sg)
       default: return nullptr;
     }
   }
@@ -2927,7 +2962,11 @@ int onnx_fuse_fused_attention_smem_bytes(int head_dim, int block_m, int block_n,
 // m128n80w12t_h256wsn (h256ws without the consumers' turns), 56 / 57 _h256wm and 58 / 59 _h256wmn (h256w / h256wsn in
 // two-CTA clusters multicasting K / V: no window, no seq_lens, S a multiple of 256, else 56 / 58 refuse and 57 / 59 run
 // h256ws / h256wsn), 60 / 61 _h256wsg (h256ws with the causal grid longest first within groups of 8 heads; D = 256
-// candidates by name, session 42); 41 is refused;
+// candidates by name, session 42); session 43's candidates (K / V on barriers of their own in the bodies planned at
+// D = 64 / 128; by name, the odd codes with the planned codes' fallback): 62 / 63 _ldes and 64 / 65 _ldesg (D = 64:
+// lde with them; ldesg causal longest first within groups of 8 heads), 66 / 67 _ovedqs, 68 / 69 _ovedqsg and 70 / 71
+// _ovedfcs (D = 128: ovedq / ovedfc with them), 72 / 73 m128n64w12t_h256sg (D = 256, block_n 64: h256s, causal
+// grouped); 41 is refused;
 // 16 / 17 (the dropped _ovd), 20 / 21 (the dropped _ovedl) and
 // 26 / 27 (the dropped _ovedh: ovedf with each consumer's Q half reloaded on its own barrier) are
 // refused.
@@ -2964,7 +3003,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     block_n = 64;
     warps = 4;
   }
-  OF_REQUIRE(loads >= 0 && loads <= 61);
+  OF_REQUIRE(loads >= 0 && loads <= 73);
   OF_REQUIRE(window >= 0 && (window == 0 || causal));
   // 42-45 (_ovedqp / _ovedfcp): D = 80 / 96 on the D = 128 TMA bodies, the head dim padded in shared
   // memory; where TMA cannot address the tensors, 43 / 45 run the w8 wgmma body (128, 128, 8) instead.
@@ -2973,8 +3012,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
   // 46-61 (m128n64w12t_h256 / m128n80w12t_h256w / _h256s / _h256ws / _h256wsn / _h256wm / _h256wmn / _h256wsg): D = 256, K / V
   // tiles of block_n (64 / 80)
   // keys; where TMA cannot address the tensors, the odd codes run the w8 wgmma body (128, 64, 8) instead.
-  const bool h256 = loads >= 46;
-  const int h256_bn = (loads >= 48 && loads <= 49) || loads >= 52 ? onnx_fuse::kWsH256WBN : onnx_fuse::kWsH256BN;
+  // 72 / 73 (m128n64w12t_h256sg, session 43): D = 256, 64-key tiles; 62-71 are the D = 64 / 128 split candidates.
+  const bool h256 = (loads >= 46 && loads <= 61) || loads >= 72;
+  const int h256_bn = (loads >= 48 && loads <= 49) || (loads >= 52 && loads <= 61) ? onnx_fuse::kWsH256WBN : onnx_fuse::kWsH256BN;
   OF_REQUIRE(!h256 || D == 256);
   OF_REQUIRE(window == 0 || (loads != 4 && loads != 40));  // the persistent entries take no window
   OF_REQUIRE(loads == 0 || (block_m == 128 && warps == 12 && block_n == (h256 ? h256_bn : 128)));
@@ -3000,7 +3040,9 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     // 1 / 2: w12t; 3 / 5: r24; 6 / 7: ov; 8 / 9: ove; 10 / 11: ldr; 12 / 13: ld; 14 / 15: lde; 18 / 19: oved;
     // 22 / 23: ovedg; 24 / 25: ovedf; 30 / 31: ovedq; 38 / 39: ovedfc; 40: tp_ovedc (persistent);
     // 42 / 43: ovedqp; 44 / 45: ovedfcp (D = 80 / 96); 46 / 47: h256; 48 / 49: h256w; 50 / 51: h256s;
-    // 52 / 53: h256ws; 54 / 55: h256wsn; 56 / 57: h256wm; 58 / 59: h256wmn; 60 / 61: h256wsg (D = 256)
+    // 52 / 53: h256ws; 54 / 55: h256wsn; 56 / 57: h256wm; 58 / 59: h256wmn; 60 / 61: h256wsg (D = 256);
+    // 62 / 63: ldes; 64 / 65: ldesg (D = 64); 66 / 67: ovedqs; 68 / 69: ovedqsg; 70 / 71: ovedfcs (D = 128);
+    // 72 / 73: h256sg (D = 256)
     // (32-37, 26 / 27, 20 / 21, 16 / 17: refused by pick_tma)
     int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;
     const bool persistent = loads == 4 || loads == 40;
@@ -3044,7 +3086,7 @@ static int fa_fwd_launch(int dtype, const void* q, const void* k, const void* v,
     if (tma_rules_met) {
       OF_CUDA_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(tfn),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem_tma));
-      const bool fold = kind == 11 || kind == 18 || kind == 21;  // _ovedf, _ovedfc, _ovedfcp (kWsFold)
+      const bool fold = kind == 11 || kind == 18 || kind == 21 || kind == 34;  // _ovedf, _ovedfc, _ovedfcp, _ovedfcs (kWsFold)
       if (fold && causal) {  // folded pairs of query blocks, then single ones (1-D)
         OF_REQUIRE((long long)Hq * B * grid.x < (1ll << 31));
         grid = dim3((unsigned)onnx_fuse::fa_fold_ctas(Hq * B, grid.x), 1, 1);

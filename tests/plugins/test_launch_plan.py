@@ -970,7 +970,7 @@ def test_r24_entries_exist_and_are_planned_at_d128_with_a_softcap_only():
     for dt in ("f16", "bf16"):
         for d in (64, 128):
             assert re.search(rf"^OF_FA_WSTR_KERNELS_D\({dt}, [\w ]+, {d}\)", fa, re.M), (dt, d)
-    assert "OF_REQUIRE(loads >= 0 && loads <= 61);" in fa
+    assert "OF_REQUIRE(loads >= 0 && loads <= 73);" in fa
     assert "int kind = (loads == 3 || loads == 5) ? 1 : loads >= 6 ? (loads - 6) / 2 + 2 : 0;" in fa
     assert "const bool fallback = loads == 2 || loads == 5 || (loads >= 7 && loads % 2 == 1);" in fa
     assert "OF_REQUIRE(tma_rules_met || fallback);" in fa
@@ -1028,13 +1028,14 @@ def test_experimental_prefill_variants_exist_plan_by_name_and_are_never_planned(
     assert "template <typename T, int D, bool CAUSAL, int PREGS = 24, int OPT = kWsPinSoftmax | kWsLeanDesc," in fa
     assert "m128n176" not in fa and not (KERNELS / "wgmma_wide.cuh").exists()
     assert lp.fa_experimental_variants(128) == lp.fa_experimental_variants(128, causal=True) == (
-        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC)
-    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (lp.FA_WS_TMA_LDR,)
+        lp.FA_WS_TMA_PERSIST, lp.FA_WS_TMA_PERSISTC, lp.FA_WS_TMA_OVEDQS, lp.FA_WS_TMA_OVEDQSG, lp.FA_WS_TMA_OVEDFCS)
+    assert lp.fa_experimental_variants(64) == lp.fa_experimental_variants(64, causal=True) == (
+        lp.FA_WS_TMA_LDR, lp.FA_WS_TMA_LDES, lp.FA_WS_TMA_LDESG)
     for d in (80, 96):  # the padded D = 128 bodies (session 38) are planned since run 48a
         assert lp.fa_experimental_variants(d) == ()
     assert lp.fa_experimental_variants(256) == lp.fa_experimental_variants(256, causal=True) == (
         lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256W, lp.FA_WS_TMA_H256S, lp.FA_WS_TMA_H256WS, lp.FA_WS_TMA_H256WSN,
-        lp.FA_WS_TMA_H256WM, lp.FA_WS_TMA_H256WMN)
+        lp.FA_WS_TMA_H256WM, lp.FA_WS_TMA_H256WMN, lp.FA_WS_TMA_H256SG)
     for d in lp.SUPPORTED_HEAD_DIMS:
         assert not set(lp.fa_experimental_variants(d)) & set(lp.fa_variants(d))
     for causal in (False, True):
@@ -1532,7 +1533,7 @@ def test_chained_bodies_reach_their_entries_and_ovedfc_is_planned_causal():
     fa = (KERNELS / "fused_attention.cu").read_text()
     assert "case 18: OF_PICK_TK2(128, m128n128w12t_ovedfc)" in fa
     # the launcher gives kind 18 the fold's grid, as kind 11 (run 28a: the one-tile grid ran it twice over)
-    assert "const bool fold = kind == 11 || kind == 18 || kind == 21;" in fa
+    assert "const bool fold = kind == 11 || kind == 18 || kind == 21 || kind == 34;" in fa
     assert "OF_FA_OVED_OPT | onnx_fuse::kWsFold | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain" in fa
     assert "#define OF_FA_TPC_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsChain)" in fa
     for dt in ("f16", "bf16"):
@@ -1650,7 +1651,7 @@ def test_d256_warp_specialized_entries_exist_and_h256w_is_planned():
                       (25, "m128n80w12t_h256ws")):
         assert f"case {kind}: OF_PICK_TK2(256, {tag})" in fa
     assert "fa_tensor_map(&tk, dtype, k, B, S, Hkv, D, k_sb, k_ss, k_sh, tile_n)" in fa
-    assert "OF_REQUIRE(!h256 || D == 256);" in fa and "OF_REQUIRE(loads >= 0 && loads <= 61);" in fa
+    assert "OF_REQUIRE(!h256 || D == 256);" in fa and "OF_REQUIRE(loads >= 0 && loads <= 73);" in fa
     assert lp.fa_variants(256) == ((64, 64, 4), (128, 64, 8), lp.FA_WS_TMA_H256WSG)
     assert lp.fa_experimental_variants(256)[:4] == (lp.FA_WS_TMA_H256, lp.FA_WS_TMA_H256W, lp.FA_WS_TMA_H256S,
                                                     lp.FA_WS_TMA_H256WS)
@@ -1717,7 +1718,7 @@ def test_d256_session42_candidates_exist_by_name_and_are_not_planned():
     assert "if ((kind == 27 || kind == 28) && (window != 0 || seq_lens != nullptr || S % 256 != 0)) {" in fa
     assert "OF_REQUIRE(loads == 57 || loads == 59);" in fa and "kind -= 2;" in fa
     new = (lp.FA_WS_TMA_H256WSN, lp.FA_WS_TMA_H256WM, lp.FA_WS_TMA_H256WMN, lp.FA_WS_TMA_H256WSG)
-    assert lp.fa_experimental_variants(256)[4:] == new[:3] and lp.fa_variants(256)[-1] == lp.FA_WS_TMA_H256WSG
+    assert lp.fa_experimental_variants(256)[4:7] == new[:3] and lp.fa_variants(256)[-1] == lp.FA_WS_TMA_H256WSG
     for v, codes in zip(new, ((54, 55), (56, 57), (58, 59), (60, 61))):
         assert v[:4] == lp.FA_WS_TMA_H256W[:4] and lp.fa_engine(v, 256) == "wgmma"
         for causal in (False, True):
@@ -1736,3 +1737,70 @@ def test_d256_session42_candidates_exist_by_name_and_are_not_planned():
     for causal in (False, True):  # h256wsg planned from run 50a, the others never
         for dev in (lp.H200, H100):
             assert lp.plan_fused_attention(4, 4096, 16, 16, 256, causal=causal, device=dev).variant == lp.FA_WS_TMA_H256WSG
+
+
+def test_split_kv_session43_candidates_exist_by_name_and_are_not_planned():
+    """Session 43's split K / V candidates (split48, by name only): kWsSplitKV in the bodies planned at D = 64 (lde:
+    m128n128w12t_ldes, with the grouped causal order _ldesg) and D = 128 (ovedq: _ovedqs / _ovedqsg; the chained fold
+    ovedfc: _ovedfcs), and m128n64w12t_h256sg (h256s with the grouped causal order) at D = 256: entries for both dtypes
+    and masks with exactly their base bodies' options plus the new bits, the launcher's picks (kinds 30-35 = loads
+    62-73, the fold grid for _ovedfcs) and the plans by name; the planner still picks lde / ovedq / ovedfc / h256wsg."""
+    fa = (KERNELS / "fused_attention.cu").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"^OF_FA_WSTSPLIT_KERNELS\({dt}, [\w ]+\)$", fa, re.M), dt
+    pairs = set(re.findall(r"^  OF_FA_WSTSPLIT_PAIR\(DTN, T, (\d+), (\w+), (\d+), (.*?)\)\s*\\$", fa, re.M))
+    split, groups = "onnx_fuse::kWsSplitKV", "onnx_fuse::kWsLptGroups"
+    assert pairs == {("64", "ldes", "40", f"OF_FA_LDE_OPT | {split}"),
+                     ("64", "ldesg", "40", f"OF_FA_LDE_OPT | {split} | {groups}"),
+                     ("128", "ovedqs", "24", f"OF_FA_OVEDQ_OPT | {split}"),
+                     ("128", "ovedqsg", "24", f"OF_FA_OVEDQ_OPT | {split} | {groups}"),
+                     ("128", "ovedfcs", "24", f"OF_FA_OVEDFC_OPT | {split}")}, pairs
+    assert f"OF_FA_WSTH256_PAIR(DTN, T, 64, h256sg, onnx_fuse::kWsH256BN," in fa
+    assert f"OF_FA_H256_OPT | {split} | {groups})" in fa
+    # the option sets equal the planned bodies' (lde, ovedq, ovedfc entries) spelled out
+    assert "#define OF_FA_LDE_OPT (onnx_fuse::kWsLeanDesc | onnx_fuse::kWsSmemEpilogue)" in fa
+    assert "#define OF_FA_OVEDQ_OPT (OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)" in fa
+    assert re.search(r"#define OF_FA_OVEDFC_OPT \(OF_FA_OVED_OPT \| onnx_fuse::kWsFold \| onnx_fuse::kWsQRegs \| "
+                     r"onnx_fuse::kWsChain \|\s*\\\s*onnx_fuse::kWsLazyRescale\)", fa)
+    lde = _block(fa, "#define OF_FA_WSTLD_KERNELS_D(")
+    assert re.search(r"_lde_full, T, D, false, 40,\s*\\\s*onnx_fuse::kWsLeanDesc \| onnx_fuse::kWsSmemEpilogue\)", lde)
+    odq = _block(fa, "#define OF_FA_WSTODQ_KERNELS_D(")
+    assert "OF_FA_OVED_OPT | onnx_fuse::kWsQRegs | onnx_fuse::kWsLazyRescale)" in odq
+    # split barriers are allowed on the persistent (fold) tile loop, never with the multicast
+    assert 'static_assert(!SPLIT || (Rows::kTma && !MCAST), "split K/V barriers: dense TMA rows, no multicast");' in fa
+    for kind, dd, tag in ((30, 64, "ldes"), (31, 64, "ldesg"), (32, 128, "ovedqs"), (33, 128, "ovedqsg"),
+                          (34, 128, "ovedfcs")):
+        assert f"case {kind}: OF_PICK_TK2({dd}, m128n128w12t_{tag})" in fa
+    assert "case 35: OF_PICK_TK2(256, m128n64w12t_h256sg)" in fa
+    assert "const bool h256 = (loads >= 46 && loads <= 61) || loads >= 72;" in fa
+    assert lp.FA_SPLIT_VARIANTS == (lp.FA_WS_TMA_LDES, lp.FA_WS_TMA_LDESG, lp.FA_WS_TMA_OVEDQS, lp.FA_WS_TMA_OVEDQSG,
+                                    lp.FA_WS_TMA_OVEDFCS, lp.FA_WS_TMA_H256SG)
+    heads = {"ldes": 64, "ldesg": 64, "ovedqs": 128, "ovedqsg": 128, "ovedfcs": 128, "h256sg": 256}
+    for i, v in enumerate(lp.FA_SPLIT_VARIANTS):
+        d = heads[v[-1]]
+        assert v in lp.fa_experimental_variants(d) and v not in lp.fa_variants(d) and lp.fa_engine(v, d) == "wgmma"
+        base = {64: lp.FA_WS_TMA_LDE, 128: lp.FA_WS_TMA_OVEDQ, 256: lp.FA_WS_TMA_H256S}[d]
+        for causal in (False, True):
+            mask = "causal" if causal else "full"
+            for dt, dtn in (("float16", "f16"), ("bfloat16", "bf16")):
+                p = lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal, variant=v)
+                pb = lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal, variant=base)
+                assert p.kernel == f"onnx_fuse_fa_fwd_{dtn}_d{d}_m128n{v[1]}w12t_{v[-1]}_{mask}"
+                assert p.tma and p.opt == v[-1] and p.smem_bytes == pb.smem_bytes and p.block == (384, 1, 1)
+                assert (lp.fa_launch_loads(p, by_name=True), lp.fa_launch_loads(p, by_name=False)) == (62 + 2 * i,
+                                                                                                     63 + 2 * i)
+                if v[-1] == "ovedfcs":  # the fold's grids, as ovedfc's
+                    pf = lp.plan_fused_attention(4, 4096, 32, 8, d, dt, causal=causal, variant=lp.FA_WS_TMA_OVEDFC)
+                    assert p.grid == pf.grid == ((lp.fa_fold_ctas(128, 32), 1, 1) if causal else (16, 32, 4))
+                else:
+                    assert p.grid == pb.grid == (32, 32, 4)
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 8, 80, variant=v)
+        with pytest.raises(ValueError, match="not compiled"):
+            lp.plan_fused_attention(4, 4096, 32, 8, d, variant=v, softcap=30.0)
+    for causal in (False, True):  # the planner is unchanged
+        for dev in (lp.H200, H100):
+            pick = {d: lp.plan_fused_attention(4, 4096, 32, 8, d, causal=causal, device=dev).variant
+                    for d in (64, 128, 256)}
+            assert pick == {64: lp.FA_WS_TMA_LDE, 128: lp.FA_WS_TMA_OVEDFC if causal else lp.FA_WS_TMA_OVEDQ,
+                            256: lp.FA_WS_TMA_H256WSG}, (causal, dev)
