@@ -815,3 +815,32 @@ def test_a_sequence_of_lowered_tensors_stays_float32_and_loads_in_ort(reader):
     types = {v.name: v.type.tensor_type.elem_type for v in inferred.value_info if v.type.HasField("tensor_type")}
     matmul = next(n for n in out.graph.node if n.op_type == "MatMul")
     assert types[matmul.output[0]] == T.FLOAT16   # the compute is still lowered
+
+
+
+def test_bf16_below_opset_13_leaves_the_model_float32():
+    """Cast to bfloat16 is Cast-13's: on an opset-11 model (fuzz_s44 expand_reader seed 75: an int64 Expand read
+    by Greater, Cast to float, times 1.5) the old conversion wrote Casts to bfloat16 that ONNX Runtime refuses
+    ("Type 'tensor(bfloat16)' of input parameter ... of operator (Cast) in node () is invalid", at every level and
+    target). The model now stays float32, valid, with the original's outputs, and the report says why."""
+    import sys
+
+    import onnx_fuse
+    import onnxruntime as ort
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from fuzz_motifs import make_s44_case
+
+    case = make_s44_case(75, "expand_reader")
+    assert case.model.opset_import[0].version == 11
+    r = onnx_fuse.optimize(case.model, level=1, target="ort", precision="bf16")
+    out = r.to_proto()
+    onnx.checker.check_model(out, full_check=True)
+    assert not any(n.op_type == "Cast" and n.attribute[0].i == T.BFLOAT16 for n in out.graph.node)
+
+    def run(m):
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, case.feeds)
+
+    for got, want in zip(run(out), run(case.model)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert any("opset >= 13" in w for w in r.report.warnings), r.report.warnings
