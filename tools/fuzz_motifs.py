@@ -40,7 +40,10 @@ masks, Unsqueeze chains, float16 norm islands, sequences of elements of differen
 (fuzz_s42.S42_SHARE) session 40's rewrites with near misses (tools/fuzz_s42.py: per-dim scales on a projection's head
 view, per-channel scales after a norm, channels-first one-head attention, a decode step's one-row table cut), then a
 share (fuzz_s43.S43_SHARE) session 41's rewrites with near misses (tools/fuzz_s43.py: Unsqueeze chains composing any
-constant axes, one-head attention's glue at ort, a single-number scale after a norm, a scaled K^T of a permuted key).
+constant axes, one-head attention's glue at ort, a single-number scale after a norm, a scaled K^T of a permuted key),
+then a share (fuzz_s44.S44_SHARE) session 42's rewrites with near misses (tools/fuzz_s44.py: an Expand read by
+broadcasting ops only, masks expanded to the scores, Squeeze / Unsqueeze / Reduce axes in every constant form,
+a rotary table's first half taken below a row cut).
 """
 
 from __future__ import annotations
@@ -839,6 +842,11 @@ def make_case(seed: int) -> Case:
     # session 41's rewrites (tools/fuzz_s43.py: Unsqueeze chains, one-head glue, scalar norm scales, permuted keys)
     if np.random.default_rng([seed, S43_SALT]).random() < S43_SHARE:
         return _with_sparse(make_s43_case(seed))
+    from fuzz_s44 import S44_SALT, S44_SHARE
+
+    # session 42's rewrites (tools/fuzz_s44.py: Expand drops, expanded masks, axes forms, half below row cuts)
+    if np.random.default_rng([seed, S44_SALT]).random() < S44_SHARE:
+        return _with_sparse(make_s44_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -886,7 +894,7 @@ def make_idiom_case(seed: int, name: str | None = None) -> Case:
 
 
 def build_one_motif(b: Builder, opset: int, builders: dict, motifs: tuple, name: str | None = None) -> list[str]:
-    """A family's builder body (tools/fuzz_s37.py .. fuzz_s43.py): one motif of ``builders`` (``name``, or drawn
+    """A family's builder body (tools/fuzz_s37.py .. fuzz_s44.py): one motif of ``builders`` (``name``, or drawn
     from ``motifs`` in their order), its output the graph's."""
     name = name or b.pick(list(motifs))
     b.output(builders[name](b, opset))
@@ -1034,6 +1042,16 @@ def make_s43_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s43 import build_s43
 
     return _built_case(seed, 0x4345, build_s43, name, "fuzz_s43", (18, 23, 23, 23), 0.25)
+
+
+def make_s44_case(seed: int, name: str | None = None) -> Case:
+    """A graph of session 42's rewrites with near misses drawn on purpose (tools/fuzz_s44.py: an Expand read by
+    broadcasting elementwise ops, a key mask expanded to the scores, Squeeze / Unsqueeze / Reduce axes as
+    attributes, initializers or Constant nodes, a rotary table's first half taken below a row cut) with its traps;
+    ``name`` picks the motif. Float16 a quarter of the time; opset 11 (axes attributes) to 23."""
+    from fuzz_s44 import build_s44
+
+    return _built_case(seed, 0x4446, build_s44, name, "fuzz_s44", (11, 13, 18, 23), 0.25)
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:
