@@ -256,9 +256,12 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # after the shape refresh: it reads the view's dims, which inference may only give once
         # folding made the shape arithmetic before it constant (Flux's TorchScript export)
         pair_picks = (UnbindPairsPass(),)
+        from onnx_fuse.passes.shape_cse import ScalarTwinReadsPass
+
+        scalar_twins = ScalarTwinReadsPass()
         pass_names |= {p.display_name for p in (*pre, *post, *attention_prepare, *bn_fold, *linear_branches,
                                                 layout_chains, CastOfSelectPass(), *contrib,
-                                                *pair_picks) if hasattr(p, "display_name")}
+                                                *pair_picks, scalar_twins) if hasattr(p, "display_name")}
         # A pass of this target at a higher level (trt-paged-kv at O4) is known, merely idle here.
         # (so are the O3 attention-prepare passes at O2)
         idle = ({p.display_name for p in (*target_module.pre_fusion_passes(max(LEVELS)),
@@ -302,6 +305,9 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # exporters' head splits and merges that the attention rules match
         cleanup = cleanup_passes()
         stages.append(Stage("cleanup", keep((*cleanup[:2], layout_chains, CastOfSelectPass(), *cleanup[2:]))))
+        # once, after it: a scalar Gather(Shape(x), j) as Squeeze of its [1] twin where the whole Shape(x) then
+        # dies (passes/shape_cse.py; inside the fixed point a later round brought the whole Shape back)
+        stages.append(Stage("scalar-twins", keep((scalar_twins,)), fixed_point=False))
     elif unknown := [d for d in disable if d not in pass_names]:
         raise UserError(f"--disable {unknown[0]!r}: no pass of that name runs at O{level}")
     stages += [Stage(s.name, keep(s.passes), s.fixed_point) for s in final]

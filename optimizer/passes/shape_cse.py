@@ -31,6 +31,15 @@ all ints are left to folding. Dims onnx cannot size but an earlier value provabl
 [B*H,S,D] views of TorchScript's bmm attention, BLOOM's Shape(k^T)[2]) are named by shape
 inference (passes/_dim_source.py), so their reads merge here too and the intermediate they were
 read from no longer escapes a fusion through its size.
+
+``ScalarTwinReadsPass`` (stage scalar-twins, last of the structural stages at O2 on): a scalar read
+``Gather(Shape(x), j)`` and a [1] read of the same dim (``Shape(x, j, j + 1)``) have different keys (torch's
+noopt export writes both: a Range's end beside a Concat's part), so the whole ``Shape(x)`` stays. There each
+Gather becomes ``Squeeze`` of its live twin where every reader of every live whole ``Shape(x)`` is such a
+Gather: the whole Shapes die, so it saves a node at least (a Gather for a Squeeze each, the Shapes gone).
+Only once, after the last cleanup: inside a cleanup's fixed point a later round's scalar read from an input
+(``_read_dims``) or a rule's Shape read brought the whole Shape back, and the Gathers had only become
+Squeezes (1a31ab2, reverted: 50 hold-out cells swapped a Gather for a Squeeze, 4 were a node worse).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnx_fuse.passes._infra import FusePass, reroute
 from onnx_fuse.passes._rep_cost import fresh_cost, keep_cost, live_nodes, twin_index
 from onnx_fuse.passes._shape_values import invented_name, read_dims, shape_entries
 
@@ -245,3 +255,76 @@ def merge_equal_shape_values(graph: ir.Graph, merge) -> int:
             merged += 1
     return merged
 
+
+class ScalarTwinReadsPass(FusePass):
+    """Scalar reads of a whole Shape as Squeezes of their [1] twins where the whole Shapes die (module docstring)."""
+
+    name = "scalar-twins"
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
+
+        done = sum(_scalar_reads_of_twins(graph) for graph in model.graphs())
+        if done:
+            self.stats["scalar read of a twin"] += done
+            DeadCodeEliminationPass()(model)
+        return ir.passes.PassResult(model, modified=bool(done))
+
+
+def _scalar_reads_of_twins(graph: ir.Graph) -> int:
+    """Each ``Gather(Shape(x), j)`` as ``Squeeze(v)`` for a live [1] value ``v`` of that dim, where every reader of
+    every live whole ``Shape(x)`` (node CSE merged those) is such a Gather (so that the Shapes die) and ``v`` is
+    computed before each Gather's readers (the Squeeze goes right after ``v``'s producer: torch writes the Range's
+    Gather above the Concat's Shape). Returns how many Gathers were read so."""
+    live = live_nodes(graph)
+    order = {id(n): i for i, n in enumerate(graph)}
+    vectors: dict[object, ir.Value] = {}   # (dtype, entries) of a live [1] read -> the first such value
+    wholes: dict[ir.Value, list[ir.Node]] = {}   # x -> its live whole Shape(x) nodes
+    for node in graph:
+        if node not in live or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            continue
+        if node.op_type == "Shape" and node.inputs and node.inputs[0] is not None \
+                and not ({"start", "end"} & set(node.attributes)):
+            wholes.setdefault(node.inputs[0], []).append(node)
+        key = _key(node.outputs[0])
+        if key is not None and not key[2] and len(key[1]) == 1:
+            vectors.setdefault(key[:2], node.outputs[0])
+    done = 0
+    for shapes in wholes.values():
+        for gather, twin in _twin_reads(shapes, vectors, order) or ():
+            src = twin.producer()
+            if order[id(src)] > order[id(gather)]:   # a Shape of an input read further down: up to the Gather
+                graph.remove(src)
+                graph.insert_before(gather, src)
+                order = {id(n): i for i, n in enumerate(graph)}
+            out = ir.Value(name=None, type=gather.outputs[0].type, shape=ir.Shape([]))
+            graph.insert_after(src, ir.Node("", "Squeeze", [twin], outputs=[out]))
+            reroute(gather.outputs[0], out)
+            done += 1
+    return done
+
+
+def _twin_reads(shapes: list[ir.Node], vectors: dict, order: dict) -> list[tuple[ir.Node, ir.Value]] | None:
+    """Each reader of the whole Shapes ``shapes`` of one tensor with the live [1] value (``vectors``) of the dim it
+    gathers; None unless every reader is such a scalar Gather whose twin is computed before the Gather's readers,
+    each in this graph, or is a Shape of a graph input (which can move up to the Gather); and no whole Shape is a
+    graph output."""
+    twins = []
+    for shape in shapes:
+        whole = shape.outputs[0]
+        if whole.is_graph_output():
+            return None
+        for use in whole.uses():
+            gather = use.node
+            out = gather.outputs[0] if gather.op_type == "Gather" and len(gather.outputs) == 1 \
+                and gather.domain in ("", "ai.onnx") and use.idx == 0 else None
+            key = _key(out) if out is not None else None
+            twin = vectors.get(key[:2]) if key is not None and key[2] else None
+            src = None if twin is None else twin.producer()
+            movable = src is not None and src.op_type == "Shape" and src.inputs[0] is not None \
+                and src.inputs[0].is_graph_input()
+            if src is None or id(gather) not in order or not movable and any(order.get(id(u.node), -1) <= order[id(src)] for u in out.uses()) \
+                    or any(u.node.graph is not gather.graph for u in out.uses()):
+                return None
+            twins.append((gather, twin))
+    return twins or None
