@@ -785,7 +785,8 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
     if style in KV_STYLES:
         feeds["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.int64)
         dims["attention_mask"] = ["batch", "total_sequence"]
-        ids = torch.randint(3, vocab, (batch, past), generator=g)
+        # the past's ids as the inputs' own: [batch, past, channels] for ids_channels (Dia / Kyutai codes)
+        ids = torch.randint(3, vocab, (batch, past, *feeds["input_ids"].shape[2:]), generator=g)
         for i, shapes in enumerate(_past_shapes(model, ids)):
             if i in cross_layers(spec):   # _extra_inputs' cross_cache
                 continue

@@ -4205,6 +4205,9 @@ HOLDOUT36 = {
                          styles=("dyn_mask", "static_nomask", "torchscript")),
 }
 HOLDOUT36.update({f"{a}_h48": dict(_SRC48[a], styles=st, base_arch=a) for a, st in _NEWSTYLE48.items()})
+# Kyutai's speech-to-text decoder (set 47, ids [B, T, 1 + 2 codebooks]) with its cache: export_corpus drew the past's
+# ids 2-D before (the open gap of session 42), so no decoder with ids_channels had a kv export
+HOLDOUT36["kyutai_stt_h48"] = dict(_SRC48["kyutai_stt"], styles=("kv",), base_arch="kyutai_stt")
 HOLDOUT_SETS[48] = HOLDOUT36
 # --holdout 48 --dtype float16: the new text models and the new styles of the popular decoders
 HALF36 = set(HOLDOUT36)

@@ -20,7 +20,8 @@ def test_plan(ec):
     todo = {(a, s) for a, s, _ in ec.plan_holdout(list(hs), None, 48)}
     new_styles = {(f"{a}_h48", s) for a in ("gpt_oss", "smollm3", "cohere2", "qwen3_moe", "glm4")
                   for s in ("torchscript_kv", "static_cache")}
-    assert todo == {("glm5_next_text", s) for s in ("dyn_mask", "static_nomask", "torchscript")} | new_styles
+    assert todo == {("glm5_next_text", s) for s in ("dyn_mask", "static_nomask", "torchscript")} | new_styles \
+        | {("kyutai_stt_h48", "kv")}
     assert {a for a, _, _ in ec.plan_holdout(list(hs), None, 48, dtype="float16")} == set(hs)
 
 
@@ -35,3 +36,16 @@ def test_new_style_specs_are_their_corpus_architecture(ec):
         assert not set(spec["styles"]) & set(src[arch]["styles"])   # styles the architecture never had
     glm = hs["glm5_next_text"]["config"]
     assert glm["qk_rope_head_dim"] == 0 and glm["indexer_types"] == ["full", "shared"]
+
+
+def test_kv_past_of_ids_channels_decoder(ec):
+    """Kyutai's decoder (ids [B, T, 3]) in style kv: the past is drawn from 3-D ids as the inputs' own (2-D ids made
+    the forward that reads the cache's shapes fail: the embedding sums over the channel axis)."""
+    pytest.importorskip("torch")
+    _, model, _ = ec.build_model("kyutai_stt_h48", "trained")
+    feeds, dims = ec.example_inputs("kyutai_stt_h48", "kv", model)
+    assert tuple(feeds["input_ids"].shape) == (ec.BATCH, ec.SEQ, 3) and dims["input_ids"][2] == 3
+    keys = [n for n in feeds if n.startswith("past_key_values.")]
+    assert len(keys) == 2 * model.config.num_hidden_layers
+    assert all(feeds[n].shape[2] == ec.PAST for n in keys)   # [batch, kv heads, past, head_dim]
+    assert tuple(feeds["attention_mask"].shape) == (ec.BATCH, ec.PAST + ec.SEQ)
