@@ -165,3 +165,28 @@ def test_position_caches_cut_past_the_first_rows_stay(h):
     out = h.fuse(model, "ort")
     assert "rotary-position-caches-row-cut" not in h.fired(out) and h.ops(out)["Slice"] == 2, h.ops(out)
     h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_index_of_one_unsqueeze_of_two_axes_loses_its_last_axis_there(h, target):
+    """GatherND's index arange(S)[None][:, :, None] written as one Unsqueeze(r, [0, 2]) (unsqueeze-of-unsqueeze
+    merges the export's two; CLVP dyn_mask): the position_ids [1, S] are Unsqueeze(r, [0]), no Reshape of the
+    [1, S, 1] index left (a Reshape(idx, [0, 0]) kept it and the merged Unsqueeze: one node more)."""
+    n = h.node
+    nodes = [n("Unsqueeze", ["r", "ax02"], ["pos_nd"])]
+    nodes += _gather(n, "ct", "cg", "pos", True) + _gather(n, "st", "sg", "pos", True)
+    nodes += [n("Shape", ["x"], ["bd"], start=0, end=1), n("Concat", ["bd", "ones"], ["tgt"], axis=0),
+              n("Expand", ["cg", "tgt"], ["ce"]), n("Expand", ["sg", "tgt"], ["se"]),
+              n("RotaryEmbedding", ["x", "ce", "se"], ["y"])]
+    shape = [B, H, S, D]
+    inits = {"ax02": np.array([0, 2], np.int64), "ones": np.array([1, 1], np.int64)}
+    inputs = [h.vi("x", shape), h.vi("ct", [ROWS, D // 2]), h.vi("st", [ROWS, D // 2]), h.vi("r", [S], I64)]
+    model = h.make_model(nodes, inputs, [h.vi("y", shape)], inits)
+    out = h.fuse(model, target)
+    _position_ids_form(h, out)
+    ops = h.ops(out)
+    assert "Reshape" not in ops and "Squeeze" not in ops and ops["Unsqueeze"] == 1, ops
+    a = _angles()
+    feeds = {"x": h.rng.standard_normal(shape).astype(np.float32), "ct": np.cos(a), "st": np.sin(a),
+             "r": h.rng.permutation(ROWS)[:S].astype(np.int64)}
+    h.assert_close(model, out, feeds)
