@@ -151,7 +151,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF33, HALF34, HALF35, HALF36, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF33, HALF34, HALF35, HALF36, HALF37, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -1629,7 +1629,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     half_styles = {}  # a half plan given as {arch: styles} (HALF31) names its own; a set of names takes the spec's
     if dtype != "float32":
         own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27,
-                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32, 45: HALF33, 46: HALF34, 47: HALF35, 48: HALF36}.get(sweep, {}), \
+                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32, 45: HALF33, 46: HALF34, 47: HALF35, 48: HALF36, 49: HALF37}.get(sweep, {}), \
             {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
         half_styles = own_set if isinstance(own_set, dict) else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):

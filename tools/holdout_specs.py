@@ -4211,3 +4211,28 @@ HOLDOUT36["kyutai_stt_h48"] = dict(_SRC48["kyutai_stt"], styles=("kv",), base_ar
 HOLDOUT_SETS[48] = HOLDOUT36
 # --holdout 48 --dtype float16: the new text models and the new styles of the popular decoders
 HALF36 = set(HOLDOUT36)
+
+
+# ---- thirty-seventh sweep (--holdout 49, HOLDOUT37): empty (architecture x style x dtype) cells, seventeenth round ----
+# /work/notes/run48/holdout49_uncovered.py (set 48 in): the types left are vision / audio / codecs / wrappers; no
+# text type. /work/notes/run48/holdout49_cells.py lists, for the most-used architectures, the cells every plan
+# (export_corpus --list of the corpus and of every set, float32 / float16) and the corpus's files have; taken, cells
+# none had: MLA (DeepSeek-V3) in float16 and with a static cache; Granite (its four scaling multipliers) and OLMo-2
+# (post-norms, full-width QK-norm) with static_cache / torchscript_kv, Granite's cache in float16; Gemma-2 (softcaps,
+# sliding layers) with static_cache and at opset 23 (kv_latest_opset: torch may write ONNX Attention, softcap an
+# attribute there); Phi-3 (fused qkv / gate-up) in kv_latest_opset; Whisper's and BART's decoders with their cache
+# through TorchScript (torchscript_kv: self- and cross-attention caches as inputs), Whisper's decoder cache in float16;
+# ModernBERT (local / global layers, GeGLU, no biases) in float16; Mixtral's cache in float16; gpt-oss without mask
+# (static_nomask) and through TorchScript.
+_SRC49 = {a: s for s in [SPECS] + [HOLDOUT_SETS[n] for n in sorted(HOLDOUT_SETS)] for a, s in s.items()
+          if not s.get("base_arch")}
+_NEWSTYLE49 = {"deepseek_v3": ("static_cache",), "granite": ("static_cache", "torchscript_kv"),
+               "olmo2": ("static_cache", "torchscript_kv"), "gemma2": ("static_cache", "kv_latest_opset"),
+               "phi3": ("kv_latest_opset",), "whisper_decoder": ("torchscript_kv",),
+               "bart_decoder": ("torchscript_kv",), "gpt_oss": ("static_nomask", "torchscript"),
+               "modernbert": (), "mixtral": ()}
+HOLDOUT37 = {f"{a}_h49": dict(_SRC49[a], styles=st, base_arch=a) for a, st in _NEWSTYLE49.items()}
+HOLDOUT_SETS[49] = HOLDOUT37
+# --holdout 49 --dtype float16: {arch: styles} (float16 cells none had)
+HALF37 = {"deepseek_v3_h49": ("dyn_mask", "kv"), "granite_h49": ("kv",), "whisper_decoder_h49": ("kv",),
+          "modernbert_h49": ("dyn_mask",), "mixtral_h49": ("kv",), "gemma2_h49": ("static_cache",)}
