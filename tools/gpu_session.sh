@@ -18,6 +18,9 @@
 #   h256wsg), h256s, FA2 and cuDNN (SPLIT_SHAPES overrides the shapes; a short call, < 400 s)
 #   sweep [h200|splits|wave ...] [-- tool args]: tools/sweep_decode_plans.py once per set (default by the GPU's
 #   name: h200 on an H200, wave then splits on an H100), logs sweep_<set>.log and sweep_<set>.json
+#   all: tests then bench in one device call (<= 600 s): every stage's timeout is also capped by what is left of
+#   ALL_BUDGET_S (default 575 s from the start of the script), a stage with under 10 s left is skipped; each
+#   stage's seconds go to stdout and $OUT/stages.txt, with "CUT" / "SKIPPED" naming a stage the budget stopped
 set -o pipefail
 MODE=${1:-all}; shift || true
 SWEEP_SETS=""
@@ -26,6 +29,28 @@ if [ "$MODE" = sweep ]; then
   [ "${1:-}" = -- ] && shift
 fi
 OUT=${OUT:-out}; mkdir -p "$OUT"
+ALL_BUDGET_S=${ALL_BUDGET_S:-575}
+GPU_PYTEST_ARGS=${GPU_PYTEST_ARGS:-}  # tests / all: extra pytest arguments (e.g. --durations=20)
+: > "$OUT/stages.txt"
+# stage NAME LIMIT_S CMD...: run CMD under `timeout`; in mode all the limit is also capped by the budget left
+stage() {
+  local name=$1 limit=$2 t=$SECONDS rc
+  shift 2
+  if [ "$MODE" = all ]; then
+    local left=$((ALL_BUDGET_S - SECONDS))
+    if [ "$left" -lt 10 ]; then
+      echo "stage $name: SKIPPED ($left s of the ${ALL_BUDGET_S} s budget left)" | tee -a "$OUT/stages.txt"
+      return 124
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
+  timeout -k 10 "$limit" "$@"
+  rc=$?
+  local msg="stage $name: $((SECONDS - t)) s (limit $limit s, exit $rc)"
+  [ "$rc" = 124 ] && msg="$msg CUT by its time limit"
+  echo "$msg" | tee -a "$OUT/stages.txt"
+  return $rc
+}
 export PYTHONUNBUFFERED=1
 ROOT=$(pwd)
 # import name onnx_fuse -> optimizer/, onnx_fuse.plugins -> plugins/ (no install needed)
@@ -42,12 +67,12 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   t0=$SECONDS
   # TMA cases first, in their own process: a faulting bulk tensor copy leaves a sticky CUDA error
   # that would fail every later test of the same process
-  timeout 320 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider -k "$TMA_K" 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
-  timeout 300 python3 -m pytest -m gpu $GPU_TESTS -q --maxfail=40 -p no:cacheprovider -k "not ($TMA_K)" 2>&1 | tee "$OUT/pytest.log" | tail -40
+  stage tests_tma 320 python3 -m pytest -m gpu tests/plugins/test_kernels_gpu.py -q --maxfail=20 -p no:cacheprovider $GPU_PYTEST_ARGS -k "$TMA_K" 2>&1 | tee "$OUT/pytest_tma.log" | tail -25
+  stage tests_rest 300 python3 -m pytest -m gpu $GPU_TESTS -q --maxfail=40 -p no:cacheprovider $GPU_PYTEST_ARGS -k "not ($TMA_K)" 2>&1 | tee "$OUT/pytest.log" | tail -40
   # the paged kernels' sliding-window cases (~420, TMA among them): their own process and log
-  timeout 150 python3 -m pytest -m gpu tests/plugins/test_paged_window_gpu.py -q --maxfail=20 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_window.log" | tail -25
+  stage tests_window 150 python3 -m pytest -m gpu tests/plugins/test_paged_window_gpu.py -q --maxfail=20 -p no:cacheprovider $GPU_PYTEST_ARGS 2>&1 | tee "$OUT/pytest_window.log" | tail -25
   # attention sinks in every paged kernel path (~220 cases): their own process and log
-  timeout 200 python3 -m pytest -m gpu tests/plugins/test_paged_sinks_gpu.py -q --maxfail=20 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_sinks.log" | tail -25
+  stage tests_sinks 200 python3 -m pytest -m gpu tests/plugins/test_paged_sinks_gpu.py -q --maxfail=20 -p no:cacheprovider $GPU_PYTEST_ARGS 2>&1 | tee "$OUT/pytest_sinks.log" | tail -25
   echo "GPU tests: $((SECONDS - t0)) s"
 fi
 if [ "$MODE" = prefix ]; then
@@ -93,11 +118,11 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   # one process per family: a fault in one family's candidates cannot take the others' rows with it.
   # Prefill families under do_bench's zeroing flush, decode under the read flush (docs/PERF.md run 31e: the flush
   # moves prefill 8-15 % for reasons its bytes do not explain, so prefill keeps the harness its targets were set in)
-  timeout 240 python3 tools/bench_kernels.py --only prefill --flush zero "$@" > "$OUT/bench_prefill.log" 2>&1; tail -3 "$OUT/bench_prefill.log"
-  timeout 90 python3 tools/bench_kernels.py --only prefix --flush zero "$@" > "$OUT/bench_prefix.log" 2>&1; tail -3 "$OUT/bench_prefix.log"
-  timeout 200 python3 tools/bench_kernels.py --only decode "$@" > "$OUT/bench_decode.log" 2>&1; tail -3 "$OUT/bench_decode.log"
-  timeout 120 python3 tools/bench_kernels.py --only window "$@" > "$OUT/bench_window.log" 2>&1; tail -3 "$OUT/bench_window.log"
-  timeout 60 python3 tools/bench_paged_plugin.py > "$OUT/bench_plugin.log" 2>&1; tail -12 "$OUT/bench_plugin.log"
+  stage bench_prefill 240 python3 tools/bench_kernels.py --only prefill --flush zero "$@" > "$OUT/bench_prefill.log" 2>&1; tail -3 "$OUT/bench_prefill.log"
+  stage bench_prefix 90 python3 tools/bench_kernels.py --only prefix --flush zero "$@" > "$OUT/bench_prefix.log" 2>&1; tail -3 "$OUT/bench_prefix.log"
+  stage bench_decode 200 python3 tools/bench_kernels.py --only decode "$@" > "$OUT/bench_decode.log" 2>&1; tail -3 "$OUT/bench_decode.log"
+  stage bench_window 120 python3 tools/bench_kernels.py --only window "$@" > "$OUT/bench_window.log" 2>&1; tail -3 "$OUT/bench_window.log"
+  stage bench_plugin 60 python3 tools/bench_paged_plugin.py > "$OUT/bench_plugin.log" 2>&1; tail -12 "$OUT/bench_plugin.log"
   echo "benchmark: $((SECONDS - t0)) s"
 fi
 if [ "$MODE" = sweep ]; then

@@ -14,7 +14,6 @@ import zlib
 import numpy as np
 import pytest
 
-from onnx_fuse import reference as ref
 
 pytestmark = pytest.mark.gpu
 
@@ -22,6 +21,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)", allow_module_level=True)
 cp = pytest.importorskip("cupy", reason="CuPy loads the AOT PTX here (TensorRT does in a plan)")
+from . import cuda_reference as ref  # noqa: E402  (float64 on the GPU; after the skips: it imports torch)
 
 from onnx_fuse.plugins import fused_attention_plugin as fa  # noqa: E402
 

@@ -14,11 +14,9 @@ import zlib
 import numpy as np
 import pytest
 
-from onnx_fuse import reference as ref
-
 from .test_kernels_gpu import (DTYPES, TOL, _check_fused_case, _check_inf_padding, _check_tma_fallback,
                                _check_window_case, _fa_case_id, _fa_fwd_raw, _fa_win_id, _need_sm90, _np, _rand,
-                               _rel_err, torch)
+                               _rel_err, ref, torch)  # ref: float64 on the GPU (cuda_reference)
 
 pytestmark = pytest.mark.gpu
 

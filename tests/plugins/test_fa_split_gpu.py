@@ -23,7 +23,8 @@ import zlib
 import pytest
 
 # skip before importing the sibling GPU modules (see test_fa_ws256_gpu.py)
-pytest.importorskip("torch", reason="torch is not installed")
+if not pytest.importorskip("torch", reason="torch is not installed").cuda.is_available():  # nor without CUDA
+    pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)", allow_module_level=True)
 
 from .test_fa_pad_gpu import TMA_BODY_SHAPES  # noqa: E402
 from .test_kernels_gpu import (  # noqa: E402

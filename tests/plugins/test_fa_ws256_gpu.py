@@ -21,7 +21,8 @@ import pytest
 
 # skip before importing the sibling GPU modules: without torch their import stops half-way (importorskip), and
 # a name read from such a half-imported module fails collection instead of skipping it
-pytest.importorskip("torch", reason="torch is not installed")
+if not pytest.importorskip("torch", reason="torch is not installed").cuda.is_available():  # nor without CUDA
+    pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)", allow_module_level=True)
 
 from .test_fa_pad_gpu import TMA_BODY_SHAPES  # noqa: E402
 from .test_kernels_gpu import (  # noqa: E402

@@ -1,4 +1,5 @@
-"""GPU tests of the attention kernels against the NumPy reference (onnx_fuse.reference).
+"""GPU tests of the attention kernels against the float64 reference (onnx_fuse.reference; computed in torch
+float64 on the GPU by cuda_reference.py, which tests/reference/test_torch_attention.py checks against NumPy).
 
 Every case draws fresh random inputs, poisons the output with NaN before the launch, and
 checks ||out - ref|| / ||ref|| (float64 reference on the same fp16/bf16 values) under a
@@ -15,8 +16,6 @@ import zlib
 import numpy as np
 import pytest
 
-from onnx_fuse import reference as ref
-
 from .conftest import make_paged_pool as _make_pool  # the `lib` fixture is there too
 
 pytestmark = pytest.mark.gpu
@@ -24,13 +23,20 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)", allow_module_level=True)
+from . import cuda_reference as ref  # noqa: E402  (float64 on the GPU; after the skips: it imports torch)
 
 # ||out - ref|| / ||ref|| bounds: fp16 rounding of P and O ~1e-3, bf16 ~8x coarser.
 TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
 DTYPES = [torch.float16, torch.bfloat16]
 
 
-def _rel_err(out: torch.Tensor, expect: np.ndarray) -> float:
+def _rel_err(out: torch.Tensor, expect) -> float:
+    if isinstance(expect, torch.Tensor):  # a float64 reference on the GPU: compared there
+        o = out.detach().to(torch.float64)
+        assert torch.isfinite(o).all(), f"non-finite output: {torch.count_nonzero(~torch.isfinite(o)).item()} elements"
+        e = expect.to(o.device, torch.float64)
+        denom, num = torch.linalg.norm(e).item(), torch.linalg.norm(o - e).item()
+        return num / denom if denom > 0 else num
     o = out.detach().float().cpu().numpy().astype(np.float64)
     assert np.isfinite(o).all(), f"non-finite output: {np.count_nonzero(~np.isfinite(o))} elements"
     e = expect.astype(np.float64)
@@ -221,23 +227,9 @@ FA_SC_CASES = [  # B, S, Hq, Hkv, D, causal, seq_lens, variant (None = planned),
 
 
 def _softcap_reference(q, k, v, lens, causal, scale, cap):
-    """torch float64: q [B,S,Hq,D], k/v [B,S,Hkv,D] -> [B,S,Hq,D]; padded rows zero."""
-    B, S, Hq, D = q.shape
-    g = Hq // k.shape[2]
-    qd = q.double().transpose(1, 2)
-    kd = k.double().repeat_interleave(g, dim=2).transpose(1, 2)
-    vd = v.double().repeat_interleave(g, dim=2).transpose(1, 2)
-    s = (qd @ kd.transpose(-1, -2)) * scale
-    if cap:
-        s = cap * torch.tanh(s / cap)
-    pos = torch.arange(S, device=q.device)
-    rows = _span_rows(lens, B, S, q.device)
-    visible = rows[:, None, None, :]
-    if causal:
-        visible = visible & (pos[None, :] <= pos[:, None])[None, None]
-    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
-    o = (p @ vd).transpose(1, 2)
-    return o * rows[:, :, None, None]
+    """float64 on the GPU (the shared reference, cuda_reference): q [B,S,Hq,D], k/v [B,S,Hkv,D] -> a float64
+    tensor [B,S,Hq,D]; padded rows zero."""
+    return ref.fused_attention(q, k, v, seq_lens=lens, causal=causal, scale=scale, softcap=cap)
 
 
 def _check_inf_padding(lib, dtype, D, variants, seed, strided_out=False):
@@ -333,11 +325,11 @@ def test_fused_attention_softcap_matches_torch(lib, case, dtype):
     lib.fused_attention(q, k, v, out, seq_lens=seq, causal=causal, scale=scale, softcap=cap, variant=variant)
     torch.cuda.synchronize()
     expect = _softcap_reference(*clean, lens, causal, scale, cap)
-    err = _rel_err(out, expect.cpu().numpy())
+    err = _rel_err(out, expect)
     assert err < TOL[dtype], f"relative error {err:.3e}"
     # the softcap matters here: without it the result is far off (not with a single key: p = 1)
     if S > 1:
-        assert _rel_err(out, _softcap_reference(*clean, lens, causal, scale, 0.0).cpu().numpy()) > 4 * TOL[dtype]
+        assert _rel_err(out, _softcap_reference(*clean, lens, causal, scale, 0.0)) > 4 * TOL[dtype]
     _assert_padding_zero(lens, out)  # padded rows are exact zeros
 
 
@@ -937,36 +929,24 @@ def _fa_win_id(c):
 
 
 def _window_reference(q, k, v, lens, scale, cap, window):
-    """torch float64 on the GPU (the NumPy reference is too slow at these sizes; the two agree:
+    """float64 on the GPU (the shared reference, cuda_reference; it agrees with the NumPy one:
     test_fused_attention_window_torch_reference_is_the_reference): causal, keys i - window < j <= i
-    (window 0: none), q [B,S,Hq,D], k/v [B,S,Hkv,D] -> [B,S,Hq,D]; padded rows zero."""
-    B, S, Hq, D = q.shape
-    g = Hq // k.shape[2]
-    qd = q.double().nan_to_num(0.0).transpose(1, 2)
-    kd = k.double().nan_to_num(0.0).repeat_interleave(g, dim=2).transpose(1, 2)
-    vd = v.double().nan_to_num(0.0).repeat_interleave(g, dim=2).transpose(1, 2)
-    s = (qd @ kd.transpose(-1, -2)) * scale
-    if cap:
-        s = cap * torch.tanh(s / cap)
-    pos = torch.arange(S, device=q.device)
-    rows = _span_rows(lens, B, S, q.device)
-    band = pos[None, :] <= pos[:, None]
-    if window:
-        band = band & (pos[None, :] > pos[:, None] - window)
-    visible = rows[:, None, None, :] & band[None, None]
-    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
-    o = (p @ vd).transpose(1, 2)
-    return (o * rows[:, :, None, None]).cpu().numpy()
+    (window 0: none), q [B,S,Hq,D], k/v [B,S,Hkv,D] (NaN read as 0) -> a float64 tensor [B,S,Hq,D]; padded rows
+    zero."""
+    return ref.fused_attention(q.nan_to_num(0.0), k.nan_to_num(0.0), v.nan_to_num(0.0), seq_lens=lens, causal=True,
+                               scale=scale, softcap=cap, window=window)
 
 
 def test_fused_attention_window_torch_reference_is_the_reference():
+    from onnx_fuse import reference as np_ref  # the NumPy reference itself
+
     gen = torch.Generator(device="cuda").manual_seed(11)
     q, k, v = _rand((2, 70, 4, 64), torch.float32, gen), _rand((2, 70, 2, 64), torch.float32, gen), \
         _rand((2, 70, 2, 64), torch.float32, gen)
     for lens, cap, w in ((None, 0.0, 5), ([70, 33], 5.0, 16), ([70, 1], 0.0, 100)):
-        want = ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=True, scale=0.2, softcap=cap,
-                                   window=w, out_dtype=np.float64)
-        np.testing.assert_allclose(_window_reference(q, k, v, lens, 0.2, cap, w), want, atol=1e-9)
+        want = np_ref.fused_attention(_np(q), _np(k), _np(v), seq_lens=lens, causal=True, scale=0.2, softcap=cap,
+                                      window=w, out_dtype=np.float64)
+        np.testing.assert_allclose(_window_reference(q, k, v, lens, 0.2, cap, w).cpu().numpy(), want, atol=1e-9)
 
 
 def _check_window_case(lib, case, dtype, loads=None):

@@ -18,7 +18,6 @@ import zlib
 import numpy as np
 import pytest
 
-from onnx_fuse import reference as ref
 from onnx_fuse.plugins import launch_plan as lp
 
 from .conftest import make_paged_pool  # the `lib` fixture is there too
@@ -28,6 +27,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU available (torch.cuda.is_available() is False)", allow_module_level=True)
+from . import cuda_reference as ref  # noqa: E402  (float64 on the GPU; after the skips: it imports torch)
 
 TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}   # as tests/plugins/test_kernels_gpu.py
 TOL8 = {torch.float16: 4e-3, torch.bfloat16: 1e-2}    # fp8 pool against its dequantized values
