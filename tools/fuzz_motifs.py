@@ -43,7 +43,9 @@ share (fuzz_s43.S43_SHARE) session 41's rewrites with near misses (tools/fuzz_s4
 constant axes, one-head attention's glue at ort, a single-number scale after a norm, a scaled K^T of a permuted key),
 then a share (fuzz_s44.S44_SHARE) session 42's rewrites with near misses (tools/fuzz_s44.py: an Expand read by
 broadcasting ops only, masks expanded to the scores, Squeeze / Unsqueeze / Reduce axes in every constant form,
-a rotary table's first half taken below a row cut).
+a rotary table's first half taken below a row cut), then a share (fuzz_s45.S45_SHARE) session 43's rewrites with near
+misses (tools/fuzz_s45.py: one-head attention written 4-D by Unsqueezes, scalar twins of Shape reads, interleaved
+rotary tables behind Casts, rotary caches gathered by an index of rank 0 / 1 / 2).
 """
 
 from __future__ import annotations
@@ -847,6 +849,11 @@ def make_case(seed: int) -> Case:
     # session 42's rewrites (tools/fuzz_s44.py: Expand drops, expanded masks, axes forms, half below row cuts)
     if np.random.default_rng([seed, S44_SALT]).random() < S44_SHARE:
         return _with_sparse(make_s44_case(seed))
+    from fuzz_s45 import S45_SALT, S45_SHARE
+
+    # session 43's rewrites (tools/fuzz_s45.py: one-head attention of Unsqueezes, scalar twins, tables cast, gathered rows)
+    if np.random.default_rng([seed, S45_SALT]).random() < S45_SHARE:
+        return _with_sparse(make_s45_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -1052,6 +1059,16 @@ def make_s44_case(seed: int, name: str | None = None) -> Case:
     from fuzz_s44 import build_s44
 
     return _built_case(seed, 0x4446, build_s44, name, "fuzz_s44", (11, 13, 18, 23), 0.25)
+
+
+def make_s45_case(seed: int, name: str | None = None) -> Case:
+    """A graph of session 43's rewrites with near misses drawn on purpose (tools/fuzz_s45.py: one-head attention
+    written 4-D by Unsqueezes, a scalar Gather of a Shape beside its [1] twin, interleaved rotary tables cut through
+    Casts, rotary caches gathered by an index of rank 0 / 1 / 2) with its traps; ``name`` picks the motif. Float16 a
+    quarter of the time; opsets 15 to 23."""
+    from fuzz_s45 import build_s45
+
+    return _built_case(seed, 0x4547, build_s45, name, "fuzz_s45", (15, 18, 23, 23), 0.25)
 
 
 def make_form_case(seed: int, name: str | None = None) -> Case:
