@@ -31,6 +31,13 @@
                 end and RotaryEmbedding's position_ids refuse: the rules read a gathered index as positions, a known
                 limit, rules/rope/rotary_gathered_caches.yaml.)
 
+  mask4d        a 4-D key mask given as a graph input (glue49, session 44: key padding read from it): [B, 1, 1, T] bool
+                True = masked (Where(m, min, scores)) or True = kept (Where(m, scores, min)), or float additive
+                0 / min / -1e4 (Add), over one- or two-layer self-attention; the last batch row's tail keys masked.
+                Near misses: a per-query mask [B, 1, S, T] (no key padding), dim 2 declared symbolic (1 at run time,
+                unproven), [B, 1, 1, 1] (one key flag broadcast), [B, H, 1, T] per head, a row with every key masked
+                (min fill: uniform weights), the mask also read by a graph output.
+
 fuzz_motifs.make_case draws a case of this family for S45_SHARE of the seeds from a side stream of its own
 (S45_SALT), checked after the other families.
 """
@@ -43,17 +50,18 @@ from onnx import helper as oh
 
 from fuzz_motifs import I64, Builder, build_one_motif
 from fuzz_s43 import _near   # a near miss drawn beside `plain` plain cases, trapped as near-<name>
-from fuzz_s44 import _declared, _unsq
+from fuzz_s44 import _attention, _declared, _unsq
 
 #: share of the motif-graph seeds that are session-45 cases (a side stream of the seed decides)
 S45_SHARE = 0.05
 #: the side stream that picks them: under it no seed a test names becomes one, nor one of the seeds 0-119
 S45_SALT = 0x6496
-MOTIFS = ("head_unsq", "scalar_twins", "cast_tables", "gathered_rows")
+MOTIFS = ("head_unsq", "scalar_twins", "cast_tables", "gathered_rows", "mask4d")
 HEAD_NEAR = ("axes-differ", "unsq-shared", "last-two", "kv-rank2", "kt-shared")
 TWIN_NEAR = ("other-range", "other-input", "other-name", "gather-output", "whole-read", "other-dim")
 CAST_NEAR = ("last-cast-shared", "first-cast-shared", "unsq-shared", "not-pairs", "mixed-casts")
 ROWS_NEAR = ("two-indices", "rows-shared", "index-shared", "tables-overridable", "last-row")
+MASK4_NEAR = ("per-query", "one-sym", "key-one", "per-head", "all-masked", "mask-shared")
 F32, F16, BF16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16
 
 
@@ -321,7 +329,62 @@ def motif_gathered_rows(b: Builder, opset: int) -> str:
     return b.op("Add", [b.op("Mul", [x, cg]), b.op("Mul", [rot, sg])])
 
 
-BUILDERS = {"head_unsq": motif_head_unsq, "scalar_twins": motif_scalar_twins, "cast_tables": motif_cast_tables,
+# --- mask4d --------------------------------------------------------------------------------------------------------
+
+def motif_mask4d(b: Builder, opset: int) -> str:
+    near = _near(b, MASK4_NEAR, 5)
+    bsz, seq = b.dim("batch", (2, 3), 0.5), b.dim("seq", (3, 5), 0.5)
+    heads, d = int(b.pick([1, 2, 4])), int(b.pick([4, 8]))
+    if near == "per-head" and heads == 1:
+        heads = 2
+    c = heads * d
+    x = b.input([bsz, seq, c], stem="hidden")
+    nb, ns = b.rt(bsz), b.rt(seq)
+    keep = np.ones((nb, ns), bool)
+    keep[-1, ns // 2 + 1:] = False   # the last row's tail padded; every row keeps its first key
+    if near == "all-masked":
+        keep[0, :] = False
+    form = b.pick(["bool-masked", "bool-keep", "additive"])
+    b.trap(f"m4-{form}")
+    low = float(np.finfo(b.np_dtype()).min) if b.p(0.5) or near == "all-masked" else -1e4
+    if near == "per-query":
+        decl, arr = [bsz, 1, seq, seq], np.broadcast_to(keep[:, None, None, :], (nb, 1, ns, ns)).copy()
+        arr[:, :, 0, 1:] = False   # the first query sees its first key only
+    elif near == "key-one":
+        decl, arr = [bsz, 1, 1, 1], keep[:, :1, None, None].copy()
+        arr[-1] = False if form == "additive" else arr[-1]
+    elif near == "per-head":
+        decl, arr = [bsz, heads, 1, seq], np.broadcast_to(keep[:, None, None, :], (nb, heads, 1, ns)).copy()
+        arr[:, -1, 0, -1] = False
+        arr[:, :, 0, 0] = True
+    else:
+        decl, arr = [bsz, 1, 1, seq], keep[:, None, None, :].copy()
+    if near == "one-sym":
+        decl = [bsz, 1, "one_q", seq]
+        b.syms["one_q"] = 1
+    if form == "bool-masked":
+        m = _declared(b, decl, list(arr.shape), TensorProto.BOOL, "mask", ~arr)
+    elif form == "bool-keep":
+        m = _declared(b, decl, list(arr.shape), TensorProto.BOOL, "mask", arr)
+    else:
+        m = _declared(b, decl, list(arr.shape), b.dtype, "mask", np.where(arr, 0.0, low).astype(b.np_dtype()))
+    if near == "mask-shared":
+        b.output(b.op("Cast", [m], to=F32) if form != "additive" else b.op("Neg", [m]))
+
+    def mask_of(sc: str) -> str:
+        if form == "additive":
+            return b.op("Add", [sc, m] if b.p(0.5) else [m, sc])
+        fill = b.scalar(low)
+        return b.op("Where", [m, fill, sc] if form == "bool-masked" else [m, sc, fill])
+
+    h = _attention(b, x, heads, d, c, mask_of)
+    if b.p(0.4):   # a second layer over the same mask
+        b.trap("m4-two-layers")
+        h = _attention(b, h, heads, d, c, mask_of)
+    return h
+
+
+BUILDERS = {"mask4d": motif_mask4d, "head_unsq": motif_head_unsq, "scalar_twins": motif_scalar_twins, "cast_tables": motif_cast_tables,
             "gathered_rows": motif_gathered_rows}
 
 

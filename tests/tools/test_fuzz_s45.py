@@ -5,7 +5,9 @@ batch, k's Unsqueeze or K^T read elsewhere), a scalar Gather(Shape(x), j) beside
 misses: a Slice of another range, of another input, the Gather an output, the whole Shape read otherwise), interleaved
 rotary tables behind Casts to float16 / bfloat16 / float32 (near misses: a Cast or the Unsqueeze read elsewhere, halves
 instead of pairs, cos and sin cast differently) and rotary caches gathered by an index of rank 0 / 1 / 2 (near misses:
-two indices, the rows or the index read elsewhere, overridable tables, the table's last row). Each motif and near miss
+two indices, the rows or the index read elsewhere, overridable tables, the table's last row), and 4-D key masks given
+as graph inputs ([B, 1, 1, T] bool either polarity or additive; near misses: per query, per head, [B, 1, 1, 1], dim 2
+symbolic, a row with every key masked, the mask read elsewhere). Each motif and near miss
 builds a valid graph that ONNX Runtime runs and the optimizer's output matches ORT on it; the plain forms the rewrites
 take are taken, and the near misses that must not be are not."""
 
@@ -17,11 +19,12 @@ from tests.tool_modules import PLAIN_OFF, assert_fuzz_ok, first_case
 from tests.tools.fuzz_family import case_ops, family_tests  # (puts tools/ on sys.path)
 
 from fuzz_motifs import make_s45_case  # noqa: E402
-from fuzz_s45 import CAST_NEAR, HEAD_NEAR, MOTIFS, ROWS_NEAR, S45_SHARE, TWIN_NEAR  # noqa: E402
+from fuzz_s45 import CAST_NEAR, HEAD_NEAR, MASK4_NEAR, MOTIFS, ROWS_NEAR, S45_SHARE, TWIN_NEAR  # noqa: E402
 
 globals().update(family_tests(make_s45_case, MOTIFS, S45_SHARE,
                               [*(("head_unsq", n) for n in HEAD_NEAR), *(("scalar_twins", n) for n in TWIN_NEAR),
-                               *(("cast_tables", n) for n in CAST_NEAR), *(("gathered_rows", n) for n in ROWS_NEAR)],
+                               *(("cast_tables", n) for n in CAST_NEAR), *(("gathered_rows", n) for n in ROWS_NEAR),
+                               *(("mask4d", n) for n in MASK4_NEAR)],
                               "s45"))
 
 
@@ -110,3 +113,10 @@ def test_rows_gathered_by_two_indices_keep_their_gathers():
 def test_rows_gathered_up_to_the_tables_last_row_match(form):
     """The index reads the table's last row and its first: the outputs match at every level."""
     assert_fuzz_ok(_near("gathered_rows", "last-row", {form}), [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("form", ["bool-masked", "bool-keep", "additive"])
+def test_a_4d_key_mask_given_as_an_input_matches(form):
+    """A [B, 1, 1, T] key mask graph input, True = masked / True = kept / additive 0 or min, over self-attention: the
+    outputs match at every level and target."""
+    assert_fuzz_ok(_plain("mask4d", {f"m4-{form}"}), [1, 2, 3, 4])
