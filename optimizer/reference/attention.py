@@ -67,7 +67,7 @@ def _to_bshd(x: np.ndarray, layout: str, num_heads: int | None, name: str) -> np
     if layout == "bhsd":
         if x.ndim != 4:
             raise ValueError(f"{name}: layout bhsd needs a rank-4 array, got shape {x.shape}")
-        return x.transpose(0, 2, 1, 3)
+        return x.swapaxes(1, 2)  # (a method of torch tensors too: torch_attention shares this function)
     if layout == "bsh":
         if x.ndim != 3 or num_heads is None:
             raise ValueError(f"{name}: layout bsh needs a rank-3 array and its head count")
@@ -90,6 +90,30 @@ def _softmax_rows(scores: np.ndarray, visible: np.ndarray, sink: np.ndarray | No
     if sink is not None:
         denom = denom + np.exp(sink - m)
     return np.divide(p, denom, out=np.zeros_like(p), where=(denom > 0) & ~empty)
+
+
+def _fused_arguments(q_shape, k_shape, v_shape, seq_lens, scale, softcap, window, causal):
+    """fused_attention's checks on [B,S,H,D] shapes and its arguments (shared with torch_attention):
+    (scale, softcap, window, span lengths [B], span starts [B]); seq_lens -L = the last L rows."""
+    B, S, Hq, D = tuple(q_shape)
+    _, Skv, Hkv, Dk = tuple(k_shape)
+    if Dk != D or tuple(v_shape) != tuple(k_shape) or k_shape[0] != B:
+        raise ValueError(f"shape mismatch: q {tuple(q_shape)}, k {tuple(k_shape)}, v {tuple(v_shape)}")
+    if Hq % Hkv:
+        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
+    if Skv != S:
+        raise ValueError(f"FusedAttention needs equal query and key lengths, got {S} and {Skv}")
+    sc = resolve_scale(scale, D)
+    cap = float(softcap or 0.0)
+    if not (cap >= 0.0 and np.isfinite(cap)):
+        raise ValueError(f"softcap must be >= 0 and finite (0 = none), got {softcap}")
+    W = _check_window(window, causal=bool(causal))
+    raw = np.full(B, S, dtype=np.int64) if seq_lens is None else np.asarray(seq_lens, np.int64)
+    if raw.shape != (B,):
+        raise ValueError(f"seq_lens must have shape [{B}], got {raw.shape}")
+    lens = np.minimum(np.abs(raw), S)
+    first = np.where(raw < 0, S - lens, 0)  # left padding: the span ends at S
+    return sc, cap, W, lens, first
 
 
 def fused_attention(
@@ -118,23 +142,9 @@ def fused_attention(
     kh = _to_bshd(np.asarray(k), layout, num_kv_heads, "k").astype(np.float64)
     vh = _to_bshd(np.asarray(v), layout, num_kv_heads, "v").astype(np.float64)
     B, S, Hq, D = qh.shape
-    _, Skv, Hkv, Dk = kh.shape
-    if Dk != D or vh.shape != kh.shape or kh.shape[0] != B:
-        raise ValueError(f"shape mismatch: q {qh.shape}, k {kh.shape}, v {vh.shape}")
-    if Hq % Hkv:
-        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
-    if Skv != S:
-        raise ValueError(f"FusedAttention needs equal query and key lengths, got {S} and {Skv}")
-    sc = resolve_scale(scale, D)
-    cap = float(softcap or 0.0)
-    if not (cap >= 0.0 and np.isfinite(cap)):
-        raise ValueError(f"softcap must be >= 0 and finite (0 = none), got {softcap}")
-    W = _check_window(window, causal=bool(causal))
-    raw = np.full(B, S, dtype=np.int64) if seq_lens is None else np.asarray(seq_lens, np.int64)
-    if raw.shape != (B,):
-        raise ValueError(f"seq_lens must have shape [{B}], got {raw.shape}")
-    lens = np.minimum(np.abs(raw), S)
-    first = np.where(raw < 0, S - lens, 0)  # left padding: the span ends at S
+    Hkv = kh.shape[2]
+    sc, cap, W, lens, first = _fused_arguments(qh.shape, kh.shape, vh.shape, seq_lens, scale, softcap, window,
+                                               causal)
 
     group = Hq // Hkv
     kx = np.repeat(kh, group, axis=2)  # [B,S,Hq,D]
@@ -180,6 +190,20 @@ def _gather_cache(pool: np.ndarray, table_row: np.ndarray, length: int) -> np.nd
     return pool[table_row[pos // bs], pos % bs]  # [length, Hkv, D]
 
 
+def _paged_arguments(q_shape, qh_shape, k_shape, v_shape, scale, sinks):
+    """paged_attention's checks (query q_shape as given, qh_shape [B,Sq,Hq,D]; pools [NB,BS,Hkv,D]; sinks [Hq]),
+    shared with torch_attention: (query heads per kv head, scale)."""
+    Hq, D = qh_shape[2], qh_shape[3]
+    Hkv, Dk = k_shape[2], k_shape[3]
+    if Dk != D or tuple(v_shape) != tuple(k_shape):
+        raise ValueError(f"pool shapes {tuple(k_shape)}/{tuple(v_shape)} do not fit q {tuple(q_shape)}")
+    if Hq % Hkv:
+        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
+    if sinks is not None and int(np.prod(np.shape(sinks))) != Hq:
+        raise ValueError(f"sinks must have shape [{Hq}] (one logit per query head), got {tuple(np.shape(sinks))}")
+    return Hq // Hkv, resolve_scale(scale, D)
+
+
 def paged_attention(
     q: np.ndarray,
     k_pool: np.ndarray,
@@ -207,18 +231,10 @@ def paged_attention(
     qh = (q[:, None] if decode else q).astype(np.float64)
     B, Sq, Hq, D = qh.shape
     NB, BS, Hkv, Dk = k_pool.shape
-    if Dk != D or v_pool.shape != k_pool.shape:
-        raise ValueError(f"pool shapes {k_pool.shape}/{v_pool.shape} do not fit q {q.shape}")
-    if Hq % Hkv:
-        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
-    group = Hq // Hkv
-    sc = resolve_scale(scale, D)
+    group, sc = _paged_arguments(q.shape, qh.shape, k_pool.shape, v_pool.shape, scale, sinks)
     sink = None
     if sinks is not None:
-        sink = np.asarray(sinks, np.float64).reshape(-1)
-        if sink.shape != (Hq,):
-            raise ValueError(f"sinks must have shape [{Hq}] (one logit per query head), got {np.shape(sinks)}")
-        sink = sink[:, None, None]  # [Hq, 1, 1] against the scores [Hq, Sq, L]
+        sink = np.asarray(sinks, np.float64).reshape(-1)[:, None, None]  # [Hq, 1, 1] against the scores [Hq, Sq, L]
     tables = np.asarray(block_tables)
     lens = np.asarray(seq_lens, np.int64)
     out = np.zeros((B, Sq, Hq, D), np.float64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from onnx_fuse.reference.attention import _check_window, resolve_scale
+from onnx_fuse.reference.attention import _check_window, _fused_arguments, _paged_arguments, _to_bshd
 
 __all__ = ["fused_attention", "paged_attention"]
 
@@ -45,25 +45,6 @@ def _ints(x) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x, np.int64)
-
-
-def _to_bshd(x: torch.Tensor, layout: str, num_heads: int | None, name: str) -> torch.Tensor:
-    if layout == "bshd":
-        if x.ndim != 4:
-            raise ValueError(f"{name}: layout bshd needs a rank-4 array, got shape {tuple(x.shape)}")
-        return x
-    if layout == "bhsd":
-        if x.ndim != 4:
-            raise ValueError(f"{name}: layout bhsd needs a rank-4 array, got shape {tuple(x.shape)}")
-        return x.transpose(1, 2)
-    if layout == "bsh":
-        if x.ndim != 3 or num_heads is None:
-            raise ValueError(f"{name}: layout bsh needs a rank-3 array and its head count")
-        b, s, hd = x.shape
-        if hd % num_heads:
-            raise ValueError(f"last dim {hd} is not a multiple of num_heads={num_heads}")
-        return x.reshape(b, s, num_heads, hd // num_heads)
-    raise ValueError(f"unknown layout {layout!r} (bshd, bhsd or bsh)")
 
 
 def _softmax_rows(scores: torch.Tensor, visible: torch.Tensor, sink: torch.Tensor | None = None) -> torch.Tensor:
@@ -98,23 +79,9 @@ def fused_attention(q, k, v, *, seq_lens=None, causal: bool = False, scale: floa
     kh = _to_bshd(_f64(k, dev), layout, num_kv_heads, "k")
     vh = _to_bshd(_f64(v, dev), layout, num_kv_heads, "v")
     B, S, Hq, D = qh.shape
-    _, Skv, Hkv, Dk = kh.shape
-    if Dk != D or vh.shape != kh.shape or kh.shape[0] != B:
-        raise ValueError(f"shape mismatch: q {tuple(qh.shape)}, k {tuple(kh.shape)}, v {tuple(vh.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
-    if Skv != S:
-        raise ValueError(f"FusedAttention needs equal query and key lengths, got {S} and {Skv}")
-    sc = resolve_scale(scale, D)
-    cap = float(softcap or 0.0)
-    if not (cap >= 0.0 and np.isfinite(cap)):
-        raise ValueError(f"softcap must be >= 0 and finite (0 = none), got {softcap}")
-    W = _check_window(window, causal=bool(causal))
-    raw = np.full(B, S, dtype=np.int64) if seq_lens is None else _ints(seq_lens)
-    if raw.shape != (B,):
-        raise ValueError(f"seq_lens must have shape [{B}], got {raw.shape}")
-    lens = np.minimum(np.abs(raw), S)
-    first = np.where(raw < 0, S - lens, 0)  # left padding: the span ends at S
+    Hkv = kh.shape[2]
+    sl = None if seq_lens is None else _ints(seq_lens)
+    sc, cap, W, lens, first = _fused_arguments(qh.shape, kh.shape, vh.shape, sl, scale, softcap, window, causal)
 
     group = Hq // Hkv
     pos = torch.arange(S, device=dev)
@@ -158,18 +125,10 @@ def paged_attention(q, k_pool, v_pool, block_tables, seq_lens, *, scale: float |
     B, Sq, Hq, D = qh.shape
     kp, vp = _f64(k_pool, dev), _f64(v_pool, dev)
     NB, BS, Hkv, Dk = kp.shape
-    if Dk != D or vp.shape != kp.shape:
-        raise ValueError(f"pool shapes {tuple(kp.shape)}/{tuple(vp.shape)} do not fit q {tuple(qf.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"num_heads {Hq} is not a multiple of num_kv_heads {Hkv}")
-    group = Hq // Hkv
-    sc = resolve_scale(scale, D)
+    group, sc = _paged_arguments(qf.shape, qh.shape, kp.shape, vp.shape, scale, sinks)
     sink = None
     if sinks is not None:
-        sink = _f64(sinks, dev).reshape(-1)
-        if sink.shape != (Hq,):
-            raise ValueError(f"sinks must have shape [{Hq}] (one logit per query head), got {tuple(np.shape(sinks))}")
-        sink = sink[:, None, None]  # [Hq, 1, 1] against the scores [Hq, Sq, L]
+        sink = _f64(sinks, dev).reshape(-1)[:, None, None]  # [Hq, 1, 1] against the scores [Hq, Sq, L]
     tables = _ints(block_tables)
     lens = _ints(seq_lens)
     out = torch.zeros((B, Sq, Hq, D), dtype=torch.float64, device=dev)
