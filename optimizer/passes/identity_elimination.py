@@ -63,6 +63,12 @@ _WIDER = {ir.DataType.FLOAT16.value: (ir.DataType.FLOAT.value, ir.DataType.DOUBL
 _BROADCASTING = frozenset(("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where",
                            "And", "Or", "Xor", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
                            "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"))
+# elementwise ops of one input (their output has its input's shape, each entry a function of one entry): they
+# commute with Expand, op(Expand(a, s)) = Expand(op(a), s), so an Expand drop reads through them
+_UNARY = frozenset(("Not", "Cast", "Neg", "Abs", "Sign", "Reciprocal", "Sqrt", "Exp", "Log", "Erf", "Tanh",
+                    "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign", "HardSigmoid",
+                    "HardSwish", "Floor", "Ceil", "Round", "IsNaN", "IsInf", "Sin", "Cos", "BitwiseNot",
+                    "Identity"))
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -329,24 +335,45 @@ class IdentityEliminationPass(FusePass):
         output) each reads a and the Expand goes (MobileViT V2's context.expand_as(v) * relu(v); DistilBERT's
         masked_fill(mask.expand_as(scores)), CSE sharing it across layers). One other reader keeps the Expand
         and every reader on it: moving some readers off an Expand that stays saves nothing (the attention
-        lowerings' keep-masked-rows Max(m, m * 0.5 + F) reads its expanded mask twice)."""
+        lowerings' keep-masked-rows Max(m, m * 0.5 + F) reads its expanded mask twice).
+
+        A one-input elementwise reader (_UNARY: Not, Cast, Neg ...) commutes with the Expand, u(Expand(a)) =
+        Expand(u(a)): it is read through, its readers held to the same test (masked_fill(~mask.expand_as(s))
+        writes Where(Not(Expand(m, Shape(s))), min, s)); when all pass, it reads a (its output a's shape). A
+        co-input b that is itself the Expand's output or one read through it does not count (Add(e, Not(e)))."""
         ins = list(node.inputs)
         out = node.outputs[0] if len(node.outputs) == 1 else None
-        if len(ins) < 2 or ins[0] is None or out is None or out.is_graph_output():
+        if len(ins) < 2 or ins[0] is None or out is None:
             return False
         want = read_dims(out, names="model", unknown="opaque")
-        uses = list(out.uses())
-        if want is None or not uses:
+        if want is None:
             return False
-        for use in uses:
-            reader, idx = use.node, use.idx
-            if reader.op_type not in _BROADCASTING or reader.domain not in ("", "ai.onnx") or len(reader.outputs) != 1:
+        through = [out]   # the Expand's output and the outputs of the unary readers read through
+        reads = []        # (broadcasting reader, index of the input it reads from `through`)
+        for v in through:
+            uses = list(v.uses())
+            if v.is_graph_output() or not uses or len(through) > 16:
                 return False
+            for use in uses:
+                reader = use.node
+                if reader.domain not in ("", "ai.onnx") or len(reader.outputs) != 1:
+                    return False
+                if reader.op_type in _UNARY and len(reader.inputs) == 1:
+                    if reader.outputs[0] not in through:
+                        through.append(reader.outputs[0])
+                elif reader.op_type in _BROADCASTING:
+                    reads.append((reader, use.idx))
+                else:
+                    return False
+        for reader, idx in reads:
             if not any(_broadcasts(want, read_dims(v, names="model", unknown="opaque"), operator.eq)
-                       for j, v in enumerate(reader.inputs) if j != idx and v is not None and v is not out):
+                       for j, v in enumerate(reader.inputs) if j != idx and v is not None and v not in through):
                 return False
-        out.replace_all_uses_with(ins[0])
+        a = ins[0]
+        out.replace_all_uses_with(a)
         node.graph.remove(node, safe=True)
+        for v in through[1:]:   # each read-through output has a's shape now
+            v.shape = ir.Shape(list(a.shape)) if a.shape is not None else None
         self.stats["Expand"] += 1
         return True
 

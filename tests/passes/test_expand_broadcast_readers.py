@@ -206,3 +206,101 @@ def test_shared_expanded_mask_read_by_two_layers_selects():
     feeds = {"q": rng.standard_normal((2, 2, 5, 8)).astype(np.float32),
              "k": rng.standard_normal((2, 2, 5, 8)).astype(np.float32), "m": m}
     check_same(proto, model, inputs=feeds)
+
+
+# -- one-input elementwise readers (Not, Cast, Neg ...) read through: u(Expand(a)) = Expand(u(a)) ------------------
+
+def mask_graph(body: str, outputs: str = "float[N, 8, 4, 16] y"):
+    """x [N, 8, 4, 16] scores, m [N, 1, 1, 16] a key mask (True = keep), me = Expand(m, Shape(x))."""
+    return parse(HEADER + f'''
+    g (float[N, 8, 4, 16] x, bool[N, 1, 1, 16] m) => ({outputs})
+    <float low = {{-3.0e38}}>
+    {{
+        sh = Shape(x)
+        me = Expand(m, sh)
+{body}
+    }}''')
+
+
+def mask_feeds(n: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    m = rng.random((n, 1, 1, 16)) < 0.7
+    m[-1, ..., 9:] = False   # the last row padded
+    return {"x": rng.standard_normal((n, 8, 4, 16)).astype(np.float32), "m": m}
+
+
+def test_expand_read_through_a_not_under_a_where_goes():
+    # masked_fill(~mask.expand_as(s), min): Where(Not(Expand(m, Shape(s))), min, s); the Not reads m
+    proto = mask_graph('''
+        nm = Not(me)
+        y = Where(nm, low, x)''')
+    model, modified, p = pass_and_dce(proto)
+    assert modified and p.stats["Expand"] == 1
+    assert ops(model) == {"Not": 1, "Where": 1}
+    assert readers_of(model, "Not") == [["m"]]
+    not_out = next(n for n in model.graph if n.op_type == "Not").outputs[0]
+    assert [d if isinstance(d, int) else str(d) for d in not_out.shape] == ["N", 1, 1, 16]
+    for n in (1, 3):
+        check_same(proto, model, inputs=mask_feeds(n))
+
+
+def test_expand_read_through_a_chain_of_unary_readers_and_direct_readers_goes():
+    # Not -> Cast -> Neg chains, shared by two readers, beside a direct broadcasting reader
+    proto = mask_graph('''
+        nm = Not(me)
+        w = Where(nm, low, x)
+        f = Cast <to = 1> (nm)
+        g = Neg(f)
+        a = Add(w, g)
+        b = Mul(g, x)
+        pos = Greater(x, low)
+        k = And(me, pos)
+        y = Where(k, a, b)''')
+    model, modified, p = pass_and_dce(proto)
+    assert modified and p.stats["Expand"] == 1 and "Expand" not in ops(model) and "Shape" not in ops(model)
+    check_same(proto, model, inputs=mask_feeds(2))
+
+
+def test_a_unary_reader_with_a_reader_that_needs_the_expanded_form_keeps_the_expand():
+    # the Not's output is a graph output, read by a Reshape, or by a Mul whose other input is narrower: the
+    # Expand and every reader stay
+    for body, outs in (('''
+        nm = Not(me)
+        y = Where(nm, low, x)''', "float[N, 8, 4, 16] y, bool[N, 8, 4, 16] nm"), ('''
+        nm = Not(me)
+        y = Where(nm, low, x)
+        flat = Reshape(nm, minus1)''', "float[N, 8, 4, 16] y, bool[?] flat"), ('''
+        f = Cast <to = 1> (me)
+        ng = Neg(f)
+        y = Where(me, x, low)
+        s2 = ReduceMax <keepdims = 1> (x, ax)
+        z = Mul(ng, s2)''', "float[N, 8, 4, 16] y, float[N, 8, 4, 16] z")):
+        body = body.replace("minus1", "m1")
+        proto = parse(HEADER + f'''
+    g (float[N, 8, 4, 16] x, bool[N, 1, 1, 16] m) => ({outs})
+    <float low = {{-3.0e38}}, int64[1] m1 = {{-1}}, int64[1] ax = {{3}}>
+    {{
+        sh = Shape(x)
+        me = Expand(m, sh)
+{body}
+    }}''')
+        model, modified, _ = pass_and_dce(proto)
+        assert not modified and ops(model)["Expand"] == 1, body
+        assert [r[0] for r in readers_of(model, "Not") + readers_of(model, "Cast")] == ["me"], body
+        check_same(proto, model, inputs=mask_feeds(2))
+
+
+def test_a_co_input_read_through_the_same_expand_does_not_count():
+    # Add(e, Neg(e)): Neg(e) has the full dims, but only through the Expand; without it the sum is [N, 8, 4, 1]
+    proto, model, modified, _ = run('''
+        ng = Neg(e)
+        y = Add(e, ng)''')
+    assert not modified and ops(model)["Expand"] == 1
+    check_same(proto, model, inputs=batch(2))
+    # the same through a unary reader on each side: Add(Relu(e), Neg(e))
+    proto, model, modified, _ = run('''
+        ng = Neg(e)
+        rl = Relu(e)
+        y = Add(rl, ng)''')
+    assert not modified and ops(model)["Expand"] == 1
+    check_same(proto, model, inputs=batch(2))

@@ -64,26 +64,33 @@ def test_select_over_non_scores_is_not_moved(h):
     assert any("must be attention scores" in r for r in h.reasons(model, "ort", "scores-scale-before-mask"))
 
 
-def _two_layers(h, *, target_dims=("b", H, "s", "s")):
+def _two_layers(h, *, target_dims=("b", H, "s", "s"), negated=False, not_out=False):
     """Two attention blocks whose masked_fill reads one Expand(mask, Shape(layer 0's scores)), as
-    CSE leaves DistilBERT's expand_as(scores); target_dims: the dims of the tensor whose Shape sizes it."""
+    CSE leaves DistilBERT's expand_as(scores); target_dims: the dims of the tensor whose Shape sizes it;
+    negated: m marks the kept keys, each layer fills Not(expanded m) (masked_fill(~m.expand_as(s))); not_out:
+    layer 0's Not also a graph output (it needs the expanded form)."""
     n = h.node
     own = target_dims == ("b", H, "s", "s")  # the Expand reads layer 0's scores, else an input t
     nodes, inputs = [], [h.vi("m", ["b", 1, 1, "s"], 9)] + ([] if own else [h.vi("t", list(target_dims))])
     for i in (0, 1):
+        sel = [n("Not", ["me"], [f"nm{i}"]), n("Where", [f"nm{i}", "fill", f"sd{i}"], [f"w{i}"])] if negated else \
+            [n("Where", ["me", "fill", f"sd{i}"], [f"w{i}"])]
         nodes += [n("Transpose", [f"k{i}"], [f"kt{i}"], perm=[0, 1, 3, 2]), n("MatMul", [f"q{i}", f"kt{i}"], [f"s{i}"]),
-                  n("Div", [f"s{i}", "scale"], [f"sd{i}"]), n("Where", ["me", "fill", f"sd{i}"], [f"w{i}"]),
+                  n("Div", [f"s{i}", "scale"], [f"sd{i}"]), *sel,
                   n("Softmax", [f"w{i}"], [f"p{i}"], axis=-1), n("MatMul", [f"p{i}", f"v{i}"], [f"y{i}"])]
         inputs += [h.vi(f"{x}{i}", ["b", H, "s", D]) for x in "qkv"]
     nodes[3:3] = [n("Shape", ["sd0" if own else "t"], ["sh"]), n("Expand", ["m", "sh"], ["me"])]  # after sd0
     nodes.append(n("Add", ["y0", "y1"], ["y"]))
     inits = {"fill": np.array(LOWEST, np.float32), "scale": np.array(np.sqrt(D), np.float32)}
-    return h.make_model(nodes, inputs, [h.vi("y", None)], inits, opset=18)
+    outputs = [h.vi("y", None)] + ([h.vi("nm0", None, 9)] if not_out else [])
+    return h.make_model(nodes, inputs, outputs, inits, opset=18)
 
 
-def _two_feeds(h, t_shape=(B, H, S, S)):
+def _two_feeds(h, t_shape=(B, H, S, S), negated=False):
     m = np.zeros((B, 1, 1, S), bool)
     m[1, ..., S - 2:] = True  # batch 1 padded
+    if negated:
+        m = ~m
     feeds = {f"{x}{i}": h.rng.standard_normal((B, H, S, D)).astype(np.float32) for x in "qkv" for i in (0, 1)}
     return {**feeds, "m": m, "t": np.zeros(t_shape, np.float32)}
 
@@ -130,4 +137,27 @@ def test_mask_expanded_to_other_dims_stays(h):
     out = h.fuse(model, "ort")
     assert "Expand" in h.ops(out)
     feeds = _two_feeds(h, t_shape=(B, H, S, S))
+    h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_shared_expanded_mask_read_through_a_not_fuses_both_layers(h, target):
+    # masked_fill(~mask.expand_as(scores), min): each layer's Where reads Not(Expand(m, Shape(layer 0's scores)));
+    # the Not commutes with the Expand, so the Expand (and the Shape keeping layer 0's scores) goes and both fuse
+    model = _two_layers(h, negated=True)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 2 and "Softmax" not in ops and set(_shape_reads(out)) <= {"m"}, ops
+    feeds = _two_feeds(h, negated=True)
+    del feeds["t"]
+    h.assert_close(model, out, feeds)
+
+
+def test_a_not_of_the_expanded_mask_that_is_a_graph_output_keeps_the_expand(h):
+    # layer 0's Not(expanded mask) is also an output: it needs the [b, H, s, s] form, so the Expand stays
+    model = _two_layers(h, negated=True, not_out=True)
+    out = h.fuse(model, "ort")
+    assert "Expand" in h.ops(out)
+    feeds = _two_feeds(h, negated=True)
+    del feeds["t"]
     h.assert_close(model, out, feeds)
