@@ -465,6 +465,12 @@ def _padding_input(ctx, m, q):
     return padding_input(ctx, m, q)
 
 
+def _padding_inverted(ctx, m, q) -> bool:
+    from onnx_fuse.rewrite._key_padding_proof import padding_inverted
+
+    return padding_inverted(ctx, m, q)
+
+
 def _padding_fill(ctx, m, q) -> float:
     from onnx_fuse.rewrite._key_padding_proof import padding_fill
 
@@ -773,6 +779,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "padding_input": _padding_input,
     "padding_window": _padding_window,
     "padding_fill": _padding_fill,
+    # padding_input's key mask marks masked keys (a [B, 1, 1, T] bool input, True = masked)
+    "padding_inverted": _padding_inverted,
     # whether a mask is attention_mask's key padding alone with one fill for masked keys (the
     # contrib ops' 2-D key mask with mask_filter_value = padding_fill), never fails
     "key_padding": _key_padding,

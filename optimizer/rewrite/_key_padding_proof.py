@@ -29,7 +29,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.rewrite._expr import EvalFailure
-from onnx_fuse.rewrite._mask_probe import (_BATCH_PROBE_SIZE, _CONE_LIMIT, _HEAVY, _MASK_ROLE, _MASKED,
+from onnx_fuse.rewrite._mask_probe import (_BATCH_PROBE_SIZE, _CONE_LIMIT, _HEAVY, _MASK_INVERTED, _MASK_ROLE, _MASKED,
                                            _MAX_SQUARE_PROBE, _NEW, _SINGLE_PROBE_SIZE, _band_starts, _bind,
                                            _boundary_lengths, _cone, _const, _far_length, _int_constants,
                                            _is_mask_input, _memo_get, _memo_put, _probe_batches, _run_probe,
@@ -140,7 +140,14 @@ def _key_mask(ctx: Any, mask: Any, q: Any, k: Any, causal: bool) -> bool:
             return False
     except EvalFailure:
         return False
-    return (causal or bool(base.all())) and top == low and same_dim(am.shape.dims[1], kd)
+    return (causal or bool(base.all())) and top == low and same_dim(am.shape.dims[-1], kd)
+
+
+def padding_inverted(ctx: Any, mask: Any, q: Any) -> bool:
+    """True when padding_input()'s key mask marks the masked keys (a bool [B, 1, 1, T] graph input, True =
+    masked: _key_mask_4d) rather than the kept ones (attention_mask's 1s)."""
+    am = _padding(ctx, mask, q)[0]
+    return am.shape is not None and len(am.shape) == 4 and bool(mask.meta.get(_MASK_INVERTED))
 
 
 def _attention_reader(node: ir.Node) -> bool:
@@ -294,10 +301,41 @@ def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], a
             except EvalFailure:
                 del ams[0].meta[_MASK_ROLE]
                 raise
+    if not ams and not any(kw.values()):   # prefill over any key mask: a [B, 1, 1, T] bool input
+        return _key_mask_4d(ctx, mask, q, cone, as_const)
     if len(ams) != 1:
         raise EvalFailure("the mask reads no [batch, keys] attention-mask input" if not ams else
                           f"the mask reads {len(ams)} attention-mask inputs")
     return _prove(ctx, mask, q, ams[0], cone, as_const, **kw)
+
+
+def _key_mask_4d(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], as_const: set[int],
+                 ) -> tuple[ir.Value, np.ndarray, int, float, float]:
+    """_padding_proof over a bool key mask given as a [B, 1, 1, T] graph input (its dims 1 and 2 declared 1;
+    the one such input whose values the mask reads): fed as the attention mask (the drop pattern on its batch
+    and key axes), keeping the kept keys (True = kept) or, tried next, marking the masked ones (True = masked,
+    masked_fill(m, min): fed negated; padding_inverted() says which, on the mask's meta). The lowerings view
+    it [B, T] (key-keep-2d) or use it as it is (key-keep-4d)."""
+    in_cone = {id(n) for n in cone}
+    four = [i for i in {id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()}.values()
+            if i.dtype == ir.DataType.BOOL and i.shape is not None and len(i.shape) == 4
+            and i.shape.dims[1] == 1 and i.shape.dims[2] == 1
+            and any(n.op_type not in ("Shape", "Size") for n in i.consumers() if id(n) in in_cone)]
+    if len(four) != 1:
+        raise EvalFailure("the mask reads no [batch, keys] attention-mask input")
+    m4, first = four[0], None
+    for inverted in (False, True):
+        m4.meta[_MASK_INVERTED] = inverted
+        try:
+            res = _prove(ctx, mask, q, m4, cone, as_const, cut=m4)
+        except EvalFailure as exc:
+            first = first or exc
+            continue
+        finally:
+            del m4.meta[_MASK_INVERTED]
+        mask.meta[_MASK_INVERTED] = inverted
+        return res
+    raise first
 
 
 def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.Node], as_const: set[int],

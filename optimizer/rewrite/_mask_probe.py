@@ -61,6 +61,8 @@ def _const(v: ir.Value) -> np.ndarray | None:
 # meta key of a [B, T] graph input that _key_padding_proof probes as the attention mask although its
 # name does not say so (an exporter's or a renaming tool's name): fed and bound like one while proven
 _MASK_ROLE = "onnx_fuse.attention_mask_role"
+# on a key mask the probe feeds that marks masked keys (True = masked: a [B, 1, 1, T] bool input): fed negated
+_MASK_INVERTED = "onnx_fuse.key_mask_inverted"
 
 
 def _is_mask_input(v: ir.Value) -> bool:
@@ -251,10 +253,15 @@ def _probe_model(cone: list[ir.Node], as_const: set[int], mask: ir.Value, p: int
                 arr = _feed(v, _dims_of(v, dims), p, s, fill if id(v) in varied else 0, as_mask=v is cut,
                             extra_keys=extra_keys)
                 if drop is not None and v is drop[0]:
+                    pat = drop[1]
+                    if pat.ndim == 2 and arr.ndim > 2:   # a [B, 1, 1, T] key mask: the pattern on its first and last axes
+                        pat = pat.reshape(pat.shape[0], *([1] * (arr.ndim - 2)), pat.shape[1])
                     try:
-                        arr = (arr * np.broadcast_to(drop[1], arr.shape)).astype(arr.dtype)
+                        arr = (arr * np.broadcast_to(pat, arr.shape)).astype(arr.dtype)
                     except ValueError:   # a [B, T] pattern that does not fit the fed value
                         raise EvalFailure(f"the key mask {v.name!r} of shape {list(arr.shape)} is not [batch, keys]") from None
+                if v.meta.get(_MASK_INVERTED) and arr.dtype == np.bool_:
+                    arr = np.logical_not(arr)   # 1 = kept fed as False = not masked
                 inputs.append(onnx.helper.make_tensor_value_info(   # its name in the reasons: in the cache keys
                     name(v), onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape), doc_string=v.name or ""))
                 feeds[name(v)] = arr
