@@ -42,7 +42,8 @@ on, as users run it (graphs holding onnx_fuse ops run through onnx_fuse.referenc
                  so that a left-padding-safe plugin can be checked by replaying them
   half-masked-rows  a float16 / bfloat16 model that differs from the original only on query rows
                  with no kept key (a 0/1 mask row all zeros up to the row's own position: left
-                 padding under a causal mask, or a fully masked sequence): the original's float16
+                 padding under a causal mask, or a fully masked sequence; or a batch row a 4-D key
+                 mask input [B, 1, 1, T] leaves no key, _key_mask_4d_readings): the original's float16
                  Adds absorb the scores into the mask's floor (uniform weights, or 32-wide steps of
                  s + bias), the fused ops add in float32 (docs/holdout.md "Masked rows (session
                  14)", docs/patterns.md: such a row has no exact form); listed, not a failure
@@ -93,6 +94,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import multiprocessing
 import os
@@ -414,6 +416,11 @@ def _judge(original, runnable, names, feeds, ref_out, loosest, sess=None, ort_op
     if cls == "wrong" and _half_precision(loosest, names) and (_mask_feeds(feeds) or _empty_lengths(feeds)) and \
             _kept_rows_match(names, ref_out, got, feeds, loosest, keyless=True, steps=steps):
         return "half-masked-rows", f"only float16 query rows with no kept key differ: {detail}", sess
+    if cls == "wrong" and _half_precision(loosest, names):
+        for live in itertools.product(*_key_mask_4d_readings(feeds).values()):
+            if _kept_rows_match(names, ref_out, got, feeds, loosest, keyless=True, steps=steps, live=list(live)):
+                return "half-masked-rows", "only float16 batch rows a 4-D key mask [B, 1, 1, T] leaves no key " \
+                    f"differ: {detail}", sess
     return cls, detail, sess
 
 
@@ -513,6 +520,35 @@ def _empty_lengths(feeds) -> dict[str, np.ndarray]:
             and v.size > 0 and (v == 0).any()}
 
 
+def _key_mask_4d_readings(feeds) -> dict[str, list[np.ndarray]]:
+    """The 4-D key masks [B, 1, 1, T] among the feeds (named a mask, as in _mask_feeds), by name, each with the
+    readings of which batch rows keep some key: a list of [B] bool arrays (True = the row keeps a key), each with a
+    row that keeps none and a row that keeps some (else no row is to blame, or every row is).
+    An additive float mask has one reading: 0 keeps a key, a value <= -1e4 (-1e4, finfo.min, -inf) masks it; a mask
+    with any other value (a 0 / 1 float, a bias) is not read. A bool (or 0 / 1 integer) mask's polarity is the graph's
+    (Where(m, min, s): True = masked; Where(m, s, min): True = kept), not the feed's, so both readings are given: under
+    True = kept a row of all False keeps no key, under True = masked a row of all True. A row can only be keyless when
+    it is constant, and the classifier takes a reading only when every row it keeps agrees (the rows it drops are
+    constant ones). Conservative limit: under the wrong reading a constant all-kept row is taken as keyless, so a
+    difference confined to such a row while the padded rows agree would be called half-masked-rows too."""
+    out = {}
+    for k, v in feeds.items():
+        if "mask" not in k.lower() or v.ndim != 4 or v.shape[1:3] != (1, 1) or v.size == 0:
+            continue
+        rows = v.reshape(v.shape[0], v.shape[3])
+        if v.dtype.kind == "b" or (v.dtype.kind in "iu" and np.isin(v, (0, 1)).all()):
+            kept = rows.astype(bool)
+            readings = [kept.any(axis=1), (~kept).any(axis=1)]    # True = kept / True = masked
+        elif v.dtype.kind == "f" and not np.isnan(rows).any() and ((rows == 0) | (rows <= -1e4)).all():
+            readings = [(rows == 0).any(axis=1)]
+        else:
+            continue
+        readings = [live for live in readings if live.any() and not live.all()]
+        if readings:
+            out[k] = readings
+    return out
+
+
 def _left_padded(feeds) -> bool:
     """Some padding mask row is not ones followed by zeros (left padding, or holes)."""
     for v in _mask_feeds(feeds).values():
@@ -543,16 +579,17 @@ def _row_keep(shape, masks, tail: bool = False) -> np.ndarray | None:
     return keep
 
 
-def _kept_rows_match(names, ref_out, got, feeds, loosest, keyless: bool = False, steps=None) -> bool:
+def _kept_rows_match(names, ref_out, got, feeds, loosest, keyless: bool = False, steps=None, live=()) -> bool:
     """Whether every output agrees on the query rows the masks keep: an output [B, S, ...] (or
     [B, H, S, T], _row_keep) is compared where a padding mask [B, S] is 1 (``keyless``: everywhere
     but the rows with no kept key at or before their own position, which a causal mask leaves with
     none at all); an output no mask lines up with (a [B, 1, S, 1] intermediate) must agree whole.
     Before, such an output ruled the keyless check out even when it agreed (form seed 1356464380:
-    wrong)."""
+    wrong). ``live``: [B] bool arrays of the batch rows that keep some key (a 4-D key mask's reading,
+    _key_mask_4d_readings); outputs [B, ...] are compared on those rows only."""
     masks = [np.cumsum(v, axis=1) > 0 if keyless else v.astype(bool) for v in _mask_feeds(feeds).values()]
     # (keyless) a batch row of length 0 keeps no key on any query row: outputs [B, ...] compared without it
-    rows = [v > 0 for v in _empty_lengths(feeds).values()] if keyless else []
+    rows = ([v > 0 for v in _empty_lengths(feeds).values()] if keyless else []) + list(live)
     # (keyless) with a cache, query i is key P + i: a mask [B, P + S] lines up with S rows by its last S keys
     tail = keyless and any("past" in k.lower() for k in feeds)
     for name, r, g in zip(names, ref_out, got):

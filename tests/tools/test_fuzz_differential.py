@@ -650,3 +650,67 @@ def test_padded_rows_checks_allow_a_quantized_outputs_step():
     ref = fd._session(case.model, ort_optimizations=False).run(names, case.feeds)
     cls, detail, _, _ = fd.run_one(case.model, case.feeds, ref, 4, "trt", precision="fp16")
     assert cls == "padded-rows", (cls, detail)
+
+
+def _identity_judge(mask: np.ndarray, row: int):
+    """fd._judge on y = Identity(x) [2, 3, 4] beside a mask input (not read), the reference 0.5 off on batch row
+    ``row``, the output float16 (--precision fp16): the class the classifier gives that difference."""
+    from onnx import TensorProto, helper as oh
+
+    elem = oh.np_dtype_to_tensor_dtype(mask.dtype)
+    graph = oh.make_graph([oh.make_node("Identity", ["x"], ["y"])], "g",
+                          [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                           oh.make_tensor_value_info("attention_mask", elem, list(mask.shape))],
+                          [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    ref = x.copy()
+    ref[row] += 0.5
+    cls, detail, _ = fd._judge(model, model, ["y"], {"x": x, "attention_mask": mask}, [ref],
+                               {"y": np.dtype(np.float16)})
+    return cls, detail
+
+
+KEYLESS_ROW_1 = [np.array([[1, 1, 0], [0, 0, 0]], bool).reshape(2, 1, 1, 3),            # True = kept
+                 np.array([[0, 0, 1], [1, 1, 1]], bool).reshape(2, 1, 1, 3),            # True = masked
+                 np.array([[0, 0, -1e4], [-1e4] * 3], np.float32).reshape(2, 1, 1, 3),  # additive
+                 np.array([[0, 0, np.finfo(np.float16).min], [np.finfo(np.float16).min] * 3],
+                          np.float16).reshape(2, 1, 1, 3),
+                 np.array([[0], [-1e4]], np.float32).reshape(2, 1, 1, 1)]               # one key flag (seed 60)
+
+
+@pytest.mark.parametrize("k", range(len(KEYLESS_ROW_1)))
+def test_a_4d_key_mask_rows_with_no_kept_key_are_half_masked_rows(k):
+    """fuzz49 (session 44): fuzz_s45 mask4d --precision fp16 seeds 60 / 65 / 74 differed at onnx / trt O3-O4 only on
+    the batch row a [B, 1, 1, T] key mask input leaves no key, but only 2-D masks were read: `wrong`. A 4-D key mask
+    (bool either polarity, additive 0 / -1e4 / min) is read now: half-masked-rows."""
+    cls, detail = _identity_judge(KEYLESS_ROW_1[k], row=1)
+    assert cls == "half-masked-rows" and "4-D key mask" in detail, (cls, detail)
+
+
+@pytest.mark.parametrize("k", range(len(KEYLESS_ROW_1)))
+def test_a_4d_key_mask_row_that_keeps_keys_still_differs_wrong(k):
+    """The same masks, the difference on batch row 0, which keeps keys under either bool polarity (not constant) and
+    under the additive reading: wrong. So is a difference beside an additive 4-D input with other values (a bias:
+    not read as a mask) or beside a bool mask whose rows all keep some key."""
+    assert _identity_judge(KEYLESS_ROW_1[k], row=0)[0] == "wrong"
+    assert _identity_judge(np.array([[0, 0, -1], [-1e4] * 3], np.float32).reshape(2, 1, 1, 3), row=1)[0] == "wrong"
+    assert _identity_judge(np.array([[1, 1, 0], [1, 0, 1]], bool).reshape(2, 1, 1, 3), row=1)[0] == "wrong"
+
+
+def test_2d_masks_are_read_as_before():
+    """A 2-D 0 / 1 mask [B, S]: query rows with no kept key at or before them are half-masked-rows, a kept row that
+    differs is wrong (unchanged by the 4-D reading)."""
+    mask = np.array([[1, 1, 1], [0, 0, 0]], np.int64)
+    cls, detail = _identity_judge(mask, row=1)
+    assert cls == "half-masked-rows" and "4-D" not in detail, (cls, detail)
+    assert _identity_judge(mask, row=0)[0] == "wrong"
+
+
+def test_fuzz_s45_mask4d_fp16_seed_60_is_half_masked_rows():
+    """The case fuzz49 found: mask4d near-key-one, additive [B, 1, 1, 1] = [[0], [-1e4]] under --precision fp16 at
+    onnx O3 (0.49 off on batch row 1 only): half-masked-rows, not wrong."""
+    from fuzz_motifs import make_s45_case
+
+    results = fd.fuzz_case(make_s45_case(60, "mask4d"), [3], ["onnx"], precision="fp16")[0]
+    assert [r["cls"] for r in results] == ["half-masked-rows"], [(r["cls"], r["detail"][:200]) for r in results]
