@@ -10,6 +10,10 @@ torch.bmm's exports), hidden by the size-1 axis. Rewrites, each exact:
   them). Only where that saves a node: q keeps x's order, or the Transpose's readers are Reshapes that then
   read x's elements (reshape-unsqueeze; Shapes besides). Elsewhere it saves none, and a 4-D K^T
   Transpose(Unsqueeze(k)) the attention rules read would become Unsqueeze(Transpose(k)).
+- ``unsqueeze-transpose``: the converse, Unsqueeze(Transpose(x, q), J) is Transpose(Unsqueeze(x, J), p), where every
+  reader of it is a MatMul (and the Transpose has no other reader): one-head K^T written Unsqueeze(Transpose(k3,
+  [0, 2, 1]), [1]) becomes the Transpose(Unsqueeze(k3), [0, 1, 3, 2]) the attention rules read. Node count equal;
+  disjoint from transpose-unsqueeze (that one needs Reshape readers), so the two never undo each other.
 - ``reshape-unsqueeze``: Reshape(Unsqueeze(x) or Squeeze(x), t) reads x: a Reshape of the same
   elements in the same order. Only where t's constant entries hold no 0 (a 0 copies the input's dim
   at its index, which the size-1 axis shifts) and allowzero is 0; t's computed entries (products of
@@ -86,6 +90,8 @@ class SizeOneAxesPass(FusePass):
                     modified |= self._transpose_unsqueeze(graph, node) or self._transpose_batch_merge(graph, node)
                 elif is_default_op(node, "Reshape"):
                     modified |= self._reshape_unsqueeze(node)
+                elif is_default_op(node, "Unsqueeze"):
+                    modified |= self._unsqueeze_transpose(graph, node)
                 elif is_default_op(node, "Squeeze"):
                     modified |= self._squeeze_reshape(graph, node)
                 elif is_default_op(node, "Shape"):
@@ -153,6 +159,41 @@ class SizeOneAxesPass(FusePass):
         reroute(node.outputs[0], u_out)
         graph.remove(node, safe=True)
         self.stats["transpose-unsqueeze"] += 1
+        return True
+
+    def _unsqueeze_transpose(self, graph: ir.Graph, node: ir.Node) -> bool:
+        src = node.inputs[0]
+        tr = None if src is None else src.producer()
+        if not is_default_op(tr, "Transpose") or tr.graph is not graph or src.is_graph_output() \
+                or len(list(src.uses())) != 1:
+            return False
+        out = node.outputs[0]
+        readers = [n for n, _ in out.uses()]
+        if out.is_graph_output() or not readers or not all(is_default_op(n, "MatMul") for n in readers):
+            return False
+        x, axes, q, rank = tr.inputs[0], raw_axes(node), attr_value(tr, "perm", None), _rank(tr.inputs[0])
+        if x is None or axes is None or q is None or rank is None or sorted(q) != list(range(rank)):
+            return False
+        out_rank = rank + len(axes)
+        ones = sorted(a % out_rank for a in axes)
+        if len(set(ones)) != len(ones):
+            return False
+        own = [i for i in range(out_rank) if i not in ones]       # where Unsqueeze(x, J) puts x's axes
+        it = iter(list(q))
+        perm = [i if i in ones else own[next(it)] for i in range(out_rank)]
+        stem = node.name or "unsqueeze"
+        u_out = ir.Value(name=self._fresh(f"{stem}_first"), type=x.type,
+                         shape=None if x.shape is None else
+                         ir.Shape([1 if i in ones else x.shape[own.index(i)] for i in range(out_rank)]))
+        t_out = ir.Value(name=self._fresh(f"{stem}_moved"), type=out.type, shape=out.shape)
+        graph.insert_before(node, [ir.Node("", "Unsqueeze", [x, self._new_const(graph, f"{stem}_axes", ones)],
+                                           outputs=[u_out], name=self._fresh(f"{stem}_first")),
+                                   ir.Node("", "Transpose", [u_out], attributes=[ir.AttrInt64s("perm", perm)],
+                                           outputs=[t_out], name=self._fresh(f"{stem}_moved"))])
+        reroute(out, t_out)
+        graph.remove(node, safe=True)
+        graph.remove(tr, safe=True)
+        self.stats["unsqueeze-transpose"] += 1
         return True
 
     def _drops_view(self, node: ir.Node, value: ir.Value) -> bool:

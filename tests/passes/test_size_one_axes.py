@@ -283,3 +283,50 @@ g (float[7] x) => (float[7, 7] y) {{
     assert modified and p.stats["transpose-unsqueeze"] == 1
     assert ops(model) == {"Constant": 1, "Unsqueeze": 2, "Sub": 1}, ops(model)
     check_same(proto, model)
+
+
+# K^T written Unsqueeze(Transpose(k3, [0, 2, 1]), [1]) (fuzz_s45 head_unsq hu-unsq-of-transpose, glue50)
+_ONE_HEAD_UT = _ONE_HEAD.replace("    k = Unsqueeze(k3, ax)\n", "").replace(
+    "    kt = Transpose<perm = [0, 1, 3, 2]>(k)\n", "    k3t = Transpose<perm = [0, 2, 1]>(k3)\n    kt = Unsqueeze(k3t, ax)\n")
+
+
+def test_an_unsqueezed_key_transpose_read_by_the_scores_becomes_the_4d_transpose():
+    """K^T = Unsqueeze(Transpose(k3, [0, 2, 1]), [1]) read by the scores MatMul becomes Transpose(Unsqueeze(k3, [1]),
+    [0, 1, 3, 2]): the same node count, the 4-D K^T the attention rules read; the outputs match."""
+    assert _ONE_HEAD_UT != _ONE_HEAD
+    proto, model, modified, p = _run(_ONE_HEAD_UT)
+    assert modified and p.stats["unsqueeze-transpose"] == 1 and p.stats["transpose-unsqueeze"] == 0
+    assert ops(model) == ops(proto)
+    tr = [n for n in model.graph if n.op_type == "Transpose"]
+    assert len(tr) == 1 and list(tr[0].attributes["perm"].value) == [0, 1, 3, 2]
+    assert tr[0].inputs[0].producer().op_type == "Unsqueeze"
+    check_same(proto, model)
+
+
+@pytest.mark.parametrize("target,level", [("ort", 3), ("onnx", 3), ("trt", 4)])
+def test_one_head_attention_with_an_unsqueezed_key_transpose_fuses(target, level):
+    """The Unsqueeze(Transpose(k3)) spelling end to end: no Softmax left at any target (ort: one MultiHeadAttention),
+    the outputs match the original in ONNX Runtime (the old code left the Softmax at all three)."""
+    import onnx_fuse
+
+    result = onnx_fuse.optimize(parse(_ONE_HEAD_UT), target=target, level=level, verify=True)
+    assert result.report.passed
+    counts = ops(result.model)
+    assert "Softmax" not in counts, counts
+    if target == "ort":
+        assert counts.get("MultiHeadAttention") == 1, counts
+
+
+@pytest.mark.parametrize("reader", ["relu", "transpose-shared"])
+def test_an_unsqueezed_transpose_not_read_by_matmuls_stays(reader):
+    """Unsqueeze(Transpose(x)) read by a Relu, or its Transpose also read elsewhere (the move would add a node): no
+    rewrite."""
+    body = "y = Relu(u)\n    z = Neg(t)" if reader == "relu" else "y = MatMul(a, u)\n    z = Neg(t)"
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[2, 5, 4] x, float[2, 1, 3, 4] a) => ({"float[2, 1, 4, 5]" if reader == "relu" else "float[2, 1, 3, 5]"} y, float[2, 4, 5] z) {{
+    ax = Constant<value = int64[1] {{1}}>()
+    t = Transpose<perm = [0, 2, 1]>(x)
+    u = Unsqueeze(t, ax)
+    {body}
+}}""")
+    assert not modified and p.stats["unsqueeze-transpose"] == 0 and ops(model) == ops(proto)
