@@ -12,11 +12,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from attention_testing import rotate_half_nodes, scores_merge_nodes
-
-B, S, H, D = 2, 3, 4, 8
-BIG = np.iinfo(np.int64).max
-F16 = TensorProto.FLOAT16
+from attention_testing import rotate_half_nodes
+from head_block_testing import D, F16, H, S, cast_down_merge, head_feeds, head_inits, head_inputs, split_heads
 
 
 def _block(h, *, split_read=False):
@@ -24,36 +21,10 @@ def _block(h, *, split_read=False):
     cast back to float16; softmax(q k^T * scale + mask) v merged back to y. split_read: q's float16 head split
     is a graph output too."""
     n = h.node
-    nodes = []
-    for name in ("q", "k", "v"):
-        nodes += [n("Reshape", [f"{name}3", "shp"], [f"{name}sp"]),
-                  n("Transpose", [f"{name}sp"], [f"{name}hf" if name != "v" else "v4"], perm=[0, 2, 1, 3])]
-        if name != "v":
-            nodes.append(n("Cast", [f"{name}hf"], [f"{name}4"], to=TensorProto.FLOAT))
-    nodes += rotate_half_nodes(n)
-    nodes += [n("Cast", ["q4rot"], ["q4r16"], to=F16), n("Cast", ["k4rot"], ["k4r16"], to=F16)]
-    merge = scores_merge_nodes(n, "k4r16", "v4")
-    merge[1].input[0] = "q4r16"
-    nodes += merge
-    inputs = [h.vi("pos", ["s"], elem=7), *(h.vi(f"{x}3", ["b", "s", H * D], elem=F16) for x in "qkv"),
-              h.vi("mask", ["b", 1, "s", "s"], elem=F16)]
+    nodes = split_heads(n, lambda x: [n("Cast", [f"{x}hf"], [f"{x}4"], to=TensorProto.FLOAT)])
+    nodes += rotate_half_nodes(n) + cast_down_merge(n)
     outputs = [h.vi("y", ["b", "s", H * D], elem=F16)] + ([h.vi("qhf", ["b", H, "s", D], elem=F16)] if split_read else [])
-    inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
-    inits = {"shp": np.array([0, 0, H, D], np.int64),
-             "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
-             "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
-             "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64),
-             "scale": np.array(D ** -0.5, np.float16), "hd": np.array([H * D], np.int64)}
-    return h.make_model(nodes, inputs, outputs, inits)
-
-
-def _feeds(h, s=S):
-    r = h.rng
-    f = {"pos": np.arange(s), **{x: r.standard_normal((B, s, H * D)).astype(np.float16) for x in ("q3", "k3", "v3")}}
-    m = np.triu(np.full((s, s), -1e4), 1) + np.zeros((B, 1, s, s))
-    m[1, :, :, -1:] = -1e4  # row 1's last key padded (every query keeps its first key)
-    f["mask"] = m.astype(np.float16)
-    return f
+    return h.make_model(nodes, head_inputs(h, F16), outputs, head_inits(np.float16))
 
 
 @pytest.mark.parametrize("target", ["onnx", "ort"])
@@ -66,7 +37,7 @@ def test_float32_rotation_in_a_half_model_takes_3d_heads(h, target):
     assert ops["RotaryEmbedding"] == 2 and "Transpose" not in ops, ops
     assert h.fired(out)["cast-before-head-split"] >= 2, h.fired(out)
     for s in (S, 6):
-        h.assert_close(model, out, _feeds(h, s), atol=3e-3, rtol=3e-3)
+        h.assert_close(model, out, head_feeds(h, s), atol=3e-3, rtol=3e-3)
 
 
 def test_a_split_read_elsewhere_keeps_its_cast(h):
@@ -76,4 +47,4 @@ def test_a_split_read_elsewhere_keeps_its_cast(h):
     reasons = h.reasons(model, "onnx", "cast-before-head-split")
     assert any("must be read only by the Cast" in r for r in reasons), reasons
     out = h.fuse(model, "onnx", level=3)
-    h.assert_close(model, out, _feeds(h), atol=3e-3, rtol=3e-3)
+    h.assert_close(model, out, head_feeds(h), atol=3e-3, rtol=3e-3)

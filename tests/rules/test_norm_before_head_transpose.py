@@ -16,46 +16,26 @@ import numpy as np
 import pytest
 
 from attention_testing import rotate_half_nodes, scores_merge_nodes
-
-B, S, H, D = 2, 3, 4, 8
-BIG = np.iinfo(np.int64).max
+from head_block_testing import D, H, S, head_feeds, head_inits, head_inputs, split_heads
 
 
 def _block(h, *, axis=-1, normed_out=False):
     """axis: the LayerNorm's axis (-1: over D); normed_out: q's norm is also a graph output."""
     n = h.node
-    nodes = []
-    for name in ("q", "k", "v"):
-        nodes += [n("Reshape", [f"{name}3", "shp"], [f"{name}sp"]),
-                  n("Transpose", [f"{name}sp"], [f"{name}hf" if name != "v" else "v4"], perm=[0, 2, 1, 3])]
-        if name != "v":
-            nodes.append(n("LayerNormalization", [f"{name}hf", f"{name}_gamma", f"{name}_beta"], [f"{name}4"],
-                           axis=axis, epsilon=1e-5))
+    nodes = split_heads(n, lambda x: [n("LayerNormalization", [f"{x}hf", f"{x}_gamma", f"{x}_beta"], [f"{x}4"],
+                                        axis=axis, epsilon=1e-5)])
     nodes += rotate_half_nodes(n)
     nodes += scores_merge_nodes(n, "k4rot", "v4")
-    inputs = [h.vi("pos", ["s"], elem=7), h.vi("q3", ["b", "s", H * D]), h.vi("k3", ["b", "s", H * D]),
-              h.vi("v3", ["b", "s", H * D]), h.vi("mask", ["b", 1, "s", "s"])]
     outputs = [h.vi("y", ["b", "s", H * D])] + ([h.vi("q4", ["b", H, "s", D])] if normed_out else [])
     r = np.random.default_rng(7)
     gshape = (D,) if axis == -1 else (S, D)
-    inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
-    inits = {"shp": np.array([0, 0, H, D], np.int64),
-             **{f"{x}_gamma": (1 + 0.1 * r.standard_normal(gshape)).astype(np.float32) for x in "qk"},
-             **{f"{x}_beta": (0.1 * r.standard_normal(gshape)).astype(np.float32) for x in "qk"},
-             "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
-             "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
-             "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64),
-             "scale": np.array(D ** -0.5, np.float32), "hd": np.array([H * D], np.int64)}
-    return h.make_model(nodes, inputs, outputs, inits)
+    weights = {**{f"{x}_gamma": (1 + 0.1 * r.standard_normal(gshape)).astype(np.float32) for x in "qk"},
+               **{f"{x}_beta": (0.1 * r.standard_normal(gshape)).astype(np.float32) for x in "qk"}}
+    return h.make_model(nodes, head_inputs(h), outputs, head_inits(**weights))
 
 
 def _feeds(h, s=S):
-    r = h.rng
-    f = {"pos": np.arange(s), **{x: r.standard_normal((B, s, H * D)).astype(np.float32) for x in ("q3", "k3", "v3")}}
-    m = np.triu(np.full((s, s), -1e9), 1) + np.zeros((B, 1, s, s))
-    m[1, :, :, :1] = -1e9  # left padding on row 1
-    f["mask"] = m.astype(np.float32)
-    return f
+    return head_feeds(h, s, np.float32)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
@@ -119,10 +99,7 @@ def _block23(h, form):
     'rms_rows'   q / k: RMSNormalization over [S, D] (axis -2, near miss)"""
     n = h.node
     r = np.random.default_rng(11)
-    nodes, inits = [], {}
-    for name in ("q", "k", "v"):
-        nodes += [n("Reshape", [f"{name}3", "shp"], [f"{name}sp"]),
-                  n("Transpose", [f"{name}sp"], [f"{name}hf" if name != "v" else "v4"], perm=[0, 2, 1, 3])]
+    nodes, inits = split_heads(n), {}
     gam = {x: (1 + 0.1 * r.standard_normal(D)).astype(np.float32) for x in "qk"}
     for x in "qk":
         hf, last = f"{x}hf", f"{x}4"
@@ -156,17 +133,9 @@ def _block23(h, form):
     nodes += rotate_half_nodes(n)
     nodes += scores_merge_nodes(n, "k4rot", "v4")
     s_dim = S if form in ("per_pos", "rms_rows") else "s"
-    inputs = [h.vi("pos", [s_dim], elem=7), h.vi("q3", ["b", s_dim, H * D]), h.vi("k3", ["b", s_dim, H * D]),
-              h.vi("v3", ["b", s_dim, H * D]), h.vi("mask", ["b", 1, s_dim, s_dim])]
-    inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
-    inits.update({"shp": np.array([0, 0, H, D], np.int64), "two": np.array(2.0, np.float32),
-                  "rm_axes": np.array([-1], np.int64), "rms_eps": np.array(1e-6, np.float32),
-                  "qk_factor": np.array(3.87, np.float32),
-                  "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
-                  "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
-                  "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64),
-                  "scale": np.array(D ** -0.5, np.float32), "hd": np.array([H * D], np.int64)})
-    return h.make_model(nodes, inputs, [h.vi("y", ["b", s_dim, H * D])], inits)
+    inits.update(head_inits(two=np.array(2.0, np.float32), rm_axes=np.array([-1], np.int64),
+                            rms_eps=np.array(1e-6, np.float32), qk_factor=np.array(3.87, np.float32)))
+    return h.make_model(nodes, head_inputs(h, s=s_dim), [h.vi("y", ["b", s_dim, H * D])], inits)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
