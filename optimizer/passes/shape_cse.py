@@ -40,6 +40,10 @@ Gather: the whole Shapes die, so it saves a node at least (a Gather for a Squeez
 Only once, after the last cleanup: inside a cleanup's fixed point a later round's scalar read from an input
 (``_read_dims``) or a rule's Shape read brought the whole Shape back, and the Gathers had only become
 Squeezes (1a31ab2, reverted: 50 hold-out cells swapped a Gather for a Squeeze, 4 were a node worse).
+A ``Gather(Shape(x), [j])`` (a one-entry 1-D index: a [1] read, as torch writes ``x.shape[j:j+1]`` or a
+tracer its index list) reading the same whole Shape is itself such a twin, but keeps the Shape alive: from
+opset 15 it becomes ``Shape(x, j, j + 1)`` (one node for one) where then every reader of the whole Shapes is a
+scalar Gather with a twin or such a [1] Gather, so the whole Shapes die (glue50, fuzz_s45 st-twin-gather-1d).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass, reroute
 from onnx_fuse.passes._rep_cost import fresh_cost, keep_cost, live_nodes, twin_index
-from onnx_fuse.passes._shape_values import invented_name, read_dims, shape_entries
+from onnx_fuse.passes._shape_values import invented_name, read_dims, shape_entries, shape_read_bounds
 
 _SUM = " + "   # how a sum of dims is spelled (passes/_dim_sums.py)
 
@@ -264,11 +268,85 @@ class ScalarTwinReadsPass(FusePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         from onnx_fuse.passes.dead_code import DeadCodeEliminationPass
 
-        done = sum(_scalar_reads_of_twins(graph) for graph in model.graphs())
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+        done = 0
+        for graph in model.graphs():
+            ones = _one_entry_gathers_as_shapes(graph) if opset >= 15 else 0
+            if ones:
+                self.stats["[1] Gather of a whole Shape as a Shape slice"] += ones
+            twins = _scalar_reads_of_twins(graph)
+            if twins:
+                self.stats["scalar read of a twin"] += twins
+            done += twins + ones
         if done:
-            self.stats["scalar read of a twin"] += done
             DeadCodeEliminationPass()(model)
         return ir.passes.PassResult(model, modified=bool(done))
+
+
+def _whole_shape(node: ir.Node) -> bool:
+    """A Shape node reading every axis of its input: no start / end, or ones that cover the rank (shape_cse's
+    read of a whole vector from an input is ``Shape(input, 0, rank)``)."""
+    if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
+        return False
+    if not ({"start", "end"} & set(node.attributes)):
+        return True
+    x = node.inputs[0]
+    return x.shape is not None and shape_read_bounds(node, len(x.shape)) == (0, len(x.shape))
+
+
+def _gather_index(node: ir.Node, rank: int) -> tuple[int, bool] | None:
+    """(j in [0, rank), scalar) of a ``Gather(Shape(x), c)`` reader (axis 0, ``c`` a constant scalar or a one-entry
+    1-D index); None for any other reader."""
+    from onnx_fuse.passes.constant_folding import constant_tensor
+
+    if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 \
+            or len(node.outputs) != 1 or (node.attributes.get("axis") is not None
+                                          and (node.attributes["axis"].is_ref() or node.attributes["axis"].value != 0)):
+        return None
+    t = constant_tensor(node.inputs[1])
+    if t is None or t.dtype not in (ir.DataType.INT64, ir.DataType.INT32) or len(t.shape) > 1 or t.size != 1:
+        return None
+    j = int(t.numpy().reshape(-1)[0])
+    return (j % rank, len(t.shape) == 0) if -rank <= j < rank else None
+
+
+def _one_entry_gathers_as_shapes(graph: ir.Graph) -> int:
+    """Each ``Gather(Shape(x), [j])`` as ``Shape(x, j, j + 1)`` where every reader of every live whole ``Shape(x)``
+    is a Gather of a constant index and each scalar one's dim is also read as [1] (by such a Gather, or by a live
+    [1] value computed before the Gather's readers): the whole Shapes then die (the scalar reads become Squeezes of
+    their twins, ``_scalar_reads_of_twins``). The new Shape goes right after the first whole Shape. Returns how many
+    Gathers became Shapes."""
+    live = live_nodes(graph)
+    wholes: dict[ir.Value, list[ir.Node]] = {}
+    for node in graph:
+        if node in live and _whole_shape(node):
+            wholes.setdefault(node.inputs[0], []).append(node)
+    done = 0
+    for x, shapes in wholes.items():
+        if x.shape is None or any(s.outputs[0].is_graph_output() for s in shapes):
+            continue
+        rank, ones, scalars = len(x.shape), [], set()
+        for s in shapes:
+            for use in s.outputs[0].uses():
+                got = _gather_index(use.node, rank) if use.idx == 0 and use.node.graph is graph else None
+                if got is None:
+                    break
+                (scalars.add(got[0]) if got[1] else ones.append((use.node, got[0])))
+            else:
+                continue
+            break
+        else:
+            if not ones or not scalars <= {j for _, j in ones}:
+                continue
+            first = shapes[0]
+            for gather, j in ones:
+                out = ir.Value(name=None, type=gather.outputs[0].type, shape=ir.Shape([1]))
+                graph.insert_after(first, ir.Node("", "Shape", [x], outputs=[out],
+                                                  attributes=[ir.AttrInt64("start", j), ir.AttrInt64("end", j + 1)]))
+                reroute(gather.outputs[0], out)
+                graph.remove(gather, safe=True)
+                done += 1
+    return done
 
 
 def _scalar_reads_of_twins(graph: ir.Graph) -> int:
@@ -283,8 +361,7 @@ def _scalar_reads_of_twins(graph: ir.Graph) -> int:
     for node in graph:
         if node not in live or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
             continue
-        if node.op_type == "Shape" and node.inputs and node.inputs[0] is not None \
-                and not ({"start", "end"} & set(node.attributes)):
+        if _whole_shape(node):
             wholes.setdefault(node.inputs[0], []).append(node)
         key = _key(node.outputs[0])
         if key is not None and not key[2] and len(key[1]) == 1:

@@ -152,3 +152,73 @@ def test_the_stage_runs_once_after_the_last_cleanup():
             assert names.count("scalar-twins") == 1 and names[names.index("scalar-twins") - 1] == "cleanup", names
             assert all(n != "cleanup" for n in names[names.index("scalar-twins"):]), names
     assert "scalar-twins" not in [s.name for s in build_stages(1, "ort")]
+
+
+# glue50: a [1] read written Gather(Shape(x), [j]) (one-entry 1-D index) beside the scalar Gather(Shape(x), j)
+ONE_ENTRY_GATHER = '''
+    g (float[B, S, 8] x) => (float[B, S, 2, 4] y, int64[S] pos)
+    {
+        w = Shape(x)
+        one = Constant<value = int64 {1}>()
+        s = Gather<axis = 0>(w, one)
+        zero = Constant<value = int64 {0}>()
+        step = Constant<value = int64 {1}>()
+        pos = Range(zero, s, step)
+        w2 = Shape(x)
+        idx = Constant<value = int64[1] {1}>()
+        sv = Gather<axis = 0>(w2, idx)
+        head = Constant<value = int64[1] {-1}>()
+        tail = Constant<value = int64[2] {2, 4}>()
+        t = Concat<axis = 0>(head, sv, tail)
+        y = Reshape(x, t)
+    }'''
+
+
+_ONE_SHAPE = ONE_ENTRY_GATHER.replace("w2 = Shape(x)\n", "").replace("(w2, idx)", "(w, idx)")   # as node CSE leaves it
+
+
+def test_a_one_entry_gather_is_read_as_the_twin():
+    """Gather(Shape(x), [1]) beside Gather(Shape(x), 1) (node CSE merged the two Shapes): the [1] Gather becomes
+    Shape(x, 1, 2), the scalar one its Squeeze, the whole Shape goes (Shape + 2 Gathers -> Shape + Squeeze)."""
+    proto, model, modified, p = _run(_ONE_SHAPE)
+    assert modified and p.stats["[1] Gather of a whole Shape as a Shape slice"] == 1
+    assert p.stats["scalar read of a twin"] == 1
+    got = ops(model)
+    assert "Gather" not in got and got["Shape"] == 1 and got["Squeeze"] == 1, got
+    check_same(proto, model, inputs=_feeds("x", shape=(2, 3, 8)))
+
+
+def test_a_shape_of_every_axis_is_a_whole_shape():
+    """The whole Shape written Shape(x, 0, 3) (shape_cse's read of a whole vector from an input) counts as whole:
+    the same rewrite."""
+    text = ONE_ENTRY_GATHER.replace("w = Shape(x)", "w = Shape<start = 0, end = 3>(x)").replace(
+        "w2 = Shape(x)\n", "").replace("(w2, idx)", "(w, idx)")
+    proto, model, modified, p = _run(text)
+    got = ops(model)
+    assert modified and "Gather" not in got and got["Shape"] == 1, got
+    check_same(proto, model, inputs=_feeds("x", shape=(2, 3, 8)))
+
+
+def test_a_one_entry_gather_of_another_dim_stays():
+    """The [1] Gather reads dim 0 while the scalar reads dim 1 (no twin): the whole Shape lives on, nothing
+    changes; below opset 15 (no Shape start / end) neither."""
+    text = _ONE_SHAPE.replace(
+        "int64[1] {1}>()\n        sv", "int64[1] {0}>()\n        sv").replace("int64[1] {-1}", "int64[1] {1}").replace(
+        "float[B, S, 2, 4] y", "float[B, 1, 2, 4] y")
+    proto, model, modified, p = _run(text.replace("Reshape(x, t)", "Reshape(x, t)"))
+    assert not modified and ops(model) == ops(proto)
+    old = parse('<ir_version: 8, opset_import: ["" : 14]>' + _ONE_SHAPE)
+    model, modified, p = apply(ScalarTwinReadsPass, old, shape_inference=True)
+    assert not modified
+
+
+def test_end_to_end_a_one_entry_gather_beside_a_range():
+    """optimize at O2 / O3 on the same graph (two Shapes as written): the whole Shape goes, no Gather left, a node
+    fewer than with the stage disabled, values equal in ONNX Runtime (before: both Gathers and the Shape stayed)."""
+    proto = parse(HEADER + ONE_ENTRY_GATHER)
+    for level, target in ((2, "ort"), (3, "onnx"), (3, "trt")):
+        on = onnx_fuse.optimize(proto, level=level, target=target, verify=True)
+        off = onnx_fuse.optimize(proto, level=level, target=target, disable=["scalar-twins"])
+        assert on.report.passed
+        assert sum(ops(on.model).values()) == sum(ops(off.model).values()) - 1, (ops(on.model), ops(off.model))
+        assert "Gather" not in ops(on.model), ops(on.model)
