@@ -151,7 +151,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_specs import DEFAULT_WEIGHTS, KV64_ARCHS, SPECS, head_dim_64  # noqa: E402
 from holdout_specs import (BF16_ARCHS6B, HALF5D, HALF9B, HALF23, HALF_ARCHS2, HOLDOUT, HOLDOUT2, HOLDOUT3, HOLDOUT4, HOLDOUT4B,  # noqa: E402
-                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF33, HALF34, HALF35, HALF36, HALF37, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
+                           HALF25, HALF27, HALF28, HALF29, HALF30, HALF31, HALF32, HALF33, HALF34, HALF35, HALF36, HALF37, HALF38, HALF_FROM, HOLDOUT5C, HOLDOUT6B, EXPORT_FEATURES, EXPORT_OPTIONS,
                            HOLDOUT_SETS, HOLDOUT_STYLES, LEGACY_ATTN, LEGACY_VERSIONS, STATIC_CACHE_LEN,
                            STYLE_ARCHS, STYLE_ARCHS2)
 
@@ -382,16 +382,45 @@ def _hf_class(spec):
     return getattr(module, spec["model_class"])
 
 
-def _past_shapes(model, ids):
+def _cross_cache_model(model) -> bool:
+    """A decoder part whose forward takes an EncoderDecoderCache and builds none itself (Dia's decoder: kind
+    encoder, the encoder's states an extra input): its self-attention cache goes in beside an empty cross one."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    param = params.get("cache", params.get("past_key_values"))
+    return param is not None and "EncoderDecoderCache" in str(param.annotation)
+
+
+def _new_cache(model):
+    """An empty cache object for a cache export's forward (_cross_cache_model: an EncoderDecoderCache)."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    if _cross_cache_model(model):
+        return EncoderDecoderCache(_dynamic_cache(DynamicCache, model.config),
+                                   _dynamic_cache(DynamicCache, model.config))
+    return DynamicCache(config=model.config)
+
+
+def _out_cache(out):
+    """The self-attention cache of a forward's output (transformers 5.x: `cache` where past_key_values was)."""
+    cache = getattr(out, "past_key_values", None)
+    cache = getattr(out, "cache", None) if cache is None else cache
+    return getattr(cache, "self_attention_cache", cache)
+
+
+def _past_shapes(model, ids, **extra):
     """[(key_shape, value_shape)] per layer from a real forward with use_cache (no guessing of
-    kv heads / head_dim per architecture)."""
+    kv heads / head_dim per architecture). extra: inputs the forward needs (Dia's encoder states)."""
     import torch
 
     if hasattr(model, "past_shapes"):  # handwritten_models: the model knows its cache layout
         return model.past_shapes(ids)
+    if _cross_cache_model(model):
+        extra["past_key_values"] = _new_cache(model)
     with torch.no_grad():
-        out = model(input_ids=ids, use_cache=True, return_dict=True)
-    cache = out.past_key_values
+        out = model(input_ids=ids, use_cache=True, return_dict=True, **extra)
+    cache = _out_cache(out)
     if hasattr(cache, "layers"):   # None for a layer the forward skipped (Mllama's cross-attention ones)
         return [(tuple(layer.keys.shape), tuple(layer.values.shape)) if getattr(layer, "keys", None) is not None
                 and layer.keys.numel() else None for layer in cache.layers]
@@ -516,8 +545,6 @@ class _Wrap:
                 self.m, self.names = model, names
 
             def forward(self, *args):
-                from transformers.cache_utils import DynamicCache
-
                 kw = dict(zip(self.names, args))
                 if "cross_attention_mask" in kw:   # Mllama's [B, S, images, tiles] -> its additive mask and row gate
                     from transformers.models.mllama.modeling_mllama import _prepare_cross_attention_mask
@@ -525,16 +552,17 @@ class _Wrap:
                     image = kw[f"past_key_values.{cross[0]}.encoder.key"]
                     kw["cross_attention_mask"], kw["full_text_row_masked_out_mask"] = _prepare_cross_attention_mask(
                         kw["cross_attention_mask"].to(image.dtype), image.shape[2], image.dtype)
-                cache = DynamicCache(config=model.config)
+                cache = _new_cache(model)
+                own = getattr(cache, "self_attention_cache", cache)   # Dia: the cross cache fills in the forward
                 for i in range(n_layers):   # filled in layer order
                     pre = f"past_key_values.{i}" + (".encoder" if i in cross else "")
-                    cache.update(kw.pop(f"{pre}.key"), kw.pop(f"{pre}.value"), i)
+                    own.update(kw.pop(f"{pre}.key"), kw.pop(f"{pre}.value"), i)
                 out = self.m(**kw, past_key_values=cache, use_cache=True, return_dict=True)
                 present = []
-                for i, layer in enumerate(out.past_key_values.layers[:n_layers]):
+                for i, layer in enumerate(_out_cache(out).layers[:n_layers]):
                     if i not in cross:
                         present += [layer.keys, layer.values]
-                return (out.logits, *present)
+                return (_first_output(out), *present)
 
         return NamedCache
 
@@ -685,7 +713,7 @@ def cross_layers(spec) -> tuple[int, ...]:
 
 def named_kv(spec) -> bool:
     """A decoder whose cache export takes more than (input_ids, attention_mask, *past): _Wrap.named_cache."""
-    return spec["kind"] == "decoder" and bool(spec.get("embeds") or spec.get("extra_inputs"))
+    return spec["kind"] not in CROSS and bool(spec.get("embeds") or spec.get("extra_inputs"))
 
 
 def example_inputs(arch: str, style: str, model=None, batch=BATCH, seq=SEQ, past=PAST, seed=SEED):
@@ -787,7 +815,11 @@ def _example_inputs(arch, style, model, batch, seq, past, seed):
         dims["attention_mask"] = ["batch", "total_sequence"]
         # the past's ids as the inputs' own: [batch, past, channels] for ids_channels (Dia / Kyutai codes)
         ids = torch.randint(3, vocab, (batch, past, *feeds["input_ids"].shape[2:]), generator=g)
-        for i, shapes in enumerate(_past_shapes(model, ids)):
+        # a decoder part (kind encoder) takes its encoder's states in this forward too (Dia's cross-attention)
+        states = {} if kind == "decoder" else {
+            name: torch.zeros(batch, arg[0], *(arg[1:] or (cfg["hidden_size"],)), dtype=next(model.parameters()).dtype)
+            for name, (what, *arg) in spec.get("extra_inputs", {}).items() if what == "states"}
+        for i, shapes in enumerate(_past_shapes(model, ids, **states)):
             if i in cross_layers(spec):   # _extra_inputs' cross_cache
                 continue
             for kv, shape in zip(("key", "value"), shapes):
@@ -1629,7 +1661,7 @@ def plan_holdout(archs, styles, sweep=1, dtype="float32"):
     half_styles = {}  # a half plan given as {arch: styles} (HALF31) names its own; a set of names takes the spec's
     if dtype != "float32":
         own_set, style_archs = {9: HALF5D, 16: HALF9B, 35: HALF23, 37: HALF25, 39: HALF27,
-                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32, 45: HALF33, 46: HALF34, 47: HALF35, 48: HALF36, 49: HALF37}.get(sweep, {}), \
+                                40: HALF28, 41: HALF29, 42: HALF30, 43: HALF31, 44: HALF32, 45: HALF33, 46: HALF34, 47: HALF35, 48: HALF36, 49: HALF37, 50: HALF38}.get(sweep, {}), \
             {2: HALF_ARCHS2, 11: BF16_ARCHS6B}.get(sweep, {})
         half_styles = own_set if isinstance(own_set, dict) else {}
     for style in styles or STYLES + tuple(HOLDOUT_STYLES):

@@ -4236,3 +4236,20 @@ HOLDOUT_SETS[49] = HOLDOUT37
 # --holdout 49 --dtype float16: {arch: styles} (float16 cells none had)
 HALF37 = {"deepseek_v3_h49": ("dyn_mask", "kv"), "granite_h49": ("kv",), "whisper_decoder_h49": ("kv",),
           "modernbert_h49": ("dyn_mask",), "mixtral_h49": ("kv",), "gemma2_h49": ("static_cache",)}
+
+
+# ---- thirty-eighth sweep (--holdout 50, HOLDOUT38): graphs another tool touched first, on KV-cache decoders and
+# float16 exports (tools/pretool_holdout.py --set 50); Dia's decoder cache ----
+# Set 13 ran the pre-tools (onnxslim, ORT's offline optimizer, onnxscript's optimizer / rewriter, Optimum, ORT's
+# float16 converter) over 9 corpus exports, two with a cache and none in float16. Set 50's inputs: the corpus's
+# qwen3 / gemma2 kv float16 files and whisper_decoder / deepseek_v3 (MLA) / glm (GQA, partial interleaved rotary) kv
+# files, plus the float16 kv exports below (none of these four had one in the corpus) and Dia's decoder (ids [B, T,
+# channels], GQA self-attention with rotary beside a cross-attention) in style kv, never tried (export_corpus learnt
+# ids_channels caches in set 48). Float32 plan: dia_decoder_h50 kv; float16 plan (HALF38): the four in kv.
+_SRC50 = {a: s for s in [SPECS] + [HOLDOUT_SETS[n] for n in sorted(HOLDOUT_SETS)] for a, s in s.items()
+          if not s.get("base_arch")}
+_NEWSTYLE50 = {"dia_decoder": ("kv",), "whisper_decoder": (), "deepseek_v3": (), "glm": ()}
+HOLDOUT38 = {f"{a}_h50": dict(_SRC50[a], styles=st, base_arch=a) for a, st in _NEWSTYLE50.items()}
+HOLDOUT_SETS[50] = HOLDOUT38
+# --holdout 50 --dtype float16: {arch: styles}
+HALF38 = {f"{a}_h50": ("kv",) for a in _NEWSTYLE50}

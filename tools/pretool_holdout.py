@@ -19,6 +19,11 @@ file, sha256 and the tool added), usually into /tmp/holdout13:
     python tools/pretool_holdout.py [--out /tmp/holdout13] [--only SUBSTR ...] [--tools slim ort2 ...]
     python tools/coverage.py --corpus /tmp/holdout13 --columns ort-O3 trt-O4 onnx-O3
 
+Other inputs: --inputs takes corpus model names, .onnx files and folders (every .onnx file in it); a
+file outside the corpus is described by the manifest.json beside it (export_corpus's, e.g. a hold-out
+export folder). --set 50 is hold-out 50's plan (SET50: KV-cache decoders and float16 exports, see
+SET50's comment). fp16 is skipped on an input that is float16 already (nothing to convert).
+
 A tool that fails on a model is recorded under the manifest's 'failed' with its one-line reason.
 'tool_check' says whether the tool's own output matches the corpus original (onnx_fuse.verify), so a
 coverage row that fails can be told apart from a tool that already changed the numbers.
@@ -45,6 +50,13 @@ MODELS = ("bert__dyn_mask__trained", "distilbert__torchscript__trained", "bart_e
           "vit__static_nomask__trained", "clip_vision__dyn_mask__trained", "gpt2__dyn_mask__trained",
           "llama__kv__trained", "mistral__torchscript__trained", "gpt_neox__kv__trained")
 TOOLS = ("slim", "ort1", "ort2", "osopt", "osrewrite", "optO2", "optO3", "optO4", "fp16")
+# hold-out 50 (session 45): the pre-tools on KV-cache decoders and float16 exports. The corpus's kv files of
+# qwen3 / gemma2 (float16) and whisper_decoder / deepseek_v3 (MLA) / glm (GQA, partial rotary) (float32), and
+# the float16 kv exports of `export_corpus.py --holdout 50 --dtype float16 --out /tmp/h50/half` with Dia's
+# decoder cache (`--holdout 50 --out /tmp/h50/out`); Optimum's O2-O4 left out (none of these model types).
+SET50 = {"inputs": ("qwen3__kv__trained16", "gemma2__kv__trained16", "whisper_decoder__kv__trained",
+                    "deepseek_v3__kv__trained", "glm__kv__trained", "/tmp/h50/out", "/tmp/h50/half"),
+         "tools": ("slim", "ort1", "ort2", "osopt", "osrewrite", "fp16"), "out": "/tmp/h50/pretool"}
 
 
 def _slim(src: str, dst: str, entry: dict) -> None:
@@ -134,6 +146,32 @@ def _tool_check(original: str, tooled: str) -> dict:
         return {"passed": None, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
 
 
+def source_path(model: str) -> Path:
+    """A corpus model name (no .onnx) or an .onnx file path -> the file."""
+    return Path(model) if model.endswith(".onnx") else CORPUS / f"{model}.onnx"
+
+
+def expand_inputs(inputs) -> list[str]:
+    """--inputs: corpus model names, .onnx files and folders (their .onnx files, sorted) -> models for
+    write_derived; a file or folder that does not exist, or lacks a manifest.json, is an error."""
+    models = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            models += sorted(str(p) for p in path.glob("*.onnx"))
+        elif item.endswith(".onnx") or (CORPUS / f"{item}.onnx").exists():
+            models.append(item)
+        else:
+            raise SystemExit(f"error: {item}: not a corpus model, .onnx file or folder")
+    for model in models:
+        path = source_path(model)
+        if not path.exists() or not (path.parent / "manifest.json").exists():
+            raise SystemExit(f"error: {path}: missing, or no manifest.json beside it")
+        if path.parent != CORPUS and path.name not in json.loads((path.parent / "manifest.json").read_text())["files"]:
+            raise SystemExit(f"error: {path}: not in {path.parent / 'manifest.json'}")
+    return models
+
+
 def write_derived(out: Path, models, steps, runners, *, kind: str, about: str, check) -> None:
     """Write ``<model>__<step>.onnx`` for every corpus model x step into ``out`` and keep its
     manifest.json (entries merged into an existing one). ``runners[step](src, tmp, entry)`` writes
@@ -146,6 +184,7 @@ def write_derived(out: Path, models, steps, runners, *, kind: str, about: str, c
     mpath = out / "manifest.json"
     manifest = json.loads(mpath.read_text()) if mpath.exists() else {
         "about": about, "example_dims": corpus["example_dims"], "files": {}, "failed": {}}
+    manifests = {CORPUS: corpus}
 
     def failed(name: str, reason: str) -> None:
         manifest["failed"][name] = reason
@@ -153,9 +192,15 @@ def write_derived(out: Path, models, steps, runners, *, kind: str, about: str, c
         print(f"{name}: FAILED {reason}", flush=True)
 
     for model in models:
-        entry = corpus["files"][f"{model}.onnx"]
-        src = str(CORPUS / f"{model}.onnx")
+        path = source_path(model)
+        if path.parent not in manifests:
+            manifests[path.parent] = json.loads((path.parent / "manifest.json").read_text())
+        entry = manifests[path.parent]["files"][path.name]
+        src, model = str(path), path.stem
+        source = path.name if path.parent == CORPUS else src
         for step in steps:
+            if step == "fp16" and entry.get("dtype") == "float16":
+                continue  # the float16 converter has nothing to convert
             name = f"{model}__{step}.onnx"
             dst = out / name
             fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
@@ -177,7 +222,7 @@ def write_derived(out: Path, models, steps, runners, *, kind: str, about: str, c
             extra = result.pop("extra", {})
             manifest["failed"].pop(name, None)
             data = dst.read_bytes()
-            manifest["files"][name] = dict(entry, file=name, source=f"{model}.onnx", **{kind: step},
+            manifest["files"][name] = dict(entry, file=name, source=source, **{kind: step},
                                            sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
                                            **extra, tool_check=result)
             print(f"{name}: {len(data)} bytes, vs original: {result}", flush=True)
@@ -188,14 +233,21 @@ def write_derived(out: Path, models, steps, runners, *, kind: str, about: str, c
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="/tmp/holdout13")
+    ap.add_argument("--out", default=None, help="default /tmp/holdout13 (--set 50: /tmp/h50/pretool)")
     ap.add_argument("--only", nargs="*", help="models whose name contains one of these")
-    ap.add_argument("--tools", nargs="*", default=list(TOOLS), choices=TOOLS)
+    ap.add_argument("--tools", nargs="*", default=None, choices=TOOLS, help="default: all (--set 50: SET50's)")
+    ap.add_argument("--inputs", nargs="*", help="corpus model names, .onnx files or folders (default: MODELS)")
+    ap.add_argument("--set", type=int, choices=[13, 50], default=13,
+                    help="13: MODELS x TOOLS (the default); 50: SET50 (KV-cache decoders, float16 exports)")
     ns = ap.parse_args(argv)
-    models = [m for m in MODELS if not ns.only or any(s in m for s in ns.only)]
+    plan = SET50 if ns.set == 50 else {"inputs": MODELS, "tools": TOOLS, "out": "/tmp/holdout13"}
+    models = expand_inputs(ns.inputs or plan["inputs"])
+    models = [m for m in models if not ns.only or any(s in Path(m).name for s in ns.only)]
+    ns.tools = ns.tools or list(plan["tools"])
+    ns.out = ns.out or plan["out"]
     write_derived(Path(ns.out), models, ns.tools, RUNNERS, kind="pretool",
-                  about="Made by tools/pretool_holdout.py: corpus exports rewritten by another tool first; "
-                        "file names <corpus model>__<tool>.onnx.",
+                  about="Made by tools/pretool_holdout.py: exports rewritten by another tool first; "
+                        "file names <model>__<tool>.onnx (source: the input file).",
                   check=lambda src, dst, entry: _tool_check(src, dst))
     return 0
 
