@@ -89,3 +89,55 @@ def test_a_cast_with_another_reader_stays_and_values_match(h):
     assert ops["RotaryEmbedding"] == 2 and "Neg" not in ops, ops
     assert "cu" in [o.name for o in out.graph.output] and "Slice" not in ops and "Squeeze" not in ops, ops
     h.assert_close(model, out, _feeds(h), atol=2e-3, rtol=2e-3)
+
+
+def _model_2d(h, layout, cast):
+    """Tables of 2-D angles (glue50, fuzz_s45 cast_tables): f = pos[:, None] * inv_freq [S, D/2], repeat_interleave'd
+    to [S, D], cos / sin (cast to float16 and back when ``cast``), the batch and head axes added by ONE Unsqueeze
+    ([0, 1]: [1, 1, S, D] for x [B, H, S, D]; [0, 2]: [1, S, 1, D] for x [B, S, H, D]); x float32."""
+    n = h.node
+    xs = [B, H, S, D] if layout == "bhsd" else [B, S, H, D]
+    inits = dict(inv=(1.0 / 10000.0 ** (np.arange(D // 2) / (D // 2))).astype(np.float32).reshape(1, D // 2) * 1.3,
+                 pair=_i64(1, 1, 2), merge=_i64(S, D), ax=_i64(0, 1) if layout == "bhsd" else _i64(0, 2),
+                 zero=_i64(0), one=_i64(1), big=_i64(D), last=_i64(-1), two=_i64(2), xshape=_i64(*xs))
+    nodes = [n("Cast", ["pos"], ["posf"], to=h.F32), n("Unsqueeze", ["posf", "last"], ["pc"]),
+             n("Mul", ["pc", "inv"], ["f"]),
+             n("Unsqueeze", ["f", "last"], ["fu"]), n("Expand", ["fu", "pair"], ["fx"]),
+             n("Reshape", ["fx", "merge"], ["ri"])]
+    for fn, t in (("Cos", "cu"), ("Sin", "su")):
+        if cast:
+            nodes += [n(fn, ["ri"], [f"{t}0"]), n("Cast", [f"{t}0"], [f"{t}16"], to=F16),
+                      n("Unsqueeze", [f"{t}16", "ax"], [f"{t}u"]), n("Cast", [f"{t}u"], [t], to=h.F32)]
+        else:
+            nodes += [n(fn, ["ri"], [f"{t}0"]), n("Unsqueeze", [f"{t}0", "ax"], [t])]
+    for x in ("q", "k"):
+        nodes += [n("Slice", [x, "zero", "big", "last", "two"], [f"{x}e"]),
+                  n("Slice", [x, "one", "big", "last", "two"], [f"{x}o"]), n("Neg", [f"{x}o"], [f"{x}n"]),
+                  n("Unsqueeze", [f"{x}n", "last"], [f"{x}nu"]), n("Unsqueeze", [f"{x}e", "last"], [f"{x}eu"]),
+                  n("Concat", [f"{x}nu", f"{x}eu"], [f"{x}st"], axis=-1),
+                  n("Reshape", [f"{x}st", "xshape"], [f"{x}r"]),
+                  n("Mul", [x, "cu"], [f"{x}c"]), n("Mul", [f"{x}r", "su"], [f"{x}s"]),
+                  n("Add", [f"{x}c", f"{x}s"], [f"{x}y"])]
+    inputs = [h.vi("q", xs, h.F32), h.vi("k", xs, h.F32), h.vi("pos", [S], onnx.TensorProto.INT64)]
+    return h.make_model(nodes, inputs, [h.vi("qy", xs, h.F32), h.vi("ky", xs, h.F32)], inits), xs
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("cast", [False, True])
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_2d_tables_unsqueezed_by_one_two_axis_unsqueeze_fold_onto_the_half_angles(h, target, cast, layout):
+    """[S, D] tables given their batch and head axes by one Unsqueeze: the cut folds onto the half angles (no Slice /
+    Squeeze left, Cos / Sin of f [S, D/2]); the old half-of-doubled-table read only a one-axis Unsqueeze and left
+    Squeeze(Slice(Unsqueeze(Cos(ri)), step 2)) per cache (2 Slice + 2 Squeeze). Values equal in ONNX Runtime."""
+    model, xs = _model_2d(h, layout, cast)
+    out = h.fuse(model, target, level=3 if target != "trt" else 4)
+    ops = h.ops(out)
+    assert ops["RotaryEmbedding"] == 2 and "Neg" not in ops, ops
+    assert "Slice" not in ops and "Squeeze" not in ops, ops
+    fired = h.fired(out)
+    assert fired["half-of-doubled-table-cos"] >= 1 and fired["half-of-doubled-table-sin"] >= 1, fired
+    cos = next(nd for nd in out.graph.node if nd.op_type == "Cos")
+    assert "ri" not in cos.input, [nd.op_type for nd in out.graph.node]
+    feeds = {"q": h.rng.standard_normal(xs).astype(np.float32), "k": h.rng.standard_normal(xs).astype(np.float32),
+             "pos": np.arange(3, 3 + S, dtype=np.int64)}
+    h.assert_close(model, out, feeds, atol=2e-3 if cast else 1e-5, rtol=2e-3 if cast else 1e-5)
