@@ -233,7 +233,46 @@ def _padding_proof(ctx: Any, mask: Any, q: Any, any_base: bool = False,
             return _prove(ctx, mask, q, km, sub, sub_const, cut=km, any_base=any_base)
         except EvalFailure:
             continue
+    if not any_base:
+        for km in _binarized_key_masks(mask, q):
+            try:
+                return _key_mask_4d(ctx, mask, q, None, set(), computed=km)
+            except EvalFailure:
+                continue
     raise first
+
+
+# ops that make a bool of a float key mask whatever its values (a comparison with one number, a Cast to bool)
+_BINARIZE = ("Cast", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+
+
+def _binarized_key_masks(mask: ir.Value, q: ir.Value) -> list[ir.Value]:
+    """Bool [B, 1, 1, T] values the mask is computed from, each made by one comparison with a constant number (or a
+    Cast to bool) of a float [B, 1, 1, T] graph input (B q's batch): a float key mask (0 / large negative, or 0 / 1)
+    read through an op that makes it a bool whatever its values, so the bool's two values are all the probe must
+    cover (glue50). A float mask added to the scores as it is reads arbitrary values and is no such value (it stays
+    a bias)."""
+    found, todo, seen = [], [mask], {id(mask)}
+    while todo and len(seen) < _CONE_LIMIT:
+        v = todo.pop(0)
+        node = v.producer()
+        if node is None or node.op_type in _HEAVY or node.domain not in ("", "ai.onnx"):
+            continue
+        if v.dtype == ir.DataType.BOOL and v.shape is not None and len(v.shape) == 4 and node.op_type in _BINARIZE \
+                and v.shape.dims[1] == 1 and v.shape.dims[2] == 1 and same_dim(v.shape.dims[0], q.shape.dims[0]):
+            fed = [i for i in node.inputs if i is not None and _const(i) is None]
+            consts = [_const(i) for i in node.inputs if i is not None and _const(i) is not None]
+            x = fed[0] if len(fed) == 1 else None
+            if x is not None and x.is_graph_input() and x.dtype is not None and x.dtype.is_floating_point() \
+                    and x.shape is not None and len(x.shape) == 4 and list(x.shape.dims) == list(v.shape.dims) \
+                    and (node.op_type == "Cast" or (len(consts) == 1 and consts[0].size == 1)):
+                found.append(v)
+                continue
+        for i in node.inputs:
+            if i is not None and id(i) not in seen:
+                seen.add(id(i))
+                todo.append(i)
+    return found[:_MAX_KEY_MASKS]
 
 
 # computed [B, S] key masks tried per mask (nearest the graph inputs first)
@@ -309,18 +348,26 @@ def _input_padding(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], a
     return _prove(ctx, mask, q, ams[0], cone, as_const, **kw)
 
 
-def _key_mask_4d(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node], as_const: set[int],
-                 ) -> tuple[ir.Value, np.ndarray, int, float, float]:
+def _key_mask_4d(ctx: Any, mask: ir.Value, q: ir.Value, cone: list[ir.Node] | None, as_const: set[int],
+                 computed: ir.Value | None = None) -> tuple[ir.Value, np.ndarray, int, float, float]:
     """_padding_proof over a bool key mask given as a [B, 1, 1, T] graph input (its dims 1 and 2 declared 1;
     the one such input whose values the mask reads): fed as the attention mask (the drop pattern on its batch
     and key axes), keeping the kept keys (True = kept) or, tried next, marking the masked ones (True = masked,
     masked_fill(m, min): fed negated; padding_inverted() says which, on the mask's meta). The lowerings view
-    it [B, T] (key-keep-2d) or use it as it is (key-keep-4d)."""
-    in_cone = {id(n) for n in cone}
-    four = [i for i in {id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()}.values()
-            if i.dtype == ir.DataType.BOOL and i.shape is not None and len(i.shape) == 4
-            and i.shape.dims[1] == 1 and i.shape.dims[2] == 1
-            and any(n.op_type not in ("Shape", "Size") for n in i.consumers() if id(n) in in_cone)]
+    it [B, T] (key-keep-2d) or use it as it is (key-keep-4d). ``computed``: such a bool value made of a float key mask
+    input (_binarized_key_masks), fed in its place with the cone cut there."""
+    if computed is not None:
+        cone, as_const = _cone(mask, cut=computed)
+        if any(i.is_graph_input() for n in cone if n.op_type not in ("Shape", "Size") for i in n.inputs
+               if i is not None):   # the probe feeds the bool alone: any other value the mask reads is unknown to it
+            raise EvalFailure("the mask reads graph inputs besides its binarized key mask")
+        four = [computed]
+    else:
+        in_cone = {id(n) for n in cone}
+        four = [i for i in {id(i): i for n in cone for i in n.inputs if i is not None and i.is_graph_input()}.values()
+                if i.dtype == ir.DataType.BOOL and i.shape is not None and len(i.shape) == 4
+                and i.shape.dims[1] == 1 and i.shape.dims[2] == 1
+                and any(n.op_type not in ("Shape", "Size") for n in i.consumers() if id(n) in in_cone)]
     if len(four) != 1:
         raise EvalFailure("the mask reads no [batch, keys] attention-mask input")
     m4, first = four[0], None

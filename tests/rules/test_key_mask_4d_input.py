@@ -77,3 +77,68 @@ def test_a_mask_with_a_query_axis_is_no_key_mask_input(h):
     mha = [nd for nd in out.graph.node if nd.op_type == "MultiHeadAttention"]
     assert len(mha) == 1 and (len(mha[0].input) < 5 or not mha[0].input[4]), ops
     h.assert_close(model, out, _feeds(h, mshape=(B, 1, S, S)))
+
+
+def _float_model(h, form):
+    """The same attention over a FLOAT key mask input m [b, 1, 1, s] (glue50): read through Less(m, -1) (0 keeps,
+    large negative masks: Where(m < -1, min, s)), Cast(m, bool) (nonzero masks) or Equal(m, 0) (Where(m == 0, s,
+    min)), or added to the scores as it is (``add``: a bias of arbitrary values)."""
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Div", ["sc", "scale"], ["sd"])]
+    nodes += {"less": [n("Less", ["m", "thr"], ["mb"]), n("Where", ["mb", "fill", "sd"], ["w"])],
+              "cast": [n("Cast", ["m"], ["mb"], to=9), n("Where", ["mb", "fill", "sd"], ["w"])],
+              "equal": [n("Equal", ["m", "zero"], ["mb"]), n("Where", ["mb", "sd", "fill"], ["w"])],
+              "add": [n("Add", ["sd", "m"], ["w"])]}[form]
+    nodes += [n("Softmax", ["w"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])]
+    inputs = [h.vi("q", ["b", H, "s", D]), h.vi("k", ["b", H, "s", D]), h.vi("v", ["b", H, "s", D]),
+              h.vi("m", ["b", 1, 1, "s"])]
+    inits = {"fill": np.array(LOWEST, np.float32), "scale": np.array(np.sqrt(D), np.float32),
+             "thr": np.array(-1.0, np.float32), "zero": np.array(0.0, np.float32)}
+    return h.make_model(nodes, inputs, [h.vi("y", None)], inits, opset=18)
+
+
+def _float_feeds(h, form, odd=False):
+    """The key padding of _feeds as floats (0 kept; masked -1e9, or 1 for the Cast form); ``odd``: kept keys of
+    batch 1 carry values a bias would read (-0.5, 0.25: still 0 under the comparison / nonzero under the Cast)."""
+    feeds = _feeds(h, inverted=True)
+    masked = feeds.pop("m")
+    m = np.where(masked, 1.0 if form == "cast" else -1e9, 0.0).astype(np.float32)
+    if odd and form in ("less", "add"):
+        m[1, ..., 0], m[1, ..., 1] = -0.5, 0.25
+    return {**feeds, "m": m}
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("form", ["less", "cast", "equal"])
+def test_a_float_key_mask_input_made_bool_is_key_padding(h, target, form):
+    """A float [b, 1, 1, s] key mask compared with one number (or cast to bool): the bool's two values are all it can
+    be, so the probe proves it the key padding as it does a bool input (fed in the bool's place). ort: a [B, T]
+    key_padding_mask, no Where / Shape / Concat / Expand (before: Where + Shape + Concat + Expand of the bias); onnx /
+    trt: the bias rebuilt from the keep-mask (before: Mul + Add + Max on the float bias); values equal in ORT, also
+    with kept keys of odd values."""
+    model = _float_model(h, form)
+    out = h.fuse(model, target)
+    ops = h.ops(out)
+    assert ops[MHA_OP[target]] == 1 and "Softmax" not in ops, ops
+    if target == "ort":
+        assert not {"Expand", "Concat", "Shape", "Where"} & set(ops), ops
+        mha = next(nd for nd in out.graph.node if nd.op_type == "MultiHeadAttention")
+        assert len(mha.input) == 5 and mha.input[4], list(mha.input)
+    else:   # the bias rebuilt from the key keep-mask (key-padding-bias), not the float mask's floor arithmetic
+        assert "Max" not in ops and "Mul" not in ops, ops
+    for odd in (False, True):
+        h.assert_close(model, out, _float_feeds(h, form, odd))
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_a_float_mask_added_as_it_is_stays_a_bias(h, target):
+    """The float mask added to the scores as it is: its values are unknown (a bias of any values), so it is no key
+    padding: no key_padding_mask at ort, and the outputs match with values no padding mask holds (-0.5, 0.25)."""
+    model = _float_model(h, "add")
+    out = h.fuse(model, target)
+    if target == "ort":
+        mha = next(nd for nd in out.graph.node if nd.op_type == "MultiHeadAttention")
+        assert len(mha.input) < 5 or not mha.input[4], list(mha.input)
+    for odd in (False, True):
+        h.assert_close(model, out, _float_feeds(h, "add", odd))
