@@ -395,6 +395,10 @@ def _prove(ctx: Any, mask: ir.Value, q: ir.Value, am: ir.Value, cone: list[ir.No
     pattern the same in every batch row and head (a band with look-ahead), not only a causal band."""
     opset = getattr(getattr(ctx, "facts", None), "opset", None) or 18
     sd, bd = q.shape.dims[-2], am.shape.dims[0]
+    if bd == 1 and len(q.shape) == 4 and q.shape.dims[0] != 1:   # one mask row broadcast over q's [B, H, S, D]
+        # batch is no [B, T] key padding (the lowerings view it [B, T]: a [1, T] key_padding_mask ORT refuses;
+        # fuzz50). (A 3-D q may fold heads into its first dim: not read.)
+        raise EvalFailure("a mask of one batch row broadcast over the queries' batch")
     if any_base and (at is not None or not isinstance(sd, int)):
         raise EvalFailure("a key padding over any pattern needs a prefill of a static length")
     p, s = at if at is not None else (0, sd if isinstance(sd, int) else _far_length(_int_constants(cone), 3))

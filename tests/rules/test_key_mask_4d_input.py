@@ -79,6 +79,38 @@ def test_a_mask_with_a_query_axis_is_no_key_mask_input(h):
     h.assert_close(model, out, _feeds(h, mshape=(B, 1, S, S)))
 
 
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+@pytest.mark.parametrize("batch", [1, "c"])
+def test_a_key_mask_of_another_batch_dim_is_no_key_padding(h, target, batch):
+    # m [1, 1, 1, t] (one pattern broadcast over the batch) or [c, 1, 1, t] (a batch of another name): read as a
+    # [B, T] key padding it was a [1, T] key_padding_mask ORT refuses (fuzz50: fuzz_s46 mask4d_every batch-one)
+    model = _model(h, mdims=[batch, 1, 1, "s"])
+    out = h.fuse(model, target)
+    feeds = _feeds(h)
+    if batch == 1:
+        feeds["m"] = feeds["m"][1:2]   # batch 1's right padding in every row
+    h.assert_close(model, out, feeds)
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx", "trt"])
+def test_a_2d_attention_mask_of_one_row_is_no_key_padding(h, target):
+    # attention_mask [1, s] (one pattern for every batch row) over q [b, H, s, D]: (1 - m) * min added to the
+    # scores; read as a [B, T] key padding it was a [1, T] key_padding_mask ORT refuses (fuzz50)
+    n = h.node
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["sc"]),
+             n("Div", ["sc", "scale"], ["sd"]), n("Unsqueeze", ["attention_mask", "ax"], ["m4"]),
+             n("Cast", ["m4"], ["mf"], to=1), n("Sub", ["one", "mf"], ["inv"]), n("Mul", ["inv", "fill"], ["bias"]),
+             n("Add", ["sd", "bias"], ["w"]), n("Softmax", ["w"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])]
+    inputs = [h.vi("q", ["b", H, "s", D]), h.vi("k", ["b", H, "s", D]), h.vi("v", ["b", H, "s", D]),
+              h.vi("attention_mask", [1, "s"], 7)]
+    inits = {"fill": np.array(LOWEST, np.float32), "scale": np.array(np.sqrt(D), np.float32),
+             "ax": np.array([1, 2], np.int64), "one": np.array(1.0, np.float32)}
+    model = h.make_model(nodes, inputs, [h.vi("y", None)], inits, opset=18)
+    feeds = {x: h.rng.standard_normal((B, H, S, D)).astype(np.float32) for x in "qkv"}
+    feeds["attention_mask"] = np.array([[1, 1, 1, 0, 0]], np.int64)
+    h.assert_close(model, h.fuse(model, target), feeds)
+
+
 def _float_model(h, form):
     """The same attention over a FLOAT key mask input m [b, 1, 1, s] (glue50): read through Less(m, -1) (0 keeps,
     large negative masks: Where(m < -1, min, s)), Cast(m, bool) (nonzero masks) or Equal(m, 0) (Where(m == 0, s,
