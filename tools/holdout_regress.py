@@ -1,5 +1,6 @@
 """Regression re-run of the hold-out sets: export them, measure them at a revision, compare two runs.
 
+    python tools/holdout_regress.py snapshot REV DIR
     python tools/holdout_regress.py export --sets 49 48 47 [--root /tmp/hold] [--stop-at 01:00] [--snapshot DIR]
     python tools/holdout_regress.py run --label b50 --sets 49 48 47 [--root /tmp/hold] [--snapshot DIR] [--parts out half]
     python tools/holdout_regress.py compare b50 h50 [--root /tmp/hold] [--quiet-leaner]
@@ -13,6 +14,8 @@ run: tools/coverage.py --columns ort-O3 onnx-O3 trt-O4 -j 1 over each exported p
 ROOT/results/<label>_<set>_<part>.json; --snapshot DIR runs DIR/tools/coverage.py with PYTHONPATH=DIR/PKG
 (a git-archive snapshot laid out as in the helpers' notes), so any revision can be measured on the same exports;
 a part whose export is still running (export_corpus's .claim files) is left out and the exit status is 1.
+snapshot: `git archive REV` into DIR with DIR/PKG/onnx_fuse linking optimizer/, plugins/, rules/ (a DIR that is
+an earlier snapshot is replaced).
 compare: cell by cell (set x part x file x column) of two labels' JSONs: regression (a category count fused
 fewer, more nodes, verify lost, a crash or a file gone), leaner (fewer nodes or more fused, nothing worse),
 equal (the same op histogram), other (same counts and node total, another histogram). Exit status 1 on any
@@ -25,6 +28,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +93,32 @@ def _stream(cmd: list[str], log: Path, env: dict) -> int:
         code = proc.wait()
         fh.write(f"[{_now()}] exit {code}\n")
     return code
+
+
+def cmd_snapshot(ns) -> int:
+    """git archive REV into DIR, with DIR/PKG/onnx_fuse mapping the package as setuptools' package-dir does."""
+    dest = Path(ns.dir)
+    if dest.exists() and any(dest.iterdir()):
+        if not (dest / "PKG" / "onnx_fuse").is_dir():
+            print(f"error: {dest} exists and is not a snapshot; give an empty or new folder", file=sys.stderr)
+            return 2
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(TOOLS.parent), "archive", ns.rev], capture_output=True)
+    if archive.returncode:
+        print(f"error: git archive {ns.rev}: {archive.stderr.decode().strip()}", file=sys.stderr)
+        return 2
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    pkg = dest / "PKG" / "onnx_fuse"
+    pkg.mkdir(parents=True)
+    for f in (dest / "optimizer").iterdir():
+        (pkg / f.name).symlink_to(f)
+    for name in ("plugins", "rules"):
+        (pkg / name).symlink_to(dest / name)
+    rev = subprocess.run(["git", "-C", str(TOOLS.parent), "rev-parse", "--short", ns.rev], capture_output=True,
+                         text=True).stdout.strip()
+    print(f"{dest}: {rev} (run with --snapshot {dest})")
+    return 0
 
 
 def cmd_export(ns) -> int:
@@ -229,6 +259,9 @@ def main(argv=None) -> int:
     rn.add_argument("--parts", nargs="+", default=["out", "half"], choices=["out", "half"])
     for p in (ex, rn):
         p.add_argument("--snapshot", help="a git-archive snapshot (DIR/tools, DIR/PKG/onnx_fuse) to run instead")
+    sn = sub.add_parser("snapshot", help="git archive REV into DIR for --snapshot (DIR/PKG/onnx_fuse)")
+    sn.add_argument("rev")
+    sn.add_argument("dir")
     cp = sub.add_parser("compare", help="cell by cell OLD vs NEW; exit 1 on any regression")
     cp.add_argument("old")
     cp.add_argument("new")
@@ -241,6 +274,8 @@ def main(argv=None) -> int:
             print(f"error: {ns.snapshot}/PKG/onnx_fuse not found (see the snapshot recipe)", file=sys.stderr)
             return 2
         sys.path.insert(0, str(_tools(ns.snapshot)))  # the snapshot's plans (export_corpus / holdout_specs)
+    if ns.cmd == "snapshot":
+        return cmd_snapshot(ns)
     if ns.cmd == "export":
         return cmd_export(ns)
     if ns.cmd == "run":

@@ -119,3 +119,23 @@ def test_same_total_other_histogram_is_other(hr, measured):
 
 def test_missing_old_label_is_an_error(hr, measured, capsys):
     assert hr.compare(measured[0], "nosuch", "a") == 2
+
+
+def test_snapshot_maps_the_package(hr, tmp_path):
+    import subprocess
+    import sys
+
+    dest = tmp_path / "snap"
+    assert hr.main(["snapshot", "HEAD", str(dest)]) == 0
+    code = "import onnx_fuse, onnx_fuse.rules, onnx_fuse.plugins; print(onnx_fuse.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(dest / "PKG"), "PATH": ""},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith(str(dest / "PKG" / "onnx_fuse")), out
+    assert (dest / "tools" / "coverage.py").exists()
+    assert hr.main(["snapshot", "HEAD", str(dest)]) == 0  # an earlier snapshot is replaced
+
+
+def test_snapshot_refuses_another_folder(hr, tmp_path):
+    (tmp_path / "keep.txt").write_text("x")
+    assert hr.main(["snapshot", "HEAD", str(tmp_path)]) == 2
+    assert (tmp_path / "keep.txt").exists()
