@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_fuse.passes._infra import FusePass
+from onnx_fuse.passes._new_values import fresh_name, graph_names
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 
@@ -112,17 +113,9 @@ class PackSiblingMatMulsPass(FusePass):
         # New value names must be unused: node names may be empty or repeated (two packs of
         # unnamed nodes both made "matmul_packed_w"), and "<output>_packed" may exist already
         stem = first.name or first.outputs[0].name or "matmul"
-        taken = {v.name for v in graph.inputs} | set(graph.initializers)
-        taken |= {o.name for n in graph for o in n.outputs}
+        taken = graph_names(graph)
 
-        def fresh(name: str) -> str:
-            base, i = name, 1
-            while name in taken:
-                name, i = f"{base}_{i}", i + 1
-            taken.add(name)
-            return name
-
-        w_val = ir.Value(name=fresh(f"{stem}_packed_w"), type=ir.TensorType(dtype),
+        w_val = ir.Value(name=fresh_name(f"{stem}_packed_w", taken), type=ir.TensorType(dtype),
                          shape=ir.Shape([k, total]),
                          const_value=_concat([w for _, w in members], 1, dtype, [k, total]))
         graph.register_initializer(w_val)
@@ -130,25 +123,26 @@ class PackSiblingMatMulsPass(FusePass):
         ref = members[0][0].outputs[0]
         if ref.shape is not None:
             out_shape = ir.Shape([*list(ref.shape)[:-1], total])
-        mm_out = ir.Value(name=fresh(f"{stem}_packed"), type=ir.TensorType(dtype), shape=out_shape)
+        mm_out = ir.Value(name=fresh_name(f"{stem}_packed", taken), type=ir.TensorType(dtype), shape=out_shape)
         new_nodes = [ir.Node("", "MatMul", [x, w_val], outputs=[mm_out], name=f"{stem}_packed")]
         split_in = mm_out
         olds = [n.outputs[0] for n, _ in members]
         if biases is not None:
-            b_val = ir.Value(name=fresh(f"{stem}_packed_b"), type=ir.TensorType(dtype),
+            b_val = ir.Value(name=fresh_name(f"{stem}_packed_b", taken), type=ir.TensorType(dtype),
                              shape=ir.Shape([total]),
                              const_value=_concat([b for _, b in biases], 0, dtype, [total]))
             graph.register_initializer(b_val)
-            split_in = ir.Value(name=fresh(f"{stem}_packed_biased"), type=ir.TensorType(dtype),
+            split_in = ir.Value(name=fresh_name(f"{stem}_packed_biased", taken), type=ir.TensorType(dtype),
                                 shape=out_shape)
             new_nodes.append(ir.Node("", "Add", [mm_out, b_val], outputs=[split_in],
                                      name=f"{stem}_packed_bias"))
             olds = [add.outputs[0] for add, _ in biases]
-        sizes = ir.Value(name=fresh(f"{stem}_packed_split"), type=ir.TensorType(ir.DataType.INT64),
+        sizes = ir.Value(name=fresh_name(f"{stem}_packed_split", taken), type=ir.TensorType(ir.DataType.INT64),
                          shape=ir.Shape([len(widths)]),
                          const_value=ir.tensor(np.array(widths, np.int64)))
         graph.register_initializer(sizes)
-        outs = [ir.Value(name=fresh(f"{o.name}_packed") if o.name else None, type=o.type, shape=o.shape) for o in olds]
+        outs = [ir.Value(name=fresh_name(f"{o.name}_packed", taken) if o.name else None, type=o.type, shape=o.shape)
+                for o in olds]
         new_nodes.append(ir.Node("", "Split", [split_in, sizes], attributes=[ir.AttrInt64("axis", -1)],
                                  outputs=outs, name=f"{stem}_packed_split"))
         # every member reads x, so right before the first member all inputs exist

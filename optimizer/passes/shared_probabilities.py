@@ -24,6 +24,7 @@ import onnx_ir as ir
 
 from onnx_fuse.passes._dim_products import same_dim
 from onnx_fuse.passes._infra import FusePass, is_default_op
+from onnx_fuse.passes._new_values import fresh_name, graph_names
 from onnx_fuse.passes.constant_folding import constant_tensor
 
 
@@ -109,27 +110,19 @@ class MergeSharedProbabilitiesPass(FusePass):
         widths = [int(v.shape[-1]) for v in values]
         dtype = values[0].type.dtype
         stem = members[0].name or members[0].outputs[0].name or "matmul"
-        taken = {v.name for v in graph.inputs} | set(graph.initializers)
-        taken |= {o.name for n in graph for o in n.outputs}
-
-        def fresh(name: str) -> str:
-            base, i = name, 1
-            while name in taken:
-                name, i = f"{base}_{i}", i + 1
-            taken.add(name)
-            return name
+        taken = graph_names(graph)
 
         def wide(shape):
             return None if shape is None else ir.Shape([*list(shape)[:-1], sum(widths)])
 
-        cat = ir.Value(name=fresh(f"{stem}_values"), type=ir.TensorType(dtype), shape=wide(values[0].shape))
-        out = ir.Value(name=fresh(f"{stem}_merged"), type=ir.TensorType(dtype),
+        cat = ir.Value(name=fresh_name(f"{stem}_values", taken), type=ir.TensorType(dtype), shape=wide(values[0].shape))
+        out = ir.Value(name=fresh_name(f"{stem}_merged", taken), type=ir.TensorType(dtype),
                        shape=wide(members[0].outputs[0].shape))
-        sizes = ir.Value(name=fresh(f"{stem}_merged_split"), type=ir.TensorType(ir.DataType.INT64),
+        sizes = ir.Value(name=fresh_name(f"{stem}_merged_split", taken), type=ir.TensorType(ir.DataType.INT64),
                          shape=ir.Shape([len(widths)]), const_value=ir.tensor(np.array(widths, np.int64)))
         graph.register_initializer(sizes)
         olds = [m.outputs[0] for m in members]
-        news = [ir.Value(name=fresh(f"{o.name}_merged") if o.name else None, type=o.type, shape=o.shape)
+        news = [ir.Value(name=fresh_name(f"{o.name}_merged", taken) if o.name else None, type=o.type, shape=o.shape)
                 for o in olds]
         nodes = [ir.Node("", "Concat", values, attributes=[ir.AttrInt64("axis", -1)], outputs=[cat],
                          name=f"{stem}_values"),
