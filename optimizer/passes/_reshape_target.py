@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_fuse.passes._shape_values import _attr, constant_tensor, shape_read_bounds
+from onnx_fuse.passes._shape_values import _attr, constant_tensor, shape_read_dims
 
 
 def solved_target(node: ir.Node) -> np.ndarray | None:
@@ -44,7 +44,9 @@ def _entries(target: ir.Value) -> list[int | None] | None:
         return None
     node = target.producer()
     if node is not None and node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
-        return _shape_entries(node)
+        # x's dims: an int where inferred static, None where not (a GroupNorm's Reshape(norm, Shape(x)) back to
+        # x [batch, C, H, W] becomes [-1, C, H, W])
+        return shape_read_dims(node, names="none")
     if node is None or node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
         return None
     out: list[int | None] = []
@@ -61,16 +63,3 @@ def _entries(target: ir.Value) -> list[int | None] | None:
         else:
             return None
     return out
-
-
-def _shape_entries(node: ir.Node) -> list[int | None] | None:
-    """``Shape(x)`` (start / end as given) read as x's dims: an int where inferred static, None where not
-    (a GroupNorm's ``Reshape(norm, Shape(x))`` back to x [batch, C, H, W] becomes ``[-1, C, H, W]``)."""
-    x = node.inputs[0] if node.inputs else None
-    if x is None or x.shape is None:
-        return None
-    bounds = shape_read_bounds(node, len(x.shape))
-    if bounds is None:
-        return None
-    dims = list(x.shape)[bounds[0]:bounds[1]]
-    return [d if isinstance(d, int) else None for d in dims]

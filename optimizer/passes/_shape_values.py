@@ -74,6 +74,14 @@ def shape_read_bounds(node: ir.Node, rank: int) -> tuple[int, int] | None:
     return out[0], out[1]
 
 
+def shape_read_dims(node: ir.Node, **how) -> list | None:
+    """The dims a Shape node reads of its input (start / end applied) in read_dims' convention ``how``; None
+    when the input's rank or a bound is not known."""
+    dims = read_dims(node.inputs[0] if node.inputs else None, **how)
+    bounds = None if dims is None else shape_read_bounds(node, len(dims))
+    return None if bounds is None else dims[bounds[0]:bounds[1]]
+
+
 def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] | None:
     """What a small int tensor holds, symbolically: (entries, is_scalar) where an entry is an int
     or the name of a symbolic dim, followed through the Shape -> Gather/Slice/Squeeze/Unsqueeze/
@@ -90,22 +98,8 @@ def shape_entries(value: ir.Value | None, depth: int = 0) -> tuple[list, bool] |
         return None
     op, ins = node.op_type, list(node.inputs)
     if op == "Shape":
-        x = ins[0]
-        if x is None or x.shape is None:
-            return None
-        bounds = shape_read_bounds(node, len(x.shape))
-        if bounds is None:
-            return None
-        dims = list(x.shape)[bounds[0]:bounds[1]]
-        out = []
-        for d in dims:
-            if isinstance(d, int):
-                out.append(d)
-            elif d.value is not None:
-                out.append(str(d.value))
-            else:
-                return None
-        return out, False
+        dims = shape_read_dims(node)
+        return None if dims is None or None in dims else (dims, False)
     if op in ("Identity", "Cast") or op in ("Squeeze", "Unsqueeze", "Reshape"):
         to = _attr(node, "to") if op == "Cast" else None
         if op == "Cast" and not (isinstance(to, int) and ir.DataType(to).is_integer()):

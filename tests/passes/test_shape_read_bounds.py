@@ -1,15 +1,14 @@
 """``shape_read_bounds`` (passes/_shape_values.py): the one reader of a Shape node's start / end, clamped as ONNX
-clamps them, used by shape_entries, the reshape-target fold, the shape-read rewrites and the transpose sink. A
-reference attribute (a function body's ``start: int = @s``) is unknown: the readers refuse it instead of reading it
-as a number (the reshape-target fold's own copy raised a TypeError there)."""
+clamps them, used by shape_read_dims (shape_entries', the reshape-target fold's), the shape-read rewrites and the
+transpose sink. A reference attribute (a function body's ``start: int = @s``) is unknown: the readers refuse it
+instead of reading it as a number (the reshape-target fold's own copy raised a TypeError there)."""
 
 from __future__ import annotations
 
 import onnx_ir as ir
 import pytest
 
-from onnx_fuse.passes._reshape_target import _shape_entries
-from onnx_fuse.passes._shape_values import shape_read_bounds
+from onnx_fuse.passes._shape_values import shape_read_bounds, shape_read_dims
 
 
 def _shape_node(rank: int, **attrs) -> ir.Node:
@@ -38,9 +37,11 @@ def test_bounds_clamp_as_onnx(attrs, want):
 def test_reference_attribute_is_unknown(ref):
     node = _shape_node(4, **{ref: "outer_" + ref})
     assert shape_read_bounds(node, 4) is None
-    assert _shape_entries(node) is None   # raised TypeError before the shared reader
+    assert shape_read_dims(node, names="none") is None   # the reshape-target fold raised TypeError before
 
 
 def test_reshape_target_reads_dims_of_the_run():
-    assert _shape_entries(_shape_node(4, start=1, end=-1)) == [4, 6]
-    assert _shape_entries(_shape_node(4)) == [None, 4, 6, 1]
+    # the reshape-target fold's convention (a symbolic dim unknown), then shape_entries' (its name)
+    assert shape_read_dims(_shape_node(4, start=1, end=-1), names="none") == [4, 6]
+    assert shape_read_dims(_shape_node(4), names="none") == [None, 4, 6, 1]
+    assert shape_read_dims(_shape_node(4, end=2)) == ["B", 4]
