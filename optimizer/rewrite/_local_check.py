@@ -35,13 +35,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_fuse.rewrite._constants import const_array as _const_array
 from onnx_fuse.rewrite._rule import CANONICAL_DOMAIN as _CANONICAL_DOMAIN
 
 # Constants up to this many elements stay initializers (shapes, axes, epsilons: values a rule
 # may have checked); larger ones become inputs fed their real values, so sessions are shared.
 _INLINE_CONST = 16
-# Rules never look at the values of larger constants (the matcher's cap): random data serves.
-_MAX_CONST_ELEMENTS = 1 << 20
 _SHAPE_OPERANDS = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("ConstantOfShape", 0), ("Range", 0),
                    ("Range", 1), ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
                    ("Squeeze", 1), ("Unsqueeze", 1), ("Split", 1), ("Pad", 1), ("TopK", 1),
@@ -269,39 +268,6 @@ def _random_value(v: ir.Value, shape: list[int], consumers: list[tuple[ir.Node, 
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     raise Unchecked(f"dtype {dtype} not covered by random inputs")
-
-
-def _const_tensor(v: ir.Value) -> Any:
-    """The value's tensor when it is an initializer or a Constant node's output."""
-    if v.is_graph_input():
-        return None          # an initializer that is also an input can be overridden
-    if v.const_value is not None:
-        return v.const_value
-    prod = v.producer()
-    if prod is not None and prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
-        attrs = prod.attributes
-        if "value" in attrs:
-            return attrs["value"].value
-        for key in ("value_float", "value_floats", "value_int", "value_ints"):
-            if key in attrs:
-                return ir.tensor(np.asarray(attrs[key].value,
-                                            dtype=np.float32 if "float" in key else np.int64))
-    return None
-
-
-def _const_array(v: ir.Value) -> np.ndarray | None:
-    t = _const_tensor(v)
-    if t is None:
-        return None
-    size = 1
-    for d in t.shape:
-        size *= int(d)
-    if size > _MAX_CONST_ELEMENTS:
-        return None
-    try:
-        return np.asarray(t.numpy())
-    except Exception:  # an unreadable external tensor: treat as an input
-        return None
 
 
 class _Canon:

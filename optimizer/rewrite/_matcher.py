@@ -22,14 +22,13 @@ import onnx
 import onnx_ir as ir
 
 from onnx_fuse.rewrite import _expr
+from onnx_fuse.rewrite._constants import const_array, const_tensor
 from onnx_fuse.rewrite._pattern import OpPattern
 from onnx_fuse.rewrite._result import (STAGE_CHECK, STAGE_CONSTRAINT, STAGE_ESCAPE, STAGE_STRUCTURE,
                                        Tracer, describe_node, describe_value)
 from onnx_fuse.rewrite._shape_reads import ShapeRead, reread
 from onnx_fuse.rewrite._rule import (CANONICAL_DOMAIN, COMMUTATIVE, PROMOTED_ATTRIBUTES, Rule,
                                      ValueConstraint)
-
-_MAX_CONST_ELEMENTS = 1 << 20  # scalar/value constraints never materialize larger weights
 
 
 def _as_stored(want, dtype: np.dtype):
@@ -148,38 +147,12 @@ class GraphFacts:
         # (id(constraint), value) -> failure reason or None; constraints without shape symbols only
         self.constraint_cache: dict[tuple[int, ir.Value], str | None] = {}
 
-    def const_tensor(self, v: ir.Value) -> ir.TensorProtocol | None:
-        if v.is_graph_input():
-            return None          # an initializer that is also an input can be overridden
-        if v.const_value is not None:
-            return v.const_value
-        prod = v.producer()
-        if prod is not None and prod.op_type == "Constant" and norm_domain(prod.domain) == "":
-            attrs = prod.attributes
-            if "value" in attrs:
-                return attrs["value"].value
-            for key in ("value_float", "value_floats", "value_int", "value_ints"):
-                if key in attrs:
-                    dtype = np.float32 if "float" in key else np.int64
-                    return ir.tensor(np.asarray(attrs[key].value, dtype=dtype))
-        return None
+    const_tensor = staticmethod(const_tensor)
 
     def constant(self, v: ir.Value) -> np.ndarray | None:
-        if v in self._consts:
-            return self._consts[v]
-        t = self.const_tensor(v)
-        arr = None
-        if t is not None:
-            size = 1
-            for d in t.shape:
-                size *= int(d)
-            if size <= _MAX_CONST_ELEMENTS:
-                try:
-                    arr = t.numpy()
-                except Exception:  # an unreadable external tensor is not a usable constant
-                    arr = None
-        self._consts[v] = arr
-        return arr
+        if v not in self._consts:
+            self._consts[v] = const_array(v)
+        return self._consts[v]
 
     def forget(self, v: ir.Value) -> None:
         self._consts.pop(v, None)
@@ -342,6 +315,15 @@ class Matcher:
             d, key = trail.pop()
             del d[key]
 
+    def _bind(self, var: str, gv: ir.Value, goals) -> bool:
+        """``var`` bound to ``gv``, then the remaining ``goals`` solved; the binding undone when that fails."""
+        mark = len(self.trail)
+        self._set(self.values, var, gv)
+        if self._check_value(var, gv) and self._solve(goals):
+            return True
+        self._undo(mark)
+        return False
+
     def _fail(self, stage: int, reason: str | Callable[[], str], step: str, culprit: Any = None) -> bool:
         if self.tracer is not None:
             if callable(reason):
@@ -370,24 +352,14 @@ class Matcher:
         if prod is None:  # a leaf
             if gv is None:
                 return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"input {var!r} is missing on the node", var)
-            mark = len(self.trail)
-            self._set(self.values, var, gv)
-            if self._check_value(var, gv) and self._solve(rest):
-                return True
-            self._undo(mark)
-            return False
+            return self._bind(var, gv, rest)
         si, oi = prod
         stmt = self.stmts[si]
         if gv is None:
             return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"{var!r} would be a missing input", stmt.source)
         if si in self.nodes:  # another output of this statement already matched its node
             if gv.producer() is self.nodes[si] and gv.index() == oi:
-                mark = len(self.trail)
-                self._set(self.values, var, gv)
-                if self._check_value(var, gv) and self._solve(rest):
-                    return True
-                self._undo(mark)
-                return False
+                return self._bind(var, gv, rest)
             return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"{var!r} is not output {oi} of the node matched for "
                               f"this statement", stmt.source, gv)
         node = gv.producer()
@@ -396,11 +368,8 @@ class Matcher:
                 return True
             if alt.optional:
                 # absent: the statement's output *is* its pass-through input
-                mark = len(self.trail)
-                self._set(self.values, var, gv)
-                if self._check_value(var, gv) and self._solve((alt.passthrough, gv, rest)):
+                if self._bind(var, gv, (alt.passthrough, gv, rest)):
                     return True
-                self._undo(mark)
         if node is None:
             return self.tracer is not None and self._fail(STAGE_STRUCTURE, f"{var!r} has no producer (it is a graph input or "
                               f"initializer) but the pattern needs {stmt.source!r}", stmt.source, gv)
