@@ -2,7 +2,8 @@
 test_norm_before_head_transpose): a layer's attention as the dynamo export writes it, without a cache: q / k / v
 [B,S,H*D] viewed into heads and transposed, ops of the test's own on q / k, rotate-half RoPE from positions
 (attention_testing.rotate_half_nodes), softmax attention and the merge back (scores_merge_nodes). The model's
-float type is float32 or float16; the feeds' mask follows it."""
+float type is float32 or float16; the feeds' mask follows it. test_rotary_between_head_transposes shares the
+constants (head_inits)."""
 
 from __future__ import annotations
 

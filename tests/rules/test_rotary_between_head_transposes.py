@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from attention_testing import rotate_half_nodes, scores_merge_nodes
+from head_block_testing import B, D, H, S, head_inits
 
-B, S, P, H, D = 2, 3, 5, 4, 8
-BIG = np.iinfo(np.int64).max
+P = 5
 
 
 def _block(h, *, rotated_out=False, cache=False):
@@ -50,14 +50,9 @@ def _block(h, *, rotated_out=False, cache=False):
         inputs += [h.vi("past_k", ["b", H, "p", D]), h.vi("past_v", ["b", H, "p", D])]
         outputs += [h.vi("present_k", ["b", H, "t", D]), h.vi("present_v", ["b", H, "t", D])]
     r = np.random.default_rng(7)
-    inv = (1.0 / (10000 ** (np.arange(0, D, 2) / D))).astype(np.float32)
-    inits = {"shp": np.array([0, 0, H, D], np.int64), "ones": np.ones(D, np.float32),
-             "q_gamma": (1 + 0.1 * r.standard_normal((H, D))).astype(np.float32),
-             "k_gamma": (1 + 0.1 * r.standard_normal((H, D))).astype(np.float32),
-             "ax02": np.array([0, 2], np.int64), "ax1": np.array([1], np.int64), "inv_freq": inv,
-             "s_0": np.array([0], np.int64), "s_half": np.array([D // 2], np.int64),
-             "s_end": np.array([BIG], np.int64), "s_ax": np.array([3], np.int64),
-             "scale": np.array(D ** -0.5, np.float32), "hd": np.array([H * D], np.int64)}
+    inits = head_inits(ones=np.ones(D, np.float32),
+                       q_gamma=(1 + 0.1 * r.standard_normal((H, D))).astype(np.float32),
+                       k_gamma=(1 + 0.1 * r.standard_normal((H, D))).astype(np.float32))
     return h.make_model(nodes, inputs, outputs, inits)
 
 
