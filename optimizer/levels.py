@@ -250,8 +250,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
         # the builder's symbolic KV head size, fixed by its GroupQueryAttention (onnx / trt recognize it)
         from onnx_fuse.passes.contrib_head_size import BindContribHeadSizePass
 
+        # ORT's inserted float32 Casts of a float16 value and of its view as one Cast, viewed
+        from onnx_fuse.passes.shared_cast_views import SharedCastViewsPass
+
         contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
-                   StackMergePass(), SplitRotateHalfPass(),
+                   StackMergePass(), SharedCastViewsPass(), SplitRotateHalfPass(),
                    *((ExpandOrtFusionsPass(), BindContribHeadSizePass()) if target != "ort" else ()))
         # after the shape refresh: it reads the view's dims, which inference may only give once
         # folding made the shape arithmetic before it constant (Flux's TorchScript export)
