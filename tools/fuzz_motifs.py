@@ -45,7 +45,9 @@ then a share (fuzz_s44.S44_SHARE) session 42's rewrites with near misses (tools/
 broadcasting ops only, masks expanded to the scores, Squeeze / Unsqueeze / Reduce axes in every constant form,
 a rotary table's first half taken below a row cut), then a share (fuzz_s45.S45_SHARE) session 43's rewrites with near
 misses (tools/fuzz_s45.py: one-head attention written 4-D by Unsqueezes, scalar twins of Shape reads, interleaved
-rotary tables behind Casts, rotary caches gathered by an index of rank 0 / 1 / 2).
+rotary tables behind Casts, rotary caches gathered by an index of rank 0 / 1 / 2), then a share (fuzz_s46.S46_SHARE)
+session 44's rewrites and their neighbours (tools/fuzz_s46.py: Casts on head splits, Expands read through unary ops,
+4-D key mask inputs of every dtype and polarity, ORT's contrib forms).
 """
 
 from __future__ import annotations
@@ -854,6 +856,12 @@ def make_case(seed: int) -> Case:
     # session 43's rewrites (tools/fuzz_s45.py: one-head attention of Unsqueezes, scalar twins, tables cast, gathered rows)
     if np.random.default_rng([seed, S45_SALT]).random() < S45_SHARE:
         return _with_sparse(make_s45_case(seed))
+    from fuzz_s46 import S46_SALT, S46_SHARE
+
+    # session 44's rewrites (tools/fuzz_s46.py: Casts on head splits, Expands before unary readers, 4-D key masks
+    # of every dtype, ORT's contrib forms)
+    if np.random.default_rng([seed, S46_SALT]).random() < S46_SHARE:
+        return _with_sparse(make_s46_case(seed))
     rng = np.random.default_rng(seed)
     dtype = F16 if rng.random() < 0.15 else F32
     b = Builder(rng, dtype)
@@ -921,7 +929,10 @@ def _built_case(seed: int, salt: int, build, name: str | None, graph_name: str,
     motifs = build(b, opset, name)
     outputs = [oh.make_tensor_value_info(o, 0, None) for o in b.outputs]
     graph = oh.make_graph(b.nodes, f"{graph_name}_{seed}", b.inputs, outputs, initializer=b.inits)
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=9)
+    imports = [oh.make_opsetid("", opset)]
+    if any(n.domain == "com.microsoft" for n in b.nodes):   # ORT's contrib ops (fuzz_s46's ort_forms)
+        imports.append(oh.make_opsetid("com.microsoft", 1))
+    model = oh.make_model(graph, opset_imports=imports, ir_version=9)
     return Case(seed, _declare_outputs(model, b), b.feeds, motifs, b.traps,
                 alt_feeds=getattr(b, "alt_feeds", []))
 
@@ -1071,6 +1082,16 @@ def make_s45_case(seed: int, name: str | None = None) -> Case:
     return _built_case(seed, 0x4547, build_s45, name, "fuzz_s45", (15, 18, 23, 23), 0.25)
 
 
+def make_s46_case(seed: int, name: str | None = None) -> Case:
+    """A graph of session 44's rewrites and their neighbours with near misses drawn on purpose (tools/fuzz_s46.py:
+    a Cast on a head split, an Expand read through unary ops, 4-D key mask inputs of every dtype and polarity with
+    keyless rows, ORT's SkipLayerNormalization / FusedMatMul forms) with its traps; ``name`` picks the motif.
+    Float16 a quarter of the time; opset 23 mostly (cast-before-head-split's floor)."""
+    from fuzz_s46 import build_s46
+
+    return _built_case(seed, 0x4649, build_s46, name, "fuzz_s46", (18, 23, 23, 23), 0.25)
+
+
 def make_form_case(seed: int, name: str | None = None) -> Case:
     """A graph of the session-16 forms (tools/fuzz_forms.py: Tile / Gather / Concat GQA and its near
     misses, quantized projections) at an opset of 17..23; ``name`` picks one (tests)."""
@@ -1131,7 +1152,9 @@ def _declare_outputs(model: onnx.ModelProto, b: Builder) -> onnx.ModelProto:
     for name in b.outputs:
         vi = by_name.get(name)
         out = onnx.ValueInfoProto()
-        if vi is not None and vi.type.tensor_type.elem_type:
+        if name in getattr(b, "declared", {}):   # a builder's own type where inference stops (contrib ops)
+            out = oh.make_tensor_value_info(name, *b.declared[name])
+        elif vi is not None and vi.type.tensor_type.elem_type:
             out.CopyFrom(vi)
             if b.p(0.2):   # rank only: the dims unknown (the checker wants a shape field)
                 for d in out.type.tensor_type.shape.dim:
