@@ -525,7 +525,8 @@ def _key_mask_4d_readings(feeds) -> dict[str, list[np.ndarray]]:
     readings of which batch rows keep some key: a list of [B] bool arrays (True = the row keeps a key), each with a
     row that keeps none and a row that keeps some (else no row is to blame, or every row is).
     An additive float mask has one reading: 0 keeps a key, a value <= -1e4 (-1e4, finfo.min, -inf) masks it; a mask
-    with any other value (a 0 / 1 float, a bias) is not read. A bool (or 0 / 1 integer) mask's polarity is the graph's
+    with any other value (a bias) is not read. A bool (or 0 / 1 integer or float: flags the graph compares or casts,
+    fuzz50's fuzz_s46 mask4d_every seed 16) mask's polarity is the graph's
     (Where(m, min, s): True = masked; Where(m, s, min): True = kept), not the feed's, so both readings are given: under
     True = kept a row of all False keeps no key, under True = masked a row of all True. A row can only be keyless when
     it is constant, and the classifier takes a reading only when every row it keeps agrees (the rows it drops are
@@ -536,7 +537,7 @@ def _key_mask_4d_readings(feeds) -> dict[str, list[np.ndarray]]:
         if "mask" not in k.lower() or v.ndim != 4 or v.shape[1:3] != (1, 1) or v.size == 0:
             continue
         rows = v.reshape(v.shape[0], v.shape[3])
-        if v.dtype.kind == "b" or (v.dtype.kind in "iu" and np.isin(v, (0, 1)).all()):
+        if v.dtype.kind == "b" or (v.dtype.kind in "iuf" and np.isin(v, (0, 1)).all()):
             kept = rows.astype(bool)
             readings = [kept.any(axis=1), (~kept).any(axis=1)]    # True = kept / True = masked
         elif v.dtype.kind == "f" and not np.isnan(rows).any() and ((rows == 0) | (rows <= -1e4)).all():
