@@ -174,6 +174,16 @@ class SizeOneAxesPass(FusePass):
         x, axes, q, rank = tr.inputs[0], raw_axes(node), attr_value(tr, "perm", None), _rank(tr.inputs[0])
         if x is None or axes is None or q is None or rank is None or sorted(q) != list(range(rank)):
             return False
+        q = list(q)
+        # a Transpose under the moved one is composed into it (Transpose(Transpose(y, p), q) = Transpose(y, p[q])):
+        # moved alone it would sit behind the Unsqueeze, where transpose-pair can no longer merge the two
+        inner = x.producer()
+        while is_default_op(inner, "Transpose") and inner.graph is graph and inner.inputs[0] is not None:
+            p = attr_value(inner, "perm", None)
+            if p is None or sorted(p) != list(range(rank)):
+                break
+            x, q = inner.inputs[0], [list(p)[i] for i in q]
+            inner = x.producer()
         out_rank = rank + len(axes)
         ones = sorted(a % out_rank for a in axes)
         if len(set(ones)) != len(ones):
