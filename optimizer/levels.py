@@ -252,9 +252,11 @@ def build_stages(level: int, target: str, *, rule_files: Sequence[str] = (),
 
         # ORT's inserted float32 Casts of a float16 value and of its view as one Cast, viewed
         from onnx_fuse.passes.shared_cast_views import SharedCastViewsPass
+        # ...and K^T / V of a float32-q attention cast up after their views: the Cast above the views
+        from onnx_fuse.passes.cast_up_views import CastUpViewsPass
 
         contrib = (ExpandFusedMatMulPass(), ExpandSimplifiedLayerNormPass(), ShapeSplitToGatherPass(),
-                   StackMergePass(), SharedCastViewsPass(), SplitRotateHalfPass(),
+                   StackMergePass(), SharedCastViewsPass(), CastUpViewsPass(), SplitRotateHalfPass(),
                    *((ExpandOrtFusionsPass(), BindContribHeadSizePass()) if target != "ort" else ()))
         # after the shape refresh: it reads the view's dims, which inference may only give once
         # folding made the shape arithmetic before it constant (Flux's TorchScript export)

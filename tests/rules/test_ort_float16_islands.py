@@ -129,3 +129,19 @@ def test_shared_cast_view_pass(h):
     assert by_out["xs2d"].op_type == "Cast" and by_out["xtf"].op_type == "Cast"   # no float32 twin / read elsewhere
     x = h.rng.standard_normal((3, 4)).astype(np.float16)
     h.assert_close(model, got, {"x": x}, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("target,level", [("ort", "ORT_ENABLE_BASIC"), ("onnx", "ORT_ENABLE_BASIC"),
+                                          ("trt", "ORT_ENABLE_BASIC"), ("onnx", "ORT_ENABLE_EXTENDED")])
+def test_ort_float16_block_fuses_attention(h, tmp_path, target, level):
+    """The ORT-optimized block's attention runs in float32 on q rotated there, with V a float16 value cast up
+    after its views (cast-up-views moves the Cast above them) and the NaN guard on IsNaN(Cast(p)), which
+    isnan-of-float-cast now reads before the recognizers: one fused attention (none before, in one run)."""
+    model = _half_block(h)
+    pre = _ort_basic(model, tmp_path, level)
+    out = h.fuse(pre, target, level=3)
+    ops = h.ops(out)
+    attn = sum(c for op, c in ops.items() if "Attention" in op)
+    assert attn == 1 and "Softmax" not in ops and "MatMul" not in ops, ops
+    for s in (S, 6):
+        h.assert_close(model, out, head_feeds(h, s), atol=3e-3, rtol=3e-3)
