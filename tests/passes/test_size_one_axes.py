@@ -351,3 +351,25 @@ g (float[5, 2, 4] x, float[2, 1, 3, 4] a) => (float[2, 1, 3, 5] y, float[2, 5, 4
     assert len(moved) == 1 and list(moved[0].attributes["perm"].value) == [2, 1, 3, 0]
     assert moved[0].inputs[0].producer().inputs[0].name == "x"
     check_same(proto, model)
+
+
+def test_an_unsqueezed_transpose_of_a_transpose_composes_the_pair():
+    """K^T = Unsqueeze(Transpose(Transpose(y, [1, 0, 2]), [0, 2, 1])), the inner Transpose also read by a Shape
+    (glm5_next_text dyn_mask, hold-out 48): the Unsqueeze reads y and one Transpose of the composed perm follows it,
+    so no Transpose pair is left split by the Unsqueeze (6b1b685 left one: Transpose +1 at every target); values
+    equal."""
+    proto, model, modified, p = _run(f"""{HEAD}
+g (float[5, 2, 4] y, float[2, 1, 3, 4] a) => (float[2, 1, 3, 5] z, int64[3] s) {{
+    ax = Constant<value = int64[1] {{1}}>()
+    t0 = Transpose<perm = [1, 0, 2]>(y)
+    s = Shape(t0)
+    t = Transpose<perm = [0, 2, 1]>(t0)
+    u = Unsqueeze(t, ax)
+    z = MatMul(a, u)
+}}""")
+    assert modified and p.stats["unsqueeze-transpose"] == 1
+    uns = [n for n in model.graph if n.op_type == "Unsqueeze"]
+    assert len(uns) == 1 and uns[0].inputs[0].name == "y", [n.op_type for n in model.graph]
+    tr = [n for n in model.graph if n.op_type == "Transpose" and n.inputs[0] is uns[0].outputs[0]]
+    assert len(tr) == 1 and list(tr[0].attributes["perm"].value) == [2, 1, 3, 0], tr
+    check_same(proto, model)
