@@ -50,10 +50,11 @@ def shared_cast_split(graph: ir.Graph, split: ir.Node, taken: set) -> bool:
     if any(attr_value(c, "to", None) != to for c in casts):
         return False
     x = split.inputs[0]
-    twin = next((c for c in (_twin_cast(x, to, c) for c in casts[:1]) if c is not None), None)
+    twin = _twin_cast(x, to, casts[0])
     if twin is None or twin.graph is not graph:
         return False
-    first = min(casts, key=lambda c: list(graph).index(c))
+    order = list(graph)
+    first = min(casts, key=order.index)
     up = ir.Node("", "Cast", [x], attributes=list(casts[0].attributes.values()), num_outputs=1)
     u = up.outputs[0]
     u.name, u.dtype, u.shape = fresh_name(f"{x.name or 'x'}_src", taken), casts[0].outputs[0].dtype, x.shape
